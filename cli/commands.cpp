@@ -1,0 +1,230 @@
+#include "commands.hpp"
+
+#include <algorithm>
+#include <iostream>
+#include <map>
+#include <cstdio>
+#include <optional>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/file_io.hpp"
+#include "dtsim/sim/json_writer.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/report.hpp"
+
+namespace dtsim::cli {
+namespace {
+
+/// Parsed options: --key value, --key=value, repeated --set, flags.
+struct Options {
+  std::map<std::string, std::string> values;
+  std::vector<std::string> sets;
+  std::vector<std::string> flags;
+  std::vector<std::string> positional;
+  bool flag(const std::string& f) const { return std::find(flags.begin(), flags.end(), f) != flags.end(); }
+  std::optional<std::string> get(const std::string& k) const {
+    auto it = values.find(k);
+    if (it == values.end()) return std::nullopt;
+    return it->second;
+  }
+};
+
+Options parse(const Args& args, const std::string& command, const std::vector<std::string>& with_value,
+              const std::vector<std::string>& flags) {
+  Options o;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a.rfind("--", 0) != 0) {
+      o.positional.push_back(a);
+      continue;
+    }
+    std::string value;
+    bool has_value = false;
+    if (auto eq = a.find('='); eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    const std::string key = a.substr(2);
+    const bool takes = key == "set" || std::find(with_value.begin(), with_value.end(), key) != with_value.end();
+    if (takes) {
+      if (!has_value) {
+        if (i + 1 >= args.size()) throw ConfigError(a + ": missing value");
+        value = args[++i];
+      }
+      if (key == "set") {
+        o.sets.push_back(value);
+      } else {
+        o.values[key] = value;
+      }
+      continue;
+    }
+    if (std::find(flags.begin(), flags.end(), key) != flags.end()) {
+      if (has_value) throw ConfigError(a + ": takes no value");
+      o.flags.push_back(key);
+      continue;
+    }
+    std::vector<std::string> all = with_value;
+    all.push_back("set");
+    all.insert(all.end(), flags.begin(), flags.end());
+    const std::string hint = sim::did_you_mean(key, all);
+    std::string list;
+    for (const auto& k : all) list += (list.empty() ? "--" : ", --") + k;
+    throw ConfigError("dtsim " + command + ": unknown option " + a +
+                      (hint.empty() ? "" : " (did you mean --" + hint + "?)") + "; valid: " + list);
+  }
+  return o;
+}
+
+std::vector<sim::Override> overrides(const Options& o) {
+  std::vector<sim::Override> out;
+  for (const auto& s : o.sets) out.push_back(sim::parse_override(s));
+  return out;
+}
+
+std::string require(const Options& o, const std::string& key, const std::string& command, const std::string& hint) {
+  auto v = o.get(key);
+  if (!v || v->empty()) throw ConfigError("dtsim " + command + ": --" + key + " is required; " + hint);
+  return *v;
+}
+
+}  // namespace
+
+std::string usage() {
+  return R"(dtsim: predict the time and memory of a distributed training plan
+
+usage:
+  dtsim predict --model M --cluster C [--plan P] [--set SECTION.KEY=VALUE]... [--json] [--trace FILE]
+  dtsim comm --cluster C [--op OP] [--ranks N] [--ranks-per-node K] [--min-bytes B] [--max-bytes B] [--json]
+  dtsim list models|clusters|plans|devices [--json]
+
+  M: a built-in model (dtsim list models), a YAML file, or a HuggingFace config.json
+  C, P: a shipped config name (dtsim list clusters|plans) or a YAML file
+  --set plan.micro_batch=32   --set cluster.nodes=4   --set model.layers=24
+  OP: all_reduce (default), reduce_scatter, all_gather, broadcast, send_recv
+
+exit status: 0 ok, 2 bad input (one line on stderr says what and where)
+)";
+}
+
+int cmd_predict(const Args& args) {
+  const Options o = parse(args, "predict", {"model", "cluster", "plan", "trace"}, {"json"});
+  if (!o.positional.empty()) throw ConfigError("dtsim predict: unexpected argument '" + o.positional.front() + "'");
+  const auto ov = overrides(o);
+  const std::string model_name = require(o, "model", "predict", "e.g. --model gpt2 (see dtsim list models)");
+  const std::string cluster_name = require(o, "cluster", "predict", "e.g. --cluster dgx-a100 (see dtsim list clusters)");
+  const std::string plan_name = o.get("plan").value_or("ddp");
+  const sim::ModelPtr model = models::load_model(model_name, ov);
+  const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
+  const sim::PlanSpec plan = sim::load_plan(plan_name, ov);
+  const auto trace = o.get("trace");
+  if (trace && trace->empty()) throw ConfigError("--trace: missing file name");
+  sim::PredictOptions po;
+  po.keep_graph = trace.has_value();
+  const sim::Prediction p = sim::predict(*model, plan, cluster, po);
+  if (trace) sim::write_file_atomic(*trace, sim::to_chrome_trace(p));
+  if (o.flag("json")) {
+    std::cout << sim::to_json(p);
+  } else {
+    std::cout << sim::format_table(p);
+    if (trace) std::cout << "\n  timeline written to " << *trace << " (open it in https://ui.perfetto.dev)\n";
+  }
+  return 0;
+}
+
+int cmd_comm(const Args& args) {
+  const Options o =
+      parse(args, "comm", {"cluster", "op", "ranks", "ranks-per-node", "min-bytes", "max-bytes"}, {"json"});
+  const auto ov = overrides(o);
+  const std::string cluster_name = require(o, "cluster", "comm", "e.g. --cluster dgx-a100");
+  const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
+  sim::CollectiveOp op = sim::CollectiveOp::kAllReduce;
+  const std::string op_name = o.get("op").value_or("all_reduce");
+  if (!sim::parse_collective(op_name, &op)) {
+    const std::vector<std::string> ops{"all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv"};
+    const std::string hint = sim::did_you_mean(op_name, ops);
+    throw ConfigError("--op " + op_name + ": unknown collective" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                      "; valid: all_reduce, reduce_scatter, all_gather, broadcast, send_recv");
+  }
+  auto number = [&](const std::string& key, std::int64_t fallback, std::int64_t lo, std::int64_t hi) {
+    auto v = o.get(key);
+    if (!v) return fallback;
+    std::size_t pos = 0;
+    std::int64_t n = 0;
+    try {
+      n = std::stoll(*v, &pos);
+    } catch (const std::exception&) {
+      pos = 0;
+    }
+    if (pos != v->size() || n < lo || n > hi) {
+      throw ConfigError("--" + key + " " + *v + ": expected an integer from " + std::to_string(lo) + " to " + std::to_string(hi));
+    }
+    return n;
+  };
+  sim::CommGroup g;
+  g.ranks = static_cast<int>(number("ranks", cluster.gpus(), 1, cluster.gpus()));
+  g.ranks_per_node = static_cast<int>(number("ranks-per-node", std::min(g.ranks, cluster.gpus_per_node), 1, cluster.gpus_per_node));
+  if (g.ranks_per_node > g.ranks) g.ranks_per_node = g.ranks;
+  if (op == sim::CollectiveOp::kSendRecv && g.ranks != 2) {
+    throw ConfigError("--ranks " + std::to_string(g.ranks) + ": send_recv runs between 2 ranks; valid: 2");
+  }
+  const Bytes lo = number("min-bytes", 8, 1, std::int64_t{1} << 40);
+  const Bytes hi = number("max-bytes", std::int64_t{1} << 30, lo, std::int64_t{1} << 40);
+  const sim::AnalyticCommModel model(cluster);
+  const auto rows = sim::comm_sweep(model, op, g, lo, hi);
+  std::cout << (o.flag("json") ? sim::comm_to_json(cluster.name, op, g, rows)
+                               : sim::format_comm_table(cluster.name, op, g, rows));
+  return 0;
+}
+
+int cmd_list(const Args& args) {
+  const Options o = parse(args, "list", {}, {"json"});
+  const std::vector<std::string> kinds{"models", "clusters", "plans", "devices"};
+  if (o.positional.size() != 1 || std::find(kinds.begin(), kinds.end(), o.positional[0]) == kinds.end()) {
+    const std::string got = o.positional.empty() ? std::string("nothing") : "'" + o.positional[0] + "'";
+    const std::string hint = o.positional.empty() ? "" : sim::did_you_mean(o.positional[0], kinds);
+    throw ConfigError("dtsim list: expected one of models, clusters, plans, devices, got " + got +
+                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+  }
+  const std::string kind = o.positional[0];
+  std::vector<std::pair<std::string, std::string>> rows;
+  if (kind == "models") {
+    for (const auto& n : models::builtin_names()) rows.emplace_back(n, models::describe_builtin(n));
+    for (const auto& n : sim::list_configs("models")) rows.emplace_back(sim::config_dir() + "/models/" + n + ".yaml", "YAML model");
+  } else if (kind == "devices") {
+    for (const auto& d : sim::builtin_devices()) {
+      char buf[160];
+      std::snprintf(buf, sizeof buf, "%.1f GiB, %.1f TFLOP/s fp16, %.1f TFLOP/s fp32, %.0f GB/s", static_cast<double>(d.memory) / kGiB,
+                    d.peak_fp16 / kTera, d.peak_fp32 / kTera, d.memory_bandwidth / kGiga);
+      rows.emplace_back(d.name, buf);
+    }
+  } else {
+    for (const auto& n : sim::list_configs(kind)) {
+      std::string desc;
+      try {
+        const auto node = sim::load_yaml_file(sim::find_config(kind, n));
+        if (node["description"]) desc = node["description"].as<std::string>();
+      } catch (const std::exception&) {
+        desc = "(unreadable)";
+      }
+      rows.emplace_back(n, desc);
+    }
+  }
+  if (o.flag("json")) {
+    sim::JsonWriter j;
+    j.begin_array();
+    for (const auto& [n, d] : rows) j.begin_object().field("name", n).field("description", d).end_object();
+    j.end_array();
+    std::cout << j.str() << "\n";
+  } else {
+    std::size_t w = 0;
+    for (const auto& r : rows) w = std::max(w, r.first.size());
+    for (const auto& [n, d] : rows) std::cout << n << std::string(w + 2 - n.size(), ' ') << d << "\n";
+  }
+  return 0;
+}
+
+}  // namespace dtsim::cli

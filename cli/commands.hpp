@@ -1,0 +1,19 @@
+#pragma once
+// The CLI's subcommands. Each takes its arguments (after the subcommand name)
+// and returns the process exit status; errors are thrown as dtsim::Error and
+// turned into one line by main().
+
+#include <string>
+#include <vector>
+
+namespace dtsim::cli {
+
+using Args = std::vector<std::string>;
+
+int cmd_predict(const Args& args);
+int cmd_comm(const Args& args);
+int cmd_list(const Args& args);
+/// The usage text.
+std::string usage();
+
+}  // namespace dtsim::cli

@@ -1,0 +1,40 @@
+// dtsim: predict distributed-training time and memory before spending a GPU-hour.
+#include <cstdio>
+#include <exception>
+#include <iostream>
+#include <string>
+#include <vector>
+
+#include "commands.hpp"
+#include "dtsim/sim/error.hpp"
+
+int main(int argc, char** argv) {
+  using namespace dtsim;
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
+    std::cout << cli::usage();
+    return args.empty() ? 2 : 0;
+  }
+  if (args[0] == "--version") {
+    std::cout << "dtsim 0.1.0\n";
+    return 0;
+  }
+  const std::string cmd = args[0];
+  const cli::Args rest(args.begin() + 1, args.end());
+  try {
+    if (cmd == "predict") return cli::cmd_predict(rest);
+    if (cmd == "comm") return cli::cmd_comm(rest);
+    if (cmd == "list") return cli::cmd_list(rest);
+    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, comm, list (see dtsim --help)\n";
+    return 2;
+  } catch (const InternalError& e) {
+    std::cerr << "dtsim: " << e.what() << " (this is a bug in dtsim; please report it)\n";
+    return 70;
+  } catch (const Error& e) {
+    std::cerr << "dtsim: " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << "dtsim: unexpected error: " << e.what() << "\n";
+    return 70;
+  }
+}

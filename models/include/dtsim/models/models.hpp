@@ -1,0 +1,72 @@
+#pragma once
+// The model zoo, analytic half: GPT-2, BERT, the seeds' Bi-LSTM classifier and
+// a generic GPT, each implementing sim::Model. Load by built-in name, from our
+// YAML, or from a HuggingFace config.json of the GPT-2 or BERT family.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/config_node.hpp"
+#include "dtsim/sim/model.hpp"
+
+namespace dtsim::models {
+
+/// A GPT-2-style decoder (pre-LayerNorm, learned positions, GeLU MLP).
+struct GptConfig {
+  std::string name = "gpt";
+  int layers = 12;                 ///< n_layer
+  std::int64_t hidden = 768;       ///< n_embd (h)
+  std::int64_t heads = 12;         ///< n_head (a)
+  std::int64_t ffn_hidden = 3072;  ///< n_inner (default 4h)
+  std::int64_t vocab = 50257;      ///< vocab_size (V)
+  std::int64_t seq_len = 1024;     ///< n_positions: the longest sequence
+  bool tied_head = true;           ///< LM head shares the token embedding (GPT-2)
+  bool dropout = true;             ///< dropout after attention, residuals, embeddings
+};
+
+/// A BERT encoder (post-LayerNorm), with the pooler as HuggingFace's BertModel.
+struct BertConfig {
+  std::string name = "bert";
+  int layers = 12;                       ///< num_hidden_layers
+  std::int64_t hidden = 768;             ///< hidden_size
+  std::int64_t heads = 12;               ///< num_attention_heads
+  std::int64_t intermediate = 3072;      ///< intermediate_size
+  std::int64_t vocab = 30522;            ///< vocab_size
+  std::int64_t max_positions = 512;      ///< max_position_embeddings
+  std::int64_t type_vocab = 2;           ///< type_vocab_size
+  bool pooler = true;                    ///< BertModel's pooler (dense + tanh)
+  std::int64_t num_labels = 0;           ///< classifier head on the pooler (0: none)
+  bool dropout = true;
+};
+
+/// The seeds' classifier: a bidirectional LSTM over precomputed embeddings,
+/// then a linear head (seed 000: 768-wide GPT-2/BERT embeddings, 33 classes).
+struct BiLstmConfig {
+  std::string name = "bilstm";
+  std::int64_t input_size = 768;   ///< embedding width
+  std::int64_t hidden = 256;       ///< LSTM hidden size per direction
+  int layers = 2;                  ///< stacked LSTM layers
+  bool bidirectional = true;
+  std::int64_t classes = 33;       ///< output classes
+  std::int64_t seq_len = 512;      ///< embeddings per sequence
+};
+
+sim::ModelPtr make_gpt(const GptConfig& c);
+sim::ModelPtr make_bert(const BertConfig& c);
+sim::ModelPtr make_bilstm(const BiLstmConfig& c);
+
+/// Built-in names: gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base,
+/// bert-large, bilstm, and the tiny ones for CPU validation.
+std::vector<std::string> builtin_names();
+/// One-line description of a built-in model ("GPT-2 124M: 12 layers, h=768").
+std::string describe_builtin(const std::string& name);
+
+/// Loads a model: a built-in name, a YAML file (`family: gpt|gpt2|bert|bilstm`
+/// plus that family's keys), or a HuggingFace config.json (model_type gpt2 or
+/// bert). `--set model.KEY=VALUE` overrides apply to any of them. Throws
+/// ConfigError / IoError with file, line and key.
+sim::ModelPtr load_model(const std::string& name_or_path,
+                         const std::vector<sim::Override>& overrides = {});
+
+}  // namespace dtsim::models

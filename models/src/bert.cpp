@@ -1,0 +1,93 @@
+// BERT (Devlin et al. 2019; HuggingFace BertModel): word + position + token
+// type embeddings with LayerNorm, n post-LN encoder layers, and the pooler
+// (dense + tanh over the first token), optionally a classifier on top.
+#include <memory>
+
+#include "dtsim/models/models.hpp"
+#include "layers.hpp"
+
+namespace dtsim::models {
+namespace {
+
+using namespace detail;
+
+class Bert final : public sim::Model {
+ public:
+  explicit Bert(BertConfig c) : c_(std::move(c)) {}
+  std::string name() const override { return c_.name; }
+  int blocks() const override { return c_.layers; }
+  std::int64_t max_seq_len() const override { return c_.max_positions; }
+
+  std::int64_t parameters() const override {
+    const std::int64_t h = c_.hidden, f = c_.intermediate;
+    const std::int64_t embeddings = (c_.vocab + c_.max_positions + c_.type_vocab) * h + 2 * h;
+    const std::int64_t block = 4 * h * h + 2 * h * f + 9 * h + f;
+    const std::int64_t pooler = c_.pooler ? h * h + h : 0;
+    const std::int64_t head = c_.num_labels > 0 ? h * c_.num_labels + c_.num_labels : 0;
+    return embeddings + c_.layers * block + pooler + head;
+  }
+
+  std::vector<sim::Layer> layers(const sim::WorkloadShape& shape) const override {
+    require_no_tp(shape);
+    const std::int64_t b = shape.micro_batch, s = shape.seq_len, h = c_.hidden;
+    const int e = shape.act_bytes;
+    const std::int64_t t = b * s;
+    std::vector<sim::Layer> out;
+
+    sim::Layer emb;
+    emb.name = "embeddings";
+    emb.type = "embedding";
+    emb.params = (c_.vocab + c_.max_positions + c_.type_vocab) * h + 2 * h;
+    emb.forward.push_back(memory_op("word.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
+    emb.forward.push_back(memory_op("pos+type.add", sim::KernelKind::kElementwise, 3 * e * t * h, e * t * h, 2.0 * t * h));
+    emb.forward.push_back(memory_op("ln", sim::KernelKind::kNorm, e * t * h, e * t * h, 5.0 * t * h));
+    if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * t * h, (e + 1) * t * h, 1.0 * t * h));
+    emb.backward = backward_of(emb.forward);
+    emb.saved_bytes = e * t * h + (c_.dropout ? t * h : 0);  // LayerNorm input, dropout mask
+    emb.output_bytes = e * t * h;
+    out.push_back(std::move(emb));
+
+    for (int i = 0; i < c_.layers; ++i) {
+      out.push_back(transformer_layer("layer." + std::to_string(i), b, s, h, c_.heads, c_.intermediate, e, c_.dropout));
+    }
+    if (c_.pooler) {
+      sim::Layer p;
+      p.name = "pooler";
+      p.type = "pooler";
+      p.params = h * h + h;
+      p.forward.push_back(gemm("pooler.dense", b, h, h, e));
+      p.forward.push_back(memory_op("pooler.tanh", sim::KernelKind::kElementwise, e * b * h, e * b * h, 4.0 * b * h));
+      p.backward = backward_of(p.forward);
+      p.saved_bytes = 2 * e * b * h;
+      p.output_bytes = e * b * h;
+      out.push_back(std::move(p));
+    }
+    if (c_.num_labels > 0) {
+      sim::Layer c;
+      c.name = "classifier";
+      c.type = "head";
+      c.params = h * c_.num_labels + c_.num_labels;
+      c.forward.push_back(gemm("classifier", b, c_.num_labels, h, e));
+      c.backward = backward_of(c.forward);
+      c.saved_bytes = e * b * h + 4 * b * c_.num_labels;
+      c.output_bytes = 4;
+      out.push_back(std::move(c));
+    }
+    return out;
+  }
+
+  Flops model_flops(const sim::WorkloadShape& shape) const override {
+    Flops f = 0;
+    for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
+    return 3 * f;
+  }
+
+ private:
+  BertConfig c_;
+};
+
+}  // namespace
+
+sim::ModelPtr make_bert(const BertConfig& c) { return std::make_shared<Bert>(c); }
+
+}  // namespace dtsim::models

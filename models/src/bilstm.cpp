@@ -1,0 +1,89 @@
+// The seeds' classifier (seed 000): a stacked bidirectional LSTM over
+// precomputed 768-wide GPT-2/BERT embeddings, then a linear head over the
+// final hidden states (33 classes).
+#include <memory>
+
+#include "dtsim/models/models.hpp"
+#include "layers.hpp"
+
+namespace dtsim::models {
+namespace {
+
+using namespace detail;
+
+class BiLstm final : public sim::Model {
+ public:
+  explicit BiLstm(BiLstmConfig c) : c_(std::move(c)) {}
+  std::string name() const override { return c_.name; }
+  int blocks() const override { return c_.layers; }
+  std::int64_t max_seq_len() const override { return c_.seq_len; }
+  std::int64_t dirs() const { return c_.bidirectional ? 2 : 1; }
+  std::int64_t input_of(int layer) const { return layer == 0 ? c_.input_size : dirs() * c_.hidden; }
+
+  std::int64_t parameters() const override {
+    // torch.nn.LSTM: per layer and direction W_ih (4H x in), W_hh (4H x H), b_ih and b_hh (4H each).
+    const std::int64_t hs = c_.hidden;
+    std::int64_t p = 0;
+    for (int i = 0; i < c_.layers; ++i) p += dirs() * (4 * hs * input_of(i) + 4 * hs * hs + 8 * hs);
+    return p + dirs() * hs * c_.classes + c_.classes;
+  }
+
+  std::vector<sim::Layer> layers(const sim::WorkloadShape& shape) const override {
+    require_no_tp(shape);
+    const std::int64_t b = shape.micro_batch, s = shape.seq_len, hs = c_.hidden;
+    const int e = shape.act_bytes;
+    const std::int64_t t = b * s;
+    std::vector<sim::Layer> out;
+    for (int i = 0; i < c_.layers; ++i) {
+      const std::int64_t in = input_of(i);
+      sim::Layer l;
+      l.name = "lstm." + std::to_string(i);
+      l.type = "lstm";
+      l.params = dirs() * (4 * hs * in + 4 * hs * hs + 8 * hs);
+      for (std::int64_t d = 0; d < dirs(); ++d) {
+        const std::string dir = d == 0 ? "fwd" : "rev";
+        // cuDNN/PyTorch: the input projection of every step is one GEMM; the
+        // recurrence is s dependent steps of a (b,H)x(H,4H) GEMM plus gates.
+        l.forward.push_back(gemm(l.name + "." + dir + ".input_proj", t, 4 * hs, in, e));
+        sim::Kernel step = gemm(l.name + "." + dir + ".step", b, 4 * hs, hs, e, 1, sim::KernelKind::kRecurrent);
+        step.bytes += e * b * hs * 12;  // gates, cell and hidden state read and written
+        step.flops += 10.0 * b * hs;
+        step.repeat = s;
+        l.forward.push_back(step);
+      }
+      l.backward = backward_of(l.forward);
+      // Saved for backward (PyTorch/cuDNN reserve space): per direction the
+      // gates (4H), cell states (H) and hidden states (H) of every step, and
+      // the layer input once.
+      l.saved_bytes = e * t * in + dirs() * e * t * 6 * hs;
+      l.output_bytes = e * t * dirs() * hs;
+      out.push_back(std::move(l));
+    }
+    sim::Layer head;
+    head.name = "head";
+    head.type = "head";
+    head.params = dirs() * hs * c_.classes + c_.classes;
+    head.forward.push_back(gemm("head.linear", b, c_.classes, dirs() * hs, e));
+    head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * b * c_.classes, 4 * b * c_.classes));
+    head.backward = backward_of(head.forward);
+    head.saved_bytes = e * b * dirs() * hs + 4 * b * c_.classes;
+    head.output_bytes = 4;
+    out.push_back(std::move(head));
+    return out;
+  }
+
+  Flops model_flops(const sim::WorkloadShape& shape) const override {
+    Flops f = 0;
+    for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
+    return 3 * f;
+  }
+
+ private:
+  BiLstmConfig c_;
+};
+
+}  // namespace
+
+sim::ModelPtr make_bilstm(const BiLstmConfig& c) { return std::make_shared<BiLstm>(c); }
+
+}  // namespace dtsim::models

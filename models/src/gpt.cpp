@@ -1,0 +1,89 @@
+// GPT-2 and generic GPT-style decoders (Radford et al. 2019; HuggingFace
+// GPT2LMHeadModel): token + position embeddings, n pre-LN transformer blocks,
+// a final LayerNorm and an LM head tied to the token embedding.
+#include <memory>
+
+#include "dtsim/models/models.hpp"
+#include "layers.hpp"
+
+namespace dtsim::models {
+namespace {
+
+using namespace detail;
+
+class Gpt final : public sim::Model {
+ public:
+  explicit Gpt(GptConfig c) : c_(std::move(c)) {}
+  std::string name() const override { return c_.name; }
+  int blocks() const override { return c_.layers; }
+  std::int64_t max_seq_len() const override { return c_.seq_len; }
+
+  std::int64_t parameters() const override {
+    // HuggingFace counts: wte V h + wpe P h + blocks + ln_f 2h (+ an untied head V h).
+    const std::int64_t h = c_.hidden, f = c_.ffn_hidden;
+    const std::int64_t block = 4 * h * h + 2 * h * f + 9 * h + f;
+    return c_.vocab * h + c_.seq_len * h + c_.layers * block + 2 * h + (c_.tied_head ? 0 : c_.vocab * h);
+  }
+
+  std::vector<sim::Layer> layers(const sim::WorkloadShape& shape) const override {
+    require_no_tp(shape);
+    const std::int64_t b = shape.micro_batch, s = shape.seq_len, h = c_.hidden, v = c_.vocab;
+    const int e = shape.act_bytes;
+    const std::int64_t t = b * s;
+    std::vector<sim::Layer> out;
+    out.reserve(static_cast<std::size_t>(c_.layers) + 2);
+
+    sim::Layer emb;
+    emb.name = "wte+wpe";
+    emb.type = "embedding";
+    emb.params = v * h + c_.seq_len * h;
+    emb.forward.push_back(memory_op("wte.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
+    emb.forward.push_back(memory_op("wpe.add", sim::KernelKind::kElementwise, 2 * e * t * h, e * t * h, 1.0 * t * h));
+    if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * t * h, (e + 1) * t * h, 1.0 * t * h));
+    // Backward: scatter-add into the embedding gradients.
+    emb.backward.push_back(memory_op("wte.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
+    emb.backward.push_back(memory_op("wpe.reduce", sim::KernelKind::kElementwise, e * t * h, e * s * h, 1.0 * t * h));
+    emb.saved_bytes = c_.dropout ? t * h : 0;  // the dropout mask
+    emb.output_bytes = e * t * h;
+    out.push_back(std::move(emb));
+
+    for (int i = 0; i < c_.layers; ++i) {
+      out.push_back(transformer_layer("h." + std::to_string(i), b, s, h, c_.heads, c_.ffn_hidden, e, c_.dropout));
+    }
+
+    sim::Layer head;
+    head.name = "ln_f+lm_head";
+    head.type = "lm_head";
+    head.params = 2 * h + (c_.tied_head ? 0 : v * h);
+    head.borrowed_params = c_.tied_head ? v * h : 0;
+    head.forward.push_back(memory_op("ln_f", sim::KernelKind::kNorm, e * t * h, e * t * h, 5.0 * t * h));
+    head.forward.push_back(gemm("lm_head", t, v, h, e));
+    // Cross-entropy upcasts the logits and keeps the fp32 log-softmax.
+    head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * v, 4 * t * v, 5.0 * t * v));
+    head.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * t, 4 * t));
+    head.backward = backward_of(head.forward);
+    // ln_f input and output (the head GEMM's input), the logits (alive as the
+    // model's output), and the fp32 log-softmax saved by cross-entropy.
+    head.saved_bytes = 2 * e * t * h + e * t * v + 4 * t * v;
+    head.output_bytes = 4;  // the scalar loss
+    out.push_back(std::move(head));
+    return out;
+  }
+
+  Flops model_flops(const sim::WorkloadShape& shape) const override {
+    // Forward + backward matmuls = 3 x forward (Korthikanti et al. 2022,
+    // Eq. 7: 72 B s l h^2 (1 + s/6h + V/12hl) when f = 4h).
+    Flops f = 0;
+    for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
+    return 3 * f;
+  }
+
+ private:
+  GptConfig c_;
+};
+
+}  // namespace
+
+sim::ModelPtr make_gpt(const GptConfig& c) { return std::make_shared<Gpt>(c); }
+
+}  // namespace dtsim::models

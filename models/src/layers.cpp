@@ -1,0 +1,157 @@
+#include "layers.hpp"
+
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::sim {
+
+const char* to_string(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kGemm: return "gemm";
+    case KernelKind::kAttention: return "attention";
+    case KernelKind::kElementwise: return "elementwise";
+    case KernelKind::kNorm: return "norm";
+    case KernelKind::kEmbedding: return "embedding";
+    case KernelKind::kRecurrent: return "recurrent";
+  }
+  return "?";
+}
+
+Flops Layer::forward_flops() const {
+  Flops f = 0;
+  for (const auto& k : forward) f += k.flops * static_cast<double>(k.repeat);
+  return f;
+}
+
+Flops Layer::backward_flops() const {
+  Flops f = 0;
+  for (const auto& k : backward) f += k.flops * static_cast<double>(k.repeat);
+  return f;
+}
+
+}  // namespace dtsim::sim
+
+namespace dtsim::models::detail {
+
+sim::Kernel gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, int e, std::int64_t batch,
+                 sim::KernelKind kind) {
+  sim::Kernel g;
+  g.name = name;
+  g.kind = kind;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.batch = batch;
+  g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k) * static_cast<double>(batch);
+  g.bytes = static_cast<Bytes>(e) * (m * k + k * n + m * n) * batch;
+  return g;
+}
+
+sim::Kernel memory_op(const std::string& name, sim::KernelKind kind, Bytes read, Bytes written, Flops flops) {
+  sim::Kernel k;
+  k.name = name;
+  k.kind = kind;
+  k.bytes = read + written;
+  k.flops = flops;
+  return k;
+}
+
+std::vector<sim::Kernel> backward_of(const std::vector<sim::Kernel>& forward) {
+  std::vector<sim::Kernel> out;
+  for (auto it = forward.rbegin(); it != forward.rend(); ++it) {
+    const sim::Kernel& f = *it;
+    switch (f.kind) {
+      case sim::KernelKind::kGemm:
+      case sim::KernelKind::kAttention:
+      case sim::KernelKind::kRecurrent: {
+        // dX = dY (m,n) x W^T (n,k): (m,k) output; dW = X^T (k,m) x dY (m,n).
+        sim::Kernel dx = f, dw = f;
+        dx.name = f.name + ".dgrad";
+        dx.n = f.k;
+        dx.k = f.n;
+        dw.name = f.name + ".wgrad";
+        dw.m = f.k;
+        dw.k = f.m;
+        out.push_back(dx);
+        out.push_back(dw);
+        break;
+      }
+      default: {
+        sim::Kernel b = f;
+        b.name = f.name + ".bwd";
+        b.bytes = 2 * f.bytes;
+        b.flops = 2 * f.flops;
+        out.push_back(b);
+      }
+    }
+  }
+  return out;
+}
+
+Flops matmul_flops(const std::vector<sim::Kernel>& ks) {
+  Flops f = 0;
+  for (const auto& k : ks) {
+    if (k.kind == sim::KernelKind::kGemm || k.kind == sim::KernelKind::kAttention ||
+        k.kind == sim::KernelKind::kRecurrent) {
+      f += k.flops * static_cast<double>(k.repeat);
+    }
+  }
+  return f;
+}
+
+void require_no_tp(const sim::WorkloadShape& shape) {
+  if (shape.tp != 1) throw UnsupportedError("tensor parallelism (tp > 1) is not supported yet");
+}
+
+}  // namespace dtsim::models::detail
+
+namespace dtsim::models::detail {
+
+// Note [Activation memory]
+// Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
+// Transformer Models", section 4.1 and Table 2 (no parallelism): with 16-bit
+// activations and 1-byte dropout masks one layer keeps
+//   attention  11 sbh + 5 a s^2 b  (QKV input 2sbh; Q and K 4sbh; softmax
+//              output 2as^2b; its dropout mask as^2b; dropout output 2as^2b;
+//              V 2sbh; projection input 2sbh; dropout mask sbh)
+//   MLP        19 sbh              (fc1 input 2sbh; GeLU input 8sbh; fc2 input
+//              8sbh; dropout mask sbh)
+//   LayerNorms  4 sbh
+// i.e. sbh (34 + 5 a s / h). Here each 2 becomes e (the activation element
+// size: 4 in fp32), the MLP's 4h becomes f, masks stay 1 byte, and without
+// dropout the masks and the attention dropout output go.
+sim::Layer transformer_layer(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t h,
+                             std::int64_t a, std::int64_t f, int e, bool dropout) {
+  using sim::KernelKind;
+  const std::int64_t t = b * s;  // tokens
+  const std::int64_t d = h / a;  // head width
+  const Bytes th = t * h, tf = t * f, scores = b * a * s * s;
+  sim::Layer l;
+  l.name = name;
+  l.type = "transformer";
+  l.params = 4 * h * h + 2 * h * f + 9 * h + f;
+  auto& k = l.forward;
+  k.push_back(memory_op("ln_1", KernelKind::kNorm, e * th, e * th, 5.0 * th));
+  k.push_back(gemm("attn.qkv", t, 3 * h, h, e));
+  k.push_back(gemm("attn.scores", s, s, d, e, b * a, KernelKind::kAttention));
+  k.push_back(memory_op("attn.softmax", KernelKind::kNorm, e * scores, e * scores, 5.0 * scores));
+  if (dropout) k.push_back(memory_op("attn.dropout", KernelKind::kElementwise, e * scores, (e + 1) * scores, scores));
+  k.push_back(gemm("attn.av", s, d, s, e, b * a, KernelKind::kAttention));
+  k.push_back(gemm("attn.proj", t, h, h, e));
+  k.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * th, (e + (dropout ? 1 : 0)) * th, 2.0 * th));
+  k.push_back(memory_op("ln_2", KernelKind::kNorm, e * th, e * th, 5.0 * th));
+  k.push_back(gemm("mlp.fc1", t, f, h, e));
+  k.push_back(memory_op("mlp.gelu", KernelKind::kElementwise, e * tf, e * tf, 8.0 * tf));
+  k.push_back(gemm("mlp.fc2", t, h, f, e));
+  k.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * th, (e + (dropout ? 1 : 0)) * th, 2.0 * th));
+  l.backward = backward_of(l.forward);
+  // Note [Activation memory]
+  const Bytes mask = dropout ? 1 : 0;
+  const Bytes attention = th * (5 * e + mask) + scores * (e + (dropout ? e + mask : 0));
+  const Bytes mlp = th * (e + mask) + 2 * e * tf;
+  const Bytes norms = 2 * e * th;
+  l.saved_bytes = attention + mlp + norms;
+  l.output_bytes = e * th;
+  return l;
+}
+
+}  // namespace dtsim::models::detail

@@ -1,0 +1,42 @@
+#pragma once
+// Kernel builders shared by the model families (private to models/).
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/model.hpp"
+
+namespace dtsim::models::detail {
+
+/// A GEMM (m,k) x (k,n), `batch` times, operands and result of `e` bytes:
+/// 2mnk FLOPs, e(mk + kn + mn) bytes per matrix.
+sim::Kernel gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, int e,
+                 std::int64_t batch = 1, sim::KernelKind kind = sim::KernelKind::kGemm);
+/// A memory-bound op that reads `read` and writes `written` bytes and does
+/// `flops` arithmetic.
+sim::Kernel memory_op(const std::string& name, sim::KernelKind kind, Bytes read, Bytes written, Flops flops = 0);
+/// Backward kernels of a forward list, in reverse order: each GEMM Y = X W
+/// becomes dX = dY W^T and dW = X^T dY (same FLOPs each; `input_grad` false
+/// drops dX for the first GEMM of a model); attention matmuls likewise;
+/// memory-bound ops move twice their bytes (read the saved input and the
+/// incoming gradient, write the outgoing one).
+std::vector<sim::Kernel> backward_of(const std::vector<sim::Kernel>& forward);
+/// Sum of forward GEMM/attention/recurrent FLOPs (the "model FLOPs" part).
+Flops matmul_flops(const std::vector<sim::Kernel>& ks);
+
+/// Throws UnsupportedError for tp > 1 (tensor parallelism comes later).
+void require_no_tp(const sim::WorkloadShape& shape);
+
+}  // namespace dtsim::models::detail
+
+namespace dtsim::models::detail {
+
+/// One transformer layer (GPT-2 pre-LN or BERT post-LN: same kernels and
+/// memory) for b sequences of s tokens, hidden h, a heads, MLP width f,
+/// activations of e bytes; params = 4h^2 + 2hf + 9h + f (QKV, output
+/// projection, two MLP linears with biases, two LayerNorms).
+sim::Layer transformer_layer(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t h,
+                             std::int64_t a, std::int64_t f, int e, bool dropout);
+
+}  // namespace dtsim::models::detail

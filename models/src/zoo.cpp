@@ -1,0 +1,216 @@
+// Built-in models and the loaders: built-in names, our YAML (`family:` plus
+// that family's keys) and HuggingFace config.json (GPT-2 and BERT families).
+// Every route ends in the same YAML mapping, so `--set model.KEY=VALUE`
+// overrides and validation behave the same whatever the source.
+#include <filesystem>
+#include <sstream>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::models {
+namespace {
+
+struct Builtin {
+  const char* name;
+  const char* description;
+  const char* yaml;
+};
+
+// Sizes from the HuggingFace model cards' config.json (gpt2, gpt2-medium,
+// gpt2-large, gpt2-xl, bert-base-uncased, bert-large-uncased,
+// google/bert_uncased_L-2_H-128_A-2 for bert-tiny).
+const Builtin kBuiltins[] = {
+    {"gpt2", "GPT-2 124M: 12 layers, hidden 768, 12 heads, vocab 50257, seq 1024",
+     "family: gpt2\nlayers: 12\nhidden: 768\nheads: 12\n"},
+    {"gpt2-medium", "GPT-2 355M: 24 layers, hidden 1024, 16 heads",
+     "family: gpt2\nlayers: 24\nhidden: 1024\nheads: 16\n"},
+    {"gpt2-large", "GPT-2 774M: 36 layers, hidden 1280, 20 heads",
+     "family: gpt2\nlayers: 36\nhidden: 1280\nheads: 20\n"},
+    {"gpt2-xl", "GPT-2 1.56B: 48 layers, hidden 1600, 25 heads",
+     "family: gpt2\nlayers: 48\nhidden: 1600\nheads: 25\n"},
+    {"bert-base", "BERT-base (uncased) 110M with pooler: 12 layers, hidden 768, seq 512",
+     "family: bert\nlayers: 12\nhidden: 768\nheads: 12\nintermediate: 3072\n"},
+    {"bert-large", "BERT-large (uncased) 335M with pooler: 24 layers, hidden 1024, seq 512",
+     "family: bert\nlayers: 24\nhidden: 1024\nheads: 16\nintermediate: 4096\n"},
+    {"bilstm", "Seed 000's classifier: 2-layer Bi-LSTM (hidden 256) over 768-wide embeddings, 33 classes",
+     "family: bilstm\ninput_size: 768\nhidden: 256\nlayers: 2\nclasses: 33\nseq_len: 512\n"},
+    {"gpt2-tiny", "Tiny GPT-2 for CPU validation: 2 layers, hidden 128, 4 heads, vocab 1024, seq 128",
+     "family: gpt2\nlayers: 2\nhidden: 128\nheads: 4\nvocab: 1024\nseq_len: 128\n"},
+    {"bert-tiny", "BERT-tiny (google/bert_uncased_L-2_H-128_A-2): 2 layers, hidden 128, 2 heads",
+     "family: bert\nlayers: 2\nhidden: 128\nheads: 2\nintermediate: 512\n"},
+    {"bilstm-tiny", "Tiny Bi-LSTM for CPU validation: input 64, hidden 64, 2 layers, 33 classes, seq 32",
+     "family: bilstm\ninput_size: 64\nhidden: 64\nlayers: 2\nclasses: 33\nseq_len: 32\n"},
+};
+
+const Builtin* find_builtin(const std::string& name) {
+  for (const auto& b : kBuiltins) {
+    if (name == b.name) return &b;
+  }
+  return nullptr;
+}
+
+std::string divisors_of(std::int64_t n) {
+  std::string out;
+  int count = 0;
+  for (std::int64_t d = 1; d <= n && count < 12; ++d) {
+    if (n % d == 0) {
+      out += (out.empty() ? "" : ", ") + std::to_string(d);
+      ++count;
+    }
+  }
+  return out;
+}
+
+constexpr std::int64_t kBig = std::int64_t{1} << 40;
+
+void check_heads(const sim::ConfigMap& c, std::int64_t hidden, std::int64_t heads) {
+  if (hidden % heads != 0) {
+    c.fail("heads", std::to_string(heads) + " does not divide hidden " + std::to_string(hidden) +
+                        "; valid: a divisor such as " + divisors_of(hidden));
+  }
+}
+
+sim::ModelPtr parse_gpt(const sim::ConfigMap& c, const std::string& name) {
+  GptConfig g;
+  g.name = name;
+  g.layers = static_cast<int>(c.get_int("layers", 12, 1, 100000));
+  g.hidden = c.get_int("hidden", 768, 1, kBig);
+  g.heads = c.get_int("heads", 12, 1, kBig);
+  g.ffn_hidden = c.get_int("ffn_hidden", 4 * g.hidden, 1, kBig);
+  g.vocab = c.get_int("vocab", 50257, 1, kBig);
+  g.seq_len = c.get_int("seq_len", 1024, 1, kBig);
+  g.tied_head = c.get_bool("tied_head", true);
+  g.dropout = c.get_bool("dropout", true);
+  check_heads(c, g.hidden, g.heads);
+  c.finish({"name", "family", "description"});
+  return make_gpt(g);
+}
+
+sim::ModelPtr parse_bert(const sim::ConfigMap& c, const std::string& name) {
+  BertConfig b;
+  b.name = name;
+  b.layers = static_cast<int>(c.get_int("layers", 12, 1, 100000));
+  b.hidden = c.get_int("hidden", 768, 1, kBig);
+  b.heads = c.get_int("heads", 12, 1, kBig);
+  b.intermediate = c.get_int("intermediate", 4 * b.hidden, 1, kBig);
+  b.vocab = c.get_int("vocab", 30522, 1, kBig);
+  b.max_positions = c.get_int("max_positions", 512, 1, kBig);
+  b.type_vocab = c.get_int("type_vocab", 2, 0, kBig);
+  b.pooler = c.get_bool("pooler", true);
+  b.num_labels = c.get_int("num_labels", 0, 0, kBig);
+  b.dropout = c.get_bool("dropout", true);
+  check_heads(c, b.hidden, b.heads);
+  c.finish({"name", "family", "description"});
+  return make_bert(b);
+}
+
+sim::ModelPtr parse_bilstm(const sim::ConfigMap& c, const std::string& name) {
+  BiLstmConfig l;
+  l.name = name;
+  l.input_size = c.get_int("input_size", 768, 1, kBig);
+  l.hidden = c.get_int("hidden", 256, 1, kBig);
+  l.layers = static_cast<int>(c.get_int("layers", 2, 1, 10000));
+  l.bidirectional = c.get_bool("bidirectional", true);
+  l.classes = c.get_int("classes", 33, 1, kBig);
+  l.seq_len = c.get_int("seq_len", 512, 1, kBig);
+  c.finish({"name", "family", "description"});
+  return make_bilstm(l);
+}
+
+sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::string& default_name,
+                         const std::vector<sim::Override>& overrides) {
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  const auto overridden = sim::apply_overrides(root, "model", overrides);
+  const sim::ConfigMap c(root, file, "model", overridden);
+  const std::string name = c.get_string("name", default_name);
+  c.get_string("description", "");
+  const std::string family = c.get_enum<std::string>("family", "", {{"gpt", "gpt"}, {"gpt2", "gpt2"}, {"bert", "bert"}, {"bilstm", "bilstm"}});
+  if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, bert, bilstm");
+  if (family == "bert") return parse_bert(c, name);
+  if (family == "bilstm") return parse_bilstm(c, name);
+  return parse_gpt(c, name);
+}
+
+/// Reads a HuggingFace config.json into our mapping (HF's many other keys are
+/// ignored), checking the keys we use where they stand in the file.
+YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
+  const sim::ConfigMap c(hf, file, "config");
+  YAML::Node ours(YAML::NodeType::Map);
+  const std::string type = c.get_string("model_type", "");
+  auto copy_int = [&](const char* from, const char* to, std::int64_t fallback) {
+    ours[to] = c.get_int(from, fallback, 1, kBig);
+  };
+  if (type == "gpt2") {
+    ours["family"] = "gpt2";
+    copy_int("n_layer", "layers", 12);
+    copy_int("n_embd", "hidden", 768);
+    copy_int("n_head", "heads", 12);
+    copy_int("vocab_size", "vocab", 50257);
+    copy_int("n_positions", "seq_len", 1024);
+    if (c.has("n_inner")) copy_int("n_inner", "ffn_hidden", 0);  // null means 4 x n_embd
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
+  } else if (type == "bert") {
+    ours["family"] = "bert";
+    copy_int("num_hidden_layers", "layers", 12);
+    copy_int("hidden_size", "hidden", 768);
+    copy_int("num_attention_heads", "heads", 12);
+    copy_int("intermediate_size", "intermediate", 3072);
+    copy_int("vocab_size", "vocab", 30522);
+    copy_int("max_position_embeddings", "max_positions", 512);
+    ours["type_vocab"] = c.get_int("type_vocab_size", 2, 0, kBig);
+  } else {
+    c.fail("model_type", type.empty() ? std::string("missing; dtsim reads HuggingFace configs of model_type gpt2 or bert")
+                                      : "'" + type + "' is not supported; valid: gpt2, bert");
+  }
+  return ours;
+}
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+}  // namespace
+
+std::vector<std::string> builtin_names() {
+  std::vector<std::string> names;
+  for (const auto& b : kBuiltins) names.emplace_back(b.name);
+  return names;
+}
+
+std::string describe_builtin(const std::string& name) {
+  const Builtin* b = find_builtin(name);
+  return b != nullptr ? b->description : "";
+}
+
+sim::ModelPtr load_model(const std::string& name_or_path, const std::vector<sim::Override>& overrides) {
+  namespace fs = std::filesystem;
+  if (const Builtin* b = find_builtin(name_or_path)) {
+    return parse_ours(YAML::Load(b->yaml), "<built-in " + std::string(b->name) + ">", b->name, overrides);
+  }
+  const bool is_json = ends_with(name_or_path, ".json");
+  const bool is_yaml = ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml");
+  if (!is_json && !is_yaml) {
+    if (name_or_path.find('/') != std::string::npos) {
+      throw ConfigError("--model " + name_or_path + ": expected a built-in name, a .yaml file or a HuggingFace config.json");
+    }
+    const auto names = builtin_names();
+    const std::string hint = sim::did_you_mean(name_or_path, names);
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    throw ConfigError("--model " + name_or_path + ": unknown model" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                      "; built-in: " + list + "; or a .yaml file or HuggingFace config.json");
+  }
+  const YAML::Node root = sim::load_yaml_file(name_or_path);
+  const std::string stem = fs::path(name_or_path).stem().string();
+  if (is_json) {
+    std::string name = stem;
+    if (root.IsMap() && root["_name_or_path"] && root["_name_or_path"].IsScalar()) {
+      name = fs::path(root["_name_or_path"].Scalar()).filename().string();
+    }
+    return parse_ours(from_huggingface(root, name_or_path), name_or_path, name, overrides);
+  }
+  return parse_ours(root, name_or_path, stem, overrides);
+}
+
+}  // namespace dtsim::models

@@ -1,0 +1,69 @@
+#pragma once
+// Devices and clusters: what the hardware can do. Built-in devices come from
+// vendor datasheets (device_db.cpp cites each figure); a cluster YAML names a
+// device and may override any of its fields.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/units.hpp"
+
+namespace dtsim::sim {
+
+/// Numeric precision of weights and activations.
+enum class Precision { kFp32, kFp16, kBf16 };
+/// "fp32", "fp16", "bf16".
+const char* to_string(Precision p);
+/// Bytes per element of the working (compute) precision.
+int element_bytes(Precision p);
+
+/// One accelerator (or the host CPU used as a device).
+struct DeviceSpec {
+  std::string name;                 ///< "A100-SXM4-80GB"
+  Bytes memory = 0;                 ///< usable device memory
+  FlopsPerSec peak_fp32 = 0;        ///< dense FP32 (no tensor cores)
+  FlopsPerSec peak_tf32 = 0;        ///< dense TF32 tensor cores (0: none; fp32 GEMMs use peak_fp32)
+  FlopsPerSec peak_fp16 = 0;        ///< dense FP16 tensor cores (or FP16 ALUs)
+  FlopsPerSec peak_bf16 = 0;        ///< dense BF16 (0: unsupported)
+  BytesPerSec memory_bandwidth = 0; ///< DRAM/HBM bandwidth
+  int compute_units = 1;            ///< SMs (or cores): sets GEMM wave quantisation
+  double gemm_efficiency = 0.75;    ///< best fraction of peak a large GEMM reaches
+  double memory_efficiency = 0.80;  ///< fraction of bandwidth memory-bound kernels reach
+  TimeNs kernel_launch = 4 * kNsPerUs;  ///< fixed cost per kernel launch
+  Bytes runtime_reserved = 0;       ///< context + allocator overhead outside tensors
+  std::string source;               ///< where the figures come from
+  /// Peak dense FLOP/s for GEMMs in precision p.
+  FlopsPerSec peak_for(Precision p) const;
+};
+
+/// Built-in device database.
+const std::vector<DeviceSpec>& builtin_devices();
+/// A built-in device by name (case-insensitive), or nullptr.
+const DeviceSpec* find_device(const std::string& name);
+
+/// A point-to-point link class.
+struct LinkSpec {
+  std::string type;               ///< "nvlink", "pcie", "infiniband", "ethernet", "shm"
+  BytesPerSec bandwidth = 0;      ///< per GPU, per direction
+  TimeNs latency = 0;             ///< per hop
+};
+
+/// A homogeneous cluster: `nodes` x `gpus_per_node` identical devices.
+struct ClusterSpec {
+  std::string name;
+  int nodes = 1;
+  int gpus_per_node = 1;
+  DeviceSpec device;
+  LinkSpec intra_node;            ///< between GPUs of one node
+  LinkSpec inter_node;            ///< one NIC
+  int nics_per_node = 1;
+  Bytes host_memory = 0;          ///< per node
+  BytesPerSec host_device_bandwidth = 0;  ///< PCIe host<->GPU, per GPU per direction
+  BytesPerSec host_memory_bandwidth = 0;  ///< per node, shared by its GPUs' host work
+  FlopsPerSec host_flops = 0;             ///< per node (CPU optimizer)
+  /// Total GPUs.
+  int gpus() const { return nodes * gpus_per_node; }
+};
+
+}  // namespace dtsim::sim

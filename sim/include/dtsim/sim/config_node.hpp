@@ -1,0 +1,102 @@
+#pragma once
+// Reading YAML (and JSON, which yaml-cpp also parses) into plain structs with
+// errors that name the file, the line and the key, and "did you mean" for
+// unknown keys. Loaders in sim/ and models/ share this.
+
+#include <cstdint>
+#include <initializer_list>
+#include <map>
+#include <set>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include <yaml-cpp/yaml.h>
+
+namespace dtsim::sim {
+
+/// One `--set section.key.path=value` from the command line.
+struct Override {
+  std::string section;  ///< "plan", "cluster" or "model"
+  std::string path;     ///< "micro_batch", "intra_node.bandwidth_GBps"
+  std::string value;    ///< YAML text: "32", "true", "[30,18]"
+  /// "--set plan.micro_batch"
+  std::string origin() const { return "--set " + section + "." + path; }
+};
+
+/// Parses "plan.micro_batch=32"; throws ConfigError naming what is valid.
+Override parse_override(const std::string& text);
+
+/// The closest candidate to `word` by edit distance, or "" if none is close.
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
+
+/// Loads a YAML or JSON file; throws IoError (missing) or ConfigError (syntax,
+/// with the line).
+YAML::Node load_yaml_file(const std::string& path);
+
+/// Applies overrides for `section` to `root` (a mapping); returns the keys
+/// (dotted paths) they set. Throws ConfigError for a malformed value.
+std::set<std::string> apply_overrides(YAML::Node& root, const std::string& section,
+                                      const std::vector<Override>& overrides);
+
+/// A mapping being read. Every accessor records the key as used; finish()
+/// rejects keys nobody asked for, with a suggestion.
+class ConfigMap {
+ public:
+  /// `file` names the source ("" for built-in), `prefix` the key path ("plan").
+  ConfigMap(YAML::Node node, std::string file, std::string prefix,
+            std::set<std::string> overridden = {});
+
+  bool has(const std::string& key) const;
+  std::string get_string(const std::string& key, const std::string& fallback) const;
+  std::string require_string(const std::string& key) const;
+  std::int64_t get_int(const std::string& key, std::int64_t fallback, std::int64_t min_value,
+                       std::int64_t max_value) const;
+  double get_double(const std::string& key, double fallback, double min_value,
+                    double max_value) const;
+  bool get_bool(const std::string& key, bool fallback) const;
+  /// Reads one of a fixed set of words; the error lists them.
+  template <class E>
+  E get_enum(const std::string& key, E fallback,
+             std::initializer_list<std::pair<const char*, E>> choices) const {
+    used_.insert(key);
+    if (!has(key)) return fallback;
+    const std::string v = get_string(key, "");
+    std::vector<std::string> names;
+    for (const auto& [n, e] : choices) {
+      if (v == n) return e;
+      names.emplace_back(n);
+    }
+    fail_choice(key, v, names);
+  }
+  /// A nested mapping (empty if absent).
+  ConfigMap sub(const std::string& key) const;
+  /// A list of integers.
+  std::vector<std::int64_t> get_int_list(const std::string& key) const;
+
+  /// Throws ConfigError for the first key that was never read.
+  void finish(const std::vector<std::string>& also_allowed = {}) const;
+
+  /// "file:line" of key (or of the map), or "--set prefix.key" if overridden.
+  std::string where(const std::string& key) const;
+  /// "prefix.key"
+  std::string full_key(const std::string& key) const;
+  /// Throws ConfigError "where: full_key: message".
+  [[noreturn]] void fail(const std::string& key, const std::string& message) const;
+  const std::string& file() const { return file_; }
+  /// Every key of this map, in file order.
+  std::vector<std::string> keys() const;
+
+ private:
+  [[noreturn]] void fail_choice(const std::string& key, const std::string& value,
+                                const std::vector<std::string>& names) const;
+  YAML::Node scalar(const std::string& key, const char* expected) const;
+
+  YAML::Node node_;
+  std::string file_;
+  std::string prefix_;
+  std::set<std::string> overridden_;
+  mutable std::set<std::string> used_;
+};
+
+}  // namespace dtsim::sim

@@ -1,0 +1,103 @@
+#pragma once
+// Cost models: how long a kernel takes on a device and how a collective moves
+// over the cluster's links. The analytic implementations here work from the
+// device database; calibration profiles (a later issue) plug in behind the
+// same interfaces.
+
+#include <cstdint>
+#include <string>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/model.hpp"
+
+namespace dtsim::sim {
+
+/// Collective operations, named as NCCL names them.
+enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv };
+/// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv".
+const char* to_string(CollectiveOp op);
+/// Parses the names above; returns false if unknown.
+bool parse_collective(const std::string& text, CollectiveOp* out);
+
+/// nccl-tests' bus-bandwidth factor (PERFORMANCE.md): all-reduce 2(n-1)/n,
+/// reduce-scatter and all-gather (n-1)/n, broadcast and send/recv 1.
+double bus_bandwidth_factor(CollectiveOp op, int ranks);
+
+/// Which links a communicator spans.
+enum class LinkClass { kIntraNode, kInterNode, kHostDevice };
+
+/// A group of ranks a collective runs over, as placed on the cluster.
+struct CommGroup {
+  int ranks = 1;           ///< participants
+  int ranks_per_node = 1;  ///< participants sharing one node (1..ranks)
+  int groups_per_node = 1; ///< identical groups running at once that share a node's NICs
+  /// Nodes spanned.
+  int nodes() const { return (ranks + ranks_per_node - 1) / ranks_per_node; }
+};
+
+/// The cost of one collective, split so the engine can share link bandwidth:
+/// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
+struct CollectiveCost {
+  std::string algorithm;    ///< "ring", "tree", "local"
+  TimeNs latency = 0;       ///< alpha terms: hops x per-hop latency + base
+  double wire_bytes = 0;    ///< bytes through the bottleneck link, per rank
+  BytesPerSec rate = 0;     ///< the bottleneck link's bandwidth for this flow
+  LinkClass link = LinkClass::kIntraNode;
+  /// Time if nothing else shares the link.
+  TimeNs total() const;
+};
+
+/// Prices collectives.
+class CommModel {
+ public:
+  virtual ~CommModel() = default;
+  /// Cost of `op` on a buffer of `bytes` (nccl-tests' "size") over `group`.
+  virtual CollectiveCost collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const = 0;
+  /// A host<->device copy of `bytes` (offload).
+  virtual CollectiveCost host_copy(Bytes bytes) const = 0;
+};
+
+/// NCCL's ring and tree algorithms as alpha-beta per hop (Thakur et al. 2005;
+/// NCCL docs), over the intra- and inter-node links of a cluster; picks the
+/// faster algorithm as NCCL's tuner does.
+class AnalyticCommModel final : public CommModel {
+ public:
+  explicit AnalyticCommModel(const ClusterSpec& cluster);
+  CollectiveCost collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const override;
+  CollectiveCost host_copy(Bytes bytes) const override;
+  /// Bandwidth that concurrent flows on a link class share, per rank.
+  BytesPerSec link_capacity(LinkClass link, int groups_per_node = 1) const;
+  /// One algorithm only ("ring" or "tree"), for tests and `dtsim comm`.
+  CollectiveCost with_algorithm(const std::string& algorithm, CollectiveOp op, Bytes bytes,
+                                const CommGroup& group) const;
+
+ private:
+  ClusterSpec cluster_;
+};
+
+/// Prices kernels on one device.
+class ComputeModel {
+ public:
+  virtual ~ComputeModel() = default;
+  /// Time of one launch of `k` in precision p (repeats not included).
+  virtual TimeNs kernel_time(const Kernel& k, Precision p) const = 0;
+  /// Time of a list of kernels, repeats included.
+  TimeNs kernels_time(const std::vector<Kernel>& ks, Precision p) const;
+};
+
+/// Roofline: max(FLOPs / (peak x GEMM efficiency(shape)), bytes / (bandwidth x
+/// memory efficiency)) + launch overhead. GEMM efficiency falls for small
+/// shapes through wave quantisation over the compute units and a short-K
+/// penalty (see Note [GEMM efficiency] in cost.cpp).
+class RooflineComputeModel final : public ComputeModel {
+ public:
+  explicit RooflineComputeModel(const DeviceSpec& device);
+  TimeNs kernel_time(const Kernel& k, Precision p) const override;
+  /// The efficiency (0..1] the model assumes for a GEMM of this shape.
+  double gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const;
+
+ private:
+  DeviceSpec device_;
+};
+
+}  // namespace dtsim::sim

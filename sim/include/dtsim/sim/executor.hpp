@@ -1,0 +1,53 @@
+#pragma once
+// Runs a TaskGraph on the event queue and measures it: when each task ran, the
+// memory peak of each rank (found by simulating allocations and frees), and
+// the critical path that sets the iteration time, split by phase.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/task_graph.hpp"
+
+namespace dtsim::sim {
+
+/// When a task ran.
+struct Span {
+  TaskId task = 0;
+  TimeNs start = 0;
+  TimeNs end = 0;
+};
+
+/// A rank's memory at one instant, by category.
+struct MemSnapshot {
+  TimeNs time = 0;
+  std::array<Bytes, kMemCategories> bytes{};
+  Bytes total() const;
+};
+
+/// The peak of one rank, with its breakdown at the peak.
+struct RankMemoryPeak {
+  MemSnapshot at_peak;
+  std::vector<MemSnapshot> timeline;  ///< every change, when recorded
+};
+
+/// What the executor measured.
+struct ExecResult {
+  TimeNs makespan = 0;                       ///< end of the last task
+  std::vector<Span> spans;                   ///< one per task, by TaskId
+  std::vector<RankMemoryPeak> memory;        ///< per simulated rank
+  std::array<TimeNs, 8> critical_path{};     ///< by Phase; sums to makespan
+  std::uint64_t events = 0;                  ///< events processed
+};
+
+/// Executor options.
+struct ExecOptions {
+  bool record_memory_timeline = false;       ///< for trace counter tracks
+};
+
+/// Runs the graph. Throws InternalError on a cycle or a deadlock (a task that
+/// can never start), naming the task.
+ExecResult execute(const TaskGraph& graph, const ExecOptions& options = {});
+
+}  // namespace dtsim::sim

@@ -1,0 +1,86 @@
+#pragma once
+// The analytic description of a model as the simulator sees it: a sequence of
+// layers, each with its parameters, its kernels (GEMM shapes, attention,
+// element-wise and normalisation ops with the bytes they move), and the bytes
+// it keeps for backward. Concrete architectures (GPT-2, BERT, Bi-LSTM, generic
+// GPT) live in models/ and implement sim::Model; the simulator depends only on
+// this interface.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/units.hpp"
+
+namespace dtsim::sim {
+
+/// What a kernel does; picks the efficiency model that costs it.
+enum class KernelKind {
+  kGemm,         ///< dense matrix multiply, compute-bound when large
+  kAttention,    ///< batched QK^T / AV matmuls of attention (also GEMM-like)
+  kElementwise,  ///< memory-bound: GeLU, dropout, residual add, bias, optimizer
+  kNorm,         ///< LayerNorm and softmax: memory-bound reductions
+  kEmbedding,    ///< gather / scatter-add of embedding rows
+  kRecurrent,    ///< one sequential LSTM time step (small GEMM + gates)
+};
+
+/// The name of a kernel kind ("gemm", "attention", ...).
+const char* to_string(KernelKind kind);
+
+/// One kernel (or `repeat` identical back-to-back launches of it).
+struct Kernel {
+  std::string name;              ///< e.g. "attn.qkv", "mlp.fc1"
+  KernelKind kind = KernelKind::kElementwise;
+  std::int64_t m = 0, n = 0, k = 0;  ///< GEMM shape: (m,k) x (k,n), `batch` of them
+  std::int64_t batch = 1;
+  Flops flops = 0;               ///< floating-point ops of one launch
+  Bytes bytes = 0;               ///< bytes read + written by one launch
+  std::int64_t repeat = 1;       ///< sequential launches (LSTM time steps)
+};
+
+/// The shape of the work a layer is asked to describe.
+struct WorkloadShape {
+  std::int64_t micro_batch = 1;  ///< sequences per micro-batch (b)
+  std::int64_t seq_len = 1;      ///< tokens per sequence (s)
+  int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
+  int tp = 1;                    ///< tensor-parallel degree (1 until the parallelism issue)
+};
+
+/// One layer for a given WorkloadShape.
+struct Layer {
+  std::string name;               ///< e.g. "h.11", "wte+wpe", "lm_head"
+  std::string type;               ///< "embedding", "transformer", "lm_head", "lstm", "head", "pooler"
+  std::int64_t params = 0;        ///< parameters owned (a tied weight is owned once)
+  std::int64_t borrowed_params = 0;  ///< parameters used but owned by another layer (tied LM head)
+  std::vector<Kernel> forward;    ///< kernels of the forward pass
+  std::vector<Kernel> backward;   ///< kernels of the backward pass
+  Bytes saved_bytes = 0;          ///< activations kept for backward per micro-batch
+  Bytes output_bytes = 0;         ///< the layer's output tensor per micro-batch
+  Flops forward_flops() const;    ///< sum over forward kernels (with repeats)
+  Flops backward_flops() const;   ///< sum over backward kernels (with repeats)
+};
+
+/// A model the simulator can lower. Implementations are immutable and
+/// thread-safe, so one instance can serve many simulations at once.
+class Model {
+ public:
+  virtual ~Model() = default;
+  /// Name shown in reports ("gpt2-xl").
+  virtual std::string name() const = 0;
+  /// Total trainable parameters, counted as HuggingFace does (tied weights once).
+  virtual std::int64_t parameters() const = 0;
+  /// Number of repeated blocks (transformer layers, LSTM layers).
+  virtual int blocks() const = 0;
+  /// The longest sequence the model accepts (its default `seq_len`).
+  virtual std::int64_t max_seq_len() const = 0;
+  /// Layers, first to last, for one micro-batch of the given shape.
+  virtual std::vector<Layer> layers(const WorkloadShape& shape) const = 0;
+  /// Model FLOPs of forward + backward for one micro-batch, without recompute
+  /// (Korthikanti et al. 2022, Eq. 7, for transformers); the numerator of MFU.
+  virtual Flops model_flops(const WorkloadShape& shape) const = 0;
+};
+
+using ModelPtr = std::shared_ptr<const Model>;
+
+}  // namespace dtsim::sim

@@ -1,0 +1,87 @@
+#pragma once
+// A training plan: how a model is spread over a cluster. PlanSpec holds what the
+// user wrote (0 / unset where they wrote nothing); resolve() checks it against a
+// model and cluster and fills in every derived figure, or throws ConfigError
+// naming the file, line and key.
+
+#include <cstdint>
+#include <map>
+#include <string>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/model.hpp"
+
+namespace dtsim::sim {
+
+enum class Optimizer { kAdam, kAdamW, kSgd };
+enum class Offload { kNone, kCpu };
+enum class Recompute { kNone, kSelective, kFull };
+/// PyTorch FSDP sharding strategies; each maps onto a ZeRO stage
+/// (FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0 i.e. DDP, HYBRID_SHARD = 3
+/// within a node and replication across nodes).
+enum class FsdpMode { kNone, kFullShard, kShardGradOp, kNoShard, kHybridShard };
+
+const char* to_string(Optimizer o);
+const char* to_string(Offload o);
+const char* to_string(Recompute r);
+const char* to_string(FsdpMode f);
+
+/// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
+/// "--set plan.dp"), so late checks can still point at the source.
+struct Origins {
+  std::string file;                          ///< the file as a whole
+  std::map<std::string, std::string> where;  ///< key -> "file:line" or "--set ..."
+  /// "file:line" for key, or the file alone.
+  std::string of(const std::string& key) const;
+};
+
+/// A plan as written. Zero means "unset, derive it".
+struct PlanSpec {
+  std::string name = "custom";
+  int dp = 0;                     ///< data-parallel degree (0: all GPUs / (tp*pp))
+  int tp = 1;                     ///< tensor-parallel degree (next issue)
+  int pp = 1;                     ///< pipeline stages (next issue)
+  std::int64_t micro_batch = 0;   ///< sequences per GPU per micro-step
+  std::int64_t grad_accum = 0;    ///< micro-steps per iteration
+  std::int64_t global_batch = 0;  ///< sequences per iteration over all replicas
+  std::int64_t seq_len = 0;       ///< 0: the model's maximum
+  Precision precision = Precision::kFp32;
+  Optimizer optimizer = Optimizer::kAdamW;
+  int zero_stage = 0;
+  FsdpMode fsdp = FsdpMode::kNone;
+  Offload offload_optimizer = Offload::kNone;
+  Offload offload_params = Offload::kNone;
+  Recompute recompute = Recompute::kNone;
+  double bucket_mb = 25;          ///< DDP bucket (PyTorch default 25 MB)
+  bool overlap = true;            ///< overlap gradient communication with backward
+  Origins origins;
+};
+
+/// A plan checked against a model and a cluster, every figure filled in.
+struct ResolvedPlan {
+  PlanSpec spec;                  ///< as written (for reporting)
+  int dp = 1, tp = 1, pp = 1;
+  std::int64_t micro_batch = 1, grad_accum = 1, global_batch = 1, seq_len = 1;
+  Precision precision = Precision::kFp32;
+  Optimizer optimizer = Optimizer::kAdamW;
+  int zero_stage = 0;             ///< effective stage, after mapping `fsdp`
+  bool fsdp = false;              ///< lowered as PyTorch FSDP (per-layer units)
+  bool hybrid_shard = false;      ///< FSDP HYBRID_SHARD: shard within a node only
+  int shard_group = 1;            ///< ranks that a ZeRO/FSDP shard spreads over
+  Offload offload_optimizer = Offload::kNone;
+  Offload offload_params = Offload::kNone;
+  Recompute recompute = Recompute::kNone;
+  Bytes bucket_bytes = 25 * 1000 * 1000;
+  bool overlap = true;
+};
+
+/// Checks `spec` against model and cluster; throws ConfigError on the first
+/// problem with the key's origin and what would be valid.
+ResolvedPlan resolve(const PlanSpec& spec, const Model& model, const ClusterSpec& cluster);
+
+/// Bytes per parameter of optimizer state kept by the optimizer, including the
+/// fp32 master copy under mixed precision (ZeRO paper section 3.1: K = 12 for
+/// mixed-precision Adam).
+int optimizer_state_bytes_per_param(Optimizer o, Precision p);
+
+}  // namespace dtsim::sim

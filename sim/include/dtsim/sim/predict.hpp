@@ -1,0 +1,75 @@
+#pragma once
+// The front door of the core: predict one plan, returning every figure the
+// reports print. Front ends (CLI, GUI, search) call this with plain structs.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/executor.hpp"
+#include "dtsim/sim/model.hpp"
+#include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/task_graph.hpp"
+
+namespace dtsim::sim {
+
+/// Options of a prediction.
+struct PredictOptions {
+  bool keep_graph = false;  ///< keep the task graph and spans (for --trace)
+};
+
+/// Time of one iteration split by what the critical path spent it on.
+struct TimeBreakdown {
+  TimeNs compute = 0;       ///< forward, backward and recompute kernels
+  TimeNs exposed_comm = 0;  ///< collectives not hidden behind compute
+  TimeNs bubble = 0;        ///< pipeline idle (0 without pipelining)
+  TimeNs optimizer = 0;     ///< optimizer step (device or host)
+  TimeNs offload = 0;       ///< host<->device copies not hidden
+  TimeNs other = 0;         ///< anything else
+};
+
+/// Peak memory of one simulated rank, with the breakdown at the peak.
+struct RankMemory {
+  int rank = 0;             ///< first real rank of the class
+  int stage = 0;
+  int replicas = 1;         ///< real ranks with this same figure
+  Bytes peak = 0;
+  Bytes parameters = 0, gradients = 0, optimizer = 0, activations = 0, buffers = 0;
+};
+
+/// Everything predicted for one plan.
+struct Prediction {
+  std::string model_name;
+  std::int64_t model_parameters = 0;
+  int model_layers = 0;
+  std::string cluster_name;
+  int gpus = 0;
+  std::string device_name;
+  ResolvedPlan plan;
+
+  TimeNs iteration_time = 0;
+  double samples_per_s = 0;
+  double tokens_per_s = 0;
+  double tflops_per_gpu = 0;   ///< model FLOPs / s / GPU (no recompute), in TFLOP/s
+  double mfu = 0;              ///< model FLOP utilisation against dense peak
+  double hfu = 0;              ///< hardware FLOP utilisation (recompute counted)
+  TimeBreakdown breakdown;
+
+  Bytes capacity = 0;          ///< device memory
+  bool fits = true;            ///< every rank's peak <= capacity
+  Bytes shortfall = 0;         ///< worst peak - capacity, if it does not fit
+  std::vector<RankMemory> ranks;
+
+  std::uint64_t events = 0;    ///< simulation events processed
+  std::size_t tasks = 0;       ///< tasks in the graph
+  TaskGraph graph;             ///< when keep_graph
+  ExecResult exec;             ///< when keep_graph (spans, memory timeline)
+};
+
+/// Predicts one iteration of `spec` for `model` on `cluster`. Throws
+/// ConfigError if the plan is invalid for them.
+Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster,
+                   const PredictOptions& options = {});
+
+}  // namespace dtsim::sim

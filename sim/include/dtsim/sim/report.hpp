@@ -1,0 +1,37 @@
+#pragma once
+// Output: the readable table, the JSON document (schema in the README), the
+// Chrome Trace Event timeline, and the nccl-tests-like collective table.
+
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/predict.hpp"
+
+namespace dtsim::sim {
+
+/// The table a person reads.
+std::string format_table(const Prediction& p);
+/// The JSON document for machines.
+std::string to_json(const Prediction& p);
+/// Chrome Trace Event JSON (Perfetto opens it): a track per rank and stream,
+/// memory counter tracks. Needs a prediction made with keep_graph.
+std::string to_chrome_trace(const Prediction& p);
+
+/// One row of `dtsim comm`.
+struct CommRow {
+  Bytes bytes = 0;
+  std::string algorithm;
+  TimeNs time = 0;
+  double algbw = 0;  ///< bytes / time, GB/s
+  double busbw = 0;  ///< algbw x bus_bandwidth_factor, GB/s
+};
+/// Predicted time, algbw and busbw for sizes from min_bytes to max_bytes (x2).
+std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const CommGroup& group,
+                                Bytes min_bytes, Bytes max_bytes);
+std::string format_comm_table(const std::string& cluster, CollectiveOp op, const CommGroup& group,
+                              const std::vector<CommRow>& rows);
+std::string comm_to_json(const std::string& cluster, CollectiveOp op, const CommGroup& group,
+                         const std::vector<CommRow>& rows);
+
+}  // namespace dtsim::sim

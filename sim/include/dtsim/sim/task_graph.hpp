@@ -1,0 +1,85 @@
+#pragma once
+// Per-rank task graphs: what lowering produces and the executor runs. Each
+// simulated rank has streams (in-order queues, like CUDA streams); a task runs
+// on one stream once every dependency has finished and the tasks before it on
+// its stream are done. Collectives with the same `collective` key start
+// together once every participant has reached them. Memory is allocated and
+// freed by tasks as they start and end.
+
+#include <array>
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/units.hpp"
+
+namespace dtsim::sim {
+
+using TaskId = std::int32_t;
+
+/// What a task does.
+enum class TaskKind {
+  kCompute,     ///< kernels on a device stream: fixed duration
+  kCollective,  ///< latency, then a flow over a link shared with other flows
+  kHostCompute, ///< work on the host CPU (offloaded optimizer): fixed duration
+};
+
+/// What the time of a task counts as in the iteration's breakdown.
+enum class Phase { kForward, kBackward, kRecompute, kOptimizer, kComm, kOffload, kBubble, kOther };
+/// "forward", "backward", ...
+const char* to_string(Phase p);
+
+/// Memory categories of the per-rank breakdown.
+enum class MemCategory { kParameters, kGradients, kOptimizer, kActivations, kBuffers };
+inline constexpr int kMemCategories = 5;
+/// "parameters", "gradients", "optimizer", "activations", "buffers".
+const char* to_string(MemCategory c);
+
+/// A change of allocated memory on the task's rank: +bytes allocates, -bytes frees.
+struct MemOp {
+  MemCategory category = MemCategory::kActivations;
+  Bytes bytes = 0;
+};
+
+/// One unit of work on one simulated rank.
+struct Task {
+  std::string name;
+  TaskKind kind = TaskKind::kCompute;
+  Phase phase = Phase::kOther;
+  int rank = 0;                ///< index into TaskGraph::ranks
+  int stream = 0;              ///< index into that rank's streams
+  TimeNs duration = 0;         ///< kCompute / kHostCompute
+  CollectiveCost cost;         ///< kCollective
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  Bytes bytes = 0;             ///< payload, for reports and traces
+  std::int64_t collective = -1;  ///< participants share this key (-1: this rank alone)
+  int participants = 1;        ///< simulated ranks taking part
+  std::vector<TaskId> deps;
+  std::vector<MemOp> on_start; ///< applied when the task starts
+  std::vector<MemOp> on_end;   ///< applied when it ends
+};
+
+/// A simulated rank: one per class of identical real ranks.
+struct SimRank {
+  int rank = 0;                ///< the first real rank it stands for
+  int stage = 0;               ///< pipeline stage (0 without pipelining)
+  int replicas = 1;            ///< real ranks that behave identically
+  std::vector<std::string> streams;  ///< stream names, e.g. {"compute", "comm"}
+  std::vector<MemOp> resident; ///< allocated before the iteration starts
+  /// Capacity of each link class (indexed by LinkClass) that flows share.
+  std::array<BytesPerSec, 3> link_capacity{};
+};
+
+/// The whole program of one training iteration.
+struct TaskGraph {
+  std::vector<SimRank> ranks;
+  std::vector<Task> tasks;
+  /// Appends a task and returns its id.
+  TaskId add(Task t) {
+    tasks.push_back(std::move(t));
+    return static_cast<TaskId>(tasks.size() - 1);
+  }
+};
+
+}  // namespace dtsim::sim

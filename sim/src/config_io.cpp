@@ -1,0 +1,241 @@
+#include "dtsim/sim/config_io.hpp"
+
+#include <algorithm>
+#include <cstdlib>
+#include <filesystem>
+#include <optional>
+
+#include "dtsim/sim/error.hpp"
+
+#ifndef DTSIM_CONFIG_DIR
+#define DTSIM_CONFIG_DIR "configs"
+#endif
+
+namespace dtsim::sim {
+namespace fs = std::filesystem;
+
+std::string config_dir() {
+  if (const char* env = std::getenv("DTSIM_CONFIG_DIR"); env != nullptr && *env != '\0') return env;
+  return DTSIM_CONFIG_DIR;
+}
+
+std::vector<std::string> list_configs(const std::string& kind) {
+  std::vector<std::string> names;
+  std::error_code ec;
+  for (const auto& entry : fs::directory_iterator(fs::path(config_dir()) / kind, ec)) {
+    const auto ext = entry.path().extension().string();
+    if (entry.is_regular_file() && (ext == ".yaml" || ext == ".yml")) {
+      names.push_back(entry.path().stem().string());
+    }
+  }
+  std::sort(names.begin(), names.end());
+  return names;
+}
+
+std::string find_config(const std::string& kind, const std::string& name_or_path) {
+  std::error_code ec;
+  const bool looks_like_path = name_or_path.find('/') != std::string::npos ||
+                               name_or_path.find('.') != std::string::npos;
+  if (looks_like_path) {
+    if (!fs::exists(name_or_path, ec)) throw IoError(name_or_path + ": no such file");
+    return name_or_path;
+  }
+  for (const char* ext : {".yaml", ".yml"}) {
+    const fs::path p = fs::path(config_dir()) / kind / (name_or_path + ext);
+    if (fs::exists(p, ec)) return p.string();
+  }
+  const auto names = list_configs(kind);
+  const std::string hint = did_you_mean(name_or_path, names);
+  std::string list;
+  for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+  std::string singular = kind.substr(0, kind.size() - 1);
+  throw ConfigError("--" + singular + " " + name_or_path + ": unknown " + singular +
+                    (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; built-in: " + list +
+                    "; or give a path to a YAML file");
+}
+
+namespace {
+
+constexpr double kMaxGB = 1e6;
+
+DeviceSpec read_device(const ConfigMap& c) {
+  // `device: NAME` or `device: {base: NAME, field: value, ...}`.
+  DeviceSpec d;
+  if (!c.has("device")) c.fail("device", "missing; name a built-in device (see `dtsim list devices`)");
+  ConfigMap root = c;  // for error locations
+  std::string base;
+  std::optional<ConfigMap> m;
+  try {
+    base = c.get_string("device", "");
+  } catch (const ConfigError&) {
+    m.emplace(c.sub("device"));
+    base = m->require_string("base");
+  }
+  const DeviceSpec* found = find_device(base);
+  if (found == nullptr) {
+    std::vector<std::string> names;
+    for (const auto& dev : builtin_devices()) names.push_back(dev.name);
+    const std::string hint = did_you_mean(base, names);
+    std::string list;
+    for (const auto& n : names) list += (list.empty() ? "" : ", ") + n;
+    if (m) m->fail("base", "unknown device '" + base + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; built-in: " + list);
+    c.fail("device", "unknown device '" + base + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; built-in: " + list);
+  }
+  d = *found;
+  if (m) {
+    d.memory = static_cast<Bytes>(m->get_double("memory_GiB", static_cast<double>(d.memory) / kGiB, 0.001, kMaxGB) * kGiB);
+    d.peak_fp32 = m->get_double("peak_fp32_TFLOPs", d.peak_fp32 / kTera, 1e-6, 1e6) * kTera;
+    d.peak_tf32 = m->get_double("peak_tf32_TFLOPs", d.peak_tf32 / kTera, 0, 1e6) * kTera;
+    d.peak_fp16 = m->get_double("peak_fp16_TFLOPs", d.peak_fp16 / kTera, 1e-6, 1e6) * kTera;
+    d.peak_bf16 = m->get_double("peak_bf16_TFLOPs", d.peak_bf16 / kTera, 0, 1e6) * kTera;
+    d.memory_bandwidth = m->get_double("memory_bandwidth_GBps", d.memory_bandwidth / kGiga, 1e-3, kMaxGB) * kGiga;
+    d.compute_units = static_cast<int>(m->get_int("compute_units", d.compute_units, 1, 1 << 20));
+    d.gemm_efficiency = m->get_double("gemm_efficiency", d.gemm_efficiency, 0.01, 1.0);
+    d.memory_efficiency = m->get_double("memory_efficiency", d.memory_efficiency, 0.01, 1.0);
+    d.kernel_launch = seconds_to_ns(m->get_double("kernel_launch_us", ns_to_seconds(d.kernel_launch) * 1e6, 0, 1e6) * 1e-6);
+    d.runtime_reserved = static_cast<Bytes>(m->get_double("runtime_reserved_GiB", static_cast<double>(d.runtime_reserved) / kGiB, 0, kMaxGB) * kGiB);
+    m->finish();
+  }
+  return d;
+}
+
+LinkSpec read_link(const ConfigMap& m, std::initializer_list<std::pair<const char*, int>> types,
+                   const char* default_type) {
+  LinkSpec l;
+  std::vector<std::pair<const char*, int>> t(types);
+  // get_enum needs the list at compile time; check by hand to keep one message format.
+  l.type = m.get_string("type", default_type);
+  bool ok = false;
+  std::string names;
+  for (const auto& [n, _] : t) {
+    ok = ok || l.type == n;
+    names += std::string(names.empty() ? "" : ", ") + n;
+  }
+  if (!ok) m.fail("type", "'" + l.type + "' is not one of " + names);
+  if (!m.has("bandwidth_GBps")) m.fail("bandwidth_GBps", "missing; give the per-GPU, per-direction bandwidth in GB/s");
+  l.bandwidth = m.get_double("bandwidth_GBps", 0, 1e-6, kMaxGB) * kGiga;
+  l.latency = seconds_to_ns(m.get_double("latency_us", 1.0, 0, 1e6) * 1e-6);
+  return l;
+}
+
+ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
+                         const std::vector<Override>& overrides) {
+  YAML::Node root = root_in;  // a handle: overrides edit the freshly loaded tree (Clone would lose line marks)
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  const auto overridden = apply_overrides(root, "cluster", overrides);
+  ConfigMap c(root, file, "cluster", overridden);
+  ClusterSpec s;
+  s.name = c.get_string("name", fs::path(file).stem().string());
+  c.get_string("description", "");
+  s.nodes = static_cast<int>(c.get_int("nodes", 1, 1, 1 << 20));
+  s.gpus_per_node = static_cast<int>(c.get_int("gpus_per_node", 1, 1, 1024));
+  s.device = read_device(c);
+  {
+    const ConfigMap m = c.sub("intra_node");
+    if (!c.has("intra_node")) c.fail("intra_node", "missing; e.g. {type: nvlink, bandwidth_GBps: 300, latency_us: 0.7}");
+    s.intra_node = read_link(m, {{"nvlink", 0}, {"pcie", 0}, {"shm", 0}}, "pcie");
+    m.finish();
+  }
+  {
+    const ConfigMap m = c.sub("inter_node");
+    if (c.has("inter_node")) {
+      s.inter_node = read_link(m, {{"infiniband", 0}, {"ethernet", 0}, {"none", 0}}, "infiniband");
+      s.nics_per_node = static_cast<int>(m.get_int("nics_per_node", 1, 1, 1024));
+      m.finish();
+    } else {
+      s.inter_node = LinkSpec{"none", 1 * kGiga, 50 * kNsPerUs};
+    }
+    if (s.nodes > 1 && s.inter_node.type == "none") {
+      c.fail("nodes", std::to_string(s.nodes) + " nodes need an inter_node network; this cluster has type none");
+    }
+  }
+  {
+    const ConfigMap m = c.sub("host");
+    s.host_memory = static_cast<Bytes>(m.get_double("memory_GiB", 256, 0.001, kMaxGB) * kGiB);
+    s.host_device_bandwidth = m.get_double("device_bandwidth_GBps", 12, 1e-3, kMaxGB) * kGiga;
+    s.host_memory_bandwidth = m.get_double("memory_bandwidth_GBps", 100, 1e-3, kMaxGB) * kGiga;
+    s.host_flops = m.get_double("tflops", 1.0, 1e-6, 1e6) * kTera;
+    m.finish();
+  }
+  c.finish();
+  return s;
+}
+
+PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
+                   const std::vector<Override>& overrides) {
+  YAML::Node root = root_in;  // a handle: overrides edit the freshly loaded tree (Clone would lose line marks)
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  const auto overridden = apply_overrides(root, "plan", overrides);
+  ConfigMap c(root, file, "plan", overridden);
+  PlanSpec p;
+  p.name = c.get_string("name", file.empty() ? std::string("custom") : fs::path(file).stem().string());
+  c.get_string("description", "");
+  constexpr std::int64_t kBig = std::int64_t{1} << 40;
+  p.dp = static_cast<int>(c.get_int("dp", 0, 1, 1 << 24));
+  p.tp = static_cast<int>(c.get_int("tp", 1, 1, 1 << 16));
+  p.pp = static_cast<int>(c.get_int("pp", 1, 1, 1 << 16));
+  p.micro_batch = c.get_int("micro_batch", 0, 1, kBig);
+  p.grad_accum = c.get_int("grad_accum", 0, 1, kBig);
+  p.global_batch = c.get_int("global_batch", 0, 1, kBig);
+  p.seq_len = c.get_int("seq_len", 0, 1, kBig);
+  p.precision = c.get_enum("precision", Precision::kFp32,
+                           {{"fp32", Precision::kFp32}, {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16}});
+  p.optimizer = c.get_enum("optimizer", Optimizer::kAdamW,
+                           {{"adam", Optimizer::kAdam}, {"adamw", Optimizer::kAdamW}, {"sgd", Optimizer::kSgd}});
+  if (c.has("zero_stage")) {
+    const std::string z = c.get_string("zero_stage", "0");
+    if (z != "0" && z != "1" && z != "2" && z != "3") c.fail("zero_stage", z + " is not one of 0, 1, 2, 3");
+    p.zero_stage = z[0] - '0';
+  }
+  p.fsdp = c.get_enum("fsdp", FsdpMode::kNone,
+                      {{"none", FsdpMode::kNone}, {"full_shard", FsdpMode::kFullShard},
+                       {"shard_grad_op", FsdpMode::kShardGradOp}, {"no_shard", FsdpMode::kNoShard},
+                       {"hybrid_shard", FsdpMode::kHybridShard}});
+  p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
+  p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
+  p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"full", Recompute::kFull}});
+  p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);
+  p.overlap = c.get_bool("overlap", true);
+  c.finish();
+  p.origins.file = file.empty() ? "<built-in>" : file;
+  for (const auto& k : c.keys()) p.origins.where["plan." + k] = c.where(k);
+  for (const auto& k : overridden) p.origins.where["plan." + k] = "--set plan." + k;
+  return p;
+}
+
+YAML::Node parse_text(const std::string& text, const std::string& file) {
+  try {
+    return YAML::Load(text);
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
+  }
+}
+
+}  // namespace
+
+std::string Origins::of(const std::string& key) const {
+  auto it = where.find(key);
+  return it != where.end() ? it->second : file;
+}
+
+ClusterSpec load_cluster(const std::string& name_or_path, const std::vector<Override>& overrides) {
+  const std::string path = find_config("clusters", name_or_path);
+  return read_cluster(load_yaml_file(path), path, overrides);
+}
+
+ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& file,
+                          const std::vector<Override>& overrides) {
+  return read_cluster(parse_text(yaml_text, file), file, overrides);
+}
+
+PlanSpec load_plan(const std::string& name_or_path, const std::vector<Override>& overrides) {
+  const std::string path = find_config("plans", name_or_path);
+  return read_plan(load_yaml_file(path), path, overrides);
+}
+
+PlanSpec parse_plan(const std::string& yaml_text, const std::string& file,
+                    const std::vector<Override>& overrides) {
+  return read_plan(parse_text(yaml_text, file), file, overrides);
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,316 @@
+#include "dtsim/sim/config_node.hpp"
+
+#include <algorithm>
+#include <filesystem>
+#include <limits>
+#include <sstream>
+
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+std::size_t edit_distance(const std::string& a, const std::string& b) {
+  std::vector<std::size_t> prev(b.size() + 1), cur(b.size() + 1);
+  for (std::size_t j = 0; j <= b.size(); ++j) prev[j] = j;
+  for (std::size_t i = 1; i <= a.size(); ++i) {
+    cur[0] = i;
+    for (std::size_t j = 1; j <= b.size(); ++j) {
+      const std::size_t sub = prev[j - 1] + (a[i - 1] == b[j - 1] ? 0 : 1);
+      cur[j] = std::min({prev[j] + 1, cur[j - 1] + 1, sub});
+    }
+    std::swap(prev, cur);
+  }
+  return prev[b.size()];
+}
+
+std::string join(const std::vector<std::string>& items, const std::string& sep) {
+  std::string out;
+  for (std::size_t i = 0; i < items.size(); ++i) out += (i ? sep : "") + items[i];
+  return out;
+}
+
+std::vector<std::string> split(const std::string& s, char sep) {
+  std::vector<std::string> parts;
+  std::string cur;
+  for (char c : s) {
+    if (c == sep) {
+      parts.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  parts.push_back(cur);
+  return parts;
+}
+
+std::string describe_node(const YAML::Node& n) {
+  if (n.IsMap()) return "a mapping";
+  if (n.IsSequence()) return "a list";
+  if (n.IsNull()) return "nothing";
+  return "'" + n.Scalar() + "'";
+}
+
+}  // namespace
+
+Override parse_override(const std::string& text) {
+  const auto eq = text.find('=');
+  const auto dot = text.find('.');
+  if (eq == std::string::npos || dot == std::string::npos || dot > eq || dot == 0 ||
+      dot + 1 == eq) {
+    throw ConfigError("--set " + text +
+                      ": expected SECTION.KEY=VALUE with SECTION one of plan, cluster, model "
+                      "(e.g. --set plan.micro_batch=32)");
+  }
+  Override o{text.substr(0, dot), text.substr(dot + 1, eq - dot - 1), text.substr(eq + 1)};
+  if (o.section != "plan" && o.section != "cluster" && o.section != "model") {
+    std::string hint = did_you_mean(o.section, {"plan", "cluster", "model"});
+    throw ConfigError("--set " + text + ": unknown section '" + o.section +
+                      "'; valid: plan, cluster, model" +
+                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+  }
+  if (o.value.empty()) throw ConfigError(o.origin() + ": no value after '='");
+  return o;
+}
+
+std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
+  std::string best;
+  std::size_t best_d = std::numeric_limits<std::size_t>::max();
+  for (const auto& c : candidates) {
+    const std::size_t d = edit_distance(word, c);
+    if (d < best_d) {
+      best_d = d;
+      best = c;
+    }
+  }
+  // Close enough: at most a third of the word wrong (and at least one edit allowed).
+  const std::size_t limit = std::max<std::size_t>(2, word.size() / 3);
+  return best_d <= limit ? best : std::string();
+}
+
+YAML::Node load_yaml_file(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw IoError(path + ": no such file");
+  if (std::filesystem::is_directory(path, ec)) throw IoError(path + ": is a directory, not a file");
+  try {
+    YAML::Node root = YAML::LoadFile(path);
+    return root;
+  } catch (const YAML::BadFile&) {
+    throw IoError(path + ": cannot be read");
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(path + ":" + std::to_string(e.mark.line + 1) + ": malformed " +
+                      (path.size() > 5 && path.substr(path.size() - 5) == ".json" ? "JSON" : "YAML") +
+                      ": " + e.msg);
+  }
+}
+
+std::set<std::string> apply_overrides(YAML::Node& root, const std::string& section,
+                                      const std::vector<Override>& overrides) {
+  std::set<std::string> keys;
+  for (const auto& o : overrides) {
+    if (o.section != section) continue;
+    YAML::Node value;
+    try {
+      value = YAML::Load(o.value);
+    } catch (const YAML::Exception& e) {
+      throw ConfigError(o.origin() + ": malformed value '" + o.value + "': " + e.msg);
+    }
+    const auto parts = split(o.path, '.');
+    // yaml-cpp nodes are handles: walk with fresh handles so assignment does
+    // not rebind parents.
+    std::vector<YAML::Node> chain{root};
+    for (std::size_t i = 0; i + 1 < parts.size(); ++i) {
+      YAML::Node child = chain.back()[parts[i]];
+      if (child && !child.IsMap()) {
+        throw ConfigError(o.origin() + ": '" + parts[i] + "' is " + describe_node(child) +
+                          ", not a mapping with keys");
+      }
+      chain.push_back(child);
+    }
+    chain.back()[parts.back()] = value;
+    keys.insert(o.path);
+  }
+  return keys;
+}
+
+ConfigMap::ConfigMap(YAML::Node node, std::string file, std::string prefix,
+                     std::set<std::string> overridden)
+    : node_(std::move(node)), file_(std::move(file)), prefix_(std::move(prefix)),
+      overridden_(std::move(overridden)) {
+  if (node_ && !node_.IsNull() && !node_.IsMap()) {
+    std::string where = file_.empty() ? std::string("<built-in>") : file_;
+    if (node_.Mark().line >= 0) where += ":" + std::to_string(node_.Mark().line + 1);
+    throw ConfigError(where + ": " + (prefix_.empty() ? std::string("document") : prefix_) +
+                      ": expected a mapping of keys, got " + describe_node(node_));
+  }
+}
+
+bool ConfigMap::has(const std::string& key) const {
+  used_.insert(key);  // asking about a key makes it a known one for finish()
+  return node_ && node_.IsMap() && node_[key] && !node_[key].IsNull();
+}
+
+std::string ConfigMap::full_key(const std::string& key) const {
+  return prefix_.empty() ? key : prefix_ + "." + key;
+}
+
+std::string ConfigMap::where(const std::string& key) const {
+  // Overrides are recorded relative to the section root: "intra_node.bandwidth_GBps".
+  const std::string fk = full_key(key);
+  const auto dot = fk.find('.');
+  const std::string rel = dot == std::string::npos ? fk : fk.substr(dot + 1);
+  if (overridden_.count(rel) || overridden_.count(key)) return "--set " + fk;
+  std::string w = file_.empty() ? std::string("<built-in>") : file_;
+  if (node_ && node_.IsMap() && node_[key] && node_[key].Mark().line >= 0) {
+    w += ":" + std::to_string(node_[key].Mark().line + 1);
+  } else if (node_ && node_.Mark().line >= 0 && !file_.empty()) {
+    w += ":" + std::to_string(node_.Mark().line + 1);
+  }
+  return w;
+}
+
+void ConfigMap::fail(const std::string& key, const std::string& message) const {
+  throw ConfigError(where(key) + ": " + full_key(key) + ": " + message);
+}
+
+YAML::Node ConfigMap::scalar(const std::string& key, const char* expected) const {
+  used_.insert(key);
+  YAML::Node n = node_[key];
+  if (!n.IsScalar()) fail(key, std::string("expected ") + expected + ", got " + describe_node(n));
+  return n;
+}
+
+std::string ConfigMap::get_string(const std::string& key, const std::string& fallback) const {
+  if (!has(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  return scalar(key, "a string").Scalar();
+}
+
+std::string ConfigMap::require_string(const std::string& key) const {
+  if (!has(key)) fail(key, "missing; this key is required");
+  return get_string(key, "");
+}
+
+std::int64_t ConfigMap::get_int(const std::string& key, std::int64_t fallback,
+                                std::int64_t min_value, std::int64_t max_value) const {
+  if (!has(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  const std::string text = scalar(key, "an integer").Scalar();
+  std::int64_t v = 0;
+  std::size_t pos = 0;
+  bool ok = !text.empty();
+  try {
+    // Accept 1e3-style and 1_000 is not YAML; plain integers only, or exact floats.
+    v = std::stoll(text, &pos, 10);
+    if (pos != text.size()) {
+      const double d = std::stod(text, &pos);
+      ok = pos == text.size() && d == static_cast<double>(static_cast<std::int64_t>(d));
+      v = static_cast<std::int64_t>(d);
+    }
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok) fail(key, "'" + text + "' is not an integer");
+  if (v < min_value || v > max_value) {
+    fail(key, std::to_string(v) + " is out of range; valid: " + std::to_string(min_value) +
+                  " to " + std::to_string(max_value));
+  }
+  return v;
+}
+
+double ConfigMap::get_double(const std::string& key, double fallback, double min_value,
+                             double max_value) const {
+  if (!has(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  const std::string text = scalar(key, "a number").Scalar();
+  double v = 0;
+  std::size_t pos = 0;
+  bool ok = true;
+  try {
+    v = std::stod(text, &pos);
+    ok = pos == text.size();
+  } catch (const std::exception&) {
+    ok = false;
+  }
+  if (!ok) fail(key, "'" + text + "' is not a number");
+  if (!(v >= min_value && v <= max_value)) {
+    std::ostringstream os;
+    os << text << " is out of range; valid: " << min_value << " to " << max_value;
+    fail(key, os.str());
+  }
+  return v;
+}
+
+bool ConfigMap::get_bool(const std::string& key, bool fallback) const {
+  if (!has(key)) {
+    used_.insert(key);
+    return fallback;
+  }
+  const std::string t = scalar(key, "true or false").Scalar();
+  if (t == "true" || t == "True" || t == "yes" || t == "on") return true;
+  if (t == "false" || t == "False" || t == "no" || t == "off") return false;
+  fail(key, "'" + t + "' is not a boolean; valid: true, false");
+}
+
+ConfigMap ConfigMap::sub(const std::string& key) const {
+  used_.insert(key);
+  YAML::Node n = has(key) ? node_[key] : YAML::Node(YAML::NodeType::Map);
+  if (!n.IsMap()) fail(key, "expected a mapping of keys, got " + describe_node(n));
+  return ConfigMap(n, file_, full_key(key), overridden_);
+}
+
+std::vector<std::int64_t> ConfigMap::get_int_list(const std::string& key) const {
+  used_.insert(key);
+  std::vector<std::int64_t> out;
+  if (!has(key)) return out;
+  YAML::Node n = node_[key];
+  if (!n.IsSequence()) fail(key, "expected a list of integers like [2, 2], got " + describe_node(n));
+  for (const auto& item : n) {
+    try {
+      out.push_back(item.as<std::int64_t>());
+    } catch (const YAML::Exception&) {
+      fail(key, "expected a list of integers, found " + describe_node(item));
+    }
+  }
+  return out;
+}
+
+std::vector<std::string> ConfigMap::keys() const {
+  std::vector<std::string> out;
+  if (!node_ || !node_.IsMap()) return out;
+  for (const auto& kv : node_) out.push_back(kv.first.as<std::string>());
+  return out;
+}
+
+void ConfigMap::finish(const std::vector<std::string>& also_allowed) const {
+  if (!node_ || !node_.IsMap()) return;
+  std::vector<std::string> valid(used_.begin(), used_.end());
+  valid.insert(valid.end(), also_allowed.begin(), also_allowed.end());
+  std::sort(valid.begin(), valid.end());
+  valid.erase(std::unique(valid.begin(), valid.end()), valid.end());
+  for (const auto& kv : node_) {
+    const std::string k = kv.first.as<std::string>();
+    if (std::binary_search(valid.begin(), valid.end(), k)) continue;
+    const std::string hint = did_you_mean(k, valid);
+    std::string w = where(k);
+    throw ConfigError(w + ": " + full_key(k) + ": unknown key" +
+                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                      "; valid keys: " + join(valid, ", "));
+  }
+}
+
+void ConfigMap::fail_choice(const std::string& key, const std::string& value,
+                            const std::vector<std::string>& names) const {
+  const std::string hint = did_you_mean(value, names);
+  fail(key, "'" + value + "' is not one of " + join(names, ", ") +
+                (hint.empty() ? "" : " (did you mean '" + hint + "'?)"));
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,142 @@
+// Note [Collective cost model]
+// NCCL runs a collective as a sequence of steps between neighbouring ranks
+// (ring) or along a tree; each step pays a per-hop latency (alpha) and moves a
+// chunk at the link bandwidth (beta). Thakur, Rabenseifner & Gropp 2005
+// ("Optimization of Collective Communication Operations in MPICH") give the
+// ring costs for n ranks and S bytes:
+//   all-reduce      2(n-1) alpha + 2(n-1)/n * S / B
+//   reduce-scatter   (n-1) alpha +  (n-1)/n * S / B
+//   all-gather       (n-1) alpha +  (n-1)/n * S / B
+//   broadcast (pipelined ring) (n-1) alpha + S / B
+// so the bytes each rank pushes through its bottleneck link are S times
+// nccl-tests' bus-bandwidth factor (PERFORMANCE.md in nccl-tests), and busbw
+// equals B when the model holds. Across nodes the ring's slowest edge leaves
+// the node through the NICs: B = min(intra-node bandwidth, NICs x NIC
+// bandwidth / groups sharing them), and every step waits for the network hop.
+// NCCL's tree all-reduce (double binary tree over nodes, a chain inside each
+// node) moves about 2S per rank at the same bottleneck but pays only
+// 2(log2(N) network + (g-1) local) hops of latency, so it wins for small
+// messages across many nodes; like NCCL's tuner we take the faster.
+// Every collective also pays a fixed launch/synchronisation cost.
+#include <algorithm>
+#include <cmath>
+
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+/// Fixed cost of launching one NCCL collective kernel and its handshake
+/// (order of NCCL's base latency in src/graph/tuning.cc for the Simple protocol).
+constexpr TimeNs kCollectiveBaseLatency = 6 * kNsPerUs;
+/// cudaMemcpyAsync launch and completion cost for host<->device copies.
+constexpr TimeNs kCopyBaseLatency = 10 * kNsPerUs;
+
+int ring_steps(CollectiveOp op, int n) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return 2 * (n - 1);
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllGather:
+    case CollectiveOp::kBroadcast: return n - 1;
+    case CollectiveOp::kSendRecv: return 1;
+  }
+  return 0;
+}
+
+}  // namespace
+
+double bus_bandwidth_factor(CollectiveOp op, int n) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return 2.0 * (n - 1) / n;
+    case CollectiveOp::kReduceScatter:
+    case CollectiveOp::kAllGather: return static_cast<double>(n - 1) / n;
+    case CollectiveOp::kBroadcast:
+    case CollectiveOp::kSendRecv: return 1.0;
+  }
+  return 1.0;
+}
+
+TimeNs CollectiveCost::total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
+
+AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(cluster) {}
+
+BytesPerSec AnalyticCommModel::link_capacity(LinkClass link, int groups_per_node) const {
+  switch (link) {
+    case LinkClass::kIntraNode: return cluster_.intra_node.bandwidth;
+    case LinkClass::kInterNode:
+      return cluster_.inter_node.bandwidth * cluster_.nics_per_node / std::max(1, groups_per_node);
+    case LinkClass::kHostDevice: return cluster_.host_device_bandwidth;
+  }
+  return 0;
+}
+
+CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, CollectiveOp op,
+                                                 Bytes bytes, const CommGroup& g) const {
+  CollectiveCost c;
+  const int n = g.ranks;
+  DTSIM_ASSERT(n >= 1 && g.ranks_per_node >= 1, "empty communicator");
+  if (n == 1 && op != CollectiveOp::kSendRecv) {
+    c.algorithm = "local";
+    return c;  // a collective over one rank is a no-op
+  }
+  const int nodes = g.nodes();
+  const bool multi_node = nodes > 1;
+  const BytesPerSec net = link_capacity(LinkClass::kInterNode, g.groups_per_node);
+  const BytesPerSec intra = cluster_.intra_node.bandwidth;
+  if (multi_node) {
+    const bool intra_used = g.ranks_per_node > 1;
+    c.rate = intra_used ? std::min(intra, net) : net;
+    c.link = (!intra_used || net <= intra) ? LinkClass::kInterNode : LinkClass::kIntraNode;
+  } else {
+    c.rate = intra;
+    c.link = LinkClass::kIntraNode;
+  }
+  const double s = static_cast<double>(bytes);
+  if (op == CollectiveOp::kSendRecv) {
+    c.algorithm = "p2p";
+    // One peer, one hop; across nodes a single NIC carries it.
+    if (multi_node) c.rate = cluster_.inter_node.bandwidth;
+    c.latency = kCollectiveBaseLatency + (multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency);
+    c.wire_bytes = s;
+    return c;
+  }
+  if (algorithm == "tree") {
+    if (op != CollectiveOp::kAllReduce || !multi_node) {
+      throw UnsupportedError(std::string("tree algorithm: NCCL uses it only for all_reduce across nodes"));
+    }
+    const int log_nodes = static_cast<int>(std::ceil(std::log2(static_cast<double>(nodes))));
+    c.algorithm = "tree";
+    c.latency = kCollectiveBaseLatency +
+                2 * (log_nodes * cluster_.inter_node.latency + (g.ranks_per_node - 1) * cluster_.intra_node.latency);
+    c.wire_bytes = 2.0 * s;
+    return c;
+  }
+  if (algorithm != "ring") throw UnsupportedError("unknown algorithm '" + algorithm + "'; valid: ring, tree");
+  c.algorithm = "ring";
+  const TimeNs hop = multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency;
+  c.latency = kCollectiveBaseLatency + ring_steps(op, n) * hop;
+  c.wire_bytes = bus_bandwidth_factor(op, n) * s;
+  return c;
+}
+
+CollectiveCost AnalyticCommModel::collective(CollectiveOp op, Bytes bytes, const CommGroup& g) const {
+  CollectiveCost best = with_algorithm("ring", op, bytes, g);
+  if (op == CollectiveOp::kAllReduce && g.nodes() > 1) {
+    CollectiveCost tree = with_algorithm("tree", op, bytes, g);
+    if (tree.total() < best.total()) best = tree;
+  }
+  return best;
+}
+
+CollectiveCost AnalyticCommModel::host_copy(Bytes bytes) const {
+  CollectiveCost c;
+  c.algorithm = "memcpy";
+  c.latency = kCopyBaseLatency;
+  c.wire_bytes = static_cast<double>(bytes);
+  c.rate = cluster_.host_device_bandwidth;
+  c.link = LinkClass::kHostDevice;
+  return c;
+}
+
+}  // namespace dtsim::sim

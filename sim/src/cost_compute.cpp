@@ -1,0 +1,62 @@
+// Note [GEMM efficiency]
+// A GEMM reaches a fraction of peak that depends on its shape. cuBLAS tiles
+// the (m, n) output into thread-block tiles (128 x 128 here) and runs them in
+// waves over the SMs; the last wave is partly empty ("wave quantisation",
+// NVIDIA Deep Learning Performance Guide, "Matrix Multiplication Background").
+// A short reduction dimension k leaves too little work per tile to hide loads,
+// so efficiency also falls as k / (k + k0). The best large-GEMM efficiency is
+// a per-device figure (DeviceSpec::gemm_efficiency) until calibration
+// replaces it with measurements.
+#include <algorithm>
+#include <cmath>
+
+#include "dtsim/sim/cost.hpp"
+
+namespace dtsim::sim {
+namespace {
+constexpr std::int64_t kTile = 128;
+constexpr double kShortK = 48.0;
+
+std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
+}  // namespace
+
+TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) const {
+  TimeNs t = 0;
+  for (const auto& k : ks) t += kernel_time(k, p) * k.repeat;
+  return t;
+}
+
+RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
+
+double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const {
+  if (m <= 0 || n <= 0 || k <= 0) return device_.gemm_efficiency;
+  const double tiles = static_cast<double>(ceil_div(m, kTile) * ceil_div(n, kTile));
+  const double units = std::max(1, device_.compute_units);
+  const double waves = std::ceil(tiles / units);
+  const double wave_util = tiles / (waves * units);
+  const double k_util = static_cast<double>(k) / (static_cast<double>(k) + kShortK);
+  return device_.gemm_efficiency * wave_util * k_util;
+}
+
+TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
+  const double mem_s = static_cast<double>(k.bytes) / (device_.memory_bandwidth * device_.memory_efficiency);
+  double compute_s = 0;
+  switch (k.kind) {
+    case KernelKind::kGemm:
+    case KernelKind::kAttention:
+    case KernelKind::kRecurrent: {
+      // Batched GEMMs: the batch multiplies the tiles available to fill waves.
+      const double eff = gemm_efficiency(k.m * std::max<std::int64_t>(1, k.batch), k.n, k.k);
+      compute_s = k.flops / (device_.peak_for(p) * eff);
+      break;
+    }
+    case KernelKind::kElementwise:
+    case KernelKind::kNorm:
+    case KernelKind::kEmbedding:
+      compute_s = k.flops / device_.peak_fp32;
+      break;
+  }
+  return seconds_to_ns(std::max(compute_s, mem_s)) + device_.kernel_launch;
+}
+
+}  // namespace dtsim::sim

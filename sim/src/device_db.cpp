@@ -1,0 +1,120 @@
+// The built-in device database. Peak rates are dense (no structured
+// sparsity), at boost clock, from the vendor's datasheet or whitepaper named
+// beside each entry. gemm_efficiency is the fraction of that peak a large
+// cuBLAS GEMM sustains in training (a prior until calibration measures it);
+// runtime_reserved is the CUDA context plus cuBLAS/cuDNN workspaces that
+// nvidia-smi shows but the caching allocator does not.
+#include <algorithm>
+#include <cctype>
+
+#include "dtsim/sim/cluster.hpp"
+
+namespace dtsim::sim {
+
+const char* to_string(Precision p) {
+  switch (p) {
+    case Precision::kFp32: return "fp32";
+    case Precision::kFp16: return "fp16";
+    case Precision::kBf16: return "bf16";
+  }
+  return "?";
+}
+
+int element_bytes(Precision p) { return p == Precision::kFp32 ? 4 : 2; }
+
+FlopsPerSec DeviceSpec::peak_for(Precision p) const {
+  switch (p) {
+    // PyTorch disables TF32 for matmuls by default (torch.backends.cuda.
+    // matmul.allow_tf32 = False since 1.12), so fp32 GEMMs run on the FP32 units.
+    case Precision::kFp32: return peak_fp32;
+    case Precision::kFp16: return peak_fp16 > 0 ? peak_fp16 : peak_fp32;
+    case Precision::kBf16: return peak_bf16 > 0 ? peak_bf16 : peak_fp32;
+  }
+  return peak_fp32;
+}
+
+namespace {
+
+DeviceSpec gpu(const char* name, double mem_gib, double fp32_tf, double tf32_tf, double fp16_tf, double bf16_tf,
+               double bw_gbs, int sms, double gemm_eff, double reserved_gib, const char* source) {
+  DeviceSpec d;
+  d.name = name;
+  d.memory = static_cast<Bytes>(mem_gib * kGiB);
+  d.peak_fp32 = fp32_tf * kTera;
+  d.peak_tf32 = tf32_tf * kTera;
+  d.peak_fp16 = fp16_tf * kTera;
+  d.peak_bf16 = bf16_tf * kTera;
+  d.memory_bandwidth = bw_gbs * kGiga;
+  d.compute_units = sms;
+  d.gemm_efficiency = gemm_eff;
+  d.memory_efficiency = 0.80;      // STREAM-like kernels reach ~80-90% of HBM/GDDR peak
+  d.kernel_launch = 5 * kNsPerUs;  // PyTorch eager op dispatch + launch
+  d.runtime_reserved = static_cast<Bytes>(reserved_gib * kGiB);
+  d.source = source;
+  return d;
+}
+
+std::vector<DeviceSpec> make_devices() {
+  std::vector<DeviceSpec> v;
+  // NVIDIA A100 Tensor Core GPU datasheet (2021): FP32 19.5, TF32 156,
+  // FP16/BF16 312 TFLOP/s dense; 80GB HBM2e 2,039 GB/s; 108 SMs (A100 whitepaper).
+  v.push_back(gpu("A100-SXM4-80GB", 80, 19.5, 156, 312, 312, 2039, 108, 0.75, 0.5,
+                  "NVIDIA A100 datasheet (2021), A100 whitepaper"));
+  // Same datasheet: 40GB HBM2 1,555 GB/s.
+  v.push_back(gpu("A100-SXM4-40GB", 40, 19.5, 156, 312, 312, 1555, 108, 0.75, 0.5,
+                  "NVIDIA A100 datasheet (2021)"));
+  // NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP32 67, TF32 494.7,
+  // FP16/BF16 989.4 TFLOP/s dense; 80GB HBM3 3.35 TB/s; 132 SMs (H100 whitepaper).
+  v.push_back(gpu("H100-SXM", 80, 67, 494.7, 989.4, 989.4, 3350, 132, 0.70, 0.5,
+                  "NVIDIA H100 datasheet (SXM5), Hopper whitepaper"));
+  // NVIDIA H200 datasheet: same compute as H100 SXM; 141GB HBM3e at 4.8 TB/s
+  // (nvidia-smi reports 143,771 MiB, about 140 GiB).
+  v.push_back(gpu("H200", 140, 67, 494.7, 989.4, 989.4, 4800, 132, 0.70, 0.5, "NVIDIA H200 datasheet"));
+  // NVIDIA Tesla V100 datasheet (SXM2): FP32 15.7, tensor FP16 125 TFLOP/s;
+  // HBM2 900 GB/s; 80 SMs; no BF16.
+  v.push_back(gpu("V100-SXM2-16GB", 16, 15.7, 0, 125, 0, 900, 80, 0.75, 0.4, "NVIDIA Tesla V100 datasheet (SXM2)"));
+  v.push_back(gpu("V100-SXM2-32GB", 32, 15.7, 0, 125, 0, 900, 80, 0.75, 0.4, "NVIDIA Tesla V100 datasheet (SXM2)"));
+  // NVIDIA Turing whitepaper, GeForce RTX 2080 Ti (reference): FP32 13.4
+  // TFLOP/s; FP16 tensor 53.8 with FP16 accumulate but 26.9 with the FP32
+  // accumulate PyTorch uses (GeForce runs it at half rate); GDDR6 616 GB/s;
+  // 68 SMs. Memory as seed 002 reports it: 11,019 MiB.
+  v.push_back(gpu("RTX-2080-Ti", 11019.0 / 1024, 13.4, 0, 26.9, 0, 616, 68, 0.80, 0.3,
+                  "NVIDIA Turing whitepaper (RTX 2080 Ti), seed 002 for memory"));
+  // NVIDIA Tesla P100 PCIe 16GB datasheet: FP32 9.3, FP16 18.7 TFLOP/s (no
+  // tensor cores); HBM2 732 GB/s; 56 SMs. Kaggle's P100 (seed 003).
+  v.push_back(gpu("P100", 16, 9.3, 0, 18.7, 0, 732, 56, 0.80, 0.3, "NVIDIA Tesla P100 PCIe datasheet"));
+  // NVIDIA Tesla K80 datasheet: per board 8.73 TFLOP/s FP32 (boost) and 480
+  // GB/s over two GK210 dies; Colab exposes one die: 4.37 TFLOP/s, 240 GB/s,
+  // 12 GB (11,441 MiB usable), 13 SMX. FP16 runs at the FP32 rate.
+  v.push_back(gpu("K80", 11441.0 / 1024, 4.37, 0, 4.37, 0, 240, 13, 0.70, 0.3, "NVIDIA Tesla K80 datasheet (one GK210)"));
+  // One core of a generic x86-64 host as a device (local-cpu: one process per
+  // core): AVX2 FMA, 2 x 8 fp32 lanes x 2 flops x ~3 GHz = 96 GFLOP/s peak;
+  // a share of DDR bandwidth; 12 GiB (half of this 24 GiB machine). fp16/bf16
+  // run no faster than fp32 on CPU. Calibration replaces these figures.
+  DeviceSpec cpu = gpu("cpu", 12, 0.096, 0, 0.096, 0.096, 10, 1, 0.60, 0, "generic x86-64 core (AVX2), see comment");
+  cpu.kernel_launch = 10 * kNsPerUs;  // eager op dispatch on CPU
+  v.push_back(cpu);
+  return v;
+}
+
+std::string lower(std::string s) {
+  std::transform(s.begin(), s.end(), s.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+  return s;
+}
+
+}  // namespace
+
+const std::vector<DeviceSpec>& builtin_devices() {
+  static const std::vector<DeviceSpec> devices = make_devices();
+  return devices;
+}
+
+const DeviceSpec* find_device(const std::string& name) {
+  const std::string want = lower(name);
+  for (const auto& d : builtin_devices()) {
+    if (lower(d.name) == want) return &d;
+  }
+  return nullptr;
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,353 @@
+// Runs a TaskGraph on the event queue.
+//
+// Note [Stream semantics]
+// Each rank's streams behave like CUDA streams: a task starts only after the
+// task before it on the same stream has finished, and after every task it
+// depends on (cudaStreamWaitEvent). A collective additionally waits until
+// every participant has reached it, then all start together.
+//
+// Note [Shared links]
+// A collective is a fixed latency followed by a flow of bytes through its
+// rank's bottleneck link. Flows on one link share its capacity max-min fairly
+// (water-filling, each flow capped at its own rate); whenever a flow starts or
+// ends the remaining bytes are advanced and the link's next completion is
+// rescheduled (SimGrid's EngineImpl::solve does the same with its LMM solver).
+//
+// Note [Critical path]
+// Each task remembers what made it ready last: the task before it on its
+// stream or a dependency (for a collective, the last participant to arrive).
+// Walking that chain back from the last task to finish gives the critical
+// path; its tasks' phases split the iteration time into compute, exposed
+// communication, optimizer, offload, and so on, summing exactly to the total.
+#include "dtsim/sim/executor.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <limits>
+#include <unordered_map>
+
+#include "dtsim/sim/engine.hpp"
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::sim {
+
+Bytes MemSnapshot::total() const {
+  Bytes t = 0;
+  for (Bytes b : bytes) t += b;
+  return t;
+}
+
+namespace {
+
+constexpr EventId kNoEvent = std::numeric_limits<EventId>::max();
+constexpr int kLinkClasses = 3;
+
+struct Flow {
+  double remaining = 0;   // bytes
+  BytesPerSec max_rate = 0;
+  BytesPerSec rate = 0;
+  TaskId owner = -1;
+};
+
+struct Link {
+  BytesPerSec capacity = 0;
+  std::vector<int> flows;  // indices into Executor::flows_
+  TimeNs last = 0;
+  EventId pending = kNoEvent;
+};
+
+class Executor {
+ public:
+  Executor(const TaskGraph& g, const ExecOptions& o) : g_(g), opt_(o) {}
+
+  ExecResult run() {
+    setup();
+    for (std::size_t r = 0; r < stream_tasks_.size(); ++r) {
+      for (std::size_t s = 0; s < stream_tasks_[r].size(); ++s) try_start_head(static_cast<int>(r), static_cast<int>(s));
+    }
+    q_.run();
+    check_all_done();
+    return collect();
+  }
+
+ private:
+  void setup() {
+    const std::size_t n = g_.tasks.size();
+    deps_left_.assign(n, 0);
+    dependents_.assign(n, {});
+    start_.assign(n, 0);
+    end_.assign(n, 0);
+    started_.assign(n, false);
+    done_.assign(n, false);
+    ready_by_.assign(n, -1);
+    ready_at_.assign(n, 0);
+    crit_pred_.assign(n, -1);
+    stream_tasks_.resize(g_.ranks.size());
+    head_.resize(g_.ranks.size());
+    for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
+      stream_tasks_[r].resize(std::max<std::size_t>(1, g_.ranks[r].streams.size()));
+      head_[r].assign(stream_tasks_[r].size(), 0);
+    }
+    for (std::size_t i = 0; i < n; ++i) {
+      const Task& t = g_.tasks[i];
+      DTSIM_ASSERT(t.rank >= 0 && static_cast<std::size_t>(t.rank) < g_.ranks.size(),
+                   "task '" + t.name + "' on unknown rank");
+      DTSIM_ASSERT(t.stream >= 0 && static_cast<std::size_t>(t.stream) < stream_tasks_[t.rank].size(),
+                   "task '" + t.name + "' on unknown stream");
+      stream_tasks_[t.rank][t.stream].push_back(static_cast<TaskId>(i));
+      for (TaskId d : t.deps) {
+        DTSIM_ASSERT(d >= 0 && static_cast<std::size_t>(d) < n, "task '" + t.name + "' depends on an unknown task");
+        DTSIM_ASSERT(static_cast<std::size_t>(d) != i, "task '" + t.name + "' depends on itself");
+        dependents_[d].push_back(static_cast<TaskId>(i));
+        ++deps_left_[i];
+      }
+      if (t.kind == TaskKind::kCollective && t.participants > 1) {
+        DTSIM_ASSERT(t.collective >= 0, "collective '" + t.name + "' with several participants needs a key");
+        members_[t.collective].push_back(static_cast<TaskId>(i));
+      }
+    }
+    for (const auto& [key, ids] : members_) {
+      DTSIM_ASSERT(static_cast<int>(ids.size()) == g_.tasks[ids.front()].participants,
+                   "collective '" + g_.tasks[ids.front()].name + "': participants do not match");
+    }
+    links_.resize(g_.ranks.size() * kLinkClasses);
+    for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
+      for (int c = 0; c < kLinkClasses; ++c) links_[r * kLinkClasses + c].capacity = g_.ranks[r].link_capacity[c];
+    }
+    memory_.resize(g_.ranks.size());
+    current_.resize(g_.ranks.size());
+    for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
+      for (const MemOp& op : g_.ranks[r].resident) apply_mem(static_cast<int>(r), op);
+    }
+  }
+
+  bool at_head(TaskId id) const {
+    const Task& t = g_.tasks[id];
+    const auto& list = stream_tasks_[t.rank][t.stream];
+    const std::size_t h = head_[t.rank][t.stream];
+    return h < list.size() && list[h] == id;
+  }
+
+  void try_start_head(int rank, int stream) {
+    const auto& list = stream_tasks_[rank][stream];
+    const std::size_t h = head_[rank][stream];
+    if (h >= list.size()) return;
+    const TaskId id = list[h];
+    if (!started_[id] && !arrived_flag(id) && deps_left_[id] == 0) arrive(id);
+  }
+
+  bool arrived_flag(TaskId id) const { return arrived_.count(id) != 0; }
+
+  void arrive(TaskId id) {
+    const Task& t = g_.tasks[id];
+    if (t.kind != TaskKind::kCollective || t.participants <= 1) {
+      crit_pred_[id] = ready_by_[id];
+      begin(id);
+      return;
+    }
+    arrived_.insert({id, true});
+    auto& ids = members_[t.collective];
+    const bool all = std::all_of(ids.begin(), ids.end(), [&](TaskId m) { return arrived_.count(m) != 0; });
+    if (!all) return;
+    TaskId last = ids.front();
+    for (TaskId m : ids) {
+      if (ready_at_[m] > ready_at_[last]) last = m;
+    }
+    for (TaskId m : ids) {
+      crit_pred_[m] = ready_by_[last];
+      begin(m);
+    }
+  }
+
+  void begin(TaskId id) {
+    const Task& t = g_.tasks[id];
+    started_[id] = true;
+    start_[id] = q_.now();
+    for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
+    if (t.kind == TaskKind::kCollective) {
+      q_.schedule(q_.now() + t.cost.latency, [this, id] { start_flow(id); });
+    } else {
+      q_.schedule(q_.now() + t.duration, [this, id] { finish(id); });
+    }
+  }
+
+  void start_flow(TaskId id) {
+    const Task& t = g_.tasks[id];
+    if (t.cost.wire_bytes <= 0) {
+      flow_done(id);
+      return;
+    }
+    const int li = t.rank * kLinkClasses + static_cast<int>(t.cost.link);
+    Link& link = links_[li];
+    advance(link);
+    flows_.push_back(Flow{t.cost.wire_bytes, t.cost.rate, 0, id});
+    link.flows.push_back(static_cast<int>(flows_.size() - 1));
+    reshare_and_schedule(li);
+  }
+
+  void advance(Link& link) {
+    const double dt = ns_to_seconds(q_.now() - link.last);
+    if (dt > 0) {
+      for (int f : link.flows) flows_[f].remaining -= flows_[f].rate * dt;
+    }
+    link.last = q_.now();
+  }
+
+  void reshare_and_schedule(int li) {
+    Link& link = links_[li];
+    // Water-filling: serve flows in order of their caps.
+    std::vector<int> order = link.flows;
+    std::sort(order.begin(), order.end(), [&](int a, int b) {
+      return flows_[a].max_rate != flows_[b].max_rate ? flows_[a].max_rate < flows_[b].max_rate : a < b;
+    });
+    double left = link.capacity > 0 ? link.capacity : std::numeric_limits<double>::infinity();
+    std::size_t n = order.size();
+    for (int f : order) {
+      const double share = left / static_cast<double>(n);
+      flows_[f].rate = std::min(flows_[f].max_rate, share);
+      left -= flows_[f].rate;
+      --n;
+    }
+    if (link.pending != kNoEvent) q_.cancel(link.pending);
+    link.pending = kNoEvent;
+    if (link.flows.empty()) return;
+    double soonest = std::numeric_limits<double>::infinity();
+    for (int f : link.flows) soonest = std::min(soonest, std::max(0.0, flows_[f].remaining) / flows_[f].rate);
+    const TimeNs when = q_.now() + static_cast<TimeNs>(std::ceil(soonest * 1e9 - 1e-6));
+    link.pending = q_.schedule(when, [this, li] { on_link_event(li); });
+  }
+
+  void on_link_event(int li) {
+    Link& link = links_[li];
+    link.pending = kNoEvent;
+    advance(link);
+    std::vector<TaskId> finished;
+    std::vector<int> keep;
+    for (int f : link.flows) {
+      // Done when what is left would take under a nanosecond.
+      if (flows_[f].remaining <= flows_[f].rate * 1e-9 + 1e-6) {
+        finished.push_back(flows_[f].owner);
+      } else {
+        keep.push_back(f);
+      }
+    }
+    link.flows = std::move(keep);
+    reshare_and_schedule(li);
+    for (TaskId id : finished) flow_done(id);
+  }
+
+  void flow_done(TaskId id) { finish(id); }
+
+  void finish(TaskId id) {
+    const Task& t = g_.tasks[id];
+    done_[id] = true;
+    end_[id] = q_.now();
+    for (const MemOp& op : t.on_end) apply_mem(t.rank, op);
+    // The next task on this stream may now run.
+    std::size_t& h = head_[t.rank][t.stream];
+    ++h;
+    const auto& list = stream_tasks_[t.rank][t.stream];
+    if (h < list.size()) {
+      const TaskId next = list[h];
+      if (deps_left_[next] == 0) mark_ready(next, id);
+      try_start_head(t.rank, t.stream);
+    }
+    for (TaskId d : dependents_[id]) {
+      if (--deps_left_[d] == 0 && at_head(d)) {
+        mark_ready(d, id);
+        const Task& dt = g_.tasks[d];
+        try_start_head(dt.rank, dt.stream);
+      }
+    }
+  }
+
+  void mark_ready(TaskId id, TaskId by) {
+    ready_by_[id] = by;
+    ready_at_[id] = q_.now();
+  }
+
+  void apply_mem(int rank, const MemOp& op) {
+    auto& cur = current_[rank];
+    const int c = static_cast<int>(op.category);
+    cur[c] += op.bytes;
+    DTSIM_ASSERT(cur[c] >= 0, std::string("rank frees more ") + to_string(op.category) + " than it allocated");
+    MemSnapshot snap;
+    snap.time = q_.now();
+    snap.bytes = cur;
+    auto& m = memory_[rank];
+    if (snap.total() > m.at_peak.total()) m.at_peak = snap;
+    if (opt_.record_memory_timeline) {
+      if (!m.timeline.empty() && m.timeline.back().time == snap.time) {
+        m.timeline.back() = snap;
+      } else {
+        m.timeline.push_back(snap);
+      }
+    }
+  }
+
+  void check_all_done() const {
+    for (std::size_t i = 0; i < g_.tasks.size(); ++i) {
+      if (done_[i]) continue;
+      const Task& t = g_.tasks[i];
+      std::string why = started_[i] ? "started but never finished"
+                                    : (deps_left_[i] > 0 ? "waits on a dependency that never finished"
+                                                         : "waits for a stream predecessor or collective peer");
+      throw InternalError("deadlock in task graph: '" + t.name + "' on rank " + std::to_string(t.rank) + " " + why);
+    }
+  }
+
+  ExecResult collect() {
+    ExecResult r;
+    r.events = q_.processed();
+    r.spans.resize(g_.tasks.size());
+    TaskId last = -1;
+    for (std::size_t i = 0; i < g_.tasks.size(); ++i) {
+      r.spans[i] = Span{static_cast<TaskId>(i), start_[i], end_[i]};
+      if (last < 0 || end_[i] > end_[last]) last = static_cast<TaskId>(i);
+    }
+    r.makespan = last < 0 ? 0 : end_[last];
+    // Walk the critical path back (Note [Critical path]).
+    TimeNs accounted_until = r.makespan;
+    for (TaskId cur = last; cur >= 0;) {
+      const Task& t = g_.tasks[cur];
+      const TimeNs seg_end = std::min(accounted_until, end_[cur]);
+      if (seg_end > start_[cur]) r.critical_path[static_cast<int>(t.phase)] += seg_end - start_[cur];
+      accounted_until = std::min(accounted_until, start_[cur]);
+      const TaskId pred = crit_pred_[cur];
+      const TimeNs pred_end = pred >= 0 ? end_[pred] : 0;
+      if (accounted_until > pred_end) {
+        r.critical_path[static_cast<int>(Phase::kOther)] += accounted_until - pred_end;
+        accounted_until = pred_end;
+      }
+      cur = pred;
+    }
+    r.memory = std::move(memory_);
+    return r;
+  }
+
+  const TaskGraph& g_;
+  ExecOptions opt_;
+  EventQueue q_;
+  std::vector<int> deps_left_;
+  std::vector<std::vector<TaskId>> dependents_;
+  std::vector<TimeNs> start_, end_, ready_at_;
+  std::vector<bool> started_, done_;
+  std::vector<TaskId> ready_by_, crit_pred_;
+  std::vector<std::vector<std::vector<TaskId>>> stream_tasks_;
+  std::vector<std::vector<std::size_t>> head_;
+  std::unordered_map<std::int64_t, std::vector<TaskId>> members_;
+  std::unordered_map<TaskId, bool> arrived_;
+  std::vector<Link> links_;
+  std::vector<Flow> flows_;
+  std::vector<RankMemoryPeak> memory_;
+  std::vector<std::array<Bytes, kMemCategories>> current_;
+};
+
+}  // namespace
+
+ExecResult execute(const TaskGraph& graph, const ExecOptions& options) {
+  Executor e(graph, options);
+  return e.run();
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,435 @@
+// Lowering of data-parallel plans into the task graph of one iteration.
+//
+// Note [Symmetry]
+// Every data-parallel replica runs the same program on its own shard of the
+// batch, so one simulated rank stands for all `dp` of them; collectives are
+// priced for the real group size. Cost grows with layers x micro-steps, never
+// with the GPU count.
+//
+// Note [DDP buckets]
+// PyTorch DDP (Li et al. 2020, "PyTorch Distributed", section 3.2) packs
+// gradients into buckets in reverse parameter order, roughly the order
+// backward produces them; the first bucket is capped at 1 MiB
+// (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest at bucket_cap_mb (25 MB). A
+// bucket's all-reduce is launched as soon as its last gradient is ready and
+// overlaps the rest of backward. Under no_sync (all but the last accumulation
+// step) nothing is communicated. DDP keeps the bucket buffers for the life of
+// the model (gradient_as_bucket_view=False): a second copy of the gradients,
+// counted as buffers.
+//
+// Note [ZeRO]
+// DeepSpeed ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer state,
+// all-reduces gradient buckets at the accumulation boundary, steps its shard
+// and all-gathers the updated parameters; stage 2 also shards gradients,
+// reduce-scattering each bucket every micro-step; stage 3 also shards
+// parameters, all-gathering each layer before its forward and again before its
+// backward (prefetching the next layer while the current one computes) and
+// reduce-scattering its gradients right after its backward. Parameters of
+// layers under 1e5 elements stay resident (stage3_param_persistence_threshold).
+// PyTorch FSDP (Zhao et al. 2023) is stage 3 with one unit per layer and no
+// persistence threshold; SHARD_GRAD_OP is stage 2 and HYBRID_SHARD shards
+// within a node and all-reduces the shards across nodes.
+//
+// Note [Offload]
+// ZeRO-Offload (Ren et al. 2021): gradients go to the host after their
+// reduction (device-to-host over PCIe, overlapped with backward), the Adam step
+// runs on the host CPU, and the updated fp16 parameters come back host-to-device
+// before the all-gather. ZeRO-Infinity's parameter offload keeps the
+// parameter shards on the host and copies each layer's shard up before it is
+// gathered.
+#include "dtsim/sim/lowering.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+enum Stream { kCompute = 0, kGradComm = 1, kParamComm = 2, kD2H = 3, kH2D = 4, kHost = 5 };
+
+constexpr std::int64_t kPersistenceThreshold = 100000;  // DeepSpeed default, elements
+constexpr Bytes kFirstBucketBytes = 1024 * 1024;          // PyTorch DDP first bucket
+
+Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
+
+/// Bytes the optimizer reads and writes per parameter in one step
+/// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the
+/// working copy under mixed precision; momentum SGD drops v).
+double update_bytes_per_param(Optimizer o, Precision p) {
+  const bool mixed = p != Precision::kFp32;
+  const double states = o == Optimizer::kSgd ? 1 : 2;  // momentum (+ variance)
+  const double grad = mixed ? 2 : 4;
+  // read: grad + master + states; write: master + states (+ fp16 copy)
+  return grad + 4 + 4 * states + 4 + 4 * states + (mixed ? 2 : 0);
+}
+
+class Lowering {
+ public:
+  Lowering(const Model& m, const ResolvedPlan& p, const ClusterSpec& c, const CostModels& costs)
+      : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm) {
+    WorkloadShape shape;
+    shape.micro_batch = p.micro_batch;
+    shape.seq_len = p.seq_len;
+    shape.act_bytes = element_bytes(p.precision);
+    shape.tp = p.tp;
+    layers_ = m.layers(shape);
+    DTSIM_ASSERT(!layers_.empty(), "model has no layers");
+    w_ = element_bytes(p.precision);
+    zero_ = p.zero_stage;
+    n_ = p.shard_group;
+  }
+
+  TaskGraph build() {
+    SimRank rank;
+    rank.rank = 0;
+    rank.stage = 0;
+    rank.replicas = plan_.dp;
+    rank.streams = {"compute", "grad comm", "param comm", "d2h", "h2d", "host"};
+    setup_groups(rank);
+    const ModelStates ms = model_states(plan_, model_.parameters());
+    rank.resident.push_back({MemCategory::kParameters, ms.parameters});
+    if (zero_ >= 2) rank.resident.push_back({MemCategory::kGradients, ms.gradients});
+    rank.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
+    // DDP's bucket buffers (Note [DDP buckets]); the runtime's own reservation.
+    if (zero_ == 0 && plan_.dp > 1) rank.resident.push_back({MemCategory::kBuffers, total_grad_bytes()});
+    rank.resident.push_back({MemCategory::kBuffers, cluster_.device.runtime_reserved});
+    g_.ranks.push_back(rank);
+
+    plan_buckets();
+    for (std::int64_t m = 0; m < plan_.grad_accum; ++m) {
+      const bool last = m + 1 == plan_.grad_accum;
+      forward(m);
+      backward(m, last);
+    }
+    optimizer_step();
+    return std::move(g_);
+  }
+
+ private:
+  // ---- communicators -------------------------------------------------------
+  void setup_groups(SimRank& rank) {
+    const int per_node = cluster_.gpus_per_node;
+    dp_group_.ranks = plan_.dp;
+    dp_group_.ranks_per_node = std::min(plan_.dp, per_node);
+    shard_group_.ranks = n_;
+    shard_group_.ranks_per_node = std::min(n_, per_node);
+    int inter_groups = 1;
+    if (plan_.hybrid_shard && plan_.dp > n_) {
+      // Replicas of each shard sit one per node; every local rank's group
+      // crosses the network at once.
+      replica_group_.ranks = plan_.dp / n_;
+      replica_group_.ranks_per_node = 1;
+      replica_group_.groups_per_node = n_;
+      inter_groups = n_;
+    }
+    const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm_);
+    rank.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = cluster_.intra_node.bandwidth;
+    rank.link_capacity[static_cast<int>(LinkClass::kInterNode)] =
+        analytic != nullptr ? analytic->link_capacity(LinkClass::kInterNode, inter_groups)
+                            : cluster_.inter_node.bandwidth * cluster_.nics_per_node / inter_groups;
+    rank.link_capacity[static_cast<int>(LinkClass::kHostDevice)] = cluster_.host_device_bandwidth;
+  }
+
+  // ---- helpers -------------------------------------------------------------
+  Bytes grad_bytes(const Layer& l) const { return l.params * w_; }
+  Bytes total_grad_bytes() const {
+    Bytes b = 0;
+    for (const auto& l : layers_) b += grad_bytes(l);
+    return b;
+  }
+  bool recomputed(const Layer& l) const {
+    return plan_.recompute == Recompute::kFull && (l.type == "transformer" || l.type == "lstm");
+  }
+  /// Whether a ZeRO-3 layer's parameters are gathered (Note [ZeRO]).
+  bool gathered(const Layer& l) const {
+    if (zero_ != 3 || n_ == 1) return false;
+    if (plan_.fsdp) return l.params + l.borrowed_params > 0;
+    return l.params + l.borrowed_params >= kPersistenceThreshold;
+  }
+  Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params) * w_; }
+
+  TaskId compute(const std::string& name, Phase phase, TimeNs duration, std::vector<TaskId> deps,
+                 std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}, int stream = kCompute) {
+    Task t;
+    t.name = name;
+    t.kind = stream == kHost ? TaskKind::kHostCompute : TaskKind::kCompute;
+    t.phase = phase;
+    t.stream = stream;
+    t.duration = duration;
+    t.deps = std::move(deps);
+    t.on_start = std::move(on_start);
+    t.on_end = std::move(on_end);
+    return g_.add(std::move(t));
+  }
+
+  TaskId collective(const std::string& name, CollectiveOp op, Bytes bytes, const CommGroup& group, int stream,
+                    std::vector<TaskId> deps, std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}) {
+    Task t;
+    t.name = name;
+    t.kind = TaskKind::kCollective;
+    t.phase = Phase::kComm;
+    t.stream = stream;
+    t.op = op;
+    t.bytes = bytes;
+    t.cost = comm_.collective(op, bytes, group);
+    t.deps = std::move(deps);
+    t.on_start = std::move(on_start);
+    t.on_end = std::move(on_end);
+    return g_.add(std::move(t));
+  }
+
+  TaskId copy(const std::string& name, Bytes bytes, int stream, std::vector<TaskId> deps) {
+    Task t;
+    t.name = name;
+    t.kind = TaskKind::kCollective;
+    t.phase = Phase::kOffload;
+    t.stream = stream;
+    t.op = CollectiveOp::kSendRecv;
+    t.bytes = bytes;
+    t.cost = comm_.host_copy(bytes);
+    t.deps = std::move(deps);
+    return g_.add(std::move(t));
+  }
+
+  static std::string tag(std::int64_t m, const std::string& what) {
+    return what + " [mb " + std::to_string(m) + "]";
+  }
+
+  /// ZeRO-3: (offloaded parameters up, then) all-gather of layer l; `after`
+  /// bounds the prefetch.
+  TaskId gather(std::int64_t m, std::size_t l, const char* pass, std::vector<TaskId> after) {
+    const Layer& L = layers_[l];
+    std::vector<TaskId> deps = std::move(after);
+    if (plan_.offload_params == Offload::kCpu) {
+      deps.push_back(copy(tag(m, std::string("h2d params ") + L.name), ceil_div(full_param_bytes(L), n_), kH2D, deps));
+    }
+    const Bytes full = full_param_bytes(L);
+    return collective(tag(m, std::string("all_gather ") + pass + " " + L.name), CollectiveOp::kAllGather, full,
+                      shard_group_, kParamComm, deps, {{MemCategory::kParameters, full}});
+  }
+
+  // ---- forward -------------------------------------------------------------
+  void forward(std::int64_t m) {
+    fwd_.assign(layers_.size(), -1);
+    for (std::size_t l = 0; l < layers_.size(); ++l) {
+      const Layer& L = layers_[l];
+      std::vector<TaskId> deps;
+      TaskId g = -1;
+      if (gathered(L)) {
+        // Prefetch one layer ahead: gather l may start once l-2 has run.
+        std::vector<TaskId> after;
+        if (l >= 2) after.push_back(fwd_[l - 2]);
+        g = gather(m, l, "fwd", after);
+        deps.push_back(g);
+      }
+      std::vector<MemOp> on_start{{MemCategory::kActivations, L.saved_bytes}};
+      std::vector<MemOp> on_end;
+      if (recomputed(L)) {
+        // Keep only the layer's input (the checkpoint); intermediates go.
+        on_end.push_back({MemCategory::kActivations, -(L.saved_bytes - checkpoint_bytes(l))});
+      }
+      if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
+      fwd_[l] = compute(tag(m, "fwd " + L.name), Phase::kForward,
+                        compute_.kernels_time(L.forward, plan_.precision), deps, on_start, on_end);
+    }
+  }
+
+  Bytes checkpoint_bytes(std::size_t l) const { return l == 0 ? 0 : layers_[l - 1].output_bytes; }
+
+  // ---- backward ------------------------------------------------------------
+  void plan_buckets() {
+    // Buckets in reverse layer order (Note [DDP buckets]); ZeRO-3 reduces per layer.
+    bucket_of_.assign(layers_.size(), -1);
+    bucket_bytes_.clear();
+    bucket_last_layer_.clear();
+    Bytes cap = plan_.zero_stage == 0 ? kFirstBucketBytes : plan_.bucket_bytes;
+    Bytes filled = 0;
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      const Layer& L = layers_[i];
+      if (L.params == 0) continue;
+      if (bucket_bytes_.empty() || filled >= cap) {
+        if (!bucket_bytes_.empty()) cap = plan_.bucket_bytes;
+        bucket_bytes_.push_back(0);
+        bucket_last_layer_.push_back(i);
+        filled = 0;
+      }
+      bucket_of_[i] = static_cast<int>(bucket_bytes_.size() - 1);
+      bucket_bytes_.back() += grad_bytes(L);
+      bucket_last_layer_.back() = i;  // lowest layer index: produced last in backward
+      filled += grad_bytes(L);
+    }
+  }
+
+  void backward(std::int64_t m, bool last_micro) {
+    std::vector<TaskId> bwd(layers_.size(), -1);
+    const bool first_micro = m == 0;
+    for (std::size_t i = layers_.size(); i-- > 0;) {
+      const Layer& L = layers_[i];
+      std::vector<TaskId> deps;
+      TaskId g = -1;
+      if (gathered(L)) {
+        std::vector<TaskId> after;
+        if (i + 2 < layers_.size()) {
+          after.push_back(bwd[i + 2]);
+        } else if (i >= 1) {
+          after.push_back(fwd_[i - 1]);
+        }
+        g = gather(m, i, "bwd", after);
+        deps.push_back(g);
+      }
+      if (recomputed(L)) {
+        deps.push_back(compute(tag(m, "recompute " + L.name), Phase::kRecompute,
+                               compute_.kernels_time(L.forward, plan_.precision), deps,
+                               {{MemCategory::kActivations, L.saved_bytes - checkpoint_bytes(i)}}));
+      }
+      std::vector<MemOp> on_start{{MemCategory::kActivations, L.output_bytes}};  // grad of the input
+      std::vector<MemOp> on_end{{MemCategory::kActivations, -L.output_bytes},
+                                {MemCategory::kActivations, -L.saved_bytes}};
+      // Gradients: persistent full grads (stages 0/1, allocated on first use
+      // and freed by the optimizer) or transient ones reduced away (2/3).
+      if (zero_ <= 1) {
+        if (first_micro) on_start.push_back({MemCategory::kGradients, grad_bytes(L)});
+      } else {
+        on_start.push_back({MemCategory::kGradients, grad_bytes(L)});
+      }
+      if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
+      bwd[i] = compute(tag(m, "bwd " + L.name), Phase::kBackward, compute_.kernels_time(L.backward, plan_.precision),
+                       deps, on_start, on_end);
+      reduce_after(m, i, bwd, last_micro);
+    }
+    last_bwd_ = bwd.front();
+    // Without overlap, reductions wait for the end of this backward pass.
+    for (TaskId t : unordered_) g_.tasks[t].deps.push_back(last_bwd_);
+    unordered_.clear();
+  }
+
+  /// Gradient communication once layer i's backward is done.
+  void reduce_after(std::int64_t m, std::size_t i, const std::vector<TaskId>& bwd, bool last_micro) {
+    const Layer& L = layers_[i];
+    if (L.params == 0) return;
+    if (zero_ == 3) {
+      // One reduce-scatter per layer, every micro-step (Note [ZeRO]).
+      const Bytes b = grad_bytes(L);
+      if (n_ == 1) {
+        compute(tag(m, "keep grads " + L.name), Phase::kBackward, 0, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
+        return;
+      }
+      TaskId rs = collective(tag(m, "reduce_scatter " + L.name), CollectiveOp::kReduceScatter, b, shard_group_,
+                             kGradComm, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
+      if (replica_group_.ranks > 1) {
+        rs = collective(tag(m, "all_reduce shard " + L.name), CollectiveOp::kAllReduce, ceil_div(b, n_),
+                        replica_group_, kGradComm, {rs});
+      }
+      after_reduce(m, rs, ceil_div(b, n_));
+      return;
+    }
+    const int bucket = bucket_of_[i];
+    if (bucket_last_layer_[bucket] != i) return;  // bucket not complete yet
+    const Bytes b = bucket_bytes_[bucket];
+    const std::string name = "bucket " + std::to_string(bucket);
+    // Without overlap the dependency on the end of backward is added later.
+    std::vector<TaskId> deps;
+    if (plan_.overlap) deps.push_back(bwd[i]);
+    if (zero_ == 2) {
+      if (n_ == 1) {
+        // Nothing to scatter: the gradients are this rank's already.
+        compute(tag(m, "keep grads " + name), Phase::kBackward, 0, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
+        return;
+      }
+      TaskId rs = collective(tag(m, "reduce_scatter " + name), CollectiveOp::kReduceScatter, b, shard_group_,
+                             kGradComm, deps, {}, {{MemCategory::kGradients, -b}});
+      if (!plan_.overlap) unordered_.push_back(rs);
+      after_reduce(m, rs, ceil_div(b, n_));
+      return;
+    }
+    if (!last_micro || dp_group_.ranks == 1) return;  // no_sync / local accumulation / nothing to sync
+    TaskId ar = collective(tag(m, "all_reduce " + name), CollectiveOp::kAllReduce, b, dp_group_, kGradComm, deps);
+    if (!plan_.overlap) unordered_.push_back(ar);
+    after_reduce(m, ar, zero_ == 1 ? ceil_div(b, n_) : b);
+  }
+
+  void after_reduce(std::int64_t m, TaskId reduce, Bytes shard_bytes) {
+    reductions_.push_back(reduce);
+    if (plan_.offload_optimizer == Offload::kCpu) {
+      d2h_.push_back(copy(tag(m, "d2h grads"), shard_bytes, kD2H, {reduce}));
+    }
+  }
+
+  // ---- optimizer -----------------------------------------------------------
+  void optimizer_step() {
+    const std::int64_t shard_params = zero_ >= 1 ? ceil_div(model_.parameters(), n_) : model_.parameters();
+    std::vector<TaskId> deps = reductions_;
+    deps.push_back(last_bwd_);
+    const bool free_full_grads = zero_ <= 1;
+    std::vector<MemOp> frees;
+    if (free_full_grads) frees.push_back({MemCategory::kGradients, -total_grad_bytes()});
+    TaskId step = -1;
+    if (plan_.offload_optimizer == Offload::kCpu) {
+      std::vector<TaskId> host_deps = d2h_;
+      host_deps.push_back(last_bwd_);
+      // Host Adam streams fp32 states through host memory, which the node's
+      // GPUs share; DeepSpeed's CPU-Adam is vectorised, so bandwidth bounds it.
+      const double host_bytes = static_cast<double>(shard_params) * update_bytes_per_param(plan_.optimizer, Precision::kFp32);
+      const double per_rank_bw = cluster_.host_memory_bandwidth / cluster_.gpus_per_node;
+      const double per_rank_flops = cluster_.host_flops / cluster_.gpus_per_node;
+      const double seconds = std::max(host_bytes / per_rank_bw, static_cast<double>(shard_params) * 12.0 / per_rank_flops);
+      TaskId cpu = compute("host adam step", Phase::kOptimizer, seconds_to_ns(seconds), host_deps, {}, frees, kHost);
+      step = copy("h2d params", shard_params * w_, kH2D, {cpu});
+    } else {
+      const double bytes = static_cast<double>(shard_params) * update_bytes_per_param(plan_.optimizer, plan_.precision);
+      const TimeNs t = seconds_to_ns(bytes / (cluster_.device.memory_bandwidth * cluster_.device.memory_efficiency)) +
+                       static_cast<TimeNs>(layers_.size()) * cluster_.device.kernel_launch;
+      step = compute("optimizer step", Phase::kOptimizer, t, deps, {}, frees);
+    }
+    if ((zero_ == 1 || zero_ == 2) && n_ > 1) {
+      // All-gather the updated parameter shards (working precision).
+      const Bytes all = model_.parameters() * w_;
+      collective("all_gather params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step});
+    }
+  }
+
+  const Model& model_;
+  const ResolvedPlan& plan_;
+  const ClusterSpec& cluster_;
+  const ComputeModel& compute_;
+  const CommModel& comm_;
+  std::vector<Layer> layers_;
+  int w_ = 4;
+  int zero_ = 0;
+  int n_ = 1;
+  CommGroup dp_group_, shard_group_, replica_group_;
+  TaskGraph g_;
+  std::vector<TaskId> fwd_;
+  std::vector<int> bucket_of_;
+  std::vector<Bytes> bucket_bytes_;
+  std::vector<std::size_t> bucket_last_layer_;
+  std::vector<TaskId> reductions_, d2h_;
+  std::vector<TaskId> unordered_;
+  TaskId last_bwd_ = -1;
+};
+
+}  // namespace
+
+ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters) {
+  const Bytes w = element_bytes(plan.precision);
+  const Bytes k = optimizer_state_bytes_per_param(plan.optimizer, plan.precision);
+  const Bytes n = std::max(1, plan.shard_group);
+  const Bytes psi = parameters;
+  const Bytes shard = (psi + n - 1) / n;
+  ModelStates s;
+  s.parameters = plan.zero_stage >= 3 ? shard * w : psi * w;
+  if (plan.offload_params == Offload::kCpu) s.parameters = 0;
+  s.gradients = plan.zero_stage >= 2 ? shard * w : psi * w;
+  s.optimizer = plan.zero_stage >= 1 ? shard * k : psi * k;
+  if (plan.offload_optimizer == Offload::kCpu) s.optimizer = 0;
+  return s;
+}
+
+TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
+  DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
+  return Lowering(model, plan, cluster, costs).build();
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,87 @@
+// Names of the enums shared by reports, traces and errors.
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/task_graph.hpp"
+
+namespace dtsim::sim {
+
+const char* to_string(Phase p) {
+  switch (p) {
+    case Phase::kForward: return "forward";
+    case Phase::kBackward: return "backward";
+    case Phase::kRecompute: return "recompute";
+    case Phase::kOptimizer: return "optimizer";
+    case Phase::kComm: return "comm";
+    case Phase::kOffload: return "offload";
+    case Phase::kBubble: return "bubble";
+    case Phase::kOther: return "other";
+  }
+  return "?";
+}
+
+const char* to_string(MemCategory c) {
+  switch (c) {
+    case MemCategory::kParameters: return "parameters";
+    case MemCategory::kGradients: return "gradients";
+    case MemCategory::kOptimizer: return "optimizer";
+    case MemCategory::kActivations: return "activations";
+    case MemCategory::kBuffers: return "buffers";
+  }
+  return "?";
+}
+
+const char* to_string(CollectiveOp op) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return "all_reduce";
+    case CollectiveOp::kReduceScatter: return "reduce_scatter";
+    case CollectiveOp::kAllGather: return "all_gather";
+    case CollectiveOp::kBroadcast: return "broadcast";
+    case CollectiveOp::kSendRecv: return "send_recv";
+  }
+  return "?";
+}
+
+bool parse_collective(const std::string& text, CollectiveOp* out) {
+  for (CollectiveOp op : {CollectiveOp::kAllReduce, CollectiveOp::kReduceScatter,
+                          CollectiveOp::kAllGather, CollectiveOp::kBroadcast,
+                          CollectiveOp::kSendRecv}) {
+    if (text == to_string(op)) {
+      *out = op;
+      return true;
+    }
+  }
+  return false;
+}
+
+const char* to_string(Optimizer o) {
+  switch (o) {
+    case Optimizer::kAdam: return "adam";
+    case Optimizer::kAdamW: return "adamw";
+    case Optimizer::kSgd: return "sgd";
+  }
+  return "?";
+}
+
+const char* to_string(Offload o) { return o == Offload::kCpu ? "cpu" : "none"; }
+
+const char* to_string(Recompute r) {
+  switch (r) {
+    case Recompute::kNone: return "none";
+    case Recompute::kSelective: return "selective";
+    case Recompute::kFull: return "full";
+  }
+  return "?";
+}
+
+const char* to_string(FsdpMode f) {
+  switch (f) {
+    case FsdpMode::kNone: return "none";
+    case FsdpMode::kFullShard: return "full_shard";
+    case FsdpMode::kShardGradOp: return "shard_grad_op";
+    case FsdpMode::kNoShard: return "no_shard";
+    case FsdpMode::kHybridShard: return "hybrid_shard";
+  }
+  return "?";
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,188 @@
+// End-to-end tests of the dtsim binary: exit status, one-line errors, JSON
+// and trace output.
+#include <catch2/catch.hpp>
+
+#include <array>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <sys/wait.h>
+
+#include <yaml-cpp/yaml.h>
+
+namespace {
+
+struct Result {
+  int status = -1;
+  std::string out;  // stdout and stderr together
+  std::string err;  // stderr alone
+};
+
+Result dtsim(const std::string& args) {
+  namespace fs = std::filesystem;
+  const fs::path err_file = fs::temp_directory_path() / ("dtsim_cli_err_" + std::to_string(::getpid()));
+  const std::string cmd = std::string(DTSIM_BINARY) + " " + args + " 2>" + err_file.string();
+  Result r;
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) r.out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  r.status = WIFEXITED(st) ? WEXITSTATUS(st) : -1;
+  std::ifstream ef(err_file);
+  r.err.assign(std::istreambuf_iterator<char>(ef), std::istreambuf_iterator<char>());
+  fs::remove(err_file);
+  r.out += r.err;
+  return r;
+}
+
+std::string temp_file(const std::string& name, const std::string& content) {
+  const auto path = std::filesystem::temp_directory_path() / name;
+  std::ofstream(path) << content;
+  return path.string();
+}
+
+int lines(const std::string& s) {
+  int n = 0;
+  for (char c : s) n += c == '\n';
+  return n;
+}
+
+}  // namespace
+
+TEST_CASE("predict prints a table", "[cli]") {
+  const Result r = dtsim("predict --model gpt2 --cluster dgx-a100 --plan ddp");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("iteration time") && Catch::Contains("MFU") && Catch::Contains("exposed comm") &&
+                        Catch::Contains("fits: yes"));
+}
+
+TEST_CASE("predict in JSON has the documented schema", "[cli]") {
+  const Result r = dtsim("predict --model bert-large --cluster 2xa100-80g --plan ddp --set plan.micro_batch=32 --json");
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out);
+  for (const char* k : {"iteration_time_s", "samples_per_s", "tokens_per_s", "tflops_per_gpu", "mfu", "hfu"}) {
+    CHECK(j[k].as<double>() > 0);
+  }
+  for (const char* k : {"compute", "exposed_comm", "bubble", "optimizer", "offload", "other"}) {
+    CHECK(j["time_breakdown_s"][k].as<double>() >= 0);
+  }
+  CHECK(j["model"]["name"].as<std::string>() == "bert-large");
+  CHECK(j["model"]["parameters"].as<std::int64_t>() == 335141888);
+  CHECK(j["model"]["layers"].as<int>() == 24);
+  CHECK(j["cluster"]["gpus"].as<int>() == 2);
+  CHECK(j["plan"]["micro_batch"].as<int>() == 32);
+  CHECK(j["plan"]["dp"].as<int>() == 2);
+  CHECK(j["plan"]["global_batch"].as<int>() == 64);
+  CHECK(j["memory"]["fits"].as<bool>());
+  const YAML::Node rank = j["memory"]["ranks"][0];
+  for (const char* k : {"rank", "stage", "peak_bytes", "parameters_bytes", "gradients_bytes", "optimizer_bytes",
+                        "activations_bytes", "buffers_bytes"}) {
+    CHECK(rank[k].IsDefined());
+  }
+  // The breakdown sums to the iteration time (critical-path attribution).
+  double sum = 0;
+  for (const auto& kv : j["time_breakdown_s"]) sum += kv.second.as<double>();
+  CHECK(sum == Approx(j["iteration_time_s"].as<double>()).epsilon(1e-6));
+  // samples/s = global batch / iteration time
+  CHECK(j["samples_per_s"].as<double>() == Approx(64.0 / j["iteration_time_s"].as<double>()));
+}
+
+TEST_CASE("predict with a trace file writes Chrome Trace Event JSON", "[cli]") {
+  const std::string path = (std::filesystem::temp_directory_path() / "dtsim_cli_trace.json").string();
+  std::filesystem::remove(path);
+  const Result r = dtsim("predict --model gpt2 --cluster dgx-a100 --plan zero3 --trace " + path);
+  REQUIRE(r.status == 0);
+  const YAML::Node t = YAML::LoadFile(path);
+  const YAML::Node ev = t["traceEvents"];
+  REQUIRE(ev.IsSequence());
+  int complete = 0, counters = 0, gathers = 0;
+  for (const auto& e : ev) {
+    const std::string ph = e["ph"].as<std::string>();
+    complete += ph == "X";
+    counters += ph == "C";
+    if (ph == "X" && e["args"] && e["args"]["op"] && e["args"]["op"].as<std::string>() == "all_gather") ++gathers;
+  }
+  CHECK(complete > 20);
+  CHECK(counters > 20);
+  CHECK(gathers > 0);
+  // Nothing left behind but the file itself.
+  for (const auto& f : std::filesystem::directory_iterator(std::filesystem::temp_directory_path())) {
+    CHECK(f.path().filename().string().find(".dtsim_cli_trace.json.tmp") == std::string::npos);
+  }
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("a plan that does not fit is reported, not an error", "[cli]") {
+  const Result r = dtsim("predict --model gpt2-xl --cluster 1x2080ti --plan single --json");
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out);
+  CHECK_FALSE(j["memory"]["fits"].as<bool>());
+  CHECK(j["memory"]["shortfall_bytes"].as<std::int64_t>() > 0);
+  CHECK_THAT(dtsim("predict --model gpt2-xl --cluster 1x2080ti --plan single").out, Catch::Contains("fits: NO, short by"));
+}
+
+TEST_CASE("comm prints an nccl-tests-like table", "[cli]") {
+  const Result r = dtsim("comm --cluster dgx-a100 --op all_reduce --ranks 8 --max-bytes 1048576");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("algbw (GB/s)") && Catch::Contains("busbw (GB/s)") && Catch::Contains("1048576"));
+  const Result j = dtsim("comm --cluster dgx-a100 --op reduce_scatter --ranks 4 --json --max-bytes 1024");
+  REQUIRE(j.status == 0);
+  CHECK(YAML::Load(j.out)["rows"].size() == 8);  // 8, 16, ..., 1024
+}
+
+TEST_CASE("list shows the built-ins", "[cli]") {
+  CHECK_THAT(dtsim("list models").out, Catch::Contains("gpt2-xl") && Catch::Contains("bert-large") && Catch::Contains("bilstm"));
+  CHECK_THAT(dtsim("list clusters").out, Catch::Contains("dgx-a100") && Catch::Contains("8xv100-16g"));
+  CHECK_THAT(dtsim("list plans").out, Catch::Contains("zero2-offload") && Catch::Contains("fsdp"));
+  CHECK_THAT(dtsim("list devices").out, Catch::Contains("H100-SXM") && Catch::Contains("K80"));
+}
+
+TEST_CASE("a HuggingFace config.json is a model", "[cli]") {
+  const Result r = dtsim(std::string("predict --model ") + DTSIM_TEST_DATA + "/gpt2_config.json --cluster 1x2080ti --plan single --json");
+  REQUIRE(r.status == 0);
+  CHECK(YAML::Load(r.out)["model"]["parameters"].as<std::int64_t>() == 124439808);
+}
+
+TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad-input]") {
+  struct Case {
+    std::string args;
+    std::string expect;
+  };
+  const std::string bad_yaml = temp_file("dtsim_bad.yaml", "dp: 2\nmicro_batch: [1, 2\n");
+  const std::string unknown_key = temp_file("dtsim_unknown.yaml", "dp: 2\nzero_stag: 1\n");
+  const std::string bad_json = temp_file("dtsim_bad_config.json", "{\"model_type\": \"gpt2\",\n \"n_layer\": 12\n");
+  const std::vector<Case> cases = {
+      {"predict --model gpt2 --cluster dgx-a100 --plan /no/such/plan.yaml", "/no/such/plan.yaml: no such file"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + bad_yaml, bad_yaml + ":3: malformed YAML"},  // yaml-cpp marks where it gave up
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + unknown_key,
+       unknown_key + ":2: plan.zero_stag: unknown key (did you mean 'zero_stage'?)"},
+      {"predict --model " + bad_json + " --cluster dgx-a100", bad_json + ":3: malformed JSON"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.zero_stage=4", "plan.zero_stage: 4 is not one of 0, 1, 2, 3"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.dp=3", "plan.dp: 3 does not divide the 8 GPUs of dgx-a100; valid: 1, 2, 4, 8"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=0", "plan.micro_batch: 0 is out of range"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan zero2 --set plan.offload_params=cpu", "plan.offload_params: cpu needs zero_stage 3"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=many", "plan.micro_batch: 'many' is not an integer"},
+      {"predict --model gpt3 --cluster dgx-a100", "did you mean 'gpt2'?"},
+      {"predict --model gpt2 --cluster dgx-a10", "did you mean 'dgx-a100'?"},
+      {"predict --model gpt2 --cluster dgx-a100 --jsn", "unknown option --jsn (did you mean --json?)"},
+      {"predict --cluster dgx-a100", "--model is required"},
+      {"predict --model gpt2 --cluster dgx-a100 --set micro_batch=2", "expected SECTION.KEY=VALUE"},
+      {"predict --model gpt2 --cluster dgx-a100 --set cluster.nodes=0", "cluster.nodes: 0 is out of range"},
+      {"predict --model gpt2 --cluster dgx-a100 --set model.heads=7", "model.heads"},
+      {"predict --model gpt2 --cluster dgx-a100 --trace /no/such/dir/t.json", "/no/such/dir/t.json: cannot write"},
+      {"comm --cluster dgx-a100 --op allreduce", "did you mean 'all_reduce'?"},
+      {"comm --cluster dgx-a100 --ranks 9", "--ranks 9: expected an integer from 1 to 8"},
+      {"list gpus", "expected one of models, clusters, plans, devices"},
+      {"frobnicate", "unknown command 'frobnicate'"},
+  };
+  for (const auto& c : cases) {
+    INFO("dtsim " << c.args);
+    const Result r = dtsim(c.args);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.err, Catch::StartsWith("dtsim: ") && Catch::Contains(c.expect));
+    CHECK(lines(r.err) == 1);
+  }
+}

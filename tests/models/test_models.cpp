@@ -1,0 +1,172 @@
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <functional>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/error.hpp"
+
+using namespace dtsim;
+using namespace dtsim::models;
+
+namespace {
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+
+sim::WorkloadShape shape(std::int64_t b, std::int64_t s, int e) {
+  sim::WorkloadShape w;
+  w.micro_batch = b;
+  w.seq_len = s;
+  w.act_bytes = e;
+  return w;
+}
+
+// HuggingFace's GPT-2 count: wte V h + wpe P h + L (4h^2 + 2h(4h) + 9h + 4h) + ln_f 2h.
+std::int64_t gpt2_params(std::int64_t l, std::int64_t h) {
+  const std::int64_t v = 50257, p = 1024, f = 4 * h;
+  return v * h + p * h + l * (4 * h * h + 2 * h * f + 9 * h + f) + 2 * h;
+}
+
+}  // namespace
+
+TEST_CASE("GPT-2 parameter counts equal HuggingFace's", "[models]") {
+  // The published counts (model.num_parameters() of GPT2LMHeadModel, tied head).
+  CHECK(load_model("gpt2")->parameters() == 124'439'808);
+  CHECK(load_model("gpt2-medium")->parameters() == 354'823'168);
+  CHECK(load_model("gpt2-large")->parameters() == 774'030'080);
+  CHECK(load_model("gpt2-xl")->parameters() == 1'557'611'200);
+  // ... and the same by the formula.
+  CHECK(gpt2_params(12, 768) == 124'439'808);
+  CHECK(gpt2_params(48, 1600) == 1'557'611'200);
+}
+
+TEST_CASE("BERT parameter counts equal HuggingFace's BertModel (with pooler)", "[models]") {
+  // bert-base: embeddings (30522 + 512 + 2) x 768 + 2 x 768 = 23,837,184;
+  // 12 layers x 7,087,872; pooler 768^2 + 768 = 590,592: 109,482,240.
+  CHECK(load_model("bert-base")->parameters() == 109'482'240);
+  CHECK(load_model("bert-large")->parameters() == 335'141'888);
+  // bert-tiny (google/bert_uncased_L-2_H-128_A-2): 4,386,176 parameters.
+  CHECK(load_model("bert-tiny")->parameters() == (30522 + 512 + 2) * 128 + 256 + 2 * (4 * 128 * 128 + 2 * 128 * 512 + 9 * 128 + 512) + 128 * 128 + 128);
+}
+
+TEST_CASE("Bi-LSTM parameters as torch.nn.LSTM counts them", "[models]") {
+  // Per layer and direction 4H(in + H) + 8H; layer 0 in = 768, layer 1 in = 2H;
+  // head 2H x 33 + 33. H = 256.
+  const std::int64_t h = 256;
+  const std::int64_t l0 = 2 * (4 * h * 768 + 4 * h * h + 8 * h);
+  const std::int64_t l1 = 2 * (4 * h * 2 * h + 4 * h * h + 8 * h);
+  CHECK(load_model("bilstm")->parameters() == l0 + l1 + 2 * h * 33 + 33);
+}
+
+TEST_CASE("model FLOPs follow Korthikanti et al. 2022, Eq. 7", "[models]") {
+  // 72 B s l h^2 (1 + s/(6h) + V/(12 h l)) for forward + backward, no recompute.
+  for (const auto& [name, l, h] : {std::tuple{"gpt2", 12, 768}, std::tuple{"gpt2-xl", 48, 1600}}) {
+    const double b = 8, s = 1024, v = 50257;
+    const double expected = 72.0 * b * s * l * h * h * (1 + s / (6.0 * h) + v / (12.0 * h * l));
+    CHECK(load_model(name)->model_flops(shape(8, 1024, 2)) == Approx(expected).epsilon(1e-12));
+  }
+}
+
+TEST_CASE("a transformer layer's matmuls: 24 b s h^2 + 4 b s^2 h forward, twice that backward", "[models]") {
+  const auto m = load_model("gpt2");
+  const auto layers = m->layers(shape(2, 512, 2));
+  REQUIRE(layers.size() == 14);  // embedding, 12 blocks, head
+  const auto& blk = layers[1];
+  CHECK(blk.type == "transformer");
+  CHECK(blk.params == 7'087'872);
+  double mm_fwd = 0, mm_bwd = 0;
+  for (const auto& k : blk.forward) {
+    if (k.kind == sim::KernelKind::kGemm || k.kind == sim::KernelKind::kAttention) mm_fwd += k.flops;
+  }
+  for (const auto& k : blk.backward) {
+    if (k.kind == sim::KernelKind::kGemm || k.kind == sim::KernelKind::kAttention) mm_bwd += k.flops;
+  }
+  const double b = 2, s = 512, h = 768;
+  CHECK(mm_fwd == Approx(24 * b * s * h * h + 4 * b * s * s * h));
+  CHECK(mm_bwd == Approx(2 * mm_fwd));
+}
+
+TEST_CASE("activation bytes per layer follow Korthikanti et al. 2022, Table 2", "[models]") {
+  const std::int64_t b = 4, s = 1024, h = 768, a = 12;
+  const auto fp16 = load_model("gpt2")->layers(shape(b, s, 2));
+  // 16-bit activations, 1-byte masks: s b h (34 + 5 a s / h).
+  CHECK(fp16[1].saved_bytes == s * b * h * 34 + 5 * a * s * s * b);
+  // fp32: the 16 sbh-sized tensors and 2 as^2b tensors double, the masks do not:
+  // sbh (16 x 4 + 2) + as^2b (2 x 4 + 1).
+  const auto fp32 = load_model("gpt2")->layers(shape(b, s, 4));
+  CHECK(fp32[1].saved_bytes == s * b * h * 66 + 9 * a * s * s * b);
+  CHECK(fp32[1].output_bytes == 4 * s * b * h);
+  // Without dropout: no masks and no attention-dropout output: sbh 32 + 2 as^2b.
+  const auto nodrop = load_model("gpt2", {sim::parse_override("model.dropout=false")})->layers(shape(b, s, 2));
+  CHECK(nodrop[1].saved_bytes == s * b * h * 32 + 2 * a * s * s * b);
+}
+
+TEST_CASE("the tied LM head borrows the token embedding", "[models]") {
+  const auto layers = load_model("gpt2")->layers(shape(1, 1024, 2));
+  CHECK(layers.back().type == "lm_head");
+  CHECK(layers.back().params == 2 * 768);
+  CHECK(layers.back().borrowed_params == 50257 * 768);
+  std::int64_t sum = 0;
+  for (const auto& l : layers) sum += l.params;
+  CHECK(sum == 124'439'808);
+}
+
+TEST_CASE("layer parameters add up to the model's for every built-in", "[models]") {
+  for (const auto& name : builtin_names()) {
+    INFO(name);
+    const auto m = load_model(name);
+    std::int64_t sum = 0;
+    for (const auto& l : m->layers(shape(1, std::min<std::int64_t>(64, m->max_seq_len()), 2))) sum += l.params;
+    CHECK(sum == m->parameters());
+    CHECK_FALSE(describe_builtin(name).empty());
+  }
+}
+
+TEST_CASE("the LSTM recurrence is s sequential steps", "[models]") {
+  const auto layers = load_model("bilstm")->layers(shape(8, 100, 2));
+  REQUIRE(layers.size() == 3);
+  int steps = 0;
+  for (const auto& k : layers[0].forward) {
+    if (k.kind == sim::KernelKind::kRecurrent) {
+      CHECK(k.repeat == 100);
+      CHECK(k.m == 8);
+      CHECK(k.n == 4 * 256);
+      ++steps;
+    }
+  }
+  CHECK(steps == 2);  // one per direction
+}
+
+TEST_CASE("HuggingFace config.json gives the built-in's counts", "[models]") {
+  CHECK(load_model(std::string(DTSIM_TEST_DATA) + "/gpt2_config.json")->parameters() == 124'439'808);
+  CHECK(load_model(std::string(DTSIM_TEST_DATA) + "/bert_config.json")->parameters() == 109'482'240);
+}
+
+TEST_CASE("our YAML and overrides", "[models]") {
+  const auto m = load_model(std::string(DTSIM_CONFIG_DIR_FOR_TESTS) + "/models/my-gpt.yaml");
+  CHECK(m->name() == "my-gpt");
+  // 1.3B: 50257 x 2048 + 2048 x 2048 + 24 (4h^2 + 2h 8192 + 9h + 8192) + 2h
+  const std::int64_t h = 2048, f = 8192;
+  CHECK(m->parameters() == 50257 * h + 2048 * h + 24 * (4 * h * h + 2 * h * f + 9 * h + f) + 2 * h);
+  CHECK(load_model("gpt2", {sim::parse_override("model.layers=24")})->parameters() == gpt2_params(24, 768));
+}
+
+TEST_CASE("bad model input names file, line and key", "[models][bad-input]") {
+  CHECK_THROWS_AS(load_model("/no/such/model.yaml"), IoError);
+  CHECK_THAT(error_of([] { load_model("gpt-2"); }), Catch::Contains("unknown model (did you mean 'gpt2'?)"));
+  CHECK_THAT(error_of([] { load_model("gpt2", {sim::parse_override("model.heads=7")}); }),
+             Catch::StartsWith("--set model.heads: model.heads: 7 does not divide hidden 768"));
+  CHECK_THAT(error_of([] { load_model("gpt2", {sim::parse_override("model.layer=7")}); }),
+             Catch::Contains("model.layer: unknown key (did you mean 'layers'?)"));
+  CHECK_THAT(error_of([] { load_model("gpt2", {sim::parse_override("model.hidden=big")}); }),
+             Catch::Contains("model.hidden: 'big' is not an integer"));
+  CHECK_THAT(error_of([] { load_model("bert-base", {sim::parse_override("model.family=rnn")}); }),
+             Catch::Contains("model.family: 'rnn' is not one of gpt, gpt2, bert, bilstm"));
+}

@@ -1,0 +1,63 @@
+#pragma once
+// A model with round numbers for lowering tests: `n` identical layers, each
+// with `params` parameters, one forward kernel and one backward kernel whose
+// times a FixedCompute model sets, and `saved` bytes kept for backward.
+
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/model.hpp"
+
+namespace dtsim::test {
+
+class FakeModel final : public sim::Model {
+ public:
+  FakeModel(int n, std::int64_t params, Bytes saved) : n_(n), params_(params), saved_(saved) {}
+  std::string name() const override { return "fake"; }
+  std::int64_t parameters() const override { return n_ * params_; }
+  int blocks() const override { return n_; }
+  std::int64_t max_seq_len() const override { return 1024; }
+  std::vector<sim::Layer> layers(const sim::WorkloadShape& s) const override {
+    std::vector<sim::Layer> out;
+    for (int i = 0; i < n_; ++i) {
+      sim::Layer l;
+      l.name = "L" + std::to_string(i);
+      l.type = "transformer";
+      l.params = params_;
+      sim::Kernel f;
+      f.name = "fwd";
+      f.kind = sim::KernelKind::kGemm;
+      f.flops = 1e9 * static_cast<double>(s.micro_batch);
+      sim::Kernel b = f;
+      b.name = "bwd";
+      b.flops = 2 * f.flops;
+      l.forward = {f};
+      l.backward = {b};
+      l.saved_bytes = saved_ * s.micro_batch;
+      l.output_bytes = 0;
+      out.push_back(l);
+    }
+    return out;
+  }
+  Flops model_flops(const sim::WorkloadShape& s) const override { return 3e9 * n_ * static_cast<double>(s.micro_batch); }
+
+ private:
+  int n_;
+  std::int64_t params_;
+  Bytes saved_;
+};
+
+/// 1 GFLOP takes exactly `ns_per_gflop`, no launch cost.
+class FixedCompute final : public sim::ComputeModel {
+ public:
+  explicit FixedCompute(TimeNs ns_per_gflop) : ns_(ns_per_gflop) {}
+  TimeNs kernel_time(const sim::Kernel& k, sim::Precision) const override {
+    return static_cast<TimeNs>(k.flops / 1e9 * static_cast<double>(ns_));
+  }
+
+ private:
+  TimeNs ns_;
+};
+
+}  // namespace dtsim::test

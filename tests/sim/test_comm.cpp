@@ -1,0 +1,116 @@
+#include <catch2/catch.hpp>
+
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/report.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+
+// A cluster with round numbers: 100 GB/s, 1 us per intra-node hop; NICs of
+// 10 GB/s, 5 us, 4 per node; 8 GPUs per node.
+ClusterSpec round_cluster(int nodes) {
+  ClusterSpec c;
+  c.name = "round";
+  c.nodes = nodes;
+  c.gpus_per_node = 8;
+  c.intra_node = {"nvlink", 100e9, 1 * kNsPerUs};
+  c.inter_node = {"infiniband", 10e9, 5 * kNsPerUs};
+  c.nics_per_node = 4;
+  c.host_device_bandwidth = 20e9;
+  return c;
+}
+
+constexpr TimeNs kBase = 6 * kNsPerUs;  // the model's fixed per-collective cost
+
+}  // namespace
+
+TEST_CASE("ring all-reduce inside a node follows the alpha-beta formula", "[comm]") {
+  // Thakur et al. 2005: 2(n-1) alpha + 2(n-1)/n S/B. n=8, S=1 GB, B=100 GB/s,
+  // alpha=1 us: 14 us + 17.5 ms, plus the 6 us base.
+  const AnalyticCommModel m(round_cluster(1));
+  const CollectiveCost c = m.collective(CollectiveOp::kAllReduce, 1'000'000'000, {8, 8});
+  CHECK(c.algorithm == "ring");
+  CHECK(c.latency == kBase + 14 * kNsPerUs);
+  CHECK(c.wire_bytes == Approx(1.75e9));
+  CHECK(c.total() == kBase + 14 * kNsPerUs + 17'500'000);
+  CHECK(c.link == LinkClass::kIntraNode);
+}
+
+TEST_CASE("reduce-scatter and all-gather move (n-1)/n of the buffer", "[comm]") {
+  const AnalyticCommModel m(round_cluster(1));
+  for (CollectiveOp op : {CollectiveOp::kReduceScatter, CollectiveOp::kAllGather}) {
+    const CollectiveCost c = m.collective(op, 800'000'000, {4, 4});
+    // (4-1)/4 * 800 MB = 600 MB at 100 GB/s = 6 ms; 3 hops of 1 us.
+    CHECK(c.latency == kBase + 3 * kNsPerUs);
+    CHECK(c.total() == kBase + 3 * kNsPerUs + 6'000'000);
+  }
+}
+
+TEST_CASE("broadcast moves the whole buffer once per rank", "[comm]") {
+  const AnalyticCommModel m(round_cluster(1));
+  const CollectiveCost c = m.collective(CollectiveOp::kBroadcast, 100'000'000, {8, 8});
+  CHECK(c.total() == kBase + 7 * kNsPerUs + 1'000'000);
+}
+
+TEST_CASE("a collective over one rank costs nothing", "[comm]") {
+  const AnalyticCommModel m(round_cluster(1));
+  CHECK(m.collective(CollectiveOp::kAllReduce, 1 << 20, {1, 1}).total() == 0);
+}
+
+TEST_CASE("across nodes the ring is bound by the NICs", "[comm]") {
+  // 2 nodes x 8: bottleneck min(100, 4 x 10) = 40 GB/s over the network;
+  // every one of the 2(16-1) = 30 steps waits for the 5 us network hop.
+  const AnalyticCommModel m(round_cluster(2));
+  const CollectiveCost c = m.with_algorithm("ring", CollectiveOp::kAllReduce, 4'000'000'000, {16, 8});
+  CHECK(c.link == LinkClass::kInterNode);
+  CHECK(c.rate == Approx(40e9));
+  CHECK(c.latency == kBase + 30 * 5 * kNsPerUs);
+  // 2*15/16 * 4 GB = 7.5 GB at 40 GB/s = 187.5 ms.
+  CHECK(c.total() == c.latency + 187'500'000);
+}
+
+TEST_CASE("NCCL's choice: tree for small messages across many nodes, ring for large", "[comm]") {
+  const AnalyticCommModel m(round_cluster(16));
+  const CommGroup g{128, 8};
+  // Tree latency: 2 (log2(16) x 5 us + 7 x 1 us) = 54 us vs ring 2 x 127 x 5 us.
+  const CollectiveCost tree = m.with_algorithm("tree", CollectiveOp::kAllReduce, 1024, g);
+  CHECK(tree.latency == kBase + 54 * kNsPerUs);
+  CHECK(m.collective(CollectiveOp::kAllReduce, 1024, g).algorithm == "tree");
+  // Over 2 nodes, for 1 GB, the ring moves 2*15/16 GB (46.9 ms at 40 GB/s,
+  // 150 us of hops) against the tree's 2 GB (50 ms): the ring wins.
+  const AnalyticCommModel two(round_cluster(2));
+  CHECK(two.collective(CollectiveOp::kAllReduce, 1'000'000'000, {16, 8}).algorithm == "ring");
+  CHECK(two.collective(CollectiveOp::kAllReduce, 1024, {16, 8}).algorithm == "tree");
+}
+
+TEST_CASE("groups sharing the NICs split them", "[comm]") {
+  // 8 groups of one rank per node (as data parallelism across nodes with 8
+  // local ranks each running their own group): 40 GB/s / 8 = 5 GB/s each.
+  const AnalyticCommModel m(round_cluster(4));
+  CommGroup g{4, 1};
+  g.groups_per_node = 8;
+  const CollectiveCost c = m.with_algorithm("ring", CollectiveOp::kAllReduce, 1'000'000'000, g);
+  CHECK(c.rate == Approx(5e9));
+}
+
+TEST_CASE("bus bandwidth as nccl-tests defines it", "[comm]") {
+  CHECK(bus_bandwidth_factor(CollectiveOp::kAllReduce, 8) == Approx(1.75));
+  CHECK(bus_bandwidth_factor(CollectiveOp::kAllGather, 8) == Approx(0.875));
+  CHECK(bus_bandwidth_factor(CollectiveOp::kReduceScatter, 2) == Approx(0.5));
+  CHECK(bus_bandwidth_factor(CollectiveOp::kBroadcast, 8) == Approx(1.0));
+  // For large messages the predicted busbw approaches the link bandwidth.
+  const AnalyticCommModel m(round_cluster(1));
+  const auto rows = comm_sweep(m, CollectiveOp::kAllReduce, {8, 8}, 1 << 30, 1 << 30);
+  REQUIRE(rows.size() == 1);
+  CHECK(rows[0].busbw == Approx(100.0).epsilon(0.01));
+  CHECK(rows[0].algbw == Approx(rows[0].busbw / 1.75));
+}
+
+TEST_CASE("host copies run over PCIe at the host-device bandwidth", "[comm]") {
+  const AnalyticCommModel m(round_cluster(1));
+  const CollectiveCost c = m.host_copy(200'000'000);
+  CHECK(c.link == LinkClass::kHostDevice);
+  CHECK(c.total() == 10 * kNsPerUs + 10'000'000);  // 200 MB at 20 GB/s = 10 ms
+}

@@ -1,0 +1,130 @@
+#include <catch2/catch.hpp>
+
+#include <string>
+
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+}  // namespace
+
+TEST_CASE("a plan file is read with every key", "[config]") {
+  const PlanSpec p = parse_plan(
+      "name: mine\ndp: 4\nmicro_batch: 8\ngrad_accum: 2\nprecision: bf16\noptimizer: sgd\nzero_stage: 2\n"
+      "offload_optimizer: cpu\nrecompute: full\nbucket_mb: 50\noverlap: false\n",
+      "p.yaml");
+  CHECK(p.name == "mine");
+  CHECK(p.dp == 4);
+  CHECK(p.micro_batch == 8);
+  CHECK(p.grad_accum == 2);
+  CHECK(p.precision == Precision::kBf16);
+  CHECK(p.optimizer == Optimizer::kSgd);
+  CHECK(p.zero_stage == 2);
+  CHECK(p.offload_optimizer == Offload::kCpu);
+  CHECK(p.recompute == Recompute::kFull);
+  CHECK(p.bucket_mb == 50);
+  CHECK_FALSE(p.overlap);
+  CHECK(p.origins.of("plan.dp") == "p.yaml:2");
+}
+
+TEST_CASE("an unknown key names file, line and a suggestion", "[config][bad-input]") {
+  const std::string e = error_of([] { parse_plan("dp: 2\nmicro_bach: 4\n", "configs/plans/x.yaml"); });
+  CHECK_THAT(e, Catch::StartsWith("configs/plans/x.yaml:2: plan.micro_bach: unknown key (did you mean 'micro_batch'?)"));
+}
+
+TEST_CASE("zero_stage 4 lists what is valid", "[config][bad-input]") {
+  const std::string e = error_of([] { parse_plan("name: x\nzero_stage: 4\n", "x.yaml"); });
+  CHECK(e == "x.yaml:2: plan.zero_stage: 4 is not one of 0, 1, 2, 3");
+}
+
+TEST_CASE("wrong types are named", "[config][bad-input]") {
+  CHECK(error_of([] { parse_plan("micro_batch: lots\n", "x.yaml"); }) ==
+        "x.yaml:1: plan.micro_batch: 'lots' is not an integer");
+  CHECK(error_of([] { parse_plan("overlap: maybe\n", "x.yaml"); }) ==
+        "x.yaml:1: plan.overlap: 'maybe' is not a boolean; valid: true, false");
+  CHECK_THAT(error_of([] { parse_plan("precision: fp8\n", "x.yaml"); }),
+             Catch::Contains("plan.precision: 'fp8' is not one of fp32, fp16, bf16"));
+  CHECK_THAT(error_of([] { parse_plan("dp: [1, 2]\n", "x.yaml"); }),
+             Catch::Contains("plan.dp: expected an integer, got a list"));
+}
+
+TEST_CASE("a zero micro-batch is rejected", "[config][bad-input]") {
+  CHECK(error_of([] { parse_plan("micro_batch: 0\n", "x.yaml"); }) ==
+        "x.yaml:1: plan.micro_batch: 0 is out of range; valid: 1 to 1099511627776");
+}
+
+TEST_CASE("malformed YAML gives the line", "[config][bad-input]") {
+  CHECK_THAT(error_of([] { parse_plan("dp: 2\nmicro_batch: [1, 2\n", "x.yaml"); }),
+             Catch::StartsWith("x.yaml:") && Catch::Contains("malformed YAML"));
+}
+
+TEST_CASE("overrides apply before validation and are named as their origin", "[config]") {
+  const PlanSpec p = parse_plan("dp: 2\n", "x.yaml", {parse_override("plan.micro_batch=32")});
+  CHECK(p.micro_batch == 32);
+  CHECK(p.origins.of("plan.micro_batch") == "--set plan.micro_batch");
+  CHECK(error_of([] { parse_plan("dp: 2\n", "x.yaml", {parse_override("plan.zero_stage=7")}); }) ==
+        "--set plan.zero_stage: plan.zero_stage: 7 is not one of 0, 1, 2, 3");
+  CHECK_THAT(error_of([] { parse_plan("dp: 2\n", "x.yaml", {parse_override("plan.dpp=2")}); }),
+             Catch::StartsWith("--set plan.dpp: plan.dpp: unknown key (did you mean 'dp'?)"));
+}
+
+TEST_CASE("malformed --set is rejected with the valid form", "[config][bad-input]") {
+  CHECK_THROWS_AS(parse_override("micro_batch=3"), ConfigError);
+  CHECK_THAT(error_of([] { parse_override("plans.dp=3"); }), Catch::Contains("did you mean 'plan'"));
+  CHECK_THAT(error_of([] { parse_override("plan.dp="); }), Catch::Contains("no value"));
+}
+
+TEST_CASE("a cluster file is read, with device overrides", "[config]") {
+  const ClusterSpec c = parse_cluster(
+      "name: t\nnodes: 2\ngpus_per_node: 4\ndevice: {base: A100-SXM4-80GB, memory_GiB: 40}\n"
+      "intra_node: {type: nvlink, bandwidth_GBps: 300, latency_us: 0.5}\n"
+      "inter_node: {type: infiniband, bandwidth_GBps: 25, latency_us: 5, nics_per_node: 4}\n"
+      "host: {memory_GiB: 512, device_bandwidth_GBps: 24, memory_bandwidth_GBps: 200, tflops: 2}\n",
+      "c.yaml", {parse_override("cluster.nodes=3"), parse_override("cluster.intra_node.bandwidth_GBps=150")});
+  CHECK(c.nodes == 3);
+  CHECK(c.gpus() == 12);
+  CHECK(c.device.memory == 40 * kGiB);
+  CHECK(c.device.name == "A100-SXM4-80GB");
+  CHECK(c.intra_node.bandwidth == Approx(150e9));
+  CHECK(c.intra_node.latency == 500);
+  CHECK(c.inter_node.bandwidth == Approx(25e9));
+  CHECK(c.nics_per_node == 4);
+  CHECK(c.host_device_bandwidth == Approx(24e9));
+}
+
+TEST_CASE("cluster errors name the key", "[config][bad-input]") {
+  const std::string base = "intra_node: {type: nvlink, bandwidth_GBps: 300}\n";
+  CHECK_THAT(error_of([&] { parse_cluster("device: A100-SXM4-80G\n" + base, "c.yaml"); }),
+             Catch::StartsWith("c.yaml:1: cluster.device: unknown device 'A100-SXM4-80G' (did you mean 'A100-SXM4-80GB'?)"));
+  CHECK_THAT(error_of([&] { parse_cluster("device: K80\nintra_node: {type: nvlinc, bandwidth_GBps: 3}\n", "c.yaml"); }),
+             Catch::Contains("cluster.intra_node.type: 'nvlinc' is not one of nvlink, pcie, shm"));
+  CHECK_THAT(error_of([&] { parse_cluster("device: K80\n" + base + "gpus_per_node: 0\n", "c.yaml"); }),
+             Catch::StartsWith("c.yaml:3: cluster.gpus_per_node: 0 is out of range"));
+  CHECK_THAT(error_of([&] { parse_cluster("device: K80\n", "c.yaml"); }),
+             Catch::Contains("cluster.intra_node: missing"));
+}
+
+TEST_CASE("missing files and unknown names", "[config][bad-input]") {
+  CHECK_THROWS_AS(load_plan("no/such/plan.yaml"), IoError);
+  CHECK_THAT(error_of([] { load_plan("zero22"); }), Catch::Contains("unknown plan (did you mean 'zero2'?)"));
+}
+
+TEST_CASE("every shipped plan and cluster loads", "[config]") {
+  const auto plans = list_configs("plans");
+  const auto clusters = list_configs("clusters");
+  CHECK(plans.size() >= 7);
+  CHECK(clusters.size() >= 8);
+  for (const auto& p : plans) CHECK_NOTHROW(load_plan(p));
+  for (const auto& c : clusters) CHECK_NOTHROW(load_cluster(c));
+}

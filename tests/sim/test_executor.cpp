@@ -1,0 +1,220 @@
+#include <catch2/catch.hpp>
+
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/executor.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+
+constexpr TimeNs kUs = kNsPerUs;
+
+TaskGraph one_rank(int streams = 2) {
+  TaskGraph g;
+  SimRank r;
+  for (int s = 0; s < streams; ++s) r.streams.push_back("s" + std::to_string(s));
+  r.link_capacity = {1e9, 1e9, 1e9};  // 1 GB/s everywhere: 1 byte per ns
+  g.ranks.push_back(r);
+  return g;
+}
+
+Task compute(const std::string& name, TimeNs d, int stream = 0, std::vector<TaskId> deps = {}) {
+  Task t;
+  t.name = name;
+  t.kind = TaskKind::kCompute;
+  t.phase = Phase::kForward;
+  t.stream = stream;
+  t.duration = d;
+  t.deps = std::move(deps);
+  return t;
+}
+
+Task comm(const std::string& name, TimeNs latency, double bytes, int stream = 1, std::vector<TaskId> deps = {}) {
+  Task t;
+  t.name = name;
+  t.kind = TaskKind::kCollective;
+  t.phase = Phase::kComm;
+  t.stream = stream;
+  t.cost.latency = latency;
+  t.cost.wire_bytes = bytes;
+  t.cost.rate = 1e9;
+  t.cost.link = LinkClass::kIntraNode;
+  t.deps = std::move(deps);
+  return t;
+}
+
+}  // namespace
+
+TEST_CASE("tasks on one stream run one after another", "[executor]") {
+  TaskGraph g = one_rank();
+  g.add(compute("a", 100 * kUs));
+  g.add(compute("b", 50 * kUs));
+  const ExecResult r = execute(g);
+  CHECK(r.spans[0].start == 0);
+  CHECK(r.spans[1].start == 100 * kUs);
+  CHECK(r.makespan == 150 * kUs);
+}
+
+TEST_CASE("a collective that fully overlaps compute adds nothing", "[executor]") {
+  // compute 100 us on stream 0; a 40 us collective (10 us latency + 30000 B
+  // at 1 B/ns) on stream 1 with no dependency: hidden entirely.
+  TaskGraph g = one_rank();
+  g.add(compute("fwd", 100 * kUs));
+  g.add(comm("allreduce", 10 * kUs, 30000));
+  const ExecResult r = execute(g);
+  CHECK(r.spans[1].end == 40 * kUs);
+  CHECK(r.makespan == 100 * kUs);
+  CHECK(r.critical_path[static_cast<int>(Phase::kComm)] == 0);
+  CHECK(r.critical_path[static_cast<int>(Phase::kForward)] == 100 * kUs);
+}
+
+TEST_CASE("a collective that cannot overlap adds its full time", "[executor]") {
+  // a (100 us) -> allreduce (10 us + 30 us) -> b (50 us): 190 us in a chain.
+  TaskGraph g = one_rank();
+  const TaskId a = g.add(compute("a", 100 * kUs));
+  const TaskId c = g.add(comm("allreduce", 10 * kUs, 30000, 1, {a}));
+  g.add(compute("b", 50 * kUs, 0, {c}));
+  const ExecResult r = execute(g);
+  CHECK(r.makespan == 190 * kUs);
+  CHECK(r.critical_path[static_cast<int>(Phase::kComm)] == 40 * kUs);
+  CHECK(r.critical_path[static_cast<int>(Phase::kForward)] == 150 * kUs);
+  TimeNs sum = 0;
+  for (TimeNs t : r.critical_path) sum += t;
+  CHECK(sum == r.makespan);
+}
+
+TEST_CASE("the critical path follows whichever dependency finished last", "[executor]") {
+  // a: 0-100; allreduce starts at 20 (after x) and needs 100 us -> ends 120;
+  // b waits for both: starts 120, ends 170. The path runs b <- allreduce <- x.
+  TaskGraph g = one_rank();
+  const TaskId x = g.add(compute("x", 20 * kUs, 2));
+  g.tasks[x].phase = Phase::kBackward;
+  const TaskId a = g.add(compute("a", 100 * kUs));
+  const TaskId c = g.add(comm("allreduce", 0, 100000, 1, {x}));
+  g.add(compute("b", 50 * kUs, 0, {a, c}));
+  g.ranks[0].streams.push_back("s2");
+  const ExecResult r = execute(g);
+  CHECK(r.makespan == 170 * kUs);
+  CHECK(r.critical_path[static_cast<int>(Phase::kComm)] == 100 * kUs);
+  CHECK(r.critical_path[static_cast<int>(Phase::kBackward)] == 20 * kUs);
+  CHECK(r.critical_path[static_cast<int>(Phase::kForward)] == 50 * kUs);
+}
+
+TEST_CASE("concurrent flows on one link share its bandwidth", "[executor]") {
+  // Two 1 MB flows on a 1 GB/s link at once: each gets 0.5 GB/s, both end at
+  // 2 ms. A 1 MB and a 3 MB flow: the small one ends at 2 ms; the big one has
+  // 2 MB left and the whole link: 2 ms more, 4 ms.
+  SECTION("equal flows") {
+    TaskGraph g = one_rank(3);
+    g.add(comm("c1", 0, 1e6, 1));
+    g.add(comm("c2", 0, 1e6, 2));
+    const ExecResult r = execute(g);
+    CHECK(r.spans[0].end == 2 * kNsPerMs);
+    CHECK(r.spans[1].end == 2 * kNsPerMs);
+  }
+  SECTION("unequal flows") {
+    TaskGraph g = one_rank(3);
+    g.add(comm("small", 0, 1e6, 1));
+    g.add(comm("big", 0, 3e6, 2));
+    const ExecResult r = execute(g);
+    CHECK(r.spans[0].end == 2 * kNsPerMs);
+    CHECK(r.spans[1].end == 4 * kNsPerMs);
+  }
+  SECTION("flows on different links do not interfere") {
+    TaskGraph g = one_rank(3);
+    g.add(comm("intra", 0, 1e6, 1));
+    Task t = comm("host", 0, 1e6, 2);
+    t.cost.link = LinkClass::kHostDevice;
+    g.add(t);
+    const ExecResult r = execute(g);
+    CHECK(r.spans[0].end == 1 * kNsPerMs);
+    CHECK(r.spans[1].end == 1 * kNsPerMs);
+  }
+}
+
+TEST_CASE("a collective starts when every participant has reached it", "[executor]") {
+  TaskGraph g;
+  for (int i = 0; i < 2; ++i) {
+    SimRank r;
+    r.rank = i;
+    r.streams = {"compute", "comm"};
+    r.link_capacity = {1e9, 1e9, 1e9};
+    g.ranks.push_back(r);
+  }
+  Task a = compute("a0", 10 * kUs);
+  a.rank = 0;
+  Task b = compute("a1", 30 * kUs);
+  b.rank = 1;
+  const TaskId ta = g.add(a), tb = g.add(b);
+  for (int i = 0; i < 2; ++i) {
+    Task c = comm("ar", 5 * kUs, 0, 1, {i == 0 ? ta : tb});
+    c.rank = i;
+    c.collective = 7;
+    c.participants = 2;
+    g.add(c);
+  }
+  const ExecResult r = execute(g);
+  CHECK(r.spans[2].start == 30 * kUs);
+  CHECK(r.spans[3].start == 30 * kUs);
+  CHECK(r.spans[2].end == 35 * kUs);
+  CHECK(r.makespan == 35 * kUs);
+}
+
+TEST_CASE("the memory peak of a known allocation sequence", "[executor]") {
+  // resident 100 B of parameters; t1 (0-10) holds 50 B of activations;
+  // t2 (10-20) holds 70 B; t3 on another stream (0-15) holds 30 B of buffers.
+  // Peak: 100 + 70 + 30 = 200 B at t = 10 (t1 has freed its 50 by then:
+  // 100+50+30 = 180 before).
+  TaskGraph g = one_rank();
+  g.ranks[0].resident = {{MemCategory::kParameters, 100}};
+  Task t1 = compute("t1", 10);
+  t1.on_start = {{MemCategory::kActivations, 50}};
+  t1.on_end = {{MemCategory::kActivations, -50}};
+  Task t2 = compute("t2", 10);
+  t2.on_start = {{MemCategory::kActivations, 70}};
+  t2.on_end = {{MemCategory::kActivations, -70}};
+  Task t3 = compute("t3", 15, 1);
+  t3.on_start = {{MemCategory::kBuffers, 30}};
+  t3.on_end = {{MemCategory::kBuffers, -30}};
+  g.add(t1);
+  g.add(t2);
+  g.add(t3);
+  const ExecResult r = execute(g, {true});
+  const MemSnapshot& peak = r.memory[0].at_peak;
+  CHECK(peak.total() == 200);
+  CHECK(peak.time == 10);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kParameters)] == 100);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kActivations)] == 70);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kBuffers)] == 30);
+  CHECK(r.memory[0].timeline.back().total() == 100);
+}
+
+TEST_CASE("freeing more than was allocated is an internal error", "[executor]") {
+  TaskGraph g = one_rank();
+  Task t = compute("t", 1);
+  t.on_end = {{MemCategory::kActivations, -1}};
+  g.add(t);
+  CHECK_THROWS_AS(execute(g), InternalError);
+}
+
+TEST_CASE("a dependency cycle is reported, not hung on", "[executor]") {
+  TaskGraph g = one_rank();
+  g.add(compute("a", 1, 0, {1}));
+  g.add(compute("b", 1, 1, {0}));
+  CHECK_THROWS_AS(execute(g), InternalError);
+}
+
+TEST_CASE("runs are reproducible", "[executor]") {
+  TaskGraph g = one_rank(3);
+  for (int i = 0; i < 20; ++i) {
+    g.add(compute("c" + std::to_string(i), 7 + i));
+    g.add(comm("x" + std::to_string(i), 3, 1000 + 10 * i, 1 + i % 2, {static_cast<TaskId>(2 * i)}));
+  }
+  const ExecResult a = execute(g), b = execute(g);
+  REQUIRE(a.spans.size() == b.spans.size());
+  for (std::size_t i = 0; i < a.spans.size(); ++i) {
+    CHECK(a.spans[i].start == b.spans[i].start);
+    CHECK(a.spans[i].end == b.spans[i].end);
+  }
+}

@@ -1,0 +1,190 @@
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/executor.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "fake_model.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+
+// 2 GPUs per node, 100 GB/s and 1 us per hop inside, round device figures:
+// optimizer steps move 28 B/param at exactly 1 TB/s, no launch cost.
+ClusterSpec round_cluster(int nodes = 1, int per_node = 2) {
+  ClusterSpec c;
+  c.name = "round";
+  c.nodes = nodes;
+  c.gpus_per_node = per_node;
+  c.device.name = "dev";
+  c.device.memory = 80 * kGiB;
+  c.device.peak_fp32 = 1e12;
+  c.device.peak_fp16 = 1e12;
+  c.device.memory_bandwidth = 1e12;
+  c.device.memory_efficiency = 1.0;
+  c.device.kernel_launch = 0;
+  c.device.runtime_reserved = 0;
+  c.intra_node = {"nvlink", 100e9, 1 * kNsPerUs};
+  c.inter_node = {"infiniband", 10e9, 5 * kNsPerUs};
+  c.nics_per_node = 1;
+  c.host_device_bandwidth = 10e9;
+  c.host_memory_bandwidth = 100e9;
+  c.host_flops = 1e12;
+  return c;
+}
+
+struct Run {
+  TaskGraph graph;
+  ExecResult exec;
+  int count(CollectiveOp op) const {
+    return static_cast<int>(std::count_if(graph.tasks.begin(), graph.tasks.end(), [&](const Task& t) {
+      return t.kind == TaskKind::kCollective && t.phase == Phase::kComm && t.op == op;
+    }));
+  }
+  TimeNs phase(Phase p) const { return exec.critical_path[static_cast<int>(p)]; }
+};
+
+Run run(const Model& m, const std::string& plan_yaml, const ClusterSpec& c, TimeNs ns_per_gflop) {
+  const ResolvedPlan plan = resolve(parse_plan(plan_yaml, "test.yaml"), m, c);
+  const test::FixedCompute compute(ns_per_gflop);
+  const AnalyticCommModel comm(c);
+  Run r;
+  r.graph = lower(m, plan, c, CostModels{&compute, &comm});
+  r.exec = execute(r.graph);
+  return r;
+}
+
+}  // namespace
+
+TEST_CASE("single GPU: forward, backward and the optimizer, in order", "[lowering]") {
+  // 4 layers x 1000 params, fp32 Adam. Forward 1 GFLOP = 1 us per layer,
+  // backward 2 us. Optimizer: 4000 params x 28 B at 1 TB/s = 112 ns.
+  const test::FakeModel m(4, 1000, 10);
+  const Run r = run(m, "dp: 1\nprecision: fp32\noptimizer: adam\n", round_cluster(), 1000);
+  CHECK(r.exec.makespan == 4 * 1000 + 4 * 2000 + 112);
+  CHECK(r.phase(Phase::kForward) == 4000);
+  CHECK(r.phase(Phase::kBackward) == 8000);
+  CHECK(r.phase(Phase::kOptimizer) == 112);
+  CHECK(r.count(CollectiveOp::kAllReduce) == 0);
+  // Peak at the start of the last backward: parameters 16000 B, all four
+  // layers' fp32 gradients 16000 B, Adam's m and v 32000 B, and the first
+  // layer's 10 B of activations still held.
+  const MemSnapshot& peak = r.exec.memory[0].at_peak;
+  CHECK(peak.total() == 64010);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kParameters)] == 16000);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 16000);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 32000);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kActivations)] == 10);
+}
+
+TEST_CASE("DDP: a single small bucket is all-reduced after backward, fully exposed", "[lowering]") {
+  // All 16000 B of gradients fit PyTorch's 1 MiB first bucket: one all-reduce
+  // after the last backward. Ring over 2 ranks: 6 us + 2 hops x 1 us +
+  // 2(1/2) x 16000 B / 100 GB/s = 160 ns.
+  const test::FakeModel m(4, 1000, 10);
+  const Run r = run(m, "dp: 2\nprecision: fp32\noptimizer: adam\n", round_cluster(), 1000);
+  CHECK(r.count(CollectiveOp::kAllReduce) == 1);
+  CHECK(r.phase(Phase::kComm) == 8000 + 160);
+  CHECK(r.exec.makespan == 12000 + 8160 + 112);
+}
+
+TEST_CASE("DDP: bucket all-reduces overlap the rest of backward", "[lowering]") {
+  // 4 layers x 10M fp32 params = 40 MB each: one bucket per layer. Backward
+  // takes 1 ms per layer; each all-reduce 8 us + 40 MB / 100 GB/s = 408 us,
+  // so only the last one (after layer 0) is exposed. Optimizer: 40M x 28 B
+  // at 1 TB/s = 1.12 ms.
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run r = run(m, "dp: 2\nprecision: fp32\noptimizer: adam\n", round_cluster(), 500'000);
+  CHECK(r.count(CollectiveOp::kAllReduce) == 4);
+  CHECK(r.phase(Phase::kComm) == 408'000);
+  CHECK(r.exec.makespan == 2'000'000 + 4'000'000 + 408'000 + 1'120'000);
+  SECTION("without overlap every all-reduce waits for the end of backward") {
+    const Run n = run(m, "dp: 2\nprecision: fp32\noptimizer: adam\noverlap: false\n", round_cluster(), 500'000);
+    CHECK(n.phase(Phase::kComm) == 4 * 408'000);
+    CHECK(n.exec.makespan == 6'000'000 + 4 * 408'000 + 1'120'000);
+  }
+}
+
+TEST_CASE("DDP under gradient accumulation communicates only on the last micro-step", "[lowering]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run r = run(m, "dp: 2\nmicro_batch: 1\ngrad_accum: 4\nprecision: fp32\n", round_cluster(), 500'000);
+  CHECK(r.count(CollectiveOp::kAllReduce) == 4);  // 4 buckets, once
+  // Three micro-steps of 6 ms with no communication, then the last as above.
+  CHECK(r.exec.makespan == 4 * 6'000'000 + 408'000 + 1'120'000);
+}
+
+TEST_CASE("ZeRO-2 reduce-scatters every micro-step and all-gathers the parameters", "[lowering]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run r = run(m, "dp: 2\ngrad_accum: 2\nprecision: fp16\nzero_stage: 2\n", round_cluster(), 500'000);
+  CHECK(r.count(CollectiveOp::kReduceScatter) == 2 * 2);  // fp16 buckets: 25 MB cap -> 2 layers per bucket
+  CHECK(r.count(CollectiveOp::kAllGather) == 1);
+  CHECK(r.count(CollectiveOp::kAllReduce) == 0);
+}
+
+TEST_CASE("ZeRO-3 gathers each layer before forward and backward", "[lowering]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run r = run(m, "dp: 2\nprecision: fp16\nzero_stage: 3\n", round_cluster(), 500'000);
+  CHECK(r.count(CollectiveOp::kAllGather) == 2 * 4);
+  CHECK(r.count(CollectiveOp::kReduceScatter) == 4);
+  // Layers under DeepSpeed's persistence threshold (1e5 parameters) stay put.
+  const test::FakeModel small(4, 1000, 10);
+  CHECK(run(small, "dp: 2\nprecision: fp16\nzero_stage: 3\n", round_cluster(), 500'000).count(CollectiveOp::kAllGather) == 0);
+  // FSDP wraps every layer.
+  CHECK(run(small, "dp: 2\nprecision: fp16\nfsdp: full_shard\n", round_cluster(), 500'000).count(CollectiveOp::kAllGather) == 8);
+}
+
+TEST_CASE("ZeRO model states per stage (ZeRO paper section 5.1, Figure 1)", "[lowering]") {
+  // Psi = 7.5B, N_d = 64, mixed-precision Adam (K = 12): the paper's 120 GB,
+  // 31.4 GB, 16.6 GB and 1.9 GB are 16 Psi, (4 + 12/64) Psi, (2 + 14/64) Psi
+  // and 16 Psi / 64.
+  const std::int64_t psi = 7'500'000'000;
+  ResolvedPlan p;
+  p.precision = Precision::kFp16;
+  p.optimizer = Optimizer::kAdam;
+  p.dp = p.shard_group = 64;
+  const Bytes expected[4] = {120'000'000'000, 31'406'250'000, 16'640'625'000, 1'875'000'000};
+  for (int stage = 0; stage <= 3; ++stage) {
+    p.zero_stage = stage;
+    p.shard_group = stage == 0 ? 1 : 64;
+    CHECK(model_states(p, psi).total() == expected[stage]);
+  }
+  p.zero_stage = 2;
+  p.offload_optimizer = Offload::kCpu;
+  CHECK(model_states(p, psi).total() == 2 * psi + 2 * psi / 64);
+}
+
+TEST_CASE("the simulated peak holds the ZeRO model states", "[lowering]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run r = run(m, "dp: 2\nprecision: fp16\noptimizer: adam\nzero_stage: 1\n", round_cluster(), 500'000);
+  const MemSnapshot& peak = r.exec.memory[0].at_peak;
+  const std::int64_t psi = 40'000'000;
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kParameters)] == 2 * psi);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 2 * psi);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 12 * psi / 2);
+}
+
+TEST_CASE("ZeRO-Offload steps on the host and moves gradients and parameters over PCIe", "[lowering]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run r = run(m, "dp: 2\nprecision: fp16\nzero_stage: 2\noffload_optimizer: cpu\n", round_cluster(), 500'000);
+  const auto host = std::count_if(r.graph.tasks.begin(), r.graph.tasks.end(),
+                                  [](const Task& t) { return t.kind == TaskKind::kHostCompute; });
+  CHECK(host == 1);
+  const auto copies = std::count_if(r.graph.tasks.begin(), r.graph.tasks.end(),
+                                    [](const Task& t) { return t.phase == Phase::kOffload; });
+  CHECK(copies == 2 + 1);  // one d2h per reduce-scattered bucket, one h2d of parameters
+  CHECK(r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 0);
+  CHECK(r.phase(Phase::kOptimizer) > 0);
+}
+
+TEST_CASE("data-parallel replicas are simulated once", "[lowering]") {
+  const test::FakeModel m(8, 10'000'000, 10);
+  const Run small = run(m, "precision: fp16\n", round_cluster(1, 8), 500'000);
+  const Run big = run(m, "precision: fp16\n", round_cluster(128, 8), 500'000);
+  CHECK(small.graph.ranks.size() == 1);
+  CHECK(big.graph.ranks.size() == 1);
+  CHECK(big.graph.ranks[0].replicas == 1024);
+  CHECK(small.graph.tasks.size() == big.graph.tasks.size());
+}

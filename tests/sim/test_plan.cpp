@@ -1,0 +1,104 @@
+#include <catch2/catch.hpp>
+
+#include <functional>
+
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/plan.hpp"
+#include "fake_model.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+ClusterSpec eight() {
+  ClusterSpec c;
+  c.name = "eight";
+  c.gpus_per_node = 8;
+  c.device.name = "dev";
+  c.device.peak_bf16 = 1e12;
+  return c;
+}
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "(no error)";
+}
+const test::FakeModel kModel(4, 1000, 10);
+}  // namespace
+
+TEST_CASE("dp defaults to every GPU", "[plan]") {
+  const ResolvedPlan r = resolve(parse_plan("micro_batch: 2\n", "p.yaml"), kModel, eight());
+  CHECK(r.dp == 8);
+  CHECK(r.grad_accum == 1);
+  CHECK(r.global_batch == 16);
+  CHECK(r.seq_len == 1024);
+}
+
+TEST_CASE("any two batch figures determine the third (DeepSpeed's rule)", "[plan]") {
+  // global = micro x accum x dp
+  CHECK(resolve(parse_plan("dp: 4\nglobal_batch: 64\nmicro_batch: 2\n", "p"), kModel, eight()).grad_accum == 8);
+  CHECK(resolve(parse_plan("dp: 4\nglobal_batch: 64\ngrad_accum: 4\n", "p"), kModel, eight()).micro_batch == 4);
+  CHECK(resolve(parse_plan("dp: 4\nmicro_batch: 3\ngrad_accum: 5\n", "p"), kModel, eight()).global_batch == 60);
+  const ResolvedPlan only_global = resolve(parse_plan("dp: 8\nglobal_batch: 64\n", "p"), kModel, eight());
+  CHECK(only_global.micro_batch == 8);
+  CHECK(only_global.grad_accum == 1);
+}
+
+TEST_CASE("inconsistent batches are named", "[plan][bad-input]") {
+  CHECK(error_of([] { resolve(parse_plan("dp: 4\nglobal_batch: 63\nmicro_batch: 2\n", "p.yaml"), kModel, eight()); }) ==
+        "p.yaml:2: plan.global_batch: 63 is not a multiple of micro_batch x dp = 8");
+  CHECK_THAT(error_of([] { resolve(parse_plan("dp: 4\nglobal_batch: 64\nmicro_batch: 2\ngrad_accum: 2\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("64 != micro_batch x grad_accum x dp = 2 x 2 x 4"));
+}
+
+TEST_CASE("dp must divide the GPUs", "[plan][bad-input]") {
+  CHECK(error_of([] { resolve(parse_plan("dp: 3\n", "p.yaml"), kModel, eight()); }) ==
+        "p.yaml:1: plan.dp: 3 does not divide the 8 GPUs of eight; valid: 1, 2, 4, 8");
+}
+
+TEST_CASE("parameter offload needs stage 3", "[plan][bad-input]") {
+  CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 2\noffload_params: cpu\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:2: plan.offload_params: cpu needs zero_stage 3"));
+  CHECK_THAT(error_of([] { resolve(parse_plan("offload_optimizer: cpu\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:1: plan.offload_optimizer: cpu needs zero_stage 1, 2 or 3"));
+  CHECK_NOTHROW(resolve(parse_plan("zero_stage: 3\noffload_params: cpu\n", "p.yaml"), kModel, eight()));
+}
+
+TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]") {
+  CHECK(resolve(parse_plan("fsdp: full_shard\n", "p"), kModel, eight()).zero_stage == 3);
+  CHECK(resolve(parse_plan("fsdp: shard_grad_op\n", "p"), kModel, eight()).zero_stage == 2);
+  CHECK(resolve(parse_plan("fsdp: no_shard\n", "p"), kModel, eight()).zero_stage == 0);
+  ClusterSpec two_nodes = eight();
+  two_nodes.nodes = 2;
+  const ResolvedPlan h = resolve(parse_plan("fsdp: hybrid_shard\n", "p"), kModel, two_nodes);
+  CHECK(h.zero_stage == 3);
+  CHECK(h.shard_group == 8);  // shards within a node, replicas across nodes
+  CHECK(h.dp == 16);
+  CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: full_shard\nzero_stage: 2\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("contradicts fsdp: full_shard"));
+}
+
+TEST_CASE("bf16 needs a device that has it", "[plan][bad-input]") {
+  ClusterSpec v100 = eight();
+  v100.device.name = "V100";
+  v100.device.peak_bf16 = 0;
+  CHECK_THAT(error_of([&] { resolve(parse_plan("precision: bf16\n", "p.yaml"), kModel, v100); }),
+             Catch::Contains("bf16 needs bfloat16 support, which V100 lacks; valid: fp32, fp16"));
+}
+
+TEST_CASE("seq_len cannot exceed the model's maximum", "[plan][bad-input]") {
+  CHECK_THAT(error_of([] { resolve(parse_plan("seq_len: 2048\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("plan.seq_len: 2048 exceeds fake's maximum of 1024"));
+}
+
+TEST_CASE("optimizer state bytes per parameter (ZeRO paper section 3.1)", "[plan]") {
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kAdam, Precision::kFp16) == 12);
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kAdamW, Precision::kBf16) == 12);
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kAdam, Precision::kFp32) == 8);
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kSgd, Precision::kFp32) == 4);
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kSgd, Precision::kFp16) == 8);
+}
