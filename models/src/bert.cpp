@@ -11,7 +11,7 @@ namespace {
 
 using namespace detail;
 
-class Bert final : public sim::Model {
+class Bert final : public ZooModel {
  public:
   explicit Bert(BertConfig c) : c_(std::move(c)) {}
   std::string name() const override { return c_.name; }
@@ -76,11 +76,6 @@ class Bert final : public sim::Model {
     return out;
   }
 
-  Flops model_flops(const sim::WorkloadShape& shape) const override {
-    Flops f = 0;
-    for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
-    return 3 * f;
-  }
 
  private:
   BertConfig c_;

@@ -11,7 +11,7 @@ namespace {
 
 using namespace detail;
 
-class BiLstm final : public sim::Model {
+class BiLstm final : public ZooModel {
  public:
   explicit BiLstm(BiLstmConfig c) : c_(std::move(c)) {}
   std::string name() const override { return c_.name; }
@@ -72,11 +72,6 @@ class BiLstm final : public sim::Model {
     return out;
   }
 
-  Flops model_flops(const sim::WorkloadShape& shape) const override {
-    Flops f = 0;
-    for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
-    return 3 * f;
-  }
 
  private:
   BiLstmConfig c_;

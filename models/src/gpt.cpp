@@ -11,7 +11,7 @@ namespace {
 
 using namespace detail;
 
-class Gpt final : public sim::Model {
+class Gpt final : public ZooModel {
  public:
   explicit Gpt(GptConfig c) : c_(std::move(c)) {}
   std::string name() const override { return c_.name; }
@@ -70,13 +70,6 @@ class Gpt final : public sim::Model {
     return out;
   }
 
-  Flops model_flops(const sim::WorkloadShape& shape) const override {
-    // Forward + backward matmuls = 3 x forward (Korthikanti et al. 2022,
-    // Eq. 7: 72 B s l h^2 (1 + s/6h + V/12hl) when f = 4h).
-    Flops f = 0;
-    for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
-    return 3 * f;
-  }
 
  private:
   GptConfig c_;

@@ -98,6 +98,12 @@ Flops matmul_flops(const std::vector<sim::Kernel>& ks) {
   return f;
 }
 
+Flops ZooModel::model_flops(const sim::WorkloadShape& shape) const {
+  Flops f = 0;
+  for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
+  return 3 * f;
+}
+
 void require_no_tp(const sim::WorkloadShape& shape) {
   if (shape.tp != 1) throw UnsupportedError("tensor parallelism (tp > 1) is not supported yet");
 }

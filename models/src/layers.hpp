@@ -25,6 +25,14 @@ std::vector<sim::Kernel> backward_of(const std::vector<sim::Kernel>& forward);
 /// Sum of forward GEMM/attention/recurrent FLOPs (the "model FLOPs" part).
 Flops matmul_flops(const std::vector<sim::Kernel>& ks);
 
+/// What every zoo model shares: MFU's numerator computed from its own
+/// layers, forward + backward matmuls = 3 x forward (Korthikanti et al. 2022,
+/// Eq. 7 is this sum for a GPT with f = 4h, no recompute).
+class ZooModel : public sim::Model {
+ public:
+  Flops model_flops(const sim::WorkloadShape& shape) const final;
+};
+
 /// Throws UnsupportedError for tp > 1 (tensor parallelism comes later).
 void require_no_tp(const sim::WorkloadShape& shape);
 

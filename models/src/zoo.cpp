@@ -120,9 +120,7 @@ sim::ModelPtr parse_bilstm(const sim::ConfigMap& c, const std::string& name) {
 
 sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::string& default_name,
                          const std::vector<sim::Override>& overrides) {
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  const auto overridden = sim::apply_overrides(root, "model", overrides);
-  const sim::ConfigMap c(root, file, "model", overridden);
+  const sim::ConfigMap c = sim::ConfigMap::open(root, file, "model", overrides);
   const std::string name = c.get_string("name", default_name);
   c.get_string("description", "");
   const std::string family = c.get_enum<std::string>("family", "", {{"gpt", "gpt"}, {"gpt2", "gpt2"}, {"bert", "bert"}, {"bilstm", "bilstm"}});

@@ -120,10 +120,7 @@ LinkSpec read_link(const ConfigMap& m, std::initializer_list<std::pair<const cha
 
 ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
                          const std::vector<Override>& overrides) {
-  YAML::Node root = root_in;  // a handle: overrides edit the freshly loaded tree (Clone would lose line marks)
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  const auto overridden = apply_overrides(root, "cluster", overrides);
-  ConfigMap c(root, file, "cluster", overridden);
+  const ConfigMap c = ConfigMap::open(root_in, file, "cluster", overrides);
   ClusterSpec s;
   s.name = c.get_string("name", fs::path(file).stem().string());
   c.get_string("description", "");
@@ -163,10 +160,7 @@ ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
 
 PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
                    const std::vector<Override>& overrides) {
-  YAML::Node root = root_in;  // a handle: overrides edit the freshly loaded tree (Clone would lose line marks)
-  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
-  const auto overridden = apply_overrides(root, "plan", overrides);
-  ConfigMap c(root, file, "plan", overridden);
+  const ConfigMap c = ConfigMap::open(root_in, file, "plan", overrides);
   PlanSpec p;
   p.name = c.get_string("name", file.empty() ? std::string("custom") : fs::path(file).stem().string());
   c.get_string("description", "");
@@ -199,7 +193,6 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   c.finish();
   p.origins.file = file.empty() ? "<built-in>" : file;
   for (const auto& k : c.keys()) p.origins.where["plan." + k] = c.where(k);
-  for (const auto& k : overridden) p.origins.where["plan." + k] = "--set plan." + k;
   return p;
 }
 

@@ -146,6 +146,15 @@ ConfigMap::ConfigMap(YAML::Node node, std::string file, std::string prefix,
   }
 }
 
+ConfigMap ConfigMap::open(YAML::Node root, const std::string& file, const std::string& section,
+                          const std::vector<Override>& overrides) {
+  // `root` is a handle: overrides edit the freshly loaded tree in place
+  // (YAML::Clone would lose the line marks errors point at).
+  if (!root || root.IsNull()) root = YAML::Node(YAML::NodeType::Map);
+  auto overridden = apply_overrides(root, section, overrides);
+  return ConfigMap(root, file, section, std::move(overridden));
+}
+
 bool ConfigMap::has(const std::string& key) const {
   used_.insert(key);  // asking about a key makes it a known one for finish()
   return node_ && node_.IsMap() && node_[key] && !node_[key].IsNull();

@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <functional>
 
@@ -8,17 +10,10 @@
 
 using namespace dtsim;
 using namespace dtsim::models;
+using dtsim::test::error_of;
 
 namespace {
 
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
 
 sim::WorkloadShape shape(std::int64_t b, std::int64_t s, int e) {
   sim::WorkloadShape w;

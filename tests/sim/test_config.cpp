@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "test_util.hpp"
+
 #include <string>
 
 #include "dtsim/sim/config_io.hpp"
@@ -7,17 +9,8 @@
 
 using namespace dtsim;
 using namespace dtsim::sim;
+using dtsim::test::error_of;
 
-namespace {
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
-}
-}  // namespace
 
 TEST_CASE("a plan file is read with every key", "[config]") {
   const PlanSpec p = parse_plan(

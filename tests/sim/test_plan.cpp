@@ -1,5 +1,7 @@
 #include <catch2/catch.hpp>
 
+#include "test_util.hpp"
+
 #include <functional>
 
 #include "dtsim/sim/config_io.hpp"
@@ -9,6 +11,7 @@
 
 using namespace dtsim;
 using namespace dtsim::sim;
+using dtsim::test::error_of;
 
 namespace {
 ClusterSpec eight() {
@@ -18,14 +21,6 @@ ClusterSpec eight() {
   c.device.name = "dev";
   c.device.peak_bf16 = 1e12;
   return c;
-}
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "(no error)";
 }
 const test::FakeModel kModel(4, 1000, 10);
 }  // namespace

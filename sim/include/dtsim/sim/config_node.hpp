@@ -46,6 +46,10 @@ class ConfigMap {
   /// `file` names the source ("" for built-in), `prefix` the key path ("plan").
   ConfigMap(YAML::Node node, std::string file, std::string prefix,
             std::set<std::string> overridden = {});
+  /// The top-level map of section `section` ("plan", "cluster", "model") with
+  /// that section's overrides applied first; `root` may be null (all defaults).
+  static ConfigMap open(YAML::Node root, const std::string& file, const std::string& section,
+                        const std::vector<Override>& overrides);
 
   bool has(const std::string& key) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
