@@ -32,6 +32,7 @@ class BiLstm final : public ZooModel {
     require_no_tp(shape);
     const std::int64_t b = shape.micro_batch, s = shape.seq_len, hs = c_.hidden;
     const int e = shape.act_bytes;
+    check_size(static_cast<double>(b) * s * 6 * hs * e * dirs(), "LSTM states");
     const std::int64_t t = b * s;
     std::vector<sim::Layer> out;
     for (int i = 0; i < c_.layers; ++i) {

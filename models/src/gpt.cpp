@@ -29,6 +29,7 @@ class Gpt final : public ZooModel {
     require_no_tp(shape);
     const std::int64_t b = shape.micro_batch, s = shape.seq_len, h = c_.hidden, v = c_.vocab;
     const int e = shape.act_bytes;
+    check_size(static_cast<double>(b) * s * v * 4, "logits");
     const std::int64_t t = b * s;
     std::vector<sim::Layer> out;
     out.reserve(static_cast<std::size_t>(c_.layers) + 2);

@@ -1,5 +1,8 @@
 #include "layers.hpp"
 
+#include <algorithm>
+#include <string>
+
 #include "dtsim/sim/error.hpp"
 
 namespace dtsim::sim {
@@ -104,6 +107,13 @@ Flops ZooModel::model_flops(const sim::WorkloadShape& shape) const {
   return 3 * f;
 }
 
+void check_size(double bytes, const char* what) {
+  if (bytes > 1e17) {
+    throw ConfigError(std::string("plan.micro_batch x plan.seq_len: the ") + what +
+                      " of one layer would exceed 100 PB; use a smaller micro_batch or seq_len");
+  }
+}
+
 void require_no_tp(const sim::WorkloadShape& shape) {
   if (shape.tp != 1) throw UnsupportedError("tensor parallelism (tp > 1) is not supported yet");
 }
@@ -128,6 +138,8 @@ namespace dtsim::models::detail {
 sim::Layer transformer_layer(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t h,
                              std::int64_t a, std::int64_t f, int e, bool dropout) {
   using sim::KernelKind;
+  check_size(static_cast<double>(b) * a * s * s * e, "attention scores");
+  check_size(static_cast<double>(b) * s * std::max(h, f) * e, "activations");
   const std::int64_t t = b * s;  // tokens
   const std::int64_t d = h / a;  // head width
   const Bytes th = t * h, tf = t * f, scores = b * a * s * s;

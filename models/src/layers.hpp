@@ -33,6 +33,10 @@ class ZooModel : public sim::Model {
   Flops model_flops(const sim::WorkloadShape& shape) const final;
 };
 
+/// Throws ConfigError if one tensor of `bytes` (computed in floating point)
+/// would be too large to count: the micro-batch or sequence is absurd.
+void check_size(double bytes, const char* what);
+
 /// Throws UnsupportedError for tp > 1 (tensor parallelism comes later).
 void require_no_tp(const sim::WorkloadShape& shape);
 

@@ -62,7 +62,8 @@ std::string divisors_of(std::int64_t n) {
   return out;
 }
 
-constexpr std::int64_t kBig = std::int64_t{1} << 40;
+// Limits that keep every byte count in 64 bits (checked again per layer).
+constexpr std::int64_t kBig = std::int64_t{1} << 24;
 
 void check_heads(const sim::ConfigMap& c, std::int64_t hidden, std::int64_t heads) {
   if (hidden % heads != 0) {
@@ -74,7 +75,7 @@ void check_heads(const sim::ConfigMap& c, std::int64_t hidden, std::int64_t head
 sim::ModelPtr parse_gpt(const sim::ConfigMap& c, const std::string& name) {
   GptConfig g;
   g.name = name;
-  g.layers = static_cast<int>(c.get_int("layers", 12, 1, 100000));
+  g.layers = static_cast<int>(c.get_int("layers", 12, 1, 10000));
   g.hidden = c.get_int("hidden", 768, 1, kBig);
   g.heads = c.get_int("heads", 12, 1, kBig);
   g.ffn_hidden = c.get_int("ffn_hidden", 4 * g.hidden, 1, kBig);
@@ -90,7 +91,7 @@ sim::ModelPtr parse_gpt(const sim::ConfigMap& c, const std::string& name) {
 sim::ModelPtr parse_bert(const sim::ConfigMap& c, const std::string& name) {
   BertConfig b;
   b.name = name;
-  b.layers = static_cast<int>(c.get_int("layers", 12, 1, 100000));
+  b.layers = static_cast<int>(c.get_int("layers", 12, 1, 10000));
   b.hidden = c.get_int("hidden", 768, 1, kBig);
   b.heads = c.get_int("heads", 12, 1, kBig);
   b.intermediate = c.get_int("intermediate", 4 * b.hidden, 1, kBig);

@@ -168,7 +168,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.dp = static_cast<int>(c.get_int("dp", 0, 1, 1 << 24));
   p.tp = static_cast<int>(c.get_int("tp", 1, 1, 1 << 16));
   p.pp = static_cast<int>(c.get_int("pp", 1, 1, 1 << 16));
-  p.micro_batch = c.get_int("micro_batch", 0, 1, kBig);
+  p.micro_batch = c.get_int("micro_batch", 0, 1, std::int64_t{1} << 24);
   p.grad_accum = c.get_int("grad_accum", 0, 1, kBig);
   p.global_batch = c.get_int("global_batch", 0, 1, kBig);
   p.seq_len = c.get_int("seq_len", 0, 1, kBig);

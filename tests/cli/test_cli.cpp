@@ -165,6 +165,8 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=0", "plan.micro_batch: 0 is out of range"},
       {"predict --model gpt2 --cluster dgx-a100 --plan zero2 --set plan.offload_params=cpu", "plan.offload_params: cpu needs zero_stage 3"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=many", "plan.micro_batch: 'many' is not an integer"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=99999999999999", "plan.micro_batch: 99999999999999 is out of range"},
+      {"predict --model gpt2 --cluster dgx-a100 --set model.seq_len=10000000 --set plan.micro_batch=1000", "exceed 100 PB"},
       {"predict --model gpt3 --cluster dgx-a100", "did you mean 'gpt2'?"},
       {"predict --model gpt2 --cluster dgx-a10", "did you mean 'dgx-a100'?"},
       {"predict --model gpt2 --cluster dgx-a100 --jsn", "unknown option --jsn (did you mean --json?)"},

@@ -54,7 +54,7 @@ TEST_CASE("wrong types are named", "[config][bad-input]") {
 
 TEST_CASE("a zero micro-batch is rejected", "[config][bad-input]") {
   CHECK(error_of([] { parse_plan("micro_batch: 0\n", "x.yaml"); }) ==
-        "x.yaml:1: plan.micro_batch: 0 is out of range; valid: 1 to 1099511627776");
+        "x.yaml:1: plan.micro_batch: 0 is out of range; valid: 1 to 16777216");
 }
 
 TEST_CASE("malformed YAML gives the line", "[config][bad-input]") {
