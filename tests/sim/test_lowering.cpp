@@ -188,3 +188,24 @@ TEST_CASE("data-parallel replicas are simulated once", "[lowering]") {
   CHECK(big.graph.ranks[0].replicas == 1024);
   CHECK(small.graph.tasks.size() == big.graph.tasks.size());
 }
+
+TEST_CASE("FSDP HYBRID_SHARD shards within a node and all-reduces shards across nodes", "[lowering]") {
+  // 2 nodes x 8: each layer's gradients are reduce-scattered over the 8 local
+  // ranks, then each 1/8 shard is all-reduced between the 2 nodes (one rank
+  // per node, 8 such groups sharing the node's NIC).
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run r = run(m, "precision: fp16\nfsdp: hybrid_shard\n", round_cluster(2, 8), 500'000);
+  CHECK(r.count(CollectiveOp::kReduceScatter) == 4);
+  CHECK(r.count(CollectiveOp::kAllReduce) == 4);
+  CHECK(r.count(CollectiveOp::kAllGather) == 8);
+  for (const Task& t : r.graph.tasks) {
+    if (t.kind == TaskKind::kCollective && t.op == CollectiveOp::kAllReduce) {
+      CHECK(t.bytes == 20'000'000 / 8);
+      CHECK(t.cost.link == LinkClass::kInterNode);
+      CHECK(t.cost.rate == Approx(10e9 / 8));  // one 10 GB/s NIC shared by 8 groups
+    }
+    if (t.kind == TaskKind::kCollective && t.op == CollectiveOp::kReduceScatter) {
+      CHECK(t.cost.link == LinkClass::kIntraNode);
+    }
+  }
+}
