@@ -37,6 +37,8 @@ class Bert final : public ZooModel {
     sim::Layer emb;
     emb.name = "embeddings";
     emb.type = "embedding";
+    emb.signature = "bert.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",p=" +
+                    std::to_string(c_.max_positions) + ",t=" + std::to_string(c_.type_vocab) + ",drop=" + (c_.dropout ? "1" : "0");
     emb.params = (c_.vocab + c_.max_positions + c_.type_vocab) * h + 2 * h;
     emb.forward.push_back(memory_op("word.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
     emb.forward.push_back(memory_op("pos+type.add", sim::KernelKind::kElementwise, 3 * e * t * h, e * t * h, 2.0 * t * h));
@@ -47,13 +49,17 @@ class Bert final : public ZooModel {
     emb.output_bytes = e * t * h;
     out.push_back(std::move(emb));
 
+    const std::string layer = "bert.layer:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
+                              ",f=" + std::to_string(c_.intermediate) + ",drop=" + (c_.dropout ? "1" : "0");
     for (int i = 0; i < c_.layers; ++i) {
       out.push_back(transformer_layer("layer." + std::to_string(i), b, s, h, c_.heads, c_.intermediate, e, c_.dropout));
+      out.back().signature = layer;
     }
     if (c_.pooler) {
       sim::Layer p;
       p.name = "pooler";
       p.type = "pooler";
+      p.signature = "bert.pooler:h=" + std::to_string(h);
       p.params = h * h + h;
       p.forward.push_back(gemm("pooler.dense", b, h, h, e));
       p.forward.push_back(memory_op("pooler.tanh", sim::KernelKind::kElementwise, e * b * h, e * b * h, 4.0 * b * h));
@@ -66,6 +72,7 @@ class Bert final : public ZooModel {
       sim::Layer c;
       c.name = "classifier";
       c.type = "head";
+      c.signature = "bert.classifier:h=" + std::to_string(h) + ",c=" + std::to_string(c_.num_labels);
       c.params = h * c_.num_labels + c_.num_labels;
       c.forward.push_back(gemm("classifier", b, c_.num_labels, h, e));
       c.backward = backward_of(c.forward);

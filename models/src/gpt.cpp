@@ -37,6 +37,8 @@ class Gpt final : public ZooModel {
     sim::Layer emb;
     emb.name = "wte+wpe";
     emb.type = "embedding";
+    emb.signature = "gpt2.embed:h=" + std::to_string(h) + ",v=" + std::to_string(v) + ",p=" + std::to_string(c_.seq_len) +
+                    ",drop=" + (c_.dropout ? "1" : "0");
     emb.params = v * h + c_.seq_len * h;
     emb.forward.push_back(memory_op("wte.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
     emb.forward.push_back(memory_op("wpe.add", sim::KernelKind::kElementwise, 2 * e * t * h, e * t * h, 1.0 * t * h));
@@ -48,13 +50,17 @@ class Gpt final : public ZooModel {
     emb.output_bytes = e * t * h;
     out.push_back(std::move(emb));
 
+    const std::string block = "gpt2.block:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
+                              ",f=" + std::to_string(c_.ffn_hidden) + ",drop=" + (c_.dropout ? "1" : "0");
     for (int i = 0; i < c_.layers; ++i) {
       out.push_back(transformer_layer("h." + std::to_string(i), b, s, h, c_.heads, c_.ffn_hidden, e, c_.dropout));
+      out.back().signature = block;
     }
 
     sim::Layer head;
     head.name = "ln_f+lm_head";
     head.type = "lm_head";
+    head.signature = "gpt2.head:h=" + std::to_string(h) + ",v=" + std::to_string(v) + ",tied=" + (c_.tied_head ? "1" : "0");
     head.params = 2 * h + (c_.tied_head ? 0 : v * h);
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.forward.push_back(memory_op("ln_f", sim::KernelKind::kNorm, e * t * h, e * t * h, 5.0 * t * h));

@@ -165,3 +165,29 @@ TEST_CASE("bad model input names file, line and key", "[models][bad-input]") {
   CHECK_THAT(error_of([] { load_model("bert-base", {sim::parse_override("model.family=rnn")}); }),
              Catch::Contains("model.family: 'rnn' is not one of gpt, gpt2, bert, bilstm"));
 }
+
+TEST_CASE("layer signatures name the architecture, not the batch", "[models]") {
+  // gpt2 (124M): h=768, 12 heads, f=4h=3072, V=50257, 1024 positions, tied head.
+  const auto gpt2 = load_model("gpt2");
+  const auto a = gpt2->layers(shape(1, 64, 2));
+  const auto b = gpt2->layers(shape(4, 256, 4));
+  REQUIRE(a.size() == 14);  // embedding, 12 blocks, head
+  CHECK(a[0].signature == "gpt2.embed:h=768,v=50257,p=1024,drop=1");
+  CHECK(a[1].signature == "gpt2.block:h=768,a=12,f=3072,drop=1");
+  CHECK(a[12].signature == a[1].signature);
+  CHECK(a[13].signature == "gpt2.head:h=768,v=50257,tied=1");
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+
+  // bert-base: the pooler, no classifier; post-LN layers get their own family.
+  const auto bert = load_model("bert-base")->layers(shape(1, 64, 2));
+  CHECK(bert.front().signature == "bert.embed:h=768,v=30522,p=512,t=2,drop=1");
+  CHECK(bert[1].signature == "bert.layer:h=768,a=12,f=3072,drop=1");
+  CHECK(bert.back().signature == "bert.pooler:h=768");
+
+  // bilstm: layer 0 reads the 768-wide embeddings, layer 1 the 2 x 256 outputs.
+  const auto lstm = load_model("bilstm")->layers(shape(1, 64, 2));
+  REQUIRE(lstm.size() == 3);
+  CHECK(lstm[0].signature == "lstm.layer:in=768,hs=256,dirs=2");
+  CHECK(lstm[1].signature == "lstm.layer:in=512,hs=256,dirs=2");
+  CHECK(lstm[2].signature == "lstm.head:in=512,c=33");
+}

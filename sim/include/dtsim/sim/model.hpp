@@ -51,6 +51,12 @@ struct WorkloadShape {
 struct Layer {
   std::string name;               ///< e.g. "h.11", "wte+wpe", "lm_head"
   std::string type;               ///< "embedding", "transformer", "lm_head", "lstm", "head", "pooler"
+  /// The layer's architecture without batch or sequence, e.g.
+  /// "gpt2.block:h=768,a=12,f=3072,drop=1": layers with the same signature
+  /// do the same work, so calibration measures them once and a profile's
+  /// measurements are looked up by it; models/torch builds its LibTorch twin
+  /// from it.
+  std::string signature;
   std::int64_t params = 0;        ///< parameters owned (a tied weight is owned once)
   std::int64_t borrowed_params = 0;  ///< parameters used but owned by another layer (tied LM head)
   std::vector<Kernel> forward;    ///< kernels of the forward pass
