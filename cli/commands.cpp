@@ -6,6 +6,7 @@
 #include <cstdio>
 #include <optional>
 
+#include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
@@ -13,6 +14,7 @@
 #include "dtsim/sim/file_io.hpp"
 #include "dtsim/sim/json_writer.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/profile.hpp"
 #include "dtsim/sim/report.hpp"
 
 namespace dtsim::cli {
@@ -100,6 +102,10 @@ usage:
   dtsim predict --model M --cluster C [--plan P] [--set SECTION.KEY=VALUE]... [--json] [--trace FILE]
   dtsim comm --cluster C [--op OP] [--ranks N] [--ranks-per-node K] [--min-bytes B] [--max-bytes B] [--json]
   dtsim list models|clusters|plans|devices [--json]
+  dtsim calibrate --device cpu|cuda --out FILE.h5 [--procs N] [--threads T] [--quick] [--models a,b]
+  dtsim profile show FILE.h5 [--json]
+
+  predict --profile FILE.h5 prices layers and collectives from a calibration profile
 
   M: a built-in model (dtsim list models), a YAML file, or a HuggingFace config.json
   C, P: a shipped config name (dtsim list clusters|plans) or a YAML file
@@ -111,7 +117,7 @@ exit status: 0 ok, 2 bad input (one line on stderr says what and where)
 }
 
 int cmd_predict(const Args& args) {
-  const Options o = parse(args, "predict", {"model", "cluster", "plan", "trace"}, {"json"});
+  const Options o = parse(args, "predict", {"model", "cluster", "plan", "trace", "profile"}, {"json"});
   if (!o.positional.empty()) throw ConfigError("dtsim predict: unexpected argument '" + o.positional.front() + "'");
   const auto ov = overrides(o);
   const std::string model_name = require(o, "model", "predict", "e.g. --model gpt2 (see dtsim list models)");
@@ -124,6 +130,10 @@ int cmd_predict(const Args& args) {
   if (trace && trace->empty()) throw ConfigError("--trace: missing file name");
   sim::PredictOptions po;
   po.keep_graph = trace.has_value();
+  if (const auto prof = o.get("profile")) {
+    if (prof->empty()) throw ConfigError("--profile: missing file name");
+    po.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(*prof));
+  }
   const sim::Prediction p = sim::predict(*model, plan, cluster, po);
   if (trace) sim::write_file_atomic(*trace, sim::to_chrome_trace(p));
   if (o.flag("json")) {
@@ -224,6 +234,60 @@ int cmd_list(const Args& args) {
     for (const auto& r : rows) w = std::max(w, r.first.size());
     for (const auto& [n, d] : rows) std::cout << n << std::string(w + 2 - n.size(), ' ') << d << "\n";
   }
+  return 0;
+}
+
+namespace {
+
+int parse_count(const Options& o, const std::string& key, int fallback) {
+  const auto v = o.get(key);
+  if (!v) return fallback;
+  try {
+    std::size_t used = 0;
+    const int n = std::stoi(*v, &used);
+    if (used == v->size()) return n;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError("--" + key + ": '" + *v + "' is not a whole number");
+}
+
+}  // namespace
+
+int cmd_calibrate(const Args& args, const std::string& command_line) {
+  const Options o = parse(args, "calibrate", {"device", "out", "procs", "threads", "models", "bin-dir"}, {"quick"});
+  if (!o.positional.empty()) throw ConfigError("dtsim calibrate: unexpected argument '" + o.positional.front() + "'");
+  calib::CalibrateOptions c;
+  c.device = o.get("device").value_or("cpu");
+  c.out = require(o, "out", "calibrate", "e.g. --out configs/profiles/local-cpu.h5");
+  c.procs = parse_count(o, "procs", c.device == "cpu" ? 2 : 1);
+  c.threads = parse_count(o, "threads", 1);
+  c.quick = o.flag("quick");
+  c.bin_dir = o.get("bin-dir").value_or("");
+  c.command_line = command_line;
+  if (const auto m = o.get("models")) {
+    std::string cur;
+    for (char ch : *m + ",") {
+      if (ch == ',') {
+        if (!cur.empty()) c.models.push_back(cur);
+        cur.clear();
+      } else {
+        cur += ch;
+      }
+    }
+    for (const auto& name : c.models) models::load_model(name);  // a bad name fails now, not after minutes
+  }
+  const sim::Profile p = calib::calibrate(c);
+  std::cout << calib::format_profile(p);
+  return 0;
+}
+
+int cmd_profile(const Args& args) {
+  const Options o = parse(args, "profile", {}, {"json"});
+  if (o.positional.size() != 2 || o.positional[0] != "show") {
+    throw ConfigError("dtsim profile: usage: dtsim profile show FILE.h5 [--json]");
+  }
+  const sim::Profile p = sim::load_profile(o.positional[1]);
+  std::cout << (o.flag("json") ? calib::profile_to_json(p) : calib::format_profile(p));
   return 0;
 }
 

@@ -13,6 +13,10 @@ using Args = std::vector<std::string>;
 int cmd_predict(const Args& args);
 int cmd_comm(const Args& args);
 int cmd_list(const Args& args);
+/// Runs the measurement programs and writes a profile; `command_line` is recorded in it.
+int cmd_calibrate(const Args& args, const std::string& command_line);
+/// `profile show FILE`.
+int cmd_profile(const Args& args);
 /// The usage text.
 std::string usage();
 

@@ -25,7 +25,13 @@ int main(int argc, char** argv) {
     if (cmd == "predict") return cli::cmd_predict(rest);
     if (cmd == "comm") return cli::cmd_comm(rest);
     if (cmd == "list") return cli::cmd_list(rest);
-    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, comm, list (see dtsim --help)\n";
+    if (cmd == "calibrate") {
+      std::string line = "dtsim";
+      for (const auto& a : args) line += " " + a;
+      return cli::cmd_calibrate(rest, line);
+    }
+    if (cmd == "profile") return cli::cmd_profile(rest);
+    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, comm, list, calibrate, profile (see dtsim --help)\n";
     return 2;
   } catch (const InternalError& e) {
     std::cerr << "dtsim: " << e.what() << " (this is a bug in dtsim; please report it)\n";

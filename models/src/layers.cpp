@@ -5,34 +5,6 @@
 
 #include "dtsim/sim/error.hpp"
 
-namespace dtsim::sim {
-
-const char* to_string(KernelKind kind) {
-  switch (kind) {
-    case KernelKind::kGemm: return "gemm";
-    case KernelKind::kAttention: return "attention";
-    case KernelKind::kElementwise: return "elementwise";
-    case KernelKind::kNorm: return "norm";
-    case KernelKind::kEmbedding: return "embedding";
-    case KernelKind::kRecurrent: return "recurrent";
-  }
-  return "?";
-}
-
-Flops Layer::forward_flops() const {
-  Flops f = 0;
-  for (const auto& k : forward) f += k.flops * static_cast<double>(k.repeat);
-  return f;
-}
-
-Flops Layer::backward_flops() const {
-  Flops f = 0;
-  for (const auto& k : backward) f += k.flops * static_cast<double>(k.repeat);
-  return f;
-}
-
-}  // namespace dtsim::sim
-
 namespace dtsim::models::detail {
 
 sim::Kernel gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, int e, std::int64_t batch,

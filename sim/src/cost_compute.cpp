@@ -26,6 +26,10 @@ TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) co
   return t;
 }
 
+TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape&) const {
+  return kernels_time(pass == Pass::kForward ? layer.forward : layer.backward, p);
+}
+
 RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
 
 double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const {

@@ -76,6 +76,13 @@ class Lowering {
     shape.tp = p.tp;
     layers_ = m.layers(shape);
     DTSIM_ASSERT(!layers_.empty(), "model has no layers");
+    // Every micro-step repeats the same layer work: price each layer once.
+    fwd_time_.reserve(layers_.size());
+    bwd_time_.reserve(layers_.size());
+    for (const auto& L : layers_) {
+      fwd_time_.push_back(compute_.layer_time(L, Pass::kForward, p.precision, shape));
+      bwd_time_.push_back(compute_.layer_time(L, Pass::kBackward, p.precision, shape));
+    }
     w_ = element_bytes(p.precision);
     zero_ = p.zero_stage;
     n_ = p.shard_group;
@@ -232,7 +239,7 @@ class Lowering {
       }
       if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
       fwd_[l] = compute(tag(m, "fwd " + L.name), Phase::kForward,
-                        compute_.kernels_time(L.forward, plan_.precision), deps, on_start, on_end);
+                        fwd_time_[l], deps, on_start, on_end);
     }
   }
 
@@ -281,7 +288,7 @@ class Lowering {
       }
       if (recomputed(L)) {
         deps.push_back(compute(tag(m, "recompute " + L.name), Phase::kRecompute,
-                               compute_.kernels_time(L.forward, plan_.precision), deps,
+                               fwd_time_[i], deps,
                                {{MemCategory::kActivations, L.saved_bytes - checkpoint_bytes(i)}}));
       }
       std::vector<MemOp> on_start{{MemCategory::kActivations, L.output_bytes}};  // grad of the input
@@ -295,7 +302,7 @@ class Lowering {
         on_start.push_back({MemCategory::kGradients, grad_bytes(L)});
       }
       if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
-      bwd[i] = compute(tag(m, "bwd " + L.name), Phase::kBackward, compute_.kernels_time(L.backward, plan_.precision),
+      bwd[i] = compute(tag(m, "bwd " + L.name), Phase::kBackward, bwd_time_[i],
                        deps, on_start, on_end);
       reduce_after(m, i, bwd, last_micro);
     }
@@ -396,6 +403,7 @@ class Lowering {
   const ComputeModel& compute_;
   const CommModel& comm_;
   std::vector<Layer> layers_;
+  std::vector<TimeNs> fwd_time_, bwd_time_;  // per layer, one micro-batch
   int w_ = 4;
   int zero_ = 0;
   int n_ = 1;

@@ -18,9 +18,21 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.gpus = cluster.gpus();
   p.device_name = cluster.device.name;
 
-  const RooflineComputeModel compute(cluster.device);
-  const AnalyticCommModel comm(cluster);
-  TaskGraph graph = lower(model, p.plan, cluster, CostModels{&compute, &comm});
+  TaskGraph graph;
+  if (options.profile) {
+    // A measured runtime overhead (CUDA context, allocator) replaces the datasheet's.
+    ClusterSpec measured = cluster;
+    const auto& mem = options.profile->profile().memory;
+    if (const auto it = mem.find("cuda_context_bytes"); it != mem.end()) measured.device.runtime_reserved = it->second;
+    const ProfileComputeModel compute(options.profile, measured.device, &p.sources);
+    const ProfileCommModel comm(options.profile, measured, &p.sources);
+    graph = lower(model, p.plan, measured, CostModels{&compute, &comm});
+    p.cost_source = "profile:" + options.profile->profile().path;
+  } else {
+    const RooflineComputeModel compute(cluster.device);
+    const AnalyticCommModel comm(cluster);
+    graph = lower(model, p.plan, cluster, CostModels{&compute, &comm});
+  }
   ExecOptions eo;
   eo.record_memory_timeline = options.keep_graph;
   ExecResult exec = execute(graph, eo);

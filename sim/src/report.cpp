@@ -94,6 +94,12 @@ std::string format_table(const Prediction& p) {
        << lpad(gib(r.gradients), 12) << lpad(gib(r.optimizer), 12) << lpad(gib(r.activations), 13)
        << lpad(gib(r.buffers), 12) << "  " << (r.peak <= p.capacity ? "yes" : "NO") << "\n";
   }
+  if (p.cost_source != "analytic") {
+    const auto& s = p.sources;
+    os << "\n  costs from " << p.cost_source << ": layers " << s.layers_measured << " measured, " << s.layers_interpolated
+       << " interpolated, " << s.layers_fitted << " fitted, " << s.layers_analytic << " datasheet; collectives "
+       << s.comm_measured << " measured, " << s.comm_scaled << " scaled, " << s.comm_analytic << " datasheet\n";
+  }
   if (p.fits) {
     os << "\n  fits: yes\n";
   } else {
@@ -146,7 +152,14 @@ std::string to_json(const Prediction& p) {
   j.end_object();
   j.key("simulation").begin_object();
   j.field("tasks", static_cast<std::int64_t>(p.tasks)).field("events", static_cast<std::int64_t>(p.events));
-  j.field("cost_source", "analytic");
+  j.field("cost_source", p.cost_source);
+  const auto& s = p.sources;
+  j.key("cost_sources").begin_object();
+  j.field("layers_measured", s.layers_measured).field("layers_interpolated", s.layers_interpolated);
+  j.field("layers_fitted", s.layers_fitted).field("layers_analytic", s.layers_analytic);
+  j.field("comm_measured", s.comm_measured).field("comm_scaled", s.comm_scaled).field("comm_analytic", s.comm_analytic);
+  j.field("copies_measured", s.copies_measured).field("copies_analytic", s.copies_analytic);
+  j.end_object();
   j.end_object();
   j.end_object();
   return j.str() + "\n";

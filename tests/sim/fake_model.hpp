@@ -6,6 +6,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/sim/cluster.hpp"
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/model.hpp"
 
@@ -24,6 +25,7 @@ class FakeModel final : public sim::Model {
       sim::Layer l;
       l.name = "L" + std::to_string(i);
       l.type = "transformer";
+      l.signature = "fake.layer";
       l.params = params_;
       sim::Kernel f;
       f.name = "fwd";
@@ -59,5 +61,29 @@ class FixedCompute final : public sim::ComputeModel {
  private:
   TimeNs ns_;
 };
+
+// 2 GPUs per node, 100 GB/s and 1 us per hop inside, round device figures:
+// optimizer steps move 28 B/param at exactly 1 TB/s, no launch cost.
+inline sim::ClusterSpec round_cluster(int nodes = 1, int per_node = 2) {
+  sim::ClusterSpec c;
+  c.name = "round";
+  c.nodes = nodes;
+  c.gpus_per_node = per_node;
+  c.device.name = "dev";
+  c.device.memory = 80 * kGiB;
+  c.device.peak_fp32 = 1e12;
+  c.device.peak_fp16 = 1e12;
+  c.device.memory_bandwidth = 1e12;
+  c.device.memory_efficiency = 1.0;
+  c.device.kernel_launch = 0;
+  c.device.runtime_reserved = 0;
+  c.intra_node = {"nvlink", 100e9, 1 * kNsPerUs};
+  c.inter_node = {"infiniband", 10e9, 5 * kNsPerUs};
+  c.nics_per_node = 1;
+  c.host_device_bandwidth = 10e9;
+  c.host_memory_bandwidth = 100e9;
+  c.host_flops = 1e12;
+  return c;
+}
 
 }  // namespace dtsim::test

@@ -12,29 +12,7 @@ using namespace dtsim::sim;
 
 namespace {
 
-// 2 GPUs per node, 100 GB/s and 1 us per hop inside, round device figures:
-// optimizer steps move 28 B/param at exactly 1 TB/s, no launch cost.
-ClusterSpec round_cluster(int nodes = 1, int per_node = 2) {
-  ClusterSpec c;
-  c.name = "round";
-  c.nodes = nodes;
-  c.gpus_per_node = per_node;
-  c.device.name = "dev";
-  c.device.memory = 80 * kGiB;
-  c.device.peak_fp32 = 1e12;
-  c.device.peak_fp16 = 1e12;
-  c.device.memory_bandwidth = 1e12;
-  c.device.memory_efficiency = 1.0;
-  c.device.kernel_launch = 0;
-  c.device.runtime_reserved = 0;
-  c.intra_node = {"nvlink", 100e9, 1 * kNsPerUs};
-  c.inter_node = {"infiniband", 10e9, 5 * kNsPerUs};
-  c.nics_per_node = 1;
-  c.host_device_bandwidth = 10e9;
-  c.host_memory_bandwidth = 100e9;
-  c.host_flops = 1e12;
-  return c;
-}
+using test::round_cluster;
 
 struct Run {
   TaskGraph graph;

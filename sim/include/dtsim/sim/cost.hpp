@@ -75,6 +75,9 @@ class AnalyticCommModel final : public CommModel {
   ClusterSpec cluster_;
 };
 
+/// Which half of a layer's work.
+enum class Pass { kForward, kBackward };
+
 /// Prices kernels on one device.
 class ComputeModel {
  public:
@@ -83,6 +86,9 @@ class ComputeModel {
   virtual TimeNs kernel_time(const Kernel& k, Precision p) const = 0;
   /// Time of a list of kernels, repeats included.
   TimeNs kernels_time(const std::vector<Kernel>& ks, Precision p) const;
+  /// Time of one pass of a layer for a micro-batch of `shape`. By default the
+  /// sum of its kernels; a profile answers from whole-layer measurements.
+  virtual TimeNs layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const;
 };
 
 /// Roofline: max(FLOPs / (peak x GEMM efficiency(shape)), bytes / (bandwidth x

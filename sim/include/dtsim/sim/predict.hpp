@@ -6,7 +6,10 @@
 #include <string>
 #include <vector>
 
+#include <memory>
+
 #include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
@@ -17,6 +20,8 @@ namespace dtsim::sim {
 /// Options of a prediction.
 struct PredictOptions {
   bool keep_graph = false;  ///< keep the task graph and spans (for --trace)
+  /// Measured costs (dtsim calibrate); null: the datasheet models.
+  std::shared_ptr<const ProfileCosts> profile;
 };
 
 /// Time of one iteration split by what the critical path spent it on.
@@ -60,6 +65,9 @@ struct Prediction {
   bool fits = true;            ///< every rank's peak <= capacity
   Bytes shortfall = 0;         ///< worst peak - capacity, if it does not fit
   std::vector<RankMemory> ranks;
+
+  std::string cost_source = "analytic";  ///< "analytic" or "profile:<path>"
+  CostSources sources;         ///< which source priced each cost (with a profile)
 
   std::uint64_t events = 0;    ///< simulation events processed
   std::size_t tasks = 0;       ///< tasks in the graph

@@ -1,0 +1,62 @@
+#pragma once
+// Calibration: run the measurement programs (LibTorch layers and kernels,
+// Gloo or NCCL collectives, host-device copies), fit cost models to what they
+// measured (Eigen least squares), and write one HDF5 profile the simulator
+// prices plans with. This half needs no LibTorch: the measurement programs
+// are separate executables whose tab-separated output is parsed here.
+
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/profile.hpp"
+
+namespace dtsim::calib {
+
+/// Least squares on relative error (each row divided by its measured time,
+/// so small and large samples weigh alike), coefficients kept >= 0 (a
+/// negative seconds-per-byte is not physical: such a feature is dropped and
+/// the rest refitted). `rows[i][j]` is feature j of sample i.
+sim::LinearFit fit_linear(const std::vector<std::string>& features, const std::vector<std::vector<double>>& rows,
+                          const std::vector<double>& seconds);
+
+/// t = alpha + beta * bytes (features "1", "bytes").
+sim::LinearFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds);
+
+/// (Re)fits every model a profile's samples support, replacing `p.fits`:
+/// kernels per class and precision, collectives per backend, op and rank
+/// count, copies per direction. Names as cost_profile.hpp makes them.
+void fit_profile(sim::Profile& p);
+
+/// One `progress` line of a measurement program.
+struct Progress {
+  int done = 0;
+  int total = 0;
+  std::string label;
+};
+
+/// Parses one line a measurement program printed into `p` (samples, info as
+/// "<source>.<key>") or `progress`. Returns true if the line was progress.
+/// Throws CalibrationError naming `source` and the line if it is malformed.
+bool parse_bench_line(const std::string& line, const std::string& source, sim::Profile& p, Progress* progress);
+
+struct CalibrateOptions {
+  std::string device = "cpu";   ///< "cpu" or "cuda"
+  int procs = 2;                ///< ranks for collectives (cpu: local processes)
+  int threads = 1;              ///< intra-op threads per process on CPU (one core per rank)
+  bool quick = false;           ///< the reduced sweep (minutes on a laptop; CI runs it)
+  std::string out;              ///< profile path
+  std::vector<std::string> models;  ///< layer sweeps for these models (default gpt2, bert-base, bilstm)
+  std::string bin_dir;          ///< where the measurement programs are; empty: the build's
+  std::string command_line;     ///< recorded in the profile
+};
+
+/// Runs the measurements with a progress line and ETA on stderr, fits, and
+/// writes `out` atomically. Throws CalibrationError / IoError with one line.
+sim::Profile calibrate(const CalibrateOptions& options);
+
+/// `dtsim profile show`: provenance, measured ranges and every fit with its error.
+std::string format_profile(const sim::Profile& p);
+/// The same as JSON.
+std::string profile_to_json(const sim::Profile& p);
+
+}  // namespace dtsim::calib

@@ -1,0 +1,360 @@
+// The calibration driver: runs each measurement program as a child process,
+// reads its tab-separated records line by line, shows progress with an ETA,
+// then fits and writes the profile atomically.
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <ctime>
+#include <filesystem>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include "dtsim/calibrate/calibrate.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/json_writer.hpp"
+
+#ifndef DTSIM_CALIBRATE_BIN_DIR
+#define DTSIM_CALIBRATE_BIN_DIR ""
+#endif
+
+namespace dtsim::calib {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+std::string clock_text(double s) {
+  if (!(s >= 0) || s > 360000) return "--:--";
+  const int t = static_cast<int>(s + 0.5);
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%d:%02d", t / 60, t % 60);
+  return buf;
+}
+
+/// A progress line on a terminal (rewritten in place), or a plain line every
+/// ~10% when stderr is a file or pipe (CI logs stay short).
+class ProgressView {
+ public:
+  ProgressView() : tty_(::isatty(2) != 0) {}
+  void phase(int index, int count, const std::string& name) {
+    index_ = index;
+    count_ = count;
+    name_ = name;
+    start_ = Clock::now();
+    last_decile_ = -1;
+  }
+  void update(const Progress& p) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    const double eta = p.done > 0 ? elapsed / p.done * (p.total - p.done) : -1;
+    const int pct = p.total > 0 ? 100 * p.done / p.total : 0;
+    char head[160];
+    std::snprintf(head, sizeof head, "calibrate [%d/%d %s] %3d%% %d/%d  elapsed %s  ETA %s  ", index_, count_, name_.c_str(), pct,
+                  p.done, p.total, clock_text(elapsed).c_str(), clock_text(eta).c_str());
+    std::string label = p.label.size() > 40 ? p.label.substr(0, 37) + "..." : p.label;
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K%s%s", head, label.c_str());
+      std::fflush(stderr);
+    } else if (pct / 10 != last_decile_) {
+      last_decile_ = pct / 10;
+      std::fprintf(stderr, "%s%s\n", head, label.c_str());
+    }
+  }
+  void done(const std::string& summary) {
+    const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+    std::fprintf(stderr, "calibrate [%d/%d %s] done in %s: %s\n", index_, count_, name_.c_str(), clock_text(elapsed).c_str(),
+                 summary.c_str());
+  }
+
+ private:
+  bool tty_;
+  int index_ = 0, count_ = 0, last_decile_ = -1;
+  std::string name_;
+  Clock::time_point start_;
+};
+
+std::string quote(const std::string& s) {
+  std::string out = "'";
+  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
+  return out + "'";
+}
+
+/// Runs `argv` with stdout piped to us; returns its exit status.
+int run_program(const std::vector<std::string>& argv, const std::string& source, sim::Profile& p, ProgressView& view) {
+  std::string cmd;
+  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + quote(a);
+  FILE* pipe = ::popen(cmd.c_str(), "r");
+  if (pipe == nullptr) throw CalibrationError("calibrate: cannot start " + argv.front());
+  std::string line;
+  char buf[4096];
+  try {
+    while (std::fgets(buf, sizeof buf, pipe) != nullptr) {
+      line += buf;
+      if (line.empty() || line.back() != '\n') continue;
+      line.pop_back();
+      Progress prog;
+      if (parse_bench_line(line, source, p, &prog)) view.update(prog);
+      line.clear();
+    }
+  } catch (...) {
+    ::pclose(pipe);
+    throw;
+  }
+  const int status = ::pclose(pipe);
+  if (status == -1) return -1;
+  return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
+}
+
+std::string find_program(const CalibrateOptions& o, const std::string& name) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> dirs;
+  if (!o.bin_dir.empty()) dirs.push_back(o.bin_dir);
+  if (const char* env = std::getenv("DTSIM_CALIB_BIN_DIR")) dirs.emplace_back(env);
+  dirs.emplace_back(DTSIM_CALIBRATE_BIN_DIR);
+  std::error_code ec;
+  for (const auto& d : dirs) {
+    if (d.empty()) continue;
+    const fs::path candidate = fs::path(d) / name;
+    if (fs::is_regular_file(candidate, ec) && ::access(candidate.c_str(), X_OK) == 0) return candidate.string();
+  }
+  return "";
+}
+
+std::string now_iso() {
+  const std::time_t t = std::time(nullptr);
+  char buf[64];
+  std::strftime(buf, sizeof buf, "%Y-%m-%dT%H:%M:%SZ", std::gmtime(&t));
+  return buf;
+}
+
+std::string join(const std::vector<std::string>& v, const char* sep) {
+  std::string out;
+  for (const auto& s : v) out += (out.empty() ? "" : sep) + s;
+  return out;
+}
+
+}  // namespace
+
+sim::Profile calibrate(const CalibrateOptions& o) {
+  if (o.device != "cpu" && o.device != "cuda") throw ConfigError("--device: '" + o.device + "' is not one of cpu, cuda");
+  if (o.procs < 1 || o.procs > 64) throw ConfigError("--procs: " + std::to_string(o.procs) + " is not in 1..64");
+  if (o.threads < 0 || o.threads > 1024) throw ConfigError("--threads: " + std::to_string(o.threads) + " is not in 0..1024");
+  if (o.out.empty()) throw ConfigError("--out: a profile path is required (e.g. --out configs/profiles/local-cpu.h5)");
+  {
+    namespace fs = std::filesystem;
+    const fs::path dir = fs::path(o.out).has_parent_path() ? fs::path(o.out).parent_path() : fs::path(".");
+    std::error_code ec;
+    if (!fs::is_directory(dir, ec)) throw IoError(o.out + ": cannot write: directory '" + dir.string() + "' does not exist");
+  }
+  const std::string torch_bench = find_program(o, "dtsim_torch_bench");
+  if (torch_bench.empty()) {
+    throw CalibrationError("calibrate: dtsim_torch_bench was not built (LibTorch was not found at configure time); run scripts/setup, then scripts/build");
+  }
+  const bool cuda = o.device == "cuda";
+  const std::string comm_bench = find_program(o, cuda ? "dtsim_nccl_bench" : "dtsim_gloo_bench");
+
+  sim::Profile p;
+  p.info["device_kind"] = o.device;
+  p.info["created"] = now_iso();
+  p.info["command"] = o.command_line;
+  p.info["sweep"] = o.quick ? "quick" : "full";
+  p.info["procs"] = std::to_string(o.procs);
+  {
+    char host[256] = {0};
+    ::gethostname(host, sizeof host - 1);
+    p.info["host"] = host;
+  }
+
+  ProgressView view;
+  const int phases = 2;
+  // 1. Layers and kernels (LibTorch).
+  std::vector<std::string> argv{torch_bench, "--device", o.device};
+  if (o.quick) argv.push_back("--quick");
+  if (!cuda && o.threads > 0) {
+    argv.push_back("--threads");
+    argv.push_back(std::to_string(o.threads));
+  }
+  if (!o.models.empty()) {
+    argv.push_back("--models");
+    argv.push_back(join(o.models, ","));
+  }
+  view.phase(1, phases, "layers and kernels");
+  int rc = run_program(argv, "torch", p, view);
+  if (rc != 0) throw CalibrationError("calibrate: " + torch_bench + " failed (exit status " + std::to_string(rc) + "); its message is above");
+  view.done(std::to_string(p.layers.size()) + " layer shapes, " + std::to_string(p.kernels.size()) + " kernel sizes");
+
+  // 2. Collectives (and copies on GPUs).
+  view.phase(2, phases, cuda ? "NCCL collectives and copies" : "Gloo collectives");
+  if (comm_bench.empty()) {
+    view.done(std::string("skipped: ") + (cuda ? "dtsim_nccl_bench" : "dtsim_gloo_bench") +
+              " was not built (" + (cuda ? "CUDA toolkit or NCCL" : "libgloo-dev") + " missing at configure time)");
+    p.info["comm"] = "not measured";
+  } else if (!cuda && o.procs < 2) {
+    view.done("skipped: --procs 1 has no collectives to measure");
+    p.info["comm"] = "not measured";
+  } else {
+    std::vector<std::string> cargv{comm_bench};
+    if (cuda) {
+      if (o.procs > 1) {
+        cargv.push_back("--gpus");
+        cargv.push_back(std::to_string(o.procs));
+      }
+    } else {
+      cargv.push_back("--procs");
+      cargv.push_back(std::to_string(o.procs));
+    }
+    if (o.quick) cargv.push_back("--quick");
+    rc = run_program(cargv, cuda ? "nccl" : "gloo", p, view);
+    if (cuda && rc == 3) {
+      view.done("skipped: no CUDA device");
+    } else if (rc != 0) {
+      throw CalibrationError("calibrate: " + comm_bench + " failed (exit status " + std::to_string(rc) + "); its message is above");
+    } else {
+      view.done(std::to_string(p.comm.size()) + " collective sizes, " + std::to_string(p.copies.size()) + " copies");
+    }
+  }
+  if (const auto it = p.info.find("torch.device"); it != p.info.end()) p.info["device"] = it->second;
+  fit_profile(p);
+  sim::save_profile(p, o.out);
+  p.path = o.out;
+  return p;
+}
+
+// ---- profile show --------------------------------------------------------------
+
+namespace {
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string human_s(double s) {
+  if (s >= 1) return fmt("%.3g s", s);
+  if (s >= 1e-3) return fmt("%.3g ms", s * 1e3);
+  if (s >= 1e-6) return fmt("%.3g us", s * 1e6);
+  return fmt("%.3g ns", s * 1e9);
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1 << 30) return fmt("%.3g GiB", b / (1 << 30));
+  if (b >= 1 << 20) return fmt("%.3g MiB", b / (1 << 20));
+  if (b >= 1 << 10) return fmt("%.3g KiB", b / (1 << 10));
+  return fmt("%.0f B", b);
+}
+
+/// A fit's coefficients as physical figures: the intercept as a latency,
+/// "bytes" as a bandwidth, "flops" as a throughput.
+std::string describe_fit(const sim::LinearFit& f) {
+  std::string out;
+  for (std::size_t i = 0; i < f.features.size(); ++i) {
+    const double c = f.coef[i];
+    std::string part;
+    if (f.features[i] == "1") {
+      part = "latency " + human_s(c);
+    } else if (f.features[i] == "bytes") {
+      part = c > 0 ? "bandwidth " + fmt("%.3g GB/s", 1e-9 / c) : "bandwidth -";
+    } else if (f.features[i] == "flops") {
+      part = c > 0 ? "peak " + fmt("%.3g TFLOP/s", 1e-12 / c) : "peak -";
+    } else {
+      part = f.features[i] + " " + fmt("%.3g s", c);
+    }
+    out += (out.empty() ? "" : ", ") + part;
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string format_profile(const sim::Profile& p) {
+  std::ostringstream os;
+  os << "dtsim profile " << p.path << "\n";
+  for (const char* key : {"device", "device_kind", "host", "created", "sweep", "procs", "torch.torch_version", "torch.threads",
+                          "nccl.nccl_version", "gloo.transport", "command"}) {
+    if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
+  }
+  // Layers: shapes measured per signature and precision.
+  std::map<std::string, std::vector<const sim::LayerSample*>> layers;
+  for (const auto& l : p.layers) layers[l.signature + " " + to_string(l.precision)].push_back(&l);
+  os << "\n  layers (" << p.layers.size() << " shapes)\n";
+  for (const auto& [key, v] : layers) {
+    std::set<std::int64_t> bs, ss;
+    double lo = 1e30, hi = 0;
+    for (const auto* l : v) {
+      bs.insert(l->micro_batch);
+      ss.insert(l->seq_len);
+      lo = std::min(lo, l->forward.median_s);
+      hi = std::max(hi, l->forward.median_s);
+    }
+    os << "    " << key << ": b " << *bs.begin() << ".." << *bs.rbegin() << ", s " << *ss.begin() << ".." << *ss.rbegin()
+       << ", forward " << human_s(lo) << ".." << human_s(hi) << "\n";
+  }
+  os << "\n  fits (" << p.fits.size() << ")" << "\n";
+  for (const auto& [name, f] : p.fits) {
+    char head[96];
+    std::snprintf(head, sizeof head, "%-34s %3d samples  rms %5.1f%%  max %5.1f%%  ", name.c_str(), f.samples, 100 * f.rms_rel_error,
+                  100 * f.max_rel_error);
+    os << "    " << head << describe_fit(f) << "\n";
+  }
+  // Achieved figures at the largest measured size (what users quote).
+  double best_gemm = 0;
+  std::string best_gemm_prec;
+  for (const auto& k : p.kernels) {
+    if (k.kind == "gemm" && k.time.median_s > 0 && k.flops / k.time.median_s > best_gemm) {
+      best_gemm = k.flops / k.time.median_s;
+      best_gemm_prec = to_string(k.precision);
+    }
+  }
+  if (best_gemm > 0) os << "\n  best GEMM: " << fmt("%.3g TFLOP/s", best_gemm / 1e12) << " (" << best_gemm_prec << ")\n";
+  std::map<std::string, double> best_copy;
+  for (const auto& c : p.copies) {
+    if (c.time.median_s > 0) best_copy[c.direction] = std::max(best_copy[c.direction], static_cast<double>(c.bytes) / c.time.median_s);
+  }
+  for (const auto& [dir, bw] : best_copy) os << "  best copy " << dir << ": " << fmt("%.3g GB/s", bw / 1e9) << "\n";
+  std::map<std::string, double> best_bus;
+  for (const auto& c : p.comm) {
+    if (c.time.median_s > 0 && c.ranks >= 2) {
+      const std::string key = c.backend + " " + to_string(c.op) + " x" + std::to_string(c.ranks);
+      best_bus[key] = std::max(best_bus[key], sim::bus_bandwidth_factor(c.op, c.ranks) * static_cast<double>(c.bytes) / c.time.median_s);
+    }
+  }
+  for (const auto& [key, bw] : best_bus) os << "  best busbw " << key << ": " << fmt("%.3g GB/s", bw / 1e9) << "\n";
+  for (const auto& [key, b] : p.memory) os << "  memory " << key << ": " << human_bytes(static_cast<double>(b)) << "\n";
+  return os.str();
+}
+
+std::string profile_to_json(const sim::Profile& p) {
+  sim::JsonWriter j;
+  j.begin_object();
+  j.field("path", p.path);
+  j.key("info").begin_object();
+  for (const auto& [k, v] : p.info) j.field(k, v);
+  j.end_object();
+  j.field("layer_samples", static_cast<std::int64_t>(p.layers.size()));
+  j.field("kernel_samples", static_cast<std::int64_t>(p.kernels.size()));
+  j.field("comm_samples", static_cast<std::int64_t>(p.comm.size()));
+  j.field("copy_samples", static_cast<std::int64_t>(p.copies.size()));
+  j.key("memory").begin_object();
+  for (const auto& [k, v] : p.memory) j.field(k, static_cast<std::int64_t>(v));
+  j.end_object();
+  j.key("fits").begin_object();
+  for (const auto& [name, f] : p.fits) {
+    j.key(name).begin_object();
+    j.key("coefficients").begin_object();
+    for (std::size_t i = 0; i < f.features.size(); ++i) j.field(f.features[i], f.coef[i]);
+    j.end_object();
+    j.field("samples", f.samples).field("rms_rel_error", f.rms_rel_error).field("max_rel_error", f.max_rel_error);
+    j.end_object();
+  }
+  j.end_object();
+  j.end_object();
+  return j.str() + "\n";
+}
+
+}  // namespace dtsim::calib

@@ -1,0 +1,269 @@
+// Fitting cost models to measurements, and reading the measurement programs'
+// output. See Note [Profile lookups] in sim/src/cost_profile.cpp for how the
+// simulator uses the fits.
+#include <Eigen/Dense>
+
+#include <algorithm>
+#include <cmath>
+#include <map>
+#include <sstream>
+#include <tuple>
+
+#include "dtsim/calibrate/calibrate.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::calib {
+namespace {
+
+void fill_errors(sim::LinearFit& f, const std::vector<std::vector<double>>& rows, const std::vector<double>& y) {
+  double sum2 = 0, worst = 0;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    double t = 0;
+    for (std::size_t j = 0; j < f.coef.size(); ++j) t += f.coef[j] * rows[i][j];
+    const double rel = (t - y[i]) / y[i];
+    sum2 += rel * rel;
+    worst = std::max(worst, std::abs(rel));
+  }
+  f.rms_rel_error = rows.empty() ? 0 : std::sqrt(sum2 / static_cast<double>(rows.size()));
+  f.max_rel_error = worst;
+  f.samples = static_cast<int>(rows.size());
+}
+
+}  // namespace
+
+sim::LinearFit fit_linear(const std::vector<std::string>& features, const std::vector<std::vector<double>>& rows,
+                          const std::vector<double>& seconds) {
+  sim::LinearFit f;
+  f.features = features;
+  f.coef.assign(features.size(), 0.0);
+  std::vector<std::size_t> samples;
+  for (std::size_t i = 0; i < rows.size(); ++i) {
+    if (seconds[i] > 0 && std::isfinite(seconds[i])) samples.push_back(i);
+  }
+  std::vector<bool> active(features.size(), true);
+  // Active-set non-negative least squares: drop the most negative
+  // coefficient's feature and refit until all are >= 0 (at most one pass per
+  // feature; Lawson & Hanson's NNLS without re-adding, enough for 2-4 features).
+  for (std::size_t pass = 0; pass <= features.size(); ++pass) {
+    std::vector<std::size_t> cols;
+    for (std::size_t j = 0; j < features.size(); ++j) {
+      if (active[j]) cols.push_back(j);
+    }
+    if (cols.empty() || samples.size() < cols.size()) break;
+    // Scale columns to unit norm so bytes (1e9) and the intercept (1) condition well.
+    Eigen::MatrixXd a(samples.size(), cols.size());
+    Eigen::VectorXd b(samples.size());
+    for (std::size_t r = 0; r < samples.size(); ++r) {
+      const std::size_t i = samples[r];
+      for (std::size_t c = 0; c < cols.size(); ++c) a(r, c) = rows[i][cols[c]] / seconds[i];
+      b(r) = 1.0;
+    }
+    Eigen::VectorXd scale = a.colwise().norm().transpose();
+    for (Eigen::Index c = 0; c < scale.size(); ++c) {
+      if (scale(c) == 0) scale(c) = 1;
+      a.col(c) /= scale(c);
+    }
+    const Eigen::VectorXd x = a.colPivHouseholderQr().solve(b).cwiseQuotient(scale);
+    std::size_t worst = cols.size();
+    for (std::size_t c = 0; c < cols.size(); ++c) {
+      if (x(static_cast<Eigen::Index>(c)) < 0 && (worst == cols.size() || x(static_cast<Eigen::Index>(c)) < x(static_cast<Eigen::Index>(worst)))) worst = c;
+    }
+    if (worst == cols.size()) {
+      std::fill(f.coef.begin(), f.coef.end(), 0.0);
+      for (std::size_t c = 0; c < cols.size(); ++c) f.coef[cols[c]] = x(static_cast<Eigen::Index>(c));
+      break;
+    }
+    active[cols[worst]] = false;
+  }
+  std::vector<std::vector<double>> used;
+  std::vector<double> y;
+  for (std::size_t i : samples) {
+    used.push_back(rows[i]);
+    y.push_back(seconds[i]);
+  }
+  fill_errors(f, used, y);
+  return f;
+}
+
+sim::LinearFit fit_alpha_beta(const std::vector<double>& bytes, const std::vector<double>& seconds) {
+  std::vector<std::vector<double>> rows;
+  rows.reserve(bytes.size());
+  for (double b : bytes) rows.push_back({1.0, b});
+  return fit_linear({"1", "bytes"}, rows, seconds);
+}
+
+void fit_profile(sim::Profile& p) {
+  p.fits.clear();
+  // Kernels: per class and precision.
+  std::map<std::pair<std::string, sim::Precision>, std::vector<const sim::KernelSample*>> kernels;
+  for (const auto& k : p.kernels) kernels[{k.kind, k.precision}].push_back(&k);
+  for (const auto& [key, ks] : kernels) {
+    const bool matmul = key.first == "gemm" || key.first == "attention";
+    const std::vector<std::string> features =
+        matmul ? std::vector<std::string>{"1", "flops", "mn", "bytes"}
+               : (key.first == "norm" ? std::vector<std::string>{"1", "bytes", "flops"} : std::vector<std::string>{"1", "bytes"});
+    std::vector<std::vector<double>> rows;
+    std::vector<double> y;
+    for (const auto* k : ks) {
+      const double mn = static_cast<double>(k->m) * static_cast<double>(k->n) * static_cast<double>(std::max<std::int64_t>(1, k->batch));
+      if (matmul) {
+        rows.push_back({1.0, k->flops, mn, k->bytes});
+      } else if (key.first == "norm") {
+        rows.push_back({1.0, k->bytes, k->flops});
+      } else {
+        rows.push_back({1.0, k->bytes});
+      }
+      y.push_back(k->time.median_s);
+    }
+    if (rows.size() < features.size() + 1) continue;  // too few to fit honestly
+    p.fits[sim::kernel_fit_name(key.first, key.second)] = fit_linear(features, rows, y);
+  }
+  // Collectives: per backend, op and rank count.
+  std::map<std::tuple<std::string, sim::CollectiveOp, int>, std::pair<std::vector<double>, std::vector<double>>> comm;
+  for (const auto& c : p.comm) {
+    auto& [xs, ys] = comm[{c.backend, c.op, c.ranks}];
+    xs.push_back(static_cast<double>(c.bytes));
+    ys.push_back(c.time.median_s);
+  }
+  for (const auto& [key, v] : comm) {
+    if (v.first.size() < 3) continue;
+    p.fits[sim::comm_fit_name(std::get<0>(key), std::get<1>(key), std::get<2>(key))] = fit_alpha_beta(v.first, v.second);
+  }
+  // Copies: per direction.
+  std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> copies;
+  for (const auto& c : p.copies) {
+    copies[c.direction].first.push_back(static_cast<double>(c.bytes));
+    copies[c.direction].second.push_back(c.time.median_s);
+  }
+  for (const auto& [dir, v] : copies) {
+    if (v.first.size() < 3) continue;
+    p.fits[sim::copy_fit_name(dir)] = fit_alpha_beta(v.first, v.second);
+  }
+}
+
+// ---- the measurement programs' lines --------------------------------------------
+
+namespace {
+
+std::vector<std::string> split_tabs(const std::string& line) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : line) {
+    if (c == '\t') {
+      out.push_back(cur);
+      cur.clear();
+    } else if (c != '\r' && c != '\n') {
+      cur += c;
+    }
+  }
+  out.push_back(cur);
+  return out;
+}
+
+class Fields {
+ public:
+  Fields(std::vector<std::string> f, std::string source, std::string line)
+      : f_(std::move(f)), source_(std::move(source)), line_(std::move(line)) {}
+  [[noreturn]] void fail(const std::string& why) const {
+    throw CalibrationError(source_ + ": " + why + " in line '" + line_ + "'");
+  }
+  void expect(std::size_t n) const {
+    if (f_.size() != n) fail("expected " + std::to_string(n) + " tab-separated fields, got " + std::to_string(f_.size()));
+  }
+  const std::string& str(std::size_t i) const { return f_.at(i); }
+  double num(std::size_t i) const {
+    try {
+      std::size_t used = 0;
+      const double v = std::stod(f_.at(i), &used);
+      if (used != f_[i].size() || !std::isfinite(v)) fail("field " + std::to_string(i + 1) + " '" + f_[i] + "' is not a number");
+      return v;
+    } catch (const std::logic_error&) {
+      fail("field " + std::to_string(i + 1) + " '" + f_.at(i) + "' is not a number");
+    }
+  }
+  std::int64_t integer(std::size_t i) const {
+    const double v = num(i);
+    if (v != std::floor(v) || v < 0) fail("field " + std::to_string(i + 1) + " '" + f_[i] + "' is not a count");
+    return static_cast<std::int64_t>(v);
+  }
+  sim::Timing timing(std::size_t i, std::size_t reps) const {
+    sim::Timing t{num(i), num(i + 1), num(i + 2), static_cast<int>(integer(reps))};
+    if (t.median_s < 0 || t.min_s < 0 || t.max_s < 0) fail("negative time");
+    return t;
+  }
+  sim::Precision precision(std::size_t i) const {
+    const auto& s = str(i);
+    if (s == "fp32") return sim::Precision::kFp32;
+    if (s == "fp16") return sim::Precision::kFp16;
+    if (s == "bf16") return sim::Precision::kBf16;
+    fail("precision '" + s + "' is not one of fp32, fp16, bf16");
+  }
+
+ private:
+  std::vector<std::string> f_;
+  std::string source_, line_;
+};
+
+}  // namespace
+
+bool parse_bench_line(const std::string& line, const std::string& source, sim::Profile& p, Progress* progress) {
+  if (line.empty() || line == "\n") return false;
+  const Fields f(split_tabs(line), source, line);
+  const std::string& tag = f.str(0);
+  if (tag == "progress") {
+    f.expect(4);
+    if (progress) *progress = Progress{static_cast<int>(f.integer(1)), static_cast<int>(f.integer(2)), f.str(3)};
+    return true;
+  }
+  if (tag == "info") {
+    f.expect(3);
+    p.info[source + "." + f.str(1)] = f.str(2);
+  } else if (tag == "layer") {
+    f.expect(12);
+    sim::LayerSample s;
+    s.signature = f.str(1);
+    s.precision = f.precision(2);
+    s.micro_batch = f.integer(3);
+    s.seq_len = f.integer(4);
+    s.forward = f.timing(5, 11);
+    s.backward = f.timing(8, 11);
+    p.layers.push_back(s);
+  } else if (tag == "kernel") {
+    f.expect(13);
+    sim::KernelSample k;
+    k.kind = f.str(1);
+    k.precision = f.precision(2);
+    k.m = f.integer(3);
+    k.n = f.integer(4);
+    k.k = f.integer(5);
+    k.batch = f.integer(6);
+    k.flops = f.num(7);
+    k.bytes = f.num(8);
+    k.time = f.timing(9, 12);
+    p.kernels.push_back(k);
+  } else if (tag == "comm") {
+    f.expect(9);
+    sim::CommSample c;
+    c.backend = f.str(1);
+    if (!sim::parse_collective(f.str(2), &c.op)) f.fail("'" + f.str(2) + "' is not a collective");
+    c.ranks = static_cast<int>(f.integer(3));
+    c.bytes = static_cast<Bytes>(f.integer(4));
+    c.time = f.timing(5, 8);
+    p.comm.push_back(c);
+  } else if (tag == "copy") {
+    f.expect(7);
+    p.copies.push_back({f.str(1), static_cast<Bytes>(f.integer(2)), f.timing(3, 6)});
+  } else if (tag == "memory") {
+    f.expect(3);
+    p.memory[f.str(1)] = static_cast<Bytes>(f.integer(2));
+  } else if (tag == "skip") {
+    auto& skipped = p.info[source + ".skipped"];
+    skipped += (skipped.empty() ? "" : "; ") + line.substr(5);
+  } else {
+    f.fail("unknown record '" + tag + "' (valid: info, progress, layer, kernel, comm, copy, memory, skip)");
+  }
+  return false;
+}
+
+}  // namespace dtsim::calib

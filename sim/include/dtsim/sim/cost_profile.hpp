@@ -1,0 +1,87 @@
+#pragma once
+// Cost models that answer from a calibration profile (profile.hpp) and fall
+// back to the datasheet models where it has nothing to say, counting which
+// source priced what so a report can say so.
+
+#include <memory>
+#include <string>
+#include <unordered_map>
+#include <vector>
+
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/profile.hpp"
+
+namespace dtsim::sim {
+
+/// A profile indexed for lookups; build once, share between predictions.
+class ProfileCosts {
+ public:
+  explicit ProfileCosts(Profile profile);
+  const Profile& profile() const { return profile_; }
+
+  /// Measured layer samples of one signature and precision, by tokens.
+  const std::vector<const LayerSample*>* layer_samples(const std::string& signature, Precision p) const;
+  /// The fit named `name`, or nullptr.
+  const LinearFit* fit(const std::string& name) const;
+  /// Rank counts with an intra-node fit for op (any backend), ascending.
+  std::vector<int> comm_ranks(CollectiveOp op) const;
+  /// The intra-node fit of op over `ranks`, or nullptr.
+  const LinearFit* comm_fit(CollectiveOp op, int ranks) const;
+
+ private:
+  Profile profile_;
+  std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;
+};
+
+/// Fit names, shared by the calibration driver (which writes them) and the
+/// cost models (which read them).
+std::string kernel_fit_name(const std::string& kind, Precision p);    ///< "kernel.gemm.fp32"
+std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks);  ///< "comm.gloo.all_reduce.2"
+std::string copy_fit_name(const std::string& direction);              ///< "copy.h2d"
+
+/// How many costs came from each source during one prediction.
+struct CostSources {
+  int layers_measured = 0;      ///< a measured shape, the measured median
+  int layers_interpolated = 0;  ///< between measured shapes of the same layer
+  int layers_fitted = 0;        ///< the fitted kernel models (outside the measured range)
+  int layers_analytic = 0;      ///< datasheet roofline (nothing fitted)
+  int comm_measured = 0;        ///< the fitted alpha-beta of the same op and rank count
+  int comm_scaled = 0;          ///< link latency/bandwidth derived from another rank count
+  int comm_analytic = 0;        ///< datasheet links (e.g. across nodes)
+  int copies_measured = 0;
+  int copies_analytic = 0;
+};
+
+/// Layer and kernel times from a profile (see Note [Profile lookups] in
+/// cost_profile.cpp), else the roofline.
+class ProfileComputeModel final : public ComputeModel {
+ public:
+  ProfileComputeModel(std::shared_ptr<const ProfileCosts> costs, const DeviceSpec& device, CostSources* sources);
+  TimeNs kernel_time(const Kernel& k, Precision p) const override;
+  TimeNs layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const override;
+
+ private:
+  bool fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const;
+  std::shared_ptr<const ProfileCosts> costs_;
+  RooflineComputeModel roofline_;
+  DeviceSpec device_;
+  CostSources* sources_;
+};
+
+/// Collectives and copies from a profile's alpha-beta fits, else the
+/// datasheet links.
+class ProfileCommModel final : public CommModel {
+ public:
+  ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, const ClusterSpec& cluster, CostSources* sources);
+  CollectiveCost collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const override;
+  CollectiveCost host_copy(Bytes bytes) const override;
+
+ private:
+  std::shared_ptr<const ProfileCosts> costs_;
+  ClusterSpec cluster_;
+  AnalyticCommModel analytic_;
+  std::unique_ptr<AnalyticCommModel> scaled_;  ///< intra-node link from the fits, if any
+  CostSources* sources_;
+};
+
+}  // namespace dtsim::sim

@@ -1,0 +1,98 @@
+#pragma once
+// Calibration profiles: what `dtsim calibrate` measured on real hardware
+// (layer, kernel, collective and copy timings, runtime memory overheads), the
+// models fitted to it, and where it came from. One HDF5 file; the layout is
+// documented in configs/profiles/README.md. The simulator prices work from a
+// profile through ProfileCosts (cost_profile.hpp); this header is only the
+// data and its file I/O.
+
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/units.hpp"
+
+namespace dtsim::sim {
+
+/// The spread of repeated runs of one measurement.
+struct Timing {
+  double median_s = 0;
+  double min_s = 0;
+  double max_s = 0;
+  int reps = 0;
+};
+
+/// Forward and backward time of one layer (by signature) at one shape.
+struct LayerSample {
+  std::string signature;  ///< Layer::signature
+  Precision precision = Precision::kFp32;
+  std::int64_t micro_batch = 0;
+  std::int64_t seq_len = 0;
+  Timing forward, backward;
+};
+
+/// One kernel class measured at one size.
+struct KernelSample {
+  std::string kind;  ///< "gemm", "attention", "elementwise", "norm"
+  Precision precision = Precision::kFp32;
+  std::int64_t m = 0, n = 0, k = 0, batch = 1;
+  double flops = 0, bytes = 0;
+  Timing time;
+};
+
+/// One collective measured at one size and rank count.
+struct CommSample {
+  std::string backend;  ///< "gloo", "nccl"
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  int ranks = 0;
+  Bytes bytes = 0;  ///< nccl-tests' "size"
+  Timing time;
+};
+
+/// One host<->device copy.
+struct CopySample {
+  std::string direction;  ///< "h2d", "d2h", "d2d"
+  Bytes bytes = 0;
+  Timing time;
+};
+
+/// A least-squares model time = sum_i coef[i] * feature_i, with its error
+/// over the samples it was fitted to (relative: (model - measured) / measured).
+struct LinearFit {
+  std::vector<std::string> features;  ///< "1", "bytes", "flops", "mn", ...
+  std::vector<double> coef;           ///< seconds per unit of each feature
+  double rms_rel_error = 0;
+  double max_rel_error = 0;
+  int samples = 0;
+};
+
+/// Everything one calibration produced.
+struct Profile {
+  static constexpr int kFormatVersion = 1;
+  std::string path;                          ///< where it was read from (not stored)
+  std::map<std::string, std::string> info;   ///< provenance: device, versions, threads, date, command
+  std::vector<LayerSample> layers;
+  std::vector<KernelSample> kernels;
+  std::vector<CommSample> comm;
+  std::vector<CopySample> copies;
+  std::map<std::string, Bytes> memory;       ///< runtime overheads: "cuda_context_bytes", ...
+  /// Fitted models by name: "kernel.gemm.fp32", "comm.gloo.all_reduce.2", "copy.h2d".
+  std::map<std::string, LinearFit> fits;
+};
+
+/// Writes `p` to `path` as HDF5, atomically (a temporary file beside it, then
+/// rename): an interrupted write never leaves a broken profile. Throws IoError.
+void save_profile(const Profile& p, const std::string& path);
+
+/// Reads a profile; throws CalibrationError naming the file and what is wrong
+/// (missing, not HDF5, truncated, another format or a newer version, a
+/// dataset missing or of the wrong type or length).
+Profile load_profile(const std::string& path);
+
+/// Evaluates a fit at feature values given by name; missing features count 0.
+double evaluate(const LinearFit& fit, const std::map<std::string, double>& features);
+
+}  // namespace dtsim::sim

@@ -1,0 +1,253 @@
+// Note [Profile lookups]
+// A layer's time for a micro-batch of b sequences of s tokens, in order:
+//  1. measured: a sample of the same signature, precision, b and s: its median;
+//  2. interpolated: samples of that layer bracket the shape: linear in b
+//     between the nearest measured b at the same s (layer time is affine in
+//     the batch once kernels fill the device), else linear in tokens b x s
+//     between the nearest smaller and larger token counts;
+//  3. fitted: outside the measured range, the sum of the layer's kernels
+//     priced by the fitted kernel models (below);
+//  4. analytic: no fitted kernel model for a kernel's class: the roofline.
+// Kernel models are the least-squares fits the calibration stores:
+//   gemm / attention / recurrent: t = c0 + c1 flops + c2 mn + c3 bytes, which
+//     is the roofline time flops / (R k / (k + k0)) = flops/R + 2 mn k0 / R
+//     (the short-K efficiency of cost_compute.cpp) plus launch and memory
+//     terms, all linear in the coefficients;
+//   elementwise / norm / embedding: t = c0 + c1 bytes (+ c2 flops).
+// Collectives inside a node: the fitted t = alpha + beta S of the same
+// operation and rank count; for another rank count, the link's per-hop
+// latency and bandwidth are recovered from the fit with the most ranks by
+// inverting the ring formulas of Note [Collective cost model]
+// (alpha = base + steps x hop, beta = busbw factor / B) and the datasheet
+// model runs with them. Across nodes the datasheet network is used.
+#include "dtsim/sim/cost_profile.hpp"
+
+#include <algorithm>
+#include <cmath>
+
+namespace dtsim::sim {
+namespace {
+
+std::string layer_key(const std::string& signature, Precision p) { return signature + "|" + to_string(p); }
+
+double tokens(const LayerSample& s) { return static_cast<double>(s.micro_batch) * static_cast<double>(s.seq_len); }
+
+double median(const LayerSample& s, Pass pass) { return pass == Pass::kForward ? s.forward.median_s : s.backward.median_s; }
+
+/// Linear interpolation of y at x between (x0,y0) and (x1,y1).
+double lerp(double x, double x0, double y0, double x1, double y1) {
+  if (x1 == x0) return y0;
+  return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+}
+
+const char* fit_kind(KernelKind k) {
+  switch (k) {
+    case KernelKind::kGemm:
+    case KernelKind::kRecurrent: return "gemm";
+    case KernelKind::kAttention: return "attention";
+    case KernelKind::kElementwise:
+    case KernelKind::kEmbedding: return "elementwise";
+    case KernelKind::kNorm: return "norm";
+  }
+  return "gemm";
+}
+
+/// The base latency AnalyticCommModel adds to every collective (cost_comm.cpp).
+constexpr TimeNs kCollectiveBase = 6 * kNsPerUs;
+
+int ring_steps(CollectiveOp op, int n) {
+  switch (op) {
+    case CollectiveOp::kAllReduce: return 2 * (n - 1);
+    case CollectiveOp::kSendRecv: return 1;
+    default: return n - 1;
+  }
+}
+
+}  // namespace
+
+std::string kernel_fit_name(const std::string& kind, Precision p) { return "kernel." + kind + "." + to_string(p); }
+std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks) {
+  return "comm." + backend + "." + to_string(op) + "." + std::to_string(ranks);
+}
+std::string copy_fit_name(const std::string& direction) { return "copy." + direction; }
+
+ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
+  for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
+  for (auto& [key, v] : layers_) {
+    std::sort(v.begin(), v.end(), [](const LayerSample* a, const LayerSample* b) {
+      return std::pair(tokens(*a), a->micro_batch) < std::pair(tokens(*b), b->micro_batch);
+    });
+  }
+}
+
+const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::string& signature, Precision p) const {
+  const auto it = layers_.find(layer_key(signature, p));
+  return it == layers_.end() ? nullptr : &it->second;
+}
+
+const LinearFit* ProfileCosts::fit(const std::string& name) const {
+  const auto it = profile_.fits.find(name);
+  return it == profile_.fits.end() ? nullptr : &it->second;
+}
+
+std::vector<int> ProfileCosts::comm_ranks(CollectiveOp op) const {
+  std::vector<int> out;
+  for (const auto& c : profile_.comm) {
+    if (c.op == op && std::find(out.begin(), out.end(), c.ranks) == out.end() && comm_fit(op, c.ranks) != nullptr) {
+      out.push_back(c.ranks);
+    }
+  }
+  std::sort(out.begin(), out.end());
+  return out;
+}
+
+const LinearFit* ProfileCosts::comm_fit(CollectiveOp op, int ranks) const {
+  for (const char* backend : {"nccl", "gloo"}) {
+    if (const LinearFit* f = fit(comm_fit_name(backend, op, ranks))) return f;
+  }
+  return nullptr;
+}
+
+// ---- compute ------------------------------------------------------------------
+
+ProfileComputeModel::ProfileComputeModel(std::shared_ptr<const ProfileCosts> costs, const DeviceSpec& device,
+                                         CostSources* sources)
+    : costs_(std::move(costs)), roofline_(device), device_(device), sources_(sources) {}
+
+bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const {
+  const LinearFit* f = costs_->fit(kernel_fit_name(fit_kind(k.kind), p));
+  if (f == nullptr && k.kind == KernelKind::kAttention) f = costs_->fit(kernel_fit_name("gemm", p));
+  if (f == nullptr) return false;
+  const double mn = static_cast<double>(k.m) * static_cast<double>(k.n) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
+  const std::map<std::string, double> features{{"flops", k.flops}, {"bytes", static_cast<double>(k.bytes)}, {"mn", mn}};
+  *out = seconds_to_ns(std::max(0.0, evaluate(*f, features)));
+  return true;
+}
+
+TimeNs ProfileComputeModel::kernel_time(const Kernel& k, Precision p) const {
+  TimeNs t = 0;
+  if (fitted_kernel_time(k, p, &t)) return t;
+  return roofline_.kernel_time(k, p);
+}
+
+TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const {
+  const auto* samples = layer.signature.empty() ? nullptr : costs_->layer_samples(layer.signature, p);
+  if (samples != nullptr && !samples->empty()) {
+    const double t = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
+    // 1. exact shape; 2a. bracketing micro-batches at the same sequence length.
+    const LayerSample* lo_b = nullptr;
+    const LayerSample* hi_b = nullptr;
+    for (const LayerSample* s : *samples) {
+      if (s->seq_len != shape.seq_len) continue;
+      if (s->micro_batch == shape.micro_batch) {
+        if (sources_) ++sources_->layers_measured;
+        return seconds_to_ns(median(*s, pass));
+      }
+      if (s->micro_batch < shape.micro_batch && (!lo_b || s->micro_batch > lo_b->micro_batch)) lo_b = s;
+      if (s->micro_batch > shape.micro_batch && (!hi_b || s->micro_batch < hi_b->micro_batch)) hi_b = s;
+    }
+    if (lo_b && hi_b) {
+      if (sources_) ++sources_->layers_interpolated;
+      return seconds_to_ns(lerp(static_cast<double>(shape.micro_batch), static_cast<double>(lo_b->micro_batch),
+                                median(*lo_b, pass), static_cast<double>(hi_b->micro_batch), median(*hi_b, pass)));
+    }
+    // 2b. bracketing token counts (samples are sorted by tokens).
+    const LayerSample* lo = nullptr;
+    const LayerSample* hi = nullptr;
+    for (const LayerSample* s : *samples) {
+      if (tokens(*s) <= t) lo = s;
+      if (tokens(*s) >= t && hi == nullptr) hi = s;
+    }
+    if (lo && hi) {
+      if (sources_) ++sources_->layers_interpolated;
+      return seconds_to_ns(lerp(t, tokens(*lo), median(*lo, pass), tokens(*hi), median(*hi, pass)));
+    }
+  }
+  // 3./4. kernels, fitted where the profile has a model for their class.
+  const auto& ks = pass == Pass::kForward ? layer.forward : layer.backward;
+  bool all_fitted = !ks.empty();
+  TimeNs total = 0;
+  for (const auto& k : ks) {
+    TimeNs one = 0;
+    if (!fitted_kernel_time(k, p, &one)) {
+      all_fitted = false;
+      one = roofline_.kernel_time(k, p);
+    }
+    total += one * k.repeat;
+  }
+  if (sources_) ++(all_fitted ? sources_->layers_fitted : sources_->layers_analytic);
+  return total;
+}
+
+// ---- communication --------------------------------------------------------------
+
+ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, const ClusterSpec& cluster,
+                                   CostSources* sources)
+    : costs_(std::move(costs)), cluster_(cluster), analytic_(cluster), sources_(sources) {
+  // The intra-node link as the largest measured all-reduce sees it.
+  const auto ranks = costs_->comm_ranks(CollectiveOp::kAllReduce);
+  if (!ranks.empty() && ranks.back() >= 2) {
+    const int n = ranks.back();
+    const LinearFit* f = costs_->comm_fit(CollectiveOp::kAllReduce, n);
+    const double alpha = evaluate(*f, {{"bytes", 0.0}});
+    const double beta = evaluate(*f, {{"bytes", 1.0}}) - alpha;
+    if (beta > 0) {
+      ClusterSpec c = cluster;
+      c.intra_node.bandwidth = bus_bandwidth_factor(CollectiveOp::kAllReduce, n) / beta;
+      c.intra_node.latency = std::max<TimeNs>(0, (seconds_to_ns(alpha) - kCollectiveBase) / ring_steps(CollectiveOp::kAllReduce, n));
+      scaled_ = std::make_unique<AnalyticCommModel>(c);
+    }
+  }
+}
+
+CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const {
+  if (group.nodes() == 1 && group.ranks >= 2) {
+    if (const LinearFit* f = costs_->comm_fit(op, group.ranks)) {
+      const double alpha = evaluate(*f, {{"bytes", 0.0}});
+      const double per_byte = evaluate(*f, {{"bytes", 1.0}}) - alpha;
+      CollectiveCost c;
+      c.algorithm = "measured";
+      c.link = LinkClass::kIntraNode;
+      c.latency = seconds_to_ns(std::max(0.0, alpha));
+      // Express the measured per-byte time as bytes on the shared link, so
+      // concurrent collectives still divide its capacity.
+      c.rate = cluster_.intra_node.bandwidth;
+      c.wire_bytes = std::max(0.0, per_byte) * static_cast<double>(bytes) * c.rate;
+      if (sources_) ++sources_->comm_measured;
+      return c;
+    }
+    if (scaled_) {
+      if (sources_) ++sources_->comm_scaled;
+      return scaled_->collective(op, bytes, group);
+    }
+  }
+  if (sources_ && group.ranks >= 2) ++sources_->comm_analytic;
+  return analytic_.collective(op, bytes, group);
+}
+
+CollectiveCost ProfileCommModel::host_copy(Bytes bytes) const {
+  // Offload moves both ways; the slower measured direction prices it.
+  const LinearFit* h2d = costs_->fit(copy_fit_name("h2d"));
+  const LinearFit* d2h = costs_->fit(copy_fit_name("d2h"));
+  if (h2d == nullptr && d2h == nullptr) {
+    if (sources_) ++sources_->copies_analytic;
+    return analytic_.host_copy(bytes);
+  }
+  double alpha = 0, per_byte = 0;
+  for (const LinearFit* f : {h2d, d2h}) {
+    if (f == nullptr) continue;
+    const double a = evaluate(*f, {{"bytes", 0.0}});
+    alpha = std::max(alpha, a);
+    per_byte = std::max(per_byte, evaluate(*f, {{"bytes", 1.0}}) - a);
+  }
+  CollectiveCost c;
+  c.algorithm = "measured";
+  c.link = LinkClass::kHostDevice;
+  c.latency = seconds_to_ns(alpha);
+  c.rate = cluster_.host_device_bandwidth;
+  c.wire_bytes = per_byte * static_cast<double>(bytes) * c.rate;
+  if (sources_) ++sources_->copies_measured;
+  return c;
+}
+
+}  // namespace dtsim::sim

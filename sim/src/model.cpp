@@ -1,0 +1,31 @@
+// The parts of the model interface (model.hpp) that are plain data helpers:
+// they live in the core so every front end and the simulator link them.
+#include "dtsim/sim/model.hpp"
+
+namespace dtsim::sim {
+
+const char* to_string(KernelKind kind) {
+  switch (kind) {
+    case KernelKind::kGemm: return "gemm";
+    case KernelKind::kAttention: return "attention";
+    case KernelKind::kElementwise: return "elementwise";
+    case KernelKind::kNorm: return "norm";
+    case KernelKind::kEmbedding: return "embedding";
+    case KernelKind::kRecurrent: return "recurrent";
+  }
+  return "?";
+}
+
+Flops Layer::forward_flops() const {
+  Flops f = 0;
+  for (const auto& k : forward) f += k.flops * static_cast<double>(k.repeat);
+  return f;
+}
+
+Flops Layer::backward_flops() const {
+  Flops f = 0;
+  for (const auto& k : backward) f += k.flops * static_cast<double>(k.repeat);
+  return f;
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,519 @@
+// Profile <-> HDF5. The layout (configs/profiles/README.md) is columnar: one
+// group per table, one 1-D dataset per column, so h5dump and h5py read it
+// without knowing our structs:
+//   /                 attributes: format="dtsim-profile", format_version, and
+//                     every provenance entry (device, torch_version, ...)
+//   /layers/{signature, precision, micro_batch, seq_len, forward_{median,min,max}_s,
+//            backward_{median,min,max}_s, reps}
+//   /kernels/{kind, precision, m, n, k, batch, flops, bytes, median_s, min_s, max_s, reps}
+//   /comm/{backend, op, ranks, bytes, median_s, min_s, max_s, reps}
+//   /copies/{direction, bytes, median_s, min_s, max_s, reps}
+//   /memory/{key, bytes}
+//   /fits/<name>      float64 coefficients; attributes features (";"-joined),
+//                     rms_rel_error, max_rel_error, samples
+// HDF5 1.10 API (Debian 12). Every read checks the dataset exists, has the expected class and length,
+// and turns HDF5's failures into one CalibrationError line.
+#include <hdf5.h>
+
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <functional>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include <unistd.h>
+
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/profile.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+constexpr const char* kFormat = "dtsim-profile";
+
+/// Closes an HDF5 handle with the right function when it leaves scope.
+class Handle {
+ public:
+  Handle(hid_t id, herr_t (*close)(hid_t)) : id_(id), close_(close) {}
+  ~Handle() {
+    if (id_ >= 0) close_(id_);
+  }
+  Handle(const Handle&) = delete;
+  Handle& operator=(const Handle&) = delete;
+  Handle(Handle&& o) noexcept : id_(o.id_), close_(o.close_) { o.id_ = -1; }
+  Handle& operator=(Handle&&) = delete;
+  hid_t get() const { return id_; }
+  bool ok() const { return id_ >= 0; }
+
+ private:
+  hid_t id_;
+  herr_t (*close_)(hid_t);
+};
+
+/// HDF5 prints its error stack to stderr by default; we report our own line.
+void silence_hdf5() {
+  static const bool done = [] {
+    H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+    return true;
+  }();
+  (void)done;
+}
+
+// ---- writing ----------------------------------------------------------------
+
+class Writer {
+ public:
+  explicit Writer(const std::string& path) : path_(path) {}
+
+  void check(herr_t status, const std::string& what) const {
+    if (status < 0) throw IoError(path_ + ": cannot write " + what);
+  }
+
+  void column(hid_t group, const char* name, const std::vector<double>& v) const {
+    write(group, name, H5T_NATIVE_DOUBLE, v.size(), v.data());
+  }
+  void column(hid_t group, const char* name, const std::vector<std::int64_t>& v) const {
+    write(group, name, H5T_NATIVE_INT64, v.size(), v.data());
+  }
+  void column(hid_t group, const char* name, const std::vector<std::string>& v) const {
+    std::vector<const char*> ptrs;
+    ptrs.reserve(v.size());
+    for (const auto& s : v) ptrs.push_back(s.c_str());
+    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    check(H5Tset_size(type.get(), H5T_VARIABLE), name);
+    check(H5Tset_cset(type.get(), H5T_CSET_UTF8), name);
+    write(group, name, type.get(), v.size(), ptrs.data());
+  }
+
+  void string_attribute(hid_t object, const std::string& name, const std::string& value) const {
+    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    check(H5Tset_size(type.get(), std::max<std::size_t>(1, value.size())), name);
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle attr(H5Acreate2(object, name.c_str(), type.get(), space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    if (!attr.ok()) throw IoError(path_ + ": cannot write attribute " + name);
+    const std::string padded = value.empty() ? std::string(1, '\0') : value;
+    check(H5Awrite(attr.get(), type.get(), padded.data()), name);
+  }
+  void number_attribute(hid_t object, const std::string& name, double value) const {
+    Handle space(H5Screate(H5S_SCALAR), H5Sclose);
+    Handle attr(H5Acreate2(object, name.c_str(), H5T_NATIVE_DOUBLE, space.get(), H5P_DEFAULT, H5P_DEFAULT), H5Aclose);
+    if (!attr.ok()) throw IoError(path_ + ": cannot write attribute " + name);
+    check(H5Awrite(attr.get(), H5T_NATIVE_DOUBLE, &value), name);
+  }
+
+ private:
+  void write(hid_t group, const char* name, hid_t type, std::size_t n, const void* data) const {
+    const hsize_t dims[1] = {static_cast<hsize_t>(n)};
+    Handle space(H5Screate_simple(1, dims, nullptr), H5Sclose);
+    Handle ds(H5Dcreate2(group, name, type, space.get(), H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT), H5Dclose);
+    if (!ds.ok()) throw IoError(path_ + ": cannot write dataset " + name);
+    if (n > 0) check(H5Dwrite(ds.get(), type, H5S_ALL, H5S_ALL, H5P_DEFAULT, data), name);
+  }
+  std::string path_;
+};
+
+template <class Row, class F>
+auto column_of(const std::vector<Row>& rows, F f) {
+  std::vector<decltype(f(rows.front()))> out;
+  out.reserve(rows.size());
+  for (const auto& r : rows) out.push_back(f(r));
+  return out;
+}
+
+void write_timing(const Writer& w, hid_t g, const char* prefix, const std::vector<Timing>& t) {
+  const std::string p = prefix;
+  w.column(g, (p + "median_s").c_str(), column_of(t, [](const Timing& x) { return x.median_s; }));
+  w.column(g, (p + "min_s").c_str(), column_of(t, [](const Timing& x) { return x.min_s; }));
+  w.column(g, (p + "max_s").c_str(), column_of(t, [](const Timing& x) { return x.max_s; }));
+}
+
+std::vector<std::int64_t> reps_of(const std::vector<Timing>& t) {
+  return column_of(t, [](const Timing& x) { return static_cast<std::int64_t>(x.reps); });
+}
+
+void write_all(const Profile& p, hid_t file, const Writer& w) {
+  w.string_attribute(file, "format", kFormat);
+  w.number_attribute(file, "format_version", Profile::kFormatVersion);
+  for (const auto& [k, v] : p.info) {
+    if (k == "format" || k == "format_version") continue;
+    w.string_attribute(file, k, v);
+  }
+  auto group = [&](const char* name) {
+    hid_t g = H5Gcreate2(file, name, H5P_DEFAULT, H5P_DEFAULT, H5P_DEFAULT);
+    if (g < 0) throw IoError(std::string("cannot create group ") + name);
+    return g;
+  };
+  {
+    Handle g(group("layers"), H5Gclose);
+    const auto& r = p.layers;
+    w.column(g.get(), "signature", column_of(r, [](const LayerSample& x) { return x.signature; }));
+    w.column(g.get(), "precision", column_of(r, [](const LayerSample& x) { return std::string(to_string(x.precision)); }));
+    w.column(g.get(), "micro_batch", column_of(r, [](const LayerSample& x) { return x.micro_batch; }));
+    w.column(g.get(), "seq_len", column_of(r, [](const LayerSample& x) { return x.seq_len; }));
+    write_timing(w, g.get(), "forward_", column_of(r, [](const LayerSample& x) { return x.forward; }));
+    write_timing(w, g.get(), "backward_", column_of(r, [](const LayerSample& x) { return x.backward; }));
+    w.column(g.get(), "reps", reps_of(column_of(r, [](const LayerSample& x) { return x.forward; })));
+  }
+  {
+    Handle g(group("kernels"), H5Gclose);
+    const auto& r = p.kernels;
+    w.column(g.get(), "kind", column_of(r, [](const KernelSample& x) { return x.kind; }));
+    w.column(g.get(), "precision", column_of(r, [](const KernelSample& x) { return std::string(to_string(x.precision)); }));
+    w.column(g.get(), "m", column_of(r, [](const KernelSample& x) { return x.m; }));
+    w.column(g.get(), "n", column_of(r, [](const KernelSample& x) { return x.n; }));
+    w.column(g.get(), "k", column_of(r, [](const KernelSample& x) { return x.k; }));
+    w.column(g.get(), "batch", column_of(r, [](const KernelSample& x) { return x.batch; }));
+    w.column(g.get(), "flops", column_of(r, [](const KernelSample& x) { return x.flops; }));
+    w.column(g.get(), "bytes", column_of(r, [](const KernelSample& x) { return x.bytes; }));
+    const auto t = column_of(r, [](const KernelSample& x) { return x.time; });
+    write_timing(w, g.get(), "", t);
+    w.column(g.get(), "reps", reps_of(t));
+  }
+  {
+    Handle g(group("comm"), H5Gclose);
+    const auto& r = p.comm;
+    w.column(g.get(), "backend", column_of(r, [](const CommSample& x) { return x.backend; }));
+    w.column(g.get(), "op", column_of(r, [](const CommSample& x) { return std::string(to_string(x.op)); }));
+    w.column(g.get(), "ranks", column_of(r, [](const CommSample& x) { return static_cast<std::int64_t>(x.ranks); }));
+    w.column(g.get(), "bytes", column_of(r, [](const CommSample& x) { return static_cast<std::int64_t>(x.bytes); }));
+    const auto t = column_of(r, [](const CommSample& x) { return x.time; });
+    write_timing(w, g.get(), "", t);
+    w.column(g.get(), "reps", reps_of(t));
+  }
+  {
+    Handle g(group("copies"), H5Gclose);
+    const auto& r = p.copies;
+    w.column(g.get(), "direction", column_of(r, [](const CopySample& x) { return x.direction; }));
+    w.column(g.get(), "bytes", column_of(r, [](const CopySample& x) { return static_cast<std::int64_t>(x.bytes); }));
+    const auto t = column_of(r, [](const CopySample& x) { return x.time; });
+    write_timing(w, g.get(), "", t);
+    w.column(g.get(), "reps", reps_of(t));
+  }
+  {
+    Handle g(group("memory"), H5Gclose);
+    std::vector<std::string> keys;
+    std::vector<std::int64_t> bytes;
+    for (const auto& [k, v] : p.memory) {
+      keys.push_back(k);
+      bytes.push_back(static_cast<std::int64_t>(v));
+    }
+    w.column(g.get(), "key", keys);
+    w.column(g.get(), "bytes", bytes);
+  }
+  {
+    Handle g(group("fits"), H5Gclose);
+    for (const auto& [name, f] : p.fits) {
+      w.column(g.get(), name.c_str(), f.coef);
+      Handle ds(H5Dopen2(g.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+      std::string joined;
+      for (std::size_t i = 0; i < f.features.size(); ++i) joined += (i ? ";" : "") + f.features[i];
+      w.string_attribute(ds.get(), "features", joined);
+      w.number_attribute(ds.get(), "rms_rel_error", f.rms_rel_error);
+      w.number_attribute(ds.get(), "max_rel_error", f.max_rel_error);
+      w.number_attribute(ds.get(), "samples", f.samples);
+    }
+  }
+}
+
+// ---- reading ----------------------------------------------------------------
+
+class Reader {
+ public:
+  explicit Reader(std::string path) : path_(std::move(path)) {}
+
+  [[noreturn]] void fail(const std::string& what) const { throw CalibrationError(path_ + ": " + what); }
+
+  /// Length of a 1-D dataset of the given class, or fails naming it.
+  hsize_t length(hid_t ds, const std::string& where, H5T_class_t cls) const {
+    Handle type(H5Dget_type(ds), H5Tclose);
+    if (!type.ok() || H5Tget_class(type.get()) != cls) fail(where + ": wrong data type");
+    Handle space(H5Dget_space(ds), H5Sclose);
+    if (!space.ok() || H5Sget_simple_extent_ndims(space.get()) != 1) fail(where + ": not a 1-D dataset");
+    hsize_t n = 0;
+    H5Sget_simple_extent_dims(space.get(), &n, nullptr);
+    return n;
+  }
+
+  Handle open(hid_t group, const std::string& gname, const char* name) const {
+    if (H5Lexists(group, name, H5P_DEFAULT) <= 0) fail("/" + gname + "/" + name + ": missing (the file is truncated or not a dtsim profile)");
+    Handle ds(H5Dopen2(group, name, H5P_DEFAULT), H5Dclose);
+    if (!ds.ok()) fail("/" + gname + "/" + name + ": cannot be read (corrupt file)");
+    return ds;
+  }
+
+  template <class T>
+  std::vector<T> numbers(hid_t group, const std::string& gname, const char* name, hid_t mem_type, H5T_class_t cls) const {
+    Handle ds = open(group, gname, name);
+    const std::string where = "/" + gname + "/" + name;
+    std::vector<T> v(length(ds.get(), where, cls));
+    if (!v.empty() && H5Dread(ds.get(), mem_type, H5S_ALL, H5S_ALL, H5P_DEFAULT, v.data()) < 0) {
+      fail(where + ": cannot be read (corrupt file)");
+    }
+    return v;
+  }
+  std::vector<double> doubles(hid_t g, const std::string& gname, const char* name) const {
+    return numbers<double>(g, gname, name, H5T_NATIVE_DOUBLE, H5T_FLOAT);
+  }
+  std::vector<std::int64_t> ints(hid_t g, const std::string& gname, const char* name) const {
+    return numbers<std::int64_t>(g, gname, name, H5T_NATIVE_INT64, H5T_INTEGER);
+  }
+  std::vector<std::string> strings(hid_t group, const std::string& gname, const char* name) const {
+    Handle ds = open(group, gname, name);
+    const std::string where = "/" + gname + "/" + name;
+    const hsize_t n = length(ds.get(), where, H5T_STRING);
+    Handle type(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(type.get(), H5T_VARIABLE);
+    H5Tset_cset(type.get(), H5T_CSET_UTF8);
+    std::vector<char*> raw(n, nullptr);
+    if (n > 0 && H5Dread(ds.get(), type.get(), H5S_ALL, H5S_ALL, H5P_DEFAULT, raw.data()) < 0) {
+      fail(where + ": cannot be read (corrupt file)");
+    }
+    std::vector<std::string> out;
+    out.reserve(n);
+    for (char* s : raw) out.emplace_back(s ? s : "");
+    if (n > 0) {
+      Handle space(H5Dget_space(ds.get()), H5Sclose);
+      H5Dvlen_reclaim(type.get(), space.get(), H5P_DEFAULT, raw.data());
+    }
+    return out;
+  }
+
+  std::string string_attribute(hid_t object, const char* name) const {
+    Handle attr(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
+    if (!attr.ok()) fail(std::string("attribute ") + name + ": cannot be read");
+    Handle type(H5Aget_type(attr.get()), H5Tclose);
+    if (H5Tget_class(type.get()) != H5T_STRING) fail(std::string("attribute ") + name + ": not a string");
+    if (H5Tis_variable_str(type.get()) > 0) fail(std::string("attribute ") + name + ": variable-length strings are not used by dtsim");
+    const std::size_t size = H5Tget_size(type.get());
+    std::string value(size, '\0');
+    Handle mem(H5Tcopy(H5T_C_S1), H5Tclose);
+    H5Tset_size(mem.get(), size);
+    if (H5Aread(attr.get(), mem.get(), value.data()) < 0) fail(std::string("attribute ") + name + ": cannot be read");
+    value.resize(std::strlen(value.c_str()));
+    return value;
+  }
+  double number_attribute(hid_t object, const char* name) const {
+    Handle attr(H5Aopen(object, name, H5P_DEFAULT), H5Aclose);
+    if (!attr.ok()) fail(std::string("attribute ") + name + ": missing");
+    double v = 0;
+    if (H5Aread(attr.get(), H5T_NATIVE_DOUBLE, &v) < 0) fail(std::string("attribute ") + name + ": not a number");
+    return v;
+  }
+
+  void same_length(std::size_t n, std::size_t m, const std::string& where) const {
+    if (n != m) fail(where + ": has " + std::to_string(m) + " rows where its table has " + std::to_string(n));
+  }
+
+  Precision precision(const std::string& s, const std::string& where) const {
+    if (s == "fp32") return Precision::kFp32;
+    if (s == "fp16") return Precision::kFp16;
+    if (s == "bf16") return Precision::kBf16;
+    fail(where + ": precision '" + s + "' is not one of fp32, fp16, bf16");
+  }
+
+  const std::string& path() const { return path_; }
+
+ private:
+  std::string path_;
+};
+
+std::vector<Timing> read_timing(const Reader& r, hid_t g, const std::string& gname, const std::string& prefix,
+                                const std::vector<std::int64_t>& reps) {
+  const auto med = r.doubles(g, gname, (prefix + "median_s").c_str());
+  const auto lo = r.doubles(g, gname, (prefix + "min_s").c_str());
+  const auto hi = r.doubles(g, gname, (prefix + "max_s").c_str());
+  r.same_length(reps.size(), med.size(), "/" + gname + "/" + prefix + "median_s");
+  r.same_length(reps.size(), lo.size(), "/" + gname + "/" + prefix + "min_s");
+  r.same_length(reps.size(), hi.size(), "/" + gname + "/" + prefix + "max_s");
+  std::vector<Timing> t(reps.size());
+  for (std::size_t i = 0; i < t.size(); ++i) {
+    if (!(med[i] >= 0) || !(lo[i] >= 0) || !(hi[i] >= 0)) r.fail("/" + gname + "/" + prefix + "median_s: row " + std::to_string(i) + " is not a time");
+    t[i] = Timing{med[i], lo[i], hi[i], static_cast<int>(reps[i])};
+  }
+  return t;
+}
+
+herr_t collect_attr(hid_t, const char* name, const H5A_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+herr_t collect_link(hid_t, const char* name, const H5L_info_t*, void* out) {
+  static_cast<std::vector<std::string>*>(out)->push_back(name);
+  return 0;
+}
+
+Handle open_group(const Reader& r, hid_t file, const char* name) {
+  if (H5Lexists(file, name, H5P_DEFAULT) <= 0) r.fail(std::string("/") + name + ": missing (the file is truncated or not a dtsim profile)");
+  Handle g(H5Gopen2(file, name, H5P_DEFAULT), H5Gclose);
+  if (!g.ok()) r.fail(std::string("/") + name + ": cannot be read (corrupt file)");
+  return g;
+}
+
+Profile read_all(const Reader& r, hid_t file) {
+  Profile p;
+  p.path = r.path();
+  if (H5Aexists(file, "format") <= 0 || r.string_attribute(file, "format") != kFormat) {
+    r.fail("not a dtsim profile (no format=\"dtsim-profile\" attribute); make one with dtsim calibrate");
+  }
+  const double version = r.number_attribute(file, "format_version");
+  if (version != Profile::kFormatVersion) {
+    r.fail("profile format version " + std::to_string(static_cast<int>(version)) + " is not the version this dtsim reads (" +
+           std::to_string(Profile::kFormatVersion) + "); calibrate again with this dtsim");
+  }
+  std::vector<std::string> attrs;
+  H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_attr, &attrs);
+  for (const auto& a : attrs) {
+    if (a == "format" || a == "format_version") continue;
+    p.info[a] = r.string_attribute(file, a.c_str());
+  }
+  {
+    Handle g = open_group(r, file, "layers");
+    const auto sig = r.strings(g.get(), "layers", "signature");
+    const auto prec = r.strings(g.get(), "layers", "precision");
+    const auto b = r.ints(g.get(), "layers", "micro_batch");
+    const auto s = r.ints(g.get(), "layers", "seq_len");
+    const auto reps = r.ints(g.get(), "layers", "reps");
+    r.same_length(sig.size(), prec.size(), "/layers/precision");
+    r.same_length(sig.size(), b.size(), "/layers/micro_batch");
+    r.same_length(sig.size(), s.size(), "/layers/seq_len");
+    r.same_length(sig.size(), reps.size(), "/layers/reps");
+    const auto fwd = read_timing(r, g.get(), "layers", "forward_", reps);
+    const auto bwd = read_timing(r, g.get(), "layers", "backward_", reps);
+    for (std::size_t i = 0; i < sig.size(); ++i) {
+      if (b[i] <= 0 || s[i] <= 0) r.fail("/layers: row " + std::to_string(i) + " has a non-positive shape");
+      p.layers.push_back({sig[i], r.precision(prec[i], "/layers/precision"), b[i], s[i], fwd[i], bwd[i]});
+    }
+  }
+  {
+    Handle g = open_group(r, file, "kernels");
+    const auto kind = r.strings(g.get(), "kernels", "kind");
+    const auto prec = r.strings(g.get(), "kernels", "precision");
+    const auto m = r.ints(g.get(), "kernels", "m");
+    const auto n = r.ints(g.get(), "kernels", "n");
+    const auto k = r.ints(g.get(), "kernels", "k");
+    const auto batch = r.ints(g.get(), "kernels", "batch");
+    const auto flops = r.doubles(g.get(), "kernels", "flops");
+    const auto bytes = r.doubles(g.get(), "kernels", "bytes");
+    const auto reps = r.ints(g.get(), "kernels", "reps");
+    for (const auto* col : {&m, &n, &k, &batch, &reps}) r.same_length(kind.size(), col->size(), "/kernels");
+    r.same_length(kind.size(), prec.size(), "/kernels/precision");
+    r.same_length(kind.size(), flops.size(), "/kernels/flops");
+    r.same_length(kind.size(), bytes.size(), "/kernels/bytes");
+    const auto t = read_timing(r, g.get(), "kernels", "", reps);
+    for (std::size_t i = 0; i < kind.size(); ++i) {
+      p.kernels.push_back({kind[i], r.precision(prec[i], "/kernels/precision"), m[i], n[i], k[i], batch[i], flops[i], bytes[i], t[i]});
+    }
+  }
+  {
+    Handle g = open_group(r, file, "comm");
+    const auto backend = r.strings(g.get(), "comm", "backend");
+    const auto op = r.strings(g.get(), "comm", "op");
+    const auto ranks = r.ints(g.get(), "comm", "ranks");
+    const auto bytes = r.ints(g.get(), "comm", "bytes");
+    const auto reps = r.ints(g.get(), "comm", "reps");
+    r.same_length(backend.size(), op.size(), "/comm/op");
+    r.same_length(backend.size(), ranks.size(), "/comm/ranks");
+    r.same_length(backend.size(), bytes.size(), "/comm/bytes");
+    r.same_length(backend.size(), reps.size(), "/comm/reps");
+    const auto t = read_timing(r, g.get(), "comm", "", reps);
+    for (std::size_t i = 0; i < backend.size(); ++i) {
+      CommSample c;
+      c.backend = backend[i];
+      if (!parse_collective(op[i], &c.op)) r.fail("/comm/op: '" + op[i] + "' is not a collective");
+      c.ranks = static_cast<int>(ranks[i]);
+      c.bytes = static_cast<Bytes>(bytes[i]);
+      c.time = t[i];
+      p.comm.push_back(c);
+    }
+  }
+  {
+    Handle g = open_group(r, file, "copies");
+    const auto dir = r.strings(g.get(), "copies", "direction");
+    const auto bytes = r.ints(g.get(), "copies", "bytes");
+    const auto reps = r.ints(g.get(), "copies", "reps");
+    r.same_length(dir.size(), bytes.size(), "/copies/bytes");
+    r.same_length(dir.size(), reps.size(), "/copies/reps");
+    const auto t = read_timing(r, g.get(), "copies", "", reps);
+    for (std::size_t i = 0; i < dir.size(); ++i) p.copies.push_back({dir[i], static_cast<Bytes>(bytes[i]), t[i]});
+  }
+  {
+    Handle g = open_group(r, file, "memory");
+    const auto key = r.strings(g.get(), "memory", "key");
+    const auto bytes = r.ints(g.get(), "memory", "bytes");
+    r.same_length(key.size(), bytes.size(), "/memory/bytes");
+    for (std::size_t i = 0; i < key.size(); ++i) p.memory[key[i]] = static_cast<Bytes>(bytes[i]);
+  }
+  {
+    Handle g = open_group(r, file, "fits");
+    std::vector<std::string> names;
+    H5Literate(g.get(), H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_link, &names);
+    for (const auto& name : names) {
+      LinearFit f;
+      f.coef = r.doubles(g.get(), "fits", name.c_str());
+      Handle ds(H5Dopen2(g.get(), name.c_str(), H5P_DEFAULT), H5Dclose);
+      std::stringstream ss(r.string_attribute(ds.get(), "features"));
+      for (std::string item; std::getline(ss, item, ';');) f.features.push_back(item);
+      if (f.features.size() != f.coef.size()) r.fail("/fits/" + name + ": " + std::to_string(f.coef.size()) + " coefficients for " + std::to_string(f.features.size()) + " features");
+      f.rms_rel_error = r.number_attribute(ds.get(), "rms_rel_error");
+      f.max_rel_error = r.number_attribute(ds.get(), "max_rel_error");
+      f.samples = static_cast<int>(r.number_attribute(ds.get(), "samples"));
+      p.fits[name] = f;
+    }
+  }
+  return p;
+}
+
+}  // namespace
+
+void save_profile(const Profile& p, const std::string& path) {
+  namespace fs = std::filesystem;
+  silence_hdf5();
+  const fs::path target(path);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) throw IoError(path + ": cannot write: directory '" + dir.string() + "' does not exist");
+  const std::string tmp = (dir / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()))).string();
+  try {
+    Writer w(path);
+    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
+    if (!file.ok()) throw IoError(path + ": cannot create " + tmp);
+    write_all(p, file.get(), w);
+    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(path + ": cannot flush");
+  } catch (...) {
+    std::remove(tmp.c_str());
+    throw;
+  }
+  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    throw IoError(path + ": cannot write: " + std::strerror(errno));
+  }
+}
+
+Profile load_profile(const std::string& path) {
+  silence_hdf5();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw CalibrationError(path + ": no such profile (make one with dtsim calibrate)");
+  if (H5Fis_hdf5(path.c_str()) <= 0) {
+    throw CalibrationError(path + ": not an HDF5 file, or truncated or corrupt; calibrate again with dtsim calibrate");
+  }
+  Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
+  if (!file.ok()) throw CalibrationError(path + ": cannot open: truncated or corrupt HDF5; calibrate again with dtsim calibrate");
+  return read_all(Reader(path), file.get());
+}
+
+double evaluate(const LinearFit& fit, const std::map<std::string, double>& features) {
+  double t = 0;
+  for (std::size_t i = 0; i < fit.features.size() && i < fit.coef.size(); ++i) {
+    if (fit.features[i] == "1") {
+      t += fit.coef[i];
+    } else {
+      const auto it = features.find(fit.features[i]);
+      if (it != features.end()) t += fit.coef[i] * it->second;
+    }
+  }
+  return t;
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,265 @@
+// Calibration without hardware: fitting recovers known models, profiles
+// survive a round trip and reject broken files cleanly, and the simulator
+// prices layers and collectives from a profile as Note [Profile lookups]
+// (sim/src/cost_profile.cpp) says.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+
+#include <unistd.h>
+
+#include "dtsim/calibrate/calibrate.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/profile.hpp"
+#include "fake_model.hpp"
+#include "test_util.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+using dtsim::test::error_of;
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()) + ".h5")).string();
+}
+
+Timing timing(double s) { return Timing{s, s * 0.9, s * 1.1, 5}; }
+
+/// A small profile with one of everything.
+Profile sample_profile() {
+  Profile p;
+  p.info["device"] = "test device";
+  p.info["torch.threads"] = "1";
+  p.layers.push_back({"fake.layer", Precision::kFp32, 1, 1024, timing(0.010), timing(0.020)});
+  p.layers.push_back({"fake.layer", Precision::kFp32, 4, 1024, timing(0.040), timing(0.080)});
+  p.kernels.push_back({"gemm", Precision::kFp32, 64, 64, 64, 1, 2.0 * 64 * 64 * 64, 4.0 * 3 * 64 * 64, timing(1e-5)});
+  p.comm.push_back({"gloo", CollectiveOp::kAllReduce, 2, 1024, timing(2e-5)});
+  p.copies.push_back({"h2d", 1 << 20, timing(1e-4)});
+  p.memory["cuda_context_bytes"] = 500 * kMiB;
+  LinearFit f;
+  f.features = {"1", "bytes"};
+  f.coef = {2e-5, 1e-9};
+  f.rms_rel_error = 0.01;
+  f.max_rel_error = 0.02;
+  f.samples = 7;
+  p.fits[comm_fit_name("gloo", CollectiveOp::kAllReduce, 2)] = f;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("fitting recovers known alpha-beta parameters", "[calibrate]") {
+  // t = 20 us + S / (2 GB/s), sampled at 8 B .. 8 MiB, exactly and with +-2% noise.
+  const double alpha = 20e-6, beta = 1.0 / 2e9;
+  std::vector<double> bytes, exact, noisy;
+  for (double s = 8; s <= 8 * 1024 * 1024; s *= 4) {
+    bytes.push_back(s);
+    exact.push_back(alpha + beta * s);
+    noisy.push_back((alpha + beta * s) * (bytes.size() % 2 ? 1.02 : 0.98));
+  }
+  const LinearFit f = calib::fit_alpha_beta(bytes, exact);
+  REQUIRE(f.coef.size() == 2);
+  CHECK(f.coef[0] == Approx(alpha).epsilon(1e-6));
+  CHECK(f.coef[1] == Approx(beta).epsilon(1e-6));
+  CHECK(f.max_rel_error < 1e-9);
+  CHECK(f.samples == static_cast<int>(bytes.size()));
+
+  const LinearFit g = calib::fit_alpha_beta(bytes, noisy);
+  CHECK(g.coef[0] == Approx(alpha).epsilon(0.03));
+  CHECK(g.coef[1] == Approx(beta).epsilon(0.03));
+  // Alternating +-2% noise: every relative residual is about 2%.
+  CHECK(g.rms_rel_error == Approx(0.02).margin(0.005));
+}
+
+TEST_CASE("fitting keeps coefficients physical", "[calibrate]") {
+  // Times that fall with size would need a negative seconds-per-byte; the fit
+  // drops that feature and keeps a constant (their relative-error mean).
+  const LinearFit f = calib::fit_alpha_beta({100, 200, 300}, {3e-6, 2e-6, 1e-6});
+  CHECK(f.coef[1] == 0.0);
+  CHECK(f.coef[0] > 0.0);
+}
+
+TEST_CASE("GEMM fit: flops / R + 2 mn k0 / R recovers R and k0", "[calibrate]") {
+  // Synthetic device: R = 10 TFLOP/s, k0 = 48 (Note [GEMM efficiency]), 5 us launch.
+  const double r = 10e12, k0 = 48, c0 = 5e-6;
+  Profile p;
+  for (std::int64_t m : {64, 256, 1024}) {
+    for (std::int64_t k : {32, 128, 2048}) {
+      const double flops = 2.0 * m * m * k;
+      const double t = c0 + flops / (r * k / (k + k0));
+      p.kernels.push_back({"gemm", Precision::kFp32, m, m, k, 1, flops, 4.0 * (2 * m * k + m * m), timing(t)});
+    }
+  }
+  calib::fit_profile(p);
+  const LinearFit& f = p.fits.at(kernel_fit_name("gemm", Precision::kFp32));
+  REQUIRE(f.features == std::vector<std::string>{"1", "flops", "mn", "bytes"});
+  CHECK(1.0 / f.coef[1] == Approx(r).epsilon(1e-3));
+  CHECK(f.coef[2] * r / 2 == Approx(k0).epsilon(1e-3));  // coefficient of mn is 2 k0 / R
+  CHECK(f.coef[0] == Approx(c0).epsilon(1e-3));
+}
+
+TEST_CASE("a profile survives the HDF5 round trip", "[calibrate]") {
+  Profile p = sample_profile();
+  const std::string path = temp_path("dtsim_profile_rt");
+  save_profile(p, path);
+  const Profile q = load_profile(path);
+  std::filesystem::remove(path);
+  CHECK(q.path == path);
+  CHECK(q.info.at("device") == "test device");
+  CHECK(q.info.at("torch.threads") == "1");
+  REQUIRE(q.layers.size() == 2);
+  CHECK(q.layers[1].signature == "fake.layer");
+  CHECK(q.layers[1].micro_batch == 4);
+  CHECK(q.layers[1].backward.median_s == 0.080);
+  CHECK(q.layers[1].backward.max_s == 0.080 * 1.1);
+  CHECK(q.layers[1].forward.reps == 5);
+  REQUIRE(q.kernels.size() == 1);
+  CHECK(q.kernels[0].flops == 2.0 * 64 * 64 * 64);
+  REQUIRE(q.comm.size() == 1);
+  CHECK(q.comm[0].op == CollectiveOp::kAllReduce);
+  CHECK(q.comm[0].bytes == 1024);
+  REQUIRE(q.copies.size() == 1);
+  CHECK(q.copies[0].direction == "h2d");
+  CHECK(q.memory.at("cuda_context_bytes") == 500 * kMiB);
+  const LinearFit& f = q.fits.at("comm.gloo.all_reduce.2");
+  CHECK(f.features == std::vector<std::string>{"1", "bytes"});
+  CHECK(f.coef == std::vector<double>{2e-5, 1e-9});
+  CHECK(f.samples == 7);
+  CHECK(f.max_rel_error == 0.02);
+}
+
+TEST_CASE("a profile is written atomically and an existing one survives a failed write", "[calibrate]") {
+  const std::string path = temp_path("dtsim_profile_atomic");
+  save_profile(sample_profile(), path);
+  // A directory that does not exist: nothing is written, the old file stays.
+  CHECK_THROWS_AS(save_profile(sample_profile(), "/nonexistent-dir/x.h5"), IoError);
+  CHECK(load_profile(path).layers.size() == 2);
+  // No temporary file is left beside it.
+  int leftovers = 0;
+  for (const auto& e : std::filesystem::directory_iterator(std::filesystem::path(path).parent_path())) {
+    if (e.path().filename().string().rfind(".dtsim_profile_atomic", 0) == 0) ++leftovers;
+  }
+  CHECK(leftovers == 0);
+  std::filesystem::remove(path);
+}
+
+TEST_CASE("truncated, corrupt and foreign profiles are rejected with one line", "[calibrate][bad-input]") {
+  const std::string path = temp_path("dtsim_profile_bad");
+  save_profile(sample_profile(), path);
+  const auto size = std::filesystem::file_size(path);
+  std::string bytes(size, '\0');
+  {
+    std::ifstream in(path, std::ios::binary);
+    in.read(bytes.data(), static_cast<std::streamsize>(size));
+  }
+  auto write = [&](const std::string& content) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(content.data(), static_cast<std::streamsize>(content.size()));
+  };
+  // Truncated to half: HDF5 sees its end-of-file address past the end.
+  write(bytes.substr(0, size / 2));
+  std::string e = error_of([&] { load_profile(path); });
+  CHECK(e.find(path) == 0);
+  CHECK((e.find("truncated") != std::string::npos || e.find("corrupt") != std::string::npos));
+  // Garbage in the middle: any failure is a CalibrationError, never a crash.
+  std::string corrupt = bytes;
+  for (std::size_t i = size / 4; i < size / 4 + 512 && i < size; ++i) corrupt[i] = static_cast<char>(0xA5);
+  write(corrupt);
+  try {
+    (void)load_profile(path);
+  } catch (const CalibrationError& err) {
+    CHECK(std::string(err.what()).find(path) == 0);
+  }
+  // Not HDF5 at all.
+  write("name: not a profile\n");
+  CHECK(error_of([&] { load_profile(path); }).find("not an HDF5 file") != std::string::npos);
+  std::filesystem::remove(path);
+  CHECK(error_of([&] { load_profile(path); }).find("no such profile") != std::string::npos);
+}
+
+TEST_CASE("with a profile, a measured layer shape costs the measured median", "[calibrate]") {
+  const auto costs = std::make_shared<const ProfileCosts>(sample_profile());
+  CostSources src;
+  const ProfileComputeModel model(costs, test::round_cluster().device, &src);
+  Layer l;
+  l.signature = "fake.layer";
+  WorkloadShape shape;
+  shape.seq_len = 1024;
+  shape.micro_batch = 1;
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 10 * kNsPerMs);
+  CHECK(model.layer_time(l, Pass::kBackward, Precision::kFp32, shape) == 20 * kNsPerMs);
+  CHECK(src.layers_measured == 2);
+  // b = 2 lies between the measured b = 1 (10 ms) and b = 4 (40 ms): 20 ms.
+  shape.micro_batch = 2;
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 20 * kNsPerMs);
+  CHECK(src.layers_interpolated == 1);
+  // Another precision was not measured: the kernels (here none) are priced instead.
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp16, shape) == 0);
+  CHECK(src.layers_analytic == 1);
+}
+
+TEST_CASE("predict with a profile: compute time is the measured layers'", "[calibrate]") {
+  // 3 fake layers, one GPU, fp32, b = 1, s = 1024: forward 10 ms + backward
+  // 20 ms per layer from the profile = 90 ms of compute on the critical path.
+  const test::FakeModel m(3, 1000, 0);
+  const ClusterSpec c = test::round_cluster(1, 1);
+  const PlanSpec spec = parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "test.yaml");
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(sample_profile());
+  const Prediction p = predict(m, spec, c, po);
+  CHECK(p.breakdown.compute == 90 * kNsPerMs);
+  CHECK(p.sources.layers_measured == 6);
+  CHECK(p.cost_source == "profile:");
+  // The measured CUDA context replaces the datasheet's runtime reserve.
+  CHECK(p.ranks.at(0).buffers >= 500 * kMiB);
+}
+
+TEST_CASE("collectives from a profile: measured fit, then scaled links", "[calibrate]") {
+  const auto costs = std::make_shared<const ProfileCosts>(sample_profile());
+  CostSources src;
+  const ClusterSpec c = test::round_cluster(1, 4);
+  const ProfileCommModel comm(costs, c, &src);
+  CommGroup two;
+  two.ranks = 2;
+  two.ranks_per_node = 2;
+  // Measured fit for all_reduce over 2 ranks: 20 us + 1 ns/B x 1 MB = 1.02 ms.
+  CHECK(comm.collective(CollectiveOp::kAllReduce, 1'000'000, two).total() == Approx(1'020'000).margin(2));
+  CHECK(src.comm_measured == 1);
+  // reduce_scatter over 2 was not measured: the link is recovered from the
+  // all-reduce fit (n = 2: alpha = 6 us base + 2 hops => hop 7 us; beta =
+  // 2(n-1)/n / B => B = 1 GB/s), then the ring formula runs:
+  // 6 us + 1 hop + (1/2) x 1 MB / 1 GB/s = 13 us + 500 us.
+  CHECK(comm.collective(CollectiveOp::kReduceScatter, 1'000'000, two).total() == Approx(513'000).margin(2));
+  CHECK(src.comm_scaled == 1);
+  // Across nodes the datasheet network prices it.
+  CommGroup across;
+  across.ranks = 4;
+  across.ranks_per_node = 2;
+  (void)ProfileCommModel(costs, test::round_cluster(2, 2), &src).collective(CollectiveOp::kAllReduce, 1000, across);
+  CHECK(src.comm_analytic == 1);
+}
+
+TEST_CASE("the measurement programs' lines are parsed, bad ones named", "[calibrate][bad-input]") {
+  Profile p;
+  calib::Progress prog;
+  CHECK(calib::parse_bench_line("progress\t3\t10\tgpt2.block b=1", "torch", p, &prog));
+  CHECK(prog.done == 3);
+  CHECK(prog.total == 10);
+  CHECK_FALSE(calib::parse_bench_line("info\tdevice\tCPU X", "torch", p, &prog));
+  CHECK(p.info.at("torch.device") == "CPU X");
+  calib::parse_bench_line("layer\tgpt2.block:h=768\tfp32\t2\t64\t0.01\t0.009\t0.02\t0.03\t0.028\t0.04\t5", "torch", p, &prog);
+  REQUIRE(p.layers.size() == 1);
+  CHECK(p.layers[0].backward.median_s == 0.03);
+  calib::parse_bench_line("comm\tgloo\tall_gather\t2\t4096\t1e-4\t9e-5\t2e-4\t20", "gloo", p, &prog);
+  CHECK(p.comm.at(0).op == CollectiveOp::kAllGather);
+  CHECK(error_of([&] { calib::parse_bench_line("comm\tgloo\tall_gather\t2\tlots\t1e-4\t9e-5\t2e-4\t20", "gloo", p, &prog); }) ==
+        "gloo: field 5 'lots' is not a number in line 'comm\tgloo\tall_gather\t2\tlots\t1e-4\t9e-5\t2e-4\t20'");
+  CHECK(error_of([&] { calib::parse_bench_line("comm\tgloo\tall_to_all\t2\t8\t1\t1\t1\t1", "gloo", p, &prog); })
+            .find("'all_to_all' is not a collective") != std::string::npos);
+  CHECK(error_of([&] { calib::parse_bench_line("bogus\t1", "torch", p, &prog); }).find("unknown record 'bogus'") != std::string::npos);
+}
