@@ -5,9 +5,12 @@
 //     between the nearest measured b at the same s (layer time is affine in
 //     the batch once kernels fill the device), else linear in tokens b x s
 //     between the nearest smaller and larger token counts;
-//  3. fitted: outside the measured range, the sum of the layer's kernels
+//  3. another precision: the layer was measured only in another precision
+//     (a CPU profile is fp32; a plan says fp16): steps 1-2 in that precision,
+//     scaled by the device's peak ratio (1 on a CPU, where fp16 is no faster);
+//  4. fitted: outside the measured range, the sum of the layer's kernels
 //     priced by the fitted kernel models (below);
-//  4. analytic: no fitted kernel model for a kernel's class: the roofline.
+//  5. analytic: no fitted kernel model for a kernel's class: the roofline.
 // Kernel models are the least-squares fits the calibration stores:
 //   gemm / attention / recurrent: t = c0 + c1 flops + c2 mn + c3 bytes, which
 //     is the roofline time flops / (R k / (k + k0)) = flops/R + 2 mn k0 / R
@@ -131,7 +134,26 @@ TimeNs ProfileComputeModel::kernel_time(const Kernel& k, Precision p) const {
 }
 
 TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const {
-  const auto* samples = layer.signature.empty() ? nullptr : costs_->layer_samples(layer.signature, p);
+  TimeNs t = 0;
+  if (!layer.signature.empty()) {
+    if (measured_layer_time(layer, pass, p, shape, &t)) return t;
+    for (Precision other : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+      const CostSources before = sources_ ? *sources_ : CostSources{};
+      if (other == p || !measured_layer_time(layer, pass, other, shape, &t)) continue;
+      if (sources_) {
+        *sources_ = before;  // count it once, as another precision's
+        ++sources_->layers_other_precision;
+      }
+      const double ratio = device_.peak_for(other) / std::max(1.0, device_.peak_for(p));
+      return static_cast<TimeNs>(std::llround(static_cast<double>(t) * ratio));
+    }
+  }
+  return kernel_sum(layer, pass, p);
+}
+
+bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape,
+                                              TimeNs* out) const {
+  const auto* samples = costs_->layer_samples(layer.signature, p);
   if (samples != nullptr && !samples->empty()) {
     const double t = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
     // 1. exact shape; 2a. bracketing micro-batches at the same sequence length.
@@ -141,15 +163,17 @@ TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision 
       if (s->seq_len != shape.seq_len) continue;
       if (s->micro_batch == shape.micro_batch) {
         if (sources_) ++sources_->layers_measured;
-        return seconds_to_ns(median(*s, pass));
+        *out = seconds_to_ns(median(*s, pass));
+        return true;
       }
       if (s->micro_batch < shape.micro_batch && (!lo_b || s->micro_batch > lo_b->micro_batch)) lo_b = s;
       if (s->micro_batch > shape.micro_batch && (!hi_b || s->micro_batch < hi_b->micro_batch)) hi_b = s;
     }
     if (lo_b && hi_b) {
       if (sources_) ++sources_->layers_interpolated;
-      return seconds_to_ns(lerp(static_cast<double>(shape.micro_batch), static_cast<double>(lo_b->micro_batch),
+      *out = seconds_to_ns(lerp(static_cast<double>(shape.micro_batch), static_cast<double>(lo_b->micro_batch),
                                 median(*lo_b, pass), static_cast<double>(hi_b->micro_batch), median(*hi_b, pass)));
+      return true;
     }
     // 2b. bracketing token counts (samples are sorted by tokens).
     const LayerSample* lo = nullptr;
@@ -160,10 +184,15 @@ TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision 
     }
     if (lo && hi) {
       if (sources_) ++sources_->layers_interpolated;
-      return seconds_to_ns(lerp(t, tokens(*lo), median(*lo, pass), tokens(*hi), median(*hi, pass)));
+      *out = seconds_to_ns(lerp(t, tokens(*lo), median(*lo, pass), tokens(*hi), median(*hi, pass)));
+      return true;
     }
   }
-  // 3./4. kernels, fitted where the profile has a model for their class.
+  return false;
+}
+
+TimeNs ProfileComputeModel::kernel_sum(const Layer& layer, Pass pass, Precision p) const {
+  // 4./5. kernels, fitted where the profile has a model for their class.
   const auto& ks = pass == Pass::kForward ? layer.forward : layer.backward;
   bool all_fitted = !ks.empty();
   TimeNs total = 0;

@@ -97,7 +97,7 @@ std::string format_table(const Prediction& p) {
   if (p.cost_source != "analytic") {
     const auto& s = p.sources;
     os << "\n  costs from " << p.cost_source << ": layers " << s.layers_measured << " measured, " << s.layers_interpolated
-       << " interpolated, " << s.layers_fitted << " fitted, " << s.layers_analytic << " datasheet; collectives "
+       << " interpolated, " << s.layers_other_precision << " from another precision, " << s.layers_fitted << " fitted, " << s.layers_analytic << " datasheet; collectives "
        << s.comm_measured << " measured, " << s.comm_scaled << " scaled, " << s.comm_analytic << " datasheet\n";
   }
   if (p.fits) {
@@ -156,6 +156,7 @@ std::string to_json(const Prediction& p) {
   const auto& s = p.sources;
   j.key("cost_sources").begin_object();
   j.field("layers_measured", s.layers_measured).field("layers_interpolated", s.layers_interpolated);
+  j.field("layers_other_precision", s.layers_other_precision);
   j.field("layers_fitted", s.layers_fitted).field("layers_analytic", s.layers_analytic);
   j.field("comm_measured", s.comm_measured).field("comm_scaled", s.comm_scaled).field("comm_analytic", s.comm_analytic);
   j.field("copies_measured", s.copies_measured).field("copies_analytic", s.copies_analytic);

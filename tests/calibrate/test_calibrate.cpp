@@ -198,8 +198,14 @@ TEST_CASE("with a profile, a measured layer shape costs the measured median", "[
   shape.micro_batch = 2;
   CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 20 * kNsPerMs);
   CHECK(src.layers_interpolated == 1);
-  // Another precision was not measured: the kernels (here none) are priced instead.
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp16, shape) == 0);
+  // fp16 was not measured: the fp32 figure (20 ms at b = 2) scaled by the
+  // device's peak ratio, fp32 / fp16 = 1e12 / 1e12 on the round device.
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp16, shape) == 20 * kNsPerMs);
+  CHECK(src.layers_other_precision == 1);
+  CHECK(src.layers_interpolated == 1);
+  // A layer the profile never saw: its kernels (here none) are priced instead.
+  l.signature = "other.layer";
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 0);
   CHECK(src.layers_analytic == 1);
 }
 

@@ -43,6 +43,7 @@ std::string copy_fit_name(const std::string& direction);              ///< "copy
 struct CostSources {
   int layers_measured = 0;      ///< a measured shape, the measured median
   int layers_interpolated = 0;  ///< between measured shapes of the same layer
+  int layers_other_precision = 0;  ///< measured in another precision, scaled by the peak ratio
   int layers_fitted = 0;        ///< the fitted kernel models (outside the measured range)
   int layers_analytic = 0;      ///< datasheet roofline (nothing fitted)
   int comm_measured = 0;        ///< the fitted alpha-beta of the same op and rank count
@@ -62,6 +63,8 @@ class ProfileComputeModel final : public ComputeModel {
 
  private:
   bool fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const;
+  bool measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape, TimeNs* out) const;
+  TimeNs kernel_sum(const Layer& layer, Pass pass, Precision p) const;
   std::shared_ptr<const ProfileCosts> costs_;
   RooflineComputeModel roofline_;
   DeviceSpec device_;
