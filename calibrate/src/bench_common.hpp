@@ -1,0 +1,284 @@
+// Shared helpers of the standalone collective benchmarks (dtsim_gloo_bench,
+// dtsim_nccl_bench): the line protocol the calibration driver parses, size
+// sweeps, repetition counts and summary statistics. Header-only, standard
+// library and POSIX only, so each program stays one translation unit.
+//
+// Note [Bench line protocol]
+// stdout carries TAB-separated records and nothing else; each is flushed as
+// soon as it is written:
+//   info     <key> <value>
+//   progress <done> <total> <label>
+//   comm     <backend> <op> <ranks> <bytes> <median_s> <min_s> <max_s> <reps>
+//   copy     <h2d|d2h|d2d> <bytes> <median_s> <min_s> <max_s> <reps>
+// `bytes` is nccl-tests' "size": the buffer of all_reduce and broadcast, the
+// OUTPUT of all_gather (ranks x chunk), the INPUT of reduce_scatter, the
+// message of send_recv. Human diagnostics go to stderr.
+#pragma once
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <stdexcept>
+#include <string>
+#include <string_view>
+#include <vector>
+
+namespace dtsim::calib::bench {
+
+/// Byte counts of buffers and messages.
+using Bytes = std::uint64_t;
+
+inline constexpr Bytes kKiB = 1024;
+inline constexpr Bytes kMiB = 1024 * kKiB;
+inline constexpr Bytes kGiB = 1024 * kMiB;
+
+/// Bytes of one fp32 element, the only type the benchmarks move.
+inline constexpr Bytes kElementBytes = 4;
+/// Untimed iterations before each measured point.
+inline constexpr int kWarmupIters = 2;
+/// Fewest timed iterations of a point, whatever its time budget.
+inline constexpr int kMinReps = 5;
+
+/// The collectives both programs measure, in output order.
+enum class Op { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv };
+
+inline constexpr Op kAllOps[] = {Op::kAllReduce, Op::kReduceScatter, Op::kAllGather,
+                                 Op::kBroadcast, Op::kSendRecv};
+
+/// The protocol name of `op` (Note [Bench line protocol]).
+inline const char* op_name(Op op) {
+  switch (op) {
+    case Op::kAllReduce: return "all_reduce";
+    case Op::kReduceScatter: return "reduce_scatter";
+    case Op::kAllGather: return "all_gather";
+    case Op::kBroadcast: return "broadcast";
+    case Op::kSendRecv: return "send_recv";
+  }
+  return "?";
+}
+
+/// Parses "all_reduce,broadcast" into ops in kAllOps order; "all" means every
+/// op. Throws std::invalid_argument naming an unknown op.
+inline std::vector<Op> parse_ops(std::string_view list) {
+  std::vector<bool> want(std::size(kAllOps), false);
+  std::size_t start = 0;
+  while (start <= list.size()) {
+    std::size_t end = list.find(',', start);
+    if (end == std::string_view::npos) end = list.size();
+    std::string_view name = list.substr(start, end - start);
+    if (name == "all") {
+      std::fill(want.begin(), want.end(), true);
+    } else if (!name.empty()) {
+      bool found = false;
+      for (std::size_t i = 0; i < std::size(kAllOps); ++i) {
+        if (name == op_name(kAllOps[i])) {
+          want[i] = true;
+          found = true;
+        }
+      }
+      if (!found) {
+        throw std::invalid_argument(
+            "--ops: '" + std::string(name) +
+            "' is not one of all_reduce, reduce_scatter, all_gather, broadcast, send_recv, all");
+      }
+    }
+    start = end + 1;
+  }
+  std::vector<Op> ops;
+  for (std::size_t i = 0; i < std::size(kAllOps); ++i) {
+    if (want[i]) ops.push_back(kAllOps[i]);
+  }
+  if (ops.empty()) throw std::invalid_argument("--ops: no operation named");
+  return ops;
+}
+
+/// Parses a positive integer option value; throws std::invalid_argument.
+inline long parse_positive(std::string_view flag, const char* text) {
+  char* end = nullptr;
+  long v = std::strtol(text, &end, 10);
+  if (end == text || *end != '\0' || v <= 0) {
+    throw std::invalid_argument(std::string(flag) + ": '" + text + "' is not a positive integer");
+  }
+  return v;
+}
+
+/// Parses a positive number of seconds; throws std::invalid_argument.
+inline double parse_seconds(std::string_view flag, const char* text) {
+  char* end = nullptr;
+  double v = std::strtod(text, &end);
+  if (end == text || *end != '\0' || !(v > 0.0)) {
+    throw std::invalid_argument(std::string(flag) + ": '" + text + "' is not a positive number of seconds");
+  }
+  return v;
+}
+
+/// Powers of two from `lo` to `hi` inclusive, `lo` and `hi` powers of two.
+inline std::vector<Bytes> pow2_sizes(Bytes lo, Bytes hi) {
+  std::vector<Bytes> sizes;
+  for (Bytes b = lo; b <= hi; b *= 2) sizes.push_back(b);
+  return sizes;
+}
+
+// Note [Bench batches]
+// Timed iterations run in batches: kMinReps first, then enough to fill the
+// rest of the time budget at the mean pace so far, at most doubling the
+// count each time. Between batches the ranks agree on the time spent, so
+// they all stop after the same iteration; one noisy warm-up can neither
+// starve nor bloat a point.
+
+/// Size of the next batch of timed iterations after `done` of them took
+/// `spent_s` seconds in all: 0 once at least kMinReps ran and the budget is
+/// spent, or `max_reps` ran (Note [Bench batches]).
+inline int next_batch(int done, double spent_s, double budget_s, int max_reps) {
+  if (done == 0) return std::min(kMinReps, max_reps);
+  if (done >= max_reps) return 0;
+  if (done >= kMinReps && spent_s >= budget_s) return 0;
+  double per_iter = spent_s / done;
+  double want = per_iter > 0 ? std::ceil((budget_s - spent_s) / per_iter) : done;
+  double n = std::clamp(want, 1.0, static_cast<double>(done));
+  return std::min(static_cast<int>(n), max_reps - done);
+}
+
+/// Median, minimum and maximum of per-iteration times, in seconds.
+struct Summary {
+  double median_s = 0;  ///< median (mean of the middle two for an even count)
+  double min_s = 0;     ///< fastest iteration
+  double max_s = 0;     ///< slowest iteration
+};
+
+/// Summary of `times_s`, which must not be empty.
+inline Summary summarize(std::vector<double> times_s) {
+  std::sort(times_s.begin(), times_s.end());
+  std::size_t n = times_s.size();
+  Summary s;
+  s.median_s = n % 2 == 1 ? times_s[n / 2] : 0.5 * (times_s[n / 2 - 1] + times_s[n / 2]);
+  s.min_s = times_s.front();
+  s.max_s = times_s.back();
+  return s;
+}
+
+/// nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md in NVIDIA/nccl-tests):
+/// busbw = algbw x factor, algbw = bytes / time. Used for stderr diagnostics.
+inline double busbw_factor(Op op, int ranks) {
+  double n = ranks;
+  switch (op) {
+    case Op::kAllReduce: return ranks > 1 ? 2.0 * (n - 1) / n : 1.0;
+    case Op::kReduceScatter:
+    case Op::kAllGather: return ranks > 1 ? (n - 1) / n : 1.0;
+    case Op::kBroadcast:
+    case Op::kSendRecv: return 1.0;
+  }
+  return 1.0;
+}
+
+/// Replaces TABs and line breaks so a value keeps its record on one line.
+inline std::string clean_field(std::string s) {
+  for (char& c : s) {
+    if (c == '\t' || c == '\n' || c == '\r') c = ' ';
+  }
+  return s;
+}
+
+/// Where records go: stdout, or its private copy after
+/// reserve_stdout_for_protocol().
+inline FILE*& protocol_stream() {
+  static FILE* stream = stdout;
+  return stream;
+}
+
+/// Moves the protocol onto a private duplicate of stdout and points file
+/// descriptor 1 at stderr, so a library that logs to stdout (NCCL_DEBUG does)
+/// cannot corrupt the records. Best effort: on failure records stay on stdout.
+inline void reserve_stdout_for_protocol() {
+  std::fflush(stdout);
+  int fd = dup(STDOUT_FILENO);
+  if (fd < 0) return;
+  FILE* f = fdopen(fd, "w");
+  if (f == nullptr) {
+    close(fd);
+    return;
+  }
+  if (dup2(STDERR_FILENO, STDOUT_FILENO) < 0) {
+    std::fclose(f);
+    return;
+  }
+  protocol_stream() = f;
+}
+
+/// Writes one TAB-separated record to the protocol stream and flushes it.
+inline void emit(const std::vector<std::string>& fields) {
+  std::string line;
+  for (std::size_t i = 0; i < fields.size(); ++i) {
+    if (i) line += '\t';
+    line += clean_field(fields[i]);
+  }
+  line += '\n';
+  FILE* out = protocol_stream();
+  std::fwrite(line.data(), 1, line.size(), out);
+  std::fflush(out);
+}
+
+/// `info <key> <value>`.
+inline void emit_info(const std::string& key, const std::string& value) {
+  emit({"info", key, value});
+}
+
+/// A time in seconds as the protocol writes it (9 significant digits).
+inline std::string fmt_seconds(double s) {
+  char buf[40];
+  std::snprintf(buf, sizeof buf, "%.9g", s);
+  return buf;
+}
+
+/// `progress <done> <total> <label>`.
+inline void emit_progress(int done, int total, const std::string& label) {
+  emit({"progress", std::to_string(done), std::to_string(total), label});
+}
+
+/// `comm <backend> <op> <ranks> <bytes> <median_s> <min_s> <max_s> <reps>`.
+inline void emit_comm(const char* backend, Op op, int ranks, Bytes bytes, const Summary& s, int reps) {
+  emit({"comm", backend, op_name(op), std::to_string(ranks), std::to_string(bytes),
+        fmt_seconds(s.median_s), fmt_seconds(s.min_s), fmt_seconds(s.max_s), std::to_string(reps)});
+}
+
+/// "8 B", "4 KiB", "64 MiB": sizes in labels and diagnostics.
+inline std::string human_bytes(Bytes b) {
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && b >= 1024 && b % 1024 == 0) {
+    b /= 1024;
+    ++u;
+  }
+  return std::to_string(b) + " " + units[u];
+}
+
+/// This machine's host name, or "unknown".
+inline std::string host_name() {
+  char buf[256] = {};
+  if (gethostname(buf, sizeof buf - 1) != 0) return "unknown";
+  return buf;
+}
+
+/// The first "model name" of /proc/cpuinfo, or "unknown".
+inline std::string cpu_model() {
+  std::ifstream in("/proc/cpuinfo");
+  std::string line;
+  while (std::getline(in, line)) {
+    if (line.rfind("model name", 0) == 0) {
+      auto colon = line.find(':');
+      if (colon != std::string::npos) {
+        auto v = line.substr(colon + 1);
+        v.erase(0, v.find_first_not_of(" \t"));
+        return v;
+      }
+    }
+  }
+  return "unknown";
+}
+
+}  // namespace dtsim::calib::bench

@@ -1,0 +1,647 @@
+// dtsim_gloo_bench: nccl-tests-like sweep of Gloo collectives over loopback
+// TCP, for the calibration driver (Note [Bench line protocol] in
+// bench_common.hpp gives the output format).
+//
+//   dtsim_gloo_bench --procs N [--quick] [--ops all_reduce,...] [--timeout S] [--verbose]
+//
+// Note [Gloo bench processes]
+// The program forks N rank processes and only supervises them: it never
+// touches Gloo itself, so a rank that dies (exception, signal) or hangs is
+// reported as one stderr line and a non-zero exit, never a hang. Ranks
+// rendezvous through a gloo::rendezvous::FileStore in a fresh mkdtemp
+// directory (removed at the end) and talk over gloo::transport::tcp bound to
+// 127.0.0.1. A "world" context of all N ranks only provides barriers; for
+// each rank count k = 2..N the first k ranks connect a context of their own
+// (PrefixStore "k<k>") and measure, while ranks >= k wait at a world barrier.
+// Safety nets: every Gloo operation has the context timeout; the supervisor
+// kills all ranks at a global deadline (--timeout, default from the plan);
+// ranks die with their supervisor (PR_SET_PDEATHSIG).
+//
+// Note [Gloo bench timing]
+// Per point: 2 warm-up iterations (the first also checks the result), then
+// timed iterations in batches until the time budget (0.2 s quick, 1 s full)
+// is spent, at least 5 (Note [Bench batches] in bench_common.hpp). Within a
+// batch each rank runs the iterations back to back and records each one's
+// duration (steady_clock between consecutive completions), the
+// per-iteration cost of a steady stream of collectives as nccl-tests
+// measures it; a barrier precedes the first batch and the agreement on the
+// time spent separates the batches. Each rank summarises its own times
+// (median, min, max); the line reports the maximum over ranks of each, i.e.
+// the slowest rank's view. send_recv is a ping-pong between ranks 0 and 1
+// (rank 0 sends, rank 1 receives and sends back); its times are round trip
+// / 2, the one-way time of one message. It is measured once, with ranks = 2.
+//
+// Note [Gloo reduce_scatter]
+// Gloo 0.5.0 has no reduce_scatter in its options API, only the
+// gloo::ReduceScatterHalvingDoubling algorithm class, and that class races:
+// at the end of run() a rank moves its reduced chunk to the front of its
+// buffer without waiting for its own earlier send from that region to
+// complete, so a slow peer can receive reduced data in place of inputs. On
+// this machine, 2 ranks, it returned wrong sums at the tail of rank 0's chunk
+// now and then from 512 KiB up (seen at 512 KiB and 2 MiB). So reduce_scatter
+// is measured as gloo::allreduce of the whole input followed by a local copy
+// of this rank's chunk, which is also what a Gloo user without a native
+// reduce_scatter pays.
+#include <signal.h>
+#include <sys/prctl.h>
+#include <sys/types.h>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <exception>
+#include <filesystem>
+#include <functional>
+#include <fstream>
+#include <memory>
+#include <sstream>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <gloo/allgather.h>
+#include <gloo/allreduce.h>
+#include <gloo/barrier.h>
+#include <gloo/broadcast.h>
+#include <gloo/config.h>
+#include <gloo/math.h>
+#include <gloo/rendezvous/context.h>
+#include <gloo/rendezvous/file_store.h>
+#include <gloo/rendezvous/prefix_store.h>
+#include <gloo/transport/tcp/device.h>
+#include <gloo/transport/unbound_buffer.h>
+#include <gloo/types.h>
+
+#include "bench_common.hpp"
+
+namespace dtsim::calib::bench {
+namespace {
+
+constexpr const char* kProg = "dtsim_gloo_bench";
+constexpr const char* kBackend = "gloo";
+constexpr const char* kHost = "127.0.0.1";
+constexpr int kMaxProcs = 64;
+constexpr int kMaxReps = 100000;
+/// Time limit of one Gloo operation (and of connecting a context).
+constexpr std::chrono::milliseconds kOpTimeout{120'000};
+/// Slot prefix of the send_recv ping-pong; Gloo's collectives use small ones.
+constexpr std::uint8_t kPingSlotPrefix = 0xd7;
+
+using Clock = std::chrono::steady_clock;
+
+double seconds_since(Clock::time_point t0, Clock::time_point t1) {
+  return std::chrono::duration<double>(t1 - t0).count();
+}
+
+struct Options {
+  int procs = 0;
+  bool quick = false;
+  bool verbose = false;
+  std::vector<Op> ops{std::begin(kAllOps), std::end(kAllOps)};
+  double timeout_s = 0;  ///< 0: derived from the plan
+  Bytes max_bytes() const { return quick ? 4 * kMiB : 64 * kMiB; }
+  double budget_s() const { return quick ? 0.2 : 1.0; }
+};
+
+const char* kUsage =
+    "usage: dtsim_gloo_bench --procs N [--quick] [--ops all_reduce,reduce_scatter,all_gather,broadcast,send_recv]"
+    " [--timeout SECONDS] [--verbose]\n";
+
+Options parse_args(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    std::string a = argv[i];
+    auto value = [&]() -> const char* {
+      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
+      return argv[++i];
+    };
+    if (a == "--procs") {
+      long n = parse_positive(a, value());
+      if (n > kMaxProcs) throw std::invalid_argument("--procs: at most " + std::to_string(kMaxProcs));
+      o.procs = static_cast<int>(n);
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--ops") {
+      o.ops = parse_ops(value());
+    } else if (a == "--timeout") {
+      o.timeout_s = parse_seconds(a, value());
+    } else if (a == "--verbose" || a == "-v") {
+      o.verbose = true;
+    } else if (a == "--help" || a == "-h") {
+      std::fputs(kUsage, stderr);
+      std::exit(0);
+    } else {
+      throw std::invalid_argument("unknown argument '" + a + "'");
+    }
+  }
+  if (o.procs == 0) throw std::invalid_argument("--procs N is required");
+  return o;
+}
+
+/// One measured point: an op at a rank count and a size.
+struct Point {
+  int ranks = 0;
+  Op op = Op::kAllReduce;
+  Bytes bytes = 0;  ///< nccl-tests "size" (Note [Bench line protocol])
+};
+
+/// fp32 elements each rank contributes (all_gather) or receives
+/// (reduce_scatter) for a nominal size: nccl-tests rounds the size down to a
+/// multiple of ranks x 4 B; at least one element.
+std::size_t chunk_elems(Bytes bytes, int ranks) {
+  std::size_t n = static_cast<std::size_t>(bytes / (kElementBytes * static_cast<Bytes>(ranks)));
+  return n == 0 ? 1 : n;
+}
+
+/// Every point of the run, in order; all ranks compute the same plan.
+std::vector<Point> make_plan(const Options& o) {
+  std::vector<Point> plan;
+  for (int k = 2; k <= o.procs; ++k) {
+    for (Op op : o.ops) {
+      if (op == Op::kSendRecv && k != 2) continue;
+      Bytes last = 0;
+      for (Bytes size : pow2_sizes(8, o.max_bytes())) {
+        Bytes b = size;
+        if (op == Op::kAllGather || op == Op::kReduceScatter) {
+          b = chunk_elems(size, k) * kElementBytes * static_cast<Bytes>(k);
+        }
+        if (b == last) continue;  // rounding made it a repeat
+        last = b;
+        plan.push_back({k, op, b});
+      }
+    }
+  }
+  return plan;
+}
+
+std::string point_label(const Point& p) {
+  return std::string(op_name(p.op)) + " ranks=" + std::to_string(p.ranks) + " " + human_bytes(p.bytes);
+}
+
+// ---------------------------------------------------------------- rank side
+
+using ContextPtr = std::shared_ptr<gloo::Context>;
+
+void barrier(const ContextPtr& ctx, std::chrono::milliseconds timeout) {
+  gloo::BarrierOptions opts(ctx);
+  opts.setTimeout(timeout);
+  gloo::barrier(opts);
+}
+
+/// Element-wise maximum of `n` doubles over the ranks of `ctx`, in place.
+void allreduce_max(const ContextPtr& ctx, double* v, std::size_t n) {
+  gloo::AllreduceOptions opts(ctx);
+  opts.setOutput(v, n);
+  opts.setReduceFunction([](void* c, const void* a, const void* b, std::size_t m) {
+    auto* out = static_cast<double*>(c);
+    const auto* x = static_cast<const double*>(a);
+    const auto* y = static_cast<const double*>(b);
+    for (std::size_t i = 0; i < m; ++i) out[i] = x[i] > y[i] ? x[i] : y[i];
+  });
+  gloo::allreduce(opts);
+}
+
+void check(bool ok, const Point& p, const std::string& what) {
+  if (!ok) throw std::runtime_error("wrong result of " + point_label(p) + ": " + what);
+}
+
+/// One rank's side of the measurements on a context of `k` ranks.
+class RankBench {
+ public:
+  RankBench(ContextPtr ctx, const Options& opt)
+      : ctx_(std::move(ctx)), opt_(opt), rank_(ctx_->rank), k_(ctx_->size) {
+    std::size_t n = static_cast<std::size_t>(opt_.max_bytes() / kElementBytes);
+    in_.assign(n, 0.0f);
+    out_.assign(n, 0.0f);
+    slice_.assign(n / 2, 0.0f);  // a reduce_scatter chunk, k >= 2
+  }
+
+  /// Measures `p` (p.ranks == k); returns the summary over ranks (the same
+  /// on every rank) and the number of timed iterations.
+  std::pair<Summary, int> measure(const Point& p) {
+    std::function<void()> run = prepare(p);
+    // Warm-up 1 checks the result (prepare filled the inputs for it).
+    run();
+    verify(p);
+    for (int i = 1; i < kWarmupIters; ++i) run();
+
+    std::vector<double> times;
+    double spent_s = 0;  // agreed: sum over batches of the slowest rank's batch time
+    barrier(ctx_, kOpTimeout);
+    for (int batch = next_batch(0, 0, opt_.budget_s(), kMaxReps); batch > 0;
+         batch = next_batch(static_cast<int>(times.size()), spent_s, opt_.budget_s(), kMaxReps)) {
+      double batch_s[1] = {0};
+      auto prev = Clock::now();
+      for (int i = 0; i < batch; ++i) {
+        run();
+        auto now = Clock::now();
+        times.push_back(seconds_since(prev, now));
+        batch_s[0] += times.back();
+        prev = now;
+      }
+      allreduce_max(ctx_, batch_s, 1);
+      spent_s += batch_s[0];
+    }
+    if (p.op == Op::kSendRecv) {
+      for (double& t : times) t *= 0.5;  // round trip -> one way
+    }
+    Summary s = summarize(times);
+    double v[3] = {s.median_s, s.min_s, s.max_s};
+    allreduce_max(ctx_, v, 3);
+    return {Summary{v[0], v[1], v[2]}, static_cast<int>(times.size())};
+  }
+
+ private:
+  /// Builds the options of `p` and fills the buffers for the checked warm-up.
+  std::function<void()> prepare(const Point& p) {
+    const float me = static_cast<float>(rank_ + 1);
+    switch (p.op) {
+      case Op::kAllReduce: {
+        std::size_t n = static_cast<std::size_t>(p.bytes / kElementBytes);
+        elems_ = n;
+        std::fill_n(in_.begin(), n, me);
+        std::fill_n(out_.begin(), n, 0.0f);
+        auto opts = std::make_shared<gloo::AllreduceOptions>(ctx_);
+        opts->setInput(in_.data(), n);
+        opts->setOutput(out_.data(), n);
+        opts->setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
+        return [opts] { gloo::allreduce(*opts); };
+      }
+      case Op::kReduceScatter: {
+        // Note [Gloo reduce_scatter]: all-reduce of the k x chunk input,
+        // then rank r copies chunk r out.
+        std::size_t chunk = chunk_elems(p.bytes, k_);
+        std::size_t n = chunk * static_cast<std::size_t>(k_);
+        elems_ = chunk;
+        std::fill_n(in_.begin(), n, me);
+        std::fill_n(out_.begin(), n, 0.0f);
+        std::fill_n(slice_.begin(), chunk, 0.0f);
+        auto opts = std::make_shared<gloo::AllreduceOptions>(ctx_);
+        opts->setInput(in_.data(), n);
+        opts->setOutput(out_.data(), n);
+        opts->setReduceFunction(
+            static_cast<void (*)(void*, const void*, const void*, std::size_t)>(&gloo::sum<float>));
+        const float* mine = out_.data() + static_cast<std::size_t>(rank_) * chunk;
+        float* slice = slice_.data();
+        return [opts, mine, slice, chunk] {
+          gloo::allreduce(*opts);
+          std::memcpy(slice, mine, chunk * sizeof(float));
+        };
+      }
+      case Op::kAllGather: {
+        std::size_t chunk = chunk_elems(p.bytes, k_);
+        elems_ = chunk;
+        std::fill_n(in_.begin(), chunk, me);
+        std::fill_n(out_.begin(), chunk * static_cast<std::size_t>(k_), 0.0f);
+        auto opts = std::make_shared<gloo::AllgatherOptions>(ctx_);
+        opts->setInput(in_.data(), chunk);
+        opts->setOutput(out_.data(), chunk * static_cast<std::size_t>(k_));
+        return [opts] { gloo::allgather(*opts); };
+      }
+      case Op::kBroadcast: {
+        // In place on out_, root 0.
+        std::size_t n = static_cast<std::size_t>(p.bytes / kElementBytes);
+        elems_ = n;
+        std::fill_n(out_.begin(), n, rank_ == 0 ? 1.0f : 0.0f);
+        auto opts = std::make_shared<gloo::BroadcastOptions>(ctx_);
+        opts->setOutput(out_.data(), n);
+        opts->setRoot(0);
+        return [opts] { gloo::broadcast(*opts); };
+      }
+      case Op::kSendRecv: {
+        // Ping-pong between ranks 0 and 1 with unbound buffers: rank 0 sends
+        // in_ and receives into out_, rank 1 receives into out_ and sends it
+        // back.
+        std::size_t n = static_cast<std::size_t>(p.bytes / kElementBytes);
+        elems_ = n;
+        std::fill_n(in_.begin(), n, me);
+        std::fill_n(out_.begin(), n, 0.0f);
+        const uint64_t ping = gloo::Slot::build(kPingSlotPrefix, 0);
+        const uint64_t pong = gloo::Slot::build(kPingSlotPrefix, 1);
+        const std::size_t nbytes = n * sizeof(float);
+        std::shared_ptr<gloo::transport::UnboundBuffer> send = ctx_->createUnboundBuffer(
+            rank_ == 0 ? static_cast<void*>(in_.data()) : static_cast<void*>(out_.data()), nbytes);
+        std::shared_ptr<gloo::transport::UnboundBuffer> recv = ctx_->createUnboundBuffer(out_.data(), nbytes);
+        const auto timeout = kOpTimeout;
+        auto wait_ok = [](bool ok, const char* what) {
+          if (!ok) throw std::runtime_error(std::string("send_recv: ") + what + " was aborted");
+        };
+        if (rank_ == 0) {
+          return [send, recv, ping, pong, timeout, wait_ok] {
+            recv->recv(1, pong);
+            send->send(1, ping);
+            wait_ok(send->waitSend(timeout), "waitSend");
+            wait_ok(recv->waitRecv(timeout), "waitRecv");
+          };
+        }
+        if (rank_ == 1) {
+          return [send, recv, ping, pong, timeout, wait_ok] {
+            recv->recv(0, ping);
+            wait_ok(recv->waitRecv(timeout), "waitRecv");
+            send->send(0, pong);
+            wait_ok(send->waitSend(timeout), "waitSend");
+          };
+        }
+        return [] {};
+      }
+    }
+    throw std::logic_error("unknown op");
+  }
+
+  /// Checks the result of the first warm-up iteration; inputs were rank + 1.
+  void verify(const Point& p) const {
+    const float sum = static_cast<float>(k_ * (k_ + 1) / 2);
+    const std::size_t n = elems_;
+    switch (p.op) {
+      case Op::kAllReduce:
+        for (std::size_t i = 0; i < n; ++i) check(out_[i] == sum, p, "element " + std::to_string(i));
+        break;
+      case Op::kReduceScatter:
+        for (std::size_t i = 0; i < n; ++i) check(slice_[i] == sum, p, "element " + std::to_string(i));
+        break;
+      case Op::kAllGather:
+        for (int r = 0; r < k_; ++r) {
+          for (std::size_t i = 0; i < n; ++i) {
+            check(out_[static_cast<std::size_t>(r) * n + i] == static_cast<float>(r + 1), p,
+                  "chunk " + std::to_string(r));
+          }
+        }
+        break;
+      case Op::kBroadcast:
+        for (std::size_t i = 0; i < n; ++i) check(out_[i] == 1.0f, p, "element " + std::to_string(i));
+        break;
+      case Op::kSendRecv:
+        // Rank 1 got rank 0's ones; rank 0 got them back.
+        if (rank_ <= 1) {
+          for (std::size_t i = 0; i < n; ++i) check(out_[i] == 1.0f, p, "element " + std::to_string(i));
+        }
+        break;
+    }
+  }
+
+  ContextPtr ctx_;
+  const Options& opt_;
+  int rank_;
+  int k_;
+  std::vector<float> in_;
+  std::vector<float> out_;
+  std::vector<float> slice_;
+  std::size_t elems_ = 0;
+};
+
+std::shared_ptr<gloo::rendezvous::Context> connect(gloo::rendezvous::Store& store, const std::string& prefix,
+                                                   int rank, int size,
+                                                   std::shared_ptr<gloo::transport::Device>& dev) {
+  gloo::rendezvous::PrefixStore ps(prefix, store);
+  auto ctx = std::make_shared<gloo::rendezvous::Context>(rank, size);
+  ctx->setTimeout(kOpTimeout);
+  ctx->connectFullMesh(ps, dev);
+  return ctx;
+}
+
+void report(const Options& opt, const Point& p, const Summary& s, int reps) {
+  emit_comm(kBackend, p.op, p.ranks, p.bytes, s, reps);
+  if (opt.verbose) {
+    double algbw = static_cast<double>(p.bytes) / s.median_s / 1e9;
+    std::fprintf(stderr, "%s: %-14s ranks=%d %10s  median %10.2f us  algbw %7.3f GB/s  busbw %7.3f GB/s  reps %d\n",
+                 kProg, op_name(p.op), p.ranks, human_bytes(p.bytes).c_str(), s.median_s * 1e6, algbw,
+                 algbw * busbw_factor(p.op, p.ranks), reps);
+  }
+}
+
+/// Body of rank `rank` (Note [Gloo bench processes]).
+void run_rank(int rank, const Options& opt, const std::string& dir, const std::vector<Point>& plan,
+              std::chrono::milliseconds idle_timeout) {
+  gloo::transport::tcp::attr attr;
+  attr.hostname = kHost;
+  auto dev = gloo::transport::tcp::CreateDevice(attr);
+  gloo::rendezvous::FileStore store(dir);
+  auto world = connect(store, "world", rank, opt.procs, dev);
+
+  const int total = static_cast<int>(plan.size());
+  int done = 0;
+  for (int k = 2; k <= opt.procs; ++k) {
+    if (rank < k) {
+      auto ctx = connect(store, "k" + std::to_string(k), rank, k, dev);
+      RankBench bench(ctx, opt);
+      for (const Point& p : plan) {
+        if (p.ranks != k) continue;
+        if (rank == 0) emit_progress(done, total, point_label(p));
+        auto [s, reps] = bench.measure(p);
+        if (rank == 0) report(opt, p, s, reps);
+        ++done;
+      }
+    } else {
+      for (const Point& p : plan) done += p.ranks == k ? 1 : 0;
+    }
+    barrier(world, idle_timeout);
+  }
+  if (rank == 0 && total > 0) emit_progress(total, total, "done");
+}
+
+// ------------------------------------------------------------ supervisor side
+
+volatile sig_atomic_t g_stop_signal = 0;
+
+extern "C" void on_stop_signal(int sig) { g_stop_signal = sig; }
+
+std::string error_file(const std::string& dir, int rank) {
+  return dir + "/error." + std::to_string(rank);
+}
+
+/// Child body: runs the rank, reports an exception through the error file.
+[[noreturn]] void child_main(int rank, pid_t parent, const Options& opt, const std::string& dir,
+                             const std::vector<Point>& plan, std::chrono::milliseconds idle_timeout) {
+  prctl(PR_SET_PDEATHSIG, SIGKILL);
+  if (getppid() != parent) _exit(1);  // the supervisor died before prctl
+  signal(SIGPIPE, SIG_IGN);
+  signal(SIGINT, SIG_DFL);
+  signal(SIGTERM, SIG_DFL);
+  signal(SIGHUP, SIG_DFL);
+  std::string msg;
+  try {
+    run_rank(rank, opt, dir, plan, idle_timeout);
+    std::fflush(stdout);
+    _exit(0);
+  } catch (const std::exception& e) {
+    msg = e.what();
+  } catch (...) {
+    msg = "unknown exception";
+  }
+  // Gloo messages may span lines: join them so the supervisor prints one.
+  for (char& c : msg) {
+    if (c == '\n' || c == '\r' || c == '\t') c = ' ';
+  }
+  std::ofstream(error_file(dir, rank)) << msg;
+  _exit(1);
+}
+
+std::string read_error(const std::string& dir, int rank) {
+  std::ifstream in(error_file(dir, rank));
+  std::stringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void print_info(const Options& opt) {
+  emit_info("backend", kBackend);
+  emit_info("gloo_version", std::to_string(GLOO_VERSION_MAJOR) + "." + std::to_string(GLOO_VERSION_MINOR) + "." +
+                                std::to_string(GLOO_VERSION_PATCH));
+  emit_info("transport", "tcp");
+  emit_info("address", std::string(kHost) + " (loopback, lo)");
+  emit_info("hostname", host_name());
+  emit_info("cpu", cpu_model());
+  emit_info("cpu_threads", std::to_string(std::thread::hardware_concurrency()));
+  emit_info("ranks", std::to_string(opt.procs));
+  emit_info("rank_counts", opt.procs >= 2 ? "2.." + std::to_string(opt.procs) : "none");
+  emit_info("processes", "one process per rank, forked by the supervisor; FileStore rendezvous in a mkdtemp directory");
+  emit_info("dtype", "float32");
+  emit_info("mode", opt.quick ? "quick" : "full");
+  emit_info("sizes", "powers of 2 from 8 B to " + human_bytes(opt.max_bytes()));
+  emit_info("time_budget_s", fmt_seconds(opt.budget_s()));
+  emit_info("warmup_iters", std::to_string(kWarmupIters));
+  emit_info("min_reps", std::to_string(kMinReps));
+  emit_info("timing",
+            "back-to-back iterations in batches until the time budget is spent (barrier before the first, "
+            "agreement on the time spent between batches), steady_clock per iteration on each rank; "
+            "median/min/max per rank, then the maximum over ranks");
+  emit_info("all_reduce_impl", "gloo::allreduce (AllreduceOptions, sum, out of place)");
+  emit_info("reduce_scatter_impl",
+            "gloo::allreduce of the ranks x chunk input, then a local copy of this rank's chunk "
+            "(gloo::ReduceScatterHalvingDoubling of libgloo 0.5.0 races and returns wrong sums for large buffers); "
+            "bytes = input size");
+  emit_info("all_gather_impl", "gloo::allgather (AllgatherOptions); bytes = output size");
+  emit_info("broadcast_impl", "gloo::broadcast (BroadcastOptions, root 0, in place)");
+  emit_info("send_recv_impl",
+            "unbound-buffer ping-pong rank 0 <-> 1, ranks = 2 only; time = round trip / 2");
+  emit_info("size_rule", "all_gather/reduce_scatter sizes rounded down to a multiple of ranks x 4 B");
+}
+
+int supervise(const Options& opt) {
+  const std::vector<Point> plan = make_plan(opt);
+  print_info(opt);
+  if (opt.procs < 2) {
+    std::fprintf(stderr, "%s: nothing to measure with --procs 1 (collectives need 2 ranks)\n", kProg);
+    return 0;
+  }
+  double budget_total = 0;
+  for (std::size_t i = 0; i < plan.size(); ++i) budget_total += opt.budget_s();
+  const double timeout_s = opt.timeout_s > 0 ? opt.timeout_s : std::max(600.0, 120.0 + 3.0 * budget_total);
+  const auto idle_timeout = std::chrono::milliseconds(static_cast<long long>(timeout_s * 1000.0));
+
+  std::string tmpl = (std::filesystem::temp_directory_path() / "dtsim-gloo-XXXXXX").string();
+  if (mkdtemp(tmpl.data()) == nullptr) {
+    std::fprintf(stderr, "%s: mkdtemp %s: %s\n", kProg, tmpl.c_str(), std::strerror(errno));
+    return 1;
+  }
+  const std::string dir = tmpl;
+  auto cleanup = [&] {
+    std::error_code ec;
+    std::filesystem::remove_all(dir, ec);
+  };
+
+  struct sigaction sa {};
+  sa.sa_handler = on_stop_signal;
+  sigemptyset(&sa.sa_mask);
+  for (int sig : {SIGINT, SIGTERM, SIGHUP}) sigaction(sig, &sa, nullptr);
+
+  std::fflush(stdout);
+  std::fflush(stderr);
+  const pid_t parent = getpid();
+  std::vector<pid_t> pids(static_cast<std::size_t>(opt.procs), -1);
+  auto kill_all = [&] {
+    for (pid_t& p : pids) {
+      if (p > 0) kill(p, SIGKILL);
+    }
+    for (pid_t& p : pids) {
+      if (p > 0) waitpid(p, nullptr, 0);
+      p = -1;
+    }
+  };
+  for (int r = 0; r < opt.procs; ++r) {
+    pid_t pid = fork();
+    if (pid < 0) {
+      std::fprintf(stderr, "%s: fork: %s\n", kProg, std::strerror(errno));
+      kill_all();
+      cleanup();
+      return 1;
+    }
+    if (pid == 0) child_main(r, parent, opt, dir, plan, idle_timeout);
+    pids[static_cast<std::size_t>(r)] = pid;
+  }
+
+  const auto deadline = Clock::now() + std::chrono::duration<double>(timeout_s);
+  int alive = opt.procs;
+  while (alive > 0) {
+    int status = 0;
+    pid_t pid = waitpid(-1, &status, WNOHANG);
+    if (pid > 0) {
+      int rank = -1;
+      for (int r = 0; r < opt.procs; ++r) {
+        if (pids[static_cast<std::size_t>(r)] == pid) rank = r;
+      }
+      if (rank < 0) continue;
+      pids[static_cast<std::size_t>(rank)] = -1;
+      --alive;
+      if (WIFEXITED(status) && WEXITSTATUS(status) == 0) continue;
+      std::string why;
+      if (WIFSIGNALED(status)) {
+        why = "killed by signal " + std::to_string(WTERMSIG(status)) + " (" + strsignal(WTERMSIG(status)) + ")";
+      } else {
+        std::string msg = read_error(dir, rank);
+        why = "failed: " + (msg.empty() ? "exit status " + std::to_string(WEXITSTATUS(status)) : msg);
+      }
+      kill_all();
+      cleanup();
+      std::fprintf(stderr, "%s: rank %d %s\n", kProg, rank, why.c_str());
+      return 1;
+    }
+    if (pid < 0 && errno != EINTR) {
+      std::fprintf(stderr, "%s: waitpid: %s\n", kProg, std::strerror(errno));
+      kill_all();
+      cleanup();
+      return 1;
+    }
+    if (g_stop_signal != 0) {
+      int sig = g_stop_signal;
+      kill_all();
+      cleanup();
+      std::fprintf(stderr, "%s: stopped by signal %d (%s)\n", kProg, sig, strsignal(sig));
+      return 128 + sig;
+    }
+    if (Clock::now() > deadline) {
+      std::string running;
+      for (int r = 0; r < opt.procs; ++r) {
+        if (pids[static_cast<std::size_t>(r)] > 0) running += " " + std::to_string(r);
+      }
+      kill_all();
+      cleanup();
+      std::fprintf(stderr, "%s: timed out after %.0f s (ranks still running:%s)\n", kProg, timeout_s,
+                   running.c_str());
+      return 1;
+    }
+    std::this_thread::sleep_for(std::chrono::milliseconds(20));
+  }
+  cleanup();
+  return 0;
+}
+
+}  // namespace
+}  // namespace dtsim::calib::bench
+
+int main(int argc, char** argv) {
+  using namespace dtsim::calib::bench;
+  Options opt;
+  try {
+    opt = parse_args(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "%s: %s\n%s", kProg, e.what(), kUsage);
+    return 2;
+  }
+  return supervise(opt);
+}
