@@ -1,0 +1,449 @@
+// dtsim_torch_bench: times every distinct layer of the requested models
+// (forward and backward, LibTorch, CPU or CUDA) over a sweep of shapes, and
+// GEMM / attention / element-wise / norm kernels over sizes, printing the
+// calibration record protocol (calibrate/README.md) on stdout.
+//   dtsim_torch_bench --device cpu|cuda [--quick] [--threads N]
+//                     [--models gpt2,bert-base,bilstm] [--precision fp32,bf16]
+//                     [--budget-s S]
+// Layers come from the analytic models (models::load_model), so the
+// signatures measured are exactly those the simulator looks up.
+#include <torch/torch.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <fstream>
+#include <set>
+#include <string>
+#include <vector>
+
+#ifdef DTSIM_TORCH_CUDA
+#include <c10/cuda/CUDACachingAllocator.h>
+#include <cuda_runtime_api.h>
+#endif
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/models/torch_layers.hpp"
+#include "dtsim/sim/error.hpp"
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct Options {
+  std::string device = "cpu";
+  bool quick = false;
+  int threads = 0;
+  std::vector<std::string> models{"gpt2", "bert-base", "bilstm"};
+  std::vector<std::string> precisions;
+  double budget_s = 0;  // per measurement point; 0: by sweep
+};
+
+[[noreturn]] void usage_error(const std::string& why) {
+  std::fprintf(stderr, "dtsim_torch_bench: %s\n", why.c_str());
+  std::exit(2);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::string cur;
+  for (char c : s + ",") {
+    if (c == ',') {
+      if (!cur.empty()) out.push_back(cur);
+      cur.clear();
+    } else {
+      cur += c;
+    }
+  }
+  return out;
+}
+
+Options parse(int argc, char** argv) {
+  Options o;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) usage_error(a + ": missing value");
+      return argv[++i];
+    };
+    if (a == "--device") {
+      o.device = value();
+      if (o.device != "cpu" && o.device != "cuda") usage_error("--device: '" + o.device + "' is not one of cpu, cuda");
+    } else if (a == "--quick") {
+      o.quick = true;
+    } else if (a == "--threads") {
+      o.threads = std::atoi(value().c_str());
+      if (o.threads < 1) usage_error("--threads: must be a positive whole number");
+    } else if (a == "--models") {
+      o.models = split(value());
+    } else if (a == "--precision") {
+      for (const auto& p : split(value())) {
+        if (p != "fp32" && p != "fp16" && p != "bf16") usage_error("--precision: '" + p + "' is not one of fp32, fp16, bf16");
+        o.precisions.push_back(p);
+      }
+    } else if (a == "--budget-s") {
+      o.budget_s = std::atof(value().c_str());
+      if (!(o.budget_s > 0)) usage_error("--budget-s: must be positive");
+    } else {
+      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s");
+    }
+  }
+  if (o.precisions.empty()) o.precisions = o.device == "cuda" ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"};
+  return o;
+}
+
+torch::Dtype dtype_of(const std::string& p) {
+  if (p == "fp16") return torch::kHalf;
+  if (p == "bf16") return torch::kBFloat16;
+  return torch::kFloat;
+}
+
+int element_size(const std::string& p) { return p == "fp32" ? 4 : 2; }
+
+/// Median, min and max of repeated timings.
+struct Stats {
+  double median = 0, min = 0, max = 0;
+  int reps = 0;
+};
+
+Stats stats(std::vector<double> v) {
+  Stats s;
+  if (v.empty()) return s;
+  std::sort(v.begin(), v.end());
+  s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+  s.min = v.front();
+  s.max = v.back();
+  s.reps = static_cast<int>(v.size());
+  return s;
+}
+
+class Bench {
+ public:
+  explicit Bench(Options o) : o_(std::move(o)), cuda_(o_.device == "cuda") {}
+
+  void sync() const {
+    if (cuda_) torch::cuda::synchronize();
+  }
+  double now() const { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
+
+  /// Repeats `f` (which returns its own timings) until the time budget, at
+  /// least min_reps times, after warm-ups.
+  template <class F>
+  void repeat(F&& f, double budget) const {
+    const int warmup = o_.quick && !cuda_ ? 1 : 2;
+    for (int i = 0; i < warmup; ++i) f();
+    const int min_reps = cuda_ ? 10 : 3;
+    const double start = now();
+    for (int r = 0; r < 10000; ++r) {
+      f();
+      if (r + 1 >= min_reps && now() - start > budget) break;
+    }
+  }
+
+  torch::TensorOptions options(const std::string& precision) const {
+    return torch::TensorOptions().dtype(dtype_of(precision)).device(cuda_ ? torch::kCUDA : torch::kCPU);
+  }
+
+  void progress(const std::string& label) {
+    std::printf("progress\t%d\t%d\t%s\n", done_++, total_, label.c_str());
+    std::fflush(stdout);
+  }
+  void skip(const std::string& label, const std::string& why) {
+    std::printf("skip\t%s\t%s\n", label.c_str(), why.c_str());
+    std::fflush(stdout);
+  }
+
+  // ---- layers ----
+  struct LayerPoint {
+    std::string signature, precision;
+    std::int64_t b, s;
+  };
+
+  std::vector<LayerPoint> layer_points() const {
+    std::vector<LayerPoint> out;
+    std::set<std::string> seen;
+    for (const auto& name : o_.models) {
+      const auto model = dtsim::models::load_model(name);
+      dtsim::sim::WorkloadShape shape;
+      shape.seq_len = std::min<std::int64_t>(64, model->max_seq_len());
+      const bool lstm = name.find("lstm") != std::string::npos;
+      std::vector<std::int64_t> bs, ss;
+      if (cuda_) {
+        bs = o_.quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 2, 4, 8, 16};
+        ss = o_.quick ? std::vector<std::int64_t>{128, 512} : std::vector<std::int64_t>{128, 256, 512, 1024};
+      } else {
+        bs = o_.quick ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 2, 4};
+        ss = o_.quick ? std::vector<std::int64_t>{64, 128} : std::vector<std::int64_t>{64, 128, 256, 512};
+      }
+      if (lstm && !cuda_) ss = o_.quick ? std::vector<std::int64_t>{32, 64} : std::vector<std::int64_t>{32, 64, 128, 256};
+      for (const auto& layer : model->layers(shape)) {
+        if (!seen.insert(layer.signature).second) continue;
+        for (const auto& p : o_.precisions) {
+          for (auto s : ss) {
+            if (s > model->max_seq_len()) continue;
+            for (auto b : bs) out.push_back({layer.signature, p, b, s});
+          }
+        }
+      }
+    }
+    return out;
+  }
+
+  void measure_layer(const LayerPoint& pt) {
+    const std::string label = pt.signature + " " + pt.precision + " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s);
+    progress(label);
+    try {
+      auto layer = dtsim::models::make_torch_layer(pt.signature);
+      const auto opts = options(pt.precision);
+      layer->module().to(opts.device(), dtype_of(pt.precision));
+      layer->module().train();
+      auto inputs = layer->make_inputs(pt.b, pt.s, opts);
+      std::vector<double> fwd, bwd;
+      bool recording = false;
+      auto step = [&] {
+        layer->module().zero_grad();
+        for (auto& t : inputs) {
+          if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
+        }
+        sync();
+        const double t0 = now();
+        auto y = layer->forward(inputs);
+        sync();
+        const double t1 = now();
+        if (y.dim() == 0) {
+          y.backward();
+        } else {
+          y.backward(torch::ones_like(y));
+        }
+        sync();
+        const double t2 = now();
+        if (recording) {
+          fwd.push_back(t1 - t0);
+          bwd.push_back(t2 - t1);
+        }
+      };
+      const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0));
+      // Warm-ups are not recorded; repeat() runs them first.
+      int calls = 0;
+      const int warmup = o_.quick && !cuda_ ? 1 : 2;
+      repeat([&] {
+        recording = calls++ >= warmup;
+        step();
+      }, budget);
+      const Stats f = stats(fwd), g = stats(bwd);
+      std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", pt.signature.c_str(), pt.precision.c_str(),
+                  static_cast<long long>(pt.b), static_cast<long long>(pt.s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
+      std::fflush(stdout);
+    } catch (const c10::Error& e) {
+      std::string what = e.what_without_backtrace();
+      what = what.substr(0, what.find('\n'));
+      skip(label, what);
+    }
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  }
+
+  // ---- kernels ----
+  struct KernelPoint {
+    std::string kind, precision;
+    std::int64_t m, n, k, batch;
+  };
+
+  std::vector<KernelPoint> kernel_points() const {
+    std::vector<KernelPoint> out;
+    std::vector<std::int64_t> squares;
+    std::vector<std::array<std::int64_t, 3>> shapes;  // transformer GEMMs: tokens x out x in
+    std::vector<std::int64_t> elems;
+    if (cuda_) {
+      squares = o_.quick ? std::vector<std::int64_t>{256, 1024, 4096} : std::vector<std::int64_t>{128, 256, 512, 1024, 2048, 4096, 8192, 16384};
+      for (std::int64_t t : {512, 2048, 8192}) {
+        for (std::int64_t h : {768, 1600}) {
+          shapes.push_back({t, 3 * h, h});
+          shapes.push_back({t, h, 4 * h});
+          shapes.push_back({t, 4 * h, h});
+        }
+      }
+      for (std::int64_t e = 1 << 14; e <= (o_.quick ? 1 << 24 : 1 << 28); e <<= 2) elems.push_back(e);
+    } else {
+      squares = o_.quick ? std::vector<std::int64_t>{64, 128, 256, 512, 1024} : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048};
+      for (std::int64_t t : {64, 256}) {
+        shapes.push_back({t, 2304, 768});
+        shapes.push_back({t, 768, 3072});
+        shapes.push_back({t, 3072, 768});
+      }
+      for (std::int64_t e = 1 << 12; e <= (o_.quick ? 1 << 22 : 1 << 24); e <<= 2) elems.push_back(e);
+    }
+    for (const auto& p : o_.precisions) {
+      for (auto s : squares) out.push_back({"gemm", p, s, s, s, 1});
+      for (const auto& sh : shapes) out.push_back({"gemm", p, sh[0], sh[1], sh[2], 1});
+      // Attention: scores (s x s over d = 64) and context (s x 64 over s), batch x heads = 12 or 48.
+      for (std::int64_t s : cuda_ ? std::vector<std::int64_t>{128, 512, 1024} : std::vector<std::int64_t>{64, 128}) {
+        for (std::int64_t bh : {12, 48}) {
+          out.push_back({"attention", p, s, s, 64, bh});
+          out.push_back({"attention", p, s, 64, s, bh});
+        }
+      }
+      for (auto e : elems) out.push_back({"elementwise", p, e, 1, 1, 1});
+      for (std::int64_t rows : {256, 1024, 4096}) {
+        for (std::int64_t width : {768, 1600}) out.push_back({"norm", p, rows, width, 1, 1});
+      }
+    }
+    return out;
+  }
+
+  void measure_kernel(const KernelPoint& k) {
+    const std::string label = k.kind + " " + k.precision + " " + std::to_string(k.m) + "x" + std::to_string(k.n) + "x" +
+                              std::to_string(k.k) + (k.batch > 1 ? " batch " + std::to_string(k.batch) : "");
+    progress(label);
+    const auto opts = options(k.precision);
+    const double e = element_size(k.precision);
+    double flops = 0, bytes = 0;
+    std::function<torch::Tensor()> op;
+    try {
+      if (k.kind == "gemm") {
+        auto a = torch::randn({k.m, k.k}, opts), b = torch::randn({k.k, k.n}, opts);
+        op = [a, b] { return torch::mm(a, b); };
+        flops = 2.0 * k.m * k.n * k.k;
+        bytes = e * (k.m * k.k + k.k * k.n + k.m * k.n);
+      } else if (k.kind == "attention") {
+        auto a = torch::randn({k.batch, k.m, k.k}, opts), b = torch::randn({k.batch, k.k, k.n}, opts);
+        op = [a, b] { return torch::bmm(a, b); };
+        flops = 2.0 * k.batch * k.m * k.n * k.k;
+        bytes = e * k.batch * (k.m * k.k + k.k * k.n + k.m * k.n);
+      } else if (k.kind == "elementwise") {
+        auto a = torch::randn({k.m}, opts), b = torch::randn({k.m}, opts);
+        op = [a, b] { return a + b; };
+        flops = static_cast<double>(k.m);
+        bytes = 3 * e * k.m;
+      } else {
+        auto x = torch::randn({k.m, k.n}, opts);
+        auto w = torch::ones({k.n}, opts), bias = torch::zeros({k.n}, opts);
+        op = [x, w, bias, n = k.n] { return torch::layer_norm(x, {n}, w, bias); };
+        flops = 5.0 * k.m * k.n;  // mean, variance, normalise, scale, shift
+        bytes = 2 * e * k.m * k.n;
+      }
+      torch::NoGradGuard no_grad;
+      std::vector<double> times;
+      int calls = 0;
+      const int warmup = o_.quick && !cuda_ ? 1 : 2;
+      const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.1 : (o_.quick ? 0.05 : 0.2));
+      repeat([&] {
+        sync();
+        const double t0 = now();
+        auto y = op();
+        sync();
+        if (calls++ >= warmup) times.push_back(now() - t0);
+      }, budget);
+      const Stats s = stats(times);
+      std::printf("kernel\t%s\t%s\t%lld\t%lld\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", k.kind.c_str(), k.precision.c_str(),
+                  static_cast<long long>(k.m), static_cast<long long>(k.n), static_cast<long long>(k.k), static_cast<long long>(k.batch),
+                  flops, bytes, s.median, s.min, s.max, s.reps);
+      std::fflush(stdout);
+    } catch (const c10::Error& err) {
+      std::string what = err.what_without_backtrace();
+      skip(label, what.substr(0, what.find('\n')));
+    }
+  }
+
+  void memory_records() {
+#ifdef DTSIM_TORCH_CUDA
+    if (!cuda_) return;
+    // The CUDA context (plus cuBLAS handles after a first matmul): device
+    // memory in use that the caching allocator did not reserve. Assumes no
+    // other process uses the GPU.
+    auto a = torch::randn({64, 64}, options("fp32"));
+    auto b = torch::mm(a, a);
+    torch::cuda::synchronize();
+    std::size_t free = 0, total = 0;
+    if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
+      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+      const auto reserved = stats.reserved_bytes[static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].current;
+      std::printf("memory\tcuda_context_bytes\t%lld\n", static_cast<long long>(total - free) - static_cast<long long>(reserved));
+      std::printf("memory\tdevice_total_bytes\t%lld\n", static_cast<long long>(total));
+    }
+    // The caching allocator rounds small requests up to 512-byte blocks and
+    // reserves 2 MiB segments for them: reserved minus requested for one odd size.
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    auto odd = torch::empty({1001}, options("fp32").dtype(torch::kByte));
+    const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
+    const auto idx = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
+    std::printf("memory\tallocator_rounding_bytes\t%lld\n",
+                static_cast<long long>(after.allocated_bytes[idx].current) - 1001);
+    std::fflush(stdout);
+#endif
+  }
+
+  void info() const {
+    std::string device = "cpu";
+    if (cuda_) {
+#ifdef DTSIM_TORCH_CUDA
+      cudaDeviceProp prop{};
+      if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) device = prop.name;
+      int runtime = 0;
+      cudaRuntimeGetVersion(&runtime);
+      std::printf("info\tcuda_runtime\t%d\n", runtime);
+#else
+      device = "cuda";
+#endif
+    } else {
+      std::ifstream cpuinfo("/proc/cpuinfo");
+      for (std::string line; std::getline(cpuinfo, line);) {
+        if (line.rfind("model name", 0) == 0) {
+          device = line.substr(line.find(':') + 2);
+          break;
+        }
+      }
+    }
+    std::printf("info\tdevice\t%s\n", device.c_str());
+    std::printf("info\ttorch_version\t%d.%d.%d\n", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
+    std::printf("info\tthreads\t%d\n", at::get_num_threads());
+    std::printf("info\tsweep\t%s\n", o_.quick ? "quick" : "full");
+    std::fflush(stdout);
+  }
+
+  void run() {
+    if (!cuda_ && o_.threads > 0) at::set_num_threads(o_.threads);
+    torch::manual_seed(0);
+    info();
+    memory_records();
+    const auto layers = layer_points();
+    const auto kernels = kernel_points();
+    total_ = static_cast<int>(layers.size() + kernels.size());
+    for (const auto& p : layers) measure_layer(p);
+    for (const auto& k : kernels) measure_kernel(k);
+    std::printf("progress\t%d\t%d\tdone\n", total_, total_);
+  }
+
+ private:
+  Options o_;
+  bool cuda_;
+  int done_ = 0, total_ = 0;
+};
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  const Options o = parse(argc, argv);
+  try {
+    if (o.device == "cuda" && !torch::cuda::is_available()) {
+      std::fprintf(stderr, "dtsim_torch_bench: %s\n",
+                   torch::cuda::device_count() == 0 ? "this LibTorch has no CUDA, or no CUDA device is visible" : "CUDA is not available");
+      return 2;
+    }
+    for (const auto& m : o.models) dtsim::models::load_model(m);  // bad names fail before any measuring
+    Bench(o).run();
+  } catch (const dtsim::Error& e) {
+    std::fprintf(stderr, "dtsim_torch_bench: %s\n", e.what());
+    return 2;
+  } catch (const c10::Error& e) {
+    std::string what = e.what_without_backtrace();
+    std::fprintf(stderr, "dtsim_torch_bench: LibTorch: %s\n", what.substr(0, what.find('\n')).c_str());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtsim_torch_bench: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

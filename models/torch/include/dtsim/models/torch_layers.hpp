@@ -1,0 +1,41 @@
+#pragma once
+// LibTorch twins of the analytic layers. Each is built from a layer's
+// signature (sim::Layer::signature, e.g. "gpt2.block:h=768,a=12,f=3072,drop=1"),
+// so the module that calibration times is, by construction, the layer the
+// simulator prices; tests check their parameter counts agree.
+
+#include <torch/torch.h>
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+namespace dtsim::models {
+
+/// A LibTorch module standing for one analytic layer.
+class TorchLayer {
+ public:
+  virtual ~TorchLayer() = default;
+  /// The module; its parameters are exactly the layer's own (a tied LM head
+  /// uses the token embedding without owning it).
+  virtual torch::nn::Module& module() = 0;
+  /// Inputs for one micro-batch of b sequences of s tokens. Floating inputs
+  /// take `options` (device, dtype) and require grad, so backward computes
+  /// the input gradient as in training; token ids are int64 on the same device.
+  virtual std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& options) = 0;
+  /// Forward; returns a scalar loss for heads, else the output (backward it
+  /// with a gradient of its shape).
+  virtual torch::Tensor forward(const std::vector<torch::Tensor>& inputs) = 0;
+  /// Own trainable parameters.
+  std::int64_t parameter_count();
+};
+
+/// Builds the module for a signature; throws ConfigError naming the signature
+/// and the known kinds if it is unknown or malformed.
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature);
+
+/// The layer kinds make_torch_layer knows ("gpt2.block", ...).
+std::vector<std::string> torch_layer_kinds();
+
+}  // namespace dtsim::models

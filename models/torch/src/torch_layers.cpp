@@ -1,0 +1,347 @@
+// The LibTorch layers, written as HuggingFace writes GPT2Block, BertLayer and
+// friends (same parameters, same order of operations), so their measured time
+// is what training those models costs. Parameter counts are the analytic
+// models' (models/src/*.cpp), checked by tests/torch.
+#include "dtsim/models/torch_layers.hpp"
+
+#include <cmath>
+#include <map>
+#include <sstream>
+
+#include "dtsim/sim/error.hpp"
+
+namespace dtsim::models {
+namespace {
+
+namespace nn = torch::nn;
+namespace F = torch::nn::functional;
+
+constexpr double kDropout = 0.1;  // GPT-2 and BERT's dropout probability
+
+/// "kind:k=v,k=v" -> kind and the integer values by key.
+struct Signature {
+  std::string text, kind;
+  std::map<std::string, std::int64_t> values;
+
+  std::int64_t get(const std::string& key) const {
+    const auto it = values.find(key);
+    if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
+    if (it->second <= 0 && key != "drop" && key != "tied") {
+      throw ConfigError("layer signature '" + text + "': " + key + " must be positive");
+    }
+    return it->second;
+  }
+};
+
+Signature parse_signature(const std::string& text) {
+  Signature s;
+  s.text = text;
+  const auto colon = text.find(':');
+  if (colon == std::string::npos) throw ConfigError("layer signature '" + text + "': expected 'kind:key=value,...'");
+  s.kind = text.substr(0, colon);
+  std::stringstream ss(text.substr(colon + 1));
+  for (std::string item; std::getline(ss, item, ',');) {
+    const auto eq = item.find('=');
+    if (eq == std::string::npos) throw ConfigError("layer signature '" + text + "': '" + item + "' is not key=value");
+    try {
+      std::size_t used = 0;
+      const std::string v = item.substr(eq + 1);
+      s.values[item.substr(0, eq)] = std::stoll(v, &used);
+      if (used != v.size()) throw std::invalid_argument(v);
+    } catch (const std::logic_error&) {
+      throw ConfigError("layer signature '" + text + "': '" + item + "' is not key=integer");
+    }
+  }
+  return s;
+}
+
+torch::Tensor float_input(std::vector<std::int64_t> shape, const torch::TensorOptions& o) {
+  return torch::randn(shape, o).requires_grad_(true);
+}
+
+torch::Tensor ids(std::int64_t b, std::int64_t s, std::int64_t vocab, const torch::TensorOptions& o) {
+  return torch::randint(vocab, {b, s}, o.dtype(torch::kLong).requires_grad(false));
+}
+
+/// Multi-head self-attention core on projected q, k, v of [b, s, h]:
+/// softmax(q k^T / sqrt(d)) v per head, causal for GPT-2, with dropout on the
+/// probabilities (Vaswani et al. 2017; HF's _attn).
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t heads,
+                        bool causal, bool dropout, bool training) {
+  const auto b = q.size(0), s = q.size(1), h = q.size(2), d = h / heads;
+  auto split = [&](const torch::Tensor& t) { return t.view({b, s, heads, d}).transpose(1, 2); };
+  auto scores = torch::matmul(split(q), split(k).transpose(-1, -2)) / std::sqrt(static_cast<double>(d));
+  if (causal) {
+    const auto mask = torch::ones({s, s}, q.options().dtype(torch::kBool)).triu(1);
+    scores = scores.masked_fill(mask, -1e4);
+  }
+  auto probs = torch::softmax(scores, -1);
+  if (dropout) probs = F::dropout(probs, F::DropoutFuncOptions().p(kDropout).training(training));
+  return torch::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, h});
+}
+
+torch::Tensor drop(const torch::Tensor& x, bool on, bool training) {
+  return on ? F::dropout(x, F::DropoutFuncOptions().p(kDropout).training(training)) : x;
+}
+
+// ---- GPT-2 --------------------------------------------------------------------
+
+struct Gpt2Embed : nn::Module {
+  Gpt2Embed(std::int64_t h, std::int64_t v, std::int64_t p, bool dropout)
+      : wte(register_module("wte", nn::Embedding(v, h))), wpe(register_module("wpe", nn::Embedding(p, h))), vocab(v),
+        dropout(dropout) {}
+  nn::Embedding wte, wpe;
+  std::int64_t vocab;
+  bool dropout;
+};
+
+struct Gpt2Block : nn::Module {
+  Gpt2Block(std::int64_t h, std::int64_t a, std::int64_t f, bool dropout)
+      : ln_1(register_module("ln_1", nn::LayerNorm(nn::LayerNormOptions({h})))),
+        c_attn(register_module("c_attn", nn::Linear(h, 3 * h))),
+        c_proj(register_module("c_proj", nn::Linear(h, h))),
+        ln_2(register_module("ln_2", nn::LayerNorm(nn::LayerNormOptions({h})))),
+        c_fc(register_module("c_fc", nn::Linear(h, f))),
+        mlp_proj(register_module("mlp_proj", nn::Linear(f, h))),
+        heads(a),
+        dropout(dropout) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    const auto qkv = c_attn(ln_1(x)).chunk(3, -1);
+    auto y = x + drop(c_proj(attention(qkv[0], qkv[1], qkv[2], heads, true, dropout, is_training())), dropout, is_training());
+    // GPT-2's "gelu_new" is the tanh approximation.
+    const auto mlp = mlp_proj(F::gelu(c_fc(ln_2(y)), F::GELUFuncOptions().approximate("tanh")));
+    return y + drop(mlp, dropout, is_training());
+  }
+  nn::LayerNorm ln_1;
+  nn::Linear c_attn, c_proj;
+  nn::LayerNorm ln_2;
+  nn::Linear c_fc, mlp_proj;
+  std::int64_t heads;
+  bool dropout;
+};
+
+struct Gpt2Head : nn::Module {
+  Gpt2Head(std::int64_t h, std::int64_t v, bool tied)
+      : ln_f(register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({h})))), vocab(v), tied(tied) {
+    // Tied: the token embedding's weight, owned by the embedding layer; here a
+    // tensor that receives gradients but is not this module's parameter.
+    weight = torch::randn({v, h}) * 0.02;
+    if (tied) {
+      weight.requires_grad_(true);
+    } else {
+      weight = register_parameter("lm_head", weight);
+    }
+  }
+  nn::LayerNorm ln_f;
+  torch::Tensor weight;
+  std::int64_t vocab;
+  bool tied;
+};
+
+// ---- BERT ---------------------------------------------------------------------
+
+struct BertEmbed : nn::Module {
+  BertEmbed(std::int64_t h, std::int64_t v, std::int64_t p, std::int64_t t, bool dropout)
+      : word(register_module("word_embeddings", nn::Embedding(v, h))),
+        position(register_module("position_embeddings", nn::Embedding(p, h))),
+        token_type(register_module("token_type_embeddings", nn::Embedding(t, h))),
+        ln(register_module("LayerNorm", nn::LayerNorm(nn::LayerNormOptions({h})))),
+        vocab(v),
+        dropout(dropout) {}
+  nn::Embedding word, position, token_type;
+  nn::LayerNorm ln;
+  std::int64_t vocab;
+  bool dropout;
+};
+
+struct BertLayer : nn::Module {
+  BertLayer(std::int64_t h, std::int64_t a, std::int64_t f, bool dropout)
+      : query(register_module("query", nn::Linear(h, h))),
+        key(register_module("key", nn::Linear(h, h))),
+        value(register_module("value", nn::Linear(h, h))),
+        attn_out(register_module("attention_output", nn::Linear(h, h))),
+        ln_1(register_module("attention_LayerNorm", nn::LayerNorm(nn::LayerNormOptions({h})))),
+        intermediate(register_module("intermediate", nn::Linear(h, f))),
+        output(register_module("output", nn::Linear(f, h))),
+        ln_2(register_module("output_LayerNorm", nn::LayerNorm(nn::LayerNormOptions({h})))),
+        heads(a),
+        dropout(dropout) {}
+  torch::Tensor forward(const torch::Tensor& x) {
+    // Post-LN (Devlin et al. 2019; HF BertLayer): residual, then LayerNorm.
+    const auto ctx = attention(query(x), key(x), value(x), heads, false, dropout, is_training());
+    const auto y = ln_1(x + drop(attn_out(ctx), dropout, is_training()));
+    return ln_2(y + drop(output(F::gelu(intermediate(y))), dropout, is_training()));
+  }
+  nn::Linear query, key, value, attn_out;
+  nn::LayerNorm ln_1;
+  nn::Linear intermediate, output;
+  nn::LayerNorm ln_2;
+  std::int64_t heads;
+  bool dropout;
+};
+
+// ---- the wrappers -------------------------------------------------------------
+
+template <class M>
+class Wrapped : public TorchLayer {
+ public:
+  explicit Wrapped(std::shared_ptr<M> m) : m_(std::move(m)) {}
+  torch::nn::Module& module() override { return *m_; }
+
+ protected:
+  std::shared_ptr<M> m_;
+};
+
+class Gpt2EmbedLayer final : public Wrapped<Gpt2Embed> {
+ public:
+  using Wrapped::Wrapped;
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {ids(b, s, m_->vocab, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    const auto s = in[0].size(1);
+    const auto pos = torch::arange(s, in[0].options());
+    return drop(m_->wte(in[0]) + m_->wpe(pos), m_->dropout, m_->is_training());
+  }
+};
+
+class Gpt2BlockLayer final : public Wrapped<Gpt2Block> {
+ public:
+  Gpt2BlockLayer(std::shared_ptr<Gpt2Block> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {float_input({b, s, h_}, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
+
+ private:
+  std::int64_t h_;
+};
+
+class Gpt2HeadLayer final : public Wrapped<Gpt2Head> {
+ public:
+  Gpt2HeadLayer(std::shared_ptr<Gpt2Head> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    // The tied weight follows the module's device and dtype.
+    if (m_->tied && (m_->weight.device() != o.device() || m_->weight.dtype() != o.dtype())) {
+      m_->weight = m_->weight.detach().to(o.device(), o.dtype().toScalarType()).requires_grad_(true);
+    }
+    return {float_input({b, s, h_}, o), ids(b, s, m_->vocab, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    const auto logits = F::linear(m_->ln_f(in[0]), m_->weight);
+    // Cross-entropy in fp32, as HF upcasts the logits under mixed precision.
+    return F::cross_entropy(logits.view({-1, m_->vocab}).to(torch::kFloat), in[1].view({-1}));
+  }
+
+ private:
+  std::int64_t h_;
+};
+
+class BertEmbedLayer final : public Wrapped<BertEmbed> {
+ public:
+  using Wrapped::Wrapped;
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {ids(b, s, m_->vocab, o), torch::zeros({b, s}, o.dtype(torch::kLong).requires_grad(false))};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    const auto pos = torch::arange(in[0].size(1), in[0].options());
+    const auto x = m_->word(in[0]) + m_->position(pos) + m_->token_type(in[1]);
+    return drop(m_->ln(x), m_->dropout, m_->is_training());
+  }
+};
+
+class BertLayerLayer final : public Wrapped<BertLayer> {
+ public:
+  BertLayerLayer(std::shared_ptr<BertLayer> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {float_input({b, s, h_}, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
+
+ private:
+  std::int64_t h_;
+};
+
+/// BERT's pooler: dense + tanh on the first token ([CLS]).
+class BertPoolerLayer final : public Wrapped<nn::LinearImpl> {
+ public:
+  BertPoolerLayer(std::int64_t h) : Wrapped(std::make_shared<nn::LinearImpl>(h, h)), h_(h) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {float_input({b, s, h_}, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return torch::tanh(m_->forward(in[0].select(1, 0))); }
+
+ private:
+  std::int64_t h_;
+};
+
+/// A linear classifier + cross-entropy: BERT's on the pooled [b, h] output,
+/// the Bi-LSTM's on the last time step of [b, s, in] (models/src/bilstm.cpp).
+class ClassifierLayer final : public Wrapped<nn::LinearImpl> {
+ public:
+  ClassifierLayer(std::int64_t in, std::int64_t classes, bool per_sequence)
+      : Wrapped(std::make_shared<nn::LinearImpl>(in, classes)), in_(in), classes_(classes), per_sequence_(per_sequence) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    auto x = per_sequence_ ? float_input({b, s, in_}, o) : float_input({b, in_}, o);
+    return {x, torch::randint(classes_, {b}, o.dtype(torch::kLong).requires_grad(false))};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    const auto x = per_sequence_ ? in[0].select(1, in[0].size(1) - 1) : in[0];
+    return F::cross_entropy(m_->forward(x).to(torch::kFloat), in[1]);
+  }
+
+ private:
+  std::int64_t in_, classes_;
+  bool per_sequence_;
+};
+
+class LstmLayer final : public Wrapped<nn::LSTMImpl> {
+ public:
+  LstmLayer(std::int64_t in, std::int64_t hs, bool bidirectional)
+      : Wrapped(std::make_shared<nn::LSTMImpl>(nn::LSTMOptions(in, hs).num_layers(1).bidirectional(bidirectional).batch_first(true))),
+        in_(in) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {float_input({b, s, in_}, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return std::get<0>(m_->forward(in[0])); }
+
+ private:
+  std::int64_t in_;
+};
+
+}  // namespace
+
+std::int64_t TorchLayer::parameter_count() {
+  std::int64_t n = 0;
+  for (const auto& p : module().parameters()) n += p.numel();
+  return n;
+}
+
+std::vector<std::string> torch_layer_kinds() {
+  return {"gpt2.embed", "gpt2.block", "gpt2.head", "bert.embed", "bert.layer", "bert.pooler", "bert.classifier", "lstm.layer", "lstm.head"};
+}
+
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
+  const Signature s = parse_signature(signature);
+  const auto& k = s.kind;
+  if (k == "gpt2.embed") return std::make_unique<Gpt2EmbedLayer>(std::make_shared<Gpt2Embed>(s.get("h"), s.get("v"), s.get("p"), s.get("drop") != 0));
+  if (k == "gpt2.block") {
+    return std::make_unique<Gpt2BlockLayer>(std::make_shared<Gpt2Block>(s.get("h"), s.get("a"), s.get("f"), s.get("drop") != 0), s.get("h"));
+  }
+  if (k == "gpt2.head") return std::make_unique<Gpt2HeadLayer>(std::make_shared<Gpt2Head>(s.get("h"), s.get("v"), s.get("tied") != 0), s.get("h"));
+  if (k == "bert.embed") {
+    return std::make_unique<BertEmbedLayer>(std::make_shared<BertEmbed>(s.get("h"), s.get("v"), s.get("p"), s.get("t"), s.get("drop") != 0));
+  }
+  if (k == "bert.layer") {
+    return std::make_unique<BertLayerLayer>(std::make_shared<BertLayer>(s.get("h"), s.get("a"), s.get("f"), s.get("drop") != 0), s.get("h"));
+  }
+  if (k == "bert.pooler") return std::make_unique<BertPoolerLayer>(s.get("h"));
+  if (k == "bert.classifier") return std::make_unique<ClassifierLayer>(s.get("h"), s.get("c"), false);
+  if (k == "lstm.layer") return std::make_unique<LstmLayer>(s.get("in"), s.get("hs"), s.get("dirs") == 2);
+  if (k == "lstm.head") return std::make_unique<ClassifierLayer>(s.get("in"), s.get("c"), true);
+  std::string kinds;
+  for (const auto& name : torch_layer_kinds()) kinds += (kinds.empty() ? "" : ", ") + name;
+  throw ConfigError("layer signature '" + signature + "': unknown kind '" + k + "'; known: " + kinds);
+}
+
+}  // namespace dtsim::models

@@ -1,0 +1,31 @@
+#!/usr/bin/env bash
+# The CPU --quick calibration end to end, as CI runs it: measure, write a
+# profile, read it back, and predict with it.
+#   quick_calibration.sh DTSIM_BINARY OUT.h5
+set -euo pipefail
+dtsim=$1
+out=$2
+fail() { echo "quick_calibration: $*" >&2; exit 1; }
+
+rm -f "$out"
+start=$(date +%s)
+"$dtsim" calibrate --device cpu --procs 2 --quick --out "$out" >/dev/null
+echo "quick calibration took $(( $(date +%s) - start )) s"
+[[ -s "$out" ]] || fail "no profile written"
+
+show=$("$dtsim" profile show "$out")
+grep -q "gpt2.block:h=768,a=12,f=3072,drop=1 fp32" <<<"$show" || fail "profile has no GPT-2 block: $show"
+grep -q "kernel.gemm.fp32" <<<"$show" || fail "profile has no GEMM fit"
+grep -q "comm.gloo.all_reduce.2" <<<"$show" || fail "profile has no Gloo all-reduce fit"
+
+# gpt2 at micro-batch 1, 128 tokens, fp32 is a measured shape of the quick
+# sweep: its 14 layers (embeddings, 12 blocks, head) x forward and backward
+# = 28 lookups, every one a measured median, none from the datasheet.
+json=$("$dtsim" predict --model gpt2 --cluster local-cpu --plan ddp --profile "$out" \
+  --set plan.micro_batch=1 --set plan.seq_len=128 --set plan.precision=fp32 --json)
+field() { grep -o "\"$1\": [0-9.e+-]*" <<<"$json" | head -1 | awk '{print $2}'; }
+[[ $(field layers_measured) == 28 ]] || fail "layers_measured $(field layers_measured), expected 28"
+[[ $(field layers_analytic) == 0 ]] || fail "layers_analytic $(field layers_analytic), expected 0"
+[[ $(field comm_measured) -ge 1 ]] || fail "no collective priced from the profile"
+grep -q "\"cost_source\": \"profile:$out\"" <<<"$json" || fail "cost_source does not name the profile"
+echo "ok"

@@ -1,0 +1,84 @@
+// The LibTorch twins agree with the analytic layers they are built from.
+// LibTorch first: Debian's LibTorch pulls in glog, whose CHECK would
+// otherwise replace Catch's (and pass silently).
+#include "dtsim/models/torch_layers.hpp"
+#undef CHECK
+#include <catch2/catch.hpp>
+
+#include <set>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/error.hpp"
+#include "test_util.hpp"
+
+using namespace dtsim;
+
+namespace {
+
+sim::WorkloadShape small_shape(const sim::Model& m) {
+  sim::WorkloadShape s;
+  s.micro_batch = 1;
+  s.seq_len = std::min<std::int64_t>(8, m.max_seq_len());
+  s.act_bytes = 4;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("every built-in's LibTorch layers own exactly the analytic parameters", "[torch]") {
+  // The analytic counts equal HuggingFace's (tests/models); here each distinct
+  // layer's module must own Layer::params, so the modules add up to the
+  // model's total as well.
+  for (const auto& name : models::builtin_names()) {
+    INFO(name);
+    const auto model = models::load_model(name);
+    std::set<std::string> checked;
+    std::int64_t total = 0;
+    for (const auto& layer : model->layers(small_shape(*model))) {
+      INFO(layer.signature);
+      REQUIRE_FALSE(layer.signature.empty());
+      total += layer.params;
+      if (!checked.insert(layer.signature).second) continue;
+      CHECK(models::make_torch_layer(layer.signature)->parameter_count() == layer.params);
+    }
+    CHECK(total == model->parameters());
+  }
+}
+
+TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
+  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny"}) {
+    const auto model = models::load_model(name);
+    for (const auto& layer : model->layers(small_shape(*model))) {
+      INFO(name << " " << layer.signature);
+      auto t = models::make_torch_layer(layer.signature);
+      const auto inputs = t->make_inputs(2, 8, torch::TensorOptions().dtype(torch::kFloat));
+      auto y = t->forward(inputs);
+      if (y.dim() == 0) {
+        // A head: a finite cross-entropy over random labels is about ln(classes) > 0.
+        CHECK(y.item<double>() > 0);
+        y.backward();
+      } else {
+        CHECK(y.size(0) == 2);
+        if (layer.type == "pooler") {
+          CHECK(y.dim() == 2);  // [b, h] from the first token
+        } else {
+          CHECK(y.size(1) == 8);  // [b, s, width]
+        }
+        y.backward(torch::ones_like(y));
+      }
+      for (const auto& p : t->module().parameters()) {
+        REQUIRE(p.grad().defined());
+        CHECK(torch::isfinite(p.grad()).all().item<bool>());
+      }
+    }
+  }
+}
+
+TEST_CASE("a bad layer signature is refused with one line naming it", "[torch][bad-input]") {
+  using dtsim::test::error_of;
+  CHECK(error_of([] { models::make_torch_layer("gpt3.block:h=8"); }).find("unknown kind 'gpt3.block'") != std::string::npos);
+  // f= and drop= are both missing; either may be named first.
+  CHECK(error_of([] { models::make_torch_layer("gpt2.block:h=8,a=2"); }).find("layer signature 'gpt2.block:h=8,a=2': missing '") == 0);
+  CHECK(error_of([] { models::make_torch_layer("gpt2.block"); }).find("expected 'kind:key=value") != std::string::npos);
+  CHECK(error_of([] { models::make_torch_layer("gpt2.block:h=x"); }).find("'h=x' is not key=integer") != std::string::npos);
+}
