@@ -350,27 +350,31 @@ class Bench {
   void memory_records() {
 #ifdef DTSIM_TORCH_CUDA
     if (!cuda_) return;
-    // The CUDA context (plus cuBLAS handles after a first matmul): device
-    // memory in use that the caching allocator did not reserve. Assumes no
-    // other process uses the GPU.
+    namespace alloc = c10::cuda::CUDACachingAllocator;
+    // Index 0 of the stat arrays is StatType::AGGREGATE (the enum moved
+    // namespaces between LibTorch versions).
+    const auto allocated = [] { return static_cast<long long>(alloc::getDeviceStats(0).allocated_bytes[0].current); };
     auto a = torch::randn({64, 64}, options("fp32"));
+    torch::cuda::synchronize();
+    const long long base = allocated();
+    // cuBLAS's workspace, which recent LibTorch takes from the caching
+    // allocator at the first matmul: what the product allocated beyond its output.
     auto b = torch::mm(a, a);
     torch::cuda::synchronize();
+    std::printf("memory\tcublas_workspace_bytes\t%lld\n", allocated() - base - static_cast<long long>(b.nbytes()));
+    // The CUDA context (and library handles): device memory in use that the
+    // caching allocator did not reserve. Assumes no other process uses the GPU.
     std::size_t free = 0, total = 0;
     if (cudaMemGetInfo(&free, &total) == cudaSuccess) {
-      const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-      const auto reserved = stats.reserved_bytes[static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].current;
-      std::printf("memory\tcuda_context_bytes\t%lld\n", static_cast<long long>(total - free) - static_cast<long long>(reserved));
+      const auto reserved = static_cast<long long>(alloc::getDeviceStats(0).reserved_bytes[0].current);
+      std::printf("memory\tcuda_context_bytes\t%lld\n", static_cast<long long>(total - free) - reserved);
       std::printf("memory\tdevice_total_bytes\t%lld\n", static_cast<long long>(total));
     }
-    // The caching allocator rounds small requests up to 512-byte blocks and
-    // reserves 2 MiB segments for them: reserved minus requested for one odd size.
-    c10::cuda::CUDACachingAllocator::emptyCache();
+    // The caching allocator rounds requests up to 512-byte blocks: what one
+    // odd-sized allocation costs beyond its size.
+    const long long before_odd = allocated();
     auto odd = torch::empty({1001}, options("fp32").dtype(torch::kByte));
-    const auto after = c10::cuda::CUDACachingAllocator::getDeviceStats(0);
-    const auto idx = static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE);
-    std::printf("memory\tallocator_rounding_bytes\t%lld\n",
-                static_cast<long long>(after.allocated_bytes[idx].current) - 1001);
+    std::printf("memory\tallocator_rounding_bytes\t%lld\n", allocated() - before_odd - 1001);
     std::fflush(stdout);
 #endif
   }

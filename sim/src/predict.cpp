@@ -20,10 +20,13 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
 
   TaskGraph graph;
   if (options.profile) {
-    // A measured runtime overhead (CUDA context, allocator) replaces the datasheet's.
+    // A measured runtime overhead (CUDA context, cuBLAS workspace) replaces the datasheet's.
     ClusterSpec measured = cluster;
     const auto& mem = options.profile->profile().memory;
-    if (const auto it = mem.find("cuda_context_bytes"); it != mem.end()) measured.device.runtime_reserved = it->second;
+    if (const auto it = mem.find("cuda_context_bytes"); it != mem.end()) {
+      measured.device.runtime_reserved = it->second;
+      if (const auto ws = mem.find("cublas_workspace_bytes"); ws != mem.end()) measured.device.runtime_reserved += ws->second;
+    }
     const ProfileComputeModel compute(options.profile, measured.device, &p.sources);
     const ProfileCommModel comm(options.profile, measured, &p.sources);
     graph = lower(model, p.plan, measured, CostModels{&compute, &comm});
