@@ -5,21 +5,32 @@
 //   dtsim_torch_bench --device cpu|cuda [--quick] [--threads N]
 //                     [--models gpt2,bert-base,bilstm] [--precision fp32,bf16]
 //                     [--budget-s S]
+// --precision may repeat or list several (default: fp32 on CPU, fp32 and bf16
+// on CUDA); --budget-s is the measuring time per point after the warm-ups.
+// Bad arguments, or --device cuda without CUDA, give one line on stderr and
+// exit status 2.
 // Layers come from the analytic models (models::load_model), so the
 // signatures measured are exactly those the simulator looks up.
 #include <torch/torch.h>
 
 #include <algorithm>
+#include <array>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
+#include <cmath>
 #include <fstream>
+#include <functional>
+#include <map>
+#include <new>
 #include <set>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
 #ifdef DTSIM_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
@@ -43,6 +54,27 @@ struct Options {
 [[noreturn]] void usage_error(const std::string& why) {
   std::fprintf(stderr, "dtsim_torch_bench: %s\n", why.c_str());
   std::exit(2);
+}
+
+/// A whole number or a positive real from an option's value, or a one-line error.
+long long whole_number(const std::string& option, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const long long n = std::stoll(v, &used);
+    if (used == v.size()) return n;
+  } catch (const std::logic_error&) {
+  }
+  usage_error(option + ": '" + v + "' is not a whole number");
+}
+
+double positive_seconds(const std::string& option, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size() && x > 0 && std::isfinite(x)) return x;
+  } catch (const std::logic_error&) {
+  }
+  usage_error(option + ": '" + v + "' is not a positive number of seconds");
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -73,18 +105,19 @@ Options parse(int argc, char** argv) {
     } else if (a == "--quick") {
       o.quick = true;
     } else if (a == "--threads") {
-      o.threads = std::atoi(value().c_str());
-      if (o.threads < 1) usage_error("--threads: must be a positive whole number");
+      const long long n = whole_number(a, value());
+      if (n < 1 || n > 1024) usage_error("--threads: " + std::to_string(n) + " is not in 1..1024");
+      o.threads = static_cast<int>(n);
     } else if (a == "--models") {
       o.models = split(value());
+      if (o.models.empty()) usage_error("--models: expected a comma-separated list of model names");
     } else if (a == "--precision") {
       for (const auto& p : split(value())) {
         if (p != "fp32" && p != "fp16" && p != "bf16") usage_error("--precision: '" + p + "' is not one of fp32, fp16, bf16");
-        o.precisions.push_back(p);
+        if (std::find(o.precisions.begin(), o.precisions.end(), p) == o.precisions.end()) o.precisions.push_back(p);
       }
     } else if (a == "--budget-s") {
-      o.budget_s = std::atof(value().c_str());
-      if (!(o.budget_s > 0)) usage_error("--budget-s: must be positive");
+      o.budget_s = positive_seconds(a, value());
     } else {
       usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s");
     }
@@ -100,6 +133,9 @@ torch::Dtype dtype_of(const std::string& p) {
 }
 
 int element_size(const std::string& p) { return p == "fp32" ? 4 : 2; }
+
+/// The first line of a LibTorch message (the rest is context and backtrace).
+std::string first_line(const std::string& what) { return what.substr(0, what.find('\n')); }
 
 /// Median, min and max of repeated timings.
 struct Stats {
@@ -118,6 +154,61 @@ Stats stats(std::vector<double> v) {
   return s;
 }
 
+/// Marks points in time. On GPUs, CUDA events on the current stream: the
+/// GPU's own clock, so the intervals are the device's time for the work
+/// between marks, without host synchronisation in between. On CPUs, the
+/// steady clock.
+class Stopwatch {
+ public:
+  Stopwatch(bool cuda, int marks) : cuda_(cuda), host_(static_cast<std::size_t>(marks), 0.0) {
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) {
+      events_.resize(static_cast<std::size_t>(marks));
+      for (auto& e : events_) check(cudaEventCreate(&e), "cudaEventCreate");
+    }
+#endif
+  }
+  ~Stopwatch() {
+#ifdef DTSIM_TORCH_CUDA
+    for (auto& e : events_) cudaEventDestroy(e);
+#endif
+  }
+  Stopwatch(const Stopwatch&) = delete;
+  Stopwatch& operator=(const Stopwatch&) = delete;
+
+  void mark(int i) {
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) {
+      check(cudaEventRecord(events_[static_cast<std::size_t>(i)], c10::cuda::getCurrentCUDAStream().stream()), "cudaEventRecord");
+      return;
+    }
+#endif
+    host_[static_cast<std::size_t>(i)] = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+  }
+  /// Seconds from mark a to mark b (waits for mark b on GPUs).
+  double seconds(int a, int b) {
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) {
+      check(cudaEventSynchronize(events_[static_cast<std::size_t>(b)]), "cudaEventSynchronize");
+      float ms = 0;
+      check(cudaEventElapsedTime(&ms, events_[static_cast<std::size_t>(a)], events_[static_cast<std::size_t>(b)]), "cudaEventElapsedTime");
+      return ms / 1e3;
+    }
+#endif
+    return host_[static_cast<std::size_t>(b)] - host_[static_cast<std::size_t>(a)];
+  }
+
+ private:
+#ifdef DTSIM_TORCH_CUDA
+  static void check(cudaError_t e, const char* what) {
+    if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+  }
+  std::vector<cudaEvent_t> events_;
+#endif
+  bool cuda_;
+  std::vector<double> host_;
+};
+
 class Bench {
  public:
   explicit Bench(Options o) : o_(std::move(o)), cuda_(o_.device == "cuda") {}
@@ -127,19 +218,30 @@ class Bench {
   }
   double now() const { return std::chrono::duration<double>(Clock::now().time_since_epoch()).count(); }
 
-  /// Repeats `f` (which returns its own timings) until the time budget, at
-  /// least min_reps times, after warm-ups.
+  /// Calls f(false) for kWarmups warm-ups (allocator, lazy initialisation,
+  /// cuBLAS heuristics, caches), then f(true) until `budget` seconds have
+  /// passed, at least 3 (CPU) or 10 (CUDA) and at most 10000 times.
+  /// Returns false without measuring when one warm-up took longer than
+  /// `cap` seconds: the point does not fit the program's time.
   template <class F>
-  void repeat(F&& f, double budget) const {
-    const int warmup = o_.quick && !cuda_ ? 1 : 2;
-    for (int i = 0; i < warmup; ++i) f();
+  bool repeat(F&& f, double budget, double cap) const {
+    for (int i = 0; i < kWarmups; ++i) {
+      const double t0 = now();
+      f(false);
+      if (now() - t0 > cap) return false;
+    }
     const int min_reps = cuda_ ? 10 : 3;
     const double start = now();
     for (int r = 0; r < 10000; ++r) {
-      f();
+      f(true);
       if (r + 1 >= min_reps && now() - start > budget) break;
     }
+    return true;
   }
+
+  /// Seconds one warm-up run may take before its point is skipped: a point
+  /// whose single run is this slow would hold the sweep for minutes.
+  double time_cap(double budget) const { return std::max(o_.quick ? 5.0 : 30.0, 10 * budget); }
 
   torch::TensorOptions options(const std::string& precision) const {
     return torch::TensorOptions().dtype(dtype_of(precision)).device(cuda_ ? torch::kCUDA : torch::kCPU);
@@ -193,6 +295,13 @@ class Bench {
   void measure_layer(const LayerPoint& pt) {
     const std::string label = pt.signature + " " + pt.precision + " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s);
     progress(label);
+    // Points are swept by growing tokens: once one is over the time cap, the
+    // larger ones of that layer and precision are skipped without trying.
+    const std::string series = pt.signature + " " + pt.precision;
+    if (const auto it = too_slow_.find(series); it != too_slow_.end() && pt.b * pt.s >= it->second) {
+      skip(label, "a point with fewer tokens already exceeded the time cap");
+      return;
+    }
     try {
       auto layer = dtsim::models::make_torch_layer(pt.signature);
       const auto opts = options(pt.precision);
@@ -200,45 +309,51 @@ class Bench {
       layer->module().train();
       auto inputs = layer->make_inputs(pt.b, pt.s, opts);
       std::vector<double> fwd, bwd;
-      bool recording = false;
-      auto step = [&] {
-        layer->module().zero_grad();
+      Stopwatch watch(cuda_, 4);
+      auto step = [&](bool record) {
+        // Gradients set to none, as PyTorch 2's optimizer.zero_grad() does
+        // (LibTorch 1.13 and 2.x differ in zero_grad's default): backward
+        // writes them fresh instead of accumulating. Input gradients too,
+        // including a tied head's borrowed embedding.
+        layer->module().zero_grad(/*set_to_none=*/true);
         for (auto& t : inputs) {
           if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
         }
         sync();
-        const double t0 = now();
+        watch.mark(0);
         auto y = layer->forward(inputs);
-        sync();
-        const double t1 = now();
-        if (y.dim() == 0) {
-          y.backward();
+        watch.mark(1);
+        // The output gradient is made outside both timings.
+        const auto dy = y.dim() == 0 ? torch::Tensor() : torch::ones_like(y);
+        watch.mark(2);
+        if (dy.defined()) {
+          y.backward(dy);
         } else {
-          y.backward(torch::ones_like(y));
+          y.backward();
         }
-        sync();
-        const double t2 = now();
-        if (recording) {
-          fwd.push_back(t1 - t0);
-          bwd.push_back(t2 - t1);
+        watch.mark(3);
+        const double backward_s = watch.seconds(2, 3);  // waits for the GPU
+        if (record) {
+          fwd.push_back(watch.seconds(0, 1));
+          bwd.push_back(backward_s);
         }
       };
       const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0));
-      // Warm-ups are not recorded; repeat() runs them first.
-      int calls = 0;
-      const int warmup = o_.quick && !cuda_ ? 1 : 2;
-      repeat([&] {
-        recording = calls++ >= warmup;
-        step();
-      }, budget);
-      const Stats f = stats(fwd), g = stats(bwd);
-      std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", pt.signature.c_str(), pt.precision.c_str(),
-                  static_cast<long long>(pt.b), static_cast<long long>(pt.s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
-      std::fflush(stdout);
+      if (!repeat(step, budget, time_cap(budget))) {
+        too_slow_[series] = pt.b * pt.s;
+        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
+      } else {
+        const Stats f = stats(fwd), g = stats(bwd);
+        std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", pt.signature.c_str(), pt.precision.c_str(),
+                    static_cast<long long>(pt.b), static_cast<long long>(pt.s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
+        std::fflush(stdout);
+      }
     } catch (const c10::Error& e) {
-      std::string what = e.what_without_backtrace();
-      what = what.substr(0, what.find('\n'));
-      skip(label, what);
+      // Out of memory (c10::OutOfMemoryError is a c10::Error) or an op this
+      // device or dtype lacks (e.g. fp16 matmul on a CPU).
+      skip(label, first_line(e.what_without_backtrace()));
+    } catch (const std::bad_alloc&) {
+      skip(label, "out of host memory");
     }
 #ifdef DTSIM_TORCH_CUDA
     if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
@@ -265,15 +380,15 @@ class Bench {
           shapes.push_back({t, 4 * h, h});
         }
       }
-      for (std::int64_t e = 1 << 14; e <= (o_.quick ? 1 << 24 : 1 << 28); e <<= 2) elems.push_back(e);
+      for (std::int64_t e = 1 << 12; e <= (o_.quick ? 1 << 24 : 1 << 28); e <<= 2) elems.push_back(e);
     } else {
-      squares = o_.quick ? std::vector<std::int64_t>{64, 128, 256, 512, 1024} : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048};
+      squares = o_.quick ? std::vector<std::int64_t>{64, 128, 256, 512, 1024} : std::vector<std::int64_t>{64, 128, 256, 512, 1024, 2048, 4096};
       for (std::int64_t t : {64, 256}) {
         shapes.push_back({t, 2304, 768});
         shapes.push_back({t, 768, 3072});
         shapes.push_back({t, 3072, 768});
       }
-      for (std::int64_t e = 1 << 12; e <= (o_.quick ? 1 << 22 : 1 << 24); e <<= 2) elems.push_back(e);
+      for (std::int64_t e = 1 << 12; e <= (o_.quick ? 1 << 22 : 1 << 26); e <<= 2) elems.push_back(e);
     }
     for (const auto& p : o_.precisions) {
       for (auto s : squares) out.push_back({"gemm", p, s, s, s, 1});
@@ -326,24 +441,29 @@ class Bench {
       }
       torch::NoGradGuard no_grad;
       std::vector<double> times;
-      int calls = 0;
-      const int warmup = o_.quick && !cuda_ ? 1 : 2;
+      Stopwatch watch(cuda_, 2);
       const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.1 : (o_.quick ? 0.05 : 0.2));
-      repeat([&] {
+      const bool measured = repeat([&](bool record) {
         sync();
-        const double t0 = now();
+        watch.mark(0);
         auto y = op();
-        sync();
-        if (calls++ >= warmup) times.push_back(now() - t0);
-      }, budget);
+        watch.mark(1);
+        const double t = watch.seconds(0, 1);  // waits for the GPU
+        if (record) times.push_back(t);
+      }, budget, time_cap(budget));
+      if (!measured) {
+        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
+        return;
+      }
       const Stats s = stats(times);
       std::printf("kernel\t%s\t%s\t%lld\t%lld\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", k.kind.c_str(), k.precision.c_str(),
                   static_cast<long long>(k.m), static_cast<long long>(k.n), static_cast<long long>(k.k), static_cast<long long>(k.batch),
                   flops, bytes, s.median, s.min, s.max, s.reps);
       std::fflush(stdout);
     } catch (const c10::Error& err) {
-      std::string what = err.what_without_backtrace();
-      skip(label, what.substr(0, what.find('\n')));
+      skip(label, first_line(err.what_without_backtrace()));
+    } catch (const std::bad_alloc&) {
+      skip(label, "out of host memory");
     }
   }
 
@@ -388,6 +508,11 @@ class Bench {
       int runtime = 0;
       cudaRuntimeGetVersion(&runtime);
       std::printf("info\tcuda_runtime\t%d\n", runtime);
+      try {
+        std::printf("info\tcudnn\t%ld\n", at::detail::getCUDAHooks().versionCuDNN());
+      } catch (const c10::Error&) {
+        // A LibTorch built without cuDNN: nothing to report.
+      }
 #else
       device = "cuda";
 #endif
@@ -421,9 +546,12 @@ class Bench {
   }
 
  private:
+  static constexpr int kWarmups = 2;
+
   Options o_;
   bool cuda_;
   int done_ = 0, total_ = 0;
+  std::map<std::string, std::int64_t> too_slow_;  // layer series -> fewest tokens over the time cap
 };
 
 }  // namespace
@@ -432,8 +560,11 @@ int main(int argc, char** argv) {
   const Options o = parse(argc, argv);
   try {
     if (o.device == "cuda" && !torch::cuda::is_available()) {
-      std::fprintf(stderr, "dtsim_torch_bench: %s\n",
-                   torch::cuda::device_count() == 0 ? "this LibTorch has no CUDA, or no CUDA device is visible" : "CUDA is not available");
+#ifdef DTSIM_TORCH_CUDA
+      std::fprintf(stderr, "dtsim_torch_bench: no CUDA device is visible to this LibTorch\n");
+#else
+      std::fprintf(stderr, "dtsim_torch_bench: this LibTorch has no CUDA\n");
+#endif
       return 2;
     }
     for (const auto& m : o.models) dtsim::models::load_model(m);  // bad names fail before any measuring
@@ -442,8 +573,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "dtsim_torch_bench: %s\n", e.what());
     return 2;
   } catch (const c10::Error& e) {
-    std::string what = e.what_without_backtrace();
-    std::fprintf(stderr, "dtsim_torch_bench: LibTorch: %s\n", what.substr(0, what.find('\n')).c_str());
+    std::fprintf(stderr, "dtsim_torch_bench: LibTorch: %s\n", first_line(e.what_without_backtrace()).c_str());
     return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtsim_torch_bench: %s\n", e.what());

@@ -179,6 +179,14 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"comm --cluster dgx-a100 --ranks 9", "--ranks 9: expected an integer from 1 to 8"},
       {"list gpus", "expected one of models, clusters, plans, devices"},
       {"frobnicate", "unknown command 'frobnicate'"},
+      {"calibrate --device tpu --out /tmp/x.h5", "--device: 'tpu' is not one of cpu, cuda"},
+      {"calibrate --device cpu", "--out is required"},
+      {"calibrate --device cpu --out /no/such/dir/p.h5", "/no/such/dir/p.h5: cannot write: directory '/no/such/dir' does not exist"},
+      {"calibrate --device cpu --out /tmp/x.h5 --procs two", "--procs: 'two' is not a whole number"},
+      {"calibrate --device cpu --out /tmp/x.h5 --models gpt5", "gpt5"},
+      {"profile show /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
+      {"profile list", "usage: dtsim profile show FILE.h5"},
+      {"predict --model gpt2 --cluster dgx-a100 --profile /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
   };
   for (const auto& c : cases) {
     INFO("dtsim " << c.args);

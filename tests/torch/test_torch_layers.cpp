@@ -45,30 +45,58 @@ TEST_CASE("every built-in's LibTorch layers own exactly the analytic parameters"
   }
 }
 
+TEST_CASE("an untied LM head owns its weight, a tied one borrows it", "[torch]") {
+  // gpt2.head: ln_f's 2h, plus V*h when untied (HF lm_head has no bias).
+  constexpr std::int64_t h = 8, v = 16;
+  CHECK(models::make_torch_layer("gpt2.head:h=8,v=16,tied=0")->parameter_count() == 2 * h + v * h);
+  auto tied = models::make_torch_layer("gpt2.head:h=8,v=16,tied=1");
+  CHECK(tied->parameter_count() == 2 * h);
+  CHECK(tied->make_inputs(1, 4, torch::TensorOptions().dtype(torch::kFloat)).back().numel() == v * h);
+}
+
 TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
+  // The analytic layers are described at b = 1, s = 8 in fp32, the modules
+  // run at b = 2, s = 8: a module's output has twice the elements of the
+  // analytic Layer::output_bytes / 4 (a head's output is its scalar loss,
+  // 4 bytes at any batch).
+  constexpr std::int64_t kBatch = 2, kSeq = 8;
   for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny"}) {
     const auto model = models::load_model(name);
     for (const auto& layer : model->layers(small_shape(*model))) {
       INFO(name << " " << layer.signature);
       auto t = models::make_torch_layer(layer.signature);
-      const auto inputs = t->make_inputs(2, 8, torch::TensorOptions().dtype(torch::kFloat));
+      const auto inputs = t->make_inputs(kBatch, kSeq, torch::TensorOptions().dtype(torch::kFloat));
       auto y = t->forward(inputs);
       if (y.dim() == 0) {
         // A head: a finite cross-entropy over random labels is about ln(classes) > 0.
+        CHECK(layer.output_bytes == 4);
         CHECK(y.item<double>() > 0);
         y.backward();
       } else {
-        CHECK(y.size(0) == 2);
+        CHECK(y.size(0) == kBatch);
         if (layer.type == "pooler") {
           CHECK(y.dim() == 2);  // [b, h] from the first token
         } else {
-          CHECK(y.size(1) == 8);  // [b, s, width]
+          CHECK(y.dim() == 3);  // [b, s, width]
+          CHECK(y.size(1) == kSeq);
         }
+        CHECK(y.numel() * 4 == kBatch * layer.output_bytes);
         y.backward(torch::ones_like(y));
       }
       for (const auto& p : t->module().parameters()) {
         REQUIRE(p.grad().defined());
         CHECK(torch::isfinite(p.grad()).all().item<bool>());
+      }
+      // Floating inputs (activations, a tied head's borrowed embedding) get
+      // gradients too, as in training.
+      for (const auto& x : inputs) {
+        if (!x.is_floating_point()) continue;
+        REQUIRE(x.grad().defined());
+        CHECK(torch::isfinite(x.grad()).all().item<bool>());
+      }
+      if (layer.borrowed_params > 0) {
+        REQUIRE(inputs.size() == 3);
+        CHECK(inputs[2].numel() == layer.borrowed_params);
       }
     }
   }
@@ -81,4 +109,7 @@ TEST_CASE("a bad layer signature is refused with one line naming it", "[torch][b
   CHECK(error_of([] { models::make_torch_layer("gpt2.block:h=8,a=2"); }).find("layer signature 'gpt2.block:h=8,a=2': missing '") == 0);
   CHECK(error_of([] { models::make_torch_layer("gpt2.block"); }).find("expected 'kind:key=value") != std::string::npos);
   CHECK(error_of([] { models::make_torch_layer("gpt2.block:h=x"); }).find("'h=x' is not key=integer") != std::string::npos);
+  CHECK(error_of([] { models::make_torch_layer("gpt2.block:h=10,a=3,f=40,drop=1"); }).find("h must be a multiple of a") != std::string::npos);
+  CHECK(error_of([] { models::make_torch_layer("lstm.layer:in=8,hs=4,dirs=3"); }).find("dirs must be 1 or 2") != std::string::npos);
+  CHECK(error_of([] { models::make_torch_layer("gpt2.head:h=8,v=16,tied=2"); }).find("tied must be 0 or 1") != std::string::npos);
 }

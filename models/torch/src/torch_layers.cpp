@@ -26,9 +26,9 @@ struct Signature {
   std::int64_t get(const std::string& key) const {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
-    if (it->second <= 0 && key != "drop" && key != "tied") {
-      throw ConfigError("layer signature '" + text + "': " + key + " must be positive");
-    }
+    const bool flag = key == "drop" || key == "tied";
+    if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
+    if (!flag && it->second <= 0) throw ConfigError("layer signature '" + text + "': " + key + " must be positive");
     return it->second;
   }
 };
@@ -123,17 +123,13 @@ struct Gpt2Block : nn::Module {
 struct Gpt2Head : nn::Module {
   Gpt2Head(std::int64_t h, std::int64_t v, bool tied)
       : ln_f(register_module("ln_f", nn::LayerNorm(nn::LayerNormOptions({h})))), vocab(v), tied(tied) {
-    // Tied: the token embedding's weight, owned by the embedding layer; here a
-    // tensor that receives gradients but is not this module's parameter.
-    weight = torch::randn({v, h}) * 0.02;
-    if (tied) {
-      weight.requires_grad_(true);
-    } else {
-      weight = register_parameter("lm_head", weight);
-    }
+    // Untied: the head owns its [V, h] weight (no bias, as HF's lm_head).
+    // Tied: the weight is the token embedding's, owned by the embedding layer,
+    // so it comes in as an input (Gpt2HeadLayer::make_inputs) instead.
+    if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
   }
   nn::LayerNorm ln_f;
-  torch::Tensor weight;
+  torch::Tensor weight;  // [V, h]; undefined when tied
   std::int64_t vocab;
   bool tied;
 };
@@ -220,15 +216,17 @@ class Gpt2BlockLayer final : public Wrapped<Gpt2Block> {
 class Gpt2HeadLayer final : public Wrapped<Gpt2Head> {
  public:
   Gpt2HeadLayer(std::shared_ptr<Gpt2Head> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
+  /// [b, s, h] hidden states, [b, s] labels, and when tied the borrowed
+  /// [V, h] embedding weight, which receives a gradient as in training but is
+  /// not this layer's parameter (sim::Layer::borrowed_params).
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    // The tied weight follows the module's device and dtype.
-    if (m_->tied && (m_->weight.device() != o.device() || m_->weight.dtype() != o.dtype())) {
-      m_->weight = m_->weight.detach().to(o.device(), o.dtype().toScalarType()).requires_grad_(true);
-    }
-    return {float_input({b, s, h_}, o), ids(b, s, m_->vocab, o)};
+    std::vector<torch::Tensor> in{float_input({b, s, h_}, o), ids(b, s, m_->vocab, o)};
+    if (m_->tied) in.push_back((torch::randn({m_->vocab, h_}, o.requires_grad(false)) * 0.02).requires_grad_(true));
+    return in;
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
-    const auto logits = F::linear(m_->ln_f(in[0]), m_->weight);
+    const auto& weight = m_->tied ? in.at(2) : m_->weight;
+    const auto logits = F::linear(m_->ln_f(in[0]), weight);
     // Cross-entropy in fp32, as HF upcasts the logits under mixed precision.
     return F::cross_entropy(logits.view({-1, m_->vocab}).to(torch::kFloat), in[1].view({-1}));
   }
@@ -324,6 +322,10 @@ std::vector<std::string> torch_layer_kinds() {
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
   const Signature s = parse_signature(signature);
   const auto& k = s.kind;
+  // Attention splits h into a heads of h/a each.
+  if ((k == "gpt2.block" || k == "bert.layer") && s.get("h") % s.get("a") != 0) {
+    throw ConfigError("layer signature '" + signature + "': h must be a multiple of a (the heads)");
+  }
   if (k == "gpt2.embed") return std::make_unique<Gpt2EmbedLayer>(std::make_shared<Gpt2Embed>(s.get("h"), s.get("v"), s.get("p"), s.get("drop") != 0));
   if (k == "gpt2.block") {
     return std::make_unique<Gpt2BlockLayer>(std::make_shared<Gpt2Block>(s.get("h"), s.get("a"), s.get("f"), s.get("drop") != 0), s.get("h"));
@@ -337,7 +339,11 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
   }
   if (k == "bert.pooler") return std::make_unique<BertPoolerLayer>(s.get("h"));
   if (k == "bert.classifier") return std::make_unique<ClassifierLayer>(s.get("h"), s.get("c"), false);
-  if (k == "lstm.layer") return std::make_unique<LstmLayer>(s.get("in"), s.get("hs"), s.get("dirs") == 2);
+  if (k == "lstm.layer") {
+    const auto dirs = s.get("dirs");
+    if (dirs != 1 && dirs != 2) throw ConfigError("layer signature '" + signature + "': dirs must be 1 or 2");
+    return std::make_unique<LstmLayer>(s.get("in"), s.get("hs"), dirs == 2);
+  }
   if (k == "lstm.head") return std::make_unique<ClassifierLayer>(s.get("in"), s.get("c"), true);
   std::string kinds;
   for (const auto& name : torch_layer_kinds()) kinds += (kinds.empty() ? "" : ", ") + name;

@@ -22,7 +22,9 @@ class TorchLayer {
   virtual torch::nn::Module& module() = 0;
   /// Inputs for one micro-batch of b sequences of s tokens. Floating inputs
   /// take `options` (device, dtype) and require grad, so backward computes
-  /// the input gradient as in training; token ids are int64 on the same device.
+  /// the input gradient as in training; token ids are int64 on the same
+  /// device. A weight the layer borrows (a tied LM head's token embedding)
+  /// is an input too: it gets a gradient but is not the layer's parameter.
   virtual std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& options) = 0;
   /// Forward; returns a scalar loss for heads, else the output (backward it
   /// with a gradient of its shape).
