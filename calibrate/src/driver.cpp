@@ -317,14 +317,22 @@ std::string format_profile(const sim::Profile& p) {
     if (c.time.median_s > 0) best_copy[c.direction] = std::max(best_copy[c.direction], static_cast<double>(c.bytes) / c.time.median_s);
   }
   for (const auto& [dir, bw] : best_copy) os << "  best copy " << dir << ": " << fmt("%.3g GB/s", bw / 1e9) << "\n";
-  std::map<std::string, double> best_bus;
+  // nccl-tests' columns: algbw = size / time, busbw = algbw x the op's factor.
+  std::map<std::string, double> best_alg;
+  std::map<std::string, int> ranks_of;
+  std::map<std::string, sim::CollectiveOp> op_of;
   for (const auto& c : p.comm) {
-    if (c.time.median_s > 0 && c.ranks >= 2) {
+    if (c.time.median_s > 0) {
       const std::string key = c.backend + " " + to_string(c.op) + " x" + std::to_string(c.ranks);
-      best_bus[key] = std::max(best_bus[key], sim::bus_bandwidth_factor(c.op, c.ranks) * static_cast<double>(c.bytes) / c.time.median_s);
+      best_alg[key] = std::max(best_alg[key], static_cast<double>(c.bytes) / c.time.median_s);
+      ranks_of[key] = c.ranks;
+      op_of[key] = c.op;
     }
   }
-  for (const auto& [key, bw] : best_bus) os << "  best busbw " << key << ": " << fmt("%.3g GB/s", bw / 1e9) << "\n";
+  for (const auto& [key, alg] : best_alg) {
+    os << "  best " << key << ": algbw " << fmt("%.3g GB/s", alg / 1e9) << ", busbw "
+       << fmt("%.3g GB/s", alg * sim::bus_bandwidth_factor(op_of[key], ranks_of[key]) / 1e9) << "\n";
+  }
   for (const auto& [key, b] : p.memory) os << "  memory " << key << ": " << human_bytes(static_cast<double>(b)) << "\n";
   return os.str();
 }
