@@ -6,7 +6,8 @@
 //     the batch once kernels fill the device), else linear in tokens b x s
 //     between the nearest smaller and larger token counts;
 //  3. another precision: the layer was measured only in another precision
-//     (a CPU profile is fp32; a plan says fp16): steps 1-2 in that precision,
+//     (a CPU profile is fp32; a plan says fp16): steps 1-2 in that precision
+//     (the other 16-bit format first, then fp32),
 //     scaled by the device's peak ratio (1 on a CPU, where fp16 is no faster);
 //  4. fitted: outside the measured range, the sum of the layer's kernels
 //     priced by the fitted kernel models (below);
@@ -67,6 +68,34 @@ int ring_steps(CollectiveOp op, int n) {
 }
 
 }  // namespace
+
+std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& device) {
+  const auto get = [&](const char* key) {
+    const auto it = profile.info.find(key);
+    return it == profile.info.end() ? std::string() : it->second;
+  };
+  const std::string measured = get("device"), kind = get("device_kind");
+  const bool cluster_cpu = device.name == "cpu";
+  if (!kind.empty() && (kind == "cpu") != cluster_cpu) {
+    return "profile " + profile.path + " was measured on a " + (kind == "cpu" ? "CPU" : "GPU") + " (" + measured +
+           ") but the cluster's device is " + device.name + ": its layer times do not apply";
+  }
+  // GPU families by the model number both names carry ("NVIDIA H100 80GB HBM3"
+  // vs "H100-SXM"); unknown names are not compared.
+  static const char* const kFamilies[] = {"H200", "H100", "A100", "V100", "P100", "K80", "2080", "3090", "4090", "L40", "A10", "T4"};
+  auto family = [](const std::string& name) -> std::string {
+    for (const char* f : kFamilies) {
+      if (name.find(f) != std::string::npos) return f;
+    }
+    return "";
+  };
+  const std::string a = family(measured), b = family(device.name);
+  if (!a.empty() && !b.empty() && a != b) {
+    return "profile " + profile.path + " was measured on " + measured + " but the cluster's device is " + device.name +
+           ": its layer times do not apply";
+  }
+  return "";
+}
 
 std::string kernel_fit_name(const std::string& kind, Precision p) { return "kernel." + kind + "." + to_string(p); }
 std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks) {
@@ -137,7 +166,9 @@ TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision 
   TimeNs t = 0;
   if (!layer.signature.empty()) {
     if (measured_layer_time(layer, pass, p, shape, &t)) return t;
-    for (Precision other : {Precision::kFp32, Precision::kBf16, Precision::kFp16}) {
+    // The other 16-bit format first (same width, same peak on tensor cores), then fp32.
+    const Precision half = p == Precision::kFp16 ? Precision::kBf16 : Precision::kFp16;
+    for (Precision other : {half, Precision::kFp32}) {
       const CostSources before = sources_ ? *sources_ : CostSources{};
       if (other == p || !measured_layer_time(layer, pass, other, shape, &t)) continue;
       if (sources_) {

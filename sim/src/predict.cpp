@@ -31,6 +31,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     const ProfileCommModel comm(options.profile, measured, &p.sources);
     graph = lower(model, p.plan, measured, CostModels{&compute, &comm});
     p.cost_source = "profile:" + options.profile->profile().path;
+    if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
   } else {
     const RooflineComputeModel compute(cluster.device);
     const AnalyticCommModel comm(cluster);

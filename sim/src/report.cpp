@@ -100,6 +100,7 @@ std::string format_table(const Prediction& p) {
        << " interpolated, " << s.layers_other_precision << " from another precision, " << s.layers_fitted << " fitted, " << s.layers_analytic << " datasheet; collectives "
        << s.comm_measured << " measured, " << s.comm_scaled << " scaled, " << s.comm_analytic << " datasheet\n";
   }
+  for (const auto& w : p.warnings) os << "\n  warning: " << w << "\n";
   if (p.fits) {
     os << "\n  fits: yes\n";
   } else {
@@ -153,6 +154,9 @@ std::string to_json(const Prediction& p) {
   j.key("simulation").begin_object();
   j.field("tasks", static_cast<std::int64_t>(p.tasks)).field("events", static_cast<std::int64_t>(p.events));
   j.field("cost_source", p.cost_source);
+  j.key("warnings").begin_array();
+  for (const auto& w : p.warnings) j.value(w);
+  j.end_array();
   const auto& s = p.sources;
   j.key("cost_sources").begin_object();
   j.field("layers_measured", s.layers_measured).field("layers_interpolated", s.layers_interpolated);

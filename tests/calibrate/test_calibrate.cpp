@@ -269,3 +269,30 @@ TEST_CASE("the measurement programs' lines are parsed, bad ones named", "[calibr
             .find("'all_to_all' is not a collective") != std::string::npos);
   CHECK(error_of([&] { calib::parse_bench_line("bogus\t1", "torch", p, &prog); }).find("unknown record 'bogus'") != std::string::npos);
 }
+
+TEST_CASE("a profile from another kind of device is flagged", "[calibrate]") {
+  Profile p;
+  p.path = "h100.h5";
+  p.info["device"] = "NVIDIA H100 80GB HBM3";
+  p.info["device_kind"] = "cuda";
+  DeviceSpec d;
+  d.name = "H100-SXM";
+  CHECK(profile_device_mismatch(p, d).empty());
+  d.name = "A100-SXM4-80GB";
+  CHECK(profile_device_mismatch(p, d) ==
+        "profile h100.h5 was measured on NVIDIA H100 80GB HBM3 but the cluster's device is A100-SXM4-80GB: its layer times do not apply");
+  d.name = "cpu";
+  CHECK(profile_device_mismatch(p, d).find("was measured on a GPU") != std::string::npos);
+  // A device name with no known family is not second-guessed.
+  d.name = "my-accelerator";
+  CHECK(profile_device_mismatch(p, d).empty());
+  // And predict reports it.
+  p.layers.push_back({"fake.layer", Precision::kFp32, 1, 1024, timing(0.010), timing(0.020)});
+  ClusterSpec c = test::round_cluster(1, 1);
+  c.device.name = "A100-SXM4-80GB";
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(p);
+  const Prediction pr = predict(test::FakeModel(1, 1000, 0), parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "t.yaml"), c, po);
+  REQUIRE(pr.warnings.size() == 1);
+  CHECK(pr.warnings[0].find("A100-SXM4-80GB") != std::string::npos);
+}

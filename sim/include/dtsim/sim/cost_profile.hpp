@@ -33,6 +33,11 @@ class ProfileCosts {
   std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;
 };
 
+/// A warning if the profile was measured on another kind of device than
+/// `device` (a CPU profile for a GPU cluster, an H100 profile for A100s), or
+/// "" when they agree or cannot be told apart.
+std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& device);
+
 /// Fit names, shared by the calibration driver (which writes them) and the
 /// cost models (which read them).
 std::string kernel_fit_name(const std::string& kind, Precision p);    ///< "kernel.gemm.fp32"

@@ -68,6 +68,7 @@ struct Prediction {
 
   std::string cost_source = "analytic";  ///< "analytic" or "profile:<path>"
   CostSources sources;         ///< which source priced each cost (with a profile)
+  std::vector<std::string> warnings;  ///< e.g. a profile measured on another device
 
   std::uint64_t events = 0;    ///< simulation events processed
   std::size_t tasks = 0;       ///< tasks in the graph
