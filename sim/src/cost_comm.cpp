@@ -23,26 +23,16 @@
 
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
+#include "ring.hpp"
 
 namespace dtsim::sim {
 namespace {
 
-/// Fixed cost of launching one NCCL collective kernel and its handshake
-/// (order of NCCL's base latency in src/graph/tuning.cc for the Simple protocol).
-constexpr TimeNs kCollectiveBaseLatency = 6 * kNsPerUs;
+using detail::kCollectiveBaseLatency;
+using detail::ring_steps;
+
 /// cudaMemcpyAsync launch and completion cost for host<->device copies.
 constexpr TimeNs kCopyBaseLatency = 10 * kNsPerUs;
-
-int ring_steps(CollectiveOp op, int n) {
-  switch (op) {
-    case CollectiveOp::kAllReduce: return 2 * (n - 1);
-    case CollectiveOp::kReduceScatter:
-    case CollectiveOp::kAllGather:
-    case CollectiveOp::kBroadcast: return n - 1;
-    case CollectiveOp::kSendRecv: return 1;
-  }
-  return 0;
-}
 
 }  // namespace
 

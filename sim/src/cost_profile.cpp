@@ -29,6 +29,8 @@
 #include <algorithm>
 #include <cmath>
 
+#include "ring.hpp"
+
 namespace dtsim::sim {
 namespace {
 
@@ -44,28 +46,37 @@ double lerp(double x, double x0, double y0, double x1, double y1) {
   return y0 + (y1 - y0) * (x - x0) / (x1 - x0);
 }
 
-const char* fit_kind(KernelKind k) {
+/// The fitted kernel classes, in kernels_' order.
+constexpr const char* kFitKinds[] = {"gemm", "attention", "elementwise", "norm"};
+
+int fit_kind(KernelKind k) {
   switch (k) {
     case KernelKind::kGemm:
-    case KernelKind::kRecurrent: return "gemm";
-    case KernelKind::kAttention: return "attention";
+    case KernelKind::kRecurrent: return 0;
+    case KernelKind::kAttention: return 1;
     case KernelKind::kElementwise:
-    case KernelKind::kEmbedding: return "elementwise";
-    case KernelKind::kNorm: return "norm";
+    case KernelKind::kEmbedding: return 2;
+    case KernelKind::kNorm: return 3;
   }
-  return "gemm";
+  return 0;
 }
 
-/// The base latency AnalyticCommModel adds to every collective (cost_comm.cpp).
-constexpr TimeNs kCollectiveBase = 6 * kNsPerUs;
+std::size_t kernel_slot(int kind, Precision p) { return static_cast<std::size_t>(kind * 3 + static_cast<int>(p)); }
 
-int ring_steps(CollectiveOp op, int n) {
-  switch (op) {
-    case CollectiveOp::kAllReduce: return 2 * (n - 1);
-    case CollectiveOp::kSendRecv: return 1;
-    default: return n - 1;
+FitTerms terms_of(const LinearFit& f) {
+  FitTerms t;
+  for (std::size_t i = 0; i < f.features.size() && i < f.coef.size(); ++i) {
+    const auto& name = f.features[i];
+    if (name == "1") t.constant = f.coef[i];
+    if (name == "bytes") t.per_byte = f.coef[i];
+    if (name == "flops") t.per_flop = f.coef[i];
+    if (name == "mn") t.per_mn = f.coef[i];
   }
+  return t;
 }
+
+using detail::kCollectiveBaseLatency;
+using detail::ring_steps;
 
 }  // namespace
 
@@ -104,6 +115,27 @@ std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks
 std::string copy_fit_name(const std::string& direction) { return "copy." + direction; }
 
 ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
+  const auto find = [&](const std::string& name) -> const LinearFit* {
+    const auto it = profile_.fits.find(name);
+    return it == profile_.fits.end() ? nullptr : &it->second;
+  };
+  for (int kind = 0; kind < 4; ++kind) {
+    for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+      if (const LinearFit* f = find(kernel_fit_name(kFitKinds[kind], p))) kernels_[kernel_slot(kind, p)] = terms_of(*f);
+    }
+  }
+  for (const auto& c : profile_.comm) {
+    if (comm_.count({c.op, c.ranks})) continue;
+    for (const char* backend : {"nccl", "gloo"}) {
+      if (const LinearFit* f = find(comm_fit_name(backend, c.op, c.ranks))) {
+        comm_[{c.op, c.ranks}] = terms_of(*f);
+        break;
+      }
+    }
+  }
+  for (const char* dir : {"h2d", "d2h"}) {
+    if (const LinearFit* f = find(copy_fit_name(dir))) copies_[dir] = terms_of(*f);
+  }
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
   for (auto& [key, v] : layers_) {
     std::sort(v.begin(), v.end(), [](const LayerSample* a, const LayerSample* b) {
@@ -117,27 +149,31 @@ const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::st
   return it == layers_.end() ? nullptr : &it->second;
 }
 
-const LinearFit* ProfileCosts::fit(const std::string& name) const {
-  const auto it = profile_.fits.find(name);
-  return it == profile_.fits.end() ? nullptr : &it->second;
+const FitTerms* ProfileCosts::kernel_fit(KernelKind kind, Precision p) const {
+  const int k = fit_kind(kind);
+  if (const auto& f = kernels_[kernel_slot(k, p)]) return &*f;
+  if (kind == KernelKind::kAttention) {
+    if (const auto& g = kernels_[kernel_slot(fit_kind(KernelKind::kGemm), p)]) return &*g;
+  }
+  return nullptr;
 }
 
 std::vector<int> ProfileCosts::comm_ranks(CollectiveOp op) const {
   std::vector<int> out;
-  for (const auto& c : profile_.comm) {
-    if (c.op == op && std::find(out.begin(), out.end(), c.ranks) == out.end() && comm_fit(op, c.ranks) != nullptr) {
-      out.push_back(c.ranks);
-    }
+  for (const auto& [key, terms] : comm_) {
+    if (key.first == op) out.push_back(key.second);  // the map is ordered: ascending
   }
-  std::sort(out.begin(), out.end());
   return out;
 }
 
-const LinearFit* ProfileCosts::comm_fit(CollectiveOp op, int ranks) const {
-  for (const char* backend : {"nccl", "gloo"}) {
-    if (const LinearFit* f = fit(comm_fit_name(backend, op, ranks))) return f;
-  }
-  return nullptr;
+const FitTerms* ProfileCosts::comm_fit(CollectiveOp op, int ranks) const {
+  const auto it = comm_.find({op, ranks});
+  return it == comm_.end() ? nullptr : &it->second;
+}
+
+const FitTerms* ProfileCosts::copy_fit(const std::string& direction) const {
+  const auto it = copies_.find(direction);
+  return it == copies_.end() ? nullptr : &it->second;
 }
 
 // ---- compute ------------------------------------------------------------------
@@ -147,12 +183,10 @@ ProfileComputeModel::ProfileComputeModel(std::shared_ptr<const ProfileCosts> cos
     : costs_(std::move(costs)), roofline_(device), device_(device), sources_(sources) {}
 
 bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const {
-  const LinearFit* f = costs_->fit(kernel_fit_name(fit_kind(k.kind), p));
-  if (f == nullptr && k.kind == KernelKind::kAttention) f = costs_->fit(kernel_fit_name("gemm", p));
+  const FitTerms* f = costs_->kernel_fit(k.kind, p);
   if (f == nullptr) return false;
   const double mn = static_cast<double>(k.m) * static_cast<double>(k.n) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
-  const std::map<std::string, double> features{{"flops", k.flops}, {"bytes", static_cast<double>(k.bytes)}, {"mn", mn}};
-  *out = seconds_to_ns(std::max(0.0, evaluate(*f, features)));
+  *out = seconds_to_ns(std::max(0.0, f->seconds(static_cast<double>(k.bytes), k.flops, mn)));
   return true;
 }
 
@@ -248,13 +282,12 @@ ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, co
   const auto ranks = costs_->comm_ranks(CollectiveOp::kAllReduce);
   if (!ranks.empty() && ranks.back() >= 2) {
     const int n = ranks.back();
-    const LinearFit* f = costs_->comm_fit(CollectiveOp::kAllReduce, n);
-    const double alpha = evaluate(*f, {{"bytes", 0.0}});
-    const double beta = evaluate(*f, {{"bytes", 1.0}}) - alpha;
+    const FitTerms* f = costs_->comm_fit(CollectiveOp::kAllReduce, n);
+    const double alpha = f->constant, beta = f->per_byte;
     if (beta > 0) {
       ClusterSpec c = cluster;
       c.intra_node.bandwidth = bus_bandwidth_factor(CollectiveOp::kAllReduce, n) / beta;
-      c.intra_node.latency = std::max<TimeNs>(0, (seconds_to_ns(alpha) - kCollectiveBase) / ring_steps(CollectiveOp::kAllReduce, n));
+      c.intra_node.latency = std::max<TimeNs>(0, (seconds_to_ns(alpha) - kCollectiveBaseLatency) / ring_steps(CollectiveOp::kAllReduce, n));
       scaled_ = std::make_unique<AnalyticCommModel>(c);
     }
   }
@@ -262,9 +295,8 @@ ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, co
 
 CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const {
   if (group.nodes() == 1 && group.ranks >= 2) {
-    if (const LinearFit* f = costs_->comm_fit(op, group.ranks)) {
-      const double alpha = evaluate(*f, {{"bytes", 0.0}});
-      const double per_byte = evaluate(*f, {{"bytes", 1.0}}) - alpha;
+    if (const FitTerms* f = costs_->comm_fit(op, group.ranks)) {
+      const double alpha = f->constant, per_byte = f->per_byte;
       CollectiveCost c;
       c.algorithm = "measured";
       c.link = LinkClass::kIntraNode;
@@ -287,18 +319,17 @@ CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const 
 
 CollectiveCost ProfileCommModel::host_copy(Bytes bytes) const {
   // Offload moves both ways; the slower measured direction prices it.
-  const LinearFit* h2d = costs_->fit(copy_fit_name("h2d"));
-  const LinearFit* d2h = costs_->fit(copy_fit_name("d2h"));
+  const FitTerms* h2d = costs_->copy_fit("h2d");
+  const FitTerms* d2h = costs_->copy_fit("d2h");
   if (h2d == nullptr && d2h == nullptr) {
     if (sources_) ++sources_->copies_analytic;
     return analytic_.host_copy(bytes);
   }
   double alpha = 0, per_byte = 0;
-  for (const LinearFit* f : {h2d, d2h}) {
+  for (const FitTerms* f : {h2d, d2h}) {
     if (f == nullptr) continue;
-    const double a = evaluate(*f, {{"bytes", 0.0}});
-    alpha = std::max(alpha, a);
-    per_byte = std::max(per_byte, evaluate(*f, {{"bytes", 1.0}}) - a);
+    alpha = std::max(alpha, f->constant);
+    per_byte = std::max(per_byte, f->per_byte);
   }
   CollectiveCost c;
   c.algorithm = "measured";

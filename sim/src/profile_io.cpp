@@ -503,17 +503,4 @@ Profile load_profile(const std::string& path) {
   return read_all(Reader(path), file.get());
 }
 
-double evaluate(const LinearFit& fit, const std::map<std::string, double>& features) {
-  double t = 0;
-  for (std::size_t i = 0; i < fit.features.size() && i < fit.coef.size(); ++i) {
-    if (fit.features[i] == "1") {
-      t += fit.coef[i];
-    } else {
-      const auto it = features.find(fit.features[i]);
-      if (it != features.end()) t += fit.coef[i] * it->second;
-    }
-  }
-  return t;
-}
-
 }  // namespace dtsim::sim

@@ -3,7 +3,10 @@
 // back to the datasheet models where it has nothing to say, counting which
 // source priced what so a report can say so.
 
+#include <array>
+#include <map>
 #include <memory>
+#include <optional>
 #include <string>
 #include <unordered_map>
 #include <vector>
@@ -13,6 +16,18 @@
 
 namespace dtsim::sim {
 
+/// A fit's coefficients by feature, resolved once from LinearFit's named
+/// features (0 where a feature is absent), so pricing does no name lookups.
+struct FitTerms {
+  double constant = 0;  ///< seconds ("1")
+  double per_byte = 0;  ///< seconds per byte ("bytes")
+  double per_flop = 0;  ///< seconds per FLOP ("flops")
+  double per_mn = 0;    ///< seconds per output element ("mn")
+  double seconds(double bytes, double flops = 0, double mn = 0) const {
+    return constant + per_byte * bytes + per_flop * flops + per_mn * mn;
+  }
+};
+
 /// A profile indexed for lookups; build once, share between predictions.
 class ProfileCosts {
  public:
@@ -21,16 +36,22 @@ class ProfileCosts {
 
   /// Measured layer samples of one signature and precision, by tokens.
   const std::vector<const LayerSample*>* layer_samples(const std::string& signature, Precision p) const;
-  /// The fit named `name`, or nullptr.
-  const LinearFit* fit(const std::string& name) const;
+  /// The kernel model that prices `kind` in precision p (attention falls
+  /// back to the GEMM model), or nullptr.
+  const FitTerms* kernel_fit(KernelKind kind, Precision p) const;
   /// Rank counts with an intra-node fit for op (any backend), ascending.
   std::vector<int> comm_ranks(CollectiveOp op) const;
-  /// The intra-node fit of op over `ranks`, or nullptr.
-  const LinearFit* comm_fit(CollectiveOp op, int ranks) const;
+  /// The intra-node alpha-beta of op over `ranks` (NCCL's before Gloo's), or nullptr.
+  const FitTerms* comm_fit(CollectiveOp op, int ranks) const;
+  /// The copy model of "h2d" or "d2h", or nullptr.
+  const FitTerms* copy_fit(const std::string& direction) const;
 
  private:
   Profile profile_;
   std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;
+  std::array<std::optional<FitTerms>, 12> kernels_;  ///< 4 fitted classes x 3 precisions
+  std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
+  std::map<std::string, FitTerms> copies_;
 };
 
 /// A warning if the profile was measured on another kind of device than

@@ -92,7 +92,4 @@ void save_profile(const Profile& p, const std::string& path);
 /// dataset missing or of the wrong type or length).
 Profile load_profile(const std::string& path);
 
-/// Evaluates a fit at feature values given by name; missing features count 0.
-double evaluate(const LinearFit& fit, const std::map<std::string, double>& features);
-
 }  // namespace dtsim::sim
