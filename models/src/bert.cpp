@@ -17,6 +17,7 @@ class Bert final : public ZooModel {
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
   std::int64_t max_seq_len() const override { return c_.max_positions; }
+  std::string tp_error(int tp) const override { return transformer_tp_error(tp, c_.heads, c_.intermediate); }
 
   std::int64_t parameters() const override {
     const std::int64_t h = c_.hidden, f = c_.intermediate;
@@ -28,10 +29,13 @@ class Bert final : public ZooModel {
   }
 
   std::vector<sim::Layer> layers(const sim::WorkloadShape& shape) const override {
-    require_no_tp(shape);
     const std::int64_t b = shape.micro_batch, s = shape.seq_len, h = c_.hidden;
     const int e = shape.act_bytes;
     const std::int64_t t = b * s;
+    const std::int64_t tp = shape.tp;
+    const bool sp = shape.sequence_parallel && tp > 1;
+    const std::int64_t tn = sp ? t / tp : t;  // tokens of the norms and dropouts on this rank
+    const std::int64_t vp = (c_.vocab + tp - 1) / tp;  // vocab-parallel word embedding rows
     std::vector<sim::Layer> out;
 
     sim::Layer emb;
@@ -39,20 +43,23 @@ class Bert final : public ZooModel {
     emb.type = "embedding";
     emb.signature = "bert.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",p=" +
                     std::to_string(c_.max_positions) + ",t=" + std::to_string(c_.type_vocab) + ",drop=" + (c_.dropout ? "1" : "0");
-    emb.params = (c_.vocab + c_.max_positions + c_.type_vocab) * h + 2 * h;
+    if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
+    emb.params = (vp + c_.max_positions + c_.type_vocab) * h + 2 * h;
     emb.forward.push_back(memory_op("word.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
-    emb.forward.push_back(memory_op("pos+type.add", sim::KernelKind::kElementwise, 3 * e * t * h, e * t * h, 2.0 * t * h));
-    emb.forward.push_back(memory_op("ln", sim::KernelKind::kNorm, e * t * h, e * t * h, 5.0 * t * h));
-    if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * t * h, (e + 1) * t * h, 1.0 * t * h));
+    emb.forward.push_back(memory_op("pos+type.add", sim::KernelKind::kElementwise, 3 * e * tn * h, e * tn * h, 2.0 * tn * h));
+    emb.forward.push_back(memory_op("ln", sim::KernelKind::kNorm, e * tn * h, e * tn * h, 5.0 * tn * h));
+    if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * tn * h, (e + 1) * tn * h, 1.0 * tn * h));
     emb.backward = backward_of(emb.forward);
-    emb.saved_bytes = e * t * h + (c_.dropout ? t * h : 0);  // LayerNorm input, dropout mask
-    emb.output_bytes = e * t * h;
+    emb.saved_bytes = e * tn * h + (c_.dropout ? tn * h : 0);  // LayerNorm input, dropout mask
+    emb.output_bytes = e * tn * h;
+    if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
     out.push_back(std::move(emb));
 
     const std::string layer = "bert.layer:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
-                              ",f=" + std::to_string(c_.intermediate) + ",drop=" + (c_.dropout ? "1" : "0");
+                              ",f=" + std::to_string(c_.intermediate) + ",drop=" + (c_.dropout ? "1" : "0") +
+                              (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "");
     for (int i = 0; i < c_.layers; ++i) {
-      out.push_back(transformer_layer("layer." + std::to_string(i), b, s, h, c_.heads, c_.intermediate, e, c_.dropout));
+      out.push_back(transformer_layer("layer." + std::to_string(i), shape, h, c_.heads, c_.intermediate, c_.dropout));
       out.back().signature = layer;
     }
     if (c_.pooler) {
@@ -60,6 +67,8 @@ class Bert final : public ZooModel {
       p.name = "pooler";
       p.type = "pooler";
       p.signature = "bert.pooler:h=" + std::to_string(h);
+      // Replicated on every tensor-parallel rank; with sp the first tokens are gathered.
+      if (sp) p.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * b * h, 1});
       p.params = h * h + h;
       p.forward.push_back(gemm("pooler.dense", b, h, h, e));
       p.forward.push_back(memory_op("pooler.tanh", sim::KernelKind::kElementwise, e * b * h, e * b * h, 4.0 * b * h));

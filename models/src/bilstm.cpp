@@ -17,6 +17,9 @@ class BiLstm final : public ZooModel {
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
   std::int64_t max_seq_len() const override { return c_.seq_len; }
+  std::string tp_error(int tp) const override {
+    return tp == 1 ? "" : "an LSTM has no tensor-parallel split (its recurrence is sequential); valid: tp: 1";
+  }
   std::int64_t dirs() const { return c_.bidirectional ? 2 : 1; }
   std::int64_t input_of(int layer) const { return layer == 0 ? c_.input_size : dirs() * c_.hidden; }
 

@@ -17,6 +17,7 @@ class Gpt final : public ZooModel {
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
   std::int64_t max_seq_len() const override { return c_.seq_len; }
+  std::string tp_error(int tp) const override { return transformer_tp_error(tp, c_.heads, c_.ffn_hidden); }
 
   std::int64_t parameters() const override {
     // HuggingFace counts: wte V h + wpe P h + blocks + ln_f 2h (+ an untied head V h).
@@ -26,11 +27,16 @@ class Gpt final : public ZooModel {
   }
 
   std::vector<sim::Layer> layers(const sim::WorkloadShape& shape) const override {
-    require_no_tp(shape);
-    const std::int64_t b = shape.micro_batch, s = shape.seq_len, h = c_.hidden, v = c_.vocab;
+    const std::int64_t b = shape.micro_batch, s = shape.seq_len, h = c_.hidden;
     const int e = shape.act_bytes;
+    const std::int64_t tp = shape.tp;
+    const bool sp = shape.sequence_parallel && tp > 1;
+    // Megatron-LM's vocab-parallel embedding and head: each rank owns V/t
+    // rows (the vocabulary padded up to a multiple of t).
+    const std::int64_t v = (c_.vocab + tp - 1) / tp;
     check_size(static_cast<double>(b) * s * v * 4, "logits");
     const std::int64_t t = b * s;
+    const std::int64_t tn = sp ? t / tp : t;  // tokens of the norms and dropouts on this rank
     std::vector<sim::Layer> out;
     out.reserve(static_cast<std::size_t>(c_.layers) + 2);
 
@@ -39,31 +45,38 @@ class Gpt final : public ZooModel {
     emb.type = "embedding";
     emb.signature = "gpt2.embed:h=" + std::to_string(h) + ",v=" + std::to_string(v) + ",p=" + std::to_string(c_.seq_len) +
                     ",drop=" + (c_.dropout ? "1" : "0");
+    if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
     emb.params = v * h + c_.seq_len * h;
     emb.forward.push_back(memory_op("wte.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
-    emb.forward.push_back(memory_op("wpe.add", sim::KernelKind::kElementwise, 2 * e * t * h, e * t * h, 1.0 * t * h));
-    if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * t * h, (e + 1) * t * h, 1.0 * t * h));
+    emb.forward.push_back(memory_op("wpe.add", sim::KernelKind::kElementwise, 2 * e * tn * h, e * tn * h, 1.0 * tn * h));
+    if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * tn * h, (e + 1) * tn * h, 1.0 * tn * h));
     // Backward: scatter-add into the embedding gradients.
     emb.backward.push_back(memory_op("wte.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
-    emb.backward.push_back(memory_op("wpe.reduce", sim::KernelKind::kElementwise, e * t * h, e * s * h, 1.0 * t * h));
-    emb.saved_bytes = c_.dropout ? t * h : 0;  // the dropout mask
-    emb.output_bytes = e * t * h;
+    emb.backward.push_back(memory_op("wpe.reduce", sim::KernelKind::kElementwise, e * tn * h, e * s * h, 1.0 * tn * h));
+    emb.saved_bytes = c_.dropout ? tn * h : 0;  // the dropout mask
+    emb.output_bytes = e * tn * h;
+    if (tp > 1) {
+      // The partial lookups are summed (reduce-scattered over the sequence with sp).
+      emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+    }
     out.push_back(std::move(emb));
 
     const std::string block = "gpt2.block:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
-                              ",f=" + std::to_string(c_.ffn_hidden) + ",drop=" + (c_.dropout ? "1" : "0");
+                              ",f=" + std::to_string(c_.ffn_hidden) + ",drop=" + (c_.dropout ? "1" : "0") +
+                              (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "");
     for (int i = 0; i < c_.layers; ++i) {
-      out.push_back(transformer_layer("h." + std::to_string(i), b, s, h, c_.heads, c_.ffn_hidden, e, c_.dropout));
+      out.push_back(transformer_layer("h." + std::to_string(i), shape, h, c_.heads, c_.ffn_hidden, c_.dropout));
       out.back().signature = block;
     }
 
     sim::Layer head;
     head.name = "ln_f+lm_head";
     head.type = "lm_head";
-    head.signature = "gpt2.head:h=" + std::to_string(h) + ",v=" + std::to_string(v) + ",tied=" + (c_.tied_head ? "1" : "0");
+    head.signature = "gpt2.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",tied=" + (c_.tied_head ? "1" : "0") +
+                     (tp > 1 ? ",tp=" + std::to_string(tp) : "");
     head.params = 2 * h + (c_.tied_head ? 0 : v * h);
     head.borrowed_params = c_.tied_head ? v * h : 0;
-    head.forward.push_back(memory_op("ln_f", sim::KernelKind::kNorm, e * t * h, e * t * h, 5.0 * t * h));
+    head.forward.push_back(memory_op("ln_f", sim::KernelKind::kNorm, e * tn * h, e * tn * h, 5.0 * tn * h));
     head.forward.push_back(gemm("lm_head", t, v, h, e));
     // Cross-entropy upcasts the logits and keeps the fp32 log-softmax.
     head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * v, 4 * t * v, 5.0 * t * v));
@@ -71,8 +84,16 @@ class Gpt final : public ZooModel {
     head.backward = backward_of(head.forward);
     // ln_f input and output (the head GEMM's input), the logits (alive as the
     // model's output), and the fp32 log-softmax saved by cross-entropy.
-    head.saved_bytes = 2 * e * t * h + e * t * v + 4 * t * v;
+    head.saved_bytes = 2 * e * tn * h + e * t * v + 4 * t * v;
     head.output_bytes = 4;  // the scalar loss
+    if (tp > 1) {
+      // The head's input is gathered over the sequence (sp) and its gradient
+      // summed over the ranks; vocab-parallel cross-entropy all-reduces the
+      // max, the sum of exponentials and the target logit (4 bytes a token).
+      if (sp) head.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
+      head.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t, 3});
+      head.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+    }
     out.push_back(std::move(head));
     return out;
   }

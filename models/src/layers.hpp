@@ -37,8 +37,18 @@ class ZooModel : public sim::Model {
 /// would be too large to count: the micro-batch or sequence is absurd.
 void check_size(double bytes, const char* what);
 
-/// Throws UnsupportedError for tp > 1 (tensor parallelism comes later).
+/// Throws UnsupportedError for tp > 1 (for models without a tensor-parallel
+/// split; resolve() has already refused the plan with tp_error()).
 void require_no_tp(const sim::WorkloadShape& shape);
+/// tp_error() of the transformer families: tp must divide the heads and the
+/// MLP width (Megatron-LM splits heads and MLP columns across ranks).
+std::string transformer_tp_error(int tp, std::int64_t heads, std::int64_t ffn);
+/// The collectives one tensor-parallel pass needs around a column- then a
+/// row-parallel linear pair on activations of `bytes` (Megatron-LM's f and g
+/// operators, Shoeybi et al. 2019 Fig. 3): an all-reduce, or with sequence
+/// parallelism an all-gather and a reduce-scatter (Korthikanti et al. 2022
+/// section 4.2.2), `pairs` times. Empty when tp = 1.
+std::vector<sim::LayerComm> tp_pairs(const sim::WorkloadShape& shape, Bytes bytes, int pairs);
 
 }  // namespace dtsim::models::detail
 
@@ -47,8 +57,10 @@ namespace dtsim::models::detail {
 /// One transformer layer (GPT-2 pre-LN or BERT post-LN: same kernels and
 /// memory) for b sequences of s tokens, hidden h, a heads, MLP width f,
 /// activations of e bytes; params = 4h^2 + 2hf + 9h + f (QKV, output
-/// projection, two MLP linears with biases, two LayerNorms).
-sim::Layer transformer_layer(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t h,
-                             std::int64_t a, std::int64_t f, int e, bool dropout);
+/// projection, two MLP linears with biases, two LayerNorms). Under tensor
+/// parallelism (shape.tp = t) it is one rank's shard: (4h^2 + 2hf + 3h + f)/t
+/// + 6h parameters (the row-parallel biases and LayerNorms are replicated).
+sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& shape, std::int64_t h,
+                             std::int64_t a, std::int64_t f, bool dropout);
 
 }  // namespace dtsim::models::detail

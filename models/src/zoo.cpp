@@ -20,6 +20,13 @@ struct Builtin {
 // Sizes from the HuggingFace model cards' config.json (gpt2, gpt2-medium,
 // gpt2-large, gpt2-xl, bert-base-uncased, bert-large-uncased,
 // google/bert_uncased_L-2_H-128_A-2 for bert-tiny).
+//
+// The Megatron GPTs are Narayanan et al. 2021 ("Efficient Large-Scale
+// Language Model Training on GPU Clusters Using Megatron-LM"), Table 1:
+// heads, hidden and layers per size, vocabulary 51,200, sequence 2,048,
+// f = 4h, embeddings tied to the head. gpt-22b and gpt-175b are the 22B and
+// 175B rows of Korthikanti et al. 2022, Table 3 (same vocabulary and
+// sequence); gpt-530b and gpt-1t are in both papers.
 const Builtin kBuiltins[] = {
     {"gpt2", "GPT-2 124M: 12 layers, hidden 768, 12 heads, vocab 50257, seq 1024",
      "family: gpt2\nlayers: 12\nhidden: 768\nheads: 12\n"},
@@ -35,6 +42,30 @@ const Builtin kBuiltins[] = {
      "family: bert\nlayers: 24\nhidden: 1024\nheads: 16\nintermediate: 4096\n"},
     {"bilstm", "Seed 000's classifier: 2-layer Bi-LSTM (hidden 256) over 768-wide embeddings, 33 classes",
      "family: bilstm\ninput_size: 768\nhidden: 256\nlayers: 2\nclasses: 33\nseq_len: 512\n"},
+    {"gpt-1.7b", "Megatron GPT 1.7B (Narayanan et al. 2021, Table 1): 24 layers, hidden 2304, 24 heads, seq 2048",
+     "family: gpt\nlayers: 24\nhidden: 2304\nheads: 24\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-3.6b", "Megatron GPT 3.6B: 30 layers, hidden 3072, 32 heads, seq 2048",
+     "family: gpt\nlayers: 30\nhidden: 3072\nheads: 32\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-7.5b", "Megatron GPT 7.5B: 36 layers, hidden 4096, 32 heads, seq 2048",
+     "family: gpt\nlayers: 36\nhidden: 4096\nheads: 32\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-18b", "Megatron GPT 18B: 40 layers, hidden 6144, 48 heads, seq 2048",
+     "family: gpt\nlayers: 40\nhidden: 6144\nheads: 48\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-22b", "GPT 22B (Korthikanti et al. 2022, Table 3): 48 layers, hidden 6144, 64 heads, seq 2048",
+     "family: gpt\nlayers: 48\nhidden: 6144\nheads: 64\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-39b", "Megatron GPT 39B: 48 layers, hidden 8192, 64 heads, seq 2048",
+     "family: gpt\nlayers: 48\nhidden: 8192\nheads: 64\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-76b", "Megatron GPT 76B: 60 layers, hidden 10240, 80 heads, seq 2048",
+     "family: gpt\nlayers: 60\nhidden: 10240\nheads: 80\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-145b", "Megatron GPT 145B: 80 layers, hidden 12288, 96 heads, seq 2048",
+     "family: gpt\nlayers: 80\nhidden: 12288\nheads: 96\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-175b", "GPT 175B (Korthikanti et al. 2022, Table 3; GPT-3's shape): 96 layers, hidden 12288, 96 heads, seq 2048",
+     "family: gpt\nlayers: 96\nhidden: 12288\nheads: 96\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-310b", "Megatron GPT 310B: 96 layers, hidden 16384, 128 heads, seq 2048",
+     "family: gpt\nlayers: 96\nhidden: 16384\nheads: 128\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-530b", "Megatron GPT 530B: 105 layers, hidden 20480, 128 heads, seq 2048",
+     "family: gpt\nlayers: 105\nhidden: 20480\nheads: 128\nvocab: 51200\nseq_len: 2048\n"},
+    {"gpt-1t", "Megatron GPT 1T: 128 layers, hidden 25600, 160 heads, seq 2048",
+     "family: gpt\nlayers: 128\nhidden: 25600\nheads: 160\nvocab: 51200\nseq_len: 2048\n"},
     {"gpt2-tiny", "Tiny GPT-2 for CPU validation: 2 layers, hidden 128, 4 heads, vocab 1024, seq 128",
      "family: gpt2\nlayers: 2\nhidden: 128\nheads: 4\nvocab: 1024\nseq_len: 128\n"},
     {"bert-tiny", "BERT-tiny (google/bert_uncased_L-2_H-128_A-2): 2 layers, hidden 128, 2 heads",

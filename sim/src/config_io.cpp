@@ -168,8 +168,27 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.dp = static_cast<int>(c.get_int("dp", 0, 1, 1 << 24));
   p.tp = static_cast<int>(c.get_int("tp", 1, 1, 1 << 16));
   p.pp = static_cast<int>(c.get_int("pp", 1, 1, 1 << 16));
+  p.model_parallel = static_cast<int>(c.get_int("model_parallel", 0, 1, 1 << 16));
+  p.schedule = c.get_enum("schedule", Schedule::k1f1b,
+                          {{"gpipe", Schedule::kGpipe}, {"1f1b", Schedule::k1f1b}, {"interleaved", Schedule::kInterleaved}});
+  p.virtual_stages = static_cast<int>(c.get_int("virtual_stages", 0, 1, 1 << 16));
+  for (std::int64_t v : c.get_int_list("stage_layers")) {
+    if (v < 1 || v > (1 << 20)) c.fail("stage_layers", std::to_string(v) + " layers in a stage; valid: 1 or more each");
+    p.stage_layers.push_back(static_cast<int>(v));
+  }
+  p.sequence_parallel = c.get_bool("sequence_parallel", false);
+  p.placement = c.get_string("placement", "tp,pp,dp");
   p.micro_batch = c.get_int("micro_batch", 0, 1, std::int64_t{1} << 24);
   p.grad_accum = c.get_int("grad_accum", 0, 1, kBig);
+  if (c.has("micro_batches")) {
+    // GPipe's "chunks": the micro-batches of one iteration, i.e. grad_accum.
+    const std::int64_t m = c.get_int("micro_batches", 0, 1, kBig);
+    if (p.grad_accum != 0 && p.grad_accum != m) {
+      c.fail("micro_batches", std::to_string(m) + " contradicts grad_accum: " + std::to_string(p.grad_accum) +
+                                  " (they are the same thing); set only one");
+    }
+    p.grad_accum = m;
+  }
   p.global_batch = c.get_int("global_batch", 0, 1, kBig);
   p.seq_len = c.get_int("seq_len", 0, 1, kBig);
   p.precision = c.get_enum("precision", Precision::kFp32,
@@ -187,7 +206,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
                        {"hybrid_shard", FsdpMode::kHybridShard}});
   p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
-  p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"full", Recompute::kFull}});
+  p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
   p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);
   p.overlap = c.get_bool("overlap", true);
   c.finish();

@@ -43,6 +43,7 @@
 #include <string>
 
 #include "dtsim/sim/error.hpp"
+#include "lowering_common.hpp"
 
 namespace dtsim::sim {
 namespace {
@@ -54,16 +55,7 @@ constexpr Bytes kFirstBucketBytes = 1024 * 1024;          // PyTorch DDP first b
 
 Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 
-/// Bytes the optimizer reads and writes per parameter in one step
-/// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the
-/// working copy under mixed precision; momentum SGD drops v).
-double update_bytes_per_param(Optimizer o, Precision p) {
-  const bool mixed = p != Precision::kFp32;
-  const double states = o == Optimizer::kSgd ? 1 : 2;  // momentum (+ variance)
-  const double grad = mixed ? 2 : 4;
-  // read: grad + master + states; write: master + states (+ fp16 copy)
-  return grad + 4 + 4 * states + 4 + 4 * states + (mixed ? 2 : 0);
-}
+using detail::update_bytes_per_param;
 
 class Lowering {
  public:
@@ -74,28 +66,34 @@ class Lowering {
     shape.seq_len = p.seq_len;
     shape.act_bytes = element_bytes(p.precision);
     shape.tp = p.tp;
+    shape.sequence_parallel = p.sequence_parallel;
     layers_ = m.layers(shape);
     DTSIM_ASSERT(!layers_.empty(), "model has no layers");
+    w_ = element_bytes(p.precision);
+    zero_ = p.zero_stage;
+    n_ = p.shard_group;
+    tp_group_ = detail::dim_group(p.tp, p.stride_tp, c.gpus_per_node);
     // Every micro-step repeats the same layer work: price each layer once.
     fwd_time_.reserve(layers_.size());
     bwd_time_.reserve(layers_.size());
     for (const auto& L : layers_) {
       fwd_time_.push_back(compute_.layer_time(L, Pass::kForward, p.precision, shape));
       bwd_time_.push_back(compute_.layer_time(L, Pass::kBackward, p.precision, shape));
+      core_time_.push_back(p.recompute == Recompute::kSelective ? compute_.kernels_time(L.attention_core, p.precision) : 0);
+      tp_fwd_.push_back(detail::sum_costs(L.tp_forward, tp_group_, comm_));
+      tp_bwd_.push_back(detail::sum_costs(L.tp_backward, tp_group_, comm_));
+      params_ += L.params;
     }
-    w_ = element_bytes(p.precision);
-    zero_ = p.zero_stage;
-    n_ = p.shard_group;
   }
 
   TaskGraph build() {
     SimRank rank;
     rank.rank = 0;
     rank.stage = 0;
-    rank.replicas = plan_.dp;
+    rank.replicas = plan_.dp * plan_.tp;
     rank.streams = {"compute", "grad comm", "param comm", "d2h", "h2d", "host"};
     setup_groups(rank);
-    const ModelStates ms = model_states(plan_, model_.parameters());
+    const ModelStates ms = model_states(plan_, params_);
     rank.resident.push_back({MemCategory::kParameters, ms.parameters});
     if (zero_ >= 2) rank.resident.push_back({MemCategory::kGradients, ms.gradients});
     rank.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
@@ -118,18 +116,16 @@ class Lowering {
   // ---- communicators -------------------------------------------------------
   void setup_groups(SimRank& rank) {
     const int per_node = cluster_.gpus_per_node;
-    dp_group_.ranks = plan_.dp;
-    dp_group_.ranks_per_node = std::min(plan_.dp, per_node);
-    shard_group_.ranks = n_;
-    shard_group_.ranks_per_node = std::min(n_, per_node);
-    int inter_groups = 1;
+    dp_group_ = detail::dim_group(plan_.dp, plan_.stride_dp, per_node);
+    shard_group_ = detail::dim_group(n_, plan_.stride_dp, per_node);
+    int inter_groups = dp_group_.ranks_per_node < dp_group_.ranks ? dp_group_.groups_per_node : 1;
     if (plan_.hybrid_shard && plan_.dp > n_) {
       // Replicas of each shard sit one per node; every local rank's group
       // crosses the network at once.
       replica_group_.ranks = plan_.dp / n_;
       replica_group_.ranks_per_node = 1;
-      replica_group_.groups_per_node = n_;
-      inter_groups = n_;
+      replica_group_.groups_per_node = std::min(per_node, n_ * plan_.stride_dp);
+      inter_groups = replica_group_.groups_per_node;
     }
     const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm_);
     rank.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = cluster_.intra_node.bandwidth;
@@ -148,6 +144,24 @@ class Lowering {
   }
   bool recomputed(const Layer& l) const {
     return plan_.recompute == Recompute::kFull && (l.type == "transformer" || l.type == "lstm");
+  }
+  bool core_recomputed(const Layer& l) const {
+    return plan_.recompute == Recompute::kSelective && l.attention_core_bytes > 0;
+  }
+  /// The tensor-parallel collectives after a layer's pass, serial on the compute stream.
+  TaskId tp_comm(std::int64_t m, std::size_t l, Pass pass, TaskId after) {
+    const auto& comms = pass == Pass::kForward ? layers_[l].tp_forward : layers_[l].tp_backward;
+    if (plan_.tp <= 1 || comms.empty()) return after;
+    Task t;
+    t.name = tag(m, std::string("tp ") + (pass == Pass::kForward ? "fwd " : "bwd ") + layers_[l].name);
+    t.kind = TaskKind::kCollective;
+    t.phase = Phase::kComm;
+    t.stream = kCompute;
+    t.op = comms.front().op;
+    for (const auto& c : comms) t.bytes += c.bytes * c.count;
+    t.cost = pass == Pass::kForward ? tp_fwd_[l] : tp_bwd_[l];
+    t.deps = {after};
+    return g_.add(std::move(t));
   }
   /// Whether a ZeRO-3 layer's parameters are gathered (Note [ZeRO]).
   bool gathered(const Layer& l) const {
@@ -236,10 +250,12 @@ class Lowering {
       if (recomputed(L)) {
         // Keep only the layer's input (the checkpoint); intermediates go.
         on_end.push_back({MemCategory::kActivations, -(L.saved_bytes - checkpoint_bytes(l))});
+      } else if (core_recomputed(L)) {
+        on_end.push_back({MemCategory::kActivations, -L.attention_core_bytes});
       }
       if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
-      fwd_[l] = compute(tag(m, "fwd " + L.name), Phase::kForward,
-                        fwd_time_[l], deps, on_start, on_end);
+      fwd_[l] = tp_comm(m, l, Pass::kForward,
+                        compute(tag(m, "fwd " + L.name), Phase::kForward, fwd_time_[l], deps, on_start, on_end));
     }
   }
 
@@ -287,9 +303,13 @@ class Lowering {
         deps.push_back(g);
       }
       if (recomputed(L)) {
+        // The forward again, its tensor-parallel collectives included.
         deps.push_back(compute(tag(m, "recompute " + L.name), Phase::kRecompute,
-                               fwd_time_[i], deps,
+                               fwd_time_[i] + tp_fwd_[i].total(), deps,
                                {{MemCategory::kActivations, L.saved_bytes - checkpoint_bytes(i)}}));
+      } else if (core_recomputed(L)) {
+        deps.push_back(compute(tag(m, "recompute attention " + L.name), Phase::kRecompute, core_time_[i], deps,
+                               {{MemCategory::kActivations, L.attention_core_bytes}}));
       }
       std::vector<MemOp> on_start{{MemCategory::kActivations, L.output_bytes}};  // grad of the input
       std::vector<MemOp> on_end{{MemCategory::kActivations, -L.output_bytes},
@@ -302,8 +322,8 @@ class Lowering {
         on_start.push_back({MemCategory::kGradients, grad_bytes(L)});
       }
       if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
-      bwd[i] = compute(tag(m, "bwd " + L.name), Phase::kBackward, bwd_time_[i],
-                       deps, on_start, on_end);
+      const TaskId b = compute(tag(m, "bwd " + L.name), Phase::kBackward, bwd_time_[i], deps, on_start, on_end);
+      bwd[i] = tp_comm(m, i, Pass::kBackward, b);
       reduce_after(m, i, bwd, last_micro);
     }
     last_bwd_ = bwd.front();
@@ -366,7 +386,7 @@ class Lowering {
 
   // ---- optimizer -----------------------------------------------------------
   void optimizer_step() {
-    const std::int64_t shard_params = zero_ >= 1 ? ceil_div(model_.parameters(), n_) : model_.parameters();
+    const std::int64_t shard_params = zero_ >= 1 ? ceil_div(params_, n_) : params_;
     std::vector<TaskId> deps = reductions_;
     deps.push_back(last_bwd_);
     const bool free_full_grads = zero_ <= 1;
@@ -385,14 +405,13 @@ class Lowering {
       TaskId cpu = compute("host adam step", Phase::kOptimizer, seconds_to_ns(seconds), host_deps, {}, frees, kHost);
       step = copy("h2d params", shard_params * w_, kH2D, {cpu});
     } else {
-      const double bytes = static_cast<double>(shard_params) * update_bytes_per_param(plan_.optimizer, plan_.precision);
-      const TimeNs t = seconds_to_ns(bytes / (cluster_.device.memory_bandwidth * cluster_.device.memory_efficiency)) +
-                       static_cast<TimeNs>(layers_.size()) * cluster_.device.kernel_launch;
+      const TimeNs t = detail::device_step_time(static_cast<double>(shard_params), static_cast<int>(layers_.size()), plan_,
+                                                cluster_.device);
       step = compute("optimizer step", Phase::kOptimizer, t, deps, {}, frees);
     }
     if ((zero_ == 1 || zero_ == 2) && n_ > 1) {
       // All-gather the updated parameter shards (working precision).
-      const Bytes all = model_.parameters() * w_;
+      const Bytes all = params_ * w_;
       collective("all_gather params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step});
     }
   }
@@ -403,7 +422,10 @@ class Lowering {
   const ComputeModel& compute_;
   const CommModel& comm_;
   std::vector<Layer> layers_;
-  std::vector<TimeNs> fwd_time_, bwd_time_;  // per layer, one micro-batch
+  std::vector<TimeNs> fwd_time_, bwd_time_, core_time_;  // per layer, one micro-batch
+  std::vector<CollectiveCost> tp_fwd_, tp_bwd_;          // per layer, one micro-batch
+  std::int64_t params_ = 0;                              // this rank's (tensor-parallel shard)
+  CommGroup tp_group_;
   int w_ = 4;
   int zero_ = 0;
   int n_ = 1;
@@ -437,7 +459,12 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters) {
 
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
   DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
-  return Lowering(model, plan, cluster, costs).build();
+  if (plan.pp > 1) return lower_pipeline(model, plan, cluster, costs);
+  TaskGraph g = Lowering(model, plan, cluster, costs).build();
+  WorkloadShape one;
+  one.tp = plan.tp;
+  g.stage_layers = {static_cast<int>(model.layers(one).size())};
+  return g;
 }
 
 }  // namespace dtsim::sim

@@ -1,6 +1,8 @@
 #include "dtsim/sim/plan.hpp"
 
+#include <algorithm>
 #include <string>
+#include <vector>
 
 #include "dtsim/sim/error.hpp"
 
@@ -21,6 +23,16 @@ std::string divisors_up_to(int n) {
 
 }  // namespace
 
+const char* to_string(Schedule s) {
+  switch (s) {
+    case Schedule::kGpipe: return "gpipe";
+    case Schedule::k1f1b: return "1f1b";
+    case Schedule::kInterleaved: return "interleaved";
+    case Schedule::kNaive: return "naive";
+  }
+  return "?";
+}
+
 int optimizer_state_bytes_per_param(Optimizer o, Precision p) {
   // ZeRO paper (Rajbhandari et al. 2020), section 3.1: mixed-precision Adam
   // keeps an fp32 copy of the parameters, momentum and variance: K = 12.
@@ -35,14 +47,61 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   ResolvedPlan r;
   r.spec = s;
   const int gpus = cluster.gpus();
-  if (s.tp != 1) bad(s, "tp", std::to_string(s.tp) + ": tensor parallelism is not supported yet; valid now: 1");
-  if (s.pp != 1) bad(s, "pp", std::to_string(s.pp) + ": pipeline parallelism is not supported yet; valid now: 1");
   r.tp = s.tp;
+  if (const std::string why = model.tp_error(s.tp); !why.empty()) bad(s, "tp", std::to_string(s.tp) + ": " + why);
+  if (r.tp > cluster.gpus_per_node) {
+    bad(s, "tp", std::to_string(r.tp) + " exceeds the " + std::to_string(cluster.gpus_per_node) +
+                     " GPUs of a node (tensor parallelism needs the intra-node link); valid: " +
+                     divisors_up_to(cluster.gpus_per_node));
+  }
   r.pp = s.pp;
+  r.schedule = s.schedule;
+  if (s.model_parallel > 0) {
+    if (s.pp != 1 && s.pp != s.model_parallel) {
+      bad(s, "model_parallel", std::to_string(s.model_parallel) + " contradicts pp: " + std::to_string(s.pp) +
+                                   "; model_parallel is the naive split of pp stages without micro-batching, set only one");
+    }
+    r.pp = s.model_parallel;
+    r.schedule = Schedule::kNaive;
+  }
+  if (r.pp * r.tp > gpus || gpus % (r.pp * r.tp) != 0) {
+    bad(s, r.pp > 1 ? (s.model_parallel > 0 ? "model_parallel" : "pp") : "tp",
+        "tp x pp = " + std::to_string(r.tp * r.pp) + " does not divide the " + std::to_string(gpus) + " GPUs of " +
+            cluster.name + "; valid products: " + divisors_up_to(gpus));
+  }
   r.dp = s.dp == 0 ? gpus / (r.tp * r.pp) : s.dp;
   if (r.dp * r.tp * r.pp > gpus || gpus % (r.dp * r.tp * r.pp) != 0) {
-    bad(s, "dp", std::to_string(r.dp) + " does not divide the " + std::to_string(gpus) + " GPUs of " +
-                     cluster.name + "; valid: " + divisors_up_to(gpus));
+    const std::string what = r.tp * r.pp == 1 ? std::to_string(r.dp)
+                                              : std::to_string(r.dp) + " x tp x pp = " + std::to_string(r.dp * r.tp * r.pp);
+    bad(s, "dp", what + " does not divide the " + std::to_string(gpus) + " GPUs of " + cluster.name + "; valid: " +
+                     divisors_up_to(gpus / (r.tp * r.pp)));
+  }
+  r.sequence_parallel = s.sequence_parallel;
+  if (r.sequence_parallel && r.tp == 1) bad(s, "sequence_parallel", "true needs tp > 1 (it splits what tensor parallelism replicates)");
+
+  // Placement: ranks are numbered with the first dimension innermost.
+  {
+    std::vector<std::string> dims;
+    std::string cur;
+    for (char ch : s.placement + ",") {
+      if (ch == ',') {
+        dims.push_back(cur);
+        cur.clear();
+      } else if (ch != ' ') {
+        cur += ch;
+      }
+    }
+    auto sorted = dims;
+    std::sort(sorted.begin(), sorted.end());
+    if (sorted != std::vector<std::string>{"dp", "pp", "tp"}) {
+      bad(s, "placement", "'" + s.placement + "' is not an order of tp, pp and dp; valid e.g. tp,pp,dp (the default) or tp,dp,pp");
+    }
+    int stride = 1;
+    for (const auto& d : dims) {
+      const int size = d == "tp" ? r.tp : d == "pp" ? r.pp : r.dp;
+      (d == "tp" ? r.stride_tp : d == "pp" ? r.stride_pp : r.stride_dp) = stride;
+      stride *= size;
+    }
   }
 
   // Batch: global = micro x accum x dp (DeepSpeed's rule); any two set the third.
@@ -83,6 +142,59 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.grad_accum = ga;
   r.global_batch = gb;
 
+  // Pipelines: chunks, schedules and the layers of each stage.
+  r.virtual_stages = 1;
+  if (r.pp > 1 && r.schedule == Schedule::kInterleaved) {
+    r.virtual_stages = s.virtual_stages == 0 ? 2 : s.virtual_stages;
+    if (r.virtual_stages < 2) bad(s, "virtual_stages", std::to_string(r.virtual_stages) + ": interleaving needs at least 2 model chunks per GPU");
+    if (r.grad_accum % r.pp != 0) {
+      bad(s, "micro_batches", std::to_string(r.grad_accum) + " micro-batches: the interleaved schedule needs a multiple of pp = " +
+                                  std::to_string(r.pp) + " (as Megatron-LM)");
+    }
+  } else if (s.virtual_stages > 1) {
+    bad(s, "virtual_stages", std::to_string(s.virtual_stages) + " needs schedule: interleaved and pp > 1");
+  }
+  {
+    WorkloadShape one;
+    const auto layers = model.layers(one);
+    const int n = static_cast<int>(layers.size());
+    const int chunks = r.pp * r.virtual_stages;
+    if (chunks > n) {
+      bad(s, r.virtual_stages > 1 ? "virtual_stages" : "pp",
+          std::to_string(chunks) + " model chunks for the " + std::to_string(n) + " layers of " + model.name() +
+              "; every chunk needs a layer, valid pp x virtual_stages: 1 to " + std::to_string(n));
+    }
+    if (!s.stage_layers.empty()) {
+      if (static_cast<int>(s.stage_layers.size()) != chunks) {
+        bad(s, "stage_layers", std::to_string(s.stage_layers.size()) + " entries; need one per model chunk: pp x virtual_stages = " +
+                                   std::to_string(chunks));
+      }
+      int sum = 0;
+      for (int c : s.stage_layers) {
+        if (c < 1) bad(s, "stage_layers", "every stage needs at least one layer");
+        sum += c;
+      }
+      int first_block = -1, last_block = -1;
+      for (int i = 0; i < n; ++i) {
+        if (layers[i].type == "transformer" || layers[i].type == "lstm") {
+          if (first_block < 0) first_block = i;
+          last_block = i;
+        }
+      }
+      const int blocks = first_block < 0 ? 0 : last_block - first_block + 1;
+      r.stage_layers = s.stage_layers;
+      if (sum == blocks && blocks != n) {
+        // Counted in blocks: the embedding joins the first stage, the head the last.
+        r.stage_layers.front() += first_block;
+        r.stage_layers.back() += n - 1 - last_block;
+      } else if (sum != n) {
+        bad(s, "stage_layers", "the entries sum to " + std::to_string(sum) + "; valid: " + std::to_string(blocks) +
+                                   " (the blocks of " + model.name() + ") or " + std::to_string(n) + " (all its layers)");
+      }
+    }
+  }
+  if (r.pp > 1 && r.grad_accum < 1) r.grad_accum = 1;
+
   r.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
   if (r.seq_len > model.max_seq_len()) {
     bad(s, "seq_len", std::to_string(r.seq_len) + " exceeds " + model.name() + "'s maximum of " +
@@ -116,6 +228,11 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.fsdp = true;
     r.hybrid_shard = s.fsdp == FsdpMode::kHybridShard;
   }
+  if (r.pp > 1 && r.zero_stage > 1) {
+    bad(s, r.spec.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
+        "stage " + std::to_string(r.zero_stage) + " with pp = " + std::to_string(r.pp) +
+            ": sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1");
+  }
   r.shard_group = r.zero_stage == 0 ? 1 : r.dp;
   if (r.hybrid_shard) {
     r.shard_group = std::min(r.dp, cluster.gpus_per_node);
@@ -131,6 +248,9 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
   if (r.offload_optimizer == Offload::kCpu && r.zero_stage == 0) {
     bad(s, "offload_optimizer", "cpu needs zero_stage 1, 2 or 3 (ZeRO-Offload); with zero_stage 0 valid: none");
+  }
+  if (r.pp > 1 && (r.offload_optimizer == Offload::kCpu)) {
+    bad(s, "offload_optimizer", "cpu with pp > 1 is not modelled; valid with pipelines: none");
   }
   r.recompute = s.recompute;
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);

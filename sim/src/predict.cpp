@@ -1,12 +1,79 @@
 #include "dtsim/sim/predict.hpp"
 
 #include <algorithm>
+#include <array>
 
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
 
 namespace dtsim::sim {
+
+// Note [Pipeline breakdown]
+// A pipeline's iteration has no single critical path worth splitting: the
+// bubble is time a stage spends waiting for another. So a pipeline's
+// breakdown is that of its busiest stage (most compute), instant by instant
+// over the whole iteration: computing if its compute stream runs a kernel
+// task, else the optimizer, else a collective or send of its own in flight
+// (exposed communication), else an offload copy, else idle: the bubble.
+// The parts sum to the iteration time, and with uniform stages and free
+// communication the bubble is (p - 1)/(m + p - 1) of it for GPipe and 1F1B
+// (Narayanan et al. 2021, section 2.2).
+TimeBreakdown stage_breakdown(const TaskGraph& g, const ExecResult& exec) {
+  std::vector<TimeNs> busy(g.ranks.size(), 0);
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    const Task& t = g.tasks[i];
+    if (t.phase == Phase::kForward || t.phase == Phase::kBackward || t.phase == Phase::kRecompute) {
+      busy[t.rank] += exec.spans[i].end - exec.spans[i].start;
+    }
+  }
+  const int ref = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  // Classes by priority: 0 compute, 1 optimizer, 2 comm, 3 offload.
+  struct Edge {
+    TimeNs at;
+    int cls;
+    int delta;
+  };
+  std::vector<Edge> edges;
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    const Task& t = g.tasks[i];
+    if (t.rank != ref || exec.spans[i].end <= exec.spans[i].start) continue;
+    int cls = 2;
+    if (t.phase == Phase::kForward || t.phase == Phase::kBackward || t.phase == Phase::kRecompute) cls = 0;
+    if (t.phase == Phase::kOptimizer) cls = 1;
+    if (t.phase == Phase::kOffload) cls = 3;
+    edges.push_back({exec.spans[i].start, cls, +1});
+    edges.push_back({exec.spans[i].end, cls, -1});
+  }
+  std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
+  std::array<int, 4> active{};
+  std::array<TimeNs, 5> total{};  // + idle
+  TimeNs prev = 0;
+  auto account = [&](TimeNs until) {
+    if (until <= prev) return;
+    int cls = 4;
+    for (int c = 0; c < 4; ++c) {
+      if (active[c] > 0) {
+        cls = c;
+        break;
+      }
+    }
+    total[cls] += until - prev;
+    prev = until;
+  };
+  for (const Edge& e : edges) {
+    account(e.at);
+    active[e.cls] += e.delta;
+  }
+  account(exec.makespan);
+  TimeBreakdown b;
+  b.compute = total[0];
+  b.optimizer = total[1];
+  b.exposed_comm = total[2];
+  b.offload = total[3];
+  b.bubble = total[4];
+  return b;
+}
 
 Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
   Prediction p;
@@ -29,14 +96,15 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     }
     const ProfileComputeModel compute(options.profile, measured.device, &p.sources);
     const ProfileCommModel comm(options.profile, measured, &p.sources);
-    graph = lower(model, p.plan, measured, CostModels{&compute, &comm});
+    graph = lower(model, p.plan, measured, CostModels{&compute, &comm, options.keep_graph});
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
   } else {
     const RooflineComputeModel compute(cluster.device);
     const AnalyticCommModel comm(cluster);
-    graph = lower(model, p.plan, cluster, CostModels{&compute, &comm});
+    graph = lower(model, p.plan, cluster, CostModels{&compute, &comm, options.keep_graph});
   }
+  p.plan.stage_layers = graph.stage_layers;
   ExecOptions eo;
   eo.record_memory_timeline = options.keep_graph;
   ExecResult exec = execute(graph, eo);
@@ -46,18 +114,22 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.samples_per_s = static_cast<double>(p.plan.global_batch) / t;
   p.tokens_per_s = p.samples_per_s * static_cast<double>(p.plan.seq_len);
 
-  // Model FLOPs per GPU per iteration: one replica runs grad_accum micro-batches.
+  // Model FLOPs per GPU per iteration: a replica (tp x pp GPUs) runs
+  // grad_accum micro-batches through the whole model.
   WorkloadShape shape;
   shape.micro_batch = p.plan.micro_batch;
   shape.seq_len = p.plan.seq_len;
   shape.act_bytes = element_bytes(p.plan.precision);
-  shape.tp = p.plan.tp;
-  const double micro_steps = static_cast<double>(p.plan.grad_accum);
+  const double micro_steps = static_cast<double>(p.plan.grad_accum) / (p.plan.tp * p.plan.pp);
   const Flops model_flops = model.model_flops(shape) * micro_steps;
   Flops hw_flops = model_flops;
-  if (p.plan.recompute == Recompute::kFull) {
+  if (p.plan.recompute != Recompute::kNone) {
     for (const auto& l : model.layers(shape)) {
-      if (l.type == "transformer" || l.type == "lstm") hw_flops += l.forward_flops() * micro_steps;
+      if (p.plan.recompute == Recompute::kFull && (l.type == "transformer" || l.type == "lstm")) {
+        hw_flops += l.forward_flops() * micro_steps;
+      } else if (p.plan.recompute == Recompute::kSelective) {
+        for (const auto& k : l.attention_core) hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;
+      }
     }
   }
   const double peak = cluster.device.peak_for(p.plan.precision);
@@ -65,14 +137,18 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.mfu = model_flops / t / peak;
   p.hfu = hw_flops / t / peak;
 
-  const auto& cp = exec.critical_path;
-  auto at = [&](Phase ph) { return cp[static_cast<int>(ph)]; };
-  p.breakdown.compute = at(Phase::kForward) + at(Phase::kBackward) + at(Phase::kRecompute);
-  p.breakdown.exposed_comm = at(Phase::kComm);
-  p.breakdown.bubble = at(Phase::kBubble);
-  p.breakdown.optimizer = at(Phase::kOptimizer);
-  p.breakdown.offload = at(Phase::kOffload);
-  p.breakdown.other = at(Phase::kOther);
+  if (p.plan.pp > 1) {
+    p.breakdown = stage_breakdown(graph, exec);
+  } else {
+    const auto& cp = exec.critical_path;
+    auto at = [&](Phase ph) { return cp[static_cast<int>(ph)]; };
+    p.breakdown.compute = at(Phase::kForward) + at(Phase::kBackward) + at(Phase::kRecompute);
+    p.breakdown.exposed_comm = at(Phase::kComm);
+    p.breakdown.bubble = at(Phase::kBubble);
+    p.breakdown.optimizer = at(Phase::kOptimizer);
+    p.breakdown.offload = at(Phase::kOffload);
+    p.breakdown.other = at(Phase::kOther);
+  }
 
   p.capacity = cluster.device.memory;
   for (std::size_t r = 0; r < graph.ranks.size(); ++r) {

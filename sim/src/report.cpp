@@ -29,7 +29,16 @@ std::string lpad(const std::string& s, std::size_t w) { return s.size() >= w ? s
 
 std::string plan_line(const ResolvedPlan& p) {
   std::ostringstream os;
-  os << "dp=" << p.dp << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum
+  os << "dp=" << p.dp;
+  if (p.tp > 1) os << " tp=" << p.tp << (p.sequence_parallel ? " (sequence parallel)" : "");
+  if (p.pp > 1) {
+    os << " pp=" << p.pp << " " << to_string(p.schedule);
+    if (p.virtual_stages > 1) os << " virtual_stages=" << p.virtual_stages;
+    os << " stage_layers=[";
+    for (std::size_t i = 0; i < p.stage_layers.size(); ++i) os << (i ? "," : "") << p.stage_layers[i];
+    os << "]";
+  }
+  os << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum
      << " global_batch=" << p.global_batch << " seq_len=" << p.seq_len << " " << to_string(p.precision) << " "
      << to_string(p.optimizer) << " zero_stage=" << p.zero_stage;
   if (p.fsdp) os << " (fsdp " << to_string(p.spec.fsdp) << ")";
@@ -58,6 +67,13 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("recompute", to_string(p.recompute));
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
   j.field("overlap", p.overlap);
+  j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none");
+  j.field("virtual_stages", p.virtual_stages);
+  j.field("sequence_parallel", p.sequence_parallel);
+  j.field("placement", p.spec.placement);
+  j.key("stage_layers").begin_array();
+  for (int n : p.stage_layers) j.value(n);
+  j.end_array();
   j.end_object();
 }
 

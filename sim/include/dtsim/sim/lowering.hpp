@@ -13,6 +13,7 @@ namespace dtsim::sim {
 struct CostModels {
   const ComputeModel* compute = nullptr;
   const CommModel* comm = nullptr;
+  bool name_tasks = true;  ///< false leaves task names empty (search never shows them)
 };
 
 /// Model-state bytes one rank holds on the device (ZeRO paper, Rajbhandari et
@@ -29,8 +30,35 @@ struct ModelStates {
 ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters);
 
 /// Builds the task graph of one iteration. Only ranks that differ are
-/// simulated: data-parallel replicas collapse into one SimRank.
+/// simulated: data- and tensor-parallel replicas collapse into one SimRank,
+/// so a pipeline has one simulated rank per stage.
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                 const CostModels& costs);
+
+/// One step of a pipeline rank's schedule: the forward or backward pass of
+/// micro-batch `micro` through the rank's model chunk `chunk` (0-based among
+/// its own chunks; virtual stage chunk x pp + stage).
+struct PipeStep {
+  bool forward = true;
+  int chunk = 0;
+  int micro = 0;
+  bool operator==(const PipeStep&) const = default;
+};
+
+/// The order in which pipeline stage `stage` of `pp` runs its passes over
+/// `micro_batches` micro-batches and `virtual_stages` chunks: GPipe (all
+/// forwards, then backwards in reverse), 1F1B (pp - stage - 1 warm-up
+/// forwards, then one forward one backward, then the remaining backwards;
+/// Narayanan et al. 2021 Fig. 4), interleaved (Megatron-LM's
+/// forward_backward_pipelining_with_interleaving) or naive (F0 B0 F1 B1 ...).
+std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int virtual_stages, int stage, int micro_batches);
+
+/// Splits layers with these costs into `chunks` contiguous non-empty groups
+/// minimising the costliest group; returns the layer count of each.
+std::vector<int> balance_layers(const std::vector<double>& costs, int chunks);
+
+/// The pipeline half of lower() (pp > 1).
+TaskGraph lower_pipeline(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                         const CostModels& costs);
 
 }  // namespace dtsim::sim

@@ -25,6 +25,9 @@ enum class KernelKind {
   kRecurrent,    ///< one sequential LSTM time step (small GEMM + gates)
 };
 
+/// Collective operations, named as NCCL names them.
+enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv };
+
 /// The name of a kernel kind ("gemm", "attention", ...).
 const char* to_string(KernelKind kind);
 
@@ -44,7 +47,17 @@ struct WorkloadShape {
   std::int64_t micro_batch = 1;  ///< sequences per micro-batch (b)
   std::int64_t seq_len = 1;      ///< tokens per sequence (s)
   int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
-  int tp = 1;                    ///< tensor-parallel degree (1 until the parallelism issue)
+  int tp = 1;                    ///< tensor-parallel degree (Megatron-LM column/row split)
+  bool sequence_parallel = false;  ///< Korthikanti et al. 2022: norms and dropout sharded over the sequence
+};
+
+/// Collectives a layer needs over its tensor-parallel group, per micro-batch
+/// and pass: `count` back-to-back `op`s on buffers of `bytes` (nccl-tests'
+/// "size": the whole tensor, not one rank's part).
+struct LayerComm {
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  Bytes bytes = 0;
+  int count = 1;
 };
 
 /// One layer for a given WorkloadShape.
@@ -63,6 +76,15 @@ struct Layer {
   std::vector<Kernel> backward;   ///< kernels of the backward pass
   Bytes saved_bytes = 0;          ///< activations kept for backward per micro-batch
   Bytes output_bytes = 0;         ///< the layer's output tensor per micro-batch
+  /// Tensor-parallel collectives (empty when tp = 1), serial with the
+  /// layer's kernels as Megatron-LM runs them.
+  std::vector<LayerComm> tp_forward, tp_backward;
+  /// Selective recompute (Korthikanti et al. 2022, section 5): the attention
+  /// core (QK^T, softmax, its dropout, attention over V) is not kept but
+  /// recomputed in backward. These are the bytes of `saved_bytes` it frees
+  /// and the forward kernels it re-runs; zero / empty for other layers.
+  Bytes attention_core_bytes = 0;
+  std::vector<Kernel> attention_core;
   Flops forward_flops() const;    ///< sum over forward kernels (with repeats)
   Flops backward_flops() const;   ///< sum over backward kernels (with repeats)
 };
@@ -82,6 +104,9 @@ class Model {
   virtual std::int64_t max_seq_len() const = 0;
   /// Layers, first to last, for one micro-batch of the given shape.
   virtual std::vector<Layer> layers(const WorkloadShape& shape) const = 0;
+  /// Why tensor parallelism of degree `tp` is impossible for this model
+  /// ("12 heads are not divisible by 5"), or "" if it is possible.
+  virtual std::string tp_error(int tp) const = 0;
   /// Model FLOPs of forward + backward for one micro-batch, without recompute
   /// (Korthikanti et al. 2022, Eq. 7, for transformers); the numerator of MFU.
   virtual Flops model_flops(const WorkloadShape& shape) const = 0;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <map>
 #include <string>
+#include <vector>
 
 #include "dtsim/sim/cluster.hpp"
 #include "dtsim/sim/model.hpp"
@@ -16,6 +17,12 @@ namespace dtsim::sim {
 enum class Optimizer { kAdam, kAdamW, kSgd };
 enum class Offload { kNone, kCpu };
 enum class Recompute { kNone, kSelective, kFull };
+/// Pipeline schedules: GPipe (all forwards, then all backwards; torchgpipe),
+/// 1F1B (PipeDream-flush, as Megatron-LM and DeepSpeed), Megatron's
+/// interleaved 1F1B over virtual stages, and the naive layer split without
+/// micro-batching that `model_parallel` asks for (each micro-step runs to the
+/// end before the next starts).
+enum class Schedule { kGpipe, k1f1b, kInterleaved, kNaive };
 /// PyTorch FSDP sharding strategies; each maps onto a ZeRO stage
 /// (FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0 i.e. DDP, HYBRID_SHARD = 3
 /// within a node and replication across nodes).
@@ -25,6 +32,7 @@ const char* to_string(Optimizer o);
 const char* to_string(Offload o);
 const char* to_string(Recompute r);
 const char* to_string(FsdpMode f);
+const char* to_string(Schedule s);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
 /// "--set plan.dp"), so late checks can still point at the source.
@@ -39,10 +47,16 @@ struct Origins {
 struct PlanSpec {
   std::string name = "custom";
   int dp = 0;                     ///< data-parallel degree (0: all GPUs / (tp*pp))
-  int tp = 1;                     ///< tensor-parallel degree (next issue)
-  int pp = 1;                     ///< pipeline stages (next issue)
+  int tp = 1;                     ///< tensor-parallel degree (Megatron-LM)
+  int pp = 1;                     ///< pipeline stages
+  int model_parallel = 0;         ///< naive layer split over this many GPUs (sets pp, schedule naive)
+  Schedule schedule = Schedule::k1f1b;
+  int virtual_stages = 0;         ///< model chunks per GPU (interleaved; 0: 2)
+  std::vector<int> stage_layers;  ///< layers per stage (empty: balanced by cost)
+  bool sequence_parallel = false; ///< Korthikanti et al. 2022 (needs tp > 1)
+  std::string placement = "tp,pp,dp";  ///< rank order, innermost first
   std::int64_t micro_batch = 0;   ///< sequences per GPU per micro-step
-  std::int64_t grad_accum = 0;    ///< micro-steps per iteration
+  std::int64_t grad_accum = 0;    ///< micro-steps per iteration (= micro_batches of a pipeline)
   std::int64_t global_batch = 0;  ///< sequences per iteration over all replicas
   std::int64_t seq_len = 0;       ///< 0: the model's maximum
   Precision precision = Precision::kFp32;
@@ -73,6 +87,16 @@ struct ResolvedPlan {
   Recompute recompute = Recompute::kNone;
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
+  Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
+  int virtual_stages = 1;         ///< model chunks per pipeline rank
+  bool sequence_parallel = false;
+  /// Layers per stage as given, or as lowering balanced them (one entry per
+  /// model chunk: pp x virtual_stages). Counts every layer of Model::layers.
+  std::vector<int> stage_layers;
+  /// Rank stride of each dimension from the placement: rank = t*stride_tp +
+  /// p*stride_pp + d*stride_dp.
+  int stride_tp = 1, stride_pp = 1, stride_dp = 1;
+  int gpus_used() const { return dp * tp * pp; }
 };
 
 /// Checks `spec` against model and cluster; throws ConfigError on the first

@@ -76,6 +76,10 @@ struct Prediction {
   ExecResult exec;             ///< when keep_graph (spans, memory timeline)
 };
 
+/// The time breakdown of a pipeline's busiest stage, the bubble being the
+/// time it idles (Note [Pipeline breakdown] in predict.cpp); sums to the makespan.
+TimeBreakdown stage_breakdown(const TaskGraph& graph, const ExecResult& exec);
+
 /// Predicts one iteration of `spec` for `model` on `cluster`. Throws
 /// ConfigError if the plan is invalid for them.
 Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster,

@@ -75,6 +75,8 @@ struct SimRank {
 struct TaskGraph {
   std::vector<SimRank> ranks;
   std::vector<Task> tasks;
+  /// Layers of each model chunk as lowered (one entry without pipelining).
+  std::vector<int> stage_layers;
   /// Appends a task and returns its id.
   TaskId add(Task t) {
     tasks.push_back(std::move(t));

@@ -1,0 +1,456 @@
+// Lowering of pipelined plans (pp > 1): one simulated rank per stage.
+//
+// Note [Pipeline lowering]
+// The model's layers are cut into pp x v contiguous chunks (v virtual stages
+// per rank, Megatron-LM's interleaving), balanced by priced cost unless the
+// plan gives stage_layers. Virtual stage vs = k x pp + s is chunk k of stage
+// s. Each stage runs its passes in the order pipeline_order() gives; a
+// forward of micro-batch i waits for the activations of virtual stage vs - 1
+// (a point-to-point send over the link joining the two stages, on a send
+// stream so the sender goes on computing) and a backward for the gradient
+// from vs + 1. A chunk's layers are one task per pass: nothing communicates
+// between them except tensor-parallel collectives, which Megatron-LM runs
+// serially after the kernels they follow, so they are one collective task
+// right after the chunk's kernels. Data- and tensor-parallel replicas of a
+// stage behave alike and are simulated once (Note [Symmetry] in
+// lowering.cpp): cost grows with stages x micro-batches x chunks.
+//
+// Memory follows the schedule: a forward allocates what the chunk keeps for
+// backward and its backward frees it, so GPipe holds all m micro-batches, 1F1B
+// at most pp - s on stage s, and interleaving Korthikanti's larger factor, as
+// the simulation of the order shows rather than a formula. With full
+// recompute only each layer's input is kept and backward rematerialises one
+// layer at a time; selective recompute keeps everything but the attention
+// core (Note [Activation memory] in models/src/layers.cpp).
+//
+// After its last backward each chunk's gradients are all-reduced over the
+// data-parallel group (ZeRO-1 then steps its shard and all-gathers the
+// parameters, as Megatron's distributed optimizer); a GPT's word embedding,
+// tied to the head on the last stage, has its gradient all-reduced between
+// the first and last stage (Megatron-LM's embedding group).
+#include <algorithm>
+#include <limits>
+#include <string>
+
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "lowering_common.hpp"
+
+namespace dtsim::sim {
+
+std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage, int m) {
+  std::vector<PipeStep> out;
+  out.reserve(static_cast<std::size_t>(2 * m * std::max(1, v)));
+  switch (schedule) {
+    case Schedule::kGpipe:
+      for (int i = 0; i < m; ++i) out.push_back({true, 0, i});
+      for (int i = m; i-- > 0;) out.push_back({false, 0, i});
+      break;
+    case Schedule::kNaive:
+      for (int i = 0; i < m; ++i) {
+        out.push_back({true, 0, i});
+        out.push_back({false, 0, i});
+      }
+      break;
+    case Schedule::k1f1b: {
+      const int warmup = std::min(pp - stage - 1, m);
+      for (int i = 0; i < warmup; ++i) out.push_back({true, 0, i});
+      for (int i = 0; i < m - warmup; ++i) {
+        out.push_back({true, 0, warmup + i});
+        out.push_back({false, 0, i});
+      }
+      for (int i = m - warmup; i < m; ++i) out.push_back({false, 0, i});
+      break;
+    }
+    case Schedule::kInterleaved: {
+      // Megatron-LM get_model_chunk_id: steps go through pp micro-batches of
+      // chunk 0, then of chunk 1, ...; backward visits chunks in reverse.
+      const int total = m * v;
+      auto chunk_of = [&](int k, bool fwd) {
+        const int c = (k % (pp * v)) / pp;
+        return fwd ? c : v - 1 - c;
+      };
+      auto micro_of = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
+      const int warmup = m == pp ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
+      for (int k = 0; k < warmup; ++k) out.push_back({true, chunk_of(k, true), micro_of(k)});
+      for (int j = 0; j < total - warmup; ++j) {
+        out.push_back({true, chunk_of(warmup + j, true), micro_of(warmup + j)});
+        out.push_back({false, chunk_of(j, false), micro_of(j)});
+      }
+      for (int k = total - warmup; k < total; ++k) out.push_back({false, chunk_of(k, false), micro_of(k)});
+      break;
+    }
+  }
+  return out;
+}
+
+std::vector<int> balance_layers(const std::vector<double>& costs, int chunks) {
+  const int n = static_cast<int>(costs.size());
+  DTSIM_ASSERT(chunks >= 1 && chunks <= n, "cannot split " + std::to_string(n) + " layers into " + std::to_string(chunks));
+  // Greedy packing under a cap, leaving a layer for every group still to
+  // come; the least feasible cap is found by bisection.
+  auto pack = [&](double cap, std::vector<int>* counts) {
+    int i = 0;
+    for (int g = 0; g < chunks; ++g) {
+      const int later = chunks - g - 1;
+      double sum = costs[i];
+      int count = 1;
+      ++i;
+      while (i < n - later && sum + costs[i] <= cap) {
+        sum += costs[i++];
+        ++count;
+      }
+      if (counts != nullptr) counts->push_back(count);
+    }
+    return i == n;
+  };
+  double lo = *std::max_element(costs.begin(), costs.end()), hi = 0;
+  for (double c : costs) hi += c;
+  if (!pack(lo, nullptr)) {
+    for (int it = 0; it < 64 && hi - lo > 1e-9 * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (pack(mid, nullptr) ? hi : lo) = mid;
+    }
+    lo = hi;
+  }
+  std::vector<int> counts;
+  pack(lo, &counts);
+  return counts;
+}
+
+namespace {
+
+enum Stream { kCompute = 0, kGradComm = 1, kSendFwd = 2, kSendBwd = 3 };
+
+/// One model chunk (a virtual stage) as priced for one micro-batch.
+struct Chunk {
+  int first = 0, count = 0;  // layers
+  int rank = 0;              // pipeline stage holding it
+  TimeNs fwd = 0, bwd = 0, recompute = 0;
+  std::vector<LayerComm> tp_fwd_ops, tp_bwd_ops;
+  CollectiveCost tp_fwd, tp_bwd;
+  Bytes kept = 0;            // kept from forward to backward
+  Bytes peak_extra = 0;      // rematerialised during backward
+  Bytes input = 0;           // activation received (and its gradient sent back)
+  Bytes output = 0;          // activation sent on
+  std::int64_t params = 0;   // held by the rank, a tied copy included
+  std::int64_t tied = 0;     // parameters of a weight tied across stages
+};
+
+class PipelineLowering {
+ public:
+  PipelineLowering(const Model& m, const ResolvedPlan& p, const ClusterSpec& c, const CostModels& costs)
+      : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm), named_(costs.name_tasks) {}
+
+  TaskGraph build() {
+    price();
+    place_chunks();
+    make_ranks();
+    const int pp = plan_.pp, v = plan_.virtual_stages;
+    const int C = pp * v;
+    const int m = static_cast<int>(plan_.grad_accum);
+    const std::size_t cells = static_cast<std::size_t>(C) * m;
+    f_entry_.assign(cells, -1);
+    f_exit_.assign(cells, -1);
+    b_entry_.assign(cells, -1);
+    send_f_.assign(cells, -1);
+    send_b_.assign(cells, -1);
+    for (int s = 0; s < pp; ++s) {
+      std::vector<TaskId> last_b(static_cast<std::size_t>(v), -1);
+      std::vector<bool> grads(static_cast<std::size_t>(v), false);
+      TaskId last = -1;
+      for (const PipeStep& st : pipeline_order(plan_.schedule, pp, v, s, m)) {
+        const int vs = st.chunk * pp + s;
+        last = st.forward ? forward(s, vs, st.micro) : backward(s, vs, st.micro, !grads[st.chunk]);
+        if (!st.forward) {
+          grads[st.chunk] = true;
+          last_b[st.chunk] = last;
+        }
+      }
+      finish_rank(s, last_b, last);
+    }
+    // Cross-stage dependencies, now that every task exists.
+    for (int vs = 0; vs < C; ++vs) {
+      for (int i = 0; i < m; ++i) {
+        const std::size_t c = cell(vs, i);
+        if (vs > 0) g_.tasks[f_entry_[c]].deps.push_back(send_f_[cell(vs - 1, i)]);
+        g_.tasks[b_entry_[c]].deps.push_back(vs + 1 < C ? send_b_[cell(vs + 1, i)] : f_exit_[c]);
+      }
+    }
+    for (const auto& ch : chunks_) g_.stage_layers.push_back(ch.count);
+    return std::move(g_);
+  }
+
+ private:
+  std::size_t cell(int vs, int i) const { return static_cast<std::size_t>(vs) * plan_.grad_accum + i; }
+  std::string name(const char* what, int vs, int i) const {
+    if (!named_) return {};
+    return std::string(what) + " chunk " + std::to_string(vs) + " [mb " + std::to_string(i) + "]";
+  }
+
+  // ---- pricing ---------------------------------------------------------------
+  void price() {
+    WorkloadShape shape;
+    shape.micro_batch = plan_.micro_batch;
+    shape.seq_len = plan_.seq_len;
+    shape.act_bytes = element_bytes(plan_.precision);
+    shape.tp = plan_.tp;
+    shape.sequence_parallel = plan_.sequence_parallel;
+    layers_ = model_.layers(shape);
+    w_ = element_bytes(plan_.precision);
+    tp_group_ = detail::dim_group(plan_.tp, plan_.stride_tp, cluster_.gpus_per_node);
+    dp_group_ = detail::dim_group(plan_.dp, plan_.stride_dp, cluster_.gpus_per_node);
+    const std::size_t n = layers_.size();
+    fwd_.resize(n);
+    bwd_.resize(n);
+    rec_.resize(n);
+    cost_.resize(n);
+    for (std::size_t l = 0; l < n; ++l) {
+      const Layer& L = layers_[l];
+      fwd_[l] = compute_.layer_time(L, Pass::kForward, plan_.precision, shape);
+      bwd_[l] = compute_.layer_time(L, Pass::kBackward, plan_.precision, shape);
+      const TimeNs tpf = plan_.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group_, comm_).total() : 0;
+      const TimeNs tpb = plan_.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group_, comm_).total() : 0;
+      rec_[l] = 0;
+      if (full_recompute(L)) rec_[l] = fwd_[l] + tpf;
+      if (plan_.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
+        rec_[l] = compute_.kernels_time(L.attention_core, plan_.precision);
+      }
+      cost_[l] = static_cast<double>(fwd_[l] + bwd_[l] + rec_[l] + tpf + tpb);
+    }
+  }
+
+  bool full_recompute(const Layer& L) const {
+    return plan_.recompute == Recompute::kFull && (L.type == "transformer" || L.type == "lstm");
+  }
+
+  void place_chunks() {
+    const int pp = plan_.pp, C = pp * plan_.virtual_stages;
+    std::vector<int> counts = plan_.stage_layers;
+    if (counts.empty()) counts = balance_layers(cost_, C);
+    DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks");
+    int embedding_chunk = -1;
+    for (std::size_t l = 0; l < layers_.size() && embedding_chunk < 0; ++l) {
+      if (layers_[l].type == "embedding") embedding_chunk = 0;  // the first chunk always starts at layer 0
+    }
+    int first = 0;
+    for (int vs = 0; vs < C; ++vs) {
+      Chunk ch;
+      ch.first = first;
+      ch.count = counts[vs];
+      ch.rank = vs % pp;
+      Bytes max_extra = 0;
+      for (int l = first; l < first + ch.count; ++l) {
+        const Layer& L = layers_[l];
+        ch.fwd += fwd_[l];
+        ch.bwd += bwd_[l];
+        ch.recompute += rec_[l];
+        ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
+        ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
+        ch.params += L.params;
+        if (full_recompute(L)) {
+          const Bytes ckpt = l == 0 ? 0 : layers_[l - 1].output_bytes;
+          ch.kept += ckpt;
+          max_extra = std::max(max_extra, L.saved_bytes - ckpt);
+        } else if (plan_.recompute == Recompute::kSelective) {
+          ch.kept += L.saved_bytes - L.attention_core_bytes;
+          max_extra = std::max(max_extra, L.attention_core_bytes);
+        } else {
+          ch.kept += L.saved_bytes;
+        }
+        if (L.borrowed_params > 0 && embedding_chunk >= 0 && ch.rank != 0) {
+          // Megatron-LM keeps a copy of the tied word embedding on the last stage.
+          ch.params += L.borrowed_params;
+          ch.tied = L.borrowed_params;
+        }
+      }
+      ch.peak_extra = max_extra;
+      ch.input = first == 0 ? 0 : layers_[first - 1].output_bytes;
+      ch.output = layers_[first + ch.count - 1].output_bytes;
+      if (plan_.tp > 1) {
+        ch.tp_fwd = detail::sum_costs(ch.tp_fwd_ops, tp_group_, comm_);
+        ch.tp_bwd = detail::sum_costs(ch.tp_bwd_ops, tp_group_, comm_);
+      }
+      chunks_.push_back(std::move(ch));
+      first += counts[vs];
+    }
+    if (chunks_.back().tied > 0) chunks_.front().tied = chunks_.back().tied;
+  }
+
+  CommGroup p2p_group(int from_stage, int to_stage) const {
+    const int per_node = cluster_.gpus_per_node;
+    const bool same = (from_stage * plan_.stride_pp) / per_node == (to_stage * plan_.stride_pp) / per_node;
+    CommGroup g;
+    g.ranks = 2;
+    g.ranks_per_node = same ? 2 : 1;
+    g.groups_per_node = same ? 1 : std::max(1, std::min(per_node, plan_.stride_pp));
+    return g;
+  }
+
+  // ---- ranks -----------------------------------------------------------------
+  void make_ranks() {
+    const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm_);
+    const int inter_groups = std::max(dp_group_.ranks_per_node < dp_group_.ranks ? dp_group_.groups_per_node : 1,
+                                      std::min(cluster_.gpus_per_node, plan_.stride_pp));
+    for (int s = 0; s < plan_.pp; ++s) {
+      SimRank r;
+      r.rank = s * plan_.stride_pp;
+      r.stage = s;
+      r.replicas = plan_.dp * plan_.tp;
+      r.streams = {"compute", "grad comm", "send fwd", "send bwd"};
+      r.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = cluster_.intra_node.bandwidth;
+      r.link_capacity[static_cast<int>(LinkClass::kInterNode)] =
+          analytic != nullptr ? analytic->link_capacity(LinkClass::kInterNode, inter_groups)
+                              : cluster_.inter_node.bandwidth * cluster_.nics_per_node / inter_groups;
+      r.link_capacity[static_cast<int>(LinkClass::kHostDevice)] = cluster_.host_device_bandwidth;
+      std::int64_t params = 0;
+      for (const auto& ch : chunks_) {
+        if (ch.rank == s) params += ch.params;
+      }
+      rank_params_.push_back(params);
+      const ModelStates ms = model_states(plan_, params);
+      r.resident.push_back({MemCategory::kParameters, ms.parameters});
+      r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
+      // DDP's bucket buffers (Note [DDP buckets] in lowering.cpp).
+      if (plan_.zero_stage == 0 && plan_.dp > 1) r.resident.push_back({MemCategory::kBuffers, params * w_});
+      r.resident.push_back({MemCategory::kBuffers, cluster_.device.runtime_reserved});
+      g_.ranks.push_back(std::move(r));
+    }
+  }
+
+  // ---- tasks -----------------------------------------------------------------
+  TaskId add(std::string n, int rank, int stream, Phase phase, TimeNs duration, std::vector<MemOp> on_start = {},
+             std::vector<MemOp> on_end = {}) {
+    Task t;
+    t.name = std::move(n);
+    t.kind = TaskKind::kCompute;
+    t.phase = phase;
+    t.rank = rank;
+    t.stream = stream;
+    t.duration = duration;
+    t.on_start = std::move(on_start);
+    t.on_end = std::move(on_end);
+    return g_.add(std::move(t));
+  }
+
+  TaskId comm(std::string n, int rank, int stream, CollectiveOp op, Bytes bytes, const CollectiveCost& cost,
+              std::vector<TaskId> deps) {
+    Task t;
+    t.name = std::move(n);
+    t.kind = TaskKind::kCollective;
+    t.phase = Phase::kComm;
+    t.rank = rank;
+    t.stream = stream;
+    t.op = op;
+    t.bytes = bytes;
+    t.cost = cost;
+    t.deps = std::move(deps);
+    return g_.add(std::move(t));
+  }
+
+  TaskId tp_after(const char* what, int s, int vs, int i, const Chunk& ch, bool forward, TaskId after) {
+    const auto& ops = forward ? ch.tp_fwd_ops : ch.tp_bwd_ops;
+    if (plan_.tp <= 1 || ops.empty()) return after;
+    Bytes bytes = 0;
+    for (const auto& o : ops) bytes += o.bytes * o.count;
+    return comm(name(what, vs, i), s, kCompute, ops.front().op, bytes, forward ? ch.tp_fwd : ch.tp_bwd, {after});
+  }
+
+  TaskId forward(int s, int vs, int i) {
+    const Chunk& ch = chunks_[vs];
+    const std::size_t c = cell(vs, i);
+    f_entry_[c] = add(name("fwd", vs, i), s, kCompute, Phase::kForward, ch.fwd, {{MemCategory::kActivations, ch.kept}});
+    f_exit_[c] = tp_after("tp fwd", s, vs, i, ch, true, f_entry_[c]);
+    if (vs + 1 < static_cast<int>(chunks_.size())) {
+      send_f_[c] = comm(name("send act", vs, i), s, kSendFwd, CollectiveOp::kSendRecv, ch.output,
+                        comm_.collective(CollectiveOp::kSendRecv, ch.output, p2p_group(s, chunks_[vs + 1].rank)), {f_exit_[c]});
+    }
+    return f_exit_[c];
+  }
+
+  TaskId backward(int s, int vs, int i, bool first_of_chunk) {
+    const Chunk& ch = chunks_[vs];
+    const std::size_t c = cell(vs, i);
+    TaskId entry = -1;
+    if (ch.recompute > 0) {
+      entry = add(name("recompute", vs, i), s, kCompute, Phase::kRecompute, ch.recompute,
+                  {{MemCategory::kActivations, ch.peak_extra}});
+    }
+    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.input}};  // the gradient of the chunk's input
+    // Stages 0 and 1 keep full gradients from the first backward to the step.
+    if (first_of_chunk) on_start.push_back({MemCategory::kGradients, ch.params * w_});
+    const TaskId b = add(name("bwd", vs, i), s, kCompute, Phase::kBackward, ch.bwd, std::move(on_start),
+                         {{MemCategory::kActivations, -(ch.kept + (ch.recompute > 0 ? ch.peak_extra : 0) + ch.input)}});
+    b_entry_[c] = entry >= 0 ? entry : b;
+    const TaskId exit = tp_after("tp bwd", s, vs, i, ch, false, b);
+    if (vs > 0) {
+      send_b_[c] = comm(name("send grad", vs, i), s, kSendBwd, CollectiveOp::kSendRecv, ch.input,
+                        comm_.collective(CollectiveOp::kSendRecv, ch.input, p2p_group(s, chunks_[vs - 1].rank)), {exit});
+    }
+    return exit;
+  }
+
+  void finish_rank(int s, const std::vector<TaskId>& last_b, TaskId last) {
+    std::vector<TaskId> deps{last};
+    const int pp = plan_.pp;
+    for (int k = 0; k < plan_.virtual_stages; ++k) {
+      const int vs = k * pp + s;
+      const Chunk& ch = chunks_[vs];
+      if (plan_.dp > 1) {
+        const Bytes bytes = ch.params * w_;
+        deps.push_back(comm(named_ ? "all_reduce grads chunk " + std::to_string(vs) : std::string(), s, kGradComm,
+                            CollectiveOp::kAllReduce, bytes, comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_),
+                            {last_b[k]}));
+      }
+      if (ch.tied > 0 && (vs == 0 || vs + 1 == static_cast<int>(chunks_.size()))) {
+        // The tied embedding's gradient, summed between the first and last stage.
+        const Bytes bytes = ch.tied * w_;
+        TaskId t = comm(named_ ? "all_reduce tied embedding" : std::string(), s, kGradComm, CollectiveOp::kAllReduce,
+                        bytes, comm_.collective(CollectiveOp::kAllReduce, bytes, p2p_group(0, pp - 1)), {last_b[k]});
+        g_.tasks[t].collective = 1;
+        g_.tasks[t].participants = 2;
+        deps.push_back(t);
+      }
+    }
+    const std::int64_t params = rank_params_[s];
+    const std::int64_t shard = plan_.zero_stage >= 1 ? (params + plan_.shard_group - 1) / plan_.shard_group : params;
+    int tensors = 0;
+    for (const auto& ch : chunks_) {
+      if (ch.rank == s) tensors += ch.count;
+    }
+    const TaskId step = add("optimizer step", s, kCompute, Phase::kOptimizer,
+                            detail::device_step_time(static_cast<double>(shard), tensors, plan_, cluster_.device), {},
+                            {{MemCategory::kGradients, -params * w_}});
+    g_.tasks[step].deps = std::move(deps);
+    if (plan_.zero_stage == 1 && plan_.shard_group > 1) {
+      const Bytes all = params * w_;
+      comm("all_gather params", s, kGradComm, CollectiveOp::kAllGather, all,
+           comm_.collective(CollectiveOp::kAllGather, all, dp_group_), {step});
+    }
+  }
+
+  const Model& model_;
+  const ResolvedPlan& plan_;
+  const ClusterSpec& cluster_;
+  const ComputeModel& compute_;
+  const CommModel& comm_;
+  bool named_ = true;
+  std::vector<Layer> layers_;
+  std::vector<TimeNs> fwd_, bwd_, rec_;
+  std::vector<double> cost_;
+  std::vector<Chunk> chunks_;
+  std::vector<std::int64_t> rank_params_;
+  int w_ = 4;
+  CommGroup tp_group_, dp_group_;
+  TaskGraph g_;
+  std::vector<TaskId> f_entry_, f_exit_, b_entry_, send_f_, send_b_;
+};
+
+}  // namespace
+
+TaskGraph lower_pipeline(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                         const CostModels& costs) {
+  return PipelineLowering(model, plan, cluster, costs).build();
+}
+
+}  // namespace dtsim::sim

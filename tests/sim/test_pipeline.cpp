@@ -1,0 +1,254 @@
+// Pipeline, tensor-parallel and recompute lowering against the formulas of
+// the papers that define them.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/executor.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "fake_model.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+
+using test::round_cluster;
+
+/// Communication that costs nothing: the formulas assume it.
+class FreeComm final : public CommModel {
+ public:
+  CollectiveCost collective(CollectiveOp, Bytes, const CommGroup&) const override {
+    CollectiveCost c;
+    c.algorithm = "free";
+    return c;
+  }
+  CollectiveCost host_copy(Bytes) const override { return collective(CollectiveOp::kSendRecv, 0, {}); }
+};
+
+struct Run {
+  ResolvedPlan plan;
+  TaskGraph graph;
+  ExecResult exec;
+  Bytes peak_activations(int rank) const {
+    return exec.memory[rank].at_peak.bytes[static_cast<int>(MemCategory::kActivations)];
+  }
+};
+
+Run run(const Model& m, const std::string& yaml, const ClusterSpec& c, const CommModel& comm, TimeNs ns_per_gflop) {
+  Run r;
+  r.plan = resolve(parse_plan(yaml, "test.yaml"), m, c);
+  const test::FixedCompute compute(ns_per_gflop);
+  r.graph = lower(m, r.plan, c, CostModels{&compute, &comm});
+  r.exec = execute(r.graph);
+  return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const Error& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// 8 identical layers, 1 GFLOP forward (1 ms at 1e6 ns/GFLOP) and 2 GFLOP
+// backward per micro-batch of one sequence; 1 parameter each so the
+// optimizer step is ~1 ns; 1000 activation bytes per layer and sequence.
+const test::FakeModel kEight(8, 1, 1000);
+constexpr TimeNs kMs = 1'000'000;
+
+}  // namespace
+
+TEST_CASE("GPipe: the bubble is (p-1)/(m+p-1) of the iteration with uniform stages and free communication", "[pipeline]") {
+  // Narayanan et al. 2021 section 2.2.1: t = (m + p - 1)(tf + tb) per
+  // stage's tf, tb. p = 4 stages of 2 layers: tf = 2 ms, tb = 4 ms; m = 8.
+  const FreeComm comm;
+  const Run r = run(kEight, "pp: 4\nschedule: gpipe\nmicro_batches: 8\nmicro_batch: 1\n", round_cluster(1, 4), comm, kMs);
+  CHECK(r.graph.stage_layers == std::vector<int>{2, 2, 2, 2});
+  const TimeNs pipeline = (8 + 4 - 1) * 6 * kMs;  // 66 ms
+  CHECK(r.exec.makespan >= pipeline);
+  CHECK(r.exec.makespan <= pipeline + 100);  // + the 1-parameter optimizer step (ns)
+}
+
+TEST_CASE("pipeline breakdown: the simulated bubble is (p-1)(tf + tb) for GPipe and 1F1B", "[pipeline]") {
+  // Busiest stage: compute m(tf + tb) = 48 ms, bubble (p-1)(tf + tb) = 18 ms,
+  // i.e. 3/11 of the 66 ms (the optimizer's nanoseconds aside).
+  const FreeComm comm;
+  for (const char* schedule : {"gpipe", "1f1b"}) {
+    INFO(schedule);
+    const Run r = run(kEight, std::string("pp: 4\nschedule: ") + schedule + "\nmicro_batches: 8\nmicro_batch: 1\n",
+                      round_cluster(1, 4), comm, kMs);
+    const TimeBreakdown b = stage_breakdown(r.graph, r.exec);
+    CHECK(b.compute == 48 * kMs);
+    CHECK(b.bubble / 1000 == 18 * kMs / 1000);
+    CHECK(b.compute + b.bubble + b.optimizer + b.exposed_comm + b.offload + b.other == r.exec.makespan);
+  }
+}
+
+TEST_CASE("1F1B takes as long as GPipe but keeps at most p - s micro-batches of activations", "[pipeline]") {
+  const FreeComm comm;
+  const std::string base = "pp: 4\nmicro_batches: 8\nmicro_batch: 1\nschedule: ";
+  const Run gpipe = run(kEight, base + "gpipe\n", round_cluster(1, 4), comm, kMs);
+  const Run ofob = run(kEight, base + "1f1b\n", round_cluster(1, 4), comm, kMs);
+  CHECK(ofob.exec.makespan == gpipe.exec.makespan);
+  // A stage of 2 layers keeps 2 x 1000 B per micro-batch in flight. GPipe:
+  // all 8 on every stage; 1F1B: p - s on stage s (4, 3, 2, 1).
+  for (int s = 0; s < 4; ++s) {
+    INFO("stage " << s);
+    CHECK(gpipe.peak_activations(s) == 8 * 2000);
+    CHECK(ofob.peak_activations(s) == (4 - s) * 2000);
+  }
+}
+
+TEST_CASE("interleaving v chunks per stage divides the bubble by v", "[pipeline]") {
+  // Narayanan et al. 2021 section 2.2.2: bubble (p-1)(tf + tb)/v. Stages of
+  // 2 layers split into v = 2 chunks of one: t = m(tf + tb) + (p-1)(tf + tb)/2
+  // = 48 + 9 = 57 ms.
+  const FreeComm comm;
+  const Run r = run(kEight, "pp: 4\nschedule: interleaved\nvirtual_stages: 2\nmicro_batches: 8\nmicro_batch: 1\n",
+                    round_cluster(1, 4), comm, kMs);
+  CHECK(r.graph.stage_layers == std::vector<int>{1, 1, 1, 1, 1, 1, 1, 1});
+  CHECK(stage_breakdown(r.graph, r.exec).bubble / 1000 == 9 * kMs / 1000);
+  CHECK(r.exec.makespan / 1000 == 57 * kMs / 1000);
+}
+
+TEST_CASE("naive model parallelism: one stage busy at a time", "[pipeline]") {
+  // 2 stages of 4 layers, 2 micro-steps run one after the other:
+  // 2 x (4 + 4 + 8 + 8) ms.
+  const FreeComm comm;
+  const Run r = run(kEight, "model_parallel: 2\ngrad_accum: 2\nmicro_batch: 1\n", round_cluster(1, 2), comm, kMs);
+  CHECK(r.plan.pp == 2);
+  CHECK(r.plan.schedule == Schedule::kNaive);
+  CHECK(r.exec.makespan / 1000 == 48 * kMs / 1000);
+}
+
+TEST_CASE("pipeline_order: 1F1B warm-up and Megatron's interleaved order", "[pipeline]") {
+  using S = PipeStep;
+  // Stage 0 of 3, 4 micro-batches: 2 warm-up forwards, then F B pairs, then the rest.
+  CHECK(pipeline_order(Schedule::k1f1b, 3, 1, 0, 4) ==
+        std::vector<S>{{true, 0, 0}, {true, 0, 1}, {true, 0, 2}, {false, 0, 0}, {true, 0, 3}, {false, 0, 1},
+                       {false, 0, 2}, {false, 0, 3}});
+  // The last stage alternates from the start.
+  CHECK(pipeline_order(Schedule::k1f1b, 3, 1, 2, 2) == std::vector<S>{{true, 0, 0}, {false, 0, 0}, {true, 0, 1}, {false, 0, 1}});
+  // Interleaved, p = 2, v = 2, m = 4, stage 1: warm-up (p-s-1)*2 + (v-1)*p = 2
+  // forwards (chunk 0 of micro-batches 0 and 1), then chunk 1 of 0 with the
+  // first backward (chunk 1 of micro-batch 0).
+  const auto order = pipeline_order(Schedule::kInterleaved, 2, 2, 1, 4);
+  REQUIRE(order.size() == 16);
+  CHECK(order[0] == S{true, 0, 0});
+  CHECK(order[1] == S{true, 0, 1});
+  CHECK(order[2] == S{true, 1, 0});
+  CHECK(order[3] == S{false, 1, 0});
+}
+
+TEST_CASE("balance_layers: minimise the costliest stage", "[pipeline]") {
+  CHECK(balance_layers({1, 1, 1, 1}, 2) == std::vector<int>{2, 2});
+  CHECK(balance_layers({3, 1, 1, 1}, 2) == std::vector<int>{1, 3});
+  CHECK(balance_layers({1, 1, 1, 5}, 2) == std::vector<int>{3, 1});
+  CHECK(balance_layers({5, 5, 5}, 3) == std::vector<int>{1, 1, 1});
+}
+
+TEST_CASE("tensor parallelism moves 8bsh(t-1)/t elements per layer and micro-batch (Narayanan et al. 2021)", "[tp]") {
+  // Section 3.2: two all-reduces of b x s x h in forward and two in backward;
+  // a ring all-reduce pushes 2(t-1)/t of the buffer through each rank, so
+  // 4 x 2(t-1)/t x bsh = 8bsh(t-1)/t elements, x 2 bytes in fp16.
+  const auto gpt = models::load_model("gpt2");  // h = 768, 12 heads
+  const ClusterSpec c = round_cluster(1, 4);
+  const AnalyticCommModel comm(c);
+  for (int t : {2, 4}) {
+    INFO("tp " << t);
+    const std::string yaml = "tp: " + std::to_string(t) + "\ndp: 1\nmicro_batch: 2\nseq_len: 128\nprecision: fp16\n";
+    const ResolvedPlan plan = resolve(parse_plan(yaml, "t.yaml"), *gpt, c);
+    const RooflineComputeModel compute(c.device);
+    const TaskGraph g = lower(*gpt, plan, c, CostModels{&compute, &comm});
+    double wire = 0;
+    for (const Task& task : g.tasks) {
+      if (task.name == "tp fwd h.3 [mb 0]" || task.name == "tp bwd h.3 [mb 0]") wire += task.cost.wire_bytes;
+    }
+    const double b = 2, s = 128, h = 768;
+    CHECK(wire == Approx(8 * b * s * h * (t - 1) / t * 2));
+  }
+}
+
+TEST_CASE("activation memory per layer follows Korthikanti et al. 2022, Table 2", "[tp][recompute]") {
+  // fp16, dropout, f = 4h: bytes per layer
+  //   tp:                 sbh (10 + 24/t + 5as/(ht))
+  //   tp + sp:            sbh/t (34 + 5as/h)
+  //   tp + selective:     sbh (10 + 24/t)
+  //   tp + sp + selective sbh 34/t
+  //   full recompute:     2sbh (the layer's input), 2sbh/t with sp
+  models::GptConfig cfg;
+  cfg.layers = 2;
+  cfg.hidden = 1024;
+  cfg.heads = 16;
+  cfg.ffn_hidden = 4096;
+  cfg.seq_len = 512;
+  const auto m = models::make_gpt(cfg);
+  const double s = 512, b = 2, h = 1024, a = 16;
+  for (int t : {1, 2, 4, 8}) {
+    INFO("tp " << t);
+    for (bool sp : {false, true}) {
+      if (sp && t == 1) continue;
+      INFO("sp " << sp);
+      WorkloadShape shape;
+      shape.micro_batch = 2;
+      shape.seq_len = 512;
+      shape.act_bytes = 2;
+      shape.tp = t;
+      shape.sequence_parallel = sp;
+      const auto layers = m->layers(shape);
+      const Layer& l = layers[1];
+      REQUIRE(l.type == "transformer");
+      const double sbh = s * b * h;
+      const double none = sp ? sbh / t * (34 + 5 * a * s / h) : sbh * (10 + 24.0 / t + 5 * a * s / (h * t));
+      const double selective = sp ? sbh * 34 / t : sbh * (10 + 24.0 / t);
+      CHECK(static_cast<double>(l.saved_bytes) == Approx(none));
+      CHECK(static_cast<double>(l.saved_bytes - l.attention_core_bytes) == Approx(selective));
+      // Full recompute keeps the input: the previous layer's output.
+      CHECK(static_cast<double>(layers[0].output_bytes) == Approx(sp ? 2 * sbh / t : 2 * sbh));
+    }
+  }
+}
+
+TEST_CASE("tensor-parallel shards own (4h^2 + 2hf + 3h + f)/t + 6h parameters per layer", "[tp]") {
+  const auto gpt = models::load_model("gpt2-medium");  // h 1024, f 4096
+  WorkloadShape shape;
+  shape.tp = 4;
+  const auto layers = gpt->layers(shape);
+  const std::int64_t h = 1024, f = 4096;
+  CHECK(layers[1].params == (4 * h * h + 2 * h * f + 3 * h + f) / 4 + 6 * h);
+}
+
+TEST_CASE("selective and full recompute through the pipeline: memory down, time up", "[recompute]") {
+  const auto gpt = models::load_model("gpt2-medium");
+  const ClusterSpec c = round_cluster(1, 2);
+  const std::string base = "pp: 2\nmicro_batches: 4\nmicro_batch: 2\nseq_len: 512\nprecision: fp16\nrecompute: ";
+  auto pred = [&](const char* r) { return predict(*gpt, parse_plan(base + r + "\n", "t.yaml"), c); };
+  const Prediction none = pred("none"), sel = pred("selective"), full = pred("full");
+  CHECK(sel.ranks[0].activations < none.ranks[0].activations);
+  CHECK(full.ranks[0].activations < sel.ranks[0].activations);
+  CHECK(none.iteration_time < sel.iteration_time);
+  CHECK(sel.iteration_time < full.iteration_time);
+}
+
+TEST_CASE("pipeline plans: bad combinations get one line naming the key", "[pipeline][plan]") {
+  const auto gpt = models::load_model("gpt2");
+  const ClusterSpec c = round_cluster(1, 8);
+  auto err = [&](const std::string& yaml) { return error_of([&] { resolve(parse_plan(yaml, "p.yaml"), *gpt, c); }); };
+  CHECK(err("pp: 2\nzero_stage: 2\n") == "p.yaml:2: plan.zero_stage: stage 2 with pp = 2: sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1");
+  CHECK(err("pp: 4\nschedule: interleaved\nmicro_batches: 6\n") == "p.yaml:3: plan.micro_batches: 6 micro-batches: the interleaved schedule needs a multiple of pp = 4 (as Megatron-LM)");
+  CHECK(err("pp: 2\nstage_layers: [5, 5]\n") == "p.yaml:2: plan.stage_layers: the entries sum to 10; valid: 12 (the blocks of gpt2) or 14 (all its layers)");
+  CHECK(err("tp: 5\n") == "p.yaml:1: plan.tp: 5: 12 attention heads are not divisible by tp=5");
+  CHECK(err("tp: 2\nsequence_parallel: false\npp: 3\n") == "p.yaml:3: plan.pp: tp x pp = 6 does not divide the 8 GPUs of round; valid products: 1, 2, 4, 8");
+  CHECK(err("sequence_parallel: true\n") == "p.yaml:1: plan.sequence_parallel: true needs tp > 1 (it splits what tensor parallelism replicates)");
+  CHECK(err("placement: tp,dp\n") == "p.yaml:1: plan.placement: 'tp,dp' is not an order of tp, pp and dp; valid e.g. tp,pp,dp (the default) or tp,dp,pp");
+  // stage_layers in blocks: the embedding joins the first stage, the head the last.
+  const ResolvedPlan r = resolve(parse_plan("pp: 2\nstage_layers: [3, 9]\n", "p.yaml"), *gpt, c);
+  CHECK(r.stage_layers == std::vector<int>{4, 10});
+}
