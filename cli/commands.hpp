@@ -12,6 +12,8 @@ using Args = std::vector<std::string>;
 
 int cmd_predict(const Args& args);
 int cmd_comm(const Args& args);
+/// `search`: rank every valid plan for a model on a cluster.
+int cmd_search(const Args& args);
 int cmd_list(const Args& args);
 /// Runs the measurement programs and writes a profile; `command_line` is recorded in it.
 int cmd_calibrate(const Args& args, const std::string& command_line);

@@ -24,6 +24,7 @@ int main(int argc, char** argv) {
   try {
     if (cmd == "predict") return cli::cmd_predict(rest);
     if (cmd == "comm") return cli::cmd_comm(rest);
+    if (cmd == "search") return cli::cmd_search(rest);
     if (cmd == "list") return cli::cmd_list(rest);
     if (cmd == "calibrate") {
       std::string line = "dtsim";
@@ -31,7 +32,7 @@ int main(int argc, char** argv) {
       return cli::cmd_calibrate(rest, line);
     }
     if (cmd == "profile") return cli::cmd_profile(rest);
-    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, comm, list, calibrate, profile (see dtsim --help)\n";
+    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, search, comm, list, calibrate, profile (see dtsim --help)\n";
     return 2;
   } catch (const InternalError& e) {
     std::cerr << "dtsim: " << e.what() << " (this is a bug in dtsim; please report it)\n";

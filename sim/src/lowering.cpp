@@ -60,7 +60,7 @@ using detail::update_bytes_per_param;
 class Lowering {
  public:
   Lowering(const Model& m, const ResolvedPlan& p, const ClusterSpec& c, const CostModels& costs)
-      : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm) {
+      : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm), named_(costs.name_tasks) {
     WorkloadShape shape;
     shape.micro_batch = p.micro_batch;
     shape.seq_len = p.seq_len;
@@ -214,7 +214,8 @@ class Lowering {
     return g_.add(std::move(t));
   }
 
-  static std::string tag(std::int64_t m, const std::string& what) {
+  std::string tag(std::int64_t m, const std::string& what) const {
+    if (!named_) return {};
     return what + " [mb " + std::to_string(m) + "]";
   }
 
@@ -421,6 +422,7 @@ class Lowering {
   const ClusterSpec& cluster_;
   const ComputeModel& compute_;
   const CommModel& comm_;
+  bool named_ = true;
   std::vector<Layer> layers_;
   std::vector<TimeNs> fwd_time_, bwd_time_, core_time_;  // per layer, one micro-batch
   std::vector<CollectiveCost> tp_fwd_, tp_bwd_;          // per layer, one micro-batch

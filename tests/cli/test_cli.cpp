@@ -59,6 +59,20 @@ TEST_CASE("predict prints a table", "[cli]") {
                         Catch::Contains("fits: yes"));
 }
 
+TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
+  const Result r = dtsim("search --model gpt2 --cluster 2xa100-80g --global-batch 16 --top 3 --json");
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out);
+  CHECK(j["gpus"].as<int>() == 2);
+  CHECK(j["enumerated"].as<int>() == j["pruned_memory"].as<int>() + j["simulated"].as<int>());
+  REQUIRE(j["top"].size() == 3);
+  CHECK(j["top"][0]["iteration_time_s"].as<double>() <= j["top"][1]["iteration_time_s"].as<double>());
+  CHECK(j["top"][0]["plan"]["dp"].as<int>() * j["top"][0]["plan"]["tp"].as<int>() * j["top"][0]["plan"]["pp"].as<int>() == 2);
+  const Result csv = dtsim("search --model gpt2 --cluster 2xa100-80g --global-batch 16 --top 3 --csv");
+  REQUIRE(csv.status == 0);
+  CHECK(lines(csv.out) == 4);  // header + 3 plans
+}
+
 TEST_CASE("predict in JSON has the documented schema", "[cli]") {
   const Result r = dtsim("predict --model bert-large --cluster 2xa100-80g --plan ddp --set plan.micro_batch=32 --json");
   REQUIRE(r.status == 0);
@@ -187,6 +201,13 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"profile show /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
       {"profile list", "usage: dtsim profile show FILE.h5"},
       {"predict --model gpt2 --cluster dgx-a100 --profile /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.schedule=zigzag", "plan.schedule: 'zigzag' is not one of gpipe, 1f1b, interleaved"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.pp=2 --set plan.stage_layers=[1,x]", "plan.stage_layers: expected a list of integers"},
+      {"predict --model bilstm --cluster dgx-a100 --set plan.tp=2", "plan.tp: 2: an LSTM has no tensor-parallel split"},
+      {"predict --model gpt2-medium --cluster dgx-a100 --plan megatron-3d", "plan.pp: tp x pp = 64 does not divide the 8 GPUs of dgx-a100"},
+      {"search --model gpt2 --cluster dgx-a100 --global-batch 0", "--global-batch 0: expected an integer from 1"},
+      {"search --model gpt2 --cluster dgx-a100 --gpus 3", "--gpus 3: must divide the 8 GPUs of dgx-a100"},
+      {"search --model gpt2 --cluster dgx-a100 --json --csv", "--json and --csv exclude each other"},
   };
   for (const auto& c : cases) {
     INFO("dtsim " << c.args);

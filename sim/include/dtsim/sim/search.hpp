@@ -1,0 +1,74 @@
+#pragma once
+// Plan search: enumerate every valid plan for a model on a cluster (dp, tp,
+// pp, schedule, virtual stages, micro-batch, ZeRO/FSDP, offload, recompute,
+// sequence parallelism), drop what cannot fit, simulate the rest on every
+// core, and rank them by iteration time with the Pareto front of time
+// against peak memory.
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/model.hpp"
+#include "dtsim/sim/plan.hpp"
+
+namespace dtsim::sim {
+
+/// What to search.
+struct SearchOptions {
+  int gpus = 0;                   ///< GPUs to use (0: the whole cluster)
+  std::int64_t global_batch = 0;  ///< sequences per iteration (0: 4 per GPU)
+  int top = 10;                   ///< plans to keep in the ranking
+  int threads = 0;                ///< 0: every core
+  /// Knobs held fixed (precision, optimizer, seq_len, bucket_mb ...) come
+  /// from this plan; the searched ones are overwritten.
+  PlanSpec base;
+  std::shared_ptr<const ProfileCosts> profile;  ///< measured costs, or null
+  /// Called now and then from the calling thread with plans done and total.
+  std::function<void(std::size_t done, std::size_t total)> progress;
+};
+
+/// One simulated plan.
+struct SearchEntry {
+  ResolvedPlan plan;            ///< as resolved and lowered (stage_layers filled)
+  TimeNs iteration_time = 0;
+  double tokens_per_s = 0;
+  double mfu = 0;
+  Bytes peak = 0;               ///< the fullest GPU
+  bool fits = false;
+};
+
+/// What the search found.
+struct SearchResult {
+  std::string model_name, cluster_name;
+  int gpus = 0;
+  std::int64_t global_batch = 0;
+  Bytes capacity = 0;
+  std::size_t enumerated = 0;       ///< distinct valid plans
+  std::size_t pruned_memory = 0;    ///< dropped before simulating: model states alone exceed memory
+  std::size_t simulated = 0;
+  std::size_t not_fitting = 0;      ///< simulated, peak over capacity
+  std::vector<SearchEntry> top;     ///< fastest fitting plans, fastest first
+  std::vector<SearchEntry> pareto;  ///< fitting plans no other beats on both time and memory, by time
+  double seconds = 0;               ///< wall time of the search
+  int threads = 1;
+};
+
+/// The candidate plans the search would try, before memory pruning.
+std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
+
+/// Runs the search. Throws ConfigError if the options are impossible (a
+/// global batch no data-parallel degree divides, more GPUs than the cluster).
+SearchResult search(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
+
+/// The ranking and the Pareto front as tables.
+std::string format_search(const SearchResult& r);
+std::string search_to_json(const SearchResult& r);
+/// Every ranked plan, one CSV row each, with a header.
+std::string search_to_csv(const SearchResult& r);
+
+}  // namespace dtsim::sim

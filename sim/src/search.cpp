@@ -1,0 +1,418 @@
+// Plan search.
+//
+// Note [Search]
+// The space is the product of the parallel degrees (tp a power of two that
+// divides a node and the model's heads, pp any divisor up to the layer
+// count, dp the rest), the micro-batch (powers of two dividing the batch per
+// replica), and per degree the schedules (1F1B, GPipe, interleaved with 2 or
+// 4 chunks where the micro-batches allow), ZeRO stages and FSDP (0 and 1
+// with pipelines), optimizer and parameter offload, recompute and sequence
+// parallelism. Before simulating, a plan whose model states alone (ZeRO
+// paper accounting of the fewest parameters a GPU can hold, total / (tp x
+// pp)) exceed the device is dropped: that bound never drops a plan that fits.
+// The rest are simulated in parallel, each prediction independent
+// (sim::Model is immutable), and kept only if every GPU's simulated peak fits.
+#include "dtsim/sim/search.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <chrono>
+#include <cstdio>
+#include <limits>
+#include <map>
+#include <tuple>
+#include <mutex>
+#include <sstream>
+#include <thread>
+
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/json_writer.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/predict.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+int layer_count(const Model& model) {
+  WorkloadShape one;
+  return static_cast<int>(model.layers(one).size());
+}
+
+bool has_attention(const Model& model) {
+  WorkloadShape one;
+  for (const auto& l : model.layers(one)) {
+    if (l.attention_core_bytes > 0) return true;
+  }
+  return false;
+}
+
+std::string schedule_text(const ResolvedPlan& p) {
+  if (p.pp == 1) return "-";
+  std::string s = to_string(p.schedule);
+  if (p.virtual_stages > 1) s += " v" + std::to_string(p.virtual_stages);
+  return s;
+}
+
+std::string sharding_text(const ResolvedPlan& p) {
+  if (p.fsdp) return std::string("fsdp ") + to_string(p.spec.fsdp);
+  return p.zero_stage == 0 ? "ddp" : "zero" + std::to_string(p.zero_stage);
+}
+
+std::string offload_text(const ResolvedPlan& p) {
+  if (p.offload_params == Offload::kCpu) return "opt+params";
+  return p.offload_optimizer == Offload::kCpu ? "opt" : "-";
+}
+
+std::string fmt(const char* f, double v) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, v);
+  return buf;
+}
+
+std::string pad(const std::string& s, std::size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
+
+}  // namespace
+
+std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
+  const int gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
+  if (gpus < 1 || gpus > cluster.gpus() || cluster.gpus() % gpus != 0) {
+    throw ConfigError("--gpus " + std::to_string(gpus) + ": must divide the " + std::to_string(cluster.gpus()) +
+                      " GPUs of " + cluster.name);
+  }
+  const std::int64_t batch = o.global_batch == 0 ? 4LL * gpus : o.global_batch;
+  const int layers = layer_count(model);
+  const bool attention = has_attention(model);
+  std::vector<PlanSpec> out;
+  for (int tp = 1; tp <= std::min(gpus, cluster.gpus_per_node); tp *= 2) {
+    if (gpus % tp != 0 || cluster.gpus_per_node % tp != 0 || !model.tp_error(tp).empty()) continue;
+    for (int pp : divisors(gpus / tp)) {
+      if (pp > layers) break;
+      const int dp = gpus / (tp * pp);
+      if (batch % dp != 0) continue;
+      const std::int64_t per_replica = batch / dp;
+      for (std::int64_t mb = 1; mb <= per_replica; ++mb) {
+        if (per_replica % mb != 0) continue;
+        const std::int64_t m = per_replica / mb;
+        struct Sched {
+          Schedule s;
+          int v;
+        };
+        std::vector<Sched> scheds;
+        if (pp == 1) {
+          scheds.push_back({Schedule::k1f1b, 0});
+        } else {
+          scheds.push_back({Schedule::k1f1b, 0});
+          scheds.push_back({Schedule::kGpipe, 0});
+          for (int v : {2, 3, 4, 6, 8}) {
+            if (m % pp == 0 && pp * v <= layers) scheds.push_back({Schedule::kInterleaved, v});
+          }
+        }
+        struct Shard {
+          int zero;
+          FsdpMode fsdp;
+        };
+        std::vector<Shard> shards{{0, FsdpMode::kNone}};
+        if (dp > 1) {
+          shards.push_back({1, FsdpMode::kNone});
+          if (pp == 1) {
+            shards.push_back({2, FsdpMode::kNone});
+            shards.push_back({3, FsdpMode::kNone});
+            shards.push_back({0, FsdpMode::kFullShard});
+          }
+        }
+        std::vector<Recompute> recomputes{Recompute::kNone, Recompute::kFull};
+        if (attention) recomputes.insert(recomputes.begin() + 1, Recompute::kSelective);
+        for (const Sched& sc : scheds) {
+          for (const Shard& sh : shards) {
+            const int stage = sh.fsdp == FsdpMode::kFullShard ? 3 : sh.zero;
+            std::vector<std::pair<Offload, Offload>> offloads{{Offload::kNone, Offload::kNone}};
+            if (stage >= 1 && pp == 1) offloads.push_back({Offload::kCpu, Offload::kNone});
+            if (stage == 3 && pp == 1) offloads.push_back({Offload::kCpu, Offload::kCpu});
+            for (const auto& [opt, par] : offloads) {
+              for (Recompute rc : recomputes) {
+                for (int variant = 0; variant < 4; ++variant) {
+                  const bool sp = variant % 2 == 1;
+                  // Placement: tp innermost, then pp or (a second variant when both
+                  // exist) dp, so a stage's data-parallel peers share a node.
+                  const bool dp_inner = variant >= 2;
+                  if (sp && tp == 1) continue;
+                  if (dp_inner && (pp == 1 || dp == 1)) continue;
+                  PlanSpec p = o.base;
+                  p.placement = dp_inner ? "tp,dp,pp" : "tp,pp,dp";
+                  p.name = "search";
+                  p.dp = dp;
+                  p.tp = tp;
+                  p.pp = pp;
+                  p.model_parallel = 0;
+                  p.schedule = sc.s;
+                  p.virtual_stages = sc.v;
+                  p.stage_layers.clear();
+                  p.sequence_parallel = sp;
+                  p.micro_batch = mb;
+                  p.grad_accum = m;
+                  p.global_batch = 0;
+                  p.zero_stage = sh.zero;
+                  p.fsdp = sh.fsdp;
+                  p.offload_optimizer = opt;
+                  p.offload_params = par;
+                  p.recompute = rc;
+                  out.push_back(std::move(p));
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+  }
+  return out;
+}
+
+SearchResult search(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
+  const auto t0 = std::chrono::steady_clock::now();
+  SearchResult r;
+  r.model_name = model.name();
+  r.cluster_name = cluster.name;
+  r.gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
+  r.global_batch = o.global_batch == 0 ? 4LL * r.gpus : o.global_batch;
+  r.capacity = cluster.device.memory;
+  const std::vector<PlanSpec> candidates = enumerate_plans(model, cluster, o);
+  r.enumerated = candidates.size();
+  if (candidates.empty()) {
+    throw ConfigError("--global-batch " + std::to_string(r.global_batch) + ": no data-parallel degree of " +
+                      std::to_string(r.gpus) + " GPUs divides it; give a multiple of the GPU count");
+  }
+
+  // Memory pruning by a lower bound of the peak (Note [Search]).
+  const std::int64_t params = model.parameters();
+  std::map<std::tuple<std::int64_t, int, bool, Recompute>, Bytes> kept_cache;
+  auto kept_per_micro = [&](const PlanSpec& s) {
+    const auto key = std::make_tuple(s.micro_batch, s.tp, s.sequence_parallel, s.recompute);
+    if (auto it = kept_cache.find(key); it != kept_cache.end()) return it->second;
+    WorkloadShape shape;
+    shape.micro_batch = s.micro_batch;
+    shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
+    shape.act_bytes = element_bytes(s.precision);
+    shape.tp = s.tp;
+    shape.sequence_parallel = s.sequence_parallel;
+    Bytes kept = 0;
+    const auto layers = model.layers(shape);
+    for (std::size_t l = 0; l < layers.size(); ++l) {
+      const Layer& L = layers[l];
+      const bool block = L.type == "transformer" || L.type == "lstm";
+      if (s.recompute == Recompute::kFull && block) {
+        kept += l == 0 ? 0 : layers[l - 1].output_bytes;
+      } else if (s.recompute == Recompute::kSelective) {
+        kept += L.saved_bytes - L.attention_core_bytes;
+      } else {
+        kept += L.saved_bytes;
+      }
+    }
+    kept_cache[key] = kept;
+    return kept;
+  };
+  std::vector<std::size_t> todo;
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const PlanSpec& s = candidates[i];
+    ResolvedPlan lb;
+    lb.precision = s.precision;
+    lb.optimizer = s.optimizer;
+    lb.zero_stage = s.fsdp == FsdpMode::kFullShard ? 3 : s.zero_stage;
+    lb.shard_group = lb.zero_stage == 0 ? 1 : s.dp;
+    lb.offload_optimizer = s.offload_optimizer;
+    lb.offload_params = s.offload_params;
+    const ModelStates ms = model_states(lb, params / (static_cast<std::int64_t>(s.tp) * s.pp));
+    const Bytes in_flight = s.pp > 1 && s.schedule == Schedule::kGpipe ? s.grad_accum : 1;
+    const Bytes activations = kept_per_micro(s) * in_flight / s.pp;
+    if (ms.total() + activations + cluster.device.runtime_reserved > cluster.device.memory) {
+      ++r.pruned_memory;
+    } else {
+      todo.push_back(i);
+    }
+  }
+
+  std::vector<SearchEntry> entries(todo.size());
+  std::vector<char> ok(todo.size(), 0);
+  std::atomic<std::size_t> next{0}, done{0};
+  std::mutex error_mutex;
+  std::string first_error;
+  unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  threads = std::min<unsigned>(threads, std::max<std::size_t>(1, todo.size()));
+  r.threads = static_cast<int>(threads);
+  auto worker = [&] {
+    PredictOptions po;
+    po.profile = o.profile;
+    for (std::size_t k; (k = next.fetch_add(1)) < todo.size(); done.fetch_add(1)) {
+      try {
+        const Prediction p = predict(model, candidates[todo[k]], cluster, po);
+        SearchEntry& e = entries[k];
+        e.plan = p.plan;
+        e.iteration_time = p.iteration_time;
+        e.tokens_per_s = p.tokens_per_s;
+        e.mfu = p.mfu;
+        for (const auto& rm : p.ranks) e.peak = std::max(e.peak, rm.peak);
+        e.fits = p.fits;
+        ok[k] = 1;
+      } catch (const ConfigError&) {
+        // A combination resolve() refuses (e.g. stage count vs layers): not a plan.
+      } catch (const std::exception& ex) {
+        std::lock_guard<std::mutex> lock(error_mutex);
+        if (first_error.empty()) first_error = ex.what();
+      }
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < threads; ++t) pool.emplace_back(worker);
+  if (o.progress) {
+    // The calling thread reports progress while the others work, then joins in.
+    std::thread last(worker);
+    while (done.load() < todo.size()) {
+      o.progress(done.load() + r.pruned_memory, candidates.size());
+      std::this_thread::sleep_for(std::chrono::milliseconds(200));
+    }
+    last.join();
+    o.progress(candidates.size(), candidates.size());
+  } else {
+    worker();
+  }
+  for (auto& t : pool) t.join();
+  if (!first_error.empty()) throw InternalError("search: " + first_error);
+
+  std::vector<SearchEntry> fitting;
+  for (std::size_t k = 0; k < todo.size(); ++k) {
+    if (!ok[k]) {
+      --r.enumerated;  // refused by resolve: not a valid plan after all
+      continue;
+    }
+    ++r.simulated;
+    if (entries[k].fits) {
+      fitting.push_back(std::move(entries[k]));
+    } else {
+      ++r.not_fitting;
+    }
+  }
+  std::stable_sort(fitting.begin(), fitting.end(),
+                   [](const SearchEntry& a, const SearchEntry& b) { return a.iteration_time < b.iteration_time; });
+  Bytes best_peak = std::numeric_limits<Bytes>::max();
+  for (const auto& e : fitting) {
+    if (e.peak < best_peak) {
+      r.pareto.push_back(e);
+      best_peak = e.peak;
+    }
+  }
+  if (fitting.size() > static_cast<std::size_t>(std::max(0, o.top))) fitting.resize(static_cast<std::size_t>(std::max(0, o.top)));
+  r.top = std::move(fitting);
+  r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return r;
+}
+
+namespace {
+
+void table(std::ostringstream& os, const std::vector<SearchEntry>& es) {
+  os << "    " << pad("#", 4) << pad("time", 11) << pad("tokens/s", 11) << pad("MFU", 7) << pad("peak GiB", 10)
+     << pad("dp", 5) << pad("tp", 4) << pad("pp", 4) << pad("schedule", 16) << pad("mb", 5) << pad("m", 6)
+     << pad("sharding", 18) << pad("offload", 11) << pad("recompute", 11) << pad("sp", 4) << "placement\n";
+  int i = 1;
+  for (const auto& e : es) {
+    const ResolvedPlan& p = e.plan;
+    const double t = ns_to_seconds(e.iteration_time);
+    os << "    " << pad(std::to_string(i++), 4) << pad(t >= 1 ? fmt("%.3f s", t) : fmt("%.1f ms", t * 1e3), 11)
+       << pad(fmt("%.0f", e.tokens_per_s), 11) << pad(fmt("%.1f%%", e.mfu * 100), 7)
+       << pad(fmt("%.2f", static_cast<double>(e.peak) / kGiB), 10) << pad(std::to_string(p.dp), 5)
+       << pad(std::to_string(p.tp), 4) << pad(std::to_string(p.pp), 4) << pad(schedule_text(p), 16)
+       << pad(std::to_string(p.micro_batch), 5) << pad(std::to_string(p.grad_accum), 6) << pad(sharding_text(p), 18)
+       << pad(offload_text(p), 11) << pad(to_string(p.recompute), 11) << pad(p.sequence_parallel ? "yes" : "-", 4)
+       << (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-") << "\n";
+  }
+}
+
+void entry_json(JsonWriter& j, const SearchEntry& e) {
+  const ResolvedPlan& p = e.plan;
+  j.begin_object();
+  j.field("iteration_time_s", ns_to_seconds(e.iteration_time)).field("tokens_per_s", e.tokens_per_s).field("mfu", e.mfu);
+  j.field("peak_bytes", static_cast<std::int64_t>(e.peak)).field("fits", e.fits);
+  j.key("plan").begin_object();
+  j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp);
+  j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none").field("virtual_stages", p.virtual_stages);
+  j.field("micro_batch", static_cast<std::int64_t>(p.micro_batch)).field("micro_batches", static_cast<std::int64_t>(p.grad_accum));
+  j.field("zero_stage", p.zero_stage).field("fsdp", to_string(p.spec.fsdp));
+  j.field("offload_optimizer", to_string(p.offload_optimizer)).field("offload_params", to_string(p.offload_params));
+  j.field("recompute", to_string(p.recompute)).field("sequence_parallel", p.sequence_parallel);
+  j.field("precision", to_string(p.precision)).field("placement", p.spec.placement);
+  j.key("stage_layers").begin_array();
+  for (int n : p.stage_layers) j.value(n);
+  j.end_array();
+  j.end_object();
+  j.end_object();
+}
+
+}  // namespace
+
+std::string format_search(const SearchResult& r) {
+  std::ostringstream os;
+  os << "dtsim search: " << r.model_name << " on " << r.gpus << " GPUs of " << r.cluster_name << ", global batch "
+     << r.global_batch << " (capacity " << fmt("%.2f GiB", static_cast<double>(r.capacity) / kGiB) << " per GPU)\n";
+  os << "  tried " << r.enumerated << " distinct plans: " << r.pruned_memory << " pruned by memory before simulating, "
+     << r.simulated << " simulated, " << r.not_fitting << " of those did not fit; " << fmt("%.2f s", r.seconds) << " on "
+     << r.threads << " thread(s)\n\n";
+  if (r.top.empty()) {
+    os << "  no plan fits: try more GPUs, a smaller global batch, or a larger device\n";
+    return os.str();
+  }
+  os << "  fastest " << r.top.size() << " plans that fit\n";
+  table(os, r.top);
+  os << "\n  Pareto front: time against peak memory (no other plan is both faster and smaller)\n";
+  table(os, r.pareto);
+  return os.str();
+}
+
+std::string search_to_json(const SearchResult& r) {
+  JsonWriter j;
+  j.begin_object();
+  j.field("model", r.model_name).field("cluster", r.cluster_name).field("gpus", r.gpus);
+  j.field("global_batch", static_cast<std::int64_t>(r.global_batch));
+  j.field("capacity_bytes", static_cast<std::int64_t>(r.capacity));
+  j.field("enumerated", static_cast<std::int64_t>(r.enumerated));
+  j.field("pruned_memory", static_cast<std::int64_t>(r.pruned_memory));
+  j.field("simulated", static_cast<std::int64_t>(r.simulated));
+  j.field("not_fitting", static_cast<std::int64_t>(r.not_fitting));
+  j.field("seconds", r.seconds).field("threads", r.threads);
+  j.key("top").begin_array();
+  for (const auto& e : r.top) entry_json(j, e);
+  j.end_array();
+  j.key("pareto").begin_array();
+  for (const auto& e : r.pareto) entry_json(j, e);
+  j.end_array();
+  j.end_object();
+  return j.str() + "\n";
+}
+
+std::string search_to_csv(const SearchResult& r) {
+  std::ostringstream os;
+  os << "rank,iteration_time_s,tokens_per_s,mfu,peak_bytes,dp,tp,pp,schedule,virtual_stages,micro_batch,micro_batches,"
+        "sharding,offload,recompute,sequence_parallel,placement,pareto\n";
+  int i = 1;
+  for (const auto& e : r.top) {
+    const ResolvedPlan& p = e.plan;
+    const bool on_front = std::any_of(r.pareto.begin(), r.pareto.end(), [&](const SearchEntry& f) {
+      return f.iteration_time == e.iteration_time && f.peak == e.peak;
+    });
+    os << i++ << "," << fmt("%.9g", ns_to_seconds(e.iteration_time)) << "," << fmt("%.6g", e.tokens_per_s) << ","
+       << fmt("%.4f", e.mfu) << "," << e.peak << "," << p.dp << "," << p.tp << "," << p.pp << ","
+       << (p.pp > 1 ? to_string(p.schedule) : "none") << "," << p.virtual_stages << "," << p.micro_batch << ","
+       << p.grad_accum << "," << sharding_text(p) << "," << offload_text(p) << "," << to_string(p.recompute) << ","
+       << (p.sequence_parallel ? "true" : "false") << "," << std::string(p.spec.placement).replace(2, 1, "-").replace(5, 1, "-") << ","
+       << (on_front ? "true" : "false") << "\n";
+  }
+  return os.str();
+}
+
+}  // namespace dtsim::sim
