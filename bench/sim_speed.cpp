@@ -1,5 +1,6 @@
 // Simulator speed: plans per second and events per second for gpt2-xl under
-// DDP and ZeRO-3 on 8, 64 and 1024 A100s. Each configuration runs
+// DDP, ZeRO-3, 1F1B and interleaved pipelines (8 stages, 8 micro-batches) on
+// 8, 64 and 1024 A100s. Each configuration runs
 // `--repeat` times (default 21); the median is reported.
 //   build/bench/dtsim_bench_sim [--repeat N] [--json]
 #include <algorithm>
@@ -41,10 +42,13 @@ int main(int argc, char** argv) {
       std::size_t tasks;
     };
     std::vector<Row> rows;
-    for (const char* plan_name : {"ddp", "zero3"}) {
+    for (const char* plan_name : {"ddp", "zero3", "1f1b", "interleaved"}) {
       for (int gpus : {8, 64, 1024}) {
         const auto cluster = sim::load_cluster("dgx-a100", {sim::parse_override("cluster.nodes=" + std::to_string(gpus / 8))});
-        const auto plan = sim::load_plan(plan_name, {sim::parse_override("plan.micro_batch=4"), sim::parse_override("plan.grad_accum=4")});
+        const bool pipeline = std::string(plan_name) == "1f1b" || std::string(plan_name) == "interleaved";
+        const auto plan = pipeline ? sim::load_plan(plan_name, {sim::parse_override("plan.micro_batch=4"), sim::parse_override("plan.pp=8"),
+                                                                sim::parse_override("plan.micro_batches=8")})
+                                   : sim::load_plan(plan_name, {sim::parse_override("plan.micro_batch=4"), sim::parse_override("plan.grad_accum=4")});
         std::vector<double> ms;
         sim::Prediction last;
         for (int r = 0; r < repeat; ++r) {
@@ -68,10 +72,10 @@ int main(int argc, char** argv) {
       }
       std::printf("]\n");
     } else {
-      std::printf("gpt2-xl, micro_batch 4, grad_accum 4, dgx-a100 nodes; median of %d runs\n", repeat);
-      std::printf("%-6s %6s %12s %12s %14s %9s %7s\n", "plan", "gpus", "median (ms)", "plans/s", "events/s", "events", "tasks");
+      std::printf("gpt2-xl, micro_batch 4, grad_accum 4 (pipelines: 8 stages, 8 micro-batches), dgx-a100 nodes; median of %d runs\n", repeat);
+      std::printf("%-12s %6s %12s %12s %14s %9s %7s\n", "plan", "gpus", "median (ms)", "plans/s", "events/s", "events", "tasks");
       for (const Row& r : rows) {
-        std::printf("%-6s %6d %12.3f %12.1f %14.0f %9llu %7zu\n", r.plan.c_str(), r.gpus, r.median_ms, r.plans_per_s,
+        std::printf("%-12s %6d %12.3f %12.1f %14.0f %9llu %7zu\n", r.plan.c_str(), r.gpus, r.median_ms, r.plans_per_s,
                     r.events_per_s, static_cast<unsigned long long>(r.events), r.tasks);
       }
     }

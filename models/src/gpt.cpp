@@ -13,7 +13,9 @@ using namespace detail;
 
 class Gpt final : public ZooModel {
  public:
-  explicit Gpt(GptConfig c) : c_(std::move(c)) {}
+  explicit Gpt(GptConfig c) : c_(std::move(c)) {
+    if (c_.ffn_hidden == 0) c_.ffn_hidden = 4 * c_.hidden;
+  }
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
   std::int64_t max_seq_len() const override { return c_.seq_len; }

@@ -102,6 +102,10 @@ class Lowering {
     rank.resident.push_back({MemCategory::kBuffers, cluster_.device.runtime_reserved});
     g_.ranks.push_back(rank);
 
+    g_.stage_layers = {static_cast<int>(layers_.size())};
+    // Forward, backward and up to four communication tasks per layer and
+    // micro-step: reserving avoids copying the task list as it grows.
+    g_.tasks.reserve(layers_.size() * static_cast<std::size_t>(plan_.grad_accum) * 6 + 16);
     plan_buckets();
     for (std::int64_t m = 0; m < plan_.grad_accum; ++m) {
       const bool last = m + 1 == plan_.grad_accum;
@@ -462,11 +466,7 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters) {
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
   DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
   if (plan.pp > 1) return lower_pipeline(model, plan, cluster, costs);
-  TaskGraph g = Lowering(model, plan, cluster, costs).build();
-  WorkloadShape one;
-  one.tp = plan.tp;
-  g.stage_layers = {static_cast<int>(model.layers(one).size())};
-  return g;
+  return Lowering(model, plan, cluster, costs).build();
 }
 
 }  // namespace dtsim::sim

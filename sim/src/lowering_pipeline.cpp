@@ -150,6 +150,7 @@ class PipelineLowering {
     const int C = pp * v;
     const int m = static_cast<int>(plan_.grad_accum);
     const std::size_t cells = static_cast<std::size_t>(C) * m;
+    g_.tasks.reserve(cells * 7 + 8 * static_cast<std::size_t>(pp));  // <= 7 tasks per chunk and micro-batch
     f_entry_.assign(cells, -1);
     f_exit_.assign(cells, -1);
     b_entry_.assign(cells, -1);

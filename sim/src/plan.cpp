@@ -154,7 +154,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   } else if (s.virtual_stages > 1) {
     bad(s, "virtual_stages", std::to_string(s.virtual_stages) + " needs schedule: interleaved and pp > 1");
   }
-  {
+  if (r.pp > 1 || !s.stage_layers.empty()) {
     WorkloadShape one;
     const auto layers = model.layers(one);
     const int n = static_cast<int>(layers.size());

@@ -18,7 +18,7 @@ struct GptConfig {
   int layers = 12;                 ///< n_layer
   std::int64_t hidden = 768;       ///< n_embd (h)
   std::int64_t heads = 12;         ///< n_head (a)
-  std::int64_t ffn_hidden = 3072;  ///< n_inner (default 4h)
+  std::int64_t ffn_hidden = 0;     ///< n_inner (0: 4h, as GPT-2)
   std::int64_t vocab = 50257;      ///< vocab_size (V)
   std::int64_t seq_len = 1024;     ///< n_positions: the longest sequence
   bool tied_head = true;           ///< LM head shares the token embedding (GPT-2)
