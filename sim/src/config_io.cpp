@@ -182,12 +182,15 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.grad_accum = c.get_int("grad_accum", 0, 1, kBig);
   if (c.has("micro_batches")) {
     // GPipe's "chunks": the micro-batches of one iteration, i.e. grad_accum.
+    // A --set of one wins over the other written in the file.
     const std::int64_t m = c.get_int("micro_batches", 0, 1, kBig);
-    if (p.grad_accum != 0 && p.grad_accum != m) {
+    const bool m_set = c.where("micro_batches").rfind("--set", 0) == 0;
+    const bool ga_set = c.has("grad_accum") && c.where("grad_accum").rfind("--set", 0) == 0;
+    if (p.grad_accum != 0 && p.grad_accum != m && m_set == ga_set) {
       c.fail("micro_batches", std::to_string(m) + " contradicts grad_accum: " + std::to_string(p.grad_accum) +
                                   " (they are the same thing); set only one");
     }
-    p.grad_accum = m;
+    if (!ga_set || m_set) p.grad_accum = m;
   }
   p.global_batch = c.get_int("global_batch", 0, 1, kBig);
   p.seq_len = c.get_int("seq_len", 0, 1, kBig);
