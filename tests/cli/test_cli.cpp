@@ -73,6 +73,23 @@ TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
   CHECK(lines(csv.out) == 4);  // header + 3 plans
 }
 
+TEST_CASE("a GPipe plan with a given balance reports every stage", "[cli][pipeline]") {
+  // The example: gpt2-xl's 48 blocks as [30, 18]; the embedding
+  // joins the first stage and the head the last, so 31 and 19 layers.
+  const Result r = dtsim("predict --model gpt2-xl --cluster 2xa100-80g --plan gpipe --set plan.stage_layers=[30,18] "
+                         "--set plan.micro_batches=16 --json");
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out);
+  CHECK(j["plan"]["schedule"].as<std::string>() == "gpipe");
+  CHECK(j["plan"]["grad_accum"].as<int>() == 16);
+  REQUIRE(j["plan"]["stage_layers"].size() == 2);
+  CHECK(j["plan"]["stage_layers"][0].as<int>() == 31);
+  CHECK(j["plan"]["stage_layers"][1].as<int>() == 19);
+  REQUIRE(j["memory"]["ranks"].size() == 2);
+  CHECK(j["memory"]["ranks"][1]["stage"].as<int>() == 1);
+  CHECK(j["time_breakdown_s"]["bubble"].as<double>() > 0);
+}
+
 TEST_CASE("predict in JSON has the documented schema", "[cli]") {
   const Result r = dtsim("predict --model bert-large --cluster 2xa100-80g --plan ddp --set plan.micro_batch=32 --json");
   REQUIRE(r.status == 0);

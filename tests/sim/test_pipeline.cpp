@@ -118,6 +118,19 @@ TEST_CASE("interleaving v chunks per stage divides the bubble by v", "[pipeline]
   CHECK(r.exec.makespan / 1000 == 57 * kMs / 1000);
 }
 
+TEST_CASE("interleaving raises the first stage's activations by 1 + (p-1)/(pv) (Korthikanti et al. 2022)", "[pipeline]") {
+  // Section 4.2.3: with 1F1B the first stage keeps p micro-batches of its L/p
+  // layers; interleaving over v chunks multiplies that by 1 + (p-1)/(p v).
+  // p = 4, v = 2, 8 layers of 1000 B per micro-batch: 1F1B 4 x 2 x 1000 =
+  // 8000 B, interleaved 8000 x (1 + 3/8) = 11000 B.
+  const FreeComm comm;
+  const std::string base = "pp: 4\nmicro_batches: 8\nmicro_batch: 1\n";
+  const Run ofob = run(kEight, base + "schedule: 1f1b\n", round_cluster(1, 4), comm, kMs);
+  const Run inter = run(kEight, base + "schedule: interleaved\nvirtual_stages: 2\n", round_cluster(1, 4), comm, kMs);
+  CHECK(ofob.peak_activations(0) == 8000);
+  CHECK(inter.peak_activations(0) == 11000);
+}
+
 TEST_CASE("naive model parallelism: one stage busy at a time", "[pipeline]") {
   // 2 stages of 4 layers, 2 micro-steps run one after the other:
   // 2 x (4 + 4 + 8 + 8) ms.
