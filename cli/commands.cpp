@@ -180,8 +180,11 @@ int cmd_search(const Args& args) {
   const sim::ModelPtr model = models::load_model(model_name, ov);
   const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
   sim::SearchOptions so;
-  // Fixed knobs: --set plan.precision=bf16 and the like; bf16 where the device has it, else fp16.
-  so.base.precision = cluster.device.peak_bf16 > 0 ? sim::Precision::kBf16 : sim::Precision::kFp16;
+  // Fixed knobs: --set plan.precision=bf16 and the like; by default bf16 where the
+  // device has it, else fp16 where it is faster than fp32 (not on CPUs), else fp32.
+  so.base.precision = cluster.device.peak_bf16 > 0                              ? sim::Precision::kBf16
+                      : cluster.device.peak_fp16 > cluster.device.peak_fp32 ? sim::Precision::kFp16
+                                                                            : sim::Precision::kFp32;
   so.base.optimizer = sim::Optimizer::kAdam;
   {
     std::string base_yaml = std::string("precision: ") + sim::to_string(so.base.precision) + "\noptimizer: adam\n";

@@ -409,7 +409,7 @@ std::string search_to_csv(const SearchResult& r) {
        << fmt("%.4f", e.mfu) << "," << e.peak << "," << p.dp << "," << p.tp << "," << p.pp << ","
        << (p.pp > 1 ? to_string(p.schedule) : "none") << "," << p.virtual_stages << "," << p.micro_batch << ","
        << p.grad_accum << "," << sharding_text(p) << "," << offload_text(p) << "," << to_string(p.recompute) << ","
-       << (p.sequence_parallel ? "true" : "false") << "," << std::string(p.spec.placement).replace(2, 1, "-").replace(5, 1, "-") << ","
+       << (p.sequence_parallel ? "true" : "false") << "," << (p.pp > 1 && p.dp > 1 ? std::string(p.spec.placement).replace(2, 1, "-").replace(5, 1, "-") : std::string("-")) << ","
        << (on_front ? "true" : "false") << "\n";
   }
   return os.str();
