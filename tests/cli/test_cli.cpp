@@ -88,6 +88,21 @@ TEST_CASE("a GPipe plan with a given balance reports every stage", "[cli][pipeli
   REQUIRE(j["memory"]["ranks"].size() == 2);
   CHECK(j["memory"]["ranks"][1]["stage"].as<int>() == 1);
   CHECK(j["time_breakdown_s"]["bubble"].as<double>() > 0);
+  // The trace has a process per stage, so Perfetto shows the schedule.
+  const std::string trace = temp_file("dtsim_gpipe_trace.json", "");
+  const Result t = dtsim("predict --model gpt2 --cluster 2xa100-80g --plan gpipe --trace " + trace);
+  REQUIRE(t.status == 0);
+  const YAML::Node tj = YAML::LoadFile(trace);
+  int stages = 0, forwards = 0;
+  for (const auto& e : tj["traceEvents"]) {
+    if (e["name"].as<std::string>() == "process_name" &&
+        e["args"]["name"].as<std::string>().find("(stage ") != std::string::npos) {
+      ++stages;
+    }
+    if (e["ph"].as<std::string>() == "X" && e["cat"].as<std::string>() == "forward") ++forwards;
+  }
+  CHECK(stages == 2);
+  CHECK(forwards == 2 * 8);  // 2 stages x 8 micro-batches
 }
 
 TEST_CASE("predict in JSON has the documented schema", "[cli]") {
