@@ -23,8 +23,10 @@
 // layer at a time; selective recompute keeps everything but the attention
 // core (Note [Activation memory] in models/src/layers.cpp).
 //
-// After its last backward each chunk's gradients are all-reduced over the
-// data-parallel group (ZeRO-1 then steps its shard and all-gathers the
+// A chunk's last backward runs bucket by bucket (bucket_mb, reverse layer
+// order), each bucket's gradients all-reduced over the data-parallel group
+// while the rest of that backward runs, as PyTorch DDP and Megatron-LM's
+// overlap_grad_reduce do (ZeRO-1 then steps its shard and all-gathers the
 // parameters, as Megatron's distributed optimizer); a GPT's word embedding,
 // tied to the head on the last stage, has its gradient all-reduced between
 // the first and last stage (Megatron-LM's embedding group).
@@ -135,6 +137,11 @@ struct Chunk {
   Bytes output = 0;          // activation sent on
   std::int64_t params = 0;   // held by the rank, a tied copy included
   std::int64_t tied = 0;     // parameters of a weight tied across stages
+  struct Bucket {
+    TimeNs time = 0;         // backward time of the layers whose gradients fill it
+    Bytes bytes = 0;
+  };
+  std::vector<Bucket> buckets;  // in backward (reverse layer) order
 };
 
 class PipelineLowering {
@@ -159,10 +166,18 @@ class PipelineLowering {
     for (int s = 0; s < pp; ++s) {
       std::vector<TaskId> last_b(static_cast<std::size_t>(v), -1);
       std::vector<bool> grads(static_cast<std::size_t>(v), false);
+      const std::vector<PipeStep> order = pipeline_order(plan_.schedule, pp, v, s, m);
+      std::vector<std::size_t> final_b(static_cast<std::size_t>(v), 0);  // each chunk's last backward
+      for (std::size_t j = 0; j < order.size(); ++j) {
+        if (!order[j].forward) final_b[order[j].chunk] = j;
+      }
+      reductions_.clear();
       TaskId last = -1;
-      for (const PipeStep& st : pipeline_order(plan_.schedule, pp, v, s, m)) {
+      for (std::size_t j = 0; j < order.size(); ++j) {
+        const PipeStep& st = order[j];
         const int vs = st.chunk * pp + s;
-        last = st.forward ? forward(s, vs, st.micro) : backward(s, vs, st.micro, !grads[st.chunk]);
+        last = st.forward ? forward(s, vs, st.micro)
+                          : backward(s, vs, st.micro, !grads[st.chunk], final_b[st.chunk] == j);
         if (!st.forward) {
           grads[st.chunk] = true;
           last_b[st.chunk] = last;
@@ -266,6 +281,14 @@ class PipelineLowering {
         }
       }
       ch.peak_extra = max_extra;
+      // Gradient buckets in reverse layer order, closed at bucket_mb.
+      for (int l = first + ch.count; l-- > first;) {
+        const Layer& L = layers_[l];
+        const std::int64_t p = L.params + (L.borrowed_params > 0 && ch.rank != 0 ? L.borrowed_params : 0);
+        if (ch.buckets.empty() || ch.buckets.back().bytes >= plan_.bucket_bytes) ch.buckets.emplace_back();
+        ch.buckets.back().time += bwd_[l];
+        ch.buckets.back().bytes += p * w_;
+      }
       ch.input = first == 0 ? 0 : layers_[first - 1].output_bytes;
       ch.output = layers_[first + ch.count - 1].output_bytes;
       if (plan_.tp > 1) {
@@ -369,7 +392,7 @@ class PipelineLowering {
     return f_exit_[c];
   }
 
-  TaskId backward(int s, int vs, int i, bool first_of_chunk) {
+  TaskId backward(int s, int vs, int i, bool first_of_chunk, bool last_of_chunk) {
     const Chunk& ch = chunks_[vs];
     const std::size_t c = cell(vs, i);
     TaskId entry = -1;
@@ -380,9 +403,28 @@ class PipelineLowering {
     std::vector<MemOp> on_start{{MemCategory::kActivations, ch.input}};  // the gradient of the chunk's input
     // Stages 0 and 1 keep full gradients from the first backward to the step.
     if (first_of_chunk) on_start.push_back({MemCategory::kGradients, ch.params * w_});
-    const TaskId b = add(name("bwd", vs, i), s, kCompute, Phase::kBackward, ch.bwd, std::move(on_start),
-                         {{MemCategory::kActivations, -(ch.kept + (ch.recompute > 0 ? ch.peak_extra : 0) + ch.input)}});
-    b_entry_[c] = entry >= 0 ? entry : b;
+    std::vector<MemOp> on_end{{MemCategory::kActivations, -(ch.kept + (ch.recompute > 0 ? ch.peak_extra : 0) + ch.input)}};
+    TaskId b = -1;
+    if (last_of_chunk && plan_.dp > 1) {
+      // The chunk's last backward runs bucket by bucket, each bucket's
+      // all-reduce overlapping the rest (Note [DDP buckets] in lowering.cpp).
+      for (std::size_t k = 0; k < ch.buckets.size(); ++k) {
+        const bool first = k == 0, final = k + 1 == ch.buckets.size();
+        const TaskId seg = add(named_ ? name("bwd", vs, i) + " bucket " + std::to_string(k) : std::string(), s, kCompute,
+                               Phase::kBackward, ch.buckets[k].time, first ? std::move(on_start) : std::vector<MemOp>{},
+                               final ? std::move(on_end) : std::vector<MemOp>{});
+        if (first) b_entry_[c] = entry >= 0 ? entry : seg;
+        const Bytes bytes = ch.buckets[k].bytes;
+        reductions_.push_back(comm(named_ ? "all_reduce grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k)
+                                          : std::string(),
+                                   s, kGradComm, CollectiveOp::kAllReduce, bytes,
+                                   comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_), {seg}));
+        b = seg;
+      }
+    } else {
+      b = add(name("bwd", vs, i), s, kCompute, Phase::kBackward, ch.bwd, std::move(on_start), std::move(on_end));
+      b_entry_[c] = entry >= 0 ? entry : b;
+    }
     const TaskId exit = tp_after("tp bwd", s, vs, i, ch, false, b);
     if (vs > 0) {
       send_b_[c] = comm(name("send grad", vs, i), s, kSendBwd, CollectiveOp::kSendRecv, ch.input,
@@ -393,16 +435,11 @@ class PipelineLowering {
 
   void finish_rank(int s, const std::vector<TaskId>& last_b, TaskId last) {
     std::vector<TaskId> deps{last};
+    deps.insert(deps.end(), reductions_.begin(), reductions_.end());
     const int pp = plan_.pp;
     for (int k = 0; k < plan_.virtual_stages; ++k) {
       const int vs = k * pp + s;
       const Chunk& ch = chunks_[vs];
-      if (plan_.dp > 1) {
-        const Bytes bytes = ch.params * w_;
-        deps.push_back(comm(named_ ? "all_reduce grads chunk " + std::to_string(vs) : std::string(), s, kGradComm,
-                            CollectiveOp::kAllReduce, bytes, comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_),
-                            {last_b[k]}));
-      }
       if (ch.tied > 0 && (vs == 0 || vs + 1 == static_cast<int>(chunks_.size()))) {
         // The tied embedding's gradient, summed between the first and last stage.
         const Bytes bytes = ch.tied * w_;
@@ -445,6 +482,7 @@ class PipelineLowering {
   CommGroup tp_group_, dp_group_;
   TaskGraph g_;
   std::vector<TaskId> f_entry_, f_exit_, b_entry_, send_f_, send_b_;
+  std::vector<TaskId> reductions_;  // this rank's gradient all-reduces
 };
 
 }  // namespace

@@ -131,6 +131,26 @@ TEST_CASE("interleaving raises the first stage's activations by 1 + (p-1)/(pv) (
   CHECK(inter.peak_activations(0) == 11000);
 }
 
+TEST_CASE("a pipeline's data-parallel all-reduce overlaps the last backward but its last bucket", "[pipeline]") {
+  // 8 layers of 10M fp32 parameters: 40 MB of gradients each, over the 25 MB
+  // bucket, so a bucket per layer; its all-reduce over 2 ranks in a node
+  // (0.4 ms at 100 GB/s) hides behind the next layer's 2 ms backward. Only
+  // the last bucket of stage 0 (the last to finish in 1F1B) is exposed: the
+  // iteration is that of dp = 1 plus one bucket's all-reduce.
+  const test::FakeModel m(8, 10'000'000, 1000);
+  const ClusterSpec c = round_cluster(1, 4);
+  const AnalyticCommModel comm(c);
+  const std::string base = "pp: 2\nmicro_batches: 4\nmicro_batch: 1\nprecision: fp32\nschedule: 1f1b\n";
+  const Run one = run(m, base + "dp: 1\n", c, comm, kMs);
+  const Run two = run(m, base + "dp: 2\n", c, comm, kMs);
+  CommGroup g;
+  g.ranks = 2;
+  g.ranks_per_node = 2;
+  g.groups_per_node = 2;
+  const TimeNs bucket = comm.collective(CollectiveOp::kAllReduce, 40'000'000, g).total();
+  CHECK(two.exec.makespan == one.exec.makespan + bucket);
+}
+
 TEST_CASE("naive model parallelism: one stage busy at a time", "[pipeline]") {
   // 2 stages of 4 layers, 2 micro-steps run one after the other:
   // 2 x (4 + 4 + 8 + 8) ms.
