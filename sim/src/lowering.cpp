@@ -61,12 +61,7 @@ class Lowering {
  public:
   Lowering(const Model& m, const ResolvedPlan& p, const ClusterSpec& c, const CostModels& costs)
       : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm), named_(costs.name_tasks) {
-    WorkloadShape shape;
-    shape.micro_batch = p.micro_batch;
-    shape.seq_len = p.seq_len;
-    shape.act_bytes = element_bytes(p.precision);
-    shape.tp = p.tp;
-    shape.sequence_parallel = p.sequence_parallel;
+    const WorkloadShape shape = detail::workload_shape(p);
     layers_ = m.layers(shape);
     DTSIM_ASSERT(!layers_.empty(), "model has no layers");
     w_ = element_bytes(p.precision);
@@ -131,12 +126,7 @@ class Lowering {
       replica_group_.groups_per_node = std::min(per_node, n_ * plan_.stride_dp);
       inter_groups = replica_group_.groups_per_node;
     }
-    const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm_);
-    rank.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = cluster_.intra_node.bandwidth;
-    rank.link_capacity[static_cast<int>(LinkClass::kInterNode)] =
-        analytic != nullptr ? analytic->link_capacity(LinkClass::kInterNode, inter_groups)
-                            : cluster_.inter_node.bandwidth * cluster_.nics_per_node / inter_groups;
-    rank.link_capacity[static_cast<int>(LinkClass::kHostDevice)] = cluster_.host_device_bandwidth;
+    detail::set_link_capacity(rank, cluster_, comm_, inter_groups);
   }
 
   // ---- helpers -------------------------------------------------------------
@@ -147,7 +137,7 @@ class Lowering {
     return b;
   }
   bool recomputed(const Layer& l) const {
-    return plan_.recompute == Recompute::kFull && (l.type == "transformer" || l.type == "lstm");
+    return plan_.recompute == Recompute::kFull && l.is_block();
   }
   bool core_recomputed(const Layer& l) const {
     return plan_.recompute == Recompute::kSelective && l.attention_core_bytes > 0;

@@ -10,6 +10,7 @@
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/task_graph.hpp"
 
 namespace dtsim::sim::detail {
 
@@ -24,6 +25,39 @@ inline CommGroup dim_group(int size, int stride, int per_node) {
   // Groups interleaved on a node cross its NICs at once.
   g.groups_per_node = std::max(1, std::min(stride, per_node));
   return g;
+}
+
+/// The shape of one micro-batch of a resolved plan, as the model describes
+/// one rank's share of it (tensor-parallel shard included).
+inline WorkloadShape workload_shape(const ResolvedPlan& p) {
+  WorkloadShape shape;
+  shape.micro_batch = p.micro_batch;
+  shape.seq_len = p.seq_len;
+  shape.act_bytes = element_bytes(p.precision);
+  shape.tp = p.tp;
+  shape.sequence_parallel = p.sequence_parallel;
+  return shape;
+}
+
+/// Bytes layer l keeps from its forward to its backward per micro-batch
+/// under `recompute`: with full recompute a block keeps only its input (the
+/// previous layer's output), selective recompute drops the attention core.
+inline Bytes kept_bytes(const std::vector<Layer>& layers, std::size_t l, Recompute recompute) {
+  const Layer& L = layers[l];
+  if (recompute == Recompute::kFull && L.is_block()) return l == 0 ? 0 : layers[l - 1].output_bytes;
+  if (recompute == Recompute::kSelective) return L.saved_bytes - L.attention_core_bytes;
+  return L.saved_bytes;
+}
+
+/// Sets a simulated rank's link capacities; `inter_groups` groups of ranks
+/// share a node's NICs.
+inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel& comm, int inter_groups) {
+  const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm);
+  r.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = c.intra_node.bandwidth;
+  r.link_capacity[static_cast<int>(LinkClass::kInterNode)] =
+      analytic != nullptr ? analytic->link_capacity(LinkClass::kInterNode, inter_groups)
+                          : c.inter_node.bandwidth * c.nics_per_node / inter_groups;
+  r.link_capacity[static_cast<int>(LinkClass::kHostDevice)] = c.host_device_bandwidth;
 }
 
 /// Sum of `count` x cost of each collective, as one flow: latencies add,

@@ -131,6 +131,7 @@ struct Chunk {
   TimeNs fwd = 0, bwd = 0, recompute = 0;
   std::vector<LayerComm> tp_fwd_ops, tp_bwd_ops;
   CollectiveCost tp_fwd, tp_bwd;
+  CollectiveCost send_fwd, send_bwd;  // activation to the next chunk, gradient to the previous
   Bytes kept = 0;            // kept from forward to backward
   Bytes peak_extra = 0;      // rematerialised during backward
   Bytes input = 0;           // activation received (and its gradient sent back)
@@ -206,12 +207,7 @@ class PipelineLowering {
 
   // ---- pricing ---------------------------------------------------------------
   void price() {
-    WorkloadShape shape;
-    shape.micro_batch = plan_.micro_batch;
-    shape.seq_len = plan_.seq_len;
-    shape.act_bytes = element_bytes(plan_.precision);
-    shape.tp = plan_.tp;
-    shape.sequence_parallel = plan_.sequence_parallel;
+    const WorkloadShape shape = detail::workload_shape(plan_);
     layers_ = model_.layers(shape);
     w_ = element_bytes(plan_.precision);
     tp_group_ = detail::dim_group(plan_.tp, plan_.stride_tp, cluster_.gpus_per_node);
@@ -237,7 +233,7 @@ class PipelineLowering {
   }
 
   bool full_recompute(const Layer& L) const {
-    return plan_.recompute == Recompute::kFull && (L.type == "transformer" || L.type == "lstm");
+    return plan_.recompute == Recompute::kFull && L.is_block();
   }
 
   void place_chunks() {
@@ -264,16 +260,10 @@ class PipelineLowering {
         ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
         ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
         ch.params += L.params;
-        if (full_recompute(L)) {
-          const Bytes ckpt = l == 0 ? 0 : layers_[l - 1].output_bytes;
-          ch.kept += ckpt;
-          max_extra = std::max(max_extra, L.saved_bytes - ckpt);
-        } else if (plan_.recompute == Recompute::kSelective) {
-          ch.kept += L.saved_bytes - L.attention_core_bytes;
-          max_extra = std::max(max_extra, L.attention_core_bytes);
-        } else {
-          ch.kept += L.saved_bytes;
-        }
+        // Backward rematerialises one layer at a time: the most any one adds back.
+        const Bytes kept = detail::kept_bytes(layers_, static_cast<std::size_t>(l), plan_.recompute);
+        ch.kept += kept;
+        max_extra = std::max(max_extra, L.saved_bytes - kept);
         if (L.borrowed_params > 0 && embedding_chunk >= 0 && ch.rank != 0) {
           // Megatron-LM keeps a copy of the tied word embedding on the last stage.
           ch.params += L.borrowed_params;
@@ -299,6 +289,14 @@ class PipelineLowering {
       first += counts[vs];
     }
     if (chunks_.back().tied > 0) chunks_.front().tied = chunks_.back().tied;
+    // Every micro-batch sends the same tensors: price the sends once.
+    for (int vs = 0; vs < C; ++vs) {
+      Chunk& ch = chunks_[vs];
+      if (vs + 1 < C) {
+        ch.send_fwd = comm_.collective(CollectiveOp::kSendRecv, ch.output, p2p_group(ch.rank, chunks_[vs + 1].rank));
+      }
+      if (vs > 0) ch.send_bwd = comm_.collective(CollectiveOp::kSendRecv, ch.input, p2p_group(ch.rank, chunks_[vs - 1].rank));
+    }
   }
 
   CommGroup p2p_group(int from_stage, int to_stage) const {
@@ -313,7 +311,6 @@ class PipelineLowering {
 
   // ---- ranks -----------------------------------------------------------------
   void make_ranks() {
-    const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm_);
     const int inter_groups = std::max(dp_group_.ranks_per_node < dp_group_.ranks ? dp_group_.groups_per_node : 1,
                                       std::min(cluster_.gpus_per_node, plan_.stride_pp));
     for (int s = 0; s < plan_.pp; ++s) {
@@ -322,11 +319,7 @@ class PipelineLowering {
       r.stage = s;
       r.replicas = plan_.dp * plan_.tp;
       r.streams = {"compute", "grad comm", "send fwd", "send bwd"};
-      r.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = cluster_.intra_node.bandwidth;
-      r.link_capacity[static_cast<int>(LinkClass::kInterNode)] =
-          analytic != nullptr ? analytic->link_capacity(LinkClass::kInterNode, inter_groups)
-                              : cluster_.inter_node.bandwidth * cluster_.nics_per_node / inter_groups;
-      r.link_capacity[static_cast<int>(LinkClass::kHostDevice)] = cluster_.host_device_bandwidth;
+      detail::set_link_capacity(r, cluster_, comm_, inter_groups);
       std::int64_t params = 0;
       for (const auto& ch : chunks_) {
         if (ch.rank == s) params += ch.params;
@@ -386,8 +379,7 @@ class PipelineLowering {
     f_entry_[c] = add(name("fwd", vs, i), s, kCompute, Phase::kForward, ch.fwd, {{MemCategory::kActivations, ch.kept}});
     f_exit_[c] = tp_after("tp fwd", s, vs, i, ch, true, f_entry_[c]);
     if (vs + 1 < static_cast<int>(chunks_.size())) {
-      send_f_[c] = comm(name("send act", vs, i), s, kSendFwd, CollectiveOp::kSendRecv, ch.output,
-                        comm_.collective(CollectiveOp::kSendRecv, ch.output, p2p_group(s, chunks_[vs + 1].rank)), {f_exit_[c]});
+      send_f_[c] = comm(name("send act", vs, i), s, kSendFwd, CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {f_exit_[c]});
     }
     return f_exit_[c];
   }
@@ -427,8 +419,7 @@ class PipelineLowering {
     }
     const TaskId exit = tp_after("tp bwd", s, vs, i, ch, false, b);
     if (vs > 0) {
-      send_b_[c] = comm(name("send grad", vs, i), s, kSendBwd, CollectiveOp::kSendRecv, ch.input,
-                        comm_.collective(CollectiveOp::kSendRecv, ch.input, p2p_group(s, chunks_[vs - 1].rank)), {exit});
+      send_b_[c] = comm(name("send grad", vs, i), s, kSendBwd, CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {exit});
     }
     return exit;
   }

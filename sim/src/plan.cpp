@@ -176,7 +176,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       }
       int first_block = -1, last_block = -1;
       for (int i = 0; i < n; ++i) {
-        if (layers[i].type == "transformer" || layers[i].type == "lstm") {
+        if (layers[i].is_block()) {
           if (first_block < 0) first_block = i;
           last_block = i;
         }

@@ -125,7 +125,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   Flops hw_flops = model_flops;
   if (p.plan.recompute != Recompute::kNone) {
     for (const auto& l : model.layers(shape)) {
-      if (p.plan.recompute == Recompute::kFull && (l.type == "transformer" || l.type == "lstm")) {
+      if (p.plan.recompute == Recompute::kFull && l.is_block()) {
         hw_flops += l.forward_flops() * micro_steps;
       } else if (p.plan.recompute == Recompute::kSelective) {
         for (const auto& k : l.attention_core) hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;

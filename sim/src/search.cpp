@@ -29,6 +29,7 @@
 #include "dtsim/sim/json_writer.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "lowering_common.hpp"
 
 namespace dtsim::sim {
 namespace {
@@ -41,18 +42,6 @@ std::vector<int> divisors(int n) {
   return out;
 }
 
-int layer_count(const Model& model) {
-  WorkloadShape one;
-  return static_cast<int>(model.layers(one).size());
-}
-
-bool has_attention(const Model& model) {
-  WorkloadShape one;
-  for (const auto& l : model.layers(one)) {
-    if (l.attention_core_bytes > 0) return true;
-  }
-  return false;
-}
 
 std::string schedule_text(const ResolvedPlan& p) {
   if (p.pp == 1) return "-";
@@ -88,8 +77,9 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                       " GPUs of " + cluster.name);
   }
   const std::int64_t batch = o.global_batch == 0 ? 4LL * gpus : o.global_batch;
-  const int layers = layer_count(model);
-  const bool attention = has_attention(model);
+  const std::vector<Layer> one = model.layers(WorkloadShape{});
+  const int layers = static_cast<int>(one.size());
+  const bool attention = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
   std::vector<PlanSpec> out;
   for (int tp = 1; tp <= std::min(gpus, cluster.gpus_per_node); tp *= 2) {
     if (gpus % tp != 0 || cluster.gpus_per_node % tp != 0 || !model.tp_error(tp).empty()) continue;
@@ -205,17 +195,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     shape.sequence_parallel = s.sequence_parallel;
     Bytes kept = 0;
     const auto layers = model.layers(shape);
-    for (std::size_t l = 0; l < layers.size(); ++l) {
-      const Layer& L = layers[l];
-      const bool block = L.type == "transformer" || L.type == "lstm";
-      if (s.recompute == Recompute::kFull && block) {
-        kept += l == 0 ? 0 : layers[l - 1].output_bytes;
-      } else if (s.recompute == Recompute::kSelective) {
-        kept += L.saved_bytes - L.attention_core_bytes;
-      } else {
-        kept += L.saved_bytes;
-      }
-    }
+    for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);
     kept_cache[key] = kept;
     return kept;
   };

@@ -85,6 +85,9 @@ struct Layer {
   /// and the forward kernels it re-runs; zero / empty for other layers.
   Bytes attention_core_bytes = 0;
   std::vector<Kernel> attention_core;
+  /// A repeated block (transformer or LSTM layer): what full recompute
+  /// checkpoints and `stage_layers` counts in blocks.
+  bool is_block() const { return type == "transformer" || type == "lstm"; }
   Flops forward_flops() const;    ///< sum over forward kernels (with repeats)
   Flops backward_flops() const;   ///< sum over backward kernels (with repeats)
 };
