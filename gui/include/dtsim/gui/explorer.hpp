@@ -1,0 +1,116 @@
+#pragma once
+// The explorer's logic without any Qt: a scenario (model, cluster, plan and
+// profile as loaded, then edited knob by knob), its evaluation, the values each
+// knob may take, the rows of the pipeline timeline, the Pareto front of pinned
+// scenarios, and loading a measured (validation) result. The window
+// (explorer_window.hpp) only draws what these return, so tests check them
+// against the simulator directly.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/config_node.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/model.hpp"
+#include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/predict.hpp"
+
+namespace dtsim::gui {
+
+/// One what-if: everything predict() needs, already loaded. Knobs edit
+/// `plan` and `cluster` in place; the sources say where they were loaded from.
+struct Scenario {
+  std::string model_source, cluster_source, plan_source, profile_source;  ///< names or paths
+  sim::ModelPtr model;
+  sim::ClusterSpec cluster;
+  sim::PlanSpec plan;
+  std::shared_ptr<const sim::ProfileCosts> profile;  ///< null: datasheet costs
+};
+
+/// Loads a scenario as `dtsim predict` would (built-in names or paths, with
+/// `--set` overrides); an empty profile means none. Throws dtsim::Error.
+Scenario load_scenario(const std::string& model, const std::string& cluster, const std::string& plan,
+                       const std::string& profile, const std::vector<sim::Override>& overrides = {});
+
+/// What one evaluation produced: a prediction (with its task graph and spans,
+/// for the timeline) or the one-line error that prevented it.
+struct Outcome {
+  std::uint64_t generation = 0;  ///< which request it answers
+  std::shared_ptr<const sim::Prediction> prediction;
+  std::string error;             ///< empty when prediction is set
+  bool ok() const { return prediction != nullptr; }
+};
+
+/// Predicts `s`, catching every dtsim::Error into Outcome::error. Thread-safe:
+/// the window runs it off the UI thread.
+Outcome evaluate(const Scenario& s, std::uint64_t generation = 0);
+
+/// The values a knob may take for a model on a cluster, so controls offer
+/// nothing resolve() would refuse on its own.
+struct KnobChoices {
+  std::vector<int> tp;          ///< divisors of GPUs per node the model's heads and MLP split into
+  std::vector<int> pp;          ///< divisors of GPUs / tp, at most one stage per block
+  std::vector<int> dp;          ///< divisors of GPUs / (tp * pp) (0 = all of them is offered separately)
+  std::vector<sim::Precision> precisions;  ///< those the device computes in
+  int max_virtual_stages = 1;   ///< blocks / pp (interleaved needs >= 2 chunks per stage)
+};
+/// Choices for tp, pp and dp given the current tp and pp.
+KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp);
+
+/// One bar of the timeline: [start, end) in ns, and what it was.
+struct GanttBar {
+  TimeNs start = 0, end = 0;
+};
+/// What a timeline bar counts as (the legend).
+enum class GanttKind { kForward, kBackward, kRecompute, kOptimizer, kComm, kOffload, kBubble };
+inline constexpr int kGanttKinds = 7;
+/// "forward", "backward", "recompute", "optimizer", "communication", "offload", "bubble".
+const char* to_string(GanttKind k);
+
+/// One row of the timeline: a lane of one simulated rank (stage).
+struct GanttRow {
+  std::string label;  ///< "S0" (the compute lane of stage 0), "S0 comm", "S0 host"
+  int stage = 0;
+  bool compute = false;  ///< the compute lane
+  /// Bars by kind, each sorted and merged where they touch or overlap.
+  std::vector<GanttBar> bars[kGanttKinds];
+};
+/// The rows of one iteration: per simulated rank a compute lane (forward,
+/// backward, recompute, optimizer, and the idle gaps as bubble), a comm lane
+/// (collectives and sends) and a host lane (offload copies, host optimizer)
+/// where they have work. Needs a prediction made with keep_graph.
+std::vector<GanttRow> gantt_rows(const sim::Prediction& p);
+
+/// A pinned scenario of the comparison view.
+struct Pinned {
+  std::string label;            ///< "gpt2-xl · dgx-a100 · zero2"
+  std::string model, cluster, plan;
+  TimeNs iteration_time = 0;
+  Bytes peak = 0;
+  double tokens_per_s = 0, mfu = 0;
+  bool fits = true;
+};
+/// Indices of the pinned scenarios no other beats on both time and peak
+/// memory (ties kept once), sorted by time.
+std::vector<std::size_t> pareto_front(const std::vector<Pinned>& pins);
+/// The pinned scenarios as CSV with a header (RFC 4180 quoting).
+std::string pins_to_csv(const std::vector<Pinned>& pins);
+/// A short label of a prediction's plan: "dp8 tp1 pp1 zero2 mb4".
+std::string plan_label(const sim::ResolvedPlan& p);
+
+/// A measured iteration, as `dtsim validate --json` writes it (gui/README.md
+/// gives the format): wall time, phases and each rank's peak.
+struct Measured {
+  std::string source;              ///< the file
+  double iteration_time_s = 0;     ///< median
+  double forward_s = 0, backward_s = 0, comm_wait_s = 0, optimizer_s = 0;
+  std::vector<std::pair<int, Bytes>> rank_peaks;  ///< (rank, peak bytes)
+  bool partial = false;            ///< the run did not finish: not a measurement
+};
+/// Reads a measured result; throws ConfigError/IoError naming the file and key.
+Measured load_measured(const std::string& path);
+
+}  // namespace dtsim::gui

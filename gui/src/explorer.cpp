@@ -1,0 +1,315 @@
+#include "dtsim/gui/explorer.hpp"
+
+#include <algorithm>
+#include <array>
+#include <cstdio>
+#include <exception>
+#include <tuple>
+
+#include <yaml-cpp/yaml.h>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/profile.hpp"
+
+namespace dtsim::gui {
+
+Scenario load_scenario(const std::string& model, const std::string& cluster, const std::string& plan,
+                       const std::string& profile, const std::vector<sim::Override>& overrides) {
+  Scenario s;
+  s.model_source = model;
+  s.cluster_source = cluster;
+  s.plan_source = plan;
+  s.profile_source = profile;
+  s.model = models::load_model(model, overrides);
+  s.cluster = sim::load_cluster(cluster, overrides);
+  s.plan = sim::load_plan(plan, overrides);
+  if (!profile.empty()) s.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(profile));
+  return s;
+}
+
+Outcome evaluate(const Scenario& s, std::uint64_t generation) {
+  Outcome o;
+  o.generation = generation;
+  if (!s.model) {
+    o.error = "no model loaded";
+    return o;
+  }
+  sim::PredictOptions po;
+  po.keep_graph = true;  // the timeline draws the spans
+  po.profile = s.profile;
+  try {
+    o.prediction = std::make_shared<const sim::Prediction>(sim::predict(*s.model, s.plan, s.cluster, po));
+  } catch (const Error& e) {
+    o.error = e.what();
+  } catch (const std::bad_alloc&) {
+    o.error = "out of memory simulating this plan";
+  } catch (const std::exception& e) {
+    o.error = std::string("internal error: ") + e.what();
+  }
+  return o;
+}
+
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp) {
+  KnobChoices c;
+  // Megatron keeps tensor parallelism inside a node (its all-reduces are on
+  // the critical path), and the heads and MLP width must split evenly.
+  for (int t : divisors(cluster.gpus_per_node)) {
+    if (model.tp_error(t).empty()) c.tp.push_back(t);
+  }
+  const int gpus = cluster.gpus();
+  const int per_tp = gpus % tp == 0 ? gpus / tp : 1;
+  for (int p : divisors(per_tp)) {
+    if (p <= std::max(1, model.blocks())) c.pp.push_back(p);
+  }
+  const int per_tp_pp = (pp > 0 && per_tp % pp == 0) ? per_tp / pp : 1;
+  c.dp = divisors(per_tp_pp);
+  c.precisions.push_back(sim::Precision::kFp32);
+  if (cluster.device.peak_fp16 > 0) c.precisions.push_back(sim::Precision::kFp16);
+  if (cluster.device.peak_bf16 > 0) c.precisions.push_back(sim::Precision::kBf16);
+  c.max_virtual_stages = std::max(1, model.blocks() / std::max(1, pp));
+  return c;
+}
+
+const char* to_string(GanttKind k) {
+  switch (k) {
+    case GanttKind::kForward: return "forward";
+    case GanttKind::kBackward: return "backward";
+    case GanttKind::kRecompute: return "recompute";
+    case GanttKind::kOptimizer: return "optimizer";
+    case GanttKind::kComm: return "communication";
+    case GanttKind::kOffload: return "offload";
+    case GanttKind::kBubble: return "bubble / idle";
+  }
+  return "?";
+}
+
+namespace {
+
+enum Lane { kComputeLane, kCommLane, kHostLane, kLanes };
+
+Lane lane_of(const std::string& stream) {
+  if (stream == "compute") return kComputeLane;
+  if (stream == "host" || stream == "d2h" || stream == "h2d") return kHostLane;
+  return kCommLane;
+}
+
+GanttKind kind_of(sim::Phase p, Lane lane) {
+  switch (p) {
+    case sim::Phase::kForward: return GanttKind::kForward;
+    case sim::Phase::kBackward: return GanttKind::kBackward;
+    case sim::Phase::kRecompute: return GanttKind::kRecompute;
+    case sim::Phase::kOptimizer: return GanttKind::kOptimizer;
+    case sim::Phase::kComm: return GanttKind::kComm;
+    case sim::Phase::kOffload: return GanttKind::kOffload;
+    case sim::Phase::kBubble: return GanttKind::kBubble;
+    case sim::Phase::kOther: break;
+  }
+  return lane == kComputeLane ? GanttKind::kOptimizer : lane == kHostLane ? GanttKind::kOffload : GanttKind::kComm;
+}
+
+/// Sorts and merges intervals that overlap or touch.
+void merge(std::vector<GanttBar>& bars) {
+  std::sort(bars.begin(), bars.end(), [](const GanttBar& a, const GanttBar& b) { return a.start < b.start; });
+  std::vector<GanttBar> out;
+  for (const GanttBar& b : bars) {
+    if (b.end <= b.start) continue;
+    if (!out.empty() && b.start <= out.back().end) {
+      out.back().end = std::max(out.back().end, b.end);
+    } else {
+      out.push_back(b);
+    }
+  }
+  bars = std::move(out);
+}
+
+}  // namespace
+
+std::vector<GanttRow> gantt_rows(const sim::Prediction& p) {
+  const sim::TaskGraph& g = p.graph;
+  const sim::ExecResult& x = p.exec;
+  if (x.spans.size() != g.tasks.size()) {
+    throw UnsupportedError("the timeline needs a prediction made with keep_graph");
+  }
+  // rows[rank][lane]
+  std::vector<std::array<GanttRow, kLanes>> rows(g.ranks.size());
+  static const char* kLaneNames[kLanes] = {"", " comm", " host"};
+  for (std::size_t r = 0; r < g.ranks.size(); ++r) {
+    for (int l = 0; l < kLanes; ++l) {
+      rows[r][l].stage = g.ranks[r].stage;
+      rows[r][l].compute = l == kComputeLane;
+      rows[r][l].label = "S" + std::to_string(g.ranks[r].stage) + kLaneNames[l];
+    }
+  }
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    const sim::Task& t = g.tasks[i];
+    const auto& streams = g.ranks[t.rank].streams;
+    const Lane lane = lane_of(t.stream < static_cast<int>(streams.size()) ? streams[t.stream] : std::string("compute"));
+    const GanttKind k = kind_of(t.phase, lane);
+    rows[t.rank][lane].bars[static_cast<int>(k)].push_back({x.spans[i].start, x.spans[i].end});
+  }
+  std::vector<GanttRow> out;
+  for (auto& lanes : rows) {
+    for (int l = 0; l < kLanes; ++l) {
+      GanttRow& row = lanes[l];
+      bool any = false;
+      for (auto& bars : row.bars) {
+        merge(bars);
+        any = any || !bars.empty();
+      }
+      if (l == kComputeLane) {
+        // The compute lane's gaps up to the makespan: waiting on a
+        // collective, or the pipeline bubble.
+        std::vector<GanttBar> busy;
+        for (const auto& bars : row.bars) busy.insert(busy.end(), bars.begin(), bars.end());
+        merge(busy);
+        std::vector<GanttBar>& idle = row.bars[static_cast<int>(GanttKind::kBubble)];
+        TimeNs at = 0;
+        for (const GanttBar& b : busy) {
+          if (b.start > at) idle.push_back({at, b.start});
+          at = std::max(at, b.end);
+        }
+        if (x.makespan > at) idle.push_back({at, x.makespan});
+        merge(idle);
+        out.push_back(std::move(row));
+      } else if (any) {
+        out.push_back(std::move(row));
+      }
+    }
+  }
+  return out;
+}
+
+std::vector<std::size_t> pareto_front(const std::vector<Pinned>& pins) {
+  std::vector<std::size_t> order(pins.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) {
+    return std::tie(pins[a].iteration_time, pins[a].peak, a) < std::tie(pins[b].iteration_time, pins[b].peak, b);
+  });
+  std::vector<std::size_t> front;
+  for (std::size_t i : order) {
+    // Sorted by time, a pin is on the front if it needs less memory than
+    // every faster one (an equal pair is kept once, the first pinned).
+    if (front.empty() || pins[i].peak < pins[front.back()].peak) front.push_back(i);
+  }
+  return front;
+}
+
+namespace {
+
+std::string csv_field(const std::string& s) {
+  if (s.find_first_of(",\"\n\r") == std::string::npos) return s;
+  std::string out = "\"";
+  for (char c : s) {
+    if (c == '"') out += '"';
+    out += c;
+  }
+  return out + "\"";
+}
+
+std::string num(double v, int digits) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", digits, v);
+  return buf;
+}
+
+}  // namespace
+
+std::string pins_to_csv(const std::vector<Pinned>& pins) {
+  std::string out = "label,model,cluster,plan,iteration_time_ms,tokens_per_s,mfu,peak_GiB,fits,pareto\n";
+  const std::vector<std::size_t> front = pareto_front(pins);
+  for (std::size_t i = 0; i < pins.size(); ++i) {
+    const Pinned& p = pins[i];
+    const bool on_front = std::find(front.begin(), front.end(), i) != front.end();
+    out += csv_field(p.label) + "," + csv_field(p.model) + "," + csv_field(p.cluster) + "," + csv_field(p.plan) + "," +
+           num(static_cast<double>(p.iteration_time) / 1e6, 6) + "," + num(p.tokens_per_s, 1) + "," + num(p.mfu, 4) +
+           "," + num(static_cast<double>(p.peak) / kGiB, 4) + "," + (p.fits ? "true" : "false") + "," +
+           (on_front ? "true" : "false") + "\n";
+  }
+  return out;
+}
+
+std::string plan_label(const sim::ResolvedPlan& p) {
+  std::string s = "dp" + std::to_string(p.dp) + " tp" + std::to_string(p.tp) + " pp" + std::to_string(p.pp);
+  if (p.pp > 1) {
+    s += std::string(" ") + sim::to_string(p.schedule);
+    if (p.virtual_stages > 1) s += " v" + std::to_string(p.virtual_stages);
+  }
+  if (p.fsdp) {
+    s += std::string(" fsdp-") + sim::to_string(p.spec.fsdp);
+  } else if (p.zero_stage > 0) {
+    s += " zero" + std::to_string(p.zero_stage);
+  }
+  if (p.offload_params == sim::Offload::kCpu) {
+    s += " offload-opt+param";
+  } else if (p.offload_optimizer == sim::Offload::kCpu) {
+    s += " offload-opt";
+  }
+  if (p.recompute != sim::Recompute::kNone) s += std::string(" rc-") + sim::to_string(p.recompute);
+  if (p.sequence_parallel) s += " sp";
+  s += " mb" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + " " + sim::to_string(p.precision);
+  return s;
+}
+
+namespace {
+
+double number(const YAML::Node& n, const std::string& file, const std::string& key) {
+  try {
+    return n.as<double>();
+  } catch (const YAML::Exception&) {
+    throw ConfigError(file + ":" + std::to_string(n.Mark().line + 1) + ": " + key + ": expected a number");
+  }
+}
+
+}  // namespace
+
+Measured load_measured(const std::string& path) {
+  const YAML::Node root = sim::load_yaml_file(path);
+  Measured m;
+  m.source = path;
+  const YAML::Node meas = root.IsMap() ? root["measured"] : YAML::Node();
+  if (!meas || !meas.IsMap()) {
+    throw ConfigError(path + ": measured: missing; expected the JSON that `dtsim validate --json` writes, "
+                             "with measured.iteration_time_s, measured.phases_s and measured.ranks");
+  }
+  const YAML::Node it = meas["iteration_time_s"];
+  if (!it) throw ConfigError(path + ": measured.iteration_time_s: missing (seconds, or {median: seconds})");
+  m.iteration_time_s = it.IsMap() ? number(it["median"], path, "measured.iteration_time_s.median")
+                                  : number(it, path, "measured.iteration_time_s");
+  if (!(m.iteration_time_s > 0)) {
+    throw ConfigError(path + ": measured.iteration_time_s: " + num(m.iteration_time_s, 6) + " s; valid: more than 0");
+  }
+  if (const YAML::Node ph = meas["phases_s"]; ph && ph.IsMap()) {
+    const std::pair<const char*, double*> keys[] = {
+        {"forward", &m.forward_s}, {"backward", &m.backward_s}, {"comm_wait", &m.comm_wait_s}, {"optimizer", &m.optimizer_s}};
+    for (const auto& [k, dst] : keys) {
+      if (ph[k]) *dst = number(ph[k], path, std::string("measured.phases_s.") + k);
+    }
+  }
+  if (const YAML::Node ranks = meas["ranks"]; ranks) {
+    if (!ranks.IsSequence()) throw ConfigError(path + ": measured.ranks: expected a list of {rank, peak_bytes}");
+    for (std::size_t i = 0; i < ranks.size(); ++i) {
+      const std::string k = "measured.ranks[" + std::to_string(i) + "]";
+      if (!ranks[i]["rank"] || !ranks[i]["peak_bytes"]) throw ConfigError(path + ": " + k + ": needs rank and peak_bytes");
+      m.rank_peaks.emplace_back(static_cast<int>(number(ranks[i]["rank"], path, k + ".rank")),
+                                static_cast<Bytes>(number(ranks[i]["peak_bytes"], path, k + ".peak_bytes")));
+    }
+  }
+  if (const YAML::Node partial = meas["partial"]; partial) m.partial = partial.as<bool>(false);
+  return m;
+}
+
+}  // namespace dtsim::gui

@@ -1,0 +1,1370 @@
+#include "dtsim/gui/explorer_window.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include <QAreaSeries>
+#include <QBarCategoryAxis>
+#include <QBarSet>
+#include <QCategoryAxis>
+#include <QChart>
+#include <QChartView>
+#include <QCheckBox>
+#include <QComboBox>
+#include <QCoreApplication>
+#include <QDoubleSpinBox>
+#include <QElapsedTimer>
+#include <QFileDialog>
+#include <QFormLayout>
+#include <QFutureWatcher>
+#include <QGroupBox>
+#include <QHBoxLayout>
+#include <QHeaderView>
+#include <QHorizontalStackedBarSeries>
+#include <QLabel>
+#include <QLegendMarker>
+#include <QLineSeries>
+#include <QMenuBar>
+#include <QPixmap>
+#include <QProgressBar>
+#include <QPushButton>
+#include <QSaveFile>
+#include <QScatterSeries>
+#include <QScrollArea>
+#include <QSpinBox>
+#include <QSplitter>
+#include <QStackedBarSeries>
+#include <QTabWidget>
+#include <QTableWidget>
+#include <QThread>
+#include <QTimer>
+#include <QValueAxis>
+#include <QVBoxLayout>
+#include <QtConcurrent/QtConcurrentRun>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/profile.hpp"
+#include "dtsim/sim/search.hpp"
+
+namespace dtsim::gui {
+namespace {
+
+constexpr const char* kOpenFile = "__open__";
+constexpr int kDebounceMs = 120;
+constexpr int kMaxTimelineRows = 48;  // beyond this the lanes are too thin to read
+
+QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+QString fmt_time(TimeNs ns) {
+  const double s = static_cast<double>(ns) / 1e9;
+  if (s < 1e-3) return QString::number(s * 1e6, 'f', 1) + " µs";
+  if (s < 10) return QString::number(s * 1e3, 'f', 2) + " ms";
+  return QString::number(s, 'f', 2) + " s";
+}
+
+/// The unit a chart shows times in: ms, or s from 10 s on.
+struct TimeUnit {
+  const char* name;
+  double ns;  ///< nanoseconds per unit
+};
+TimeUnit unit_for(TimeNs span) { return span >= 10 * kNsPerSec ? TimeUnit{"s", 1e9} : TimeUnit{"ms", 1e6}; }
+double in(TimeNs t, TimeUnit u) { return static_cast<double>(t) / u.ns; }
+
+double gib(Bytes b) { return static_cast<double>(b) / static_cast<double>(kGiB); }
+double ms(TimeNs t) { return static_cast<double>(t) / 1e6; }
+
+QColor kind_color(GanttKind k) {
+  switch (k) {
+    case GanttKind::kForward: return QColor("#4C78A8");
+    case GanttKind::kBackward: return QColor("#F58518");
+    case GanttKind::kRecompute: return QColor("#B279A2");
+    case GanttKind::kOptimizer: return QColor("#54A24B");
+    case GanttKind::kComm: return QColor("#E45756");
+    case GanttKind::kOffload: return QColor("#72B7B2");
+    case GanttKind::kBubble: return QColor("#D0D0D0");
+  }
+  return Qt::black;
+}
+
+void clear_chart(QChart* c) {
+  c->removeAllSeries();
+  for (QAbstractAxis* a : c->axes()) {
+    c->removeAxis(a);
+    delete a;
+  }
+}
+
+/// Selects the item whose data is `value`, adding it (text `text`) if absent.
+void select_data(QComboBox* box, const QString& value, const QString& text) {
+  int i = box->findData(value);
+  if (i < 0) {
+    box->insertItem(std::max(0, box->count() - 1), text, value);  // before "Open file…"
+    i = box->findData(value);
+  }
+  box->setCurrentIndex(i);
+}
+
+void set_int_choices(QComboBox* box, const std::vector<int>& values, int current, const QString& zero_text = {}) {
+  box->clear();
+  if (!zero_text.isEmpty()) box->addItem(zero_text, 0);
+  for (int v : values) box->addItem(QString::number(v), v);
+  int i = box->findData(current);
+  if (i < 0) {  // a value from a file the cluster cannot take: keep it, resolve() will say why
+    box->addItem(QString::number(current) + " (invalid here)", current);
+    i = box->count() - 1;
+  }
+  box->setCurrentIndex(i);
+}
+
+struct SearchOutcome {
+  std::shared_ptr<const sim::SearchResult> result;
+  std::string error;
+};
+
+}  // namespace
+
+struct ExplorerWindow::Impl {
+  ExplorerWindow* w = nullptr;
+  Scenario scenario;
+  Outcome outcome;
+  std::optional<Measured> measured;
+
+  // Evaluation: generation_ counts requests, answered_ the newest drawn.
+  std::uint64_t generation = 0, answered = 0;
+  bool running = false;
+  QTimer debounce;
+  QFutureWatcher<Outcome> watcher;
+  bool syncing = false;  // controls are being set from the scenario: no requests
+
+  // Pickers and knobs.
+  QComboBox *model = nullptr, *cluster = nullptr, *plan = nullptr, *profile = nullptr;
+  QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *schedule = nullptr, *zero = nullptr, *offload = nullptr,
+            *recompute = nullptr, *precision = nullptr, *batch_mode = nullptr;
+  QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
+           *gpus_per_node = nullptr;
+  QDoubleSpinBox *intra_bw = nullptr, *inter_bw = nullptr;
+  QCheckBox* sp = nullptr;
+
+  // Output.
+  QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
+         *h_fits = nullptr, *resolved = nullptr, *costs = nullptr, *measured_line = nullptr;
+  QTabWidget* tabs = nullptr;
+  std::map<QString, QChartView*> views;
+
+  // Comparison.
+  std::vector<Pinned> pins;
+  QTableWidget* pin_table = nullptr;
+
+  // Search.
+  QSpinBox *s_gpus = nullptr, *s_batch = nullptr, *s_top = nullptr;
+  QPushButton *s_run = nullptr, *s_load = nullptr;
+  QProgressBar* s_progress = nullptr;
+  QLabel* s_status = nullptr;
+  QTableWidget* s_table = nullptr;
+  QFutureWatcher<SearchOutcome> s_watcher;
+  std::shared_ptr<const sim::SearchResult> s_result;
+  bool s_running = false;
+
+  QChart* chart(const char* name) const { return views.at(name)->chart(); }
+
+  /// Runs `load`, showing any error in the window; true if it succeeded.
+  template <class F>
+  bool guarded(F&& load) {
+    try {
+      load();
+      return true;
+    } catch (const Error& e) {
+      show_error(e.what());
+    } catch (const std::exception& e) {
+      show_error(std::string("could not load: ") + e.what());
+    }
+    sync_pickers();  // back to what is loaded
+    return false;
+  }
+
+  void show_error(const std::string& msg) {
+    error_line->setText(qs(msg));
+    error_line->setVisible(!msg.empty());
+  }
+
+  // ---- building the window -------------------------------------------------
+
+  QWidget* build_left() {
+    auto* panel = new QWidget;
+    auto* v = new QVBoxLayout(panel);
+
+    auto* src = new QGroupBox("Scenario");
+    auto* sf = new QFormLayout(src);
+    model = new QComboBox;
+    model->setObjectName("model");
+    for (const auto& n : models::builtin_names()) model->addItem(qs(n), qs(n));
+    for (const auto& n : sim::list_configs("models")) {
+      model->addItem(qs(n) + " (configs)", qs(sim::config_dir() + "/models/" + n + ".yaml"));
+    }
+    model->addItem("Open file… (YAML or HF config.json)", kOpenFile);
+    cluster = new QComboBox;
+    cluster->setObjectName("cluster");
+    for (const auto& n : sim::list_configs("clusters")) cluster->addItem(qs(n), qs(n));
+    cluster->addItem("Open file…", kOpenFile);
+    plan = new QComboBox;
+    plan->setObjectName("plan");
+    for (const auto& n : sim::list_configs("plans")) plan->addItem(qs(n), qs(n));
+    plan->addItem("Open file…", kOpenFile);
+    profile = new QComboBox;
+    profile->setObjectName("profile");
+    profile->addItem("none (datasheet costs)", QString());
+    std::error_code ec;
+    std::vector<std::string> h5;
+    for (const auto& e : std::filesystem::directory_iterator(sim::config_dir() + "/profiles", ec)) {
+      if (e.path().extension() == ".h5") h5.push_back(e.path().string());
+    }
+    std::sort(h5.begin(), h5.end());
+    for (const auto& p : h5) profile->addItem(qs(std::filesystem::path(p).filename().string()), qs(p));
+    profile->addItem("Open file…", kOpenFile);
+    sf->addRow("Model", model);
+    sf->addRow("Cluster", cluster);
+    sf->addRow("Plan", plan);
+    sf->addRow("Profile", profile);
+    v->addWidget(src);
+
+    auto* par = new QGroupBox("Parallelism");
+    auto* pf = new QFormLayout(par);
+    dp = new QComboBox;
+    dp->setObjectName("dp");
+    tp = new QComboBox;
+    tp->setObjectName("tp");
+    pp = new QComboBox;
+    pp->setObjectName("pp");
+    schedule = new QComboBox;
+    schedule->setObjectName("schedule");
+    schedule->addItem("1F1B", static_cast<int>(sim::Schedule::k1f1b));
+    schedule->addItem("GPipe", static_cast<int>(sim::Schedule::kGpipe));
+    schedule->addItem("interleaved 1F1B", static_cast<int>(sim::Schedule::kInterleaved));
+    schedule->addItem("naive model parallel", static_cast<int>(sim::Schedule::kNaive));
+    vstages = new QSpinBox;
+    vstages->setObjectName("virtual_stages");
+    vstages->setRange(0, 64);
+    vstages->setSpecialValueText("auto (2)");
+    sp = new QCheckBox("sequence parallel");
+    sp->setObjectName("sequence_parallel");
+    pf->addRow("Data parallel", dp);
+    pf->addRow("Tensor parallel", tp);
+    pf->addRow("Pipeline stages", pp);
+    pf->addRow("Schedule", schedule);
+    pf->addRow("Virtual stages", vstages);
+    pf->addRow("", sp);
+    v->addWidget(par);
+
+    auto* bat = new QGroupBox("Batch");
+    auto* bf = new QFormLayout(bat);
+    micro_batch = new QSpinBox;
+    micro_batch->setObjectName("micro_batch");
+    micro_batch->setRange(0, 1 << 20);
+    micro_batch->setSpecialValueText("auto");
+    batch_mode = new QComboBox;
+    batch_mode->setObjectName("batch_mode");
+    batch_mode->addItem("accumulation steps", 0);
+    batch_mode->addItem("global batch", 1);
+    batch_value = new QSpinBox;
+    batch_value->setObjectName("batch_value");
+    batch_value->setRange(0, 1 << 30);
+    batch_value->setSpecialValueText("auto");
+    seq_len = new QSpinBox;
+    seq_len->setObjectName("seq_len");
+    seq_len->setRange(0, 1 << 24);
+    seq_len->setSpecialValueText("model's maximum");
+    bf->addRow("Micro-batch", micro_batch);
+    bf->addRow("Batch set by", batch_mode);
+    bf->addRow("", batch_value);
+    bf->addRow("Sequence length", seq_len);
+    v->addWidget(bat);
+
+    auto* mem = new QGroupBox("Memory and precision");
+    auto* mf = new QFormLayout(mem);
+    zero = new QComboBox;
+    zero->setObjectName("zero");
+    zero->addItem("0 (replicated, DDP)", 0);
+    zero->addItem("ZeRO-1 (optimizer)", 1);
+    zero->addItem("ZeRO-2 (+ gradients)", 2);
+    zero->addItem("ZeRO-3 (+ parameters)", 3);
+    zero->addItem("FSDP full shard", 10 + static_cast<int>(sim::FsdpMode::kFullShard));
+    zero->addItem("FSDP shard grad op", 10 + static_cast<int>(sim::FsdpMode::kShardGradOp));
+    zero->addItem("FSDP hybrid shard", 10 + static_cast<int>(sim::FsdpMode::kHybridShard));
+    offload = new QComboBox;
+    offload->setObjectName("offload");
+    offload->addItem("none", 0);
+    offload->addItem("optimizer to CPU", 1);
+    offload->addItem("optimizer + parameters to CPU", 2);
+    recompute = new QComboBox;
+    recompute->setObjectName("recompute");
+    recompute->addItem("none", static_cast<int>(sim::Recompute::kNone));
+    recompute->addItem("selective", static_cast<int>(sim::Recompute::kSelective));
+    recompute->addItem("full", static_cast<int>(sim::Recompute::kFull));
+    precision = new QComboBox;
+    precision->setObjectName("precision");
+    mf->addRow("Sharding", zero);
+    mf->addRow("Offload", offload);
+    mf->addRow("Recompute", recompute);
+    mf->addRow("Precision", precision);
+    v->addWidget(mem);
+
+    auto* clu = new QGroupBox("Cluster");
+    auto* cf = new QFormLayout(clu);
+    nodes = new QSpinBox;
+    nodes->setObjectName("nodes");
+    nodes->setRange(1, 1 << 16);
+    gpus_per_node = new QSpinBox;
+    gpus_per_node->setObjectName("gpus_per_node");
+    gpus_per_node->setRange(1, 1024);
+    intra_bw = new QDoubleSpinBox;
+    intra_bw->setObjectName("intra_bw");
+    intra_bw->setRange(0.001, 1e5);
+    intra_bw->setDecimals(3);
+    intra_bw->setSuffix(" GB/s");
+    inter_bw = new QDoubleSpinBox;
+    inter_bw->setObjectName("inter_bw");
+    inter_bw->setRange(0.001, 1e5);
+    inter_bw->setDecimals(3);
+    inter_bw->setSuffix(" GB/s");
+    cf->addRow("Nodes", nodes);
+    cf->addRow("GPUs per node", gpus_per_node);
+    cf->addRow("Intra-node link", intra_bw);
+    cf->addRow("Inter-node link (per NIC)", inter_bw);
+    v->addWidget(clu);
+    v->addStretch(1);
+
+    auto* scroll = new QScrollArea;
+    scroll->setWidget(panel);
+    scroll->setWidgetResizable(true);
+    scroll->setMinimumWidth(330);
+    return scroll;
+  }
+
+  QChartView* make_view(const QString& name, const QString& title) {
+    auto* c = new QChart;
+    c->setTitle(title);
+    c->legend()->setAlignment(Qt::AlignBottom);
+    auto* view = new QChartView(c);
+    view->setObjectName(name);
+    view->setRenderHint(QPainter::Antialiasing);
+    views[name] = view;
+    return view;
+  }
+
+  QWidget* build_explorer_tab() {
+    auto* page = new QWidget;
+    auto* v = new QVBoxLayout(page);
+    auto* head = new QHBoxLayout;
+    auto headline = [&](QLabel*& l, const char* name) {
+      l = new QLabel("—");
+      l->setObjectName(name);
+      l->setStyleSheet("font-size: 15pt; font-weight: bold; padding: 4px 10px;");
+      head->addWidget(l);
+    };
+    headline(h_time, "h_time");
+    headline(h_tokens, "h_tokens");
+    headline(h_mfu, "h_mfu");
+    headline(h_mem, "h_mem");
+    headline(h_fits, "h_fits");
+    head->addStretch(1);
+    v->addLayout(head);
+    resolved = new QLabel;
+    resolved->setObjectName("resolved");
+    resolved->setWordWrap(true);
+    costs = new QLabel;
+    costs->setObjectName("costs");
+    costs->setWordWrap(true);
+    measured_line = new QLabel;
+    measured_line->setObjectName("measured");
+    measured_line->setWordWrap(true);
+    measured_line->setVisible(false);
+    v->addWidget(resolved);
+    v->addWidget(costs);
+    v->addWidget(measured_line);
+
+    auto* split = new QSplitter(Qt::Vertical);
+    auto* top = new QSplitter(Qt::Horizontal);
+    top->addWidget(make_view("breakdown", "Iteration time breakdown (critical path)"));
+    top->addWidget(make_view("memory", "Peak memory per stage (GiB)"));
+    split->addWidget(top);
+    auto* tl = new QWidget;
+    auto* tlv = new QVBoxLayout(tl);
+    tlv->setContentsMargins(0, 0, 0, 0);
+    QChartView* timeline = make_view("timeline", "One iteration, per stage (drag to zoom, right-click to zoom out)");
+    timeline->setRubberBand(QChartView::HorizontalRubberBand);
+    tlv->addWidget(timeline, 1);
+    auto* reset = new QPushButton("Reset zoom");
+    QObject::connect(reset, &QPushButton::clicked, w, [this] { draw_timeline(); });
+    tlv->addWidget(reset, 0, Qt::AlignRight);
+    split->addWidget(tl);
+    split->setStretchFactor(0, 1);
+    split->setStretchFactor(1, 1);
+    v->addWidget(split, 1);
+    return page;
+  }
+
+  QWidget* build_compare_tab() {
+    auto* page = new QWidget;
+    auto* v = new QVBoxLayout(page);
+    auto* buttons = new QHBoxLayout;
+    auto* pin = new QPushButton("Pin current scenario");
+    pin->setObjectName("pin");
+    auto* remove = new QPushButton("Remove selected");
+    auto* csv = new QPushButton("Export CSV…");
+    QObject::connect(pin, &QPushButton::clicked, w, [this] { w->pin_current(); });
+    QObject::connect(remove, &QPushButton::clicked, w, [this] {
+      const int row = pin_table->currentRow();
+      if (row < 0 || row >= static_cast<int>(pins.size())) return;
+      pins.erase(pins.begin() + row);
+      draw_comparison();
+    });
+    QObject::connect(csv, &QPushButton::clicked, w, [this] {
+      const QString f = QFileDialog::getSaveFileName(w, "Export scenarios", "scenarios.csv", "CSV (*.csv)");
+      if (!f.isEmpty()) w->export_pins_csv(f);
+    });
+    buttons->addWidget(pin);
+    buttons->addWidget(remove);
+    buttons->addWidget(csv);
+    buttons->addStretch(1);
+    v->addLayout(buttons);
+    auto* split = new QSplitter(Qt::Vertical);
+    split->addWidget(make_view("comparison", "Pinned scenarios: iteration time against peak memory"));
+    pin_table = new QTableWidget(0, 7);
+    pin_table->setObjectName("pins");
+    pin_table->setHorizontalHeaderLabels({"scenario", "time", "tokens/s", "MFU", "peak GiB", "fits", "Pareto"});
+    pin_table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    pin_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    pin_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    split->addWidget(pin_table);
+    v->addWidget(split, 1);
+    return page;
+  }
+
+  QWidget* build_search_tab() {
+    auto* page = new QWidget;
+    auto* v = new QVBoxLayout(page);
+    auto* form = new QHBoxLayout;
+    s_gpus = new QSpinBox;
+    s_gpus->setObjectName("s_gpus");
+    s_gpus->setRange(0, 1 << 24);
+    s_gpus->setSpecialValueText("whole cluster");
+    s_batch = new QSpinBox;
+    s_batch->setObjectName("s_batch");
+    s_batch->setRange(0, 1 << 30);
+    s_batch->setSpecialValueText("4 per GPU");
+    s_top = new QSpinBox;
+    s_top->setObjectName("s_top");
+    s_top->setRange(1, 1000);
+    s_top->setValue(20);
+    s_run = new QPushButton("Search");
+    s_run->setObjectName("s_run");
+    s_load = new QPushButton("Load selected plan");
+    s_load->setObjectName("s_load");
+    s_load->setEnabled(false);
+    form->addWidget(new QLabel("GPUs"));
+    form->addWidget(s_gpus);
+    form->addWidget(new QLabel("Global batch"));
+    form->addWidget(s_batch);
+    form->addWidget(new QLabel("Keep best"));
+    form->addWidget(s_top);
+    form->addWidget(s_run);
+    form->addWidget(s_load);
+    form->addStretch(1);
+    v->addLayout(form);
+    s_progress = new QProgressBar;
+    s_progress->setObjectName("s_progress");
+    s_progress->setRange(0, 1);
+    s_progress->setValue(0);
+    v->addWidget(s_progress);
+    s_status = new QLabel("Searches dp × tp × pp, schedules, micro-batches, ZeRO/FSDP, offload, recompute and "
+                          "sequence parallelism for the current model and cluster; precision, optimizer and "
+                          "sequence length come from the current plan.");
+    s_status->setObjectName("s_status");
+    s_status->setWordWrap(true);
+    v->addWidget(s_status);
+    s_table = new QTableWidget(0, 6);
+    s_table->setObjectName("s_table");
+    s_table->setHorizontalHeaderLabels({"plan", "time", "tokens/s", "MFU", "peak GiB", "Pareto"});
+    s_table->horizontalHeader()->setSectionResizeMode(0, QHeaderView::Stretch);
+    s_table->setSelectionBehavior(QAbstractItemView::SelectRows);
+    s_table->setSelectionMode(QAbstractItemView::SingleSelection);
+    s_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
+    v->addWidget(s_table, 1);
+    QObject::connect(s_run, &QPushButton::clicked, w, [this] { w->start_search(); });
+    QObject::connect(s_load, &QPushButton::clicked, w, [this] {
+      if (s_table->currentRow() >= 0) w->load_search_entry(s_table->currentRow());
+    });
+    QObject::connect(s_table, &QTableWidget::cellDoubleClicked, w, [this](int row, int) { w->load_search_entry(row); });
+    QObject::connect(&s_watcher, &QFutureWatcher<SearchOutcome>::finished, w, [this] { search_done(); });
+    return page;
+  }
+
+  void build() {
+    auto* central = new QWidget;
+    auto* v = new QVBoxLayout(central);
+    error_line = new QLabel;
+    error_line->setObjectName("error");
+    error_line->setWordWrap(true);
+    error_line->setTextInteractionFlags(Qt::TextSelectableByMouse);
+    error_line->setStyleSheet("color: #a40000; background: #fde8e8; padding: 6px; border: 1px solid #e0a0a0;");
+    error_line->setVisible(false);
+    v->addWidget(error_line);
+    auto* split = new QSplitter(Qt::Horizontal);
+    split->addWidget(build_left());
+    tabs = new QTabWidget;
+    tabs->setObjectName("tabs");
+    tabs->addTab(build_explorer_tab(), "Explorer");
+    tabs->addTab(build_compare_tab(), "Compare");
+    tabs->addTab(build_search_tab(), "Search");
+    split->addWidget(tabs);
+    split->setStretchFactor(1, 1);
+    v->addWidget(split, 1);
+    w->setCentralWidget(central);
+    build_menu();
+    connect_knobs();
+    debounce.setSingleShot(true);
+    debounce.setInterval(kDebounceMs);
+    QObject::connect(&debounce, &QTimer::timeout, w, [this] { launch(); });
+    QObject::connect(&watcher, &QFutureWatcher<Outcome>::finished, w, [this] { finished(); });
+  }
+
+  void build_menu() {
+    QMenu* file = w->menuBar()->addMenu("&File");
+    file->addAction("Open model (YAML or HF config.json)…", w, [this] { pick_file(model, "Model", "Models (*.yaml *.yml *.json)"); });
+    file->addAction("Open cluster…", w, [this] { pick_file(cluster, "Cluster", "Clusters (*.yaml *.yml)"); });
+    file->addAction("Open plan…", w, [this] { pick_file(plan, "Plan", "Plans (*.yaml *.yml)"); });
+    file->addAction("Open profile…", w, [this] { pick_file(profile, "Profile", "Profiles (*.h5)"); });
+    file->addAction("Open validation result…", w, [this] {
+      const QString f = QFileDialog::getOpenFileName(w, "Validation result", {}, "JSON (*.json)");
+      if (!f.isEmpty()) w->open_measured(f);
+    });
+    file->addSeparator();
+    file->addAction("Export charts as PNG…", w, [this] {
+      const QString d = QFileDialog::getExistingDirectory(w, "Export charts into");
+      if (!d.isEmpty()) w->export_charts_png(d);
+    });
+    file->addAction("Export pinned scenarios as CSV…", w, [this] {
+      const QString f = QFileDialog::getSaveFileName(w, "Export scenarios", "scenarios.csv", "CSV (*.csv)");
+      if (!f.isEmpty()) w->export_pins_csv(f);
+    });
+    file->addSeparator();
+    file->addAction("Quit", w, [this] { w->close(); });
+  }
+
+  void pick_file(QComboBox* box, const QString& what, const QString& filter) {
+    const QString f = QFileDialog::getOpenFileName(w, "Open " + what.toLower(), {}, filter);
+    if (f.isEmpty()) {
+      sync_pickers();
+      return;
+    }
+    if (box == model) w->open_model(f);
+    if (box == cluster) w->open_cluster(f);
+    if (box == plan) w->open_plan(f);
+    if (box == profile) w->open_profile(f);
+  }
+
+  void connect_knobs() {
+    auto picker = [this](QComboBox* box, auto open) {
+      QObject::connect(box, qOverload<int>(&QComboBox::activated), w, [this, box, open](int i) {
+        const QString data = box->itemData(i).toString();
+        if (data == kOpenFile) {
+          pick_file(box, box->objectName(), box == profile ? "Profiles (*.h5)" : "YAML / JSON (*.yaml *.yml *.json)");
+        } else {
+          open(data);
+        }
+      });
+    };
+    picker(model, [this](const QString& s) { w->open_model(s); });
+    picker(cluster, [this](const QString& s) { w->open_cluster(s); });
+    picker(plan, [this](const QString& s) {
+      if (!s.startsWith("__")) w->open_plan(s);
+    });
+    picker(profile, [this](const QString& s) { w->open_profile(s); });
+    for (QComboBox* b : {dp, tp, pp, schedule, zero, offload, recompute, precision, batch_mode}) {
+      QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
+    }
+    for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node}) {
+      QObject::connect(s, qOverload<int>(&QSpinBox::valueChanged), w, [this] { knobs_changed(); });
+    }
+    for (QDoubleSpinBox* s : {intra_bw, inter_bw}) {
+      QObject::connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), w, [this] { knobs_changed(); });
+    }
+    QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+  }
+
+  // ---- scenario <-> controls -----------------------------------------------
+
+  void sync_pickers() {
+    syncing = true;
+    select_data(model, qs(scenario.model_source), qs(scenario.model_source));
+    select_data(cluster, qs(scenario.cluster_source), qs(scenario.cluster_source));
+    select_data(plan, qs(scenario.plan_source), qs(scenario.plan_source));
+    select_data(profile, qs(scenario.profile_source),
+                qs(std::filesystem::path(scenario.profile_source).filename().string()));
+    syncing = false;
+  }
+
+  /// Sets every knob from the scenario's plan and cluster.
+  void sync_knobs() {
+    syncing = true;
+    const sim::PlanSpec& p = scenario.plan;
+    const sim::ClusterSpec& c = scenario.cluster;
+    nodes->setValue(c.nodes);
+    gpus_per_node->setValue(c.gpus_per_node);
+    intra_bw->setValue(c.intra_node.bandwidth / kGiga);
+    inter_bw->setValue(c.inter_node.bandwidth / kGiga);
+    const int pipeline = p.model_parallel > 0 ? p.model_parallel : p.pp;
+    schedule->setCurrentIndex(schedule->findData(static_cast<int>(p.model_parallel > 0 ? sim::Schedule::kNaive : p.schedule)));
+    vstages->setValue(p.virtual_stages);
+    micro_batch->setValue(static_cast<int>(std::min<std::int64_t>(p.micro_batch, micro_batch->maximum())));
+    batch_mode->setCurrentIndex(p.global_batch > 0 ? 1 : 0);
+    batch_value->setValue(static_cast<int>(
+        std::min<std::int64_t>(p.global_batch > 0 ? p.global_batch : p.grad_accum, batch_value->maximum())));
+    seq_len->setValue(static_cast<int>(std::min<std::int64_t>(p.seq_len, seq_len->maximum())));
+    const int z = p.fsdp != sim::FsdpMode::kNone && p.fsdp != sim::FsdpMode::kNoShard ? 10 + static_cast<int>(p.fsdp)
+                                                                                      : p.zero_stage;
+    zero->setCurrentIndex(std::max(0, zero->findData(z)));
+    offload->setCurrentIndex(p.offload_params == sim::Offload::kCpu ? 2 : p.offload_optimizer == sim::Offload::kCpu ? 1 : 0);
+    recompute->setCurrentIndex(recompute->findData(static_cast<int>(p.recompute)));
+    sp->setChecked(p.sequence_parallel);
+    refresh_choices(p.tp, pipeline, p.dp);
+    syncing = false;
+  }
+
+  /// Offers only the values the model and cluster allow, keeping the current ones.
+  void refresh_choices(int cur_tp, int cur_pp, int cur_dp) {
+    const bool was = syncing;
+    syncing = true;
+    const KnobChoices ch = knob_choices(*scenario.model, scenario.cluster, cur_tp, cur_pp);
+    set_int_choices(tp, ch.tp, cur_tp);
+    set_int_choices(pp, ch.pp, cur_pp);
+    set_int_choices(dp, ch.dp, cur_dp, "all remaining GPUs");
+    const sim::Precision cur_prec = scenario.plan.precision;
+    precision->clear();
+    for (sim::Precision p : ch.precisions) precision->addItem(sim::to_string(p), static_cast<int>(p));
+    int pi = precision->findData(static_cast<int>(cur_prec));
+    if (pi < 0) {
+      precision->addItem(QString(sim::to_string(cur_prec)) + " (not on this device)", static_cast<int>(cur_prec));
+      pi = precision->count() - 1;
+    }
+    precision->setCurrentIndex(pi);
+    const bool piped = cur_pp > 1;
+    schedule->setEnabled(piped);
+    const bool interleaved = piped && schedule->currentData().toInt() == static_cast<int>(sim::Schedule::kInterleaved);
+    vstages->setEnabled(interleaved);
+    vstages->setMaximum(std::max(2, ch.max_virtual_stages));
+    sp->setEnabled(cur_tp > 1);
+    syncing = was;
+  }
+
+  /// Reads every knob into the scenario; a key whose value changed is marked
+  /// as set in the explorer, so errors point there and not at the file.
+  void read_knobs() {
+    sim::PlanSpec& p = scenario.plan;
+    const sim::PlanSpec before = p;
+    auto mark = [&](bool changed, const char* key) {
+      if (changed) p.origins.where[std::string("plan.") + key] = std::string("explorer: ") + key;
+    };
+    p.tp = tp->currentData().toInt();
+    const int stages = pp->currentData().toInt();
+    const auto sched = static_cast<sim::Schedule>(schedule->currentData().toInt());
+    if (sched == sim::Schedule::kNaive && stages > 1) {
+      p.model_parallel = stages;
+      p.pp = stages;
+    } else {
+      p.model_parallel = 0;
+      p.pp = stages;
+      if (sched != sim::Schedule::kNaive) p.schedule = sched;
+    }
+    p.dp = dp->currentData().toInt();
+    p.virtual_stages = vstages->value();
+    p.sequence_parallel = sp->isChecked() && p.tp > 1;
+    p.micro_batch = micro_batch->value();
+    if (batch_mode->currentData().toInt() == 1) {
+      p.global_batch = batch_value->value();
+      p.grad_accum = 0;
+    } else {
+      p.grad_accum = batch_value->value();
+      p.global_batch = 0;
+    }
+    p.seq_len = seq_len->value();
+    const int z = zero->currentData().toInt();
+    p.zero_stage = z < 10 ? z : 0;
+    p.fsdp = z < 10 ? sim::FsdpMode::kNone : static_cast<sim::FsdpMode>(z - 10);
+    p.offload_optimizer = offload->currentData().toInt() >= 1 ? sim::Offload::kCpu : sim::Offload::kNone;
+    p.offload_params = offload->currentData().toInt() >= 2 ? sim::Offload::kCpu : sim::Offload::kNone;
+    p.recompute = static_cast<sim::Recompute>(recompute->currentData().toInt());
+    if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
+    mark(p.tp != before.tp, "tp");
+    mark(p.pp != before.pp, "pp");
+    mark(p.model_parallel != before.model_parallel, "model_parallel");
+    mark(p.schedule != before.schedule, "schedule");
+    mark(p.dp != before.dp, "dp");
+    mark(p.virtual_stages != before.virtual_stages, "virtual_stages");
+    mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");
+    mark(p.micro_batch != before.micro_batch, "micro_batch");
+    mark(p.global_batch != before.global_batch, "global_batch");
+    mark(p.grad_accum != before.grad_accum, "grad_accum");
+    mark(p.seq_len != before.seq_len, "seq_len");
+    mark(p.zero_stage != before.zero_stage, "zero_stage");
+    mark(p.fsdp != before.fsdp, "fsdp");
+    mark(p.offload_optimizer != before.offload_optimizer, "offload_optimizer");
+    mark(p.offload_params != before.offload_params, "offload_params");
+    mark(p.recompute != before.recompute, "recompute");
+    mark(p.precision != before.precision, "precision");
+
+    sim::ClusterSpec& c = scenario.cluster;
+    c.nodes = nodes->value();
+    c.gpus_per_node = gpus_per_node->value();
+    c.intra_node.bandwidth = intra_bw->value() * kGiga;
+    c.inter_node.bandwidth = inter_bw->value() * kGiga;
+  }
+
+  void knobs_changed() {
+    if (syncing || !scenario.model) return;
+    read_knobs();
+    const int stages = scenario.plan.model_parallel > 0 ? scenario.plan.model_parallel : scenario.plan.pp;
+    refresh_choices(scenario.plan.tp, stages, scenario.plan.dp);
+    read_knobs();  // a refreshed list may have dropped the current choice
+    request();
+  }
+
+  // ---- evaluation ------------------------------------------------------------
+
+  void request() {
+    ++generation;
+    debounce.start();
+  }
+
+  void launch() {
+    if (running) return;  // finished() relaunches for the newest request
+    running = true;
+    const Scenario copy = scenario;
+    const std::uint64_t gen = generation;
+    watcher.setFuture(QtConcurrent::run([copy, gen] { return evaluate(copy, gen); }));
+  }
+
+  void finished() {
+    running = false;
+    Outcome o = watcher.result();
+    if (o.generation > answered) draw(std::move(o));
+    if (answered < generation && !debounce.isActive()) launch();
+  }
+
+  void draw(Outcome o) {
+    outcome = std::move(o);
+    answered = outcome.generation;
+    if (!outcome.ok()) {
+      show_error(outcome.error);
+      for (QLabel* l : {h_time, h_tokens, h_mfu, h_mem}) l->setText("—");
+      h_fits->setText("invalid plan");
+      h_fits->setStyleSheet("font-size: 15pt; font-weight: bold; padding: 4px 10px; color: #a40000;");
+      emit w->evaluated();
+      return;
+    }
+    show_error("");
+    const sim::Prediction& p = *outcome.prediction;
+    h_time->setText(fmt_time(p.iteration_time) + " / iteration");
+    h_tokens->setText(QString::number(p.tokens_per_s, 'f', 0) + " tokens/s");
+    h_mfu->setText("MFU " + QString::number(p.mfu * 100, 'f', 1) + "%");
+    Bytes peak = 0;
+    for (const auto& r : p.ranks) peak = std::max(peak, r.peak);
+    h_mem->setText(QString::number(gib(peak), 'f', 2) + " / " + QString::number(gib(p.capacity), 'f', 1) + " GiB");
+    h_fits->setText(p.fits ? "fits" : "does not fit (" + QString::number(gib(p.shortfall), 'f', 2) + " GiB over)");
+    h_fits->setStyleSheet(QString("font-size: 15pt; font-weight: bold; padding: 4px 10px; color: %1;")
+                              .arg(p.fits ? "#1a7f37" : "#a40000"));
+    const sim::ResolvedPlan& rp = p.plan;
+    resolved->setText(QString("%1 · %2 params · %3 × %4 GPUs (%5) · %6 · global batch %7 = micro-batch %8 × %9 steps × dp %10")
+                          .arg(qs(p.model_name))
+                          .arg(QString::number(static_cast<double>(p.model_parameters) / 1e9, 'f', 3) + "B")
+                          .arg(qs(p.cluster_name))
+                          .arg(p.gpus)
+                          .arg(qs(p.device_name))
+                          .arg(qs(plan_label(rp)))
+                          .arg(rp.global_batch)
+                          .arg(rp.micro_batch)
+                          .arg(rp.grad_accum)
+                          .arg(rp.dp));
+    QString cost = "Costs: " + qs(p.cost_source == "analytic" ? std::string("datasheet roofline (no profile)") : p.cost_source);
+    if (scenario.profile) {
+      const sim::CostSources& s = p.sources;
+      cost += QString(" · layers: %1 measured, %2 interpolated, %3 other precision, %4 fitted, %5 analytic"
+                      " · collectives: %6 measured, %7 scaled, %8 analytic · copies: %9 measured, %10 analytic")
+                  .arg(s.layers_measured)
+                  .arg(s.layers_interpolated)
+                  .arg(s.layers_other_precision)
+                  .arg(s.layers_fitted)
+                  .arg(s.layers_analytic)
+                  .arg(s.comm_measured)
+                  .arg(s.comm_scaled)
+                  .arg(s.comm_analytic)
+                  .arg(s.copies_measured)
+                  .arg(s.copies_analytic);
+    }
+    for (const auto& wmsg : p.warnings) cost += "\nwarning: " + qs(wmsg);
+    costs->setText(cost);
+    draw_measured_line();
+    draw_breakdown();
+    draw_memory();
+    draw_timeline();
+    emit w->evaluated();
+  }
+
+  // ---- charts ----------------------------------------------------------------
+
+  /// Measured phases mapped onto the breakdown's components.
+  std::array<double, 6> measured_breakdown_ms() const {
+    const Measured& m = *measured;
+    const double total = m.iteration_time_s * 1e3;
+    const double compute = (m.forward_s + m.backward_s) * 1e3;
+    const double comm = m.comm_wait_s * 1e3;
+    const double opt = m.optimizer_s * 1e3;
+    return {compute, comm, 0.0, opt, 0.0, std::max(0.0, total - compute - comm - opt)};
+  }
+
+  void draw_measured_line() {
+    if (!measured) {
+      measured_line->setVisible(false);
+      return;
+    }
+    measured_line->setVisible(true);
+    const Measured& m = *measured;
+    if (m.partial) {
+      measured_line->setText("Validation result " + qs(m.source) + " is partial (the run did not finish): not a measurement, not overlaid.");
+      return;
+    }
+    QString text = "Measured (" + qs(m.source) + "): " + QString::number(m.iteration_time_s * 1e3, 'f', 2) + " ms";
+    if (outcome.ok()) {
+      const double pred = static_cast<double>(outcome.prediction->iteration_time) / 1e9;
+      text += QString(" · predicted %1 ms · error %2%")
+                  .arg(pred * 1e3, 0, 'f', 2)
+                  .arg((pred - m.iteration_time_s) / m.iteration_time_s * 100, 0, 'f', 1);
+    }
+    measured_line->setText(text);
+  }
+
+  bool overlay() const { return measured && !measured->partial; }
+
+  void draw_breakdown() {
+    QChart* c = chart("breakdown");
+    clear_chart(c);
+    if (!outcome.ok()) return;
+    const sim::TimeBreakdown& b = outcome.prediction->breakdown;
+    const std::pair<const char*, TimeNs> parts[] = {{"compute", b.compute},     {"exposed comm", b.exposed_comm},
+                                                         {"bubble", b.bubble},       {"optimizer", b.optimizer},
+                                                         {"offload", b.offload},     {"other", b.other}};
+    const QColor colors[] = {QColor("#4C78A8"), QColor("#E45756"), QColor("#D0D0D0"),
+                             QColor("#54A24B"), QColor("#72B7B2"), QColor("#9D9D9D")};
+    auto* series = new QHorizontalStackedBarSeries;
+    std::array<double, 6> meas{};
+    if (overlay()) meas = measured_breakdown_ms();
+    TimeNs longest = outcome.prediction->iteration_time;
+    if (overlay()) longest = std::max(longest, static_cast<TimeNs>(measured->iteration_time_s * 1e9));
+    const TimeUnit u = unit_for(longest);
+    for (int i = 0; i < 6; ++i) {
+      auto* set = new QBarSet(parts[i].first);
+      set->setColor(colors[i]);
+      *set << in(parts[i].second, u);
+      if (overlay()) *set << meas[i] * 1e6 / u.ns;
+      series->append(set);
+    }
+    c->addSeries(series);
+    auto* cats = new QBarCategoryAxis;
+    cats->append("predicted");
+    if (overlay()) cats->append("measured");
+    c->addAxis(cats, Qt::AlignLeft);
+    series->attachAxis(cats);
+    auto* x = new QValueAxis;
+    x->setTitleText(u.name);
+    x->setLabelFormat("%.4g");
+    c->addAxis(x, Qt::AlignBottom);
+    series->attachAxis(x);
+    x->setRange(0, in(longest, u) * 1.05);
+  }
+
+  void draw_memory() {
+    QChart* c = chart("memory");
+    clear_chart(c);
+    if (!outcome.ok()) return;
+    const sim::Prediction& p = *outcome.prediction;
+    const int n = static_cast<int>(p.ranks.size());
+    auto* series = new QStackedBarSeries;
+    const char* names[] = {"parameters", "gradients", "optimizer", "activations", "buffers"};
+    const QColor colors[] = {QColor("#4C78A8"), QColor("#F58518"), QColor("#54A24B"), QColor("#B279A2"), QColor("#9D9D9D")};
+    QStringList cats;
+    for (const auto& r : p.ranks) {
+      // Short: eight or more stages must fit under the bars.
+      cats << (p.plan.pp > 1 ? QString("S%1").arg(r.stage) : QString("rank %1").arg(r.rank)) +
+                  (p.plan.pp == 1 && r.replicas > 1 ? QString(" (×%1)").arg(r.replicas) : QString());
+    }
+    for (int k = 0; k < 5; ++k) {
+      auto* set = new QBarSet(names[k]);
+      set->setColor(colors[k]);
+      for (const auto& r : p.ranks) {
+        const Bytes v[] = {r.parameters, r.gradients, r.optimizer, r.activations, r.buffers};
+        *set << gib(v[k]);
+      }
+      series->append(set);
+    }
+    c->addSeries(series);
+    auto* xcat = new QBarCategoryAxis;
+    xcat->append(cats);
+    c->addAxis(xcat, Qt::AlignBottom);
+    series->attachAxis(xcat);
+    auto* y = new QValueAxis;
+    y->setTitleText("GiB");
+    y->setLabelFormat("%.3g");
+    c->addAxis(y, Qt::AlignLeft);
+    series->attachAxis(y);
+    // The capacity line and measured peaks sit on a hidden value axis whose
+    // integers are the category centres.
+    auto* xv = new QValueAxis;
+    xv->setRange(-0.5, n - 0.5);
+    xv->setVisible(false);
+    c->addAxis(xv, Qt::AlignBottom);
+    auto* cap = new QLineSeries;
+    cap->setName("capacity");
+    cap->setPen(QPen(QColor("#a40000"), 2, Qt::DashLine));
+    cap->append(-0.5, gib(p.capacity));
+    cap->append(n - 0.5, gib(p.capacity));
+    c->addSeries(cap);
+    cap->attachAxis(xv);
+    cap->attachAxis(y);
+    double top = gib(p.capacity);
+    for (const auto& r : p.ranks) top = std::max(top, gib(r.peak));
+    if (overlay() && !measured->rank_peaks.empty()) {
+      // A real rank's stage follows the placement: stage = (rank / stride_pp) mod pp.
+      std::map<int, Bytes> by_stage;
+      for (const auto& [rank, peak] : measured->rank_peaks) {
+        const int stage = (rank / std::max(1, p.plan.stride_pp)) % std::max(1, p.plan.pp);
+        by_stage[stage] = std::max(by_stage[stage], peak);
+      }
+      auto* pts = new QScatterSeries;
+      pts->setName("measured peak");
+      pts->setMarkerShape(QScatterSeries::MarkerShapeRectangle);
+      pts->setMarkerSize(12);
+      pts->setColor(Qt::black);
+      for (int i = 0; i < n; ++i) {
+        auto it = by_stage.find(p.ranks[i].stage);
+        if (it == by_stage.end()) continue;
+        pts->append(i, gib(it->second));
+        top = std::max(top, gib(it->second));
+      }
+      c->addSeries(pts);
+      pts->attachAxis(xv);
+      pts->attachAxis(y);
+    }
+    y->setRange(0, top * 1.1);
+  }
+
+  void draw_timeline() {
+    QChart* c = chart("timeline");
+    clear_chart(c);
+    if (!outcome.ok()) return;
+    const sim::Prediction& p = *outcome.prediction;
+    std::vector<GanttRow> rows = gantt_rows(p);
+    const bool cut = rows.size() > static_cast<std::size_t>(kMaxTimelineRows);
+    if (cut) rows.resize(kMaxTimelineRows);
+    c->setTitle(cut ? QString("One iteration: the first %1 lanes (drag to zoom, right-click to zoom out)").arg(kMaxTimelineRows)
+                    : QString("One iteration, per stage (drag to zoom, right-click to zoom out)"));
+    const int n = static_cast<int>(rows.size());
+    const TimeUnit u = unit_for(p.exec.makespan);
+    auto* x = new QValueAxis;
+    x->setTitleText(u.name);
+    x->setLabelFormat("%.4g");
+    x->setRange(0, std::max(1e-9, in(p.exec.makespan, u)));
+    c->addAxis(x, Qt::AlignBottom);
+    auto* y = new QCategoryAxis;
+    y->setStartValue(-0.5);
+    for (int i = n - 1; i >= 0; --i) y->append(qs(rows[i].label), (n - 1 - i) + 0.5);
+    y->setRange(-0.5, n - 0.5);
+    y->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
+    y->setGridLineVisible(false);
+    QFont small = y->labelsFont();
+    small.setPointSizeF(n > 12 ? 6.5 : 8.5);  // lanes get thin with many stages
+    y->setLabelsFont(small);
+    y->setTruncateLabels(false);
+    c->addAxis(y, Qt::AlignLeft);
+    bool legend_shown[kGanttKinds] = {};
+    for (int i = 0; i < n; ++i) {
+      const double row_y = n - 1 - i;
+      const double h = rows[i].compute ? 0.4 : 0.25;
+      for (int k = 0; k < kGanttKinds; ++k) {
+        const auto& bars = rows[i].bars[k];
+        if (bars.empty()) continue;
+        // A step line over a flat one: each bar rises to row_y + h, the gaps
+        // between bars have zero height.
+        auto* upper = new QLineSeries;
+        auto* lower = new QLineSeries;
+        for (const GanttBar& b : bars) {
+          upper->append(in(b.start, u), row_y - h);
+          upper->append(in(b.start, u), row_y + h);
+          upper->append(in(b.end, u), row_y + h);
+          upper->append(in(b.end, u), row_y - h);
+        }
+        lower->append(in(bars.front().start, u), row_y - h);
+        lower->append(in(bars.back().end, u), row_y - h);
+        auto* area = new QAreaSeries(upper, lower);
+        area->setName(to_string(static_cast<GanttKind>(k)));
+        area->setColor(kind_color(static_cast<GanttKind>(k)));
+        area->setPen(Qt::NoPen);  // thin bars would be all border
+        c->addSeries(area);
+        if (upper->parent() != area) upper->setParent(area);
+        if (lower->parent() != area) lower->setParent(area);
+        area->attachAxis(x);
+        area->attachAxis(y);
+        const auto markers = c->legend()->markers(area);
+        for (QLegendMarker* m : markers) m->setVisible(!legend_shown[k]);
+        legend_shown[k] = true;
+      }
+    }
+  }
+
+  void draw_comparison() {
+    QChart* c = chart("comparison");
+    clear_chart(c);
+    pin_table->setRowCount(static_cast<int>(pins.size()));
+    const std::vector<std::size_t> front = pareto_front(pins);
+    for (std::size_t i = 0; i < pins.size(); ++i) {
+      const Pinned& p = pins[i];
+      const bool on_front = std::find(front.begin(), front.end(), i) != front.end();
+      const QString cells[] = {qs(p.label),
+                               fmt_time(p.iteration_time),
+                               QString::number(p.tokens_per_s, 'f', 0),
+                               QString::number(p.mfu * 100, 'f', 1) + "%",
+                               QString::number(gib(p.peak), 'f', 2),
+                               p.fits ? "yes" : "no",
+                               on_front ? "yes" : ""};
+      for (int col = 0; col < 7; ++col) pin_table->setItem(static_cast<int>(i), col, new QTableWidgetItem(cells[col]));
+    }
+    if (pins.empty()) return;
+    auto* x = new QValueAxis;
+    x->setTitleText("iteration time (ms)");
+    x->setLabelFormat("%.4g");
+    auto* y = new QValueAxis;
+    y->setTitleText("peak memory (GiB)");
+    y->setLabelFormat("%.3g");
+    c->addAxis(x, Qt::AlignBottom);
+    c->addAxis(y, Qt::AlignLeft);
+    auto* all = new QScatterSeries;
+    all->setName("pinned");
+    all->setMarkerSize(11);
+    double xmax = 0, ymax = 0;
+    for (const Pinned& p : pins) {
+      all->append(ms(p.iteration_time), gib(p.peak));
+      xmax = std::max(xmax, ms(p.iteration_time));
+      ymax = std::max(ymax, gib(p.peak));
+    }
+    auto* line = new QLineSeries;
+    line->setName("Pareto front");
+    line->setPen(QPen(QColor("#E45756"), 2));
+    for (std::size_t i : front) line->append(ms(pins[i].iteration_time), gib(pins[i].peak));
+    c->addSeries(line);
+    c->addSeries(all);
+    for (QAbstractSeries* s : {static_cast<QAbstractSeries*>(line), static_cast<QAbstractSeries*>(all)}) {
+      s->attachAxis(x);
+      s->attachAxis(y);
+    }
+    x->setRange(0, xmax * 1.1);
+    y->setRange(0, ymax * 1.15);
+  }
+
+  // ---- search ----------------------------------------------------------------
+
+  void search_done() {
+    s_running = false;
+    s_run->setEnabled(true);
+    const SearchOutcome o = s_watcher.result();
+    if (!o.result) {
+      s_status->setText("Search failed: " + qs(o.error));
+      show_error(o.error);
+      emit w->search_finished();
+      return;
+    }
+    s_result = o.result;
+    const sim::SearchResult& r = *s_result;
+    s_progress->setRange(0, 1);
+    s_progress->setValue(1);
+    s_status->setText(QString("%1 on %2 GPUs, global batch %3: %4 plans, %5 pruned (model states alone too big), %6 simulated, "
+                              "%7 do not fit; %8 s on %9 threads. Double-click a plan to load it.")
+                          .arg(qs(r.model_name))
+                          .arg(r.gpus)
+                          .arg(r.global_batch)
+                          .arg(r.enumerated)
+                          .arg(r.pruned_memory)
+                          .arg(r.simulated)
+                          .arg(r.not_fitting)
+                          .arg(r.seconds, 0, 'f', 2)
+                          .arg(r.threads));
+    s_table->setRowCount(static_cast<int>(r.top.size()));
+    for (std::size_t i = 0; i < r.top.size(); ++i) {
+      const sim::SearchEntry& e = r.top[i];
+      bool on_front = false;
+      for (const auto& f : r.pareto) on_front = on_front || (f.iteration_time == e.iteration_time && f.peak == e.peak);
+      const QString cells[] = {qs(plan_label(e.plan)),
+                               fmt_time(e.iteration_time),
+                               QString::number(e.tokens_per_s, 'f', 0),
+                               QString::number(e.mfu * 100, 'f', 1) + "%",
+                               QString::number(gib(e.peak), 'f', 2),
+                               on_front ? "yes" : ""};
+      for (int col = 0; col < 6; ++col) s_table->setItem(static_cast<int>(i), col, new QTableWidgetItem(cells[col]));
+    }
+    s_load->setEnabled(!r.top.empty());
+    if (!r.top.empty()) s_table->selectRow(0);
+    emit w->search_finished();
+  }
+};
+
+ExplorerWindow::ExplorerWindow(QWidget* parent) : QMainWindow(parent), d_(std::make_unique<Impl>()) {
+  d_->w = this;
+  setWindowTitle("dtsim explorer");
+  d_->build();
+  resize(1600, 1000);
+}
+
+ExplorerWindow::~ExplorerWindow() {
+  // Let running work finish before the widgets it reports to go away.
+  d_->watcher.waitForFinished();
+  d_->s_watcher.waitForFinished();
+}
+
+void ExplorerWindow::set_scenario(Scenario s) {
+  d_->scenario = std::move(s);
+  d_->measured.reset();
+  d_->sync_pickers();
+  d_->sync_knobs();
+  d_->read_knobs();
+  d_->request();
+}
+
+const Scenario& ExplorerWindow::scenario() const { return d_->scenario; }
+
+bool ExplorerWindow::wait_for_result(int timeout_ms) {
+  QElapsedTimer t;
+  t.start();
+  while (d_->answered < d_->generation && t.elapsed() < timeout_ms) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    if (d_->answered < d_->generation) QThread::msleep(2);
+  }
+  return d_->answered == d_->generation;
+}
+
+const Outcome& ExplorerWindow::outcome() const { return d_->outcome; }
+
+QString ExplorerWindow::error_text() const { return d_->error_line->isHidden() ? QString() : d_->error_line->text(); }
+
+bool ExplorerWindow::open_model(const QString& name_or_path) {
+  return d_->guarded([&] {
+    sim::ModelPtr m = models::load_model(name_or_path.toStdString());
+    d_->scenario.model = std::move(m);
+    d_->scenario.model_source = name_or_path.toStdString();
+    d_->show_error("");
+    d_->sync_pickers();
+    d_->sync_knobs();
+    d_->read_knobs();
+    d_->request();
+  });
+}
+
+bool ExplorerWindow::open_cluster(const QString& name_or_path) {
+  return d_->guarded([&] {
+    sim::ClusterSpec c = sim::load_cluster(name_or_path.toStdString());
+    d_->scenario.cluster = std::move(c);
+    d_->scenario.cluster_source = name_or_path.toStdString();
+    d_->show_error("");
+    d_->sync_pickers();
+    d_->sync_knobs();
+    d_->read_knobs();
+    d_->request();
+  });
+}
+
+bool ExplorerWindow::open_plan(const QString& name_or_path) {
+  return d_->guarded([&] {
+    sim::PlanSpec p = sim::load_plan(name_or_path.toStdString());
+    d_->scenario.plan = std::move(p);
+    d_->scenario.plan_source = name_or_path.toStdString();
+    d_->show_error("");
+    d_->sync_pickers();
+    d_->sync_knobs();
+    d_->read_knobs();
+    d_->request();
+  });
+}
+
+bool ExplorerWindow::open_profile(const QString& path) {
+  return d_->guarded([&] {
+    std::shared_ptr<const sim::ProfileCosts> costs;
+    if (!path.isEmpty()) costs = std::make_shared<const sim::ProfileCosts>(sim::load_profile(path.toStdString()));
+    d_->scenario.profile = std::move(costs);
+    d_->scenario.profile_source = path.toStdString();
+    d_->show_error("");
+    d_->sync_pickers();
+    d_->request();
+  });
+}
+
+bool ExplorerWindow::open_measured(const QString& path) {
+  return d_->guarded([&] {
+    d_->measured = load_measured(path.toStdString());
+    d_->show_error("");
+    d_->draw_measured_line();
+    d_->draw_breakdown();
+    d_->draw_memory();
+  });
+}
+
+QChart* ExplorerWindow::chart(const QString& name) const {
+  auto it = d_->views.find(name);
+  return it == d_->views.end() ? nullptr : it->second->chart();
+}
+
+void ExplorerWindow::pin_current() {
+  if (!d_->outcome.ok()) {
+    d_->show_error("nothing to pin: the current plan has no prediction");
+    return;
+  }
+  const sim::Prediction& p = *d_->outcome.prediction;
+  Pinned pin;
+  pin.model = p.model_name;
+  pin.cluster = p.cluster_name + " (" + std::to_string(p.gpus) + " GPUs)";
+  pin.plan = plan_label(p.plan);
+  pin.label = pin.model + " · " + pin.cluster + " · " + pin.plan;
+  pin.iteration_time = p.iteration_time;
+  for (const auto& r : p.ranks) pin.peak = std::max(pin.peak, r.peak);
+  pin.tokens_per_s = p.tokens_per_s;
+  pin.mfu = p.mfu;
+  pin.fits = p.fits;
+  d_->pins.push_back(std::move(pin));
+  d_->draw_comparison();
+}
+
+const std::vector<Pinned>& ExplorerWindow::pins() const { return d_->pins; }
+
+bool ExplorerWindow::export_pins_csv(const QString& path) {
+  QSaveFile f(path);  // atomic: a temporary beside it, renamed on commit
+  const std::string csv = pins_to_csv(d_->pins);
+  if (!f.open(QIODevice::WriteOnly) || f.write(csv.data(), static_cast<qint64>(csv.size())) < 0 || !f.commit()) {
+    d_->show_error(path.toStdString() + ": cannot write: " + f.errorString().toStdString());
+    return false;
+  }
+  return true;
+}
+
+namespace {
+
+bool save_png(const QPixmap& pm, const QString& path, QString* error) {
+  QSaveFile f(path);
+  if (!f.open(QIODevice::WriteOnly) || !pm.save(&f, "PNG") || !f.commit()) {
+    *error = path + ": cannot write: " + f.errorString();
+    return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+bool ExplorerWindow::export_charts_png(const QString& dir) {
+  for (const auto& [name, view] : d_->views) {
+    QString err;
+    if (!save_png(view->grab(), dir + "/" + name + ".png", &err)) {
+      d_->show_error(err.toStdString());
+      return false;
+    }
+  }
+  return true;
+}
+
+void ExplorerWindow::start_search() {
+  if (d_->s_running || !d_->scenario.model) return;
+  d_->s_running = true;
+  d_->s_run->setEnabled(false);
+  d_->s_load->setEnabled(false);
+  d_->s_progress->setRange(0, 0);  // busy until the first progress report
+  d_->s_status->setText("Searching…");
+  auto progress = std::make_shared<std::atomic<bool>>(false);
+  sim::SearchOptions so;
+  so.gpus = d_->s_gpus->value();
+  so.global_batch = d_->s_batch->value();
+  so.top = d_->s_top->value();
+  so.base = d_->scenario.plan;
+  so.profile = d_->scenario.profile;
+  QProgressBar* bar = d_->s_progress;
+  QElapsedTimer* clock = new QElapsedTimer;
+  clock->start();
+  QLabel* status = d_->s_status;
+  so.progress = [bar, status, clock](std::size_t done, std::size_t total) {
+    const double secs = static_cast<double>(clock->elapsed()) / 1e3;
+    const double eta = done > 0 ? secs * static_cast<double>(total - done) / static_cast<double>(done) : 0;
+    QMetaObject::invokeMethod(bar, [bar, status, done, total, eta] {
+      bar->setRange(0, static_cast<int>(std::min<std::size_t>(total, 1 << 30)));
+      bar->setValue(static_cast<int>(std::min<std::size_t>(done, 1 << 30)));
+      status->setText(QString("Searching: %1 of %2 plans, about %3 s left").arg(done).arg(total).arg(eta, 0, 'f', 0));
+    }, Qt::QueuedConnection);
+  };
+  const sim::ModelPtr model = d_->scenario.model;
+  const sim::ClusterSpec cluster = d_->scenario.cluster;
+  d_->s_watcher.setFuture(QtConcurrent::run([model, cluster, so, clock] {
+    SearchOutcome o;
+    try {
+      o.result = std::make_shared<const sim::SearchResult>(sim::search(*model, cluster, so));
+    } catch (const Error& e) {
+      o.error = e.what();
+    } catch (const std::exception& e) {
+      o.error = std::string("internal error: ") + e.what();
+    }
+    delete clock;
+    return o;
+  }));
+}
+
+bool ExplorerWindow::wait_for_search(int timeout_ms) {
+  QElapsedTimer t;
+  t.start();
+  while (d_->s_running && t.elapsed() < timeout_ms) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    if (d_->s_running) QThread::msleep(5);
+  }
+  return !d_->s_running;
+}
+
+bool ExplorerWindow::load_search_entry(int index) {
+  if (!d_->s_result || index < 0 || index >= static_cast<int>(d_->s_result->top.size())) return false;
+  sim::PlanSpec spec = d_->s_result->top[static_cast<std::size_t>(index)].plan.spec;
+  const std::string label = "__search_" + std::to_string(index + 1);
+  spec.name = "search #" + std::to_string(index + 1);
+  spec.origins.file = "search result #" + std::to_string(index + 1);
+  spec.origins.where.clear();
+  d_->scenario.plan = spec;
+  d_->scenario.plan_source = label;
+  d_->syncing = true;
+  select_data(d_->plan, qs(label), qs(spec.name + ": " + plan_label(d_->s_result->top[static_cast<std::size_t>(index)].plan)));
+  d_->syncing = false;
+  d_->sync_knobs();
+  d_->read_knobs();
+  d_->request();
+  d_->tabs->setCurrentIndex(0);
+  return true;
+}
+
+bool ExplorerWindow::save_screenshot(const QString& path) {
+  if (!isVisible()) {
+    setAttribute(Qt::WA_DontShowOnScreen, true);
+    show();
+  }
+  for (int i = 0; i < 5; ++i) QCoreApplication::processEvents();
+  QString err;
+  if (!save_png(grab(), path, &err)) {
+    d_->show_error(err.toStdString());
+    return false;
+  }
+  return true;
+}
+
+}  // namespace dtsim::gui

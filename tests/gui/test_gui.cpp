@@ -1,0 +1,516 @@
+// The explorer, headless (QT_QPA_PLATFORM=offscreen): its Qt-free logic
+// against hand-derived values, and the window driven knob by knob with its
+// chart series checked against the simulator's own prediction of the same plan.
+
+#include <catch2/catch.hpp>
+
+#include <cstdio>
+#include <cstdlib>
+#include <filesystem>
+#include <fstream>
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <QAbstractBarSeries>
+#include <QApplication>
+#include <QAreaSeries>
+#include <QBarSet>
+#include <QChart>
+#include <QComboBox>
+#include <QLabel>
+#include <QLineSeries>
+#include <QScatterSeries>
+#include <QSpinBox>
+#include <QTableWidget>
+
+#include "dtsim/gui/explorer.hpp"
+#include "dtsim/gui/explorer_window.hpp"
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/search.hpp"
+
+using namespace dtsim;
+using dtsim::gui::ExplorerWindow;
+namespace fs = std::filesystem;
+
+namespace {
+
+/// One QApplication for the whole binary, created on first use (test
+/// discovery lists names without it).
+QApplication& app() {
+  static int argc = 1;
+  static char name[] = "dtsim_gui_tests";
+  static char* argv[] = {name, nullptr};
+  setenv("QT_QPA_PLATFORM", "offscreen", 0);
+  static QApplication a(argc, argv);
+  return a;
+}
+
+constexpr int kWaitMs = 60000;
+
+double gib(Bytes b) { return static_cast<double>(b) / static_cast<double>(kGiB); }
+
+sim::Prediction predict_plan(const sim::PlanSpec& plan, const std::string& model, const std::string& cluster) {
+  const sim::ModelPtr m = models::load_model(model);
+  return sim::predict(*m, plan, sim::load_cluster(cluster));
+}
+
+QBarSet* bar_set(QChart* c, const QString& label) {
+  for (QAbstractSeries* s : c->series()) {
+    if (auto* bars = qobject_cast<QAbstractBarSeries*>(s)) {
+      for (QBarSet* set : bars->barSets()) {
+        if (set->label() == label) return set;
+      }
+    }
+  }
+  return nullptr;
+}
+
+template <class T>
+T* series_named(QChart* c, const QString& name) {
+  for (QAbstractSeries* s : c->series()) {
+    if (s->name() == name) {
+      if (auto* t = qobject_cast<T*>(s)) return t;
+    }
+  }
+  return nullptr;
+}
+
+std::string temp_path(const std::string& name) {
+  return (fs::temp_directory_path() / ("dtsim_gui_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+
+std::string write_temp(const std::string& name, const std::string& content) {
+  const std::string p = temp_path(name);
+  std::ofstream(p) << content;
+  return p;
+}
+
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+
+/// Width and height from a PNG's IHDR chunk (bytes 16..23, big-endian).
+std::pair<int, int> png_size(const std::string& bytes) {
+  REQUIRE(bytes.size() > 24);
+  REQUIRE(bytes.substr(1, 3) == "PNG");
+  auto be32 = [&](std::size_t at) {
+    return (static_cast<unsigned char>(bytes[at]) << 24) | (static_cast<unsigned char>(bytes[at + 1]) << 16) |
+           (static_cast<unsigned char>(bytes[at + 2]) << 8) | static_cast<unsigned char>(bytes[at + 3]);
+  };
+  return {static_cast<int>(be32(16)), static_cast<int>(be32(20))};
+}
+
+}  // namespace
+
+// ---- the Qt-free logic ---------------------------------------------------------
+
+TEST_CASE("knob choices offer only what the model and cluster allow", "[gui]") {
+  const sim::ModelPtr gpt2 = models::load_model("gpt2");  // 12 heads, MLP 3072, 12 blocks
+  const sim::ClusterSpec dgx = sim::load_cluster("dgx-a100");  // 1 node x 8 A100
+  // tp: divisors of 8 GPUs per node that divide 12 heads and 3072: 1, 2, 4 (8 does not divide 12).
+  const gui::KnobChoices c = gui::knob_choices(*gpt2, dgx, 1, 1);
+  CHECK(c.tp == std::vector<int>{1, 2, 4});
+  // pp with tp 1: divisors of 8 GPUs, at most 12 blocks.
+  CHECK(c.pp == std::vector<int>{1, 2, 4, 8});
+  CHECK(c.dp == std::vector<int>{1, 2, 4, 8});
+  // tp 2, pp 2: 8 / 4 = 2 replicas at most.
+  const gui::KnobChoices c22 = gui::knob_choices(*gpt2, dgx, 2, 2);
+  CHECK(c22.pp == std::vector<int>{1, 2, 4});
+  CHECK(c22.dp == std::vector<int>{1, 2});
+  // A100 computes in fp32, fp16 and bf16; 12 blocks over 2 stages allow 6 chunks each.
+  CHECK(c22.precisions.size() == 3);
+  CHECK(c22.max_virtual_stages == 6);
+  // The 2-layer tiny GPT-2 cannot have more stages than blocks.
+  const gui::KnobChoices tiny = gui::knob_choices(*models::load_model("gpt2-tiny"), dgx, 1, 1);
+  CHECK(tiny.pp == std::vector<int>{1, 2});
+}
+
+TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {
+  // One rank; compute: forward [0,10), backward [10,30), optimizer [40,45);
+  // comm: two all-reduces [15,25) and [20,40) that overlap; makespan 50.
+  sim::Prediction p;
+  sim::SimRank r;
+  r.streams = {"compute", "grad comm"};
+  p.graph.ranks.push_back(r);
+  auto task = [&](sim::Phase ph, int stream, TimeNs s, TimeNs e) {
+    sim::Task t;
+    t.phase = ph;
+    t.stream = stream;
+    p.graph.add(t);
+    p.exec.spans.push_back({static_cast<sim::TaskId>(p.exec.spans.size()), s, e});
+  };
+  task(sim::Phase::kForward, 0, 0, 10);
+  task(sim::Phase::kBackward, 0, 10, 30);
+  task(sim::Phase::kComm, 1, 15, 25);
+  task(sim::Phase::kComm, 1, 20, 40);
+  task(sim::Phase::kOptimizer, 0, 40, 45);
+  p.exec.makespan = 50;
+  const auto rows = gui::gantt_rows(p);
+  REQUIRE(rows.size() == 2);  // compute and comm lanes; no host work, no host lane
+  auto bars = [](const gui::GanttRow& row, gui::GanttKind k) {
+    std::vector<std::pair<TimeNs, TimeNs>> out;
+    for (const auto& b : row.bars[static_cast<int>(k)]) out.emplace_back(b.start, b.end);
+    return out;
+  };
+  using V = std::vector<std::pair<TimeNs, TimeNs>>;
+  CHECK(rows[0].label == "S0");
+  CHECK(rows[0].compute);
+  CHECK(bars(rows[0], gui::GanttKind::kForward) == V{{0, 10}});
+  CHECK(bars(rows[0], gui::GanttKind::kBackward) == V{{10, 30}});
+  CHECK(bars(rows[0], gui::GanttKind::kOptimizer) == V{{40, 45}});
+  // The compute lane waits from 30 to 40 (the exposed all-reduce) and 45 to 50.
+  CHECK(bars(rows[0], gui::GanttKind::kBubble) == V{{30, 40}, {45, 50}});
+  CHECK(rows[1].label == "S0 comm");
+  CHECK(bars(rows[1], gui::GanttKind::kComm) == V{{15, 40}});
+  CHECK(bars(rows[1], gui::GanttKind::kBubble).empty());
+}
+
+TEST_CASE("a pipeline's timeline shows the fill bubble on the last stage", "[gui]") {
+  sim::PlanSpec plan = sim::load_plan("gpipe");
+  plan.pp = 4;
+  plan.micro_batch = 1;
+  plan.grad_accum = 8;
+  plan.global_batch = 0;
+  const sim::ModelPtr m = models::load_model("gpt2");
+  sim::PredictOptions po;
+  po.keep_graph = true;
+  const sim::Prediction p = sim::predict(*m, plan, sim::load_cluster("dgx-a100"), po);
+  const auto rows = gui::gantt_rows(p);
+  const gui::GanttRow* first = nullptr;
+  const gui::GanttRow* last = nullptr;
+  for (const auto& r : rows) {
+    if (r.compute && r.stage == 0) first = &r;
+    if (r.compute && r.stage == 3) last = &r;
+  }
+  REQUIRE(first != nullptr);
+  REQUIRE(last != nullptr);
+  const auto& fwd0 = first->bars[static_cast<int>(gui::GanttKind::kForward)];
+  const auto& fwd3 = last->bars[static_cast<int>(gui::GanttKind::kForward)];
+  const auto& idle3 = last->bars[static_cast<int>(gui::GanttKind::kBubble)];
+  REQUIRE(!fwd0.empty());
+  REQUIRE(!fwd3.empty());
+  REQUIRE(!idle3.empty());
+  // The first forward of each stage, from the simulated spans.
+  std::vector<std::pair<TimeNs, TimeNs>> first_fwd(4, {-1, -1});
+  for (std::size_t i = 0; i < p.graph.tasks.size(); ++i) {
+    const sim::Task& t = p.graph.tasks[i];
+    if (t.phase != sim::Phase::kForward) continue;
+    auto& f = first_fwd[p.graph.ranks[t.rank].stage];
+    if (f.first < 0 || p.exec.spans[i].start < f.first) f = {p.exec.spans[i].start, p.exec.spans[i].end};
+  }
+  // Stage 0 starts at once; each later stage waits for the one before it to
+  // finish the first micro-batch, so stage 3 idles from 0 to its first forward.
+  CHECK(fwd0.front().start == 0);
+  for (int s = 1; s < 4; ++s) CHECK(first_fwd[s].first >= first_fwd[s - 1].second);
+  CHECK(idle3.front().start == 0);
+  CHECK(idle3.front().end == first_fwd[3].first);
+  CHECK(fwd3.front().start == first_fwd[3].first);
+}
+
+TEST_CASE("the Pareto front of pinned scenarios", "[gui]") {
+  auto pin = [](TimeNs t, Bytes m) {
+    gui::Pinned p;
+    p.iteration_time = t;
+    p.peak = m;
+    return p;
+  };
+  // (time, memory): A(10,5) B(8,7) C(12,4) D(9,9) E(10,5).
+  // By time: B is fastest; D needs more memory than B; A needs less; E ties A
+  // (kept once); C needs the least. Front: B, A, C.
+  const std::vector<gui::Pinned> pins = {pin(10, 5), pin(8, 7), pin(12, 4), pin(9, 9), pin(10, 5)};
+  CHECK(gui::pareto_front(pins) == std::vector<std::size_t>{1, 0, 2});
+  CHECK(gui::pareto_front({}).empty());
+}
+
+TEST_CASE("pinned scenarios as CSV quote what needs quoting", "[gui]") {
+  gui::Pinned p;
+  p.label = "gpt2, \"ddp\"";
+  p.model = "gpt2";
+  p.cluster = "dgx-a100";
+  p.plan = "dp8";
+  p.iteration_time = 250'000'000;  // 250 ms
+  p.peak = 3 * kGiB / 2;           // 1.5 GiB
+  p.tokens_per_s = 1000;
+  p.mfu = 0.5;
+  const std::string csv = gui::pins_to_csv({p});
+  CHECK(csv ==
+        "label,model,cluster,plan,iteration_time_ms,tokens_per_s,mfu,peak_GiB,fits,pareto\n"
+        "\"gpt2, \"\"ddp\"\"\",gpt2,dgx-a100,dp8,250.000000,1000.0,0.5000,1.5000,true,true\n");
+}
+
+TEST_CASE("a measured result loads, and a wrong one says what is missing", "[gui]") {
+  const gui::Measured m = gui::load_measured(std::string(DTSIM_TEST_DATA) + "/validation-sample.json");
+  CHECK(m.iteration_time_s == Approx(0.250));
+  CHECK(m.forward_s == Approx(0.060));
+  CHECK(m.backward_s == Approx(0.140));
+  CHECK(m.comm_wait_s == Approx(0.020));
+  CHECK(m.optimizer_s == Approx(0.010));
+  REQUIRE(m.rank_peaks.size() == 3);
+  CHECK(m.rank_peaks[1] == std::pair<int, Bytes>{1, 11 * kGiB});
+  CHECK_FALSE(m.partial);
+  const std::string bad = write_temp("nomeasured.json", "{\"predicted\": {}}");
+  try {
+    gui::load_measured(bad);
+    FAIL("expected an error");
+  } catch (const ConfigError& e) {
+    CHECK_THAT(e.what(), Catch::Contains(bad) && Catch::Contains("measured"));
+  }
+  const std::string neg = write_temp("negative.json", "{\"measured\": {\"iteration_time_s\": -1}}");
+  CHECK_THROWS_WITH(gui::load_measured(neg), Catch::Contains("iteration_time_s") && Catch::Contains("more than 0"));
+  fs::remove(bad);
+  fs::remove(neg);
+}
+
+// ---- the window ------------------------------------------------------------------
+
+TEST_CASE("the window predicts the scenario and redraws when a knob changes", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.error_text().isEmpty());
+
+  // The breakdown and memory series equal the simulator's own prediction of
+  // the same plan (ms under 10 s; GiB).
+  const sim::PlanSpec ddp = sim::load_plan("ddp");
+  const sim::Prediction expect = predict_plan(ddp, "gpt2", "dgx-a100");
+  CHECK(w.outcome().prediction->iteration_time == expect.iteration_time);
+  QChart* bd = w.chart("breakdown");
+  REQUIRE(bar_set(bd, "compute") != nullptr);
+  CHECK(bar_set(bd, "compute")->at(0) == Approx(static_cast<double>(expect.breakdown.compute) / 1e6));
+  CHECK(bar_set(bd, "exposed comm")->at(0) == Approx(static_cast<double>(expect.breakdown.exposed_comm) / 1e6));
+  QChart* mem = w.chart("memory");
+  REQUIRE(bar_set(mem, "activations") != nullptr);
+  CHECK(bar_set(mem, "activations")->at(0) == Approx(gib(expect.ranks[0].activations)));
+  CHECK(bar_set(mem, "optimizer")->at(0) == Approx(gib(expect.ranks[0].optimizer)));
+  auto* cap = series_named<QLineSeries>(mem, "capacity");
+  REQUIRE(cap != nullptr);
+  CHECK(cap->at(0).y() == Approx(gib(expect.capacity)));
+
+  // ZeRO-3 from the sharding control: the optimizer state shards 8 ways.
+  auto* zero = w.findChild<QComboBox*>("zero");
+  REQUIRE(zero != nullptr);
+  zero->setCurrentIndex(zero->findData(3));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.zero_stage == 3);
+  sim::PlanSpec z3 = ddp;
+  z3.zero_stage = 3;
+  const sim::Prediction expect3 = predict_plan(z3, "gpt2", "dgx-a100");
+  CHECK(w.outcome().prediction->iteration_time == expect3.iteration_time);
+  CHECK(bar_set(w.chart("memory"), "optimizer")->at(0) == Approx(gib(expect3.ranks[0].optimizer)));
+  CHECK(bar_set(w.chart("memory"), "optimizer")->at(0) == Approx(gib(expect.ranks[0].optimizer) / 8).epsilon(0.01));
+
+  // A cluster knob: two nodes double the replicas.
+  w.findChild<QSpinBox*>("nodes")->setValue(2);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->gpus == 16);
+  CHECK(w.outcome().prediction->plan.dp == 16);
+}
+
+TEST_CASE("rapid changes are debounced and the newest one wins", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  auto* mb = w.findChild<QSpinBox*>("micro_batch");
+  REQUIRE(mb != nullptr);
+  for (int v = 1; v <= 8; ++v) mb->setValue(v);  // no event loop in between: one evaluation
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.micro_batch == 8);
+}
+
+TEST_CASE("a pipeline plan draws one compute lane per stage in the timeline", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "gpipe", "", {sim::parse_override("plan.pp=4")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  const auto rows = gui::gantt_rows(*w.outcome().prediction);
+  int forward_rows = 0;
+  for (const auto& r : rows) forward_rows += !r.bars[static_cast<int>(gui::GanttKind::kForward)].empty();
+  CHECK(forward_rows == 4);
+  int forward_series = 0;
+  for (QAbstractSeries* s : w.chart("timeline")->series()) forward_series += s->name() == "forward";
+  CHECK(forward_series == 4);
+  // Four stages' memory bars.
+  CHECK(bar_set(w.chart("memory"), "parameters")->count() == 4);
+}
+
+TEST_CASE("a bad file shows an error in the window and the window keeps working", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  const TimeNs before = w.outcome().prediction->iteration_time;
+
+  const std::string plan = write_temp("bad-plan.yaml", "name: bad\nzero_stage: 7\n");
+  CHECK_FALSE(w.open_plan(QString::fromStdString(plan)));
+  CHECK(w.error_text().contains(QString::fromStdString(plan)));
+  CHECK(w.error_text().contains("zero_stage"));
+  CHECK(w.scenario().plan_source == "ddp");
+
+  const std::string model = write_temp("bad-model.json", "{\"model_type\": \"gpt2\", \"n_layer\": [");
+  CHECK_FALSE(w.open_model(QString::fromStdString(model)));
+  CHECK(w.error_text().contains(QString::fromStdString(model)));
+
+  const std::string profile = write_temp("bad-profile.h5", "not an HDF5 file");
+  CHECK_FALSE(w.open_profile(QString::fromStdString(profile)));
+  CHECK(w.error_text().contains(QString::fromStdString(profile)));
+
+  const std::string measured = write_temp("bad-measured.json", "[1, 2]");
+  CHECK_FALSE(w.open_measured(QString::fromStdString(measured)));
+  CHECK(w.error_text().contains("measured"));
+
+  // Still working: a knob change is evaluated and clears the error.
+  w.findChild<QSpinBox*>("micro_batch")->setValue(2);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.error_text().isEmpty());
+  CHECK(w.outcome().prediction->iteration_time != before);
+
+  // A combination resolve() refuses shows its reason, and nothing crashes.
+  w.findChild<QComboBox*>("pp")->setCurrentIndex(w.findChild<QComboBox*>("pp")->findData(2));
+  w.findChild<QComboBox*>("zero")->setCurrentIndex(w.findChild<QComboBox*>("zero")->findData(3));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK_FALSE(w.outcome().ok());
+  CHECK(w.error_text().contains("zero"));
+  for (const auto& f : {plan, model, profile, measured}) fs::remove(f);
+}
+
+TEST_CASE("a validation result is drawn beside the prediction", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.open_measured(QString(DTSIM_TEST_DATA) + "/validation-sample.json"));
+  // Measured phases (validation-sample.json): forward 60 + backward 140 =
+  // 200 ms compute, 20 ms comm wait, 10 ms optimizer, 250 - 230 = 20 ms other.
+  QChart* bd = w.chart("breakdown");
+  REQUIRE(bar_set(bd, "compute")->count() == 2);
+  CHECK(bar_set(bd, "compute")->at(1) == Approx(200));
+  CHECK(bar_set(bd, "exposed comm")->at(1) == Approx(20));
+  CHECK(bar_set(bd, "optimizer")->at(1) == Approx(10));
+  CHECK(bar_set(bd, "other")->at(1) == Approx(20));
+  // The memory chart marks the largest measured peak of the stage: 11 GiB.
+  auto* pts = series_named<QScatterSeries>(w.chart("memory"), "measured peak");
+  REQUIRE(pts != nullptr);
+  REQUIRE(pts->count() == 1);
+  CHECK(pts->at(0).y() == Approx(11.0));
+  CHECK(w.findChild<QLabel*>("measured")->text().contains("250.00 ms"));
+}
+
+TEST_CASE("a loaded profile says which costs were measured", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  // The CPU profile measured GPT-2's layers in fp32 at micro-batches 1..4 and sequences 64..512.
+  w.set_scenario(gui::load_scenario("gpt2", "local-cpu", "ddp", "",
+                                    {sim::parse_override("plan.precision=fp32"), sim::parse_override("plan.micro_batch=2"),
+                                     sim::parse_override("plan.seq_len=128")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK(w.findChild<QLabel*>("costs")->text().contains("datasheet"));
+  REQUIRE(w.open_profile(QString::fromStdString(sim::config_dir() + "/profiles/local-cpu.h5")));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  const sim::CostSources& s = w.outcome().prediction->sources;
+  // Embedding, 12 blocks and head, forward and backward: 28 lookups, all measured shapes.
+  CHECK(s.layers_measured == 28);
+  CHECK(s.layers_analytic == 0);
+  const QString text = w.findChild<QLabel*>("costs")->text();
+  CHECK(text.contains("profile:"));
+  CHECK(text.contains(QString("layers: %1 measured").arg(s.layers_measured)));
+}
+
+TEST_CASE("pinning, the comparison chart and the exports", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  w.pin_current();
+  // Full recompute runs every forward twice and keeps only block inputs:
+  // slower and smaller, so neither dominates.
+  auto* rc = w.findChild<QComboBox*>("recompute");
+  rc->setCurrentIndex(rc->findData(static_cast<int>(sim::Recompute::kFull)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  w.pin_current();
+  REQUIRE(w.pins().size() == 2);
+  auto* pts = series_named<QScatterSeries>(w.chart("comparison"), "pinned");
+  REQUIRE(pts != nullptr);
+  REQUIRE(pts->count() == 2);
+  CHECK(pts->at(1).x() == Approx(static_cast<double>(w.pins()[1].iteration_time) / 1e6));
+  CHECK(pts->at(1).y() == Approx(gib(w.pins()[1].peak)));
+  // Without recompute faster, with it smaller: both are on the front.
+  REQUIRE(w.pins()[0].iteration_time < w.pins()[1].iteration_time);
+  REQUIRE(w.pins()[0].peak > w.pins()[1].peak);
+  CHECK(series_named<QLineSeries>(w.chart("comparison"), "Pareto front")->count() == 2);
+
+  const std::string csv = temp_path("pins.csv");
+  REQUIRE(w.export_pins_csv(QString::fromStdString(csv)));
+  const std::string text = slurp(csv);
+  CHECK(text.rfind("label,model,cluster,plan,", 0) == 0);
+  CHECK(std::count(text.begin(), text.end(), '\n') == 3);
+  fs::remove(csv);
+
+  const std::string dir = temp_path("charts");
+  fs::create_directories(dir);
+  REQUIRE(w.export_charts_png(QString::fromStdString(dir)));
+  for (const char* name : {"breakdown", "memory", "timeline", "comparison"}) {
+    const std::string png = slurp(dir + "/" + name + ".png");
+    CHECK(png.substr(1, 3) == "PNG");
+  }
+  CHECK_FALSE(w.export_pins_csv("/nonexistent-dir/x.csv"));
+  CHECK(w.error_text().contains("/nonexistent-dir/x.csv"));
+  fs::remove_all(dir);
+}
+
+TEST_CASE("the search tab finds the planner's best plans and loads one", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "2xa100-80g", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  w.findChild<QSpinBox*>("s_batch")->setValue(8);
+  w.findChild<QSpinBox*>("s_top")->setValue(5);
+  w.start_search();
+  REQUIRE(w.wait_for_search(120000));
+  // The same search run directly: same plans, same order.
+  sim::SearchOptions so;
+  so.global_batch = 8;
+  so.top = 5;
+  so.base = w.scenario().plan;
+  const sim::SearchResult direct = sim::search(*models::load_model("gpt2"), sim::load_cluster("2xa100-80g"), so);
+  auto* table = w.findChild<QTableWidget*>("s_table");
+  REQUIRE(table->rowCount() == static_cast<int>(direct.top.size()));
+  REQUIRE(!direct.top.empty());
+  CHECK(table->item(0, 0)->text().toStdString() == gui::plan_label(direct.top[0].plan));
+  REQUIRE(w.load_search_entry(0));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->iteration_time == direct.top[0].iteration_time);
+  CHECK(gui::plan_label(w.outcome().prediction->plan) == gui::plan_label(direct.top[0].plan));
+}
+
+TEST_CASE("dtsim-gui --screenshot renders without a display; bad arguments exit 2", "[gui]") {
+  const std::string png = temp_path("shot.png");
+  const std::string cmd = std::string("env -u DISPLAY -u QT_QPA_PLATFORM ") + DTSIM_GUI_BINARY +
+                          " --screenshot " + png + " --model gpt2 --cluster dgx-a100 --plan zero2 >/dev/null 2>&1";
+  const int st = std::system(cmd.c_str());
+  REQUIRE(WIFEXITED(st));
+  CHECK(WEXITSTATUS(st) == 0);
+  CHECK(png_size(slurp(png)) == std::pair<int, int>{1600, 1000});
+  fs::remove(png);
+
+  const std::string err = temp_path("err.txt");
+  const int bad = std::system((std::string(DTSIM_GUI_BINARY) + " --screenshot x.png --plan zero9 2>" + err).c_str());
+  REQUIRE(WIFEXITED(bad));
+  CHECK(WEXITSTATUS(bad) == 2);
+  const std::string msg = slurp(err);
+  CHECK(std::count(msg.begin(), msg.end(), '\n') == 1);
+  CHECK_THAT(msg, Catch::Contains("zero9") && Catch::Contains("zero2"));
+  fs::remove(err);
+}
