@@ -40,7 +40,9 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation) {
   po.keep_graph = true;  // the timeline draws the spans
   po.profile = s.profile;
   try {
-    o.prediction = std::make_shared<const sim::Prediction>(sim::predict(*s.model, s.plan, s.cluster, po));
+    auto p = std::make_shared<const sim::Prediction>(sim::predict(*s.model, s.plan, s.cluster, po));
+    o.timeline = std::make_shared<const std::vector<GanttRow>>(gantt_rows(*p));
+    o.prediction = std::move(p);
   } catch (const Error& e) {
     o.error = e.what();
   } catch (const std::bad_alloc&) {
@@ -193,6 +195,77 @@ std::vector<GanttRow> gantt_rows(const sim::Prediction& p) {
   return out;
 }
 
+// Note [Timeline level of detail]
+// A 3D-parallel iteration runs tens of thousands of tasks; drawn one polygon
+// each, the timeline took ~1 s to paint (bench/gui_speed.cpp) and froze the
+// window. A screen shows at most one colour per pixel column per lane, so the
+// lane is cut into `bins` columns over the visible range, each column takes
+// the kind covering most of it, and equal neighbours merge. Zooming redraws
+// from the exact rows at the new range, so detail reappears as it fits.
+GanttRow level_of_detail(const GanttRow& row, TimeNs lo, TimeNs hi, int bins) {
+  GanttRow out;
+  out.label = row.label;
+  out.stage = row.stage;
+  out.compute = row.compute;
+  if (hi <= lo || bins < 1) return out;
+  std::size_t in_range = 0;
+  for (const auto& bars : row.bars) {
+    for (const GanttBar& b : bars) in_range += b.end > lo && b.start < hi;
+  }
+  if (in_range * 2 <= static_cast<std::size_t>(bins)) {
+    // Few enough to draw exactly.
+    for (int k = 0; k < kGanttKinds; ++k) {
+      for (const GanttBar& b : row.bars[k]) {
+        if (b.end > lo && b.start < hi) out.bars[k].push_back({std::max(b.start, lo), std::min(b.end, hi)});
+      }
+    }
+    return out;
+  }
+  const double width = static_cast<double>(hi - lo) / bins;
+  std::vector<std::array<double, kGanttKinds>> cover(static_cast<std::size_t>(bins));
+  for (auto& c : cover) c.fill(0);
+  for (int k = 0; k < kGanttKinds; ++k) {
+    for (const GanttBar& b : row.bars[k]) {
+      const double s = static_cast<double>(std::max(b.start, lo) - lo);
+      const double e = static_cast<double>(std::min(b.end, hi) - lo);
+      if (e <= s) continue;
+      const int first = std::min(bins - 1, static_cast<int>(s / width));
+      const int last = std::min(bins - 1, static_cast<int>(e / width));
+      for (int i = first; i <= last; ++i) {
+        const double bin_lo = i * width, bin_hi = (i + 1) * width;
+        cover[i][k] += std::max(0.0, std::min(e, bin_hi) - std::max(s, bin_lo));
+      }
+    }
+  }
+  int run_kind = -1, run_start = 0;
+  auto close = [&](int end_bin) {
+    if (run_kind < 0) return;
+    const TimeNs s = lo + static_cast<TimeNs>(run_start * width);
+    const TimeNs e = end_bin >= bins ? hi : lo + static_cast<TimeNs>(end_bin * width);
+    out.bars[run_kind].push_back({s, e});
+  };
+  for (int i = 0; i < bins; ++i) {
+    // Nothing at all competes too: a lane idle for most of a column (a comm
+    // lane between collectives) leaves it empty rather than painting it.
+    int best = -1;
+    double most = width;
+    for (int k = 0; k < kGanttKinds; ++k) most -= cover[i][k];
+    for (int k = 0; k < kGanttKinds; ++k) {
+      if (cover[i][k] > most) {
+        most = cover[i][k];
+        best = k;
+      }
+    }
+    if (best != run_kind) {
+      close(i);
+      run_kind = best;
+      run_start = i;
+    }
+  }
+  close(bins);
+  return out;
+}
+
 std::vector<std::size_t> pareto_front(const std::vector<Pinned>& pins) {
   std::vector<std::size_t> order(pins.size());
   for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
@@ -261,6 +334,7 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   if (p.recompute != sim::Recompute::kNone) s += std::string(" rc-") + sim::to_string(p.recompute);
   if (p.sequence_parallel) s += " sp";
   s += " mb" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + " " + sim::to_string(p.precision);
+  if (p.spec.placement != "tp,pp,dp") s += " [" + p.spec.placement + "]";  // else two plans would read the same
   return s;
 }
 

@@ -156,6 +156,11 @@ struct ExplorerWindow::Impl {
          *h_fits = nullptr, *resolved = nullptr, *costs = nullptr, *measured_line = nullptr;
   QTabWidget* tabs = nullptr;
   std::map<QString, QChartView*> views;
+  QValueAxis* timeline_x = nullptr;
+  QCategoryAxis* timeline_y = nullptr;
+  TimeUnit timeline_unit{"ms", 1e6};
+  std::pair<TimeNs, TimeNs> zoom_range{0, 0};
+  QTimer zoom_timer;  // coalesces the range changes of one zoom gesture
 
   // Comparison.
   std::vector<Pinned> pins;
@@ -531,6 +536,9 @@ struct ExplorerWindow::Impl {
     debounce.setSingleShot(true);
     debounce.setInterval(kDebounceMs);
     QObject::connect(&debounce, &QTimer::timeout, w, [this] { launch(); });
+    zoom_timer.setSingleShot(true);
+    zoom_timer.setInterval(30);
+    QObject::connect(&zoom_timer, &QTimer::timeout, w, [this] { draw_timeline_series(zoom_range.first, zoom_range.second); });
     QObject::connect(&watcher, &QFutureWatcher<Outcome>::finished, w, [this] { finished(); });
   }
 
@@ -963,22 +971,23 @@ struct ExplorerWindow::Impl {
     y->setRange(0, top * 1.1);
   }
 
+  /// The whole iteration: axes, lanes and the series at full range.
   void draw_timeline() {
     QChart* c = chart("timeline");
+    timeline_x = nullptr;
     clear_chart(c);
-    if (!outcome.ok()) return;
+    if (!outcome.ok() || !outcome.timeline) return;
     const sim::Prediction& p = *outcome.prediction;
-    std::vector<GanttRow> rows = gantt_rows(p);
+    const std::vector<GanttRow>& rows = *outcome.timeline;
     const bool cut = rows.size() > static_cast<std::size_t>(kMaxTimelineRows);
-    if (cut) rows.resize(kMaxTimelineRows);
     c->setTitle(cut ? QString("One iteration: the first %1 lanes (drag to zoom, right-click to zoom out)").arg(kMaxTimelineRows)
                     : QString("One iteration, per stage (drag to zoom, right-click to zoom out)"));
-    const int n = static_cast<int>(rows.size());
-    const TimeUnit u = unit_for(p.exec.makespan);
+    const int n = static_cast<int>(std::min<std::size_t>(rows.size(), kMaxTimelineRows));
+    timeline_unit = unit_for(p.exec.makespan);
     auto* x = new QValueAxis;
-    x->setTitleText(u.name);
+    x->setTitleText(timeline_unit.name);
     x->setLabelFormat("%.4g");
-    x->setRange(0, std::max(1e-9, in(p.exec.makespan, u)));
+    x->setRange(0, std::max(1e-9, in(p.exec.makespan, timeline_unit)));
     c->addAxis(x, Qt::AlignBottom);
     auto* y = new QCategoryAxis;
     y->setStartValue(-0.5);
@@ -991,23 +1000,47 @@ struct ExplorerWindow::Impl {
     y->setLabelsFont(small);
     y->setTruncateLabels(false);
     c->addAxis(y, Qt::AlignLeft);
+    timeline_x = x;
+    timeline_y = y;
+    draw_timeline_series(0, p.exec.makespan);
+    // Zooming (rubber band, right-click) changes the range: redraw its detail.
+    QObject::connect(x, &QValueAxis::rangeChanged, w, [this](qreal lo, qreal hi) {
+      zoom_range = {static_cast<TimeNs>(lo * timeline_unit.ns), static_cast<TimeNs>(hi * timeline_unit.ns)};
+      zoom_timer.start();
+    });
+  }
+
+  /// The lanes' bars over [lo, hi), at about one bar per pixel column.
+  void draw_timeline_series(TimeNs lo, TimeNs hi) {
+    QChart* c = chart("timeline");
+    if (!outcome.timeline || timeline_x == nullptr) return;
+    for (QAbstractSeries* s : c->series()) {
+      c->removeSeries(s);
+      delete s;
+    }
+    const std::vector<GanttRow>& rows = *outcome.timeline;
+    const int n = static_cast<int>(std::min<std::size_t>(rows.size(), kMaxTimelineRows));
+    const int bins = std::max(200, views.at("timeline")->width());
+    const TimeUnit u = timeline_unit;
     bool legend_shown[kGanttKinds] = {};
     for (int i = 0; i < n; ++i) {
+      const GanttRow row = level_of_detail(rows[i], std::max<TimeNs>(0, lo), hi, bins);
       const double row_y = n - 1 - i;
-      const double h = rows[i].compute ? 0.4 : 0.25;
+      const double h = row.compute ? 0.4 : 0.25;
       for (int k = 0; k < kGanttKinds; ++k) {
-        const auto& bars = rows[i].bars[k];
+        const auto& bars = row.bars[k];
         if (bars.empty()) continue;
         // A step line over a flat one: each bar rises to row_y + h, the gaps
         // between bars have zero height.
-        auto* upper = new QLineSeries;
-        auto* lower = new QLineSeries;
+        QList<QPointF> up;
+        up.reserve(static_cast<qsizetype>(bars.size() * 4));
         for (const GanttBar& b : bars) {
-          upper->append(in(b.start, u), row_y - h);
-          upper->append(in(b.start, u), row_y + h);
-          upper->append(in(b.end, u), row_y + h);
-          upper->append(in(b.end, u), row_y - h);
+          up << QPointF(in(b.start, u), row_y - h) << QPointF(in(b.start, u), row_y + h)
+             << QPointF(in(b.end, u), row_y + h) << QPointF(in(b.end, u), row_y - h);
         }
+        auto* upper = new QLineSeries;
+        upper->replace(up);
+        auto* lower = new QLineSeries;
         lower->append(in(bars.front().start, u), row_y - h);
         lower->append(in(bars.back().end, u), row_y - h);
         auto* area = new QAreaSeries(upper, lower);
@@ -1017,8 +1050,8 @@ struct ExplorerWindow::Impl {
         c->addSeries(area);
         if (upper->parent() != area) upper->setParent(area);
         if (lower->parent() != area) lower->setParent(area);
-        area->attachAxis(x);
-        area->attachAxis(y);
+        area->attachAxis(timeline_x);
+        area->attachAxis(timeline_y);
         const auto markers = c->legend()->markers(area);
         for (QLegendMarker* m : markers) m->setVisible(!legend_shown[k]);
         legend_shown[k] = true;

@@ -28,6 +28,7 @@ usage:
   M, C, P: as for `dtsim predict` (built-in names, YAML files, HF config.json); defaults gpt2, dgx-a100, ddp
   --measured: a `dtsim validate --json` result shown beside the prediction
   --screenshot: render the window with this scenario into FILE.png without showing it, then exit
+               (with --tab search, after running the search; with --tab compare, with the scenario pinned)
 )";
 
 struct Args {
@@ -112,6 +113,13 @@ int main(int argc, char** argv) {
       return 1;
     }
     if (tab == "compare") window.pin_current();
+    if (tab == "search") {
+      window.start_search();
+      if (!window.wait_for_search(600000)) {
+        std::cerr << "dtsim-gui: the search did not finish within 600 s\n";
+        return 1;
+      }
+    }
     const QString file = QString::fromStdString(args.values["screenshot"]);
     if (!window.save_screenshot(file)) {
       std::cerr << "dtsim-gui: " << window.error_text().toStdString() << "\n";

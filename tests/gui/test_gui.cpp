@@ -17,6 +17,9 @@
 #include <QBarSet>
 #include <QChart>
 #include <QComboBox>
+#include <QCoreApplication>
+#include <QElapsedTimer>
+#include <QValueAxis>
 #include <QLabel>
 #include <QLineSeries>
 #include <QScatterSeries>
@@ -166,6 +169,47 @@ TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {
   CHECK(rows[1].label == "S0 comm");
   CHECK(bars(rows[1], gui::GanttKind::kComm) == V{{15, 40}});
   CHECK(bars(rows[1], gui::GanttKind::kBubble).empty());
+}
+
+TEST_CASE("the timeline's level of detail: one kind per pixel column", "[gui]") {
+  using V = std::vector<std::pair<TimeNs, TimeNs>>;
+  auto bars = [](const gui::GanttRow& row, gui::GanttKind k) {
+    V out;
+    for (const auto& b : row.bars[static_cast<int>(k)]) out.emplace_back(b.start, b.end);
+    return out;
+  };
+  const int fwd = static_cast<int>(gui::GanttKind::kForward), bwd = static_cast<int>(gui::GanttKind::kBackward);
+  // Ten periods of forward 6 ns then backward 4 ns over [0, 100), drawn in 4
+  // columns of 25 ns: forward fills 60% of each, so the lane is one forward bar.
+  gui::GanttRow alternating;
+  for (TimeNs i = 0; i < 10; ++i) {
+    alternating.bars[fwd].push_back({10 * i, 10 * i + 6});
+    alternating.bars[bwd].push_back({10 * i + 6, 10 * i + 10});
+  }
+  const gui::GanttRow coarse = gui::level_of_detail(alternating, 0, 100, 4);
+  CHECK(bars(coarse, gui::GanttKind::kForward) == V{{0, 100}});
+  CHECK(bars(coarse, gui::GanttKind::kBackward).empty());
+  // Fifty 1 ns forwards then one 50 ns backward, 10 columns of 10 ns: the
+  // first five columns are forward, the last five backward.
+  gui::GanttRow halves;
+  for (TimeNs i = 0; i < 50; ++i) halves.bars[fwd].push_back({i, i + 1});
+  halves.bars[bwd].push_back({50, 100});
+  const gui::GanttRow h = gui::level_of_detail(halves, 0, 100, 10);
+  CHECK(bars(h, gui::GanttKind::kForward) == V{{0, 50}});
+  CHECK(bars(h, gui::GanttKind::kBackward) == V{{50, 100}});
+  // A sparse lane: 20 collectives of 1 ns every 5 ns over [0, 100), 4
+  // columns: each column is 80% empty, so nothing is drawn.
+  gui::GanttRow sparse;
+  const int comm = static_cast<int>(gui::GanttKind::kComm);
+  for (TimeNs i = 0; i < 20; ++i) sparse.bars[comm].push_back({5 * i, 5 * i + 1});
+  CHECK(bars(gui::level_of_detail(sparse, 0, 100, 4), gui::GanttKind::kComm).empty());
+  // Few bars in range (2 <= 100 / 2): exact, clipped to the zoomed range.
+  gui::GanttRow few;
+  few.bars[fwd].push_back({10, 50});
+  few.bars[bwd].push_back({50, 90});
+  const gui::GanttRow zoomed = gui::level_of_detail(few, 20, 60, 100);
+  CHECK(bars(zoomed, gui::GanttKind::kForward) == V{{20, 50}});
+  CHECK(bars(zoomed, gui::GanttKind::kBackward) == V{{50, 60}});
 }
 
 TEST_CASE("a pipeline's timeline shows the fill bubble on the last stage", "[gui]") {
@@ -339,6 +383,19 @@ TEST_CASE("a pipeline plan draws one compute lane per stage in the timeline", "[
   int forward_series = 0;
   for (QAbstractSeries* s : w.chart("timeline")->series()) forward_series += s->name() == "forward";
   CHECK(forward_series == 4);
+  // Zooming to the first half redraws the lanes over that range only.
+  auto* x = qobject_cast<QValueAxis*>(w.chart("timeline")->axes(Qt::Horizontal).front());
+  REQUIRE(x != nullptr);
+  const double half = x->max() / 2;
+  x->setRange(0, half);
+  QElapsedTimer t;
+  t.start();
+  while (t.elapsed() < 500) QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+  double right = 0;
+  for (QAbstractSeries* s : w.chart("timeline")->series()) {
+    for (const QPointF& pt : qobject_cast<QAreaSeries*>(s)->upperSeries()->points()) right = std::max(right, pt.x());
+  }
+  CHECK(right == Approx(half).epsilon(0.01));
   // Four stages' memory bars.
   CHECK(bar_set(w.chart("memory"), "parameters")->count() == 4);
 }

@@ -35,11 +35,14 @@ struct Scenario {
 Scenario load_scenario(const std::string& model, const std::string& cluster, const std::string& plan,
                        const std::string& profile, const std::vector<sim::Override>& overrides = {});
 
-/// What one evaluation produced: a prediction (with its task graph and spans,
-/// for the timeline) or the one-line error that prevented it.
+struct GanttRow;
+
+/// What one evaluation produced: a prediction (with its task graph and spans)
+/// and its timeline rows, or the one-line error that prevented it.
 struct Outcome {
   std::uint64_t generation = 0;  ///< which request it answers
   std::shared_ptr<const sim::Prediction> prediction;
+  std::shared_ptr<const std::vector<GanttRow>> timeline;  ///< gantt_rows(*prediction)
   std::string error;             ///< empty when prediction is set
   bool ok() const { return prediction != nullptr; }
 };
@@ -83,6 +86,14 @@ struct GanttRow {
 /// (collectives and sends) and a host lane (offload copies, host optimizer)
 /// where they have work. Needs a prediction made with keep_graph.
 std::vector<GanttRow> gantt_rows(const sim::Prediction& p);
+
+/// The row as drawn at a resolution of `bins` pixels over [lo, hi): each bin
+/// shows the kind that fills most of it, and runs of equal bins become one
+/// bar, so a row never has more than `bins` bars however many tasks it ran
+/// (Note [Timeline level of detail] in explorer.cpp). Bars wider than a bin
+/// keep their ends to within one bin; a row with few bars in range is
+/// returned exactly, clipped to [lo, hi).
+GanttRow level_of_detail(const GanttRow& row, TimeNs lo, TimeNs hi, int bins);
 
 /// A pinned scenario of the comparison view.
 struct Pinned {
