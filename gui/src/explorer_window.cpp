@@ -447,6 +447,8 @@ struct ExplorerWindow::Impl {
     pin_table->setSelectionBehavior(QAbstractItemView::SelectRows);
     pin_table->setEditTriggers(QAbstractItemView::NoEditTriggers);
     split->addWidget(pin_table);
+    split->setStretchFactor(0, 3);  // the chart is the point; the table is its legend
+    split->setStretchFactor(1, 1);
     v->addWidget(split, 1);
     return page;
   }
@@ -1081,7 +1083,7 @@ struct ExplorerWindow::Impl {
     x->setTitleText("iteration time (ms)");
     x->setLabelFormat("%.4g");
     auto* y = new QValueAxis;
-    y->setTitleText("peak memory (GiB)");
+    y->setTitleText("peak GiB");
     y->setLabelFormat("%.3g");
     c->addAxis(x, Qt::AlignBottom);
     c->addAxis(y, Qt::AlignLeft);
