@@ -1,7 +1,6 @@
 #include "dtsim/gui/explorer_window.hpp"
 
 #include <algorithm>
-#include <atomic>
 #include <cmath>
 #include <filesystem>
 #include <map>
@@ -75,6 +74,13 @@ struct TimeUnit {
 };
 TimeUnit unit_for(TimeNs span) { return span >= 10 * kNsPerSec ? TimeUnit{"s", 1e9} : TimeUnit{"ms", 1e6}; }
 double in(TimeNs t, TimeUnit u) { return static_cast<double>(t) / u.ns; }
+
+/// The fullest GPU of a prediction.
+Bytes peak_of(const sim::Prediction& p) {
+  Bytes peak = 0;
+  for (const auto& r : p.ranks) peak = std::max(peak, r.peak);
+  return peak;
+}
 
 double gib(Bytes b) { return static_cast<double>(b) / static_cast<double>(kGiB); }
 double ms(TimeNs t) { return static_cast<double>(t) / 1e6; }
@@ -783,9 +789,7 @@ struct ExplorerWindow::Impl {
     h_time->setText(fmt_time(p.iteration_time) + " / iteration");
     h_tokens->setText(QString::number(p.tokens_per_s, 'f', 0) + " tokens/s");
     h_mfu->setText("MFU " + QString::number(p.mfu * 100, 'f', 1) + "%");
-    Bytes peak = 0;
-    for (const auto& r : p.ranks) peak = std::max(peak, r.peak);
-    h_mem->setText(QString::number(gib(peak), 'f', 2) + " / " + QString::number(gib(p.capacity), 'f', 1) + " GiB");
+    h_mem->setText(QString::number(gib(peak_of(p)), 'f', 2) + " / " + QString::number(gib(p.capacity), 'f', 1) + " GiB");
     h_fits->setText(p.fits ? "fits" : "does not fit (" + QString::number(gib(p.shortfall), 'f', 2) + " GiB over)");
     h_fits->setStyleSheet(QString("font-size: 15pt; font-weight: bold; padding: 4px 10px; color: %1;")
                               .arg(p.fits ? "#1a7f37" : "#a40000"));
@@ -1272,7 +1276,7 @@ void ExplorerWindow::pin_current() {
   pin.plan = plan_label(p.plan);
   pin.label = pin.model + " · " + pin.cluster + " · " + pin.plan;
   pin.iteration_time = p.iteration_time;
-  for (const auto& r : p.ranks) pin.peak = std::max(pin.peak, r.peak);
+  pin.peak = peak_of(p);
   pin.tokens_per_s = p.tokens_per_s;
   pin.mfu = p.mfu;
   pin.fits = p.fits;
@@ -1323,7 +1327,6 @@ void ExplorerWindow::start_search() {
   d_->s_load->setEnabled(false);
   d_->s_progress->setRange(0, 0);  // busy until the first progress report
   d_->s_status->setText("Searching…");
-  auto progress = std::make_shared<std::atomic<bool>>(false);
   sim::SearchOptions so;
   so.gpus = d_->s_gpus->value();
   so.global_batch = d_->s_batch->value();
@@ -1331,7 +1334,7 @@ void ExplorerWindow::start_search() {
   so.base = d_->scenario.plan;
   so.profile = d_->scenario.profile;
   QProgressBar* bar = d_->s_progress;
-  QElapsedTimer* clock = new QElapsedTimer;
+  auto clock = std::make_shared<QElapsedTimer>();  // read on the search's thread only
   clock->start();
   QLabel* status = d_->s_status;
   so.progress = [bar, status, clock](std::size_t done, std::size_t total) {
@@ -1345,7 +1348,7 @@ void ExplorerWindow::start_search() {
   };
   const sim::ModelPtr model = d_->scenario.model;
   const sim::ClusterSpec cluster = d_->scenario.cluster;
-  d_->s_watcher.setFuture(QtConcurrent::run([model, cluster, so, clock] {
+  d_->s_watcher.setFuture(QtConcurrent::run([model, cluster, so] {
     SearchOutcome o;
     try {
       o.result = std::make_shared<const sim::SearchResult>(sim::search(*model, cluster, so));
@@ -1354,7 +1357,6 @@ void ExplorerWindow::start_search() {
     } catch (const std::exception& e) {
       o.error = std::string("internal error: ") + e.what();
     }
-    delete clock;
     return o;
   }));
 }

@@ -106,6 +106,15 @@ std::pair<int, int> png_size(const std::string& bytes) {
   return {static_cast<int>(be32(16)), static_cast<int>(be32(20))};
 }
 
+using V = std::vector<std::pair<TimeNs, TimeNs>>;
+
+/// A lane's bars of one kind as (start, end) pairs.
+V bars(const gui::GanttRow& row, gui::GanttKind k) {
+  V out;
+  for (const auto& b : row.bars[static_cast<int>(k)]) out.emplace_back(b.start, b.end);
+  return out;
+}
+
 }  // namespace
 
 // ---- the Qt-free logic ---------------------------------------------------------
@@ -153,12 +162,6 @@ TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {
   p.exec.makespan = 50;
   const auto rows = gui::gantt_rows(p);
   REQUIRE(rows.size() == 2);  // compute and comm lanes; no host work, no host lane
-  auto bars = [](const gui::GanttRow& row, gui::GanttKind k) {
-    std::vector<std::pair<TimeNs, TimeNs>> out;
-    for (const auto& b : row.bars[static_cast<int>(k)]) out.emplace_back(b.start, b.end);
-    return out;
-  };
-  using V = std::vector<std::pair<TimeNs, TimeNs>>;
   CHECK(rows[0].label == "S0");
   CHECK(rows[0].compute);
   CHECK(bars(rows[0], gui::GanttKind::kForward) == V{{0, 10}});
@@ -172,12 +175,6 @@ TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {
 }
 
 TEST_CASE("the timeline's level of detail: one kind per pixel column", "[gui]") {
-  using V = std::vector<std::pair<TimeNs, TimeNs>>;
-  auto bars = [](const gui::GanttRow& row, gui::GanttKind k) {
-    V out;
-    for (const auto& b : row.bars[static_cast<int>(k)]) out.emplace_back(b.start, b.end);
-    return out;
-  };
   const int fwd = static_cast<int>(gui::GanttKind::kForward), bwd = static_cast<int>(gui::GanttKind::kBackward);
   // Ten periods of forward 6 ns then backward 4 ns over [0, 100), drawn in 4
   // columns of 25 ns: forward fills 60% of each, so the lane is one forward bar.
