@@ -112,7 +112,12 @@ usage:
   dtsim list models|clusters|plans|devices [--json]
   dtsim calibrate --device cpu|cuda --out FILE.h5 [--procs N] [--threads T] [--quick] [--models a,b]
   dtsim profile show FILE.h5 [--json]
+  dtsim validate --model M [--plan P] [--procs N] [--steps K] [--warmup W] [--profile FILE.h5] [--data FILE.h5]
+                 [--device cpu|cuda] [--cluster C] [--set ...]... [--trace FILE] [--timeout S] [--json]
 
+  validate trains the plan for real (LibTorch; Gloo on cpu, NCCL on cuda) on N local
+  processes, or under mpirun / srun / torchrun on theirs, and prints predicted against
+  measured iteration time, phases and per-rank peak memory
   predict --profile FILE.h5 prices layers and collectives from a calibration profile
 
   M: a built-in model (dtsim list models), a YAML file, or a HuggingFace config.json

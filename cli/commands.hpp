@@ -19,6 +19,9 @@ int cmd_list(const Args& args);
 int cmd_calibrate(const Args& args, const std::string& command_line);
 /// `profile show FILE`.
 int cmd_profile(const Args& args);
+/// `validate`: run a plan for real and report predicted against measured
+/// (cli/validate.cpp; not in a DTSIM_CORE_ONLY build).
+int cmd_validate(const Args& args);
 /// The usage text.
 std::string usage();
 

@@ -32,7 +32,8 @@ int main(int argc, char** argv) {
       return cli::cmd_calibrate(rest, line);
     }
     if (cmd == "profile") return cli::cmd_profile(rest);
-    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, search, comm, list, calibrate, profile (see dtsim --help)\n";
+    if (cmd == "validate") return cli::cmd_validate(rest);
+    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, search, comm, list, calibrate, profile, validate (see dtsim --help)\n";
     return 2;
   } catch (const InternalError& e) {
     std::cerr << "dtsim: " << e.what() << " (this is a bug in dtsim; please report it)\n";

@@ -533,7 +533,7 @@ class Bench {
   }
 
   void run() {
-    if (!cuda_ && o_.threads > 0) at::set_num_threads(o_.threads);
+    if (!cuda_ && o_.threads > 0) dtsim::models::set_cpu_threads(o_.threads);
     torch::manual_seed(0);
     info();
     memory_records();

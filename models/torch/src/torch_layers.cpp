@@ -4,6 +4,8 @@
 // models' (models/src/*.cpp), checked by tests/torch.
 #include "dtsim/models/torch_layers.hpp"
 
+#include <dlfcn.h>
+
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -84,6 +86,43 @@ torch::Tensor drop(const torch::Tensor& x, bool on, bool training) {
   return on ? F::dropout(x, F::DropoutFuncOptions().p(kDropout).training(training)) : x;
 }
 
+/// Rows [r*n/size, (r+1)*n/size) of each of the `parts` equal blocks of
+/// dim 0 (a fused [q; k; v] weight has 3): a column-parallel layer's share.
+torch::Tensor rows_of(const torch::Tensor& t, int parts, const TensorParallel& tp) {
+  const auto block = t.size(0) / parts, n = block / tp.size;
+  std::vector<torch::Tensor> pieces;
+  for (int p = 0; p < parts; ++p) pieces.push_back(t.narrow(0, p * block + tp.rank * n, n));
+  return torch::cat(pieces, 0).contiguous();
+}
+
+/// Columns of a row-parallel layer's [out, in] weight.
+torch::Tensor cols_of(const torch::Tensor& w, const TensorParallel& tp) {
+  const auto n = w.size(1) / tp.size;
+  return w.narrow(1, tp.rank * n, n).contiguous();
+}
+
+/// Keeps this rank's share of a column-parallel Linear (weight rows, bias).
+void split_column(nn::Linear& l, int parts, const TensorParallel& tp) {
+  torch::NoGradGuard no_grad;
+  l->weight.set_data(rows_of(l->weight, parts, tp));
+  l->bias.set_data(rows_of(l->bias, parts, tp));
+}
+
+/// Keeps this rank's columns of a row-parallel Linear; the bias stays whole
+/// and is added once, after the all-reduce (row_parallel below).
+void split_row(nn::Linear& l, const TensorParallel& tp) {
+  torch::NoGradGuard no_grad;
+  l->weight.set_data(cols_of(l->weight, tp));
+}
+
+/// x W^T summed over the tp ranks (g), plus the bias.
+torch::Tensor row_parallel(nn::Linear& l, const torch::Tensor& x, const TensorParallel* tp) {
+  if (tp == nullptr) return l(x);
+  return tp->exit(F::linear(x, l->weight)) + l->bias;
+}
+
+torch::Tensor enter(const torch::Tensor& x, const TensorParallel* tp) { return tp == nullptr ? x : tp->enter(x); }
+
 // ---- GPT-2 --------------------------------------------------------------------
 
 struct Gpt2Embed : nn::Module {
@@ -106,11 +145,22 @@ struct Gpt2Block : nn::Module {
         heads(a),
         dropout(dropout) {}
   torch::Tensor forward(const torch::Tensor& x) {
-    const auto qkv = c_attn(ln_1(x)).chunk(3, -1);
-    auto y = x + drop(c_proj(attention(qkv[0], qkv[1], qkv[2], heads, true, dropout, is_training())), dropout, is_training());
+    const TensorParallel* t = tp.get();
+    const auto qkv = c_attn(enter(ln_1(x), t)).chunk(3, -1);
+    const auto ctx = attention(qkv[0], qkv[1], qkv[2], t ? heads / t->size : heads, true, dropout, is_training());
+    auto y = x + drop(row_parallel(c_proj, ctx, t), dropout, is_training());
     // GPT-2's "gelu_new" is the tanh approximation.
-    const auto mlp = mlp_proj(F::gelu(c_fc(ln_2(y)), F::GELUFuncOptions().approximate("tanh")));
+    const auto mlp = row_parallel(mlp_proj, F::gelu(c_fc(enter(ln_2(y), t)), F::GELUFuncOptions().approximate("tanh")), t);
     return y + drop(mlp, dropout, is_training());
+  }
+  /// Megatron's split: heads of c_attn (q, k, v alike) and c_fc columns per
+  /// rank, c_proj and mlp_proj rows summed by g.
+  void split(const TensorParallel& t) {
+    tp = std::make_shared<TensorParallel>(t);
+    split_column(c_attn, 3, t);
+    split_row(c_proj, t);
+    split_column(c_fc, 1, t);
+    split_row(mlp_proj, t);
   }
   nn::LayerNorm ln_1;
   nn::Linear c_attn, c_proj;
@@ -118,6 +168,7 @@ struct Gpt2Block : nn::Module {
   nn::Linear c_fc, mlp_proj;
   std::int64_t heads;
   bool dropout;
+  std::shared_ptr<const TensorParallel> tp;  // null: unsplit
 };
 
 struct Gpt2Head : nn::Module {
@@ -164,9 +215,23 @@ struct BertLayer : nn::Module {
         dropout(dropout) {}
   torch::Tensor forward(const torch::Tensor& x) {
     // Post-LN (Devlin et al. 2019; HF BertLayer): residual, then LayerNorm.
-    const auto ctx = attention(query(x), key(x), value(x), heads, false, dropout, is_training());
-    const auto y = ln_1(x + drop(attn_out(ctx), dropout, is_training()));
-    return ln_2(y + drop(output(F::gelu(intermediate(y))), dropout, is_training()));
+    const TensorParallel* t = tp.get();
+    const auto xi = enter(x, t);
+    const auto ctx = attention(query(xi), key(xi), value(xi), t ? heads / t->size : heads, false, dropout, is_training());
+    const auto y = ln_1(x + drop(row_parallel(attn_out, ctx, t), dropout, is_training()));
+    const auto mlp = row_parallel(output, F::gelu(intermediate(enter(y, t))), t);
+    return ln_2(y + drop(mlp, dropout, is_training()));
+  }
+  /// Megatron's split: query, key, value and intermediate columns per rank,
+  /// attention_output and output rows summed by g.
+  void split(const TensorParallel& t) {
+    tp = std::make_shared<TensorParallel>(t);
+    split_column(query, 1, t);
+    split_column(key, 1, t);
+    split_column(value, 1, t);
+    split_row(attn_out, t);
+    split_column(intermediate, 1, t);
+    split_row(output, t);
   }
   nn::Linear query, key, value, attn_out;
   nn::LayerNorm ln_1;
@@ -174,6 +239,7 @@ struct BertLayer : nn::Module {
   nn::LayerNorm ln_2;
   std::int64_t heads;
   bool dropout;
+  std::shared_ptr<const TensorParallel> tp;  // null: unsplit
 };
 
 // ---- the wrappers -------------------------------------------------------------
@@ -203,6 +269,7 @@ class Gpt2EmbedLayer final : public Wrapped<Gpt2Embed> {
 
 class Gpt2BlockLayer final : public Wrapped<Gpt2Block> {
  public:
+  Gpt2Block& block() { return *m_; }
   Gpt2BlockLayer(std::shared_ptr<Gpt2Block> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
     return {float_input({b, s, h_}, o)};
@@ -250,6 +317,7 @@ class BertEmbedLayer final : public Wrapped<BertEmbed> {
 
 class BertLayerLayer final : public Wrapped<BertLayer> {
  public:
+  BertLayer& block() { return *m_; }
   BertLayerLayer(std::shared_ptr<BertLayer> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
     return {float_input({b, s, h_}, o)};
@@ -348,6 +416,30 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
   std::string kinds;
   for (const auto& name : torch_layer_kinds()) kinds += (kinds.empty() ? "" : ", ") + name;
   throw ConfigError("layer signature '" + signature + "': unknown kind '" + k + "'; known: " + kinds);
+}
+
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp) {
+  auto layer = make_torch_layer(signature);
+  if (tp.size <= 1) return layer;
+  if (!tp.enter || !tp.exit || tp.rank < 0 || tp.rank >= tp.size) {
+    throw ConfigError("layer signature '" + signature + "': tensor parallelism needs a rank in [0, size) and both operators");
+  }
+  const Signature s = parse_signature(signature);
+  if (s.kind == "gpt2.block" || s.kind == "bert.layer") {
+    if (s.get("a") % tp.size != 0 || s.get("f") % tp.size != 0) {
+      throw ConfigError("layer signature '" + signature + "': heads and f must be multiples of tp " + std::to_string(tp.size));
+    }
+    if (auto* g = dynamic_cast<Gpt2BlockLayer*>(layer.get())) g->block().split(tp);
+    if (auto* b = dynamic_cast<BertLayerLayer*>(layer.get())) b->block().split(tp);
+  }
+  return layer;
+}
+
+void set_cpu_threads(int threads) {
+  at::set_num_threads(threads);
+  // Present when OpenBLAS is the BLAS LibTorch loaded; absent otherwise.
+  using SetThreads = void (*)(int);
+  if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
 }
 
 }  // namespace dtsim::models

@@ -7,6 +7,7 @@
 #include <torch/torch.h>
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -37,7 +38,31 @@ class TorchLayer {
 /// and the known kinds if it is unknown or malformed.
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature);
 
+/// Megatron-LM tensor parallelism (Shoeybi et al. 2019, section 3): the
+/// runtime supplies the two conjugate operators, `enter` (f: identity
+/// forward, all-reduce of the gradient backward) before a column-parallel
+/// linear layer and `exit` (g: all-reduce forward, identity backward) after a
+/// row-parallel one.
+struct TensorParallel {
+  int rank = 0;
+  int size = 1;
+  std::function<torch::Tensor(const torch::Tensor&)> enter, exit;
+};
+
+/// As make_torch_layer, then split for tensor parallelism when tp.size > 1:
+/// transformer blocks (gpt2.block, bert.layer) keep this rank's heads and MLP
+/// columns, cut from the full layer the same seed would build, so tp ranks
+/// together compute exactly what the unsplit layer does; other layers
+/// (embeddings, heads, LSTMs) are replicated.
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp);
+
 /// The layer kinds make_torch_layer knows ("gpt2.block", ...).
 std::vector<std::string> torch_layer_kinds();
+
+/// Sets the CPU threads of LibTorch's intra-op pool and of OpenBLAS, which
+/// at::set_num_threads does not reach in Debian's LibTorch (OpenBLAS's
+/// pthread build otherwise starts one thread per core in every process, and
+/// two ranks on two cores then fight over them).
+void set_cpu_threads(int threads);
 
 }  // namespace dtsim::models

@@ -1,0 +1,121 @@
+#pragma once
+// `dtsim validate`: what a run is asked to do (shared by the CLI, which
+// launches and reports, and the worker, which trains), what one rank measured,
+// and the report that sets the measurements against the simulator's
+// prediction of the same model, plan and cluster. No Torch here.
+
+#include <cstdint>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/config_node.hpp"
+#include "dtsim/sim/model.hpp"
+#include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/predict.hpp"
+
+namespace dtsim::runtime {
+
+/// The options of `dtsim validate` (the worker gets the same argument list).
+struct ValidateOptions {
+  std::string model;                 ///< --model (required)
+  std::string plan = "ddp";          ///< --plan
+  std::string cluster;               ///< --cluster ("" : local-cpu on cpu; required on cuda)
+  std::string profile;               ///< --profile FILE.h5 for the prediction
+  std::string device = "cpu";        ///< --device cpu|cuda
+  std::string data;                  ///< --data FILE.h5 ("" : synthetic)
+  std::string trace;                 ///< --trace FILE: measured Chrome trace
+  std::string run_dir;               ///< --run-dir (default: a temporary directory)
+  std::vector<sim::Override> sets;   ///< --set SECTION.KEY=VALUE
+  int procs = 0;                     ///< --procs (0: the plan's rank count)
+  int steps = 10;                    ///< --steps measured
+  int warmup = 2;                    ///< --warmup steps not measured
+  std::uint64_t seed = 1234;         ///< --seed for weights and synthetic data
+  double timeout_s = 300;            ///< --timeout: a silent rank is hung after this
+  double lr = 1e-3;                  ///< --lr of the optimizer
+  std::int64_t mem_limit = 0;        ///< --mem-limit BYTES per rank (0: the device's capacity on cuda, none on cpu)
+  std::string fault;                 ///< --fault crash|hang|oom|error@RANK[:STEP] (testing)
+  bool json = false;                 ///< --json
+  bool quiet = false;                ///< --quiet: no progress line
+};
+
+/// Parses the arguments after `validate`; throws ConfigError naming the
+/// option and what is valid.
+ValidateOptions parse_validate_args(const std::vector<std::string>& args);
+
+/// The run as both sides see it: model, cluster and the resolved plan.
+struct RunSetup {
+  sim::ModelPtr model;
+  sim::ClusterSpec cluster;
+  sim::PlanSpec spec;
+  sim::ResolvedPlan plan;            ///< with stage_layers as the simulator balances them
+  std::shared_ptr<const sim::ProfileCosts> profile;  ///< --profile, loaded (null: analytic)
+  std::vector<std::string> notes;    ///< adaptations made (e.g. precision on a CPU)
+};
+
+/// Loads model, cluster and plan for a run of `world` ranks and resolves the
+/// plan: on cpu the cluster is local-cpu with `world` ranks in one node and a
+/// precision the CPU lacks falls back to fp32 (with a note). Throws
+/// ConfigError when the plan does not use exactly `world` ranks, or when the
+/// runtime cannot run it (interleaved schedule; ZeRO-2/3 with a pipeline).
+RunSetup setup_run(const ValidateOptions& o, int world);
+
+/// The simulator's prediction of the run (keeps the graph for per-phase figures).
+sim::Prediction predict_run(const RunSetup& s);
+
+/// One rank's measurements over the measured steps.
+struct RankMeasurement {
+  int rank = 0;
+  int stage = 0;                     ///< pipeline stage of the rank
+  std::string device;                ///< "cpu", "cuda:0"
+  std::vector<double> step_s;        ///< wall time of each measured step
+  double forward_s = 0;              ///< median per step: forward compute (waits excluded)
+  double backward_s = 0;             ///< median per step: backward compute (waits excluded)
+  double optimizer_s = 0;            ///< median per step: optimizer (waits excluded)
+  double wait_s = 0;                 ///< median per step: the rest (communication and pipeline waits)
+  std::int64_t peak_bytes = 0;       ///< device peak during the measured steps
+  std::int64_t host_peak_bytes = 0;  ///< offloaded host memory peak (0 without offload)
+  std::vector<double> losses;        ///< each step's loss (warm-up included), on ranks that compute it
+};
+
+/// Serialises / parses a rank's measurements (rank-K.json). Throws
+/// ConfigError naming `source` on a malformed document.
+std::string rank_to_json(const RankMeasurement& m);
+RankMeasurement rank_from_json(const std::string& text, const std::string& source);
+
+/// The measured run: every rank, combined.
+struct Measured {
+  std::vector<RankMeasurement> ranks;  ///< by rank (missing ranks of a partial run absent)
+  bool partial = false;                ///< the run did not finish: not a measurement
+  std::string partial_reason;          ///< why (the launcher's summary)
+  double iteration_median_s = 0, iteration_min_s = 0, iteration_max_s = 0;  ///< per step: the slowest rank
+  std::vector<double> losses;          ///< the loss per step (the last stage's first rank)
+};
+
+/// Combines rank measurements: a step takes as long as its slowest rank.
+Measured combine(std::vector<RankMeasurement> ranks);
+
+/// Predicted against measured for one figure.
+struct ReportRow {
+  std::string what;       ///< "iteration", "stage 0 forward", "rank 1 peak memory"
+  std::string unit;       ///< "s" or "B"
+  double predicted = 0;
+  double measured = 0;
+  double error() const;   ///< (predicted - measured) / measured; 0 when measured is 0
+};
+
+/// Every row of the report: iteration time, each stage's phases, each rank's peak.
+std::vector<ReportRow> report_rows(const sim::Prediction& p, const Measured& m);
+
+/// The readable report (a table with relative errors).
+std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim::Prediction& p, const Measured& m);
+/// The --json document (its "measured" part is what dtsim-gui overlays, gui/README.md).
+std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::Prediction& p, const Measured& m);
+
+/// Merges per-rank Chrome trace event arrays (rank-K.trace.json, each a JSON
+/// array of events) into one trace document.
+std::string merge_traces(const std::vector<std::string>& rank_event_arrays);
+
+}  // namespace dtsim::runtime

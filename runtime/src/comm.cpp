@@ -1,0 +1,109 @@
+// Process groups through c10d: a TCPStore rendezvous, Gloo groups on CPU,
+// NCCL groups on CUDA (where LibTorch was built with it).
+#include <torch/csrc/distributed/c10d/PrefixStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#include <torch/csrc/distributed/c10d/TCPStore.hpp>
+#if defined(DTSIM_WORKER_NCCL)
+#include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
+#endif
+
+#include <cstdlib>
+
+#include "dtsim/sim/error.hpp"
+#include "worker.hpp"
+
+namespace dtsim::runtime {
+
+void WaitClock::wait(const c10::intrusive_ptr<c10d::Work>& work) {
+  const auto t0 = std::chrono::steady_clock::now();
+  work->wait();
+  seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+Comm::Comm(int rank, int world, const std::string& addr, int port, bool cuda, double timeout_s)
+    : rank_(rank), world_(world), cuda_(cuda), timeout_(static_cast<std::int64_t>(timeout_s * 1000)) {
+  c10d::TCPStoreOptions opts;
+  opts.port = static_cast<std::uint16_t>(port);
+  opts.isServer = rank == 0;
+  opts.numWorkers = static_cast<std::size_t>(world);
+  opts.waitWorkers = true;
+  opts.timeout = timeout_;
+  store_ = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+}
+
+Group Comm::group(const std::string& name, const std::vector<int>& members) {
+  Group g;
+  g.members = members;
+  g.size = static_cast<int>(members.size());
+  for (int i = 0; i < g.size; ++i) {
+    if (members[i] == rank_) g.rank = i;
+  }
+  if (g.size == 1) return g;
+  auto prefixed = c10::make_intrusive<c10d::PrefixStore>("group/" + name, store_);
+#if defined(DTSIM_WORKER_NCCL)
+  if (cuda_) {
+    auto o = c10d::ProcessGroupNCCL::Options::create();
+    o->timeout = timeout_;
+    g.pg = c10::make_intrusive<c10d::ProcessGroupNCCL>(prefixed, g.rank, g.size, o);
+    return g;
+  }
+#else
+  if (cuda_) throw UnsupportedError("dtsim_worker: this LibTorch has no NCCL process group; build against a CUDA LibTorch");
+#endif
+  auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
+  // Loopback for local runs; GLOO_SOCKET_IFNAME picks the interface on a cluster.
+  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+  const char* master = std::getenv("MASTER_ADDR");
+  if (ifname != nullptr && *ifname != 0) {
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+  } else if (master == nullptr || std::string(master) == "127.0.0.1" || std::string(master) == "localhost") {
+    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+  } else {
+    o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+  }
+  o->threads = 2;
+  g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, g.rank, g.size, o);
+  return g;
+}
+
+void Comm::barrier(const std::string& name) {
+  const std::string key = "barrier/" + name;
+  store_->add(key, 1);
+  const auto deadline = std::chrono::steady_clock::now() + timeout_;
+  while (store_->add(key, 0) < world_) {
+    if (std::chrono::steady_clock::now() > deadline) throw IoError("barrier '" + name + "': timed out waiting for the other ranks");
+    std::this_thread::sleep_for(std::chrono::milliseconds(2));
+  }
+}
+
+c10::intrusive_ptr<c10d::Work> all_reduce(Group& g, torch::Tensor& t) {
+  std::vector<torch::Tensor> v{t};
+  return g.pg->allreduce(v);
+}
+
+void reduce_scatter(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitClock& clock) {
+  if (g.size == 1) {
+    out.copy_(in.view_as(out));
+    return;
+  }
+  const std::int64_t chunk = out.numel();
+  torch::Tensor send = in.contiguous();
+  torch::Tensor recv = torch::empty({g.size * chunk}, in.options());
+  std::vector<std::int64_t> splits(g.size, chunk);
+  clock.wait(g.pg->alltoall_base(recv, send, splits, splits));
+  torch::sum_out(out, recv.view({g.size, chunk}), 0);
+}
+
+void all_gather(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitClock& clock) {
+  if (g.size == 1) {
+    out.copy_(in);
+    return;
+  }
+  const std::int64_t chunk = in.numel();
+  std::vector<std::vector<torch::Tensor>> outs(1);
+  for (int r = 0; r < g.size; ++r) outs[0].push_back(out.narrow(0, r * chunk, chunk));
+  std::vector<torch::Tensor> ins{in.contiguous()};
+  clock.wait(g.pg->allgather(outs, ins));
+}
+
+}  // namespace dtsim::runtime

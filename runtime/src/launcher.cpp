@@ -1,0 +1,493 @@
+// Starting and supervising local ranks: fork/exec, a 50 ms poll loop over
+// waitpid and the heartbeat files, and a clean stop of every process group.
+#include "dtsim/runtime/launcher.hpp"
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <optional>
+#include <sstream>
+
+#include <arpa/inet.h>
+#include <fcntl.h>
+#include <netinet/in.h>
+#include <sys/prctl.h>
+#include <sys/socket.h>
+#include <sys/stat.h>
+#include <sys/wait.h>
+#include <time.h>
+#include <unistd.h>
+
+#include "dtsim/sim/error.hpp"
+
+extern char** environ;
+
+namespace dtsim::runtime {
+namespace {
+
+namespace fs = std::filesystem;
+using Clock = std::chrono::steady_clock;
+using Kind = RankOutcome::Kind;
+
+constexpr double kPollS = 0.05;      // supervision period
+constexpr double kProgressS = 0.5;   // on_progress period
+constexpr double kGraceS = 2.0;      // SIGTERM -> SIGKILL
+constexpr std::size_t kTailBytes = 2048;
+
+volatile std::sig_atomic_t g_interrupted = 0;
+extern "C" void on_interrupt(int) { g_interrupted = 1; }
+
+double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+
+void sleep_s(double s) {
+  timespec ts{0, static_cast<long>(s * 1e9)};
+  ::nanosleep(&ts, nullptr);  // an interrupting signal just ends the nap early
+}
+
+/// "1", "0.5", "300": seconds as the user wrote them.
+std::string fmt_s(double s) {
+  char buf[32];
+  std::snprintf(buf, sizeof buf, "%g", s);
+  return buf;
+}
+
+std::string rank_file(const std::string& dir, int rank, const char* ext) {
+  return (fs::path(dir) / ("rank-" + std::to_string(rank) + "." + ext)).string();
+}
+
+std::string trim(const std::string& s) {
+  const auto b = s.find_first_not_of(" \t\r\n");
+  if (b == std::string::npos) return "";
+  return s.substr(b, s.find_last_not_of(" \t\r\n") - b + 1);
+}
+
+/// The whole file, or nullopt when it cannot be read (missing).
+std::optional<std::string> read_text(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return std::nullopt;
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+/// The last at most `max` bytes of a file, cut to whole lines.
+std::string read_tail(const std::string& path, std::size_t max) {
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
+  if (!in) return "";
+  const auto size = static_cast<std::size_t>(in.tellg());
+  const std::size_t from = size > max ? size - max : 0;
+  std::string s(size - from, '\0');
+  in.seekg(static_cast<std::streamoff>(from));
+  in.read(s.data(), static_cast<std::streamsize>(s.size()));
+  s.resize(static_cast<std::size_t>(in.gcount()));
+  if (from > 0) {
+    const auto nl = s.find('\n');
+    s = nl == std::string::npos ? "" : s.substr(nl + 1);
+  }
+  return s;
+}
+
+std::string last_nonempty_line(const std::string& text) {
+  std::istringstream in(text);
+  std::string line, last;
+  while (std::getline(in, line)) {
+    if (!trim(line).empty()) last = trim(line);
+  }
+  return last;
+}
+
+std::string first_line(const std::string& text) { return trim(text.substr(0, text.find('\n'))); }
+
+/// "SIGSEGV", "SIGKILL", ... ("signal 42" for one without a name).
+std::string signal_name(int sig) {
+  const char* abbrev = ::sigabbrev_np(sig);  // glibc >= 2.32
+  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
+}
+
+/// Writes a small file by temp + rename, without fsync; throws IoError.
+// Note [Heartbeats without fsync]: a reader must never see half a heartbeat,
+// which the rename guarantees; durability does not matter (a crash loses the
+// run anyway), and an fsync per beat would put disk latency into the step
+// times the worker measures. So no sim::write_file_atomic here.
+void write_small_atomic(const std::string& path, const std::string& content) {
+  const fs::path target(path);
+  std::string tmp = (target.parent_path() / ("." + target.filename().string() + ".tmpXXXXXX")).string();
+  const int fd = ::mkstemp(tmp.data());
+  if (fd < 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+  const bool ok = ::write(fd, content.data(), content.size()) == static_cast<ssize_t>(content.size());
+  ::fchmod(fd, 0644);
+  if (::close(fd) != 0 || !ok || std::rename(tmp.c_str(), path.c_str()) != 0) {
+    ::unlink(tmp.c_str());
+    throw IoError(path + ": cannot write");
+  }
+}
+
+/// A parsed heartbeat line "STEP TOTAL WHAT".
+struct Beat {
+  int step = 0, total = 0;
+  std::string what;
+};
+std::optional<Beat> parse_beat(const std::string& line) {
+  std::istringstream in(line);
+  Beat b;
+  if (!(in >> b.step >> b.total)) return std::nullopt;
+  std::getline(in, b.what);
+  b.what = trim(b.what);
+  return b;
+}
+
+/// One rank while it runs.
+struct Rank {
+  pid_t pid = -1;
+  bool running = false;
+  std::optional<std::string> beat;  // last heartbeat content
+  Clock::time_point last_change;    // when it last changed
+  RankOutcome out;
+};
+
+/// Installs SIGINT/SIGTERM handlers that set g_interrupted; restores the old ones.
+class InterruptGuard {
+ public:
+  InterruptGuard() {
+    g_interrupted = 0;
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(SIGINT, &sa, &old_int_);
+    ::sigaction(SIGTERM, &sa, &old_term_);
+  }
+  ~InterruptGuard() {
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  InterruptGuard(const InterruptGuard&) = delete;
+  InterruptGuard& operator=(const InterruptGuard&) = delete;
+
+ private:
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+/// Forks and execs one rank; throws IoError when its output file cannot be made.
+// Note [Process groups and PDEATHSIG]: each rank leads its own group, so one
+// killpg reaches whatever it started (a shell's children, data loaders) and a
+// Ctrl-C on the terminal reaches only the launcher, which then stops the ranks
+// in order. PR_SET_PDEATHSIG covers the launcher dying without that chance
+// (SIGKILL); it fires when the forking *thread* ends, which is fine because
+// launch() supervises on the thread that forked until every rank is reaped.
+pid_t spawn(const LaunchSpec& spec, const std::vector<std::string>& env, const std::string& out_path) {
+  std::vector<char*> argv, envp;
+  argv.push_back(const_cast<char*>(spec.program.c_str()));
+  for (const auto& a : spec.args) argv.push_back(const_cast<char*>(a.c_str()));
+  argv.push_back(nullptr);
+  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
+  envp.push_back(nullptr);
+  const std::string exec_failed = "dtsim launcher: cannot execute " + spec.program + "\n";
+
+  const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
+  if (out < 0) throw IoError(out_path + ": cannot create: " + std::strerror(errno));
+  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
+  const pid_t parent = ::getpid();
+  const pid_t pid = ::fork();
+  if (pid == 0) {
+    // Child: async-signal-safe calls only until execve.
+    ::setpgid(0, 0);
+    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
+    if (::getppid() != parent) ::_exit(126);  // the launcher died before prctl
+    sigset_t none;
+    sigemptyset(&none);
+    ::sigprocmask(SIG_SETMASK, &none, nullptr);
+    if (in >= 0) ::dup2(in, 0);
+    ::dup2(out, 1);
+    ::dup2(out, 2);
+    ::close_range(3, ~0U, 0);  // the caller's descriptors are not the worker's business
+    ::execve(spec.program.c_str(), argv.data(), envp.data());
+    [[maybe_unused]] const ssize_t n = ::write(2, exec_failed.data(), exec_failed.size());
+    ::_exit(127);
+  }
+  const int fork_errno = errno;
+  ::close(out);
+  if (in >= 0) ::close(in);
+  if (pid < 0) throw IoError(spec.program + ": cannot start: " + std::strerror(fork_errno));
+  ::setpgid(pid, pid);  // also here, so a killpg right after fork finds the group
+  return pid;
+}
+
+/// Records how a reaped rank ended (kOk / kFailed / kSignaled, cause from its files).
+void record_exit(Rank& r, int status, const std::string& run_dir, double t) {
+  r.running = false;
+  r.out.seconds = t;
+  ::killpg(r.pid, SIGKILL);  // what it left behind in its group goes with it
+  const auto err = read_text(rank_file(run_dir, r.out.rank, "error"));
+  const std::string err_line = err ? first_line(*err) : "";
+  if (WIFSIGNALED(status)) {
+    r.out.kind = Kind::kSignaled;
+    r.out.signal = WTERMSIG(status);
+    r.out.cause = !err_line.empty()         ? err_line
+                  : r.out.signal == SIGKILL ? "killed by SIGKILL (the kernel's OOM killer, or another process)"
+                                            : "killed by " + signal_name(r.out.signal);
+  } else if (WEXITSTATUS(status) != 0) {
+    r.out.kind = Kind::kFailed;
+    r.out.exit_code = WEXITSTATUS(status);
+    const std::string last = last_nonempty_line(read_tail(rank_file(run_dir, r.out.rank, "stderr"), kTailBytes));
+    r.out.cause = !err_line.empty() ? err_line
+                                    : "exit status " + std::to_string(r.out.exit_code) + (last.empty() ? "" : ": " + last);
+  }
+}
+
+/// When a reaped rank most likely ended: the newest of its error and stderr files.
+// Note [Which rank failed first]: a 50 ms poll can reap several failed ranks
+// at once, typically the culprit and a peer that saw the connection drop.
+// waitpid says nothing about order, so we order them by the last time they
+// wrote: the peer writes its connection error after the culprit is gone.
+fs::file_time_type last_write(const std::string& run_dir, int rank) {
+  std::error_code ec;
+  auto t = fs::file_time_type::min();
+  for (const char* ext : {"error", "stderr"}) {
+    const auto w = fs::last_write_time(rank_file(run_dir, rank, ext), ec);
+    if (!ec) t = std::max(t, w);
+  }
+  return t;
+}
+
+/// SIGTERM to every running rank's group, SIGKILL after kGraceS, reap all.
+void stop_all(std::vector<Rank>& ranks, Clock::time_point t0) {
+  for (auto& r : ranks) {
+    if (r.running) ::killpg(r.pid, SIGTERM);
+  }
+  const auto deadline = Clock::now() + std::chrono::duration<double>(kGraceS);
+  for (;;) {
+    bool left = false;
+    for (auto& r : ranks) {
+      if (!r.running) continue;
+      int status = 0;
+      if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        r.running = false;
+        r.out.seconds = since(t0);
+        ::killpg(r.pid, SIGKILL);  // grandchildren that ignore SIGTERM outlive a leader that does not
+      } else {
+        left = true;
+      }
+    }
+    if (!left) return;
+    if (Clock::now() >= deadline) break;
+    sleep_s(0.02);
+  }
+  for (auto& r : ranks) {
+    if (!r.running) continue;
+    ::killpg(r.pid, SIGKILL);
+    int status = 0;
+    while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
+    }
+    r.running = false;
+    r.out.seconds = since(t0);
+  }
+}
+
+}  // namespace
+
+int free_local_port() {
+  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+  if (fd < 0) throw IoError(std::string("cannot open a socket for MASTER_PORT: ") + std::strerror(errno));
+  sockaddr_in addr{};
+  addr.sin_family = AF_INET;
+  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+  addr.sin_port = 0;
+  socklen_t len = sizeof addr;
+  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
+      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
+    const std::string why = std::strerror(errno);
+    ::close(fd);
+    throw IoError("cannot find a free port on 127.0.0.1: " + why);
+  }
+  ::close(fd);
+  return ntohs(addr.sin_port);
+}
+
+LaunchResult launch(const LaunchSpec& spec) {
+  if (spec.procs < 1) throw ConfigError("launch: procs must be at least 1, not " + std::to_string(spec.procs));
+  if (spec.run_dir.empty()) throw IoError("launch: no run directory given");
+  std::error_code ec;
+  fs::create_directories(spec.run_dir, ec);
+  if (ec || !fs::is_directory(spec.run_dir)) {
+    throw IoError(spec.run_dir + ": cannot create the run directory" + (ec ? ": " + ec.message() : ""));
+  }
+  if (!fs::is_regular_file(spec.program, ec)) throw IoError(spec.program + ": cannot run the worker: no such file");
+  if (::access(spec.program.c_str(), X_OK) != 0) {
+    throw IoError(spec.program + ": cannot run the worker: not executable");
+  }
+  for (int k = 0; k < spec.procs; ++k) {
+    for (const char* ext : {"heartbeat", "error", "json", "stderr"}) fs::remove(rank_file(spec.run_dir, k, ext), ec);
+  }
+
+  // The environment: the caller's, then ours, then spec.env (which wins).
+  std::map<std::string, std::string> base;
+  for (char** e = environ; e && *e; ++e) {
+    const std::string kv = *e;
+    const auto eq = kv.find('=');
+    if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
+  }
+  base["WORLD_SIZE"] = base["LOCAL_WORLD_SIZE"] = std::to_string(spec.procs);
+  base["MASTER_ADDR"] = "127.0.0.1";
+  if (!spec.env.count("MASTER_PORT")) base["MASTER_PORT"] = std::to_string(free_local_port());
+  base["DTSIM_RUN_DIR"] = spec.run_dir;
+
+  InterruptGuard guard;
+  const auto t0 = Clock::now();
+  std::vector<Rank> ranks(static_cast<std::size_t>(spec.procs));
+  for (int k = 0; k < spec.procs; ++k) {
+    auto env = base;
+    env["RANK"] = env["LOCAL_RANK"] = std::to_string(k);
+    for (const auto& [key, v] : spec.env) env[key] = v;
+    std::vector<std::string> flat;
+    for (const auto& [key, v] : env) flat.push_back(key + "=" + v);
+    Rank& r = ranks[static_cast<std::size_t>(k)];
+    r.out.rank = k;
+    r.last_change = t0;
+    try {
+      r.pid = spawn(spec, flat, rank_file(spec.run_dir, k, "stderr"));
+    } catch (...) {
+      stop_all(ranks, t0);
+      throw;
+    }
+    r.running = true;
+  }
+
+  LaunchResult res;
+  int first = -1;               // the rank that failed first
+  std::string stop_cause;       // cause for the ranks we stop
+  bool interrupted = false;     // by SIGINT / SIGTERM
+  auto next_progress = t0 + std::chrono::duration<double>(kProgressS);
+  std::optional<std::pair<double, int>> first_progress;  // (time, step) when min step first > 0
+  for (;;) {
+    // Reap; order this round's failures by Note [Which rank failed first].
+    std::vector<int> failed_now;
+    bool any_running = false;
+    for (auto& r : ranks) {
+      if (!r.running) continue;
+      int status = 0;
+      if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+        record_exit(r, status, spec.run_dir, since(t0));
+        if (r.out.kind != Kind::kOk) failed_now.push_back(r.out.rank);
+      } else {
+        any_running = true;
+      }
+    }
+    if (first < 0 && !failed_now.empty()) {
+      first = *std::min_element(failed_now.begin(), failed_now.end(), [&](int a, int b) {
+        return last_write(spec.run_dir, a) < last_write(spec.run_dir, b);
+      });
+    }
+    if (first >= 0 || !any_running) break;
+
+    // Heartbeats and hangs.
+    const double now = since(t0);
+    for (auto& r : ranks) {
+      if (!r.running) continue;
+      auto beat = read_text(rank_file(spec.run_dir, r.out.rank, "heartbeat"));
+      if (beat && beat != r.beat) {
+        r.beat = std::move(beat);
+        r.last_change = Clock::now();
+      }
+      const bool silent = r.beat ? since(r.last_change) > spec.hang_timeout_s : now > spec.start_timeout_s;
+      if (silent && first < 0) {
+        first = r.out.rank;
+        r.out.kind = Kind::kHung;
+        r.out.cause = r.beat ? "no heartbeat for " + fmt_s(spec.hang_timeout_s) + " s (last: " + first_line(*r.beat) + ")"
+                             : "no heartbeat within " + fmt_s(spec.start_timeout_s) + " s of start";
+      }
+    }
+    if (first >= 0) break;
+    if (spec.total_timeout_s > 0 && now > spec.total_timeout_s) {
+      stop_cause = "stopped: total timeout of " + fmt_s(spec.total_timeout_s) + " s";
+      res.summary = "run stopped: total timeout of " + fmt_s(spec.total_timeout_s) + " s";
+      break;
+    }
+    if (g_interrupted) {
+      interrupted = true;
+      stop_cause = "stopped: interrupted";
+      res.summary = "interrupted: ranks stopped";
+      break;
+    }
+
+    if (spec.on_progress && Clock::now() >= next_progress) {
+      next_progress = Clock::now() + std::chrono::duration<double>(kProgressS);
+      LaunchProgress p;
+      p.elapsed_s = now;
+      std::optional<Beat> slowest;
+      for (const auto& r : ranks) {
+        const auto b = r.beat ? parse_beat(*r.beat) : std::nullopt;
+        if (b && (!slowest || b->step < slowest->step)) slowest = b;
+      }
+      if (slowest) {
+        p.step = slowest->step;
+        p.total = slowest->total;
+        p.what = slowest->what;
+        if (!first_progress && p.step > 0) first_progress = std::make_pair(now, p.step);
+        if (first_progress && p.step > first_progress->second && p.total > 0) {
+          const double rate = (p.step - first_progress->second) / (now - first_progress->first);
+          p.eta_s = std::max(0, p.total - p.step) / rate;
+        }
+      }
+      spec.on_progress(p);
+    }
+    sleep_s(kPollS);
+  }
+
+  // Stop the rest; ranks that fail after the first failure are its victims.
+  if (first >= 0 && stop_cause.empty()) stop_cause = "stopped after rank " + std::to_string(first) + " failed";
+  std::vector<bool> was_running;
+  for (const auto& r : ranks) was_running.push_back(r.running);
+  stop_all(ranks, t0);
+  for (auto& r : ranks) {
+    if (was_running[static_cast<std::size_t>(r.out.rank)] && r.out.kind != Kind::kHung) {
+      r.out.kind = Kind::kStopped;
+      r.out.cause = stop_cause;
+    }
+    r.out.stderr_tail = read_tail(rank_file(spec.run_dir, r.out.rank, "stderr"), kTailBytes);
+    res.ranks.push_back(r.out);
+  }
+  res.seconds = since(t0);
+  res.ok = std::all_of(res.ranks.begin(), res.ranks.end(), [](const RankOutcome& o) { return o.kind == Kind::kOk; });
+  if (first >= 0) {
+    const RankOutcome& f = res.ranks[static_cast<std::size_t>(first)];
+    const std::string r = "rank " + std::to_string(first);
+    res.summary = f.kind == Kind::kHung                                         ? r + " hung: " + f.cause
+                  : f.kind == Kind::kSignaled && f.cause.rfind("killed by", 0) == 0 ? r + " " + f.cause
+                                                                                : r + " failed: " + f.cause;
+  }
+  const auto stopped = std::count_if(res.ranks.begin(), res.ranks.end(),
+                                     [](const RankOutcome& o) { return o.kind == Kind::kStopped; });
+  if (stopped > 0 && !interrupted) {
+    res.summary += " (" + std::to_string(stopped) + " of " + std::to_string(spec.procs) + " ranks stopped)";
+  }
+  return res;
+}
+
+void write_heartbeat(const std::string& run_dir, int rank, int step, int total, const std::string& what) {
+  if (run_dir.empty()) return;
+  std::string w = what;
+  std::replace(w.begin(), w.end(), '\n', ' ');
+  try {
+    write_small_atomic(rank_file(run_dir, rank, "heartbeat"),
+                       std::to_string(step) + " " + std::to_string(total) + " " + w + "\n");
+  } catch (...) {
+    // Workers beat from hot and error paths: a lost beat must not kill them.
+  }
+}
+
+void write_rank_error(const std::string& run_dir, int rank, const std::string& cause) {
+  if (run_dir.empty()) return;
+  try {
+    write_small_atomic(rank_file(run_dir, rank, "error"), first_line(cause) + "\n");
+  } catch (...) {
+    // Called while a worker is already failing: the exit status still tells.
+  }
+}
+
+}  // namespace dtsim::runtime

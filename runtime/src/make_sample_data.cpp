@@ -1,0 +1,143 @@
+// dtsim_make_sample_data: writes a small synthetic dataset (Note [Dataset
+// layout] in dtsim/runtime/data.hpp) for `dtsim validate --data`.
+//   dtsim_make_sample_data --out FILE.h5 [--kind tokens|embeddings] [--samples N]
+//       [--seq S] [--vocab V] [--width D] [--classes C] [--seed K]
+// Defaults are SampleSpec's. Bad arguments and dtsim errors: one line on
+// stderr, exit status 2. scripts/make-sample-data wraps it.
+#include <algorithm>
+#include <charconv>
+#include <cstdint>
+#include <exception>
+#include <iostream>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtsim/runtime/data.hpp"
+#include "dtsim/sim/error.hpp"
+
+namespace {
+
+using dtsim::ConfigError;
+using dtsim::runtime::Dataset;
+using dtsim::runtime::SampleSpec;
+
+constexpr const char* kProgram = "dtsim_make_sample_data";
+constexpr const char* kUsage =
+    "usage: dtsim_make_sample_data --out FILE.h5 [--kind tokens|embeddings] [--samples N] [--seq S]\n"
+    "                              [--vocab V] [--width D] [--classes C] [--seed K]\n"
+    "Writes a synthetic dataset: /tokens [N, S] int64 in [0, V) or /embeddings [N, S, D] float32 ~ N(0, 1),\n"
+    "and /labels [N] int64 in [0, C) when C > 0. Defaults: tokens, N=256, S=128, V=1024, D=64, C=0, K=1.\n";
+
+/// `text` as an integer >= `min`; ConfigError naming `option` otherwise.
+template <class T>
+T parse_int(const std::string& option, const std::string& text, T min, const char* valid) {
+  T v{};
+  const char* end = text.data() + text.size();
+  const auto [ptr, ec] = std::from_chars(text.data(), end, v);
+  if (text.empty() || ec != std::errc() || ptr != end || v < min) {
+    throw ConfigError(option + ": '" + text + "' is not valid; expected " + valid);
+  }
+  return v;
+}
+
+struct Options {
+  std::string out;
+  SampleSpec spec;
+  bool help = false;
+};
+
+Options parse(const std::vector<std::string>& args) {
+  Options o;
+  bool vocab_set = false, width_set = false;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string opt = args[i];
+    std::optional<std::string> value;
+    if (opt == "--help" || opt == "-h") {
+      o.help = true;
+      return o;
+    }
+    if (const auto eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
+      value = opt.substr(eq + 1);
+      opt = opt.substr(0, eq);
+    }
+    static const std::vector<std::string> kOptions = {"--out",   "--kind",  "--samples", "--seq",
+                                                      "--vocab", "--width", "--classes", "--seed"};
+    if (std::find(kOptions.begin(), kOptions.end(), opt) == kOptions.end()) {
+      throw ConfigError("unknown option '" + opt +
+                        "'; valid: --out, --kind, --samples, --seq, --vocab, --width, --classes, --seed (see --help)");
+    }
+    if (!value) {
+      if (i + 1 >= args.size()) throw ConfigError(opt + " needs a value");
+      value = args[++i];
+    }
+    const std::string& v = *value;
+    if (opt == "--out") {
+      if (v.empty()) throw ConfigError("--out: expected a file name, e.g. data/sample.h5");
+      o.out = v;
+    } else if (opt == "--kind") {
+      if (v == "tokens") {
+        o.spec.kind = Dataset::Kind::kTokens;
+      } else if (v == "embeddings") {
+        o.spec.kind = Dataset::Kind::kEmbeddings;
+      } else {
+        throw ConfigError("--kind: '" + v + "' is not one of tokens, embeddings");
+      }
+    } else if (opt == "--samples") {
+      o.spec.samples = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
+    } else if (opt == "--seq") {
+      o.spec.seq_len = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
+    } else if (opt == "--vocab") {
+      o.spec.vocab = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
+      vocab_set = true;
+    } else if (opt == "--width") {
+      o.spec.width = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
+      width_set = true;
+    } else if (opt == "--classes") {
+      o.spec.classes = parse_int<std::int64_t>(opt, v, 0, "an integer >= 0 (0: no labels)");
+    } else {  // --seed
+      o.spec.seed = parse_int<std::uint64_t>(opt, v, 0, "an integer >= 0");
+    }
+  }
+  if (o.out.empty()) throw ConfigError("--out FILE.h5 is required (see --help)");
+  if (o.spec.kind == Dataset::Kind::kTokens && width_set) throw ConfigError("--width applies to --kind embeddings only");
+  if (o.spec.kind == Dataset::Kind::kEmbeddings && vocab_set) throw ConfigError("--vocab applies to --kind tokens only");
+  return o;
+}
+
+/// "wrote FILE: N samples of S tokens (vocab V), C classes" and the like.
+std::string summary(const Options& o) {
+  const SampleSpec& s = o.spec;
+  std::string line = "wrote " + o.out + ": " + std::to_string(s.samples) + " samples of " + std::to_string(s.seq_len);
+  if (s.kind == Dataset::Kind::kTokens) {
+    line += " tokens (vocab " + std::to_string(s.vocab) + ")";
+  } else {
+    line += " x " + std::to_string(s.width) + " embeddings";
+  }
+  if (s.classes > 0) line += ", " + std::to_string(s.classes) + " classes";
+  return line;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  try {
+    const Options o = parse(std::vector<std::string>(argv + 1, argv + argc));
+    if (o.help) {
+      std::cout << kUsage;
+      return 0;
+    }
+    dtsim::runtime::write_sample_dataset(o.out, o.spec);
+    std::cout << summary(o) << "\n";
+    return 0;
+  } catch (const dtsim::InternalError& e) {
+    std::cerr << kProgram << ": " << e.what() << " (this is a bug in dtsim; please report it)\n";
+    return 70;
+  } catch (const dtsim::Error& e) {
+    std::cerr << kProgram << ": " << e.what() << "\n";
+    return 2;
+  } catch (const std::exception& e) {
+    std::cerr << kProgram << ": unexpected error: " << e.what() << "\n";
+    return 70;
+  }
+}

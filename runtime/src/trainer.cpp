@@ -1,0 +1,1040 @@
+// One rank of a validation run: the plan executed for real with LibTorch.
+//
+// Note [Runtime structure]: the model is the simulator's layer list
+// (sim::Model::layers), each layer built from its signature by models/torch
+// with a seed of its own, so every rank builds bit-identical weights for the
+// layers it holds and a distributed run starts where the single-process one
+// does. Layers run one at a time, forward and backward, with a boundary
+// between them (the input of each is a detached leaf): that is where
+// pipeline stages send and receive, where ZeRO-3 gathers and frees a layer's
+// parameters, and where a data-parallel gradient bucket whose layers are all
+// done is launched, as PyTorch's reducer launches a bucket from its autograd
+// hooks once every gradient in it is ready.
+//
+// Note [Timing]: forward, backward and optimizer are wall time minus the time
+// blocked on communication inside them (WaitClock); the rest of a step is
+// "wait" (exposed communication and pipeline bubbles), as the simulator's
+// critical path splits it.
+#include <c10/core/StorageImpl.h>
+
+#include <algorithm>
+#include <csignal>
+#include <cmath>
+#include <map>
+#include <random>
+#include <thread>
+
+#include "dtsim/models/torch_layers.hpp"
+#include "dtsim/runtime/data.hpp"
+#include "dtsim/runtime/launcher.hpp"
+#include "dtsim/sim/error.hpp"
+#include "worker.hpp"
+
+namespace dtsim::runtime {
+namespace {
+
+using Clock = std::chrono::steady_clock;
+namespace F = torch::nn::functional;
+
+double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+double now_us() {
+  return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+}
+
+// ---- tensor parallelism: Megatron's f and g ----------------------------------------
+
+Group* g_tp = nullptr;       // this rank's tensor-parallel group
+WaitClock* g_tp_clock = nullptr;
+
+void tp_all_reduce(torch::Tensor& t) {
+  g_tp_clock->wait(all_reduce(*g_tp, t));
+}
+
+/// f: identity forward, all-reduce of the gradient backward.
+struct EnterTp : torch::autograd::Function<EnterTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return x.clone(); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+    torch::Tensor grad = g[0].contiguous();
+    tp_all_reduce(grad);
+    return {grad};
+  }
+};
+
+/// g: all-reduce forward, identity backward.
+struct ExitTp : torch::autograd::Function<ExitTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
+    torch::Tensor y = x.contiguous().clone();
+    tp_all_reduce(y);
+    return y;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) { return {g[0]}; }
+};
+
+// ---- data -------------------------------------------------------------------------------
+
+/// Inputs of one micro-batch: token ids (or embeddings) and labels.
+struct Batch {
+  torch::Tensor inputs;  ///< [b, s] int64 ids, or [b, s, d] float embeddings
+  torch::Tensor labels;  ///< [b, s] next tokens (LM) or [b] classes
+};
+
+class DataSource {
+ public:
+  DataSource(const std::string& path, const sim::Model& model, const std::vector<sim::Layer>& layers, std::int64_t seq,
+             std::uint64_t seed)
+      : seq_(seq) {
+    const std::string first = layers.front().signature, last = layers.back().signature;
+    embeddings_ = first.rfind("lstm.", 0) == 0;
+    vocab_ = sig_value(first, "v", 1024);
+    width_ = sig_value(first, "in", 1);
+    classes_ = sig_value(last, "c", 0);
+    if (!path.empty()) {
+      data_ = load_dataset(path);
+      const bool emb = data_.kind == Dataset::Kind::kEmbeddings;
+      if (emb != embeddings_) {
+        throw ConfigError(path + ": has /" + (emb ? "embeddings" : "tokens") + " but " + model.name() + " reads " +
+                          (embeddings_ ? "/embeddings [N, S, " + std::to_string(width_) + "]" : "/tokens [N, S]"));
+      }
+      if (data_.seq_len < seq_) {
+        throw ConfigError(path + ": sequences of " + std::to_string(data_.seq_len) + " but the plan needs " + std::to_string(seq_) +
+                          " (--set plan.seq_len=" + std::to_string(data_.seq_len) + ")");
+      }
+      if (emb && data_.width != width_) {
+        throw ConfigError(path + ": /embeddings are " + std::to_string(data_.width) + " wide but " + model.name() + " reads " +
+                          std::to_string(width_));
+      }
+      if (!emb && data_.max_token >= vocab_) {
+        throw ConfigError(path + ": token id " + std::to_string(data_.max_token) + " is outside the vocabulary of " +
+                          std::to_string(vocab_));
+      }
+      if (classes_ > 0 && (data_.labels.empty() || data_.max_label >= classes_)) {
+        throw ConfigError(path + ": " + model.name() + " needs /labels in [0, " + std::to_string(classes_) + ")");
+      }
+    } else {
+      SampleSpec spec;
+      spec.kind = embeddings_ ? Dataset::Kind::kEmbeddings : Dataset::Kind::kTokens;
+      spec.samples = 256;
+      spec.seq_len = seq_;
+      spec.vocab = vocab_;
+      spec.width = width_;
+      spec.classes = classes_;
+      spec.seed = seed;
+      data_ = synthesize(spec);
+    }
+  }
+
+  /// Samples [first, first + b) (wrapping around the file).
+  Batch batch(std::int64_t first, std::int64_t b) const {
+    Batch out;
+    const std::int64_t n = data_.samples, s = seq_, S = data_.seq_len;
+    if (embeddings_) {
+      auto x = torch::empty({b, s, width_}, torch::kFloat);
+      float* dst = x.data_ptr<float>();
+      for (std::int64_t i = 0; i < b; ++i) {
+        const std::int64_t k = (first + i) % n;
+        std::copy_n(data_.embeddings.data() + k * S * width_, s * width_, dst + i * s * width_);
+      }
+      out.inputs = x;
+    } else {
+      auto x = torch::empty({b, s}, torch::kLong);
+      auto* dst = x.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < b; ++i) {
+        const std::int64_t k = (first + i) % n;
+        std::copy_n(data_.tokens.data() + k * S, s, dst + i * s);
+      }
+      out.inputs = x;
+    }
+    if (classes_ > 0) {
+      auto y = torch::empty({b}, torch::kLong);
+      for (std::int64_t i = 0; i < b; ++i) y.data_ptr<std::int64_t>()[i] = data_.labels[(first + i) % n];
+      out.labels = y;
+    } else if (!embeddings_) {
+      // Language modelling: the next token (the last one predicts the first).
+      out.labels = torch::roll(out.inputs, -1, 1).contiguous();
+    }
+    return out;
+  }
+
+ private:
+  static std::int64_t sig_value(const std::string& sig, const std::string& key, std::int64_t fallback) {
+    const auto at = sig.find((sig.find(':') == std::string::npos ? "" : ":") + key + "=");
+    const auto at2 = sig.find("," + key + "=");
+    const auto pos = at != std::string::npos ? at : at2;
+    if (pos == std::string::npos) return fallback;
+    return std::stoll(sig.substr(pos + key.size() + 2));
+  }
+  static Dataset synthesize(const SampleSpec& spec) {
+    // As write_sample_dataset would write it, without the file.
+    Dataset d;
+    d.kind = spec.kind;
+    d.samples = spec.samples;
+    d.seq_len = spec.seq_len;
+    d.width = spec.kind == Dataset::Kind::kEmbeddings ? spec.width : 1;
+    std::mt19937_64 rng(spec.seed);
+    if (spec.kind == Dataset::Kind::kTokens) {
+      std::uniform_int_distribution<std::int64_t> tok(0, spec.vocab - 1);
+      d.tokens.resize(spec.samples * spec.seq_len);
+      for (auto& t : d.tokens) t = tok(rng);
+      d.max_token = spec.vocab - 1;
+    } else {
+      std::normal_distribution<float> e(0.f, 1.f);
+      d.embeddings.resize(spec.samples * spec.seq_len * spec.width);
+      for (auto& x : d.embeddings) x = e(rng);
+    }
+    if (spec.classes > 0) {
+      std::uniform_int_distribution<std::int64_t> lab(0, spec.classes - 1);
+      d.labels.resize(spec.samples);
+      for (auto& l : d.labels) l = lab(rng);
+      d.max_label = spec.classes - 1;
+    }
+    return d;
+  }
+
+  std::int64_t seq_;
+  bool embeddings_ = false;
+  std::int64_t vocab_ = 1, width_ = 1, classes_ = 0;
+  Dataset data_;
+};
+
+// ---- the optimizer ---------------------------------------------------------------------
+
+/// Adam / AdamW (Loshchilov & Hutter 2019, Algorithm 2) on flat fp32 tensors,
+/// so a shard updates exactly as the same elements of the whole would.
+struct AdamState {
+  torch::Tensor m, v;
+};
+
+struct AdamConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool sgd = false;
+};
+
+void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int64_t step, const AdamConfig& c) {
+  torch::NoGradGuard no_grad;
+  if (c.sgd) {
+    p.add_(g, -c.lr);
+    return;
+  }
+  if (!s.m.defined()) {
+    s.m = torch::zeros_like(p);
+    s.v = torch::zeros_like(p);
+  }
+  if (c.weight_decay > 0) p.mul_(1 - c.lr * c.weight_decay);
+  s.m.mul_(c.beta1).add_(g, 1 - c.beta1);
+  s.v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
+  const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(step));
+  const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(step));
+  auto denom = (s.v / bc2).sqrt_().add_(c.eps);
+  p.addcdiv_(s.m, denom, -c.lr / bc1);
+}
+
+// ---- one layer on this rank ----------------------------------------------------------------
+
+struct Unit {
+  int index = 0;                     ///< in the model's layer list
+  std::string name, kind;            ///< "h.0", "gpt2.block"
+  std::unique_ptr<models::TorchLayer> layer;
+  std::vector<torch::Tensor> params;
+  std::int64_t numel = 0;
+  std::int64_t offset = 0;           ///< in the rank's flat parameter space (ZeRO-1/2)
+  // ZeRO-3 (Note [ZeRO-3 storage]): padded full buffer, this rank's shard.
+  torch::Tensor full;                ///< [padded]; its storage is empty while not gathered
+  torch::Tensor shard, grad_shard;   ///< [padded / n]
+  AdamState state;
+  bool materialized = false;         ///< full holds the gathered parameters
+  c10::intrusive_ptr<c10d::Work> pending_gather;
+  torch::Tensor gather_in;
+};
+
+/// Pieces of local parameters covering a range of the flat parameter space.
+struct Piece {
+  int param = 0;
+  std::int64_t begin = 0, length = 0;  ///< within the flattened parameter
+};
+
+/// A gradient collective in flight, finished at the end of backward.
+struct PendingReduce {
+  c10::intrusive_ptr<c10d::Work> work;
+  torch::Tensor send, recv, target;  ///< target: where the result goes (shard accumulation or bucket)
+  int bucket = -1;
+  Unit* unit = nullptr;
+};
+
+struct Bucket {
+  std::vector<int> units;              ///< local unit indices, backward order
+  std::int64_t begin = 0, end = 0;     ///< flat range (ZeRO-1/2)
+  torch::Tensor buffer;                ///< DDP's persistent bucket (PyTorch: 2x gradient memory)
+  int ready = 0;
+};
+
+// Note [ZeRO-3 storage]: a ZeRO-3 unit's parameters are views of one padded
+// buffer. Freeing it empties the shared storage (as PyTorch FSDP's
+// _free_storage does), so the tensors autograd saved for backward, which
+// alias the same storage, see the parameters again once they are gathered
+// into it. The gather writes through a fresh alias of the memory, so the
+// parameters' version counters do not move and autograd raises no
+// in-place-modification error.
+void free_storage(torch::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  impl->set_data_ptr_noswap(at::DataPtr(nullptr, t.device()));
+  impl->set_nbytes(0);
+}
+
+torch::Tensor alloc_storage(torch::Tensor& t) {
+  auto* impl = t.storage().unsafeGetStorageImpl();
+  const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
+  impl->set_data_ptr_noswap(impl->allocator()->allocate(bytes));
+  impl->set_nbytes(bytes);
+  return torch::from_blob(impl->data(), {t.numel()}, t.options());
+}
+
+class Trainer {
+ public:
+  Trainer(const TrainerConfig& c, Comm& comm, std::vector<TraceEvent>* trace) : c_(c), comm_(comm), trace_(trace) {
+    const auto& p = c.setup.plan;
+    plan_ = &p;
+    const int r = c.rank;
+    tp_rank_ = (r / p.stride_tp) % p.tp;
+    stage_ = (r / p.stride_pp) % p.pp;
+    dp_rank_ = (r / p.stride_dp) % p.dp;
+    zero_ = p.zero_stage;
+    make_groups();
+    // Nothing to scatter over one rank: ZeRO-2 is ZeRO-1 there.
+    if (zero_ == 2 && dp_.size == 1) zero_ = 1;
+    build_layers();
+    setup_data_parallel();
+    adam_.lr = c.options.lr;
+    adam_.weight_decay = p.optimizer == sim::Optimizer::kAdamW ? 0.01 : 0;
+    adam_.sgd = p.optimizer == sim::Optimizer::kSgd;
+  }
+
+  RankMeasurement run() {
+    RankMeasurement m;
+    m.rank = c_.rank;
+    m.stage = stage_;
+    m.device = c_.device.str();
+    const int total = c_.options.warmup + c_.options.steps;
+    std::vector<double> fwd, bwd, opt, wait;
+    for (int step = 0; step < total; ++step) {
+      const bool measured = step >= c_.options.warmup;
+      if (step == c_.options.warmup) {
+        comm_.barrier("measure");
+        reset_cpu_peaks();
+#if defined(DTSIM_WORKER_CUDA)
+        if (c_.device.is_cuda()) reset_cuda_peak();
+#endif
+      }
+      recording_ = measured && trace_ != nullptr;
+      inject_fault(step);
+      heartbeat(step, total, "forward");
+      fwd_s_ = bwd_s_ = opt_s_ = 0;
+      const auto t0 = Clock::now();
+      const double loss = train_step(step, total);
+      sync_device();
+      const double t = seconds_since(t0);
+      m.losses.push_back(report_loss(loss));
+      if (measured) {
+        m.step_s.push_back(t);
+        fwd.push_back(fwd_s_);
+        bwd.push_back(bwd_s_);
+        opt.push_back(opt_s_);
+        wait.push_back(std::max(0.0, t - fwd_s_ - bwd_s_ - opt_s_));
+      }
+    }
+    heartbeat(total, total, "done");
+    auto med = [](std::vector<double> v) {
+      std::sort(v.begin(), v.end());
+      return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
+    };
+    m.forward_s = med(fwd);
+    m.backward_s = med(bwd);
+    m.optimizer_s = med(opt);
+    m.wait_s = med(wait);
+    m.peak_bytes = device_peak();
+    m.host_peak_bytes = cpu_peak_bytes(true);
+    if (stage_ != plan_->pp - 1 || tp_rank_ != 0 || dp_rank_ != 0) m.losses.clear();
+    return m;
+  }
+
+ private:
+  // ---- topology ----------------------------------------------------------------------
+  int rank_at(int t, int p, int d) const { return t * plan_->stride_tp + p * plan_->stride_pp + d * plan_->stride_dp; }
+
+  void make_groups() {
+    const auto& p = *plan_;
+    std::vector<int> dp, tp, pp;
+    for (int d = 0; d < p.dp; ++d) dp.push_back(rank_at(tp_rank_, stage_, d));
+    for (int t = 0; t < p.tp; ++t) tp.push_back(rank_at(t, stage_, dp_rank_));
+    for (int s = 0; s < p.pp; ++s) pp.push_back(rank_at(tp_rank_, s, dp_rank_));
+    const std::string at_tp = std::to_string(tp_rank_), at_pp = std::to_string(stage_), at_dp = std::to_string(dp_rank_);
+    dp_ = comm_.group("dp-t" + at_tp + "-p" + at_pp, dp);
+    tp_ = comm_.group("tp-p" + at_pp + "-d" + at_dp, tp);
+    pp_ = comm_.group("pp-t" + at_tp + "-d" + at_dp, pp);
+    g_tp = &tp_;
+    g_tp_clock = &clock_;
+  }
+
+  // ---- the model ---------------------------------------------------------------------
+  void build_layers() {
+    const auto& p = *plan_;
+    sim::WorkloadShape shape;
+    shape.micro_batch = p.micro_batch;
+    shape.seq_len = p.seq_len;
+    layers_ = c_.setup.model->layers(shape);
+    // This stage's layers, as the simulator balanced them.
+    int first = 0;
+    for (int s = 0; s < stage_; ++s) first += p.stage_layers.at(s);
+    const int count = p.pp > 1 ? p.stage_layers.at(stage_) : static_cast<int>(layers_.size());
+    models::TensorParallel tp;
+    tp.rank = tp_rank_;
+    tp.size = p.tp;
+    tp.enter = [](const torch::Tensor& x) { return EnterTp::apply(x); };
+    tp.exit = [](const torch::Tensor& x) { return ExitTp::apply(x); };
+    const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
+    const auto dtype = p.precision == sim::Precision::kBf16 ? torch::kBFloat16 : torch::kHalf;
+    for (int i = first; i < first + count; ++i) {
+      const sim::Layer& L = layers_[i];
+      torch::manual_seed(c_.options.seed * 1000003ULL + static_cast<std::uint64_t>(i));
+      Unit u;
+      u.index = i;
+      u.name = L.name;
+      u.kind = L.signature.substr(0, L.signature.find(':'));
+      u.layer = models::make_torch_layer(L.signature, tp);
+      u.layer->module().to(c_.device);
+      if (cast) u.layer->module().to(dtype);
+      u.layer->module().train();
+      for (auto& t : u.layer->module().parameters()) u.params.push_back(t);
+      units_.push_back(std::move(u));
+    }
+    // A tied LM head borrows the token embedding (GPT-2). On another stage
+    // than the embedding it keeps a copy, built from the embedding's seed,
+    // whose gradient is summed with the embedding's (Megatron-LM's
+    // embedding group) before the optimizer step.
+    const sim::Layer& last = layers_.back();
+    if (last.signature.find("tied=1") != std::string::npos && stage_ == p.pp - 1) {
+      if (first == 0) {
+        tied_ = units_.front().layer->module().named_parameters()["wte.weight"];
+      } else {
+        torch::manual_seed(c_.options.seed * 1000003ULL);
+        auto embed = models::make_torch_layer(layers_.front().signature);
+        tied_ = embed->module().named_parameters()["wte.weight"].detach().clone().to(c_.device).requires_grad_(true);
+        if (cast) tied_ = tied_.detach().to(dtype).requires_grad_(true);
+        units_.back().params.push_back(tied_);
+        tied_copy_ = true;
+      }
+    }
+    if (p.pp > 1 && last.signature.find("tied=1") != std::string::npos && (stage_ == 0 || stage_ == p.pp - 1)) {
+      emb_ = comm_.group("emb-t" + std::to_string(tp_rank_) + "-d" + std::to_string(dp_rank_),
+                         {rank_at(tp_rank_, 0, dp_rank_), rank_at(tp_rank_, p.pp - 1, dp_rank_)});
+      emb_weight_ = stage_ == 0 ? units_.front().layer->module().named_parameters()["wte.weight"] : tied_;
+    }
+    data_ = std::make_unique<DataSource>(c_.options.data, *c_.setup.model, layers_, p.seq_len, c_.options.seed);
+  }
+
+  // ---- data parallelism set-up --------------------------------------------------------
+  void setup_data_parallel() {
+    const auto& p = *plan_;
+    n_ = dp_.size;
+    std::int64_t offset = 0;
+    for (auto& u : units_) {
+      u.numel = 0;
+      for (auto& t : u.params) u.numel += t.numel();
+      u.offset = offset;
+      offset += u.numel;
+    }
+    total_ = offset;
+    if (zero_ == 3) {
+      // Per-unit flat parameters, padded to a multiple of n and sharded
+      // evenly (PyTorch FSDP's FlatParameter).
+      torch::NoGradGuard no_grad;
+      for (auto& u : units_) {
+        if (u.numel == 0) continue;
+        const std::int64_t padded = (u.numel + n_ - 1) / n_ * n_;
+        u.full = torch::zeros({padded}, u.params.front().options());
+        std::int64_t at = 0;
+        for (auto& t : u.params) {
+          u.full.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+          t.set_data(u.full.narrow(0, at, t.numel()).view(t.sizes()));
+          at += t.numel();
+        }
+        const std::int64_t s = padded / n_;
+        u.shard = u.full.narrow(0, dp_rank_ * s, s).to(torch::kFloat).clone();
+        u.grad_shard = torch::zeros({s}, u.shard.options());
+        free_storage(u.full);
+      }
+    } else if (zero_ >= 1) {
+      // One flat buffer for the rank's parameters, padded to n shards.
+      torch::NoGradGuard no_grad;
+      shard_ = (total_ + n_ - 1) / n_;
+      flat_ = torch::zeros({shard_ * n_}, units_.front().params.front().options());
+      std::int64_t at = 0;
+      for (auto& u : units_) {
+        for (auto& t : u.params) {
+          flat_.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+          t.set_data(flat_.narrow(0, at, t.numel()).view(t.sizes()));
+          at += t.numel();
+        }
+      }
+      all_params_.clear();
+      for (auto& u : units_) all_params_.insert(all_params_.end(), u.params.begin(), u.params.end());
+      if (zero_ == 2) grad_shard_ = torch::zeros({shard_}, flat_.options().dtype(torch::kFloat));
+      if (p.offload_optimizer == sim::Offload::kCpu) {
+        HostScope host;
+        master_ = flat_.narrow(0, dp_rank_ * shard_, shard_).to(torch::kCPU, torch::kFloat).clone();
+      }
+    }
+    // Buckets in reverse layer order: 1 MB first, then bucket_mb (PyTorch DDP;
+    // the simulator's Note [DDP buckets]).
+    if (zero_ <= 2 && n_ > 1) {
+      const std::int64_t elem = units_.front().params.empty() ? 4 : units_.front().params.front().element_size();
+      std::int64_t cap = zero_ == 0 ? 1024 * 1024 : p.bucket_bytes, filled = 0;
+      unit_bucket_.assign(units_.size(), -1);
+      for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
+        if (units_[i].numel == 0) continue;
+        if (buckets_.empty() || filled >= cap) {
+          if (!buckets_.empty()) cap = p.bucket_bytes;
+          buckets_.push_back({});
+          buckets_.back().end = units_[i].offset + units_[i].numel;
+          filled = 0;
+        }
+        buckets_.back().units.push_back(i);
+        buckets_.back().begin = units_[i].offset;
+        unit_bucket_[i] = static_cast<int>(buckets_.size() - 1);
+        filled += units_[i].numel * elem;
+      }
+      if (zero_ == 0) {
+        for (auto& b : buckets_) b.buffer = torch::zeros({b.end - b.begin}, units_.front().params.front().options());
+      }
+    }
+  }
+
+  // ---- a training step ----------------------------------------------------------------
+  struct Saved {
+    std::vector<torch::Tensor> inputs;   ///< leaf inputs per unit (grad wanted), undefined for ids
+    std::vector<torch::Tensor> outputs;  ///< per unit
+    torch::Tensor loss;                  ///< last stage
+  };
+
+  double train_step(int step, int total) {
+    const auto& p = *plan_;
+    const int micro = static_cast<int>(p.grad_accum);
+    step_ = step;
+    // The schedule: (forward?, micro-batch) in this stage's order.
+    std::vector<std::pair<bool, int>> ops;
+    const int pp = p.pp, s = stage_;
+    if (pp == 1 || p.schedule == sim::Schedule::kNaive) {
+      for (int m = 0; m < micro; ++m) ops.push_back({true, m}), ops.push_back({false, m});
+    } else if (p.schedule == sim::Schedule::kGpipe) {
+      for (int m = 0; m < micro; ++m) ops.push_back({true, m});
+      for (int m = micro - 1; m >= 0; --m) ops.push_back({false, m});
+    } else {  // 1F1B (PipeDream-flush; Narayanan et al. 2021, Figure 4 top)
+      const int warm = std::min(pp - s - 1, micro);
+      for (int m = 0; m < warm; ++m) ops.push_back({true, m});
+      for (int i = 0; i < micro - warm; ++i) ops.push_back({true, warm + i}), ops.push_back({false, i});
+      for (int m = micro - warm; m < micro; ++m) ops.push_back({false, m});
+    }
+    saved_.assign(micro, {});
+    backwards_done_ = 0;
+    double loss = 0;
+    for (const auto& [fwd, m] : ops) {
+      if (fwd) {
+        heartbeat(step, total, "forward " + std::to_string(m));
+        loss += forward(m);
+      } else {
+        heartbeat(step, total, "backward " + std::to_string(m));
+        backward(m, ++backwards_done_ == micro);
+      }
+    }
+    heartbeat(step, total, "optimizer");
+    finish_p2p();
+    optimizer_step(step + 1);
+    return loss;
+  }
+
+  /// A phase's compute time: wall time minus the waits inside it.
+  struct PhaseTimer {
+    Trainer& t;
+    double& sink;
+    Clock::time_point t0 = Clock::now();
+    double w0;
+    explicit PhaseTimer(Trainer& tr, double& s) : t(tr), sink(s), w0(tr.clock_.seconds) {}
+    ~PhaseTimer() { sink += seconds_since(t0) - (t.clock_.seconds - w0); }
+  };
+
+  void event(const std::string& name, const std::string& cat, double start_us, int tid = 0) {
+    if (recording_) trace_->push_back({name, cat, start_us, now_us() - start_us, tid});
+  }
+
+  /// Blocks on `work`, traced as a wait.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
+    const double t0 = now_us();
+    clock_.wait(work);
+    event(what, "wait", t0, 1);
+  }
+
+  torch::Tensor recv_tensor(int from, std::vector<std::int64_t> shape, torch::Dtype dtype, int tag, const std::string& what) {
+    torch::Tensor t = torch::empty(shape, torch::TensorOptions().dtype(dtype).device(c_.device));
+    std::vector<torch::Tensor> v{t};
+    wait(pp_.pg->recv(v, from, tag), what);
+    return t;
+  }
+
+  void send_tensor(const torch::Tensor& t, int to, int tag) {
+    std::vector<torch::Tensor> v{t.contiguous()};
+    sends_.push_back({pp_.pg->send(v, to, tag), v[0]});
+  }
+
+  /// Sends are asynchronous; their buffers live until the step's end.
+  void finish_p2p() {
+    for (auto& [w, t] : sends_) wait(w, "send");
+    sends_.clear();
+  }
+
+  double forward(int m) {
+    const auto& p = *plan_;
+    Saved& sv = saved_[m];
+    torch::Tensor x;
+    Batch batch;
+    const std::int64_t first = (static_cast<std::int64_t>(step_) * p.grad_accum + m) * p.dp * p.micro_batch +
+                               static_cast<std::int64_t>(dp_rank_) * p.micro_batch;
+    const bool last_stage = stage_ == p.pp - 1;
+    if (stage_ == 0 || last_stage) batch = data_->batch(first, p.micro_batch);
+    if (stage_ > 0) {
+      // Shape first (4 int64s), then the activation (Gloo needs sizes up front).
+      auto hdr = recv_tensor(stage_ - 1, {4}, torch::kLong, 0, "recv activation");
+      std::vector<std::int64_t> shape;
+      for (int k = 1; k <= hdr[0].item<std::int64_t>(); ++k) shape.push_back(hdr[k].item<std::int64_t>());
+      x = recv_tensor(stage_ - 1, shape, act_dtype(), 1, "recv activation");
+    }
+    double loss_value = 0;
+    {
+      PhaseTimer ph(*this, fwd_s_);
+      for (std::size_t u = 0; u < units_.size(); ++u) {
+        Unit& unit = units_[u];
+        const double t0 = now_us();
+        gather(u, true);
+        std::vector<torch::Tensor> in;
+        torch::Tensor leaf;
+        if (u == 0 && stage_ == 0) {
+          in.push_back(batch.inputs.to(c_.device));
+          if (unit.kind == "bert.embed") in.push_back(torch::zeros_like(in[0]));
+          if (in[0].is_floating_point() && act_dtype() != torch::kFloat) in[0] = in[0].to(act_dtype());
+        } else {
+          leaf = x.detach().requires_grad_(true);
+          in.push_back(leaf);
+        }
+        const bool head = unit.kind == "gpt2.head" || unit.kind == "lstm.head" || unit.kind == "bert.classifier";
+        if (head) {
+          in.push_back(batch.labels.to(c_.device));
+          if (tied_.defined()) in.push_back(tied_);
+        }
+        torch::Tensor out = unit.layer->forward(in);
+        if (u + 1 == units_.size() && last_stage && !head) {
+          // A model without a loss head (BERT's pooler): a synthetic objective.
+          out = out.to(torch::kFloat).pow(2).mean();
+        }
+        sv.inputs.push_back(leaf);
+        sv.outputs.push_back(out);
+        x = out;
+        release(u);
+        event("fwd " + unit.name + " m" + std::to_string(m), "forward", t0);
+        if (std::getenv("DTSIM_MEMDEBUG")) std::fprintf(stderr, "fwd %s: now %ld peak %ld\n", unit.name.c_str(), (long)cpu_current_bytes(), (long)cpu_peak_bytes());
+      }
+    }
+    if (last_stage) {
+      sv.loss = x / static_cast<double>(p.grad_accum);
+      loss_value = sv.loss.item<double>();
+    } else {
+      auto hdr = torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(c_.device));
+      hdr[0] = x.dim();
+      for (int k = 0; k < x.dim() && k < 3; ++k) hdr[k + 1] = x.size(k);
+      send_tensor(hdr, stage_ + 1, 0);
+      send_tensor(x.detach(), stage_ + 1, 1);
+    }
+    return loss_value;
+  }
+
+  void backward(int m, bool last_micro) {
+    const auto& p = *plan_;
+    Saved& sv = saved_[m];
+    torch::Tensor grad;
+    if (stage_ < p.pp - 1) {
+      const auto& out = sv.outputs.back();
+      grad = recv_tensor(stage_ + 1, out.sizes().vec(), out.scalar_type(), 2, "recv gradient");
+    }
+    {
+      PhaseTimer ph(*this, bwd_s_);
+      for (std::size_t u = units_.size(); u-- > 0;) {
+        Unit& unit = units_[u];
+        const double t0 = now_us();
+        gather(u, false);
+        torch::Tensor out = sv.outputs[u];
+        if (u + 1 == units_.size() && stage_ == p.pp - 1) {
+          torch::autograd::backward({sv.loss});
+        } else {
+          torch::autograd::backward({out}, {grad});
+        }
+        grad = sv.inputs[u].defined() ? sv.inputs[u].grad() : torch::Tensor();
+        sv.outputs[u] = torch::Tensor();
+        sv.inputs[u] = torch::Tensor();
+        if (u + 1 == units_.size()) sv.loss = torch::Tensor();
+        release(u);
+        event("bwd " + unit.name + " m" + std::to_string(m), "backward", t0);
+        if (std::getenv("DTSIM_MEMDEBUG")) std::fprintf(stderr, "bwd %s: now %ld peak %ld\n", unit.name.c_str(), (long)cpu_current_bytes(), (long)cpu_peak_bytes());
+        grads_ready(u, last_micro);
+      }
+      if (stage_ > 0) send_tensor(grad, stage_ - 1, 2);
+      finish_reductions();
+    }
+  }
+
+  torch::Dtype act_dtype() const {
+    if (!c_.device.is_cuda() || plan_->precision == sim::Precision::kFp32) return torch::kFloat;
+    return plan_->precision == sim::Precision::kBf16 ? torch::kBFloat16 : torch::kHalf;
+  }
+
+  // ---- ZeRO-3 gathering ---------------------------------------------------------------
+  /// Starts gathering unit u's parameters unless they are there already.
+  void launch_gather(Unit& u) {
+    if (u.materialized || u.numel == 0) return;
+    u.materialized = true;
+    auto alias = alloc_storage(u.full);
+    u.gather_in = u.shard.to(u.full.scalar_type());
+    if (n_ == 1) {
+      alias.copy_(u.gather_in);
+      return;
+    }
+    const std::int64_t s = u.shard.numel();
+    std::vector<std::vector<torch::Tensor>> outs(1);
+    for (int r = 0; r < n_; ++r) outs[0].push_back(alias.narrow(0, r * s, s));
+    std::vector<torch::Tensor> ins{u.gather_in};
+    u.pending_gather = dp_.pg->allgather(outs, ins);
+  }
+
+  void finish_gather(Unit& u) {
+    if (!u.pending_gather) return;
+    wait(u.pending_gather, "all_gather " + u.name);
+    u.pending_gather.reset();
+    u.gather_in = torch::Tensor();
+  }
+
+  bool borrows_front(std::size_t i) const { return tied_.defined() && !tied_copy_ && i + 1 == units_.size() && i > 0; }
+
+  /// Unit i's parameters, gathered (waiting if needed), and the next unit's
+  /// gather started (FSDP's forward and backward prefetch).
+  void gather(std::size_t i, bool forward) {
+    if (zero_ != 3) return;
+    launch_gather(units_[i]);
+    if (borrows_front(i)) launch_gather(units_.front());
+    if (forward && i + 1 < units_.size()) launch_gather(units_[i + 1]);
+    if (!forward && i > 0) launch_gather(units_[i - 1]);
+    finish_gather(units_[i]);
+    if (borrows_front(i)) finish_gather(units_.front());
+  }
+
+  void drop_gather(Unit& u) {
+    if (!u.materialized) return;
+    if (u.pending_gather) {
+      clock_.wait(u.pending_gather);
+      u.pending_gather.reset();
+      u.gather_in = torch::Tensor();
+    }
+    free_storage(u.full);
+    u.materialized = false;
+  }
+
+  /// Frees unit i's gathered parameters (and a borrowed embedding's).
+  void release(std::size_t i) {
+    if (zero_ != 3) return;
+    drop_gather(units_[i]);
+    if (borrows_front(i)) drop_gather(units_.front());
+  }
+
+  // ---- gradient reduction -------------------------------------------------------------
+  /// Called as unit i's backward completes (Note [Runtime structure]).
+  void grads_ready(std::size_t i, bool last_micro) {
+    Unit& u = units_[i];
+    if (u.numel == 0) return;
+    if (zero_ == 3) {
+      // Reduce-scatter this unit's gradient every micro-step (ZeRO-3, FSDP).
+      // The embedding's unit reduces the tied weight; the head owns nothing else but ln_f.
+      torch::Tensor flat = torch::zeros({u.full.numel()}, u.full.options());
+      std::int64_t at = 0;
+      for (auto& t : u.params) {
+        if (t.grad().defined()) flat.narrow(0, at, t.numel()).copy_(t.grad().reshape({-1}));
+        t.mutable_grad().reset();
+        at += t.numel();
+      }
+      launch_reduce_scatter(flat, u.grad_shard, &u);
+      return;
+    }
+    if (n_ == 1) return;
+    if (zero_ <= 1 && !last_micro) return;  // no_sync: accumulate locally
+    Bucket& b = buckets_[unit_bucket_[i]];
+    if (++b.ready < static_cast<int>(b.units.size())) return;
+    b.ready = 0;
+    launch_bucket(static_cast<int>(&b - buckets_.data()));
+  }
+
+  /// Copies a bucket's gradients (flat range [begin, end)) into `out`.
+  void bucket_grads(const Bucket& b, torch::Tensor& out, bool free_grads) {
+    for (int ui : b.units) {
+      Unit& u = units_[ui];
+      std::int64_t at = u.offset - b.begin;
+      for (auto& t : u.params) {
+        if (t.grad().defined()) {
+          out.narrow(0, at, t.numel()).copy_(t.grad().reshape({-1}));
+        } else {
+          out.narrow(0, at, t.numel()).zero_();
+        }
+        if (free_grads) t.mutable_grad().reset();
+        at += t.numel();
+      }
+    }
+  }
+
+  void launch_bucket(int bi) {
+    Bucket& b = buckets_[bi];
+    const bool overlap = plan_->overlap;
+    if (zero_ == 0) {
+      bucket_grads(b, b.buffer, false);
+      PendingReduce r;
+      r.bucket = bi;
+      r.work = overlap ? all_reduce(dp_, b.buffer) : c10::intrusive_ptr<c10d::Work>();
+      pending_.push_back(r);
+      return;
+    }
+    torch::Tensor flat = torch::empty({b.end - b.begin}, units_.front().params.front().options());
+    if (zero_ == 1) {
+      bucket_grads(b, flat, false);
+      PendingReduce r;
+      r.bucket = bi;
+      r.send = flat;
+      r.work = overlap ? all_reduce(dp_, flat) : c10::intrusive_ptr<c10d::Work>();
+      pending_.push_back(r);
+      return;
+    }
+    // ZeRO-2: reduce-scatter the bucket into the owners' shards; the full
+    // gradients go as soon as they are copied out.
+    bucket_grads(b, flat, true);
+    launch_range_reduce_scatter(flat, b.begin, b.end);
+  }
+
+  /// ZeRO-3: `flat` (n equal chunks) summed into `shard` (one chunk).
+  void launch_reduce_scatter(const torch::Tensor& flat, torch::Tensor& shard, Unit* u) {
+    PendingReduce r;
+    r.unit = u;
+    r.target = shard;
+    if (n_ == 1) {
+      shard.add_(flat.to(torch::kFloat));
+      return;
+    }
+    r.send = flat;
+    r.recv = torch::empty({flat.numel()}, flat.options());
+    std::vector<std::int64_t> splits(n_, flat.numel() / n_);
+    r.work = dp_.pg->alltoall_base(r.recv, r.send, splits, splits);
+    pending_.push_back(r);
+  }
+
+  /// ZeRO-2: a flat range [begin, end) summed into the owning ranks' shards
+  /// of [r*shard, (r+1)*shard): an all-to-all with uneven splits (Gloo in
+  /// LibTorch 1.13 has no reduce-scatter), then a local sum.
+  void launch_range_reduce_scatter(const torch::Tensor& flat, std::int64_t begin, std::int64_t end) {
+    std::vector<std::int64_t> in_splits(n_), out_splits(n_);
+    const std::int64_t lo = dp_rank_ * shard_, hi = lo + shard_;
+    const std::int64_t mine = std::max<std::int64_t>(0, std::min(end, hi) - std::max(begin, lo));
+    for (int r = 0; r < n_; ++r) {
+      const std::int64_t a = std::max(begin, r * shard_), z = std::min(end, (r + 1) * shard_);
+      in_splits[r] = std::max<std::int64_t>(0, z - a);
+      out_splits[r] = mine;
+    }
+    PendingReduce pr;
+    pr.send = flat;
+    pr.recv = torch::empty({mine * n_}, flat.options());
+    if (mine > 0) pr.target = grad_shard_.narrow(0, std::max(begin, lo) - lo, mine);
+    pr.work = dp_.pg->alltoall_base(pr.recv, pr.send, out_splits, in_splits);
+    pending_.push_back(pr);
+  }
+
+  /// Waits for this backward's gradient collectives and applies them.
+  void finish_reductions() {
+    for (auto& r : pending_) {
+      if (!r.work) {
+        // overlap: false; launched now, after the whole backward.
+        if (zero_ == 0) r.work = all_reduce(dp_, buckets_[r.bucket].buffer);
+        if (zero_ == 1) r.work = all_reduce(dp_, r.send);
+      }
+    }
+    for (auto& r : pending_) {
+      if (r.work) wait(r.work, "gradient reduction");
+      torch::NoGradGuard no_grad;
+      if (zero_ == 0 || zero_ == 1) {
+        Bucket& b = buckets_[r.bucket];
+        const torch::Tensor& src = zero_ == 0 ? b.buffer : r.send;
+        for (int ui : b.units) {
+          Unit& u = units_[ui];
+          std::int64_t at = u.offset - b.begin;
+          for (auto& t : u.params) {
+            if (t.grad().defined()) t.mutable_grad().copy_(src.narrow(0, at, t.numel()).view(t.sizes())).div_(n_);
+            at += t.numel();
+          }
+        }
+      } else if (r.target.defined()) {
+        const std::int64_t chunk = r.target.numel();
+        r.target.add_(r.recv.view({n_, chunk}).sum(0).to(torch::kFloat));
+      }
+    }
+    pending_.clear();
+  }
+
+  // ---- the optimizer step -------------------------------------------------------------
+  void optimizer_step(std::int64_t t) {
+    const auto& p = *plan_;
+    torch::NoGradGuard no_grad;
+    // Megatron's embedding group: the tied copies' gradients are summed.
+    if (emb_.size > 1) {
+      torch::Tensor g = emb_weight_.grad().defined() ? emb_weight_.grad() : torch::zeros_like(emb_weight_);
+      wait(all_reduce(emb_, g), "embedding all_reduce");
+      emb_weight_.mutable_grad() = g;
+    }
+    const double t0 = now_us();
+    PhaseTimer ph(*this, opt_s_);
+    if (zero_ == 0) {
+      int k = 0;
+      for (auto& u : units_) {
+        for (auto& param : u.params) {
+          if (state_.size() <= static_cast<std::size_t>(k)) state_.resize(k + 1);
+          if (param.grad().defined()) adam_update(param.view({-1}), param.grad().view({-1}), state_[k], t, adam_);
+          param.mutable_grad().reset();  // set_to_none, as zero_grad does by default
+          ++k;
+        }
+      }
+    } else if (zero_ == 3) {
+      for (auto& u : units_) {
+        if (u.numel == 0) continue;
+        u.grad_shard.div_(n_);
+        adam_update(u.shard, u.grad_shard, u.state, t, adam_);
+        u.grad_shard.zero_();
+      }
+    } else {
+      // ZeRO-1/2: this rank's shard of the flat parameters.
+      const std::int64_t lo = dp_rank_ * shard_;
+      torch::Tensor grad;
+      if (zero_ == 1) {
+        grad = torch::zeros({shard_}, flat_.options());
+        std::int64_t at = 0;
+        for (auto& param : all_params_) {
+          const std::int64_t a = std::max(at, lo), z = std::min(at + param.numel(), lo + shard_);
+          if (z > a && param.grad().defined()) grad.narrow(0, a - lo, z - a).copy_(param.grad().reshape({-1}).narrow(0, a - at, z - a));
+          param.mutable_grad().reset();
+          at += param.numel();
+        }
+      } else {
+        grad = grad_shard_.div_(n_);
+      }
+      if (p.offload_optimizer == sim::Offload::kCpu) {
+        // ZeRO-Offload: gradients to the host, Adam there, parameters back.
+        HostScope host;
+        const torch::Tensor host_grad = grad.to(torch::kCPU, torch::kFloat).clone();
+        adam_update(master_, host_grad, flat_state_, t, adam_);
+        flat_.narrow(0, lo, shard_).copy_(master_);
+      } else {
+        adam_update(flat_.narrow(0, lo, shard_), grad.to(torch::kFloat), flat_state_, t, adam_);
+      }
+      if (zero_ == 2) grad_shard_.zero_();
+      grad = torch::Tensor();
+      event("optimizer", "optimizer", t0);
+      if (n_ > 1) {
+        const double g0 = now_us();
+        all_gather(dp_, flat_.narrow(0, lo, shard_).clone(), flat_, clock_);
+        event("all_gather params", "wait", g0, 1);
+      }
+      return;
+    }
+    event("optimizer", "optimizer", t0);
+  }
+
+  // ---- bookkeeping --------------------------------------------------------------------
+  double report_loss(double loss) {
+    // The mean over data-parallel ranks (outside the timed step).
+    if (stage_ != plan_->pp - 1 || dp_.size == 1) return loss;
+    torch::Tensor t = torch::full({1}, loss, torch::TensorOptions().dtype(torch::kDouble).device(c_.device));
+    if (c_.device.is_cuda()) t = t.to(torch::kFloat);
+    all_reduce(dp_, t)->wait();
+    return t.item<double>() / dp_.size;
+  }
+
+  void heartbeat(int step, int total, const std::string& what) {
+    write_heartbeat(c_.run_dir, c_.rank, step, total, what);
+  }
+
+  void inject_fault(int step) {
+    const std::string& f = c_.options.fault;
+    if (f.empty()) return;
+    const auto at = f.find('@'), colon = f.find(':', at);
+    const std::string kind = f.substr(0, at);
+    const int rank = std::stoi(f.substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1));
+    const int when = colon == std::string::npos ? 0 : std::stoi(f.substr(colon + 1));
+    if (rank != c_.rank || step != when) return;
+    if (kind == "crash") std::raise(SIGSEGV);
+    if (kind == "hang") {
+      for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    if (kind == "error") throw std::runtime_error("injected error at step " + std::to_string(step));
+    if (kind == "oom") {
+      // Far more than any tiny model uses: refused by the allocator's limit
+      // (on CPU the counting allocator's; on CUDA the device's).
+      auto big = torch::empty({std::int64_t{1} << 40}, torch::TensorOptions().dtype(torch::kByte).device(c_.device));
+    }
+  }
+
+  void sync_device() {
+#if defined(DTSIM_WORKER_CUDA)
+    if (c_.device.is_cuda()) cuda_synchronize();
+#endif
+  }
+
+  std::int64_t device_peak() const {
+#if defined(DTSIM_WORKER_CUDA)
+    if (c_.device.is_cuda()) return cuda_peak();
+#endif
+    return cpu_peak_bytes(false);
+  }
+
+  const TrainerConfig& c_;
+  Comm& comm_;
+  std::vector<TraceEvent>* trace_;
+  const sim::ResolvedPlan* plan_ = nullptr;
+  int tp_rank_ = 0, stage_ = 0, dp_rank_ = 0, zero_ = 0, n_ = 1;
+  Group dp_, tp_, pp_, emb_;
+  std::vector<sim::Layer> layers_;
+  std::vector<Unit> units_;
+  torch::Tensor tied_;          ///< the LM head's borrowed embedding (undefined: untied)
+  bool tied_copy_ = false;      ///< tied_ is this stage's copy (pipeline)
+  torch::Tensor emb_weight_;    ///< the tied weight this rank sums over emb_ (pipeline)
+  std::unique_ptr<DataSource> data_;
+  std::int64_t total_ = 0, shard_ = 0;
+  torch::Tensor flat_, grad_shard_, master_;
+  std::vector<torch::Tensor> all_params_;
+  AdamState flat_state_;
+  std::vector<AdamState> state_;
+  AdamConfig adam_;
+  std::vector<Bucket> buckets_;
+  std::vector<int> unit_bucket_;
+  std::vector<PendingReduce> pending_;
+  std::vector<std::pair<c10::intrusive_ptr<c10d::Work>, torch::Tensor>> sends_;
+  std::vector<Saved> saved_;
+  int backwards_done_ = 0, step_ = 0;
+  WaitClock clock_;
+  double fwd_s_ = 0, bwd_s_ = 0, opt_s_ = 0;
+  bool recording_ = false;
+};
+
+}  // namespace
+
+RankMeasurement train(const TrainerConfig& config, Comm& comm, std::vector<TraceEvent>* trace) {
+  Trainer t(config, comm, trace);
+  return t.run();
+}
+
+}  // namespace dtsim::runtime

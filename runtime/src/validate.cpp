@@ -1,0 +1,462 @@
+// `dtsim validate`: options, run set-up, rank measurements and the report.
+#include "dtsim/runtime/validate.hpp"
+
+#include <yaml-cpp/yaml.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstdio>
+#include <map>
+#include <set>
+#include <sstream>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/json_writer.hpp"
+#include "dtsim/sim/profile.hpp"
+
+namespace dtsim::runtime {
+namespace {
+
+const std::vector<std::string> kValued = {"model", "plan", "cluster", "profile", "device", "data", "trace", "run-dir",
+                                          "procs", "steps", "warmup", "seed", "timeout", "lr", "mem-limit", "fault"};
+const std::vector<std::string> kFlags = {"json", "quiet"};
+
+std::int64_t parse_int(const std::string& key, const std::string& v, std::int64_t lo, std::int64_t hi) {
+  try {
+    std::size_t used = 0;
+    const long long x = std::stoll(v, &used);
+    if (used == v.size() && x >= lo && x <= hi) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError("dtsim validate: --" + key + " " + v + ": expected an integer from " + std::to_string(lo) + " to " +
+                    std::to_string(hi));
+}
+
+double parse_positive(const std::string& key, const std::string& v) {
+  try {
+    std::size_t used = 0;
+    const double x = std::stod(v, &used);
+    if (used == v.size() && x > 0 && std::isfinite(x)) return x;
+  } catch (const std::exception&) {
+  }
+  throw ConfigError("dtsim validate: --" + key + " " + v + ": expected a positive number");
+}
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string fmt(const char* f, double x) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, f, x);
+  return buf;
+}
+
+std::string human_seconds(double s) {
+  if (s >= 1) return fmt("%.3f s", s);
+  if (s >= 1e-3) return fmt("%.2f ms", s * 1e3);
+  return fmt("%.1f us", s * 1e6);
+}
+
+std::string human_bytes(double b) {
+  if (b >= 1024.0 * 1024 * 1024) return fmt("%.2f GiB", b / (1024.0 * 1024 * 1024));
+  if (b >= 1024.0 * 1024) return fmt("%.1f MiB", b / (1024.0 * 1024));
+  return fmt("%.1f KiB", b / 1024.0);
+}
+
+/// Predicted compute per phase of the simulated rank standing for `stage`
+/// (forward, backward with recompute, optimizer), in seconds.
+struct StagePhases {
+  double forward = 0, backward = 0, optimizer = 0;
+};
+
+StagePhases predicted_phases(const sim::Prediction& p, int stage) {
+  StagePhases out;
+  int sim_rank = -1;
+  for (std::size_t r = 0; r < p.graph.ranks.size(); ++r) {
+    if (p.graph.ranks[r].stage == stage) {
+      sim_rank = static_cast<int>(r);
+      break;
+    }
+  }
+  if (sim_rank < 0 || p.exec.spans.size() != p.graph.tasks.size()) return out;
+  for (std::size_t t = 0; t < p.graph.tasks.size(); ++t) {
+    const sim::Task& task = p.graph.tasks[t];
+    if (task.rank != sim_rank || task.kind == sim::TaskKind::kCollective) continue;
+    const double s = static_cast<double>(p.exec.spans[t].end - p.exec.spans[t].start) * 1e-9;
+    switch (task.phase) {
+      case sim::Phase::kForward: out.forward += s; break;
+      case sim::Phase::kBackward:
+      case sim::Phase::kRecompute: out.backward += s; break;
+      case sim::Phase::kOptimizer: out.optimizer += s; break;
+      default: break;
+    }
+  }
+  return out;
+}
+
+Bytes predicted_peak(const sim::Prediction& p, int stage) {
+  for (const auto& r : p.ranks) {
+    if (r.stage == stage) return r.peak;
+  }
+  return p.ranks.empty() ? 0 : p.ranks.front().peak;
+}
+
+}  // namespace
+
+ValidateOptions parse_validate_args(const std::vector<std::string>& args) {
+  ValidateOptions o;
+  std::map<std::string, std::string> v;
+  for (std::size_t i = 0; i < args.size(); ++i) {
+    std::string a = args[i];
+    if (a.rfind("--", 0) != 0) throw ConfigError("dtsim validate: unexpected argument '" + a + "'");
+    std::string value;
+    bool has_value = false;
+    if (const auto eq = a.find('='); eq != std::string::npos) {
+      value = a.substr(eq + 1);
+      a = a.substr(0, eq);
+      has_value = true;
+    }
+    const std::string key = a.substr(2);
+    const bool takes = key == "set" || std::find(kValued.begin(), kValued.end(), key) != kValued.end();
+    if (takes) {
+      if (!has_value) {
+        if (i + 1 >= args.size()) throw ConfigError("dtsim validate: " + a + ": missing value");
+        value = args[++i];
+      }
+      if (key == "set") {
+        o.sets.push_back(sim::parse_override(value));
+      } else {
+        v[key] = value;
+      }
+    } else if (std::find(kFlags.begin(), kFlags.end(), key) != kFlags.end()) {
+      if (has_value) throw ConfigError("dtsim validate: " + a + " takes no value");
+      if (key == "json") o.json = true;
+      if (key == "quiet") o.quiet = true;
+    } else {
+      std::vector<std::string> all = kValued;
+      all.push_back("set");
+      all.insert(all.end(), kFlags.begin(), kFlags.end());
+      const std::string hint = sim::did_you_mean(key, all);
+      std::string list;
+      for (const auto& k : all) list += (list.empty() ? "--" : ", --") + k;
+      throw ConfigError("dtsim validate: unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)") +
+                        "; valid: " + list);
+    }
+  }
+  auto get = [&](const std::string& k) -> std::optional<std::string> {
+    auto it = v.find(k);
+    if (it == v.end()) return std::nullopt;
+    if (it->second.empty()) throw ConfigError("dtsim validate: --" + k + ": missing value");
+    return it->second;
+  };
+  if (!get("model")) throw ConfigError("dtsim validate: --model is required; e.g. --model gpt2-tiny (see dtsim list models)");
+  o.model = *get("model");
+  if (auto x = get("plan")) o.plan = *x;
+  if (auto x = get("cluster")) o.cluster = *x;
+  if (auto x = get("profile")) o.profile = *x;
+  if (auto x = get("device")) {
+    if (*x != "cpu" && *x != "cuda") throw ConfigError("dtsim validate: --device " + *x + ": expected cpu or cuda");
+    o.device = *x;
+  }
+  if (auto x = get("data")) o.data = *x;
+  if (auto x = get("trace")) o.trace = *x;
+  if (auto x = get("run-dir")) o.run_dir = *x;
+  if (auto x = get("procs")) o.procs = static_cast<int>(parse_int("procs", *x, 1, 4096));
+  if (auto x = get("steps")) o.steps = static_cast<int>(parse_int("steps", *x, 1, 1000000));
+  if (auto x = get("warmup")) o.warmup = static_cast<int>(parse_int("warmup", *x, 0, 1000000));
+  if (auto x = get("seed")) o.seed = static_cast<std::uint64_t>(parse_int("seed", *x, 0, std::int64_t{1} << 62));
+  if (auto x = get("timeout")) o.timeout_s = parse_positive("timeout", *x);
+  if (auto x = get("lr")) o.lr = parse_positive("lr", *x);
+  if (auto x = get("mem-limit")) o.mem_limit = parse_int("mem-limit", *x, 1, std::int64_t{1} << 60);
+  if (auto x = get("fault")) {
+    const auto at = x->find('@');
+    const std::string kind = x->substr(0, at);
+    if (at == std::string::npos || (kind != "crash" && kind != "hang" && kind != "oom" && kind != "error")) {
+      throw ConfigError("dtsim validate: --fault " + *x + ": expected crash|hang|oom|error@RANK[:STEP]");
+    }
+    o.fault = *x;
+  }
+  return o;
+}
+
+RunSetup setup_run(const ValidateOptions& o, int world) {
+  RunSetup s;
+  s.model = models::load_model(o.model, o.sets);
+  std::string cluster = o.cluster;
+  if (cluster.empty()) {
+    if (o.device != "cpu") {
+      throw ConfigError("dtsim validate: --cluster is required with --device cuda (e.g. --cluster 2xa100-80g)");
+    }
+    cluster = "local-cpu";
+  }
+  s.cluster = sim::load_cluster(cluster, o.sets);
+  if (o.device == "cpu") {
+    // Local CPU ranks: one node of `world` processes.
+    s.cluster.nodes = 1;
+    s.cluster.gpus_per_node = world;
+  }
+  s.spec = sim::load_plan(o.plan, o.sets);
+  const auto& d = s.cluster.device;
+  if ((s.spec.precision == sim::Precision::kFp16 && d.peak_fp16 <= 0) ||
+      (s.spec.precision == sim::Precision::kBf16 && d.peak_bf16 <= 0) || o.device == "cpu") {
+    if (s.spec.precision != sim::Precision::kFp32) {
+      s.notes.push_back(std::string("precision ") + sim::to_string(s.spec.precision) + " -> fp32: mixed precision needs a GPU (" +
+                        s.spec.origins.of("precision") + ")");
+      s.spec.precision = sim::Precision::kFp32;
+    }
+  }
+  if (!o.profile.empty()) s.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(o.profile));
+  s.plan = sim::resolve(s.spec, *s.model, s.cluster);
+  const auto& p = s.plan;
+  if (p.gpus_used() != world) {
+    throw ConfigError("dtsim validate: plan '" + s.spec.name + "' uses " + std::to_string(p.gpus_used()) + " ranks (dp " +
+                      std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + ") but the run has " +
+                      std::to_string(world) + "; use --procs " + std::to_string(p.gpus_used()) + " or --set plan.dp=N");
+  }
+  if (p.pp > 1 && p.schedule == sim::Schedule::kInterleaved) {
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("schedule") +
+                           ": the runtime runs gpipe, 1f1b and naive model parallel, not interleaved (the simulator predicts it)");
+  }
+  if (p.pp > 1 && p.zero_stage >= 2) {
+    throw UnsupportedError("dtsim validate: ZeRO-" + std::to_string(p.zero_stage) +
+                           " with a pipeline is not run (DeepSpeed refuses it too); use zero_stage 0 or 1 with pp > 1");
+  }
+  if (p.offload_params == sim::Offload::kCpu) {
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("offload_params") +
+                           ": parameter offload is not run; optimizer offload (offload_optimizer: cpu) is");
+  }
+  if (p.hybrid_shard) {
+    throw UnsupportedError("dtsim validate: FSDP hybrid_shard is not run; use full_shard or shard_grad_op");
+  }
+  if (p.pp > 1 && p.stage_layers.empty()) {
+    // The layers per stage as the simulator balances them (by cost, with the
+    // profile when given), so both run the same partition.
+    s.plan.stage_layers = predict_run(s).plan.stage_layers;
+  }
+  return s;
+}
+
+sim::Prediction predict_run(const RunSetup& s) {
+  sim::PredictOptions po;
+  po.keep_graph = true;
+  po.profile = s.profile;
+  return sim::predict(*s.model, s.spec, s.cluster, po);
+}
+
+// ---- rank measurements ---------------------------------------------------------
+
+std::string rank_to_json(const RankMeasurement& m) {
+  sim::JsonWriter w;
+  w.begin_object();
+  w.field("rank", m.rank).field("stage", m.stage).field("device", m.device);
+  w.key("step_s").begin_array();
+  for (double x : m.step_s) w.value(x);
+  w.end_array();
+  w.field("forward_s", m.forward_s).field("backward_s", m.backward_s).field("optimizer_s", m.optimizer_s).field("wait_s", m.wait_s);
+  w.field("peak_bytes", m.peak_bytes).field("host_peak_bytes", m.host_peak_bytes);
+  w.key("losses").begin_array();
+  for (double x : m.losses) w.value(x);
+  w.end_array();
+  w.end_object();
+  return w.str();
+}
+
+RankMeasurement rank_from_json(const std::string& text, const std::string& source) {
+  RankMeasurement m;
+  try {
+    const YAML::Node n = YAML::Load(text);
+    if (!n.IsMap()) throw ConfigError(source + ": expected a JSON object");
+    m.rank = n["rank"].as<int>();
+    m.stage = n["stage"].as<int>();
+    m.device = n["device"].as<std::string>();
+    for (const auto& x : n["step_s"]) m.step_s.push_back(x.as<double>());
+    m.forward_s = n["forward_s"].as<double>();
+    m.backward_s = n["backward_s"].as<double>();
+    m.optimizer_s = n["optimizer_s"].as<double>();
+    m.wait_s = n["wait_s"].as<double>();
+    m.peak_bytes = n["peak_bytes"].as<std::int64_t>();
+    m.host_peak_bytes = n["host_peak_bytes"].as<std::int64_t>();
+    for (const auto& x : n["losses"]) m.losses.push_back(x.as<double>());
+  } catch (const YAML::Exception& e) {
+    throw ConfigError(source + ": not a rank measurement (" + e.msg + ")");
+  }
+  return m;
+}
+
+Measured combine(std::vector<RankMeasurement> ranks) {
+  Measured m;
+  std::sort(ranks.begin(), ranks.end(), [](const auto& a, const auto& b) { return a.rank < b.rank; });
+  m.ranks = std::move(ranks);
+  std::size_t steps = 0;
+  for (const auto& r : m.ranks) steps = std::max(steps, r.step_s.size());
+  std::vector<double> per_step(steps, 0.0);
+  for (const auto& r : m.ranks) {
+    for (std::size_t i = 0; i < r.step_s.size(); ++i) per_step[i] = std::max(per_step[i], r.step_s[i]);
+  }
+  if (!per_step.empty()) {
+    m.iteration_median_s = median(per_step);
+    m.iteration_min_s = *std::min_element(per_step.begin(), per_step.end());
+    m.iteration_max_s = *std::max_element(per_step.begin(), per_step.end());
+  }
+  // The loss: the first rank that has one (the last stage's, dp-averaged).
+  for (const auto& r : m.ranks) {
+    if (!r.losses.empty()) {
+      m.losses = r.losses;
+      break;
+    }
+  }
+  return m;
+}
+
+// ---- the report ----------------------------------------------------------------
+
+double ReportRow::error() const { return measured == 0 ? 0 : (predicted - measured) / measured; }
+
+std::vector<ReportRow> report_rows(const sim::Prediction& p, const Measured& m) {
+  std::vector<ReportRow> rows;
+  rows.push_back({"iteration", "s", static_cast<double>(p.iteration_time) * 1e-9, m.iteration_median_s});
+  const int pp = p.plan.pp;
+  for (int s = 0; s < pp; ++s) {
+    std::vector<double> f, b, o, w;
+    for (const auto& r : m.ranks) {
+      if (r.stage != s) continue;
+      f.push_back(r.forward_s);
+      b.push_back(r.backward_s);
+      o.push_back(r.optimizer_s);
+      w.push_back(r.wait_s);
+    }
+    if (f.empty()) continue;
+    const StagePhases ph = predicted_phases(p, s);
+    const double it = static_cast<double>(p.iteration_time) * 1e-9;
+    const std::string pre = pp > 1 ? "stage " + std::to_string(s) + " " : "";
+    rows.push_back({pre + "forward", "s", ph.forward, median(f)});
+    rows.push_back({pre + "backward", "s", ph.backward, median(b)});
+    rows.push_back({pre + "comm/pipeline wait", "s", std::max(0.0, it - ph.forward - ph.backward - ph.optimizer), median(w)});
+    rows.push_back({pre + "optimizer", "s", ph.optimizer, median(o)});
+  }
+  for (const auto& r : m.ranks) {
+    rows.push_back({"rank " + std::to_string(r.rank) + " peak memory", "B", static_cast<double>(predicted_peak(p, r.stage)),
+                    static_cast<double>(r.peak_bytes)});
+  }
+  return rows;
+}
+
+std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim::Prediction& p, const Measured& m) {
+  std::ostringstream out;
+  const auto& pl = s.plan;
+  out << "dtsim validate: " << s.model->name() << ", plan " << s.spec.name << " (dp " << pl.dp << ", tp " << pl.tp << ", pp " << pl.pp;
+  if (pl.zero_stage) out << ", zero " << pl.zero_stage;
+  if (pl.pp > 1) out << ", " << sim::to_string(pl.schedule) << " x" << pl.grad_accum;
+  else if (pl.grad_accum > 1) out << ", accumulation x" << pl.grad_accum;
+  out << ", micro-batch " << pl.micro_batch << " x " << pl.seq_len << " tokens)\n";
+  out << "  " << pl.gpus_used() << " ranks on " << o.device << " (" << s.cluster.name << "), " << o.steps << " measured steps after "
+      << o.warmup << " warm-up, " << (o.data.empty() ? "synthetic data" : "data " + o.data) << ", prediction from "
+      << p.cost_source << "\n";
+  for (const auto& n : s.notes) out << "  note: " << n << "\n";
+  if (m.partial) {
+    out << "\n  PARTIAL RUN, not a measurement: " << m.partial_reason << "\n";
+    return out.str();
+  }
+  out << "\n";
+  char line[200];
+  std::snprintf(line, sizeof line, "  %-28s %12s %12s %8s\n", "", "predicted", "measured", "error");
+  out << line;
+  for (const auto& r : report_rows(p, m)) {
+    const auto show = [&](double x) { return r.unit == "B" ? human_bytes(x) : human_seconds(x); };
+    std::snprintf(line, sizeof line, "  %-28s %12s %12s %+7.1f%%\n", r.what.c_str(), show(r.predicted).c_str(), show(r.measured).c_str(),
+                  100 * r.error());
+    out << line;
+  }
+  out << "\n  iteration measured: median " << human_seconds(m.iteration_median_s) << ", min " << human_seconds(m.iteration_min_s)
+      << ", max " << human_seconds(m.iteration_max_s) << " (a step lasts as long as its slowest rank)\n";
+  if (!m.losses.empty()) {
+    out << "  loss: " << fmt("%.4f", m.losses.front()) << " at step 1 -> " << fmt("%.4f", m.losses.back()) << " at step "
+        << m.losses.size() << "\n";
+  }
+  return out.str();
+}
+
+std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::Prediction& p, const Measured& m) {
+  sim::JsonWriter w;
+  w.begin_object();
+  w.field("model", s.model->name()).field("plan", s.spec.name).field("cluster", s.cluster.name).field("device", o.device);
+  w.field("procs", s.plan.gpus_used()).field("dp", s.plan.dp).field("tp", s.plan.tp).field("pp", s.plan.pp);
+  w.field("steps", o.steps).field("warmup", o.warmup).field("data", o.data.empty() ? std::string("synthetic") : o.data);
+  w.key("notes").begin_array();
+  for (const auto& n : s.notes) w.value(n);
+  w.end_array();
+  w.key("measured").begin_object();
+  w.field("partial", m.partial);
+  if (m.partial) w.field("partial_reason", m.partial_reason);
+  w.key("iteration_time_s").begin_object();
+  w.field("median", m.iteration_median_s).field("min", m.iteration_min_s).field("max", m.iteration_max_s);
+  w.end_object();
+  // Phases of the slowest rank per phase, as the explorer draws one bar.
+  double f = 0, b = 0, c = 0, opt = 0;
+  for (const auto& r : m.ranks) {
+    f = std::max(f, r.forward_s);
+    b = std::max(b, r.backward_s);
+    c = std::max(c, r.wait_s);
+    opt = std::max(opt, r.optimizer_s);
+  }
+  w.key("phases_s").begin_object();
+  w.field("forward", f).field("backward", b).field("comm_wait", c).field("optimizer", opt);
+  w.end_object();
+  w.key("ranks").begin_array();
+  for (const auto& r : m.ranks) {
+    w.begin_object();
+    w.field("rank", r.rank).field("stage", r.stage).field("peak_bytes", r.peak_bytes).field("host_peak_bytes", r.host_peak_bytes);
+    w.field("forward_s", r.forward_s).field("backward_s", r.backward_s).field("wait_s", r.wait_s).field("optimizer_s", r.optimizer_s);
+    w.end_object();
+  }
+  w.end_array();
+  w.key("losses").begin_array();
+  for (double x : m.losses) w.value(x);
+  w.end_array();
+  w.end_object();
+  w.key("predicted").begin_object();
+  w.field("iteration_time_s", static_cast<double>(p.iteration_time) * 1e-9).field("cost_source", p.cost_source);
+  w.key("ranks").begin_array();
+  for (const auto& r : p.ranks) {
+    w.begin_object();
+    w.field("rank", r.rank).field("stage", r.stage).field("peak_bytes", r.peak);
+    w.end_object();
+  }
+  w.end_array();
+  w.end_object();
+  if (!m.partial) {
+    w.key("comparison").begin_array();
+    for (const auto& r : report_rows(p, m)) {
+      w.begin_object();
+      w.field("what", r.what).field("unit", r.unit).field("predicted", r.predicted).field("measured", r.measured).field("error", r.error());
+      w.end_object();
+    }
+    w.end_array();
+  }
+  w.end_object();
+  return w.str();
+}
+
+std::string merge_traces(const std::vector<std::string>& rank_event_arrays) {
+  std::string out = "{\"displayTimeUnit\":\"ms\",\"traceEvents\":[";
+  bool first = true;
+  for (const auto& a : rank_event_arrays) {
+    const auto lo = a.find('['), hi = a.rfind(']');
+    if (lo == std::string::npos || hi == std::string::npos || hi <= lo + 1) continue;
+    const std::string body = a.substr(lo + 1, hi - lo - 1);
+    if (body.find_first_not_of(" \n\t\r") == std::string::npos) continue;
+    if (!first) out += ",";
+    out += body;
+    first = false;
+  }
+  out += "]}\n";
+  return out;
+}
+
+}  // namespace dtsim::runtime

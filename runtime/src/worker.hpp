@@ -1,0 +1,125 @@
+#pragma once
+// Internal to dtsim_worker (LibTorch): the counting allocator, the process
+// groups, and the trainer that runs a plan on one rank.
+
+#include <torch/torch.h>
+#include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
+#include <torch/csrc/distributed/c10d/Store.hpp>
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtsim/runtime/validate.hpp"
+
+namespace dtsim::runtime {
+
+// ---- memory (memory.cpp) --------------------------------------------------------
+
+/// Installs the counting CPU allocator (c10::SetCPUAllocator): every CPU
+/// tensor byte is counted as device memory, or as host memory inside a
+/// HostScope (offloaded optimizer state). `limit` > 0 makes an allocation
+/// beyond it fail as out of memory.
+void install_counting_allocator(std::int64_t limit);
+/// Bytes allocated now / at the peak since the last reset, device or host.
+std::int64_t cpu_current_bytes(bool host = false);
+std::int64_t cpu_peak_bytes(bool host = false);
+void reset_cpu_peaks();
+/// Set when the counting allocator refused an allocation (its message).
+std::string cpu_oom_message();
+
+#if defined(DTSIM_WORKER_CUDA)
+/// The CUDA caching allocator's peak of allocated bytes on the current device.
+std::int64_t cuda_peak();
+void reset_cuda_peak();
+void cuda_synchronize();
+/// Caps the caching allocator at `bytes` of the current device (0: no cap).
+void cuda_limit(std::int64_t bytes);
+#endif
+
+/// While alive, CPU allocations on this thread count as host memory.
+class HostScope {
+ public:
+  HostScope();
+  ~HostScope();
+  HostScope(const HostScope&) = delete;
+  HostScope& operator=(const HostScope&) = delete;
+
+ private:
+  bool previous_;
+};
+
+// ---- communication (comm.cpp) ---------------------------------------------------
+
+/// A c10d process group over some ranks, with this rank's place in it.
+struct Group {
+  c10::intrusive_ptr<c10d::ProcessGroup> pg;  ///< null when size == 1
+  int rank = 0;                               ///< this rank's index in the group
+  int size = 1;
+  std::vector<int> members;                   ///< global ranks, by group rank
+};
+
+/// Accumulates the time a rank spends blocked on communication.
+struct WaitClock {
+  double seconds = 0;
+  /// Waits for `work`, adding the time blocked.
+  void wait(const c10::intrusive_ptr<c10d::Work>& work);
+};
+
+/// The job's rendezvous and groups. Gloo on CPU, NCCL on CUDA.
+class Comm {
+ public:
+  /// Connects rank `rank` of `world` through a TCPStore at addr:port.
+  Comm(int rank, int world, const std::string& addr, int port, bool cuda, double timeout_s);
+  int rank() const { return rank_; }
+  int world() const { return world_; }
+  c10d::Store& store() { return *store_; }
+  /// A group of the given global ranks (this rank among them); every rank of
+  /// the job must call this with the same `name` for the groups it is in.
+  Group group(const std::string& name, const std::vector<int>& members);
+  /// Blocks until every rank arrives (through the store).
+  void barrier(const std::string& name);
+
+ private:
+  int rank_, world_;
+  bool cuda_;
+  std::chrono::milliseconds timeout_;
+  c10::intrusive_ptr<c10d::Store> store_;
+};
+
+/// Sum all-reduce of `t` in place (async).
+c10::intrusive_ptr<c10d::Work> all_reduce(Group& g, torch::Tensor& t);
+/// Reduce-scatter of `in` (numel = size * chunk) into `out` (chunk): out =
+/// sum over ranks of their in[rank*chunk, (rank+1)*chunk). Gloo in LibTorch
+/// 1.13 has no reduce_scatter, so this is an all-to-all (the same bytes on
+/// the wire as a ring reduce-scatter, (n-1)/n of the buffer) and a local sum.
+void reduce_scatter(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitClock& clock);
+/// All-gather of equal chunks: `out` (numel = size * in.numel()) gets every
+/// rank's `in` in rank order.
+void all_gather(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitClock& clock);
+
+// ---- the trainer (trainer.cpp) --------------------------------------------------
+
+/// One Chrome trace event of the measured timeline.
+struct TraceEvent {
+  std::string name, cat;
+  double start_us = 0, dur_us = 0;
+  int tid = 0;  ///< 0 compute, 1 communication wait
+};
+
+/// What the trainer needs to know about the job.
+struct TrainerConfig {
+  ValidateOptions options;
+  RunSetup setup;
+  int rank = 0, world = 1;
+  torch::Device device = torch::kCPU;
+  std::string run_dir;  ///< heartbeats ("" in join mode without one)
+};
+
+/// Runs warm-up and measured steps of the plan on this rank and returns its
+/// measurements; `trace` receives the measured steps' events when non-null.
+RankMeasurement train(const TrainerConfig& config, Comm& comm, std::vector<TraceEvent>* trace);
+
+}  // namespace dtsim::runtime

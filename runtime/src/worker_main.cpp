@@ -1,0 +1,172 @@
+// dtsim_worker: one rank of `dtsim validate`. Started by the launcher (`dtsim
+// validate --procs N`) with a run directory, or by mpirun / srun / torchrun
+// through `dtsim validate`, in which case rank 0 prints the report.
+//
+// usage: dtsim_worker [validate options]   (the same arguments as dtsim validate)
+#include <unistd.h>
+
+#include <cstdlib>
+#include <fstream>
+#include <iostream>
+#include <sstream>
+#include <thread>
+
+#include "dtsim/models/torch_layers.hpp"
+#include "dtsim/runtime/launcher.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/file_io.hpp"
+#include "dtsim/sim/json_writer.hpp"
+#include "dtsim/sim/profile.hpp"
+#include "worker.hpp"
+
+using namespace dtsim;
+using namespace dtsim::runtime;
+
+namespace {
+
+/// The first variable of `names` that is set, as an integer.
+std::optional<int> env_int(std::initializer_list<const char*> names) {
+  for (const char* n : names) {
+    if (const char* v = std::getenv(n); v != nullptr && *v != 0) {
+      try {
+        return std::stoi(v);
+      } catch (const std::exception&) {
+        throw ConfigError(std::string("environment: ") + n + "=" + v + " is not an integer");
+      }
+    }
+  }
+  return std::nullopt;
+}
+
+std::string env_or(const char* name, const std::string& fallback) {
+  const char* v = std::getenv(name);
+  return v != nullptr && *v != 0 ? v : fallback;
+}
+
+/// The first line of an exception's message (LibTorch appends backtraces).
+std::string first_line(const std::string& s) {
+  const auto nl = s.find('\n');
+  std::string line = s.substr(0, nl);
+  while (!line.empty() && (line.back() == ' ' || line.back() == '\r')) line.pop_back();
+  return line;
+}
+
+std::string trace_json(const std::vector<TraceEvent>& events, int rank, int stage) {
+  sim::JsonWriter w(false);
+  w.begin_array();
+  w.begin_object().field("name", "process_name").field("ph", "M").field("pid", rank);
+  w.key("args").begin_object().field("name", "rank " + std::to_string(rank) + " (stage " + std::to_string(stage) + ", measured)").end_object();
+  w.end_object();
+  for (int tid = 0; tid < 2; ++tid) {
+    w.begin_object().field("name", "thread_name").field("ph", "M").field("pid", rank).field("tid", tid);
+    w.key("args").begin_object().field("name", tid == 0 ? "compute" : "communication wait").end_object();
+    w.end_object();
+  }
+  for (const auto& e : events) {
+    w.begin_object().field("name", e.name).field("cat", e.cat).field("ph", "X").field("pid", rank).field("tid", e.tid);
+    w.field("ts", e.start_us).field("dur", e.dur_us).end_object();
+  }
+  w.end_array();
+  return w.str();
+}
+
+int run(const std::vector<std::string>& args, int& rank_out, std::string& run_dir_out) {
+  const ValidateOptions o = parse_validate_args(args);
+  const int rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}).value_or(0);
+  const int world = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}).value_or(1);
+  [[maybe_unused]] const int local_rank = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}).value_or(rank);
+  rank_out = rank;
+  const std::string run_dir = env_or("DTSIM_RUN_DIR", "");
+  run_dir_out = run_dir;
+  if (rank < 0 || rank >= world) throw ConfigError("environment: rank " + std::to_string(rank) + " is outside WORLD_SIZE " + std::to_string(world));
+
+  std::int64_t limit = o.mem_limit;
+  if (!o.fault.empty() && o.fault.rfind("oom", 0) == 0 && limit == 0) limit = std::int64_t{1} << 30;
+  torch::Device device = torch::kCPU;
+  if (o.device == "cuda") {
+#if defined(DTSIM_WORKER_CUDA)
+    if (!torch::cuda::is_available()) throw UnsupportedError("--device cuda: no CUDA device is visible to rank " + std::to_string(rank));
+    device = torch::Device(torch::kCUDA, static_cast<c10::DeviceIndex>(local_rank % torch::cuda::device_count()));
+    c10::cuda::set_device(device.index());
+#else
+    throw UnsupportedError("--device cuda: this dtsim_worker was built against a CPU-only LibTorch");
+#endif
+  } else {
+    install_counting_allocator(limit);
+    // One core per rank, as the local-cpu cluster and calibration's
+    // --threads 1 have it (DTSIM_THREADS overrides).
+    models::set_cpu_threads(std::max(1, env_int({"DTSIM_THREADS"}).value_or(1)));
+  }
+
+  TrainerConfig cfg;
+  cfg.options = o;
+  cfg.setup = setup_run(o, world);
+  cfg.rank = rank;
+  cfg.world = world;
+  cfg.device = device;
+  cfg.run_dir = run_dir;
+#if defined(DTSIM_WORKER_CUDA)
+  if (device.is_cuda()) cuda_limit(limit);
+#endif
+  Comm comm(rank, world, env_or("MASTER_ADDR", "127.0.0.1"), env_int({"MASTER_PORT"}).value_or(29500), device.is_cuda(), o.timeout_s);
+  std::vector<TraceEvent> events;
+  const RankMeasurement m = train(cfg, comm, o.trace.empty() ? nullptr : &events);
+  const std::string json = rank_to_json(m);
+  const std::string trace = o.trace.empty() ? "" : trace_json(events, rank, m.stage);
+
+  if (!run_dir.empty()) {
+    // Launched by dtsim validate: it reads these and reports.
+    if (!trace.empty()) sim::write_file_atomic(run_dir + "/rank-" + std::to_string(rank) + ".trace.json", trace);
+    sim::write_file_atomic(run_dir + "/rank-" + std::to_string(rank) + ".json", json);
+    return 0;
+  }
+  // Joined an existing job: rank 0 collects through the store and reports.
+  auto to_bytes = [](const std::string& s) { return std::vector<std::uint8_t>(s.begin(), s.end()); };
+  comm.store().set("result/" + std::to_string(rank), to_bytes(json));
+  if (!trace.empty()) comm.store().set("trace/" + std::to_string(rank), to_bytes(trace));
+  if (rank != 0) {
+    comm.barrier("reported");
+    return 0;
+  }
+  std::vector<RankMeasurement> ranks;
+  std::vector<std::string> traces;
+  for (int r = 0; r < world; ++r) {
+    const auto bytes = comm.store().get("result/" + std::to_string(r));
+    ranks.push_back(rank_from_json(std::string(bytes.begin(), bytes.end()), "rank " + std::to_string(r)));
+    if (!trace.empty()) {
+      const auto t = comm.store().get("trace/" + std::to_string(r));
+      traces.emplace_back(t.begin(), t.end());
+    }
+  }
+  comm.barrier("reported");
+  const Measured measured = combine(std::move(ranks));
+  const sim::Prediction p = predict_run(cfg.setup);
+  if (!o.trace.empty()) sim::write_file_atomic(o.trace, merge_traces(traces));
+  std::cout << (o.json ? report_json(o, cfg.setup, p, measured) : format_report(o, cfg.setup, p, measured)) << std::flush;
+  return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::vector<std::string> args(argv + 1, argv + argc);
+  if (!args.empty() && args[0] == "validate") args.erase(args.begin());
+  int rank = 0;
+  std::string run_dir;
+  auto fail = [&](const std::string& cause, int status) {
+    write_rank_error(run_dir, rank, cause);
+    std::cerr << "dtsim_worker: rank " << rank << ": " << cause << "\n";
+    return status;
+  };
+  try {
+    return run(args, rank, run_dir);
+  } catch (const Error& e) {
+    return fail(e.what(), 2);
+  } catch (const c10::Error& e) {
+    const std::string oom = cpu_oom_message();
+    return fail(oom.empty() ? first_line(e.what_without_backtrace()) : oom, 3);
+  } catch (const std::exception& e) {
+    const std::string oom = cpu_oom_message();
+    return fail(oom.empty() ? first_line(e.what()) : oom, 3);
+  }
+}
