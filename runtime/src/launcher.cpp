@@ -38,6 +38,7 @@ using Kind = RankOutcome::Kind;
 constexpr double kPollS = 0.05;      // supervision period
 constexpr double kProgressS = 0.5;   // on_progress period
 constexpr double kGraceS = 2.0;      // SIGTERM -> SIGKILL
+constexpr double kPeerGraceS = 1.5;  // how long a "lost my peer" failure waits for its culprit
 constexpr std::size_t kTailBytes = 2048;
 
 volatile std::sig_atomic_t g_interrupted = 0;
@@ -245,6 +246,9 @@ void record_exit(Rank& r, int status, const std::string& run_dir, double t) {
 // at once, typically the culprit and a peer that saw the connection drop.
 // waitpid says nothing about order, so we order them by the last time they
 // wrote: the peer writes its connection error after the culprit is gone.
+// A rank whose cause only says it lost a peer ("Connection closed by peer")
+// is never named first while another rank failed for a reason of its own;
+// the supervisor waits up to kPeerGraceS for that culprit to be reaped.
 fs::file_time_type last_write(const std::string& run_dir, int rank) {
   std::error_code ec;
   auto t = fs::file_time_type::min();
@@ -253,6 +257,15 @@ fs::file_time_type last_write(const std::string& run_dir, int rank) {
     if (!ec) t = std::max(t, w);
   }
   return t;
+}
+
+/// A cause that only says the rank lost a peer (Gloo, NCCL, TCPStore).
+bool peer_lost(const std::string& cause) {
+  for (const char* p : {"Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket closed",
+                        "Connection refused", "remote process exited"}) {
+    if (cause.find(p) != std::string::npos) return true;
+  }
+  return false;
 }
 
 /// SIGTERM to every running rank's group, SIGKILL after kGraceS, reap all.
@@ -360,6 +373,8 @@ LaunchResult launch(const LaunchSpec& spec) {
 
   LaunchResult res;
   int first = -1;               // the rank that failed first
+  std::vector<int> failed;      // ranks reaped with a failure, in the order seen
+  std::optional<Clock::time_point> peer_deadline;  // waiting for a culprit behind a peer loss
   std::string stop_cause;       // cause for the ranks we stop
   bool interrupted = false;     // by SIGINT / SIGTERM
   auto next_progress = t0 + std::chrono::duration<double>(kProgressS);
@@ -378,15 +393,31 @@ LaunchResult launch(const LaunchSpec& spec) {
         any_running = true;
       }
     }
-    if (first < 0 && !failed_now.empty()) {
-      first = *std::min_element(failed_now.begin(), failed_now.end(), [&](int a, int b) {
-        return last_write(spec.run_dir, a) < last_write(spec.run_dir, b);
-      });
+    failed.insert(failed.end(), failed_now.begin(), failed_now.end());
+    if (first < 0 && !failed.empty()) {
+      // A rank that only lost its peer is a victim (Note [Which rank failed first]):
+      // give the culprit a moment to be reaped too.
+      const auto culprit = std::find_if(failed.begin(), failed.end(), [&](int k) { return !peer_lost(ranks[k].out.cause); });
+      if (culprit != failed.end()) {
+        first = *culprit;
+      } else if (!peer_deadline) {
+        peer_deadline = Clock::now() + std::chrono::milliseconds(static_cast<int>(kPeerGraceS * 1000));
+      } else if (Clock::now() >= *peer_deadline || !any_running) {
+        first = *std::min_element(failed.begin(), failed.end(), [&](int a, int b) {
+          return last_write(spec.run_dir, a) < last_write(spec.run_dir, b);
+        });
+      }
     }
-    if (first >= 0 || !any_running) break;
+    if (first >= 0 || (!any_running && failed.empty())) break;
 
-    // Heartbeats and hangs.
+    // Heartbeats and hangs. When several ranks are silent, the one furthest
+    // behind (lowest step) is hung; the others wait for it in a collective.
     const double now = since(t0);
+    int hung = -1;
+    auto behind = [&](const Rank& r) {
+      const auto b = r.beat ? parse_beat(*r.beat) : std::nullopt;
+      return b ? b->step : -1;
+    };
     for (auto& r : ranks) {
       if (!r.running) continue;
       auto beat = read_text(rank_file(spec.run_dir, r.out.rank, "heartbeat"));
@@ -395,12 +426,14 @@ LaunchResult launch(const LaunchSpec& spec) {
         r.last_change = Clock::now();
       }
       const bool silent = r.beat ? since(r.last_change) > spec.hang_timeout_s : now > spec.start_timeout_s;
-      if (silent && first < 0) {
-        first = r.out.rank;
-        r.out.kind = Kind::kHung;
-        r.out.cause = r.beat ? "no heartbeat for " + fmt_s(spec.hang_timeout_s) + " s (last: " + first_line(*r.beat) + ")"
-                             : "no heartbeat within " + fmt_s(spec.start_timeout_s) + " s of start";
-      }
+      if (silent && first < 0 && (hung < 0 || behind(r) < behind(ranks[static_cast<std::size_t>(hung)]))) hung = r.out.rank;
+    }
+    if (hung >= 0) {
+      Rank& r = ranks[static_cast<std::size_t>(hung)];
+      first = hung;
+      r.out.kind = Kind::kHung;
+      r.out.cause = r.beat ? "no heartbeat for " + fmt_s(spec.hang_timeout_s) + " s (last: " + first_line(*r.beat) + ")"
+                           : "no heartbeat within " + fmt_s(spec.start_timeout_s) + " s of start";
     }
     if (first >= 0) break;
     if (spec.total_timeout_s > 0 && now > spec.total_timeout_s) {

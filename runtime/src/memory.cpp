@@ -44,7 +44,10 @@ void raise_peak(int k, std::int64_t now) {
   }
 }
 
-void release(void* base) {
+/// Frees a block by its data pointer (the header sits just before it). Data
+/// and context are the same pointer, as Allocator::raw_allocate requires.
+void release(void* data) {
+  void* base = static_cast<char*>(data) - kHeader;
   const auto* h = static_cast<const Header*>(base);
   g_current[h->host ? 1 : 0].fetch_sub(static_cast<std::int64_t>(h->bytes), std::memory_order_relaxed);
   c10::free_cpu(base);
@@ -74,9 +77,9 @@ class CountingAllocator final : public c10::Allocator {
     h->bytes = n;
     h->host = k == 1;
     void* data = static_cast<char*>(base) + kHeader;
-    return {data, base, &release, c10::Device(c10::DeviceType::CPU)};
+    return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
-  c10::DeleterFnPtr raw_deleter() const override { return nullptr; }
+  c10::DeleterFnPtr raw_deleter() const override { return &release; }
 };
 
 CountingAllocator g_allocator;

@@ -108,7 +108,10 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
 #if defined(DTSIM_WORKER_CUDA)
   if (device.is_cuda()) cuda_limit(limit);
 #endif
-  Comm comm(rank, world, env_or("MASTER_ADDR", "127.0.0.1"), env_int({"MASTER_PORT"}).value_or(29500), device.is_cuda(), o.timeout_s);
+  // Under our launcher, its heartbeat watch names a hung rank first; the
+  // collectives' own timeout is the backstop (and the only watch under mpirun).
+  const double comm_timeout = run_dir.empty() ? o.timeout_s : o.timeout_s + 30;
+  Comm comm(rank, world, env_or("MASTER_ADDR", "127.0.0.1"), env_int({"MASTER_PORT"}).value_or(29500), device.is_cuda(), comm_timeout);
   std::vector<TraceEvent> events;
   const RankMeasurement m = train(cfg, comm, o.trace.empty() ? nullptr : &events);
   const std::string json = rank_to_json(m);

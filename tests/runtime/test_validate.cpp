@@ -1,1 +1,311 @@
+// dtsim validate: the report's arithmetic, option parsing, and real runs of
+// the worker (Gloo over loopback): every plan's loss equals the
+// single-process loss on the same data, and faults end the run with the rank
+// and cause named, nothing left running and the result marked partial.
 #include <catch2/catch.hpp>
+#include <yaml-cpp/yaml.h>
+
+#include <sys/wait.h>
+
+#include <algorithm>
+#include <array>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <sstream>
+
+#include "dtsim/runtime/validate.hpp"
+#include "dtsim/sim/error.hpp"
+#include "test_util.hpp"
+
+using namespace dtsim;
+
+namespace {
+
+struct Run {
+  int status = -1;
+  std::string out, err;
+};
+
+/// Runs `dtsim validate ARGS`, capturing stdout and stderr.
+Run validate(const std::string& args) {
+  const auto dir = std::filesystem::temp_directory_path();
+  const std::string out = (dir / "dtsim-test-validate.out").string(), err = (dir / "dtsim-test-validate.err").string();
+  const std::string cmd = std::string(DTSIM_BINARY) + " validate " + args + " > " + out + " 2> " + err;
+  const int raw = std::system(cmd.c_str());
+  Run r;
+  r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  r.out = slurp(out);
+  r.err = slurp(err);
+  return r;
+}
+
+/// Small, fast and deterministic: plain Adam, no dropout (the Bi-LSTM has none).
+const std::string kCommon = " --json --quiet --warmup 0 --steps 3 --set plan.optimizer=adam ";
+
+std::string no_dropout(const std::string& model) { return model.rfind("bilstm", 0) == 0 ? "" : " --set model.dropout=false "; }
+
+std::vector<double> losses_of(const Run& r) {
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const YAML::Node doc = YAML::Load(r.out);
+  REQUIRE_FALSE(doc["measured"]["partial"].as<bool>());
+  std::vector<double> out;
+  for (const auto& x : doc["measured"]["losses"]) out.push_back(x.as<double>());
+  return out;
+}
+
+/// The single-process run that sees the same global batch: grad_accum
+/// covers every data-parallel rank's micro-batches (sample index
+/// (step*ga + m)*dp*b + d*b in the worker equals (step*ga*dp + m*dp + d)*b).
+std::vector<double> reference(const std::string& model, const std::string& shape, int micro_steps) {
+  return losses_of(validate("--model " + model + " --plan single --procs 1" + kCommon + no_dropout(model) + shape +
+                            " --set plan.grad_accum=" + std::to_string(micro_steps)));
+}
+
+void check_same(const std::vector<double>& got, const std::vector<double>& want) {
+  REQUIRE(got.size() == want.size());
+  REQUIRE(got.size() == 3);
+  for (std::size_t i = 0; i < got.size(); ++i) {
+    INFO("step " << i + 1 << ": " << got[i] << " vs single-process " << want[i]);
+    // fp32 sums in another order: a few ulps per element, well under 1e-4 of
+    // the loss after two Adam steps of lr 1e-3.
+    CHECK(std::abs(got[i] - want[i]) <= 1e-4 * std::abs(want[i]));
+  }
+  // Training moves the loss (the test would pass on a frozen model otherwise).
+  CHECK(std::abs(got.back() - got.front()) > 1e-3);
+}
+
+}  // namespace
+
+// ---- the report's arithmetic -------------------------------------------------------
+
+TEST_CASE("combine takes each step from the slowest rank and the loss from the last stage", "[runtime][validate]") {
+  runtime::RankMeasurement a, b;
+  a.rank = 1;
+  a.step_s = {0.10, 0.30, 0.20};
+  b.rank = 0;
+  b.step_s = {0.15, 0.10, 0.40};
+  a.losses = {5.0, 4.0};
+  const runtime::Measured m = runtime::combine({a, b});
+  REQUIRE(m.ranks.size() == 2);
+  CHECK(m.ranks[0].rank == 0);  // sorted by rank
+  // Per step max: 0.15, 0.30, 0.40 -> median 0.30, min 0.15, max 0.40.
+  CHECK(m.iteration_median_s == Approx(0.30));
+  CHECK(m.iteration_min_s == Approx(0.15));
+  CHECK(m.iteration_max_s == Approx(0.40));
+  CHECK(m.losses == std::vector<double>{5.0, 4.0});
+  runtime::ReportRow row{"iteration", "s", 0.33, 0.30};
+  CHECK(row.error() == Approx(0.10));  // (0.33 - 0.30) / 0.30
+  CHECK(runtime::ReportRow{"x", "s", 1.0, 0.0}.error() == 0);
+}
+
+TEST_CASE("a rank's measurements survive their JSON", "[runtime][validate]") {
+  runtime::RankMeasurement m;
+  m.rank = 3;
+  m.stage = 1;
+  m.device = "cpu";
+  m.step_s = {0.5, 0.25};
+  m.forward_s = 0.1;
+  m.backward_s = 0.2;
+  m.optimizer_s = 0.05;
+  m.wait_s = 0.025;
+  m.peak_bytes = 123456789;
+  m.host_peak_bytes = 42;
+  m.losses = {7.5};
+  const auto back = runtime::rank_from_json(runtime::rank_to_json(m), "test");
+  CHECK(back.rank == 3);
+  CHECK(back.stage == 1);
+  CHECK(back.step_s == m.step_s);
+  CHECK(back.backward_s == 0.2);
+  CHECK(back.peak_bytes == 123456789);
+  CHECK(back.host_peak_bytes == 42);
+  CHECK(back.losses == m.losses);
+  CHECK(test::error_of([] { runtime::rank_from_json("{\"rank\": 1}", "rank-1.json"); }).find("rank-1.json") != std::string::npos);
+}
+
+TEST_CASE("validate options are checked with what would be valid", "[runtime][validate]") {
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--plan", "ddp"}); }).find("--model is required") != std::string::npos);
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--step", "3"}); })
+            .find("did you mean --steps") != std::string::npos);
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--device", "tpu"}); })
+            .find("expected cpu or cuda") != std::string::npos);
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--fault", "boom@1"}); })
+            .find("crash|hang|oom|error@RANK") != std::string::npos);
+  const auto o = runtime::parse_validate_args({"--model", "gpt2-tiny", "--procs=4", "--set", "plan.micro_batch=2", "--json"});
+  CHECK(o.procs == 4);
+  CHECK(o.json);
+  REQUIRE(o.sets.size() == 1);
+  CHECK(o.sets[0].path == "micro_batch");
+}
+
+TEST_CASE("setup_run refuses a plan that does not fit the ranks, and adapts precision on a CPU", "[runtime][validate]") {
+  auto o = runtime::parse_validate_args({"--model", "gpt2-tiny", "--plan", "megatron-tp"});
+  // tp 2 x dp derived: 3 ranks would give dp 1.5.
+  CHECK(test::error_of([&] { runtime::setup_run(o, 3); }).find("megatron-tp") != std::string::npos);
+  const auto s = runtime::setup_run(o, 4);
+  CHECK(s.plan.tp == 2);
+  CHECK(s.plan.dp == 2);
+  CHECK(s.plan.precision == sim::Precision::kFp32);  // the plan says fp16; CPUs run fp32
+  REQUIRE(s.notes.size() == 1);
+  CHECK(s.notes[0].find("fp16 -> fp32") != std::string::npos);
+  auto inter = runtime::parse_validate_args({"--model", "gpt2-tiny", "--plan", "interleaved"});
+  CHECK(test::error_of([&] { runtime::setup_run(inter, 2); }).find("not interleaved") != std::string::npos);
+  // A pipeline gets the simulator's balanced partition: 4 layers over 2 stages.
+  auto gp = runtime::parse_validate_args({"--model", "gpt2-tiny", "--plan", "gpipe"});
+  const auto g = runtime::setup_run(gp, 2);
+  REQUIRE(g.plan.stage_layers.size() == 2);
+  CHECK(g.plan.stage_layers[0] + g.plan.stage_layers[1] == 4);
+}
+
+// ---- real runs: loss equivalence ---------------------------------------------------------
+
+TEST_CASE("data-parallel plans train exactly as one process does", "[runtime][validate][slow]") {
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  // dp 2, one micro-step each = one process accumulating 2 micro-steps.
+  const auto want = reference("gpt2-tiny", shape, 2);
+  for (const std::string plan : {"ddp", "zero1", "zero2", "zero3", "fsdp", "zero2-offload"}) {
+    SECTION(plan) { check_same(losses_of(validate("--model gpt2-tiny --plan " + plan + " --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape)), want); }
+  }
+  SECTION("ddp with gradient accumulation and overlap off") {
+    const auto want4 = reference("gpt2-tiny", shape, 4);
+    check_same(losses_of(validate("--model gpt2-tiny --plan ddp --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape +
+                                  " --set plan.grad_accum=2 --set plan.overlap=false")),
+               want4);
+  }
+  SECTION("zero2 with gradient accumulation") {
+    const auto want4 = reference("gpt2-tiny", shape, 4);
+    check_same(losses_of(validate("--model gpt2-tiny --plan zero2 --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape + " --set plan.grad_accum=2")), want4);
+  }
+}
+
+TEST_CASE("pipelines, tensor parallelism and the naive split train exactly as one process does", "[runtime][validate][slow]") {
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  SECTION("gpt2-tiny") {
+    const auto want4 = reference("gpt2-tiny", shape, 4);
+    for (const std::string plan : {"gpipe", "1f1b"}) {
+      check_same(losses_of(validate("--model gpt2-tiny --plan " + plan + " --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape + " --set plan.micro_batches=4")),
+                 want4);
+    }
+    const auto want1 = reference("gpt2-tiny", shape, 1);
+    check_same(losses_of(validate("--model gpt2-tiny --plan model-parallel --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape)), want1);
+    check_same(losses_of(validate("--model gpt2-tiny --plan megatron-tp --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape)), want1);
+  }
+  SECTION("bert-tiny") {
+    const auto want1 = reference("bert-tiny", shape, 1);
+    check_same(losses_of(validate("--model bert-tiny --plan megatron-tp --procs 2" + kCommon + no_dropout("bert-tiny") + shape)), want1);
+    check_same(losses_of(validate("--model bert-tiny --plan model-parallel --procs 2" + kCommon + no_dropout("bert-tiny") + shape)), want1);
+    const auto want2 = reference("bert-tiny", shape, 2);
+    check_same(losses_of(validate("--model bert-tiny --plan zero3 --procs 2" + kCommon + no_dropout("bert-tiny") + shape)), want2);
+  }
+  SECTION("bilstm-tiny") {
+    const auto want4 = reference("bilstm-tiny", shape, 4);
+    check_same(losses_of(validate("--model bilstm-tiny --plan 1f1b --procs 2" + kCommon + no_dropout("bilstm-tiny") + shape + " --set plan.micro_batches=4")), want4);
+    const auto want2 = reference("bilstm-tiny", shape, 2);
+    check_same(losses_of(validate("--model bilstm-tiny --plan ddp --procs 2" + kCommon + no_dropout("bilstm-tiny") + shape)), want2);
+    check_same(losses_of(validate("--model bilstm-tiny --plan zero2 --procs 2" + kCommon + no_dropout("bilstm-tiny") + shape)), want2);
+  }
+}
+
+TEST_CASE("hybrid plans on 4 ranks train exactly as one process does", "[runtime][validate][slow]") {
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  SECTION("dp 2 x pp 2 (1F1B, DDP across the pipelines)") {
+    check_same(losses_of(validate("--model gpt2-tiny --plan 1f1b --procs 4" + kCommon + no_dropout("gpt2-tiny") + shape + " --set plan.micro_batches=2")),
+               reference("gpt2-tiny", shape, 4));
+  }
+  SECTION("dp 2 x tp 2 (Megatron, ZeRO-1 across)") {
+    check_same(losses_of(validate("--model gpt2-tiny --plan megatron-tp --procs 4" + kCommon + no_dropout("gpt2-tiny") + shape + " --set plan.zero_stage=1")),
+               reference("gpt2-tiny", shape, 2));
+  }
+  SECTION("tp 2 x pp 2 (GPipe over tensor-parallel stages)") {
+    check_same(losses_of(validate("--model bert-tiny --plan gpipe --procs 4" + kCommon + no_dropout("bert-tiny") + shape +
+                                  " --set plan.tp=2 --set plan.micro_batches=2")),
+               reference("bert-tiny", shape, 2));
+  }
+}
+
+// ---- real runs: data and faults -------------------------------------------------------
+
+TEST_CASE("--data trains from an HDF5 file, and a file that does not fit the model is refused", "[runtime][validate][slow]") {
+  const auto dir = std::filesystem::temp_directory_path() / "dtsim-test-validate-data";
+  std::filesystem::create_directories(dir);
+  const std::string tokens = (dir / "tokens.h5").string(), emb = (dir / "emb.h5").string();
+  REQUIRE(std::system((std::string(DTSIM_MAKE_SAMPLE_DATA) + " --out " + tokens +
+                       " --samples 256 --seq 32 --vocab 1024 --seed 1234 > /dev/null").c_str()) == 0);
+  REQUIRE(std::system((std::string(DTSIM_MAKE_SAMPLE_DATA) + " --out " + emb +
+                       " --kind embeddings --samples 64 --seq 32 --width 64 --classes 33 > /dev/null").c_str()) == 0);
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  // Without --data the worker synthesises exactly this file (256 samples,
+  // same generator, same seed 1234), so the two runs train alike.
+  const auto from_file = losses_of(validate("--model gpt2-tiny --plan ddp --procs 2 --data " + tokens + kCommon + no_dropout("gpt2-tiny") + shape));
+  const auto synthetic = losses_of(validate("--model gpt2-tiny --plan ddp --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape));
+  REQUIRE(from_file.size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(from_file[i] == Approx(synthetic[i]).epsilon(1e-9));
+  CHECK(losses_of(validate("--model bilstm-tiny --plan ddp --procs 2 --data " + emb + kCommon + no_dropout("bilstm-tiny") + shape)).size() == 3);
+  const Run wrong = validate("--model gpt2-tiny --plan ddp --procs 2 --data " + emb + kCommon + no_dropout("gpt2-tiny") + shape);
+  CHECK(wrong.status == 1);
+  CHECK(wrong.err.find("emb.h5: has /embeddings but gpt2-tiny reads /tokens") != std::string::npos);
+  std::filesystem::remove_all(dir);
+}
+
+namespace {
+
+/// True while any process still has `needle` in its command line.
+bool any_process_with(const std::string& needle) {
+  for (const auto& e : std::filesystem::directory_iterator("/proc")) {
+    std::ifstream in(e.path() / "cmdline");
+    std::string cmd((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    std::replace(cmd.begin(), cmd.end(), '\0', ' ');
+    if (cmd.find("dtsim_worker") != std::string::npos && cmd.find(needle) != std::string::npos) return true;
+  }
+  return false;
+}
+
+}  // namespace
+
+TEST_CASE("a crash, a hang or an out-of-memory rank ends the run, named, partial, with nothing left", "[runtime][validate][slow]") {
+  const std::string base = "--model gpt2-tiny --plan ddp --procs 2 --quiet --warmup 0 --steps 4 --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  struct Case {
+    std::string fault, expect, seed;
+  };
+  for (const Case& c : {Case{"crash@1:1", "rank 1 killed by SIGSEGV", "424201"},
+                        Case{"hang@1:1 --timeout 3", "rank 1 hung: no heartbeat for 3 s", "424202"},
+                        Case{"oom@0:1", "rank 0 failed: out of memory: tried to allocate", "424203"},
+                        Case{"error@1:2", "rank 1 failed: injected error at step 2", "424204"}}) {
+    SECTION(c.fault) {
+      const auto t0 = std::chrono::steady_clock::now();
+      const Run r = validate(base + "--fault " + c.fault + " --seed " + c.seed + " --json");
+      const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+      INFO(r.err);
+      CHECK(r.status == 1);
+      CHECK(r.err.rfind("dtsim validate: " + c.expect, 0) == 0);
+      CHECK(s < 30);  // well within the timeouts, not the 300 s default
+      const YAML::Node doc = YAML::Load(r.out);
+      CHECK(doc["measured"]["partial"].as<bool>());
+      CHECK(doc["measured"]["partial_reason"].as<std::string>().find(c.expect) == 0);
+      CHECK_FALSE(doc["comparison"]);  // never reported as a measurement
+      CHECK_FALSE(any_process_with("--seed " + c.seed));
+    }
+  }
+}
+
+TEST_CASE("bad validate input is one line and exit status 2", "[runtime][validate]") {
+  const Run plan = validate("--model gpt2-tiny --plan nosuch --procs 2");
+  CHECK(plan.status == 2);
+  CHECK(plan.err.find("nosuch") != std::string::npos);
+  CHECK(std::count(plan.err.begin(), plan.err.end(), '\n') == 1);
+  const Run procs = validate("--model gpt2-tiny --plan megatron-tp --procs 3");
+  CHECK(procs.status == 2);
+  CHECK(procs.err.find("megatron-tp.yaml:3: plan.tp: tp x pp = 2 does not divide the 3") != std::string::npos);
+  const Run data = validate("--model gpt2-tiny --plan ddp --procs 2 --data /nonexistent/x.h5");
+  CHECK(data.status == 2);
+  CHECK(data.err.find("/nonexistent/x.h5: no such file") != std::string::npos);
+}

@@ -1,0 +1,194 @@
+// The validation suite: `dtsim validate` on gpt2-tiny, bert-tiny and
+// bilstm-tiny under every plan the runtime runs, 2 processes on this CPU, and
+// a table of predicted-against-measured errors with the suite's medians.
+//   build/bench/dtsim_validate_suite [--profile FILE.h5] [--steps N] [--procs N]
+//                                    [--models a,b] [--plans a,b] [--out FILE.md] [--json FILE]
+// Targets (issue: validation runs): median |error| of iteration time <= 10%,
+// of peak memory <= 5%, no plan worse than 25%.
+#include <yaml-cpp/yaml.h>
+
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <sstream>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/file_io.hpp"
+
+namespace {
+
+struct Row {
+  std::string model, plan;
+  bool ok = false;
+  std::string why;  // when !ok
+  double predicted_s = 0, measured_s = 0, time_error = 0;
+  double predicted_mib = 0, measured_mib = 0, memory_error = 0;  // the rank with the largest |error|
+};
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  std::stringstream ss(s);
+  for (std::string x; std::getline(ss, x, ',');) {
+    if (!x.empty()) out.push_back(x);
+  }
+  return out;
+}
+
+/// Runs a command, returning its stdout and exit status.
+std::pair<int, std::string> capture(const std::string& cmd) {
+  std::string out;
+  FILE* f = ::popen(cmd.c_str(), "r");
+  if (f == nullptr) return {-1, ""};
+  char buf[4096];
+  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
+  const int raw = ::pclose(f);
+  return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, out};
+}
+
+double median_abs(std::vector<double> v) {
+  if (v.empty()) return 0;
+  for (auto& x : v) x = std::abs(x);
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+std::string pct(double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, "%+.1f%%", 100 * x);
+  return b;
+}
+
+std::string num(const char* f, double x) {
+  char b[32];
+  std::snprintf(b, sizeof b, f, x);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  std::string profile, out, json_out, binary = DTSIM_BINARY;
+  int steps = 10, procs = 2;
+  std::vector<std::string> models{"gpt2-tiny", "bert-tiny", "bilstm-tiny"};
+  std::vector<std::string> plans{"ddp", "zero1", "zero2", "zero3", "fsdp", "zero2-offload", "gpipe", "1f1b", "model-parallel", "megatron-tp"};
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto value = [&]() -> std::string {
+      if (i + 1 >= argc) {
+        std::fprintf(stderr, "dtsim_validate_suite: %s needs a value\n", a.c_str());
+        std::exit(2);
+      }
+      return argv[++i];
+    };
+    if (a == "--profile") profile = value();
+    else if (a == "--out") out = value();
+    else if (a == "--json") json_out = value();
+    else if (a == "--steps") steps = std::max(1, std::atoi(value().c_str()));
+    else if (a == "--procs") procs = std::max(2, std::atoi(value().c_str()));
+    else if (a == "--models") models = split(value());
+    else if (a == "--plans") plans = split(value());
+    else {
+      std::fprintf(stderr, "dtsim_validate_suite: unknown option %s; valid: --profile, --steps, --procs, --models, --plans, --out, --json\n",
+                   a.c_str());
+      return 2;
+    }
+  }
+
+  std::vector<std::pair<std::string, std::string>> cases;
+  for (const auto& m : models) {
+    for (const auto& p : plans) {
+      if (m.rfind("bilstm", 0) == 0 && p == "megatron-tp") continue;  // an LSTM has no Megatron split
+      cases.push_back({m, p});
+    }
+  }
+  std::vector<Row> rows;
+  const auto t0 = std::chrono::steady_clock::now();
+  const bool tty = ::isatty(2) != 0;
+  for (std::size_t i = 0; i < cases.size(); ++i) {
+    const auto& [model, plan] = cases[i];
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+    const double eta = i == 0 ? -1 : elapsed / static_cast<double>(i) * static_cast<double>(cases.size() - i);
+    std::fprintf(stderr, "%s  [%zu/%zu] %s %s, %.0f s, ETA %s%s", tty ? "\r" : "", i + 1, cases.size(), model.c_str(), plan.c_str(),
+                 elapsed, eta < 0 ? "?" : (num("%.0f", eta) + " s").c_str(), tty ? "          " : "\n");
+    std::string cmd = binary + " validate --model " + model + " --plan " + plan + " --procs " + std::to_string(procs) +
+                      " --steps " + std::to_string(steps) + " --json --quiet";
+    if (!profile.empty()) cmd += " --profile " + profile;
+    cmd += " 2>&1";
+    const auto [status, text] = capture(cmd);
+    Row r;
+    r.model = model;
+    r.plan = plan;
+    try {
+      if (status != 0) throw std::runtime_error(text.substr(0, text.find('\n')));
+      const YAML::Node doc = YAML::Load(text);
+      for (const auto& c : doc["comparison"]) {
+        const std::string what = c["what"].as<std::string>();
+        const double e = c["error"].as<double>();
+        if (what == "iteration") {
+          r.predicted_s = c["predicted"].as<double>();
+          r.measured_s = c["measured"].as<double>();
+          r.time_error = e;
+        } else if (what.find("peak memory") != std::string::npos && std::abs(e) >= std::abs(r.memory_error)) {
+          r.predicted_mib = c["predicted"].as<double>() / (1 << 20);
+          r.measured_mib = c["measured"].as<double>() / (1 << 20);
+          r.memory_error = e;
+        }
+      }
+      r.ok = true;
+    } catch (const std::exception& e) {
+      r.why = e.what();
+    }
+    rows.push_back(r);
+  }
+  if (tty) std::fprintf(stderr, "\r%80s\r", "");
+
+  std::vector<double> te, me;
+  double worst = 0;
+  std::string worst_what;
+  std::ostringstream md;
+  md << "| model | plan | predicted | measured | time error | predicted peak | measured peak | memory error |\n";
+  md << "|---|---|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    if (!r.ok) {
+      md << "| " << r.model << " | " << r.plan << " | failed: " << r.why << " | | | | | |\n";
+      continue;
+    }
+    te.push_back(r.time_error);
+    me.push_back(r.memory_error);
+    for (double e : {r.time_error, r.memory_error}) {
+      if (std::abs(e) > worst) {
+        worst = std::abs(e);
+        worst_what = r.model + " " + r.plan;
+      }
+    }
+    md << "| " << r.model << " | " << r.plan << " | " << num("%.1f ms", r.predicted_s * 1e3) << " | " << num("%.1f ms", r.measured_s * 1e3)
+       << " | " << pct(r.time_error) << " | " << num("%.1f MiB", r.predicted_mib) << " | " << num("%.1f MiB", r.measured_mib) << " | "
+       << pct(r.memory_error) << " |\n";
+  }
+  const double mt = median_abs(te), mm = median_abs(me);
+  md << "\nmedian |error|: iteration time " << num("%.1f%%", 100 * mt) << " (target <= 10%), peak memory " << num("%.1f%%", 100 * mm)
+     << " (target <= 5%); worst " << num("%.1f%%", 100 * worst) << " (" << worst_what << "; target <= 25%); " << te.size() << " of "
+     << rows.size() << " runs completed\n";
+  std::fputs(md.str().c_str(), stdout);
+  if (!out.empty()) dtsim::sim::write_file_atomic(out, md.str());
+  if (!json_out.empty()) {
+    std::ostringstream js;
+    js << "{\"median_time_error\": " << mt << ", \"median_memory_error\": " << mm << ", \"worst_error\": " << worst << ", \"runs\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      js << (i ? ", " : "") << "{\"model\": \"" << r.model << "\", \"plan\": \"" << r.plan << "\", \"ok\": " << (r.ok ? "true" : "false")
+         << ", \"time_error\": " << r.time_error << ", \"memory_error\": " << r.memory_error << "}";
+    }
+    js << "]}\n";
+    dtsim::sim::write_file_atomic(json_out, js.str());
+  }
+  const bool met = te.size() == rows.size() && mt <= 0.10 && mm <= 0.05 && worst <= 0.25;
+  return met ? 0 : 1;
+}
