@@ -50,7 +50,7 @@ class Bert final : public ZooModel {
     emb.forward.push_back(memory_op("ln", sim::KernelKind::kNorm, e * tn * h, e * tn * h, 5.0 * tn * h));
     if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * tn * h, (e + 1) * tn * h, 1.0 * tn * h));
     emb.backward = backward_of(emb.forward);
-    emb.saved_bytes = e * tn * h + (c_.dropout ? tn * h : 0);  // LayerNorm input, dropout mask
+    emb.saved_bytes = e * tn * h + (c_.dropout ? shape.mask_bytes * tn * h : 0);  // LayerNorm input, dropout mask
     emb.output_bytes = e * tn * h;
     if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
     out.push_back(std::move(emb));

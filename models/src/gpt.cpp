@@ -55,7 +55,7 @@ class Gpt final : public ZooModel {
     // Backward: scatter-add into the embedding gradients.
     emb.backward.push_back(memory_op("wte.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
     emb.backward.push_back(memory_op("wpe.reduce", sim::KernelKind::kElementwise, e * tn * h, e * s * h, 1.0 * tn * h));
-    emb.saved_bytes = c_.dropout ? tn * h : 0;  // the dropout mask
+    emb.saved_bytes = c_.dropout ? shape.mask_bytes * tn * h : 0;  // the dropout mask
     emb.output_bytes = e * tn * h;
     if (tp > 1) {
       // The partial lookups are summed (reduce-scattered over the sequence with sp).

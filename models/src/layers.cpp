@@ -119,7 +119,8 @@ namespace dtsim::models::detail {
 //              8sbh; dropout mask sbh)
 //   LayerNorms  4 sbh
 // i.e. sbh (34 + 5 a s / h). Here each 2 becomes e (the activation element
-// size: 4 in fp32), the MLP's 4h becomes f, masks stay 1 byte, and without
+// size: 4 in fp32), the MLP's 4h becomes f, masks take shape.mask_bytes (1,
+// or e where dropout multiplies by a mask of the input's dtype), and without
 // dropout the masks and the attention dropout output go.
 // Under tensor parallelism t (section 4.2.1) everything between the column-
 // and the row-parallel linear is split: Q, K, V, the projection input, GeLU
@@ -167,7 +168,7 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   l.backward = backward_of(l.forward);
   l.attention_core.assign(k.begin() + static_cast<std::ptrdiff_t>(core_begin), k.begin() + static_cast<std::ptrdiff_t>(core_end));
   // Note [Activation memory]
-  const Bytes mask = dropout ? 1 : 0;
+  const Bytes mask = dropout ? shape.mask_bytes : 0;
   const Bytes replicated = tn * (4 * e + 2 * mask);               // 10 sbh
   const Bytes split = (th / tp) * 4 * e + 2 * e * tf;             // 24 sbh / t
   const Bytes core = scores * (e + (dropout ? e + mask : 0));     // 5 a s^2 b / t

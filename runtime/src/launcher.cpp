@@ -261,7 +261,7 @@ fs::file_time_type last_write(const std::string& run_dir, int rank) {
 
 /// A cause that only says the rank lost a peer (Gloo, NCCL, TCPStore).
 bool peer_lost(const std::string& cause) {
-  for (const char* p : {"Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket closed",
+  for (const char* p : {"SIGPIPE", "Connection closed by peer", "Connection reset by peer", "Broken pipe", "Socket closed",
                         "Connection refused", "remote process exited"}) {
     if (cause.find(p) != std::string::npos) return true;
   }

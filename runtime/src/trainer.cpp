@@ -638,7 +638,6 @@ class Trainer {
         x = out;
         release(u);
         event("fwd " + unit.name + " m" + std::to_string(m), "forward", t0);
-        if (std::getenv("DTSIM_MEMDEBUG")) std::fprintf(stderr, "fwd %s: now %ld peak %ld\n", unit.name.c_str(), (long)cpu_current_bytes(), (long)cpu_peak_bytes());
       }
     }
     if (last_stage) {
@@ -680,7 +679,6 @@ class Trainer {
         if (u + 1 == units_.size()) sv.loss = torch::Tensor();
         release(u);
         event("bwd " + unit.name + " m" + std::to_string(m), "backward", t0);
-        if (std::getenv("DTSIM_MEMDEBUG")) std::fprintf(stderr, "bwd %s: now %ld peak %ld\n", unit.name.c_str(), (long)cpu_current_bytes(), (long)cpu_peak_bytes());
         grads_ready(u, last_micro);
       }
       if (stage_ > 0) send_tensor(grad, stage_ - 1, 2);

@@ -5,6 +5,7 @@
 // usage: dtsim_worker [validate options]   (the same arguments as dtsim validate)
 #include <unistd.h>
 
+#include <csignal>
 #include <cstdlib>
 #include <fstream>
 #include <iostream>
@@ -152,6 +153,9 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
 }  // namespace
 
 int main(int argc, char** argv) {
+  // A peer that dies closes its sockets: let Gloo see EPIPE and say so,
+  // instead of this rank dying of SIGPIPE without a word.
+  std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "validate") args.erase(args.begin());
   int rank = 0;

@@ -93,6 +93,10 @@ std::vector<DeviceSpec> make_devices() {
   // run no faster than fp32 on CPU. Calibration replaces these figures.
   DeviceSpec cpu = gpu("cpu", 12, 0.096, 0, 0.096, 0.096, 10, 1, 0.60, 0, "generic x86-64 core (AVX2), see comment");
   cpu.kernel_launch = 10 * kNsPerUs;  // eager op dispatch on CPU
+  // LibTorch's CPU dropout is input * (bernoulli mask / (1 - p)): the mask it
+  // saves for backward has the input's dtype, not CUDA's 1-byte bool (measured
+  // by dtsim validate: 4 bytes per element in fp32).
+  cpu.dropout_mask_bytes = 0;
   v.push_back(cpu);
   return v;
 }

@@ -61,7 +61,7 @@ class Lowering {
  public:
   Lowering(const Model& m, const ResolvedPlan& p, const ClusterSpec& c, const CostModels& costs)
       : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm), named_(costs.name_tasks) {
-    const WorkloadShape shape = detail::workload_shape(p);
+    const WorkloadShape shape = detail::workload_shape(p, c.device);
     layers_ = m.layers(shape);
     DTSIM_ASSERT(!layers_.empty(), "model has no layers");
     w_ = element_bytes(p.precision);

@@ -29,11 +29,12 @@ inline CommGroup dim_group(int size, int stride, int per_node) {
 
 /// The shape of one micro-batch of a resolved plan, as the model describes
 /// one rank's share of it (tensor-parallel shard included).
-inline WorkloadShape workload_shape(const ResolvedPlan& p) {
+inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& device) {
   WorkloadShape shape;
   shape.micro_batch = p.micro_batch;
   shape.seq_len = p.seq_len;
   shape.act_bytes = element_bytes(p.precision);
+  shape.mask_bytes = device.dropout_mask_bytes > 0 ? device.dropout_mask_bytes : shape.act_bytes;
   shape.tp = p.tp;
   shape.sequence_parallel = p.sequence_parallel;
   return shape;

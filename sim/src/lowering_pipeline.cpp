@@ -207,7 +207,7 @@ class PipelineLowering {
 
   // ---- pricing ---------------------------------------------------------------
   void price() {
-    const WorkloadShape shape = detail::workload_shape(plan_);
+    const WorkloadShape shape = detail::workload_shape(plan_, cluster_.device);
     layers_ = model_.layers(shape);
     w_ = element_bytes(plan_.precision);
     tp_group_ = detail::dim_group(plan_.tp, plan_.stride_tp, cluster_.gpus_per_node);

@@ -101,6 +101,15 @@ TEST_CASE("activation bytes per layer follow Korthikanti et al. 2022, Table 2", 
   // Without dropout: no masks and no attention-dropout output: sbh 32 + 2 as^2b.
   const auto nodrop = load_model("gpt2", {sim::parse_override("model.dropout=false")})->layers(shape(b, s, 2));
   CHECK(nodrop[1].saved_bytes == s * b * h * 32 + 2 * a * s * s * b);
+  // LibTorch's CPU dropout keeps fp32 masks (mask_bytes 4, measured by dtsim
+  // validate): the 2 sbh masks and the as^2b mask take 4 bytes, sbh (64 + 2 x 4)
+  // + as^2b (2 x 4 + 4); the embedding's mask too (4 sbh instead of sbh).
+  sim::WorkloadShape cpu = shape(b, s, 4);
+  cpu.mask_bytes = 4;
+  const auto fp32cpu = load_model("gpt2")->layers(cpu);
+  CHECK(fp32cpu[1].saved_bytes == s * b * h * 72 + 12 * a * s * s * b);
+  CHECK(fp32cpu[0].saved_bytes == 4 * s * b * h);
+  CHECK(fp32[0].saved_bytes == s * b * h);
 }
 
 TEST_CASE("the tied LM head borrows the token embedding", "[models]") {

@@ -387,7 +387,38 @@ std::vector<std::string> torch_layer_kinds() {
   return {"gpt2.embed", "gpt2.block", "gpt2.head", "bert.embed", "bert.layer", "bert.pooler", "bert.classifier", "lstm.layer", "lstm.head"};
 }
 
+std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature);
+
+/// HuggingFace's _init_weights for GPT-2 and BERT (initializer_range 0.02):
+/// Linear and Embedding weights N(0, 0.02), biases 0, LayerNorm 1 and 0.
+/// LibTorch's defaults (Embedding N(0, 1)) give logits in the tens, a
+/// softmax that underflows into denormals and a backward several times
+/// slower than real training's.
+static void init_like_hf(nn::Module& m) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.named_parameters()) {
+    const std::string& name = p.key();
+    auto& t = p.value();
+    const bool norm = name.find("ln") != std::string::npos || name.find("LayerNorm") != std::string::npos;
+    if (norm) {
+      if (name.size() >= 6 && name.substr(name.size() - 6) == "weight") t.fill_(1.0);
+      else t.zero_();
+    } else if (name.size() >= 4 && name.substr(name.size() - 4) == "bias") {
+      t.zero_();
+    } else {
+      t.normal_(0.0, 0.02);
+    }
+  }
+}
+
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
+  auto layer = make_torch_layer_default_init(signature);
+  const std::string kind = signature.substr(0, signature.find(':'));
+  if (kind.rfind("gpt2.", 0) == 0 || kind.rfind("bert.", 0) == 0) init_like_hf(layer->module());
+  return layer;
+}
+
+std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature) {
   const Signature s = parse_signature(signature);
   const auto& k = s.kind;
   // Attention splits h into a heads of h/a each.

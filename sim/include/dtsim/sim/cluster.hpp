@@ -32,6 +32,9 @@ struct DeviceSpec {
   double memory_efficiency = 0.80;  ///< fraction of bandwidth memory-bound kernels reach
   TimeNs kernel_launch = 4 * kNsPerUs;  ///< fixed cost per kernel launch
   Bytes runtime_reserved = 0;       ///< context + allocator overhead outside tensors
+  /// Bytes of a saved dropout mask element (WorkloadShape::mask_bytes); 0:
+  /// the activation's element size, as LibTorch's CPU dropout keeps it.
+  int dropout_mask_bytes = 1;
   std::string source;               ///< where the figures come from
   /// Peak dense FLOP/s for GEMMs in precision p.
   FlopsPerSec peak_for(Precision p) const;

@@ -47,6 +47,10 @@ struct WorkloadShape {
   std::int64_t micro_batch = 1;  ///< sequences per micro-batch (b)
   std::int64_t seq_len = 1;      ///< tokens per sequence (s)
   int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
+  /// Bytes per element of a saved dropout mask: 1 where dropout keeps a bool
+  /// mask (fused CUDA kernels), the activation size where it multiplies by a
+  /// mask tensor of the input's dtype (LibTorch's CPU dropout).
+  int mask_bytes = 1;
   int tp = 1;                    ///< tensor-parallel degree (Megatron-LM column/row split)
   bool sequence_parallel = false;  ///< Korthikanti et al. 2022: norms and dropout sharded over the sequence
 };
