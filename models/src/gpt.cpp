@@ -84,9 +84,13 @@ class Gpt final : public ZooModel {
     head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * v, 4 * t * v, 5.0 * t * v));
     head.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * t, 4 * t));
     head.backward = backward_of(head.forward);
-    // ln_f input and output (the head GEMM's input), the logits (alive as the
-    // model's output), and the fp32 log-softmax saved by cross-entropy.
-    head.saved_bytes = 2 * e * tn * h + e * t * v + 4 * t * v;
+    // ln_f input and output (the head GEMM's input) and the fp32 log-softmax
+    // saved by cross-entropy; the logits themselves are not saved (a loop
+    // that keeps HF's outputs.logits alive holds e t v more). Its backward
+    // holds the fp32 gradients of the log-softmax and of the logits, and in
+    // 16-bit their cast back (measured by dtsim validate on CPU: 8 t v in fp32).
+    head.saved_bytes = 2 * e * tn * h + 4 * t * v;
+    head.backward_workspace_bytes = 8 * t * v + (e != 4 ? e * t * v : 0);
     head.output_bytes = 4;  // the scalar loss
     if (tp > 1) {
       // The head's input is gathered over the sequence (sp) and its gradient

@@ -580,6 +580,13 @@ class Trainer {
   }
 
   void send_tensor(const torch::Tensor& t, int to, int tag) {
+    // At most two micro-batches' sends (header and tensor) in flight: older
+    // ones are received by now or soon, and their buffers go (a stage would
+    // otherwise hold every micro-batch's activation twice until the step's end).
+    while (sends_.size() >= 4) {
+      wait(sends_.front().first, "send");
+      sends_.erase(sends_.begin());
+    }
     std::vector<torch::Tensor> v{t.contiguous()};
     sends_.push_back({pp_.pg->send(v, to, tag), v[0]});
   }

@@ -306,8 +306,8 @@ class Lowering {
         deps.push_back(compute(tag(m, "recompute attention " + L.name), Phase::kRecompute, core_time_[i], deps,
                                {{MemCategory::kActivations, L.attention_core_bytes}}));
       }
-      std::vector<MemOp> on_start{{MemCategory::kActivations, L.output_bytes}};  // grad of the input
-      std::vector<MemOp> on_end{{MemCategory::kActivations, -L.output_bytes},
+      std::vector<MemOp> on_start{{MemCategory::kActivations, L.output_bytes + L.backward_workspace_bytes}};  // grad of the input
+      std::vector<MemOp> on_end{{MemCategory::kActivations, -L.output_bytes - L.backward_workspace_bytes},
                                 {MemCategory::kActivations, -L.saved_bytes}};
       // Gradients: persistent full grads (stages 0/1, allocated on first use
       // and freed by the optimizer) or transient ones reduced away (2/3).

@@ -134,6 +134,7 @@ struct Chunk {
   CollectiveCost send_fwd, send_bwd;  // activation to the next chunk, gradient to the previous
   Bytes kept = 0;            // kept from forward to backward
   Bytes peak_extra = 0;      // rematerialised during backward
+  Bytes workspace = 0;       // the largest backward workspace of its layers
   Bytes input = 0;           // activation received (and its gradient sent back)
   Bytes output = 0;          // activation sent on
   std::int64_t params = 0;   // held by the rank, a tied copy included
@@ -264,6 +265,7 @@ class PipelineLowering {
         const Bytes kept = detail::kept_bytes(layers_, static_cast<std::size_t>(l), plan_.recompute);
         ch.kept += kept;
         max_extra = std::max(max_extra, L.saved_bytes - kept);
+        ch.workspace = std::max(ch.workspace, L.backward_workspace_bytes);
         if (L.borrowed_params > 0 && embedding_chunk >= 0 && ch.rank != 0) {
           // Megatron-LM keeps a copy of the tied word embedding on the last stage.
           ch.params += L.borrowed_params;
@@ -392,10 +394,12 @@ class PipelineLowering {
       entry = add(name("recompute", vs, i), s, kCompute, Phase::kRecompute, ch.recompute,
                   {{MemCategory::kActivations, ch.peak_extra}});
     }
-    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.input}};  // the gradient of the chunk's input
+    // The gradient of the chunk's input, and its largest backward workspace.
+    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.input + ch.workspace}};
     // Stages 0 and 1 keep full gradients from the first backward to the step.
     if (first_of_chunk) on_start.push_back({MemCategory::kGradients, ch.params * w_});
-    std::vector<MemOp> on_end{{MemCategory::kActivations, -(ch.kept + (ch.recompute > 0 ? ch.peak_extra : 0) + ch.input)}};
+    std::vector<MemOp> on_end{
+        {MemCategory::kActivations, -(ch.kept + (ch.recompute > 0 ? ch.peak_extra : 0) + ch.input + ch.workspace)}};
     TaskId b = -1;
     if (last_of_chunk && plan_.dp > 1) {
       // The chunk's last backward runs bucket by bucket, each bucket's

@@ -110,6 +110,13 @@ TEST_CASE("activation bytes per layer follow Korthikanti et al. 2022, Table 2", 
   CHECK(fp32cpu[1].saved_bytes == s * b * h * 72 + 12 * a * s * s * b);
   CHECK(fp32cpu[0].saved_bytes == 4 * s * b * h);
   CHECK(fp32[0].saved_bytes == s * b * h);
+  // The LM head keeps ln_f's input and output and the fp32 log-softmax
+  // (2 e sbh + 4 t V); its backward holds the fp32 gradients of the
+  // log-softmax and the logits (8 t V), plus their 16-bit cast (2 t V) in fp16.
+  const std::int64_t V = 50257, t = b * s;
+  CHECK(fp32.back().saved_bytes == 2 * 4 * s * b * h + 4 * t * V);
+  CHECK(fp32.back().backward_workspace_bytes == 8 * t * V);
+  CHECK(fp16.back().backward_workspace_bytes == 10 * t * V);
 }
 
 TEST_CASE("the tied LM head borrows the token embedding", "[models]") {

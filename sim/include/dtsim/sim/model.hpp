@@ -80,6 +80,9 @@ struct Layer {
   std::vector<Kernel> backward;   ///< kernels of the backward pass
   Bytes saved_bytes = 0;          ///< activations kept for backward per micro-batch
   Bytes output_bytes = 0;         ///< the layer's output tensor per micro-batch
+  /// Transient bytes the layer's backward holds beyond the gradient of its
+  /// input (the LM head's fp32 gradients of the log-softmax and the logits).
+  Bytes backward_workspace_bytes = 0;
   /// Tensor-parallel collectives (empty when tp = 1), serial with the
   /// layer's kernels as Megatron-LM runs them.
   std::vector<LayerComm> tp_forward, tp_backward;
