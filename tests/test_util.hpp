@@ -1,8 +1,14 @@
 #pragma once
 // Helpers shared by the test binaries.
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <atomic>
+#include <filesystem>
 #include <functional>
 #include <string>
+#include <vector>
 
 #include "dtsim/sim/error.hpp"
 
@@ -17,5 +23,32 @@ inline std::string error_of(const std::function<void()>& f) {
   }
   return "(no error)";
 }
+
+/// A fresh directory under the system temp dir, removed at the end.
+struct TempDir {
+  std::filesystem::path path;
+  explicit TempDir(const std::string& name) {
+    static std::atomic<int> counter{0};
+    path = std::filesystem::temp_directory_path() /
+           ("dtsim-test-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
+    std::filesystem::remove_all(path);
+    std::filesystem::create_directories(path);
+  }
+  ~TempDir() {
+    std::error_code ec;
+    std::filesystem::remove_all(path, ec);
+  }
+  TempDir(const TempDir&) = delete;
+  TempDir& operator=(const TempDir&) = delete;
+  std::string str() const { return path.string(); }
+  std::string file(const std::string& name) const { return (path / name).string(); }
+  /// The names of the entries in the directory, sorted.
+  std::vector<std::string> entries() const {
+    std::vector<std::string> out;
+    for (const auto& e : std::filesystem::directory_iterator(path)) out.push_back(e.path().filename().string());
+    std::sort(out.begin(), out.end());
+    return out;
+  }
+};
 
 }  // namespace dtsim::test

@@ -37,29 +37,7 @@ using Catch::Matchers::Contains;
 
 namespace {
 
-/// A fresh directory under the system temp dir, removed at the end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("dtsim-data-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string file(const std::string& name) const { return (path / name).string(); }
-  /// The names of the entries in the directory, sorted.
-  std::vector<std::string> entries() const {
-    std::vector<std::string> out;
-    for (const auto& e : fs::directory_iterator(path)) out.push_back(e.path().filename().string());
-    std::sort(out.begin(), out.end());
-    return out;
-  }
-};
+using TempDir = dtsim::test::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);

@@ -28,22 +28,7 @@ using Kind = dtsim::runtime::RankOutcome::Kind;
 
 namespace {
 
-/// A fresh run directory under the system temp dir, removed at the end.
-struct TempDir {
-  fs::path path;
-  explicit TempDir(const std::string& name) {
-    static std::atomic<int> counter{0};
-    path = fs::temp_directory_path() /
-           ("dtsim-launcher-" + name + "-" + std::to_string(::getpid()) + "-" + std::to_string(counter++));
-    fs::remove_all(path);
-    fs::create_directories(path);
-  }
-  ~TempDir() {
-    std::error_code ec;
-    fs::remove_all(path, ec);
-  }
-  std::string str() const { return path.string(); }
-};
+using TempDir = dtsim::test::TempDir;
 
 std::string slurp(const fs::path& p) {
   std::ifstream in(p);
