@@ -16,6 +16,7 @@
 #include <fstream>
 #include <sstream>
 
+#include "dtsim/runtime/launcher.hpp"
 #include "dtsim/runtime/validate.hpp"
 #include "dtsim/sim/error.hpp"
 #include "test_util.hpp"
@@ -309,4 +310,35 @@ TEST_CASE("bad validate input is one line and exit status 2", "[runtime][validat
   const Run data = validate("--model gpt2-tiny --plan ddp --procs 2 --data /nonexistent/x.h5");
   CHECK(data.status == 2);
   CHECK(data.err.find("/nonexistent/x.h5: no such file") != std::string::npos);
+}
+
+TEST_CASE("under torchrun-style variables validate joins the job and rank 0 reports", "[runtime][validate][slow]") {
+  // What mpirun / srun / torchrun do: start `dtsim validate` once per rank
+  // with RANK, WORLD_SIZE, MASTER_ADDR, MASTER_PORT; each becomes a worker,
+  // rank 0 gathers the measurements through the store and prints the report.
+  dtsim::test::TempDir dir("join");
+  const std::string port = std::to_string(runtime::free_local_port());
+  const std::string args = " validate --model gpt2-tiny --plan ddp --json --quiet --warmup 0 --steps 2 --set plan.micro_batch=2 --set plan.seq_len=32";
+  std::string cmd;
+  for (int r = 0; r < 2; ++r) {
+    cmd += "env -u DTSIM_RUN_DIR RANK=" + std::to_string(r) + " LOCAL_RANK=" + std::to_string(r) +
+           " WORLD_SIZE=2 MASTER_ADDR=127.0.0.1 MASTER_PORT=" + port + " " + DTSIM_BINARY + args + " > " + dir.file("out" + std::to_string(r)) +
+           " 2> " + dir.file("err" + std::to_string(r)) + " & ";
+  }
+  cmd += "wait";
+  REQUIRE(std::system(("bash -c '" + cmd + "'").c_str()) == 0);
+  auto slurp = [](const std::string& p) {
+    std::ifstream in(p);
+    std::stringstream ss;
+    ss << in.rdbuf();
+    return ss.str();
+  };
+  const std::string out0 = slurp(dir.file("out0")), err0 = slurp(dir.file("err0"));
+  INFO(err0 << slurp(dir.file("err1")));
+  const YAML::Node doc = YAML::Load(out0);
+  CHECK_FALSE(doc["measured"]["partial"].as<bool>());
+  CHECK(doc["measured"]["ranks"].size() == 2);
+  CHECK(doc["dp"].as<int>() == 2);
+  CHECK(doc["measured"]["losses"].size() == 2);
+  CHECK(slurp(dir.file("out1")).empty());  // only rank 0 reports
 }
