@@ -185,7 +185,9 @@ class Lowering {
     t.name = name;
     t.kind = TaskKind::kCollective;
     t.phase = Phase::kComm;
-    t.stream = stream;
+    // Note [CPU collectives]: where ranks are CPU cores, a collective runs on
+    // the cores the ranks compute on and cannot overlap their compute.
+    t.stream = cluster_.device.comm_overlaps_compute ? stream : kCompute;
     t.op = op;
     t.bytes = bytes;
     t.cost = comm_.collective(op, bytes, group);

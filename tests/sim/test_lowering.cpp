@@ -5,6 +5,8 @@
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "dtsim/models/models.hpp"
 #include "fake_model.hpp"
 
 using namespace dtsim;
@@ -186,4 +188,34 @@ TEST_CASE("FSDP HYBRID_SHARD shards within a node and all-reduces shards across 
       CHECK(t.cost.link == LinkClass::kIntraNode);
     }
   }
+}
+
+TEST_CASE("on a CPU cluster collectives do not overlap compute: exposed comm is every collective's time", "[lowering]") {
+  // Note [CPU collectives]: Gloo runs on the ranks' own cores. So the
+  // critical path's exposed communication is the sum of rank 0's collective
+  // durations; with overlap allowed, the buckets hide partly behind backward.
+  ClusterSpec cpu = load_cluster("local-cpu");
+  REQUIRE_FALSE(cpu.device.comm_overlaps_compute);
+  const auto model_ptr = models::load_model("gpt2");  // 12 blocks: buckets fill early in backward
+  const Model& model = *model_ptr;
+  PlanSpec spec = parse_plan("dp: 2\nmicro_batch: 1\nseq_len: 128\nbucket_mb: 25\n", "<test>");
+  PredictOptions o;
+  o.keep_graph = true;
+  auto exposed_and_sum = [&](const ClusterSpec& c) {
+    const Prediction p = predict(model, spec, c, o);
+    double sum = 0;
+    for (std::size_t t = 0; t < p.graph.tasks.size(); ++t) {
+      const Task& task = p.graph.tasks[t];
+      if (task.rank == 0 && task.kind == TaskKind::kCollective) sum += static_cast<double>(p.exec.spans[t].end - p.exec.spans[t].start);
+    }
+    return std::make_pair(static_cast<double>(p.breakdown.exposed_comm), sum);
+  };
+  const auto [serial, serial_sum] = exposed_and_sum(cpu);
+  REQUIRE(serial_sum > 0);
+  CHECK(serial == Approx(serial_sum));
+  ClusterSpec overlapped = cpu;
+  overlapped.device.comm_overlaps_compute = true;
+  const auto [hidden, hidden_sum] = exposed_and_sum(overlapped);
+  CHECK(hidden_sum == Approx(serial_sum));
+  CHECK(hidden < 0.5 * hidden_sum);
 }

@@ -35,6 +35,9 @@ struct DeviceSpec {
   /// Bytes of a saved dropout mask element (WorkloadShape::mask_bytes); 0:
   /// the activation's element size, as LibTorch's CPU dropout keeps it.
   int dropout_mask_bytes = 1;
+  /// Collectives progress beside compute (GPU copy engines and NICs). False
+  /// where the ranks are CPU cores: Gloo's threads need the same cores.
+  bool comm_overlaps_compute = true;
   std::string source;               ///< where the figures come from
   /// Peak dense FLOP/s for GEMMs in precision p.
   FlopsPerSec peak_for(Precision p) const;
