@@ -185,9 +185,12 @@ class Lowering {
     t.name = name;
     t.kind = TaskKind::kCollective;
     t.phase = Phase::kComm;
-    // Note [CPU collectives]: where ranks are CPU cores, a collective runs on
-    // the cores the ranks compute on and cannot overlap their compute.
-    t.stream = cluster_.device.comm_overlaps_compute ? stream : kCompute;
+    // Note [CPU collectives]: where ranks are CPU cores, a gradient collective
+    // runs on the cores the ranks compute on and cannot overlap their compute.
+    // Parameter gathers keep their stream: they are issued a layer ahead
+    // (FSDP's prefetch, as dtsim_worker does too), so their buffers are alive
+    // early, whatever the cores' contention does to their speed.
+    t.stream = cluster_.device.comm_overlaps_compute || stream == kParamComm ? stream : kCompute;
     t.op = op;
     t.bytes = bytes;
     t.cost = comm_.collective(op, bytes, group);
