@@ -39,12 +39,7 @@ namespace {
 
 using TempDir = dtsim::test::TempDir;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using dtsim::test::slurp;
 
 /// An HDF5 file written by the test itself, as another tool (h5py) would.
 class H5Writer {

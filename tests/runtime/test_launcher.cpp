@@ -30,12 +30,7 @@ namespace {
 
 using TempDir = dtsim::test::TempDir;
 
-std::string slurp(const fs::path& p) {
-  std::ifstream in(p);
-  std::ostringstream ss;
-  ss << in.rdbuf();
-  return ss.str();
-}
+using dtsim::test::slurp;
 
 /// `procs` ranks of `sh -c script` in `dir`, with generous default timeouts.
 LaunchSpec sh_spec(const TempDir& dir, int procs, const std::string& script) {

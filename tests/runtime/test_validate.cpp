@@ -38,14 +38,8 @@ Run validate(const std::string& args) {
   const int raw = std::system(cmd.c_str());
   Run r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
-  auto slurp = [](const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
-  r.out = slurp(out);
-  r.err = slurp(err);
+  r.out = test::slurp(out);
+  r.err = test::slurp(err);
   return r;
 }
 
@@ -327,12 +321,7 @@ TEST_CASE("under torchrun-style variables validate joins the job and rank 0 repo
   }
   cmd += "wait";
   REQUIRE(std::system(("bash -c '" + cmd + "'").c_str()) == 0);
-  auto slurp = [](const std::string& p) {
-    std::ifstream in(p);
-    std::stringstream ss;
-    ss << in.rdbuf();
-    return ss.str();
-  };
+  using test::slurp;
   const std::string out0 = slurp(dir.file("out0")), err0 = slurp(dir.file("err0"));
   INFO(err0 << slurp(dir.file("err1")));
   const YAML::Node doc = YAML::Load(out0);
