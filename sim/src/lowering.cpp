@@ -190,7 +190,11 @@ class Lowering {
     // Parameter gathers keep their stream: they are issued a layer ahead
     // (FSDP's prefetch, as dtsim_worker does too), so their buffers are alive
     // early, whatever the cores' contention does to their speed.
-    t.stream = cluster_.device.comm_overlaps_compute || stream == kParamComm ? stream : kCompute;
+    // Without overlap (plan.overlap false) the reductions already wait for the
+    // whole backward: they keep their stream (on the compute stream they would
+    // queue ahead of the backward they depend on).
+    const bool serial = !cluster_.device.comm_overlaps_compute && stream != kParamComm && plan_.overlap;
+    t.stream = serial ? kCompute : stream;
     t.op = op;
     t.bytes = bytes;
     t.cost = comm_.collective(op, bytes, group);

@@ -218,4 +218,10 @@ TEST_CASE("on a CPU cluster collectives do not overlap compute: exposed comm is 
   const auto [hidden, hidden_sum] = exposed_and_sum(overlapped);
   CHECK(hidden_sum == Approx(serial_sum));
   CHECK(hidden < 0.5 * hidden_sum);
+  // overlap: false already puts the reductions after backward: the same
+  // exposure, and no deadlock from queueing them on the compute stream.
+  spec.overlap = false;
+  const auto [after, after_sum] = exposed_and_sum(cpu);
+  CHECK(after == Approx(after_sum));
+  CHECK(after_sum == Approx(serial_sum));
 }
