@@ -123,27 +123,16 @@ void require(bool ok, const char* field, std::int64_t value, const char* what) {
 /// Writes the synthetic content of `spec` into the open `file`.
 /// Draw order (tokens or embeddings, then labels) matches the trainer's
 /// in-memory synthesis, so a file and a run without --data agree.
-void write_sample_content(hid_t file, const SampleSpec& spec, const std::string& path) {
-  std::mt19937_64 rng(spec.seed);
-  const auto n = static_cast<hsize_t>(spec.samples), s = static_cast<hsize_t>(spec.seq_len);
-  if (spec.kind == Dataset::Kind::kTokens) {
-    std::uniform_int_distribution<std::int64_t> tok(0, spec.vocab - 1);
-    std::vector<std::int64_t> t(n * s);
-    for (auto& x : t) x = tok(rng);
-    write_dataset(file, "/tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, {n, s}, t.data(), path);
+/// Writes a dataset's arrays as Note [Dataset layout] has them.
+void write_content(hid_t file, const Dataset& d, const std::string& path) {
+  const auto n = static_cast<hsize_t>(d.samples), s = static_cast<hsize_t>(d.seq_len);
+  if (d.kind == Dataset::Kind::kTokens) {
+    write_dataset(file, "/tokens", H5T_STD_I64LE, H5T_NATIVE_INT64, {n, s}, d.tokens.data(), path);
   } else {
-    std::normal_distribution<float> e(0.f, 1.f);
-    const auto w = static_cast<hsize_t>(spec.width);
-    std::vector<float> x(n * s * w);
-    for (auto& v : x) v = e(rng);
-    write_dataset(file, "/embeddings", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, s, w}, x.data(), path);
+    const auto w = static_cast<hsize_t>(d.width);
+    write_dataset(file, "/embeddings", H5T_IEEE_F32LE, H5T_NATIVE_FLOAT, {n, s, w}, d.embeddings.data(), path);
   }
-  if (spec.classes > 0) {
-    std::uniform_int_distribution<std::int64_t> lab(0, spec.classes - 1);
-    std::vector<std::int64_t> l(n);
-    for (auto& x : l) x = lab(rng);
-    write_dataset(file, "/labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {n}, l.data(), path);
-  }
+  if (!d.labels.empty()) write_dataset(file, "/labels", H5T_STD_I64LE, H5T_NATIVE_INT64, {n}, d.labels.data(), path);
 }
 
 }  // namespace
@@ -213,7 +202,7 @@ Dataset load_dataset(const std::string& path) {
   return d;
 }
 
-void write_sample_dataset(const std::string& path, const SampleSpec& spec) {
+Dataset make_sample_dataset(const SampleSpec& spec) {
   const bool tokens = spec.kind == Dataset::Kind::kTokens;
   require(spec.samples > 0, "samples", spec.samples, "positive");
   require(spec.seq_len > 0, "seq_len", spec.seq_len, "positive");
@@ -229,6 +218,38 @@ void write_sample_dataset(const std::string& path, const SampleSpec& spec) {
     throw ConfigError("sample dataset: samples x seq_len" + std::string(tokens ? "" : " x width") + " must be at most " +
                       std::to_string(kMaxSampleElements) + " elements");
   }
+  // Tokens (or embeddings) first, then labels, from one generator.
+  Dataset d;
+  d.kind = spec.kind;
+  d.samples = spec.samples;
+  d.seq_len = spec.seq_len;
+  d.width = tokens ? 1 : spec.width;
+  std::mt19937_64 rng(spec.seed);
+  if (tokens) {
+    std::uniform_int_distribution<std::int64_t> tok(0, spec.vocab - 1);
+    d.tokens.resize(static_cast<std::size_t>(spec.samples * spec.seq_len));
+    for (auto& x : d.tokens) {
+      x = tok(rng);
+      d.max_token = std::max(d.max_token, x);
+    }
+  } else {
+    std::normal_distribution<float> e(0.f, 1.f);
+    d.embeddings.resize(static_cast<std::size_t>(spec.samples * spec.seq_len * spec.width));
+    for (auto& v : d.embeddings) v = e(rng);
+  }
+  if (spec.classes > 0) {
+    std::uniform_int_distribution<std::int64_t> lab(0, spec.classes - 1);
+    d.labels.resize(static_cast<std::size_t>(spec.samples));
+    for (auto& x : d.labels) {
+      x = lab(rng);
+      d.max_label = std::max(d.max_label, x);
+    }
+  }
+  return d;
+}
+
+void write_sample_dataset(const std::string& path, const SampleSpec& spec) {
+  const Dataset d = make_sample_dataset(spec);
   silence_hdf5();
 
   const fs::path target(path);
@@ -243,7 +264,7 @@ void write_sample_dataset(const std::string& path, const SampleSpec& spec) {
   try {
     Id file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
     if (!file.ok()) throw IoError(path + ": cannot create (is " + dir.string() + " writable?)");
-    write_sample_content(file.get(), spec, path);
+    write_content(file.get(), d, path);
     if (!file.close()) throw IoError(path + ": cannot write (closing the file failed; is the disk full?)");
     fs::rename(tmp, target, ec);
     if (ec) throw IoError(path + ": cannot write (" + ec.message() + ")");

@@ -119,7 +119,7 @@ class DataSource {
       spec.width = width_;
       spec.classes = classes_;
       spec.seed = seed;
-      data_ = synthesize(spec);
+      data_ = make_sample_dataset(spec);  // what scripts/make-sample-data writes for this spec
     }
   }
 
@@ -156,38 +156,13 @@ class DataSource {
   }
 
  private:
+  /// KEY's value in a layer signature "kind:k=v,k=v", or `fallback`.
   static std::int64_t sig_value(const std::string& sig, const std::string& key, std::int64_t fallback) {
-    const auto at = sig.find((sig.find(':') == std::string::npos ? "" : ":") + key + "=");
-    const auto at2 = sig.find("," + key + "=");
-    const auto pos = at != std::string::npos ? at : at2;
-    if (pos == std::string::npos) return fallback;
-    return std::stoll(sig.substr(pos + key.size() + 2));
-  }
-  static Dataset synthesize(const SampleSpec& spec) {
-    // As write_sample_dataset would write it, without the file.
-    Dataset d;
-    d.kind = spec.kind;
-    d.samples = spec.samples;
-    d.seq_len = spec.seq_len;
-    d.width = spec.kind == Dataset::Kind::kEmbeddings ? spec.width : 1;
-    std::mt19937_64 rng(spec.seed);
-    if (spec.kind == Dataset::Kind::kTokens) {
-      std::uniform_int_distribution<std::int64_t> tok(0, spec.vocab - 1);
-      d.tokens.resize(spec.samples * spec.seq_len);
-      for (auto& t : d.tokens) t = tok(rng);
-      d.max_token = spec.vocab - 1;
-    } else {
-      std::normal_distribution<float> e(0.f, 1.f);
-      d.embeddings.resize(spec.samples * spec.seq_len * spec.width);
-      for (auto& x : d.embeddings) x = e(rng);
+    for (const char* sep : {":", ","}) {
+      const auto pos = sig.find(sep + key + "=");
+      if (pos != std::string::npos) return std::stoll(sig.substr(pos + key.size() + 2));
     }
-    if (spec.classes > 0) {
-      std::uniform_int_distribution<std::int64_t> lab(0, spec.classes - 1);
-      d.labels.resize(spec.samples);
-      for (auto& l : d.labels) l = lab(rng);
-      d.max_label = spec.classes - 1;
-    }
-    return d;
+    return fallback;
   }
 
   std::int64_t seq_;
@@ -342,14 +317,10 @@ class Trainer {
       }
     }
     heartbeat(total, total, "done");
-    auto med = [](std::vector<double> v) {
-      std::sort(v.begin(), v.end());
-      return v.empty() ? 0.0 : v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
-    };
-    m.forward_s = med(fwd);
-    m.backward_s = med(bwd);
-    m.optimizer_s = med(opt);
-    m.wait_s = med(wait);
+    m.forward_s = median(fwd);
+    m.backward_s = median(bwd);
+    m.optimizer_s = median(opt);
+    m.wait_s = median(wait);
     m.peak_bytes = device_peak();
     m.host_peak_bytes = cpu_peak_bytes(true);
     if (stage_ != plan_->pp - 1 || tp_rank_ != 0 || dp_rank_ != 0) m.losses.clear();
@@ -565,7 +536,7 @@ class Trainer {
     if (recording_) trace_->push_back({name, cat, start_us, now_us() - start_us, tid});
   }
 
-  /// Blocks on `work`, traced as a wait.
+  /// Blocks on `work`, traced as a wait (`what` names it in the trace).
   void wait(const c10::intrusive_ptr<c10d::Work>& work, const std::string& what) {
     const double t0 = now_us();
     clock_.wait(work);
@@ -644,7 +615,7 @@ class Trainer {
         sv.outputs.push_back(out);
         x = out;
         release(u);
-        event("fwd " + unit.name + " m" + std::to_string(m), "forward", t0);
+        if (recording_) event("fwd " + unit.name + " m" + std::to_string(m), "forward", t0);
       }
     }
     if (last_stage) {
@@ -685,7 +656,7 @@ class Trainer {
         sv.inputs[u] = torch::Tensor();
         if (u + 1 == units_.size()) sv.loss = torch::Tensor();
         release(u);
-        event("bwd " + unit.name + " m" + std::to_string(m), "backward", t0);
+        if (recording_) event("bwd " + unit.name + " m" + std::to_string(m), "backward", t0);
         grads_ready(u, last_micro);
       }
       if (stage_ > 0) send_tensor(grad, stage_ - 1, 2);

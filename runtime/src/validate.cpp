@@ -44,13 +44,6 @@ double parse_positive(const std::string& key, const std::string& v) {
   throw ConfigError("dtsim validate: --" + key + " " + v + ": expected a positive number");
 }
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
-
 std::string fmt(const char* f, double x) {
   char buf[64];
   std::snprintf(buf, sizeof buf, f, x);
@@ -250,6 +243,13 @@ sim::Prediction predict_run(const RunSetup& s) {
 }
 
 // ---- rank measurements ---------------------------------------------------------
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
 
 std::string rank_to_json(const RankMeasurement& m) {
   sim::JsonWriter w;

@@ -45,6 +45,11 @@ struct SampleSpec {
   std::uint64_t seed = 1;
 };
 
+/// A deterministic synthetic dataset in memory: exactly what
+/// write_sample_dataset writes for the same spec (the worker's data without
+/// --data). Throws ConfigError naming a bad field of the spec.
+Dataset make_sample_dataset(const SampleSpec& spec);
+
 /// Writes a deterministic synthetic dataset to `path` atomically (a
 /// temporary file, then rename). Throws IoError naming the path.
 void write_sample_dataset(const std::string& path, const SampleSpec& spec);

@@ -94,6 +94,9 @@ struct Measured {
   std::vector<double> losses;          ///< the loss per step (the last stage's first rank)
 };
 
+/// The median of per-step figures (0 for none).
+double median(std::vector<double> v);
+
 /// Combines rank measurements: a step takes as long as its slowest rank.
 Measured combine(std::vector<RankMeasurement> ranks);
 
