@@ -534,6 +534,7 @@ class Bench {
 
   void run() {
     if (!cuda_ && o_.threads > 0) dtsim::models::set_cpu_threads(o_.threads);
+    if (!cuda_) dtsim::models::retain_freed_memory();  // as the runtime's ranks do
     torch::manual_seed(0);
     info();
     memory_records();

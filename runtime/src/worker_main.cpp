@@ -94,6 +94,7 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
 #endif
   } else {
     install_counting_allocator(limit);
+    models::retain_freed_memory();
     // One core per rank, as the local-cpu cluster and calibration's
     // --threads 1 have it (DTSIM_THREADS overrides).
     models::set_cpu_threads(std::max(1, env_int({"DTSIM_THREADS"}).value_or(1)));
