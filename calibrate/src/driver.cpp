@@ -185,6 +185,14 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     argv.push_back("--models");
     argv.push_back(join(o.models, ","));
   }
+  // Tensor-parallel shares for every power-of-two group the ranks can form:
+  // a tp=2 block is not half a tp=1 block on small GEMMs.
+  std::vector<std::string> tps;
+  for (int tp = 2; tp <= o.procs; tp *= 2) tps.push_back(std::to_string(tp));
+  if (!tps.empty()) {
+    argv.push_back("--tp");
+    argv.push_back(join(tps, ","));
+  }
   view.phase(1, phases, "layers and kernels");
   // Note [Ranks share a CPU]: on a CPU, `procs` ranks share the host's cores,
   // caches and memory bandwidth, and each runs slower than it would alone

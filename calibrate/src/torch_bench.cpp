@@ -4,9 +4,11 @@
 // calibration record protocol (calibrate/README.md) on stdout.
 //   dtsim_torch_bench --device cpu|cuda [--quick] [--threads N]
 //                     [--models gpt2,bert-base,bilstm] [--precision fp32,bf16]
-//                     [--budget-s S]
+//                     [--budget-s S] [--tp 2,4]
 // --precision may repeat or list several (default: fp32 on CPU, fp32 and bf16
-// on CUDA); --budget-s is the measuring time per point after the warm-ups.
+// on CUDA); --budget-s is the measuring time per point after the warm-ups;
+// --tp adds the tensor-parallel shares of those degrees (signatures with
+// tp=k: one rank's computation, its collectives priced apart by the simulator).
 // Bad arguments, or --device cuda without CUDA, give one line on stderr and
 // exit status 2.
 // Layers come from the analytic models (models::load_model), so the
@@ -49,6 +51,7 @@ struct Options {
   std::vector<std::string> models{"gpt2", "bert-base", "bilstm"};
   std::vector<std::string> precisions;
   double budget_s = 0;  // per measurement point; 0: by sweep
+  std::vector<int> tp{1};  // tensor-parallel degrees whose layer shares are timed
 };
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -118,8 +121,14 @@ Options parse(int argc, char** argv) {
       }
     } else if (a == "--budget-s") {
       o.budget_s = positive_seconds(a, value());
+    } else if (a == "--tp") {
+      for (const auto& t : split(value())) {
+        const long long n = whole_number(a, t);
+        if (n < 2 || n > 64) usage_error("--tp: " + t + " is not in 2..64");
+        o.tp.push_back(static_cast<int>(n));
+      }
     } else {
-      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s");
+      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s, --tp");
     }
   }
   if (o.precisions.empty()) o.precisions = o.device == "cuda" ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"};
@@ -279,12 +288,16 @@ class Bench {
         ss = o_.quick ? std::vector<std::int64_t>{64, 128} : std::vector<std::int64_t>{64, 128, 256, 512};
       }
       if (lstm && !cuda_) ss = o_.quick ? std::vector<std::int64_t>{32, 64} : std::vector<std::int64_t>{32, 64, 128, 256};
-      for (const auto& layer : model->layers(shape)) {
-        if (!seen.insert(layer.signature).second) continue;
-        for (const auto& p : o_.precisions) {
-          for (auto s : ss) {
-            if (s > model->max_seq_len()) continue;
-            for (auto b : bs) out.push_back({layer.signature, p, b, s});
+      for (const int tp : o_.tp) {
+        if (!model->tp_error(tp).empty()) continue;  // the Bi-LSTM has no tensor-parallel split
+        shape.tp = tp;
+        for (const auto& layer : model->layers(shape)) {
+          if (!seen.insert(layer.signature).second) continue;
+          for (const auto& p : o_.precisions) {
+            for (auto s : ss) {
+              if (s > model->max_seq_len()) continue;
+              for (auto b : bs) out.push_back({layer.signature, p, b, s});
+            }
           }
         }
       }

@@ -45,7 +45,8 @@ class Gpt final : public ZooModel {
     sim::Layer emb;
     emb.name = "wte+wpe";
     emb.type = "embedding";
-    emb.signature = "gpt2.embed:h=" + std::to_string(h) + ",v=" + std::to_string(v) + ",p=" + std::to_string(c_.seq_len) +
+    // The signature names the whole vocabulary; tp= says it is split.
+    emb.signature = "gpt2.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",p=" + std::to_string(c_.seq_len) +
                     ",drop=" + (c_.dropout ? "1" : "0");
     if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
     emb.params = v * h + c_.seq_len * h;

@@ -76,9 +76,11 @@ void Comm::barrier(const std::string& name) {
   }
 }
 
-c10::intrusive_ptr<c10d::Work> all_reduce(Group& g, torch::Tensor& t) {
+c10::intrusive_ptr<c10d::Work> all_reduce(Group& g, torch::Tensor& t, c10d::ReduceOp op) {
   std::vector<torch::Tensor> v{t};
-  return g.pg->allreduce(v);
+  c10d::AllreduceOptions options;
+  options.reduceOp = op;
+  return g.pg->allreduce(v, options);
 }
 
 void reduce_scatter(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitClock& clock) {

@@ -351,6 +351,7 @@ class Trainer {
     sim::WorkloadShape shape;
     shape.micro_batch = p.micro_batch;
     shape.seq_len = p.seq_len;
+    shape.tp = p.tp;  // the layers the simulator prices: blocks, embeddings and the head split over tp
     layers_ = c_.setup.model->layers(shape);
     // This stage's layers, as the simulator balanced them.
     int first = 0;
@@ -361,6 +362,7 @@ class Trainer {
     tp.size = p.tp;
     tp.enter = [](const torch::Tensor& x) { return EnterTp::apply(x); };
     tp.exit = [](const torch::Tensor& x) { return ExitTp::apply(x); };
+    tp.max = [](torch::Tensor& x) { g_tp_clock->wait(all_reduce(*g_tp, x, c10d::ReduceOp::MAX)); };
     const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
     const auto dtype = p.precision == sim::Precision::kBf16 ? torch::kBFloat16 : torch::kHalf;
     for (int i = first; i < first + count; ++i) {
@@ -387,7 +389,7 @@ class Trainer {
         tied_ = units_.front().layer->module().named_parameters()["wte.weight"];
       } else {
         torch::manual_seed(c_.options.seed * 1000003ULL);
-        auto embed = models::make_torch_layer(layers_.front().signature);
+        auto embed = models::make_torch_layer(layers_.front().signature, tp);
         tied_ = embed->module().named_parameters()["wte.weight"].detach().clone().to(c_.device).requires_grad_(true);
         if (cast) tied_ = tied_.detach().to(dtype).requires_grad_(true);
         units_.back().params.push_back(tied_);

@@ -89,8 +89,8 @@ class Comm {
   c10::intrusive_ptr<c10d::Store> store_;
 };
 
-/// Sum all-reduce of `t` in place (async).
-c10::intrusive_ptr<c10d::Work> all_reduce(Group& g, torch::Tensor& t);
+/// All-reduce of `t` in place (async): the sum, or `op`.
+c10::intrusive_ptr<c10d::Work> all_reduce(Group& g, torch::Tensor& t, c10d::ReduceOp op = c10d::ReduceOp::SUM);
 /// Reduce-scatter of `in` (numel = size * chunk) into `out` (chunk): out =
 /// sum over ranks of their in[rank*chunk, (rank+1)*chunk). Gloo in LibTorch
 /// 1.13 has no reduce_scatter, so this is an all-to-all (the same bytes on

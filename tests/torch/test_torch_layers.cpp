@@ -116,3 +116,30 @@ TEST_CASE("a bad layer signature is refused with one line naming it", "[torch][b
   CHECK(error_of([] { models::make_torch_layer("lstm.layer:in=8,hs=4,dirs=3"); }).find("dirs must be 1 or 2") != std::string::npos);
   CHECK(error_of([] { models::make_torch_layer("gpt2.head:h=8,v=16,tied=2"); }).find("tied must be 0 or 1") != std::string::npos);
 }
+
+TEST_CASE("tensor-parallel shares own the analytic per-rank parameters", "[torch][tp]") {
+  // With tp = 2 the simulator's layers carry one rank's parameters
+  // (Megatron-LM: heads and MLP columns split, embeddings V/2 rows each), and
+  // make_torch_layer on a tp=2 signature builds rank 0's share.
+  for (const char* name : {"gpt2-tiny", "bert-tiny"}) {
+    const auto model = models::load_model(name);
+    auto shape = small_shape(*model);
+    shape.tp = 2;
+    for (const auto& layer : model->layers(shape)) {
+      INFO(name << " " << layer.signature);
+      CHECK(models::make_torch_layer(layer.signature)->parameter_count() == layer.params);
+    }
+  }
+  // An odd vocabulary: ceil(17 / 2) = 9 rows on rank 0, the other 8 on rank 1
+  // (plus wpe's p h = 4 x 8 on both).
+  models::TensorParallel tp;
+  tp.size = 2;
+  tp.enter = tp.exit = [](const torch::Tensor& x) { return x; };
+  tp.max = [](torch::Tensor&) {};
+  const std::string embed = "gpt2.embed:h=8,v=17,p=4,drop=0,tp=2";
+  CHECK(models::make_torch_layer(embed, tp)->parameter_count() == 9 * 8 + 4 * 8);
+  tp.rank = 1;
+  CHECK(models::make_torch_layer(embed, tp)->parameter_count() == 8 * 8 + 4 * 8);
+  CHECK(test::error_of([&] { models::make_torch_layer("gpt2.embed:h=8,v=17,p=4,drop=0,tp=4", tp); }).find("tp=4 but the tensor-parallel group has 2") !=
+        std::string::npos);
+}

@@ -35,6 +35,7 @@ struct Signature {
     if (!flag && it->second <= 0) throw ConfigError("layer signature '" + text + "': " + key + " must be positive");
     return it->second;
   }
+  std::int64_t get_or(const std::string& key, std::int64_t fallback) const { return values.count(key) ? get(key) : fallback; }
 };
 
 Signature parse_signature(const std::string& text) {
@@ -125,6 +126,56 @@ torch::Tensor row_parallel(nn::Linear& l, const torch::Tensor& x, const TensorPa
 
 torch::Tensor enter(const torch::Tensor& x, const TensorParallel* tp) { return tp == nullptr ? x : tp->enter(x); }
 
+/// A vocab-parallel share of a token embedding: rows [first, first + rows),
+/// ceil(V / tp) a rank (the simulator's count), the last rank the rest. Megatron
+/// pads the vocabulary instead; rows that are never a label would change the
+/// loss, which must equal the unsplit model's.
+struct VocabShard {
+  std::int64_t first = 0, rows = 0;
+  std::shared_ptr<const TensorParallel> tp;
+
+  void place(std::int64_t vocab, const TensorParallel& t) {
+    const std::int64_t even = (vocab + t.size - 1) / t.size;
+    first = t.rank * even;
+    rows = std::min(even, vocab - first);
+    if (rows <= 0) {
+      throw ConfigError("a vocabulary of " + std::to_string(vocab) + " leaves tensor-parallel rank " + std::to_string(t.rank) + " of " +
+                        std::to_string(t.size) + " no rows");
+    }
+    tp = std::make_shared<TensorParallel>(t);
+  }
+  /// Keeps this rank's rows of a [V, h] weight.
+  void split(torch::Tensor& weight, std::int64_t vocab, const TensorParallel& t) {
+    place(vocab, t);
+    torch::NoGradGuard no_grad;
+    weight.set_data(weight.narrow(0, first, rows).contiguous());
+  }
+  /// Ids outside this rank's rows.
+  torch::Tensor outside(const torch::Tensor& ids) const { return (ids < first) | (ids >= first + rows); }
+  /// Megatron's VocabParallelEmbedding: the rows this rank holds, zeros for
+  /// the others, summed over the ranks by g.
+  torch::Tensor lookup(nn::Embedding& e, const torch::Tensor& ids) const {
+    if (!tp) return e(ids);
+    const auto out = outside(ids);
+    return tp->exit(e((ids - first).masked_fill(out, 0)).masked_fill(out.unsqueeze(-1), 0.0));
+  }
+  /// Mean cross-entropy of [n, V/tp] logits against full-vocabulary labels:
+  /// Megatron's vocab-parallel cross-entropy. The shift by the global max
+  /// carries no gradient; the sum of exponentials and the target logit are
+  /// summed by g, whose identity backward leaves each rank the gradient of
+  /// its own logits, softmax - one-hot.
+  torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) const {
+    if (!tp) return F::cross_entropy(logits, labels);
+    auto top = std::get<0>(logits.detach().max(-1));
+    tp->max(top);
+    const auto shifted = logits - top.unsqueeze(-1);
+    const auto sum_exp = tp->exit(shifted.exp().sum(-1));
+    const auto out = outside(labels);
+    const auto target = shifted.gather(1, (labels - first).masked_fill(out, 0).unsqueeze(1)).squeeze(1).masked_fill(out, 0.0);
+    return (sum_exp.log() - tp->exit(target)).mean();
+  }
+};
+
 // ---- GPT-2 --------------------------------------------------------------------
 
 struct Gpt2Embed : nn::Module {
@@ -134,6 +185,7 @@ struct Gpt2Embed : nn::Module {
   nn::Embedding wte, wpe;
   std::int64_t vocab;
   bool dropout;
+  VocabShard shard;  // empty: unsplit
 };
 
 struct Gpt2Block : nn::Module {
@@ -185,6 +237,7 @@ struct Gpt2Head : nn::Module {
   torch::Tensor weight;  // [V, h]; undefined when tied
   std::int64_t vocab;
   bool tied;
+  VocabShard shard;  // empty: unsplit
 };
 
 // ---- BERT ---------------------------------------------------------------------
@@ -201,6 +254,7 @@ struct BertEmbed : nn::Module {
   nn::LayerNorm ln;
   std::int64_t vocab;
   bool dropout;
+  VocabShard shard;  // empty: unsplit
 };
 
 struct BertLayer : nn::Module {
@@ -259,13 +313,14 @@ class Wrapped : public TorchLayer {
 class Gpt2EmbedLayer final : public Wrapped<Gpt2Embed> {
  public:
   using Wrapped::Wrapped;
+  Gpt2Embed& embed() { return *m_; }
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
     return {ids(b, s, m_->vocab, o)};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto s = in[0].size(1);
     const auto pos = torch::arange(s, in[0].options());
-    return drop(m_->wte(in[0]) + m_->wpe(pos), m_->dropout, m_->is_training());
+    return drop(m_->shard.lookup(m_->wte, in[0]) + m_->wpe(pos), m_->dropout, m_->is_training());
   }
 };
 
@@ -290,15 +345,17 @@ class Gpt2HeadLayer final : public Wrapped<Gpt2Head> {
   /// not this layer's parameter (sim::Layer::borrowed_params).
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
     std::vector<torch::Tensor> in{float_input({b, s, h_}, o), ids(b, s, m_->vocab, o)};
-    if (m_->tied) in.push_back((torch::randn({m_->vocab, h_}, o.requires_grad(false)) * 0.02).requires_grad_(true));
+    const std::int64_t rows = m_->shard.tp ? m_->shard.rows : m_->vocab;
+    if (m_->tied) in.push_back((torch::randn({rows, h_}, o.requires_grad(false)) * 0.02).requires_grad_(true));
     return in;
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto& weight = m_->tied ? in.at(2) : m_->weight;
-    const auto logits = F::linear(m_->ln_f(in[0]), weight);
+    const auto logits = F::linear(enter(m_->ln_f(in[0]), m_->shard.tp.get()), weight);
     // Cross-entropy in fp32, as HF upcasts the logits under mixed precision.
-    return F::cross_entropy(logits.view({-1, m_->vocab}).to(torch::kFloat), in[1].view({-1}));
+    return m_->shard.cross_entropy(logits.view({-1, weight.size(0)}).to(torch::kFloat), in[1].view({-1}));
   }
+  Gpt2Head& head() { return *m_; }
 
  private:
   std::int64_t h_;
@@ -307,12 +364,13 @@ class Gpt2HeadLayer final : public Wrapped<Gpt2Head> {
 class BertEmbedLayer final : public Wrapped<BertEmbed> {
  public:
   using Wrapped::Wrapped;
+  BertEmbed& embed() { return *m_; }
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
     return {ids(b, s, m_->vocab, o), torch::zeros({b, s}, o.dtype(torch::kLong).requires_grad(false))};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto pos = torch::arange(in[0].size(1), in[0].options());
-    const auto x = m_->word(in[0]) + m_->position(pos) + m_->token_type(in[1]);
+    const auto x = m_->shard.lookup(m_->word, in[0]) + m_->position(pos) + m_->token_type(in[1]);
     return drop(m_->ln(x), m_->dropout, m_->is_training());
   }
 };
@@ -413,10 +471,62 @@ static void init_like_hf(nn::Module& m) {
   }
 }
 
-std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
+/// The whole layer of a signature (its tp= ignored), initialised as HF does.
+static std::unique_ptr<TorchLayer> make_full_layer(const std::string& signature) {
   auto layer = make_torch_layer_default_init(signature);
   const std::string kind = signature.substr(0, signature.find(':'));
   if (kind.rfind("gpt2.", 0) == 0 || kind.rfind("bert.", 0) == 0) init_like_hf(layer->module());
+  return layer;
+}
+
+/// Cuts rank tp.rank's share out of a whole layer (make_torch_layer's contract).
+static void split_layer(TorchLayer& layer, const std::string& signature, const TensorParallel& tp) {
+  const Signature s = parse_signature(signature);
+  const std::string at = "layer signature '" + signature + "': ";
+  if (s.values.count("tp") && s.get("tp") != tp.size) {
+    throw ConfigError(at + "tp=" + std::to_string(s.get_or("tp", 1)) + " but the tensor-parallel group has " + std::to_string(tp.size) +
+                      " ranks");
+  }
+  if (tp.size <= 1) return;
+  if (!tp.enter || !tp.exit || !tp.max || tp.rank < 0 || tp.rank >= tp.size) {
+    throw ConfigError(at + "tensor parallelism needs a rank in [0, size) and all three operators");
+  }
+  if (s.get_or("sp", 0) != 0) throw ConfigError(at + "sequence parallelism is not built (only the simulator prices it)");
+  if (s.kind == "gpt2.block" || s.kind == "bert.layer") {
+    if (s.get("a") % tp.size != 0 || s.get("f") % tp.size != 0) {
+      throw ConfigError(at + "heads and f must be multiples of tp " + std::to_string(tp.size));
+    }
+    if (auto* g = dynamic_cast<Gpt2BlockLayer*>(&layer)) g->block().split(tp);
+    if (auto* b = dynamic_cast<BertLayerLayer*>(&layer)) b->block().split(tp);
+    return;
+  }
+  if (s.kind == "gpt2.embed" || s.kind == "bert.embed" || s.kind == "gpt2.head") {
+    const auto v = s.get("v");
+    if (auto* e = dynamic_cast<Gpt2EmbedLayer*>(&layer)) e->embed().shard.split(e->embed().wte->weight, v, tp);
+    if (auto* e = dynamic_cast<BertEmbedLayer*>(&layer)) e->embed().shard.split(e->embed().word->weight, v, tp);
+    if (auto* h = dynamic_cast<Gpt2HeadLayer*>(&layer)) {
+      auto& head = h->head();
+      if (head.tied) {
+        head.shard.place(v, tp);  // the weight comes in with the inputs, already this rank's rows
+      } else {
+        head.shard.split(head.weight, v, tp);
+      }
+    }
+  }
+}
+
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
+  auto layer = make_full_layer(signature);
+  const auto tp = parse_signature(signature).get_or("tp", 1);
+  if (tp > 1) {
+    // Rank 0's share with local operators: its computation without collectives.
+    TensorParallel local;
+    local.size = static_cast<int>(tp);
+    local.enter = [](const torch::Tensor& x) { return x; };
+    local.exit = [](const torch::Tensor& x) { return x; };
+    local.max = [](torch::Tensor&) {};
+    split_layer(*layer, signature, local);
+  }
   return layer;
 }
 
@@ -452,19 +562,8 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
 }
 
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp) {
-  auto layer = make_torch_layer(signature);
-  if (tp.size <= 1) return layer;
-  if (!tp.enter || !tp.exit || tp.rank < 0 || tp.rank >= tp.size) {
-    throw ConfigError("layer signature '" + signature + "': tensor parallelism needs a rank in [0, size) and both operators");
-  }
-  const Signature s = parse_signature(signature);
-  if (s.kind == "gpt2.block" || s.kind == "bert.layer") {
-    if (s.get("a") % tp.size != 0 || s.get("f") % tp.size != 0) {
-      throw ConfigError("layer signature '" + signature + "': heads and f must be multiples of tp " + std::to_string(tp.size));
-    }
-    if (auto* g = dynamic_cast<Gpt2BlockLayer*>(layer.get())) g->block().split(tp);
-    if (auto* b = dynamic_cast<BertLayerLayer*>(layer.get())) b->block().split(tp);
-  }
+  auto layer = make_full_layer(signature);
+  split_layer(*layer, signature, tp);
   return layer;
 }
 

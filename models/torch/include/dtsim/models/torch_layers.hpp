@@ -42,18 +42,31 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature);
 /// runtime supplies the two conjugate operators, `enter` (f: identity
 /// forward, all-reduce of the gradient backward) before a column-parallel
 /// linear layer and `exit` (g: all-reduce forward, identity backward) after a
-/// row-parallel one.
+/// row-parallel one, and `max`, an in-place all-reduce of the maximum outside
+/// autograd (the vocab-parallel cross-entropy's shift).
 struct TensorParallel {
   int rank = 0;
   int size = 1;
   std::function<torch::Tensor(const torch::Tensor&)> enter, exit;
+  std::function<void(torch::Tensor&)> max;
 };
 
-/// As make_torch_layer, then split for tensor parallelism when tp.size > 1:
-/// transformer blocks (gpt2.block, bert.layer) keep this rank's heads and MLP
-/// columns, cut from the full layer the same seed would build, so tp ranks
-/// together compute exactly what the unsplit layer does; other layers
-/// (embeddings, heads, LSTMs) are replicated.
+/// As make_torch_layer, then split for tensor parallelism when tp.size > 1,
+/// cut from the full layer the same seed would build, so the tp ranks
+/// together compute exactly what the unsplit layer does:
+///  - transformer blocks (gpt2.block, bert.layer) keep this rank's heads and
+///    MLP columns;
+///  - token embeddings (gpt2.embed, bert.embed) keep this rank's V/tp rows,
+///    look up only the ids inside them and sum the partial rows with g
+///    (Megatron's VocabParallelEmbedding);
+///  - the GPT-2 head multiplies by its V/tp rows and takes the vocab-parallel
+///    cross-entropy (Megatron's parallel softmax: the max, the sum of
+///    exponentials and the target logit are summed over the ranks);
+///  - other layers (poolers, classifiers, LSTMs) are replicated.
+/// A signature's `tp=`, where it has one, must equal tp.size. make_torch_layer(signature) on a
+/// signature with tp=k builds rank 0's share with local operators: one
+/// rank's computation without its collectives, which calibration times and
+/// the simulator prices apart (sim::Layer::tp_forward).
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp);
 
 /// The layer kinds make_torch_layer knows ("gpt2.block", ...).
