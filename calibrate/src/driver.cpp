@@ -158,7 +158,11 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     throw CalibrationError("calibrate: dtsim_torch_bench was not built (LibTorch was not found at configure time); run scripts/setup, then scripts/build");
   }
   const bool cuda = o.device == "cuda";
-  const std::string comm_bench = find_program(o, cuda ? "dtsim_nccl_bench" : "dtsim_gloo_bench");
+  // On CPUs the collectives as the validation runtime issues them (Note
+  // [c10d collectives] in src/gloo_bench.cpp), plain libgloo where LibTorch
+  // was not found.
+  std::string comm_bench = find_program(o, cuda ? "dtsim_nccl_bench" : "dtsim_c10d_bench");
+  if (!cuda && comm_bench.empty()) comm_bench = find_program(o, "dtsim_gloo_bench");
 
   sim::Profile p;
   p.info["device_kind"] = o.device;
@@ -315,7 +319,7 @@ std::string format_profile(const sim::Profile& p) {
   std::ostringstream os;
   os << "dtsim profile " << p.path << "\n";
   for (const char* key : {"device", "device_kind", "host", "created", "sweep", "procs", "torch.torch_version", "torch.threads",
-                          "nccl.nccl_version", "gloo.transport", "command"}) {
+                          "nccl.nccl_version", "gloo.api", "gloo.transport", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
   }
   // Layers: shapes measured per signature and precision.

@@ -17,6 +17,8 @@ show=$("$dtsim" profile show "$out")
 grep -q "gpt2.block:h=768,a=12,f=3072,drop=1 fp32" <<<"$show" || fail "profile has no GPT-2 block: $show"
 grep -q "kernel.gemm.fp32" <<<"$show" || fail "profile has no GEMM fit"
 grep -q "comm.gloo.all_reduce.2" <<<"$show" || fail "profile has no Gloo all-reduce fit"
+grep -q "gpt2.block:h=768,a=12,f=3072,drop=1,tp=2 fp32" <<<"$show" || fail "profile has no tensor-parallel GPT-2 block share"
+grep -q "gloo.api: c10d ProcessGroupGloo" <<<"$show" || fail "the collectives were not measured through c10d: $show"
 
 # gpt2 at micro-batch 1, 128 tokens, fp32 is a measured shape of the quick
 # sweep: its 14 layers (embeddings, 12 blocks, head) x forward and backward
@@ -28,4 +30,9 @@ field() { grep -o "\"$1\": [0-9.e+-]*" <<<"$json" | head -1 | awk '{print $2}'; 
 [[ $(field layers_analytic) == 0 ]] || fail "layers_analytic $(field layers_analytic), expected 0"
 [[ $(field comm_measured) -ge 1 ]] || fail "no collective priced from the profile"
 grep -q "\"cost_source\": \"profile:$out\"" <<<"$json" || fail "cost_source does not name the profile"
+
+# Megatron TP over the 2 ranks: the same 28 lookups, now of the tp=2 shares.
+json=$("$dtsim" predict --model gpt2 --cluster local-cpu --plan megatron-tp --profile "$out" \
+  --set plan.micro_batch=1 --set plan.seq_len=128 --set plan.precision=fp32 --json)
+[[ $(field layers_measured) == 28 ]] || fail "tp: layers_measured $(field layers_measured), expected 28"
 echo "ok"
