@@ -8,7 +8,7 @@
 // soon as it is written:
 //   info     <key> <value>
 //   progress <done> <total> <label>
-//   comm     <backend> <op> <ranks> <bytes> <median_s> <min_s> <max_s> <reps>
+//   comm     <backend> <op> <ranks> <bytes> <median_s> <min_s> <max_s> <reps> [<mean_s>]
 //   copy     <h2d|d2h|d2d> <bytes> <median_s> <min_s> <max_s> <reps>
 // `bytes` is nccl-tests' "size": the buffer of all_reduce and broadcast, the
 // OUTPUT of all_gather (ranks x chunk), the INPUT of reduce_scatter, the
@@ -149,6 +149,7 @@ struct Summary {
   double median_s = 0;  ///< median (mean of the middle two for an even count)
   double min_s = 0;     ///< fastest iteration
   double max_s = 0;     ///< slowest iteration
+  double mean_s = 0;    ///< mean: what a run of many iterations pays on average
 };
 
 /// Summary of `times_s`, which must not be empty.
@@ -159,6 +160,9 @@ inline Summary summarize(std::vector<double> times_s) {
   s.median_s = n % 2 == 1 ? times_s[n / 2] : 0.5 * (times_s[n / 2 - 1] + times_s[n / 2]);
   s.min_s = times_s.front();
   s.max_s = times_s.back();
+  double sum = 0;
+  for (double t : times_s) sum += t;
+  s.mean_s = sum / static_cast<double>(n);
   return s;
 }
 
@@ -243,7 +247,7 @@ inline void emit_progress(int done, int total, const std::string& label) {
 /// `comm <backend> <op> <ranks> <bytes> <median_s> <min_s> <max_s> <reps>`.
 inline void emit_comm(const char* backend, Op op, int ranks, Bytes bytes, const Summary& s, int reps) {
   emit({"comm", backend, op_name(op), std::to_string(ranks), std::to_string(bytes),
-        fmt_seconds(s.median_s), fmt_seconds(s.min_s), fmt_seconds(s.max_s), std::to_string(reps)});
+        fmt_seconds(s.median_s), fmt_seconds(s.min_s), fmt_seconds(s.max_s), std::to_string(reps), fmt_seconds(s.mean_s)});
 }
 
 /// "8 B", "4 KiB", "64 MiB": sizes in labels and diagnostics.

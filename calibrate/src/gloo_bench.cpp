@@ -41,7 +41,7 @@
 // per-iteration cost of a steady stream of collectives as nccl-tests
 // measures it; a barrier precedes the first batch and the agreement on the
 // time spent separates the batches. Each rank summarises its own times
-// (median, min, max); the line reports the maximum over ranks of each, i.e.
+// (median, min, max, mean); the line reports the maximum over ranks of each, i.e.
 // the slowest rank's view. send_recv is a ping-pong between ranks 0 and 1
 // (rank 0 sends, rank 1 receives and sends back); its times are round trip
 // / 2, the one-way time of one message. It is measured once, with ranks = 2.
@@ -311,9 +311,9 @@ class RankBench {
       for (double& t : times) t *= 0.5;  // round trip -> one way
     }
     Summary s = summarize(times);
-    double v[3] = {s.median_s, s.min_s, s.max_s};
-    allreduce_max(ctx_, v, 3);
-    return {Summary{v[0], v[1], v[2]}, static_cast<int>(times.size())};
+    double v[4] = {s.median_s, s.min_s, s.max_s, s.mean_s};
+    allreduce_max(ctx_, v, 4);
+    return {Summary{v[0], v[1], v[2], v[3]}, static_cast<int>(times.size())};
   }
 
  private:
@@ -669,7 +669,7 @@ void print_info(const Options& opt) {
   emit_info("timing",
             "back-to-back iterations in batches until the time budget is spent (barrier before the first, "
             "agreement on the time spent between batches), steady_clock per iteration on each rank; "
-            "median/min/max per rank, then the maximum over ranks");
+            "median/min/max/mean per rank, then the maximum over ranks");
 #if defined(DTSIM_BENCH_C10D)
   emit_info("all_reduce_impl", "ProcessGroupGloo::allreduce (sum, in place, 2 group threads)");
   emit_info("reduce_scatter_impl",

@@ -6,7 +6,7 @@
 //   /layers/{signature, precision, micro_batch, seq_len, forward_{median,min,max}_s,
 //            backward_{median,min,max}_s, reps}
 //   /kernels/{kind, precision, m, n, k, batch, flops, bytes, median_s, min_s, max_s, reps}
-//   /comm/{backend, op, ranks, bytes, median_s, min_s, max_s, reps}
+//   /comm/{backend, op, ranks, bytes, median_s, min_s, max_s, reps, mean_s (optional: 0 or absent = not measured)}
 //   /copies/{direction, bytes, median_s, min_s, max_s, reps}
 //   /memory/{key, bytes}
 //   /fits/<name>      float64 coefficients; attributes features (";"-joined),
@@ -127,6 +127,7 @@ void write_timing(const Writer& w, hid_t g, const char* prefix, const std::vecto
   w.column(g, (p + "median_s").c_str(), column_of(t, [](const Timing& x) { return x.median_s; }));
   w.column(g, (p + "min_s").c_str(), column_of(t, [](const Timing& x) { return x.min_s; }));
   w.column(g, (p + "max_s").c_str(), column_of(t, [](const Timing& x) { return x.max_s; }));
+  w.column(g, (p + "mean_s").c_str(), column_of(t, [](const Timing& x) { return x.mean_s; }));
 }
 
 std::vector<std::int64_t> reps_of(const std::vector<Timing>& t) {
@@ -331,6 +332,16 @@ std::vector<Timing> read_timing(const Reader& r, hid_t g, const std::string& gna
   for (std::size_t i = 0; i < t.size(); ++i) {
     if (!(med[i] >= 0) || !(lo[i] >= 0) || !(hi[i] >= 0)) r.fail("/" + gname + "/" + prefix + "median_s: row " + std::to_string(i) + " is not a time");
     t[i] = Timing{med[i], lo[i], hi[i], static_cast<int>(reps[i])};
+  }
+  // The mean came later: a profile without it reads as 0, "not measured".
+  const std::string mean = prefix + "mean_s";
+  if (H5Lexists(g, mean.c_str(), H5P_DEFAULT) > 0) {
+    const auto mu = r.doubles(g, gname, mean.c_str());
+    r.same_length(reps.size(), mu.size(), "/" + gname + "/" + mean);
+    for (std::size_t i = 0; i < t.size(); ++i) {
+      if (!(mu[i] >= 0)) r.fail("/" + gname + "/" + mean + ": row " + std::to_string(i) + " is not a time");
+      t[i].mean_s = mu[i];
+    }
   }
   return t;
 }

@@ -39,6 +39,7 @@ Profile sample_profile() {
   p.layers.push_back({"fake.layer", Precision::kFp32, 4, 1024, timing(0.040), timing(0.080)});
   p.kernels.push_back({"gemm", Precision::kFp32, 64, 64, 64, 1, 2.0 * 64 * 64 * 64, 4.0 * 3 * 64 * 64, timing(1e-5)});
   p.comm.push_back({"gloo", CollectiveOp::kAllReduce, 2, 1024, timing(2e-5)});
+  p.comm.back().time.mean_s = 3e-5;
   p.copies.push_back({"h2d", 1 << 20, timing(1e-4)});
   p.memory["cuda_context_bytes"] = 500 * kMiB;
   LinearFit f;
@@ -123,6 +124,8 @@ TEST_CASE("a profile survives the HDF5 round trip", "[calibrate]") {
   REQUIRE(q.comm.size() == 1);
   CHECK(q.comm[0].op == CollectiveOp::kAllReduce);
   CHECK(q.comm[0].bytes == 1024);
+  CHECK(q.comm[0].time.mean_s == 3e-5);
+  CHECK(q.layers[1].backward.mean_s == 0);  // layers carry no mean: 0, "not measured"
   REQUIRE(q.copies.size() == 1);
   CHECK(q.copies[0].direction == "h2d");
   CHECK(q.memory.at("cuda_context_bytes") == 500 * kMiB);
@@ -263,6 +266,11 @@ TEST_CASE("the measurement programs' lines are parsed, bad ones named", "[calibr
   CHECK(p.layers[0].backward.median_s == 0.03);
   calib::parse_bench_line("comm\tgloo\tall_gather\t2\t4096\t1e-4\t9e-5\t2e-4\t20", "gloo", p, &prog);
   CHECK(p.comm.at(0).op == CollectiveOp::kAllGather);
+  CHECK(p.comm.at(0).time.mean_s == 0);  // 9 fields: no mean
+  calib::parse_bench_line("comm\tgloo\tall_gather\t2\t4096\t1e-4\t9e-5\t2e-3\t20\t3e-4", "gloo", p, &prog);
+  CHECK(p.comm.at(1).time.mean_s == 3e-4);
+  CHECK(error_of([&] { calib::parse_bench_line("comm\tgloo\tall_gather\t2\t4096\t1e-4\t9e-5\t2e-4\t20\t-1", "gloo", p, &prog); })
+            .find("field 10 '-1' is not a time") != std::string::npos);
   CHECK(error_of([&] { calib::parse_bench_line("comm\tgloo\tall_gather\t2\tlots\t1e-4\t9e-5\t2e-4\t20", "gloo", p, &prog); }) ==
         "gloo: field 5 'lots' is not a number in line 'comm\tgloo\tall_gather\t2\tlots\t1e-4\t9e-5\t2e-4\t20'");
   CHECK(error_of([&] { calib::parse_bench_line("comm\tgloo\tall_to_all\t2\t8\t1\t1\t1\t1", "gloo", p, &prog); })
@@ -295,4 +303,46 @@ TEST_CASE("a profile from another kind of device is flagged", "[calibrate]") {
   const Prediction pr = predict(test::FakeModel(1, 1000, 0), parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "t.yaml"), c, po);
   REQUIRE(pr.warnings.size() == 1);
   CHECK(pr.warnings[0].find("A100-SXM4-80GB") != std::string::npos);
+}
+
+TEST_CASE("each point keeps the slower rank's time (Note [The slowest rank sets the pace])", "[calibrate]") {
+  Profile mine;
+  mine.layers.push_back({"fake.layer", Precision::kFp32, 1, 64, timing(0.010), timing(0.020)});
+  mine.layers.push_back({"fake.layer", Precision::kFp32, 2, 64, timing(0.030), timing(0.060)});
+  mine.kernels.push_back({"gemm", Precision::kFp32, 64, 64, 64, 1, 0, 0, timing(1e-4)});
+  Profile other;
+  // b=1: forward slower there (12 ms), backward faster (18 ms): each pass
+  // keeps its slower median. b=2: faster in both passes, kept as measured.
+  other.layers.push_back({"fake.layer", Precision::kFp32, 1, 64, timing(0.012), timing(0.018)});
+  other.layers.push_back({"fake.layer", Precision::kFp32, 2, 64, timing(0.029), timing(0.050)});
+  // A point only the other copy measured adds nothing; the GEMM is slower there.
+  other.layers.push_back({"fake.layer", Precision::kFp32, 4, 64, timing(0.1), timing(0.2)});
+  other.kernels.push_back({"gemm", Precision::kFp32, 64, 64, 64, 1, 0, 0, timing(1.5e-4)});
+  CHECK(calib::keep_slowest(mine, other) == 2);  // the b=1 layer and the GEMM
+  REQUIRE(mine.layers.size() == 2);
+  CHECK(mine.layers[0].forward.median_s == 0.012);
+  CHECK(mine.layers[0].forward.max_s == Approx(0.012 * 1.1));  // the slower copy's spread comes along
+  CHECK(mine.layers[0].backward.median_s == 0.020);
+  CHECK(mine.layers[1].forward.median_s == 0.030);
+  CHECK(mine.layers[1].backward.median_s == 0.060);
+  CHECK(mine.kernels[0].time.median_s == 1.5e-4);
+}
+
+TEST_CASE("a collective is fitted to its mean where one was measured (Note [A collective costs its mean])", "[calibrate]") {
+  // Medians on t = 100 us + S / (1 GB/s), means twice that: the fit must
+  // recover the means' line (200 us, 0.5 GB/s).
+  Profile p;
+  for (double bytes : {1e3, 1e5, 1e6, 1e7}) {
+    CommSample c{"gloo", CollectiveOp::kAllReduce, 2, static_cast<Bytes>(bytes), timing(1e-4 + bytes * 1e-9)};
+    c.time.mean_s = 2 * c.time.median_s;
+    p.comm.push_back(c);
+  }
+  calib::fit_profile(p);
+  const LinearFit& f = p.fits.at("comm.gloo.all_reduce.2");
+  CHECK(f.coef[0] == Approx(2e-4).epsilon(1e-6));
+  CHECK(f.coef[1] == Approx(2e-9).epsilon(1e-6));
+  // Without means the medians are fitted.
+  for (auto& c : p.comm) c.time.mean_s = 0;
+  calib::fit_profile(p);
+  CHECK(p.fits.at("comm.gloo.all_reduce.2").coef[0] == Approx(1e-4).epsilon(1e-6));
 }

@@ -27,6 +27,13 @@ sim::LinearFit fit_alpha_beta(const std::vector<double>& bytes, const std::vecto
 /// count, copies per direction. Names as cost_profile.hpp makes them.
 void fit_profile(sim::Profile& p);
 
+/// Note [The slowest rank sets the pace]: for every layer and kernel point
+/// both profiles measured, `p` keeps the slower median of each pass (and
+/// that copy's min and max). Ranks sharing a CPU do not slow each other
+/// alike, and a synchronous step goes at its slowest rank's speed.
+/// Returns how many points took `other`'s time.
+int keep_slowest(sim::Profile& p, const sim::Profile& other);
+
 /// One `progress` line of a measurement program.
 struct Progress {
   int done = 0;

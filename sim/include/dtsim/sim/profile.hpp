@@ -23,6 +23,10 @@ struct Timing {
   double min_s = 0;
   double max_s = 0;
   int reps = 0;
+  /// Mean; 0 where not measured (profiles before it, layer timings). A
+  /// step pays a collective's mean, and on a loopback TCP its tail is heavy
+  /// (Note [A collective costs its mean] in calibrate/src/fit.cpp).
+  double mean_s = 0;
 };
 
 /// Forward and backward time of one layer (by signature) at one shape.
