@@ -1,5 +1,6 @@
 // Process groups through c10d: a TCPStore rendezvous, Gloo groups on CPU,
 // NCCL groups on CUDA (where LibTorch was built with it).
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
 #include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
@@ -20,15 +21,21 @@ void WaitClock::wait(const c10::intrusive_ptr<c10d::Work>& work) {
   seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
 
-Comm::Comm(int rank, int world, const std::string& addr, int port, bool cuda, double timeout_s)
+Comm::Comm(int rank, int world, const Rendezvous& where, bool cuda, double timeout_s)
     : rank_(rank), world_(world), cuda_(cuda), timeout_(static_cast<std::int64_t>(timeout_s * 1000)) {
+  if (!where.file.empty()) {
+    auto store = c10::make_intrusive<c10d::FileStore>(where.file, world);
+    store->setTimeout(timeout_);
+    store_ = store;
+    return;
+  }
   c10d::TCPStoreOptions opts;
-  opts.port = static_cast<std::uint16_t>(port);
+  opts.port = static_cast<std::uint16_t>(where.port);
   opts.isServer = rank == 0;
   opts.numWorkers = static_cast<std::size_t>(world);
   opts.waitWorkers = true;
   opts.timeout = timeout_;
-  store_ = c10::make_intrusive<c10d::TCPStore>(addr, opts);
+  store_ = c10::make_intrusive<c10d::TCPStore>(where.addr, opts);
 }
 
 Group Comm::group(const std::string& name, const std::vector<int>& members) {

@@ -72,7 +72,14 @@ struct WaitClock {
 class Comm {
  public:
   /// Connects rank `rank` of `world` through a TCPStore at addr:port.
-  Comm(int rank, int world, const std::string& addr, int port, bool cuda, double timeout_s);
+  /// Where the ranks meet: rank 0 serves a TCPStore at addr:port, or, with
+  /// `file` set, every rank opens a c10d FileStore there.
+  struct Rendezvous {
+    std::string file;
+    std::string addr = "127.0.0.1";
+    int port = 29500;
+  };
+  Comm(int rank, int world, const Rendezvous& where, bool cuda, double timeout_s);
   int rank() const { return rank_; }
   int world() const { return world_; }
   c10d::Store& store() { return *store_; }

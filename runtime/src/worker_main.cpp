@@ -71,6 +71,47 @@ std::string trace_json(const std::vector<TraceEvent>& events, int rank, int stag
   return w.str();
 }
 
+// Note [Rendezvous]
+// Where the ranks of a job meet, first match wins:
+//  1. DTSIM_RENDEZVOUS=file:PATH: a c10d FileStore at PATH, on a filesystem
+//     every rank sees (a fresh path per job);
+//  2. MASTER_ADDR (and MASTER_PORT, default 29500), torchrun's variables:
+//     rank 0 serves a TCPStore there;
+//  3. under mpirun or srun with ranks on more than one node and neither set:
+//     a FileStore named after the job in the working directory, which a
+//     cluster's ranks share (mpirun gives no address that rank 0 can bind:
+//     it may run on a login node);
+//  4. otherwise (one node, or our own launcher): 127.0.0.1:29500, or
+//     MASTER_PORT.
+Comm::Rendezvous rendezvous_from_env() {
+  Comm::Rendezvous where;
+  const std::string file = env_or("DTSIM_RENDEZVOUS", "");
+  if (!file.empty()) {
+    if (file.rfind("file:", 0) != 0 || file.size() == 5) {
+      throw ConfigError("environment: DTSIM_RENDEZVOUS='" + file + "'; valid: file:PATH on a filesystem every rank shares");
+    }
+    where.file = file.substr(5);
+    return where;
+  }
+  where.port = env_int({"MASTER_PORT"}).value_or(29500);
+  const std::string addr = env_or("MASTER_ADDR", "");
+  if (!addr.empty()) {
+    where.addr = addr;
+    return where;
+  }
+  const auto world = env_int({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE"});
+  const auto local = env_int({"OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"});
+  const bool mpi_nodes = world && local && *local < *world;
+  const bool slurm_nodes = env_int({"SLURM_NNODES"}).value_or(1) > 1 && !env_or("SLURM_PROCID", "").empty();
+  if (mpi_nodes || slurm_nodes) {
+    std::string job = env_or("OMPI_MCA_ess_base_jobid", "");
+    if (job.empty() && !env_or("SLURM_JOB_ID", "").empty()) job = env_or("SLURM_JOB_ID", "") + "." + env_or("SLURM_STEP_ID", "0");
+    if (job.empty()) job = env_or("PMI_JOBID", "job");
+    where.file = ".dtsim-rendezvous-" + job;
+  }
+  return where;
+}
+
 int run(const std::vector<std::string>& args, int& rank_out, std::string& run_dir_out) {
   const ValidateOptions o = parse_validate_args(args);
   const int rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}).value_or(0);
@@ -113,7 +154,7 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
   // Under our launcher, its heartbeat watch names a hung rank first; the
   // collectives' own timeout is the backstop (and the only watch under mpirun).
   const double comm_timeout = run_dir.empty() ? o.timeout_s : o.timeout_s + 30;
-  Comm comm(rank, world, env_or("MASTER_ADDR", "127.0.0.1"), env_int({"MASTER_PORT"}).value_or(29500), device.is_cuda(), comm_timeout);
+  Comm comm(rank, world, rendezvous_from_env(), device.is_cuda(), comm_timeout);
   std::vector<TraceEvent> events;
   const RankMeasurement m = train(cfg, comm, o.trace.empty() ? nullptr : &events);
   const std::string json = rank_to_json(m);

@@ -331,3 +331,40 @@ TEST_CASE("under torchrun-style variables validate joins the job and rank 0 repo
   CHECK(doc["measured"]["losses"].size() == 2);
   CHECK(slurp(dir.file("out1")).empty());  // only rank 0 reports
 }
+
+TEST_CASE("under mpirun across nodes without MASTER_ADDR the ranks meet through a file (Note [Rendezvous])", "[runtime][validate][slow]") {
+  // OpenMPI's variables for 2 ranks on 2 nodes (one local rank each) and no
+  // MASTER_ADDR: the workers meet through a FileStore named after the job in
+  // the working directory, and rank 0 reports.
+  dtsim::test::TempDir dir("mpi-join");
+  const std::string args = " validate --model bilstm-tiny --plan ddp --json --quiet --warmup 0 --steps 2 --set plan.micro_batch=2";
+  std::string cmd = "cd " + dir.str() + "; ";
+  for (int r = 0; r < 2; ++r) {
+    cmd += "env -u DTSIM_RUN_DIR -u MASTER_ADDR -u MASTER_PORT -u RANK -u WORLD_SIZE OMPI_COMM_WORLD_RANK=" + std::to_string(r) +
+           " OMPI_COMM_WORLD_SIZE=2 OMPI_COMM_WORLD_LOCAL_RANK=0 OMPI_COMM_WORLD_LOCAL_SIZE=1 OMPI_MCA_ess_base_jobid=4242 " +
+           DTSIM_BINARY + args + " > out" + std::to_string(r) + " 2> err" + std::to_string(r) + " & ";
+  }
+  cmd += "wait";
+  REQUIRE(std::system(("bash -c '" + cmd + "'").c_str()) == 0);
+  using test::slurp;
+  INFO(slurp(dir.file("err0")) << slurp(dir.file("err1")));
+  const YAML::Node doc = YAML::Load(slurp(dir.file("out0")));
+  CHECK_FALSE(doc["measured"]["partial"].as<bool>());
+  CHECK(doc["measured"]["ranks"].size() == 2);
+  CHECK(slurp(dir.file("out1")).empty());
+  // The rendezvous file is gone with the job.
+  CHECK(dir.entries() == std::vector<std::string>{"err0", "err1", "out0", "out1"});
+}
+
+TEST_CASE("a bad DTSIM_RENDEZVOUS is refused with one line", "[runtime][validate][bad-input]") {
+  const std::string cmd = std::string("env -u DTSIM_RUN_DIR RANK=0 WORLD_SIZE=2 DTSIM_RENDEZVOUS=tcp://x ") + DTSIM_BINARY +
+                          " validate --model bilstm-tiny --plan ddp --quiet 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  char buf[512];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = ::pclose(p);
+  CHECK(WEXITSTATUS(status) == 2);
+  CHECK(out.find("DTSIM_RENDEZVOUS='tcp://x'; valid: file:PATH") != std::string::npos);
+}
