@@ -201,7 +201,9 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   view.phase(1, phases, "layers and kernels");
   // Note [Ranks share a CPU]: on a CPU, `procs` ranks share the host's cores,
   // caches and memory bandwidth, and each runs slower than it would alone
-  // (1.5x per rank with 2 ranks on this 2-core VM). So the layers are timed
+  // (on this 2-core VM by an amount that moves between runs: the same
+  // gpt2-tiny block timed 8.7 ms in one calibration, 6.3 ms in another).
+  // So the layers are timed
   // while procs - 1 copies of the benchmark run the same sweep beside the
   // measured one, as the other ranks of a data-parallel job would. The
   // copies' own timings are kept too, and each point takes the slowest
