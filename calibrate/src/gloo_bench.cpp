@@ -12,10 +12,10 @@
 // dtsim_worker does (runtime/src/comm.cpp: two Gloo threads, loopback, the
 // reduce-scatter as an all-to-all and a local sum, the all-gather into the
 // ranks' views), so a CPU profile prices what validation runs. The layer
-// above costs real time: on the 2-vCPU CI machine a 16 MiB all-reduce took a
-// median 14.6 ms through ProcessGroupGloo against 9.3 ms through libgloo, and
-// a 256 KiB one 0.5 ms against 0.38 ms (the hand-off to the group's worker
-// thread and the wake-up of the waiting one). The calibration driver runs
+// above costs real time: on the 2-vCPU CI machine a 4 MiB all-reduce took a
+// median 4.9 ms through ProcessGroupGloo where libgloo's fit gives 3.0 ms,
+// and a 256 KiB one 0.53 ms against 0.38 ms (the hand-off to the group's
+// worker thread and the wake-up of the waiting one). The calibration driver runs
 // dtsim_c10d_bench where it was built and dtsim_gloo_bench otherwise; both
 // report as backend "gloo".
 //
