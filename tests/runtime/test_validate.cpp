@@ -30,10 +30,12 @@ struct Run {
   std::string out, err;
 };
 
-/// Runs `dtsim validate ARGS`, capturing stdout and stderr.
+/// Runs `dtsim validate ARGS`, capturing stdout and stderr in files of its
+/// own: ctest runs test cases side by side, and a shared file let one case
+/// read another's losses.
 Run validate(const std::string& args) {
-  const auto dir = std::filesystem::temp_directory_path();
-  const std::string out = (dir / "dtsim-test-validate.out").string(), err = (dir / "dtsim-test-validate.err").string();
+  const test::TempDir dir("validate");
+  const std::string out = dir.file("out"), err = dir.file("err");
   const std::string cmd = std::string(DTSIM_BINARY) + " validate " + args + " > " + out + " 2> " + err;
   const int raw = std::system(cmd.c_str());
   Run r;
@@ -231,9 +233,8 @@ TEST_CASE("hybrid plans on 4 ranks train exactly as one process does", "[runtime
 // ---- real runs: data and faults -------------------------------------------------------
 
 TEST_CASE("validate --data trains from an HDF5 file, and a file that does not fit the model is refused", "[runtime][validate][slow]") {
-  const auto dir = std::filesystem::temp_directory_path() / "dtsim-test-validate-data";
-  std::filesystem::create_directories(dir);
-  const std::string tokens = (dir / "tokens.h5").string(), emb = (dir / "emb.h5").string();
+  const test::TempDir dir("validate-data");
+  const std::string tokens = dir.file("tokens.h5"), emb = dir.file("emb.h5");
   REQUIRE(std::system((std::string(DTSIM_MAKE_SAMPLE_DATA) + " --out " + tokens +
                        " --samples 256 --seq 32 --vocab 1024 --seed 1234 > /dev/null").c_str()) == 0);
   REQUIRE(std::system((std::string(DTSIM_MAKE_SAMPLE_DATA) + " --out " + emb +
@@ -249,7 +250,6 @@ TEST_CASE("validate --data trains from an HDF5 file, and a file that does not fi
   const Run wrong = validate("--model gpt2-tiny --plan ddp --procs 2 --data " + emb + kCommon + no_dropout("gpt2-tiny") + shape);
   CHECK(wrong.status == 1);
   CHECK(wrong.err.find("emb.h5: has /embeddings but gpt2-tiny reads /tokens") != std::string::npos);
-  std::filesystem::remove_all(dir);
 }
 
 namespace {
