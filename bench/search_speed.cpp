@@ -7,11 +7,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <vector>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 #include "dtsim/models/models.hpp"
+#include "dtsim/sim/allocator.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/search.hpp"
 
@@ -27,10 +25,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-#ifdef __GLIBC__
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);  // as dtsim search does
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
+  sim::retain_freed_memory();  // as dtsim search does
   try {
     const auto model = models::load_model("gpt-175b");
     const auto cluster = sim::load_cluster("dgx-a100", {sim::parse_override("cluster.nodes=128")});

@@ -8,6 +8,7 @@
 
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/models/models.hpp"
+#include "dtsim/sim/allocator.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
@@ -20,9 +21,6 @@
 
 #include <chrono>
 #include <unistd.h>
-#ifdef __GLIBC__
-#include <malloc.h>
-#endif
 
 namespace dtsim::cli {
 namespace {
@@ -214,13 +212,7 @@ int cmd_search(const Args& args) {
       if (done == total) std::fprintf(stderr, "\n");
     };
   }
-#ifdef __GLIBC__
-  // Thousands of simulations allocate and free task graphs of many MB; by
-  // default glibc hands those pages back to the kernel after each and faults
-  // them in again, which doubled the search's time (sys 13 s of 39 s).
-  mallopt(M_MMAP_THRESHOLD, 1 << 30);
-  mallopt(M_TRIM_THRESHOLD, 1 << 30);
-#endif
+  sim::retain_freed_memory();  // Note [Freed memory stays]
   const sim::SearchResult r = sim::search(*model, cluster, so);
   if (o.flag("json")) {
     std::cout << sim::search_to_json(r);

@@ -254,16 +254,12 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   }
   int slower = 0;
   for (const auto& path : load_out) {
-    // A copy stopped mid-line leaves an incomplete last line, which is skipped.
     sim::Profile copy;
     std::ifstream in(path);
-    std::stringstream all;
-    all << in.rdbuf();
-    const std::string text = all.str();
-    std::size_t start = 0;
-    for (std::size_t nl = text.find('\n'); nl != std::string::npos; start = nl + 1, nl = text.find('\n', start)) {
+    for (std::string line; std::getline(in, line);) {
+      if (in.eof()) break;  // no newline: a copy stopped mid-line
       try {
-        parse_bench_line(text.substr(start, nl - start), "torch", copy, nullptr);
+        parse_bench_line(line, "torch", copy, nullptr);
       } catch (const Error&) {
         // A malformed line of a copy only loses that point's second opinion.
       }

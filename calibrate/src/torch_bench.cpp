@@ -38,6 +38,7 @@
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/models/torch_layers.hpp"
+#include "dtsim/sim/allocator.hpp"
 #include "dtsim/sim/error.hpp"
 
 namespace {
@@ -547,7 +548,7 @@ class Bench {
 
   void run() {
     if (!cuda_ && o_.threads > 0) dtsim::models::set_cpu_threads(o_.threads);
-    if (!cuda_) dtsim::models::retain_freed_memory();  // as the runtime's ranks do
+    if (!cuda_) dtsim::sim::retain_freed_memory();  // as the runtime's ranks do
     torch::manual_seed(0);
     info();
     memory_records();

@@ -1,4 +1,4 @@
-// Process groups through c10d: a TCPStore rendezvous, Gloo groups on CPU,
+// Process groups through c10d: a TCPStore or FileStore rendezvous, Gloo groups on CPU,
 // NCCL groups on CUDA (where LibTorch was built with it).
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>

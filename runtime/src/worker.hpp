@@ -71,14 +71,15 @@ struct WaitClock {
 /// The job's rendezvous and groups. Gloo on CPU, NCCL on CUDA.
 class Comm {
  public:
-  /// Connects rank `rank` of `world` through a TCPStore at addr:port.
-  /// Where the ranks meet: rank 0 serves a TCPStore at addr:port, or, with
-  /// `file` set, every rank opens a c10d FileStore there.
+  /// Where the ranks meet (Note [Rendezvous] in worker_main.cpp): rank 0
+  /// serves a TCPStore at addr:port, or, with `file` set, every rank opens a
+  /// c10d FileStore there.
   struct Rendezvous {
     std::string file;
     std::string addr = "127.0.0.1";
     int port = 29500;
   };
+  /// Connects rank `rank` of `world` at `where`.
   Comm(int rank, int world, const Rendezvous& where, bool cuda, double timeout_s);
   int rank() const { return rank_; }
   int world() const { return world_; }

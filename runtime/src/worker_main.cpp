@@ -14,6 +14,7 @@
 
 #include "dtsim/models/torch_layers.hpp"
 #include "dtsim/runtime/launcher.hpp"
+#include "dtsim/sim/allocator.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/file_io.hpp"
 #include "dtsim/sim/json_writer.hpp"
@@ -135,7 +136,7 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
 #endif
   } else {
     install_counting_allocator(limit);
-    models::retain_freed_memory();
+    sim::retain_freed_memory();
     // One core per rank, as the local-cpu cluster and calibration's
     // --threads 1 have it (DTSIM_THREADS overrides).
     models::set_cpu_threads(std::max(1, env_int({"DTSIM_THREADS"}).value_or(1)));

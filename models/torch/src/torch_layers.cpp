@@ -5,10 +5,8 @@
 #include "dtsim/models/torch_layers.hpp"
 
 #include <dlfcn.h>
-#include <malloc.h>
 
 #include <cmath>
-#include <limits>
 #include <map>
 #include <sstream>
 
@@ -484,7 +482,7 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
   const Signature s = parse_signature(signature);
   const std::string at = "layer signature '" + signature + "': ";
   if (s.values.count("tp") && s.get("tp") != tp.size) {
-    throw ConfigError(at + "tp=" + std::to_string(s.get_or("tp", 1)) + " but the tensor-parallel group has " + std::to_string(tp.size) +
+    throw ConfigError(at + "tp=" + std::to_string(s.get("tp")) + " but the tensor-parallel group has " + std::to_string(tp.size) +
                       " ranks");
   }
   if (tp.size <= 1) return;
@@ -572,24 +570,6 @@ void set_cpu_threads(int threads) {
   // Present when OpenBLAS is the BLAS LibTorch loaded; absent otherwise.
   using SetThreads = void (*)(int);
   if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
-}
-
-// Note [Freed memory stays]
-// LibTorch's CPU allocator is posix_memalign/free with no cache of its own.
-// glibc serves blocks over its mmap threshold (128 KiB, rising to at most
-// 32 MiB) with mmap and unmaps them on free, and trims the heap's top once
-// 128 KiB of it is free; every step then faults its activations in again,
-// one 4 KiB page at a time. On the 2-vCPU CI machine that was most of a step:
-// bert-tiny (a single process, 10 steps) took a median 390 ms with steps
-// spread over 2x, and 157 ms, spread 15%, with the settings below. A GPU run
-// never pays this (the caching allocator keeps its blocks), and neither does
-// a CPU run under jemalloc or tcmalloc, so the runtime and the calibration
-// both keep freed memory: no mmap for large blocks, and no trimming. The
-// peak a run reports is unchanged (the counting allocator counts requests).
-void retain_freed_memory() {
-  ::mallopt(M_MMAP_MAX, 0);
-  ::mallopt(M_TRIM_THRESHOLD, std::numeric_limits<int>::max());
-  ::mallopt(M_TOP_PAD, 64 << 20);
 }
 
 }  // namespace dtsim::models

@@ -78,10 +78,4 @@ std::vector<std::string> torch_layer_kinds();
 /// two ranks on two cores then fight over them).
 void set_cpu_threads(int threads);
 
-/// Keeps freed CPU memory inside the process (Note [Freed memory stays]):
-/// glibc otherwise returns large blocks to the kernel on every free, and each
-/// training step pays the page faults again. Call it once, before training
-/// or measuring on a CPU.
-void retain_freed_memory();
-
 }  // namespace dtsim::models
