@@ -348,6 +348,10 @@ std::string describe_fit(const sim::LinearFit& f) {
       part = c > 0 ? "bandwidth " + fmt("%.3g GB/s", 1e-9 / c) : "bandwidth -";
     } else if (f.features[i] == "flops") {
       part = c > 0 ? "peak " + fmt("%.3g TFLOP/s", 1e-12 / c) : "peak -";
+    } else if (f.features[i] == "tensors") {
+      part = "per tensor " + human_s(c);
+    } else if (f.features[i] == "params") {
+      part = "per million parameters " + human_s(c * 1e6);
     } else {
       part = f.features[i] + " " + fmt("%.3g s", c);
     }

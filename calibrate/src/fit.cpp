@@ -100,14 +100,19 @@ void fit_profile(sim::Profile& p) {
   for (const auto& k : p.kernels) kernels[{k.kind, k.precision}].push_back(&k);
   for (const auto& [key, ks] : kernels) {
     const bool matmul = key.first == "gemm" || key.first == "attention";
+    // The optimizer step: a cost per tensor (its launches) and per parameter.
+    const bool optimizer = key.first == "adam" || key.first == "sgd";
     const std::vector<std::string> features =
-        matmul ? std::vector<std::string>{"1", "flops", "mn", "bytes"}
-               : (key.first == "norm" ? std::vector<std::string>{"1", "bytes", "flops"} : std::vector<std::string>{"1", "bytes"});
+        matmul      ? std::vector<std::string>{"1", "flops", "mn", "bytes"}
+        : optimizer ? std::vector<std::string>{"tensors", "params"}
+                    : (key.first == "norm" ? std::vector<std::string>{"1", "bytes", "flops"} : std::vector<std::string>{"1", "bytes"});
     std::vector<std::vector<double>> rows;
     std::vector<double> y;
     for (const auto* k : ks) {
       const double mn = static_cast<double>(k->m) * static_cast<double>(k->n) * static_cast<double>(std::max<std::int64_t>(1, k->batch));
-      if (matmul) {
+      if (optimizer) {
+        rows.push_back({static_cast<double>(k->n), static_cast<double>(k->m)});
+      } else if (matmul) {
         rows.push_back({1.0, k->flops, mn, k->bytes});
       } else if (key.first == "norm") {
         rows.push_back({1.0, k->bytes, k->flops});

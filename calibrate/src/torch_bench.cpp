@@ -1,6 +1,7 @@
 // dtsim_torch_bench: times every distinct layer of the requested models
 // (forward and backward, LibTorch, CPU or CUDA) over a sweep of shapes, and
-// GEMM / attention / element-wise / norm kernels over sizes, printing the
+// GEMM / attention / element-wise / norm kernels and the optimizer step
+// (adam, sgd: m parameters in n tensors) over sizes, printing the
 // calibration record protocol (calibrate/README.md) on stdout.
 //   dtsim_torch_bench --device cpu|cuda [--quick] [--threads N]
 //                     [--models gpt2,bert-base,bilstm] [--precision fp32,bf16]
@@ -419,6 +420,15 @@ class Bench {
         for (std::int64_t width : {768, 1600}) out.push_back({"norm", p, rows, width, 1, 1});
       }
     }
+    // The runtime's optimizer step (models::adam_update) over P parameters in
+    // T tensors, fp32 as its states are: m = P, n = T.
+    std::vector<std::int64_t> params;
+    for (std::int64_t e = cuda_ ? 1 << 20 : 1 << 16; e <= (cuda_ ? 1 << 26 : (o_.quick ? 1 << 22 : 1 << 24)); e <<= 2) params.push_back(e);
+    for (const char* opt : {"adam", "sgd"}) {
+      for (auto n : params) {
+        for (std::int64_t tensors : {1, 16}) out.push_back({opt, "fp32", n, tensors, 1, 1});
+      }
+    }
     return out;
   }
 
@@ -446,6 +456,26 @@ class Bench {
         op = [a, b] { return a + b; };
         flops = static_cast<double>(k.m);
         bytes = 3 * e * k.m;
+      } else if (k.kind == "adam" || k.kind == "sgd") {
+        // A step updates every tensor in turn; the states persist across
+        // steps, as training's do.
+        struct Param {
+          torch::Tensor p, g;
+          dtsim::models::AdamState state;
+        };
+        auto ps = std::make_shared<std::vector<Param>>();
+        for (std::int64_t t = 0; t < k.n; ++t) ps->push_back({torch::randn({k.m / k.n}, opts), torch::randn({k.m / k.n}, opts), {}});
+        dtsim::models::AdamConfig config;
+        config.sgd = k.kind == "sgd";
+        op = [ps, config, step = std::int64_t{0}]() mutable {
+          ++step;
+          for (auto& q : *ps) dtsim::models::adam_update(q.p, q.g, q.state, step, config);
+          return ps->front().p;
+        };
+        // Adam: read grad, weight, m, v; write weight, m, v (the simulator's
+        // update_bytes_per_param). The runtime's SGD has no momentum: read
+        // grad and weight, write weight.
+        bytes = static_cast<double>(k.m) * (config.sgd ? 12 : 28);
       } else {
         auto x = torch::randn({k.m, k.n}, opts);
         auto w = torch::ones({k.n}, opts), bias = torch::zeros({k.n}, opts);

@@ -35,6 +35,9 @@ namespace {
 
 using Clock = std::chrono::steady_clock;
 namespace F = torch::nn::functional;
+using models::AdamConfig;
+using models::AdamState;
+using models::adam_update;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 double now_us() {
@@ -170,38 +173,6 @@ class DataSource {
   std::int64_t vocab_ = 1, width_ = 1, classes_ = 0;
   Dataset data_;
 };
-
-// ---- the optimizer ---------------------------------------------------------------------
-
-/// Adam / AdamW (Loshchilov & Hutter 2019, Algorithm 2) on flat fp32 tensors,
-/// so a shard updates exactly as the same elements of the whole would.
-struct AdamState {
-  torch::Tensor m, v;
-};
-
-struct AdamConfig {
-  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
-  bool sgd = false;
-};
-
-void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int64_t step, const AdamConfig& c) {
-  torch::NoGradGuard no_grad;
-  if (c.sgd) {
-    p.add_(g, -c.lr);
-    return;
-  }
-  if (!s.m.defined()) {
-    s.m = torch::zeros_like(p);
-    s.v = torch::zeros_like(p);
-  }
-  if (c.weight_decay > 0) p.mul_(1 - c.lr * c.weight_decay);
-  s.m.mul_(c.beta1).add_(g, 1 - c.beta1);
-  s.v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
-  const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(step));
-  const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(step));
-  auto denom = (s.v / bc2).sqrt_().add_(c.eps);
-  p.addcdiv_(s.m, denom, -c.lr / bc1);
-}
 
 // ---- one layer on this rank ----------------------------------------------------------------
 

@@ -30,6 +30,29 @@ TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, cons
   return kernels_time(pass == Pass::kForward ? layer.forward : layer.backward, p);
 }
 
+double update_bytes_per_param(Optimizer o, Precision p) {
+  const bool mixed = p != Precision::kFp32;
+  const double states = o == Optimizer::kSgd ? 1 : 2;  // momentum (+ variance)
+  const double grad = mixed ? 2 : 4;
+  // read: grad + master + states; write: master + states (+ fp16 copy)
+  return grad + 4 + 4 * states + 4 + 4 * states + (mixed ? 2 : 0);
+}
+
+// Note [Optimizer step]
+// Without a profile, a step streams update_bytes_per_param bytes per
+// parameter at the device's achievable bandwidth and launches its kernels
+// once per tensor. Both ends of that are guesses on a CPU: the runtime's Adam
+// (models::adam_update) is eight unfused passes, and which of its tensors
+// stay in cache depends on their size. On the CI machine the formula priced
+// bert-tiny's step (4.4M parameters) at 15.4 ms where it took 8.0. So
+// calibration times that very function over parameter and tensor counts
+// (kernels "adam" and "sgd": m parameters in n tensors), and
+// ProfileComputeModel prices a step from those samples.
+TimeNs ComputeModel::optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& d) const {
+  const double bytes = params * update_bytes_per_param(o, p);
+  return seconds_to_ns(bytes / (d.memory_bandwidth * d.memory_efficiency)) + static_cast<TimeNs>(tensors) * d.kernel_launch;
+}
+
 RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
 
 double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const {

@@ -136,6 +136,14 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   for (const char* dir : {"h2d", "d2h"}) {
     if (const LinearFit* f = find(copy_fit_name(dir))) copies_[dir] = terms_of(*f);
   }
+  for (const auto& k : profile_.kernels) {
+    if (k.precision != Precision::kFp32 || k.m <= 0 || k.n <= 0 || k.time.median_s <= 0) continue;
+    if (k.kind == "adam") adam_.push_back(&k);
+    if (k.kind == "sgd") sgd_.push_back(&k);
+  }
+  for (auto* v : {&adam_, &sgd_}) {
+    std::sort(v->begin(), v->end(), [](const KernelSample* a, const KernelSample* b) { return std::pair(a->n, a->m) < std::pair(b->n, b->m); });
+  }
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
   for (auto& [key, v] : layers_) {
     std::sort(v.begin(), v.end(), [](const LayerSample* a, const LayerSample* b) {
@@ -147,6 +155,10 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
 const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::string& signature, Precision p) const {
   const auto it = layers_.find(layer_key(signature, p));
   return it == layers_.end() ? nullptr : &it->second;
+}
+
+const std::vector<const KernelSample*>& ProfileCosts::optimizer_samples(Optimizer o) const {
+  return o == Optimizer::kSgd ? sgd_ : adam_;
 }
 
 const FitTerms* ProfileCosts::kernel_fit(KernelKind kind, Precision p) const {
@@ -194,6 +206,62 @@ TimeNs ProfileComputeModel::kernel_time(const Kernel& k, Precision p) const {
   TimeNs t = 0;
   if (fitted_kernel_time(k, p, &t)) return t;
   return roofline_.kernel_time(k, p);
+}
+
+namespace {
+
+/// A timed optimizer step of P parameters from the samples of one tensor
+/// count (sorted by parameters): linear between the bracketing sizes; past
+/// either end, the nearest sample's time per parameter.
+double step_seconds(const std::vector<const KernelSample*>& series, double params) {
+  const KernelSample* lo = nullptr;
+  const KernelSample* hi = nullptr;
+  for (const KernelSample* s : series) {
+    if (static_cast<double>(s->m) <= params) lo = s;
+    if (static_cast<double>(s->m) >= params && hi == nullptr) hi = s;
+  }
+  if (lo && hi) return lerp(params, static_cast<double>(lo->m), lo->time.median_s, static_cast<double>(hi->m), hi->time.median_s);
+  const KernelSample* end = lo ? lo : hi;
+  return end->time.median_s * params / static_cast<double>(end->m);
+}
+
+}  // namespace
+
+// Note [Optimizer step] in cost_compute.cpp. A step's time per parameter is
+// not one number on a CPU: it doubles once the tensors outgrow the cache, and
+// many small tensors pay a launch each. So the timed steps are looked up as
+// layers are: by parameters within each timed tensor count, then linear in
+// the tensor count between the nearest two (past the largest count, its
+// per-tensor slope, where positive, continues; below the smallest, that one).
+// The samples are of fp32 states; a mixed-precision Adam moves as many bytes
+// per parameter (a 2-byte gradient in, a 2-byte working copy out), so they
+// apply as they are.
+TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const {
+  const auto& samples = costs_->optimizer_samples(o);
+  if (samples.empty() || params <= 0) return ComputeModel::optimizer_time(params, tensors, o, p, device);
+  // Split by tensor count (samples are sorted by it).
+  std::vector<std::pair<double, double>> by_count;  // tensors, seconds at `params`
+  for (std::size_t i = 0; i < samples.size();) {
+    std::size_t j = i;
+    while (j < samples.size() && samples[j]->n == samples[i]->n) ++j;
+    const std::vector<const KernelSample*> series(samples.begin() + static_cast<std::ptrdiff_t>(i), samples.begin() + static_cast<std::ptrdiff_t>(j));
+    by_count.push_back({static_cast<double>(samples[i]->n), step_seconds(series, params)});
+    i = j;
+  }
+  const double t = std::max(1, tensors);
+  double seconds = by_count.front().second;
+  for (std::size_t k = 0; k + 1 < by_count.size(); ++k) {
+    const auto [t0, s0] = by_count[k];
+    const auto [t1, s1] = by_count[k + 1];
+    if (t >= t0 && t <= t1) seconds = lerp(t, t0, s0, t1, s1);
+  }
+  if (by_count.size() >= 2 && t > by_count.back().first) {
+    const auto [t0, s0] = by_count[by_count.size() - 2];
+    const auto [t1, s1] = by_count.back();
+    seconds = s1 + std::max(0.0, (s1 - s0) / (t1 - t0)) * (t - t1);
+  }
+  if (sources_) ++sources_->optimizer_measured;
+  return seconds_to_ns(seconds);
 }
 
 TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const {

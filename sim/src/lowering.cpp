@@ -55,7 +55,6 @@ constexpr Bytes kFirstBucketBytes = 1024 * 1024;          // PyTorch DDP first b
 
 Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 
-using detail::update_bytes_per_param;
 
 class Lowering {
  public:
@@ -409,8 +408,11 @@ class Lowering {
       TaskId cpu = compute("host adam step", Phase::kOptimizer, seconds_to_ns(seconds), host_deps, {}, frees, kHost);
       step = copy("h2d params", shard_params * w_, kH2D, {cpu});
     } else {
-      const TimeNs t = detail::device_step_time(static_cast<double>(shard_params), static_cast<int>(layers_.size()), plan_,
-                                                cluster_.device);
+      // ZeRO-1/2 update their shard of the flattened parameters as one
+      // tensor (DeepSpeed's flat partition, as dtsim_worker does).
+      const int tensors = zero_ == 1 || zero_ == 2 ? 1 : static_cast<int>(layers_.size());
+      const TimeNs t = compute_.optimizer_time(static_cast<double>(shard_params), tensors, plan_.optimizer, plan_.precision,
+                                               cluster_.device);
       step = compute("optimizer step", Phase::kOptimizer, t, deps, {}, frees);
     }
     if ((zero_ == 1 || zero_ == 2) && n_ > 1) {

@@ -81,22 +81,4 @@ inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommG
   return out;
 }
 
-/// Bytes the optimizer reads and writes per parameter in one step
-/// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the
-/// working copy under mixed precision; momentum SGD drops v).
-inline double update_bytes_per_param(Optimizer o, Precision p) {
-  const bool mixed = p != Precision::kFp32;
-  const double states = o == Optimizer::kSgd ? 1 : 2;  // momentum (+ variance)
-  const double grad = mixed ? 2 : 4;
-  // read: grad + master + states; write: master + states (+ fp16 copy)
-  return grad + 4 + 4 * states + 4 + 4 * states + (mixed ? 2 : 0);
-}
-
-/// A device optimizer step over `params` parameters in `tensors` launches:
-/// memory-bound at the device's achievable bandwidth.
-inline TimeNs device_step_time(double params, int tensors, const ResolvedPlan& plan, const DeviceSpec& d) {
-  const double bytes = params * update_bytes_per_param(plan.optimizer, plan.precision);
-  return seconds_to_ns(bytes / (d.memory_bandwidth * d.memory_efficiency)) + static_cast<TimeNs>(tensors) * d.kernel_launch;
-}
-
 }  // namespace dtsim::sim::detail

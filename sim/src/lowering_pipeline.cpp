@@ -452,7 +452,9 @@ class PipelineLowering {
       if (ch.rank == s) tensors += ch.count;
     }
     const TaskId step = add("optimizer step", s, kCompute, Phase::kOptimizer,
-                            detail::device_step_time(static_cast<double>(shard), tensors, plan_, cluster_.device), {},
+                            compute_.optimizer_time(static_cast<double>(shard), tensors, plan_.optimizer, plan_.precision,
+                                                    cluster_.device),
+                            {},
                             {{MemCategory::kGradients, -params * w_}});
     g_.tasks[step].deps = std::move(deps);
     if (plan_.zero_stage == 1 && plan_.shard_group > 1) {

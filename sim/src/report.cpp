@@ -114,7 +114,8 @@ std::string format_table(const Prediction& p) {
     const auto& s = p.sources;
     os << "\n  costs from " << p.cost_source << ": layers " << s.layers_measured << " measured, " << s.layers_interpolated
        << " interpolated, " << s.layers_other_precision << " from another precision, " << s.layers_fitted << " fitted, " << s.layers_analytic << " datasheet; collectives "
-       << s.comm_measured << " measured, " << s.comm_scaled << " scaled, " << s.comm_analytic << " datasheet\n";
+       << s.comm_measured << " measured, " << s.comm_scaled << " scaled, " << s.comm_analytic << " datasheet; optimizer "
+       << (s.optimizer_measured > 0 ? "timed" : "datasheet") << "\n";
   }
   for (const auto& w : p.warnings) os << "\n  warning: " << w << "\n";
   if (p.fits) {
@@ -180,6 +181,7 @@ std::string to_json(const Prediction& p) {
   j.field("layers_fitted", s.layers_fitted).field("layers_analytic", s.layers_analytic);
   j.field("comm_measured", s.comm_measured).field("comm_scaled", s.comm_scaled).field("comm_analytic", s.comm_analytic);
   j.field("copies_measured", s.copies_measured).field("copies_analytic", s.copies_analytic);
+  j.field("optimizer_measured", s.optimizer_measured);
   j.end_object();
   j.end_object();
   j.end_object();

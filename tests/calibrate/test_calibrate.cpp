@@ -346,3 +346,75 @@ TEST_CASE("a collective is fitted to its mean where one was measured (Note [A co
   calib::fit_profile(p);
   CHECK(p.fits.at("comm.gloo.all_reduce.2").coef[0] == Approx(1e-4).epsilon(1e-6));
 }
+
+TEST_CASE("an optimizer step is priced from the timed steps (Note [Optimizer step])", "[calibrate]") {
+  Profile prof;
+  // Adam over 1 tensor: 1 ms at 1M parameters, 4 ms at 2M (past the cache);
+  // over 16 tensors: 2 ms at 1M, 6 ms at 2M.
+  const auto adam = [&](std::int64_t params, std::int64_t tensors, double s) {
+    prof.kernels.push_back({"adam", Precision::kFp32, params, tensors, 1, 1, 0, 28.0 * params, timing(s)});
+  };
+  adam(1'000'000, 1, 1e-3);
+  adam(2'000'000, 1, 4e-3);
+  adam(1'000'000, 16, 2e-3);
+  adam(2'000'000, 16, 6e-3);
+  const auto costs = std::make_shared<const ProfileCosts>(prof);
+  CostSources src;
+  const DeviceSpec dev = test::round_cluster().device;
+  const ProfileComputeModel model(costs, dev, &src);
+  const auto ms = [&](double params, int tensors) {
+    return static_cast<double>(model.optimizer_time(params, tensors, Optimizer::kAdam, Precision::kFp32, dev)) / kNsPerMs;
+  };
+  CHECK(ms(1e6, 1) == Approx(1.0));                 // a timed point
+  CHECK(ms(1.5e6, 1) == Approx(2.5));               // halfway between 1 and 4 ms
+  CHECK(ms(1e6, 16) == Approx(2.0));
+  // 1.5M in 6 tensors: 2.5 ms at 1 tensor, 4 ms at 16; 5/15 of the way: 3 ms.
+  CHECK(ms(1.5e6, 6) == Approx(3.0));
+  // Past the largest size, the nearest sample's time per parameter: 4M at 1 tensor = 2 x 4 ms.
+  CHECK(ms(4e6, 1) == Approx(8.0));
+  // Below the smallest: 0.5M at 1 tensor = half of 1 ms.
+  CHECK(ms(5e5, 1) == Approx(0.5));
+  // Past 16 tensors the per-tensor slope continues: at 1M, (2 - 1) / 15 ms per tensor; 31 tensors: 3 ms.
+  CHECK(ms(1e6, 31) == Approx(3.0));
+  CHECK(src.optimizer_measured == 7);
+  // AdamW is Adam's step.
+  CHECK(static_cast<double>(model.optimizer_time(1e6, 1, Optimizer::kAdamW, Precision::kFp32, dev)) == Approx(1.0 * kNsPerMs));
+  CHECK(src.optimizer_measured == 8);
+  // SGD was not timed: the datasheet formula, momentum SGD's 20 bytes per
+  // fp32 parameter (grad, weight, momentum in; weight, momentum out) at the
+  // round device's 1 TB/s, no launch cost: 1M x 20 B / 1e12 B/s = 20 us.
+  CHECK(model.optimizer_time(1e6, 1, Optimizer::kSgd, Precision::kFp32, dev) == 20'000);
+  CHECK(src.optimizer_measured == 8);
+}
+
+TEST_CASE("predict prices a ZeRO-1 step as one tensor of the shard from the timed steps", "[calibrate]") {
+  // 3 fake layers of 1000 parameters on 2 ranks, ZeRO-1: each rank updates
+  // 1500 parameters as one flat tensor. One timed sample, 1000 parameters in
+  // 1 tensor at 3 ms: 1500 parameters at its rate = 4.5 ms.
+  Profile prof = sample_profile();
+  prof.kernels.push_back({"adam", Precision::kFp32, 1000, 1, 1, 1, 0, 28000, timing(3e-3)});
+  const test::FakeModel m(3, 1000, 0);
+  const ClusterSpec c = test::round_cluster(1, 2);
+  const PlanSpec spec = parse_plan("dp: 2\nzero_stage: 1\nmicro_batch: 1\nprecision: fp32\noptimizer: adam\n", "test.yaml");
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(prof);
+  const Prediction p = predict(m, spec, c, po);
+  CHECK(static_cast<double>(p.breakdown.optimizer) == Approx(4.5 * kNsPerMs).margin(1));
+  CHECK(p.sources.optimizer_measured >= 1);
+}
+
+TEST_CASE("the optimizer step is fitted per tensor and per parameter", "[calibrate]") {
+  // Steps of exactly 10 us per tensor + 1 ns per parameter.
+  Profile prof;
+  for (std::int64_t params : {1 << 16, 1 << 20, 1 << 22}) {
+    for (std::int64_t tensors : {1, 16}) {
+      const double s = 10e-6 * static_cast<double>(tensors) + 1e-9 * static_cast<double>(params);
+      prof.kernels.push_back({"adam", Precision::kFp32, params, tensors, 1, 1, 0, 28.0 * params, timing(s)});
+    }
+  }
+  calib::fit_profile(prof);
+  const LinearFit& f = prof.fits.at(kernel_fit_name("adam", Precision::kFp32));
+  REQUIRE(f.features == std::vector<std::string>{"tensors", "params"});
+  CHECK(f.coef[0] == Approx(10e-6));
+  CHECK(f.coef[1] == Approx(1e-9));
+}

@@ -143,3 +143,33 @@ TEST_CASE("tensor-parallel shares own the analytic per-rank parameters", "[torch
   CHECK(test::error_of([&] { models::make_torch_layer("gpt2.embed:h=8,v=17,p=4,drop=0,tp=4", tp); }).find("tp=4 but the tensor-parallel group has 2") !=
         std::string::npos);
 }
+
+TEST_CASE("the shared optimizer steps as Adam and SGD are defined", "[torch]") {
+  // Adam's first step (Kingma & Ba 2015, Algorithm 1): m = (1 - b1) g,
+  // v = (1 - b2) g^2, and with the bias corrections m^ = g, v^ = g^2, so each
+  // weight moves by lr x g / (|g| + eps) = lr x sign(g) (eps is negligible).
+  auto p = torch::tensor({1.0f, 2.0f, -3.0f});
+  const auto g = torch::tensor({0.5f, -4.0f, 0.01f});
+  models::AdamConfig c;
+  c.lr = 0.1;
+  models::AdamState s;
+  models::adam_update(p, g, s, 1, c);
+  CHECK(p[0].item<float>() == Approx(0.9f));
+  CHECK(p[1].item<float>() == Approx(2.1f));
+  CHECK(p[2].item<float>() == Approx(-3.1f).epsilon(1e-5));
+  CHECK(s.m[1].item<float>() == Approx(-0.4f));           // (1 - 0.9) x -4
+  CHECK(s.v[1].item<float>() == Approx(0.016f));          // (1 - 0.999) x 16
+  // AdamW's decoupled decay first scales the weight by 1 - lr x wd.
+  auto q = torch::tensor({2.0f});
+  models::AdamState sq;
+  c.weight_decay = 0.5;
+  models::adam_update(q, torch::tensor({1.0f}), sq, 1, c);
+  CHECK(q[0].item<float>() == Approx(2.0f * 0.95f - 0.1f));
+  // Plain SGD: p - lr g, no state.
+  auto r = torch::tensor({1.0f});
+  models::AdamState sr;
+  c.sgd = true;
+  models::adam_update(r, torch::tensor({2.0f}), sr, 1, c);
+  CHECK(r[0].item<float>() == Approx(0.8f));
+  CHECK_FALSE(sr.m.defined());
+}

@@ -572,4 +572,23 @@ void set_cpu_threads(int threads) {
   if (auto f = reinterpret_cast<SetThreads>(::dlsym(RTLD_DEFAULT, "openblas_set_num_threads"))) f(threads);
 }
 
+void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int64_t step, const AdamConfig& c) {
+  torch::NoGradGuard no_grad;
+  if (c.sgd) {
+    p.add_(g, -c.lr);
+    return;
+  }
+  if (!s.m.defined()) {
+    s.m = torch::zeros_like(p);
+    s.v = torch::zeros_like(p);
+  }
+  if (c.weight_decay > 0) p.mul_(1 - c.lr * c.weight_decay);
+  s.m.mul_(c.beta1).add_(g, 1 - c.beta1);
+  s.v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
+  const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(step));
+  const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(step));
+  auto denom = (s.v / bc2).sqrt_().add_(c.eps);
+  p.addcdiv_(s.m, denom, -c.lr / bc1);
+}
+
 }  // namespace dtsim::models

@@ -9,6 +9,7 @@
 
 #include "dtsim/sim/cluster.hpp"
 #include "dtsim/sim/model.hpp"
+#include "dtsim/sim/plan.hpp"
 
 namespace dtsim::sim {
 
@@ -89,7 +90,17 @@ class ComputeModel {
   /// Time of one pass of a layer for a micro-batch of `shape`. By default the
   /// sum of its kernels; a profile answers from whole-layer measurements.
   virtual TimeNs layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const;
+  /// One optimizer step over `params` parameters in `tensors` updates on
+  /// `device`. By default memory-bound at its achievable bandwidth plus a
+  /// launch per tensor; a profile answers from the step it timed (Note
+  /// [Optimizer step] in cost_compute.cpp).
+  virtual TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const;
 };
+
+/// Bytes the optimizer reads and writes per parameter in one step
+/// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the
+/// working copy under mixed precision; momentum SGD drops v).
+double update_bytes_per_param(Optimizer o, Precision p);
 
 /// Roofline: max(FLOPs / (peak x GEMM efficiency(shape)), bytes / (bandwidth x
 /// memory efficiency)) + launch overhead. GEMM efficiency falls for small

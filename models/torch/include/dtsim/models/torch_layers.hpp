@@ -78,4 +78,22 @@ std::vector<std::string> torch_layer_kinds();
 /// two ranks on two cores then fight over them).
 void set_cpu_threads(int threads);
 
+/// Adam / AdamW (Loshchilov & Hutter 2019, Algorithm 2) or plain SGD on flat
+/// fp32 tensors, so a shard updates exactly as the same elements of the whole
+/// would. The runtime steps with it and calibration times it, so the
+/// optimizer the simulator prices from a profile is the one that runs.
+struct AdamConfig {
+  double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
+  bool sgd = false;
+};
+
+/// Adam's two moments of one tensor; empty until its first update.
+struct AdamState {
+  torch::Tensor m, v;
+};
+
+/// One update of p by its gradient g at step `step` (1-based, for the bias
+/// correction), in place, without autograd.
+void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int64_t step, const AdamConfig& c);
+
 }  // namespace dtsim::models
