@@ -188,6 +188,7 @@ struct Unit {
   torch::Tensor shard, grad_shard;   ///< [padded / n]
   AdamState state;
   bool materialized = false;         ///< full holds the gathered parameters
+  bool persistent = false;           ///< ZeRO-3 under the persistence threshold: always whole
   c10::intrusive_ptr<c10d::Work> pending_gather;
   torch::Tensor gather_in;
 };
@@ -404,7 +405,14 @@ class Trainer {
         const std::int64_t s = padded / n_;
         u.shard = u.full.narrow(0, dp_rank_ * s, s).to(torch::kFloat).clone();
         u.grad_shard = torch::zeros({s}, u.shard.options());
-        free_storage(u.full);
+        // DeepSpeed keeps small layers whole (sim::kZero3PersistenceThreshold);
+        // FSDP gathers every unit.
+        u.persistent = !p.fsdp && n_ > 1 && u.numel < sim::kZero3PersistenceThreshold;
+        if (u.persistent) {
+          u.materialized = true;
+        } else {
+          free_storage(u.full);
+        }
       }
     } else if (zero_ >= 1) {
       // One flat buffer for the rank's parameters, padded to n shards.
@@ -682,7 +690,7 @@ class Trainer {
   }
 
   void drop_gather(Unit& u) {
-    if (!u.materialized) return;
+    if (!u.materialized || u.persistent) return;
     if (u.pending_gather) {
       clock_.wait(u.pending_gather);
       u.pending_gather.reset();
@@ -865,6 +873,9 @@ class Trainer {
         adam_update(u.shard, u.grad_shard, u.state, t, adam_);
         u.grad_shard.zero_();
       }
+      event("optimizer", "optimizer", t0);
+      gather_persistent();
+      return;
     } else {
       // ZeRO-1/2: this rank's shard of the flat parameters.
       const std::int64_t lo = dp_rank_ * shard_;
@@ -901,6 +912,37 @@ class Trainer {
       return;
     }
     event("optimizer", "optimizer", t0);
+  }
+
+  /// ZeRO-3's persistent units take their updated shards back whole: one
+  /// all-gather of all their shards, rank-major, as DeepSpeed coalesces them.
+  void gather_persistent() {
+    std::vector<Unit*> units;
+    std::int64_t total = 0;
+    for (auto& u : units_) {
+      if (!u.persistent || u.numel == 0) continue;
+      units.push_back(&u);
+      total += u.shard.numel();
+    }
+    if (units.empty()) return;
+    torch::Tensor in = torch::empty({total}, units.front()->full.options());
+    std::int64_t at = 0;
+    for (Unit* u : units) {
+      in.narrow(0, at, u->shard.numel()).copy_(u->shard);
+      at += u->shard.numel();
+    }
+    torch::Tensor out = torch::empty({total * n_}, in.options());
+    const double g0 = now_us();
+    all_gather(dp_, in, out, clock_);
+    event("all_gather persistent params", "wait", g0, 1);
+    for (int r = 0; r < n_; ++r) {
+      at = 0;
+      for (Unit* u : units) {
+        const std::int64_t s = u->shard.numel();
+        u->full.narrow(0, r * s, s).copy_(out.narrow(0, r * total + at, s));
+        at += s;
+      }
+    }
   }
 
   // ---- bookkeeping --------------------------------------------------------------------

@@ -25,7 +25,9 @@
 // parameters, all-gathering each layer before its forward and again before its
 // backward (prefetching the next layer while the current one computes) and
 // reduce-scattering its gradients right after its backward. Parameters of
-// layers under 1e5 elements stay resident (stage3_param_persistence_threshold).
+// layers under 1e5 elements stay whole on every rank
+// (stage3_param_persistence_threshold): resident, never gathered per layer,
+// and refreshed by one all-gather of their shards after the optimizer step.
 // PyTorch FSDP (Zhao et al. 2023) is stage 3 with one unit per layer and no
 // persistence threshold; SHARD_GRAD_OP is stage 2 and HYBRID_SHARD shards
 // within a node and all-reduces the shards across nodes.
@@ -50,7 +52,6 @@ namespace {
 
 enum Stream { kCompute = 0, kGradComm = 1, kParamComm = 2, kD2H = 3, kH2D = 4, kHost = 5 };
 
-constexpr std::int64_t kPersistenceThreshold = 100000;  // DeepSpeed default, elements
 constexpr Bytes kFirstBucketBytes = 1024 * 1024;          // PyTorch DDP first bucket
 
 Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
@@ -89,6 +90,8 @@ class Lowering {
     setup_groups(rank);
     const ModelStates ms = model_states(plan_, params_);
     rank.resident.push_back({MemCategory::kParameters, ms.parameters});
+    // ZeRO-3's persistent layers are whole on every rank besides their shard.
+    if (persistent_params() > 0) rank.resident.push_back({MemCategory::kParameters, persistent_params() * w_});
     if (zero_ >= 2) rank.resident.push_back({MemCategory::kGradients, ms.gradients});
     rank.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
     // DDP's bucket buffers (Note [DDP buckets]); the runtime's own reservation.
@@ -156,11 +159,20 @@ class Lowering {
     t.deps = {after};
     return g_.add(std::move(t));
   }
+  /// Parameters of ZeRO-3 layers under the persistence threshold (Note [ZeRO]).
+  std::int64_t persistent_params() const {
+    if (zero_ != 3 || n_ == 1 || plan_.fsdp) return 0;
+    std::int64_t n = 0;
+    for (const auto& l : layers_) {
+      if (!gathered(l)) n += l.params;
+    }
+    return n;
+  }
   /// Whether a ZeRO-3 layer's parameters are gathered (Note [ZeRO]).
   bool gathered(const Layer& l) const {
     if (zero_ != 3 || n_ == 1) return false;
     if (plan_.fsdp) return l.params + l.borrowed_params > 0;
-    return l.params + l.borrowed_params >= kPersistenceThreshold;
+    return l.params + l.borrowed_params >= kZero3PersistenceThreshold;
   }
   Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params) * w_; }
 
@@ -188,7 +200,8 @@ class Lowering {
     // runs on the cores the ranks compute on and cannot overlap their compute.
     // Parameter gathers keep their stream: they are issued a layer ahead
     // (FSDP's prefetch, as dtsim_worker does too), so their buffers are alive
-    // early, whatever the cores' contention does to their speed.
+    // early; gather() puts their time on the compute stream beside them,
+    // before the layer that needs them.
     // Without overlap (plan.overlap false) the reductions already wait for the
     // whole backward: they keep their stream (on the compute stream they would
     // queue ahead of the backward they depend on).
@@ -230,8 +243,17 @@ class Lowering {
       deps.push_back(copy(tag(m, std::string("h2d params ") + L.name), ceil_div(full_param_bytes(L), n_), kH2D, deps));
     }
     const Bytes full = full_param_bytes(L);
-    return collective(tag(m, std::string("all_gather ") + pass + " " + L.name), CollectiveOp::kAllGather, full,
-                      shard_group_, kParamComm, deps, {{MemCategory::kParameters, full}});
+    const TaskId g = collective(tag(m, std::string("all_gather ") + pass + " " + L.name), CollectiveOp::kAllGather, full,
+                                shard_group_, kParamComm, deps, {{MemCategory::kParameters, full}});
+    if (!cluster_.device.comm_overlaps_compute) {
+      // Note [CPU collectives]: the gather is issued early (its buffer is
+      // alive from then), but its transfers run on the cores the layers
+      // compute on. Its time is taken from the compute stream, in order
+      // before the layer that needs it.
+      compute(tag(m, std::string("all_gather ") + pass + " " + L.name + " (cores)"), Phase::kComm, g_.tasks[g].cost.total(),
+              std::move(deps));
+    }
+    return g;
   }
 
   // ---- forward -------------------------------------------------------------
@@ -419,6 +441,9 @@ class Lowering {
       // All-gather the updated parameter shards (working precision).
       const Bytes all = params_ * w_;
       collective("all_gather params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step});
+    }
+    if (persistent_params() > 0) {
+      collective("all_gather persistent params", CollectiveOp::kAllGather, persistent_params() * w_, shard_group_, kGradComm, {step});
     }
   }
 

@@ -109,9 +109,18 @@ TEST_CASE("ZeRO-3 gathers each layer before forward and backward", "[lowering]")
   const Run r = run(m, "dp: 2\nprecision: fp16\nzero_stage: 3\n", round_cluster(), 500'000);
   CHECK(r.count(CollectiveOp::kAllGather) == 2 * 4);
   CHECK(r.count(CollectiveOp::kReduceScatter) == 4);
-  // Layers under DeepSpeed's persistence threshold (1e5 parameters) stay put.
+  // Layers under DeepSpeed's persistence threshold (1e5 parameters) stay
+  // whole: no per-layer gathers, one all-gather of their shards after the step.
   const test::FakeModel small(4, 1000, 10);
-  CHECK(run(small, "dp: 2\nprecision: fp16\nzero_stage: 3\n", round_cluster(), 500'000).count(CollectiveOp::kAllGather) == 0);
+  const Run persistent = run(small, "dp: 2\nprecision: fp16\nzero_stage: 3\n", round_cluster(), 500'000);
+  CHECK(persistent.count(CollectiveOp::kAllGather) == 1);
+  // Resident parameters: the fp16 shard, 4000 / 2 x 2 B = 4000 B, and the
+  // whole persistent layers, 4000 x 2 B = 8000 B.
+  Bytes resident = 0;
+  for (const auto& [category, bytes] : persistent.graph.ranks.at(0).resident) {
+    if (category == MemCategory::kParameters) resident += bytes;
+  }
+  CHECK(resident == 12000);
   // FSDP wraps every layer.
   CHECK(run(small, "dp: 2\nprecision: fp16\nfsdp: full_shard\n", round_cluster(), 500'000).count(CollectiveOp::kAllGather) == 8);
 }
