@@ -96,6 +96,13 @@ struct Measured {
   std::string partial_reason;          ///< why (the launcher's summary)
   double iteration_median_s = 0, iteration_min_s = 0, iteration_max_s = 0;  ///< per step: the slowest rank
   std::vector<double> losses;          ///< the loss per step (the last stage's first rank)
+  /// Note [Unequal ranks]: how much longer the slowest rank computed
+  /// (forward + backward, waits excluded) than the fastest rank of the same
+  /// stage, which does the same work: 0.5 is 50% longer. The simulator
+  /// assumes equal ranks. slow_rank / fast_rank are -1 where no stage has
+  /// two ranks (a pure pipeline, one process).
+  double compute_skew = 0;
+  int slow_rank = -1, fast_rank = -1;
 };
 
 /// The median of per-step figures (0 for none).
