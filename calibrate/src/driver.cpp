@@ -253,6 +253,8 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     }
   }
   int slower = 0;
+  std::string ratios;
+  bool unequal = false;
   for (const auto& path : load_out) {
     sim::Profile copy;
     std::ifstream in(path);
@@ -264,7 +266,24 @@ sim::Profile calibrate(const CalibrateOptions& o) {
         // A malformed line of a copy only loses that point's second opinion.
       }
     }
+    // Note [The slowest rank sets the pace]: a copy far slower or faster
+    // than the measured one everywhere is not the spread of a step but a
+    // core that was busy with something else for minutes.
+    const double ratio = median_time_ratio(p, copy);
+    if (ratio > 0) {
+      char text[32];
+      std::snprintf(text, sizeof text, "%.2f", ratio);
+      ratios += (ratios.empty() ? "" : ", ") + std::string(text);
+      unequal = unequal || ratio > 1.15 || ratio < 1 / 1.15;
+    }
     slower += keep_slowest(p, copy);
+  }
+  if (!ratios.empty()) p.info["layers_copy_time_ratio"] = ratios;
+  if (unequal) {
+    std::fprintf(stderr,
+                 "calibrate: warning: the concurrent copies timed the same layers %s times the measured copy's (median): the "
+                 "cores were not equally free; the profile keeps the slower times, which a quieter machine would not see\n",
+                 ratios.c_str());
   }
   if (!load_dir.empty()) {
     std::error_code ec;
@@ -366,7 +385,7 @@ std::string format_profile(const sim::Profile& p) {
   std::ostringstream os;
   os << "dtsim profile " << p.path << "\n";
   for (const char* key : {"device", "device_kind", "host", "created", "sweep", "procs", "torch.torch_version", "torch.threads",
-                          "nccl.nccl_version", "gloo.api", "gloo.transport", "layers_measured_with", "layers_slower_rank", "command"}) {
+                          "nccl.nccl_version", "gloo.api", "gloo.transport", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
   }
   // Layers: shapes measured per signature and precision.

@@ -247,6 +247,23 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
   return taken;
 }
 
+double median_time_ratio(const sim::Profile& p, const sim::Profile& other) {
+  std::map<std::tuple<std::string, sim::Precision, std::int64_t, std::int64_t>, const sim::LayerSample*> theirs;
+  for (const auto& s : other.layers) theirs[{s.signature, s.precision, s.micro_batch, s.seq_len}] = &s;
+  std::vector<double> ratios;
+  for (const auto& s : p.layers) {
+    const auto it = theirs.find({s.signature, s.precision, s.micro_batch, s.seq_len});
+    if (it == theirs.end()) continue;
+    for (const auto& [mine, other_t] : {std::pair{s.forward, it->second->forward}, std::pair{s.backward, it->second->backward}}) {
+      if (mine.median_s > 0 && other_t.median_s > 0) ratios.push_back(other_t.median_s / mine.median_s);
+    }
+  }
+  if (ratios.empty()) return 0;
+  std::sort(ratios.begin(), ratios.end());
+  const std::size_t n = ratios.size();
+  return n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2]);
+}
+
 bool parse_bench_line(const std::string& line, const std::string& source, sim::Profile& p, Progress* progress) {
   if (line.empty() || line == "\n") return false;
   const Fields f(split_tabs(line), source, line);

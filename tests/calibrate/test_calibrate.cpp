@@ -418,3 +418,18 @@ TEST_CASE("the optimizer step is fitted per tensor and per parameter", "[calibra
   CHECK(f.coef[0] == Approx(10e-6));
   CHECK(f.coef[1] == Approx(1e-9));
 }
+
+TEST_CASE("the copies' time ratio is the median over shared layer passes", "[calibrate]") {
+  // Three shared points; the other copy took 1.5x, 2x and 1.2x forward, and
+  // 1.5x, 1.1x and 3x backward: sorted 1.1 1.2 1.5 1.5 2 3, median 1.5.
+  Profile mine, other;
+  const double f[] = {0.010, 0.020, 0.050}, fo[] = {0.015, 0.040, 0.060};
+  const double b[] = {0.020, 0.040, 0.100}, bo[] = {0.030, 0.044, 0.300};
+  for (int i = 0; i < 3; ++i) {
+    mine.layers.push_back({"fake.layer", Precision::kFp32, i + 1, 64, timing(f[i]), timing(b[i])});
+    other.layers.push_back({"fake.layer", Precision::kFp32, i + 1, 64, timing(fo[i]), timing(bo[i])});
+  }
+  other.layers.push_back({"other.layer", Precision::kFp32, 1, 64, timing(9), timing(9)});  // not shared
+  CHECK(calib::median_time_ratio(mine, other) == Approx(1.5));
+  CHECK(calib::median_time_ratio(mine, Profile{}) == 0);
+}

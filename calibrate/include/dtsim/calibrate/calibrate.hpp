@@ -34,6 +34,12 @@ void fit_profile(sim::Profile& p);
 /// Returns how many points took `other`'s time.
 int keep_slowest(sim::Profile& p, const sim::Profile& other);
 
+/// The median over the layer passes both profiles measured of other's time
+/// over p's: how fast two concurrent copies ran beside each other (1 when
+/// equal; 0 when they share no point). A copy far from 1 means the cores
+/// were not equally free while calibrating.
+double median_time_ratio(const sim::Profile& p, const sim::Profile& other);
+
 /// One `progress` line of a measurement program.
 struct Progress {
   int done = 0;
