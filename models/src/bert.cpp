@@ -45,6 +45,7 @@ class Bert final : public ZooModel {
                     std::to_string(c_.max_positions) + ",t=" + std::to_string(c_.type_vocab) + ",drop=" + (c_.dropout ? "1" : "0");
     if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
     emb.params = (vp + c_.max_positions + c_.type_vocab) * h + 2 * h;
+    emb.param_tensors = 5;  // word, position and type embeddings; LayerNorm weight and bias
     emb.forward.push_back(memory_op("word.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
     emb.forward.push_back(memory_op("pos+type.add", sim::KernelKind::kElementwise, 3 * e * tn * h, e * tn * h, 2.0 * tn * h));
     emb.forward.push_back(memory_op("ln", sim::KernelKind::kNorm, e * tn * h, e * tn * h, 5.0 * tn * h));
@@ -60,6 +61,7 @@ class Bert final : public ZooModel {
                               (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "");
     for (int i = 0; i < c_.layers; ++i) {
       out.push_back(transformer_layer("layer." + std::to_string(i), shape, h, c_.heads, c_.intermediate, c_.dropout));
+      out.back().param_tensors = 16;  // HuggingFace's BERT keeps query, key and value apart: 4 more than GPT-2's fused QKV
       out.back().signature = layer;
     }
     if (c_.pooler) {
@@ -70,6 +72,7 @@ class Bert final : public ZooModel {
       // Replicated on every tensor-parallel rank; with sp the first tokens are gathered.
       if (sp) p.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * b * h, 1});
       p.params = h * h + h;
+      p.param_tensors = 2;
       p.forward.push_back(gemm("pooler.dense", b, h, h, e));
       p.forward.push_back(memory_op("pooler.tanh", sim::KernelKind::kElementwise, e * b * h, e * b * h, 4.0 * b * h));
       p.backward = backward_of(p.forward);
@@ -83,6 +86,7 @@ class Bert final : public ZooModel {
       c.type = "head";
       c.signature = "bert.classifier:h=" + std::to_string(h) + ",c=" + std::to_string(c_.num_labels);
       c.params = h * c_.num_labels + c_.num_labels;
+      c.param_tensors = 2;
       c.forward.push_back(gemm("classifier", b, c_.num_labels, h, e));
       c.backward = backward_of(c.forward);
       c.saved_bytes = e * b * h + 4 * b * c_.num_labels;

@@ -45,6 +45,7 @@ class BiLstm final : public ZooModel {
       l.type = "lstm";
       l.signature = "lstm.layer:in=" + std::to_string(in) + ",hs=" + std::to_string(hs) + ",dirs=" + std::to_string(dirs());
       l.params = dirs() * (4 * hs * in + 4 * hs * hs + 8 * hs);
+      l.param_tensors = dirs() * 4;  // w_ih, w_hh, b_ih, b_hh per direction
       for (std::int64_t d = 0; d < dirs(); ++d) {
         const std::string dir = d == 0 ? "fwd" : "rev";
         // cuDNN/PyTorch: the input projection of every step is one GEMM; the
@@ -69,6 +70,7 @@ class BiLstm final : public ZooModel {
     head.type = "head";
     head.signature = "lstm.head:in=" + std::to_string(dirs() * hs) + ",c=" + std::to_string(c_.classes);
     head.params = dirs() * hs * c_.classes + c_.classes;
+    head.param_tensors = 2;
     head.forward.push_back(gemm("head.linear", b, c_.classes, dirs() * hs, e));
     head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * b * c_.classes, 4 * b * c_.classes));
     head.backward = backward_of(head.forward);

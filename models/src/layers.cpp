@@ -149,6 +149,9 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   l.name = name;
   l.type = "transformer";
   l.params = (4 * h * h + 2 * h * f + 3 * h + f) / tp + 6 * h;
+  // Two LayerNorms, the fused QKV, the attention output and the two MLP
+  // linears, each a weight and a bias.
+  l.param_tensors = 12;
   auto& k = l.forward;
   k.push_back(memory_op("ln_1", KernelKind::kNorm, e * tn, e * tn, 5.0 * tn));
   k.push_back(gemm("attn.qkv", t, 3 * hp, h, e));

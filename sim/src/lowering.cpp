@@ -430,9 +430,14 @@ class Lowering {
       TaskId cpu = compute("host adam step", Phase::kOptimizer, seconds_to_ns(seconds), host_deps, {}, frees, kHost);
       step = copy("h2d params", shard_params * w_, kH2D, {cpu});
     } else {
-      // ZeRO-1/2 update their shard of the flattened parameters as one
-      // tensor (DeepSpeed's flat partition, as dtsim_worker does).
-      const int tensors = zero_ == 1 || zero_ == 2 ? 1 : static_cast<int>(layers_.size());
+      // Tensor by tensor (DDP), a flat shard per layer (ZeRO-3, FSDP's flat
+      // parameters), or one flat shard (ZeRO-1/2, DeepSpeed's partition), as
+      // dtsim_worker steps them.
+      int tensors = 0;
+      for (const auto& l : layers_) {
+        if (l.params > 0) tensors += zero_ == 3 ? 1 : std::max(1, l.param_tensors);
+      }
+      if (zero_ == 1 || zero_ == 2 || tensors == 0) tensors = 1;
       const TimeNs t = compute_.optimizer_time(static_cast<double>(shard_params), tensors, plan_.optimizer, plan_.precision,
                                                cluster_.device);
       step = compute("optimizer step", Phase::kOptimizer, t, deps, {}, frees);

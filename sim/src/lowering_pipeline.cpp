@@ -447,10 +447,15 @@ class PipelineLowering {
     }
     const std::int64_t params = rank_params_[s];
     const std::int64_t shard = plan_.zero_stage >= 1 ? (params + plan_.shard_group - 1) / plan_.shard_group : params;
+    // The step goes tensor by tensor, or over one flat shard under ZeRO-1.
     int tensors = 0;
     for (const auto& ch : chunks_) {
-      if (ch.rank == s) tensors += ch.count;
+      if (ch.rank != s) continue;
+      for (int l = ch.first; l < ch.first + ch.count; ++l) {
+        if (layers_[l].params > 0) tensors += std::max(1, layers_[l].param_tensors);
+      }
     }
+    if (plan_.zero_stage >= 1) tensors = 1;
     const TaskId step = add("optimizer step", s, kCompute, Phase::kOptimizer,
                             compute_.optimizer_time(static_cast<double>(shard), tensors, plan_.optimizer, plan_.precision,
                                                     cluster_.device),

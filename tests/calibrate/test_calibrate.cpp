@@ -403,6 +403,27 @@ TEST_CASE("predict prices a ZeRO-1 step as one tensor of the shard from the time
   CHECK(p.sources.optimizer_measured >= 1);
 }
 
+TEST_CASE("DDP steps every parameter tensor, ZeRO-3 one flat shard per layer", "[calibrate]") {
+  // 3 fake layers of 1000 parameters in 4 tensors each, 2 ranks. Timed:
+  // 1000 parameters at 3 ms in 1 tensor, 6 ms in 16.
+  Profile prof = sample_profile();
+  prof.kernels.push_back({"adam", Precision::kFp32, 1000, 1, 1, 1, 0, 28000, timing(3e-3)});
+  prof.kernels.push_back({"adam", Precision::kFp32, 1000, 16, 1, 1, 0, 28000, timing(6e-3)});
+  const test::FakeModel m(3, 1000, 0, 4);
+  const ClusterSpec c = test::round_cluster(1, 2);
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(prof);
+  const auto optimizer_ms = [&](const std::string& plan) {
+    const PlanSpec spec = parse_plan("dp: 2\nmicro_batch: 1\nprecision: fp32\noptimizer: adam\n" + plan, "test.yaml");
+    return static_cast<double>(predict(m, spec, c, po).breakdown.optimizer) / kNsPerMs;
+  };
+  // DDP: 3000 parameters in 12 tensors. At 3000 parameters, 9 ms in 1 tensor
+  // and 18 ms in 16 (3x the samples' rates); 12 tensors: 9 + 9 x 11/15 = 15.6 ms.
+  CHECK(optimizer_ms("") == Approx(15.6).epsilon(1e-6));
+  // ZeRO-3: a 1500-parameter shard in 3 tensors: 4.5 + 4.5 x 2/15 = 5.1 ms.
+  CHECK(optimizer_ms("zero_stage: 3\n") == Approx(5.1).epsilon(1e-6));
+}
+
 TEST_CASE("the optimizer step is fitted per tensor and per parameter", "[calibrate]") {
   // Steps of exactly 10 us per tensor + 1 ns per parameter.
   Profile prof;

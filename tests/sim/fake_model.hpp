@@ -14,7 +14,7 @@ namespace dtsim::test {
 
 class FakeModel final : public sim::Model {
  public:
-  FakeModel(int n, std::int64_t params, Bytes saved) : n_(n), params_(params), saved_(saved) {}
+  FakeModel(int n, std::int64_t params, Bytes saved, int tensors = 0) : n_(n), params_(params), saved_(saved), tensors_(tensors) {}
   std::string name() const override { return "fake"; }
   std::int64_t parameters() const override { return n_ * params_; }
   int blocks() const override { return n_; }
@@ -28,6 +28,7 @@ class FakeModel final : public sim::Model {
       l.type = "transformer";
       l.signature = "fake.layer";
       l.params = params_;
+      l.param_tensors = tensors_;
       sim::Kernel f;
       f.name = "fwd";
       f.kind = sim::KernelKind::kGemm;
@@ -48,6 +49,7 @@ class FakeModel final : public sim::Model {
  private:
   int n_;
   std::int64_t params_;
+  int tensors_ = 0;
   Bytes saved_;
 };
 

@@ -42,7 +42,10 @@ TEST_CASE("every built-in's LibTorch layers own exactly the analytic parameters"
       REQUIRE_FALSE(layer.signature.empty());
       total += layer.params;
       if (!checked.insert(layer.signature).second) continue;
-      CHECK(models::make_torch_layer(layer.signature)->parameter_count() == layer.params);
+      const auto twin = models::make_torch_layer(layer.signature);
+      CHECK(twin->parameter_count() == layer.params);
+      // The optimizer steps the twin's tensors one by one (dtsim_worker's DDP).
+      CHECK(static_cast<int>(twin->module().parameters().size()) == layer.param_tensors);
     }
     CHECK(total == model->parameters());
   }

@@ -76,6 +76,9 @@ struct Layer {
   std::string signature;
   std::int64_t params = 0;        ///< parameters owned (a tied weight is owned once)
   std::int64_t borrowed_params = 0;  ///< parameters used but owned by another layer (tied LM head)
+  /// Parameter tensors owned (weights and biases apart): an optimizer that
+  /// steps tensor by tensor pays a launch for each (0: unknown, counted as 1).
+  int param_tensors = 0;
   std::vector<Kernel> forward;    ///< kernels of the forward pass
   std::vector<Kernel> backward;   ///< kernels of the backward pass
   Bytes saved_bytes = 0;          ///< activations kept for backward per micro-batch
