@@ -273,7 +273,16 @@ class Bench {
     std::int64_t b, s;
   };
 
-  std::vector<LayerPoint> layer_points() const {
+  /// A model's layers chained as one training step (Note [Layers in a step]).
+  struct StepPoint {
+    std::string model;
+    std::vector<std::string> chain;  ///< signatures, in the model's order
+    std::string precision;
+    std::int64_t b, s;
+    int tp;
+  };
+
+  std::vector<LayerPoint> layer_points(std::vector<StepPoint>* steps = nullptr) const {
     std::vector<LayerPoint> out;
     std::set<std::string> seen;
     for (const auto& name : o_.models) {
@@ -293,8 +302,12 @@ class Bench {
       for (const int tp : o_.tp) {
         if (!model->tp_error(tp).empty()) continue;  // the Bi-LSTM has no tensor-parallel split
         shape.tp = tp;
+        std::vector<std::string> chain;
+        bool fresh = false;
         for (const auto& layer : model->layers(shape)) {
+          chain.push_back(layer.signature);
           if (!seen.insert(layer.signature).second) continue;
+          fresh = true;
           for (const auto& p : o_.precisions) {
             for (auto s : ss) {
               if (s > model->max_seq_len()) continue;
@@ -302,9 +315,117 @@ class Bench {
             }
           }
         }
+        // The whole model once per sequence length at the largest
+        // micro-batch (the quick sweep: the shortest only).
+        if (!fresh || steps == nullptr) continue;
+        for (const auto& p : o_.precisions) {
+          for (auto s : ss) {
+            if (s > model->max_seq_len()) continue;
+            steps->push_back({name, chain, p, bs.back(), s, tp});
+            if (o_.quick) break;
+          }
+        }
       }
     }
     return out;
+  }
+
+  // Note [Layers in a step]
+  // A layer timed alone in a loop keeps its weights, activations and
+  // LibTorch's own dispatch state in cache from one run to the next. In a
+  // training step the layers before it have run in between. On the CI
+  // machine a bilstm-tiny LSTM layer's backward took 3.6 ms in the loop and
+  // 4.1 ms in a real step, and a gpt2-tiny step 6-8% more than its layers'
+  // loop times; touching 8 MB between runs of the loop doubled the LSTM's.
+  // So each model's layers are also run chained, as one step (outputs feed
+  // the next layer's input, backward runs layer by layer from the loss), and
+  // every layer's own forward and backward inside that step are printed as
+  // layer records of signature "<signature>|in-step". The simulator scales a
+  // layer's loop times by its in-step over loop ratio at the same shape.
+  void measure_step(const StepPoint& pt) {
+    const std::string label = pt.model + (pt.tp > 1 ? " tp=" + std::to_string(pt.tp) : "") + " step " + pt.precision +
+                              " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s);
+    progress(label);
+    try {
+      const auto opts = options(pt.precision);
+      const std::size_t n = pt.chain.size();
+      std::vector<std::unique_ptr<dtsim::models::TorchLayer>> layers;
+      std::vector<std::vector<torch::Tensor>> inputs;
+      for (const auto& sig : pt.chain) {
+        layers.push_back(dtsim::models::make_torch_layer(sig));
+        layers.back()->module().to(opts.device(), dtype_of(pt.precision));
+        layers.back()->module().train();
+        inputs.push_back(layers.back()->make_inputs(pt.b, pt.s, opts));
+      }
+      std::vector<std::vector<double>> fwd(n), bwd(n);
+      Stopwatch fw(cuda_, static_cast<int>(n) + 1), bw(cuda_, static_cast<int>(n) + 1);
+      auto step = [&](bool record) {
+        std::vector<torch::Tensor> outs(n), ins(n);
+        for (std::size_t i = 0; i < n; ++i) {
+          layers[i]->module().zero_grad(/*set_to_none=*/true);
+          for (auto& t : inputs[i]) {
+            if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
+          }
+        }
+        sync();
+        fw.mark(0);
+        for (std::size_t i = 0; i < n; ++i) {
+          auto in = inputs[i];
+          // The previous layer's output is this one's input, as a leaf that
+          // takes its gradient (dtsim_worker's units do the same).
+          if (i > 0) in[0] = outs[i - 1].detach().requires_grad_(true);
+          ins[i] = in[0];
+          outs[i] = layers[i]->forward(in);
+          fw.mark(static_cast<int>(i) + 1);
+        }
+        const auto dy = outs[n - 1].dim() == 0 ? torch::Tensor() : torch::ones_like(outs[n - 1]);
+        bw.mark(static_cast<int>(n));
+        torch::Tensor grad;
+        for (std::size_t i = n; i-- > 0;) {
+          if (i + 1 == n) {
+            if (dy.defined()) outs[i].backward(dy);
+            else outs[i].backward();
+          } else {
+            outs[i].backward(grad);
+          }
+          grad = ins[i].requires_grad() ? ins[i].grad() : torch::Tensor();
+          bw.mark(static_cast<int>(i));
+          if (i > 0 && !grad.defined()) throw std::runtime_error("layer " + pt.chain[i] + " passed no gradient back");
+        }
+        if (record) {
+          for (std::size_t i = 0; i < n; ++i) {
+            fwd[i].push_back(fw.seconds(static_cast<int>(i), static_cast<int>(i) + 1));
+            bwd[i].push_back(bw.seconds(static_cast<int>(i) + 1, static_cast<int>(i)));
+          }
+        }
+      };
+      const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0));
+      if (!repeat(step, budget, time_cap(budget))) {
+        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
+        return;
+      }
+      // Layers of one signature (the blocks) pool their timings.
+      std::vector<std::string> order;
+      std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> pooled;
+      for (std::size_t i = 0; i < n; ++i) {
+        auto& [f, g] = pooled[pt.chain[i]];
+        if (f.empty()) order.push_back(pt.chain[i]);
+        f.insert(f.end(), fwd[i].begin(), fwd[i].end());
+        g.insert(g.end(), bwd[i].begin(), bwd[i].end());
+      }
+      for (const auto& sig : order) {
+        const Stats f = stats(pooled[sig].first), g = stats(pooled[sig].second);
+        std::printf("layer\t%s|in-step\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", sig.c_str(), pt.precision.c_str(),
+                    static_cast<long long>(pt.b), static_cast<long long>(pt.s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
+      }
+      std::fflush(stdout);
+    } catch (const c10::Error& e) {
+      skip(label, first_line(e.what_without_backtrace()));
+    } catch (const std::bad_alloc&) {
+      skip(label, "out of host memory");
+    } catch (const std::runtime_error& e) {
+      skip(label, e.what());
+    }
   }
 
   void measure_layer(const LayerPoint& pt) {
@@ -582,10 +703,12 @@ class Bench {
     torch::manual_seed(0);
     info();
     memory_records();
-    const auto layers = layer_points();
+    std::vector<StepPoint> steps;
+    const auto layers = layer_points(&steps);
     const auto kernels = kernel_points();
-    total_ = static_cast<int>(layers.size() + kernels.size());
+    total_ = static_cast<int>(layers.size() + steps.size() + kernels.size());
     for (const auto& p : layers) measure_layer(p);
+    for (const auto& p : steps) measure_step(p);
     for (const auto& k : kernels) measure_kernel(k);
     std::printf("progress\t%d\t%d\tdone\n", total_, total_);
   }

@@ -12,6 +12,9 @@
 //  4. fitted: outside the measured range, the sum of the layer's kernels
 //     priced by the fitted kernel models (below);
 //  5. analytic: no fitted kernel model for a kernel's class: the roofline.
+// Steps 1-2 scale the loop times by the layer's in-step factor where the
+// profile timed its model as a whole step (Note [Layers in a step] in
+// calibrate/src/torch_bench.cpp): the ratio at the step shape nearest in tokens.
 // Kernel models are the least-squares fits the calibration stores:
 //   gemm / attention / recurrent: t = c0 + c1 flops + c2 mn + c3 bytes, which
 //     is the roofline time flops / (R k / (k + k0)) = flops/R + 2 mn k0 / R
@@ -145,6 +148,27 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
     std::sort(v->begin(), v->end(), [](const KernelSample* a, const KernelSample* b) { return std::pair(a->n, a->m) < std::pair(b->n, b->m); });
   }
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
+  // Note [Layers in a step]: the in-step samples over the loop samples of the
+  // same shape, kept within [0.5, 3] (a ratio outside is a disturbed run).
+  static const std::string kInStep = "|in-step";
+  for (const auto& s : profile_.layers) {
+    if (s.signature.size() <= kInStep.size() || s.signature.compare(s.signature.size() - kInStep.size(), kInStep.size(), kInStep) != 0) continue;
+    const std::string base = s.signature.substr(0, s.signature.size() - kInStep.size());
+    const auto it = layers_.find(layer_key(base, s.precision));
+    if (it == layers_.end()) continue;
+    for (const LayerSample* loop : it->second) {
+      if (loop->micro_batch != s.micro_batch || loop->seq_len != s.seq_len) continue;
+      if (loop->forward.median_s <= 0 || loop->backward.median_s <= 0) break;
+      auto& ratios = in_step_[layer_key(base, s.precision)];
+      if (std::any_of(ratios.begin(), ratios.end(), [&](const StepRatio& r) { return r.tokens == tokens(s); })) break;  // a replicated layer timed in two chains
+      ratios.push_back({tokens(s), std::clamp(s.forward.median_s / loop->forward.median_s, 0.5, 3.0),
+                        std::clamp(s.backward.median_s / loop->backward.median_s, 0.5, 3.0)});
+      break;
+    }
+  }
+  for (auto& [key, v] : in_step_) {
+    std::sort(v.begin(), v.end(), [](const StepRatio& a, const StepRatio& b) { return a.tokens < b.tokens; });
+  }
   for (auto& [key, v] : layers_) {
     std::sort(v.begin(), v.end(), [](const LayerSample* a, const LayerSample* b) {
       return std::pair(tokens(*a), a->micro_batch) < std::pair(tokens(*b), b->micro_batch);
@@ -159,6 +183,17 @@ const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::st
 
 const std::vector<const KernelSample*>& ProfileCosts::optimizer_samples(Optimizer o) const {
   return o == Optimizer::kSgd ? sgd_ : adam_;
+}
+
+double ProfileCosts::in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s) const {
+  const auto it = in_step_.find(layer_key(signature, p));
+  if (it == in_step_.end()) return 1.0;
+  const double t = static_cast<double>(b) * static_cast<double>(s);
+  const StepRatio* best = &it->second.front();
+  for (const auto& r : it->second) {
+    if (std::abs(r.tokens - t) < std::abs(best->tokens - t)) best = &r;
+  }
+  return pass == Pass::kForward ? best->forward : best->backward;
 }
 
 const FitTerms* ProfileCosts::kernel_fit(KernelKind kind, Precision p) const {
@@ -289,6 +324,8 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
   const auto* samples = costs_->layer_samples(layer.signature, p);
   if (samples != nullptr && !samples->empty()) {
     const double t = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
+    // Loop times, as a training step runs them (Note [Layers in a step]).
+    const double k = costs_->in_step_factor(layer.signature, p, pass, shape.micro_batch, shape.seq_len);
     // 1. exact shape; 2a. bracketing micro-batches at the same sequence length.
     const LayerSample* lo_b = nullptr;
     const LayerSample* hi_b = nullptr;
@@ -296,7 +333,7 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
       if (s->seq_len != shape.seq_len) continue;
       if (s->micro_batch == shape.micro_batch) {
         if (sources_) ++sources_->layers_measured;
-        *out = seconds_to_ns(median(*s, pass));
+        *out = seconds_to_ns(k * median(*s, pass));
         return true;
       }
       if (s->micro_batch < shape.micro_batch && (!lo_b || s->micro_batch > lo_b->micro_batch)) lo_b = s;
@@ -304,8 +341,8 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
     }
     if (lo_b && hi_b) {
       if (sources_) ++sources_->layers_interpolated;
-      *out = seconds_to_ns(lerp(static_cast<double>(shape.micro_batch), static_cast<double>(lo_b->micro_batch),
-                                median(*lo_b, pass), static_cast<double>(hi_b->micro_batch), median(*hi_b, pass)));
+      *out = seconds_to_ns(k * lerp(static_cast<double>(shape.micro_batch), static_cast<double>(lo_b->micro_batch),
+                                    median(*lo_b, pass), static_cast<double>(hi_b->micro_batch), median(*hi_b, pass)));
       return true;
     }
     // 2b. bracketing token counts (samples are sorted by tokens).
@@ -317,7 +354,7 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
     }
     if (lo && hi) {
       if (sources_) ++sources_->layers_interpolated;
-      *out = seconds_to_ns(lerp(t, tokens(*lo), median(*lo, pass), tokens(*hi), median(*hi, pass)));
+      *out = seconds_to_ns(k * lerp(t, tokens(*lo), median(*lo, pass), tokens(*hi), median(*hi, pass)));
       return true;
     }
   }

@@ -454,3 +454,34 @@ TEST_CASE("the copies' time ratio is the median over shared layer passes", "[cal
   CHECK(calib::median_time_ratio(mine, other) == Approx(1.5));
   CHECK(calib::median_time_ratio(mine, Profile{}) == 0);
 }
+
+TEST_CASE("loop times are scaled to in-step times (Note [Layers in a step])", "[calibrate]") {
+  // fake.layer in the loop: 10/20 ms at b 1, 40/80 ms at b 4 (s 1024). In a
+  // whole step at b 4 it took 50 ms forward (1.25x) and 120 ms backward
+  // (1.5x); at b 1 nothing was timed in a step.
+  Profile prof = sample_profile();
+  prof.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, timing(0.050), timing(0.120)});
+  const auto costs = std::make_shared<const ProfileCosts>(prof);
+  CHECK(costs->in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.25));
+  CHECK(costs->in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.5));
+  CHECK(costs->in_step_factor("other.layer", Precision::kFp32, Pass::kForward, 4, 1024) == 1.0);
+  CostSources src;
+  const ProfileComputeModel model(costs, test::round_cluster().device, &src);
+  Layer l;
+  l.signature = "fake.layer";
+  WorkloadShape shape;
+  shape.seq_len = 1024;
+  shape.micro_batch = 4;
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 50 * kNsPerMs);
+  CHECK(model.layer_time(l, Pass::kBackward, Precision::kFp32, shape) == 120 * kNsPerMs);
+  // b 2 interpolates the loop times (20 ms) and takes the only ratio, the
+  // nearest in tokens: 1.25 x 20 = 25 ms.
+  shape.micro_batch = 2;
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 25 * kNsPerMs);
+  // A ratio from a disturbed run is kept within [0.5, 3]: 400 ms over 40 is 3.
+  Profile wild = sample_profile();
+  wild.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, timing(0.400), timing(0.010)});
+  const ProfileCosts w(wild);
+  CHECK(w.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == 3.0);
+  CHECK(w.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == 0.5);
+}

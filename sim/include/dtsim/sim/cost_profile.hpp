@@ -36,6 +36,11 @@ class ProfileCosts {
 
   /// Measured layer samples of one signature and precision, by tokens.
   const std::vector<const LayerSample*>* layer_samples(const std::string& signature, Precision p) const;
+  /// Note [Layers in a step] (calibrate/src/torch_bench.cpp): how much longer
+  /// a layer's pass took inside a whole training step than alone in a loop,
+  /// at the measured shape nearest in tokens to b x s (1 where the profile
+  /// timed no step with it).
+  double in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s) const;
   /// The kernel model that prices `kind` in precision p (attention falls
   /// back to the GEMM model), or nullptr.
   const FitTerms* kernel_fit(KernelKind kind, Precision p) const;
@@ -52,6 +57,10 @@ class ProfileCosts {
  private:
   Profile profile_;
   std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;
+  struct StepRatio {
+    double tokens = 0, forward = 1, backward = 1;
+  };
+  std::unordered_map<std::string, std::vector<StepRatio>> in_step_;  ///< by layer_key, ascending tokens
   std::array<std::optional<FitTerms>, 12> kernels_;  ///< 4 fitted classes x 3 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::string, FitTerms> copies_;
