@@ -340,8 +340,9 @@ class Bench {
   // So each model's layers are also run chained, as one step (outputs feed
   // the next layer's input, backward runs layer by layer from the loss), and
   // every layer's own forward and backward inside that step are printed as
-  // layer records of signature "<signature>|in-step". The simulator scales a
-  // layer's loop times by its in-step over loop ratio at the same shape.
+  // layer records of signature "<signature>|in-step", beside its loop times
+  // taken just before ("<signature>|loop"). The simulator scales a layer's
+  // loop times by the in-step over loop ratio at the nearest step shape.
   void measure_step(const StepPoint& pt) {
     const std::string label = pt.model + (pt.tp > 1 ? " tp=" + std::to_string(pt.tp) : "") + " step " + pt.precision +
                               " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s);
@@ -356,6 +357,21 @@ class Bench {
         layers.back()->module().to(opts.device(), dtype_of(pt.precision));
         layers.back()->module().train();
         inputs.push_back(layers.back()->make_inputs(pt.b, pt.s, opts));
+      }
+      const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0));
+      // Each distinct layer alone first, moments before the chain, so the
+      // ratio of the two is not the machine's drift between the sweep and
+      // the step (on the CI machine a gpt2-tiny block's loop time moved by
+      // 25% between two calibrations half an hour apart).
+      std::set<std::string> looped;
+      for (std::size_t i = 0; i < n; ++i) {
+        if (!looped.insert(pt.chain[i]).second) continue;
+        Stats f, g;
+        if (!time_loop(*layers[i], inputs[i], budget / 2, &f, &g)) {
+          skip(label, "one run of " + pt.chain[i] + " took over the time cap");
+          return;
+        }
+        print_layer(pt.chain[i] + "|loop", pt.precision, pt.b, pt.s, f, g);
       }
       std::vector<std::vector<double>> fwd(n), bwd(n);
       Stopwatch fw(cuda_, static_cast<int>(n) + 1), bw(cuda_, static_cast<int>(n) + 1);
@@ -399,7 +415,6 @@ class Bench {
           }
         }
       };
-      const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0));
       if (!repeat(step, budget, time_cap(budget))) {
         skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
         return;
@@ -413,12 +428,7 @@ class Bench {
         f.insert(f.end(), fwd[i].begin(), fwd[i].end());
         g.insert(g.end(), bwd[i].begin(), bwd[i].end());
       }
-      for (const auto& sig : order) {
-        const Stats f = stats(pooled[sig].first), g = stats(pooled[sig].second);
-        std::printf("layer\t%s|in-step\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", sig.c_str(), pt.precision.c_str(),
-                    static_cast<long long>(pt.b), static_cast<long long>(pt.s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
-      }
-      std::fflush(stdout);
+      for (const auto& sig : order) print_layer(sig + "|in-step", pt.precision, pt.b, pt.s, stats(pooled[sig].first), stats(pooled[sig].second));
     } catch (const c10::Error& e) {
       skip(label, first_line(e.what_without_backtrace()));
     } catch (const std::bad_alloc&) {
@@ -444,6 +454,37 @@ class Bench {
       layer->module().to(opts.device(), dtype_of(pt.precision));
       layer->module().train();
       auto inputs = layer->make_inputs(pt.b, pt.s, opts);
+      Stats f, g;
+      if (!time_loop(*layer, inputs, o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0)), &f, &g)) {
+        too_slow_[series] = pt.b * pt.s;
+        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(o_.budget_s > 0 ? o_.budget_s : 1.0))) + " s");
+      } else {
+        print_layer(pt.signature, pt.precision, pt.b, pt.s, f, g);
+      }
+    } catch (const c10::Error& e) {
+      // Out of memory (c10::OutOfMemoryError is a c10::Error) or an op this
+      // device or dtype lacks (e.g. fp16 matmul on a CPU).
+      skip(label, first_line(e.what_without_backtrace()));
+    } catch (const std::bad_alloc&) {
+      skip(label, "out of host memory");
+    }
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
+#endif
+  }
+
+  void print_layer(const std::string& signature, const std::string& precision, std::int64_t b, std::int64_t s, const Stats& f,
+                   const Stats& g) {
+    std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", signature.c_str(), precision.c_str(),
+                static_cast<long long>(b), static_cast<long long>(s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
+    std::fflush(stdout);
+  }
+
+  /// Times one layer's forward and backward alone, in a loop; false when
+  /// one warm-up run took over the time cap.
+  bool time_loop(dtsim::models::TorchLayer& l, std::vector<torch::Tensor>& inputs, double budget, Stats* f_out, Stats* g_out) {
+    auto* layer = &l;
+    {
       std::vector<double> fwd, bwd;
       Stopwatch watch(cuda_, 4);
       auto step = [&](bool record) {
@@ -474,26 +515,11 @@ class Bench {
           bwd.push_back(backward_s);
         }
       };
-      const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0));
-      if (!repeat(step, budget, time_cap(budget))) {
-        too_slow_[series] = pt.b * pt.s;
-        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
-      } else {
-        const Stats f = stats(fwd), g = stats(bwd);
-        std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", pt.signature.c_str(), pt.precision.c_str(),
-                    static_cast<long long>(pt.b), static_cast<long long>(pt.s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
-        std::fflush(stdout);
-      }
-    } catch (const c10::Error& e) {
-      // Out of memory (c10::OutOfMemoryError is a c10::Error) or an op this
-      // device or dtype lacks (e.g. fp16 matmul on a CPU).
-      skip(label, first_line(e.what_without_backtrace()));
-    } catch (const std::bad_alloc&) {
-      skip(label, "out of host memory");
+      if (!repeat(step, budget, time_cap(budget))) return false;
+      *f_out = stats(fwd);
+      *g_out = stats(bwd);
+      return true;
     }
-#ifdef DTSIM_TORCH_CUDA
-    if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
-#endif
   }
 
   // ---- kernels ----

@@ -149,12 +149,14 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   }
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
   // Note [Layers in a step]: the in-step samples over the loop samples of the
-  // same shape, kept within [0.5, 3] (a ratio outside is a disturbed run).
+  // same shape, those timed just before the step ("|loop") where there are,
+  // kept within [0.5, 3] (a ratio outside is a disturbed run).
   static const std::string kInStep = "|in-step";
   for (const auto& s : profile_.layers) {
     if (s.signature.size() <= kInStep.size() || s.signature.compare(s.signature.size() - kInStep.size(), kInStep.size(), kInStep) != 0) continue;
     const std::string base = s.signature.substr(0, s.signature.size() - kInStep.size());
-    const auto it = layers_.find(layer_key(base, s.precision));
+    auto it = layers_.find(layer_key(base + "|loop", s.precision));
+    if (it == layers_.end()) it = layers_.find(layer_key(base, s.precision));
     if (it == layers_.end()) continue;
     for (const LayerSample* loop : it->second) {
       if (loop->micro_batch != s.micro_batch || loop->seq_len != s.seq_len) continue;

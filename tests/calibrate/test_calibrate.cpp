@@ -478,6 +478,13 @@ TEST_CASE("loop times are scaled to in-step times (Note [Layers in a step])", "[
   // nearest in tokens: 1.25 x 20 = 25 ms.
   shape.micro_batch = 2;
   CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 25 * kNsPerMs);
+  // Loop times taken just before the step are the reference where present:
+  // 50 ms in the step over 25 ms in the adjacent loop is 2.
+  Profile adjacent = prof;
+  adjacent.layers.push_back({"fake.layer|loop", Precision::kFp32, 4, 1024, timing(0.025), timing(0.060)});
+  const ProfileCosts a(adjacent);
+  CHECK(a.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(2.0));
+  CHECK(a.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(2.0));
   // A ratio from a disturbed run is kept within [0.5, 3]: 400 ms over 40 is 3.
   Profile wild = sample_profile();
   wild.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, timing(0.400), timing(0.010)});
