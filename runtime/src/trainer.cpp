@@ -532,10 +532,10 @@ class Trainer {
   }
 
   void send_tensor(const torch::Tensor& t, int to, int tag) {
-    // At most two micro-batches' sends (header and tensor) in flight: older
-    // ones are received by now or soon, and their buffers go (a stage would
-    // otherwise hold every micro-batch's activation twice until the step's end).
-    while (sends_.size() >= 4) {
+    // At most two micro-batches' sends in flight: older ones are received by
+    // now or soon, and their buffers go (a stage would otherwise hold every
+    // micro-batch's activation twice until the step's end).
+    while (sends_.size() >= 2) {
       wait(sends_.front().first, "send");
       sends_.erase(sends_.begin());
     }
@@ -559,11 +559,14 @@ class Trainer {
     const bool last_stage = stage_ == p.pp - 1;
     if (stage_ == 0 || last_stage) batch = data_->batch(first, p.micro_batch);
     if (stage_ > 0) {
-      // Shape first (4 int64s), then the activation (Gloo needs sizes up front).
-      auto hdr = recv_tensor(stage_ - 1, {4}, torch::kLong, 0, "recv activation");
-      std::vector<std::int64_t> shape;
-      for (int k = 1; k <= hdr[0].item<std::int64_t>(); ++k) shape.push_back(hdr[k].item<std::int64_t>());
-      x = recv_tensor(stage_ - 1, shape, act_dtype(), 1, "recv activation");
+      // Gloo needs sizes up front: the first activation comes with its shape,
+      // and every micro-batch has that shape after it (fixed b and s), as
+      // torch.distributed.pipelining infers shapes once.
+      if (act_shape_.empty()) {
+        auto hdr = recv_tensor(stage_ - 1, {4}, torch::kLong, 0, "recv activation");
+        for (int k = 1; k <= hdr[0].item<std::int64_t>(); ++k) act_shape_.push_back(hdr[k].item<std::int64_t>());
+      }
+      x = recv_tensor(stage_ - 1, act_shape_, act_dtype(), 1, "recv activation");
     }
     double loss_value = 0;
     {
@@ -603,10 +606,13 @@ class Trainer {
       sv.loss = x / static_cast<double>(p.grad_accum);
       loss_value = sv.loss.item<double>();
     } else {
-      auto hdr = torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(c_.device));
-      hdr[0] = x.dim();
-      for (int k = 0; k < x.dim() && k < 3; ++k) hdr[k + 1] = x.size(k);
-      send_tensor(hdr, stage_ + 1, 0);
+      if (!shape_sent_) {
+        auto hdr = torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(c_.device));
+        hdr[0] = x.dim();
+        for (int k = 0; k < x.dim() && k < 3; ++k) hdr[k + 1] = x.size(k);
+        send_tensor(hdr, stage_ + 1, 0);
+        shape_sent_ = true;
+      }
       send_tensor(x.detach(), stage_ + 1, 1);
     }
     return loss_value;
@@ -1008,6 +1014,8 @@ class Trainer {
   torch::Tensor flat_, grad_shard_, master_;
   std::vector<torch::Tensor> all_params_;
   AdamState flat_state_;
+  std::vector<std::int64_t> act_shape_;  ///< the activation's shape from the previous stage (sent once)
+  bool shape_sent_ = false;
   std::vector<AdamState> state_;
   AdamConfig adam_;
   std::vector<Bucket> buckets_;
