@@ -250,6 +250,9 @@ class Bench {
     return true;
   }
 
+  /// Measuring time per layer point (after the warm-ups).
+  double layer_budget() const { return o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0)); }
+
   /// Seconds one warm-up run may take before its point is skipped: a point
   /// whose single run is this slow would hold the sweep for minutes.
   double time_cap(double budget) const { return std::max(o_.quick ? 5.0 : 30.0, 10 * budget); }
@@ -358,7 +361,7 @@ class Bench {
         layers.back()->module().train();
         inputs.push_back(layers.back()->make_inputs(pt.b, pt.s, opts));
       }
-      const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0));
+      const double budget = layer_budget();
       // Each distinct layer alone first, moments before the chain, so the
       // ratio of the two is not the machine's drift between the sweep and
       // the step (on the CI machine a gpt2-tiny block's loop time moved by
@@ -455,9 +458,9 @@ class Bench {
       layer->module().train();
       auto inputs = layer->make_inputs(pt.b, pt.s, opts);
       Stats f, g;
-      if (!time_loop(*layer, inputs, o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0)), &f, &g)) {
+      if (!time_loop(*layer, inputs, layer_budget(), &f, &g)) {
         too_slow_[series] = pt.b * pt.s;
-        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(o_.budget_s > 0 ? o_.budget_s : 1.0))) + " s");
+        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(layer_budget()))) + " s");
       } else {
         print_layer(pt.signature, pt.precision, pt.b, pt.s, f, g);
       }
@@ -482,44 +485,41 @@ class Bench {
 
   /// Times one layer's forward and backward alone, in a loop; false when
   /// one warm-up run took over the time cap.
-  bool time_loop(dtsim::models::TorchLayer& l, std::vector<torch::Tensor>& inputs, double budget, Stats* f_out, Stats* g_out) {
-    auto* layer = &l;
-    {
-      std::vector<double> fwd, bwd;
-      Stopwatch watch(cuda_, 4);
-      auto step = [&](bool record) {
-        // Gradients set to none, as PyTorch 2's optimizer.zero_grad() does
-        // (LibTorch 1.13 and 2.x differ in zero_grad's default): backward
-        // writes them fresh instead of accumulating. Input gradients too,
-        // including a tied head's borrowed embedding.
-        layer->module().zero_grad(/*set_to_none=*/true);
-        for (auto& t : inputs) {
-          if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
-        }
-        sync();
-        watch.mark(0);
-        auto y = layer->forward(inputs);
-        watch.mark(1);
-        // The output gradient is made outside both timings.
-        const auto dy = y.dim() == 0 ? torch::Tensor() : torch::ones_like(y);
-        watch.mark(2);
-        if (dy.defined()) {
-          y.backward(dy);
-        } else {
-          y.backward();
-        }
-        watch.mark(3);
-        const double backward_s = watch.seconds(2, 3);  // waits for the GPU
-        if (record) {
-          fwd.push_back(watch.seconds(0, 1));
-          bwd.push_back(backward_s);
-        }
-      };
-      if (!repeat(step, budget, time_cap(budget))) return false;
-      *f_out = stats(fwd);
-      *g_out = stats(bwd);
-      return true;
-    }
+  bool time_loop(dtsim::models::TorchLayer& layer, std::vector<torch::Tensor>& inputs, double budget, Stats* f_out, Stats* g_out) {
+    std::vector<double> fwd, bwd;
+    Stopwatch watch(cuda_, 4);
+    auto step = [&](bool record) {
+      // Gradients set to none, as PyTorch 2's optimizer.zero_grad() does
+      // (LibTorch 1.13 and 2.x differ in zero_grad's default): backward
+      // writes them fresh instead of accumulating. Input gradients too,
+      // including a tied head's borrowed embedding.
+      layer.module().zero_grad(/*set_to_none=*/true);
+      for (auto& t : inputs) {
+        if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
+      }
+      sync();
+      watch.mark(0);
+      auto y = layer.forward(inputs);
+      watch.mark(1);
+      // The output gradient is made outside both timings.
+      const auto dy = y.dim() == 0 ? torch::Tensor() : torch::ones_like(y);
+      watch.mark(2);
+      if (dy.defined()) {
+        y.backward(dy);
+      } else {
+        y.backward();
+      }
+      watch.mark(3);
+      const double backward_s = watch.seconds(2, 3);  // waits for the GPU
+      if (record) {
+        fwd.push_back(watch.seconds(0, 1));
+        bwd.push_back(backward_s);
+      }
+    };
+    if (!repeat(step, budget, time_cap(budget))) return false;
+    *f_out = stats(fwd);
+    *g_out = stats(bwd);
+    return true;
   }
 
   // ---- kernels ----

@@ -319,16 +319,25 @@ Measured combine(std::vector<RankMeasurement> ranks) {
   // other for a whole run, on identical layers, while a single process was
   // steady within 2%: the cores were not equally free. The simulator prices
   // equal ranks, so the report shows the spread it measured.
-  for (const auto& a : m.ranks) {
-    for (const auto& b : m.ranks) {
-      const double ca = a.forward_s + a.backward_s, cb = b.forward_s + b.backward_s;
-      if (a.rank == b.rank || a.stage != b.stage || cb <= 0) continue;
-      if (m.slow_rank < 0 || ca / cb - 1 > m.compute_skew) {
-        m.compute_skew = ca / cb - 1;
-        m.slow_rank = a.rank;
-        m.fast_rank = b.rank;
-      }
+  std::map<int, std::pair<const RankMeasurement*, const RankMeasurement*>> extremes;  // stage -> (fastest, slowest)
+  const auto compute = [](const RankMeasurement* r) { return r->forward_s + r->backward_s; };
+  for (const auto& r : m.ranks) {
+    if (compute(&r) <= 0) continue;
+    auto [it, fresh] = extremes.try_emplace(r.stage, &r, &r);
+    if (fresh) continue;
+    auto& [fast, slow] = it->second;
+    if (compute(&r) < compute(fast)) {
+      fast = &r;
+    } else if (slow == fast || compute(&r) > compute(slow)) {
+      slow = &r;
     }
+  }
+  for (const auto& [stage, e] : extremes) {
+    const auto [fast, slow] = e;
+    if (fast == slow || (m.slow_rank >= 0 && compute(slow) / compute(fast) - 1 <= m.compute_skew)) continue;
+    m.compute_skew = compute(slow) / compute(fast) - 1;
+    m.slow_rank = slow->rank;
+    m.fast_rank = fast->rank;
   }
   return m;
 }

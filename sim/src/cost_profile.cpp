@@ -31,6 +31,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <span>
 
 #include "ring.hpp"
 
@@ -250,7 +251,7 @@ namespace {
 /// A timed optimizer step of P parameters from the samples of one tensor
 /// count (sorted by parameters): linear between the bracketing sizes; past
 /// either end, the nearest sample's time per parameter.
-double step_seconds(const std::vector<const KernelSample*>& series, double params) {
+double step_seconds(std::span<const KernelSample* const> series, double params) {
   const KernelSample* lo = nullptr;
   const KernelSample* hi = nullptr;
   for (const KernelSample* s : series) {
@@ -281,8 +282,7 @@ TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer
   for (std::size_t i = 0; i < samples.size();) {
     std::size_t j = i;
     while (j < samples.size() && samples[j]->n == samples[i]->n) ++j;
-    const std::vector<const KernelSample*> series(samples.begin() + static_cast<std::ptrdiff_t>(i), samples.begin() + static_cast<std::ptrdiff_t>(j));
-    by_count.push_back({static_cast<double>(samples[i]->n), step_seconds(series, params)});
+    by_count.push_back({static_cast<double>(samples[i]->n), step_seconds(std::span(samples).subspan(i, j - i), params)});
     i = j;
   }
   const double t = std::max(1, tensors);

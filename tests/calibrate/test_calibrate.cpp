@@ -52,6 +52,16 @@ Profile sample_profile() {
   return p;
 }
 
+/// One pass of the profiles' "fake.layer" at micro-batch b, s = 1024.
+TimeNs fake_layer_time(const ComputeModel& model, Pass pass, std::int64_t b, Precision p = Precision::kFp32) {
+  Layer l;
+  l.signature = "fake.layer";
+  WorkloadShape shape;
+  shape.seq_len = 1024;
+  shape.micro_batch = b;
+  return model.layer_time(l, pass, p, shape);
+}
+
 }  // namespace
 
 TEST_CASE("fitting recovers known alpha-beta parameters", "[calibrate]") {
@@ -189,25 +199,23 @@ TEST_CASE("with a profile, a measured layer shape costs the measured median", "[
   const auto costs = std::make_shared<const ProfileCosts>(sample_profile());
   CostSources src;
   const ProfileComputeModel model(costs, test::round_cluster().device, &src);
-  Layer l;
-  l.signature = "fake.layer";
-  WorkloadShape shape;
-  shape.seq_len = 1024;
-  shape.micro_batch = 1;
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 10 * kNsPerMs);
-  CHECK(model.layer_time(l, Pass::kBackward, Precision::kFp32, shape) == 20 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kForward, 1) == 10 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kBackward, 1) == 20 * kNsPerMs);
   CHECK(src.layers_measured == 2);
   // b = 2 lies between the measured b = 1 (10 ms) and b = 4 (40 ms): 20 ms.
-  shape.micro_batch = 2;
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 20 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kForward, 2) == 20 * kNsPerMs);
   CHECK(src.layers_interpolated == 1);
   // fp16 was not measured: the fp32 figure (20 ms at b = 2) scaled by the
   // device's peak ratio, fp32 / fp16 = 1e12 / 1e12 on the round device.
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp16, shape) == 20 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kForward, 2, Precision::kFp16) == 20 * kNsPerMs);
   CHECK(src.layers_other_precision == 1);
   CHECK(src.layers_interpolated == 1);
   // A layer the profile never saw: its kernels (here none) are priced instead.
+  Layer l;
   l.signature = "other.layer";
+  WorkloadShape shape;
+  shape.seq_len = 1024;
+  shape.micro_batch = 2;
   CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 0);
   CHECK(src.layers_analytic == 1);
 }
@@ -467,17 +475,11 @@ TEST_CASE("loop times are scaled to in-step times (Note [Layers in a step])", "[
   CHECK(costs->in_step_factor("other.layer", Precision::kFp32, Pass::kForward, 4, 1024) == 1.0);
   CostSources src;
   const ProfileComputeModel model(costs, test::round_cluster().device, &src);
-  Layer l;
-  l.signature = "fake.layer";
-  WorkloadShape shape;
-  shape.seq_len = 1024;
-  shape.micro_batch = 4;
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 50 * kNsPerMs);
-  CHECK(model.layer_time(l, Pass::kBackward, Precision::kFp32, shape) == 120 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kForward, 4) == 50 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kBackward, 4) == 120 * kNsPerMs);
   // b 2 interpolates the loop times (20 ms) and takes the only ratio, the
   // nearest in tokens: 1.25 x 20 = 25 ms.
-  shape.micro_batch = 2;
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 25 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kForward, 2) == 25 * kNsPerMs);
   // Loop times taken just before the step are the reference where present:
   // 50 ms in the step over 25 ms in the adjacent loop is 2.
   Profile adjacent = prof;

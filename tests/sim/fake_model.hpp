@@ -49,8 +49,8 @@ class FakeModel final : public sim::Model {
  private:
   int n_;
   std::int64_t params_;
-  int tensors_ = 0;
   Bytes saved_;
+  int tensors_ = 0;
 };
 
 /// 1 GFLOP takes exactly `ns_per_gflop`, no launch cost.
