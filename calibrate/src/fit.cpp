@@ -247,6 +247,12 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
   return taken;
 }
 
+std::int64_t eviction_bytes(std::int64_t cache_bytes) {
+  constexpr std::int64_t kMiB = std::int64_t{1} << 20;
+  if (cache_bytes <= 0) return 256 * kMiB;
+  return std::clamp(2 * cache_bytes, 64 * kMiB, 256 * kMiB);
+}
+
 double median_time_ratio(const sim::Profile& p, const sim::Profile& other) {
   std::map<std::tuple<std::string, sim::Precision, std::int64_t, std::int64_t>, const sim::LayerSample*> theirs;
   for (const auto& s : other.layers) theirs[{s.signature, s.precision, s.micro_batch, s.seq_len}] = &s;

@@ -463,6 +463,15 @@ TEST_CASE("the copies' time ratio is the median over shared layer passes", "[cal
   CHECK(calib::median_time_ratio(mine, Profile{}) == 0);
 }
 
+TEST_CASE("the optimizer's cache eviction buffer is twice the cache, within 64-256 MiB", "[calibrate]") {
+  constexpr std::int64_t MiB = std::int64_t{1} << 20;
+  CHECK(calib::eviction_bytes(40 * MiB) == 80 * MiB);    // a 40 MiB L3: twice
+  CHECK(calib::eviction_bytes(1 * MiB) == 64 * MiB);     // under-reported: the floor
+  CHECK(calib::eviction_bytes(508 * MiB) == 256 * MiB);  // a socket's L3 reported to one VM: the ceiling
+  CHECK(calib::eviction_bytes(0) == 256 * MiB);          // unknown
+  CHECK(calib::eviction_bytes(-1) == 256 * MiB);         // sysconf's "no value"
+}
+
 TEST_CASE("loop times are scaled to in-step times (Note [Layers in a step])", "[calibrate]") {
   // fake.layer in the loop: 10/20 ms at b 1, 40/80 ms at b 4 (s 1024). In a
   // whole step at b 4 it took 50 ms forward (1.25x) and 120 ms backward

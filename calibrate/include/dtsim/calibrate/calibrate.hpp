@@ -5,6 +5,7 @@
 // prices plans with. This half needs no LibTorch: the measurement programs
 // are separate executables whose tab-separated output is parsed here.
 
+#include <cstdint>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,13 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other);
 /// equal; 0 when they share no point). A copy far from 1 means the cores
 /// were not equally free while calibrating.
 double median_time_ratio(const sim::Profile& p, const sim::Profile& other);
+
+/// Note [Cold optimizer step] (torch_bench.cpp): the bytes of a buffer whose
+/// overwrite evicts a last-level cache of `cache_bytes`: twice the cache,
+/// at least 64 MiB (a cache a system under-reports) and at most 256 MiB
+/// (hypervisors report a whole socket's L3, 512 MB on the CI machine's
+/// EPYC, where one core sees 32 MB); 256 MiB where the size is unknown (<= 0).
+std::int64_t eviction_bytes(std::int64_t cache_bytes);
 
 /// One `progress` line of a measurement program.
 struct Progress {
