@@ -205,7 +205,8 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   // gpt2-tiny block timed 8.7 ms in one calibration, 6.3 ms in another).
   // So the layers are timed
   // while procs - 1 copies of the benchmark run the same sweep beside the
-  // measured one, as the other ranks of a data-parallel job would. The
+  // measured one, point for point (Note [Copies in lockstep] in
+  // torch_bench.cpp), as the other ranks of a data-parallel job would. The
   // copies' own timings are kept too, and each point takes the slowest
   // copy's (Note [The slowest rank sets the pace] in calibrate.hpp): on this
   // VM the two ranks often run 30% apart, and a step waits for the slower.
@@ -225,15 +226,21 @@ sim::Profile calibrate(const CalibrateOptions& o) {
         const int null = ::open("/dev/null", O_WRONLY);
         ::dup2(out, 1);
         ::dup2(null, 2);
+        // Note [Copies in lockstep] (torch_bench.cpp): every point starts together.
+        std::vector<std::string> mine = argv;
+        mine.push_back("--lockstep");
+        mine.push_back(load_dir + "," + std::to_string(i) + "," + std::to_string(o.procs));
         std::vector<char*> args;
-        for (const auto& a : argv) args.push_back(const_cast<char*>(a.c_str()));
+        for (const auto& a : mine) args.push_back(const_cast<char*>(a.c_str()));
         args.push_back(nullptr);
         ::execv(args[0], args.data());
         ::_exit(127);
       }
       if (pid > 0) load.push_back(pid);
     }
-    p.info["layers_measured_with"] = std::to_string(o.procs) + " concurrent ranks";
+    argv.push_back("--lockstep");
+    argv.push_back(load_dir + ",0," + std::to_string(o.procs));
+    p.info["layers_measured_with"] = std::to_string(o.procs) + " concurrent ranks, in lockstep";
   }
   const auto measured_from = Clock::now();
   int rc = run_program(argv, "torch", p, view);

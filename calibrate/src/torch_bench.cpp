@@ -5,16 +5,20 @@
 // calibration record protocol (calibrate/README.md) on stdout.
 //   dtsim_torch_bench --device cpu|cuda [--quick] [--threads N]
 //                     [--models gpt2,bert-base,bilstm] [--precision fp32,bf16]
-//                     [--budget-s S] [--tp 2,4]
+//                     [--budget-s S] [--tp 2,4] [--passes N] [--lockstep DIR,RANK,N]
 // --precision may repeat or list several (default: fp32 on CPU, fp32 and bf16
 // on CUDA); --budget-s is the measuring time per point after the warm-ups;
 // --tp adds the tensor-parallel shares of those degrees (signatures with
 // tp=k: one rank's computation, its collectives priced apart by the simulator).
+// --passes times the layer sweep N times over (Note [Sweep passes]).
+// --lockstep makes N concurrent copies start every point together (Note
+// [Copies in lockstep]); `dtsim calibrate` passes it.
 // Bad arguments, or --device cuda without CUDA, give one line on stderr and
 // exit status 2.
 // Layers come from the analytic models (models::load_model), so the
 // signatures measured are exactly those the simulator looks up.
 #include <torch/torch.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -29,6 +33,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #ifdef DTSIM_TORCH_CUDA
@@ -55,6 +60,9 @@ struct Options {
   std::vector<std::string> precisions;
   double budget_s = 0;  // per measurement point; 0: by sweep
   std::vector<int> tp{1};  // tensor-parallel degrees whose layer shares are timed
+  int passes = 0;  // of the layer sweep (Note [Sweep passes]); 0: 3 on a CPU's full sweep, else 1
+  std::string lockstep_dir;  // Note [Copies in lockstep]; empty: alone
+  int lockstep_rank = 0, lockstep_n = 1;
 };
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -130,8 +138,19 @@ Options parse(int argc, char** argv) {
         if (n < 2 || n > 64) usage_error("--tp: " + t + " is not in 2..64");
         o.tp.push_back(static_cast<int>(n));
       }
+    } else if (a == "--passes") {
+      const long long n = whole_number(a, value());
+      if (n < 1 || n > 10) usage_error("--passes: " + std::to_string(n) + " is not in 1..10");
+      o.passes = static_cast<int>(n);
+    } else if (a == "--lockstep") {
+      const auto parts = split(value());
+      if (parts.size() != 3) usage_error("--lockstep: expected DIR,RANK,N");
+      o.lockstep_dir = parts[0];
+      o.lockstep_rank = static_cast<int>(whole_number(a, parts[1]));
+      o.lockstep_n = static_cast<int>(whole_number(a, parts[2]));
+      if (o.lockstep_n < 1 || o.lockstep_rank < 0 || o.lockstep_rank >= o.lockstep_n) usage_error("--lockstep: RANK must be in 0..N-1");
     } else {
-      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s, --tp");
+      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s, --tp, --passes, --lockstep");
     }
   }
   if (o.precisions.empty()) o.precisions = o.device == "cuda" ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"};
@@ -263,8 +282,45 @@ class Bench {
   }
 
   void progress(const std::string& label) {
+    lockstep(done_);
     std::printf("progress\t%d\t%d\t%s\n", done_++, total_, label.c_str());
     std::fflush(stdout);
+  }
+
+  // Note [Copies in lockstep]
+  // On a CPU, calibration times the layers while copies of this program run
+  // the same sweep beside it (Note [Ranks share a CPU] in driver.cpp): the
+  // ranks of a job compute the same layers at the same time. Started
+  // together, the copies drift apart within minutes (their warm-ups and
+  // skips differ), and then one copy times an LSTM beside the other's GEMMs
+  // or optimizer sweeps: in one calibration on the CI machine every LSTM
+  // point of the step phase came out 37% slower than the same shape in the
+  // sweep. So every point starts with a barrier: each copy creates the file
+  // "<point>-<rank>" in the shared directory and waits until all N exist.
+  // A copy that does not arrive within a minute (it died, or its point took
+  // over its time cap) ends the lockstep for this copy, which goes on alone.
+  void lockstep(int point) {
+    if (o_.lockstep_dir.empty() || o_.lockstep_n <= 1) return;
+    const auto file = [&](int k, int r) { return o_.lockstep_dir + "/" + std::to_string(k) + "-" + std::to_string(r); };
+    std::FILE* f = std::fopen(file(point, o_.lockstep_rank).c_str(), "w");
+    if (f == nullptr) {
+      o_.lockstep_dir.clear();
+      return;
+    }
+    std::fclose(f);
+    const auto until = Clock::now() + std::chrono::seconds(60);
+    for (int r = 0; r < o_.lockstep_n; ++r) {
+      while (::access(file(point, r).c_str(), F_OK) != 0) {
+        if (Clock::now() > until) {
+          std::fprintf(stderr, "dtsim_torch_bench: copy %d did not reach point %d within 60 s; going on without lockstep\n", r, point);
+          o_.lockstep_dir.clear();
+          return;
+        }
+        std::this_thread::sleep_for(std::chrono::microseconds(200));
+      }
+    }
+    // Every copy has passed the previous barrier: its file is no longer read.
+    if (point > 0) std::remove(file(point - 1, o_.lockstep_rank).c_str());
   }
   void skip(const std::string& label, const std::string& why) {
     std::printf("skip\t%s\t%s\n", label.c_str(), why.c_str());
@@ -442,16 +498,49 @@ class Bench {
     }
   }
 
-  void measure_layer(const LayerPoint& pt) {
-    const std::string label = pt.signature + " " + pt.precision + " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s);
+  // Note [Sweep passes]
+  // This CPU's speed moves over seconds to minutes: in one calibration on
+  // the CI machine one LSTM point took 3.27 ms where its neighbours, timed
+  // a second before and after, took 1.9, and the runtime measured 2.0
+  // minutes later. A point timed in one window takes whatever state the
+  // machine was in. So on CPUs the layer sweep runs three times over, each
+  // pass with a third of the measuring time, and a point's median is the
+  // median of its three passes' medians (its min and max over all passes):
+  // one slow window no longer decides it. GPUs are steady: one pass.
+  struct PassTimes {
+    std::vector<Stats> forward, backward;
+    bool failed = false;
+  };
+
+  static Stats median_of_passes(const std::vector<Stats>& passes) {
+    Stats out;
+    std::vector<double> medians;
+    for (const Stats& s : passes) {
+      medians.push_back(s.median);
+      out.min = out.reps == 0 ? s.min : std::min(out.min, s.min);
+      out.max = std::max(out.max, s.max);
+      out.reps += s.reps;
+    }
+    out.median = stats(medians).median;
+    return out;
+  }
+
+  int passes() const { return o_.passes > 0 ? o_.passes : (cuda_ || o_.quick ? 1 : 3); }
+
+  void measure_layer(const LayerPoint& pt, int pass, PassTimes& out) {
+    const std::string label = pt.signature + " " + pt.precision + " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s) +
+                              (passes() > 1 ? " (pass " + std::to_string(pass + 1) + "/" + std::to_string(passes()) + ")" : "");
     progress(label);
+    if (out.failed) return;  // skipped in an earlier pass, and said so then
     // Points are swept by growing tokens: once one is over the time cap, the
     // larger ones of that layer and precision are skipped without trying.
     const std::string series = pt.signature + " " + pt.precision;
-    if (const auto it = too_slow_.find(series); it != too_slow_.end() && pt.b * pt.s >= it->second) {
+    if (const auto it = too_slow_.find(series); pass == 0 && it != too_slow_.end() && pt.b * pt.s >= it->second) {
+      out.failed = true;
       skip(label, "a point with fewer tokens already exceeded the time cap");
       return;
     }
+    const double budget = layer_budget() / passes();
     try {
       auto layer = dtsim::models::make_torch_layer(pt.signature);
       const auto opts = options(pt.precision);
@@ -459,17 +548,21 @@ class Bench {
       layer->module().train();
       auto inputs = layer->make_inputs(pt.b, pt.s, opts);
       Stats f, g;
-      if (!time_loop(*layer, inputs, layer_budget(), &f, &g)) {
+      if (!time_loop(*layer, inputs, budget, &f, &g)) {
         too_slow_[series] = pt.b * pt.s;
-        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(layer_budget()))) + " s");
+        out.failed = true;
+        skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
       } else {
-        print_layer(pt.signature, pt.precision, pt.b, pt.s, f, g);
+        out.forward.push_back(f);
+        out.backward.push_back(g);
       }
     } catch (const c10::Error& e) {
       // Out of memory (c10::OutOfMemoryError is a c10::Error) or an op this
       // device or dtype lacks (e.g. fp16 matmul on a CPU).
+      out.failed = true;
       skip(label, first_line(e.what_without_backtrace()));
     } catch (const std::bad_alloc&) {
+      out.failed = true;
       skip(label, "out of host memory");
     }
 #ifdef DTSIM_TORCH_CUDA
@@ -606,19 +699,28 @@ class Bench {
         bytes = 3 * e * k.m;
       } else if (k.kind == "adam" || k.kind == "sgd") {
         // A step updates every tensor in turn; the states persist across
-        // steps, as training's do.
+        // steps, as training's do. Runs rotate over sets that fill twice
+        // the cache (Note [Cold optimizer step]).
         struct Param {
           torch::Tensor p, g;
           dtsim::models::AdamState state;
         };
-        auto ps = std::make_shared<std::vector<Param>>();
-        for (std::int64_t t = 0; t < k.n; ++t) ps->push_back({torch::randn({k.m / k.n}, opts), torch::randn({k.m / k.n}, opts), {}});
         dtsim::models::AdamConfig config;
         config.sgd = k.kind == "sgd";
-        op = [ps, config, step = std::int64_t{0}]() mutable {
+        const std::int64_t set_bytes = k.m * (config.sgd ? 8 : 16);  // fp32 weight and gradient (and m, v)
+        const std::int64_t sets = std::max<std::int64_t>(1, dtsim::calib::eviction_bytes(last_level_cache()) / set_bytes);
+        auto ps = std::make_shared<std::vector<std::vector<Param>>>(sets);
+        for (auto& set : *ps) {
+          for (std::int64_t t = 0; t < k.n; ++t) {
+            set.push_back({torch::randn({k.m / k.n}, opts), torch::randn({k.m / k.n}, opts), {}});
+            dtsim::models::adam_update(set.back().p, set.back().g, set.back().state, 1, config);  // the states' first allocation
+          }
+        }
+        op = [ps, config, step = std::int64_t{1}]() mutable {
           ++step;
-          for (auto& q : *ps) dtsim::models::adam_update(q.p, q.g, q.state, step, config);
-          return ps->front().p;
+          auto& set = (*ps)[static_cast<std::size_t>(step) % ps->size()];
+          for (auto& q : set) dtsim::models::adam_update(q.p, q.g, q.state, step, config);
+          return set.front().p;
         };
         // Adam: read grad, weight, m, v; write weight, m, v (the simulator's
         // update_bytes_per_param). The runtime's SGD has no momentum: read
@@ -635,9 +737,7 @@ class Bench {
       std::vector<double> times;
       Stopwatch watch(cuda_, 2);
       const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.1 : (o_.quick ? 0.05 : 0.2));
-      const bool optimizer = k.kind == "adam" || k.kind == "sgd";
       const bool measured = repeat([&](bool record) {
-        if (optimizer) evict_caches();
         sync();
         watch.mark(0);
         auto y = op();
@@ -668,23 +768,22 @@ class Bench {
   // (models::adam_update, one thread) 170K parameters in 16 tensors took
   // 263 us hot and 444 us with the caches evicted between runs, and the
   // runtime's bilstm-tiny step (170K in 18) took 490-580 us; 1M parameters
-  // 1.07 ms hot, 1.36 ms cold. So the optimizer points evict the caches
-  // before every run, outside the timing.
-  /// Overwrites a buffer larger than the last-level cache.
-  void evict_caches() {
-    if (!evict_.defined()) {
-      std::int64_t bytes = 0;
+  // 1.07 ms hot, 1.36 ms cold. So an optimizer point keeps enough
+  // independent sets of parameters, gradients and states to fill twice the
+  // last-level cache, and each run updates the next set in turn: the one it
+  // updates was last touched a full round ago. (Overwriting a buffer between
+  // runs evicts as well, but on a CPU it streams hundreds of megabytes the
+  // concurrent copy's layers then compete with: one calibration that did had
+  // every LSTM point 60% slower than the runtime measured minutes later.)
+  /// The last-level cache's bytes as the system reports them (0: unknown).
+  std::int64_t last_level_cache() const {
 #ifdef DTSIM_TORCH_CUDA
-      if (cuda_) {
-        cudaDeviceProp prop{};
-        if (cudaGetDeviceProperties(&prop, 0) == cudaSuccess) bytes = 2 * static_cast<std::int64_t>(prop.l2CacheSize);
-      }
-#endif
-      if (!cuda_) bytes = 2 * std::max<std::int64_t>(0, ::sysconf(_SC_LEVEL3_CACHE_SIZE));
-      bytes = dtsim::calib::eviction_bytes(bytes);
-      evict_ = torch::zeros({bytes / 4}, options("fp32"));
+    if (cuda_) {
+      cudaDeviceProp prop{};
+      return cudaGetDeviceProperties(&prop, 0) == cudaSuccess ? prop.l2CacheSize : 0;
     }
-    evict_.add_(1.0f);
+#endif
+    return std::max<long>(0, ::sysconf(_SC_LEVEL3_CACHE_SIZE));
   }
 
   void memory_records() {
@@ -761,8 +860,17 @@ class Bench {
     std::vector<StepPoint> steps;
     const auto layers = layer_points(&steps);
     const auto kernels = kernel_points();
-    total_ = static_cast<int>(layers.size() + steps.size() + kernels.size());
-    for (const auto& p : layers) measure_layer(p);
+    total_ = static_cast<int>(layers.size() * static_cast<std::size_t>(passes()) + steps.size() + kernels.size());
+    // Note [Sweep passes]: the sweep, pass after pass; a point's record once all have run.
+    std::vector<PassTimes> times(layers.size());
+    for (int pass = 0; pass < passes(); ++pass) {
+      for (std::size_t i = 0; i < layers.size(); ++i) measure_layer(layers[i], pass, times[i]);
+    }
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      if (times[i].failed || times[i].forward.empty()) continue;
+      print_layer(layers[i].signature, layers[i].precision, layers[i].b, layers[i].s, median_of_passes(times[i].forward),
+                  median_of_passes(times[i].backward));
+    }
     for (const auto& p : steps) measure_step(p);
     for (const auto& k : kernels) measure_kernel(k);
     std::printf("progress\t%d\t%d\tdone\n", total_, total_);
@@ -775,7 +883,6 @@ class Bench {
   bool cuda_;
   int done_ = 0, total_ = 0;
   std::map<std::string, std::int64_t> too_slow_;  // layer series -> fewest tokens over the time cap
-  torch::Tensor evict_;  // Note [Cold optimizer step]
 };
 
 }  // namespace

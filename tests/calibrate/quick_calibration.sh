@@ -9,9 +9,12 @@ fail() { echo "quick_calibration: $*" >&2; exit 1; }
 
 rm -f "$out"
 start=$(date +%s)
-"$dtsim" calibrate --device cpu --procs 2 --quick --out "$out" >/dev/null
+"$dtsim" calibrate --device cpu --procs 2 --quick --out "$out" >/dev/null 2>"$out.stderr"
 echo "quick calibration took $(( $(date +%s) - start )) s"
 [[ -s "$out" ]] || fail "no profile written"
+# Note [Copies in lockstep]: the measured copy met its partner at every point.
+! grep -q "without lockstep" "$out.stderr" || fail "the copies fell out of lockstep: $(cat "$out.stderr")"
+rm -f "$out.stderr"
 
 show=$("$dtsim" profile show "$out")
 grep -q "gpt2.block:h=768,a=12,f=3072,drop=1 fp32" <<<"$show" || fail "profile has no GPT-2 block: $show"
@@ -19,6 +22,7 @@ grep -q "kernel.gemm.fp32" <<<"$show" || fail "profile has no GEMM fit"
 grep -q "comm.gloo.all_reduce.2" <<<"$show" || fail "profile has no Gloo all-reduce fit"
 grep -q "gpt2.block:h=768,a=12,f=3072,drop=1,tp=2 fp32" <<<"$show" || fail "profile has no tensor-parallel GPT-2 block share"
 grep -q "gloo.api: c10d ProcessGroupGloo" <<<"$show" || fail "the collectives were not measured through c10d: $show"
+grep -q "layers_measured_with: 2 concurrent ranks, in lockstep" <<<"$show" || fail "the layers were not timed beside a copy in lockstep: $show"
 
 # gpt2 at micro-batch 1, 128 tokens, fp32 is a measured shape of the quick
 # sweep: its 14 layers (embeddings, 12 blocks, head) x forward and backward

@@ -463,7 +463,7 @@ TEST_CASE("the copies' time ratio is the median over shared layer passes", "[cal
   CHECK(calib::median_time_ratio(mine, Profile{}) == 0);
 }
 
-TEST_CASE("the optimizer's cache eviction buffer is twice the cache, within 64-256 MiB", "[calibrate]") {
+TEST_CASE("the optimizer's rotating sets fill twice the cache, within 64-256 MiB", "[calibrate]") {
   constexpr std::int64_t MiB = std::int64_t{1} << 20;
   CHECK(calib::eviction_bytes(40 * MiB) == 80 * MiB);    // a 40 MiB L3: twice
   CHECK(calib::eviction_bytes(1 * MiB) == 64 * MiB);     // under-reported: the floor

@@ -41,8 +41,9 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other);
 /// were not equally free while calibrating.
 double median_time_ratio(const sim::Profile& p, const sim::Profile& other);
 
-/// Note [Cold optimizer step] (torch_bench.cpp): the bytes of a buffer whose
-/// overwrite evicts a last-level cache of `cache_bytes`: twice the cache,
+/// Note [Cold optimizer step] (torch_bench.cpp): the bytes an optimizer
+/// point's rotating sets fill, so that a last-level cache of `cache_bytes`
+/// holds none of the set a run updates: twice the cache,
 /// at least 64 MiB (a cache a system under-reports) and at most 256 MiB
 /// (hypervisors report a whole socket's L3, 512 MB on the CI machine's
 /// EPYC, where one core sees 32 MB); 256 MiB where the size is unknown (<= 0).
