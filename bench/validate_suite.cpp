@@ -39,6 +39,7 @@ struct Run {
   double predicted_s = 0, measured_s = 0;
   double predicted_mib = 0, measured_mib = 0;  // the rank with the largest |error|
   double skew = -1;  // the slowest rank's extra compute over the fastest of its stage; -1: one rank per stage
+  double probe = 0;  // Note [Machine probe]: the run's probe over the profile's; 0: none
 };
 
 /// A row of the table: one model and plan over the rounds.
@@ -51,7 +52,14 @@ struct Row {
   double measured_min_s = 0, measured_max_s = 0;
   double predicted_mib = 0, measured_mib = 0, memory_error = 0;
   double skew = -1;  // the median over rounds
+  double probe = 0;  // the median over rounds of the probe ratio
+  double quiet_error = 0;  // the error over the rounds whose probe was within 15% of calibration's
+  int quiet_rounds = 0;
 };
+
+/// Note [Machine probe]: a round ran on the machine as calibrated when its
+/// probe ran within 15% of the profile's.
+bool quiet(const Run& r) { return r.probe > 0 && r.probe < 1.15 && r.probe > 1 / 1.15; }
 
 double median(std::vector<double> v) {
   std::sort(v.begin(), v.end());
@@ -61,7 +69,7 @@ double median(std::vector<double> v) {
 
 /// Note [Suite rounds]: a row's figures from its rounds.
 void summarise(Row& r) {
-  std::vector<double> t, mem, skew;
+  std::vector<double> t, mem, skew, probe, quiet_t;
   for (const Run& run : r.runs) {
     if (!run.ok) {
       r.ok = false;
@@ -71,6 +79,8 @@ void summarise(Row& r) {
     t.push_back(run.measured_s);
     mem.push_back(run.measured_mib);
     if (run.skew >= 0) skew.push_back(run.skew);
+    if (run.probe > 0) probe.push_back(run.probe);
+    if (quiet(run)) quiet_t.push_back(run.measured_s);
   }
   if (t.empty()) return;
   r.ok = true;
@@ -83,6 +93,9 @@ void summarise(Row& r) {
   r.time_error = r.measured_s > 0 ? (r.predicted_s - r.measured_s) / r.measured_s : 0;
   r.memory_error = r.measured_mib > 0 ? (r.predicted_mib - r.measured_mib) / r.measured_mib : 0;
   r.skew = skew.empty() ? -1 : median(skew);
+  r.probe = median(probe);
+  r.quiet_rounds = static_cast<int>(quiet_t.size());
+  if (!quiet_t.empty()) r.quiet_error = (r.predicted_s - median(quiet_t)) / median(quiet_t);
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -191,6 +204,7 @@ int main(int argc, char** argv) {
       if (status != 0) throw std::runtime_error(text.substr(0, text.find('\n')));
       const YAML::Node doc = YAML::Load(text);
       if (doc["measured"]["slow_rank"] && doc["measured"]["slow_rank"].as<int>() >= 0) r.skew = doc["measured"]["compute_skew"].as<double>();
+      if (doc["measured"]["probe_ratio"]) r.probe = doc["measured"]["probe_ratio"].as<double>();
       double worst_memory = -1;
       for (const auto& c : doc["comparison"]) {
         const std::string what = c["what"].as<std::string>();
@@ -212,15 +226,16 @@ int main(int argc, char** argv) {
   for (Row& r : rows) summarise(r);
   if (tty) std::fprintf(stderr, "\r%80s\r", "");
 
-  std::vector<double> te, me;
+  std::vector<double> te, me, quiet_errors;
   double worst = 0;
   std::string worst_what;
   std::ostringstream md;
-  md << "| model | plan | predicted | measured | rounds' range | time error | predicted peak | measured peak | memory error | rank skew |\n";
-  md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  md << "| model | plan | predicted | measured | rounds' range | time error | predicted peak | measured peak | memory error | rank skew | "
+        "probe |\n";
+  md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|---:|\n";
   for (const auto& r : rows) {
     if (!r.ok) {
-      md << "| " << r.model << " | " << r.plan << " | failed: " << r.why << " | | | | | | | |\n";
+      md << "| " << r.model << " | " << r.plan << " | failed: " << r.why << " | | | | | | | | |\n";
       continue;
     }
     te.push_back(r.time_error);
@@ -233,14 +248,25 @@ int main(int argc, char** argv) {
     }
     md << "| " << r.model << " | " << r.plan << " | " << num("%.1f ms", r.predicted_s * 1e3) << " | " << num("%.1f ms", r.measured_s * 1e3)
        << " | " << num("%.1f", r.measured_min_s * 1e3) << num("-%.1f ms", r.measured_max_s * 1e3) << " | " << pct(r.time_error) << " | " << num("%.1f MiB", r.predicted_mib) << " | " << num("%.1f MiB", r.measured_mib) << " | "
-       << pct(r.memory_error) << " | " << (r.skew < 0 ? std::string("-") : num("%.0f%%", 100 * r.skew)) << " |\n";
+       << pct(r.memory_error) << " | " << (r.skew < 0 ? std::string("-") : num("%.0f%%", 100 * r.skew)) << " | "
+       << (r.probe > 0 ? num("%.2fx", r.probe) : std::string("-")) << " |\n";
+    if (r.quiet_rounds > 0) quiet_errors.push_back(r.quiet_error);
   }
   const double mt = median_abs(te), mm = median_abs(me);
   md << "\nmedian |error|: iteration time " << num("%.1f%%", 100 * mt) << " (target <= 10%), peak memory " << num("%.1f%%", 100 * mm)
      << " (target <= 5%); worst " << num("%.1f%%", 100 * worst) << " (" << worst_what << "; target <= 25%); " << te.size() << " of "
      << rows.size() << " runs completed\n";
+  if (!quiet_errors.empty()) {
+    double quiet_worst = 0;
+    for (double e : quiet_errors) quiet_worst = std::max(quiet_worst, std::abs(e));
+    md << "\nrounds on the machine as calibrated (probe within 15%; Note [Machine probe]): " << quiet_errors.size() << " of "
+       << rows.size() << " rows have one; over those rounds, median |error| of iteration time " << num("%.1f%%", 100 * median_abs(quiet_errors))
+       << ", worst " << num("%.1f%%", 100 * quiet_worst) << "\n";
+  }
   md << "\nmeasured: the median of " << rounds << " rounds of " << steps << " steps each, run round after round (Note [Suite rounds]); "
         "rounds' range: the lowest and highest round\n";
+  md << "\nprobe: how long the reference Bi-LSTM layer took before the run over its time while the profile's layers were "
+        "measured (the median over rounds); above 1 the machine was slower than at calibration (Note [Machine probe])\n";
   md << "\nrank skew: how much longer the slower rank of a stage computed than the faster on the same layers (Note [Unequal ranks]; "
         "the simulator assumes equal ranks); - where each stage has one rank\n";
   std::fputs(md.str().c_str(), stdout);
@@ -255,6 +281,8 @@ int main(int argc, char** argv) {
          << ", \"time_error\": " << r.time_error << ", \"memory_error\": " << r.memory_error << ", \"rank_skew\": " << r.skew
          << ", \"predicted_s\": " << r.predicted_s << ", \"measured_s\": [";
       for (std::size_t k = 0; k < r.runs.size(); ++k) js << (k ? ", " : "") << r.runs[k].measured_s;
+      js << "], \"probe\": [";
+      for (std::size_t k = 0; k < r.runs.size(); ++k) js << (k ? ", " : "") << r.runs[k].probe;
       js << "]}";
     }
     js << "]}\n";

@@ -395,6 +395,13 @@ std::string format_profile(const sim::Profile& p) {
                           "nccl.nccl_version", "gloo.api", "gloo.transport", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
   }
+  // Note [Machine probe] (models/torch/.../torch_layers.hpp).
+  const auto sweep = p.info.find("torch.probe_s"), end = p.info.find("torch.probe_end_s");
+  if (sweep != p.info.end()) {
+    os << "  machine probe (one Bi-LSTM layer, b 4, s 32): " << human_s(std::atof(sweep->second.c_str())) << " during the layer sweep";
+    if (end != p.info.end()) os << ", " << human_s(std::atof(end->second.c_str())) << " at the end";
+    os << "\n";
+  }
   // Layers: shapes measured per signature and precision.
   std::map<std::string, std::vector<const sim::LayerSample*>> layers;
   for (const auto& l : p.layers) layers[l.signature + " " + to_string(l.precision)].push_back(&l);

@@ -282,7 +282,7 @@ class Bench {
   }
 
   void progress(const std::string& label) {
-    lockstep(done_);
+    lockstep();
     std::printf("progress\t%d\t%d\t%s\n", done_++, total_, label.c_str());
     std::fflush(stdout);
   }
@@ -295,12 +295,14 @@ class Bench {
   // skips differ), and then one copy times an LSTM beside the other's GEMMs
   // or optimizer sweeps: in one calibration on the CI machine every LSTM
   // point of the step phase came out 37% slower than the same shape in the
-  // sweep. So every point starts with a barrier: each copy creates the file
-  // "<point>-<rank>" in the shared directory and waits until all N exist.
+  // sweep. So every point (and probe) starts with a barrier: each copy
+  // creates the file "<barrier>-<rank>" in the shared directory and waits
+  // until all N exist; the copies number their barriers alike.
   // A copy that does not arrive within a minute (it died, or its point took
   // over its time cap) ends the lockstep for this copy, which goes on alone.
-  void lockstep(int point) {
+  void lockstep() {
     if (o_.lockstep_dir.empty() || o_.lockstep_n <= 1) return;
+    const int point = barriers_++;
     const auto file = [&](int k, int r) { return o_.lockstep_dir + "/" + std::to_string(k) + "-" + std::to_string(r); };
     std::FILE* f = std::fopen(file(point, o_.lockstep_rank).c_str(), "w");
     if (f == nullptr) {
@@ -312,7 +314,7 @@ class Bench {
     for (int r = 0; r < o_.lockstep_n; ++r) {
       while (::access(file(point, r).c_str(), F_OK) != 0) {
         if (Clock::now() > until) {
-          std::fprintf(stderr, "dtsim_torch_bench: copy %d did not reach point %d within 60 s; going on without lockstep\n", r, point);
+          std::fprintf(stderr, "dtsim_torch_bench: copy %d did not reach barrier %d within 60 s; going on without lockstep\n", r, point);
           o_.lockstep_dir.clear();
           return;
         }
@@ -496,6 +498,14 @@ class Bench {
     } catch (const std::runtime_error& e) {
       skip(label, e.what());
     }
+  }
+
+  /// Note [Machine probe] (torch_layers.hpp): the reference workload, the
+  /// copies together; CPUs only. Returns its seconds (0 on CUDA).
+  double probe() {
+    if (cuda_) return 0;
+    lockstep();
+    return dtsim::models::probe_seconds(0.5);
   }
 
   // Note [Sweep passes]
@@ -862,10 +872,15 @@ class Bench {
     const auto kernels = kernel_points();
     total_ = static_cast<int>(layers.size() * static_cast<std::size_t>(passes()) + steps.size() + kernels.size());
     // Note [Sweep passes]: the sweep, pass after pass; a point's record once all have run.
+    // The probe before every pass: the sweep's medians are of its passes,
+    // and the profile's probe is the median of theirs (Note [Machine probe]).
     std::vector<PassTimes> times(layers.size());
+    std::vector<double> probes;
     for (int pass = 0; pass < passes(); ++pass) {
+      probes.push_back(probe());
       for (std::size_t i = 0; i < layers.size(); ++i) measure_layer(layers[i], pass, times[i]);
     }
+    if (!cuda_) std::printf("info\tprobe_s\t%.9g\n", stats(probes).median);
     for (std::size_t i = 0; i < layers.size(); ++i) {
       if (times[i].failed || times[i].forward.empty()) continue;
       print_layer(layers[i].signature, layers[i].precision, layers[i].b, layers[i].s, median_of_passes(times[i].forward),
@@ -873,6 +888,7 @@ class Bench {
     }
     for (const auto& p : steps) measure_step(p);
     for (const auto& k : kernels) measure_kernel(k);
+    if (!cuda_) std::printf("info\tprobe_end_s\t%.9g\n", probe());  // after the steps and kernels, for the record
     std::printf("progress\t%d\t%d\tdone\n", total_, total_);
   }
 
@@ -882,6 +898,7 @@ class Bench {
   Options o_;
   bool cuda_;
   int done_ = 0, total_ = 0;
+  int barriers_ = 0;  // Note [Copies in lockstep]
   std::map<std::string, std::int64_t> too_slow_;  // layer series -> fewest tokens over the time cap
 };
 

@@ -262,6 +262,12 @@ class Trainer {
     m.device = c_.device.str();
     const int total = c_.options.warmup + c_.options.steps;
     std::vector<double> fwd, bwd, opt, wait;
+    // Note [Machine probe] (models/torch): how fast this CPU is now, every
+    // rank at once as calibration's copies ran it.
+    if (!c_.device.is_cuda()) {
+      comm_.barrier("probe");
+      m.probe_s = models::probe_seconds(0.3);
+    }
     for (int step = 0; step < total; ++step) {
       const bool measured = step >= c_.options.warmup;
       if (step == c_.options.warmup) {

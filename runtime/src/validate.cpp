@@ -263,6 +263,7 @@ std::string rank_to_json(const RankMeasurement& m) {
   w.key("losses").begin_array();
   for (double x : m.losses) w.value(x);
   w.end_array();
+  w.field("probe_s", m.probe_s);
   w.end_object();
   return w.str();
 }
@@ -283,6 +284,7 @@ RankMeasurement rank_from_json(const std::string& text, const std::string& sourc
     m.peak_bytes = n["peak_bytes"].as<std::int64_t>();
     m.host_peak_bytes = n["host_peak_bytes"].as<std::int64_t>();
     for (const auto& x : n["losses"]) m.losses.push_back(x.as<double>());
+    if (n["probe_s"]) m.probe_s = n["probe_s"].as<double>();
   } catch (const YAML::Exception& e) {
     throw ConfigError(source + ": not a rank measurement (" + e.msg + ")");
   }
@@ -332,6 +334,7 @@ Measured combine(std::vector<RankMeasurement> ranks) {
       slow = &r;
     }
   }
+  for (const auto& r : m.ranks) m.probe_s = std::max(m.probe_s, r.probe_s);  // Note [Machine probe]: the slowest rank
   for (const auto& [stage, e] : extremes) {
     const auto [fast, slow] = e;
     if (fast == slow || (m.slow_rank >= 0 && compute(slow) / compute(fast) - 1 <= m.compute_skew)) continue;
@@ -340,6 +343,17 @@ Measured combine(std::vector<RankMeasurement> ranks) {
     m.fast_rank = fast->rank;
   }
   return m;
+}
+
+double profile_probe_seconds(const sim::Profile& p) {
+  const auto it = p.info.find("torch.probe_s");
+  return it == p.info.end() ? 0 : std::max(0.0, std::atof(it->second.c_str()));
+}
+
+double probe_ratio(const RunSetup& s, const Measured& m) {
+  if (s.profile == nullptr || m.probe_s <= 0) return 0;
+  const double calibrated = profile_probe_seconds(s.profile->profile());
+  return calibrated > 0 ? m.probe_s / calibrated : 0;
 }
 
 // ---- the report ----------------------------------------------------------------
@@ -408,6 +422,13 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
         << " longer than rank " << m.fast_rank
         << (m.compute_skew > 0.1 ? " (the simulator assumes equal ranks: the cores were not equally free)" : "") << "\n";
   }
+  if (const double k = probe_ratio(s, m); k > 0) {
+    out << "  machine: the reference Bi-LSTM layer (Note [Machine probe]) ran " << fmt("%.2fx", k) << " its time at calibration";
+    if (k > 1.15 || k < 1 / 1.15) {
+      out << ": the machine is " << (k > 1 ? "slower" : "faster") << " than when the profile was measured, and the errors above include it";
+    }
+    out << "\n";
+  }
   if (!m.losses.empty()) {
     out << "  loss: " << fmt("%.4f", m.losses.front()) << " at step 1 -> " << fmt("%.4f", m.losses.back()) << " at step "
         << m.losses.size() << "\n";
@@ -439,6 +460,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
     opt = std::max(opt, r.optimizer_s);
   }
   w.field("compute_skew", m.compute_skew).field("slow_rank", m.slow_rank).field("fast_rank", m.fast_rank);
+  w.field("probe_s", m.probe_s).field("probe_ratio", probe_ratio(s, m));
   w.key("phases_s").begin_object();
   w.field("forward", f).field("backward", b).field("comm_wait", c).field("optimizer", opt);
   w.end_object();

@@ -18,6 +18,7 @@
 
 #include "dtsim/runtime/launcher.hpp"
 #include "dtsim/runtime/validate.hpp"
+#include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
 #include "test_util.hpp"
 
@@ -152,6 +153,32 @@ TEST_CASE("a rank's measurements survive their JSON", "[runtime][validate]") {
   CHECK(back.host_peak_bytes == 42);
   CHECK(back.losses == m.losses);
   CHECK(test::error_of([] { runtime::rank_from_json("{\"rank\": 1}", "rank-1.json"); }).find("rank-1.json") != std::string::npos);
+}
+
+TEST_CASE("the machine probe: the slowest rank's over the profile's (Note [Machine probe])", "[runtime][validate]") {
+  // Ranks probed 6 ms and 9 ms; the profile's layers were measured while
+  // the probe took 6 ms: the machine now runs it 9 / 6 = 1.5x as long.
+  std::vector<runtime::RankMeasurement> ranks(2);
+  ranks[0].rank = 0;
+  ranks[0].probe_s = 0.006;
+  ranks[1].rank = 1;
+  ranks[1].probe_s = 0.009;
+  const runtime::Measured m = runtime::combine(ranks);
+  CHECK(m.probe_s == Approx(0.009));
+  CHECK(runtime::rank_from_json(runtime::rank_to_json(ranks[1]), "test").probe_s == Approx(0.009));
+  sim::Profile prof;
+  prof.info["torch.probe_s"] = "0.006";
+  CHECK(runtime::profile_probe_seconds(prof) == Approx(0.006));
+  auto o = runtime::parse_validate_args({"--model", "bilstm-tiny", "--plan", "ddp"});
+  runtime::RunSetup s = runtime::setup_run(o, 2);
+  CHECK(runtime::probe_ratio(s, m) == 0);  // no profile: nothing to compare with
+  s.profile = std::make_shared<const sim::ProfileCosts>(prof);
+  CHECK(runtime::probe_ratio(s, m) == Approx(1.5));
+  const std::string report = runtime::format_report(o, s, runtime::predict_run(s), m);
+  CHECK(report.find("ran 1.50x its time at calibration: the machine is slower") != std::string::npos);
+  // A profile from before the probe, and a rank that did not run it (CUDA).
+  CHECK(runtime::profile_probe_seconds(sim::Profile{}) == 0);
+  CHECK(runtime::probe_ratio(s, runtime::combine({runtime::RankMeasurement{}})) == 0);
 }
 
 TEST_CASE("validate options are checked with what would be valid", "[runtime][validate]") {

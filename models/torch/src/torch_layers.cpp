@@ -6,6 +6,8 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <map>
 #include <sstream>
@@ -589,6 +591,29 @@ void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int
   const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(step));
   auto denom = (s.v / bc2).sqrt_().add_(c.eps);
   p.addcdiv_(s.m, denom, -c.lr / bc1);
+}
+
+double probe_seconds(double budget_s) {
+  auto layer = make_torch_layer(kProbeSignature);
+  layer->module().train();
+  auto inputs = layer->make_inputs(4, 32, torch::TensorOptions().dtype(torch::kFloat));
+  std::vector<double> runs;
+  const auto run = [&] {
+    layer->module().zero_grad(/*set_to_none=*/true);
+    for (auto& t : inputs) {
+      if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
+    }
+    const auto t0 = std::chrono::steady_clock::now();
+    auto y = layer->forward(inputs);
+    y.backward(torch::ones_like(y));
+    return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  };
+  run();
+  run();
+  const auto start = std::chrono::steady_clock::now();
+  while (runs.size() < 3 || std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() < budget_s) runs.push_back(run());
+  std::sort(runs.begin(), runs.end());
+  return runs[runs.size() / 2];
 }
 
 }  // namespace dtsim::models

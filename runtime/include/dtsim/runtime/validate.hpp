@@ -82,6 +82,7 @@ struct RankMeasurement {
   std::int64_t peak_bytes = 0;       ///< device peak during the measured steps
   std::int64_t host_peak_bytes = 0;  ///< offloaded host memory peak (0 without offload)
   std::vector<double> losses;        ///< each step's loss (warm-up included), on ranks that compute it
+  double probe_s = 0;                ///< Note [Machine probe]: the reference workload before the run (CPU); 0: not run
 };
 
 /// Serialises / parses a rank's measurements (rank-K.json). Throws
@@ -103,7 +104,19 @@ struct Measured {
   /// two ranks (a pure pipeline, one process).
   double compute_skew = 0;
   int slow_rank = -1, fast_rank = -1;
+  /// Note [Machine probe] (models/torch): the slowest rank's probe
+  /// seconds; 0 where not measured (CUDA, older workers).
+  double probe_s = 0;
 };
+
+/// The probe seconds a profile recorded (Note [Machine probe]): the median
+/// of those before each pass of its layer sweep; 0 where it has none.
+double profile_probe_seconds(const sim::Profile& p);
+
+/// The run's probe over its profile's: 1.5 is a machine running the
+/// reference workload 1.5x slower than when the profile was measured. 0
+/// where either is missing.
+double probe_ratio(const RunSetup& s, const Measured& m);
 
 /// The median of per-step figures (0 for none).
 double median(std::vector<double> v);
