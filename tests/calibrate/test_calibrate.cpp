@@ -463,6 +463,16 @@ TEST_CASE("the copies' time ratio is the median over shared layer passes", "[cal
   CHECK(calib::median_time_ratio(mine, Profile{}) == 0);
 }
 
+TEST_CASE("profile show prints the machine probe (Note [Machine probe])", "[calibrate]") {
+  Profile prof;
+  prof.info["torch.probe_s"] = "0.00554";
+  CHECK(calib::format_profile(prof).find("machine probe (one Bi-LSTM layer, b 4, s 32): 5.54 ms during the layer sweep\n") !=
+        std::string::npos);
+  prof.info["torch.probe_end_s"] = "0.00958";
+  CHECK(calib::format_profile(prof).find("5.54 ms during the layer sweep, 9.58 ms at the end\n") != std::string::npos);
+  CHECK(calib::format_profile(Profile{}).find("machine probe") == std::string::npos);
+}
+
 TEST_CASE("the optimizer's rotating sets fill twice the cache, within 64-256 MiB", "[calibrate]") {
   constexpr std::int64_t MiB = std::int64_t{1} << 20;
   CHECK(calib::eviction_bytes(40 * MiB) == 80 * MiB);    // a 40 MiB L3: twice
@@ -502,4 +512,13 @@ TEST_CASE("loop times are scaled to in-step times (Note [Layers in a step])", "[
   const ProfileCosts w(wild);
   CHECK(w.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == 3.0);
   CHECK(w.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == 0.5);
+  // The fastest runs are compared, not the medians: a loop whose runs were
+  // slowed half the time (median 80 ms, fastest 38 ms) against a step's
+  // 44 ms (fastest 41.8 ms) is 41.8 / 38 = 1.1, not 44 / 80 = 0.55.
+  Profile slowed = sample_profile();
+  slowed.layers.push_back({"fake.layer|loop", Precision::kFp32, 4, 1024, Timing{0.080, 0.038, 0.140, 6}, timing(0.080)});
+  slowed.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, Timing{0.044, 0.0418, 0.050, 12}, timing(0.080)});
+  const ProfileCosts sl(slowed);
+  CHECK(sl.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.1));
+  CHECK(sl.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.0));
 }
