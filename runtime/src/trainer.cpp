@@ -20,6 +20,7 @@
 #include <algorithm>
 #include <csignal>
 #include <cmath>
+#include <functional>
 #include <map>
 #include <random>
 #include <thread>
@@ -48,10 +49,17 @@ double now_us() {
 
 Group* g_tp = nullptr;       // this rank's tensor-parallel group
 WaitClock* g_tp_clock = nullptr;
+/// Draws a tensor-parallel wait in the measured trace (name, start in us);
+/// set by the trainer, as its other waits are drawn.
+std::function<void(const char*, double)> g_tp_trace;
 
-void tp_all_reduce(torch::Tensor& t) {
-  g_tp_clock->wait(all_reduce(*g_tp, t));
+void tp_wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
+  const double t0 = now_us();
+  g_tp_clock->wait(work);
+  if (g_tp_trace) g_tp_trace(what, t0);
 }
+
+void tp_all_reduce(torch::Tensor& t) { tp_wait(all_reduce(*g_tp, t), "tp all_reduce"); }
 
 /// f: identity forward, all-reduce of the gradient backward.
 struct EnterTp : torch::autograd::Function<EnterTp> {
@@ -321,6 +329,7 @@ class Trainer {
     pp_ = comm_.group("pp-t" + at_tp + "-d" + at_dp, pp);
     g_tp = &tp_;
     g_tp_clock = &clock_;
+    g_tp_trace = [this](const char* what, double t0) { event(what, "wait", t0, 1); };
   }
 
   // ---- the model ---------------------------------------------------------------------
@@ -340,7 +349,7 @@ class Trainer {
     tp.size = p.tp;
     tp.enter = [](const torch::Tensor& x) { return EnterTp::apply(x); };
     tp.exit = [](const torch::Tensor& x) { return ExitTp::apply(x); };
-    tp.max = [](torch::Tensor& x) { g_tp_clock->wait(all_reduce(*g_tp, x, c10d::ReduceOp::MAX)); };
+    tp.max = [](torch::Tensor& x) { tp_wait(all_reduce(*g_tp, x, c10d::ReduceOp::MAX), "tp all_reduce max"); };
     const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
     const auto dtype = p.precision == sim::Precision::kBf16 ? torch::kBFloat16 : torch::kHalf;
     for (int i = first; i < first + count; ++i) {

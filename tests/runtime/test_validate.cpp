@@ -14,6 +14,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <map>
 #include <sstream>
 
 #include "dtsim/runtime/launcher.hpp"
@@ -233,6 +234,35 @@ TEST_CASE("data-parallel plans train exactly as one process does", "[runtime][va
   SECTION("zero2 with gradient accumulation") {
     const auto want4 = reference("gpt2-tiny", shape, 4);
     check_same(losses_of(validate("--model gpt2-tiny --plan zero2 --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape + " --set plan.grad_accum=2")), want4);
+  }
+}
+
+TEST_CASE("the measured trace draws every layer and every tensor-parallel wait of each rank", "[runtime][validate][slow]") {
+  // gpt2-tiny over tp 2, two measured steps. Its layers: the embeddings, two
+  // blocks, the head. Tensor-parallel all-reduces per step, by hand:
+  // forward, the embedding's vocab-parallel sum (1), each block's attention
+  // and MLP outputs (2 x 2), the cross-entropy's sum of exponentials and
+  // target logit (2); backward, each block's two inputs (2 x 2) and the
+  // head's input (1): 12. And the cross-entropy's max: 1.
+  const test::TempDir dir("trace");
+  const std::string trace = dir.file("measured.json");
+  const Run r = validate("--model gpt2-tiny --plan megatron-tp --procs 2 --warmup 1 --steps 2 --quiet --trace " + trace);
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  const YAML::Node doc = YAML::LoadFile(trace);
+  const YAML::Node events = doc.IsMap() ? doc["traceEvents"] : doc;
+  std::map<std::pair<int, std::string>, int> count;  // (rank, name) -> events
+  for (const auto& e : events) {
+    if (!e["ph"] || e["ph"].as<std::string>() != "X") continue;
+    count[{e["pid"].as<int>(), e["name"].as<std::string>()}]++;
+  }
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    CHECK(count[{rank, "tp all_reduce"}] == 2 * 12);
+    CHECK(count[{rank, "tp all_reduce max"}] == 2 * 1);
+    CHECK(count[{rank, "fwd h.0 m0"}] == 2);
+    CHECK(count[{rank, "bwd ln_f+lm_head m0"}] == 2);
+    CHECK(count[{rank, "optimizer"}] == 2);
   }
 }
 
