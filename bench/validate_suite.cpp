@@ -26,6 +26,7 @@
 #include <cstring>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtsim/sim/file_io.hpp"
@@ -95,7 +96,10 @@ void summarise(Row& r) {
   r.skew = skew.empty() ? -1 : median(skew);
   r.probe = median(probe);
   r.quiet_rounds = static_cast<int>(quiet_t.size());
-  if (!quiet_t.empty()) r.quiet_error = (r.predicted_s - median(quiet_t)) / median(quiet_t);
+  if (!quiet_t.empty()) {
+    const double quiet_s = median(quiet_t);
+    r.quiet_error = (r.predicted_s - quiet_s) / quiet_s;
+  }
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -119,11 +123,8 @@ std::pair<int, std::string> capture(const std::string& cmd) {
 }
 
 double median_abs(std::vector<double> v) {
-  if (v.empty()) return 0;
   for (auto& x : v) x = std::abs(x);
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+  return median(std::move(v));
 }
 
 std::string pct(double x) {

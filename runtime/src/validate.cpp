@@ -324,6 +324,7 @@ Measured combine(std::vector<RankMeasurement> ranks) {
   std::map<int, std::pair<const RankMeasurement*, const RankMeasurement*>> extremes;  // stage -> (fastest, slowest)
   const auto compute = [](const RankMeasurement* r) { return r->forward_s + r->backward_s; };
   for (const auto& r : m.ranks) {
+    m.probe_s = std::max(m.probe_s, r.probe_s);  // Note [Machine probe]: the slowest rank
     if (compute(&r) <= 0) continue;
     auto [it, fresh] = extremes.try_emplace(r.stage, &r, &r);
     if (fresh) continue;
@@ -334,7 +335,6 @@ Measured combine(std::vector<RankMeasurement> ranks) {
       slow = &r;
     }
   }
-  for (const auto& r : m.ranks) m.probe_s = std::max(m.probe_s, r.probe_s);  // Note [Machine probe]: the slowest rank
   for (const auto& [stage, e] : extremes) {
     const auto [fast, slow] = e;
     if (fast == slow || (m.slow_rank >= 0 && compute(slow) / compute(fast) - 1 <= m.compute_skew)) continue;
