@@ -392,7 +392,7 @@ std::string format_profile(const sim::Profile& p) {
   std::ostringstream os;
   os << "dtsim profile " << p.path << "\n";
   for (const char* key : {"device", "device_kind", "host", "created", "sweep", "procs", "torch.torch_version", "torch.threads",
-                          "nccl.nccl_version", "gloo.api", "gloo.transport", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
+                          "nccl.nccl_version", "gloo.api", "gloo.transport", "gloo.send_recv_impl", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
   }
   // Note [Machine probe] (models/torch/.../torch_layers.hpp).

@@ -42,9 +42,28 @@
 // measures it; a barrier precedes the first batch and the agreement on the
 // time spent separates the batches. Each rank summarises its own times
 // (median, min, max, mean); the line reports the maximum over ranks of each, i.e.
-// the slowest rank's view. send_recv is a ping-pong between ranks 0 and 1
-// (rank 0 sends, rank 1 receives and sends back); its times are round trip
-// / 2, the one-way time of one message. It is measured once, with ranks = 2.
+// the slowest rank's view. send_recv is measured once, with ranks = 2: in
+// dtsim_gloo_bench as a ping-pong between ranks 0 and 1 (rank 0 sends, rank 1
+// receives and sends back), its times round trip / 2; in dtsim_c10d_bench as
+// a pipeline sends it (Note [Waiting receiver]).
+//
+// Note [Waiting receiver]
+// In a pipeline a stage posts its receive and then waits for the stage before
+// it to finish a layer: milliseconds with nothing to run, so its CPU goes
+// idle, and on a VM an idle vCPU is descheduled by the host and has to be
+// woken. A ping-pong never lets either side idle that long. On the 2-vCPU CI
+// machine a 64 KiB ping-pong took 58 us one way (mean 69 us), but the same
+// message to a receiver that had waited 1-12 ms took a median 360-500 us
+// from the sender's clock to the receiver's (mean 590-700 us), and a
+// bilstm-tiny 1F1B step waited 14 ms for its 16 messages where 62 us each
+// and the bubble priced 5.8 ms. So dtsim_c10d_bench measures send_recv as
+// the pipeline runs it: ranks 0 and 1 take turns to send; the receiver posts
+// its receive at once, the sender computes for kSendLead (about a CPU
+// layer's time), stamps steady_clock (CLOCK_MONOTONIC, one clock for every
+// process of a host) into the payload's first 8 bytes and sends; the
+// receiver's time is its completion minus that stamp: the one-way time of
+// a message to a waiting receiver, wake-up included. Each rank records the
+// messages it received.
 //
 // Note [Gloo reduce_scatter]
 // Gloo 0.5.0 has no reduce_scatter in its options API, only the
@@ -114,6 +133,8 @@ constexpr int kMaxReps = 100000;
 constexpr std::chrono::milliseconds kOpTimeout{120'000};
 /// Slot prefix of the send_recv ping-pong; Gloo's collectives use small ones.
 constexpr std::uint8_t kPingSlotPrefix = 0xd7;
+/// How long a send_recv sender computes before it sends (Note [Waiting receiver]).
+constexpr std::chrono::microseconds kSendLead{2000};
 
 using Clock = std::chrono::steady_clock;
 
@@ -291,6 +312,7 @@ class RankBench {
     for (int i = 1; i < kWarmupIters; ++i) run();
 
     std::vector<double> times;
+    received_.clear();
     double spent_s = 0;  // agreed: sum over batches of the slowest rank's batch time
     barrier(ctx_, kOpTimeout);
     for (int batch = next_batch(0, 0, opt_.budget_s(), kMaxReps); batch > 0;
@@ -308,9 +330,13 @@ class RankBench {
       spent_s += batch_s[0];
     }
     if (p.op == Op::kSendRecv) {
+#if defined(DTSIM_BENCH_C10D)
+      times = received_;  // this rank's receives (Note [Waiting receiver])
+#else
       for (double& t : times) t *= 0.5;  // round trip -> one way
+#endif
     }
-    Summary s = summarize(times);
+    Summary s = times.empty() ? Summary{} : summarize(times);
     double v[4] = {s.median_s, s.min_s, s.max_s, s.mean_s};
     allreduce_max(ctx_, v, 4);
     return {Summary{v[0], v[1], v[2], v[3]}, static_cast<int>(times.size())};
@@ -374,27 +400,33 @@ class RankBench {
         };
       }
       case Op::kSendRecv: {
-        // Ping-pong between ranks 0 and 1, as the pipeline's send/recv.
+        // Ranks 0 and 1 take turns to send to a waiting receiver
+        // (Note [Waiting receiver]); the payload starts with the send time.
         const std::size_t n = static_cast<std::size_t>(p.bytes / kElementBytes);
         elems_ = n;
         std::fill_n(in_.begin(), n, me);
         std::fill_n(out_.begin(), n, 0.0f);
-        auto send = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{view(rank_ == 0 ? in_ : out_, 0, n)});
+        if (rank_ > 1) return [] {};
+        auto send = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{view(in_, 0, n)});
         auto recv = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{view(out_, 0, n)});
-        if (rank_ == 0) {
-          return [pg, send, recv] {
-            auto r = pg->recv(*recv, 1, 1);
-            pg->send(*send, 1, 0)->wait();
-            r->wait();
-          };
-        }
-        if (rank_ == 1) {
-          return [pg, send, recv] {
-            pg->recv(*recv, 0, 0)->wait();
-            pg->send(*send, 0, 1)->wait();
-          };
-        }
-        return [] {};
+        const int me_rank = rank_, peer = 1 - rank_;
+        return [this, pg, send, recv, me_rank, peer, turn = 0]() mutable {
+          const bool sending = (turn++ % 2 == 0) == (me_rank == 0);
+          if (sending) {
+            const auto go = Clock::now() + kSendLead;
+            while (Clock::now() < go) {
+            }
+            const double stamp = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+            std::memcpy(in_.data(), &stamp, sizeof stamp);
+            pg->send(*send, peer, me_rank)->wait();
+          } else {
+            pg->recv(*recv, peer, peer)->wait();
+            const double done = std::chrono::duration<double>(Clock::now().time_since_epoch()).count();
+            double stamp = 0;
+            std::memcpy(&stamp, out_.data(), sizeof stamp);
+            received_.push_back(done - stamp);
+          }
+        };
       }
     }
     throw std::logic_error("unknown op");
@@ -521,10 +553,19 @@ class RankBench {
         for (std::size_t i = 0; i < n; ++i) check(out_[i] == 1.0f, p, "element " + std::to_string(i));
         break;
       case Op::kSendRecv:
+#if defined(DTSIM_BENCH_C10D)
+        // Rank 1 received rank 0's ones after the 8-byte stamp, whose
+        // message took between 0 and a minute.
+        if (rank_ == 1) {
+          for (std::size_t i = 2; i < n; ++i) check(out_[i] == 1.0f, p, "element " + std::to_string(i));
+          check(!received_.empty() && received_.back() >= 0 && received_.back() < 60, p, "the send time stamp");
+        }
+#else
         // Rank 1 got rank 0's ones; rank 0 got them back.
         if (rank_ <= 1) {
           for (std::size_t i = 0; i < n; ++i) check(out_[i] == 1.0f, p, "element " + std::to_string(i));
         }
+#endif
         break;
     }
   }
@@ -537,6 +578,8 @@ class RankBench {
   std::vector<float> out_;
   std::vector<float> slice_;
   std::size_t elems_ = 0;
+  /// send_recv: one-way seconds of the messages this rank received.
+  std::vector<double> received_;
 };
 
 #if !defined(DTSIM_BENCH_C10D)
@@ -677,7 +720,10 @@ void print_info(const Options& opt) {
             "(LibTorch 1.13's Gloo group has no reduce_scatter; dtsim_worker does the same); bytes = input size");
   emit_info("all_gather_impl", "ProcessGroupGloo::allgather into the ranks' views of one output; bytes = output size");
   emit_info("broadcast_impl", "ProcessGroupGloo::broadcast (root 0, in place)");
-  emit_info("send_recv_impl", "ProcessGroupGloo send/recv ping-pong rank 0 <-> 1, ranks = 2 only; time = round trip / 2");
+  emit_info("send_recv_impl",
+            "ProcessGroupGloo send/recv, ranks 0 and 1 taking turns, ranks = 2 only: the sender computes 2 ms, stamps "
+            "steady_clock into the payload and sends to a receiver waiting since; time = the receiver's completion minus "
+            "the stamp (Note [Waiting receiver])");
 #else
   emit_info("all_reduce_impl", "gloo::allreduce (AllreduceOptions, sum, out of place)");
   emit_info("reduce_scatter_impl",

@@ -23,6 +23,9 @@ grep -q "comm.gloo.all_reduce.2" <<<"$show" || fail "profile has no Gloo all-red
 grep -q "gpt2.block:h=768,a=12,f=3072,drop=1,tp=2 fp32" <<<"$show" || fail "profile has no tensor-parallel GPT-2 block share"
 grep -q "gloo.api: c10d ProcessGroupGloo" <<<"$show" || fail "the collectives were not measured through c10d: $show"
 grep -q "layers_measured_with: 2 concurrent ranks, in lockstep" <<<"$show" || fail "the layers were not timed beside a copy in lockstep: $show"
+# Note [Waiting receiver]: send_recv timed to a receiver that waited, as in a pipeline.
+grep -q "gloo.send_recv_impl: .*Note \[Waiting receiver\]" <<<"$show" || fail "send_recv was not timed to a waiting receiver: $show"
+grep -q "comm.gloo.send_recv.2" <<<"$show" || fail "profile has no Gloo send_recv fit"
 
 # gpt2 at micro-batch 1, 128 tokens, fp32 is a measured shape of the quick
 # sweep: its 14 layers (embeddings, 12 blocks, head) x forward and backward
