@@ -266,8 +266,9 @@ int main(int argc, char** argv) {
   }
   md << "\nmeasured: the median of " << rounds << " rounds of " << steps << " steps each, run round after round (Note [Suite rounds]); "
         "rounds' range: the lowest and highest round\n";
-  md << "\nprobe: how long the reference Bi-LSTM layer took before the run over its time while the profile's layers were "
-        "measured (the median over rounds); above 1 the machine was slower than at calibration (Note [Machine probe])\n";
+  md << "\nprobe: how long the reference Bi-LSTM layer took before or after the run (the one farther from calibration) over "
+        "its time while the profile's layers were measured (the median over rounds); above 1 the machine was slower than at "
+        "calibration (Note [Machine probe])\n";
   md << "\nrank skew: how much longer the slower rank of a stage computed than the faster on the same layers (Note [Unequal ranks]; "
         "the simulator assumes equal ranks); - where each stage has one rank\n";
   std::fputs(md.str().c_str(), stdout);

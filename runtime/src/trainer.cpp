@@ -302,6 +302,11 @@ class Trainer {
         wait.push_back(std::max(0.0, t - fwd_s_ - bwd_s_ - opt_s_));
       }
     }
+    // The probe again: a slow spell that began during the steps shows here.
+    if (!c_.device.is_cuda()) {
+      comm_.barrier("probe end");
+      m.probe_end_s = models::probe_seconds(0.3);
+    }
     heartbeat(total, total, "done");
     m.forward_s = median(fwd);
     m.backward_s = median(bwd);

@@ -263,7 +263,7 @@ std::string rank_to_json(const RankMeasurement& m) {
   w.key("losses").begin_array();
   for (double x : m.losses) w.value(x);
   w.end_array();
-  w.field("probe_s", m.probe_s);
+  w.field("probe_s", m.probe_s).field("probe_end_s", m.probe_end_s);
   w.end_object();
   return w.str();
 }
@@ -285,6 +285,7 @@ RankMeasurement rank_from_json(const std::string& text, const std::string& sourc
     m.host_peak_bytes = n["host_peak_bytes"].as<std::int64_t>();
     for (const auto& x : n["losses"]) m.losses.push_back(x.as<double>());
     if (n["probe_s"]) m.probe_s = n["probe_s"].as<double>();
+    if (n["probe_end_s"]) m.probe_end_s = n["probe_end_s"].as<double>();
   } catch (const YAML::Exception& e) {
     throw ConfigError(source + ": not a rank measurement (" + e.msg + ")");
   }
@@ -325,6 +326,7 @@ Measured combine(std::vector<RankMeasurement> ranks) {
   const auto compute = [](const RankMeasurement* r) { return r->forward_s + r->backward_s; };
   for (const auto& r : m.ranks) {
     m.probe_s = std::max(m.probe_s, r.probe_s);  // Note [Machine probe]: the slowest rank
+    m.probe_end_s = std::max(m.probe_end_s, r.probe_end_s);
     if (compute(&r) <= 0) continue;
     auto [it, fresh] = extremes.try_emplace(r.stage, &r, &r);
     if (fresh) continue;
@@ -353,7 +355,11 @@ double profile_probe_seconds(const sim::Profile& p) {
 double probe_ratio(const RunSetup& s, const Measured& m) {
   if (s.profile == nullptr || m.probe_s <= 0) return 0;
   const double calibrated = profile_probe_seconds(s.profile->profile());
-  return calibrated > 0 ? m.probe_s / calibrated : 0;
+  if (calibrated <= 0) return 0;
+  const double before = m.probe_s / calibrated;
+  if (m.probe_end_s <= 0) return before;
+  const double after = m.probe_end_s / calibrated;
+  return std::abs(std::log(after)) > std::abs(std::log(before)) ? after : before;
 }
 
 // ---- the report ----------------------------------------------------------------
@@ -424,6 +430,9 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
   }
   if (const double k = probe_ratio(s, m); k > 0) {
     out << "  machine: the reference Bi-LSTM layer (Note [Machine probe]) ran " << fmt("%.2fx", k) << " its time at calibration";
+    if (const double cal = profile_probe_seconds(s.profile->profile()); m.probe_end_s > 0 && cal > 0) {
+      out << " (" << fmt("%.2fx", m.probe_s / cal) << " before the run, " << fmt("%.2fx", m.probe_end_s / cal) << " after)";
+    }
     if (k > 1.15 || k < 1 / 1.15) {
       out << ": the machine is " << (k > 1 ? "slower" : "faster") << " than when the profile was measured, and the errors above include it";
     }
@@ -460,7 +469,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
     opt = std::max(opt, r.optimizer_s);
   }
   w.field("compute_skew", m.compute_skew).field("slow_rank", m.slow_rank).field("fast_rank", m.fast_rank);
-  w.field("probe_s", m.probe_s).field("probe_ratio", probe_ratio(s, m));
+  w.field("probe_s", m.probe_s).field("probe_end_s", m.probe_end_s).field("probe_ratio", probe_ratio(s, m));
   w.key("phases_s").begin_object();
   w.field("forward", f).field("backward", b).field("comm_wait", c).field("optimizer", opt);
   w.end_object();

@@ -180,6 +180,22 @@ TEST_CASE("the machine probe: the slowest rank's over the profile's (Note [Machi
   // A profile from before the probe, and a rank that did not run it (CUDA).
   CHECK(runtime::profile_probe_seconds(sim::Profile{}) == 0);
   CHECK(runtime::probe_ratio(s, runtime::combine({runtime::RankMeasurement{}})) == 0);
+
+  // The probe after the steps: the slowest rank's, and of before and after
+  // the one farther from calibration. Before 9 ms (1.5x), after 4.8 and
+  // 5.4 ms: 5.4 / 6 = 0.9x, |ln 0.9| = 0.105 < |ln 1.5| = 0.405, so 1.5x.
+  ranks[0].probe_end_s = 0.0048;
+  ranks[1].probe_end_s = 0.0054;
+  runtime::Measured both = runtime::combine(ranks);
+  CHECK(both.probe_end_s == Approx(0.0054));
+  CHECK(runtime::rank_from_json(runtime::rank_to_json(ranks[1]), "test").probe_end_s == Approx(0.0054));
+  CHECK(runtime::probe_ratio(s, both) == Approx(1.5));
+  CHECK(runtime::format_report(o, s, runtime::predict_run(s), both).find("(1.50x before the run, 0.90x after)") != std::string::npos);
+  // A quiet start and a slow end: before 6.3 ms (1.05x), after 10.2 ms
+  // (1.7x): the run counts as 1.7x.
+  ranks[0].probe_s = ranks[1].probe_s = 0.0063;
+  ranks[1].probe_end_s = 0.0102;
+  CHECK(runtime::probe_ratio(s, runtime::combine(ranks)) == Approx(1.7));
 }
 
 TEST_CASE("validate options are checked with what would be valid", "[runtime][validate]") {

@@ -83,6 +83,7 @@ struct RankMeasurement {
   std::int64_t host_peak_bytes = 0;  ///< offloaded host memory peak (0 without offload)
   std::vector<double> losses;        ///< each step's loss (warm-up included), on ranks that compute it
   double probe_s = 0;                ///< Note [Machine probe]: the reference workload before the run (CPU); 0: not run
+  double probe_end_s = 0;            ///< the same after the measured steps; 0: not run
 };
 
 /// Serialises / parses a rank's measurements (rank-K.json). Throws
@@ -105,8 +106,9 @@ struct Measured {
   double compute_skew = 0;
   int slow_rank = -1, fast_rank = -1;
   /// Note [Machine probe] (models/torch): the slowest rank's probe
-  /// seconds; 0 where not measured (CUDA, older workers).
-  double probe_s = 0;
+  /// seconds before the warm-up and after the measured steps; 0 where not
+  /// measured (CUDA, older workers).
+  double probe_s = 0, probe_end_s = 0;
 };
 
 /// The probe seconds a profile recorded (Note [Machine probe]): the median
@@ -114,8 +116,10 @@ struct Measured {
 double profile_probe_seconds(const sim::Profile& p);
 
 /// The run's probe over its profile's: 1.5 is a machine running the
-/// reference workload 1.5x slower than when the profile was measured. 0
-/// where either is missing.
+/// reference workload 1.5x slower than when the profile was measured. Of
+/// the probes before and after the measured steps, the one farther from the
+/// profile's (a slow spell that began or ended during the run shows in one
+/// of them). 0 where the run or the profile has none.
 double probe_ratio(const RunSetup& s, const Measured& m);
 
 /// The median of per-step figures (0 for none).

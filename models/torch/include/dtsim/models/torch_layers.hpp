@@ -104,8 +104,9 @@ void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int
 /// matmul and a streaming probe missed it; the workload that moves most is
 /// a small LSTM, whose thousands of small ops live in the caches. So a
 /// fixed workload is timed where a profile is measured and again where a
-/// plan is validated, and the report shows their ratio: how fast the
-/// machine is now against when it was calibrated. The probe is the
+/// plan is validated (before the warm-up and after the measured steps, as a
+/// spell can begin or end during a run), and the report shows their ratio:
+/// how fast the machine is now against when it was calibrated. The probe is the
 /// forward and backward of one Bi-LSTM layer (kProbeSignature, micro-batch
 /// 4, 32 tokens, fp32, on the CPU) in a loop for `budget_s` seconds after
 /// two warm-ups; it returns the median run's seconds.
