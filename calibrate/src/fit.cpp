@@ -100,8 +100,9 @@ void fit_profile(sim::Profile& p) {
   for (const auto& k : p.kernels) kernels[{k.kind, k.precision}].push_back(&k);
   for (const auto& [key, ks] : kernels) {
     const bool matmul = key.first == "gemm" || key.first == "attention";
-    // The optimizer step: a cost per tensor (its launches) and per parameter.
-    const bool optimizer = key.first == "adam" || key.first == "sgd";
+    // The optimizer step and the gradient buckets' copies: a cost per tensor
+    // (its launches) and per parameter.
+    const bool optimizer = key.first == "adam" || key.first == "sgd" || key.first == "bucket_in" || key.first == "bucket_out";
     const std::vector<std::string> features =
         matmul      ? std::vector<std::string>{"1", "flops", "mn", "bytes"}
         : optimizer ? std::vector<std::string>{"tensors", "params"}

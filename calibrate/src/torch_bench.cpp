@@ -1,7 +1,8 @@
 // dtsim_torch_bench: times every distinct layer of the requested models
 // (forward and backward, LibTorch, CPU or CUDA) over a sweep of shapes, and
 // GEMM / attention / element-wise / norm kernels and the optimizer step
-// (adam, sgd: m parameters in n tensors) over sizes, printing the
+// (adam, sgd, and the gradient buckets' copies bucket_in, bucket_out: m
+// parameters in n tensors) over sizes, printing the
 // calibration record protocol (calibrate/README.md) on stdout.
 //   dtsim_torch_bench --device cpu|cuda [--quick] [--threads N]
 //                     [--models gpt2,bert-base,bilstm] [--precision fp32,bf16]
@@ -675,7 +676,8 @@ class Bench {
     // T tensors, fp32 as its states are: m = P, n = T.
     std::vector<std::int64_t> params;
     for (std::int64_t e = cuda_ ? 1 << 20 : 1 << 16; e <= (cuda_ ? 1 << 26 : (o_.quick ? 1 << 22 : 1 << 24)); e <<= 2) params.push_back(e);
-    for (const char* opt : {"adam", "sgd"}) {
+    // And its gradient buckets' copies (Note [Gradient buckets], models::flatten_grads, unflatten_grads).
+    for (const char* opt : {"adam", "sgd", "bucket_in", "bucket_out"}) {
       for (auto n : params) {
         for (std::int64_t tensors : {1, 16}) out.push_back({opt, "fp32", n, tensors, 1, 1});
       }
@@ -736,6 +738,36 @@ class Bench {
         // update_bytes_per_param). The runtime's SGD has no momentum: read
         // grad and weight, write weight.
         bytes = static_cast<double>(k.m) * (config.sgd ? 12 : 28);
+      } else if (k.kind == "bucket_in" || k.kind == "bucket_out") {
+        // A bucket of n gradients in and out of its flat buffer, cold as the
+        // optimizer's states are (sets filling twice the cache).
+        struct Bucket {
+          std::vector<torch::Tensor> params;
+          torch::Tensor flat;
+        };
+        const std::int64_t set_bytes = k.m * 8;  // fp32 gradients and the flat bucket
+        const std::int64_t sets = std::max<std::int64_t>(1, dtsim::calib::eviction_bytes(last_level_cache()) / set_bytes);
+        auto bs = std::make_shared<std::vector<Bucket>>(sets);
+        for (auto& b : *bs) {
+          for (std::int64_t t = 0; t < k.n; ++t) {
+            b.params.push_back(torch::randn({k.m / k.n}, opts).requires_grad_(true));
+            b.params.back().mutable_grad() = torch::randn({k.m / k.n}, opts);
+          }
+          b.flat = torch::randn({k.m / k.n * k.n}, opts);
+        }
+        const bool in = k.kind == "bucket_in";
+        op = [bs, in, run = std::int64_t{0}]() mutable {
+          auto& b = (*bs)[static_cast<std::size_t>(++run) % bs->size()];
+          if (in) {
+            dtsim::models::flatten_grads(b.params, b.flat, false);
+          } else {
+            dtsim::models::unflatten_grads(b.params, b.flat, 2.0);
+          }
+          return b.flat;
+        };
+        // In: read the gradient, write the bucket; out: read the bucket, write
+        // the gradient, then divide it in place.
+        bytes = static_cast<double>(k.m) * (in ? 8 : 16);
       } else {
         auto x = torch::randn({k.m, k.n}, opts);
         auto w = torch::ones({k.n}, opts), bias = torch::zeros({k.n}, opts);

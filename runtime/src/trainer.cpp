@@ -741,13 +741,8 @@ class Trainer {
     if (zero_ == 3) {
       // Reduce-scatter this unit's gradient every micro-step (ZeRO-3, FSDP).
       // The embedding's unit reduces the tied weight; the head owns nothing else but ln_f.
-      torch::Tensor flat = torch::zeros({u.full.numel()}, u.full.options());
-      std::int64_t at = 0;
-      for (auto& t : u.params) {
-        if (t.grad().defined()) flat.narrow(0, at, t.numel()).copy_(t.grad().reshape({-1}));
-        t.mutable_grad().reset();
-        at += t.numel();
-      }
+      torch::Tensor flat = torch::zeros({u.full.numel()}, u.full.options());  // the padding stays 0
+      models::flatten_grads(u.params, flat, /*free_grads=*/true);              // Note [Gradient buckets]
       launch_reduce_scatter(flat, u.grad_shard, &u);
       return;
     }
@@ -759,20 +754,12 @@ class Trainer {
     launch_bucket(static_cast<int>(&b - buckets_.data()));
   }
 
-  /// Copies a bucket's gradients (flat range [begin, end)) into `out`.
+  /// Copies a bucket's gradients (flat range [begin, end)) into `out`
+  /// (Note [Gradient buckets] in models/torch).
   void bucket_grads(const Bucket& b, torch::Tensor& out, bool free_grads) {
     for (int ui : b.units) {
       Unit& u = units_[ui];
-      std::int64_t at = u.offset - b.begin;
-      for (auto& t : u.params) {
-        if (t.grad().defined()) {
-          out.narrow(0, at, t.numel()).copy_(t.grad().reshape({-1}));
-        } else {
-          out.narrow(0, at, t.numel()).zero_();
-        }
-        if (free_grads) t.mutable_grad().reset();
-        at += t.numel();
-      }
+      models::flatten_grads(u.params, out.narrow(0, u.offset - b.begin, u.numel), free_grads);
     }
   }
 
@@ -856,11 +843,7 @@ class Trainer {
         const torch::Tensor& src = zero_ == 0 ? b.buffer : r.send;
         for (int ui : b.units) {
           Unit& u = units_[ui];
-          std::int64_t at = u.offset - b.begin;
-          for (auto& t : u.params) {
-            if (t.grad().defined()) t.mutable_grad().copy_(src.narrow(0, at, t.numel()).view(t.sizes())).div_(n_);
-            at += t.numel();
-          }
+          models::unflatten_grads(u.params, src.narrow(0, u.offset - b.begin, u.numel), n_);
         }
       } else if (r.target.defined()) {
         const std::int64_t chunk = r.target.numel();

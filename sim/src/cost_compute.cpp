@@ -53,6 +53,8 @@ TimeNs ComputeModel::optimizer_time(double params, int tensors, Optimizer o, Pre
   return seconds_to_ns(bytes / (d.memory_bandwidth * d.memory_efficiency)) + static_cast<TimeNs>(tensors) * d.kernel_launch;
 }
 
+TimeNs ComputeModel::bucket_copy_time(double /*params*/, int /*tensors*/, bool /*out*/) const { return 0; }
+
 RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
 
 double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const {

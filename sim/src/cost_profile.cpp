@@ -144,8 +144,10 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
     if (k.precision != Precision::kFp32 || k.m <= 0 || k.n <= 0 || k.time.median_s <= 0) continue;
     if (k.kind == "adam") adam_.push_back(&k);
     if (k.kind == "sgd") sgd_.push_back(&k);
+    if (k.kind == "bucket_in") bucket_in_.push_back(&k);
+    if (k.kind == "bucket_out") bucket_out_.push_back(&k);
   }
-  for (auto* v : {&adam_, &sgd_}) {
+  for (auto* v : {&adam_, &sgd_, &bucket_in_, &bucket_out_}) {
     std::sort(v->begin(), v->end(), [](const KernelSample* a, const KernelSample* b) { return std::pair(a->n, a->m) < std::pair(b->n, b->m); });
   }
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
@@ -282,9 +284,12 @@ double step_seconds(std::span<const KernelSample* const> series, double params) 
 // The samples are of fp32 states; a mixed-precision Adam moves as many bytes
 // per parameter (a 2-byte gradient in, a 2-byte working copy out), so they
 // apply as they are.
-TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const {
-  const auto& samples = costs_->optimizer_samples(o);
-  if (samples.empty() || params <= 0) return ComputeModel::optimizer_time(params, tensors, o, p, device);
+namespace {
+
+/// Seconds for `params` parameters in `tensors` tensors from timed samples
+/// sorted by tensors then parameters: by parameters within each timed
+/// tensor count, then linear in the tensor count (Note [Optimizer step]).
+double timed_seconds(const std::vector<const KernelSample*>& samples, double params, int tensors) {
   // Split by tensor count (samples are sorted by it).
   std::vector<std::pair<double, double>> by_count;  // tensors, seconds at `params`
   for (std::size_t i = 0; i < samples.size();) {
@@ -305,8 +310,25 @@ TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer
     const auto [t1, s1] = by_count.back();
     seconds = s1 + std::max(0.0, (s1 - s0) / (t1 - t0)) * (t - t1);
   }
+  return seconds;
+}
+
+}  // namespace
+
+TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const {
+  const auto& samples = costs_->optimizer_samples(o);
+  if (samples.empty() || params <= 0) return ComputeModel::optimizer_time(params, tensors, o, p, device);
   if (sources_) ++sources_->optimizer_measured;
-  return seconds_to_ns(seconds);
+  return seconds_to_ns(timed_seconds(samples, params, tensors));
+}
+
+// Note [Gradient buckets] (models/torch): the copies as timed, looked up as
+// the optimizer step is.
+TimeNs ProfileComputeModel::bucket_copy_time(double params, int tensors, bool out) const {
+  const auto& samples = costs_->bucket_samples(out);
+  if (samples.empty() || params <= 0) return ComputeModel::bucket_copy_time(params, tensors, out);
+  if (sources_) ++sources_->bucket_copies_measured;
+  return seconds_to_ns(timed_seconds(samples, params, tensors));
 }
 
 TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const {

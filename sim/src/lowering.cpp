@@ -15,7 +15,9 @@
 // overlaps the rest of backward. Under no_sync (all but the last accumulation
 // step) nothing is communicated. DDP keeps the bucket buffers for the life of
 // the model (gradient_as_bucket_view=False): a second copy of the gradients,
-// counted as buffers.
+// counted as buffers. Filling a bucket and copying it back after its
+// all-reduce costs time on the compute stream (Note [Gradient buckets] in
+// models/torch), priced where a profile timed it.
 //
 // Note [ZeRO]
 // DeepSpeed ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer state,
@@ -291,6 +293,8 @@ class Lowering {
     // Buckets in reverse layer order (Note [DDP buckets]); ZeRO-3 reduces per layer.
     bucket_of_.assign(layers_.size(), -1);
     bucket_bytes_.clear();
+    bucket_params_.clear();
+    bucket_tensors_.clear();
     bucket_last_layer_.clear();
     Bytes cap = plan_.zero_stage == 0 ? kFirstBucketBytes : plan_.bucket_bytes;
     Bytes filled = 0;
@@ -300,11 +304,15 @@ class Lowering {
       if (bucket_bytes_.empty() || filled >= cap) {
         if (!bucket_bytes_.empty()) cap = plan_.bucket_bytes;
         bucket_bytes_.push_back(0);
+        bucket_params_.push_back(0);
+        bucket_tensors_.push_back(0);
         bucket_last_layer_.push_back(i);
         filled = 0;
       }
       bucket_of_[i] = static_cast<int>(bucket_bytes_.size() - 1);
       bucket_bytes_.back() += grad_bytes(L);
+      bucket_params_.back() += static_cast<double>(L.params);
+      bucket_tensors_.back() += std::max(1, L.param_tensors);
       bucket_last_layer_.back() = i;  // lowest layer index: produced last in backward
       filled += grad_bytes(L);
     }
@@ -368,8 +376,10 @@ class Lowering {
         compute(tag(m, "keep grads " + L.name), Phase::kBackward, 0, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
         return;
       }
+      const TaskId in = bucket_copy(tag(m, "copy grads in " + L.name), static_cast<double>(L.params), std::max(1, L.param_tensors),
+                                    false, {bwd[i]});
       TaskId rs = collective(tag(m, "reduce_scatter " + L.name), CollectiveOp::kReduceScatter, b, shard_group_,
-                             kGradComm, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
+                             kGradComm, {in}, {}, {{MemCategory::kGradients, -b}});
       if (replica_group_.ranks > 1) {
         rs = collective(tag(m, "all_reduce shard " + L.name), CollectiveOp::kAllReduce, ceil_div(b, n_),
                         replica_group_, kGradComm, {rs});
@@ -384,12 +394,16 @@ class Lowering {
     // Without overlap the dependency on the end of backward is added later.
     std::vector<TaskId> deps;
     if (plan_.overlap) deps.push_back(bwd[i]);
+    const double params = bucket_params_[bucket];
+    const int tensors = bucket_tensors_[bucket];
     if (zero_ == 2) {
       if (n_ == 1) {
         // Nothing to scatter: the gradients are this rank's already.
         compute(tag(m, "keep grads " + name), Phase::kBackward, 0, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
         return;
       }
+      // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
+      deps.push_back(bucket_copy(tag(m, "copy grads in " + name), params, tensors, false, {bwd[i]}));
       TaskId rs = collective(tag(m, "reduce_scatter " + name), CollectiveOp::kReduceScatter, b, shard_group_,
                              kGradComm, deps, {}, {{MemCategory::kGradients, -b}});
       if (!plan_.overlap) unordered_.push_back(rs);
@@ -397,9 +411,22 @@ class Lowering {
       return;
     }
     if (!last_micro || dp_group_.ranks == 1) return;  // no_sync / local accumulation / nothing to sync
+    deps.push_back(bucket_copy(tag(m, "copy grads in " + name), params, tensors, false, {bwd[i]}));
     TaskId ar = collective(tag(m, "all_reduce " + name), CollectiveOp::kAllReduce, b, dp_group_, kGradComm, deps);
     if (!plan_.overlap) unordered_.push_back(ar);
-    after_reduce(m, ar, zero_ == 1 ? ceil_div(b, n_) : b);
+    // The reduced bucket back into the gradients, divided by the group size.
+    const TaskId out = bucket_copy(tag(m, "copy grads out " + name), params, tensors, true, {ar});
+    after_reduce(m, out, zero_ == 1 ? ceil_div(b, n_) : b);
+  }
+
+  /// Note [Gradient buckets] (models/torch): a bucket's gradients copied in
+  /// before its collective or back out after it, on the compute stream (the
+  /// reducer's copies run where backward does); nothing where the cost model
+  /// prices them at 0 (the datasheet).
+  TaskId bucket_copy(const std::string& name, double params, int tensors, bool out, std::vector<TaskId> deps) {
+    const TimeNs t = compute_.bucket_copy_time(params, tensors, out);
+    if (t == 0) return deps.front();
+    return compute(name, Phase::kBackward, t, std::move(deps));
   }
 
   void after_reduce(std::int64_t m, TaskId reduce, Bytes shard_bytes) {
@@ -470,6 +497,8 @@ class Lowering {
   TaskGraph g_;
   std::vector<TaskId> fwd_;
   std::vector<int> bucket_of_;
+  std::vector<double> bucket_params_;  ///< per bucket: parameters
+  std::vector<int> bucket_tensors_;    ///< per bucket: parameter tensors
   std::vector<Bytes> bucket_bytes_;
   std::vector<std::size_t> bucket_last_layer_;
   std::vector<TaskId> reductions_, d2h_;

@@ -26,6 +26,9 @@ grep -q "layers_measured_with: 2 concurrent ranks, in lockstep" <<<"$show" || fa
 # Note [Waiting receiver]: send_recv timed to a receiver that waited, as in a pipeline.
 grep -q "gloo.send_recv_impl: .*Note \[Waiting receiver\]" <<<"$show" || fail "send_recv was not timed to a waiting receiver: $show"
 grep -q "comm.gloo.send_recv.2" <<<"$show" || fail "profile has no Gloo send_recv fit"
+# Note [Gradient buckets]: the buckets' copies were timed and fitted.
+grep -q "kernel.bucket_in.fp32" <<<"$show" || fail "profile has no bucket copy-in fit"
+grep -q "kernel.bucket_out.fp32" <<<"$show" || fail "profile has no bucket copy-out fit"
 
 # gpt2 at micro-batch 1, 128 tokens, fp32 is a measured shape of the quick
 # sweep: its 14 layers (embeddings, 12 blocks, head) x forward and backward

@@ -176,3 +176,27 @@ TEST_CASE("the shared optimizer steps as Adam and SGD are defined", "[torch]") {
   CHECK(r[0].item<float>() == Approx(0.8f));
   CHECK_FALSE(sr.m.defined());
 }
+
+TEST_CASE("gradient buckets copy in order and back divided (Note [Gradient buckets])", "[torch]") {
+  // Parameters of 2, 1 and 3 elements; the middle one has no gradient.
+  std::vector<torch::Tensor> params{torch::zeros({2}).requires_grad_(true), torch::zeros({1}).requires_grad_(true),
+                                    torch::zeros({3}).requires_grad_(true)};
+  params[0].mutable_grad() = torch::tensor({1.0f, 2.0f});
+  params[2].mutable_grad() = torch::tensor({3.0f, 4.0f, 5.0f});
+  auto flat = torch::full({6}, -1.0f);
+  models::flatten_grads(params, flat, /*free_grads=*/false);
+  // In order, a missing gradient as zeros: 1 2 | 0 | 3 4 5.
+  const std::vector<float> want{1, 2, 0, 3, 4, 5};
+  for (int i = 0; i < 6; ++i) CHECK(flat[i].item<float>() == want[static_cast<std::size_t>(i)]);
+  // The all-reduce of 2 ranks doubles the sums (say, 2 4 0 6 8 10); back in,
+  // divided by 2: each rank's gradient again. The missing one stays missing.
+  models::unflatten_grads(params, flat * 2, 2.0);
+  CHECK(params[0].grad()[1].item<float>() == 2.0f);
+  CHECK(params[2].grad()[2].item<float>() == 5.0f);
+  CHECK_FALSE(params[1].grad().defined());
+  // ZeRO-2 drops each gradient once copied.
+  models::flatten_grads(params, flat, /*free_grads=*/true);
+  CHECK_FALSE(params[0].grad().defined());
+  CHECK_FALSE(params[2].grad().defined());
+  CHECK(flat[5].item<float>() == 5.0f);
+}

@@ -593,6 +593,31 @@ void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int
   p.addcdiv_(s.m, denom, -c.lr / bc1);
 }
 
+void flatten_grads(const std::vector<torch::Tensor>& params, torch::Tensor flat, bool free_grads) {
+  torch::NoGradGuard no_grad;
+  std::int64_t at = 0;
+  for (const auto& t : params) {
+    const std::int64_t n = t.numel();
+    if (t.grad().defined()) {
+      flat.narrow(0, at, n).copy_(t.grad().reshape({-1}));
+    } else {
+      flat.narrow(0, at, n).zero_();
+    }
+    if (free_grads) torch::Tensor(t).mutable_grad().reset();  // a handle to the same parameter
+    at += n;
+  }
+}
+
+void unflatten_grads(const std::vector<torch::Tensor>& params, const torch::Tensor& flat, double divisor) {
+  torch::NoGradGuard no_grad;
+  std::int64_t at = 0;
+  for (const auto& t : params) {
+    const std::int64_t n = t.numel();
+    if (t.grad().defined()) torch::Tensor(t).mutable_grad().copy_(flat.narrow(0, at, n).view(t.sizes())).div_(divisor);
+    at += n;
+  }
+}
+
 double probe_seconds(double budget_s) {
   auto layer = make_torch_layer(kProbeSignature);
   layer->module().train();

@@ -95,6 +95,13 @@ class ComputeModel {
   /// launch per tensor; a profile answers from the step it timed (Note
   /// [Optimizer step] in cost_compute.cpp).
   virtual TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const;
+  /// Copying the gradients of `params` parameters in `tensors` tensors into
+  /// a flat bucket before their collective (`out` false), or the reduced
+  /// bucket back into them, divided (`out` true): Note [Gradient buckets] in
+  /// models/torch. 0 by default: on a GPU they are two memory passes over
+  /// the gradients, under 1% of a step; a profile answers from the copies it
+  /// timed (on a CPU a few LibTorch ops per tensor).
+  virtual TimeNs bucket_copy_time(double params, int tensors, bool out) const;
 };
 
 /// Bytes the optimizer reads and writes per parameter in one step

@@ -47,6 +47,9 @@ class ProfileCosts {
   /// The timed optimizer steps of o (AdamW as Adam), by tensors then
   /// parameters (KernelSample m = parameters, n = tensors); empty if none.
   const std::vector<const KernelSample*>& optimizer_samples(Optimizer o) const;
+  /// The timed gradient-bucket copies (kernels "bucket_in", "bucket_out"),
+  /// sorted as optimizer_samples; empty if none.
+  const std::vector<const KernelSample*>& bucket_samples(bool out) const { return out ? bucket_out_ : bucket_in_; }
   /// Rank counts with an intra-node fit for op (any backend), ascending.
   std::vector<int> comm_ranks(CollectiveOp op) const;
   /// The intra-node alpha-beta of op over `ranks` (NCCL's before Gloo's), or nullptr.
@@ -64,7 +67,7 @@ class ProfileCosts {
   std::array<std::optional<FitTerms>, 12> kernels_;  ///< 4 fitted classes x 3 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::string, FitTerms> copies_;
-  std::vector<const KernelSample*> adam_, sgd_;
+  std::vector<const KernelSample*> adam_, sgd_, bucket_in_, bucket_out_;
 };
 
 /// A warning if the profile was measured on another kind of device than
@@ -86,6 +89,7 @@ struct CostSources {
   int layers_fitted = 0;        ///< the fitted kernel models (outside the measured range)
   int layers_analytic = 0;      ///< datasheet roofline (nothing fitted)
   int optimizer_measured = 0;   ///< optimizer steps priced from the timed step
+  int bucket_copies_measured = 0;  ///< gradient-bucket copies priced from the timed ones
   int comm_measured = 0;        ///< the fitted alpha-beta of the same op and rank count
   int comm_scaled = 0;          ///< link latency/bandwidth derived from another rank count
   int comm_analytic = 0;        ///< datasheet links (e.g. across nodes)
@@ -101,6 +105,7 @@ class ProfileComputeModel final : public ComputeModel {
   TimeNs kernel_time(const Kernel& k, Precision p) const override;
   TimeNs layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const override;
   TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const override;
+  TimeNs bucket_copy_time(double params, int tensors, bool out) const override;
 
  private:
   bool fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const;

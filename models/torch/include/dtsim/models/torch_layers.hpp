@@ -96,6 +96,26 @@ struct AdamState {
 /// correction), in place, without autograd.
 void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int64_t step, const AdamConfig& c);
 
+/// Note [Gradient buckets]
+/// Before a gradient collective, DDP's reducer copies every gradient into
+/// its bucket (PyTorch's Reducer copies each one into its bucket view as
+/// autograd produces it; DeepSpeed's ZeRO-1/2 fill a flat bucket the same
+/// way), and after the all-reduce DDP copies the bucket back into the
+/// gradients, divided by the world size. One copy per tensor: on a GPU a
+/// small kernel each, on a CPU a few LibTorch ops each. The runtime copies
+/// with these two functions and calibration times them (kernels "bucket_in"
+/// and "bucket_out": m parameters in n tensors), so the copies the
+/// simulator prices from a profile are the ones that run.
+///
+/// Copies the gradients of `params` one after another into `flat` (zeros
+/// for a parameter without one); with `free_grads`, drops each gradient
+/// once copied.
+void flatten_grads(const std::vector<torch::Tensor>& params, torch::Tensor flat, bool free_grads);
+
+/// Copies `flat`, laid out as flatten_grads wrote it, back into the defined
+/// gradients of `params`, divided by `divisor`.
+void unflatten_grads(const std::vector<torch::Tensor>& params, const torch::Tensor& flat, double divisor);
+
 /// Note [Machine probe]
 /// This CI machine's speed moves by 50-60% for minutes at a time (a
 /// validation suite had every Bi-LSTM row at 24-28 ms in two rounds and at
