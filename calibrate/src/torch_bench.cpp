@@ -171,7 +171,7 @@ std::string first_line(const std::string& what) { return what.substr(0, what.fin
 
 /// Median, min and max of repeated timings.
 struct Stats {
-  double median = 0, min = 0, max = 0;
+  double median = 0, min = 0, max = 0, mean = 0;
   int reps = 0;
 };
 
@@ -182,6 +182,9 @@ Stats stats(std::vector<double> v) {
   s.median = v.size() % 2 ? v[v.size() / 2] : 0.5 * (v[v.size() / 2 - 1] + v[v.size() / 2]);
   s.min = v.front();
   s.max = v.back();
+  double sum = 0;
+  for (double x : v) sum += x;
+  s.mean = sum / static_cast<double>(v.size());
   s.reps = static_cast<int>(v.size());
   return s;
 }
@@ -550,7 +553,9 @@ class Bench {
       out.max = std::max(out.max, s.max);
       out.reps += s.reps;
     }
-    out.median = *std::min_element(medians.begin(), medians.end());
+    const auto fastest = std::min_element(medians.begin(), medians.end());
+    out.median = *fastest;
+    out.mean = passes[static_cast<std::size_t>(fastest - medians.begin())].mean;
     return out;
   }
 
@@ -601,8 +606,9 @@ class Bench {
 
   void print_layer(const std::string& signature, const std::string& precision, std::int64_t b, std::int64_t s, const Stats& f,
                    const Stats& g) {
-    std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\n", signature.c_str(), precision.c_str(),
-                static_cast<long long>(b), static_cast<long long>(s), f.median, f.min, f.max, g.median, g.min, g.max, f.reps);
+    std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\t%.9g\t%.9g\n", signature.c_str(),
+                precision.c_str(), static_cast<long long>(b), static_cast<long long>(s), f.median, f.min, f.max, g.median, g.min,
+                g.max, f.reps, f.mean, g.mean);
     std::fflush(stdout);
   }
 

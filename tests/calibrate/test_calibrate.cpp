@@ -553,3 +553,40 @@ TEST_CASE("loop times are scaled to in-step times (Note [Layers in a step])", "[
   CHECK(sl.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.1));
   CHECK(sl.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.0));
 }
+
+TEST_CASE("a layer costs its mean in a step (Note [A layer costs its mean in a step])", "[calibrate]") {
+  // The loop: 40/80 ms at b 4 (fastest 36/72). In the step the layer's
+  // fastest runs were 1.25x and 1.0x the loop's (45 / 36 and 72 / 72), and
+  // its runs averaged 1.08x their median forward (54 / 50) and 1.02x
+  // backward (81.6 / 80): the factors are 1.25 x 1.08 = 1.35 and 1.02.
+  Profile prof = sample_profile();
+  Timing f{0.050, 0.045, 0.090, 20, 0.054}, b{0.080, 0.072, 0.100, 20, 0.0816};
+  prof.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, f, b});
+  const ProfileCosts c(prof);
+  CHECK(c.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.35));
+  CHECK(c.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.02));
+  // A mean under the median (impossible for a step's disturbances) counts as
+  // the median; one far above it is kept to 1.5x: 1.25 x 1.5 = 1.875.
+  prof.layers.back().forward.mean_s = 0.040;
+  prof.layers.back().backward.mean_s = 0.400;
+  const ProfileCosts d(prof);
+  CHECK(d.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.25));
+  CHECK(d.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.5));
+}
+
+TEST_CASE("layer records carry their means, and older records without them still parse", "[calibrate]") {
+  Profile p;
+  calib::Progress prog;
+  calib::parse_bench_line("layer\tfake.layer|in-step\tfp32\t4\t1024\t0.05\t0.045\t0.09\t0.08\t0.072\t0.1\t20\t0.054\t0.0816",
+                          "torch", p, &prog);
+  calib::parse_bench_line("layer\tfake.layer\tfp32\t1\t1024\t0.01\t0.009\t0.011\t0.02\t0.018\t0.022\t5", "torch", p, &prog);
+  REQUIRE(p.layers.size() == 2);
+  CHECK(p.layers[0].forward.mean_s == Approx(0.054));
+  CHECK(p.layers[0].backward.mean_s == Approx(0.0816));
+  CHECK(p.layers[1].forward.mean_s == 0);
+  // 13 fields: neither the old record nor the new one.
+  CHECK(error_of([&] {
+          calib::parse_bench_line("layer\tfake.layer\tfp32\t1\t1024\t0.01\t0.009\t0.011\t0.02\t0.018\t0.022\t5\t0.01", "torch", p,
+                                  &prog);
+        }).find("expected 12 tab-separated fields") != std::string::npos);
+}
