@@ -363,6 +363,15 @@ class Lowering {
     // Without overlap, reductions wait for the end of this backward pass.
     for (TaskId t : unordered_) g_.tasks[t].deps.push_back(last_bwd_);
     unordered_.clear();
+    // The reduced buckets go back into the gradients once the backward is
+    // done, as DDP's reducer finalizes them (Note [Gradient buckets]); on
+    // the compute stream earlier, they would hold the rest of the backward
+    // behind their all-reduces.
+    for (const PendingCopy& c : copies_out_) {
+      const TaskId out = bucket_copy(c.name, c.params, c.tensors, true, {c.reduce, last_bwd_});
+      after_reduce(m, out, c.shard_bytes);
+    }
+    copies_out_.clear();
   }
 
   /// Gradient communication once layer i's backward is done.
@@ -414,9 +423,9 @@ class Lowering {
     deps.push_back(bucket_copy(tag(m, "copy grads in " + name), params, tensors, false, {bwd[i]}));
     TaskId ar = collective(tag(m, "all_reduce " + name), CollectiveOp::kAllReduce, b, dp_group_, kGradComm, deps);
     if (!plan_.overlap) unordered_.push_back(ar);
-    // The reduced bucket back into the gradients, divided by the group size.
-    const TaskId out = bucket_copy(tag(m, "copy grads out " + name), params, tensors, true, {ar});
-    after_reduce(m, out, zero_ == 1 ? ceil_div(b, n_) : b);
+    // The reduced bucket back into the gradients, divided by the group
+    // size, after the backward (above).
+    copies_out_.push_back({tag(m, "copy grads out " + name), params, tensors, ar, zero_ == 1 ? ceil_div(b, n_) : b});
   }
 
   /// Note [Gradient buckets] (models/torch): a bucket's gradients copied in
@@ -496,6 +505,14 @@ class Lowering {
   CommGroup dp_group_, shard_group_, replica_group_;
   TaskGraph g_;
   std::vector<TaskId> fwd_;
+  struct PendingCopy {
+    std::string name;
+    double params = 0;
+    int tensors = 0;
+    TaskId reduce = -1;
+    Bytes shard_bytes = 0;
+  };
+  std::vector<PendingCopy> copies_out_;  ///< this backward's buckets, to copy back at its end
   std::vector<int> bucket_of_;
   std::vector<double> bucket_params_;  ///< per bucket: parameters
   std::vector<int> bucket_tensors_;    ///< per bucket: parameter tensors

@@ -142,6 +142,8 @@ struct Chunk {
   struct Bucket {
     TimeNs time = 0;         // backward time of the layers whose gradients fill it
     Bytes bytes = 0;
+    double params = 0;       // its gradients' parameters and tensors (Note [Gradient buckets])
+    int tensors = 0;
   };
   std::vector<Bucket> buckets;  // in backward (reverse layer) order
 };
@@ -280,6 +282,8 @@ class PipelineLowering {
         if (ch.buckets.empty() || ch.buckets.back().bytes >= plan_.bucket_bytes) ch.buckets.emplace_back();
         ch.buckets.back().time += bwd_[l];
         ch.buckets.back().bytes += p * w_;
+        ch.buckets.back().params += static_cast<double>(p);
+        ch.buckets.back().tensors += std::max(1, L.param_tensors);
       }
       ch.input = first == 0 ? 0 : layers_[first - 1].output_bytes;
       ch.output = layers_[first + ch.count - 1].output_bytes;
@@ -401,9 +405,11 @@ class PipelineLowering {
     std::vector<MemOp> on_end{
         {MemCategory::kActivations, -(ch.kept + (ch.recompute > 0 ? ch.peak_extra : 0) + ch.input + ch.workspace)}};
     TaskId b = -1;
+    std::vector<TaskId> pending_out;  // this chunk's bucket all-reduces, to copy back at its end
     if (last_of_chunk && plan_.dp > 1) {
       // The chunk's last backward runs bucket by bucket, each bucket's
       // all-reduce overlapping the rest (Note [DDP buckets] in lowering.cpp).
+      std::vector<TaskId> reduces;
       for (std::size_t k = 0; k < ch.buckets.size(); ++k) {
         const bool first = k == 0, final = k + 1 == ch.buckets.size();
         const TaskId seg = add(named_ ? name("bwd", vs, i) + " bucket " + std::to_string(k) : std::string(), s, kCompute,
@@ -411,12 +417,19 @@ class PipelineLowering {
                                final ? std::move(on_end) : std::vector<MemOp>{});
         if (first) b_entry_[c] = entry >= 0 ? entry : seg;
         const Bytes bytes = ch.buckets[k].bytes;
-        reductions_.push_back(comm(named_ ? "all_reduce grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k)
-                                          : std::string(),
-                                   s, kGradComm, CollectiveOp::kAllReduce, bytes,
-                                   comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_), {seg}));
+        // The bucket is filled right after its layers' backward (Note [Gradient buckets]).
+        TaskId ready = seg;
+        if (const TimeNs t = compute_.bucket_copy_time(ch.buckets[k].params, ch.buckets[k].tensors, false); t > 0) {
+          ready = add(named_ ? name("copy grads in", vs, i) + " bucket " + std::to_string(k) : std::string(), s, kCompute,
+                      Phase::kBackward, t);
+        }
+        reduces.push_back(comm(named_ ? "all_reduce grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k)
+                                      : std::string(),
+                               s, kGradComm, CollectiveOp::kAllReduce, bytes,
+                               comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_), {ready}));
         b = seg;
       }
+      pending_out = std::move(reduces);
     } else {
       b = add(name("bwd", vs, i), s, kCompute, Phase::kBackward, ch.bwd, std::move(on_start), std::move(on_end));
       b_entry_[c] = entry >= 0 ? entry : b;
@@ -424,6 +437,18 @@ class PipelineLowering {
     const TaskId exit = tp_after("tp bwd", s, vs, i, ch, false, b);
     if (vs > 0) {
       send_b_[c] = comm(name("send grad", vs, i), s, kSendBwd, CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {exit});
+    }
+    // The reduced buckets go back into the gradients once the chunk's
+    // backward is done and its gradient sent, as DDP's reducer finalizes
+    // them (Note [Gradient buckets]).
+    for (std::size_t k = 0; k < pending_out.size(); ++k) {
+      TaskId done = pending_out[k];
+      if (const TimeNs t = compute_.bucket_copy_time(ch.buckets[k].params, ch.buckets[k].tensors, true); t > 0) {
+        done = add(named_ ? name("copy grads out", vs, i) + " bucket " + std::to_string(k) : std::string(), s, kCompute,
+                   Phase::kBackward, t);
+        g_.tasks[done].deps.push_back(pending_out[k]);
+      }
+      reductions_.push_back(done);
     }
     return exit;
   }

@@ -463,6 +463,79 @@ TEST_CASE("DDP and ZeRO pay the timed copies of their gradient buckets (Note [Gr
   CHECK(iteration_ms("zero_stage: 2\n", true) - iteration_ms("zero_stage: 2\n", false) == Approx(6.3).epsilon(1e-6));
 }
 
+TEST_CASE("reduced buckets are copied back after the backward, not in its way (Note [Gradient buckets])", "[calibrate]") {
+  // 4 fake layers of 300000 parameters (1.2 MB of fp32 gradients) in 4
+  // tensors; every layer closes a bucket of its own (DDP's first bucket
+  // closes past 1 MiB, the rest at bucket_mb = 1 KB), so 4 all-reduces
+  // overlap the backward on a GPU cluster.
+  Profile prof = sample_profile();
+  for (const char* kind : {"bucket_in", "bucket_out"}) {
+    prof.kernels.push_back({kind, Precision::kFp32, 300000, 1, 1, 1, 0, 2.4e6, timing(1e-3)});
+    prof.kernels.push_back({kind, Precision::kFp32, 300000, 16, 1, 1, 0, 2.4e6, timing(2.5e-3)});
+  }
+  const test::FakeModel m(4, 300000, 0, 4);
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(prof);
+  po.keep_graph = true;
+  const PlanSpec spec = parse_plan("dp: 2\nmicro_batch: 1\nprecision: fp32\noptimizer: adam\nbucket_mb: 0.001\n", "test.yaml");
+  const Prediction p = predict(m, spec, test::round_cluster(1, 2), po);
+  int in = 0, out = 0;
+  std::size_t last_bwd = 0, first_out = p.graph.tasks.size();
+  for (std::size_t t = 0; t < p.graph.tasks.size(); ++t) {
+    const Task& task = p.graph.tasks[t];
+    if (task.name.rfind("bwd ", 0) == 0) last_bwd = t;
+    if (task.name.rfind("copy grads in", 0) == 0) {
+      ++in;
+      // 300000 parameters in 4 tensors: 1 + 1.5 x 3/15 = 1.3 ms.
+      CHECK(static_cast<double>(task.duration) == Approx(1.3 * kNsPerMs));
+    }
+    if (task.name.rfind("copy grads out", 0) == 0) {
+      ++out;
+      first_out = std::min(first_out, t);
+    }
+  }
+  CHECK(in == 4);
+  CHECK(out == 4);
+  // On the in-order compute stream every copy back comes after the last
+  // layer's backward: none holds a backward behind its all-reduce.
+  CHECK(first_out > last_bwd);
+}
+
+TEST_CASE("a pipeline with data parallelism pays its chunks' bucket copies (Note [Gradient buckets])", "[calibrate]") {
+  // 4 fake layers of 1000 parameters in 4 tensors, pp 2 x dp 2: each stage
+  // holds 2 layers in one bucket of 2000 parameters in 8 tensors. Timed at
+  // 1000 parameters: in 1 ms (1 tensor), 2.5 ms (16); out 2 and 5 ms. At 2000:
+  // in 2 and 5 ms, 8 tensors 2 + 3 x 7/15 = 3.4 ms; out 4 + 6 x 7/15 = 6.8 ms.
+  Profile prof = sample_profile();
+  for (const auto& [kind, one, sixteen] : {std::tuple{"bucket_in", 1e-3, 2.5e-3}, std::tuple{"bucket_out", 2e-3, 5e-3}}) {
+    prof.kernels.push_back({kind, Precision::kFp32, 1000, 1, 1, 1, 0, 8000, timing(one)});
+    prof.kernels.push_back({kind, Precision::kFp32, 1000, 16, 1, 1, 0, 8000, timing(sixteen)});
+  }
+  const test::FakeModel m(4, 1000, 0, 4);
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(prof);
+  po.keep_graph = true;
+  const PlanSpec spec =
+      parse_plan("dp: 2\npp: 2\nschedule: 1f1b\nmicro_batch: 1\ngrad_accum: 4\nprecision: fp32\noptimizer: adam\n", "test.yaml");
+  const Prediction p = predict(m, spec, test::round_cluster(1, 4), po);
+  int in = 0, out = 0;
+  for (const Task& task : p.graph.tasks) {
+    if (task.name.rfind("copy grads in", 0) == 0) {
+      ++in;
+      CHECK(static_cast<double>(task.duration) == Approx(3.4 * kNsPerMs));
+    }
+    if (task.name.rfind("copy grads out", 0) == 0) {
+      ++out;
+      CHECK(static_cast<double>(task.duration) == Approx(6.8 * kNsPerMs));
+      REQUIRE(task.deps.size() == 1);
+      CHECK(p.graph.tasks[task.deps[0]].op == CollectiveOp::kAllReduce);  // after its bucket's all-reduce
+    }
+  }
+  // One bucket per stage, reduced after its last micro-batch's backward.
+  CHECK(in == 2);
+  CHECK(out == 2);
+}
+
 TEST_CASE("the optimizer step is fitted per tensor and per parameter", "[calibrate]") {
   // Steps of exactly 10 us per tensor + 1 ns per parameter.
   Profile prof;
