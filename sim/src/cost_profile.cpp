@@ -282,8 +282,6 @@ double step_seconds(std::span<const KernelSample* const> series, double params) 
   return end->time.median_s * params / static_cast<double>(end->m);
 }
 
-}  // namespace
-
 // Note [Optimizer step] in cost_compute.cpp. A step's time per parameter is
 // not one number on a CPU: it doubles once the tensors outgrow the cache, and
 // many small tensors pay a launch each. So the timed steps are looked up as
@@ -292,12 +290,7 @@ double step_seconds(std::span<const KernelSample* const> series, double params) 
 // per-tensor slope, where positive, continues; below the smallest, that one).
 // The samples are of fp32 states; a mixed-precision Adam moves as many bytes
 // per parameter (a 2-byte gradient in, a 2-byte working copy out), so they
-// apply as they are.
-namespace {
-
-/// Seconds for `params` parameters in `tensors` tensors from timed samples
-/// sorted by tensors then parameters: by parameters within each timed
-/// tensor count, then linear in the tensor count (Note [Optimizer step]).
+// apply as they are. The gradient buckets' copies are looked up the same way.
 double timed_seconds(const std::vector<const KernelSample*>& samples, double params, int tensors) {
   // Split by tensor count (samples are sorted by it).
   std::vector<std::pair<double, double>> by_count;  // tensors, seconds at `params`

@@ -371,6 +371,15 @@ class PipelineLowering {
     return g_.add(std::move(t));
   }
 
+  /// Note [Gradient buckets] (models/torch): bucket k's copy in or out on
+  /// stage s's compute stream, after what runs there before it; -1 where
+  /// the cost model prices it at 0 (the datasheet).
+  TaskId bucket_copy(const char* what, int s, int vs, int i, std::size_t k, const Chunk::Bucket& b, bool out) {
+    const TimeNs t = compute_.bucket_copy_time(b.params, b.tensors, out);
+    if (t == 0) return -1;
+    return add(named_ ? name(what, vs, i) + " bucket " + std::to_string(k) : std::string(), s, kCompute, Phase::kBackward, t);
+  }
+
   TaskId tp_after(const char* what, int s, int vs, int i, const Chunk& ch, bool forward, TaskId after) {
     const auto& ops = forward ? ch.tp_fwd_ops : ch.tp_bwd_ops;
     if (plan_.tp <= 1 || ops.empty()) return after;
@@ -418,15 +427,11 @@ class PipelineLowering {
         if (first) b_entry_[c] = entry >= 0 ? entry : seg;
         const Bytes bytes = ch.buckets[k].bytes;
         // The bucket is filled right after its layers' backward (Note [Gradient buckets]).
-        TaskId ready = seg;
-        if (const TimeNs t = compute_.bucket_copy_time(ch.buckets[k].params, ch.buckets[k].tensors, false); t > 0) {
-          ready = add(named_ ? name("copy grads in", vs, i) + " bucket " + std::to_string(k) : std::string(), s, kCompute,
-                      Phase::kBackward, t);
-        }
+        const TaskId in = bucket_copy("copy grads in", s, vs, i, k, ch.buckets[k], false);
         reduces.push_back(comm(named_ ? "all_reduce grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k)
                                       : std::string(),
                                s, kGradComm, CollectiveOp::kAllReduce, bytes,
-                               comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_), {ready}));
+                               comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_), {in < 0 ? seg : in}));
         b = seg;
       }
       pending_out = std::move(reduces);
@@ -442,13 +447,9 @@ class PipelineLowering {
     // backward is done and its gradient sent, as DDP's reducer finalizes
     // them (Note [Gradient buckets]).
     for (std::size_t k = 0; k < pending_out.size(); ++k) {
-      TaskId done = pending_out[k];
-      if (const TimeNs t = compute_.bucket_copy_time(ch.buckets[k].params, ch.buckets[k].tensors, true); t > 0) {
-        done = add(named_ ? name("copy grads out", vs, i) + " bucket " + std::to_string(k) : std::string(), s, kCompute,
-                   Phase::kBackward, t);
-        g_.tasks[done].deps.push_back(pending_out[k]);
-      }
-      reductions_.push_back(done);
+      const TaskId out = bucket_copy("copy grads out", s, vs, i, k, ch.buckets[k], true);
+      if (out >= 0) g_.tasks[out].deps.push_back(pending_out[k]);
+      reductions_.push_back(out >= 0 ? out : pending_out[k]);
     }
     return exit;
   }

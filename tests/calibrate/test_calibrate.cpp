@@ -63,6 +63,15 @@ TimeNs fake_layer_time(const ComputeModel& model, Pass pass, std::int64_t b, Pre
   return model.layer_time(l, pass, p, shape);
 }
 
+/// Timed gradient-bucket copies of `params` parameters (Note [Gradient
+/// buckets]): in and out, each at 1 and 16 tensors, in seconds.
+void add_bucket_copies(Profile& p, std::int64_t params, double in1, double in16, double out1, double out16) {
+  for (const auto& [kind, one, sixteen] : {std::tuple{"bucket_in", in1, in16}, std::tuple{"bucket_out", out1, out16}}) {
+    p.kernels.push_back({kind, Precision::kFp32, params, 1, 1, 1, 0, 8.0 * static_cast<double>(params), timing(one)});
+    p.kernels.push_back({kind, Precision::kFp32, params, 16, 1, 1, 0, 8.0 * static_cast<double>(params), timing(sixteen)});
+  }
+}
+
 }  // namespace
 
 TEST_CASE("fitting recovers known alpha-beta parameters", "[calibrate]") {
@@ -439,10 +448,7 @@ TEST_CASE("DDP and ZeRO pay the timed copies of their gradient buckets (Note [Gr
   // parameters in 12 tensors. Timed copies at 1000 parameters: in 1 ms
   // (1 tensor) and 2.5 ms (16); out 2 ms and 5 ms.
   Profile prof = sample_profile();
-  for (const auto& [kind, one, sixteen] : {std::tuple{"bucket_in", 1e-3, 2.5e-3}, std::tuple{"bucket_out", 2e-3, 5e-3}}) {
-    prof.kernels.push_back({kind, Precision::kFp32, 1000, 1, 1, 1, 0, 8000, timing(one)});
-    prof.kernels.push_back({kind, Precision::kFp32, 1000, 16, 1, 1, 0, 8000, timing(sixteen)});
-  }
+  add_bucket_copies(prof, 1000, 1e-3, 2.5e-3, 2e-3, 5e-3);
   const test::FakeModel m(3, 1000, 0, 4);
   const ClusterSpec c = test::round_cluster(1, 2);
   const auto iteration_ms = [&](const std::string& plan, bool copies) {
@@ -469,10 +475,7 @@ TEST_CASE("reduced buckets are copied back after the backward, not in its way (N
   // closes past 1 MiB, the rest at bucket_mb = 1 KB), so 4 all-reduces
   // overlap the backward on a GPU cluster.
   Profile prof = sample_profile();
-  for (const char* kind : {"bucket_in", "bucket_out"}) {
-    prof.kernels.push_back({kind, Precision::kFp32, 300000, 1, 1, 1, 0, 2.4e6, timing(1e-3)});
-    prof.kernels.push_back({kind, Precision::kFp32, 300000, 16, 1, 1, 0, 2.4e6, timing(2.5e-3)});
-  }
+  add_bucket_copies(prof, 300000, 1e-3, 2.5e-3, 1e-3, 2.5e-3);
   const test::FakeModel m(4, 300000, 0, 4);
   PredictOptions po;
   po.profile = std::make_shared<const ProfileCosts>(prof);
@@ -507,10 +510,7 @@ TEST_CASE("a pipeline with data parallelism pays its chunks' bucket copies (Note
   // 1000 parameters: in 1 ms (1 tensor), 2.5 ms (16); out 2 and 5 ms. At 2000:
   // in 2 and 5 ms, 8 tensors 2 + 3 x 7/15 = 3.4 ms; out 4 + 6 x 7/15 = 6.8 ms.
   Profile prof = sample_profile();
-  for (const auto& [kind, one, sixteen] : {std::tuple{"bucket_in", 1e-3, 2.5e-3}, std::tuple{"bucket_out", 2e-3, 5e-3}}) {
-    prof.kernels.push_back({kind, Precision::kFp32, 1000, 1, 1, 1, 0, 8000, timing(one)});
-    prof.kernels.push_back({kind, Precision::kFp32, 1000, 16, 1, 1, 0, 8000, timing(sixteen)});
-  }
+  add_bucket_copies(prof, 1000, 1e-3, 2.5e-3, 2e-3, 5e-3);
   const test::FakeModel m(4, 1000, 0, 4);
   PredictOptions po;
   po.profile = std::make_shared<const ProfileCosts>(prof);
