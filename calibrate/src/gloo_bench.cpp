@@ -116,6 +116,9 @@
 #include <gloo/types.h>
 
 #include "bench_common.hpp"
+#if defined(DTSIM_BENCH_C10D)
+#include "dtsim/sim/allocator.hpp"
+#endif
 
 namespace dtsim::calib::bench {
 namespace {
@@ -617,6 +620,11 @@ void report(const Options& opt, const Point& p, const Summary& s, int reps) {
 /// Body of rank `rank` (Note [Gloo bench processes]).
 void run_rank(int rank, const Options& opt, const std::string& dir, const std::vector<Point>& plan,
               std::chrono::milliseconds idle_timeout) {
+#if defined(DTSIM_BENCH_C10D)
+  // Note [A rank's own cores] (sim/allocator.cpp): as dtsim_worker binds its ranks.
+  const std::string cpus = dtsim::sim::bind_cpu_share(rank, opt.procs);
+  if (rank == 0) emit_info("cpus", cpus.empty() ? "unbound" : cpus);
+#endif
   Rendezvous rv{dir};
   auto world = connect(rv, "world", rank, opt.procs);
 

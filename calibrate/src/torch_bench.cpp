@@ -913,11 +913,15 @@ class Bench {
     std::printf("info\tdevice\t%s\n", device.c_str());
     std::printf("info\ttorch_version\t%d.%d.%d\n", TORCH_VERSION_MAJOR, TORCH_VERSION_MINOR, TORCH_VERSION_PATCH);
     std::printf("info\tthreads\t%d\n", at::get_num_threads());
+    std::printf("info\tcpus\t%s\n", cpus_.empty() ? "unbound" : cpus_.c_str());
     std::printf("info\tsweep\t%s\n", o_.quick ? "quick" : "full");
     std::fflush(stdout);
   }
 
   void run() {
+    // Note [A rank's own cores] (sim/allocator.cpp): copy i of n on its own
+    // share of the CPUs, as validation's local rank i runs.
+    if (!cuda_) cpus_ = dtsim::sim::bind_cpu_share(o_.lockstep_rank, o_.lockstep_n);
     if (!cuda_ && o_.threads > 0) dtsim::models::set_cpu_threads(o_.threads);
     if (!cuda_) dtsim::sim::retain_freed_memory();  // as the runtime's ranks do
     torch::manual_seed(0);
@@ -955,6 +959,7 @@ class Bench {
   bool cuda_;
   int done_ = 0, total_ = 0;
   int barriers_ = 0;  // Note [Copies in lockstep]
+  std::string cpus_;  // Note [A rank's own cores]: this copy's binding; empty: none
   std::map<std::string, std::int64_t> too_slow_;  // layer series -> fewest tokens over the time cap
 };
 

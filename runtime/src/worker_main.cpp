@@ -137,6 +137,10 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
   } else {
     install_counting_allocator(limit);
     sim::retain_freed_memory();
+    // Note [A rank's own cores] (sim/allocator.cpp): local rank i of n on
+    // the i-th share of this host's CPUs, before any thread starts.
+    const int local_world = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(world);
+    sim::bind_cpu_share(local_rank, local_world);
     // One core per rank, as the local-cpu cluster and calibration's
     // --threads 1 have it (DTSIM_THREADS overrides).
     models::set_cpu_threads(std::max(1, env_int({"DTSIM_THREADS"}).value_or(1)));

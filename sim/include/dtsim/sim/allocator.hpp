@@ -1,5 +1,6 @@
 #pragma once
-// Process-wide allocator settings for long runs (searches, training steps).
+// Process-wide settings for long runs (searches, training steps): the
+// allocator, and the CPUs a rank runs on.
 
 namespace dtsim::sim {
 
@@ -7,5 +8,26 @@ namespace dtsim::sim {
 /// otherwise returns large blocks to the kernel on every free and the next
 /// use faults them in again. Call it once, early; a no-op without glibc.
 void retain_freed_memory();
+
+}  // namespace dtsim::sim
+
+#include <string>
+#include <vector>
+
+namespace dtsim::sim {
+
+/// Note [A rank's own cores] (allocator.cpp): the CPUs of share `index` of
+/// `count` equal, contiguous shares of `allowed` (the CPUs this process may
+/// run on, ascending). Where there are fewer CPUs than shares, share i gets
+/// CPU allowed[i % size]. Empty (leave the binding alone) when count < 2,
+/// index is outside [0, count), or `allowed` is narrower than the `online`
+/// CPUs: someone (mpirun, srun, taskset) bound the process already.
+std::vector<int> cpu_share(const std::vector<int>& allowed, int online, int index, int count);
+
+/// Binds this process's calling thread, and the threads it starts after, to
+/// cpu_share(its allowed CPUs, the online CPUs, index, count). Returns what
+/// it did in words ("cpu 1", "cpus 0,1,2,3") or "" where it left things alone
+/// (also where the environment sets DTSIM_BIND=none, or without Linux).
+std::string bind_cpu_share(int index, int count);
 
 }  // namespace dtsim::sim
