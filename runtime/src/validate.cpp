@@ -263,7 +263,7 @@ std::string rank_to_json(const RankMeasurement& m) {
   w.key("losses").begin_array();
   for (double x : m.losses) w.value(x);
   w.end_array();
-  w.field("probe_s", m.probe_s).field("probe_end_s", m.probe_end_s);
+  w.field("probe_s", m.probe_s).field("probe_end_s", m.probe_end_s).field("cpus", m.cpus);
   w.end_object();
   return w.str();
 }
@@ -286,6 +286,7 @@ RankMeasurement rank_from_json(const std::string& text, const std::string& sourc
     for (const auto& x : n["losses"]) m.losses.push_back(x.as<double>());
     if (n["probe_s"]) m.probe_s = n["probe_s"].as<double>();
     if (n["probe_end_s"]) m.probe_end_s = n["probe_end_s"].as<double>();
+    if (n["cpus"]) m.cpus = n["cpus"].as<std::string>();
   } catch (const YAML::Exception& e) {
     throw ConfigError(source + ": not a rank measurement (" + e.msg + ")");
   }
@@ -428,6 +429,12 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
         << " longer than rank " << m.fast_rank
         << (m.compute_skew > 0.1 ? " (the simulator assumes equal ranks: the cores were not equally free)" : "") << "\n";
   }
+  // Note [A rank's own cores] (sim/allocator.cpp): where each rank ran.
+  std::string cores;
+  for (const auto& r : m.ranks) {
+    if (!r.cpus.empty()) cores += (cores.empty() ? "" : ", ") + ("rank " + std::to_string(r.rank) + " on " + r.cpus);
+  }
+  if (!cores.empty()) out << "  cores: " << cores << " (Note [A rank's own cores]; DTSIM_BIND=none leaves them to the scheduler)\n";
   if (const double k = probe_ratio(s, m); k > 0) {
     out << "  machine: the reference Bi-LSTM layer (Note [Machine probe]) ran " << fmt("%.2fx", k) << " its time at calibration";
     if (const double cal = profile_probe_seconds(s.profile->profile()); m.probe_end_s > 0 && cal > 0) {
@@ -478,6 +485,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
     w.begin_object();
     w.field("rank", r.rank).field("stage", r.stage).field("peak_bytes", r.peak_bytes).field("host_peak_bytes", r.host_peak_bytes);
     w.field("forward_s", r.forward_s).field("backward_s", r.backward_s).field("wait_s", r.wait_s).field("optimizer_s", r.optimizer_s);
+    w.field("cpus", r.cpus);
     w.end_object();
   }
   w.end_array();

@@ -126,6 +126,7 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
   std::int64_t limit = o.mem_limit;
   if (!o.fault.empty() && o.fault.rfind("oom", 0) == 0 && limit == 0) limit = std::int64_t{1} << 30;
   torch::Device device = torch::kCPU;
+  std::string cpus;  // Note [A rank's own cores]
   if (o.device == "cuda") {
 #if defined(DTSIM_WORKER_CUDA)
     if (!torch::cuda::is_available()) throw UnsupportedError("--device cuda: no CUDA device is visible to rank " + std::to_string(rank));
@@ -140,7 +141,7 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
     // Note [A rank's own cores] (sim/allocator.cpp): local rank i of n on
     // the i-th share of this host's CPUs, before any thread starts.
     const int local_world = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(world);
-    sim::bind_cpu_share(local_rank, local_world);
+    cpus = sim::bind_cpu_share(local_rank, local_world);
     // One core per rank, as the local-cpu cluster and calibration's
     // --threads 1 have it (DTSIM_THREADS overrides).
     models::set_cpu_threads(std::max(1, env_int({"DTSIM_THREADS"}).value_or(1)));
@@ -161,7 +162,8 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
   const double comm_timeout = run_dir.empty() ? o.timeout_s : o.timeout_s + 30;
   Comm comm(rank, world, rendezvous_from_env(), device.is_cuda(), comm_timeout);
   std::vector<TraceEvent> events;
-  const RankMeasurement m = train(cfg, comm, o.trace.empty() ? nullptr : &events);
+  RankMeasurement m = train(cfg, comm, o.trace.empty() ? nullptr : &events);
+  m.cpus = cpus;
   const std::string json = rank_to_json(m);
   const std::string trace = o.trace.empty() ? "" : trace_json(events, rank, m.stage);
 

@@ -5,7 +5,9 @@
 #include <catch2/catch.hpp>
 #include <yaml-cpp/yaml.h>
 
+#include <sched.h>
 #include <sys/wait.h>
+#include <unistd.h>
 
 #include <algorithm>
 #include <array>
@@ -35,10 +37,11 @@ struct Run {
 /// Runs `dtsim validate ARGS`, capturing stdout and stderr in files of its
 /// own: ctest runs test cases side by side, and a shared file let one case
 /// read another's losses.
-Run validate(const std::string& args) {
+/// `env`: variables to set first ("DTSIM_BIND=none").
+Run validate(const std::string& args, const std::string& env = "") {
   const test::TempDir dir("validate");
   const std::string out = dir.file("out"), err = dir.file("err");
-  const std::string cmd = std::string(DTSIM_BINARY) + " validate " + args + " > " + out + " 2> " + err;
+  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + DTSIM_BINARY + " validate " + args + " > " + out + " 2> " + err;
   const int raw = std::system(cmd.c_str());
   Run r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
@@ -196,6 +199,13 @@ TEST_CASE("the machine probe: the slowest rank's over the profile's (Note [Machi
   ranks[0].probe_s = ranks[1].probe_s = 0.0063;
   ranks[1].probe_end_s = 0.0102;
   CHECK(runtime::probe_ratio(s, runtime::combine(ranks)) == Approx(1.7));
+
+  // Note [A rank's own cores]: the binding travels with the rank and is reported.
+  ranks[0].cpus = "cpu 0";
+  ranks[1].cpus = "cpus 2,3";
+  CHECK(runtime::rank_from_json(runtime::rank_to_json(ranks[1]), "test").cpus == "cpus 2,3");
+  CHECK(runtime::format_report(o, s, runtime::predict_run(s), runtime::combine(ranks)).find("cores: rank 0 on cpu 0, rank 1 on cpus 2,3") !=
+        std::string::npos);
 }
 
 TEST_CASE("validate options are checked with what would be valid", "[runtime][validate]") {
@@ -454,6 +464,40 @@ TEST_CASE("under mpirun across nodes without MASTER_ADDR the ranks meet through 
   CHECK(slurp(dir.file("out1")).empty());
   // The rendezvous file is gone with the job.
   CHECK(dir.entries() == std::vector<std::string>{"err0", "err1", "out0", "out1"});
+}
+
+TEST_CASE("each local rank runs on its own share of the CPUs (Note [A rank's own cores])", "[runtime][validate][slow]") {
+  // 2 ranks on this process's CPUs: rank r on share r of 2 (cpu_share's
+  // own cases are in tests/sim/test_process.cpp).
+  cpu_set_t set;
+  CPU_ZERO(&set);
+  REQUIRE(::sched_getaffinity(0, sizeof set, &set) == 0);
+  std::vector<int> allowed;
+  for (int c = 0; c < CPU_SETSIZE; ++c) {
+    if (CPU_ISSET(c, &set)) allowed.push_back(c);
+  }
+  const std::string args = "--model bilstm-tiny --plan ddp --procs 2 --json --quiet --warmup 0 --steps 2 --set plan.micro_batch=2";
+  const Run bound = validate(args);
+  INFO(bound.err);
+  REQUIRE(bound.status == 0);
+  const YAML::Node ranks = YAML::Load(bound.out)["measured"]["ranks"];
+  REQUIRE(ranks.size() == 2);
+  if (allowed.size() >= 2 && static_cast<long>(allowed.size()) == ::sysconf(_SC_NPROCESSORS_ONLN)) {
+    const std::size_t per = allowed.size() / 2;
+    for (std::size_t r = 0; r < 2; ++r) {
+      std::string want = per == 1 ? "cpu " : "cpus ";
+      for (std::size_t i = 0; i < per; ++i) want += (i ? "," : "") + std::to_string(allowed[r * per + i]);
+      CHECK(ranks[r]["cpus"].as<std::string>() == want);
+    }
+  } else {
+    WARN("this test process is bound already (or has one CPU): its ranks keep that binding");
+    CHECK(ranks[0]["cpus"].as<std::string>().empty());
+  }
+  const Run unbound = validate(args, "DTSIM_BIND=none");
+  REQUIRE(unbound.status == 0);
+  const YAML::Node free_ranks = YAML::Load(unbound.out)["measured"]["ranks"];
+  CHECK(free_ranks[0]["cpus"].as<std::string>().empty());
+  CHECK(free_ranks[1]["cpus"].as<std::string>().empty());
 }
 
 TEST_CASE("a bad DTSIM_RENDEZVOUS is refused with one line", "[runtime][validate][bad-input]") {

@@ -84,6 +84,7 @@ struct RankMeasurement {
   std::vector<double> losses;        ///< each step's loss (warm-up included), on ranks that compute it
   double probe_s = 0;                ///< Note [Machine probe]: the reference workload before the run (CPU); 0: not run
   double probe_end_s = 0;            ///< the same after the measured steps; 0: not run
+  std::string cpus;                  ///< Note [A rank's own cores]: "cpu 1", ...; empty: not bound
 };
 
 /// Serialises / parses a rank's measurements (rank-K.json). Throws
