@@ -241,6 +241,17 @@ struct C10dGroup {
 };
 using ContextPtr = std::shared_ptr<C10dGroup>;
 
+/// Note [Busy waits] (runtime/src/comm.cpp): a rank bound to its own core
+/// polls its collectives as dtsim_worker's ranks do; send/recv sleep.
+bool g_busy_wait = false;
+
+void finish(const c10::intrusive_ptr<c10d::Work>& work) {
+  if (g_busy_wait) {
+    while (!work->isCompleted()) std::this_thread::yield();
+  }
+  work->wait();
+}
+
 /// Where the groups meet: one c10d FileStore file per group in `dir`.
 struct Rendezvous {
   std::string dir;
@@ -364,7 +375,7 @@ class RankBench {
         elems_ = n;
         std::fill_n(out_.begin(), n, me);
         auto t = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{view(out_, 0, n)});
-        return [pg, t] { pg->allreduce(*t)->wait(); };
+        return [pg, t] { finish(pg->allreduce(*t)); };
       }
       case Op::kReduceScatter: {
         // An all-to-all of equal chunks into in_, then the sum of the k
@@ -377,7 +388,7 @@ class RankBench {
         const std::int64_t k = k_, c = static_cast<std::int64_t>(chunk);
         return [pg, send, recv, slice, k, c]() mutable {
           std::vector<std::int64_t> splits(static_cast<std::size_t>(k), c);
-          pg->alltoall_base(recv, send, splits, splits)->wait();
+          finish(pg->alltoall_base(recv, send, splits, splits));
           torch::sum_out(slice, recv.view({k, c}), 0);
         };
       }
@@ -389,7 +400,7 @@ class RankBench {
         auto outs = std::make_shared<std::vector<std::vector<at::Tensor>>>(1);
         for (int r = 0; r < k_; ++r) (*outs)[0].push_back(view(out_, static_cast<std::size_t>(r) * chunk, chunk));
         auto ins = std::make_shared<std::vector<at::Tensor>>(std::vector<at::Tensor>{view(in_, 0, chunk)});
-        return [pg, outs, ins] { pg->allgather(*outs, *ins)->wait(); };
+        return [pg, outs, ins] { finish(pg->allgather(*outs, *ins)); };
       }
       case Op::kBroadcast: {
         const std::size_t n = static_cast<std::size_t>(p.bytes / kElementBytes);
@@ -399,7 +410,7 @@ class RankBench {
         return [pg, t] {
           c10d::BroadcastOptions o;
           o.rootRank = 0;
-          pg->broadcast(*t, o)->wait();
+          finish(pg->broadcast(*t, o));
         };
       }
       case Op::kSendRecv: {
@@ -623,7 +634,12 @@ void run_rank(int rank, const Options& opt, const std::string& dir, const std::v
 #if defined(DTSIM_BENCH_C10D)
   // Note [A rank's own cores] (sim/allocator.cpp): as dtsim_worker binds its ranks.
   const std::string cpus = dtsim::sim::bind_cpu_share(rank, opt.procs);
-  if (rank == 0) emit_info("cpus", cpus.empty() ? "unbound" : cpus);
+  const char* wait_mode = std::getenv("DTSIM_WAIT");
+  g_busy_wait = !cpus.empty() && (wait_mode == nullptr || std::string(wait_mode) != "block");
+  if (rank == 0) {
+    emit_info("cpus", cpus.empty() ? "unbound" : cpus);
+    emit_info("collective_wait", g_busy_wait ? "polling (Note [Busy waits])" : "blocking");
+  }
 #endif
   Rendezvous rv{dir};
   auto world = connect(rv, "world", rank, opt.procs);

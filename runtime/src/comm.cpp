@@ -9,14 +9,36 @@
 #endif
 
 #include <cstdlib>
+#include <string>
+#include <thread>
 
 #include "dtsim/sim/error.hpp"
 #include "worker.hpp"
 
 namespace dtsim::runtime {
 
+// Note [Busy waits]
+// A rank blocked in work->wait() sleeps, and with nothing else to run its
+// vCPU goes idle; on this VM a vCPU woken from idle can take a host timer
+// tick to run again. Tensor parallelism waits 13 times a step: on a quiet
+// gpt2-tiny megatron-tp run the all-reduces took, from the later rank's
+// entry, a median 0.45 ms but a mean 1.53 ms, a tenth over 4.8 ms, at the
+// same places every step. With each rank polling instead, the step's waits
+// went from 24.9 and 28.0 ms to 12.1 and 13.0 ms (two alternating pairs of
+// runs), where 12.3 ms is priced from collectives timed back to back. NCCL
+// spins on the GPU and MPI libraries poll by default for the same reason.
+// So a rank with a core of its own (Note [A rank's own cores]) polls its
+// collectives, yielding the core to its Gloo threads between polls, and
+// only sleeps on point-to-point messages: c10d's Gloo send and recv works
+// only learn they are complete inside wait(), and a pipeline's waits are
+// priced from send/recv timed to a sleeping receiver (Note [Waiting
+// receiver] in calibrate/src/gloo_bench.cpp). DTSIM_WAIT=block sleeps on
+// everything.
 void WaitClock::wait(const c10::intrusive_ptr<c10d::Work>& work) {
   const auto t0 = std::chrono::steady_clock::now();
+  if (busy && dynamic_cast<c10d::ProcessGroupGloo::AsyncWork*>(work.get()) != nullptr) {
+    while (!work->isCompleted()) std::this_thread::yield();
+  }
   work->wait();
   seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }

@@ -246,6 +246,7 @@ torch::Tensor alloc_storage(torch::Tensor& t) {
 class Trainer {
  public:
   Trainer(const TrainerConfig& c, Comm& comm, std::vector<TraceEvent>* trace) : c_(c), comm_(comm), trace_(trace) {
+    clock_.busy = c_.busy_wait;
     const auto& p = c.setup.plan;
     plan_ = &p;
     const int r = c.rank;

@@ -64,6 +64,7 @@ struct Group {
 /// Accumulates the time a rank spends blocked on communication.
 struct WaitClock {
   double seconds = 0;
+  bool busy = false;  ///< Note [Busy waits] (comm.cpp): poll collectives instead of sleeping
   /// Waits for `work`, adding the time blocked.
   void wait(const c10::intrusive_ptr<c10d::Work>& work);
 };
@@ -124,6 +125,7 @@ struct TrainerConfig {
   int rank = 0, world = 1;
   torch::Device device = torch::kCPU;
   std::string run_dir;  ///< heartbeats ("" in join mode without one)
+  bool busy_wait = false;  ///< Note [Busy waits] (comm.cpp)
 };
 
 /// Runs warm-up and measured steps of the plan on this rank and returns its
