@@ -24,9 +24,11 @@ namespace dtsim::runtime {
 // gpt2-tiny megatron-tp run the all-reduces took, from the later rank's
 // entry, a median 0.45 ms but a mean 1.53 ms, a tenth over 4.8 ms, at the
 // same places every step. With each rank polling instead, the step's waits
-// went from 24.9 and 28.0 ms to 12.1 and 13.0 ms (two alternating pairs of
-// runs), where 12.3 ms is priced from collectives timed back to back. NCCL
-// spins on the GPU and MPI libraries poll by default for the same reason.
+// went from 24.3 ms to 7.9 ms on a quiet machine (the step from 51.5 to
+// 35.9 ms), and from 24.9 and 28.0 ms to 12.1 and 13.0 ms in two pairs of
+// runs in a slow spell (probe 1.6-1.75x); bilstm-tiny DDP's from 4.8 ms to
+// 1.4 ms. NCCL spins on the GPU and MPI libraries poll by default for the
+// same reason.
 // So a rank with a core of its own (Note [A rank's own cores]) polls its
 // collectives, yielding the core to its Gloo threads between polls, and
 // only sleeps on point-to-point messages: c10d's Gloo send and recv works
