@@ -634,8 +634,7 @@ void run_rank(int rank, const Options& opt, const std::string& dir, const std::v
 #if defined(DTSIM_BENCH_C10D)
   // Note [A rank's own cores] (sim/allocator.cpp): as dtsim_worker binds its ranks.
   const std::string cpus = dtsim::sim::bind_cpu_share(rank, opt.procs);
-  const char* wait_mode = std::getenv("DTSIM_WAIT");
-  g_busy_wait = !cpus.empty() && (wait_mode == nullptr || std::string(wait_mode) != "block");
+  g_busy_wait = dtsim::sim::polls_collectives(cpus);
   if (rank == 0) {
     emit_info("cpus", cpus.empty() ? "unbound" : cpus);
     emit_info("collective_wait", g_busy_wait ? "polling (Note [Busy waits])" : "blocking");

@@ -155,8 +155,7 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
   cfg.device = device;
   cfg.run_dir = run_dir;
   // Note [Busy waits] (comm.cpp): a rank with cores of its own polls.
-  const char* wait_mode = std::getenv("DTSIM_WAIT");
-  cfg.busy_wait = !cpus.empty() && (wait_mode == nullptr || std::string(wait_mode) != "block");
+  cfg.busy_wait = sim::polls_collectives(cpus);
 #if defined(DTSIM_WORKER_CUDA)
   if (device.is_cuda()) cuda_limit(limit);
 #endif

@@ -64,6 +64,11 @@ std::vector<int> cpu_share(const std::vector<int>& allowed, int online, int inde
   return {allowed.begin() + index * per, allowed.begin() + (index + 1) * per};
 }
 
+bool polls_collectives(const std::string& binding) {
+  const char* mode = std::getenv("DTSIM_WAIT");
+  return !binding.empty() && (mode == nullptr || std::strcmp(mode, "block") != 0);
+}
+
 std::string bind_cpu_share(int index, int count) {
 #ifdef __linux__
   if (const char* b = std::getenv("DTSIM_BIND"); b != nullptr && std::strcmp(b, "none") == 0) return "";

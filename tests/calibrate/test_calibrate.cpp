@@ -72,6 +72,15 @@ void add_bucket_copies(Profile& p, std::int64_t params, double in1, double in16,
   }
 }
 
+/// `plan` (fp32 Adam, micro-batch 1, plus its own keys) predicted from `prof`
+/// with the task graph kept, for tests that look at its tasks.
+Prediction predict_graph(const Profile& prof, const test::FakeModel& m, const std::string& plan, const ClusterSpec& c) {
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(prof);
+  po.keep_graph = true;
+  return predict(m, parse_plan("micro_batch: 1\nprecision: fp32\noptimizer: adam\n" + plan, "test.yaml"), c, po);
+}
+
 }  // namespace
 
 TEST_CASE("fitting recovers known alpha-beta parameters", "[calibrate]") {
@@ -476,12 +485,7 @@ TEST_CASE("reduced buckets are copied back after the backward, not in its way (N
   // overlap the backward on a GPU cluster.
   Profile prof = sample_profile();
   add_bucket_copies(prof, 300000, 1e-3, 2.5e-3, 1e-3, 2.5e-3);
-  const test::FakeModel m(4, 300000, 0, 4);
-  PredictOptions po;
-  po.profile = std::make_shared<const ProfileCosts>(prof);
-  po.keep_graph = true;
-  const PlanSpec spec = parse_plan("dp: 2\nmicro_batch: 1\nprecision: fp32\noptimizer: adam\nbucket_mb: 0.001\n", "test.yaml");
-  const Prediction p = predict(m, spec, test::round_cluster(1, 2), po);
+  const Prediction p = predict_graph(prof, test::FakeModel(4, 300000, 0, 4), "dp: 2\nbucket_mb: 0.001\n", test::round_cluster(1, 2));
   int in = 0, out = 0;
   std::size_t last_bwd = 0, first_out = p.graph.tasks.size();
   for (std::size_t t = 0; t < p.graph.tasks.size(); ++t) {
@@ -511,13 +515,8 @@ TEST_CASE("a pipeline with data parallelism pays its chunks' bucket copies (Note
   // in 2 and 5 ms, 8 tensors 2 + 3 x 7/15 = 3.4 ms; out 4 + 6 x 7/15 = 6.8 ms.
   Profile prof = sample_profile();
   add_bucket_copies(prof, 1000, 1e-3, 2.5e-3, 2e-3, 5e-3);
-  const test::FakeModel m(4, 1000, 0, 4);
-  PredictOptions po;
-  po.profile = std::make_shared<const ProfileCosts>(prof);
-  po.keep_graph = true;
-  const PlanSpec spec =
-      parse_plan("dp: 2\npp: 2\nschedule: 1f1b\nmicro_batch: 1\ngrad_accum: 4\nprecision: fp32\noptimizer: adam\n", "test.yaml");
-  const Prediction p = predict(m, spec, test::round_cluster(1, 4), po);
+  const Prediction p =
+      predict_graph(prof, test::FakeModel(4, 1000, 0, 4), "dp: 2\npp: 2\nschedule: 1f1b\ngrad_accum: 4\n", test::round_cluster(1, 4));
   int in = 0, out = 0;
   for (const Task& task : p.graph.tasks) {
     if (task.name.rfind("copy grads in", 0) == 0) {

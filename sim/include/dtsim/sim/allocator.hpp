@@ -30,4 +30,9 @@ std::vector<int> cpu_share(const std::vector<int>& allowed, int online, int inde
 /// (also where the environment sets DTSIM_BIND=none, or without Linux).
 std::string bind_cpu_share(int index, int count);
 
+/// Note [Busy waits] (runtime/src/comm.cpp): whether a rank bound as
+/// `binding` (bind_cpu_share's answer) polls its collectives: when it is
+/// bound and the environment does not set DTSIM_WAIT=block.
+bool polls_collectives(const std::string& binding);
+
 }  // namespace dtsim::sim
