@@ -6,6 +6,27 @@
 #include "dtsim/models/models.hpp"
 #include "layers.hpp"
 
+// Note [LSTM memory]
+// Without cuDNN (LibTorch on CPU), at::lstm runs the cell as ATen ops step
+// by step (aten/src/ATen/native/RNN.cpp, LSTMCell and FullLayer) and autograd
+// saves what each op needs. Per direction:
+//   - the input projection of all steps is one linear layer over the input
+//     seen time-major: a batch-first input arriving contiguous in [b, s]
+//     order (the model's input, or one received from another stage) is not
+//     contiguous that way, so the matmul saves a contiguous copy, one per
+//     direction; the previous layer's output on the same rank is already
+//     time-major underneath, and a view of it is saved;
+//   - every step saves its gates (4H, which the in-place sigmoids and tanh
+//     and the products read), its cell state and tanh of it, and its hidden
+//     state (H each) as the next step's input; the last step's cell and
+//     hidden states are saved by nobody, but the zero initial ones are: 7H a
+//     step in all.
+// Backward sums W_hh's gradient over the steps out of place: the running sum,
+// the newest step's term and the new sum are alive at once, 3 x 4H x H.
+// dtsim validate's counting allocator shows exactly these blocks at a
+// bilstm-tiny stage's peak (input 64, hidden 64, b 4, s 32: the saved part is
+// 2 x 4 x 128 x (64 + 7 x 64) = 524,288 bytes, the 4,096-byte gates 64 times,
+// the 1,024-byte states 188 times and 4 zero states, each to the byte).
 namespace dtsim::models {
 namespace {
 
@@ -35,7 +56,7 @@ class BiLstm final : public ZooModel {
     require_no_tp(shape);
     const std::int64_t b = shape.micro_batch, s = shape.seq_len, hs = c_.hidden;
     const int e = shape.act_bytes;
-    check_size(static_cast<double>(b) * s * 6 * hs * e * dirs(), "LSTM states");
+    check_size(static_cast<double>(b) * s * 7 * hs * e * dirs(), "LSTM states");
     const std::int64_t t = b * s;
     std::vector<sim::Layer> out;
     for (int i = 0; i < c_.layers; ++i) {
@@ -58,11 +79,20 @@ class BiLstm final : public ZooModel {
         l.forward.push_back(step);
       }
       l.backward = backward_of(l.forward);
-      // Saved for backward (PyTorch/cuDNN reserve space): per direction the
-      // gates (4H), cell states (H) and hidden states (H) of every step, and
-      // the layer input once.
-      l.saved_bytes = e * t * in + dirs() * e * t * 6 * hs;
       l.output_bytes = e * t * dirs() * hs;
+      l.strided_output = true;  // batch_first: the time-major output, transposed
+      if (shape.fused_rnn) {
+        // cuDNN's reserve space: per direction the gates (4H), cell states
+        // (H) and hidden states (H) of every step, and the layer input once.
+        l.saved_bytes = e * t * in + dirs() * e * t * 6 * hs;
+      } else {
+        // Note [LSTM memory]: ATen's composite cell, step by step.
+        // With b = 1 the transposed input is contiguous already: a view.
+        const std::int64_t copies = b == 1 ? 0 : dirs() * e * t * in;
+        l.saved_bytes = (i == 0 && b > 1 ? copies : e * t * in) + dirs() * e * t * 7 * hs;
+        l.stage_input_bytes = i == 0 ? 0 : copies;
+        l.backward_workspace_bytes = 3 * e * 4 * hs * hs;
+      }
       out.push_back(std::move(l));
     }
     sim::Layer head;
@@ -74,7 +104,9 @@ class BiLstm final : public ZooModel {
     head.forward.push_back(gemm("head.linear", b, c_.classes, dirs() * hs, e));
     head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * b * c_.classes, 4 * b * c_.classes));
     head.backward = backward_of(head.forward);
-    head.saved_bytes = e * b * dirs() * hs + 4 * b * c_.classes;
+    // The last time step is a view of the LSTM's whole output, which the
+    // linear layer's saved input keeps alive; and the log-softmax output.
+    head.saved_bytes = e * t * dirs() * hs + 4 * b * c_.classes;
     head.output_bytes = 4;
     out.push_back(std::move(head));
     return out;

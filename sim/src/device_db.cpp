@@ -97,6 +97,8 @@ std::vector<DeviceSpec> make_devices() {
   // saves for backward has the input's dtype, not CUDA's 1-byte bool (measured
   // by dtsim validate: 4 bytes per element in fp32).
   cpu.dropout_mask_bytes = 0;
+  // No cuDNN: an LSTM is ATen's cell step by step (Note [LSTM memory]).
+  cpu.fused_rnn = false;
   // Gloo reduces and copies on the CPU cores the ranks compute on (Note [CPU
   // collectives] in lowering.cpp).
   cpu.comm_overlaps_compute = false;

@@ -349,10 +349,12 @@ class Lowering {
                                 {MemCategory::kActivations, -L.saved_bytes}};
       // Gradients: persistent full grads (stages 0/1, allocated on first use
       // and freed by the optimizer) or transient ones reduced away (2/3).
+      // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
+      auto& grads_op = L.grads_at_end() ? on_end : on_start;
       if (zero_ <= 1) {
-        if (first_micro) on_start.push_back({MemCategory::kGradients, grad_bytes(L)});
+        if (first_micro) grads_op.push_back({MemCategory::kGradients, grad_bytes(L)});
       } else {
-        on_start.push_back({MemCategory::kGradients, grad_bytes(L)});
+        grads_op.push_back({MemCategory::kGradients, grad_bytes(L)});
       }
       if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
       const TaskId b = compute(tag(m, "bwd " + L.name), Phase::kBackward, bwd_time_[i], deps, on_start, on_end);

@@ -35,6 +35,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.seq_len = p.seq_len;
   shape.act_bytes = element_bytes(p.precision);
   shape.mask_bytes = device.dropout_mask_bytes > 0 ? device.dropout_mask_bytes : shape.act_bytes;
+  shape.fused_rnn = device.fused_rnn;
   shape.tp = p.tp;
   shape.sequence_parallel = p.sequence_parallel;
   return shape;

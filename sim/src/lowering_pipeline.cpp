@@ -137,7 +137,10 @@ struct Chunk {
   Bytes workspace = 0;       // the largest backward workspace of its layers
   Bytes input = 0;           // activation received (and its gradient sent back)
   Bytes output = 0;          // activation sent on
+  Bytes held = 0;            // that output, kept from forward to backward as autograd's root
+  Bytes send_copy = 0;       // a strided output's contiguous copy, made to send it
   std::int64_t params = 0;   // held by the rank, a tied copy included
+  std::int64_t late_grads = 0;  // of them, those whose gradients appear as the backward ends (Layer::grads_at_end)
   std::int64_t tied = 0;     // parameters of a weight tied across stages
   struct Bucket {
     TimeNs time = 0;         // backward time of the layers whose gradients fill it
@@ -263,11 +266,15 @@ class PipelineLowering {
         ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
         ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
         ch.params += L.params;
+        if (L.grads_at_end()) ch.late_grads += L.params;
         // Backward rematerialises one layer at a time: the most any one adds back.
         const Bytes kept = detail::kept_bytes(layers_, static_cast<std::size_t>(l), plan_.recompute);
         ch.kept += kept;
         max_extra = std::max(max_extra, L.saved_bytes - kept);
-        ch.workspace = std::max(ch.workspace, L.backward_workspace_bytes);
+        // A layer's backward holds its workspace and the gradient of its
+        // output, which the chunk's last layer receives (counted apart).
+        const Bytes grad_in = l + 1 < first + ch.count ? L.output_bytes : 0;
+        ch.workspace = std::max(ch.workspace, L.backward_workspace_bytes + grad_in);
         if (L.borrowed_params > 0 && embedding_chunk >= 0 && ch.rank != 0) {
           // Megatron-LM keeps a copy of the tied word embedding on the last stage.
           ch.params += L.borrowed_params;
@@ -287,6 +294,17 @@ class PipelineLowering {
       }
       ch.input = first == 0 ? 0 : layers_[first - 1].output_bytes;
       ch.output = layers_[first + ch.count - 1].output_bytes;
+      if (first > 0) {
+        // The input comes from another stage (Layer::stage_input_bytes).
+        const Bytes extra = layers_[first].stage_input_bytes;
+        const bool kept_whole = detail::kept_bytes(layers_, static_cast<std::size_t>(first), plan_.recompute) ==
+                                layers_[first].saved_bytes;
+        (kept_whole ? ch.kept : ch.peak_extra) += extra;
+      }
+      if (vs + 1 < C) {
+        ch.held = ch.output;
+        ch.send_copy = layers_[first + ch.count - 1].strided_output ? ch.output : 0;
+      }
       if (plan_.tp > 1) {
         ch.tp_fwd = detail::sum_costs(ch.tp_fwd_ops, tp_group_, comm_);
         ch.tp_bwd = detail::sum_costs(ch.tp_bwd_ops, tp_group_, comm_);
@@ -388,10 +406,26 @@ class PipelineLowering {
     return comm(name(what, vs, i), s, kCompute, ops.front().op, bytes, forward ? ch.tp_fwd : ch.tp_bwd, {after});
   }
 
+  /// Note [Send buffers]: a stage keeps the buffers of its last two sends
+  /// (dtsim validate's runtime waits for the oldest before a third, and for
+  /// the rest at the step's end). `bytes` joins them in `ops`, a task's
+  /// on_end; the oldest leaves first.
+  void hold_send(std::vector<MemOp>& ops, Bytes bytes) {
+    if (held_sends_.size() == 2) {
+      ops.push_back({MemCategory::kActivations, -held_sends_.front()});
+      held_sends_.erase(held_sends_.begin());
+    }
+    ops.push_back({MemCategory::kActivations, bytes});
+    held_sends_.push_back(bytes);
+  }
+
   TaskId forward(int s, int vs, int i) {
     const Chunk& ch = chunks_[vs];
     const std::size_t c = cell(vs, i);
-    f_entry_[c] = add(name("fwd", vs, i), s, kCompute, Phase::kForward, ch.fwd, {{MemCategory::kActivations, ch.kept}});
+    std::vector<MemOp> on_end;
+    if (vs + 1 < static_cast<int>(chunks_.size())) hold_send(on_end, ch.send_copy);
+    f_entry_[c] = add(name("fwd", vs, i), s, kCompute, Phase::kForward, ch.fwd,
+                      {{MemCategory::kActivations, ch.kept + ch.held}}, std::move(on_end));
     f_exit_[c] = tp_after("tp fwd", s, vs, i, ch, true, f_entry_[c]);
     if (vs + 1 < static_cast<int>(chunks_.size())) {
       send_f_[c] = comm(name("send act", vs, i), s, kSendFwd, CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {f_exit_[c]});
@@ -407,12 +441,21 @@ class PipelineLowering {
       entry = add(name("recompute", vs, i), s, kCompute, Phase::kRecompute, ch.recompute,
                   {{MemCategory::kActivations, ch.peak_extra}});
     }
-    // The gradient of the chunk's input, and its largest backward workspace.
-    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.input + ch.workspace}};
-    // Stages 0 and 1 keep full gradients from the first backward to the step.
-    if (first_of_chunk) on_start.push_back({MemCategory::kGradients, ch.params * w_});
-    std::vector<MemOp> on_end{
-        {MemCategory::kActivations, -(ch.kept + (ch.recompute > 0 ? ch.peak_extra : 0) + ch.input + ch.workspace)}};
+    // The gradient received for the chunk's output, and the larger of its
+    // backward workspace and the gradient of its input, which appears as the
+    // workspace goes.
+    const Bytes transient = ch.held + std::max(ch.input, ch.workspace);
+    std::vector<MemOp> on_start{{MemCategory::kActivations, transient}};
+    std::vector<MemOp> on_end{{MemCategory::kActivations,
+                               -(ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
+    // Stages 0 and 1 keep full gradients from the first backward to the
+    // step; a recurrent layer's appear only as its backward ends.
+    if (first_of_chunk) {
+      on_start.push_back({MemCategory::kGradients, (ch.params - ch.late_grads) * w_});
+      on_end.push_back({MemCategory::kGradients, ch.late_grads * w_});
+    }
+    // The gradient of the input stays until its send leaves (Note [Send buffers]).
+    if (vs > 0) hold_send(on_end, ch.input);
     TaskId b = -1;
     std::vector<TaskId> pending_out;  // this chunk's bucket all-reduces, to copy back at its end
     if (last_of_chunk && plan_.dp > 1) {
@@ -482,10 +525,14 @@ class PipelineLowering {
       }
     }
     if (plan_.zero_stage >= 1) tensors = 1;
+    // The step's sends are done before it (Note [Send buffers]).
+    Bytes sent = 0;
+    for (Bytes b : held_sends_) sent += b;
+    held_sends_.clear();
     const TaskId step = add("optimizer step", s, kCompute, Phase::kOptimizer,
                             compute_.optimizer_time(static_cast<double>(shard), tensors, plan_.optimizer, plan_.precision,
                                                     cluster_.device),
-                            {},
+                            {{MemCategory::kActivations, -sent}},
                             {{MemCategory::kGradients, -params * w_}});
     g_.tasks[step].deps = std::move(deps);
     if (plan_.zero_stage == 1 && plan_.shard_group > 1) {
@@ -511,6 +558,7 @@ class PipelineLowering {
   TaskGraph g_;
   std::vector<TaskId> f_entry_, f_exit_, b_entry_, send_f_, send_b_;
   std::vector<TaskId> reductions_;  // this rank's gradient all-reduces
+  std::vector<Bytes> held_sends_;   // this rank's send buffers, oldest first (Note [Send buffers])
 };
 
 }  // namespace

@@ -155,6 +155,45 @@ TEST_CASE("the LSTM recurrence is s sequential steps", "[models]") {
   CHECK(steps == 2);  // one per direction
 }
 
+TEST_CASE("an LSTM's saved bytes: cuDNN's reserve space, or ATen's cell step by step (Note [LSTM memory])", "[models]") {
+  // bilstm-tiny: input 64, hidden H = 64, 2 directions, 33 classes; b = 4,
+  // s = 32, fp32: t = 128 tokens.
+  const auto m = load_model("bilstm-tiny");
+  sim::WorkloadShape w = shape(4, 32, 4);
+  const auto fused = m->layers(w);
+  REQUIRE(fused.size() == 3);
+  // Reserve space: the input once, 6H per step and direction.
+  CHECK(fused[0].saved_bytes == 4 * 128 * 64 + 2 * 4 * 128 * 6 * 64);  // 425,984
+  CHECK(fused[0].backward_workspace_bytes == 0);
+  CHECK(fused[0].stage_input_bytes == 0);
+  w.fused_rnn = false;
+  const auto cell = m->layers(w);
+  // Layer 0: a time-major copy of the batch-first input per direction, and
+  // 7H per step and direction: 2 x 4 x 128 x 64 + 2 x 4 x 128 x 448.
+  CHECK(cell[0].saved_bytes == 65'536 + 458'752);
+  CHECK(cell[0].stage_input_bytes == 0);
+  // Layer 1 reads layer 0's time-major output (128 wide) through a view; from
+  // another stage it arrives batch-major and is copied per direction.
+  CHECK(cell[1].saved_bytes == 4 * 128 * 128 + 458'752);
+  CHECK(cell[1].stage_input_bytes == 2 * 4 * 128 * 128);
+  // W_hh's gradient sum: 3 x 4H x H x 4 bytes.
+  CHECK(cell[1].backward_workspace_bytes == 3 * 4 * 64 * 64 * 4);
+  CHECK(cell[1].output_bytes == 4 * 128 * 128);
+  CHECK(cell[1].strided_output);
+  // The head's last-step input is a view keeping the whole LSTM output, and
+  // the log-softmax output: 4 x 128 x 128 + 4 x 4 x 33.
+  CHECK(cell[2].saved_bytes == 65'536 + 528);
+  CHECK(fused[2].saved_bytes == 65'536 + 528);
+  // One sequence: the transposed input is contiguous, saved as a view.
+  const auto one = m->layers([&] {
+    sim::WorkloadShape o = shape(1, 32, 4);
+    o.fused_rnn = false;
+    return o;
+  }());
+  CHECK(one[0].saved_bytes == 4 * 32 * 64 + 2 * 4 * 32 * 448);
+  CHECK(one[1].stage_input_bytes == 0);
+}
+
 TEST_CASE("HuggingFace config.json gives the built-in's counts", "[models]") {
   CHECK(load_model(std::string(DTSIM_TEST_DATA) + "/gpt2_config.json")->parameters() == 124'439'808);
   CHECK(load_model(std::string(DTSIM_TEST_DATA) + "/bert_config.json")->parameters() == 109'482'240);

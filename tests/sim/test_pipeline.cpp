@@ -285,3 +285,45 @@ TEST_CASE("pipeline plans: bad combinations get one line naming the key", "[pipe
   const ResolvedPlan r = resolve(parse_plan("pp: 2\nstage_layers: [3, 9]\n", "p.yaml"), *gpt, c);
   CHECK(r.stage_layers == std::vector<int>{4, 10});
 }
+
+TEST_CASE("a Bi-LSTM split over two CPU stages: what each stage holds at its peak (Note [LSTM memory], [Send buffers])",
+          "[pipeline][memory]") {
+  // bilstm-tiny (input 64, hidden H 64, 2 directions, 33 classes), b = 4,
+  // s = 32 (t = 128), fp32 Adam, on CPU cores: ATen's LSTM cell, Gloo. The
+  // byte counts below are those dtsim validate's counting allocator shows.
+  const auto m = models::load_model("bilstm-tiny");
+  ClusterSpec c = round_cluster(1, 2);
+  c.device = *find_device("cpu");
+  const FreeComm comm;
+  const auto at = [](const Run& r, int rank, MemCategory k) { return r.exec.memory[rank].at_peak.bytes[static_cast<int>(k)]; };
+  const std::string base = "pp: 2\nmicro_batch: 4\nseq_len: 32\nprecision: fp32\noptimizer: adam\nstage_layers: [1, 2]\n";
+
+  // Naive split, one micro-batch. Stage 0 (lstm.0: 66,560 parameters) peaks
+  // as its backward starts: the layer's saved 524,288 B (two time-major
+  // input copies 2 x 128 x 64 x 4 and 7H a step: 2 x 128 x 7 x 64 x 4), the
+  // output it keeps as autograd's root and its contiguous copy being sent
+  // (65,536 B each), the gradient received for it (65,536 B) and W_hh's
+  // gradient sum (3 x 4H x H x 4 = 196,608 B). No gradients yet: a recurrent
+  // layer's appear as its backward ends.
+  const Run naive = run(*m, "model_parallel: 2\nmicro_batch: 4\nseq_len: 32\nprecision: fp32\noptimizer: adam\nstage_layers: [1, 2]\n", c, comm, kMs);
+  CHECK(at(naive, 0, MemCategory::kParameters) == 266'240);
+  CHECK(at(naive, 0, MemCategory::kGradients) == 0);
+  CHECK(at(naive, 0, MemCategory::kOptimizer) == 2 * 266'240);
+  CHECK(at(naive, 0, MemCategory::kActivations) == 524'288 + 3 * 65'536 + 196'608);
+  // Stage 1 (lstm.1, 99,328 parameters, and the head, 4,257): lstm.1 keeps
+  // the received input, a copy per direction and 7H a step (65,536 +
+  // 131,072 + 458,752); the head a view of the whole LSTM output and the
+  // log-softmax (65,536 + 528). lstm.1's backward holds the head's gradient
+  // of its output (65,536) and the W_hh sum (196,608); the head's gradients
+  // (4,257 x 4 B) are there already.
+  CHECK(at(naive, 1, MemCategory::kGradients) == 4'257 * 4);
+  CHECK(at(naive, 1, MemCategory::kActivations) == 655'360 + 66'064 + 262'144);
+  CHECK(naive.exec.memory[1].at_peak.total() == 2'243'616);
+
+  // GPipe, 8 micro-batches: stage 0 holds 8 x (524,288 + 65,536), the last
+  // two sends' copies (Note [Send buffers]), and the first backward's
+  // received gradient and W_hh sum.
+  const Run gpipe = run(*m, base + "schedule: gpipe\nmicro_batches: 8\n", c, comm, kMs);
+  CHECK(at(gpipe, 0, MemCategory::kActivations) == 8 * 589'824 + 2 * 65'536 + 65'536 + 196'608);
+  CHECK(at(gpipe, 0, MemCategory::kGradients) == 0);
+}

@@ -35,6 +35,9 @@ struct DeviceSpec {
   /// Bytes of a saved dropout mask element (WorkloadShape::mask_bytes); 0:
   /// the activation's element size, as LibTorch's CPU dropout keeps it.
   int dropout_mask_bytes = 1;
+  /// LSTMs run fused (cuDNN) rather than as ATen's composite cell, as
+  /// LibTorch does on CPU (WorkloadShape::fused_rnn).
+  bool fused_rnn = true;
   /// Collectives progress beside compute (GPU copy engines and NICs). False
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;

@@ -51,6 +51,10 @@ struct WorkloadShape {
   /// mask (fused CUDA kernels), the activation size where it multiplies by a
   /// mask tensor of the input's dtype (LibTorch's CPU dropout).
   int mask_bytes = 1;
+  /// The LSTM runs as one fused kernel keeping a reserve space (cuDNN), or
+  /// false: as ATen's composite cell, whose autograd saves every time step's
+  /// tensors (LibTorch on CPU; Note [LSTM memory] in models/src/bilstm.cpp).
+  bool fused_rnn = true;
   int tp = 1;                    ///< tensor-parallel degree (Megatron-LM column/row split)
   bool sequence_parallel = false;  ///< Korthikanti et al. 2022: norms and dropout sharded over the sequence
 };
@@ -86,6 +90,13 @@ struct Layer {
   /// Transient bytes the layer's backward holds beyond the gradient of its
   /// input (the LM head's fp32 gradients of the log-softmax and the logits).
   Bytes backward_workspace_bytes = 0;
+  /// Bytes saved in addition when the layer's input comes from another
+  /// pipeline stage rather than the layer before it on the same rank (a
+  /// batch-first LSTM copies a contiguous [b, s] input to time-major).
+  Bytes stage_input_bytes = 0;
+  /// The output is a transposed view (a batch-first LSTM's): sending it to
+  /// the next stage first copies it to a contiguous buffer.
+  bool strided_output = false;
   /// Tensor-parallel collectives (empty when tp = 1), serial with the
   /// layer's kernels as Megatron-LM runs them.
   std::vector<LayerComm> tp_forward, tp_backward;
@@ -98,6 +109,10 @@ struct Layer {
   /// A repeated block (transformer or LSTM layer): what full recompute
   /// checkpoints and `stage_layers` counts in blocks.
   bool is_block() const { return type == "transformer" || type == "lstm"; }
+  /// A recurrent layer uses its weights at every time step: autograd sums
+  /// the steps' gradients and accumulates them into .grad only once the
+  /// layer's whole backward is done; other layers' appear as it runs.
+  bool grads_at_end() const { return type == "lstm"; }
   Flops forward_flops() const;    ///< sum over forward kernels (with repeats)
   Flops backward_flops() const;   ///< sum over backward kernels (with repeats)
 };
