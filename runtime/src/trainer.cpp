@@ -303,6 +303,9 @@ class Trainer {
         wait.push_back(std::max(0.0, t - fwd_s_ - bwd_s_ - opt_s_));
       }
     }
+    // Read before the probe below: its reference layer is not the plan's.
+    m.peak_bytes = device_peak();
+    m.host_peak_bytes = cpu_peak_bytes(true);
     // The probe again: a slow spell that began during the steps shows here.
     if (!c_.device.is_cuda()) {
       comm_.barrier("probe end");
@@ -313,8 +316,6 @@ class Trainer {
     m.backward_s = median(bwd);
     m.optimizer_s = median(opt);
     m.wait_s = median(wait);
-    m.peak_bytes = device_peak();
-    m.host_peak_bytes = cpu_peak_bytes(true);
     if (stage_ != plan_->pp - 1 || tp_rank_ != 0 || dp_rank_ != 0) m.losses.clear();
     return m;
   }
