@@ -848,8 +848,10 @@ class Trainer {
           models::unflatten_grads(u.params, src.narrow(0, u.offset - b.begin, u.numel), n_);
         }
       } else if (r.target.defined()) {
+        // Chunk by chunk into the shard: no temporary the size of the shard.
         const std::int64_t chunk = r.target.numel();
-        r.target.add_(r.recv.view({n_, chunk}).sum(0).to(torch::kFloat));
+        const auto parts = r.recv.view({n_, chunk});
+        for (int k = 0; k < n_; ++k) r.target.add_(parts[k]);
       }
     }
     pending_.clear();

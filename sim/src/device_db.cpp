@@ -99,6 +99,7 @@ std::vector<DeviceSpec> make_devices() {
   cpu.dropout_mask_bytes = 0;
   // No cuDNN: an LSTM is ATen's cell step by step (Note [LSTM memory]).
   cpu.fused_rnn = false;
+  cpu.gloo_collectives = true;
   // Gloo reduces and copies on the CPU cores the ranks compute on (Note [CPU
   // collectives] in lowering.cpp).
   cpu.comm_overlaps_compute = false;

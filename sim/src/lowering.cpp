@@ -30,6 +30,11 @@
 // layers under 1e5 elements stay whole on every rank
 // (stage3_param_persistence_threshold): resident, never gathered per layer,
 // and refreshed by one all-gather of their shards after the optimizer step.
+// Collective buffers, held while a collective runs: a reduce-scatter
+// receives the rank's shard with NCCL, the whole bucket with Gloo (an
+// all-to-all, then a local sum, as dtsim validate's runtime does in LibTorch
+// 1.13); a Gloo all-gather takes a copy of the shard and gathers into a flat
+// buffer of the whole before copying out, where NCCL gathers in place.
 // PyTorch FSDP (Zhao et al. 2023) is stage 3 with one unit per layer and no
 // persistence threshold; SHARD_GRAD_OP is stage 2 and HYBRID_SHARD shards
 // within a node and all-reduces the shards across nodes.
@@ -245,8 +250,11 @@ class Lowering {
       deps.push_back(copy(tag(m, std::string("h2d params ") + L.name), ceil_div(full_param_bytes(L), n_), kH2D, deps));
     }
     const Bytes full = full_param_bytes(L);
+    const Bytes buffers = gather_bytes(full);
     const TaskId g = collective(tag(m, std::string("all_gather ") + pass + " " + L.name), CollectiveOp::kAllGather, full,
-                                shard_group_, kParamComm, deps, {{MemCategory::kParameters, full}});
+                                shard_group_, kParamComm, deps,
+                                {{MemCategory::kParameters, full}, {MemCategory::kBuffers, buffers}},
+                                {{MemCategory::kBuffers, -buffers}});
     if (!cluster_.device.comm_overlaps_compute) {
       // Note [CPU collectives]: the gather is issued early (its buffer is
       // alive from then), but its transfers run on the cores the layers
@@ -389,8 +397,10 @@ class Lowering {
       }
       const TaskId in = bucket_copy(tag(m, "copy grads in " + L.name), static_cast<double>(L.params), std::max(1, L.param_tensors),
                                     false, {bwd[i]});
+      const Bytes recv = receive_bytes(b);
       TaskId rs = collective(tag(m, "reduce_scatter " + L.name), CollectiveOp::kReduceScatter, b, shard_group_,
-                             kGradComm, {in}, {}, {{MemCategory::kGradients, -b}});
+                             kGradComm, {in}, {{MemCategory::kBuffers, recv}},
+                             {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}});
       if (replica_group_.ranks > 1) {
         rs = collective(tag(m, "all_reduce shard " + L.name), CollectiveOp::kAllReduce, ceil_div(b, n_),
                         replica_group_, kGradComm, {rs});
@@ -415,8 +425,10 @@ class Lowering {
       }
       // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
       deps.push_back(bucket_copy(tag(m, "copy grads in " + name), params, tensors, false, {bwd[i]}));
+      const Bytes recv = receive_bytes(b);
       TaskId rs = collective(tag(m, "reduce_scatter " + name), CollectiveOp::kReduceScatter, b, shard_group_,
-                             kGradComm, deps, {}, {{MemCategory::kGradients, -b}});
+                             kGradComm, deps, {{MemCategory::kBuffers, recv}},
+                             {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}});
       if (!plan_.overlap) unordered_.push_back(rs);
       after_reduce(m, rs, ceil_div(b, n_));
       return;
@@ -429,6 +441,11 @@ class Lowering {
     // size, after the backward (above).
     copies_out_.push_back({tag(m, "copy grads out " + name), params, tensors, ar, zero_ == 1 ? ceil_div(b, n_) : b});
   }
+
+  /// A reduce-scatter's receive buffer for `b` bytes of gradients (Note [ZeRO]).
+  Bytes receive_bytes(Bytes b) const { return cluster_.device.gloo_collectives ? b : ceil_div(b, n_); }
+  /// An all-gather's buffers for `full` bytes gathered (Note [ZeRO]).
+  Bytes gather_bytes(Bytes full) const { return cluster_.device.gloo_collectives ? ceil_div(full, n_) + full : 0; }
 
   /// Note [Gradient buckets] (models/torch): a bucket's gradients copied in
   /// before its collective or back out after it, on the compute stream (the
@@ -483,10 +500,14 @@ class Lowering {
     if ((zero_ == 1 || zero_ == 2) && n_ > 1) {
       // All-gather the updated parameter shards (working precision).
       const Bytes all = params_ * w_;
-      collective("all_gather params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step});
+      collective("all_gather params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step},
+                 {{MemCategory::kBuffers, gather_bytes(all)}}, {{MemCategory::kBuffers, -gather_bytes(all)}});
     }
     if (persistent_params() > 0) {
-      collective("all_gather persistent params", CollectiveOp::kAllGather, persistent_params() * w_, shard_group_, kGradComm, {step});
+      // Coalesced into one flat buffer, then copied out to the layers.
+      const Bytes all = persistent_params() * w_, buffers = all + gather_bytes(all);
+      collective("all_gather persistent params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step},
+                 {{MemCategory::kBuffers, buffers}}, {{MemCategory::kBuffers, -buffers}});
     }
   }
 

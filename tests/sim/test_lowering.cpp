@@ -234,3 +234,54 @@ TEST_CASE("on a CPU cluster collectives do not overlap compute: exposed comm is 
   CHECK(after == Approx(after_sum));
   CHECK(after_sum == Approx(serial_sum));
 }
+
+namespace {
+/// Bytes a task holds in buffers while it runs (on_start; on_end must give them back).
+Bytes buffers_held(const Task& t) {
+  Bytes held = 0, back = 0;
+  for (const MemOp& op : t.on_start) {
+    if (op.category == MemCategory::kBuffers) held += op.bytes;
+  }
+  for (const MemOp& op : t.on_end) {
+    if (op.category == MemCategory::kBuffers) back += op.bytes;
+  }
+  CHECK(back == -held);
+  return held;
+}
+}  // namespace
+
+TEST_CASE("collective buffers with NCCL and with Gloo (Note [ZeRO])", "[lowering][zero]") {
+  for (const bool gloo : {false, true}) {
+    INFO("gloo " << gloo);
+    ClusterSpec c = round_cluster();
+    c.device.gloo_collectives = gloo;
+    const auto held = [](const Run& r, CollectiveOp op, const std::string& name_part) {
+      std::vector<Bytes> out;
+      for (const Task& t : r.graph.tasks) {
+        if (t.kind == TaskKind::kCollective && t.op == op && t.name.find(name_part) != std::string::npos) {
+          out.push_back(buffers_held(t));
+        }
+      }
+      return out;
+    };
+    // ZeRO-2, 4 layers x 1000 fp32 params: one 16000 B bucket over 2 ranks.
+    // NCCL receives the 8000 B shard; Gloo's all-to-all the whole bucket.
+    // The updated parameters come back by an all-gather of 16000 B: Gloo
+    // copies the 8000 B shard and gathers into a flat 16000 B first.
+    const test::FakeModel small(4, 1000, 10);
+    const Run z2 = run(small, "dp: 2\nzero_stage: 2\nprecision: fp32\noptimizer: adam\n", c, 1000);
+    CHECK(held(z2, CollectiveOp::kReduceScatter, "") == std::vector<Bytes>{gloo ? 16000 : 8000});
+    CHECK(held(z2, CollectiveOp::kAllGather, "all_gather params") == std::vector<Bytes>{gloo ? 8000 + 16000 : 0});
+    // ZeRO-3 keeps layers under 1e5 parameters whole (persistent) and
+    // gathers them after the step into one flat 16000 B buffer copied out.
+    const Run z3 = run(small, "dp: 2\nzero_stage: 3\nprecision: fp32\noptimizer: adam\n", c, 1000);
+    CHECK(held(z3, CollectiveOp::kAllGather, "persistent") == std::vector<Bytes>{16000 + (gloo ? 8000 + 16000 : 0)});
+    // Layers of 200,000 parameters are gathered before forward and backward
+    // (800,000 B each): Gloo adds the 400,000 B shard copy and a flat 800,000 B.
+    const test::FakeModel big(2, 200'000, 10);
+    const Run z3b = run(big, "dp: 2\nzero_stage: 3\nprecision: fp32\noptimizer: adam\n", c, 1000);
+    const auto gathers = held(z3b, CollectiveOp::kAllGather, "all_gather ");
+    CHECK(gathers.size() == 4);
+    for (Bytes b : gathers) CHECK(b == (gloo ? 1'200'000 : 0));
+  }
+}

@@ -38,6 +38,11 @@ struct DeviceSpec {
   /// LSTMs run fused (cuDNN) rather than as ATen's composite cell, as
   /// LibTorch does on CPU (WorkloadShape::fused_rnn).
   bool fused_rnn = true;
+  /// Collectives run through Gloo (CPU ranks), not NCCL. Gloo has no
+  /// reduce-scatter: ZeRO's is an all-to-all into a receive buffer as large
+  /// as the bucket, then a local sum; and its all-gather into separate
+  /// outputs gathers into one flat buffer first (Note [ZeRO]).
+  bool gloo_collectives = false;
   /// Collectives progress beside compute (GPU copy engines and NICs). False
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
