@@ -21,7 +21,10 @@
 // the simulation of the order shows rather than a formula. With full
 // recompute only each layer's input is kept and backward rematerialises one
 // layer at a time; selective recompute keeps everything but the attention
-// core (Note [Activation memory] in models/src/layers.cpp).
+// core (Note [Activation memory] in models/src/layers.cpp). A chunk that
+// sends its output on keeps it as autograd's root until its backward, which
+// also holds the gradient received for it; the last two send buffers stay
+// (Note [Send buffers]).
 //
 // A chunk's last backward runs bucket by bucket (bucket_mb, reverse layer
 // order), each bucket's gradients all-reduced over the data-parallel group
