@@ -143,7 +143,7 @@ struct Chunk {
   Bytes held = 0;            // that output, kept from forward to backward as autograd's root
   Bytes send_copy = 0;       // a strided output's contiguous copy, made to send it
   std::int64_t params = 0;   // held by the rank, a tied copy included
-  std::int64_t late_grads = 0;  // of them, those whose gradients appear as the backward ends (Layer::grads_at_end)
+  std::int64_t late_grads = 0;  // of them, those whose gradients appear as the backward ends
   std::int64_t tied = 0;     // parameters of a weight tied across stages
   struct Bucket {
     TimeNs time = 0;         // backward time of the layers whose gradients fill it
@@ -269,7 +269,9 @@ class PipelineLowering {
         ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
         ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
         ch.params += L.params;
-        if (L.grads_at_end()) ch.late_grads += L.params;
+        // The chunk's first layer runs its backward last: its gradients
+        // come after the deeper layers' peak.
+        if (L.grads_at_end() || l == first) ch.late_grads += L.params;
         // Backward rematerialises one layer at a time: the most any one adds back.
         const Bytes kept = detail::kept_bytes(layers_, static_cast<std::size_t>(l), plan_.recompute);
         ch.kept += kept;
@@ -452,7 +454,8 @@ class PipelineLowering {
     std::vector<MemOp> on_end{{MemCategory::kActivations,
                                -(ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
     // Stages 0 and 1 keep full gradients from the first backward to the
-    // step; a recurrent layer's appear only as its backward ends.
+    // step. The deeper layers' are there as the backward starts; the first
+    // layer's, and a recurrent layer's, appear as it ends.
     if (first_of_chunk) {
       on_start.push_back({MemCategory::kGradients, (ch.params - ch.late_grads) * w_});
       on_end.push_back({MemCategory::kGradients, ch.late_grads * w_});

@@ -327,3 +327,19 @@ TEST_CASE("a Bi-LSTM split over two CPU stages: what each stage holds at its pea
   CHECK(at(gpipe, 0, MemCategory::kActivations) == 8 * 589'824 + 2 * 65'536 + 65'536 + 196'608);
   CHECK(at(gpipe, 0, MemCategory::kGradients) == 0);
 }
+
+TEST_CASE("a chunk's first backward: the deeper layers' gradients as it starts, its first layer's as it ends", "[pipeline][memory]") {
+  // 4 layers of 1000 fp32 parameters (4000 B of gradients each) and 10,000 B
+  // kept per micro-batch, split 2 + 2, one micro-batch. Backward runs layer 1
+  // before layer 0: at its start stage 0 holds both layers' 20,000 B and
+  // layer 1's gradients; layer 0's (an embedding, say) come at the end, when
+  // the activations are gone. Peak: 8000 parameters + 4000 gradients +
+  // 16,000 Adam + 20,000 activations.
+  const test::FakeModel m(4, 1000, 10'000);
+  const FreeComm comm;
+  const Run r = run(m, "model_parallel: 2\nmicro_batch: 1\nprecision: fp32\noptimizer: adam\n", round_cluster(1, 2), comm, kMs);
+  const MemSnapshot& peak = r.exec.memory[0].at_peak;
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 4000);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kActivations)] == 20'000);
+  CHECK(peak.total() == 8000 + 4000 + 16'000 + 20'000);
+}
