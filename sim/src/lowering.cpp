@@ -30,14 +30,14 @@
 // layers under 1e5 elements stay whole on every rank
 // (stage3_param_persistence_threshold): resident, never gathered per layer,
 // and refreshed by one all-gather of their shards after the optimizer step.
+// PyTorch FSDP (Zhao et al. 2023) is stage 3 with one unit per layer and no
+// persistence threshold; SHARD_GRAD_OP is stage 2 and HYBRID_SHARD shards
+// within a node and all-reduces the shards across nodes.
 // Collective buffers, held while a collective runs: a reduce-scatter
 // receives the rank's shard with NCCL, the whole bucket with Gloo (an
 // all-to-all, then a local sum, as dtsim validate's runtime does in LibTorch
 // 1.13); a Gloo all-gather takes a copy of the shard and gathers into a flat
 // buffer of the whole before copying out, where NCCL gathers in place.
-// PyTorch FSDP (Zhao et al. 2023) is stage 3 with one unit per layer and no
-// persistence threshold; SHARD_GRAD_OP is stage 2 and HYBRID_SHARD shards
-// within a node and all-reduces the shards across nodes.
 //
 // Note [Offload]
 // ZeRO-Offload (Ren et al. 2021): gradients go to the host after their
@@ -251,10 +251,11 @@ class Lowering {
     }
     const Bytes full = full_param_bytes(L);
     const Bytes buffers = gather_bytes(full);
+    std::vector<MemOp> on_start{{MemCategory::kParameters, full}}, on_end;
+    detail::add_bytes(on_start, MemCategory::kBuffers, buffers);
+    detail::add_bytes(on_end, MemCategory::kBuffers, -buffers);
     const TaskId g = collective(tag(m, std::string("all_gather ") + pass + " " + L.name), CollectiveOp::kAllGather, full,
-                                shard_group_, kParamComm, deps,
-                                {{MemCategory::kParameters, full}, {MemCategory::kBuffers, buffers}},
-                                {{MemCategory::kBuffers, -buffers}});
+                                shard_group_, kParamComm, deps, std::move(on_start), std::move(on_end));
     if (!cluster_.device.comm_overlaps_compute) {
       // Note [CPU collectives]: the gather is issued early (its buffer is
       // alive from then), but its transfers run on the cores the layers
@@ -499,9 +500,12 @@ class Lowering {
     }
     if ((zero_ == 1 || zero_ == 2) && n_ > 1) {
       // All-gather the updated parameter shards (working precision).
-      const Bytes all = params_ * w_;
-      collective("all_gather params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step},
-                 {{MemCategory::kBuffers, gather_bytes(all)}}, {{MemCategory::kBuffers, -gather_bytes(all)}});
+      const Bytes all = params_ * w_, buffers = gather_bytes(all);
+      std::vector<MemOp> on_start, on_end;
+      detail::add_bytes(on_start, MemCategory::kBuffers, buffers);
+      detail::add_bytes(on_end, MemCategory::kBuffers, -buffers);
+      collective("all_gather params", CollectiveOp::kAllGather, all, shard_group_, kGradComm, {step}, std::move(on_start),
+                 std::move(on_end));
     }
     if (persistent_params() > 0) {
       // Coalesced into one flat buffer, then copied out to the layers.

@@ -41,6 +41,12 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   return shape;
 }
 
+/// Appends a memory operation unless it moves no bytes (the executor would
+/// still apply it, and lowerings add one per task).
+inline void add_bytes(std::vector<MemOp>& ops, MemCategory category, Bytes bytes) {
+  if (bytes != 0) ops.push_back({category, bytes});
+}
+
 /// Bytes layer l keeps from its forward to its backward per micro-batch
 /// under `recompute`: with full recompute a block keeps only its input (the
 /// previous layer's output), selective recompute drops the attention core.

@@ -417,10 +417,10 @@ class PipelineLowering {
   /// on_end; the oldest leaves first.
   void hold_send(std::vector<MemOp>& ops, Bytes bytes) {
     if (held_sends_.size() == 2) {
-      ops.push_back({MemCategory::kActivations, -held_sends_.front()});
+      detail::add_bytes(ops, MemCategory::kActivations, -held_sends_.front());
       held_sends_.erase(held_sends_.begin());
     }
-    ops.push_back({MemCategory::kActivations, bytes});
+    detail::add_bytes(ops, MemCategory::kActivations, bytes);
     held_sends_.push_back(bytes);
   }
 
@@ -457,8 +457,8 @@ class PipelineLowering {
     // step. The deeper layers' are there as the backward starts; the first
     // layer's, and a recurrent layer's, appear as it ends.
     if (first_of_chunk) {
-      on_start.push_back({MemCategory::kGradients, (ch.params - ch.late_grads) * w_});
-      on_end.push_back({MemCategory::kGradients, ch.late_grads * w_});
+      detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * w_);
+      detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * w_);
     }
     // The gradient of the input stays until its send leaves (Note [Send buffers]).
     if (vs > 0) hold_send(on_end, ch.input);
@@ -535,11 +535,12 @@ class PipelineLowering {
     Bytes sent = 0;
     for (Bytes b : held_sends_) sent += b;
     held_sends_.clear();
+    std::vector<MemOp> on_start;
+    detail::add_bytes(on_start, MemCategory::kActivations, -sent);
     const TaskId step = add("optimizer step", s, kCompute, Phase::kOptimizer,
                             compute_.optimizer_time(static_cast<double>(shard), tensors, plan_.optimizer, plan_.precision,
                                                     cluster_.device),
-                            {{MemCategory::kActivations, -sent}},
-                            {{MemCategory::kGradients, -params * w_}});
+                            std::move(on_start), {{MemCategory::kGradients, -params * w_}});
     g_.tasks[step].deps = std::move(deps);
     if (plan_.zero_stage == 1 && plan_.shard_group > 1) {
       const Bytes all = params * w_;
