@@ -30,6 +30,14 @@ TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, cons
   return kernels_time(pass == Pass::kForward ? layer.forward : layer.backward, p);
 }
 
+int layer_updates(std::int64_t params, int tensors) {
+  if (params <= 0) return 0;
+  const auto chunks = static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk);
+  return std::max(std::max(1, tensors), chunks);
+}
+
+int flat_updates(std::int64_t params) { return params <= 0 ? 0 : static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk); }
+
 double update_bytes_per_param(Optimizer o, Precision p) {
   const bool mixed = p != Precision::kFp32;
   const double states = o == Optimizer::kSgd ? 1 : 2;  // momentum (+ variance)
@@ -54,6 +62,27 @@ TimeNs ComputeModel::optimizer_time(double params, int tensors, Optimizer o, Pre
 }
 
 TimeNs ComputeModel::bucket_copy_time(double /*params*/, int /*tensors*/, bool /*out*/) const { return 0; }
+
+std::optional<LayerMemory> ComputeModel::layer_memory(const Layer& /*layer*/, Precision /*p*/, const WorkloadShape& /*shape*/) const {
+  return std::nullopt;
+}
+
+TimeNs ComputeModel::attention_core_time(const Layer& layer, Precision p, const WorkloadShape& /*shape*/) const {
+  return kernels_time(layer.attention_core, p);
+}
+
+TimeNs ComputeModel::layer_launch_time(const Layer& /*layer*/, Pass /*pass*/, Precision /*p*/) const { return 0; }
+
+TimeNs ComputeModel::optimizer_launch_time(double /*params*/, int /*updates*/, Optimizer /*o*/, Precision /*p*/) const { return 0; }
+
+TimeNs ComputeModel::host_optimizer_time(double params, Optimizer o, Precision /*p*/, const ClusterSpec& cluster) const {
+  // Host Adam streams fp32 states through host memory, which the node's
+  // GPUs share; DeepSpeed's CPU-Adam is vectorised, so bandwidth bounds it.
+  const double host_bytes = params * update_bytes_per_param(o, Precision::kFp32);
+  const double per_rank_bw = cluster.host_memory_bandwidth / cluster.gpus_per_node;
+  const double per_rank_flops = cluster.host_flops / cluster.gpus_per_node;
+  return seconds_to_ns(std::max(host_bytes / per_rank_bw, params * 12.0 / per_rank_flops));
+}
 
 RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
 

@@ -118,7 +118,73 @@ std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks
 }
 std::string copy_fit_name(const std::string& direction) { return "copy." + direction; }
 
+namespace {
+
+// Note [GPU optimizer step]
+// On a GPU dtsim_worker's optimizer (models::adam_update) is unfused
+// LibTorch ops, nine to twelve small kernels per update (Note [Optimizer
+// updates] in cost.hpp), each issued by the host at eager PyTorch's cost.
+// Calibration times steps of m parameters in n tensors, waiting for the
+// GPU before each run, so a sample is the slower of the host's issuing and
+// the GPU's work: a cost per update (the host's: 55 us in fp32 and 88 us
+// with 16-bit masters on the H100 machine) and per parameter (at 16M
+// parameters and more the GPU's bandwidth), fitted to the samples (least
+// squares on relative error, both kept non-negative). The host issues a
+// step in its per-update part. The GPU runs it in the bytes its kernels
+// move at the bandwidth calibration measured for element-wise kernels,
+// plus kGpuKernel for each kernel queued behind others; where the GPU is
+// the bottleneck (fp32 training) the host has issued the step while the
+// backward still ran (Note [Host launch] in executor.cpp). Bytes and
+// kernels per parameter of adam_update's ops (read and write, fp32 state):
+//   AdamW fp32: decay 8, m 8+12, v 8+12, v/bc2 8, sqrt 8, +eps 8, step 16: 88 B, 9 kernels (Adam: 80, 8)
+//   16-bit: + the gradient cast to fp32 (2+4) and the master cast back (4+2): +12 B, +2 kernels
+//   fp16: + the loss scale taken out of the gradient (4+4): +8 B, +1 kernel
+//   SGD: the step 12 B, 1 kernel, with the same casts and scale
+constexpr double kGpuKernel = 1.5e-6;  // seconds of GPU time for one small kernel queued behind others
+
+struct StepWork {
+  double bytes_per_param, kernels_per_update;
+};
+
+StepWork step_work(Optimizer o, Precision p) {
+  StepWork w = o == Optimizer::kSgd ? StepWork{12, 1} : o == Optimizer::kAdamW ? StepWork{88, 9} : StepWork{80, 8};
+  if (p != Precision::kFp32) w.bytes_per_param += 12, w.kernels_per_update += 2;
+  if (p == Precision::kFp16) w.bytes_per_param += 8, w.kernels_per_update += 1;
+  return w;
+}
+
+std::optional<ProfileCosts::UpdateCost> fit_update_cost(const std::vector<const KernelSample*>& samples) {
+  // Minimise sum ((a u + c m - t) / t)^2: normal equations in (a, c).
+  double suu = 0, sum_ = 0, smm = 0, su = 0, sm = 0;
+  int n = 0;
+  for (const KernelSample* k : samples) {
+    if (k->time.median_s <= 0 || k->m <= 0 || k->n <= 0) continue;
+    const double u = static_cast<double>(k->n) * static_cast<double>(flat_updates((k->m + k->n - 1) / k->n)) / k->time.median_s;
+    const double m = static_cast<double>(k->m) / k->time.median_s;
+    suu += u * u, sum_ += u * m, smm += m * m, su += u, sm += m;
+    ++n;
+  }
+  if (n < 2) return std::nullopt;
+  ProfileCosts::UpdateCost c;
+  const double det = suu * smm - sum_ * sum_;
+  if (det > 0) {
+    c.per_update = (su * smm - sm * sum_) / det;
+    c.per_param = (sm * suu - su * sum_) / det;
+  }
+  if (det <= 0 || c.per_update < 0 || c.per_param < 0) {
+    // One term alone: the better of the two non-negative fits.
+    const double only_u = su / suu, only_m = sm / smm;
+    const double err_u = n - 2 * only_u * su + only_u * only_u * suu;
+    const double err_m = n - 2 * only_m * sm + only_m * only_m * smm;
+    c = err_u <= err_m ? ProfileCosts::UpdateCost{only_u, 0} : ProfileCosts::UpdateCost{0, only_m};
+  }
+  return c;
+}
+
+}  // namespace
+
 ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
+  if (const auto it = profile_.info.find("device_kind"); it != profile_.info.end()) gpu_ = it->second == "cuda";
   const auto find = [&](const std::string& name) -> const LinearFit* {
     const auto it = profile_.fits.find(name);
     return it == profile_.fits.end() ? nullptr : &it->second;
@@ -141,15 +207,21 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
     if (const LinearFit* f = find(copy_fit_name(dir))) copies_[dir] = terms_of(*f);
   }
   for (const auto& k : profile_.kernels) {
-    if (k.precision != Precision::kFp32 || k.m <= 0 || k.n <= 0 || k.time.median_s <= 0) continue;
+    if (k.m <= 0 || k.n <= 0 || k.time.median_s <= 0) continue;
+    if (k.kind == "adam" && k.precision != Precision::kFp32) adam_mixed_.push_back(&k);
+    if (k.kind == "host_adam") host_adam_.push_back(&k);
+    if (k.precision != Precision::kFp32) continue;
     if (k.kind == "adam") adam_.push_back(&k);
     if (k.kind == "sgd") sgd_.push_back(&k);
     if (k.kind == "bucket_in") bucket_in_.push_back(&k);
     if (k.kind == "bucket_out") bucket_out_.push_back(&k);
   }
-  for (auto* v : {&adam_, &sgd_, &bucket_in_, &bucket_out_}) {
+  for (auto* v : {&adam_, &adam_mixed_, &sgd_, &bucket_in_, &bucket_out_, &host_adam_}) {
     std::sort(v->begin(), v->end(), [](const KernelSample* a, const KernelSample* b) { return std::pair(a->n, a->m) < std::pair(b->n, b->m); });
   }
+  adam_cost_ = fit_update_cost(adam_);
+  adam_mixed_cost_ = fit_update_cost(adam_mixed_);
+  sgd_cost_ = fit_update_cost(sgd_);
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
   // Note [Layers in a step]: the in-step samples over the loop samples of the
   // same shape, those timed just before the step ("|loop") where there are,
@@ -203,8 +275,25 @@ const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::st
   return it == layers_.end() ? nullptr : &it->second;
 }
 
-const std::vector<const KernelSample*>& ProfileCosts::optimizer_samples(Optimizer o) const {
-  return o == Optimizer::kSgd ? sgd_ : adam_;
+std::optional<ProfileCosts::UpdateCost> ProfileCosts::update_cost(Optimizer o, Precision p) const {
+  if (o == Optimizer::kSgd) return sgd_cost_;
+  return p != Precision::kFp32 && adam_mixed_cost_ ? adam_mixed_cost_ : adam_cost_;
+}
+
+double ProfileCosts::launch_seconds(const std::string& signature, Precision p, Pass pass) const {
+  const auto* samples = layer_samples(signature, p);
+  if (samples == nullptr) return 0;
+  double fastest = 0;
+  for (const LayerSample* s : *samples) {
+    const double t = median(*s, pass);
+    if (t > 0 && (fastest == 0 || t < fastest)) fastest = t;
+  }
+  return fastest;
+}
+
+const std::vector<const KernelSample*>& ProfileCosts::optimizer_samples(Optimizer o, Precision p) const {
+  if (o == Optimizer::kSgd) return sgd_;
+  return p != Precision::kFp32 && !adam_mixed_.empty() ? adam_mixed_ : adam_;
 }
 
 double ProfileCosts::in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s) const {
@@ -288,9 +377,11 @@ double step_seconds(std::span<const KernelSample* const> series, double params) 
 // layers are: by parameters within each timed tensor count, then linear in
 // the tensor count between the nearest two (past the largest count, its
 // per-tensor slope, where positive, continues; below the smallest, that one).
-// The samples are of fp32 states; a mixed-precision Adam moves as many bytes
-// per parameter (a 2-byte gradient in, a 2-byte working copy out), so they
-// apply as they are. The gradient buckets' copies are looked up the same way.
+// A mixed-precision Adam moves as many bytes per parameter as an fp32 one
+// (a 2-byte gradient in, a 2-byte working copy out) but launches more
+// kernels per tensor (Note [Mixed-precision step] in models/torch): a plan
+// in fp16 or bf16 takes the 16-bit samples where the profile timed them,
+// else the fp32 ones. The gradient buckets' copies are looked up the same way.
 double timed_seconds(const std::vector<const KernelSample*>& samples, double params, int tensors) {
   // Split by tensor count (samples are sorted by it).
   std::vector<std::pair<double, double>> by_count;  // tensors, seconds at `params`
@@ -318,10 +409,63 @@ double timed_seconds(const std::vector<const KernelSample*>& samples, double par
 }  // namespace
 
 TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const {
-  const auto& samples = costs_->optimizer_samples(o);
+  // Note [GPU optimizer step]: the GPU's part; the host's is optimizer_launch_time.
+  const FitTerms* stream = costs_->kernel_fit(KernelKind::kElementwise, Precision::kFp32);
+  if (costs_->gpu() && params > 0 && stream != nullptr && stream->per_byte > 0 && costs_->update_cost(o, p)) {
+    if (sources_) ++sources_->optimizer_measured;
+    const StepWork w = step_work(o, p);
+    return seconds_to_ns(params * w.bytes_per_param * stream->per_byte + kGpuKernel * w.kernels_per_update * std::max(1, tensors));
+  }
+  const auto& samples = costs_->optimizer_samples(o, p);
   if (samples.empty() || params <= 0) return ComputeModel::optimizer_time(params, tensors, o, p, device);
   if (sources_) ++sources_->optimizer_measured;
   return seconds_to_ns(timed_seconds(samples, params, tensors));
+}
+
+TimeNs ProfileComputeModel::optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const {
+  if (!costs_->gpu() || params <= 0) return 0;
+  const auto c = costs_->update_cost(o, p);
+  return c ? seconds_to_ns(c->per_update * std::max(1, updates)) : 0;
+}
+
+// Selective recompute runs a layer's attention core again. Where the
+// layer's forward was measured, the core takes the share of that time its
+// kernels take of the forward's under the fitted kernel models: the
+// measured layer carries what the kernel models miss (the scaling and
+// masking of the scores, the copies its batched matmuls make of q, k and v:
+// kernels_time alone priced gpt2's core at 0.54 ms a block at 8 x 1024
+// tokens, where the recompute measured 1.3 ms).
+TimeNs ProfileComputeModel::attention_core_time(const Layer& layer, Precision p, const WorkloadShape& shape) const {
+  const TimeNs core = kernels_time(layer.attention_core, p);
+  TimeNs measured = 0;
+  if (core == 0 || layer.signature.empty() || !measured_layer_time(layer, Pass::kForward, p, shape, &measured, /*count=*/false)) {
+    return core;
+  }
+  const TimeNs all = kernel_sum(layer, Pass::kForward, p, /*count=*/false);  // a proportion, not a pricing of its own
+  if (all <= 0) return core;
+  return static_cast<TimeNs>(std::llround(static_cast<double>(measured) * static_cast<double>(core) / static_cast<double>(all)));
+}
+
+// Note [Host launch] (executor.cpp): a layer's pass is issued in the time
+// calibration found it fastest at any shape: at the smallest shapes the GPU
+// waits for the host, so that is the host's time (an upper bound of it).
+TimeNs ProfileComputeModel::layer_launch_time(const Layer& layer, Pass pass, Precision p) const {
+  if (!costs_->gpu() || layer.signature.empty()) return 0;
+  double t = costs_->launch_seconds(layer.signature, p, pass);
+  // The other 16-bit format issues the same kernels.
+  if (t == 0 && p != Precision::kFp32) t = costs_->launch_seconds(layer.signature, p == Precision::kFp16 ? Precision::kBf16 : Precision::kFp16, pass);
+  return seconds_to_ns(t);
+}
+
+// Note [Offloaded step] (runtime/src/trainer.cpp): the host's step as
+// calibration timed it on the host's cores (Adam on the fp32 master shard
+// from the 16-bit gradient, the 16-bit copy out), by parameters; SGD and
+// hosts it did not time get the datasheet's bound.
+TimeNs ProfileComputeModel::host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const {
+  const auto& samples = costs_->host_optimizer_samples();
+  if (samples.empty() || params <= 0 || o == Optimizer::kSgd) return ComputeModel::host_optimizer_time(params, o, p, cluster);
+  if (sources_) ++sources_->optimizer_measured;
+  return seconds_to_ns(timed_seconds(samples, params, 1));
 }
 
 // Note [Gradient buckets] (models/torch): the copies as timed, looked up as
@@ -354,12 +498,18 @@ TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision 
 }
 
 bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape,
-                                              TimeNs* out) const {
+                                              TimeNs* out, bool count) const {
+  CostSources* const sources_ = count ? this->sources_ : nullptr;
   const auto* samples = costs_->layer_samples(layer.signature, p);
   if (samples != nullptr && !samples->empty()) {
     const double t = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
     // Loop times, as a training step runs them (Note [Layers in a step]).
-    const double k = costs_->in_step_factor(layer.signature, p, pass, shape.micro_batch, shape.seq_len);
+    // On a GPU the step's difference from the loop is the host running ahead
+    // of the device, which Note [Host launch] (executor.cpp) models itself;
+    // the in-step ratio at one shape scaled every other by its noise there
+    // (on the H100 machine gpt2's block backward at 4 x 1024 tokens took
+    // 1.63 ms in the loop timed beside the step and 1.40 ms in the sweep).
+    const double k = costs_->gpu() ? 1.0 : costs_->in_step_factor(layer.signature, p, pass, shape.micro_batch, shape.seq_len);
     // 1. exact shape; 2a. bracketing micro-batches at the same sequence length.
     const LayerSample* lo_b = nullptr;
     const LayerSample* hi_b = nullptr;
@@ -395,7 +545,61 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
   return false;
 }
 
-TimeNs ProfileComputeModel::kernel_sum(const Layer& layer, Pass pass, Precision p) const {
+// Note [Layer memory] (calibrate/src/torch_bench.cpp measures it)
+// On a GPU calibration reads the caching allocator around each layer
+// point: the forward's transient (the most it held above what it left) and
+// the backward's rise (the most it held above where it began: gradients,
+// the input's gradient, workspaces such as cuDNN's LSTM's, which no formula
+// of ours knows). A layer's memory at b x s is looked up from those points
+// of its signature and precision: at the same sequence length, on the line
+// through the two micro-batches nearest b (memory is affine in b there:
+// activations and workspaces grow with it, the weights' gradients do not);
+// else between the bracketing token counts; else not at all, and the
+// analytic formulas stand.
+std::optional<LayerMemory> ProfileComputeModel::layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const {
+  if (layer.signature.empty()) return std::nullopt;
+  const auto* all = costs_->layer_samples(layer.signature, p);
+  if (all == nullptr) return std::nullopt;
+  std::vector<const LayerSample*> same_s, any;
+  for (const LayerSample* x : *all) {
+    if (x->forward_transient < 0 || x->backward_rise < 0) continue;
+    any.push_back(x);
+    if (x->seq_len == shape.seq_len) same_s.push_back(x);
+  }
+  auto at = [](double x, const LayerSample* a, const LayerSample* b, double xa, double xb) {
+    LayerMemory m;
+    const auto value = [&](Bytes ya, Bytes yb) {
+      const double y = xa == xb ? static_cast<double>(ya) : lerp(x, xa, static_cast<double>(ya), xb, static_cast<double>(yb));
+      return static_cast<Bytes>(std::max(0.0, std::round(y)));
+    };
+    m.forward_transient = value(a->forward_transient, b->forward_transient);
+    m.backward_rise = value(a->backward_rise, b->backward_rise);
+    return m;
+  };
+  const double b = static_cast<double>(shape.micro_batch);
+  if (!same_s.empty()) {
+    // The two micro-batches nearest b (ties to the smaller).
+    std::sort(same_s.begin(), same_s.end(), [&](const LayerSample* x, const LayerSample* y) {
+      const double dx = std::abs(static_cast<double>(x->micro_batch) - b), dy = std::abs(static_cast<double>(y->micro_batch) - b);
+      return dx != dy ? dx < dy : x->micro_batch < y->micro_batch;
+    });
+    const LayerSample* u = same_s[0];
+    const LayerSample* v = same_s.size() > 1 ? same_s[1] : same_s[0];
+    return at(b, u, v, static_cast<double>(u->micro_batch), static_cast<double>(v->micro_batch));
+  }
+  const double t = b * static_cast<double>(shape.seq_len);
+  const LayerSample* lo = nullptr;
+  const LayerSample* hi = nullptr;
+  for (const LayerSample* x : any) {
+    if (tokens(*x) <= t && (lo == nullptr || tokens(*x) > tokens(*lo))) lo = x;
+    if (tokens(*x) >= t && (hi == nullptr || tokens(*x) < tokens(*hi))) hi = x;
+  }
+  if (lo == nullptr || hi == nullptr) return std::nullopt;
+  return at(t, lo, hi, tokens(*lo), tokens(*hi));
+}
+
+TimeNs ProfileComputeModel::kernel_sum(const Layer& layer, Pass pass, Precision p, bool count) const {
+  CostSources* const sources_ = count ? this->sources_ : nullptr;
   // 4./5. kernels, fitted where the profile has a model for their class.
   const auto& ks = pass == Pass::kForward ? layer.forward : layer.backward;
   bool all_fitted = !ks.empty();

@@ -13,6 +13,21 @@
 // ends the remaining bytes are advanced and the link's next completion is
 // rescheduled (SimGrid's EngineImpl::solve does the same with its LMM solver).
 //
+// Note [Host launch]
+// A framework in eager mode issues every kernel from a host thread (the
+// forward's, then autograd's, then the optimizer's), and a GPU runs a
+// kernel only once it is issued; the host does not wait for the GPU, so it
+// runs ahead while kernels are long and falls behind while they are short.
+// A compute task with a launch cost is issued by its rank's host in the
+// order the tasks were created (the program's order), each right after the
+// one before: it cannot end before its issue does, and otherwise ends when
+// its kernels have run. So a step whose layers are short (a 16-bit BERT-base)
+// takes as long as the host takes to issue it, and one whose layers are long
+// (fp32) hides the host under them, including much of an optimizer step of
+// hundreds of small per-tensor updates. The host's lead is not bounded (CUDA
+// queues about a thousand launches; a lead that long only arises where the
+// GPU is the bottleneck anyway).
+//
 // Note [Critical path]
 // Each task remembers what made it ready last: the task before it on its
 // stream or a dependency (for a collective, the last participant to arrive).
@@ -119,6 +134,15 @@ class Executor {
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       for (const MemOp& op : g_.ranks[r].resident) apply_mem(static_cast<int>(r), op);
     }
+    // Note [Host launch]: each rank's host issues its tasks in program order.
+    issue_end_.assign(n, 0);
+    std::vector<TimeNs> host(g_.ranks.size(), 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      const Task& t = g_.tasks[i];
+      if (t.kind != TaskKind::kCompute || t.launch <= 0) continue;
+      host[t.rank] += t.launch;
+      issue_end_[i] = host[t.rank];
+    }
   }
 
   bool at_head(TaskId id) const {
@@ -167,7 +191,9 @@ class Executor {
     if (t.kind == TaskKind::kCollective) {
       q_.schedule(q_.now() + t.cost.latency, [this, id] { start_flow(id); });
     } else {
-      q_.schedule(q_.now() + t.duration, [this, id] { finish(id); });
+      // Note [Host launch]: not before the host has issued it.
+      const TimeNs end = std::max(q_.now() + t.duration, t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
+      q_.schedule(end, [this, id] { finish(id); });
     }
   }
 
@@ -331,6 +357,7 @@ class Executor {
   std::vector<int> deps_left_;
   std::vector<std::vector<TaskId>> dependents_;
   std::vector<TimeNs> start_, end_, ready_at_;
+  std::vector<TimeNs> issue_end_;  ///< Note [Host launch]: when the host has issued each task (0: no cost)
   std::vector<bool> started_, done_;
   std::vector<TaskId> ready_by_, crit_pred_;
   std::vector<std::vector<std::vector<TaskId>>> stream_tasks_;

@@ -81,7 +81,10 @@ class Lowering {
     for (const auto& L : layers_) {
       fwd_time_.push_back(compute_.layer_time(L, Pass::kForward, p.precision, shape));
       bwd_time_.push_back(compute_.layer_time(L, Pass::kBackward, p.precision, shape));
-      core_time_.push_back(p.recompute == Recompute::kSelective ? compute_.kernels_time(L.attention_core, p.precision) : 0);
+      core_time_.push_back(p.recompute == Recompute::kSelective ? compute_.attention_core_time(L, p.precision, shape) : 0);
+      memory_.push_back(compute_.layer_memory(L, p.precision, shape));
+      fwd_launch_.push_back(compute_.layer_launch_time(L, Pass::kForward, p.precision));
+      bwd_launch_.push_back(compute_.layer_launch_time(L, Pass::kBackward, p.precision));
       tp_fwd_.push_back(detail::sum_costs(L.tp_forward, tp_group_, comm_));
       tp_bwd_.push_back(detail::sum_costs(L.tp_backward, tp_group_, comm_));
       params_ += L.params;
@@ -281,8 +284,11 @@ class Lowering {
         g = gather(m, l, "fwd", after);
         deps.push_back(g);
       }
-      std::vector<MemOp> on_start{{MemCategory::kActivations, L.saved_bytes}};
+      // Note [Layer memory]: what the pass holds for a moment, where measured.
+      const Bytes transient = memory_[l] ? memory_[l]->forward_transient : 0;
+      std::vector<MemOp> on_start{{MemCategory::kActivations, L.saved_bytes + transient}};
       std::vector<MemOp> on_end;
+      detail::add_bytes(on_end, MemCategory::kActivations, -transient);
       if (recomputed(L)) {
         // Keep only the layer's input (the checkpoint); intermediates go.
         on_end.push_back({MemCategory::kActivations, -(L.saved_bytes - checkpoint_bytes(l))});
@@ -290,8 +296,9 @@ class Lowering {
         on_end.push_back({MemCategory::kActivations, -L.attention_core_bytes});
       }
       if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
-      fwd_[l] = tp_comm(m, l, Pass::kForward,
-                        compute(tag(m, "fwd " + L.name), Phase::kForward, fwd_time_[l], deps, on_start, on_end));
+      const TaskId f = compute(tag(m, "fwd " + L.name), Phase::kForward, fwd_time_[l], deps, on_start, on_end);
+      g_.tasks[f].launch = fwd_launch_[l];  // Note [Host launch] in executor.cpp
+      fwd_[l] = tp_comm(m, l, Pass::kForward, f);
     }
   }
 
@@ -346,27 +353,33 @@ class Lowering {
       }
       if (recomputed(L)) {
         // The forward again, its tensor-parallel collectives included.
+        const Bytes transient = memory_[i] ? memory_[i]->forward_transient : 0;
+        std::vector<MemOp> on_end;
+        detail::add_bytes(on_end, MemCategory::kActivations, -transient);
         deps.push_back(compute(tag(m, "recompute " + L.name), Phase::kRecompute,
                                fwd_time_[i] + tp_fwd_[i].total(), deps,
-                               {{MemCategory::kActivations, L.saved_bytes - checkpoint_bytes(i)}}));
+                               {{MemCategory::kActivations, L.saved_bytes - checkpoint_bytes(i) + transient}}, std::move(on_end)));
+        g_.tasks[deps.back()].launch = fwd_launch_[i];
       } else if (core_recomputed(L)) {
         deps.push_back(compute(tag(m, "recompute attention " + L.name), Phase::kRecompute, core_time_[i], deps,
                                {{MemCategory::kActivations, L.attention_core_bytes}}));
       }
-      std::vector<MemOp> on_start{{MemCategory::kActivations, L.output_bytes + L.backward_workspace_bytes}};  // grad of the input
-      std::vector<MemOp> on_end{{MemCategory::kActivations, -L.output_bytes - L.backward_workspace_bytes},
-                                {MemCategory::kActivations, -L.saved_bytes}};
       // Gradients: persistent full grads (stages 0/1, allocated on first use
       // and freed by the optimizer) or transient ones reduced away (2/3).
       // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
+      const bool new_grads = zero_ >= 2 || first_micro;
+      // The gradient of the input and the backward's workspaces; where
+      // calibration measured the backward's rise (Note [Layer memory]), that
+      // rise less the gradients it includes.
+      Bytes held = L.output_bytes + L.backward_workspace_bytes;
+      if (memory_[i]) held = std::max<Bytes>(0, memory_[i]->backward_rise - (new_grads ? grad_bytes(L) : 0));
+      std::vector<MemOp> on_start{{MemCategory::kActivations, held}};
+      std::vector<MemOp> on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
       auto& grads_op = L.grads_at_end() ? on_end : on_start;
-      if (zero_ <= 1) {
-        if (first_micro) grads_op.push_back({MemCategory::kGradients, grad_bytes(L)});
-      } else {
-        grads_op.push_back({MemCategory::kGradients, grad_bytes(L)});
-      }
+      if (new_grads) grads_op.push_back({MemCategory::kGradients, grad_bytes(L)});
       if (g >= 0) on_end.push_back({MemCategory::kParameters, -full_param_bytes(L)});
       const TaskId b = compute(tag(m, "bwd " + L.name), Phase::kBackward, bwd_time_[i], deps, on_start, on_end);
+      g_.tasks[b].launch = bwd_launch_[i];
       bwd[i] = tp_comm(m, i, Pass::kBackward, b);
       reduce_after(m, i, bwd, last_micro);
     }
@@ -420,8 +433,10 @@ class Lowering {
     const int tensors = bucket_tensors_[bucket];
     if (zero_ == 2) {
       if (n_ == 1) {
-        // Nothing to scatter: the gradients are this rank's already.
-        compute(tag(m, "keep grads " + name), Phase::kBackward, 0, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
+        // Nothing to scatter: the gradients are this rank's already. Offloaded,
+        // they still go down to the host's optimizer, once they are final.
+        const TaskId keep = compute(tag(m, "keep grads " + name), Phase::kBackward, 0, {bwd[i]}, {}, {{MemCategory::kGradients, -b}});
+        if (last_micro) after_reduce(m, keep, b);
         return;
       }
       // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
@@ -477,26 +492,23 @@ class Lowering {
     if (plan_.offload_optimizer == Offload::kCpu) {
       std::vector<TaskId> host_deps = d2h_;
       host_deps.push_back(last_bwd_);
-      // Host Adam streams fp32 states through host memory, which the node's
-      // GPUs share; DeepSpeed's CPU-Adam is vectorised, so bandwidth bounds it.
-      const double host_bytes = static_cast<double>(shard_params) * update_bytes_per_param(plan_.optimizer, Precision::kFp32);
-      const double per_rank_bw = cluster_.host_memory_bandwidth / cluster_.gpus_per_node;
-      const double per_rank_flops = cluster_.host_flops / cluster_.gpus_per_node;
-      const double seconds = std::max(host_bytes / per_rank_bw, static_cast<double>(shard_params) * 12.0 / per_rank_flops);
-      TaskId cpu = compute("host adam step", Phase::kOptimizer, seconds_to_ns(seconds), host_deps, {}, frees, kHost);
+      const TimeNs t = compute_.host_optimizer_time(static_cast<double>(shard_params), plan_.optimizer, plan_.precision, cluster_);
+      TaskId cpu = compute("host adam step", Phase::kOptimizer, t, host_deps, {}, frees, kHost);
       step = copy("h2d params", shard_params * w_, kH2D, {cpu});
     } else {
       // Tensor by tensor (DDP), a flat shard per layer (ZeRO-3, FSDP's flat
       // parameters), or one flat shard (ZeRO-1/2, DeepSpeed's partition), as
-      // dtsim_worker steps them.
-      int tensors = 0;
+      // dtsim_worker steps them, a chunk at a time (Note [Optimizer updates]).
+      int updates = 0;
       for (const auto& l : layers_) {
-        if (l.params > 0) tensors += zero_ == 3 ? 1 : std::max(1, l.param_tensors);
+        updates += zero_ == 3 ? flat_updates(ceil_div(l.params, n_)) : layer_updates(l.params, l.param_tensors);
       }
-      if (zero_ == 1 || zero_ == 2 || tensors == 0) tensors = 1;
-      const TimeNs t = compute_.optimizer_time(static_cast<double>(shard_params), tensors, plan_.optimizer, plan_.precision,
-                                               cluster_.device);
+      if (zero_ == 1 || zero_ == 2) updates = flat_updates(shard_params);
+      updates = std::max(1, updates);
+      const double params = static_cast<double>(shard_params);
+      const TimeNs t = compute_.optimizer_time(params, updates, plan_.optimizer, plan_.precision, cluster_.device);
       step = compute("optimizer step", Phase::kOptimizer, t, deps, {}, frees);
+      g_.tasks[step].launch = compute_.optimizer_launch_time(params, updates, plan_.optimizer, plan_.precision);
     }
     if ((zero_ == 1 || zero_ == 2) && n_ > 1) {
       // All-gather the updated parameter shards (working precision).
@@ -524,6 +536,8 @@ class Lowering {
   std::vector<Layer> layers_;
   std::vector<TimeNs> fwd_time_, bwd_time_, core_time_;  // per layer, one micro-batch
   std::vector<CollectiveCost> tp_fwd_, tp_bwd_;          // per layer, one micro-batch
+  std::vector<std::optional<LayerMemory>> memory_;       // per layer: Note [Layer memory], where measured
+  std::vector<TimeNs> fwd_launch_, bwd_launch_;          // per layer: Note [Host launch] (executor.cpp)
   std::int64_t params_ = 0;                              // this rank's (tensor-parallel shard)
   CommGroup tp_group_;
   int w_ = 4;
@@ -563,7 +577,16 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters) {
   if (plan.offload_params == Offload::kCpu) s.parameters = 0;
   s.gradients = plan.zero_stage >= 2 ? shard * w : psi * w;
   s.optimizer = plan.zero_stage >= 1 ? shard * k : psi * k;
-  if (plan.offload_optimizer == Offload::kCpu) s.optimizer = 0;
+  // Note [Offload]: the optimizer's states live on the host, and under
+  // ZeRO-2 so does the reduced gradient partition (DeepSpeed copies each
+  // reduced bucket down as the backward makes it); the device holds only
+  // the gradients in flight (dtsim validate on an H100: gpt2-medium
+  // zero2-offload at micro-batch 2 peaked 652 MiB under a prediction that
+  // kept the 677 MiB partition resident).
+  if (plan.offload_optimizer == Offload::kCpu) {
+    s.optimizer = 0;
+    if (plan.zero_stage >= 2) s.gradients = 0;
+  }
   return s;
 }
 

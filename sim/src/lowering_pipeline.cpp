@@ -235,7 +235,7 @@ class PipelineLowering {
       rec_[l] = 0;
       if (full_recompute(L)) rec_[l] = fwd_[l] + tpf;
       if (plan_.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
-        rec_[l] = compute_.kernels_time(L.attention_core, plan_.precision);
+        rec_[l] = compute_.attention_core_time(L, plan_.precision, shape);
       }
       cost_[l] = static_cast<double>(fwd_[l] + bwd_[l] + rec_[l] + tpf + tpb);
     }
@@ -522,15 +522,14 @@ class PipelineLowering {
     }
     const std::int64_t params = rank_params_[s];
     const std::int64_t shard = plan_.zero_stage >= 1 ? (params + plan_.shard_group - 1) / plan_.shard_group : params;
-    // The step goes tensor by tensor, or over one flat shard under ZeRO-1.
+    // The step goes tensor by tensor, or over one flat shard under ZeRO-1
+    // (Note [Optimizer updates] in cost.hpp).
     int tensors = 0;
     for (const auto& ch : chunks_) {
       if (ch.rank != s) continue;
-      for (int l = ch.first; l < ch.first + ch.count; ++l) {
-        if (layers_[l].params > 0) tensors += std::max(1, layers_[l].param_tensors);
-      }
+      for (int l = ch.first; l < ch.first + ch.count; ++l) tensors += layer_updates(layers_[l].params, layers_[l].param_tensors);
     }
-    if (plan_.zero_stage >= 1) tensors = 1;
+    if (plan_.zero_stage >= 1) tensors = std::max(1, flat_updates(shard));
     // The step's sends are done before it (Note [Send buffers]).
     Bytes sent = 0;
     for (Bytes b : held_sends_) sent += b;

@@ -156,6 +156,8 @@ void write_all(const Profile& p, hid_t file, const Writer& w) {
     write_timing(w, g.get(), "forward_", column_of(r, [](const LayerSample& x) { return x.forward; }));
     write_timing(w, g.get(), "backward_", column_of(r, [](const LayerSample& x) { return x.backward; }));
     w.column(g.get(), "reps", reps_of(column_of(r, [](const LayerSample& x) { return x.forward; })));
+    w.column(g.get(), "forward_transient_bytes", column_of(r, [](const LayerSample& x) { return static_cast<std::int64_t>(x.forward_transient); }));
+    w.column(g.get(), "backward_rise_bytes", column_of(r, [](const LayerSample& x) { return static_cast<std::int64_t>(x.backward_rise); }));
   }
   {
     Handle g(group("kernels"), H5Gclose);
@@ -392,9 +394,21 @@ Profile read_all(const Reader& r, hid_t file) {
     r.same_length(sig.size(), reps.size(), "/layers/reps");
     const auto fwd = read_timing(r, g.get(), "layers", "forward_", reps);
     const auto bwd = read_timing(r, g.get(), "layers", "backward_", reps);
+    // Note [Layer memory] came later: a profile without it reads as -1, "not measured".
+    std::vector<std::int64_t> transient(sig.size(), -1), rise(sig.size(), -1);
+    for (auto [name, column] : {std::pair{"forward_transient_bytes", &transient}, std::pair{"backward_rise_bytes", &rise}}) {
+      if (H5Lexists(g.get(), name, H5P_DEFAULT) <= 0) continue;
+      *column = r.ints(g.get(), "layers", name);
+      r.same_length(sig.size(), column->size(), std::string("/layers/") + name);
+      for (std::size_t i = 0; i < column->size(); ++i) {
+        if ((*column)[i] < -1 || (*column)[i] > (std::int64_t{1} << 50)) {
+          r.fail(std::string("/layers/") + name + ": row " + std::to_string(i) + " is not a byte count");
+        }
+      }
+    }
     for (std::size_t i = 0; i < sig.size(); ++i) {
       if (b[i] <= 0 || s[i] <= 0) r.fail("/layers: row " + std::to_string(i) + " has a non-positive shape");
-      p.layers.push_back({sig[i], r.precision(prec[i], "/layers/precision"), b[i], s[i], fwd[i], bwd[i]});
+      p.layers.push_back({sig[i], r.precision(prec[i], "/layers/precision"), b[i], s[i], fwd[i], bwd[i], transient[i], rise[i]});
     }
   }
   {

@@ -112,11 +112,14 @@ TEST_CASE("activation bytes per layer follow Korthikanti et al. 2022, Table 2", 
   CHECK(fp32[0].saved_bytes == s * b * h);
   // The LM head keeps ln_f's input and output and the fp32 log-softmax
   // (2 e sbh + 4 t V); its backward holds the fp32 gradients of the
-  // log-softmax and the logits (8 t V), plus their 16-bit cast (2 t V) in fp16.
+  // log-softmax and the logits (8 t V) in any precision: the 16-bit cast of
+  // the logits' gradient comes once they are freed (an H100 run of gpt2 in
+  // fp16, 4 x 1024 tokens, rose 1,572 MiB in the head's backward; 8 t V is
+  // 1,570 MiB).
   const std::int64_t V = 50257, t = b * s;
   CHECK(fp32.back().saved_bytes == 2 * 4 * s * b * h + 4 * t * V);
   CHECK(fp32.back().backward_workspace_bytes == 8 * t * V);
-  CHECK(fp16.back().backward_workspace_bytes == 10 * t * V);
+  CHECK(fp16.back().backward_workspace_bytes == 8 * t * V);
 }
 
 TEST_CASE("the tied LM head borrows the token embedding", "[models]") {

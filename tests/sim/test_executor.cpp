@@ -218,3 +218,39 @@ TEST_CASE("runs are reproducible", "[executor]") {
     CHECK(a.spans[i].end == b.spans[i].end);
   }
 }
+
+TEST_CASE("a task ends no sooner than its host has issued it (Note [Host launch])", "[executor]") {
+  // Three tasks of 10, 1 and 1 us on the GPU, issued in 2, 5 and 5 us: the
+  // host has issued them at 2, 7 and 12 us. The first ends at 10 (its
+  // kernels), the second at max(10 + 1, 7) = 11, the third at max(11 + 1, 12) = 12.
+  TaskGraph g = one_rank();
+  for (const auto& [d, l] : {std::pair{10, 2}, std::pair{1, 5}, std::pair{1, 5}}) {
+    Task t = compute("t", d * kUs);
+    t.launch = l * kUs;
+    g.add(t);
+  }
+  const ExecResult r = execute(g);
+  CHECK(r.spans[0].end == 10 * kUs);
+  CHECK(r.spans[1].end == 11 * kUs);
+  CHECK(r.spans[2].end == 12 * kUs);
+  CHECK(r.makespan == 12 * kUs);
+  // Host-bound throughout (1 us kernels issued in 5 us each): 5, 10, 15.
+  TaskGraph h = one_rank();
+  for (int i = 0; i < 3; ++i) {
+    Task t = compute("t", 1 * kUs);
+    t.launch = 5 * kUs;
+    h.add(t);
+  }
+  CHECK(execute(h).makespan == 15 * kUs);
+  // A task without a launch cost does not move the host: issued tasks before
+  // and after it keep their issue times (5 and 10), and it runs as the GPU allows.
+  TaskGraph k = one_rank();
+  Task a = compute("a", 1 * kUs), free = compute("free", 20 * kUs), b = compute("b", 1 * kUs);
+  a.launch = b.launch = 5 * kUs;
+  k.add(a);
+  k.add(free);
+  k.add(b);
+  const ExecResult kr = execute(k);
+  CHECK(kr.spans[1].end == 25 * kUs);  // starts at 5, 20 us
+  CHECK(kr.makespan == 26 * kUs);      // b: issued at 10, runs after "free"
+}

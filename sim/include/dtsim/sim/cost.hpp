@@ -5,6 +5,7 @@
 // same interfaces.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 
 #include "dtsim/sim/cluster.hpp"
@@ -79,6 +80,15 @@ class AnalyticCommModel final : public CommModel {
 /// Which half of a layer's work.
 enum class Pass { kForward, kBackward };
 
+/// A layer's memory as calibration measured it (Note [Layer memory] in
+/// cost_profile.cpp): above what the forward leaves allocated, the most it
+/// held while it ran; above what was allocated as the backward began, the
+/// most the backward held (its gradients, the input's and its workspaces).
+struct LayerMemory {
+  Bytes forward_transient = 0;
+  Bytes backward_rise = 0;
+};
+
 /// Prices kernels on one device.
 class ComputeModel {
  public:
@@ -95,6 +105,11 @@ class ComputeModel {
   /// launch per tensor; a profile answers from the step it timed (Note
   /// [Optimizer step] in cost_compute.cpp).
   virtual TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const;
+  /// ZeRO-Offload's step of `params` parameters on the host's cores (Note
+  /// [Offload] in lowering.cpp): by default bound by the host's memory
+  /// bandwidth or arithmetic, its share for one of the node's GPUs; a
+  /// profile answers from the host step it timed.
+  virtual TimeNs host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const;
   /// Copying the gradients of `params` parameters in `tensors` tensors into
   /// a flat bucket before their collective (`out` false), or the reduced
   /// bucket back into them, divided (`out` true): Note [Gradient buckets] in
@@ -102,7 +117,33 @@ class ComputeModel {
   /// the gradients, under 1% of a step; a profile answers from the copies it
   /// timed (on a CPU a few LibTorch ops per tensor).
   virtual TimeNs bucket_copy_time(double params, int tensors, bool out) const;
+  /// A layer's measured memory at `shape` (Note [Layer memory]); none by
+  /// default: the analytic models' formulas stand.
+  virtual std::optional<LayerMemory> layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const;
+  /// Selective recompute's cost for a layer: its attention core run again
+  /// (Layer::attention_core). By default the core's kernels.
+  virtual TimeNs attention_core_time(const Layer& layer, Precision p, const WorkloadShape& shape) const;
+  /// The host's time to issue one pass of a layer (Note [Host launch] in
+  /// executor.cpp); 0 by default: issuing is not modelled.
+  virtual TimeNs layer_launch_time(const Layer& layer, Pass pass, Precision p) const;
+  /// The host's time to issue an optimizer step of `updates` flat updates
+  /// (Note [Optimizer updates]); 0 by default.
+  virtual TimeNs optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const;
 };
+
+/// Note [Optimizer updates]
+/// dtsim_worker's optimizer (models::adam_update) steps a tensor a chunk of
+/// at most kUpdateChunk elements at a time, each chunk a handful of
+/// kernels, so a step costs per chunk ("update") and per parameter, not per
+/// tensor: gpt2's 148 tensors are 157 updates (its 38.6M-element token
+/// embedding ten of them), a ZeRO shard of 31M parameters 8. Lowering counts
+/// updates with optimizer_updates().
+inline constexpr std::int64_t kUpdateChunk = std::int64_t{1} << 22;
+/// Updates of a layer's parameters: a chunk per tensor, and more where its
+/// tensors together exceed a chunk each (the largest tensor takes them).
+int layer_updates(std::int64_t params, int tensors);
+/// Updates of one flat tensor (a ZeRO shard, an FSDP unit) of `params`.
+int flat_updates(std::int64_t params);
 
 /// Bytes the optimizer reads and writes per parameter in one step
 /// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the

@@ -33,6 +33,17 @@ class ProfileCosts {
  public:
   explicit ProfileCosts(Profile profile);
   const Profile& profile() const { return profile_; }
+  /// Measured on a GPU (device_kind cuda): Note [Host launch] applies.
+  bool gpu() const { return gpu_; }
+  /// Note [GPU optimizer step]: the optimizer's cost per update and per
+  /// parameter fitted to the timed steps of o in p's kind (none: not timed).
+  struct UpdateCost {
+    double per_update = 0, per_param = 0;  ///< seconds
+  };
+  std::optional<UpdateCost> update_cost(Optimizer o, Precision p) const;
+  /// The host's time for a layer's pass: its fastest time at any shape
+  /// measured (Note [Host launch]); 0 where unmeasured.
+  double launch_seconds(const std::string& signature, Precision p, Pass pass) const;
 
   /// Measured layer samples of one signature and precision, by tokens.
   const std::vector<const LayerSample*>* layer_samples(const std::string& signature, Precision p) const;
@@ -44,9 +55,14 @@ class ProfileCosts {
   /// The kernel model that prices `kind` in precision p (attention falls
   /// back to the GEMM model), or nullptr.
   const FitTerms* kernel_fit(KernelKind kind, Precision p) const;
-  /// The timed optimizer steps of o (AdamW as Adam), by tensors then
-  /// parameters (KernelSample m = parameters, n = tensors); empty if none.
-  const std::vector<const KernelSample*>& optimizer_samples(Optimizer o) const;
+  /// The timed optimizer steps of o (AdamW as Adam) in precision p's kind
+  /// (fp32, or 16-bit parameters with fp32 masters where the profile timed
+  /// those, else fp32's), by tensors then parameters (KernelSample m =
+  /// parameters, n = tensors); empty if none.
+  const std::vector<const KernelSample*>& optimizer_samples(Optimizer o, Precision p = Precision::kFp32) const;
+  /// The timed host steps of ZeRO-Offload (kernel "host_adam"), by
+  /// parameters; empty if none.
+  const std::vector<const KernelSample*>& host_optimizer_samples() const { return host_adam_; }
   /// The timed gradient-bucket copies (kernels "bucket_in", "bucket_out"),
   /// sorted as optimizer_samples; empty if none.
   const std::vector<const KernelSample*>& bucket_samples(bool out) const { return out ? bucket_out_ : bucket_in_; }
@@ -59,6 +75,8 @@ class ProfileCosts {
 
  private:
   Profile profile_;
+  bool gpu_ = false;
+  std::optional<UpdateCost> adam_cost_, adam_mixed_cost_, sgd_cost_;
   std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;
   struct StepRatio {
     double tokens = 0, forward = 1, backward = 1;
@@ -67,7 +85,7 @@ class ProfileCosts {
   std::array<std::optional<FitTerms>, 12> kernels_;  ///< 4 fitted classes x 3 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::string, FitTerms> copies_;
-  std::vector<const KernelSample*> adam_, sgd_, bucket_in_, bucket_out_;
+  std::vector<const KernelSample*> adam_, adam_mixed_, sgd_, bucket_in_, bucket_out_, host_adam_;
 };
 
 /// A warning if the profile was measured on another kind of device than
@@ -105,12 +123,19 @@ class ProfileComputeModel final : public ComputeModel {
   TimeNs kernel_time(const Kernel& k, Precision p) const override;
   TimeNs layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const override;
   TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const override;
+  TimeNs host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const override;
+  TimeNs layer_launch_time(const Layer& layer, Pass pass, Precision p) const override;
+  TimeNs attention_core_time(const Layer& layer, Precision p, const WorkloadShape& shape) const override;
+  TimeNs optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const override;
   TimeNs bucket_copy_time(double params, int tensors, bool out) const override;
+  std::optional<LayerMemory> layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const override;
 
  private:
   bool fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const;
-  bool measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape, TimeNs* out) const;
-  TimeNs kernel_sum(const Layer& layer, Pass pass, Precision p) const;
+  /// `count` false: not counted in the prediction's cost sources.
+  bool measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape, TimeNs* out,
+                           bool count = true) const;
+  TimeNs kernel_sum(const Layer& layer, Pass pass, Precision p, bool count = true) const;
   std::shared_ptr<const ProfileCosts> costs_;
   RooflineComputeModel roofline_;
   DeviceSpec device_;

@@ -62,6 +62,11 @@ struct Prediction {
   TimeBreakdown breakdown;
 
   Bytes capacity = 0;          ///< device memory
+  /// Of each rank's peak, the bytes no framework allocator hands out: the
+  /// CUDA context (measured by calibration where a profile has it, else the
+  /// device's runtime_reserved). peak - outside_allocator is what PyTorch's
+  /// torch.cuda.max_memory_allocated() reports.
+  Bytes outside_allocator = 0;
   bool fits = true;            ///< every rank's peak <= capacity
   Bytes shortfall = 0;         ///< worst peak - capacity, if it does not fit
   std::vector<RankMemory> ranks;

@@ -50,6 +50,9 @@ struct Task {
   int rank = 0;                ///< index into TaskGraph::ranks
   int stream = 0;              ///< index into that rank's streams
   TimeNs duration = 0;         ///< kCompute / kHostCompute
+  /// kCompute: the host's time to issue its kernels (Note [Host launch] in
+  /// executor.cpp); 0: not modelled (issuing is free).
+  TimeNs launch = 0;
   CollectiveCost cost;         ///< kCollective
   CollectiveOp op = CollectiveOp::kAllReduce;
   Bytes bytes = 0;             ///< payload, for reports and traces
