@@ -361,9 +361,36 @@ std::string human_bytes(double b) {
   return fmt("%.0f B", b);
 }
 
+/// Of a kernel fit "kernel.<kind>.<precision>", the largest share of a
+/// measured sample's time each feature's term accounts for (empty for other
+/// fits): a term under a tenth of every sample's time is not what the
+/// samples measured.
+std::map<std::string, double> kernel_term_shares(const sim::Profile& p, const std::string& name, const sim::LinearFit& f) {
+  std::map<std::string, double> share;
+  if (name.rfind("kernel.", 0) != 0) return share;
+  for (const auto& k : p.kernels) {
+    if (name != sim::kernel_fit_name(k.kind, k.precision) || k.time.median_s <= 0) continue;
+    for (std::size_t i = 0; i < f.features.size(); ++i) {
+      double x = 0;
+      if (f.features[i] == "bytes") x = static_cast<double>(k.bytes);
+      if (f.features[i] == "flops") x = k.flops;
+      if (x <= 0) continue;
+      share[f.features[i]] = std::max(share[f.features[i]], f.coef[i] * x / k.time.median_s);
+    }
+  }
+  return share;
+}
+
 /// A fit's coefficients as physical figures: the intercept as a latency,
-/// "bytes" as a bandwidth, "flops" as a throughput.
-std::string describe_fit(const sim::LinearFit& f) {
+/// "bytes" as a bandwidth, "flops" as a throughput. A bandwidth or peak whose
+/// term is under a tenth of every sample's time (`shares`) is not shown: a
+/// GEMM fit's byte term near 0 gave "bandwidth 4.3e+04 GB/s" on an H100,
+/// which says only that those GEMMs were bound by arithmetic.
+std::string describe_fit(const sim::LinearFit& f, const std::map<std::string, double>& shares = {}) {
+  auto minor = [&](const std::string& feature) {
+    const auto it = shares.find(feature);
+    return it != shares.end() && it->second < 0.1;
+  };
   std::string out;
   for (std::size_t i = 0; i < f.features.size(); ++i) {
     const double c = f.coef[i];
@@ -371,9 +398,9 @@ std::string describe_fit(const sim::LinearFit& f) {
     if (f.features[i] == "1") {
       part = "latency " + human_s(c);
     } else if (f.features[i] == "bytes") {
-      part = c > 0 ? "bandwidth " + fmt("%.3g GB/s", 1e-9 / c) : "bandwidth -";
+      part = c <= 0 ? "bandwidth -" : minor("bytes") ? "bandwidth - (compute-bound)" : "bandwidth " + fmt("%.3g GB/s", 1e-9 / c);
     } else if (f.features[i] == "flops") {
-      part = c > 0 ? "peak " + fmt("%.3g TFLOP/s", 1e-12 / c) : "peak -";
+      part = c <= 0 ? "peak -" : minor("flops") ? "peak - (memory-bound)" : "peak " + fmt("%.3g TFLOP/s", 1e-12 / c);
     } else if (f.features[i] == "tensors") {
       part = "per tensor " + human_s(c);
     } else if (f.features[i] == "params") {
@@ -423,7 +450,7 @@ std::string format_profile(const sim::Profile& p) {
     char head[96];
     std::snprintf(head, sizeof head, "%-34s %3d samples  rms %5.1f%%  max %5.1f%%  ", name.c_str(), f.samples, 100 * f.rms_rel_error,
                   100 * f.max_rel_error);
-    os << "    " << head << describe_fit(f) << "\n";
+    os << "    " << head << describe_fit(f, kernel_term_shares(p, name, f)) << "\n";
   }
   // Achieved figures at the largest measured size (what users quote).
   double best_gemm = 0;
@@ -445,7 +472,8 @@ std::string format_profile(const sim::Profile& p) {
   std::map<std::string, int> ranks_of;
   std::map<std::string, sim::CollectiveOp> op_of;
   for (const auto& c : p.comm) {
-    if (c.time.median_s > 0) {
+    // One rank (profiles before collectives needed two GPUs) moves nothing.
+    if (c.time.median_s > 0 && c.ranks >= 2) {
       const std::string key = c.backend + " " + to_string(c.op) + " x" + std::to_string(c.ranks);
       best_alg[key] = std::max(best_alg[key], static_cast<double>(c.bytes) / c.time.median_s);
       ranks_of[key] = c.ranks;

@@ -284,8 +284,9 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
     f.expect(3);
     p.info[source + "." + f.str(1)] = f.str(2);
   } else if (tag == "layer") {
-    // The forward and backward means came later (Note [A layer costs its mean in a step]).
-    if (f.size() != 14) f.expect(12);
+    // The forward and backward means came later (Note [A layer costs its mean
+    // in a step]), and on GPUs the layer's memory (Note [Layer memory]) after them.
+    if (f.size() != 14 && f.size() != 16) f.expect(12);
     sim::LayerSample s;
     s.signature = f.str(1);
     s.precision = f.precision(2);
@@ -297,6 +298,10 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
       s.forward.mean_s = f.num(12);
       s.backward.mean_s = f.num(13);
       if (s.forward.mean_s < 0 || s.backward.mean_s < 0) f.fail("negative time");
+    }
+    if (f.size() == 16) {
+      s.forward_transient = f.integer(14);
+      s.backward_rise = f.integer(15);
     }
     p.layers.push_back(s);
   } else if (tag == "kernel") {

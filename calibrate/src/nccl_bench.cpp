@@ -154,7 +154,9 @@ std::vector<Point> make_plan(const Options& o, int gpus, Bytes max_bytes, Bytes 
       plan.push_back(p);
     }
   }
-  for (int k = 1; k <= gpus; ++k) {
+  // Collectives over two GPUs or more: over one they move nothing (nccl-tests'
+  // bus bandwidth is 0 there by definition), and no plan runs one.
+  for (int k = 2; k <= gpus; ++k) {
     for (Op op : o.ops) {
       if (op == Op::kSendRecv && k != 2) continue;
       Bytes last = 0;
@@ -422,7 +424,7 @@ void print_info(const Options& o, int visible, int used, Bytes max_bytes, Bytes 
   emit_info("timing",
             "back-to-back iterations, CUDA events on GPU 0 after its stream waited for every GPU's stream; "
             "median/min/max of the per-iteration times");
-  emit_info("collectives", "ncclCommInitAll over GPUs 0..k-1 for k = 1.." + std::to_string(used) +
+  emit_info("collectives", "ncclCommInitAll over GPUs 0..k-1 for k = 2.." + std::to_string(used) +
                                ", one stream per GPU, ncclGroupStart/End per iteration, out of place");
   emit_info("send_recv_impl", "ncclSend GPU 0 -> ncclRecv GPU 1, ranks = 2 only; one-way time");
   emit_info("size_rule", "all_gather/reduce_scatter sizes rounded down to a multiple of ranks x 4 B");
@@ -527,7 +529,7 @@ int run(const Options& o) {
   // Collectives over the first k GPUs.
   {
     Gpus g(used, max_bytes);
-    for (int k = 1; k <= used; ++k) {
+    for (int k = 2; k <= used; ++k) {
       std::vector<int> devs(static_cast<std::size_t>(k));
       for (int i = 0; i < k; ++i) devs[static_cast<std::size_t>(i)] = i;
       std::vector<ncclComm_t> comms(static_cast<std::size_t>(k));

@@ -39,6 +39,7 @@
 
 #ifdef DTSIM_TORCH_CUDA
 #include <c10/cuda/CUDACachingAllocator.h>
+#include <c10/cuda/CUDAFunctions.h>
 #include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
@@ -58,6 +59,7 @@ struct Options {
   bool quick = false;
   int threads = 0;
   std::vector<std::string> models{"gpt2", "bert-base", "bilstm"};
+  bool models_given = false;
   std::vector<std::string> precisions;
   double budget_s = 0;  // per measurement point; 0: by sweep
   std::vector<int> tp{1};  // tensor-parallel degrees whose layer shares are timed
@@ -125,6 +127,7 @@ Options parse(int argc, char** argv) {
       o.threads = static_cast<int>(n);
     } else if (a == "--models") {
       o.models = split(value());
+      o.models_given = true;
       if (o.models.empty()) usage_error("--models: expected a comma-separated list of model names");
     } else if (a == "--precision") {
       for (const auto& p : split(value())) {
@@ -154,7 +157,12 @@ Options parse(int argc, char** argv) {
       usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s, --tp, --passes, --lockstep");
     }
   }
-  if (o.precisions.empty()) o.precisions = o.device == "cuda" ? std::vector<std::string>{"fp32", "bf16"} : std::vector<std::string>{"fp32"};
+  if (o.precisions.empty()) {
+    o.precisions = o.device == "cuda" ? std::vector<std::string>{"fp32", "fp16"} : std::vector<std::string>{"fp32"};
+  }
+  // Note [GPU sweep]: on a GPU, by default every model of GPU size dtsim
+  // validates there.
+  if (!o.models_given && o.device == "cuda") o.models = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "bilstm"};
   return o;
 }
 
@@ -259,13 +267,13 @@ class Bench {
   /// Returns false without measuring when one warm-up took longer than
   /// `cap` seconds: the point does not fit the program's time.
   template <class F>
-  bool repeat(F&& f, double budget, double cap) const {
+  bool repeat(F&& f, double budget, double cap, int gpu_min_reps = 10) const {
     for (int i = 0; i < kWarmups; ++i) {
       const double t0 = now();
       f(false);
       if (now() - t0 > cap) return false;
     }
-    const int min_reps = cuda_ ? 10 : 3;
+    const int min_reps = cuda_ ? gpu_min_reps : 3;
     const double start = now();
     for (int r = 0; r < 10000; ++r) {
       f(true);
@@ -275,7 +283,8 @@ class Bench {
   }
 
   /// Measuring time per layer point (after the warm-ups).
-  double layer_budget() const { return o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.3 : (o_.quick ? 0.2 : 1.0)); }
+  /// GPUs are steady: 0.15 s holds at least the 10 runs repeat() takes.
+  double layer_budget() const { return o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.15 : (o_.quick ? 0.2 : 1.0)); }
 
   /// Seconds one warm-up run may take before its point is skipped: a point
   /// whose single run is this slow would hold the sweep for minutes.
@@ -358,8 +367,24 @@ class Bench {
       const bool lstm = name.find("lstm") != std::string::npos;
       std::vector<std::int64_t> bs, ss;
       if (cuda_) {
+        // Note [GPU sweep]
+        // Seven models in three precisions at every shape of the CPU's
+        // sweep would take a quarter of an hour on an H100, mostly in
+        // shapes no run uses: a model trains at its context length, and a
+        // 16-bit gpt2-xl holds 25 GB of states before a single activation.
+        // So a model is swept at its own sequence length (other lengths
+        // are interpolated in tokens), in fp32 and fp16 (bf16 runs on the
+        // same tensor cores at the same speed: the simulator takes fp16's
+        // times for it, Note [Profile lookups]), and models over 500M
+        // parameters at micro-batches up to 4. It takes about four
+        // minutes on an H100; the first try, with a quarter of the length
+        // too, three precisions and whole-model steps at micro-batch 16,
+        // did not finish in seven and a half.
+        const std::int64_t full = model->max_seq_len();
         bs = o_.quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 2, 4, 8, 16};
-        ss = o_.quick ? std::vector<std::int64_t>{128, 512} : std::vector<std::int64_t>{128, 256, 512, 1024};
+        if (!o_.quick && model->parameters() > 500'000'000) bs = {1, 2, 4};
+        ss = o_.quick ? std::vector<std::int64_t>{std::min<std::int64_t>(128, full), std::min<std::int64_t>(512, full)}
+                      : std::vector<std::int64_t>{full};
       } else {
         bs = o_.quick ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 2, 4};
         ss = o_.quick ? std::vector<std::int64_t>{64, 128} : std::vector<std::int64_t>{64, 128, 256, 512};
@@ -382,12 +407,15 @@ class Bench {
           }
         }
         // The whole model once per sequence length at the largest
-        // micro-batch (the quick sweep: the shortest only).
+        // micro-batch (the quick sweep: the shortest only); on a GPU at
+        // micro-batch 4 at most, where a step of the largest model takes
+        // a fraction of a second (Note [GPU sweep]).
         if (!fresh || steps == nullptr) continue;
+        const std::int64_t step_b = cuda_ ? std::min<std::int64_t>(bs.back(), 4) : bs.back();
         for (const auto& p : o_.precisions) {
           for (auto s : ss) {
             if (s > model->max_seq_len()) continue;
-            steps->push_back({name, chain, p, bs.back(), s, tp});
+            steps->push_back({name, chain, p, step_b, s, tp});
             if (o_.quick) break;
           }
         }
@@ -495,7 +523,8 @@ class Bench {
           }
         }
       };
-      if (!repeat(step, budget, time_cap(budget))) {
+      // A GPU's steps repeat to within a percent: three runs, not ten.
+      if (!repeat(step, budget, time_cap(budget), 3)) {
         skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
         return;
       }
@@ -542,6 +571,7 @@ class Bench {
   struct PassTimes {
     std::vector<Stats> forward, backward;
     bool failed = false;
+    std::int64_t forward_transient = -1, backward_rise = -1;  ///< Note [Layer memory]; -1: not measured
   };
 
   static Stats fastest_of_passes(const std::vector<Stats>& passes) {
@@ -589,6 +619,7 @@ class Bench {
       } else {
         out.forward.push_back(f);
         out.backward.push_back(g);
+        if (cuda_ && pass == 0) layer_memory(*layer, inputs, &out.forward_transient, &out.backward_rise);
       }
     } catch (const c10::Error& e) {
       // Out of memory (c10::OutOfMemoryError is a c10::Error) or an op this
@@ -605,11 +636,61 @@ class Bench {
   }
 
   void print_layer(const std::string& signature, const std::string& precision, std::int64_t b, std::int64_t s, const Stats& f,
-                   const Stats& g) {
-    std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\t%.9g\t%.9g\n", signature.c_str(),
+                   const Stats& g, std::int64_t forward_transient = -1, std::int64_t backward_rise = -1) {
+    std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\t%.9g\t%.9g", signature.c_str(),
                 precision.c_str(), static_cast<long long>(b), static_cast<long long>(s), f.median, f.min, f.max, g.median, g.min,
                 g.max, f.reps, f.mean, g.mean);
+    if (forward_transient >= 0 && backward_rise >= 0) {
+      std::printf("\t%lld\t%lld", static_cast<long long>(forward_transient), static_cast<long long>(backward_rise));
+    }
+    std::printf("\n");
     std::fflush(stdout);
+  }
+
+  // Note [Layer memory]
+  // What a layer holds for backward follows from what it saves (the
+  // analytic models' formulas), but some of what it holds for a moment does
+  // not: cuDNN's LSTM takes a workspace of its own choosing, a head holds
+  // fp32 logits and their gradients, a block's masks and upcasts come and
+  // go. So on a GPU each layer point runs once more untimed, reading the
+  // caching allocator (its books are kept on the host as work is queued):
+  // how far the forward rose above what it left allocated (its transient),
+  // and how far the backward rose above what was allocated as it began (its
+  // gradients, the input's gradient and its workspaces). The simulator
+  // holds a layer's pass at those heights where a profile measured them.
+  void layer_memory(dtsim::models::TorchLayer& layer, std::vector<torch::Tensor>& inputs, std::int64_t* forward_transient,
+                    std::int64_t* backward_rise) {
+#ifdef DTSIM_TORCH_CUDA
+    // A failure here costs the point its memory, never its timings.
+    try {
+    namespace alloc = c10::cuda::CUDACachingAllocator;
+    const auto device = c10::cuda::current_device();
+    layer.module().zero_grad(/*set_to_none=*/true);
+    for (auto& t : inputs) {
+      if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
+    }
+    sync();
+    alloc::resetPeakStats(device);
+    auto y = layer.forward(inputs);
+    const auto fwd = alloc::getDeviceStats(device).allocated_bytes[0];
+    const auto dy = y.dim() == 0 ? torch::Tensor() : torch::ones_like(y);
+    const auto before = alloc::getDeviceStats(device).allocated_bytes[0].current;
+    alloc::resetPeakStats(device);
+    if (dy.defined()) {
+      y.backward(dy);
+    } else {
+      y.backward();
+    }
+    const auto bwd_peak = alloc::getDeviceStats(device).allocated_bytes[0].peak;
+    sync();
+    *forward_transient = std::max<std::int64_t>(0, fwd.peak - fwd.current);
+    *backward_rise = std::max<std::int64_t>(0, bwd_peak - before);
+    } catch (const std::exception&) {
+      *forward_transient = *backward_rise = -1;
+    }
+#else
+    (void)layer, (void)inputs, (void)forward_transient, (void)backward_rise;
+#endif
   }
 
   /// Times one layer's forward and backward alone, in a loop; false when
@@ -706,6 +787,16 @@ class Bench {
         for (std::int64_t tensors : {1, 16}) out.push_back({opt, "fp32", n, tensors, 1, 1});
       }
     }
+    if (cuda_) {
+      // Mixed precision: 16-bit parameters stepped through fp32 masters
+      // (Note [Mixed-precision step] in models/torch), which launch more
+      // kernels per tensor than an fp32 step.
+      for (auto n : params) {
+        for (std::int64_t tensors : {1, 16}) out.push_back({"adam", "bf16", n, tensors, 1, 1});
+      }
+      // ZeRO-Offload's step on the host (Note [Offloaded step] in runtime/src/trainer.cpp).
+      for (std::int64_t n = 1 << 22; n <= (o_.quick ? 1 << 24 : 1 << 26); n <<= 2) out.push_back({"host_adam", "bf16", n, 1, 1, 1});
+    }
     return out;
   }
 
@@ -762,6 +853,25 @@ class Bench {
         // update_bytes_per_param). The runtime's SGD has no momentum: read
         // grad and weight, write weight.
         bytes = static_cast<double>(k.m) * (config.sgd ? 12 : 28);
+      } else if (k.kind == "host_adam") {
+        // Note [Offloaded step] (runtime/src/trainer.cpp): the 16-bit
+        // gradient shard in a pinned host buffer, Adam on the fp32 master
+        // and moments in host memory, and the 16-bit parameters written
+        // into a pinned buffer for the copy back: all on the host's cores.
+        const auto host = torch::TensorOptions().device(torch::kCPU);
+        const auto half = host.dtype(dtype_of(k.precision)).pinned_memory(cuda_);
+        auto grad = torch::randn({k.m}, host).to(half.dtype()).pin_memory();
+        auto master = torch::randn({k.m}, host);
+        auto up = torch::empty({k.m}, half);
+        auto state = std::make_shared<dtsim::models::AdamState>();
+        dtsim::models::AdamConfig config;
+        dtsim::models::adam_update(master, grad, *state, 1, config);  // the moments' first allocation
+        op = [grad, master, up, state, config, step = std::int64_t{1}]() mutable {
+          dtsim::models::adam_update(master, grad, *state, ++step, config);
+          up.copy_(master);
+          return up;
+        };
+        bytes = static_cast<double>(k.m) * 30;  // the update's 28 (2-byte gradient) and the 16-bit copy out
       } else if (k.kind == "bucket_in" || k.kind == "bucket_out") {
         // A bucket of n gradients in and out of its flat buffer, cold as the
         // optimizer's states are (sets filling twice the cache).
@@ -801,7 +911,7 @@ class Bench {
       }
       torch::NoGradGuard no_grad;
       std::vector<double> times;
-      Stopwatch watch(cuda_, 2);
+      Stopwatch watch(cuda_ && k.kind != "host_adam", 2);  // the host's step on the host's clock
       const double budget = o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.1 : (o_.quick ? 0.05 : 0.2));
       const bool measured = repeat([&](bool record) {
         sync();
@@ -884,6 +994,21 @@ class Bench {
 #endif
   }
 
+  /// The caching allocator's bytes with no tensor alive, after training
+  /// steps and kernels have run: the workspaces its libraries keep (a cuBLAS
+  /// workspace per thread and stream that ran a matmul, the forward's and
+  /// autograd's), which a training process holds throughout.
+  void workspace_at_rest() {
+#ifdef DTSIM_TORCH_CUDA
+    if (!cuda_) return;
+    torch::cuda::synchronize();
+    c10::cuda::CUDACachingAllocator::emptyCache();
+    const auto rest = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].current;
+    std::printf("memory\tworkspace_at_rest_bytes\t%lld\n", static_cast<long long>(rest));
+    std::fflush(stdout);
+#endif
+  }
+
   void info() const {
     std::string device = "cpu";
     if (cuda_) {
@@ -944,10 +1069,11 @@ class Bench {
     for (std::size_t i = 0; i < layers.size(); ++i) {
       if (times[i].failed || times[i].forward.empty()) continue;
       print_layer(layers[i].signature, layers[i].precision, layers[i].b, layers[i].s, fastest_of_passes(times[i].forward),
-                  fastest_of_passes(times[i].backward));
+                  fastest_of_passes(times[i].backward), times[i].forward_transient, times[i].backward_rise);
     }
     for (const auto& p : steps) measure_step(p);
     for (const auto& k : kernels) measure_kernel(k);
+    workspace_at_rest();
     if (!cuda_) std::printf("info\tprobe_end_s\t%.9g\n", probe());  // after the steps and kernels, for the record
     std::printf("progress\t%d\t%d\tdone\n", total_, total_);
   }

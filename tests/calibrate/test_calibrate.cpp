@@ -662,3 +662,168 @@ TEST_CASE("layer records carry their means, and older records without them still
                                   &prog);
         }).find("expected 12 tab-separated fields") != std::string::npos);
 }
+
+// ---- GPU profiles: Note [Host launch], [GPU optimizer step], [Layer memory] ----
+
+namespace {
+
+/// A profile as a GPU calibration writes it: device_kind cuda, an
+/// element-wise fit of 1 ps a byte (1 TB/s, counting bytes read and
+/// written), and "fake.layer" at micro-batches 1 and 4.
+Profile gpu_profile() {
+  Profile p = sample_profile();
+  p.info["device_kind"] = "cuda";
+  LinearFit stream;
+  stream.features = {"1", "bytes"};
+  stream.coef = {5e-6, 1e-12};
+  p.fits[kernel_fit_name("elementwise", Precision::kFp32)] = stream;
+  return p;
+}
+
+}  // namespace
+
+TEST_CASE("layer records carry the layer's memory on GPUs (Note [Layer memory])", "[calibrate]") {
+  Profile p;
+  calib::Progress prog;
+  calib::parse_bench_line("layer\tfake.layer\tfp16\t4\t1024\t0.01\t0.009\t0.011\t0.02\t0.018\t0.022\t5\t0.01\t0.02\t50331648\t93323264",
+                          "torch", p, &prog);
+  REQUIRE(p.layers.size() == 1);
+  CHECK(p.layers[0].forward_transient == 50'331'648);
+  CHECK(p.layers[0].backward_rise == 93'323'264);
+  // 14 fields (a CPU's record): not measured.
+  calib::parse_bench_line("layer\tfake.layer\tfp32\t4\t1024\t0.01\t0.009\t0.011\t0.02\t0.018\t0.022\t5\t0.01\t0.02", "torch", p, &prog);
+  CHECK(p.layers[1].forward_transient == -1);
+  CHECK(error_of([&] {
+          calib::parse_bench_line("layer\tfake.layer\tfp16\t4\t1024\t0.01\t0.009\t0.011\t0.02\t0.018\t0.022\t5\t0.01\t0.02\t-5\t1", "torch",
+                                  p, &prog);
+        }).find("field 15 '-5' is not a count") != std::string::npos);
+  // They survive the file, and a profile written before them reads as not measured.
+  p.layers[1].backward_rise = 7;
+  const std::string path = temp_path("layer-memory");
+  save_profile(p, path);
+  const Profile q = load_profile(path);
+  std::filesystem::remove(path);
+  CHECK(q.layers[0].forward_transient == 50'331'648);
+  CHECK(q.layers[0].backward_rise == 93'323'264);
+  CHECK(q.layers[1].backward_rise == 7);
+  const Profile old = load_profile(std::string(DTSIM_CONFIG_DIR_FOR_TESTS) + "/profiles/local-cpu-tiny.h5");
+  REQUIRE_FALSE(old.layers.empty());
+  CHECK(old.layers.front().forward_transient == -1);
+  CHECK(old.layers.front().backward_rise == -1);
+}
+
+TEST_CASE("a layer's measured memory is affine in the micro-batch at its sequence length (Note [Layer memory])", "[calibrate]") {
+  Profile p = gpu_profile();
+  // fake.layer at s = 1024: b = 1 holds 10 MiB above what it leaves, b = 4
+  // 40 MiB; its backward rises 30 MiB at b = 1 and 72 MiB at b = 4 (14 MiB
+  // a sample and 16 MiB of weight gradients).
+  p.layers[0].forward_transient = 10 * kMiB;
+  p.layers[0].backward_rise = 30 * kMiB;
+  p.layers[1].forward_transient = 40 * kMiB;
+  p.layers[1].backward_rise = 72 * kMiB;
+  const auto costs = std::make_shared<const ProfileCosts>(p);
+  const ProfileComputeModel model(costs, test::round_cluster().device, nullptr);
+  Layer l;
+  l.signature = "fake.layer";
+  WorkloadShape shape;
+  shape.seq_len = 1024;
+  shape.micro_batch = 8;
+  const auto at8 = model.layer_memory(l, Precision::kFp32, shape);
+  REQUIRE(at8);
+  CHECK(at8->forward_transient == 80 * kMiB);   // 10 MiB a sample
+  CHECK(at8->backward_rise == 128 * kMiB);      // 16 + 8 x 14
+  shape.micro_batch = 2;
+  CHECK(model.layer_memory(l, Precision::kFp32, shape)->backward_rise == 44 * kMiB);
+  // At 512 tokens a sequence: between the measured token counts (1024 and
+  // 4096), 2 x 512 = 1024 tokens is b = 1's.
+  shape.seq_len = 512;
+  CHECK(model.layer_memory(l, Precision::kFp32, shape)->forward_transient == 10 * kMiB);
+  // Another precision, or a layer without memory records: the formulas stand.
+  shape.seq_len = 1024;
+  CHECK_FALSE(model.layer_memory(l, Precision::kFp16, shape));
+  l.signature = "other.layer";
+  CHECK_FALSE(model.layer_memory(l, Precision::kFp32, shape));
+}
+
+TEST_CASE("a GPU profile prices the optimizer per update on the host and per byte on the GPU (Note [GPU optimizer step])",
+          "[calibrate]") {
+  Profile p = gpu_profile();
+  // Timed steps that cost 50 us an update and 10 ps a parameter exactly:
+  // 1M in 1 tensor is 1 update, 1M in 16 is 16, 64M in 1 is 16 (4M-element chunks).
+  const auto adam = [&](std::int64_t m, std::int64_t n) {
+    const double updates = static_cast<double>(n * ((m / n + kUpdateChunk - 1) / kUpdateChunk));
+    p.kernels.push_back({"adam", Precision::kFp32, m, n, 1, 1, 0, 28.0 * static_cast<double>(m), timing(50e-6 * updates + 10e-12 * static_cast<double>(m))});
+  };
+  adam(1 << 20, 1);
+  adam(1 << 20, 16);
+  adam(1 << 26, 1);
+  adam(1 << 26, 16);
+  const auto costs = std::make_shared<const ProfileCosts>(p);
+  const auto fit = costs->update_cost(Optimizer::kAdam, Precision::kFp32);
+  REQUIRE(fit);
+  CHECK(fit->per_update == Approx(50e-6));
+  CHECK(fit->per_param == Approx(10e-12));
+  // 16-bit plans take fp32's fit where no 16-bit step was timed.
+  CHECK(costs->update_cost(Optimizer::kAdamW, Precision::kBf16)->per_update == Approx(50e-6));
+  const DeviceSpec dev = test::round_cluster().device;
+  const ProfileComputeModel model(costs, dev, nullptr);
+  // gpt2's step: 124.4M parameters in 157 updates. The host issues it in
+  // 157 x 50 us = 7.85 ms; the GPU moves AdamW's 88 bytes a parameter at
+  // 1 TB/s (10.947 ms) and runs 157 x 9 kernels at 1.5 us (2.1195 ms).
+  const double params = 124'439'808;
+  CHECK(static_cast<double>(model.optimizer_launch_time(params, 157, Optimizer::kAdamW, Precision::kFp32)) ==
+        Approx(7.85e6).epsilon(1e-6));
+  CHECK(static_cast<double>(model.optimizer_time(params, 157, Optimizer::kAdamW, Precision::kFp32, dev)) ==
+        Approx(params * 88 * 1e-3 + 157 * 9 * 1500).epsilon(1e-6));
+  // fp16: the gradient's cast in, the master's cast out and the loss scale: 108 bytes, 12 kernels.
+  CHECK(static_cast<double>(model.optimizer_time(params, 157, Optimizer::kAdamW, Precision::kFp16, dev)) ==
+        Approx(params * 108 * 1e-3 + 157 * 12 * 1500).epsilon(1e-6));
+  // A CPU profile keeps the timed-sample lookup and no launch cost (Note [Optimizer step]).
+  Profile cpu = p;
+  cpu.info["device_kind"] = "cpu";
+  const ProfileComputeModel cpu_model(std::make_shared<const ProfileCosts>(cpu), dev, nullptr);
+  CHECK(cpu_model.optimizer_launch_time(params, 157, Optimizer::kAdamW, Precision::kFp32) == 0);
+}
+
+TEST_CASE("a layer's launch is its fastest measured pass, on GPU profiles only (Note [Host launch])", "[calibrate]") {
+  const Profile p = gpu_profile();  // fake.layer: forward 10 ms at b = 1, 40 ms at b = 4
+  const ProfileComputeModel gpu(std::make_shared<const ProfileCosts>(p), test::round_cluster().device, nullptr);
+  Layer l;
+  l.signature = "fake.layer";
+  CHECK(gpu.layer_launch_time(l, Pass::kForward, Precision::kFp32) == 10 * kNsPerMs);
+  CHECK(gpu.layer_launch_time(l, Pass::kBackward, Precision::kFp32) == 20 * kNsPerMs);
+  Profile cpu = p;
+  cpu.info["device_kind"] = "cpu";
+  const ProfileComputeModel cpu_model(std::make_shared<const ProfileCosts>(cpu), test::round_cluster().device, nullptr);
+  CHECK(cpu_model.layer_launch_time(l, Pass::kForward, Precision::kFp32) == 0);
+}
+
+TEST_CASE("optimizer updates count chunks of 4M elements (Note [Optimizer updates])", "[calibrate]") {
+  CHECK(kUpdateChunk == 4'194'304);
+  // gpt2's token embedding, 50257 x 768 = 38,597,376 elements: ten chunks.
+  CHECK(flat_updates(38'597'376) == 10);
+  CHECK(flat_updates(4'194'304) == 1);
+  CHECK(flat_updates(4'194'305) == 2);
+  CHECK(flat_updates(0) == 0);
+  // A layer: a chunk a tensor, unless its parameters need more (wte + wpe: 10).
+  CHECK(layer_updates(38'597'376 + 786'432, 2) == 10);
+  CHECK(layer_updates(7'087'872, 12) == 12);  // a gpt2 block
+  CHECK(layer_updates(0, 0) == 0);
+}
+
+TEST_CASE("profile show gives no bandwidth for a fit its bytes do not explain", "[calibrate]") {
+  Profile p;
+  p.path = "gpu.h5";
+  // GEMMs whose byte term is under 1% of every sample (compute-bound).
+  p.kernels.push_back({"gemm", Precision::kBf16, 8192, 8192, 8192, 1, 1.1e12, 4e8, timing(1.6e-3)});
+  p.kernels.push_back({"gemm", Precision::kBf16, 4096, 4096, 4096, 1, 1.37e11, 1e8, timing(2e-4)});
+  LinearFit f;
+  f.features = {"1", "flops", "mn", "bytes"};
+  f.coef = {1e-5, 1.4e-15, 0, 2.3e-14};  // 1 / 2.3e-14 s/B would read 4.3e4 GB/s
+  f.samples = 2;
+  p.fits[kernel_fit_name("gemm", Precision::kBf16)] = f;
+  const std::string text = calib::format_profile(p);
+  CHECK(text.find("bandwidth - (compute-bound)") != std::string::npos);
+  CHECK(text.find("4.35e+04 GB/s") == std::string::npos);
+  CHECK(text.find("peak 714 TFLOP/s") != std::string::npos);
+}
