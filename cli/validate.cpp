@@ -68,10 +68,41 @@ std::string eta_text(double s) {
   return std::to_string(static_cast<int>(s / 60 + 0.5)) + " min";
 }
 
+/// Note [Recorded runs]
+/// A validation run's measurements outlive the machine they were taken on
+/// (a GPU lent for an hour): `--run-dir DIR` keeps each rank's rank-K.json,
+/// and `--measured DIR` reports them again against the prediction of the
+/// build at hand, for the same model, plan, cluster and profile. The GPU
+/// validation table (docs/validation-gpu.md) is regenerated that way as the
+/// simulator changes, and its measurements never are.
+int report_recorded(const runtime::ValidateOptions& o) {
+  if (!fs::exists(o.measured + "/rank-0.json")) {
+    throw IoError("--measured " + o.measured + ": no rank-0.json there (a --run-dir kept from dtsim validate)");
+  }
+  int procs = o.procs;
+  if (procs <= 0) {
+    procs = 0;
+    while (fs::exists(o.measured + "/rank-" + std::to_string(procs) + ".json")) ++procs;
+  }
+  runtime::RunSetup setup = runtime::setup_run(o, procs);
+  setup.notes.push_back("measured earlier, recorded in " + o.measured + "; predicted by this build (Note [Recorded runs])");
+  const sim::Prediction prediction = runtime::predict_run(setup);
+  std::vector<runtime::RankMeasurement> ranks;
+  for (int r = 0; r < procs; ++r) {
+    const std::string path = o.measured + "/rank-" + std::to_string(r) + ".json";
+    if (!fs::exists(path)) throw IoError("--measured " + o.measured + ": rank-" + std::to_string(r) + ".json is missing");
+    ranks.push_back(runtime::rank_from_json(read_text(path), path));
+  }
+  const runtime::Measured measured = runtime::combine(std::move(ranks));
+  std::cout << (o.json ? runtime::report_json(o, setup, prediction, measured) : runtime::format_report(o, setup, prediction, measured));
+  return 0;
+}
+
 }  // namespace
 
 int cmd_validate(const Args& args) {
   const runtime::ValidateOptions o = runtime::parse_validate_args(args);
+  if (!o.measured.empty()) return report_recorded(o);
   const std::string worker = worker_path();
   if (in_existing_job()) {
     // mpirun / srun / torchrun started us once per rank: become the worker.

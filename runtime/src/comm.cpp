@@ -2,8 +2,14 @@
 // NCCL groups on CUDA (where LibTorch was built with it).
 #include <torch/csrc/distributed/c10d/FileStore.hpp>
 #include <torch/csrc/distributed/c10d/PrefixStore.hpp>
-#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
 #include <torch/csrc/distributed/c10d/TCPStore.hpp>
+// PyTorch's wheels carry Gloo inside libtorch_cpu but ship no Gloo headers,
+// which ProcessGroupGloo.hpp includes: a worker built against them runs
+// NCCL groups only (CPU validation uses Debian's LibTorch, which has both).
+#if __has_include(<gloo/algorithm.h>) || __has_include(<gloo/rendezvous/store.h>)
+#define DTSIM_WORKER_GLOO 1
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
 #if defined(DTSIM_WORKER_NCCL)
 #include <torch/csrc/distributed/c10d/ProcessGroupNCCL.hpp>
 #endif
@@ -38,9 +44,11 @@ namespace dtsim::runtime {
 // everything.
 void WaitClock::wait(const c10::intrusive_ptr<c10d::Work>& work) {
   const auto t0 = std::chrono::steady_clock::now();
+#if defined(DTSIM_WORKER_GLOO)
   if (busy && dynamic_cast<c10d::ProcessGroupGloo::AsyncWork*>(work.get()) != nullptr) {
     while (!work->isCompleted()) std::this_thread::yield();
   }
+#endif
   work->wait();
   seconds += std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
 }
@@ -81,6 +89,10 @@ Group Comm::group(const std::string& name, const std::vector<int>& members) {
 #else
   if (cuda_) throw UnsupportedError("dtsim_worker: this LibTorch has no NCCL process group; build against a CUDA LibTorch");
 #endif
+#if !defined(DTSIM_WORKER_GLOO)
+  throw UnsupportedError("dtsim_worker: built without Gloo's headers (PyTorch's LibTorch ships none), so it runs NCCL groups "
+                         "only; validate on CPUs with a build against Debian's LibTorch");
+#else
   auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
   // Loopback for local runs; GLOO_SOCKET_IFNAME picks the interface on a cluster.
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
@@ -95,6 +107,7 @@ Group Comm::group(const std::string& name, const std::vector<int>& members) {
   o->threads = 2;
   g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, g.rank, g.size, o);
   return g;
+#endif
 }
 
 void Comm::barrier(const std::string& name) {

@@ -8,16 +8,20 @@
 // would take device memory past the limit, as a GPU would run out.
 #include <c10/core/CPUAllocator.h>
 #include <c10/core/impl/alloc_cpu.h>
+#include <torch/version.h>
 
 #if defined(DTSIM_WORKER_CUDA)
 #include <c10/cuda/CUDACachingAllocator.h>
 #include <c10/cuda/CUDAFunctions.h>
+#include <c10/cuda/CUDAStream.h>
 #include <cuda_runtime_api.h>
 #endif
 
 #include <atomic>
 #include <cstring>
 #include <mutex>
+#include <stdexcept>
+#include <string>
 
 #include "worker.hpp"
 
@@ -55,9 +59,17 @@ void release(void* data) {
 
 std::string mib(std::int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; }
 
+// LibTorch 2.3 made Allocator::allocate non-const and added copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define DTSIM_ALLOCATE_CONST
+#define DTSIM_ALLOCATOR_COPY_DATA 1
+#else
+#define DTSIM_ALLOCATE_CONST const
+#endif
+
 class CountingAllocator final : public c10::Allocator {
  public:
-  c10::DataPtr allocate(std::size_t n) const override {
+  c10::DataPtr allocate(std::size_t n) DTSIM_ALLOCATE_CONST override {
     const int k = t_host ? 1 : 0;
     const auto bytes = static_cast<std::int64_t>(n);
     const std::int64_t now = g_current[k].fetch_add(bytes, std::memory_order_relaxed) + bytes;
@@ -80,6 +92,9 @@ class CountingAllocator final : public c10::Allocator {
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
   c10::DeleterFnPtr raw_deleter() const override { return &release; }
+#if defined(DTSIM_ALLOCATOR_COPY_DATA)
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#endif
 };
 
 CountingAllocator g_allocator;
@@ -105,12 +120,47 @@ std::string cpu_oom_message() {
 }
 
 #if defined(DTSIM_WORKER_CUDA)
+// Stat index 0 is StatType::AGGREGATE (all pools), in c10::cuda::CUDACachingAllocator
+// up to LibTorch 2.4 and in c10::CachingAllocator since.
 std::int64_t cuda_peak() {
-  const auto stats = c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device());
-  return stats.allocated_bytes[static_cast<std::size_t>(c10::cuda::CUDACachingAllocator::StatType::AGGREGATE)].peak;
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].peak;
+}
+std::int64_t cuda_current() {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].current;
+}
+std::int64_t cuda_reserved_peak() {
+  return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).reserved_bytes[0].peak;
 }
 void reset_cuda_peak() { c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device()); }
 void cuda_synchronize() { c10::cuda::device_synchronize(); }
+
+namespace {
+void cuda_check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) throw std::runtime_error(std::string(what) + ": " + cudaGetErrorString(e));
+}
+}  // namespace
+
+GpuMarks::~GpuMarks() {
+  for (void* e : events_) cudaEventDestroy(static_cast<cudaEvent_t>(e));
+}
+
+int GpuMarks::mark() {
+  if (used_ == static_cast<int>(events_.size())) {
+    cudaEvent_t e = nullptr;
+    cuda_check(cudaEventCreate(&e), "cudaEventCreate");
+    events_.push_back(e);
+  }
+  cuda_check(cudaEventRecord(static_cast<cudaEvent_t>(events_[used_]), c10::cuda::getCurrentCUDAStream().stream()), "cudaEventRecord");
+  return used_++;
+}
+
+double GpuMarks::seconds(int a, int b) {
+  auto* eb = static_cast<cudaEvent_t>(events_.at(b));
+  cuda_check(cudaEventSynchronize(eb), "cudaEventSynchronize");
+  float ms = 0;
+  cuda_check(cudaEventElapsedTime(&ms, static_cast<cudaEvent_t>(events_.at(a)), eb), "cudaEventElapsedTime");
+  return ms * 1e-3;
+}
 void cuda_limit(std::int64_t bytes) {
   if (bytes <= 0) return;
   std::size_t free = 0, total = 0;

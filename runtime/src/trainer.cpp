@@ -14,7 +14,11 @@
 // Note [Timing]: forward, backward and optimizer are wall time minus the time
 // blocked on communication inside them (WaitClock); the rest of a step is
 // "wait" (exposed communication and pipeline bubbles), as the simulator's
-// critical path splits it.
+// critical path splits it. On a GPU the host only queues kernels, so a
+// phase is timed on the device's clock instead: CUDA events on the compute
+// stream at its start and end, read once the step has synchronised (the
+// host runs ahead as in training; nothing waits for the device inside the
+// step but the loss, read once after it, as a training loop logs it).
 #include <c10/core/StorageImpl.h>
 
 #include <algorithm>
@@ -195,6 +199,7 @@ struct Unit {
   torch::Tensor full;                ///< [padded]; its storage is empty while not gathered
   torch::Tensor shard, grad_shard;   ///< [padded / n]
   AdamState state;
+  bool recompute = false;            ///< full recompute: a block whose forward keeps only its input
   bool materialized = false;         ///< full holds the gathered parameters
   bool persistent = false;           ///< ZeRO-3 under the persistence threshold: always whole
   c10::intrusive_ptr<c10d::Work> pending_gather;
@@ -240,7 +245,7 @@ torch::Tensor alloc_storage(torch::Tensor& t) {
   const std::size_t bytes = static_cast<std::size_t>(t.numel()) * t.element_size();
   impl->set_data_ptr_noswap(impl->allocator()->allocate(bytes));
   impl->set_nbytes(bytes);
-  return torch::from_blob(impl->data(), {t.numel()}, t.options());
+  return torch::from_blob(impl->data_ptr().get(), {t.numel()}, t.options());
 }
 
 class Trainer {
@@ -262,6 +267,13 @@ class Trainer {
     adam_.lr = c.options.lr;
     adam_.weight_decay = p.optimizer == sim::Optimizer::kAdamW ? 0.01 : 0;
     adam_.sgd = p.optimizer == sim::Optimizer::kSgd;
+    // fp16 needs its loss scaled (Micikevicius et al. 2018); a static 1024,
+    // as Megatron-LM's --loss-scale sets one (bf16 has fp32's range: none).
+    if (c.device.is_cuda() && p.precision == sim::Precision::kFp16) loss_scale_ = 1024;
+    adam_.grad_scale = loss_scale_;
+#if defined(DTSIM_WORKER_CUDA)
+    if (c.device.is_cuda()) gpu_marks_ = std::make_unique<GpuMarks>();
+#endif
   }
 
   RankMeasurement run() {
@@ -287,14 +299,17 @@ class Trainer {
 #endif
       }
       recording_ = measured && trace_ != nullptr;
+      tracing_memory_ = step == c_.options.warmup;
+      mem_mark("step start");
       inject_fault(step);
       heartbeat(step, total, "forward");
       fwd_s_ = bwd_s_ = opt_s_ = 0;
       const auto t0 = Clock::now();
-      const double loss = train_step(step, total);
+      train_step(step, total);
       sync_device();
       const double t = seconds_since(t0);
-      m.losses.push_back(report_loss(loss));
+      read_device_phases();
+      m.losses.push_back(report_loss(take_loss()));
       if (measured) {
         m.step_s.push_back(t);
         fwd.push_back(fwd_s_);
@@ -304,7 +319,12 @@ class Trainer {
       }
     }
     // Read before the probe below: its reference layer is not the plan's.
-    m.peak_bytes = device_peak();
+    // Note [Memory trace]: the peaks of the traced step's stretches count too.
+    m.peak_bytes = std::max(mem_peak_, device_peak());
+    m.memory_trace = std::move(mem_trace_);
+#if defined(DTSIM_WORKER_CUDA)
+    if (c_.device.is_cuda()) m.reserved_peak_bytes = std::max(reserved_peak_, cuda_reserved_peak());
+#endif
     m.host_peak_bytes = cpu_peak_bytes(true);
     // The probe again: a slow spell that began during the steps shows here.
     if (!c_.device.is_cuda()) {
@@ -370,6 +390,11 @@ class Trainer {
       u.layer->module().to(c_.device);
       if (cast) u.layer->module().to(dtype);
       u.layer->module().train();
+      // Activation recompute (Korthikanti et al. 2022): selective recomputes
+      // the attention core inside each block, full the whole block from its
+      // input, as the simulator's lowering prices them.
+      u.layer->set_recompute_attention(p.recompute == sim::Recompute::kSelective);
+      u.recompute = p.recompute == sim::Recompute::kFull && L.is_block();
       for (auto& t : u.layer->module().parameters()) u.params.push_back(t);
       units_.push_back(std::move(u));
     }
@@ -451,7 +476,13 @@ class Trainer {
       }
       all_params_.clear();
       for (auto& u : units_) all_params_.insert(all_params_.end(), u.params.begin(), u.params.end());
-      if (zero_ == 2) grad_shard_ = torch::zeros({shard_}, flat_.options().dtype(torch::kFloat));
+      if (zero_ == 2 && p.offload_optimizer == sim::Offload::kCpu) {
+        // Note [Offload] (sim/src/lowering.cpp): the reduced partition is the host's.
+        HostScope host;
+        grad_shard_ = torch::zeros({shard_}, torch::TensorOptions().device(torch::kCPU).dtype(torch::kFloat));
+      } else if (zero_ == 2) {
+        grad_shard_ = torch::zeros({shard_}, flat_.options().dtype(torch::kFloat));
+      }
       if (p.offload_optimizer == sim::Offload::kCpu) {
         HostScope host;
         master_ = flat_.narrow(0, dp_rank_ * shard_, shard_).to(torch::kCPU, torch::kFloat).clone();
@@ -486,10 +517,12 @@ class Trainer {
   struct Saved {
     std::vector<torch::Tensor> inputs;   ///< leaf inputs per unit (grad wanted), undefined for ids
     std::vector<torch::Tensor> outputs;  ///< per unit
+    std::vector<torch::Tensor> rng;      ///< per unit: the random state its forward began with (full recompute)
+    std::vector<std::vector<torch::Tensor>> recompute_inputs;  ///< per unit: its inputs, kept for the recompute
     torch::Tensor loss;                  ///< last stage
   };
 
-  double train_step(int step, int total) {
+  void train_step(int step, int total) {
     const auto& p = *plan_;
     const int micro = static_cast<int>(p.grad_accum);
     step_ = step;
@@ -509,11 +542,10 @@ class Trainer {
     }
     saved_.assign(micro, {});
     backwards_done_ = 0;
-    double loss = 0;
     for (const auto& [fwd, m] : ops) {
       if (fwd) {
         heartbeat(step, total, "forward " + std::to_string(m));
-        loss += forward(m);
+        forward(m);
       } else {
         heartbeat(step, total, "backward " + std::to_string(m));
         backward(m, ++backwards_done_ == micro);
@@ -521,19 +553,75 @@ class Trainer {
     }
     heartbeat(step, total, "optimizer");
     finish_p2p();
+    mem_mark("backward done");
     optimizer_step(step + 1);
+    mem_mark("optimizer");
+  }
+
+  // Note [Memory trace]
+  // The caching allocator (and the counting one on CPUs) keeps its books on
+  // the host as kernels are queued, so its counters at a layer boundary are
+  // what that layer left allocated, without waiting for the device. In the
+  // first measured step each boundary records them and restarts the peak,
+  // so the trace says where the step's peak fell; the step's peak is the
+  // largest of the stretches'.
+  void mem_mark(const std::string& what) {
+    if (!tracing_memory_) return;
+    std::int64_t current = cpu_current_bytes(false), peak = cpu_peak_bytes(false);
+#if defined(DTSIM_WORKER_CUDA)
+    if (c_.device.is_cuda()) {
+      current = cuda_current(), peak = cuda_peak();
+      reserved_peak_ = std::max(reserved_peak_, cuda_reserved_peak());
+    }
+#endif
+    mem_peak_ = std::max(mem_peak_, peak);
+    mem_trace_.push_back({what, current, peak});
+    reset_cpu_peaks();
+#if defined(DTSIM_WORKER_CUDA)
+    if (c_.device.is_cuda()) reset_cuda_peak();
+#endif
+  }
+
+  /// This step's loss (the last stage's; 0 elsewhere), read after the step.
+  double take_loss() {
+    const double loss = loss_sum_.defined() ? loss_sum_.item<double>() : 0;
+    loss_sum_ = torch::Tensor();
     return loss;
   }
 
-  /// A phase's compute time: wall time minus the waits inside it.
+  /// A phase's compute time: wall time minus the waits inside it, or on a
+  /// GPU the device's time between two marks (Note [Timing]).
   struct PhaseTimer {
     Trainer& t;
     double& sink;
     Clock::time_point t0 = Clock::now();
     double w0;
-    explicit PhaseTimer(Trainer& tr, double& s) : t(tr), sink(s), w0(tr.clock_.seconds) {}
-    ~PhaseTimer() { sink += seconds_since(t0) - (t.clock_.seconds - w0); }
+    int mark0 = -1;
+    explicit PhaseTimer(Trainer& tr, double& s) : t(tr), sink(s), w0(tr.clock_.seconds) {
+#if defined(DTSIM_WORKER_CUDA)
+      if (t.gpu_marks_) mark0 = t.gpu_marks_->mark();
+#endif
+    }
+    ~PhaseTimer() {
+#if defined(DTSIM_WORKER_CUDA)
+      if (t.gpu_marks_) {
+        t.gpu_phases_.push_back({mark0, t.gpu_marks_->mark(), &sink});
+        return;
+      }
+#endif
+      sink += seconds_since(t0) - (t.clock_.seconds - w0);
+    }
   };
+
+  /// Adds the step's GPU phase times to their sinks (after the step synchronised).
+  void read_device_phases() {
+#if defined(DTSIM_WORKER_CUDA)
+    if (!gpu_marks_) return;
+    for (const auto& ph : gpu_phases_) *ph.sink += gpu_marks_->seconds(ph.begin, ph.end);
+    gpu_phases_.clear();
+    gpu_marks_->clear();
+#endif
+  }
 
   void event(const std::string& name, const std::string& cat, double start_us, int tid = 0) {
     if (recording_) trace_->push_back({name, cat, start_us, now_us() - start_us, tid});
@@ -571,7 +659,7 @@ class Trainer {
     sends_.clear();
   }
 
-  double forward(int m) {
+  void forward(int m) {
     const auto& p = *plan_;
     Saved& sv = saved_[m];
     torch::Tensor x;
@@ -580,6 +668,11 @@ class Trainer {
                                static_cast<std::int64_t>(dp_rank_) * p.micro_batch;
     const bool last_stage = stage_ == p.pp - 1;
     if (stage_ == 0 || last_stage) batch = data_->batch(first, p.micro_batch);
+    // On a GPU the micro-batch goes up first, from pinned memory without
+    // waiting, as DataLoader(pin_memory=True) and .to(non_blocking=True) do:
+    // a pageable copy would wait for every queued kernel, and a copy of the
+    // labels just before the head would drain the queue in mid-forward.
+    const torch::Tensor inputs = to_device(batch.inputs), labels = to_device(batch.labels);
     if (stage_ > 0) {
       // Gloo needs sizes up front: the first activation comes with its shape,
       // and every micro-batch has that shape after it (fixed b and s), as
@@ -590,7 +683,6 @@ class Trainer {
       }
       x = recv_tensor(stage_ - 1, act_shape_, act_dtype(), 1, "recv activation");
     }
-    double loss_value = 0;
     {
       PhaseTimer ph(*this, fwd_s_);
       for (std::size_t u = 0; u < units_.size(); ++u) {
@@ -600,7 +692,7 @@ class Trainer {
         std::vector<torch::Tensor> in;
         torch::Tensor leaf;
         if (u == 0 && stage_ == 0) {
-          in.push_back(batch.inputs.to(c_.device));
+          in.push_back(inputs);
           if (unit.kind == "bert.embed") in.push_back(torch::zeros_like(in[0]));
           if (in[0].is_floating_point() && act_dtype() != torch::kFloat) in[0] = in[0].to(act_dtype());
         } else {
@@ -609,10 +701,22 @@ class Trainer {
         }
         const bool head = unit.kind == "gpt2.head" || unit.kind == "lstm.head" || unit.kind == "bert.classifier";
         if (head) {
-          in.push_back(batch.labels.to(c_.device));
+          in.push_back(labels);
           if (tied_.defined()) in.push_back(tied_);
         }
-        torch::Tensor out = unit.layer->forward(in);
+        torch::Tensor out;
+        if (unit.recompute) {
+          // Full recompute: no graph now; backward runs the block again from
+          // its inputs with the random state it had (Note [Recompute]).
+          sv.rng.resize(units_.size());
+          sv.rng[u] = models::rng_state(c_.device);
+          sv.recompute_inputs.resize(units_.size());
+          sv.recompute_inputs[u] = in;
+          torch::NoGradGuard no_grad;
+          out = unit.layer->forward(in);
+        } else {
+          out = unit.layer->forward(in);
+        }
         if (u + 1 == units_.size() && last_stage && !head) {
           // A model without a loss head (BERT's pooler): a synthetic objective.
           out = out.to(torch::kFloat).pow(2).mean();
@@ -622,11 +726,12 @@ class Trainer {
         x = out;
         release(u);
         if (recording_) event("fwd " + unit.name + " m" + std::to_string(m), "forward", t0);
+        mem_mark("fwd " + unit.name + " m" + std::to_string(m));
       }
     }
     if (last_stage) {
       sv.loss = x / static_cast<double>(p.grad_accum);
-      loss_value = sv.loss.item<double>();
+      loss_sum_ = loss_sum_.defined() ? loss_sum_ + sv.loss.detach() : sv.loss.detach();
     } else {
       if (!shape_sent_) {
         auto hdr = torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(c_.device));
@@ -637,7 +742,6 @@ class Trainer {
       }
       send_tensor(x.detach(), stage_ + 1, 1);
     }
-    return loss_value;
   }
 
   void backward(int m, bool last_micro) {
@@ -655,8 +759,17 @@ class Trainer {
         const double t0 = now_us();
         gather(u, false);
         torch::Tensor out = sv.outputs[u];
+        if (unit.recompute) {
+          const torch::Tensor now = models::rng_state(c_.device);
+          models::set_rng_state(c_.device, sv.rng[u]);
+          out = unit.layer->forward(sv.recompute_inputs[u]);
+          sv.recompute_inputs[u].clear();
+          models::set_rng_state(c_.device, now);
+        }
         if (u + 1 == units_.size() && stage_ == p.pp - 1) {
-          torch::autograd::backward({sv.loss});
+          // fp16: the loss scaled up so small gradients survive; the
+          // optimizer divides them back (AdamConfig::grad_scale).
+          torch::autograd::backward({loss_scale_ != 1 ? sv.loss * loss_scale_ : sv.loss});
         } else {
           torch::autograd::backward({out}, {grad});
         }
@@ -666,11 +779,17 @@ class Trainer {
         if (u + 1 == units_.size()) sv.loss = torch::Tensor();
         release(u);
         if (recording_) event("bwd " + unit.name + " m" + std::to_string(m), "backward", t0);
+        mem_mark("bwd " + unit.name + " m" + std::to_string(m));
         grads_ready(u, last_micro);
       }
       if (stage_ > 0) send_tensor(grad, stage_ - 1, 2);
       finish_reductions();
     }
+  }
+
+  torch::Tensor to_device(const torch::Tensor& t) const {
+    if (!t.defined() || !c_.device.is_cuda()) return t;
+    return t.pin_memory().to(c_.device, /*non_blocking=*/true);
   }
 
   torch::Dtype act_dtype() const {
@@ -851,7 +970,8 @@ class Trainer {
         // Chunk by chunk into the shard: no temporary the size of the shard.
         const std::int64_t chunk = r.target.numel();
         const auto parts = r.recv.view({n_, chunk});
-        for (int k = 0; k < n_; ++k) r.target.add_(parts[k]);
+        // Offloaded, the partition is on the host: each part goes down first.
+        for (int k = 0; k < n_; ++k) r.target.add_(r.target.device() == parts.device() ? parts[k] : parts[k].to(r.target.device()));
       }
     }
     pending_.clear();
@@ -905,14 +1025,35 @@ class Trainer {
       } else {
         grad = grad_shard_.div_(n_);
       }
-      if (p.offload_optimizer == sim::Offload::kCpu) {
-        // ZeRO-Offload: gradients to the host, Adam there, parameters back.
+      if (p.offload_optimizer == sim::Offload::kCpu && c_.device.is_cuda()) {
+        // Note [Offloaded step]
+        // ZeRO-Offload (Ren et al. 2021) on a GPU: the 16-bit gradient shard
+        // goes into a pinned host buffer, Adam steps the fp32 master and
+        // moments in host memory on the host's cores (reading the 16-bit
+        // gradient as DeepSpeed's CPU-Adam does), writes the 16-bit
+        // parameters into a second pinned buffer, and they go back up.
+        // Pinned buffers move at the copy engines' speed, as calibration
+        // times copies; calibration times this host step as "host_adam".
+        // DeepSpeed copies each reduced partition down during the backward;
+        // here the whole shard goes after it.
+        if (!host_grad_.defined()) {
+          const auto pinned = torch::TensorOptions().device(torch::kCPU).dtype(flat_.scalar_type()).pinned_memory(true);
+          host_grad_ = torch::empty({shard_}, pinned);
+          host_param_ = torch::empty({shard_}, pinned);
+        }
+        host_grad_.copy_(grad);
+        adam_update(master_, host_grad_, flat_state_, t, adam_);
+        host_param_.copy_(master_);
+        flat_.narrow(0, lo, shard_).copy_(host_param_);
+      } else if (p.offload_optimizer == sim::Offload::kCpu) {
+        // ZeRO-Offload on CPU ranks: the "host" is the same memory, counted apart.
         HostScope host;
         const torch::Tensor host_grad = grad.to(torch::kCPU, torch::kFloat).clone();
         adam_update(master_, host_grad, flat_state_, t, adam_);
         flat_.narrow(0, lo, shard_).copy_(master_);
       } else {
-        adam_update(flat_.narrow(0, lo, shard_), grad.to(torch::kFloat), flat_state_, t, adam_);
+        // 16-bit parameters step through an fp32 master copy (Note [Mixed-precision step]).
+        adam_update(flat_.narrow(0, lo, shard_), grad, flat_state_, t, adam_);
       }
       if (zero_ == 2) grad_shard_.zero_();
       grad = torch::Tensor();
@@ -1019,6 +1160,7 @@ class Trainer {
   std::unique_ptr<DataSource> data_;
   std::int64_t total_ = 0, shard_ = 0;
   torch::Tensor flat_, grad_shard_, master_;
+  torch::Tensor host_grad_, host_param_;  ///< Note [Offloaded step]: pinned host buffers (GPU offload)
   std::vector<torch::Tensor> all_params_;
   AdamState flat_state_;
   std::vector<std::int64_t> act_shape_;  ///< the activation's shape from the previous stage (sent once)
@@ -1033,7 +1175,21 @@ class Trainer {
   int backwards_done_ = 0, step_ = 0;
   WaitClock clock_;
   double fwd_s_ = 0, bwd_s_ = 0, opt_s_ = 0;
+  torch::Tensor loss_sum_;   ///< this step's loss, on the device until the step ends
+  double loss_scale_ = 1;    ///< static fp16 loss scale (1 otherwise)
+#if defined(DTSIM_WORKER_CUDA)
+  std::unique_ptr<GpuMarks> gpu_marks_;  ///< Note [Timing]: on a GPU, phases on its clock
+  struct GpuPhase {
+    int begin, end;
+    double* sink;
+  };
+  std::vector<GpuPhase> gpu_phases_;
+#endif
   bool recording_ = false;
+  bool tracing_memory_ = false;            ///< Note [Memory trace]: this step is traced
+  std::vector<MemoryMark> mem_trace_;
+  std::int64_t mem_peak_ = 0;              ///< the largest peak of the traced stretches
+  std::int64_t reserved_peak_ = 0;         ///< the same of the CUDA allocator's reserve
 };
 
 }  // namespace

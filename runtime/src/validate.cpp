@@ -20,7 +20,7 @@ namespace dtsim::runtime {
 namespace {
 
 const std::vector<std::string> kValued = {"model", "plan", "cluster", "profile", "device", "data", "trace", "run-dir",
-                                          "procs", "steps", "warmup", "seed", "timeout", "lr", "mem-limit", "fault"};
+                                          "procs", "steps", "warmup", "seed", "timeout", "lr", "mem-limit", "fault", "measured"};
 const std::vector<std::string> kFlags = {"json", "quiet"};
 
 std::int64_t parse_int(const std::string& key, const std::string& v, std::int64_t lo, std::int64_t hi) {
@@ -160,6 +160,7 @@ ValidateOptions parse_validate_args(const std::vector<std::string>& args) {
   if (auto x = get("data")) o.data = *x;
   if (auto x = get("trace")) o.trace = *x;
   if (auto x = get("run-dir")) o.run_dir = *x;
+  if (auto x = get("measured")) o.measured = *x;
   if (auto x = get("procs")) o.procs = static_cast<int>(parse_int("procs", *x, 1, 4096));
   if (auto x = get("steps")) o.steps = static_cast<int>(parse_int("steps", *x, 1, 1000000));
   if (auto x = get("warmup")) o.warmup = static_cast<int>(parse_int("warmup", *x, 0, 1000000));
@@ -259,11 +260,16 @@ std::string rank_to_json(const RankMeasurement& m) {
   for (double x : m.step_s) w.value(x);
   w.end_array();
   w.field("forward_s", m.forward_s).field("backward_s", m.backward_s).field("optimizer_s", m.optimizer_s).field("wait_s", m.wait_s);
-  w.field("peak_bytes", m.peak_bytes).field("host_peak_bytes", m.host_peak_bytes);
+  w.field("peak_bytes", m.peak_bytes).field("reserved_peak_bytes", m.reserved_peak_bytes).field("host_peak_bytes", m.host_peak_bytes);
   w.key("losses").begin_array();
   for (double x : m.losses) w.value(x);
   w.end_array();
   w.field("probe_s", m.probe_s).field("probe_end_s", m.probe_end_s).field("cpus", m.cpus);
+  w.key("memory_trace").begin_array();
+  for (const auto& k : m.memory_trace) {
+    w.begin_object().field("what", k.what).field("current", k.current).field("peak", k.peak).end_object();
+  }
+  w.end_array();
   w.end_object();
   return w.str();
 }
@@ -283,10 +289,14 @@ RankMeasurement rank_from_json(const std::string& text, const std::string& sourc
     m.wait_s = n["wait_s"].as<double>();
     m.peak_bytes = n["peak_bytes"].as<std::int64_t>();
     m.host_peak_bytes = n["host_peak_bytes"].as<std::int64_t>();
+    if (n["reserved_peak_bytes"]) m.reserved_peak_bytes = n["reserved_peak_bytes"].as<std::int64_t>();
     for (const auto& x : n["losses"]) m.losses.push_back(x.as<double>());
     if (n["probe_s"]) m.probe_s = n["probe_s"].as<double>();
     if (n["probe_end_s"]) m.probe_end_s = n["probe_end_s"].as<double>();
     if (n["cpus"]) m.cpus = n["cpus"].as<std::string>();
+    for (const auto& k : n["memory_trace"]) {
+      m.memory_trace.push_back({k["what"].as<std::string>(), k["current"].as<std::int64_t>(), k["peak"].as<std::int64_t>()});
+    }
   } catch (const YAML::Exception& e) {
     throw ConfigError(source + ": not a rank measurement (" + e.msg + ")");
   }
@@ -389,9 +399,12 @@ std::vector<ReportRow> report_rows(const sim::Prediction& p, const Measured& m) 
     rows.push_back({pre + "comm/pipeline wait", "s", std::max(0.0, it - ph.forward - ph.backward - ph.optimizer), median(w)});
     rows.push_back({pre + "optimizer", "s", ph.optimizer, median(o)});
   }
+  // Peak memory as the framework's allocator counts it: the simulated peak
+  // less what lies outside it (the CUDA context; nothing on a CPU), against
+  // torch.cuda.max_memory_allocated() or the counting allocator's peak.
   for (const auto& r : m.ranks) {
-    rows.push_back({"rank " + std::to_string(r.rank) + " peak memory", "B", static_cast<double>(predicted_peak(p, r.stage)),
-                    static_cast<double>(r.peak_bytes)});
+    rows.push_back({"rank " + std::to_string(r.rank) + " peak memory", "B",
+                    static_cast<double>(predicted_peak(p, r.stage) - p.outside_allocator), static_cast<double>(r.peak_bytes)});
   }
   return rows;
 }
@@ -403,7 +416,10 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
   if (pl.zero_stage) out << ", zero " << pl.zero_stage;
   if (pl.pp > 1) out << ", " << sim::to_string(pl.schedule) << " x" << pl.grad_accum;
   else if (pl.grad_accum > 1) out << ", accumulation x" << pl.grad_accum;
-  out << ", micro-batch " << pl.micro_batch << " x " << pl.seq_len << " tokens)\n";
+  out << ", micro-batch " << pl.micro_batch << " x " << pl.seq_len << " tokens, " << sim::to_string(pl.precision);
+  if (pl.recompute != sim::Recompute::kNone) out << ", recompute " << sim::to_string(pl.recompute);
+  if (pl.offload_optimizer == sim::Offload::kCpu) out << ", optimizer on the host";
+  out << ")\n";
   out << "  " << pl.gpus_used() << " ranks on " << o.device << " (" << s.cluster.name << "), " << o.steps << " measured steps after "
       << o.warmup << " warm-up, " << (o.data.empty() ? "synthetic data" : "data " + o.data) << ", prediction from "
       << p.cost_source << "\n";
@@ -445,6 +461,16 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
     }
     out << "\n";
   }
+  // The caching allocator's reserve: allocated peak, cached free blocks
+  // and rounding to its segments (Note [Caching allocator] in sim/src/predict.cpp).
+  for (const auto& r : m.ranks) {
+    if (r.reserved_peak_bytes <= 0) continue;
+    out << "  rank " << r.rank << " reserved: " << human_bytes(static_cast<double>(r.reserved_peak_bytes)) << " at its peak ("
+        << fmt("%+.1f%%", 100.0 * (static_cast<double>(r.reserved_peak_bytes) / std::max<double>(1, static_cast<double>(r.peak_bytes)) - 1))
+        << " over allocated); with the CUDA context the device holds "
+        << human_bytes(static_cast<double>(r.reserved_peak_bytes + p.outside_allocator)) << " (predicted "
+        << human_bytes(static_cast<double>(predicted_peak(p, r.stage))) << " without the cache)\n";
+  }
   if (!m.losses.empty()) {
     out << "  loss: " << fmt("%.4f", m.losses.front()) << " at step 1 -> " << fmt("%.4f", m.losses.back()) << " at step "
         << m.losses.size() << "\n";
@@ -483,7 +509,8 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
   w.key("ranks").begin_array();
   for (const auto& r : m.ranks) {
     w.begin_object();
-    w.field("rank", r.rank).field("stage", r.stage).field("peak_bytes", r.peak_bytes).field("host_peak_bytes", r.host_peak_bytes);
+    w.field("rank", r.rank).field("stage", r.stage).field("peak_bytes", r.peak_bytes).field("reserved_peak_bytes", r.reserved_peak_bytes);
+    w.field("host_peak_bytes", r.host_peak_bytes);
     w.field("forward_s", r.forward_s).field("backward_s", r.backward_s).field("wait_s", r.wait_s).field("optimizer_s", r.optimizer_s);
     w.field("cpus", r.cpus);
     w.end_object();
@@ -495,6 +522,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
   w.end_object();
   w.key("predicted").begin_object();
   w.field("iteration_time_s", static_cast<double>(p.iteration_time) * 1e-9).field("cost_source", p.cost_source);
+  w.field("outside_allocator_bytes", p.outside_allocator);
   w.key("ranks").begin_array();
   for (const auto& r : p.ranks) {
     w.begin_object();

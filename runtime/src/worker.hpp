@@ -3,8 +3,12 @@
 // groups, and the trainer that runs a plan on one rank.
 
 #include <torch/torch.h>
+#include <torch/version.h>
 #include <torch/csrc/distributed/c10d/ProcessGroup.hpp>
 #include <torch/csrc/distributed/c10d/Store.hpp>
+#if TORCH_VERSION_MAJOR >= 2
+#include <torch/csrc/distributed/c10d/Backend.hpp>
+#endif
 
 #include <chrono>
 #include <cstdint>
@@ -31,10 +35,32 @@ void reset_cpu_peaks();
 std::string cpu_oom_message();
 
 #if defined(DTSIM_WORKER_CUDA)
-/// The CUDA caching allocator's peak of allocated bytes on the current device.
+/// The CUDA caching allocator's peak of allocated bytes on the current
+/// device, and of the bytes it reserved from the driver (allocated, cached
+/// free blocks and rounding).
 std::int64_t cuda_peak();
+std::int64_t cuda_reserved_peak();
+std::int64_t cuda_current();
 void reset_cuda_peak();
 void cuda_synchronize();
+/// Marks on the current CUDA stream (events), for times on the device's clock.
+class GpuMarks {
+ public:
+  GpuMarks() = default;
+  ~GpuMarks();
+  GpuMarks(const GpuMarks&) = delete;
+  GpuMarks& operator=(const GpuMarks&) = delete;
+  /// Records a mark on the current stream now; returns its index.
+  int mark();
+  /// Seconds from mark a to mark b, once the device has passed b.
+  double seconds(int a, int b);
+  /// Forgets the marks (their events are kept for reuse).
+  void clear() { used_ = 0; }
+
+ private:
+  std::vector<void*> events_;  // cudaEvent_t
+  int used_ = 0;
+};
 /// Caps the caching allocator at `bytes` of the current device (0: no cap).
 void cuda_limit(std::int64_t bytes);
 #endif
@@ -53,9 +79,19 @@ class HostScope {
 
 // ---- communication (comm.cpp) ---------------------------------------------------
 
+/// What runs one group's collectives: since LibTorch 2.0 ProcessGroupGloo
+/// and ProcessGroupNCCL are c10d::Backends (a ProcessGroup dispatches to
+/// them by device); in 1.13 they are ProcessGroups. Both offer the same
+/// collective calls.
+#if TORCH_VERSION_MAJOR >= 2
+using Backend = c10d::Backend;
+#else
+using Backend = c10d::ProcessGroup;
+#endif
+
 /// A c10d process group over some ranks, with this rank's place in it.
 struct Group {
-  c10::intrusive_ptr<c10d::ProcessGroup> pg;  ///< null when size == 1
+  c10::intrusive_ptr<Backend> pg;             ///< null when size == 1
   int rank = 0;                               ///< this rank's index in the group
   int size = 1;
   std::vector<int> members;                   ///< global ranks, by group rank

@@ -12,6 +12,10 @@
 #include <sstream>
 #include <thread>
 
+#if defined(DTSIM_WORKER_CUDA)
+#include <c10/cuda/CUDAFunctions.h>
+#endif
+
 #include "dtsim/models/torch_layers.hpp"
 #include "dtsim/runtime/launcher.hpp"
 #include "dtsim/sim/allocator.hpp"

@@ -536,3 +536,58 @@ TEST_CASE("a bad DTSIM_RENDEZVOUS is refused with one line", "[runtime][validate
   CHECK(WEXITSTATUS(status) == 2);
   CHECK(out.find("DTSIM_RENDEZVOUS='tcp://x'; valid: file:PATH") != std::string::npos);
 }
+
+TEST_CASE("activation recompute trains exactly as without it, dropout included (Note [Recompute])", "[runtime][validate][slow]") {
+  // gpt2-tiny with dropout on: selective recompute runs each attention core
+  // again in backward, full recompute each block, both with the random state
+  // their forward had, so the masks and hence every step's loss are the
+  // plain run's. The Bi-LSTM's layers are blocks too (full only).
+  const std::string common = " --plan single --procs 1 --json --quiet --warmup 0 --steps 3 --lr 0.01 --set plan.optimizer=adam ";
+  for (const std::string model : {"gpt2-tiny", "bilstm-tiny"}) {
+    INFO(model);
+    const auto plain = losses_of(validate("--model " + model + common));
+    for (const std::string mode : {"selective", "full"}) {
+      if (model == "bilstm-tiny" && mode == "selective") continue;
+      INFO(mode);
+      const auto got = losses_of(validate("--model " + model + common + " --set plan.recompute=" + mode));
+      REQUIRE(got.size() == plain.size());
+      for (std::size_t i = 0; i < got.size(); ++i) CHECK(std::abs(got[i] - plain[i]) <= 1e-6 * std::abs(plain[i]));
+    }
+    CHECK(std::abs(plain.back() - plain.front()) > 1e-3);
+  }
+}
+
+TEST_CASE("a recorded run is reported again against this build's prediction (Note [Recorded runs])", "[runtime][validate][slow]") {
+  const test::TempDir dir("recorded");
+  const std::string runs = dir.file("run");
+  const std::string args = "--model gpt2-tiny --plan single --procs 1 --json --quiet --warmup 1 --steps 2";
+  const Run live = validate(args + " --run-dir " + runs);
+  INFO(live.err);
+  REQUIRE(live.status == 0);
+  const Run again = validate(args + " --measured " + runs);
+  INFO(again.err);
+  REQUIRE(again.status == 0);
+  const YAML::Node a = YAML::Load(live.out), b = YAML::Load(again.out);
+  CHECK(b["measured"]["iteration_time_s"]["median"].as<double>() == a["measured"]["iteration_time_s"]["median"].as<double>());
+  CHECK(b["measured"]["ranks"][0]["peak_bytes"].as<std::int64_t>() == a["measured"]["ranks"][0]["peak_bytes"].as<std::int64_t>());
+  CHECK(b["predicted"]["iteration_time_s"].as<double>() == a["predicted"]["iteration_time_s"].as<double>());
+  bool noted = false;
+  for (const auto& n : b["notes"]) noted = noted || n.as<std::string>().find("Note [Recorded runs]") != std::string::npos;
+  CHECK(noted);
+  // Note [Memory trace]: the first measured step, layer by layer; its
+  // stretches' largest peak is the run's peak (one measured step after it).
+  const YAML::Node rank = YAML::LoadFile(runs + "/rank-0.json");
+  const YAML::Node trace = rank["memory_trace"];
+  REQUIRE(trace.size() >= 6);
+  CHECK(trace[0]["what"].as<std::string>() == "step start");
+  CHECK(trace[1]["what"].as<std::string>() == "fwd wte+wpe m0");
+  CHECK(trace[trace.size() - 1]["what"].as<std::string>() == "optimizer");
+  std::int64_t highest = 0;
+  for (const auto& k : trace) highest = std::max(highest, k["peak"].as<std::int64_t>());
+  CHECK(highest <= rank["peak_bytes"].as<std::int64_t>());
+  CHECK(highest >= rank["peak_bytes"].as<std::int64_t>() * 99 / 100);
+  // A folder without a run is one line and exit status 2.
+  const Run none = validate(args + " --measured " + dir.file("nothing"));
+  CHECK(none.status == 2);
+  CHECK(none.err.find("no rank-0.json there") != std::string::npos);
+}

@@ -200,3 +200,88 @@ TEST_CASE("gradient buckets copy in order and back divided (Note [Gradient bucke
   CHECK_FALSE(params[2].grad().defined());
   CHECK(flat[5].item<float>() == 5.0f);
 }
+
+TEST_CASE("16-bit parameters step through an fp32 master (Note [Mixed-precision step])", "[torch]") {
+  // Adam's first step moves each weight by lr x sign(g) (see above), here on
+  // the fp32 master; the bf16 parameter is the master rounded.
+  auto p = torch::tensor({1.0f, 2.0f, -3.0f}).to(torch::kBFloat16);
+  const auto g = torch::tensor({0.5f, -4.0f, 0.01f}).to(torch::kBFloat16);
+  models::AdamConfig c;
+  c.lr = 0.1;
+  models::AdamState s;
+  models::adam_update(p, g, s, 1, c);
+  REQUIRE(s.master.defined());
+  CHECK(s.master.scalar_type() == torch::kFloat);
+  CHECK(s.m.scalar_type() == torch::kFloat);
+  CHECK(s.master[0].item<float>() == Approx(0.9f));
+  CHECK(s.master[1].item<float>() == Approx(2.1f));
+  CHECK(s.master[2].item<float>() == Approx(-3.1f).epsilon(1e-5));
+  CHECK(torch::equal(p, s.master.to(torch::kBFloat16)));
+  // bf16 keeps 8 bits of mantissa: 0.9 is stored as 0.8984375, but the master
+  // keeps stepping from 0.9, so a second step lands at 0.8 on the master.
+  CHECK(p[0].item<float>() == 0.8984375f);
+  // A loss scale of 1024 on the gradient gives the same step once divided out.
+  auto q = torch::tensor({1.0f, 2.0f, -3.0f}).to(torch::kHalf);
+  models::AdamState sq;
+  c.grad_scale = 1024;
+  models::adam_update(q, (torch::tensor({0.5f, -4.0f, 0.01f}) * 1024).to(torch::kHalf), sq, 1, c);
+  CHECK(sq.master[1].item<float>() == Approx(2.1f));
+  CHECK(sq.m[1].item<float>() == Approx(-0.4f));  // (1 - 0.9) x -4: the unscaled gradient
+}
+
+TEST_CASE("the optimizer steps a tensor longer than one chunk whole (Note [Mixed-precision step])", "[torch]") {
+  // kAdamChunk + 3 elements: the last chunk holds 3. Every element moves by
+  // lr x sign(g) on the first step.
+  const std::int64_t n = models::kAdamChunk + 3;
+  auto p = torch::zeros({n});
+  const auto g = torch::ones({n});
+  models::AdamConfig c;
+  c.lr = 0.5;
+  models::AdamState s;
+  models::adam_update(p, g, s, 1, c);
+  CHECK(p[0].item<float>() == Approx(-0.5f));
+  CHECK(p[models::kAdamChunk - 1].item<float>() == Approx(-0.5f));
+  CHECK(p[n - 1].item<float>() == Approx(-0.5f));
+  CHECK(s.m[n - 1].item<float>() == Approx(0.1f));  // (1 - 0.9) x 1
+}
+
+TEST_CASE("selective recompute gives the gradients of the plain attention, dropout included (Note [Recompute])", "[torch]") {
+  // A GPT-2 block with dropout on: the recomputed core must draw the same
+  // masks, or its gradients differ from the plain block's.
+  for (const std::string sig : {"gpt2.block:h=32,a=4,f=128,drop=1", "bert.layer:h=32,a=4,f=128,drop=1"}) {
+    INFO(sig);
+    std::vector<torch::Tensor> grads[2];
+    for (int recompute = 0; recompute < 2; ++recompute) {
+      torch::manual_seed(11);
+      auto layer = models::make_torch_layer(sig);
+      layer->module().train();
+      layer->set_recompute_attention(recompute == 1);
+      torch::manual_seed(12);
+      auto in = layer->make_inputs(2, 16, torch::TensorOptions());
+      torch::manual_seed(13);  // the dropout masks
+      auto y = layer->forward(in);
+      y.backward(torch::ones_like(y));
+      grads[recompute].push_back(in[0].grad());
+      for (const auto& prm : layer->module().parameters()) grads[recompute].push_back(prm.grad());
+    }
+    REQUIRE(grads[0].size() == grads[1].size());
+    for (std::size_t i = 0; i < grads[0].size(); ++i) {
+      INFO("gradient " << i);
+      CHECK(torch::allclose(grads[0][i], grads[1][i], 1e-5, 1e-6));
+    }
+    // Dropout was on: without the restored random state the gradients would differ.
+    CHECK(grads[0][0].abs().sum().item<double>() > 0);
+  }
+}
+
+TEST_CASE("a device's random state is read and restored (Note [Recompute])", "[torch]") {
+  const torch::Device cpu(torch::kCPU);
+  torch::manual_seed(5);
+  const auto state = models::rng_state(cpu);
+  const auto a = torch::rand({4});
+  models::set_rng_state(cpu, state);
+  const auto b = torch::rand({4});
+  CHECK(torch::equal(a, b));
+  const auto c = torch::rand({4});
+  CHECK_FALSE(torch::equal(b, c));
+}

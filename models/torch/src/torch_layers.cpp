@@ -71,8 +71,8 @@ torch::Tensor ids(std::int64_t b, std::int64_t s, std::int64_t vocab, const torc
 /// Multi-head self-attention core on projected q, k, v of [b, s, h]:
 /// softmax(q k^T / sqrt(d)) v per head, causal for GPT-2, with dropout on the
 /// probabilities (Vaswani et al. 2017; HF's _attn).
-torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t heads,
-                        bool causal, bool dropout, bool training) {
+torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t heads,
+                             bool causal, bool dropout, bool training) {
   const auto b = q.size(0), s = q.size(1), h = q.size(2), d = h / heads;
   auto split = [&](const torch::Tensor& t) { return t.view({b, s, heads, d}).transpose(1, 2); };
   auto scores = torch::matmul(split(q), split(k).transpose(-1, -2)) / std::sqrt(static_cast<double>(d));
@@ -83,6 +83,46 @@ torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const to
   auto probs = torch::softmax(scores, -1);
   if (dropout) probs = F::dropout(probs, F::DropoutFuncOptions().p(kDropout).training(training));
   return torch::matmul(probs, split(v)).transpose(1, 2).reshape({b, s, h});
+}
+
+/// Selective recompute of the attention core (TorchLayer::set_recompute_attention):
+/// forward keeps only q, k, v (which the plain core keeps too, as the
+/// copies its batched matmuls make) and the random state; backward runs
+/// the core again with autograd and differentiates that.
+struct RecomputedAttention : torch::autograd::Function<RecomputedAttention> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, std::int64_t heads, bool causal, bool dropout, bool training) {
+    ctx->save_for_backward({q, k, v});
+    ctx->saved_data["heads"] = heads;
+    ctx->saved_data["causal"] = causal;
+    ctx->saved_data["dropout"] = dropout;
+    ctx->saved_data["training"] = training;
+    ctx->saved_data["rng"] = rng_state(q.device());  // Note [Recompute]
+    return attention_core(q, k, v, heads, causal, dropout, training);  // autograd is off in here
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    std::vector<torch::Tensor> in;
+    for (const auto& t : saved) in.push_back(t.detach().requires_grad_(true));
+    const auto device = in[0].device();
+    const torch::Tensor now = rng_state(device);
+    set_rng_state(device, ctx->saved_data["rng"].toTensor());
+    torch::Tensor out;
+    {
+      torch::AutoGradMode grad_mode(true);
+      out = attention_core(in[0], in[1], in[2], ctx->saved_data["heads"].toInt(), ctx->saved_data["causal"].toBool(),
+                           ctx->saved_data["dropout"].toBool(), ctx->saved_data["training"].toBool());
+    }
+    set_rng_state(device, now);
+    auto g = torch::autograd::grad({out}, in, {grad[0]});
+    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t heads,
+                        bool causal, bool dropout, bool training, bool recompute) {
+  if (recompute && torch::GradMode::is_enabled()) return RecomputedAttention::apply(q, k, v, heads, causal, dropout, training);
+  return attention_core(q, k, v, heads, causal, dropout, training);
 }
 
 torch::Tensor drop(const torch::Tensor& x, bool on, bool training) {
@@ -201,7 +241,7 @@ struct Gpt2Block : nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     const TensorParallel* t = tp.get();
     const auto qkv = c_attn(enter(ln_1(x), t)).chunk(3, -1);
-    const auto ctx = attention(qkv[0], qkv[1], qkv[2], t ? heads / t->size : heads, true, dropout, is_training());
+    const auto ctx = attention(qkv[0], qkv[1], qkv[2], t ? heads / t->size : heads, true, dropout, is_training(), recompute_core);
     auto y = x + drop(row_parallel(c_proj, ctx, t), dropout, is_training());
     // GPT-2's "gelu_new" is the tanh approximation.
     const auto mlp = row_parallel(mlp_proj, F::gelu(c_fc(enter(ln_2(y), t)), F::GELUFuncOptions().approximate("tanh")), t);
@@ -222,6 +262,7 @@ struct Gpt2Block : nn::Module {
   nn::Linear c_fc, mlp_proj;
   std::int64_t heads;
   bool dropout;
+  bool recompute_core = false;               // TorchLayer::set_recompute_attention
   std::shared_ptr<const TensorParallel> tp;  // null: unsplit
 };
 
@@ -273,7 +314,7 @@ struct BertLayer : nn::Module {
     // Post-LN (Devlin et al. 2019; HF BertLayer): residual, then LayerNorm.
     const TensorParallel* t = tp.get();
     const auto xi = enter(x, t);
-    const auto ctx = attention(query(xi), key(xi), value(xi), t ? heads / t->size : heads, false, dropout, is_training());
+    const auto ctx = attention(query(xi), key(xi), value(xi), t ? heads / t->size : heads, false, dropout, is_training(), recompute_core);
     const auto y = ln_1(x + drop(row_parallel(attn_out, ctx, t), dropout, is_training()));
     const auto mlp = row_parallel(output, F::gelu(intermediate(enter(y, t))), t);
     return ln_2(y + drop(mlp, dropout, is_training()));
@@ -295,6 +336,7 @@ struct BertLayer : nn::Module {
   nn::LayerNorm ln_2;
   std::int64_t heads;
   bool dropout;
+  bool recompute_core = false;               // TorchLayer::set_recompute_attention
   std::shared_ptr<const TensorParallel> tp;  // null: unsplit
 };
 
@@ -332,6 +374,7 @@ class Gpt2BlockLayer final : public Wrapped<Gpt2Block> {
     return {float_input({b, s, h_}, o)};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
+  void set_recompute_attention(bool on) override { m_->recompute_core = on; }
 
  private:
   std::int64_t h_;
@@ -383,6 +426,7 @@ class BertLayerLayer final : public Wrapped<BertLayer> {
     return {float_input({b, s, h_}, o)};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
+  void set_recompute_attention(bool on) override { m_->recompute_core = on; }
 
  private:
   std::int64_t h_;
@@ -567,6 +611,18 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
   return layer;
 }
 
+torch::Tensor rng_state(const torch::Device& device) {
+  at::Generator gen = at::globalContext().defaultGenerator(device.is_cuda() ? device : torch::Device(torch::kCPU));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  return gen.get_state();
+}
+
+void set_rng_state(const torch::Device& device, const torch::Tensor& state) {
+  at::Generator gen = at::globalContext().defaultGenerator(device.is_cuda() ? device : torch::Device(torch::kCPU));
+  std::lock_guard<std::mutex> lock(gen.mutex());
+  gen.set_state(state);
+}
+
 void set_cpu_threads(int threads) {
   at::set_num_threads(threads);
   // Present when OpenBLAS is the BLAS LibTorch loaded; absent otherwise.
@@ -576,21 +632,36 @@ void set_cpu_threads(int threads) {
 
 void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int64_t step, const AdamConfig& c) {
   torch::NoGradGuard no_grad;
-  if (c.sgd) {
-    p.add_(g, -c.lr);
-    return;
+  // Note [Mixed-precision step]
+  const bool mixed = p.scalar_type() != torch::kFloat && p.scalar_type() != torch::kDouble;
+  if (mixed && !s.master.defined()) s.master = p.detach().to(torch::kFloat).reshape({-1}).clone();
+  torch::Tensor w = mixed ? s.master : p.reshape({-1});  // what the update steps (fp32)
+  const torch::Tensor grad = g.reshape({-1});
+  if (!c.sgd && !s.m.defined()) {
+    s.m = torch::zeros_like(w);
+    s.v = torch::zeros_like(w);
   }
-  if (!s.m.defined()) {
-    s.m = torch::zeros_like(p);
-    s.v = torch::zeros_like(p);
-  }
-  if (c.weight_decay > 0) p.mul_(1 - c.lr * c.weight_decay);
-  s.m.mul_(c.beta1).add_(g, 1 - c.beta1);
-  s.v.mul_(c.beta2).addcmul_(g, g, 1 - c.beta2);
   const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(step));
   const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(step));
-  auto denom = (s.v / bc2).sqrt_().add_(c.eps);
-  p.addcdiv_(s.m, denom, -c.lr / bc1);
+  const std::int64_t n = w.numel();
+  for (std::int64_t at = 0; at < n; at += kAdamChunk) {
+    const std::int64_t len = std::min(kAdamChunk, n - at);
+    torch::Tensor W = w.narrow(0, at, len);
+    torch::Tensor G = grad.narrow(0, at, len);
+    if (G.scalar_type() != W.scalar_type()) G = G.to(W.scalar_type());
+    if (c.grad_scale != 1) G = G.mul(1 / c.grad_scale);
+    if (c.sgd) {
+      W.add_(G, -c.lr);
+    } else {
+      torch::Tensor M = s.m.narrow(0, at, len), V = s.v.narrow(0, at, len);
+      if (c.weight_decay > 0) W.mul_(1 - c.lr * c.weight_decay);
+      M.mul_(c.beta1).add_(G, 1 - c.beta1);
+      V.mul_(c.beta2).addcmul_(G, G, 1 - c.beta2);
+      auto denom = (V / bc2).sqrt_().add_(c.eps);
+      W.addcdiv_(M, denom, -c.lr / bc1);
+    }
+    if (mixed) p.reshape({-1}).narrow(0, at, len).copy_(W);
+  }
 }
 
 void flatten_grads(const std::vector<torch::Tensor>& params, torch::Tensor flat, bool free_grads) {

@@ -28,6 +28,9 @@ struct ValidateOptions {
   std::string data;                  ///< --data FILE.h5 ("" : synthetic)
   std::string trace;                 ///< --trace FILE: measured Chrome trace
   std::string run_dir;               ///< --run-dir (default: a temporary directory)
+  /// --measured DIR: report a recorded run (the rank-K.json files a kept
+  /// --run-dir holds) against this build's prediction, running nothing.
+  std::string measured;
   std::vector<sim::Override> sets;   ///< --set SECTION.KEY=VALUE
   int procs = 0;                     ///< --procs (0: the plan's rank count)
   int steps = 10;                    ///< --steps measured
@@ -69,6 +72,16 @@ RunSetup setup_run(const ValidateOptions& o, int world);
 /// The simulator's prediction of the run (keeps the graph for per-phase figures).
 sim::Prediction predict_run(const RunSetup& s);
 
+/// Note [Memory trace]: the device memory a rank holds at one layer
+/// boundary of its first measured step, and the most it held since the
+/// boundary before; set beside the simulator's memory timeline, it shows
+/// where a peak comes from.
+struct MemoryMark {
+  std::string what;           ///< "fwd h.3 m0", "bwd h.3 m0", "optimizer", ...
+  std::int64_t current = 0;   ///< bytes allocated after it
+  std::int64_t peak = 0;      ///< the most allocated since the previous mark
+};
+
 /// One rank's measurements over the measured steps.
 struct RankMeasurement {
   int rank = 0;
@@ -79,12 +92,14 @@ struct RankMeasurement {
   double backward_s = 0;             ///< median per step: backward compute (waits excluded)
   double optimizer_s = 0;            ///< median per step: optimizer (waits excluded)
   double wait_s = 0;                 ///< median per step: the rest (communication and pipeline waits)
-  std::int64_t peak_bytes = 0;       ///< device peak during the measured steps
+  std::int64_t peak_bytes = 0;       ///< device peak during the measured steps (on CUDA: the caching allocator's allocated bytes)
+  std::int64_t reserved_peak_bytes = 0;  ///< CUDA: the peak of what the caching allocator held from the driver; 0 on CPU
   std::int64_t host_peak_bytes = 0;  ///< offloaded host memory peak (0 without offload)
   std::vector<double> losses;        ///< each step's loss (warm-up included), on ranks that compute it
   double probe_s = 0;                ///< Note [Machine probe]: the reference workload before the run (CPU); 0: not run
   double probe_end_s = 0;            ///< the same after the measured steps; 0: not run
   std::string cpus;                  ///< Note [A rank's own cores]: "cpu 1", ...; empty: not bound
+  std::vector<MemoryMark> memory_trace;  ///< Note [Memory trace]: the first measured step
 };
 
 /// Serialises / parses a rank's measurements (rank-K.json). Throws

@@ -32,7 +32,23 @@ class TorchLayer {
   virtual torch::Tensor forward(const std::vector<torch::Tensor>& inputs) = 0;
   /// Own trainable parameters.
   std::int64_t parameter_count();
+  /// Selective activation recompute (Korthikanti et al. 2022, section 5):
+  /// the attention core (scores, softmax, dropout, context) keeps nothing
+  /// for backward and runs again there from the saved q, k and v, with the
+  /// forward's random state (Note [Recompute]). Layers without an attention
+  /// core ignore it.
+  virtual void set_recompute_attention(bool /*on*/) {}
 };
+
+/// Note [Recompute]
+/// A recomputed forward must draw the dropout masks the first one drew, or
+/// backward differentiates another function: Megatron-LM's
+/// CheckpointFunction and torch.utils.checkpoint save the random generators'
+/// states before the forward and restore them for the recompute. These two
+/// read and set the default generator of a device (CUDA's Philox seed and
+/// offset, or the CPU's Mersenne twister), under its lock.
+torch::Tensor rng_state(const torch::Device& device);
+void set_rng_state(const torch::Device& device, const torch::Tensor& state);
 
 /// Builds the module for a signature; throws ConfigError naming the signature
 /// and the known kinds if it is unknown or malformed.
@@ -79,21 +95,40 @@ std::vector<std::string> torch_layer_kinds();
 void set_cpu_threads(int threads);
 
 /// Adam / AdamW (Loshchilov & Hutter 2019, Algorithm 2) or plain SGD on flat
-/// fp32 tensors, so a shard updates exactly as the same elements of the whole
+/// tensors, so a shard updates exactly as the same elements of the whole
 /// would. The runtime steps with it and calibration times it, so the
 /// optimizer the simulator prices from a profile is the one that runs.
 struct AdamConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool sgd = false;
+  /// The loss scale the gradients carry (static fp16 loss scaling): the
+  /// update divides them by it.
+  double grad_scale = 1;
 };
 
-/// Adam's two moments of one tensor; empty until its first update.
+/// Adam's two moments of one tensor, and the fp32 master copy of a 16-bit
+/// one; empty until its first update.
 struct AdamState {
   torch::Tensor m, v;
+  torch::Tensor master;  ///< fp32 copy of an fp16/bf16 parameter; undefined for fp32
 };
 
+/// Note [Mixed-precision step]
+/// Megatron-LM (Float16OptimizerWithFloat16Params) and DeepSpeed's fp16
+/// optimizers keep 16-bit parameters for the forward and backward and an
+/// fp32 master copy with fp32 moments for the update: 2 + 4 + 4 + 4 bytes a
+/// parameter besides the 2-byte gradient (K = 12, ZeRO paper section 3.1).
+/// adam_update does the same when p is fp16 or bf16: the first update
+/// makes s.master from p, each update reads the gradient as fp32, steps
+/// the master and rounds it back into p.
+/// Fused optimizers (apex FusedAdam, DeepSpeed's, PyTorch's fused=True)
+/// update in place without temporaries; this one is unfused LibTorch ops, so
+/// it goes through a tensor kAdamChunk elements at a time, which bounds its
+/// temporaries (the fp32 gradient and Adam's denominator) at 32 MiB.
+inline constexpr std::int64_t kAdamChunk = std::int64_t{1} << 22;
+
 /// One update of p by its gradient g at step `step` (1-based, for the bias
-/// correction), in place, without autograd.
+/// correction), in place, without autograd. p and g are flat (1-D views).
 void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int64_t step, const AdamConfig& c);
 
 /// Note [Gradient buckets]
