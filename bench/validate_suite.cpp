@@ -6,6 +6,23 @@
 // Targets (issue: validation runs): median |error| of iteration time <= 10%,
 // of peak memory <= 5%, no plan worse than 25%.
 //
+// On a GPU (Note [GPU suite]) the rows come from a cases file instead:
+//   dtsim_validate_suite --device cuda --cluster 1xh100 --profile P.h5 --cases bench/gpu-cases.txt
+//                        --runs DIR [--warmup N] [--steps N] [--out FILE.md] [--json FILE]
+// keeps every run's measurements under DIR (one folder a row), and
+//   dtsim_validate_suite --device cuda --cluster 1xh100 --profile P.h5 --cases bench/gpu-cases.txt --replay DIR
+// makes the table again from them with this build's predictions (Note
+// [Recorded runs] in cli/validate.cpp), running nothing. Targets (issue: on
+// a real GPU): median |error| of iteration time <= 5%, every row within
+// 15%; of allocated peak memory <= 3%.
+//
+// Note [GPU suite]
+// A GPU is steady where this CPU drifts (Note [Suite rounds]): one round,
+// a few warm-up steps (cuBLAS picks its kernels in the first), no probe.
+// A cases file has one row a line, "MODEL PLAN [--set KEY=VALUE]...", '#'
+// starting a comment; each row runs as `dtsim validate --model MODEL
+// --plan PLAN --set ...` with the suite's device, cluster and profile.
+//
 // Note [Suite rounds]
 // The CI machine's speed drifts over tens of minutes: gpt2-tiny DDP measured
 // 43.8 to 67.6 ms in four suite runs within 75 minutes, while its prediction
@@ -34,10 +51,13 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <cctype>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -54,6 +74,8 @@ struct Run {
   std::string why;  // when !ok
   double predicted_s = 0, measured_s = 0;
   double predicted_mib = 0, measured_mib = 0;  // the rank with the largest |error|
+  double reserved_mib = 0;  // that rank's reserved peak (CUDA caching allocator); 0 on CPU
+  double step_min_s = 0, step_max_s = 0;  // the fastest and slowest measured step
   double skew = -1;  // the slowest rank's extra compute over the fastest of its stage; -1: one rank per stage
   double probe = 0;  // Note [Machine probe]: the run's probe over the profile's; 0: none
 };
@@ -61,12 +83,15 @@ struct Run {
 /// A row of the table: one model and plan over the rounds.
 struct Row {
   std::string model, plan;
+  std::vector<std::string> sets;  // --set KEY=VALUE of a cases file's row
+  std::string label;              // the row as the table names it
   std::vector<Run> runs;
   bool ok = false;
   std::string why;  // the first failed round's reason
   double predicted_s = 0, measured_s = 0, time_error = 0;  // measured: the median over rounds
   double measured_min_s = 0, measured_max_s = 0;
   double predicted_mib = 0, measured_mib = 0, memory_error = 0;
+  double reserved_mib = 0;  // the median over rounds of the reserved peak (CUDA)
   double skew = -1;  // the median over rounds
   double probe = 0;  // the median over rounds of the probe ratio
   int quiet_rounds = 0;  // rounds whose probe was within 15% of calibration's (Note [Make-up rounds])
@@ -109,6 +134,9 @@ void summarise(Row& r) {
   r.measured_min_s = *std::min_element(t.begin(), t.end());
   r.measured_max_s = *std::max_element(t.begin(), t.end());
   r.measured_mib = median(mem);
+  std::vector<double> reserved;
+  for (const Run& run : r.runs) reserved.push_back(run.reserved_mib);
+  r.reserved_mib = median(reserved);
   r.time_error = r.measured_s > 0 ? (r.predicted_s - r.measured_s) / r.measured_s : 0;
   r.memory_error = r.measured_mib > 0 ? (r.predicted_mib - r.measured_mib) / r.measured_mib : 0;
   r.skew = skew.empty() ? -1 : median(skew);
@@ -152,15 +180,122 @@ std::string num(const char* f, double x) {
   return b;
 }
 
+/// Note [GPU suite]: the table of a GPU run, its medians against the GPU
+/// targets, and the JSON; the exit status says whether the targets are met.
+int gpu_report(const std::vector<Row>& rows, int steps, int warmup, const std::string& replay_dir, const std::string& out,
+               const std::string& json_out) {
+  std::vector<double> te, me;
+  double worst_time = 0;
+  std::string worst_time_row;
+  std::ostringstream md;
+  md << "| model | plan | predicted | measured | steps' range | time error | predicted allocated | measured allocated | memory error | "
+        "measured reserved |\n";
+  md << "|---|---|---:|---:|---:|---:|---:|---:|---:|---:|\n";
+  for (const auto& r : rows) {
+    const std::string plan = r.label.substr(r.model.size() + 1);
+    if (!r.ok) {
+      md << "| " << r.model << " | " << plan << " | failed: " << r.why << " | | | | | | | |\n";
+      continue;
+    }
+    const Run& run = r.runs.front();
+    te.push_back(r.time_error);
+    me.push_back(r.memory_error);
+    if (std::abs(r.time_error) > worst_time) {
+      worst_time = std::abs(r.time_error);
+      worst_time_row = r.label;
+    }
+    md << "| " << r.model << " | " << plan << " | " << num("%.2f ms", r.predicted_s * 1e3) << " | " << num("%.2f ms", r.measured_s * 1e3)
+       << " | " << num("%.1f", run.step_min_s * 1e3) << num("-%.1f ms", run.step_max_s * 1e3) << " | " << pct(r.time_error) << " | " << num("%.0f MiB", r.predicted_mib) << " | " << num("%.0f MiB", r.measured_mib) << " | "
+       << pct(r.memory_error) << " | " << (r.reserved_mib > 0 ? num("%.0f MiB", r.reserved_mib) : std::string("-")) << " |\n";
+  }
+  const double mt = median_abs(te), mm = median_abs(me);
+  const std::size_t within = static_cast<std::size_t>(std::count_if(te.begin(), te.end(), [](double e) { return std::abs(e) <= 0.15; }));
+  md << "\nmedian |error|: iteration time " << num("%.1f%%", 100 * mt) << " (target <= 5%), allocated peak memory "
+     << num("%.1f%%", 100 * mm) << " (target <= 3%); " << within << " of " << te.size() << " rows within 15% on time (worst "
+     << num("%.1f%%", 100 * worst_time) << ", " << worst_time_row << "); " << te.size() << " of " << rows.size() << " rows ran\n";
+  md << "\nmeasured: the median of " << steps << " steps after " << warmup
+     << " warm-up steps, one process on the GPU (steps' range: its fastest and slowest step); allocated and reserved: the caching allocator's peaks over the measured steps "
+        "(torch.cuda.max_memory_allocated / max_memory_reserved); predicted allocated: the simulated peak less the CUDA context"
+     << (replay_dir.empty() ? "" : "; predictions by this build from the runs recorded in " + replay_dir + " (Note [Recorded runs])") << "\n";
+  std::fputs(md.str().c_str(), stdout);
+  if (!out.empty()) dtsim::sim::write_file_atomic(out, md.str());
+  if (!json_out.empty()) {
+    std::ostringstream js;
+    js << "{\"median_time_error\": " << mt << ", \"median_memory_error\": " << mm << ", \"worst_time_error\": " << worst_time
+       << ", \"steps\": " << steps << ", \"warmup\": " << warmup << ", \"runs\": [";
+    for (std::size_t i = 0; i < rows.size(); ++i) {
+      const auto& r = rows[i];
+      js << (i ? ", " : "") << "{\"model\": \"" << r.model << "\", \"plan\": \"" << r.plan << "\", \"sets\": [";
+      for (std::size_t k = 0; k < r.sets.size(); ++k) js << (k ? ", " : "") << "\"" << r.sets[k] << "\"";
+      js << "], \"ok\": " << (r.ok ? "true" : "false") << ", \"predicted_s\": " << r.predicted_s << ", \"measured_s\": " << r.measured_s
+         << ", \"time_error\": " << r.time_error << ", \"predicted_allocated_mib\": " << r.predicted_mib
+         << ", \"measured_allocated_mib\": " << r.measured_mib << ", \"memory_error\": " << r.memory_error
+         << ", \"measured_reserved_mib\": " << r.reserved_mib << "}";
+    }
+    js << "]}\n";
+    dtsim::sim::write_file_atomic(json_out, js.str());
+  }
+  const bool met = te.size() == rows.size() && mt <= 0.05 && mm <= 0.03 && within == te.size();
+  return met ? 0 : 1;
+}
+
+/// "gpt2 single --set plan.precision=bf16 --set plan.micro_batch=4" -> a row.
+Row parse_case(const std::string& line, const std::string& where) {
+  std::stringstream ss(line);
+  std::vector<std::string> words;
+  for (std::string w; ss >> w;) words.push_back(w);
+  if (words.size() < 2) throw std::runtime_error(where + ": expected MODEL PLAN [--set KEY=VALUE]...");
+  Row r;
+  r.model = words[0];
+  r.plan = words[1];
+  r.label = r.model + " " + r.plan;
+  for (std::size_t i = 2; i < words.size(); ++i) {
+    if (words[i] != "--set" || i + 1 >= words.size() || words[i + 1].find('=') == std::string::npos) {
+      throw std::runtime_error(where + ": '" + words[i] + "': expected --set KEY=VALUE");
+    }
+    r.sets.push_back(words[++i]);
+    std::string v = r.sets.back();
+    const auto dot = v.find('.');
+    if (dot != std::string::npos) v = v.substr(dot + 1);
+    r.label += " " + v;
+  }
+  return r;
+}
+
+std::vector<Row> read_cases(const std::string& path) {
+  std::ifstream in(path);
+  if (!in) throw std::runtime_error(path + ": cannot read the cases file");
+  std::vector<Row> rows;
+  int n = 0;
+  for (std::string line; std::getline(in, line);) {
+    ++n;
+    if (const auto hash = line.find('#'); hash != std::string::npos) line = line.substr(0, hash);
+    if (line.find_first_not_of(" \t\r") == std::string::npos) continue;
+    rows.push_back(parse_case(line, path + ":" + std::to_string(n)));
+  }
+  if (rows.empty()) throw std::runtime_error(path + ": no rows");
+  return rows;
+}
+
+/// A row's folder name under --runs: its label with anything but letters,
+/// digits, '.' and '_' as '-'.
+std::string slug(const std::string& label) {
+  std::string out;
+  for (char c : label) out += std::isalnum(static_cast<unsigned char>(c)) || c == '.' || c == '_' ? c : '-';
+  return out;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
   std::string profile, out, json_out, binary = DTSIM_BINARY;
+  std::string device = "cpu", cluster, cases_file, runs_dir, replay_dir;
   // 30 steps: bilstm-tiny ZeRO-3 measured 14.7 to 22.8 ms over five runs of
   // 10 steps, and 19.3 to 21.8 ms over five of 60.
-  int steps = 30, procs = 2, rounds = 3, make_up = 2;
+  int steps = 30, procs = 2, rounds = 3, make_up = 2, warmup = -1;
   std::vector<std::string> models{"gpt2-tiny", "bert-tiny", "bilstm-tiny"};
   std::vector<std::string> plans{"ddp", "zero1", "zero2", "zero3", "fsdp", "zero2-offload", "gpipe", "1f1b", "model-parallel", "megatron-tp"};
+  bool procs_set = false, steps_set = false, rounds_set = false, make_up_set = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -173,47 +308,93 @@ int main(int argc, char** argv) {
     if (a == "--profile") profile = value();
     else if (a == "--out") out = value();
     else if (a == "--json") json_out = value();
-    else if (a == "--steps") steps = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--procs") procs = std::max(2, std::atoi(value().c_str()));
-    else if (a == "--rounds") rounds = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--make-up") make_up = std::max(0, std::atoi(value().c_str()));
+    else if (a == "--steps") steps = std::max(1, std::atoi(value().c_str())), steps_set = true;
+    else if (a == "--warmup") warmup = std::max(0, std::atoi(value().c_str()));
+    else if (a == "--procs") procs = std::max(1, std::atoi(value().c_str())), procs_set = true;
+    else if (a == "--rounds") rounds = std::max(1, std::atoi(value().c_str())), rounds_set = true;
+    else if (a == "--make-up") make_up = std::max(0, std::atoi(value().c_str())), make_up_set = true;
     else if (a == "--models") models = split(value());
     else if (a == "--plans") plans = split(value());
+    else if (a == "--device") device = value();
+    else if (a == "--cluster") cluster = value();
+    else if (a == "--cases") cases_file = value();
+    else if (a == "--runs") runs_dir = value();
+    else if (a == "--replay") replay_dir = value();
     else {
-      std::fprintf(stderr, "dtsim_validate_suite: unknown option %s; valid: --profile, --steps, --rounds, --make-up, --procs, --models, --plans, --out, --json\n",
+      std::fprintf(stderr,
+                   "dtsim_validate_suite: unknown option %s; valid: --profile, --steps, --warmup, --rounds, --make-up, --procs, --models, "
+                   "--plans, --device, --cluster, --cases, --runs, --replay, --out, --json\n",
                    a.c_str());
       return 2;
     }
   }
+  const bool gpu = device == "cuda";
+  if (device != "cpu" && !gpu) {
+    std::fprintf(stderr, "dtsim_validate_suite: --device %s: expected cpu or cuda\n", device.c_str());
+    return 2;
+  }
+  if (gpu && cluster.empty()) {
+    std::fprintf(stderr, "dtsim_validate_suite: --device cuda needs --cluster (e.g. --cluster 1xh100)\n");
+    return 2;
+  }
+  if (!replay_dir.empty() && !runs_dir.empty()) {
+    std::fprintf(stderr, "dtsim_validate_suite: --runs records runs and --replay reports recorded ones: give one of them\n");
+    return 2;
+  }
+  // Note [GPU suite]: one round, one rank, a few warm-up steps.
+  if (gpu) {
+    if (!procs_set) procs = 1;
+    if (!steps_set) steps = 10;
+    if (!rounds_set) rounds = 1;
+    if (!make_up_set) make_up = 0;
+    if (warmup < 0) warmup = 3;
+  } else if (!procs_set) {
+    procs = 2;
+  }
+  if (!replay_dir.empty()) rounds = 1, make_up = 0;
 
-  std::vector<std::pair<std::string, std::string>> cases;
-  for (const auto& m : models) {
-    for (const auto& p : plans) {
-      if (m.rfind("bilstm", 0) == 0 && p == "megatron-tp") continue;  // an LSTM has no Megatron split
-      cases.push_back({m, p});
+  std::vector<Row> rows;
+  try {
+    if (!cases_file.empty()) rows = read_cases(cases_file);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtsim_validate_suite: %s\n", e.what());
+    return 2;
+  }
+  if (cases_file.empty()) {
+    for (const auto& m : models) {
+      for (const auto& p : plans) {
+        if (m.rfind("bilstm", 0) == 0 && p == "megatron-tp") continue;  // an LSTM has no Megatron split
+        Row r;
+        r.model = m;
+        r.plan = p;
+        r.label = m + " " + p;
+        rows.push_back(std::move(r));
+      }
     }
   }
-  std::vector<Row> rows;
-  for (const auto& [model, plan] : cases) {
-    Row r;
-    r.model = model;
-    r.plan = plan;
-    rows.push_back(std::move(r));
-  }
+  if (!runs_dir.empty()) std::filesystem::create_directories(runs_dir);
   const auto t0 = std::chrono::steady_clock::now();
   const bool tty = ::isatty(2) != 0;
-  std::size_t done = 0, total = cases.size() * static_cast<std::size_t>(rounds);
+  std::size_t done = 0, total = rows.size() * static_cast<std::size_t>(rounds);
   auto run_row = [&](Row& row, const std::string& round) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
     const double eta = done == 0 ? -1 : elapsed / static_cast<double>(done) * static_cast<double>(total - done);
-    std::fprintf(stderr, "%s  [%zu/%zu] %s: %s %s, %.0f s, ETA %s%s", tty ? "\r" : "", done + 1, total, round.c_str(), row.model.c_str(),
-                 row.plan.c_str(), elapsed, eta < 0 ? "?" : (num("%.0f", eta) + " s").c_str(), tty ? "          " : "\n");
+    std::fprintf(stderr, "%s  [%zu/%zu] %s: %s, %.0f s, ETA %s%s", tty ? "\r" : "", done + 1, total, round.c_str(), row.label.c_str(),
+                 elapsed, eta < 0 ? "?" : (num("%.0f", eta) + " s").c_str(), tty ? "          " : "\n");
     ++done;
     std::string cmd = binary + " validate --model " + row.model + " --plan " + row.plan + " --procs " + std::to_string(procs) +
                       " --steps " + std::to_string(steps) + " --json --quiet";
+    if (warmup >= 0) cmd += " --warmup " + std::to_string(warmup);
+    if (gpu) cmd += " --device cuda";
+    if (!cluster.empty()) cmd += " --cluster " + cluster;
+    for (const auto& kv : row.sets) cmd += " --set " + kv;
     if (!profile.empty()) cmd += " --profile " + profile;
+    const std::string folder = slug(row.label) + (rounds > 1 ? "-" + slug(round) : "");
+    if (!runs_dir.empty()) cmd += " --run-dir " + runs_dir + "/" + folder;
+    if (!replay_dir.empty()) cmd += " --measured " + replay_dir + "/" + folder;
     cmd += " 2>&1";
     const auto [status, text] = capture(cmd);
+    if (!runs_dir.empty()) dtsim::sim::write_file_atomic(runs_dir + "/" + folder + "/report.json", text);
     Run r;
     try {
       if (status != 0) throw std::runtime_error(text.substr(0, text.find('\n')));
@@ -226,10 +407,16 @@ int main(int argc, char** argv) {
         if (what == "iteration") {
           r.predicted_s = c["predicted"].as<double>();
           r.measured_s = c["measured"].as<double>();
+          r.step_min_s = doc["measured"]["iteration_time_s"]["min"].as<double>();
+          r.step_max_s = doc["measured"]["iteration_time_s"]["max"].as<double>();
         } else if (what.find("peak memory") != std::string::npos && std::abs(c["error"].as<double>()) > worst_memory) {
           worst_memory = std::abs(c["error"].as<double>());
           r.predicted_mib = c["predicted"].as<double>() / (1 << 20);
           r.measured_mib = c["measured"].as<double>() / (1 << 20);
+          const int rank = std::atoi(what.c_str() + 5);  // "rank K peak memory"
+          for (const auto& k : doc["measured"]["ranks"]) {
+            if (k["rank"].as<int>() == rank && k["reserved_peak_bytes"]) r.reserved_mib = k["reserved_peak_bytes"].as<double>() / (1 << 20);
+          }
         }
       }
       r.ok = true;
@@ -259,6 +446,7 @@ int main(int argc, char** argv) {
   }
   for (Row& r : rows) summarise(r);
   if (tty) std::fprintf(stderr, "\r%80s\r", "");
+  if (gpu) return gpu_report(rows, steps, warmup, replay_dir, out, json_out);
 
   std::vector<double> te, me;
   int unquiet_rows = 0;
