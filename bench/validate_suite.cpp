@@ -187,6 +187,7 @@ int gpu_report(const std::vector<Row>& rows, int steps, int warmup, const std::s
   std::vector<double> te, me;
   double worst_time = 0;
   std::string worst_time_row;
+  std::size_t unrun_rows = 0;
   std::ostringstream md;
   md << "| model | plan | predicted | measured | steps' range | time error | predicted allocated | measured allocated | memory error | "
         "measured reserved |\n";
@@ -194,7 +195,10 @@ int gpu_report(const std::vector<Row>& rows, int steps, int warmup, const std::s
   for (const auto& r : rows) {
     const std::string plan = r.label.substr(r.model.size() + 1);
     if (!r.ok) {
-      md << "| " << r.model << " | " << plan << " | failed: " << r.why << " | | | | | | | |\n";
+      // Replaying, a row nobody ran has no recording.
+      const bool unrun = !replay_dir.empty() && r.why.find("no rank-0.json there") != std::string::npos;
+      md << "| " << r.model << " | " << plan << " | " << (unrun ? "not run" : "failed: " + r.why) << " | | | | | | | |\n";
+      if (unrun) ++unrun_rows;
       continue;
     }
     const Run& run = r.runs.front();
@@ -212,7 +216,8 @@ int gpu_report(const std::vector<Row>& rows, int steps, int warmup, const std::s
   const std::size_t within = static_cast<std::size_t>(std::count_if(te.begin(), te.end(), [](double e) { return std::abs(e) <= 0.15; }));
   md << "\nmedian |error|: iteration time " << num("%.1f%%", 100 * mt) << " (target <= 5%), allocated peak memory "
      << num("%.1f%%", 100 * mm) << " (target <= 3%); " << within << " of " << te.size() << " rows within 15% on time (worst "
-     << num("%.1f%%", 100 * worst_time) << ", " << worst_time_row << "); " << te.size() << " of " << rows.size() << " rows ran\n";
+     << num("%.1f%%", 100 * worst_time) << ", " << worst_time_row << "); " << te.size() << " of " << rows.size() << " rows ran"
+     << (unrun_rows > 0 ? " (" + std::to_string(unrun_rows) + " were never run)" : "") << "\n";
   md << "\nmeasured: the median of " << steps << " steps after " << warmup
      << " warm-up steps, one process on the GPU (steps' range: its fastest and slowest step); allocated and reserved: the caching allocator's peaks over the measured steps "
         "(torch.cuda.max_memory_allocated / max_memory_reserved); predicted allocated: the simulated peak less the CUDA context"

@@ -424,8 +424,9 @@ void print_info(const Options& o, int visible, int used, Bytes max_bytes, Bytes 
   emit_info("timing",
             "back-to-back iterations, CUDA events on GPU 0 after its stream waited for every GPU's stream; "
             "median/min/max of the per-iteration times");
-  emit_info("collectives", "ncclCommInitAll over GPUs 0..k-1 for k = 2.." + std::to_string(used) +
-                               ", one stream per GPU, ncclGroupStart/End per iteration, out of place");
+  emit_info("collectives", used < 2 ? std::string("none: one GPU has no collective to measure")
+                                     : "ncclCommInitAll over GPUs 0..k-1 for k = 2.." + std::to_string(used) +
+                                           ", one stream per GPU, ncclGroupStart/End per iteration, out of place");
   emit_info("send_recv_impl", "ncclSend GPU 0 -> ncclRecv GPU 1, ranks = 2 only; one-way time");
   emit_info("size_rule", "all_gather/reduce_scatter sizes rounded down to a multiple of ranks x 4 B");
   emit_info("copy_impl", "cudaMemcpyAsync on GPU 0; h2d/d2h with cudaMallocHost pinned memory; d2d within GPU 0");
