@@ -126,7 +126,7 @@ namespace {
 // updates] in cost.hpp), each issued by the host at eager PyTorch's cost.
 // Calibration times steps of m parameters in n tensors, waiting for the
 // GPU before each run, so a sample is the slower of the host's issuing and
-// the GPU's work: a cost per update (the host's: 55 us in fp32 and 88 us
+// the GPU's work: a cost per update (the host's: 64 us in fp32 and 107 us
 // with 16-bit masters on the H100 machine) and per parameter (at 16M
 // parameters and more the GPU's bandwidth), fitted to the samples (least
 // squares on relative error, both kept non-negative). The host issues a
