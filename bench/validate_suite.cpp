@@ -12,7 +12,9 @@
 // keeps every run's measurements under DIR (one folder a row), and
 //   dtsim_validate_suite --device cuda --cluster 1xh100 --profile P.h5 --cases bench/gpu-cases.txt --replay DIR
 // makes the table again from them with this build's predictions (Note
-// [Recorded runs] in cli/validate.cpp), running nothing. Targets (issue: on
+// [Recorded runs] in cli/validate.cpp), running nothing. With --runs,
+// --resume runs only the rows DIR has no measurements of yet and reports
+// the others from DIR: a lease that ends mid-suite loses only its last row. Targets (issue: on
 // a real GPU): median |error| of iteration time <= 5%, every row within
 // 15%; of allocated peak memory <= 3%.
 //
@@ -300,7 +302,7 @@ int main(int argc, char** argv) {
   int steps = 30, procs = 2, rounds = 3, make_up = 2, warmup = -1;
   std::vector<std::string> models{"gpt2-tiny", "bert-tiny", "bilstm-tiny"};
   std::vector<std::string> plans{"ddp", "zero1", "zero2", "zero3", "fsdp", "zero2-offload", "gpipe", "1f1b", "model-parallel", "megatron-tp"};
-  bool procs_set = false, steps_set = false, rounds_set = false, make_up_set = false;
+  bool procs_set = false, steps_set = false, rounds_set = false, make_up_set = false, resume = false;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto value = [&]() -> std::string {
@@ -325,10 +327,11 @@ int main(int argc, char** argv) {
     else if (a == "--cases") cases_file = value();
     else if (a == "--runs") runs_dir = value();
     else if (a == "--replay") replay_dir = value();
+    else if (a == "--resume") resume = true;
     else {
       std::fprintf(stderr,
                    "dtsim_validate_suite: unknown option %s; valid: --profile, --steps, --warmup, --rounds, --make-up, --procs, --models, "
-                   "--plans, --device, --cluster, --cases, --runs, --replay, --out, --json\n",
+                   "--plans, --device, --cluster, --cases, --runs, --resume, --replay, --out, --json\n",
                    a.c_str());
       return 2;
     }
@@ -344,6 +347,10 @@ int main(int argc, char** argv) {
   }
   if (!replay_dir.empty() && !runs_dir.empty()) {
     std::fprintf(stderr, "dtsim_validate_suite: --runs records runs and --replay reports recorded ones: give one of them\n");
+    return 2;
+  }
+  if (resume && runs_dir.empty()) {
+    std::fprintf(stderr, "dtsim_validate_suite: --resume needs --runs DIR (the runs to resume)\n");
     return 2;
   }
   // Note [GPU suite]: one round, one rank, a few warm-up steps.
@@ -395,11 +402,16 @@ int main(int argc, char** argv) {
     for (const auto& kv : row.sets) cmd += " --set " + kv;
     if (!profile.empty()) cmd += " --profile " + profile;
     const std::string folder = slug(row.label) + (rounds > 1 ? "-" + slug(round) : "");
-    if (!runs_dir.empty()) cmd += " --run-dir " + runs_dir + "/" + folder;
+    const bool recorded = resume && std::filesystem::exists(runs_dir + "/" + folder + "/rank-0.json");
+    if (recorded) {
+      cmd += " --measured " + runs_dir + "/" + folder;
+    } else if (!runs_dir.empty()) {
+      cmd += " --run-dir " + runs_dir + "/" + folder;
+    }
     if (!replay_dir.empty()) cmd += " --measured " + replay_dir + "/" + folder;
     cmd += " 2>&1";
     const auto [status, text] = capture(cmd);
-    if (!runs_dir.empty()) dtsim::sim::write_file_atomic(runs_dir + "/" + folder + "/report.json", text);
+    if (!runs_dir.empty() && !recorded) dtsim::sim::write_file_atomic(runs_dir + "/" + folder + "/report.json", text);
     Run r;
     try {
       if (status != 0) throw std::runtime_error(text.substr(0, text.find('\n')));

@@ -219,6 +219,7 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   for (auto* v : {&adam_, &adam_mixed_, &sgd_, &bucket_in_, &bucket_out_, &host_adam_}) {
     std::sort(v->begin(), v->end(), [](const KernelSample* a, const KernelSample* b) { return std::pair(a->n, a->m) < std::pair(b->n, b->m); });
   }
+  for (const KernelSample* k : host_adam_) host_adam_by_precision_[k->precision].push_back(k);
   adam_cost_ = fit_update_cost(adam_);
   adam_mixed_cost_ = fit_update_cost(adam_mixed_);
   sgd_cost_ = fit_update_cost(sgd_);
@@ -278,6 +279,11 @@ const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::st
 std::optional<ProfileCosts::UpdateCost> ProfileCosts::update_cost(Optimizer o, Precision p) const {
   if (o == Optimizer::kSgd) return sgd_cost_;
   return p != Precision::kFp32 && adam_mixed_cost_ ? adam_mixed_cost_ : adam_cost_;
+}
+
+const std::vector<const KernelSample*>& ProfileCosts::host_optimizer_samples(Precision p) const {
+  const auto it = host_adam_by_precision_.find(p);
+  return it != host_adam_by_precision_.end() ? it->second : host_adam_;
 }
 
 double ProfileCosts::launch_seconds(const std::string& signature, Precision p, Pass pass) const {
@@ -462,7 +468,7 @@ TimeNs ProfileComputeModel::layer_launch_time(const Layer& layer, Pass pass, Pre
 // from the 16-bit gradient, the 16-bit copy out), by parameters; SGD and
 // hosts it did not time get the datasheet's bound.
 TimeNs ProfileComputeModel::host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const {
-  const auto& samples = costs_->host_optimizer_samples();
+  const auto& samples = costs_->host_optimizer_samples(p);
   if (samples.empty() || params <= 0 || o == Optimizer::kSgd) return ComputeModel::host_optimizer_time(params, o, p, cluster);
   if (sources_) ++sources_->optimizer_measured;
   return seconds_to_ns(timed_seconds(samples, params, 1));

@@ -60,9 +60,9 @@ class ProfileCosts {
   /// those, else fp32's), by tensors then parameters (KernelSample m =
   /// parameters, n = tensors); empty if none.
   const std::vector<const KernelSample*>& optimizer_samples(Optimizer o, Precision p = Precision::kFp32) const;
-  /// The timed host steps of ZeRO-Offload (kernel "host_adam"), by
-  /// parameters; empty if none.
-  const std::vector<const KernelSample*>& host_optimizer_samples() const { return host_adam_; }
+  /// The timed host steps of ZeRO-Offload (kernel "host_adam") of
+  /// precision p where timed, else of any precision, by parameters; empty if none.
+  const std::vector<const KernelSample*>& host_optimizer_samples(Precision p) const;
   /// The timed gradient-bucket copies (kernels "bucket_in", "bucket_out"),
   /// sorted as optimizer_samples; empty if none.
   const std::vector<const KernelSample*>& bucket_samples(bool out) const { return out ? bucket_out_ : bucket_in_; }
@@ -86,6 +86,7 @@ class ProfileCosts {
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::string, FitTerms> copies_;
   std::vector<const KernelSample*> adam_, adam_mixed_, sgd_, bucket_in_, bucket_out_, host_adam_;
+  std::map<Precision, std::vector<const KernelSample*>> host_adam_by_precision_;
 };
 
 /// A warning if the profile was measured on another kind of device than
