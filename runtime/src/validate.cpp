@@ -461,8 +461,8 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
     }
     out << "\n";
   }
-  // The caching allocator's reserve: allocated peak, cached free blocks
-  // and rounding to its segments (Note [Caching allocator] in sim/src/predict.cpp).
+  // The caching allocator's reserve: allocated peak, cached free blocks and
+  // rounding to its segments; measured, not predicted (docs/validation-gpu.md).
   for (const auto& r : m.ranks) {
     if (r.reserved_peak_bytes <= 0) continue;
     out << "  rank " << r.rank << " reserved: " << human_bytes(static_cast<double>(r.reserved_peak_bytes)) << " at its peak ("

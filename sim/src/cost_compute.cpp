@@ -30,13 +30,11 @@ TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, cons
   return kernels_time(pass == Pass::kForward ? layer.forward : layer.backward, p);
 }
 
-int layer_updates(std::int64_t params, int tensors) {
-  if (params <= 0) return 0;
-  const auto chunks = static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk);
-  return std::max(std::max(1, tensors), chunks);
-}
-
 int flat_updates(std::int64_t params) { return params <= 0 ? 0 : static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk); }
+
+int layer_updates(std::int64_t params, int tensors) {
+  return params <= 0 ? 0 : std::max({1, tensors, flat_updates(params)});
+}
 
 double update_bytes_per_param(Optimizer o, Precision p) {
   const bool mixed = p != Precision::kFp32;

@@ -634,8 +634,9 @@ void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int
   torch::NoGradGuard no_grad;
   // Note [Mixed-precision step]
   const bool mixed = p.scalar_type() != torch::kFloat && p.scalar_type() != torch::kDouble;
-  if (mixed && !s.master.defined()) s.master = p.detach().to(torch::kFloat).reshape({-1}).clone();
-  torch::Tensor w = mixed ? s.master : p.reshape({-1});  // what the update steps (fp32)
+  const torch::Tensor flat = p.reshape({-1});  // a view: p is contiguous
+  if (mixed && !s.master.defined()) s.master = flat.detach().to(torch::kFloat).clone();
+  torch::Tensor w = mixed ? s.master : flat;  // what the update steps (fp32)
   const torch::Tensor grad = g.reshape({-1});
   if (!c.sgd && !s.m.defined()) {
     s.m = torch::zeros_like(w);
@@ -660,7 +661,7 @@ void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int
       auto denom = (V / bc2).sqrt_().add_(c.eps);
       W.addcdiv_(M, denom, -c.lr / bc1);
     }
-    if (mixed) p.reshape({-1}).narrow(0, at, len).copy_(W);
+    if (mixed) flat.narrow(0, at, len).copy_(W);
   }
 }
 

@@ -137,7 +137,7 @@ class ComputeModel {
 /// kernels, so a step costs per chunk ("update") and per parameter, not per
 /// tensor: gpt2's 148 tensors are 157 updates (its 38.6M-element token
 /// embedding ten of them), a ZeRO shard of 31M parameters 8. Lowering counts
-/// updates with optimizer_updates().
+/// them with layer_updates() and flat_updates().
 inline constexpr std::int64_t kUpdateChunk = std::int64_t{1} << 22;
 /// Updates of a layer's parameters: a chunk per tensor, and more where its
 /// tensors together exceed a chunk each (the largest tensor takes them).
