@@ -827,3 +827,14 @@ TEST_CASE("profile show gives no bandwidth for a fit its bytes do not explain", 
   CHECK(text.find("4.35e+04 GB/s") == std::string::npos);
   CHECK(text.find("peak 714 TFLOP/s") != std::string::npos);
 }
+
+TEST_CASE("a profile whose layer memory is not a byte count is refused with one line", "[calibrate][bad-input]") {
+  Profile p = sample_profile();
+  p.layers[0].forward_transient = -5;  // -1 means "not measured"; nothing lower is a count
+  const std::string path = temp_path("bad-layer-memory");
+  save_profile(p, path);
+  const std::string e = error_of([&] { load_profile(path); });
+  std::filesystem::remove(path);
+  CHECK(e.find("/layers/forward_transient_bytes: row 0 is not a byte count") != std::string::npos);
+  CHECK(e.find('\n') == std::string::npos);
+}
