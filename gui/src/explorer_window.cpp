@@ -953,10 +953,10 @@ struct ExplorerWindow::Impl {
     double top = gib(p.capacity);
     for (const auto& r : p.ranks) top = std::max(top, gib(r.peak));
     if (overlay() && !measured->rank_peaks.empty()) {
-      // A real rank's stage follows the placement: stage = (rank / stride_pp) mod pp.
+      // A real rank's stage follows the placement (the mesh's pp coordinate).
       std::map<int, Bytes> by_stage;
       for (const auto& [rank, peak] : measured->rank_peaks) {
-        const int stage = (rank / std::max(1, p.plan.stride_pp)) % std::max(1, p.plan.pp);
+        const int stage = p.plan.mesh.coord(sim::Axis::kPp, rank);
         by_stage[stage] = std::max(by_stage[stage], peak);
       }
       auto* pts = new QScatterSeries;

@@ -255,9 +255,9 @@ class Trainer {
     const auto& p = c.setup.plan;
     plan_ = &p;
     const int r = c.rank;
-    tp_rank_ = (r / p.stride_tp) % p.tp;
-    stage_ = (r / p.stride_pp) % p.pp;
-    dp_rank_ = (r / p.stride_dp) % p.dp;
+    tp_rank_ = p.mesh.coord(sim::Axis::kTp, r);
+    stage_ = p.mesh.coord(sim::Axis::kPp, r);
+    dp_rank_ = p.mesh.coord(sim::Axis::kDp, r);
     zero_ = p.zero_stage;
     make_groups();
     // Nothing to scatter over one rank: ZeRO-2 is ZeRO-1 there.
@@ -342,14 +342,11 @@ class Trainer {
 
  private:
   // ---- topology ----------------------------------------------------------------------
-  int rank_at(int t, int p, int d) const { return t * plan_->stride_tp + p * plan_->stride_pp + d * plan_->stride_dp; }
-
   void make_groups() {
-    const auto& p = *plan_;
-    std::vector<int> dp, tp, pp;
-    for (int d = 0; d < p.dp; ++d) dp.push_back(rank_at(tp_rank_, stage_, d));
-    for (int t = 0; t < p.tp; ++t) tp.push_back(rank_at(t, stage_, dp_rank_));
-    for (int s = 0; s < p.pp; ++s) pp.push_back(rank_at(tp_rank_, s, dp_rank_));
+    const sim::Mesh& mesh = plan_->mesh;
+    const int me = c_.rank;
+    const std::vector<int> dp = mesh.group(sim::Axis::kDp, me), tp = mesh.group(sim::Axis::kTp, me),
+                           pp = mesh.group(sim::Axis::kPp, me);
     const std::string at_tp = std::to_string(tp_rank_), at_pp = std::to_string(stage_), at_dp = std::to_string(dp_rank_);
     dp_ = comm_.group("dp-t" + at_tp + "-p" + at_pp, dp);
     tp_ = comm_.group("tp-p" + at_pp + "-d" + at_dp, tp);
@@ -417,7 +414,7 @@ class Trainer {
     }
     if (p.pp > 1 && last.signature.find("tied=1") != std::string::npos && (stage_ == 0 || stage_ == p.pp - 1)) {
       emb_ = comm_.group("emb-t" + std::to_string(tp_rank_) + "-d" + std::to_string(dp_rank_),
-                         {rank_at(tp_rank_, 0, dp_rank_), rank_at(tp_rank_, p.pp - 1, dp_rank_)});
+                         {p.mesh.with_coord(c_.rank, sim::Axis::kPp, 0), p.mesh.with_coord(c_.rank, sim::Axis::kPp, p.pp - 1)});
       emb_weight_ = stage_ == 0 ? units_.front().layer->module().named_parameters()["wte.weight"] : tied_;
     }
     data_ = std::make_unique<DataSource>(c_.options.data, *c_.setup.model, layers_, p.seq_len, c_.options.seed);

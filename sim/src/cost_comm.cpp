@@ -129,4 +129,15 @@ CollectiveCost AnalyticCommModel::host_copy(Bytes bytes) const {
   return c;
 }
 
+CommGroup axis_group(const Mesh& mesh, Axis axis, int per_node, int members, int step) {
+  CommGroup g;
+  g.ranks = members == 0 ? mesh.size(axis) : members;
+  if (g.ranks <= 1) return g;
+  const int stride = mesh.stride(axis) * step;
+  g.ranks_per_node = stride >= per_node ? 1 : std::min(g.ranks, per_node / stride);
+  // Groups interleaved on a node cross its NICs at once.
+  g.groups_per_node = std::max(1, std::min(stride, per_node));
+  return g;
+}
+
 }  // namespace dtsim::sim

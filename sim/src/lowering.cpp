@@ -74,7 +74,7 @@ class Lowering {
     w_ = element_bytes(p.precision);
     zero_ = p.zero_stage;
     n_ = p.shard_group;
-    tp_group_ = detail::dim_group(p.tp, p.stride_tp, c.gpus_per_node);
+    tp_group_ = axis_group(p.mesh, Axis::kTp, c.gpus_per_node);
     // Every micro-step repeats the same layer work: price each layer once.
     fwd_time_.reserve(layers_.size());
     bwd_time_.reserve(layers_.size());
@@ -127,15 +127,13 @@ class Lowering {
   // ---- communicators -------------------------------------------------------
   void setup_groups(SimRank& rank) {
     const int per_node = cluster_.gpus_per_node;
-    dp_group_ = detail::dim_group(plan_.dp, plan_.stride_dp, per_node);
-    shard_group_ = detail::dim_group(n_, plan_.stride_dp, per_node);
+    dp_group_ = axis_group(plan_.mesh, Axis::kDp, per_node);
+    shard_group_ = axis_group(plan_.mesh, Axis::kDp, per_node, n_);
     int inter_groups = dp_group_.ranks_per_node < dp_group_.ranks ? dp_group_.groups_per_node : 1;
     if (plan_.hybrid_shard && plan_.dp > n_) {
-      // Replicas of each shard sit one per node; every local rank's group
-      // crosses the network at once.
-      replica_group_.ranks = plan_.dp / n_;
-      replica_group_.ranks_per_node = 1;
-      replica_group_.groups_per_node = std::min(per_node, n_ * plan_.stride_dp);
+      // The replicas of each shard, n_ data-parallel ranks apart (a node's
+      // shard group apart); every local rank's group crosses the network at once.
+      replica_group_ = axis_group(plan_.mesh, Axis::kDp, per_node, plan_.dp / n_, n_);
       inter_groups = replica_group_.groups_per_node;
     }
     detail::set_link_capacity(rank, cluster_, comm_, inter_groups);
@@ -164,6 +162,7 @@ class Lowering {
     t.phase = Phase::kComm;
     t.stream = kCompute;
     t.op = comms.front().op;
+    t.axis = comms.front().axis;
     for (const auto& c : comms) t.bytes += c.bytes * c.count;
     t.cost = pass == Pass::kForward ? tp_fwd_[l] : tp_bwd_[l];
     t.deps = {after};
@@ -200,9 +199,11 @@ class Lowering {
     return g_.add(std::move(t));
   }
 
+  /// A collective over the data-parallel axis (or a sub-group of it).
   TaskId collective(const std::string& name, CollectiveOp op, Bytes bytes, const CommGroup& group, int stream,
                     std::vector<TaskId> deps, std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}) {
     Task t;
+    t.axis = Axis::kDp;
     t.name = name;
     t.kind = TaskKind::kCollective;
     t.phase = Phase::kComm;

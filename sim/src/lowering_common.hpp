@@ -14,19 +14,6 @@
 
 namespace dtsim::sim::detail {
 
-/// The communicator of one parallel dimension of `size` ranks whose members
-/// are `stride` ranks apart (ResolvedPlan's strides), on nodes of `per_node`
-/// GPUs numbered consecutively.
-inline CommGroup dim_group(int size, int stride, int per_node) {
-  CommGroup g;
-  g.ranks = size;
-  if (size <= 1) return g;
-  g.ranks_per_node = stride >= per_node ? 1 : std::min(size, per_node / stride);
-  // Groups interleaved on a node cross its NICs at once.
-  g.groups_per_node = std::max(1, std::min(stride, per_node));
-  return g;
-}
-
 /// The shape of one micro-batch of a resolved plan, as the model describes
 /// one rank's share of it (tensor-parallel shard included).
 inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& device) {

@@ -219,8 +219,8 @@ class PipelineLowering {
     const WorkloadShape shape = detail::workload_shape(plan_, cluster_.device);
     layers_ = model_.layers(shape);
     w_ = element_bytes(plan_.precision);
-    tp_group_ = detail::dim_group(plan_.tp, plan_.stride_tp, cluster_.gpus_per_node);
-    dp_group_ = detail::dim_group(plan_.dp, plan_.stride_dp, cluster_.gpus_per_node);
+    tp_group_ = axis_group(plan_.mesh, Axis::kTp, cluster_.gpus_per_node);
+    dp_group_ = axis_group(plan_.mesh, Axis::kDp, cluster_.gpus_per_node);
     const std::size_t n = layers_.size();
     fwd_.resize(n);
     bwd_.resize(n);
@@ -330,21 +330,22 @@ class PipelineLowering {
 
   CommGroup p2p_group(int from_stage, int to_stage) const {
     const int per_node = cluster_.gpus_per_node;
-    const bool same = (from_stage * plan_.stride_pp) / per_node == (to_stage * plan_.stride_pp) / per_node;
+    const int stride = plan_.mesh.stride(Axis::kPp);
+    const bool same = (from_stage * stride) / per_node == (to_stage * stride) / per_node;
     CommGroup g;
     g.ranks = 2;
     g.ranks_per_node = same ? 2 : 1;
-    g.groups_per_node = same ? 1 : std::max(1, std::min(per_node, plan_.stride_pp));
+    g.groups_per_node = same ? 1 : std::max(1, std::min(per_node, stride));
     return g;
   }
 
   // ---- ranks -----------------------------------------------------------------
   void make_ranks() {
     const int inter_groups = std::max(dp_group_.ranks_per_node < dp_group_.ranks ? dp_group_.groups_per_node : 1,
-                                      std::min(cluster_.gpus_per_node, plan_.stride_pp));
+                                      std::min(cluster_.gpus_per_node, plan_.mesh.stride(Axis::kPp)));
     for (int s = 0; s < plan_.pp; ++s) {
       SimRank r;
-      r.rank = s * plan_.stride_pp;
+      r.rank = plan_.mesh.with_coord(0, Axis::kPp, s);
       r.stage = s;
       r.replicas = plan_.dp * plan_.tp;
       r.streams = {"compute", "grad comm", "send fwd", "send bwd"};
@@ -379,9 +380,10 @@ class PipelineLowering {
     return g_.add(std::move(t));
   }
 
-  TaskId comm(std::string n, int rank, int stream, CollectiveOp op, Bytes bytes, const CollectiveCost& cost,
+  TaskId comm(std::string n, int rank, int stream, Axis axis, CollectiveOp op, Bytes bytes, const CollectiveCost& cost,
               std::vector<TaskId> deps) {
     Task t;
+    t.axis = axis;
     t.name = std::move(n);
     t.kind = TaskKind::kCollective;
     t.phase = Phase::kComm;
@@ -408,7 +410,7 @@ class PipelineLowering {
     if (plan_.tp <= 1 || ops.empty()) return after;
     Bytes bytes = 0;
     for (const auto& o : ops) bytes += o.bytes * o.count;
-    return comm(name(what, vs, i), s, kCompute, ops.front().op, bytes, forward ? ch.tp_fwd : ch.tp_bwd, {after});
+    return comm(name(what, vs, i), s, kCompute, ops.front().axis, ops.front().op, bytes, forward ? ch.tp_fwd : ch.tp_bwd, {after});
   }
 
   /// Note [Send buffers]: a stage keeps the buffers of its last two sends
@@ -433,7 +435,7 @@ class PipelineLowering {
                       {{MemCategory::kActivations, ch.kept + ch.held}}, std::move(on_end));
     f_exit_[c] = tp_after("tp fwd", s, vs, i, ch, true, f_entry_[c]);
     if (vs + 1 < static_cast<int>(chunks_.size())) {
-      send_f_[c] = comm(name("send act", vs, i), s, kSendFwd, CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {f_exit_[c]});
+      send_f_[c] = comm(name("send act", vs, i), s, kSendFwd, Axis::kPp, CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {f_exit_[c]});
     }
     return f_exit_[c];
   }
@@ -479,7 +481,7 @@ class PipelineLowering {
         const TaskId in = bucket_copy("copy grads in", s, vs, i, k, ch.buckets[k], false);
         reduces.push_back(comm(named_ ? "all_reduce grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k)
                                       : std::string(),
-                               s, kGradComm, CollectiveOp::kAllReduce, bytes,
+                               s, kGradComm, Axis::kDp, CollectiveOp::kAllReduce, bytes,
                                comm_.collective(CollectiveOp::kAllReduce, bytes, dp_group_), {in < 0 ? seg : in}));
         b = seg;
       }
@@ -490,7 +492,7 @@ class PipelineLowering {
     }
     const TaskId exit = tp_after("tp bwd", s, vs, i, ch, false, b);
     if (vs > 0) {
-      send_b_[c] = comm(name("send grad", vs, i), s, kSendBwd, CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {exit});
+      send_b_[c] = comm(name("send grad", vs, i), s, kSendBwd, Axis::kPp, CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {exit});
     }
     // The reduced buckets go back into the gradients once the chunk's
     // backward is done and its gradient sent, as DDP's reducer finalizes
@@ -513,7 +515,7 @@ class PipelineLowering {
       if (ch.tied > 0 && (vs == 0 || vs + 1 == static_cast<int>(chunks_.size()))) {
         // The tied embedding's gradient, summed between the first and last stage.
         const Bytes bytes = ch.tied * w_;
-        TaskId t = comm(named_ ? "all_reduce tied embedding" : std::string(), s, kGradComm, CollectiveOp::kAllReduce,
+        TaskId t = comm(named_ ? "all_reduce tied embedding" : std::string(), s, kGradComm, Axis::kPp, CollectiveOp::kAllReduce,
                         bytes, comm_.collective(CollectiveOp::kAllReduce, bytes, p2p_group(0, pp - 1)), {last_b[k]});
         g_.tasks[t].collective = 1;
         g_.tasks[t].participants = 2;
@@ -543,7 +545,7 @@ class PipelineLowering {
     g_.tasks[step].deps = std::move(deps);
     if (plan_.zero_stage == 1 && plan_.shard_group > 1) {
       const Bytes all = params * w_;
-      comm("all_gather params", s, kGradComm, CollectiveOp::kAllGather, all,
+      comm("all_gather params", s, kGradComm, Axis::kDp, CollectiveOp::kAllGather, all,
            comm_.collective(CollectiveOp::kAllGather, all, dp_group_), {step});
     }
   }

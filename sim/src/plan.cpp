@@ -96,12 +96,14 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     if (sorted != std::vector<std::string>{"dp", "pp", "tp"}) {
       bad(s, "placement", "'" + s.placement + "' is not an order of tp, pp and dp; valid e.g. tp,pp,dp (the default) or tp,dp,pp");
     }
-    int stride = 1;
-    for (const auto& d : dims) {
-      const int size = d == "tp" ? r.tp : d == "pp" ? r.pp : r.dp;
-      (d == "tp" ? r.stride_tp : d == "pp" ? r.stride_pp : r.stride_dp) = stride;
-      stride *= size;
-    }
+    std::vector<Axis> order;
+    for (const auto& d : dims) order.push_back(*axis_from_string(d));
+    std::array<int, kAxes> sizes{};
+    sizes.fill(1);
+    sizes[static_cast<int>(Axis::kTp)] = r.tp;
+    sizes[static_cast<int>(Axis::kPp)] = r.pp;
+    sizes[static_cast<int>(Axis::kDp)] = r.dp;
+    r.mesh = Mesh(order, sizes);
   }
 
   // Batch: global = micro x accum x dp (DeepSpeed's rule); any two set the third.

@@ -220,6 +220,7 @@ std::string to_chrome_trace(const Prediction& p) {
     if (t.kind == TaskKind::kCollective) {
       j.key("args").begin_object();
       j.field("op", to_string(t.op)).field("bytes", static_cast<std::int64_t>(t.bytes)).field("algorithm", t.cost.algorithm);
+      if (t.axis) j.field("axis", to_string(*t.axis));
       j.end_object();
     }
     j.end_object();

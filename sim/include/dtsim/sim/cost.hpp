@@ -37,6 +37,11 @@ struct CommGroup {
   int nodes() const { return (ranks + ranks_per_node - 1) / ranks_per_node; }
 };
 
+/// The communicator along `axis` of a mesh on nodes of `per_node` GPUs
+/// numbered consecutively: `members` ranks (0: the axis's size) `step`
+/// coordinates apart (a sub-group, as FSDP's HYBRID_SHARD splits dp).
+CommGroup axis_group(const Mesh& mesh, Axis axis, int per_node, int members = 0, int step = 1);
+
 /// The cost of one collective, split so the engine can share link bandwidth:
 /// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
 struct CollectiveCost {

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/sim/mesh.hpp"
 #include "dtsim/sim/units.hpp"
 
 namespace dtsim::sim {
@@ -66,6 +67,7 @@ struct LayerComm {
   CollectiveOp op = CollectiveOp::kAllReduce;
   Bytes bytes = 0;
   int count = 1;
+  Axis axis = Axis::kTp;  ///< the mesh axis whose group runs it
 };
 
 /// One layer for a given WorkloadShape.

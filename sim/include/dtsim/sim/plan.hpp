@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/mesh.hpp"
 #include "dtsim/sim/model.hpp"
 
 namespace dtsim::sim {
@@ -99,9 +100,9 @@ struct ResolvedPlan {
   /// Layers per stage as given, or as lowering balanced them (one entry per
   /// model chunk: pp x virtual_stages). Counts every layer of Model::layers.
   std::vector<int> stage_layers;
-  /// Rank stride of each dimension from the placement: rank = t*stride_tp +
-  /// p*stride_pp + d*stride_dp.
-  int stride_tp = 1, stride_pp = 1, stride_dp = 1;
+  /// The ranks over the plan's axes, laid out as `spec.placement` orders
+  /// them; dp, tp and pp above are its sizes. Groups come from here.
+  Mesh mesh;
   int gpus_used() const { return dp * tp * pp; }
 };
 

@@ -8,6 +8,7 @@
 
 #include <array>
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -55,6 +56,8 @@ struct Task {
   TimeNs launch = 0;
   CollectiveCost cost;         ///< kCollective
   CollectiveOp op = CollectiveOp::kAllReduce;
+  /// kCollective: the mesh axis whose group runs it (none: a host copy).
+  std::optional<Axis> axis;
   Bytes bytes = 0;             ///< payload, for reports and traces
   std::int64_t collective = -1;  ///< participants share this key (-1: this rank alone)
   int participants = 1;        ///< simulated ranks taking part

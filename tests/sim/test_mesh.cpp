@@ -1,0 +1,85 @@
+#include <catch2/catch.hpp>
+
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/mesh.hpp"
+
+using namespace dtsim::sim;
+
+namespace {
+Mesh cube(std::vector<Axis> order) {
+  std::array<int, kAxes> sizes{};
+  sizes.fill(1);
+  sizes[static_cast<int>(Axis::kTp)] = 2;
+  sizes[static_cast<int>(Axis::kPp)] = 2;
+  sizes[static_cast<int>(Axis::kDp)] = 2;
+  return Mesh(order, sizes);
+}
+}  // namespace
+
+TEST_CASE("a 2x2x2 mesh in Megatron's order tp, pp, dp: groups by hand", "[mesh]") {
+  // Innermost first: rank = t + 2p + 4d. Rank 5 = (t 1, p 0, d 1).
+  const Mesh m = cube({Axis::kTp, Axis::kPp, Axis::kDp});
+  CHECK(m.ranks() == 8);
+  CHECK(m.stride(Axis::kTp) == 1);
+  CHECK(m.stride(Axis::kPp) == 2);
+  CHECK(m.stride(Axis::kDp) == 4);
+  CHECK(m.coord(Axis::kTp, 5) == 1);
+  CHECK(m.coord(Axis::kPp, 5) == 0);
+  CHECK(m.coord(Axis::kDp, 5) == 1);
+  CHECK(m.group(Axis::kTp, 5) == std::vector<int>{4, 5});
+  CHECK(m.group(Axis::kPp, 5) == std::vector<int>{5, 7});
+  CHECK(m.group(Axis::kDp, 5) == std::vector<int>{1, 5});
+  // Axes of size 1 are groups of one.
+  CHECK(m.group(Axis::kCp, 5) == std::vector<int>{5});
+  CHECK(m.placement() == "tp,pp,dp");
+}
+
+TEST_CASE("a 2x2x2 mesh with dp inside pp (tp, dp, pp): groups by hand", "[mesh]") {
+  // rank = t + 2d + 4p. Rank 6 = (t 0, d 1, p 1).
+  const Mesh m = cube({Axis::kTp, Axis::kDp, Axis::kPp});
+  CHECK(m.coord(Axis::kTp, 6) == 0);
+  CHECK(m.coord(Axis::kDp, 6) == 1);
+  CHECK(m.coord(Axis::kPp, 6) == 1);
+  CHECK(m.group(Axis::kTp, 6) == std::vector<int>{6, 7});
+  CHECK(m.group(Axis::kDp, 6) == std::vector<int>{4, 6});
+  CHECK(m.group(Axis::kPp, 6) == std::vector<int>{2, 6});
+  CHECK(m.with_coord(6, Axis::kPp, 0) == 2);
+  CHECK(m.placement() == "tp,dp,pp");
+}
+
+TEST_CASE("context and expert axes fit the mesh without changing its shape", "[mesh]") {
+  std::array<int, kAxes> sizes{};
+  sizes.fill(1);
+  sizes[static_cast<int>(Axis::kTp)] = 2;
+  sizes[static_cast<int>(Axis::kCp)] = 2;
+  sizes[static_cast<int>(Axis::kDp)] = 2;
+  const Mesh m({Axis::kTp, Axis::kCp, Axis::kDp}, sizes);
+  // rank = t + 2c + 4d: the cp group of rank 1 is {1, 3}.
+  CHECK(m.group(Axis::kCp, 1) == std::vector<int>{1, 3});
+  CHECK(m.placement() == "tp,cp,dp,pp");
+}
+
+TEST_CASE("an axis's communicator on the nodes", "[mesh]") {
+  // 8 GPUs per node, tp 2 innermost, dp 8 outside it: dp's 8 members are 2
+  // ranks apart, so 4 share a node and 2 such groups (one per tp rank)
+  // cross each node's NICs at once.
+  std::array<int, kAxes> sizes{};
+  sizes.fill(1);
+  sizes[static_cast<int>(Axis::kTp)] = 2;
+  sizes[static_cast<int>(Axis::kDp)] = 8;
+  const Mesh m({Axis::kTp, Axis::kPp, Axis::kDp}, sizes);
+  const CommGroup dp = axis_group(m, Axis::kDp, 8);
+  CHECK(dp.ranks == 8);
+  CHECK(dp.ranks_per_node == 4);
+  CHECK(dp.groups_per_node == 2);
+  CHECK(dp.nodes() == 2);
+  const CommGroup tp = axis_group(m, Axis::kTp, 8);
+  CHECK(tp.ranks == 2);
+  CHECK(tp.ranks_per_node == 2);
+  CHECK(tp.groups_per_node == 1);
+  // HYBRID_SHARD's replica group: 2 members, 4 dp ranks (8 ranks) apart: one per node.
+  const CommGroup replicas = axis_group(m, Axis::kDp, 8, 2, 4);
+  CHECK(replicas.ranks == 2);
+  CHECK(replicas.ranks_per_node == 1);
+  CHECK(replicas.groups_per_node == 8);
+}
