@@ -39,7 +39,13 @@ int main(int argc, char** argv) {
     std::cerr << "dtsim: " << e.what() << " (this is a bug in dtsim; please report it)\n";
     return 70;
   } catch (const Error& e) {
-    std::cerr << "dtsim: " << e.what() << "\n";
+    // One line per problem (a plan's are all reported at once).
+    const std::string what = e.what();
+    std::size_t from = 0;
+    for (std::size_t nl; (nl = what.find('\n', from)) != std::string::npos; from = nl + 1) {
+      std::cerr << "dtsim: " << what.substr(from, nl - from) << "\n";
+    }
+    std::cerr << "dtsim: " << what.substr(from) << "\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "dtsim: unexpected error: " << e.what() << "\n";

@@ -11,6 +11,7 @@
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/profile.hpp"
 
 namespace dtsim::gui {
@@ -53,36 +54,18 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation) {
   return o;
 }
 
-namespace {
-
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d) {
-    if (n % d == 0) out.push_back(d);
-  }
-  return out;
-}
-
-}  // namespace
-
 KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp) {
+  // Every list is the rules table's (sim/rules.hpp), as resolve checks it.
+  const sim::PlanRules rules(model, cluster);
   KnobChoices c;
-  // Megatron keeps tensor parallelism inside a node (its all-reduces are on
-  // the critical path), and the heads and MLP width must split evenly.
-  for (int t : divisors(cluster.gpus_per_node)) {
-    if (model.tp_error(t).empty()) c.tp.push_back(t);
-  }
-  const int gpus = cluster.gpus();
-  const int per_tp = gpus % tp == 0 ? gpus / tp : 1;
-  for (int p : divisors(per_tp)) {
-    if (p <= std::max(1, model.blocks())) c.pp.push_back(p);
-  }
-  const int per_tp_pp = (pp > 0 && per_tp % pp == 0) ? per_tp / pp : 1;
-  c.dp = divisors(per_tp_pp);
-  c.precisions.push_back(sim::Precision::kFp32);
-  if (cluster.device.peak_fp16 > 0) c.precisions.push_back(sim::Precision::kFp16);
-  if (cluster.device.peak_bf16 > 0) c.precisions.push_back(sim::Precision::kBf16);
-  c.max_virtual_stages = std::max(1, model.blocks() / std::max(1, pp));
+  c.tp = rules.tp_values();
+  c.pp = rules.pp_values(tp);
+  if (c.pp.empty()) c.pp = {1};
+  c.dp = rules.dp_values(tp, pp > 0 ? pp : 1);
+  if (c.dp.empty()) c.dp = {1};
+  c.precisions = rules.precisions();
+  c.max_virtual_stages = std::max(1, rules.layers() / std::max(1, pp));
+  c.sequence_parallel = rules.sequence_parallel_values(tp).size() > 1;
   return c;
 }
 

@@ -675,7 +675,7 @@ struct ExplorerWindow::Impl {
     const bool interleaved = piped && schedule->currentData().toInt() == static_cast<int>(sim::Schedule::kInterleaved);
     vstages->setEnabled(interleaved);
     vstages->setMaximum(std::max(2, ch.max_virtual_stages));
-    sp->setEnabled(cur_tp > 1);
+    sp->setEnabled(ch.sequence_parallel);
     syncing = was;
   }
 

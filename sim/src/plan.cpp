@@ -5,21 +5,33 @@
 #include <vector>
 
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/rules.hpp"
 
 namespace dtsim::sim {
 namespace {
 
-[[noreturn]] void bad(const PlanSpec& s, const std::string& key, const std::string& message) {
-  throw ConfigError(s.origins.of("plan." + key) + ": plan." + key + ": " + message);
-}
-
-std::string divisors_up_to(int n) {
-  std::string out;
-  for (int d = 1; d <= n; ++d) {
-    if (n % d == 0) out += (out.empty() ? "" : ", ") + std::to_string(d);
+/// Every problem of a plan, each with where its key came from (Note [One
+/// pass of checks]).
+class Problems {
+ public:
+  explicit Problems(const PlanSpec& s) : s_(s) {}
+  void add(const std::string& key, const std::string& message) {
+    lines_.push_back(s_.origins.of("plan." + key) + ": plan." + key + ": " + message);
   }
-  return out;
-}
+  /// Throws them all as one ConfigError, one per line, if there are any.
+  void raise() const {
+    if (lines_.empty()) return;
+    std::string all;
+    for (const auto& l : lines_) all += (all.empty() ? "" : "\n") + l;
+    throw ConfigError(all);
+  }
+
+ private:
+  const PlanSpec& s_;
+  std::vector<std::string> lines_;
+};
+
+bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 }  // namespace
 
@@ -43,43 +55,65 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p) {
   return moments + (mixed ? 4 : 0);
 }
 
+// Note [One pass of checks]
+// resolve() reports every problem of a plan at once, each as the line it
+// would have been alone, so a user fixes a file in one round. A check whose
+// inputs already failed is skipped (a wrong tp makes dp's divisibility
+// meaningless), so one mistake is never reported twice. Every valid value
+// comes from the rules table (rules.hpp).
 ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& cluster) {
   ResolvedPlan r;
   r.spec = s;
+  Problems bad(s);
+  const PlanRules rules(model, cluster);
   const int gpus = cluster.gpus();
+
+  // Parallel degrees: tp, then pp (or the naive split), then dp.
   r.tp = s.tp;
-  if (const std::string why = model.tp_error(s.tp); !why.empty()) bad(s, "tp", std::to_string(s.tp) + ": " + why);
-  if (r.tp > cluster.gpus_per_node) {
-    bad(s, "tp", std::to_string(r.tp) + " exceeds the " + std::to_string(cluster.gpus_per_node) +
-                     " GPUs of a node (tensor parallelism needs the intra-node link); valid: " +
-                     divisors_up_to(cluster.gpus_per_node));
+  bool degrees_ok = true;
+  const auto tp_ok = rules.tp_values();
+  if (const std::string why = model.tp_error(s.tp); !why.empty()) {
+    bad.add("tp", std::to_string(s.tp) + ": " + why);
+    degrees_ok = false;
+  } else if (r.tp > cluster.gpus_per_node || !contains(tp_ok, r.tp)) {
+    bad.add("tp", std::to_string(r.tp) + (r.tp > cluster.gpus_per_node ? " exceeds" : " does not divide") + " the " +
+                      std::to_string(cluster.gpus_per_node) +
+                      " GPUs of a node (tensor parallelism needs the intra-node link); valid: " + join_values(tp_ok));
+    degrees_ok = false;
   }
   r.pp = s.pp;
   r.schedule = s.schedule;
   if (s.model_parallel > 0) {
     if (s.pp != 1 && s.pp != s.model_parallel) {
-      bad(s, "model_parallel", std::to_string(s.model_parallel) + " contradicts pp: " + std::to_string(s.pp) +
-                                   "; model_parallel is the naive split of pp stages without micro-batching, set only one");
+      bad.add("model_parallel", std::to_string(s.model_parallel) + " contradicts pp: " + std::to_string(s.pp) +
+                                    "; model_parallel is the naive split of pp stages without micro-batching, set only one");
+      degrees_ok = false;
     }
     r.pp = s.model_parallel;
     r.schedule = Schedule::kNaive;
   }
-  if (r.pp * r.tp > gpus || gpus % (r.pp * r.tp) != 0) {
-    bad(s, r.pp > 1 ? (s.model_parallel > 0 ? "model_parallel" : "pp") : "tp",
-        "tp x pp = " + std::to_string(r.tp * r.pp) + " does not divide the " + std::to_string(gpus) + " GPUs of " +
-            cluster.name + "; valid products: " + divisors_up_to(gpus));
+  if (degrees_ok && (r.pp * r.tp > gpus || gpus % (r.pp * r.tp) != 0)) {
+    std::vector<int> products;
+    for (int d = 1; d <= gpus; ++d) {
+      if (gpus % d == 0) products.push_back(d);
+    }
+    bad.add(r.pp > 1 ? (s.model_parallel > 0 ? "model_parallel" : "pp") : "tp",
+            "tp x pp = " + std::to_string(r.tp * r.pp) + " does not divide the " + std::to_string(gpus) + " GPUs of " +
+                cluster.name + "; valid products: " + join_values(products));
+    degrees_ok = false;
   }
-  r.dp = s.dp == 0 ? gpus / (r.tp * r.pp) : s.dp;
-  if (r.dp * r.tp * r.pp > gpus || gpus % (r.dp * r.tp * r.pp) != 0) {
+  r.dp = s.dp == 0 && degrees_ok ? gpus / (r.tp * r.pp) : std::max(1, s.dp);
+  if (degrees_ok && !contains(rules.dp_values(r.tp, r.pp), r.dp)) {
     const std::string what = r.tp * r.pp == 1 ? std::to_string(r.dp)
                                               : std::to_string(r.dp) + " x tp x pp = " + std::to_string(r.dp * r.tp * r.pp);
-    bad(s, "dp", what + " does not divide the " + std::to_string(gpus) + " GPUs of " + cluster.name + "; valid: " +
-                     divisors_up_to(gpus / (r.tp * r.pp)));
+    bad.add("dp", what + " does not divide the " + std::to_string(gpus) + " GPUs of " + cluster.name + "; valid: " +
+                      join_values(rules.dp_values(r.tp, r.pp)));
+    degrees_ok = false;
   }
   r.sequence_parallel = s.sequence_parallel;
-  if (r.sequence_parallel && r.tp == 1) bad(s, "sequence_parallel", "true needs tp > 1 (it splits what tensor parallelism replicates)");
+  if (r.sequence_parallel && r.tp == 1) bad.add("sequence_parallel", "true needs tp > 1 (it splits what tensor parallelism replicates)");
 
-  // Placement: ranks are numbered with the first dimension innermost.
+  // Placement: the mesh's axes, innermost first.
   {
     std::vector<std::string> dims;
     std::string cur;
@@ -94,86 +128,96 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     auto sorted = dims;
     std::sort(sorted.begin(), sorted.end());
     if (sorted != std::vector<std::string>{"dp", "pp", "tp"}) {
-      bad(s, "placement", "'" + s.placement + "' is not an order of tp, pp and dp; valid e.g. tp,pp,dp (the default) or tp,dp,pp");
+      bad.add("placement", "'" + s.placement + "' is not an order of tp, pp and dp; valid e.g. tp,pp,dp (the default) or tp,dp,pp");
+    } else if (degrees_ok) {
+      std::vector<Axis> order;
+      for (const auto& d : dims) order.push_back(*axis_from_string(d));
+      std::array<int, kAxes> sizes{};
+      sizes.fill(1);
+      sizes[static_cast<int>(Axis::kTp)] = r.tp;
+      sizes[static_cast<int>(Axis::kPp)] = r.pp;
+      sizes[static_cast<int>(Axis::kDp)] = r.dp;
+      r.mesh = Mesh(order, sizes);
     }
-    std::vector<Axis> order;
-    for (const auto& d : dims) order.push_back(*axis_from_string(d));
-    std::array<int, kAxes> sizes{};
-    sizes.fill(1);
-    sizes[static_cast<int>(Axis::kTp)] = r.tp;
-    sizes[static_cast<int>(Axis::kPp)] = r.pp;
-    sizes[static_cast<int>(Axis::kDp)] = r.dp;
-    r.mesh = Mesh(order, sizes);
   }
 
   // Batch: global = micro x accum x dp (DeepSpeed's rule); any two set the third.
   const std::int64_t dp = r.dp;
   std::int64_t mb = s.micro_batch, ga = s.grad_accum, gb = s.global_batch;
-  if (gb != 0) {
+  bool batch_ok = degrees_ok;
+  if (!degrees_ok) {
+    if (mb == 0) mb = 1;
+    if (ga == 0) ga = 1;
+  } else if (gb != 0) {
     if (mb != 0 && ga != 0) {
       if (mb * ga * dp != gb) {
-        bad(s, "global_batch", std::to_string(gb) + " != micro_batch x grad_accum x dp = " +
-                                   std::to_string(mb) + " x " + std::to_string(ga) + " x " +
-                                   std::to_string(dp) + "; give any two of the three");
+        bad.add("global_batch", std::to_string(gb) + " != micro_batch x grad_accum x dp = " + std::to_string(mb) + " x " +
+                                    std::to_string(ga) + " x " + std::to_string(dp) + "; give any two of the three");
+        batch_ok = false;
       }
     } else if (mb != 0) {
       if (gb % (mb * dp) != 0) {
-        bad(s, "global_batch", std::to_string(gb) + " is not a multiple of micro_batch x dp = " +
-                                   std::to_string(mb * dp));
+        bad.add("global_batch", std::to_string(gb) + " is not a multiple of micro_batch x dp = " + std::to_string(mb * dp));
+        batch_ok = false;
+      } else {
+        ga = gb / (mb * dp);
       }
-      ga = gb / (mb * dp);
     } else if (ga != 0) {
       if (gb % (ga * dp) != 0) {
-        bad(s, "global_batch", std::to_string(gb) + " is not a multiple of grad_accum x dp = " +
-                                   std::to_string(ga * dp));
+        bad.add("global_batch", std::to_string(gb) + " is not a multiple of grad_accum x dp = " + std::to_string(ga * dp));
+        batch_ok = false;
+      } else {
+        mb = gb / (ga * dp);
       }
-      mb = gb / (ga * dp);
     } else {
       if (gb % dp != 0) {
-        bad(s, "global_batch", std::to_string(gb) + " is not a multiple of dp = " + std::to_string(dp));
+        bad.add("global_batch", std::to_string(gb) + " is not a multiple of dp = " + std::to_string(dp));
+        batch_ok = false;
+      } else {
+        mb = gb / dp;
+        ga = 1;
       }
-      mb = gb / dp;
-      ga = 1;
     }
   } else {
     if (mb == 0) mb = 1;
     if (ga == 0) ga = 1;
     gb = mb * ga * dp;
   }
-  r.micro_batch = mb;
-  r.grad_accum = ga;
+  r.micro_batch = std::max<std::int64_t>(1, mb);
+  r.grad_accum = std::max<std::int64_t>(1, ga);
   r.global_batch = gb;
 
   // Pipelines: chunks, schedules and the layers of each stage.
   r.virtual_stages = 1;
+  bool chunks_ok = degrees_ok;
   if (r.pp > 1 && r.schedule == Schedule::kInterleaved) {
     r.virtual_stages = s.virtual_stages == 0 ? 2 : s.virtual_stages;
-    if (r.virtual_stages < 2) bad(s, "virtual_stages", std::to_string(r.virtual_stages) + ": interleaving needs at least 2 model chunks per GPU");
-    if (r.grad_accum % r.pp != 0) {
-      bad(s, "micro_batches", std::to_string(r.grad_accum) + " micro-batches: the interleaved schedule needs a multiple of pp = " +
-                                  std::to_string(r.pp) + " (as Megatron-LM)");
+    if (r.virtual_stages < 2) {
+      bad.add("virtual_stages", std::to_string(r.virtual_stages) + ": interleaving needs at least 2 model chunks per GPU");
+      chunks_ok = false;
+    }
+    if (batch_ok && r.grad_accum % r.pp != 0) {
+      bad.add("micro_batches", std::to_string(r.grad_accum) + " micro-batches: the interleaved schedule needs a multiple of pp = " +
+                                   std::to_string(r.pp) + " (as Megatron-LM)");
     }
   } else if (s.virtual_stages > 1) {
-    bad(s, "virtual_stages", std::to_string(s.virtual_stages) + " needs schedule: interleaved and pp > 1");
+    bad.add("virtual_stages", std::to_string(s.virtual_stages) + " needs schedule: interleaved and pp > 1");
+    chunks_ok = false;
   }
-  if (r.pp > 1 || !s.stage_layers.empty()) {
+  if (chunks_ok && (r.pp > 1 || !s.stage_layers.empty())) {
     WorkloadShape one;
     const auto layers = model.layers(one);
     const int n = static_cast<int>(layers.size());
     const int chunks = r.pp * r.virtual_stages;
     if (chunks > n) {
-      bad(s, r.virtual_stages > 1 ? "virtual_stages" : "pp",
-          std::to_string(chunks) + " model chunks for the " + std::to_string(n) + " layers of " + model.name() +
-              "; every chunk needs a layer, valid pp x virtual_stages: 1 to " + std::to_string(n));
-    }
-    if (!s.stage_layers.empty()) {
-      if (static_cast<int>(s.stage_layers.size()) != chunks) {
-        bad(s, "stage_layers", std::to_string(s.stage_layers.size()) + " entries; need one per model chunk: pp x virtual_stages = " +
-                                   std::to_string(chunks));
-      }
+      bad.add(r.virtual_stages > 1 ? "virtual_stages" : "pp",
+              std::to_string(chunks) + " model chunks for the " + std::to_string(n) + " layers of " + model.name() +
+                  "; every chunk needs a layer, valid pp x virtual_stages: 1 to " + std::to_string(n));
+    } else if (!s.stage_layers.empty()) {
       int sum = 0;
+      bool each_ok = true;
       for (int c : s.stage_layers) {
-        if (c < 1) bad(s, "stage_layers", "every stage needs at least one layer");
+        each_ok = each_ok && c >= 1;
         sum += c;
       }
       int first_block = -1, last_block = -1;
@@ -184,30 +228,36 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
         }
       }
       const int blocks = first_block < 0 ? 0 : last_block - first_block + 1;
-      r.stage_layers = s.stage_layers;
-      if (sum == blocks && blocks != n) {
+      if (static_cast<int>(s.stage_layers.size()) != chunks) {
+        bad.add("stage_layers", std::to_string(s.stage_layers.size()) + " entries; need one per model chunk: pp x virtual_stages = " +
+                                    std::to_string(chunks));
+      } else if (!each_ok) {
+        bad.add("stage_layers", "every stage needs at least one layer");
+      } else if (sum == blocks && blocks != n) {
         // Counted in blocks: the embedding joins the first stage, the head the last.
+        r.stage_layers = s.stage_layers;
         r.stage_layers.front() += first_block;
         r.stage_layers.back() += n - 1 - last_block;
-      } else if (sum != n) {
-        bad(s, "stage_layers", "the entries sum to " + std::to_string(sum) + "; valid: " + std::to_string(blocks) +
-                                   " (the blocks of " + model.name() + ") or " + std::to_string(n) + " (all its layers)");
+      } else if (sum == n) {
+        r.stage_layers = s.stage_layers;
+      } else {
+        bad.add("stage_layers", "the entries sum to " + std::to_string(sum) + "; valid: " + std::to_string(blocks) +
+                                    " (the blocks of " + model.name() + ") or " + std::to_string(n) + " (all its layers)");
       }
     }
   }
-  if (r.pp > 1 && r.grad_accum < 1) r.grad_accum = 1;
 
-  r.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
-  if (r.seq_len > model.max_seq_len()) {
-    bad(s, "seq_len", std::to_string(r.seq_len) + " exceeds " + model.name() + "'s maximum of " +
-                          std::to_string(model.max_seq_len()) + "; valid: 1 to " +
-                          std::to_string(model.max_seq_len()));
+  r.seq_len = s.seq_len == 0 ? rules.max_seq_len() : s.seq_len;
+  if (r.seq_len > rules.max_seq_len()) {
+    bad.add("seq_len", std::to_string(r.seq_len) + " exceeds " + model.name() + "'s maximum of " +
+                           std::to_string(rules.max_seq_len()) + "; valid: 1 to " + std::to_string(rules.max_seq_len()));
   }
 
   r.precision = s.precision;
-  if (r.precision == Precision::kBf16 && cluster.device.peak_bf16 <= 0) {
-    bad(s, "precision", "bf16 needs bfloat16 support, which " + cluster.device.name +
-                            " lacks; valid: fp32, fp16");
+  if (const auto ok = rules.precisions(); std::find(ok.begin(), ok.end(), r.precision) == ok.end()) {
+    std::string valid;
+    for (Precision p : ok) valid += (valid.empty() ? "" : ", ") + std::string(to_string(p));
+    bad.add("precision", "bf16 needs bfloat16 support, which " + cluster.device.name + " lacks; valid: " + valid);
   }
   r.optimizer = s.optimizer;
 
@@ -223,17 +273,17 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       case FsdpMode::kNone: break;
     }
     if (s.zero_stage != 0 && s.zero_stage != stage) {
-      bad(s, "zero_stage", std::to_string(s.zero_stage) + " contradicts fsdp: " + to_string(s.fsdp) +
-                               " (stage " + std::to_string(stage) + "); set only one of them");
+      bad.add("zero_stage", std::to_string(s.zero_stage) + " contradicts fsdp: " + to_string(s.fsdp) + " (stage " +
+                                std::to_string(stage) + "); set only one of them");
     }
     r.zero_stage = stage;
     r.fsdp = true;
     r.hybrid_shard = s.fsdp == FsdpMode::kHybridShard;
   }
-  if (r.pp > 1 && r.zero_stage > 1) {
-    bad(s, r.spec.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
-        "stage " + std::to_string(r.zero_stage) + " with pp = " + std::to_string(r.pp) +
-            ": sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1");
+  if (!contains(rules.zero_stages(r.pp), r.zero_stage)) {
+    bad.add(r.spec.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
+            "stage " + std::to_string(r.zero_stage) + " with pp = " + std::to_string(r.pp) +
+                ": sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1");
   }
   r.shard_group = r.zero_stage == 0 ? 1 : r.dp;
   if (r.hybrid_shard) {
@@ -243,21 +293,24 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
 
   r.offload_optimizer = s.offload_optimizer;
   r.offload_params = s.offload_params;
-  if (r.offload_params == Offload::kCpu && r.zero_stage != 3) {
-    bad(s, "offload_params", "cpu needs zero_stage 3 (parameters are offloaded only when "
-                             "partitioned, as in ZeRO-Infinity); with zero_stage " +
-                                 std::to_string(r.zero_stage) + " valid: none");
+  auto allowed = [](const std::vector<Offload>& v, Offload o) { return std::find(v.begin(), v.end(), o) != v.end(); };
+  if (!allowed(rules.param_offloads(r.zero_stage), r.offload_params)) {
+    bad.add("offload_params", "cpu needs zero_stage 3 (parameters are offloaded only when "
+                              "partitioned, as in ZeRO-Infinity); with zero_stage " +
+                                  std::to_string(r.zero_stage) + " valid: none");
   }
-  if (r.offload_optimizer == Offload::kCpu && r.zero_stage == 0) {
-    bad(s, "offload_optimizer", "cpu needs zero_stage 1, 2 or 3 (ZeRO-Offload); with zero_stage 0 valid: none");
-  }
-  if (r.pp > 1 && (r.offload_optimizer == Offload::kCpu)) {
-    bad(s, "offload_optimizer", "cpu with pp > 1 is not modelled; valid with pipelines: none");
+  if (!allowed(rules.optimizer_offloads(r.zero_stage, r.pp), r.offload_optimizer)) {
+    if (r.zero_stage == 0) {
+      bad.add("offload_optimizer", "cpu needs zero_stage 1, 2 or 3 (ZeRO-Offload); with zero_stage 0 valid: none");
+    } else {
+      bad.add("offload_optimizer", "cpu with pp > 1 is not modelled; valid with pipelines: none");
+    }
   }
   r.recompute = s.recompute;
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
-  if (r.bucket_bytes < 1) bad(s, "bucket_mb", "must be positive");
+  if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;
+  bad.raise();
   return r;
 }
 

@@ -29,18 +29,12 @@
 #include "dtsim/sim/json_writer.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "lowering_common.hpp"
 
 namespace dtsim::sim {
 namespace {
 
-std::vector<int> divisors(int n) {
-  std::vector<int> out;
-  for (int d = 1; d <= n; ++d) {
-    if (n % d == 0) out.push_back(d);
-  }
-  return out;
-}
 
 
 std::string schedule_text(const ResolvedPlan& p) {
@@ -77,14 +71,13 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                       " GPUs of " + cluster.name);
   }
   const std::int64_t batch = o.global_batch == 0 ? 4LL * gpus : o.global_batch;
-  const std::vector<Layer> one = model.layers(WorkloadShape{});
-  const int layers = static_cast<int>(one.size());
-  const bool attention = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
+  // The valid values come from the rules table; what the search leaves
+  // out of them is its own choice, said where it is made.
+  const PlanRules rules(model, cluster, gpus);
   std::vector<PlanSpec> out;
-  for (int tp = 1; tp <= std::min(gpus, cluster.gpus_per_node); tp *= 2) {
-    if (gpus % tp != 0 || cluster.gpus_per_node % tp != 0 || !model.tp_error(tp).empty()) continue;
-    for (int pp : divisors(gpus / tp)) {
-      if (pp > layers) break;
+  for (int tp : rules.tp_values()) {
+    for (int pp : rules.pp_values(tp)) {
+      // Every GPU is used: dp is the rest.
       const int dp = gpus / (tp * pp);
       if (batch % dp != 0) continue;
       const std::int64_t per_replica = batch / dp;
@@ -96,65 +89,71 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
           int v;
         };
         std::vector<Sched> scheds;
-        if (pp == 1) {
-          scheds.push_back({Schedule::k1f1b, 0});
-        } else {
-          scheds.push_back({Schedule::k1f1b, 0});
-          scheds.push_back({Schedule::kGpipe, 0});
-          for (int v : {2, 3, 4, 6, 8}) {
-            if (m % pp == 0 && pp * v <= layers) scheds.push_back({Schedule::kInterleaved, v});
+        for (Schedule sc : rules.schedules(pp)) {
+          // Micro-batched schedules only (the naive split idles all but one stage).
+          if (sc == Schedule::kNaive) continue;
+          if (sc != Schedule::kInterleaved) {
+            scheds.push_back({sc, 0});
+            continue;
+          }
+          // A few chunk counts, not every one the rules allow.
+          for (int v : rules.virtual_stage_values(pp, m)) {
+            if (v == 2 || v == 3 || v == 4 || v == 6 || v == 8) scheds.push_back({Schedule::kInterleaved, v});
           }
         }
         struct Shard {
           int zero;
           FsdpMode fsdp;
         };
-        std::vector<Shard> shards{{0, FsdpMode::kNone}};
-        if (dp > 1) {
-          shards.push_back({1, FsdpMode::kNone});
-          if (pp == 1) {
-            shards.push_back({2, FsdpMode::kNone});
-            shards.push_back({3, FsdpMode::kNone});
-            shards.push_back({0, FsdpMode::kFullShard});
-          }
+        // Sharding over one replica saves nothing: only DDP there. FSDP is
+        // tried as FULL_SHARD (the others are ZeRO stages already tried).
+        std::vector<Shard> shards;
+        for (int z : rules.zero_stages(pp)) {
+          if (dp > 1 || z == 0) shards.push_back({z, FsdpMode::kNone});
         }
-        std::vector<Recompute> recomputes{Recompute::kNone, Recompute::kFull};
-        if (attention) recomputes.insert(recomputes.begin() + 1, Recompute::kSelective);
+        if (dp > 1 && std::any_of(shards.begin(), shards.end(), [](const Shard& x) { return x.zero == 3; })) {
+          shards.push_back({0, FsdpMode::kFullShard});
+        }
+        const std::vector<Recompute> recomputes = rules.recomputes();
         for (const Sched& sc : scheds) {
           for (const Shard& sh : shards) {
             const int stage = sh.fsdp == FsdpMode::kFullShard ? 3 : sh.zero;
-            std::vector<std::pair<Offload, Offload>> offloads{{Offload::kNone, Offload::kNone}};
-            if (stage >= 1 && pp == 1) offloads.push_back({Offload::kCpu, Offload::kNone});
-            if (stage == 3 && pp == 1) offloads.push_back({Offload::kCpu, Offload::kCpu});
+            // Parameters are offloaded only together with the optimizer.
+            std::vector<std::pair<Offload, Offload>> offloads;
+            for (Offload opt : rules.optimizer_offloads(stage, pp)) {
+              for (Offload par : rules.param_offloads(stage)) {
+                if (par == Offload::kCpu && opt != Offload::kCpu) continue;
+                offloads.push_back({opt, par});
+              }
+            }
             for (const auto& [opt, par] : offloads) {
               for (Recompute rc : recomputes) {
-                for (int variant = 0; variant < 4; ++variant) {
-                  const bool sp = variant % 2 == 1;
-                  // Placement: tp innermost, then pp or (a second variant when both
-                  // exist) dp, so a stage's data-parallel peers share a node.
-                  const bool dp_inner = variant >= 2;
-                  if (sp && tp == 1) continue;
+                // Placement: tp innermost, then pp or (a second variant when both
+                // exist) dp, so a stage's data-parallel peers share a node.
+                for (const bool dp_inner : {false, true}) {
                   if (dp_inner && (pp == 1 || dp == 1)) continue;
-                  PlanSpec p = o.base;
-                  p.placement = dp_inner ? "tp,dp,pp" : "tp,pp,dp";
-                  p.name = "search";
-                  p.dp = dp;
-                  p.tp = tp;
-                  p.pp = pp;
-                  p.model_parallel = 0;
-                  p.schedule = sc.s;
-                  p.virtual_stages = sc.v;
-                  p.stage_layers.clear();
-                  p.sequence_parallel = sp;
-                  p.micro_batch = mb;
-                  p.grad_accum = m;
-                  p.global_batch = 0;
-                  p.zero_stage = sh.zero;
-                  p.fsdp = sh.fsdp;
-                  p.offload_optimizer = opt;
-                  p.offload_params = par;
-                  p.recompute = rc;
-                  out.push_back(std::move(p));
+                  for (bool sp : rules.sequence_parallel_values(tp)) {
+                    PlanSpec p = o.base;
+                    p.placement = dp_inner ? "tp,dp,pp" : "tp,pp,dp";
+                    p.name = "search";
+                    p.dp = dp;
+                    p.tp = tp;
+                    p.pp = pp;
+                    p.model_parallel = 0;
+                    p.schedule = sc.s;
+                    p.virtual_stages = sc.v;
+                    p.stage_layers.clear();
+                    p.sequence_parallel = sp;
+                    p.micro_batch = mb;
+                    p.grad_accum = m;
+                    p.global_batch = 0;
+                    p.zero_stage = sh.zero;
+                    p.fsdp = sh.fsdp;
+                    p.offload_optimizer = opt;
+                    p.offload_params = par;
+                    p.recompute = rc;
+                    out.push_back(std::move(p));
+                  }
                 }
               }
             }

@@ -125,19 +125,22 @@ TEST_CASE("knob choices offer only what the model and cluster allow", "[gui]") {
   // tp: divisors of 8 GPUs per node that divide 12 heads and 3072: 1, 2, 4 (8 does not divide 12).
   const gui::KnobChoices c = gui::knob_choices(*gpt2, dgx, 1, 1);
   CHECK(c.tp == std::vector<int>{1, 2, 4});
-  // pp with tp 1: divisors of 8 GPUs, at most 12 blocks.
+  // pp with tp 1: divisors of 8 GPUs, at most 14 layers (12 blocks, the embedding and the head).
   CHECK(c.pp == std::vector<int>{1, 2, 4, 8});
   CHECK(c.dp == std::vector<int>{1, 2, 4, 8});
   // tp 2, pp 2: 8 / 4 = 2 replicas at most.
   const gui::KnobChoices c22 = gui::knob_choices(*gpt2, dgx, 2, 2);
   CHECK(c22.pp == std::vector<int>{1, 2, 4});
   CHECK(c22.dp == std::vector<int>{1, 2});
-  // A100 computes in fp32, fp16 and bf16; 12 blocks over 2 stages allow 6 chunks each.
+  // A100 computes in fp32, fp16 and bf16; 14 layers over 2 stages allow 7 chunks each.
   CHECK(c22.precisions.size() == 3);
-  CHECK(c22.max_virtual_stages == 6);
-  // The 2-layer tiny GPT-2 cannot have more stages than blocks.
+  CHECK(c22.max_virtual_stages == 7);
+  CHECK(c22.sequence_parallel);
+  CHECK_FALSE(c.sequence_parallel);  // tp 1
+  // The tiny GPT-2 has 4 layers (embedding, 2 blocks, head): at most 4
+  // stages, one layer each, as resolve allows.
   const gui::KnobChoices tiny = gui::knob_choices(*models::load_model("gpt2-tiny"), dgx, 1, 1);
-  CHECK(tiny.pp == std::vector<int>{1, 2});
+  CHECK(tiny.pp == std::vector<int>{1, 2, 4});
 }
 
 TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {

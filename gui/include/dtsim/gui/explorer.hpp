@@ -52,13 +52,15 @@ struct Outcome {
 Outcome evaluate(const Scenario& s, std::uint64_t generation = 0);
 
 /// The values a knob may take for a model on a cluster, so controls offer
-/// nothing resolve() would refuse on its own.
+/// nothing resolve() would refuse on its own: the rules table's lists
+/// (sim/rules.hpp).
 struct KnobChoices {
   std::vector<int> tp;          ///< divisors of GPUs per node the model's heads and MLP split into
-  std::vector<int> pp;          ///< divisors of GPUs / tp, at most one stage per block
+  std::vector<int> pp;          ///< divisors of GPUs / tp, at most one stage per layer
   std::vector<int> dp;          ///< divisors of GPUs / (tp * pp) (0 = all of them is offered separately)
   std::vector<sim::Precision> precisions;  ///< those the device computes in
-  int max_virtual_stages = 1;   ///< blocks / pp (interleaved needs >= 2 chunks per stage)
+  int max_virtual_stages = 1;   ///< layers / pp (interleaved needs >= 2 chunks per stage)
+  bool sequence_parallel = false;  ///< allowed with the current tp
 };
 /// Choices for tp, pp and dp given the current tp and pp.
 KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp);

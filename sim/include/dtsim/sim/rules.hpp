@@ -1,0 +1,80 @@
+#pragma once
+// The rules table: the one place that says which plans are valid for a model
+// on a cluster and what the choices of each knob are. resolve() checks a plan
+// against it (collecting every problem), the search enumerates from it, and
+// the GUI's knob lists ask it; nothing else decides what is valid.
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/model.hpp"
+#include "dtsim/sim/plan.hpp"
+
+namespace dtsim::sim {
+
+/// One thing wrong with a plan: the key ("tp", "stage_layers"), and what is
+/// wrong with what would be valid.
+struct PlanProblem {
+  std::string key;
+  std::string message;
+};
+
+/// The valid values of each knob for one model on one cluster.
+class PlanRules {
+ public:
+  /// `gpus`: the GPUs a plan may use (0: the whole cluster).
+  PlanRules(const Model& model, const ClusterSpec& cluster, int gpus = 0);
+
+  int gpus() const { return gpus_; }
+  /// Layers of the model as lowering cuts them into pipeline chunks
+  /// (embedding and head included).
+  int layers() const { return layers_; }
+
+  /// Tensor-parallel degrees: divisors of a node's GPUs (Megatron-LM keeps
+  /// tensor parallelism on the intra-node link) that the model splits over
+  /// (heads and MLP width, Model::tp_error).
+  std::vector<int> tp_values() const;
+  /// Pipeline degrees with tensor-parallel degree tp: divisors of gpus / tp
+  /// with at least one layer per stage.
+  std::vector<int> pp_values(int tp) const;
+  /// Data-parallel degrees with tp and pp: divisors of gpus / (tp x pp).
+  std::vector<int> dp_values(int tp, int pp) const;
+  /// Schedules for pp stages (one stage: none to choose; 1F1B names it).
+  std::vector<Schedule> schedules(int pp) const;
+  /// Model chunks per GPU of the interleaved schedule with pp stages and
+  /// `micro_batches` (Megatron-LM: a multiple of pp): 2 up to layers / pp;
+  /// none where the micro-batches do not allow it.
+  std::vector<int> virtual_stage_values(int pp, std::int64_t micro_batches) const;
+  /// ZeRO stages with pp stages (DeepSpeed refuses 2 and 3 with pipelines).
+  std::vector<int> zero_stages(int pp) const;
+  /// Optimizer offload with ZeRO stage z and pp stages (ZeRO-Offload needs
+  /// a stage; not modelled with pipelines).
+  std::vector<Offload> optimizer_offloads(int zero_stage, int pp) const;
+  /// Parameter offload with ZeRO stage z (ZeRO-Infinity: stage 3 only).
+  std::vector<Offload> param_offloads(int zero_stage) const;
+  /// Recompute modes (selective only where the model has an attention core).
+  std::vector<Recompute> recomputes() const;
+  /// Sequence parallelism (Korthikanti et al. 2022) needs tp > 1.
+  std::vector<bool> sequence_parallel_values(int tp) const;
+  /// Precisions the device runs (bf16 needs bfloat16 support).
+  std::vector<Precision> precisions() const;
+  /// Orders of the mesh axes a placement may give, innermost first.
+  std::vector<std::string> placements() const;
+  /// The longest sequence the model takes.
+  std::int64_t max_seq_len() const { return max_seq_len_; }
+
+ private:
+  const Model& model_;
+  const ClusterSpec& cluster_;
+  int gpus_ = 1;
+  int layers_ = 1;
+  std::int64_t max_seq_len_ = 1;
+  bool attention_ = false;
+};
+
+/// "1, 2, 4" for the values.
+std::string join_values(const std::vector<int>& values);
+
+}  // namespace dtsim::sim

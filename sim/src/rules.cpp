@@ -1,0 +1,105 @@
+// The rules table (rules.hpp). Each rule is written once here; resolve()
+// in plan.cpp reports a plan's breaches of them with the values these give.
+#include "dtsim/sim/rules.hpp"
+
+#include <algorithm>
+
+namespace dtsim::sim {
+namespace {
+
+std::vector<int> divisors(int n) {
+  std::vector<int> out;
+  for (int d = 1; d <= n; ++d) {
+    if (n % d == 0) out.push_back(d);
+  }
+  return out;
+}
+
+}  // namespace
+
+std::string join_values(const std::vector<int>& values) {
+  std::string out;
+  for (int v : values) out += (out.empty() ? "" : ", ") + std::to_string(v);
+  return out;
+}
+
+PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
+    : model_(model), cluster_(cluster), gpus_(gpus == 0 ? cluster.gpus() : gpus) {
+  const std::vector<Layer> one = model.layers(WorkloadShape{});
+  layers_ = static_cast<int>(one.size());
+  attention_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
+  max_seq_len_ = model.max_seq_len();
+}
+
+std::vector<int> PlanRules::tp_values() const {
+  std::vector<int> out;
+  for (int t : divisors(cluster_.gpus_per_node)) {
+    if (gpus_ % t == 0 && model_.tp_error(t).empty()) out.push_back(t);
+  }
+  return out;
+}
+
+std::vector<int> PlanRules::pp_values(int tp) const {
+  std::vector<int> out;
+  if (tp < 1 || gpus_ % tp != 0) return out;
+  for (int p : divisors(gpus_ / tp)) {
+    if (p <= layers_) out.push_back(p);
+  }
+  return out;
+}
+
+std::vector<int> PlanRules::dp_values(int tp, int pp) const {
+  if (tp < 1 || pp < 1 || gpus_ % (tp * pp) != 0) return {};
+  return divisors(gpus_ / (tp * pp));
+}
+
+std::vector<Schedule> PlanRules::schedules(int pp) const {
+  if (pp <= 1) return {Schedule::k1f1b};
+  return {Schedule::k1f1b, Schedule::kGpipe, Schedule::kInterleaved, Schedule::kNaive};
+}
+
+std::vector<int> PlanRules::virtual_stage_values(int pp, std::int64_t micro_batches) const {
+  std::vector<int> out;
+  if (pp <= 1 || micro_batches % pp != 0) return out;
+  for (int v = 2; pp * v <= layers_; ++v) out.push_back(v);
+  return out;
+}
+
+std::vector<int> PlanRules::zero_stages(int pp) const {
+  if (pp > 1) return {0, 1};
+  return {0, 1, 2, 3};
+}
+
+std::vector<Offload> PlanRules::optimizer_offloads(int zero_stage, int pp) const {
+  if (zero_stage == 0 || pp > 1) return {Offload::kNone};
+  return {Offload::kNone, Offload::kCpu};
+}
+
+std::vector<Offload> PlanRules::param_offloads(int zero_stage) const {
+  if (zero_stage != 3) return {Offload::kNone};
+  return {Offload::kNone, Offload::kCpu};
+}
+
+std::vector<Recompute> PlanRules::recomputes() const {
+  if (attention_) return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  return {Recompute::kNone, Recompute::kFull};
+}
+
+std::vector<bool> PlanRules::sequence_parallel_values(int tp) const {
+  if (tp > 1) return {false, true};
+  return {false};
+}
+
+std::vector<Precision> PlanRules::precisions() const {
+  // fp16 runs everywhere (on FP16 units where the device has them, else at
+  // its fp32 rate); bf16 only where the device supports it.
+  std::vector<Precision> out{Precision::kFp32, Precision::kFp16};
+  if (cluster_.device.peak_bf16 > 0) out.push_back(Precision::kBf16);
+  return out;
+}
+
+std::vector<std::string> PlanRules::placements() const {
+  return {"tp,pp,dp", "tp,dp,pp", "pp,tp,dp", "pp,dp,tp", "dp,tp,pp", "dp,pp,tp"};
+}
+
+}  // namespace dtsim::sim
