@@ -206,7 +206,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     }
   }
   if (!o.profile.empty()) s.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(o.profile));
-  s.plan = sim::resolve(s.spec, *s.model, s.cluster);
+  // Resolved and partitioned as the simulator splits it (by cost, with the
+  // profile when given), so both run the same layers per stage.
+  sim::PredictOptions po;
+  po.profile = s.profile;
+  s.plan = sim::plan_for(*s.model, s.spec, s.cluster, po);
   const auto& p = s.plan;
   if (p.gpus_used() != world) {
     throw ConfigError("dtsim validate: plan '" + s.spec.name + "' uses " + std::to_string(p.gpus_used()) + " ranks (dp " +
@@ -227,11 +231,6 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
   }
   if (p.hybrid_shard) {
     throw UnsupportedError("dtsim validate: FSDP hybrid_shard is not run; use full_shard or shard_grad_op");
-  }
-  if (p.pp > 1 && p.stage_layers.empty()) {
-    // The layers per stage as the simulator balances them (by cost, with the
-    // profile when given), so both run the same partition.
-    s.plan.stage_layers = predict_run(s).plan.stage_layers;
   }
   return s;
 }

@@ -593,6 +593,7 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters) {
 
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
   DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
+  DTSIM_ASSERT(!plan.stage_layers.empty(), "lowering a plan that was not partitioned");
   if (plan.pp > 1) return lower_pipeline(model, plan, cluster, costs);
   return Lowering(model, plan, cluster, costs).build();
 }

@@ -89,40 +89,6 @@ std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage
   return out;
 }
 
-std::vector<int> balance_layers(const std::vector<double>& costs, int chunks) {
-  const int n = static_cast<int>(costs.size());
-  DTSIM_ASSERT(chunks >= 1 && chunks <= n, "cannot split " + std::to_string(n) + " layers into " + std::to_string(chunks));
-  // Greedy packing under a cap, leaving a layer for every group still to
-  // come; the least feasible cap is found by bisection.
-  auto pack = [&](double cap, std::vector<int>* counts) {
-    int i = 0;
-    for (int g = 0; g < chunks; ++g) {
-      const int later = chunks - g - 1;
-      double sum = costs[i];
-      int count = 1;
-      ++i;
-      while (i < n - later && sum + costs[i] <= cap) {
-        sum += costs[i++];
-        ++count;
-      }
-      if (counts != nullptr) counts->push_back(count);
-    }
-    return i == n;
-  };
-  double lo = *std::max_element(costs.begin(), costs.end()), hi = 0;
-  for (double c : costs) hi += c;
-  if (!pack(lo, nullptr)) {
-    for (int it = 0; it < 64 && hi - lo > 1e-9 * hi; ++it) {
-      const double mid = 0.5 * (lo + hi);
-      (pack(mid, nullptr) ? hi : lo) = mid;
-    }
-    lo = hi;
-  }
-  std::vector<int> counts;
-  pack(lo, &counts);
-  return counts;
-}
-
 namespace {
 
 enum Stream { kCompute = 0, kGradComm = 1, kSendFwd = 2, kSendBwd = 3 };
@@ -225,19 +191,16 @@ class PipelineLowering {
     fwd_.resize(n);
     bwd_.resize(n);
     rec_.resize(n);
-    cost_.resize(n);
     for (std::size_t l = 0; l < n; ++l) {
       const Layer& L = layers_[l];
       fwd_[l] = compute_.layer_time(L, Pass::kForward, plan_.precision, shape);
       bwd_[l] = compute_.layer_time(L, Pass::kBackward, plan_.precision, shape);
       const TimeNs tpf = plan_.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group_, comm_).total() : 0;
-      const TimeNs tpb = plan_.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group_, comm_).total() : 0;
       rec_[l] = 0;
       if (full_recompute(L)) rec_[l] = fwd_[l] + tpf;
       if (plan_.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
         rec_[l] = compute_.attention_core_time(L, plan_.precision, shape);
       }
-      cost_[l] = static_cast<double>(fwd_[l] + bwd_[l] + rec_[l] + tpf + tpb);
     }
   }
 
@@ -247,9 +210,9 @@ class PipelineLowering {
 
   void place_chunks() {
     const int pp = plan_.pp, C = pp * plan_.virtual_stages;
-    std::vector<int> counts = plan_.stage_layers;
-    if (counts.empty()) counts = balance_layers(cost_, C);
-    DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks");
+    // The partition step split the layers (partition.hpp).
+    const std::vector<int>& counts = plan_.stage_layers;
+    DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks: partition() first");
     int embedding_chunk = -1;
     for (std::size_t l = 0; l < layers_.size() && embedding_chunk < 0; ++l) {
       if (layers_[l].type == "embedding") embedding_chunk = 0;  // the first chunk always starts at layer 0
@@ -558,7 +521,6 @@ class PipelineLowering {
   bool named_ = true;
   std::vector<Layer> layers_;
   std::vector<TimeNs> fwd_, bwd_, rec_;
-  std::vector<double> cost_;
   std::vector<Chunk> chunks_;
   std::vector<std::int64_t> rank_params_;
   int w_ = 4;

@@ -4,6 +4,8 @@
 #include <array>
 
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
 
@@ -75,6 +77,61 @@ TimeBreakdown stage_breakdown(const TaskGraph& g, const ExecResult& exec) {
   return b;
 }
 
+namespace {
+
+/// The cost models a prediction prices with: the datasheet's, or a
+/// profile's with the measured runtime overhead (CUDA context, cuBLAS
+/// workspace) in place of the datasheet's.
+class Pricing {
+ public:
+  Pricing(const ClusterSpec& cluster, const PredictOptions& options, CostSources* sources) : cluster_(cluster) {
+    outside_allocator_ = cluster.device.runtime_reserved;
+    if (!options.profile) {
+      compute_ = std::make_unique<RooflineComputeModel>(cluster_.device);
+      comm_ = std::make_unique<AnalyticCommModel>(cluster_);
+      return;
+    }
+    const auto& mem = options.profile->profile().memory;
+    if (const auto it = mem.find("cuda_context_bytes"); it != mem.end()) {
+      cluster_.device.runtime_reserved = it->second;
+      outside_allocator_ = it->second;
+      // The libraries' workspaces inside the caching allocator: all of them
+      // as calibration found them at rest after training steps (a cuBLAS
+      // workspace for the forward's thread and one for autograd's), else
+      // the first matmul's.
+      Bytes workspaces = 0;
+      for (const char* key : {"cublas_workspace_bytes", "workspace_at_rest_bytes"}) {
+        if (const auto ws = mem.find(key); ws != mem.end()) workspaces = std::max(workspaces, ws->second);
+      }
+      cluster_.device.runtime_reserved += workspaces;
+    }
+    compute_ = std::make_unique<ProfileComputeModel>(options.profile, cluster_.device, sources);
+    comm_ = std::make_unique<ProfileCommModel>(options.profile, cluster_, sources);
+  }
+  Pricing(const Pricing&) = delete;
+  Pricing& operator=(const Pricing&) = delete;
+
+  const ClusterSpec& cluster() const { return cluster_; }
+  const ComputeModel& compute() const { return *compute_; }
+  const CommModel& comm() const { return *comm_; }
+  Bytes outside_allocator() const { return outside_allocator_; }
+
+ private:
+  ClusterSpec cluster_;
+  std::unique_ptr<ComputeModel> compute_;
+  std::unique_ptr<CommModel> comm_;
+  Bytes outside_allocator_ = 0;
+};
+
+}  // namespace
+
+ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
+  ResolvedPlan plan = resolve(spec, model, cluster);
+  const Pricing pricing(cluster, options, nullptr);
+  partition(plan, model, pricing.cluster(), pricing.compute(), pricing.comm());
+  return plan;
+}
+
 Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
   Prediction p;
   p.plan = resolve(spec, model, cluster);
@@ -85,37 +142,14 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.gpus = cluster.gpus();
   p.device_name = cluster.device.name;
 
-  TaskGraph graph;
+  const Pricing pricing(cluster, options, &p.sources);
+  p.outside_allocator = pricing.outside_allocator();
+  partition(p.plan, model, pricing.cluster(), pricing.compute(), pricing.comm());
+  TaskGraph graph = lower(model, p.plan, pricing.cluster(), CostModels{&pricing.compute(), &pricing.comm(), options.keep_graph});
   if (options.profile) {
-    // A measured runtime overhead (CUDA context, cuBLAS workspace) replaces the datasheet's.
-    ClusterSpec measured = cluster;
-    const auto& mem = options.profile->profile().memory;
-    p.outside_allocator = cluster.device.runtime_reserved;
-    if (const auto it = mem.find("cuda_context_bytes"); it != mem.end()) {
-      measured.device.runtime_reserved = it->second;
-      p.outside_allocator = it->second;
-      // The libraries' workspaces inside the caching allocator: all of them
-      // as calibration found them at rest after training steps (a cuBLAS
-      // workspace for the forward's thread and one for autograd's), else
-      // the first matmul's.
-      Bytes workspaces = 0;
-      for (const char* key : {"cublas_workspace_bytes", "workspace_at_rest_bytes"}) {
-        if (const auto ws = mem.find(key); ws != mem.end()) workspaces = std::max(workspaces, ws->second);
-      }
-      measured.device.runtime_reserved += workspaces;
-    }
-    const ProfileComputeModel compute(options.profile, measured.device, &p.sources);
-    const ProfileCommModel comm(options.profile, measured, &p.sources);
-    graph = lower(model, p.plan, measured, CostModels{&compute, &comm, options.keep_graph});
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
-  } else {
-    p.outside_allocator = cluster.device.runtime_reserved;
-    const RooflineComputeModel compute(cluster.device);
-    const AnalyticCommModel comm(cluster);
-    graph = lower(model, p.plan, cluster, CostModels{&compute, &comm, options.keep_graph});
   }
-  p.plan.stage_layers = graph.stage_layers;
   ExecOptions eo;
   eo.record_memory_timeline = options.keep_graph;
   ExecResult exec = execute(graph, eo);

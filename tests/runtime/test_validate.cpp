@@ -435,7 +435,9 @@ TEST_CASE("bad validate input is one line and exit status 2", "[runtime][validat
   CHECK(std::count(plan.err.begin(), plan.err.end(), '\n') == 1);
   const Run procs = validate("--model gpt2-tiny --plan megatron-tp --procs 3");
   CHECK(procs.status == 2);
-  CHECK(procs.err.find("megatron-tp.yaml:3: plan.tp: tp x pp = 2 does not divide the 3") != std::string::npos);
+  // Three local ranks are a node of 3: tp 2 does not divide it, only 1 does.
+  CHECK(procs.err.find("megatron-tp.yaml:3: plan.tp: 2 does not divide the 3 GPUs of a node (tensor parallelism needs the "
+                       "intra-node link); valid: 1") != std::string::npos);
   const Run data = validate("--model gpt2-tiny --plan ddp --procs 2 --data /nonexistent/x.h5");
   CHECK(data.status == 2);
   CHECK(data.err.find("/nonexistent/x.h5: no such file") != std::string::npos);

@@ -28,9 +28,10 @@ struct Run {
 };
 
 Run run(const Model& m, const std::string& plan_yaml, const ClusterSpec& c, TimeNs ns_per_gflop) {
-  const ResolvedPlan plan = resolve(parse_plan(plan_yaml, "test.yaml"), m, c);
+  ResolvedPlan plan = resolve(parse_plan(plan_yaml, "test.yaml"), m, c);
   const test::FixedCompute compute(ns_per_gflop);
   const AnalyticCommModel comm(c);
+  partition(plan, m, c, compute, comm);
   Run r;
   r.graph = lower(m, plan, c, CostModels{&compute, &comm});
   r.exec = execute(r.graph);

@@ -43,6 +43,7 @@ Run run(const Model& m, const std::string& yaml, const ClusterSpec& c, const Com
   Run r;
   r.plan = resolve(parse_plan(yaml, "test.yaml"), m, c);
   const test::FixedCompute compute(ns_per_gflop);
+  partition(r.plan, m, c, compute, comm);
   r.graph = lower(m, r.plan, c, CostModels{&compute, &comm});
   r.exec = execute(r.graph);
   return r;
@@ -197,8 +198,9 @@ TEST_CASE("tensor parallelism moves 8bsh(t-1)/t elements per layer and micro-bat
   for (int t : {2, 4}) {
     INFO("tp " << t);
     const std::string yaml = "tp: " + std::to_string(t) + "\ndp: 1\nmicro_batch: 2\nseq_len: 128\nprecision: fp16\n";
-    const ResolvedPlan plan = resolve(parse_plan(yaml, "t.yaml"), *gpt, c);
+    ResolvedPlan plan = resolve(parse_plan(yaml, "t.yaml"), *gpt, c);
     const RooflineComputeModel compute(c.device);
+    partition(plan, *gpt, c, compute, comm);
     const TaskGraph g = lower(*gpt, plan, c, CostModels{&compute, &comm});
     double wire = 0;
     for (const Task& task : g.tasks) {
@@ -342,4 +344,22 @@ TEST_CASE("a chunk's first backward: the deeper layers' gradients as it starts, 
   CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 4000);
   CHECK(peak.bytes[static_cast<int>(MemCategory::kActivations)] == 20'000);
   CHECK(peak.total() == 8000 + 4000 + 16'000 + 20'000);
+}
+
+TEST_CASE("the partition step: a resolved plan is split before lowering, as predict splits it", "[pipeline][partition]") {
+  // Four identical layers over two stages: two each, by cost. Given
+  // stage_layers are kept; one stage holds every layer.
+  const test::FakeModel m(4, 1000, 10);
+  const ClusterSpec c = round_cluster(1, 2);
+  CHECK(plan_for(m, parse_plan("pp: 2\nmicro_batches: 4\n", "p"), c).stage_layers == std::vector<int>{2, 2});
+  CHECK(plan_for(m, parse_plan("pp: 2\nstage_layers: [1, 3]\n", "p"), c).stage_layers == std::vector<int>{1, 3});
+  CHECK(plan_for(m, parse_plan("dp: 2\n", "p"), c).stage_layers == std::vector<int>{4});
+  // gpt2 (embedding, 12 blocks, head) over 4 stages: the split plan_for
+  // gives without simulating is the one the prediction simulated.
+  const auto gpt = models::load_model("gpt2");
+  const ClusterSpec c4 = round_cluster(1, 4);
+  const PlanSpec spec = parse_plan("pp: 4\nmicro_batches: 8\nprecision: fp16\n", "p");
+  const ResolvedPlan split = plan_for(*gpt, spec, c4);
+  CHECK(split.stage_layers.size() == 4);
+  CHECK(split.stage_layers == predict(*gpt, spec, c4).plan.stage_layers);
 }

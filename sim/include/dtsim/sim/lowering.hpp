@@ -4,6 +4,7 @@
 
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/model.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/task_graph.hpp"
 
@@ -29,7 +30,8 @@ struct ModelStates {
 };
 ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters);
 
-/// Builds the task graph of one iteration. Only ranks that differ are
+/// Builds the task graph of one iteration of a partitioned plan
+/// (partition.hpp: stage_layers filled). Only ranks that differ are
 /// simulated: data- and tensor-parallel replicas collapse into one SimRank,
 /// so a pipeline has one simulated rank per stage.
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
@@ -52,10 +54,6 @@ struct PipeStep {
 /// Narayanan et al. 2021 Fig. 4), interleaved (Megatron-LM's
 /// forward_backward_pipelining_with_interleaving) or naive (F0 B0 F1 B1 ...).
 std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int virtual_stages, int stage, int micro_batches);
-
-/// Splits layers with these costs into `chunks` contiguous non-empty groups
-/// minimising the costliest group; returns the layer count of each.
-std::vector<int> balance_layers(const std::vector<double>& costs, int chunks);
 
 /// The pipeline half of lower() (pp > 1).
 TaskGraph lower_pipeline(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,

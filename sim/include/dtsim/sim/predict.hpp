@@ -85,6 +85,12 @@ struct Prediction {
 /// time it idles (Note [Pipeline breakdown] in predict.cpp); sums to the makespan.
 TimeBreakdown stage_breakdown(const TaskGraph& graph, const ExecResult& exec);
 
+/// The plan resolved and partitioned as predict() would simulate it (the
+/// stage split balanced with the same cost models), without simulating:
+/// what the runtime needs to run it. Throws ConfigError as resolve().
+ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster,
+                      const PredictOptions& options = {});
+
 /// Predicts one iteration of `spec` for `model` on `cluster`. Throws
 /// ConfigError if the plan is invalid for them.
 Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster,

@@ -1,0 +1,82 @@
+// The partition step (partition.hpp).
+#include "dtsim/sim/partition.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "dtsim/sim/error.hpp"
+#include "lowering_common.hpp"
+
+namespace dtsim::sim {
+
+std::vector<int> balance_layers(const std::vector<double>& costs, int chunks) {
+  const int n = static_cast<int>(costs.size());
+  DTSIM_ASSERT(chunks >= 1 && chunks <= n, "cannot split " + std::to_string(n) + " layers into " + std::to_string(chunks));
+  // Greedy packing under a cap, leaving a layer for every group still to
+  // come; the least feasible cap is found by bisection.
+  auto pack = [&](double cap, std::vector<int>* counts) {
+    int i = 0;
+    for (int g = 0; g < chunks; ++g) {
+      const int later = chunks - g - 1;
+      double sum = costs[i];
+      int count = 1;
+      ++i;
+      while (i < n - later && sum + costs[i] <= cap) {
+        sum += costs[i++];
+        ++count;
+      }
+      if (counts != nullptr) counts->push_back(count);
+    }
+    return i == n;
+  };
+  double lo = *std::max_element(costs.begin(), costs.end()), hi = 0;
+  for (double c : costs) hi += c;
+  if (!pack(lo, nullptr)) {
+    for (int it = 0; it < 64 && hi - lo > 1e-9 * hi; ++it) {
+      const double mid = 0.5 * (lo + hi);
+      (pack(mid, nullptr) ? hi : lo) = mid;
+    }
+    lo = hi;
+  }
+  std::vector<int> counts;
+  pack(lo, &counts);
+  return counts;
+}
+
+std::vector<double> layer_costs(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                                const ComputeModel& compute, const CommModel& comm) {
+  const WorkloadShape shape = detail::workload_shape(plan, cluster.device);
+  const std::vector<Layer> layers = model.layers(shape);
+  const CommGroup tp_group = axis_group(plan.mesh, Axis::kTp, cluster.gpus_per_node);
+  std::vector<double> out;
+  out.reserve(layers.size());
+  for (const Layer& L : layers) {
+    const TimeNs fwd = compute.layer_time(L, Pass::kForward, plan.precision, shape);
+    const TimeNs bwd = compute.layer_time(L, Pass::kBackward, plan.precision, shape);
+    const TimeNs tpf = plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm).total() : 0;
+    const TimeNs tpb = plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm).total() : 0;
+    TimeNs rec = 0;
+    if (plan.recompute == Recompute::kFull && L.is_block()) rec = fwd + tpf;
+    if (plan.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
+      rec = compute.attention_core_time(L, plan.precision, shape);
+    }
+    out.push_back(static_cast<double>(fwd + bwd + rec + tpf + tpb));
+  }
+  return out;
+}
+
+void partition(ResolvedPlan& plan, const Model& model, const ClusterSpec& cluster, const ComputeModel& compute,
+               const CommModel& comm) {
+  const int chunks = plan.pp * plan.virtual_stages;
+  if (!plan.stage_layers.empty()) {
+    DTSIM_ASSERT(static_cast<int>(plan.stage_layers.size()) == chunks, "stage_layers does not match the chunks");
+    return;
+  }
+  if (plan.pp == 1) {
+    plan.stage_layers = {static_cast<int>(model.layers(WorkloadShape{}).size())};
+    return;
+  }
+  plan.stage_layers = balance_layers(layer_costs(model, plan, cluster, compute, comm), chunks);
+}
+
+}  // namespace dtsim::sim
