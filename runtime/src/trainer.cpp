@@ -32,6 +32,7 @@
 #include "dtsim/models/torch_layers.hpp"
 #include "dtsim/runtime/data.hpp"
 #include "dtsim/runtime/launcher.hpp"
+#include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
 #include "worker.hpp"
 
@@ -451,7 +452,7 @@ class Trainer {
         u.grad_shard = torch::zeros({s}, u.shard.options());
         // DeepSpeed keeps small layers whole (sim::kZero3PersistenceThreshold);
         // FSDP gathers every unit.
-        u.persistent = !p.fsdp && n_ > 1 && u.numel < sim::kZero3PersistenceThreshold;
+        u.persistent = sim::zero3_keeps_whole(p, u.numel);
         if (u.persistent) {
           u.materialized = true;
         } else {
@@ -485,24 +486,25 @@ class Trainer {
         master_ = flat_.narrow(0, dp_rank_ * shard_, shard_).to(torch::kCPU, torch::kFloat).clone();
       }
     }
-    // Buckets in reverse layer order: 1 MB first, then bucket_mb (PyTorch DDP;
-    // the simulator's Note [DDP buckets]).
+    // Buckets in reverse layer order: 1 MB first under DDP, then bucket_mb
+    // (PyTorch DDP), as the simulator plans them (sim/buckets.hpp).
     if (zero_ <= 2 && n_ > 1) {
       const std::int64_t elem = units_.front().params.empty() ? 4 : units_.front().params.front().element_size();
-      std::int64_t cap = zero_ == 0 ? 1024 * 1024 : p.bucket_bytes, filled = 0;
+      const int units = static_cast<int>(units_.size());
+      std::vector<Bytes> bytes;  // backward order
+      for (int i = units - 1; i >= 0; --i) bytes.push_back(units_[i].numel * elem);
+      const std::vector<int> assigned = sim::assign_buckets(bytes, sim::first_bucket_bytes(p), p.bucket_bytes);
       unit_bucket_.assign(units_.size(), -1);
-      for (int i = static_cast<int>(units_.size()) - 1; i >= 0; --i) {
-        if (units_[i].numel == 0) continue;
-        if (buckets_.empty() || filled >= cap) {
-          if (!buckets_.empty()) cap = p.bucket_bytes;
+      for (int k = 0; k < units; ++k) {
+        const int i = units - 1 - k;
+        if (assigned[k] < 0) continue;
+        if (assigned[k] == static_cast<int>(buckets_.size())) {
           buckets_.push_back({});
           buckets_.back().end = units_[i].offset + units_[i].numel;
-          filled = 0;
         }
         buckets_.back().units.push_back(i);
         buckets_.back().begin = units_[i].offset;
-        unit_bucket_[i] = static_cast<int>(buckets_.size() - 1);
-        filled += units_[i].numel * elem;
+        unit_bucket_[i] = assigned[k];
       }
       if (zero_ == 0) {
         for (auto& b : buckets_) b.buffer = torch::zeros({b.end - b.begin}, units_.front().params.front().options());

@@ -51,6 +51,7 @@
 #include <algorithm>
 #include <string>
 
+#include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
 #include "lowering_common.hpp"
 
@@ -59,7 +60,6 @@ namespace {
 
 enum Stream { kCompute = 0, kGradComm = 1, kParamComm = 2, kD2H = 3, kH2D = 4, kHost = 5 };
 
-constexpr Bytes kFirstBucketBytes = 1024 * 1024;          // PyTorch DDP first bucket
 
 Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 
@@ -170,18 +170,16 @@ class Lowering {
   }
   /// Parameters of ZeRO-3 layers under the persistence threshold (Note [ZeRO]).
   std::int64_t persistent_params() const {
-    if (zero_ != 3 || n_ == 1 || plan_.fsdp) return 0;
     std::int64_t n = 0;
     for (const auto& l : layers_) {
-      if (!gathered(l)) n += l.params;
+      if (zero3_keeps_whole(plan_, l.params + l.borrowed_params)) n += l.params;
     }
     return n;
   }
   /// Whether a ZeRO-3 layer's parameters are gathered (Note [ZeRO]).
   bool gathered(const Layer& l) const {
-    if (zero_ != 3 || n_ == 1) return false;
-    if (plan_.fsdp) return l.params + l.borrowed_params > 0;
-    return l.params + l.borrowed_params >= kZero3PersistenceThreshold;
+    const std::int64_t all = l.params + l.borrowed_params;
+    return zero_ == 3 && n_ > 1 && all > 0 && !zero3_keeps_whole(plan_, all);
   }
   Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params) * w_; }
 
@@ -313,25 +311,25 @@ class Lowering {
     bucket_params_.clear();
     bucket_tensors_.clear();
     bucket_last_layer_.clear();
-    Bytes cap = plan_.zero_stage == 0 ? kFirstBucketBytes : plan_.bucket_bytes;
-    Bytes filled = 0;
-    for (std::size_t i = layers_.size(); i-- > 0;) {
+    std::vector<Bytes> bytes;  // in backward order
+    for (std::size_t i = layers_.size(); i-- > 0;) bytes.push_back(grad_bytes(layers_[i]));
+    const std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(plan_), plan_.bucket_bytes);
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      const std::size_t i = layers_.size() - 1 - k;
       const Layer& L = layers_[i];
-      if (L.params == 0) continue;
-      if (bucket_bytes_.empty() || filled >= cap) {
-        if (!bucket_bytes_.empty()) cap = plan_.bucket_bytes;
+      const int b = assigned[k];
+      if (b < 0) continue;
+      if (b == static_cast<int>(bucket_bytes_.size())) {
         bucket_bytes_.push_back(0);
         bucket_params_.push_back(0);
         bucket_tensors_.push_back(0);
         bucket_last_layer_.push_back(i);
-        filled = 0;
       }
-      bucket_of_[i] = static_cast<int>(bucket_bytes_.size() - 1);
+      bucket_of_[i] = b;
       bucket_bytes_.back() += grad_bytes(L);
       bucket_params_.back() += static_cast<double>(L.params);
       bucket_tensors_.back() += std::max(1, L.param_tensors);
       bucket_last_layer_.back() = i;  // lowest layer index: produced last in backward
-      filled += grad_bytes(L);
     }
   }
 

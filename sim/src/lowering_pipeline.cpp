@@ -37,6 +37,7 @@
 #include <limits>
 #include <string>
 
+#include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "lowering_common.hpp"
@@ -250,15 +251,30 @@ class PipelineLowering {
         }
       }
       ch.peak_extra = max_extra;
-      // Gradient buckets in reverse layer order, closed at bucket_mb.
+      // Gradient buckets in backward (reverse layer) order, as DDP's reducer
+      // fills them (buckets.hpp). A layer without parameters computes in
+      // the segment of the next bucket; any after the last, in the last.
+      std::vector<Bytes> bytes;
       for (int l = first + ch.count; l-- > first;) {
         const Layer& L = layers_[l];
-        const std::int64_t p = L.params + (L.borrowed_params > 0 && ch.rank != 0 ? L.borrowed_params : 0);
-        if (ch.buckets.empty() || ch.buckets.back().bytes >= plan_.bucket_bytes) ch.buckets.emplace_back();
-        ch.buckets.back().time += bwd_[l];
-        ch.buckets.back().bytes += p * w_;
-        ch.buckets.back().params += static_cast<double>(p);
-        ch.buckets.back().tensors += std::max(1, L.param_tensors);
+        bytes.push_back((L.params + (L.borrowed_params > 0 && ch.rank != 0 ? L.borrowed_params : 0)) * w_);
+      }
+      std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(plan_), plan_.bucket_bytes);
+      int next = -1;
+      for (std::size_t k = assigned.size(); k-- > 0;) {
+        if (assigned[k] >= 0) next = assigned[k];
+        else assigned[k] = next;
+      }
+      const int count = std::max(1, *std::max_element(assigned.begin(), assigned.end()) + 1);
+      ch.buckets.resize(static_cast<std::size_t>(count));
+      for (std::size_t k = 0; k < bytes.size(); ++k) {
+        const Layer& L = layers_[first + ch.count - 1 - static_cast<int>(k)];
+        Chunk::Bucket& b = ch.buckets[static_cast<std::size_t>(assigned[k] >= 0 ? assigned[k] : count - 1)];
+        b.time += bwd_[first + ch.count - 1 - static_cast<int>(k)];
+        if (bytes[k] == 0) continue;
+        b.bytes += bytes[k];
+        b.params += static_cast<double>(bytes[k] / w_);
+        b.tensors += std::max(1, L.param_tensors);
       }
       ch.input = first == 0 ? 0 : layers_[first - 1].output_bytes;
       ch.output = layers_[first + ch.count - 1].output_bytes;

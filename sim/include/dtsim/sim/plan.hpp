@@ -72,12 +72,6 @@ struct PlanSpec {
   Origins origins;
 };
 
-/// ZeRO-3 (not FSDP) keeps the parameters of layers with fewer elements than
-/// this whole on every rank (DeepSpeed's stage3_param_persistence_threshold,
-/// default 1e5): they are never gathered per layer, and one all-gather after
-/// the optimizer step brings their updated shards back (Note [ZeRO]).
-constexpr std::int64_t kZero3PersistenceThreshold = 100000;
-
 /// A plan checked against a model and a cluster, every figure filled in.
 struct ResolvedPlan {
   PlanSpec spec;                  ///< as written (for reporting)

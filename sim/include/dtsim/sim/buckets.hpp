@@ -1,0 +1,42 @@
+#pragma once
+// Gradient buckets and ZeRO-3's persistent parameters: how PyTorch DDP and
+// DeepSpeed group gradients for their collectives, written once for the
+// simulator's lowering and the runtime's trainer alike (Note [DDP buckets]
+// in lowering.cpp).
+
+#include <cstdint>
+#include <vector>
+
+#include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/units.hpp"
+
+namespace dtsim::sim {
+
+/// PyTorch DDP's first bucket (dist._DEFAULT_FIRST_BUCKET_BYTES, 1 MiB): the
+/// first gradients of backward are reduced early.
+constexpr Bytes kFirstBucketBytes = 1024 * 1024;
+
+/// The first bucket's cap: 1 MiB under DDP (ZeRO stage 0), the plan's
+/// bucket size under ZeRO, whose buckets are all reduce_bucket_size.
+Bytes first_bucket_bytes(const ResolvedPlan& plan);
+
+/// Assigns gradients to buckets in the order backward produces them
+/// (reverse layer order), as DDP's reducer does: a bucket closes once it
+/// holds at least its cap (`first_cap` for the first bucket, `cap` after),
+/// and the next gradient opens a new one. `bytes[i]`: item i's gradient
+/// bytes, in backward order. Returns each item's bucket, -1 for an item of
+/// no bytes (a layer without parameters).
+std::vector<int> assign_buckets(const std::vector<Bytes>& bytes, Bytes first_cap, Bytes cap);
+
+/// ZeRO-3 (not FSDP) keeps the parameters of layers with fewer elements than
+/// this whole on every rank (DeepSpeed's stage3_param_persistence_threshold,
+/// default 1e5): they are never gathered per layer, and one all-gather after
+/// the optimizer step brings their updated shards back (Note [ZeRO]).
+constexpr std::int64_t kZero3PersistenceThreshold = 100000;
+
+/// ZeRO-3 (not FSDP) keeps a layer of fewer than kZero3PersistenceThreshold
+/// parameters whole on every rank (DeepSpeed's
+/// stage3_param_persistence_threshold): never gathered per layer.
+bool zero3_keeps_whole(const ResolvedPlan& plan, std::int64_t params);
+
+}  // namespace dtsim::sim
