@@ -86,9 +86,10 @@ namespace {
 
 enum Lane { kComputeLane, kCommLane, kHostLane, kLanes };
 
-Lane lane_of(const std::string& stream) {
-  if (stream == "compute") return kComputeLane;
-  if (stream == "host" || stream == "d2h" || stream == "h2d") return kHostLane;
+Lane lane_of(const std::string& name) {
+  const auto stream = sim::stream_from_string(name);
+  if (stream == sim::Stream::kCompute) return kComputeLane;
+  if (stream == sim::Stream::kHost || stream == sim::Stream::kD2H || stream == sim::Stream::kH2D) return kHostLane;
   return kCommLane;
 }
 

@@ -40,7 +40,7 @@ class Bert final : public ZooModel {
 
     sim::Layer emb;
     emb.name = "embeddings";
-    emb.type = "embedding";
+    emb.kind = sim::LayerKind::kEmbedding;
     emb.signature = "bert.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",p=" +
                     std::to_string(c_.max_positions) + ",t=" + std::to_string(c_.type_vocab) + ",drop=" + (c_.dropout ? "1" : "0");
     if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
@@ -67,7 +67,7 @@ class Bert final : public ZooModel {
     if (c_.pooler) {
       sim::Layer p;
       p.name = "pooler";
-      p.type = "pooler";
+      p.kind = sim::LayerKind::kPooler;
       p.signature = "bert.pooler:h=" + std::to_string(h);
       // Replicated on every tensor-parallel rank; with sp the first tokens are gathered.
       if (sp) p.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * b * h, 1});
@@ -83,7 +83,7 @@ class Bert final : public ZooModel {
     if (c_.num_labels > 0) {
       sim::Layer c;
       c.name = "classifier";
-      c.type = "head";
+      c.kind = sim::LayerKind::kHead;
       c.signature = "bert.classifier:h=" + std::to_string(h) + ",c=" + std::to_string(c_.num_labels);
       c.params = h * c_.num_labels + c_.num_labels;
       c.param_tensors = 2;

@@ -63,7 +63,7 @@ class BiLstm final : public ZooModel {
       const std::int64_t in = input_of(i);
       sim::Layer l;
       l.name = "lstm." + std::to_string(i);
-      l.type = "lstm";
+      l.kind = sim::LayerKind::kLstm;
       l.signature = "lstm.layer:in=" + std::to_string(in) + ",hs=" + std::to_string(hs) + ",dirs=" + std::to_string(dirs());
       l.params = dirs() * (4 * hs * in + 4 * hs * hs + 8 * hs);
       l.param_tensors = dirs() * 4;  // w_ih, w_hh, b_ih, b_hh per direction
@@ -97,7 +97,7 @@ class BiLstm final : public ZooModel {
     }
     sim::Layer head;
     head.name = "head";
-    head.type = "head";
+    head.kind = sim::LayerKind::kHead;
     head.signature = "lstm.head:in=" + std::to_string(dirs() * hs) + ",c=" + std::to_string(c_.classes);
     head.params = dirs() * hs * c_.classes + c_.classes;
     head.param_tensors = 2;

@@ -44,7 +44,7 @@ class Gpt final : public ZooModel {
 
     sim::Layer emb;
     emb.name = "wte+wpe";
-    emb.type = "embedding";
+    emb.kind = sim::LayerKind::kEmbedding;
     // The signature names the whole vocabulary; tp= says it is split.
     emb.signature = "gpt2.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",p=" + std::to_string(c_.seq_len) +
                     ",drop=" + (c_.dropout ? "1" : "0");
@@ -75,7 +75,7 @@ class Gpt final : public ZooModel {
 
     sim::Layer head;
     head.name = "ln_f+lm_head";
-    head.type = "lm_head";
+    head.kind = sim::LayerKind::kLmHead;
     head.signature = "gpt2.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",tied=" + (c_.tied_head ? "1" : "0") +
                      (tp > 1 ? ",tp=" + std::to_string(tp) : "");
     head.params = 2 * h + (c_.tied_head ? 0 : v * h);

@@ -147,7 +147,7 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   const Bytes tn = sp ? th / tp : th;
   sim::Layer l;
   l.name = name;
-  l.type = "transformer";
+  l.kind = sim::LayerKind::kTransformer;
   l.params = (4 * h * h + 2 * h * f + 3 * h + f) / tp + 6 * h;
   // Two LayerNorms, the fused QKV, the attention output and the two MLP
   // linears, each a weight and a bias.

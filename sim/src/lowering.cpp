@@ -58,7 +58,8 @@
 namespace dtsim::sim {
 namespace {
 
-enum Stream { kCompute = 0, kGradComm = 1, kParamComm = 2, kD2H = 3, kH2D = 4, kHost = 5 };
+// Indices of the rank's streams (build names them).
+enum StreamIndex { kCompute = 0, kGradComm = 1, kParamComm = 2, kD2H = 3, kH2D = 4, kHost = 5 };
 
 
 Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
@@ -96,7 +97,9 @@ class Lowering {
     rank.rank = 0;
     rank.stage = 0;
     rank.replicas = plan_.dp * plan_.tp;
-    rank.streams = {"compute", "grad comm", "param comm", "d2h", "h2d", "host"};
+    for (Stream s : {Stream::kCompute, Stream::kGradComm, Stream::kParamComm, Stream::kD2H, Stream::kH2D, Stream::kHost}) {
+      rank.streams.push_back(to_string(s));
+    }
     setup_groups(rank);
     const ModelStates ms = model_states(plan_, params_);
     rank.resident.push_back({MemCategory::kParameters, ms.parameters});

@@ -92,7 +92,8 @@ std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage
 
 namespace {
 
-enum Stream { kCompute = 0, kGradComm = 1, kSendFwd = 2, kSendBwd = 3 };
+// Indices of a pipeline rank's streams (make_ranks names them).
+enum StreamIndex { kCompute = 0, kGradComm = 1, kSendFwd = 2, kSendBwd = 3 };
 
 /// One model chunk (a virtual stage) as priced for one micro-batch.
 struct Chunk {
@@ -216,7 +217,7 @@ class PipelineLowering {
     DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks: partition() first");
     int embedding_chunk = -1;
     for (std::size_t l = 0; l < layers_.size() && embedding_chunk < 0; ++l) {
-      if (layers_[l].type == "embedding") embedding_chunk = 0;  // the first chunk always starts at layer 0
+      if (layers_[l].kind == LayerKind::kEmbedding) embedding_chunk = 0;  // the first chunk always starts at layer 0
     }
     int first = 0;
     for (int vs = 0; vs < C; ++vs) {
@@ -327,7 +328,7 @@ class PipelineLowering {
       r.rank = plan_.mesh.with_coord(0, Axis::kPp, s);
       r.stage = s;
       r.replicas = plan_.dp * plan_.tp;
-      r.streams = {"compute", "grad comm", "send fwd", "send bwd"};
+      for (Stream st : {Stream::kCompute, Stream::kGradComm, Stream::kSendFwd, Stream::kSendBwd}) r.streams.push_back(to_string(st));
       detail::set_link_capacity(r, cluster_, comm_, inter_groups);
       std::int64_t params = 0;
       for (const auto& ch : chunks_) {

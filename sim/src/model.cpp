@@ -16,6 +16,19 @@ const char* to_string(KernelKind kind) {
   return "?";
 }
 
+const char* to_string(LayerKind kind) {
+  switch (kind) {
+    case LayerKind::kOther: return "other";
+    case LayerKind::kEmbedding: return "embedding";
+    case LayerKind::kTransformer: return "transformer";
+    case LayerKind::kLstm: return "lstm";
+    case LayerKind::kPooler: return "pooler";
+    case LayerKind::kHead: return "head";
+    case LayerKind::kLmHead: return "lm_head";
+  }
+  return "?";
+}
+
 Flops Layer::forward_flops() const {
   Flops f = 0;
   for (const auto& k : forward) f += k.flops * static_cast<double>(k.repeat);

@@ -5,6 +5,19 @@
 
 namespace dtsim::sim {
 
+namespace {
+constexpr const char* kStreamNames[] = {"compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd"};
+}  // namespace
+
+const char* to_string(Stream s) { return kStreamNames[static_cast<int>(s)]; }
+
+std::optional<Stream> stream_from_string(std::string_view name) {
+  for (int i = 0; i <= static_cast<int>(Stream::kSendBwd); ++i) {
+    if (name == kStreamNames[i]) return static_cast<Stream>(i);
+  }
+  return std::nullopt;
+}
+
 const char* to_string(Phase p) {
   switch (p) {
     case Phase::kForward: return "forward";

@@ -74,7 +74,7 @@ TEST_CASE("a transformer layer's matmuls: 24 b s h^2 + 4 b s^2 h forward, twice 
   const auto layers = m->layers(shape(2, 512, 2));
   REQUIRE(layers.size() == 14);  // embedding, 12 blocks, head
   const auto& blk = layers[1];
-  CHECK(blk.type == "transformer");
+  CHECK(blk.kind == sim::LayerKind::kTransformer);
   CHECK(blk.params == 7'087'872);
   double mm_fwd = 0, mm_bwd = 0;
   for (const auto& k : blk.forward) {
@@ -124,7 +124,7 @@ TEST_CASE("activation bytes per layer follow Korthikanti et al. 2022, Table 2", 
 
 TEST_CASE("the tied LM head borrows the token embedding", "[models]") {
   const auto layers = load_model("gpt2")->layers(shape(1, 1024, 2));
-  CHECK(layers.back().type == "lm_head");
+  CHECK(layers.back().kind == sim::LayerKind::kLmHead);
   CHECK(layers.back().params == 2 * 768);
   CHECK(layers.back().borrowed_params == 50257 * 768);
   std::int64_t sum = 0;

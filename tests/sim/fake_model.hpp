@@ -25,7 +25,7 @@ class FakeModel final : public sim::Model {
     for (int i = 0; i < n_; ++i) {
       sim::Layer l;
       l.name = "L" + std::to_string(i);
-      l.type = "transformer";
+      l.kind = sim::LayerKind::kTransformer;
       l.signature = "fake.layer";
       l.params = params_;
       l.param_tensors = tensors_;

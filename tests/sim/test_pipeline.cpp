@@ -239,7 +239,7 @@ TEST_CASE("activation memory per layer follows Korthikanti et al. 2022, Table 2"
       shape.sequence_parallel = sp;
       const auto layers = m->layers(shape);
       const Layer& l = layers[1];
-      REQUIRE(l.type == "transformer");
+      REQUIRE(l.kind == sim::LayerKind::kTransformer);
       const double sbh = s * b * h;
       const double none = sp ? sbh / t * (34 + 5 * a * s / h) : sbh * (10 + 24.0 / t + 5 * a * s / (h * t));
       const double selective = sp ? sbh * 34 / t : sbh * (10 + 24.0 / t);

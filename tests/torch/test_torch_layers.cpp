@@ -80,7 +80,7 @@ TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
         y.backward();
       } else {
         CHECK(y.size(0) == kBatch);
-        if (layer.type == "pooler") {
+        if (layer.kind == sim::LayerKind::kPooler) {
           CHECK(y.dim() == 2);  // [b, h] from the first token
         } else {
           CHECK(y.dim() == 3);  // [b, s, width]

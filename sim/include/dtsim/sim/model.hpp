@@ -29,6 +29,12 @@ enum class KernelKind {
 /// Collective operations, named as NCCL names them.
 enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv };
 
+/// What a layer is, for the strategies that treat kinds apart (full
+/// recompute checkpoints blocks, a pipeline places the embedding first).
+enum class LayerKind { kOther, kEmbedding, kTransformer, kLstm, kPooler, kHead, kLmHead };
+/// "other", "embedding", "transformer", "lstm", "pooler", "head", "lm_head".
+const char* to_string(LayerKind kind);
+
 /// The name of a kernel kind ("gemm", "attention", ...).
 const char* to_string(KernelKind kind);
 
@@ -73,7 +79,7 @@ struct LayerComm {
 /// One layer for a given WorkloadShape.
 struct Layer {
   std::string name;               ///< e.g. "h.11", "wte+wpe", "lm_head"
-  std::string type;               ///< "embedding", "transformer", "lm_head", "lstm", "head", "pooler"
+  LayerKind kind = LayerKind::kOther;
   /// The layer's architecture without batch or sequence, e.g.
   /// "gpt2.block:h=768,a=12,f=3072,drop=1": layers with the same signature
   /// do the same work, so calibration measures them once and a profile's
@@ -110,11 +116,11 @@ struct Layer {
   std::vector<Kernel> attention_core;
   /// A repeated block (transformer or LSTM layer): what full recompute
   /// checkpoints and `stage_layers` counts in blocks.
-  bool is_block() const { return type == "transformer" || type == "lstm"; }
+  bool is_block() const { return kind == LayerKind::kTransformer || kind == LayerKind::kLstm; }
   /// A recurrent layer uses its weights at every time step: autograd sums
   /// the steps' gradients and accumulates them into .grad only once the
   /// layer's whole backward is done; other layers' appear as it runs.
-  bool grads_at_end() const { return type == "lstm"; }
+  bool grads_at_end() const { return kind == LayerKind::kLstm; }
   Flops forward_flops() const;    ///< sum over forward kernels (with repeats)
   Flops backward_flops() const;   ///< sum over backward kernels (with repeats)
 };

@@ -10,6 +10,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "dtsim/sim/cost.hpp"
@@ -30,6 +31,15 @@ enum class TaskKind {
 enum class Phase { kForward, kBackward, kRecompute, kOptimizer, kComm, kOffload, kBubble, kOther };
 /// "forward", "backward", ...
 const char* to_string(Phase p);
+
+/// The streams a rank's tasks run on, in order: lowering names a rank's
+/// streams from this one list and front ends (the GUI's lanes) read them
+/// back through it.
+enum class Stream { kCompute, kGradComm, kParamComm, kD2H, kH2D, kHost, kSendFwd, kSendBwd };
+/// "compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd".
+const char* to_string(Stream s);
+/// The stream of that name, or nothing.
+std::optional<Stream> stream_from_string(std::string_view name);
 
 /// Memory categories of the per-rank breakdown.
 enum class MemCategory { kParameters, kGradients, kOptimizer, kActivations, kBuffers };
