@@ -9,7 +9,7 @@
 #include <vector>
 
 #include "dtsim/models/models.hpp"
-#include "dtsim/sim/allocator.hpp"
+#include "dtsim/platform/process.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/search.hpp"
 
@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  sim::retain_freed_memory();  // as dtsim search does
+  platform::retain_freed_memory();  // as dtsim search does
   try {
     const auto model = models::load_model("gpt-175b");
     const auto cluster = sim::load_cluster("dgx-a100", {sim::parse_override("cluster.nodes=128")});

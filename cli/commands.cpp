@@ -8,7 +8,7 @@
 
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/models/models.hpp"
-#include "dtsim/sim/allocator.hpp"
+#include "dtsim/platform/process.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
@@ -212,7 +212,7 @@ int cmd_search(const Args& args) {
       if (done == total) std::fprintf(stderr, "\n");
     };
   }
-  sim::retain_freed_memory();  // Note [Freed memory stays]
+  platform::retain_freed_memory();  // Note [Freed memory stays]
   const sim::SearchResult r = sim::search(*model, cluster, so);
   if (o.flag("json")) {
     std::cout << sim::search_to_json(r);

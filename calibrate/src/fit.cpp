@@ -1,5 +1,5 @@
 // Fitting cost models to measurements, and reading the measurement programs'
-// output. See Note [Profile lookups] in sim/src/cost_profile.cpp for how the
+// output. See Note [Profile lookups] in sim/src/cost/cost_profile.cpp for how the
 // simulator uses the fits.
 #include <Eigen/Dense>
 

@@ -117,7 +117,7 @@
 
 #include "bench_common.hpp"
 #if defined(DTSIM_BENCH_C10D)
-#include "dtsim/sim/allocator.hpp"
+#include "dtsim/platform/process.hpp"
 #endif
 
 namespace dtsim::calib::bench {
@@ -632,9 +632,9 @@ void report(const Options& opt, const Point& p, const Summary& s, int reps) {
 void run_rank(int rank, const Options& opt, const std::string& dir, const std::vector<Point>& plan,
               std::chrono::milliseconds idle_timeout) {
 #if defined(DTSIM_BENCH_C10D)
-  // Note [A rank's own cores] (sim/allocator.cpp): as dtsim_worker binds its ranks.
-  const std::string cpus = dtsim::sim::bind_cpu_share(rank, opt.procs);
-  g_busy_wait = dtsim::sim::polls_collectives(cpus);
+  // Note [A rank's own cores] (platform/src/process.cpp): as dtsim_worker binds its ranks.
+  const std::string cpus = dtsim::platform::bind_cpu_share(rank, opt.procs);
+  g_busy_wait = dtsim::platform::polls_collectives(cpus);
   if (rank == 0) {
     emit_info("cpus", cpus.empty() ? "unbound" : cpus);
     emit_info("collective_wait", g_busy_wait ? "polling (Note [Busy waits])" : "blocking");

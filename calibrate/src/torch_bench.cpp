@@ -47,7 +47,7 @@
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/models/torch_layers.hpp"
-#include "dtsim/sim/allocator.hpp"
+#include "dtsim/platform/process.hpp"
 #include "dtsim/sim/error.hpp"
 
 namespace {
@@ -409,7 +409,7 @@ class Bench {
         // The whole model once per sequence length at the largest
         // micro-batch (the quick sweep: the shortest only). Not on a GPU:
         // its profiles price the step by Note [Host launch] instead of
-        // in-step ratios (sim/src/cost_profile.cpp), and the steps took a
+        // in-step ratios (sim/src/cost/cost_profile.cpp), and the steps took a
         // minute of the H100's calibration.
         if (!fresh || steps == nullptr || cuda_) continue;
         for (const auto& p : o_.precisions) {
@@ -1048,11 +1048,11 @@ class Bench {
   }
 
   void run() {
-    // Note [A rank's own cores] (sim/allocator.cpp): copy i of n on its own
+    // Note [A rank's own cores] (platform/src/process.cpp): copy i of n on its own
     // share of the CPUs, as validation's local rank i runs.
-    if (!cuda_) cpus_ = dtsim::sim::bind_cpu_share(o_.lockstep_rank, o_.lockstep_n);
+    if (!cuda_) cpus_ = dtsim::platform::bind_cpu_share(o_.lockstep_rank, o_.lockstep_n);
     if (!cuda_ && o_.threads > 0) dtsim::models::set_cpu_threads(o_.threads);
-    if (!cuda_) dtsim::sim::retain_freed_memory();  // as the runtime's ranks do
+    if (!cuda_) dtsim::platform::retain_freed_memory();  // as the runtime's ranks do
     torch::manual_seed(0);
     info();
     memory_records();

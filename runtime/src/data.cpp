@@ -1,5 +1,5 @@
 // HDF5 datasets for validation runs (Note [Dataset layout] in data.hpp),
-// through the HDF5 1.10 C API. As in sim/src/profile_io.cpp, HDF5's own error
+// through the HDF5 1.10 C API. As in sim/src/profile/profile_io.cpp, HDF5's own error
 // printing is off and every failure becomes one IoError or ConfigError line.
 #include "dtsim/runtime/data.hpp"
 

@@ -444,7 +444,7 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
         << " longer than rank " << m.fast_rank
         << (m.compute_skew > 0.1 ? " (the simulator assumes equal ranks: the cores were not equally free)" : "") << "\n";
   }
-  // Note [A rank's own cores] (sim/allocator.cpp): where each rank ran.
+  // Note [A rank's own cores] (platform/src/process.cpp): where each rank ran.
   std::string cores;
   for (const auto& r : m.ranks) {
     if (!r.cpus.empty()) cores += (cores.empty() ? "" : ", ") + ("rank " + std::to_string(r.rank) + " on " + r.cpus);

@@ -18,7 +18,7 @@
 
 #include "dtsim/models/torch_layers.hpp"
 #include "dtsim/runtime/launcher.hpp"
-#include "dtsim/sim/allocator.hpp"
+#include "dtsim/platform/process.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/file_io.hpp"
 #include "dtsim/sim/json_writer.hpp"
@@ -141,11 +141,11 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
 #endif
   } else {
     install_counting_allocator(limit);
-    sim::retain_freed_memory();
-    // Note [A rank's own cores] (sim/allocator.cpp): local rank i of n on
+    platform::retain_freed_memory();
+    // Note [A rank's own cores] (platform/src/process.cpp): local rank i of n on
     // the i-th share of this host's CPUs, before any thread starts.
     const int local_world = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(world);
-    cpus = sim::bind_cpu_share(local_rank, local_world);
+    cpus = platform::bind_cpu_share(local_rank, local_world);
     // One core per rank, as the local-cpu cluster and calibration's
     // --threads 1 have it (DTSIM_THREADS overrides).
     models::set_cpu_threads(std::max(1, env_int({"DTSIM_THREADS"}).value_or(1)));
@@ -159,7 +159,7 @@ int run(const std::vector<std::string>& args, int& rank_out, std::string& run_di
   cfg.device = device;
   cfg.run_dir = run_dir;
   // Note [Busy waits] (comm.cpp): a rank with cores of its own polls.
-  cfg.busy_wait = sim::polls_collectives(cpus);
+  cfg.busy_wait = platform::polls_collectives(cpus);
 #if defined(DTSIM_WORKER_CUDA)
   if (device.is_cuda()) cuda_limit(limit);
 #endif

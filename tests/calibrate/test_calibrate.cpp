@@ -1,7 +1,7 @@
 // Calibration without hardware: fitting recovers known models, profiles
 // survive a round trip and reject broken files cleanly, and the simulator
 // prices layers and collectives from a profile as Note [Profile lookups]
-// (sim/src/cost_profile.cpp) says.
+// (sim/src/cost/cost_profile.cpp) says.
 #include <catch2/catch.hpp>
 
 #include <cmath>

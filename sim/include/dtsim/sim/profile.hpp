@@ -36,7 +36,7 @@ struct LayerSample {
   std::int64_t micro_batch = 0;
   std::int64_t seq_len = 0;
   Timing forward, backward;
-  /// Note [Layer memory] (sim/src/cost_profile.cpp), measured on GPUs; -1
+  /// Note [Layer memory] (sim/src/cost/cost_profile.cpp), measured on GPUs; -1
   /// where not measured (CPUs, profiles before it): the most the forward
   /// held above what it left allocated, and the most the backward held
   /// above what was allocated as it began.

@@ -2,21 +2,21 @@
 // Process-wide settings for long runs (searches, training steps): the
 // allocator, and the CPUs a rank runs on.
 
-namespace dtsim::sim {
+namespace dtsim::platform {
 
 /// Keeps freed memory inside the process (Note [Freed memory stays]): glibc
 /// otherwise returns large blocks to the kernel on every free and the next
 /// use faults them in again. Call it once, early; a no-op without glibc.
 void retain_freed_memory();
 
-}  // namespace dtsim::sim
+}  // namespace dtsim::platform
 
 #include <string>
 #include <vector>
 
-namespace dtsim::sim {
+namespace dtsim::platform {
 
-/// Note [A rank's own cores] (allocator.cpp): the CPUs of share `index` of
+/// Note [A rank's own cores] (src/process.cpp): the CPUs of share `index` of
 /// `count` equal, contiguous shares of `allowed` (the CPUs this process may
 /// run on, ascending). Where there are fewer CPUs than shares, share i gets
 /// CPU allowed[i % size]. Empty (leave the binding alone) when count < 2,
@@ -35,4 +35,4 @@ std::string bind_cpu_share(int index, int count);
 /// bound and the environment does not set DTSIM_WAIT=block.
 bool polls_collectives(const std::string& binding);
 
-}  // namespace dtsim::sim
+}  // namespace dtsim::platform

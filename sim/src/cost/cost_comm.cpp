@@ -23,7 +23,7 @@
 
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
-#include "ring.hpp"
+#include "cost/ring.hpp"
 
 namespace dtsim::sim {
 namespace {

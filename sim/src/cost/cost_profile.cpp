@@ -33,7 +33,7 @@
 #include <cmath>
 #include <span>
 
-#include "ring.hpp"
+#include "cost/ring.hpp"
 
 namespace dtsim::sim {
 namespace {

@@ -3,9 +3,9 @@
 
 #include <vector>
 
-#include "dtsim/sim/allocator.hpp"
+#include "dtsim/platform/process.hpp"
 
-using dtsim::sim::cpu_share;
+using dtsim::platform::cpu_share;
 
 TEST_CASE("cpu_share: n ranks on equal, contiguous, disjoint shares", "[process]") {
   // 2 ranks, 2 CPUs (this CI machine): one CPU each.

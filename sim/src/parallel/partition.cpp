@@ -5,7 +5,7 @@
 #include <string>
 
 #include "dtsim/sim/error.hpp"
-#include "lowering_common.hpp"
+#include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
 

@@ -1,4 +1,4 @@
-#include "dtsim/sim/allocator.hpp"
+#include "dtsim/platform/process.hpp"
 
 #include <limits>  // first: any libc header defines __GLIBC__
 
@@ -13,7 +13,7 @@
 #include <cstdlib>
 #include <cstring>
 
-namespace dtsim::sim {
+namespace dtsim::platform {
 
 // Note [Freed memory stays]
 // glibc serves blocks over its mmap threshold (128 KiB, rising to at most
@@ -94,4 +94,4 @@ std::string bind_cpu_share(int index, int count) {
 #endif
 }
 
-}  // namespace dtsim::sim
+}  // namespace dtsim::platform

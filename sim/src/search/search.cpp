@@ -30,7 +30,7 @@
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/rules.hpp"
-#include "lowering_common.hpp"
+#include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
 namespace {

@@ -53,7 +53,7 @@
 
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
-#include "lowering_common.hpp"
+#include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
 namespace {

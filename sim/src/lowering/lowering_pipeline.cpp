@@ -40,7 +40,7 @@
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
-#include "lowering_common.hpp"
+#include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
 
