@@ -53,6 +53,7 @@
 
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
+#include "lowering/emitter.hpp"
 #include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
@@ -65,12 +66,15 @@ enum StreamIndex { kCompute = 0, kGradComm = 1, kParamComm = 2, kD2H = 3, kH2D =
 Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 
 
-class Lowering {
+class LayerStage final : public detail::StageEmitter {
  public:
-  Lowering(const Model& m, const ResolvedPlan& p, const ClusterSpec& c, const CostModels& costs)
-      : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm), named_(costs.name_tasks) {
+  explicit LayerStage(const detail::LoweringInputs& in)
+      : model_(in.model), plan_(in.plan), cluster_(in.cluster), compute_(in.compute), comm_(in.comm), named_(in.named),
+        b_(in.named) {
+    const ResolvedPlan& p = plan_;
+    const ClusterSpec& c = cluster_;
     const WorkloadShape shape = detail::workload_shape(p, c.device);
-    layers_ = m.layers(shape);
+    layers_ = model_.layers(shape);
     DTSIM_ASSERT(!layers_.empty(), "model has no layers");
     w_ = element_bytes(p.precision);
     zero_ = p.zero_stage;
@@ -90,9 +94,23 @@ class Lowering {
       tp_bwd_.push_back(detail::sum_costs(L.tp_backward, tp_group_, comm_));
       params_ += L.params;
     }
+    make_rank();
   }
 
-  TaskGraph build() {
+  void begin_stage(int, const std::vector<PipeStep>&) override {}
+  void step(int, std::size_t, const PipeStep& st) override {
+    // One stage, one chunk: forward and backward of each micro-batch in turn.
+    if (st.forward) {
+      forward(st.micro);
+    } else {
+      backward(st.micro, st.micro + 1 == plan_.grad_accum);
+    }
+  }
+  void end_stage(int) override { optimizer_step(); }
+  TaskGraph finish() override { return std::move(g_); }
+
+ private:
+  void make_rank() {
     SimRank rank;
     rank.rank = 0;
     rank.stage = 0;
@@ -101,15 +119,8 @@ class Lowering {
       rank.streams.push_back(to_string(s));
     }
     setup_groups(rank);
-    const ModelStates ms = model_states(plan_, params_);
-    rank.resident.push_back({MemCategory::kParameters, ms.parameters});
     // ZeRO-3's persistent layers are whole on every rank besides their shard.
-    if (persistent_params() > 0) rank.resident.push_back({MemCategory::kParameters, persistent_params() * w_});
-    if (zero_ >= 2) rank.resident.push_back({MemCategory::kGradients, ms.gradients});
-    rank.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
-    // DDP's bucket buffers (Note [DDP buckets]); the runtime's own reservation.
-    if (zero_ == 0 && plan_.dp > 1) rank.resident.push_back({MemCategory::kBuffers, total_grad_bytes()});
-    rank.resident.push_back({MemCategory::kBuffers, cluster_.device.runtime_reserved});
+    detail::add_resident(rank, plan_, cluster_, params_, persistent_params());
     g_.ranks.push_back(rank);
 
     g_.stage_layers = {static_cast<int>(layers_.size())};
@@ -117,16 +128,8 @@ class Lowering {
     // micro-step: reserving avoids copying the task list as it grows.
     g_.tasks.reserve(layers_.size() * static_cast<std::size_t>(plan_.grad_accum) * 6 + 16);
     plan_buckets();
-    for (std::int64_t m = 0; m < plan_.grad_accum; ++m) {
-      const bool last = m + 1 == plan_.grad_accum;
-      forward(m);
-      backward(m, last);
-    }
-    optimizer_step();
-    return std::move(g_);
   }
 
- private:
   // ---- communicators -------------------------------------------------------
   void setup_groups(SimRank& rank) {
     const int per_node = cluster_.gpus_per_node;
@@ -159,17 +162,11 @@ class Lowering {
   TaskId tp_comm(std::int64_t m, std::size_t l, Pass pass, TaskId after) {
     const auto& comms = pass == Pass::kForward ? layers_[l].tp_forward : layers_[l].tp_backward;
     if (plan_.tp <= 1 || comms.empty()) return after;
-    Task t;
-    t.name = tag(m, std::string("tp ") + (pass == Pass::kForward ? "fwd " : "bwd ") + layers_[l].name);
-    t.kind = TaskKind::kCollective;
-    t.phase = Phase::kComm;
-    t.stream = kCompute;
-    t.op = comms.front().op;
-    t.axis = comms.front().axis;
-    for (const auto& c : comms) t.bytes += c.bytes * c.count;
-    t.cost = pass == Pass::kForward ? tp_fwd_[l] : tp_bwd_[l];
-    t.deps = {after};
-    return g_.add(std::move(t));
+    Bytes bytes = 0;
+    for (const auto& c : comms) bytes += c.bytes * c.count;
+    return b_.collective(tag(m, std::string("tp ") + (pass == Pass::kForward ? "fwd " : "bwd ") + layers_[l].name), 0,
+                         kCompute, comms.front().axis, comms.front().op, bytes,
+                         pass == Pass::kForward ? tp_fwd_[l] : tp_bwd_[l], {after});
   }
   /// Parameters of ZeRO-3 layers under the persistence threshold (Note [ZeRO]).
   std::int64_t persistent_params() const {
@@ -188,26 +185,13 @@ class Lowering {
 
   TaskId compute(const std::string& name, Phase phase, TimeNs duration, std::vector<TaskId> deps,
                  std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}, int stream = kCompute) {
-    Task t;
-    t.name = name;
-    t.kind = stream == kHost ? TaskKind::kHostCompute : TaskKind::kCompute;
-    t.phase = phase;
-    t.stream = stream;
-    t.duration = duration;
-    t.deps = std::move(deps);
-    t.on_start = std::move(on_start);
-    t.on_end = std::move(on_end);
-    return g_.add(std::move(t));
+    return b_.compute(name, 0, stream, phase, duration, std::move(deps), std::move(on_start), std::move(on_end),
+                      stream == kHost);
   }
 
   /// A collective over the data-parallel axis (or a sub-group of it).
   TaskId collective(const std::string& name, CollectiveOp op, Bytes bytes, const CommGroup& group, int stream,
                     std::vector<TaskId> deps, std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}) {
-    Task t;
-    t.axis = Axis::kDp;
-    t.name = name;
-    t.kind = TaskKind::kCollective;
-    t.phase = Phase::kComm;
     // Note [CPU collectives]: where ranks are CPU cores, a gradient collective
     // runs on the cores the ranks compute on and cannot overlap their compute.
     // Parameter gathers keep their stream: they are issued a layer ahead
@@ -218,27 +202,12 @@ class Lowering {
     // whole backward: they keep their stream (on the compute stream they would
     // queue ahead of the backward they depend on).
     const bool serial = !cluster_.device.comm_overlaps_compute && stream != kParamComm && plan_.overlap;
-    t.stream = serial ? kCompute : stream;
-    t.op = op;
-    t.bytes = bytes;
-    t.cost = comm_.collective(op, bytes, group);
-    t.deps = std::move(deps);
-    t.on_start = std::move(on_start);
-    t.on_end = std::move(on_end);
-    return g_.add(std::move(t));
+    return b_.collective(name, 0, serial ? kCompute : stream, Axis::kDp, op, bytes, comm_.collective(op, bytes, group),
+                         std::move(deps), std::move(on_start), std::move(on_end));
   }
 
   TaskId copy(const std::string& name, Bytes bytes, int stream, std::vector<TaskId> deps) {
-    Task t;
-    t.name = name;
-    t.kind = TaskKind::kCollective;
-    t.phase = Phase::kOffload;
-    t.stream = stream;
-    t.op = CollectiveOp::kSendRecv;
-    t.bytes = bytes;
-    t.cost = comm_.host_copy(bytes);
-    t.deps = std::move(deps);
-    return g_.add(std::move(t));
+    return b_.host_copy(name, 0, stream, bytes, comm_.host_copy(bytes), std::move(deps));
   }
 
   std::string tag(std::int64_t m, const std::string& what) const {
@@ -535,6 +504,8 @@ class Lowering {
   const ComputeModel& compute_;
   const CommModel& comm_;
   bool named_ = true;
+  detail::TaskBuilder b_;
+  TaskGraph& g_ = b_.graph();
   std::vector<Layer> layers_;
   std::vector<TimeNs> fwd_time_, bwd_time_, core_time_;  // per layer, one micro-batch
   std::vector<CollectiveCost> tp_fwd_, tp_bwd_;          // per layer, one micro-batch
@@ -546,7 +517,6 @@ class Lowering {
   int zero_ = 0;
   int n_ = 1;
   CommGroup dp_group_, shard_group_, replica_group_;
-  TaskGraph g_;
   std::vector<TaskId> fwd_;
   struct PendingCopy {
     std::string name;
@@ -592,11 +562,8 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters) {
   return s;
 }
 
-TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
-  DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
-  DTSIM_ASSERT(!plan.stage_layers.empty(), "lowering a plan that was not partitioned");
-  if (plan.pp > 1) return lower_pipeline(model, plan, cluster, costs);
-  return Lowering(model, plan, cluster, costs).build();
+std::unique_ptr<detail::StageEmitter> detail::layer_emitter(const LoweringInputs& in) {
+  return std::make_unique<LayerStage>(in);
 }
 
 }  // namespace dtsim::sim

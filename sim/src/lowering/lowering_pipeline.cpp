@@ -40,55 +40,11 @@
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "lowering/emitter.hpp"
 #include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
 
-std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage, int m) {
-  std::vector<PipeStep> out;
-  out.reserve(static_cast<std::size_t>(2 * m * std::max(1, v)));
-  switch (schedule) {
-    case Schedule::kGpipe:
-      for (int i = 0; i < m; ++i) out.push_back({true, 0, i});
-      for (int i = m; i-- > 0;) out.push_back({false, 0, i});
-      break;
-    case Schedule::kNaive:
-      for (int i = 0; i < m; ++i) {
-        out.push_back({true, 0, i});
-        out.push_back({false, 0, i});
-      }
-      break;
-    case Schedule::k1f1b: {
-      const int warmup = std::min(pp - stage - 1, m);
-      for (int i = 0; i < warmup; ++i) out.push_back({true, 0, i});
-      for (int i = 0; i < m - warmup; ++i) {
-        out.push_back({true, 0, warmup + i});
-        out.push_back({false, 0, i});
-      }
-      for (int i = m - warmup; i < m; ++i) out.push_back({false, 0, i});
-      break;
-    }
-    case Schedule::kInterleaved: {
-      // Megatron-LM get_model_chunk_id: steps go through pp micro-batches of
-      // chunk 0, then of chunk 1, ...; backward visits chunks in reverse.
-      const int total = m * v;
-      auto chunk_of = [&](int k, bool fwd) {
-        const int c = (k % (pp * v)) / pp;
-        return fwd ? c : v - 1 - c;
-      };
-      auto micro_of = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
-      const int warmup = m == pp ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
-      for (int k = 0; k < warmup; ++k) out.push_back({true, chunk_of(k, true), micro_of(k)});
-      for (int j = 0; j < total - warmup; ++j) {
-        out.push_back({true, chunk_of(warmup + j, true), micro_of(warmup + j)});
-        out.push_back({false, chunk_of(j, false), micro_of(j)});
-      }
-      for (int k = total - warmup; k < total; ++k) out.push_back({false, chunk_of(k, false), micro_of(k)});
-      break;
-    }
-  }
-  return out;
-}
 
 namespace {
 
@@ -122,48 +78,51 @@ struct Chunk {
   std::vector<Bucket> buckets;  // in backward (reverse layer) order
 };
 
-class PipelineLowering {
+class ChunkStage final : public detail::StageEmitter {
  public:
-  PipelineLowering(const Model& m, const ResolvedPlan& p, const ClusterSpec& c, const CostModels& costs)
-      : model_(m), plan_(p), cluster_(c), compute_(*costs.compute), comm_(*costs.comm), named_(costs.name_tasks) {}
-
-  TaskGraph build() {
+  explicit ChunkStage(const detail::LoweringInputs& in)
+      : model_(in.model), plan_(in.plan), cluster_(in.cluster), compute_(in.compute), comm_(in.comm), named_(in.named),
+        b_(in.named) {
     price();
     place_chunks();
     make_ranks();
     const int pp = plan_.pp, v = plan_.virtual_stages;
-    const int C = pp * v;
-    const int m = static_cast<int>(plan_.grad_accum);
-    const std::size_t cells = static_cast<std::size_t>(C) * m;
+    const std::size_t cells = static_cast<std::size_t>(pp * v) * static_cast<std::size_t>(plan_.grad_accum);
     g_.tasks.reserve(cells * 7 + 8 * static_cast<std::size_t>(pp));  // <= 7 tasks per chunk and micro-batch
     f_entry_.assign(cells, -1);
     f_exit_.assign(cells, -1);
     b_entry_.assign(cells, -1);
     send_f_.assign(cells, -1);
     send_b_.assign(cells, -1);
-    for (int s = 0; s < pp; ++s) {
-      std::vector<TaskId> last_b(static_cast<std::size_t>(v), -1);
-      std::vector<bool> grads(static_cast<std::size_t>(v), false);
-      const std::vector<PipeStep> order = pipeline_order(plan_.schedule, pp, v, s, m);
-      std::vector<std::size_t> final_b(static_cast<std::size_t>(v), 0);  // each chunk's last backward
-      for (std::size_t j = 0; j < order.size(); ++j) {
-        if (!order[j].forward) final_b[order[j].chunk] = j;
-      }
-      reductions_.clear();
-      TaskId last = -1;
-      for (std::size_t j = 0; j < order.size(); ++j) {
-        const PipeStep& st = order[j];
-        const int vs = st.chunk * pp + s;
-        last = st.forward ? forward(s, vs, st.micro)
-                          : backward(s, vs, st.micro, !grads[st.chunk], final_b[st.chunk] == j);
-        if (!st.forward) {
-          grads[st.chunk] = true;
-          last_b[st.chunk] = last;
-        }
-      }
-      finish_rank(s, last_b, last);
+  }
+
+  void begin_stage(int, const std::vector<PipeStep>& order) override {
+    const auto v = static_cast<std::size_t>(plan_.virtual_stages);
+    last_b_.assign(v, -1);
+    grads_.assign(v, false);
+    final_b_.assign(v, 0);  // each chunk's last backward
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      if (!order[j].forward) final_b_[order[j].chunk] = j;
     }
+    reductions_.clear();
+    last_ = -1;
+  }
+
+  void step(int s, std::size_t j, const PipeStep& st) override {
+    const int vs = st.chunk * plan_.pp + s;
+    last_ = st.forward ? forward(s, vs, st.micro) : backward(s, vs, st.micro, !grads_[st.chunk], final_b_[st.chunk] == j);
+    if (!st.forward) {
+      grads_[st.chunk] = true;
+      last_b_[st.chunk] = last_;
+    }
+  }
+
+  void end_stage(int s) override { finish_rank(s, last_b_, last_); }
+
+  TaskGraph finish() override {
     // Cross-stage dependencies, now that every task exists.
+    const int C = plan_.pp * plan_.virtual_stages;
+    const int m = static_cast<int>(plan_.grad_accum);
     for (int vs = 0; vs < C; ++vs) {
       for (int i = 0; i < m; ++i) {
         const std::size_t c = cell(vs, i);
@@ -335,12 +294,7 @@ class PipelineLowering {
         if (ch.rank == s) params += ch.params;
       }
       rank_params_.push_back(params);
-      const ModelStates ms = model_states(plan_, params);
-      r.resident.push_back({MemCategory::kParameters, ms.parameters});
-      r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
-      // DDP's bucket buffers (Note [DDP buckets] in lowering.cpp).
-      if (plan_.zero_stage == 0 && plan_.dp > 1) r.resident.push_back({MemCategory::kBuffers, params * w_});
-      r.resident.push_back({MemCategory::kBuffers, cluster_.device.runtime_reserved});
+      detail::add_resident(r, plan_, cluster_, params, 0);
       g_.ranks.push_back(std::move(r));
     }
   }
@@ -348,32 +302,12 @@ class PipelineLowering {
   // ---- tasks -----------------------------------------------------------------
   TaskId add(std::string n, int rank, int stream, Phase phase, TimeNs duration, std::vector<MemOp> on_start = {},
              std::vector<MemOp> on_end = {}) {
-    Task t;
-    t.name = std::move(n);
-    t.kind = TaskKind::kCompute;
-    t.phase = phase;
-    t.rank = rank;
-    t.stream = stream;
-    t.duration = duration;
-    t.on_start = std::move(on_start);
-    t.on_end = std::move(on_end);
-    return g_.add(std::move(t));
+    return b_.compute(std::move(n), rank, stream, phase, duration, {}, std::move(on_start), std::move(on_end));
   }
 
   TaskId comm(std::string n, int rank, int stream, Axis axis, CollectiveOp op, Bytes bytes, const CollectiveCost& cost,
               std::vector<TaskId> deps) {
-    Task t;
-    t.axis = axis;
-    t.name = std::move(n);
-    t.kind = TaskKind::kCollective;
-    t.phase = Phase::kComm;
-    t.rank = rank;
-    t.stream = stream;
-    t.op = op;
-    t.bytes = bytes;
-    t.cost = cost;
-    t.deps = std::move(deps);
-    return g_.add(std::move(t));
+    return b_.collective(std::move(n), rank, stream, axis, op, bytes, cost, std::move(deps));
   }
 
   /// Note [Gradient buckets] (models/torch): bucket k's copy in or out on
@@ -536,23 +470,28 @@ class PipelineLowering {
   const ComputeModel& compute_;
   const CommModel& comm_;
   bool named_ = true;
+  detail::TaskBuilder b_;
+  TaskGraph& g_ = b_.graph();
   std::vector<Layer> layers_;
   std::vector<TimeNs> fwd_, bwd_, rec_;
   std::vector<Chunk> chunks_;
   std::vector<std::int64_t> rank_params_;
   int w_ = 4;
   CommGroup tp_group_, dp_group_;
-  TaskGraph g_;
   std::vector<TaskId> f_entry_, f_exit_, b_entry_, send_f_, send_b_;
   std::vector<TaskId> reductions_;  // this rank's gradient all-reduces
   std::vector<Bytes> held_sends_;   // this rank's send buffers, oldest first (Note [Send buffers])
+  // The stage being emitted (begin_stage .. end_stage).
+  std::vector<TaskId> last_b_;      // each chunk's last backward
+  std::vector<bool> grads_;         // whether a chunk has run a backward yet
+  std::vector<std::size_t> final_b_;  // the step of each chunk's last backward
+  TaskId last_ = -1;                // the stage's last step
 };
 
 }  // namespace
 
-TaskGraph lower_pipeline(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
-                         const CostModels& costs) {
-  return PipelineLowering(model, plan, cluster, costs).build();
+std::unique_ptr<detail::StageEmitter> detail::chunk_emitter(const LoweringInputs& in) {
+  return std::make_unique<ChunkStage>(in);
 }
 
 }  // namespace dtsim::sim

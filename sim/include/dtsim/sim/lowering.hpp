@@ -55,8 +55,5 @@ struct PipeStep {
 /// forward_backward_pipelining_with_interleaving) or naive (F0 B0 F1 B1 ...).
 std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int virtual_stages, int stage, int micro_batches);
 
-/// The pipeline half of lower() (pp > 1).
-TaskGraph lower_pipeline(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
-                         const CostModels& costs);
 
 }  // namespace dtsim::sim

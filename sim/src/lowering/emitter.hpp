@@ -1,0 +1,132 @@
+#pragma once
+// What lower() shares with the two ways of emitting a stage (private to
+// sim/): the task builder every task goes through, the memory a rank holds
+// before the iteration, and the emitter interface the schedule walk calls
+// (Note [One walk] in lowering.cpp).
+
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/buckets.hpp"
+#include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/model.hpp"
+#include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/task_graph.hpp"
+
+namespace dtsim::sim::detail {
+
+/// Adds tasks to one graph; every task of every lowering is made here.
+class TaskBuilder {
+ public:
+  explicit TaskBuilder(bool named) : named_(named) {}
+  TaskGraph& graph() { return g_; }
+  /// Whether tasks get names (search leaves them empty).
+  bool named() const { return named_; }
+
+  /// A kernel (or, on the host stream, the host's work) of `duration`.
+  TaskId compute(std::string name, int rank, int stream, Phase phase, TimeNs duration, std::vector<TaskId> deps = {},
+                 std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}, bool host = false) {
+    Task t;
+    t.name = named_ ? std::move(name) : std::string();
+    t.kind = host ? TaskKind::kHostCompute : TaskKind::kCompute;
+    t.phase = phase;
+    t.rank = rank;
+    t.stream = stream;
+    t.duration = duration;
+    t.deps = std::move(deps);
+    t.on_start = std::move(on_start);
+    t.on_end = std::move(on_end);
+    return g_.add(std::move(t));
+  }
+  /// A collective (or point-to-point send) over the group of mesh axis `axis`.
+  TaskId collective(std::string name, int rank, int stream, Axis axis, CollectiveOp op, Bytes bytes,
+                    const CollectiveCost& cost, std::vector<TaskId> deps, std::vector<MemOp> on_start = {},
+                    std::vector<MemOp> on_end = {}) {
+    Task t;
+    t.name = named_ ? std::move(name) : std::string();
+    t.kind = TaskKind::kCollective;
+    t.phase = Phase::kComm;
+    t.rank = rank;
+    t.stream = stream;
+    t.op = op;
+    t.axis = axis;
+    t.bytes = bytes;
+    t.cost = cost;
+    t.deps = std::move(deps);
+    t.on_start = std::move(on_start);
+    t.on_end = std::move(on_end);
+    return g_.add(std::move(t));
+  }
+  /// A copy between host and device over PCIe (ZeRO-Offload).
+  TaskId host_copy(std::string name, int rank, int stream, Bytes bytes, const CollectiveCost& cost, std::vector<TaskId> deps) {
+    Task t;
+    t.name = named_ ? std::move(name) : std::string();
+    t.kind = TaskKind::kCollective;
+    t.phase = Phase::kOffload;
+    t.rank = rank;
+    t.stream = stream;
+    t.op = CollectiveOp::kSendRecv;
+    t.bytes = bytes;
+    t.cost = cost;
+    t.deps = std::move(deps);
+    return g_.add(std::move(t));
+  }
+
+ private:
+  bool named_ = true;
+  TaskGraph g_;
+};
+
+/// What a lowering is given.
+struct LoweringInputs {
+  const Model& model;
+  const ResolvedPlan& plan;
+  const ClusterSpec& cluster;
+  const ComputeModel& compute;
+  const CommModel& comm;
+  bool named = true;
+};
+
+/// The memory a rank holding `params` parameters has before the iteration
+/// starts: its model states (ZeRO paper accounting, model_states()), the
+/// ZeRO-3 layers kept whole (`persistent` parameters), DDP's bucket
+/// buffers (Note [DDP buckets]: a second copy of the gradients) and the
+/// runtime's own reservation.
+inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec& cluster, std::int64_t params,
+                         std::int64_t persistent) {
+  const Bytes w = element_bytes(plan.precision);
+  const ModelStates ms = model_states(plan, params);
+  r.resident.push_back({MemCategory::kParameters, ms.parameters});
+  if (persistent > 0) r.resident.push_back({MemCategory::kParameters, persistent * w});
+  if (plan.zero_stage >= 2) r.resident.push_back({MemCategory::kGradients, ms.gradients});
+  r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
+  if (plan.zero_stage == 0 && plan.dp > 1) r.resident.push_back({MemCategory::kBuffers, params * w});
+  r.resident.push_back({MemCategory::kBuffers, cluster.device.runtime_reserved});
+}
+
+/// One way of emitting a pipeline stage's tasks. lower() walks each
+/// stage's schedule (pipeline_order) and hands it every step.
+class StageEmitter {
+ public:
+  virtual ~StageEmitter() = default;
+  /// Stage `stage` is about to run `order`.
+  virtual void begin_stage(int stage, const std::vector<PipeStep>& order) = 0;
+  /// Step `index` of the stage's order.
+  virtual void step(int stage, std::size_t index, const PipeStep& step) = 0;
+  /// The stage's steps are all emitted: its optimizer step and what follows.
+  virtual void end_stage(int stage) = 0;
+  /// Every stage is emitted: what joins them; the graph.
+  virtual TaskGraph finish() = 0;
+};
+
+/// A single stage, layer by layer: data parallelism with DDP buckets,
+/// ZeRO-1/2/3 and FSDP, offload, tensor parallelism, recompute.
+std::unique_ptr<StageEmitter> layer_emitter(const LoweringInputs& in);
+/// Pipeline stages, one task per model chunk and pass: the schedule's
+/// sends, the data-parallel buckets of each chunk's last backward, ZeRO-1.
+std::unique_ptr<StageEmitter> chunk_emitter(const LoweringInputs& in);
+
+}  // namespace dtsim::sim::detail

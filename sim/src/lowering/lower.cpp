@@ -1,0 +1,88 @@
+// lower(): one walk over every stage's schedule builds every rank's task graph.
+//
+// Note [One walk]
+// A data-parallel plan is a pipeline of one stage: lower() asks
+// pipeline_order() for each stage's steps (for one stage, 1F1B's order: the
+// forward and backward of each micro-batch in turn) and hands each step to
+// the stage emitter. A single stage is emitted layer by layer (ZeRO-3's
+// gathers, per-layer reductions and offload copies hang on layers; cost
+// grows with layers x micro-batches); pipeline stages chunk by chunk, one
+// task per chunk and pass (cost grows with stages x micro-batches x chunks,
+// never with layers or GPUs). Both make every task through one TaskBuilder,
+// give their ranks resident memory through add_resident(), take their
+// groups from the plan's mesh, their stage split from the partition step
+// and their buckets from buckets.hpp.
+#include <algorithm>
+#include <memory>
+
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "lowering/emitter.hpp"
+
+namespace dtsim::sim {
+
+std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage, int m) {
+  std::vector<PipeStep> out;
+  out.reserve(static_cast<std::size_t>(2 * m * std::max(1, v)));
+  switch (schedule) {
+    case Schedule::kGpipe:
+      for (int i = 0; i < m; ++i) out.push_back({true, 0, i});
+      for (int i = m; i-- > 0;) out.push_back({false, 0, i});
+      break;
+    case Schedule::kNaive:
+      for (int i = 0; i < m; ++i) {
+        out.push_back({true, 0, i});
+        out.push_back({false, 0, i});
+      }
+      break;
+    case Schedule::k1f1b: {
+      const int warmup = std::min(pp - stage - 1, m);
+      for (int i = 0; i < warmup; ++i) out.push_back({true, 0, i});
+      for (int i = 0; i < m - warmup; ++i) {
+        out.push_back({true, 0, warmup + i});
+        out.push_back({false, 0, i});
+      }
+      for (int i = m - warmup; i < m; ++i) out.push_back({false, 0, i});
+      break;
+    }
+    case Schedule::kInterleaved: {
+      // Megatron-LM get_model_chunk_id: steps go through pp micro-batches of
+      // chunk 0, then of chunk 1, ...; backward visits chunks in reverse.
+      const int total = m * v;
+      auto chunk_of = [&](int k, bool fwd) {
+        const int c = (k % (pp * v)) / pp;
+        return fwd ? c : v - 1 - c;
+      };
+      auto micro_of = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
+      const int warmup = m == pp ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
+      for (int k = 0; k < warmup; ++k) out.push_back({true, chunk_of(k, true), micro_of(k)});
+      for (int j = 0; j < total - warmup; ++j) {
+        out.push_back({true, chunk_of(warmup + j, true), micro_of(warmup + j)});
+        out.push_back({false, chunk_of(j, false), micro_of(j)});
+      }
+      for (int k = total - warmup; k < total; ++k) out.push_back({false, chunk_of(k, false), micro_of(k)});
+      break;
+    }
+  }
+  return out;
+}
+
+TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
+  DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
+  DTSIM_ASSERT(!plan.stage_layers.empty(), "lowering a plan that was not partitioned");
+  const detail::LoweringInputs in{model, plan, cluster, *costs.compute, *costs.comm, costs.name_tasks};
+  const std::unique_ptr<detail::StageEmitter> emit = plan.pp > 1 ? detail::chunk_emitter(in) : detail::layer_emitter(in);
+  // One stage runs its micro-batches' forward and backward in turn, whatever
+  // schedule the plan names (it has no pipeline to schedule).
+  const Schedule schedule = plan.pp > 1 ? plan.schedule : Schedule::k1f1b;
+  const int m = static_cast<int>(plan.grad_accum);
+  for (int s = 0; s < plan.pp; ++s) {
+    const std::vector<PipeStep> order = pipeline_order(schedule, plan.pp, plan.virtual_stages, s, m);
+    emit->begin_stage(s, order);
+    for (std::size_t j = 0; j < order.size(); ++j) emit->step(s, j, order[j]);
+    emit->end_stage(s);
+  }
+  return emit->finish();
+}
+
+}  // namespace dtsim::sim
