@@ -16,6 +16,8 @@ class Bert final : public ZooModel {
   explicit Bert(BertConfig c) : c_(std::move(c)) {}
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
+  // Embedding, blocks, the pooler and the classifier where configured.
+  int layer_count() const override { return 1 + c_.layers + (c_.pooler ? 1 : 0) + (c_.num_labels > 0 ? 1 : 0); }
   std::int64_t max_seq_len() const override { return c_.max_positions; }
   std::string tp_error(int tp) const override { return transformer_tp_error(tp, c_.heads, c_.intermediate); }
 

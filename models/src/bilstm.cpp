@@ -37,6 +37,7 @@ class BiLstm final : public ZooModel {
   explicit BiLstm(BiLstmConfig c) : c_(std::move(c)) {}
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
+  int layer_count() const override { return c_.layers + 1; }  // LSTM layers, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   std::string tp_error(int tp) const override {
     return tp == 1 ? "" : "an LSTM has no tensor-parallel split (its recurrence is sequential); valid: tp: 1";

@@ -18,6 +18,7 @@ class Gpt final : public ZooModel {
   }
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
+  int layer_count() const override { return c_.layers + 2; }  // embedding, blocks, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   std::string tp_error(int tp) const override { return transformer_tp_error(tp, c_.heads, c_.ffn_hidden); }
 

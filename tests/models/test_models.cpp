@@ -249,3 +249,16 @@ TEST_CASE("layer signatures name the architecture, not the batch", "[models]") {
   CHECK(lstm[1].signature == "lstm.layer:in=512,hs=256,dirs=2");
   CHECK(lstm[2].signature == "lstm.head:in=512,c=33");
 }
+
+TEST_CASE("every model counts its layers without building them, as layers() builds them", "[models]") {
+  // The rules table and the partition ask layer_count() for every prediction.
+  for (const auto& name : models::builtin_names()) {
+    INFO(name);
+    const auto m = models::load_model(name);
+    CHECK(m->layer_count() == static_cast<int>(m->layers(sim::WorkloadShape{}).size()));
+  }
+  // BERT without its pooler, with a classifier: embedding, 2 blocks, classifier = 4.
+  const auto bert = models::load_model("bert-tiny", {{"model", "pooler", "false"}, {"model", "num_labels", "3"}});
+  CHECK(bert->layer_count() == 4);
+  CHECK(bert->layers(sim::WorkloadShape{}).size() == 4);
+}

@@ -88,6 +88,7 @@ struct LoweringInputs {
   const ComputeModel& compute;
   const CommModel& comm;
   bool named = true;
+  const PricedLayers* priced = nullptr;  ///< the layers priced already (CostModels::priced), or null
 };
 
 /// The memory a rank holding `params` parameters has before the iteration

@@ -70,7 +70,7 @@ std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
   DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
   DTSIM_ASSERT(!plan.stage_layers.empty(), "lowering a plan that was not partitioned");
-  const detail::LoweringInputs in{model, plan, cluster, *costs.compute, *costs.comm, costs.name_tasks};
+  const detail::LoweringInputs in{model, plan, cluster, *costs.compute, *costs.comm, costs.name_tasks, costs.priced};
   const std::unique_ptr<detail::StageEmitter> emit = plan.pp > 1 ? detail::chunk_emitter(in) : detail::layer_emitter(in);
   // One stage runs its micro-batches' forward and backward in turn, whatever
   // schedule the plan names (it has no pipeline to schedule).

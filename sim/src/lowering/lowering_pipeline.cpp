@@ -82,7 +82,10 @@ class ChunkStage final : public detail::StageEmitter {
  public:
   explicit ChunkStage(const detail::LoweringInputs& in)
       : model_(in.model), plan_(in.plan), cluster_(in.cluster), compute_(in.compute), comm_(in.comm), named_(in.named),
-        b_(in.named) {
+        b_(in.named),
+        // The layers as the partition priced them, or priced here.
+        priced_(in.priced != nullptr ? *in.priced
+                                     : (own_ = price_layers(in.model, in.plan, in.cluster, in.compute, in.comm))) {
     price();
     place_chunks();
     make_ranks();
@@ -143,30 +146,9 @@ class ChunkStage final : public detail::StageEmitter {
 
   // ---- pricing ---------------------------------------------------------------
   void price() {
-    const WorkloadShape shape = detail::workload_shape(plan_, cluster_.device);
-    layers_ = model_.layers(shape);
     w_ = element_bytes(plan_.precision);
     tp_group_ = axis_group(plan_.mesh, Axis::kTp, cluster_.gpus_per_node);
     dp_group_ = axis_group(plan_.mesh, Axis::kDp, cluster_.gpus_per_node);
-    const std::size_t n = layers_.size();
-    fwd_.resize(n);
-    bwd_.resize(n);
-    rec_.resize(n);
-    for (std::size_t l = 0; l < n; ++l) {
-      const Layer& L = layers_[l];
-      fwd_[l] = compute_.layer_time(L, Pass::kForward, plan_.precision, shape);
-      bwd_[l] = compute_.layer_time(L, Pass::kBackward, plan_.precision, shape);
-      const TimeNs tpf = plan_.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group_, comm_).total() : 0;
-      rec_[l] = 0;
-      if (full_recompute(L)) rec_[l] = fwd_[l] + tpf;
-      if (plan_.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
-        rec_[l] = compute_.attention_core_time(L, plan_.precision, shape);
-      }
-    }
-  }
-
-  bool full_recompute(const Layer& L) const {
-    return plan_.recompute == Recompute::kFull && L.is_block();
   }
 
   void place_chunks() {
@@ -472,8 +454,12 @@ class ChunkStage final : public detail::StageEmitter {
   bool named_ = true;
   detail::TaskBuilder b_;
   TaskGraph& g_ = b_.graph();
-  std::vector<Layer> layers_;
-  std::vector<TimeNs> fwd_, bwd_, rec_;
+  PricedLayers own_;             // where lower() was given no priced layers
+  const PricedLayers& priced_;
+  const std::vector<Layer>& layers_ = priced_.layers;
+  const std::vector<TimeNs>& fwd_ = priced_.forward;
+  const std::vector<TimeNs>& bwd_ = priced_.backward;
+  const std::vector<TimeNs>& rec_ = priced_.recompute;
   std::vector<Chunk> chunks_;
   std::vector<std::int64_t> rank_params_;
   int w_ = 4;

@@ -43,40 +43,66 @@ std::vector<int> balance_layers(const std::vector<double>& costs, int chunks) {
   return counts;
 }
 
-std::vector<double> layer_costs(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
-                                const ComputeModel& compute, const CommModel& comm) {
+PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                          const ComputeModel& compute, const CommModel& comm) {
   const WorkloadShape shape = detail::workload_shape(plan, cluster.device);
-  const std::vector<Layer> layers = model.layers(shape);
+  PricedLayers out;
+  out.layers = model.layers(shape);
   const CommGroup tp_group = axis_group(plan.mesh, Axis::kTp, cluster.gpus_per_node);
-  std::vector<double> out;
-  out.reserve(layers.size());
-  for (const Layer& L : layers) {
+  const std::size_t n = out.layers.size();
+  out.forward.reserve(n);
+  out.backward.reserve(n);
+  out.recompute.reserve(n);
+  out.tp_forward.reserve(n);
+  out.tp_backward.reserve(n);
+  for (const Layer& L : out.layers) {
     const TimeNs fwd = compute.layer_time(L, Pass::kForward, plan.precision, shape);
-    const TimeNs bwd = compute.layer_time(L, Pass::kBackward, plan.precision, shape);
     const TimeNs tpf = plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm).total() : 0;
-    const TimeNs tpb = plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm).total() : 0;
     TimeNs rec = 0;
     if (plan.recompute == Recompute::kFull && L.is_block()) rec = fwd + tpf;
     if (plan.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
       rec = compute.attention_core_time(L, plan.precision, shape);
     }
-    out.push_back(static_cast<double>(fwd + bwd + rec + tpf + tpb));
+    out.forward.push_back(fwd);
+    out.backward.push_back(compute.layer_time(L, Pass::kBackward, plan.precision, shape));
+    out.recompute.push_back(rec);
+    out.tp_forward.push_back(tpf);
+    out.tp_backward.push_back(plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm).total() : 0);
+  }
+  return out;
+}
+
+std::vector<double> PricedLayers::costs() const {
+  std::vector<double> out;
+  out.reserve(layers.size());
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    out.push_back(static_cast<double>(forward[l] + backward[l] + recompute[l] + tp_forward[l] + tp_backward[l]));
   }
   return out;
 }
 
 void partition(ResolvedPlan& plan, const Model& model, const ClusterSpec& cluster, const ComputeModel& compute,
                const CommModel& comm) {
+  if (plan.stage_layers.empty() && plan.pp > 1) {
+    partition(plan, model, price_layers(model, plan, cluster, compute, comm));
+    return;
+  }
+  const PricedLayers none;
+  partition(plan, model, none);
+}
+
+void partition(ResolvedPlan& plan, const Model& model, const PricedLayers& priced) {
   const int chunks = plan.pp * plan.virtual_stages;
   if (!plan.stage_layers.empty()) {
     DTSIM_ASSERT(static_cast<int>(plan.stage_layers.size()) == chunks, "stage_layers does not match the chunks");
     return;
   }
   if (plan.pp == 1) {
-    plan.stage_layers = {static_cast<int>(model.layers(WorkloadShape{}).size())};
+    plan.stage_layers = {model.layer_count()};
     return;
   }
-  plan.stage_layers = balance_layers(layer_costs(model, plan, cluster, compute, comm), chunks);
+  DTSIM_ASSERT(!priced.layers.empty(), "partition: the layers were not priced");
+  plan.stage_layers = balance_layers(priced.costs(), chunks);
 }
 
 }  // namespace dtsim::sim

@@ -205,15 +205,14 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     chunks_ok = false;
   }
   if (chunks_ok && (r.pp > 1 || !s.stage_layers.empty())) {
-    WorkloadShape one;
-    const auto layers = model.layers(one);
-    const int n = static_cast<int>(layers.size());
+    const int n = rules.layers();
     const int chunks = r.pp * r.virtual_stages;
     if (chunks > n) {
       bad.add(r.virtual_stages > 1 ? "virtual_stages" : "pp",
               std::to_string(chunks) + " model chunks for the " + std::to_string(n) + " layers of " + model.name() +
                   "; every chunk needs a layer, valid pp x virtual_stages: 1 to " + std::to_string(n));
     } else if (!s.stage_layers.empty()) {
+      const auto layers = model.layers(WorkloadShape{});
       int sum = 0;
       bool each_ok = true;
       for (int c : s.stage_layers) {

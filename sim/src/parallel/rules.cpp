@@ -25,9 +25,7 @@ std::string join_values(const std::vector<int>& values) {
 
 PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
     : model_(model), cluster_(cluster), gpus_(gpus == 0 ? cluster.gpus() : gpus) {
-  const std::vector<Layer> one = model.layers(WorkloadShape{});
-  layers_ = static_cast<int>(one.size());
-  attention_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
+  layers_ = model.layer_count();
   max_seq_len_ = model.max_seq_len();
 }
 
@@ -81,7 +79,12 @@ std::vector<Offload> PlanRules::param_offloads(int zero_stage) const {
 }
 
 std::vector<Recompute> PlanRules::recomputes() const {
-  if (attention_) return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  if (!attention_) {
+    // Built once, when first asked: resolve never asks.
+    const std::vector<Layer> one = model_.layers(WorkloadShape{});
+    attention_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
+  }
+  if (*attention_) return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
   return {Recompute::kNone, Recompute::kFull};
 }
 

@@ -144,8 +144,12 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
 
   const Pricing pricing(cluster, options, &p.sources);
   p.outside_allocator = pricing.outside_allocator();
-  partition(p.plan, model, pricing.cluster(), pricing.compute(), pricing.comm());
-  TaskGraph graph = lower(model, p.plan, pricing.cluster(), CostModels{&pricing.compute(), &pricing.comm(), options.keep_graph});
+  // A pipeline's layers are priced once, for the partition and the lowering.
+  PricedLayers priced;
+  if (p.plan.pp > 1) priced = price_layers(model, p.plan, pricing.cluster(), pricing.compute(), pricing.comm());
+  partition(p.plan, model, priced);
+  TaskGraph graph = lower(model, p.plan, pricing.cluster(),
+                          CostModels{&pricing.compute(), &pricing.comm(), options.keep_graph, p.plan.pp > 1 ? &priced : nullptr});
   if (options.profile) {
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);

@@ -15,6 +15,9 @@ struct CostModels {
   const ComputeModel* compute = nullptr;
   const CommModel* comm = nullptr;
   bool name_tasks = true;  ///< false leaves task names empty (search never shows them)
+  /// The plan's layers as partition priced them with these models
+  /// (price_layers), reused by the pipeline lowering; null: priced again.
+  const PricedLayers* priced = nullptr;
 };
 
 /// Model-state bytes one rank holds on the device (ZeRO paper, Rajbhandari et

@@ -140,6 +140,10 @@ class Model {
   virtual std::int64_t max_seq_len() const = 0;
   /// Layers, first to last, for one micro-batch of the given shape.
   virtual std::vector<Layer> layers(const WorkloadShape& shape) const = 0;
+  /// How many layers layers() returns, whatever the shape; models answer
+  /// without building them (the rules table and the partition ask it for
+  /// every prediction).
+  virtual int layer_count() const { return static_cast<int>(layers(WorkloadShape{}).size()); }
   /// Why tensor parallelism of degree `tp` is impossible for this model
   /// ("12 heads are not divisible by 5"), or "" if it is possible.
   virtual std::string tp_error(int tp) const = 0;

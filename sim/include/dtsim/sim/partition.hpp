@@ -18,16 +18,27 @@ namespace dtsim::sim {
 /// minimising the costliest group; returns the layer count of each.
 std::vector<int> balance_layers(const std::vector<double>& costs, int chunks);
 
-/// The time one micro-batch spends in each layer on one rank (forward,
-/// backward, recompute and tensor-parallel collectives), as partition()
-/// balances it.
-std::vector<double> layer_costs(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
-                                const ComputeModel& compute, const CommModel& comm);
+/// Each layer of one micro-batch on one rank, priced once: the partition
+/// balances these figures and the pipeline lowering reuses them.
+struct PricedLayers {
+  std::vector<Layer> layers;
+  std::vector<TimeNs> forward, backward;  ///< per layer
+  /// Per layer: what backward adds again (full recompute: the forward and
+  /// its tensor-parallel collectives; selective: the attention core).
+  std::vector<TimeNs> recompute;
+  std::vector<TimeNs> tp_forward, tp_backward;  ///< its tensor-parallel collectives, serial after it
+  /// Per layer: forward + backward + recompute + collectives, what partition() balances.
+  std::vector<double> costs() const;
+};
+PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                          const ComputeModel& compute, const CommModel& comm);
 
 /// Fills plan.stage_layers (one entry per model chunk, pp x
 /// virtual_stages; one entry holding every layer without a pipeline),
-/// keeping a split the plan gave.
+/// keeping a split the plan gave; prices the layers where it must balance.
 void partition(ResolvedPlan& plan, const Model& model, const ClusterSpec& cluster, const ComputeModel& compute,
                const CommModel& comm);
+/// The same with the layers priced already (price_layers of this plan).
+void partition(ResolvedPlan& plan, const Model& model, const PricedLayers& priced);
 
 }  // namespace dtsim::sim

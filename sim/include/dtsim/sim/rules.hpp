@@ -5,6 +5,7 @@
 // the GUI's knob lists ask it; nothing else decides what is valid.
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -71,7 +72,7 @@ class PlanRules {
   int gpus_ = 1;
   int layers_ = 1;
   std::int64_t max_seq_len_ = 1;
-  bool attention_ = false;
+  mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
 };
 
 /// "1, 2, 4" for the values.
