@@ -83,3 +83,22 @@ TEST_CASE("an axis's communicator on the nodes", "[mesh]") {
   CHECK(replicas.ranks_per_node == 1);
   CHECK(replicas.groups_per_node == 8);
 }
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/plan.hpp"
+
+TEST_CASE("resolve builds the mesh from the plan's placement", "[mesh][plan]") {
+  // gpt2 on one 8-GPU node, tp 2 x pp 2 x dp 2 placed tp, dp, pp: rank =
+  // t + 2d + 4p, so the pipeline's stages are 4 ranks apart and rank 0's
+  // data-parallel peer is rank 2.
+  const auto gpt2 = dtsim::models::load_model("gpt2");
+  const ClusterSpec dgx = load_cluster("dgx-a100");
+  const ResolvedPlan r = resolve(parse_plan("tp: 2\npp: 2\nplacement: tp,dp,pp\n", "p.yaml"), *gpt2, dgx);
+  CHECK(r.dp == 2);
+  CHECK(r.mesh.ranks() == 8);
+  CHECK(r.mesh.stride(Axis::kPp) == 4);
+  CHECK(r.mesh.group(Axis::kDp, 0) == std::vector<int>{0, 2});
+  CHECK(r.mesh.group(Axis::kPp, 1) == std::vector<int>{1, 5});
+  CHECK(r.mesh.placement() == "tp,dp,pp");
+}

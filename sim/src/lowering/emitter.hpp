@@ -2,7 +2,7 @@
 // What lower() shares with the two ways of emitting a stage (private to
 // sim/): the task builder every task goes through, the memory a rank holds
 // before the iteration, and the emitter interface the schedule walk calls
-// (Note [One walk] in lowering.cpp).
+// (Note [One walk] in lower.cpp).
 
 #include <memory>
 #include <string>

@@ -1,4 +1,6 @@
-// Lowering of data-parallel plans into the task graph of one iteration.
+// The layer-wise stage emitter: a plan of one stage (data, tensor and
+// sequence parallelism, ZeRO / FSDP, offload, recompute) lowered layer by
+// layer into the task graph of one iteration (the walk: lower.cpp).
 //
 // Note [Symmetry]
 // Every data-parallel replica runs the same program on its own shard of the

@@ -1,7 +1,7 @@
 #pragma once
-// Pieces both lowerings share (private to sim/): where a parallel dimension's
-// groups sit on the cluster, the summed cost of a layer's tensor-parallel
-// collectives, and the optimizer step's time.
+// Pieces both stage emitters, the partition and the search share (private
+// to sim/): a micro-batch's shape, what a layer keeps for backward, link
+// capacities, and the summed cost of a layer's tensor-parallel collectives.
 
 #include <algorithm>
 #include <vector>

@@ -1,4 +1,5 @@
-// Lowering of pipelined plans (pp > 1): one simulated rank per stage.
+// The chunk-wise stage emitter: pipelined plans (pp > 1), one simulated
+// rank per stage, one task per model chunk and pass (the walk: lower.cpp).
 //
 // Note [Pipeline lowering]
 // The model's layers are cut into pp x v contiguous chunks (v virtual stages
