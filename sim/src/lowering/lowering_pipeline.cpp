@@ -87,7 +87,7 @@ class ChunkStage final : public detail::StageEmitter {
         // The layers as the partition priced them, or priced here.
         priced_(in.priced != nullptr ? *in.priced
                                      : (own_ = price_layers(in.model, in.plan, in.cluster, in.compute, in.comm))) {
-    price();
+    make_groups();
     place_chunks();
     make_ranks();
     const int pp = plan_.pp, v = plan_.virtual_stages;
@@ -145,8 +145,8 @@ class ChunkStage final : public detail::StageEmitter {
     return std::string(what) + " chunk " + std::to_string(vs) + " [mb " + std::to_string(i) + "]";
   }
 
-  // ---- pricing ---------------------------------------------------------------
-  void price() {
+  // ---- groups -----------------------------------------------------------------
+  void make_groups() {
     w_ = element_bytes(plan_.precision);
     tp_group_ = axis_group(plan_.mesh, Axis::kTp, cluster_.gpus_per_node);
     dp_group_ = axis_group(plan_.mesh, Axis::kDp, cluster_.gpus_per_node);

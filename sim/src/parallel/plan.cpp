@@ -31,7 +31,10 @@ class Problems {
   std::vector<std::string> lines_;
 };
 
-bool contains(const std::vector<int>& v, int x) { return std::find(v.begin(), v.end(), x) != v.end(); }
+template <typename T>
+bool contains(const std::vector<T>& v, T x) {
+  return std::find(v.begin(), v.end(), x) != v.end();
+}
 
 }  // namespace
 
@@ -93,13 +96,9 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.schedule = Schedule::kNaive;
   }
   if (degrees_ok && (r.pp * r.tp > gpus || gpus % (r.pp * r.tp) != 0)) {
-    std::vector<int> products;
-    for (int d = 1; d <= gpus; ++d) {
-      if (gpus % d == 0) products.push_back(d);
-    }
     bad.add(r.pp > 1 ? (s.model_parallel > 0 ? "model_parallel" : "pp") : "tp",
             "tp x pp = " + std::to_string(r.tp * r.pp) + " does not divide the " + std::to_string(gpus) + " GPUs of " +
-                cluster.name + "; valid products: " + join_values(products));
+                cluster.name + "; valid products: " + join_values(divisors(gpus)));
     degrees_ok = false;
   }
   r.dp = s.dp == 0 && degrees_ok ? gpus / (r.tp * r.pp) : std::max(1, s.dp);
@@ -292,13 +291,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
 
   r.offload_optimizer = s.offload_optimizer;
   r.offload_params = s.offload_params;
-  auto allowed = [](const std::vector<Offload>& v, Offload o) { return std::find(v.begin(), v.end(), o) != v.end(); };
-  if (!allowed(rules.param_offloads(r.zero_stage), r.offload_params)) {
+  if (!contains(rules.param_offloads(r.zero_stage), r.offload_params)) {
     bad.add("offload_params", "cpu needs zero_stage 3 (parameters are offloaded only when "
                               "partitioned, as in ZeRO-Infinity); with zero_stage " +
                                   std::to_string(r.zero_stage) + " valid: none");
   }
-  if (!allowed(rules.optimizer_offloads(r.zero_stage, r.pp), r.offload_optimizer)) {
+  if (!contains(rules.optimizer_offloads(r.zero_stage, r.pp), r.offload_optimizer)) {
     if (r.zero_stage == 0) {
       bad.add("offload_optimizer", "cpu needs zero_stage 1, 2 or 3 (ZeRO-Offload); with zero_stage 0 valid: none");
     } else {

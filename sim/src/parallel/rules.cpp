@@ -5,7 +5,6 @@
 #include <algorithm>
 
 namespace dtsim::sim {
-namespace {
 
 std::vector<int> divisors(int n) {
   std::vector<int> out;
@@ -14,8 +13,6 @@ std::vector<int> divisors(int n) {
   }
   return out;
 }
-
-}  // namespace
 
 std::string join_values(const std::vector<int>& values) {
   std::string out;

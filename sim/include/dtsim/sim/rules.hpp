@@ -75,6 +75,8 @@ class PlanRules {
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
 };
 
+/// The divisors of n, ascending (1 .. n).
+std::vector<int> divisors(int n);
 /// "1, 2, 4" for the values.
 std::string join_values(const std::vector<int>& values);
 
