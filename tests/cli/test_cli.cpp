@@ -249,3 +249,14 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
     CHECK(lines(r.err) == 1);
   }
 }
+
+TEST_CASE("a plan's problems are all reported, one 'dtsim:' line each, exit status 2", "[cli][bad-input]") {
+  // gpt2 has 12 heads (tp 5 cannot split them) and 1024 positions; a V100 has no bf16.
+  const Result r = dtsim("predict --model gpt2 --cluster 8xv100-16g --set plan.tp=5 --set plan.seq_len=4096 --set plan.precision=bf16");
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 3);
+  CHECK(r.err ==
+        "dtsim: --set plan.tp: plan.tp: 5: 12 attention heads are not divisible by tp=5\n"
+        "dtsim: --set plan.seq_len: plan.seq_len: 4096 exceeds gpt2's maximum of 1024; valid: 1 to 1024\n"
+        "dtsim: --set plan.precision: plan.precision: bf16 needs bfloat16 support, which V100-SXM2-16GB lacks; valid: fp32, fp16\n");
+}
