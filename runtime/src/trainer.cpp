@@ -475,7 +475,7 @@ class Trainer {
       all_params_.clear();
       for (auto& u : units_) all_params_.insert(all_params_.end(), u.params.begin(), u.params.end());
       if (zero_ == 2 && p.offload_optimizer == sim::Offload::kCpu) {
-        // Note [Offload] (sim/src/lowering/lowering.cpp): the reduced partition is the host's.
+        // Note [Offload] (sim/src/lowering/passes/offload.cpp): the reduced partition is the host's.
         HostScope host;
         grad_shard_ = torch::zeros({shard_}, torch::TensorOptions().device(torch::kCPU).dtype(torch::kFloat));
       } else if (zero_ == 2) {

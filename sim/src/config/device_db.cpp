@@ -101,7 +101,7 @@ std::vector<DeviceSpec> make_devices() {
   cpu.fused_rnn = false;
   cpu.gloo_collectives = true;
   // Gloo reduces and copies on the CPU cores the ranks compute on (Note [CPU
-  // collectives] in lowering.cpp).
+  // collectives] in sim/src/lowering/layer_context.hpp).
   cpu.comm_overlaps_compute = false;
   v.push_back(cpu);
   return v;

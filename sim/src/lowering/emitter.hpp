@@ -123,11 +123,12 @@ class StageEmitter {
   virtual TaskGraph finish() = 0;
 };
 
-/// A single stage, layer by layer: data parallelism with DDP buckets,
-/// ZeRO-1/2/3 and FSDP, offload, tensor parallelism, recompute.
+/// A single stage, layer by layer (layer_stage.cpp), with the passes of data
+/// parallelism, offload, ZeRO-3 / FSDP, recompute and tensor parallelism.
 std::unique_ptr<StageEmitter> layer_emitter(const LoweringInputs& in);
-/// Pipeline stages, one task per model chunk and pass: the schedule's
-/// sends, the data-parallel buckets of each chunk's last backward, ZeRO-1.
+/// Pipeline stages, one task per model chunk and pass (chunk_stage.cpp),
+/// with the passes of data parallelism, the pipeline's sends, recompute and
+/// tensor parallelism.
 std::unique_ptr<StageEmitter> chunk_emitter(const LoweringInputs& in);
 
 }  // namespace dtsim::sim::detail

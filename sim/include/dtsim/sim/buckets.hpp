@@ -2,7 +2,7 @@
 // Gradient buckets and ZeRO-3's persistent parameters: how PyTorch DDP and
 // DeepSpeed group gradients for their collectives, written once for the
 // simulator's lowering and the runtime's trainer alike (Note [DDP buckets]
-// in lowering.cpp).
+// in lowering/passes/data_parallel.cpp).
 
 #include <cstdint>
 #include <vector>

@@ -111,7 +111,7 @@ class ComputeModel {
   /// [Optimizer step] in cost_compute.cpp).
   virtual TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const;
   /// ZeRO-Offload's step of `params` parameters on the host's cores (Note
-  /// [Offload] in lowering.cpp): by default bound by the host's memory
+  /// [Offload] in lowering/passes/offload.cpp): by default bound by the host's memory
   /// bandwidth or arithmetic, its share for one of the node's GPUs; a
   /// profile answers from the host step it timed.
   virtual TimeNs host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const;

@@ -1,0 +1,301 @@
+// The chunk-wise stage emitter: pipelined plans (pp > 1), one simulated
+// rank per stage, one task per model chunk and pass (the walk: lower.cpp).
+// It emits each chunk's kernels and the activations it keeps; the sends
+// between stages, the data-parallel buckets, tensor parallelism and
+// recompute are passes (Note [Strategy passes] in pass.hpp).
+//
+// Note [Pipeline lowering]
+// The model's layers are cut into pp x v contiguous chunks (v virtual stages
+// per rank, Megatron-LM's interleaving), balanced by priced cost unless the
+// plan gives stage_layers. Virtual stage vs = k x pp + s is chunk k of stage
+// s. Each stage runs its passes in the order pipeline_order() gives; a
+// forward of micro-batch i waits for the activations of virtual stage vs - 1
+// (a point-to-point send over the link joining the two stages, on a send
+// stream so the sender goes on computing) and a backward for the gradient
+// from vs + 1. A chunk's layers are one task per pass: nothing communicates
+// between them except tensor-parallel collectives, which Megatron-LM runs
+// serially after the kernels they follow, so they are one collective task
+// right after the chunk's kernels. Data- and tensor-parallel replicas of a
+// stage behave alike and are simulated once (Note [Symmetry] in
+// layer_stage.cpp): cost grows with stages x micro-batches x chunks.
+//
+// Memory follows the schedule: a forward allocates what the chunk keeps for
+// backward and its backward frees it, so GPipe holds all m micro-batches, 1F1B
+// at most pp - s on stage s, and interleaving Korthikanti's larger factor, as
+// the simulation of the order shows rather than a formula. With full
+// recompute only each layer's input is kept and backward rematerialises one
+// layer at a time; selective recompute keeps everything but the attention
+// core (Note [Activation memory] in models/src/layers.cpp). A chunk that
+// sends its output on keeps it as autograd's root until its backward, which
+// also holds the gradient received for it; the last two send buffers stay
+// (Note [Send buffers] in passes/pipeline.cpp).
+//
+// A chunk's last backward runs bucket by bucket, each bucket's gradients
+// all-reduced over the data-parallel group while the rest of that backward
+// runs (passes/data_parallel.cpp); a GPT's word embedding, tied to the head
+// on the last stage, has its gradient all-reduced between the first and last
+// stage (passes/pipeline.cpp).
+#include <algorithm>
+#include <string>
+
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "lowering/chunk_context.hpp"
+#include "lowering/lowering_common.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+class ChunkStage final : public detail::StageEmitter {
+ public:
+  explicit ChunkStage(const detail::LoweringInputs& in)
+      // The layers as the partition priced them, or priced here.
+      : own_(in.priced != nullptr ? PricedLayers{} : price_layers(in.model, in.plan, in.cluster, in.compute, in.comm)),
+        ctx_(in, in.priced != nullptr ? *in.priced : own_), passes_(ctx_) {
+    detail::ChunkContext& c = ctx_;
+    c.tp_group = axis_group(c.plan.mesh, Axis::kTp, c.cluster.gpus_per_node);
+    c.dp_group = axis_group(c.plan.mesh, Axis::kDp, c.cluster.gpus_per_node);
+    place_chunks();
+    make_ranks();
+    const int pp = c.plan.pp, v = c.plan.virtual_stages;
+    const std::size_t cells = static_cast<std::size_t>(pp * v) * static_cast<std::size_t>(c.plan.grad_accum);
+    c.g.tasks.reserve(cells * 7 + 8 * static_cast<std::size_t>(pp));  // <= 7 tasks per chunk and micro-batch
+    c.f_entry.assign(cells, -1);
+    c.f_exit.assign(cells, -1);
+    c.b_entry.assign(cells, -1);
+    c.last_backward.assign(c.chunks.size(), -1);
+    // Outermost first (Note [Strategy passes]): a chunk's bucket copies
+    // follow its send; the sends follow the tensor-parallel collectives.
+    passes_.add(detail::chunk_data_parallel_pass(c));
+    passes_.add(detail::pipeline_pass(c));
+    passes_.add(detail::recompute_pass(c));
+    passes_.add(detail::tensor_parallel_pass(c));
+  }
+
+  void begin_stage(int, const std::vector<PipeStep>& order) override {
+    const auto v = static_cast<std::size_t>(ctx_.plan.virtual_stages);
+    grads_.assign(v, false);
+    final_b_.assign(v, 0);  // each chunk's last backward
+    for (std::size_t j = 0; j < order.size(); ++j) {
+      if (!order[j].forward) final_b_[order[j].chunk] = j;
+    }
+    ctx_.reductions.clear();
+    last_ = -1;
+  }
+
+  void step(int s, std::size_t j, const PipeStep& st) override {
+    const int vs = st.chunk * ctx_.plan.pp + s;
+    last_ = st.forward ? forward(s, vs, st.micro) : backward(s, vs, st.micro, !grads_[st.chunk], final_b_[st.chunk] == j);
+    if (!st.forward) {
+      grads_[st.chunk] = true;
+      ctx_.last_backward[static_cast<std::size_t>(vs)] = last_;
+    }
+  }
+
+  void end_stage(int s) override { optimizer_step(s); }
+
+  TaskGraph finish() override {
+    passes_.finish();
+    for (const auto& ch : ctx_.chunks) ctx_.g.stage_layers.push_back(ch.count);
+    return std::move(ctx_.g);
+  }
+
+ private:
+  void place_chunks() {
+    detail::ChunkContext& c = ctx_;
+    const std::vector<Layer>& layers = c.priced.layers;
+    const int pp = c.plan.pp, C = pp * c.plan.virtual_stages;
+    // The partition step split the layers (partition.hpp).
+    const std::vector<int>& counts = c.plan.stage_layers;
+    DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks: partition() first");
+    int embedding_chunk = -1;
+    for (std::size_t l = 0; l < layers.size() && embedding_chunk < 0; ++l) {
+      if (layers[l].kind == LayerKind::kEmbedding) embedding_chunk = 0;  // the first chunk always starts at layer 0
+    }
+    int first = 0;
+    for (int vs = 0; vs < C; ++vs) {
+      detail::Chunk ch;
+      ch.first = first;
+      ch.count = counts[vs];
+      ch.rank = vs % pp;
+      Bytes max_extra = 0;
+      for (int l = first; l < first + ch.count; ++l) {
+        const Layer& L = layers[l];
+        ch.fwd += c.priced.forward[l];
+        ch.bwd += c.priced.backward[l];
+        ch.recompute += c.priced.recompute[l];
+        ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
+        ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
+        ch.params += L.params;
+        // The chunk's first layer runs its backward last: its gradients
+        // come after the deeper layers' peak.
+        if (L.grads_at_end() || l == first) ch.late_grads += L.params;
+        // Backward rematerialises one layer at a time: the most any one adds back.
+        const Bytes kept = detail::kept_bytes(layers, static_cast<std::size_t>(l), c.plan.recompute);
+        ch.kept += kept;
+        max_extra = std::max(max_extra, L.saved_bytes - kept);
+        // A layer's backward holds its workspace and the gradient of its
+        // output, which the chunk's last layer receives (counted apart).
+        const Bytes grad_in = l + 1 < first + ch.count ? L.output_bytes : 0;
+        ch.workspace = std::max(ch.workspace, L.backward_workspace_bytes + grad_in);
+        if (L.borrowed_params > 0 && embedding_chunk >= 0 && ch.rank != 0) {
+          // Megatron-LM keeps a copy of the tied word embedding on the last stage.
+          ch.params += L.borrowed_params;
+          ch.tied = L.borrowed_params;
+        }
+      }
+      ch.peak_extra = max_extra;
+      ch.input = first == 0 ? 0 : layers[first - 1].output_bytes;
+      ch.output = layers[first + ch.count - 1].output_bytes;
+      if (first > 0) {
+        // The input comes from another stage (Layer::stage_input_bytes).
+        const Bytes extra = layers[first].stage_input_bytes;
+        const bool kept_whole =
+            detail::kept_bytes(layers, static_cast<std::size_t>(first), c.plan.recompute) == layers[first].saved_bytes;
+        (kept_whole ? ch.kept : ch.peak_extra) += extra;
+      }
+      if (vs + 1 < C) {
+        ch.held = ch.output;
+        ch.send_copy = layers[first + ch.count - 1].strided_output ? ch.output : 0;
+      }
+      c.chunks.push_back(std::move(ch));
+      first += counts[vs];
+    }
+    if (c.chunks.back().tied > 0) c.chunks.front().tied = c.chunks.back().tied;
+    // Every micro-batch sends the same tensors: price the sends once.
+    for (int vs = 0; vs < C; ++vs) {
+      detail::Chunk& ch = c.chunks[vs];
+      if (vs + 1 < C) {
+        ch.send_fwd = c.comm.collective(CollectiveOp::kSendRecv, ch.output, c.p2p_group(ch.rank, c.chunks[vs + 1].rank));
+      }
+      if (vs > 0) ch.send_bwd = c.comm.collective(CollectiveOp::kSendRecv, ch.input, c.p2p_group(ch.rank, c.chunks[vs - 1].rank));
+    }
+    // What the passes need of each chunk (pass.hpp).
+    for (int vs = 0; vs < C; ++vs) {
+      const detail::Chunk& ch = c.chunks[vs];
+      detail::Unit u;
+      u.name = "chunk " + std::to_string(vs);
+      u.tp_forward = &ch.tp_fwd_ops;
+      u.tp_backward = &ch.tp_bwd_ops;
+      if (c.plan.tp > 1) {
+        u.tp_forward_cost = detail::sum_costs(ch.tp_fwd_ops, c.tp_group, c.comm);
+        u.tp_backward_cost = detail::sum_costs(ch.tp_bwd_ops, c.tp_group, c.comm);
+      }
+      // The chunk rebuilds one layer at a time; what it keeps is counted in
+      // Chunk::kept already, so its forward drops nothing.
+      if (ch.recompute > 0) u.recompute = {true, "recompute", ch.recompute, 0, ch.peak_extra, 0};
+      c.units.push_back(std::move(u));
+    }
+  }
+
+  void make_ranks() {
+    detail::ChunkContext& c = ctx_;
+    const int inter_groups = std::max(c.dp_group.ranks_per_node < c.dp_group.ranks ? c.dp_group.groups_per_node : 1,
+                                      std::min(c.cluster.gpus_per_node, c.plan.mesh.stride(Axis::kPp)));
+    const Stream streams[] = {Stream::kCompute, Stream::kGradComm, Stream::kSendFwd, Stream::kSendBwd};
+    for (int s = 0; s < c.plan.pp; ++s) {
+      SimRank r;
+      r.rank = c.plan.mesh.with_coord(0, Axis::kPp, s);
+      r.stage = s;
+      r.replicas = c.plan.dp * c.plan.tp;
+      for (Stream st : streams) {
+        c.streams[static_cast<std::size_t>(st)] = static_cast<int>(r.streams.size());
+        r.streams.push_back(to_string(st));
+      }
+      detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
+      std::int64_t params = 0;
+      for (const auto& ch : c.chunks) {
+        if (ch.rank == s) params += ch.params;
+      }
+      c.rank_params.push_back(params);
+      detail::add_resident(r, c.plan, c.cluster, params, 0);
+      c.g.ranks.push_back(std::move(r));
+    }
+  }
+
+  TaskId forward(int s, int vs, int i) {
+    detail::ChunkContext& c = ctx_;
+    const detail::Chunk& ch = c.chunks[vs];
+    const std::size_t cell = c.cell(vs, i);
+    const detail::At at{s, s, static_cast<std::size_t>(vs), i};
+    std::vector<TaskId> deps;  // a chunk's tasks follow each other on its stream
+    passes_.before_forward(at, deps);
+    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.kept + ch.held}}, on_end;
+    passes_.forward_memory(at, on_start, on_end);
+    c.f_entry[cell] = c.add(c.name("fwd", vs, i), s, Phase::kForward, ch.fwd, std::move(on_start), std::move(on_end));
+    c.f_exit[cell] = passes_.after_forward(at, c.f_entry[cell]);
+    return c.f_exit[cell];
+  }
+
+  TaskId backward(int s, int vs, int i, bool first_of_chunk, bool last_of_chunk) {
+    detail::ChunkContext& c = ctx_;
+    const detail::Chunk& ch = c.chunks[vs];
+    const std::size_t cell = c.cell(vs, i);
+    const detail::At at{s, s, static_cast<std::size_t>(vs), i, first_of_chunk, last_of_chunk};
+    std::vector<TaskId> entry;  // what runs before the kernels (recompute), in order on the stream
+    passes_.before_backward(at, entry);
+    // The gradient received for the chunk's output, and the larger of its
+    // backward workspace and the gradient of its input, which appears as the
+    // workspace goes.
+    const Bytes transient = ch.held + std::max(ch.input, ch.workspace);
+    std::vector<MemOp> on_start{{MemCategory::kActivations, transient}};
+    std::vector<MemOp> on_end{{MemCategory::kActivations,
+                               -(ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
+    // Stages 0 and 1 keep full gradients from the first backward to the
+    // step. The deeper layers' are there as the backward starts; the first
+    // layer's, and a recurrent layer's, appear as it ends.
+    if (first_of_chunk) {
+      detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * c.w);
+      detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * c.w);
+    }
+    passes_.backward_memory(at, on_start, on_end);
+    detail::StrategyPass::Span span = passes_.run_backward(at, on_start, on_end);
+    if (span.last < 0) {
+      span.first = span.last = c.add(c.name("bwd", vs, i), s, Phase::kBackward, ch.bwd, std::move(on_start), std::move(on_end));
+    }
+    c.b_entry[cell] = entry.empty() ? span.first : entry.front();
+    return passes_.after_backward(at, span.last);
+  }
+
+  void optimizer_step(int s) {
+    detail::ChunkContext& c = ctx_;
+    std::vector<TaskId> deps{last_};
+    deps.insert(deps.end(), c.reductions.begin(), c.reductions.end());
+    std::vector<MemOp> on_start;
+    passes_.before_step(s, deps, on_start);
+    const std::int64_t params = c.rank_params[s];
+    const std::int64_t shard = c.plan.zero_stage >= 1 ? (params + c.plan.shard_group - 1) / c.plan.shard_group : params;
+    // The step goes tensor by tensor, or over one flat shard under ZeRO-1
+    // (Note [Optimizer updates] in cost.hpp).
+    int tensors = 0;
+    for (const auto& ch : c.chunks) {
+      if (ch.rank != s) continue;
+      for (int l = ch.first; l < ch.first + ch.count; ++l) {
+        tensors += layer_updates(c.priced.layers[l].params, c.priced.layers[l].param_tensors);
+      }
+    }
+    if (c.plan.zero_stage >= 1) tensors = std::max(1, flat_updates(shard));
+    const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
+                              c.compute_model.optimizer_time(static_cast<double>(shard), tensors, c.plan.optimizer,
+                                                             c.plan.precision, c.cluster.device),
+                              std::move(on_start), {{MemCategory::kGradients, -params * c.w}});
+    c.g.tasks[step].deps = std::move(deps);
+    passes_.after_step(s, step);
+  }
+
+  PricedLayers own_;  ///< where lower() was given no priced layers
+  detail::ChunkContext ctx_;
+  detail::PassList passes_;
+  // The stage being emitted (begin_stage .. end_stage).
+  std::vector<bool> grads_;           ///< whether a chunk has run a backward yet
+  std::vector<std::size_t> final_b_;  ///< the step of each chunk's last backward
+  TaskId last_ = -1;                  ///< the stage's last step
+};
+
+}  // namespace
+
+std::unique_ptr<detail::StageEmitter> detail::chunk_emitter(const LoweringInputs& in) {
+  return std::make_unique<ChunkStage>(in);
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,95 @@
+#pragma once
+// What the layer-wise stage emitter (layer_stage.cpp) shares with its passes
+// (private to sim/): the layers priced once, the data-parallel groups and
+// the tasks of the micro-batch being emitted.
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "lowering/pass.hpp"
+
+namespace dtsim::sim::detail {
+
+/// A one-stage plan's state, one simulated rank standing for every replica
+/// (Note [Symmetry] in layer_stage.cpp).
+struct LayerContext : StageContext {
+  using StageContext::StageContext;
+
+  std::vector<Layer> layers;
+  std::vector<TimeNs> fwd_time, bwd_time, core_time;  ///< per layer, one micro-batch
+  std::vector<TimeNs> fwd_launch, bwd_launch;         ///< per layer: Note [Host launch] (executor.cpp)
+  std::vector<CollectiveCost> tp_fwd, tp_bwd;         ///< per layer, one micro-batch
+  std::vector<std::optional<LayerMemory>> memory;     ///< per layer: Note [Layer memory], where measured
+  std::int64_t params = 0;                            ///< this rank's (a tensor-parallel shard)
+  int zero = 0;                                       ///< the plan's ZeRO stage
+  int n = 1;                                          ///< ranks a shard is split over (plan.shard_group)
+  CommGroup dp_group, shard_group, replica_group;     ///< Note [ZeRO] in passes/sharded_parameters.cpp
+  std::vector<TaskId> fwd;                            ///< this micro-batch's forward exits, by layer
+  std::vector<TaskId> bwd;                            ///< this micro-batch's backward exits, by layer
+  TaskId last_bwd = -1;                               ///< the last backward's final task
+
+  Bytes grad_bytes(const Layer& l) const { return l.params * w; }
+  /// Bytes of a layer's parameters once gathered whole (a tied copy included).
+  Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params) * w; }
+  static Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
+
+  /// A kernel on `stream` (on the host stream: the host's own work).
+  TaskId compute(const std::string& name, Phase phase, TimeNs duration, std::vector<TaskId> deps,
+                 std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}, Stream s = Stream::kCompute) {
+    return b.compute(name, 0, stream(s), phase, duration, std::move(deps), std::move(on_start), std::move(on_end),
+                     s == Stream::kHost);
+  }
+
+  /// A collective over the data-parallel axis (or a sub-group of it).
+  TaskId collective(const std::string& name, CollectiveOp op, Bytes bytes, const CommGroup& group, Stream s,
+                    std::vector<TaskId> deps, std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}) {
+    // Note [CPU collectives]: where ranks are CPU cores, a gradient collective
+    // runs on the cores the ranks compute on and cannot overlap their compute.
+    // Parameter gathers keep their stream: they are issued a layer ahead
+    // (FSDP's prefetch, as dtsim_worker does too), so their buffers are alive
+    // early; the sharded-parameters pass puts their time on the compute
+    // stream beside them, before the layer that needs them. Without overlap
+    // (plan.overlap false) the reductions already wait for the whole
+    // backward: they keep their stream (on the compute stream they would
+    // queue ahead of the backward they depend on).
+    const bool serial = !cluster.device.comm_overlaps_compute && s != Stream::kParamComm && plan.overlap;
+    return b.collective(name, 0, stream(serial ? Stream::kCompute : s), Axis::kDp, op, bytes,
+                        comm.collective(op, bytes, group), std::move(deps), std::move(on_start), std::move(on_end));
+  }
+
+  /// A copy between host and device over PCIe.
+  TaskId copy(const std::string& name, Bytes bytes, Stream s, std::vector<TaskId> deps) {
+    return b.host_copy(name, 0, stream(s), bytes, comm.host_copy(bytes), std::move(deps));
+  }
+
+  /// Note [Gradient buckets] (models/torch): a bucket's gradients copied in
+  /// before its collective or back out after it, on the compute stream (the
+  /// reducer's copies run where backward does); where the cost model prices
+  /// it at 0 (the datasheet), no task: the first of `deps` stands for it.
+  TaskId bucket_copy(const std::string& name, double params, int tensors, bool out, std::vector<TaskId> deps) {
+    const TimeNs t = compute_model.bucket_copy_time(params, tensors, out);
+    if (t == 0) return deps.front();
+    return compute(name, Phase::kBackward, t, std::move(deps));
+  }
+
+  /// A reduce-scatter's receive buffer for `bytes` of gradients (Note [ZeRO]).
+  Bytes receive_bytes(Bytes bytes) const { return cluster.device.gloo_collectives ? bytes : ceil_div(bytes, n); }
+  /// An all-gather's buffers for `full` bytes gathered (Note [ZeRO]).
+  Bytes gather_bytes(Bytes full) const { return cluster.device.gloo_collectives ? ceil_div(full, n) + full : 0; }
+};
+
+/// Parameters of the ZeRO-3 layers kept whole on every rank (Note [ZeRO]).
+std::int64_t persistent_params(const ResolvedPlan& plan, const std::vector<Layer>& layers);
+
+/// DDP's buckets and ZeRO-1/2's bucketed reductions and parameter gather
+/// (passes/data_parallel.cpp).
+std::unique_ptr<StrategyPass> data_parallel_pass(LayerContext& ctx);
+/// ZeRO-3 and FSDP: per-layer gathers, reduce-scatters and the persistent
+/// layers (passes/sharded_parameters.cpp).
+std::unique_ptr<StrategyPass> sharded_parameters_pass(LayerContext& ctx);
+/// ZeRO-Offload: gradients down, the step on the host, parameters up
+/// (passes/offload.cpp).
+std::unique_ptr<StrategyPass> offload_pass(LayerContext& ctx);
+
+}  // namespace dtsim::sim::detail

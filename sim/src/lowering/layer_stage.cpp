@@ -1,0 +1,260 @@
+// The layer-wise stage emitter: a plan of one stage lowered layer by layer
+// into the task graph of one iteration (the walk: lower.cpp). It emits each
+// layer's forward and backward kernels and the activations they keep; data
+// parallelism, ZeRO / FSDP, offload, tensor parallelism and recompute add
+// theirs as passes (Note [Strategy passes] in pass.hpp).
+//
+// Note [Symmetry]
+// Every data-parallel replica runs the same program on its own shard of the
+// batch, so one simulated rank stands for all `dp` of them; collectives are
+// priced for the real group size. Cost grows with layers x micro-steps, never
+// with the GPU count.
+#include "dtsim/sim/lowering.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "dtsim/sim/buckets.hpp"
+#include "dtsim/sim/error.hpp"
+#include "lowering/layer_context.hpp"
+#include "lowering/lowering_common.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+class LayerStage final : public detail::StageEmitter {
+ public:
+  explicit LayerStage(const detail::LoweringInputs& in) : ctx_(in), passes_(ctx_) {
+    detail::LayerContext& c = ctx_;
+    const ResolvedPlan& p = c.plan;
+    const WorkloadShape shape = detail::workload_shape(p, c.cluster.device);
+    c.layers = c.model.layers(shape);
+    DTSIM_ASSERT(!c.layers.empty(), "model has no layers");
+    c.zero = p.zero_stage;
+    c.n = p.shard_group;
+    c.tp_group = axis_group(p.mesh, Axis::kTp, c.cluster.gpus_per_node);
+    // Every micro-step repeats the same layer work: price each layer once.
+    const ComputeModel& cm = c.compute_model;
+    for (const auto& L : c.layers) {
+      c.fwd_time.push_back(cm.layer_time(L, Pass::kForward, p.precision, shape));
+      c.bwd_time.push_back(cm.layer_time(L, Pass::kBackward, p.precision, shape));
+      c.core_time.push_back(p.recompute == Recompute::kSelective ? cm.attention_core_time(L, p.precision, shape) : 0);
+      c.memory.push_back(cm.layer_memory(L, p.precision, shape));
+      c.fwd_launch.push_back(cm.layer_launch_time(L, Pass::kForward, p.precision));
+      c.bwd_launch.push_back(cm.layer_launch_time(L, Pass::kBackward, p.precision));
+      c.tp_fwd.push_back(detail::sum_costs(L.tp_forward, c.tp_group, c.comm));
+      c.tp_bwd.push_back(detail::sum_costs(L.tp_backward, c.tp_group, c.comm));
+      c.params += L.params;
+    }
+    make_units();
+    make_rank();
+    // Outermost first (Note [Strategy passes]): the gradient reductions
+    // follow everything a layer's backward does; ZeRO-3's gather comes
+    // before recompute's rematerialisation; the tensor-parallel collectives
+    // sit right after the kernels.
+    if (c.zero < 3) passes_.add(detail::data_parallel_pass(c));
+    passes_.add(detail::offload_pass(c));
+    if (c.zero == 3) passes_.add(detail::sharded_parameters_pass(c));
+    passes_.add(detail::recompute_pass(c));
+    passes_.add(detail::tensor_parallel_pass(c));
+  }
+
+  void begin_stage(int, const std::vector<PipeStep>&) override {}
+  void step(int, std::size_t, const PipeStep& st) override {
+    // One stage, one chunk: forward and backward of each micro-batch in turn.
+    if (st.forward) {
+      forward(st.micro);
+    } else {
+      backward(st.micro, st.micro + 1 == ctx_.plan.grad_accum);
+    }
+  }
+  void end_stage(int) override { optimizer_step(); }
+  TaskGraph finish() override {
+    passes_.finish();
+    return std::move(ctx_.g);
+  }
+
+ private:
+  /// What the passes need of each layer (pass.hpp).
+  void make_units() {
+    detail::LayerContext& c = ctx_;
+    for (std::size_t l = 0; l < c.layers.size(); ++l) {
+      const Layer& L = c.layers[l];
+      detail::Unit u;
+      u.name = L.name;
+      u.tp_forward = &L.tp_forward;
+      u.tp_backward = &L.tp_backward;
+      u.tp_forward_cost = c.tp_fwd[l];
+      u.tp_backward_cost = c.tp_bwd[l];
+      const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
+      if (c.plan.recompute == Recompute::kFull && L.is_block()) {
+        // Full recompute keeps only the layer's input (the checkpoint) and
+        // runs the forward again, its tensor-parallel collectives included.
+        const Bytes checkpoint = l == 0 ? 0 : c.layers[l - 1].output_bytes;
+        u.recompute = {true, "recompute", c.fwd_time[l] + c.tp_fwd[l].total(), c.fwd_launch[l],
+                       L.saved_bytes - checkpoint + transient, transient};
+        u.forward_drop = L.saved_bytes - checkpoint;
+      } else if (c.plan.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
+        // Selective recompute drops the attention core and rebuilds it.
+        u.recompute = {true, "recompute attention", c.core_time[l], 0, L.attention_core_bytes, 0};
+        u.forward_drop = L.attention_core_bytes;
+      }
+      c.units.push_back(std::move(u));
+    }
+  }
+
+  void make_rank() {
+    detail::LayerContext& c = ctx_;
+    SimRank rank;
+    rank.rank = 0;
+    rank.stage = 0;
+    rank.replicas = c.plan.dp * c.plan.tp;
+    const Stream streams[] = {Stream::kCompute, Stream::kGradComm, Stream::kParamComm, Stream::kD2H, Stream::kH2D, Stream::kHost};
+    for (Stream s : streams) {
+      c.streams[static_cast<std::size_t>(s)] = static_cast<int>(rank.streams.size());
+      rank.streams.push_back(to_string(s));
+    }
+    setup_groups(rank);
+    // ZeRO-3's persistent layers are whole on every rank besides their shard.
+    detail::add_resident(rank, c.plan, c.cluster, c.params, detail::persistent_params(c.plan, c.layers));
+    c.g.ranks.push_back(rank);
+    c.g.stage_layers = {static_cast<int>(c.layers.size())};
+    // Forward, backward and up to four communication tasks per layer and
+    // micro-step: reserving avoids copying the task list as it grows.
+    c.g.tasks.reserve(c.layers.size() * static_cast<std::size_t>(c.plan.grad_accum) * 6 + 16);
+  }
+
+  void setup_groups(SimRank& rank) {
+    detail::LayerContext& c = ctx_;
+    const int per_node = c.cluster.gpus_per_node;
+    c.dp_group = axis_group(c.plan.mesh, Axis::kDp, per_node);
+    c.shard_group = axis_group(c.plan.mesh, Axis::kDp, per_node, c.n);
+    int inter_groups = c.dp_group.ranks_per_node < c.dp_group.ranks ? c.dp_group.groups_per_node : 1;
+    if (c.plan.hybrid_shard && c.plan.dp > c.n) {
+      // The replicas of each shard, n data-parallel ranks apart (a node's
+      // shard group apart); every local rank's group crosses the network at once.
+      c.replica_group = axis_group(c.plan.mesh, Axis::kDp, per_node, c.plan.dp / c.n, c.n);
+      inter_groups = c.replica_group.groups_per_node;
+    }
+    detail::set_link_capacity(rank, c.cluster, c.comm, inter_groups);
+  }
+
+  void forward(std::int64_t m) {
+    detail::LayerContext& c = ctx_;
+    c.fwd.assign(c.layers.size(), -1);
+    for (std::size_t l = 0; l < c.layers.size(); ++l) {
+      const Layer& L = c.layers[l];
+      const detail::At at{0, 0, l, m};
+      std::vector<TaskId> deps;
+      passes_.before_forward(at, deps);
+      // Note [Layer memory]: what the pass holds for a moment, where measured.
+      const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
+      std::vector<MemOp> on_start{{MemCategory::kActivations, L.saved_bytes + transient}};
+      std::vector<MemOp> on_end;
+      detail::add_bytes(on_end, MemCategory::kActivations, -transient);
+      passes_.forward_memory(at, on_start, on_end);
+      const TaskId f = c.compute(c.tag(m, "fwd " + L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
+      c.g.tasks[f].launch = c.fwd_launch[l];  // Note [Host launch] in executor.cpp
+      c.fwd[l] = passes_.after_forward(at, f);
+    }
+  }
+
+  void backward(std::int64_t m, bool last_micro) {
+    detail::LayerContext& c = ctx_;
+    c.bwd.assign(c.layers.size(), -1);
+    const bool first_micro = m == 0;
+    for (std::size_t i = c.layers.size(); i-- > 0;) {
+      const Layer& L = c.layers[i];
+      const detail::At at{0, 0, i, m, first_micro, last_micro};
+      std::vector<TaskId> deps;
+      passes_.before_backward(at, deps);
+      // Gradients: persistent full grads (stages 0/1, allocated on first use
+      // and freed by the optimizer) or transient ones reduced away (2/3).
+      // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
+      const bool new_grads = c.zero >= 2 || first_micro;
+      // The gradient of the input and the backward's workspaces; where
+      // calibration measured the backward's rise (Note [Layer memory]), that
+      // rise less the gradients it includes.
+      Bytes held = L.output_bytes + L.backward_workspace_bytes;
+      if (c.memory[i]) held = std::max<Bytes>(0, c.memory[i]->backward_rise - (new_grads ? c.grad_bytes(L) : 0));
+      std::vector<MemOp> on_start{{MemCategory::kActivations, held}};
+      std::vector<MemOp> on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
+      auto& grads_op = L.grads_at_end() ? on_end : on_start;
+      if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
+      passes_.backward_memory(at, on_start, on_end);
+      const TaskId b = c.compute(c.tag(m, "bwd " + L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
+      c.g.tasks[b].launch = c.bwd_launch[i];
+      c.bwd[i] = passes_.after_backward(at, b);
+    }
+    c.last_bwd = c.bwd.front();
+    passes_.end_backward(detail::At{0, 0, 0, m, first_micro, last_micro}, c.last_bwd);
+  }
+
+  void optimizer_step() {
+    detail::LayerContext& c = ctx_;
+    const std::int64_t shard_params = c.zero >= 1 ? detail::LayerContext::ceil_div(c.params, c.n) : c.params;
+    std::vector<TaskId> deps = c.reductions;
+    deps.push_back(c.last_bwd);
+    std::vector<MemOp> frees, on_start;
+    if (c.zero <= 1) {
+      // Stages 0 and 1 keep full gradients until the step frees them.
+      Bytes grads = 0;
+      for (const auto& l : c.layers) grads += c.grad_bytes(l);
+      frees.push_back({MemCategory::kGradients, -grads});
+    }
+    passes_.before_step(0, deps, on_start);
+    TaskId step = passes_.optimizer_step(0, deps, frees);
+    if (step < 0) {
+      // Tensor by tensor (DDP), a flat shard per layer (ZeRO-3, FSDP's flat
+      // parameters), or one flat shard (ZeRO-1/2, DeepSpeed's partition), as
+      // dtsim_worker steps them, a chunk at a time (Note [Optimizer updates]).
+      int updates = 0;
+      for (const auto& l : c.layers) {
+        updates += c.zero == 3 ? flat_updates(detail::LayerContext::ceil_div(l.params, c.n))
+                               : layer_updates(l.params, l.param_tensors);
+      }
+      if (c.zero == 1 || c.zero == 2) updates = flat_updates(shard_params);
+      updates = std::max(1, updates);
+      const double params = static_cast<double>(shard_params);
+      const TimeNs t = c.compute_model.optimizer_time(params, updates, c.plan.optimizer, c.plan.precision, c.cluster.device);
+      step = c.compute("optimizer step", Phase::kOptimizer, t, deps, std::move(on_start), frees);
+      c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);
+    }
+    passes_.after_step(0, step);
+  }
+
+  detail::LayerContext ctx_;
+  detail::PassList passes_;
+};
+
+}  // namespace
+
+ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters) {
+  const Bytes w = element_bytes(plan.precision);
+  const Bytes k = optimizer_state_bytes_per_param(plan.optimizer, plan.precision);
+  const Bytes n = std::max(1, plan.shard_group);
+  const Bytes psi = parameters;
+  const Bytes shard = (psi + n - 1) / n;
+  ModelStates s;
+  s.parameters = plan.zero_stage >= 3 ? shard * w : psi * w;
+  if (plan.offload_params == Offload::kCpu) s.parameters = 0;
+  s.gradients = plan.zero_stage >= 2 ? shard * w : psi * w;
+  s.optimizer = plan.zero_stage >= 1 ? shard * k : psi * k;
+  // Note [Offload]: the optimizer's states live on the host, and under
+  // ZeRO-2 so does the reduced gradient partition (DeepSpeed copies each
+  // reduced bucket down as the backward makes it); the device holds only
+  // the gradients in flight (dtsim validate on an H100: gpt2-medium
+  // zero2-offload at micro-batch 2 peaked 652 MiB under a prediction that
+  // kept the 677 MiB partition resident).
+  if (plan.offload_optimizer == Offload::kCpu) {
+    s.optimizer = 0;
+    if (plan.zero_stage >= 2) s.gradients = 0;
+  }
+  return s;
+}
+
+std::unique_ptr<detail::StageEmitter> detail::layer_emitter(const LoweringInputs& in) {
+  return std::make_unique<LayerStage>(in);
+}
+
+}  // namespace dtsim::sim

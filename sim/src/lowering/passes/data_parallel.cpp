@@ -1,0 +1,276 @@
+// The data-parallel pass: gradient buckets reduced over the data-parallel
+// axis of the mesh while backward runs; ZeRO-1/2 reductions and the
+// gather of the updated parameters. One class for a one-stage plan, layer
+// by layer; one for pipeline chunks. Both take their buckets from
+// buckets.hpp, as the runtime's trainer does.
+//
+// Note [DDP buckets]
+// PyTorch DDP (Li et al. 2020, "PyTorch Distributed", section 3.2) packs
+// gradients into buckets in reverse parameter order, roughly the order
+// backward produces them; the first bucket is capped at 1 MiB
+// (dist._DEFAULT_FIRST_BUCKET_BYTES), the rest at bucket_cap_mb (25 MB). A
+// bucket's all-reduce is launched as soon as its last gradient is ready and
+// overlaps the rest of backward. Under no_sync (all but the last accumulation
+// step) nothing is communicated. DDP keeps the bucket buffers for the life of
+// the model (gradient_as_bucket_view=False): a second copy of the gradients,
+// counted as buffers (add_resident). Filling a bucket and copying it back
+// after its all-reduce costs time on the compute stream (Note [Gradient
+// buckets] in models/torch), priced where a profile timed it.
+//
+// In a pipeline, a chunk's last backward runs bucket by bucket, each
+// bucket's gradients all-reduced over the data-parallel group while the rest
+// of that backward runs, as PyTorch DDP and Megatron-LM's overlap_grad_reduce
+// do; ZeRO-1 then steps its shard and all-gathers the parameters, as
+// Megatron's distributed optimizer does.
+#include <algorithm>
+#include <string>
+
+#include "dtsim/sim/buckets.hpp"
+#include "lowering/chunk_context.hpp"
+#include "lowering/layer_context.hpp"
+#include "lowering/lowering_common.hpp"
+
+namespace dtsim::sim::detail {
+namespace {
+
+/// DDP, ZeRO-1 and ZeRO-2 on a one-stage plan (ZeRO-3 reduces per layer:
+/// passes/sharded_parameters.cpp).
+class LayerBuckets final : public StrategyPass {
+ public:
+  explicit LayerBuckets(LayerContext& ctx) : ctx_(ctx) { plan_buckets(); }
+
+  TaskId after_backward(const At& at, TaskId last) override {
+    LayerContext& c = ctx_;
+    const std::size_t i = at.unit;
+    const Layer& L = c.layers[i];
+    const std::int64_t m = at.micro;
+    if (L.params == 0) return last;
+    const int bucket = bucket_of_[i];
+    if (buckets_[bucket].last_layer != i) return last;  // bucket not complete yet
+    const Bucket& bk = buckets_[bucket];
+    const Bytes b = bk.bytes;
+    const std::string name = "bucket " + std::to_string(bucket);
+    // Without overlap the dependency on the end of backward is added later.
+    std::vector<TaskId> deps;
+    if (c.plan.overlap) deps.push_back(last);
+    if (c.zero == 2) {
+      if (c.n == 1) {
+        // Nothing to scatter: the gradients are this rank's already. Offloaded,
+        // they still go down to the host's optimizer, once they are final.
+        const TaskId keep = c.compute(c.tag(m, "keep grads " + name), Phase::kBackward, 0, {last}, {},
+                                      {{MemCategory::kGradients, -b}});
+        if (at.last_backward) c.reduced(at, keep, b);
+        return last;
+      }
+      // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
+      deps.push_back(c.bucket_copy(c.tag(m, "copy grads in " + name), bk.params, bk.tensors, false, {last}));
+      const Bytes recv = c.receive_bytes(b);
+      const TaskId rs = c.collective(c.tag(m, "reduce_scatter " + name), CollectiveOp::kReduceScatter, b, c.shard_group,
+                                     Stream::kGradComm, deps, {{MemCategory::kBuffers, recv}},
+                                     {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}});
+      if (!c.plan.overlap) unordered_.push_back(rs);
+      c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
+      return last;
+    }
+    if (!at.last_backward || c.dp_group.ranks == 1) return last;  // no_sync / local accumulation / nothing to sync
+    deps.push_back(c.bucket_copy(c.tag(m, "copy grads in " + name), bk.params, bk.tensors, false, {last}));
+    const TaskId ar = c.collective(c.tag(m, "all_reduce " + name), CollectiveOp::kAllReduce, b, c.dp_group,
+                                   Stream::kGradComm, deps);
+    if (!c.plan.overlap) unordered_.push_back(ar);
+    // The reduced bucket back into the gradients, divided by the group
+    // size, after the backward (end_backward).
+    copies_out_.push_back({c.tag(m, "copy grads out " + name), bucket, ar, c.zero == 1 ? LayerContext::ceil_div(b, c.n) : b});
+    return last;
+  }
+
+  void end_backward(const At& at, TaskId last) override {
+    // Without overlap, reductions wait for the end of this backward pass.
+    for (TaskId t : unordered_) ctx_.g.tasks[t].deps.push_back(last);
+    unordered_.clear();
+    // The reduced buckets go back into the gradients once the backward is
+    // done, as DDP's reducer finalizes them (Note [Gradient buckets]); on
+    // the compute stream earlier, they would hold the rest of the backward
+    // behind their all-reduces.
+    for (const PendingCopy& p : copies_out_) {
+      const Bucket& bk = buckets_[p.bucket];
+      const TaskId out = ctx_.bucket_copy(p.name, bk.params, bk.tensors, true, {p.reduce, last});
+      ctx_.reduced(at, out, p.shard_bytes);
+    }
+    copies_out_.clear();
+  }
+
+  void after_step(int, TaskId step) override {
+    LayerContext& c = ctx_;
+    if (c.zero == 0 || c.n == 1) return;
+    // ZeRO-1/2: all-gather the updated parameter shards (working precision).
+    const Bytes all = c.params * c.w, buffers = c.gather_bytes(all);
+    std::vector<MemOp> on_start, on_end;
+    add_bytes(on_start, MemCategory::kBuffers, buffers);
+    add_bytes(on_end, MemCategory::kBuffers, -buffers);
+    c.collective("all_gather params", CollectiveOp::kAllGather, all, c.shard_group, Stream::kGradComm, {step},
+                 std::move(on_start), std::move(on_end));
+  }
+
+ private:
+  struct Bucket {
+    Bytes bytes = 0;
+    double params = 0;  ///< its gradients' parameters and tensors (Note [Gradient buckets])
+    int tensors = 0;
+    std::size_t last_layer = 0;  ///< the lowest layer index: produced last in backward
+  };
+  struct PendingCopy {
+    std::string name;
+    int bucket = 0;
+    TaskId reduce = -1;
+    Bytes shard_bytes = 0;
+  };
+
+  /// Buckets in reverse layer order (Note [DDP buckets]).
+  void plan_buckets() {
+    const std::vector<Layer>& layers = ctx_.layers;
+    bucket_of_.assign(layers.size(), -1);
+    std::vector<Bytes> bytes;  // in backward order
+    for (std::size_t i = layers.size(); i-- > 0;) bytes.push_back(ctx_.grad_bytes(layers[i]));
+    const std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(ctx_.plan), ctx_.plan.bucket_bytes);
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      const std::size_t i = layers.size() - 1 - k;
+      const Layer& L = layers[i];
+      const int b = assigned[k];
+      if (b < 0) continue;
+      if (b == static_cast<int>(buckets_.size())) buckets_.push_back({0, 0, 0, i});
+      bucket_of_[i] = b;
+      Bucket& bk = buckets_.back();
+      bk.bytes += ctx_.grad_bytes(L);
+      bk.params += static_cast<double>(L.params);
+      bk.tensors += std::max(1, L.param_tensors);
+      bk.last_layer = i;
+    }
+  }
+
+  LayerContext& ctx_;
+  std::vector<int> bucket_of_;  ///< by layer; -1 for a layer without parameters
+  std::vector<Bucket> buckets_;
+  std::vector<PendingCopy> copies_out_;  ///< this backward's buckets, to copy back at its end
+  std::vector<TaskId> unordered_;        ///< reductions that wait for the backward's end (no overlap)
+};
+
+/// A pipeline chunk's buckets, reduced during its last backward.
+class ChunkBuckets final : public StrategyPass {
+ public:
+  explicit ChunkBuckets(ChunkContext& ctx) : ctx_(ctx) {
+    for (const Chunk& ch : ctx_.chunks) buckets_.push_back(plan_buckets(ch));
+  }
+
+  Span run_backward(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) override {
+    ChunkContext& c = ctx_;
+    if (!at.last_backward || c.plan.dp <= 1) return {};
+    // The chunk's last backward runs bucket by bucket, each bucket's
+    // all-reduce overlapping the rest (Note [DDP buckets]).
+    const auto vs = at.unit;
+    const std::vector<Bucket>& buckets = buckets_[vs];
+    const int s = at.rank;
+    Span span;
+    pending_out_.clear();
+    for (std::size_t k = 0; k < buckets.size(); ++k) {
+      const bool first = k == 0, final = k + 1 == buckets.size();
+      const TaskId seg = c.add(c.named ? c.name("bwd", vs, at.micro) + " bucket " + std::to_string(k) : std::string(), s,
+                               Phase::kBackward, buckets[k].time, first ? std::move(on_start) : std::vector<MemOp>{},
+                               final ? std::move(on_end) : std::vector<MemOp>{});
+      if (first) span.first = seg;
+      const Bytes bytes = buckets[k].bytes;
+      // The bucket is filled right after its layers' backward (Note [Gradient buckets]).
+      const TaskId in = bucket_copy("copy grads in", s, vs, at.micro, k, buckets[k], false);
+      pending_out_.push_back(c.b.collective(
+          c.named ? "all_reduce grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k) : std::string(), s,
+          c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllReduce, bytes,
+          c.comm.collective(CollectiveOp::kAllReduce, bytes, c.dp_group), {in < 0 ? seg : in}));
+      span.last = seg;
+    }
+    return span;
+  }
+
+  TaskId after_backward(const At& at, TaskId last) override {
+    // The reduced buckets go back into the gradients once the chunk's
+    // backward is done and its gradient sent, as DDP's reducer finalizes
+    // them (Note [Gradient buckets]).
+    if (!at.last_backward) return last;
+    for (std::size_t k = 0; k < pending_out_.size(); ++k) {
+      const TaskId out = bucket_copy("copy grads out", at.rank, at.unit, at.micro, k, buckets_[at.unit][k], true);
+      if (out >= 0) ctx_.g.tasks[out].deps.push_back(pending_out_[k]);
+      ctx_.reduced(at, out >= 0 ? out : pending_out_[k], 0);
+    }
+    pending_out_.clear();
+    return last;
+  }
+
+  void after_step(int s, TaskId step) override {
+    ChunkContext& c = ctx_;
+    if (c.plan.zero_stage != 1 || c.plan.shard_group <= 1) return;
+    const Bytes all = c.rank_params[static_cast<std::size_t>(s)] * c.w;
+    c.b.collective("all_gather params", s, c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, all,
+                   c.comm.collective(CollectiveOp::kAllGather, all, c.dp_group), {step});
+  }
+
+ private:
+  struct Bucket {
+    TimeNs time = 0;    ///< backward time of the layers whose gradients fill it
+    Bytes bytes = 0;
+    double params = 0;  ///< its gradients' parameters and tensors (Note [Gradient buckets])
+    int tensors = 0;
+  };
+
+  /// Gradient buckets in backward (reverse layer) order, as DDP's reducer
+  /// fills them (buckets.hpp). A layer without parameters computes in the
+  /// segment of the next bucket; any after the last, in the last.
+  std::vector<Bucket> plan_buckets(const Chunk& ch) const {
+    const std::vector<Layer>& layers = ctx_.priced.layers;
+    const Bytes w = ctx_.w;
+    std::vector<Bytes> bytes;
+    for (int l = ch.first + ch.count; l-- > ch.first;) {
+      const Layer& L = layers[l];
+      bytes.push_back((L.params + (L.borrowed_params > 0 && ch.rank != 0 ? L.borrowed_params : 0)) * w);
+    }
+    std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(ctx_.plan), ctx_.plan.bucket_bytes);
+    int next = -1;
+    for (std::size_t k = assigned.size(); k-- > 0;) {
+      if (assigned[k] >= 0) next = assigned[k];
+      else assigned[k] = next;
+    }
+    const int count = std::max(1, *std::max_element(assigned.begin(), assigned.end()) + 1);
+    std::vector<Bucket> out(static_cast<std::size_t>(count));
+    for (std::size_t k = 0; k < bytes.size(); ++k) {
+      const int l = ch.first + ch.count - 1 - static_cast<int>(k);
+      Bucket& b = out[static_cast<std::size_t>(assigned[k] >= 0 ? assigned[k] : count - 1)];
+      b.time += ctx_.priced.backward[l];
+      if (bytes[k] == 0) continue;
+      b.bytes += bytes[k];
+      b.params += static_cast<double>(bytes[k] / w);
+      b.tensors += std::max(1, layers[l].param_tensors);
+    }
+    return out;
+  }
+
+  /// Note [Gradient buckets] (models/torch): bucket k's copy in or out on
+  /// stage s's compute stream, after what runs there before it; -1 where
+  /// the cost model prices it at 0 (the datasheet).
+  TaskId bucket_copy(const char* what, int s, std::size_t vs, std::int64_t i, std::size_t k, const Bucket& b, bool out) {
+    const TimeNs t = ctx_.compute_model.bucket_copy_time(b.params, b.tensors, out);
+    if (t == 0) return -1;
+    return ctx_.add(ctx_.named ? ctx_.name(what, vs, i) + " bucket " + std::to_string(k) : std::string(), s,
+                    Phase::kBackward, t);
+  }
+
+  ChunkContext& ctx_;
+  std::vector<std::vector<Bucket>> buckets_;  ///< by chunk
+  std::vector<TaskId> pending_out_;           ///< this backward's all-reduces, to copy back at its end
+};
+
+}  // namespace
+
+std::unique_ptr<StrategyPass> data_parallel_pass(LayerContext& ctx) { return std::make_unique<LayerBuckets>(ctx); }
+
+std::unique_ptr<StrategyPass> chunk_data_parallel_pass(ChunkContext& ctx) {
+  return std::make_unique<ChunkBuckets>(ctx);
+}
+
+}  // namespace dtsim::sim::detail

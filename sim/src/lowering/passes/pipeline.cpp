@@ -1,0 +1,119 @@
+// The pipeline pass: what joins a pipeline's stages (Note [Pipeline
+// lowering] in chunk_stage.cpp). A chunk's forward sends its output to the
+// next virtual stage and its backward the gradient of its input to the
+// previous one, each on a send stream of its own so the sender goes on
+// computing; a forward waits for the activation sent to it, a backward for
+// the gradient. A GPT's word embedding, tied to the head on the last stage,
+// has its gradient all-reduced between the first and last stage before
+// the step (Megatron-LM's embedding group).
+//
+// Note [Send buffers]
+// A stage keeps the buffers of its last two sends (dtsim validate's runtime
+// waits for the oldest before a third, and for the rest at the step's end):
+// the contiguous copy of a strided output, the gradient of a chunk's input.
+#include <string>
+
+#include "lowering/chunk_context.hpp"
+#include "lowering/lowering_common.hpp"
+
+namespace dtsim::sim::detail {
+namespace {
+
+class Pipeline final : public StrategyPass {
+ public:
+  explicit Pipeline(ChunkContext& ctx) : ctx_(ctx) {
+    const std::size_t cells = ctx_.chunks.size() * static_cast<std::size_t>(ctx_.plan.grad_accum);
+    send_f_.assign(cells, -1);
+    send_b_.assign(cells, -1);
+  }
+
+  void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+    if (!last_chunk(at)) hold_send(on_end, ctx_.chunks[at.unit].send_copy);
+  }
+
+  TaskId after_forward(const At& at, TaskId last) override {
+    if (last_chunk(at)) return last;
+    const Chunk& ch = ctx_.chunks[at.unit];
+    send_f_[ctx_.cell(static_cast<int>(at.unit), at.micro)] =
+        ctx_.b.collective(ctx_.name("send act", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendFwd), Axis::kPp,
+                          CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {last});
+    return last;
+  }
+
+  void backward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+    // The gradient of the input stays until its send leaves.
+    if (at.unit > 0) hold_send(on_end, ctx_.chunks[at.unit].input);
+  }
+
+  TaskId after_backward(const At& at, TaskId last) override {
+    if (at.unit == 0) return last;
+    const Chunk& ch = ctx_.chunks[at.unit];
+    send_b_[ctx_.cell(static_cast<int>(at.unit), at.micro)] =
+        ctx_.b.collective(ctx_.name("send grad", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendBwd), Axis::kPp,
+                          CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {last});
+    return last;
+  }
+
+  void before_step(int s, std::vector<TaskId>& deps, std::vector<MemOp>& on_start) override {
+    ChunkContext& c = ctx_;
+    const int pp = c.plan.pp, chunks = static_cast<int>(c.chunks.size());
+    for (int k = 0; k < c.plan.virtual_stages; ++k) {
+      const int vs = k * pp + s;
+      const Chunk& ch = c.chunks[static_cast<std::size_t>(vs)];
+      if (ch.tied > 0 && (vs == 0 || vs + 1 == chunks)) {
+        // The tied embedding's gradient, summed between the first and last
+        // stage once the chunk's last backward is done.
+        const Bytes bytes = ch.tied * c.w;
+        const TaskId t = c.b.collective(c.named ? "all_reduce tied embedding" : std::string(), s, c.stream(Stream::kGradComm),
+                                        Axis::kPp, CollectiveOp::kAllReduce, bytes,
+                                        c.comm.collective(CollectiveOp::kAllReduce, bytes, c.p2p_group(0, pp - 1)),
+                                        {c.last_backward[static_cast<std::size_t>(vs)]});
+        c.g.tasks[t].collective = 1;
+        c.g.tasks[t].participants = 2;
+        deps.push_back(t);
+      }
+    }
+    // The step's sends are done before it (Note [Send buffers]).
+    Bytes sent = 0;
+    for (Bytes b : held_sends_) sent += b;
+    held_sends_.clear();
+    add_bytes(on_start, MemCategory::kActivations, -sent);
+  }
+
+  void finish() override {
+    // Cross-stage dependencies, now that every task exists.
+    ChunkContext& c = ctx_;
+    const int chunks = static_cast<int>(c.chunks.size());
+    for (int vs = 0; vs < chunks; ++vs) {
+      for (std::int64_t i = 0; i < c.plan.grad_accum; ++i) {
+        const std::size_t cell = c.cell(vs, i);
+        if (vs > 0) c.g.tasks[c.f_entry[cell]].deps.push_back(send_f_[c.cell(vs - 1, i)]);
+        c.g.tasks[c.b_entry[cell]].deps.push_back(vs + 1 < chunks ? send_b_[c.cell(vs + 1, i)] : c.f_exit[cell]);
+      }
+    }
+  }
+
+ private:
+  bool last_chunk(const At& at) const { return at.unit + 1 == ctx_.chunks.size(); }
+
+  /// Note [Send buffers]: `bytes` joins the stage's last two sends in `ops`,
+  /// a task's on_end; the oldest leaves first.
+  void hold_send(std::vector<MemOp>& ops, Bytes bytes) {
+    if (held_sends_.size() == 2) {
+      add_bytes(ops, MemCategory::kActivations, -held_sends_.front());
+      held_sends_.erase(held_sends_.begin());
+    }
+    add_bytes(ops, MemCategory::kActivations, bytes);
+    held_sends_.push_back(bytes);
+  }
+
+  ChunkContext& ctx_;
+  std::vector<TaskId> send_f_, send_b_;  ///< by cell(): each chunk's sends
+  std::vector<Bytes> held_sends_;        ///< the stage's send buffers, oldest first
+};
+
+}  // namespace
+
+std::unique_ptr<StrategyPass> pipeline_pass(ChunkContext& ctx) { return std::make_unique<Pipeline>(ctx); }
+
+}  // namespace dtsim::sim::detail
