@@ -109,7 +109,7 @@ usage:
   dtsim comm --cluster C [--op OP] [--ranks N] [--ranks-per-node K] [--min-bytes B] [--max-bytes B] [--json]
   dtsim list models|clusters|plans|devices [--json]
   dtsim calibrate --device cpu|cuda --out FILE.h5 [--procs N] [--threads T] [--quick] [--models a,b]
-  dtsim profile show FILE.h5 [--json]
+  dtsim profile show FILE.h5 [--json] | dtsim profile upgrade FILE.h5
   dtsim validate --model M [--plan P] [--procs N] [--steps K] [--warmup W] [--profile FILE.h5] [--data FILE.h5]
                  [--device cpu|cuda] [--cluster C] [--set ...]... [--trace FILE] [--timeout S] [--json]
 
@@ -362,10 +362,19 @@ int cmd_calibrate(const Args& args, const std::string& command_line) {
 
 int cmd_profile(const Args& args) {
   const Options o = parse(args, "profile", {}, {"json"});
-  if (o.positional.size() != 2 || o.positional[0] != "show") {
-    throw ConfigError("dtsim profile: usage: dtsim profile show FILE.h5 [--json]");
-  }
+  const std::string usage = "dtsim profile: usage: dtsim profile show FILE.h5 [--json] | dtsim profile upgrade FILE.h5";
+  if (o.positional.size() != 2 || (o.positional[0] != "show" && o.positional[0] != "upgrade")) throw ConfigError(usage);
   const sim::Profile p = sim::load_profile(o.positional[1]);
+  if (o.positional[0] == "upgrade") {
+    // Rewritten in this dtsim's format, with its checksum (Note [Profile
+    // integrity] in sim/src/profile/profile_io.cpp); atomically, so the old
+    // file stays whole if anything fails.
+    if (o.flag("json")) throw ConfigError(usage);
+    sim::save_profile(p, o.positional[1]);
+    std::cout << o.positional[1] << ": format " << sim::Profile::kFormatVersion << ", checksum crc64-xz"
+              << (p.integrity == "none" ? " (was format 1, unchecked)" : " (was already)") << "\n";
+    return 0;
+  }
   std::cout << (o.flag("json") ? calib::profile_to_json(p) : calib::format_profile(p));
   return 0;
 }

@@ -14,6 +14,13 @@
 
 namespace dtsim::sim {
 
+void fsync_directory(const std::string& dir) {
+  const int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
+  if (fd < 0) return;
+  (void)::fsync(fd);
+  ::close(fd);
+}
+
 void write_file_atomic(const std::string& path, const std::string& content) {
   namespace fs = std::filesystem;
   const fs::path target(path);
@@ -48,6 +55,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
     ::unlink(tmpl.c_str());
     throw IoError(path + ": cannot write: " + why);
   }
+  fsync_directory(dir.string());
 }
 
 }  // namespace dtsim::sim

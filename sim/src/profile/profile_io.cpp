@@ -13,10 +13,37 @@
 //                     rms_rel_error, max_rel_error, samples
 // HDF5 1.10 API (Debian 12). Every read checks the dataset exists, has the expected class and length,
 // and turns HDF5's failures into one CalibrationError line.
+//
+// Note [Profile integrity]
+// libhdf5 walks a file's internal addresses and lengths as it finds them: a
+// damaged file (a few bytes flipped by a bad copy, a truncated download) can
+// make it read out of bounds or allocate gigabytes before it fails (issue
+// 25 found segmentation faults in H5HG_read and H5A__close through the
+// variable-length strings and the attribute iteration). So no byte of a
+// profile reaches libhdf5 unchecked. Since format 2 a profile starts with a
+// 512-byte HDF5 user block (H5Pset_userblock: space at the file's start
+// that libhdf5 skips, finding its superblock at offset 512) holding
+//   dtsim-profile\n
+//   integrity crc64-xz <16 hex digits>\n
+//   bytes <decimal>\n
+// and zeros to the end of the block: the CRC-64/XZ and length of everything
+// after the block. load_profile reads the header, bounds the file's size,
+// checksums the rest and only then opens it with libhdf5; any flipped or
+// missing byte is refused in one line (a flip inside the header breaks its
+// strict syntax; after it, the checksum, which detects every error burst of
+// up to 64 bits and any other with probability 1 - 2^-64). Format-1 files
+// (no block, starting with HDF5's signature) are still read, unchecked, and
+// `dtsim profile upgrade` rewrites one as format 2.
 #include <hdf5.h>
 
+#include <fcntl.h>
+#include <sys/stat.h>
+
+#include <cerrno>
 #include <cstdio>
 #include <cstring>
+#include <string_view>
+#include <utility>
 #include <filesystem>
 #include <functional>
 #include <sstream>
@@ -25,13 +52,124 @@
 
 #include <unistd.h>
 
+#include "dtsim/sim/checksum.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/file_io.hpp"
 #include "dtsim/sim/profile.hpp"
 
 namespace dtsim::sim {
 namespace {
 
 constexpr const char* kFormat = "dtsim-profile";
+/// The user block holding the checksummed header (Note [Profile integrity]).
+constexpr std::size_t kHeaderBytes = 512;
+constexpr std::string_view kHeaderMagic = "dtsim-profile\n";
+constexpr std::string_view kHdf5Signature = "\x89HDF\r\n\x1a\n";
+/// No profile comes near this (the full CPU one is under 1 MiB): a larger
+/// file is refused before anything reads it.
+constexpr std::uintmax_t kMaxProfileBytes = std::uintmax_t{256} << 20;
+
+/// CRC-64/XZ and length of an open file's bytes from `offset` to its end.
+std::pair<std::uint64_t, std::uint64_t> checksum_from(int fd, std::uint64_t offset, const std::string& path) {
+  std::vector<unsigned char> buf(1 << 16);
+  std::uint64_t state = kCrc64Start, bytes = 0;
+  for (;;) {
+    const ssize_t n = ::pread(fd, buf.data(), buf.size(), static_cast<off_t>(offset + bytes));
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      throw CalibrationError(path + ": cannot read: " + std::strerror(errno));
+    }
+    if (n == 0) break;
+    state = crc64_update(state, buf.data(), static_cast<std::size_t>(n));
+    bytes += static_cast<std::uint64_t>(n);
+  }
+  return {crc64_final(state), bytes};
+}
+
+/// The header of Note [Profile integrity] for a checksum and a length.
+std::string make_header(std::uint64_t crc, std::uint64_t bytes) {
+  char line[96];
+  std::snprintf(line, sizeof line, "integrity crc64-xz %016llx\nbytes %llu\n", static_cast<unsigned long long>(crc),
+                static_cast<unsigned long long>(bytes));
+  std::string h = std::string(kHeaderMagic) + line;
+  h.resize(kHeaderBytes, '\0');
+  return h;
+}
+
+/// Writes the header into the user block of a closed HDF5 file and syncs it.
+void seal(const std::string& tmp, const std::string& path) {
+  const int fd = ::open(tmp.c_str(), O_RDWR | O_CLOEXEC);
+  if (fd < 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+  try {
+    const auto [crc, bytes] = checksum_from(fd, kHeaderBytes, path);
+    const std::string header = make_header(crc, bytes);
+    if (::pwrite(fd, header.data(), header.size(), 0) != static_cast<ssize_t>(header.size()) || ::fsync(fd) != 0) {
+      throw IoError(path + ": cannot write: " + std::strerror(errno));
+    }
+  } catch (...) {
+    ::close(fd);
+    throw;
+  }
+  if (::close(fd) != 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+}
+
+std::string to_hex(std::uint64_t v) {
+  char out[17];
+  std::snprintf(out, sizeof out, "%016llx", static_cast<unsigned long long>(v));
+  return out;
+}
+
+/// Checks a profile's bytes before libhdf5 reads any (Note [Profile
+/// integrity]); returns its integrity: "crc64-xz", or "none" for format 1.
+std::string verify(const std::string& path) {
+  auto fail = [&](const std::string& why) -> void { throw CalibrationError(path + ": " + why); };
+  std::error_code ec;
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (ec) fail(std::string("cannot read: ") + ec.message());
+  if (size > kMaxProfileBytes) {
+    fail("is " + std::to_string(size >> 20) + " MiB, larger than any profile (limit " + std::to_string(kMaxProfileBytes >> 20) +
+         " MiB); not a dtsim profile");
+  }
+  const int fd = ::open(path.c_str(), O_RDONLY | O_CLOEXEC);
+  if (fd < 0) fail(std::string("cannot read: ") + std::strerror(errno));
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fd};
+  std::string header(kHeaderBytes, '\0');
+  ssize_t got = 0;
+  while (got < static_cast<ssize_t>(header.size())) {
+    const ssize_t n = ::pread(fd, header.data() + got, header.size() - static_cast<std::size_t>(got), got);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    got += n;
+  }
+  header.resize(static_cast<std::size_t>(got));
+  if (header.compare(0, kHdf5Signature.size(), kHdf5Signature) == 0) return "none";
+  if (header.compare(0, kHeaderMagic.size(), kHeaderMagic) != 0) {
+    fail("not an HDF5 file or a dtsim profile (it starts with neither); calibrate again with dtsim calibrate");
+  }
+  if (header.size() < kHeaderBytes) fail("truncated inside its 512-byte header; copy it again or calibrate again");
+  // The header, strictly as make_header() writes it.
+  unsigned long long crc = 0, bytes = 0;
+  int end = 0;
+  const std::string fields = header.substr(kHeaderMagic.size());
+  const bool parsed =
+      std::sscanf(fields.c_str(), "integrity crc64-xz %16llx\nbytes %20llu\n%n", &crc, &bytes, &end) == 2 && end > 0;
+  if (!parsed || make_header(crc, bytes) != header) {
+    fail("damaged header (the first 512 bytes are not a dtsim profile header); copy it again or calibrate again");
+  }
+  const auto [actual_crc, actual_bytes] = checksum_from(fd, kHeaderBytes, path);
+  if (actual_bytes != bytes) {
+    fail("truncated or damaged: " + std::to_string(actual_bytes) + " bytes after the header where it was written with " +
+         std::to_string(bytes) + "; copy it again or calibrate again");
+  }
+  if (actual_crc != crc) {
+    fail("damaged: its checksum does not match its content (crc64-xz " + to_hex(actual_crc) + ", written " + to_hex(crc) +
+         "); copy it again or calibrate again");
+  }
+  return "crc64-xz";
+}
 
 /// Closes an HDF5 handle with the right function when it leaves scope.
 class Handle {
@@ -364,16 +502,24 @@ Handle open_group(const Reader& r, hid_t file, const char* name) {
   return g;
 }
 
-Profile read_all(const Reader& r, hid_t file) {
+/// The profile in an open file whose bytes verify() checked; `version` is
+/// the format its start showed (1: no header, 2: the header).
+Profile read_all(const Reader& r, hid_t file, int version_seen) {
   Profile p;
   p.path = r.path();
   if (H5Aexists(file, "format") <= 0 || r.string_attribute(file, "format") != kFormat) {
     r.fail("not a dtsim profile (no format=\"dtsim-profile\" attribute); make one with dtsim calibrate");
   }
   const double version = r.number_attribute(file, "format_version");
-  if (version != Profile::kFormatVersion) {
-    r.fail("profile format version " + std::to_string(static_cast<int>(version)) + " is not the version this dtsim reads (" +
+  if (version != 1 && version != Profile::kFormatVersion) {
+    r.fail("profile format version " + std::to_string(static_cast<int>(version)) + " is not a version this dtsim reads (1, " +
            std::to_string(Profile::kFormatVersion) + "); calibrate again with this dtsim");
+  }
+  if (version != version_seen) {
+    // A format-2 profile without its header (or the reverse): damaged.
+    r.fail("damaged: a format " + std::to_string(static_cast<int>(version)) + " profile " +
+           (version_seen == 1 ? "without its checksummed header" : "with a header it should not have") +
+           "; copy it again or calibrate again");
   }
   std::vector<std::string> attrs;
   H5Aiterate2(file, H5_INDEX_NAME, H5_ITER_INC, nullptr, collect_attr, &attrs);
@@ -501,11 +647,18 @@ void save_profile(const Profile& p, const std::string& path) {
   if (!fs::is_directory(dir, ec)) throw IoError(path + ": cannot write: directory '" + dir.string() + "' does not exist");
   const std::string tmp = (dir / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()))).string();
   try {
-    Writer w(path);
-    Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, H5P_DEFAULT, H5P_DEFAULT), H5Fclose);
-    if (!file.ok()) throw IoError(path + ": cannot create " + tmp);
-    write_all(p, file.get(), w);
-    if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(path + ": cannot flush");
+    {
+      Writer w(path);
+      // Room for the checksummed header (Note [Profile integrity]).
+      Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
+      if (!fcpl.ok() || H5Pset_userblock(fcpl.get(), kHeaderBytes) < 0) throw IoError(path + ": cannot create " + tmp);
+      Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT), H5Fclose);
+      if (!file.ok()) throw IoError(path + ": cannot create " + tmp);
+      write_all(p, file.get(), w);
+      if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(path + ": cannot flush");
+    }
+    // Closed: checksum what libhdf5 wrote, and sync it before the rename.
+    seal(tmp, path);
   } catch (...) {
     std::remove(tmp.c_str());
     throw;
@@ -514,18 +667,22 @@ void save_profile(const Profile& p, const std::string& path) {
     std::remove(tmp.c_str());
     throw IoError(path + ": cannot write: " + std::strerror(errno));
   }
+  fsync_directory(dir.string());
 }
 
 Profile load_profile(const std::string& path) {
   silence_hdf5();
   std::error_code ec;
   if (!std::filesystem::is_regular_file(path, ec)) throw CalibrationError(path + ": no such profile (make one with dtsim calibrate)");
+  const std::string integrity = verify(path);
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     throw CalibrationError(path + ": not an HDF5 file, or truncated or corrupt; calibrate again with dtsim calibrate");
   }
   Handle file(H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT), H5Fclose);
   if (!file.ok()) throw CalibrationError(path + ": cannot open: truncated or corrupt HDF5; calibrate again with dtsim calibrate");
-  return read_all(Reader(path), file.get());
+  Profile p = read_all(Reader(path), file.get(), integrity == "none" ? 1 : 2);
+  p.integrity = integrity;
+  return p;
 }
 
 }  // namespace dtsim::sim

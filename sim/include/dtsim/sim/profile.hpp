@@ -80,8 +80,13 @@ struct LinearFit {
 
 /// Everything one calibration produced.
 struct Profile {
-  static constexpr int kFormatVersion = 1;
+  /// 2: the file starts with a checksummed header (Note [Profile integrity]
+  /// in sim/src/profile/profile_io.cpp); 1 (read still): without it.
+  static constexpr int kFormatVersion = 2;
   std::string path;                          ///< where it was read from (not stored)
+  /// How its bytes were checked when read (not stored): "crc64-xz", or
+  /// "none" for a format-1 file written before checksums.
+  std::string integrity;
   std::map<std::string, std::string> info;   ///< provenance: device, versions, threads, date, command
   std::vector<LayerSample> layers;
   std::vector<KernelSample> kernels;
