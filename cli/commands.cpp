@@ -64,13 +64,18 @@ Options parse(const Args& args, const std::string& command, const std::vector<st
       }
       if (key == "set") {
         o.sets.push_back(value);
-      } else {
-        o.values[key] = value;
+      } else if (!o.values.emplace(key, value).second) {
+        // The first would be silently lost: which did the user mean?
+        throw ConfigError("dtsim " + command + ": --" + key + " given twice ('" + o.values[key] + "' and '" + value +
+                          "'); give it once");
       }
       continue;
     }
     if (std::find(flags.begin(), flags.end(), key) != flags.end()) {
       if (has_value) throw ConfigError(a + ": takes no value");
+      if (std::find(o.flags.begin(), o.flags.end(), key) != o.flags.end()) {
+        throw ConfigError("dtsim " + command + ": " + a + " given twice; give it once");
+      }
       o.flags.push_back(key);
       continue;
     }
@@ -227,6 +232,7 @@ int cmd_search(const Args& args) {
 int cmd_comm(const Args& args) {
   const Options o =
       parse(args, "comm", {"cluster", "op", "ranks", "ranks-per-node", "min-bytes", "max-bytes"}, {"json"});
+  if (!o.positional.empty()) throw ConfigError("dtsim comm: unexpected argument '" + o.positional.front() + "'");
   const auto ov = overrides(o);
   const std::string cluster_name = require(o, "cluster", "comm", "e.g. --cluster dgx-a100");
   const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);

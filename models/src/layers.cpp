@@ -80,9 +80,11 @@ Flops ZooModel::model_flops(const sim::WorkloadShape& shape) const {
 }
 
 void check_size(double bytes, const char* what) {
-  if (bytes > 1e17) {
+  // Note [Model size bound] (zoo.cpp): 100 TB per layer and micro-batch
+  // keeps the sums over 10,000 layers inside 64 bits.
+  if (bytes > 1e14) {
     throw ConfigError(std::string("plan.micro_batch x plan.seq_len: the ") + what +
-                      " of one layer would exceed 100 PB; use a smaller micro_batch or seq_len");
+                      " of one layer would exceed 100 TB; use a smaller micro_batch or seq_len");
   }
 }
 

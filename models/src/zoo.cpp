@@ -2,6 +2,7 @@
 // that family's keys) and HuggingFace config.json (GPT-2 and BERT families).
 // Every route ends in the same YAML mapping, so `--set model.KEY=VALUE`
 // overrides and validation behave the same whatever the source.
+#include <cstdio>
 #include <filesystem>
 #include <sstream>
 
@@ -96,6 +97,23 @@ std::string divisors_of(std::int64_t n) {
 // Limits that keep every byte count in 64 bits (checked again per layer).
 constexpr std::int64_t kBig = std::int64_t{1} << 24;
 
+/// Note [Model size bound]: no model dtsim describes has more parameters than
+/// this (1e15: a thousand times today's largest); bytes of parameters,
+/// gradients and optimizer state then stay far inside 64 bits. Each layer's
+/// sizes are bounded where it is built (check_size in layers.cpp).
+constexpr double kMaxParameters = 1e15;
+
+/// Refuses a model whose parameters, estimated in floating point before any
+/// 64-bit count is made, pass kMaxParameters; blames `key`.
+void check_parameters(const sim::ConfigMap& c, const char* key, double parameters) {
+  if (parameters > kMaxParameters) {
+    char text[64];
+    std::snprintf(text, sizeof text, "%.3g", parameters);
+    c.fail(key, std::string("with the other sizes gives ") + text +
+                    " parameters, more than dtsim models (limit 1e15); use fewer layers or a smaller width");
+  }
+}
+
 void check_heads(const sim::ConfigMap& c, std::int64_t hidden, std::int64_t heads) {
   if (hidden % heads != 0) {
     c.fail("heads", std::to_string(heads) + " does not divide hidden " + std::to_string(hidden) +
@@ -115,6 +133,9 @@ sim::ModelPtr parse_gpt(const sim::ConfigMap& c, const std::string& name) {
   g.tied_head = c.get_bool("tied_head", true);
   g.dropout = c.get_bool("dropout", true);
   check_heads(c, g.hidden, g.heads);
+  const double h = static_cast<double>(g.hidden);
+  check_parameters(c, "layers", g.layers * (4 * h * h + 2 * h * static_cast<double>(g.ffn_hidden)) +
+                                    (static_cast<double>(g.vocab) + static_cast<double>(g.seq_len)) * h);
   c.finish({"name", "family", "description"});
   return make_gpt(g);
 }
@@ -133,6 +154,10 @@ sim::ModelPtr parse_bert(const sim::ConfigMap& c, const std::string& name) {
   b.num_labels = c.get_int("num_labels", 0, 0, kBig);
   b.dropout = c.get_bool("dropout", true);
   check_heads(c, b.hidden, b.heads);
+  const double h = static_cast<double>(b.hidden);
+  check_parameters(c, "layers", b.layers * (4 * h * h + 2 * h * static_cast<double>(b.intermediate)) +
+                                    (static_cast<double>(b.vocab) + static_cast<double>(b.max_positions) +
+                                     static_cast<double>(b.type_vocab) + h + static_cast<double>(b.num_labels)) * h);
   c.finish({"name", "family", "description"});
   return make_bert(b);
 }
@@ -146,6 +171,9 @@ sim::ModelPtr parse_bilstm(const sim::ConfigMap& c, const std::string& name) {
   l.bidirectional = c.get_bool("bidirectional", true);
   l.classes = c.get_int("classes", 33, 1, kBig);
   l.seq_len = c.get_int("seq_len", 512, 1, kBig);
+  // Four gates per direction, each over [input, hidden] -> hidden.
+  const double h = static_cast<double>(l.hidden), in = static_cast<double>(std::max(l.input_size, 2 * l.hidden));
+  check_parameters(c, "layers", l.layers * 2.0 * 4 * (in + h + 2) * h + 2 * h * static_cast<double>(l.classes));
   c.finish({"name", "family", "description"});
   return make_bilstm(l);
 }

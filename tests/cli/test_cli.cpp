@@ -200,19 +200,50 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
   const std::string bad_yaml = temp_file("dtsim_bad.yaml", "dp: 2\nmicro_batch: [1, 2\n");
   const std::string unknown_key = temp_file("dtsim_unknown.yaml", "dp: 2\nzero_stag: 1\n");
   const std::string bad_json = temp_file("dtsim_bad_config.json", "{\"model_type\": \"gpt2\",\n \"n_layer\": 12\n");
+  // Note [Strict configs] (sim/src/config/config_node.cpp).
+  const std::string twice = temp_file("dtsim_twice.yaml", "dp: 2\nmicro_batch: 4\ndp: 4\n");
+  const std::string complex_key = temp_file("dtsim_complex.yaml", "? [a, b]\n: 1\n");
+  const std::string scalar = temp_file("dtsim_scalar.yaml", "ddp\n");
+  const std::string commented = temp_file("dtsim_comment_config.json", "{\"model_type\": \"gpt2\", // GPT-2\n \"n_layer\": 2}\n");
+  std::string nest = "1";
+  for (int i = 0; i < 70; ++i) nest = "{k: " + nest + "}";
+  const std::string deep = temp_file("dtsim_deep.yaml", "dp: " + nest + "\n");
+  const std::string huge = temp_file("dtsim_huge.yaml", std::string((std::size_t{10} << 20) + 1, '#'));
+  // A device of 1e-6 TFLOP/s: gpt-1t's 6 N = 6e12 FLOPs per token, 2048
+  // tokens a sample, takes over 1e10 s a sample, past the 2^62 ns (146 years)
+  // dtsim simulates (Note [Sizes in 64 bits]).
+  const std::string slow = temp_file("dtsim_slow.yaml",
+      "name: slow\nnodes: 1\ngpus_per_node: 2\n"
+      "device: {base: A100-SXM4-80GB, peak_fp16_TFLOPs: 1e-6, peak_bf16_TFLOPs: 1e-6, peak_fp32_TFLOPs: 1e-6, peak_tf32_TFLOPs: 1e-6}\n"
+      "intra_node: {type: nvlink, bandwidth_GBps: 450, latency_us: 0.7}\n"
+      "inter_node: {type: infiniband, bandwidth_GBps: 50, latency_us: 5.0, nics_per_node: 1}\n");
   const std::vector<Case> cases = {
       {"predict --model gpt2 --cluster dgx-a100 --plan /no/such/plan.yaml", "/no/such/plan.yaml: no such file"},
-      {"predict --model gpt2 --cluster dgx-a100 --plan " + bad_yaml, bad_yaml + ":3: malformed YAML"},  // yaml-cpp marks where it gave up
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + bad_yaml, bad_yaml + ":3:1: malformed YAML"},  // yaml-cpp marks where it gave up
       {"predict --model gpt2 --cluster dgx-a100 --plan " + unknown_key,
        unknown_key + ":2: plan.zero_stag: unknown key (did you mean 'zero_stage'?)"},
-      {"predict --model " + bad_json + " --cluster dgx-a100", bad_json + ":3: malformed JSON"},
+      {"predict --model " + bad_json + " --cluster dgx-a100", bad_json + ":3:1: malformed JSON"},  // at the end: the object never closes
+      {"predict --model " + commented + " --cluster dgx-a100", commented + ":1:24: malformed JSON"},  // JSON has no comments
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + twice, twice + ":3:1: key 'dp' given twice (first at line 1)"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + complex_key, complex_key + ":1:3: a key must be a plain name, got a list"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + scalar + " --set plan.dp=2", scalar + ":1: plan: expected a mapping of keys, got 'ddp'"},
+      {"predict --model gpt2 --cluster dgx-a100 --set 'plan.dp={a: 1, a: 2}'", "--set plan.dp: key 'a' given twice"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + deep, "nested more than 64 levels deep"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan " + huge, huge + ": 10485761 bytes, larger than a config may be (limit 10 MiB)"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan ddp --plan zero3", "dtsim predict: --plan given twice ('ddp' and 'zero3'); give it once"},
+      {"predict --model gpt2 --cluster dgx-a100 --json --json", "dtsim predict: --json given twice"},
+      {"comm --cluster dgx-a100 extra", "dtsim comm: unexpected argument 'extra'"},
+      // 10,000 layers of 12 h^2 with h = 2^24: 3.38e19 parameters (the embeddings add 1e12).
+      {"predict --model gpt2 --cluster dgx-a100 --set model.hidden=16777216 --set model.heads=16 --set model.layers=10000",
+       "model.layers: with the other sizes gives 3.38e+19 parameters, more than dtsim models (limit 1e15)"},
+      {"predict --model gpt-1t --cluster " + slow, "is beyond what dtsim simulates"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.zero_stage=4", "plan.zero_stage: 4 is not one of 0, 1, 2, 3"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.dp=3", "plan.dp: 3 does not divide the 8 GPUs of dgx-a100; valid: 1, 2, 4, 8"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=0", "plan.micro_batch: 0 is out of range"},
       {"predict --model gpt2 --cluster dgx-a100 --plan zero2 --set plan.offload_params=cpu", "plan.offload_params: cpu needs zero_stage 3"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=many", "plan.micro_batch: 'many' is not an integer"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=99999999999999", "plan.micro_batch: 99999999999999 is out of range"},
-      {"predict --model gpt2 --cluster dgx-a100 --set model.seq_len=10000000 --set plan.micro_batch=1000", "exceed 100 PB"},
+      {"predict --model gpt2 --cluster dgx-a100 --set model.seq_len=10000000 --set plan.micro_batch=1000", "exceed 100 TB"},
       {"predict --model gpt3 --cluster dgx-a100", "did you mean 'gpt2'?"},
       {"predict --model gpt2 --cluster dgx-a10", "did you mean 'dgx-a100'?"},
       {"predict --model gpt2 --cluster dgx-a100 --jsn", "unknown option --jsn (did you mean --json?)"},

@@ -1,8 +1,10 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <limits>
 
 #include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
@@ -288,4 +290,26 @@ TEST_CASE("collective buffers with NCCL and with Gloo (Note [ZeRO])", "[lowering
     CHECK(gathers.size() == 4);
     for (Bytes b : gathers) CHECK(b == (gloo ? 1'200'000 : 0));
   }
+}
+
+TEST_CASE("times and sizes past 64 bits are refused, never wrapped (Note [Sizes in 64 bits])", "[lowering][bad-input]") {
+  // 2^62 ns = 4.61e18 ns = 4.61e9 s is the longest simulated time.
+  CHECK(seconds_to_ns(1e9) == 1'000'000'000'000'000'000);
+  CHECK_THROWS_AS(seconds_to_ns(5e9), UnsupportedError);
+  CHECK_THROWS_AS(seconds_to_ns(std::numeric_limits<double>::infinity()), UnsupportedError);
+  CHECK_THROWS_AS(seconds_to_ns(std::numeric_limits<double>::quiet_NaN()), UnsupportedError);
+  // Four layers that each keep 2^58 bytes for backward: after two the rank
+  // holds 2^59 B of activations, the third would pass the 512 PiB a
+  // category may hold.
+  const test::FakeModel m(4, 1000, Bytes{1} << 58);
+  try {
+    run(m, "dp: 1\nprecision: fp32\noptimizer: adam\n", test::round_cluster(), 1000);
+    FAIL("2^60 bytes of activations were simulated");
+  } catch (const UnsupportedError& e) {
+    CHECK_THAT(e.what(), Catch::Contains("rank 0 would hold over 512 PiB of activations"));
+  }
+  // Two layers reach exactly 2^59: still simulated.
+  const test::FakeModel two(2, 1000, Bytes{1} << 58);
+  const Run r = run(two, "dp: 1\nprecision: fp32\noptimizer: adam\n", test::round_cluster(), 1000);
+  CHECK(r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kActivations)] == Bytes{1} << 59);
 }

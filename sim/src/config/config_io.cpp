@@ -218,13 +218,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   return p;
 }
 
-YAML::Node parse_text(const std::string& text, const std::string& file) {
-  try {
-    return YAML::Load(text);
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(file + ":" + std::to_string(e.mark.line + 1) + ": malformed YAML: " + e.msg);
-  }
-}
+YAML::Node parse_text(const std::string& text, const std::string& file) { return parse_config_text(text, file, false); }
 
 }  // namespace
 

@@ -28,6 +28,18 @@
 // queues about a thousand launches; a lead that long only arises where the
 // GPU is the bottleneck anyway).
 //
+// Note [Sizes in 64 bits]
+// Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
+// but a hostile or mistaken config (a device of 1e-6 TFLOP/s, a model of
+// 10,000 layers of width 16M) could wrap them, and signed overflow is
+// undefined behaviour. So durations are bounded where they are made
+// (seconds_to_ns refuses past kMaxSimTime, 2^62 ns), every time this
+// executor adds is checked against it, and every memory sum against
+// kMaxSimBytes (2^59 B = 512 PiB per category, so the few categories of a
+// snapshot still sum in 64 bits); past either, the prediction is refused
+// with UnsupportedError, one line, exit status 2. The models bound their
+// own sizes where they make them (models/src/zoo.cpp, layers.cpp).
+//
 // Note [Critical path]
 // Each task remembers what made it ready last: the task before it on its
 // stream or a dependency (for a collective, the last participant to arrive).
@@ -56,6 +68,22 @@ namespace {
 
 constexpr EventId kNoEvent = std::numeric_limits<EventId>::max();
 constexpr int kLinkClasses = 3;
+/// The most bytes of one category a rank may hold (Note [Sizes in 64 bits]).
+constexpr Bytes kMaxSimBytes = Bytes{1} << 59;
+
+/// `now` + `d`, refused past kMaxSimTime (Note [Sizes in 64 bits]).
+TimeNs later(TimeNs now, TimeNs d) {
+  TimeNs t = 0;
+  if (__builtin_add_overflow(now, d, &t) || t > kMaxSimTime) duration_too_long(ns_to_seconds(now) + ns_to_seconds(d));
+  return t;
+}
+
+/// Seconds to ns, rounded up (a flow is not done before its last byte).
+TimeNs seconds_to_ns_ceil(double seconds) {
+  const double ns = std::ceil(seconds * 1e9 - 1e-6);
+  if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(seconds);
+  return static_cast<TimeNs>(ns);
+}
 
 struct Flow {
   double remaining = 0;   // bytes
@@ -140,7 +168,7 @@ class Executor {
     for (std::size_t i = 0; i < n; ++i) {
       const Task& t = g_.tasks[i];
       if (t.kind != TaskKind::kCompute || t.launch <= 0) continue;
-      host[t.rank] += t.launch;
+      host[t.rank] = later(host[t.rank], t.launch);
       issue_end_[i] = host[t.rank];
     }
   }
@@ -189,10 +217,10 @@ class Executor {
     start_[id] = q_.now();
     for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
-      q_.schedule(q_.now() + t.cost.latency, [this, id] { start_flow(id); });
+      q_.schedule(later(q_.now(), t.cost.latency), [this, id] { start_flow(id); });
     } else {
       // Note [Host launch]: not before the host has issued it.
-      const TimeNs end = std::max(q_.now() + t.duration, t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
+      const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
       q_.schedule(end, [this, id] { finish(id); });
     }
   }
@@ -239,7 +267,7 @@ class Executor {
     if (link.flows.empty()) return;
     double soonest = std::numeric_limits<double>::infinity();
     for (int f : link.flows) soonest = std::min(soonest, std::max(0.0, flows_[f].remaining) / flows_[f].rate);
-    const TimeNs when = q_.now() + static_cast<TimeNs>(std::ceil(soonest * 1e9 - 1e-6));
+    const TimeNs when = later(q_.now(), seconds_to_ns_ceil(soonest));
     link.pending = q_.schedule(when, [this, li] { on_link_event(li); });
   }
 
@@ -295,7 +323,12 @@ class Executor {
   void apply_mem(int rank, const MemOp& op) {
     auto& cur = current_[rank];
     const int c = static_cast<int>(op.category);
-    cur[c] += op.bytes;
+    // Note [Sizes in 64 bits]: a sum past kMaxSimBytes is refused, not wrapped.
+    if (__builtin_add_overflow(cur[c], op.bytes, &cur[c]) || cur[c] > kMaxSimBytes) {
+      throw UnsupportedError("rank " + std::to_string(rank) + " would hold over " + std::to_string(kMaxSimBytes >> 50) +
+                             " PiB of " + to_string(op.category) +
+                             ", beyond what dtsim counts in 64 bits: check the model's and plan's sizes");
+    }
     DTSIM_ASSERT(cur[c] >= 0, std::string("rank frees more ") + to_string(op.category) + " than it allocated");
     MemSnapshot snap;
     snap.time = q_.now();

@@ -30,9 +30,17 @@ Override parse_override(const std::string& text);
 /// The closest candidate to `word` by edit distance, or "" if none is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
-/// Loads a YAML or JSON file; throws IoError (missing) or ConfigError (syntax,
-/// with the line).
+/// The largest config file read, and the deepest nesting accepted (Note
+/// [Strict configs] in sim/src/config/config_node.cpp).
+inline constexpr std::size_t kMaxConfigBytes = std::size_t{10} << 20;
+inline constexpr int kMaxConfigDepth = 64;
+
+/// Loads a YAML or JSON (by its .json name) file; throws IoError (missing,
+/// unreadable) or ConfigError (too large, malformed, a duplicate or
+/// non-scalar key, too deep: with file, line and column).
 YAML::Node load_yaml_file(const std::string& path);
+/// The same for text already read; `file` names it in errors.
+YAML::Node parse_config_text(const std::string& text, const std::string& file, bool json);
 
 /// Applies overrides for `section` to `root` (a mapping); returns the keys
 /// (dotted paths) they set. Throws ConfigError for a malformed value.

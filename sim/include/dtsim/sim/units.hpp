@@ -28,8 +28,21 @@ inline constexpr Bytes kGiB = 1024 * kMiB;
 inline constexpr double kGiga = 1e9;
 inline constexpr double kTera = 1e12;
 
-/// Seconds (real) to simulated nanoseconds, rounded to the nearest ns.
-inline TimeNs seconds_to_ns(double seconds) { return static_cast<TimeNs>(std::llround(seconds * 1e9)); }
+/// The longest simulated time: 2^62 ns, about 146 years, half of what
+/// TimeNs holds so that sums of two stay exact (Note [Sizes in 64 bits] in
+/// sim/src/engine/executor.cpp).
+inline constexpr TimeNs kMaxSimTime = TimeNs{1} << 62;
+
+/// Throws UnsupportedError: a duration of `seconds` is beyond kMaxSimTime.
+[[noreturn]] void duration_too_long(double seconds);
+
+/// Seconds (real) to simulated nanoseconds, rounded to the nearest ns; a
+/// duration past kMaxSimTime (or not a number) is refused, never wrapped.
+inline TimeNs seconds_to_ns(double seconds) {
+  const double ns = seconds * 1e9;
+  if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(seconds);
+  return static_cast<TimeNs>(std::llround(ns));
+}
 /// Simulated nanoseconds to seconds.
 inline double ns_to_seconds(TimeNs t) { return static_cast<double>(t) * 1e-9; }
 /// Time to move `bytes` at `rate`, in ns (at least 0).
