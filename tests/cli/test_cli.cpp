@@ -237,6 +237,9 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model gpt2 --cluster dgx-a100 --set model.hidden=16777216 --set model.heads=16 --set model.layers=10000",
        "model.layers: with the other sizes gives 3.38e+19 parameters, more than dtsim models (limit 1e15)"},
       {"predict --model gpt-1t --cluster " + slow, "is beyond what dtsim simulates"},
+      // 1e43 is whole but past int64: a range error, checked before any conversion.
+      {"predict --model gpt2 --cluster dgx-a100 --set model.vocab=10e42", "model.vocab: 10e42 is out of range; valid: 1 to 16777216"},
+      {"predict --model gpt2 --cluster dgx-a100 --set model.vocab=99999999999999999999", "model.vocab: 99999999999999999999 is out of range"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.zero_stage=4", "plan.zero_stage: 4 is not one of 0, 1, 2, 3"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.dp=3", "plan.dp: 3 does not divide the 8 GPUs of dgx-a100; valid: 1, 2, 4, 8"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=0", "plan.micro_batch: 0 is out of range"},

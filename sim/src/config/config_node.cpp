@@ -15,6 +15,7 @@
 #include "dtsim/sim/config_node.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <limits>
@@ -329,10 +330,17 @@ std::int64_t ConfigMap::get_int(const std::string& key, std::int64_t fallback,
     v = std::stoll(text, &pos, 10);
     if (pos != text.size()) {
       const double d = std::stod(text, &pos);
-      ok = pos == text.size() && d == static_cast<double>(static_cast<std::int64_t>(d));
-      v = static_cast<std::int64_t>(d);
+      ok = pos == text.size() && std::isfinite(d) && d == std::floor(d);
+      // Range first: converting a double past int64 is undefined behaviour.
+      if (ok && !(d >= static_cast<double>(min_value) && d <= static_cast<double>(max_value))) {
+        fail(key, text + " is out of range; valid: " + std::to_string(min_value) + " to " + std::to_string(max_value));
+      }
+      if (ok) v = static_cast<std::int64_t>(d);
     }
-  } catch (const std::exception&) {
+  } catch (const std::out_of_range&) {
+    // Digits past int64 (stoll): out of range, whatever the bounds.
+    fail(key, text + " is out of range; valid: " + std::to_string(min_value) + " to " + std::to_string(max_value));
+  } catch (const std::invalid_argument&) {
     ok = false;
   }
   if (!ok) fail(key, "'" + text + "' is not an integer");
