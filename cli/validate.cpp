@@ -175,7 +175,9 @@ int cmd_validate(const Args& args) {
         std::cerr << "  rank " << r.rank << " stderr (last lines):\n" << r.stderr_tail << "\n";
       }
     }
-    return 1;
+    // Stopped by a signal: exit status 2, as calibrate (Note [Stopping
+    // calibration]); a run that failed on its own: 1.
+    return result.stop_signal != 0 ? 2 : 1;
   }
   if (!keep_dir) {
     std::error_code ec;

@@ -2,9 +2,11 @@
 // reads its tab-separated records line by line, shows progress with an ETA,
 // then fits and writes the profile atomically.
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -13,11 +15,13 @@
 #include <sstream>
 
 #include <fcntl.h>
+#include <poll.h>
 #include <signal.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
 #include "dtsim/calibrate/calibrate.hpp"
+#include "dtsim/platform/child.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/json_writer.hpp"
@@ -67,6 +71,13 @@ class ProgressView {
       std::fprintf(stderr, "%s%s\n", head, label.c_str());
     }
   }
+  /// Clears the progress line on a terminal (before an error line).
+  void clear() {
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K");
+      std::fflush(stderr);
+    }
+  }
   void done(const std::string& summary) {
     const double elapsed = std::chrono::duration<double>(Clock::now() - start_).count();
     if (tty_) std::fprintf(stderr, "\r\033[K");
@@ -81,35 +92,143 @@ class ProgressView {
   Clock::time_point start_;
 };
 
-std::string quote(const std::string& s) {
-  std::string out = "'";
-  for (char c : s) out += c == '\'' ? std::string("'\\''") : std::string(1, c);
-  return out + "'";
-}
+// Note [Stopping calibration]
+// Calibration runs for minutes and starts programs that run as long: the
+// measured dtsim_torch_bench, procs - 1 copies of it in lockstep (Note
+// [Ranks share a CPU]) with a temporary folder for their barriers, then the
+// collective benchmark and its ranks. Stopping `dtsim calibrate` must stop
+// them all and leave nothing behind, so the driver supervises them as
+// validate's launcher supervises its ranks, with the same mechanism
+// (platform/child.hpp): each program leads a process group of its own and
+// dies with the driver (Note [Children die with their parent]); SIGINT and
+// SIGTERM are recorded (Note [Stop signals]) and checked at least every
+// kPollMs while a program runs; then every group still running is stopped
+// (Note [Stopping a process group]), the temporary folder removed, and
+// calibrate() throws InterruptedError: "dtsim: calibrate: interrupted by
+// SIGTERM: ...; nothing was written to OUT", exit status 2 like every other
+// error (calibrate/README.md). So does any other error (a malformed record,
+// a program that fails): the Supervisor's destructor stops the rest.
+// A driver killed by SIGKILL cannot clean up: its programs die with it, but
+// the temporary folder (a few empty barrier files) stays in $TMPDIR.
+constexpr int kPollMs = 100;
+constexpr double kGraceS = 2.0;  // SIGTERM -> SIGKILL, as validate's launcher
 
-/// Runs `argv` with stdout piped to us; returns its exit status.
-int run_program(const std::vector<std::string>& argv, const std::string& source, sim::Profile& p, ProgressView& view) {
-  std::string cmd;
-  for (const auto& a : argv) cmd += (cmd.empty() ? "" : " ") + quote(a);
-  FILE* pipe = ::popen(cmd.c_str(), "r");
-  if (pipe == nullptr) throw CalibrationError("calibrate: cannot start " + argv.front());
-  std::string line;
-  char buf[4096];
-  try {
-    while (std::fgets(buf, sizeof buf, pipe) != nullptr) {
-      line += buf;
-      if (line.empty() || line.back() != '\n') continue;
-      line.pop_back();
-      Progress prog;
-      if (parse_bench_line(line, source, p, &prog)) view.update(prog);
-      line.clear();
+/// The programs calibration started, and its temporary folder: Note [Stopping calibration].
+class Supervisor {
+ public:
+  /// `out`: the profile path, for the message; `view`: cleared before it.
+  Supervisor(const std::string& out, ProgressView& view) : out_(out), view_(view) {}
+  ~Supervisor() { stop(); }
+  Supervisor(const Supervisor&) = delete;
+  Supervisor& operator=(const Supervisor&) = delete;
+
+  /// Starts a program (platform::spawn_child); throws CalibrationError.
+  pid_t start(platform::ChildSpec spec) {
+    const pid_t pid = platform::spawn_child(spec);
+    if (pid < 0) throw CalibrationError("calibrate: cannot start " + spec.argv.front() + ": " + std::strerror(errno));
+    pids_.push_back(pid);
+    return pid;
+  }
+
+  /// A folder under $TMPDIR that stop() removes.
+  const std::string& temp_dir() {
+    if (temp_dir_.empty()) {
+      std::string tmpl = (std::filesystem::temp_directory_path() / "dtsim-calibrate-XXXXXX").string();
+      if (::mkdtemp(tmpl.data()) == nullptr) {
+        throw CalibrationError("calibrate: cannot create a temporary directory " + tmpl + ": " + std::strerror(errno));
+      }
+      temp_dir_ = tmpl;
     }
+    return temp_dir_;
+  }
+
+  /// Whether `pid` has ended, reaping it; its wait status in `status`.
+  bool ended(pid_t pid, int* status) {
+    const pid_t r = ::waitpid(pid, status, WNOHANG);
+    if (r != pid && !(r < 0 && errno == ECHILD)) return false;
+    pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
+    return true;
+  }
+
+  /// Stops `pid`'s group at once (SIGKILL after no grace) and reaps it.
+  void stop_now(pid_t pid) {
+    platform::stop_groups({pid}, 0);
+    pids_.erase(std::remove(pids_.begin(), pids_.end(), pid), pids_.end());
+  }
+
+  /// Throws InterruptedError, after stop(), once SIGINT or SIGTERM came.
+  void check_interrupted() {
+    const int sig = platform::StopSignals::received();
+    if (sig == 0) return;
+    stop();
+    view_.clear();
+    throw InterruptedError(sig, "calibrate: interrupted by " + platform::signal_name(sig) +
+                                    ": the measurement programs were stopped and their temporary files removed; nothing "
+                                    "was written to " + out_ + " (run dtsim calibrate again to measure)");
+  }
+
+  /// Every program still running stopped, its group too; the temporary folder removed.
+  void stop() {
+    platform::stop_groups(pids_, kGraceS);
+    pids_.clear();
+    if (!temp_dir_.empty()) {
+      std::error_code ec;
+      std::filesystem::remove_all(temp_dir_, ec);
+      temp_dir_.clear();
+    }
+  }
+
+ private:
+  std::string out_;
+  ProgressView& view_;
+  platform::StopSignals signals_;  // Note [Stop signals]
+  std::vector<pid_t> pids_;        // started, not yet reaped
+  std::string temp_dir_;
+};
+
+/// Runs `argv` with its stdout read here, line by line, as records of `source`
+/// (its stderr stays the user's); returns its exit status (128 + N for signal N).
+int run_program(Supervisor& sup, const std::vector<std::string>& argv, const std::string& source, sim::Profile& p,
+                ProgressView& view) {
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) throw CalibrationError(std::string("calibrate: cannot make a pipe: ") + std::strerror(errno));
+  platform::ChildSpec spec;
+  spec.argv = argv;
+  spec.stdout_fd = fds[1];
+  pid_t pid = -1;
+  try {
+    pid = sup.start(spec);
   } catch (...) {
-    ::pclose(pipe);
+    ::close(fds[0]);
+    ::close(fds[1]);
     throw;
   }
-  const int status = ::pclose(pipe);
-  if (status == -1) return -1;
+  ::close(fds[1]);
+  struct Closer {
+    int fd;
+    ~Closer() { ::close(fd); }
+  } closer{fds[0]};
+  std::string pending;
+  char buf[4096];
+  for (;;) {
+    sup.check_interrupted();
+    pollfd pfd{fds[0], POLLIN, 0};
+    const int ready = ::poll(&pfd, 1, kPollMs);  // EINTR on a stop signal: checked above at once
+    if (ready <= 0) continue;
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && (errno == EINTR || errno == EAGAIN)) continue;
+    if (n <= 0) break;  // end of output: the program ended or closed its stdout
+    pending.append(buf, static_cast<std::size_t>(n));
+    for (std::size_t nl; (nl = pending.find('\n')) != std::string::npos; pending.erase(0, nl + 1)) {
+      Progress prog;
+      if (parse_bench_line(pending.substr(0, nl), source, p, &prog)) view.update(prog);
+    }
+  }
+  int status = 0;
+  while (!sup.ended(pid, &status)) {
+    sup.check_interrupted();
+    ::usleep(20000);
+  }
   return WIFEXITED(status) ? WEXITSTATUS(status) : 128 + (WIFSIGNALED(status) ? WTERMSIG(status) : 0);
 }
 
@@ -143,17 +262,44 @@ std::string join(const std::vector<std::string>& v, const char* sep) {
 
 }  // namespace
 
+// Note [Check the output first]: a profile is written at the end, minutes
+// after the measuring started; finding then that it cannot be written threw
+// the measurements away. So the place is checked before anything runs: the
+// directory exists, is a directory and takes a new file (one is created and
+// removed, which also catches a read-only file system and a user who is not
+// allowed in, which permission bits alone would not tell for root), and the
+// path itself is not a directory (the final rename would fail).
+void check_output(const std::string& out) {
+  namespace fs = std::filesystem;
+  const fs::path target(out);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  const auto dir_status = fs::status(dir, ec);
+  if (!fs::exists(dir_status)) {
+    throw IoError(out + ": cannot write: directory '" + dir.string() + "' does not exist; create it first or choose another --out");
+  }
+  if (!fs::is_directory(dir_status)) {
+    throw IoError(out + ": cannot write: '" + dir.string() + "' is not a directory; choose another --out");
+  }
+  if (fs::is_directory(fs::status(target, ec))) {
+    throw IoError(out + ": cannot write: it is a directory; name a file in it, e.g. --out " + (target / "profile.h5").string());
+  }
+  std::string probe = (dir / ".dtsim-calibrate-probe-XXXXXX").string();
+  const int fd = ::mkstemp(probe.data());
+  if (fd < 0) {
+    throw IoError(out + ": cannot write: directory '" + dir.string() + "' does not take new files (" + std::strerror(errno) +
+                  "); choose a writable directory for --out");
+  }
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
 sim::Profile calibrate(const CalibrateOptions& o) {
   if (o.device != "cpu" && o.device != "cuda") throw ConfigError("--device: '" + o.device + "' is not one of cpu, cuda");
   if (o.procs < 1 || o.procs > 64) throw ConfigError("--procs: " + std::to_string(o.procs) + " is not in 1..64");
   if (o.threads < 0 || o.threads > 1024) throw ConfigError("--threads: " + std::to_string(o.threads) + " is not in 0..1024");
   if (o.out.empty()) throw ConfigError("--out: a profile path is required (e.g. --out configs/profiles/local-cpu.h5)");
-  {
-    namespace fs = std::filesystem;
-    const fs::path dir = fs::path(o.out).has_parent_path() ? fs::path(o.out).parent_path() : fs::path(".");
-    std::error_code ec;
-    if (!fs::is_directory(dir, ec)) throw IoError(o.out + ": cannot write: directory '" + dir.string() + "' does not exist");
-  }
+  check_output(o.out);  // Note [Check the output first]
   const std::string torch_bench = find_program(o, "dtsim_torch_bench");
   if (torch_bench.empty()) {
     throw CalibrationError("calibrate: dtsim_torch_bench was not built (LibTorch was not found at configure time); run scripts/setup, then scripts/build");
@@ -210,50 +356,56 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   // copies' own timings are kept too, and each point takes the slowest
   // copy's (Note [The slowest rank sets the pace] in calibrate.hpp): on this
   // VM the two ranks often run 30% apart, and a step waits for the slower.
+  // Note [Stopping calibration]: every program below is the supervisor's.
+  Supervisor sup(o.out, view);
   std::vector<pid_t> load;
   std::vector<std::string> load_out;
   std::string load_dir;
   if (!cuda && o.procs > 1) {
-    std::string tmpl = (std::filesystem::temp_directory_path() / "dtsim-calibrate-XXXXXX").string();
-    if (::mkdtemp(tmpl.data()) == nullptr) throw CalibrationError("calibrate: cannot create a temporary directory in " + tmpl);
-    load_dir = tmpl;
+    load_dir = sup.temp_dir();
     for (int i = 1; i < o.procs; ++i) {
       load_out.push_back(load_dir + "/rank-" + std::to_string(i) + ".out");
-      const pid_t pid = ::fork();
-      if (pid == 0) {
-        ::setpgid(0, 0);
-        const int out = ::open(load_out.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC, 0600);
-        const int null = ::open("/dev/null", O_WRONLY);
-        ::dup2(out, 1);
-        ::dup2(null, 2);
-        // Note [Copies in lockstep] (torch_bench.cpp): every point starts together.
-        std::vector<std::string> mine = argv;
-        mine.push_back("--lockstep");
-        mine.push_back(load_dir + "," + std::to_string(i) + "," + std::to_string(o.procs));
-        std::vector<char*> args;
-        for (const auto& a : mine) args.push_back(const_cast<char*>(a.c_str()));
-        args.push_back(nullptr);
-        ::execv(args[0], args.data());
-        ::_exit(127);
+      const int out = ::open(load_out.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+      const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+      if (out < 0 || null < 0) {
+        const std::string why = std::strerror(errno);
+        if (out >= 0) ::close(out);
+        if (null >= 0) ::close(null);
+        throw CalibrationError("calibrate: cannot create " + load_out.back() + ": " + why);
       }
-      if (pid > 0) load.push_back(pid);
+      // Note [Copies in lockstep] (torch_bench.cpp): every point starts together.
+      platform::ChildSpec copy;
+      copy.argv = argv;
+      copy.argv.push_back("--lockstep");
+      copy.argv.push_back(load_dir + "," + std::to_string(i) + "," + std::to_string(o.procs));
+      copy.stdout_fd = out;
+      copy.stderr_fd = null;
+      try {
+        load.push_back(sup.start(copy));
+      } catch (...) {
+        ::close(out);
+        ::close(null);
+        throw;
+      }
+      ::close(out);
+      ::close(null);
     }
     argv.push_back("--lockstep");
     argv.push_back(load_dir + ",0," + std::to_string(o.procs));
     p.info["layers_measured_with"] = std::to_string(o.procs) + " concurrent ranks, in lockstep";
   }
   const auto measured_from = Clock::now();
-  int rc = run_program(argv, "torch", p, view);
+  int rc = run_program(sup, argv, "torch", p, view);
   // The copies ran the same sweep and end about when the measured one does:
   // they get a tenth of its time more to finish, then stop.
   const double elapsed = std::chrono::duration<double>(Clock::now() - measured_from).count();
   const auto grace_until = Clock::now() + std::chrono::duration<double>(rc == 0 ? std::max(5.0, 0.1 * elapsed) : 0.0);
   for (const pid_t pid : load) {
-    while (::waitpid(pid, nullptr, WNOHANG) == 0) {
+    int status = 0;
+    while (!sup.ended(pid, &status)) {
+      sup.check_interrupted();
       if (Clock::now() > grace_until) {
-        ::kill(-pid, SIGKILL);
-        ::kill(pid, SIGKILL);
-        ::waitpid(pid, nullptr, 0);
+        sup.stop_now(pid);
         break;
       }
       ::usleep(20000);
@@ -293,8 +445,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
                  ratios.c_str());
   }
   if (!load_dir.empty()) {
-    std::error_code ec;
-    std::filesystem::remove_all(load_dir, ec);
+    sup.stop();  // removes the copies' folder
     p.info["layers_slower_rank"] = std::to_string(slower) + " points took another rank's slower time";
   }
   if (rc != 0) throw CalibrationError("calibrate: " + torch_bench + " failed (exit status " + std::to_string(rc) + "); its message is above");
@@ -321,7 +472,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       cargv.push_back(std::to_string(o.procs));
     }
     if (o.quick) cargv.push_back("--quick");
-    rc = run_program(cargv, cuda ? "nccl" : "gloo", p, view);
+    rc = run_program(sup, cargv, cuda ? "nccl" : "gloo", p, view);
     if (cuda && rc == 3) {
       view.done("skipped: no CUDA device");
     } else if (rc != 0) {
@@ -331,7 +482,9 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     }
   }
   if (const auto it = p.info.find("torch.device"); it != p.info.end()) p.info["device"] = it->second;
+  sup.check_interrupted();  // a stop signal between two programs
   fit_profile(p);
+  sup.check_interrupted();
   sim::save_profile(p, o.out);
   p.path = o.out;
   return p;

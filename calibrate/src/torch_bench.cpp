@@ -19,12 +19,15 @@
 // Layers come from the analytic models (models::load_model), so the
 // signatures measured are exactly those the simulator looks up.
 #include <torch/torch.h>
+#include <fcntl.h>
+#include <sys/file.h>
 #include <unistd.h>
 
 #include <algorithm>
 #include <array>
 #include <chrono>
 #include <cstdio>
+#include <cerrno>
 #include <cstring>
 #include <cmath>
 #include <fstream>
@@ -254,7 +257,12 @@ class Stopwatch {
 
 class Bench {
  public:
-  explicit Bench(Options o) : o_(std::move(o)), cuda_(o_.device == "cuda") {}
+  explicit Bench(Options o) : o_(std::move(o)), cuda_(o_.device == "cuda") { announce_alive(); }
+  ~Bench() {
+    if (alive_fd_ >= 0) ::close(alive_fd_);
+  }
+  Bench(const Bench&) = delete;
+  Bench& operator=(const Bench&) = delete;
 
   void sync() const {
     if (cuda_) torch::cuda::synchronize();
@@ -311,8 +319,40 @@ class Bench {
   // sweep. So every point (and probe) starts with a barrier: each copy
   // creates the file "<barrier>-<rank>" in the shared directory and waits
   // until all N exist; the copies number their barriers alike.
-  // A copy that does not arrive within a minute (it died, or its point took
-  // over its time cap) ends the lockstep for this copy, which goes on alone.
+  // A copy that does not arrive within a minute (its point took over its time
+  // cap) ends the lockstep for this copy, which goes on alone; so does a copy
+  // that is gone (Note [Partner gone]), as soon as it is found gone.
+  //
+  // Note [Partner gone]
+  // A copy that died (crashed, killed, or stopped with the calibration that
+  // started it) never reaches the barrier, and its partners used to wait the
+  // whole minute for it, alone, re-parented to init. So each copy holds an
+  // exclusive flock(2) on "alive-<rank>" in the shared folder for as long as
+  // it lives: the kernel releases it when the process ends however it ends
+  // ("locks are released ... when all file descriptors referring to the open
+  // file description are closed", which exit does; flock(2)), zombie or not,
+  // and a reused pid cannot fake it. A waiting copy tries that lock every
+  // 50 ms: if it gets it, the partner is gone. The file is locked under a
+  // temporary name and renamed into place, so a partner that has not started
+  // yet (no file) is never mistaken for one that has gone (a free lock).
+  void announce_alive() {
+    if (o_.lockstep_dir.empty() || o_.lockstep_n <= 1) return;
+    const std::string path = alive_file(o_.lockstep_rank), tmp = path + ".tmp";
+    alive_fd_ = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+    if (alive_fd_ < 0 || ::flock(alive_fd_, LOCK_EX) != 0 || std::rename(tmp.c_str(), path.c_str()) != 0) {
+      std::fprintf(stderr, "dtsim_torch_bench: cannot create %s: %s; going on without lockstep\n", path.c_str(), std::strerror(errno));
+      o_.lockstep_dir.clear();
+    }
+  }
+  std::string alive_file(int rank) const { return o_.lockstep_dir + "/alive-" + std::to_string(rank); }
+  /// Note [Partner gone]: whether copy `rank` started and has ended since.
+  bool partner_gone(int rank) const {
+    const int fd = ::open(alive_file(rank).c_str(), O_RDONLY | O_CLOEXEC);
+    if (fd < 0) return false;  // not started yet
+    const bool gone = ::flock(fd, LOCK_EX | LOCK_NB) == 0;
+    ::close(fd);  // releases the lock if we took it
+    return gone;
+  }
   void lockstep() {
     if (o_.lockstep_dir.empty() || o_.lockstep_n <= 1) return;
     const int point = barriers_++;
@@ -325,7 +365,17 @@ class Bench {
     std::fclose(f);
     const auto until = Clock::now() + std::chrono::seconds(60);
     for (int r = 0; r < o_.lockstep_n; ++r) {
+      auto next_check = Clock::now() + std::chrono::milliseconds(50);
       while (::access(file(point, r).c_str(), F_OK) != 0) {
+        if (Clock::now() > next_check) {
+          next_check = Clock::now() + std::chrono::milliseconds(50);
+          // Gone, and not just after arriving (its barrier file would be there).
+          if (partner_gone(r) && ::access(file(point, r).c_str(), F_OK) != 0) {
+            std::fprintf(stderr, "dtsim_torch_bench: copy %d ended before barrier %d; going on without lockstep\n", r, point);
+            o_.lockstep_dir.clear();
+            return;
+          }
+        }
         if (Clock::now() > until) {
           std::fprintf(stderr, "dtsim_torch_bench: copy %d did not reach barrier %d within 60 s; going on without lockstep\n", r, point);
           o_.lockstep_dir.clear();
@@ -1089,6 +1139,7 @@ class Bench {
   bool cuda_;
   int done_ = 0, total_ = 0;
   int barriers_ = 0;  // Note [Copies in lockstep]
+  int alive_fd_ = -1;  // Note [Partner gone]: holds this copy's lock
   std::string cpus_;  // Note [A rank's own cores]: this copy's binding; empty: none
   std::map<std::string, std::int64_t> too_slow_;  // layer series -> fewest tokens over the time cap
 };

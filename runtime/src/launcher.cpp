@@ -19,13 +19,13 @@
 #include <arpa/inet.h>
 #include <fcntl.h>
 #include <netinet/in.h>
-#include <sys/prctl.h>
 #include <sys/socket.h>
 #include <sys/stat.h>
 #include <sys/wait.h>
 #include <time.h>
 #include <unistd.h>
 
+#include "dtsim/platform/child.hpp"
 #include "dtsim/sim/error.hpp"
 
 extern char** environ;
@@ -42,9 +42,6 @@ constexpr double kProgressS = 0.5;   // on_progress period
 constexpr double kGraceS = 2.0;      // SIGTERM -> SIGKILL
 constexpr double kPeerGraceS = 1.5;  // how long a "lost my peer" failure waits for its culprit
 constexpr std::size_t kTailBytes = 2048;
-
-volatile std::sig_atomic_t g_interrupted = 0;
-extern "C" void on_interrupt(int) { g_interrupted = 1; }
 
 double since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
 
@@ -107,11 +104,7 @@ std::string last_nonempty_line(const std::string& text) {
 
 std::string first_line(const std::string& text) { return trim(text.substr(0, text.find('\n'))); }
 
-/// "SIGSEGV", "SIGKILL", ... ("signal 42" for one without a name).
-std::string signal_name(int sig) {
-  const char* abbrev = ::sigabbrev_np(sig);  // glibc >= 2.32
-  return abbrev ? std::string("SIG") + abbrev : "signal " + std::to_string(sig);
-}
+using platform::signal_name;
 
 /// Writes a small file by temp + rename, without fsync; throws IoError.
 // Note [Heartbeats without fsync]: a reader must never see half a heartbeat,
@@ -154,70 +147,27 @@ struct Rank {
   RankOutcome out;
 };
 
-/// Installs SIGINT/SIGTERM handlers that set g_interrupted; restores the old ones.
-class InterruptGuard {
- public:
-  InterruptGuard() {
-    g_interrupted = 0;
-    struct sigaction sa {};
-    sa.sa_handler = on_interrupt;
-    sigemptyset(&sa.sa_mask);
-    ::sigaction(SIGINT, &sa, &old_int_);
-    ::sigaction(SIGTERM, &sa, &old_term_);
-  }
-  ~InterruptGuard() {
-    ::sigaction(SIGINT, &old_int_, nullptr);
-    ::sigaction(SIGTERM, &old_term_, nullptr);
-  }
-  InterruptGuard(const InterruptGuard&) = delete;
-  InterruptGuard& operator=(const InterruptGuard&) = delete;
-
- private:
-  struct sigaction old_int_ {}, old_term_ {};
-};
-
-/// Forks and execs one rank; throws IoError when its output file cannot be made.
-// Note [Process groups and PDEATHSIG]: each rank leads its own group, so one
-// killpg reaches whatever it started (a shell's children, data loaders) and a
-// Ctrl-C on the terminal reaches only the launcher, which then stops the ranks
-// in order. PR_SET_PDEATHSIG covers the launcher dying without that chance
-// (SIGKILL); it fires when the forking *thread* ends, which is fine because
-// launch() supervises on the thread that forked until every rank is reaped.
+/// Starts one rank with its output in `out_path`; throws IoError when that
+/// file cannot be made or the rank not started.
+// Note [Children die with their parent] (platform/src/child.cpp): each rank
+// leads its own group, so one killpg reaches whatever it started (a shell's
+// children, data loaders) and a Ctrl-C on the terminal reaches only the
+// launcher, which then stops the ranks in order; the kernel kills them if the
+// launcher is killed without that chance (SIGKILL). The parent-death signal
+// fires when the forking *thread* ends, which is fine because launch()
+// supervises on the thread that forked until every rank is reaped.
 pid_t spawn(const LaunchSpec& spec, const std::vector<std::string>& env, const std::string& out_path) {
-  std::vector<char*> argv, envp;
-  argv.push_back(const_cast<char*>(spec.program.c_str()));
-  for (const auto& a : spec.args) argv.push_back(const_cast<char*>(a.c_str()));
-  argv.push_back(nullptr);
-  for (const auto& e : env) envp.push_back(const_cast<char*>(e.c_str()));
-  envp.push_back(nullptr);
-  const std::string exec_failed = "dtsim launcher: cannot execute " + spec.program + "\n";
-
   const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_APPEND | O_CLOEXEC, 0644);
   if (out < 0) throw IoError(out_path + ": cannot create: " + std::strerror(errno));
-  const int in = ::open("/dev/null", O_RDONLY | O_CLOEXEC);
-  const pid_t parent = ::getpid();
-  const pid_t pid = ::fork();
-  if (pid == 0) {
-    // Child: async-signal-safe calls only until execve.
-    ::setpgid(0, 0);
-    ::prctl(PR_SET_PDEATHSIG, SIGKILL);
-    if (::getppid() != parent) ::_exit(126);  // the launcher died before prctl
-    sigset_t none;
-    sigemptyset(&none);
-    ::sigprocmask(SIG_SETMASK, &none, nullptr);
-    if (in >= 0) ::dup2(in, 0);
-    ::dup2(out, 1);
-    ::dup2(out, 2);
-    ::close_range(3, ~0U, 0);  // the caller's descriptors are not the worker's business
-    ::execve(spec.program.c_str(), argv.data(), envp.data());
-    [[maybe_unused]] const ssize_t n = ::write(2, exec_failed.data(), exec_failed.size());
-    ::_exit(127);
-  }
+  platform::ChildSpec child;
+  child.argv.push_back(spec.program);
+  child.argv.insert(child.argv.end(), spec.args.begin(), spec.args.end());
+  child.env = env;
+  child.stdout_fd = child.stderr_fd = out;
+  const pid_t pid = platform::spawn_child(child);
   const int fork_errno = errno;
   ::close(out);
-  if (in >= 0) ::close(in);
   if (pid < 0) throw IoError(spec.program + ": cannot start: " + std::strerror(fork_errno));
-  ::setpgid(pid, pid);  // also here, so a killpg right after fork finds the group
   return pid;
 }
 
@@ -270,38 +220,21 @@ bool peer_lost(const std::string& cause) {
   return false;
 }
 
-/// SIGTERM to every running rank's group, SIGKILL after kGraceS, reap all.
+/// Every running rank's group stopped (Note [Stopping a process group] in
+/// platform/src/child.cpp: SIGTERM, SIGKILL after kGraceS), all reaped.
 void stop_all(std::vector<Rank>& ranks, Clock::time_point t0) {
-  for (auto& r : ranks) {
-    if (r.running) ::killpg(r.pid, SIGTERM);
+  std::vector<pid_t> running;
+  for (const auto& r : ranks) {
+    if (r.running) running.push_back(r.pid);
   }
-  const auto deadline = Clock::now() + std::chrono::duration<double>(kGraceS);
-  for (;;) {
-    bool left = false;
+  platform::stop_groups(running, kGraceS, [&](pid_t pid, int) {
     for (auto& r : ranks) {
-      if (!r.running) continue;
-      int status = 0;
-      if (::waitpid(r.pid, &status, WNOHANG) == r.pid) {
+      if (r.running && r.pid == pid) {
         r.running = false;
         r.out.seconds = since(t0);
-        ::killpg(r.pid, SIGKILL);  // grandchildren that ignore SIGTERM outlive a leader that does not
-      } else {
-        left = true;
       }
     }
-    if (!left) return;
-    if (Clock::now() >= deadline) break;
-    sleep_s(0.02);
-  }
-  for (auto& r : ranks) {
-    if (!r.running) continue;
-    ::killpg(r.pid, SIGKILL);
-    int status = 0;
-    while (::waitpid(r.pid, &status, 0) < 0 && errno == EINTR) {
-    }
-    r.running = false;
-    r.out.seconds = since(t0);
-  }
+  });
 }
 
 }  // namespace
@@ -352,7 +285,7 @@ LaunchResult launch(const LaunchSpec& spec) {
   if (!spec.env.count("MASTER_PORT")) base["MASTER_PORT"] = std::to_string(free_local_port());
   base["DTSIM_RUN_DIR"] = spec.run_dir;
 
-  InterruptGuard guard;
+  platform::StopSignals stop_signals;  // Note [Stop signals] (platform/src/child.cpp)
   const auto t0 = Clock::now();
   std::vector<Rank> ranks(static_cast<std::size_t>(spec.procs));
   for (int k = 0; k < spec.procs; ++k) {
@@ -414,6 +347,21 @@ LaunchResult launch(const LaunchSpec& spec) {
 
     // Heartbeats and hangs. When several ranks are silent, the one furthest
     // behind (lowest step) is hung; the others wait for it in a collective.
+    // Note [Which rank hung]
+    // Silence alone does not say who hung. A rank that waits in a collective
+    // for a stuck peer stops beating too, and it may fall silent *first*:
+    // its last beat came before the peer's last one (the peer was slower,
+    // then stopped), so it is the first to pass hang_timeout_s. Naming it
+    // ("rank 0 hung" when rank 1 was stopped with SIGSTOP) sends the user to
+    // the wrong rank. So when any rank is silent for that long, the launcher
+    // first looks for a rank that is stopped, in process state T (SIGSTOP,
+    // SIGTSTP, SIGTTIN, SIGTTOU) or t (a debugger's tracing stop) of
+    // /proc/PID/stat (proc(5)): a stopped process makes no progress of its
+    // own, so it is the cause whatever its heartbeat says. Otherwise the
+    // silent rank furthest behind is named. A rank that spins or sleeps
+    // forever while a peer that fell silent earlier waits for it is still
+    // misnamed when it beat last, at the same step: a heartbeat cannot tell
+    // waiting from working.
     const double now = since(t0);
     int hung = -1;
     auto behind = [&](const Rank& r) {
@@ -431,11 +379,31 @@ LaunchResult launch(const LaunchSpec& spec) {
       if (silent && first < 0 && (hung < 0 || behind(r) < behind(ranks[static_cast<std::size_t>(hung)]))) hung = r.out.rank;
     }
     if (hung >= 0) {
-      Rank& r = ranks[static_cast<std::size_t>(hung)];
-      first = hung;
+      // Note [Which rank hung]: a stopped rank is the cause, whoever fell silent first.
+      int stopped = -1;
+      char state = 0;
+      for (const auto& r : ranks) {
+        if (!r.running) continue;
+        state = platform::process_state(r.pid);
+        if (state == 'T' || state == 't') {
+          stopped = r.out.rank;
+          break;
+        }
+      }
+      Rank& r = ranks[static_cast<std::size_t>(stopped >= 0 ? stopped : hung)];
+      first = r.out.rank;
       r.out.kind = Kind::kHung;
-      r.out.cause = r.beat ? "no heartbeat for " + fmt_s(spec.hang_timeout_s) + " s (last: " + first_line(*r.beat) + ")"
-                           : "no heartbeat within " + fmt_s(spec.start_timeout_s) + " s of start";
+      if (stopped >= 0) {
+        char silent[32];
+        std::snprintf(silent, sizeof silent, "%.1f", since(r.last_change));
+        r.out.cause = std::string(state == 't' ? "stopped by a debugger (process state t)"
+                                               : "stopped by a signal (process state T: SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU)") +
+                      ", " + (r.beat ? "no heartbeat for " + std::string(silent) + " s (last: " + first_line(*r.beat) + ")"
+                                     : "no heartbeat since start");
+      } else {
+        r.out.cause = r.beat ? "no heartbeat for " + fmt_s(spec.hang_timeout_s) + " s (last: " + first_line(*r.beat) + ")"
+                             : "no heartbeat within " + fmt_s(spec.start_timeout_s) + " s of start";
+      }
     }
     if (first >= 0) break;
     if (spec.total_timeout_s > 0 && now > spec.total_timeout_s) {
@@ -443,10 +411,11 @@ LaunchResult launch(const LaunchSpec& spec) {
       res.summary = "run stopped: total timeout of " + fmt_s(spec.total_timeout_s) + " s";
       break;
     }
-    if (g_interrupted) {
+    if (const int sig = platform::StopSignals::received(); sig != 0) {
       interrupted = true;
-      stop_cause = "stopped: interrupted";
-      res.summary = "interrupted: ranks stopped";
+      res.stop_signal = sig;
+      stop_cause = "stopped: interrupted by " + signal_name(sig);
+      res.summary = "interrupted by " + signal_name(sig) + ": ranks stopped";
       break;
     }
 

@@ -1112,6 +1112,16 @@ class Trainer {
     write_heartbeat(c_.run_dir, c_.rank, step, total, what);
   }
 
+  // Note [Injected faults]: --fault KIND@RANK[:STEP] (tests; default step 0)
+  // makes rank RANK, at the start of step STEP, before its first beat of
+  // the step:
+  //   crash  die of SIGSEGV;             hang   sleep forever, beating no more;
+  //   error  throw (rank-K.error);       oom    allocate 1 TiB;
+  //   stop   sleep 1 s, beat, then stop itself with SIGSTOP, as a user's
+  //          `kill -STOP` would. The pause makes it beat *after* the other
+  //          ranks' last beat before they block waiting for it, so they fall
+  //          silent first: the case Note [Which rank hung] (launcher.cpp)
+  //          must still attribute to this rank.
   void inject_fault(int step) {
     const std::string& f = c_.options.fault;
     if (f.empty()) return;
@@ -1123,6 +1133,11 @@ class Trainer {
     if (kind == "crash") std::raise(SIGSEGV);
     if (kind == "hang") {
       for (;;) std::this_thread::sleep_for(std::chrono::seconds(1));
+    }
+    if (kind == "stop") {
+      std::this_thread::sleep_for(std::chrono::seconds(1));
+      heartbeat(step, c_.options.warmup + c_.options.steps, "forward");
+      std::raise(SIGSTOP);
     }
     if (kind == "error") throw std::runtime_error("injected error at step " + std::to_string(step));
     if (kind == "oom") {

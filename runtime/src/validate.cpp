@@ -124,11 +124,14 @@ ValidateOptions parse_validate_args(const std::vector<std::string>& args) {
       }
       if (key == "set") {
         o.sets.push_back(sim::parse_override(value));
-      } else {
-        v[key] = value;
+      } else if (!v.emplace(key, value).second) {
+        throw ConfigError("dtsim validate: --" + key + " given twice ('" + v[key] + "' and '" + value + "'); give it once");
       }
     } else if (std::find(kFlags.begin(), kFlags.end(), key) != kFlags.end()) {
       if (has_value) throw ConfigError("dtsim validate: " + a + " takes no value");
+      if ((key == "json" && o.json) || (key == "quiet" && o.quiet)) {
+        throw ConfigError("dtsim validate: " + a + " given twice; give it once");
+      }
       if (key == "json") o.json = true;
       if (key == "quiet") o.quiet = true;
     } else {
@@ -171,8 +174,8 @@ ValidateOptions parse_validate_args(const std::vector<std::string>& args) {
   if (auto x = get("fault")) {
     const auto at = x->find('@');
     const std::string kind = x->substr(0, at);
-    if (at == std::string::npos || (kind != "crash" && kind != "hang" && kind != "oom" && kind != "error")) {
-      throw ConfigError("dtsim validate: --fault " + *x + ": expected crash|hang|oom|error@RANK[:STEP]");
+    if (at == std::string::npos || (kind != "crash" && kind != "hang" && kind != "stop" && kind != "oom" && kind != "error")) {
+      throw ConfigError("dtsim validate: --fault " + *x + ": expected crash|hang|stop|oom|error@RANK[:STEP]");
     }
     o.fault = *x;
   }

@@ -180,6 +180,25 @@ TEST_CASE("a profile is written atomically and an existing one survives a failed
   std::filesystem::remove(path);
 }
 
+TEST_CASE("check_output refuses where no profile can be written, and leaves nothing where one can", "[calibrate][bad-input]") {
+  // Note [Check the output first]. (The read-only directory needs a user
+  // whom its mode bits stop, not root: tests/calibrate/bad_out.sh.)
+  const dtsim::test::TempDir dir("check-output");
+  CHECK_NOTHROW(calib::check_output(dir.file("p.h5")));
+  CHECK(dir.entries().empty());  // the probe file is gone again
+  std::filesystem::create_directories(dir.path / "sub");
+  CHECK(error_of([&] { calib::check_output(dir.file("sub")); }) ==
+        dir.file("sub") + ": cannot write: it is a directory; name a file in it, e.g. --out " + dir.file("sub") + "/profile.h5");
+  CHECK(error_of([&] { calib::check_output(dir.file("missing/p.h5")); }) ==
+        dir.file("missing/p.h5") + ": cannot write: directory '" + dir.file("missing") +
+            "' does not exist; create it first or choose another --out");
+  std::ofstream(dir.file("plain")) << "x";
+  CHECK(error_of([&] { calib::check_output(dir.file("plain") + "/p.h5"); }) ==
+        dir.file("plain") + "/p.h5: cannot write: '" + dir.file("plain") + "' is not a directory; choose another --out");
+  CHECK_THROWS_AS(calib::check_output(dir.file("missing/p.h5")), IoError);
+  CHECK(dir.entries() == std::vector<std::string>{"plain", "sub"});
+}
+
 TEST_CASE("truncated, corrupt and foreign profiles are rejected with one line", "[calibrate][bad-input]") {
   const std::string path = temp_path("dtsim_profile_bad");
   save_profile(sample_profile(), path);

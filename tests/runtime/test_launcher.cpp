@@ -179,6 +179,36 @@ TEST_CASE("launch: a rank whose heartbeat stops is hung", "[runtime][launcher]")
   CHECK(no_children());
 }
 
+TEST_CASE("launch: a rank stopped with SIGSTOP is named hung, not the peer that fell silent first", "[runtime][launcher]") {
+  TempDir dir("stopped");
+  // Note [Which rank hung]: rank 0 beats once and then waits (as for a peer
+  // in a collective); rank 1 beats 0.5 s later, at the same step, then stops
+  // itself. Rank 0 is the first to pass the 1 s of silence, yet rank 1 is
+  // the cause.
+  auto spec = sh_spec(dir, 2, kBeat +
+                                  "if [ \"$RANK\" = 1 ]; then sleep 0.5; beat '3 20 backward 1'; kill -STOP $$; fi; "
+                                  "beat '3 20 optimizer'; while :; do sleep 0.1; done");
+  spec.hang_timeout_s = 1;
+  const auto t0 = std::chrono::steady_clock::now();
+  const LaunchResult res = dtsim::runtime::launch(spec);
+  const double took = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  CHECK_FALSE(res.ok);
+  REQUIRE(res.ranks.size() == 2);
+  CHECK(res.ranks[1].kind == Kind::kHung);
+  CHECK_THAT(res.ranks[1].cause, Catch::StartsWith("stopped by a signal (process state T: SIGSTOP, SIGTSTP, SIGTTIN or SIGTTOU), "
+                                                   "no heartbeat for ") &&
+                                     Catch::EndsWith(" s (last: 3 20 backward 1)"));
+  CHECK(res.ranks[0].kind == Kind::kStopped);
+  CHECK(res.ranks[0].cause == "stopped after rank 1 failed");
+  CHECK_THAT(res.summary, Catch::StartsWith("rank 1 hung: stopped by a signal") && Catch::EndsWith("(1 of 2 ranks stopped)"));
+  // The verdict after rank 0's 1 s of silence; the stopped rank then ends at
+  // once (SIGTERM and SIGCONT: Note [Stopping a process group]), not after
+  // the 2 s SIGKILL grace.
+  CHECK(took > 1.0);
+  CHECK(took < 2.5);
+  CHECK(no_children());
+}
+
 TEST_CASE("launch: nothing is left running, not even a grandchild that ignores SIGTERM", "[runtime][launcher]") {
   TempDir dir("leftover");
   // The rank never beats (start timeout 1 s) and ignores SIGTERM, as does the
@@ -261,7 +291,8 @@ TEST_CASE("launch: SIGINT to the launcher stops the ranks and restores the handl
   spec.on_progress = [](const LaunchProgress&) { std::raise(SIGINT); };
   const LaunchResult res = dtsim::runtime::launch(spec);
   CHECK_FALSE(res.ok);
-  CHECK(res.summary == "interrupted: ranks stopped");
+  CHECK(res.summary == "interrupted by SIGINT: ranks stopped");
+  CHECK(res.stop_signal == SIGINT);
   REQUIRE(res.ranks.size() == 2);
   CHECK(res.ranks[0].kind == Kind::kStopped);
   CHECK(res.ranks[1].kind == Kind::kStopped);

@@ -216,7 +216,7 @@ TEST_CASE("validate options are checked with what would be valid", "[runtime][va
   CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--device", "tpu"}); })
             .find("expected cpu or cuda") != std::string::npos);
   CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--fault", "boom@1"}); })
-            .find("crash|hang|oom|error@RANK") != std::string::npos);
+            .find("crash|hang|stop|oom|error@RANK") != std::string::npos);
   const auto o = runtime::parse_validate_args({"--model", "gpt2-tiny", "--procs=4", "--set", "plan.micro_batch=2", "--json"});
   CHECK(o.procs == 4);
   CHECK(o.json);
@@ -410,7 +410,11 @@ TEST_CASE("a crash, a hang or an out-of-memory rank ends the run, named, partial
   for (const Case& c : {Case{"crash@1:1", "rank 1 killed by SIGSEGV", "424201"},
                         Case{"hang@1:1 --timeout 3", "rank 1 hung: no heartbeat for 3 s", "424202"},
                         Case{"oom@0:1", "rank 0 failed: out of memory: tried to allocate", "424203"},
-                        Case{"error@1:2", "rank 1 failed: injected error at step 2", "424204"}}) {
+                        Case{"error@1:2", "rank 1 failed: injected error at step 2", "424204"},
+                        // Note [Injected faults]: rank 1 beats last, then stops
+                        // itself; rank 0, waiting for it, falls silent first.
+                        // Note [Which rank hung] names rank 1 all the same.
+                        Case{"stop@1:1 --timeout 2", "rank 1 hung: stopped by a signal (process state T", "424205"}}) {
     SECTION(c.fault) {
       const auto t0 = std::chrono::steady_clock::now();
       const Run r = validate(base + "--fault " + c.fault + " --seed " + c.seed + " --json");
@@ -428,7 +432,26 @@ TEST_CASE("a crash, a hang or an out-of-memory rank ends the run, named, partial
   }
 }
 
+TEST_CASE("validate stopped by SIGTERM stops its ranks, says so and exits 2", "[runtime][validate][slow]") {
+  // 100,000 steps outlast the 5 s before timeout(1) sends SIGTERM to dtsim;
+  // --preserve-status returns dtsim's own exit status.
+  const test::TempDir dir("validate-term");
+  const std::string out = dir.file("out"), err = dir.file("err");
+  const std::string cmd = std::string("timeout --preserve-status -s TERM 5 ") + DTSIM_BINARY +
+                          " validate --model gpt2-tiny --plan ddp --procs 2 --quiet --warmup 0 --steps 100000"
+                          " --set plan.micro_batch=2 --set plan.seq_len=32 --seed 424206 > " + out + " 2> " + err;
+  const int raw = std::system(cmd.c_str());
+  const std::string text = test::slurp(err);
+  INFO(text);
+  CHECK((WIFEXITED(raw) ? WEXITSTATUS(raw) : -1) == 2);
+  CHECK(text.rfind("dtsim validate: interrupted by SIGTERM: ranks stopped", 0) == 0);
+  CHECK_FALSE(any_process_with("--seed 424206"));
+}
+
 TEST_CASE("bad validate input is one line and exit status 2", "[runtime][validate]") {
+  const Run twice = validate("--model gpt2-tiny --model bert-tiny --procs 2");
+  CHECK(twice.status == 2);
+  CHECK(twice.err == "dtsim: dtsim validate: --model given twice ('gpt2-tiny' and 'bert-tiny'); give it once\n");
   const Run plan = validate("--model gpt2-tiny --plan nosuch --procs 2");
   CHECK(plan.status == 2);
   CHECK(plan.err.find("nosuch") != std::string::npos);

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "dtsim/sim/error.hpp"
 #include "dtsim/sim/profile.hpp"
 
 namespace dtsim::calib {
@@ -72,8 +73,32 @@ struct CalibrateOptions {
   std::string command_line;     ///< recorded in the profile
 };
 
+/// Calibration was stopped by SIGINT or SIGTERM (Note [Stopping calibration]
+/// in src/driver.cpp): every program it started was stopped, its temporary
+/// files removed, and no profile written. A CalibrationError, so the CLI
+/// prints its one line and exits 2.
+class InterruptedError : public CalibrationError {
+ public:
+  /// `sig`: the signal received; `what`: the whole one-line message.
+  InterruptedError(int sig, const std::string& what) : CalibrationError(what), signal_(sig) {}
+  /// SIGINT or SIGTERM.
+  int signal() const { return signal_; }
+
+ private:
+  int signal_;
+};
+
+/// Note [Check the output first] (src/driver.cpp): throws IoError, one line
+/// naming `out` and what is wrong, when a profile could not be written
+/// there: its directory is missing, not a directory or takes no new file
+/// (read-only, no permission), or `out` is a directory.
+void check_output(const std::string& out);
+
 /// Runs the measurements with a progress line and ETA on stderr, fits, and
-/// writes `out` atomically. Throws CalibrationError / IoError with one line.
+/// writes `out` atomically. Checks `out` first (check_output). Throws
+/// CalibrationError / IoError with one line; InterruptedError on SIGINT or
+/// SIGTERM, after stopping every program it started (Note [Stopping
+/// calibration]).
 sim::Profile calibrate(const CalibrateOptions& options);
 
 /// `dtsim profile show`: provenance, measured ranges and every fit with its error.

@@ -73,6 +73,10 @@ struct LaunchResult {
   /// cause, e.g. "rank 1 failed: out of memory: ... (2 of 2 ranks stopped)".
   std::string summary;
   double seconds = 0;
+  /// SIGINT or SIGTERM when the launcher itself was told to stop (the ranks
+  /// were then stopped and the summary says "interrupted by SIGINT: ranks
+  /// stopped"); 0 otherwise.
+  int stop_signal = 0;
 };
 
 /// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
@@ -81,7 +85,10 @@ int free_local_port();
 /// Starts `procs` ranks and supervises them until all have ended. Throws
 /// IoError when the run directory cannot be made or the program not started.
 /// SIGINT / SIGTERM received by the calling process while it waits stop the
-/// workers too (the result then says so).
+/// workers too (the result then says so, in stop_signal). Ranks die with
+/// the calling thread (Note [Children die with their parent] in
+/// platform/src/child.cpp). A rank stopped by a signal or a debugger is
+/// named as the hung one (Note [Which rank hung] in src/launcher.cpp).
 LaunchResult launch(const LaunchSpec& spec);
 
 /// Writes the heartbeat file for `rank` under `run_dir` (atomically).

@@ -43,7 +43,7 @@ struct ValidateOptions {
   double timeout_s = 300;            ///< --timeout: a silent rank is hung after this
   double lr = 1e-3;                  ///< --lr of the optimizer
   std::int64_t mem_limit = 0;        ///< --mem-limit BYTES per rank (0: the device's capacity on cuda, none on cpu)
-  std::string fault;                 ///< --fault crash|hang|oom|error@RANK[:STEP] (testing)
+  std::string fault;                 ///< --fault crash|hang|stop|oom|error@RANK[:STEP] (testing; Note [Injected faults] in trainer.cpp)
   bool json = false;                 ///< --json
   bool quiet = false;                ///< --quiet: no progress line
 };
