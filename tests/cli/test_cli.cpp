@@ -208,6 +208,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
   std::string nest = "1";
   for (int i = 0; i < 70; ++i) nest = "{k: " + nest + "}";
   const std::string deep = temp_file("dtsim_deep.yaml", "dp: " + nest + "\n");
+  const std::string overflow_json = temp_file("dtsim_overflow_config.json", "{\"model_type\": \"gpt2\", \"n_layer\": 1e400}\n");
   const std::string huge = temp_file("dtsim_huge.yaml", std::string((std::size_t{10} << 20) + 1, '#'));
   // A device of 1e-6 TFLOP/s: gpt-1t's 6 N = 6e12 FLOPs per token, 2048
   // tokens a sample, takes over 1e10 s a sample, past the 2^62 ns (146 years)
@@ -240,6 +241,9 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       // 1e43 is whole but past int64: a range error, checked before any conversion.
       {"predict --model gpt2 --cluster dgx-a100 --set model.vocab=10e42", "model.vocab: 10e42 is out of range; valid: 1 to 16777216"},
       {"predict --model gpt2 --cluster dgx-a100 --set model.vocab=99999999999999999999", "model.vocab: 99999999999999999999 is out of range"},
+      // Found by tests/fuzz: a JSON number past a double, an integer key of 1e20.
+      {"predict --model " + overflow_json + " --cluster dgx-a100", overflow_json + ": malformed JSON: number overflow parsing '1e400'"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=1e20", "plan.micro_batch: 1e20 is out of range; valid: 1 to 16777216"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.zero_stage=4", "plan.zero_stage: 4 is not one of 0, 1, 2, 3"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.dp=3", "plan.dp: 3 does not divide the 8 GPUs of dgx-a100; valid: 1, 2, 4, 8"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=0", "plan.micro_batch: 0 is out of range"},

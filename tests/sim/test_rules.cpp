@@ -36,7 +36,9 @@ TEST_CASE("the rules table: pp is bounded by the layers, on many GPUs", "[rules]
   const PlanRules rules(*tiny, big);
   CHECK(rules.pp_values(1) == std::vector<int>{1, 2, 4});
   // A Bi-LSTM has no attention core: nothing for selective recompute to drop.
-  const PlanRules lstm(*models::load_model("bilstm"), big);
+  // (PlanRules keeps a reference: the model must outlive it.)
+  const auto bilstm = models::load_model("bilstm");
+  const PlanRules lstm(*bilstm, big);
   CHECK(lstm.recomputes() == std::vector<Recompute>{Recompute::kNone, Recompute::kFull});
 }
 

@@ -161,6 +161,11 @@ void check_json(const std::string& text, const std::string& file) {
   try {
     const nlohmann::json parsed = nlohmann::json::parse(text);
     (void)parsed;
+  } catch (const nlohmann::json::out_of_range& e) {
+    // A number past a double (1e400): nlohmann says where only in its text.
+    std::string why = e.what();
+    if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
+    throw ConfigError(file + ": malformed JSON: " + why + "; numbers must fit a double");
   } catch (const nlohmann::json::parse_error& e) {
     // e.byte is 1-based; count lines up to it.
     const std::size_t at = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());

@@ -22,7 +22,8 @@ struct PlanProblem {
   std::string message;
 };
 
-/// The valid values of each knob for one model on one cluster.
+/// The valid values of each knob for one model on one cluster. It keeps
+/// references to both: they must outlive it.
 class PlanRules {
  public:
   /// `gpus`: the GPUs a plan may use (0: the whole cluster).
