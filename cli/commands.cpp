@@ -195,9 +195,13 @@ int cmd_search(const Args& args) {
                                                                             : sim::Precision::kFp32;
   so.base.optimizer = sim::Optimizer::kAdam;
   {
-    std::string base_yaml = std::string("precision: ") + sim::to_string(so.base.precision) + "\noptimizer: adam\n";
-    const sim::PlanSpec b = sim::parse_plan(base_yaml, "<search defaults>", ov);
+    // The precision stays unset unless --set gives it: the search walks the
+    // 16- and 8-bit ones the device runs faster than fp32 (search.cpp),
+    // falling back to this default.
+    const sim::Precision fallback = so.base.precision;
+    const sim::PlanSpec b = sim::parse_plan("optimizer: adam\n", "<search defaults>", ov);
     so.base = b;
+    if (b.origins.where.count("plan.precision") == 0) so.base.precision = fallback;
   }
   so.gpus = static_cast<int>(int_option(o, "gpus", 0, 1, 1 << 24));
   so.global_batch = int_option(o, "global-batch", 0, 1, std::int64_t{1} << 40);
@@ -294,7 +298,12 @@ int cmd_list(const Args& args) {
       char buf[160];
       std::snprintf(buf, sizeof buf, "%.1f GiB, %.1f TFLOP/s fp16, %.1f TFLOP/s fp32, %.0f GB/s", static_cast<double>(d.memory) / kGiB,
                     d.peak_fp16 / kTera, d.peak_fp32 / kTera, d.memory_bandwidth / kGiga);
-      rows.emplace_back(d.name, buf);
+      std::string desc = buf;
+      if (d.peak_fp8 > 0) {
+        std::snprintf(buf, sizeof buf, ", %.1f TFLOP/s fp8", d.peak_fp8 / kTera);
+        desc += buf;
+      }
+      rows.emplace_back(d.name, desc);
     }
   } else {
     for (const auto& n : sim::list_configs(kind)) {

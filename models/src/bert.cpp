@@ -17,7 +17,9 @@ class Bert final : public ZooModel {
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
   // Embedding, blocks, the pooler and the classifier where configured.
-  int layer_count() const override { return 1 + c_.layers + (c_.pooler ? 1 : 0) + (c_.num_labels > 0 ? 1 : 0); }
+  int layer_count() const override {
+    return 1 + c_.layers + (c_.pooler ? 1 : 0) + (c_.num_labels > 0 ? 1 : 0) + (c_.mlm_head ? 1 : 0);
+  }
   std::int64_t max_seq_len() const override { return c_.max_positions; }
   std::string tp_error(int tp) const override { return transformer_tp_error(tp, c_.heads, c_.intermediate); }
 
@@ -27,7 +29,10 @@ class Bert final : public ZooModel {
     const std::int64_t block = 4 * h * h + 2 * h * f + 9 * h + f;
     const std::int64_t pooler = c_.pooler ? h * h + h : 0;
     const std::int64_t head = c_.num_labels > 0 ? h * c_.num_labels + c_.num_labels : 0;
-    return embeddings + c_.layers * block + pooler + head;
+    // BertOnlyMLMHead: transform dense (h^2 + h) and LayerNorm (2h); the
+    // decoder's weight is the word embedding's, its bias its own (V).
+    const std::int64_t mlm = c_.mlm_head ? h * h + 3 * h + c_.vocab : 0;
+    return embeddings + c_.layers * block + pooler + head + mlm;
   }
 
   std::vector<sim::Layer> layers(const sim::WorkloadShape& shape) const override {
@@ -60,9 +65,9 @@ class Bert final : public ZooModel {
 
     const std::string layer = "bert.layer:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                               ",f=" + std::to_string(c_.intermediate) + ",drop=" + (c_.dropout ? "1" : "0") +
-                              (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "");
+                              (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
     for (int i = 0; i < c_.layers; ++i) {
-      out.push_back(transformer_layer("layer." + std::to_string(i), shape, h, c_.heads, c_.intermediate, c_.dropout));
+      out.push_back(transformer_layer("layer." + std::to_string(i), shape, h, c_.heads, c_.intermediate, c_.dropout, false));
       out.back().param_tensors = 16;  // HuggingFace's BERT keeps query, key and value apart: 4 more than GPT-2's fused QKV
       out.back().signature = layer;
     }
@@ -81,6 +86,37 @@ class Bert final : public ZooModel {
       p.saved_bytes = 2 * e * b * h;
       p.output_bytes = e * b * h;
       out.push_back(std::move(p));
+    }
+    if (c_.mlm_head) {
+      // HuggingFace's BertOnlyMLMHead over every token: dense, GeLU,
+      // LayerNorm, then the decoder tied to the word embeddings (vocab-
+      // parallel under tp as the embedding is) and the loss, priced as the
+      // GPT-2 head's (gpt.cpp).
+      sim::Layer m;
+      m.name = "cls.predictions";
+      m.kind = sim::LayerKind::kLmHead;
+      m.signature = "bert.mlm:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + (tp > 1 ? ",tp=" + std::to_string(tp) : "");
+      m.params = h * h + 3 * h + vp;
+      m.param_tensors = 5;  // dense weight and bias, LayerNorm weight and bias, decoder bias
+      m.borrowed_params = vp * h;
+      m.forward.push_back(gemm("transform.dense", t, h, h, e));
+      m.forward.push_back(memory_op("transform.gelu", sim::KernelKind::kElementwise, e * t * h, e * t * h, 8.0 * t * h));
+      m.forward.push_back(memory_op("transform.ln", sim::KernelKind::kNorm, e * t * h, e * t * h, 5.0 * t * h));
+      m.forward.push_back(gemm("decoder", t, vp, h, e));
+      m.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * vp, 4 * t * vp, 5.0 * t * vp));
+      m.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * t, 4 * t));
+      m.backward = backward_of(m.forward);
+      // The inputs of the dense, GeLU, LayerNorm and decoder, and the fp32
+      // log-softmax; backward holds the fp32 gradients as the GPT-2 head.
+      m.saved_bytes = 4 * e * t * h + 4 * t * vp;
+      m.backward_workspace_bytes = 8 * t * vp;
+      m.output_bytes = 4;
+      if (tp > 1) {
+        if (sp) m.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
+        m.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t, 3});
+        m.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+      }
+      out.push_back(std::move(m));
     }
     if (c_.num_labels > 0) {
       sim::Layer c;

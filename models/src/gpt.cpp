@@ -21,6 +21,7 @@ class Gpt final : public ZooModel {
   int layer_count() const override { return c_.layers + 2; }  // embedding, blocks, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   std::string tp_error(int tp) const override { return transformer_tp_error(tp, c_.heads, c_.ffn_hidden); }
+  std::string cp_error(int) const override { return ""; }
 
   std::int64_t parameters() const override {
     // HuggingFace counts: wte V h + wpe P h + blocks + ln_f 2h (+ an untied head V h).
@@ -38,7 +39,7 @@ class Gpt final : public ZooModel {
     // rows (the vocabulary padded up to a multiple of t).
     const std::int64_t v = (c_.vocab + tp - 1) / tp;
     check_size(static_cast<double>(b) * s * v * 4, "logits");
-    const std::int64_t t = b * s;
+    const std::int64_t t = local_tokens(shape);
     const std::int64_t tn = sp ? t / tp : t;  // tokens of the norms and dropouts on this rank
     std::vector<sim::Layer> out;
     out.reserve(static_cast<std::size_t>(c_.layers) + 2);
@@ -68,9 +69,9 @@ class Gpt final : public ZooModel {
 
     const std::string block = "gpt2.block:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                               ",f=" + std::to_string(c_.ffn_hidden) + ",drop=" + (c_.dropout ? "1" : "0") +
-                              (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "");
+                              (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
     for (int i = 0; i < c_.layers; ++i) {
-      out.push_back(transformer_layer("h." + std::to_string(i), shape, h, c_.heads, c_.ffn_hidden, c_.dropout));
+      out.push_back(transformer_layer("h." + std::to_string(i), shape, h, c_.heads, c_.ffn_hidden, c_.dropout, true));
       out.back().signature = block;
     }
 

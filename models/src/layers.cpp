@@ -110,6 +110,109 @@ std::vector<sim::LayerComm> tp_pairs(const sim::WorkloadShape& shape, Bytes byte
 
 namespace dtsim::models::detail {
 
+// Note [Attention as it runs]
+// Eager attention (HuggingFace's eager path, Megatron-LM's unfused core)
+// materialises the scores Q K^T of every head, b a s^2 elements, keeps the
+// softmax output for backward (and dropout's mask and output), and computes
+// every score, masked or not. With grouped-query attention it first expands
+// K and V to the query heads (HF's repeat_kv) and keeps the expanded copies.
+// Fused attention (FlashAttention, Dao et al. 2022; SDPA's flash and
+// memory-efficient kernels; Transformer Engine's fused attention) never
+// stores the scores: forward keeps Q, K, V, the output and the log-sum-exp
+// of each query row (fp32), and backward recomputes the scores tile by tile:
+// five matmuls against forward's two, so 2.5x its FLOPs (Dao 2023,
+// FlashAttention-2, section 3.1). Under a causal mask it skips the tiles
+// above the diagonal: half the matmul FLOPs. K and V are read per KV head,
+// never expanded. Selective recompute then has nothing left to drop.
+//
+// Note [Context parallelism]
+// With cp ranks a sequence of s tokens is cut into 2 cp chunks and rank r
+// holds chunks r and 2cp-1-r, so each rank has s/cp queries and, under a
+// causal mask, the same share of the unmasked scores (Megatron-Core's load
+// balancing, megatron/core/utils.py get_batch_on_this_cp_rank). Every rank
+// needs the keys and values of the whole sequence:
+//   p2p (Megatron-Core's default, Transformer Engine's
+//   AttnFuncWithCPAndKVP2P): a ring of cp - 1 steps; in each, the K/V block
+//   in hand (2 b (s/cp) kv d elements) goes to the next rank while attention
+//   runs against it. Backward runs the ring again, passing K/V and the
+//   accumulated dK/dV: twice the bytes.
+//   all_gather (the Llama 3 paper, section 3.3.2; TE's
+//   AttnFuncWithCPAndKVAllGather): one all-gather of K and V before
+//   attention; backward gathers them again and reduce-scatters dK/dV.
+// Both keep only the local K/V (and fused attention's log-sum-exp per
+// step). Eager attention under cp computes this rank's s/cp query rows
+// against all s keys and keeps those scores: b a (s/cp) s.
+AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
+                             bool causal, bool dropout, std::int64_t window, bool fp32_softmax) {
+  using sim::KernelKind;
+  const std::int64_t b = shape.micro_batch, s = shape.seq_len, cp = shape.cp;
+  const std::int64_t sq = s / cp;  // this rank's queries per sequence
+  const int e = shape.act_bytes;
+  AttentionCore c;
+  if (shape.flash_attention) {
+    // The fraction of the s x s scores a fused kernel computes: the causal
+    // half, or with a window w < s, sum over rows of min(i, w) = w s - w(w-1)/2.
+    double skip = causal ? 0.5 : 1.0;
+    if (window > 0 && window < s) {
+      const double w = static_cast<double>(window), n = static_cast<double>(s);
+      skip = (w * n - w * (w - 1) / 2) / (n * n);
+    }
+    sim::Kernel f;
+    f.name = "attn.flash";
+    f.kind = KernelKind::kAttention;
+    f.fused = true;
+    f.m = sq;
+    f.n = s;
+    f.k = d;
+    f.batch = b * heads;
+    f.flops = 4.0 * static_cast<double>(b * heads) * static_cast<double>(sq) * static_cast<double>(s) * static_cast<double>(d) * skip;
+    const Bytes q = e * b * sq * heads * d, kv = 2 * e * b * s * kv_heads * d, lse = 4 * b * heads * sq;
+    f.bytes = 2 * q + kv + lse;  // read Q, K, V; write O and the log-sum-exp
+    sim::Kernel g = f;
+    g.name = "attn.flash.bwd";
+    g.flops = 2.5 * f.flops;
+    g.bytes = 4 * q + 2 * kv + lse;  // read Q, K, V, O, dO, lse; write dQ, dK, dV
+    c.forward.push_back(f);
+    c.backward.push_back(g);
+    c.saved = lse;
+  } else {
+    check_size(static_cast<double>(b) * heads * sq * s * e, "attention scores");
+    const Bytes scores = b * heads * sq * s;
+    auto& k = c.forward;
+    k.push_back(gemm("attn.scores", sq, s, d, e, b * heads, KernelKind::kAttention));
+    k.push_back(memory_op("attn.softmax", KernelKind::kNorm, e * scores, e * scores, 5.0 * scores));
+    if (dropout) k.push_back(memory_op("attn.dropout", KernelKind::kElementwise, e * scores, (e + 1) * scores, scores));
+    k.push_back(gemm("attn.av", sq, d, s, e, b * heads, KernelKind::kAttention));
+    c.backward = backward_of(c.forward);
+    const Bytes mask = dropout ? shape.mask_bytes : 0;
+    c.saved = scores * (e + (dropout ? e + mask : 0) + (fp32_softmax && e != 4 ? 4 : 0));
+    // K and V expanded to every query head, or gathered from the other
+    // context-parallel ranks, are kept beside the local ones.
+    if (heads != kv_heads || cp > 1) c.saved += 2 * e * b * s * heads * d;
+    c.recomputable = true;
+  }
+  if (cp > 1) {
+    const Bytes block = 2 * e * b * sq * kv_heads * d;  // this rank's K and V
+    if (shape.cp_all_gather) {
+      c.cp_forward.push_back({sim::CollectiveOp::kAllGather, cp * block, 1, sim::Axis::kCp});
+      c.cp_backward.push_back({sim::CollectiveOp::kAllGather, cp * block, 1, sim::Axis::kCp});
+      c.cp_backward.push_back({sim::CollectiveOp::kReduceScatter, cp * block, 1, sim::Axis::kCp});
+    } else {
+      c.cp_forward.push_back({sim::CollectiveOp::kSendRecv, block, static_cast<int>(cp - 1), sim::Axis::kCp});
+      c.cp_backward.push_back({sim::CollectiveOp::kSendRecv, 2 * block, static_cast<int>(cp - 1), sim::Axis::kCp});
+      for (auto& k : c.forward) k.cp_overlap = true;
+      for (auto& k : c.backward) k.cp_overlap = true;
+    }
+  }
+  return c;
+}
+
+std::string attention_signature(const sim::WorkloadShape& shape) {
+  return (shape.cp > 1 ? ",cp=" + std::to_string(shape.cp) : std::string()) + (shape.flash_attention ? ",flash=1" : "");
+}
+
+std::int64_t local_tokens(const sim::WorkloadShape& shape) { return shape.micro_batch * (shape.seq_len / shape.cp); }
+
 // Note [Activation memory]
 // Korthikanti et al. 2022, "Reducing Activation Recomputation in Large
 // Transformer Models", section 4.1 and Table 2: with 16-bit activations and
@@ -130,23 +233,32 @@ namespace dtsim::models::detail {
 // replicated (QKV and fc1 inputs, the two LayerNorm inputs, two dropout
 // masks): sbh (10 + 24/t + 5as/(ht)). Sequence parallelism (4.2.2) splits the
 // 10 sbh too: sbh/t (34 + 5as/h). Selective recompute (section 5) drops the
-// attention core, 5as^2b/t: sbh (10 + 24/t) or 34 sbh/t.
+// attention core, 5as^2b/t: sbh (10 + 24/t) or 34 sbh/t. Fused attention
+// keeps no core but its log-sum-exp (Note [Attention as it runs]); context
+// parallelism divides s by cp in every term.
+//
+// Note [FP8 activations]
+// Under FP8 training the GEMMs run in FP8 and Transformer Engine's Linear
+// and LayerNormLinear save the FP8 copy of their input for the weight
+// gradient (transformer_engine/pytorch/module/linear.py: the quantized
+// `inputmat` is what ctx.save_for_backward keeps), 1 byte an element, where
+// bf16 training keeps e. Everything else (norm inputs, Q, K, V for
+// attention, activation inputs) stays in e bytes.
 sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& shape, std::int64_t h,
-                             std::int64_t a, std::int64_t f, bool dropout) {
+                             std::int64_t a, std::int64_t f, bool dropout, bool causal) {
   using sim::KernelKind;
-  const std::int64_t b = shape.micro_batch, s = shape.seq_len;
   const int e = shape.act_bytes;
   const std::int64_t tp = shape.tp;
   const bool sp = shape.sequence_parallel && tp > 1;
-  check_size(static_cast<double>(b) * a * s * s * e, "attention scores");
-  check_size(static_cast<double>(b) * s * std::max(h, f) * e, "activations");
-  const std::int64_t t = b * s;  // tokens
+  check_size(static_cast<double>(local_tokens(shape)) * std::max(h, f) * e, "activations");
+  const std::int64_t t = local_tokens(shape);  // tokens on this rank
   const std::int64_t d = h / a;  // head width
   const std::int64_t ap = a / tp, fp = f / tp, hp = h / tp;  // this rank's heads, MLP and attention widths
-  const Bytes th = t * h, tf = t * fp, scores = b * ap * s * s;
+  const Bytes th = t * h, tf = t * fp;
   // LayerNorm, dropout and residual ops run on the whole sequence, or on this
   // rank's 1/t of it under sequence parallelism.
   const Bytes tn = sp ? th / tp : th;
+  const AttentionCore core = attention_core(shape, ap, ap, d, causal, dropout);
   sim::Layer l;
   l.name = name;
   l.kind = sim::LayerKind::kTransformer;
@@ -154,36 +266,43 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   // Two LayerNorms, the fused QKV, the attention output and the two MLP
   // linears, each a weight and a bias.
   l.param_tensors = 12;
-  auto& k = l.forward;
-  k.push_back(memory_op("ln_1", KernelKind::kNorm, e * tn, e * tn, 5.0 * tn));
-  k.push_back(gemm("attn.qkv", t, 3 * hp, h, e));
-  const std::size_t core_begin = k.size();
-  k.push_back(gemm("attn.scores", s, s, d, e, b * ap, KernelKind::kAttention));
-  k.push_back(memory_op("attn.softmax", KernelKind::kNorm, e * scores, e * scores, 5.0 * scores));
-  if (dropout) k.push_back(memory_op("attn.dropout", KernelKind::kElementwise, e * scores, (e + 1) * scores, scores));
-  k.push_back(gemm("attn.av", s, d, s, e, b * ap, KernelKind::kAttention));
-  const std::size_t core_end = k.size();
-  k.push_back(gemm("attn.proj", t, h, hp, e));
-  k.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, (e + (dropout ? 1 : 0)) * tn, 2.0 * tn));
-  k.push_back(memory_op("ln_2", KernelKind::kNorm, e * tn, e * tn, 5.0 * tn));
-  k.push_back(gemm("mlp.fc1", t, fp, h, e));
-  k.push_back(memory_op("mlp.gelu", KernelKind::kElementwise, e * tf, e * tf, 8.0 * tf));
-  k.push_back(gemm("mlp.fc2", t, h, fp, e));
-  k.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, (e + (dropout ? 1 : 0)) * tn, 2.0 * tn));
-  l.backward = backward_of(l.forward);
-  l.attention_core.assign(k.begin() + static_cast<std::ptrdiff_t>(core_begin), k.begin() + static_cast<std::ptrdiff_t>(core_end));
+  std::vector<sim::Kernel> pre, post;
+  pre.push_back(memory_op("ln_1", KernelKind::kNorm, e * tn, e * tn, 5.0 * tn));
+  pre.push_back(gemm("attn.qkv", t, 3 * hp, h, e));
+  post.push_back(gemm("attn.proj", t, h, hp, e));
+  post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, (e + (dropout ? 1 : 0)) * tn, 2.0 * tn));
+  post.push_back(memory_op("ln_2", KernelKind::kNorm, e * tn, e * tn, 5.0 * tn));
+  post.push_back(gemm("mlp.fc1", t, fp, h, e));
+  post.push_back(memory_op("mlp.gelu", KernelKind::kElementwise, e * tf, e * tf, 8.0 * tf));
+  post.push_back(gemm("mlp.fc2", t, h, fp, e));
+  post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, (e + (dropout ? 1 : 0)) * tn, 2.0 * tn));
+  join_kernels(l, pre, core, post);
   // Note [Activation memory]
   const Bytes mask = dropout ? shape.mask_bytes : 0;
-  const Bytes replicated = tn * (4 * e + 2 * mask);               // 10 sbh
-  const Bytes split = (th / tp) * 4 * e + 2 * e * tf;             // 24 sbh / t
-  const Bytes core = scores * (e + (dropout ? e + mask : 0));     // 5 a s^2 b / t
-  l.saved_bytes = replicated + split + core;
-  l.attention_core_bytes = core;
+  const int g = shape.fp8 ? 1 : e;                                // a saved GEMM input (Note [FP8 activations])
+  const Bytes replicated = tn * (2 * e + 2 * g + 2 * mask);        // 10 sbh
+  const Bytes split = (th / tp) * (3 * e + g) + (e + g) * tf;      // 24 sbh / t
+  l.saved_bytes = replicated + split + core.saved;
+  l.attention_core_bytes = core.recomputable ? core.saved : 0;
   l.output_bytes = e * tn;
   // Attention and MLP: one column/row pair each, forward and backward.
   l.tp_forward = tp_pairs(shape, e * th, 2);
   l.tp_backward = tp_pairs(shape, e * th, 2);
   return l;
+}
+
+void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const AttentionCore& core,
+                  const std::vector<sim::Kernel>& post) {
+  l.forward = pre;
+  l.forward.insert(l.forward.end(), core.forward.begin(), core.forward.end());
+  l.forward.insert(l.forward.end(), post.begin(), post.end());
+  l.backward = backward_of(post);
+  l.backward.insert(l.backward.end(), core.backward.begin(), core.backward.end());
+  const auto before = backward_of(pre);
+  l.backward.insert(l.backward.end(), before.begin(), before.end());
+  if (core.recomputable) l.attention_core = core.forward;
+  l.cp_forward = core.cp_forward;
+  l.cp_backward = core.cp_backward;
 }
 
 }  // namespace dtsim::models::detail

@@ -54,6 +54,43 @@ std::vector<sim::LayerComm> tp_pairs(const sim::WorkloadShape& shape, Bytes byte
 
 namespace dtsim::models::detail {
 
+/// One rank's attention core: what runs between Q, K, V and the attention
+/// output, as eager or fused attention runs it, with the context-parallel
+/// exchange of K/V (Note [Attention as it runs], Note [Context parallelism]).
+struct AttentionCore {
+  std::vector<sim::Kernel> forward;   ///< the core's forward kernels
+  std::vector<sim::Kernel> backward;  ///< its backward kernels, in order
+  /// Bytes it keeps for backward beyond this rank's Q, K, V and output
+  /// (which the layer counts): eager attention's scores, softmax and
+  /// dropout, and the expanded K/V of grouped-query or context-parallel
+  /// attention; fused attention's log-sum-exp.
+  Bytes saved = 0;
+  /// Selective recompute can drop it (eager attention; a fused kernel keeps
+  /// nothing worth recomputing).
+  bool recomputable = false;
+  std::vector<sim::LayerComm> cp_forward, cp_backward;
+};
+
+/// The attention core of `heads` query heads and `kv_heads` key/value heads
+/// (this rank's, after any tensor-parallel split) of width d, for the
+/// shape's micro-batch; causal for decoders.
+/// `window` > 0: each query sees at most that many keys (sliding-window
+/// attention, which a fused kernel exploits). `fp32_softmax`: eager
+/// softmax upcasts and keeps its fp32 output beside the cast one
+/// (HuggingFace's eager_attention_forward).
+AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
+                             bool causal, bool dropout, std::int64_t window = 0, bool fp32_softmax = false);
+/// A layer's kernels: `pre`, the attention core, then `post`; backward in
+/// reverse (the core's own backward in its place); the core's recompute
+/// kernels and context-parallel exchange.
+void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const AttentionCore& core,
+                  const std::vector<sim::Kernel>& post);
+/// What a block's signature adds for how its attention runs: ",cp=N"
+/// under context parallelism, ",flash=1" when fused.
+std::string attention_signature(const sim::WorkloadShape& shape);
+/// Tokens of each micro-batch on this rank: b s / cp.
+std::int64_t local_tokens(const sim::WorkloadShape& shape);
+
 /// One transformer layer (GPT-2 pre-LN or BERT post-LN: same kernels and
 /// memory) for b sequences of s tokens, hidden h, a heads, MLP width f,
 /// activations of e bytes; params = 4h^2 + 2hf + 9h + f (QKV, output
@@ -61,6 +98,6 @@ namespace dtsim::models::detail {
 /// parallelism (shape.tp = t) it is one rank's shard: (4h^2 + 2hf + 3h + f)/t
 /// + 6h parameters (the row-parallel biases and LayerNorms are replicated).
 sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& shape, std::int64_t h,
-                             std::int64_t a, std::int64_t f, bool dropout);
+                             std::int64_t a, std::int64_t f, bool dropout, bool causal);
 
 }  // namespace dtsim::models::detail

@@ -20,7 +20,9 @@ struct Builtin {
 
 // Sizes from the HuggingFace model cards' config.json (gpt2, gpt2-medium,
 // gpt2-large, gpt2-xl, bert-base-uncased, bert-large-uncased,
-// google/bert_uncased_L-2_H-128_A-2 for bert-tiny).
+// google/bert_uncased_L-2_H-128_A-2 for bert-tiny; meta-llama/Meta-Llama-3-8B,
+// Meta-Llama-3-70B, Llama-3.1-405B, mistralai/Mistral-7B-v0.1, Qwen/Qwen3-8B,
+// whose config.json files tests/data/hf/ keeps).
 //
 // The Megatron GPTs are Narayanan et al. 2021 ("Efficient Large-Scale
 // Language Model Training on GPU Clusters Using Megatron-LM"), Table 1:
@@ -67,10 +69,22 @@ const Builtin kBuiltins[] = {
      "family: gpt\nlayers: 105\nhidden: 20480\nheads: 128\nvocab: 51200\nseq_len: 2048\n"},
     {"gpt-1t", "Megatron GPT 1T: 128 layers, hidden 25600, 160 heads, seq 2048",
      "family: gpt\nlayers: 128\nhidden: 25600\nheads: 160\nvocab: 51200\nseq_len: 2048\n"},
+    {"llama-3-8b", "Meta Llama 3 8B (meta-llama/Meta-Llama-3-8B config.json): 32 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocab 128256, seq 8192",
+     "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 128256\nseq_len: 8192\n"},
+    {"llama-3-70b", "Meta Llama 3 70B: 80 layers, hidden 8192, 64 heads, 8 KV heads, SwiGLU 28672, vocab 128256, seq 8192",
+     "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 28672\nvocab: 128256\nseq_len: 8192\n"},
+    {"llama-3.1-405b", "Meta Llama 3.1 405B: 126 layers, hidden 16384, 128 heads, 8 KV heads, SwiGLU 53248, vocab 128256, seq 131072",
+     "family: llama\nlayers: 126\nhidden: 16384\nheads: 128\nkv_heads: 8\nintermediate: 53248\nvocab: 128256\nseq_len: 131072\n"},
+    {"mistral-7b", "Mistral 7B v0.1: 32 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocab 32000, sliding window 4096, seq 32768",
+     "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 32000\nseq_len: 32768\nsliding_window: 4096\n"},
+    {"qwen3-8b", "Qwen3 8B: 36 layers, hidden 4096, 32 heads of 128, 8 KV heads, q/k norms, SwiGLU 12288, vocab 151936, seq 40960",
+     "family: llama\nlayers: 36\nhidden: 4096\nheads: 32\nkv_heads: 8\nhead_dim: 128\nintermediate: 12288\nvocab: 151936\nseq_len: 40960\nqk_norm: true\n"},
     {"gpt2-tiny", "Tiny GPT-2 for CPU validation: 2 layers, hidden 128, 4 heads, vocab 1024, seq 128",
      "family: gpt2\nlayers: 2\nhidden: 128\nheads: 4\nvocab: 1024\nseq_len: 128\n"},
     {"bert-tiny", "BERT-tiny (google/bert_uncased_L-2_H-128_A-2): 2 layers, hidden 128, 2 heads",
      "family: bert\nlayers: 2\nhidden: 128\nheads: 2\nintermediate: 512\n"},
+    {"llama-tiny", "Tiny Llama for CPU validation: 2 layers, hidden 128, 4 heads, 2 KV heads, SwiGLU 352, vocab 1024, seq 128",
+     "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"},
     {"bilstm-tiny", "Tiny Bi-LSTM for CPU validation: input 64, hidden 64, 2 layers, 33 classes, seq 32",
      "family: bilstm\ninput_size: 64\nhidden: 64\nlayers: 2\nclasses: 33\nseq_len: 32\n"},
 };
@@ -153,6 +167,9 @@ sim::ModelPtr parse_bert(const sim::ConfigMap& c, const std::string& name) {
   b.pooler = c.get_bool("pooler", true);
   b.num_labels = c.get_int("num_labels", 0, 0, kBig);
   b.dropout = c.get_bool("dropout", true);
+  b.mlm_head = c.get_bool("mlm_head", false);
+  if (b.mlm_head && c.has("pooler") && b.pooler) c.fail("pooler", "true contradicts mlm_head: true (BertForMaskedLM has no pooler); set only one");
+  if (b.mlm_head) b.pooler = false;
   check_heads(c, b.hidden, b.heads);
   const double h = static_cast<double>(b.hidden);
   check_parameters(c, "layers", b.layers * (4 * h * h + 2 * h * static_cast<double>(b.intermediate)) +
@@ -160,6 +177,41 @@ sim::ModelPtr parse_bert(const sim::ConfigMap& c, const std::string& name) {
                                      static_cast<double>(b.type_vocab) + h + static_cast<double>(b.num_labels)) * h);
   c.finish({"name", "family", "description"});
   return make_bert(b);
+}
+
+void check_kv_heads(const sim::ConfigMap& c, const char* key, std::int64_t heads, std::int64_t kv_heads) {
+  if (heads % kv_heads != 0) {
+    c.fail(key, std::to_string(kv_heads) + " does not divide the " + std::to_string(heads) +
+                    " attention heads (each key/value head serves a whole group of query heads); valid: " + divisors_of(heads));
+  }
+}
+
+sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
+  LlamaConfig l;
+  l.name = name;
+  l.layers = static_cast<int>(c.get_int("layers", 32, 1, 10000));
+  l.hidden = c.get_int("hidden", 4096, 1, kBig);
+  l.heads = c.get_int("heads", 32, 1, kBig);
+  l.kv_heads = c.get_int("kv_heads", l.heads, 1, kBig);
+  l.head_dim = c.get_int("head_dim", 0, 1, kBig);
+  l.intermediate = c.get_int("intermediate", 11008, 1, kBig);
+  l.vocab = c.get_int("vocab", 32000, 1, kBig);
+  l.seq_len = c.get_int("seq_len", 4096, 1, kBig);
+  l.tied_head = c.get_bool("tied_head", false);
+  l.qkv_bias = c.get_bool("qkv_bias", false);
+  l.o_bias = c.get_bool("o_bias", false);
+  l.mlp_bias = c.get_bool("mlp_bias", false);
+  l.qk_norm = c.get_bool("qk_norm", false);
+  l.sliding_window = c.get_int("sliding_window", 0, 0, kBig);
+  if (l.head_dim == 0) check_heads(c, l.hidden, l.heads);
+  check_kv_heads(c, "kv_heads", l.heads, l.kv_heads);
+  const double h = static_cast<double>(l.hidden);
+  const double d = static_cast<double>(l.head_dim == 0 ? l.hidden / l.heads : l.head_dim);
+  check_parameters(c, "layers", l.layers * (h * d * static_cast<double>(2 * l.heads + 2 * l.kv_heads) +
+                                            3 * h * static_cast<double>(l.intermediate)) +
+                                    2 * static_cast<double>(l.vocab) * h);
+  c.finish({"name", "family", "description"});
+  return make_llama(l);
 }
 
 sim::ModelPtr parse_bilstm(const sim::ConfigMap& c, const std::string& name) {
@@ -183,15 +235,24 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
   const sim::ConfigMap c = sim::ConfigMap::open(root, file, "model", overrides);
   const std::string name = c.get_string("name", default_name);
   c.get_string("description", "");
-  const std::string family = c.get_enum<std::string>("family", "", {{"gpt", "gpt"}, {"gpt2", "gpt2"}, {"bert", "bert"}, {"bilstm", "bilstm"}});
-  if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, bert, bilstm");
+  const std::string family = c.get_enum<std::string>(
+      "family", "", {{"gpt", "gpt"}, {"gpt2", "gpt2"}, {"llama", "llama"}, {"bert", "bert"}, {"bilstm", "bilstm"}});
+  if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, llama, bert, bilstm");
   if (family == "bert") return parse_bert(c, name);
+  if (family == "llama") return parse_llama(c, name);
   if (family == "bilstm") return parse_bilstm(c, name);
   return parse_gpt(c, name);
 }
 
+/// The model_type values of HuggingFace configs dtsim reads.
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3";
+
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
-/// ignored), checking the keys we use where they stand in the file.
+/// ignored), checking the keys we use where they stand in the file. The
+/// defaults are those of each model_type's configuration class in
+/// transformers (configuration_llama.py, configuration_mistral.py,
+/// configuration_qwen2.py, configuration_qwen3.py, configuration_gpt2.py,
+/// configuration_bert.py); `architectures` picks the head.
 YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
   const sim::ConfigMap c(hf, file, "config");
   YAML::Node ours(YAML::NodeType::Map);
@@ -199,7 +260,23 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
   auto copy_int = [&](const char* from, const char* to, std::int64_t fallback) {
     ours[to] = c.get_int(from, fallback, 1, kBig);
   };
+  // The first of `architectures` (HF builds that class), or "" if absent.
+  std::string arch;
+  if (c.has("architectures")) {
+    const YAML::Node a = hf["architectures"];
+    if (a.IsSequence() && a.size() > 0 && a[0].IsScalar()) arch = a[0].Scalar();
+  }
+  auto require_arch = [&](const std::vector<std::string>& valid) {
+    if (arch.empty()) return;
+    for (const auto& v : valid) {
+      if (arch == v) return;
+    }
+    std::string list;
+    for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+    c.fail("architectures", "'" + arch + "' is not a head dtsim models for model_type " + type + "; valid: " + list);
+  };
   if (type == "gpt2") {
+    require_arch({"GPT2LMHeadModel", "GPT2Model"});
     ours["family"] = "gpt2";
     copy_int("n_layer", "layers", 12);
     copy_int("n_embd", "hidden", 768);
@@ -209,6 +286,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     if (c.has("n_inner")) copy_int("n_inner", "ffn_hidden", 0);  // null means 4 x n_embd
     ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
   } else if (type == "bert") {
+    require_arch({"BertModel", "BertForMaskedLM", "BertForPreTraining", "BertForSequenceClassification"});
     ours["family"] = "bert";
     copy_int("num_hidden_layers", "layers", 12);
     copy_int("hidden_size", "hidden", 768);
@@ -217,9 +295,61 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     copy_int("vocab_size", "vocab", 30522);
     copy_int("max_position_embeddings", "max_positions", 512);
     ours["type_vocab"] = c.get_int("type_vocab_size", 2, 0, kBig);
+    if (arch == "BertForMaskedLM") ours["mlm_head"] = true;
+    if (arch == "BertForSequenceClassification") {
+      // id2label's size, else HF's default of 2 labels.
+      std::int64_t labels = 2;
+      if (hf["id2label"] && hf["id2label"].IsMap()) labels = static_cast<std::int64_t>(hf["id2label"].size());
+      ours["num_labels"] = c.get_int("num_labels", labels, 1, kBig);
+    }
+  } else if (type == "llama" || type == "mistral" || type == "qwen2" || type == "qwen3") {
+    const std::string cls = type == "llama" ? "Llama" : type == "mistral" ? "Mistral" : type == "qwen2" ? "Qwen2" : "Qwen3";
+    require_arch({cls + "ForCausalLM"});
+    ours["family"] = "llama";
+    // The defaults of LlamaConfig, MistralConfig, Qwen2Config, Qwen3Config.
+    const bool llama = type == "llama", mistral = type == "mistral", qwen3 = type == "qwen3";
+    copy_int("num_hidden_layers", "layers", 32);
+    copy_int("hidden_size", "hidden", 4096);
+    copy_int("num_attention_heads", "heads", 32);
+    const std::int64_t heads = ours["heads"].as<std::int64_t>();
+    if (c.has("num_key_value_heads")) {
+      copy_int("num_key_value_heads", "kv_heads", heads);
+      check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    } else {
+      ours["kv_heads"] = mistral ? 8 : llama ? heads : 32;
+    }
+    if (c.has("head_dim")) {
+      copy_int("head_dim", "head_dim", 0);
+    } else if (qwen3) {
+      ours["head_dim"] = 128;  // Qwen3Config's default
+    } else if (ours["hidden"].as<std::int64_t>() % heads != 0) {
+      c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " +
+                                        std::to_string(ours["hidden"].as<std::int64_t>()) + " and no head_dim is given");
+    }
+    copy_int("intermediate_size", "intermediate", llama ? 11008 : mistral ? 14336 : 22016);
+    copy_int("vocab_size", "vocab", llama ? 32000 : mistral ? 32000 : 151936);
+    copy_int("max_position_embeddings", "seq_len", llama ? 2048 : mistral ? 131072 : 32768);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    if (type == "qwen2") {
+      ours["qkv_bias"] = true;  // Qwen2Attention: q/k/v with bias, o_proj without
+    } else if (llama || qwen3) {
+      const bool bias = c.get_bool("attention_bias", false);
+      ours["qkv_bias"] = bias;
+      ours["o_bias"] = bias;
+    }
+    if (llama) ours["mlp_bias"] = c.get_bool("mlp_bias", false);
+    if (qwen3) ours["qk_norm"] = true;
+    // Mistral's window applies always; Qwen's only with use_sliding_window.
+    const bool window = mistral || ((type == "qwen2" || qwen3) && c.get_bool("use_sliding_window", false));
+    // MistralConfig's default window is 4096; null means none.
+    if (window && c.has("sliding_window")) {
+      ours["sliding_window"] = c.get_int("sliding_window", 0, 1, kBig);
+    } else if (mistral && !hf["sliding_window"]) {
+      ours["sliding_window"] = 4096;
+    }
   } else {
-    c.fail("model_type", type.empty() ? std::string("missing; dtsim reads HuggingFace configs of model_type gpt2 or bert")
-                                      : "'" + type + "' is not supported; valid: gpt2, bert");
+    c.fail("model_type", type.empty() ? std::string("missing; dtsim reads HuggingFace configs of model_type ") + kHfTypes
+                                      : "'" + type + "' is not supported; valid: " + kHfTypes);
   }
   return ours;
 }
@@ -262,9 +392,15 @@ sim::ModelPtr load_model(const std::string& name_or_path, const std::vector<sim:
   const YAML::Node root = sim::load_yaml_file(name_or_path);
   const std::string stem = fs::path(name_or_path).stem().string();
   if (is_json) {
+    // Named as the user knows it: from _name_or_path, else the folder
+    // holding a config.json (HF's snapshot layout), else the file.
     std::string name = stem;
-    if (root.IsMap() && root["_name_or_path"] && root["_name_or_path"].IsScalar()) {
+    if (root.IsMap() && root["_name_or_path"] && root["_name_or_path"].IsScalar() && !root["_name_or_path"].Scalar().empty()) {
       name = fs::path(root["_name_or_path"].Scalar()).filename().string();
+      if (name.empty()) name = stem;
+    } else if (stem == "config") {
+      const std::string folder = fs::absolute(fs::path(name_or_path)).parent_path().filename().string();
+      if (!folder.empty()) name = folder;
     }
     return parse_ours(from_huggingface(root, name_or_path), name_or_path, name, overrides);
   }

@@ -245,6 +245,11 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model " + overflow_json + " --cluster dgx-a100", overflow_json + ": malformed JSON: number overflow parsing '1e400'"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=1e20", "plan.micro_batch: 1e20 is out of range; valid: 1 to 16777216"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.zero_stage=4", "plan.zero_stage: 4 is not one of 0, 1, 2, 3"},
+      // Note [FP8 training]: the A100 has no FP8 tensor cores.
+      {"predict --model gpt2 --cluster dgx-a100 --plan ddp --set plan.precision=fp8",
+       "plan.precision: fp8 needs FP8 tensor cores (Hopper or later); A100-SXM4-80GB has none; valid: fp32, fp16, bf16"},
+      {"predict --model gpt2 --cluster dgx-h100 --plan zero3 --set plan.fp8_param_gather=true",
+       "plan.fp8_param_gather: true needs precision fp8"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.dp=3", "plan.dp: 3 does not divide the 8 GPUs of dgx-a100; valid: 1, 2, 4, 8"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=0", "plan.micro_batch: 0 is out of range"},
       {"predict --model gpt2 --cluster dgx-a100 --plan zero2 --set plan.offload_params=cpu", "plan.offload_params: cpu needs zero_stage 3"},

@@ -46,8 +46,8 @@ TEST_CASE("wrong types are named", "[config][bad-input]") {
         "x.yaml:1: plan.micro_batch: 'lots' is not an integer");
   CHECK(error_of([] { parse_plan("overlap: maybe\n", "x.yaml"); }) ==
         "x.yaml:1: plan.overlap: 'maybe' is not a boolean; valid: true, false");
-  CHECK_THAT(error_of([] { parse_plan("precision: fp8\n", "x.yaml"); }),
-             Catch::Contains("plan.precision: 'fp8' is not one of fp32, fp16, bf16"));
+  CHECK_THAT(error_of([] { parse_plan("precision: fp4\n", "x.yaml"); }),
+             Catch::Contains("plan.precision: 'fp4' is not one of fp32, fp16, bf16, fp8"));
   CHECK_THAT(error_of([] { parse_plan("dp: [1, 2]\n", "x.yaml"); }),
              Catch::Contains("plan.dp: expected an integer, got a list"));
 }
@@ -101,7 +101,7 @@ TEST_CASE("cluster errors name the key", "[config][bad-input]") {
   CHECK_THAT(error_of([&] { parse_cluster("device: A100-SXM4-80G\n" + base, "c.yaml"); }),
              Catch::StartsWith("c.yaml:1: cluster.device: unknown device 'A100-SXM4-80G' (did you mean 'A100-SXM4-80GB'?)"));
   CHECK_THAT(error_of([&] { parse_cluster("device: K80\nintra_node: {type: nvlinc, bandwidth_GBps: 3}\n", "c.yaml"); }),
-             Catch::Contains("cluster.intra_node.type: 'nvlinc' is not one of nvlink, pcie, shm"));
+             Catch::Contains("cluster.intra_node.type: 'nvlinc' is not one of nvlink, xgmi, pcie, shm"));
   CHECK_THAT(error_of([&] { parse_cluster("device: K80\n" + base + "gpus_per_node: 0\n", "c.yaml"); }),
              Catch::StartsWith("c.yaml:3: cluster.gpus_per_node: 0 is out of range"));
   CHECK_THAT(error_of([&] { parse_cluster("device: K80\n", "c.yaml"); }),

@@ -88,9 +88,11 @@ DeviceSpec read_device(const ConfigMap& c) {
     d.peak_tf32 = m->get_double("peak_tf32_TFLOPs", d.peak_tf32 / kTera, 0, 1e6) * kTera;
     d.peak_fp16 = m->get_double("peak_fp16_TFLOPs", d.peak_fp16 / kTera, 1e-6, 1e6) * kTera;
     d.peak_bf16 = m->get_double("peak_bf16_TFLOPs", d.peak_bf16 / kTera, 0, 1e6) * kTera;
+    d.peak_fp8 = m->get_double("peak_fp8_TFLOPs", d.peak_fp8 / kTera, 0, 1e6) * kTera;
     d.memory_bandwidth = m->get_double("memory_bandwidth_GBps", d.memory_bandwidth / kGiga, 1e-3, kMaxGB) * kGiga;
     d.compute_units = static_cast<int>(m->get_int("compute_units", d.compute_units, 1, 1 << 20));
     d.gemm_efficiency = m->get_double("gemm_efficiency", d.gemm_efficiency, 0.01, 1.0);
+    d.attention_efficiency = m->get_double("attention_efficiency", d.attention_efficiency, 0.01, 1.0);
     d.memory_efficiency = m->get_double("memory_efficiency", d.memory_efficiency, 0.01, 1.0);
     d.kernel_launch = seconds_to_ns(m->get_double("kernel_launch_us", ns_to_seconds(d.kernel_launch) * 1e6, 0, 1e6) * 1e-6);
     d.runtime_reserved = static_cast<Bytes>(m->get_double("runtime_reserved_GiB", static_cast<double>(d.runtime_reserved) / kGiB, 0, kMaxGB) * kGiB);
@@ -130,7 +132,7 @@ ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
   {
     const ConfigMap m = c.sub("intra_node");
     if (!c.has("intra_node")) c.fail("intra_node", "missing; e.g. {type: nvlink, bandwidth_GBps: 300, latency_us: 0.7}");
-    s.intra_node = read_link(m, {{"nvlink", 0}, {"pcie", 0}, {"shm", 0}}, "pcie");
+    s.intra_node = read_link(m, {{"nvlink", 0}, {"xgmi", 0}, {"pcie", 0}, {"shm", 0}}, "pcie");
     m.finish();
   }
   {
@@ -168,6 +170,10 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.dp = static_cast<int>(c.get_int("dp", 0, 1, 1 << 24));
   p.tp = static_cast<int>(c.get_int("tp", 1, 1, 1 << 16));
   p.pp = static_cast<int>(c.get_int("pp", 1, 1, 1 << 16));
+  p.cp = static_cast<int>(c.get_int("cp", 1, 1, 1 << 16));
+  p.cp_comm = c.get_enum("cp_comm", CpComm::kP2p, {{"p2p", CpComm::kP2p}, {"all_gather", CpComm::kAllGather}});
+  p.attention = c.get_enum("attention", Attention::kAuto,
+                           {{"auto", Attention::kAuto}, {"eager", Attention::kEager}, {"flash", Attention::kFlash}});
   p.model_parallel = static_cast<int>(c.get_int("model_parallel", 0, 1, 1 << 16));
   p.schedule = c.get_enum("schedule", Schedule::k1f1b,
                           {{"gpipe", Schedule::kGpipe}, {"1f1b", Schedule::k1f1b}, {"interleaved", Schedule::kInterleaved}});
@@ -177,6 +183,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     p.stage_layers.push_back(static_cast<int>(v));
   }
   p.sequence_parallel = c.get_bool("sequence_parallel", false);
+  p.tp_comm_overlap = c.get_bool("tp_comm_overlap", false);
   p.placement = c.get_string("placement", "tp,pp,dp");
   p.micro_batch = c.get_int("micro_batch", 0, 1, std::int64_t{1} << 24);
   p.grad_accum = c.get_int("grad_accum", 0, 1, kBig);
@@ -195,7 +202,9 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.global_batch = c.get_int("global_batch", 0, 1, kBig);
   p.seq_len = c.get_int("seq_len", 0, 1, kBig);
   p.precision = c.get_enum("precision", Precision::kFp32,
-                           {{"fp32", Precision::kFp32}, {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16}});
+                           {{"fp32", Precision::kFp32}, {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16},
+                            {"fp8", Precision::kFp8}});
+  p.fp8_param_gather = c.get_bool("fp8_param_gather", false);
   p.optimizer = c.get_enum("optimizer", Optimizer::kAdamW,
                            {{"adam", Optimizer::kAdam}, {"adamw", Optimizer::kAdamW}, {"sgd", Optimizer::kSgd}});
   if (c.has("zero_stage")) {

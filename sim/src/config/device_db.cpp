@@ -16,6 +16,7 @@ const char* to_string(Precision p) {
     case Precision::kFp32: return "fp32";
     case Precision::kFp16: return "fp16";
     case Precision::kBf16: return "bf16";
+    case Precision::kFp8: return "fp8";
   }
   return "?";
 }
@@ -29,6 +30,10 @@ FlopsPerSec DeviceSpec::peak_for(Precision p) const {
     case Precision::kFp32: return peak_fp32;
     case Precision::kFp16: return peak_fp16 > 0 ? peak_fp16 : peak_fp32;
     case Precision::kBf16: return peak_bf16 > 0 ? peak_bf16 : peak_fp32;
+    // Only FP8 GEMMs ask for this (Note [FP8 training] in cost_compute.cpp);
+    // resolve() refuses fp8 where the device has none, so the fallback to
+    // the bf16 rate only keeps a direct caller from dividing by zero.
+    case Precision::kFp8: return peak_fp8 > 0 ? peak_fp8 : peak_for(Precision::kBf16);
   }
   return peak_fp32;
 }
@@ -36,7 +41,7 @@ FlopsPerSec DeviceSpec::peak_for(Precision p) const {
 namespace {
 
 DeviceSpec gpu(const char* name, double mem_gib, double fp32_tf, double tf32_tf, double fp16_tf, double bf16_tf,
-               double bw_gbs, int sms, double gemm_eff, double reserved_gib, const char* source) {
+               double bw_gbs, int sms, double gemm_eff, double reserved_gib, const char* source, double fp8_tf = 0) {
   DeviceSpec d;
   d.name = name;
   d.memory = static_cast<Bytes>(mem_gib * kGiB);
@@ -44,6 +49,7 @@ DeviceSpec gpu(const char* name, double mem_gib, double fp32_tf, double tf32_tf,
   d.peak_tf32 = tf32_tf * kTera;
   d.peak_fp16 = fp16_tf * kTera;
   d.peak_bf16 = bf16_tf * kTera;
+  d.peak_fp8 = fp8_tf * kTera;
   d.memory_bandwidth = bw_gbs * kGiga;
   d.compute_units = sms;
   d.gemm_efficiency = gemm_eff;
@@ -64,12 +70,35 @@ std::vector<DeviceSpec> make_devices() {
   v.push_back(gpu("A100-SXM4-40GB", 40, 19.5, 156, 312, 312, 1555, 108, 0.75, 0.5,
                   "NVIDIA A100 datasheet (2021)"));
   // NVIDIA H100 Tensor Core GPU datasheet, SXM5: FP32 67, TF32 494.7,
-  // FP16/BF16 989.4 TFLOP/s dense; 80GB HBM3 3.35 TB/s; 132 SMs (H100 whitepaper).
+  // FP16/BF16 989.4, FP8 1,978.9 TFLOP/s dense (3,958 with sparsity); 80GB
+  // HBM3 3.35 TB/s; 132 SMs (H100 whitepaper).
   v.push_back(gpu("H100-SXM", 80, 67, 494.7, 989.4, 989.4, 3350, 132, 0.70, 0.5,
-                  "NVIDIA H100 datasheet (SXM5), Hopper whitepaper"));
-  // NVIDIA H200 datasheet: same compute as H100 SXM; 141GB HBM3e at 4.8 TB/s
-  // (nvidia-smi reports 143,771 MiB, about 140 GiB).
-  v.push_back(gpu("H200", 140, 67, 494.7, 989.4, 989.4, 4800, 132, 0.70, 0.5, "NVIDIA H200 datasheet"));
+                  "NVIDIA H100 datasheet (SXM5), Hopper whitepaper", 1978.9));
+  // The H100 with 96GB: the GPU of NVIDIA's GH200 Grace Hopper Superchip
+  // (GH200 datasheet: 96GB HBM3 at 4 TB/s; FP32 67, TF32 494, FP16/BF16 990,
+  // FP8 1,979 TFLOP/s dense, half the datasheet's sparse 989 / 1,979 / 3,958);
+  // the full GH100's six HBM3 stacks of 16 GiB, where the SXM5 enables five;
+  // 132 SMs as the H100 SXM5.
+  v.push_back(gpu("H100-96GB", 96, 67, 494.7, 989.4, 989.4, 4000, 132, 0.70, 0.5,
+                  "NVIDIA GH200 Grace Hopper Superchip datasheet (H100 96GB HBM3)", 1978.9));
+  // NVIDIA H200 datasheet: same compute as H100 SXM (FP8 3,958 TFLOP/s with
+  // sparsity, 1,978.9 dense); 141GB HBM3e at 4.8 TB/s (nvidia-smi reports
+  // 143,771 MiB, about 140 GiB).
+  v.push_back(gpu("H200", 140, 67, 494.7, 989.4, 989.4, 4800, 132, 0.70, 0.5, "NVIDIA H200 datasheet", 1978.9));
+  // NVIDIA HGX B200 specifications (8 GPUs: FP8 72, FP16/BF16 36, TF32 18
+  // PFLOP/s with sparsity, FP32 600 TFLOP/s; 1.44 TB HBM3e, 64 TB/s): per GPU
+  // dense FP8 4,500, FP16/BF16 2,250, TF32 1,125, FP32 75 TFLOP/s; 180GB at
+  // 8 TB/s, of which nvidia-smi shows about 179 GiB. 148 SMs over its two
+  // dies, as CUDA's device query reports them (160 on the dies, 148 enabled).
+  v.push_back(gpu("B200", 179, 75, 1125, 2250, 2250, 8000, 148, 0.70, 0.5, "NVIDIA HGX B200 specifications", 4500));
+  // AMD Instinct MI300X data sheet: FP16/BF16 1,307.4, FP8 2,614.9, TF32
+  // 653.7 TFLOP/s dense (twice that with sparsity); FP32 163.4 matrix and
+  // vector (FP64 vector 81.7); 192GB HBM3 (eight 24 GiB stacks) at 5.3 TB/s;
+  // 304 CUs. gemm_efficiency is a prior below the NVIDIA parts': published
+  // MI300X GEMM benchmarks reach a smaller share of its peak than H100's do
+  // of their own. Calibration replaces it.
+  v.push_back(gpu("MI300X", 192, 163.4, 653.7, 1307.4, 1307.4, 5300, 304, 0.60, 0.5,
+                  "AMD Instinct MI300X data sheet, ROCm MI300 microarchitecture", 2614.9));
   // NVIDIA Tesla V100 datasheet (SXM2): FP32 15.7, tensor FP16 125 TFLOP/s;
   // HBM2 900 GB/s; 80 SMs; no BF16.
   v.push_back(gpu("V100-SXM2-16GB", 16, 15.7, 0, 125, 0, 900, 80, 0.75, 0.4, "NVIDIA Tesla V100 datasheet (SXM2)"));
@@ -104,6 +133,17 @@ std::vector<DeviceSpec> make_devices() {
   // collectives] in sim/src/lowering/layer_context.hpp).
   cpu.comm_overlaps_compute = false;
   v.push_back(cpu);
+  // Fused attention (Note [Fused attention] in cost_compute.cpp):
+  // FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023) and 35% of
+  // an H100's (Shah et al. 2024); the others have no published figure and
+  // take the Hopper one as a prior (CPUs keep their GEMM efficiency).
+  for (auto& d : v) {
+    if (d.name.rfind("A100", 0) == 0) {
+      d.attention_efficiency = 0.60;
+    } else if (!d.gloo_collectives) {
+      d.attention_efficiency = 0.35;
+    }
+  }
   return v;
 }
 

@@ -140,4 +140,17 @@ CommGroup axis_group(const Mesh& mesh, Axis axis, int per_node, int members, int
   return g;
 }
 
+CommGroup data_group(const Mesh& mesh, int per_node) {
+  if (mesh.size(Axis::kCp) <= 1) return axis_group(mesh, Axis::kDp, per_node);
+  const CommGroup dp = axis_group(mesh, Axis::kDp, per_node);
+  const CommGroup cp = axis_group(mesh, Axis::kCp, per_node);
+  CommGroup g;
+  g.ranks = dp.ranks * cp.ranks;
+  // Members on one node: those of each axis that fit in it, multiplied
+  // (nodes of consecutive ranks hold whole inner axes).
+  g.ranks_per_node = std::max(1, std::min(g.ranks, dp.ranks_per_node * cp.ranks_per_node));
+  g.groups_per_node = std::max(1, per_node / g.ranks_per_node);
+  return g;
+}
+
 }  // namespace dtsim::sim

@@ -7,6 +7,36 @@
 // so efficiency also falls as k / (k + k0). The best large-GEMM efficiency is
 // a per-device figure (DeviceSpec::gemm_efficiency) until calibration
 // replaces it with measurements.
+//
+// Note [FP8 training]
+// Precision fp8 is FP8 training as NVIDIA's Transformer Engine runs it
+// (and torchao's float8 training, which follows it): the Linear layers of
+// the transformer blocks (TE's Linear, LayerNormLinear, LayerNormMLP) run
+// their GEMMs on the FP8 tensor cores with per-tensor scales; everything
+// else stays bf16: weights (with fp32 masters in the optimizer), gradients,
+// activations between layers, LayerNorm, softmax, dropout, and attention
+// itself (TE's DotProductAttention runs FP8 only under fp8_dpa, off by
+// default). The embedding and the output layer are not TE modules in
+// Megatron-LM, and torchtitan's float8 converter skips `output`, so layers
+// other than transformer blocks run as bf16 (kernel_precision()).
+//   - A kGemm kernel of a transformer block under fp8 runs at peak_fp8 x
+//     its GEMM efficiency; kAttention (the batched QK^T and AV) at the bf16
+//     rate; memory-bound kernels as in bf16.
+//   - Before each FP8 GEMM, TE casts its first operand to FP8 with the
+//     current scale and records its amax in the same pass
+//     (transformer_engine/pytorch/module/linear.py, _Linear.forward:
+//     the input's quantizer; backward: grad_output's, in E5M2), and keeps
+//     the FP8 weights (and their transposes for dgrad) cached across
+//     micro-batches (`is_first_microbatch`; the `_fp8_workspaces` of
+//     TransformerEngineBaseModule). fp8_cast_time() charges each FP8 GEMM
+//     one memory-bound pass over its (m, k) operand: read at 2 bytes an
+//     element, written at 1, plus a launch. Forward that is the input,
+//     dgrad the output's gradient, wgrad the transposed input TE's
+//     cast-transpose writes beside it: per Linear about the 4 bytes an
+//     element TE's fused cast-transpose moves over input and gradient.
+//     The weights' own casts (once an iteration) are not charged; TE's
+//     fusion of a cast into the LayerNorm before it (LayerNormLinear) is
+//     not credited either.
 #include <algorithm>
 #include <cmath>
 
@@ -20,6 +50,17 @@ constexpr double kShortK = 48.0;
 std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; }
 }  // namespace
 
+Precision kernel_precision(const Layer& layer, Precision p) {
+  return p == Precision::kFp8 && layer.kind != LayerKind::kTransformer ? Precision::kBf16 : p;
+}
+
+TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device) {
+  if (p != Precision::kFp8 || k.kind != KernelKind::kGemm) return 0;
+  const double elements = static_cast<double>(k.m) * static_cast<double>(k.k) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
+  constexpr double kBytesPerElement = 2 + 1;  // bf16 in, fp8 out
+  return seconds_to_ns(elements * kBytesPerElement / (device.memory_bandwidth * device.memory_efficiency)) + device.kernel_launch;
+}
+
 TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) const {
   TimeNs t = 0;
   for (const auto& k : ks) t += kernel_time(k, p) * k.repeat;
@@ -27,7 +68,7 @@ TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) co
 }
 
 TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape&) const {
-  return kernels_time(pass == Pass::kForward ? layer.forward : layer.backward, p);
+  return kernels_time(pass == Pass::kForward ? layer.forward : layer.backward, kernel_precision(layer, p));
 }
 
 int flat_updates(std::int64_t params) { return params <= 0 ? 0 : static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk); }
@@ -82,6 +123,15 @@ TimeNs ComputeModel::host_optimizer_time(double params, Optimizer o, Precision /
   return seconds_to_ns(std::max(host_bytes / per_rank_bw, params * 12.0 / per_rank_flops));
 }
 
+// Note [Fused attention]
+// A fused attention kernel does its matmuls on tensor cores but between
+// them the softmax's exponentials and rescaling on the slower ALUs, tile by
+// tile, and its backward recomputes; it reaches far less of the peak than a
+// large GEMM. FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023,
+// abstract) and "only 35% utilization on H100 GPUs" (Shah et al. 2024,
+// FlashAttention-3, abstract), where FlashAttention-3 reaches 75%: the
+// devices carry the FlashAttention-2 figures (PyTorch's SDPA runs it), a
+// cluster file may set attention_efficiency for another kernel.
 RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
 
 double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const {
@@ -102,8 +152,12 @@ TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
     case KernelKind::kAttention:
     case KernelKind::kRecurrent: {
       // Batched GEMMs: the batch multiplies the tiles available to fill waves.
-      const double eff = gemm_efficiency(k.m * std::max<std::int64_t>(1, k.batch), k.n, k.k);
-      compute_s = k.flops / (device_.peak_for(p) * eff);
+      double eff = gemm_efficiency(k.m * std::max<std::int64_t>(1, k.batch), k.n, k.k);
+      // Note [Fused attention]
+      if (k.fused && device_.attention_efficiency > 0) eff = device_.attention_efficiency;
+      // Under fp8 only the Linear layers' GEMMs run in FP8 (Note [FP8 training]).
+      const Precision run = p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p;
+      compute_s = k.flops / (device_.peak_for(run) * eff);
       break;
     }
     case KernelKind::kElementwise:
@@ -112,7 +166,7 @@ TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
       compute_s = k.flops / device_.peak_fp32;
       break;
   }
-  return seconds_to_ns(std::max(compute_s, mem_s)) + device_.kernel_launch;
+  return seconds_to_ns(std::max(compute_s, mem_s)) + device_.kernel_launch + fp8_cast_time(k, p, device_);
 }
 
 }  // namespace dtsim::sim

@@ -9,6 +9,8 @@
 //     (a CPU profile is fp32; a plan says fp16): steps 1-2 in that precision
 //     (the other 16-bit format first, then fp32),
 //     scaled by the device's peak ratio (1 on a CPU, where fp16 is no faster);
+//     not under fp8, whose transformer blocks go to step 4 (Note [FP8
+//     training] in cost_compute.cpp) and whose other layers are bf16 layers;
 //  4. fitted: outside the measured range, the sum of the layer's kernels
 //     priced by the fitted kernel models (below);
 //  5. analytic: no fitted kernel model for a kernel's class: the roofline.
@@ -65,7 +67,11 @@ int fit_kind(KernelKind k) {
   return 0;
 }
 
-std::size_t kernel_slot(int kind, Precision p) { return static_cast<std::size_t>(kind * 3 + static_cast<int>(p)); }
+std::size_t kernel_slot(int kind, Precision p) { return static_cast<std::size_t>(kind * 4 + static_cast<int>(p)); }
+
+/// The other 16-bit format, whose layers issue the same kernels; under fp8
+/// bf16, in which everything but its GEMMs runs (Note [FP8 training]).
+Precision other_half(Precision p) { return p == Precision::kBf16 ? Precision::kFp16 : Precision::kBf16; }
 
 FitTerms terms_of(const LinearFit& f) {
   FitTerms t;
@@ -97,7 +103,7 @@ std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& de
   }
   // GPU families by the model number both names carry ("NVIDIA H100 80GB HBM3"
   // vs "H100-SXM"); unknown names are not compared.
-  static const char* const kFamilies[] = {"H200", "H100", "A100", "V100", "P100", "K80", "2080", "3090", "4090", "L40", "A10", "T4"};
+  static const char* const kFamilies[] = {"H200", "H100", "B200", "MI300", "A100", "V100", "P100", "K80", "2080", "3090", "4090", "L40", "A10", "T4"};
   auto family = [](const std::string& name) -> std::string {
     for (const char* f : kFamilies) {
       if (name.find(f) != std::string::npos) return f;
@@ -190,7 +196,7 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
     return it == profile_.fits.end() ? nullptr : &it->second;
   };
   for (int kind = 0; kind < 4; ++kind) {
-    for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16}) {
+    for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16, Precision::kFp8}) {
       if (const LinearFit* f = find(kernel_fit_name(kFitKinds[kind], p))) kernels_[kernel_slot(kind, p)] = terms_of(*f);
     }
   }
@@ -347,10 +353,16 @@ ProfileComputeModel::ProfileComputeModel(std::shared_ptr<const ProfileCosts> cos
     : costs_(std::move(costs)), roofline_(device), device_(device), sources_(sources) {}
 
 bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const {
-  const FitTerms* f = costs_->kernel_fit(k.kind, p);
+  // Under fp8 only GEMMs run in FP8: the other kernels take bf16's fits
+  // (Note [FP8 training] in cost_compute.cpp); an FP8 GEMM takes an fp8 fit
+  // where the profile has one, else the roofline (no bf16 fit scaled).
+  // A fused attention kernel has no fit (calibration times eager batched
+  // matmuls): the roofline prices it (Note [Fused attention]).
+  if (k.fused) return false;
+  const FitTerms* f = costs_->kernel_fit(k.kind, p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p);
   if (f == nullptr) return false;
   const double mn = static_cast<double>(k.m) * static_cast<double>(k.n) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
-  *out = seconds_to_ns(std::max(0.0, f->seconds(static_cast<double>(k.bytes), k.flops, mn)));
+  *out = seconds_to_ns(std::max(0.0, f->seconds(static_cast<double>(k.bytes), k.flops, mn))) + fp8_cast_time(k, p, device_);
   return true;
 }
 
@@ -457,9 +469,11 @@ TimeNs ProfileComputeModel::attention_core_time(const Layer& layer, Precision p,
 // waits for the host, so that is the host's time (an upper bound of it).
 TimeNs ProfileComputeModel::layer_launch_time(const Layer& layer, Pass pass, Precision p) const {
   if (!costs_->gpu() || layer.signature.empty()) return 0;
+  p = kernel_precision(layer, p);
   double t = costs_->launch_seconds(layer.signature, p, pass);
-  // The other 16-bit format issues the same kernels.
-  if (t == 0 && p != Precision::kFp32) t = costs_->launch_seconds(layer.signature, p == Precision::kFp16 ? Precision::kBf16 : Precision::kFp16, pass);
+  // The other 16-bit format issues the same kernels (an fp8 layer at least
+  // bf16's, its casts besides).
+  if (t == 0 && p != Precision::kFp32) t = costs_->launch_seconds(layer.signature, other_half(p), pass);
   return seconds_to_ns(t);
 }
 
@@ -485,11 +499,16 @@ TimeNs ProfileComputeModel::bucket_copy_time(double params, int tensors, bool ou
 
 TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const {
   TimeNs t = 0;
+  p = kernel_precision(layer, p);  // an fp8 plan's layers without FP8 GEMMs are bf16 layers
   if (!layer.signature.empty()) {
     if (measured_layer_time(layer, pass, p, shape, &t)) return t;
-    // The other 16-bit format first (same width, same peak on tensor cores), then fp32.
-    const Precision half = p == Precision::kFp16 ? Precision::kBf16 : Precision::kFp16;
+    // The other 16-bit format first (same width, same peak on tensor cores),
+    // then fp32. Not for an FP8 layer: a time measured in another precision
+    // scaled by the peaks' ratio would run its attention and norms at the
+    // FP8 rate too, so its kernels are priced instead (Note [FP8 training]).
+    const Precision half = other_half(p);
     for (Precision other : {half, Precision::kFp32}) {
+      if (p == Precision::kFp8) break;
       const CostSources before = sources_ ? *sources_ : CostSources{};
       if (other == p || !measured_layer_time(layer, pass, other, shape, &t)) continue;
       if (sources_) {
@@ -564,6 +583,7 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
 // analytic formulas stand.
 std::optional<LayerMemory> ProfileComputeModel::layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const {
   if (layer.signature.empty()) return std::nullopt;
+  p = kernel_precision(layer, p);
   const auto* all = costs_->layer_samples(layer.signature, p);
   if (all == nullptr) return std::nullopt;
   std::vector<const LayerSample*> same_s, any;

@@ -27,6 +27,7 @@ struct Chunk {
   std::int64_t params = 0;   ///< held by the rank, a tied copy included
   std::int64_t late_grads = 0;  ///< of them, those whose gradients appear as the backward ends
   std::int64_t tied = 0;     ///< parameters of a weight tied across stages
+  Fp8Gemms fp8;              ///< its layers' FP8 GEMMs under fp8 (Note [FP8 memory])
 };
 
 /// A pipeline's state: one simulated rank per stage (Note [Pipeline lowering]).
@@ -36,6 +37,7 @@ struct ChunkContext : StageContext {
   const PricedLayers& priced;  ///< the layers with their per-micro-batch times
   std::vector<Chunk> chunks;   ///< by virtual stage: chunk k of stage s is k x pp + s
   std::vector<std::int64_t> rank_params;  ///< parameters each stage holds
+  std::vector<Fp8Gemms> rank_fp8;         ///< the FP8 GEMMs each stage holds (Note [FP8 memory])
   CommGroup dp_group;
   std::vector<TaskId> f_entry, f_exit, b_entry;  ///< by cell(): each chunk's forward and backward ends
   std::vector<TaskId> last_backward;             ///< by chunk: the exit of its latest backward

@@ -54,7 +54,8 @@ class ChunkStage final : public detail::StageEmitter {
         ctx_(in, in.priced != nullptr ? *in.priced : own_), passes_(ctx_) {
     detail::ChunkContext& c = ctx_;
     c.tp_group = axis_group(c.plan.mesh, Axis::kTp, c.cluster.gpus_per_node);
-    c.dp_group = axis_group(c.plan.mesh, Axis::kDp, c.cluster.gpus_per_node);
+    c.cp_group = axis_group(c.plan.mesh, Axis::kCp, c.cluster.gpus_per_node);
+    c.dp_group = data_group(c.plan.mesh, c.cluster.gpus_per_node);
     place_chunks();
     make_ranks();
     const int pp = c.plan.pp, v = c.plan.virtual_stages;
@@ -69,6 +70,7 @@ class ChunkStage final : public detail::StageEmitter {
     passes_.add(detail::chunk_data_parallel_pass(c));
     passes_.add(detail::pipeline_pass(c));
     passes_.add(detail::recompute_pass(c));
+    passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::tensor_parallel_pass(c));
   }
 
@@ -127,6 +129,7 @@ class ChunkStage final : public detail::StageEmitter {
         ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
         ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
         ch.params += L.params;
+        ch.fp8 += detail::fp8_gemms(L, c.plan.precision);
         // The chunk's first layer runs its backward last: its gradients
         // come after the deeper layers' peak.
         if (L.grads_at_end() || l == first) ch.late_grads += L.params;
@@ -177,9 +180,25 @@ class ChunkStage final : public detail::StageEmitter {
       u.name = "chunk " + std::to_string(vs);
       u.tp_forward = &ch.tp_fwd_ops;
       u.tp_backward = &ch.tp_bwd_ops;
-      if (c.plan.tp > 1) {
+      if (c.plan.tp > 1 && !c.plan.tp_comm_overlap) {
         u.tp_forward_cost = detail::sum_costs(ch.tp_fwd_ops, c.tp_group, c.comm);
         u.tp_backward_cost = detail::sum_costs(ch.tp_bwd_ops, c.tp_group, c.comm);
+      }
+      for (int l = ch.first; c.plan.tp > 1 && c.plan.tp_comm_overlap && l < ch.first + ch.count; ++l) {
+        // Note [TP comm overlap]: layer by layer, what its GEMMs leave exposed.
+        const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
+        detail::add_flow(u.tp_forward_cost, detail::tp_exposed_cost(detail::sum_costs(L.tp_forward, c.tp_group, c.comm), L,
+                                                                     Pass::kForward, c.plan, c.compute_model));
+        detail::add_flow(u.tp_backward_cost, detail::tp_exposed_cost(detail::sum_costs(L.tp_backward, c.tp_group, c.comm), L,
+                                                                      Pass::kBackward, c.plan, c.compute_model));
+      }
+      for (int l = ch.first; c.plan.cp > 1 && l < ch.first + ch.count; ++l) {
+        const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
+        Bytes fb = 0, bb = 0;
+        detail::add_flow(u.cp_forward_cost, detail::cp_exposed_cost(L, Pass::kForward, c.plan, c.cp_group, c.comm, c.compute_model, fb));
+        detail::add_flow(u.cp_backward_cost, detail::cp_exposed_cost(L, Pass::kBackward, c.plan, c.cp_group, c.comm, c.compute_model, bb));
+        u.cp_forward_bytes += fb;
+        u.cp_backward_bytes += bb;
       }
       // The chunk rebuilds one layer at a time; what it keeps is counted in
       // Chunk::kept already, so its forward drops nothing.
@@ -197,18 +216,22 @@ class ChunkStage final : public detail::StageEmitter {
       SimRank r;
       r.rank = c.plan.mesh.with_coord(0, Axis::kPp, s);
       r.stage = s;
-      r.replicas = c.plan.dp * c.plan.tp;
+      r.replicas = c.plan.dp * c.plan.tp * c.plan.cp;
       for (Stream st : streams) {
         c.streams[static_cast<std::size_t>(st)] = static_cast<int>(r.streams.size());
         r.streams.push_back(to_string(st));
       }
       detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
       std::int64_t params = 0;
+      detail::Fp8Gemms fp8;
       for (const auto& ch : c.chunks) {
-        if (ch.rank == s) params += ch.params;
+        if (ch.rank != s) continue;
+        params += ch.params;
+        fp8 += ch.fp8;
       }
       c.rank_params.push_back(params);
-      detail::add_resident(r, c.plan, c.cluster, params, 0);
+      c.rank_fp8.push_back(fp8);
+      detail::add_resident(r, c.plan, c.cluster, params, 0, fp8);
       c.g.ranks.push_back(std::move(r));
     }
   }

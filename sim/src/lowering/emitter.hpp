@@ -4,6 +4,7 @@
 // before the iteration, and the emitter interface the schedule walk calls
 // (Note [One walk] in lower.cpp).
 
+#include <algorithm>
 #include <memory>
 #include <string>
 #include <vector>
@@ -91,17 +92,65 @@ struct LoweringInputs {
   const PricedLayers* priced = nullptr;  ///< the layers priced already (CostModels::priced), or null
 };
 
+// Note [FP8 memory]
+// Under precision fp8 (Note [FP8 training] in cost/cost_compute.cpp) the
+// model states are those of bf16 mixed precision: bf16 weights and
+// gradients, 12 bytes of optimizer state per parameter (the fp32 master,
+// Adam's m and v). Transformer Engine adds, for each FP8 GEMM's weight, its
+// FP8 copy and that copy's transpose for dgrad (the Hopper FP8 GEMM takes
+// only the TN layout), cached between micro-batches in the module's
+// `_fp8_workspaces` (transformer_engine/pytorch/module/base.py, which
+// linear.py's weight quantisation fills): 2 bytes
+// a weight element. And its scaling state: DelayedScaling keeps an fp32 amax
+// history of amax_history_len = 1024 entries (TE's default; Megatron-LM's
+// --fp8-amax-history-len is 1) for each of a GEMM's 3 forward tensors
+// (input, weight, output) and 2 backward ones (output gradient, input
+// gradient), and a scale and its inverse for each: 20,520 bytes a GEMM.
+// Both are counted with the parameters. Under ZeRO-3 / FSDP the FP8 copies
+// are made from the gathered weight and go with it: they are not resident.
+
+/// The FP8 GEMMs of a layer under precision p: elements of their weights
+/// (k x n of each), and how many (Note [FP8 memory]); none unless p is fp8
+/// and the layer a transformer block (kernel_precision()).
+struct Fp8Gemms {
+  std::int64_t weight_elements = 0;
+  std::int64_t gemms = 0;
+  Fp8Gemms& operator+=(const Fp8Gemms& o) {
+    weight_elements += o.weight_elements;
+    gemms += o.gemms;
+    return *this;
+  }
+};
+inline Fp8Gemms fp8_gemms(const Layer& l, Precision p) {
+  Fp8Gemms f;
+  if (kernel_precision(l, p) != Precision::kFp8) return f;
+  for (const Kernel& k : l.forward) {
+    if (k.kind != KernelKind::kGemm) continue;
+    f.weight_elements += k.k * k.n;
+    ++f.gemms;
+  }
+  f.weight_elements = std::min(f.weight_elements, l.params);
+  return f;
+}
+/// TE's scaling state of one FP8 GEMM: (1024 amax + scale + scale_inv) x 5 tensors x fp32.
+inline constexpr Bytes kFp8ScalingBytesPerGemm = (1024 + 2) * 5 * 4;
+
 /// The memory a rank holding `params` parameters has before the iteration
 /// starts: its model states (ZeRO paper accounting, model_states()), the
 /// ZeRO-3 layers kept whole (`persistent` parameters), DDP's bucket
-/// buffers (Note [DDP buckets]: a second copy of the gradients) and the
-/// runtime's own reservation.
+/// buffers (Note [DDP buckets]: a second copy of the gradients), under fp8
+/// the FP8 weight copies and scaling state of its `fp8` GEMMs (Note [FP8
+/// memory]) and the runtime's own reservation.
 inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec& cluster, std::int64_t params,
-                         std::int64_t persistent) {
+                         std::int64_t persistent, const Fp8Gemms& fp8 = {}) {
   const Bytes w = element_bytes(plan.precision);
   const ModelStates ms = model_states(plan, params);
   r.resident.push_back({MemCategory::kParameters, ms.parameters});
   if (persistent > 0) r.resident.push_back({MemCategory::kParameters, persistent * w});
+  if (fp8.gemms > 0) {
+    const Bytes copies = plan.zero_stage >= 3 ? 0 : 2 * fp8.weight_elements;
+    r.resident.push_back({MemCategory::kParameters, copies + fp8.gemms * kFp8ScalingBytesPerGemm});
+  }
   if (plan.zero_stage >= 2) r.resident.push_back({MemCategory::kGradients, ms.gradients});
   r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
   if (plan.zero_stage == 0 && plan.dp > 1) r.resident.push_back({MemCategory::kBuffers, params * w});

@@ -32,6 +32,15 @@ struct LayerContext : StageContext {
   Bytes grad_bytes(const Layer& l) const { return l.params * w; }
   /// Bytes of a layer's parameters once gathered whole (a tied copy included).
   Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params) * w; }
+  /// What ZeRO-3 / FSDP's all-gather of a layer moves and leaves whole: its
+  /// parameters, the FP8 GEMM weights at 1 byte an element under
+  /// fp8_param_gather (torchao's enable_fsdp_float8_all_gather casts the
+  /// shard to FP8 before the gather, and the GEMM takes the gathered FP8
+  /// weight as it is).
+  Bytes gathered_param_bytes(const Layer& l) const {
+    const Bytes full = full_param_bytes(l);
+    return plan.fp8_param_gather ? full - fp8_gemms(l, plan.precision).weight_elements * (w - 1) : full;
+  }
   static Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 
   /// A kernel on `stream` (on the host stream: the host's own work).

@@ -33,6 +33,7 @@ class LayerStage final : public detail::StageEmitter {
     c.zero = p.zero_stage;
     c.n = p.shard_group;
     c.tp_group = axis_group(p.mesh, Axis::kTp, c.cluster.gpus_per_node);
+    c.cp_group = axis_group(p.mesh, Axis::kCp, c.cluster.gpus_per_node);
     // Every micro-step repeats the same layer work: price each layer once.
     const ComputeModel& cm = c.compute_model;
     for (const auto& L : c.layers) {
@@ -56,6 +57,7 @@ class LayerStage final : public detail::StageEmitter {
     passes_.add(detail::offload_pass(c));
     if (c.zero == 3) passes_.add(detail::sharded_parameters_pass(c));
     passes_.add(detail::recompute_pass(c));
+    passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::tensor_parallel_pass(c));
   }
 
@@ -84,8 +86,12 @@ class LayerStage final : public detail::StageEmitter {
       u.name = L.name;
       u.tp_forward = &L.tp_forward;
       u.tp_backward = &L.tp_backward;
-      u.tp_forward_cost = c.tp_fwd[l];
-      u.tp_backward_cost = c.tp_bwd[l];
+      u.tp_forward_cost = detail::tp_exposed_cost(c.tp_fwd[l], L, Pass::kForward, c.plan, c.compute_model);
+      u.tp_backward_cost = detail::tp_exposed_cost(c.tp_bwd[l], L, Pass::kBackward, c.plan, c.compute_model);
+      if (c.plan.cp > 1) {
+        u.cp_forward_cost = detail::cp_exposed_cost(L, Pass::kForward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_forward_bytes);
+        u.cp_backward_cost = detail::cp_exposed_cost(L, Pass::kBackward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_backward_bytes);
+      }
       const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
       if (c.plan.recompute == Recompute::kFull && L.is_block()) {
         // Full recompute keeps only the layer's input (the checkpoint) and
@@ -108,7 +114,7 @@ class LayerStage final : public detail::StageEmitter {
     SimRank rank;
     rank.rank = 0;
     rank.stage = 0;
-    rank.replicas = c.plan.dp * c.plan.tp;
+    rank.replicas = c.plan.dp * c.plan.tp * c.plan.cp;
     const Stream streams[] = {Stream::kCompute, Stream::kGradComm, Stream::kParamComm, Stream::kD2H, Stream::kH2D, Stream::kHost};
     for (Stream s : streams) {
       c.streams[static_cast<std::size_t>(s)] = static_cast<int>(rank.streams.size());
@@ -116,7 +122,9 @@ class LayerStage final : public detail::StageEmitter {
     }
     setup_groups(rank);
     // ZeRO-3's persistent layers are whole on every rank besides their shard.
-    detail::add_resident(rank, c.plan, c.cluster, c.params, detail::persistent_params(c.plan, c.layers));
+    detail::Fp8Gemms fp8;
+    for (const Layer& L : c.layers) fp8 += detail::fp8_gemms(L, c.plan.precision);
+    detail::add_resident(rank, c.plan, c.cluster, c.params, detail::persistent_params(c.plan, c.layers), fp8);
     c.g.ranks.push_back(rank);
     c.g.stage_layers = {static_cast<int>(c.layers.size())};
     // Forward, backward and up to four communication tasks per layer and
@@ -127,8 +135,9 @@ class LayerStage final : public detail::StageEmitter {
   void setup_groups(SimRank& rank) {
     detail::LayerContext& c = ctx_;
     const int per_node = c.cluster.gpus_per_node;
-    c.dp_group = axis_group(c.plan.mesh, Axis::kDp, per_node);
-    c.shard_group = axis_group(c.plan.mesh, Axis::kDp, per_node, c.n);
+    c.dp_group = data_group(c.plan.mesh, per_node);
+    // With context parallelism the shards spread over dp x cp (data_group).
+    c.shard_group = c.plan.cp > 1 ? c.dp_group : axis_group(c.plan.mesh, Axis::kDp, per_node, c.n);
     int inter_groups = c.dp_group.ranks_per_node < c.dp_group.ranks ? c.dp_group.groups_per_node : 1;
     if (c.plan.hybrid_shard && c.plan.dp > c.n) {
       // The replicas of each shard, n data-parallel ranks apart (a node's

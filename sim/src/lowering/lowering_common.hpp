@@ -21,10 +21,14 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.micro_batch = p.micro_batch;
   shape.seq_len = p.seq_len;
   shape.act_bytes = element_bytes(p.precision);
+  shape.fp8 = p.precision == Precision::kFp8;
   shape.mask_bytes = device.dropout_mask_bytes > 0 ? device.dropout_mask_bytes : shape.act_bytes;
   shape.fused_rnn = device.fused_rnn;
   shape.tp = p.tp;
   shape.sequence_parallel = p.sequence_parallel;
+  shape.flash_attention = p.flash_attention;
+  shape.cp = p.cp;
+  shape.cp_all_gather = p.cp_comm == CpComm::kAllGather;
   return shape;
 }
 
@@ -74,5 +78,19 @@ inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommG
   out.rate = flow_seconds > 0 ? out.wire_bytes / flow_seconds : 1e30;
   return out;
 }
+
+/// The part of a layer's context-parallel exchange (Layer::cp_forward or
+/// cp_backward) that its attention does not hide, as a cost of the same
+/// link and rate (Note [Context-parallel exchange] in
+/// passes/context_parallel.cpp). `bytes` gets what the exchange moves.
+CollectiveCost cp_exposed_cost(const Layer& layer, Pass pass, const ResolvedPlan& plan, const CommGroup& cp_group,
+                               const CommModel& comm, const ComputeModel& compute, Bytes& bytes);
+/// A layer's tensor-parallel collectives under tp_comm_overlap: the part
+/// its GEMMs do not hide (Note [TP comm overlap] in
+/// passes/tensor_parallel.cpp); `cost` itself without it.
+CollectiveCost tp_exposed_cost(const CollectiveCost& cost, const Layer& layer, Pass pass, const ResolvedPlan& plan,
+                               const ComputeModel& compute);
+/// Adds `one` to `into` as one flow (as sum_costs does).
+void add_flow(CollectiveCost& into, const CollectiveCost& one);
 
 }  // namespace dtsim::sim::detail

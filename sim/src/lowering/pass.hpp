@@ -60,6 +60,11 @@ struct Unit {
   const std::vector<LayerComm>* tp_forward = nullptr;   ///< after the forward kernels, in order
   const std::vector<LayerComm>* tp_backward = nullptr;  ///< after the backward kernels
   CollectiveCost tp_forward_cost, tp_backward_cost;     ///< each list summed as one flow (sum_costs)
+  /// The context-parallel exchange the attention does not hide (Note
+  /// [Context-parallel exchange] in passes/context_parallel.cpp), and the
+  /// bytes it moves in all; zero where cp = 1 or the ring is hidden.
+  CollectiveCost cp_forward_cost, cp_backward_cost;
+  Bytes cp_forward_bytes = 0, cp_backward_bytes = 0;
   /// The rematerialisation before the backward (Note [Activation memory]).
   struct Recompute {
     bool runs = false;
@@ -96,6 +101,7 @@ struct StageContext {
   TaskGraph& g = b.graph();
   Bytes w = 4;                   ///< bytes per parameter or activation element
   CommGroup tp_group;
+  CommGroup cp_group;  ///< the context-parallel axis's group (one rank where cp = 1)
   std::vector<Unit> units;
   std::vector<TaskId> reductions;  ///< the stage's gradient reductions, which its step waits for
 
@@ -219,5 +225,8 @@ std::unique_ptr<StrategyPass> tensor_parallel_pass(StageContext& ctx);
 /// Full or selective recompute's rematerialisation before each backward
 /// (passes/recompute.cpp).
 std::unique_ptr<StrategyPass> recompute_pass(StageContext& ctx);
+/// Context parallelism's K/V exchange, what attention leaves of it exposed,
+/// after a unit's kernels (passes/context_parallel.cpp).
+std::unique_ptr<StrategyPass> context_parallel_pass(StageContext& ctx);
 
 }  // namespace dtsim::sim::detail

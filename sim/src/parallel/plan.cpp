@@ -48,6 +48,23 @@ const char* to_string(Schedule s) {
   return "?";
 }
 
+const char* to_string(Attention a) {
+  switch (a) {
+    case Attention::kAuto: return "auto";
+    case Attention::kEager: return "eager";
+    case Attention::kFlash: return "flash";
+  }
+  return "?";
+}
+
+const char* to_string(CpComm c) {
+  switch (c) {
+    case CpComm::kP2p: return "p2p";
+    case CpComm::kAllGather: return "all_gather";
+  }
+  return "?";
+}
+
 int optimizer_state_bytes_per_param(Optimizer o, Precision p) {
   // ZeRO paper (Rajbhandari et al. 2020), section 3.1: mixed-precision Adam
   // keeps an fp32 copy of the parameters, momentum and variance: K = 12.
@@ -95,22 +112,38 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.pp = s.model_parallel;
     r.schedule = Schedule::kNaive;
   }
-  if (degrees_ok && (r.pp * r.tp > gpus || gpus % (r.pp * r.tp) != 0)) {
-    bad.add(r.pp > 1 ? (s.model_parallel > 0 ? "model_parallel" : "pp") : "tp",
-            "tp x pp = " + std::to_string(r.tp * r.pp) + " does not divide the " + std::to_string(gpus) + " GPUs of " +
+  // Context parallelism (Note [Context parallelism] in models/src/layers.cpp).
+  r.cp = s.cp;
+  r.cp_comm = s.cp_comm;
+  if (r.cp > 1) {
+    if (const std::string why = model.cp_error(r.cp); !why.empty()) {
+      bad.add("cp", std::to_string(r.cp) + ": " + why + "; valid: 1");
+      degrees_ok = false;
+    }
+  }
+  const int tpc = r.tp * r.cp;  // ranks a replica spreads each layer over
+  const std::string product = r.cp > 1 ? "tp x cp x pp = " : "tp x pp = ";
+  if (degrees_ok && (r.pp * tpc > gpus || gpus % (r.pp * tpc) != 0)) {
+    bad.add(r.pp > 1 ? (s.model_parallel > 0 ? "model_parallel" : "pp") : r.cp > 1 ? "cp" : "tp",
+            product + std::to_string(tpc * r.pp) + " does not divide the " + std::to_string(gpus) + " GPUs of " +
                 cluster.name + "; valid products: " + join_values(divisors(gpus)));
     degrees_ok = false;
   }
-  r.dp = s.dp == 0 && degrees_ok ? gpus / (r.tp * r.pp) : std::max(1, s.dp);
-  if (degrees_ok && !contains(rules.dp_values(r.tp, r.pp), r.dp)) {
-    const std::string what = r.tp * r.pp == 1 ? std::to_string(r.dp)
-                                              : std::to_string(r.dp) + " x tp x pp = " + std::to_string(r.dp * r.tp * r.pp);
+  r.dp = s.dp == 0 && degrees_ok ? gpus / (tpc * r.pp) : std::max(1, s.dp);
+  if (degrees_ok && !contains(rules.dp_values(r.tp, r.pp, r.cp), r.dp)) {
+    const std::string what = tpc * r.pp == 1 ? std::to_string(r.dp)
+                                             : std::to_string(r.dp) + " x " + product + std::to_string(r.dp * tpc * r.pp);
     bad.add("dp", what + " does not divide the " + std::to_string(gpus) + " GPUs of " + cluster.name + "; valid: " +
-                      join_values(rules.dp_values(r.tp, r.pp)));
+                      join_values(rules.dp_values(r.tp, r.pp, r.cp)));
     degrees_ok = false;
   }
   r.sequence_parallel = s.sequence_parallel;
   if (r.sequence_parallel && r.tp == 1) bad.add("sequence_parallel", "true needs tp > 1 (it splits what tensor parallelism replicates)");
+  r.tp_comm_overlap = s.tp_comm_overlap;
+  if (r.tp_comm_overlap && !r.sequence_parallel) {
+    bad.add("tp_comm_overlap", "true needs sequence_parallel: true and tp > 1 (Transformer Engine overlaps sequence "
+                               "parallelism's all-gathers and reduce-scatters with the GEMMs beside them)");
+  }
 
   // Placement: the mesh's axes, innermost first.
   {
@@ -124,10 +157,17 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
         cur += ch;
       }
     }
+    // Context parallelism sits next to tensor parallelism unless placed
+    // (Megatron-Core's default order tp-cp-ep-dp-pp keeps both in a node).
+    if (r.cp > 1 && std::find(dims.begin(), dims.end(), "cp") == dims.end()) {
+      const auto tp_at = std::find(dims.begin(), dims.end(), "tp");
+      dims.insert(tp_at == dims.end() ? dims.begin() : tp_at + 1, "cp");
+    }
     auto sorted = dims;
     std::sort(sorted.begin(), sorted.end());
-    if (sorted != std::vector<std::string>{"dp", "pp", "tp"}) {
-      bad.add("placement", "'" + s.placement + "' is not an order of tp, pp and dp; valid e.g. tp,pp,dp (the default) or tp,dp,pp");
+    const bool with_cp = sorted == std::vector<std::string>{"cp", "dp", "pp", "tp"};
+    if (sorted != std::vector<std::string>{"dp", "pp", "tp"} && !with_cp) {
+      bad.add("placement", "'" + s.placement + "' is not an order of tp, pp and dp (and cp); valid e.g. tp,pp,dp (the default), tp,dp,pp or tp,cp,dp,pp");
     } else if (degrees_ok) {
       std::vector<Axis> order;
       for (const auto& d : dims) order.push_back(*axis_from_string(d));
@@ -136,6 +176,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       sizes[static_cast<int>(Axis::kTp)] = r.tp;
       sizes[static_cast<int>(Axis::kPp)] = r.pp;
       sizes[static_cast<int>(Axis::kDp)] = r.dp;
+      sizes[static_cast<int>(Axis::kCp)] = r.cp;
       r.mesh = Mesh(order, sizes);
     }
   }
@@ -249,15 +290,33 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (r.seq_len > rules.max_seq_len()) {
     bad.add("seq_len", std::to_string(r.seq_len) + " exceeds " + model.name() + "'s maximum of " +
                            std::to_string(rules.max_seq_len()) + "; valid: 1 to " + std::to_string(rules.max_seq_len()));
+  } else if (r.cp > 1 && r.seq_len % (2 * r.cp) != 0) {
+    // Megatron-Core cuts each sequence into 2 cp chunks (load balancing).
+    bad.add("cp", std::to_string(r.cp) + " does not split seq_len " + std::to_string(r.seq_len) +
+                      ": context parallelism cuts a sequence into 2 x cp = " + std::to_string(2 * r.cp) +
+                      " equal chunks; valid cp: " + join_values(rules.cp_values(r.tp, r.seq_len)));
   }
 
   r.precision = s.precision;
   if (const auto ok = rules.precisions(); std::find(ok.begin(), ok.end(), r.precision) == ok.end()) {
     std::string valid;
     for (Precision p : ok) valid += (valid.empty() ? "" : ", ") + std::string(to_string(p));
-    bad.add("precision", "bf16 needs bfloat16 support, which " + cluster.device.name + " lacks; valid: " + valid);
+    if (r.precision == Precision::kFp8) {
+      bad.add("precision", "fp8 needs FP8 tensor cores (Hopper or later); " + cluster.device.name + " has none; valid: " + valid);
+    } else {
+      bad.add("precision", "bf16 needs bfloat16 support, which " + cluster.device.name + " lacks; valid: " + valid);
+    }
+  }
+  r.fp8_param_gather = s.fp8_param_gather;
+  if (r.fp8_param_gather && s.precision != Precision::kFp8) {
+    bad.add("fp8_param_gather", std::string("true needs precision fp8 (it gathers the FP8 copies of the weights); precision is ") +
+                                    to_string(s.precision));
   }
   r.optimizer = s.optimizer;
+
+  // Attention: auto is what the device and precision would run (Note
+  // [Attention as it runs] in models/src/layers.cpp).
+  r.flash_attention = rules.flash_attention(s.attention, s.precision);
 
   // FSDP strategies map onto ZeRO stages (PyTorch FSDP docs, ShardingStrategy).
   r.zero_stage = s.zero_stage;
@@ -283,8 +342,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
             "stage " + std::to_string(r.zero_stage) + " with pp = " + std::to_string(r.pp) +
                 ": sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1");
   }
-  r.shard_group = r.zero_stage == 0 ? 1 : r.dp;
-  if (r.hybrid_shard) {
+  r.shard_group = r.zero_stage == 0 ? 1 : r.dp * r.cp;  // Megatron-Core and torchtitan shard over dp x cp
+  if (r.hybrid_shard && r.cp > 1) {
+    bad.add("fsdp", "hybrid_shard with cp > 1 is not modelled; valid with context parallelism: full_shard, shard_grad_op, no_shard");
+  } else if (r.hybrid_shard) {
     r.shard_group = std::min(r.dp, cluster.gpus_per_node);
     while (r.dp % r.shard_group != 0) --r.shard_group;
   }

@@ -43,9 +43,37 @@ std::vector<int> PlanRules::pp_values(int tp) const {
   return out;
 }
 
-std::vector<int> PlanRules::dp_values(int tp, int pp) const {
-  if (tp < 1 || pp < 1 || gpus_ % (tp * pp) != 0) return {};
-  return divisors(gpus_ / (tp * pp));
+std::vector<int> PlanRules::dp_values(int tp, int pp, int cp) const {
+  if (tp < 1 || pp < 1 || cp < 1 || gpus_ % (tp * pp * cp) != 0) return {};
+  return divisors(gpus_ / (tp * pp * cp));
+}
+
+std::vector<int> PlanRules::cp_values(int tp, std::int64_t seq_len) const {
+  std::vector<int> out{1};
+  if (tp < 1 || gpus_ % tp != 0 || !model_.cp_error(2).empty()) return out;
+  for (int c : divisors(gpus_ / tp)) {
+    if (c > 1 && seq_len % (2 * c) == 0) out.push_back(c);
+  }
+  return out;
+}
+
+std::vector<CpComm> PlanRules::cp_comms(int cp) const {
+  if (cp <= 1) return {CpComm::kP2p};
+  return {CpComm::kP2p, CpComm::kAllGather};
+}
+
+bool PlanRules::flash_attention(Attention a, Precision p) const {
+  switch (a) {
+    case Attention::kEager: return false;
+    case Attention::kFlash: return true;
+    case Attention::kAuto: break;
+  }
+  return !cluster_.device.gloo_collectives && p != Precision::kFp32;
+}
+
+std::vector<Attention> PlanRules::attentions() const {
+  if (!model_.cp_error(2).empty() && recomputes().size() < 3) return {Attention::kAuto};  // no attention to choose
+  return {Attention::kAuto, Attention::kEager, Attention::kFlash};
 }
 
 std::vector<Schedule> PlanRules::schedules(int pp) const {
@@ -92,9 +120,11 @@ std::vector<bool> PlanRules::sequence_parallel_values(int tp) const {
 
 std::vector<Precision> PlanRules::precisions() const {
   // fp16 runs everywhere (on FP16 units where the device has them, else at
-  // its fp32 rate); bf16 only where the device supports it.
+  // its fp32 rate); bf16 only where the device supports it; fp8 only on FP8
+  // tensor cores (Hopper, Ada and later), and it keeps bf16 besides.
   std::vector<Precision> out{Precision::kFp32, Precision::kFp16};
   if (cluster_.device.peak_bf16 > 0) out.push_back(Precision::kBf16);
+  if (cluster_.device.peak_fp8 > 0 && cluster_.device.peak_bf16 > 0) out.push_back(Precision::kFp8);
   return out;
 }
 

@@ -451,7 +451,8 @@ class Reader {
     if (s == "fp32") return Precision::kFp32;
     if (s == "fp16") return Precision::kFp16;
     if (s == "bf16") return Precision::kBf16;
-    fail(where + ": precision '" + s + "' is not one of fp32, fp16, bf16");
+    if (s == "fp8") return Precision::kFp8;
+    fail(where + ": precision '" + s + "' is not one of fp32, fp16, bf16, fp8");
   }
 
   const std::string& path() const { return path_; }

@@ -163,13 +163,17 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.samples_per_s = static_cast<double>(p.plan.global_batch) / t;
   p.tokens_per_s = p.samples_per_s * static_cast<double>(p.plan.seq_len);
 
-  // Model FLOPs per GPU per iteration: a replica (tp x pp GPUs) runs
-  // grad_accum micro-batches through the whole model.
+  // Model FLOPs per GPU per iteration: a replica (tp x pp x cp GPUs) runs
+  // grad_accum micro-batches through the whole model. They count attention
+  // whole, as eager attention computes it (the causal half a fused kernel
+  // skips still counts: Korthikanti et al. 2022, Eq. 7, and the MFU of
+  // Megatron-LM, torchtitan and llm-foundry count it so).
   WorkloadShape shape;
   shape.micro_batch = p.plan.micro_batch;
   shape.seq_len = p.plan.seq_len;
   shape.act_bytes = element_bytes(p.plan.precision);
-  const double micro_steps = static_cast<double>(p.plan.grad_accum) / (p.plan.tp * p.plan.pp);
+  shape.fp8 = p.plan.precision == Precision::kFp8;
+  const double micro_steps = static_cast<double>(p.plan.grad_accum) / (p.plan.tp * p.plan.pp * p.plan.cp);
   const Flops model_flops = model.model_flops(shape) * micro_steps;
   Flops hw_flops = model_flops;
   if (p.plan.recompute != Recompute::kNone) {

@@ -31,6 +31,7 @@ std::string plan_line(const ResolvedPlan& p) {
   std::ostringstream os;
   os << "dp=" << p.dp;
   if (p.tp > 1) os << " tp=" << p.tp << (p.sequence_parallel ? " (sequence parallel)" : "");
+  if (p.cp > 1) os << " cp=" << p.cp << " (" << to_string(p.cp_comm) << ")";
   if (p.pp > 1) {
     os << " pp=" << p.pp << " " << to_string(p.schedule);
     if (p.virtual_stages > 1) os << " virtual_stages=" << p.virtual_stages;
@@ -40,7 +41,7 @@ std::string plan_line(const ResolvedPlan& p) {
   }
   os << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum
      << " global_batch=" << p.global_batch << " seq_len=" << p.seq_len << " " << to_string(p.precision) << " "
-     << to_string(p.optimizer) << " zero_stage=" << p.zero_stage;
+     << (p.flash_attention ? "flash" : "eager") << "-attention " << to_string(p.optimizer) << " zero_stage=" << p.zero_stage;
   if (p.fsdp) os << " (fsdp " << to_string(p.spec.fsdp) << ")";
   if (p.offload_optimizer == Offload::kCpu) os << " offload_optimizer=cpu";
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
@@ -52,7 +53,8 @@ std::string plan_line(const ResolvedPlan& p) {
 void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.key("plan").begin_object();
   j.field("name", p.spec.name);
-  j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp);
+  j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp).field("cp", p.cp).field("cp_comm", to_string(p.cp_comm));
+  j.field("attention", p.flash_attention ? "flash" : "eager");
   j.field("micro_batch", static_cast<std::int64_t>(p.micro_batch));
   j.field("grad_accum", static_cast<std::int64_t>(p.grad_accum));
   j.field("global_batch", static_cast<std::int64_t>(p.global_batch));

@@ -74,11 +74,38 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   // The valid values come from the rules table; what the search leaves
   // out of them is its own choice, said where it is made.
   const PlanRules rules(model, cluster, gpus);
+  // Knobs the base plan sets are held; the others are walked: context
+  // parallelism (cp_values), attention (eager and fused, where the model
+  // has attention) and the 16- and 8-bit precisions the device runs.
+  auto set = [&](const char* key) { return o.base.origins.where.count(std::string("plan.") + key) > 0; };
+  const std::int64_t seq = o.base.seq_len == 0 ? model.max_seq_len() : o.base.seq_len;
+  // Where the device runs fused attention, eager is slower and larger at
+  // once: the search tries it only where auto would pick it (CPUs, fp32).
+  std::vector<Attention> attentions{o.base.attention};
+  if (!set("attention") && rules.attentions().size() > 1) attentions = {Attention::kEager, Attention::kFlash};
+  std::vector<Precision> precisions{o.base.precision};
+  if (!set("precision")) {
+    precisions.clear();
+    for (Precision p : rules.precisions()) {
+      // fp16 only where bf16 is missing (bf16 needs no loss scaling); fp32
+      // never; none that runs no faster than fp32 (CPUs).
+      if (p == Precision::kFp32 || (p == Precision::kFp16 && cluster.device.peak_bf16 > 0)) continue;
+      if (cluster.device.peak_for(p) <= cluster.device.peak_fp32) continue;
+      precisions.push_back(p);
+    }
+    if (precisions.empty()) precisions.push_back(o.base.precision);
+  }
   std::vector<PlanSpec> out;
   for (int tp : rules.tp_values()) {
+    // Context parallelism down to 1,024 tokens of a sequence per rank: below
+    // that the K/V exchange outgrows the attention it hides behind.
+    std::vector<int> cps = set("cp") ? std::vector<int>{o.base.cp} : rules.cp_values(tp, seq);
+    if (!set("cp")) cps.erase(std::remove_if(cps.begin(), cps.end(), [&](int c) { return c > 1 && seq / c < 1024; }), cps.end());
     for (int pp : rules.pp_values(tp)) {
+     for (int cp : cps) {
+      if (gpus % (tp * pp * cp) != 0) continue;
       // Every GPU is used: dp is the rest.
-      const int dp = gpus / (tp * pp);
+      const int dp = gpus / (tp * pp * cp);
       if (batch % dp != 0) continue;
       const std::int64_t per_replica = batch / dp;
       for (std::int64_t mb = 1; mb <= per_replica; ++mb) {
@@ -133,7 +160,15 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                 for (const bool dp_inner : {false, true}) {
                   if (dp_inner && (pp == 1 || dp == 1)) continue;
                   for (bool sp : rules.sequence_parallel_values(tp)) {
+                   for (Attention at : attentions) {
+                    // Selective recompute of fused attention drops nothing.
+                    if (at == Attention::kFlash && rc == Recompute::kSelective) continue;
+                   for (Precision pr : precisions) {
+                    if (!set("attention") && at == Attention::kEager && rules.flash_attention(Attention::kAuto, pr)) continue;
                     PlanSpec p = o.base;
+                    p.cp = cp;
+                    p.attention = at;
+                    p.precision = pr;
                     p.placement = dp_inner ? "tp,dp,pp" : "tp,pp,dp";
                     p.name = "search";
                     p.dp = dp;
@@ -153,6 +188,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.offload_params = par;
                     p.recompute = rc;
                     out.push_back(std::move(p));
+                   }
+                   }
                   }
                 }
               }
@@ -160,6 +197,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
           }
         }
       }
+     }
     }
   }
   return out;
@@ -182,18 +220,23 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
 
   // Memory pruning by a lower bound of the peak (Note [Search]).
   const std::int64_t params = model.parameters();
-  std::map<std::tuple<std::int64_t, int, bool, Recompute>, Bytes> kept_cache;
+  const PlanRules lb_rules(model, cluster, r.gpus);
+  std::map<std::tuple<std::int64_t, int, bool, Recompute, int, Attention, Precision>, Bytes> kept_cache;
   auto kept_per_micro = [&](const PlanSpec& s) {
-    const auto key = std::make_tuple(s.micro_batch, s.tp, s.sequence_parallel, s.recompute);
+    const auto key = std::make_tuple(s.micro_batch, s.tp, s.sequence_parallel, s.recompute, s.cp, s.attention, s.precision);
     if (auto it = kept_cache.find(key); it != kept_cache.end()) return it->second;
     WorkloadShape shape;
     shape.micro_batch = s.micro_batch;
     shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
     shape.act_bytes = element_bytes(s.precision);
+    shape.fp8 = s.precision == Precision::kFp8;
     shape.mask_bytes = cluster.device.dropout_mask_bytes > 0 ? cluster.device.dropout_mask_bytes : shape.act_bytes;
     shape.fused_rnn = cluster.device.fused_rnn;
     shape.tp = s.tp;
     shape.sequence_parallel = s.sequence_parallel;
+    shape.cp = s.cp;
+    shape.cp_all_gather = s.cp_comm == CpComm::kAllGather;
+    shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
     Bytes kept = 0;
     const auto layers = model.layers(shape);
     for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);
@@ -207,7 +250,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     lb.precision = s.precision;
     lb.optimizer = s.optimizer;
     lb.zero_stage = s.fsdp == FsdpMode::kFullShard ? 3 : s.zero_stage;
-    lb.shard_group = lb.zero_stage == 0 ? 1 : s.dp;
+    lb.shard_group = lb.zero_stage == 0 ? 1 : s.dp * s.cp;
     lb.offload_optimizer = s.offload_optimizer;
     lb.offload_params = s.offload_params;
     const ModelStates ms = model_states(lb, params / (static_cast<std::int64_t>(s.tp) * s.pp));
@@ -299,8 +342,9 @@ namespace {
 
 void table(std::ostringstream& os, const std::vector<SearchEntry>& es) {
   os << "    " << pad("#", 4) << pad("time", 11) << pad("tokens/s", 11) << pad("MFU", 7) << pad("peak GiB", 10)
-     << pad("dp", 5) << pad("tp", 4) << pad("pp", 4) << pad("schedule", 16) << pad("mb", 5) << pad("m", 6)
-     << pad("sharding", 18) << pad("offload", 11) << pad("recompute", 11) << pad("sp", 4) << "placement\n";
+     << pad("dp", 5) << pad("tp", 4) << pad("cp", 4) << pad("pp", 4) << pad("schedule", 16) << pad("mb", 5) << pad("m", 6)
+     << pad("sharding", 18) << pad("offload", 11) << pad("recompute", 11) << pad("sp", 4) << pad("attn", 6) << pad("prec", 5)
+     << "placement\n";
   int i = 1;
   for (const auto& e : es) {
     const ResolvedPlan& p = e.plan;
@@ -308,9 +352,10 @@ void table(std::ostringstream& os, const std::vector<SearchEntry>& es) {
     os << "    " << pad(std::to_string(i++), 4) << pad(t >= 1 ? fmt("%.3f s", t) : fmt("%.1f ms", t * 1e3), 11)
        << pad(fmt("%.0f", e.tokens_per_s), 11) << pad(fmt("%.1f%%", e.mfu * 100), 7)
        << pad(fmt("%.2f", static_cast<double>(e.peak) / kGiB), 10) << pad(std::to_string(p.dp), 5)
-       << pad(std::to_string(p.tp), 4) << pad(std::to_string(p.pp), 4) << pad(schedule_text(p), 16)
+       << pad(std::to_string(p.tp), 4) << pad(std::to_string(p.cp), 4) << pad(std::to_string(p.pp), 4) << pad(schedule_text(p), 16)
        << pad(std::to_string(p.micro_batch), 5) << pad(std::to_string(p.grad_accum), 6) << pad(sharding_text(p), 18)
        << pad(offload_text(p), 11) << pad(to_string(p.recompute), 11) << pad(p.sequence_parallel ? "yes" : "-", 4)
+       << pad(p.flash_attention ? "flash" : "eager", 6) << pad(to_string(p.precision), 5)
        << (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-") << "\n";
   }
 }
@@ -321,7 +366,8 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   j.field("iteration_time_s", ns_to_seconds(e.iteration_time)).field("tokens_per_s", e.tokens_per_s).field("mfu", e.mfu);
   j.field("peak_bytes", static_cast<std::int64_t>(e.peak)).field("fits", e.fits);
   j.key("plan").begin_object();
-  j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp);
+  j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp).field("cp", p.cp);
+  j.field("attention", p.flash_attention ? "flash" : "eager").field("precision", to_string(p.precision));
   j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none").field("virtual_stages", p.virtual_stages);
   j.field("micro_batch", static_cast<std::int64_t>(p.micro_batch)).field("micro_batches", static_cast<std::int64_t>(p.grad_accum));
   j.field("zero_stage", p.zero_stage).field("fsdp", to_string(p.spec.fsdp));
@@ -379,7 +425,7 @@ std::string search_to_json(const SearchResult& r) {
 std::string search_to_csv(const SearchResult& r) {
   std::ostringstream os;
   os << "rank,iteration_time_s,tokens_per_s,mfu,peak_bytes,dp,tp,pp,schedule,virtual_stages,micro_batch,micro_batches,"
-        "sharding,offload,recompute,sequence_parallel,placement,pareto\n";
+        "sharding,offload,recompute,sequence_parallel,placement,pareto,cp,attention,precision\n";
   int i = 1;
   for (const auto& e : r.top) {
     const ResolvedPlan& p = e.plan;
@@ -391,7 +437,8 @@ std::string search_to_csv(const SearchResult& r) {
        << (p.pp > 1 ? to_string(p.schedule) : "none") << "," << p.virtual_stages << "," << p.micro_batch << ","
        << p.grad_accum << "," << sharding_text(p) << "," << offload_text(p) << "," << to_string(p.recompute) << ","
        << (p.sequence_parallel ? "true" : "false") << "," << (p.pp > 1 && p.dp > 1 ? std::string(p.spec.placement).replace(2, 1, "-").replace(5, 1, "-") : std::string("-")) << ","
-       << (on_front ? "true" : "false") << "\n";
+       << (on_front ? "true" : "false") << "," << p.cp << "," << (p.flash_attention ? "flash" : "eager") << ","
+       << to_string(p.precision) << "\n";
   }
   return os.str();
 }

@@ -25,6 +25,27 @@ struct GptConfig {
   bool dropout = true;             ///< dropout after attention, residuals, embeddings
 };
 
+/// A decoder of the Llama family (HuggingFace LlamaForCausalLM; Mistral,
+/// Qwen2 and Qwen3 are the same with the flags below): RMSNorm, rotary
+/// positions, grouped-query attention, SwiGLU MLP, no biases by default.
+struct LlamaConfig {
+  std::string name = "llama";
+  int layers = 32;                 ///< num_hidden_layers
+  std::int64_t hidden = 4096;      ///< hidden_size (h)
+  std::int64_t heads = 32;         ///< num_attention_heads (a)
+  std::int64_t kv_heads = 0;       ///< num_key_value_heads (0: heads)
+  std::int64_t head_dim = 0;       ///< head_dim (0: hidden / heads)
+  std::int64_t intermediate = 11008;  ///< intermediate_size (f)
+  std::int64_t vocab = 32000;      ///< vocab_size (V)
+  std::int64_t seq_len = 4096;     ///< max_position_embeddings
+  bool tied_head = false;          ///< tie_word_embeddings
+  bool qkv_bias = false;           ///< q/k/v projections have biases (attention_bias; Qwen2)
+  bool o_bias = false;             ///< o_proj has a bias (attention_bias)
+  bool mlp_bias = false;           ///< mlp_bias
+  bool qk_norm = false;            ///< RMSNorm on each head's q and k (Qwen3)
+  std::int64_t sliding_window = 0; ///< keys a query sees (Mistral; 0: all)
+};
+
 /// A BERT encoder (post-LayerNorm), with the pooler as HuggingFace's BertModel.
 struct BertConfig {
   std::string name = "bert";
@@ -38,6 +59,10 @@ struct BertConfig {
   bool pooler = true;                    ///< BertModel's pooler (dense + tanh)
   std::int64_t num_labels = 0;           ///< classifier head on the pooler (0: none)
   bool dropout = true;
+  /// BertForMaskedLM's head: a dense + GeLU + LayerNorm transform and a
+  /// decoder to the vocabulary tied to the word embeddings, with its own
+  /// bias (HuggingFace's BertOnlyMLMHead); that class has no pooler.
+  bool mlm_head = false;
 };
 
 /// The seeds' classifier: a bidirectional LSTM over precomputed embeddings,
@@ -54,6 +79,7 @@ struct BiLstmConfig {
 
 sim::ModelPtr make_gpt(const GptConfig& c);
 sim::ModelPtr make_bert(const BertConfig& c);
+sim::ModelPtr make_llama(const LlamaConfig& c);
 sim::ModelPtr make_bilstm(const BiLstmConfig& c);
 
 /// Built-in names: gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base,

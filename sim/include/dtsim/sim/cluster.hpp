@@ -11,11 +11,16 @@
 
 namespace dtsim::sim {
 
-/// Numeric precision of weights and activations.
-enum class Precision { kFp32, kFp16, kBf16 };
-/// "fp32", "fp16", "bf16".
+/// Numeric precision of weights and activations. kFp8 is FP8 training as
+/// Transformer Engine and torchao run it: the GEMMs of the transformer blocks
+/// in FP8 with per-tensor scales, everything else (weights, gradients,
+/// activations, attention, norms) in bf16 with fp32 master weights (Note
+/// [FP8 training] in sim/src/cost/cost_compute.cpp).
+enum class Precision { kFp32, kFp16, kBf16, kFp8 };
+/// "fp32", "fp16", "bf16", "fp8".
 const char* to_string(Precision p);
-/// Bytes per element of the working (compute) precision.
+/// Bytes per element of the working (compute) precision: 4 in fp32, else 2
+/// (under fp8 the stored weights, gradients and activations stay bf16).
 int element_bytes(Precision p);
 
 /// One accelerator (or the host CPU used as a device).
@@ -26,10 +31,14 @@ struct DeviceSpec {
   FlopsPerSec peak_tf32 = 0;        ///< dense TF32 tensor cores (0: none; fp32 GEMMs use peak_fp32)
   FlopsPerSec peak_fp16 = 0;        ///< dense FP16 tensor cores (or FP16 ALUs)
   FlopsPerSec peak_bf16 = 0;        ///< dense BF16 (0: unsupported)
+  FlopsPerSec peak_fp8 = 0;         ///< dense FP8 tensor cores (0: none; Hopper, Ada and later)
   BytesPerSec memory_bandwidth = 0; ///< DRAM/HBM bandwidth
   int compute_units = 1;            ///< SMs (or cores): sets GEMM wave quantisation
   double gemm_efficiency = 0.75;    ///< best fraction of peak a large GEMM reaches
   double memory_efficiency = 0.80;  ///< fraction of bandwidth memory-bound kernels reach
+  /// Fraction of peak a fused attention kernel reaches, forward and
+  /// backward (0: the GEMM efficiency); Note [Fused attention] in cost_compute.cpp.
+  double attention_efficiency = 0;
   TimeNs kernel_launch = 4 * kNsPerUs;  ///< fixed cost per kernel launch
   Bytes runtime_reserved = 0;       ///< context + allocator overhead outside tensors
   /// Bytes of a saved dropout mask element (WorkloadShape::mask_bytes); 0:
@@ -47,7 +56,8 @@ struct DeviceSpec {
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
   std::string source;               ///< where the figures come from
-  /// Peak dense FLOP/s for GEMMs in precision p.
+  /// Peak dense FLOP/s for GEMMs in precision p (kFp8: the FP8 GEMMs; 0 where
+  /// the device has no FP8, which resolve() refuses before anything asks).
   FlopsPerSec peak_for(Precision p) const;
 };
 
@@ -58,7 +68,7 @@ const DeviceSpec* find_device(const std::string& name);
 
 /// A point-to-point link class.
 struct LinkSpec {
-  std::string type;               ///< "nvlink", "pcie", "infiniband", "ethernet", "shm"
+  std::string type;               ///< "nvlink", "xgmi" (AMD Infinity Fabric), "pcie", "infiniband", "ethernet", "shm"
   BytesPerSec bandwidth = 0;      ///< per GPU, per direction
   TimeNs latency = 0;             ///< per hop
 };

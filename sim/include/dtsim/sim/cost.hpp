@@ -41,6 +41,11 @@ struct CommGroup {
 /// numbered consecutively: `members` ranks (0: the axis's size) `step`
 /// coordinates apart (a sub-group, as FSDP's HYBRID_SHARD splits dp).
 CommGroup axis_group(const Mesh& mesh, Axis axis, int per_node, int members = 0, int step = 1);
+/// The gradient communicator of a plan: the data-parallel axis, or with
+/// context parallelism the data- and context-parallel axes together
+/// (Megatron-Core reduces gradients and shards the distributed optimizer
+/// over its dp x cp group; torchtitan shards FSDP over dp_shard x cp).
+CommGroup data_group(const Mesh& mesh, int per_node);
 
 /// The cost of one collective, split so the engine can share link bandwidth:
 /// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
@@ -84,6 +89,17 @@ class AnalyticCommModel final : public CommModel {
 
 /// Which half of a layer's work.
 enum class Pass { kForward, kBackward };
+
+/// The precision a layer's kernels run in under plan precision p: p itself,
+/// except that under fp8 only transformer blocks have FP8 GEMMs (Transformer
+/// Engine's modules); every other layer (embeddings, LM head, pooler, LSTMs)
+/// runs as bf16 (Note [FP8 training] in cost_compute.cpp).
+Precision kernel_precision(const Layer& layer, Precision p);
+
+/// Under fp8, the time of Transformer Engine's cast of a GEMM's input to
+/// FP8 before it (a memory-bound pass: read at 2 bytes an element, write 1,
+/// amax on the way; Note [FP8 training]); 0 for other kernels and precisions.
+TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device);
 
 /// A layer's memory as calibration measured it (Note [Layer memory] in
 /// cost_profile.cpp): above what the forward leaves allocated, the most it

@@ -82,7 +82,7 @@ class ProfileCosts {
     double tokens = 0, forward = 1, backward = 1;
   };
   std::unordered_map<std::string, std::vector<StepRatio>> in_step_;  ///< by layer_key, ascending tokens
-  std::array<std::optional<FitTerms>, 12> kernels_;  ///< 4 fitted classes x 3 precisions
+  std::array<std::optional<FitTerms>, 16> kernels_;  ///< 4 fitted classes x 4 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::string, FitTerms> copies_;
   std::vector<const KernelSample*> adam_, adam_mixed_, sgd_, bucket_in_, bucket_out_, host_adam_;

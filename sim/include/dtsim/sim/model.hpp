@@ -47,6 +47,12 @@ struct Kernel {
   Flops flops = 0;               ///< floating-point ops of one launch
   Bytes bytes = 0;               ///< bytes read + written by one launch
   std::int64_t repeat = 1;       ///< sequential launches (LSTM time steps)
+  /// Part of the attention a context-parallel ring overlaps its K/V
+  /// exchange with (Layer::cp_forward, cp_backward).
+  bool cp_overlap = false;
+  /// A fused attention kernel (FlashAttention, SDPA's flash path): priced
+  /// at the device's attention efficiency, not as a batched GEMM.
+  bool fused = false;
 };
 
 /// The shape of the work a layer is asked to describe.
@@ -64,6 +70,23 @@ struct WorkloadShape {
   bool fused_rnn = true;
   int tp = 1;                    ///< tensor-parallel degree (Megatron-LM column/row split)
   bool sequence_parallel = false;  ///< Korthikanti et al. 2022: norms and dropout sharded over the sequence
+  /// Attention runs fused, as FlashAttention and SDPA do (Dao et al. 2022):
+  /// the s x s scores are never stored; forward keeps the output and the
+  /// log-sum-exp, backward recomputes the scores block by block, and a causal
+  /// mask skips the blocks above the diagonal. False: eager attention, which
+  /// keeps the scores and the softmax (Note [Activation memory]).
+  bool flash_attention = false;
+  /// Context-parallel degree: each sequence of `seq_len` tokens is split over
+  /// cp ranks, which exchange keys and values for attention (Note [Context
+  /// parallelism] in models/src/layers.cpp). `seq_len` stays the whole sequence.
+  int cp = 1;
+  /// K/V reach every context-parallel rank by a ring of point-to-point
+  /// sends overlapped with attention (Megatron-Core's `p2p`, the default), or
+  /// by one all-gather before it (`all_gather`, the Llama 3 paper's scheme).
+  bool cp_all_gather = false;
+  /// Linear layers run in FP8 (Transformer Engine, torchao float8): their
+  /// saved inputs take 1 byte an element; everything else stays in act_bytes.
+  bool fp8 = false;
 };
 
 /// Collectives a layer needs over its tensor-parallel group, per micro-batch
@@ -108,6 +131,12 @@ struct Layer {
   /// Tensor-parallel collectives (empty when tp = 1), serial with the
   /// layer's kernels as Megatron-LM runs them.
   std::vector<LayerComm> tp_forward, tp_backward;
+  /// Context-parallel exchange of keys and values (empty when cp = 1), over
+  /// Axis::kCp: with the p2p ring, cp - 1 send/recv steps each overlapped
+  /// with the attention of the block in hand (the kernels marked cp_overlap);
+  /// with all_gather, one all-gather before attention (and a reduce-scatter
+  /// of the K/V gradients after its backward).
+  std::vector<LayerComm> cp_forward, cp_backward;
   /// Selective recompute (Korthikanti et al. 2022, section 5): the attention
   /// core (QK^T, softmax, its dropout, attention over V) is not kept but
   /// recomputed in backward. These are the bytes of `saved_bytes` it frees
@@ -147,6 +176,11 @@ class Model {
   /// Why tensor parallelism of degree `tp` is impossible for this model
   /// ("12 heads are not divisible by 5"), or "" if it is possible.
   virtual std::string tp_error(int tp) const = 0;
+  /// Why context parallelism of degree `cp` is impossible for this model,
+  /// or "" if it is possible (decoders split their sequences; others not).
+  virtual std::string cp_error(int cp) const {
+    return cp == 1 ? "" : "this model has no context-parallel split (only decoders of the GPT and Llama families)";
+  }
   /// Model FLOPs of forward + backward for one micro-batch, without recompute
   /// (Korthikanti et al. 2022, Eq. 7, for transformers); the numerator of MFU.
   virtual Flops model_flops(const WorkloadShape& shape) const = 0;

@@ -28,12 +28,22 @@ enum class Schedule { kGpipe, k1f1b, kInterleaved, kNaive };
 /// (FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0 i.e. DDP, HYBRID_SHARD = 3
 /// within a node and replication across nodes).
 enum class FsdpMode { kNone, kFullShard, kShardGradOp, kNoShard, kHybridShard };
+/// How attention runs: `auto` picks what the device and precision would run
+/// (flash on a GPU in fp16/bf16/fp8, eager otherwise); `eager` keeps the
+/// scores and softmax; `flash` is FlashAttention / SDPA (WorkloadShape).
+enum class Attention { kAuto, kEager, kFlash };
+/// How context parallelism moves K/V (Megatron-Core's --cp-comm-type): a
+/// ring of point-to-point sends overlapped with attention, or one
+/// all-gather (the Llama 3 paper, section 3.3.2).
+enum class CpComm { kP2p, kAllGather };
 
 const char* to_string(Optimizer o);
 const char* to_string(Offload o);
 const char* to_string(Recompute r);
 const char* to_string(FsdpMode f);
 const char* to_string(Schedule s);
+const char* to_string(Attention a);
+const char* to_string(CpComm c);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
 /// "--set plan.dp"), so late checks can still point at the source.
@@ -50,17 +60,28 @@ struct PlanSpec {
   int dp = 0;                     ///< data-parallel degree (0: all GPUs / (tp*pp))
   int tp = 1;                     ///< tensor-parallel degree (Megatron-LM)
   int pp = 1;                     ///< pipeline stages
+  int cp = 1;                     ///< context-parallel degree (Megatron-Core --context-parallel-size)
+  CpComm cp_comm = CpComm::kP2p;  ///< Megatron-Core --cp-comm-type: p2p or all_gather
+  Attention attention = Attention::kAuto;
   int model_parallel = 0;         ///< naive layer split over this many GPUs (sets pp, schedule naive)
   Schedule schedule = Schedule::k1f1b;
   int virtual_stages = 0;         ///< model chunks per GPU (interleaved; 0: 2)
   std::vector<int> stage_layers;  ///< layers per stage (empty: balanced by cost)
   bool sequence_parallel = false; ///< Korthikanti et al. 2022 (needs tp > 1)
+  /// Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers):
+  /// sequence parallelism's all-gathers and reduce-scatters pipelined with
+  /// the GEMMs beside them (needs sequence_parallel).
+  bool tp_comm_overlap = false;
   std::string placement = "tp,pp,dp";  ///< rank order, innermost first
   std::int64_t micro_batch = 0;   ///< sequences per GPU per micro-step
   std::int64_t grad_accum = 0;    ///< micro-steps per iteration (= micro_batches of a pipeline)
   std::int64_t global_batch = 0;  ///< sequences per iteration over all replicas
   std::int64_t seq_len = 0;       ///< 0: the model's maximum
   Precision precision = Precision::kFp32;
+  /// Under fp8, ZeRO-3 / FSDP gather the GEMM weights in FP8, 1 byte an
+  /// element (torchao's enable_fsdp_float8_all_gather, Megatron-LM's
+  /// --fp8-param-gather; both off by default).
+  bool fp8_param_gather = false;
   Optimizer optimizer = Optimizer::kAdamW;
   int zero_stage = 0;
   FsdpMode fsdp = FsdpMode::kNone;
@@ -75,9 +96,12 @@ struct PlanSpec {
 /// A plan checked against a model and a cluster, every figure filled in.
 struct ResolvedPlan {
   PlanSpec spec;                  ///< as written (for reporting)
-  int dp = 1, tp = 1, pp = 1;
+  int dp = 1, tp = 1, pp = 1, cp = 1;
+  CpComm cp_comm = CpComm::kP2p;
+  bool flash_attention = false;   ///< Attention::kAuto resolved for the device and precision
   std::int64_t micro_batch = 1, grad_accum = 1, global_batch = 1, seq_len = 1;
   Precision precision = Precision::kFp32;
+  bool fp8_param_gather = false;  ///< PlanSpec::fp8_param_gather (needs fp8)
   Optimizer optimizer = Optimizer::kAdamW;
   int zero_stage = 0;             ///< effective stage, after mapping `fsdp`
   bool fsdp = false;              ///< lowered as PyTorch FSDP (per-layer units)
@@ -91,13 +115,14 @@ struct ResolvedPlan {
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
   int virtual_stages = 1;         ///< model chunks per pipeline rank
   bool sequence_parallel = false;
+  bool tp_comm_overlap = false;
   /// Layers per stage as given, or as lowering balanced them (one entry per
   /// model chunk: pp x virtual_stages). Counts every layer of Model::layers.
   std::vector<int> stage_layers;
   /// The ranks over the plan's axes, laid out as `spec.placement` orders
   /// them; dp, tp and pp above are its sizes. Groups come from here.
   Mesh mesh;
-  int gpus_used() const { return dp * tp * pp; }
+  int gpus_used() const { return dp * tp * pp * cp; }
 };
 
 /// Checks `spec` against model and cluster; throws ConfigError on the first

@@ -41,8 +41,21 @@ class PlanRules {
   /// Pipeline degrees with tensor-parallel degree tp: divisors of gpus / tp
   /// with at least one layer per stage.
   std::vector<int> pp_values(int tp) const;
-  /// Data-parallel degrees with tp and pp: divisors of gpus / (tp x pp).
-  std::vector<int> dp_values(int tp, int pp) const;
+  /// Data-parallel degrees with tp, pp and cp: divisors of gpus / (tp x pp x cp).
+  std::vector<int> dp_values(int tp, int pp, int cp = 1) const;
+  /// Context-parallel degrees with tensor-parallel degree tp for sequences
+  /// of seq_len tokens: divisors of gpus / tp that cut a sequence into 2 cp
+  /// equal chunks (Megatron-Core's load balancing), where the model splits
+  /// its sequences (Model::cp_error); {1} otherwise.
+  std::vector<int> cp_values(int tp, std::int64_t seq_len) const;
+  /// Ways K/V reach the context-parallel ranks (none to choose when cp = 1).
+  std::vector<CpComm> cp_comms(int cp) const;
+  /// Attention implementations: eager, and fused where the model has attention.
+  std::vector<Attention> attentions() const;
+  /// Whether attention `a` runs fused in precision p: `auto` is what the
+  /// device would run (PyTorch's SDPA and Megatron-Core pick a fused kernel
+  /// on a GPU in 16- and 8-bit training; eager on CPUs and in fp32).
+  bool flash_attention(Attention a, Precision p) const;
   /// Schedules for pp stages (one stage: none to choose; 1F1B names it).
   std::vector<Schedule> schedules(int pp) const;
   /// Model chunks per GPU of the interleaved schedule with pp stages and

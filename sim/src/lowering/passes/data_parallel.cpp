@@ -102,8 +102,14 @@ class LayerBuckets final : public StrategyPass {
   void after_step(int, TaskId step) override {
     LayerContext& c = ctx_;
     if (c.zero == 0 || c.n == 1) return;
-    // ZeRO-1/2: all-gather the updated parameter shards (working precision).
-    const Bytes all = c.params * c.w, buffers = c.gather_bytes(all);
+    // ZeRO-1/2: all-gather the updated parameter shards (working precision;
+    // the FP8 GEMM weights at 1 byte under fp8_param_gather, Megatron-LM's
+    // --fp8-param-gather of its distributed optimizer).
+    Bytes all = c.params * c.w;
+    if (c.plan.fp8_param_gather) {
+      for (const Layer& L : c.layers) all -= fp8_gemms(L, c.plan.precision).weight_elements * (c.w - 1);
+    }
+    const Bytes buffers = c.gather_bytes(all);
     std::vector<MemOp> on_start, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
@@ -206,7 +212,8 @@ class ChunkBuckets final : public StrategyPass {
   void after_step(int s, TaskId step) override {
     ChunkContext& c = ctx_;
     if (c.plan.zero_stage != 1 || c.plan.shard_group <= 1) return;
-    const Bytes all = c.rank_params[static_cast<std::size_t>(s)] * c.w;
+    Bytes all = c.rank_params[static_cast<std::size_t>(s)] * c.w;
+    if (c.plan.fp8_param_gather) all -= c.rank_fp8[static_cast<std::size_t>(s)].weight_elements * (c.w - 1);
     c.b.collective("all_gather params", s, c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, all,
                    c.comm.collective(CollectiveOp::kAllGather, all, c.dp_group), {step});
   }

@@ -23,6 +23,10 @@
 // all-to-all, then a local sum, as dtsim validate's runtime does in LibTorch
 // 1.13); a Gloo all-gather takes a copy of the shard and gathers into a flat
 // buffer of the whole before copying out, where NCCL gathers in place.
+// Under fp8 with fp8_param_gather the transformer blocks' GEMM weights are
+// gathered in FP8, 1 byte an element (torchao's
+// Float8LinearConfig.enable_fsdp_float8_all_gather, Megatron-LM's
+// --fp8-param-gather; Note [FP8 memory] in lowering/emitter.hpp).
 #include <string>
 
 #include "dtsim/sim/buckets.hpp"
@@ -108,7 +112,7 @@ class ShardedParameters final : public StrategyPass {
   /// A gathered layer's parameters go when its pass ends.
   void free_gathered(const At& at, std::vector<MemOp>& on_end) const {
     const Layer& L = ctx_.layers[at.unit];
-    if (gathered(L)) on_end.push_back({MemCategory::kParameters, -ctx_.full_param_bytes(L)});
+    if (gathered(L)) on_end.push_back({MemCategory::kParameters, -ctx_.gathered_param_bytes(L)});
   }
 
   /// (Offloaded parameters up, then) the all-gather of layer l; `after`
@@ -117,10 +121,12 @@ class ShardedParameters final : public StrategyPass {
     LayerContext& c = ctx_;
     const Layer& L = c.layers[l];
     std::vector<TaskId> deps = std::move(after);
-    const Bytes full = c.full_param_bytes(L);
     if (c.plan.offload_params == Offload::kCpu) {
-      deps.push_back(c.copy(c.tag(m, std::string("h2d params ") + L.name), LayerContext::ceil_div(full, c.n), Stream::kH2D, deps));
+      // The bf16 shard comes up; FP8 casts happen on the device.
+      const Bytes shard = LayerContext::ceil_div(c.full_param_bytes(L), c.n);
+      deps.push_back(c.copy(c.tag(m, std::string("h2d params ") + L.name), shard, Stream::kH2D, deps));
     }
+    const Bytes full = c.gathered_param_bytes(L);
     const Bytes buffers = c.gather_bytes(full);
     std::vector<MemOp> on_start{{MemCategory::kParameters, full}}, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);

@@ -4,9 +4,41 @@
 // stream as Megatron runs them. A layer's or chunk's collectives are one
 // task, priced as one flow (sum_costs in lowering_common.hpp) over the
 // tensor-parallel group of the mesh.
+#include <algorithm>
+
+#include "lowering/lowering_common.hpp"
 #include "lowering/pass.hpp"
 
 namespace dtsim::sim::detail {
+
+// Note [TP comm overlap]
+// With --tp-comm-overlap Megatron-Core hands sequence parallelism's
+// all-gathers and reduce-scatters to Transformer Engine's userbuffers, which
+// split each GEMM beside one into tp chunks and move chunk i's data while
+// chunk i-1 multiplies (TE's ring-exchange overlap). The first chunk's
+// transfer waits for nothing to hide behind; the other tp - 1 hide behind
+// the GEMMs, so a layer exposes
+//   T_comm / tp + (tp - 1) / tp x max(0, T_comm - T_gemm)
+// with T_comm its collectives' time and T_gemm its GEMMs' in that pass.
+CollectiveCost tp_exposed_cost(const CollectiveCost& cost, const Layer& layer, Pass pass, const ResolvedPlan& plan,
+                               const ComputeModel& compute) {
+  if (!plan.tp_comm_overlap || plan.tp <= 1) return cost;
+  std::vector<Kernel> gemms;
+  for (const auto& k : pass == Pass::kForward ? layer.forward : layer.backward) {
+    if (k.kind == KernelKind::kGemm) gemms.push_back(k);
+  }
+  const double t_gemm = static_cast<double>(compute.kernels_time(gemms, kernel_precision(layer, plan.precision)));
+  const double t_comm = static_cast<double>(cost.total());
+  if (t_comm <= 0) return cost;
+  const double tp = plan.tp;
+  const double exposed = t_comm / tp + (tp - 1) / tp * std::max(0.0, t_comm - t_gemm);
+  CollectiveCost out = cost;
+  const double part = std::min(1.0, exposed / t_comm);
+  out.latency = static_cast<TimeNs>(static_cast<double>(cost.latency) * part);
+  out.wire_bytes *= part;
+  return out;
+}
+
 namespace {
 
 class TensorParallel final : public StrategyPass {

@@ -1,0 +1,227 @@
+// The Llama family, fused attention and context parallelism on the model
+// side: parameter counts against HuggingFace's, K/V projection sizes under
+// grouped-query attention, saved bytes by formula, and the K/V exchange.
+#include <catch2/catch.hpp>
+
+#include "test_util.hpp"
+
+#include <fstream>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/error.hpp"
+
+using namespace dtsim;
+using namespace dtsim::models;
+using dtsim::test::error_of;
+
+namespace {
+
+std::string hf(const std::string& folder) { return std::string(DTSIM_TEST_DATA) + "/hf/" + folder + "/config.json"; }
+
+/// HuggingFace's count for a LlamaForCausalLM-shaped model: embed_tokens
+/// V h; per layer q_proj h(a d), k_proj and v_proj h(kv d) each, o_proj
+/// (a d) h, gate/up/down 3 h f, two RMSNorms 2h (+ q/k-norm weights 2d,
+/// + q/k/v biases (a + 2kv) d); the final norm h; lm_head V h if untied.
+std::int64_t llama_params(std::int64_t layers, std::int64_t h, std::int64_t a, std::int64_t kv, std::int64_t d, std::int64_t f,
+                          std::int64_t v, bool tied, bool qk_norm = false, bool qkv_bias = false) {
+  const std::int64_t block = h * a * d + 2 * h * kv * d + a * d * h + 3 * h * f + 2 * h + (qk_norm ? 2 * d : 0) +
+                             (qkv_bias ? (a + 2 * kv) * d : 0);
+  return v * h + layers * block + h + (tied ? 0 : v * h);
+}
+
+sim::WorkloadShape shape(std::int64_t b, std::int64_t s, int e) {
+  sim::WorkloadShape w;
+  w.micro_batch = b;
+  w.seq_len = s;
+  w.act_bytes = e;
+  return w;
+}
+
+}  // namespace
+
+TEST_CASE("Llama-family parameter counts equal HuggingFace's, from config.json and built in", "[llama]") {
+  // Published totals (model cards) agree with the formula:
+  // Llama-3-8B 8,030,261,248; -70B 70,553,706,496; 3.1-405B 405,853,388,800;
+  // Mistral-7B 7,241,732,096; Qwen3-8B 8,190,735,360 (tests/data/hf/PARAMS.md).
+  const std::int64_t l8 = llama_params(32, 4096, 32, 8, 128, 14336, 128256, false);
+  const std::int64_t l70 = llama_params(80, 8192, 64, 8, 128, 28672, 128256, false);
+  const std::int64_t l405 = llama_params(126, 16384, 128, 8, 128, 53248, 128256, false);
+  const std::int64_t m7 = llama_params(32, 4096, 32, 8, 128, 14336, 32000, false);
+  const std::int64_t q8 = llama_params(36, 4096, 32, 8, 128, 12288, 151936, false, true);
+  // Qwen2-7B: 28 layers, h 3584, 28 heads of 128, 4 KV heads, f 18944,
+  // V 152064, q/k/v biases (o_proj has none), untied.
+  const std::int64_t q2 = llama_params(28, 3584, 28, 4, 128, 18944, 152064, false, false, true);
+  CHECK(l8 == 8'030'261'248);
+  CHECK(l70 == 70'553'706'496);
+  CHECK(l405 == 405'853'388'800);
+  CHECK(m7 == 7'241'732'096);
+  CHECK(q8 == 8'190'735'360);
+  CHECK(load_model(hf("llama-3-8b"))->parameters() == l8);
+  CHECK(load_model(hf("llama-3-70b"))->parameters() == l70);
+  CHECK(load_model(hf("llama-3.1-405b"))->parameters() == l405);
+  CHECK(load_model(hf("mistral-7b"))->parameters() == m7);
+  CHECK(load_model(hf("qwen3-8b"))->parameters() == q8);
+  CHECK(load_model(hf("qwen2-7b"))->parameters() == q2);
+  CHECK(load_model("llama-3-8b")->parameters() == l8);
+  CHECK(load_model("llama-3-70b")->parameters() == l70);
+  CHECK(load_model("llama-3.1-405b")->parameters() == l405);
+  CHECK(load_model("mistral-7b")->parameters() == m7);
+  CHECK(load_model("qwen3-8b")->parameters() == q8);
+  // llama-tiny: 2 layers, h 128, 4 heads of 32, 2 KV heads, f 352, V 1024, untied: 631,424.
+  CHECK(load_model("llama-tiny")->parameters() == 631'424);
+  // BertForMaskedLM (architectures): no pooler, the MLM transform and the
+  // decoder's bias: 109,514,298.
+  CHECK(load_model(hf("bert-base-mlm"))->parameters() == 109'514'298);
+}
+
+TEST_CASE("a config.json is named from _name_or_path or its folder, not 'config'", "[llama]") {
+  CHECK(load_model(hf("llama-3-8b"))->name() == "llama-3-8b");
+  CHECK(load_model(hf("qwen3-8b"))->name() != "config");
+}
+
+TEST_CASE("grouped-query attention: K and V projections per KV head, split by tp", "[llama]") {
+  const auto m = load_model("llama-3-8b");
+  auto w = shape(1, 8192, 2);
+  const auto one = m->layers(w);
+  REQUIRE(one.size() == 34);
+  // QKV as one GEMM: (32 + 2 x 8) heads of 128 = 6144 columns.
+  CHECK(one[1].forward[1].name == "attn.qkv");
+  CHECK(one[1].forward[1].n == 6144);
+  // Its parameters: 4096 x 6144 + o_proj 4096^2 + 3 x 4096 x 14336 + 2 x 4096.
+  CHECK(one[1].params == 4096LL * 6144 + 4096LL * 4096 + 3LL * 4096 * 14336 + 2 * 4096);
+  w.tp = 8;
+  const auto split = m->layers(w);
+  CHECK(split[1].forward[1].n == (4 + 2 * 1) * 128);
+  CHECK(split[1].params == (4096LL * 6144 + 4096LL * 4096 + 3LL * 4096 * 14336) / 8 + 2 * 4096);
+  CHECK(m->tp_error(16) == "8 key/value heads (num_key_value_heads) are not divisible by tp=16");
+}
+
+TEST_CASE("fused attention keeps the output and log-sum-exp, not the scores", "[llama][attention]") {
+  const auto m = load_model("llama-tiny");  // h 128, a 4, kv 2, d 32, f 352
+  const std::int64_t b = 2, s = 128, t = b * s, h = 128, e = 2, f = 352;
+  auto w = shape(b, s, e);
+  const sim::Layer eager = m->layers(w)[1];
+  w.flash_attention = true;
+  const sim::Layer flash = m->layers(w)[1];
+  // Note [Llama activations]: two RMSNorms (4 + e) th + 4t + e th each; Q
+  // and o_proj's input e t a d each; SwiGLU (3e + e) t f.
+  const std::int64_t norms = 2 * ((4 + e) * t * h + 4 * t + e * t * h);
+  const std::int64_t mlp = 4 * e * t * f;
+  const std::int64_t q = t * 4 * 32, kv = t * 2 * 32;
+  // Eager (HF): K and V expanded to the 4 query heads (2 e b s a d), the
+  // fp32 softmax and its e-byte cast over b a s^2.
+  const std::int64_t scores = b * 4 * s * s;
+  CHECK(eager.saved_bytes == norms + e * q + e * q + 2 * e * b * s * 4 * 32 + (e + 4) * scores + mlp);
+  CHECK(eager.attention_core_bytes == 2 * e * b * s * 4 * 32 + (e + 4) * scores);
+  // Fused: local K and V, the output O beside o_proj's input, and the fp32
+  // log-sum-exp per query row and head.
+  CHECK(flash.saved_bytes == norms + e * q + 2 * e * kv + e * q + e * q + 4 * b * 4 * s + mlp);
+  CHECK(flash.attention_core_bytes == 0);
+  CHECK(flash.attention_core.empty());
+  CHECK(flash.signature.find(",flash=1") != std::string::npos);
+  // Its FLOPs: QK^T and PV, 4 b a s^2 d, halved by the causal mask; the
+  // backward's five matmuls 2.5x that.
+  const sim::Kernel* fwd = nullptr;
+  for (const auto& k : flash.forward) {
+    if (k.name == "attn.flash") fwd = &k;
+  }
+  REQUIRE(fwd != nullptr);
+  CHECK(fwd->flops == Approx(4.0 * b * 4 * s * s * 32 * 0.5));
+  double bwd = 0;
+  for (const auto& k : flash.backward) {
+    if (k.name == "attn.flash.bwd") bwd = k.flops;
+  }
+  CHECK(bwd == Approx(2.5 * fwd->flops));
+  // MFU counts attention whole, as eager computes it.
+  w.flash_attention = false;
+  CHECK(m->model_flops(w) > 0);
+}
+
+TEST_CASE("a sliding window bounds the keys a fused kernel visits", "[llama][attention]") {
+  // Mistral's window 4096 at s = 8192: rows see min(i, w) keys, sum =
+  // w s - w(w-1)/2 of the s^2 scores.
+  const auto m = load_model("mistral-7b");
+  auto w = shape(1, 8192, 2);
+  w.flash_attention = true;
+  const auto l = m->layers(w)[1];
+  double flops = 0;
+  for (const auto& k : l.forward) {
+    if (k.name == "attn.flash") flops = k.flops;
+  }
+  const double pairs = 4096.0 * 8192 - 4096.0 * 4095 / 2;
+  CHECK(flops == Approx(4.0 * 32 * 128 * pairs));
+}
+
+TEST_CASE("context parallelism divides activations by cp and passes K/V around the ring", "[llama][cp]") {
+  const auto m = load_model("llama-3-8b");
+  const std::int64_t b = 1, s = 8192, e = 2, cp = 4;
+  auto w = shape(b, s, e);
+  w.flash_attention = true;
+  const sim::Layer whole = m->layers(w)[1];
+  w.cp = cp;
+  const sim::Layer part = m->layers(w)[1];
+  // Fused attention keeps only per-token tensors: exactly a cp-th.
+  CHECK(part.saved_bytes * cp == whole.saved_bytes);
+  CHECK(part.signature.find(",cp=4") != std::string::npos);
+  // Each of cp - 1 ring steps moves this rank's K and V: 2 e b (s/cp) kv d.
+  const std::int64_t block = 2 * e * b * (s / cp) * 8 * 128;
+  REQUIRE(part.cp_forward.size() == 1);
+  CHECK(part.cp_forward[0].op == sim::CollectiveOp::kSendRecv);
+  CHECK(part.cp_forward[0].axis == sim::Axis::kCp);
+  CHECK(part.cp_forward[0].bytes == block);
+  CHECK(part.cp_forward[0].count == cp - 1);
+  // Backward passes K/V and their gradients: twice the bytes.
+  REQUIRE(part.cp_backward.size() == 1);
+  CHECK(part.cp_backward[0].bytes == 2 * block);
+  // The ring hides behind the attention kernels it marks.
+  bool marked = false;
+  for (const auto& k : part.forward) marked = marked || (k.cp_overlap && k.name == "attn.flash");
+  CHECK(marked);
+  // The all-gather variant gathers the whole sequence's K/V once, and
+  // backward gathers again and reduce-scatters their gradients.
+  w.cp_all_gather = true;
+  const sim::Layer ag = m->layers(w)[1];
+  REQUIRE(ag.cp_forward.size() == 1);
+  CHECK(ag.cp_forward[0].op == sim::CollectiveOp::kAllGather);
+  CHECK(ag.cp_forward[0].bytes == cp * block);
+  REQUIRE(ag.cp_backward.size() == 2);
+  CHECK(ag.cp_backward[1].op == sim::CollectiveOp::kReduceScatter);
+  // Embedding and head work on this rank's s/cp tokens: the head keeps the
+  // fp32 log-softmax of b (s/cp) tokens over the vocabulary, among others.
+  CHECK(m->layers(w).back().backward_workspace_bytes == 8 * b * (s / cp) * 128256);
+}
+
+TEST_CASE("FP8 saves the Linear layers' inputs at 1 byte", "[llama][fp8]") {
+  const auto m = load_model("llama-tiny");
+  const std::int64_t b = 1, s = 128, t = b * s, h = 128, e = 2, f = 352;
+  auto w = shape(b, s, e);
+  w.flash_attention = true;
+  const sim::Layer bf16 = m->layers(w)[1];
+  w.fp8 = true;
+  const sim::Layer fp8 = m->layers(w)[1];
+  // Four GEMM inputs go from e to 1 byte: q/k/v's and gate/up's (t h
+  // each), o_proj's (t a d = t h here) and down_proj's (t f).
+  CHECK(bf16.saved_bytes - fp8.saved_bytes == (e - 1) * (2 * t * h + t * h + t * f));
+}
+
+TEST_CASE("bad Llama-family input: one line naming file, key and what is valid", "[llama]") {
+  const std::string dir = std::string(DTSIM_TEST_DATA) + "/hf/";
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.kv_heads=3")}); }),
+             Catch::Contains("model.kv_heads: 3 does not divide the 4 attention heads") && Catch::Contains("valid: 1, 2, 4"));
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.qk_norm=maybe")}); }),
+             Catch::Contains("model.qk_norm"));
+  // config.json: the key where it stands, and what is valid.
+  dtsim::test::TempDir dir_json("llama-bad");
+  auto write = [&](const std::string& name, const std::string& text) {
+    std::ofstream(dir_json.file(name)) << text;
+    return dir_json.file(name);
+  };
+  const std::string kv = write("kv.json", "{\"model_type\": \"llama\",\n \"num_attention_heads\": 32,\n \"num_key_value_heads\": 6\n}\n");
+  CHECK_THAT(error_of([&] { load_model(kv); }),
+             Catch::Contains("kv.json:3") && Catch::Contains("config.num_key_value_heads: 6 does not divide the 32 attention heads"));
+  const std::string type = write("t.json", "{\"model_type\": \"mamba\"}\n");
+  CHECK_THAT(error_of([&] { load_model(type); }),
+             Catch::Contains("'mamba' is not supported; valid: gpt2, bert, llama, mistral, qwen2, qwen3"));
+  const std::string arch = write("a.json", "{\"model_type\": \"llama\", \"architectures\": [\"LlamaForSequenceClassification\"]}\n");
+  CHECK_THAT(error_of([&] { load_model(arch); }), Catch::Contains("valid: LlamaForCausalLM"));
+}

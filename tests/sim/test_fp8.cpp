@@ -1,0 +1,351 @@
+// FP8 training (Note [FP8 training] in sim/src/cost/cost_compute.cpp, Note
+// [FP8 memory] in sim/src/lowering/emitter.hpp) and the devices that have
+// it. Every expected value is worked out below from the datasheet figures
+// device_db.cpp cites, or from the formulas of those notes.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <functional>
+#include <memory>
+#include <string>
+
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/executor.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/partition.hpp"
+#include "dtsim/sim/rules.hpp"
+#include "fake_model.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+
+const DeviceSpec& device(const char* name) {
+  const DeviceSpec* d = find_device(name);
+  REQUIRE(d != nullptr);
+  return *d;
+}
+
+/// A GEMM of (m, k) x (k, n), as models/ describes one in bf16.
+Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, KernelKind kind = KernelKind::kGemm) {
+  Kernel g;
+  g.kind = kind;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  g.bytes = 2 * (m * k + k * n + m * n);
+  return g;
+}
+
+/// `blocks` transformer blocks, each one Linear of k x n = `weights`
+/// elements (its only parameters), after an embedding of `embedding`
+/// parameters, which is no FP8 GEMM.
+class LinearModel final : public Model {
+ public:
+  LinearModel(int blocks, std::int64_t k, std::int64_t n, std::int64_t embedding)
+      : blocks_(blocks), k_(k), n_(n), embedding_(embedding) {}
+  std::string name() const override { return "linear"; }
+  std::int64_t parameters() const override { return blocks_ * k_ * n_ + embedding_; }
+  int blocks() const override { return blocks_; }
+  std::int64_t max_seq_len() const override { return 1024; }
+  std::string tp_error(int tp) const override { return tp == 1 ? "" : "no tensor-parallel split"; }
+  std::vector<Layer> layers(const WorkloadShape& s) const override {
+    std::vector<Layer> out;
+    Layer e;
+    e.name = "embedding";
+    e.kind = LayerKind::kEmbedding;
+    e.params = embedding_;
+    Kernel lookup;
+    lookup.kind = KernelKind::kEmbedding;
+    lookup.flops = 1e9;
+    e.forward = {lookup};
+    e.backward = {lookup};
+    out.push_back(e);
+    for (int i = 0; i < blocks_; ++i) {
+      Layer l;
+      l.name = "block" + std::to_string(i);
+      l.kind = LayerKind::kTransformer;
+      l.params = k_ * n_;
+      const Kernel f = gemm(s.micro_batch * s.seq_len, n_, k_);
+      l.forward = {f};
+      l.backward = {f, f};
+      out.push_back(l);
+    }
+    return out;
+  }
+  Flops model_flops(const WorkloadShape& s) const override {
+    return 3.0 * 2.0 * static_cast<double>(blocks_ * k_ * n_ * s.micro_batch * s.seq_len);
+  }
+
+ private:
+  int blocks_;
+  std::int64_t k_, n_, embedding_;
+};
+
+/// 2 GPUs of `dev` with round links (test::round_cluster's).
+ClusterSpec cluster_of(const DeviceSpec& dev) {
+  ClusterSpec c = test::round_cluster();
+  c.device = dev;
+  return c;
+}
+
+struct Lowered {
+  TaskGraph graph;
+  ExecResult exec;
+  /// Bytes of every all-gather.
+  Bytes gathered() const {
+    Bytes b = 0;
+    for (const Task& t : graph.tasks) {
+      if (t.kind == TaskKind::kCollective && t.op == CollectiveOp::kAllGather) b += t.bytes;
+    }
+    return b;
+  }
+  Bytes resident(MemCategory c) const {
+    Bytes b = 0;
+    for (const auto& [category, bytes] : graph.ranks.at(0).resident) {
+      if (category == c) b += bytes;
+    }
+    return b;
+  }
+};
+
+Lowered lower_plan(const Model& m, const std::string& plan_yaml, const ClusterSpec& c) {
+  ResolvedPlan plan = resolve(parse_plan(plan_yaml, "test.yaml"), m, c);
+  const test::FixedCompute compute(1000);
+  const AnalyticCommModel comm(c);
+  partition(plan, m, c, compute, comm);
+  Lowered r;
+  r.graph = lower(m, plan, c, CostModels{&compute, &comm});
+  r.exec = execute(r.graph);
+  return r;
+}
+
+std::string error_of(const std::function<void()>& f) {
+  try {
+    f();
+  } catch (const ConfigError& e) {
+    return e.what();
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("fp8: the devices' FP8 peaks as their datasheets give them", "[fp8][config]") {
+  // H100 SXM5 datasheet: FP8 3,958 TFLOP/s with sparsity, half dense; BF16
+  // 1,979 / 2. H200 and GH200's 96GB H100 have the same compute.
+  for (const char* name : {"H100-SXM", "H100-96GB", "H200"}) {
+    INFO(name);
+    CHECK(device(name).peak_fp8 == Approx(3957.8e12 / 2));
+    CHECK(device(name).peak_bf16 == Approx(1978.8e12 / 2));
+  }
+  // GH200 datasheet: 96GB HBM3 at 4 TB/s.
+  CHECK(device("H100-96GB").memory == 96 * kGiB);
+  CHECK(device("H100-96GB").memory_bandwidth == Approx(4.0e12));
+  // HGX B200, 8 GPUs: FP8 72 and FP16/BF16 36 PFLOP/s with sparsity, TF32
+  // 18, FP32 600 TFLOP/s, 64 TB/s of HBM3e: per GPU dense 72/8/2 = 4.5,
+  // 36/8/2 = 2.25, 18/8/2 = 1.125 PFLOP/s, 0.6/8 = 0.075 and 8 TB/s.
+  const DeviceSpec& b200 = device("B200");
+  CHECK(b200.peak_fp8 == Approx(72e15 / 8 / 2));
+  CHECK(b200.peak_bf16 == Approx(36e15 / 8 / 2));
+  CHECK(b200.peak_fp16 == Approx(36e15 / 8 / 2));
+  CHECK(b200.peak_tf32 == Approx(18e15 / 8 / 2));
+  CHECK(b200.peak_fp32 == Approx(600e12 / 8));
+  CHECK(b200.memory_bandwidth == Approx(64e12 / 8));
+  CHECK(b200.compute_units == 148);
+  // MI300X data sheet: FP8 5,229.8 and FP16/BF16 2,614.9 TFLOP/s with
+  // sparsity (2,614.9 and 1,307.4 dense), FP32 163.4, 192 GB HBM3 at
+  // 5.3 TB/s, 304 CUs.
+  const DeviceSpec& mi = device("MI300X");
+  CHECK(mi.peak_fp8 == Approx(5229.8e12 / 2));
+  CHECK(mi.peak_bf16 == Approx(2614.9e12 / 2).epsilon(1e-4));
+  CHECK(mi.peak_fp32 == Approx(163.4e12));
+  CHECK(mi.memory == 192 * kGiB);
+  CHECK(mi.memory_bandwidth == Approx(5.3e12));
+  CHECK(mi.compute_units == 304);
+  // Ampere and older have no FP8 tensor cores.
+  for (const char* name : {"A100-SXM4-80GB", "A100-SXM4-40GB", "V100-SXM2-16GB", "RTX-2080-Ti", "P100", "K80", "cpu"}) {
+    INFO(name);
+    CHECK(device(name).peak_fp8 == 0);
+  }
+  CHECK(std::string(to_string(Precision::kFp8)) == "fp8");
+  // Under fp8 the weights, gradients and activations stay bf16.
+  CHECK(element_bytes(Precision::kFp8) == 2);
+}
+
+TEST_CASE("fp8: the shipped B200 and MI300X clusters", "[fp8][config]") {
+  // DGX B200: NVLink5 1.8 TB/s per GPU both ways = 900 GB/s per direction;
+  // 8 x 400 Gb/s = 50 GB/s NICs.
+  const ClusterSpec b = load_cluster("dgx-b200");
+  CHECK(b.device.name == "B200");
+  CHECK(b.gpus() == 8);
+  CHECK(b.intra_node.bandwidth == Approx(900e9));
+  CHECK(b.inter_node.bandwidth == Approx(400e9 / 8));
+  CHECK(b.nics_per_node == 8);
+  // MI300X: 7 Infinity Fabric links of 128 GB/s both ways, 64 each way.
+  const ClusterSpec m = load_cluster("mi300x");
+  CHECK(m.device.name == "MI300X");
+  CHECK(m.intra_node.bandwidth == Approx(7 * 64e9));
+  CHECK(m.intra_node.type == "xgmi");
+  CHECK(m.nics_per_node == 8);
+  // A cluster may give a device FP8 peak of its own, as it does the others.
+  const ClusterSpec own = parse_cluster(
+      "name: x\ndevice: {base: A100-SXM4-80GB, peak_fp8_TFLOPs: 624}\nintra_node: {type: nvlink, bandwidth_GBps: 300}\n", "x.yaml");
+  CHECK(own.device.peak_fp8 == Approx(624e12));
+}
+
+TEST_CASE("fp8: a large GEMM runs at the FP8 rate, after its input's cast", "[fp8][compute]") {
+  const DeviceSpec& h100 = device("H100-SXM");
+  const RooflineComputeModel m(h100);
+  // 16384 x 16384 output in 128 x 128 tiles: 16384 tiles over 132 SMs, 125
+  // waves, the last partly empty: 16384 / (125 x 132); k = 8192: 8192 / (8192 + 48).
+  const Kernel k = gemm(16384, 16384, 8192);
+  const double eff = 0.70 * (16384.0 / (125 * 132)) * (8192.0 / (8192 + 48));
+  CHECK(m.gemm_efficiency(16384, 16384, 8192) == Approx(eff));
+  // 4.4e12 FLOPs: 6.4 ms at 989.4 TFLOP/s x eff, against 1.07 GB moved in
+  // 0.4 ms at 3.35 TB/s x 0.8: compute bound in either precision.
+  const TimeNs launch = h100.kernel_launch;
+  const TimeNs bf16 = m.kernel_time(k, Precision::kBf16);
+  CHECK(bf16 == seconds_to_ns(k.flops / (989.4e12 * eff)) + launch);
+  // TE's cast of the (m, k) input: 16384 x 8192 elements read at 2 bytes and
+  // written at 1, at 3.35 TB/s x 0.8: 150.2 us, and its own launch.
+  const TimeNs cast = seconds_to_ns(16384.0 * 8192 * 3 / (3.35e12 * 0.8)) + launch;
+  CHECK(fp8_cast_time(k, Precision::kFp8, h100) == cast);
+  CHECK(ns_to_seconds(cast - launch) == Approx(150.2e-6).epsilon(1e-3));
+  const TimeNs fp8 = m.kernel_time(k, Precision::kFp8);
+  CHECK(fp8 == seconds_to_ns(k.flops / (1978.9e12 * eff)) + launch + cast);
+  // Compute bound, the GEMM itself speeds up by the peaks' ratio: 1978.9 / 989.4.
+  CHECK(static_cast<double>(bf16 - launch) / static_cast<double>(fp8 - launch - cast) == Approx(1978.9 / 989.4).epsilon(1e-6));
+  // No cast outside fp8.
+  CHECK(fp8_cast_time(k, Precision::kBf16, h100) == 0);
+}
+
+TEST_CASE("fp8: attention, memory-bound kernels and layers without FP8 GEMMs run as bf16", "[fp8][compute]") {
+  const DeviceSpec& h100 = device("H100-SXM");
+  const RooflineComputeModel m(h100);
+  // Transformer Engine's attention stays bf16 (fp8_dpa off): same time, no cast.
+  Kernel scores = gemm(2048, 2048, 128, KernelKind::kAttention);
+  scores.batch = 256;
+  CHECK(m.kernel_time(scores, Precision::kFp8) == m.kernel_time(scores, Precision::kBf16));
+  CHECK(fp8_cast_time(scores, Precision::kFp8, h100) == 0);
+  Kernel gelu;
+  gelu.kind = KernelKind::kElementwise;
+  gelu.bytes = 1 << 28;
+  gelu.flops = 1e8;
+  CHECK(m.kernel_time(gelu, Precision::kFp8) == m.kernel_time(gelu, Precision::kBf16));
+  // Only transformer blocks have FP8 GEMMs: an LM head is priced as bf16.
+  Layer head;
+  head.kind = LayerKind::kLmHead;
+  head.forward = {gemm(8192, 50304, 4096)};
+  Layer block = head;
+  block.kind = LayerKind::kTransformer;
+  CHECK(kernel_precision(head, Precision::kFp8) == Precision::kBf16);
+  CHECK(kernel_precision(block, Precision::kFp8) == Precision::kFp8);
+  CHECK(kernel_precision(block, Precision::kBf16) == Precision::kBf16);
+  const WorkloadShape shape;
+  CHECK(m.layer_time(head, Pass::kForward, Precision::kFp8, shape) == m.layer_time(head, Pass::kForward, Precision::kBf16, shape));
+  CHECK(m.layer_time(block, Pass::kForward, Precision::kFp8, shape) < m.layer_time(block, Pass::kForward, Precision::kBf16, shape));
+}
+
+TEST_CASE("fp8: a profile's bf16 layer times are not scaled to FP8 (Note [Profile lookups])", "[fp8][profile]") {
+  const DeviceSpec& h100 = device("H100-SXM");
+  Profile p;
+  p.info["device_kind"] = "cuda";
+  for (const char* sig : {"block", "head"}) {
+    LayerSample s;
+    s.signature = sig;
+    s.precision = Precision::kBf16;
+    s.micro_batch = 1;
+    s.seq_len = 1024;
+    s.forward.median_s = 1e-3;
+    s.backward.median_s = 2e-3;
+    p.layers.push_back(s);
+  }
+  CostSources sources;
+  const ProfileComputeModel m(std::make_shared<const ProfileCosts>(p), h100, &sources);
+  WorkloadShape shape;
+  shape.seq_len = 1024;
+  Layer head;
+  head.kind = LayerKind::kLmHead;
+  head.signature = "head";
+  head.forward = {gemm(1024, 50304, 768)};
+  Layer block = head;
+  block.kind = LayerKind::kTransformer;
+  block.signature = "block";
+  // The head runs as bf16: its bf16 measurement stands.
+  CHECK(m.layer_time(head, Pass::kForward, Precision::kFp8, shape) == 1 * kNsPerMs);
+  // The block's FP8 GEMMs were never measured: its kernels are priced
+  // (roofline, cast included), not 1 ms x 989.4 / 1978.9.
+  const RooflineComputeModel roofline(h100);
+  CHECK(m.layer_time(block, Pass::kForward, Precision::kFp8, shape) == roofline.kernel_time(block.forward[0], Precision::kFp8));
+}
+
+TEST_CASE("fp8: model states per parameter and Transformer Engine's FP8 copies (Note [FP8 memory])", "[fp8][memory]") {
+  // As bf16 mixed precision: 2 B weights, 2 B gradients, 12 B of Adam
+  // state (fp32 master, m, v; ZeRO paper section 3.1): 16 B a parameter.
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kAdam, Precision::kFp8) == 12);
+  ResolvedPlan plan;
+  plan.precision = Precision::kFp8;
+  plan.optimizer = Optimizer::kAdam;
+  CHECK(model_states(plan, 1'000'000).total() == 16'000'000);
+  // 4 blocks of one 1000 x 1000 Linear (10^6 weights each) and an
+  // embedding of 10^6: Psi = 5 x 10^6 on one GPU (dp 2, ZeRO-1).
+  const LinearModel m(4, 1000, 1000, 1'000'000);
+  const ClusterSpec c = cluster_of(device("H100-SXM"));
+  const Lowered r = lower_plan(m, "dp: 2\nprecision: fp8\noptimizer: adam\nzero_stage: 1\nseq_len: 8\n", c);
+  const std::int64_t psi = 5'000'000;
+  // Parameters: 2 Psi in bf16, plus for the 4 x 10^6 FP8 GEMM weights an FP8
+  // copy and its transpose (2 B each), plus per GEMM TE's scaling state:
+  // (1024 amax + scale + scale_inv) x 5 tensors x 4 B = 20,520 B.
+  const Bytes fp8_extra = 2 * 4'000'000 + 4 * 20'520;
+  CHECK(r.resident(MemCategory::kParameters) == 2 * psi + fp8_extra);
+  CHECK(r.resident(MemCategory::kOptimizer) == 12 * psi / 2);
+  const MemSnapshot& peak = r.exec.memory[0].at_peak;
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 2 * psi);
+  // The same plan in bf16 has none of it.
+  const Lowered b = lower_plan(m, "dp: 2\nprecision: bf16\noptimizer: adam\nzero_stage: 1\nseq_len: 8\n", c);
+  CHECK(b.resident(MemCategory::kParameters) == 2 * psi);
+}
+
+TEST_CASE("fp8: fp8_param_gather gathers the GEMM weights at 1 byte an element", "[fp8][zero]") {
+  const LinearModel m(4, 1000, 1000, 1'000'000);
+  const ClusterSpec c = cluster_of(device("H100-SXM"));
+  // ZeRO-3, dp 2: each of the 5 layers (10^6 parameters, over the 10^5
+  // persistence threshold) gathered before forward and backward: 10 x 2 MB
+  // in bf16. With FP8 gathers the 4 blocks' 8 gathers move 1 MB each; the
+  // embedding's 2 stay at 2 MB.
+  const std::string zero3 = "dp: 2\nprecision: fp8\nzero_stage: 3\nseq_len: 8\n";
+  const Lowered bf16_gather = lower_plan(m, zero3, c);
+  const Lowered fp8_gather = lower_plan(m, zero3 + "fp8_param_gather: true\n", c);
+  CHECK(bf16_gather.gathered() == 10 * 2'000'000);
+  CHECK(fp8_gather.gathered() == 8 * 1'000'000 + 2 * 2'000'000);
+  // ZeRO-1's gather of the updated parameters (Megatron-LM's
+  // --fp8-param-gather): 2 Psi = 10 MB, and 4 MB less with FP8 weights.
+  const std::string zero1 = "dp: 2\nprecision: fp8\nzero_stage: 1\nseq_len: 8\n";
+  CHECK(lower_plan(m, zero1, c).gathered() == 10'000'000);
+  CHECK(lower_plan(m, zero1 + "fp8_param_gather: true\n", c).gathered() == 6'000'000);
+}
+
+TEST_CASE("fp8: refused where the device has no FP8, and fp8_param_gather without fp8", "[fp8][bad-input]") {
+  const LinearModel m(4, 1000, 1000, 1'000'000);
+  const ClusterSpec a100 = cluster_of(device("A100-SXM4-80GB"));
+  const std::string e = error_of([&] { resolve(parse_plan("precision: fp8\n", "p.yaml"), m, a100); });
+  CHECK(e == "p.yaml:1: plan.precision: fp8 needs FP8 tensor cores (Hopper or later); A100-SXM4-80GB has none; valid: fp32, fp16, bf16");
+  const ClusterSpec h100 = cluster_of(device("H100-SXM"));
+  CHECK(error_of([&] { resolve(parse_plan("precision: bf16\nfp8_param_gather: true\n", "p.yaml"), m, h100); }) ==
+        "p.yaml:2: plan.fp8_param_gather: true needs precision fp8 (it gathers the FP8 copies of the weights); precision is bf16");
+  CHECK(error_of([&] { resolve(parse_plan("precision: fp8\nfp8_param_gather: true\n", "p.yaml"), m, h100); }).empty());
+  // The rules table offers fp8 only where the device has it.
+  const auto has_fp8 = [&](const ClusterSpec& c) {
+    const auto ps = PlanRules(m, c).precisions();
+    return std::find(ps.begin(), ps.end(), Precision::kFp8) != ps.end();
+  };
+  CHECK(has_fp8(h100));
+  CHECK_FALSE(has_fp8(a100));
+  CHECK(parse_plan("", "p.yaml").fp8_param_gather == false);
+}
