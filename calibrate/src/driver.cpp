@@ -343,6 +343,10 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   if (!tps.empty()) {
     argv.push_back("--tp");
     argv.push_back(join(tps, ","));
+    // And the context-parallel shares of the Llama and GPT blocks (models
+    // without a cp split are skipped by dtsim_torch_bench).
+    argv.push_back("--cp");
+    argv.push_back(join(tps, ","));
   }
   view.phase(1, phases, "layers and kernels");
   // Note [Ranks share a CPU]: on a CPU, `procs` ranks share the host's cores,

@@ -211,7 +211,8 @@ class Fields {
     if (s == "fp32") return sim::Precision::kFp32;
     if (s == "fp16") return sim::Precision::kFp16;
     if (s == "bf16") return sim::Precision::kBf16;
-    fail("precision '" + s + "' is not one of fp32, fp16, bf16");
+    if (s == "fp8") return sim::Precision::kFp8;
+    fail("precision '" + s + "' is not one of fp32, fp16, bf16, fp8");
   }
 
  private:

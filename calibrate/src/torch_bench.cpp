@@ -6,11 +6,12 @@
 // calibration record protocol (calibrate/README.md) on stdout.
 //   dtsim_torch_bench --device cpu|cuda [--quick] [--threads N]
 //                     [--models gpt2,bert-base,bilstm] [--precision fp32,bf16]
-//                     [--budget-s S] [--tp 2,4] [--passes N] [--lockstep DIR,RANK,N]
+//                     [--budget-s S] [--tp 2,4] [--cp 2,4] [--passes N] [--lockstep DIR,RANK,N]
 // --precision may repeat or list several (default: fp32 on CPU, fp32 and bf16
 // on CUDA); --budget-s is the measuring time per point after the warm-ups;
 // --tp adds the tensor-parallel shares of those degrees (signatures with
-// tp=k: one rank's computation, its collectives priced apart by the simulator).
+// tp=k: one rank's computation, its collectives priced apart by the simulator);
+// --cp likewise the context-parallel shares of GPT and Llama blocks (cp=k).
 // --passes times the layer sweep N times over (Note [Sweep passes]).
 // --lockstep makes N concurrent copies start every point together (Note
 // [Copies in lockstep]); `dtsim calibrate` passes it.
@@ -66,6 +67,7 @@ struct Options {
   std::vector<std::string> precisions;
   double budget_s = 0;  // per measurement point; 0: by sweep
   std::vector<int> tp{1};  // tensor-parallel degrees whose layer shares are timed
+  std::vector<int> cp{1};  // context-parallel degrees whose blocks' shares are timed (Note [Context parallelism])
   int passes = 0;  // of the layer sweep (Note [Sweep passes]); 0: 3 on a CPU's full sweep, else 1
   std::string lockstep_dir;  // Note [Copies in lockstep]; empty: alone
   int lockstep_rank = 0, lockstep_n = 1;
@@ -145,6 +147,12 @@ Options parse(int argc, char** argv) {
         if (n < 2 || n > 64) usage_error("--tp: " + t + " is not in 2..64");
         o.tp.push_back(static_cast<int>(n));
       }
+    } else if (a == "--cp") {
+      for (const auto& t : split(value())) {
+        const long long n = whole_number(a, t);
+        if (n < 2 || n > 64) usage_error("--cp: " + t + " is not in 2..64");
+        o.cp.push_back(static_cast<int>(n));
+      }
     } else if (a == "--passes") {
       const long long n = whole_number(a, value());
       if (n < 1 || n > 10) usage_error("--passes: " + std::to_string(n) + " is not in 1..10");
@@ -157,7 +165,7 @@ Options parse(int argc, char** argv) {
       o.lockstep_n = static_cast<int>(whole_number(a, parts[2]));
       if (o.lockstep_n < 1 || o.lockstep_rank < 0 || o.lockstep_rank >= o.lockstep_n) usage_error("--lockstep: RANK must be in 0..N-1");
     } else {
-      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s, --tp, --passes, --lockstep");
+      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s, --tp, --cp, --passes, --lockstep");
     }
   }
   if (o.precisions.empty()) {
@@ -407,6 +415,17 @@ class Bench {
     int tp;
   };
 
+  /// (tp, cp) pairs of the given degrees whose product is at most `most`, tp-major.
+  static std::vector<std::pair<int, int>> degrees(const std::vector<int>& tps, const std::vector<int>& cps, int most) {
+    std::vector<std::pair<int, int>> out;
+    for (const int tp : tps) {
+      for (const int cp : cps) {
+        if (tp * cp <= most) out.push_back({tp, cp});
+      }
+    }
+    return out;
+  }
+
   std::vector<LayerPoint> layer_points(std::vector<StepPoint>* steps = nullptr) const {
     std::vector<LayerPoint> out;
     std::set<std::string> seen;
@@ -440,9 +459,15 @@ class Bench {
         ss = o_.quick ? std::vector<std::int64_t>{64, 128} : std::vector<std::int64_t>{64, 128, 256, 512};
       }
       if (lstm && !cuda_) ss = o_.quick ? std::vector<std::int64_t>{32, 64} : std::vector<std::int64_t>{32, 64, 128, 256};
-      for (const int tp : o_.tp) {
+      // Note [Context parallelism] (models/torch): a cp=k block is one
+      // rank's share, its s/k queries against the whole sequence's keys.
+      // Shares of tp x cp ranks up to the most ranks a degree asks for.
+      const int most = std::max(*std::max_element(o_.tp.begin(), o_.tp.end()), *std::max_element(o_.cp.begin(), o_.cp.end()));
+      for (const auto& [tp, cp] : degrees(o_.tp, o_.cp, most)) {
         if (!model->tp_error(tp).empty()) continue;  // the Bi-LSTM has no tensor-parallel split
+        if (!model->cp_error(cp).empty()) continue;  // nor a context-parallel one
         shape.tp = tp;
+        shape.cp = cp;
         std::vector<std::string> chain;
         bool fresh = false;
         for (const auto& layer : model->layers(shape)) {
@@ -461,7 +486,8 @@ class Bench {
         // its profiles price the step by Note [Host launch] instead of
         // in-step ratios (sim/src/cost/cost_profile.cpp), and the steps took a
         // minute of the H100's calibration.
-        if (!fresh || steps == nullptr || cuda_) continue;
+        // No whole-model steps of context-parallel shares: a step record names its tp only.
+        if (!fresh || steps == nullptr || cuda_ || cp > 1) continue;
         for (const auto& p : o_.precisions) {
           for (auto s : ss) {
             if (s > model->max_seq_len()) continue;

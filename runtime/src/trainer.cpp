@@ -86,6 +86,39 @@ struct ExitTp : torch::autograd::Function<ExitTp> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) { return {g[0]}; }
 };
 
+// ---- context parallelism: K/V over the cp group ------------------------------------
+
+Group* g_cp = nullptr;  // this rank's context-parallel group
+
+/// Note [Context parallelism] (models/torch): all-gather of a block's keys
+/// and values along `dim` in cp-rank order; backward reduce-scatters their
+/// gradient, so each rank gets the sum over every rank's attention of the
+/// gradient of its own K/V (Megatron-Core's cp_comm_type all_gather).
+struct GatherCp : torch::autograd::Function<GatherCp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim) {
+    ctx->saved_data["dim"] = dim;
+    const int n = g_cp->size;
+    const torch::Tensor in = x.contiguous();
+    torch::Tensor out = torch::empty({n * in.numel()}, in.options());
+    const double t0 = now_us();
+    all_gather(*g_cp, in.view({-1}), out, *g_tp_clock);
+    if (g_tp_trace) g_tp_trace("cp all_gather", t0);
+    std::vector<std::int64_t> shape{n};
+    for (auto k : in.sizes()) shape.push_back(k);
+    return torch::cat(out.view(shape).unbind(0), dim);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const std::int64_t dim = ctx->saved_data["dim"].toInt();
+    const int n = g_cp->size;
+    const torch::Tensor parts = torch::stack(g[0].chunk(n, dim)).contiguous();  // [n, ...x's shape]
+    torch::Tensor out = torch::empty({parts.numel() / n}, parts.options());
+    const double t0 = now_us();
+    reduce_scatter(*g_cp, parts.view({-1}), out, *g_tp_clock);
+    if (g_tp_trace) g_tp_trace("cp reduce_scatter", t0);
+    return {out.view(parts.sizes().slice(1)), torch::Tensor()};
+  }
+};
+
 // ---- data -------------------------------------------------------------------------------
 
 /// Inputs of one micro-batch: token ids (or embeddings) and labels.
@@ -257,6 +290,7 @@ class Trainer {
     plan_ = &p;
     const int r = c.rank;
     tp_rank_ = p.mesh.coord(sim::Axis::kTp, r);
+    cp_rank_ = p.mesh.coord(sim::Axis::kCp, r);
     stage_ = p.mesh.coord(sim::Axis::kPp, r);
     dp_rank_ = p.mesh.coord(sim::Axis::kDp, r);
     zero_ = p.zero_stage;
@@ -337,7 +371,7 @@ class Trainer {
     m.backward_s = median(bwd);
     m.optimizer_s = median(opt);
     m.wait_s = median(wait);
-    if (stage_ != plan_->pp - 1 || tp_rank_ != 0 || dp_rank_ != 0) m.losses.clear();
+    if (stage_ != plan_->pp - 1 || tp_rank_ != 0 || dp_rank_ != 0 || cp_rank_ != 0) m.losses.clear();
     return m;
   }
 
@@ -346,13 +380,23 @@ class Trainer {
   void make_groups() {
     const sim::Mesh& mesh = plan_->mesh;
     const int me = c_.rank;
-    const std::vector<int> dp = mesh.group(sim::Axis::kDp, me), tp = mesh.group(sim::Axis::kTp, me),
-                           pp = mesh.group(sim::Axis::kPp, me);
-    const std::string at_tp = std::to_string(tp_rank_), at_pp = std::to_string(stage_), at_dp = std::to_string(dp_rank_);
+    const std::vector<int> tp = mesh.group(sim::Axis::kTp, me), pp = mesh.group(sim::Axis::kPp, me), cp = mesh.group(sim::Axis::kCp, me);
+    // Gradients are reduced, and ZeRO / FSDP shard, over the data- and
+    // context-parallel ranks together (Megatron-Core's dp x cp group): the cp
+    // ranks hold the same parameters and see different tokens of the same
+    // samples. dp-major, so without cp it is the dp group.
+    std::vector<int> dp;
+    for (const int d : mesh.group(sim::Axis::kDp, me)) {
+      for (const int c : mesh.group(sim::Axis::kCp, d)) dp.push_back(c);
+    }
+    const std::string at_tp = std::to_string(tp_rank_), at_pp = std::to_string(stage_), at_dp = std::to_string(dp_rank_),
+                      at_cp = std::to_string(cp_rank_);
     dp_ = comm_.group("dp-t" + at_tp + "-p" + at_pp, dp);
-    tp_ = comm_.group("tp-p" + at_pp + "-d" + at_dp, tp);
-    pp_ = comm_.group("pp-t" + at_tp + "-d" + at_dp, pp);
+    tp_ = comm_.group("tp-p" + at_pp + "-d" + at_dp + "-c" + at_cp, tp);
+    pp_ = comm_.group("pp-t" + at_tp + "-d" + at_dp + "-c" + at_cp, pp);
+    cp_ = comm_.group("cp-t" + at_tp + "-p" + at_pp + "-d" + at_dp, cp);
     g_tp = &tp_;
+    g_cp = &cp_;
     g_tp_clock = &clock_;
     g_tp_trace = [this](const char* what, double t0) { event(what, "wait", t0, 1); };
   }
@@ -364,7 +408,14 @@ class Trainer {
     shape.micro_batch = p.micro_batch;
     shape.seq_len = p.seq_len;
     shape.tp = p.tp;  // the layers the simulator prices: blocks, embeddings and the head split over tp
+    shape.cp = p.cp;  // ... and blocks attending over the context-parallel group
+    shape.cp_all_gather = p.cp_comm == sim::CpComm::kAllGather;
+    shape.flash_attention = p.flash_attention;
     layers_ = c_.setup.model->layers(shape);
+    if (p.cp > 1 && p.seq_len % (2 * p.cp) != 0) {
+      throw ConfigError("plan.seq_len " + std::to_string(p.seq_len) + ": context parallelism over " + std::to_string(p.cp) +
+                        " ranks needs a multiple of " + std::to_string(2 * p.cp) + " (2 cp chunks a sequence)");
+    }
     // This stage's layers, as the simulator balanced them.
     int first = 0;
     for (int s = 0; s < stage_; ++s) first += p.stage_layers.at(s);
@@ -375,8 +426,13 @@ class Trainer {
     tp.enter = [](const torch::Tensor& x) { return EnterTp::apply(x); };
     tp.exit = [](const torch::Tensor& x) { return ExitTp::apply(x); };
     tp.max = [](torch::Tensor& x) { tp_wait(all_reduce(*g_tp, x, c10d::ReduceOp::MAX), "tp all_reduce max"); };
+    models::ContextParallel cp;
+    cp.rank = cp_rank_;
+    cp.size = p.cp;
+    cp.gather = [](const torch::Tensor& x, std::int64_t dim) { return GatherCp::apply(x, dim); };
     const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
-    const auto dtype = p.precision == sim::Precision::kBf16 ? torch::kBFloat16 : torch::kHalf;
+    // fp8 keeps its weights in bf16 (validate refuses to run it: no FP8 in LibTorch 1.13).
+    const auto dtype = p.precision == sim::Precision::kBf16 || p.precision == sim::Precision::kFp8 ? torch::kBFloat16 : torch::kHalf;
     for (int i = first; i < first + count; ++i) {
       const sim::Layer& L = layers_[i];
       torch::manual_seed(c_.options.seed * 1000003ULL + static_cast<std::uint64_t>(i));
@@ -384,7 +440,7 @@ class Trainer {
       u.index = i;
       u.name = L.name;
       u.kind = L.signature.substr(0, L.signature.find(':'));
-      u.layer = models::make_torch_layer(L.signature, tp);
+      u.layer = models::make_torch_layer(L.signature, tp, cp);
       u.layer->module().to(c_.device);
       if (cast) u.layer->module().to(dtype);
       u.layer->module().train();
@@ -403,22 +459,31 @@ class Trainer {
     const sim::Layer& last = layers_.back();
     if (last.signature.find("tied=1") != std::string::npos && stage_ == p.pp - 1) {
       if (first == 0) {
-        tied_ = units_.front().layer->module().named_parameters()["wte.weight"];
+        tied_ = embedding_weight(units_.front().layer->module());
       } else {
         torch::manual_seed(c_.options.seed * 1000003ULL);
         auto embed = models::make_torch_layer(layers_.front().signature, tp);
-        tied_ = embed->module().named_parameters()["wte.weight"].detach().clone().to(c_.device).requires_grad_(true);
+        tied_ = embedding_weight(embed->module()).detach().clone().to(c_.device).requires_grad_(true);
         if (cast) tied_ = tied_.detach().to(dtype).requires_grad_(true);
         units_.back().params.push_back(tied_);
         tied_copy_ = true;
       }
     }
     if (p.pp > 1 && last.signature.find("tied=1") != std::string::npos && (stage_ == 0 || stage_ == p.pp - 1)) {
-      emb_ = comm_.group("emb-t" + std::to_string(tp_rank_) + "-d" + std::to_string(dp_rank_),
+      emb_ = comm_.group("emb-t" + std::to_string(tp_rank_) + "-d" + std::to_string(dp_rank_) + "-c" + std::to_string(cp_rank_),
                          {p.mesh.with_coord(c_.rank, sim::Axis::kPp, 0), p.mesh.with_coord(c_.rank, sim::Axis::kPp, p.pp - 1)});
-      emb_weight_ = stage_ == 0 ? units_.front().layer->module().named_parameters()["wte.weight"] : tied_;
+      emb_weight_ = stage_ == 0 ? embedding_weight(units_.front().layer->module()) : tied_;
     }
     data_ = std::make_unique<DataSource>(c_.options.data, *c_.setup.model, layers_, p.seq_len, c_.options.seed);
+  }
+
+  /// The token embedding's weight a tied LM head borrows (GPT-2's wte, Llama's embed_tokens).
+  static torch::Tensor embedding_weight(torch::nn::Module& embed) {
+    const auto params = embed.named_parameters();
+    for (const char* name : {"wte.weight", "embed_tokens.weight"}) {
+      if (params.contains(name)) return params[name];
+    }
+    throw ConfigError("a tied LM head, but its model's first layer has no token embedding (wte or embed_tokens)");
   }
 
   // ---- data parallelism set-up --------------------------------------------------------
@@ -448,7 +513,7 @@ class Trainer {
           at += t.numel();
         }
         const std::int64_t s = padded / n_;
-        u.shard = u.full.narrow(0, dp_rank_ * s, s).to(torch::kFloat).clone();
+        u.shard = u.full.narrow(0, dp_.rank * s, s).to(torch::kFloat).clone();
         u.grad_shard = torch::zeros({s}, u.shard.options());
         // DeepSpeed keeps small layers whole (sim::kZero3PersistenceThreshold);
         // FSDP gathers every unit.
@@ -483,7 +548,7 @@ class Trainer {
       }
       if (p.offload_optimizer == sim::Offload::kCpu) {
         HostScope host;
-        master_ = flat_.narrow(0, dp_rank_ * shard_, shard_).to(torch::kCPU, torch::kFloat).clone();
+        master_ = flat_.narrow(0, dp_.rank * shard_, shard_).to(torch::kCPU, torch::kFloat).clone();
       }
     }
     // Buckets in reverse layer order: 1 MB first under DDP, then bucket_mb
@@ -667,6 +732,12 @@ class Trainer {
                                static_cast<std::int64_t>(dp_rank_) * p.micro_batch;
     const bool last_stage = stage_ == p.pp - 1;
     if (stage_ == 0 || last_stage) batch = data_->batch(first, p.micro_batch);
+    if (p.cp > 1 && batch.inputs.defined()) {
+      // Note [Context parallelism] (models/torch): this rank's 2 of the 2 cp chunks of each sequence.
+      const torch::Tensor mine = models::cp_positions(p.seq_len, cp_rank_, p.cp);
+      batch.inputs = batch.inputs.index_select(1, mine);
+      if (batch.labels.defined() && batch.labels.dim() == 2) batch.labels = batch.labels.index_select(1, mine);
+    }
     // On a GPU the micro-batch goes up first, from pinned memory without
     // waiting, as DataLoader(pin_memory=True) and .to(non_blocking=True) do:
     // a pageable copy would wait for every queued kernel, and a copy of the
@@ -698,7 +769,7 @@ class Trainer {
           leaf = x.detach().requires_grad_(true);
           in.push_back(leaf);
         }
-        const bool head = unit.kind == "gpt2.head" || unit.kind == "lstm.head" || unit.kind == "bert.classifier";
+        const bool head = unit.kind == "gpt2.head" || unit.kind == "llama.head" || unit.kind == "lstm.head" || unit.kind == "bert.classifier";
         if (head) {
           in.push_back(labels);
           if (tied_.defined()) in.push_back(tied_);
@@ -793,7 +864,8 @@ class Trainer {
 
   torch::Dtype act_dtype() const {
     if (!c_.device.is_cuda() || plan_->precision == sim::Precision::kFp32) return torch::kFloat;
-    return plan_->precision == sim::Precision::kBf16 ? torch::kBFloat16 : torch::kHalf;
+    const bool bf16 = plan_->precision == sim::Precision::kBf16 || plan_->precision == sim::Precision::kFp8;
+    return bf16 ? torch::kBFloat16 : torch::kHalf;
   }
 
   // ---- ZeRO-3 gathering ---------------------------------------------------------------
@@ -931,7 +1003,7 @@ class Trainer {
   /// LibTorch 1.13 has no reduce-scatter), then a local sum.
   void launch_range_reduce_scatter(const torch::Tensor& flat, std::int64_t begin, std::int64_t end) {
     std::vector<std::int64_t> in_splits(n_), out_splits(n_);
-    const std::int64_t lo = dp_rank_ * shard_, hi = lo + shard_;
+    const std::int64_t lo = dp_.rank * shard_, hi = lo + shard_;
     const std::int64_t mine = std::max<std::int64_t>(0, std::min(end, hi) - std::max(begin, lo));
     for (int r = 0; r < n_; ++r) {
       const std::int64_t a = std::max(begin, r * shard_), z = std::min(end, (r + 1) * shard_);
@@ -1010,7 +1082,7 @@ class Trainer {
       return;
     } else {
       // ZeRO-1/2: this rank's shard of the flat parameters.
-      const std::int64_t lo = dp_rank_ * shard_;
+      const std::int64_t lo = dp_.rank * shard_;
       torch::Tensor grad;
       if (zero_ == 1) {
         grad = torch::zeros({shard_}, flat_.options());
@@ -1100,7 +1172,9 @@ class Trainer {
 
   // ---- bookkeeping --------------------------------------------------------------------
   double report_loss(double loss) {
-    // The mean over data-parallel ranks (outside the timed step).
+    // The mean over data-parallel ranks (outside the timed step). dp_ holds
+    // the context-parallel ranks too: each took the mean over s/cp tokens of
+    // each sample, so the mean of theirs is the mean over all tokens.
     if (stage_ != plan_->pp - 1 || dp_.size == 1) return loss;
     torch::Tensor t = torch::full({1}, loss, torch::TensorOptions().dtype(torch::kDouble).device(c_.device));
     if (c_.device.is_cuda()) t = t.to(torch::kFloat);
@@ -1164,8 +1238,8 @@ class Trainer {
   Comm& comm_;
   std::vector<TraceEvent>* trace_;
   const sim::ResolvedPlan* plan_ = nullptr;
-  int tp_rank_ = 0, stage_ = 0, dp_rank_ = 0, zero_ = 0, n_ = 1;
-  Group dp_, tp_, pp_, emb_;
+  int tp_rank_ = 0, stage_ = 0, dp_rank_ = 0, cp_rank_ = 0, zero_ = 0, n_ = 1;
+  Group dp_, tp_, pp_, cp_, emb_;  ///< dp_: the data- and context-parallel ranks (make_groups)
   std::vector<sim::Layer> layers_;
   std::vector<Unit> units_;
   torch::Tensor tied_;          ///< the LM head's borrowed embedding (undefined: untied)

@@ -199,6 +199,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     s.cluster.gpus_per_node = world;
   }
   s.spec = sim::load_plan(o.plan, o.sets);
+  if (s.spec.precision == sim::Precision::kFp8) {
+    // Note [FP8 training] (sim/src/cost/cost_compute.cpp): the runtime's
+    // LibTorch 1.13 has no FP8 dtype or scaled GEMM, on a CPU or a GPU.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("precision") +
+                           ": precision fp8 is not run: LibTorch 1.13 has no FP8 GEMMs (the simulator predicts it); use bf16");
+  }
   const auto& d = s.cluster.device;
   if ((s.spec.precision == sim::Precision::kFp16 && d.peak_fp16 <= 0) ||
       (s.spec.precision == sim::Precision::kBf16 && d.peak_bf16 <= 0) || o.device == "cpu") {
@@ -207,6 +213,13 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                         s.spec.origins.of("precision") + ")");
       s.spec.precision = sim::Precision::kFp32;
     }
+  }
+  if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {
+    // Note [Context parallelism] (models/torch): the runtime moves K/V by
+    // all-gather only; predict what runs.
+    s.notes.push_back("cp_comm p2p -> all_gather: the runtime exchanges keys and values by one all-gather, not the p2p ring (" +
+                      s.spec.origins.of("cp_comm") + ")");
+    s.spec.cp_comm = sim::CpComm::kAllGather;
   }
   if (!o.profile.empty()) s.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(o.profile));
   // Resolved and partitioned as the simulator splits it (by cost, with the
@@ -217,7 +230,8 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
   const auto& p = s.plan;
   if (p.gpus_used() != world) {
     throw ConfigError("dtsim validate: plan '" + s.spec.name + "' uses " + std::to_string(p.gpus_used()) + " ranks (dp " +
-                      std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) + ") but the run has " +
+                      std::to_string(p.dp) + " x tp " + std::to_string(p.tp) + " x pp " + std::to_string(p.pp) +
+                      (p.cp > 1 ? " x cp " + std::to_string(p.cp) : std::string()) + ") but the run has " +
                       std::to_string(world) + "; use --procs " + std::to_string(p.gpus_used()) + " or --set plan.dp=N");
   }
   if (p.pp > 1 && p.schedule == sim::Schedule::kInterleaved) {
@@ -231,6 +245,17 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
   if (p.offload_params == sim::Offload::kCpu) {
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("offload_params") +
                            ": parameter offload is not run; optimizer offload (offload_optimizer: cpu) is");
+  }
+  if (p.cp > 1) {
+    sim::WorkloadShape shape;
+    shape.seq_len = p.seq_len;
+    shape.cp = p.cp;
+    for (const auto& layer : s.model->layers(shape)) {
+      if (layer.signature.rfind("llama.", 0) != 0 && layer.signature.rfind("gpt2.", 0) != 0) {
+        throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism is run for the GPT-2 and Llama families only, not " +
+                               s.model->name() + " (the simulator predicts it)");
+      }
+    }
   }
   if (p.hybrid_shard) {
     throw UnsupportedError("dtsim validate: FSDP hybrid_shard is not run; use full_shard or shard_grad_op");
@@ -415,6 +440,7 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
   std::ostringstream out;
   const auto& pl = s.plan;
   out << "dtsim validate: " << s.model->name() << ", plan " << s.spec.name << " (dp " << pl.dp << ", tp " << pl.tp << ", pp " << pl.pp;
+  if (pl.cp > 1) out << ", cp " << pl.cp << " (" << sim::to_string(pl.cp_comm) << ")";
   if (pl.zero_stage) out << ", zero " << pl.zero_stage;
   if (pl.pp > 1) out << ", " << sim::to_string(pl.schedule) << " x" << pl.grad_accum;
   else if (pl.grad_accum > 1) out << ", accumulation x" << pl.grad_accum;
@@ -484,7 +510,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
   sim::JsonWriter w;
   w.begin_object();
   w.field("model", s.model->name()).field("plan", s.spec.name).field("cluster", s.cluster.name).field("device", o.device);
-  w.field("procs", s.plan.gpus_used()).field("dp", s.plan.dp).field("tp", s.plan.tp).field("pp", s.plan.pp);
+  w.field("procs", s.plan.gpus_used()).field("dp", s.plan.dp).field("tp", s.plan.tp).field("pp", s.plan.pp).field("cp", s.plan.cp);
   w.field("steps", o.steps).field("warmup", o.warmup).field("data", o.data.empty() ? std::string("synthetic") : o.data);
   w.key("notes").begin_array();
   for (const auto& n : s.notes) w.value(n);

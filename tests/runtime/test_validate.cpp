@@ -55,7 +55,10 @@ Run validate(const std::string& args, const std::string& env = "") {
 /// lr 1e-2 so three steps visibly move the loss of random tokens.
 const std::string kCommon = " --json --quiet --warmup 0 --steps 3 --lr 0.01 --set plan.optimizer=adam ";
 
-std::string no_dropout(const std::string& model) { return model.rfind("bilstm", 0) == 0 ? "" : " --set model.dropout=false "; }
+/// The Bi-LSTM and the Llama family have no dropout (attention_dropout 0).
+std::string no_dropout(const std::string& model) {
+  return model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 ? "" : " --set model.dropout=false ";
+}
 
 std::vector<double> losses_of(const Run& r) {
   INFO(r.err);
@@ -365,6 +368,43 @@ TEST_CASE("hybrid plans on 4 ranks train exactly as one process does", "[runtime
   }
 }
 
+TEST_CASE("llama-tiny trains as one process does, context parallelism included (Note [Context parallelism])", "[runtime][validate][slow]") {
+  // Each cp rank holds 2 of the 2 cp chunks of every sequence of 32 tokens,
+  // attends with every rank's keys and values at their global positions, and
+  // the gradients are averaged over the dp x cp ranks: the same steps as the
+  // single process's, which sees the whole sequences.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  const auto want1 = reference("llama-tiny", shape, 1);
+  SECTION("ddp, cp 2 (p2p runs as all_gather, and the report says so)") {
+    const Run r = validate("--model llama-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.cp=2");
+    check_same(losses_of(r), want1);
+    const YAML::Node doc = YAML::Load(r.out);
+    CHECK(doc["cp"].as<int>() == 2);
+    bool noted = false;
+    for (const auto& n : doc["notes"]) noted = noted || n.as<std::string>().find("cp_comm p2p -> all_gather") == 0;
+    CHECK(noted);
+  }
+  SECTION("fsdp, cp 2") { check_same(losses_of(validate("--model llama-tiny --plan fsdp --procs 2" + kCommon + shape + " --set plan.cp=2")), want1); }
+  SECTION("ddp, cp 4") {
+    check_same(losses_of(validate("--model llama-tiny --plan ddp --procs 4" + kCommon + shape + " --set plan.cp=4 --set plan.cp_comm=all_gather")),
+               want1);
+  }
+  SECTION("megatron-tp (tp 2: 2 query heads and 1 key-value head a rank)") {
+    check_same(losses_of(validate("--model llama-tiny --plan megatron-tp --procs 2" + kCommon + shape)), want1);
+  }
+  SECTION("zero2, dp 2") {
+    check_same(losses_of(validate("--model llama-tiny --plan zero2 --procs 2" + kCommon + shape)), reference("llama-tiny", shape, 2));
+  }
+  SECTION("gpt2-tiny, ddp, cp 2 (its position embedding at the tokens' global positions)") {
+    check_same(losses_of(validate("--model gpt2-tiny --plan ddp --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape + " --set plan.cp=2")),
+               reference("gpt2-tiny", shape, 1));
+  }
+  SECTION("1f1b, 2 stages") {
+    check_same(losses_of(validate("--model llama-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.micro_batches=4")),
+               reference("llama-tiny", shape, 4));
+  }
+}
+
 // ---- real runs: data and faults -------------------------------------------------------
 
 TEST_CASE("validate --data trains from an HDF5 file, and a file that does not fit the model is refused", "[runtime][validate][slow]") {
@@ -644,6 +684,9 @@ TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says 
     }
     const std::string runs = root + "/docs/validation-gpu/runs/" + label;
     if (!std::filesystem::exists(runs + "/rank-0.json")) continue;
+    // The rows ran eager attention, as the suite pins it (Note [GPU suite]
+    // in bench/validate_suite.cpp).
+    if (args.find("plan.attention=") == std::string::npos) args += " --set plan.attention=eager";
     const Run r = validate("--model " + model + " --plan " + plan + args + " --device cuda --cluster 1xh100 --procs 1 --steps 6 --warmup 2 " +
                            "--profile " + root + "/configs/profiles/h100-sxm.h5 --measured " + runs + " --json");
     INFO(label << ": " << r.err);

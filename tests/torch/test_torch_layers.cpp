@@ -2,10 +2,13 @@
 // LibTorch first: Debian's LibTorch pulls in glog, whose CHECK would
 // otherwise replace Catch's (and pass silently).
 #include "dtsim/models/torch_layers.hpp"
+#include <torch/version.h>
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <barrier>
 #include <set>
+#include <thread>
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/error.hpp"
@@ -66,7 +69,7 @@ TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
   // analytic Layer::output_bytes / 4 (a head's output is its scalar loss,
   // 4 bytes at any batch).
   constexpr std::int64_t kBatch = 2, kSeq = 8;
-  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny"}) {
     const auto model = models::load_model(name);
     for (const auto& layer : model->layers(small_shape(*model))) {
       INFO(name << " " << layer.signature);
@@ -124,7 +127,7 @@ TEST_CASE("tensor-parallel shares own the analytic per-rank parameters", "[torch
   // With tp = 2 the simulator's layers carry one rank's parameters
   // (Megatron-LM: heads and MLP columns split, embeddings V/2 rows each), and
   // make_torch_layer on a tp=2 signature builds rank 0's share.
-  for (const char* name : {"gpt2-tiny", "bert-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "bert-tiny", "llama-tiny"}) {
     const auto model = models::load_model(name);
     auto shape = small_shape(*model);
     shape.tp = 2;
@@ -248,7 +251,8 @@ TEST_CASE("the optimizer steps a tensor longer than one chunk whole (Note [Mixed
 TEST_CASE("selective recompute gives the gradients of the plain attention, dropout included (Note [Recompute])", "[torch]") {
   // A GPT-2 block with dropout on: the recomputed core must draw the same
   // masks, or its gradients differ from the plain block's.
-  for (const std::string sig : {"gpt2.block:h=32,a=4,f=128,drop=1", "bert.layer:h=32,a=4,f=128,drop=1"}) {
+  for (const std::string sig : {"gpt2.block:h=32,a=4,f=128,drop=1", "bert.layer:h=32,a=4,f=128,drop=1",
+                                "llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=0,mb=0,qkn=1"}) {
     INFO(sig);
     std::vector<torch::Tensor> grads[2];
     for (int recompute = 0; recompute < 2; ++recompute) {
@@ -284,4 +288,186 @@ TEST_CASE("a device's random state is read and restored (Note [Recompute])", "[t
   CHECK(torch::equal(a, b));
   const auto c = torch::rand({4});
   CHECK_FALSE(torch::equal(b, c));
+}
+
+// ---- the Llama family --------------------------------------------------------------
+
+namespace {
+
+/// llama-tiny's block: h 128, 4 heads of 32, 2 key-value heads, f 352, no
+/// biases, no qk-norm (models/src/zoo.cpp).
+const std::string kTinyBlock = "llama.block:h=128,a=4,kv=2,d=32,f=352,qkvb=0,ob=0,mb=0,qkn=0";
+
+std::int64_t count(const std::string& sig) { return models::make_torch_layer(sig)->parameter_count(); }
+
+models::TensorParallel local_tp(int rank, int size) {
+  models::TensorParallel tp;
+  tp.rank = rank;
+  tp.size = size;
+  tp.enter = tp.exit = [](const torch::Tensor& x) { return x; };
+  tp.max = [](torch::Tensor&) {};
+  return tp;
+}
+
+}  // namespace
+
+TEST_CASE("the Llama twins own the hand-derived parameters", "[torch][llama]") {
+  // HF LlamaDecoderLayer: q, k, v, o = H A D + 2 H KV D + A D H, the SwiGLU
+  // MLP 3 H F, two RMSNorms 2 H; for llama-tiny (H 128, A 4, KV 2, D 32,
+  // F 352): 16,384 + 16,384 + 16,384 + 135,168 + 256 = 184,576.
+  CHECK(count(kTinyBlock) == 184'576);
+  CHECK(count("llama.embed:h=128,v=1024") == 131'072);            // V H
+  CHECK(count("llama.head:h=128,v=1024,tied=0") == 128 + 131'072);  // norm H + lm_head V H
+  // llama-tiny: embed + 2 blocks + head = 631,424.
+  CHECK(count("llama.embed:h=128,v=1024") + 2 * count(kTinyBlock) + count("llama.head:h=128,v=1024,tied=0") == 631'424);
+  // The built-in's layers are these (its counts are the analytic ones: the first test case).
+  const auto tiny = models::load_model("llama-tiny");
+  CHECK(tiny->parameters() == 631'424);
+  sim::WorkloadShape shape;
+  shape.seq_len = 32;
+  const auto layers = tiny->layers(shape);
+  REQUIRE(layers.size() == 4);
+  CHECK(layers[1].signature == kTinyBlock);
+  // Tied: the norm only; lm_head is embed_tokens' weight, an input.
+  auto tied = models::make_torch_layer("llama.head:h=128,v=1024,tied=1");
+  CHECK(tied->parameter_count() == 128);
+  CHECK(tied->make_inputs(1, 4, torch::TensorOptions()).back().numel() == 1024 * 128);
+  // Qwen2: q, k, v biases (A D + 2 KV D = 128 + 128), none on o_proj.
+  CHECK(count("llama.block:h=128,a=4,kv=2,d=32,f=352,qkvb=1,ob=0,mb=0,qkn=0") == 184'576 + 256);
+  // Qwen3: q_norm and k_norm of D each.
+  CHECK(count("llama.block:h=128,a=4,kv=2,d=32,f=352,qkvb=0,ob=0,mb=0,qkn=1") == 184'576 + 64);
+  // o_proj's bias H, the MLP's 2 F + H.
+  CHECK(count("llama.block:h=128,a=4,kv=2,d=32,f=352,qkvb=0,ob=1,mb=1,qkn=0") == 184'576 + 128 + 2 * 352 + 128);
+  // Tensors the optimizer steps: 2 norms + 7 weights.
+  CHECK(models::make_torch_layer(kTinyBlock)->module().parameters().size() == 9);
+}
+
+TEST_CASE("the Llama twins' tensor-parallel shares own the per-rank parameters", "[torch][llama][tp]") {
+  // tp 2: 2 of 4 query heads and 1 of 2 key-value heads (q, k, v, o: 8,192
+  // each), F / 2 = 176 MLP columns (3 x 128 x 176 = 67,584), norms whole
+  // (256): 92,416 on each rank.
+  for (int rank = 0; rank < 2; ++rank) {
+    INFO("rank " << rank);
+    const auto tp = local_tp(rank, 2);
+    CHECK(models::make_torch_layer(kTinyBlock + ",tp=2", tp)->parameter_count() == 92'416);
+    CHECK(models::make_torch_layer("llama.embed:h=128,v=1024,tp=2", tp)->parameter_count() == 512 * 128);
+    CHECK(models::make_torch_layer("llama.head:h=128,v=1024,tied=0,tp=2", tp)->parameter_count() == 128 + 512 * 128);
+    CHECK(models::make_torch_layer("llama.head:h=128,v=1024,tied=1,tp=2", tp)->parameter_count() == 128);
+    // Biases: q, k, v's split with their columns (128 of 256), o_proj's
+    // whole (128, added once after the sum), gate and up's split (2 x 176),
+    // down_proj's whole (128); qk-norms replicated (2 x 32).
+    CHECK(models::make_torch_layer("llama.block:h=128,a=4,kv=2,d=32,f=352,qkvb=1,ob=1,mb=1,qkn=1,tp=2", tp)->parameter_count() ==
+          92'416 + 128 + 128 + 2 * 176 + 128 + 64);
+  }
+  // Each rank needs whole key-value heads: tp 4 does not divide kv 2.
+  CHECK(test::error_of([] { models::make_torch_layer(kTinyBlock + ",tp=4", local_tp(0, 4)); }).find("multiples of tp 4") != std::string::npos);
+}
+
+TEST_CASE("a Llama block is causal, trains, and refuses what it cannot run", "[torch][llama]") {
+  torch::manual_seed(3);
+  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1");
+  auto in = layer->make_inputs(2, 8, torch::TensorOptions());
+  const auto y = layer->forward(in);
+  CHECK(y.sizes() == in[0].sizes());
+  // Changing the last token changes no earlier output.
+  auto later = in[0].detach().clone();
+  later.select(1, 7).add_(1.0);
+  const auto z = layer->forward({later});
+  CHECK(torch::allclose(y.narrow(1, 0, 7), z.narrow(1, 0, 7)));
+  CHECK_FALSE(torch::allclose(y.narrow(1, 7, 1), z.narrow(1, 7, 1)));
+  y.backward(torch::ones_like(y));
+  for (const auto& p : layer->module().parameters()) {
+    REQUIRE(p.grad().defined());
+    CHECK(torch::isfinite(p.grad()).all().item<bool>());
+  }
+  // Mistral's sliding window of 2 (sw=2): position i sees tokens i - 1 and
+  // i, so changing token 0 changes outputs 0 and 1 only.
+  auto window = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,sw=2");
+  const auto w0 = window->forward(in);
+  auto first = in[0].detach().clone();
+  first.select(1, 0).add_(1.0);
+  const auto w1 = window->forward({first});
+  CHECK_FALSE(torch::allclose(w0.narrow(1, 1, 1), w1.narrow(1, 1, 1)));
+  CHECK(torch::allclose(w0.narrow(1, 2, 6), w1.narrow(1, 2, 6)));
+  // A head's loss over a 64-token vocabulary starts near ln 64.
+  auto head = models::make_torch_layer("llama.head:h=32,v=64,tied=0");
+  CHECK(head->forward(head->make_inputs(2, 8, torch::TensorOptions())).item<double>() == Approx(std::log(64.0)).epsilon(0.1));
+  CHECK(test::error_of([] { models::make_torch_layer("llama.block:h=32,a=3,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0"); })
+            .find("a must be a multiple of kv") != std::string::npos);
+  CHECK(test::error_of([] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=2,ob=0,mb=0,qkn=0"); })
+            .find("qkvb must be 0 or 1") != std::string::npos);
+#if TORCH_VERSION_MAJOR < 2
+  // LibTorch 1.13 has no scaled_dot_product_attention.
+  CHECK(test::error_of([] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,flash=1"); })
+            .find("layer signature 'llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,flash=1': flash=1 needs at::scaled_dot_product_attention") == 0);
+#endif
+  // Context parallelism is built for the GPT-2 and Llama families only.
+  models::ContextParallel cp;
+  cp.size = 2;
+  cp.gather = [](const torch::Tensor& x, std::int64_t) { return x; };
+  CHECK(test::error_of([&] { models::make_torch_layer("bert.layer:h=8,a=2,f=32,drop=0,cp=2", local_tp(0, 1), cp); })
+            .find("context parallelism is built for the GPT-2 and Llama families only") != std::string::npos);
+  CHECK(test::error_of([&] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,cp=4", local_tp(0, 1), cp); })
+            .find("cp=4 but the context-parallel group has 2 ranks") != std::string::npos);
+}
+
+TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {
+  // Load-balanced chunks of a 16-token sequence over cp 2: 4 chunks of 4,
+  // rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.
+  CHECK(torch::equal(models::cp_positions(16, 0, 2), torch::tensor({0, 1, 2, 3, 12, 13, 14, 15}, torch::kLong)));
+  CHECK(torch::equal(models::cp_positions(16, 1, 2), torch::tensor({4, 5, 6, 7, 8, 9, 10, 11}, torch::kLong)));
+  CHECK(test::error_of([] { models::cp_positions(10, 0, 2); }).find("into 4 chunks, but it has 10 tokens") != std::string::npos);
+  // Each rank of cp 2 and 4, a thread each, gathers the others' keys and
+  // values (forward only) and must give the unsplit block's output at its
+  // tokens' global positions: rotary positions and the causal mask are global.
+  for (const std::string sig : {"llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=0,mb=0,qkn=1", "gpt2.block:h=32,a=4,f=64,drop=0"}) {
+  INFO(sig);
+  torch::manual_seed(7);
+  const auto x = torch::randn({2, 16, 32});
+  torch::Tensor want;
+  {
+    torch::NoGradGuard no_grad;
+    torch::manual_seed(1);
+    want = models::make_torch_layer(sig)->forward({x});
+  }
+  for (const int n : {2, 4}) {
+    INFO("cp " << n);
+    std::vector<torch::Tensor> slots(n), outs(n);
+    std::barrier sync(n);
+    std::vector<std::thread> threads;
+    // Build the ranks' layers on this thread (the seed is global), run them on theirs.
+    std::vector<std::unique_ptr<models::TorchLayer>> layers;
+    std::vector<models::ContextParallel> cps(n);
+    for (int r = 0; r < n; ++r) {
+      cps[r].rank = r;
+      cps[r].size = n;
+      cps[r].gather = [&, r](const torch::Tensor& t, std::int64_t dim) {
+        slots[r] = t;
+        sync.arrive_and_wait();
+        auto all = torch::cat(slots, dim);
+        sync.arrive_and_wait();
+        return all;
+      };
+      torch::manual_seed(1);
+      layers.push_back(models::make_torch_layer(sig + ",cp=" + std::to_string(n), local_tp(0, 1), cps[r]));
+    }
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        torch::NoGradGuard no_grad;
+        outs[r] = layers[r]->forward({x.index_select(1, models::cp_positions(16, r, n))});
+      });
+    }
+    for (auto& t : threads) t.join();
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(torch::allclose(outs[r], want.index_select(1, models::cp_positions(16, r, n)), 1e-5, 1e-6));
+    }
+  }
+  }
+  // One rank's share for calibration (cp=2 in the signature, local gather):
+  // input [b, s/2, h], output the same.
+  auto share = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=0,mb=0,qkn=1,cp=2");
+  const auto in = share->make_inputs(2, 16, torch::TensorOptions());
+  CHECK(in[0].size(1) == 8);
+  CHECK(share->forward(in).sizes() == in[0].sizes());
 }

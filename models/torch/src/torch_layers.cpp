@@ -1,14 +1,16 @@
-// The LibTorch layers, written as HuggingFace writes GPT2Block, BertLayer and
-// friends (same parameters, same order of operations), so their measured time
+// The LibTorch layers, written as HuggingFace writes GPT2Block, BertLayer,
+// LlamaDecoderLayer and friends (same parameters, same order of operations), so their measured time
 // is what training those models costs. Parameter counts are the analytic
 // models' (models/src/*.cpp), checked by tests/torch.
 #include "dtsim/models/torch_layers.hpp"
 
 #include <dlfcn.h>
+#include <torch/version.h>
 
 #include <algorithm>
 #include <chrono>
 #include <cmath>
+#include <limits>
 #include <map>
 #include <sstream>
 
@@ -30,7 +32,7 @@ struct Signature {
   std::int64_t get(const std::string& key) const {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
-    const bool flag = key == "drop" || key == "tied";
+    const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash";
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
     if (!flag && it->second <= 0) throw ConfigError("layer signature '" + text + "': " + key + " must be positive");
     return it->second;
@@ -68,16 +70,18 @@ torch::Tensor ids(std::int64_t b, std::int64_t s, std::int64_t vocab, const torc
   return torch::randint(vocab, {b, s}, o.dtype(torch::kLong).requires_grad(false));
 }
 
-/// Multi-head self-attention core on projected q, k, v of [b, s, h]:
+/// Multi-head self-attention core on projected q [b, s, h] and k, v [b, sk, h]:
 /// softmax(q k^T / sqrt(d)) v per head, causal for GPT-2, with dropout on the
-/// probabilities (Vaswani et al. 2017; HF's _attn).
+/// probabilities (Vaswani et al. 2017; HF's _attn). Causal by the tokens'
+/// global positions when qpos [s] and kpos [sk] are given (Note [Context
+/// parallelism]), else by their places.
 torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t heads,
-                             bool causal, bool dropout, bool training) {
+                             bool causal, bool dropout, bool training, const torch::Tensor& qpos = {}, const torch::Tensor& kpos = {}) {
   const auto b = q.size(0), s = q.size(1), h = q.size(2), d = h / heads;
-  auto split = [&](const torch::Tensor& t) { return t.view({b, s, heads, d}).transpose(1, 2); };
+  auto split = [&](const torch::Tensor& t) { return t.view({b, t.size(1), heads, d}).transpose(1, 2); };
   auto scores = torch::matmul(split(q), split(k).transpose(-1, -2)) / std::sqrt(static_cast<double>(d));
   if (causal) {
-    const auto mask = torch::ones({s, s}, q.options().dtype(torch::kBool)).triu(1);
+    const auto mask = qpos.defined() && qpos.numel() > 0 ? kpos.unsqueeze(0) > qpos.unsqueeze(1) : torch::ones({s, s}, q.options().dtype(torch::kBool)).triu(1);
     scores = scores.masked_fill(mask, -1e4);
   }
   auto probs = torch::softmax(scores, -1);
@@ -91,14 +95,17 @@ torch::Tensor attention_core(const torch::Tensor& q, const torch::Tensor& k, con
 /// the core again with autograd and differentiates that.
 struct RecomputedAttention : torch::autograd::Function<RecomputedAttention> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
-                               const torch::Tensor& v, std::int64_t heads, bool causal, bool dropout, bool training) {
+                               const torch::Tensor& v, std::int64_t heads, bool causal, bool dropout, bool training,
+                               const torch::Tensor& qpos, const torch::Tensor& kpos) {
     ctx->save_for_backward({q, k, v});
+    ctx->saved_data["qpos"] = qpos;
+    ctx->saved_data["kpos"] = kpos;
     ctx->saved_data["heads"] = heads;
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["dropout"] = dropout;
     ctx->saved_data["training"] = training;
     ctx->saved_data["rng"] = rng_state(q.device());  // Note [Recompute]
-    return attention_core(q, k, v, heads, causal, dropout, training);  // autograd is off in here
+    return attention_core(q, k, v, heads, causal, dropout, training, qpos, kpos);  // autograd is off in here
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
     const auto saved = ctx->get_saved_variables();
@@ -111,19 +118,44 @@ struct RecomputedAttention : torch::autograd::Function<RecomputedAttention> {
     {
       torch::AutoGradMode grad_mode(true);
       out = attention_core(in[0], in[1], in[2], ctx->saved_data["heads"].toInt(), ctx->saved_data["causal"].toBool(),
-                           ctx->saved_data["dropout"].toBool(), ctx->saved_data["training"].toBool());
+                           ctx->saved_data["dropout"].toBool(), ctx->saved_data["training"].toBool(), ctx->saved_data["qpos"].toTensor(),
+                           ctx->saved_data["kpos"].toTensor());
     }
     set_rng_state(device, now);
     auto g = torch::autograd::grad({out}, in, {grad[0]});
-    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
 torch::Tensor attention(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, std::int64_t heads,
-                        bool causal, bool dropout, bool training, bool recompute) {
-  if (recompute && torch::GradMode::is_enabled()) return RecomputedAttention::apply(q, k, v, heads, causal, dropout, training);
-  return attention_core(q, k, v, heads, causal, dropout, training);
+                        bool causal, bool dropout, bool training, bool recompute, const torch::Tensor& qpos = {},
+                        const torch::Tensor& kpos = {}) {
+  if (recompute && torch::GradMode::is_enabled()) {
+    // autograd::Function takes no undefined tensor: empty positions stand for none.
+    const auto none = torch::empty({0}, torch::kLong);
+    return RecomputedAttention::apply(q, k, v, heads, causal, dropout, training, qpos.defined() ? qpos : none, kpos.defined() ? kpos : none);
+  }
+  return attention_core(q, k, v, heads, causal, dropout, training, qpos, kpos);
 }
+
+/// Note [Context parallelism]: this rank's queries' global positions, and
+/// keys and values [b, s/cp, h] (dim 1 the sequence) gathered with the
+/// keys' positions; nothing changes without a group.
+struct CpAttention {
+  torch::Tensor qpos, kpos, k, v;
+  CpAttention(const ContextParallel* cp, const torch::Tensor& k_in, const torch::Tensor& v_in, std::int64_t seq_dim) : k(k_in), v(v_in) {
+    if (cp == nullptr) return;
+    const std::int64_t local = k_in.size(seq_dim);
+    const auto device = k_in.device();
+    qpos = cp_positions(local * cp->size, cp->rank, cp->size).to(device);
+    const auto kv = cp->gather(torch::stack({k_in, v_in}), seq_dim + 1);
+    k = kv[0];
+    v = kv[1];
+    std::vector<torch::Tensor> all;
+    for (int r = 0; r < cp->size; ++r) all.push_back(cp_positions(local * cp->size, r, cp->size));
+    kpos = torch::cat(all).to(device);
+  }
+};
 
 torch::Tensor drop(const torch::Tensor& x, bool on, bool training) {
   return on ? F::dropout(x, F::DropoutFuncOptions().p(kDropout).training(training)) : x;
@@ -148,7 +180,7 @@ torch::Tensor cols_of(const torch::Tensor& w, const TensorParallel& tp) {
 void split_column(nn::Linear& l, int parts, const TensorParallel& tp) {
   torch::NoGradGuard no_grad;
   l->weight.set_data(rows_of(l->weight, parts, tp));
-  l->bias.set_data(rows_of(l->bias, parts, tp));
+  if (l->bias.defined()) l->bias.set_data(rows_of(l->bias, parts, tp));
 }
 
 /// Keeps this rank's columns of a row-parallel Linear; the bias stays whole
@@ -161,7 +193,8 @@ void split_row(nn::Linear& l, const TensorParallel& tp) {
 /// x W^T summed over the tp ranks (g), plus the bias.
 torch::Tensor row_parallel(nn::Linear& l, const torch::Tensor& x, const TensorParallel* tp) {
   if (tp == nullptr) return l(x);
-  return tp->exit(F::linear(x, l->weight)) + l->bias;
+  const auto y = tp->exit(F::linear(x, l->weight));
+  return l->bias.defined() ? y + l->bias : y;
 }
 
 torch::Tensor enter(const torch::Tensor& x, const TensorParallel* tp) { return tp == nullptr ? x : tp->enter(x); }
@@ -225,7 +258,8 @@ struct Gpt2Embed : nn::Module {
   nn::Embedding wte, wpe;
   std::int64_t vocab;
   bool dropout;
-  VocabShard shard;  // empty: unsplit
+  VocabShard shard;                           // empty: unsplit
+  std::shared_ptr<const ContextParallel> cp;  // this rank's tokens' positions (null: 0..s-1)
 };
 
 struct Gpt2Block : nn::Module {
@@ -241,7 +275,8 @@ struct Gpt2Block : nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     const TensorParallel* t = tp.get();
     const auto qkv = c_attn(enter(ln_1(x), t)).chunk(3, -1);
-    const auto ctx = attention(qkv[0], qkv[1], qkv[2], t ? heads / t->size : heads, true, dropout, is_training(), recompute_core);
+    const CpAttention kv(cp.get(), qkv[1], qkv[2], 1);
+    const auto ctx = attention(qkv[0], kv.k, kv.v, t ? heads / t->size : heads, true, dropout, is_training(), recompute_core, kv.qpos, kv.kpos);
     auto y = x + drop(row_parallel(c_proj, ctx, t), dropout, is_training());
     // GPT-2's "gelu_new" is the tanh approximation.
     const auto mlp = row_parallel(mlp_proj, F::gelu(c_fc(enter(ln_2(y), t)), F::GELUFuncOptions().approximate("tanh")), t);
@@ -262,8 +297,9 @@ struct Gpt2Block : nn::Module {
   nn::Linear c_fc, mlp_proj;
   std::int64_t heads;
   bool dropout;
-  bool recompute_core = false;               // TorchLayer::set_recompute_attention
-  std::shared_ptr<const TensorParallel> tp;  // null: unsplit
+  bool recompute_core = false;                // TorchLayer::set_recompute_attention
+  std::shared_ptr<const TensorParallel> tp;   // null: unsplit
+  std::shared_ptr<const ContextParallel> cp;  // null: the whole sequence here
 };
 
 struct Gpt2Head : nn::Module {
@@ -274,6 +310,7 @@ struct Gpt2Head : nn::Module {
     // so it comes in as an input (Gpt2HeadLayer::make_inputs) instead.
     if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
   }
+  torch::Tensor final_norm(const torch::Tensor& x) { return ln_f(x); }
   nn::LayerNorm ln_f;
   torch::Tensor weight;  // [V, h]; undefined when tied
   std::int64_t vocab;
@@ -340,6 +377,185 @@ struct BertLayer : nn::Module {
   std::shared_ptr<const TensorParallel> tp;  // null: unsplit
 };
 
+
+// ---- Llama ---------------------------------------------------------------------
+// HuggingFace's LlamaForCausalLM (and Mistral, Qwen2, Qwen3, which differ only
+// in the flags of llama.block): pre-RMSNorm blocks, rotary positions,
+// grouped-query attention and a SwiGLU MLP, no dropout (attention_dropout 0).
+
+constexpr double kRmsEps = 1e-5;         // rms_norm_eps
+constexpr double kRopeTheta = 500000.0;  // rope_theta (Llama 3)
+
+/// HF's LlamaRMSNorm: in fp32, x * rsqrt(mean(x^2) + eps), then the weight
+/// times that in the input's dtype (Zhang & Sennrich 2019).
+struct RmsNorm : nn::Module {
+  explicit RmsNorm(std::int64_t n) : weight(register_parameter("weight", torch::ones({n}))) {}
+  /// `tp`: the weight is shared by heads split over the tensor-parallel
+  /// ranks (qk-norm), so its gradient is summed over them by f.
+  torch::Tensor forward(const torch::Tensor& x, const TensorParallel* tp = nullptr) {
+    const auto xf = x.to(torch::kFloat);
+    return enter(weight, tp) * (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + kRmsEps)).to(x.scalar_type());
+  }
+  torch::Tensor weight;
+};
+
+/// Rotary embedding (Su et al. 2021) of x [b, heads, s, d] at positions
+/// `pos` (int64 [s]), as HF's LlamaRotaryEmbedding and apply_rotary_pos_emb:
+/// inv_freq_i = theta^(-2i/d), angles pos x inv_freq repeated twice along d,
+/// x cos + rotate_half(x) sin with rotate_half(x) = [-x2, x1].
+torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& pos) {
+  const auto d = x.size(-1);
+  const auto fopt = torch::TensorOptions().dtype(torch::kFloat).device(x.device());
+  const auto inv_freq = 1.0 / torch::pow(kRopeTheta, torch::arange(0, d, 2, fopt) / static_cast<double>(d));
+  const auto freqs = torch::outer(pos.to(fopt), inv_freq);  // [s, d/2]
+  const auto emb = torch::cat({freqs, freqs}, -1);          // [s, d]
+  const auto cos = emb.cos().to(x.scalar_type()), sin = emb.sin().to(x.scalar_type());
+  const auto half = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+  return x * cos + half * sin;
+}
+
+/// Causal grouped-query attention of q [b, heads, sq, d] against k and v
+/// [b, kv_heads, sk, d]: each key-value head serves heads / kv_heads query
+/// heads (HF's repeat_kv), query i sees key j where kpos_j <= qpos_i (global
+/// positions: Note [Context parallelism]) and, with a sliding window w > 0
+/// (Mistral), kpos_j > qpos_i - w; softmax(q k^T / sqrt(d)) in fp32 (HF's
+/// eager_attention_forward). `flash`: SDPA, which keeps no scores.
+torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& qpos, const torch::Tensor& kpos,
+                       std::int64_t window, bool flash) {
+  const auto b = k.size(0), kvh = k.size(1), sk = k.size(2), d = k.size(3), rep = q.size(1) / kvh;
+  if (rep > 1) {
+    k = k.unsqueeze(2).expand({b, kvh, rep, sk, d}).reshape({b, kvh * rep, sk, d});
+    v = v.unsqueeze(2).expand({b, kvh, rep, sk, d}).reshape({b, kvh * rep, sk, d});
+  }
+  auto masked = kpos.unsqueeze(0) > qpos.unsqueeze(1);  // [sq, sk]: true where a key is in the future
+  if (window > 0) masked = masked | (kpos.unsqueeze(0) <= qpos.unsqueeze(1) - window);
+#if TORCH_VERSION_MAJOR >= 2
+  if (flash) return at::scaled_dot_product_attention(q, k, v, masked.logical_not(), 0.0, false);
+#else
+  (void)flash;  // refused at construction (make_torch_layer)
+#endif
+  auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
+  const auto probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
+  return torch::matmul(probs, v);
+}
+
+/// Selective recompute of gqa_core (TorchLayer::set_recompute_attention):
+/// forward keeps q, k, v and the positions; backward runs the core again.
+struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
+                               const torch::Tensor& v, const torch::Tensor& qpos, const torch::Tensor& kpos, std::int64_t window,
+                               bool flash) {
+    ctx->save_for_backward({q, k, v, qpos, kpos});
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["flash"] = flash;
+    return gqa_core(q, k, v, qpos, kpos, window, flash);  // autograd is off in here
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    std::vector<torch::Tensor> in;
+    for (int i = 0; i < 3; ++i) in.push_back(saved[i].detach().requires_grad_(true));
+    torch::Tensor out;
+    {
+      torch::AutoGradMode grad_mode(true);
+      out = gqa_core(in[0], in[1], in[2], saved[3], saved[4], ctx->saved_data["window"].toInt(), ctx->saved_data["flash"].toBool());
+    }
+    auto g = torch::autograd::grad({out}, in, {grad[0]});
+    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+struct LlamaEmbed : nn::Module {
+  LlamaEmbed(std::int64_t h, std::int64_t v) : embed_tokens(register_module("embed_tokens", nn::Embedding(v, h))), vocab(v) {}
+  nn::Embedding embed_tokens;
+  std::int64_t vocab;
+  VocabShard shard;  // empty: unsplit
+};
+
+/// The flags of a llama.block signature (models/src/llama.cpp).
+struct LlamaShape {
+  std::int64_t h, a, kv, d, f;
+  bool qkv_bias, o_bias, mlp_bias, qk_norm, flash;
+  std::int64_t window = 0;  ///< sw=: Mistral's sliding window in tokens (0: none)
+};
+
+/// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
+struct LlamaBlock : nn::Module {
+  explicit LlamaBlock(const LlamaShape& s)
+      : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(s.h))),
+        q_proj(register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * s.d).bias(s.qkv_bias)))),
+        k_proj(register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        v_proj(register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        o_proj(register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * s.d, s.h).bias(s.o_bias)))),
+        post_attention_layernorm(register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h))),
+        gate_proj(register_module("gate_proj", nn::Linear(nn::LinearOptions(s.h, s.f).bias(s.mlp_bias)))),
+        up_proj(register_module("up_proj", nn::Linear(nn::LinearOptions(s.h, s.f).bias(s.mlp_bias)))),
+        down_proj(register_module("down_proj", nn::Linear(nn::LinearOptions(s.f, s.h).bias(s.mlp_bias)))),
+        shape(s) {
+    if (s.qk_norm) {
+      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.d));
+      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.d));
+    }
+  }
+  /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
+  torch::Tensor forward(const torch::Tensor& x) {
+    const TensorParallel* t = tp.get();
+    const auto b = x.size(0), sl = x.size(1), d = shape.d;
+    const std::int64_t heads = t ? shape.a / t->size : shape.a, kv_heads = t ? shape.kv / t->size : shape.kv;
+    const auto xi = enter(input_layernorm->forward(x), t);
+    auto q = q_proj(xi).view({b, sl, heads, d});
+    auto k = k_proj(xi).view({b, sl, kv_heads, d});
+    auto v = v_proj(xi).view({b, sl, kv_heads, d}).transpose(1, 2);
+    if (q_norm) {  // Qwen3: per head, before the rotation; each tp rank's heads add to the weights' gradients
+      q = q_norm->forward(q, t);
+      k = k_norm->forward(k, t);
+    }
+    const auto ids = torch::TensorOptions().dtype(torch::kLong).device(x.device());
+    const torch::Tensor qpos = cp ? cp_positions(sl * cp->size, cp->rank, cp->size).to(x.device()) : torch::arange(sl, ids);
+    q = rotary(q.transpose(1, 2), qpos);
+    k = rotary(k.transpose(1, 2), qpos);
+    // Note [Context parallelism]: every rank's keys and values [b, kv_heads, s, d], in cp-rank order.
+    const CpAttention all(cp.get(), k, v, 2);
+    const torch::Tensor kpos = cp ? all.kpos : qpos;
+    const auto ctx = recompute_core && torch::GradMode::is_enabled() ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash)
+                                                                     : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash);
+    const auto y = x + row_parallel(o_proj, ctx.transpose(1, 2).reshape({b, sl, heads * d}), t);
+    const auto z = enter(post_attention_layernorm->forward(y), t);
+    return y + row_parallel(down_proj, F::silu(gate_proj(z)) * up_proj(z), t);
+  }
+  /// Megatron's split: this rank's query heads of q_proj, key-value heads of
+  /// k_proj and v_proj, gate and up columns; o_proj and down_proj rows summed
+  /// by g; the norms (qk-norms included: per head) replicated.
+  void split(const TensorParallel& t) {
+    tp = std::make_shared<TensorParallel>(t);
+    for (auto* l : {&q_proj, &k_proj, &v_proj, &gate_proj, &up_proj}) split_column(*l, 1, t);
+    split_row(o_proj, t);
+    split_row(down_proj, t);
+  }
+  std::shared_ptr<RmsNorm> input_layernorm;
+  nn::Linear q_proj, k_proj, v_proj, o_proj;
+  std::shared_ptr<RmsNorm> post_attention_layernorm;
+  nn::Linear gate_proj, up_proj, down_proj;
+  std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without qk-norm
+  LlamaShape shape;
+  bool recompute_core = false;                // TorchLayer::set_recompute_attention
+  std::shared_ptr<const TensorParallel> tp;   // null: unsplit
+  std::shared_ptr<const ContextParallel> cp;  // null: the whole sequence here
+};
+
+struct LlamaHead : nn::Module {
+  LlamaHead(std::int64_t h, std::int64_t v, bool tied) : norm(register_module("norm", std::make_shared<RmsNorm>(h))), vocab(v), tied(tied) {
+    // As Gpt2Head: untied, lm_head [V, h] without bias; tied, embed_tokens' weight comes in as an input.
+    if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
+  }
+  torch::Tensor final_norm(const torch::Tensor& x) { return norm->forward(x); }
+  std::shared_ptr<RmsNorm> norm;
+  torch::Tensor weight;  // [V, h]; undefined when tied
+  std::int64_t vocab;
+  bool tied;
+  VocabShard shard;  // empty: unsplit
+};
+
 // ---- the wrappers -------------------------------------------------------------
 
 template <class M>
@@ -361,7 +577,8 @@ class Gpt2EmbedLayer final : public Wrapped<Gpt2Embed> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto s = in[0].size(1);
-    const auto pos = torch::arange(s, in[0].options());
+    const auto& cp = m_->cp;
+    const auto pos = cp ? cp_positions(s * cp->size, cp->rank, cp->size).to(in[0].device()) : torch::arange(s, in[0].options());
     return drop(m_->shard.lookup(m_->wte, in[0]) + m_->wpe(pos), m_->dropout, m_->is_training());
   }
 };
@@ -370,8 +587,9 @@ class Gpt2BlockLayer final : public Wrapped<Gpt2Block> {
  public:
   Gpt2Block& block() { return *m_; }
   Gpt2BlockLayer(std::shared_ptr<Gpt2Block> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
+  /// [b, s/cp, h]: this context-parallel rank's tokens of sequences of s.
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    return {float_input({b, s, h_}, o)};
+    return {float_input({b, m_->cp ? s / m_->cp->size : s, h_}, o)};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
   void set_recompute_attention(bool on) override { m_->recompute_core = on; }
@@ -380,9 +598,12 @@ class Gpt2BlockLayer final : public Wrapped<Gpt2Block> {
   std::int64_t h_;
 };
 
-class Gpt2HeadLayer final : public Wrapped<Gpt2Head> {
+/// A causal LM head: the final norm, the [V, h] projection and the
+/// cross-entropy over next tokens (Gpt2Head, LlamaHead).
+template <class Head>
+class LmHeadLayer final : public Wrapped<Head> {
  public:
-  Gpt2HeadLayer(std::shared_ptr<Gpt2Head> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
+  LmHeadLayer(std::shared_ptr<Head> m, std::int64_t h) : Wrapped<Head>(std::move(m)), h_(h) {}
   /// [b, s, h] hidden states, [b, s] labels, and when tied the borrowed
   /// [V, h] embedding weight, which receives a gradient as in training but is
   /// not this layer's parameter (sim::Layer::borrowed_params).
@@ -394,14 +615,40 @@ class Gpt2HeadLayer final : public Wrapped<Gpt2Head> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto& weight = m_->tied ? in.at(2) : m_->weight;
-    const auto logits = F::linear(enter(m_->ln_f(in[0]), m_->shard.tp.get()), weight);
+    const auto logits = F::linear(enter(m_->final_norm(in[0]), m_->shard.tp.get()), weight);
     // Cross-entropy in fp32, as HF upcasts the logits under mixed precision.
     return m_->shard.cross_entropy(logits.view({-1, weight.size(0)}).to(torch::kFloat), in[1].view({-1}));
   }
-  Gpt2Head& head() { return *m_; }
+  Head& head() { return *m_; }
 
  private:
+  using Wrapped<Head>::m_;
   std::int64_t h_;
+};
+
+using Gpt2HeadLayer = LmHeadLayer<Gpt2Head>;
+using LlamaHeadLayer = LmHeadLayer<LlamaHead>;
+
+class LlamaEmbedLayer final : public Wrapped<LlamaEmbed> {
+ public:
+  using Wrapped::Wrapped;
+  LlamaEmbed& embed() { return *m_; }
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {ids(b, s, m_->vocab, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->shard.lookup(m_->embed_tokens, in[0]); }
+};
+
+class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
+ public:
+  using Wrapped::Wrapped;
+  LlamaBlock& block() { return *m_; }
+  /// [b, s/cp, h]: this context-parallel rank's tokens of sequences of s.
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {float_input({b, m_->cp ? s / m_->cp->size : s, m_->shape.h}, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
+  void set_recompute_attention(bool on) override { m_->recompute_core = on; }
 };
 
 class BertEmbedLayer final : public Wrapped<BertEmbed> {
@@ -488,7 +735,8 @@ std::int64_t TorchLayer::parameter_count() {
 }
 
 std::vector<std::string> torch_layer_kinds() {
-  return {"gpt2.embed", "gpt2.block", "gpt2.head", "bert.embed", "bert.layer", "bert.pooler", "bert.classifier", "lstm.layer", "lstm.head"};
+  return {"gpt2.embed",      "gpt2.block", "gpt2.head", "bert.embed",  "bert.layer",  "bert.pooler",
+          "bert.classifier", "lstm.layer", "lstm.head", "llama.embed", "llama.block", "llama.head"};
 }
 
 std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature);
@@ -515,11 +763,30 @@ static void init_like_hf(nn::Module& m) {
   }
 }
 
-/// The whole layer of a signature (its tp= ignored), initialised as HF does.
+/// HuggingFace's LlamaPreTrainedModel._init_weights (initializer_range
+/// 0.02): Linear and Embedding weights N(0, 0.02), biases 0, RMSNorm
+/// weights 1 (every norm's name has "norm" in it).
+static void init_llama_like_hf(nn::Module& m) {
+  torch::NoGradGuard no_grad;
+  for (auto& p : m.named_parameters()) {
+    const std::string& name = p.key();
+    auto& t = p.value();
+    if (name.find("norm") != std::string::npos) {
+      t.fill_(1.0);
+    } else if (name.size() >= 4 && name.substr(name.size() - 4) == "bias") {
+      t.zero_();
+    } else {
+      t.normal_(0.0, 0.02);
+    }
+  }
+}
+
+/// The whole layer of a signature (its tp= and cp= ignored), initialised as HF does.
 static std::unique_ptr<TorchLayer> make_full_layer(const std::string& signature) {
   auto layer = make_torch_layer_default_init(signature);
   const std::string kind = signature.substr(0, signature.find(':'));
   if (kind.rfind("gpt2.", 0) == 0 || kind.rfind("bert.", 0) == 0) init_like_hf(layer->module());
+  if (kind.rfind("llama.", 0) == 0) init_llama_like_hf(layer->module());
   return layer;
 }
 
@@ -544,24 +811,68 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
     if (auto* b = dynamic_cast<BertLayerLayer*>(&layer)) b->block().split(tp);
     return;
   }
-  if (s.kind == "gpt2.embed" || s.kind == "bert.embed" || s.kind == "gpt2.head") {
+  if (s.kind == "llama.block") {
+    if (s.get("a") % tp.size != 0 || s.get("kv") % tp.size != 0 || s.get("f") % tp.size != 0) {
+      throw ConfigError(at + "heads, key-value heads and f must be multiples of tp " + std::to_string(tp.size));
+    }
+    dynamic_cast<LlamaBlockLayer&>(layer).block().split(tp);
+    return;
+  }
+  const auto split_head = [&](auto& head, std::int64_t v) {
+    if (head.tied) {
+      head.shard.place(v, tp);  // the weight comes in with the inputs, already this rank's rows
+    } else {
+      head.shard.split(head.weight, v, tp);
+    }
+  };
+  if (s.kind == "gpt2.embed" || s.kind == "bert.embed" || s.kind == "gpt2.head" || s.kind == "llama.embed" || s.kind == "llama.head") {
     const auto v = s.get("v");
     if (auto* e = dynamic_cast<Gpt2EmbedLayer*>(&layer)) e->embed().shard.split(e->embed().wte->weight, v, tp);
     if (auto* e = dynamic_cast<BertEmbedLayer*>(&layer)) e->embed().shard.split(e->embed().word->weight, v, tp);
-    if (auto* h = dynamic_cast<Gpt2HeadLayer*>(&layer)) {
-      auto& head = h->head();
-      if (head.tied) {
-        head.shard.place(v, tp);  // the weight comes in with the inputs, already this rank's rows
-      } else {
-        head.shard.split(head.weight, v, tp);
-      }
-    }
+    if (auto* e = dynamic_cast<LlamaEmbedLayer*>(&layer)) e->embed().shard.split(e->embed().embed_tokens->weight, v, tp);
+    if (auto* h = dynamic_cast<Gpt2HeadLayer*>(&layer)) split_head(h->head(), v);
+    if (auto* h = dynamic_cast<LlamaHeadLayer*>(&layer)) split_head(h->head(), v);
   }
+}
+
+/// Gives a block the context-parallel group (Note [Context parallelism]).
+static void place_cp(TorchLayer& layer, const std::string& signature, const ContextParallel& cp) {
+  const Signature s = parse_signature(signature);
+  const std::string at = "layer signature '" + signature + "': ";
+  const auto want = s.get_or("cp", 1);
+  if (s.values.count("cp") && want != cp.size) {
+    throw ConfigError(at + "cp=" + std::to_string(want) + " but the context-parallel group has " + std::to_string(cp.size) + " ranks");
+  }
+  if (cp.size <= 1) return;
+  // The heads work token by token on the rank's tokens; GPT-2's position
+  // embedding needs their global positions; the blocks attend over the group.
+  if (s.kind == "llama.embed" || s.kind == "llama.head" || s.kind == "gpt2.head") return;
+  if (!cp.gather || cp.rank < 0 || cp.rank >= cp.size) throw ConfigError(at + "context parallelism needs a rank in [0, size) and a gather");
+  const auto shared = std::make_shared<ContextParallel>(cp);
+  if (auto* e = dynamic_cast<Gpt2EmbedLayer*>(&layer)) {
+    e->embed().cp = shared;
+    return;
+  }
+  if (s.kind != "llama.block" && s.kind != "gpt2.block") {
+    throw UnsupportedError(at + "context parallelism is built for the GPT-2 and Llama families only");
+  }
+  if (!s.values.count("cp")) throw ConfigError(at + "no cp= but the context-parallel group has " + std::to_string(cp.size) + " ranks");
+  if (auto* b = dynamic_cast<LlamaBlockLayer*>(&layer)) b->block().cp = shared;
+  if (auto* b = dynamic_cast<Gpt2BlockLayer*>(&layer)) b->block().cp = shared;
 }
 
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
   auto layer = make_full_layer(signature);
   const auto tp = parse_signature(signature).get_or("tp", 1);
+  const auto cp = parse_signature(signature).get_or("cp", 1);
+  if (cp > 1) {
+    // Rank 0's block with a local gather: its own keys and values cp times
+    // over, the shapes and work of the gathered ones.
+    ContextParallel local;
+    local.size = static_cast<int>(cp);
+    local.gather = [cp](const torch::Tensor& x, std::int64_t dim) { return torch::cat(std::vector<torch::Tensor>(cp, x), dim); };
+    place_cp(*layer, signature, local);
+  }
   if (tp > 1) {
     // Rank 0's share with local operators: its computation without collectives.
     TensorParallel local;
@@ -600,6 +911,22 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     return std::make_unique<LstmLayer>(s.get("in"), s.get("hs"), dirs == 2);
   }
   if (k == "lstm.head") return std::make_unique<ClassifierLayer>(s.get("in"), s.get("c"), true);
+  if (k == "llama.embed") return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v")));
+  if (k == "llama.head") return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0), s.get("h"));
+  if (k == "llama.block") {
+    LlamaShape shape{s.get("h"),         s.get("a"),       s.get("kv"),       s.get("d"),         s.get("f"),
+                     s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0, s.get("qkn") != 0, s.get_or("flash", 0) != 0};
+    shape.window = s.get_or("sw", 0);
+    if (shape.a % shape.kv != 0) throw ConfigError("layer signature '" + signature + "': a must be a multiple of kv (grouped-query attention)");
+    if (shape.d % 2 != 0) throw ConfigError("layer signature '" + signature + "': d must be even (rotary embedding)");
+#if TORCH_VERSION_MAJOR < 2
+    if (shape.flash) {
+      throw UnsupportedError("layer signature '" + signature + "': flash=1 needs at::scaled_dot_product_attention (LibTorch >= 2.0); this LibTorch is " +
+                             TORCH_VERSION + " (--set plan.attention=eager)");
+    }
+#endif
+    return std::make_unique<LlamaBlockLayer>(std::make_shared<LlamaBlock>(shape));
+  }
   std::string kinds;
   for (const auto& name : torch_layer_kinds()) kinds += (kinds.empty() ? "" : ", ") + name;
   throw ConfigError("layer signature '" + signature + "': unknown kind '" + k + "'; known: " + kinds);
@@ -609,6 +936,23 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
   auto layer = make_full_layer(signature);
   split_layer(*layer, signature, tp);
   return layer;
+}
+
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp) {
+  auto layer = make_full_layer(signature);
+  place_cp(*layer, signature, cp);
+  split_layer(*layer, signature, tp);
+  return layer;
+}
+
+torch::Tensor cp_positions(std::int64_t seq, int rank, int size) {
+  if (size <= 1) return torch::arange(seq, torch::kLong);
+  if (seq % (2 * size) != 0) {
+    throw ConfigError("context parallelism over " + std::to_string(size) + " ranks cuts a sequence into " + std::to_string(2 * size) +
+                      " chunks, but it has " + std::to_string(seq) + " tokens");
+  }
+  const std::int64_t c = seq / (2 * size);
+  return torch::cat({torch::arange(rank * c, (rank + 1) * c, torch::kLong), torch::arange((2 * size - 1 - rank) * c, (2 * size - rank) * c, torch::kLong)});
 }
 
 torch::Tensor rng_state(const torch::Device& device) {

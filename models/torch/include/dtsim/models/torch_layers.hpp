@@ -70,12 +70,13 @@ struct TensorParallel {
 /// As make_torch_layer, then split for tensor parallelism when tp.size > 1,
 /// cut from the full layer the same seed would build, so the tp ranks
 /// together compute exactly what the unsplit layer does:
-///  - transformer blocks (gpt2.block, bert.layer) keep this rank's heads and
-///    MLP columns;
-///  - token embeddings (gpt2.embed, bert.embed) keep this rank's V/tp rows,
+///  - transformer blocks (gpt2.block, bert.layer, llama.block) keep this
+///    rank's heads and MLP columns (a Llama block its A/tp query heads and
+///    KV/tp key-value heads: tp must divide KV);
+///  - token embeddings (gpt2.embed, bert.embed, llama.embed) keep this rank's V/tp rows,
 ///    look up only the ids inside them and sum the partial rows with g
 ///    (Megatron's VocabParallelEmbedding);
-///  - the GPT-2 head multiplies by its V/tp rows and takes the vocab-parallel
+///  - the GPT-2 and Llama heads multiply by their V/tp rows and takes the vocab-parallel
 ///    cross-entropy (Megatron's parallel softmax: the max, the sum of
 ///    exponentials and the target logit are summed over the ranks);
 ///  - other layers (poolers, classifiers, LSTMs) are replicated.
@@ -84,6 +85,36 @@ struct TensorParallel {
 /// rank's computation without its collectives, which calibration times and
 /// the simulator prices apart (sim::Layer::tp_forward).
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp);
+
+/// Note [Context parallelism]
+/// Megatron-Core's context parallelism (--context-parallel-size; Liu et al.
+/// 2023's ring attention, balanced for the causal mask): each sequence of s
+/// tokens is cut into 2 cp chunks and rank r of the cp group holds chunks r
+/// and 2cp-1-r, so every rank has as much of the causal triangle as the
+/// others. A block's input is its rank's [b, s/cp, h]; rotary positions and
+/// the causal mask use the tokens' global positions, and attention needs the
+/// keys and values of the whole sequence: the runtime supplies `gather`, an
+/// all-gather over the cp group along dimension `dim` in cp-rank order whose
+/// backward reduce-scatters the gradient (cp_comm all_gather; the p2p ring
+/// runs this path too, runtime/README.md).
+struct ContextParallel {
+  int rank = 0;
+  int size = 1;
+  std::function<torch::Tensor(const torch::Tensor&, std::int64_t dim)> gather;
+};
+
+/// The global positions of context-parallel rank `rank`'s tokens of a
+/// sequence of `seq` (Note [Context parallelism]): chunks rank and
+/// 2 size - 1 - rank of 2 size equal chunks, in that order; int64 [seq / size].
+torch::Tensor cp_positions(std::int64_t seq, int rank, int size);
+
+/// As make_torch_layer(signature, tp), for context parallelism too: a
+/// signature's `cp=`, where it has one, must equal cp.size, and its block
+/// attends with the whole sequence's keys and values through cp.gather.
+/// make_torch_layer(signature) on a signature with cp=k builds rank 0's
+/// block with a local gather (its own keys and values k times over): one
+/// rank's computation without the collective.
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp);
 
 /// The layer kinds make_torch_layer knows ("gpt2.block", ...).
 std::vector<std::string> torch_layer_kinds();
