@@ -54,15 +54,19 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation) {
   return o;
 }
 
-KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp) {
+KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp, int cp,
+                         std::int64_t seq_len) {
   // Every list is the rules table's (sim/rules.hpp), as resolve checks it.
   const sim::PlanRules rules(model, cluster);
   KnobChoices c;
   c.tp = rules.tp_values();
   c.pp = rules.pp_values(tp);
   if (c.pp.empty()) c.pp = {1};
-  c.dp = rules.dp_values(tp, pp > 0 ? pp : 1);
+  c.cp = rules.cp_values(tp, seq_len > 0 ? seq_len : rules.max_seq_len());
+  c.dp = rules.dp_values(tp, pp > 0 ? pp : 1, cp > 0 ? cp : 1);
   if (c.dp.empty()) c.dp = {1};
+  c.cp_comms = rules.cp_comms(cp);
+  c.attentions = rules.attentions();
   c.precisions = rules.precisions();
   c.max_virtual_stages = std::max(1, rules.layers() / std::max(1, pp));
   c.sequence_parallel = rules.sequence_parallel_values(tp).size() > 1;
@@ -316,7 +320,12 @@ std::string plan_label(const sim::ResolvedPlan& p) {
     s += " offload-opt";
   }
   if (p.recompute != sim::Recompute::kNone) s += std::string(" rc-") + sim::to_string(p.recompute);
-  if (p.sequence_parallel) s += " sp";
+  if (p.cp > 1) {
+    s += " cp" + std::to_string(p.cp);
+    if (p.cp_comm != sim::CpComm::kP2p) s += std::string("-") + sim::to_string(p.cp_comm);
+  }
+  if (p.sequence_parallel) s += p.tp_comm_overlap ? " sp+overlap" : " sp";
+  if (p.spec.attention != sim::Attention::kAuto) s += std::string(" ") + sim::to_string(p.spec.attention);
   s += " mb" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + " " + sim::to_string(p.precision);
   if (p.spec.placement != "tp,pp,dp") s += " [" + p.spec.placement + "]";  // else two plans would read the same
   return s;

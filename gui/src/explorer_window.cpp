@@ -128,6 +128,20 @@ void set_int_choices(QComboBox* box, const std::vector<int>& values, int current
   box->setCurrentIndex(i);
 }
 
+/// Fills `box` with the enum values by name (sim::to_string), selecting
+/// `current`; a current value not among them is kept with `note` after it.
+template <class E>
+void set_enum_choices(QComboBox* box, const std::vector<E>& values, E current, const QString& note) {
+  box->clear();
+  for (E v : values) box->addItem(sim::to_string(v), static_cast<int>(v));
+  int i = box->findData(static_cast<int>(current));
+  if (i < 0) {
+    box->addItem(QString(sim::to_string(current)) + note, static_cast<int>(current));
+    i = box->count() - 1;
+  }
+  box->setCurrentIndex(i);
+}
+
 struct SearchOutcome {
   std::shared_ptr<const sim::SearchResult> result;
   std::string error;
@@ -150,12 +164,13 @@ struct ExplorerWindow::Impl {
 
   // Pickers and knobs.
   QComboBox *model = nullptr, *cluster = nullptr, *plan = nullptr, *profile = nullptr;
-  QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *schedule = nullptr, *zero = nullptr, *offload = nullptr,
-            *recompute = nullptr, *precision = nullptr, *batch_mode = nullptr;
+  QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *schedule = nullptr,
+            *zero = nullptr, *offload = nullptr, *recompute = nullptr, *attention = nullptr, *precision = nullptr,
+            *batch_mode = nullptr;
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr;
   QDoubleSpinBox *intra_bw = nullptr, *inter_bw = nullptr;
-  QCheckBox* sp = nullptr;
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr;
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -252,6 +267,10 @@ struct ExplorerWindow::Impl {
     tp->setObjectName("tp");
     pp = new QComboBox;
     pp->setObjectName("pp");
+    cp = new QComboBox;
+    cp->setObjectName("cp");
+    cp_comm = new QComboBox;
+    cp_comm->setObjectName("cp_comm");
     schedule = new QComboBox;
     schedule->setObjectName("schedule");
     schedule->addItem("1F1B", static_cast<int>(sim::Schedule::k1f1b));
@@ -264,12 +283,17 @@ struct ExplorerWindow::Impl {
     vstages->setSpecialValueText("auto (2)");
     sp = new QCheckBox("sequence parallel");
     sp->setObjectName("sequence_parallel");
+    tp_overlap = new QCheckBox("overlap TP communication");
+    tp_overlap->setObjectName("tp_comm_overlap");
     pf->addRow("Data parallel", dp);
     pf->addRow("Tensor parallel", tp);
     pf->addRow("Pipeline stages", pp);
+    pf->addRow("Context parallel", cp);
+    pf->addRow("K/V exchange", cp_comm);
     pf->addRow("Schedule", schedule);
     pf->addRow("Virtual stages", vstages);
     pf->addRow("", sp);
+    pf->addRow("", tp_overlap);
     v->addWidget(par);
 
     auto* bat = new QGroupBox("Batch");
@@ -317,11 +341,14 @@ struct ExplorerWindow::Impl {
     recompute->addItem("none", static_cast<int>(sim::Recompute::kNone));
     recompute->addItem("selective", static_cast<int>(sim::Recompute::kSelective));
     recompute->addItem("full", static_cast<int>(sim::Recompute::kFull));
+    attention = new QComboBox;
+    attention->setObjectName("attention");
     precision = new QComboBox;
     precision->setObjectName("precision");
     mf->addRow("Sharding", zero);
     mf->addRow("Offload", offload);
     mf->addRow("Recompute", recompute);
+    mf->addRow("Attention", attention);
     mf->addRow("Precision", precision);
     v->addWidget(mem);
 
@@ -602,7 +629,7 @@ struct ExplorerWindow::Impl {
       if (!s.startsWith("__")) w->open_plan(s);
     });
     picker(profile, [this](const QString& s) { w->open_profile(s); });
-    for (QComboBox* b : {dp, tp, pp, schedule, zero, offload, recompute, precision, batch_mode}) {
+    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, schedule, zero, offload, recompute, attention, precision, batch_mode}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
     for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node}) {
@@ -612,6 +639,7 @@ struct ExplorerWindow::Impl {
       QObject::connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(tp_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
   }
 
   // ---- scenario <-> controls -----------------------------------------------
@@ -649,18 +677,25 @@ struct ExplorerWindow::Impl {
     offload->setCurrentIndex(p.offload_params == sim::Offload::kCpu ? 2 : p.offload_optimizer == sim::Offload::kCpu ? 1 : 0);
     recompute->setCurrentIndex(recompute->findData(static_cast<int>(p.recompute)));
     sp->setChecked(p.sequence_parallel);
-    refresh_choices(p.tp, pipeline, p.dp);
+    tp_overlap->setChecked(p.tp_comm_overlap);
+    refresh_choices(p.tp, pipeline, p.dp, p.cp);
     syncing = false;
   }
 
   /// Offers only the values the model and cluster allow, keeping the current ones.
-  void refresh_choices(int cur_tp, int cur_pp, int cur_dp) {
+  void refresh_choices(int cur_tp, int cur_pp, int cur_dp, int cur_cp) {
     const bool was = syncing;
     syncing = true;
-    const KnobChoices ch = knob_choices(*scenario.model, scenario.cluster, cur_tp, cur_pp);
+    const KnobChoices ch = knob_choices(*scenario.model, scenario.cluster, cur_tp, cur_pp, cur_cp, scenario.plan.seq_len);
     set_int_choices(tp, ch.tp, cur_tp);
     set_int_choices(pp, ch.pp, cur_pp);
+    set_int_choices(cp, ch.cp, cur_cp);
     set_int_choices(dp, ch.dp, cur_dp, "all remaining GPUs");
+    // At cp 1 the exchange is unused: a file's all_gather is kept as it is.
+    set_enum_choices(cp_comm, ch.cp_comms, scenario.plan.cp_comm, cur_cp > 1 ? " (invalid here)" : "");
+    cp_comm->setEnabled(cur_cp > 1);
+    set_enum_choices(attention, ch.attentions, scenario.plan.attention, " (invalid here)");
+    attention->setEnabled(ch.attentions.size() > 1);
     const sim::Precision cur_prec = scenario.plan.precision;
     precision->clear();
     for (sim::Precision p : ch.precisions) precision->addItem(sim::to_string(p), static_cast<int>(p));
@@ -676,6 +711,8 @@ struct ExplorerWindow::Impl {
     vstages->setEnabled(interleaved);
     vstages->setMaximum(std::max(2, ch.max_virtual_stages));
     sp->setEnabled(ch.sequence_parallel);
+    // resolve refuses tp_comm_overlap without sequence parallelism.
+    tp_overlap->setEnabled(ch.sequence_parallel && sp->isChecked());
     syncing = was;
   }
 
@@ -698,9 +735,12 @@ struct ExplorerWindow::Impl {
       p.pp = stages;
       if (sched != sim::Schedule::kNaive) p.schedule = sched;
     }
+    p.cp = cp->currentData().toInt();
+    if (cp_comm->count() > 0) p.cp_comm = static_cast<sim::CpComm>(cp_comm->currentData().toInt());
     p.dp = dp->currentData().toInt();
     p.virtual_stages = vstages->value();
     p.sequence_parallel = sp->isChecked() && p.tp > 1;
+    p.tp_comm_overlap = tp_overlap->isChecked() && p.sequence_parallel;
     p.micro_batch = micro_batch->value();
     if (batch_mode->currentData().toInt() == 1) {
       p.global_batch = batch_value->value();
@@ -716,14 +756,18 @@ struct ExplorerWindow::Impl {
     p.offload_optimizer = offload->currentData().toInt() >= 1 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.offload_params = offload->currentData().toInt() >= 2 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.recompute = static_cast<sim::Recompute>(recompute->currentData().toInt());
+    if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
     mark(p.tp != before.tp, "tp");
     mark(p.pp != before.pp, "pp");
     mark(p.model_parallel != before.model_parallel, "model_parallel");
     mark(p.schedule != before.schedule, "schedule");
+    mark(p.cp != before.cp, "cp");
+    mark(p.cp_comm != before.cp_comm, "cp_comm");
     mark(p.dp != before.dp, "dp");
     mark(p.virtual_stages != before.virtual_stages, "virtual_stages");
     mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");
+    mark(p.tp_comm_overlap != before.tp_comm_overlap, "tp_comm_overlap");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");
     mark(p.grad_accum != before.grad_accum, "grad_accum");
@@ -733,6 +777,7 @@ struct ExplorerWindow::Impl {
     mark(p.offload_optimizer != before.offload_optimizer, "offload_optimizer");
     mark(p.offload_params != before.offload_params, "offload_params");
     mark(p.recompute != before.recompute, "recompute");
+    mark(p.attention != before.attention, "attention");
     mark(p.precision != before.precision, "precision");
 
     sim::ClusterSpec& c = scenario.cluster;
@@ -746,7 +791,7 @@ struct ExplorerWindow::Impl {
     if (syncing || !scenario.model) return;
     read_knobs();
     const int stages = scenario.plan.model_parallel > 0 ? scenario.plan.model_parallel : scenario.plan.pp;
-    refresh_choices(scenario.plan.tp, stages, scenario.plan.dp);
+    refresh_choices(scenario.plan.tp, stages, scenario.plan.dp, scenario.plan.cp);
     read_knobs();  // a refreshed list may have dropped the current choice
     request();
   }

@@ -16,6 +16,7 @@
 #include <QAreaSeries>
 #include <QBarSet>
 #include <QChart>
+#include <QCheckBox>
 #include <QComboBox>
 #include <QCoreApplication>
 #include <QElapsedTimer>
@@ -141,6 +142,45 @@ TEST_CASE("knob choices offer only what the model and cluster allow", "[gui]") {
   // stages, one layer each, as resolve allows.
   const gui::KnobChoices tiny = gui::knob_choices(*models::load_model("gpt2-tiny"), dgx, 1, 1);
   CHECK(tiny.pp == std::vector<int>{1, 2, 4});
+}
+
+TEST_CASE("knob choices for context parallelism, attention and fp8", "[gui]") {
+  using sim::Attention;
+  using sim::CpComm;
+  const sim::ModelPtr llama = models::load_model("llama-tiny");  // 4 heads, 2 KV heads, SwiGLU 352, seq 128
+  const sim::ClusterSpec h100 = sim::load_cluster("dgx-h100");   // 1 node x 8 H100 (FP8 tensor cores)
+  // tp: divisors of 8 that divide the 2 KV heads (and 4 heads, 352): 1, 2.
+  const gui::KnobChoices c = gui::knob_choices(*llama, h100, 1, 1);
+  CHECK(c.tp == std::vector<int>{1, 2});
+  // cp with tp 1, seq_len 0 = the model's 128: divisors of 8 / 1 whose 2 cp
+  // chunks split 128 (128 % 4, % 8, % 16 are all 0): 1, 2, 4, 8.
+  CHECK(c.cp == std::vector<int>{1, 2, 4, 8});
+  CHECK(c.cp == gui::knob_choices(*llama, h100, 1, 1, 1, 128).cp);
+  // cp 1: no exchange to choose; dp: divisors of 8 / (1 x 1 x 1).
+  CHECK(c.cp_comms == std::vector<CpComm>{CpComm::kP2p});
+  CHECK(c.dp == std::vector<int>{1, 2, 4, 8});
+  // Llama has an attention core: auto, eager and flash.
+  CHECK(c.attentions == std::vector<Attention>{Attention::kAuto, Attention::kEager, Attention::kFlash});
+  // H100 computes in fp32, fp16, bf16 and fp8.
+  CHECK(c.precisions == std::vector<sim::Precision>{sim::Precision::kFp32, sim::Precision::kFp16,
+                                                   sim::Precision::kBf16, sim::Precision::kFp8});
+  CHECK(std::string(sim::to_string(sim::Precision::kFp8)) == "fp8");
+  // tp 2: cp divides 8 / 2 = 4: 1, 2, 4 (each splits 128).
+  CHECK(gui::knob_choices(*llama, h100, 2, 1).cp == std::vector<int>{1, 2, 4});
+  // tp 1, pp 1, cp 2: dp divides 8 / (1 x 1 x 2) = 4; both exchanges offered.
+  const gui::KnobChoices c2 = gui::knob_choices(*llama, h100, 1, 1, 2);
+  CHECK(c2.dp == std::vector<int>{1, 2, 4});
+  CHECK(c2.cp_comms == std::vector<CpComm>{CpComm::kP2p, CpComm::kAllGather});
+  // tp 2, pp 2, cp 2: dp divides 8 / 8 = 1.
+  CHECK(gui::knob_choices(*llama, h100, 2, 2, 2).dp == std::vector<int>{1});
+  // seq_len 24: 24 % 4 = 0 and 24 % 8 = 0 but 24 % 16 = 8, so cp 8 goes: 1, 2, 4.
+  CHECK(gui::knob_choices(*llama, h100, 1, 1, 1, 24).cp == std::vector<int>{1, 2, 4});
+  // BERT has no context-parallel split: cp 1 only, whatever the GPUs.
+  const gui::KnobChoices bert = gui::knob_choices(*models::load_model("bert-tiny"), h100, 1, 1);
+  CHECK(bert.cp == std::vector<int>{1});
+  // The A100 has no FP8 tensor cores: no fp8 (fp32, fp16, bf16).
+  const gui::KnobChoices a100 = gui::knob_choices(*llama, sim::load_cluster("dgx-a100"), 1, 1);
+  CHECK(a100.precisions.size() == 3);
 }
 
 TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {
@@ -357,6 +397,83 @@ TEST_CASE("the window predicts the scenario and redraws when a knob changes", "[
   CHECK(w.outcome().prediction->plan.dp == 16);
 }
 
+TEST_CASE("the context-parallel, attention, TP-overlap and fp8 knobs reach the plan", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("llama-tiny", "dgx-h100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* cp = w.findChild<QComboBox*>("cp");
+  auto* cp_comm = w.findChild<QComboBox*>("cp_comm");
+  auto* attention = w.findChild<QComboBox*>("attention");
+  auto* precision = w.findChild<QComboBox*>("precision");
+  auto* sp = w.findChild<QCheckBox*>("sequence_parallel");
+  auto* overlap = w.findChild<QCheckBox*>("tp_comm_overlap");
+  REQUIRE(cp != nullptr);
+  REQUIRE(cp_comm != nullptr);
+  REQUIRE(attention != nullptr);
+  REQUIRE(precision != nullptr);
+  REQUIRE(sp != nullptr);
+  REQUIRE(overlap != nullptr);
+  // The lists of knob_choices (tp 1, seq 128): cp 1, 2, 4, 8; the exchange
+  // only matters with cp > 1; the H100 offers fp8.
+  CHECK(cp->count() == 4);
+  CHECK(cp->findData(8) >= 0);
+  CHECK_FALSE(cp_comm->isEnabled());
+  CHECK(attention->count() == 3);
+  CHECK(precision->findText("fp8") >= 0);
+  CHECK_FALSE(overlap->isEnabled());  // tp 1: no sequence parallelism
+
+  // cp 2, all-gather, flash, fp8: the same plan predicted directly. dp is
+  // left to resolve: 8 / (1 x 1 x 2) = 4 replicas.
+  cp->setCurrentIndex(cp->findData(2));
+  CHECK(cp_comm->isEnabled());
+  cp_comm->setCurrentIndex(cp_comm->findData(static_cast<int>(sim::CpComm::kAllGather)));
+  attention->setCurrentIndex(attention->findData(static_cast<int>(sim::Attention::kFlash)));
+  precision->setCurrentIndex(precision->findText("fp8"));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  const sim::ResolvedPlan& rp = w.outcome().prediction->plan;
+  CHECK(rp.cp == 2);
+  CHECK(rp.dp == 4);
+  CHECK(rp.cp_comm == sim::CpComm::kAllGather);
+  CHECK(rp.flash_attention);
+  CHECK(rp.precision == sim::Precision::kFp8);
+  CHECK(w.scenario().plan.origins.of("plan.cp") == "explorer: cp");
+  sim::PlanSpec expect = sim::load_plan("ddp");
+  expect.cp = 2;
+  expect.cp_comm = sim::CpComm::kAllGather;
+  expect.attention = sim::Attention::kFlash;
+  expect.precision = sim::Precision::kFp8;
+  CHECK(w.outcome().prediction->iteration_time == predict_plan(expect, "llama-tiny", "dgx-h100").iteration_time);
+  const std::string label = gui::plan_label(rp);
+  CHECK(label.find(" cp2") != std::string::npos);
+  CHECK(label.find(" flash") != std::string::npos);
+
+  // TP overlap needs sequence parallelism: enabled only once it is on.
+  auto* tp = w.findChild<QComboBox*>("tp");
+  tp->setCurrentIndex(tp->findData(2));
+  CHECK(sp->isEnabled());
+  CHECK_FALSE(overlap->isEnabled());
+  sp->setChecked(true);
+  CHECK(overlap->isEnabled());
+  overlap->setChecked(true);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.tp_comm_overlap);
+  CHECK(w.outcome().prediction->plan.dp == 2);  // 8 / (2 x 1 x 2)
+  expect.tp = 2;
+  expect.sequence_parallel = true;
+  expect.tp_comm_overlap = true;
+  CHECK(w.outcome().prediction->iteration_time == predict_plan(expect, "llama-tiny", "dgx-h100").iteration_time);
+  // Sequence parallelism off again: the overlap goes with it.
+  sp->setChecked(false);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK_FALSE(overlap->isEnabled());
+  CHECK_FALSE(w.outcome().prediction->plan.tp_comm_overlap);
+}
+
 TEST_CASE("rapid changes are debounced and the newest one wins", "[gui][window]") {
   app();
   ExplorerWindow w;
@@ -552,7 +669,7 @@ TEST_CASE("the search tab finds the planner's best plans and loads one", "[gui][
   CHECK(gui::plan_label(w.outcome().prediction->plan) == gui::plan_label(direct.top[0].plan));
 }
 
-TEST_CASE("dtsim-gui --screenshot renders without a display; bad arguments exit 2", "[gui]") {
+TEST_CASE("dtsim-gui --screenshot renders without a display, and bad arguments exit 2", "[gui]") {
   const std::string png = temp_path("shot.png");
   const std::string cmd = std::string("env -u DISPLAY -u QT_QPA_PLATFORM ") + DTSIM_GUI_BINARY +
                           " --screenshot " + png + " --model gpt2 --cluster dgx-a100 --plan zero2 >/dev/null 2>&1";

@@ -57,13 +57,18 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation = 0);
 struct KnobChoices {
   std::vector<int> tp;          ///< divisors of GPUs per node the model's heads and MLP split into
   std::vector<int> pp;          ///< divisors of GPUs / tp, at most one stage per layer
-  std::vector<int> dp;          ///< divisors of GPUs / (tp * pp) (0 = all of them is offered separately)
+  std::vector<int> dp;          ///< divisors of GPUs / (tp * pp * cp) (0 = all of them is offered separately)
+  std::vector<int> cp;          ///< divisors of GPUs / tp cutting a sequence into 2 cp chunks ({1} if the model cannot)
+  std::vector<sim::CpComm> cp_comms;       ///< how K/V move with the current cp (only p2p at cp 1)
+  std::vector<sim::Attention> attentions;  ///< auto, and eager and flash where the model has attention
   std::vector<sim::Precision> precisions;  ///< those the device computes in
   int max_virtual_stages = 1;   ///< layers / pp (interleaved needs >= 2 chunks per stage)
-  bool sequence_parallel = false;  ///< allowed with the current tp
+  bool sequence_parallel = false;  ///< allowed with the current tp (tp_comm_overlap also needs it on)
 };
-/// Choices for tp, pp and dp given the current tp and pp.
-KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp);
+/// Choices for tp, pp, cp and dp given the current tp, pp and cp, for
+/// sequences of seq_len tokens (0: the model's maximum, as resolve takes it).
+KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp, int cp = 1,
+                         std::int64_t seq_len = 0);
 
 /// One bar of the timeline: [start, end) in ns, and what it was.
 struct GanttBar {
@@ -111,7 +116,8 @@ struct Pinned {
 std::vector<std::size_t> pareto_front(const std::vector<Pinned>& pins);
 /// The pinned scenarios as CSV with a header (RFC 4180 quoting).
 std::string pins_to_csv(const std::vector<Pinned>& pins);
-/// A short label of a prediction's plan: "dp8 tp1 pp1 zero2 mb4".
+/// A short label of a prediction's plan: "dp8 tp1 pp1 zero2 mb4x1 fp16"; cp > 1
+/// adds " cp2" (" cp2-all_gather"), attention other than auto " flash" or " eager".
 std::string plan_label(const sim::ResolvedPlan& p);
 
 /// A measured iteration, as `dtsim validate --json` writes it (gui/README.md
