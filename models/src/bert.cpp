@@ -66,10 +66,13 @@ class Bert final : public ZooModel {
     const std::string layer = "bert.layer:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                               ",f=" + std::to_string(c_.intermediate) + ",drop=" + (c_.dropout ? "1" : "0") +
                               (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
+    // Every layer does the same work: built once, copied and renamed.
+    sim::Layer one = transformer_layer("layer.0", shape, h, c_.heads, c_.intermediate, c_.dropout, false);
+    one.param_tensors = 16;  // HuggingFace's BERT keeps query, key and value apart: 4 more than GPT-2's fused QKV
+    one.signature = layer;
     for (int i = 0; i < c_.layers; ++i) {
-      out.push_back(transformer_layer("layer." + std::to_string(i), shape, h, c_.heads, c_.intermediate, c_.dropout, false));
-      out.back().param_tensors = 16;  // HuggingFace's BERT keeps query, key and value apart: 4 more than GPT-2's fused QKV
-      out.back().signature = layer;
+      out.push_back(one);
+      out.back().name = "layer." + std::to_string(i);
     }
     if (c_.pooler) {
       sim::Layer p;

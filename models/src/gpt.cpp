@@ -70,9 +70,12 @@ class Gpt final : public ZooModel {
     const std::string block = "gpt2.block:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                               ",f=" + std::to_string(c_.ffn_hidden) + ",drop=" + (c_.dropout ? "1" : "0") +
                               (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
+    // Every block does the same work: built once, copied and renamed.
+    sim::Layer one = transformer_layer("h.0", shape, h, c_.heads, c_.ffn_hidden, c_.dropout, true);
+    one.signature = block;
     for (int i = 0; i < c_.layers; ++i) {
-      out.push_back(transformer_layer("h." + std::to_string(i), shape, h, c_.heads, c_.ffn_hidden, c_.dropout, true));
-      out.back().signature = block;
+      out.push_back(one);
+      out.back().name = "h." + std::to_string(i);
     }
 
     sim::Layer head;

@@ -293,6 +293,7 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
 
 void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const AttentionCore& core,
                   const std::vector<sim::Kernel>& post) {
+  l.forward.reserve(pre.size() + core.forward.size() + post.size());
   l.forward = pre;
   l.forward.insert(l.forward.end(), core.forward.begin(), core.forward.end());
   l.forward.insert(l.forward.end(), post.begin(), post.end());
