@@ -105,20 +105,10 @@ class Bert final : public ZooModel {
       m.forward.push_back(gemm("transform.dense", t, h, h, e));
       m.forward.push_back(memory_op("transform.gelu", sim::KernelKind::kElementwise, e * t * h, e * t * h, 8.0 * t * h));
       m.forward.push_back(memory_op("transform.ln", sim::KernelKind::kNorm, e * t * h, e * t * h, 5.0 * t * h));
-      m.forward.push_back(gemm("decoder", t, vp, h, e));
-      m.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * vp, 4 * t * vp, 5.0 * t * vp));
-      m.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * t, 4 * t));
-      m.backward = backward_of(m.forward);
+      add_lm_loss(m, shape, "decoder", t, vp, h);
       // The inputs of the dense, GeLU, LayerNorm and decoder, and the fp32
-      // log-softmax; backward holds the fp32 gradients as the GPT-2 head.
+      // log-softmax.
       m.saved_bytes = 4 * e * t * h + 4 * t * vp;
-      m.backward_workspace_bytes = 8 * t * vp;
-      m.output_bytes = 4;
-      if (tp > 1) {
-        if (sp) m.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
-        m.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t, 3});
-        m.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
-      }
       out.push_back(std::move(m));
     }
     if (c_.num_labels > 0) {

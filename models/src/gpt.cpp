@@ -87,29 +87,10 @@ class Gpt final : public ZooModel {
     head.param_tensors = c_.tied_head ? 2 : 3;  // ln_f weight and bias (and an untied output weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.forward.push_back(memory_op("ln_f", sim::KernelKind::kNorm, e * tn * h, e * tn * h, 5.0 * tn * h));
-    head.forward.push_back(gemm("lm_head", t, v, h, e));
-    // Cross-entropy upcasts the logits and keeps the fp32 log-softmax.
-    head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * v, 4 * t * v, 5.0 * t * v));
-    head.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * t, 4 * t));
-    head.backward = backward_of(head.forward);
-    // ln_f input and output (the head GEMM's input) and the fp32 log-softmax
-    // saved by cross-entropy; the logits themselves are not saved (a loop
-    // that keeps HF's outputs.logits alive holds e t v more). Its backward
-    // holds the fp32 gradients of the log-softmax and of the logits: 8 t v
-    // (measured by dtsim validate: on a CPU in fp32, and on an H100 in fp16,
-    // 1,572 MiB for gpt2 at 4 x 1024 tokens, where 8 t v is 1,570 MiB: the
-    // 16-bit cast of the logits' gradient comes once the fp32 ones are gone).
+    add_lm_loss(head, shape, "lm_head", t, v, h);
+    // ln_f input and output (the head GEMM's input) and the fp32
+    // log-softmax saved by cross-entropy.
     head.saved_bytes = 2 * e * tn * h + 4 * t * v;
-    head.backward_workspace_bytes = 8 * t * v;
-    head.output_bytes = 4;  // the scalar loss
-    if (tp > 1) {
-      // The head's input is gathered over the sequence (sp) and its gradient
-      // summed over the ranks; vocab-parallel cross-entropy all-reduces the
-      // max, the sum of exponentials and the target logit (4 bytes a token).
-      if (sp) head.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
-      head.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t, 3});
-      head.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
-    }
     out.push_back(std::move(head));
     return out;
   }

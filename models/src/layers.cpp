@@ -207,6 +207,33 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
   return c;
 }
 
+void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
+                 std::int64_t h) {
+  const int e = shape.act_bytes;
+  const bool sp = shape.sequence_parallel && shape.tp > 1;
+  head.forward.push_back(gemm(name, t, v, h, e));
+  // Cross-entropy upcasts the logits and keeps the fp32 log-softmax.
+  head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * v, 4 * t * v, 5.0 * t * v));
+  head.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * t, 4 * t));
+  head.backward = backward_of(head.forward);
+  // The logits themselves are not saved (a loop that keeps HF's
+  // outputs.logits alive holds e t v more). Backward holds the fp32
+  // gradients of the log-softmax and of the logits: 8 t v (measured by
+  // dtsim validate: on a CPU in fp32, and on an H100 in fp16, 1,572 MiB for
+  // gpt2 at 4 x 1024 tokens, where 8 t v is 1,570 MiB: the 16-bit cast of
+  // the logits' gradient comes once the fp32 ones are gone).
+  head.backward_workspace_bytes = 8 * t * v;
+  head.output_bytes = 4;  // the scalar loss
+  if (shape.tp > 1) {
+    // The head's input is gathered over the sequence (sp) and its gradient
+    // summed over the ranks; vocab-parallel cross-entropy all-reduces the
+    // max, the sum of exponentials and the target logit (4 bytes a token).
+    if (sp) head.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
+    head.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t, 3});
+    head.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+  }
+}
+
 std::string attention_signature(const sim::WorkloadShape& shape) {
   return (shape.cp > 1 ? ",cp=" + std::to_string(shape.cp) : std::string()) + (shape.flash_attention ? ",flash=1" : "");
 }

@@ -85,6 +85,13 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 /// kernels and context-parallel exchange.
 void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const AttentionCore& core,
                   const std::vector<sim::Kernel>& post);
+/// The end of a language-model head: the `name` GEMM of t tokens onto this
+/// rank's v vocabulary rows, the fp32 log-softmax and the loss (forward,
+/// after the kernels already in `head`; backward of them all), backward's
+/// fp32 workspace, the scalar output, and under tensor parallelism
+/// vocab-parallel cross-entropy's collectives. Saved bytes are the caller's.
+void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
+                 std::int64_t h);
 /// What a block's signature adds for how its attention runs: ",cp=N"
 /// under context parallelism, ",flash=1" when fused.
 std::string attention_signature(const sim::WorkloadShape& shape);

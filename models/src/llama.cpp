@@ -104,23 +104,10 @@ class Llama final : public ZooModel {
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.forward.push_back(memory_op("norm", sim::KernelKind::kNorm, (e + 8) * tn * h, (e + 8) * tn * h, 4.0 * tn * h));
-    head.forward.push_back(gemm("lm_head", t, v, h, e));
-    // The loss upcasts the logits and cross-entropy keeps the fp32 log-softmax.
-    head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * v, 4 * t * v, 5.0 * t * v));
-    head.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * t, 4 * t));
-    head.backward = backward_of(head.forward);
-    // The norm (Note [Llama activations]), the head GEMM's input and the
-    // fp32 log-softmax; backward holds the fp32 gradients of the
-    // log-softmax and the logits, as the GPT-2 head's (gpt.cpp).
-    // The head's GEMM stays in bf16 under FP8 (kernel_precision in sim).
+    add_lm_loss(head, shape, "lm_head", t, v, h);
+    // The norm (Note [Llama activations]), the head GEMM's input (in bf16
+    // under FP8: kernel_precision in sim) and the fp32 log-softmax.
     head.saved_bytes = (4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
-    head.backward_workspace_bytes = 8 * t * v;
-    head.output_bytes = 4;
-    if (tp > 1) {
-      if (sp) head.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
-      head.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t, 3});
-      head.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
-    }
     out.push_back(std::move(head));
     return out;
   }

@@ -12,9 +12,11 @@
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/search.hpp"
 #include "fake_model.hpp"
+#include "test_util.hpp"
 
 using namespace dtsim;
 using namespace dtsim::sim;
+using dtsim::test::error_of;
 
 namespace {
 
@@ -33,15 +35,6 @@ class FixedComm final : public CommModel {
  private:
   TimeNs ns_;
 };
-
-std::string error_of(const std::function<void()>& f) {
-  try {
-    f();
-  } catch (const Error& e) {
-    return e.what();
-  }
-  return "";
-}
 
 TimeNs makespan(const Model& m, const std::string& yaml, const ClusterSpec& c, const CommModel& comm, int* cp_tasks = nullptr) {
   ResolvedPlan p = resolve(parse_plan(yaml, "cp.yaml"), m, c);
