@@ -108,7 +108,9 @@ class Executor {
     for (std::size_t r = 0; r < stream_tasks_.size(); ++r) {
       for (std::size_t s = 0; s < stream_tasks_[r].size(); ++s) try_start_head(static_cast<int>(r), static_cast<int>(s));
     }
-    q_.run();
+    while (q_.step()) {
+      if (opt_.record_event_times) event_times_.push_back(q_.now());
+    }
     check_all_done();
     return collect();
   }
@@ -381,6 +383,7 @@ class Executor {
       cur = pred;
     }
     r.memory = std::move(memory_);
+    r.event_times = std::move(event_times_);
     return r;
   }
 
@@ -401,6 +404,7 @@ class Executor {
   std::vector<Flow> flows_;
   std::vector<RankMemoryPeak> memory_;
   std::vector<std::array<Bytes, kMemCategories>> current_;
+  std::vector<TimeNs> event_times_;
 };
 
 }  // namespace

@@ -87,11 +87,13 @@ class ChunkStage final : public detail::StageEmitter {
 
   void step(int s, std::size_t j, const PipeStep& st) override {
     const int vs = st.chunk * ctx_.plan.pp + s;
+    ctx_.b.set_micro(st.micro);
     last_ = st.forward ? forward(s, vs, st.micro) : backward(s, vs, st.micro, !grads_[st.chunk], final_b_[st.chunk] == j);
     if (!st.forward) {
       grads_[st.chunk] = true;
       ctx_.last_backward[static_cast<std::size_t>(vs)] = last_;
     }
+    ctx_.b.set_micro(-1);
   }
 
   void end_stage(int s) override { optimizer_step(s); }

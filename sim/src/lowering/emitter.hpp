@@ -26,6 +26,8 @@ class TaskBuilder {
   TaskGraph& graph() { return g_; }
   /// Whether tasks get names (search leaves them empty).
   bool named() const { return named_; }
+  /// Tasks made from now on belong to micro-batch `m` (-1: to none), Task::micro.
+  void set_micro(std::int32_t m) { micro_ = m; }
 
   /// A kernel (or, on the host stream, the host's work) of `duration`.
   TaskId compute(std::string name, int rank, int stream, Phase phase, TimeNs duration, std::vector<TaskId> deps = {},
@@ -40,6 +42,7 @@ class TaskBuilder {
     t.deps = std::move(deps);
     t.on_start = std::move(on_start);
     t.on_end = std::move(on_end);
+    t.micro = micro_;
     return g_.add(std::move(t));
   }
   /// A collective (or point-to-point send) over the group of mesh axis `axis`.
@@ -59,6 +62,7 @@ class TaskBuilder {
     t.deps = std::move(deps);
     t.on_start = std::move(on_start);
     t.on_end = std::move(on_end);
+    t.micro = micro_;
     return g_.add(std::move(t));
   }
   /// A copy between host and device over PCIe (ZeRO-Offload).
@@ -73,11 +77,13 @@ class TaskBuilder {
     t.bytes = bytes;
     t.cost = cost;
     t.deps = std::move(deps);
+    t.micro = micro_;
     return g_.add(std::move(t));
   }
 
  private:
   bool named_ = true;
+  std::int32_t micro_ = -1;
   TaskGraph g_;
 };
 

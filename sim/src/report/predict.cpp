@@ -2,12 +2,14 @@
 
 #include <algorithm>
 #include <array>
+#include <optional>
 
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "report/steady_state.hpp"
 
 namespace dtsim::sim {
 
@@ -21,16 +23,25 @@ namespace dtsim::sim {
 // The parts sum to the iteration time, and with uniform stages and free
 // communication the bubble is (p - 1)/(m + p - 1) of it for GPipe and 1F1B
 // (Narayanan et al. 2021, section 2.2).
-TimeBreakdown stage_breakdown(const TaskGraph& g, const ExecResult& exec) {
+namespace detail {
+
+namespace {
+bool is_compute(Phase p) { return p == Phase::kForward || p == Phase::kBackward || p == Phase::kRecompute; }
+/// The length of [a, b) within [t0, t1).
+TimeNs overlap(TimeNs a, TimeNs b, TimeNs t0, TimeNs t1) { return std::max<TimeNs>(0, std::min(b, t1) - std::max(a, t0)); }
+}  // namespace
+
+std::vector<TimeNs> stage_busy(const TaskGraph& g, const std::vector<Span>& spans, TimeNs t0, TimeNs t1) {
   std::vector<TimeNs> busy(g.ranks.size(), 0);
   for (std::size_t i = 0; i < g.tasks.size(); ++i) {
     const Task& t = g.tasks[i];
-    if (t.phase == Phase::kForward || t.phase == Phase::kBackward || t.phase == Phase::kRecompute) {
-      busy[t.rank] += exec.spans[i].end - exec.spans[i].start;
-    }
+    if (is_compute(t.phase)) busy[t.rank] += overlap(spans[i].start, spans[i].end, t0, t1);
   }
-  const int ref = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
-  // Classes by priority: 0 compute, 1 optimizer, 2 comm, 3 offload.
+  return busy;
+}
+
+StageClasses stage_classes(const TaskGraph& g, const std::vector<Span>& spans, int rank, TimeNs t0, TimeNs t1) {
+  // Classes by priority: 0 compute, 1 optimizer, 2 comm, 3 offload; 4 idle.
   struct Edge {
     TimeNs at;
     int cls;
@@ -39,18 +50,18 @@ TimeBreakdown stage_breakdown(const TaskGraph& g, const ExecResult& exec) {
   std::vector<Edge> edges;
   for (std::size_t i = 0; i < g.tasks.size(); ++i) {
     const Task& t = g.tasks[i];
-    if (t.rank != ref || exec.spans[i].end <= exec.spans[i].start) continue;
+    if (t.rank != rank || spans[i].end <= spans[i].start || spans[i].end <= t0 || spans[i].start >= t1) continue;
     int cls = 2;
-    if (t.phase == Phase::kForward || t.phase == Phase::kBackward || t.phase == Phase::kRecompute) cls = 0;
+    if (is_compute(t.phase)) cls = 0;
     if (t.phase == Phase::kOptimizer) cls = 1;
     if (t.phase == Phase::kOffload) cls = 3;
-    edges.push_back({exec.spans[i].start, cls, +1});
-    edges.push_back({exec.spans[i].end, cls, -1});
+    edges.push_back({std::max(spans[i].start, t0), cls, +1});
+    edges.push_back({std::min(spans[i].end, t1), cls, -1});
   }
   std::sort(edges.begin(), edges.end(), [](const Edge& a, const Edge& b) { return a.at < b.at; });
   std::array<int, 4> active{};
-  std::array<TimeNs, 5> total{};  // + idle
-  TimeNs prev = 0;
+  StageClasses total{};
+  TimeNs prev = t0;
   auto account = [&](TimeNs until) {
     if (until <= prev) return;
     int cls = 4;
@@ -67,14 +78,26 @@ TimeBreakdown stage_breakdown(const TaskGraph& g, const ExecResult& exec) {
     account(e.at);
     active[e.cls] += e.delta;
   }
-  account(exec.makespan);
+  account(t1);
+  return total;
+}
+
+TimeBreakdown to_breakdown(const StageClasses& c) {
   TimeBreakdown b;
-  b.compute = total[0];
-  b.optimizer = total[1];
-  b.exposed_comm = total[2];
-  b.offload = total[3];
-  b.bubble = total[4];
+  b.compute = c[0];
+  b.optimizer = c[1];
+  b.exposed_comm = c[2];
+  b.offload = c[3];
+  b.bubble = c[4];
   return b;
+}
+
+}  // namespace detail
+
+TimeBreakdown stage_breakdown(const TaskGraph& g, const ExecResult& exec) {
+  const std::vector<TimeNs> busy = detail::stage_busy(g, exec.spans, 0, exec.makespan);
+  const int ref = static_cast<int>(std::max_element(busy.begin(), busy.end()) - busy.begin());
+  return detail::to_breakdown(detail::stage_classes(g, exec.spans, ref, 0, exec.makespan));
 }
 
 namespace {
@@ -148,18 +171,26 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   PricedLayers priced;
   if (p.plan.pp > 1) priced = price_layers(model, p.plan, pricing.cluster(), pricing.compute(), pricing.comm());
   partition(p.plan, model, priced);
-  TaskGraph graph = lower(model, p.plan, pricing.cluster(),
-                          CostModels{&pricing.compute(), &pricing.comm(), options.keep_graph, p.plan.pp > 1 ? &priced : nullptr});
+  const CostModels costs{&pricing.compute(), &pricing.comm(), options.keep_graph, p.plan.pp > 1 ? &priced : nullptr};
   if (options.profile) {
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
   }
-  ExecOptions eo;
-  eo.record_memory_timeline = options.keep_graph;
-  ExecResult exec = execute(graph, eo);
+  // A long pipeline's steady state once (Note [Steady state]), else every task.
+  std::optional<detail::SteadyState> steady;
+  if (!options.keep_graph && !options.unabridged) steady = detail::simulate_steady(model, p.plan, pricing.cluster(), costs);
+  TaskGraph graph;
+  ExecResult exec;
+  if (!steady) {
+    graph = lower(model, p.plan, pricing.cluster(), costs);
+    ExecOptions eo;
+    eo.record_memory_timeline = options.keep_graph;
+    exec = execute(graph, eo);
+  }
+  const TimeNs makespan = steady ? steady->makespan : exec.makespan;
 
-  p.iteration_time = exec.makespan;
-  const double t = std::max(1e-12, ns_to_seconds(exec.makespan));
+  p.iteration_time = makespan;
+  const double t = std::max(1e-12, ns_to_seconds(makespan));
   p.samples_per_s = static_cast<double>(p.plan.global_batch) / t;
   p.tokens_per_s = p.samples_per_s * static_cast<double>(p.plan.seq_len);
 
@@ -190,7 +221,9 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.mfu = model_flops / t / peak;
   p.hfu = hw_flops / t / peak;
 
-  if (p.plan.pp > 1) {
+  if (steady) {
+    p.breakdown = steady->breakdown;
+  } else if (p.plan.pp > 1) {
     p.breakdown = stage_breakdown(graph, exec);
   } else {
     const auto& cp = exec.critical_path;
@@ -204,12 +237,13 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   }
 
   p.capacity = cluster.device.memory;
-  for (std::size_t r = 0; r < graph.ranks.size(); ++r) {
-    const auto& snap = exec.memory[r].at_peak;
+  const std::vector<SimRank>& ranks = steady ? steady->rank_info : graph.ranks;
+  for (std::size_t r = 0; r < ranks.size(); ++r) {
+    const auto& snap = steady ? steady->peaks[r] : exec.memory[r].at_peak;
     RankMemory rm;
-    rm.rank = graph.ranks[r].rank;
-    rm.stage = graph.ranks[r].stage;
-    rm.replicas = graph.ranks[r].replicas;
+    rm.rank = ranks[r].rank;
+    rm.stage = ranks[r].stage;
+    rm.replicas = ranks[r].replicas;
     rm.peak = snap.total();
     rm.parameters = snap.bytes[static_cast<int>(MemCategory::kParameters)];
     rm.gradients = snap.bytes[static_cast<int>(MemCategory::kGradients)];
@@ -222,8 +256,9 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     }
     p.ranks.push_back(rm);
   }
-  p.events = exec.events;
-  p.tasks = graph.tasks.size();
+  p.events = steady ? steady->events : exec.events;
+  p.tasks = steady ? steady->tasks : graph.tasks.size();
+  if (steady) p.abridged_to = steady->simulated_micro_batches;
   if (options.keep_graph) {
     p.graph = std::move(graph);
     p.exec = std::move(exec);

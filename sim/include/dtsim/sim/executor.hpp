@@ -39,11 +39,13 @@ struct ExecResult {
   std::vector<RankMemoryPeak> memory;        ///< per simulated rank
   std::array<TimeNs, 8> critical_path{};     ///< by Phase; sums to makespan
   std::uint64_t events = 0;                  ///< events processed
+  std::vector<TimeNs> event_times;           ///< when each ran, when recorded
 };
 
 /// Executor options.
 struct ExecOptions {
   bool record_memory_timeline = false;       ///< for trace counter tracks
+  bool record_event_times = false;           ///< for the steady-state abridgement
 };
 
 /// Runs the graph. Throws InternalError on a cycle or a deadlock (a task that

@@ -19,7 +19,10 @@ namespace dtsim::sim {
 
 /// Options of a prediction.
 struct PredictOptions {
-  bool keep_graph = false;  ///< keep the task graph and spans (for --trace)
+  bool keep_graph = false;  ///< keep the task graph and spans (for --trace); simulates every micro-batch
+  /// Simulate every micro-batch of a long pipeline, not its steady state
+  /// once (Note [Steady state] in report/steady_state.cpp); same results.
+  bool unabridged = false;
   /// Measured costs (dtsim calibrate); null: the datasheet models.
   std::shared_ptr<const ProfileCosts> profile;
 };
@@ -75,8 +78,11 @@ struct Prediction {
   CostSources sources;         ///< which source priced each cost (with a profile)
   std::vector<std::string> warnings;  ///< e.g. a profile measured on another device
 
-  std::uint64_t events = 0;    ///< simulation events processed
-  std::size_t tasks = 0;       ///< tasks in the graph
+  std::uint64_t events = 0;    ///< simulation events processed (by the full simulation)
+  std::size_t tasks = 0;       ///< tasks in the graph (of the full simulation)
+  /// Micro-batches a pipeline was simulated with where its steady state
+  /// was simulated once (Note [Steady state]); else 0.
+  std::int64_t abridged_to = 0;
   TaskGraph graph;             ///< when keep_graph
   ExecResult exec;             ///< when keep_graph (spans, memory timeline)
 };

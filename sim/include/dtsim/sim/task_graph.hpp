@@ -71,6 +71,11 @@ struct Task {
   Bytes bytes = 0;             ///< payload, for reports and traces
   std::int64_t collective = -1;  ///< participants share this key (-1: this rank alone)
   int participants = 1;        ///< simulated ranks taking part
+  /// The micro-batch whose pass made it (a pipeline's forward, backward,
+  /// send or recompute), or -1 (the step, the reductions at the end): what
+  /// the steady-state abridgement matches tasks by (Note [Steady state] in
+  /// report/steady_state.cpp).
+  std::int32_t micro = -1;
   std::vector<TaskId> deps;
   std::vector<MemOp> on_start; ///< applied when the task starts
   std::vector<MemOp> on_end;   ///< applied when it ends

@@ -1,0 +1,82 @@
+// Pipeline prediction speed (issue 26's targets): one prediction in-process,
+// median of `--repeat` runs (default 11), for
+//   - GPT-1T on 3072 A100s, interleaved: tp 8, pp 64, 2 chunks a stage,
+//     micro-batch 1, global batch 3072 (512 micro-batches a pipeline;
+//     Narayanan et al. 2021, Table 1's last row);
+//   - gpt-175b under megatron-3d on 64 A100s (512 micro-batches);
+//   - the same with 8 to 512 micro-batches (global batch = micro-batches).
+//   build/bench/dtsim_bench_pipeline [--repeat N]
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/predict.hpp"
+
+using namespace dtsim;
+
+namespace {
+
+struct Timed {
+  double median_ms = 0;
+  sim::Prediction last;
+};
+
+Timed time_it(const sim::Model& model, const sim::PlanSpec& plan, const sim::ClusterSpec& cluster, int repeat) {
+  std::vector<double> ms;
+  Timed t;
+  for (int r = 0; r < repeat; ++r) {
+    const auto t0 = std::chrono::steady_clock::now();
+    t.last = sim::predict(model, plan, cluster);
+    const auto t1 = std::chrono::steady_clock::now();
+    ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
+  }
+  std::sort(ms.begin(), ms.end());
+  t.median_ms = ms[ms.size() / 2];
+  return t;
+}
+
+void row(const char* what, const Timed& t) {
+  std::printf("%-44s %10.3f %12.6f %9zu %10llu %10lld\n", what, t.median_ms, ns_to_seconds(t.last.iteration_time),
+              t.last.tasks, static_cast<unsigned long long>(t.last.events), static_cast<long long>(t.last.abridged_to));
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int repeat = 11;
+  for (int i = 1; i < argc; ++i) {
+    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
+      repeat = std::max(1, std::atoi(argv[++i]));
+    } else {
+      std::fprintf(stderr, "usage: %s [--repeat N]\n", argv[0]);
+      return 2;
+    }
+  }
+  try {
+    std::printf("median of %d predictions in-process\n", repeat);
+    std::printf("%-44s %10s %12s %9s %10s %10s\n", "case", "ms", "iteration s", "tasks", "events", "simulated");
+    {
+      const auto model = models::load_model("gpt-1t");
+      const auto cluster = sim::load_cluster("dgx-a100", {sim::parse_override("cluster.nodes=384")});
+      const auto plan = sim::load_plan("megatron-3d", {sim::parse_override("plan.pp=64"), sim::parse_override("plan.global_batch=3072")});
+      row("gpt-1t, 3072 A100, tp 8 pp 64 v 2, m 512", time_it(*model, plan, cluster, repeat));
+    }
+    const auto model = models::load_model("gpt-175b");
+    const auto cluster = sim::load_cluster("dgx-a100", {sim::parse_override("cluster.nodes=8")});
+    for (int m : {512, 8, 16, 32, 64, 128, 256}) {
+      const auto plan = sim::load_plan("megatron-3d", {sim::parse_override("plan.global_batch=" + std::to_string(m))});
+      const std::string what = "gpt-175b megatron-3d, 64 A100, m " + std::to_string(m);
+      row(what.c_str(), time_it(*model, plan, cluster, repeat));
+    }
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "dtsim_bench_pipeline: %s\n", e.what());
+    return 2;
+  }
+  return 0;
+}

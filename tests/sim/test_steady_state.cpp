@@ -1,0 +1,176 @@
+// The steady-state abridgement of long pipelines (Note [Steady state] in
+// sim/src/report/steady_state.cpp): the papers' formulas at 512
+// micro-batches through the abridged run, and every shipped pipeline plan
+// over 1 to 512 micro-batches giving what the full simulation gives.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/partition.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "fake_model.hpp"
+#include "report/steady_state.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+
+namespace {
+
+/// Communication that costs nothing: the formulas assume it.
+class FreeComm final : public CommModel {
+ public:
+  CollectiveCost collective(CollectiveOp, Bytes, const CommGroup&) const override {
+    CollectiveCost c;
+    c.algorithm = "free";
+    return c;
+  }
+  CollectiveCost host_copy(Bytes) const override { return collective(CollectiveOp::kSendRecv, 0, {}); }
+};
+
+constexpr TimeNs kMs = 1'000'000;
+
+/// 8 identical layers of 1 ms forward and 2 ms backward (test_pipeline.cpp's).
+std::optional<detail::SteadyState> abridged(const std::string& yaml) {
+  static const test::FakeModel eight(8, 1, 1000);
+  static const FreeComm comm;
+  static const test::FixedCompute compute(kMs);
+  const ClusterSpec c = test::round_cluster(1, 4);
+  ResolvedPlan plan = resolve(parse_plan(yaml, "test.yaml"), eight, c);
+  partition(plan, eight, c, compute, comm);
+  return detail::simulate_steady(eight, plan, c, CostModels{&compute, &comm});
+}
+
+}  // namespace
+
+TEST_CASE("steady state: 1F1B over 512 micro-batches takes (m + p - 1)(tf + tb) from a few dozen simulated", "[steady]") {
+  // Narayanan et al. 2021 section 2.2.1 with p = 4 stages of tf = 2 ms,
+  // tb = 4 ms: (512 + 3) x 6 ms = 3090 ms, of which the busiest stage
+  // computes 512 x 6 = 3072 ms and idles (p - 1)(tf + tb) = 18 ms; stage s
+  // keeps p - s micro-batches of 2 x 1000 B (the optimizer's ns aside).
+  const auto s = abridged("pp: 4\nschedule: 1f1b\nmicro_batches: 512\nmicro_batch: 1\n");
+  REQUIRE(s.has_value());
+  CHECK(s->simulated_micro_batches < 64);
+  CHECK(s->makespan / 1000 == 3090 * kMs / 1000);
+  CHECK(s->breakdown.compute == 3072 * kMs);
+  CHECK(s->breakdown.bubble / 1000 == 18 * kMs / 1000);
+  REQUIRE(s->peaks.size() == 4);
+  for (int st = 0; st < 4; ++st) {
+    INFO("stage " << st);
+    CHECK(s->peaks[st].bytes[static_cast<int>(MemCategory::kActivations)] == (4 - st) * 2000);
+  }
+  // Each micro-batch is a forward and a backward on each of the 4 stages
+  // and a send each way between neighbours (3 + 3), plus 4 optimizer steps.
+  CHECK(s->tasks == 512 * (8 + 6) + 4);
+}
+
+TEST_CASE("steady state: interleaving over 512 micro-batches divides the bubble by v", "[steady]") {
+  // Section 2.2.2: m(tf + tb) + (p - 1)(tf + tb)/v = 3072 + 9 = 3081 ms; the
+  // first stage keeps 1 + (p - 1)/(pv) times 1F1B's 8000 B (Korthikanti et
+  // al. 2022, section 4.2.3): 11000 B.
+  const auto s = abridged("pp: 4\nschedule: interleaved\nvirtual_stages: 2\nmicro_batches: 512\nmicro_batch: 1\n");
+  REQUIRE(s.has_value());
+  CHECK(s->simulated_micro_batches < 128);
+  CHECK(s->makespan / 1000 == 3081 * kMs / 1000);
+  CHECK(s->breakdown.bubble / 1000 == 9 * kMs / 1000);
+  CHECK(s->peaks[0].bytes[static_cast<int>(MemCategory::kActivations)] == 11000);
+}
+
+TEST_CASE("steady state: too few micro-batches to gain, GPipe and traces simulate every micro-batch", "[steady]") {
+  CHECK_FALSE(abridged("pp: 4\nschedule: 1f1b\nmicro_batches: 40\nmicro_batch: 1\n").has_value());
+  CHECK_FALSE(abridged("pp: 4\nschedule: gpipe\nmicro_batches: 512\nmicro_batch: 1\n").has_value());
+  const auto model = models::load_model("gpt2");
+  const auto cluster = load_cluster("dgx-a100", {});
+  const auto plan = load_plan("1f1b", {parse_override("plan.micro_batches=256")});
+  CHECK(predict(*model, plan, cluster).abridged_to > 0);
+  PredictOptions traced;
+  traced.keep_graph = true;
+  const Prediction p = predict(*model, plan, cluster, traced);
+  CHECK(p.abridged_to == 0);
+  CHECK(p.graph.tasks.size() == p.tasks);
+}
+
+TEST_CASE("steady state: every shipped pipeline plan predicts as the full simulation does, 1 to 512 micro-batches",
+          "[steady]") {
+  struct Case {
+    const char* model;
+    const char* cluster;
+    int nodes;
+    const char* plan;
+    std::vector<std::string> sets;
+    int dp;  ///< replicas, where the plan fixes the global batch: it is micro-batches x dp
+    bool abridges;
+  };
+  const std::vector<Case> cases = {
+      {"gpt2", "dgx-a100", 1, "1f1b", {}, 0, true},
+      {"gpt2-xl", "dgx-a100", 1, "1f1b", {"plan.pp=4"}, 0, true},
+      // The sends' sharing of links repeats every 6 micro-batches here.
+      {"gpt2-xl", "dgx-a100", 1, "1f1b", {"plan.pp=8"}, 0, true},
+      {"bert-large", "dgx-a100", 1, "1f1b", {"plan.pp=4", "plan.recompute=full", "plan.zero_stage=1"}, 0, true},
+      {"gpt2-tiny", "local-cpu", 1, "1f1b", {}, 0, true},
+      {"gpt2-medium", "dgx-a100", 1, "interleaved", {}, 0, true},
+      {"gpt-175b", "dgx-a100", 8, "megatron-3d", {}, 1, true},
+      {"gpt-175b", "dgx-a100", 16, "megatron-3d", {}, 2, true},
+      {"llama-3-8b", "dgx-h100", 2, "megatron-3d", {"plan.tp=2", "plan.pp=4", "plan.cp=2"}, 1, true},
+      {"gpt2", "dgx-a100", 1, "gpipe", {}, 0, false},
+      {"gpt2", "2x2080ti", 1, "model-parallel", {}, 0, false},
+  };
+  std::vector<int> sweep;
+  for (int m = 1; m <= 64; ++m) sweep.push_back(m);
+  for (int m : {72, 96, 100, 127, 128, 160, 200, 255, 256, 320, 384, 511, 512}) sweep.push_back(m);
+  PredictOptions full;
+  full.unabridged = true;
+  for (const Case& c : cases) {
+    const auto model = models::load_model(c.model);
+    const auto cluster = load_cluster(c.cluster, {parse_override("cluster.nodes=" + std::to_string(c.nodes))});
+    int compared = 0, abridged_runs = 0;
+    for (int m : sweep) {
+      std::vector<Override> sets;
+      for (const auto& s : c.sets) sets.push_back(parse_override(s));
+      if (std::string(c.plan) == "model-parallel") {
+        if (m > 1) break;  // no micro-batches: one pass
+      } else {
+        sets.push_back(parse_override(c.dp > 0 ? "plan.global_batch=" + std::to_string(m * c.dp)
+                                                : "plan.micro_batches=" + std::to_string(m)));
+      }
+      Prediction a, b;
+      try {
+        const PlanSpec plan = load_plan(c.plan, sets);
+        b = predict(*model, plan, cluster, full);
+        a = predict(*model, plan, cluster);
+      } catch (const ConfigError&) {
+        continue;  // interleaving needs a multiple of pp micro-batches
+      }
+      INFO(c.model << " " << c.plan << " on " << c.nodes << " x " << c.cluster << ", " << m << " micro-batches");
+      ++compared;
+      if (a.abridged_to > 0) ++abridged_runs;
+      CHECK(b.abridged_to == 0);
+      CHECK(a.iteration_time == b.iteration_time);
+      CHECK(a.breakdown.compute == b.breakdown.compute);
+      CHECK(a.breakdown.exposed_comm == b.breakdown.exposed_comm);
+      CHECK(a.breakdown.bubble == b.breakdown.bubble);
+      CHECK(a.breakdown.optimizer == b.breakdown.optimizer);
+      CHECK(a.breakdown.offload == b.breakdown.offload);
+      CHECK(a.breakdown.other == b.breakdown.other);
+      CHECK(a.events == b.events);
+      CHECK(a.tasks == b.tasks);
+      REQUIRE(a.ranks.size() == b.ranks.size());
+      for (std::size_t r = 0; r < a.ranks.size(); ++r) {
+        INFO("rank " << r);
+        CHECK(a.ranks[r].peak == b.ranks[r].peak);
+        CHECK(a.ranks[r].parameters == b.ranks[r].parameters);
+        CHECK(a.ranks[r].gradients == b.ranks[r].gradients);
+        CHECK(a.ranks[r].optimizer == b.ranks[r].optimizer);
+        CHECK(a.ranks[r].activations == b.ranks[r].activations);
+        CHECK(a.ranks[r].buffers == b.ranks[r].buffers);
+      }
+    }
+    INFO(c.model << " " << c.plan);
+    CHECK(compared > 0);
+    // The long runs of the abridging schedules do abridge.
+    CHECK((abridged_runs > 0) == c.abridges);
+  }
+}
