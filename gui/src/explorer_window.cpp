@@ -1175,8 +1175,9 @@ struct ExplorerWindow::Impl {
     const sim::SearchResult& r = *s_result;
     s_progress->setRange(0, 1);
     s_progress->setValue(1);
-    s_status->setText(QString("%1 on %2 GPUs, global batch %3: %4 plans, %5 pruned (model states alone too big), %6 simulated, "
-                              "%7 do not fit; %8 s on %9 threads. Double-click a plan to load it.")
+    s_status->setText(QString("%1 on %2 GPUs, global batch %3: %4 plans, %5 pruned (model states alone too big) and %10 "
+                              "(compute alone too slow to rank), %6 simulated, %7 do not fit; %8 s on %9 threads. "
+                              "Double-click a plan to load it.")
                           .arg(qs(r.model_name))
                           .arg(r.gpus)
                           .arg(r.global_batch)
@@ -1185,7 +1186,8 @@ struct ExplorerWindow::Impl {
                           .arg(r.simulated)
                           .arg(r.not_fitting)
                           .arg(r.seconds, 0, 'f', 2)
-                          .arg(r.threads));
+                          .arg(r.threads)
+                          .arg(r.pruned_time));
     s_table->setRowCount(static_cast<int>(r.top.size()));
     for (std::size_t i = 0; i < r.top.size(); ++i) {
       const sim::SearchEntry& e = r.top[i];

@@ -64,7 +64,7 @@ TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
   REQUIRE(r.status == 0);
   const YAML::Node j = YAML::Load(r.out);
   CHECK(j["gpus"].as<int>() == 2);
-  CHECK(j["enumerated"].as<int>() == j["pruned_memory"].as<int>() + j["simulated"].as<int>());
+  CHECK(j["enumerated"].as<int>() == j["pruned_memory"].as<int>() + j["pruned_time"].as<int>() + j["simulated"].as<int>());
   REQUIRE(j["top"].size() == 3);
   CHECK(j["top"][0]["iteration_time_s"].as<double>() <= j["top"][1]["iteration_time_s"].as<double>());
   CHECK(j["top"][0]["plan"]["dp"].as<int>() * j["top"][0]["plan"]["tp"].as<int>() * j["top"][0]["plan"]["pp"].as<int>() == 2);

@@ -32,7 +32,7 @@ TEST_CASE("search: every plan it returns fits when predicted on its own", "[sear
   const SearchResult r = search(*model, cluster, fp16_adam(64));
   REQUIRE_FALSE(r.top.empty());
   CHECK(r.not_fitting + r.pruned_memory > 0);
-  CHECK(r.simulated + r.pruned_memory == r.enumerated);
+  CHECK(r.simulated + r.pruned_memory + r.pruned_time == r.enumerated);
   for (const auto& e : r.top) {
     CHECK(e.fits);
     CHECK(e.peak <= cluster.device.memory);
@@ -82,4 +82,63 @@ TEST_CASE("search: a global batch no data-parallel degree divides is refused", "
   SearchOptions o = fp16_adam(0);
   o.gpus = 3;
   CHECK_THROWS_AS(search(*model, cluster, o), ConfigError);
+}
+
+TEST_CASE("search: pruning by the time bound keeps the ranking and the Pareto front of simulating every plan", "[search]") {
+  // gpt2-xl on 16 A100s: a few thousand plans, most of them far slower
+  // than the best ten (Note [Search]).
+  const auto model = models::load_model("gpt2-xl");
+  const ClusterSpec cluster = load_cluster("dgx-a100", {parse_override("cluster.nodes=2")});
+  SearchOptions o = fp16_adam(128);
+  o.top = 10;
+  o.threads = 1;  // which plans get skipped depends on the order threads finish in
+  const SearchResult pruned = search(*model, cluster, o);
+  o.prune_by_time = false;
+  const SearchResult all = search(*model, cluster, o);
+  CHECK(all.pruned_time == 0);
+  CHECK(pruned.pruned_time > all.simulated / 4);
+  CHECK(pruned.enumerated == all.enumerated);
+  CHECK(pruned.simulated + pruned.pruned_memory + pruned.pruned_time == pruned.enumerated);
+  auto same = [](const std::vector<SearchEntry>& a, const std::vector<SearchEntry>& b) {
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      INFO("entry " << i);
+      CHECK(a[i].iteration_time == b[i].iteration_time);
+      CHECK(a[i].peak == b[i].peak);
+      CHECK(a[i].plan.spec.dp == b[i].plan.spec.dp);
+      CHECK(a[i].plan.spec.tp == b[i].plan.spec.tp);
+      CHECK(a[i].plan.spec.pp == b[i].plan.spec.pp);
+      CHECK(a[i].plan.spec.schedule == b[i].plan.spec.schedule);
+      CHECK(a[i].plan.spec.micro_batch == b[i].plan.spec.micro_batch);
+      CHECK(a[i].plan.spec.zero_stage == b[i].plan.spec.zero_stage);
+      CHECK(a[i].plan.spec.recompute == b[i].plan.spec.recompute);
+    }
+  };
+  same(pruned.top, all.top);
+  same(pruned.pareto, all.pareto);
+  // The front stops at twice the fastest plan's time.
+  REQUIRE_FALSE(all.pareto.empty());
+  CHECK(all.pareto.back().iteration_time <= 2 * all.top.front().iteration_time);
+}
+
+TEST_CASE("search: the time bound is below every shipped plan's simulated time", "[search]") {
+  // grad_accum x one micro-batch's kernels through every layer over the
+  // stages, stretched by 1 / (1 - (1 - 1/m)^pp) for a pipeline
+  // (Note [Search]); predictions only add to it.
+  for (const char* name : {"gpt2", "bert-large", "llama-tiny"}) {
+    const auto model = models::load_model(name);
+    const ClusterSpec cluster = load_cluster("dgx-a100");
+    for (const auto& plan_name : list_configs("plans")) {
+      INFO(name << " " << plan_name);
+      Prediction p;
+      try {
+        p = predict(*model, load_plan(plan_name), cluster);
+      } catch (const ConfigError&) {
+        continue;
+      }
+      const double x = static_cast<double>(micro_batch_compute(*model, p.plan, cluster));
+      CHECK(x > 0);
+      CHECK(x * static_cast<double>(p.plan.grad_accum) / p.plan.pp <= static_cast<double>(p.iteration_time));
+    }
+  }
 }

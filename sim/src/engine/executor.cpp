@@ -40,6 +40,13 @@
 // with UnsupportedError, one line, exit status 2. The models bound their
 // own sizes where they make them (models/src/zoo.cpp, layers.cpp).
 //
+// Note [Compact state]
+// A pipeline of many stages and micro-batches is hundreds of thousands of
+// tasks, each a few hundred bytes (its name, its dependencies, its memory
+// operations): the hot loop does not touch them. Where each task runs and
+// who waits on it (one flat array, offsets per task) are copied out once,
+// so finishing a task reads a few words per dependent, not a Task each.
+//
 // Note [Critical path]
 // Each task remembers what made it ready last: the task before it on its
 // stream or a dependency (for a collective, the last participant to arrive).
@@ -119,7 +126,8 @@ class Executor {
   void setup() {
     const std::size_t n = g_.tasks.size();
     deps_left_.assign(n, 0);
-    dependents_.assign(n, {});
+    where_.resize(n);
+    arrived_.assign(n, 0);
     start_.assign(n, 0);
     end_.assign(n, 0);
     started_.assign(n, false);
@@ -133,17 +141,28 @@ class Executor {
       stream_tasks_[r].resize(std::max<std::size_t>(1, g_.ranks[r].streams.size()));
       head_[r].assign(stream_tasks_[r].size(), 0);
     }
+    // Who waits on each task, flat (Note [Compact state]).
+    dependents_start_.assign(n + 1, 0);
+    for (std::size_t i = 0; i < n; ++i) {
+      for (TaskId d : g_.tasks[i].deps) {
+        if (d >= 0 && static_cast<std::size_t>(d) < n) ++dependents_start_[static_cast<std::size_t>(d) + 1];
+      }
+    }
+    for (std::size_t i = 0; i < n; ++i) dependents_start_[i + 1] += dependents_start_[i];
+    dependents_.assign(dependents_start_[n], 0);
+    std::vector<std::uint32_t> fill(dependents_start_.begin(), dependents_start_.end() - 1);
     for (std::size_t i = 0; i < n; ++i) {
       const Task& t = g_.tasks[i];
       DTSIM_ASSERT(t.rank >= 0 && static_cast<std::size_t>(t.rank) < g_.ranks.size(),
                    "task '" + t.name + "' on unknown rank");
       DTSIM_ASSERT(t.stream >= 0 && static_cast<std::size_t>(t.stream) < stream_tasks_[t.rank].size(),
                    "task '" + t.name + "' on unknown stream");
+      where_[i] = {t.rank, t.stream};
       stream_tasks_[t.rank][t.stream].push_back(static_cast<TaskId>(i));
       for (TaskId d : t.deps) {
         DTSIM_ASSERT(d >= 0 && static_cast<std::size_t>(d) < n, "task '" + t.name + "' depends on an unknown task");
         DTSIM_ASSERT(static_cast<std::size_t>(d) != i, "task '" + t.name + "' depends on itself");
-        dependents_[d].push_back(static_cast<TaskId>(i));
+        dependents_[fill[d]++] = static_cast<TaskId>(i);
         ++deps_left_[i];
       }
       if (t.kind == TaskKind::kCollective && t.participants > 1) {
@@ -176,9 +195,9 @@ class Executor {
   }
 
   bool at_head(TaskId id) const {
-    const Task& t = g_.tasks[id];
-    const auto& list = stream_tasks_[t.rank][t.stream];
-    const std::size_t h = head_[t.rank][t.stream];
+    const Where w = where_[id];
+    const auto& list = stream_tasks_[w.rank][w.stream];
+    const std::size_t h = head_[w.rank][w.stream];
     return h < list.size() && list[h] == id;
   }
 
@@ -190,7 +209,7 @@ class Executor {
     if (!started_[id] && !arrived_flag(id) && deps_left_[id] == 0) arrive(id);
   }
 
-  bool arrived_flag(TaskId id) const { return arrived_.count(id) != 0; }
+  bool arrived_flag(TaskId id) const { return arrived_[id] != 0; }
 
   void arrive(TaskId id) {
     const Task& t = g_.tasks[id];
@@ -199,9 +218,9 @@ class Executor {
       begin(id);
       return;
     }
-    arrived_.insert({id, true});
+    arrived_[id] = 1;
     auto& ids = members_[t.collective];
-    const bool all = std::all_of(ids.begin(), ids.end(), [&](TaskId m) { return arrived_.count(m) != 0; });
+    const bool all = std::all_of(ids.begin(), ids.end(), [&](TaskId m) { return arrived_[m] != 0; });
     if (!all) return;
     TaskId last = ids.front();
     for (TaskId m : ids) {
@@ -308,11 +327,11 @@ class Executor {
       if (deps_left_[next] == 0) mark_ready(next, id);
       try_start_head(t.rank, t.stream);
     }
-    for (TaskId d : dependents_[id]) {
+    for (std::uint32_t k = dependents_start_[id]; k < dependents_start_[id + 1]; ++k) {
+      const TaskId d = dependents_[k];
       if (--deps_left_[d] == 0 && at_head(d)) {
         mark_ready(d, id);
-        const Task& dt = g_.tasks[d];
-        try_start_head(dt.rank, dt.stream);
+        try_start_head(where_[d].rank, where_[d].stream);
       }
     }
   }
@@ -390,8 +409,14 @@ class Executor {
   const TaskGraph& g_;
   ExecOptions opt_;
   EventQueue q_;
+  /// Where a task runs, apart from the rest of it (Note [Compact state]).
+  struct Where {
+    int rank, stream;
+  };
+  std::vector<Where> where_;
   std::vector<int> deps_left_;
-  std::vector<std::vector<TaskId>> dependents_;
+  std::vector<std::uint32_t> dependents_start_;  ///< task i's dependents: dependents_[start[i] .. start[i + 1])
+  std::vector<TaskId> dependents_;
   std::vector<TimeNs> start_, end_, ready_at_;
   std::vector<TimeNs> issue_end_;  ///< Note [Host launch]: when the host has issued each task (0: no cost)
   std::vector<bool> started_, done_;
@@ -399,7 +424,7 @@ class Executor {
   std::vector<std::vector<std::vector<TaskId>>> stream_tasks_;
   std::vector<std::vector<std::size_t>> head_;
   std::unordered_map<std::int64_t, std::vector<TaskId>> members_;
-  std::unordered_map<TaskId, bool> arrived_;
+  std::vector<char> arrived_;  ///< a collective's participant has reached it
   std::vector<Link> links_;
   std::vector<Flow> flows_;
   std::vector<RankMemoryPeak> memory_;

@@ -9,6 +9,7 @@
 #include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "lowering/lowering_common.hpp"
 #include "report/steady_state.hpp"
 
 namespace dtsim::sim {
@@ -153,6 +154,18 @@ ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpe
   const Pricing pricing(cluster, options, nullptr);
   partition(plan, model, pricing.cluster(), pricing.compute(), pricing.comm());
   return plan;
+}
+
+TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                           const PredictOptions& options) {
+  const Pricing pricing(cluster, options, nullptr);
+  const WorkloadShape shape = detail::workload_shape(plan, pricing.cluster().device);
+  TimeNs total = 0;
+  for (const Layer& l : model.layers(shape)) {
+    total += pricing.compute().layer_time(l, Pass::kForward, plan.precision, shape) +
+             pricing.compute().layer_time(l, Pass::kBackward, plan.precision, shape);
+  }
+  return total;
 }
 
 Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {

@@ -172,6 +172,7 @@ std::string to_json(const Prediction& p) {
   j.end_object();
   j.key("simulation").begin_object();
   j.field("tasks", static_cast<std::int64_t>(p.tasks)).field("events", static_cast<std::int64_t>(p.events));
+  j.field("micro_batches_simulated", static_cast<std::int64_t>(p.abridged_to > 0 ? p.abridged_to : p.plan.grad_accum));
   j.field("cost_source", p.cost_source);
   j.key("warnings").begin_array();
   for (const auto& w : p.warnings) j.value(w);

@@ -12,11 +12,36 @@
 // pp)) exceed the device is dropped: that bound never drops a plan that fits.
 // The rest are simulated in parallel, each prediction independent
 // (sim::Model is immutable), and kept only if every GPU's simulated peak fits.
+//
+// The Pareto front lists the fitting plans no other beats on both time and
+// memory, up to twice the fastest plan's time (slower trades are not plans
+// anyone runs, and the bound below could not prune them).
+//
+// The plans are simulated in the order of a lower bound of their time.
+// Let x_s be stage s's forward and backward kernels for one micro-batch
+// (micro_batch_compute() prices them as the lowering does; X = sum x_s, m
+// micro-batches). Stage s runs its 2m passes one after another on its
+// compute stream; its first forward waits for the stages before it to
+// run micro-batch 0's forwards, and its last backward (of some
+// micro-batch) is followed by theirs, so the iteration takes at least
+// sum_{s' < s} x_s' + m x_s for every s. Whatever the stage split, the
+// largest of those is at least X / (1 - (1 - 1/m)^pp) (the split that
+// makes them all equal), which is m X for one stage and (m + p - 1) X / p
+// within 13% for uniform ones. Interleaving puts v chunks on a stage and
+// the bound falls back to m X / pp. A plan is skipped when `top` fitting
+// plans found so far are faster than its bound (it cannot rank) and it
+// cannot join the front either (its bound is over twice the fastest found,
+// or a plan found is faster than its bound and smaller than its memory
+// bound): the ranking and the front are those of simulating every plan,
+// which tests/sim/test_search.cpp checks on a smaller case. Which plans
+// get skipped depends on the order the threads finish in; what is
+// reported does not.
 #include "dtsim/sim/search.hpp"
 
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <limits>
 #include <map>
@@ -243,7 +268,31 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     kept_cache[key] = kept;
     return kept;
   };
+  // The time bound (Note [Search]): one micro-batch's kernels, priced once
+  // per shape.
+  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, bool, Precision>, TimeNs> compute_cache;
+  PredictOptions bound_options;
+  bound_options.profile = o.profile;
+  auto time_bound = [&](const PlanSpec& s) {
+    ResolvedPlan shape;
+    shape.micro_batch = s.micro_batch;
+    shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
+    shape.precision = s.precision;
+    shape.tp = s.tp;
+    shape.sequence_parallel = s.sequence_parallel;
+    shape.cp = s.cp;
+    shape.cp_comm = s.cp_comm;
+    shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
+    const auto key = std::make_tuple(shape.micro_batch, shape.seq_len, shape.tp, shape.sequence_parallel, shape.cp,
+                                     shape.flash_attention, shape.precision);
+    auto it = compute_cache.find(key);
+    if (it == compute_cache.end()) it = compute_cache.emplace(key, micro_batch_compute(model, shape, cluster, bound_options)).first;
+    const double x = static_cast<double>(it->second), m = static_cast<double>(s.grad_accum);
+    if (s.pp > 1 && s.schedule == Schedule::kInterleaved) return static_cast<TimeNs>(x * m / s.pp * (1 - 1e-9));
+    return static_cast<TimeNs>(x / (1 - std::pow(1 - 1 / m, s.pp)) * (1 - 1e-9));
+  };
   std::vector<std::size_t> todo;
+  std::vector<Bytes> memory_bound(candidates.size(), 0);
   for (std::size_t i = 0; i < candidates.size(); ++i) {
     const PlanSpec& s = candidates[i];
     ResolvedPlan lb;
@@ -256,12 +305,55 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     const ModelStates ms = model_states(lb, params / (static_cast<std::int64_t>(s.tp) * s.pp));
     const Bytes in_flight = s.pp > 1 && s.schedule == Schedule::kGpipe ? s.grad_accum : 1;
     const Bytes activations = kept_per_micro(s) * in_flight / s.pp;
-    if (ms.total() + activations + cluster.device.runtime_reserved > cluster.device.memory) {
+    memory_bound[i] = ms.total() + activations + cluster.device.runtime_reserved;
+    if (memory_bound[i] > cluster.device.memory) {
       ++r.pruned_memory;
     } else {
       todo.push_back(i);
     }
   }
+  std::vector<TimeNs> bound(candidates.size(), 0);
+  if (o.prune_by_time) {
+    for (std::size_t i : todo) bound[i] = time_bound(candidates[i]);
+    std::stable_sort(todo.begin(), todo.end(), [&](std::size_t a, std::size_t b) { return bound[a] < bound[b]; });
+  }
+  // What the threads have found: the `top` fastest fitting times (a max-heap)
+  // and the Pareto front of time against peak (by time, peaks falling).
+  std::mutex found_mutex;
+  std::vector<TimeNs> fastest;
+  std::vector<std::pair<TimeNs, Bytes>> front;
+  const auto top_k = static_cast<std::size_t>(std::max(0, o.top));
+  auto found = [&](TimeNs t, Bytes peak) {
+    std::lock_guard<std::mutex> lock(found_mutex);
+    if (top_k > 0) {
+      if (fastest.size() < top_k) {
+        fastest.push_back(t);
+        std::push_heap(fastest.begin(), fastest.end());
+      } else if (t < fastest.front()) {
+        std::pop_heap(fastest.begin(), fastest.end());
+        fastest.back() = t;
+        std::push_heap(fastest.begin(), fastest.end());
+      }
+    }
+    // Into the front unless a plan there is as fast and as small.
+    auto at = std::lower_bound(front.begin(), front.end(), std::make_pair(t, Bytes{0}));
+    if (at != front.begin() && std::prev(at)->second <= peak) return;
+    if (at != front.end() && at->first == t && at->second <= peak) return;
+    // Drop what it beats: slower (or as fast) and no smaller.
+    auto end = at;
+    while (end != front.end() && end->second >= peak) ++end;
+    at = front.erase(at, end);
+    front.insert(at, {t, peak});
+  };
+  auto cannot_matter = [&](std::size_t i) {
+    std::lock_guard<std::mutex> lock(found_mutex);
+    if (fastest.size() < top_k || (top_k > 0 && fastest.front() >= bound[i])) return false;
+    if (!front.empty() && bound[i] > 2 * front.front().first) return true;
+    // The smallest plan of the front faster than the bound.
+    const auto at = std::lower_bound(front.begin(), front.end(), std::make_pair(bound[i], Bytes{0}));
+    return at != front.begin() && std::prev(at)->second < memory_bound[i];
+  };
+  std::vector<char> skipped(candidates.size(), 0);
 
   std::vector<SearchEntry> entries(todo.size());
   std::vector<char> ok(todo.size(), 0);
@@ -275,6 +367,15 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     PredictOptions po;
     po.profile = o.profile;
     for (std::size_t k; (k = next.fetch_add(1)) < todo.size(); done.fetch_add(1)) {
+      if (o.prune_by_time && cannot_matter(todo[k])) {
+        try {
+          (void)resolve(candidates[todo[k]], model, cluster);
+          skipped[k] = 1;
+        } catch (const ConfigError&) {
+          // Not a plan (as below).
+        }
+        continue;
+      }
       try {
         const Prediction p = predict(model, candidates[todo[k]], cluster, po);
         SearchEntry& e = entries[k];
@@ -285,6 +386,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
         for (const auto& rm : p.ranks) e.peak = std::max(e.peak, rm.peak);
         e.fits = p.fits;
         ok[k] = 1;
+        if (e.fits) found(e.iteration_time, e.peak);
       } catch (const ConfigError&) {
         // A combination resolve() refuses (e.g. stage count vs layers): not a plan.
       } catch (const std::exception& ex) {
@@ -311,7 +413,12 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   if (!first_error.empty()) throw InternalError("search: " + first_error);
 
   std::vector<SearchEntry> fitting;
+  std::vector<std::size_t> index;  // each fitting plan's place in the enumeration: ties keep that order
   for (std::size_t k = 0; k < todo.size(); ++k) {
+    if (skipped[k]) {
+      ++r.pruned_time;
+      continue;
+    }
     if (!ok[k]) {
       --r.enumerated;  // refused by resolve: not a valid plan after all
       continue;
@@ -319,14 +426,26 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     ++r.simulated;
     if (entries[k].fits) {
       fitting.push_back(std::move(entries[k]));
+      index.push_back(todo[k]);
     } else {
       ++r.not_fitting;
     }
   }
-  std::stable_sort(fitting.begin(), fitting.end(),
-                   [](const SearchEntry& a, const SearchEntry& b) { return a.iteration_time < b.iteration_time; });
+  std::vector<std::size_t> by_time(fitting.size());
+  for (std::size_t k = 0; k < by_time.size(); ++k) by_time[k] = k;
+  std::sort(by_time.begin(), by_time.end(), [&](std::size_t a, std::size_t b) {
+    return fitting[a].iteration_time != fitting[b].iteration_time ? fitting[a].iteration_time < fitting[b].iteration_time
+                                                                  : index[a] < index[b];
+  });
+  {
+    std::vector<SearchEntry> sorted;
+    sorted.reserve(fitting.size());
+    for (std::size_t k : by_time) sorted.push_back(std::move(fitting[k]));
+    fitting = std::move(sorted);
+  }
   Bytes best_peak = std::numeric_limits<Bytes>::max();
   for (const auto& e : fitting) {
+    if (e.iteration_time > 2 * fitting.front().iteration_time) break;  // Note [Search]: up to twice the fastest
     if (e.peak < best_peak) {
       r.pareto.push_back(e);
       best_peak = e.peak;
@@ -387,7 +506,8 @@ std::string format_search(const SearchResult& r) {
   std::ostringstream os;
   os << "dtsim search: " << r.model_name << " on " << r.gpus << " GPUs of " << r.cluster_name << ", global batch "
      << r.global_batch << " (capacity " << fmt("%.2f GiB", static_cast<double>(r.capacity) / kGiB) << " per GPU)\n";
-  os << "  tried " << r.enumerated << " distinct plans: " << r.pruned_memory << " pruned by memory before simulating, "
+  os << "  tried " << r.enumerated << " distinct plans: " << r.pruned_memory << " pruned by memory and " << r.pruned_time
+     << " by time before simulating, "
      << r.simulated << " simulated, " << r.not_fitting << " of those did not fit; " << fmt("%.2f s", r.seconds) << " on "
      << r.threads << " thread(s)\n\n";
   if (r.top.empty()) {
@@ -409,6 +529,7 @@ std::string search_to_json(const SearchResult& r) {
   j.field("capacity_bytes", static_cast<std::int64_t>(r.capacity));
   j.field("enumerated", static_cast<std::int64_t>(r.enumerated));
   j.field("pruned_memory", static_cast<std::int64_t>(r.pruned_memory));
+  j.field("pruned_time", static_cast<std::int64_t>(r.pruned_time));
   j.field("simulated", static_cast<std::int64_t>(r.simulated));
   j.field("not_fitting", static_cast<std::int64_t>(r.not_fitting));
   j.field("seconds", r.seconds).field("threads", r.threads);

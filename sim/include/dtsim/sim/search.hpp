@@ -28,6 +28,9 @@ struct SearchOptions {
   /// from this plan; the searched ones are overwritten.
   PlanSpec base;
   std::shared_ptr<const ProfileCosts> profile;  ///< measured costs, or null
+  /// Skip plans whose time bound shows they can neither rank in the top
+  /// nor join the Pareto front (Note [Search]); false simulates them all.
+  bool prune_by_time = true;
   /// Called now and then from the calling thread with plans done and total.
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
@@ -50,10 +53,15 @@ struct SearchResult {
   Bytes capacity = 0;
   std::size_t enumerated = 0;       ///< distinct valid plans
   std::size_t pruned_memory = 0;    ///< dropped before simulating: model states alone exceed memory
+  /// dropped before simulating: its compute alone is slower than `top`
+  /// plans found, and one of them is smaller than its memory bound too
+  std::size_t pruned_time = 0;
   std::size_t simulated = 0;
   std::size_t not_fitting = 0;      ///< simulated, peak over capacity
   std::vector<SearchEntry> top;     ///< fastest fitting plans, fastest first
-  std::vector<SearchEntry> pareto;  ///< fitting plans no other beats on both time and memory, by time
+  /// fitting plans no other beats on both time and memory, by time, up to
+  /// twice the fastest's time
+  std::vector<SearchEntry> pareto;
   double seconds = 0;               ///< wall time of the search
   int threads = 1;
 };
