@@ -109,7 +109,7 @@ std::string usage() {
   return R"(dtsim: predict the time and memory of a distributed training plan
 
 usage:
-  dtsim predict --model M --cluster C [--plan P] [--set SECTION.KEY=VALUE]... [--json] [--trace FILE]
+  dtsim predict --model M --cluster C [--plan P] [--set SECTION.KEY=VALUE]... [--json] [--trace FILE] [--unabridged]
   dtsim search --model M --cluster C [--gpus N] [--global-batch B] [--top K] [--threads T] [--set plan.KEY=V]... [--json|--csv]
   dtsim comm --cluster C [--op OP] [--ranks N] [--ranks-per-node K] [--min-bytes B] [--max-bytes B] [--json]
   dtsim list models|clusters|plans|devices [--json]
@@ -122,6 +122,7 @@ usage:
   processes, or under mpirun / srun / torchrun on theirs, and prints predicted against
   measured iteration time, phases and per-rank peak memory
   predict --profile FILE.h5 prices layers and collectives from a calibration profile
+  predict --unabridged simulates every micro-batch of a long pipeline, not its steady state once (same results)
 
   M: a built-in model (dtsim list models), a YAML file, or a HuggingFace config.json
   C, P: a shipped config name (dtsim list clusters|plans) or a YAML file
@@ -133,7 +134,7 @@ exit status: 0 ok, 2 bad input (one line on stderr says what and where)
 }
 
 int cmd_predict(const Args& args) {
-  const Options o = parse(args, "predict", {"model", "cluster", "plan", "trace", "profile"}, {"json"});
+  const Options o = parse(args, "predict", {"model", "cluster", "plan", "trace", "profile"}, {"json", "unabridged"});
   if (!o.positional.empty()) throw ConfigError("dtsim predict: unexpected argument '" + o.positional.front() + "'");
   const auto ov = overrides(o);
   const std::string model_name = require(o, "model", "predict", "e.g. --model gpt2 (see dtsim list models)");
@@ -146,6 +147,7 @@ int cmd_predict(const Args& args) {
   if (trace && trace->empty()) throw ConfigError("--trace: missing file name");
   sim::PredictOptions po;
   po.keep_graph = trace.has_value();
+  po.unabridged = o.flag("unabridged");
   if (const auto prof = o.get("profile")) {
     if (prof->empty()) throw ConfigError("--profile: missing file name");
     po.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(*prof));

@@ -136,6 +136,25 @@ TEST_CASE("predict in JSON has the documented schema", "[cli]") {
   CHECK(j["samples_per_s"].as<double>() == Approx(64.0 / j["iteration_time_s"].as<double>()));
 }
 
+TEST_CASE("predict simulates a long pipeline's steady state once, and --unabridged every micro-batch", "[cli][pipeline]") {
+  // megatron-3d on 64 GPUs: 8 stages of 2 chunks, 512 micro-batches. Stage
+  // 0 holds ceil(((8 - 1) x 2 + (2 - 1) x 8) / 2) + 1 = 12 micro-batches at
+  // once; the abridged run takes 4 x 12 + 16 = 64 of them (a multiple of pp,
+  // Note [Steady state]).
+  const std::string args = "predict --model gpt-175b --cluster dgx-a100 --set cluster.nodes=8 --plan megatron-3d --json";
+  const Result a = dtsim(args);
+  const Result b = dtsim(args + " --unabridged");
+  REQUIRE(a.status == 0);
+  REQUIRE(b.status == 0);
+  const YAML::Node ja = YAML::Load(a.out), jb = YAML::Load(b.out);
+  CHECK(ja["plan"]["grad_accum"].as<int>() == 512);
+  CHECK(ja["simulation"]["micro_batches_simulated"].as<int>() == 64);
+  CHECK(jb["simulation"]["micro_batches_simulated"].as<int>() == 512);
+  CHECK(ja["iteration_time_s"].as<std::string>() == jb["iteration_time_s"].as<std::string>());
+  CHECK(ja["simulation"]["tasks"].as<int>() == jb["simulation"]["tasks"].as<int>());
+  CHECK(ja["memory"]["ranks"][0]["peak_bytes"].as<std::int64_t>() == jb["memory"]["ranks"][0]["peak_bytes"].as<std::int64_t>());
+}
+
 TEST_CASE("predict with a trace file writes Chrome Trace Event JSON", "[cli]") {
   const std::string path = (std::filesystem::temp_directory_path() / "dtsim_cli_trace.json").string();
   std::filesystem::remove(path);
