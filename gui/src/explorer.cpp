@@ -38,7 +38,8 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation) {
     return o;
   }
   sim::PredictOptions po;
-  po.keep_graph = true;  // the timeline draws the spans
+  po.keep_graph = true;   // the timeline draws the spans
+  po.name_tasks = false;  // but not their names
   po.profile = s.profile;
   try {
     auto p = std::make_shared<const sim::Prediction>(sim::predict(*s.model, s.plan, s.cluster, po));

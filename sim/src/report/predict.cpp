@@ -184,7 +184,8 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   PricedLayers priced;
   if (p.plan.pp > 1) priced = price_layers(model, p.plan, pricing.cluster(), pricing.compute(), pricing.comm());
   partition(p.plan, model, priced);
-  const CostModels costs{&pricing.compute(), &pricing.comm(), options.keep_graph, p.plan.pp > 1 ? &priced : nullptr};
+  const CostModels costs{&pricing.compute(), &pricing.comm(), options.keep_graph && options.name_tasks,
+                         p.plan.pp > 1 ? &priced : nullptr};
   if (options.profile) {
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
