@@ -41,8 +41,8 @@ int main(int argc, char** argv) {
     }
     std::sort(s.begin(), s.end());
     std::printf("gpt-175b on 1024 x A100 (dgx-a100, 128 nodes), global batch 1536, %d thread(s)\n", last.threads);
-    std::printf("  plans %zu: pruned by memory %zu, simulated %zu (%zu did not fit)\n", last.enumerated, last.pruned_memory,
-                last.simulated, last.not_fitting);
+    std::printf("  plans %zu: pruned by memory %zu, by time %zu, simulated %zu (%zu did not fit)\n", last.enumerated,
+                last.pruned_memory, last.pruned_time, last.simulated, last.not_fitting);
     std::printf("  median of %d: %.2f s (%.0f plans/s, %.0f simulations/s)\n", repeat, s[s.size() / 2],
                 static_cast<double>(last.enumerated) / s[s.size() / 2], static_cast<double>(last.simulated) / s[s.size() / 2]);
   } catch (const std::exception& e) {
