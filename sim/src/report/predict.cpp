@@ -159,11 +159,11 @@ ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpe
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                            const PredictOptions& options) {
   const Pricing pricing(cluster, options, nullptr);
-  const WorkloadShape shape = detail::workload_shape(plan, pricing.cluster().device);
+  const PricedLayers priced = price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
   TimeNs total = 0;
-  for (const Layer& l : model.layers(shape)) {
-    total += pricing.compute().layer_time(l, Pass::kForward, plan.precision, shape) +
-             pricing.compute().layer_time(l, Pass::kBackward, plan.precision, shape);
+  for (std::size_t l = 0; l < priced.layers.size(); ++l) {
+    total += priced.forward[l] + priced.backward[l] + priced.recompute[l];
+    if (!plan.tp_comm_overlap) total += priced.tp_forward[l] + priced.tp_backward[l];
   }
   return total;
 }

@@ -18,9 +18,10 @@
 // anyone runs, and the bound below could not prune them).
 //
 // The plans are simulated in the order of a lower bound of their time.
-// Let x_s be stage s's forward and backward kernels for one micro-batch
-// (micro_batch_compute() prices them as the lowering does; X = sum x_s, m
-// micro-batches). Stage s runs its 2m passes one after another on its
+// Let x_s be what stage s's compute stream runs for one micro-batch: its
+// layers' forward and backward kernels, recompute and tensor-parallel
+// collectives (micro_batch_compute() prices them as the lowering does; X =
+// sum x_s, m micro-batches). Stage s runs its 2m passes one after another on its
 // compute stream; its first forward waits for the stages before it to
 // run micro-batch 0's forwards, and its last backward (of some
 // micro-batch) is followed by theirs, so the iteration takes at least
@@ -268,25 +269,24 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     kept_cache[key] = kept;
     return kept;
   };
-  // The time bound (Note [Search]): one micro-batch's kernels, priced once
-  // per shape.
-  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, bool, Precision>, TimeNs> compute_cache;
+  // The time bound (Note [Search]): one micro-batch's work on the compute
+  // streams, priced once per shape from the plan resolved.
+  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int>, TimeNs> compute_cache;
   PredictOptions bound_options;
   bound_options.profile = o.profile;
-  auto time_bound = [&](const PlanSpec& s) {
-    ResolvedPlan shape;
-    shape.micro_batch = s.micro_batch;
-    shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
-    shape.precision = s.precision;
-    shape.tp = s.tp;
-    shape.sequence_parallel = s.sequence_parallel;
-    shape.cp = s.cp;
-    shape.cp_comm = s.cp_comm;
-    shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
-    const auto key = std::make_tuple(shape.micro_batch, shape.seq_len, shape.tp, shape.sequence_parallel, shape.cp,
-                                     shape.flash_attention, shape.precision);
+  auto time_bound = [&](const PlanSpec& s) -> TimeNs {
+    const auto key = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
+                                     s.recompute, s.tp_comm_overlap ? 1 : 0);
     auto it = compute_cache.find(key);
-    if (it == compute_cache.end()) it = compute_cache.emplace(key, micro_batch_compute(model, shape, cluster, bound_options)).first;
+    if (it == compute_cache.end()) {
+      TimeNs x = 0;
+      try {
+        x = micro_batch_compute(model, resolve(s, model, cluster), cluster, bound_options);
+      } catch (const ConfigError&) {
+        // Not a plan: simulating it says so.
+      }
+      it = compute_cache.emplace(key, x).first;
+    }
     const double x = static_cast<double>(it->second), m = static_cast<double>(s.grad_accum);
     if (s.pp > 1 && s.schedule == Schedule::kInterleaved) return static_cast<TimeNs>(x * m / s.pp * (1 - 1e-9));
     return static_cast<TimeNs>(x / (1 - std::pow(1 - 1 / m, s.pp)) * (1 - 1e-9));

@@ -100,12 +100,13 @@ TimeBreakdown stage_breakdown(const TaskGraph& graph, const ExecResult& exec);
 ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster,
                       const PredictOptions& options = {});
 
-/// The kernels of one micro-batch's forward and backward through every
-/// layer, priced as the lowering prices them for `plan` (per GPU of its
-/// tp x cp shard; its micro_batch, seq_len, precision, tp, cp, sequence
-/// parallelism and attention are read). Every layer runs them on its
-/// stage's compute stream, one after another, so an iteration takes at
-/// least grad_accum x this / pp: the search's time bound (Note [Search]).
+/// What one micro-batch's forward and backward through every layer keep
+/// the compute streams busy with, priced as the lowering prices them for a
+/// resolved `plan` (per GPU of its tp x cp shard): the kernels, recompute's
+/// rematerialisation and the tensor-parallel collectives Megatron-LM runs
+/// between them (unless tp_comm_overlap hides them). Each layer runs them
+/// on its stage's compute stream, one after another, so an iteration takes
+/// at least grad_accum x this / pp: the search's time bound (Note [Search]).
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                            const PredictOptions& options = {});
 
