@@ -39,7 +39,7 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation) {
   }
   sim::PredictOptions po;
   po.keep_graph = true;   // the timeline draws the spans
-  po.name_tasks = false;  // but not their names
+  po.trace_detail = false;  // but not their names or memory counters
   po.profile = s.profile;
   try {
     auto p = std::make_shared<const sim::Prediction>(sim::predict(*s.model, s.plan, s.cluster, po));

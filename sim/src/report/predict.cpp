@@ -184,7 +184,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   PricedLayers priced;
   if (p.plan.pp > 1) priced = price_layers(model, p.plan, pricing.cluster(), pricing.compute(), pricing.comm());
   partition(p.plan, model, priced);
-  const CostModels costs{&pricing.compute(), &pricing.comm(), options.keep_graph && options.name_tasks,
+  const CostModels costs{&pricing.compute(), &pricing.comm(), options.keep_graph && options.trace_detail,
                          p.plan.pp > 1 ? &priced : nullptr};
   if (options.profile) {
     p.cost_source = "profile:" + options.profile->profile().path;
@@ -198,7 +198,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   if (!steady) {
     graph = lower(model, p.plan, pricing.cluster(), costs);
     ExecOptions eo;
-    eo.record_memory_timeline = options.keep_graph;
+    eo.record_memory_timeline = options.keep_graph && options.trace_detail;
     exec = execute(graph, eo);
   }
   const TimeNs makespan = steady ? steady->makespan : exec.makespan;

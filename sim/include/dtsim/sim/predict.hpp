@@ -20,9 +20,10 @@ namespace dtsim::sim {
 /// Options of a prediction.
 struct PredictOptions {
   bool keep_graph = false;  ///< keep the task graph and spans (for --trace); simulates every micro-batch
-  /// With keep_graph: name every task ("fwd chunk 3 [mb 7]", for traces);
-  /// false leaves them empty (the explorer's timeline draws no names).
-  bool name_tasks = true;
+  /// With keep_graph: what a trace shows beyond the spans, every task's
+  /// name ("fwd chunk 3 [mb 7]") and each rank's memory over time; false
+  /// leaves both out (the explorer's timeline draws neither).
+  bool trace_detail = true;
   /// Simulate every micro-batch of a long pipeline, not its steady state
   /// once (Note [Steady state] in report/steady_state.cpp); same results.
   bool unabridged = false;
