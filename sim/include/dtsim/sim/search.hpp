@@ -1,9 +1,10 @@
 #pragma once
 // Plan search: enumerate every valid plan for a model on a cluster (dp, tp,
 // pp, schedule, virtual stages, micro-batch, ZeRO/FSDP, offload, recompute,
-// sequence parallelism), drop what cannot fit, simulate the rest on every
+// sequence parallelism), drop what cannot fit and what cannot rank (a time
+// lower bound against the best found so far), simulate the rest on every
 // core, and rank them by iteration time with the Pareto front of time
-// against peak memory.
+// against peak memory (Note [Search] in search.cpp).
 
 #include <cstdint>
 #include <functional>
