@@ -54,6 +54,17 @@ class FakeModel final : public sim::Model {
 };
 
 /// 1 GFLOP takes exactly `ns_per_gflop`, no launch cost.
+/// Communication that costs nothing: the papers' formulas assume it.
+class FreeComm final : public sim::CommModel {
+ public:
+  sim::CollectiveCost collective(sim::CollectiveOp, Bytes, const sim::CommGroup&) const override {
+    sim::CollectiveCost c;
+    c.algorithm = "free";
+    return c;
+  }
+  sim::CollectiveCost host_copy(Bytes) const override { return collective(sim::CollectiveOp::kSendRecv, 0, {}); }
+};
+
 class FixedCompute final : public sim::ComputeModel {
  public:
   explicit FixedCompute(TimeNs ns_per_gflop) : ns_(ns_per_gflop) {}

@@ -19,16 +19,7 @@ namespace {
 
 using test::round_cluster;
 
-/// Communication that costs nothing: the formulas assume it.
-class FreeComm final : public CommModel {
- public:
-  CollectiveCost collective(CollectiveOp, Bytes, const CommGroup&) const override {
-    CollectiveCost c;
-    c.algorithm = "free";
-    return c;
-  }
-  CollectiveCost host_copy(Bytes) const override { return collective(CollectiveOp::kSendRecv, 0, {}); }
-};
+using test::FreeComm;
 
 struct Run {
   ResolvedPlan plan;

@@ -20,16 +20,7 @@ using namespace dtsim::sim;
 
 namespace {
 
-/// Communication that costs nothing: the formulas assume it.
-class FreeComm final : public CommModel {
- public:
-  CollectiveCost collective(CollectiveOp, Bytes, const CommGroup&) const override {
-    CollectiveCost c;
-    c.algorithm = "free";
-    return c;
-  }
-  CollectiveCost host_copy(Bytes) const override { return collective(CollectiveOp::kSendRecv, 0, {}); }
-};
+using test::FreeComm;
 
 constexpr TimeNs kMs = 1'000'000;
 

@@ -152,20 +152,16 @@ std::optional<Period> find_period(const Run& r, std::int64_t granule, std::int64
     TimeNs best_p = 0, cur_p = 0;
     for (std::int64_t j = 0; j + c < m; ++j) {
       TimeNs p = 0;
-      if (shifted(r, j, c, p) && (len == 0 || p == cur_p)) {
-        if (len == 0) {
-          a = j;
-          cur_p = p;
-        }
-        ++len;
-      } else {
+      if (!shifted(r, j, c, p)) {
         len = 0;
-        if (shifted(r, j, c, p)) {  // a run starting here with another shift
-          a = j;
-          cur_p = p;
-          len = 1;
-        }
+        continue;
       }
+      if (len == 0 || p != cur_p) {  // a run starts here (with another shift)
+        a = j;
+        cur_p = p;
+        len = 0;
+      }
+      ++len;
       if (len > best_len) {
         best_len = len;
         best_a = a;

@@ -35,8 +35,7 @@ struct SteadyState {
   std::vector<MemSnapshot> peaks;            ///< each simulated rank's, at its peak
   std::uint64_t events = 0;
   std::size_t tasks = 0;
-  int ranks = 0;
-  std::vector<SimRank> rank_info;
+  std::vector<SimRank> rank_info;            ///< the simulated ranks, as the full graph has them
 };
 
 /// The abridged prediction of a partitioned pipelined plan (pp > 1, 1F1B or
