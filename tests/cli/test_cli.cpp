@@ -2,6 +2,8 @@
 // and trace output.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+
 #include <array>
 #include <cstdio>
 #include <filesystem>
@@ -153,6 +155,16 @@ TEST_CASE("predict simulates a long pipeline's steady state once, and --unabridg
   CHECK(ja["iteration_time_s"].as<std::string>() == jb["iteration_time_s"].as<std::string>());
   CHECK(ja["simulation"]["tasks"].as<int>() == jb["simulation"]["tasks"].as<int>());
   CHECK(ja["memory"]["ranks"][0]["peak_bytes"].as<std::int64_t>() == jb["memory"]["ranks"][0]["peak_bytes"].as<std::int64_t>());
+}
+
+TEST_CASE("a flag given a value is refused in one line, exit 2", "[cli]") {
+  for (const char* flag : {"--unabridged=yes", "--json=1"}) {
+    INFO(flag);
+    const Result r = dtsim(std::string("predict --model gpt2 --cluster dgx-a100 ") + flag);
+    CHECK(r.status == 2);
+    CHECK_THAT(r.err, Catch::Contains(std::string(flag).substr(0, std::string(flag).find('=')) + ": takes no value"));
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
 }
 
 TEST_CASE("predict with a trace file writes Chrome Trace Event JSON", "[cli]") {
