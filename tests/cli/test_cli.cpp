@@ -339,7 +339,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"profile show /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
       {"profile list", "usage: dtsim profile show FILE.h5"},
       {"predict --model gpt2 --cluster dgx-a100 --profile /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
-      {"predict --model gpt2 --cluster dgx-a100 --set plan.schedule=zigzag", "plan.schedule: 'zigzag' is not one of gpipe, 1f1b, interleaved"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.schedule=zigzag", "plan.schedule: 'zigzag' is not one of gpipe, 1f1b, interleaved, zb-h1"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.pp=2 --set plan.stage_layers=[1,x]", "plan.stage_layers: expected a list of integers"},
       {"predict --model bilstm --cluster dgx-a100 --set plan.tp=2", "plan.tp: 2: an LSTM has no tensor-parallel split"},
       {"predict --model gpt2-medium --cluster dgx-a100 --plan megatron-3d", "plan.pp: tp x pp = 64 does not divide the 8 GPUs of dgx-a100"},

@@ -38,6 +38,17 @@ class FakeModel final : public sim::Model {
       b.flops = 2 * f.flops;
       l.forward = {f};
       l.backward = {b};
+      if (wgrad_bytes_ > 0) {
+        // A weight GEMM's backward as its two halves (models/src/layers.cpp
+        // backward_of): square 10 x 10 x 10 operands, so a deferred dW keeps
+        // 2/3 of its kernel's bytes (its two operands, not its result).
+        sim::Kernel dx = f, dw = f;
+        dx.name = "fwd.dgrad";
+        dw.name = "fwd.wgrad";
+        dw.m = dw.n = dw.k = 10;
+        dw.bytes = wgrad_bytes_ * s.micro_batch;
+        l.backward = {dx, dw};
+      }
       l.saved_bytes = saved_ * s.micro_batch;
       l.output_bytes = 0;
       out.push_back(l);
@@ -45,12 +56,20 @@ class FakeModel final : public sim::Model {
     return out;
   }
   Flops model_flops(const sim::WorkloadShape& s) const override { return 3e9 * n_ * static_cast<double>(s.micro_batch); }
+  /// The backward as an input-gradient and a weight-gradient GEMM of 1 GFLOP
+  /// each (zb-h1 splits them), the latter moving `bytes` per sequence.
+  FakeModel split_backward(Bytes bytes) const {
+    FakeModel m = *this;
+    m.wgrad_bytes_ = bytes;
+    return m;
+  }
 
  private:
   int n_;
   std::int64_t params_;
   Bytes saved_;
   int tensors_ = 0;
+  Bytes wgrad_bytes_ = 0;
 };
 
 /// Communication that costs nothing: the papers' formulas assume it.

@@ -106,6 +106,10 @@ TEST_CASE("steady state: every shipped pipeline plan predicts as the full simula
       {"gpt-175b", "dgx-a100", 8, "megatron-3d", {}, 1, true},
       {"gpt-175b", "dgx-a100", 16, "megatron-3d", {}, 2, true},
       {"llama-3-8b", "dgx-h100", 2, "megatron-3d", {"plan.tp=2", "plan.pp=4", "plan.cp=2"}, 1, true},
+      // ZB-H1 (Note [Zero bubble]): dense with data parallelism and ZeRO-1, and a mixture of experts.
+      {"gpt2-xl", "dgx-a100", 1, "1f1b", {"plan.pp=4", "plan.schedule=zb-h1"}, 0, true},
+      {"bert-large", "dgx-a100", 1, "1f1b", {"plan.pp=4", "plan.schedule=zb-h1", "plan.recompute=full", "plan.zero_stage=1"}, 0, true},
+      {"mixtral-8x7b", "dgx-h100", 4, "1f1b", {"plan.pp=4", "plan.ep=8", "plan.schedule=zb-h1", "plan.seq_len=4096"}, 0, true},
       {"gpt2", "dgx-a100", 1, "gpipe", {}, 0, false},
       {"gpt2", "2x2080ti", 1, "model-parallel", {}, 0, false},
   };

@@ -181,7 +181,8 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
                            {{"auto", Attention::kAuto}, {"eager", Attention::kEager}, {"flash", Attention::kFlash}});
   p.model_parallel = static_cast<int>(c.get_int("model_parallel", 0, 1, 1 << 16));
   p.schedule = c.get_enum("schedule", Schedule::k1f1b,
-                          {{"gpipe", Schedule::kGpipe}, {"1f1b", Schedule::k1f1b}, {"interleaved", Schedule::kInterleaved}});
+                          {{"gpipe", Schedule::kGpipe}, {"1f1b", Schedule::k1f1b}, {"interleaved", Schedule::kInterleaved},
+                           {"zb-h1", Schedule::kZbH1}});
   p.virtual_stages = static_cast<int>(c.get_int("virtual_stages", 0, 1, 1 << 16));
   for (std::int64_t v : c.get_int_list("stage_layers")) {
     if (v < 1 || v > (1 << 20)) c.fail("stage_layers", std::to_string(v) + " layers in a stage; valid: 1 or more each");

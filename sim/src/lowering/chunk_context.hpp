@@ -15,6 +15,8 @@ struct Chunk {
   int first = 0, count = 0;  ///< its layers
   int rank = 0;              ///< the pipeline stage holding it
   TimeNs fwd = 0, bwd = 0, recompute = 0;
+  TimeNs wgrad = 0;          ///< of bwd, the weight-gradient pass under zb-h1
+  Bytes w_hold = 0;          ///< what that pass keeps from the backward until it runs
   std::vector<LayerComm> tp_fwd_ops, tp_bwd_ops;
   CollectiveCost send_fwd, send_bwd;  ///< activation to the next chunk, gradient to the previous
   Bytes kept = 0;            ///< kept from forward to backward

@@ -82,7 +82,7 @@ class ChunkStage final : public detail::StageEmitter {
     grads_.assign(v, false);
     final_b_.assign(v, 0);  // each chunk's last backward
     for (std::size_t j = 0; j < order.size(); ++j) {
-      if (!order[j].forward) final_b_[order[j].chunk] = j;
+      if (!order[j].forward && (!split_ || order[j].weight)) final_b_[order[j].chunk] = j;
     }
     ctx_.reductions.clear();
     last_ = -1;
@@ -91,9 +91,18 @@ class ChunkStage final : public detail::StageEmitter {
   void step(int s, std::size_t j, const PipeStep& st) override {
     const int vs = st.chunk * ctx_.plan.pp + s;
     ctx_.b.set_micro(st.micro);
-    last_ = st.forward ? forward(s, vs, st.micro) : backward(s, vs, st.micro, !grads_[st.chunk], final_b_[st.chunk] == j);
+    // Under zb-h1 the gradients come from the weight passes (Note [Zero bubble]).
+    const bool grads_here = !split_ || st.weight;
+    const bool first = grads_here && !grads_[st.chunk], last = grads_here && final_b_[st.chunk] == j;
+    if (st.forward) {
+      last_ = forward(s, vs, st.micro);
+    } else if (st.weight) {
+      last_ = weight(s, vs, st.micro, first, last);
+    } else {
+      last_ = backward(s, vs, st.micro, first, last);
+    }
     if (!st.forward) {
-      grads_[st.chunk] = true;
+      if (grads_here) grads_[st.chunk] = true;
       ctx_.last_backward[static_cast<std::size_t>(vs)] = last_;
     }
     ctx_.b.set_micro(-1);
@@ -131,6 +140,10 @@ class ChunkStage final : public detail::StageEmitter {
         ch.fwd += c.priced.forward[l];
         ch.bwd += c.priced.backward[l];
         ch.recompute += c.priced.recompute[l];
+        if (!c.priced.weight.empty()) {
+          ch.wgrad += c.priced.weight[l];
+          ch.w_hold += detail::weight_grad_hold(L);
+        }
         ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
         ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
         ch.params += L.params;
@@ -275,8 +288,9 @@ class ChunkStage final : public detail::StageEmitter {
     // workspace goes.
     const Bytes transient = ch.held + std::max(ch.input, ch.workspace);
     std::vector<MemOp> on_start{{MemCategory::kActivations, transient}};
-    std::vector<MemOp> on_end{{MemCategory::kActivations,
-                               -(ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
+    // Under zb-h1, what the weight pass needs stays until it runs.
+    std::vector<MemOp> on_end{{MemCategory::kActivations, (split_ ? ch.w_hold : 0) -
+                                                              (ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
     // Stages 0 and 1 keep full gradients from the first backward to the
     // step. The deeper layers' are there as the backward starts; the first
     // layer's, and a recurrent layer's, appear as it ends.
@@ -287,10 +301,28 @@ class ChunkStage final : public detail::StageEmitter {
     passes_.backward_memory(at, on_start, on_end);
     detail::StrategyPass::Span span = passes_.run_backward(at, on_start, on_end);
     if (span.last < 0) {
-      span.first = span.last = c.add(c.name("bwd", vs, i), s, Phase::kBackward, ch.bwd, std::move(on_start), std::move(on_end));
+      span.first = span.last = c.add(c.name(split_ ? "bwd input" : "bwd", vs, i), s, Phase::kBackward,
+                                     split_ ? ch.bwd - ch.wgrad : ch.bwd, std::move(on_start), std::move(on_end));
     }
     c.b_entry[cell] = entry.empty() ? span.first : entry.front();
     return passes_.after_backward(at, span.last);
+  }
+
+  /// zb-h1's weight-gradient pass W of chunk vs for micro-batch i (Note
+  /// [Zero bubble] in lower.cpp): the gradients appear with the chunk's first,
+  /// and the last makes them final, to be reduced.
+  TaskId weight(int s, int vs, int i, bool first_of_chunk, bool last_of_chunk) {
+    detail::ChunkContext& c = ctx_;
+    const detail::Chunk& ch = c.chunks[vs];
+    const detail::At at{s, s, static_cast<std::size_t>(vs), i, first_of_chunk, last_of_chunk};
+    std::vector<MemOp> on_start, on_end{{MemCategory::kActivations, -ch.w_hold}};
+    if (first_of_chunk) {
+      detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * c.w);
+      detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * c.w);
+    }
+    detail::StrategyPass::Span span = passes_.run_weight(at, on_start, on_end);
+    if (span.last < 0) span.last = c.add(c.name("bwd weight", vs, i), s, Phase::kBackward, ch.wgrad, std::move(on_start), std::move(on_end));
+    return passes_.after_weight(at, span.last);
   }
 
   void optimizer_step(int s) {
@@ -326,6 +358,8 @@ class ChunkStage final : public detail::StageEmitter {
   std::vector<bool> grads_;           ///< whether a chunk has run a backward yet
   std::vector<std::size_t> final_b_;  ///< the step of each chunk's last backward
   TaskId last_ = -1;                  ///< the stage's last step
+  /// zb-h1: backward runs as the input-gradient pass B and the weight pass W.
+  bool split_ = ctx_.plan.schedule == Schedule::kZbH1;
 };
 
 }  // namespace

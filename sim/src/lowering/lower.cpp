@@ -12,6 +12,26 @@
 // give their ranks resident memory through add_resident(), take their
 // groups from the plan's mesh, their stage split from the partition step
 // and their buckets from buckets.hpp.
+//
+// Note [Zero bubble]
+// ZB-H1 (Qi et al. 2023, "Zero Bubble Pipeline Parallelism", section 3.1 and
+// Figure 3) splits each backward into B, the gradient of the chunk's input,
+// which the previous stage waits for, and W, the gradients of its weights,
+// which nobody waits for. Stage s of pp runs 1F1B's pp - s - 1 warm-up
+// forwards, then s forward + B pairs whose W it defers, then forward, B and
+// the oldest deferred W in turn, then the cool-down's B and W in turn, and
+// last the s deferred W passes, in the bubble 1F1B leaves at the end of the
+// later stages (the ZeroBubbleH1Pipeline of sail-sg/zero-bubble-pipeline-
+// parallelism, with its exact semantics). Stage 0 runs 1F1B, each B
+// followed by its W. The micro-batches in flight are 1F1B's, so the peak
+// activations are too, plus what a deferred W still needs: the inputs of
+// the chunk's weight GEMMs and the gradients of their outputs (WeightGradStore
+// keeps the pair for each). The paper gives the bubble as
+// (pp - 1)(T_F + T_B - T_W) against 1F1B's (pp - 1)(T_F + T_B + T_W) where
+// communication is free and T_W <= T_F; tests/sim/test_zero_bubble.cpp
+// checks both. The partition prices B and W apart (PricedLayers::weight,
+// the layers' weight-gradient GEMMs and embedding scatters priced by the
+// plan's compute model over its whole backward).
 #include <algorithm>
 #include <memory>
 
@@ -23,7 +43,7 @@ namespace dtsim::sim {
 
 std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage, int m) {
   std::vector<PipeStep> out;
-  out.reserve(static_cast<std::size_t>(2 * m * std::max(1, v)));
+  out.reserve(static_cast<std::size_t>(3 * m * std::max(1, v)));
   switch (schedule) {
     case Schedule::kGpipe:
       for (int i = 0; i < m; ++i) out.push_back({true, 0, i});
@@ -43,6 +63,27 @@ std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage
         out.push_back({false, 0, i});
       }
       for (int i = m - warmup; i < m; ++i) out.push_back({false, 0, i});
+      break;
+    }
+    case Schedule::kZbH1: {
+      const int warmup = std::min(pp - stage - 1, m);
+      int f = 0, b = 0, w = 0;
+      for (; f < warmup; ++f) out.push_back({true, 0, f});
+      // The first stage runs each W right after its B; stage s keeps s back.
+      for (int k = 0; k < stage && f < m; ++k, ++f, ++b) {
+        out.push_back({true, 0, f});
+        out.push_back({false, 0, b});
+      }
+      while (f < m) {
+        out.push_back({true, 0, f++});
+        out.push_back({false, 0, b++});
+        out.push_back({false, 0, w++, true});
+      }
+      while (b < m) {
+        out.push_back({false, 0, b++});
+        out.push_back({false, 0, w++, true});
+      }
+      while (w < m) out.push_back({false, 0, w++, true});
       break;
     }
     case Schedule::kInterleaved: {

@@ -55,6 +55,30 @@ inline Bytes kept_bytes(const std::vector<Layer>& layers, std::size_t l, Recompu
 
 /// Sets a simulated rank's link capacities; `inter_groups` groups of ranks
 /// share a node's NICs.
+/// A backward kernel of the weight-gradient pass W (Note [Zero bubble] in
+/// lower.cpp): a weight GEMM's dW, or an embedding's scatter of its rows'
+/// gradients. The batched matmuls of attention have no weights, and an
+/// LSTM's weight gradients come out of its one fused backward.
+inline bool is_weight_grad(const Kernel& k) {
+  if (k.kind == KernelKind::kEmbedding) return true;
+  return k.kind == KernelKind::kGemm && k.name.size() > 6 && k.name.compare(k.name.size() - 6, 6, ".wgrad") == 0;
+}
+
+/// What a deferred W keeps from its B to its own pass: each weight GEMM's
+/// input X and the gradient of its output dY, the two operands of dW =
+/// X^T dY, (m, k) and (k, n) of the (m, k) x (k, n) product whose operands
+/// and result are the kernel's bytes.
+inline Bytes weight_grad_hold(const Layer& layer) {
+  double held = 0;
+  for (const Kernel& k : layer.backward) {
+    if (!is_weight_grad(k) || k.kind != KernelKind::kGemm) continue;
+    const double in = static_cast<double>(k.m) * k.k + static_cast<double>(k.k) * k.n;
+    const double all = in + static_cast<double>(k.m) * k.n;
+    if (all > 0) held += static_cast<double>(k.bytes) * in / all * static_cast<double>(k.repeat);
+  }
+  return static_cast<Bytes>(held);
+}
+
 inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel& comm, int inter_groups) {
   const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm);
   r.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = c.intra_node.bandwidth;

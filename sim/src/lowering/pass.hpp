@@ -20,6 +20,11 @@
 //   run_backward     a pass may emit the unit's backward kernels itself
 //                    (the pipeline's bucketed last backward)
 //   after_backward   tensor-parallel collectives, sends, gradient reductions
+//   run_weight, after_weight   the same for zb-h1's weight-gradient pass
+//                    (Note [Zero bubble] in lower.cpp), which only the
+//                    gradient reduction follows; under zb-h1 the backward
+//                    hooks see the input-gradient pass B, whose
+//                    At::first_backward and last_backward are never set
 //   end_backward     a backward pass is done (no-overlap ordering, bucket copies)
 //   gradients_reduced  a reduction finished (offload's copy to the host)
 //   before_step, optimizer_step, after_step   the optimizer step
@@ -158,6 +163,9 @@ class StrategyPass {
   };
   virtual Span run_backward(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) { return {}; }
   virtual TaskId after_backward(const At&, TaskId last) { return last; }
+  /// zb-h1's weight-gradient pass: as run_backward and after_backward.
+  virtual Span run_weight(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) { return {}; }
+  virtual TaskId after_weight(const At&, TaskId last) { return last; }
   /// A stage's backward pass over all its units ended with `last`.
   virtual void end_backward(const At&, TaskId /*last*/) {}
   virtual void gradients_reduced(const At&, TaskId /*reduce*/, Bytes /*shard_bytes*/) {}
@@ -207,6 +215,17 @@ class PassList {
   }
   TaskId after_backward(const At& at, TaskId last) {
     for (auto it = list_.rbegin(); it != list_.rend(); ++it) last = (*it)->after_backward(at, last);
+    return last;
+  }
+  StrategyPass::Span run_weight(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
+    for (auto& p : list_) {
+      const StrategyPass::Span s = p->run_weight(at, on_start, on_end);
+      if (s.last >= 0) return s;
+    }
+    return {};
+  }
+  TaskId after_weight(const At& at, TaskId last) {
+    for (auto it = list_.rbegin(); it != list_.rend(); ++it) last = (*it)->after_weight(at, last);
     return last;
   }
   void end_backward(const At& at, TaskId last) {

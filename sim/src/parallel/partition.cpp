@@ -56,6 +56,8 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
   out.recompute.reserve(n);
   out.tp_forward.reserve(n);
   out.tp_backward.reserve(n);
+  const bool split_weights = plan.pp > 1 && plan.schedule == Schedule::kZbH1;
+  if (split_weights) out.weight.reserve(n);
   for (const Layer& L : out.layers) {
     const TimeNs fwd = compute.layer_time(L, Pass::kForward, plan.precision, shape);
     // The serial collectives: tensor parallelism's, and expert parallelism's all-to-alls.
@@ -69,6 +71,17 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     }
     out.forward.push_back(fwd);
     out.backward.push_back(compute.layer_time(L, Pass::kBackward, plan.precision, shape));
+    if (split_weights) {
+      // W's share of the backward, priced kernel by kernel with the plan's
+      // model and applied to the layer's backward, measured or not.
+      std::vector<Kernel> wk;
+      for (const Kernel& k : L.backward) {
+        if (detail::is_weight_grad(k)) wk.push_back(k);
+      }
+      const TimeNs all = wk.empty() ? 0 : compute.kernels_time(L.backward, plan.precision);
+      const double share = all > 0 ? static_cast<double>(compute.kernels_time(wk, plan.precision)) / static_cast<double>(all) : 0.0;
+      out.weight.push_back(static_cast<TimeNs>(static_cast<double>(out.backward.back()) * std::min(1.0, share)));
+    }
     out.recompute.push_back(rec);
     out.tp_forward.push_back(tpf);
     out.tp_backward.push_back((plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm).total() : 0) + epb);

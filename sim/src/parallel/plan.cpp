@@ -44,6 +44,7 @@ const char* to_string(Schedule s) {
     case Schedule::k1f1b: return "1f1b";
     case Schedule::kInterleaved: return "interleaved";
     case Schedule::kNaive: return "naive";
+    case Schedule::kZbH1: return "zb-h1";
   }
   return "?";
 }

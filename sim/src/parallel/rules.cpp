@@ -94,7 +94,7 @@ std::vector<Attention> PlanRules::attentions() const {
 
 std::vector<Schedule> PlanRules::schedules(int pp) const {
   if (pp <= 1) return {Schedule::k1f1b};
-  return {Schedule::k1f1b, Schedule::kGpipe, Schedule::kInterleaved, Schedule::kNaive};
+  return {Schedule::k1f1b, Schedule::kGpipe, Schedule::kInterleaved, Schedule::kZbH1, Schedule::kNaive};
 }
 
 std::vector<int> PlanRules::virtual_stage_values(int pp, std::int64_t micro_batches) const {

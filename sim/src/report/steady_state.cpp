@@ -1,11 +1,11 @@
 // The steady-state abridgement of a long pipeline.
 //
 // Note [Steady state]
-// A 1F1B or interleaved pipeline of m micro-batches fills (warm-up), then
+// A 1F1B, ZB-H1 or interleaved pipeline of m micro-batches fills (warm-up), then
 // repeats one pattern of forwards, backwards and sends for every few
 // micro-batches (the steady state), then drains (cool-down). Its graph is
 // the same for micro-batch i + c as for i wherever neither is in the
-// warm-up or cool-down (the granule c is 1 for 1F1B and pp for
+// warm-up or cool-down (the granule c is 1 for 1F1B and ZB-H1, pp for
 // interleaving, whose micro-batches go round in groups of pp), and the
 // simulation is deterministic, so once the whole state (every task under
 // way, its progress, every flow's bytes left on its link, each rank's
@@ -179,7 +179,7 @@ std::optional<Period> find_period(const Run& r, std::int64_t granule, std::int64
 
 std::optional<SteadyState> simulate_steady(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                                            const CostModels& costs) {
-  if (plan.pp <= 1 || (plan.schedule != Schedule::k1f1b && plan.schedule != Schedule::kInterleaved)) return std::nullopt;
+  if (plan.pp <= 1 || plan.schedule == Schedule::kGpipe || plan.schedule == Schedule::kNaive) return std::nullopt;
   const std::int64_t m = plan.grad_accum;
   const std::int64_t granule = plan.schedule == Schedule::kInterleaved ? plan.pp : 1;
   const std::int64_t span = in_flight(plan);

@@ -4,8 +4,8 @@
 // The space is the product of the parallel degrees (tp a power of two that
 // divides a node and the model's heads, pp any divisor up to the layer
 // count, dp the rest), the micro-batch (powers of two dividing the batch per
-// replica), and per degree the schedules (1F1B, GPipe, interleaved with 2 or
-// 4 chunks where the micro-batches allow), ZeRO stages and FSDP (0 and 1
+// replica), and per degree the schedules (1F1B, GPipe, ZB-H1, interleaved
+// with 2 to 8 chunks where the micro-batches allow), ZeRO stages and FSDP (0 and 1
 // with pipelines), optimizer and parameter offload, recompute and sequence
 // parallelism. Before simulating, a plan whose model states alone (ZeRO
 // paper accounting of the fewest parameters a GPU can hold, total / (tp x
@@ -28,8 +28,10 @@
 // sum_{s' < s} x_s' + m x_s for every s. Whatever the stage split, the
 // largest of those is at least X / (1 - (1 - 1/m)^pp) (the split that
 // makes them all equal), which is m X for one stage and (m + p - 1) X / p
-// within 13% for uniform ones. Interleaving puts v chunks on a stage and
-// the bound falls back to m X / pp. A plan is skipped when `top` fitting
+// within 13% for uniform ones. Interleaving puts v chunks on a stage, and
+// ZB-H1 leaves a stage's weight passes after the earlier stages' last
+// backward (Note [Zero bubble] in lowering/lower.cpp): for both the bound
+// falls back to m X / pp. A plan is skipped when `top` fitting
 // plans found so far are faster than its bound (it cannot rank) and it
 // cannot join the front either (its bound is over twice the fastest found,
 // or a plan found is faster than its bound and smaller than its memory
@@ -303,7 +305,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       it = compute_cache.emplace(key, x).first;
     }
     const double x = static_cast<double>(it->second), m = static_cast<double>(s.grad_accum);
-    if (s.pp > 1 && s.schedule == Schedule::kInterleaved) return static_cast<TimeNs>(x * m / s.pp * (1 - 1e-9));
+    if (s.pp > 1 && (s.schedule == Schedule::kInterleaved || s.schedule == Schedule::kZbH1)) return static_cast<TimeNs>(x * m / s.pp * (1 - 1e-9));
     return static_cast<TimeNs>(x / (1 - std::pow(1 - 1 / m, s.pp)) * (1 - 1e-9));
   };
   std::vector<std::size_t> todo;

@@ -44,11 +44,14 @@ TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec&
 
 /// One step of a pipeline rank's schedule: the forward or backward pass of
 /// micro-batch `micro` through the rank's model chunk `chunk` (0-based among
-/// its own chunks; virtual stage chunk x pp + stage).
+/// its own chunks; virtual stage chunk x pp + stage). Under zb-h1 a
+/// backward computes the gradient of the chunk's input only (B) and a step
+/// with `weight` set (forward false) the gradients of its weights (W).
 struct PipeStep {
   bool forward = true;
   int chunk = 0;
   int micro = 0;
+  bool weight = false;
   bool operator==(const PipeStep&) const = default;
 };
 
@@ -57,7 +60,8 @@ struct PipeStep {
 /// forwards, then backwards in reverse), 1F1B (pp - stage - 1 warm-up
 /// forwards, then one forward one backward, then the remaining backwards;
 /// Narayanan et al. 2021 Fig. 4), interleaved (Megatron-LM's
-/// forward_backward_pipelining_with_interleaving) or naive (F0 B0 F1 B1 ...).
+/// forward_backward_pipelining_with_interleaving), naive (F0 B0 F1 B1 ...)
+/// or zb-h1 (Note [Zero bubble] in lower.cpp).
 std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int virtual_stages, int stage, int micro_batches);
 
 

@@ -26,6 +26,9 @@ struct PricedLayers {
   /// Per layer: what backward adds again (full recompute: the forward and
   /// its tensor-parallel collectives; selective: the attention core).
   std::vector<TimeNs> recompute;
+  /// Per layer under zb-h1 (else empty): the part of `backward` that is the
+  /// weight-gradient pass W (Note [Zero bubble] in lowering/lower.cpp).
+  std::vector<TimeNs> weight;
   /// Its tensor-parallel collectives and expert-parallel all-to-alls, serial after it.
   std::vector<TimeNs> tp_forward, tp_backward;
   /// Per layer: forward + backward + recompute + collectives, what partition() balances.

@@ -22,8 +22,12 @@ enum class Recompute { kNone, kSelective, kFull };
 /// 1F1B (PipeDream-flush, as Megatron-LM and DeepSpeed), Megatron's
 /// interleaved 1F1B over virtual stages, and the naive layer split without
 /// micro-batching that `model_parallel` asks for (each micro-step runs to the
-/// end before the next starts).
-enum class Schedule { kGpipe, k1f1b, kInterleaved, kNaive };
+/// end before the next starts), and ZB-H1 (Qi et al. 2023, "Zero Bubble
+/// Pipeline Parallelism", section 3.1): 1F1B with each backward split into
+/// its input-gradient pass B and weight-gradient pass W, stage s deferring
+/// s of its W passes into the bubble at the end (Note [Zero bubble] in
+/// lowering/lower.cpp).
+enum class Schedule { kGpipe, k1f1b, kInterleaved, kNaive, kZbH1 };
 /// PyTorch FSDP sharding strategies; each maps onto a ZeRO stage
 /// (FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0 i.e. DDP, HYBRID_SHARD = 3
 /// within a node and replication across nodes).

@@ -170,6 +170,18 @@ class ChunkBuckets final : public StrategyPass {
   }
 
   Span run_backward(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) override {
+    return bucketed(at, on_start, on_end, false);
+  }
+  /// Under zb-h1 the gradients are final with the chunk's last weight pass
+  /// (Note [Zero bubble] in lower.cpp), which runs bucket by bucket instead.
+  Span run_weight(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) override {
+    return bucketed(at, on_start, on_end, true);
+  }
+  TaskId after_weight(const At& at, TaskId last) override { return after_backward(at, last); }
+
+ private:
+  /// The chunk's last backward (or weight pass) as one task per bucket.
+  Span bucketed(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end, bool weight) {
     ChunkContext& c = ctx_;
     if (!at.last_backward || c.plan.dp <= 1) return {};
     // The chunk's last backward runs bucket by bucket, each bucket's
@@ -181,8 +193,8 @@ class ChunkBuckets final : public StrategyPass {
     pending_out_.clear();
     for (std::size_t k = 0; k < buckets.size(); ++k) {
       const bool first = k == 0, final = k + 1 == buckets.size();
-      const TaskId seg = c.add(c.named ? c.name("bwd", vs, at.micro) + " bucket " + std::to_string(k) : std::string(), s,
-                               Phase::kBackward, buckets[k].time, first ? std::move(on_start) : std::vector<MemOp>{},
+      const TaskId seg = c.add(c.named ? c.name(weight ? "bwd weight" : "bwd", vs, at.micro) + " bucket " + std::to_string(k) : std::string(), s,
+                               Phase::kBackward, weight ? buckets[k].wtime : buckets[k].time, first ? std::move(on_start) : std::vector<MemOp>{},
                                final ? std::move(on_end) : std::vector<MemOp>{});
       if (first) span.first = seg;
       const Bytes bytes = buckets[k].bytes;
@@ -197,6 +209,8 @@ class ChunkBuckets final : public StrategyPass {
     return span;
   }
 
+
+ public:
   TaskId after_backward(const At& at, TaskId last) override {
     // The reduced buckets go back into the gradients once the chunk's
     // backward is done and its gradient sent, as DDP's reducer finalizes
@@ -224,6 +238,7 @@ class ChunkBuckets final : public StrategyPass {
  private:
   struct Bucket {
     TimeNs time = 0;    ///< backward time of the layers whose gradients fill it
+    TimeNs wtime = 0;   ///< of it, their weight passes' under zb-h1
     Bytes bytes = 0;
     Bytes expert_bytes = 0;  ///< of them, routed experts' gradients
     double params = 0;  ///< its gradients' parameters and tensors (Note [Gradient buckets])
@@ -253,6 +268,7 @@ class ChunkBuckets final : public StrategyPass {
       const int l = ch.first + ch.count - 1 - static_cast<int>(k);
       Bucket& b = out[static_cast<std::size_t>(assigned[k] >= 0 ? assigned[k] : count - 1)];
       b.time += ctx_.priced.backward[l];
+      if (!ctx_.priced.weight.empty()) b.wtime += ctx_.priced.weight[l];
       if (bytes[k] == 0) continue;
       b.bytes += bytes[k];
       b.expert_bytes += layers[l].expert_params * w;
