@@ -56,7 +56,7 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation) {
 }
 
 KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp, int cp,
-                         std::int64_t seq_len) {
+                         std::int64_t seq_len, int dp, int etp) {
   // Every list is the rules table's (sim/rules.hpp), as resolve checks it.
   const sim::PlanRules rules(model, cluster);
   KnobChoices c;
@@ -66,6 +66,14 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
   c.cp = rules.cp_values(tp, seq_len > 0 ? seq_len : rules.max_seq_len());
   c.dp = rules.dp_values(tp, pp > 0 ? pp : 1, cp > 0 ? cp : 1);
   if (c.dp.empty()) c.dp = {1};
+  // ep with the data-parallel degree resolve would take: dp 0 is what tp x
+  // pp x cp leave of the GPUs; etp 0 is tp (Megatron-Core's default).
+  const int fixed = std::max(1, tp) * std::max(1, pp) * std::max(1, cp);
+  const int replicas = dp > 0 ? dp : std::max(1, rules.gpus() / fixed);
+  c.etp = rules.etp_values(tp);
+  c.ep = rules.ep_values(tp, cp > 0 ? cp : 1, replicas, etp > 0 ? etp : tp);
+  if (c.ep.empty()) c.ep = {1};
+  c.experts = model.experts() > 0;
   c.cp_comms = rules.cp_comms(cp);
   c.attentions = rules.attentions();
   c.precisions = rules.precisions();
@@ -324,6 +332,10 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   if (p.cp > 1) {
     s += " cp" + std::to_string(p.cp);
     if (p.cp_comm != sim::CpComm::kP2p) s += std::string("-") + sim::to_string(p.cp_comm);
+  }
+  if (p.ep > 1) {
+    s += " ep" + std::to_string(p.ep);
+    if (p.etp != p.tp) s += "-etp" + std::to_string(p.etp);
   }
   if (p.sequence_parallel) s += p.tp_comm_overlap ? " sp+overlap" : " sp";
   if (p.spec.attention != sim::Attention::kAuto) s += std::string(" ") + sim::to_string(p.spec.attention);

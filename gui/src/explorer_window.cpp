@@ -128,6 +128,15 @@ void set_int_choices(QComboBox* box, const std::vector<int>& values, int current
   box->setCurrentIndex(i);
 }
 
+/// Whether the user moved `box` away from `value`, as setValue(value) would
+/// show it (bounded, rounded to the box's decimals): a file's 1.234 or 12
+/// reads back unchanged until the box is touched.
+bool moved(const QDoubleSpinBox* box, double value) {
+  const double step = std::pow(10.0, -box->decimals());
+  const double shown = std::round(std::clamp(value, box->minimum(), box->maximum()) / step) * step;
+  return std::abs(box->value() - shown) > step / 2;
+}
+
 /// Fills `box` with the enum values by name (sim::to_string), selecting
 /// `current`; a current value not among them is kept with `note` after it.
 template <class E>
@@ -164,12 +173,13 @@ struct ExplorerWindow::Impl {
 
   // Pickers and knobs.
   QComboBox *model = nullptr, *cluster = nullptr, *plan = nullptr, *profile = nullptr;
-  QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *schedule = nullptr,
+  QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *ep = nullptr,
+            *etp = nullptr, *schedule = nullptr,
             *zero = nullptr, *offload = nullptr, *recompute = nullptr, *attention = nullptr, *precision = nullptr,
             *batch_mode = nullptr;
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr;
-  QDoubleSpinBox *intra_bw = nullptr, *inter_bw = nullptr;
+  QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr;
 
   // Output.
@@ -271,11 +281,24 @@ struct ExplorerWindow::Impl {
     cp->setObjectName("cp");
     cp_comm = new QComboBox;
     cp_comm->setObjectName("cp_comm");
+    // Mixture-of-experts knobs (plan.ep, plan.etp, plan.moe_imbalance):
+    // enabled only where the model has routed experts (refresh_choices).
+    ep = new QComboBox;
+    ep->setObjectName("ep");
+    etp = new QComboBox;
+    etp->setObjectName("etp");
+    moe_imbalance = new QDoubleSpinBox;
+    moe_imbalance->setObjectName("moe_imbalance");
+    moe_imbalance->setRange(1.0, 8.0);
+    moe_imbalance->setSingleStep(0.1);
+    moe_imbalance->setDecimals(2);
+    moe_imbalance->setToolTip("The busiest expert's tokens over the mean (1: perfectly balanced routing)");
     schedule = new QComboBox;
     schedule->setObjectName("schedule");
     schedule->addItem("1F1B", static_cast<int>(sim::Schedule::k1f1b));
     schedule->addItem("GPipe", static_cast<int>(sim::Schedule::kGpipe));
     schedule->addItem("interleaved 1F1B", static_cast<int>(sim::Schedule::kInterleaved));
+    schedule->addItem("zero bubble (ZB-H1)", static_cast<int>(sim::Schedule::kZbH1));
     schedule->addItem("naive model parallel", static_cast<int>(sim::Schedule::kNaive));
     vstages = new QSpinBox;
     vstages->setObjectName("virtual_stages");
@@ -290,6 +313,9 @@ struct ExplorerWindow::Impl {
     pf->addRow("Pipeline stages", pp);
     pf->addRow("Context parallel", cp);
     pf->addRow("K/V exchange", cp_comm);
+    pf->addRow("Expert parallel", ep);
+    pf->addRow("Expert tensor parallel", etp);
+    pf->addRow("Load imbalance", moe_imbalance);
     pf->addRow("Schedule", schedule);
     pf->addRow("Virtual stages", vstages);
     pf->addRow("", sp);
@@ -522,9 +548,10 @@ struct ExplorerWindow::Impl {
     s_progress->setRange(0, 1);
     s_progress->setValue(0);
     v->addWidget(s_progress);
-    s_status = new QLabel("Searches dp × tp × pp, schedules, micro-batches, ZeRO/FSDP, offload, recompute and "
-                          "sequence parallelism for the current model and cluster; precision, optimizer and "
-                          "sequence length come from the current plan.");
+    s_status = new QLabel("Searches dp × tp × pp, schedules (zero bubble ZB-H1 among them), micro-batches, "
+                          "ZeRO/FSDP, offload, recompute and sequence parallelism, and for a mixture-of-experts "
+                          "model expert parallelism ep × etp, for the current model and cluster; precision, "
+                          "optimizer, sequence length and the experts' load imbalance come from the current plan.");
     s_status->setObjectName("s_status");
     s_status->setWordWrap(true);
     v->addWidget(s_status);
@@ -629,13 +656,13 @@ struct ExplorerWindow::Impl {
       if (!s.startsWith("__")) w->open_plan(s);
     });
     picker(profile, [this](const QString& s) { w->open_profile(s); });
-    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, schedule, zero, offload, recompute, attention, precision, batch_mode}) {
+    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, ep, etp, schedule, zero, offload, recompute, attention, precision, batch_mode}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
     for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node}) {
       QObject::connect(s, qOverload<int>(&QSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
-    for (QDoubleSpinBox* s : {intra_bw, inter_bw}) {
+    for (QDoubleSpinBox* s : {moe_imbalance, intra_bw, inter_bw}) {
       QObject::connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -666,6 +693,7 @@ struct ExplorerWindow::Impl {
     const int pipeline = p.model_parallel > 0 ? p.model_parallel : p.pp;
     schedule->setCurrentIndex(schedule->findData(static_cast<int>(p.model_parallel > 0 ? sim::Schedule::kNaive : p.schedule)));
     vstages->setValue(p.virtual_stages);
+    moe_imbalance->setValue(p.moe_imbalance);
     micro_batch->setValue(static_cast<int>(std::min<std::int64_t>(p.micro_batch, micro_batch->maximum())));
     batch_mode->setCurrentIndex(p.global_batch > 0 ? 1 : 0);
     batch_value->setValue(static_cast<int>(
@@ -686,7 +714,8 @@ struct ExplorerWindow::Impl {
   void refresh_choices(int cur_tp, int cur_pp, int cur_dp, int cur_cp) {
     const bool was = syncing;
     syncing = true;
-    const KnobChoices ch = knob_choices(*scenario.model, scenario.cluster, cur_tp, cur_pp, cur_cp, scenario.plan.seq_len);
+    const KnobChoices ch = knob_choices(*scenario.model, scenario.cluster, cur_tp, cur_pp, cur_cp, scenario.plan.seq_len,
+                                        cur_dp, scenario.plan.etp);
     set_int_choices(tp, ch.tp, cur_tp);
     set_int_choices(pp, ch.pp, cur_pp);
     set_int_choices(cp, ch.cp, cur_cp);
@@ -694,6 +723,14 @@ struct ExplorerWindow::Impl {
     // At cp 1 the exchange is unused: a file's all_gather is kept as it is.
     set_enum_choices(cp_comm, ch.cp_comms, scenario.plan.cp_comm, cur_cp > 1 ? " (invalid here)" : "");
     cp_comm->setEnabled(cur_cp > 1);
+    // Experts: a dense model offers ep 1 and etp = tp only; a value from a
+    // file it cannot take stays selectable, so it can be set back.
+    const sim::PlanSpec& plan_now = scenario.plan;
+    set_int_choices(ep, ch.ep, plan_now.ep);
+    set_int_choices(etp, ch.etp, plan_now.etp == 0 ? cur_tp : plan_now.etp);
+    ep->setEnabled(ch.experts || ep->count() > 1);
+    etp->setEnabled(ch.experts || etp->count() > 1);
+    moe_imbalance->setEnabled(ch.experts);
     set_enum_choices(attention, ch.attentions, scenario.plan.attention, " (invalid here)");
     attention->setEnabled(ch.attentions.size() > 1);
     const sim::Precision cur_prec = scenario.plan.precision;
@@ -738,7 +775,22 @@ struct ExplorerWindow::Impl {
     p.cp = cp->currentData().toInt();
     if (cp_comm->count() > 0) p.cp_comm = static_cast<sim::CpComm>(cp_comm->currentData().toInt());
     p.dp = dp->currentData().toInt();
-    p.virtual_stages = vstages->value();
+    p.ep = ep->currentData().toInt();
+    // etp 0 follows tp (Megatron-Core's default): kept while the box shows
+    // what the plan had; the box's tp is written back as 0 (as the search does).
+    const int e = etp->currentData().toInt();
+    if (e != (before.etp == 0 ? before.tp : before.etp)) p.etp = e == p.tp ? 0 : e;
+    if (moved(moe_imbalance, before.moe_imbalance)) p.moe_imbalance = moe_imbalance->value();
+    // Virtual stages belong to the interleaved schedule: the box's value
+    // while it runs; cleared (the box keeps it) when the user leaves it;
+    // otherwise as loaded, where resolve says what is wrong with it.
+    const bool interleaved = sched == sim::Schedule::kInterleaved && stages > 1;
+    const bool was_interleaved = before.schedule == sim::Schedule::kInterleaved && before.pp > 1 && before.model_parallel == 0;
+    if (interleaved) {
+      p.virtual_stages = vstages->value();
+    } else if (was_interleaved) {
+      p.virtual_stages = 0;
+    }
     p.sequence_parallel = sp->isChecked() && p.tp > 1;
     p.tp_comm_overlap = tp_overlap->isChecked() && p.sequence_parallel;
     p.micro_batch = micro_batch->value();
@@ -765,6 +817,9 @@ struct ExplorerWindow::Impl {
     mark(p.cp != before.cp, "cp");
     mark(p.cp_comm != before.cp_comm, "cp_comm");
     mark(p.dp != before.dp, "dp");
+    mark(p.ep != before.ep, "ep");
+    mark(p.etp != before.etp, "etp");
+    mark(p.moe_imbalance != before.moe_imbalance, "moe_imbalance");
     mark(p.virtual_stages != before.virtual_stages, "virtual_stages");
     mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");
     mark(p.tp_comm_overlap != before.tp_comm_overlap, "tp_comm_overlap");

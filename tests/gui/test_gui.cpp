@@ -19,6 +19,7 @@
 #include <QCheckBox>
 #include <QComboBox>
 #include <QCoreApplication>
+#include <QDoubleSpinBox>
 #include <QElapsedTimer>
 #include <QValueAxis>
 #include <QLabel>
@@ -181,6 +182,35 @@ TEST_CASE("knob choices for context parallelism, attention and fp8", "[gui]") {
   // The A100 has no FP8 tensor cores: no fp8 (fp32, fp16, bf16).
   const gui::KnobChoices a100 = gui::knob_choices(*llama, sim::load_cluster("dgx-a100"), 1, 1);
   CHECK(a100.precisions.size() == 3);
+}
+
+TEST_CASE("knob choices for expert parallelism", "[gui]") {
+  // Mixtral 8x7B: 8 routed experts. The rule (sim/rules.hpp ep_values): ep
+  // divides the 8 experts, and ep x etp divides the tp x cp x dp ranks of
+  // a stage, out of which expert parallelism is carved.
+  const sim::ModelPtr mixtral = models::load_model("mixtral-8x7b");
+  sim::ClusterSpec four = sim::load_cluster("dgx-h100");
+  four.nodes = 4;  // 32 GPUs
+  // tp 1, pp 4, cp 1, dp left to resolve: 32 / 4 = 8 replicas; etp 1.
+  // Ranks of a stage 1 x 1 x 8 = 8; divisors of 8 experts dividing 8: 1, 2, 4, 8.
+  const gui::KnobChoices c = gui::knob_choices(*mixtral, four, 1, 4, 1, 0, 0, 1);
+  CHECK(c.experts);
+  CHECK(c.ep == std::vector<int>{1, 2, 4, 8});
+  CHECK(c.etp == std::vector<int>{1});  // tp 1: 1 and tp are the same
+  // tp 2, pp 4: dp 32 / 8 = 4, ranks 2 x 4 = 8. etp 0 is tp = 2: ep x 2
+  // divides 8 for ep 1, 2, 4; etp 1 lets ep 8 in. etp: 1 or tp = 2.
+  CHECK(gui::knob_choices(*mixtral, four, 2, 4).ep == std::vector<int>{1, 2, 4});
+  CHECK(gui::knob_choices(*mixtral, four, 2, 4, 1, 0, 0, 1).ep == std::vector<int>{1, 2, 4, 8});
+  CHECK(gui::knob_choices(*mixtral, four, 2, 4).etp == std::vector<int>{1, 2});
+  // One node, pp 4: dp 8 / 4 = 2, so ep divides 2: 1, 2. An explicit dp 1: ep 1.
+  const sim::ClusterSpec one = sim::load_cluster("dgx-h100");
+  CHECK(gui::knob_choices(*mixtral, one, 1, 4).ep == std::vector<int>{1, 2});
+  CHECK(gui::knob_choices(*mixtral, one, 1, 4, 1, 0, 1).ep == std::vector<int>{1});
+  // A dense model: nothing to spread, ep 1 and etp = tp only.
+  const gui::KnobChoices dense = gui::knob_choices(*models::load_model("gpt2"), one, 2, 1);
+  CHECK_FALSE(dense.experts);
+  CHECK(dense.ep == std::vector<int>{1});
+  CHECK(dense.etp == std::vector<int>{2});
 }
 
 TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {
@@ -472,6 +502,138 @@ TEST_CASE("the context-parallel, attention, TP-overlap and fp8 knobs reach the p
   REQUIRE(w.outcome().ok());
   CHECK_FALSE(overlap->isEnabled());
   CHECK_FALSE(w.outcome().prediction->plan.tp_comm_overlap);
+}
+
+TEST_CASE("the expert-parallel knobs follow the rules table and reach the plan", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("mixtral-8x7b", "dgx-h100", "megatron-moe", "",
+                                    {sim::parse_override("cluster.nodes=4")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* ep = w.findChild<QComboBox*>("ep");
+  auto* etp = w.findChild<QComboBox*>("etp");
+  auto* imbalance = w.findChild<QDoubleSpinBox*>("moe_imbalance");
+  REQUIRE(ep != nullptr);
+  REQUIRE(etp != nullptr);
+  REQUIRE(imbalance != nullptr);
+  // megatron-moe: ep 8, etp 1, pp 4, tp 1 (unset), dp left to resolve. On
+  // 4 nodes x 8 = 32 GPUs, dp = 32 / (tp 1 x pp 4 x cp 1) = 8, so a stage
+  // has tp x cp x dp = 8 ranks. ep must divide the 8 experts and, times etp
+  // 1, those 8 ranks: the divisors of 8, i.e. 1, 2, 4, 8.
+  CHECK(ep->isEnabled());
+  CHECK(etp->isEnabled());
+  CHECK(imbalance->isEnabled());
+  CHECK(ep->currentData().toInt() == 8);
+  std::vector<int> offered;
+  for (int i = 0; i < ep->count(); ++i) offered.push_back(ep->itemData(i).toInt());
+  CHECK(offered == std::vector<int>{1, 2, 4, 8});
+  CHECK(etp->currentData().toInt() == 1);
+  CHECK(w.outcome().prediction->plan.ep == 8);
+  CHECK(w.scenario().plan.origins.of("plan.ep").find("megatron-moe.yaml") != std::string::npos);
+
+  // ep 4: the experts of a stage's 8 ranks in 2 copies (edp = 8 / (4 x 1)).
+  ep->setCurrentIndex(ep->findData(4));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.ep == 4);
+  CHECK(w.outcome().prediction->plan.edp == 2);
+  CHECK(w.scenario().plan.origins.of("plan.ep") == "explorer: ep");
+  CHECK(gui::plan_label(w.outcome().prediction->plan).find(" ep4") != std::string::npos);
+
+  // The load imbalance reaches the plan, marked as the explorer's.
+  imbalance->setValue(1.5);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.moe_imbalance == Approx(1.5));
+  CHECK(w.scenario().plan.origins.of("plan.moe_imbalance") == "explorer: moe_imbalance");
+
+  // One node: dp = 8 / 4 = 2 ranks a stage, so ep 1 or 2. ep 8 (set in the
+  // plan file, not here) is kept and marked; ep 4 now from the explorer too.
+  ep->setCurrentIndex(ep->findData(8));
+  w.findChild<QSpinBox*>("nodes")->setValue(1);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK_FALSE(w.outcome().ok());
+  CHECK(ep->currentText() == "8 (invalid here)");
+  CHECK(ep->findData(1) >= 0);
+  CHECK(ep->findData(2) >= 0);
+  CHECK(ep->findData(4) < 0);
+  CHECK(w.error_text().contains("explorer: ep"));
+  CHECK(w.error_text().contains("valid: 1, 2"));
+  ep->setCurrentIndex(ep->findData(2));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.ep == 2);
+}
+
+TEST_CASE("a dense model has the expert-parallel knobs disabled", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* ep = w.findChild<QComboBox*>("ep");
+  REQUIRE(ep != nullptr);
+  CHECK_FALSE(ep->isEnabled());
+  CHECK(ep->count() == 1);  // ep 1 only (gpt2 has no experts)
+  CHECK(ep->currentData().toInt() == 1);
+  CHECK_FALSE(w.findChild<QComboBox*>("etp")->isEnabled());
+  CHECK_FALSE(w.findChild<QDoubleSpinBox*>("moe_imbalance")->isEnabled());
+  CHECK(w.outcome().prediction->plan.ep == 1);
+  CHECK(w.scenario().plan.origins.where.count("plan.ep") == 0);  // not touched, not marked
+  CHECK(w.scenario().plan.origins.where.count("plan.etp") == 0);
+}
+
+TEST_CASE("the zero-bubble schedule is offered and needs no virtual stages", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2-xl", "dgx-a100", "1f1b", "", {sim::parse_override("plan.pp=4")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* schedule = w.findChild<QComboBox*>("schedule");
+  auto* vstages = w.findChild<QSpinBox*>("virtual_stages");
+  REQUIRE(schedule != nullptr);
+  REQUIRE(vstages != nullptr);
+  const int zb = static_cast<int>(sim::Schedule::kZbH1);
+  REQUIRE(schedule->findData(zb) >= 0);
+  CHECK(schedule->isEnabled());
+  schedule->setCurrentIndex(schedule->findData(zb));
+  CHECK_FALSE(vstages->isEnabled());
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  const sim::ResolvedPlan& rp = w.outcome().prediction->plan;
+  CHECK(rp.schedule == sim::Schedule::kZbH1);
+  CHECK(rp.pp == 4);
+  CHECK(rp.virtual_stages == 1);
+  CHECK(gui::plan_label(rp).find(" zb-h1") != std::string::npos);
+  CHECK(w.scenario().plan.origins.of("plan.schedule") == "explorer: schedule");
+
+  // A scenario loaded with zb-h1 shows it selected.
+  w.set_scenario(gui::load_scenario("gpt2-xl", "dgx-a100", "1f1b", "",
+                                    {sim::parse_override("plan.pp=4"), sim::parse_override("plan.schedule=zb-h1")}));
+  CHECK(schedule->currentData().toInt() == zb);
+  CHECK_FALSE(vstages->isEnabled());
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.schedule == sim::Schedule::kZbH1);
+
+  // From the interleaved plan (2 chunks a stage): zb-h1 drops the chunks,
+  // which the disabled box keeps for a switch back.
+  w.set_scenario(gui::load_scenario("gpt2-xl", "dgx-a100", "interleaved", "", {sim::parse_override("plan.pp=4")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.virtual_stages == 2);
+  CHECK(vstages->isEnabled());
+  schedule->setCurrentIndex(schedule->findData(zb));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.schedule == sim::Schedule::kZbH1);
+  CHECK(w.outcome().prediction->plan.virtual_stages == 1);
+  CHECK(vstages->value() == 2);
+  schedule->setCurrentIndex(schedule->findData(static_cast<int>(sim::Schedule::kInterleaved)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.virtual_stages == 2);
 }
 
 TEST_CASE("rapid changes are debounced and the newest one wins", "[gui][window]") {

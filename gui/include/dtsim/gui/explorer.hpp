@@ -59,16 +59,21 @@ struct KnobChoices {
   std::vector<int> pp;          ///< divisors of GPUs / tp, at most one stage per layer
   std::vector<int> dp;          ///< divisors of GPUs / (tp * pp * cp) (0 = all of them is offered separately)
   std::vector<int> cp;          ///< divisors of GPUs / tp cutting a sequence into 2 cp chunks ({1} if the model cannot)
+  std::vector<int> ep;          ///< divisors of the routed experts whose ep x etp divides tp * cp * dp ({1}: dense)
+  std::vector<int> etp;         ///< 1 and tp for a mixture of experts ({tp}: dense, or tp 1)
+  bool experts = false;         ///< the model has routed experts (ep, etp and the load imbalance apply)
   std::vector<sim::CpComm> cp_comms;       ///< how K/V move with the current cp (only p2p at cp 1)
   std::vector<sim::Attention> attentions;  ///< auto, and eager and flash where the model has attention
   std::vector<sim::Precision> precisions;  ///< those the device computes in
   int max_virtual_stages = 1;   ///< layers / pp (interleaved needs >= 2 chunks per stage)
   bool sequence_parallel = false;  ///< allowed with the current tp (tp_comm_overlap also needs it on)
 };
-/// Choices for tp, pp, cp and dp given the current tp, pp and cp, for
-/// sequences of seq_len tokens (0: the model's maximum, as resolve takes it).
+/// Choices for tp, pp, cp, dp, ep and etp given the current tp, pp, cp, dp
+/// and etp, for sequences of seq_len tokens (0: the model's maximum, as
+/// resolve takes it); dp 0 is all the GPUs tp x pp x cp leave, etp 0 is tp
+/// (both as resolve derives them).
 KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp, int cp = 1,
-                         std::int64_t seq_len = 0);
+                         std::int64_t seq_len = 0, int dp = 0, int etp = 0);
 
 /// One bar of the timeline: [start, end) in ns, and what it was.
 struct GanttBar {
@@ -117,7 +122,8 @@ std::vector<std::size_t> pareto_front(const std::vector<Pinned>& pins);
 /// The pinned scenarios as CSV with a header (RFC 4180 quoting).
 std::string pins_to_csv(const std::vector<Pinned>& pins);
 /// A short label of a prediction's plan: "dp8 tp1 pp1 zero2 mb4x1 fp16"; cp > 1
-/// adds " cp2" (" cp2-all_gather"), attention other than auto " flash" or " eager".
+/// adds " cp2" (" cp2-all_gather"), ep > 1 " ep8" (" ep8-etp1" where etp is
+/// not tp), attention other than auto " flash" or " eager".
 std::string plan_label(const sim::ResolvedPlan& p);
 
 /// A measured iteration, as `dtsim validate --json` writes it (gui/README.md
