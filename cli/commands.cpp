@@ -11,6 +11,7 @@
 #include "dtsim/platform/process.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/file_io.hpp"
 #include "dtsim/sim/json_writer.hpp"
@@ -111,7 +112,7 @@ std::string usage() {
 usage:
   dtsim predict --model M --cluster C [--plan P] [--set SECTION.KEY=VALUE]... [--json] [--trace FILE] [--unabridged]
   dtsim search --model M --cluster C [--gpus N] [--global-batch B] [--top K] [--threads T] [--set plan.KEY=V]... [--json|--csv]
-  dtsim comm --cluster C [--op OP] [--ranks N] [--ranks-per-node K] [--min-bytes B] [--max-bytes B] [--json]
+  dtsim comm --cluster C [--op OP] [--ranks N] [--ranks-per-node K] [--min-bytes B] [--max-bytes B] [--profile FILE.h5] [--json]
   dtsim list models|clusters|plans|devices [--json]
   dtsim calibrate --device cpu|cuda --out FILE.h5 [--procs N] [--threads T] [--quick] [--models a,b]
   dtsim profile show FILE.h5 [--json] | dtsim profile upgrade FILE.h5
@@ -121,7 +122,7 @@ usage:
   validate trains the plan for real (LibTorch; Gloo on cpu, NCCL on cuda) on N local
   processes, or under mpirun / srun / torchrun on theirs, and prints predicted against
   measured iteration time, phases and per-rank peak memory
-  predict --profile FILE.h5 prices layers and collectives from a calibration profile
+  predict --profile FILE.h5 prices layers and collectives from a calibration profile (comm --profile: collectives)
   predict --unabridged simulates every micro-batch of a long pipeline, not its steady state once (same results)
 
   M: a built-in model (dtsim list models), a YAML file, or a HuggingFace config.json
@@ -235,9 +236,42 @@ int cmd_search(const Args& args) {
   return 0;
 }
 
+namespace {
+
+/// What priced `dtsim comm --profile`'s rows, in words (Note [Profile
+/// lookups] in sim/src/cost/cost_profile.cpp): the measured fit of the same
+/// operation and rank count, the datasheet formula over the link the
+/// profile's largest all-reduce fit gives, or the datasheet links.
+std::string comm_source(const sim::Profile& p, sim::CollectiveOp op, const sim::CommGroup& g, const sim::CostSources& used) {
+  const std::string what = std::string(to_string(op)) + " over " + std::to_string(g.ranks) + " ranks";
+  if (used.comm_measured > 0) {
+    for (const char* backend : {"nccl", "gloo"}) {
+      const auto it = p.fits.find(sim::comm_fit_name(backend, op, g.ranks));
+      if (it == p.fits.end()) continue;
+      const sim::FitTerms t = [&] {
+        sim::FitTerms f;
+        for (std::size_t i = 0; i < it->second.features.size() && i < it->second.coef.size(); ++i) {
+          if (it->second.features[i] == "1") f.constant = it->second.coef[i];
+          if (it->second.features[i] == "bytes") f.per_byte = it->second.coef[i];
+        }
+        return f;
+      }();
+      char fit[160];
+      std::snprintf(fit, sizeof fit, "t = %.3g us + S x %.3g ns/B", t.constant * 1e6, t.per_byte * 1e9);
+      return what + " measured: fit " + it->first + " of " + std::to_string(it->second.samples) + " sizes, " + fit;
+    }
+  }
+  if (used.comm_scaled > 0) {
+    return what + " not measured: the datasheet formula over the intra-node link its all_reduce fit gives";
+  }
+  return what + " not measured and no all_reduce fit to scale: the cluster's datasheet links";
+}
+
+}  // namespace
+
 int cmd_comm(const Args& args) {
   const Options o =
-      parse(args, "comm", {"cluster", "op", "ranks", "ranks-per-node", "min-bytes", "max-bytes"}, {"json"});
+      parse(args, "comm", {"cluster", "op", "ranks", "ranks-per-node", "min-bytes", "max-bytes", "profile"}, {"json"});
   if (!o.positional.empty()) throw ConfigError("dtsim comm: unexpected argument '" + o.positional.front() + "'");
   const auto ov = overrides(o);
   const std::string cluster_name = require(o, "cluster", "comm", "e.g. --cluster dgx-a100");
@@ -274,10 +308,26 @@ int cmd_comm(const Args& args) {
   }
   const Bytes lo = number("min-bytes", 8, 1, std::int64_t{1} << 40);
   const Bytes hi = number("max-bytes", std::int64_t{1} << 30, lo, std::int64_t{1} << 40);
-  const sim::AnalyticCommModel model(cluster);
+  const auto prof = o.get("profile");
+  if (!prof) {
+    const sim::AnalyticCommModel model(cluster);
+    const auto rows = sim::comm_sweep(model, op, g, lo, hi);
+    std::cout << (o.flag("json") ? sim::comm_to_json(cluster.name, op, g, rows)
+                                 : sim::format_comm_table(cluster.name, op, g, rows));
+    return 0;
+  }
+  // --profile: as predict prices a collective (Note [Profile lookups]).
+  if (prof->empty()) throw ConfigError("--profile: missing file name");
+  const auto costs = std::make_shared<const sim::ProfileCosts>(sim::load_profile(*prof));
+  if (const auto w = sim::profile_device_mismatch(costs->profile(), cluster.device); !w.empty()) {
+    std::cerr << "dtsim comm: warning: " << w << "\n";
+  }
+  sim::CostSources sources;
+  const sim::ProfileCommModel model(costs, cluster, &sources);
   const auto rows = sim::comm_sweep(model, op, g, lo, hi);
-  std::cout << (o.flag("json") ? sim::comm_to_json(cluster.name, op, g, rows)
-                               : sim::format_comm_table(cluster.name, op, g, rows));
+  const std::string source = "profile " + *prof + ": " + comm_source(costs->profile(), op, g, sources);
+  std::cout << (o.flag("json") ? sim::comm_to_json(cluster.name, op, g, rows, source)
+                               : sim::format_comm_table(cluster.name, op, g, rows, source));
   return 0;
 }
 

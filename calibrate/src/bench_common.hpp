@@ -12,7 +12,9 @@
 //   copy     <h2d|d2h|d2d> <bytes> <median_s> <min_s> <max_s> <reps>
 // `bytes` is nccl-tests' "size": the buffer of all_reduce and broadcast, the
 // OUTPUT of all_gather (ranks x chunk), the INPUT of reduce_scatter, the
-// message of send_recv. Human diagnostics go to stderr.
+// message of send_recv, the whole send buffer of one rank in all_to_all
+// (ranks x chunk, a chunk to every rank itself included). Human diagnostics
+// go to stderr.
 #pragma once
 
 #include <unistd.h>
@@ -45,10 +47,13 @@ inline constexpr int kWarmupIters = 2;
 inline constexpr int kMinReps = 5;
 
 /// The collectives both programs measure, in output order.
-enum class Op { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv };
+enum class Op { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv, kAllToAll };
 
 inline constexpr Op kAllOps[] = {Op::kAllReduce, Op::kReduceScatter, Op::kAllGather,
-                                 Op::kBroadcast, Op::kSendRecv};
+                                 Op::kBroadcast, Op::kSendRecv,      Op::kAllToAll};
+
+/// The --ops names, for usage lines and errors.
+inline constexpr const char* kOpNames = "all_reduce,reduce_scatter,all_gather,broadcast,send_recv,all_to_all";
 
 /// The protocol name of `op` (Note [Bench line protocol]).
 inline const char* op_name(Op op) {
@@ -58,6 +63,7 @@ inline const char* op_name(Op op) {
     case Op::kAllGather: return "all_gather";
     case Op::kBroadcast: return "broadcast";
     case Op::kSendRecv: return "send_recv";
+    case Op::kAllToAll: return "all_to_all";
   }
   return "?";
 }
@@ -84,7 +90,7 @@ inline std::vector<Op> parse_ops(std::string_view list) {
       if (!found) {
         throw std::invalid_argument(
             "--ops: '" + std::string(name) +
-            "' is not one of all_reduce, reduce_scatter, all_gather, broadcast, send_recv, all");
+            "' is not one of all_reduce, reduce_scatter, all_gather, broadcast, send_recv, all_to_all, all");
       }
     }
     start = end + 1;
@@ -115,6 +121,26 @@ inline double parse_seconds(std::string_view flag, const char* text) {
     throw std::invalid_argument(std::string(flag) + ": '" + text + "' is not a positive number of seconds");
   }
   return v;
+}
+
+/// fp32 elements of one rank's chunk for a nominal size: all_gather's input,
+/// reduce_scatter's output, all_to_all's message to each rank. nccl-tests
+/// (src/all_gather.cu, reduce_scatter.cu, alltoall.cu: count / nranks) rounds
+/// the size down to a multiple of ranks x 4 B; here at least one element.
+inline std::size_t chunk_elems(Bytes bytes, int ranks) {
+  const auto n = static_cast<std::size_t>(bytes / (kElementBytes * static_cast<Bytes>(ranks)));
+  return n == 0 ? 1 : n;
+}
+
+/// The size a point of `op` over `ranks` measures for a nominal `size`
+/// (Note [Bench line protocol]): ranks x chunk_elems x 4 B for the ops that
+/// split their buffer among the ranks (all_gather, reduce_scatter,
+/// all_to_all), `size` itself for the others.
+inline Bytes measured_bytes(Op op, Bytes size, int ranks) {
+  if (op == Op::kAllGather || op == Op::kReduceScatter || op == Op::kAllToAll) {
+    return chunk_elems(size, ranks) * kElementBytes * static_cast<Bytes>(ranks);
+  }
+  return size;
 }
 
 /// Powers of two from `lo` to `hi` inclusive, `lo` and `hi` powers of two.
@@ -166,14 +192,16 @@ inline Summary summarize(std::vector<double> times_s) {
   return s;
 }
 
-/// nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md in NVIDIA/nccl-tests):
+/// nccl-tests' bus-bandwidth factor (doc/PERFORMANCE.md in NVIDIA/nccl-tests;
+/// all-to-all's (n-1)/n as src/alltoall.cu's AlltoAllGetBw computes it):
 /// busbw = algbw x factor, algbw = bytes / time. Used for stderr diagnostics.
 inline double busbw_factor(Op op, int ranks) {
   double n = ranks;
   switch (op) {
     case Op::kAllReduce: return ranks > 1 ? 2.0 * (n - 1) / n : 1.0;
     case Op::kReduceScatter:
-    case Op::kAllGather: return ranks > 1 ? (n - 1) / n : 1.0;
+    case Op::kAllGather:
+    case Op::kAllToAll: return ranks > 1 ? (n - 1) / n : 1.0;
     case Op::kBroadcast:
     case Op::kSendRecv: return 1.0;
   }

@@ -641,6 +641,23 @@ std::string format_profile(const sim::Profile& p) {
     os << "  best " << key << ": algbw " << fmt("%.3g GB/s", alg / 1e9) << ", busbw "
        << fmt("%.3g GB/s", alg * sim::bus_bandwidth_factor(op_of[key], ranks_of[key]) / 1e9) << "\n";
   }
+  // Collectives the profile has no samples of (all_to_all in profiles made
+  // before it was measured) are priced over the link its all-reduce fit
+  // gives (Note [Profile lookups] in sim/src/cost/cost_profile.cpp).
+  if (!p.comm.empty()) {
+    std::string missing;
+    for (sim::CollectiveOp op : {sim::CollectiveOp::kAllReduce, sim::CollectiveOp::kReduceScatter, sim::CollectiveOp::kAllGather,
+                                 sim::CollectiveOp::kBroadcast, sim::CollectiveOp::kSendRecv, sim::CollectiveOp::kAllToAll}) {
+      const bool measured = std::any_of(p.comm.begin(), p.comm.end(), [&](const sim::CommSample& c) { return c.op == op; });
+      if (!measured) missing += (missing.empty() ? "" : ", ") + std::string(to_string(op));
+    }
+    const bool link = std::any_of(p.comm.begin(), p.comm.end(), [&](const sim::CommSample& c) {
+      return c.op == sim::CollectiveOp::kAllReduce && c.ranks >= 2 && p.fits.count(sim::comm_fit_name(c.backend, c.op, c.ranks));
+    });
+    if (!missing.empty()) {
+      os << "  not measured: " << missing << (link ? " (priced over the link the all_reduce fit gives)" : " (priced by the cluster's links)") << "\n";
+    }
+  }
   for (const auto& [key, b] : p.memory) os << "  memory " << key << ": " << human_bytes(static_cast<double>(b)) << "\n";
   return os.str();
 }

@@ -99,7 +99,9 @@ void fit_profile(sim::Profile& p) {
   std::map<std::pair<std::string, sim::Precision>, std::vector<const sim::KernelSample*>> kernels;
   for (const auto& k : p.kernels) kernels[{k.kind, k.precision}].push_back(&k);
   for (const auto& [key, ks] : kernels) {
-    const bool matmul = key.first == "gemm" || key.first == "attention";
+    // grouped_gemm: batched GEMMs of equal groups, a mixture of experts'
+    // (Note [Grouped GEMMs] in sim/src/cost/cost_profile.cpp).
+    const bool matmul = key.first == "gemm" || key.first == "attention" || key.first == "grouped_gemm";
     // The optimizer step and the gradient buckets' copies: a cost per tensor
     // (its launches) and per parameter.
     const bool optimizer = key.first == "adam" || key.first == "sgd" || key.first == "bucket_in" || key.first == "bucket_out";

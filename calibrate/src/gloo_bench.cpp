@@ -2,7 +2,7 @@
 // TCP, for the calibration driver (Note [Bench line protocol] in
 // bench_common.hpp gives the output format).
 //
-//   dtsim_gloo_bench --procs N [--quick] [--ops all_reduce,...] [--timeout S] [--verbose]
+//   dtsim_gloo_bench --procs N [--quick] [--ops all_reduce,...,all_to_all] [--timeout S] [--verbose]
 //   dtsim_c10d_bench (the same options)
 //
 // Note [c10d collectives]
@@ -11,7 +11,8 @@
 // the same collectives through c10d's ProcessGroupGloo exactly as
 // dtsim_worker does (runtime/src/comm.cpp: two Gloo threads, loopback, the
 // reduce-scatter as an all-to-all and a local sum, the all-gather into the
-// ranks' views), so a CPU profile prices what validation runs. The layer
+// ranks' views, the all-to-all as alltoall_base of equal splits), so a CPU
+// profile prices what validation runs. The layer
 // above costs real time: on the 2-vCPU CI machine a 4 MiB all-reduce took a
 // median 4.9 ms through ProcessGroupGloo where libgloo's fit gives 3.0 ms,
 // and a 256 KiB one 0.53 ms against 0.38 ms (the hand-off to the group's
@@ -76,6 +77,16 @@
 // is measured as gloo::allreduce of the whole input followed by a local copy
 // of this rank's chunk, which is also what a Gloo user without a native
 // reduce_scatter pays.
+//
+// Note [Gloo all_to_all]
+// As nccl-tests' alltoall_perf measures it (src/alltoall.cu): each rank's
+// send buffer of `bytes` (rounded down to a multiple of ranks x 4 B) is
+// ranks chunks, chunk j for rank j, itself included; every rank receives
+// the same size. dtsim_gloo_bench calls gloo::alltoall (AlltoallOptions,
+// out of place); dtsim_c10d_bench calls ProcessGroupGloo::alltoall_base
+// with equal splits, as dtsim_worker issues an expert-parallel token
+// exchange of balanced experts. Rank r fills chunk j with r x ranks + j,
+// so the checked warm-up finds s x ranks + r in the chunk from rank s.
 #include <signal.h>
 #include <sys/prctl.h>
 #include <sys/types.h>
@@ -104,6 +115,7 @@
 #endif
 #include <gloo/allgather.h>
 #include <gloo/allreduce.h>
+#include <gloo/alltoall.h>
 #include <gloo/barrier.h>
 #include <gloo/broadcast.h>
 #include <gloo/config.h>
@@ -155,9 +167,8 @@ struct Options {
   double budget_s() const { return quick ? 0.2 : 1.0; }
 };
 
-const char* kUsage =
-    "usage: dtsim_gloo_bench|dtsim_c10d_bench --procs N [--quick] [--ops all_reduce,reduce_scatter,all_gather,broadcast,send_recv]"
-    " [--timeout SECONDS] [--verbose]\n";
+const std::string kUsage = std::string("usage: dtsim_gloo_bench|dtsim_c10d_bench --procs N [--quick] [--ops ") + kOpNames +
+                          "] [--timeout SECONDS] [--verbose]\n";
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -180,7 +191,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--verbose" || a == "-v") {
       o.verbose = true;
     } else if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stderr);
+      std::fputs(kUsage.c_str(), stderr);
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown argument '" + a + "'");
@@ -197,14 +208,6 @@ struct Point {
   Bytes bytes = 0;  ///< nccl-tests "size" (Note [Bench line protocol])
 };
 
-/// fp32 elements each rank contributes (all_gather) or receives
-/// (reduce_scatter) for a nominal size: nccl-tests rounds the size down to a
-/// multiple of ranks x 4 B; at least one element.
-std::size_t chunk_elems(Bytes bytes, int ranks) {
-  std::size_t n = static_cast<std::size_t>(bytes / (kElementBytes * static_cast<Bytes>(ranks)));
-  return n == 0 ? 1 : n;
-}
-
 /// Every point of the run, in order; all ranks compute the same plan.
 std::vector<Point> make_plan(const Options& o) {
   std::vector<Point> plan;
@@ -213,10 +216,7 @@ std::vector<Point> make_plan(const Options& o) {
       if (op == Op::kSendRecv && k != 2) continue;
       Bytes last = 0;
       for (Bytes size : pow2_sizes(8, o.max_bytes())) {
-        Bytes b = size;
-        if (op == Op::kAllGather || op == Op::kReduceScatter) {
-          b = chunk_elems(size, k) * kElementBytes * static_cast<Bytes>(k);
-        }
+        const Bytes b = measured_bytes(op, size, k);
         if (b == last) continue;  // rounding made it a repeat
         last = b;
         plan.push_back({k, op, b});
@@ -442,6 +442,16 @@ class RankBench {
           }
         };
       }
+      case Op::kAllToAll: {
+        // Note [Gloo all_to_all]: equal splits, out of place (out_ to in_).
+        const std::size_t chunk = fill_all_to_all(p), n = chunk * static_cast<std::size_t>(k_);
+        at::Tensor send = view(out_, 0, n), recv = view(in_, 0, n);
+        const std::int64_t k = k_, c = static_cast<std::int64_t>(chunk);
+        return [pg, send, recv, k, c]() mutable {
+          std::vector<std::int64_t> splits(static_cast<std::size_t>(k), c);
+          finish(pg->alltoall_base(recv, send, splits, splits));
+        };
+      }
     }
     throw std::logic_error("unknown op");
   }
@@ -539,12 +549,35 @@ class RankBench {
         }
         return [] {};
       }
+      case Op::kAllToAll: {
+        // Note [Gloo all_to_all]: out of place, out_ to in_.
+        const std::size_t n = fill_all_to_all(p) * static_cast<std::size_t>(k_);
+        auto opts = std::make_shared<gloo::AlltoallOptions>(ctx_);
+        opts->setInput(out_.data(), n);
+        opts->setOutput(in_.data(), n);
+        return [opts] { gloo::alltoall(*opts); };
+      }
     }
     throw std::logic_error("unknown op");
   }
 #endif
 
-  /// Checks the result of the first warm-up iteration; inputs were rank + 1.
+  /// Note [Gloo all_to_all]: fills this rank's send buffer (out_) with
+  /// chunk j = rank x k + j and clears the receive buffer (in_); returns the
+  /// elements of one chunk.
+  std::size_t fill_all_to_all(const Point& p) {
+    const std::size_t chunk = chunk_elems(p.bytes, k_);
+    elems_ = chunk;
+    for (int j = 0; j < k_; ++j) {
+      std::fill_n(out_.begin() + static_cast<std::ptrdiff_t>(static_cast<std::size_t>(j) * chunk), chunk,
+                  static_cast<float>(rank_ * k_ + j));
+    }
+    std::fill_n(in_.begin(), chunk * static_cast<std::size_t>(k_), -1.0f);
+    return chunk;
+  }
+
+  /// Checks the result of the first warm-up iteration; inputs were rank + 1
+  /// (all_to_all: Note [Gloo all_to_all]).
   void verify(const Point& p) const {
     const float sum = static_cast<float>(k_ * (k_ + 1) / 2);
     const std::size_t n = elems_;
@@ -565,6 +598,14 @@ class RankBench {
         break;
       case Op::kBroadcast:
         for (std::size_t i = 0; i < n; ++i) check(out_[i] == 1.0f, p, "element " + std::to_string(i));
+        break;
+      case Op::kAllToAll:
+        for (int s = 0; s < k_; ++s) {
+          for (std::size_t i = 0; i < n; ++i) {
+            check(in_[static_cast<std::size_t>(s) * n + i] == static_cast<float>(s * k_ + rank_), p,
+                  "chunk from rank " + std::to_string(s));
+          }
+        }
         break;
       case Op::kSendRecv:
 #if defined(DTSIM_BENCH_C10D)
@@ -747,6 +788,9 @@ void print_info(const Options& opt) {
             "ProcessGroupGloo send/recv, ranks 0 and 1 taking turns, ranks = 2 only: the sender computes 2 ms, stamps "
             "steady_clock into the payload and sends to a receiver waiting since; time = the receiver's completion minus "
             "the stamp (Note [Waiting receiver])");
+  emit_info("all_to_all_impl",
+            "ProcessGroupGloo::alltoall_base of equal splits, out of place, as dtsim_worker exchanges tokens; "
+            "bytes = one rank's whole send buffer (Note [Gloo all_to_all])");
 #else
   emit_info("all_reduce_impl", "gloo::allreduce (AllreduceOptions, sum, out of place)");
   emit_info("reduce_scatter_impl",
@@ -757,8 +801,10 @@ void print_info(const Options& opt) {
   emit_info("broadcast_impl", "gloo::broadcast (BroadcastOptions, root 0, in place)");
   emit_info("send_recv_impl",
             "unbound-buffer ping-pong rank 0 <-> 1, ranks = 2 only; time = round trip / 2");
+  emit_info("all_to_all_impl",
+            "gloo::alltoall (AlltoallOptions, out of place); bytes = one rank's whole send buffer (Note [Gloo all_to_all])");
 #endif
-  emit_info("size_rule", "all_gather/reduce_scatter sizes rounded down to a multiple of ranks x 4 B");
+  emit_info("size_rule", "all_gather/reduce_scatter/all_to_all sizes rounded down to a multiple of ranks x 4 B");
 }
 
 int supervise(const Options& opt) {
@@ -879,7 +925,7 @@ int main(int argc, char** argv) {
   try {
     opt = parse_args(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n%s", kProg, e.what(), kUsage);
+    std::fprintf(stderr, "%s: %s\n%s", kProg, e.what(), kUsage.c_str());
     return 2;
   }
   return supervise(opt);

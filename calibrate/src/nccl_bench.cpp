@@ -3,7 +3,7 @@
 // protocol] in bench_common.hpp gives the output format). Plain CUDA runtime
 // + NCCL, built by the host compiler; no kernels of its own.
 //
-//   dtsim_nccl_bench [--quick] [--gpus N] [--ops all_reduce,...] [--verbose]
+//   dtsim_nccl_bench [--quick] [--gpus N] [--ops all_reduce,...,all_to_all] [--verbose]
 //
 // Exit status: 0 done, 2 a usage, CUDA or NCCL error (one stderr line naming
 // the call), 3 no CUDA device (the driver reports the benchmark as skipped).
@@ -21,7 +21,11 @@
 // iteration's time is the elapsed time between consecutive events on GPU 0:
 // the per-iteration time of the slowest GPU in a steady stream of
 // collectives. send_recv (k = 2 only) is ncclSend on GPU 0 with ncclRecv on
-// GPU 1, one direction: its time is the one-way time of one message. Copies
+// GPU 1, one direction: its time is the one-way time of one message.
+// all_to_all is nccl-tests' alltoall_perf (src/alltoall.cu): every GPU
+// ncclSend's chunk j of its send buffer to GPU j and ncclRecv's chunk j of
+// its receive buffer from GPU j, itself included, all in the iteration's
+// group; `bytes` is one GPU's whole send buffer. Copies
 // (h2d, d2h from/to pinned host memory, d2d within GPU 0) are timed the same
 // way with cudaMemcpyAsync on GPU 0's stream.
 #include <cuda_runtime.h>
@@ -87,9 +91,8 @@ struct Options {
   double budget_s() const { return quick ? 0.2 : 1.0; }
 };
 
-const char* kUsage =
-    "usage: dtsim_nccl_bench [--quick] [--gpus N] [--ops all_reduce,reduce_scatter,all_gather,broadcast,send_recv]"
-    " [--verbose]\n";
+const std::string kUsage =
+    std::string("usage: dtsim_nccl_bench [--quick] [--gpus N] [--ops ") + kOpNames + "] [--verbose]\n";
 
 Options parse_args(int argc, char** argv) {
   Options o;
@@ -108,7 +111,7 @@ Options parse_args(int argc, char** argv) {
     } else if (a == "--verbose" || a == "-v") {
       o.verbose = true;
     } else if (a == "--help" || a == "-h") {
-      std::fputs(kUsage, stderr);
+      std::fputs(kUsage.c_str(), stderr);
       std::exit(0);
     } else {
       throw std::invalid_argument("unknown argument '" + a + "'");
@@ -136,13 +139,6 @@ const char* copy_name(cudaMemcpyKind kind) {
   }
 }
 
-/// fp32 elements per GPU of all_gather's input / reduce_scatter's output for
-/// a nominal size: rounded down to a multiple of ranks x 4 B, at least one.
-std::size_t chunk_elems(Bytes bytes, int ranks) {
-  std::size_t n = static_cast<std::size_t>(bytes / (kElementBytes * static_cast<Bytes>(ranks)));
-  return n == 0 ? 1 : n;
-}
-
 std::vector<Point> make_plan(const Options& o, int gpus, Bytes max_bytes, Bytes copy_max) {
   std::vector<Point> plan;
   for (cudaMemcpyKind kind : {cudaMemcpyHostToDevice, cudaMemcpyDeviceToHost, cudaMemcpyDeviceToDevice}) {
@@ -161,10 +157,7 @@ std::vector<Point> make_plan(const Options& o, int gpus, Bytes max_bytes, Bytes 
       if (op == Op::kSendRecv && k != 2) continue;
       Bytes last = 0;
       for (Bytes size : pow2_sizes(8, max_bytes)) {
-        Bytes b = size;
-        if (op == Op::kAllGather || op == Op::kReduceScatter) {
-          b = chunk_elems(size, k) * kElementBytes * static_cast<Bytes>(k);
-        }
+        const Bytes b = measured_bytes(op, size, k);
         if (b == last) continue;
         last = b;
         Point p;
@@ -324,6 +317,14 @@ std::function<void()> collective(const Gpus& g, const std::vector<ncclComm_t>& c
           case Op::kBroadcast:
             DTSIM_NCCL_CHECK(ncclBroadcast(g.send(i), g.recv(i), n, ncclFloat, 0, comms[u], g.stream(i)));
             break;
+          case Op::kAllToAll:
+            // nccl-tests' AlltoAllRunColl: chunk j to and from GPU j, itself included.
+            for (int j = 0; j < k; ++j) {
+              const std::size_t at = static_cast<std::size_t>(j) * chunk;
+              DTSIM_NCCL_CHECK(ncclSend(static_cast<const float*>(g.send(i)) + at, chunk, ncclFloat, j, comms[u], g.stream(i)));
+              DTSIM_NCCL_CHECK(ncclRecv(static_cast<float*>(g.recv(i)) + at, chunk, ncclFloat, j, comms[u], g.stream(i)));
+            }
+            break;
           case Op::kSendRecv:
             break;
         }
@@ -428,7 +429,10 @@ void print_info(const Options& o, int visible, int used, Bytes max_bytes, Bytes 
                                      : "ncclCommInitAll over GPUs 0..k-1 for k = 2.." + std::to_string(used) +
                                            ", one stream per GPU, ncclGroupStart/End per iteration, out of place");
   emit_info("send_recv_impl", "ncclSend GPU 0 -> ncclRecv GPU 1, ranks = 2 only; one-way time");
-  emit_info("size_rule", "all_gather/reduce_scatter sizes rounded down to a multiple of ranks x 4 B");
+  emit_info("all_to_all_impl",
+            "ncclSend + ncclRecv of one chunk to and from every GPU, itself included, in one group (nccl-tests' "
+            "alltoall_perf); bytes = one GPU's whole send buffer");
+  emit_info("size_rule", "all_gather/reduce_scatter/all_to_all sizes rounded down to a multiple of ranks x 4 B");
   emit_info("copy_impl", "cudaMemcpyAsync on GPU 0; h2d/d2h with cudaMallocHost pinned memory; d2d within GPU 0");
 }
 
@@ -560,7 +564,7 @@ int main(int argc, char** argv) {
   try {
     opt = parse_args(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n%s", kProg, e.what(), kUsage);
+    std::fprintf(stderr, "%s: %s\n%s", kProg, e.what(), kUsage.c_str());
     return 2;
   }
   // NCCL_DEBUG logs to stdout: keep the records on a stdout of their own.

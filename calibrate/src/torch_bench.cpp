@@ -1,6 +1,7 @@
 // dtsim_torch_bench: times every distinct layer of the requested models
 // (forward and backward, LibTorch, CPU or CUDA) over a sweep of shapes, and
-// GEMM / attention / element-wise / norm kernels and the optimizer step
+// GEMM / grouped GEMM (Note [Grouped GEMMs] in sim/src/cost/cost_profile.cpp)
+// / attention / element-wise / norm kernels and the optimizer step
 // (adam, sgd, and the gradient buckets' copies bucket_in, bucket_out: m
 // parameters in n tensors) over sizes, printing the
 // calibration record protocol (calibrate/README.md) on stdout.
@@ -426,6 +427,38 @@ class Bench {
     return out;
   }
 
+  /// The micro-batches and sequence lengths model `name`'s layers are swept at.
+  std::pair<std::vector<std::int64_t>, std::vector<std::int64_t>> sweep_shapes(const std::string& name,
+                                                                                const dtsim::sim::Model& model) const {
+    const bool lstm = name.find("lstm") != std::string::npos;
+    std::vector<std::int64_t> bs, ss;
+    if (cuda_) {
+      // Note [GPU sweep]
+      // Seven models in three precisions at every shape of the CPU's
+      // sweep would take a quarter of an hour on an H100, mostly in
+      // shapes no run uses: a model trains at its context length, and a
+      // 16-bit gpt2-xl holds 25 GB of states before a single activation.
+      // So a model is swept at its own sequence length (other lengths
+      // are interpolated in tokens), in fp32 and fp16 (bf16 runs on the
+      // same tensor cores at the same speed: the simulator takes fp16's
+      // times for it, Note [Profile lookups]), and models over 500M
+      // parameters at micro-batches up to 4; no whole-model steps (see
+      // below). With steps at micro-batch 4 it took 4 min 18 s on an H100;
+      // the first try, with a quarter of the length too, three precisions
+      // and steps at micro-batch 16, did not finish in seven and a half.
+      const std::int64_t full = model.max_seq_len();
+      bs = o_.quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 2, 4, 8, 16};
+      if (!o_.quick && model.parameters() > 500'000'000) bs = {1, 2, 4};
+      ss = o_.quick ? std::vector<std::int64_t>{std::min<std::int64_t>(128, full), std::min<std::int64_t>(512, full)}
+                    : std::vector<std::int64_t>{full};
+    } else {
+      bs = o_.quick ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 2, 4};
+      ss = o_.quick ? std::vector<std::int64_t>{64, 128} : std::vector<std::int64_t>{64, 128, 256, 512};
+    }
+    if (lstm && !cuda_) ss = o_.quick ? std::vector<std::int64_t>{32, 64} : std::vector<std::int64_t>{32, 64, 128, 256};
+    return {bs, ss};
+  }
+
   std::vector<LayerPoint> layer_points(std::vector<StepPoint>* steps = nullptr) const {
     std::vector<LayerPoint> out;
     std::set<std::string> seen;
@@ -433,32 +466,7 @@ class Bench {
       const auto model = dtsim::models::load_model(name);
       dtsim::sim::WorkloadShape shape;
       shape.seq_len = std::min<std::int64_t>(64, model->max_seq_len());
-      const bool lstm = name.find("lstm") != std::string::npos;
-      std::vector<std::int64_t> bs, ss;
-      if (cuda_) {
-        // Note [GPU sweep]
-        // Seven models in three precisions at every shape of the CPU's
-        // sweep would take a quarter of an hour on an H100, mostly in
-        // shapes no run uses: a model trains at its context length, and a
-        // 16-bit gpt2-xl holds 25 GB of states before a single activation.
-        // So a model is swept at its own sequence length (other lengths
-        // are interpolated in tokens), in fp32 and fp16 (bf16 runs on the
-        // same tensor cores at the same speed: the simulator takes fp16's
-        // times for it, Note [Profile lookups]), and models over 500M
-        // parameters at micro-batches up to 4; no whole-model steps (see
-        // below). With steps at micro-batch 4 it took 4 min 18 s on an H100;
-        // the first try, with a quarter of the length too, three precisions
-        // and steps at micro-batch 16, did not finish in seven and a half.
-        const std::int64_t full = model->max_seq_len();
-        bs = o_.quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 2, 4, 8, 16};
-        if (!o_.quick && model->parameters() > 500'000'000) bs = {1, 2, 4};
-        ss = o_.quick ? std::vector<std::int64_t>{std::min<std::int64_t>(128, full), std::min<std::int64_t>(512, full)}
-                      : std::vector<std::int64_t>{full};
-      } else {
-        bs = o_.quick ? std::vector<std::int64_t>{1, 2} : std::vector<std::int64_t>{1, 2, 4};
-        ss = o_.quick ? std::vector<std::int64_t>{64, 128} : std::vector<std::int64_t>{64, 128, 256, 512};
-      }
-      if (lstm && !cuda_) ss = o_.quick ? std::vector<std::int64_t>{32, 64} : std::vector<std::int64_t>{32, 64, 128, 256};
+      const auto [bs, ss] = sweep_shapes(name, *model);
       // Note [Context parallelism] (models/torch): a cp=k block is one
       // rank's share, its s/k queries against the whole sequence's keys.
       // Shares of tp x cp ranks up to the most ranks a degree asks for.
@@ -704,6 +712,11 @@ class Bench {
     } catch (const std::bad_alloc&) {
       out.failed = true;
       skip(label, "out of host memory");
+    } catch (const dtsim::UnsupportedError& e) {
+      // A layer the LibTorch twins cannot build in this share (a moe.block
+      // split over tp): the simulator prices it from its kernels.
+      out.failed = true;
+      skip(label, e.what());
     }
 #ifdef DTSIM_TORCH_CUDA
     if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
@@ -851,6 +864,7 @@ class Bench {
       for (std::int64_t rows : {256, 1024, 4096}) {
         for (std::int64_t width : {768, 1600}) out.push_back({"norm", p, rows, width, 1, 1});
       }
+      for (const auto& g : grouped_gemms()) out.push_back({"grouped_gemm", p, g[0], g[1], g[2], g[3]});
     }
     // The runtime's optimizer step (models::adam_update) over P parameters in
     // T tensors, fp32 as its states are: m = P, n = T.
@@ -879,6 +893,64 @@ class Bench {
     return out;
   }
 
+  // Note [Grouped GEMMs] (sim/src/cost/cost_profile.cpp): a mixture of
+  // experts' routed experts run as one grouped GEMM per matrix, `batch` =
+  // the rank's experts, m = the rows each gets (tokens x top-k / experts).
+  // Timed as torch::bmm of equal groups: a sweep of expert widths, group
+  // counts and rows per expert, and every expert GEMM (forward, dgrad,
+  // wgrad) the simulator looks up for the MoE models given (--models) at
+  // their layer sweep's shapes, without and with expert parallelism over the
+  // --tp degrees (the ranks calibration runs), tp 1.
+  std::vector<std::array<std::int64_t, 4>> grouped_gemms() const {
+    std::set<std::array<std::int64_t, 4>> seen;
+    std::vector<std::array<std::int64_t, 4>> out;  // m, n, k, batch
+    const auto add = [&](std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch) {
+      if (m > 0 && n > 0 && k > 0 && batch > 1 && seen.insert({m, n, k, batch}).second) out.push_back({m, n, k, batch});
+    };
+    // The experts' SwiGLU, h wide in and out, fe wide inside: gate_up (2 fe x h), down (h x fe).
+    struct Width {
+      std::int64_t h, fe;
+    };
+    const std::vector<Width> widths = cuda_ ? std::vector<Width>{{2048, 1408}, {4096, 14336}} : std::vector<Width>{{256, 512}};
+    for (const auto& w : widths) {
+      const bool big = w.fe > 8192;  // Mixtral's: 8 experts
+      if (big && o_.quick) continue;
+      for (std::int64_t batch : big ? std::vector<std::int64_t>{8} : std::vector<std::int64_t>{4, 8, 32}) {
+        if (!cuda_ && batch > 8) continue;
+        for (std::int64_t m : cuda_ ? std::vector<std::int64_t>{128, 512, 2048} : std::vector<std::int64_t>{32, 128}) {
+          if (big && m > 512) continue;
+          add(m, 2 * w.fe, w.h, batch);
+          add(m, w.h, w.fe, batch);
+        }
+      }
+    }
+    for (const auto& name : o_.models) {
+      const auto model = dtsim::models::load_model(name);
+      if (model->experts() == 0) continue;
+      const auto [bs, ss] = sweep_shapes(name, *model);
+      for (const int ep : o_.tp) {
+        if (!model->ep_error(ep).empty()) continue;
+        for (auto s : ss) {
+          for (auto b : bs) {
+            if (s > model->max_seq_len()) continue;
+            dtsim::sim::WorkloadShape shape;
+            shape.micro_batch = b;
+            shape.seq_len = s;
+            shape.ep = ep;
+            for (const auto& layer : model->layers(shape)) {
+              for (const auto* pass : {&layer.forward, &layer.backward}) {
+                for (const auto& k : *pass) {
+                  if (k.kind == dtsim::sim::KernelKind::kGemm && k.batch > 1) add(k.m, k.n, k.k, k.batch);
+                }
+              }
+            }
+          }
+        }
+      }
+    }
+    return out;
+  }
+
   void measure_kernel(const KernelPoint& k) {
     const std::string label = k.kind + " " + k.precision + " " + std::to_string(k.m) + "x" + std::to_string(k.n) + "x" +
                               std::to_string(k.k) + (k.batch > 1 ? " batch " + std::to_string(k.batch) : "");
@@ -893,7 +965,7 @@ class Bench {
         op = [a, b] { return torch::mm(a, b); };
         flops = 2.0 * k.m * k.n * k.k;
         bytes = e * (k.m * k.k + k.k * k.n + k.m * k.n);
-      } else if (k.kind == "attention") {
+      } else if (k.kind == "attention" || k.kind == "grouped_gemm") {
         auto a = torch::randn({k.batch, k.m, k.k}, opts), b = torch::randn({k.batch, k.k, k.n}, opts);
         op = [a, b] { return torch::bmm(a, b); };
         flops = 2.0 * k.batch * k.m * k.n * k.k;

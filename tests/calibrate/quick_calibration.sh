@@ -26,6 +26,10 @@ grep -q "layers_measured_with: 2 concurrent ranks, in lockstep" <<<"$show" || fa
 # Note [Waiting receiver]: send_recv timed to a receiver that waited, as in a pipeline.
 grep -q "gloo.send_recv_impl: .*Note \[Waiting receiver\]" <<<"$show" || fail "send_recv was not timed to a waiting receiver: $show"
 grep -q "comm.gloo.send_recv.2" <<<"$show" || fail "profile has no Gloo send_recv fit"
+# all_to_all as nccl-tests' alltoall_perf, and a MoE's experts as grouped GEMMs (Note [Grouped GEMMs]).
+grep -q "comm.gloo.all_to_all.2" <<<"$show" || fail "profile has no Gloo all_to_all fit"
+! grep -q "not measured:" <<<"$show" || fail "a collective was not measured: $show"
+grep -q "kernel.grouped_gemm.fp32" <<<"$show" || fail "profile has no grouped GEMM fit"
 # Note [Gradient buckets]: the buckets' copies were timed and fitted.
 grep -q "kernel.bucket_in.fp32" <<<"$show" || fail "profile has no bucket copy-in fit"
 grep -q "kernel.bucket_out.fp32" <<<"$show" || fail "profile has no bucket copy-out fit"

@@ -4,6 +4,7 @@
 // (sim/src/cost/cost_profile.cpp) says.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <tuple>
 #include <filesystem>
@@ -11,6 +12,7 @@
 
 #include <unistd.h>
 
+#include "bench_common.hpp"
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost_profile.hpp"
@@ -856,4 +858,190 @@ TEST_CASE("a profile whose layer memory is not a byte count is refused with one 
   std::filesystem::remove(path);
   CHECK(e.find("/layers/forward_transient_bytes: row 0 is not a byte count") != std::string::npos);
   CHECK(e.find('\n') == std::string::npos);
+}
+
+// ---- all-to-all and grouped GEMMs ------------------------------------------------
+
+TEST_CASE("the benchmarks measure all_to_all at nccl-tests' sizes", "[calibrate]") {
+  using namespace dtsim::calib::bench;
+  // nccl-tests' alltoall (src/alltoall.cu, AlltoAllGetCollByteCount): count /
+  // nranks elements to each rank, so the size is rounded down to a multiple
+  // of ranks x 4 B; at least one element each here.
+  CHECK(measured_bytes(Op::kAllToAll, 1024, 3) == 1020);  // floor(1024 / 12) = 85 elements x 4 B x 3
+  CHECK(measured_bytes(Op::kAllToAll, 4096, 4) == 4096);  // already a multiple of 16 B
+  CHECK(measured_bytes(Op::kAllToAll, 8, 4) == 16);       // 8 B / 16 B = 0 -> one element to each of 4 ranks
+  CHECK(chunk_elems(1024, 3) == 85);
+  CHECK(measured_bytes(Op::kAllGather, 1024, 3) == 1020);  // the rule all_gather and reduce_scatter already had
+  CHECK(measured_bytes(Op::kAllReduce, 1000, 3) == 1000);  // the whole buffer: no rounding
+  // busbw = algbw x (n-1)/n (nccl-tests' AlltoAllGetBw).
+  CHECK(busbw_factor(Op::kAllToAll, 4) == 0.75);
+  CHECK(busbw_factor(Op::kAllToAll, 2) == 0.5);
+  // In the default ops, by name in --ops, and named in the error.
+  CHECK(std::find(std::begin(kAllOps), std::end(kAllOps), Op::kAllToAll) != std::end(kAllOps));
+  CHECK(parse_ops("all_to_all") == std::vector<Op>{Op::kAllToAll});
+  CHECK(parse_ops("all").size() == 6);
+  CHECK_THROWS_WITH(parse_ops("alltoall"),
+                    "--ops: 'alltoall' is not one of all_reduce, reduce_scatter, all_gather, broadcast, send_recv, all_to_all, all");
+  CHECK(std::string(op_name(Op::kAllToAll)) == "all_to_all");
+}
+
+TEST_CASE("comm records of all_to_all are parsed and fitted per rank count", "[calibrate]") {
+  Profile p;
+  calib::parse_bench_line("comm\tgloo\tall_to_all\t2\t4096\t1e-4\t9e-5\t2e-4\t20\t1.2e-4", "gloo", p, nullptr);
+  REQUIRE(p.comm.size() == 1);
+  CHECK(p.comm[0].op == CollectiveOp::kAllToAll);
+  CHECK(p.comm[0].ranks == 2);
+  CHECK(p.comm[0].bytes == 4096);
+  CHECK(p.comm[0].time.mean_s == 1.2e-4);
+  // Means on t = 150 us + S x 2 ns/B over 2 ranks and t = 300 us + S x 3 ns/B
+  // over 4 (medians 10% lower): each rank count gets its own fit, of the means.
+  p.comm.clear();
+  for (double bytes : {1e3, 1e4, 1e5, 1e6, 1e7}) {
+    for (const auto& [ranks, alpha, beta] : {std::tuple{2, 150e-6, 2e-9}, std::tuple{4, 300e-6, 3e-9}}) {
+      CommSample c{"gloo", CollectiveOp::kAllToAll, ranks, static_cast<Bytes>(bytes), timing(0.9 * (alpha + beta * bytes))};
+      c.time.mean_s = alpha + beta * bytes;
+      p.comm.push_back(c);
+    }
+  }
+  calib::fit_profile(p);
+  const LinearFit& two = p.fits.at("comm.gloo.all_to_all.2");
+  CHECK(two.coef[0] == Approx(150e-6).epsilon(1e-6));
+  CHECK(two.coef[1] == Approx(2e-9).epsilon(1e-6));
+  CHECK(two.samples == 5);
+  const LinearFit& four = p.fits.at("comm.gloo.all_to_all.4");
+  CHECK(four.coef[0] == Approx(300e-6).epsilon(1e-6));
+  CHECK(four.coef[1] == Approx(3e-9).epsilon(1e-6));
+  // And the profile keeps them through the HDF5 round trip.
+  const std::string path = temp_path("a2a");
+  save_profile(p, path);
+  const Profile back = load_profile(path);
+  std::filesystem::remove(path);
+  CHECK(std::count_if(back.comm.begin(), back.comm.end(), [](const CommSample& c) { return c.op == CollectiveOp::kAllToAll; }) == 10);
+  CHECK(back.fits.at("comm.gloo.all_to_all.4").coef[1] == Approx(3e-9).epsilon(1e-12));
+  CHECK_THAT(calib::format_profile(back), Catch::Contains("comm.gloo.all_to_all.2") && !Catch::Contains("not measured: all_to_all"));
+}
+
+TEST_CASE("all_to_all is priced from its fit where measured, else over the all-reduce's link", "[calibrate]") {
+  CommGroup two;
+  two.ranks = 2;
+  two.ranks_per_node = 2;
+  const ClusterSpec c = test::round_cluster(1, 4);
+  // sample_profile's all-reduce fit over 2 ranks gives the link (as in
+  // "collectives from a profile"): hop 7 us, B = 1 GB/s. Note [All-to-all]
+  // over one node of 2 ranks: S (g-1)/n = 0.5 MB at 1 GB/s = 500 us, plus
+  // the 6 us base and one 7 us hop: 513 us.
+  {
+    CostSources src;
+    const ProfileCommModel comm(std::make_shared<const ProfileCosts>(sample_profile()), c, &src);
+    CHECK(comm.collective(CollectiveOp::kAllToAll, 1'000'000, two).total() == Approx(513'000).margin(2));
+    CHECK(src.comm_scaled == 1);
+    CHECK(src.comm_measured == 0);
+  }
+  // With an all_to_all fit over 2 ranks (150 us + 2 ns/B): 150 + 2000 us.
+  Profile p = sample_profile();
+  LinearFit f;
+  f.features = {"1", "bytes"};
+  f.coef = {150e-6, 2e-9};
+  p.fits[comm_fit_name("gloo", CollectiveOp::kAllToAll, 2)] = f;
+  p.comm.push_back({"gloo", CollectiveOp::kAllToAll, 2, 1024, timing(1.5e-4)});
+  CostSources src;
+  const ProfileCommModel comm(std::make_shared<const ProfileCosts>(p), c, &src);
+  const CollectiveCost a2a = comm.collective(CollectiveOp::kAllToAll, 1'000'000, two);
+  CHECK(a2a.total() == Approx(2'150'000).margin(2));
+  CHECK(a2a.algorithm == "measured");
+  CHECK(src.comm_measured == 1);
+  // Over 4 ranks it was not measured: the link again (n = 4, g = 4: 0.75 MB
+  // at 1 GB/s + 13 us).
+  CommGroup four;
+  four.ranks = 4;
+  four.ranks_per_node = 4;
+  CHECK(comm.collective(CollectiveOp::kAllToAll, 1'000'000, four).total() == Approx(763'000).margin(2));
+  CHECK(src.comm_scaled == 1);
+}
+
+TEST_CASE("the shipped profiles, made before all_to_all was measured, still load and price it", "[calibrate]") {
+  for (const char* name : {"local-cpu.h5", "local-cpu-tiny.h5", "h100-sxm.h5"}) {
+    INFO(name);
+    const Profile p = load_profile(std::string(DTSIM_CONFIG_DIR_FOR_TESTS) + "/profiles/" + name);
+    CHECK(std::none_of(p.comm.begin(), p.comm.end(), [](const CommSample& c) { return c.op == CollectiveOp::kAllToAll; }));
+    const auto costs = std::make_shared<const ProfileCosts>(p);
+    const auto ar = costs->comm_ranks(CollectiveOp::kAllReduce);
+    CostSources src;
+    const ClusterSpec c = test::round_cluster(1, 2);
+    const ProfileCommModel comm(costs, c, &src);
+    CommGroup two;
+    two.ranks = 2;
+    two.ranks_per_node = 2;
+    const TimeNs t = comm.collective(CollectiveOp::kAllToAll, 1 << 20, two).total();
+    CHECK(src.comm_measured == 0);
+    if (ar.empty() || ar.back() < 2 || costs->comm_fit(CollectiveOp::kAllReduce, ar.back())->per_byte <= 0) {
+      // No all-reduce to take the link from: the datasheet's (round_cluster: 100 GB/s, 1 us).
+      CHECK(src.comm_analytic == 1);
+      continue;
+    }
+    // The link from the all-reduce fit with the most ranks n (Note [Profile
+    // lookups]): B = 2(n-1)/n / beta, hop = (alpha - 6 us) / 2(n-1); then
+    // Note [All-to-all] over 2 ranks: S/2 at B, plus 6 us and one hop.
+    const int n = ar.back();
+    const FitTerms* fit = costs->comm_fit(CollectiveOp::kAllReduce, n);
+    const double bandwidth = 2.0 * (n - 1) / n / fit->per_byte;
+    const double hop_ns = std::max(0.0, (fit->constant * 1e9 - 6000) / (2.0 * (n - 1)));
+    CHECK(src.comm_scaled == 1);
+    CHECK(static_cast<double>(t) == Approx(6000 + std::floor(hop_ns) + 0.5 * (1 << 20) / bandwidth * 1e9).margin(3));
+    if (!p.comm.empty()) CHECK_THAT(calib::format_profile(p), Catch::Contains("not measured: all_to_all"));
+  }
+}
+
+TEST_CASE("grouped GEMMs are fitted apart and price a MoE's expert GEMMs (Note [Grouped GEMMs])", "[calibrate]") {
+  // Synthetic device: single GEMMs at t = 5 us + flops / 10 TFLOP/s, grouped
+  // ones at t = 20 us + flops / 5 TFLOP/s (no short-K or byte terms).
+  Profile p;
+  for (std::int64_t m : {64, 256, 1024}) {
+    for (std::int64_t k : {64, 512}) {
+      const double flops = 2.0 * m * m * k;
+      p.kernels.push_back({"gemm", Precision::kFp32, m, m, k, 1, flops, 4.0 * (2 * m * k + m * m), timing(5e-6 + flops / 10e12)});
+    }
+  }
+  for (std::int64_t batch : {4, 8}) {
+    for (std::int64_t m : {32, 128, 512}) {
+      const std::int64_t n = 1024, k = 256;
+      const double flops = 2.0 * m * n * k * batch;
+      p.kernels.push_back({"grouped_gemm", Precision::kFp32, m, n, k, batch, flops, 4.0 * batch * (m * k + k * n + m * n),
+                           timing(20e-6 + flops / 5e12)});
+    }
+  }
+  calib::fit_profile(p);
+  const LinearFit& g = p.fits.at(kernel_fit_name("grouped_gemm", Precision::kFp32));
+  CHECK(g.features == std::vector<std::string>{"1", "flops", "mn", "bytes"});
+  CHECK(g.coef[0] == Approx(20e-6).epsilon(1e-3));
+  CHECK(1.0 / g.coef[1] == Approx(5e12).epsilon(1e-3));
+
+  // moe.experts.gate_up of 8 experts, 128 rows each, 1024 x 256:
+  // 2 x 128 x 1024 x 256 x 8 = 536,870,912 FLOPs.
+  Kernel experts;
+  experts.kind = KernelKind::kGemm;
+  experts.m = 128;
+  experts.n = 1024;
+  experts.k = 256;
+  experts.batch = 8;
+  experts.flops = 536'870'912.0;
+  experts.bytes = 4 * 8 * (128 * 256 + 256 * 1024 + 128 * 1024);
+  Kernel single = experts;
+  single.batch = 1;
+  single.flops = experts.flops / 8;
+  single.bytes = experts.bytes / 8;
+  const DeviceSpec dev = test::round_cluster().device;
+  const ProfileComputeModel grouped(std::make_shared<const ProfileCosts>(p), dev, nullptr);
+  // 20 us + 536,870,912 / 5e12 s = 127.37 us; the single GEMM by the GEMM fit:
+  // 5 us + 67,108,864 / 1e13 s = 11.71 us.
+  CHECK(grouped.kernel_time(experts, Precision::kFp32) == Approx(127'374).margin(5));
+  CHECK(grouped.kernel_time(single, Precision::kFp32) == Approx(11'711).margin(5));
+  // A profile without grouped GEMMs (made before they were timed) prices
+  // the experts with the GEMM fit: 5 us + 536,870,912 / 1e13 s = 58.69 us.
+  p.kernels.erase(std::remove_if(p.kernels.begin(), p.kernels.end(), [](const KernelSample& k) { return k.kind == "grouped_gemm"; }),
+                  p.kernels.end());
+  calib::fit_profile(p);
+  CHECK(p.fits.count(kernel_fit_name("grouped_gemm", Precision::kFp32)) == 0);
+  const ProfileComputeModel plain(std::make_shared<const ProfileCosts>(p), dev, nullptr);
+  CHECK(plain.kernel_time(experts, Precision::kFp32) == Approx(58'687).margin(5));
 }

@@ -18,21 +18,42 @@
 // profile timed its model as a whole step (Note [Layers in a step] in
 // calibrate/src/torch_bench.cpp): the ratio at the step shape nearest in tokens.
 // Kernel models are the least-squares fits the calibration stores:
-//   gemm / attention / recurrent: t = c0 + c1 flops + c2 mn + c3 bytes, which
+//   gemm / grouped_gemm / attention / recurrent: t = c0 + c1 flops + c2 mn + c3 bytes, which
 //     is the roofline time flops / (R k / (k + k0)) = flops/R + 2 mn k0 / R
 //     (the short-K efficiency of cost_compute.cpp) plus launch and memory
 //     terms, all linear in the coefficients;
 //   elementwise / norm / embedding: t = c0 + c1 bytes (+ c2 flops).
+// (a GEMM with batch > 1 by the grouped_gemm fit where there is one, Note
+// [Grouped GEMMs]).
 // Collectives inside a node: the fitted t = alpha + beta S of the same
-// operation and rank count; for another rank count, the link's per-hop
-// latency and bandwidth are recovered from the fit with the most ranks by
-// inverting the ring formulas of Note [Collective cost model]
-// (alpha = base + steps x hop, beta = busbw factor / B) and the datasheet
-// model runs with them. Across nodes the datasheet network is used.
+// operation and rank count (all_to_all's too, where the profile measured
+// it); for another rank count, or an
+// operation the profile did not measure (all_to_all in the profiles made
+// before, configs/profiles/*.h5), the link's per-hop latency and bandwidth
+// are recovered from the all-reduce fit with the most ranks by inverting
+// the ring formulas of Note [Collective cost model] (alpha = base + steps x
+// hop, beta = busbw factor / B) and the datasheet model runs with them
+// (Note [All-to-all]'s for all_to_all). Across nodes the datasheet network
+// is used.
+//
+// Note [Grouped GEMMs]
+// A mixture of experts runs its routed experts as one grouped GEMM per
+// matrix (models/src/llama.cpp, Note [Mixture of experts]): a Kernel of
+// kind gemm with batch = the rank's experts and m = the rows each expert
+// gets (tokens x top-k / experts, times the load factor). One GEMM of
+// batch x m rows would run at a larger m's efficiency than `batch` small
+// ones, so calibration times batched GEMMs of those shapes (torch::bmm,
+// equal groups: kernel kind grouped_gemm, dtsim_torch_bench's sweep and the
+// expert GEMMs of every MoE model it was given) and fits them apart:
+// kernel.grouped_gemm.<precision>, with the GEMM's features, flops, mn and
+// bytes summed over the groups. A GEMM of batch > 1 takes that fit; a
+// profile without it (the shipped ones, made before grouped GEMMs were
+// timed) prices it with the GEMM fit.
 #include "dtsim/sim/cost_profile.hpp"
 
 #include <algorithm>
 #include <cmath>
+#include <iterator>
 #include <span>
 
 #include "cost/ring.hpp"
@@ -53,7 +74,9 @@ double lerp(double x, double x0, double y0, double x1, double y1) {
 }
 
 /// The fitted kernel classes, in kernels_' order.
-constexpr const char* kFitKinds[] = {"gemm", "attention", "elementwise", "norm"};
+constexpr const char* kFitKinds[] = {"gemm", "attention", "elementwise", "norm", "grouped_gemm"};
+/// kFitKinds' index of grouped_gemm (Note [Grouped GEMMs]).
+constexpr int kGroupedGemm = 4;
 
 int fit_kind(KernelKind k) {
   switch (k) {
@@ -195,7 +218,7 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
     const auto it = profile_.fits.find(name);
     return it == profile_.fits.end() ? nullptr : &it->second;
   };
-  for (int kind = 0; kind < 4; ++kind) {
+  for (int kind = 0; kind < static_cast<int>(std::size(kFitKinds)); ++kind) {
     for (Precision p : {Precision::kFp32, Precision::kFp16, Precision::kBf16, Precision::kFp8}) {
       if (const LinearFit* f = find(kernel_fit_name(kFitKinds[kind], p))) kernels_[kernel_slot(kind, p)] = terms_of(*f);
     }
@@ -319,7 +342,10 @@ double ProfileCosts::in_step_factor(const std::string& signature, Precision p, P
   return pass == Pass::kForward ? best->forward : best->backward;
 }
 
-const FitTerms* ProfileCosts::kernel_fit(KernelKind kind, Precision p) const {
+const FitTerms* ProfileCosts::kernel_fit(KernelKind kind, Precision p, std::int64_t batch) const {
+  if (kind == KernelKind::kGemm && batch > 1) {
+    if (const auto& g = kernels_[kernel_slot(kGroupedGemm, p)]) return &*g;  // Note [Grouped GEMMs]
+  }
   const int k = fit_kind(kind);
   if (const auto& f = kernels_[kernel_slot(k, p)]) return &*f;
   if (kind == KernelKind::kAttention) {
@@ -359,7 +385,7 @@ bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeN
   // A fused attention kernel has no fit (calibration times eager batched
   // matmuls): the roofline prices it (Note [Fused attention]).
   if (k.fused) return false;
-  const FitTerms* f = costs_->kernel_fit(k.kind, p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p);
+  const FitTerms* f = costs_->kernel_fit(k.kind, p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p, k.batch);
   if (f == nullptr) return false;
   const double mn = static_cast<double>(k.m) * static_cast<double>(k.n) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
   *out = seconds_to_ns(std::max(0.0, f->seconds(static_cast<double>(k.bytes), k.flops, mn))) + fp8_cast_time(k, p, device_);

@@ -266,28 +266,30 @@ std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const C
 }
 
 std::string format_comm_table(const std::string& cluster, CollectiveOp op, const CommGroup& group,
-                              const std::vector<CommRow>& rows) {
+                              const std::vector<CommRow>& rows, const std::string& source) {
   std::ostringstream os;
   os << "# dtsim comm: predicted " << to_string(op) << " on " << cluster << ", " << group.ranks << " ranks over "
      << group.nodes() << " node(s), " << group.ranks_per_node << " per node\n";
+  if (!source.empty()) os << "# priced from " << source << "\n";
   os << "# algbw = size / time; busbw = algbw x " << (op == CollectiveOp::kAllReduce ? "2(n-1)/n" : (op == CollectiveOp::kBroadcast || op == CollectiveOp::kSendRecv) ? "1" : "(n-1)/n")
      << " (nccl-tests PERFORMANCE.md)\n";
-  os << lpad("size (B)", 14) << lpad("count", 12) << lpad("type", 7) << lpad("algo", 7) << lpad("time (us)", 12)
+  os << lpad("size (B)", 14) << lpad("count", 12) << lpad("type", 7) << lpad("algo", 10) << lpad("time (us)", 12)
      << lpad("algbw (GB/s)", 14) << lpad("busbw (GB/s)", 14) << "\n";
   for (const auto& r : rows) {
     os << lpad(std::to_string(r.bytes), 14) << lpad(std::to_string(r.bytes / 4), 12) << lpad("float", 7)
-       << lpad(r.algorithm, 7) << lpad(fmt("%.2f", ns_to_seconds(r.time) * 1e6), 12) << lpad(fmt("%.2f", r.algbw), 14)
+       << lpad(r.algorithm, 10) << lpad(fmt("%.2f", ns_to_seconds(r.time) * 1e6), 12) << lpad(fmt("%.2f", r.algbw), 14)
        << lpad(fmt("%.2f", r.busbw), 14) << "\n";
   }
   return os.str();
 }
 
 std::string comm_to_json(const std::string& cluster, CollectiveOp op, const CommGroup& group,
-                         const std::vector<CommRow>& rows) {
+                         const std::vector<CommRow>& rows, const std::string& source) {
   JsonWriter j;
   j.begin_object();
   j.field("cluster", cluster).field("op", to_string(op)).field("ranks", group.ranks);
   j.field("nodes", group.nodes()).field("ranks_per_node", group.ranks_per_node);
+  if (!source.empty()) j.field("cost_source", source);
   j.key("rows").begin_array();
   for (const auto& r : rows) {
     j.begin_object();

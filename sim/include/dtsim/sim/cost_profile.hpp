@@ -52,9 +52,11 @@ class ProfileCosts {
   /// at the measured shape nearest in tokens to b x s (1 where the profile
   /// timed no step with it).
   double in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s) const;
-  /// The kernel model that prices `kind` in precision p (attention falls
-  /// back to the GEMM model), or nullptr.
-  const FitTerms* kernel_fit(KernelKind kind, Precision p) const;
+  /// The kernel model that prices `kind` in precision p, or nullptr. A GEMM
+  /// of `batch` > 1 (a mixture of experts' grouped GEMM, Note [Grouped
+  /// GEMMs] in cost_profile.cpp) takes the grouped-GEMM model where the
+  /// profile has one; it and attention fall back to the GEMM model.
+  const FitTerms* kernel_fit(KernelKind kind, Precision p, std::int64_t batch = 1) const;
   /// The timed optimizer steps of o (AdamW as Adam) in precision p's kind
   /// (fp32, or 16-bit parameters with fp32 masters where the profile timed
   /// those, else fp32's), by tensors then parameters (KernelSample m =
@@ -82,7 +84,7 @@ class ProfileCosts {
     double tokens = 0, forward = 1, backward = 1;
   };
   std::unordered_map<std::string, std::vector<StepRatio>> in_step_;  ///< by layer_key, ascending tokens
-  std::array<std::optional<FitTerms>, 16> kernels_;  ///< 4 fitted classes x 4 precisions
+  std::array<std::optional<FitTerms>, 20> kernels_;  ///< 5 fitted classes x 4 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::string, FitTerms> copies_;
   std::vector<const KernelSample*> adam_, adam_mixed_, sgd_, bucket_in_, bucket_out_, host_adam_;

@@ -45,7 +45,7 @@ struct LayerSample {
 
 /// One kernel class measured at one size.
 struct KernelSample {
-  std::string kind;  ///< "gemm", "attention", "elementwise", "norm"
+  std::string kind;  ///< "gemm", "grouped_gemm" (batch = groups), "attention", "elementwise", "norm", ...
   Precision precision = Precision::kFp32;
   std::int64_t m = 0, n = 0, k = 0, batch = 1;
   double flops = 0, bytes = 0;

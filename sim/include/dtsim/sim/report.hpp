@@ -29,9 +29,12 @@ struct CommRow {
 /// Predicted time, algbw and busbw for sizes from min_bytes to max_bytes (x2).
 std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const CommGroup& group,
                                 Bytes min_bytes, Bytes max_bytes);
+/// The table; `source`, where given, says what priced the rows (a profile's
+/// fit or the datasheet links) on a line of its own.
 std::string format_comm_table(const std::string& cluster, CollectiveOp op, const CommGroup& group,
-                              const std::vector<CommRow>& rows);
+                              const std::vector<CommRow>& rows, const std::string& source = {});
+/// The same as JSON; `source`, where given, as "cost_source".
 std::string comm_to_json(const std::string& cluster, CollectiveOp op, const CommGroup& group,
-                         const std::vector<CommRow>& rows);
+                         const std::vector<CommRow>& rows, const std::string& source = {});
 
 }  // namespace dtsim::sim
