@@ -45,9 +45,11 @@ namespace dtsim::sim::detail {
 namespace {
 
 /// Micro-batches a stage may hold at once: pp for 1F1B (stage 0's warm-up
-/// and the one it runs), and for interleaving stage 0's warm-up steps
-/// ((pp - 1) x 2 + (v - 1) x pp, Megatron-LM's) over its v chunks.
+/// and the one it runs), for ZB-H1 also the pp - 1 weight passes the last
+/// stage defers (Note [Zero bubble]), and for interleaving stage 0's warm-up
+/// steps ((pp - 1) x 2 + (v - 1) x pp, Megatron-LM's) over its v chunks.
 std::int64_t in_flight(const ResolvedPlan& plan) {
+  if (plan.schedule == Schedule::kZbH1) return 2 * plan.pp - 1;
   if (plan.schedule != Schedule::kInterleaved) return plan.pp;
   const std::int64_t v = plan.virtual_stages;
   return ((plan.pp - 1) * 2 + (v - 1) * plan.pp + v - 1) / v + 1;
