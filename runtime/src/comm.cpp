@@ -152,4 +152,16 @@ void all_gather(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitClock
   clock.wait(g.pg->allgather(outs, ins));
 }
 
+torch::Tensor all_to_all(Group& g, const torch::Tensor& in, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv,
+                         WaitClock& clock) {
+  if (g.size == 1) return in.clone();
+  std::vector<std::int64_t> shape = in.sizes().vec(), out_splits = recv, in_splits = send;
+  shape[0] = 0;
+  for (const auto n : recv) shape[0] += n;
+  torch::Tensor out = torch::empty(shape, in.options());
+  torch::Tensor src = in.contiguous();
+  clock.wait(g.pg->alltoall_base(out, src, out_splits, in_splits));
+  return out;
+}
+
 }  // namespace dtsim::runtime

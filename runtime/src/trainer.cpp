@@ -22,6 +22,7 @@
 #include <c10/core/StorageImpl.h>
 
 #include <algorithm>
+#include <array>
 #include <csignal>
 #include <cmath>
 #include <functional>
@@ -116,6 +117,34 @@ struct GatherCp : torch::autograd::Function<GatherCp> {
     reduce_scatter(*g_cp, parts.view({-1}), out, *g_tp_clock);
     if (g_tp_trace) g_tp_trace("cp reduce_scatter", t0);
     return {out.view(parts.sizes().slice(1)), torch::Tensor()};
+  }
+};
+
+// ---- expert parallelism: rows over the ep group ------------------------------------
+
+Group* g_ep = nullptr;  // this rank's expert-parallel group
+
+torch::Tensor ep_exchange(const torch::Tensor& x, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv) {
+  const double t0 = now_us();
+  torch::Tensor out = all_to_all(*g_ep, x, send, recv, *g_tp_clock);
+  if (g_tp_trace) g_tp_trace("ep all_to_all", t0);
+  return out;
+}
+
+/// Note [Expert parallelism] (models/torch): the dispatch's and the
+/// combine's all-to-all of rows over the ep group, send[r] rows to rank r;
+/// backward sends each row's gradient back where the row came from (the
+/// reverse all-to-all), as Megatron-Core's _AllToAll does.
+struct AllToAllEp : torch::autograd::Function<AllToAllEp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::vector<std::int64_t> send,
+                               std::vector<std::int64_t> recv) {
+    ctx->saved_data["send"] = send;
+    ctx->saved_data["recv"] = recv;
+    return ep_exchange(x, send, recv);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const auto send = ctx->saved_data["send"].toIntVector(), recv = ctx->saved_data["recv"].toIntVector();
+    return {ep_exchange(g[0], recv, send), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -226,9 +255,11 @@ struct Unit {
   int index = 0;                     ///< in the model's layer list
   std::string name, kind;            ///< "h.0", "gpt2.block"
   std::unique_ptr<models::TorchLayer> layer;
-  std::vector<torch::Tensor> params;
+  std::vector<torch::Tensor> params;  ///< all but the routed experts' under ep > 1 (Note [Expert gradients])
   std::int64_t numel = 0;
   std::int64_t offset = 0;           ///< in the rank's flat parameter space (ZeRO-1/2)
+  std::vector<torch::Tensor> expert;  ///< the routed experts' parameters under ep > 1, else none
+  std::int64_t expert_numel = 0, expert_offset = 0;  ///< ... and their place in the experts' flat space
   // ZeRO-3 (Note [ZeRO-3 storage]): padded full buffer, this rank's shard.
   torch::Tensor full;                ///< [padded]; its storage is empty while not gathered
   torch::Tensor shard, grad_shard;   ///< [padded / n]
@@ -251,13 +282,44 @@ struct PendingReduce {
   c10::intrusive_ptr<c10d::Work> work;
   torch::Tensor send, recv, target;  ///< target: where the result goes (shard accumulation or bucket)
   int bucket = -1;
+  int space = 0;                     ///< kDense or kExpert
   Unit* unit = nullptr;
+};
+
+// Note [Expert gradients]
+// Under expert parallelism (Note [Expert parallelism] in models/torch) a
+// rank's routed experts are not the other data-parallel ranks': their
+// gradients already hold the tokens of every rank of the ep group (the
+// combine's backward brought them), and the same experts live on the
+// ranks of the expert data-parallel group (Note [Expert mesh] in
+// sim/src/cost/cost_comm.cpp). So the parameters form two spaces: the dense
+// ones, reduced and ZeRO-sharded over the dp x cp group as without experts,
+// and the routed experts', reduced and sharded over the edp group (none
+// when edp = 1), as Megatron-Core's distributed optimizer keeps expert
+// buffers apart. Both are divided by the dp x cp size: each rank's loss is
+// the mean over its own tokens, so the sum over every rank's share divided
+// by the number of ranks is the single process's gradient of the mean
+// (Megatron-Core scales expert gradients by edp / dp before averaging over
+// edp: the same). A bucket covers the same layers in both spaces, as the
+// simulator prices a bucket's dense bytes over dp and its experts' over edp.
+constexpr int kDense = 0, kExpert = 1;
+
+/// A flat parameter space of ZeRO-1/2 (Note [Expert gradients]): its
+/// parameters end to end, padded to a multiple of its group's size, each
+/// rank of the group owning one shard.
+struct Space {
+  Group* group = nullptr;
+  std::vector<torch::Tensor> params;  ///< in flat order
+  std::int64_t total = 0, shard = 0;
+  torch::Tensor flat, grad_shard, master;
+  torch::Tensor host_grad, host_param;  ///< Note [Offloaded step]: pinned host buffers (GPU offload)
+  AdamState state;
 };
 
 struct Bucket {
   std::vector<int> units;              ///< local unit indices, backward order
-  std::int64_t begin = 0, end = 0;     ///< flat range (ZeRO-1/2)
-  torch::Tensor buffer;                ///< DDP's persistent bucket (PyTorch: 2x gradient memory)
+  std::array<std::int64_t, 2> begin{}, end{};  ///< flat range by space (ZeRO-1/2)
+  std::array<torch::Tensor, 2> buffer;         ///< DDP's persistent bucket by space (PyTorch: 2x gradient memory)
   int ready = 0;
 };
 
@@ -395,8 +457,22 @@ class Trainer {
     tp_ = comm_.group("tp-p" + at_pp + "-d" + at_dp + "-c" + at_cp, tp);
     pp_ = comm_.group("pp-t" + at_tp + "-d" + at_dp + "-c" + at_cp, pp);
     cp_ = comm_.group("cp-t" + at_tp + "-p" + at_pp + "-d" + at_dp, cp);
+    if (plan_->ep > 1) {
+      // Note [Expert mesh] (sim/src/cost/cost_comm.cpp): the ep and edp
+      // groups refold a stage's tp x cp x dp ranks, named by their members.
+      const auto named = [](const char* what, const std::vector<int>& ranks) {
+        std::string name = what;
+        for (const int r : ranks) name += "-" + std::to_string(r);
+        return name;
+      };
+      const std::vector<int> ep = mesh.expert_group(plan_->etp, plan_->ep, sim::Axis::kEp, me);
+      const std::vector<int> edp = mesh.expert_group(plan_->etp, plan_->ep, sim::Axis::kDp, me);
+      ep_ = comm_.group(named("ep", ep), ep);
+      edp_ = comm_.group(named("edp", edp), edp);
+    }
     g_tp = &tp_;
     g_cp = &cp_;
+    g_ep = &ep_;
     g_tp_clock = &clock_;
     g_tp_trace = [this](const char* what, double t0) { event(what, "wait", t0, 1); };
   }
@@ -411,6 +487,8 @@ class Trainer {
     shape.cp = p.cp;  // ... and blocks attending over the context-parallel group
     shape.cp_all_gather = p.cp_comm == sim::CpComm::kAllGather;
     shape.flash_attention = p.flash_attention;
+    shape.ep = p.ep;  // ... and MoE blocks holding their ep rank's experts
+    shape.etp = p.etp;
     layers_ = c_.setup.model->layers(shape);
     if (p.cp > 1 && p.seq_len % (2 * p.cp) != 0) {
       throw ConfigError("plan.seq_len " + std::to_string(p.seq_len) + ": context parallelism over " + std::to_string(p.cp) +
@@ -430,6 +508,13 @@ class Trainer {
     cp.rank = cp_rank_;
     cp.size = p.cp;
     cp.gather = [](const torch::Tensor& x, std::int64_t dim) { return GatherCp::apply(x, dim); };
+    models::ExpertParallel ep;
+    ep.rank = ep_.rank;
+    ep.size = p.ep;
+    ep.all_to_all = [](const torch::Tensor& x, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv) {
+      // The counts need no gradient; the rows do.
+      return x.requires_grad() ? AllToAllEp::apply(x, send, recv) : ep_exchange(x, send, recv);
+    };
     const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
     // fp8 keeps its weights in bf16 (validate refuses to run it: no FP8 in LibTorch 1.13).
     const auto dtype = p.precision == sim::Precision::kBf16 || p.precision == sim::Precision::kFp8 ? torch::kBFloat16 : torch::kHalf;
@@ -440,7 +525,7 @@ class Trainer {
       u.index = i;
       u.name = L.name;
       u.kind = L.signature.substr(0, L.signature.find(':'));
-      u.layer = models::make_torch_layer(L.signature, tp, cp);
+      u.layer = models::make_torch_layer(L.signature, tp, cp, ep);
       u.layer->module().to(c_.device);
       if (cast) u.layer->module().to(dtype);
       u.layer->module().train();
@@ -449,7 +534,12 @@ class Trainer {
       // input, as the simulator's lowering prices them.
       u.layer->set_recompute_attention(p.recompute == sim::Recompute::kSelective);
       u.recompute = p.recompute == sim::Recompute::kFull && L.is_block();
-      for (auto& t : u.layer->module().parameters()) u.params.push_back(t);
+      // Note [Expert gradients]: under ep > 1 the routed experts form a space of their own.
+      const std::vector<torch::Tensor> experts = p.ep > 1 ? u.layer->expert_parameters() : std::vector<torch::Tensor>{};
+      const auto is_expert = [&](const torch::Tensor& t) {
+        return std::any_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(t); });
+      };
+      for (auto& t : u.layer->module().parameters()) (is_expert(t) ? u.expert : u.params).push_back(t);
       units_.push_back(std::move(u));
     }
     // A tied LM head borrows the token embedding (GPT-2). On another stage
@@ -490,14 +580,23 @@ class Trainer {
   void setup_data_parallel() {
     const auto& p = *plan_;
     n_ = dp_.size;
-    std::int64_t offset = 0;
+    spaces_[kDense].group = &dp_;
+    spaces_[kExpert].group = &edp_;
+    std::array<std::int64_t, 2> offset{};
     for (auto& u : units_) {
-      u.numel = 0;
+      u.numel = u.expert_numel = 0;
       for (auto& t : u.params) u.numel += t.numel();
-      u.offset = offset;
-      offset += u.numel;
+      for (auto& t : u.expert) u.expert_numel += t.numel();
+      u.offset = offset[kDense];
+      u.expert_offset = offset[kExpert];
+      offset[kDense] += u.numel;
+      offset[kExpert] += u.expert_numel;
     }
-    total_ = offset;
+    for (int k : {kDense, kExpert}) spaces_[k].total = offset[k];
+    if (zero_ == 3 && spaces_[kExpert].total > 0) {
+      // dtsim validate refuses it first (setup_run); the units hold the dense parameters only.
+      throw UnsupportedError("ZeRO-3 / FSDP with expert parallelism is not run: the experts' parameters would need units over the edp group");
+    }
     if (zero_ == 3) {
       // Per-unit flat parameters, padded to a multiple of n and sharded
       // evenly (PyTorch FSDP's FlatParameter).
@@ -525,30 +624,37 @@ class Trainer {
         }
       }
     } else if (zero_ >= 1) {
-      // One flat buffer for the rank's parameters, padded to n shards.
+      // One flat buffer for each space's parameters, padded to its group's
+      // shards (Note [Expert gradients]).
       torch::NoGradGuard no_grad;
-      shard_ = (total_ + n_ - 1) / n_;
-      flat_ = torch::zeros({shard_ * n_}, units_.front().params.front().options());
-      std::int64_t at = 0;
-      for (auto& u : units_) {
-        for (auto& t : u.params) {
-          flat_.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
-          t.set_data(flat_.narrow(0, at, t.numel()).view(t.sizes()));
+      for (int k : {kDense, kExpert}) {
+        Space& sp = spaces_[k];
+        if (sp.total == 0) continue;
+        const int n = sp.group->size;
+        sp.shard = (sp.total + n - 1) / n;
+        sp.params.clear();
+        for (auto& u : units_) {
+          const auto& ps = part(u, k).params;
+          sp.params.insert(sp.params.end(), ps.begin(), ps.end());
+        }
+        sp.flat = torch::zeros({sp.shard * n}, sp.params.front().options());
+        std::int64_t at = 0;
+        for (auto& t : sp.params) {
+          sp.flat.narrow(0, at, t.numel()).copy_(t.reshape({-1}));
+          t.set_data(sp.flat.narrow(0, at, t.numel()).view(t.sizes()));
           at += t.numel();
         }
-      }
-      all_params_.clear();
-      for (auto& u : units_) all_params_.insert(all_params_.end(), u.params.begin(), u.params.end());
-      if (zero_ == 2 && p.offload_optimizer == sim::Offload::kCpu) {
-        // Note [Offload] (sim/src/lowering/passes/offload.cpp): the reduced partition is the host's.
-        HostScope host;
-        grad_shard_ = torch::zeros({shard_}, torch::TensorOptions().device(torch::kCPU).dtype(torch::kFloat));
-      } else if (zero_ == 2) {
-        grad_shard_ = torch::zeros({shard_}, flat_.options().dtype(torch::kFloat));
-      }
-      if (p.offload_optimizer == sim::Offload::kCpu) {
-        HostScope host;
-        master_ = flat_.narrow(0, dp_.rank * shard_, shard_).to(torch::kCPU, torch::kFloat).clone();
+        if (zero_ == 2 && p.offload_optimizer == sim::Offload::kCpu) {
+          // Note [Offload] (sim/src/lowering/passes/offload.cpp): the reduced partition is the host's.
+          HostScope host;
+          sp.grad_shard = torch::zeros({sp.shard}, torch::TensorOptions().device(torch::kCPU).dtype(torch::kFloat));
+        } else if (zero_ == 2) {
+          sp.grad_shard = torch::zeros({sp.shard}, sp.flat.options().dtype(torch::kFloat));
+        }
+        if (p.offload_optimizer == sim::Offload::kCpu) {
+          HostScope host;
+          sp.master = sp.flat.narrow(0, sp.group->rank * sp.shard, sp.shard).to(torch::kCPU, torch::kFloat).clone();
+        }
       }
     }
     // Buckets in reverse layer order: 1 MB first under DDP, then bucket_mb
@@ -557,7 +663,7 @@ class Trainer {
       const std::int64_t elem = units_.front().params.empty() ? 4 : units_.front().params.front().element_size();
       const int units = static_cast<int>(units_.size());
       std::vector<Bytes> bytes;  // backward order
-      for (int i = units - 1; i >= 0; --i) bytes.push_back(units_[i].numel * elem);
+      for (int i = units - 1; i >= 0; --i) bytes.push_back((units_[i].numel + units_[i].expert_numel) * elem);
       const std::vector<int> assigned = sim::assign_buckets(bytes, sim::first_bucket_bytes(p), p.bucket_bytes);
       unit_bucket_.assign(units_.size(), -1);
       for (int k = 0; k < units; ++k) {
@@ -565,16 +671,30 @@ class Trainer {
         if (assigned[k] < 0) continue;
         if (assigned[k] == static_cast<int>(buckets_.size())) {
           buckets_.push_back({});
-          buckets_.back().end = units_[i].offset + units_[i].numel;
+          for (int sp : {kDense, kExpert}) buckets_.back().end[sp] = part(units_[i], sp).offset + part(units_[i], sp).numel;
         }
         buckets_.back().units.push_back(i);
-        buckets_.back().begin = units_[i].offset;
+        for (int sp : {kDense, kExpert}) buckets_.back().begin[sp] = part(units_[i], sp).offset;
         unit_bucket_[i] = assigned[k];
       }
       if (zero_ == 0) {
-        for (auto& b : buckets_) b.buffer = torch::zeros({b.end - b.begin}, units_.front().params.front().options());
+        for (auto& b : buckets_) {
+          for (int sp : {kDense, kExpert}) {
+            if (b.end[sp] > b.begin[sp]) b.buffer[sp] = torch::zeros({b.end[sp] - b.begin[sp]}, units_.front().params.front().options());
+          }
+        }
       }
     }
+  }
+
+  /// Unit u's parameters in space k (Note [Expert gradients]), with their
+  /// element count and place in that space's flat order.
+  struct Part {
+    const std::vector<torch::Tensor>& params;
+    std::int64_t numel, offset;
+  };
+  static Part part(const Unit& u, int k) {
+    return k == kExpert ? Part{u.expert, u.expert_numel, u.expert_offset} : Part{u.params, u.numel, u.offset};
   }
 
   // ---- a training step ----------------------------------------------------------------
@@ -929,7 +1049,7 @@ class Trainer {
   /// Called as unit i's backward completes (Note [Runtime structure]).
   void grads_ready(std::size_t i, bool last_micro) {
     Unit& u = units_[i];
-    if (u.numel == 0) return;
+    if (u.numel + u.expert_numel == 0) return;
     if (zero_ == 3) {
       // Reduce-scatter this unit's gradient every micro-step (ZeRO-3, FSDP).
       // The embedding's unit reduces the tied weight; the head owns nothing else but ln_f.
@@ -946,40 +1066,45 @@ class Trainer {
     launch_bucket(static_cast<int>(&b - buckets_.data()));
   }
 
-  /// Copies a bucket's gradients (flat range [begin, end)) into `out`
-  /// (Note [Gradient buckets] in models/torch).
-  void bucket_grads(const Bucket& b, torch::Tensor& out, bool free_grads) {
+  /// Copies a bucket's gradients of space k (flat range [begin, end)) into
+  /// `out` (Note [Gradient buckets] in models/torch).
+  void bucket_grads(const Bucket& b, int k, torch::Tensor& out, bool free_grads) {
     for (int ui : b.units) {
-      Unit& u = units_[ui];
-      models::flatten_grads(u.params, out.narrow(0, u.offset - b.begin, u.numel), free_grads);
+      const Part pt = part(units_[ui], k);
+      models::flatten_grads(pt.params, out.narrow(0, pt.offset - b.begin[k], pt.numel), free_grads);
     }
   }
 
+  /// A bucket's dense gradients go over the dp x cp group, its experts'
+  /// over the edp group (Note [Expert gradients]).
   void launch_bucket(int bi) {
     Bucket& b = buckets_[bi];
     const bool overlap = plan_->overlap;
-    if (zero_ == 0) {
-      bucket_grads(b, b.buffer, false);
+    for (int k : {kDense, kExpert}) {
+      if (b.end[k] == b.begin[k]) continue;
+      Group& g = *spaces_[k].group;
       PendingReduce r;
       r.bucket = bi;
-      r.work = overlap ? all_reduce(dp_, b.buffer) : c10::intrusive_ptr<c10d::Work>();
-      pending_.push_back(r);
-      return;
+      r.space = k;
+      if (zero_ == 0) {
+        bucket_grads(b, k, b.buffer[k], false);
+        if (overlap && g.size > 1) r.work = all_reduce(g, b.buffer[k]);
+        pending_.push_back(r);
+        continue;
+      }
+      torch::Tensor flat = torch::empty({b.end[k] - b.begin[k]}, spaces_[k].flat.options());
+      if (zero_ == 1) {
+        bucket_grads(b, k, flat, false);
+        r.send = flat;
+        if (overlap && g.size > 1) r.work = all_reduce(g, flat);
+        pending_.push_back(r);
+        continue;
+      }
+      // ZeRO-2: reduce-scatter the bucket into the owners' shards; the full
+      // gradients go as soon as they are copied out.
+      bucket_grads(b, k, flat, true);
+      launch_range_reduce_scatter(k, flat, b.begin[k], b.end[k]);
     }
-    torch::Tensor flat = torch::empty({b.end - b.begin}, units_.front().params.front().options());
-    if (zero_ == 1) {
-      bucket_grads(b, flat, false);
-      PendingReduce r;
-      r.bucket = bi;
-      r.send = flat;
-      r.work = overlap ? all_reduce(dp_, flat) : c10::intrusive_ptr<c10d::Work>();
-      pending_.push_back(r);
-      return;
-    }
-    // ZeRO-2: reduce-scatter the bucket into the owners' shards; the full
-    // gradients go as soon as they are copied out.
-    bucket_grads(b, flat, true);
-    launch_range_reduce_scatter(flat, b.begin, b.end);
   }
 
   /// ZeRO-3: `flat` (n equal chunks) summed into `shard` (one chunk).
@@ -998,33 +1123,43 @@ class Trainer {
     pending_.push_back(r);
   }
 
-  /// ZeRO-2: a flat range [begin, end) summed into the owning ranks' shards
-  /// of [r*shard, (r+1)*shard): an all-to-all with uneven splits (Gloo in
-  /// LibTorch 1.13 has no reduce-scatter), then a local sum.
-  void launch_range_reduce_scatter(const torch::Tensor& flat, std::int64_t begin, std::int64_t end) {
-    std::vector<std::int64_t> in_splits(n_), out_splits(n_);
-    const std::int64_t lo = dp_.rank * shard_, hi = lo + shard_;
+  /// ZeRO-2: a flat range [begin, end) of space k summed into the owning
+  /// ranks' shards of [r*shard, (r+1)*shard): an all-to-all with uneven
+  /// splits (Gloo in LibTorch 1.13 has no reduce-scatter), then a local sum.
+  void launch_range_reduce_scatter(int k, const torch::Tensor& flat, std::int64_t begin, std::int64_t end) {
+    Space& sp = spaces_[k];
+    Group& g = *sp.group;
+    const int n = g.size;
+    const std::int64_t shard = sp.shard;
+    std::vector<std::int64_t> in_splits(n), out_splits(n);
+    const std::int64_t lo = g.rank * shard, hi = lo + shard;
     const std::int64_t mine = std::max<std::int64_t>(0, std::min(end, hi) - std::max(begin, lo));
-    for (int r = 0; r < n_; ++r) {
-      const std::int64_t a = std::max(begin, r * shard_), z = std::min(end, (r + 1) * shard_);
+    for (int r = 0; r < n; ++r) {
+      const std::int64_t a = std::max(begin, r * shard), z = std::min(end, (r + 1) * shard);
       in_splits[r] = std::max<std::int64_t>(0, z - a);
       out_splits[r] = mine;
     }
     PendingReduce pr;
+    pr.space = k;
     pr.send = flat;
-    pr.recv = torch::empty({mine * n_}, flat.options());
-    if (mine > 0) pr.target = grad_shard_.narrow(0, std::max(begin, lo) - lo, mine);
-    pr.work = dp_.pg->alltoall_base(pr.recv, pr.send, out_splits, in_splits);
+    if (mine > 0) pr.target = sp.grad_shard.narrow(0, std::max(begin, lo) - lo, mine);
+    if (n == 1) {
+      pr.recv = flat;  // the whole space is this rank's (edp 1)
+    } else {
+      pr.recv = torch::empty({mine * n}, flat.options());
+      pr.work = g.pg->alltoall_base(pr.recv, pr.send, out_splits, in_splits);
+    }
     pending_.push_back(pr);
   }
 
   /// Waits for this backward's gradient collectives and applies them.
   void finish_reductions() {
     for (auto& r : pending_) {
-      if (!r.work) {
+      Group& g = *spaces_[r.space].group;
+      if (!r.work && g.size > 1 && r.unit == nullptr) {
         // overlap: false; launched now, after the whole backward.
-        if (zero_ == 0) r.work = all_reduce(dp_, buckets_[r.bucket].buffer);
-        if (zero_ == 1) r.work = all_reduce(dp_, r.send);
+        if (zero_ == 0) r.work = all_reduce(g, buckets_[r.bucket].buffer[r.space]);
+        if (zero_ == 1) r.work = all_reduce(g, r.send);
       }
     }
     for (auto& r : pending_) {
@@ -1032,17 +1167,19 @@ class Trainer {
       torch::NoGradGuard no_grad;
       if (zero_ == 0 || zero_ == 1) {
         Bucket& b = buckets_[r.bucket];
-        const torch::Tensor& src = zero_ == 0 ? b.buffer : r.send;
+        const torch::Tensor& src = zero_ == 0 ? b.buffer[r.space] : r.send;
         for (int ui : b.units) {
-          Unit& u = units_[ui];
-          models::unflatten_grads(u.params, src.narrow(0, u.offset - b.begin, u.numel), n_);
+          const Part pt = part(units_[ui], r.space);
+          // Note [Expert gradients]: the dp x cp size divides both spaces.
+          models::unflatten_grads(pt.params, src.narrow(0, pt.offset - b.begin[r.space], pt.numel), n_);
         }
       } else if (r.target.defined()) {
         // Chunk by chunk into the shard: no temporary the size of the shard.
         const std::int64_t chunk = r.target.numel();
-        const auto parts = r.recv.view({n_, chunk});
+        const int n = r.unit != nullptr ? n_ : spaces_[r.space].group->size;
+        const auto parts = r.recv.view({n, chunk});
         // Offloaded, the partition is on the host: each part goes down first.
-        for (int k = 0; k < n_; ++k) r.target.add_(r.target.device() == parts.device() ? parts[k] : parts[k].to(r.target.device()));
+        for (int k = 0; k < n; ++k) r.target.add_(r.target.device() == parts.device() ? parts[k] : parts[k].to(r.target.device()));
       }
     }
     pending_.clear();
@@ -1050,7 +1187,6 @@ class Trainer {
 
   // ---- the optimizer step -------------------------------------------------------------
   void optimizer_step(std::int64_t t) {
-    const auto& p = *plan_;
     torch::NoGradGuard no_grad;
     // Megatron's embedding group: the tied copies' gradients are summed.
     if (emb_.size > 1) {
@@ -1063,11 +1199,13 @@ class Trainer {
     if (zero_ == 0) {
       int k = 0;
       for (auto& u : units_) {
-        for (auto& param : u.params) {
-          if (state_.size() <= static_cast<std::size_t>(k)) state_.resize(k + 1);
-          if (param.grad().defined()) adam_update(param.view({-1}), param.grad().view({-1}), state_[k], t, adam_);
-          param.mutable_grad().reset();  // set_to_none, as zero_grad does by default
-          ++k;
+        for (const auto* ps : {&u.params, &u.expert}) {
+          for (const auto& param : *ps) {
+            if (state_.size() <= static_cast<std::size_t>(k)) state_.resize(k + 1);
+            if (param.grad().defined()) adam_update(param.view({-1}), param.grad().view({-1}), state_[k], t, adam_);
+            torch::Tensor(param).mutable_grad().reset();  // set_to_none, as zero_grad does by default
+            ++k;
+          }
         }
       }
     } else if (zero_ == 3) {
@@ -1081,62 +1219,71 @@ class Trainer {
       gather_persistent();
       return;
     } else {
-      // ZeRO-1/2: this rank's shard of the flat parameters.
-      const std::int64_t lo = dp_.rank * shard_;
-      torch::Tensor grad;
-      if (zero_ == 1) {
-        grad = torch::zeros({shard_}, flat_.options());
-        std::int64_t at = 0;
-        for (auto& param : all_params_) {
-          const std::int64_t a = std::max(at, lo), z = std::min(at + param.numel(), lo + shard_);
-          if (z > a && param.grad().defined()) grad.narrow(0, a - lo, z - a).copy_(param.grad().reshape({-1}).narrow(0, a - at, z - a));
-          param.mutable_grad().reset();
-          at += param.numel();
-        }
-      } else {
-        grad = grad_shard_.div_(n_);
+      // ZeRO-1/2: this rank's shard of each space's flat parameters.
+      for (int k : {kDense, kExpert}) {
+        if (spaces_[k].total > 0) step_shard(spaces_[k], t);
       }
-      if (p.offload_optimizer == sim::Offload::kCpu && c_.device.is_cuda()) {
-        // Note [Offloaded step]
-        // ZeRO-Offload (Ren et al. 2021) on a GPU: the 16-bit gradient shard
-        // goes into a pinned host buffer, Adam steps the fp32 master and
-        // moments in host memory on the host's cores (reading the 16-bit
-        // gradient as DeepSpeed's CPU-Adam does), writes the 16-bit
-        // parameters into a second pinned buffer, and they go back up.
-        // Pinned buffers move at the copy engines' speed, as calibration
-        // times copies; calibration times this host step as "host_adam".
-        // DeepSpeed copies each reduced partition down during the backward;
-        // here the whole shard goes after it.
-        if (!host_grad_.defined()) {
-          const auto pinned = torch::TensorOptions().device(torch::kCPU).dtype(flat_.scalar_type()).pinned_memory(true);
-          host_grad_ = torch::empty({shard_}, pinned);
-          host_param_ = torch::empty({shard_}, pinned);
-        }
-        host_grad_.copy_(grad);
-        adam_update(master_, host_grad_, flat_state_, t, adam_);
-        host_param_.copy_(master_);
-        flat_.narrow(0, lo, shard_).copy_(host_param_);
-      } else if (p.offload_optimizer == sim::Offload::kCpu) {
-        // ZeRO-Offload on CPU ranks: the "host" is the same memory, counted apart.
-        HostScope host;
-        const torch::Tensor host_grad = grad.to(torch::kCPU, torch::kFloat).clone();
-        adam_update(master_, host_grad, flat_state_, t, adam_);
-        flat_.narrow(0, lo, shard_).copy_(master_);
-      } else {
-        // 16-bit parameters step through an fp32 master copy (Note [Mixed-precision step]).
-        adam_update(flat_.narrow(0, lo, shard_), grad, flat_state_, t, adam_);
-      }
-      if (zero_ == 2) grad_shard_.zero_();
-      grad = torch::Tensor();
       event("optimizer", "optimizer", t0);
-      if (n_ > 1) {
+      for (int k : {kDense, kExpert}) {
+        Space& sp = spaces_[k];
+        if (sp.total == 0 || sp.group->size == 1) continue;
         const double g0 = now_us();
-        all_gather(dp_, flat_.narrow(0, lo, shard_).clone(), flat_, clock_);
+        all_gather(*sp.group, sp.flat.narrow(0, sp.group->rank * sp.shard, sp.shard).clone(), sp.flat, clock_);
         event("all_gather params", "wait", g0, 1);
       }
       return;
     }
     event("optimizer", "optimizer", t0);
+  }
+
+  /// ZeRO-1/2: steps this rank's shard of space `sp` at step t.
+  void step_shard(Space& sp, std::int64_t t) {
+    const auto& p = *plan_;
+    const std::int64_t lo = sp.group->rank * sp.shard, shard = sp.shard;
+    torch::Tensor grad;
+    if (zero_ == 1) {
+      grad = torch::zeros({shard}, sp.flat.options());
+      std::int64_t at = 0;
+      for (auto& param : sp.params) {
+        const std::int64_t a = std::max(at, lo), z = std::min(at + param.numel(), lo + shard);
+        if (z > a && param.grad().defined()) grad.narrow(0, a - lo, z - a).copy_(param.grad().reshape({-1}).narrow(0, a - at, z - a));
+        param.mutable_grad().reset();
+        at += param.numel();
+      }
+    } else {
+      grad = sp.grad_shard.div_(n_);  // Note [Expert gradients]: the dp x cp size for both spaces
+    }
+    if (p.offload_optimizer == sim::Offload::kCpu && c_.device.is_cuda()) {
+      // Note [Offloaded step]
+      // ZeRO-Offload (Ren et al. 2021) on a GPU: the 16-bit gradient shard
+      // goes into a pinned host buffer, Adam steps the fp32 master and
+      // moments in host memory on the host's cores (reading the 16-bit
+      // gradient as DeepSpeed's CPU-Adam does), writes the 16-bit
+      // parameters into a second pinned buffer, and they go back up.
+      // Pinned buffers move at the copy engines' speed, as calibration
+      // times copies; calibration times this host step as "host_adam".
+      // DeepSpeed copies each reduced partition down during the backward;
+      // here the whole shard goes after it.
+      if (!sp.host_grad.defined()) {
+        const auto pinned = torch::TensorOptions().device(torch::kCPU).dtype(sp.flat.scalar_type()).pinned_memory(true);
+        sp.host_grad = torch::empty({shard}, pinned);
+        sp.host_param = torch::empty({shard}, pinned);
+      }
+      sp.host_grad.copy_(grad);
+      adam_update(sp.master, sp.host_grad, sp.state, t, adam_);
+      sp.host_param.copy_(sp.master);
+      sp.flat.narrow(0, lo, shard).copy_(sp.host_param);
+    } else if (p.offload_optimizer == sim::Offload::kCpu) {
+      // ZeRO-Offload on CPU ranks: the "host" is the same memory, counted apart.
+      HostScope host;
+      const torch::Tensor host_grad = grad.to(torch::kCPU, torch::kFloat).clone();
+      adam_update(sp.master, host_grad, sp.state, t, adam_);
+      sp.flat.narrow(0, lo, shard).copy_(sp.master);
+    } else {
+      // 16-bit parameters step through an fp32 master copy (Note [Mixed-precision step]).
+      adam_update(sp.flat.narrow(0, lo, shard), grad, sp.state, t, adam_);
+    }
+    if (zero_ == 2) sp.grad_shard.zero_();
   }
 
   /// ZeRO-3's persistent units take their updated shards back whole: one
@@ -1240,17 +1387,14 @@ class Trainer {
   const sim::ResolvedPlan* plan_ = nullptr;
   int tp_rank_ = 0, stage_ = 0, dp_rank_ = 0, cp_rank_ = 0, zero_ = 0, n_ = 1;
   Group dp_, tp_, pp_, cp_, emb_;  ///< dp_: the data- and context-parallel ranks (make_groups)
+  Group ep_, edp_;                 ///< expert parallel and expert data parallel (size 1 unless ep > 1)
   std::vector<sim::Layer> layers_;
   std::vector<Unit> units_;
   torch::Tensor tied_;          ///< the LM head's borrowed embedding (undefined: untied)
   bool tied_copy_ = false;      ///< tied_ is this stage's copy (pipeline)
   torch::Tensor emb_weight_;    ///< the tied weight this rank sums over emb_ (pipeline)
   std::unique_ptr<DataSource> data_;
-  std::int64_t total_ = 0, shard_ = 0;
-  torch::Tensor flat_, grad_shard_, master_;
-  torch::Tensor host_grad_, host_param_;  ///< Note [Offloaded step]: pinned host buffers (GPU offload)
-  std::vector<torch::Tensor> all_params_;
-  AdamState flat_state_;
+  std::array<Space, 2> spaces_;  ///< ZeRO-1/2's flat spaces: kDense, kExpert (Note [Expert gradients])
   std::vector<std::int64_t> act_shape_;  ///< the activation's shape from the previous stage (sent once)
   bool shape_sent_ = false;
   std::vector<AdamState> state_;

@@ -257,11 +257,22 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
       }
     }
   }
-  if (p.ep > 1) {
-    // The LibTorch MoE block runs its experts on one rank; the all-to-all
-    // dispatch of expert parallelism is not built yet (issue 22).
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.ep") + ": plan.ep " + std::to_string(p.ep) +
-                           ": expert parallelism is not run for real yet; validate with ep 1 (the simulator predicts ep > 1)");
+  if (p.ep > 1 && p.tp > 1) {
+    // Note [Expert parallelism] (models/torch): the LibTorch MoE block has no
+    // tensor-parallel split, and Megatron-Core's ep x tp needs sequence
+    // parallelism, which the runtime does not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.ep") + ": plan.ep " + std::to_string(p.ep) + " with plan.tp " +
+                           std::to_string(p.tp) + " is not run (the MoE block has no tensor-parallel split); with ep > 1 use tp 1 "
+                           "(the simulator predicts it)");
+  }
+  if (p.ep > 1 && p.zero_stage >= 3) {
+    // Note [Expert gradients] (trainer.cpp): ZeRO-3 and FSDP gather each
+    // layer as one flat unit sharded over the dp x cp group; a MoE layer's
+    // experts would need a second unit sharded over the edp group.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of(p.fsdp ? "plan.fsdp" : "plan.zero_stage") + ": " +
+                           (p.fsdp ? std::string("FSDP") : "ZeRO-3") + " with plan.ep " + std::to_string(p.ep) +
+                           " is not run (its per-layer units do not split the experts over the expert data-parallel group); "
+                           "with ep > 1 use zero_stage 0, 1 or 2 (the simulator predicts it)");
   }
   if (p.hybrid_shard) {
     throw UnsupportedError("dtsim validate: FSDP hybrid_shard is not run; use full_shard or shard_grad_op");

@@ -145,6 +145,13 @@ void reduce_scatter(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitC
 /// rank's `in` in rank order.
 void all_gather(Group& g, const torch::Tensor& in, torch::Tensor& out, WaitClock& clock);
 
+/// All-to-all of rows: `in`'s rows in group-rank order, send[r] of them to
+/// rank r; returns the recv[r] rows each rank r sent here, in rank order
+/// (c10d alltoall_base with split sizes; every rank's send[me] must equal
+/// my recv[that rank]).
+torch::Tensor all_to_all(Group& g, const torch::Tensor& in, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv,
+                         WaitClock& clock);
+
 // ---- the trainer (trainer.cpp) --------------------------------------------------
 
 /// One Chrome trace event of the measured timeline.

@@ -224,13 +224,33 @@ TEST_CASE("comm prices all-to-all and predict spreads experts", "[cli][moe]") {
   const Result bad = dtsim("predict --model mixtral-8x7b --cluster dgx-h100 --set plan.ep=3");
   CHECK(bad.status == 2);
   CHECK(bad.err == "dtsim: --set plan.ep: plan.ep: 3: 8 routed experts are not divisible by ep=3; valid: 1, 2, 4, 8\n");
-  // validate does not run expert parallelism yet: one line before anything starts.
-  const Result v = dtsim("validate --model moe-tiny --plan ddp --set plan.ep=2 --procs 2");
+  // validate runs ep with DDP and ZeRO-1/2, not with ZeRO-3: one line before anything starts.
+  const Result v = dtsim("validate --model moe-tiny --plan zero3 --set plan.ep=2 --procs 2");
   CHECK(v.status == 2);
   if (v.err.find("not in this build") == std::string::npos) {  // a core-only build has no validate at all
-    CHECK(v.err == "dtsim: dtsim validate: --set plan.ep: plan.ep 2: expert parallelism is not run for real yet; validate with ep 1 "
-                   "(the simulator predicts ep > 1)\n");
+    CHECK(std::count(v.err.begin(), v.err.end(), '\n') == 1);
+    CHECK(v.err.find("zero3.yaml:7: ZeRO-3 with plan.ep 2 is not run") != std::string::npos);
   }
+}
+
+TEST_CASE("comm --profile prices from a calibration and names the source", "[cli][moe]") {
+  // The shipped CPU profile was made before all_to_all was measured: priced
+  // by Note [All-to-all] over the link its all-reduce fit gives ("p2p").
+  const std::string prof = std::string(DTSIM_SOURCE_DIR) + "/configs/profiles/local-cpu-tiny.h5";
+  const Result r = dtsim("comm --cluster local-cpu --op all_to_all --ranks 2 --max-bytes 1024 --json --profile " + prof);
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out);
+  CHECK(j["cost_source"].as<std::string>() == "profile " + prof +
+                                                 ": all_to_all over 2 ranks not measured: the datasheet formula over the "
+                                                 "intra-node link its all_reduce fit gives");
+  CHECK(j["rows"][0]["algorithm"].as<std::string>() == "p2p");
+  // Its all-reduce was measured: the fit prices it.
+  const Result ar = dtsim("comm --cluster local-cpu --op all_reduce --ranks 2 --max-bytes 1024 --profile " + prof);
+  REQUIRE(ar.status == 0);
+  CHECK_THAT(ar.out, Catch::Contains("all_reduce over 2 ranks measured: fit comm.gloo.all_reduce.2") && Catch::Contains("measured"));
+  const Result bad = dtsim("comm --cluster local-cpu --op all_to_all --profile /nonexistent/p.h5");
+  CHECK(bad.status == 2);
+  CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
 }
 
 TEST_CASE("list shows the built-ins", "[cli]") {

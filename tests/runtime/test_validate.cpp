@@ -55,9 +55,10 @@ Run validate(const std::string& args, const std::string& env = "") {
 /// lr 1e-2 so three steps visibly move the loss of random tokens.
 const std::string kCommon = " --json --quiet --warmup 0 --steps 3 --lr 0.01 --set plan.optimizer=adam ";
 
-/// The Bi-LSTM and the Llama family have no dropout (attention_dropout 0).
+/// The Bi-LSTM and the Llama family (moe-tiny included) have no dropout (attention_dropout 0).
 std::string no_dropout(const std::string& model) {
-  return model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 ? "" : " --set model.dropout=false ";
+  const bool none = model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 || model.rfind("moe", 0) == 0;
+  return none ? "" : " --set model.dropout=false ";
 }
 
 std::vector<double> losses_of(const Run& r) {
@@ -73,19 +74,21 @@ std::vector<double> losses_of(const Run& r) {
 /// The single-process run that sees the same global batch: grad_accum
 /// covers every data-parallel rank's micro-batches (sample index
 /// (step*ga + m)*dp*b + d*b in the worker equals (step*ga*dp + m*dp + d)*b).
-std::vector<double> reference(const std::string& model, const std::string& shape, int micro_steps) {
-  return losses_of(validate("--model " + model + " --plan single --procs 1" + kCommon + no_dropout(model) + shape +
+/// `common`: the run's options (kCommon unless a test trains otherwise).
+std::vector<double> reference(const std::string& model, const std::string& shape, int micro_steps, const std::string& common = kCommon) {
+  return losses_of(validate("--model " + model + " --plan single --procs 1" + common + no_dropout(model) + shape +
                             " --set plan.grad_accum=" + std::to_string(micro_steps)));
 }
 
-void check_same(const std::vector<double>& got, const std::vector<double>& want) {
+/// `tolerance`: relative; 1e-4 unless a test needs a finer one.
+void check_same(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-4) {
   REQUIRE(got.size() == want.size());
   REQUIRE(got.size() == 3);
   for (std::size_t i = 0; i < got.size(); ++i) {
     INFO("step " << i + 1 << ": " << got[i] << " vs single-process " << want[i]);
     // fp32 sums in another order: a few ulps per element, well under 1e-4 of
     // the loss after two Adam steps.
-    CHECK(std::abs(got[i] - want[i]) <= 1e-4 * std::abs(want[i]));
+    CHECK(std::abs(got[i] - want[i]) <= tolerance * std::abs(want[i]));
   }
   // Training moves the loss (the test would pass on a frozen model otherwise).
   CHECK(std::abs(got.back() - got.front()) > 1e-3);
@@ -403,6 +406,65 @@ TEST_CASE("llama-tiny trains as one process does, context parallelism included (
     check_same(losses_of(validate("--model llama-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.micro_batches=4")),
                reference("llama-tiny", shape, 4));
   }
+}
+
+TEST_CASE("moe-tiny trains as one process does under expert parallelism, ZeRO-1/2 included (Note [Expert gradients])",
+          "[runtime][validate][slow][ep]") {
+  // Each rank routes its own sequences, sends the rows to the ranks that hold
+  // their experts (expert e on ep rank e / (4 / ep)) and takes the outputs
+  // back; the routed experts' gradients are summed over the expert
+  // data-parallel group (edp = dp / ep) and divided by dp, the rest averaged
+  // over dp: the single process's steps on the same global batch (dp
+  // micro-steps of 2 sequences of 32 tokens).
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  SECTION("dp 2, ep 2 (edp 1): ddp, zero1, zero2") {
+    const auto want = reference("moe-tiny", shape, 2);
+    for (const std::string plan : {"ddp", "zero1", "zero2"}) {
+      INFO(plan);
+      check_same(losses_of(validate("--model moe-tiny --plan " + plan + " --procs 2" + kCommon + shape + " --set plan.ep=2")), want);
+    }
+  }
+  SECTION("dp 4: ep 4 (edp 1) and ep 2 (edp 2), ddp, zero1 and zero2") {
+    const auto want = reference("moe-tiny", shape, 4);
+    for (const std::string plan : {"ddp --set plan.ep=4", "ddp --set plan.ep=2", "zero2 --set plan.ep=2", "zero1 --set plan.ep=4"}) {
+      INFO(plan);
+      check_same(losses_of(validate("--model moe-tiny --plan " + plan + " --procs 4" + kCommon + shape)), want);
+    }
+  }
+  SECTION("dp 2 x pp 2, ep 2 (1F1B; the ep groups within each stage)") {
+    check_same(losses_of(validate("--model moe-tiny --plan 1f1b --procs 4" + kCommon + shape + " --set plan.ep=2 --set plan.micro_batches=2")),
+               reference("moe-tiny", shape, 4));
+  }
+  SECTION("the experts' divisor: plain SGD, to 1e-6") {
+    // Adam's step does not see a gradient's scale, and moe-tiny's experts
+    // (weights N(0, 0.02)) move the loss little: at 1e-4 only a wrong sum
+    // shows. SGD at lr 10 steps by the gradient itself; fp32 reordering
+    // leaves the losses within a few 1e-8 of the single process's, so 1e-6
+    // tells the dp divisor from edp's or none.
+    const std::string sgd = " --json --quiet --warmup 0 --steps 3 --lr 10 --set plan.optimizer=sgd ";
+    check_same(losses_of(validate("--model moe-tiny --plan ddp --procs 2" + sgd + shape + " --set plan.ep=2")),
+               reference("moe-tiny", shape, 2, sgd), 1e-6);
+    const auto want = reference("moe-tiny", shape, 4, sgd);
+    check_same(losses_of(validate("--model moe-tiny --plan zero2 --procs 4" + sgd + shape + " --set plan.ep=2")), want, 1e-6);
+    check_same(losses_of(validate("--model moe-tiny --plan ddp --procs 4" + sgd + shape + " --set plan.ep=4")), want, 1e-6);
+  }
+}
+
+TEST_CASE("validate refuses expert parallelism with ZeRO-3, FSDP or tensor parallelism in one line", "[runtime][validate][ep]") {
+  const Run zero3 = validate("--model moe-tiny --plan zero3 --procs 2 --set plan.ep=2");
+  CHECK(zero3.status == 2);
+  CHECK(std::count(zero3.err.begin(), zero3.err.end(), '\n') == 1);
+  CHECK(zero3.err.find("zero3.yaml:7: ZeRO-3 with plan.ep 2 is not run (its per-layer units do not split the experts over the expert "
+                       "data-parallel group); with ep > 1 use zero_stage 0, 1 or 2") != std::string::npos);
+  const Run fsdp = validate("--model moe-tiny --plan fsdp --procs 2 --set plan.ep=2");
+  CHECK(fsdp.status == 2);
+  CHECK(fsdp.err.find("fsdp.yaml:5: FSDP with plan.ep 2 is not run") != std::string::npos);
+  // tp 2 x dp 2 with ep 2 needs sequence parallelism to resolve at all (Megatron-Core's rule).
+  const Run tp = validate("--model moe-tiny --plan megatron-tp --procs 4 --set plan.ep=2 --set plan.sequence_parallel=true");
+  CHECK(tp.status == 2);
+  CHECK(std::count(tp.err.begin(), tp.err.end(), '\n') == 1);
+  CHECK(tp.err.find("--set plan.ep: plan.ep 2 with plan.tp 2 is not run (the MoE block has no tensor-parallel split); with ep > 1 use tp 1") !=
+        std::string::npos);
 }
 
 // ---- real runs: data and faults -------------------------------------------------------

@@ -102,3 +102,37 @@ TEST_CASE("resolve builds the mesh from the plan's placement", "[mesh][plan]") {
   CHECK(r.mesh.group(Axis::kPp, 1) == std::vector<int>{1, 5});
   CHECK(r.mesh.placement() == "tp,dp,pp");
 }
+
+TEST_CASE("the expert view of a mesh lists its ep and edp groups by hand (Note [Expert mesh])", "[mesh][ep]") {
+  // tp 2, pp 2, dp 4 in order tp, pp, dp: rank = t + 2p + 4d. A stage's
+  // ranks read innermost first (t, then d) are j = t + 2d, refolded as
+  // etp 1 x ep 4 x edp 2: ep groups are j in {0..3} and {4..7}, edp groups
+  // j and j + 4.
+  std::array<int, kAxes> sizes{};
+  sizes.fill(1);
+  sizes[static_cast<int>(Axis::kTp)] = 2;
+  sizes[static_cast<int>(Axis::kPp)] = 2;
+  sizes[static_cast<int>(Axis::kDp)] = 4;
+  const Mesh m({Axis::kTp, Axis::kPp, Axis::kDp}, sizes);
+  // Rank 11 = (t 1, p 1, d 2): j = 1 + 2 x 2 = 5, ep coordinate 1, edp 1.
+  CHECK(m.stage_index(11) == 5);
+  CHECK(m.stage_rank(1, 5) == 11);
+  // Stage 1's j = 4..7 are (t, d) = (0, 2), (1, 2), (0, 3), (1, 3): ranks 10, 11, 14, 15.
+  CHECK(m.expert_group(1, 4, Axis::kEp, 11) == std::vector<int>{10, 11, 14, 15});
+  CHECK(m.expert_coord(1, 4, Axis::kEp, 11) == 1);
+  // j = 1 and 5 on stage 1: (t 1, d 0) = rank 3 and rank 11.
+  CHECK(m.expert_group(1, 4, Axis::kDp, 11) == std::vector<int>{3, 11});
+  CHECK(m.expert_coord(1, 4, Axis::kDp, 11) == 1);
+  // etp 2 x ep 2 x edp 2: the etp group is the tp pair (j 4, 5), ep pairs
+  // j with j + 2 (j 5, 7: ranks 11, 15), edp j with j + 4 (j 1, 5: 3, 11).
+  CHECK(m.expert_group(2, 2, Axis::kTp, 11) == std::vector<int>{10, 11});
+  CHECK(m.expert_group(2, 2, Axis::kEp, 11) == std::vector<int>{11, 15});
+  CHECK(m.expert_group(2, 2, Axis::kDp, 11) == std::vector<int>{3, 11});
+  // Plain data parallelism (dp 4, ep 2): ep groups {0, 1}, {2, 3}; edp {0, 2}, {1, 3}.
+  sizes.fill(1);
+  sizes[static_cast<int>(Axis::kDp)] = 4;
+  const Mesh d({Axis::kTp, Axis::kPp, Axis::kDp}, sizes);
+  CHECK(d.expert_group(1, 2, Axis::kEp, 3) == std::vector<int>{2, 3});
+  CHECK(d.expert_group(1, 2, Axis::kDp, 3) == std::vector<int>{1, 3});
+  CHECK(d.expert_coord(1, 2, Axis::kEp, 2) == 0);
+}

@@ -480,9 +480,10 @@ struct LlamaShape {
   bool qkv_bias, o_bias, mlp_bias, qk_norm, flash;
   std::int64_t window = 0;  ///< sw=: Mistral's sliding window in tokens (0: none)
   // A moe.block (Note [Mixture of experts] in models/src/llama.cpp): E
-  // routed experts, `local` of them on this rank (E / ep), top-k routing,
-  // experts fe wide, shared experts fs wide (0: none), Qwen2-MoE's gate.
-  std::int64_t experts = 0, local = 0, top_k = 0, fe = 0, fs = 0;
+  // routed experts, `local` of them on this rank (E / ep) from expert
+  // `first` on (Note [Expert parallelism]), top-k routing, experts fe wide,
+  // shared experts fs wide (0: none), Qwen2-MoE's gate.
+  std::int64_t experts = 0, local = 0, first = 0, top_k = 0, fe = 0, fs = 0;
   bool shared_gate = false;
 };
 
@@ -491,14 +492,20 @@ struct LlamaShape {
 /// chosen weights renormalised, each local expert a SwiGLU over the rows
 /// routed to it (w1 gate, w3 up, w2 down, one tensor each), the outputs
 /// weighted and summed; a shared expert (and its sigmoid gate) beside.
+/// Under expert parallelism the rows go to the experts' ranks and back by
+/// all-to-all (Note [Expert parallelism]).
 struct MoeMlp : nn::Module {
   explicit MoeMlp(const LlamaShape& s)
       : gate(register_module("gate", nn::Linear(nn::LinearOptions(s.h, s.experts).bias(false)))), shape(s) {
-    for (std::int64_t e = 0; e < s.local; ++e) {
-      const std::string n = "experts_" + std::to_string(e) + "_";
-      w1.push_back(register_parameter(n + "w1", torch::randn({s.fe, s.h}) * 0.02));
-      w2.push_back(register_parameter(n + "w2", torch::randn({s.h, s.fe}) * 0.02));
-      w3.push_back(register_parameter(n + "w3", torch::randn({s.fe, s.h}) * 0.02));
+    // Every expert is drawn, in order, and this rank keeps its block: the
+    // experts of the whole layer the same seed builds.
+    for (std::int64_t e = 0; e < s.experts; ++e) {
+      auto a = torch::randn({s.fe, s.h}) * 0.02, b = torch::randn({s.h, s.fe}) * 0.02, c = torch::randn({s.fe, s.h}) * 0.02;
+      if (e < s.first || e >= s.first + s.local) continue;
+      const std::string n = "experts_" + std::to_string(e - s.first) + "_";
+      w1.push_back(register_parameter(n + "w1", a));
+      w2.push_back(register_parameter(n + "w2", b));
+      w3.push_back(register_parameter(n + "w3", c));
     }
     if (s.fs > 0) {
       shared_gate_proj = register_module("shared_expert_gate_proj", nn::Linear(nn::LinearOptions(s.h, s.fs).bias(false)));
@@ -513,19 +520,17 @@ struct MoeMlp : nn::Module {
     const auto probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
     auto [weights, chosen] = probs.topk(shape.top_k, -1);
     weights = (weights / weights.sum(-1, /*keepdim=*/true)).to(z.scalar_type());
-    auto out = torch::zeros_like(flat);
-    for (std::int64_t e = 0; e < shape.local; ++e) {
-      const auto hit = (chosen == e).nonzero();  // [n, 2]: row, slot
-      if (hit.size(0) == 0) {
-        // An expert no token chose still gets a (zero) gradient, as a
-        // grouped GEMM gives it, so data parallelism reduces every tensor.
-        out = out + 0 * (w1[e].sum() + w2[e].sum() + w3[e].sum());
-        continue;
+    auto out = ep ? dispatched(flat, weights, chosen) : torch::zeros_like(flat);
+    if (!ep) {
+      for (std::int64_t e = 0; e < shape.local; ++e) {
+        const auto hit = (chosen == e).nonzero();  // [n, 2]: row, slot
+        if (hit.size(0) == 0) {
+          out = out + unused(e);
+          continue;
+        }
+        const auto rows = hit.select(1, 0), slots = hit.select(1, 1);
+        out = out.index_add(0, rows, expert(flat.index_select(0, rows), e) * weights.index({rows, slots}).unsqueeze(1));
       }
-      const auto rows = hit.select(1, 0), slots = hit.select(1, 1);
-      const auto x = flat.index_select(0, rows);
-      const auto y = F::linear(F::silu(F::linear(x, w1[e])) * F::linear(x, w3[e]), w2[e]);
-      out = out.index_add(0, rows, y * weights.index({rows, slots}).unsqueeze(1));
     }
     if (shared_down_proj) {
       auto shared = shared_down_proj(F::silu(shared_gate_proj(flat)) * shared_up_proj(flat));
@@ -534,8 +539,39 @@ struct MoeMlp : nn::Module {
     }
     return out.view_as(z);
   }
+  /// Local expert e (a SwiGLU) on rows x [n, h].
+  torch::Tensor expert(const torch::Tensor& x, std::int64_t e) { return F::linear(F::silu(F::linear(x, w1[e])) * F::linear(x, w3[e]), w2[e]); }
+  /// A zero that gives local expert e a (zero) gradient when no row reached
+  /// it, as a grouped GEMM does, so data parallelism reduces every tensor.
+  torch::Tensor unused(std::int64_t e) { return 0 * (w1[e].sum() + w2[e].sum() + w3[e].sum()); }
+  /// Note [Expert parallelism]: the routed experts' sum for rows `flat`
+  /// [T, h] with their renormalised `weights` and `chosen` experts [T, k],
+  /// through the experts' ranks.
+  torch::Tensor dispatched(const torch::Tensor& flat, const torch::Tensor& weights, const torch::Tensor& chosen) {
+    const int n = ep->size;
+    const std::int64_t local = shape.local;
+    const MoeDispatch d = moe_dispatch(chosen, shape.experts, n);
+    const torch::Tensor rows = d.order.div(shape.top_k, "floor");  // each pair's token
+    // The counts first: got[s local + j] pairs rank s sends to local expert j.
+    const std::vector<std::int64_t> each(n, local);
+    const torch::Tensor got = ep->all_to_all(d.counts, each, each).to(torch::kCPU);
+    std::vector<std::int64_t> recv(n, 0);
+    for (int r = 0; r < n; ++r) recv[r] = got.narrow(0, r * local, local).sum().item<std::int64_t>();
+    const torch::Tensor x = ep->all_to_all(flat.index_select(0, rows), d.send, recv);  // [R, h]
+    // The received rows come by source rank, each rank's by expert.
+    const torch::Tensor owner = torch::arange(local, torch::kLong).repeat({n}).repeat_interleave(got).to(flat.device());
+    auto y = torch::zeros_like(x);
+    for (std::int64_t e = 0; e < local; ++e) {
+      const auto idx = (owner == e).nonzero().squeeze(1);
+      y = idx.numel() == 0 ? y + unused(e) : y.index_add(0, idx, expert(x.index_select(0, idx), e));
+    }
+    const torch::Tensor back = ep->all_to_all(y, recv, d.send);  // [T k, h], in d.order
+    const torch::Tensor w = weights.reshape({-1}).index_select(0, d.order).unsqueeze(1);
+    return torch::zeros_like(flat).index_add(0, rows, back * w);
+  }
   nn::Linear gate;
   std::vector<torch::Tensor> w1, w2, w3;
+  std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (all experts here, or rank 0's alone)
   nn::Linear shared_gate_proj{nullptr}, shared_up_proj{nullptr}, shared_down_proj{nullptr}, shared_expert_gate{nullptr};
   LlamaShape shape;
 };
@@ -716,6 +752,13 @@ class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
   void set_recompute_attention(bool on) override { m_->recompute_core = on; }
+  std::vector<torch::Tensor> expert_parameters() override {
+    std::vector<torch::Tensor> out;
+    if (!m_->moe) return out;
+    const auto& m = *m_->moe;
+    for (std::size_t e = 0; e < m.w1.size(); ++e) out.insert(out.end(), {m.w1[e], m.w2[e], m.w3[e]});
+    return out;
+  }
 };
 
 class BertEmbedLayer final : public Wrapped<BertEmbed> {
@@ -806,7 +849,7 @@ std::vector<std::string> torch_layer_kinds() {
           "bert.classifier", "lstm.layer", "lstm.head", "llama.embed", "llama.block", "llama.head", "moe.block"};
 }
 
-std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature);
+std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature, int ep_rank);
 
 /// HuggingFace's _init_weights for GPT-2 and BERT (initializer_range 0.02):
 /// Linear and Embedding weights N(0, 0.02), biases 0, LayerNorm 1 and 0.
@@ -848,9 +891,10 @@ static void init_llama_like_hf(nn::Module& m) {
   }
 }
 
-/// The whole layer of a signature (its tp= and cp= ignored), initialised as HF does.
-static std::unique_ptr<TorchLayer> make_full_layer(const std::string& signature) {
-  auto layer = make_torch_layer_default_init(signature);
+/// The whole layer of a signature (its tp= and cp= ignored; a MoE block
+/// keeps expert-parallel rank `ep_rank`'s experts), initialised as HF does.
+static std::unique_ptr<TorchLayer> make_full_layer(const std::string& signature, int ep_rank = 0) {
+  auto layer = make_torch_layer_default_init(signature, ep_rank);
   const std::string kind = signature.substr(0, signature.find(':'));
   if (kind.rfind("gpt2.", 0) == 0 || kind.rfind("bert.", 0) == 0) init_like_hf(layer->module());
   if (kind.rfind("llama.", 0) == 0) init_llama_like_hf(layer->module());
@@ -953,7 +997,7 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
   return layer;
 }
 
-std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature) {
+std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature, int ep_rank) {
   const Signature s = parse_signature(signature);
   const auto& k = s.kind;
   // Attention splits h into a heads of h/a each.
@@ -993,6 +1037,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
         throw ConfigError("layer signature '" + signature + "': E must be at least 2 and a multiple of ep");
       }
       shape.local = shape.experts / ep;
+      shape.first = ep_rank * shape.local;
       shape.top_k = s.get("k");
       if (shape.top_k < 1 || shape.top_k > shape.experts) throw ConfigError("layer signature '" + signature + "': k must be 1 to E");
       shape.fe = s.get("fe");
@@ -1026,6 +1071,36 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
   place_cp(*layer, signature, cp);
   split_layer(*layer, signature, tp);
   return layer;
+}
+
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp,
+                                             const ExpertParallel& ep) {
+  const Signature s = parse_signature(signature);
+  if (s.kind != "moe.block") return make_torch_layer(signature, tp, cp);
+  const std::string at = "layer signature '" + signature + "': ";
+  const auto want = s.get_or("ep", 1);
+  if (want != ep.size) {
+    throw ConfigError(at + "ep=" + std::to_string(want) + " but the expert-parallel group has " + std::to_string(ep.size) + " ranks");
+  }
+  if (ep.size > 1 && (!ep.all_to_all || ep.rank < 0 || ep.rank >= ep.size)) {
+    throw ConfigError(at + "expert parallelism needs a rank in [0, size) and an all_to_all");
+  }
+  auto layer = make_full_layer(signature, ep.size > 1 ? ep.rank : 0);
+  place_cp(*layer, signature, cp);
+  split_layer(*layer, signature, tp);
+  if (ep.size > 1) dynamic_cast<LlamaBlockLayer&>(*layer).block().moe->ep = std::make_shared<ExpertParallel>(ep);
+  return layer;
+}
+
+MoeDispatch moe_dispatch(const torch::Tensor& chosen, std::int64_t experts, int ep) {
+  if (ep < 1 || experts % ep != 0) throw ConfigError("moe_dispatch: " + std::to_string(experts) + " experts do not split over ep " + std::to_string(ep));
+  const torch::Tensor flat = chosen.reshape({-1});
+  MoeDispatch d;
+  d.order = std::get<1>(torch::sort(flat, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+  d.counts = torch::bincount(flat, {}, experts);
+  const torch::Tensor per_rank = d.counts.view({ep, experts / ep}).sum(1).to(torch::kCPU);
+  for (int r = 0; r < ep; ++r) d.send.push_back(per_rank[r].item<std::int64_t>());
+  return d;
 }
 
 torch::Tensor cp_positions(std::int64_t seq, int rank, int size) {

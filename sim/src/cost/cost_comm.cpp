@@ -192,8 +192,10 @@ CommGroup data_group(const Mesh& mesh, int per_node) {
 // etp). Expert parameters' gradients are reduced, and the distributed
 // optimizer shards them, over edp; tokens are exchanged over ep. Here a
 // stage's j-th rank is the rank whose non-pipeline coordinates, read
-// innermost first, spell j; a group's members on rank 0's node and the
-// groups that share that node come from enumerating it.
+// innermost first, spell j (Mesh::stage_index; Mesh::expert_group lists a
+// group's ranks, from which dtsim validate's runtime builds its ep and edp
+// process groups); a group's members on rank 0's node and the groups that
+// share that node come from enumerating it.
 CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node) {
   const int stage_ranks = mesh.ranks() / mesh.size(Axis::kPp);
   DTSIM_ASSERT(etp >= 1 && ep >= 1 && stage_ranks % (etp * ep) == 0, "expert mesh does not fold the stage's ranks");
@@ -203,24 +205,8 @@ CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_nod
   CommGroup g;
   g.ranks = members;
   if (members <= 1) return g;
-  auto rank_of = [&](int j) {
-    int r = 0;
-    for (Axis a : mesh.order()) {
-      if (a == Axis::kPp) continue;
-      r += (j % mesh.size(a)) * mesh.stride(a);
-      j /= mesh.size(a);
-    }
-    return r;
-  };
-  auto index_of = [&](int rank) {
-    int j = 0, scale = 1;
-    for (Axis a : mesh.order()) {
-      if (a == Axis::kPp) continue;
-      j += mesh.coord(a, rank) * scale;
-      scale *= mesh.size(a);
-    }
-    return j;
-  };
+  auto rank_of = [&](int j) { return mesh.stage_rank(0, j); };
+  auto index_of = [&](int rank) { return mesh.stage_index(rank); };
   int on_node = 0;
   for (int k = 0; k < members; ++k) on_node += rank_of(k * jstride) / per_node == 0 ? 1 : 0;
   g.ranks_per_node = std::max(1, on_node);

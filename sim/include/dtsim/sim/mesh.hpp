@@ -50,6 +50,20 @@ class Mesh {
   /// first, e.g. "tp,pp,dp".
   std::string placement() const;
 
+  /// Note [Expert mesh] (cost_comm.cpp): each pipeline stage's tp x cp x dp
+  /// ranks, taken in rank order, refolded as etp x ep x edp, innermost
+  /// first. `rank`'s index among its stage's ranks in that order (its
+  /// non-pipeline coordinates read innermost first).
+  int stage_index(int rank) const;
+  /// The rank of pipeline stage `stage` at index `index` of stage_index.
+  int stage_rank(int stage, int index) const;
+  /// The ranks of `rank`'s group along `axis` of the expert view (kTp: the
+  /// expert tensor-parallel group, kEp: expert parallel, kDp: expert data
+  /// parallel), by their coordinate on it; etp x ep must divide a stage.
+  std::vector<int> expert_group(int etp, int ep, Axis axis, int rank) const;
+  /// `rank`'s coordinate on `axis` of the expert view (its index in expert_group).
+  int expert_coord(int etp, int ep, Axis axis, int rank) const;
+
  private:
   std::array<int, kAxes> size_{};
   std::array<int, kAxes> stride_{};

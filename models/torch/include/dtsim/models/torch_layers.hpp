@@ -38,6 +38,11 @@ class TorchLayer {
   /// forward's random state (Note [Recompute]). Layers without an attention
   /// core ignore it.
   virtual void set_recompute_attention(bool /*on*/) {}
+  /// The routed experts' parameters of a MoE block, a subset of
+  /// module().parameters() (empty for other layers): under expert
+  /// parallelism their gradients are reduced over the expert data-parallel
+  /// group instead of the data-parallel one (Note [Expert parallelism]).
+  virtual std::vector<torch::Tensor> expert_parameters() { return {}; }
 };
 
 /// Note [Recompute]
@@ -115,6 +120,48 @@ torch::Tensor cp_positions(std::int64_t seq, int rank, int size);
 /// block with a local gather (its own keys and values k times over): one
 /// rank's computation without the collective.
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp);
+
+/// Note [Expert parallelism]
+/// Megatron-Core's expert parallelism (--expert-model-parallel-size) with its
+/// alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py):
+/// a moe.block's E routed experts are spread over the ep ranks in contiguous
+/// blocks, expert e on ep rank e / (E / ep). Each rank routes its own tokens
+/// with the replicated router, sorts its (token, slot) pairs by expert
+/// (moe_dispatch), sends each rank the counts for its experts and then the
+/// rows (the dispatch), runs its local experts on the rows it received (by
+/// source rank, then by expert), and sends the outputs back the way they
+/// came (the combine), where each token's k outputs are weighted by its
+/// router probabilities and summed as without expert parallelism. The
+/// runtime supplies `all_to_all` over the ep group: x's rows in ep-rank
+/// order, send[r] of them to rank r, returning the recv[r] rows each rank r
+/// sent here, in rank order; its backward is the reverse all-to-all of the
+/// gradient. The experts' gradients then hold every ep rank's tokens; the
+/// runtime sums them over the expert data-parallel group (Note [Expert
+/// mesh] in sim/src/cost/cost_comm.cpp).
+struct ExpertParallel {
+  int rank = 0;
+  int size = 1;
+  std::function<torch::Tensor(const torch::Tensor&, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv)> all_to_all;
+};
+
+/// The dispatch's bookkeeping (Note [Expert parallelism]) for `chosen`
+/// [T, k] (each token's experts, int64) over `experts` experts on `ep`
+/// ranks in contiguous blocks.
+struct MoeDispatch {
+  torch::Tensor order;              ///< [T k]: the flat (token, slot) pairs t k + slot, sorted by expert (stable)
+  torch::Tensor counts;             ///< [E]: pairs per expert, int64
+  std::vector<std::int64_t> send;   ///< [ep]: pairs sent to each rank (its experts' counts summed)
+};
+MoeDispatch moe_dispatch(const torch::Tensor& chosen, std::int64_t experts, int ep);
+
+/// As make_torch_layer(signature, tp, cp), for expert parallelism too: a
+/// moe.block's `ep=` (1 when absent) must equal ep.size; it holds experts
+/// [ep.rank E/ep, (ep.rank + 1) E/ep) of the whole block the same seed
+/// builds and dispatches through ep.all_to_all. Other layers ignore ep.
+/// make_torch_layer(signature) on a signature with ep=k builds rank 0's
+/// experts without the collective: they see only this rank's tokens.
+std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp,
+                                             const ExpertParallel& ep);
 
 /// The layer kinds make_torch_layer knows ("gpt2.block", ...).
 std::vector<std::string> torch_layer_kinds();
