@@ -35,6 +35,7 @@
 #include "dtsim/runtime/launcher.hpp"
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/lowering.hpp"
 #include "worker.hpp"
 
 namespace dtsim::runtime {
@@ -704,6 +705,9 @@ class Trainer {
     std::vector<torch::Tensor> rng;      ///< per unit: the random state its forward began with (full recompute)
     std::vector<std::vector<torch::Tensor>> recompute_inputs;  ///< per unit: its inputs, kept for the recompute
     torch::Tensor loss;                  ///< last stage
+    /// zb-h1 (Note [Zero bubble passes]): per unit, the root its input-gradient
+    /// pass started from and the gradient it was given, for the weight pass.
+    std::vector<torch::Tensor> w_roots, w_grads;
   };
 
   void train_step(int step, int total) {
@@ -718,6 +722,9 @@ class Trainer {
     } else if (p.schedule == sim::Schedule::kGpipe) {
       for (int m = 0; m < micro; ++m) ops.push_back({true, m});
       for (int m = micro - 1; m >= 0; --m) ops.push_back({false, m});
+    } else if (p.schedule == sim::Schedule::kZbH1) {
+      zero_bubble_step(step, total);
+      return;
     } else {  // 1F1B (PipeDream-flush; Narayanan et al. 2021, Figure 4 top)
       const int warm = std::min(pp - s - 1, micro);
       for (int m = 0; m < warm; ++m) ops.push_back({true, m});
@@ -740,6 +747,118 @@ class Trainer {
     mem_mark("backward done");
     optimizer_step(step + 1);
     mem_mark("optimizer");
+  }
+
+  // Note [Zero bubble passes]
+  // ZB-H1 runs the simulator's order (sim::pipeline_order, Note [Zero
+  // bubble] in sim/src/lowering/lower.cpp): each backward is split into B,
+  // the gradient of the stage's input, sent on at once, and W, the
+  // gradients of its weights, deferred. LibTorch 1.13 has no store of each
+  // GEMM's operands (the zero-bubble code's WeightGradStore), so B asks
+  // autograd for each unit's input gradient only (autograd::grad with the
+  // graph retained: the engine skips the weights' edges) and W runs the
+  // unit's retained graph again down to its parameters (autograd::backward
+  // with inputs = the parameters). The losses and gradients are those of
+  // 1F1B; W re-runs the unit's input-side backward it needs to reach its
+  // weights and the retained graph keeps every saved tensor, so a W costs
+  // more time and memory here than in the simulator's model of it.
+  void zero_bubble_step(int step, int total) {
+    const auto& p = *plan_;
+    const int micro = static_cast<int>(p.grad_accum);
+    const std::vector<sim::PipeStep> order = sim::pipeline_order(sim::Schedule::kZbH1, p.pp, 1, stage_, micro);
+    saved_.assign(micro, {});
+    int weights_done = 0;
+    for (const sim::PipeStep& st : order) {
+      if (st.forward) {
+        heartbeat(step, total, "forward " + std::to_string(st.micro));
+        forward(st.micro);
+      } else if (!st.weight) {
+        heartbeat(step, total, "backward input " + std::to_string(st.micro));
+        backward_input(st.micro);
+      } else {
+        heartbeat(step, total, "backward weight " + std::to_string(st.micro));
+        backward_weight(st.micro, ++weights_done == micro);
+      }
+    }
+    heartbeat(step, total, "optimizer");
+    finish_p2p();
+    mem_mark("backward done");
+    optimizer_step(step + 1);
+    mem_mark("optimizer");
+  }
+
+  /// B of Note [Zero bubble passes]: micro-batch m's input gradients, unit
+  /// by unit, the graph kept for W; the stage's input gradient sent back.
+  void backward_input(int m) {
+    const auto& p = *plan_;
+    Saved& sv = saved_[m];
+    torch::Tensor grad;
+    if (stage_ < p.pp - 1) {
+      const auto& out = sv.outputs.back();
+      grad = recv_tensor(stage_ + 1, out.sizes().vec(), out.scalar_type(), 2, "recv gradient");
+    }
+    PhaseTimer ph(*this, bwd_s_);
+    sv.w_roots.assign(units_.size(), torch::Tensor());
+    sv.w_grads.assign(units_.size(), torch::Tensor());
+    for (std::size_t u = units_.size(); u-- > 0;) {
+      Unit& unit = units_[u];
+      const double t0 = now_us();
+      torch::Tensor root = sv.outputs[u];
+      if (unit.recompute) {
+        const torch::Tensor now = models::rng_state(c_.device);
+        models::set_rng_state(c_.device, sv.rng[u]);
+        root = unit.layer->forward(sv.recompute_inputs[u]);
+        sv.recompute_inputs[u].clear();
+        models::set_rng_state(c_.device, now);
+      }
+      torch::Tensor given = grad;
+      if (u + 1 == units_.size() && stage_ == p.pp - 1) {
+        root = loss_scale_ != 1 ? sv.loss * loss_scale_ : sv.loss;  // AdamConfig::grad_scale divides it back
+        given = torch::Tensor();
+      }
+      grad = torch::Tensor();
+      if (sv.inputs[u].defined()) {
+        const auto g = torch::autograd::grad({root}, {sv.inputs[u]}, {given}, /*retain_graph=*/true,
+                                             /*create_graph=*/false, /*allow_unused=*/true);
+        grad = g[0];
+      }
+      sv.w_roots[u] = root;
+      sv.w_grads[u] = given;
+      sv.outputs[u] = torch::Tensor();
+      sv.inputs[u] = torch::Tensor();
+      if (recording_) event("bwd input " + unit.name + " m" + std::to_string(m), "backward", t0);
+      mem_mark("bwd input " + unit.name + " m" + std::to_string(m));
+    }
+    if (stage_ > 0) send_tensor(grad, stage_ - 1, 2);
+  }
+
+  /// W of Note [Zero bubble passes]: micro-batch m's weight gradients from
+  /// the graphs B kept, each unit's reduction launched as they are final.
+  void backward_weight(int m, bool last_micro) {
+    Saved& sv = saved_[m];
+    PhaseTimer ph(*this, bwd_s_);
+    for (std::size_t u = units_.size(); u-- > 0;) {
+      Unit& unit = units_[u];
+      const double t0 = now_us();
+      std::vector<torch::Tensor> weights = unit.params;
+      weights.insert(weights.end(), unit.expert.begin(), unit.expert.end());
+      std::vector<torch::Tensor> trained;
+      for (const auto& w : weights) {
+        if (w.requires_grad()) trained.push_back(w);
+      }
+      if (!trained.empty() && sv.w_roots[u].defined() && sv.w_roots[u].requires_grad()) {
+        std::vector<torch::Tensor> given;
+        if (sv.w_grads[u].defined()) given.push_back(sv.w_grads[u]);
+        torch::autograd::backward({sv.w_roots[u]}, given, /*retain_graph=*/false, /*create_graph=*/false, trained);
+      }
+      sv.w_roots[u] = torch::Tensor();
+      sv.w_grads[u] = torch::Tensor();
+      if (u + 1 == units_.size()) sv.loss = torch::Tensor();
+      if (recording_) event("bwd weight " + unit.name + " m" + std::to_string(m), "backward", t0);
+      mem_mark("bwd weight " + unit.name + " m" + std::to_string(m));
+      grads_ready(u, last_micro);
+    }
+    finish_reductions();
   }
 
   // Note [Memory trace]

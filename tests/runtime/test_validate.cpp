@@ -354,6 +354,26 @@ TEST_CASE("pipelines, tensor parallelism and the naive split train exactly as on
   }
 }
 
+TEST_CASE("zb-h1 pipelines train exactly as one process does", "[runtime][validate][slow]") {
+  // Note [Zero bubble passes]: the input-gradient and weight passes apart,
+  // the weights' deferred on the later stage, give 1F1B's gradients: the
+  // tied embedding across the stages (gpt2-tiny), an LSTM's weights
+  // (bilstm-tiny) and the data-parallel reduction after the last weight
+  // pass under ZeRO-1 (dp 2 x pp 2).
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 --set plan.schedule=zb-h1 ";
+  const auto gpt4 = reference("gpt2-tiny", " --set plan.micro_batch=2 --set plan.seq_len=32 ", 4);
+  check_same(losses_of(validate("--model gpt2-tiny --plan 1f1b --procs 2" + kCommon + no_dropout("gpt2-tiny") + shape +
+                                " --set plan.micro_batches=4")),
+             gpt4);
+  const auto lstm4 = reference("bilstm-tiny", " --set plan.micro_batch=2 --set plan.seq_len=32 ", 4);
+  check_same(losses_of(validate("--model bilstm-tiny --plan 1f1b --procs 2" + kCommon + no_dropout("bilstm-tiny") + shape +
+                                " --set plan.micro_batches=4")),
+             lstm4);
+  check_same(losses_of(validate("--model gpt2-tiny --plan 1f1b --procs 4" + kCommon + no_dropout("gpt2-tiny") + shape +
+                                " --set plan.micro_batches=2 --set plan.zero_stage=1")),
+             gpt4);
+}
+
 TEST_CASE("hybrid plans on 4 ranks train exactly as one process does", "[runtime][validate][slow]") {
   const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
   SECTION("dp 2 x pp 2 (1F1B, DDP across the pipelines)") {
