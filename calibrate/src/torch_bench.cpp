@@ -12,7 +12,9 @@
 // on CUDA); --budget-s is the measuring time per point after the warm-ups;
 // --tp adds the tensor-parallel shares of those degrees (signatures with
 // tp=k: one rank's computation, its collectives priced apart by the simulator);
-// --cp likewise the context-parallel shares of GPT and Llama blocks (cp=k).
+// --cp likewise the context-parallel shares of GPT and Llama blocks (cp=k);
+// the --tp degrees also give MoE blocks' expert-parallel shares (ep=k, Note
+// [Expert-parallel shares]).
 // --passes times the layer sweep N times over (Note [Sweep passes]).
 // --lockstep makes N concurrent copies start every point together (Note
 // [Copies in lockstep]); `dtsim calibrate` passes it.
@@ -414,6 +416,7 @@ class Bench {
     std::string precision;
     std::int64_t b, s;
     int tp;
+    int ep = 1;  ///< Note [Expert-parallel shares]
   };
 
   /// (tp, cp) pairs of the given degrees whose product is at most `most`, tp-major.
@@ -471,11 +474,11 @@ class Bench {
       // rank's share, its s/k queries against the whole sequence's keys.
       // Shares of tp x cp ranks up to the most ranks a degree asks for.
       const int most = std::max(*std::max_element(o_.tp.begin(), o_.tp.end()), *std::max_element(o_.cp.begin(), o_.cp.end()));
-      for (const auto& [tp, cp] : degrees(o_.tp, o_.cp, most)) {
-        if (!model->tp_error(tp).empty()) continue;  // the Bi-LSTM has no tensor-parallel split
-        if (!model->cp_error(cp).empty()) continue;  // nor a context-parallel one
+      // One share's layers (those not swept yet) and its whole-model steps.
+      const auto share = [&](int tp, int cp, int ep) {
         shape.tp = tp;
         shape.cp = cp;
+        shape.ep = ep;
         std::vector<std::string> chain;
         bool fresh = false;
         for (const auto& layer : model->layers(shape)) {
@@ -495,14 +498,32 @@ class Bench {
         // in-step ratios (sim/src/cost/cost_profile.cpp), and the steps took a
         // minute of the H100's calibration.
         // No whole-model steps of context-parallel shares: a step record names its tp only.
-        if (!fresh || steps == nullptr || cuda_ || cp > 1) continue;
+        if (!fresh || steps == nullptr || cuda_ || cp > 1) return;
         for (const auto& p : o_.precisions) {
           for (auto s : ss) {
             if (s > model->max_seq_len()) continue;
-            steps->push_back({name, chain, p, bs.back(), s, tp});
+            steps->push_back({name, chain, p, bs.back(), s, tp, ep});
             if (o_.quick) break;
           }
         }
+      };
+      for (const auto& [tp, cp] : degrees(o_.tp, o_.cp, most)) {
+        if (!model->tp_error(tp).empty()) continue;  // the Bi-LSTM has no tensor-parallel split
+        if (!model->cp_error(cp).empty()) continue;  // nor a context-parallel one
+        share(tp, cp, 1);
+      }
+      // Note [Expert-parallel shares]
+      // A MoE block at ep=k is one rank's share: the rows of its E/k experts
+      // and the dispatch's bookkeeping, not E/k of the whole block's time
+      // (moe-tiny's block at b 4, s 128 took as long at ep 2 as at ep 1,
+      // 5.2 ms forward: the same rows through half the experts, where its
+      // kernels priced it at 3.3 ms). So the blocks of every
+      // degree --tp names that divides the experts are timed too (tp 1), as
+      // the grouped GEMMs below are, each built alone with a loopback
+      // exchange (make_torch_layer): the all-to-alls are priced apart. Only
+      // the moe.block signatures change with ep; the other layers were swept.
+      for (const int ep : o_.tp) {
+        if (ep > 1 && model->experts() > 0 && model->ep_error(ep).empty()) share(1, 1, ep);
       }
     }
     return out;
@@ -523,7 +544,8 @@ class Bench {
   // taken just before ("<signature>|loop"). The simulator scales a layer's
   // loop times by the in-step over loop ratio at the nearest step shape.
   void measure_step(const StepPoint& pt) {
-    const std::string label = pt.model + (pt.tp > 1 ? " tp=" + std::to_string(pt.tp) : "") + " step " + pt.precision +
+    const std::string label = pt.model + (pt.tp > 1 ? " tp=" + std::to_string(pt.tp) : "") +
+                              (pt.ep > 1 ? " ep=" + std::to_string(pt.ep) : "") + " step " + pt.precision +
                               " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s);
     progress(label);
     try {

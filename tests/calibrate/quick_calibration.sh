@@ -49,4 +49,23 @@ grep -q "\"cost_source\": \"profile:$out\"" <<<"$json" || fail "cost_source does
 json=$("$dtsim" predict --model gpt2 --cluster local-cpu --plan megatron-tp --profile "$out" \
   --set plan.micro_batch=1 --set plan.seq_len=128 --set plan.precision=fp32 --json)
 [[ $(field layers_measured) == 28 ]] || fail "tp: layers_measured $(field layers_measured), expected 28"
+
+# Note [Expert-parallel shares]: moe-tiny's block at ep 1 and its ep 2
+# share, each measured; at ep 2 its 4 layers (embedding, 2 blocks, head) x
+# forward and backward = 8 lookups, every one measured, and the all-to-alls
+# priced from the all_to_all fit.
+moe=${out%.h5}-moe.h5
+rm -f "$moe"
+"$dtsim" calibrate --device cpu --procs 2 --quick --models moe-tiny --out "$moe" >/dev/null 2>"$moe.stderr" ||
+  fail "moe-tiny calibration failed: $(cat "$moe.stderr")"
+rm -f "$moe.stderr"
+show=$("$dtsim" profile show "$moe")
+grep -q "moe.block:h=128,.*,qkn=0 fp32" <<<"$show" || fail "profile has no moe-tiny block: $show"
+grep -q "moe.block:h=128,.*,qkn=0,ep=2 fp32" <<<"$show" || fail "profile has no ep=2 share of moe-tiny's block: $show"
+json=$("$dtsim" predict --model moe-tiny --cluster local-cpu --plan ddp --profile "$moe" --set plan.ep=2 \
+  --set plan.micro_batch=1 --set plan.seq_len=128 --set plan.precision=fp32 --json)
+[[ $(field layers_measured) == 8 ]] || fail "moe ep 2: layers_measured $(field layers_measured), expected 8"
+[[ $(field layers_fitted) == 0 ]] || fail "moe ep 2: layers_fitted $(field layers_fitted), expected 0"
+[[ $(field comm_scaled) == 0 && $(field comm_analytic) == 0 ]] || fail "moe ep 2: a collective was not priced from its fit"
+rm -f "$moe"
 echo "ok"

@@ -244,3 +244,45 @@ TEST_CASE("expert-parallel ranks compute the whole MoE block, forward and backwa
     }
   }
 }
+
+TEST_CASE("an ep share built alone takes its own rows from every rank (calibration's loopback)", "[torch][llama][ep]") {
+  // Two experts, top-2: every token goes to both, so rank 0 of ep 2 (expert
+  // 0) sends each token once to itself and once to rank 1. Built alone, its
+  // exchange takes rank 1 to send what rank 0 sends itself: expert 0 runs on
+  // the T rows twice over (the rows of ep 2 under balanced routing), and the
+  // combine returns rank 0's outputs in place of rank 1's. The routed sum
+  // is then w0 f0(x) + w1 f0(x) = f0(x), the renormalised weights adding to
+  // 1: the whole block with expert 1 tied to expert 0. Backward, expert 0
+  // takes what both tied experts take, the rest what the whole block's do.
+  const std::string sig = "moe.block:h=32,a=4,kv=2,d=8,E=2,k=2,fe=16,fs=0,sg=0,qkvb=0,ob=0,mb=0,qkn=0";
+  torch::manual_seed(3);
+  const auto x = torch::randn({2, 8, 32});
+  const auto cot = torch::randn({2, 8, 32});
+  torch::manual_seed(1);
+  auto whole = models::make_torch_layer(sig);
+  torch::manual_seed(1);
+  auto alone = models::make_torch_layer(sig + ",ep=2");
+  auto want = whole->module().named_parameters();
+  {
+    torch::NoGradGuard no_grad;
+    for (const char* w : {"w1", "w2", "w3"}) {
+      want[std::string("block_sparse_moe.experts_1_") + w].copy_(want[std::string("block_sparse_moe.experts_0_") + w]);
+    }
+  }
+  const auto xw = x.clone().requires_grad_(true), xa = x.clone().requires_grad_(true);
+  const auto yw = whole->forward({xw});
+  const auto ya = alone->forward({xa});
+  (yw * cot).sum().backward();
+  (ya * cot).sum().backward();
+  CHECK(torch::allclose(ya, yw, 1e-5, 1e-6));
+  CHECK(torch::allclose(xa.grad(), xw.grad(), 1e-4, 1e-6));
+  for (const auto& p : alone->module().named_parameters()) {
+    INFO(p.key());
+    REQUIRE(want.contains(p.key()));
+    CHECK(torch::equal(p.value(), want[p.key()]));  // the same draw: rank 0 holds expert 0
+    const auto at = p.key().find("experts_0_");
+    const auto g = at == std::string::npos ? want[p.key()].grad()
+                                           : want[p.key()].grad() + want[std::string(p.key()).replace(at, 10, "experts_1_")].grad();
+    CHECK(torch::allclose(p.value().grad(), g, 1e-4, 1e-6));
+  }
+}

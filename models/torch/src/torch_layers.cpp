@@ -487,13 +487,37 @@ struct LlamaShape {
   bool shared_gate = false;
 };
 
+// Note [Dispatch as Megatron-Core's]
+// The routed experts run as Megatron-Core's alltoall token dispatcher runs
+// them without permute fusion (megatron/core/transformer/moe/
+// token_dispatcher.py, moe_utils.py), at ep 1 too: the (token, slot) pairs
+// sorted by expert and their rows gathered (permute: index_select), the
+// counts exchanged before the rows so each rank knows what it receives
+// (Megatron-Core all-gathers every rank's E counts over the ep group; the
+// twin's all-to-all sends each rank only its experts' counts, the same
+// latency-bound few hundred bytes, and reads them on the host as
+// Megatron-Core's "before_ep_alltoall" sync does), the rows sent to the
+// experts' ranks, put in expert order (sort_chunks_by_idxs: split and cat),
+// each local expert on its contiguous rows, the outputs put back and sent
+// home, weighted by the router and summed per token (unpermute: a multiply,
+// then scatter_add into zeros). What autograd keeps is then what Note
+// [Mixture of experts] in models/src/llama.cpp counts: each expert's input
+// rows, SwiGLU's tensors, the returned rows for the weighted sum, and int64
+// indices. HF's MixtralSparseMoeBlock, which the twin followed before,
+// sums with index_add_, whose backward keeps its source (PyTorch's
+// derivatives.yaml: source's gradient is grad.index_select(dim,
+// index).expand_as(source)): one more k t h copy a layer, and under expert
+// parallelism, where it also gathered the experts' outputs by index_add,
+// two (moe-tiny at b 4, s 128: 0.5 and 1.0 MiB a layer).
+
 /// A mixture of experts as HF's MixtralSparseMoeBlock and
-/// Qwen2MoeSparseMoeBlock run it: the router's fp32 softmax, top-k, the
+/// Qwen2MoeSparseMoeBlock define it: the router's fp32 softmax, top-k, the
 /// chosen weights renormalised, each local expert a SwiGLU over the rows
 /// routed to it (w1 gate, w3 up, w2 down, one tensor each), the outputs
-/// weighted and summed; a shared expert (and its sigmoid gate) beside.
-/// Under expert parallelism the rows go to the experts' ranks and back by
-/// all-to-all (Note [Expert parallelism]).
+/// weighted and summed; a shared expert (and its sigmoid gate) beside. The
+/// routed rows go through Megatron-Core's dispatch (Note [Dispatch as
+/// Megatron-Core's]); under expert parallelism to the experts' ranks and
+/// back by all-to-all (Note [Expert parallelism]).
 struct MoeMlp : nn::Module {
   explicit MoeMlp(const LlamaShape& s)
       : gate(register_module("gate", nn::Linear(nn::LinearOptions(s.h, s.experts).bias(false)))), shape(s) {
@@ -520,18 +544,7 @@ struct MoeMlp : nn::Module {
     const auto probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
     auto [weights, chosen] = probs.topk(shape.top_k, -1);
     weights = (weights / weights.sum(-1, /*keepdim=*/true)).to(z.scalar_type());
-    auto out = ep ? dispatched(flat, weights, chosen) : torch::zeros_like(flat);
-    if (!ep) {
-      for (std::int64_t e = 0; e < shape.local; ++e) {
-        const auto hit = (chosen == e).nonzero();  // [n, 2]: row, slot
-        if (hit.size(0) == 0) {
-          out = out + unused(e);
-          continue;
-        }
-        const auto rows = hit.select(1, 0), slots = hit.select(1, 1);
-        out = out.index_add(0, rows, expert(flat.index_select(0, rows), e) * weights.index({rows, slots}).unsqueeze(1));
-      }
-    }
+    auto out = routed(flat, weights, chosen);
     if (shared_down_proj) {
       auto shared = shared_down_proj(F::silu(shared_gate_proj(flat)) * shared_up_proj(flat));
       if (shared_expert_gate) shared = torch::sigmoid(shared_expert_gate(flat)) * shared;
@@ -546,32 +559,96 @@ struct MoeMlp : nn::Module {
   torch::Tensor unused(std::int64_t e) { return 0 * (w1[e].sum() + w2[e].sum() + w3[e].sum()); }
   /// Note [Expert parallelism]: the routed experts' sum for rows `flat`
   /// [T, h] with their renormalised `weights` and `chosen` experts [T, k],
-  /// through the experts' ranks.
-  torch::Tensor dispatched(const torch::Tensor& flat, const torch::Tensor& weights, const torch::Tensor& chosen) {
-    const int n = ep->size;
-    const std::int64_t local = shape.local;
+  /// as Megatron-Core's alltoall dispatcher computes it (Note [Dispatch as
+  /// Megatron-Core's]): permute, exchange (none at ep 1), experts on
+  /// contiguous rows, exchange back, unpermute.
+  torch::Tensor routed(const torch::Tensor& flat, const torch::Tensor& weights, const torch::Tensor& chosen) {
+    const std::int64_t local = shape.local, h = shape.h;
+    const int n = static_cast<int>(shape.experts / local);  // ep ranks
     const MoeDispatch d = moe_dispatch(chosen, shape.experts, n);
     const torch::Tensor rows = d.order.div(shape.top_k, "floor");  // each pair's token
-    // The counts first: got[s local + j] pairs rank s sends to local expert j.
-    const std::vector<std::int64_t> each(n, local);
-    const torch::Tensor got = ep->all_to_all(d.counts, each, each).to(torch::kCPU);
-    std::vector<std::int64_t> recv(n, 0);
-    for (int r = 0; r < n; ++r) recv[r] = got.narrow(0, r * local, local).sum().item<std::int64_t>();
-    const torch::Tensor x = ep->all_to_all(flat.index_select(0, rows), d.send, recv);  // [R, h]
-    // The received rows come by source rank, each rank's by expert.
-    const torch::Tensor owner = torch::arange(local, torch::kLong).repeat({n}).repeat_interleave(got).to(flat.device());
-    auto y = torch::zeros_like(x);
-    for (std::int64_t e = 0; e < local; ++e) {
-      const auto idx = (owner == e).nonzero().squeeze(1);
-      y = idx.numel() == 0 ? y + unused(e) : y.index_add(0, idx, expert(x.index_select(0, idx), e));
+    const torch::Tensor permuted = flat.index_select(0, rows);     // [T k, h], by expert
+    torch::Tensor x = permuted, got = d.counts;  // got[s local + j]: rows rank s sends local expert j
+    std::vector<std::int64_t> recv = d.send;
+    const auto exchange = [&](const torch::Tensor& t, const std::vector<std::int64_t>& s, const std::vector<std::int64_t>& r) {
+      return ep ? ep->all_to_all(t, s, r) : loopback(t, s, r);
+    };
+    if (n > 1) {
+      // The counts first (Megatron-Core gathers them: Note [Dispatch as Megatron-Core's]).
+      const std::vector<std::int64_t> each(n, local);
+      got = exchange(d.counts, each, each);
+      for (int r = 0; r < n; ++r) recv[r] = got.narrow(0, r * local, local).sum().item<std::int64_t>();
+      x = exchange(permuted, d.send, recv);  // [R, h]: by source rank, each rank's by expert
     }
-    const torch::Tensor back = ep->all_to_all(y, recv, d.send);  // [T k, h], in d.order
+    got = got.to(torch::kCPU).contiguous();
+    const std::vector<std::int64_t> sizes(got.data_ptr<std::int64_t>(), got.data_ptr<std::int64_t>() + n * local);
+    // Megatron-Core's sort_chunks_by_idxs: the rows by local expert (split
+    // and cat, which keep nothing for backward), the experts on contiguous
+    // rows, their outputs put back in source-rank order the same way.
+    const auto by_expert = reorder(x, sizes, n, local);
+    std::vector<std::int64_t> per_expert(local, 0);
+    for (int s = 0; s < n; ++s) {
+      for (std::int64_t j = 0; j < local; ++j) per_expert[j] += sizes[s * local + j];
+    }
+    std::vector<torch::Tensor> outs;
+    torch::Tensor zero;  // the unused experts' zero gradients
+    std::int64_t at = 0;
+    for (std::int64_t j = 0; j < local; ++j) {
+      if (per_expert[j] == 0) {
+        zero = zero.defined() ? zero + unused(j) : unused(j);
+        continue;
+      }
+      outs.push_back(expert(by_expert.narrow(0, at, per_expert[j]), j));
+      at += per_expert[j];
+    }
+    torch::Tensor y = outs.empty() ? torch::zeros_like(x) : torch::cat(outs);
+    if (zero.defined()) y = y + zero;
+    std::vector<std::int64_t> expert_major;
+    for (std::int64_t j = 0; j < local; ++j) {
+      for (int s = 0; s < n; ++s) expert_major.push_back(sizes[s * local + j]);
+    }
+    y = reorder(y, expert_major, static_cast<int>(local), n);
+    const torch::Tensor back = n > 1 ? exchange(y, recv, d.send) : y;  // [T k, h], in d.order
+    // Megatron-Core's unpermute: weighted by the router, summed per token
+    // by scatter_add (its backward gathers; it keeps only the index).
     const torch::Tensor w = weights.reshape({-1}).index_select(0, d.order).unsqueeze(1);
-    return torch::zeros_like(flat).index_add(0, rows, back * w);
+    return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, h}), back * w);
+  }
+  /// Rows x in `major` x `minor` chunks of `sizes` (major-first) -> minor-first.
+  static torch::Tensor reorder(const torch::Tensor& x, const std::vector<std::int64_t>& sizes, int major, std::int64_t minor) {
+    if (major == 1 || minor == 1) return x;
+    const auto chunks = x.split_with_sizes(sizes);
+    std::vector<torch::Tensor> parts;
+    for (std::int64_t j = 0; j < minor; ++j) {
+      for (int s = 0; s < major; ++s) parts.push_back(chunks[static_cast<std::size_t>(s * minor + j)]);
+    }
+    return torch::cat(parts);
+  }
+  /// Note [Expert parallelism]: rank 0's share built alone (no ep group):
+  /// every rank is taken to send what this one sends itself, so the
+  /// all-to-all returns this rank's own chunk to each source (the counts
+  /// likewise) and the experts get as many rows as under balanced routing;
+  /// what the combine returns for other ranks is padding. One rank's
+  /// computation without the collective, which calibration times and the
+  /// simulator prices apart (sim::Layer::ep_forward), as a cp=k block's
+  /// local gather does.
+  static torch::Tensor loopback(const torch::Tensor& x, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv) {
+    const torch::Tensor own = x.narrow(0, 0, send[0]);
+    std::vector<torch::Tensor> parts;
+    for (const std::int64_t r : recv) {
+      if (r <= send[0]) {
+        parts.push_back(own.narrow(0, 0, r));
+      } else {
+        auto pad = x.sizes().vec();
+        pad[0] = r - send[0];
+        parts.push_back(torch::cat({own, torch::zeros(pad, x.options())}));
+      }
+    }
+    return torch::cat(parts);
   }
   nn::Linear gate;
   std::vector<torch::Tensor> w1, w2, w3;
-  std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (all experts here, or rank 0's alone)
+  std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (ep 1), or rank 0's share alone (loopback)
   nn::Linear shared_gate_proj{nullptr}, shared_up_proj{nullptr}, shared_down_proj{nullptr}, shared_expert_gate{nullptr};
   LlamaShape shape;
 };

@@ -128,8 +128,9 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
 /// blocks, expert e on ep rank e / (E / ep). Each rank routes its own tokens
 /// with the replicated router, sorts its (token, slot) pairs by expert
 /// (moe_dispatch), sends each rank the counts for its experts and then the
-/// rows (the dispatch), runs its local experts on the rows it received (by
-/// source rank, then by expert), and sends the outputs back the way they
+/// rows (the dispatch), runs its local experts on the rows it received (put
+/// in expert order, Note [Dispatch as Megatron-Core's] in
+/// src/torch_layers.cpp), and sends the outputs back the way they
 /// came (the combine), where each token's k outputs are weighted by its
 /// router probabilities and summed as without expert parallelism. The
 /// runtime supplies `all_to_all` over the ep group: x's rows in ep-rank
@@ -159,7 +160,11 @@ MoeDispatch moe_dispatch(const torch::Tensor& chosen, std::int64_t experts, int 
 /// [ep.rank E/ep, (ep.rank + 1) E/ep) of the whole block the same seed
 /// builds and dispatches through ep.all_to_all. Other layers ignore ep.
 /// make_torch_layer(signature) on a signature with ep=k builds rank 0's
-/// experts without the collective: they see only this rank's tokens.
+/// share without the collective: a loopback exchange takes every rank to
+/// send what this one sends itself, so its experts get the rows of
+/// balanced routing (its own rows for them, once from each of k ranks); one rank's
+/// computation, which calibration times and the simulator prices apart
+/// from the all-to-all (sim::Layer::ep_forward), as with cp=k.
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp,
                                              const ExpertParallel& ep);
 
