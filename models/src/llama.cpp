@@ -359,6 +359,17 @@ class Llama final : public ZooModel {
   // sequence-parallel rank holds (t / tp under sequence parallelism):
   //   router      a GEMM onto the E experts, an fp32 softmax and top-k
   //   permute     each token copied once per chosen expert: k t rows
+  //   counts      with ep > 1, the token counts per expert exchanged
+  //               before the dispatch, so every rank knows what it will
+  //               receive, and read on the host (preprocess: Megatron-Core
+  //               all-gathers each rank's E int64 counts over the tp x ep
+  //               group, gather_from_sequence_parallel_region, then syncs;
+  //               the LibTorch twin sends each rank its experts' counts by
+  //               all-to-all): a latency-bound collective of a few hundred
+  //               bytes, priced as the twin's all-to-all of 8 E bytes (on
+  //               the CPU profile's Gloo fits the all-gather's latency,
+  //               442 us, is 2.6x the all-to-all's, 172 us, where the
+  //               runtime's count exchange measured 155 us)
   //   dispatch    all-to-all over the ep ranks (each keeps 1/ep of its rows)
   //   gather      with expert tensor parallelism (etp = tp > 1, ep > 1) the
   //               received rows all-gathered over the etp ranks, and
@@ -379,8 +390,11 @@ class Llama final : public ZooModel {
   // for the gradients. Without tensor parallelism of the experts but with
   // tp > 1 (etp = 1), each rank dispatches its own sequence shard and holds
   // whole experts. Saved for backward, as PyTorch's autograd keeps the
-  // composite ops (HF's MixtralSparseMoeBlock, Megatron-Core without
-  // permute fusion): the router's fp32 probabilities (4 t E) and weights
+  // composite ops of Megatron-Core without permute fusion (its unpermute
+  // sums by scatter_add, which keeps only the index; HF's
+  // MixtralSparseMoeBlock sums by index_add_, which keeps one more e k t h,
+  // not counted here: Note [Dispatch as Megatron-Core's] in
+  // models/torch/src/torch_layers.cpp): the router's fp32 probabilities (4 t E) and weights
   // (4 t k), each expert's input (g per element of k t h), SwiGLU's gate,
   // up and product (3e + g per element of its k t fe / etp), the experts'
   // outputs kept for the weighted sum (e k t h), and the shared experts'
@@ -427,8 +441,10 @@ class Llama final : public ZooModel {
     l.param_tensors += static_cast<int>(std::min<std::int64_t>(el * 3, 1 << 20));
     if (shape.ep > 1) {
       const Bytes a2a = static_cast<Bytes>(std::ceil(static_cast<double>(e * tr * k * h) * load));
+      l.ep_forward.push_back({sim::CollectiveOp::kAllToAll, 8 * E, 1, sim::Axis::kEp});  // the counts
       l.ep_forward.push_back({sim::CollectiveOp::kAllToAll, a2a, 2, sim::Axis::kEp});
       l.ep_backward.push_back({sim::CollectiveOp::kAllToAll, a2a, 2, sim::Axis::kEp});
+      if (shape.moe_deepep) l.ep_route = {static_cast<int>(k), static_cast<int>(E), c_.route_nodes};
     }
     if (gather) {
       // The dispatched rows gathered over the expert tensor-parallel ranks

@@ -91,7 +91,7 @@ const Builtin kBuiltins[] = {
      "experts: 128\ntop_k: 8\nexpert_intermediate: 1536\n"},
     {"deepseek-v3", "DeepSeek-V3 671B: 61 layers (3 dense), hidden 7168, 128 heads of latent attention, 256 routed experts of SwiGLU 2048 + 1 shared, top-8, vocab 129280, seq 163840",
      "family: llama\nlayers: 61\nhidden: 7168\nheads: 128\nkv_heads: 128\nintermediate: 18432\nvocab: 129280\nseq_len: 163840\n"
-     "experts: 256\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 3\n"
+     "experts: 256\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 3\nroute_nodes: 4\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
     {"gpt2-tiny", "Tiny GPT-2 for CPU validation: 2 layers, hidden 128, 4 heads, vocab 1024, seq 128",
      "family: gpt2\nlayers: 2\nhidden: 128\nheads: 4\nvocab: 1024\nseq_len: 128\n"},
@@ -228,6 +228,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   l.router_bias = c.get_bool("router_bias", false);
   l.first_dense = static_cast<int>(c.get_int("first_dense", 0, 0, 10000));
   l.moe_step = static_cast<int>(c.get_int("moe_step", 1, 1, 10000));
+  l.route_nodes = static_cast<int>(c.get_int("route_nodes", 0, 0, 1 << 20));
   if (l.experts == 1) c.fail("experts", "1: a mixture needs at least 2 routed experts (0: a dense model)");
   if (l.experts > 0 && l.top_k > l.experts) {
     c.fail("top_k", std::to_string(l.top_k) + " exceeds the " + std::to_string(l.experts) +
@@ -448,6 +449,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
       const std::int64_t shared = c.get_int("n_shared_experts", 1, 0, kBig);
       ours["shared_intermediate"] = shared * ours["expert_intermediate"].as<std::int64_t>();
       ours["first_dense"] = c.get_int("first_k_dense_replace", 3, 0, 10000);
+      // Node-limited routing: a token's experts come from topk_group of the
+      // n_group groups (transformers' DeepseekV3Config defaults 8 and 4).
+      if (c.get_int("n_group", 8, 1, 1 << 20) > 1) ours["route_nodes"] = c.get_int("topk_group", 4, 1, 1 << 20);
       // DeepseekV3DecoderLayer puts experts where layer_idx >= first_k_dense_replace.
       if (c.get_int("moe_layer_freq", 1, 1, 10000) != 1) c.fail("moe_layer_freq", "only 1 is modelled (every layer after the dense ones)");
       if (c.has("q_lora_rank") && hf["q_lora_rank"].IsNull()) {

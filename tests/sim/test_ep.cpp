@@ -128,12 +128,20 @@ TEST_CASE("MoE layer: FLOPs and all-to-all bytes by formula, balanced or not", "
   CHECK(expert_flops(two) == 6.0 * 128 * 2 * 128 * 176);
   CHECK(two.expert_params == 2 * 3 * 128 * 176);
   CHECK(two.params == one.params - 2 * 3 * 128 * 176);
-  REQUIRE(two.ep_forward.size() == 1);
+  // First the counts (Note [Mixture of experts]): E = 4 int64, 32 bytes,
+  // once, forward only; then the rows.
+  REQUIRE(two.ep_forward.size() == 2);
   CHECK(two.ep_forward[0].op == CollectiveOp::kAllToAll);
   CHECK(two.ep_forward[0].axis == Axis::kEp);
-  CHECK(two.ep_forward[0].bytes == 2 * 128 * 2 * 128);
-  CHECK(two.ep_forward[0].count == 2);
-  CHECK(two.ep_backward.size() == 1);
+  CHECK(two.ep_forward[0].bytes == 4 * 8);
+  CHECK(two.ep_forward[0].count == 1);
+  CHECK(two.ep_forward[1].op == CollectiveOp::kAllToAll);
+  CHECK(two.ep_forward[1].axis == Axis::kEp);
+  CHECK(two.ep_forward[1].bytes == 2 * 128 * 2 * 128);
+  CHECK(two.ep_forward[1].count == 2);
+  REQUIRE(two.ep_backward.size() == 1);
+  CHECK(two.ep_backward[0].bytes == 2 * 128 * 2 * 128);
+  CHECK(two.ep_backward[0].count == 2);
 
   // The busiest expert at twice its share, the other three sharing the
   // rest: with ep = 4 its rank gets 2x the rows; with ep = 2 the hot
@@ -142,7 +150,8 @@ TEST_CASE("MoE layer: FLOPs and all-to-all bytes by formula, balanced or not", "
   w.ep = 4;
   const Layer hot = m->layers(w)[1];
   CHECK(expert_flops(hot) == 2 * 6.0 * 128 * 2 * 128 * 176);
-  CHECK(hot.ep_forward[0].bytes == 2 * 2 * 128 * 2 * 128);
+  CHECK(hot.ep_forward[0].bytes == 4 * 8);  // the counts do not grow with the load
+  CHECK(hot.ep_forward[1].bytes == 2 * 2 * 128 * 2 * 128);
   w.ep = 2;
   CHECK(expert_flops(m->layers(w)[1]) == 2.0 * 171 * 2 * (2 * 176 * 128 + 128 * 176));  // 171 rows an expert
   // Capacity 1.5 drops what is beyond: 1.5x on the hot rank (ep = 4).
@@ -180,6 +189,67 @@ TEST_CASE("all-to-all: the slower of the intra- and inter-node shares (Note [All
   CollectiveOp op{};
   CHECK(parse_collective("all_to_all", &op));
   CHECK(op == CollectiveOp::kAllToAll);
+}
+
+TEST_CASE("DeepEP: a token crosses to each node of its experts once (Note [DeepEP])", "[moe][comm]") {
+  const ClusterSpec c = test::round_cluster(8, 4);  // NVLink 100 GB/s 1 us; one 10 GB/s NIC a node, 5 us
+  const AnalyticCommModel comm(c);
+  // 32 ranks on 8 nodes. NCCL's all-to-all sends 28/32 of a rank's 8 MB off
+  // the node: 7 MB at 2.5 GB/s (the NIC's quarter) = 2,800 us.
+  const CommGroup g{32, 4, 1};
+  const CollectiveCost a2a = comm.collective(CollectiveOp::kAllToAll, 8'000'000, g);
+  CHECK(a2a.wire_bytes == Approx(7e6));
+  // DeepSeek-V3's routing: top-8 of 256 experts, at most 4 nodes a token.
+  // Unlimited, another node (32 experts) is missed with probability
+  // C(224, 8) / C(256, 8), about 0.34, so 7 x 0.66 = 4.6 nodes; the limit
+  // caps it at 4 x 7/8 = 3.5 nodes: 1 MB of tokens (8 MB / 8 copies) x 3.5
+  // = 3.5 MB, half the all-to-all's, at the same 2.5 GB/s: 1,400 us + 6 us
+  // base + 5 us RDMA + 1 us NVLink.
+  const CollectiveCost dsv3 = comm.expert_dispatch(8'000'000, ExpertRoute{8, 256, 4}, g);
+  CHECK(dsv3.algorithm == "deepep");
+  CHECK(dsv3.link == LinkClass::kInterNode);
+  CHECK(dsv3.wire_bytes == Approx(3.5e6));
+  CHECK(dsv3.rate == Approx(2.5e9));
+  CHECK(dsv3.total() == (1400 + 12) * kNsPerUs);
+  // Qwen3-235B's: top-8 of 128, no limit; a node holds 16, missed with
+  // probability prod_{i<8} (112 - i) / (128 - i).
+  double p0 = 1;
+  for (int i = 0; i < 8; ++i) p0 *= (112.0 - i) / (128.0 - i);
+  const CollectiveCost qwen = comm.expert_dispatch(8'000'000, ExpertRoute{8, 128, 0}, g);
+  CHECK(qwen.wire_bytes == Approx(1e6 * 7 * (1 - p0)));
+  // Within one node DeepEP is an NVLink all-to-all, priced as NCCL's.
+  const CommGroup node{4, 4, 1};
+  CHECK(comm.expert_dispatch(8'000'000, ExpertRoute{8, 256, 4}, node).total() ==
+        comm.collective(CollectiveOp::kAllToAll, 8'000'000, node).total());
+}
+
+TEST_CASE("moe_dispatcher: deepep routes DeepSeek-V3's tokens to at most topk_group nodes", "[moe][comm]") {
+  // config.json: n_group 8, topk_group 4, num_experts_per_tok 8 of 256.
+  WorkloadShape shape;
+  shape.micro_batch = 1;
+  shape.seq_len = 64;
+  shape.ep = 8;
+  shape.moe_deepep = true;
+  for (const auto& model : {models::load_model(hf("deepseek-v3")), models::load_model("deepseek-v3")}) {
+    int routed = 0;
+    for (const Layer& L : model->layers(shape)) {
+      if (L.ep_forward.empty()) continue;
+      ++routed;
+      CHECK(L.ep_route.top_k == 8);
+      CHECK(L.ep_route.experts == 256);
+      CHECK(L.ep_route.node_limit == 4);
+    }
+    CHECK(routed == 61 - 3);  // all but the first_k_dense_replace = 3 dense layers
+  }
+  // NCCL's all-to-all (the default) sets no route; Mixtral has no node limit.
+  shape.moe_deepep = false;
+  for (const Layer& L : models::load_model("deepseek-v3")->layers(shape)) CHECK(L.ep_route.top_k == 0);
+  shape.moe_deepep = true;
+  for (const Layer& L : models::load_model("mixtral-8x7b")->layers(shape)) {
+    if (!L.ep_forward.empty()) CHECK((L.ep_route.top_k == 2 && L.ep_route.experts == 8 && L.ep_route.node_limit == 0));
+  }
+  CHECK_THAT(error_of([] { parse_plan("moe_dispatcher: nvshmem\n", "p.yaml"); }),
+             Catch::Contains("p.yaml:1") && Catch::Contains("moe_dispatcher") && Catch::Contains("alltoall, deepep"));
 }
 
 TEST_CASE("the expert view of a hand-drawn mesh (Note [Expert mesh])", "[moe]") {
@@ -296,8 +366,15 @@ TEST_CASE("ep: each MoE layer's dispatch and combine are one task a pass", "[moe
     if (t.axis != Axis::kEp) continue;
     ++tasks;
     CHECK(t.op == CollectiveOp::kAllToAll);
-    CHECK(t.bytes == 2 * (2 * 128 * 2 * 128));  // dispatch and combine, e t k h each
-    CHECK(t.cost.latency == 2 * 10'000);        // two all-to-alls summed as one flow
+    if (t.name.find("ep fwd") != std::string::npos) {
+      // The counts first (4 experts x 8 bytes), then dispatch and combine,
+      // e t k h each: three all-to-alls summed as one flow.
+      CHECK(t.bytes == 4 * 8 + 2 * (2 * 128 * 2 * 128));
+      CHECK(t.cost.latency == 3 * 10'000);
+    } else {
+      CHECK(t.bytes == 2 * (2 * 128 * 2 * 128));  // the gradients of both, back
+      CHECK(t.cost.latency == 2 * 10'000);
+    }
   }
   CHECK(tasks == 2 * 2);  // two MoE layers, forward and backward
 }

@@ -149,6 +149,53 @@ CollectiveCost AnalyticCommModel::collective(CollectiveOp op, Bytes bytes, const
   return best;
 }
 
+// Note [DeepEP]
+// DeepEP (deepseek-ai/DeepEP; DeepSeek-V3 report, arXiv 2412.19437,
+// section 3.2.2) sends each token once over RDMA to every other node that
+// holds one of its top-k experts, to the GPU of the same local index there,
+// which forwards it over NVLink to the experts' GPUs; the combine runs the
+// same paths back. NCCL's all-to-all (Note [All-to-all]) sends each of the
+// k copies apart, so a token whose experts share a node crosses the NICs
+// once per expert. With the experts spread evenly over the N nodes of the
+// expert-parallel group and a token's k experts drawn uniformly from the
+// E, another node holds none of them with probability
+// P0 = C(E - E/N, k) / C(E, k), so a token reaches (N - 1)(1 - P0) other
+// nodes on average; node-limited routing (DeepSeek-V3's topk_group: at most
+// M nodes a token) caps that at M (N - 1)/N. Of a rank's S bytes (k copies
+// of each of its tokens), S/k x that many cross its share of the node's
+// NICs; every copy but those for the forwarding GPU itself crosses NVLink
+// once, S (g - 1)/g. The slower of the two paths prices the flow, as for
+// the all-to-all. Within one node DeepEP's kernels are NVLink all-to-alls:
+// priced as NCCL's.
+CollectiveCost AnalyticCommModel::expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& g) const {
+  const int nodes = g.nodes();
+  if (nodes <= 1 || route.top_k <= 0 || route.experts <= 0) return collective(CollectiveOp::kAllToAll, bytes, g);
+  const double E = route.experts, k = std::min(route.top_k, route.experts), N = nodes;
+  double p0 = 1;  // no expert of the token on a given other node
+  for (int i = 0; i < static_cast<int>(k); ++i) p0 *= std::max(0.0, (E - E / N - i) / (E - i));
+  double remote = (N - 1) * (1 - p0);
+  if (route.node_limit > 0) remote = std::min(remote, route.node_limit * (N - 1) / N);
+  const int g_local = std::max(1, std::min(g.ranks_per_node, g.ranks));
+  const double s = static_cast<double>(bytes);
+  const double inter_bytes = s / k * remote, intra_bytes = s * (g_local - 1) / g_local;
+  const double inter_rate = link_capacity(LinkClass::kInterNode, g.groups_per_node) / g_local;
+  const double intra = cluster_.intra_node.bandwidth;
+  CollectiveCost c;
+  c.algorithm = "deepep";
+  if (inter_bytes / inter_rate >= intra_bytes / intra) {
+    c.link = LinkClass::kInterNode;
+    c.rate = inter_rate;
+    c.wire_bytes = inter_bytes;
+  } else {
+    c.link = LinkClass::kIntraNode;
+    c.rate = intra;
+    c.wire_bytes = intra_bytes;
+  }
+  // RDMA, then the NVLink hop.
+  c.latency = kCollectiveBaseLatency + cluster_.inter_node.latency + cluster_.intra_node.latency;
+  return c;
+}
+
 CollectiveCost AnalyticCommModel::host_copy(Bytes bytes) const {
   CollectiveCost c;
   c.algorithm = "memcpy";

@@ -712,6 +712,11 @@ CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const 
   return analytic_.collective(op, bytes, group);
 }
 
+CollectiveCost ProfileCommModel::expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const {
+  if (group.nodes() <= 1) return collective(CollectiveOp::kAllToAll, bytes, group);
+  return (scaled_ ? *scaled_ : analytic_).expert_dispatch(bytes, route, group);
+}
+
 CollectiveCost ProfileCommModel::host_copy(Bytes bytes) const {
   // Offload moves both ways; the slower measured direction prices it.
   const FitTerms* h2d = costs_->copy_fit("h2d");

@@ -221,8 +221,8 @@ class ChunkStage final : public detail::StageEmitter {
       }
       for (int l = ch.first; c.plan.ep > 1 && l < ch.first + ch.count; ++l) {
         const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
-        detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes);
-        detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes);
+        detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
+        detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
       }
       // The chunk rebuilds one layer at a time; what it keeps is counted in
       // Chunk::kept already, so its forward drops nothing.

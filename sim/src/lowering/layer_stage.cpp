@@ -96,8 +96,8 @@ class LayerStage final : public detail::StageEmitter {
         u.cp_forward_cost = detail::cp_exposed_cost(L, Pass::kForward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_forward_bytes);
         u.cp_backward_cost = detail::cp_exposed_cost(L, Pass::kBackward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_backward_bytes);
       }
-      detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes);
-      detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes);
+      detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
+      detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
       const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
       if (c.plan.recompute == Recompute::kFull && L.is_block()) {
         // Full recompute keeps only the layer's input (the checkpoint) and

@@ -34,6 +34,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.moe_imbalance = p.moe_imbalance;
   shape.moe_capacity_factor = p.moe_capacity_factor;
   shape.moe_pad = p.moe_pad;
+  shape.moe_deepep = p.moe_dispatcher == MoeDispatcher::kDeepEp;
   return shape;
 }
 
@@ -91,11 +92,15 @@ inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel&
 /// Sum of `count` x cost of each collective, as one flow: latencies add,
 /// wire bytes add, and the rate is chosen so the total time is exact when
 /// nothing else shares the link.
-inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommGroup& group, const CommModel& model) {
+/// With a `route` (a layer's ep_route under DeepEP), its all-to-alls are
+/// priced as DeepEP's dispatch (CommModel::expert_dispatch).
+inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommGroup& group, const CommModel& model,
+                                const ExpertRoute* route = nullptr) {
   CollectiveCost out;
   double flow_seconds = 0;
   for (const auto& c : comms) {
-    const CollectiveCost one = model.collective(c.op, c.bytes, group);
+    const bool deepep = route != nullptr && route->top_k > 0 && c.op == CollectiveOp::kAllToAll;
+    const CollectiveCost one = deepep ? model.expert_dispatch(c.bytes, *route, group) : model.collective(c.op, c.bytes, group);
     if (out.algorithm.empty()) {
       out.algorithm = one.algorithm;
       out.link = one.link;
@@ -112,11 +117,12 @@ inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommG
 void add_flow(CollectiveCost& into, const CollectiveCost& one);
 
 /// Adds a layer's expert-parallel all-to-alls (Layer::ep_forward or
-/// ep_backward) to a unit's flow `into` and their bytes to `bytes`.
+/// ep_backward) to a unit's flow `into` and their bytes to `bytes`;
+/// `route` as for sum_costs.
 inline void add_ep(const std::vector<LayerComm>& ops, const CommGroup& ep_group, const CommModel& comm,
-                   CollectiveCost& into, Bytes& bytes) {
+                   CollectiveCost& into, Bytes& bytes, const ExpertRoute* route = nullptr) {
   if (ops.empty()) return;
-  add_flow(into, sum_costs(ops, ep_group, comm));
+  add_flow(into, sum_costs(ops, ep_group, comm, route));
   for (const auto& o : ops) bytes += o.bytes * o.count;
 }
 

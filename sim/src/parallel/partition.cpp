@@ -61,8 +61,8 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
   for (const Layer& L : out.layers) {
     const TimeNs fwd = compute.layer_time(L, Pass::kForward, plan.precision, shape);
     // The serial collectives: tensor parallelism's, and expert parallelism's all-to-alls.
-    const TimeNs epf = L.ep_forward.empty() ? 0 : detail::sum_costs(L.ep_forward, ep_group, comm).total();
-    const TimeNs epb = L.ep_backward.empty() ? 0 : detail::sum_costs(L.ep_backward, ep_group, comm).total();
+    const TimeNs epf = L.ep_forward.empty() ? 0 : detail::sum_costs(L.ep_forward, ep_group, comm, &L.ep_route).total();
+    const TimeNs epb = L.ep_backward.empty() ? 0 : detail::sum_costs(L.ep_backward, ep_group, comm, &L.ep_route).total();
     const TimeNs tpf = (plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm).total() : 0) + epf;
     TimeNs rec = 0;
     if (plan.recompute == Recompute::kFull && L.is_block()) rec = fwd + tpf;

@@ -58,6 +58,8 @@ const char* to_string(Attention a) {
   return "?";
 }
 
+const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
+
 const char* to_string(CpComm c) {
   switch (c) {
     case CpComm::kP2p: return "p2p";
@@ -145,6 +147,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.moe_imbalance = s.moe_imbalance;
   r.moe_capacity_factor = s.moe_capacity_factor;
   r.moe_pad = s.moe_pad;
+  r.moe_dispatcher = s.moe_dispatcher;
   bool experts_ok = degrees_ok;
   if (const std::string why = model.ep_error(r.ep); !why.empty()) {
     const auto ok = degrees_ok ? rules.ep_values(r.tp, r.cp, r.dp, r.etp) : std::vector<int>{1};

@@ -55,6 +55,10 @@ struct LlamaConfig {
   bool router_bias = false;        ///< a learned bias per expert on the router (counted as a parameter)
   int first_dense = 0;             ///< leading layers with a dense MLP (DeepSeek's first_k_dense_replace)
   int moe_step = 1;                ///< every moe_step-th layer is MoE (Qwen's decoder_sparse_step)
+  /// Nodes a token's experts may span (DeepSeek-V3's node-limited routing:
+  /// topk_group of n_group expert groups, a group a node; 0: no limit),
+  /// which DeepEP's pricing uses (Note [DeepEP] in sim/src/cost/cost_comm.cpp).
+  int route_nodes = 0;
 
   // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: none).
   std::int64_t q_lora_rank = 0;    ///< q_lora_rank (0: a full q_proj)

@@ -75,6 +75,12 @@ class CommModel {
   virtual CollectiveCost collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const = 0;
   /// A host<->device copy of `bytes` (offload).
   virtual CollectiveCost host_copy(Bytes bytes) const = 0;
+  /// DeepEP's dispatch (or combine) of a rank's `bytes` of routed tokens
+  /// over the expert-parallel `group` (Note [DeepEP] in cost_comm.cpp); by
+  /// default the all-to-all it replaces.
+  virtual CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& /*route*/, const CommGroup& group) const {
+    return collective(CollectiveOp::kAllToAll, bytes, group);
+  }
 };
 
 /// NCCL's ring and tree algorithms as alpha-beta per hop (Thakur et al. 2005;
@@ -85,6 +91,7 @@ class AnalyticCommModel final : public CommModel {
   explicit AnalyticCommModel(const ClusterSpec& cluster);
   CollectiveCost collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const override;
   CollectiveCost host_copy(Bytes bytes) const override;
+  CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const override;
   /// Bandwidth that concurrent flows on a link class share, per rank.
   BytesPerSec link_capacity(LinkClass link, int groups_per_node = 1) const;
   /// One algorithm only ("ring" or "tree"), for tests and `dtsim comm`.

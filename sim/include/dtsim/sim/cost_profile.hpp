@@ -152,6 +152,9 @@ class ProfileCommModel final : public CommModel {
   ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, const ClusterSpec& cluster, CostSources* sources);
   CollectiveCost collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const override;
   CollectiveCost host_copy(Bytes bytes) const override;
+  /// DeepEP crosses nodes, where a CPU profile measured nothing: priced by
+  /// the analytic model over the profile's links.
+  CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const override;
 
  private:
   std::shared_ptr<const ProfileCosts> costs_;

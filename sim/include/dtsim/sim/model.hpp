@@ -104,6 +104,20 @@ struct WorkloadShape {
   /// default); with moe_pad every expert computes exactly that many.
   double moe_capacity_factor = 0;
   bool moe_pad = false;
+  /// Tokens go to their experts by DeepEP's kernels (Megatron-Core's flex
+  /// dispatcher with --moe-enable-deepep): once to each node holding one of
+  /// their experts, then over NVLink (Note [DeepEP] in cost_comm.cpp); false:
+  /// NCCL's all-to-all (the alltoall dispatcher, Megatron-Core's default).
+  bool moe_deepep = false;
+};
+
+/// How an expert dispatch's tokens spread, for DeepEP's pricing: each token
+/// goes to `top_k` of `experts` routed experts, on at most `node_limit`
+/// nodes (DeepSeek-V3's node-limited routing; 0: no limit).
+struct ExpertRoute {
+  int top_k = 0;
+  int experts = 0;
+  int node_limit = 0;
 };
 
 /// Collectives a layer needs over its tensor-parallel group, per micro-batch
@@ -162,6 +176,10 @@ struct Layer {
   /// Axis::kEp, empty when ep = 1), serial with the layer's kernels as
   /// Megatron-Core's alltoall dispatcher runs them.
   std::vector<LayerComm> ep_forward, ep_backward;
+  /// Where DeepEP runs them (WorkloadShape::moe_deepep; top_k > 0), how
+  /// the tokens spread: their all-to-alls are priced by
+  /// CommModel::expert_dispatch.
+  ExpertRoute ep_route;
   /// Selective recompute (Korthikanti et al. 2022, section 5): the attention
   /// core (QK^T, softmax, its dropout, attention over V) is not kept but
   /// recomputed in backward. These are the bytes of `saved_bytes` it frees

@@ -40,6 +40,10 @@ enum class Attention { kAuto, kEager, kFlash };
 /// ring of point-to-point sends overlapped with attention, or one
 /// all-gather (the Llama 3 paper, section 3.3.2).
 enum class CpComm { kP2p, kAllGather };
+/// How a mixture of experts sends tokens to their experts' ranks:
+/// Megatron-Core's alltoall dispatcher (NCCL's all-to-all, its default) or
+/// DeepEP (its flex dispatcher with --moe-enable-deepep; WorkloadShape::moe_deepep).
+enum class MoeDispatcher { kAllToAll, kDeepEp };
 
 const char* to_string(Optimizer o);
 const char* to_string(Offload o);
@@ -48,6 +52,7 @@ const char* to_string(FsdpMode f);
 const char* to_string(Schedule s);
 const char* to_string(Attention a);
 const char* to_string(CpComm c);
+const char* to_string(MoeDispatcher d);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
 /// "--set plan.dp"), so late checks can still point at the source.
@@ -80,6 +85,7 @@ struct PlanSpec {
   /// and --moe-pad-expert-input-to-capacity.
   double moe_capacity_factor = 0;
   bool moe_pad = false;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   int model_parallel = 0;         ///< naive layer split over this many GPUs (sets pp, schedule naive)
   Schedule schedule = Schedule::k1f1b;
   int virtual_stages = 0;         ///< model chunks per GPU (interleaved; 0: 2)
@@ -118,6 +124,7 @@ struct ResolvedPlan {
   int ep = 1, etp = 1, edp = 1;
   double moe_imbalance = 1.0, moe_capacity_factor = 0;
   bool moe_pad = false;
+  MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   /// Ranks a ZeRO shard of the experts' states spreads over (edp, or 1
   /// without ZeRO; Megatron-Core's distributed optimizer shards expert
   /// parameters over the expert data-parallel group).
