@@ -787,30 +787,39 @@ class Trainer {
     mem_mark("optimizer");
   }
 
+  /// The gradient of the stage's output, from the next stage (none on the last).
+  torch::Tensor recv_output_grad(const Saved& sv) {
+    if (stage_ == plan_->pp - 1) return {};
+    const auto& out = sv.outputs.back();
+    return recv_tensor(stage_ + 1, out.sizes().vec(), out.scalar_type(), 2, "recv gradient");
+  }
+
+  /// Unit u's output with its graph: as the forward kept it, or rebuilt
+  /// from its input under full recompute with the forward's random state.
+  torch::Tensor unit_output(Saved& sv, std::size_t u) {
+    Unit& unit = units_[u];
+    if (!unit.recompute) return sv.outputs[u];
+    const torch::Tensor now = models::rng_state(c_.device);
+    models::set_rng_state(c_.device, sv.rng[u]);
+    torch::Tensor out = unit.layer->forward(sv.recompute_inputs[u]);
+    sv.recompute_inputs[u].clear();
+    models::set_rng_state(c_.device, now);
+    return out;
+  }
+
   /// B of Note [Zero bubble passes]: micro-batch m's input gradients, unit
   /// by unit, the graph kept for W; the stage's input gradient sent back.
   void backward_input(int m) {
     const auto& p = *plan_;
     Saved& sv = saved_[m];
-    torch::Tensor grad;
-    if (stage_ < p.pp - 1) {
-      const auto& out = sv.outputs.back();
-      grad = recv_tensor(stage_ + 1, out.sizes().vec(), out.scalar_type(), 2, "recv gradient");
-    }
+    torch::Tensor grad = recv_output_grad(sv);
     PhaseTimer ph(*this, bwd_s_);
     sv.w_roots.assign(units_.size(), torch::Tensor());
     sv.w_grads.assign(units_.size(), torch::Tensor());
     for (std::size_t u = units_.size(); u-- > 0;) {
       Unit& unit = units_[u];
       const double t0 = now_us();
-      torch::Tensor root = sv.outputs[u];
-      if (unit.recompute) {
-        const torch::Tensor now = models::rng_state(c_.device);
-        models::set_rng_state(c_.device, sv.rng[u]);
-        root = unit.layer->forward(sv.recompute_inputs[u]);
-        sv.recompute_inputs[u].clear();
-        models::set_rng_state(c_.device, now);
-      }
+      torch::Tensor root = unit_output(sv, u);
       torch::Tensor given = grad;
       if (u + 1 == units_.size() && stage_ == p.pp - 1) {
         root = loss_scale_ != 1 ? sv.loss * loss_scale_ : sv.loss;  // AdamConfig::grad_scale divides it back
@@ -1056,25 +1065,14 @@ class Trainer {
   void backward(int m, bool last_micro) {
     const auto& p = *plan_;
     Saved& sv = saved_[m];
-    torch::Tensor grad;
-    if (stage_ < p.pp - 1) {
-      const auto& out = sv.outputs.back();
-      grad = recv_tensor(stage_ + 1, out.sizes().vec(), out.scalar_type(), 2, "recv gradient");
-    }
+    torch::Tensor grad = recv_output_grad(sv);
     {
       PhaseTimer ph(*this, bwd_s_);
       for (std::size_t u = units_.size(); u-- > 0;) {
         Unit& unit = units_[u];
         const double t0 = now_us();
         gather(u, false);
-        torch::Tensor out = sv.outputs[u];
-        if (unit.recompute) {
-          const torch::Tensor now = models::rng_state(c_.device);
-          models::set_rng_state(c_.device, sv.rng[u]);
-          out = unit.layer->forward(sv.recompute_inputs[u]);
-          sv.recompute_inputs[u].clear();
-          models::set_rng_state(c_.device, now);
-        }
+        torch::Tensor out = unit_output(sv, u);
         if (u + 1 == units_.size() && stage_ == p.pp - 1) {
           // fp16: the loss scaled up so small gradients survive; the
           // optimizer divides them back (AdamConfig::grad_scale).

@@ -36,6 +36,20 @@ using detail::ring_steps;
 /// cudaMemcpyAsync launch and completion cost for host<->device copies.
 constexpr TimeNs kCopyBaseLatency = 10 * kNsPerUs;
 
+/// A flow with `inter` bytes on the NICs at `inter_rate` and `intra` bytes
+/// on NVLink at `intra_rate` at once: priced on the slower of the two.
+void slower_path(CollectiveCost& c, double inter, double inter_rate, double intra, double intra_rate) {
+  if (inter / inter_rate > intra / intra_rate) {
+    c.link = LinkClass::kInterNode;
+    c.rate = inter_rate;
+    c.wire_bytes = inter;
+  } else {
+    c.link = LinkClass::kIntraNode;
+    c.rate = intra_rate;
+    c.wire_bytes = intra;
+  }
+}
+
 }  // namespace
 
 double bus_bandwidth_factor(CollectiveOp op, int n) {
@@ -108,16 +122,7 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
     const int g_local = std::min(g.ranks_per_node, n);
     const double intra_bytes = s * (g_local - 1) / n, inter_bytes = s * (n - g_local) / n;
     const double inter_rate = net / std::max(1, g_local);
-    const double t_intra = intra_bytes / intra, t_inter = multi_node ? inter_bytes / inter_rate : 0;
-    if (t_inter > t_intra) {
-      c.link = LinkClass::kInterNode;
-      c.rate = inter_rate;
-      c.wire_bytes = inter_bytes;
-    } else {
-      c.link = LinkClass::kIntraNode;
-      c.rate = intra;
-      c.wire_bytes = intra_bytes;
-    }
+    slower_path(c, multi_node ? inter_bytes : 0, inter_rate, intra_bytes, intra);
     c.latency = kCollectiveBaseLatency + (multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency);
     return c;
   }
@@ -182,15 +187,7 @@ CollectiveCost AnalyticCommModel::expert_dispatch(Bytes bytes, const ExpertRoute
   const double intra = cluster_.intra_node.bandwidth;
   CollectiveCost c;
   c.algorithm = "deepep";
-  if (inter_bytes / inter_rate >= intra_bytes / intra) {
-    c.link = LinkClass::kInterNode;
-    c.rate = inter_rate;
-    c.wire_bytes = inter_bytes;
-  } else {
-    c.link = LinkClass::kIntraNode;
-    c.rate = intra;
-    c.wire_bytes = intra_bytes;
-  }
+  slower_path(c, inter_bytes, inter_rate, intra_bytes, intra);
   // RDMA, then the NVLink hop.
   c.latency = kCollectiveBaseLatency + cluster_.inter_node.latency + cluster_.intra_node.latency;
   return c;
