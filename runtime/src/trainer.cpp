@@ -710,45 +710,6 @@ class Trainer {
     std::vector<torch::Tensor> w_roots, w_grads;
   };
 
-  void train_step(int step, int total) {
-    const auto& p = *plan_;
-    const int micro = static_cast<int>(p.grad_accum);
-    step_ = step;
-    // The schedule: (forward?, micro-batch) in this stage's order.
-    std::vector<std::pair<bool, int>> ops;
-    const int pp = p.pp, s = stage_;
-    if (pp == 1 || p.schedule == sim::Schedule::kNaive) {
-      for (int m = 0; m < micro; ++m) ops.push_back({true, m}), ops.push_back({false, m});
-    } else if (p.schedule == sim::Schedule::kGpipe) {
-      for (int m = 0; m < micro; ++m) ops.push_back({true, m});
-      for (int m = micro - 1; m >= 0; --m) ops.push_back({false, m});
-    } else if (p.schedule == sim::Schedule::kZbH1) {
-      zero_bubble_step(step, total);
-      return;
-    } else {  // 1F1B (PipeDream-flush; Narayanan et al. 2021, Figure 4 top)
-      const int warm = std::min(pp - s - 1, micro);
-      for (int m = 0; m < warm; ++m) ops.push_back({true, m});
-      for (int i = 0; i < micro - warm; ++i) ops.push_back({true, warm + i}), ops.push_back({false, i});
-      for (int m = micro - warm; m < micro; ++m) ops.push_back({false, m});
-    }
-    saved_.assign(micro, {});
-    backwards_done_ = 0;
-    for (const auto& [fwd, m] : ops) {
-      if (fwd) {
-        heartbeat(step, total, "forward " + std::to_string(m));
-        forward(m);
-      } else {
-        heartbeat(step, total, "backward " + std::to_string(m));
-        backward(m, ++backwards_done_ == micro);
-      }
-    }
-    heartbeat(step, total, "optimizer");
-    finish_p2p();
-    mem_mark("backward done");
-    optimizer_step(step + 1);
-    mem_mark("optimizer");
-  }
-
   // Note [Zero bubble passes]
   // ZB-H1 runs the simulator's order (sim::pipeline_order, Note [Zero
   // bubble] in sim/src/lowering/lower.cpp): each backward is split into B,
@@ -762,22 +723,32 @@ class Trainer {
   // 1F1B; W re-runs the unit's input-side backward it needs to reach its
   // weights and the retained graph keeps every saved tensor, so a W costs
   // more time and memory here than in the simulator's model of it.
-  void zero_bubble_step(int step, int total) {
+  void train_step(int step, int total) {
     const auto& p = *plan_;
     const int micro = static_cast<int>(p.grad_accum);
-    const std::vector<sim::PipeStep> order = sim::pipeline_order(sim::Schedule::kZbH1, p.pp, 1, stage_, micro);
+    step_ = step;
+    // The schedule as the simulator orders it (sim::pipeline_order): one
+    // stage runs each micro-batch's forward and backward in turn; a
+    // pipeline GPipe, 1F1B, the naive split or ZB-H1 (validate refuses
+    // interleaving).
+    const sim::Schedule schedule = p.pp == 1 ? sim::Schedule::kNaive : p.schedule;
+    const bool split = schedule == sim::Schedule::kZbH1;
     saved_.assign(micro, {});
-    int weights_done = 0;
-    for (const sim::PipeStep& st : order) {
+    backwards_done_ = 0;
+    for (const sim::PipeStep& st : sim::pipeline_order(schedule, p.pp, 1, stage_, micro)) {
+      const std::string m = std::to_string(st.micro);
       if (st.forward) {
-        heartbeat(step, total, "forward " + std::to_string(st.micro));
+        heartbeat(step, total, "forward " + m);
         forward(st.micro);
-      } else if (!st.weight) {
-        heartbeat(step, total, "backward input " + std::to_string(st.micro));
+      } else if (st.weight) {
+        heartbeat(step, total, "backward weight " + m);
+        backward_weight(st.micro, ++backwards_done_ == micro);
+      } else if (split) {
+        heartbeat(step, total, "backward input " + m);
         backward_input(st.micro);
       } else {
-        heartbeat(step, total, "backward weight " + std::to_string(st.micro));
-        backward_weight(st.micro, ++weights_done == micro);
+        heartbeat(step, total, "backward " + m);
+        backward(st.micro, ++backwards_done_ == micro);
       }
     }
     heartbeat(step, total, "optimizer");

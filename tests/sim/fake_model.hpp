@@ -7,7 +7,10 @@
 #include <vector>
 
 #include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/executor.hpp"
+#include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/model.hpp"
 
 namespace dtsim::test {
@@ -133,6 +136,27 @@ inline sim::ClusterSpec round_cluster(int nodes = 1, int per_node = 2) {
   c.host_memory_bandwidth = 100e9;
   c.host_flops = 1e12;
   return c;
+}
+
+/// A plan resolved, partitioned, lowered and executed with FixedCompute.
+struct PlanRun {
+  sim::ResolvedPlan plan;
+  sim::TaskGraph graph;
+  sim::ExecResult exec;
+  Bytes peak_activations(int rank) const {
+    return exec.memory[rank].at_peak.bytes[static_cast<int>(sim::MemCategory::kActivations)];
+  }
+};
+
+inline PlanRun run_plan(const sim::Model& m, const std::string& yaml, const sim::ClusterSpec& c, const sim::CommModel& comm,
+                        TimeNs ns_per_gflop) {
+  PlanRun r;
+  r.plan = sim::resolve(sim::parse_plan(yaml, "test.yaml"), m, c);
+  const FixedCompute compute(ns_per_gflop);
+  sim::partition(r.plan, m, c, compute, comm);
+  r.graph = sim::lower(m, r.plan, c, sim::CostModels{&compute, &comm});
+  r.exec = sim::execute(r.graph);
+  return r;
 }
 
 }  // namespace dtsim::test

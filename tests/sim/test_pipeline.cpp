@@ -21,24 +21,8 @@ using test::round_cluster;
 
 using test::FreeComm;
 
-struct Run {
-  ResolvedPlan plan;
-  TaskGraph graph;
-  ExecResult exec;
-  Bytes peak_activations(int rank) const {
-    return exec.memory[rank].at_peak.bytes[static_cast<int>(MemCategory::kActivations)];
-  }
-};
-
-Run run(const Model& m, const std::string& yaml, const ClusterSpec& c, const CommModel& comm, TimeNs ns_per_gflop) {
-  Run r;
-  r.plan = resolve(parse_plan(yaml, "test.yaml"), m, c);
-  const test::FixedCompute compute(ns_per_gflop);
-  partition(r.plan, m, c, compute, comm);
-  r.graph = lower(m, r.plan, c, CostModels{&compute, &comm});
-  r.exec = execute(r.graph);
-  return r;
-}
+using Run = test::PlanRun;
+constexpr auto run = &test::run_plan;
 
 std::string error_of(const std::function<void()>& f) {
   try {

@@ -19,23 +19,10 @@ namespace {
 
 constexpr TimeNs kMs = 1'000'000;
 
-struct Run {
-  ResolvedPlan plan;
-  TaskGraph graph;
-  ExecResult exec;
-  Bytes peak_activations(int rank) const {
-    return exec.memory[rank].at_peak.bytes[static_cast<int>(MemCategory::kActivations)];
-  }
-};
+using Run = test::PlanRun;
 
 Run run(const Model& m, const std::string& yaml, const ClusterSpec& c, const CommModel& comm) {
-  Run r;
-  r.plan = resolve(parse_plan(yaml, "test.yaml"), m, c);
-  const test::FixedCompute compute(kMs);  // 1 GFLOP: 1 ms
-  partition(r.plan, m, c, compute, comm);
-  r.graph = lower(m, r.plan, c, CostModels{&compute, &comm});
-  r.exec = execute(r.graph);
-  return r;
+  return test::run_plan(m, yaml, c, comm, kMs);  // 1 GFLOP: 1 ms
 }
 
 // 8 layers, each 1 ms forward, 1 ms input gradient, 1 ms weight gradient per

@@ -291,13 +291,7 @@ class ChunkStage final : public detail::StageEmitter {
     // Under zb-h1, what the weight pass needs stays until it runs.
     std::vector<MemOp> on_end{{MemCategory::kActivations, (split_ ? ch.w_hold : 0) -
                                                               (ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
-    // Stages 0 and 1 keep full gradients from the first backward to the
-    // step. The deeper layers' are there as the backward starts; the first
-    // layer's, and a recurrent layer's, appear as it ends.
-    if (first_of_chunk) {
-      detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * c.w);
-      detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * c.w);
-    }
+    if (first_of_chunk) gradients_appear(ch, on_start, on_end);
     passes_.backward_memory(at, on_start, on_end);
     detail::StrategyPass::Span span = passes_.run_backward(at, on_start, on_end);
     if (span.last < 0) {
@@ -308,6 +302,15 @@ class ChunkStage final : public detail::StageEmitter {
     return passes_.after_backward(at, span.last);
   }
 
+  /// Stages 0 and 1 keep full gradients from the first backward (under
+  /// zb-h1 the first weight pass) to the step. The deeper layers' are there
+  /// as that pass starts; the first layer's, and a recurrent layer's,
+  /// appear as it ends.
+  void gradients_appear(const detail::Chunk& ch, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) const {
+    detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * ctx_.w);
+    detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * ctx_.w);
+  }
+
   /// zb-h1's weight-gradient pass W of chunk vs for micro-batch i (Note
   /// [Zero bubble] in lower.cpp): the gradients appear with the chunk's first,
   /// and the last makes them final, to be reduced.
@@ -316,10 +319,7 @@ class ChunkStage final : public detail::StageEmitter {
     const detail::Chunk& ch = c.chunks[vs];
     const detail::At at{s, s, static_cast<std::size_t>(vs), i, first_of_chunk, last_of_chunk};
     std::vector<MemOp> on_start, on_end{{MemCategory::kActivations, -ch.w_hold}};
-    if (first_of_chunk) {
-      detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * c.w);
-      detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * c.w);
-    }
+    if (first_of_chunk) gradients_appear(ch, on_start, on_end);
     detail::StrategyPass::Span span = passes_.run_weight(at, on_start, on_end);
     if (span.last < 0) span.last = c.add(c.name("bwd weight", vs, i), s, Phase::kBackward, ch.wgrad, std::move(on_start), std::move(on_end));
     return passes_.after_weight(at, span.last);

@@ -54,8 +54,6 @@ inline Bytes kept_bytes(const std::vector<Layer>& layers, std::size_t l, Recompu
   return L.saved_bytes;
 }
 
-/// Sets a simulated rank's link capacities; `inter_groups` groups of ranks
-/// share a node's NICs.
 /// A backward kernel of the weight-gradient pass W (Note [Zero bubble] in
 /// lower.cpp): a weight GEMM's dW, or an embedding's scatter of its rows'
 /// gradients. The batched matmuls of attention have no weights, and an
@@ -80,6 +78,8 @@ inline Bytes weight_grad_hold(const Layer& layer) {
   return static_cast<Bytes>(held);
 }
 
+/// Sets a simulated rank's link capacities; `inter_groups` groups of ranks
+/// share a node's NICs.
 inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel& comm, int inter_groups) {
   const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm);
   r.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = c.intra_node.bandwidth;

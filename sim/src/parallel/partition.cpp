@@ -74,12 +74,13 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     if (split_weights) {
       // W's share of the backward, priced kernel by kernel with the plan's
       // model and applied to the layer's backward, measured or not.
-      std::vector<Kernel> wk;
+      TimeNs all = 0, w = 0;
       for (const Kernel& k : L.backward) {
-        if (detail::is_weight_grad(k)) wk.push_back(k);
+        const TimeNs t = compute.kernel_time(k, plan.precision) * k.repeat;
+        all += t;
+        if (detail::is_weight_grad(k)) w += t;
       }
-      const TimeNs all = wk.empty() ? 0 : compute.kernels_time(L.backward, plan.precision);
-      const double share = all > 0 ? static_cast<double>(compute.kernels_time(wk, plan.precision)) / static_cast<double>(all) : 0.0;
+      const double share = all > 0 ? static_cast<double>(w) / static_cast<double>(all) : 0.0;
       out.weight.push_back(static_cast<TimeNs>(static_cast<double>(out.backward.back()) * std::min(1.0, share)));
     }
     out.recompute.push_back(rec);
