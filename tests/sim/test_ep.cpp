@@ -315,6 +315,8 @@ TEST_CASE("ep: resolve carves experts out of tp x cp x dp and checks them", "[mo
              Catch::Contains("plan.fsdp: hybrid_shard with ep > 1 is not modelled"));
   CHECK_THAT(error_of([&] { models::load_model("moe-tiny", {parse_override("model.experts=1")}); }),
              Catch::Contains("model.experts: 1: a mixture needs at least 2 routed experts"));
+  CHECK_THAT(error_of([&] { models::load_model("moe-tiny", {parse_override("model.route_nodes=-1")}); }),
+             Catch::Contains("model.route_nodes") && Catch::Contains("-1"));
 }
 
 TEST_CASE("bad MoE config.json: one line naming file, key and what is valid", "[moe]") {
@@ -333,6 +335,8 @@ TEST_CASE("bad MoE config.json: one line naming file, key and what is valid", "[
              Catch::Contains("config.mlp_only_layers: dense layers listed by index are not modelled; valid: []"));
   const std::string freq = write("f.json", "{\"model_type\": \"deepseek_v3\",\n \"moe_layer_freq\": 2\n}\n");
   CHECK_THAT(error_of([&] { models::load_model(freq); }), Catch::Contains("f.json:2") && Catch::Contains("config.moe_layer_freq"));
+  const std::string group = write("g.json", "{\"model_type\": \"deepseek_v3\",\n \"topk_group\": 0\n}\n");
+  CHECK_THAT(error_of([&] { models::load_model(group); }), Catch::Contains("g.json:2") && Catch::Contains("config.topk_group"));
   const std::string arch = write("a.json", "{\"model_type\": \"mixtral\", \"architectures\": [\"MixtralForSequenceClassification\"]}\n");
   CHECK_THAT(error_of([&] { models::load_model(arch); }), Catch::Contains("valid: MixtralForCausalLM"));
 }
