@@ -7,6 +7,7 @@
 
 #include "commands.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/version.hpp"
 
 int main(int argc, char** argv) {
   using namespace dtsim;
@@ -16,7 +17,7 @@ int main(int argc, char** argv) {
     return args.empty() ? 2 : 0;
   }
   if (args[0] == "--version") {
-    std::cout << "dtsim 0.1.0\n";
+    std::cout << "dtsim " << sim::version() << "\n";
     return 0;
   }
   const std::string cmd = args[0];
