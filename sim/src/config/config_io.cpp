@@ -3,20 +3,66 @@
 #include <algorithm>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <optional>
 
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/framework_config.hpp"
+
+#include <dlfcn.h>
 
 #ifndef DTSIM_CONFIG_DIR
 #define DTSIM_CONFIG_DIR "configs"
+#endif
+#ifndef DTSIM_INSTALLED_CONFIG_DIR
+#define DTSIM_INSTALLED_CONFIG_DIR ""
 #endif
 
 namespace dtsim::sim {
 namespace fs = std::filesystem;
 
+// Note [Finding the configs]
+// A program finds the shipped configs where it stands, not where it was
+// built: an installed dtsim is <prefix>/bin/dtsim and its configs are
+// <prefix>/share/dtsim/configs, wherever the prefix was moved to. The binary
+// is the shared object holding this code where that is one (the Python
+// module, dladdr), with its own configs/ beside it (a pip-installed package)
+// or the prefix's share/, and else the program (/proc/self/exe). The build
+// tree has neither and falls back to the source tree's configs fixed at
+// configure time, then to the install prefix fixed there (a program linking
+// the installed static libraries). Nothing is cached: no static state.
+std::vector<std::string> config_dir_candidates() {
+  std::vector<std::string> out;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  Dl_info info{};
+  if (dladdr(reinterpret_cast<void*>(&config_dir_candidates), &info) != 0 && info.dli_fname != nullptr) {
+    const fs::path object(info.dli_fname);
+    if (object.is_absolute() && (exe.empty() || !fs::equivalent(object, exe, ec))) {
+      out.push_back((object.parent_path() / "configs").string());
+      out.push_back((object.parent_path() / ".." / "share" / "dtsim" / "configs").lexically_normal().string());
+    }
+  }
+  if (!exe.empty()) out.push_back((exe.parent_path() / ".." / "share" / "dtsim" / "configs").lexically_normal().string());
+  out.emplace_back(DTSIM_CONFIG_DIR);
+  if (*DTSIM_INSTALLED_CONFIG_DIR != '\0') out.emplace_back(DTSIM_INSTALLED_CONFIG_DIR);
+  return out;
+}
+
 std::string config_dir() {
-  if (const char* env = std::getenv("DTSIM_CONFIG_DIR"); env != nullptr && *env != '\0') return env;
-  return DTSIM_CONFIG_DIR;
+  std::error_code ec;
+  if (const char* env = std::getenv("DTSIM_CONFIG_DIR"); env != nullptr && *env != '\0') {
+    if (!fs::is_directory(env, ec)) throw IoError(std::string("DTSIM_CONFIG_DIR=") + env + ": no such directory");
+    return env;
+  }
+  const auto candidates = config_dir_candidates();
+  for (const auto& c : candidates) {
+    if (fs::is_directory(fs::path(c) / "clusters", ec)) return c;
+  }
+  std::string list;
+  for (const auto& c : candidates) list += (list.empty() ? "" : ", ") + c;
+  throw IoError("dtsim's shipped configs not found: looked in " + list +
+                "; set DTSIM_CONFIG_DIR to a configs folder, or give file paths");
 }
 
 std::vector<std::string> list_configs(const std::string& kind) {
@@ -199,8 +245,8 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     // GPipe's "chunks": the micro-batches of one iteration, i.e. grad_accum.
     // A --set of one wins over the other written in the file.
     const std::int64_t m = c.get_int("micro_batches", 0, 1, kBig);
-    const bool m_set = c.where("micro_batches").rfind("--set", 0) == 0;
-    const bool ga_set = c.has("grad_accum") && c.where("grad_accum").rfind("--set", 0) == 0;
+    const bool m_set = c.overridden("micro_batches");
+    const bool ga_set = c.has("grad_accum") && c.overridden("grad_accum");
     if (p.grad_accum != 0 && p.grad_accum != m && m_set == ga_set) {
       c.fail("micro_batches", std::to_string(m) + " contradicts grad_accum: " + std::to_string(p.grad_accum) +
                                   " (they are the same thing); set only one");
@@ -220,10 +266,14 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     if (z != "0" && z != "1" && z != "2" && z != "3") c.fail("zero_stage", z + " is not one of 0, 1, 2, 3");
     p.zero_stage = z[0] - '0';
   }
-  p.fsdp = c.get_enum("fsdp", FsdpMode::kNone,
-                      {{"none", FsdpMode::kNone}, {"full_shard", FsdpMode::kFullShard},
-                       {"shard_grad_op", FsdpMode::kShardGradOp}, {"no_shard", FsdpMode::kNoShard},
-                       {"hybrid_shard", FsdpMode::kHybridShard}});
+  if (c.has("fsdp")) {
+    // dtsim's names or PyTorch's ShardingStrategy's (framework_config.cpp).
+    try {
+      p.fsdp = parse_fsdp_mode(c.get_string("fsdp", "none"));
+    } catch (const ConfigError& e) {
+      c.fail("fsdp", e.what());
+    }
+  }
   p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
@@ -236,6 +286,44 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
 }
 
 YAML::Node parse_text(const std::string& text, const std::string& file) { return parse_config_text(text, file, false); }
+
+// Note [Framework configs as plans]
+// A DeepSpeed JSON given where a plan goes fails on its first key that a
+// plan reads differently (`plan.optimizer: expected a string, got a
+// mapping`), which sends a user looking in the wrong place; a TOML fails as
+// malformed YAML. Such files are recognised (framework_of) and refused with
+// the option that reads them.
+[[noreturn]] void refuse_framework_config(const std::string& kind, const std::string& file) {
+  const char* option = kind == "deepspeed" ? "--deepspeed" : kind == "torchtitan" ? "--torchtitan" : "--megatron-args";
+  const char* name = kind == "deepspeed" ? "DeepSpeed config" : kind == "torchtitan" ? "torchtitan TOML" : "Megatron-LM command line";
+  throw ConfigError(file + " looks like a " + name + "; pass it as " + option + " " + file);
+}
+
+/// DeepSpeed's top-level keys (deepspeed/runtime/constants.py), which no plan has.
+void refuse_deepspeed_keys(const YAML::Node& root, const std::string& file) {
+  if (!root.IsMap()) return;
+  for (const char* key : {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu"}) {
+    if (root[key]) refuse_framework_config("deepspeed", file);
+  }
+}
+
+/// A plan's YAML tree, or the refusal of Note [Framework configs as plans].
+YAML::Node plan_tree(const std::string& text, const std::string& file, bool json) {
+  if (const std::string kind = framework_of("", file); !kind.empty()) refuse_framework_config(kind, file);
+  YAML::Node root;
+  try {
+    root = parse_config_text(text, file, json);
+  } catch (const ConfigError&) {
+    if (const std::string kind = framework_of(text, file); !kind.empty()) refuse_framework_config(kind, file);
+    throw;
+  }
+  // TOML's "[section]" alone reads as a YAML list.
+  if (root && !root.IsMap() && !root.IsNull()) {
+    if (const std::string kind = framework_of(text, file); !kind.empty()) refuse_framework_config(kind, file);
+  }
+  refuse_deepspeed_keys(root, file);
+  return root;
+}
 
 }  // namespace
 
@@ -256,12 +344,30 @@ ClusterSpec parse_cluster(const std::string& yaml_text, const std::string& file,
 
 PlanSpec load_plan(const std::string& name_or_path, const std::vector<Override>& overrides) {
   const std::string path = find_config("plans", name_or_path);
-  return read_plan(load_yaml_file(path), path, overrides);
+  if (const std::string kind = framework_of("", path); !kind.empty()) refuse_framework_config(kind, path);
+  // The file's start, to recognise a framework's config that is not YAML.
+  auto sniff = [&] {
+    std::ifstream in(path, std::ios::binary);
+    std::string text(std::size_t{64} << 10, '\0');
+    in.read(text.data(), static_cast<std::streamsize>(text.size()));
+    text.resize(static_cast<std::size_t>(in.gcount()));
+    if (const std::string kind = framework_of(text, path); !kind.empty()) refuse_framework_config(kind, path);
+  };
+  YAML::Node root;
+  try {
+    root = load_yaml_file(path);
+  } catch (const ConfigError&) {
+    sniff();
+    throw;
+  }
+  if (root && !root.IsMap() && !root.IsNull()) sniff();
+  refuse_deepspeed_keys(root, path);
+  return read_plan(root, path, overrides);
 }
 
 PlanSpec parse_plan(const std::string& yaml_text, const std::string& file,
                     const std::vector<Override>& overrides) {
-  return read_plan(parse_text(yaml_text, file), file, overrides);
+  return read_plan(plan_tree(yaml_text, file, false), file, overrides);
 }
 
 }  // namespace dtsim::sim

@@ -12,6 +12,13 @@
 // tree is walked (without recursion) before use: keys plain scalars, each
 // once per mapping, at most kMaxConfigDepth levels. Every refusal is one
 // ConfigError with file:line:column.
+// nlohmann-json decides what JSON is and says where it is wrong; the tree
+// the loaders read (a YAML::Node, which carries each key's line for later
+// errors such as an unknown key or a value out of range) is then yaml-cpp's
+// reading of the same, accepted text, of which valid JSON is a subset but
+// for one thing: a string's \u escapes, which json_for_yaml() decodes first
+// (so a surrogate pair is one character, as JSON means it). Numbers keep
+// their text and are converted once, by the accessor that knows the type.
 #include "dtsim/sim/config_node.hpp"
 
 #include <algorithm>
@@ -167,18 +174,69 @@ void check_json(const std::string& text, const std::string& file) {
     if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
     throw ConfigError(file + ": malformed JSON: " + why + "; numbers must fit a double");
   } catch (const nlohmann::json::parse_error& e) {
-    // e.byte is 1-based; count lines up to it.
-    const std::size_t at = std::min<std::size_t>(e.byte == 0 ? 0 : e.byte - 1, text.size());
-    const std::size_t line = 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
-    const std::size_t bol = text.rfind('\n', at == 0 ? 0 : at - 1);
-    const std::size_t column = at - (bol == std::string::npos || at == 0 ? 0 : bol + 1) + 1;
-    std::string why = e.what();
-    if (const auto p = why.find("syntax error "); p != std::string::npos) why = why.substr(p);
-    throw ConfigError(file + ":" + std::to_string(line) + ":" + std::to_string(column) + ": malformed JSON: " + why);
+    throw ConfigError(text_position(text, e.byte, file) + ": malformed JSON: " + json_error_text(e.what()));
   }
 }
 
+/// Note [Strict configs]: the text yaml-cpp reads once nlohmann-json has
+/// accepted it. A string holding a \u escape is rewritten as nlohmann decodes
+/// it, in UTF-8 (yaml-cpp's \u takes no surrogate pair, so "\ud83d\ude00",
+/// valid JSON, would be refused); every other byte stays, so each key keeps
+/// its line. YAML limits a key to 1024 characters: a longer one (no config
+/// has one; counted here in bytes) is refused by name. `text` must be valid JSON.
+std::string json_for_yaml(const std::string& text, const std::string& file) {
+  std::string out;
+  out.reserve(text.size());
+  std::size_t i = 0;
+  while (i < text.size()) {
+    if (text[i] != '"') {
+      out += text[i++];
+      continue;
+    }
+    std::size_t j = i + 1;  // valid JSON: the string closes before the end
+    bool unicode = false;
+    while (text[j] != '"') {
+      if (text[j] == '\\') {
+        unicode = unicode || text[j + 1] == 'u';
+        j += 2;
+      } else {
+        ++j;
+      }
+    }
+    const std::string token = text.substr(i, j + 1 - i);
+    if (token.size() > 1024 + 2) {
+      std::size_t next = j + 1;
+      while (next < text.size() && (text[next] == ' ' || text[next] == '\t' || text[next] == '\n' || text[next] == '\r')) ++next;
+      if (next < text.size() && text[next] == ':') {
+        throw ConfigError(text_position(text, i + 1, file) + ": a key of " + std::to_string(token.size() - 2) +
+                          " bytes; keys are at most 1024");
+      }
+    }
+    out += unicode ? nlohmann::json(nlohmann::json::parse(token).get<std::string>())
+                         .dump(-1, ' ', false, nlohmann::json::error_handler_t::replace)
+                   : token;
+    i = j + 1;
+  }
+  return out;
+}
+
 }  // namespace
+
+std::string text_position(const std::string& text, std::size_t byte, const std::string& file) {
+  // byte is 1-based; count lines up to it.
+  const std::size_t at = std::min<std::size_t>(byte == 0 ? 0 : byte - 1, text.size());
+  const std::size_t line = 1 + static_cast<std::size_t>(std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(at), '\n'));
+  const std::size_t bol = text.rfind('\n', at == 0 ? 0 : at - 1);
+  const std::size_t column = at - (bol == std::string::npos || at == 0 ? 0 : bol + 1) + 1;
+  return file + ":" + std::to_string(line) + ":" + std::to_string(column);
+}
+
+std::string json_error_text(const std::string& what) {
+  std::string why = what;
+  if (const auto p = why.find("syntax error "); p != std::string::npos) return why.substr(p);
+  if (const auto p = why.find("] "); p != std::string::npos) why = why.substr(p + 2);
+  return why;
+}
 
 YAML::Node parse_config_text(const std::string& text, const std::string& file, bool json) {
   if (text.size() > kMaxConfigBytes) {
@@ -188,7 +246,7 @@ YAML::Node parse_config_text(const std::string& text, const std::string& file, b
   if (json) check_json(text, file);
   YAML::Node root;
   try {
-    root = YAML::Load(text);
+    root = YAML::Load(json ? json_for_yaml(text, file) : text);
   } catch (const YAML::DeepRecursion& e) {
     throw ConfigError(at_mark(file, e.mark) + ": nested too deep (yaml-cpp stops at " + std::to_string(e.depth()) +
                       " levels); no dtsim config nests more than " + std::to_string(kMaxConfigDepth));
@@ -246,9 +304,9 @@ std::set<std::string> apply_overrides(YAML::Node& root, const std::string& secti
 }
 
 ConfigMap::ConfigMap(YAML::Node node, std::string file, std::string prefix,
-                     std::set<std::string> overridden)
+                     std::set<std::string> overridden, std::map<std::string, std::string> override_from)
     : node_(std::move(node)), file_(std::move(file)), prefix_(std::move(prefix)),
-      overridden_(std::move(overridden)) {
+      overridden_(std::move(overridden)), override_from_(std::move(override_from)) {
   if (node_ && !node_.IsNull() && !node_.IsMap()) {
     std::string where = file_.empty() ? std::string("<built-in>") : file_;
     if (node_.Mark().line >= 0) where += ":" + std::to_string(node_.Mark().line + 1);
@@ -269,7 +327,13 @@ ConfigMap ConfigMap::open(YAML::Node root, const std::string& file, const std::s
     throw ConfigError(where + ": " + section + ": expected a mapping of keys, got " + describe_node(root));
   }
   auto overridden = apply_overrides(root, section, overrides);
-  return ConfigMap(root, file, section, std::move(overridden));
+  // A framework's config names its own file and key (Override::from); the
+  // last override of a key is the one that stands.
+  std::map<std::string, std::string> from;
+  for (const auto& o : overrides) {
+    if (o.section == section) from[o.path] = o.from;
+  }
+  return ConfigMap(root, file, section, std::move(overridden), std::move(from));
 }
 
 bool ConfigMap::has(const std::string& key) const {
@@ -281,12 +345,22 @@ std::string ConfigMap::full_key(const std::string& key) const {
   return prefix_.empty() ? key : prefix_ + "." + key;
 }
 
-std::string ConfigMap::where(const std::string& key) const {
+bool ConfigMap::overridden(const std::string& key) const {
   // Overrides are recorded relative to the section root: "intra_node.bandwidth_GBps".
   const std::string fk = full_key(key);
   const auto dot = fk.find('.');
   const std::string rel = dot == std::string::npos ? fk : fk.substr(dot + 1);
-  if (overridden_.count(rel) || overridden_.count(key)) return "--set " + fk;
+  return overridden_.count(rel) > 0 || overridden_.count(key) > 0;
+}
+
+std::string ConfigMap::where(const std::string& key) const {
+  const std::string fk = full_key(key);
+  const auto dot = fk.find('.');
+  const std::string rel = dot == std::string::npos ? fk : fk.substr(dot + 1);
+  if (overridden(key)) {
+    const auto it = override_from_.find(overridden_.count(rel) ? rel : key);
+    return it != override_from_.end() && !it->second.empty() ? it->second : "--set " + fk;
+  }
   std::string w = file_.empty() ? std::string("<built-in>") : file_;
   if (node_ && node_.IsMap() && node_[key] && node_[key].Mark().line >= 0) {
     w += ":" + std::to_string(node_[key].Mark().line + 1);
@@ -396,7 +470,7 @@ ConfigMap ConfigMap::sub(const std::string& key) const {
   used_.insert(key);
   YAML::Node n = has(key) ? node_[key] : YAML::Node(YAML::NodeType::Map);
   if (!n.IsMap()) fail(key, "expected a mapping of keys, got " + describe_node(n));
-  return ConfigMap(n, file_, full_key(key), overridden_);
+  return ConfigMap(n, file_, full_key(key), overridden_, override_from_);
 }
 
 std::vector<std::int64_t> ConfigMap::get_int_list(const std::string& key) const {

@@ -12,9 +12,15 @@
 
 namespace dtsim::sim {
 
-/// Where shipped configs live: $DTSIM_CONFIG_DIR if set, else the directory
-/// fixed at configure time.
+/// Where shipped configs live: $DTSIM_CONFIG_DIR if set, else the first of
+/// config_dir_candidates() holding a clusters/ folder. Throws IoError naming
+/// every place it looked if none does (Note [Finding the configs]).
 std::string config_dir();
+/// Where config_dir() looks without $DTSIM_CONFIG_DIR, in order: beside the
+/// shared object holding dtsim (configs/, ../share/dtsim/configs), beside the
+/// program (../share/dtsim/configs), the source tree's configs and the
+/// install prefix's fixed at configure time.
+std::vector<std::string> config_dir_candidates();
 
 /// Resolves a name ("ddp") or a path ("my/plan.yaml") of `kind` ("plans",
 /// "clusters", "models") to a file; throws ConfigError listing the names

@@ -1,7 +1,7 @@
 #pragma once
-// Reading YAML (and JSON, which yaml-cpp also parses) into plain structs with
-// errors that name the file, the line and the key, and "did you mean" for
-// unknown keys. Loaders in sim/ and models/ share this.
+// Reading YAML and JSON (strict, Note [Strict configs]) into plain structs
+// with errors that name the file, the line and the key, and "did you mean"
+// for unknown keys. Loaders in sim/ and models/ share this.
 
 #include <cstdint>
 #include <initializer_list>
@@ -17,11 +17,18 @@ namespace dtsim::sim {
 
 /// One `--set section.key.path=value` from the command line.
 struct Override {
+  Override() = default;
+  /// {"plan", "micro_batch", "32"}, and optionally where it came from.
+  Override(std::string in_section, std::string in_path, std::string in_value, std::string in_from = {})
+      : section(std::move(in_section)), path(std::move(in_path)), value(std::move(in_value)), from(std::move(in_from)) {}
   std::string section;  ///< "plan", "cluster" or "model"
   std::string path;     ///< "micro_batch", "intra_node.bandwidth_GBps"
-  std::string value;    ///< YAML text: "32", "true", "[30,18]"
-  /// "--set plan.micro_batch"
-  std::string origin() const { return "--set " + section + "." + path; }
+  std::string value;    ///< YAML text: "32", "true", "[30,18]"; "null" unsets the key
+  /// Where the value came from when not the command line: "ds.json:7
+  /// (train_batch_size)" for a framework's config (framework_config.hpp).
+  std::string from;
+  /// "--set plan.micro_batch", or `from`
+  std::string origin() const { return from.empty() ? "--set " + section + "." + path : from; }
 };
 
 /// Parses "plan.micro_batch=32"; throws ConfigError naming what is valid.
@@ -42,6 +49,13 @@ YAML::Node load_yaml_file(const std::string& path);
 /// The same for text already read; `file` names it in errors.
 YAML::Node parse_config_text(const std::string& text, const std::string& file, bool json);
 
+/// "file:line:column" of the 1-based byte offset `byte` into `text` (as
+/// nlohmann-json's parse_error::byte counts), both 1-based.
+std::string text_position(const std::string& text, std::size_t byte, const std::string& file);
+/// nlohmann-json's message without its "[json.exception...] parse error at
+/// line L, column C: " prefix (text_position says where).
+std::string json_error_text(const std::string& what);
+
 /// Applies overrides for `section` to `root` (a mapping); returns the keys
 /// (dotted paths) they set. Throws ConfigError for a malformed value.
 std::set<std::string> apply_overrides(YAML::Node& root, const std::string& section,
@@ -53,13 +67,16 @@ class ConfigMap {
  public:
   /// `file` names the source ("" for built-in), `prefix` the key path ("plan").
   ConfigMap(YAML::Node node, std::string file, std::string prefix,
-            std::set<std::string> overridden = {});
+            std::set<std::string> overridden = {},
+            std::map<std::string, std::string> override_from = {});
   /// The top-level map of section `section` ("plan", "cluster", "model") with
   /// that section's overrides applied first; `root` may be null (all defaults).
   static ConfigMap open(YAML::Node root, const std::string& file, const std::string& section,
                         const std::vector<Override>& overrides);
 
   bool has(const std::string& key) const;
+  /// Whether an override (a --set or a framework's config) gave `key`.
+  bool overridden(const std::string& key) const;
   std::string get_string(const std::string& key, const std::string& fallback) const;
   std::string require_string(const std::string& key) const;
   std::int64_t get_int(const std::string& key, std::int64_t fallback, std::int64_t min_value,
@@ -108,6 +125,7 @@ class ConfigMap {
   std::string file_;
   std::string prefix_;
   std::set<std::string> overridden_;
+  std::map<std::string, std::string> override_from_;  ///< section-relative key -> Override::from
   mutable std::set<std::string> used_;
 };
 

@@ -1,0 +1,76 @@
+#pragma once
+// Plans as users already write them: a DeepSpeed config JSON, a Megatron-LM
+// command line, a torchtitan job TOML. Each importer reads the knobs dtsim
+// models into `--set`-style overrides on dtsim's own keys (plan.*, model.*),
+// names a shipped plan to start from, and lists the knobs it read but dtsim
+// does not model, so nothing is dropped silently (Note [Framework configs]
+// in sim/src/config/framework_config.cpp). A front end wires one in a few
+// lines:
+//
+//   auto fc = sim::read_deepspeed_config(path);
+//   plan = fc.plan.value_or(user_plan);
+//   overrides = sim::with_user_overrides(fc, user_sets);   // the user's --set wins
+//   if (auto w = sim::unmodelled_warning(fc); !w.empty()) warn(w);
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/config_node.hpp"
+#include "dtsim/sim/plan.hpp"
+
+namespace dtsim::sim {
+
+/// What a framework's config says, in dtsim's terms.
+struct FrameworkConfig {
+  std::string framework;                      ///< "DeepSpeed", "Megatron-LM" or "torchtitan"
+  std::string file;                           ///< the file read, as given
+  std::optional<std::string> plan;            ///< the shipped plan to start from ("zero2"), or none
+  /// plan.* (and model.* for a Megatron command line) in the order read,
+  /// each with Override::from naming "file:line (key)"; "null" resets a key
+  /// the starting plan sets to dtsim's default. Apply before the user's --set.
+  std::vector<Override> overrides;
+  std::optional<std::string> model;           ///< a built-in model the config names or builds ("llama-3-8b")
+  std::optional<std::int64_t> global_batch;   ///< sequences per iteration, for `dtsim search --global-batch`
+  /// Knobs read but not modelled, as written ("zero_optimization.stage3_max_live_parameters=1e9").
+  std::vector<std::string> unmodelled;
+};
+
+/// Reads a DeepSpeed config JSON (deepspeed/runtime/config.py and
+/// zero/config.py keys); throws IoError, or ConfigError with file:line.
+FrameworkConfig read_deepspeed_config(const std::string& path);
+/// The same for text already read; `file` names it in errors.
+FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::string& file);
+
+/// Reads Megatron-LM's arguments (megatron/training/arguments.py) from a
+/// file: a launch script's flags, shell-quoted, with backslash-newline
+/// continuations and # comments; lines that are not flags (VAR=..., torchrun
+/// pretrain_gpt.py) are skipped.
+FrameworkConfig read_megatron_args(const std::string& path);
+/// The same for a command line already read; `file` names it in errors.
+FrameworkConfig parse_megatron_args(const std::string& args, const std::string& file);
+
+/// Reads a torchtitan job TOML (torchtitan/config/job_config.py).
+FrameworkConfig read_torchtitan_config(const std::string& path);
+/// The same for text already read; `file` names it in errors.
+FrameworkConfig parse_torchtitan_config(const std::string& toml_text, const std::string& file);
+
+/// fc.overrides, then the user's own (so a user's --set wins).
+std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::vector<Override>& user);
+
+/// One warning line, "FILE: DeepSpeed knobs dtsim does not model, ignored:
+/// a=1, b=2", or "" when there are none.
+std::string unmodelled_warning(const FrameworkConfig& fc);
+
+/// PyTorch FSDP's ShardingStrategy names (FULL_SHARD, SHARD_GRAD_OP,
+/// NO_SHARD, HYBRID_SHARD) and dtsim's (full_shard, ...) in any case, with
+/// or without "ShardingStrategy."; throws ConfigError (message without a
+/// location) naming the valid ones.
+FsdpMode parse_fsdp_mode(const std::string& name);
+
+/// "deepspeed", "torchtitan" or "megatron" when `text` (a file named `path`)
+/// is that framework's config rather than a dtsim plan, else "".
+std::string framework_of(const std::string& text, const std::string& path);
+
+}  // namespace dtsim::sim

@@ -1,0 +1,193 @@
+// What the framework importers share, FSDP's ShardingStrategy names, and
+// telling a framework's config from a dtsim plan.
+//
+// Note [Framework configs]
+// A DeepSpeed JSON, a Megatron-LM command line and a torchtitan TOML each
+// describe a whole plan, so an importer gives a complete one: the shipped
+// plan nearest to it (for its name and description) and an override for
+// every plan key, either the framework's value, mapped onto dtsim's key, or
+// "null", which resets a key the starting plan set to dtsim's default (a
+// ConfigMap treats a null value as absent). Values the framework defaults
+// differently from dtsim are written out with the framework's default
+// (DeepSpeed's 5e8-element buckets and overlap_comm, Megatron's unoverlapped
+// gradient reduction). The overrides go before the user's --set, so the user
+// has the last word; each carries "file:line (key)" as its origin, so a
+// problem resolve() finds later (a train_batch_size that dp does not divide)
+// names the line of the framework's file. A knob read that dtsim has no key
+// for, or whose value dtsim does not model, goes to `unmodelled` as written,
+// for one warning line; knobs that change neither time nor memory (learning
+// rates, paths, logging) are skipped on purpose, and any knob the importer
+// does not know is listed rather than dropped.
+#include "dtsim/sim/framework_config.hpp"
+
+#include <algorithm>
+#include <cctype>
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+
+#include "dtsim/sim/error.hpp"
+#include "framework_common.hpp"
+
+namespace dtsim::sim {
+namespace detail {
+
+std::string read_config_text(const std::string& path) {
+  std::error_code ec;
+  if (!std::filesystem::exists(path, ec)) throw IoError(path + ": no such file");
+  if (std::filesystem::is_directory(path, ec)) throw IoError(path + ": is a directory, not a file");
+  const std::uintmax_t size = std::filesystem::file_size(path, ec);
+  if (!ec && size > kMaxConfigBytes) {
+    throw ConfigError(path + ": " + std::to_string(size) + " bytes, larger than a config may be (limit " +
+                      std::to_string(kMaxConfigBytes >> 20) + " MiB)");
+  }
+  std::ifstream in(path, std::ios::binary);
+  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  if (!in.good() && !in.eof()) throw IoError(path + ": cannot be read");
+  if (text.size() > kMaxConfigBytes) throw ConfigError(path + ": larger than a config may be");
+  return text;
+}
+
+void OverrideList::add(const std::string& section, const std::string& key, const std::string& value,
+                       const std::string& from) {
+  const std::string full = section + "." + key;
+  if (set_.insert(full).second) {
+    fc_.overrides.push_back(Override{section, key, value, from});
+    return;
+  }
+  for (auto& o : fc_.overrides) {
+    if (o.section == section && o.path == key) {
+      o.value = value;
+      o.from = from;
+    }
+  }
+}
+
+void OverrideList::plan(const std::string& key, const std::string& value, const std::string& from) {
+  add("plan", key, value, from);
+}
+
+void OverrideList::model(const std::string& key, const std::string& value, const std::string& from) {
+  add("model", key, value, from);
+}
+
+void OverrideList::finish() {
+  // Every key a PlanSpec reads (config_io.cpp, read_plan) but its name.
+  static const char* const kPlanKeys[] = {
+      "dp", "tp", "pp", "cp", "cp_comm", "attention", "ep", "etp", "moe_imbalance", "moe_capacity_factor", "moe_pad",
+      "moe_dispatcher", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
+      "tp_comm_overlap", "placement", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
+      "precision", "fp8_param_gather", "optimizer", "zero_stage", "fsdp", "offload_optimizer", "offload_params",
+      "recompute", "bucket_mb", "overlap"};
+  for (const char* k : kPlanKeys) {
+    if (!has_plan(k)) plan(k, "null", fc_.file);
+  }
+}
+
+std::string format_number(double v) {
+  char text[64];
+  if (v == std::floor(v) && std::fabs(v) < 1e15) {
+    std::snprintf(text, sizeof text, "%.0f", v);
+    return text;
+  }
+  for (int digits = 1; digits <= 17; ++digits) {
+    std::snprintf(text, sizeof text, "%.*g", digits, v);
+    if (std::stod(text) == v) break;
+  }
+  return text;
+}
+
+}  // namespace detail
+
+std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::vector<Override>& user) {
+  std::vector<Override> all = fc.overrides;
+  all.insert(all.end(), user.begin(), user.end());
+  return all;
+}
+
+std::string unmodelled_warning(const FrameworkConfig& fc) {
+  if (fc.unmodelled.empty()) return "";
+  std::string line = fc.file + ": " + fc.framework + " settings dtsim does not model, ignored: ";
+  for (std::size_t i = 0; i < fc.unmodelled.size(); ++i) line += (i ? ", " : "") + fc.unmodelled[i];
+  return line;
+}
+
+// PyTorch's torch/distributed/fsdp/api.py, class ShardingStrategy:
+// FULL_SHARD shards parameters, gradients and optimizer states (ZeRO-3);
+// SHARD_GRAD_OP shards gradients and optimizer states, parameters only
+// outside forward and backward (ZeRO-2); NO_SHARD is DDP; HYBRID_SHARD is
+// FULL_SHARD within a node and replication across nodes; _HYBRID_SHARD_ZERO2
+// is SHARD_GRAD_OP within a node and replication across, which dtsim does
+// not lower (its hybrid sharding is ZeRO-3's).
+FsdpMode parse_fsdp_mode(const std::string& name) {
+  std::string n;
+  for (char ch : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  const std::string prefix = "shardingstrategy.";
+  if (n.rfind(prefix, 0) == 0) n = n.substr(prefix.size());
+  if (n == "none") return FsdpMode::kNone;
+  if (n == "full_shard") return FsdpMode::kFullShard;
+  if (n == "shard_grad_op") return FsdpMode::kShardGradOp;
+  if (n == "no_shard") return FsdpMode::kNoShard;
+  if (n == "hybrid_shard") return FsdpMode::kHybridShard;
+  if (n == "_hybrid_shard_zero2") {
+    throw ConfigError("'" + name + "' (SHARD_GRAD_OP within a node, replicated across nodes) is not modelled; "
+                      "valid: none, full_shard, shard_grad_op, no_shard, hybrid_shard (nearest: shard_grad_op, or hybrid_shard for ZeRO-3 within a node)");
+  }
+  throw ConfigError("'" + name + "' is not one of none, full_shard, shard_grad_op, no_shard, hybrid_shard "
+                    "(PyTorch's ShardingStrategy names, FULL_SHARD or ShardingStrategy.FULL_SHARD, are accepted too)");
+}
+
+namespace {
+
+bool ends_with(const std::string& s, const std::string& suffix) {
+  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
+}
+
+/// A line of TOML's own shape ("[section]" alone, or "[[table]]").
+bool toml_header(const std::string& line) {
+  std::size_t b = line.find_first_not_of(" \t");
+  if (b == std::string::npos || line[b] != '[') return false;
+  std::size_t e = line.find_last_not_of(" \t\r");
+  std::string inner = line.substr(b, e - b + 1);
+  if (inner.size() < 3 || inner.back() != ']') return false;
+  for (char ch : inner) {
+    if (!(std::isalnum(static_cast<unsigned char>(ch)) || ch == '_' || ch == '-' || ch == '.' || ch == '[' || ch == ']')) return false;
+  }
+  return true;
+}
+
+}  // namespace
+
+std::string framework_of(const std::string& text, const std::string& path) {
+  if (ends_with(path, ".toml")) return "torchtitan";
+  if (ends_with(path, ".sh") || ends_with(path, ".args")) return "megatron";
+  // DeepSpeed's own top-level keys (deepspeed/runtime/constants.py); no dtsim plan has them.
+  for (const char* key : {"\"zero_optimization\"", "\"train_batch_size\"", "\"train_micro_batch_size_per_gpu\""}) {
+    if (text.find(key) != std::string::npos) return "deepspeed";
+  }
+  for (const char* key : {"zero_optimization:", "train_batch_size:", "train_micro_batch_size_per_gpu:"}) {
+    const auto at = text.find(key);
+    if (at != std::string::npos && (at == 0 || text[at - 1] == '\n')) return "deepspeed";
+  }
+  // TOML: a [section] header followed somewhere by `key = value`.
+  bool header = false, assignment = false;
+  std::size_t start = 0;
+  while (start < text.size()) {
+    std::size_t end = text.find('\n', start);
+    if (end == std::string::npos) end = text.size();
+    const std::string line = text.substr(start, end - start);
+    header = header || toml_header(line);
+    const auto eq = line.find(" = ");
+    assignment = assignment || (header && eq != std::string::npos && line.find(':') == std::string::npos);
+    start = end + 1;
+  }
+  if (header && assignment) return "torchtitan";
+  if (text.find("--tensor-model-parallel-size") != std::string::npos ||
+      text.find("--pipeline-model-parallel-size") != std::string::npos) {
+    return "megatron";
+  }
+  return "";
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,546 @@
+// Megatron-LM's command line into dtsim's plan and model keys (Note
+// [Framework configs] in framework_config.cpp). Flags, defaults and derived
+// values as megatron/training/arguments.py has them (parse_args,
+// validate_args); the padded vocabulary as _vocab_size_with_padding in
+// megatron/training/tokenizer/tokenizer.py.
+#include <algorithm>
+#include <cmath>
+#include <filesystem>
+#include <map>
+#include <optional>
+
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/framework_config.hpp"
+#include "framework_common.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+struct Token {
+  std::string text;
+  int line = 1;
+};
+
+bool is_name(const std::string& s) {
+  if (s.empty() || !(std::isalpha(static_cast<unsigned char>(s[0])) || s[0] == '_')) return false;
+  return std::all_of(s.begin(), s.end(), [](char ch) { return std::isalnum(static_cast<unsigned char>(ch)) || ch == '_'; });
+}
+
+/// Splits a launch script as a POSIX shell would into words: '...' literal,
+/// "..." with \" \\ \$ \` escapes, a backslash outside quotes escaping the
+/// next character, backslash-newline joining lines, # starting a comment at
+/// a word's start; ; | & ( ) separate words. Each word keeps the line it
+/// starts on. Variables are not expanded. `NAME="--a 1 --b 2"` is split
+/// again, as `$NAME` would be where it is used.
+void tokenize(const std::string& text, const std::string& file, int first_line, std::vector<Token>& out) {
+  int line = first_line;
+  std::string cur;
+  bool in_word = false;
+  int word_line = line;
+  auto end_word = [&] {
+    if (!in_word) return;
+    const auto eq = cur.find('=');
+    if (eq != std::string::npos && is_name(cur.substr(0, eq)) && cur.compare(eq + 1, 2, "--") == 0) {
+      tokenize(cur.substr(eq + 1), file, word_line, out);
+    } else {
+      out.push_back({cur, word_line});
+    }
+    cur.clear();
+    in_word = false;
+  };
+  auto start_word = [&] {
+    if (!in_word) {
+      in_word = true;
+      word_line = line;
+    }
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const char ch = text[i];
+    if (ch == '\\') {
+      if (i + 1 < text.size() && text[i + 1] == '\n') {
+        ++i;
+        ++line;
+        continue;
+      }
+      if (i + 1 < text.size()) {
+        start_word();
+        cur += text[++i];
+      }
+      continue;
+    }
+    if (ch == '\'' || ch == '"') {
+      start_word();
+      const int open_line = line;
+      std::size_t j = i + 1;
+      for (; j < text.size() && text[j] != ch; ++j) {
+        if (text[j] == '\n') ++line;
+        if (ch == '"' && text[j] == '\\' && j + 1 < text.size()) {
+          const char next = text[j + 1];
+          if (next == '\n') {
+            ++line;
+            ++j;
+            continue;
+          }
+          if (next == '"' || next == '\\' || next == '$' || next == '`') {
+            cur += next;
+            ++j;
+            continue;
+          }
+        }
+        cur += text[j];
+      }
+      if (j >= text.size()) {
+        throw ConfigError(file + ":" + std::to_string(open_line) + ": unterminated " + (ch == '"' ? "double" : "single") +
+                          " quote; close it as the shell would need");
+      }
+      i = j;
+      continue;
+    }
+    if (ch == '#' && !in_word) {
+      while (i + 1 < text.size() && text[i + 1] != '\n') ++i;
+      continue;
+    }
+    if (ch == '\n') {
+      end_word();
+      ++line;
+      continue;
+    }
+    if (ch == ' ' || ch == '\t' || ch == '\r' || ch == ';' || ch == '|' || ch == '&' || ch == '(' || ch == ')') {
+      end_word();
+      continue;
+    }
+    start_word();
+    cur += ch;
+  }
+  end_word();
+}
+
+enum class Kind { kInt, kBool, kString, kFloat };
+
+/// The flags read, with what each takes (argparse's type or store_true).
+const std::map<std::string, Kind>& known_flags() {
+  static const std::map<std::string, Kind> flags = {
+      {"tensor-model-parallel-size", Kind::kInt}, {"pipeline-model-parallel-size", Kind::kInt},
+      {"num-layers-per-virtual-pipeline-stage", Kind::kInt}, {"virtual-pipeline-model-parallel-size", Kind::kInt},
+      {"context-parallel-size", Kind::kInt}, {"cp-comm-type", Kind::kString}, {"expert-model-parallel-size", Kind::kInt},
+      {"expert-tensor-parallel-size", Kind::kInt}, {"sequence-parallel", Kind::kBool}, {"tp-comm-overlap", Kind::kBool},
+      {"recompute-granularity", Kind::kString}, {"recompute-method", Kind::kString}, {"recompute-num-layers", Kind::kInt},
+      {"recompute-activations", Kind::kBool}, {"micro-batch-size", Kind::kInt}, {"global-batch-size", Kind::kInt},
+      {"use-distributed-optimizer", Kind::kBool}, {"overlap-grad-reduce", Kind::kBool}, {"ddp-bucket-size", Kind::kInt},
+      {"accumulate-allreduce-grads-in-fp32", Kind::kBool}, {"bf16", Kind::kBool}, {"fp16", Kind::kBool},
+      {"fp8-format", Kind::kString}, {"fp8-param-gather", Kind::kBool}, {"optimizer", Kind::kString},
+      {"use-flash-attn", Kind::kBool}, {"num-layers", Kind::kInt}, {"hidden-size", Kind::kInt},
+      {"ffn-hidden-size", Kind::kInt}, {"num-attention-heads", Kind::kInt}, {"kv-channels", Kind::kInt},
+      {"group-query-attention", Kind::kBool}, {"num-query-groups", Kind::kInt}, {"seq-length", Kind::kInt},
+      {"max-position-embeddings", Kind::kInt}, {"swiglu", Kind::kBool}, {"normalization", Kind::kString},
+      {"position-embedding-type", Kind::kString}, {"untie-embeddings-and-output-weights", Kind::kBool},
+      {"disable-bias-linear", Kind::kBool}, {"add-qkv-bias", Kind::kBool}, {"vocab-size", Kind::kInt},
+      {"padded-vocab-size", Kind::kInt}, {"make-vocab-size-divisible-by", Kind::kInt}, {"tokenizer-type", Kind::kString},
+      {"num-experts", Kind::kInt}, {"moe-router-topk", Kind::kInt}, {"moe-ffn-hidden-size", Kind::kInt},
+      {"moe-shared-expert-intermediate-size", Kind::kInt}, {"moe-expert-capacity-factor", Kind::kFloat},
+      {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
+      {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt}};
+  return flags;
+}
+
+/// Flags that change neither time nor memory (learning rates, data, paths,
+/// logging, checkpoints, initialisation, loss scaling): skipped on purpose.
+bool skipped_flag(const std::string& name) {
+  static const char* const kPrefixes[] = {
+      "lr", "min-lr", "log-", "save", "load", "eval-", "tensorboard", "wandb", "ckpt", "exit-", "adam-", "sgd-",
+      "data-path", "data-cache-path", "train-data-path", "valid-data-path", "test-data-path", "no-load", "timing-",
+      "rotary-", "tokenizer-model", "vocab-file", "merge-file", "split", "seed", "train-iters", "train-samples",
+      "weight-decay", "start-weight-decay", "end-weight-decay", "clip-grad", "init-method-std", "attention-dropout",
+      "hidden-dropout", "distributed-backend", "distributed-timeout-minutes", "num-workers", "dataloader-type",
+      "use-mcore-models", "transformer-impl", "attention-softmax-in-fp32", "loss-scale", "initial-loss-scale",
+      "min-loss-scale", "hysteresis", "mock-data", "override-opt_param-scheduler", "use-checkpoint-opt_param-scheduler",
+      "use-checkpoint-args", "finetune", "pretrained-checkpoint", "eod-mask-loss", "reset-position-ids",
+      "reset-attention-mask", "use-dist-ckpt", "async-save", "dist-ckpt", "use-rotary-position-embeddings",
+      "no-rope-fusion", "apply-layernorm-1p", "norm-epsilon", "layernorm-epsilon", "profile", "use-pytorch-profiler",
+      "num-dataset-builder-threads", "object-storage-cache-path", "no-mmap-bin-files", "wall-clock-breakdown",
+      // torchrun's own (the launcher's line shares the script)
+      "nproc_per_node", "nproc-per-node", "nnodes", "node_rank", "node-rank", "master_addr", "master-addr",
+      "master_port", "master-port", "rdzv"};
+  for (const char* p : kPrefixes) {
+    if (name.rfind(p, 0) == 0) return true;
+  }
+  return false;
+}
+
+struct Value {
+  std::string text;
+  int line = 0;
+};
+
+/// A model dtsim has built in, as Megatron's flags would describe it.
+struct KnownShape {
+  const char* name;
+  bool llama;
+  int layers;
+  std::int64_t hidden, heads, kv_heads, ffn, seq, vocab;
+  bool tied;
+};
+
+// The built-ins of models/src/zoo.cpp that Megatron trains: Narayanan et al.
+// 2021 Table 1 and Korthikanti et al. 2022 Table 3 (f = 4h, vocabulary
+// 51,200, sequence 2,048, tied), and Llama 3 (meta-llama config.json).
+constexpr KnownShape kKnownShapes[] = {
+    {"gpt-1.7b", false, 24, 2304, 24, 24, 4 * 2304, 2048, 51200, true},
+    {"gpt-3.6b", false, 30, 3072, 32, 32, 4 * 3072, 2048, 51200, true},
+    {"gpt-7.5b", false, 36, 4096, 32, 32, 4 * 4096, 2048, 51200, true},
+    {"gpt-18b", false, 40, 6144, 48, 48, 4 * 6144, 2048, 51200, true},
+    {"gpt-22b", false, 48, 6144, 64, 64, 4 * 6144, 2048, 51200, true},
+    {"gpt-39b", false, 48, 8192, 64, 64, 4 * 8192, 2048, 51200, true},
+    {"gpt-76b", false, 60, 10240, 80, 80, 4 * 10240, 2048, 51200, true},
+    {"gpt-145b", false, 80, 12288, 96, 96, 4 * 12288, 2048, 51200, true},
+    {"gpt-175b", false, 96, 12288, 96, 96, 4 * 12288, 2048, 51200, true},
+    {"gpt-310b", false, 96, 16384, 128, 128, 4 * 16384, 2048, 51200, true},
+    {"gpt-530b", false, 105, 20480, 128, 128, 4 * 20480, 2048, 51200, true},
+    {"gpt-1t", false, 128, 25600, 160, 160, 4 * 25600, 2048, 51200, true},
+    {"llama-3-8b", true, 32, 4096, 32, 8, 14336, 8192, 128256, false},
+    {"llama-3-70b", true, 80, 8192, 64, 8, 28672, 8192, 128256, false},
+    {"llama-3.1-405b", true, 126, 16384, 128, 8, 53248, 131072, 128256, false},
+};
+
+}  // namespace
+
+FrameworkConfig parse_megatron_args(const std::string& args, const std::string& file) {
+  if (args.size() > kMaxConfigBytes) throw ConfigError(file + ": larger than a config may be");
+  FrameworkConfig fc;
+  fc.framework = "Megatron-LM";
+  fc.file = file;
+  detail::OverrideList out(fc);
+  std::vector<Token> tokens;
+  tokenize(args, file, 1, tokens);
+
+  // argparse: the last of a flag given twice wins; `--flag value` or `--flag=value`.
+  std::map<std::string, Value> given;
+  std::vector<std::string> order;  // unknown flags, in the order given
+  std::map<std::string, Value> unknown;
+  const auto& flags = known_flags();
+  for (std::size_t i = 0; i < tokens.size(); ++i) {
+    const Token& t = tokens[i];
+    if (t.text.size() < 3 || t.text.compare(0, 2, "--") != 0) continue;  // not a flag: a program, a variable, a value
+    std::string name = t.text.substr(2);
+    std::optional<std::string> inline_value;
+    if (const auto eq = name.find('='); eq != std::string::npos) {
+      inline_value = name.substr(eq + 1);
+      name = name.substr(0, eq);
+    }
+    const std::string where = file + ":" + std::to_string(t.line) + ": --" + name;
+    const auto it = flags.find(name);
+    auto next_value = [&]() -> std::optional<std::string> {
+      if (inline_value) return inline_value;
+      if (i + 1 < tokens.size() && tokens[i + 1].text.compare(0, 2, "--") != 0) return tokens[++i].text;
+      return std::nullopt;
+    };
+    if (it == flags.end()) {
+      if (skipped_flag(name)) {
+        while (!inline_value && i + 1 < tokens.size() && tokens[i + 1].text.compare(0, 2, "--") != 0 &&
+               tokens[i + 1].line == t.line) {
+          ++i;  // its values
+        }
+        continue;
+      }
+      // Unknown: its values are the words after it on the same line, if any.
+      std::string v;
+      if (inline_value) {
+        v = *inline_value;
+      } else {
+        while (i + 1 < tokens.size() && tokens[i + 1].text.compare(0, 2, "--") != 0 && tokens[i + 1].line == t.line) {
+          v += (v.empty() ? "" : " ") + tokens[++i].text;
+        }
+      }
+      if (!unknown.count(name)) order.push_back(name);
+      unknown[name] = {v, t.line};
+      continue;
+    }
+    if (it->second == Kind::kBool) {
+      if (inline_value) throw ConfigError(where + ": takes no value (a switch); write --" + name + " alone");
+      given[name] = {"true", t.line};
+      continue;
+    }
+    const auto v = next_value();
+    if (!v) {
+      const char* what = it->second == Kind::kInt ? "an integer" : it->second == Kind::kFloat ? "a number" : "a value";
+      throw ConfigError(where + ": needs " + what + " after it (--" + name + " N or --" + name + "=N)");
+    }
+    if (it->second == Kind::kInt) {
+      std::size_t pos = 0;
+      bool ok = !v->empty();
+      std::int64_t n = 0;
+      try {
+        n = std::stoll(*v, &pos);
+        ok = pos == v->size();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      if (!ok || n < 1) {
+        throw ConfigError(where + ": '" + *v + "' is not " + (ok ? "positive" : "an integer") + "; valid: an integer >= 1" +
+                          (v->find('$') != std::string::npos ? " (shell variables are not expanded: write the number)" : ""));
+      }
+    } else if (it->second == Kind::kFloat) {
+      std::size_t pos = 0;
+      bool ok = !v->empty();
+      try {
+        (void)std::stod(*v, &pos);
+        ok = pos == v->size();
+      } catch (const std::exception&) {
+        ok = false;
+      }
+      if (!ok) throw ConfigError(where + ": '" + *v + "' is not a number");
+    }
+    given[name] = {*v, t.line};
+  }
+
+  auto has = [&](const std::string& n) { return given.count(n) > 0; };
+  auto at = [&](const std::string& n) { return file + ":" + std::to_string(given.at(n).line) + " (--" + n + ")"; };
+  auto num = [&](const std::string& n, std::int64_t fallback) { return has(n) ? std::stoll(given.at(n).text) : fallback; };
+  auto text = [&](const std::string& n, const std::string& fallback) { return has(n) ? given.at(n).text : fallback; };
+  auto fail = [&](const std::string& n, const std::string& message) -> void {
+    throw ConfigError(file + ":" + std::to_string(given.at(n).line) + ": --" + n + ": " + message);
+  };
+  auto choice = [&](const std::string& n, std::initializer_list<const char*> valid) {
+    const std::string v = text(n, "");
+    std::string list;
+    for (const char* c : valid) {
+      if (v == c) return v;
+      list += std::string(list.empty() ? "" : ", ") + c;
+    }
+    fail(n, "'" + v + "' is not one of " + list);
+    return v;
+  };
+  auto note = [&](const std::string& n, const std::string& why) {
+    const std::string v = has(n) && given.at(n).text != "true" ? " " + given.at(n).text : "";
+    fc.unmodelled.push_back("--" + n + v + (why.empty() ? "" : " (" + why + ")"));
+  };
+  auto set_int = [&](const std::string& key, const std::string& n) {
+    if (has(n)) out.plan(key, given.at(n).text, at(n));
+  };
+
+  // Parallelism.
+  const std::int64_t tp = num("tensor-model-parallel-size", 1), pp = num("pipeline-model-parallel-size", 1);
+  set_int("tp", "tensor-model-parallel-size");
+  set_int("pp", "pipeline-model-parallel-size");
+  set_int("cp", "context-parallel-size");
+  set_int("ep", "expert-model-parallel-size");
+  set_int("etp", "expert-tensor-parallel-size");
+  if (has("cp-comm-type")) {
+    // arguments.py spells them p2p, a2a, allgather, a2a+p2p.
+    const std::string t = choice("cp-comm-type", {"p2p", "allgather", "a2a", "a2a+p2p"});
+    if (t == "p2p" || t == "allgather") {
+      out.plan("cp_comm", t == "p2p" ? "p2p" : "all_gather", at("cp-comm-type"));
+    } else {
+      note("cp-comm-type", "priced as p2p");
+    }
+  }
+  // Interleaving: arguments.py sets virtual_pipeline_model_parallel_size =
+  // (num_layers / pp) / num_layers_per_virtual_pipeline_stage.
+  std::int64_t vpp = 0;
+  std::string vpp_from;
+  if (has("num-layers-per-virtual-pipeline-stage")) {
+    if (!has("num-layers")) fail("num-layers-per-virtual-pipeline-stage", "needs --num-layers to count the model chunks");
+    const std::int64_t layers = num("num-layers", 1), per = num("num-layers-per-virtual-pipeline-stage", 1);
+    if (layers % pp != 0 || (layers / pp) % per != 0) {
+      fail("num-layers-per-virtual-pipeline-stage", std::to_string(per) + " does not divide the " + std::to_string(layers) + " / " +
+                                                        std::to_string(pp) + " layers of a pipeline stage (Megatron asserts it)");
+    }
+    vpp = layers / pp / per;
+    vpp_from = at("num-layers-per-virtual-pipeline-stage");
+  } else if (has("virtual-pipeline-model-parallel-size")) {
+    vpp = num("virtual-pipeline-model-parallel-size", 1);
+    vpp_from = at("virtual-pipeline-model-parallel-size");
+  }
+  if (vpp > 1) {
+    out.plan("schedule", "interleaved", vpp_from);
+    out.plan("virtual_stages", std::to_string(vpp), vpp_from);
+  } else if (pp > 1) {
+    out.plan("schedule", "1f1b", at("pipeline-model-parallel-size"));
+  }
+  // arguments.py: "Disabling sequence parallelism because tensor model parallelism is not enabled".
+  if (has("sequence-parallel") && tp > 1) out.plan("sequence_parallel", "true", at("sequence-parallel"));
+  if (has("tp-comm-overlap")) out.plan("tp_comm_overlap", "true", at("tp-comm-overlap"));
+
+  // Activation recomputation.
+  if (has("recompute-activations")) out.plan("recompute", "selective", at("recompute-activations"));  // arguments.py: = selective
+  if (has("recompute-granularity")) {
+    const std::string g = choice("recompute-granularity", {"full", "selective"});
+    out.plan("recompute", g, at("recompute-granularity"));
+    if (g == "full") {
+      const std::string method = has("recompute-method") ? choice("recompute-method", {"uniform", "block"}) : "uniform";
+      const std::int64_t n = num("recompute-num-layers", 1);
+      // uniform, 1: every layer recomputed from its input, dtsim's full recompute.
+      if (method == "block") {
+        note("recompute-method", "the first " + std::to_string(n) + " layers of a stage only; priced as every layer");
+      } else if (n != 1) {
+        note("recompute-num-layers", "groups of " + std::to_string(n) + " layers; priced as every layer");
+      }
+    }
+  }
+
+  // Batch: global = micro x accumulation x dp (Megatron's num_microbatches).
+  set_int("micro_batch", "micro-batch-size");
+  set_int("global_batch", "global-batch-size");
+  if (has("global-batch-size")) fc.global_batch = num("global-batch-size", 0);
+  set_int("seq_len", "seq-length");
+
+  // Precision and optimizer.
+  if (has("fp16") && has("bf16")) fail("bf16", "given with --fp16; Megatron refuses both");
+  std::string precision = has("bf16") ? "bf16" : has("fp16") ? "fp16" : "fp32";
+  std::string precision_from = has("bf16") ? at("bf16") : has("fp16") ? at("fp16") : file;
+  if (has("fp8-format")) {
+    choice("fp8-format", {"e4m3", "hybrid"});
+    precision = "fp8";
+    precision_from = at("fp8-format");
+  }
+  out.plan("precision", precision, precision_from);
+  if (has("fp8-param-gather")) out.plan("fp8_param_gather", "true", at("fp8-param-gather"));
+  if (has("optimizer")) {
+    out.plan("optimizer", choice("optimizer", {"adam", "sgd"}), at("optimizer"));
+  } else {
+    out.plan("optimizer", "adam", file + " (Megatron's --optimizer default)");
+  }
+  out.plan("zero_stage", has("use-distributed-optimizer") ? "1" : "0",
+           has("use-distributed-optimizer") ? at("use-distributed-optimizer") : file);
+  // DistributedDataParallelConfig.overlap_grad_reduce defaults to false.
+  out.plan("overlap", has("overlap-grad-reduce") ? "true" : "false",
+           has("overlap-grad-reduce") ? at("overlap-grad-reduce") : file + " (no --overlap-grad-reduce)");
+  if (has("ddp-bucket-size")) {
+    // Elements of the gradient buffer: fp32 under bf16 (arguments.py forces
+    // accumulate_allreduce_grads_in_fp32) or when asked, else the parameters' type.
+    const bool fp32_grads = precision != "fp16" || has("accumulate-allreduce-grads-in-fp32");
+    out.plan("bucket_mb", detail::format_number(static_cast<double>(num("ddp-bucket-size", 1)) * (fp32_grads ? 4 : 2) / 1e6),
+             at("ddp-bucket-size"));
+  }
+  if (has("use-flash-attn")) out.plan("attention", "flash", at("use-flash-attn"));
+
+  // Mixture-of-experts routing.
+  if (has("moe-expert-capacity-factor")) out.plan("moe_capacity_factor", given.at("moe-expert-capacity-factor").text, at("moe-expert-capacity-factor"));
+  if (has("moe-pad-expert-input-to-capacity")) out.plan("moe_pad", "true", at("moe-pad-expert-input-to-capacity"));
+  if (has("moe-token-dispatcher-type")) {
+    const std::string d = choice("moe-token-dispatcher-type", {"allgather", "alltoall", "flex"});
+    if (d == "flex" && has("moe-enable-deepep")) {
+      out.plan("moe_dispatcher", "deepep", at("moe-enable-deepep"));
+    } else if (d != "alltoall") {
+      note("moe-token-dispatcher-type", "priced as alltoall");
+    }
+  }
+  if (has("moe-layer-freq") && num("moe-layer-freq", 1) != 1) note("moe-layer-freq", "every layer priced as MoE");
+
+  // The model, when the command line describes one.
+  if (has("num-layers") && has("hidden-size") && has("num-attention-heads")) {
+    const bool llama = has("swiglu");
+    const std::int64_t layers = num("num-layers", 1), hidden = num("hidden-size", 1), heads = num("num-attention-heads", 1);
+    // arguments.py: ffn_hidden_size defaults to 4h, or int(4h x 2/3 / 64) x 64 with --swiglu.
+    const std::int64_t ffn = has("ffn-hidden-size") ? num("ffn-hidden-size", 1)
+                             : llama ? static_cast<std::int64_t>(4.0 * static_cast<double>(hidden) * 2 / 3 / 64) * 64
+                                     : 4 * hidden;
+    const std::int64_t groups = has("group-query-attention") ? num("num-query-groups", 1) : heads;
+    const std::int64_t max_pos = num("max-position-embeddings", num("seq-length", 0));
+    const bool tied = !has("untie-embeddings-and-output-weights");
+    const bool bias = !has("disable-bias-linear");
+    // The vocabulary: the tokenizer's (GPT-2's BPE: 50,257; NullTokenizer:
+    // --vocab-size + 1 for its end-of-document token) padded up to a multiple
+    // of make_vocab_size_divisible_by (128) x tp.
+    std::optional<std::int64_t> vocab;
+    std::string vocab_from;
+    const std::string tokenizer = text("tokenizer-type", "");
+    if (has("padded-vocab-size")) {
+      vocab = num("padded-vocab-size", 1);
+      vocab_from = at("padded-vocab-size");
+    } else {
+      std::optional<std::int64_t> raw;
+      if (has("vocab-size")) {
+        raw = num("vocab-size", 1) + (tokenizer == "NullTokenizer" ? 1 : 0);
+        vocab_from = at("vocab-size");
+      } else if (tokenizer == "GPT2BPETokenizer") {
+        raw = 50257;
+        vocab_from = at("tokenizer-type");
+      }
+      if (raw) {
+        const std::int64_t multiple = num("make-vocab-size-divisible-by", 128) * tp;
+        vocab = (*raw + multiple - 1) / multiple * multiple;
+      }
+    }
+    const std::string norm = has("normalization") ? choice("normalization", {"LayerNorm", "RMSNorm"}) : "LayerNorm";
+    const std::string positions = has("position-embedding-type") ? choice("position-embedding-type", {"learned_absolute", "rope", "none"})
+                                                                 : "learned_absolute";
+    if (llama && norm != "RMSNorm") note("normalization", "the llama family's is RMSNorm");
+    if (!llama && norm != "LayerNorm") note("normalization", "the gpt family's is LayerNorm");
+    if (llama && positions != "rope") note("position-embedding-type", "the llama family's is rope");
+    if (!llama && positions != "learned_absolute") note("position-embedding-type", "the gpt family learns its positions");
+    if (!llama && has("group-query-attention")) note("group-query-attention", "the gpt family has one key/value head per head; add --swiglu for a llama");
+    if (!llama && has("num-experts")) note("num-experts", "dtsim's experts are the llama family's; add --swiglu");
+    if (!llama && !bias) note("disable-bias-linear", "the gpt family has biases");
+    // --kv-channels defaults to hidden / heads (arguments.py).
+    const bool head_dim_default = !has("kv-channels") || num("kv-channels", 1) * heads == hidden;
+    if (!llama && !head_dim_default) note("kv-channels", "the gpt family's heads are hidden / heads wide");
+
+    // The built-in of the same shape, if there is one.
+    const KnownShape* match = nullptr;
+    for (const auto& k : kKnownShapes) {
+      if (k.llama == llama && k.layers == layers && k.hidden == hidden && k.heads == heads && k.kv_heads == groups &&
+          k.ffn == ffn && k.seq == max_pos && k.tied == tied && (!vocab || *vocab == k.vocab) && bias == !llama &&
+          !has("num-experts") && head_dim_default && !has("add-qkv-bias")) {
+        match = &k;
+      }
+    }
+    fc.model = match ? match->name : llama ? "llama-3-8b" : "gpt-1.7b";
+    if (!match) out.model("name", "megatron-" + std::filesystem::path(file).stem().string(), file);
+    if (!vocab) {
+      std::int64_t kept = 51200;
+      for (const auto& k : kKnownShapes) {
+        if (k.name == *fc.model) kept = k.vocab;
+      }
+      fc.unmodelled.push_back((tokenizer.empty() ? std::string("the tokenizer's vocabulary") : "--tokenizer-type " + tokenizer) +
+                              " (vocabulary not known from the flags; kept " + *fc.model + "'s " + std::to_string(kept) +
+                              ": --set model.vocab=N)");
+    }
+    const std::string from_layers = at("num-layers");
+    out.model("family", llama ? "llama" : "gpt", has("swiglu") ? at("swiglu") : file + " (no --swiglu)");
+    out.model("layers", std::to_string(layers), from_layers);
+    out.model("hidden", std::to_string(hidden), at("hidden-size"));
+    out.model("heads", std::to_string(heads), at("num-attention-heads"));
+    out.model(llama ? "intermediate" : "ffn_hidden", std::to_string(ffn), has("ffn-hidden-size") ? at("ffn-hidden-size") : at("hidden-size"));
+    if (max_pos > 0) out.model("seq_len", std::to_string(max_pos), has("max-position-embeddings") ? at("max-position-embeddings") : at("seq-length"));
+    if (vocab) out.model("vocab", std::to_string(*vocab), vocab_from);
+    out.model("tied_head", tied ? "true" : "false", tied ? file + " (embeddings tied by default)" : at("untie-embeddings-and-output-weights"));
+    if (llama) {
+      out.model("kv_heads", std::to_string(groups), has("group-query-attention") ? at("group-query-attention") : at("num-attention-heads"));
+      out.model("head_dim", head_dim_default ? "null" : given.at("kv-channels").text, head_dim_default ? file : at("kv-channels"));
+      const std::string bias_from = bias ? file + " (no --disable-bias-linear)" : at("disable-bias-linear");
+      out.model("qkv_bias", bias || has("add-qkv-bias") ? "true" : "false", has("add-qkv-bias") ? at("add-qkv-bias") : bias_from);
+      out.model("o_bias", bias ? "true" : "false", bias_from);
+      out.model("mlp_bias", bias ? "true" : "false", bias_from);
+      if (has("num-experts")) {
+        out.model("experts", given.at("num-experts").text, at("num-experts"));
+        out.model("top_k", std::to_string(num("moe-router-topk", 2)), has("moe-router-topk") ? at("moe-router-topk") : at("num-experts"));
+        out.model("expert_intermediate", std::to_string(num("moe-ffn-hidden-size", ffn)),
+                  has("moe-ffn-hidden-size") ? at("moe-ffn-hidden-size") : at("num-experts"));
+        if (has("moe-shared-expert-intermediate-size")) {
+          out.model("shared_intermediate", given.at("moe-shared-expert-intermediate-size").text, at("moe-shared-expert-intermediate-size"));
+        }
+      } else {
+        out.model("experts", "0", file + " (no --num-experts)");
+      }
+    }
+  } else {
+    for (const char* n : {"num-layers", "hidden-size", "num-attention-heads"}) {
+      if (has(n)) note(n, "the model needs --num-layers, --hidden-size and --num-attention-heads; pass --model");
+    }
+  }
+
+  for (const auto& n : order) {
+    const Value& v = unknown.at(n);
+    fc.unmodelled.push_back("--" + n + (v.text.empty() ? "" : " " + v.text));
+  }
+  fc.plan = pp > 1 ? "megatron-3d" : tp > 1 ? "megatron-tp" : "ddp";
+  out.finish();
+  return fc;
+}
+
+FrameworkConfig read_megatron_args(const std::string& path) {
+  return parse_megatron_args(detail::read_config_text(path), path);
+}
+
+}  // namespace dtsim::sim

@@ -1,0 +1,429 @@
+// The framework importers (framework_config.hpp) on the sample files of
+// configs/frameworks/: every expected value below is read off the sample by
+// hand and mapped as the framework's own source defines it (cited per test).
+#include <catch2/catch.hpp>
+
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <map>
+#include <string>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/plan.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+using dtsim::test::error_of;
+
+namespace {
+
+std::string sample(const std::string& rel) { return std::string(DTSIM_CONFIG_DIR_FOR_TESTS) + "/frameworks/" + rel; }
+
+/// "plan.tp" -> "8", for the overrides an importer gave.
+std::map<std::string, std::string> keys(const FrameworkConfig& fc) {
+  std::map<std::string, std::string> out;
+  for (const auto& o : fc.overrides) out[o.section + "." + o.path] = o.value;
+  return out;
+}
+
+std::string from_of(const FrameworkConfig& fc, const std::string& key) {
+  for (const auto& o : fc.overrides) {
+    if (o.section + "." + o.path == key) return o.from;
+  }
+  return "";
+}
+
+bool listed(const FrameworkConfig& fc, const std::string& prefix) {
+  return std::any_of(fc.unmodelled.begin(), fc.unmodelled.end(), [&](const std::string& u) { return u.rfind(prefix, 0) == 0; });
+}
+
+/// The overrides of one section.
+std::vector<Override> section(const FrameworkConfig& fc, const std::string& name) {
+  std::vector<Override> out;
+  for (const auto& o : fc.overrides) {
+    if (o.section == name) out.push_back(o);
+  }
+  return out;
+}
+
+ResolvedPlan resolve_with(const FrameworkConfig& fc, const std::string& model, const std::string& cluster, int nodes,
+                          const std::vector<Override>& user = {}) {
+  const auto all = with_user_overrides(fc, user);
+  const PlanSpec spec = load_plan(*fc.plan, all);
+  const auto m = models::load_model(model, section(fc, "model"));
+  const ClusterSpec c = load_cluster(cluster, {{"cluster", "nodes", std::to_string(nodes)}});
+  return resolve(spec, *m, c);
+}
+
+}  // namespace
+
+// deepspeed/runtime/zero/config.py: overlap_comm as given; buckets count
+// elements, 2 bytes each in fp16; offload_optimizer.device cpu.
+// allgather_bucket_size 2e8 differs from the 5e8 dtsim assumes.
+TEST_CASE("DeepSpeed ZeRO-2 with CPU offload", "[framework]") {
+  const FrameworkConfig fc = read_deepspeed_config(sample("deepspeed/zero2_offload.json"));
+  CHECK(fc.framework == "DeepSpeed");
+  REQUIRE(fc.plan == std::optional<std::string>("zero2-offload"));
+  auto k = keys(fc);
+  CHECK(k["plan.zero_stage"] == "2");
+  CHECK(k["plan.offload_optimizer"] == "cpu");
+  CHECK(k["plan.precision"] == "fp16");
+  CHECK(k["plan.micro_batch"] == "4");
+  CHECK(k["plan.grad_accum"] == "8");
+  CHECK(k["plan.global_batch"] == "null");  // derived: 4 x 8 x dp
+  CHECK(k["plan.overlap"] == "true");
+  CHECK(k["plan.bucket_mb"] == "400");       // 2e8 elements x 2 bytes
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(k["plan.tp"] == "null");             // everything else reset to dtsim's default
+  CHECK_FALSE(fc.model);
+  CHECK_FALSE(fc.global_batch);
+  CHECK(fc.unmodelled == std::vector<std::string>{"zero_optimization.allgather_bucket_size=2e8"});
+  CHECK(unmodelled_warning(fc) == sample("deepspeed/zero2_offload.json") +
+                                      ": DeepSpeed settings dtsim does not model, ignored: zero_optimization.allgather_bucket_size=2e8");
+  CHECK(from_of(fc, "plan.micro_batch") == sample("deepspeed/zero2_offload.json") + ":2 (train_micro_batch_size_per_gpu)");
+
+  // On one DGX A100 (8 GPUs): global = 4 x 8 x 8 = 256 (config.py's rule).
+  const ResolvedPlan r = resolve_with(fc, "gpt2-xl", "dgx-a100", 1);
+  CHECK(r.zero_stage == 2);
+  CHECK(r.offload_optimizer == Offload::kCpu);
+  CHECK(r.global_batch == 256);
+  CHECK(r.bucket_bytes == 400 * 1000 * 1000);
+  CHECK(r.precision == Precision::kFp16);
+}
+
+// train_batch_size 512 and the micro-batch 8 given: DeepSpeed derives
+// gradient_accumulation_steps = 512 / 8 / dp (config.py,
+// _set_batch_related_parameters); activation_checkpointing: full recompute.
+TEST_CASE("DeepSpeed ZeRO-3 with bf16 and activation checkpointing", "[framework]") {
+  const FrameworkConfig fc = read_deepspeed_config(sample("deepspeed/zero3.json"));
+  REQUIRE(fc.plan == std::optional<std::string>("zero3"));
+  auto k = keys(fc);
+  CHECK(k["plan.zero_stage"] == "3");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.global_batch"] == "512");
+  CHECK(k["plan.micro_batch"] == "8");
+  CHECK(k["plan.grad_accum"] == "null");
+  CHECK(k["plan.bucket_mb"] == "1000");  // 5e8 elements x 2 bytes
+  CHECK(k["plan.overlap"] == "true");
+  CHECK(k["plan.optimizer"] == "adam");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(fc.global_batch == std::optional<std::int64_t>(512));
+  // sub_group_size 1e9, stage3_prefetch_bucket_size 5e7, max_live 1e9 are
+  // DeepSpeed's defaults, which dtsim assumes; the persistence threshold is not.
+  CHECK(fc.unmodelled == std::vector<std::string>{"zero_optimization.stage3_param_persistence_threshold=1e6"});
+  // 8 GPUs: 512 / (8 x 8) = 8 micro-steps.
+  const ResolvedPlan r = resolve_with(fc, "gpt2-xl", "dgx-a100", 1);
+  CHECK(r.zero_stage == 3);
+  CHECK(r.grad_accum == 8);
+  CHECK(r.recompute == Recompute::kFull);
+}
+
+TEST_CASE("DeepSpeed's batch rule: checked where all three are given, derived otherwise", "[framework]") {
+  // 8 x 3 = 24 does not divide 100: no data-parallel size satisfies 100 = 8 x 3 x dp.
+  const std::string bad = "{\n  \"train_batch_size\": 100,\n  \"train_micro_batch_size_per_gpu\": 8,\n  \"gradient_accumulation_steps\": 3\n}\n";
+  const std::string e = error_of([&] { parse_deepspeed_config(bad, "ds.json"); });
+  CHECK(e.rfind("ds.json:2: train_batch_size: 100", 0) == 0);
+  CHECK(e.find("train_micro_batch_size_per_gpu") != std::string::npos);
+  CHECK(e.find("gradient_accumulation_steps") != std::string::npos);
+
+  // 96 = 4 x 3 x dp holds for dp 8, not for the 16 GPUs of two nodes: resolve
+  // names the DeepSpeed file's line and key.
+  const std::string three = "{\n  \"train_batch_size\": 96,\n  \"train_micro_batch_size_per_gpu\": 4,\n  \"gradient_accumulation_steps\": 3\n}\n";
+  const FrameworkConfig fc = parse_deepspeed_config(three, "ds.json");
+  CHECK(resolve_with(fc, "gpt2", "dgx-a100", 1).dp == 8);
+  const std::string e2 = error_of([&] { resolve_with(fc, "gpt2", "dgx-a100", 2); });
+  CHECK(e2.find("ds.json:2 (train_batch_size): plan.global_batch: 96 != micro_batch x grad_accum x dp = 4 x 3 x 16") !=
+        std::string::npos);
+
+  // "auto" (HuggingFace's placeholder) counts as not given: micro-batch alone
+  // gives accumulation 1 and train_batch_size = 4 x 8 GPUs.
+  const FrameworkConfig a = parse_deepspeed_config(
+      "{\"train_batch_size\": \"auto\", \"train_micro_batch_size_per_gpu\": 4, \"gradient_accumulation_steps\": \"auto\"}", "a.json");
+  const ResolvedPlan ra = resolve_with(a, "gpt2", "dgx-a100", 1);
+  CHECK(ra.grad_accum == 1);
+  CHECK(ra.global_batch == 32);
+  // train_batch_size alone: accumulation 1, micro-batch 64 / 8.
+  const ResolvedPlan rt = resolve_with(parse_deepspeed_config("{\"train_batch_size\": 64}", "t.json"), "gpt2", "dgx-a100", 1);
+  CHECK(rt.micro_batch == 8);
+  CHECK(rt.grad_accum == 1);
+  // Neither: DeepSpeed's assertion.
+  const std::string e3 = error_of([] { parse_deepspeed_config("{\"gradient_accumulation_steps\": 4}", "n.json"); });
+  CHECK(e3.find("neither train_batch_size nor train_micro_batch_size_per_gpu") != std::string::npos);
+}
+
+TEST_CASE("DeepSpeed: malformed JSON and bad values name the file and line", "[framework]") {
+  // A trailing comma: nlohmann-json stops at the closing brace, line 3, column 1.
+  const std::string e = error_of([] { parse_deepspeed_config("{\n  \"train_batch_size\": 64,\n}\n", "bad.json"); });
+  CHECK(e.rfind("bad.json:3:1: malformed JSON", 0) == 0);
+  const std::string e2 = error_of([] {
+    parse_deepspeed_config("{\"train_batch_size\": 8,\n \"zero_optimization\": {\"stage\": 3,\n  \"offload_param\": {\"device\": \"gpu\"}}}", "o.json");
+  });
+  CHECK(e2.rfind("o.json:3: zero_optimization.offload_param.device: 'gpu' is not one of none, cpu, nvme", 0) == 0);
+  const std::string e3 = error_of([] { parse_deepspeed_config("{\"train_batch_size\": 8,\n\"zero_optimization\": {\"stage\": 4}}", "s.json"); });
+  CHECK(e3.rfind("s.json:2: zero_optimization.stage: 4 is out of range", 0) == 0);
+  const std::string e4 = error_of([] {
+    parse_deepspeed_config("{\"train_batch_size\": 8, \"fp16\": {\"enabled\": true},\n\"bf16\": {\"enabled\": true}}", "p.json");
+  });
+  CHECK(e4.find("p.json:2: bf16.enabled: true with fp16 enabled too") == 0);
+  // NVMe offload is priced as the host's; parameters offloaded under stage 3.
+  const FrameworkConfig fc = parse_deepspeed_config(
+      "{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 3, \"offload_param\": {\"device\": \"nvme\", \"nvme_path\": \"/local\"}}}",
+      "n.json");
+  CHECK(keys(fc)["plan.offload_params"] == "cpu");
+  CHECK(listed(fc, "zero_optimization.offload_param.device=nvme"));
+  // Keys dtsim has no model of are listed, never dropped.
+  const FrameworkConfig p = parse_deepspeed_config("{\"train_batch_size\": 8, \"pipeline\": {\"stages\": 2}}", "x.json");
+  CHECK(p.unmodelled == std::vector<std::string>{"pipeline={...}"});
+}
+
+// megatron/training/arguments.py: virtual stages = (96 / 8) / 6 = 2; the
+// distributed optimizer is ZeRO-1; --overlap-grad-reduce overlaps; GPT-2's
+// BPE vocabulary 50,257 padded to a multiple of 128 x 8 is 51,200; ffn 4h.
+TEST_CASE("Megatron-LM: GPT-3 175B launch script", "[framework]") {
+  const std::string file = sample("megatron/gpt3-175b.sh");
+  const FrameworkConfig fc = read_megatron_args(file);
+  CHECK(fc.framework == "Megatron-LM");
+  REQUIRE(fc.plan == std::optional<std::string>("megatron-3d"));
+  auto k = keys(fc);
+  CHECK(k["plan.tp"] == "8");
+  CHECK(k["plan.pp"] == "8");
+  CHECK(k["plan.schedule"] == "interleaved");
+  CHECK(k["plan.virtual_stages"] == "2");
+  CHECK(k["plan.sequence_parallel"] == "true");
+  CHECK(k["plan.recompute"] == "selective");
+  CHECK(k["plan.micro_batch"] == "1");
+  CHECK(k["plan.global_batch"] == "1536");
+  CHECK(k["plan.grad_accum"] == "null");
+  CHECK(k["plan.seq_len"] == "2048");
+  CHECK(k["plan.precision"] == "fp16");
+  CHECK(k["plan.optimizer"] == "adam");
+  CHECK(k["plan.zero_stage"] == "1");
+  CHECK(k["plan.overlap"] == "true");
+  CHECK(k["plan.attention"] == "null");  // megatron-3d's eager reset to auto
+  CHECK(k["model.family"] == "gpt");
+  CHECK(k["model.layers"] == "96");
+  CHECK(k["model.hidden"] == "12288");
+  CHECK(k["model.heads"] == "96");
+  CHECK(k["model.ffn_hidden"] == "49152");
+  CHECK(k["model.seq_len"] == "2048");
+  CHECK(k["model.vocab"] == "51200");
+  CHECK(k["model.tied_head"] == "true");
+  CHECK(k.count("model.name") == 0);
+  CHECK(fc.model == std::optional<std::string>("gpt-175b"));
+  CHECK(fc.global_batch == std::optional<std::int64_t>(1536));
+  CHECK(from_of(fc, "plan.tp") == file + ":55 (--tensor-model-parallel-size)");
+  CHECK(from_of(fc, "plan.global_batch") == file + ":35 (--global-batch-size)");
+  // Learning rates, data and logging are skipped on purpose; torchrun's own flags too.
+  CHECK(fc.unmodelled == std::vector<std::string>{"--rampup-batch-size 16 16 5859375"});
+
+  // On 64 A100s: tp 8 x pp 8, dp 1, 1536 micro-batches (a multiple of pp, as interleaving needs).
+  const ResolvedPlan r = resolve_with(fc, "gpt-175b", "dgx-a100", 8);
+  CHECK(r.tp == 8);
+  CHECK(r.pp == 8);
+  CHECK(r.dp == 1);
+  CHECK(r.virtual_stages == 2);
+  CHECK(r.grad_accum == 1536);
+  CHECK(r.zero_stage == 1);
+  CHECK(models::load_model("gpt-175b", section(fc, "model"))->name() == "gpt-175b");
+}
+
+// arguments.py: --group-query-attention with --num-query-groups 8; --swiglu
+// with --ffn-hidden-size 14336; untied; no biases; Llama 3 8B's shape.
+TEST_CASE("Megatron-LM: Llama 3 8B arguments", "[framework]") {
+  const FrameworkConfig fc = read_megatron_args(sample("megatron/llama3-8b.args"));
+  REQUIRE(fc.plan == std::optional<std::string>("megatron-tp"));
+  auto k = keys(fc);
+  CHECK(k["plan.tp"] == "2");
+  CHECK(k["plan.pp"] == "1");
+  CHECK(k["plan.cp"] == "2");
+  CHECK(k["plan.schedule"] == "null");
+  CHECK(k["plan.sequence_parallel"] == "true");
+  CHECK(k["plan.zero_stage"] == "1");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.recompute"] == "full");  // uniform, 1 layer: every layer
+  CHECK(k["plan.micro_batch"] == "1");    // --micro-batch-size=1
+  CHECK(k["plan.global_batch"] == "128");
+  CHECK(k["plan.seq_len"] == "8192");
+  CHECK(k["model.family"] == "llama");
+  CHECK(k["model.kv_heads"] == "8");
+  CHECK(k["model.intermediate"] == "14336");
+  CHECK(k["model.tied_head"] == "false");
+  CHECK(k["model.qkv_bias"] == "false");
+  CHECK(k["model.head_dim"] == "null");  // --kv-channels 128 = 4096 / 32
+  CHECK(k.count("model.vocab") == 0);    // the tokenizer's, not in the flags
+  CHECK(fc.model == std::optional<std::string>("llama-3-8b"));
+  CHECK(listed(fc, "--tokenizer-type HuggingFaceTokenizer (vocabulary not known"));
+  CHECK(listed(fc, "--overlap-param-gather"));
+  CHECK(listed(fc, "--attention-backend fused"));
+  CHECK(fc.unmodelled.size() == 3);
+  // 8 GPUs: dp = 8 / (2 x 2) = 2; 128 / (1 x 2) = 64 micro-steps.
+  const ResolvedPlan r = resolve_with(fc, "llama-3-8b", "dgx-a100", 1);
+  CHECK(r.dp == 2);
+  CHECK(r.cp == 2);
+  CHECK(r.grad_accum == 64);
+}
+
+TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framework]") {
+  // Quotes, --flag=value, a comment, a continuation, a variable holding flags.
+  const FrameworkConfig fc = parse_megatron_args(
+      "# a comment --num-layers 7\nARGS=\"--tensor-model-parallel-size 2 --micro-batch-size 3\"\n"
+      "torchrun pretrain_gpt.py $ARGS \\\n  --global-batch-size='48' --tokenizer-model \"a b\" --my-flag x y\n",
+      "cmd");
+  auto k = keys(fc);
+  CHECK(k["plan.tp"] == "2");
+  CHECK(k["plan.micro_batch"] == "3");
+  CHECK(k["plan.global_batch"] == "48");
+  CHECK(from_of(fc, "plan.global_batch") == "cmd:4 (--global-batch-size)");  // the line it stands on, after a continuation
+  CHECK(fc.unmodelled == std::vector<std::string>{"--my-flag x y"});
+  CHECK_FALSE(fc.model);
+
+  CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 \\\n--tensor-model-parallel-size\n", "cmd"); }) ==
+        "cmd:2: --tensor-model-parallel-size: needs an integer after it (--tensor-model-parallel-size N or --tensor-model-parallel-size=N)");
+  CHECK(error_of([] { parse_megatron_args("--pipeline-model-parallel-size=four", "cmd"); })
+            .rfind("cmd:1: --pipeline-model-parallel-size: 'four' is not an integer", 0) == 0);
+  CHECK(error_of([] { parse_megatron_args("\n--tensor-model-parallel-size $TP", "cmd"); }).find("shell variables are not expanded") !=
+        std::string::npos);
+  CHECK(error_of([] { parse_megatron_args("--recompute-granularity partial", "cmd"); }) ==
+        "cmd:1: --recompute-granularity: 'partial' is not one of full, selective");
+  CHECK(error_of([] { parse_megatron_args("--tokenizer-model 'abc", "cmd"); }).rfind("cmd:1: unterminated single quote", 0) == 0);
+  CHECK(error_of([] { parse_megatron_args("--sequence-parallel=true", "cmd"); }).find("takes no value") != std::string::npos);
+}
+
+// torchtitan/config/job_config.py: data_parallel_shard_degree -1 takes the
+// rest (FSDP over every GPU); local_batch_size sequences per rank, global
+// batch local x dp; mixed_precision_param bfloat16 by default; selective
+// activation checkpointing with the op policy.
+TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
+  const FrameworkConfig fc = read_torchtitan_config(sample("torchtitan/llama3_8b.toml"));
+  CHECK(fc.framework == "torchtitan");
+  REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
+  auto k = keys(fc);
+  CHECK(k["plan.fsdp"] == "full_shard");
+  CHECK(k["plan.dp"] == "null");
+  CHECK(k["plan.tp"] == "1");
+  CHECK(k["plan.micro_batch"] == "1");
+  CHECK(k["plan.grad_accum"] == "1");
+  CHECK(k["plan.global_batch"] == "null");
+  CHECK(k["plan.seq_len"] == "8192");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.recompute"] == "selective");
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(fc.model == std::optional<std::string>("llama-3-8b"));
+  CHECK(fc.unmodelled.empty());
+  CHECK(unmodelled_warning(fc).empty());
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
+  CHECK(r.dp == 8);
+  CHECK(r.zero_stage == 3);
+  CHECK(r.fsdp);
+  CHECK(r.global_batch == 8);
+}
+
+// Float8 training (model.converters) with FSDP's float8 all-gather; async TP
+// over sequence parallelism; global 64 = 2 x 8 micro-steps x dp 4 on 32 GPUs.
+TEST_CASE("torchtitan: Llama 3 70B with float8 and async tensor parallelism", "[framework]") {
+  const FrameworkConfig fc = read_torchtitan_config(sample("torchtitan/llama3_70b.toml"));
+  auto k = keys(fc);
+  CHECK(k["plan.tp"] == "8");
+  CHECK(k["plan.sequence_parallel"] == "true");
+  CHECK(k["plan.tp_comm_overlap"] == "true");
+  CHECK(k["plan.fsdp"] == "full_shard");
+  CHECK(k["plan.micro_batch"] == "2");
+  CHECK(k["plan.global_batch"] == "64");
+  CHECK(k["plan.grad_accum"] == "null");
+  CHECK(k["plan.precision"] == "fp8");
+  CHECK(k["plan.fp8_param_gather"] == "true");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(fc.model == std::optional<std::string>("llama-3-70b"));
+  CHECK(fc.global_batch == std::optional<std::int64_t>(64));
+  CHECK(fc.unmodelled == std::vector<std::string>{"training.compile=true"});
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 4);
+  CHECK(r.dp == 4);
+  CHECK(r.grad_accum == 8);
+  CHECK(r.precision == Precision::kFp8);
+}
+
+TEST_CASE("torchtitan: HSDP, DDP, pipelines and bad lines", "[framework]") {
+  // Replicate 2 x shard 4: HSDP, dtsim's hybrid_shard (within a node).
+  const FrameworkConfig h = parse_torchtitan_config(
+      "[parallelism]\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 4\n", "h.toml");
+  CHECK(keys(h)["plan.fsdp"] == "hybrid_shard");
+  CHECK(keys(h)["plan.dp"] == "8");
+  CHECK(listed(h, "parallelism.data_parallel_shard_degree=4"));
+  // Shard 1: replication only, DDP.
+  const FrameworkConfig d = parse_torchtitan_config("[parallelism]\ndata_parallel_replicate_degree = 4\ndata_parallel_shard_degree = 1\n", "d.toml");
+  CHECK(d.plan == std::optional<std::string>("ddp"));
+  CHECK(keys(d)["plan.zero_stage"] == "0");
+  CHECK(keys(d)["plan.dp"] == "4");
+  // A pipeline of 2 interleaved stages: local 8 in micro-batches of 2 = 4 a step.
+  const FrameworkConfig p = parse_torchtitan_config(
+      "[training]\nlocal_batch_size = 8\n[parallelism]\npipeline_parallel_degree = 2\n"
+      "pipeline_parallel_schedule = \"Interleaved1F1B\"\npipeline_parallel_microbatch_size = 2\n",
+      "p.toml");
+  auto k = keys(p);
+  CHECK(k["plan.schedule"] == "interleaved");
+  CHECK(k["plan.virtual_stages"] == "2");
+  CHECK(k["plan.micro_batch"] == "2");
+  CHECK(k["plan.grad_accum"] == "4");
+  CHECK(k["plan.zero_stage"] == "1");
+  CHECK(listed(p, "parallelism.data_parallel_shard_degree=-1 with pipeline_parallel_degree=2"));
+
+  const std::string e = error_of([] { parse_torchtitan_config("[training]\nlocal_batch_size = \n", "t.toml"); });
+  CHECK(e.rfind("t.toml:2:", 0) == 0);
+  CHECK(e.find("malformed TOML") != std::string::npos);
+  CHECK(error_of([] { parse_torchtitan_config("[parallelism]\ntensor_parallel_degree = \"8\"\n", "t.toml"); }) ==
+        "t.toml:2: parallelism.tensor_parallel_degree: expected an integer, got \"8\" (a string)");
+  CHECK(error_of([] { parse_torchtitan_config("[activation_checkpoint]\nmode = \"half\"\n", "t.toml"); }) ==
+        "t.toml:2: activation_checkpoint.mode: 'half' is not one of none, selective, full");
+}
+
+// torch/distributed/fsdp/api.py, ShardingStrategy: FULL_SHARD is ZeRO-3,
+// SHARD_GRAD_OP ZeRO-2, NO_SHARD DDP, HYBRID_SHARD ZeRO-3 within a node.
+TEST_CASE("FSDP's ShardingStrategy names in any spelling", "[framework][plan]") {
+  const std::pair<const char*, FsdpMode> cases[] = {
+      {"FULL_SHARD", FsdpMode::kFullShard},       {"full_shard", FsdpMode::kFullShard},
+      {"ShardingStrategy.FULL_SHARD", FsdpMode::kFullShard}, {"Shard_Grad_Op", FsdpMode::kShardGradOp},
+      {"ShardingStrategy.SHARD_GRAD_OP", FsdpMode::kShardGradOp}, {"NO_SHARD", FsdpMode::kNoShard},
+      {"shardingstrategy.no_shard", FsdpMode::kNoShard}, {"HYBRID_SHARD", FsdpMode::kHybridShard},
+  };
+  for (const auto& [name, mode] : cases) {
+    INFO(name);
+    CHECK(parse_fsdp_mode(name) == mode);
+    CHECK(parse_plan(std::string("fsdp: ") + name + "\n", "p.yaml").fsdp == mode);
+    CHECK(parse_plan("", "p.yaml", {parse_override(std::string("plan.fsdp=") + name)}).fsdp == mode);
+  }
+  const auto model = models::load_model("gpt2");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  CHECK(resolve(parse_plan("fsdp: FULL_SHARD\n", "p"), *model, c).zero_stage == 3);
+  CHECK(resolve(parse_plan("fsdp: SHARD_GRAD_OP\n", "p"), *model, c).zero_stage == 2);
+  CHECK(resolve(parse_plan("fsdp: NO_SHARD\n", "p"), *model, c).zero_stage == 0);
+  CHECK(resolve(parse_plan("fsdp: HYBRID_SHARD\n", "p"), *model, c).hybrid_shard);
+  CHECK(error_of([] { parse_plan("fsdp: _HYBRID_SHARD_ZERO2\n", "p.yaml"); })
+            .rfind("p.yaml:1: plan.fsdp: '_HYBRID_SHARD_ZERO2' (SHARD_GRAD_OP within a node, replicated across nodes) is not modelled", 0) == 0);
+  CHECK(error_of([] { parse_plan("", "p.yaml", {parse_override("plan.fsdp=SHARDED")}); })
+            .rfind("--set plan.fsdp: plan.fsdp: 'SHARDED' is not one of none, full_shard, shard_grad_op, no_shard, hybrid_shard", 0) == 0);
+}
+
+TEST_CASE("a framework's config given as a plan says which option reads it", "[framework][plan]") {
+  const std::string ds = sample("deepspeed/zero3.json");
+  CHECK(error_of([&] { load_plan(ds); }) == ds + " looks like a DeepSpeed config; pass it as --deepspeed " + ds);
+  const std::string tt = sample("torchtitan/llama3_8b.toml");
+  CHECK(error_of([&] { load_plan(tt); }) == tt + " looks like a torchtitan TOML; pass it as --torchtitan " + tt);
+  const std::string mg = sample("megatron/llama3-8b.args");
+  CHECK(error_of([&] { load_plan(mg); }) == mg + " looks like a Megatron-LM command line; pass it as --megatron " + mg);
+  CHECK(error_of([] { parse_plan("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\"}}", "ds_config.json"); }) ==
+        "ds_config.json looks like a DeepSpeed config; pass it as --deepspeed ds_config.json");
+  CHECK(error_of([] { parse_plan("[training]\nseq_len = 4\n", "job"); }) == "job looks like a torchtitan TOML; pass it as --torchtitan job");
+}
+
+TEST_CASE("the user's --set wins over a framework's config", "[framework]") {
+  const FrameworkConfig fc = read_deepspeed_config(sample("deepspeed/zero2_offload.json"));
+  const PlanSpec p = load_plan(*fc.plan, with_user_overrides(fc, {parse_override("plan.micro_batch=2")}));
+  CHECK(p.micro_batch == 2);
+  CHECK(p.grad_accum == 8);
+  CHECK(p.origins.of("plan.micro_batch") == "--set plan.micro_batch");
+  CHECK(p.origins.of("plan.grad_accum") == sample("deepspeed/zero2_offload.json") + ":3 (gradient_accumulation_steps)");
+}
