@@ -68,7 +68,7 @@
 // a 30 s pause, since a spell lasts minutes); a row is then measured by the
 // median of its quiet rounds, and by all of its rounds where none was quiet
 // (the table says so). Every round, counted or not, stays in the JSON.
-#include <yaml-cpp/yaml.h>
+#include <nlohmann/json.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>
@@ -87,6 +87,9 @@
 #include <utility>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/sim/file_io.hpp"
 
 namespace {
@@ -326,44 +329,41 @@ int main(int argc, char** argv) {
   std::vector<std::pair<std::string, std::string>> model_profiles;  // --profile MODEL=FILE
   std::vector<std::string> plans{"ddp", "zero1", "zero2", "zero3", "fsdp", "zero2-offload", "gpipe", "1f1b", "model-parallel", "megatron-tp"};
   bool procs_set = false, steps_set = false, rounds_set = false, make_up_set = false, resume = false;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) {
-        std::fprintf(stderr, "dtsim_validate_suite: %s needs a value\n", a.c_str());
-        std::exit(2);
-      }
-      return argv[++i];
-    };
-    if (a == "--profile") {
-      const std::string v = value();
-      const auto eq = v.find('=');
-      if (eq != std::string::npos && eq > 0 && v.find('/') > eq) model_profiles.push_back({v.substr(0, eq), v.substr(eq + 1)});
-      else profile = v;
-    }
-    else if (a == "--out") out = value();
-    else if (a == "--json") json_out = value();
-    else if (a == "--steps") steps = std::max(1, std::atoi(value().c_str())), steps_set = true;
-    else if (a == "--warmup") warmup = std::max(0, std::atoi(value().c_str()));
-    else if (a == "--procs") procs = std::max(1, std::atoi(value().c_str())), procs_set = true;
-    else if (a == "--rounds") rounds = std::max(1, std::atoi(value().c_str())), rounds_set = true;
-    else if (a == "--make-up") make_up = std::max(0, std::atoi(value().c_str())), make_up_set = true;
-    else if (a == "--models") models = split(value());
-    else if (a == "--plans") plans = split(value());
-    else if (a == "--ep") moe_ep = std::max(1, std::atoi(value().c_str()));
-    else if (a == "--device") device = value();
-    else if (a == "--cluster") cluster = value();
-    else if (a == "--cases") cases_file = value();
-    else if (a == "--runs") runs_dir = value();
-    else if (a == "--replay") replay_dir = value();
-    else if (a == "--resume") resume = true;
-    else {
-      std::fprintf(stderr,
-                   "dtsim_validate_suite: unknown option %s; valid: --profile, --steps, --warmup, --rounds, --make-up, --procs, --models, "
-                   "--plans, --ep, --device, --cluster, --cases, --runs, --resume, --replay, --out, --json\n",
-                   a.c_str());
-      return 2;
-    }
+  CLI::App app{"dtsim_validate_suite: dtsim validate over the tiny models and every plan the runtime runs, predicted against measured",
+               "dtsim_validate_suite"};
+  dtsim::cli::house_style(app);
+  std::vector<std::string> profiles;
+  std::string models_list, plans_list;
+  app.add_option("--profile", profiles, "FILE.h5 for every model, or MODEL=FILE.h5 for one (repeatable)")
+      ->type_name("[MODEL=]FILE")
+      ->allow_extra_args(false);
+  app.add_option("--steps", steps, "Steps measured per run (default 30; 10 on cuda)")->check(CLI::PositiveNumber);
+  app.add_option("--warmup", warmup, "Warm-up steps (default: validate's; 3 on cuda)")->check(CLI::NonNegativeNumber);
+  app.add_option("--rounds", rounds, "Runs per case (default 3; 1 on cuda)")->check(CLI::PositiveNumber);
+  app.add_option("--make-up", make_up, "Extra runs for a case that failed (default 2; 0 on cuda)")->check(CLI::NonNegativeNumber);
+  app.add_option("--procs", procs, "Ranks per run (default 2; 1 on cuda)")->check(CLI::PositiveNumber);
+  app.add_option("--models", models_list, "Models, comma-separated")->type_name("a,b");
+  app.add_option("--plans", plans_list, "Plans, comma-separated")->type_name("a,b");
+  app.add_option("--ep", moe_ep, "Expert parallelism of moe-tiny's extra rows")->check(CLI::PositiveNumber);
+  app.add_option("--device", device, "cpu (default) or cuda");
+  app.add_option("--cluster", cluster, "The cluster (required with --device cuda)");
+  app.add_option("--cases", cases_file, "Run these cases instead (a file of model, plan, ... rows)");
+  app.add_option("--runs", runs_dir, "Record every run here");
+  app.add_option("--replay", replay_dir, "Report the runs recorded here, running nothing");
+  app.add_flag("--resume", resume, "Continue the runs recorded in --runs");
+  app.add_option("--out", out, "Write the markdown table here");
+  app.add_option("--json", json_out, "Write the rows as JSON here")->type_name("FILE");
+  if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) return status;
+  procs_set = app.count("--procs") > 0;
+  steps_set = app.count("--steps") > 0;
+  rounds_set = app.count("--rounds") > 0;
+  make_up_set = app.count("--make-up") > 0;
+  if (app.count("--models") > 0) models = split(models_list);
+  if (app.count("--plans") > 0) plans = split(plans_list);
+  for (const auto& v : profiles) {
+    const auto eq = v.find('=');
+    if (eq != std::string::npos && eq > 0 && v.find('/') > eq) model_profiles.push_back({v.substr(0, eq), v.substr(eq + 1)});
+    else profile = v;
   }
   const bool gpu = device == "cuda";
   if (device != "cpu" && !gpu) {
@@ -467,24 +467,26 @@ int main(int argc, char** argv) {
     Run r;
     try {
       if (status != 0) throw std::runtime_error(text.substr(0, text.find('\n')));
-      const YAML::Node doc = YAML::Load(text);
-      if (doc["measured"]["slow_rank"] && doc["measured"]["slow_rank"].as<int>() >= 0) r.skew = doc["measured"]["compute_skew"].as<double>();
-      if (doc["measured"]["probe_ratio"]) r.probe = doc["measured"]["probe_ratio"].as<double>();
+      // validate --json (docs/json.md), strictly: nlohmann-json.
+      const nlohmann::json doc = nlohmann::json::parse(text);
+      const nlohmann::json& measured = doc.at("measured");
+      if (measured.contains("slow_rank") && measured["slow_rank"].get<int>() >= 0) r.skew = measured.at("compute_skew").get<double>();
+      if (measured.contains("probe_ratio")) r.probe = measured["probe_ratio"].get<double>();
       double worst_memory = -1;
-      for (const auto& c : doc["comparison"]) {
-        const std::string what = c["what"].as<std::string>();
+      for (const auto& c : doc.value("comparison", nlohmann::json::array())) {
+        const std::string what = c.at("what").get<std::string>();
         if (what == "iteration") {
-          r.predicted_s = c["predicted"].as<double>();
-          r.measured_s = c["measured"].as<double>();
-          r.step_min_s = doc["measured"]["iteration_time_s"]["min"].as<double>();
-          r.step_max_s = doc["measured"]["iteration_time_s"]["max"].as<double>();
-        } else if (what.find("peak memory") != std::string::npos && std::abs(c["error"].as<double>()) > worst_memory) {
-          worst_memory = std::abs(c["error"].as<double>());
-          r.predicted_mib = c["predicted"].as<double>() / (1 << 20);
-          r.measured_mib = c["measured"].as<double>() / (1 << 20);
+          r.predicted_s = c.at("predicted").get<double>();
+          r.measured_s = c.at("measured").get<double>();
+          r.step_min_s = measured.at("iteration_time_s").at("min").get<double>();
+          r.step_max_s = measured.at("iteration_time_s").at("max").get<double>();
+        } else if (what.find("peak memory") != std::string::npos && std::abs(c.at("error").get<double>()) > worst_memory) {
+          worst_memory = std::abs(c.at("error").get<double>());
+          r.predicted_mib = c.at("predicted").get<double>() / (1 << 20);
+          r.measured_mib = c.at("measured").get<double>() / (1 << 20);
           const int rank = std::atoi(what.c_str() + 5);  // "rank K peak memory"
-          for (const auto& k : doc["measured"]["ranks"]) {
-            if (k["rank"].as<int>() == rank && k["reserved_peak_bytes"]) r.reserved_mib = k["reserved_peak_bytes"].as<double>() / (1 << 20);
+          for (const auto& k : measured.at("ranks")) {
+            if (k.at("rank").get<int>() == rank && k.contains("reserved_peak_bytes")) r.reserved_mib = k["reserved_peak_bytes"].get<double>() / (1 << 20);
           }
         }
       }

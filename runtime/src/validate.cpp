@@ -1,27 +1,29 @@
 // `dtsim validate`: options, run set-up, rank measurements and the report.
 #include "dtsim/runtime/validate.hpp"
 
-#include <yaml-cpp/yaml.h>
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
 
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <map>
+#include <memory>
+#include <optional>
 #include <set>
 #include <sstream>
 
+#include "dtsim/cli/parse.hpp"
+#include "dtsim/cli/scenario_options.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/json_writer.hpp"
 #include "dtsim/sim/profile.hpp"
 
 namespace dtsim::runtime {
 namespace {
-
-const std::vector<std::string> kValued = {"model", "plan", "cluster", "profile", "device", "data", "trace", "run-dir",
-                                          "procs", "steps", "warmup", "seed", "timeout", "lr", "mem-limit", "fault", "measured"};
-const std::vector<std::string> kFlags = {"json", "quiet"};
 
 std::int64_t parse_int(const std::string& key, const std::string& v, std::int64_t lo, std::int64_t hi) {
   try {
@@ -102,84 +104,92 @@ Bytes predicted_peak(const sim::Prediction& p, int stage) {
 
 }  // namespace
 
-ValidateOptions parse_validate_args(const std::vector<std::string>& args) {
-  ValidateOptions o;
-  std::map<std::string, std::string> v;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (a.rfind("--", 0) != 0) throw ConfigError("dtsim validate: unexpected argument '" + a + "'");
-    std::string value;
-    bool has_value = false;
-    if (const auto eq = a.find('='); eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    const std::string key = a.substr(2);
-    const bool takes = key == "set" || std::find(kValued.begin(), kValued.end(), key) != kValued.end();
-    if (takes) {
-      if (!has_value) {
-        if (i + 1 >= args.size()) throw ConfigError("dtsim validate: " + a + ": missing value");
-        value = args[++i];
-      }
-      if (key == "set") {
-        o.sets.push_back(sim::parse_override(value));
-      } else if (!v.emplace(key, value).second) {
-        throw ConfigError("dtsim validate: --" + key + " given twice ('" + v[key] + "' and '" + value + "'); give it once");
-      }
-    } else if (std::find(kFlags.begin(), kFlags.end(), key) != kFlags.end()) {
-      if (has_value) throw ConfigError("dtsim validate: " + a + " takes no value");
-      if ((key == "json" && o.json) || (key == "quiet" && o.quiet)) {
-        throw ConfigError("dtsim validate: " + a + " given twice; give it once");
-      }
-      if (key == "json") o.json = true;
-      if (key == "quiet") o.quiet = true;
-    } else {
-      std::vector<std::string> all = kValued;
-      all.push_back("set");
-      all.insert(all.end(), kFlags.begin(), kFlags.end());
-      const std::string hint = sim::did_you_mean(key, all);
-      std::string list;
-      for (const auto& k : all) list += (list.empty() ? "--" : ", --") + k;
-      throw ConfigError("dtsim validate: unknown option " + a + (hint.empty() ? "" : " (did you mean --" + hint + "?)") +
-                        "; valid: " + list);
-    }
-  }
-  auto get = [&](const std::string& k) -> std::optional<std::string> {
-    auto it = v.find(k);
-    if (it == v.end()) return std::nullopt;
-    if (it->second.empty()) throw ConfigError("dtsim validate: --" + k + ": missing value");
-    return it->second;
+std::function<ValidateOptions()> add_validate_options(CLI::App& app) {
+  // The values as given; checked and converted by the returned function.
+  struct Given {
+    cli::ScenarioOptions scenario;
+    std::map<std::string, std::string> values;
+    bool json = false, quiet = false;
   };
-  if (!get("model")) throw ConfigError("dtsim validate: --model is required; e.g. --model gpt2-tiny (see dtsim list models)");
-  o.model = *get("model");
-  if (auto x = get("plan")) o.plan = *x;
-  if (auto x = get("cluster")) o.cluster = *x;
-  if (auto x = get("profile")) o.profile = *x;
-  if (auto x = get("device")) {
-    if (*x != "cpu" && *x != "cuda") throw ConfigError("dtsim validate: --device " + *x + ": expected cpu or cuda");
-    o.device = *x;
-  }
-  if (auto x = get("data")) o.data = *x;
-  if (auto x = get("trace")) o.trace = *x;
-  if (auto x = get("run-dir")) o.run_dir = *x;
-  if (auto x = get("measured")) o.measured = *x;
-  if (auto x = get("procs")) o.procs = static_cast<int>(parse_int("procs", *x, 1, 4096));
-  if (auto x = get("steps")) o.steps = static_cast<int>(parse_int("steps", *x, 1, 1000000));
-  if (auto x = get("warmup")) o.warmup = static_cast<int>(parse_int("warmup", *x, 0, 1000000));
-  if (auto x = get("seed")) o.seed = static_cast<std::uint64_t>(parse_int("seed", *x, 0, std::int64_t{1} << 62));
-  if (auto x = get("timeout")) o.timeout_s = parse_positive("timeout", *x);
-  if (auto x = get("lr")) o.lr = parse_positive("lr", *x);
-  if (auto x = get("mem-limit")) o.mem_limit = parse_int("mem-limit", *x, 1, std::int64_t{1} << 60);
-  if (auto x = get("fault")) {
-    const auto at = x->find('@');
-    const std::string kind = x->substr(0, at);
-    if (at == std::string::npos || (kind != "crash" && kind != "hang" && kind != "stop" && kind != "oom" && kind != "error")) {
-      throw ConfigError("dtsim validate: --fault " + *x + ": expected crash|hang|stop|oom|error@RANK[:STEP]");
+  auto g = std::make_shared<Given>();
+  cli::add_scenario_options(app, g->scenario, cli::kScenario);
+  auto value = [&](const std::string& name, const std::string& type, const std::string& help) {
+    app.add_option("--" + name, g->values[name], help)->type_name(type);
+  };
+  value("device", "cpu|cuda", "Train on the CPU (Gloo, default) or GPUs (NCCL; --cluster then required)");
+  value("procs", "N", "Local ranks to start (default: the plan's rank count)");
+  value("steps", "K", "Steps measured (default 10)");
+  value("warmup", "W", "Steps run first and not measured (default 8)");
+  value("data", "FILE.h5", "Train on this dataset (scripts/make-sample-data; default: synthetic)");
+  value("trace", "FILE", "Write the measured timeline as Chrome Trace Event JSON");
+  value("timeout", "S", "A rank silent this many seconds is hung (default 300)");
+  value("run-dir", "DIR", "Keep each rank's measurements and logs here");
+  value("measured", "DIR", "Report a kept --run-dir against this build's prediction, running nothing");
+  value("seed", "N", "Seed of the weights and synthetic data (default 1234)");
+  value("lr", "X", "Learning rate (default 1e-3)");
+  value("mem-limit", "BYTES", "Memory per rank (default: the device's on cuda, none on cpu)");
+  value("fault", "KIND@RANK[:STEP]", "Inject crash|hang|stop|oom|error at a rank (testing)");
+  app.add_flag("--json", g->json, "Print the report as JSON (the explorer overlays it)");
+  app.add_flag("--quiet", g->quiet, "No progress line");
+  const CLI::App* parsed = &app;
+  return [g, parsed] {
+    ValidateOptions o;
+    auto get = [&](const std::string& k) -> std::optional<std::string> {
+      if (parsed->count("--" + k) == 0) return std::nullopt;
+      const auto it = g->values.find(k);
+      const std::string v = it != g->values.end()                ? it->second
+                            : k == "model"                         ? g->scenario.model
+                            : k == "plan"                          ? g->scenario.plan
+                            : k == "cluster"                       ? g->scenario.cluster
+                                                                   : g->scenario.profile;
+      if (v.empty()) throw ConfigError("dtsim validate: --" + k + ": missing value");
+      return v;
+    };
+    if (!get("model")) throw ConfigError("dtsim validate: --model is required; e.g. --model gpt2-tiny (see dtsim list models)");
+    o.model = *get("model");
+    o.sets = g->scenario.overrides();
+    o.json = g->json;
+    o.quiet = g->quiet;
+    if (auto x = get("plan")) o.plan = *x;
+    if (auto x = get("cluster")) o.cluster = *x;
+    if (auto x = get("profile")) o.profile = *x;
+    if (auto x = get("device")) {
+      if (*x != "cpu" && *x != "cuda") throw ConfigError("dtsim validate: --device " + *x + ": expected cpu or cuda");
+      o.device = *x;
     }
-    o.fault = *x;
+    if (auto x = get("data")) o.data = *x;
+    if (auto x = get("trace")) o.trace = *x;
+    if (auto x = get("run-dir")) o.run_dir = *x;
+    if (auto x = get("measured")) o.measured = *x;
+    if (auto x = get("procs")) o.procs = static_cast<int>(parse_int("procs", *x, 1, 4096));
+    if (auto x = get("steps")) o.steps = static_cast<int>(parse_int("steps", *x, 1, 1000000));
+    if (auto x = get("warmup")) o.warmup = static_cast<int>(parse_int("warmup", *x, 0, 1000000));
+    if (auto x = get("seed")) o.seed = static_cast<std::uint64_t>(parse_int("seed", *x, 0, std::int64_t{1} << 62));
+    if (auto x = get("timeout")) o.timeout_s = parse_positive("timeout", *x);
+    if (auto x = get("lr")) o.lr = parse_positive("lr", *x);
+    if (auto x = get("mem-limit")) o.mem_limit = parse_int("mem-limit", *x, 1, std::int64_t{1} << 60);
+    if (auto x = get("fault")) {
+      const auto at = x->find('@');
+      const std::string kind = x->substr(0, at);
+      if (at == std::string::npos || (kind != "crash" && kind != "hang" && kind != "stop" && kind != "oom" && kind != "error")) {
+        throw ConfigError("dtsim validate: --fault " + *x + ": expected crash|hang|stop|oom|error@RANK[:STEP]");
+      }
+      o.fault = *x;
+    }
+    return o;
+  };
+}
+
+ValidateOptions parse_validate_args(const std::vector<std::string>& args) {
+  CLI::App app{"dtsim validate", "dtsim validate"};
+  cli::house_style(app);
+  const auto finish = add_validate_options(app);
+  try {
+    cli::parse_or_throw(app, args);
+  } catch (const CLI::Success&) {
+    throw ConfigError("dtsim validate: --help and --version are the command line's, not options of a run");
   }
-  return o;
+  return finish();
 }
 
 RunSetup setup_run(const ValidateOptions& o, int world) {
@@ -319,30 +329,40 @@ std::string rank_to_json(const RankMeasurement& m) {
 }
 
 RankMeasurement rank_from_json(const std::string& text, const std::string& source) {
+  // Strict JSON (nlohmann-json): a torn or hand-edited file is refused with
+  // its line and column, a missing or mistyped field by name.
   RankMeasurement m;
+  nlohmann::json n;
   try {
-    const YAML::Node n = YAML::Load(text);
-    if (!n.IsMap()) throw ConfigError(source + ": expected a JSON object");
-    m.rank = n["rank"].as<int>();
-    m.stage = n["stage"].as<int>();
-    m.device = n["device"].as<std::string>();
-    for (const auto& x : n["step_s"]) m.step_s.push_back(x.as<double>());
-    m.forward_s = n["forward_s"].as<double>();
-    m.backward_s = n["backward_s"].as<double>();
-    m.optimizer_s = n["optimizer_s"].as<double>();
-    m.wait_s = n["wait_s"].as<double>();
-    m.peak_bytes = n["peak_bytes"].as<std::int64_t>();
-    m.host_peak_bytes = n["host_peak_bytes"].as<std::int64_t>();
-    if (n["reserved_peak_bytes"]) m.reserved_peak_bytes = n["reserved_peak_bytes"].as<std::int64_t>();
-    for (const auto& x : n["losses"]) m.losses.push_back(x.as<double>());
-    if (n["probe_s"]) m.probe_s = n["probe_s"].as<double>();
-    if (n["probe_end_s"]) m.probe_end_s = n["probe_end_s"].as<double>();
-    if (n["cpus"]) m.cpus = n["cpus"].as<std::string>();
-    for (const auto& k : n["memory_trace"]) {
-      m.memory_trace.push_back({k["what"].as<std::string>(), k["current"].as<std::int64_t>(), k["peak"].as<std::int64_t>()});
+    n = nlohmann::json::parse(text);
+  } catch (const nlohmann::json::parse_error& e) {
+    throw ConfigError(sim::text_position(text, e.byte, source) + ": not a rank measurement: malformed JSON: " +
+                      sim::json_error_text(e.what()));
+  }
+  try {
+    if (!n.is_object()) throw ConfigError(source + ": expected a JSON object");
+    m.rank = n.at("rank").get<int>();
+    m.stage = n.at("stage").get<int>();
+    m.device = n.at("device").get<std::string>();
+    for (const auto& x : n.at("step_s")) m.step_s.push_back(x.get<double>());
+    m.forward_s = n.at("forward_s").get<double>();
+    m.backward_s = n.at("backward_s").get<double>();
+    m.optimizer_s = n.at("optimizer_s").get<double>();
+    m.wait_s = n.at("wait_s").get<double>();
+    m.peak_bytes = n.at("peak_bytes").get<std::int64_t>();
+    m.host_peak_bytes = n.at("host_peak_bytes").get<std::int64_t>();
+    if (n.contains("reserved_peak_bytes")) m.reserved_peak_bytes = n["reserved_peak_bytes"].get<std::int64_t>();
+    for (const auto& x : n.at("losses")) m.losses.push_back(x.get<double>());
+    if (n.contains("probe_s")) m.probe_s = n["probe_s"].get<double>();
+    if (n.contains("probe_end_s")) m.probe_end_s = n["probe_end_s"].get<double>();
+    if (n.contains("cpus")) m.cpus = n["cpus"].get<std::string>();
+    if (n.contains("memory_trace")) {
+      for (const auto& k : n["memory_trace"]) {
+        m.memory_trace.push_back({k.at("what").get<std::string>(), k.at("current").get<std::int64_t>(), k.at("peak").get<std::int64_t>()});
+      }
     }
-  } catch (const YAML::Exception& e) {
-    throw ConfigError(source + ": not a rank measurement (" + e.msg + ")");
+  } catch (const nlohmann::json::exception& e) {
+    throw ConfigError(source + ": not a rank measurement (" + sim::json_error_text(e.what()) + ")");
   }
   return m;
 }
@@ -526,6 +546,7 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
 std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::Prediction& p, const Measured& m) {
   sim::JsonWriter w;
   w.begin_object();
+  w.header();
   w.field("model", s.model->name()).field("plan", s.spec.name).field("cluster", s.cluster.name).field("device", o.device);
   w.field("procs", s.plan.gpus_used()).field("dp", s.plan.dp).field("tp", s.plan.tp).field("pp", s.plan.pp).field("cp", s.plan.cp);
   w.field("steps", o.steps).field("warmup", o.warmup).field("data", o.data.empty() ? std::string("synthetic") : o.data);
@@ -566,7 +587,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
   w.end_array();
   w.end_object();
   w.key("predicted").begin_object();
-  w.field("iteration_time_s", static_cast<double>(p.iteration_time) * 1e-9).field("cost_source", p.cost_source);
+  w.field("iteration_time_s", sim::Decimal{p.iteration_time, 9}).field("cost_source", p.cost_source);
   w.field("outside_allocator_bytes", p.outside_allocator);
   w.key("ranks").begin_array();
   for (const auto& r : p.ranks) {

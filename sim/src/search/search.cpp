@@ -45,7 +45,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
-#include <cstdio>
+#include <iterator>
 #include <limits>
 #include <map>
 #include <tuple>
@@ -53,6 +53,9 @@
 #include <sstream>
 #include <thread>
 
+#include <fmt/format.h>
+
+#include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/json_writer.hpp"
 #include "dtsim/sim/lowering.hpp"
@@ -82,13 +85,9 @@ std::string offload_text(const ResolvedPlan& p) {
   return p.offload_optimizer == Offload::kCpu ? "opt" : "-";
 }
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
-std::string pad(const std::string& s, std::size_t w) { return s.size() >= w ? s + " " : s + std::string(w - s.size(), ' '); }
+/// A left-aligned table column `w` wide: the text, padded, and at least one
+/// space before the next column.
+std::string pad(const std::string& s, std::size_t w) { return fmt::format("{:<{}} ", s, w - 1); }
 
 }  // namespace
 
@@ -480,34 +479,34 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
 
 namespace {
 
-void table(std::ostringstream& os, const std::vector<SearchEntry>& es) {
+void table(std::string& out, const std::vector<SearchEntry>& es) {
   // An ep column where a plan spreads experts (mixtures of experts only).
   const bool ep = std::any_of(es.begin(), es.end(), [](const SearchEntry& e) { return e.plan.ep > 1; });
-  os << "    " << pad("#", 4) << pad("time", 11) << pad("tokens/s", 11) << pad("MFU", 7) << pad("peak GiB", 10)
-     << pad("dp", 5) << pad("tp", 4) << pad("cp", 4) << (ep ? pad("ep", 4) : "") << pad("pp", 4) << pad("schedule", 16) << pad("mb", 5) << pad("m", 6)
-     << pad("sharding", 18) << pad("offload", 11) << pad("recompute", 11) << pad("sp", 4) << pad("attn", 6) << pad("prec", 5)
-     << "placement\n";
+  out += "    " + pad("#", 4) + pad("time", 11) + pad("tokens/s", 11) + pad("MFU", 7) + pad("peak GiB", 10) + pad("dp", 5) +
+         pad("tp", 4) + pad("cp", 4) + (ep ? pad("ep", 4) : "") + pad("pp", 4) + pad("schedule", 16) + pad("mb", 5) +
+         pad("m", 6) + pad("sharding", 18) + pad("offload", 11) + pad("recompute", 11) + pad("sp", 4) + pad("attn", 6) +
+         pad("prec", 5) + "placement\n";
   int i = 1;
   for (const auto& e : es) {
     const ResolvedPlan& p = e.plan;
     const double t = ns_to_seconds(e.iteration_time);
-    os << "    " << pad(std::to_string(i++), 4) << pad(t >= 1 ? fmt("%.3f s", t) : fmt("%.1f ms", t * 1e3), 11)
-       << pad(fmt("%.0f", e.tokens_per_s), 11) << pad(fmt("%.1f%%", e.mfu * 100), 7)
-       << pad(fmt("%.2f", static_cast<double>(e.peak) / kGiB), 10) << pad(std::to_string(p.dp), 5)
-       << pad(std::to_string(p.tp), 4) << pad(std::to_string(p.cp), 4)
-       << (ep ? pad(std::to_string(p.ep) + (p.etp != p.tp ? "/" + std::to_string(p.etp) : ""), 4) : "")
-       << pad(std::to_string(p.pp), 4) << pad(schedule_text(p), 16)
-       << pad(std::to_string(p.micro_batch), 5) << pad(std::to_string(p.grad_accum), 6) << pad(sharding_text(p), 18)
-       << pad(offload_text(p), 11) << pad(to_string(p.recompute), 11) << pad(p.sequence_parallel ? "yes" : "-", 4)
-       << pad(p.flash_attention ? "flash" : "eager", 6) << pad(to_string(p.precision), 5)
-       << (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-") << "\n";
+    out += "    " + pad(std::to_string(i++), 4) + pad(t >= 1 ? fmt::format("{:.3f} s", t) : fmt::format("{:.1f} ms", t * 1e3), 11) +
+           pad(fmt::format("{:.0f}", e.tokens_per_s), 11) + pad(fmt::format("{:.1f}%", e.mfu * 100), 7) +
+           pad(fmt::format("{:.2f}", static_cast<double>(e.peak) / kGiB), 10) + pad(std::to_string(p.dp), 5) +
+           pad(std::to_string(p.tp), 4) + pad(std::to_string(p.cp), 4) +
+           (ep ? pad(std::to_string(p.ep) + (p.etp != p.tp ? "/" + std::to_string(p.etp) : ""), 4) : "") +
+           pad(std::to_string(p.pp), 4) + pad(schedule_text(p), 16) + pad(std::to_string(p.micro_batch), 5) +
+           pad(std::to_string(p.grad_accum), 6) + pad(sharding_text(p), 18) + pad(offload_text(p), 11) +
+           pad(to_string(p.recompute), 11) + pad(p.sequence_parallel ? "yes" : "-", 4) +
+           pad(p.flash_attention ? "flash" : "eager", 6) + pad(to_string(p.precision), 5) +
+           (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-") + "\n";
   }
 }
 
 void entry_json(JsonWriter& j, const SearchEntry& e) {
   const ResolvedPlan& p = e.plan;
   j.begin_object();
-  j.field("iteration_time_s", ns_to_seconds(e.iteration_time)).field("tokens_per_s", e.tokens_per_s).field("mfu", e.mfu);
+  j.field("iteration_time_s", Decimal{e.iteration_time, 9}).field("tokens_per_s", e.tokens_per_s).field("mfu", e.mfu);
   j.field("peak_bytes", static_cast<std::int64_t>(e.peak)).field("fits", e.fits);
   j.key("plan").begin_object();
   j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp).field("cp", p.cp).field("ep", p.ep).field("etp", p.etp);
@@ -528,27 +527,29 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
 }  // namespace
 
 std::string format_search(const SearchResult& r) {
-  std::ostringstream os;
-  os << "dtsim search: " << r.model_name << " on " << r.gpus << " GPUs of " << r.cluster_name << ", global batch "
-     << r.global_batch << " (capacity " << fmt("%.2f GiB", static_cast<double>(r.capacity) / kGiB) << " per GPU)\n";
-  os << "  tried " << r.enumerated << " distinct plans: " << r.pruned_memory << " pruned by memory and " << r.pruned_time
-     << " by time before simulating, "
-     << r.simulated << " simulated, " << r.not_fitting << " of those did not fit; " << fmt("%.2f s", r.seconds) << " on "
-     << r.threads << " thread(s)\n\n";
+  std::string out;
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "dtsim search: {} on {} GPUs of {}, global batch {} (capacity {:.2f} GiB per GPU)\n", r.model_name, r.gpus,
+                 r.cluster_name, r.global_batch, static_cast<double>(r.capacity) / kGiB);
+  fmt::format_to(o,
+                 "  tried {} distinct plans: {} pruned by memory and {} by time before simulating, {} simulated, {} of "
+                 "those did not fit; {:.2f} s on {} thread(s)\n\n",
+                 r.enumerated, r.pruned_memory, r.pruned_time, r.simulated, r.not_fitting, r.seconds, r.threads);
   if (r.top.empty()) {
-    os << "  no plan fits: try more GPUs, a smaller global batch, or a larger device\n";
-    return os.str();
+    out += "  no plan fits: try more GPUs, a smaller global batch, or a larger device\n";
+    return out;
   }
-  os << "  fastest " << r.top.size() << " plans that fit\n";
-  table(os, r.top);
-  os << "\n  Pareto front: time against peak memory (no other plan is both faster and smaller)\n";
-  table(os, r.pareto);
-  return os.str();
+  fmt::format_to(o, "  fastest {} plans that fit\n", r.top.size());
+  table(out, r.top);
+  out += "\n  Pareto front: time against peak memory (no other plan is both faster and smaller)\n";
+  table(out, r.pareto);
+  return out;
 }
 
 std::string search_to_json(const SearchResult& r) {
   JsonWriter j;
   j.begin_object();
+  j.header();
   j.field("model", r.model_name).field("cluster", r.cluster_name).field("gpus", r.gpus);
   j.field("global_batch", static_cast<std::int64_t>(r.global_batch));
   j.field("capacity_bytes", static_cast<std::int64_t>(r.capacity));
@@ -578,8 +579,8 @@ std::string search_to_csv(const SearchResult& r) {
     const bool on_front = std::any_of(r.pareto.begin(), r.pareto.end(), [&](const SearchEntry& f) {
       return f.iteration_time == e.iteration_time && f.peak == e.peak;
     });
-    os << i++ << "," << fmt("%.9g", ns_to_seconds(e.iteration_time)) << "," << fmt("%.6g", e.tokens_per_s) << ","
-       << fmt("%.4f", e.mfu) << "," << e.peak << "," << p.dp << "," << p.tp << "," << p.pp << ","
+    os << i++ << "," << fmt::format("{:.9g}", ns_to_seconds(e.iteration_time)) << "," << fmt::format("{:.6g}", e.tokens_per_s) << ","
+       << fmt::format("{:.4f}", e.mfu) << "," << e.peak << "," << p.dp << "," << p.tp << "," << p.pp << ","
        << (p.pp > 1 ? to_string(p.schedule) : "none") << "," << p.virtual_stages << "," << p.micro_batch << ","
        << p.grad_accum << "," << sharding_text(p) << "," << offload_text(p) << "," << to_string(p.recompute) << ","
        << (p.sequence_parallel ? "true" : "false") << "," << (p.pp > 1 && p.dp > 1 ? std::string(p.spec.placement).replace(2, 1, "-").replace(5, 1, "-") : std::string("-")) << ","
@@ -587,6 +588,19 @@ std::string search_to_csv(const SearchResult& r) {
        << to_string(p.precision) << "\n";
   }
   return os.str();
+}
+
+PlanSpec search_base_plan(const ClusterSpec& cluster, const std::vector<Override>& overrides) {
+  // By default bf16 where the device has it, else fp16 where it is faster
+  // than fp32 (not on CPUs), else fp32; Adam.
+  const Precision fallback = cluster.device.peak_bf16 > 0                        ? Precision::kBf16
+                             : cluster.device.peak_fp16 > cluster.device.peak_fp32 ? Precision::kFp16
+                                                                                   : Precision::kFp32;
+  PlanSpec base = parse_plan("optimizer: adam\n", "<search defaults>", overrides);
+  // The precision stays the search's to walk unless an override gives it
+  // (search.cpp walks the 16- and 8-bit ones), falling back to the default.
+  if (base.origins.where.count("plan.precision") == 0) base.precision = fallback;
+  return base;
 }
 
 }  // namespace dtsim::sim

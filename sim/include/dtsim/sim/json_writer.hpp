@@ -1,5 +1,6 @@
 #pragma once
-// A small streaming JSON writer (we emit JSON; yaml-cpp reads it back).
+// JSON out: a streaming writer whose keys, strings and numbers nlohmann-json
+// renders (Note [JSON out] in sim/src/core/json_writer.cpp).
 
 #include <cstdint>
 #include <string>
@@ -7,8 +8,21 @@
 
 namespace dtsim::sim {
 
-/// Builds a JSON document; keys and values are escaped, numbers are written
-/// with enough digits to round-trip.
+/// An exact decimal: `scaled` / 10^`places`, written without rounding
+/// (Decimal{1234567, 3} is 1234.567). Trace timestamps are integer
+/// nanoseconds written as microseconds this way.
+struct Decimal {
+  std::int64_t scaled = 0;
+  int places = 0;
+};
+
+/// The version of each --json output's schema (docs/json.md): bumped when an
+/// existing field changes its meaning or goes.
+inline constexpr int kJsonSchemaVersion = 1;
+
+/// Builds a JSON document; keys and strings are escaped (invalid UTF-8
+/// replaced by U+FFFD), doubles written in the shortest form that reads back
+/// to the same double, integers and Decimals exactly.
 class JsonWriter {
  public:
   explicit JsonWriter(bool pretty = true) : pretty_(pretty) {}
@@ -19,11 +33,13 @@ class JsonWriter {
   JsonWriter& key(const std::string& k);
   JsonWriter& value(const std::string& v);
   JsonWriter& value(const char* v);
+  /// Not finite (NaN, infinity): null, as JSON has no such number.
   JsonWriter& value(double v);
   JsonWriter& value(std::int64_t v);
   JsonWriter& value(int v) { return value(static_cast<std::int64_t>(v)); }
-  JsonWriter& value(std::uint64_t v) { return value(static_cast<std::int64_t>(v)); }
+  JsonWriter& value(std::uint64_t v);
   JsonWriter& value(bool v);
+  JsonWriter& value(Decimal v);
   JsonWriter& null();
   /// Shorthand for key(k).value(v).
   template <class T>
@@ -31,6 +47,9 @@ class JsonWriter {
     key(k);
     return value(v);
   }
+  /// "schema_version" (kJsonSchemaVersion) and "dtsim_version"
+  /// (sim::version()): the first fields of every --json output's object.
+  JsonWriter& header();
   /// The document so far.
   const std::string& str() const { return out_; }
 
@@ -43,7 +62,7 @@ class JsonWriter {
   bool after_key_ = false;
 };
 
-/// Escapes a string for JSON (without the quotes).
-std::string json_escape(const std::string& s);
+/// A string as a JSON string literal, quotes included (nlohmann-json's escaping).
+std::string json_quote(const std::string& s);
 
 }  // namespace dtsim::sim

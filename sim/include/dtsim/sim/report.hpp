@@ -1,8 +1,9 @@
 #pragma once
-// Output: the readable table, the JSON document (schema in the README), the
-// Chrome Trace Event timeline, and the nccl-tests-like collective table.
+// Output: the readable table, the JSON document (schema in docs/json.md),
+// the Chrome Trace Event timeline, and the nccl-tests-like collective table.
 
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtsim/sim/cost.hpp"
@@ -12,10 +13,12 @@ namespace dtsim::sim {
 
 /// The table a person reads.
 std::string format_table(const Prediction& p);
-/// The JSON document for machines.
+/// The JSON document for machines (docs/json.md).
 std::string to_json(const Prediction& p);
 /// Chrome Trace Event JSON (Perfetto opens it): a track per rank and stream,
-/// memory counter tracks. Needs a prediction made with keep_graph.
+/// memory counter tracks; ts and dur are the simulated integer nanoseconds
+/// written exactly in microseconds (Note [Trace timestamps]). Needs a
+/// prediction made with keep_graph.
 std::string to_chrome_trace(const Prediction& p);
 
 /// One row of `dtsim comm`.
@@ -36,5 +39,9 @@ std::string format_comm_table(const std::string& cluster, CollectiveOp op, const
 /// The same as JSON; `source`, where given, as "cost_source".
 std::string comm_to_json(const std::string& cluster, CollectiveOp op, const CommGroup& group,
                          const std::vector<CommRow>& rows, const std::string& source = {});
+
+/// `dtsim list KIND --json` (docs/json.md): the header, "kind" and "items",
+/// each (name, description) of `rows` an object.
+std::string list_to_json(const std::string& kind, const std::vector<std::pair<std::string, std::string>>& rows);
 
 }  // namespace dtsim::sim

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "dtsim/sim/cluster.hpp"
+#include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
@@ -66,6 +67,12 @@ struct SearchResult {
   double seconds = 0;               ///< wall time of the search
   int threads = 1;
 };
+
+/// The fixed knobs of a search (SearchOptions::base) as `dtsim search`
+/// sets them: Adam, bf16 where the device has it (else fp16 where faster
+/// than fp32, else fp32) unless `overrides` (--set plan.KEY=V) give them.
+/// Throws ConfigError for a bad override.
+PlanSpec search_base_plan(const ClusterSpec& cluster, const std::vector<Override>& overrides = {});
 
 /// The candidate plans the search would try, before memory pruning.
 std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
