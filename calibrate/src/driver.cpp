@@ -20,6 +20,8 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <fmt/format.h>
+
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/platform/child.hpp"
 #include "dtsim/sim/cost_profile.hpp"
@@ -237,8 +239,12 @@ std::string find_program(const CalibrateOptions& o, const std::string& name) {
   std::vector<std::string> dirs;
   if (!o.bin_dir.empty()) dirs.push_back(o.bin_dir);
   if (const char* env = std::getenv("DTSIM_CALIB_BIN_DIR")) dirs.emplace_back(env);
-  dirs.emplace_back(DTSIM_CALIBRATE_BIN_DIR);
   std::error_code ec;
+  // An installed dtsim's probes: <prefix>/libexec/dtsim (cmake/install.cmake).
+  if (const fs::path exe = fs::read_symlink("/proc/self/exe", ec); !ec) {
+    dirs.push_back((exe.parent_path() / ".." / "libexec" / "dtsim").lexically_normal().string());
+  }
+  dirs.emplace_back(DTSIM_CALIBRATE_BIN_DIR);
   for (const auto& d : dirs) {
     if (d.empty()) continue;
     const fs::path candidate = fs::path(d) / name;
@@ -498,24 +504,18 @@ sim::Profile calibrate(const CalibrateOptions& o) {
 
 namespace {
 
-std::string fmt(const char* f, double v) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, f, v);
-  return buf;
-}
-
 std::string human_s(double s) {
-  if (s >= 1) return fmt("%.3g s", s);
-  if (s >= 1e-3) return fmt("%.3g ms", s * 1e3);
-  if (s >= 1e-6) return fmt("%.3g us", s * 1e6);
-  return fmt("%.3g ns", s * 1e9);
+  if (s >= 1) return fmt::format("{:.3g} s", s);
+  if (s >= 1e-3) return fmt::format("{:.3g} ms", s * 1e3);
+  if (s >= 1e-6) return fmt::format("{:.3g} us", s * 1e6);
+  return fmt::format("{:.3g} ns", s * 1e9);
 }
 
 std::string human_bytes(double b) {
-  if (b >= 1 << 30) return fmt("%.3g GiB", b / (1 << 30));
-  if (b >= 1 << 20) return fmt("%.3g MiB", b / (1 << 20));
-  if (b >= 1 << 10) return fmt("%.3g KiB", b / (1 << 10));
-  return fmt("%.0f B", b);
+  if (b >= 1 << 30) return fmt::format("{:.3g} GiB", b / (1 << 30));
+  if (b >= 1 << 20) return fmt::format("{:.3g} MiB", b / (1 << 20));
+  if (b >= 1 << 10) return fmt::format("{:.3g} KiB", b / (1 << 10));
+  return fmt::format("{:.0f} B", b);
 }
 
 /// Of a kernel fit "kernel.<kind>.<precision>", the largest share of a
@@ -555,15 +555,15 @@ std::string describe_fit(const sim::LinearFit& f, const std::map<std::string, do
     if (f.features[i] == "1") {
       part = "latency " + human_s(c);
     } else if (f.features[i] == "bytes") {
-      part = c <= 0 ? "bandwidth -" : minor("bytes") ? "bandwidth - (compute-bound)" : "bandwidth " + fmt("%.3g GB/s", 1e-9 / c);
+      part = c <= 0 ? "bandwidth -" : minor("bytes") ? "bandwidth - (compute-bound)" : "bandwidth " + fmt::format("{:.3g} GB/s", 1e-9 / c);
     } else if (f.features[i] == "flops") {
-      part = c <= 0 ? "peak -" : minor("flops") ? "peak - (memory-bound)" : "peak " + fmt("%.3g TFLOP/s", 1e-12 / c);
+      part = c <= 0 ? "peak -" : minor("flops") ? "peak - (memory-bound)" : "peak " + fmt::format("{:.3g} TFLOP/s", 1e-12 / c);
     } else if (f.features[i] == "tensors") {
       part = "per tensor " + human_s(c);
     } else if (f.features[i] == "params") {
       part = "per million parameters " + human_s(c * 1e6);
     } else {
-      part = f.features[i] + " " + fmt("%.3g s", c);
+      part = f.features[i] + " " + fmt::format("{:.3g} s", c);
     }
     out += (out.empty() ? "" : ", ") + part;
   }
@@ -578,6 +578,10 @@ std::string format_profile(const sim::Profile& p) {
   for (const char* key : {"device", "device_kind", "host", "created", "sweep", "procs", "torch.torch_version", "torch.threads",
                           "nccl.nccl_version", "gloo.api", "gloo.transport", "gloo.send_recv_impl", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
+  }
+  // What was imported from the user's cluster (calibrate/import.hpp).
+  for (const auto& [key, value] : p.info) {
+    if (key.rfind("import.", 0) == 0) os << "  " << key << ": " << value << "\n";
   }
   // Note [Machine probe] (models/torch/.../torch_layers.hpp).
   const auto sweep = p.info.find("torch.probe_s"), end = p.info.find("torch.probe_end_s");
@@ -604,10 +608,10 @@ std::string format_profile(const sim::Profile& p) {
   }
   os << "\n  fits (" << p.fits.size() << ")" << "\n";
   for (const auto& [name, f] : p.fits) {
-    char head[96];
-    std::snprintf(head, sizeof head, "%-34s %3d samples  rms %5.1f%%  max %5.1f%%  ", name.c_str(), f.samples, 100 * f.rms_rel_error,
-                  100 * f.max_rel_error);
-    os << "    " << head << describe_fit(f, kernel_term_shares(p, name, f)) << "\n";
+    os << "    "
+       << fmt::format("{:<34} {:>3} samples  rms {:>5.1f}%  max {:>5.1f}%  ", name, f.samples, 100 * f.rms_rel_error,
+                      100 * f.max_rel_error)
+       << describe_fit(f, kernel_term_shares(p, name, f)) << "\n";
   }
   // Achieved figures at the largest measured size (what users quote).
   double best_gemm = 0;
@@ -618,12 +622,12 @@ std::string format_profile(const sim::Profile& p) {
       best_gemm_prec = to_string(k.precision);
     }
   }
-  if (best_gemm > 0) os << "\n  best GEMM: " << fmt("%.3g TFLOP/s", best_gemm / 1e12) << " (" << best_gemm_prec << ")\n";
+  if (best_gemm > 0) os << "\n  best GEMM: " << fmt::format("{:.3g} TFLOP/s", best_gemm / 1e12) << " (" << best_gemm_prec << ")\n";
   std::map<std::string, double> best_copy;
   for (const auto& c : p.copies) {
     if (c.time.median_s > 0) best_copy[c.direction] = std::max(best_copy[c.direction], static_cast<double>(c.bytes) / c.time.median_s);
   }
-  for (const auto& [dir, bw] : best_copy) os << "  best copy " << dir << ": " << fmt("%.3g GB/s", bw / 1e9) << "\n";
+  for (const auto& [dir, bw] : best_copy) os << "  best copy " << dir << ": " << fmt::format("{:.3g} GB/s", bw / 1e9) << "\n";
   // nccl-tests' columns: algbw = size / time, busbw = algbw x the op's factor.
   std::map<std::string, double> best_alg;
   std::map<std::string, int> ranks_of;
@@ -631,15 +635,19 @@ std::string format_profile(const sim::Profile& p) {
   for (const auto& c : p.comm) {
     // One rank (profiles before collectives needed two GPUs) moves nothing.
     if (c.time.median_s > 0 && c.ranks >= 2) {
-      const std::string key = c.backend + " " + to_string(c.op) + " x" + std::to_string(c.ranks);
+      // Across nodes (an imported nccl-tests run): "x16 (8 a node)".
+      const std::string key = c.backend + " " + to_string(c.op) + " x" + std::to_string(c.ranks) +
+                              (c.ranks_per_node > 0 && c.ranks_per_node < c.ranks
+                                   ? " (" + std::to_string(c.ranks_per_node) + " a node)"
+                                   : "");
       best_alg[key] = std::max(best_alg[key], static_cast<double>(c.bytes) / c.time.median_s);
       ranks_of[key] = c.ranks;
       op_of[key] = c.op;
     }
   }
   for (const auto& [key, alg] : best_alg) {
-    os << "  best " << key << ": algbw " << fmt("%.3g GB/s", alg / 1e9) << ", busbw "
-       << fmt("%.3g GB/s", alg * sim::bus_bandwidth_factor(op_of[key], ranks_of[key]) / 1e9) << "\n";
+    os << "  best " << key << ": algbw " << fmt::format("{:.3g} GB/s", alg / 1e9) << ", busbw "
+       << fmt::format("{:.3g} GB/s", alg * sim::bus_bandwidth_factor(op_of[key], ranks_of[key]) / 1e9) << "\n";
   }
   // Collectives the profile has no samples of (all_to_all in profiles made
   // before it was measured) are priced over the link its all-reduce fit
@@ -665,6 +673,7 @@ std::string format_profile(const sim::Profile& p) {
 std::string profile_to_json(const sim::Profile& p) {
   sim::JsonWriter j;
   j.begin_object();
+  j.header();
   j.field("path", p.path);
   j.key("info").begin_object();
   for (const auto& [k, v] : p.info) j.field(k, v);

@@ -135,15 +135,18 @@ void fit_profile(sim::Profile& p) {
   // and a 1 MiB one 1 ms with a tenth over 4.8 ms. A training step pays every
   // collective it issues, slow ones included, so a collective is fitted to
   // its mean where the program measured one, and to its median otherwise.
-  std::map<std::tuple<std::string, sim::CollectiveOp, int>, std::pair<std::vector<double>, std::vector<double>>> comm;
+  // Ranks spanning nodes (imported nccl-tests runs) apart, by ranks per node
+  // (Note [Collectives across nodes] in sim/src/cost/cost_profile.cpp).
+  std::map<std::tuple<std::string, sim::CollectiveOp, int, int>, std::pair<std::vector<double>, std::vector<double>>> comm;
   for (const auto& c : p.comm) {
-    auto& [xs, ys] = comm[{c.backend, c.op, c.ranks}];
+    const int per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
+    auto& [xs, ys] = comm[{c.backend, c.op, c.ranks, per_node}];
     xs.push_back(static_cast<double>(c.bytes));
     ys.push_back(c.time.mean_s > 0 ? c.time.mean_s : c.time.median_s);
   }
   for (const auto& [key, v] : comm) {
     if (v.first.size() < 3) continue;
-    p.fits[sim::comm_fit_name(std::get<0>(key), std::get<1>(key), std::get<2>(key))] = fit_alpha_beta(v.first, v.second);
+    p.fits[sim::comm_fit_name(std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key))] = fit_alpha_beta(v.first, v.second);
   }
   // Copies: per direction.
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> copies;

@@ -145,6 +145,10 @@ std::string kernel_fit_name(const std::string& kind, Precision p) { return "kern
 std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks) {
   return "comm." + backend + "." + to_string(op) + "." + std::to_string(ranks);
 }
+std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks, int ranks_per_node) {
+  if (ranks_per_node <= 0 || ranks_per_node >= ranks) return comm_fit_name(backend, op, ranks);
+  return comm_fit_name(backend, op, ranks) + ".per_node." + std::to_string(ranks_per_node);
+}
 std::string copy_fit_name(const std::string& direction) { return "copy." + direction; }
 
 namespace {
@@ -224,6 +228,18 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
     }
   }
   for (const auto& c : profile_.comm) {
+    if (c.ranks_per_node > 0 && c.ranks_per_node < c.ranks) {
+      // Note [Collectives across nodes]
+      const std::tuple key{c.op, c.ranks, c.ranks_per_node};
+      if (comm_nodes_.count(key)) continue;
+      for (const char* backend : {"nccl", "gloo"}) {
+        if (const LinearFit* f = find(comm_fit_name(backend, c.op, c.ranks, c.ranks_per_node))) {
+          comm_nodes_[key] = terms_of(*f);
+          break;
+        }
+      }
+      continue;
+    }
     if (comm_.count({c.op, c.ranks})) continue;
     for (const char* backend : {"nccl", "gloo"}) {
       if (const LinearFit* f = find(comm_fit_name(backend, c.op, c.ranks))) {
@@ -365,6 +381,11 @@ std::vector<int> ProfileCosts::comm_ranks(CollectiveOp op) const {
 const FitTerms* ProfileCosts::comm_fit(CollectiveOp op, int ranks) const {
   const auto it = comm_.find({op, ranks});
   return it == comm_.end() ? nullptr : &it->second;
+}
+
+const FitTerms* ProfileCosts::comm_fit(CollectiveOp op, int ranks, int ranks_per_node) const {
+  const auto it = comm_nodes_.find({op, ranks, ranks_per_node});
+  return it == comm_nodes_.end() ? nullptr : &it->second;
 }
 
 const FitTerms* ProfileCosts::copy_fit(const std::string& direction) const {
@@ -688,7 +709,28 @@ ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, co
   }
 }
 
+// Note [Collectives across nodes]
+// Calibration measures collectives inside one machine. A nccl-tests run
+// across nodes imported into a profile (calibrate/src/import_nccl_tests.cpp)
+// is fitted apart, keyed by its rank count and ranks per node
+// (comm.nccl.<op>.<ranks>.per_node.<n>): it prices a group of exactly that
+// many ranks placed that way, its per-byte time expressed as bytes on the
+// inter-node link (as the intra-node fit's are on the NVLink) so concurrent
+// groups still share the NICs. Any other multi-node group takes the
+// datasheet network, as before.
 CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const {
+  if (group.nodes() > 1) {
+    if (const FitTerms* f = costs_->comm_fit(op, group.ranks, group.ranks_per_node)) {
+      CollectiveCost c;
+      c.algorithm = "measured";
+      c.link = LinkClass::kInterNode;
+      c.latency = seconds_to_ns(std::max(0.0, f->constant));
+      c.rate = analytic_.link_capacity(LinkClass::kInterNode, group.groups_per_node);
+      c.wire_bytes = std::max(0.0, f->per_byte) * static_cast<double>(bytes) * c.rate;
+      if (sources_) ++sources_->comm_measured;
+      return c;
+    }
+  }
   if (group.nodes() == 1 && group.ranks >= 2) {
     if (const FitTerms* f = costs_->comm_fit(op, group.ranks)) {
       const double alpha = f->constant, per_byte = f->per_byte;

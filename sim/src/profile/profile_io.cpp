@@ -6,7 +6,8 @@
 //   /layers/{signature, precision, micro_batch, seq_len, forward_{median,min,max}_s,
 //            backward_{median,min,max}_s, reps}
 //   /kernels/{kind, precision, m, n, k, batch, flops, bytes, median_s, min_s, max_s, reps}
-//   /comm/{backend, op, ranks, bytes, median_s, min_s, max_s, reps, mean_s (optional: 0 or absent = not measured)}
+//   /comm/{backend, op, ranks, bytes, median_s, min_s, max_s, reps, mean_s (optional: 0 or absent = not measured),
+//          ranks_per_node (optional: 0 or absent = all on one node)}
 //   /copies/{direction, bytes, median_s, min_s, max_s, reps}
 //   /memory/{key, bytes}
 //   /fits/<name>      float64 coefficients; attributes features (";"-joined),
@@ -322,6 +323,7 @@ void write_all(const Profile& p, hid_t file, const Writer& w) {
     const auto t = column_of(r, [](const CommSample& x) { return x.time; });
     write_timing(w, g.get(), "", t);
     w.column(g.get(), "reps", reps_of(t));
+    w.column(g.get(), "ranks_per_node", column_of(r, [](const CommSample& x) { return static_cast<std::int64_t>(x.ranks_per_node); }));
   }
   {
     Handle g(group("copies"), H5Gclose);
@@ -590,8 +592,16 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
     r.same_length(backend.size(), bytes.size(), "/comm/bytes");
     r.same_length(backend.size(), reps.size(), "/comm/reps");
     const auto t = read_timing(r, g.get(), "comm", "", reps);
+    // Ranks per node came later (imported multi-node runs): absent, all 0 (one node).
+    std::vector<std::int64_t> per_node(backend.size(), 0);
+    if (H5Lexists(g.get(), "ranks_per_node", H5P_DEFAULT) > 0) {
+      per_node = r.ints(g.get(), "comm", "ranks_per_node");
+      r.same_length(backend.size(), per_node.size(), "/comm/ranks_per_node");
+    }
     for (std::size_t i = 0; i < backend.size(); ++i) {
       CommSample c;
+      if (per_node[i] < 0 || per_node[i] > ranks[i]) r.fail("/comm/ranks_per_node: row " + std::to_string(i) + " is not in 0..ranks");
+      c.ranks_per_node = static_cast<int>(per_node[i]);
       c.backend = backend[i];
       if (!parse_collective(op[i], &c.op)) r.fail("/comm/op: '" + op[i] + "' is not a collective");
       c.ranks = static_cast<int>(ranks[i]);

@@ -26,7 +26,8 @@ sim::LinearFit fit_alpha_beta(const std::vector<double>& bytes, const std::vecto
 
 /// (Re)fits every model a profile's samples support, replacing `p.fits`:
 /// kernels per class and precision, collectives per backend, op and rank
-/// count, copies per direction. Names as cost_profile.hpp makes them.
+/// count (and ranks per node where they spanned nodes: imported runs),
+/// copies per direction. Names as cost_profile.hpp makes them.
 void fit_profile(sim::Profile& p);
 
 /// Note [The slowest rank sets the pace]: for every layer and kernel point

@@ -8,6 +8,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <unordered_map>
 #include <vector>
 
@@ -72,6 +73,10 @@ class ProfileCosts {
   std::vector<int> comm_ranks(CollectiveOp op) const;
   /// The intra-node alpha-beta of op over `ranks` (NCCL's before Gloo's), or nullptr.
   const FitTerms* comm_fit(CollectiveOp op, int ranks) const;
+  /// The alpha-beta of op over `ranks` spanning nodes of `ranks_per_node`
+  /// each (an imported multi-node nccl-tests run, Note [Collectives across
+  /// nodes] in cost_profile.cpp), or nullptr.
+  const FitTerms* comm_fit(CollectiveOp op, int ranks, int ranks_per_node) const;
   /// The copy model of "h2d" or "d2h", or nullptr.
   const FitTerms* copy_fit(const std::string& direction) const;
 
@@ -86,6 +91,7 @@ class ProfileCosts {
   std::unordered_map<std::string, std::vector<StepRatio>> in_step_;  ///< by layer_key, ascending tokens
   std::array<std::optional<FitTerms>, 20> kernels_;  ///< 5 fitted classes x 4 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
+  std::map<std::tuple<CollectiveOp, int, int>, FitTerms> comm_nodes_;  ///< by op, ranks, ranks per node
   std::map<std::string, FitTerms> copies_;
   std::vector<const KernelSample*> adam_, adam_mixed_, sgd_, bucket_in_, bucket_out_, host_adam_;
   std::map<Precision, std::vector<const KernelSample*>> host_adam_by_precision_;
@@ -100,6 +106,9 @@ std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& de
 /// cost models (which read them).
 std::string kernel_fit_name(const std::string& kind, Precision p);    ///< "kernel.gemm.fp32"
 std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks);  ///< "comm.gloo.all_reduce.2"
+/// Of ranks spanning nodes, `ranks_per_node` on each: "comm.nccl.all_reduce.16.per_node.8"; the
+/// one-node name where ranks_per_node is 0 or >= ranks.
+std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks, int ranks_per_node);
 std::string copy_fit_name(const std::string& direction);              ///< "copy.h2d"
 
 /// How many costs came from each source during one prediction.

@@ -59,6 +59,10 @@ struct CommSample {
   int ranks = 0;
   Bytes bytes = 0;  ///< nccl-tests' "size"
   Timing time;
+  /// Ranks on each node where the ranks spanned nodes (an imported
+  /// multi-node nccl-tests run, calibrate/src/import_nccl_tests.cpp); 0:
+  /// all on one node, as every calibration measures.
+  int ranks_per_node = 0;
 };
 
 /// One host<->device copy.
