@@ -475,6 +475,19 @@ bool ends_with(const std::string& s, const std::string& suffix) {
   return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
 }
 
+/// A HuggingFace config's model, named as the user knows it: from
+/// _name_or_path, else `fallback` (the folder holding a config.json, HF's
+/// snapshot layout, or the file).
+sim::ModelPtr from_huggingface_named(const YAML::Node& root, const std::string& file, const std::string& fallback,
+                                     const std::vector<sim::Override>& overrides) {
+  std::string name = fallback;
+  if (root.IsMap() && root["_name_or_path"] && root["_name_or_path"].IsScalar() && !root["_name_or_path"].Scalar().empty()) {
+    name = std::filesystem::path(root["_name_or_path"].Scalar()).filename().string();
+    if (name.empty()) name = fallback;
+  }
+  return parse_ours(from_huggingface(root, file), file, name, overrides);
+}
+
 }  // namespace
 
 std::vector<std::string> builtin_names() {
@@ -509,19 +522,24 @@ sim::ModelPtr load_model(const std::string& name_or_path, const std::vector<sim:
   const YAML::Node root = sim::load_yaml_file(name_or_path);
   const std::string stem = fs::path(name_or_path).stem().string();
   if (is_json) {
-    // Named as the user knows it: from _name_or_path, else the folder
-    // holding a config.json (HF's snapshot layout), else the file.
     std::string name = stem;
-    if (root.IsMap() && root["_name_or_path"] && root["_name_or_path"].IsScalar() && !root["_name_or_path"].Scalar().empty()) {
-      name = fs::path(root["_name_or_path"].Scalar()).filename().string();
-      if (name.empty()) name = stem;
-    } else if (stem == "config") {
+    if (stem == "config") {
       const std::string folder = fs::absolute(fs::path(name_or_path)).parent_path().filename().string();
       if (!folder.empty()) name = folder;
     }
-    return parse_ours(from_huggingface(root, name_or_path), name_or_path, name, overrides);
+    return from_huggingface_named(root, name_or_path, name, overrides);
   }
   return parse_ours(root, name_or_path, stem, overrides);
+}
+
+sim::ModelPtr parse_model(const std::string& text, const std::string& file, bool json,
+                          const std::vector<sim::Override>& overrides) {
+  const YAML::Node root = sim::parse_config_text(text, file, json);
+  if (root.IsMap() && root["model_type"]) {
+    const std::string type = root["model_type"].IsScalar() ? root["model_type"].Scalar() : "model";
+    return from_huggingface_named(root, file, type, overrides);
+  }
+  return parse_ours(root, file, "model", overrides);
 }
 
 }  // namespace dtsim::models

@@ -117,4 +117,12 @@ std::string describe_builtin(const std::string& name);
 sim::ModelPtr load_model(const std::string& name_or_path,
                          const std::vector<sim::Override>& overrides = {});
 
+/// Parses a model from text already read (the Python module's dicts): a
+/// mapping with `model_type` is a HuggingFace config (named from
+/// _name_or_path, else its model_type), else our YAML (`family:`, named
+/// from `name`, else "model"). `json` parses it as strict JSON; `file`
+/// names it in errors. Throws ConfigError as load_model.
+sim::ModelPtr parse_model(const std::string& text, const std::string& file, bool json,
+                          const std::vector<sim::Override>& overrides = {});
+
 }  // namespace dtsim::models

@@ -1,0 +1,86 @@
+# The Python module against the CLI: the same scenario gives the same dict
+# (both are the JSON of sim::to_json; the module adds nothing of its own).
+import os
+
+import pytest
+
+import dtsim
+
+
+def test_gpt2_ddp_equals_cli(cli):
+    assert dtsim.predict("gpt2", "dgx-a100", "ddp") == cli("predict", "--model", "gpt2", "--cluster", "dgx-a100",
+                                                           "--plan", "ddp")
+
+
+def test_llama_fsdp_with_set_equals_cli(cli):
+    # set as a dict (values rendered as YAML: 2, 2) and as "k=v" strings: one scenario.
+    expected = cli("predict", "--model", "llama-3-8b", "--cluster", "dgx-a100", "--plan", "fsdp",
+                   "--set", "plan.micro_batch=2", "--set", "cluster.nodes=2")
+    assert dtsim.predict("llama-3-8b", "dgx-a100", "fsdp", set={"plan.micro_batch": 2, "cluster.nodes": 2}) == expected
+    assert dtsim.predict("llama-3-8b", "dgx-a100", "fsdp", set=["plan.micro_batch=2", "cluster.nodes=2"]) == expected
+    assert expected["cluster"]["gpus"] == 16  # two DGX A100 nodes of 8
+
+
+def test_plan_path_and_profile_equal_cli(cli, source_dir):
+    plan = os.path.join(source_dir, "configs", "plans", "zero2.yaml")
+    profile = os.path.join(source_dir, "configs", "profiles", "local-cpu-tiny.h5")
+    expected = cli("predict", "--model", "gpt2-tiny", "--cluster", "local-cpu", "--plan", plan, "--profile", profile)
+    assert dtsim.predict("gpt2-tiny", "local-cpu", plan, profile=profile) == expected
+
+
+def test_dict_model_equals_builtin():
+    # GPT-2 small as transformers' GPT2Config writes it (n_layer 12, n_embd
+    # 768, n_head 12, vocab 50257, n_positions 1024), named by _name_or_path
+    # as a config.json is: the built-in gpt2 is that model.
+    hf = {"model_type": "gpt2", "_name_or_path": "gpt2", "architectures": ["GPT2LMHeadModel"],
+          "n_layer": 12, "n_embd": 768, "n_head": 12, "vocab_size": 50257, "n_positions": 1024}
+    got = dtsim.predict(hf, "dgx-a100", "zero2")
+    assert got == dtsim.predict("gpt2", "dgx-a100", "zero2")
+    assert got["model"]["parameters"] == 124439808  # HF's GPT-2 small (tied head)
+
+
+def test_dict_model_in_our_yaml_keys():
+    ours = {"family": "llama", "name": "llama-tiny-dict", "layers": 2, "hidden": 64, "heads": 4, "intermediate": 128,
+            "vocab": 256, "seq_len": 64}
+    p = dtsim.predict(ours, "local-cpu", "single")
+    assert p["model"]["name"] == "llama-tiny-dict"
+    assert p["model"]["layers"] == 2
+
+
+def test_plan_dict_equals_the_shipped_plan(cli):
+    # configs/plans/zero1.yaml's keys as a dict: the same plan as the CLI's --plan zero1.
+    zero1 = {"name": "zero1", "micro_batch": 4, "grad_accum": 1, "precision": "fp16", "optimizer": "adam",
+             "zero_stage": 1, "bucket_mb": 25}
+    by_dict = dtsim.predict("gpt2-medium", "dgx-a100", zero1)
+    by_cli = cli("predict", "--model", "gpt2-medium", "--cluster", "dgx-a100", "--plan", "zero1")
+    assert by_dict["plan"]["zero_stage"] == 1
+    for key in ("iteration_time_s", "time_breakdown_s", "memory", "model", "cluster"):
+        assert by_dict[key] == by_cli[key], key
+    # A key changed in the dict is the same as --set changing it.
+    assert dtsim.predict("gpt2-medium", "dgx-a100", dict(zero1, micro_batch=8))["iteration_time_s"] == \
+        cli("predict", "--model", "gpt2-medium", "--cluster", "dgx-a100", "--plan", "zero1",
+            "--set", "plan.micro_batch=8")["iteration_time_s"]
+
+
+def test_bad_input_raises_config_error_with_the_line():
+    with pytest.raises(dtsim.ConfigError) as e:
+        dtsim.predict("gpt2", "dgx-a100", "ddp", set={"plan.zero_stage": 4})
+    assert isinstance(e.value, ValueError)
+    assert str(e.value) == "--set plan.zero_stage: plan.zero_stage: 4 is not one of 0, 1, 2, 3"
+    with pytest.raises(dtsim.ConfigError, match=r"^--model gpt3: unknown model \(did you mean 'gpt2'\?\)"):
+        dtsim.predict("gpt3", "dgx-a100")
+    with pytest.raises(dtsim.ConfigError, match=r"^--plan zer2: unknown plan \(did you mean 'zero2'\?\)"):
+        dtsim.predict("gpt2", "dgx-a100", "zer2")
+    with pytest.raises(dtsim.IoError, match=r"^missing\.yaml: no such file$"):
+        dtsim.predict("gpt2", "missing.yaml")
+    with pytest.raises(dtsim.ConfigError, match=r"^<model dict>.*model_type"):
+        dtsim.predict({"model_type": "t5"}, "dgx-a100")
+    with pytest.raises(dtsim.ConfigError, match="set: expected"):
+        dtsim.predict("gpt2", "dgx-a100", set=42)
+
+
+def test_lists():
+    assert "gpt2" in dtsim.models() and "llama-3-8b" in dtsim.models()
+    assert "dgx-a100" in dtsim.clusters()
+    assert {"ddp", "fsdp", "zero2"} <= set(dtsim.plans())
+    assert os.path.isdir(os.path.join(dtsim.config_dir(), "clusters"))

@@ -1,0 +1,48 @@
+# search, comm and load_profile against the CLI's --json for the same inputs.
+import glob
+import os
+
+import pytest
+
+import dtsim
+
+
+def without_timing(r):
+    return {k: v for k, v in r.items() if k not in ("seconds", "threads")}
+
+
+def test_search_equals_cli(cli):
+    got = dtsim.search("gpt2", "dgx-a100", global_batch=64, top=3, set={"plan.precision": "bf16"})
+    expected = cli("search", "--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--top", "3",
+                   "--set", "plan.precision=bf16")
+    assert without_timing(got) == without_timing(expected)
+    assert len(got["top"]) == 3
+
+
+def test_search_frame():
+    pd = pytest.importorskip("pandas")
+    df = dtsim.search_frame("gpt2", "dgx-a100", global_batch=64, top=4)
+    assert isinstance(df, pd.DataFrame)
+    assert len(df) == 4
+    assert list(df["rank"]) == [1, 2, 3, 4]
+    assert df["iteration_time_s"].is_monotonic_increasing  # fastest first
+    assert {"dp", "tp", "pp", "zero_stage", "peak_bytes"} <= set(df.columns)
+    assert df.attrs["search"]["global_batch"] == 64
+    assert isinstance(dtsim.search("gpt2", "dgx-a100", global_batch=64, top=2, frame=True), pd.DataFrame)
+
+
+def test_comm_equals_cli(cli):
+    got = dtsim.comm("dgx-a100", op="all_gather", ranks=8, max_bytes=1 << 20)
+    assert got == cli("comm", "--cluster", "dgx-a100", "--op", "all_gather", "--ranks", "8", "--max-bytes", str(1 << 20))
+    with pytest.raises(dtsim.ConfigError, match=r"^op=all_redcue: unknown collective \(did you mean 'all_reduce'\?\)"):
+        dtsim.comm("dgx-a100", op="all_redcue")
+
+
+def test_load_profile_equals_cli(cli, source_dir):
+    profiles = sorted(glob.glob(os.path.join(source_dir, "configs", "profiles", "*.h5")))
+    assert profiles
+    for path in profiles:
+        assert dtsim.load_profile(path) == cli("profile", "show", path)
+    missing = os.path.join(source_dir, "configs", "profiles", "missing.h5")
+    with pytest.raises(dtsim.ConfigError, match="^" + missing + ": no such profile"):
+        dtsim.load_profile(missing)
