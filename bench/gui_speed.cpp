@@ -10,8 +10,10 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
 #include <QApplication>
 
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/gui/explorer.hpp"
 #include "dtsim/gui/explorer_window.hpp"
 #include "dtsim/sim/config_node.hpp"
@@ -30,6 +32,10 @@ double seconds_since(std::chrono::steady_clock::time_point t0) {
 }  // namespace
 
 int main(int argc, char** argv) {
+  CLI::App cli{"dtsim_bench_gui: how long the explorer takes from a scenario to drawn charts (offscreen, medians of 5)",
+               "dtsim_bench_gui"};
+  dtsim::cli::house_style(cli);
+  if (const int status = dtsim::cli::parse_main(cli, argc, argv); status >= 0) return status;
   setenv("QT_QPA_PLATFORM", "offscreen", 0);
   QApplication app(argc, argv);
   struct Case {

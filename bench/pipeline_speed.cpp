@@ -14,6 +14,9 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/predict.hpp"
@@ -50,14 +53,10 @@ void row(const char* what, const Timed& t) {
 
 int main(int argc, char** argv) {
   int repeat = 11;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-      repeat = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--repeat N]\n", argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"dtsim_bench_pipeline: how fast long pipelines are predicted (median of N)", "dtsim_bench_pipeline"};
+  cli::house_style(app);
+  app.add_option("--repeat", repeat, "Runs per case (default 11)")->type_name("N")->check(CLI::PositiveNumber);
+  if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
   try {
     std::printf("median of %d predictions in-process\n", repeat);
     std::printf("%-44s %10s %12s %9s %10s %10s\n", "case", "ms", "iteration s", "tasks", "events", "simulated");

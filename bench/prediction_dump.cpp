@@ -10,6 +10,8 @@
 // Each line: case key, a tab, then either "error<TAB>message" or the
 // iteration time (ns), the breakdown (ns), the stage split, and per
 // simulated rank its rank, stage, replicas, peak and the five categories.
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <memory>
 #include <string>
@@ -55,7 +57,12 @@ void run(const std::string& key, const sim::Model& model, const sim::PlanSpec& p
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  // CLI11 itself, not dtsim/cli/parse.hpp: this program builds against trees
+  // from before that existed (above).
+  CLI::App app{"dtsim_prediction_dump: every prediction the shipped configs allow, one line each (> cases.tsv)",
+               "dtsim_prediction_dump"};
+  CLI11_PARSE(app, argc, argv);
   try {
     const auto model_names = models::builtin_names();
     const auto plans = sim::list_configs("plans");

@@ -8,6 +8,9 @@
 #include <cstring>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/platform/process.hpp"
 #include "dtsim/sim/config_io.hpp"
@@ -17,14 +20,10 @@ using namespace dtsim;
 
 int main(int argc, char** argv) {
   int repeat = 3;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-      repeat = std::max(1, std::atoi(argv[++i]));
-    } else {
-      std::fprintf(stderr, "usage: %s [--repeat N]\n", argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"dtsim_bench_search: how fast a plan search is (median of N)", "dtsim_bench_search"};
+  cli::house_style(app);
+  app.add_option("--repeat", repeat, "Runs per case (default 3)")->type_name("N")->check(CLI::PositiveNumber);
+  if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
   platform::retain_freed_memory();  // as dtsim search does
   try {
     const auto model = models::load_model("gpt-175b");

@@ -12,6 +12,9 @@
 #include <vector>
 
 #include "dtsim/models/models.hpp"
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/predict.hpp"
 
@@ -20,16 +23,11 @@ using namespace dtsim;
 int main(int argc, char** argv) {
   int repeat = 21;
   bool json = false;
-  for (int i = 1; i < argc; ++i) {
-    if (std::strcmp(argv[i], "--repeat") == 0 && i + 1 < argc) {
-      repeat = std::max(1, std::atoi(argv[++i]));
-    } else if (std::strcmp(argv[i], "--json") == 0) {
-      json = true;
-    } else {
-      std::fprintf(stderr, "usage: %s [--repeat N] [--json]\n", argv[0]);
-      return 2;
-    }
-  }
+  CLI::App app{"dtsim_bench_sim: how fast one prediction is (median of N)", "dtsim_bench_sim"};
+  cli::house_style(app);
+  app.add_option("--repeat", repeat, "Predictions per case (default 21)")->type_name("N")->check(CLI::PositiveNumber);
+  app.add_flag("--json", json, "Print the medians as JSON");
+  if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
   try {
     const auto model = models::load_model("gpt2-xl");
     struct Row {

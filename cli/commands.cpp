@@ -1,12 +1,18 @@
 #include "commands.hpp"
 
+#include <CLI/CLI.hpp>
+
 #include <algorithm>
+#include <functional>
 #include <iostream>
 #include <map>
 #include <cstdio>
 #include <optional>
 
 #include "dtsim/calibrate/calibrate.hpp"
+#include "dtsim/calibrate/import.hpp"
+#include "dtsim/cli/parse.hpp"
+#include "dtsim/cli/scenario_options.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/platform/process.hpp"
 #include "dtsim/sim/config_io.hpp"
@@ -26,77 +32,56 @@
 namespace dtsim::cli {
 namespace {
 
-/// Parsed options: --key value, --key=value, repeated --set, flags.
+/// A subcommand's options once parsed: the scenario, the values given (by
+/// long name, without "--"), the flags given and the positional arguments.
 struct Options {
+  ScenarioOptions scenario;
   std::map<std::string, std::string> values;
-  std::vector<std::string> sets;
-  std::vector<std::string> flags;
+  std::map<std::string, bool> flags;
   std::vector<std::string> positional;
-  bool flag(const std::string& f) const { return std::find(flags.begin(), flags.end(), f) != flags.end(); }
+  const CLI::App* app = nullptr;
+  bool flag(const std::string& f) const {
+    auto it = flags.find(f);
+    return it != flags.end() && it->second;
+  }
+  /// The value of --key if it was given ("" included).
   std::optional<std::string> get(const std::string& k) const {
+    if (app->count("--" + k) == 0) return std::nullopt;
     auto it = values.find(k);
-    if (it == values.end()) return std::nullopt;
-    return it->second;
+    if (it != values.end()) return it->second;
+    // A scenario option.
+    if (k == "model") return scenario.model;
+    if (k == "cluster") return scenario.cluster;
+    if (k == "plan") return scenario.plan;
+    if (k == "profile") return scenario.profile;
+    return std::nullopt;
   }
 };
 
-Options parse(const Args& args, const std::string& command, const std::vector<std::string>& with_value,
-              const std::vector<std::string>& flags) {
-  Options o;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string a = args[i];
-    if (a.rfind("--", 0) != 0) {
-      o.positional.push_back(a);
-      continue;
-    }
-    std::string value;
-    bool has_value = false;
-    if (auto eq = a.find('='); eq != std::string::npos) {
-      value = a.substr(eq + 1);
-      a = a.substr(0, eq);
-      has_value = true;
-    }
-    const std::string key = a.substr(2);
-    const bool takes = key == "set" || std::find(with_value.begin(), with_value.end(), key) != with_value.end();
-    if (takes) {
-      if (!has_value) {
-        if (i + 1 >= args.size()) throw ConfigError(a + ": missing value");
-        value = args[++i];
-      }
-      if (key == "set") {
-        o.sets.push_back(value);
-      } else if (!o.values.emplace(key, value).second) {
-        // The first would be silently lost: which did the user mean?
-        throw ConfigError("dtsim " + command + ": --" + key + " given twice ('" + o.values[key] + "' and '" + value +
-                          "'); give it once");
-      }
-      continue;
-    }
-    if (std::find(flags.begin(), flags.end(), key) != flags.end()) {
-      if (has_value) throw ConfigError(a + ": takes no value");
-      if (std::find(o.flags.begin(), o.flags.end(), key) != o.flags.end()) {
-        throw ConfigError("dtsim " + command + ": " + a + " given twice; give it once");
-      }
-      o.flags.push_back(key);
-      continue;
-    }
-    std::vector<std::string> all = with_value;
-    all.push_back("set");
-    all.insert(all.end(), flags.begin(), flags.end());
-    const std::string hint = sim::did_you_mean(key, all);
-    std::string list;
-    for (const auto& k : all) list += (list.empty() ? "--" : ", --") + k;
-    throw ConfigError("dtsim " + command + ": unknown option " + a +
-                      (hint.empty() ? "" : " (did you mean --" + hint + "?)") + "; valid: " + list);
-  }
+/// Declares a subcommand with the house settings (dtsim/cli/parse.hpp).
+CLI::App* subcommand(CLI::App& root, const std::string& name, const std::string& description) {
+  CLI::App* app = root.add_subcommand(name, description);
+  house_style(*app);
+  return app;
+}
+
+/// Declares --NAME VALUE bound into `o`.
+CLI::Option* value(CLI::App* app, Options& o, const std::string& name, const std::string& type, const std::string& help) {
+  return app->add_option("--" + name, o.values[name], help)->type_name(type);
+}
+
+/// Declares the flag --NAME bound into `o`.
+CLI::Option* flag(CLI::App* app, Options& o, const std::string& name, const std::string& help) {
+  return app->add_flag("--" + name, o.flags[name], help);
+}
+
+std::shared_ptr<Options> options_of(CLI::App* app) {
+  auto o = std::make_shared<Options>();
+  o->app = app;
   return o;
 }
 
-std::vector<sim::Override> overrides(const Options& o) {
-  std::vector<sim::Override> out;
-  for (const auto& s : o.sets) out.push_back(sim::parse_override(s));
-  return out;
-}
+std::vector<sim::Override> overrides(const Options& o) { return o.scenario.overrides(); }
 
 std::string require(const Options& o, const std::string& key, const std::string& command, const std::string& hint) {
   auto v = o.get(key);
@@ -106,41 +91,37 @@ std::string require(const Options& o, const std::string& key, const std::string&
 
 }  // namespace
 
-std::string usage() {
-  return R"(dtsim: predict the time and memory of a distributed training plan
+int run_predict(const Options& o);
+int run_search(const Options& o);
+int run_comm(const Options& o);
+int run_list(const Options& o);
+int run_calibrate(const Options& o, const std::string& command_line);
 
-usage:
-  dtsim predict --model M --cluster C [--plan P] [--set SECTION.KEY=VALUE]... [--json] [--trace FILE] [--unabridged]
-  dtsim search --model M --cluster C [--gpus N] [--global-batch B] [--top K] [--threads T] [--set plan.KEY=V]... [--json|--csv]
-  dtsim comm --cluster C [--op OP] [--ranks N] [--ranks-per-node K] [--min-bytes B] [--max-bytes B] [--profile FILE.h5] [--json]
-  dtsim list models|clusters|plans|devices [--json]
-  dtsim calibrate --device cpu|cuda --out FILE.h5 [--procs N] [--threads T] [--quick] [--models a,b]
-  dtsim profile show FILE.h5 [--json] | dtsim profile upgrade FILE.h5
-  dtsim validate --model M [--plan P] [--procs N] [--steps K] [--warmup W] [--profile FILE.h5] [--data FILE.h5]
-                 [--device cpu|cuda] [--cluster C] [--set ...]... [--trace FILE] [--timeout S] [--json]
-
-  validate trains the plan for real (LibTorch; Gloo on cpu, NCCL on cuda) on N local
-  processes, or under mpirun / srun / torchrun on theirs, and prints predicted against
-  measured iteration time, phases and per-rank peak memory
-  predict --profile FILE.h5 prices layers and collectives from a calibration profile (comm --profile: collectives)
-  predict --unabridged simulates every micro-batch of a long pipeline, not its steady state once (same results)
-
-  M: a built-in model (dtsim list models), a YAML file, or a HuggingFace config.json
-  C, P: a shipped config name (dtsim list clusters|plans) or a YAML file
-  --set plan.micro_batch=32   --set cluster.nodes=4   --set model.layers=24
-  OP: all_reduce (default), reduce_scatter, all_gather, broadcast, send_recv, all_to_all
-
-exit status: 0 ok, 2 bad input (one line on stderr says what and where)
-)";
+Command add_predict(CLI::App& root) {
+  CLI::App* app = subcommand(root, "predict", "Predict one plan's iteration time, throughput, MFU and per-GPU peak memory");
+  auto o = options_of(app);
+  add_scenario_options(*app, o->scenario, kScenario | kFramework);
+  flag(app, *o, "json", "Print the prediction as JSON");
+  value(app, *o, "trace", "FILE", "Write the simulated timeline as Chrome Trace Event JSON (open it in ui.perfetto.dev)");
+  flag(app, *o, "unabridged", "Simulate every micro-batch of a long pipeline, not its steady state once (same results)");
+  app->footer(
+      "\n--plan defaults to ddp. Examples:\n"
+      "  dtsim predict --model gpt2-xl --cluster dgx-a100 --plan zero2\n"
+      "  dtsim predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=32 --set cluster.nodes=4 --json\n"
+      "  dtsim predict --model gpt2 --cluster 1x2080ti --profile configs/profiles/my.h5\n"
+      "  dtsim predict --model llama-3-8b --cluster dgx-h100 --deepspeed configs/frameworks/deepspeed/zero3.json\n"
+      "  dtsim predict --cluster dgx-a100 --set cluster.nodes=64 --megatron-args configs/frameworks/megatron/gpt3-175b.sh");
+  return {app, [o] { return run_predict(*o); }};
 }
 
-int cmd_predict(const Args& args) {
-  const Options o = parse(args, "predict", {"model", "cluster", "plan", "trace", "profile"}, {"json", "unabridged"});
-  if (!o.positional.empty()) throw ConfigError("dtsim predict: unexpected argument '" + o.positional.front() + "'");
-  const auto ov = overrides(o);
-  const std::string model_name = require(o, "model", "predict", "e.g. --model gpt2 (see dtsim list models)");
+int run_predict(const Options& o) {
   const std::string cluster_name = require(o, "cluster", "predict", "e.g. --cluster dgx-a100 (see dtsim list clusters)");
-  const std::string plan_name = o.get("plan").value_or("ddp");
+  const ResolvedScenario rs = resolve_scenario(o.scenario, "ddp");
+  if (rs.model.empty()) throw ConfigError("dtsim predict: --model is required; e.g. --model gpt2 (see dtsim list models)");
+  if (!rs.warning.empty()) std::cerr << "dtsim predict: warning: " << rs.warning << "\n";
+  const auto& ov = rs.overrides;
+  const std::string& model_name = rs.model;
+  const std::string& plan_name = rs.plan;
   const sim::ModelPtr model = models::load_model(model_name, ov);
   const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
   const sim::PlanSpec plan = sim::load_plan(plan_name, ov);
@@ -180,10 +161,23 @@ std::int64_t int_option(const Options& o, const std::string& key, std::int64_t f
 
 }  // namespace
 
-int cmd_search(const Args& args) {
-  const Options o = parse(args, "search", {"model", "cluster", "gpus", "global-batch", "top", "threads", "profile"},
-                          {"json", "csv"});
-  if (!o.positional.empty()) throw ConfigError("dtsim search: unexpected argument '" + o.positional.front() + "'");
+Command add_search(CLI::App& root) {
+  CLI::App* app = subcommand(root, "search", "Rank every valid plan of a model on a cluster by iteration time, with the Pareto front");
+  auto o = options_of(app);
+  add_scenario_options(*app, o->scenario, kModel | kCluster | kProfile | kSet);
+  value(app, *o, "gpus", "N", "Use N of the cluster's GPUs (default: all)");
+  value(app, *o, "global-batch", "B", "Samples per iteration (default: the model's)");
+  value(app, *o, "top", "K", "Show the K fastest plans (default 10)");
+  value(app, *o, "threads", "T", "Simulate on T threads (default: every core)");
+  flag(app, *o, "json", "Print the ranking as JSON");
+  flag(app, *o, "csv", "Print the ranking as CSV");
+  app->footer(
+      "\n--set plan.KEY=VALUE fixes a knob (e.g. plan.precision=bf16, plan.tp=2); the search walks the others.\n"
+      "Example:\n  dtsim search --model gpt2-xl --cluster dgx-a100 --global-batch 512 --top 5");
+  return {app, [o] { return run_search(*o); }};
+}
+
+int run_search(const Options& o) {
   if (o.flag("json") && o.flag("csv")) throw ConfigError("dtsim search: --json and --csv exclude each other; pick one");
   const auto ov = overrides(o);
   const std::string model_name = require(o, "model", "search", "e.g. --model gpt2-xl (see dtsim list models)");
@@ -191,21 +185,9 @@ int cmd_search(const Args& args) {
   const sim::ModelPtr model = models::load_model(model_name, ov);
   const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
   sim::SearchOptions so;
-  // Fixed knobs: --set plan.precision=bf16 and the like; by default bf16 where the
-  // device has it, else fp16 where it is faster than fp32 (not on CPUs), else fp32.
-  so.base.precision = cluster.device.peak_bf16 > 0                              ? sim::Precision::kBf16
-                      : cluster.device.peak_fp16 > cluster.device.peak_fp32 ? sim::Precision::kFp16
-                                                                            : sim::Precision::kFp32;
-  so.base.optimizer = sim::Optimizer::kAdam;
-  {
-    // The precision stays unset unless --set gives it: the search walks the
-    // 16- and 8-bit ones the device runs faster than fp32 (search.cpp),
-    // falling back to this default.
-    const sim::Precision fallback = so.base.precision;
-    const sim::PlanSpec b = sim::parse_plan("optimizer: adam\n", "<search defaults>", ov);
-    so.base = b;
-    if (b.origins.where.count("plan.precision") == 0) so.base.precision = fallback;
-  }
+  // Fixed knobs: --set plan.precision=bf16 and the like, over the search's
+  // defaults (the Python package asks the same function).
+  so.base = sim::search_base_plan(cluster, ov);
   so.gpus = static_cast<int>(int_option(o, "gpus", 0, 1, 1 << 24));
   so.global_batch = int_option(o, "global-batch", 0, 1, std::int64_t{1} << 40);
   so.top = static_cast<int>(int_option(o, "top", 10, 1, 1 << 20));
@@ -246,7 +228,10 @@ std::string comm_source(const sim::Profile& p, sim::CollectiveOp op, const sim::
   const std::string what = std::string(to_string(op)) + " over " + std::to_string(g.ranks) + " ranks";
   if (used.comm_measured > 0) {
     for (const char* backend : {"nccl", "gloo"}) {
-      const auto it = p.fits.find(sim::comm_fit_name(backend, op, g.ranks));
+      // Across nodes, the fit of the same placement (an imported nccl-tests
+      // run of several nodes) before the one-node fit.
+      auto it = p.fits.find(sim::comm_fit_name(backend, op, g.ranks, g.nodes() > 1 ? g.ranks_per_node : 0));
+      if (it == p.fits.end()) it = p.fits.find(sim::comm_fit_name(backend, op, g.ranks));
       if (it == p.fits.end()) continue;
       const sim::FitTerms t = [&] {
         sim::FitTerms f;
@@ -269,10 +254,22 @@ std::string comm_source(const sim::Profile& p, sim::CollectiveOp op, const sim::
 
 }  // namespace
 
-int cmd_comm(const Args& args) {
-  const Options o =
-      parse(args, "comm", {"cluster", "op", "ranks", "ranks-per-node", "min-bytes", "max-bytes", "profile"}, {"json"});
-  if (!o.positional.empty()) throw ConfigError("dtsim comm: unexpected argument '" + o.positional.front() + "'");
+Command add_comm(CLI::App& root) {
+  CLI::App* app = subcommand(root, "comm", "Predict a collective's time, algbw and busbw over a sweep of sizes (as nccl-tests prints)");
+  auto o = options_of(app);
+  add_scenario_options(*app, o->scenario, kCluster | kProfile | kSet);
+  value(app, *o, "op", "OP", "all_reduce (default), reduce_scatter, all_gather, broadcast, send_recv, all_to_all");
+  value(app, *o, "ranks", "N", "Ranks taking part (default: every GPU of the cluster)");
+  value(app, *o, "ranks-per-node", "K", "Of them on each node (default: as many as fit)");
+  value(app, *o, "min-bytes", "B", "Smallest size (default 8)");
+  value(app, *o, "max-bytes", "B", "Largest size (default 1 GiB)");
+  flag(app, *o, "json", "Print the table as JSON");
+  app->footer("\n--profile FILE.h5 prices from a calibration's fits and says which.\n"
+              "Example:\n  dtsim comm --cluster dgx-a100 --op all_gather --ranks 16");
+  return {app, [o] { return run_comm(*o); }};
+}
+
+int run_comm(const Options& o) {
   const auto ov = overrides(o);
   const std::string cluster_name = require(o, "cluster", "comm", "e.g. --cluster dgx-a100");
   const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
@@ -331,8 +328,18 @@ int cmd_comm(const Args& args) {
   return 0;
 }
 
-int cmd_list(const Args& args) {
-  const Options o = parse(args, "list", {}, {"json"});
+Command add_list(CLI::App& root) {
+  CLI::App* app = subcommand(root, "list", "List the built-in and shipped models, clusters, plans or devices");
+  auto o = options_of(app);
+  app->add_option("KIND", o->values["kind"], "models, clusters, plans or devices")->type_name("KIND");
+  flag(app, *o, "json", "Print the list as JSON");
+  return {app, [o] {
+            if (o->app->count("KIND") > 0) o->positional.push_back(o->values["kind"]);
+            return run_list(*o);
+          }};
+}
+
+int run_list(const Options& o) {
   const std::vector<std::string> kinds{"models", "clusters", "plans", "devices"};
   if (o.positional.size() != 1 || std::find(kinds.begin(), kinds.end(), o.positional[0]) == kinds.end()) {
     const std::string got = o.positional.empty() ? std::string("nothing") : "'" + o.positional[0] + "'";
@@ -370,11 +377,7 @@ int cmd_list(const Args& args) {
     }
   }
   if (o.flag("json")) {
-    sim::JsonWriter j;
-    j.begin_array();
-    for (const auto& [n, d] : rows) j.begin_object().field("name", n).field("description", d).end_object();
-    j.end_array();
-    std::cout << j.str() << "\n";
+    std::cout << sim::list_to_json(kind, rows);
   } else {
     std::size_t w = 0;
     for (const auto& r : rows) w = std::max(w, r.first.size());
@@ -399,9 +402,21 @@ int parse_count(const Options& o, const std::string& key, int fallback) {
 
 }  // namespace
 
-int cmd_calibrate(const Args& args, const std::string& command_line) {
-  const Options o = parse(args, "calibrate", {"device", "out", "procs", "threads", "models", "bin-dir"}, {"quick"});
-  if (!o.positional.empty()) throw ConfigError("dtsim calibrate: unexpected argument '" + o.positional.front() + "'");
+Command add_calibrate(CLI::App& root, const std::string& command_line) {
+  CLI::App* app = subcommand(root, "calibrate", "Measure this machine's layers, kernels and collectives and write an HDF5 profile");
+  auto o = options_of(app);
+  value(app, *o, "device", "cpu|cuda", "Measure on the CPU (default) or the GPUs");
+  value(app, *o, "out", "FILE.h5", "Write the profile here (required)");
+  value(app, *o, "procs", "N", "Processes for the collectives (default 2 on cpu, 1 on cuda)");
+  value(app, *o, "threads", "T", "Threads per process (default 1)");
+  value(app, *o, "models", "a,b", "Also measure these models' layers (e.g. moe-tiny)");
+  value(app, *o, "bin-dir", "DIR", "Where the measurement programs are (default: beside dtsim)");
+  flag(app, *o, "quick", "Fewer sizes and repetitions: about a minute");
+  app->footer("\nExample:\n  dtsim calibrate --device cpu --out configs/profiles/local-cpu.h5 --quick");
+  return {app, [o, command_line] { return run_calibrate(*o, command_line); }};
+}
+
+int run_calibrate(const Options& o, const std::string& command_line) {
   calib::CalibrateOptions c;
   c.device = o.get("device").value_or("cpu");
   c.out = require(o, "out", "calibrate", "e.g. --out configs/profiles/local-cpu.h5");
@@ -427,23 +442,123 @@ int cmd_calibrate(const Args& args, const std::string& command_line) {
   return 0;
 }
 
-int cmd_profile(const Args& args) {
-  const Options o = parse(args, "profile", {}, {"json"});
-  const std::string usage = "dtsim profile: usage: dtsim profile show FILE.h5 [--json] | dtsim profile upgrade FILE.h5";
-  if (o.positional.size() != 2 || (o.positional[0] != "show" && o.positional[0] != "upgrade")) throw ConfigError(usage);
-  const sim::Profile p = sim::load_profile(o.positional[1]);
-  if (o.positional[0] == "upgrade") {
-    // Rewritten in this dtsim's format, with its checksum (Note [Profile
-    // integrity] in sim/src/profile/profile_io.cpp); atomically, so the old
-    // file stays whole if anything fails.
-    if (o.flag("json")) throw ConfigError(usage);
-    sim::save_profile(p, o.positional[1]);
-    std::cout << o.positional[1] << ": format " << sim::Profile::kFormatVersion << ", checksum crc64-xz"
-              << (p.integrity == "none" ? " (was format 1, unchecked)" : " (was already)") << "\n";
-    return 0;
+namespace {
+
+/// The FILE a `profile` subcommand was given.
+std::string profile_file(const Options& o) {
+  const auto it = o.values.find("file");
+  if (o.app->count("FILE") == 0 || it == o.values.end() || it->second.empty()) {
+    throw ConfigError("dtsim profile " + o.app->get_name() + ": FILE.h5 is required; usage: dtsim profile " + o.app->get_name() +
+                      " FILE.h5 (see dtsim profile --help)");
   }
+  return it->second;
+}
+
+int run_profile_show(const Options& o) {
+  const sim::Profile p = sim::load_profile(profile_file(o));
   std::cout << (o.flag("json") ? calib::profile_to_json(p) : calib::format_profile(p));
   return 0;
+}
+
+int run_profile_upgrade(const Options& o) {
+  // Rewritten in this dtsim's format, with its checksum (Note [Profile
+  // integrity] in sim/src/profile/profile_io.cpp); atomically, so the old
+  // file stays whole if anything fails.
+  const std::string file = profile_file(o);
+  const sim::Profile p = sim::load_profile(file);
+  sim::save_profile(p, file);
+  std::cout << file << ": format " << sim::Profile::kFormatVersion << ", checksum crc64-xz"
+            << (p.integrity == "none" ? " (was format 1, unchecked)" : " (was already)") << "\n";
+  return 0;
+}
+
+/// The options of an import (Note [Profile subcommands]): --out, --into,
+/// --cluster, --in-place, and the command line as provenance.
+calib::ImportOptions import_options(const Options& o, const std::string& sub, const std::vector<std::string>& inputs) {
+  calib::ImportOptions io;
+  io.out = o.get("out").value_or("");
+  if (io.out.empty()) {
+    throw ConfigError("dtsim profile " + sub + ": --out FILE.h5 is required (the profile to write; --into EXISTING.h5 merges into one)");
+  }
+  io.into = o.get("into").value_or("");
+  io.cluster = o.get("cluster").value_or("");
+  io.in_place = o.flag("in-place");
+  io.command_line = "dtsim profile " + sub;
+  for (const auto& i : inputs) io.command_line += " " + i;
+  for (const char* k : {"out", "into", "cluster"}) {
+    if (const auto v = o.get(k)) io.command_line += std::string(" --") + k + " " + *v;
+  }
+  if (io.in_place) io.command_line += " --in-place";
+  return io;
+}
+
+int run_import_nccl_tests(const Options& o) {
+  if (o.positional.empty()) {
+    throw ConfigError("dtsim profile import-nccl-tests: LOG is required; usage: dtsim profile import-nccl-tests LOG... --out FILE.h5");
+  }
+  std::cout << calib::import_nccl_tests_command(o.positional, import_options(o, "import-nccl-tests", o.positional));
+  return 0;
+}
+
+int run_import_trace(const Options& o) {
+  if (o.positional.size() != 1) {
+    throw ConfigError("dtsim profile import-trace: one TRACE.json is required; usage: dtsim profile import-trace TRACE.json --out FILE.h5");
+  }
+  std::cout << calib::import_trace_command(o.positional.front(), import_options(o, "import-trace", o.positional));
+  return 0;
+}
+
+}  // namespace
+
+Command add_profile(CLI::App& root) {
+  CLI::App* app = subcommand(root, "profile", "Show, upgrade or import (nccl-tests logs, profiler traces) a calibration profile");
+  app->require_subcommand(0, 1);
+  // Note [Profile subcommands]: one entry each; a new one (import-nccl-tests
+  // LOG..., import-trace TRACE.json) is another entry and its run function.
+  struct Sub {
+    CLI::App* app;
+    std::shared_ptr<Options> options;
+    std::function<int(const Options&)> run;
+  };
+  auto subs = std::make_shared<std::vector<Sub>>();
+  {
+    CLI::App* show = subcommand(*app, "show", "Provenance, measured ranges, every fit with its error, best GEMM / copy / bus bandwidth");
+    auto o = options_of(show);
+    show->add_option("FILE", o->values["file"], "The profile")->type_name("FILE.h5");
+    flag(show, *o, "json", "Print it as JSON");
+    subs->push_back({show, o, run_profile_show});
+  }
+  {
+    CLI::App* up = subcommand(*app, "upgrade", "Rewrite a format-1 profile in this dtsim's format, with its checksum");
+    auto o = options_of(up);
+    up->add_option("FILE", o->values["file"], "The profile, rewritten in place")->type_name("FILE.h5");
+    subs->push_back({up, o, run_profile_upgrade});
+  }
+  // The user's cluster's own measurements (calibrate/import.hpp).
+  auto import_sub = [&](const std::string& name, const std::string& description, const std::string& input,
+                        const std::string& input_help, bool many, std::function<int(const Options&)> run) {
+    CLI::App* sub = subcommand(*app, name, description);
+    auto o = options_of(sub);
+    auto* in = sub->add_option(input, o->positional, input_help)->type_name(input);
+    if (!many) in->expected(1);
+    value(sub, *o, "out", "FILE.h5", "The profile to write (atomically)");
+    value(sub, *o, "into", "EXISTING.h5", "Merge into this profile, keeping its other entries");
+    value(sub, *o, "cluster", "C", "Check the runs against this cluster and price what was imported on it");
+    if (name == "import-nccl-tests") flag(sub, *o, "in-place", "Read nccl-tests' in-place columns (default: out-of-place)");
+    subs->push_back({sub, o, std::move(run)});
+  };
+  import_sub("import-nccl-tests", "Fit a profile's collectives from nccl-tests logs (all_reduce_perf, alltoall_perf, ...)", "LOG",
+             "nccl-tests' text output, one run a file", true, run_import_nccl_tests);
+  import_sub("import-trace", "Price the kernels of a PyTorch profiler (Kineto) trace of a training step into a profile",
+             "TRACE.json", "torch.profiler's export_chrome_trace output", false, run_import_trace);
+  return {app, [app, subs] {
+            for (const Sub& s : *subs) {
+              if (s.app->parsed()) return s.run(*s.options);
+            }
+            std::string valid;
+            for (const Sub& s : *subs) valid += (valid.empty() ? "" : ", ") + s.app->get_name();
+            throw ConfigError("dtsim profile: a command is required; valid: " + valid + " (usage: dtsim profile show FILE.h5 [--json] | upgrade FILE.h5 | import-nccl-tests LOG... --out F.h5 | import-trace TRACE.json --out F.h5)");
+          }};
 }
 
 }  // namespace dtsim::cli

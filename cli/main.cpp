@@ -1,52 +1,107 @@
 // dtsim: predict distributed-training time and memory before spending a GPU-hour.
+#include <algorithm>
 #include <cstdio>
 #include <exception>
 #include <iostream>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "commands.hpp"
+#include "dtsim/cli/parse.hpp"
+#include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/error.hpp"
-#include "dtsim/sim/version.hpp"
+
+namespace {
+
+constexpr const char* kFooter = R"(
+Run `dtsim COMMAND --help` (or `dtsim help COMMAND`) for a command's options.
+  M: a built-in model (dtsim list models), a YAML file, or a HuggingFace config.json
+  C, P: a shipped config name (dtsim list clusters|plans) or a YAML file
+  --set SECTION.KEY=VALUE overrides one key: --set plan.micro_batch=32 --set cluster.nodes=4 --set model.layers=24
+
+exit status: 0 ok, 2 bad input (one line on stderr says what and where), 70 a bug in dtsim)";
+
+/// Prints one `dtsim` line per line of an error (a plan's problems are all
+/// reported at once); a line that already names its command
+/// ("dtsim predict: ...") keeps it.
+void print_error(const std::string& what) {
+  std::size_t from = 0;
+  for (;;) {
+    const std::size_t nl = what.find('\n', from);
+    const std::string line = what.substr(from, nl == std::string::npos ? std::string::npos : nl - from);
+    std::cerr << (line.rfind("dtsim ", 0) == 0 || line.rfind("dtsim: ", 0) == 0 ? "" : "dtsim: ") << line << "\n";
+    if (nl == std::string::npos) return;
+    from = nl + 1;
+  }
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using namespace dtsim;
-  std::vector<std::string> args(argv + 1, argv + argc);
-  if (args.empty() || args[0] == "--help" || args[0] == "-h" || args[0] == "help") {
-    std::cout << cli::usage();
-    return args.empty() ? 2 : 0;
-  }
-  if (args[0] == "--version") {
-    std::cout << "dtsim " << sim::version() << "\n";
-    return 0;
-  }
-  const std::string cmd = args[0];
-  const cli::Args rest(args.begin() + 1, args.end());
-  try {
-    if (cmd == "predict") return cli::cmd_predict(rest);
-    if (cmd == "comm") return cli::cmd_comm(rest);
-    if (cmd == "search") return cli::cmd_search(rest);
-    if (cmd == "list") return cli::cmd_list(rest);
-    if (cmd == "calibrate") {
-      std::string line = "dtsim";
-      for (const auto& a : args) line += " " + a;
-      return cli::cmd_calibrate(rest, line);
-    }
-    if (cmd == "profile") return cli::cmd_profile(rest);
-    if (cmd == "validate") return cli::cmd_validate(rest);
-    std::cerr << "dtsim: unknown command '" << cmd << "'; valid: predict, search, comm, list, calibrate, profile, validate (see dtsim --help)\n";
+  const std::vector<std::string> args(argv + 1, argv + argc);
+  CLI::App app{"dtsim: predict the time and memory of a distributed training plan", "dtsim"};
+  cli::house_style(app);
+  // One command: a later word that names another (`dtsim help profile`) is its argument.
+  app.require_subcommand(0, 1);
+  // The arguments after the subcommand's name: validate hands them to its workers.
+  const auto sub = std::find_if(args.begin(), args.end(), [](const std::string& a) { return a.empty() || a[0] != '-'; });
+  const cli::Args rest(sub == args.end() ? sub : sub + 1, args.end());
+  std::string line = "dtsim";
+  for (const auto& a : args) line += " " + a;
+  std::vector<cli::Command> commands{cli::add_predict(app),  cli::add_search(app),        cli::add_comm(app),
+                                     cli::add_list(app),     cli::add_calibrate(app, line), cli::add_profile(app),
+                                     cli::add_validate(app, rest)};
+  // `dtsim help [COMMAND [SUBCOMMAND]]`: that command's --help.
+  CLI::App* help = app.add_subcommand("help", "Print a command's help: dtsim help predict");
+  cli::house_style(*help);
+  std::vector<std::string> topic;
+  help->add_option("COMMAND", topic, "The command (and subcommand) to describe")->type_name("COMMAND");
+  app.footer(kFooter);  // after the subcommands: they would inherit it
+  if (args.empty()) {
+    std::cout << app.help();
     return 2;
+  }
+  try {
+    try {
+      cli::parse_or_throw(app, args);
+    } catch (const CLI::Success& e) {
+      return app.exit(e);
+    }
+    if (help->parsed()) {
+      const CLI::App* about = &app;
+      std::string parents;  // "dtsim profile" before "show", for its usage line
+      for (const auto& t : topic) {
+        const CLI::App* next = nullptr;
+        for (const CLI::App* s : about->get_subcommands([](const CLI::App*) { return true; })) {
+          if (s->get_name() == t) next = s;
+        }
+        if (next == nullptr) {
+          std::vector<std::string> names;
+          for (const CLI::App* s : about->get_subcommands([](const CLI::App*) { return true; })) names.push_back(s->get_name());
+          std::string valid;
+          for (const auto& n : names) valid += (valid.empty() ? "" : ", ") + n;
+          const std::string hint = sim::did_you_mean(t, names);
+          throw ConfigError("dtsim help: no command '" + t + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                            "; valid: " + valid);
+        }
+        parents += (parents.empty() ? "" : " ") + about->get_name();
+        about = next;
+      }
+      std::cout << about->help(parents);
+      return 0;
+    }
+    for (const auto& c : commands) {
+      if (c.app->parsed()) return c.run();
+    }
+    throw ConfigError("dtsim: a command is required; valid: predict, search, comm, list, calibrate, profile, validate, help (see dtsim --help)");
   } catch (const InternalError& e) {
     std::cerr << "dtsim: " << e.what() << " (this is a bug in dtsim; please report it)\n";
     return 70;
   } catch (const Error& e) {
-    // One line per problem (a plan's are all reported at once).
-    const std::string what = e.what();
-    std::size_t from = 0;
-    for (std::size_t nl; (nl = what.find('\n', from)) != std::string::npos; from = nl + 1) {
-      std::cerr << "dtsim: " << what.substr(from, nl - from) << "\n";
-    }
-    std::cerr << "dtsim: " << what.substr(from) << "\n";
+    print_error(e.what());
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "dtsim: unexpected error: " << e.what() << "\n";

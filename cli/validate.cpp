@@ -10,6 +10,10 @@
 #include <sstream>
 
 #include "commands.hpp"
+
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/runtime/launcher.hpp"
 #include "dtsim/runtime/validate.hpp"
 #include "dtsim/sim/config_io.hpp"
@@ -22,9 +26,17 @@ namespace {
 
 namespace fs = std::filesystem;
 
-/// The worker program: $DTSIM_WORKER, else the one built beside us.
+/// The worker program: $DTSIM_WORKER, else an installed dtsim's
+/// <prefix>/libexec/dtsim/dtsim_worker (cmake/install.cmake), else the one
+/// built beside us.
 std::string worker_path() {
   if (const char* w = std::getenv("DTSIM_WORKER"); w != nullptr && *w != 0) return w;
+  std::error_code ec;
+  const fs::path exe = fs::read_symlink("/proc/self/exe", ec);
+  if (!ec) {
+    const fs::path installed = exe.parent_path() / ".." / "libexec" / "dtsim" / "dtsim_worker";
+    if (fs::is_regular_file(installed, ec)) return installed.lexically_normal().string();
+  }
 #ifdef DTSIM_WORKER_PATH
   return DTSIM_WORKER_PATH;
 #else
@@ -100,8 +112,25 @@ int report_recorded(const runtime::ValidateOptions& o) {
 
 }  // namespace
 
-int cmd_validate(const Args& args) {
-  const runtime::ValidateOptions o = runtime::parse_validate_args(args);
+namespace {
+int run_validate(const runtime::ValidateOptions& o, const Args& args);
+}  // namespace
+
+Command add_validate(CLI::App& root, const Args& args) {
+  CLI::App* app = root.add_subcommand(
+      "validate", "Train the plan for real (LibTorch; Gloo on cpu, NCCL on cuda) and print predicted against measured");
+  house_style(*app);
+  const auto finish = runtime::add_validate_options(*app);
+  app->footer(
+      "\nRuns N local processes, or joins the job when started under mpirun / srun / torchrun, and prints predicted\n"
+      "against measured iteration time, phases and per-rank peak memory. Example:\n"
+      "  dtsim validate --model gpt2-tiny --plan zero2 --procs 2 --steps 5");
+  return {app, [finish, args] { return run_validate(finish(), args); }};
+}
+
+namespace {
+
+int run_validate(const runtime::ValidateOptions& o, const Args& args) {
   if (!o.measured.empty()) return report_recorded(o);
   const std::string worker = worker_path();
   if (in_existing_job()) {
@@ -185,5 +214,7 @@ int cmd_validate(const Args& args) {
   }
   return 0;
 }
+
+}  // namespace
 
 }  // namespace dtsim::cli

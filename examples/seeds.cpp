@@ -3,6 +3,9 @@
 #include <cstdio>
 #include <iostream>
 
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/sim/error.hpp"
 #include "seeds.hpp"
 
@@ -25,8 +28,12 @@ void print(const dtsim::examples::Seed& s) {
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
   using namespace dtsim::examples;
+  CLI::App app{"dtsim_seeds: the seeds' experiments, dtsim's prediction beside each report's figure (examples/README.md)",
+               "dtsim_seeds"};
+  dtsim::cli::house_style(app);
+  if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) return status;
   try {
     print(seed_000());
     print(seed_001());

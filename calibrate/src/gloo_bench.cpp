@@ -127,7 +127,10 @@
 #include <gloo/transport/unbound_buffer.h>
 #include <gloo/types.h>
 
+#include <CLI/CLI.hpp>
+
 #include "bench_common.hpp"
+#include "dtsim/cli/parse.hpp"
 #if defined(DTSIM_BENCH_C10D)
 #include "dtsim/platform/process.hpp"
 #endif
@@ -167,36 +170,26 @@ struct Options {
   double budget_s() const { return quick ? 0.2 : 1.0; }
 };
 
-const std::string kUsage = std::string("usage: dtsim_gloo_bench|dtsim_c10d_bench --procs N [--quick] [--ops ") + kOpNames +
-                          "] [--timeout SECONDS] [--verbose]\n";
-
+/// Parses the command line (CLI11, dtsim/cli/parse.hpp); exits after --help
+/// or a malformed command line, throws std::invalid_argument for a bad value.
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--procs") {
-      long n = parse_positive(a, value());
-      if (n > kMaxProcs) throw std::invalid_argument("--procs: at most " + std::to_string(kMaxProcs));
-      o.procs = static_cast<int>(n);
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--ops") {
-      o.ops = parse_ops(value());
-    } else if (a == "--timeout") {
-      o.timeout_s = parse_seconds(a, value());
-    } else if (a == "--verbose" || a == "-v") {
-      o.verbose = true;
-    } else if (a == "--help" || a == "-h") {
-      std::fputs(kUsage.c_str(), stderr);
-      std::exit(0);
-    } else {
-      throw std::invalid_argument("unknown argument '" + a + "'");
-    }
+  CLI::App app{std::string(kProg) + ": times collectives between local processes; `dtsim calibrate` runs it", kProg};
+  dtsim::cli::house_style(app);
+  std::string procs, ops, timeout;
+  app.add_option("--procs", procs, "Processes, 2.." + std::to_string(kMaxProcs) + " (required)")->type_name("N");
+  app.add_flag("--quick", o.quick, "Smaller sizes, shorter budgets");
+  app.add_option("--ops", ops, std::string("Collectives to time: ") + kOpNames)->type_name("a,b");
+  app.add_option("--timeout", timeout, "Seconds one operation may take (default: derived from the plan)")->type_name("SECONDS");
+  app.add_flag("-v,--verbose", o.verbose, "Say what each rank does");
+  if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) std::exit(status);
+  if (app.count("--procs") > 0) {
+    long n = parse_positive("--procs", procs.c_str());
+    if (n > kMaxProcs) throw std::invalid_argument("--procs: at most " + std::to_string(kMaxProcs));
+    o.procs = static_cast<int>(n);
   }
+  if (app.count("--ops") > 0) o.ops = parse_ops(ops.c_str());
+  if (app.count("--timeout") > 0) o.timeout_s = parse_seconds("--timeout", timeout.c_str());
   if (o.procs == 0) throw std::invalid_argument("--procs N is required");
   return o;
 }
@@ -925,7 +918,7 @@ int main(int argc, char** argv) {
   try {
     opt = parse_args(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n%s", kProg, e.what(), kUsage.c_str());
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", kProg, e.what(), kProg);
     return 2;
   }
   return supervise(opt);

@@ -40,7 +40,10 @@
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
 #include "bench_common.hpp"
+#include "dtsim/cli/parse.hpp"
 
 namespace dtsim::calib::bench {
 namespace {
@@ -91,32 +94,20 @@ struct Options {
   double budget_s() const { return quick ? 0.2 : 1.0; }
 };
 
-const std::string kUsage =
-    std::string("usage: dtsim_nccl_bench [--quick] [--gpus N] [--ops ") + kOpNames + "] [--verbose]\n";
-
+/// Parses the command line (CLI11, dtsim/cli/parse.hpp); exits after --help
+/// or a malformed command line, throws std::invalid_argument for a bad value.
 Options parse_args(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    std::string a = argv[i];
-    auto value = [&]() -> const char* {
-      if (i + 1 >= argc) throw std::invalid_argument(a + " needs a value");
-      return argv[++i];
-    };
-    if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--gpus") {
-      o.gpus = static_cast<int>(std::min(parse_positive(a, value()), 1024L));
-    } else if (a == "--ops") {
-      o.ops = parse_ops(value());
-    } else if (a == "--verbose" || a == "-v") {
-      o.verbose = true;
-    } else if (a == "--help" || a == "-h") {
-      std::fputs(kUsage.c_str(), stderr);
-      std::exit(0);
-    } else {
-      throw std::invalid_argument("unknown argument '" + a + "'");
-    }
-  }
+  CLI::App app{"dtsim_nccl_bench: times NCCL collectives and copies across local GPUs; `dtsim calibrate` runs it", kProg};
+  dtsim::cli::house_style(app);
+  std::string gpus, ops;
+  app.add_flag("--quick", o.quick, "Sizes up to 64 MiB, shorter budgets");
+  app.add_option("--gpus", gpus, "GPUs to use (default: every visible one)")->type_name("N");
+  app.add_option("--ops", ops, std::string("Collectives to time: ") + kOpNames)->type_name("a,b");
+  app.add_flag("-v,--verbose", o.verbose, "Say what each step does");
+  if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) std::exit(status);
+  if (app.count("--gpus") > 0) o.gpus = static_cast<int>(std::min(parse_positive("--gpus", gpus.c_str()), 1024L));
+  if (app.count("--ops") > 0) o.ops = parse_ops(ops.c_str());
   return o;
 }
 
@@ -564,7 +555,7 @@ int main(int argc, char** argv) {
   try {
     opt = parse_args(argc, argv);
   } catch (const std::exception& e) {
-    std::fprintf(stderr, "%s: %s\n%s", kProg, e.what(), kUsage.c_str());
+    std::fprintf(stderr, "%s: %s (see %s --help)\n", kProg, e.what(), kProg);
     return 2;
   }
   // NCCL_DEBUG logs to stdout: keep the records on a stdout of their own.

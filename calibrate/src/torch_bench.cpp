@@ -38,6 +38,7 @@
 #include <functional>
 #include <map>
 #include <new>
+#include <optional>
 #include <set>
 #include <stdexcept>
 #include <string>
@@ -51,7 +52,10 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <CLI/CLI.hpp>
+
 #include "dtsim/calibrate/calibrate.hpp"
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/models/torch_layers.hpp"
 #include "dtsim/platform/process.hpp"
@@ -118,58 +122,75 @@ std::vector<std::string> split(const std::string& s) {
 
 Options parse(int argc, char** argv) {
   Options o;
-  for (int i = 1; i < argc; ++i) {
-    const std::string a = argv[i];
-    auto value = [&]() -> std::string {
-      if (i + 1 >= argc) usage_error(a + ": missing value");
-      return argv[++i];
-    };
-    if (a == "--device") {
-      o.device = value();
-      if (o.device != "cpu" && o.device != "cuda") usage_error("--device: '" + o.device + "' is not one of cpu, cuda");
-    } else if (a == "--quick") {
-      o.quick = true;
-    } else if (a == "--threads") {
-      const long long n = whole_number(a, value());
-      if (n < 1 || n > 1024) usage_error("--threads: " + std::to_string(n) + " is not in 1..1024");
-      o.threads = static_cast<int>(n);
-    } else if (a == "--models") {
-      o.models = split(value());
-      o.models_given = true;
-      if (o.models.empty()) usage_error("--models: expected a comma-separated list of model names");
-    } else if (a == "--precision") {
-      for (const auto& p : split(value())) {
-        if (p != "fp32" && p != "fp16" && p != "bf16") usage_error("--precision: '" + p + "' is not one of fp32, fp16, bf16");
-        if (std::find(o.precisions.begin(), o.precisions.end(), p) == o.precisions.end()) o.precisions.push_back(p);
-      }
-    } else if (a == "--budget-s") {
-      o.budget_s = positive_seconds(a, value());
-    } else if (a == "--tp") {
-      for (const auto& t : split(value())) {
-        const long long n = whole_number(a, t);
-        if (n < 2 || n > 64) usage_error("--tp: " + t + " is not in 2..64");
-        o.tp.push_back(static_cast<int>(n));
-      }
-    } else if (a == "--cp") {
-      for (const auto& t : split(value())) {
-        const long long n = whole_number(a, t);
-        if (n < 2 || n > 64) usage_error("--cp: " + t + " is not in 2..64");
-        o.cp.push_back(static_cast<int>(n));
-      }
-    } else if (a == "--passes") {
-      const long long n = whole_number(a, value());
-      if (n < 1 || n > 10) usage_error("--passes: " + std::to_string(n) + " is not in 1..10");
-      o.passes = static_cast<int>(n);
-    } else if (a == "--lockstep") {
-      const auto parts = split(value());
-      if (parts.size() != 3) usage_error("--lockstep: expected DIR,RANK,N");
-      o.lockstep_dir = parts[0];
-      o.lockstep_rank = static_cast<int>(whole_number(a, parts[1]));
-      o.lockstep_n = static_cast<int>(whole_number(a, parts[2]));
-      if (o.lockstep_n < 1 || o.lockstep_rank < 0 || o.lockstep_rank >= o.lockstep_n) usage_error("--lockstep: RANK must be in 0..N-1");
-    } else {
-      usage_error("unknown option " + a + "; valid: --device, --quick, --threads, --models, --precision, --budget-s, --tp, --cp, --passes, --lockstep");
+  CLI::App app{"dtsim_torch_bench: times layers and kernels in LibTorch; `dtsim calibrate` runs it and reads its records",
+               "dtsim_torch_bench"};
+  dtsim::cli::house_style(app);
+  std::map<std::string, std::string> v;
+  auto value = [&](const std::string& name, const std::string& type, const std::string& help) {
+    app.add_option("--" + name, v[name], help)->type_name(type);
+  };
+  value("device", "cpu|cuda", "Where to measure (default cpu)");
+  app.add_flag("--quick", o.quick, "Fewer sizes and repetitions");
+  value("threads", "T", "Intra-op threads, 1..1024");
+  value("models", "a,b", "Models whose layers to time");
+  value("precision", "p,q", "Precisions: fp32, fp16, bf16 (default fp32; fp32,fp16 on cuda)");
+  value("budget-s", "S", "Stop sweeping after this many seconds");
+  value("tp", "n,m", "Tensor-parallel degrees, 2..64, to time layers' shards at");
+  value("cp", "n,m", "Context-parallel degrees, 2..64");
+  value("passes", "N", "Passes over every point, 1..10");
+  value("lockstep", "DIR,RANK,N", "Start every point together with N-1 copies (Note [Copies in lockstep])");
+  if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) std::exit(status);
+  auto given = [&](const std::string& name) -> std::optional<std::string> {
+    if (app.count("--" + name) == 0) return std::nullopt;
+    return v[name];
+  };
+  if (const auto x = given("device")) {
+    o.device = *x;
+    if (o.device != "cpu" && o.device != "cuda") usage_error("--device: '" + o.device + "' is not one of cpu, cuda");
+  }
+  if (const auto x = given("threads")) {
+    const long long n = whole_number("--threads", *x);
+    if (n < 1 || n > 1024) usage_error("--threads: " + std::to_string(n) + " is not in 1..1024");
+    o.threads = static_cast<int>(n);
+  }
+  if (const auto x = given("models")) {
+    o.models = split(*x);
+    o.models_given = true;
+    if (o.models.empty()) usage_error("--models: expected a comma-separated list of model names");
+  }
+  if (const auto x = given("precision")) {
+    for (const auto& p : split(*x)) {
+      if (p != "fp32" && p != "fp16" && p != "bf16") usage_error("--precision: '" + p + "' is not one of fp32, fp16, bf16");
+      if (std::find(o.precisions.begin(), o.precisions.end(), p) == o.precisions.end()) o.precisions.push_back(p);
     }
+  }
+  if (const auto x = given("budget-s")) o.budget_s = positive_seconds("--budget-s", *x);
+  if (const auto x = given("tp")) {
+    for (const auto& t : split(*x)) {
+      const long long n = whole_number("--tp", t);
+      if (n < 2 || n > 64) usage_error("--tp: " + t + " is not in 2..64");
+      o.tp.push_back(static_cast<int>(n));
+    }
+  }
+  if (const auto x = given("cp")) {
+    for (const auto& t : split(*x)) {
+      const long long n = whole_number("--cp", t);
+      if (n < 2 || n > 64) usage_error("--cp: " + t + " is not in 2..64");
+      o.cp.push_back(static_cast<int>(n));
+    }
+  }
+  if (const auto x = given("passes")) {
+    const long long n = whole_number("--passes", *x);
+    if (n < 1 || n > 10) usage_error("--passes: " + std::to_string(n) + " is not in 1..10");
+    o.passes = static_cast<int>(n);
+  }
+  if (const auto x = given("lockstep")) {
+    const auto parts = split(*x);
+    if (parts.size() != 3) usage_error("--lockstep: expected DIR,RANK,N");
+    o.lockstep_dir = parts[0];
+    o.lockstep_rank = static_cast<int>(whole_number("--lockstep", parts[1]));
+    o.lockstep_n = static_cast<int>(whole_number("--lockstep", parts[2]));
+    if (o.lockstep_n < 1 || o.lockstep_rank < 0 || o.lockstep_rank >= o.lockstep_n) usage_error("--lockstep: RANK must be in 0..N-1");
   }
   if (o.precisions.empty()) {
     o.precisions = o.device == "cuda" ? std::vector<std::string>{"fp32", "fp16"} : std::vector<std::string>{"fp32"};

@@ -9,10 +9,14 @@
 #include <cstdint>
 #include <exception>
 #include <iostream>
+#include <map>
 #include <optional>
 #include <string>
 #include <vector>
 
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/runtime/data.hpp"
 #include "dtsim/sim/error.hpp"
 
@@ -44,34 +48,26 @@ T parse_int(const std::string& option, const std::string& text, T min, const cha
 struct Options {
   std::string out;
   SampleSpec spec;
-  bool help = false;
+  int exit_status = -1;  ///< >= 0: exit with it (after --help, or a malformed command line, printed)
 };
 
-Options parse(const std::vector<std::string>& args) {
+Options parse(int argc, char** argv) {
   Options o;
   bool vocab_set = false, width_set = false;
-  for (std::size_t i = 0; i < args.size(); ++i) {
-    std::string opt = args[i];
-    std::optional<std::string> value;
-    if (opt == "--help" || opt == "-h") {
-      o.help = true;
-      return o;
-    }
-    if (const auto eq = opt.find('='); opt.rfind("--", 0) == 0 && eq != std::string::npos) {
-      value = opt.substr(eq + 1);
-      opt = opt.substr(0, eq);
-    }
-    static const std::vector<std::string> kOptions = {"--out",   "--kind",  "--samples", "--seq",
-                                                      "--vocab", "--width", "--classes", "--seed"};
-    if (std::find(kOptions.begin(), kOptions.end(), opt) == kOptions.end()) {
-      throw ConfigError("unknown option '" + opt +
-                        "'; valid: --out, --kind, --samples, --seq, --vocab, --width, --classes, --seed (see --help)");
-    }
-    if (!value) {
-      if (i + 1 >= args.size()) throw ConfigError(opt + " needs a value");
-      value = args[++i];
-    }
-    const std::string& v = *value;
+  CLI::App app{"dtsim_make_sample_data: writes a small synthetic dataset for `dtsim validate --data`", kProgram};
+  dtsim::cli::house_style(app);
+  app.footer(kUsage);
+  // Each option's text, checked below (the usage above says what each means).
+  std::map<std::string, std::string> given;
+  for (const char* name : {"--out", "--kind", "--samples", "--seq", "--vocab", "--width", "--classes", "--seed"}) {
+    app.add_option(name, given[name]);
+  }
+  if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) {
+    o.exit_status = status;
+    return o;
+  }
+  for (const auto& [opt, v] : given) {
+    if (app.count(opt) == 0) continue;
     if (opt == "--out") {
       if (v.empty()) throw ConfigError("--out: expected a file name, e.g. data/sample.h5");
       o.out = v;
@@ -122,11 +118,8 @@ std::string summary(const Options& o) {
 
 int main(int argc, char** argv) {
   try {
-    const Options o = parse(std::vector<std::string>(argv + 1, argv + argc));
-    if (o.help) {
-      std::cout << kUsage;
-      return 0;
-    }
+    const Options o = parse(argc, argv);
+    if (o.exit_status >= 0) return o.exit_status;
     dtsim::runtime::write_sample_dataset(o.out, o.spec);
     std::cout << summary(o) << "\n";
     return 0;

@@ -2,7 +2,7 @@
 // validate --procs N`) with a run directory, or by mpirun / srun / torchrun
 // through `dtsim validate`, in which case rank 0 prints the report.
 //
-// usage: dtsim_worker [validate options]   (the same arguments as dtsim validate)
+// usage: dtsim_worker [validate options]   (the same arguments as dtsim validate; --help)
 #include <unistd.h>
 
 #include <csignal>
@@ -16,6 +16,9 @@
 #include <c10/cuda/CUDAFunctions.h>
 #endif
 
+#include <CLI/CLI.hpp>
+
+#include "dtsim/cli/parse.hpp"
 #include "dtsim/models/torch_layers.hpp"
 #include "dtsim/runtime/launcher.hpp"
 #include "dtsim/platform/process.hpp"
@@ -117,8 +120,7 @@ Comm::Rendezvous rendezvous_from_env() {
   return where;
 }
 
-int run(const std::vector<std::string>& args, int& rank_out, std::string& run_dir_out) {
-  const ValidateOptions o = parse_validate_args(args);
+int run(const ValidateOptions& o, int& rank_out, std::string& run_dir_out) {
   const int rank = env_int({"RANK", "OMPI_COMM_WORLD_RANK", "PMI_RANK", "SLURM_PROCID"}).value_or(0);
   const int world = env_int({"WORLD_SIZE", "OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"}).value_or(1);
   [[maybe_unused]] const int local_rank = env_int({"LOCAL_RANK", "OMPI_COMM_WORLD_LOCAL_RANK", "MPI_LOCALRANKID", "SLURM_LOCALID"}).value_or(rank);
@@ -213,6 +215,12 @@ int main(int argc, char** argv) {
   std::signal(SIGPIPE, SIG_IGN);
   std::vector<std::string> args(argv + 1, argv + argc);
   if (!args.empty() && args[0] == "validate") args.erase(args.begin());
+  // The same options as `dtsim validate` (runtime::add_validate_options).
+  CLI::App app{"dtsim_worker: one rank of `dtsim validate`, started by it (or by mpirun / srun / torchrun through it)",
+               "dtsim_worker"};
+  cli::house_style(app);
+  const auto finish = add_validate_options(app);
+  app.footer("\nusage: dtsim_worker [validate] [the options of dtsim validate]");
   int rank = 0;
   std::string run_dir;
   auto fail = [&](const std::string& cause, int status) {
@@ -221,7 +229,16 @@ int main(int argc, char** argv) {
     return status;
   };
   try {
-    return run(args, rank, run_dir);
+    try {
+      cli::parse_or_throw(app, args);
+    } catch (const CLI::Success& e) {
+      return app.exit(e);  // --help, --version
+    } catch (const ConfigError& e) {
+      // fail() names the program and rank already.
+      const std::string what = e.what(), self = "dtsim_worker: ";
+      return fail(what.rfind(self, 0) == 0 ? what.substr(self.size()) : what, 2);
+    }
+    return run(finish(), rank, run_dir);
   } catch (const Error& e) {
     return fail(e.what(), 2);
   } catch (const c10::Error& e) {

@@ -5,6 +5,7 @@
 #include <algorithm>
 
 #include <array>
+#include <cctype>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -357,7 +358,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"calibrate --device cpu --out /tmp/x.h5 --procs two", "--procs: 'two' is not a whole number"},
       {"calibrate --device cpu --out /tmp/x.h5 --models gpt5", "gpt5"},
       {"profile show /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
-      {"profile list", "usage: dtsim profile show FILE.h5"},
+      {"profile list", "dtsim profile: unknown command 'list'; valid: show, upgrade"},
       {"predict --model gpt2 --cluster dgx-a100 --profile /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.schedule=zigzag", "plan.schedule: 'zigzag' is not one of gpipe, 1f1b, interleaved, zb-h1"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.pp=2 --set plan.stage_layers=[1,x]", "plan.stage_layers: expected a list of integers"},
@@ -371,7 +372,9 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
     INFO("dtsim " << c.args);
     const Result r = dtsim(c.args);
     CHECK(r.status == 2);
-    CHECK_THAT(r.err, Catch::StartsWith("dtsim: ") && Catch::Contains(c.expect));
+    // "dtsim: " before a problem of the input, "dtsim SUB: " before one of the command line.
+    const std::string sub = c.args.substr(0, c.args.find(' '));
+    CHECK_THAT(r.err, (Catch::StartsWith("dtsim: ") || Catch::StartsWith("dtsim " + sub + ": ")) && Catch::Contains(c.expect));
     CHECK(lines(r.err) == 1);
   }
 }
@@ -385,4 +388,291 @@ TEST_CASE("a plan's problems are all reported, one 'dtsim:' line each, exit stat
         "dtsim: --set plan.tp: plan.tp: 5: 12 attention heads are not divisible by tp=5\n"
         "dtsim: --set plan.seq_len: plan.seq_len: 4096 exceeds gpt2's maximum of 1024; valid: 1 to 1024\n"
         "dtsim: --set plan.precision: plan.precision: bf16 needs bfloat16 support, which V100-SXM2-16GB lacks; valid: fp32, fp16\n");
+}
+
+// ---- Command-line conventions (issue 24): CLI11 behind every subcommand.
+
+namespace {
+
+const std::vector<std::string> kSubcommands = {"predict", "search", "comm", "list", "calibrate", "profile", "validate"};
+
+/// The version as the top-level CMakeLists.txt's project() sets it, read here
+/// independently of the program.
+std::string project_version() {
+  std::ifstream in(std::string(DTSIM_SOURCE_DIR) + "/CMakeLists.txt");
+  std::string line;
+  while (std::getline(in, line)) {
+    const auto at = line.find("project(dtsim VERSION ");
+    if (at == std::string::npos) continue;
+    const auto from = at + std::string("project(dtsim VERSION ").size();
+    return line.substr(from, line.find_first_of(" )", from) - from);
+  }
+  return "";
+}
+
+/// The long options a help text lists ("--model", ...), in order.
+std::vector<std::string> options_in_help(const std::string& help) {
+  std::vector<std::string> out;
+  for (std::size_t at = help.find("--"); at != std::string::npos; at = help.find("--", at + 2)) {
+    if (at > 0 && help[at - 1] != ' ' && help[at - 1] != ',') continue;  // only an option's own column
+    std::size_t end = at + 2;
+    while (end < help.size() && (std::isalnum(static_cast<unsigned char>(help[end])) || help[end] == '-')) ++end;
+    const std::string name = help.substr(at, end - at);
+    // Options are listed as "  --name" or "-h,--name" at a line's start.
+    const std::size_t bol = help.rfind('\n', at);
+    const std::string before = help.substr(bol == std::string::npos ? 0 : bol + 1, at - (bol == std::string::npos ? 0 : bol + 1));
+    if (before.find_first_not_of(" -h,v") != std::string::npos) continue;
+    if (name.size() > 2 && std::find(out.begin(), out.end(), name) == out.end()) out.push_back(name);
+  }
+  return out;
+}
+
+/// What the bash completion offers for the words `line` (the last one being
+/// completed), each on its own line, sorted as bash gives them.
+std::string complete(const std::string& line) {
+  namespace fs = std::filesystem;
+  const fs::path script = fs::temp_directory_path() / ("dtsim_complete_" + std::to_string(::getpid()) + ".sh");
+  std::ofstream(script) << "source '" << DTSIM_BASH_COMPLETION << "'\n"
+                        << "COMP_WORDS=(" << line << (line.back() == ' ' ? "''" : "") << ")\n"
+                        << "COMP_CWORD=$((${#COMP_WORDS[@]} - 1))\n"
+                        << "_dtsim\n"
+                        << "printf '%s\\n' \"${COMPREPLY[@]}\"\n";
+  std::string out;
+  FILE* p = ::popen(("bash '" + script.string() + "'").c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  ::pclose(p);
+  fs::remove(script);
+  return out;
+}
+
+}  // namespace
+
+TEST_CASE("every subcommand's --help and -h print its usage and exit 0", "[cli][conventions]") {
+  std::vector<std::string> subs = kSubcommands;
+  subs.push_back("profile show");
+  subs.push_back("profile upgrade");
+  for (const auto& sub : subs) {
+    for (const char* flag : {"--help", "-h"}) {
+      INFO("dtsim " << sub << " " << flag);
+      const Result r = dtsim(sub + " " + flag);
+      CHECK(r.status == 0);
+      CHECK(r.err.empty());
+      CHECK_THAT(r.out, Catch::Contains("Usage: dtsim " + sub + " [OPTIONS]") && Catch::Contains("--help"));
+    }
+  }
+  // Help comes before any check of the others: a --help with a bad option beside it still helps.
+  const Result r = dtsim("predict --model nosuch --help");
+  CHECK(r.status == 0);
+  CHECK_THAT(r.out, Catch::Contains("Usage: dtsim predict") && Catch::Contains("--unabridged"));
+  const Result top = dtsim("--help");
+  CHECK(top.status == 0);
+  for (const auto& sub : kSubcommands) CHECK_THAT(top.out, Catch::Contains("  " + sub));
+}
+
+TEST_CASE("dtsim alone prints the usage and exits 2", "[cli][conventions]") {
+  const Result r = dtsim("");
+  CHECK(r.status == 2);
+  CHECK_THAT(r.out, Catch::Contains("Usage: dtsim [OPTIONS] [SUBCOMMAND]") && Catch::Contains("predict"));
+}
+
+TEST_CASE("--version prints dtsim's version, first or after a subcommand", "[cli][conventions]") {
+  const std::string version = project_version();
+  REQUIRE(!version.empty());
+  for (const char* args : {"--version", "predict --version", "profile show --version", "validate --version"}) {
+    INFO("dtsim " << args);
+    const Result r = dtsim(args);
+    CHECK(r.status == 0);
+    CHECK(r.out == "dtsim " + version + "\n");
+  }
+}
+
+TEST_CASE("dtsim help SUB prints SUB's help", "[cli][conventions]") {
+  const Result help = dtsim("help predict");
+  CHECK(help.status == 0);
+  CHECK(help.out == dtsim("predict --help").out);
+  CHECK_THAT(help.out, Catch::Contains("Usage: dtsim predict"));
+  CHECK(dtsim("help profile show").out == dtsim("profile show --help").out);
+  const Result bad = dtsim("help predcit");
+  CHECK(bad.status == 2);
+  CHECK(bad.err == "dtsim help: no command 'predcit' (did you mean 'predict'?); valid: predict, search, comm, list, calibrate, "
+                   "profile, validate, help\n");
+}
+
+TEST_CASE("a bad option is one line naming the subcommand and what is valid, exit 2", "[cli][conventions][bad-input]") {
+  for (const auto& sub : kSubcommands) {
+    INFO("dtsim " << sub << " --bogus");
+    const Result r = dtsim(sub + " --bogus");
+    CHECK(r.status == 2);
+    CHECK_THAT(r.err, Catch::StartsWith("dtsim " + sub + ": unknown option --bogus"));
+    CHECK(lines(r.err) == 1);
+  }
+  // The valid ones are those --help lists.
+  const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
+  CHECK(r.err ==
+        "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
+        "--gpus, --global-batch, --top, --threads, --json, --csv\n");
+  const Result missing = dtsim("predict --cluster dgx-a100 --model");
+  CHECK(missing.status == 2);
+  CHECK(missing.err == "dtsim predict: --model: missing value\n");
+  const Result profile = dtsim("profile show");
+  CHECK(profile.status == 2);
+  CHECK_THAT(profile.err, Catch::StartsWith("dtsim profile show: FILE.h5 is required"));
+  CHECK(lines(profile.err) == 1);
+  const Result upgrade_json = dtsim("profile upgrade x.h5 --json");
+  CHECK(upgrade_json.status == 2);
+  CHECK(upgrade_json.err == "dtsim profile upgrade: unknown option --json; it takes none but --help\n");
+  const Result validate = dtsim("validate --model gpt2-tiny --step 3");
+  CHECK(validate.status == 2);
+  CHECK_THAT(validate.err, Catch::StartsWith("dtsim validate: unknown option --step (did you mean --steps?); valid: --model"));
+  CHECK(lines(validate.err) == 1);
+}
+
+TEST_CASE("an option given twice is refused, naming both values", "[cli][conventions][bad-input]") {
+  const std::vector<std::pair<std::string, std::string>> cases = {
+      {"search --model gpt2 --cluster dgx-a100 --top 3 --top 4", "dtsim search: --top given twice ('3' and '4'); give it once\n"},
+      {"comm --cluster dgx-a100 --op all_gather --op=broadcast", "dtsim comm: --op given twice ('all_gather' and 'broadcast'); give it once\n"},
+      {"calibrate --out a.h5 --quick --quick", "dtsim calibrate: --quick given twice; give it once\n"},
+      {"list models --json --json", "dtsim list: --json given twice; give it once\n"},
+      {"validate --model gpt2-tiny --model bert-tiny", "dtsim validate: --model given twice ('gpt2-tiny' and 'bert-tiny'); give it once\n"},
+  };
+  for (const auto& [args, expect] : cases) {
+    INFO("dtsim " << args);
+    const Result r = dtsim(args);
+    CHECK(r.status == 2);
+    CHECK(r.err == expect);
+  }
+  // --set is the one that repeats.
+  const Result sets = dtsim("predict --model gpt2 --cluster dgx-a100 --set plan.micro_batch=2 --set cluster.nodes=2 --json");
+  CHECK(sets.status == 0);
+  CHECK(YAML::Load(sets.out)["plan"]["micro_batch"].as<int>() == 2);
+}
+
+TEST_CASE("the bash completion completes subcommands, options and built-in names", "[cli][conventions][completion]") {
+  CHECK(complete("dtsim pre") == "predict\n");
+  CHECK(complete("dtsim predict --mo") == "--model\n");
+  CHECK(complete("dtsim profile ") == "show\nupgrade\nimport-nccl-tests\nimport-trace\n");
+  CHECK(complete("dtsim profile import-n") == "import-nccl-tests\n");
+  CHECK(complete("dtsim list cl") == "clusters\n");
+  // Names come from `dtsim list`: gpt2-x completes to the one built-in GPT-2 XL.
+  CHECK(complete(std::string(DTSIM_BINARY) + " predict --model gpt2-x") == "gpt2-xl\n");
+  CHECK(complete(std::string(DTSIM_BINARY) + " search --cluster dgx-a1") == "dgx-a100\n");
+}
+
+TEST_CASE("the bash completion offers every option each subcommand's --help lists", "[cli][conventions][completion]") {
+  std::vector<std::string> subs = kSubcommands;
+  subs.push_back("profile show");
+  for (const auto& sub : subs) {
+    INFO("dtsim " << sub);
+    const auto options = options_in_help(dtsim(sub + " --help").out);
+    CHECK(options.size() >= 2);  // --help and --version at least
+    const std::string offered = complete("dtsim " + sub + " --");
+    for (const auto& o : options) {
+      INFO(o);
+      CHECK_THAT(offered, Catch::Contains(o + "\n"));
+    }
+  }
+}
+
+// Issue 24: the configs users already have, as predict's plan (Note
+// [Framework options] in cli/src/scenario_options.cpp).
+TEST_CASE("predict reads a DeepSpeed config, a Megatron command line and a torchtitan TOML as the plan", "[cli][frameworks]") {
+  const std::string dir = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/";
+  auto json_of = [](const Result& r) { return YAML::Load(r.out.substr(0, r.out.size() - r.err.size())); };
+  {
+    // zero3.json: train_batch_size 512, train_micro_batch_size_per_gpu 8,
+    // stage 3, bf16; on dgx-h100's 8 GPUs DeepSpeed's rule train_batch_size =
+    // micro x accumulation x dp gives 512 / (8 x 8) = 8 accumulation steps.
+    const Result r = dtsim("predict --model llama-3-8b --cluster dgx-h100 --set plan.seq_len=2048 --json --deepspeed " + dir +
+                           "deepspeed/zero3.json");
+    REQUIRE(r.status == 0);
+    const YAML::Node p = json_of(r)["plan"];
+    CHECK(p["zero_stage"].as<int>() == 3);
+    CHECK(p["dp"].as<int>() == 8);
+    CHECK(p["micro_batch"].as<int>() == 8);
+    CHECK(p["grad_accum"].as<int>() == 8);
+    CHECK(p["global_batch"].as<int>() == 512);
+    CHECK(p["precision"].as<std::string>() == "bf16");
+    // Its stage3_param_persistence_threshold (1e6) is not dtsim's 1e5: named, not dropped.
+    CHECK(r.err.find("warning:") != std::string::npos);
+    CHECK(r.err.find("stage3_param_persistence_threshold") != std::string::npos);
+  }
+  {
+    // gpt3-175b.sh: --tensor-model-parallel-size 8, --pipeline-model-parallel-size 8,
+    // 96 layers at --num-layers-per-virtual-pipeline-stage 6 (12 a stage: 2 chunks),
+    // --micro-batch-size 1, --global-batch-size 1536; on 64 DGX A100s
+    // (512 GPUs) dp = 512 / 64 = 8 and 1536 / (1 x 8) = 192 micro-batches.
+    // No --model: the flags' shape is the built-in gpt-175b.
+    const Result r = dtsim("predict --cluster dgx-a100 --set cluster.nodes=64 --json --megatron-args " + dir + "megatron/gpt3-175b.sh");
+    REQUIRE(r.status == 0);
+    const YAML::Node j = json_of(r);
+    CHECK(j["model"]["name"].as<std::string>() == "gpt-175b");
+    CHECK(j["plan"]["tp"].as<int>() == 8);
+    CHECK(j["plan"]["pp"].as<int>() == 8);
+    CHECK(j["plan"]["virtual_stages"].as<int>() == 2);
+    CHECK(j["plan"]["dp"].as<int>() == 8);
+    CHECK(j["plan"]["grad_accum"].as<int>() == 192);
+  }
+  {
+    // The same flags inline; a user's --set wins over them.
+    const Result r = dtsim("predict --model gpt-175b --cluster dgx-a100 --set cluster.nodes=64 --set plan.tp=4 --json "
+                           "--megatron-args \"--tensor-model-parallel-size 8 --pipeline-model-parallel-size 8 --micro-batch-size 1 "
+                           "--global-batch-size 1536\"");
+    REQUIRE(r.status == 0);
+    const YAML::Node p = json_of(r)["plan"];
+    CHECK(p["tp"].as<int>() == 4);
+    CHECK(p["pp"].as<int>() == 8);
+    CHECK(p["dp"].as<int>() == 16);  // 512 / (4 x 8)
+  }
+  {
+    const Result r = dtsim("predict --cluster dgx-h100 --json --torchtitan " + dir + "torchtitan/llama3_8b.toml");
+    REQUIRE(r.status == 0);
+    const YAML::Node j = json_of(r);
+    CHECK(j["model"]["name"].as<std::string>() == "llama-3-8b");  // [model] name llama3, flavor 8B
+    CHECK(j["plan"]["fsdp"].as<std::string>() == "full_shard");   // data_parallel_shard_degree -1: all 8 GPUs
+    CHECK(j["plan"]["dp"].as<int>() == 8);
+  }
+}
+
+TEST_CASE("a framework's config does not combine with --plan or another, one line, exit 2", "[cli][frameworks][bad-input]") {
+  const std::string dir = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/";
+  Result r = dtsim("predict --model gpt2 --cluster dgx-a100 --plan zero2 --deepspeed " + dir + "deepspeed/zero3.json");
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("--plan zero2 and --deepspeed both describe the plan") != std::string::npos);
+  r = dtsim("predict --model gpt2 --cluster dgx-a100 --deepspeed " + dir + "deepspeed/zero3.json --torchtitan " + dir +
+            "torchtitan/llama3_8b.toml");
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  // A DeepSpeed config given as the plan says which option reads it.
+  r = dtsim("predict --model gpt2 --cluster dgx-a100 --plan " + dir + "deepspeed/zero3.json");
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("looks like a DeepSpeed config; pass it as --deepspeed") != std::string::npos);
+}
+
+TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from", "[cli][import]") {
+  namespace fs = std::filesystem;
+  const std::string log = std::string(DTSIM_TEST_DATA) + "/nccl-tests/all_reduce_perf_dgx-a100_8gpu.txt";
+  const fs::path out = fs::temp_directory_path() / ("dtsim_cli_import_" + std::to_string(::getpid()) + ".h5");
+  Result r = dtsim("profile import-nccl-tests " + log + " --cluster dgx-a100 --out " + out.string());
+  REQUIRE(r.status == 0);
+  CHECK(fs::exists(out));
+  CHECK(r.out.find("comm.nccl.all_reduce.8") != std::string::npos);
+  r = dtsim("comm --cluster dgx-a100 --ranks 8 --profile " + out.string());
+  CHECK(r.status == 0);
+  CHECK(r.out.find("all_reduce over 8 ranks measured: fit comm.nccl.all_reduce.8") != std::string::npos);
+  fs::remove(out);
+  // No --out: one line, exit 2; a missing log: one line naming it.
+  r = dtsim("profile import-nccl-tests " + log);
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("--out FILE.h5 is required") != std::string::npos);
+  r = dtsim("profile import-trace /nonexistent/trace.json --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("/nonexistent/trace.json") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
 }

@@ -573,7 +573,7 @@ TEST_CASE("validate stopped by SIGTERM stops its ranks, says so and exits 2", "[
 TEST_CASE("bad validate input is one line and exit status 2", "[runtime][validate]") {
   const Run twice = validate("--model gpt2-tiny --model bert-tiny --procs 2");
   CHECK(twice.status == 2);
-  CHECK(twice.err == "dtsim: dtsim validate: --model given twice ('gpt2-tiny' and 'bert-tiny'); give it once\n");
+  CHECK(twice.err == "dtsim validate: --model given twice ('gpt2-tiny' and 'bert-tiny'); give it once\n");
   const Run plan = validate("--model gpt2-tiny --plan nosuch --procs 2");
   CHECK(plan.status == 2);
   CHECK(plan.err.find("nosuch") != std::string::npos);

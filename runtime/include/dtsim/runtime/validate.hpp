@@ -5,6 +5,7 @@
 // prediction of the same model, plan and cluster. No Torch here.
 
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <optional>
 #include <string>
@@ -15,6 +16,10 @@
 #include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/predict.hpp"
+
+namespace CLI {
+class App;
+}
 
 namespace dtsim::runtime {
 
@@ -47,6 +52,13 @@ struct ValidateOptions {
   bool json = false;                 ///< --json
   bool quiet = false;                ///< --quiet: no progress line
 };
+
+/// Declares validate's options on `app` (the scenario options of
+/// dtsim/cli/scenario_options.hpp and the run's own); `dtsim validate` and
+/// dtsim_worker share them. Call the returned function after parsing: it
+/// checks the values and returns them (ConfigError naming the option and
+/// what is valid). `app` must outlive it.
+std::function<ValidateOptions()> add_validate_options(CLI::App& app);
 
 /// Parses the arguments after `validate`; throws ConfigError naming the
 /// option and what is valid.
