@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <array>
+#include <cmath>
 #include <cstdio>
 #include <exception>
 #include <tuple>
@@ -342,6 +343,48 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   s += " mb" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + " " + sim::to_string(p.precision);
   if (p.spec.placement != "tp,pp,dp") s += " [" + p.spec.placement + "]";  // else two plans would read the same
   return s;
+}
+
+bool same_plan(const sim::SearchEntry& a, const sim::SearchEntry& b) {
+  const sim::ResolvedPlan& x = a.plan;
+  const sim::ResolvedPlan& y = b.plan;
+  // ResolvedPlan::zero_stage is already the effective stage (FSDP mapped onto
+  // it); the FSDP flag and the placement only name how the same work is laid
+  // out, and equal time and peak say the layout changed nothing.
+  auto key = [](const sim::ResolvedPlan& p) {
+    return std::make_tuple(p.dp, p.tp, p.pp, p.cp, p.ep, p.etp, p.cp_comm, p.flash_attention, p.micro_batch,
+                           p.grad_accum, p.global_batch, p.seq_len, p.precision, p.zero_stage, p.hybrid_shard,
+                           p.offload_optimizer, p.offload_params, p.recompute, p.pp > 1 ? p.schedule : sim::Schedule::k1f1b,
+                           p.virtual_stages, p.sequence_parallel, p.tp_comm_overlap, p.optimizer);
+  };
+  return a.iteration_time == b.iteration_time && a.peak == b.peak && key(x) == key(y);
+}
+
+std::vector<std::size_t> distinct_plans(const std::vector<sim::SearchEntry>& entries, std::size_t keep) {
+  std::vector<std::size_t> out;
+  for (std::size_t i = 0; i < entries.size() && out.size() < keep; ++i) {
+    bool seen = false;
+    for (std::size_t j : out) seen = seen || same_plan(entries[j], entries[i]);
+    if (!seen) out.push_back(i);
+  }
+  return out;
+}
+
+double nice_tick_interval(double span, int max_ticks) {
+  if (!(span > 0) || max_ticks < 1) return 1.0;
+  const double raw = span / max_ticks;
+  double p = std::pow(10.0, std::floor(std::log10(raw)));
+  for (;;) {  // 1, 2, 5 x 10^k; the loop absorbs log10's rounding
+    for (double m : {1.0, 2.0, 5.0}) {
+      if (m * p >= raw * (1 - 1e-12)) return m * p;
+    }
+    p *= 10;
+  }
+}
+
+int tick_decimals(double step) {
+  if (!(step > 0)) return 0;
+  return std::max(0, static_cast<int>(-std::floor(std::log10(step) + 1e-9)));
 }
 
 namespace {

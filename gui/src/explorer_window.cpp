@@ -20,6 +20,7 @@
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QFutureWatcher>
+#include <QGuiApplication>
 #include <QGroupBox>
 #include <QHBoxLayout>
 #include <QHeaderView>
@@ -33,7 +34,9 @@
 #include <QPushButton>
 #include <QSaveFile>
 #include <QScatterSeries>
+#include <QScreen>
 #include <QScrollArea>
+#include <QScrollBar>
 #include <QSpinBox>
 #include <QSplitter>
 #include <QStackedBarSeries>
@@ -43,6 +46,7 @@
 #include <QTimer>
 #include <QValueAxis>
 #include <QVBoxLayout>
+#include <QWindow>
 #include <QtConcurrent/QtConcurrentRun>
 
 #include "dtsim/models/models.hpp"
@@ -57,8 +61,106 @@ namespace {
 constexpr const char* kOpenFile = "__open__";
 constexpr int kDebounceMs = 120;
 constexpr int kMaxTimelineRows = 48;  // beyond this the lanes are too thin to read
+// Note [Chart sizes]: below about 240 x 320 px a chart's plot area collapses
+// and Qt Charts elides its axis labels to "..."; the chart views never get
+// smaller (the explorer tab scrolls instead), and at 1280 x 800 they fit.
+constexpr int kChartMinHeight = 240;
+constexpr int kChartMinWidth = 320;
+constexpr int kMaxTicks = 6;  // intervals on a value axis, at most
 
 QString qs(const std::string& s) { return QString::fromStdString(s); }
+
+/// Each knob (by object name) in the frameworks' terms: the plan key it sets
+/// and the DeepSpeed, Megatron-LM, PyTorch FSDP or torchtitan setting that
+/// means the same. Shown as the knob's tooltip and its label's.
+constexpr std::pair<const char*, const char*> kKnobTips[] = {
+    {"model", "The model: a built-in name, a configs/models YAML or a HuggingFace config.json "
+              "(model_type gpt2, bert, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek_v3)."},
+    {"cluster", "The cluster: nodes, GPUs per node, the device and its links (configs/clusters/*.yaml); "
+                "the knobs under Cluster override it."},
+    {"plan", "The plan the knobs start from (configs/plans/*.yaml, or a search result); "
+             "each knob overrides one plan key, as dtsim predict --set plan.KEY=VALUE would."},
+    {"profile", "A calibration profile (dtsim calibrate's .h5): measured layer, collective and copy costs "
+                "instead of the device's datasheet roofline."},
+    {"dp", "plan.dp, the data-parallel degree: model replicas, each on its own share of the batch. "
+           "PyTorch DDP / FSDP world size, Megatron's data-parallel size (GPUs / (tp x pp x cp)), "
+           "torchtitan data_parallel_replicate_degree x data_parallel_shard_degree. "
+           "\"All remaining GPUs\" takes what tp, pp and cp leave."},
+    {"tp", "plan.tp, the tensor-parallel degree: every layer's GEMMs split over this many GPUs of a node. "
+           "Megatron --tensor-model-parallel-size, torchtitan tensor_parallel_degree."},
+    {"pp", "plan.pp, pipeline stages: the layers cut into this many consecutive stages. "
+           "Megatron --pipeline-model-parallel-size, torchtitan pipeline_parallel_degree, "
+           "DeepSpeed PipelineModule(num_stages=...)."},
+    {"cp", "plan.cp, the context-parallel degree: each sequence cut into 2 x cp chunks over cp GPUs, "
+           "K/V exchanged for attention. Megatron --context-parallel-size, torchtitan context_parallel_degree."},
+    {"cp_comm", "plan.cp_comm, how context parallelism moves K/V: p2p, a ring of sends overlapped with "
+                "attention (Megatron --cp-comm-type p2p), or all_gather, one all-gather of K/V "
+                "(Megatron --cp-comm-type allgather, torchtitan context_parallel_rotate_method = \"allgather\"). "
+                "Only with cp > 1."},
+    {"ep", "plan.ep, the expert-parallel degree: a mixture of experts' routed experts spread over this many "
+           "GPUs, tokens sent to them by all-to-all. Megatron --expert-model-parallel-size, "
+           "DeepSpeed MoE ep_size, torchtitan expert_parallel_degree. Dense models: 1."},
+    {"etp", "plan.etp, tensor parallelism inside each expert: 1 or tp. "
+            "Megatron --expert-tensor-parallel-size (default: tp)."},
+    {"moe_imbalance", "plan.moe_imbalance: the busiest expert's tokens over the mean (1: perfectly balanced "
+                      "routing); the router's load-balancing loss (Megatron --moe-aux-loss-coeff) keeps it near 1."},
+    {"schedule", "plan.schedule, the pipeline schedule (pp > 1). 1F1B: PipeDream-Flush, Megatron's and DeepSpeed's "
+                 "default, torchtitan pipeline_parallel_schedule \"1F1B\". GPipe: all forwards, then all backwards "
+                 "(torchtitan \"GPipe\"). Interleaved 1F1B: Megatron with virtual stages, torchtitan "
+                 "\"Interleaved1F1B\". ZB-H1: zero bubble (Qi et al. 2023), each backward split into its input- and "
+                 "weight-gradient passes. Naive model parallel: plan.model_parallel, layers on successive GPUs "
+                 "without micro-batching (HuggingFace device_map)."},
+    {"virtual_stages", "plan.virtual_stages: model chunks per GPU for interleaved 1F1B. Megatron "
+                       "--num-layers-per-virtual-pipeline-stage = layers / (pp x virtual stages); "
+                       "torchtitan stages per rank of \"Interleaved1F1B\"."},
+    {"sequence_parallel", "plan.sequence_parallel: LayerNorm and dropout activations split along the sequence "
+                          "over the tp group, all-reduces become all-gather + reduce-scatter (Korthikanti et al. "
+                          "2022). Megatron --sequence-parallel; torchtitan's TP plan (SequenceParallel). Needs tp > 1."},
+    {"tp_comm_overlap", "plan.tp_comm_overlap: sequence parallelism's all-gathers and reduce-scatters pipelined "
+                        "with the GEMMs beside them. Megatron --tp-comm-overlap (Transformer Engine userbuffers), "
+                        "torchtitan enable_async_tensor_parallel. Needs sequence parallel."},
+    {"micro_batch", "plan.micro_batch: sequences per GPU per forward and backward. DeepSpeed "
+                    "train_micro_batch_size_per_gpu, Megatron --micro-batch-size, HuggingFace "
+                    "per_device_train_batch_size."},
+    {"batch_mode", "Whether the box below gives the gradient-accumulation steps (plan.grad_accum, DeepSpeed "
+                   "gradient_accumulation_steps; a pipeline's micro-batches) or the global batch (plan.global_batch, "
+                   "DeepSpeed train_batch_size, Megatron --global-batch-size)."},
+    {"batch_value", "Gradient-accumulation steps (DeepSpeed gradient_accumulation_steps) or the global batch in "
+                    "sequences (DeepSpeed train_batch_size, Megatron --global-batch-size), as \"Batch set by\" says; "
+                    "auto: one step."},
+    {"seq_len", "plan.seq_len: tokens per sequence. Megatron --seq-length, torchtitan seq_len, HuggingFace "
+                "max_length; at most the model's max_position_embeddings."},
+    {"zero", "plan.zero_stage / plan.fsdp: what the data-parallel ranks shard. DeepSpeed zero_optimization.stage "
+             "(1: optimizer states, Megatron --use-distributed-optimizer; 2: + gradients; 3: + parameters). "
+             "PyTorch FSDP sharding_strategy SHARD_GRAD_OP = 2, FULL_SHARD = 3 (torchtitan's FSDP2), "
+             "HYBRID_SHARD = 3 inside a node, replicated across nodes."},
+    {"offload", "plan.offload_optimizer / plan.offload_params: states kept in host memory, the optimizer step on "
+                "the CPU. DeepSpeed zero_optimization.offload_optimizer.device = \"cpu\" (ZeRO-Offload) and "
+                "offload_param.device = \"cpu\" (ZeRO-3); PyTorch FSDP CPUOffload(offload_params=True)."},
+    {"recompute", "plan.recompute, activation checkpointing. selective: only attention's core recomputed "
+                  "(Megatron --recompute-activations, i.e. --recompute-granularity selective; torchtitan "
+                  "activation_checkpoint.mode = \"selective\"). full: each layer's forward rerun in backward "
+                  "(Megatron --recompute-granularity full, DeepSpeed activation_checkpointing, torchtitan "
+                  "mode = \"full\")."},
+    {"attention", "plan.attention. auto: flash on a GPU in fp16, bf16 or fp8, eager otherwise. eager: the "
+                  "S x S scores kept (HuggingFace attn_implementation=\"eager\"). flash: FlashAttention / SDPA "
+                  "(attn_implementation=\"flash_attention_2\" or \"sdpa\", Megatron --use-flash-attn)."},
+    {"precision", "plan.precision: the GEMMs' and activations' type, fp32 master weights under mixed precision. "
+                  "fp16: DeepSpeed fp16.enabled, Megatron --fp16. bf16: DeepSpeed bf16.enabled, Megatron --bf16, "
+                  "FSDP MixedPrecision(param_dtype=torch.bfloat16), torchtitan mixed_precision_param = "
+                  "\"bfloat16\". fp8: Transformer Engine (Megatron --fp8-format hybrid), on FP8 tensor cores only."},
+    {"nodes", "cluster.nodes: machines (torchrun --nnodes, SLURM --nodes)."},
+    {"gpus_per_node", "cluster.gpus_per_node: GPUs per machine (torchrun --nproc-per-node); "
+                      "tensor parallelism stays inside one."},
+    {"intra_bw", "cluster.intra_node.bandwidth: each GPU's link inside a node (NVLink / NVSwitch, or PCIe), "
+                 "one direction, in GB/s (10^9 bytes/s); NCCL's busbw approaches it."},
+    {"inter_bw", "cluster.inter_node.bandwidth: one NIC between nodes (InfiniBand, RoCE, Ethernet), one "
+                 "direction, in GB/s (10^9 bytes/s)."},
+    {"s_gpus", "GPUs the search may use (dtsim search --gpus); 0: the whole cluster."},
+    {"s_batch", "The global batch in sequences every plan must train (dtsim search --global-batch; "
+                "DeepSpeed train_batch_size, Megatron --global-batch-size); 0: 4 per GPU."},
+    {"s_top", "How many of the fastest distinct plans to list (dtsim search --top)."},
+};
 
 QString fmt_time(TimeNs ns) {
   const double s = static_cast<double>(ns) / 1e9;
@@ -97,6 +199,111 @@ QColor kind_color(GanttKind k) {
   }
   return Qt::black;
 }
+
+/// Ticks every round interval (1, 2 or 5 x 10^k) of the axis's current
+/// range, at most `max_ticks` of them, anchored at 0, labelled with just the
+/// decimals they need.
+void round_ticks(QValueAxis* a, int max_ticks = kMaxTicks) {
+  const double step = nice_tick_interval(a->max() - a->min(), max_ticks);
+  if (a->tickType() == QValueAxis::TicksDynamic && a->tickInterval() == step) return;
+  a->setTickType(QValueAxis::TicksDynamic);
+  a->setTickAnchor(0);
+  a->setTickInterval(step);
+  a->setLabelFormat(QString("%.%1f").arg(tick_decimals(step)));
+}
+
+/// The axis from 0 to the first round tick at or above `top` (> 0), ticked there.
+void round_range(QValueAxis* a, double top) {
+  if (!(top > 0)) top = 1;
+  const double step = nice_tick_interval(top, kMaxTicks);
+  a->setRange(0, std::ceil(top / step * (1 - 1e-9)) * step);
+  round_ticks(a);
+}
+
+/// Lays its widgets out left to right, wrapping onto further lines where the
+/// width runs out (the headline figures: one line in a wide window, two in a
+/// narrow one, never a horizontal scroll bar). After Qt's Flow Layout example.
+class FlowLayout : public QLayout {
+ public:
+  explicit FlowLayout(QWidget* parent = nullptr) : QLayout(parent) {}
+  ~FlowLayout() override {
+    while (QLayoutItem* item = takeAt(0)) delete item;
+  }
+  void addItem(QLayoutItem* item) override { items_.push_back(item); }
+  int count() const override { return static_cast<int>(items_.size()); }
+  QLayoutItem* itemAt(int i) const override { return i >= 0 && i < count() ? items_[static_cast<std::size_t>(i)] : nullptr; }
+  QLayoutItem* takeAt(int i) override {
+    if (i < 0 || i >= count()) return nullptr;
+    QLayoutItem* item = items_[static_cast<std::size_t>(i)];
+    items_.erase(items_.begin() + i);
+    return item;
+  }
+  Qt::Orientations expandingDirections() const override { return {}; }
+  bool hasHeightForWidth() const override { return true; }
+  int heightForWidth(int width) const override { return arrange(QRect(0, 0, width, 0), false); }
+  void setGeometry(const QRect& rect) override {
+    QLayout::setGeometry(rect);
+    arrange(rect, true);
+  }
+  QSize sizeHint() const override {
+    QSize line;  // everything on one line
+    for (QLayoutItem* item : items_) {
+      line = QSize(line.width() + item->sizeHint().width(), std::max(line.height(), item->sizeHint().height()));
+    }
+    const QMargins m = contentsMargins();
+    return line + QSize(m.left() + m.right(), m.top() + m.bottom());
+  }
+  QSize minimumSize() const override {
+    QSize widest;  // one item a line
+    for (QLayoutItem* item : items_) widest = widest.expandedTo(item->minimumSize());
+    const QMargins m = contentsMargins();
+    return widest + QSize(m.left() + m.right(), m.top() + m.bottom());
+  }
+
+ private:
+  /// Places the items in `rect` (when `apply`); returns the height used.
+  int arrange(const QRect& rect, bool apply) const {
+    const QRect r = rect.marginsRemoved(contentsMargins());
+    int x = r.x(), y = r.y(), line_height = 0;
+    for (QLayoutItem* item : items_) {
+      if (item->widget() != nullptr && item->widget()->isHidden()) continue;
+      const QSize hint = item->sizeHint();
+      if (x > r.x() && x + hint.width() > r.right() + 1) {
+        x = r.x();
+        y += line_height;
+        line_height = 0;
+      }
+      if (apply) item->setGeometry(QRect(QPoint(x, y), hint));
+      x += hint.width();
+      line_height = std::max(line_height, hint.height());
+    }
+    return y + line_height - rect.y() + contentsMargins().bottom();
+  }
+  std::vector<QLayoutItem*> items_;
+};
+
+/// Re-ticks the chart's visible value axes for the room their plot area has:
+/// a label every 75 px across, every 40 px up, so labels never collide or
+/// get elided (QChart::plotAreaChanged calls it; so does every redraw).
+void fit_ticks(QChart* c) {
+  const QRectF plot = c->plotArea();
+  for (QAbstractAxis* axis : c->axes()) {
+    if (axis->type() != QAbstractAxis::AxisTypeValue || !axis->isVisible()) continue;  // not QCategoryAxis
+    const bool across = axis->orientation() == Qt::Horizontal;
+    const double room = across ? plot.width() : plot.height();
+    round_ticks(static_cast<QValueAxis*>(axis), std::clamp(static_cast<int>(room / (across ? 75 : 40)), 2, 10));
+  }
+}
+
+/// A chart view that asks for no more than its minimum (Note [Chart sizes])
+/// and takes what room there is: its preferred size would otherwise count as
+/// the explorer page's height for its width, and the page would scroll in a
+/// window that has room for it.
+class ChartView : public QChartView {
+ public:
+  using QChartView::QChartView;
+  QSize sizeHint() const override { return minimumSize(); }
+};
 
 void clear_chart(QChart* c) {
   c->removeAllSeries();
@@ -205,6 +412,11 @@ struct ExplorerWindow::Impl {
   QTableWidget* s_table = nullptr;
   QFutureWatcher<SearchOutcome> s_watcher;
   std::shared_ptr<const sim::SearchResult> s_result;
+  // The search returns the same plan under several names (ZeRO-3 and FSDP
+  // FULL_SHARD, placements that change nothing): the table shows each once
+  // (distinct_plans), s_rows[row] indexing s_result->top, at most s_keep rows.
+  std::vector<std::size_t> s_rows;
+  std::size_t s_keep = 20;
   bool s_running = false;
 
   QChart* chart(const char* name) const { return views.at(name)->chart(); }
@@ -292,7 +504,6 @@ struct ExplorerWindow::Impl {
     moe_imbalance->setRange(1.0, 8.0);
     moe_imbalance->setSingleStep(0.1);
     moe_imbalance->setDecimals(2);
-    moe_imbalance->setToolTip("The busiest expert's tokens over the mean (1: perfectly balanced routing)");
     schedule = new QComboBox;
     schedule->setObjectName("schedule");
     schedule->addItem("1F1B", static_cast<int>(sim::Schedule::k1f1b));
@@ -404,9 +615,13 @@ struct ExplorerWindow::Impl {
     v->addStretch(1);
 
     auto* scroll = new QScrollArea;
+    scroll->setObjectName("knobs");
     scroll->setWidget(panel);
     scroll->setWidgetResizable(true);
-    scroll->setMinimumWidth(330);
+    // As wide as the knobs want, beside the vertical scroll bar: no horizontal one.
+    scroll->setHorizontalScrollBarPolicy(Qt::ScrollBarAlwaysOff);
+    scroll->setMinimumWidth(std::max(330, panel->sizeHint().width() + scroll->verticalScrollBar()->sizeHint().width() +
+                                              2 * scroll->frameWidth()));
     return scroll;
   }
 
@@ -414,21 +629,31 @@ struct ExplorerWindow::Impl {
     auto* c = new QChart;
     c->setTitle(title);
     c->legend()->setAlignment(Qt::AlignBottom);
-    auto* view = new QChartView(c);
+    auto* view = new ChartView(c);
     view->setObjectName(name);
+    view->setMinimumSize(kChartMinWidth, kChartMinHeight);  // Note [Chart sizes]
+    QObject::connect(c, &QChart::plotAreaChanged, w, [c] { fit_ticks(c); });
     view->setRenderHint(QPainter::Antialiasing);
     views[name] = view;
     return view;
   }
 
   QWidget* build_explorer_tab() {
+    // The page scrolls where the window is too small for the charts' minimum
+    // (Note [Chart sizes]); at 1280 x 800 and above it fits.
     auto* page = new QWidget;
+    auto* scroll = new QScrollArea;
+    scroll->setObjectName("explorer_scroll");
+    scroll->setWidget(page);
+    scroll->setWidgetResizable(true);
+    scroll->setFrameShape(QFrame::NoFrame);
     auto* v = new QVBoxLayout(page);
-    auto* head = new QHBoxLayout;
+    auto* head = new FlowLayout;
+    head->setContentsMargins(0, 0, 0, 0);
     auto headline = [&](QLabel*& l, const char* name) {
       l = new QLabel("—");
       l->setObjectName(name);
-      l->setStyleSheet("font-size: 15pt; font-weight: bold; padding: 4px 10px;");
+      l->setStyleSheet("font-size: 13pt; font-weight: bold; padding: 4px 10px;");
       head->addWidget(l);
     };
     headline(h_time, "h_time");
@@ -436,7 +661,6 @@ struct ExplorerWindow::Impl {
     headline(h_mfu, "h_mfu");
     headline(h_mem, "h_mem");
     headline(h_fits, "h_fits");
-    head->addStretch(1);
     v->addLayout(head);
     resolved = new QLabel;
     resolved->setObjectName("resolved");
@@ -456,6 +680,9 @@ struct ExplorerWindow::Impl {
     auto* top = new QSplitter(Qt::Horizontal);
     top->addWidget(make_view("breakdown", "Iteration time breakdown (critical path)"));
     top->addWidget(make_view("memory", "Peak memory per stage (GiB)"));
+    // Six legend entries side by side would be elided at half a window's
+    // width; in a column on the right each keeps its whole name.
+    for (const char* name : {"breakdown", "memory"}) chart(name)->legend()->setAlignment(Qt::AlignRight);
     split->addWidget(top);
     auto* tl = new QWidget;
     auto* tlv = new QVBoxLayout(tl);
@@ -463,14 +690,21 @@ struct ExplorerWindow::Impl {
     QChartView* timeline = make_view("timeline", "One iteration, per stage (drag to zoom, right-click to zoom out)");
     timeline->setRubberBand(QChartView::HorizontalRubberBand);
     tlv->addWidget(timeline, 1);
+    // In the chart's top right corner, not on a row of its own below it.
     auto* reset = new QPushButton("Reset zoom");
+    reset->setObjectName("reset_zoom");
     QObject::connect(reset, &QPushButton::clicked, w, [this] { draw_timeline(); });
-    tlv->addWidget(reset, 0, Qt::AlignRight);
+    auto* corner = new QVBoxLayout(timeline);
+    corner->setContentsMargins(6, 6, 6, 6);
+    corner->addWidget(reset, 0, Qt::AlignRight | Qt::AlignTop);
+    corner->addStretch(1);
     split->addWidget(tl);
     split->setStretchFactor(0, 1);
     split->setStretchFactor(1, 1);
+    split->setChildrenCollapsible(false);
+    top->setChildrenCollapsible(false);
     v->addWidget(split, 1);
-    return page;
+    return scroll;
   }
 
   QWidget* build_compare_tab() {
@@ -508,6 +742,7 @@ struct ExplorerWindow::Impl {
     split->addWidget(pin_table);
     split->setStretchFactor(0, 3);  // the chart is the point; the table is its legend
     split->setStretchFactor(1, 1);
+    split->setChildrenCollapsible(false);
     v->addWidget(split, 1);
     return page;
   }
@@ -590,11 +825,22 @@ struct ExplorerWindow::Impl {
     tabs->addTab(build_compare_tab(), "Compare");
     tabs->addTab(build_search_tab(), "Search");
     split->addWidget(tabs);
+    split->setStretchFactor(0, 0);  // the knobs keep their width; the charts take the rest
     split->setStretchFactor(1, 1);
+    split->setChildrenCollapsible(false);
     v->addWidget(split, 1);
     w->setCentralWidget(central);
     build_menu();
     connect_knobs();
+    for (const auto& [name, tip] : kKnobTips) {
+      auto* knob = w->findChild<QWidget*>(name);
+      if (knob == nullptr) continue;
+      const QString html = "<p>" + QString(tip).toHtmlEscaped() + "</p>";  // rich text wraps
+      knob->setToolTip(html);
+      if (auto* form = qobject_cast<QFormLayout*>(knob->parentWidget()->layout())) {
+        if (QWidget* label = form->labelForField(knob)) label->setToolTip(html);
+      }
+    }
     debounce.setSingleShot(true);
     debounce.setInterval(kDebounceMs);
     QObject::connect(&debounce, &QTimer::timeout, w, [this] { launch(); });
@@ -880,7 +1126,7 @@ struct ExplorerWindow::Impl {
       show_error(outcome.error);
       for (QLabel* l : {h_time, h_tokens, h_mfu, h_mem}) l->setText("—");
       h_fits->setText("invalid plan");
-      h_fits->setStyleSheet("font-size: 15pt; font-weight: bold; padding: 4px 10px; color: #a40000;");
+      h_fits->setStyleSheet("font-size: 13pt; font-weight: bold; padding: 4px 10px; color: #a40000;");
       emit w->evaluated();
       return;
     }
@@ -891,7 +1137,7 @@ struct ExplorerWindow::Impl {
     h_mfu->setText("MFU " + QString::number(p.mfu * 100, 'f', 1) + "%");
     h_mem->setText(QString::number(gib(peak_of(p)), 'f', 2) + " / " + QString::number(gib(p.capacity), 'f', 1) + " GiB");
     h_fits->setText(p.fits ? "fits" : "does not fit (" + QString::number(gib(p.shortfall), 'f', 2) + " GiB over)");
-    h_fits->setStyleSheet(QString("font-size: 15pt; font-weight: bold; padding: 4px 10px; color: %1;")
+    h_fits->setStyleSheet(QString("font-size: 13pt; font-weight: bold; padding: 4px 10px; color: %1;")
                               .arg(p.fits ? "#1a7f37" : "#a40000"));
     const sim::ResolvedPlan& rp = p.plan;
     resolved->setText(QString("%1 · %2 params · %3 × %4 GPUs (%5) · %6 · global batch %7 = micro-batch %8 × %9 steps × dp %10")
@@ -996,10 +1242,10 @@ struct ExplorerWindow::Impl {
     series->attachAxis(cats);
     auto* x = new QValueAxis;
     x->setTitleText(u.name);
-    x->setLabelFormat("%.4g");
     c->addAxis(x, Qt::AlignBottom);
     series->attachAxis(x);
-    x->setRange(0, in(longest, u) * 1.05);
+    round_range(x, in(longest, u) * 1.02);
+    fit_ticks(c);
   }
 
   void draw_memory() {
@@ -1033,7 +1279,6 @@ struct ExplorerWindow::Impl {
     series->attachAxis(xcat);
     auto* y = new QValueAxis;
     y->setTitleText("GiB");
-    y->setLabelFormat("%.3g");
     c->addAxis(y, Qt::AlignLeft);
     series->attachAxis(y);
     // The capacity line and measured peaks sit on a hidden value axis whose
@@ -1074,7 +1319,8 @@ struct ExplorerWindow::Impl {
       pts->attachAxis(xv);
       pts->attachAxis(y);
     }
-    y->setRange(0, top * 1.1);
+    round_range(y, top * 1.05);
+    fit_ticks(c);
   }
 
   /// The whole iteration: axes, lanes and the series at full range.
@@ -1092,13 +1338,29 @@ struct ExplorerWindow::Impl {
     timeline_unit = unit_for(p.exec.makespan);
     auto* x = new QValueAxis;
     x->setTitleText(timeline_unit.name);
-    x->setLabelFormat("%.4g");
     x->setRange(0, std::max(1e-9, in(p.exec.makespan, timeline_unit)));
     c->addAxis(x, Qt::AlignBottom);
     auto* y = new QCategoryAxis;
     y->setStartValue(-0.5);
-    for (int i = n - 1; i >= 0; --i) y->append(qs(rows[i].label), (n - 1 - i) + 0.5);
-    y->setRange(-0.5, n - 0.5);
+    // One label a stage ("S0"), centred over its lanes ("S0", "S0 comm",
+    // "S0 host"), bottom to top: a label a lane would not fit thin lanes, and
+    // Qt Charts hides every other one. The bars' colours tell lanes apart.
+    int groups = 0;
+    for (int i = n - 1; i >= 0; --i) {
+      const std::string& label = rows[static_cast<std::size_t>(i)].label;
+      const std::string stage = label.substr(0, label.find(' '));
+      const std::string above = i > 0 ? rows[static_cast<std::size_t>(i - 1)].label : std::string();
+      if (i > 0 && above.substr(0, above.find(' ')) == stage) continue;  // the stage goes on above
+      QString text = qs(stage);
+      while (y->categoriesLabels().contains(text)) text += ' ';  // labels must be unique
+      y->append(text, (n - 1 - i) + 0.5);
+      ++groups;
+    }
+    // A hair beyond the outer lanes: Qt Charts hides a centred category label
+    // at the plot's edge when its category is lower than the label's box.
+    y->setRange(-0.51, n - 0.49);
+    // Room for every stage's label (about 18 px each) besides title, axis and legend.
+    views.at("timeline")->setMinimumHeight(std::max(kChartMinHeight, 130 + 18 * groups));
     y->setLabelsPosition(QCategoryAxis::AxisLabelsPositionCenter);
     y->setGridLineVisible(false);
     QFont small = y->labelsFont();
@@ -1110,7 +1372,9 @@ struct ExplorerWindow::Impl {
     timeline_y = y;
     draw_timeline_series(0, p.exec.makespan);
     // Zooming (rubber band, right-click) changes the range: redraw its detail.
+    fit_ticks(c);
     QObject::connect(x, &QValueAxis::rangeChanged, w, [this](qreal lo, qreal hi) {
+      fit_ticks(chart("timeline"));  // a zoomed range gets its own round interval
       zoom_range = {static_cast<TimeNs>(lo * timeline_unit.ns), static_cast<TimeNs>(hi * timeline_unit.ns)};
       zoom_timer.start();
     });
@@ -1185,10 +1449,8 @@ struct ExplorerWindow::Impl {
     if (pins.empty()) return;
     auto* x = new QValueAxis;
     x->setTitleText("iteration time (ms)");
-    x->setLabelFormat("%.4g");
     auto* y = new QValueAxis;
     y->setTitleText("peak GiB");
-    y->setLabelFormat("%.3g");
     c->addAxis(x, Qt::AlignBottom);
     c->addAxis(y, Qt::AlignLeft);
     auto* all = new QScatterSeries;
@@ -1210,8 +1472,9 @@ struct ExplorerWindow::Impl {
       s->attachAxis(x);
       s->attachAxis(y);
     }
-    x->setRange(0, xmax * 1.1);
-    y->setRange(0, ymax * 1.15);
+    round_range(x, xmax * 1.05);
+    round_range(y, ymax * 1.05);
+    fit_ticks(c);
   }
 
   // ---- search ----------------------------------------------------------------
@@ -1243,9 +1506,25 @@ struct ExplorerWindow::Impl {
                           .arg(r.seconds, 0, 'f', 2)
                           .arg(r.threads)
                           .arg(r.pruned_time));
-    s_table->setRowCount(static_cast<int>(r.top.size()));
-    for (std::size_t i = 0; i < r.top.size(); ++i) {
+    s_rows = distinct_plans(r.top, s_keep);
+    const std::size_t hidden = [&] {
+      std::size_t n = 0;  // entries ranked above the last shown row that repeat a shown plan
+      for (std::size_t i = 0; !s_rows.empty() && i <= s_rows.back(); ++i) n += std::find(s_rows.begin(), s_rows.end(), i) == s_rows.end();
+      return n;
+    }();
+    if (hidden > 0) {
+      s_status->setText(s_status->text() + QString(" %1 more listed the same plan under another name (ZeRO-3 as FSDP "
+                                                   "FULL_SHARD, or a placement that changes nothing): shown once, the "
+                                                   "other names in the plan's tooltip.").arg(hidden));
+    }
+    s_table->setRowCount(static_cast<int>(s_rows.size()));
+    for (std::size_t row = 0; row < s_rows.size(); ++row) {
+      const std::size_t i = s_rows[row];
       const sim::SearchEntry& e = r.top[i];
+      QStringList aliases;
+      for (std::size_t j = 0; j < r.top.size(); ++j) {
+        if (j != i && same_plan(e, r.top[j])) aliases << qs(plan_label(r.top[j].plan));
+      }
       bool on_front = false;
       for (const auto& f : r.pareto) on_front = on_front || (f.iteration_time == e.iteration_time && f.peak == e.peak);
       const QString cells[] = {qs(plan_label(e.plan)),
@@ -1254,7 +1533,8 @@ struct ExplorerWindow::Impl {
                                QString::number(e.mfu * 100, 'f', 1) + "%",
                                QString::number(gib(e.peak), 'f', 2),
                                on_front ? "yes" : ""};
-      for (int col = 0; col < 6; ++col) s_table->setItem(static_cast<int>(i), col, new QTableWidgetItem(cells[col]));
+      for (int col = 0; col < 6; ++col) s_table->setItem(static_cast<int>(row), col, new QTableWidgetItem(cells[col]));
+      if (!aliases.isEmpty()) s_table->item(static_cast<int>(row), 0)->setToolTip("Also listed as: " + aliases.join("; "));
     }
     s_load->setEnabled(!r.top.empty());
     if (!r.top.empty()) s_table->selectRow(0);
@@ -1266,7 +1546,14 @@ ExplorerWindow::ExplorerWindow(QWidget* parent) : QMainWindow(parent), d_(std::m
   d_->w = this;
   setWindowTitle("dtsim explorer");
   d_->build();
-  resize(1600, 1000);
+  // 1600 x 1000, or the screen where that is smaller (a 1280 x 800 display);
+  // offscreen (--screenshot without a display) has no screen to fit.
+  QSize size(1600, 1000);
+  const QString platform = QGuiApplication::platformName();
+  if (platform != "offscreen" && platform != "minimal" && screen() != nullptr) {
+    size = size.boundedTo(screen()->availableGeometry().size());
+  }
+  resize(size);
 }
 
 ExplorerWindow::~ExplorerWindow() {
@@ -1432,7 +1719,9 @@ void ExplorerWindow::start_search() {
   sim::SearchOptions so;
   so.gpus = d_->s_gpus->value();
   so.global_batch = d_->s_batch->value();
-  so.top = d_->s_top->value();
+  // Ask for more than shown: the table shows each plan once (Impl::s_rows).
+  d_->s_keep = static_cast<std::size_t>(d_->s_top->value());
+  so.top = std::min(3 * d_->s_top->value(), 3000);
   so.base = d_->scenario.plan;
   so.profile = d_->scenario.profile;
   QProgressBar* bar = d_->s_progress;
@@ -1473,12 +1762,13 @@ bool ExplorerWindow::wait_for_search(int timeout_ms) {
   return !d_->s_running;
 }
 
-bool ExplorerWindow::load_search_entry(int index) {
-  if (!d_->s_result || index < 0 || index >= static_cast<int>(d_->s_result->top.size())) return false;
+bool ExplorerWindow::load_search_entry(int row) {
+  if (!d_->s_result || row < 0 || row >= static_cast<int>(d_->s_rows.size())) return false;
+  const int index = static_cast<int>(d_->s_rows[static_cast<std::size_t>(row)]);
   sim::PlanSpec spec = d_->s_result->top[static_cast<std::size_t>(index)].plan.spec;
-  const std::string label = "__search_" + std::to_string(index + 1);
-  spec.name = "search #" + std::to_string(index + 1);
-  spec.origins.file = "search result #" + std::to_string(index + 1);
+  const std::string label = "__search_" + std::to_string(row + 1);  // as the table numbers it
+  spec.name = "search #" + std::to_string(row + 1);
+  spec.origins.file = "search result #" + std::to_string(row + 1);
   spec.origins.where.clear();
   d_->scenario.plan = spec;
   d_->scenario.plan_source = label;
@@ -1492,11 +1782,32 @@ bool ExplorerWindow::load_search_entry(int index) {
   return true;
 }
 
+bool ExplorerWindow::wait_for_exposed(int timeout_ms) {
+  QElapsedTimer t;
+  t.start();
+  auto exposed = [this] { return windowHandle() != nullptr && windowHandle()->isExposed(); };
+  while (!exposed() && t.elapsed() < timeout_ms) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    if (!exposed()) QThread::msleep(5);
+  }
+  // The server's configure and expose events, then the layouts they start.
+  for (int i = 0; i < 10; ++i) {
+    QCoreApplication::processEvents(QEventLoop::AllEvents, 20);
+    QThread::msleep(10);
+  }
+  return exposed();
+}
+
 bool ExplorerWindow::save_screenshot(const QString& path) {
+  // On a display (X11, Xvfb included) the window is shown for real, so the
+  // screenshot has the layout a user gets; offscreen it is laid out unseen.
+  const QString platform = QGuiApplication::platformName();
+  const bool headless = platform == "offscreen" || platform == "minimal";
   if (!isVisible()) {
-    setAttribute(Qt::WA_DontShowOnScreen, true);
+    if (headless) setAttribute(Qt::WA_DontShowOnScreen, true);
     show();
   }
+  if (!headless) wait_for_exposed(5000);
   for (int i = 0; i < 5; ++i) QCoreApplication::processEvents();
   QString err;
   if (!save_png(grab(), path, &err)) {

@@ -17,6 +17,7 @@
 #include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/search.hpp"
 
 namespace dtsim::gui {
 
@@ -125,6 +126,23 @@ std::string pins_to_csv(const std::vector<Pinned>& pins);
 /// adds " cp2" (" cp2-all_gather"), ep > 1 " ep8" (" ep8-etp1" where etp is
 /// not tp), attention other than auto " flash" or " eager".
 std::string plan_label(const sim::ResolvedPlan& p);
+
+/// Whether two plans are the same plan for the explorer: the same degrees,
+/// schedule, batch, precision, attention, recompute, offload and effective
+/// sharding (ZeRO-3 and FSDP FULL_SHARD alike, ZeRO-2 and SHARD_GRAD_OP
+/// alike), differing at most in how they are named or in a placement that
+/// changes nothing, so the same predicted time and peak memory.
+bool same_plan(const sim::SearchEntry& a, const sim::SearchEntry& b);
+/// Indices into `entries` (ranked) of the first of each distinct plan
+/// (same_plan), at most `keep` of them, in rank order.
+std::vector<std::size_t> distinct_plans(const std::vector<sim::SearchEntry>& entries, std::size_t keep);
+
+/// A tick interval for an axis spanning `span` (> 0) units with at most
+/// `max_ticks` intervals: the smallest 1, 2 or 5 x 10^k at least span / max_ticks.
+double nice_tick_interval(double span, int max_ticks);
+/// Decimals that show every multiple of a nice_tick_interval `step` exactly
+/// (0 for 1, 2, 5, 10...; 1 for 0.5; 2 for 0.05).
+int tick_decimals(double step);
 
 /// A measured iteration, as `dtsim validate --json` writes it (gui/README.md
 /// gives the format): wall time, phases and each rank's peak.

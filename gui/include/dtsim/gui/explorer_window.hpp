@@ -63,11 +63,16 @@ class ExplorerWindow : public QMainWindow {
   void start_search();
   /// Runs the event loop until the search ends; true if it did in time.
   bool wait_for_search(int timeout_ms);
-  /// Loads the search result's entry `index` (0 = fastest) into the explorer.
-  bool load_search_entry(int index);
+  /// Loads the search table's row `row` (0 = fastest; each distinct plan
+  /// once, gui::distinct_plans) into the explorer.
+  bool load_search_entry(int row);
 
-  /// Renders the window, shown or not, into a PNG written atomically.
+  /// Renders the window into a PNG written atomically: on a display (X11,
+  /// Xvfb) as shown on screen, offscreen as laid out unseen.
   bool save_screenshot(const QString& path);
+  /// Runs the event loop until the shown window is exposed on screen and its
+  /// layout has settled (or `timeout_ms` passed); true if it was exposed.
+  bool wait_for_exposed(int timeout_ms);
 
  signals:
   /// A new outcome has been drawn.
