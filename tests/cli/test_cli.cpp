@@ -670,6 +670,28 @@ TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from
   CHECK(r.status == 2);
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("--out FILE.h5 is required") != std::string::npos);
+  // A damaged row (line 16 of the sample, 8 B: its time made "x"): the
+  // file and line, exit 2, and no profile written.
+  {
+    std::ifstream in(log);
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    const std::string row = "           8             2     float     sum      -1    10.44";
+    const auto at = text.find(row);
+    REQUIRE(at != std::string::npos);
+    text.replace(at, row.size(), "           8             2     float     sum      -1        x");
+    const std::string bad = temp_file("dtsim_cli_bad_nccl.txt", text);
+    r = dtsim("profile import-nccl-tests " + bad + " --out " + out.string());
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(bad + ":16") != std::string::npos);
+    CHECK_FALSE(fs::exists(out));
+    fs::remove(bad);
+  }
+  // A profiler trace of a training step prices the kernels it saw.
+  r = dtsim("profile import-trace " + std::string(DTSIM_TEST_DATA) + "/traces/gpt_2layers_dgx-a100_bf16.json --out " + out.string());
+  CHECK(r.status == 0);
+  CHECK(fs::exists(out));
+  fs::remove(out);
   r = dtsim("profile import-trace /nonexistent/trace.json --out " + out.string());
   CHECK(r.status == 2);
   CHECK(lines(r.err) == 1);
