@@ -478,7 +478,7 @@ TEST_CASE("dtsim alone prints the usage and exits 2", "[cli][conventions]") {
   CHECK_THAT(r.out, Catch::Contains("Usage: dtsim [OPTIONS] [SUBCOMMAND]") && Catch::Contains("predict"));
 }
 
-TEST_CASE("--version prints dtsim's version, first or after a subcommand", "[cli][conventions]") {
+TEST_CASE("dtsim --version prints its version, first or after a subcommand", "[cli][conventions]") {
   const std::string version = project_version();
   REQUIRE(!version.empty());
   for (const char* args : {"--version", "predict --version", "profile show --version", "validate --version"}) {

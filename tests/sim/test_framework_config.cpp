@@ -413,7 +413,7 @@ TEST_CASE("a framework's config given as a plan says which option reads it", "[f
   const std::string tt = sample("torchtitan/llama3_8b.toml");
   CHECK(error_of([&] { load_plan(tt); }) == tt + " looks like a torchtitan TOML; pass it as --torchtitan " + tt);
   const std::string mg = sample("megatron/llama3-8b.args");
-  CHECK(error_of([&] { load_plan(mg); }) == mg + " looks like a Megatron-LM command line; pass it as --megatron " + mg);
+  CHECK(error_of([&] { load_plan(mg); }) == mg + " looks like a Megatron-LM command line; pass it as --megatron-args " + mg);
   CHECK(error_of([] { parse_plan("{\"train_batch_size\": 8, \"optimizer\": {\"type\": \"Adam\"}}", "ds_config.json"); }) ==
         "ds_config.json looks like a DeepSpeed config; pass it as --deepspeed ds_config.json");
   CHECK(error_of([] { parse_plan("[training]\nseq_len = 4\n", "job"); }) == "job looks like a torchtitan TOML; pass it as --torchtitan job");
