@@ -21,7 +21,7 @@ struct Builtin {
 // Sizes from the HuggingFace model cards' config.json (gpt2, gpt2-medium,
 // gpt2-large, gpt2-xl, bert-base-uncased, bert-large-uncased,
 // google/bert_uncased_L-2_H-128_A-2 for bert-tiny; meta-llama/Meta-Llama-3-8B,
-// Meta-Llama-3-70B, Llama-3.1-405B, mistralai/Mistral-7B-v0.1, Qwen/Qwen3-8B,
+// Meta-Llama-3-70B, Llama-3.1-405B, Llama-3.2-1B, mistralai/Mistral-7B-v0.1, Qwen/Qwen3-8B,
 // whose config.json files tests/data/hf/ keeps).
 //
 // The Megatron GPTs are Narayanan et al. 2021 ("Efficient Large-Scale
@@ -71,6 +71,8 @@ const Builtin kBuiltins[] = {
      "family: gpt\nlayers: 128\nhidden: 25600\nheads: 160\nvocab: 51200\nseq_len: 2048\n"},
     {"llama-3-8b", "Meta Llama 3 8B (meta-llama/Meta-Llama-3-8B config.json): 32 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocab 128256, seq 8192",
      "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 128256\nseq_len: 8192\n"},
+    {"llama-3.2-1b", "Meta Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): 16 layers, hidden 2048, 32 heads of 64, 8 KV heads, SwiGLU 8192, vocab 128256, tied head, seq 131072",
+     "family: llama\nlayers: 16\nhidden: 2048\nheads: 32\nkv_heads: 8\nhead_dim: 64\nintermediate: 8192\nvocab: 128256\nseq_len: 131072\ntied_head: true\n"},
     {"llama-3-70b", "Meta Llama 3 70B: 80 layers, hidden 8192, 64 heads, 8 KV heads, SwiGLU 28672, vocab 128256, seq 8192",
      "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 28672\nvocab: 128256\nseq_len: 8192\n"},
     {"llama-3.1-405b", "Meta Llama 3.1 405B: 126 layers, hidden 16384, 128 heads, 8 KV heads, SwiGLU 53248, vocab 128256, seq 131072",

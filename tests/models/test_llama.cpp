@@ -67,6 +67,13 @@ TEST_CASE("Llama-family parameter counts equal HuggingFace's, from config.json a
   CHECK(load_model("llama-3.1-405b")->parameters() == l405);
   CHECK(load_model("mistral-7b")->parameters() == m7);
   CHECK(load_model("qwen3-8b")->parameters() == q8);
+  // Llama-3.2-1B: 16 layers, h 2048, 32 heads of 64, 8 KV heads, f 8192,
+  // V 128256, head tied to the embedding (tie_word_embeddings: true), so V*h
+  // once: 1,235,814,400, the model card's 1.24B (tests/data/hf/PARAMS.md).
+  const std::int64_t l1 = llama_params(16, 2048, 32, 8, 64, 8192, 128256, true);
+  CHECK(l1 == 1'235'814'400);
+  CHECK(load_model(hf("llama-3.2-1b"))->parameters() == l1);
+  CHECK(load_model("llama-3.2-1b")->parameters() == l1);
   // llama-tiny: 2 layers, h 128, 4 heads of 32, 2 KV heads, f 352, V 1024, untied: 631,424.
   CHECK(load_model("llama-tiny")->parameters() == 631'424);
   // BertForMaskedLM (architectures): no pooler, the MLM transform and the
