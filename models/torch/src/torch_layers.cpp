@@ -421,20 +421,35 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& pos) {
 /// heads (HF's repeat_kv), query i sees key j where kpos_j <= qpos_i (global
 /// positions: Note [Context parallelism]) and, with a sliding window w > 0
 /// (Mistral), kpos_j > qpos_i - w; softmax(q k^T / sqrt(d)) in fp32 (HF's
-/// eager_attention_forward). `flash`: SDPA, which keeps no scores.
+/// eager_attention_forward). `flash`: SDPA, which keeps no scores. `causal`:
+/// the keys are the queries' own positions 0..s-1 and there is no window, so
+/// SDPA takes is_causal and no mask, as HF's sdpa_attention_forward does when
+/// no padding mask is given (integrations/sdpa_attention.py): only then may
+/// PyTorch pick its FlashAttention kernel (sdp_utils.cpp refuses an explicit
+/// mask to it, which sends SDPA to the memory-efficient kernel).
 torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& qpos, const torch::Tensor& kpos,
-                       std::int64_t window, bool flash) {
+                       std::int64_t window, bool flash, bool causal) {
   const auto b = k.size(0), kvh = k.size(1), sk = k.size(2), d = k.size(3), rep = q.size(1) / kvh;
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
+  // With no mask HF hands SDPA the key-value heads as they are (enable_gqa,
+  // integrations/sdpa_attention.py's use_gqa_in_sdpa, PyTorch >= 2.5): the
+  // kernel saves K and V unexpanded, as Note [Llama activations] counts.
+  if (flash && causal && window == 0) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true, std::nullopt, rep > 1);
+#endif
   if (rep > 1) {
     k = k.unsqueeze(2).expand({b, kvh, rep, sk, d}).reshape({b, kvh * rep, sk, d});
     v = v.unsqueeze(2).expand({b, kvh, rep, sk, d}).reshape({b, kvh * rep, sk, d});
   }
+#if TORCH_VERSION_MAJOR >= 2
+  if (flash && causal && window == 0) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
+#endif
   auto masked = kpos.unsqueeze(0) > qpos.unsqueeze(1);  // [sq, sk]: true where a key is in the future
   if (window > 0) masked = masked | (kpos.unsqueeze(0) <= qpos.unsqueeze(1) - window);
 #if TORCH_VERSION_MAJOR >= 2
   if (flash) return at::scaled_dot_product_attention(q, k, v, masked.logical_not(), 0.0, false);
 #else
   (void)flash;  // refused at construction (make_torch_layer)
+  (void)causal;
 #endif
   auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(d)));
   scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
@@ -447,11 +462,12 @@ torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v,
 struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& qpos, const torch::Tensor& kpos, std::int64_t window,
-                               bool flash) {
+                               bool flash, bool causal) {
     ctx->save_for_backward({q, k, v, qpos, kpos});
     ctx->saved_data["window"] = window;
     ctx->saved_data["flash"] = flash;
-    return gqa_core(q, k, v, qpos, kpos, window, flash);  // autograd is off in here
+    ctx->saved_data["causal"] = causal;
+    return gqa_core(q, k, v, qpos, kpos, window, flash, causal);  // autograd is off in here
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
     const auto saved = ctx->get_saved_variables();
@@ -460,10 +476,11 @@ struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
     torch::Tensor out;
     {
       torch::AutoGradMode grad_mode(true);
-      out = gqa_core(in[0], in[1], in[2], saved[3], saved[4], ctx->saved_data["window"].toInt(), ctx->saved_data["flash"].toBool());
+      out = gqa_core(in[0], in[1], in[2], saved[3], saved[4], ctx->saved_data["window"].toInt(), ctx->saved_data["flash"].toBool(),
+                     ctx->saved_data["causal"].toBool());
     }
     auto g = torch::autograd::grad({out}, in, {grad[0]});
-    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -695,8 +712,10 @@ struct LlamaBlock : nn::Module {
     // Note [Context parallelism]: every rank's keys and values [b, kv_heads, s, d], in cp-rank order.
     const CpAttention all(cp.get(), k, v, 2);
     const torch::Tensor kpos = cp ? all.kpos : qpos;
-    const auto ctx = recompute_core && torch::GradMode::is_enabled() ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash)
-                                                                     : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash);
+    const bool causal = !cp;  // the queries' own keys, positions 0..s-1
+    const auto ctx = recompute_core && torch::GradMode::is_enabled()
+                         ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal)
+                         : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal);
     const auto y = x + row_parallel(o_proj, ctx.transpose(1, 2).reshape({b, sl, heads * d}), t);
     const auto z = enter(post_attention_layernorm->forward(y), t);
     if (moe) return y + moe->forward(z);
