@@ -500,6 +500,14 @@ int run_import_nccl_tests(const Options& o) {
   return 0;
 }
 
+int run_import_layers(const Options& o) {
+  if (o.positional.size() != 1) {
+    throw ConfigError("dtsim profile import-layers: one OLDER.h5 is required; usage: dtsim profile import-layers OLDER.h5 --into NEWER.h5 --out FILE.h5");
+  }
+  std::cout << calib::import_layers_command(o.positional.front(), import_options(o, "import-layers", o.positional));
+  return 0;
+}
+
 int run_import_trace(const Options& o) {
   if (o.positional.size() != 1) {
     throw ConfigError("dtsim profile import-trace: one TRACE.json is required; usage: dtsim profile import-trace TRACE.json --out FILE.h5");
@@ -511,7 +519,7 @@ int run_import_trace(const Options& o) {
 }  // namespace
 
 Command add_profile(CLI::App& root) {
-  CLI::App* app = subcommand(root, "profile", "Show, upgrade or import (nccl-tests logs, profiler traces) a calibration profile");
+  CLI::App* app = subcommand(root, "profile", "Show, upgrade or import (nccl-tests logs, profiler traces, an earlier calibration's layers) a calibration profile");
   app->require_subcommand(0, 1);
   // Note [Profile subcommands]: one entry each; a new one (import-nccl-tests
   // LOG..., import-trace TRACE.json) is another entry and its run function.
@@ -536,14 +544,14 @@ Command add_profile(CLI::App& root) {
   }
   // The user's cluster's own measurements (calibrate/import.hpp).
   auto import_sub = [&](const std::string& name, const std::string& description, const std::string& input,
-                        const std::string& input_help, bool many, std::function<int(const Options&)> run) {
+                        const std::string& input_help, bool many, std::function<int(const Options&)> run, bool cluster = true) {
     CLI::App* sub = subcommand(*app, name, description);
     auto o = options_of(sub);
     auto* in = sub->add_option(input, o->positional, input_help)->type_name(input);
     if (!many) in->expected(1);
     value(sub, *o, "out", "FILE.h5", "The profile to write (atomically)");
     value(sub, *o, "into", "EXISTING.h5", "Merge into this profile, keeping its other entries");
-    value(sub, *o, "cluster", "C", "Check the runs against this cluster and price what was imported on it");
+    if (cluster) value(sub, *o, "cluster", "C", "Check the runs against this cluster and price what was imported on it");
     if (name == "import-nccl-tests") flag(sub, *o, "in-place", "Read nccl-tests' in-place columns (default: out-of-place)");
     subs->push_back({sub, o, std::move(run)});
   };
@@ -551,13 +559,15 @@ Command add_profile(CLI::App& root) {
              "nccl-tests' text output, one run a file", true, run_import_nccl_tests);
   import_sub("import-trace", "Price the kernels of a PyTorch profiler (Kineto) trace of a training step into a profile",
              "TRACE.json", "torch.profiler's export_chrome_trace output", false, run_import_trace);
+  import_sub("import-layers", "Add the layers an earlier calibration of the same device measured and --into's lacks",
+             "OLDER.h5", "the earlier calibration's profile", false, run_import_layers, false);
   return {app, [app, subs] {
             for (const Sub& s : *subs) {
               if (s.app->parsed()) return s.run(*s.options);
             }
             std::string valid;
             for (const Sub& s : *subs) valid += (valid.empty() ? "" : ", ") + s.app->get_name();
-            throw ConfigError("dtsim profile: a command is required; valid: " + valid + " (usage: dtsim profile show FILE.h5 [--json] | upgrade FILE.h5 | import-nccl-tests LOG... --out F.h5 | import-trace TRACE.json --out F.h5)");
+            throw ConfigError("dtsim profile: a command is required; valid: " + valid + " (usage: dtsim profile show FILE.h5 [--json] | upgrade FILE.h5 | import-nccl-tests LOG... --out F.h5 | import-trace TRACE.json --out F.h5 | import-layers OLDER.h5 --into NEWER.h5 --out F.h5)");
           }};
 }
 

@@ -196,8 +196,13 @@ Options parse(int argc, char** argv) {
     o.precisions = o.device == "cuda" ? std::vector<std::string>{"fp32", "fp16"} : std::vector<std::string>{"fp32"};
   }
   // Note [GPU sweep]: on a GPU, by default every model of GPU size dtsim
-  // validates there.
-  if (!o.models_given && o.device == "cuda") o.models = {"gpt2", "gpt2-medium", "gpt2-large", "gpt2-xl", "bert-base", "bert-large", "bilstm"};
+  // validates there, and the layer kinds of the newer families: a 1B-class
+  // Llama, Mixtral's blocks (8 experts of SwiGLU 14336, top-2: validated as
+  // a 2-layer Mixtral, bench/gpu-cases.txt) and the tiny CPU twins.
+  if (!o.models_given && o.device == "cuda") {
+    o.models = {"gpt2",         "gpt2-medium",  "gpt2-large", "gpt2-xl",  "bert-base", "bert-large",
+                "bilstm",       "llama-3.2-1b", "mixtral-8x7b", "llama-tiny", "moe-tiny"};
+  }
   return o;
 }
 
@@ -208,6 +213,9 @@ torch::Dtype dtype_of(const std::string& p) {
 }
 
 int element_size(const std::string& p) { return p == "fp32" ? 4 : 2; }
+
+/// The longest sequence a GPU sweep times a model at (Note [GPU sweep]).
+constexpr std::int64_t kGpuSweepSeq = 4096;
 
 /// The first line of a LibTorch message (the rest is context and backtrace).
 std::string first_line(const std::string& what) { return what.substr(0, what.find('\n')); }
@@ -470,7 +478,10 @@ class Bench {
       // below). With steps at micro-batch 4 it took 4 min 18 s on an H100;
       // the first try, with a quarter of the length too, three precisions
       // and steps at micro-batch 16, did not finish in seven and a half.
-      const std::int64_t full = model.max_seq_len();
+      // The Llama family's configs give their longest context (Llama 3.2:
+      // 131,072 tokens; Mixtral: 32,768) where pre-training runs at a few
+      // thousand: those are swept at 4,096, where the GPU rows run.
+      const std::int64_t full = std::min<std::int64_t>(model.max_seq_len(), kGpuSweepSeq);
       bs = o_.quick ? std::vector<std::int64_t>{1, 4} : std::vector<std::int64_t>{1, 2, 4, 8, 16};
       if (!o_.quick && model.parameters() > 500'000'000) bs = {1, 2, 4};
       ss = o_.quick ? std::vector<std::int64_t>{std::min<std::int64_t>(128, full), std::min<std::int64_t>(512, full)}
@@ -510,6 +521,24 @@ class Bench {
             for (auto s : ss) {
               if (s > model->max_seq_len()) continue;
               for (auto b : bs) out.push_back({layer.signature, p, b, s});
+            }
+          }
+        }
+        // Note [GPU sweep]: on a GPU the Llama family's blocks also as SDPA
+        // runs them (flash=1: what a 16-bit plan runs there by default); the
+        // GPT-2 and BERT twins run eager attention only.
+        if (cuda_) {
+          dtsim::sim::WorkloadShape fs = shape;
+          fs.flash_attention = true;
+          for (const auto& layer : model->layers(fs)) {
+            const std::string& sig = layer.signature;
+            const bool llama = sig.rfind("llama.", 0) == 0 || sig.rfind("moe.", 0) == 0;
+            if (!llama || sig.find(",flash=1") == std::string::npos || !seen.insert(sig).second) continue;
+            for (const auto& p : o_.precisions) {
+              for (auto s : ss) {
+                if (s > model->max_seq_len()) continue;
+                for (auto b : bs) out.push_back({sig, p, b, s});
+              }
             }
           }
         }

@@ -428,3 +428,69 @@ TEST_CASE("trace: the CLI function writes a profile with the trace's fits and pr
   CHECK(p.fits.count("kernel.gemm.bf16"));
   CHECK(p.info.at("import.trace.files") == "gpt_2layers_dgx-a100_bf16.json");
 }
+
+TEST_CASE("import-layers: an earlier calibration's layers the newer lacks are added, nothing else", "[import]") {
+  // Note [Importing layers]: NEWER measured block in fp16 at b 1; OLDER block
+  // in fp16 at b 1 and 2, block in fp32 at b 1, embed in fp16 at b 1 and 4.
+  // Added: (block, fp32) with its 1 shape and (embed, fp16) with its 2;
+  // (block, fp16) stays NEWER's 1 shape: 1 + 1 + 2 = 4 layer records.
+  const Timing t{0.01, 0.009, 0.011, 5};
+  Profile newer;
+  newer.info["device"] = "NVIDIA H100 80GB HBM3";
+  newer.info["device_kind"] = "cuda";
+  newer.info["created"] = "2026-11-27T05:00:00Z";
+  newer.layers.push_back({"block", Precision::kFp16, 1, 1024, t, t, 100, 200});
+  newer.kernels.push_back({"gemm", Precision::kFp16, 64, 64, 64, 1, 2.0 * 64 * 64 * 64, 2.0 * 3 * 64 * 64, t});
+  newer.memory["cuda_context_bytes"] = 600 * kMiB;
+  Profile older = newer;
+  older.info["created"] = "2026-11-24T09:31:07Z";
+  older.layers.clear();
+  older.kernels.clear();
+  older.memory["cuda_context_bytes"] = 595 * kMiB;
+  const Timing slow{0.05, 0.05, 0.05, 5};
+  older.layers.push_back({"block", Precision::kFp16, 1, 1024, slow, slow, 1, 2});
+  older.layers.push_back({"block", Precision::kFp16, 2, 1024, slow, slow, 1, 2});
+  older.layers.push_back({"block", Precision::kFp32, 1, 1024, slow, slow, 7, 8});
+  older.layers.push_back({"embed", Precision::kFp16, 1, 1024, slow, slow, -1, -1});
+  older.layers.push_back({"embed", Precision::kFp16, 4, 1024, slow, slow, -1, -1});
+  const std::string n = temp_file("newer.h5"), o = temp_file("older.h5"), out = temp_file("merged.h5");
+  save_profile(newer, n);
+  save_profile(older, o);
+  calib::ImportOptions opt;
+  opt.into = n;
+  opt.out = out;
+  const std::string summary = calib::import_layers_command(o, opt);
+  CHECK(summary.find("2 layer signatures and precisions (3 shapes)") != std::string::npos);
+  const Profile p = load_profile(out);
+  CHECK(p.layers.size() == 4);
+  int fp16_blocks = 0;
+  for (const auto& l : p.layers) {
+    if (l.signature == "block" && l.precision == Precision::kFp16) {
+      ++fp16_blocks;
+      CHECK(l.forward.median_s == 0.01);  // NEWER's, not OLDER's 0.05
+    }
+    if (l.signature == "block" && l.precision == Precision::kFp32) CHECK(l.backward_rise == 8);  // its memory comes along
+  }
+  CHECK(fp16_blocks == 1);
+  CHECK(p.kernels.size() == 1);                                // NEWER's kernels
+  CHECK(p.memory.at("cuda_context_bytes") == 600 * kMiB);      // and memory
+  CHECK(p.info.at("created") == "2026-11-27T05:00:00Z");
+  CHECK(p.info.at("import.layers.created") == "2026-11-24T09:31:07Z");
+  // Importing again adds nothing: refused, nothing written.
+  const std::string again = temp_file("again.h5");
+  opt.into = out;
+  opt.out = again;
+  CHECK(error_of([&] { calib::import_layers_command(o, opt); }).find("nothing was written") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(again));
+  // Another device: refused naming both.
+  older.info["device"] = "NVIDIA A100-SXM4-80GB";
+  save_profile(older, o);
+  opt.into = n;
+  const std::string e = error_of([&] { calib::import_layers_command(o, opt); });
+  CHECK(e.find("A100") != std::string::npos);
+  CHECK(e.find("H100") != std::string::npos);
+  // --into is required.
+  opt.into.clear();
+  CHECK(error_of([&] { calib::import_layers_command(o, opt); }).find("--into NEWER.h5 is required") != std::string::npos);
+  for (const auto& f : {n, o, out}) std::filesystem::remove(f);
+}

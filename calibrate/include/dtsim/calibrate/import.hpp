@@ -87,6 +87,13 @@ ImportResult import_nccl_tests(const std::vector<std::string>& logs, sim::Profil
 /// Throws ConfigError naming the file (and line and column) for a damaged trace.
 ImportResult import_kineto_trace(const std::string& path, sim::Profile& profile, const ImportOptions& options = {});
 
+/// Adds to `profile` every layer record (signature and precision) of the
+/// profile at `older` that `profile` lacks, with all its shapes; nothing
+/// else changes (Note [Importing layers] in src/import_layers.cpp). The two
+/// must be calibrations of the same device; throws ConfigError naming both
+/// where not, IoError / CalibrationError for an unreadable file.
+ImportResult import_layers(const std::string& older, sim::Profile& profile, const ImportOptions& options = {});
+
 /// `dtsim profile import-nccl-tests LOG... --out FILE.h5 [--into EXISTING.h5]
 /// [--cluster C] [--in-place]`: loads --into (or starts a profile), imports,
 /// writes --out atomically; returns the summary to print.
@@ -94,5 +101,8 @@ std::string import_nccl_tests_command(const std::vector<std::string>& logs, cons
 /// `dtsim profile import-trace TRACE.json --out FILE.h5 [--into EXISTING.h5]
 /// [--cluster C]`: the same for a profiler trace.
 std::string import_trace_command(const std::string& trace, const ImportOptions& options);
+/// `dtsim profile import-layers OLDER.h5 --into NEWER.h5 --out FILE.h5`:
+/// NEWER with OLDER's layers it lacks, written atomically to --out.
+std::string import_layers_command(const std::string& older, const ImportOptions& options);
 
 }  // namespace dtsim::calib
