@@ -46,7 +46,8 @@ struct Options {
   }
   /// The value of --key if it was given ("" included).
   std::optional<std::string> get(const std::string& k) const {
-    if (app->count("--" + k) == 0) return std::nullopt;
+    // A subcommand without --k (import-layers has no --cluster) was not given it.
+    if (app->get_option_no_throw("--" + k) == nullptr || app->count("--" + k) == 0) return std::nullopt;
     auto it = values.find(k);
     if (it != values.end()) return it->second;
     // A scenario option.

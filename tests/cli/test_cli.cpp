@@ -712,4 +712,20 @@ TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("/nonexistent/trace.json") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
+  // import-layers (no --cluster of its own: on the H100 it once failed with
+  // "unexpected error: --cluster not found"). The H100 profile into itself
+  // adds nothing: refused in one line, nothing written.
+  const std::string h100 = std::string(DTSIM_SOURCE_DIR) + "/configs/profiles/h100-sxm.h5";
+  r = dtsim("profile import-layers " + h100 + " --into " + h100 + " --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("nothing was written") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+  // The H100's layers into the local CPU profile: another device, named.
+  r = dtsim("profile import-layers " + h100 + " --into " + std::string(DTSIM_SOURCE_DIR) + "/configs/profiles/local-cpu.h5 --out " +
+            out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("same device") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
 }
