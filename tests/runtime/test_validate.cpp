@@ -743,10 +743,11 @@ TEST_CASE("a recorded run is reported again against this build's prediction (Not
 TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says (Note [Recorded runs])", "[runtime][validate][slow]") {
   // Every row of bench/gpu-cases.txt that ran on the H100 (its rank JSON kept
   // in docs/validation-gpu/runs) is reported again against the committed
-  // profile. docs/validation-gpu.md gives, over those 47 rows: a median time
-  // error of 6.3% with 35 rows within 15%, and allocated peak memory within
-  // 3.6% on every row (median 0.2%). A change to the simulator that loses
-  // that fails here.
+  // profile. docs/validation-gpu.md gives, over those 87 rows: a median time
+  // error of 7.9% with 61 rows within 15%, and allocated peak memory within
+  // 4% on 82 rows (median 0.25%; the five others are the Bi-LSTM's bf16 and
+  // recompute rows and Llama in fp32, which the page explains). A change to
+  // the simulator that loses that fails here.
   const std::string root = DTSIM_SOURCE_DIR;
   std::ifstream cases(root + "/bench/gpu-cases.txt");
   REQUIRE(cases);
@@ -779,14 +780,14 @@ TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says 
       if (what.find("peak memory") != std::string::npos) memory_errors.push_back(std::abs(c["error"].as<double>()));
     }
   }
-  REQUIRE(time_errors.size() == 47);
-  REQUIRE(memory_errors.size() == 47);
+  REQUIRE(time_errors.size() == 87);
+  REQUIRE(memory_errors.size() == 87);
   const auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
   };
-  CHECK(median(time_errors) <= 0.065);
-  CHECK(std::count_if(time_errors.begin(), time_errors.end(), [](double e) { return e <= 0.15; }) >= 35);
+  CHECK(median(time_errors) <= 0.08);
+  CHECK(std::count_if(time_errors.begin(), time_errors.end(), [](double e) { return e <= 0.15; }) >= 61);
   CHECK(median(memory_errors) <= 0.005);
-  CHECK(*std::max_element(memory_errors.begin(), memory_errors.end()) <= 0.04);
+  CHECK(std::count_if(memory_errors.begin(), memory_errors.end(), [](double e) { return e <= 0.04; }) >= 82);
 }
