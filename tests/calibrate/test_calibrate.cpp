@@ -764,6 +764,20 @@ TEST_CASE("a layer's measured memory is affine in the micro-batch at its sequenc
   CHECK_FALSE(model.layer_memory(l, Precision::kFp16, shape));
   l.signature = "other.layer";
   CHECK_FALSE(model.layer_memory(l, Precision::kFp32, shape));
+  // Measured in fp16 only, a bf16 layer holds the same bytes: 12 MiB and
+  // 20 MiB at b = 1, so 48 MiB and 80 MiB at b = 4 (12 a sample; 20 a sample
+  // with no weight gradients: the line through b = 1 and b = 2 below).
+  Profile h = gpu_profile();
+  h.layers.push_back({"half.layer", Precision::kFp16, 1, 1024, h.layers[0].forward, h.layers[0].backward, 12 * kMiB, 20 * kMiB});
+  h.layers.push_back({"half.layer", Precision::kFp16, 2, 1024, h.layers[0].forward, h.layers[0].backward, 24 * kMiB, 40 * kMiB});
+  const ProfileComputeModel half(std::make_shared<const ProfileCosts>(h), test::round_cluster().device, nullptr);
+  l.signature = "half.layer";
+  shape.micro_batch = 4;
+  const auto bf16 = half.layer_memory(l, Precision::kBf16, shape);
+  REQUIRE(bf16);
+  CHECK(bf16->forward_transient == 48 * kMiB);
+  CHECK(bf16->backward_rise == 80 * kMiB);
+  CHECK_FALSE(half.layer_memory(l, Precision::kFp32, shape));  // fp32 is twice the bytes: not taken from 16-bit points
 }
 
 TEST_CASE("a GPU profile prices the optimizer per update on the host and per byte on the GPU (Note [GPU optimizer step])",

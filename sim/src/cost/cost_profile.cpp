@@ -627,11 +627,17 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
 // through the two micro-batches nearest b (memory is affine in b there:
 // activations and workspaces grow with it, the weights' gradients do not);
 // else between the bracketing token counts; else not at all, and the
-// analytic formulas stand.
+// analytic formulas stand. A layer measured in the other 16-bit format only
+// takes that format's points: fp16 and bf16 hold the same bytes (the H100
+// sweep measures fp16; the Bi-LSTM in bf16 measured 238 MiB as in fp16,
+// where the formulas alone gave 176, docs/validation-gpu.md).
 std::optional<LayerMemory> ProfileComputeModel::layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const {
   if (layer.signature.empty()) return std::nullopt;
   p = kernel_precision(layer, p);
   const auto* all = costs_->layer_samples(layer.signature, p);
+  if (all == nullptr && (p == Precision::kBf16 || p == Precision::kFp16)) {
+    all = costs_->layer_samples(layer.signature, p == Precision::kBf16 ? Precision::kFp16 : Precision::kBf16);
+  }
   if (all == nullptr) return std::nullopt;
   std::vector<const LayerSample*> same_s, any;
   for (const LayerSample* x : *all) {
