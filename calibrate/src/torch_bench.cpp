@@ -746,6 +746,18 @@ class Bench {
 
   int passes() const { return o_.passes > 0 ? o_.passes : (cuda_ || o_.quick ? 1 : 3); }
 
+  // Note [One layer per series]
+  // Building a layer initialises its weights on the host, then copies them
+  // to the device: for a Mixtral block (1.4B parameters) or Llama 3.2's
+  // embedding (263M) that took seconds a point, and the H100's sweep of the
+  // newer families ran at 4 s a point, 25 minutes for 396 (docs/
+  // validation-gpu.md). The sweep's points of one signature and precision
+  // are consecutive (layer_points), so the module is built once for them
+  // and kept until the next series; its gradients are set to none before
+  // every run, as for a fresh one.
+  std::unique_ptr<dtsim::models::TorchLayer> layer_;
+  std::string layer_series_;
+
   void measure_layer(const LayerPoint& pt, int pass, PassTimes& out) {
     const std::string label = pt.signature + " " + pt.precision + " b=" + std::to_string(pt.b) + " s=" + std::to_string(pt.s) +
                               (passes() > 1 ? " (pass " + std::to_string(pass + 1) + "/" + std::to_string(passes()) + ")" : "");
@@ -761,10 +773,18 @@ class Bench {
     }
     const double budget = layer_budget() / passes();
     try {
-      auto layer = dtsim::models::make_torch_layer(pt.signature);
+      // Note [One layer per series]: the points of a layer and precision
+      // come one after another and share the module.
+      if (series != layer_series_) {
+        layer_.reset();  // its device memory first
+        layer_series_.clear();
+        layer_ = dtsim::models::make_torch_layer(pt.signature);
+        layer_->module().to(options(pt.precision).device(), dtype_of(pt.precision));
+        layer_->module().train();
+        layer_series_ = series;
+      }
+      auto* layer = layer_.get();
       const auto opts = options(pt.precision);
-      layer->module().to(opts.device(), dtype_of(pt.precision));
-      layer->module().train();
       auto inputs = layer->make_inputs(pt.b, pt.s, opts);
       Stats f, g;
       if (!time_loop(*layer, inputs, budget, &f, &g)) {
@@ -789,6 +809,10 @@ class Bench {
       // split over tp): the simulator prices it from its kernels.
       out.failed = true;
       skip(label, e.what());
+    }
+    if (out.failed) {  // a failed point (out of memory, mid-run) leaves no module behind
+      layer_.reset();
+      layer_series_.clear();
     }
 #ifdef DTSIM_TORCH_CUDA
     if (cuda_) c10::cuda::CUDACachingAllocator::emptyCache();
@@ -957,9 +981,13 @@ class Bench {
       }
       // ZeRO-Offload's step on the host (Note [Offloaded step] in runtime/src/trainer.cpp).
       // In both 16-bit formats: the H100 runs' fp16 steps took 2-4x the
-      // bf16 step calibration had timed (docs/validation-gpu.md).
+      // bf16 step calibration had timed (docs/validation-gpu.md). Up to
+      // 256M parameters: the runs' shards are 110M-355M, where the step
+      // cost 1.9-2.3 us a parameter on both H100 hosts, and the cost per
+      // parameter grows with the size (0.54 us at 4M, 0.75 us at 16M in
+      // the 2026-11-24 profile): a smaller largest point prices them short.
       for (const char* p : {"bf16", "fp16"}) {
-        for (std::int64_t n = 1 << 22; n <= (o_.quick ? 1 << 24 : 1 << 26); n <<= 2) out.push_back({"host_adam", p, n, 1, 1, 1});
+        for (std::int64_t n = 1 << 22; n <= (o_.quick ? 1 << 24 : 1 << 28); n <<= 2) out.push_back({"host_adam", p, n, 1, 1, 1});
       }
     }
     return out;
