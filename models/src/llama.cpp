@@ -61,6 +61,7 @@ class Llama final : public ZooModel {
   int layer_count() const override { return c_.layers + 2; }  // embedding, blocks, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   int experts() const override { return c_.experts; }
+  bool grouped_kv_sdpa() const override { return !mla() && c_.kv_heads < c_.heads && c_.sliding_window == 0; }
   std::string tp_error(int tp) const override {
     if (!mla() && c_.kv_heads % tp != 0) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);

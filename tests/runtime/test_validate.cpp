@@ -744,10 +744,10 @@ TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says 
   // Every row of bench/gpu-cases.txt that ran on the H100 (its rank JSON kept
   // in docs/validation-gpu/runs) is reported again against the committed
   // profile. docs/validation-gpu.md gives, over those 87 rows: a median time
-  // error of 7.9% with 61 rows within 15%, and allocated peak memory within
-  // 4% on 84 rows (median 0.23%; the three others are two Bi-LSTM rows with
-  // full recompute and Llama in fp32, which the page explains). A change to
-  // the simulator that loses that fails here.
+  // error of 7.9% with 62 rows within 15%, and allocated peak memory within
+  // 4% on 85 rows (median 0.23%; the two others are Bi-LSTM rows with full
+  // recompute, 5.4% and 6.5%). A change to the simulator that loses that
+  // fails here.
   const std::string root = DTSIM_SOURCE_DIR;
   std::ifstream cases(root + "/bench/gpu-cases.txt");
   REQUIRE(cases);
@@ -787,7 +787,7 @@ TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says 
     return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
   };
   CHECK(median(time_errors) <= 0.08);
-  CHECK(std::count_if(time_errors.begin(), time_errors.end(), [](double e) { return e <= 0.15; }) >= 61);
+  CHECK(std::count_if(time_errors.begin(), time_errors.end(), [](double e) { return e <= 0.15; }) >= 62);
   CHECK(median(memory_errors) <= 0.005);
-  CHECK(std::count_if(memory_errors.begin(), memory_errors.end(), [](double e) { return e <= 0.04; }) >= 84);
+  CHECK(std::count_if(memory_errors.begin(), memory_errors.end(), [](double e) { return e <= 0.04; }) >= 85);
 }

@@ -59,3 +59,23 @@ TEST_CASE("a wrong tp is reported once, not again through dp", "[rules][plan][ba
   const std::string err = error_of([&] { resolve(parse_plan("tp: 8\ndp: 3\n", "p.yaml"), *gpt2, dgx); });
   CHECK(err == "p.yaml:1: plan.tp: 8: 12 attention heads are not divisible by tp=8");
 }
+
+TEST_CASE("attention: flash in fp32 with grouped key/value heads is PyTorch's math path, priced as eager (Note [SDPA in fp32])",
+          "[rules]") {
+  const ClusterSpec h100 = load_cluster("1xh100");
+  // Llama 3.2 1B: 32 query heads, 8 key/value heads, no sliding window.
+  const auto llama = models::load_model("llama-3.2-1b");
+  const PlanRules l(*llama, h100);
+  CHECK(l.flash_attention(Attention::kFlash, Precision::kFp16));
+  CHECK(l.flash_attention(Attention::kFlash, Precision::kBf16));
+  CHECK_FALSE(l.flash_attention(Attention::kFlash, Precision::kFp32));
+  CHECK_FALSE(l.flash_attention(Attention::kAuto, Precision::kFp32));
+  CHECK(l.flash_attention(Attention::kAuto, Precision::kBf16));
+  // GPT-2 has as many key/value heads as query heads: SDPA's memory-efficient
+  // kernel takes fp32 without enable_gqa.
+  const auto gpt2 = models::load_model("gpt2");
+  CHECK(PlanRules(*gpt2, h100).flash_attention(Attention::kFlash, Precision::kFp32));
+  // Mistral's sliding window goes to SDPA as a mask with the heads expanded: no enable_gqa either.
+  const auto mistral = models::load_model("mistral-7b");
+  CHECK(PlanRules(*mistral, h100).flash_attention(Attention::kFlash, Precision::kFp32));
+}

@@ -78,10 +78,22 @@ std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   return {CpComm::kP2p, CpComm::kAllGather};
 }
 
+// Note [SDPA in fp32]
+// `attention: flash` is PyTorch's scaled_dot_product_attention as HF calls
+// it: with no padding mask, is_causal, and on PyTorch >= 2.5 the key/value
+// heads unexpanded with enable_gqa (transformers' integrations/
+// sdpa_attention.py, use_gqa_in_sdpa). PyTorch then picks a kernel
+// (aten/src/ATen/native/transformers/cuda/sdp_utils.cpp): FlashAttention
+// takes only fp16 and bf16, the memory-efficient kernel no enable_gqa, so
+// an fp32 step of a grouped-query model runs the math path, which keeps
+// the softmax's fp32 probabilities as eager attention does. Llama 3.2 1B on
+// the H100 at 4,096 tokens held 33.8 GiB more in fp32 than the fused
+// kernel would: 16 layers x 32 heads x 4,096^2 x 4 B is 32 GiB
+// (docs/validation-gpu.md). So that case is priced as eager attention.
 bool PlanRules::flash_attention(Attention a, Precision p) const {
   switch (a) {
     case Attention::kEager: return false;
-    case Attention::kFlash: return true;
+    case Attention::kFlash: return !(p == Precision::kFp32 && model_.grouped_kv_sdpa());
     case Attention::kAuto: break;
   }
   return !cluster_.device.gloo_collectives && p != Precision::kFp32;

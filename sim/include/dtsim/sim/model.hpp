@@ -229,6 +229,10 @@ class Model {
   virtual std::int64_t active_parameters() const { return parameters(); }
   /// Routed experts per mixture-of-experts layer (0: a dense model).
   virtual int experts() const { return 0; }
+  /// Whether HF hands PyTorch's SDPA this model's key/value heads grouped,
+  /// unexpanded (enable_gqa: fewer key/value heads than query heads, no
+  /// sliding window, no latent attention): Note [SDPA in fp32] in rules.cpp.
+  virtual bool grouped_kv_sdpa() const { return false; }
   /// Why expert parallelism of degree `ep` is impossible, or "".
   virtual std::string ep_error(int ep) const {
     return ep == 1 ? "" : "this model has no experts to spread (expert parallelism needs a mixture-of-experts model)";
