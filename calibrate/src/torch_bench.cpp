@@ -513,16 +513,20 @@ class Bench {
         shape.ep = ep;
         std::vector<std::string> chain;
         bool fresh = false;
-        for (const auto& layer : model->layers(shape)) {
-          chain.push_back(layer.signature);
-          if (!seen.insert(layer.signature).second) continue;
-          fresh = true;
+        // Every precision and shape of a signature not swept yet; false if it was.
+        const auto sweep = [&](const std::string& sig) {
+          if (!seen.insert(sig).second) return false;
           for (const auto& p : o_.precisions) {
             for (auto s : ss) {
               if (s > model->max_seq_len()) continue;
-              for (auto b : bs) out.push_back({layer.signature, p, b, s});
+              for (auto b : bs) out.push_back({sig, p, b, s});
             }
           }
+          return true;
+        };
+        for (const auto& layer : model->layers(shape)) {
+          chain.push_back(layer.signature);
+          if (sweep(layer.signature)) fresh = true;
         }
         // Note [GPU sweep]: on a GPU the Llama family's blocks also as SDPA
         // runs them (flash=1: what a 16-bit plan runs there by default); the
@@ -533,13 +537,7 @@ class Bench {
           for (const auto& layer : model->layers(fs)) {
             const std::string& sig = layer.signature;
             const bool llama = sig.rfind("llama.", 0) == 0 || sig.rfind("moe.", 0) == 0;
-            if (!llama || sig.find(",flash=1") == std::string::npos || !seen.insert(sig).second) continue;
-            for (const auto& p : o_.precisions) {
-              for (auto s : ss) {
-                if (s > model->max_seq_len()) continue;
-                for (auto b : bs) out.push_back({sig, p, b, s});
-              }
-            }
+            if (llama && sig.find(",flash=1") != std::string::npos) sweep(sig);
           }
         }
         // The whole model once per sequence length at the largest
@@ -752,10 +750,10 @@ class Bench {
   // Llama 3.2's embedding (263M parameters) took 7.6 s and casting it to
   // fp16 3.9 s; a Mixtral block (1.4B) 85 s and 22 s. The H100's sweep of
   // the newer families ran at 4 s a point against a timing budget of
-  // 0.15 s, 25 minutes for 396 (docs/validation-gpu.md). The sweep's points of one signature and precision
-  // are consecutive (layer_points), so the module is built once for them
-  // and kept until the next series; its gradients are set to none before
-  // every run, as for a fresh one.
+  // 0.15 s, 25 minutes for 396 (docs/validation-gpu.md). The sweep's points
+  // of one signature and precision are consecutive (layer_points), so the
+  // module is built once for them and kept until the next series; its
+  // gradients are set to none before every run, as for a fresh one.
   std::unique_ptr<dtsim::models::TorchLayer> layer_;
   std::string layer_series_;
 
