@@ -728,4 +728,14 @@ TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("same device") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
+  // A missing OLDER, or no --into: one line each, nothing written.
+  r = dtsim("profile import-layers /nonexistent/older.h5 --into " + h100 + " --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("/nonexistent/older.h5") != std::string::npos);
+  r = dtsim("profile import-layers " + h100 + " --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("--into NEWER.h5 is required") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
 }
