@@ -1,13 +1,13 @@
 // The validation suite: `dtsim validate` on gpt2-tiny, bert-tiny and
-// bilstm-tiny under every plan the runtime runs, and moe-tiny under DDP
-// (Note [MoE rows]), 2 processes on this CPU,
+// bilstm-tiny under every plan the runtime runs, and moe-tiny under DDP and,
+// at ep 2, ZeRO-1 and ZeRO-2 (Note [MoE rows]), 2 processes on this CPU,
 // and a table of predicted-against-measured errors with the suite's medians.
 //   build/bench/dtsim_validate_suite [--profile FILE.h5] [--profile MODEL=FILE.h5]... [--steps N] [--rounds N]
 //                                    [--make-up N] [--procs N] [--models a,b] [--plans a,b] [--ep N]
 //                                    [--out FILE.md] [--json FILE]
 // --profile MODEL=FILE prices MODEL's rows from FILE (a profile that
-// measured it), the others from the plain --profile; --ep N adds moe-tiny's
-// expert-parallel rows (Note [MoE rows]).
+// measured it), the others from the plain --profile; --ep N sets moe-tiny's
+// expert-parallel rows' degree (Note [MoE rows]).
 // Targets (issue: validation runs): median |error| of iteration time <= 10%,
 // of peak memory <= 5%, no plan worse than 25%.
 //
@@ -34,17 +34,18 @@
 // ran only eager attention; a row may ask for flash.
 //
 // Note [MoE rows]
-// moe-tiny runs ddp at ep 1; with --ep N also ddp, zero1 and zero2 at ep N
-// (N <= --procs; at ep 2 on 2 ranks edp is 1 and every all-to-all crosses
-// the processes). Its layers are in no profile of the dense rows:
-// configs/profiles/local-cpu-moe.h5 measured its blocks at ep 1 and 2
-// (Note [Expert-parallel shares] in calibrate/src/torch_bench.cpp) and the
-// all-to-all, and the rows take it by --profile moe-tiny=FILE. The table
-// names a row's plan with its ep. The ep rows are not in the default suite:
-// they miss its 25% (-27% to -30% on time, docs/validation-cpu.md says
-// why: moe-tiny's untrained router sends one rank 1.2-1.3x the balanced
-// rows of a layer, and the other waits for it at every exchange, where the
-// simulator assumes balanced routing).
+// moe-tiny runs ddp at ep 1 and ddp, zero1 and zero2 at ep N (--ep N, 2 by
+// default, N <= --procs; --ep 1 leaves them out; at ep 2 on 2 ranks edp is
+// 1 and every all-to-all crosses the processes). Its layers are in no
+// profile of the dense rows: configs/profiles/local-cpu-moe.h5 measured
+// its blocks at ep 1 and 2 (Note [Expert-parallel shares] in
+// calibrate/src/torch_bench.cpp) and the all-to-all, and the rows take it
+// by --profile moe-tiny=FILE. The table names a row's plan with its ep.
+// Every moe-tiny row routes round-robin (plan.moe_force_load_balance, Note
+// [Forced balance] in models/torch/src/torch_layers.cpp), as the published
+// MoE benchmarks force balance: the simulator prices the balanced load by
+// default, and the untrained router sent one rank 1.2-1.3x its rows, which
+// put the ep 2 rows at -27% to -30% (docs/validation-cpu.md).
 
 // Note [Suite rounds]
 // The CI machine's speed drifts over tens of minutes: gpt2-tiny DDP measured
@@ -324,7 +325,7 @@ int main(int argc, char** argv) {
   std::string device = "cpu", cluster, cases_file, runs_dir, replay_dir;
   // 30 steps: bilstm-tiny ZeRO-3 measured 14.7 to 22.8 ms over five runs of
   // 10 steps, and 19.3 to 21.8 ms over five of 60.
-  int steps = 30, procs = 2, rounds = 3, make_up = 2, warmup = -1, moe_ep = 1;
+  int steps = 30, procs = 2, rounds = 3, make_up = 2, warmup = -1, moe_ep = 2;
   std::vector<std::string> models{"gpt2-tiny", "bert-tiny", "bilstm-tiny", "moe-tiny"};
   std::vector<std::pair<std::string, std::string>> model_profiles;  // --profile MODEL=FILE
   std::vector<std::string> plans{"ddp", "zero1", "zero2", "zero3", "fsdp", "zero2-offload", "gpipe", "1f1b", "model-parallel", "megatron-tp"};
@@ -344,7 +345,7 @@ int main(int argc, char** argv) {
   app.add_option("--procs", procs, "Ranks per run (default 2; 1 on cuda)")->check(CLI::PositiveNumber);
   app.add_option("--models", models_list, "Models, comma-separated")->type_name("a,b");
   app.add_option("--plans", plans_list, "Plans, comma-separated")->type_name("a,b");
-  app.add_option("--ep", moe_ep, "Expert parallelism of moe-tiny's extra rows")->check(CLI::PositiveNumber);
+  app.add_option("--ep", moe_ep, "Expert parallelism of moe-tiny's ep rows (default 2; 1: none)")->check(CLI::PositiveNumber);
   app.add_option("--device", device, "cpu (default) or cuda");
   app.add_option("--cluster", cluster, "The cluster (required with --device cuda)");
   app.add_option("--cases", cases_file, "Run these cases instead (a file of model, plan, ... rows)");
@@ -393,6 +394,15 @@ int main(int argc, char** argv) {
     procs = 2;
   }
   if (!replay_dir.empty()) rounds = 1, make_up = 0;
+  // Note [MoE rows]: ep rows need as many ranks; the default ep 2 drops out
+  // on fewer.
+  if (moe_ep > procs) {
+    if (app.count("--ep") > 0) {
+      std::fprintf(stderr, "dtsim_validate_suite: --ep %d needs --procs %d or more (the experts spread over that many ranks)\n", moe_ep, moe_ep);
+      return 2;
+    }
+    moe_ep = 1;
+  }
 
   std::vector<Row> rows;
   try {
@@ -420,6 +430,7 @@ int main(int argc, char** argv) {
         r.model = m;
         r.plan = p;
         r.label = m + " " + p;
+        if (moe) r.sets.push_back("plan.moe_force_load_balance=true");  // Note [MoE rows]
         if (ep > 1) {
           r.sets.push_back("plan.ep=" + std::to_string(ep));
           r.label += " ep=" + std::to_string(ep);

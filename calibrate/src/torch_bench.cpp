@@ -573,6 +573,15 @@ class Bench {
       for (const int ep : o_.tp) {
         if (ep > 1 && model->experts() > 0 && model->ep_error(ep).empty()) share(1, 1, ep);
       }
+      // Note [Balanced blocks]
+      // A moe.block's signature without load= is the balanced block the
+      // simulator prices (moe_imbalance 1), so its blocks are timed routing
+      // round-robin (models::force_moe_balance, Note [Forced balance] in
+      // models/torch/src/torch_layers.cpp). The router of a freshly drawn
+      // block is not balanced: at ep 2 the loopback doubles this rank's own
+      // skew, and moe-tiny's untrained router sends one rank 1.2-1.3x its
+      // share (docs/validation-cpu.md), which the profile then took for
+      // the balanced block's time.
     }
     return out;
   }
@@ -603,6 +612,7 @@ class Bench {
       std::vector<std::vector<torch::Tensor>> inputs;
       for (const auto& sig : pt.chain) {
         layers.push_back(dtsim::models::make_torch_layer(sig));
+        dtsim::models::force_moe_balance(*layers.back());  // Note [Balanced blocks]
         layers.back()->module().to(opts.device(), dtype_of(pt.precision));
         layers.back()->module().train();
         inputs.push_back(layers.back()->make_inputs(pt.b, pt.s, opts));
@@ -778,6 +788,7 @@ class Bench {
         layer_.reset();  // its device memory first
         layer_series_.clear();
         layer_ = dtsim::models::make_torch_layer(pt.signature);
+        dtsim::models::force_moe_balance(*layer_);  // Note [Balanced blocks]
         layer_->module().to(options(pt.precision).device(), dtype_of(pt.precision));
         layer_->module().train();
         layer_series_ = series;

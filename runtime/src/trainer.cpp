@@ -512,6 +512,7 @@ class Trainer {
     models::ExpertParallel ep;
     ep.rank = ep_.rank;
     ep.size = p.ep;
+    ep.force_balance = p.moe_force_load_balance;
     ep.all_to_all = [](const torch::Tensor& x, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv) {
       // The counts need no gradient; the rows do.
       return x.requires_grad() ? AllToAllEp::apply(x, send, recv) : ep_exchange(x, send, recv);

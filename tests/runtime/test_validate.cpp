@@ -451,6 +451,20 @@ TEST_CASE("moe-tiny trains as one process does under expert parallelism, ZeRO-1/
       check_same(losses_of(validate("--model moe-tiny --plan " + plan + " --procs 4" + kCommon + shape)), want);
     }
   }
+  SECTION("dp 2, ep 2, forced balance: round-robin routing, the same in every process (Note [Forced balance])") {
+    const std::string forced = shape + " --set plan.moe_force_load_balance=true";
+    const auto want = reference("moe-tiny", forced, 2);
+    const auto routed = reference("moe-tiny", shape, 2);
+    REQUIRE(want.size() == routed.size());
+    bool differs = false;  // the router's own choice trains otherwise
+    for (std::size_t i = 0; i < want.size(); ++i) differs = differs || std::fabs(want[i] - routed[i]) > 1e-4;
+    CHECK(differs);
+    const Run r = validate("--model moe-tiny --plan ddp --procs 2" + kCommon + forced + " --set plan.ep=2");
+    check_same(losses_of(r), want);
+    const YAML::Node doc = YAML::Load(r.out);
+    CHECK(doc["ep"].as<int>() == 2);
+    CHECK(doc["moe_force_load_balance"].as<bool>());
+  }
   SECTION("dp 2 x pp 2, ep 2 (1F1B; the ep groups within each stage)") {
     check_same(losses_of(validate("--model moe-tiny --plan 1f1b --procs 4" + kCommon + shape + " --set plan.ep=2 --set plan.micro_batches=2")),
                reference("moe-tiny", shape, 4));

@@ -427,3 +427,31 @@ TEST_CASE("the user's --set wins over a framework's config", "[framework]") {
   CHECK(p.origins.of("plan.micro_batch") == "--set plan.micro_batch");
   CHECK(p.origins.of("plan.grad_accum") == sample("deepspeed/zero2_offload.json") + ":3 (gradient_accumulation_steps)");
 }
+
+// Forced balance (Note [Forced balance] in models/torch/src/torch_layers.cpp):
+// Megatron-Core's --moe-router-force-load-balancing (store_true,
+// megatron/training/arguments.py), torchtitan's [debug]
+// moe_force_load_balance and, in older releases, [training]
+// debug_moe_force_load_balance (job_config.py) all set
+// plan.moe_force_load_balance; the plan refuses it beside an imbalance.
+TEST_CASE("forced MoE load balance from Megatron-LM and torchtitan, and not beside an imbalance", "[framework][plan]") {
+  const FrameworkConfig m = parse_megatron_args("--num-experts 8 --moe-router-force-load-balancing", "cmd");
+  CHECK(keys(m)["plan.moe_force_load_balance"] == "true");
+  CHECK(from_of(m, "plan.moe_force_load_balance") == "cmd:1 (--moe-router-force-load-balancing)");
+  CHECK(keys(parse_megatron_args("--num-experts 8", "cmd"))["plan.moe_force_load_balance"] == "null");
+  const FrameworkConfig t = parse_torchtitan_config("[debug]\nmoe_force_load_balance = true\n", "t.toml");
+  CHECK(keys(t)["plan.moe_force_load_balance"] == "true");
+  CHECK(from_of(t, "plan.moe_force_load_balance") == "t.toml:2 (debug.moe_force_load_balance)");
+  const FrameworkConfig old = parse_torchtitan_config("[training]\ndebug_moe_force_load_balance = true\n", "o.toml");
+  CHECK(keys(old)["plan.moe_force_load_balance"] == "true");
+  CHECK_FALSE(listed(old, "training.debug_moe_force_load_balance"));
+  CHECK(keys(parse_torchtitan_config("[debug]\nmoe_force_load_balance = false\n", "f.toml"))["plan.moe_force_load_balance"] == "null");
+
+  const auto model = models::load_model("moe-tiny");
+  const ClusterSpec c = load_cluster("dgx-a100");
+  CHECK(resolve(parse_plan("moe_force_load_balance: true\n", "p"), *model, c).moe_force_load_balance);
+  CHECK_FALSE(resolve(parse_plan("", "p"), *model, c).moe_force_load_balance);
+  CHECK(error_of([&] { resolve(parse_plan("moe_force_load_balance: true\nmoe_imbalance: 1.5\n", "p.yaml"), *model, c); }) ==
+        "p.yaml:1: plan.moe_force_load_balance: true routes every expert the same share of tokens, so moe_imbalance must be 1 "
+        "(it is 1.5); drop one of the two");
+}

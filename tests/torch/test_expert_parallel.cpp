@@ -286,3 +286,59 @@ TEST_CASE("an ep share built alone takes its own rows from every rank (calibrati
     CHECK(torch::allclose(p.value().grad(), g, 1e-4, 1e-6));
   }
 }
+
+TEST_CASE("forced balance routes round-robin: each rank sends every rank t k / ep rows (Note [Forced balance])", "[torch][llama][ep]") {
+  // 4 experts, top-2, ep 2: each rank's 2 x 8 = 16 tokens make 32 (token,
+  // slot) pairs; token i's slot j goes to expert (2i + j) mod 4, so experts
+  // 0-3 get 8 pairs each and each rank (2 experts) 16 from every rank,
+  // whatever the router's probabilities. The ranks together compute what
+  // the whole block routed the same way computes.
+  const std::string sig = "moe.block:h=32,a=4,kv=2,d=8,E=4,k=2,fe=16,fs=0,sg=0,qkvb=0,ob=0,mb=0,qkn=0";
+  constexpr int kRanks = 2;
+  torch::manual_seed(11);
+  std::vector<torch::Tensor> xs;
+  for (int r = 0; r < kRanks; ++r) xs.push_back(torch::randn({2, 8, 32}));
+  models::ExpertParallel one;
+  one.force_balance = true;
+  torch::manual_seed(1);
+  auto whole = models::make_torch_layer(sig, no_tp(), {}, one);
+  torch::manual_seed(1);
+  auto routed = models::make_torch_layer(sig);  // the router's own top-2
+  const auto x_all = torch::cat(xs, 0);
+  const auto y_all = whole->forward({x_all});
+  // The router's choice is not round-robin here: the two differ.
+  CHECK_FALSE(torch::allclose(routed->forward({x_all}), y_all, 1e-4, 1e-6));
+  // Calibration's switch (models::force_moe_balance) makes it the same
+  // block; a dense block has no router to force.
+  REQUIRE(models::force_moe_balance(*routed));
+  CHECK(torch::allclose(routed->forward({x_all}), y_all, 1e-5, 1e-6));
+  CHECK_FALSE(models::force_moe_balance(*models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=16,qkvb=0,ob=0,mb=0,qkn=0")));
+
+  Exchange exchange(kRanks);
+  std::vector<std::unique_ptr<models::TorchLayer>> layers;
+  for (int r = 0; r < kRanks; ++r) {
+    torch::manual_seed(1);
+    auto ep = fake_ep(r, kRanks);
+    ep.force_balance = true;
+    layers.push_back(models::make_torch_layer(sig + ",ep=2", no_tp(), {}, ep));
+  }
+  std::vector<torch::Tensor> outs(kRanks);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < kRanks; ++r) {
+    threads.emplace_back([&, r] {
+      t_exchange = &exchange;
+      t_rank = r;
+      torch::NoGradGuard no_grad;
+      outs[r] = layers[r]->forward({xs[r]});
+    });
+  }
+  for (auto& t : threads) t.join();
+  CHECK_FALSE(exchange.mismatch.load());
+  for (int r = 0; r < kRanks; ++r) {
+    INFO("rank " << r);
+    REQUIRE(exchange.calls[r].size() == 3);  // counts, dispatch, combine
+    CHECK(exchange.calls[r][1] == std::vector<std::int64_t>{16, 16});
+    CHECK(exchange.calls[r][2] == std::vector<std::int64_t>{16, 16});
+    CHECK(torch::allclose(outs[r], y_all.narrow(0, 2 * r, 2), 1e-4, 1e-6));
+  }
+}

@@ -527,6 +527,22 @@ struct LlamaShape {
 // parallelism, where it also gathered the experts' outputs by index_add,
 // two (moe-tiny at b 4, s 128: 0.5 and 1.0 MiB a layer).
 
+// Note [Forced balance]
+// plan.moe_force_load_balance routes as torchtitan's TokenChoiceTopKRouter
+// does under debug.moe_force_load_balance (_debug_force_load_balance_routing,
+// torchtitan/models/moe): the t k (token, slot) pairs of a rank's t tokens
+// go to experts 0, 1, ..., E - 1, 0, ... in order (token i's slot j to
+// expert (i k + j) mod E, k distinct experts a token when k <= E), each
+// weighted by the router's probability for that expert, then renormalised
+// as the model's top-k weights are. Every expert, and so every ep rank, gets
+// t k / E rows of each rank when E divides t k: the balanced load the
+// simulator prices by default (moe_imbalance 1), where an untrained router
+// sends one rank 1.2-1.3x its share (docs/validation-cpu.md). The router
+// still gets its gradient through the weights. Megatron-Core's
+// --moe-router-force-load-balancing balances in expectation instead
+// (random logits, moe_utils.apply_random_logits); round-robin is exact and
+// the same in every process, so the losses still equal one process's.
+
 /// A mixture of experts as HF's MixtralSparseMoeBlock and
 /// Qwen2MoeSparseMoeBlock define it: the router's fp32 softmax, top-k, the
 /// chosen weights renormalised, each local expert a SwiGLU over the rows
@@ -560,6 +576,14 @@ struct MoeMlp : nn::Module {
     const auto flat = z.reshape({-1, shape.h});
     const auto probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
     auto [weights, chosen] = probs.topk(shape.top_k, -1);
+    if (force_balance) {
+      // Note [Forced balance].
+      const std::int64_t t = flat.size(0);
+      chosen = torch::arange(t * shape.top_k, torch::TensorOptions().dtype(torch::kLong).device(flat.device()))
+                   .reshape({t, shape.top_k})
+                   .remainder(shape.experts);
+      weights = probs.gather(1, chosen);
+    }
     weights = (weights / weights.sum(-1, /*keepdim=*/true)).to(z.scalar_type());
     auto out = routed(flat, weights, chosen);
     if (shared_down_proj) {
@@ -666,6 +690,7 @@ struct MoeMlp : nn::Module {
   nn::Linear gate;
   std::vector<torch::Tensor> w1, w2, w3;
   std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (ep 1), or rank 0's share alone (loopback)
+  bool force_balance = false;                ///< round-robin routing (Note [Forced balance])
   nn::Linear shared_gate_proj{nullptr}, shared_up_proj{nullptr}, shared_down_proj{nullptr}, shared_expert_gate{nullptr};
   LlamaShape shape;
 };
@@ -1184,8 +1209,17 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
   auto layer = make_full_layer(signature, ep.size > 1 ? ep.rank : 0);
   place_cp(*layer, signature, cp);
   split_layer(*layer, signature, tp);
-  if (ep.size > 1) dynamic_cast<LlamaBlockLayer&>(*layer).block().moe->ep = std::make_shared<ExpertParallel>(ep);
+  auto& moe = *dynamic_cast<LlamaBlockLayer&>(*layer).block().moe;
+  if (ep.size > 1) moe.ep = std::make_shared<ExpertParallel>(ep);
+  moe.force_balance = ep.force_balance;
   return layer;
+}
+
+bool force_moe_balance(TorchLayer& layer) {
+  auto* block = dynamic_cast<LlamaBlockLayer*>(&layer);
+  if (block == nullptr || !block->block().moe) return false;
+  block->block().moe->force_balance = true;
+  return true;
 }
 
 MoeDispatch moe_dispatch(const torch::Tensor& chosen, std::int64_t experts, int ep) {

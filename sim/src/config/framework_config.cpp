@@ -75,8 +75,8 @@ void OverrideList::model(const std::string& key, const std::string& value, const
 void OverrideList::finish() {
   // Every key a PlanSpec reads (config_io.cpp, read_plan) but its name.
   static const char* const kPlanKeys[] = {
-      "dp", "tp", "pp", "cp", "cp_comm", "attention", "ep", "etp", "moe_imbalance", "moe_capacity_factor", "moe_pad",
-      "moe_dispatcher", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
+      "dp", "tp", "pp", "cp", "cp_comm", "attention", "ep", "etp", "moe_imbalance", "moe_force_load_balance",
+      "moe_capacity_factor", "moe_pad", "moe_dispatcher", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
       "tp_comm_overlap", "placement", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
       "precision", "fp8_param_gather", "optimizer", "zero_stage", "fsdp", "offload_optimizer", "offload_params",
       "recompute", "bucket_mb", "overlap"};

@@ -139,7 +139,8 @@ const std::map<std::string, Kind>& known_flags() {
       {"num-experts", Kind::kInt}, {"moe-router-topk", Kind::kInt}, {"moe-ffn-hidden-size", Kind::kInt},
       {"moe-shared-expert-intermediate-size", Kind::kInt}, {"moe-expert-capacity-factor", Kind::kFloat},
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
-      {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt}};
+      {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
+      {"moe-router-force-load-balancing", Kind::kBool}};
   return flags;
 }
 
@@ -417,6 +418,9 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   // Mixture-of-experts routing.
   if (has("moe-expert-capacity-factor")) out.plan("moe_capacity_factor", given.at("moe-expert-capacity-factor").text, at("moe-expert-capacity-factor"));
   if (has("moe-pad-expert-input-to-capacity")) out.plan("moe_pad", "true", at("moe-pad-expert-input-to-capacity"));
+  // Random router logits (moe_utils.apply_random_logits): balanced in
+  // expectation, which is what dtsim prices; validate routes round-robin.
+  if (has("moe-router-force-load-balancing")) out.plan("moe_force_load_balance", "true", at("moe-router-force-load-balancing"));
   if (has("moe-token-dispatcher-type")) {
     const std::string d = choice("moe-token-dispatcher-type", {"allgather", "alltoall", "flex"});
     if (d == "flex" && has("moe-enable-deepep")) {

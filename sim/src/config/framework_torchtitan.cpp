@@ -271,7 +271,16 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     out.plan("offload_params", "cpu", tr.from("enable_cpu_offload"));
   }
   if (tr.get_bool("compile", false)) unmodelled(tr, "compile");
-  rest(tr, {"local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param",
+  // Round-robin routing (TokenChoiceTopKRouter._debug_force_load_balance):
+  // [training] debug_moe_force_load_balance in older torchtitan, [debug]
+  // moe_force_load_balance in newer.
+  const Section dbg = section("debug");
+  if (tr.get_bool("debug_moe_force_load_balance", false)) {
+    out.plan("moe_force_load_balance", "true", tr.from("debug_moe_force_load_balance"));
+  } else if (dbg.get_bool("moe_force_load_balance", false)) {
+    out.plan("moe_force_load_balance", "true", dbg.from("moe_force_load_balance"));
+  }
+  rest(tr, {"debug_moe_force_load_balance", "local_batch_size", "batch_size", "global_batch_size", "seq_len", "mixed_precision_param",
             "mixed_precision_reduce", "dtype", "enable_cpu_offload", "compile", "dataset", "dataset_path", "steps",
             "max_norm", "gc_freq", "seed", "deterministic", "warmup_steps", "gradient_accumulation_steps"});
 

@@ -4,6 +4,8 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
+
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/rules.hpp"
 
@@ -147,6 +149,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.moe_imbalance = s.moe_imbalance;
   r.moe_capacity_factor = s.moe_capacity_factor;
   r.moe_pad = s.moe_pad;
+  r.moe_force_load_balance = s.moe_force_load_balance;
   r.moe_dispatcher = s.moe_dispatcher;
   bool experts_ok = degrees_ok;
   if (const std::string why = model.ep_error(r.ep); !why.empty()) {
@@ -169,6 +172,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     // each rank's sequence shard.
     bad.add("sequence_parallel", "false with ep > 1 and tp > 1: Megatron-Core needs sequence parallelism when both "
                                  "experts and tensors are split; set sequence_parallel: true");
+  }
+  if (r.moe_force_load_balance && r.moe_imbalance != 1.0) {
+    bad.add("moe_force_load_balance", "true routes every expert the same share of tokens, so moe_imbalance must be 1 (it is " +
+                                          fmt::format("{:g}", r.moe_imbalance) + "); drop one of the two");
   }
   if (r.moe_pad && r.moe_capacity_factor <= 0) {
     bad.add("moe_pad", "true needs moe_capacity_factor > 0 (padding fills each expert to its capacity)");

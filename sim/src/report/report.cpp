@@ -28,6 +28,7 @@ std::string plan_line(const ResolvedPlan& p) {
   if (p.cp > 1) os << " cp=" << p.cp << " (" << to_string(p.cp_comm) << ")";
   if (p.ep > 1) os << " ep=" << p.ep << (p.etp != p.tp ? " etp=" + std::to_string(p.etp) : "");
   if (p.moe_imbalance != 1.0) os << " moe_imbalance=" << fmt::format("{:g}", p.moe_imbalance);
+  if (p.moe_force_load_balance) os << " moe_force_load_balance";
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) os << " moe_dispatcher=" << to_string(p.moe_dispatcher);
   if (p.moe_capacity_factor > 0) os << " moe_capacity_factor=" << fmt::format("{:g}", p.moe_capacity_factor) << (p.moe_pad ? " (padded)" : "");
   if (p.pp > 1) {
@@ -54,7 +55,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp).field("cp", p.cp).field("cp_comm", to_string(p.cp_comm));
   j.field("ep", p.ep).field("etp", p.etp).field("edp", p.edp);
   j.field("moe_imbalance", p.moe_imbalance).field("moe_capacity_factor", p.moe_capacity_factor).field("moe_pad", p.moe_pad)
-      .field("moe_dispatcher", to_string(p.moe_dispatcher));
+      .field("moe_force_load_balance", p.moe_force_load_balance).field("moe_dispatcher", to_string(p.moe_dispatcher));
   j.field("attention", p.flash_attention ? "flash" : "eager");
   j.field("micro_batch", static_cast<std::int64_t>(p.micro_batch));
   j.field("grad_accum", static_cast<std::int64_t>(p.grad_accum));

@@ -81,6 +81,12 @@ struct PlanSpec {
   int etp = 0;
   /// The busiest expert's tokens over the mean (WorkloadShape::moe_imbalance).
   double moe_imbalance = 1.0;
+  /// Route every token round-robin over the experts, whatever the router
+  /// says (torchtitan's debug.moe_force_load_balance, Megatron-Core's
+  /// --moe-router-force-load-balancing): the balanced load the simulator
+  /// prices by default, run for real by `dtsim validate` (Note [Forced
+  /// balance] in models/torch/src/torch_layers.cpp). Needs moe_imbalance 1.
+  bool moe_force_load_balance = false;
   /// --moe-expert-capacity-factor (0: dropless, Megatron-Core's default)
   /// and --moe-pad-expert-input-to-capacity.
   double moe_capacity_factor = 0;
@@ -123,7 +129,7 @@ struct ResolvedPlan {
   /// Expert parallelism (Note [Expert mesh]): ep x etp x edp = tp x cp x dp.
   int ep = 1, etp = 1, edp = 1;
   double moe_imbalance = 1.0, moe_capacity_factor = 0;
-  bool moe_pad = false;
+  bool moe_pad = false, moe_force_load_balance = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   /// Ranks a ZeRO shard of the experts' states spreads over (edp, or 1
   /// without ZeRO; Megatron-Core's distributed optimizer shards expert

@@ -142,6 +142,10 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
 struct ExpertParallel {
   int rank = 0;
   int size = 1;
+  /// Route round-robin instead of by the router's top-k, at any ep (1
+  /// included): plan.moe_force_load_balance (Note [Forced balance] in
+  /// src/torch_layers.cpp).
+  bool force_balance = false;
   std::function<torch::Tensor(const torch::Tensor&, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv)> all_to_all;
 };
 
@@ -167,6 +171,11 @@ MoeDispatch moe_dispatch(const torch::Tensor& chosen, std::int64_t experts, int 
 /// from the all-to-all (sim::Layer::ep_forward), as with cp=k.
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp,
                                              const ExpertParallel& ep);
+
+/// Makes a moe.block route round-robin (ExpertParallel::force_balance) and
+/// returns true; other layers are left as they are (false). Calibration
+/// times its blocks so: the balanced load a signature without load= means.
+bool force_moe_balance(TorchLayer& layer);
 
 /// The layer kinds make_torch_layer knows ("gpt2.block", ...).
 std::vector<std::string> torch_layer_kinds();
