@@ -291,6 +291,15 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
         "cmd:1: --recompute-granularity: 'partial' is not one of full, selective");
   CHECK(error_of([] { parse_megatron_args("--tokenizer-model 'abc", "cmd"); }).rfind("cmd:1: unterminated single quote", 0) == 0);
   CHECK(error_of([] { parse_megatron_args("--sequence-parallel=true", "cmd"); }).find("takes no value") != std::string::npos);
+  // Megatron-LM's validate_args asserts a micro-batch size; dtsim does not guess one.
+  CHECK(error_of([] { parse_megatron_args("--tensor-model-parallel-size 8 --global-batch-size 1536", "--megatron-args"); }) ==
+        "--megatron-args: --micro-batch-size is missing; Megatron-LM has no default for it (validate_args asserts it): add e.g. "
+        "--micro-batch-size 1");
+  // Inline flags that describe a model no built-in has name it by its shape.
+  const FrameworkConfig inline_model = parse_megatron_args(
+      "--micro-batch-size 1 --num-layers 6 --hidden-size 512 --num-attention-heads 8 --seq-length 1024 --max-position-embeddings 1024",
+      "--megatron-args");
+  CHECK(keys(inline_model)["model.name"] == "megatron-gpt-6l-512h");
 }
 
 // torchtitan/config/job_config.py: data_parallel_shard_degree -1 takes the
@@ -371,6 +380,12 @@ TEST_CASE("torchtitan: HSDP, DDP, pipelines and bad lines", "[framework]") {
   CHECK(k["plan.zero_stage"] == "1");
   CHECK(listed(p, "parallelism.data_parallel_shard_degree=-1 with pipeline_parallel_degree=2"));
 
+  // A misspelt section is listed, not dropped (its degree then stays dtsim's default).
+  const FrameworkConfig typo = parse_torchtitan_config("[paralellism]\ntensor_parallel_degree = 2\n", "typo.toml");
+  CHECK(keys(typo)["plan.tp"] == "null");  // reset to dtsim's default, tp 1
+  CHECK(listed(typo, "paralellism (section torchtitan does not have)"));
+  CHECK_FALSE(listed(parse_torchtitan_config("[job]\ndump_folder = \"x\"\n[metrics]\nlog_freq = 1\n", "j.toml"), "job"));
+
   const std::string e = error_of([] { parse_torchtitan_config("[training]\nlocal_batch_size = \n", "t.toml"); });
   CHECK(e.rfind("t.toml:2:", 0) == 0);
   CHECK(e.find("malformed TOML") != std::string::npos);
@@ -435,10 +450,10 @@ TEST_CASE("the user's --set wins over a framework's config", "[framework]") {
 // debug_moe_force_load_balance (job_config.py) all set
 // plan.moe_force_load_balance; the plan refuses it beside an imbalance.
 TEST_CASE("forced MoE load balance from Megatron-LM and torchtitan, and not beside an imbalance", "[framework][plan]") {
-  const FrameworkConfig m = parse_megatron_args("--num-experts 8 --moe-router-force-load-balancing", "cmd");
+  const FrameworkConfig m = parse_megatron_args("--micro-batch-size 1 --num-experts 8 --moe-router-force-load-balancing", "cmd");
   CHECK(keys(m)["plan.moe_force_load_balance"] == "true");
   CHECK(from_of(m, "plan.moe_force_load_balance") == "cmd:1 (--moe-router-force-load-balancing)");
-  CHECK(keys(parse_megatron_args("--num-experts 8", "cmd"))["plan.moe_force_load_balance"] == "null");
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1 --num-experts 8", "cmd"))["plan.moe_force_load_balance"] == "null");
   const FrameworkConfig t = parse_torchtitan_config("[debug]\nmoe_force_load_balance = true\n", "t.toml");
   CHECK(keys(t)["plan.moe_force_load_balance"] == "true");
   CHECK(from_of(t, "plan.moe_force_load_balance") == "t.toml:2 (debug.moe_force_load_balance)");

@@ -380,6 +380,12 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   }
 
   // Batch: global = micro x accumulation x dp (Megatron's num_microbatches).
+  // --micro-batch-size has no default: validate_args asserts it is given
+  // (megatron/training/arguments.py).
+  if (!has("micro-batch-size")) {
+    throw ConfigError(file + ": --micro-batch-size is missing; Megatron-LM has no default for it (validate_args asserts it): add "
+                             "e.g. --micro-batch-size 1");
+  }
   set_int("micro_batch", "micro-batch-size");
   set_int("global_batch", "global-batch-size");
   if (has("global-batch-size")) fc.global_batch = num("global-batch-size", 0);
@@ -490,7 +496,14 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
       }
     }
     fc.model = match ? match->name : llama ? "llama-3-8b" : "gpt-1.7b";
-    if (!match) out.model("name", "megatron-" + std::filesystem::path(file).stem().string(), file);
+    if (!match) {
+      // Named after the launch script, or after its shape where the flags came inline.
+      const std::string stem = std::filesystem::path(file).stem().string();
+      const std::string name = stem.empty() || stem[0] == '-'
+                                   ? std::string(llama ? "llama" : "gpt") + "-" + std::to_string(layers) + "l-" + std::to_string(hidden) + "h"
+                                   : stem;
+      out.model("name", "megatron-" + name, file);
+    }
     if (!vocab) {
       std::int64_t kept = 51200;
       for (const auto& k : kKnownShapes) {

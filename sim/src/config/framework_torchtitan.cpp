@@ -359,6 +359,19 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     if (root.contains(other)) fc.unmodelled.push_back(std::string(other) + " (section)");
   }
   // job, profiling, metrics, checkpoint, lr_scheduler, validation, comm: no effect on time or memory.
+  // A section torchtitan's JobConfig (torchtitan/config/job_config.py) has
+  // no field for is listed, not dropped: a misspelt [paralellism] would
+  // otherwise train on dtsim's defaults without a word.
+  static const char* const kSections[] = {"job", "profiling", "metrics", "model", "optimizer", "lr_scheduler", "training",
+                                          "dataloader", "parallelism", "checkpoint", "activation_checkpoint", "compile",
+                                          "float8", "mx", "quantize", "comm", "memory_estimation", "fault_tolerance",
+                                          "experimental", "validation", "debug"};
+  for (const auto& [key, node] : root) {
+    const std::string name(key.str());
+    if (std::find_if(std::begin(kSections), std::end(kSections), [&](const char* k) { return name == k; }) == std::end(kSections)) {
+      fc.unmodelled.push_back(name + " (" + std::string(node.is_table() ? "section" : "key") + " torchtitan does not have)");
+    }
+  }
   fc.plan = plan;
   out.finish();
   return fc;
