@@ -27,6 +27,26 @@ p3 = dtsim.predict(tiny_llama, "dgx-a100", "fsdp")
 print(f"{p3['model']['name']}: {p3['model']['parameters'] / 1e6:.0f} M parameters, "
       f"{p3['iteration_time_s'] * 1e3:.1f} ms")
 
+# %% The configs you already have: a DeepSpeed JSON, Megatron-LM's flags, a torchtitan TOML
+import os
+import warnings
+
+frameworks = os.path.join(dtsim.config_dir(), "frameworks")
+with warnings.catch_warnings(record=True) as unmodelled:  # what dtsim does not model: one warning
+    warnings.simplefilter("always")
+    ds = dtsim.predict("llama-3-8b", "dgx-h100", deepspeed=os.path.join(frameworks, "deepspeed", "zero3.json"),
+                       set={"plan.seq_len": 2048})
+print(f"DeepSpeed ZeRO-{ds['plan']['zero_stage']}: {ds['iteration_time_s'] * 1e3:.0f} ms;",
+      "; ".join(str(w.message) for w in unmodelled))
+mg = dtsim.predict("gpt2-large", "dgx-a100", megatron_args="--tensor-model-parallel-size 2 --micro-batch-size 2 "
+                                                         "--global-batch-size 64 --bf16")
+print(f"Megatron tp {mg['plan']['tp']}: {mg['iteration_time_s'] * 1e3:.1f} ms")
+
+# %% A collective, priced from a calibration profile's fit where it has one
+profile = os.path.join(dtsim.config_dir(), "profiles", "local-cpu-moe.h5")
+rows = dtsim.comm("local-cpu", op="all_to_all", ranks=2, max_bytes=1 << 20, profile=profile)
+print(rows["cost_source"])
+
 # %% Search the plans; a DataFrame where pandas is installed
 try:
     df = dtsim.search_frame("gpt2-xl", "dgx-a100", global_batch=64, top=5)

@@ -2,7 +2,6 @@
 
 #include <CLI/CLI.hpp>
 
-#include <filesystem>
 
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/framework_config.hpp"
@@ -47,13 +46,9 @@ void add_scenario_options(CLI::App& app, ScenarioOptions& s, unsigned which) {
   }
 }
 
-// Note [Framework options]
-// A framework's config describes a whole plan (sim/framework_config.hpp:
-// every plan key it leaves unset is reset to dtsim's default), so it does not
-// combine with --plan, and at most one is given. The user's --set applies
-// after it and wins. A Megatron command line describes the model too: its
-// model.* keys apply only when no --model names one. What the config sets
-// that dtsim does not model is one warning line, never dropped silently.
+// Note [Framework options] (sim/src/config/framework_config.cpp) says how a
+// framework's config folds in; here only that it does not combine with
+// --plan, and that at most one is given.
 ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& default_plan) {
   ResolvedScenario r;
   r.model = s.model;
@@ -70,30 +65,15 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
     throw ConfigError(std::string("--plan ") + s.plan + " and " + which +
                       " both describe the plan; give one (change single keys with --set plan.KEY=VALUE)");
   }
-  sim::FrameworkConfig fc;
-  if (!s.deepspeed.empty()) {
-    fc = sim::read_deepspeed_config(s.deepspeed);
-  } else if (!s.torchtitan.empty()) {
-    fc = sim::read_torchtitan_config(s.torchtitan);
-  } else {
-    // A file of flags (a launch script's), or the flags themselves.
-    std::error_code ec;
-    const bool is_file = s.megatron_args.rfind("--", 0) != 0 && std::filesystem::is_regular_file(s.megatron_args, ec);
-    fc = is_file ? sim::read_megatron_args(s.megatron_args) : sim::parse_megatron_args(s.megatron_args, "--megatron-args");
-  }
-  if (fc.plan) r.plan = *fc.plan;
-  if (r.model.empty() && fc.model) r.model = *fc.model;
-  sim::FrameworkConfig kept = fc;
-  if (!s.model.empty()) {
-    // The user's model wins over the shape the flags describe.
-    kept.overrides.clear();
-    for (const auto& o : fc.overrides) {
-      if (o.section != "model") kept.overrides.push_back(o);
-    }
-  }
-  r.overrides = sim::with_user_overrides(kept, user);
-  r.global_batch = fc.global_batch;
-  r.warning = sim::unmodelled_warning(fc);
+  const sim::FrameworkConfig fc = !s.deepspeed.empty()  ? sim::read_framework_config("deepspeed", s.deepspeed)
+                                  : !s.torchtitan.empty() ? sim::read_framework_config("torchtitan", s.torchtitan)
+                                                          : sim::read_framework_config("megatron", s.megatron_args);
+  sim::FrameworkScenario f = sim::apply_framework_config(fc, s.model, user);
+  r.model = f.model;
+  if (!f.plan.empty()) r.plan = f.plan;
+  r.overrides = std::move(f.overrides);
+  r.global_batch = f.global_batch;
+  r.warning = std::move(f.warning);
   return r;
 }
 

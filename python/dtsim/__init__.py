@@ -13,6 +13,7 @@ raises :class:`ConfigError` (a ``ValueError``) with the CLI's one-line message.
 
 import json as _json
 import os as _os
+import warnings as _warnings
 
 from . import _core
 from ._core import CalibrationError, ConfigError, IoError, UnsupportedError
@@ -78,18 +79,39 @@ def _int(value, what, default):
     return value
 
 
-def predict(model, cluster, plan="ddp", set=None, profile=None, unabridged=False):
+def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False, deepspeed=None, megatron_args=None,
+            torchtitan=None):
     """One plan's iteration time, throughput, MFU and per-GPU memory.
 
     model: a built-in name (``dtsim.models()``), a YAML or HuggingFace
     config.json path, or a dict (transformers-style with ``model_type``, or
-    dtsim's YAML keys with ``family``). cluster, plan: a shipped name
+    dtsim's YAML keys with ``family``); None where ``megatron_args`` or
+    ``torchtitan`` names one. cluster, plan: a shipped name
     (``dtsim.clusters()``, ``dtsim.plans()``), a YAML path or a dict of its
-    keys. set: ``{"plan.tp": 8}`` or ``["plan.tp=8"]``, as ``--set``.
-    profile: a calibration profile (.h5). Returns ``dtsim predict --json``.
+    keys; plan None: ``ddp``. set: ``{"plan.tp": 8}`` or ``["plan.tp=8"]``,
+    as ``--set`` (it wins over a framework's config). profile: a calibration
+    profile (.h5). deepspeed, torchtitan: a DeepSpeed config JSON or a
+    torchtitan job TOML (a path) as the plan; megatron_args: Megatron-LM's
+    flags (a string, or a file of them) as the plan and, with no model, the
+    model; at most one, instead of plan, as the CLI's ``--deepspeed``,
+    ``--megatron-args`` and ``--torchtitan``. What such a config sets that
+    dtsim does not model is one ``UserWarning``. Returns ``dtsim predict --json``.
     """
-    text = _core.predict_json(_source(model, "model"), _source(cluster, "cluster"), _source(plan, "plan"),
-                              _sets(set), _path(profile, "profile"), bool(unabridged))
+    frameworks = [(k, v) for k, v in (("deepspeed", deepspeed), ("megatron", megatron_args), ("torchtitan", torchtitan))
+                  if v is not None]
+    if len(frameworks) > 1:
+        raise ConfigError("deepspeed, megatron_args and torchtitan each describe the whole plan; give one")
+    kind, source = frameworks[0] if frameworks else ("", "")
+    if kind:
+        source = _path(source, "megatron_args" if kind == "megatron" else kind)
+        if not source:
+            raise ConfigError(f"{'megatron_args' if kind == 'megatron' else kind}: empty; give a file path")
+    text, warning = _core.predict_json(_source(model, "model") if model is not None else _core.Source("", False),
+                                       _source(cluster, "cluster"),
+                                       _source(plan, "plan") if plan is not None else _core.Source("", False),
+                                       _sets(set), _path(profile, "profile"), bool(unabridged), kind, source)
+    if warning:
+        _warnings.warn(warning, stacklevel=2)
     return _json.loads(text)
 
 
@@ -136,13 +158,14 @@ def search_frame(model, cluster, **kwargs):
     return search(model, cluster, frame=True, **kwargs)
 
 
-def comm(cluster, op="all_reduce", ranks=None, ranks_per_node=None, min_bytes=8, max_bytes=1 << 30, set=None):
+def comm(cluster, op="all_reduce", ranks=None, ranks_per_node=None, min_bytes=8, max_bytes=1 << 30, set=None, profile=None):
     """Predicted time, algbw and busbw of a collective for sizes from min_bytes
     to max_bytes (x2), as ``dtsim comm --json``. ranks: default the whole
-    cluster; ranks_per_node: default a node's worth."""
+    cluster; ranks_per_node: default a node's worth; profile: price from a
+    calibration profile's fits (its ``cost_source`` says which), as ``--profile``."""
     text = _core.comm_json(_source(cluster, "cluster"), op, _int(ranks, "ranks", -1),
                            _int(ranks_per_node, "ranks_per_node", -1), _int(min_bytes, "min_bytes", 8),
-                           _int(max_bytes, "max_bytes", 1 << 30), _sets(set))
+                           _int(max_bytes, "max_bytes", 1 << 30), _sets(set), _path(profile, "profile"))
     return _json.loads(text)
 
 

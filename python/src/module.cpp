@@ -21,6 +21,7 @@
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/profile.hpp"
 #include "dtsim/sim/report.hpp"
@@ -63,18 +64,42 @@ std::shared_ptr<const sim::ProfileCosts> load_costs(const std::string& profile) 
   return std::make_shared<const sim::ProfileCosts>(sim::load_profile(profile));
 }
 
-/// `dtsim predict --json`.
-std::string predict_json(const Source& model, const Source& cluster, const Source& plan,
-                         const std::vector<std::string>& sets, const std::string& profile, bool unabridged) {
-  const auto ov = overrides(sets);
-  const sim::ModelPtr m = load_model(model, ov);
+/// `dtsim predict --json`, and the warning line of what a framework's
+/// config sets that dtsim does not model ("" if none). framework_kind:
+/// "" or deepspeed, megatron, torchtitan (with framework_source its file,
+/// or Megatron's flags), folded in as the CLI's --deepspeed,
+/// --megatron-args and --torchtitan are (Note [Framework options]); an
+/// empty model or plan text: none given.
+std::pair<std::string, std::string> predict_json(const Source& model, const Source& cluster, const Source& plan,
+                                                 const std::vector<std::string>& sets, const std::string& profile,
+                                                 bool unabridged, const std::string& framework_kind,
+                                                 const std::string& framework_source) {
+  std::vector<sim::Override> ov = overrides(sets);
+  Source model_source = model, plan_source = plan;
+  std::string warning;
+  if (!framework_kind.empty()) {
+    const char* option = framework_kind == "megatron" ? "megatron_args" : framework_kind == "deepspeed" ? "deepspeed" : "torchtitan";
+    if (!plan.text.empty()) {
+      throw ConfigError(std::string("plan and ") + option + " both describe the plan; give one (change single keys with set)");
+    }
+    const sim::FrameworkConfig fc = sim::read_framework_config(framework_kind, framework_source);
+    sim::FrameworkScenario f = sim::apply_framework_config(fc, model.is_inline ? std::string("<model dict>") : model.text, ov);
+    if (model.text.empty()) model_source = Source{f.model, false};
+    plan_source = Source{f.plan.empty() ? std::string("ddp") : f.plan, false};
+    ov = std::move(f.overrides);
+    warning = std::move(f.warning);
+  } else if (plan.text.empty()) {
+    plan_source = Source{"ddp", false};
+  }
+  if (model_source.text.empty()) throw ConfigError("model: none given; give a built-in name, a file path or a dict");
+  const sim::ModelPtr m = load_model(model_source, ov);
   const sim::ClusterSpec c = load_cluster(cluster, ov);
-  const sim::PlanSpec p = load_plan(plan, ov);
+  const sim::PlanSpec p = load_plan(plan_source, ov);
   sim::PredictOptions po;
   po.unabridged = unabridged;
   po.profile = load_costs(profile);
   py::gil_scoped_release unlocked;
-  return sim::to_json(sim::predict(*m, p, c, po));
+  return {sim::to_json(sim::predict(*m, p, c, po)), warning};
 }
 
 /// `dtsim search --json`; 0 for gpus, global_batch and threads: the CLI's defaults.
@@ -105,10 +130,12 @@ std::string search_json(const Source& model, const Source& cluster, const std::v
   return sim::search_to_json(sim::search(*m, c, so));
 }
 
-/// `dtsim comm --json` (datasheet links); -1 for ranks and ranks_per_node:
-/// the CLI's defaults (the whole cluster, a node's worth).
+/// `dtsim comm --json` (datasheet links, or `profile`'s fits where it has
+/// any); -1 for ranks and ranks_per_node: the CLI's defaults (the whole
+/// cluster, a node's worth).
 std::string comm_json(const Source& cluster, const std::string& op_name, std::int64_t ranks, std::int64_t ranks_per_node,
-                      std::int64_t min_bytes, std::int64_t max_bytes, const std::vector<std::string>& sets) {
+                      std::int64_t min_bytes, std::int64_t max_bytes, const std::vector<std::string>& sets,
+                      const std::string& profile) {
   const sim::ClusterSpec c = load_cluster(cluster, overrides(sets));
   sim::CollectiveOp op = sim::CollectiveOp::kAllReduce;
   if (!sim::parse_collective(op_name, &op)) {
@@ -134,8 +161,16 @@ std::string comm_json(const Source& cluster, const std::string& op_name, std::in
   }
   const Bytes lo = check("min_bytes", min_bytes, 1, std::int64_t{1} << 40);
   const Bytes hi = check("max_bytes", max_bytes, lo, std::int64_t{1} << 40);
-  const sim::AnalyticCommModel model(c);
-  return sim::comm_to_json(c.name, op, g, sim::comm_sweep(model, op, g, lo, hi));
+  if (profile.empty()) {
+    const sim::AnalyticCommModel model(c);
+    return sim::comm_to_json(c.name, op, g, sim::comm_sweep(model, op, g, lo, hi));
+  }
+  // As `dtsim comm --profile` prices (Note [Profile lookups]).
+  const auto costs = load_costs(profile);
+  sim::CostSources sources;
+  const sim::ProfileCommModel model(costs, c, &sources);
+  const auto rows = sim::comm_sweep(model, op, g, lo, hi);
+  return sim::comm_to_json(c.name, op, g, rows, "profile " + profile + ": " + sim::comm_cost_source(costs->profile(), op, g, sources));
 }
 
 /// Built-in models (name, description), then the YAML models shipped in configs/.
@@ -166,11 +201,12 @@ PYBIND11_MODULE(_core, m) {
            py::arg("text"), py::arg("is_inline") = false);
 
   m.def("predict_json", &python::predict_json, py::arg("model"), py::arg("cluster"), py::arg("plan"), py::arg("sets"),
-        py::arg("profile"), py::arg("unabridged"), "dtsim predict --json");
+        py::arg("profile"), py::arg("unabridged"), py::arg("framework_kind"), py::arg("framework_source"),
+        "dtsim predict --json, and the framework config's warning line");
   m.def("search_json", &python::search_json, py::arg("model"), py::arg("cluster"), py::arg("sets"), py::arg("gpus"),
         py::arg("global_batch"), py::arg("top"), py::arg("threads"), py::arg("profile"), "dtsim search --json");
   m.def("comm_json", &python::comm_json, py::arg("cluster"), py::arg("op"), py::arg("ranks"), py::arg("ranks_per_node"),
-        py::arg("min_bytes"), py::arg("max_bytes"), py::arg("sets"), "dtsim comm --json");
+        py::arg("min_bytes"), py::arg("max_bytes"), py::arg("sets"), py::arg("profile"), "dtsim comm --json");
   m.def(
       "profile_json", [](const std::string& path) { return calib::profile_to_json(sim::load_profile(path)); },
       py::arg("path"), "dtsim profile show --json");

@@ -84,3 +84,27 @@ def test_lists():
     assert "dgx-a100" in dtsim.clusters()
     assert {"ddp", "fsdp", "zero2"} <= set(dtsim.plans())
     assert os.path.isdir(os.path.join(dtsim.config_dir(), "clusters"))
+
+
+def test_framework_configs_equal_cli(cli, source_dir):
+    # The CLI's --deepspeed, --torchtitan and --megatron-args, as keywords;
+    # what a config sets that dtsim does not model is one UserWarning.
+    frameworks = os.path.join(source_dir, "configs", "frameworks")
+    ds = os.path.join(frameworks, "deepspeed", "zero3.json")
+    with pytest.warns(UserWarning, match="zero3.json: DeepSpeed settings dtsim does not model, ignored: zero_optimization.stage3_param_persistence_threshold=1e6"):
+        got = dtsim.predict("llama-3-8b", "dgx-h100", deepspeed=ds, set={"plan.seq_len": 2048})
+    assert got == cli("predict", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--deepspeed", ds,
+                      "--set", "plan.seq_len=2048")
+    assert got["plan"]["zero_stage"] == 3
+    tt = os.path.join(frameworks, "torchtitan", "llama3_8b.toml")
+    assert dtsim.predict(None, "dgx-h100", torchtitan=tt) == cli("predict", "--cluster", "dgx-h100", "--torchtitan", tt)
+    flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
+    got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
+    assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)
+    assert (got["plan"]["tp"], got["plan"]["micro_batch"], got["plan"]["global_batch"]) == (2, 2, 64)
+    with pytest.raises(dtsim.ConfigError, match="^plan and deepspeed both describe the plan"):
+        dtsim.predict("gpt2", "dgx-a100", "zero2", deepspeed=ds)
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args and torchtitan each describe the whole plan"):
+        dtsim.predict("gpt2", "dgx-a100", deepspeed=ds, torchtitan=tt)
+    with pytest.raises(dtsim.ConfigError, match="^model: none given"):
+        dtsim.predict(None, "dgx-a100", "ddp")

@@ -120,6 +120,43 @@ std::string unmodelled_warning(const FrameworkConfig& fc) {
 // FULL_SHARD within a node and replication across nodes; _HYBRID_SHARD_ZERO2
 // is SHARD_GRAD_OP within a node and replication across, which dtsim does
 // not lower (its hybrid sharding is ZeRO-3's).
+FrameworkConfig read_framework_config(const std::string& kind, const std::string& source) {
+  if (kind == "deepspeed") return read_deepspeed_config(source);
+  if (kind == "torchtitan") return read_torchtitan_config(source);
+  if (kind == "megatron") {
+    // A file of flags (a launch script's), or the flags themselves.
+    std::error_code ec;
+    const bool is_file = source.rfind("--", 0) != 0 && std::filesystem::is_regular_file(source, ec);
+    return is_file ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
+  }
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, torchtitan");
+}
+
+// Note [Framework options]
+// A framework's config describes a whole plan (every plan key it leaves
+// unset is reset to dtsim's default), so a front end takes it instead of a
+// plan, and at most one. The user's overrides apply after it and win. A
+// Megatron command line describes the model too: its model.* keys apply
+// only when the user names no model. What the config sets that dtsim does
+// not model is one warning line, never dropped silently.
+FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::string& model, const std::vector<Override>& user) {
+  FrameworkScenario r;
+  r.model = model.empty() && fc.model ? *fc.model : model;
+  r.plan = fc.plan.value_or("");
+  FrameworkConfig kept = fc;
+  if (!model.empty()) {
+    // The user's model wins over the shape the flags describe.
+    kept.overrides.clear();
+    for (const auto& o : fc.overrides) {
+      if (o.section != "model") kept.overrides.push_back(o);
+    }
+  }
+  r.overrides = with_user_overrides(kept, user);
+  r.global_batch = fc.global_batch;
+  r.warning = unmodelled_warning(fc);
+  return r;
+}
+
 FsdpMode parse_fsdp_mode(const std::string& name) {
   std::string n;
   for (char ch : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

@@ -56,6 +56,8 @@
 #include <iterator>
 #include <span>
 
+#include <fmt/format.h>
+
 #include "cost/ring.hpp"
 
 namespace dtsim::sim {
@@ -787,6 +789,30 @@ CollectiveCost ProfileCommModel::host_copy(Bytes bytes) const {
   c.wire_bytes = per_byte * static_cast<double>(bytes) * c.rate;
   if (sources_) ++sources_->copies_measured;
   return c;
+}
+
+std::string comm_cost_source(const Profile& p, CollectiveOp op, const CommGroup& g, const CostSources& used) {
+  const std::string what = std::string(to_string(op)) + " over " + std::to_string(g.ranks) + " ranks";
+  if (used.comm_measured > 0) {
+    for (const char* backend : {"nccl", "gloo"}) {
+      // Across nodes, the fit of the same placement (an imported nccl-tests
+      // run of several nodes) before the one-node fit.
+      auto it = p.fits.find(comm_fit_name(backend, op, g.ranks, g.nodes() > 1 ? g.ranks_per_node : 0));
+      if (it == p.fits.end()) it = p.fits.find(comm_fit_name(backend, op, g.ranks));
+      if (it == p.fits.end()) continue;
+      double constant = 0, per_byte = 0;
+      for (std::size_t i = 0; i < it->second.features.size() && i < it->second.coef.size(); ++i) {
+        if (it->second.features[i] == "1") constant = it->second.coef[i];
+        if (it->second.features[i] == "bytes") per_byte = it->second.coef[i];
+      }
+      return what + " measured: fit " + it->first + " of " + std::to_string(it->second.samples) + " sizes, " +
+             fmt::format("t = {:.3g} us + S x {:.3g} ns/B", constant * 1e6, per_byte * 1e9);
+    }
+  }
+  if (used.comm_scaled > 0) {
+    return what + " not measured: the datasheet formula over the intra-node link its all_reduce fit gives";
+  }
+  return what + " not measured and no all_reduce fit to scale: the cluster's datasheet links";
 }
 
 }  // namespace dtsim::sim

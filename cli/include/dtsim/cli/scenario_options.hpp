@@ -40,7 +40,7 @@ struct ScenarioOptions {
 };
 
 /// The scenario to load once a framework's config is folded in (Note
-/// [Framework options] in cli/src/scenario_options.cpp).
+/// [Framework options] in sim/src/config/framework_config.cpp).
 struct ResolvedScenario {
   std::string model;                         ///< "" where neither --model nor the config names one
   std::string plan;                          ///< the shipped plan or file to start from

@@ -127,6 +127,14 @@ struct CostSources {
   int copies_analytic = 0;
 };
 
+/// What priced `dtsim comm --profile`'s rows of `op` over `g`, in words
+/// (Note [Profile lookups] in cost_profile.cpp), from the sources a
+/// ProfileCommModel counted in `used`: the measured fit of the same
+/// operation and rank count (its name, sizes and terms), the datasheet
+/// formula over the link the profile's all-reduce fit gives, or the
+/// datasheet links.
+std::string comm_cost_source(const Profile& p, CollectiveOp op, const CommGroup& g, const CostSources& used);
+
 /// Layer and kernel times from a profile (see Note [Profile lookups] in
 /// cost_profile.cpp), else the roofline.
 class ProfileComputeModel final : public ComputeModel {

@@ -63,6 +63,26 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 /// a=1, b=2", or "" when there are none.
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
+/// A framework's config as a front end gives it: `kind` "deepspeed" or
+/// "torchtitan" with a file's path, or "megatron" with a file of flags or
+/// the flags themselves (a `source` starting "--"; errors then name it
+/// `--megatron-args`). Throws ConfigError naming the valid kinds.
+FrameworkConfig read_framework_config(const std::string& kind, const std::string& source);
+
+/// A scenario with a framework's config folded in (Note [Framework
+/// options] in sim/src/config/framework_config.cpp).
+struct FrameworkScenario {
+  std::string model;                         ///< "" where neither the user nor the config names one
+  std::string plan;                          ///< the shipped plan or file to start from
+  std::vector<Override> overrides;           ///< the config's keys, then the user's (which win)
+  std::optional<std::int64_t> global_batch;  ///< the config's global batch, for the search
+  std::string warning;                       ///< unmodelled_warning(fc)
+};
+
+/// Folds `fc` into a scenario: its plan, and its model unless the user
+/// names one (`model` non-empty: the config's model.* keys are dropped).
+FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::string& model, const std::vector<Override>& user);
+
 /// PyTorch FSDP's ShardingStrategy names (FULL_SHARD, SHARD_GRAD_OP,
 /// NO_SHARD, HYBRID_SHARD) and dtsim's (full_shard, ...) in any case, with
 /// or without "ShardingStrategy."; throws ConfigError (message without a
