@@ -1,6 +1,7 @@
 #include "commands.hpp"
 
 #include <CLI/CLI.hpp>
+#include <fmt/format.h>
 
 #include <algorithm>
 #include <functional>
@@ -119,7 +120,6 @@ int run_predict(const Options& o) {
   const std::string cluster_name = require(o, "cluster", "predict", "e.g. --cluster dgx-a100 (see dtsim list clusters)");
   const ResolvedScenario rs = resolve_scenario(o.scenario, "ddp");
   if (rs.model.empty()) throw ConfigError("dtsim predict: --model is required; e.g. --model gpt2 (see dtsim list models)");
-  if (!rs.warning.empty()) std::cerr << "dtsim predict: warning: " << rs.warning << "\n";
   const auto& ov = rs.overrides;
   const std::string& model_name = rs.model;
   const std::string& plan_name = rs.plan;
@@ -136,6 +136,8 @@ int run_predict(const Options& o) {
     po.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(*prof));
   }
   const sim::Prediction p = sim::predict(*model, plan, cluster, po);
+  // Bad input is one line: the warning only once the plan has resolved.
+  if (!rs.warning.empty()) std::cerr << "dtsim predict: warning: " << rs.warning << "\n";
   if (trace) sim::write_file_atomic(*trace, sim::to_chrome_trace(p));
   if (o.flag("json")) {
     std::cout << sim::to_json(p);
@@ -219,42 +221,6 @@ int run_search(const Options& o) {
   return 0;
 }
 
-namespace {
-
-/// What priced `dtsim comm --profile`'s rows, in words (Note [Profile
-/// lookups] in sim/src/cost/cost_profile.cpp): the measured fit of the same
-/// operation and rank count, the datasheet formula over the link the
-/// profile's largest all-reduce fit gives, or the datasheet links.
-std::string comm_source(const sim::Profile& p, sim::CollectiveOp op, const sim::CommGroup& g, const sim::CostSources& used) {
-  const std::string what = std::string(to_string(op)) + " over " + std::to_string(g.ranks) + " ranks";
-  if (used.comm_measured > 0) {
-    for (const char* backend : {"nccl", "gloo"}) {
-      // Across nodes, the fit of the same placement (an imported nccl-tests
-      // run of several nodes) before the one-node fit.
-      auto it = p.fits.find(sim::comm_fit_name(backend, op, g.ranks, g.nodes() > 1 ? g.ranks_per_node : 0));
-      if (it == p.fits.end()) it = p.fits.find(sim::comm_fit_name(backend, op, g.ranks));
-      if (it == p.fits.end()) continue;
-      const sim::FitTerms t = [&] {
-        sim::FitTerms f;
-        for (std::size_t i = 0; i < it->second.features.size() && i < it->second.coef.size(); ++i) {
-          if (it->second.features[i] == "1") f.constant = it->second.coef[i];
-          if (it->second.features[i] == "bytes") f.per_byte = it->second.coef[i];
-        }
-        return f;
-      }();
-      char fit[160];
-      std::snprintf(fit, sizeof fit, "t = %.3g us + S x %.3g ns/B", t.constant * 1e6, t.per_byte * 1e9);
-      return what + " measured: fit " + it->first + " of " + std::to_string(it->second.samples) + " sizes, " + fit;
-    }
-  }
-  if (used.comm_scaled > 0) {
-    return what + " not measured: the datasheet formula over the intra-node link its all_reduce fit gives";
-  }
-  return what + " not measured and no all_reduce fit to scale: the cluster's datasheet links";
-}
-
-}  // namespace
-
 Command add_comm(CLI::App& root) {
   CLI::App* app = subcommand(root, "comm", "Predict a collective's time, algbw and busbw over a sweep of sizes (as nccl-tests prints)");
   auto o = options_of(app);
@@ -323,7 +289,7 @@ int run_comm(const Options& o) {
   sim::CostSources sources;
   const sim::ProfileCommModel model(costs, cluster, &sources);
   const auto rows = sim::comm_sweep(model, op, g, lo, hi);
-  const std::string source = "profile " + *prof + ": " + comm_source(costs->profile(), op, g, sources);
+  const std::string source = "profile " + *prof + ": " + sim::comm_cost_source(costs->profile(), op, g, sources);
   std::cout << (o.flag("json") ? sim::comm_to_json(cluster.name, op, g, rows, source)
                                : sim::format_comm_table(cluster.name, op, g, rows, source));
   return 0;
@@ -355,14 +321,9 @@ int run_list(const Options& o) {
     for (const auto& n : sim::list_configs("models")) rows.emplace_back(sim::config_dir() + "/models/" + n + ".yaml", "YAML model");
   } else if (kind == "devices") {
     for (const auto& d : sim::builtin_devices()) {
-      char buf[160];
-      std::snprintf(buf, sizeof buf, "%.1f GiB, %.1f TFLOP/s fp16, %.1f TFLOP/s fp32, %.0f GB/s", static_cast<double>(d.memory) / kGiB,
-                    d.peak_fp16 / kTera, d.peak_fp32 / kTera, d.memory_bandwidth / kGiga);
-      std::string desc = buf;
-      if (d.peak_fp8 > 0) {
-        std::snprintf(buf, sizeof buf, ", %.1f TFLOP/s fp8", d.peak_fp8 / kTera);
-        desc += buf;
-      }
+      std::string desc = fmt::format("{:.1f} GiB, {:.1f} TFLOP/s fp16, {:.1f} TFLOP/s fp32, {:.0f} GB/s", static_cast<double>(d.memory) / kGiB,
+                                     d.peak_fp16 / kTera, d.peak_fp32 / kTera, d.memory_bandwidth / kGiga);
+      if (d.peak_fp8 > 0) desc += fmt::format(", {:.1f} TFLOP/s fp8", d.peak_fp8 / kTera);
       rows.emplace_back(d.name, desc);
     }
   } else {

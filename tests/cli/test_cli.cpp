@@ -459,8 +459,9 @@ std::string complete(const std::string& line) {
 
 TEST_CASE("every subcommand's --help and -h print its usage and exit 0", "[cli][conventions]") {
   std::vector<std::string> subs = kSubcommands;
-  subs.push_back("profile show");
-  subs.push_back("profile upgrade");
+  for (const char* sub : {"profile show", "profile upgrade", "profile import-nccl-tests", "profile import-trace", "profile import-layers"}) {
+    subs.push_back(sub);
+  }
   for (const auto& sub : subs) {
     for (const char* flag : {"--help", "-h"}) {
       INFO("dtsim " << sub << " " << flag);
@@ -577,8 +578,9 @@ TEST_CASE("the bash completion completes subcommands, options and built-in names
 
 TEST_CASE("the bash completion offers every option each subcommand's --help lists", "[cli][conventions][completion]") {
   std::vector<std::string> subs = kSubcommands;
-  subs.push_back("profile show");
-  subs.push_back("profile import-layers");
+  for (const char* sub : {"profile show", "profile upgrade", "profile import-nccl-tests", "profile import-trace", "profile import-layers"}) {
+    subs.push_back(sub);
+  }
   for (const auto& sub : subs) {
     INFO("dtsim " << sub);
     const auto options = options_in_help(dtsim(sub + " --help").out);
@@ -666,6 +668,15 @@ TEST_CASE("a framework's config does not combine with --plan or another, one lin
   CHECK(r.status == 2);
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("looks like a DeepSpeed config; pass it as --deepspeed") != std::string::npos);
+}
+
+// docs/json.md: every --json output starts with schema_version and dtsim_version.
+TEST_CASE("profile show --json carries schema_version and dtsim_version", "[cli][json]") {
+  const Result r = dtsim("profile show " + std::string(DTSIM_SOURCE_DIR) + "/configs/profiles/local-cpu-moe.h5 --json");
+  REQUIRE(r.status == 0);
+  const YAML::Node doc = YAML::Load(r.out);
+  CHECK(doc["schema_version"].as<int>() == 1);
+  CHECK(doc["dtsim_version"].as<std::string>() == project_version());
 }
 
 TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from", "[cli][import]") {

@@ -24,6 +24,7 @@
 #include "dtsim/runtime/validate.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/version.hpp"
 #include "test_util.hpp"
 
 using namespace dtsim;
@@ -462,6 +463,8 @@ TEST_CASE("moe-tiny trains as one process does under expert parallelism, ZeRO-1/
     const Run r = validate("--model moe-tiny --plan ddp --procs 2" + kCommon + forced + " --set plan.ep=2");
     check_same(losses_of(r), want);
     const YAML::Node doc = YAML::Load(r.out);
+    CHECK(doc["schema_version"].as<int>() == 1);  // docs/json.md: every --json output
+    CHECK(doc["dtsim_version"].as<std::string>() == sim::version());
     CHECK(doc["ep"].as<int>() == 2);
     CHECK(doc["moe_force_load_balance"].as<bool>());
   }
