@@ -31,6 +31,8 @@ const std::string kAllReduce = kData + "/nccl-tests/all_reduce_perf_dgx-a100_8gp
 const std::string kAllToAll = kData + "/nccl-tests/alltoall_perf_dgx-a100_8gpu.txt";
 const std::string kTwoNodes = kData + "/nccl-tests/dgx-a100_2node_16rank.txt";
 const std::string kThreads = kData + "/nccl-tests/threads2_gpus4.txt";
+const std::string kReduceScatter = kData + "/nccl-tests/reduce_scatter_perf_dgx-a100_8gpu.txt";
+const std::string kSendRecv = kData + "/nccl-tests/sendrecv_perf_dgx-a100_2gpu.txt";
 const std::string kTrace = kData + "/traces/gpt_2layers_dgx-a100_bf16.json";
 
 std::string temp_file(const std::string& name) {
@@ -151,6 +153,34 @@ TEST_CASE("nccl-tests: alltoall_perf's older columns, a 2-node MPI run and a -t 
     // Two rows: beta = (1499.3 - 13.83) us / (268435456 - 1048576) B = 5.5556e-12 s/B, 180 GB/s.
     CHECK(1 / coef(p.fits.at("comm.nccl.send_recv.2"), "bytes") / 1e9 == Approx(180).epsilon(0.02));
   }
+}
+
+TEST_CASE("nccl-tests: reduce_scatter_perf and sendrecv_perf logs are read and fitted", "[import]") {
+  // Both logs were made as tests/data/nccl-tests/README.md says: t = alpha +
+  // size / algbw_inf, wiggled by at most 1.2%; reduce_scatter alpha 11.2 us
+  // and busbw 228 GB/s (busbw = algbw x 7/8 on 8 ranks), sendrecv 8.3 us and
+  // 180 GB/s (busbw = algbw). The fits must find them again.
+  const calib::NcclTestsRun rs = calib::read_nccl_tests(kReduceScatter);
+  CHECK(rs.op == CollectiveOp::kReduceScatter);
+  CHECK(rs.test == "reduce_scatter_perf");
+  CHECK(rs.ranks == 8);
+  REQUIRE(rs.rows.size() == 11);  // 1 KiB .. 1 GiB, factor 4
+  CHECK(rs.rows.front().count == 32);  // per rank: 1024 B of float over 8 ranks
+  const calib::NcclTestsRun sr = calib::read_nccl_tests(kSendRecv);
+  CHECK(sr.op == CollectiveOp::kSendRecv);
+  CHECK(sr.ranks == 2);
+  CHECK(sr.rows.size() == 13);  // 8 B .. 128 MiB, factor 4
+  Profile p;
+  const calib::ImportResult r = calib::import_nccl_tests({kReduceScatter, kSendRecv}, p);
+  CHECK(r.samples == 24);
+  REQUIRE(p.fits.count("comm.nccl.reduce_scatter.8"));
+  REQUIRE(p.fits.count("comm.nccl.send_recv.2"));
+  const LinearFit& f = p.fits.at("comm.nccl.reduce_scatter.8");
+  CHECK(7.0 / 8 / coef(f, "bytes") / 1e9 == Approx(228).epsilon(0.02));
+  CHECK(coef(f, "1") * 1e6 == Approx(11.2).epsilon(0.05));
+  const LinearFit& g = p.fits.at("comm.nccl.send_recv.2");
+  CHECK(1 / coef(g, "bytes") / 1e9 == Approx(180).epsilon(0.02));
+  CHECK(coef(g, "1") * 1e6 == Approx(8.3).epsilon(0.05));
 }
 
 TEST_CASE("nccl-tests: the all_reduce fit is the calibration's, and prices the measured times", "[import]") {
