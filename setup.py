@@ -21,7 +21,13 @@ from setuptools.command.build_ext import build_ext
 from setuptools.command.build_py import build_py
 
 ROOT = os.path.dirname(os.path.abspath(__file__))
-BUILD = os.path.join(ROOT, "build-python")  # not build/: that is scripts/build's CMake tree
+# Where setuptools and the CMake tree work: build-python/ (not build/: that is
+# scripts/build's CMake tree), or $DTSIM_PYTHON_BUILD_BASE.
+BUILD = os.environ.get("DTSIM_PYTHON_BUILD_BASE") or os.path.join(ROOT, "build-python")
+# A CMake tree already configured with DTSIM_BUILD_PYTHON (scripts/build's
+# build/, say): the module is built there instead of configuring a core-only
+# tree of its own (the install test uses it to package what ctest built).
+EXISTING = os.environ.get("DTSIM_CMAKE_BUILD_DIR")
 
 
 def version():
@@ -33,13 +39,16 @@ class CMakeBuild(build_ext):
     """Configures and builds the target dtsim_python, then copies _core*.so where setuptools wants it."""
 
     def build_extension(self, ext):
-        tree = os.path.join(BUILD, "cmake")
-        configure = ["cmake", "-S", ROOT, "-B", tree, "-DCMAKE_BUILD_TYPE=Release", "-DDTSIM_CORE_ONLY=ON",
-                     "-DDTSIM_BUILD_TESTS=OFF", "-DDTSIM_BUILD_BENCH=OFF", "-DDTSIM_BUILD_PYTHON=ON",
-                     f"-DPython_EXECUTABLE={sys.executable}"]
-        if shutil.which("ninja"):
-            configure += ["-G", "Ninja"]
-        subprocess.check_call(configure)
+        tree = os.path.abspath(EXISTING) if EXISTING else os.path.join(BUILD, "cmake")
+        if not EXISTING:
+            configure = ["cmake", "-S", ROOT, "-B", tree, "-DCMAKE_BUILD_TYPE=Release", "-DDTSIM_CORE_ONLY=ON",
+                         "-DDTSIM_BUILD_TESTS=OFF", "-DDTSIM_BUILD_BENCH=OFF", "-DDTSIM_BUILD_PYTHON=ON",
+                         f"-DPython_EXECUTABLE={sys.executable}"]
+            if shutil.which("ninja"):
+                configure += ["-G", "Ninja"]
+            subprocess.check_call(configure)
+        elif not os.path.exists(os.path.join(tree, "CMakeCache.txt")):
+            raise RuntimeError(f"DTSIM_CMAKE_BUILD_DIR={EXISTING}: not a configured CMake tree (no CMakeCache.txt)")
         jobs = os.environ.get("DTSIM_JOBS", str(os.cpu_count() or 1))
         subprocess.check_call(["cmake", "--build", tree, "--target", "dtsim_python", "-j", jobs])
         built = glob.glob(os.path.join(tree, "python", "dtsim", "_core*.so"))

@@ -7,10 +7,14 @@
 #     cluster that exists only there is found) and a missing config folder is
 #     one line naming it, exit status 2;
 #  3. the installed Python package (where built) imports, finds the same
-#     configs and predicts what the installed dtsim does.
-#   install.sh BUILD_DIR CONSUMER_SOURCE GENERATOR CXX [PYTHON PYTHON_INSTALL_DIR]
+#     configs and predicts what the installed dtsim does;
+#  4. `pip install --no-build-isolation .` (offline, Debian's setuptools,
+#     into a target folder; setup.py builds the module in BUILD_DIR, which
+#     ctest already built) gives a package that imports outside the tree,
+#     finds the configs it carries and predicts the same.
+#   install.sh BUILD_DIR CONSUMER_SOURCE GENERATOR CXX [PYTHON PYTHON_INSTALL_DIR [SOURCE_DIR]]
 set -euo pipefail
-build=$1 consumer=$2 generator=$3 cxx=$4 python=${5:-} pydir=${6:-}
+build=$1 consumer=$2 generator=$3 cxx=$4 python=${5:-} pydir=${6:-} source=${7:-}
 tmp=$(mktemp -d)
 trap 'rm -rf "$tmp"' EXIT
 unset DTSIM_CONFIG_DIR
@@ -59,4 +63,27 @@ cli = json.loads(open("installed.json").read())
 assert dtsim.predict("gpt2", "dgx-a100", "ddp") == cli
 print("python: the installed package imports from", os.path.dirname(dtsim.__file__), "and predicts as the installed dtsim")
 PY
+fi
+
+# 4. pip's way in (setup.py), where pip is.
+if [[ -n "$python" && -n "$source" ]]; then
+  if ! "$python" -m pip --version > /dev/null 2>&1; then
+    echo "pip: $python -m pip is missing (apt install python3-pip): not tried"
+  else
+    DTSIM_CMAKE_BUILD_DIR=$build DTSIM_PYTHON_BUILD_BASE=$tmp/pybuild PIP_NO_INDEX=1 PIP_DISABLE_PIP_VERSION_CHECK=1 \
+      "$python" -m pip install --no-build-isolation --no-deps --target "$tmp/site" "$source" > "$tmp/pip.log" 2>&1 \
+      || { tail -40 "$tmp/pip.log"; exit 1; }
+    PYTHONPATH="$tmp/site" "$python" - "$tmp/site" <<'PY'
+import json, os, sys
+import dtsim
+site = sys.argv[1]
+assert dtsim.__file__.startswith(site), dtsim.__file__
+assert os.path.realpath(dtsim.config_dir()) == os.path.realpath(os.path.join(site, "dtsim", "configs")), dtsim.config_dir()
+assert "dgx-a100" in dtsim.clusters()
+cli = json.loads(open("installed.json").read())
+assert dtsim.predict("gpt2", "dgx-a100", "ddp") == cli
+print("pip: pip install --no-build-isolation . gives a package that imports from", os.path.dirname(dtsim.__file__),
+      "with its own configs and predicts as the installed dtsim")
+PY
+  fi
 fi
