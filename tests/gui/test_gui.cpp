@@ -35,6 +35,8 @@
 #include <QGraphicsSimpleTextItem>
 #include <QGraphicsTextItem>
 #include <QGuiApplication>
+#include <QImage>
+#include <QPixmap>
 #include <QScreen>
 #include <QTabWidget>
 #include <QThread>
@@ -1057,6 +1059,60 @@ void check_readable(ExplorerWindow& w, const char* name) {
   }
 }
 
+/// The chart `name` as the X server shows it: a screenshot of the real
+/// window (QScreen::grabWindow reads the server's pixels, not Qt's
+/// backing store), in which the chart's rectangle must hold a drawn chart
+/// across its area, not a strip of labels, and its plot area drawn series:
+/// ink on `min_share` of it (bars, areas) and on `min_px` pixels at least.
+void check_screenshot(ExplorerWindow& w, const QImage& shot, const char* name, double min_share = 0.02, int min_px = 0) {
+  auto* view = w.findChild<QChartView*>(name);
+  REQUIRE(view != nullptr);
+  const double dpr = shot.devicePixelRatio();
+  auto px = [&](const QRect& r) {  // window coordinates -> the screenshot's pixels
+    return QRect(static_cast<int>(r.x() * dpr), static_cast<int>(r.y() * dpr), static_cast<int>(r.width() * dpr),
+                 static_cast<int>(r.height() * dpr)) & shot.rect();
+  };
+  const QRect at = px(QRect(view->mapTo(&w, QPoint(0, 0)), view->size()));
+  const QRectF plot_scene = view->chart()->mapToScene(view->chart()->plotArea()).boundingRect();
+  const QRect plot = px(QRect(view->viewport()->mapTo(&w, view->mapFromScene(plot_scene).boundingRect().topLeft()),
+                              view->mapFromScene(plot_scene).boundingRect().size()));
+  INFO(name << ": " << at.width() << " x " << at.height() << " px on the screen, plot area " << plot.width() << " x "
+            << plot.height());
+  REQUIRE(at.width() >= 320);
+  REQUIRE(at.height() >= 240);
+  // Ink: pixels unlike the chart's own background (its top-left corner).
+  const QRgb background = shot.pixel(at.topLeft() + QPoint(2, 2));
+  auto ink = [&](int x, int y) {
+    const QRgb c = shot.pixel(x, y);
+    return std::abs(qRed(c) - qRed(background)) + std::abs(qGreen(c) - qGreen(background)) +
+               std::abs(qBlue(c) - qBlue(background)) > 48;
+  };
+  int left = at.right(), right = at.left(), top = at.bottom(), bottom = at.top();
+  for (int y = at.top(); y <= at.bottom(); ++y) {
+    for (int x = at.left(); x <= at.right(); ++x) {
+      if (!ink(x, y)) continue;
+      left = std::min(left, x), right = std::max(right, x), top = std::min(top, y), bottom = std::max(bottom, y);
+    }
+  }
+  INFO("ink from " << left << "," << top << " to " << right << "," << bottom);
+  CHECK(right - left >= 0.6 * at.width());
+  CHECK(bottom - top >= 0.6 * at.height());
+  REQUIRE(plot.width() >= 150);
+  REQUIRE(plot.height() >= 100);
+  std::int64_t drawn = 0;
+  std::set<QRgb> colours;
+  for (int y = plot.top(); y <= plot.bottom(); ++y) {
+    for (int x = plot.left(); x <= plot.right(); ++x) {
+      if (!ink(x, y)) continue;
+      ++drawn;
+      colours.insert(shot.pixel(x, y));
+    }
+  }
+  CHECK(static_cast<double>(drawn) >= min_share * plot.width() * plot.height());
+  CHECK(drawn >= min_px);
+  CHECK(colours.size() >= 2);
+}
+
 }  // namespace
 
 TEST_CASE("the explorer in a real window: every chart readable, knobs explained, round ticks", "[.][real-window]") {
@@ -1079,9 +1135,14 @@ TEST_CASE("the explorer in a real window: every chart readable, knobs explained,
     tabs->setCurrentIndex(0);
     pump(200);
     for (const char* name : {"breakdown", "memory", "timeline"}) check_readable(w, name);
+    const QImage shot = w.screen()->grabWindow(w.winId()).toImage();
+    REQUIRE(!shot.isNull());
+    for (const char* name : {"breakdown", "memory", "timeline"}) check_screenshot(w, shot, name);
     tabs->setCurrentIndex(1);
     pump(200);
     check_readable(w, "comparison");
+    // One pinned scenario: one marker in the scatter (about 10 px across).
+    check_screenshot(w, w.screen()->grabWindow(w.winId()).toImage(), "comparison", 0, 50);
     check_round_ticks(w);
   };
   w.pin_current();
