@@ -134,6 +134,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
              "(1: optimizer states, Megatron --use-distributed-optimizer; 2: + gradients; 3: + parameters). "
              "PyTorch FSDP sharding_strategy SHARD_GRAD_OP = 2, FULL_SHARD = 3 (torchtitan's FSDP2), "
              "HYBRID_SHARD = 3 inside a node, replicated across nodes."},
+    {"fp32_grads", "plan.accumulate_allreduce_grads_in_fp32: Megatron-Core's gradient buffer, every gradient kept "
+                   "in fp32 for the whole run and reduced in place (Megatron --accumulate-allreduce-grads-in-fp32, "
+                   "on by default under --bf16): 18 bytes a parameter with Adam, 6 + 12/dp with the distributed "
+                   "optimizer. ZeRO-0 or ZeRO-1 only."},
     {"offload", "plan.offload_optimizer / plan.offload_params: states kept in host memory, the optimizer step on "
                 "the CPU. DeepSpeed zero_optimization.offload_optimizer.device = \"cpu\" (ZeRO-Offload) and "
                 "offload_param.device = \"cpu\" (ZeRO-3); PyTorch FSDP CPUOffload(offload_params=True)."},
@@ -387,7 +391,7 @@ struct ExplorerWindow::Impl {
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr;
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr;
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -582,7 +586,10 @@ struct ExplorerWindow::Impl {
     attention->setObjectName("attention");
     precision = new QComboBox;
     precision->setObjectName("precision");
+    fp32_grads = new QCheckBox("fp32 gradients (Megatron)");
+    fp32_grads->setObjectName("fp32_grads");
     mf->addRow("Sharding", zero);
+    mf->addRow("", fp32_grads);
     mf->addRow("Offload", offload);
     mf->addRow("Recompute", recompute);
     mf->addRow("Attention", attention);
@@ -913,6 +920,7 @@ struct ExplorerWindow::Impl {
     }
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(tp_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
   }
 
   // ---- scenario <-> controls -----------------------------------------------
@@ -952,6 +960,7 @@ struct ExplorerWindow::Impl {
     recompute->setCurrentIndex(recompute->findData(static_cast<int>(p.recompute)));
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
+    fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
     refresh_choices(p.tp, pipeline, p.dp, p.cp);
     syncing = false;
   }
@@ -996,6 +1005,8 @@ struct ExplorerWindow::Impl {
     sp->setEnabled(ch.sequence_parallel);
     // resolve refuses tp_comm_overlap without sequence parallelism.
     tp_overlap->setEnabled(ch.sequence_parallel && sp->isChecked());
+    // and Megatron's buffer beyond ZeRO-1 or with the optimizer offloaded.
+    fp32_grads->setEnabled(zero->currentData().toInt() <= 1 && offload->currentData().toInt() == 0);
     syncing = was;
   }
 
@@ -1054,6 +1065,8 @@ struct ExplorerWindow::Impl {
     p.offload_optimizer = offload->currentData().toInt() >= 1 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.offload_params = offload->currentData().toInt() >= 2 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.recompute = static_cast<sim::Recompute>(recompute->currentData().toInt());
+    // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
+    p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
     mark(p.tp != before.tp, "tp");
@@ -1069,6 +1082,7 @@ struct ExplorerWindow::Impl {
     mark(p.virtual_stages != before.virtual_stages, "virtual_stages");
     mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");
     mark(p.tp_comm_overlap != before.tp_comm_overlap, "tp_comm_overlap");
+    mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");
     mark(p.grad_accum != before.grad_accum, "grad_accum");

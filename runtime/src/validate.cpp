@@ -224,6 +224,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
       s.spec.precision = sim::Precision::kFp32;
     }
   }
+  if (s.spec.accumulate_allreduce_grads_in_fp32) {
+    // Note [Megatron's gradient buffer] (sim/src/lowering/emitter.hpp): the
+    // runtime's gradients are PyTorch's, in the parameters' type, bucketed
+    // as DDP does; predict what runs.
+    s.notes.push_back("accumulate_allreduce_grads_in_fp32 -> false: the runtime keeps PyTorch's gradients in the parameters' "
+                      "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("accumulate_allreduce_grads_in_fp32") + ")");
+    s.spec.accumulate_allreduce_grads_in_fp32 = false;
+  }
   if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {
     // Note [Context parallelism] (models/torch): the runtime moves K/V by
     // all-gather only; predict what runs.

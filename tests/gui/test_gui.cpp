@@ -162,9 +162,10 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 32);  // 18 combo boxes, 12 spin boxes (3 on the search tab), 2 check boxes
+  CHECK(knobs == 33);  // 18 combo boxes, 12 spin boxes (3 on the search tab), 3 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
+      {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
       {"tp", {"--tensor-model-parallel-size", "tensor_parallel_degree"}},
       {"pp", {"--pipeline-model-parallel-size"}},
       {"cp", {"--context-parallel-size"}},
@@ -582,6 +583,40 @@ TEST_CASE("the context-parallel, attention, TP-overlap and fp8 knobs reach the p
   REQUIRE(w.outcome().ok());
   CHECK_FALSE(overlap->isEnabled());
   CHECK_FALSE(w.outcome().prediction->plan.tp_comm_overlap);
+}
+
+// Note [Megatron's gradient buffer]: megatron-3d keeps fp32 gradients;
+// the checkbox shows it, reaches the plan (GPT-3 175B on 64 A100s, dp 1:
+// gradients twice the bf16 parameters with it, equal without) and is
+// disabled where resolve refuses it (ZeRO-2).
+TEST_CASE("the fp32-gradients knob shows the plan's and reaches it", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt-175b", "dgx-a100", "megatron-3d", "", {sim::parse_override("cluster.nodes=8")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* box = w.findChild<QCheckBox*>("fp32_grads");
+  REQUIRE(box != nullptr);
+  CHECK(box->isChecked());
+  CHECK(box->isEnabled());
+  const auto& r0 = w.outcome().prediction->ranks.front();
+  CHECK(r0.gradients == 2 * r0.parameters);
+  box->setChecked(false);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK_FALSE(w.outcome().prediction->plan.accumulate_allreduce_grads_in_fp32);
+  CHECK(w.outcome().prediction->ranks.front().gradients == w.outcome().prediction->ranks.front().parameters);
+  CHECK(w.scenario().plan.origins.of("plan.accumulate_allreduce_grads_in_fp32") == "explorer: accumulate_allreduce_grads_in_fp32");
+  // ZeRO-2 (no pipeline here: pipelines take stage 0 or 1 only).
+  ExplorerWindow z2;
+  z2.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero2", "", {}));
+  REQUIRE(z2.wait_for_result(kWaitMs));
+  REQUIRE(z2.outcome().ok());
+  auto* off = z2.findChild<QCheckBox*>("fp32_grads");
+  CHECK_FALSE(off->isEnabled());
+  off->setChecked(true);  // a click the disabled box would not take: still not in the plan
+  QCoreApplication::processEvents();
+  CHECK_FALSE(z2.scenario().plan.accumulate_allreduce_grads_in_fp32);
 }
 
 TEST_CASE("the expert-parallel knobs follow the rules table and reach the plan", "[gui][window]") {

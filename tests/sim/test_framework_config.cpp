@@ -72,6 +72,7 @@ TEST_CASE("DeepSpeed ZeRO-2 with CPU offload", "[framework]") {
   CHECK(k["plan.zero_stage"] == "2");
   CHECK(k["plan.offload_optimizer"] == "cpu");
   CHECK(k["plan.precision"] == "fp16");
+  CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "null");  // reset to false: DeepSpeed has no fp32 gradient buffer
   CHECK(k["plan.micro_batch"] == "4");
   CHECK(k["plan.grad_accum"] == "8");
   CHECK(k["plan.global_batch"] == "null");  // derived: 4 x 8 x dp
@@ -200,6 +201,7 @@ TEST_CASE("Megatron-LM: GPT-3 175B launch script", "[framework]") {
   CHECK(k["plan.grad_accum"] == "null");
   CHECK(k["plan.seq_len"] == "2048");
   CHECK(k["plan.precision"] == "fp16");
+  CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "false");  // fp16 keeps 16-bit gradients unless asked (megatron-3d sets true)
   CHECK(k["plan.optimizer"] == "adam");
   CHECK(k["plan.zero_stage"] == "1");
   CHECK(k["plan.overlap"] == "true");
@@ -244,6 +246,8 @@ TEST_CASE("Megatron-LM: Llama 3 8B arguments", "[framework]") {
   CHECK(k["plan.sequence_parallel"] == "true");
   CHECK(k["plan.zero_stage"] == "1");
   CHECK(k["plan.precision"] == "bf16");
+  // arguments.py turns --accumulate-allreduce-grads-in-fp32 on under bf16.
+  CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "true");
   CHECK(k["plan.recompute"] == "full");  // uniform, 1 layer: every layer
   CHECK(k["plan.micro_batch"] == "1");    // --micro-batch-size=1
   CHECK(k["plan.global_batch"] == "128");
@@ -469,4 +473,16 @@ TEST_CASE("forced MoE load balance from Megatron-LM and torchtitan, and not besi
   CHECK(error_of([&] { resolve(parse_plan("moe_force_load_balance: true\nmoe_imbalance: 1.5\n", "p.yaml"), *model, c); }) ==
         "p.yaml:1: plan.moe_force_load_balance: true routes every expert the same share of tokens, so moe_imbalance must be 1 "
         "(it is 1.5); drop one of the two");
+}
+
+// Note [Megatron's gradient buffer]: --grad-reduce-in-bf16 keeps bf16
+// gradients; the flag asks for fp32 ones under fp16 too.
+TEST_CASE("Megatron-LM: the gradient buffer's type follows arguments.py", "[framework]") {
+  auto fp32_grads = [](const std::string& flags) {
+    return keys(parse_megatron_args("--micro-batch-size 1 " + flags, "cmd"))["plan.accumulate_allreduce_grads_in_fp32"];
+  };
+  CHECK(fp32_grads("--bf16") == "true");
+  CHECK(fp32_grads("--bf16 --grad-reduce-in-bf16") == "false");
+  CHECK(fp32_grads("--fp16") == "false");
+  CHECK(fp32_grads("--fp16 --accumulate-allreduce-grads-in-fp32") == "true");
 }

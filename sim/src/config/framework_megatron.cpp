@@ -127,7 +127,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"recompute-granularity", Kind::kString}, {"recompute-method", Kind::kString}, {"recompute-num-layers", Kind::kInt},
       {"recompute-activations", Kind::kBool}, {"micro-batch-size", Kind::kInt}, {"global-batch-size", Kind::kInt},
       {"use-distributed-optimizer", Kind::kBool}, {"overlap-grad-reduce", Kind::kBool}, {"ddp-bucket-size", Kind::kInt},
-      {"accumulate-allreduce-grads-in-fp32", Kind::kBool}, {"bf16", Kind::kBool}, {"fp16", Kind::kBool},
+      {"accumulate-allreduce-grads-in-fp32", Kind::kBool}, {"grad-reduce-in-bf16", Kind::kBool}, {"bf16", Kind::kBool}, {"fp16", Kind::kBool},
       {"fp8-format", Kind::kString}, {"fp8-param-gather", Kind::kBool}, {"optimizer", Kind::kString},
       {"use-flash-attn", Kind::kBool}, {"num-layers", Kind::kInt}, {"hidden-size", Kind::kInt},
       {"ffn-hidden-size", Kind::kInt}, {"num-attention-heads", Kind::kInt}, {"kv-channels", Kind::kInt},
@@ -412,10 +412,17 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   // DistributedDataParallelConfig.overlap_grad_reduce defaults to false.
   out.plan("overlap", has("overlap-grad-reduce") ? "true" : "false",
            has("overlap-grad-reduce") ? at("overlap-grad-reduce") : file + " (no --overlap-grad-reduce)");
+  // The gradient buffer (Note [Megatron's gradient buffer]): fp32 when
+  // asked, and under bf16 unless --grad-reduce-in-bf16 (arguments.py forces
+  // accumulate_allreduce_grads_in_fp32 there); in fp32 training it is fp32
+  // anyway. Only fp16 keeps 16-bit gradients by default.
+  const bool fp32_grads = (precision != "fp16" && !has("grad-reduce-in-bf16")) || has("accumulate-allreduce-grads-in-fp32");
+  out.plan("accumulate_allreduce_grads_in_fp32", fp32_grads ? "true" : "false",
+           has("accumulate-allreduce-grads-in-fp32") ? at("accumulate-allreduce-grads-in-fp32")
+           : has("grad-reduce-in-bf16")              ? at("grad-reduce-in-bf16")
+                                                     : precision_from + " (Megatron-LM's gradient buffer)");
   if (has("ddp-bucket-size")) {
-    // Elements of the gradient buffer: fp32 under bf16 (arguments.py forces
-    // accumulate_allreduce_grads_in_fp32) or when asked, else the parameters' type.
-    const bool fp32_grads = precision != "fp16" || has("accumulate-allreduce-grads-in-fp32");
+    // Elements of the gradient buffer, in its type.
     out.plan("bucket_mb", detail::format_number(static_cast<double>(num("ddp-bucket-size", 1)) * (fp32_grads ? 4 : 2) / 1e6),
              at("ddp-bucket-size"));
   }

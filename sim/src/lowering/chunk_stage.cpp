@@ -307,8 +307,9 @@ class ChunkStage final : public detail::StageEmitter {
   /// as that pass starts; the first layer's, and a recurrent layer's,
   /// appear as it ends.
   void gradients_appear(const detail::Chunk& ch, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) const {
-    detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * ctx_.w);
-    detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * ctx_.w);
+    if (ctx_.resident_grads) return;  // Note [Megatron's gradient buffer]
+    detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * ctx_.gw);
+    detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * ctx_.gw);
   }
 
   /// zb-h1's weight-gradient pass W of chunk vs for micro-batch i (Note
@@ -346,7 +347,8 @@ class ChunkStage final : public detail::StageEmitter {
     const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
                               c.compute_model.optimizer_time(static_cast<double>(shard), tensors, c.plan.optimizer,
                                                              c.plan.precision, c.cluster.device),
-                              std::move(on_start), {{MemCategory::kGradients, -params * c.w}});
+                              std::move(on_start),
+                              c.resident_grads ? std::vector<MemOp>{} : std::vector<MemOp>{{MemCategory::kGradients, -params * c.gw}});
     c.g.tasks[step].deps = std::move(deps);
     passes_.after_step(s, step);
   }

@@ -141,12 +141,28 @@ inline Fp8Gemms fp8_gemms(const Layer& l, Precision p) {
 /// TE's scaling state of one FP8 GEMM: (1024 amax + scale + scale_inv) x 5 tensors x fp32.
 inline constexpr Bytes kFp8ScalingBytesPerGemm = (1024 + 2) * 5 * 4;
 
+// Note [Megatron's gradient buffer]
+// Megatron-Core's DistributedDataParallel keeps every gradient in one
+// buffer allocated with the model (param_and_grad_buffer.py: grad_data, of
+// grad_dtype = fp32 when grad_reduce_in_fp32, which --accumulate-allreduce-
+// grads-in-fp32 sets and Megatron-LM's arguments.py turns on for bf16);
+// param.main_grad is a view of it, the backward accumulates into it, its
+// buckets are slices of it reduced in place (no copies in or out), and the
+// optimizer reads it (distrib_optimizer.py casts the shard with .float(),
+// free when it is fp32 already). So under accumulate_allreduce_grads_in_fp32
+// the gradients are resident, 4 bytes each, for the whole run; with Adam's
+// 12 bytes of state and the 2-byte bf16 parameters that is Megatron's own
+// 18 bytes a parameter, or 6 + 12/dp with the distributed optimizer
+// (megatron/training/theoretical_memory_usage.py; Korthikanti et al. 2022,
+// Figure 1); the reductions move 4 bytes a gradient.
+
 /// The memory a rank holding `params` parameters has before the iteration
 /// starts: its model states (ZeRO paper accounting, model_states()), the
 /// ZeRO-3 layers kept whole (`persistent` parameters), DDP's bucket
 /// buffers (Note [DDP buckets]: a second copy of the gradients), under fp8
 /// the FP8 weight copies and scaling state of its `fp8` GEMMs (Note [FP8
-/// memory]) and the runtime's own reservation.
+/// memory]) and the runtime's own reservation; Megatron's gradient buffer
+/// (Note [Megatron's gradient buffer]) instead of DDP's gradients and buckets.
 inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec& cluster, std::int64_t params,
                          std::int64_t persistent, const Fp8Gemms& fp8 = {}, std::int64_t expert_params = 0) {
   const Bytes w = element_bytes(plan.precision);
@@ -157,9 +173,10 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
     const Bytes copies = plan.zero_stage >= 3 ? 0 : 2 * fp8.weight_elements;
     r.resident.push_back({MemCategory::kParameters, copies + fp8.gemms * kFp8ScalingBytesPerGemm});
   }
-  if (plan.zero_stage >= 2) r.resident.push_back({MemCategory::kGradients, ms.gradients});
+  const bool megatron_buffer = plan.accumulate_allreduce_grads_in_fp32;
+  if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});
   r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
-  if (plan.zero_stage == 0 && plan.dp > 1) r.resident.push_back({MemCategory::kBuffers, params * w});
+  if (plan.zero_stage == 0 && plan.dp > 1 && !megatron_buffer) r.resident.push_back({MemCategory::kBuffers, params * w});
   r.resident.push_back({MemCategory::kBuffers, cluster.device.runtime_reserved});
 }
 

@@ -30,9 +30,9 @@ struct LayerContext : StageContext {
   std::vector<TaskId> bwd;                            ///< this micro-batch's backward exits, by layer
   TaskId last_bwd = -1;                               ///< the last backward's final task
 
-  Bytes grad_bytes(const Layer& l) const { return l.params * w; }
+  Bytes grad_bytes(const Layer& l) const { return l.params * gw; }
   /// Of them, the routed experts' (reduced over the expert data-parallel group).
-  Bytes expert_grad_bytes(const Layer& l) const { return l.expert_params * w; }
+  Bytes expert_grad_bytes(const Layer& l) const { return l.expert_params * gw; }
   /// Bytes of a layer's parameters once gathered whole (a tied copy included).
   Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params) * w; }
   /// What ZeRO-3 / FSDP's all-gather of a layer moves and leaves whole: its
@@ -82,7 +82,7 @@ struct LayerContext : StageContext {
   /// reducer's copies run where backward does); where the cost model prices
   /// it at 0 (the datasheet), no task: the first of `deps` stands for it.
   TaskId bucket_copy(const std::string& name, double params, int tensors, bool out, std::vector<TaskId> deps) {
-    const TimeNs t = compute_model.bucket_copy_time(params, tensors, out);
+    const TimeNs t = resident_grads ? 0 : compute_model.bucket_copy_time(params, tensors, out);
     if (t == 0) return deps.front();
     return compute(name, Phase::kBackward, t, std::move(deps));
   }

@@ -186,12 +186,15 @@ class LayerStage final : public detail::StageEmitter {
       // Gradients: persistent full grads (stages 0/1, allocated on first use
       // and freed by the optimizer) or transient ones reduced away (2/3).
       // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
-      const bool new_grads = c.zero >= 2 || first_micro;
+      // Megatron's buffer holds them all along (Note [Megatron's gradient buffer]).
+      const bool allocates = c.zero >= 2 || first_micro;
+      const bool new_grads = allocates && !c.resident_grads;
       // The gradient of the input and the backward's workspaces; where
       // calibration measured the backward's rise (Note [Layer memory]), that
-      // rise less the gradients it includes.
+      // rise less the gradients it includes (the runtime's, in the
+      // parameters' type).
       Bytes held = L.output_bytes + L.backward_workspace_bytes;
-      if (c.memory[i]) held = std::max<Bytes>(0, c.memory[i]->backward_rise - (new_grads ? c.grad_bytes(L) : 0));
+      if (c.memory[i]) held = std::max<Bytes>(0, c.memory[i]->backward_rise - (allocates ? L.params * c.w : 0));
       std::vector<MemOp> on_start{{MemCategory::kActivations, held}};
       std::vector<MemOp> on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
       auto& grads_op = L.grads_at_end() ? on_end : on_start;
@@ -211,7 +214,7 @@ class LayerStage final : public detail::StageEmitter {
     std::vector<TaskId> deps = c.reductions;
     deps.push_back(c.last_bwd);
     std::vector<MemOp> frees, on_start;
-    if (c.zero <= 1) {
+    if (c.zero <= 1 && !c.resident_grads) {
       // Stages 0 and 1 keep full gradients until the step frees them.
       Bytes grads = 0;
       for (const auto& l : c.layers) grads += c.grad_bytes(l);
@@ -254,7 +257,8 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std:
   ModelStates s;
   s.parameters = plan.zero_stage >= 3 ? shard * w : psi * w;
   if (plan.offload_params == Offload::kCpu) s.parameters = 0;
-  s.gradients = plan.zero_stage >= 2 ? shard * w : psi * w;
+  const Bytes gw = gradient_element_bytes(plan);
+  s.gradients = plan.zero_stage >= 2 ? shard * gw : psi * gw;
   s.optimizer = plan.zero_stage >= 1 ? shard * k : psi * k;
   // Note [Offload]: the optimizer's states live on the host, and under
   // ZeRO-2 so does the reduced gradient partition (DeepSpeed copies each

@@ -95,7 +95,8 @@ void add_flow(CollectiveCost& into, const CollectiveCost& one);
 struct StageContext {
   explicit StageContext(const LoweringInputs& in)
       : model(in.model), plan(in.plan), cluster(in.cluster), compute_model(in.compute), comm(in.comm), named(in.named),
-        b(in.named), w(element_bytes(in.plan.precision)) {
+        b(in.named), w(element_bytes(in.plan.precision)), gw(gradient_element_bytes(in.plan)),
+        resident_grads(in.plan.accumulate_allreduce_grads_in_fp32) {
     streams.fill(-1);
   }
   StageContext(const StageContext&) = delete;
@@ -111,6 +112,11 @@ struct StageContext {
   TaskBuilder b;
   TaskGraph& g = b.graph();
   Bytes w = 4;                   ///< bytes per parameter or activation element
+  Bytes gw = 4;                  ///< bytes per gradient element (gradient_element_bytes)
+  /// Megatron's gradient buffer: the gradients live for the whole run (Note
+  /// [Megatron's gradient buffer] in emitter.hpp), never allocated or freed
+  /// by a step, and reduced where they lie (no bucket copies).
+  bool resident_grads = false;
   CommGroup tp_group;
   CommGroup cp_group;  ///< the context-parallel axis's group (one rank where cp = 1)
   /// The expert-parallel group and the expert data-parallel group (Note

@@ -70,6 +70,10 @@ const char* to_string(CpComm c) {
   return "?";
 }
 
+int gradient_element_bytes(const ResolvedPlan& plan) {
+  return plan.accumulate_allreduce_grads_in_fp32 ? 4 : element_bytes(plan.precision);
+}
+
 int optimizer_state_bytes_per_param(Optimizer o, Precision p) {
   // ZeRO paper (Rajbhandari et al. 2020), section 3.1: mixed-precision Adam
   // keeps an fp32 copy of the parameters, momentum and variance: K = 12.
@@ -414,6 +418,16 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;
+  r.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32;
+  if (r.accumulate_allreduce_grads_in_fp32 && r.zero_stage >= 2) {
+    bad.add("accumulate_allreduce_grads_in_fp32",
+            "true is Megatron-Core's whole gradient buffer, which its distributed optimizer (zero_stage 1) keeps too; with "
+            "zero_stage " + std::to_string(r.zero_stage) + (r.fsdp ? " (fsdp)" : "") + " valid: false");
+  }
+  if (r.accumulate_allreduce_grads_in_fp32 && r.offload_optimizer == Offload::kCpu) {
+    bad.add("accumulate_allreduce_grads_in_fp32", "true with offload_optimizer cpu is not modelled (Megatron-Core keeps its "
+                                                  "gradient buffer on the GPU); valid: false");
+  }
   bad.raise();
   return r;
 }

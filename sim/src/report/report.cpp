@@ -46,6 +46,7 @@ std::string plan_line(const ResolvedPlan& p) {
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
   if (p.recompute != Recompute::kNone) os << " recompute=" << to_string(p.recompute);
   if (!p.overlap) os << " overlap=false";
+  if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   return os.str();
 }
 
@@ -70,7 +71,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("offload_params", to_string(p.offload_params));
   j.field("recompute", to_string(p.recompute));
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
-  j.field("overlap", p.overlap);
+  j.field("overlap", p.overlap).field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
   j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none");
   j.field("virtual_stages", p.virtual_stages);
   j.field("sequence_parallel", p.sequence_parallel);

@@ -320,6 +320,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     lb.expert_shard_group = lb.zero_stage == 0 ? 1 : s.tp * s.cp * s.dp / (s.ep * etp);
     lb.offload_optimizer = s.offload_optimizer;
     lb.offload_params = s.offload_params;
+    lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
     const std::int64_t rank_experts = expert_params / (static_cast<std::int64_t>(s.ep) * etp * s.pp);
     const ModelStates ms =
         model_states(lb, (params - expert_params) / (static_cast<std::int64_t>(s.tp) * s.pp) + rank_experts, rank_experts);

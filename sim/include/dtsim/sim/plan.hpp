@@ -119,6 +119,12 @@ struct PlanSpec {
   Recompute recompute = Recompute::kNone;
   double bucket_mb = 25;          ///< DDP bucket (PyTorch default 25 MB)
   bool overlap = true;            ///< overlap gradient communication with backward
+  /// Megatron-Core's gradient buffer (--accumulate-allreduce-grads-in-fp32,
+  /// which Megatron-LM turns on for bf16): every gradient kept in fp32 for
+  /// the whole run, accumulated and reduced there, no bucket copies (Note
+  /// [Megatron's gradient buffer] in sim/src/lowering/emitter.hpp). Needs
+  /// zero_stage 0 or 1 (the distributed optimizer).
+  bool accumulate_allreduce_grads_in_fp32 = false;
   Origins origins;
 };
 
@@ -150,6 +156,7 @@ struct ResolvedPlan {
   Recompute recompute = Recompute::kNone;
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
+  bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
   int virtual_stages = 1;         ///< model chunks per pipeline rank
   bool sequence_parallel = false;
@@ -171,5 +178,9 @@ ResolvedPlan resolve(const PlanSpec& spec, const Model& model, const ClusterSpec
 /// fp32 master copy under mixed precision (ZeRO paper section 3.1: K = 12 for
 /// mixed-precision Adam).
 int optimizer_state_bytes_per_param(Optimizer o, Precision p);
+
+/// Bytes of a gradient element: 4 under accumulate_allreduce_grads_in_fp32,
+/// else the parameters' (element_bytes of the precision).
+int gradient_element_bytes(const ResolvedPlan& plan);
 
 }  // namespace dtsim::sim

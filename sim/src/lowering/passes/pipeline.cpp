@@ -63,7 +63,7 @@ class Pipeline final : public StrategyPass {
       if (ch.tied > 0 && (vs == 0 || vs + 1 == chunks)) {
         // The tied embedding's gradient, summed between the first and last
         // stage once the chunk's last backward is done.
-        const Bytes bytes = ch.tied * c.w;
+        const Bytes bytes = ch.tied * c.gw;
         const TaskId t = c.b.collective(c.named ? "all_reduce tied embedding" : std::string(), s, c.stream(Stream::kGradComm),
                                         Axis::kPp, CollectiveOp::kAllReduce, bytes,
                                         c.comm.collective(CollectiveOp::kAllReduce, bytes, c.p2p_group(0, pp - 1)),
