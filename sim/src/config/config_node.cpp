@@ -195,14 +195,15 @@ std::string json_for_yaml(const std::string& text, const std::string& file) {
     }
     std::size_t j = i + 1;  // valid JSON: the string closes before the end
     bool unicode = false;
-    while (text[j] != '"') {
+    while (j < text.size() && text[j] != '"') {
       if (text[j] == '\\') {
-        unicode = unicode || text[j + 1] == 'u';
+        unicode = unicode || (j + 1 < text.size() && text[j + 1] == 'u');
         j += 2;
       } else {
         ++j;
       }
     }
+    if (j >= text.size()) throw ConfigError(file + ": malformed JSON: a string is not closed");
     const std::string token = text.substr(i, j + 1 - i);
     if (token.size() > 1024 + 2) {
       std::size_t next = j + 1;
@@ -242,6 +243,12 @@ YAML::Node parse_config_text(const std::string& text, const std::string& file, b
   if (text.size() > kMaxConfigBytes) {
     throw ConfigError(file + ": " + std::to_string(text.size()) + " bytes, larger than a config may be (limit " +
                       std::to_string(kMaxConfigBytes >> 20) + " MiB)");
+  }
+  // A NUL byte ends the text for some parsers and not others (the fuzzer
+  // found json_for_yaml reading past what nlohmann had checked): refused.
+  if (const auto nul = text.find('\0'); nul != std::string::npos) {
+    const auto line = 1 + std::count(text.begin(), text.begin() + static_cast<std::ptrdiff_t>(nul), '\n');
+    throw ConfigError(file + ":" + std::to_string(line) + ": a NUL byte; a config is text (YAML or JSON)");
   }
   if (json) check_json(text, file);
   YAML::Node root;
