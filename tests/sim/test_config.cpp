@@ -62,6 +62,14 @@ TEST_CASE("malformed YAML gives the line", "[config][bad-input]") {
              Catch::StartsWith("x.yaml:") && Catch::Contains("malformed YAML"));
 }
 
+// The fuzzer's input: JSON valid up to a NUL byte, an unclosed string after it.
+TEST_CASE("a config with a NUL byte is refused with its line", "[config][bad-input]") {
+  CHECK(error_of([] { parse_plan(std::string("dp: 2\n\0x", 8), "x.yaml"); }) ==
+        "x.yaml:2: a NUL byte; a config is text (YAML or JSON)");
+  CHECK(error_of([] { parse_plan(std::string("\"at\"\0\0: \"fa", 11), "x.json"); }) ==
+        "x.json:1: a NUL byte; a config is text (YAML or JSON)");
+}
+
 TEST_CASE("overrides apply before validation and are named as their origin", "[config]") {
   const PlanSpec p = parse_plan("dp: 2\n", "x.yaml", {parse_override("plan.micro_batch=32")});
   CHECK(p.micro_batch == 32);
