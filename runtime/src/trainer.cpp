@@ -1169,6 +1169,12 @@ class Trainer {
   void launch_bucket(int bi) {
     Bucket& b = buckets_[bi];
     const bool overlap = plan_->overlap;
+    if (zero_ == 2 && overlap && !plan_->fsdp) {
+      // DeepSpeed's ZeRO-2 first waits for the bucket before (Note [Two
+      // buckets in flight] in sim/src/lowering/passes/data_parallel.cpp).
+      for (auto& r : pending_) settle(r);
+      pending_.clear();
+    }
     for (int k : {kDense, kExpert}) {
       if (b.end[k] == b.begin[k]) continue;
       Group& g = *spaces_[k].group;
@@ -1251,27 +1257,35 @@ class Trainer {
         if (zero_ == 1) r.work = all_reduce(g, r.send);
       }
     }
-    for (auto& r : pending_) {
-      if (r.work) wait(r.work, "gradient reduction");
-      torch::NoGradGuard no_grad;
-      if (zero_ == 0 || zero_ == 1) {
-        Bucket& b = buckets_[r.bucket];
-        const torch::Tensor& src = zero_ == 0 ? b.buffer[r.space] : r.send;
-        for (int ui : b.units) {
-          const Part pt = part(units_[ui], r.space);
-          // Note [Expert gradients]: the dp x cp size divides both spaces.
-          models::unflatten_grads(pt.params, src.narrow(0, pt.offset - b.begin[r.space], pt.numel), n_);
-        }
-      } else if (r.target.defined()) {
-        // Chunk by chunk into the shard: no temporary the size of the shard.
-        const std::int64_t chunk = r.target.numel();
-        const int n = r.unit != nullptr ? n_ : spaces_[r.space].group->size;
-        const auto parts = r.recv.view({n, chunk});
-        // Offloaded, the partition is on the host: each part goes down first.
-        for (int k = 0; k < n; ++k) r.target.add_(r.target.device() == parts.device() ? parts[k] : parts[k].to(r.target.device()));
-      }
-    }
+    for (auto& r : pending_) settle(r);
     pending_.clear();
+  }
+
+  /// Waits for one gradient collective and applies it.
+  void settle(PendingReduce& r) {
+    if (r.work) wait(r.work, "gradient reduction");
+    torch::NoGradGuard no_grad;
+    if (zero_ == 0 || zero_ == 1) {
+      Bucket& b = buckets_[r.bucket];
+      const torch::Tensor& src = zero_ == 0 ? b.buffer[r.space] : r.send;
+      for (int ui : b.units) {
+        const Part pt = part(units_[ui], r.space);
+        // Note [Expert gradients]: the dp x cp size divides both spaces.
+        models::unflatten_grads(pt.params, src.narrow(0, pt.offset - b.begin[r.space], pt.numel), n_);
+      }
+    } else if (r.target.defined()) {
+      // Chunk by chunk into the shard: no temporary the size of the shard.
+      const std::int64_t chunk = r.target.numel();
+      const int n = r.unit != nullptr ? n_ : spaces_[r.space].group->size;
+      const auto parts = r.recv.view({n, chunk});
+      // Offloaded, the partition is on the host: each part goes down first.
+      for (int k = 0; k < n; ++k) r.target.add_(r.target.device() == parts.device() ? parts[k] : parts[k].to(r.target.device()));
+    }
+    // Its buffers go now, not at the end of the backward.
+    r.work.reset();
+    r.send = r.recv = r.target = torch::Tensor();
+    r.unit = nullptr;
+    r.bucket = -1;
   }
 
   // ---- the optimizer step -------------------------------------------------------------

@@ -377,3 +377,99 @@ TEST_CASE("Megatron's fp32 gradient buffer: 18 and 6 + 12/dp bytes a parameter",
     CHECK(static_cast<double>(r0.parameters + r0.gradients + r0.optimizer) == Approx(per_param / 2 * static_cast<double>(r0.parameters)));
   }
 }
+
+TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradients in flight (Note [Two buckets in flight])",
+          "[lowering][memory]") {
+  // 8 layers of 20M fp16 parameters (40 MB of gradients each, over the
+  // 25 MB bucket: a bucket each) on 2 ranks. The backward of a layer takes
+  // 2 GFLOP x 1000 ns = 2 us; every collective 1 ms (FixedComm): the
+  // reduce-scatters are 500x slower than the backward.
+  const test::FakeModel m(8, 20'000'000, 10);
+  const ClusterSpec c = round_cluster();
+  const Bytes layer = 20'000'000 * 2;
+  // The resident fp16 gradient shard: 8 layers x 40 MB / 2 ranks.
+  const Bytes shard = 8 * layer / 2;
+  const test::FixedComm slow(1'000'000);
+  const auto peak_grads = [&](const std::string& yaml) {
+    const test::PlanRun r = test::run_plan(m, yaml, c, slow, 1000);
+    return r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kGradients)];
+  };
+  // DeepSpeed: bucket k's reduce-scatter is queued once the backward has
+  // waited for bucket k-1's; while layer i computes, layer i+1's gradients
+  // are still being reduced: two layers' worth.
+  CHECK(peak_grads("dp: 2\nprecision: fp16\nzero_stage: 2\n") == shard + 2 * layer);
+  // FSDP's SHARD_GRAD_OP does not wait: all eight pile up behind the network.
+  CHECK(peak_grads("dp: 2\nprecision: fp16\nfsdp: shard_grad_op\n") == shard + 8 * layer);
+  // And the iteration: eight reduce-scatters of 1 ms, one after the other,
+  // then the parameters' all-gather (1 ms): at least 9 ms either way.
+  const test::PlanRun r = test::run_plan(m, "dp: 2\nprecision: fp16\nzero_stage: 2\n", c, slow, 1000);
+  CHECK(r.exec.makespan >= 9'000'000);
+}
+
+namespace {
+/// Reduce-scatters take 3 ms, every other collective 1 ms.
+class SlowReduceComm final : public CommModel {
+ public:
+  CollectiveCost collective(CollectiveOp op, Bytes, const CommGroup&) const override {
+    CollectiveCost c;
+    c.algorithm = "fixed";
+    c.latency = op == CollectiveOp::kReduceScatter ? 3'000'000 : 1'000'000;
+    return c;
+  }
+  CollectiveCost host_copy(Bytes) const override { return {}; }
+};
+}  // namespace
+
+TEST_CASE("FSDP's gathers queue behind its reduce-scatters on one process group (Note [One process group])",
+          "[lowering][memory]") {
+  // 8 layers of 20M fp16 parameters (40 MB of gradients each) on 2 ranks;
+  // the backward of a layer takes 2 us, a gather 1 ms, a reduce-scatter 3 ms.
+  const test::FakeModel m(8, 20'000'000, 10);
+  const Bytes layer = 20'000'000 * 2, shard = 8 * layer / 2;
+  const SlowReduceComm comm;
+  const auto grads = [&](const ClusterSpec& c) {
+    const test::PlanRun r = test::run_plan(m, "dp: 2\nprecision: fp16\nfsdp: full_shard\n", c, comm, 1000);
+    return r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kGradients)];
+  };
+  // One stream: ..., gather 7, gather 6, reduce-scatter 7, gather 5,
+  // reduce-scatter 6, ... Layer 5's backward needs gather 5, which waits for
+  // reduce-scatter 7: at t = 10 ms layers 7 and 6 hold gradients (7's freed
+  // at 13), at 14 layers 6 and 5 (6's freed at 17): two layers, never more.
+  CHECK(grads(round_cluster()) == shard + 2 * layer);
+  // Where the collectives run on the ranks' cores (Gloo: Note [CPU
+  // collectives]) each reduce-scatter ends before the next backward starts:
+  // one layer at a time.
+  ClusterSpec cpu = round_cluster();
+  cpu.device.comm_overlaps_compute = false;
+  CHECK(grads(cpu) == shard + 1 * layer);
+}
+
+TEST_CASE("FSDP's limit_all_gathers: off, the gathers run ahead of the layers", "[lowering][memory]") {
+  // 8 layers of 20M fp16 parameters (40 MB each when gathered) on 2 ranks,
+  // the resident shard 8 x 40 MB / 2. A forward takes 1 ms, a backward 2 ms,
+  // a gather 1 us: the network runs far ahead of the layers if let.
+  const test::FakeModel m(8, 20'000'000, 10);
+  const Bytes layer = 20'000'000 * 2, shard = 8 * layer / 2;
+  const test::FixedComm comm(1000);
+  const auto params = [&](const std::string& yaml) {
+    ResolvedPlan plan = resolve(parse_plan(yaml, "test.yaml"), m, round_cluster());
+    const test::FixedCompute compute(1'000'000);
+    partition(plan, m, round_cluster(), compute, comm);
+    ExecOptions o;
+    o.record_memory_timeline = true;
+    const ExecResult r = execute(lower(m, plan, round_cluster(), CostModels{&compute, &comm}), o);
+    Bytes most = 0;
+    for (const MemSnapshot& s : r.memory[0].timeline) most = std::max(most, s.bytes[static_cast<int>(MemCategory::kParameters)]);
+    return most;
+  };
+  // Limited: a gather waits for the layer two before it, so while layer l
+  // computes only l and l + 1 are whole; the most is during the last
+  // forward, layer 7's own plus the backward's gathers of 7 and 6 (they
+  // wait for the forwards of 6 and 5): three layers.
+  CHECK(params("dp: 2\nprecision: fp16\nfsdp: full_shard\n") == shard + 3 * layer);
+  // Unlimited: the eight forward gathers and the backward's first two (7,
+  // and the prefetch of 6) all run at the start; the next backward gather
+  // queues behind layer 7's reduce-scatter (Note [One process group]).
+  // While layer 0 computes, ten layers are whole.
+  CHECK(params("dp: 2\nprecision: fp16\nfsdp: full_shard\nlimit_all_gathers: false\n") == shard + 10 * layer);
+}

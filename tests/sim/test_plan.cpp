@@ -75,6 +75,13 @@ TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]")
   CHECK(h.dp == 16);
   CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: full_shard\nzero_stage: 2\n", "p.yaml"), kModel, eight()); }),
              Catch::Contains("contradicts fsdp: full_shard"));
+  // FSDP's rate limiter is FSDP's: refused with DeepSpeed's stage 3 and with SHARD_GRAD_OP.
+  CHECK_FALSE(resolve(parse_plan("fsdp: full_shard\nlimit_all_gathers: false\n", "p"), kModel, eight()).limit_all_gathers);
+  CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 3\nlimit_all_gathers: false\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:2: plan.limit_all_gathers: false is FSDP's") &&
+                 Catch::Contains("valid only with fsdp: full_shard or hybrid_shard (the plan has zero_stage 3)"));
+  CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: shard_grad_op\nlimit_all_gathers: false\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("(the plan has fsdp: shard_grad_op)"));
 }
 
 TEST_CASE("bf16 needs a device that has it", "[plan][bad-input]") {

@@ -276,6 +276,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
       c.fail("fsdp", e.what());
     }
   }
+  p.limit_all_gathers = c.get_bool("limit_all_gathers", true);
   p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});

@@ -384,6 +384,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.fsdp = true;
     r.hybrid_shard = s.fsdp == FsdpMode::kHybridShard;
   }
+  if (!s.limit_all_gathers && !(r.fsdp && r.zero_stage == 3)) {
+    bad.add("limit_all_gathers", std::string("false is FSDP's, for its all-gathers of parameters; valid only with fsdp: "
+                                             "full_shard or hybrid_shard (the plan has ") +
+                                     (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
+  }
+  r.limit_all_gathers = s.limit_all_gathers;
   if (!contains(rules.zero_stages(r.pp), r.zero_stage)) {
     bad.add(r.spec.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
             "stage " + std::to_string(r.zero_stage) + " with pp = " + std::to_string(r.pp) +

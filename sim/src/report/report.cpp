@@ -41,7 +41,7 @@ std::string plan_line(const ResolvedPlan& p) {
   os << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum
      << " global_batch=" << p.global_batch << " seq_len=" << p.seq_len << " " << to_string(p.precision) << " "
      << (p.flash_attention ? "flash" : "eager") << "-attention " << to_string(p.optimizer) << " zero_stage=" << p.zero_stage;
-  if (p.fsdp) os << " (fsdp " << to_string(p.spec.fsdp) << ")";
+  if (p.fsdp) os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false") << ")";
   if (p.offload_optimizer == Offload::kCpu) os << " offload_optimizer=cpu";
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
   if (p.recompute != Recompute::kNone) os << " recompute=" << to_string(p.recompute);
@@ -66,6 +66,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("optimizer", to_string(p.optimizer));
   j.field("zero_stage", p.zero_stage);
   j.field("fsdp", to_string(p.spec.fsdp));
+  j.field("limit_all_gathers", p.limit_all_gathers);
   j.field("shard_group", p.shard_group);
   j.field("offload_optimizer", to_string(p.offload_optimizer));
   j.field("offload_params", to_string(p.offload_params));

@@ -114,6 +114,11 @@ struct PlanSpec {
   Optimizer optimizer = Optimizer::kAdamW;
   int zero_stage = 0;
   FsdpMode fsdp = FsdpMode::kNone;
+  /// FSDP's limit_all_gathers (True by default): a unit's all-gather waits
+  /// until the unit two before it has freed its parameters (Note [ZeRO] in
+  /// sim/src/lowering/passes/sharded_parameters.cpp). Only with fsdp
+  /// full_shard or hybrid_shard.
+  bool limit_all_gathers = true;
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
   Recompute recompute = Recompute::kNone;
@@ -150,6 +155,9 @@ struct ResolvedPlan {
   int zero_stage = 0;             ///< effective stage, after mapping `fsdp`
   bool fsdp = false;              ///< lowered as PyTorch FSDP (per-layer units)
   bool hybrid_shard = false;      ///< FSDP HYBRID_SHARD: shard within a node only
+  /// PlanSpec's; always true for ZeRO-3, whose coordinator prefetches one
+  /// layer ahead.
+  bool limit_all_gathers = true;
   int shard_group = 1;            ///< ranks that a ZeRO/FSDP shard spreads over
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;

@@ -17,6 +17,18 @@
 // after its all-reduce costs time on the compute stream (Note [Gradient
 // buckets] in models/torch), priced where a profile timed it.
 //
+// Note [Two buckets in flight]
+// DeepSpeed's ZeRO-2 copies each gradient into one of two contiguous
+// buffers of reduce_bucket_size elements (with overlap_comm; one without)
+// and, when a buffer is full, makes the compute stream wait for the
+// reduction stream before it queues that buffer's reduce-scatter
+// (stage_1_and_2.py: average_tensor's current_stream().wait_stream, the
+// buffers swapped by reduce_independent_p_g_buckets_and_remove_grads). So
+// the backward goes on only once the bucket before is reduced: at most two
+// buckets of gradients are in flight however slow the network, and where
+// the reductions are slower than the backward, the backward waits for them
+// instead of piling gradients up. PyTorch's DDP and FSDP have no such wait.
+//
 // In a pipeline, a chunk's last backward runs bucket by bucket, each
 // bucket's gradients all-reduced over the data-parallel group while the rest
 // of that backward runs, as PyTorch DDP and Megatron-LM's overlap_grad_reduce
@@ -70,7 +82,14 @@ class LayerBuckets final : public StrategyPass {
                                      {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, bk.expert_bytes);
       if (!c.plan.overlap) unordered_.push_back(rs);
       c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
-      return last;
+      // Note [Two buckets in flight]: the backward goes on once the bucket
+      // before this one is reduced.
+      TaskId waited = last;
+      if (c.plan.overlap && !c.plan.fsdp && previous_ >= 0) {
+        waited = c.compute(c.tag(m, "wait " + name), Phase::kBackward, 0, {last, previous_});
+      }
+      previous_ = rs;
+      return waited;
     }
     if (!at.last_backward || c.dp_group.ranks == 1) return last;  // no_sync / local accumulation / nothing to sync
     deps.push_back(c.bucket_copy(c.tag(m, "copy grads in " + name), bk.params, bk.tensors, false, {last}));
@@ -84,6 +103,7 @@ class LayerBuckets final : public StrategyPass {
   }
 
   void end_backward(const At& at, TaskId last) override {
+    previous_ = -1;
     // Without overlap, reductions wait for the end of this backward pass.
     for (TaskId t : unordered_) ctx_.g.tasks[t].deps.push_back(last);
     unordered_.clear();
@@ -160,6 +180,7 @@ class LayerBuckets final : public StrategyPass {
   std::vector<Bucket> buckets_;
   std::vector<PendingCopy> copies_out_;  ///< this backward's buckets, to copy back at its end
   std::vector<TaskId> unordered_;        ///< reductions that wait for the backward's end (no overlap)
+  TaskId previous_ = -1;                 ///< ZeRO-2: this backward's last bucket reduction so far
 };
 
 /// A pipeline chunk's buckets, reduced during its last backward.

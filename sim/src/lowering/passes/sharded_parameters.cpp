@@ -17,7 +17,25 @@
 // and refreshed by one all-gather of their shards after the optimizer step.
 // PyTorch FSDP (Zhao et al. 2023) is stage 3 with one unit per layer and no
 // persistence threshold; SHARD_GRAD_OP is stage 2 and HYBRID_SHARD shards
-// within a node and all-reduces the shards across nodes.
+// within a node and all-reduces the shards across nodes. FSDP's
+// limit_all_gathers (True by default) holds the host back from issuing a
+// unit's all-gather until the unit two before it has freed its parameters
+// (_runtime_utils.py, _limit_all_gathers: at most two in flight); without
+// it, gathers are issued as fast as the host runs.
+//
+// Note [One process group]
+// The gathers and the reduce-scatters go over the same data-parallel
+// process group, and ProcessGroupNCCL runs every collective of a group on
+// one NCCL stream, in the order they were issued: a gather queued behind a
+// reduce-scatter waits for it. FSDP's backward (BACKWARD_PRE, the default)
+// issues the prefetch of the unit below before the unit's own backward
+// runs, and the unit's reduce-scatter after it: ..., reduce-scatter i+1,
+// gather i-1, reduce-scatter i, gather i-2, ... (DeepSpeed's coordinator
+// prefetches in the same order). So where the network is slower than the
+// backward, the backward waits for the gathers queued behind the
+// reductions, and the gradients in flight stay bounded. Over Gloo (ranks
+// on CPU cores) the collectives run where the layers do (Note [CPU
+// collectives]) and keep their streams.
 // Collective buffers, held while a collective runs: a reduce-scatter
 // receives the rank's shard with NCCL, the whole bucket with Gloo (an
 // all-to-all, then a local sum, as dtsim validate's runtime does in LibTorch
@@ -45,7 +63,7 @@ class ShardedParameters final : public StrategyPass {
     if (!gathered(ctx_.layers[l])) return;
     // Prefetch one layer ahead: gather l may start once l-2 has run.
     std::vector<TaskId> after;
-    if (l >= 2) after.push_back(ctx_.fwd[l - 2]);
+    if (l >= 2 && limit_) after.push_back(ctx_.fwd[l - 2]);
     deps.push_back(gather(at.micro, l, "fwd", std::move(after)));
   }
 
@@ -53,16 +71,19 @@ class ShardedParameters final : public StrategyPass {
 
   void before_backward(const At& at, std::vector<TaskId>& deps) override {
     const std::size_t i = at.unit;
-    if (!gathered(ctx_.layers[i])) return;
-    // The same prefetch, backward: after the layer two above, or (for the
-    // top two layers) after the forward's last but one.
-    std::vector<TaskId> after;
-    if (i + 2 < ctx_.layers.size()) {
-      after.push_back(ctx_.bwd[i + 2]);
-    } else if (i >= 1) {
-      after.push_back(ctx_.fwd[i - 1]);
+    if (!one_group_) {
+      if (gathered(ctx_.layers[i])) deps.push_back(backward_gather(at.micro, i));
+      return;
     }
-    deps.push_back(gather(at.micro, i, "bwd", std::move(after)));
+    // Note [One process group]: layer i's gather (where not prefetched),
+    // then the prefetch of the layer below, both queued before layer i's
+    // reduce-scatter.
+    if (i + 1 == ctx_.layers.size()) bwd_gather_.assign(ctx_.layers.size(), -1);
+    if (gathered(ctx_.layers[i])) {
+      if (bwd_gather_[i] < 0) bwd_gather_[i] = backward_gather(at.micro, i);
+      deps.push_back(bwd_gather_[i]);
+    }
+    if (i >= 1 && gathered(ctx_.layers[i - 1])) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
   }
 
   void backward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override { free_gathered(at, on_end); }
@@ -82,7 +103,7 @@ class ShardedParameters final : public StrategyPass {
                                     std::max(1, L.param_tensors), false, {last});
     const Bytes recv = c.receive_bytes(b);
     TaskId rs = c.collective(c.tag(m, "reduce_scatter " + L.name), CollectiveOp::kReduceScatter, b, c.shard_group,
-                             Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv}},
+                             one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv}},
                              {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, c.expert_grad_bytes(L));
     if (c.replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
@@ -113,6 +134,19 @@ class ShardedParameters final : public StrategyPass {
   void free_gathered(const At& at, std::vector<MemOp>& on_end) const {
     const Layer& L = ctx_.layers[at.unit];
     if (gathered(L)) on_end.push_back({MemCategory::kParameters, -ctx_.gathered_param_bytes(L)});
+  }
+
+  /// Layer i's gather for its backward: the prefetch as forward's, after
+  /// the layer two above, or (for the top two layers) after the forward's
+  /// last but one.
+  TaskId backward_gather(std::int64_t m, std::size_t i) {
+    std::vector<TaskId> after;
+    if (limit_ && i + 2 < ctx_.layers.size()) {
+      after.push_back(ctx_.bwd[i + 2]);
+    } else if (limit_ && i >= 1) {
+      after.push_back(ctx_.fwd[i - 1]);
+    }
+    return gather(m, i, "bwd", std::move(after));
   }
 
   /// (Offloaded parameters up, then) the all-gather of layer l; `after`
@@ -146,6 +180,12 @@ class ShardedParameters final : public StrategyPass {
 
   LayerContext& ctx_;
   std::int64_t persistent_ = 0;  ///< parameters of the layers kept whole
+  /// Note [One process group]: gathers and reduce-scatters queue on one
+  /// stream (where collectives overlap compute at all).
+  bool one_group_ = ctx_.cluster.device.comm_overlaps_compute;
+  /// Gathers wait for the layer two back (FSDP's limit_all_gathers; ZeRO-3's prefetch).
+  bool limit_ = ctx_.plan.limit_all_gathers;
+  std::vector<TaskId> bwd_gather_;  ///< this backward's gathers, by layer (-1: not yet)
 };
 
 }  // namespace
