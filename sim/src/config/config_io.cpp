@@ -163,6 +163,8 @@ LinkSpec read_link(const ConfigMap& m, std::initializer_list<std::pair<const cha
   if (!m.has("bandwidth_GBps")) m.fail("bandwidth_GBps", "missing; give the per-GPU, per-direction bandwidth in GB/s");
   l.bandwidth = m.get_double("bandwidth_GBps", 0, 1e-6, kMaxGB) * kGiga;
   l.latency = seconds_to_ns(m.get_double("latency_us", 1.0, 0, 1e6) * 1e-6);
+  // Note [NCCL below the line rate] (cost/cost_comm.cpp).
+  l.efficiency = m.get_double("efficiency", 1.0, 0.01, 1.0);
   return l;
 }
 

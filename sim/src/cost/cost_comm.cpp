@@ -18,6 +18,27 @@
 // 2(log2(N) network + (g-1) local) hops of latency, so it wins for small
 // messages across many nodes; like NCCL's tuner we take the faster.
 // Every collective also pays a fixed launch/synchronisation cost.
+//
+// Note [NCCL below the line rate]
+// NCCL does not move data at a link's line rate: its protocols spend part
+// of every transfer on flags and chunk hand-offs, and its kernels on the
+// copies and reductions between the links. Its own performance model caps
+// a ring's bus bandwidth on Ampere at 235 GB/s of NVLink3's 300
+// (src/graph/tuning.cc, ncclTopoTuneModel: busBw = min(busBw, 235) for
+// compute capability 8.0), and nccl-tests measure about 230 GB/s there
+// (an all-reduce at 1 GiB on a DGX A100); on Hopper "with the protocol
+// overhead (~20%) NCCL can get an effective NVLink bandwidth of 370GB/s" of
+// NVLink4's 450 (S. Jeaugey, NVIDIA/nccl-tests issue #212). Over
+// InfiniBand HDR four NICs' 100 GB/s gave 96 GB/s of all-reduce bus
+// bandwidth at its peak (NVIDIA/nccl-tests issue #119). A link's
+// `efficiency` (cluster YAML) is that share, and every collective and
+// point-to-point transfer moves at bandwidth x efficiency (LinkSpec::rate);
+// the shipped clusters cite theirs. A profile's measured collectives
+// replace it where it has them (ProfileCommModel). Not modelled: NVLink
+// SHARP (NVLS), with which an all-reduce on an H100's NVSwitch reaches
+// about 480 GB/s of bus bandwidth (the same issue #212): dtsim prices the
+// ring's 370; and the low-latency protocols' trade of bandwidth for
+// latency at small sizes (LL, LL128).
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -70,9 +91,9 @@ AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(clus
 
 BytesPerSec AnalyticCommModel::link_capacity(LinkClass link, int groups_per_node) const {
   switch (link) {
-    case LinkClass::kIntraNode: return cluster_.intra_node.bandwidth;
+    case LinkClass::kIntraNode: return cluster_.intra_node.rate();
     case LinkClass::kInterNode:
-      return cluster_.inter_node.bandwidth * cluster_.nics_per_node / std::max(1, groups_per_node);
+      return cluster_.inter_node.rate() * cluster_.nics_per_node / std::max(1, groups_per_node);
     case LinkClass::kHostDevice: return cluster_.host_device_bandwidth;
   }
   return 0;
@@ -90,7 +111,7 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
   const int nodes = g.nodes();
   const bool multi_node = nodes > 1;
   const BytesPerSec net = link_capacity(LinkClass::kInterNode, g.groups_per_node);
-  const BytesPerSec intra = cluster_.intra_node.bandwidth;
+  const BytesPerSec intra = cluster_.intra_node.rate();
   if (multi_node) {
     const bool intra_used = g.ranks_per_node > 1;
     c.rate = intra_used ? std::min(intra, net) : net;
@@ -103,7 +124,7 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
   if (op == CollectiveOp::kSendRecv) {
     c.algorithm = "p2p";
     // One peer, one hop; across nodes a single NIC carries it.
-    if (multi_node) c.rate = cluster_.inter_node.bandwidth;
+    if (multi_node) c.rate = cluster_.inter_node.rate();
     c.latency = kCollectiveBaseLatency + (multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency);
     c.wire_bytes = s;
     return c;
@@ -184,7 +205,7 @@ CollectiveCost AnalyticCommModel::expert_dispatch(Bytes bytes, const ExpertRoute
   const double s = static_cast<double>(bytes);
   const double inter_bytes = s / k * remote, intra_bytes = s * (g_local - 1) / g_local;
   const double inter_rate = link_capacity(LinkClass::kInterNode, g.groups_per_node) / g_local;
-  const double intra = cluster_.intra_node.bandwidth;
+  const double intra = cluster_.intra_node.rate();
   CollectiveCost c;
   c.algorithm = "deepep";
   slower_path(c, inter_bytes, inter_rate, intra_bytes, intra);

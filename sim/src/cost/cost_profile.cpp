@@ -711,6 +711,7 @@ ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, co
     if (beta > 0) {
       ClusterSpec c = cluster;
       c.intra_node.bandwidth = bus_bandwidth_factor(CollectiveOp::kAllReduce, n) / beta;
+      c.intra_node.efficiency = 1.0;  // measured: what NCCL reached
       c.intra_node.latency = std::max<TimeNs>(0, (seconds_to_ns(alpha) - kCollectiveBaseLatency) / ring_steps(CollectiveOp::kAllReduce, n));
       scaled_ = std::make_unique<AnalyticCommModel>(c);
     }
@@ -748,7 +749,7 @@ CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const 
       c.latency = seconds_to_ns(std::max(0.0, alpha));
       // Express the measured per-byte time as bytes on the shared link, so
       // concurrent collectives still divide its capacity.
-      c.rate = cluster_.intra_node.bandwidth;
+      c.rate = cluster_.intra_node.rate();
       c.wire_bytes = std::max(0.0, per_byte) * static_cast<double>(bytes) * c.rate;
       if (sources_) ++sources_->comm_measured;
       return c;

@@ -82,10 +82,10 @@ inline Bytes weight_grad_hold(const Layer& layer) {
 /// share a node's NICs.
 inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel& comm, int inter_groups) {
   const auto* analytic = dynamic_cast<const AnalyticCommModel*>(&comm);
-  r.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = c.intra_node.bandwidth;
+  r.link_capacity[static_cast<int>(LinkClass::kIntraNode)] = c.intra_node.rate();
   r.link_capacity[static_cast<int>(LinkClass::kInterNode)] =
       analytic != nullptr ? analytic->link_capacity(LinkClass::kInterNode, inter_groups)
-                          : c.inter_node.bandwidth * c.nics_per_node / inter_groups;
+                          : c.inter_node.rate() * c.nics_per_node / inter_groups;
   r.link_capacity[static_cast<int>(LinkClass::kHostDevice)] = c.host_device_bandwidth;
 }
 

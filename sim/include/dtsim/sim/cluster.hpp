@@ -69,8 +69,13 @@ const DeviceSpec* find_device(const std::string& name);
 /// A point-to-point link class.
 struct LinkSpec {
   std::string type;               ///< "nvlink", "xgmi" (AMD Infinity Fabric), "pcie", "infiniband", "ethernet", "shm"
-  BytesPerSec bandwidth = 0;      ///< per GPU, per direction
+  BytesPerSec bandwidth = 0;      ///< per GPU, per direction: the line rate
   TimeNs latency = 0;             ///< per hop
+  /// The share of the line rate NCCL's collectives reach as bus bandwidth
+  /// at large sizes (Note [NCCL below the line rate] in cost_comm.cpp).
+  double efficiency = 1.0;
+  /// What collectives move through the link: bandwidth x efficiency.
+  BytesPerSec rate() const { return bandwidth * efficiency; }
 };
 
 /// A homogeneous cluster: `nodes` x `gpus_per_node` identical devices.
