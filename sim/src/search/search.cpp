@@ -17,6 +17,17 @@
 // memory, up to twice the fastest plan's time (slower trades are not plans
 // anyone runs, and the bound below could not prune them).
 //
+// A plan is not simulated when a lower bound of its peak exceeds the
+// device: the average stage's model states plus its share of what one
+// micro-batch keeps, kept / pp, times m under GPipe. Under 1F1B (and ZB-H1,
+// which keeps as much and more) stage s holds c_s = min(m, pp - s)
+// micro-batches at the end of its warm-up: with a_s its share of the kept
+// activations and b_s of the states S (pp x the average stage's), the peak
+// is at least max_s (b_s S + a_s c_s kept), and weighting stage s by 1/c_s
+// bounds that by (S / min(m, pp) + kept) / sum_s 1/c_s, whatever the split
+// (the weights cancel c_s; sum_s b_s / c_s >= 1 / min(m, pp)). The larger of
+// the two bounds is taken; interleaving keeps the first.
+//
 // The plans are simulated in the order of a lower bound of their time.
 // Let x_s be what stage s's compute stream runs for one micro-batch: its
 // layers' forward and backward kernels, recompute and tensor-parallel
@@ -239,6 +250,19 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   return out;
 }
 
+Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule) {
+  // Note [Search].
+  const std::int64_t stages = std::max(1, pp), micro = std::max<std::int64_t>(1, m);
+  const Bytes in_flight = stages > 1 && schedule == Schedule::kGpipe ? micro : 1;
+  const Bytes average = stage_states + kept * in_flight / stages;
+  if (stages == 1 || (schedule != Schedule::k1f1b && schedule != Schedule::kZbH1)) return average;
+  double weights = 0;
+  for (std::int64_t s = 0; s < stages; ++s) weights += 1.0 / static_cast<double>(std::min(micro, stages - s));
+  const double states = static_cast<double>(stage_states) * static_cast<double>(stages);
+  const double weighted = (states / static_cast<double>(std::min(micro, stages)) + static_cast<double>(kept)) / weights;
+  return std::max(average, static_cast<Bytes>(std::floor(weighted)));
+}
+
 SearchResult search(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   SearchResult r;
@@ -324,10 +348,9 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     const std::int64_t rank_experts = expert_params / (static_cast<std::int64_t>(s.ep) * etp * s.pp);
     const ModelStates ms =
         model_states(lb, (params - expert_params) / (static_cast<std::int64_t>(s.tp) * s.pp) + rank_experts, rank_experts);
-    const Bytes in_flight = s.pp > 1 && s.schedule == Schedule::kGpipe ? s.grad_accum : 1;
-    const Bytes activations = kept_per_micro(s) * in_flight / s.pp;
-    memory_bound[i] = ms.total() + activations + cluster.device.runtime_reserved;
-    if (memory_bound[i] > cluster.device.memory) {
+    memory_bound[i] = peak_lower_bound(ms.total(), kept_per_micro(s), s.pp, s.grad_accum, s.schedule) +
+                      cluster.device.runtime_reserved;
+    if (o.prune_by_memory && memory_bound[i] > cluster.device.memory) {
       ++r.pruned_memory;
     } else {
       todo.push_back(i);

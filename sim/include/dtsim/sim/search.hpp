@@ -33,6 +33,9 @@ struct SearchOptions {
   /// Skip plans whose time bound shows they can neither rank in the top
   /// nor join the Pareto front (Note [Search]); false simulates them all.
   bool prune_by_time = true;
+  /// Skip plans whose memory lower bound is over the capacity (Note
+  /// [Search]); false simulates them (tests compare the two).
+  bool prune_by_memory = true;
   /// Called now and then from the calling thread with plans done and total.
   std::function<void(std::size_t done, std::size_t total)> progress;
 };
@@ -76,6 +79,12 @@ PlanSpec search_base_plan(const ClusterSpec& cluster, const std::vector<Override
 
 /// The candidate plans the search would try, before memory pruning.
 std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
+
+/// Note [Search]: a lower bound of the fullest rank's peak, from the model
+/// states of the average stage (`stage_states`) and what one micro-batch
+/// keeps over the whole model (`kept`), for `pp` stages running `m`
+/// micro-batches under `schedule` (the runtime's reservation not included).
+Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule);
 
 /// Runs the search. Throws ConfigError if the options are impossible (a
 /// global batch no data-parallel degree divides, more GPUs than the cluster).
