@@ -146,6 +146,28 @@ TEST_CASE("search: the time bound is below every shipped plan's simulated time",
                                  ? x * m / p.plan.pp
                                  : x / (1 - std::pow(1 - 1 / m, p.plan.pp));
         CHECK(bound <= static_cast<double>(p.iteration_time));
+        CHECK(pipeline_time_bound(static_cast<TimeNs>(x), 1.0, p.plan.pp, p.plan.grad_accum, p.plan.schedule) <=
+              p.iteration_time);
+        if (p.plan.pp == 1 || p.plan.schedule != Schedule::k1f1b) continue;
+        // The same plan under ZB-H1: phi X / (1 - (1 - phi/m)^pp), phi the
+        // smallest forward share of a layer.
+        PlanSpec zb = load_plan(plan_name);
+        zb.schedule = Schedule::kZbH1;
+        Prediction z;
+        try {
+          z = predict(*model, zb, cluster);
+        } catch (const ConfigError&) {
+          continue;
+        }
+        double phi = 0;
+        const TimeNs xz = micro_batch_compute(*model, z.plan, cluster, {}, &phi);
+        CHECK(phi > 0.2);  // a forward is about a third of a layer's work
+        CHECK(phi < 0.6);
+        const double mz = static_cast<double>(z.plan.grad_accum);
+        const double zbound = phi * static_cast<double>(xz) / (1 - std::pow(1 - phi / mz, z.plan.pp));
+        CHECK(zbound > static_cast<double>(xz) * mz / z.plan.pp);  // tighter than m X / pp
+        CHECK(zbound <= static_cast<double>(z.iteration_time));
+        CHECK(pipeline_time_bound(xz, phi, z.plan.pp, z.plan.grad_accum, Schedule::kZbH1) <= z.iteration_time);
       }
     }
   }

@@ -157,14 +157,21 @@ ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpe
 }
 
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
-                           const PredictOptions& options) {
+                           const PredictOptions& options, double* forward_share) {
   const Pricing pricing(cluster, options, nullptr);
   const PricedLayers priced = price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
   TimeNs total = 0;
+  double share = 1;
   for (std::size_t l = 0; l < priced.layers.size(); ++l) {
-    total += priced.forward[l] + priced.backward[l] + priced.recompute[l];
-    if (!plan.tp_comm_overlap) total += priced.tp_forward[l] + priced.tp_backward[l];
+    TimeNs forward = priced.forward[l], all = priced.forward[l] + priced.backward[l] + priced.recompute[l];
+    if (!plan.tp_comm_overlap) {
+      forward += priced.tp_forward[l];
+      all += priced.tp_forward[l] + priced.tp_backward[l];
+    }
+    if (all > 0) share = std::min(share, static_cast<double>(forward) / static_cast<double>(all));
+    total += all;
   }
+  if (forward_share != nullptr) *forward_share = share;
   return total;
 }
 

@@ -39,9 +39,14 @@
 // sum_{s' < s} x_s' + m x_s for every s. Whatever the stage split, the
 // largest of those is at least X / (1 - (1 - 1/m)^pp) (the split that
 // makes them all equal), which is m X for one stage and (m + p - 1) X / p
-// within 13% for uniform ones. Interleaving puts v chunks on a stage, and
-// ZB-H1 leaves a stage's weight passes after the earlier stages' last
-// backward (Note [Zero bubble] in lowering/lower.cpp): for both the bound
+// within 13% for uniform ones. ZB-H1 leaves a stage's weight passes after
+// the earlier stages' last backward (Note [Zero bubble] in
+// lowering/lower.cpp), but stage s still starts only once the stages before
+// it have run micro-batch 0's forward: with phi the smallest share of any
+// layer's work its forward takes (micro_batch_compute), the iteration takes
+// at least phi sum_{s' < s} x_s' + m x_s, and the same equalising split
+// gives phi X / (1 - (1 - phi/m)^pp) (phi = 1 is 1F1B's). Interleaving puts
+// v chunks on a stage, whose first chunks may be of any size: the bound
 // falls back to m X / pp. A plan is skipped when `top` fitting
 // plans found so far are faster than its bound (it cannot rank) and it
 // cannot join the front either (its bound is over twice the fastest found,
@@ -250,6 +255,17 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   return out;
 }
 
+TimeNs pipeline_time_bound(TimeNs compute, double forward_share, int pp, std::int64_t m, Schedule schedule) {
+  // Note [Search].
+  const double x = static_cast<double>(compute), micro = static_cast<double>(std::max<std::int64_t>(1, m));
+  if (pp > 1 && schedule == Schedule::kInterleaved) return static_cast<TimeNs>(x * micro / pp * (1 - 1e-9));
+  // 1F1B: every stage's whole micro-batch before the next stage's start;
+  // ZB-H1: only its forward (a share phi of its work, at least).
+  const double phi = pp > 1 && schedule == Schedule::kZbH1 ? std::clamp(forward_share, 0.0, 1.0) : 1.0;
+  if (phi <= 0) return static_cast<TimeNs>(x * micro / pp * (1 - 1e-9));
+  return static_cast<TimeNs>(phi * x / (1 - std::pow(1 - phi / micro, pp)) * (1 - 1e-9));
+}
+
 Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule) {
   // Note [Search].
   const std::int64_t stages = std::max(1, pp), micro = std::max<std::int64_t>(1, m);
@@ -310,7 +326,8 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   };
   // The time bound (Note [Search]): one micro-batch's work on the compute
   // streams, priced once per shape from the plan resolved.
-  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int>, TimeNs>
+  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int>,
+           std::pair<TimeNs, double>>
       compute_cache;
   PredictOptions bound_options;
   bound_options.profile = o.profile;
@@ -320,16 +337,15 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     auto it = compute_cache.find(key);
     if (it == compute_cache.end()) {
       TimeNs x = 0;
+      double share = 0;
       try {
-        x = micro_batch_compute(model, resolve(s, model, cluster), cluster, bound_options);
+        x = micro_batch_compute(model, resolve(s, model, cluster), cluster, bound_options, &share);
       } catch (const ConfigError&) {
         // Not a plan: simulating it says so.
       }
-      it = compute_cache.emplace(key, x).first;
+      it = compute_cache.emplace(key, std::make_pair(x, share)).first;
     }
-    const double x = static_cast<double>(it->second), m = static_cast<double>(s.grad_accum);
-    if (s.pp > 1 && (s.schedule == Schedule::kInterleaved || s.schedule == Schedule::kZbH1)) return static_cast<TimeNs>(x * m / s.pp * (1 - 1e-9));
-    return static_cast<TimeNs>(x / (1 - std::pow(1 - 1 / m, s.pp)) * (1 - 1e-9));
+    return pipeline_time_bound(it->second.first, it->second.second, s.pp, s.grad_accum, s.schedule);
   };
   std::vector<std::size_t> todo;
   std::vector<Bytes> memory_bound(candidates.size(), 0);

@@ -108,8 +108,10 @@ ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpe
 /// between them (unless tp_comm_overlap hides them). Each layer runs them
 /// on its stage's compute stream, one after another, so an iteration takes
 /// at least grad_accum x this / pp: the search's time bound (Note [Search]).
+/// `forward_share`, when given, receives the smallest share of any layer's
+/// work that its forward (kernels and tensor-parallel collectives) takes.
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
-                           const PredictOptions& options = {});
+                           const PredictOptions& options = {}, double* forward_share = nullptr);
 
 /// Predicts one iteration of `spec` for `model` on `cluster`. Throws
 /// ConfigError if the plan is invalid for them.

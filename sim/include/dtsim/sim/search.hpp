@@ -80,6 +80,11 @@ PlanSpec search_base_plan(const ClusterSpec& cluster, const std::vector<Override
 /// The candidate plans the search would try, before memory pruning.
 std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
 
+/// Note [Search]: a lower bound of a pipeline's iteration time from one
+/// micro-batch's work over the whole model (`compute`, micro_batch_compute)
+/// and the smallest share of a layer's work its forward takes.
+TimeNs pipeline_time_bound(TimeNs compute, double forward_share, int pp, std::int64_t m, Schedule schedule);
+
 /// Note [Search]: a lower bound of the fullest rank's peak, from the model
 /// states of the average stage (`stage_states`) and what one micro-batch
 /// keeps over the whole model (`kept`), for `pp` stages running `m`
