@@ -1281,11 +1281,6 @@ class Trainer {
       // Offloaded, the partition is on the host: each part goes down first.
       for (int k = 0; k < n; ++k) r.target.add_(r.target.device() == parts.device() ? parts[k] : parts[k].to(r.target.device()));
     }
-    // Its buffers go now, not at the end of the backward.
-    r.work.reset();
-    r.send = r.recv = r.target = torch::Tensor();
-    r.unit = nullptr;
-    r.bucket = -1;
   }
 
   // ---- the optimizer step -------------------------------------------------------------

@@ -82,7 +82,7 @@ struct LayerContext : StageContext {
   /// reducer's copies run where backward does); where the cost model prices
   /// it at 0 (the datasheet), no task: the first of `deps` stands for it.
   TaskId bucket_copy(const std::string& name, double params, int tensors, bool out, std::vector<TaskId> deps) {
-    const TimeNs t = resident_grads ? 0 : compute_model.bucket_copy_time(params, tensors, out);
+    const TimeNs t = bucket_copy_time(params, tensors, out);
     if (t == 0) return deps.front();
     return compute(name, Phase::kBackward, t, std::move(deps));
   }

@@ -117,6 +117,11 @@ struct StageContext {
   /// [Megatron's gradient buffer] in emitter.hpp), never allocated or freed
   /// by a step, and reduced where they lie (no bucket copies).
   bool resident_grads = false;
+  /// A gradient bucket's copy in or out (Note [Gradient buckets] in
+  /// models/torch): none where Megatron reduces its buffer where it lies.
+  TimeNs bucket_copy_time(double params, int tensors, bool out) const {
+    return resident_grads ? 0 : compute_model.bucket_copy_time(params, tensors, out);
+  }
   CommGroup tp_group;
   CommGroup cp_group;  ///< the context-parallel axis's group (one rank where cp = 1)
   /// The expert-parallel group and the expert data-parallel group (Note

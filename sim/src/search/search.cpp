@@ -258,10 +258,12 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 TimeNs pipeline_time_bound(TimeNs compute, double forward_share, int pp, std::int64_t m, Schedule schedule) {
   // Note [Search].
   const double x = static_cast<double>(compute), micro = static_cast<double>(std::max<std::int64_t>(1, m));
-  if (pp > 1 && schedule == Schedule::kInterleaved) return static_cast<TimeNs>(x * micro / pp * (1 - 1e-9));
-  // 1F1B: every stage's whole micro-batch before the next stage's start;
-  // ZB-H1: only its forward (a share phi of its work, at least).
-  const double phi = pp > 1 && schedule == Schedule::kZbH1 ? std::clamp(forward_share, 0.0, 1.0) : 1.0;
+  // What of a stage's micro-batch must run before the next stage starts:
+  // 1F1B all of it, ZB-H1 its forward (a share phi, at least), interleaving
+  // nothing this bound can count.
+  double phi = 1.0;
+  if (pp > 1 && schedule == Schedule::kZbH1) phi = std::clamp(forward_share, 0.0, 1.0);
+  if (pp > 1 && schedule == Schedule::kInterleaved) phi = 0;
   if (phi <= 0) return static_cast<TimeNs>(x * micro / pp * (1 - 1e-9));
   return static_cast<TimeNs>(phi * x / (1 - std::pow(1 - phi / micro, pp)) * (1 - 1e-9));
 }

@@ -303,8 +303,7 @@ class ChunkBuckets final : public StrategyPass {
   /// stage s's compute stream, after what runs there before it; -1 where
   /// the cost model prices it at 0 (the datasheet).
   TaskId bucket_copy(const char* what, int s, std::size_t vs, std::int64_t i, std::size_t k, const Bucket& b, bool out) {
-    // Megatron reduces its buffer where it lies (Note [Megatron's gradient buffer]).
-    const TimeNs t = ctx_.resident_grads ? 0 : ctx_.compute_model.bucket_copy_time(b.params, b.tensors, out);
+    const TimeNs t = ctx_.bucket_copy_time(b.params, b.tensors, out);
     if (t == 0) return -1;
     return ctx_.add(ctx_.named ? ctx_.name(what, vs, i) + " bucket " + std::to_string(k) : std::string(), s,
                     Phase::kBackward, t);

@@ -141,9 +141,10 @@ class ShardedParameters final : public StrategyPass {
   /// last but one.
   TaskId backward_gather(std::int64_t m, std::size_t i) {
     std::vector<TaskId> after;
-    if (limit_ && i + 2 < ctx_.layers.size()) {
+    if (!limit_) return gather(m, i, "bwd", std::move(after));
+    if (i + 2 < ctx_.layers.size()) {
       after.push_back(ctx_.bwd[i + 2]);
-    } else if (limit_ && i >= 1) {
+    } else if (i >= 1) {
       after.push_back(ctx_.fwd[i - 1]);
     }
     return gather(m, i, "bwd", std::move(after));
