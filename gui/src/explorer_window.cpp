@@ -119,6 +119,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
     {"tp_comm_overlap", "plan.tp_comm_overlap: sequence parallelism's all-gathers and reduce-scatters pipelined "
                         "with the GEMMs beside them. Megatron --tp-comm-overlap (Transformer Engine userbuffers), "
                         "torchtitan enable_async_tensor_parallel. Needs sequence parallel."},
+    {"deallocate_pipeline_outputs",
+     "plan.deallocate_pipeline_outputs: each stage frees its output's data once sent and keeps only its "
+     "autograd graph, as Megatron-LM always does (deallocate_output_tensor); off, the output stays until its "
+     "backward, one more activation per micro-batch in flight (PyTorch's pipelining, DeepSpeed). Pipelines only."},
     {"micro_batch", "plan.micro_batch: sequences per GPU per forward and backward. DeepSpeed "
                     "train_micro_batch_size_per_gpu, Megatron --micro-batch-size, HuggingFace "
                     "per_device_train_batch_size."},
@@ -391,7 +395,7 @@ struct ExplorerWindow::Impl {
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr;
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *dealloc = nullptr;
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -535,6 +539,9 @@ struct ExplorerWindow::Impl {
     pf->addRow("Virtual stages", vstages);
     pf->addRow("", sp);
     pf->addRow("", tp_overlap);
+    dealloc = new QCheckBox("free sent outputs (Megatron)");
+    dealloc->setObjectName("deallocate_pipeline_outputs");
+    pf->addRow("", dealloc);
     v->addWidget(par);
 
     auto* bat = new QGroupBox("Batch");
@@ -920,6 +927,7 @@ struct ExplorerWindow::Impl {
     }
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(tp_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(dealloc, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
   }
 
@@ -960,6 +968,7 @@ struct ExplorerWindow::Impl {
     recompute->setCurrentIndex(recompute->findData(static_cast<int>(p.recompute)));
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
+    dealloc->setChecked(p.deallocate_pipeline_outputs);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
     refresh_choices(p.tp, pipeline, p.dp, p.cp);
     syncing = false;
@@ -1001,6 +1010,7 @@ struct ExplorerWindow::Impl {
     schedule->setEnabled(piped);
     const bool interleaved = piped && schedule->currentData().toInt() == static_cast<int>(sim::Schedule::kInterleaved);
     vstages->setEnabled(interleaved);
+    dealloc->setEnabled(piped);
     vstages->setMaximum(std::max(2, ch.max_virtual_stages));
     sp->setEnabled(ch.sequence_parallel);
     // resolve refuses tp_comm_overlap without sequence parallelism.
@@ -1050,6 +1060,7 @@ struct ExplorerWindow::Impl {
     }
     p.sequence_parallel = sp->isChecked() && p.tp > 1;
     p.tp_comm_overlap = tp_overlap->isChecked() && p.sequence_parallel;
+    p.deallocate_pipeline_outputs = dealloc->isChecked();
     p.micro_batch = micro_batch->value();
     if (batch_mode->currentData().toInt() == 1) {
       p.global_batch = batch_value->value();
@@ -1082,6 +1093,7 @@ struct ExplorerWindow::Impl {
     mark(p.virtual_stages != before.virtual_stages, "virtual_stages");
     mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");
     mark(p.tp_comm_overlap != before.tp_comm_overlap, "tp_comm_overlap");
+    mark(p.deallocate_pipeline_outputs != before.deallocate_pipeline_outputs, "deallocate_pipeline_outputs");
     mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");

@@ -20,6 +20,8 @@
 // host runs ahead as in training; nothing waits for the device inside the
 // step but the loss, read once after it, as a training loop logs it).
 #include <c10/core/StorageImpl.h>
+#include <torch/csrc/autograd/engine.h>
+#include <torch/csrc/autograd/variable.h>
 
 #include <algorithm>
 #include <array>
@@ -706,6 +708,11 @@ class Trainer {
     std::vector<torch::Tensor> rng;      ///< per unit: the random state its forward began with (full recompute)
     std::vector<std::vector<torch::Tensor>> recompute_inputs;  ///< per unit: its inputs, kept for the recompute
     torch::Tensor loss;                  ///< last stage
+    /// The stage's output as it was sent: what the gradient received for
+    /// it looks like once its data is freed (Note [Deallocated outputs]).
+    std::vector<std::int64_t> out_sizes;
+    torch::ScalarType out_type = torch::kFloat;
+    bool out_freed = false;
     /// zb-h1 (Note [Zero bubble passes]): per unit, the root its input-gradient
     /// pass started from and the gradient it was given, for the weight pass.
     std::vector<torch::Tensor> w_roots, w_grads;
@@ -762,8 +769,7 @@ class Trainer {
   /// The gradient of the stage's output, from the next stage (none on the last).
   torch::Tensor recv_output_grad(const Saved& sv) {
     if (stage_ == plan_->pp - 1) return {};
-    const auto& out = sv.outputs.back();
-    return recv_tensor(stage_ + 1, out.sizes().vec(), out.scalar_type(), 2, "recv gradient");
+    return recv_tensor(stage_ + 1, sv.out_sizes, sv.out_type, 2, "recv gradient");
   }
 
   /// Unit u's output with its graph: as the forward kept it, or rebuilt
@@ -1031,7 +1037,35 @@ class Trainer {
         shape_sent_ = true;
       }
       send_tensor(x.detach(), stage_ + 1, 1);
+      sv.out_sizes = x.sizes().vec();
+      sv.out_type = x.scalar_type();
+      if (p.deallocate_pipeline_outputs) free_output(sv);
     }
+  }
+
+  // Note [Deallocated outputs] (sim/src/lowering/passes/pipeline.cpp): as
+  // Megatron's deallocate_output_tensor, the stage's output keeps its graph
+  // and gives up its data once sent (the send's buffer holds it until the
+  // send is done); backward_from() runs its backward. A view is kept, as
+  // Megatron refuses to free one; a recomputed unit's output has no graph
+  // and goes whole (its backward runs from the recompute).
+  void free_output(Saved& sv) {
+    torch::Tensor& out = sv.outputs.back();
+    if (units_.back().recompute) {
+      out = torch::Tensor();
+    } else if (!out.is_view()) {
+      out.set_data(torch::empty({1}, out.options()));
+      sv.out_freed = true;
+    }
+  }
+
+  /// The backward of a root whose data is freed, from its grad_fn, as
+  /// Megatron's custom_backward does: autograd's own entry would check the
+  /// root's shape against the gradient's.
+  static void backward_from(const torch::Tensor& root, const torch::Tensor& grad) {
+    torch::autograd::Engine::get_default_engine().execute({torch::autograd::impl::gradient_edge(root)}, {grad},
+                                                          /*keep_graph=*/false, /*create_graph=*/false,
+                                                          /*accumulate_grad=*/true);
   }
 
   void backward(int m, bool last_micro) {
@@ -1049,6 +1083,9 @@ class Trainer {
           // fp16: the loss scaled up so small gradients survive; the
           // optimizer divides them back (AdamConfig::grad_scale).
           torch::autograd::backward({loss_scale_ != 1 ? sv.loss * loss_scale_ : sv.loss});
+        } else if (u + 1 == units_.size() && sv.out_freed) {
+          backward_from(out, grad);
+          sv.out_freed = false;
         } else {
           torch::autograd::backward({out}, {grad});
         }

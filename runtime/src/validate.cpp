@@ -232,6 +232,13 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("accumulate_allreduce_grads_in_fp32") + ")");
     s.spec.accumulate_allreduce_grads_in_fp32 = false;
   }
+  if (s.spec.deallocate_pipeline_outputs && s.spec.schedule == sim::Schedule::kZbH1) {
+    // Note [Zero bubble passes] (trainer.cpp): the weight pass runs again
+    // from the stage's output, whose data it needs.
+    s.notes.push_back("deallocate_pipeline_outputs -> false: the runtime's zb-h1 weight pass starts again from each stage's output (" +
+                      s.spec.origins.of("deallocate_pipeline_outputs") + ")");
+    s.spec.deallocate_pipeline_outputs = false;
+  }
   if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {
     // Note [Context parallelism] (models/torch): the runtime moves K/V by
     // all-gather only; predict what runs.

@@ -162,10 +162,11 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 33);  // 18 combo boxes, 12 spin boxes (3 on the search tab), 3 check boxes
+  CHECK(knobs == 34);  // 18 combo boxes, 12 spin boxes (3 on the search tab), 4 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
+      {"deallocate_pipeline_outputs", {"deallocate_output_tensor"}},
       {"tp", {"--tensor-model-parallel-size", "tensor_parallel_degree"}},
       {"pp", {"--pipeline-model-parallel-size"}},
       {"cp", {"--context-parallel-size"}},

@@ -73,6 +73,7 @@ TEST_CASE("DeepSpeed ZeRO-2 with CPU offload", "[framework]") {
   CHECK(k["plan.offload_optimizer"] == "cpu");
   CHECK(k["plan.precision"] == "fp16");
   CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "null");  // reset to false: DeepSpeed has no fp32 gradient buffer
+  CHECK(k["plan.deallocate_pipeline_outputs"] == "null");  // reset to false, the default
   CHECK(k["plan.micro_batch"] == "4");
   CHECK(k["plan.grad_accum"] == "8");
   CHECK(k["plan.global_batch"] == "null");  // derived: 4 x 8 x dp
@@ -202,6 +203,8 @@ TEST_CASE("Megatron-LM: GPT-3 175B launch script", "[framework]") {
   CHECK(k["plan.seq_len"] == "2048");
   CHECK(k["plan.precision"] == "fp16");
   CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "false");  // fp16 keeps 16-bit gradients unless asked (megatron-3d sets true)
+  // argument_utils.py frees every stage's output once sent (Note [Deallocated outputs]).
+  CHECK(k["plan.deallocate_pipeline_outputs"] == "true");
   CHECK(k["plan.optimizer"] == "adam");
   CHECK(k["plan.zero_stage"] == "1");
   CHECK(k["plan.overlap"] == "true");

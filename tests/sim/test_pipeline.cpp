@@ -249,6 +249,39 @@ TEST_CASE("selective and full recompute through the pipeline: memory down, time 
   CHECK(sel.iteration_time < full.iteration_time);
 }
 
+TEST_CASE("full recompute keeps 2sbh a layer per micro-batch in flight, and the stage's output unless freed once sent",
+          "[pipeline][recompute][memory]") {
+  // Korthikanti et al. 2022, Table 2: full recompute keeps each layer's
+  // input, 2sbh bytes in fp16. Under 1F1B stage s holds pp - s micro-batches
+  // (Narayanan et al. 2021), so two middle stages of 2 blocks each differ by
+  // one micro-batch: 2 x 2sbh of checkpoints, plus the stage's output (2sbh,
+  // autograd's root) where it is kept until the backward; Megatron-LM frees
+  // it once sent (Note [Deallocated outputs]). Everything else at the two
+  // peaks is the same: parameters, gradients, optimizer states, the one
+  // layer rebuilt, the gradient received, the last two send buffers.
+  models::GptConfig cfg;
+  cfg.layers = 8;
+  cfg.hidden = 1024;
+  cfg.heads = 16;
+  cfg.ffn_hidden = 4096;
+  cfg.seq_len = 512;
+  const auto m = models::make_gpt(cfg);
+  const Bytes sbh2 = 2 * 512 * 2 * 1024;  // 2sbh: s 512, b 2, h 1024, fp16
+  // The embedding and 2 blocks, 2 + 2 blocks, 2 blocks and the head.
+  const std::string base = "pp: 4\nstage_layers: [3, 2, 2, 3]\nmicro_batches: 8\nmicro_batch: 2\nseq_len: 512\n"
+                           "precision: fp16\nattention: flash\nrecompute: full\n";
+  const FreeComm comm;
+  for (const bool freed : {false, true}) {
+    INFO("deallocate_pipeline_outputs " << freed);
+    const Run r = run(*m, base + "deallocate_pipeline_outputs: " + (freed ? "true" : "false") + "\n", round_cluster(1, 4),
+                      comm, kMs);
+    REQUIRE(r.graph.stage_layers == std::vector<int>{3, 2, 2, 3});
+    const Bytes per_micro = 2 * sbh2 + (freed ? 0 : sbh2);
+    CHECK(r.peak_activations(1) - r.peak_activations(2) == per_micro);
+    CHECK(r.exec.memory[1].at_peak.total() - r.exec.memory[2].at_peak.total() == per_micro);
+  }
+}
+
 TEST_CASE("pipeline plans: bad combinations get one line naming the key", "[pipeline][plan]") {
   const auto gpt = models::load_model("gpt2");
   const ClusterSpec c = round_cluster(1, 8);

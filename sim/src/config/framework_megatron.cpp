@@ -412,6 +412,9 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   // DistributedDataParallelConfig.overlap_grad_reduce defaults to false.
   out.plan("overlap", has("overlap-grad-reduce") ? "true" : "false",
            has("overlap-grad-reduce") ? at("overlap-grad-reduce") : file + " (no --overlap-grad-reduce)");
+  // Every Megatron-LM run frees a stage's output once sent (Note
+  // [Deallocated outputs] in sim/src/lowering/passes/pipeline.cpp).
+  out.plan("deallocate_pipeline_outputs", "true", file + " (megatron/training/argument_utils.py sets it)");
   // The gradient buffer (Note [Megatron's gradient buffer]): fp32 when
   // asked, and under bf16 unless --grad-reduce-in-bf16 (arguments.py forces
   // accumulate_allreduce_grads_in_fp32 there); in fp32 training it is fp32

@@ -24,7 +24,11 @@ struct Chunk {
   Bytes workspace = 0;       ///< the largest backward workspace of its layers
   Bytes input = 0;           ///< activation received (and its gradient sent back)
   Bytes output = 0;          ///< activation sent on
-  Bytes held = 0;            ///< that output, kept from forward to backward as autograd's root
+  /// That output, kept from forward to backward as autograd's root; 0
+  /// where Megatron frees its data once sent (Note [Deallocated outputs]
+  /// in passes/pipeline.cpp).
+  Bytes held = 0;
+  Bytes grad_out = 0;        ///< the gradient received for the output (0 on the last chunk)
   Bytes send_copy = 0;       ///< a strided output's contiguous copy, made to send it
   std::int64_t params = 0;   ///< held by the rank, a tied copy included
   std::int64_t expert_params = 0;  ///< of them, routed experts' (Layer::expert_params)

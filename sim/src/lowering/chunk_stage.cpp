@@ -26,9 +26,10 @@
 // recompute only each layer's input is kept and backward rematerialises one
 // layer at a time; selective recompute keeps everything but the attention
 // core (Note [Activation memory] in models/src/layers.cpp). A chunk that
-// sends its output on keeps it as autograd's root until its backward, which
-// also holds the gradient received for it; the last two send buffers stay
-// (Note [Send buffers] in passes/pipeline.cpp).
+// sends its output on keeps it as autograd's root until its backward (or,
+// as Megatron-LM does, frees its data once sent: Note [Deallocated
+// outputs] in passes/pipeline.cpp); the backward holds the gradient
+// received for it; the last two send buffers stay (Note [Send buffers]).
 //
 // A chunk's last backward runs bucket by bucket, each bucket's gradients
 // all-reduced over the data-parallel group while the rest of that backward
@@ -177,8 +178,10 @@ class ChunkStage final : public detail::StageEmitter {
         (kept_whole ? ch.kept : ch.peak_extra) += extra;
       }
       if (vs + 1 < C) {
-        ch.held = ch.output;
-        ch.send_copy = layers[first + ch.count - 1].strided_output ? ch.output : 0;
+        const bool view = layers[first + ch.count - 1].strided_output;
+        ch.grad_out = ch.output;
+        ch.held = c.plan.deallocate_pipeline_outputs && !view ? 0 : ch.output;
+        ch.send_copy = view ? ch.output : 0;
       }
       c.chunks.push_back(std::move(ch));
       first += counts[vs];
@@ -286,7 +289,7 @@ class ChunkStage final : public detail::StageEmitter {
     // The gradient received for the chunk's output, and the larger of its
     // backward workspace and the gradient of its input, which appears as the
     // workspace goes.
-    const Bytes transient = ch.held + std::max(ch.input, ch.workspace);
+    const Bytes transient = ch.grad_out + std::max(ch.input, ch.workspace);
     std::vector<MemOp> on_start{{MemCategory::kActivations, transient}};
     // Under zb-h1, what the weight pass needs stays until it runs.
     std::vector<MemOp> on_end{{MemCategory::kActivations, (split_ ? ch.w_hold : 0) -

@@ -425,6 +425,9 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;
   r.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32;
+  // Megatron-LM sets it for every run; it "does nothing when pipeline
+  // parallel is not used" (model_parallel_config.py).
+  r.deallocate_pipeline_outputs = s.deallocate_pipeline_outputs;
   if (r.accumulate_allreduce_grads_in_fp32 && r.zero_stage >= 2) {
     bad.add("accumulate_allreduce_grads_in_fp32",
             "true is Megatron-Core's whole gradient buffer, which its distributed optimizer (zero_stage 1) keeps too; with "

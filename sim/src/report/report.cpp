@@ -47,6 +47,7 @@ std::string plan_line(const ResolvedPlan& p) {
   if (p.recompute != Recompute::kNone) os << " recompute=" << to_string(p.recompute);
   if (!p.overlap) os << " overlap=false";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
+  if (p.deallocate_pipeline_outputs) os << " outputs-freed";
   return os.str();
 }
 
@@ -73,6 +74,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("recompute", to_string(p.recompute));
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
   j.field("overlap", p.overlap).field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
+  j.field("deallocate_pipeline_outputs", p.deallocate_pipeline_outputs);
   j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none");
   j.field("virtual_stages", p.virtual_stages);
   j.field("sequence_parallel", p.sequence_parallel);

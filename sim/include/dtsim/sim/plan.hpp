@@ -122,6 +122,12 @@ struct PlanSpec {
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
   Recompute recompute = Recompute::kNone;
+  /// Megatron-LM's deallocate_pipeline_outputs (on in every Megatron-LM
+  /// run): a stage frees its output's data once sent, keeping only its
+  /// autograd graph; false keeps it until the backward, as PyTorch's
+  /// pipelining and DeepSpeed's pipeline engine do (Note [Deallocated
+  /// outputs] in sim/src/lowering/passes/pipeline.cpp). Pipelines only.
+  bool deallocate_pipeline_outputs = false;
   double bucket_mb = 25;          ///< DDP bucket (PyTorch default 25 MB)
   bool overlap = true;            ///< overlap gradient communication with backward
   /// Megatron-Core's gradient buffer (--accumulate-allreduce-grads-in-fp32,
@@ -165,6 +171,7 @@ struct ResolvedPlan {
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
+  bool deallocate_pipeline_outputs = false;          ///< PlanSpec's
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
   int virtual_stages = 1;         ///< model chunks per pipeline rank
   bool sequence_parallel = false;

@@ -11,6 +11,26 @@
 // A stage keeps the buffers of its last two sends (dtsim validate's runtime
 // waits for the oldest before a third, and for the rest at the step's end):
 // the contiguous copy of a strided output, the gradient of a chunk's input.
+//
+// Note [Deallocated outputs]
+// A chunk's output is autograd's root for its backward, so a plain training
+// loop keeps it from the forward to the backward: one more activation of
+// the stage's boundary for every micro-batch in flight. Megatron-LM frees
+// its data as soon as it is sent and keeps only its grad_fn
+// (deallocate_output_tensor in megatron/core/pipeline_parallel/schedules.py,
+// which megatron/training/argument_utils.py turns on for every run), then
+// runs the backward from that grad_fn directly (custom_backward there),
+// since autograd's own entry checks the root's shape. Megatron refuses to
+// free a view ("counter-productive to free a view of another tensor"): a
+// strided output (a batch-first LSTM's) is kept. Korthikanti et al. (2022)
+// count exactly this: with full recompute a stage keeps 2sbh bytes a layer
+// for each micro-batch in flight, and nothing at its boundary. With
+// plan.deallocate_pipeline_outputs the output is a send buffer once its
+// forward ends, and goes with the send (dtsim validate's runtime does as
+// Megatron does). Without it, the output stays whole, as PyTorch's
+// pipelining keeps it in its forward cache, and DeepSpeed's pipeline engine
+// without tensor parallelism (with it, pipe_partitioned keeps a 1/t share:
+// deepspeed/runtime/pipe/engine.py, _exec_forward_pass; not modelled).
 #include <string>
 
 #include "lowering/chunk_context.hpp"
@@ -28,7 +48,10 @@ class Pipeline final : public StrategyPass {
   }
 
   void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
-    if (!last_chunk(at)) hold_send(on_end, ctx_.chunks[at.unit].send_copy);
+    if (last_chunk(at)) return;
+    const Chunk& ch = ctx_.chunks[at.unit];
+    // Note [Deallocated outputs]: a freed output lives on as its send's buffer.
+    hold_send(on_end, ch.send_copy + ch.grad_out - ch.held);
   }
 
   TaskId after_forward(const At& at, TaskId last) override {
