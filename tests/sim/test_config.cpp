@@ -104,6 +104,20 @@ TEST_CASE("a cluster file is read, with device overrides", "[config]") {
   CHECK(c.host_device_bandwidth == Approx(24e9));
 }
 
+TEST_CASE("the interference prior: NCCL's 24 channels' share of the SMs (Note [Interference prior])", "[config][interference]") {
+  // f = 24 / SMs taken from a GEMM that scales with its SMs: 1 / (1 - f) as
+  // long, i.e. f / (1 - f) = 24 / (SMs - 24) longer.
+  CHECK(find_device("A100-SXM4-80GB")->comm_slowdown == Approx(24.0 / 84));   // 108 SMs: +28.6%
+  CHECK(find_device("H100-SXM")->comm_slowdown == Approx(24.0 / 108));        // 132 SMs: +22.2%
+  CHECK(find_device("B200")->comm_slowdown == Approx(24.0 / 124));            // 148 SMs
+  for (const char* none : {"V100-SXM2-16GB", "MI300X", "P100", "cpu"}) CHECK(find_device(none)->comm_slowdown == 0);
+  const ClusterSpec c = parse_cluster("device: {base: H100-SXM, comm_slowdown: 0.4}\n"
+                                      "intra_node: {type: nvlink, bandwidth_GBps: 450}\n", "c.yaml");
+  CHECK(c.device.comm_slowdown == 0.4);
+  CHECK_THAT(error_of([] { parse_cluster("device: {base: H100-SXM, comm_slowdown: -1}\nintra_node: {type: nvlink, bandwidth_GBps: 450}\n", "c.yaml"); }),
+             Catch::Contains("cluster.device.comm_slowdown: -1 is out of range"));
+}
+
 TEST_CASE("cluster errors name the key", "[config][bad-input]") {
   const std::string base = "intra_node: {type: nvlink, bandwidth_GBps: 300}\n";
   CHECK_THAT(error_of([&] { parse_cluster("device: A100-SXM4-80G\n" + base, "c.yaml"); }),

@@ -254,3 +254,45 @@ TEST_CASE("a task ends no sooner than its host has issued it (Note [Host launch]
   CHECK(kr.spans[1].end == 25 * kUs);  // starts at 5, 20 us
   CHECK(kr.makespan == 26 * kUs);      // b: issued at 10, runs after "free"
 }
+
+TEST_CASE("compute runs slower while a collective of its rank runs (Note [Interference])", "[executor][interference]") {
+  // Slowdown 0.25: compute progresses at 1/1.25 = 0.8 of its speed while a
+  // collective runs. A 100 us kernel beside a collective over [0, 40 us)
+  // (10 us latency + 30,000 B at 1 byte/ns) has done 40 x 0.8 = 32 us of its
+  // work by then, and the other 68 us at full speed: it ends at 108 us.
+  TaskGraph g = one_rank();
+  g.ranks[0].comm_slowdown = 0.25;
+  g.add(compute("gemm", 100 * kUs));
+  g.add(comm("all_reduce", 10 * kUs, 30000));
+  ExecResult r = execute(g);
+  CHECK(r.spans[1].end == 40 * kUs);  // the collective keeps its speed
+  CHECK(r.spans[0].end == 108 * kUs);
+
+  SECTION("a collective that starts mid-kernel and outlasts it") {
+    // The collective waits for a 20 us kernel on a third stream, then runs
+    // [20, 220 us): the 100 us kernel has 80 us left at 20 us, at 0.8 of
+    // its speed: 100 us more, ending at 120 us.
+    TaskGraph h = one_rank(3);
+    h.ranks[0].comm_slowdown = 0.25;
+    h.add(compute("gemm", 100 * kUs));
+    const TaskId before = h.add(compute("other", 20 * kUs, 2));
+    h.add(comm("all_gather", 0, 200000, 1, {before}));
+    r = execute(h);
+    CHECK(r.spans[2].start == 20 * kUs);
+    CHECK(r.spans[0].end == 120 * kUs);
+    // The "other" kernel ran before any collective: full speed.
+    CHECK(r.spans[1].end == 20 * kUs);
+  }
+  SECTION("host copies (offload) and a rank without slowdown leave compute alone") {
+    TaskGraph h = one_rank();
+    h.ranks[0].comm_slowdown = 0.25;
+    h.add(compute("gemm", 100 * kUs));
+    Task copy = comm("d2h", 10 * kUs, 30000);
+    copy.phase = Phase::kOffload;
+    h.add(copy);
+    CHECK(execute(h).spans[0].end == 100 * kUs);
+    h.ranks[0].comm_slowdown = 0;
+    h.tasks[1].phase = Phase::kComm;
+    CHECK(execute(h).spans[0].end == 100 * kUs);
+  }
+}

@@ -473,3 +473,24 @@ TEST_CASE("FSDP's limit_all_gathers: off, the gathers run ahead of the layers", 
   // While layer 0 computes, ten layers are whole.
   CHECK(params("dp: 2\nprecision: fp16\nfsdp: full_shard\nlimit_all_gathers: false\n") == shard + 10 * layer);
 }
+
+TEST_CASE("the simulated ranks slow their compute beside collectives by the device's comm_slowdown (Note [Interference])",
+          "[lowering][interference]") {
+  // ZeRO-3 on one DGX A100 gathers every layer beside the one computing:
+  // with A100's prior (24 / 84, Note [Interference prior]) the iteration
+  // is longer than with none, and no kernel runs more than 1 + 24 / 84
+  // times as long (executor's Note [Interference]).
+  const auto gpt = models::load_model("gpt2-medium");
+  PredictOptions o;
+  o.keep_graph = true;
+  const Prediction with = predict(*gpt, load_plan("zero3"), load_cluster("dgx-a100"), o);
+  REQUIRE(!with.graph.ranks.empty());
+  CHECK(with.graph.ranks[0].comm_slowdown == Approx(24.0 / 84));
+  const Prediction without = predict(*gpt, load_plan("zero3"),
+                                     load_cluster("dgx-a100", {parse_override("cluster.device={base: A100-SXM4-80GB, comm_slowdown: 0}")}), o);
+  CHECK(without.graph.ranks[0].comm_slowdown == 0);
+  CHECK(with.iteration_time > without.iteration_time);
+  CHECK(static_cast<double>(with.iteration_time) <= static_cast<double>(without.iteration_time) * (1 + 24.0 / 84));
+  // CPU ranks: Gloo's collectives take the cores instead (Note [CPU collectives]).
+  CHECK(predict(*gpt, load_plan("zero3"), load_cluster("local-cpu"), o).graph.ranks[0].comm_slowdown == 0);
+}

@@ -142,6 +142,7 @@ DeviceSpec read_device(const ConfigMap& c) {
     d.memory_efficiency = m->get_double("memory_efficiency", d.memory_efficiency, 0.01, 1.0);
     d.kernel_launch = seconds_to_ns(m->get_double("kernel_launch_us", ns_to_seconds(d.kernel_launch) * 1e6, 0, 1e6) * 1e-6);
     d.runtime_reserved = static_cast<Bytes>(m->get_double("runtime_reserved_GiB", static_cast<double>(d.runtime_reserved) / kGiB, 0, kMaxGB) * kGiB);
+    d.comm_slowdown = m->get_double("comm_slowdown", d.comm_slowdown, 0, 10);
     m->finish();
   }
   return d;

@@ -133,6 +133,31 @@ std::vector<DeviceSpec> make_devices() {
   // collectives] in sim/src/lowering/layer_context.hpp).
   cpu.comm_overlaps_compute = false;
   v.push_back(cpu);
+  // Note [Interference prior]
+  // NCCL runs a ring collective as one thread block per channel, each on an
+  // SM of its own that it shares with no compute kernel (S. Jeaugey,
+  // NVIDIA/nccl #689), and NVSwitch systems run 24 channels: "Channel 23/24"
+  // in nccl-tests' log on an HGX A100 (NVIDIA/nccl-tests #100), 24 thread
+  // blocks on an H100 (NVIDIA developer forum thread 337991, vLLM #10453).
+  // A GEMM that overlaps it gets the other SMs: with f = 24 / SMs of them
+  // gone it takes 1 / (1 - f) as long, +29% on an A100 (108 SMs), +22% on an
+  // H100 (132), +19% on a B200 (148). Measured: compute slowed by 18.9% on
+  // average and up to 40% overlapped with FSDP's and pipelines' collectives
+  // (Lee et al. 2025, arXiv 2507.03114, over A100, H100 and two AMD parts);
+  // matmuls 30-40% slower under FSDP's all-gathers and reduce-scatters on
+  // H100s (pytorch/pytorch #179937). HBM contention adds to it (NVLink
+  // traffic costs 2-3x its bytes in HBM, Jeaugey in NVIDIA/nccl #1428) and is
+  // not counted, so the prior sits at the low end. MI300X and the older
+  // parts have no cited figure (over PCIe NCCL takes 2 SMs) and keep 0; a
+  // cluster's device mapping sets comm_slowdown, and a GPU calibration
+  // measures it. Note [Interference] in sim/src/engine/executor.cpp applies it.
+  for (auto& d : v) {
+    const bool nvswitch = d.name.rfind("A100", 0) == 0 || d.name.rfind("H100", 0) == 0 || d.name == "H200" || d.name == "B200";
+    if (nvswitch) {
+      const double f = 24.0 / d.compute_units;
+      d.comm_slowdown = f / (1 - f);
+    }
+  }
   // Fused attention (Note [Fused attention] in cost_compute.cpp):
   // FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023) and 35% of
   // an H100's (Shah et al. 2024); the others have no published figure and

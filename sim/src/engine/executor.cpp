@@ -28,6 +28,19 @@
 // queues about a thousand launches; a lead that long only arises where the
 // GPU is the bottleneck anyway).
 //
+// Note [Interference]
+// A collective is kernels too: NCCL runs each channel as a thread block on
+// an SM of its own and streams its buffers through the same HBM, so a GEMM
+// that overlaps it has fewer SMs and less bandwidth and runs slower (the
+// figures and their sources: Note [Interference prior] in
+// sim/src/config/device_db.cpp). A rank's compute tasks progress at
+// 1 / (1 + comm_slowdown) of their speed while any of its collectives is
+// between its start and its end, and at full speed otherwise. Host copies
+// run on copy engines, and a pipeline's sends on a channel or two (no
+// measurement is cited for them): neither counts. Whenever that changes,
+// the work left of each running compute task is advanced and its end
+// rescheduled. The collectives themselves keep their speed.
+//
 // Note [Sizes in 64 bits]
 // Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
 // but a hostile or mistaken config (a device of 1e-6 TFLOP/s, a model of
@@ -180,6 +193,11 @@ class Executor {
     }
     memory_.resize(g_.ranks.size());
     current_.resize(g_.ranks.size());
+    slowdown_.resize(g_.ranks.size());
+    for (std::size_t r = 0; r < g_.ranks.size(); ++r) slowdown_[r] = std::max(0.0, g_.ranks[r].comm_slowdown);
+    comm_active_.assign(g_.ranks.size(), 0);
+    running_.resize(g_.ranks.size());
+    if (std::any_of(slowdown_.begin(), slowdown_.end(), [](double s) { return s > 0; })) progress_.resize(n);
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       for (const MemOp& op : g_.ranks[r].resident) apply_mem(static_cast<int>(r), op);
     }
@@ -238,11 +256,52 @@ class Executor {
     start_[id] = q_.now();
     for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
+      if (interferes(t) && comm_active_[t.rank]++ == 0) rerate(t.rank);
       q_.schedule(later(q_.now(), t.cost.latency), [this, id] { start_flow(id); });
+    } else if (t.kind == TaskKind::kCompute && slowdown_[t.rank] > 0 && t.duration > 0) {
+      // Note [Interference]: its end moves with the rank's collectives.
+      Progress& p = progress_[id];
+      p.left = static_cast<double>(t.duration);
+      p.since = q_.now();
+      p.rate = rate(t.rank);
+      running_[t.rank].push_back(id);
+      schedule_end(id);
     } else {
       // Note [Host launch]: not before the host has issued it.
       const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
       q_.schedule(end, [this, id] { finish(id); });
+    }
+  }
+
+  /// Note [Interference]: a collective that slows its rank's compute.
+  bool interferes(const Task& t) const {
+    return slowdown_[t.rank] > 0 && t.phase == Phase::kComm && t.op != CollectiveOp::kSendRecv;
+  }
+  /// The speed of rank r's compute now.
+  double rate(int r) const { return comm_active_[r] > 0 ? 1.0 / (1.0 + slowdown_[r]) : 1.0; }
+
+  /// A running compute task's end: its work left at its rate, and not
+  /// before the host has issued it (Note [Host launch]).
+  void schedule_end(TaskId id) {
+    Progress& p = progress_[id];
+    const double ns = std::max(0.0, std::ceil(p.left / p.rate - 1e-6));
+    if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(ns * 1e-9);
+    const TimeNs end = std::max(later(q_.now(), static_cast<TimeNs>(ns)), issue_end_[id]);
+    p.event = q_.schedule(end, [this, id] { finish(id); });
+  }
+
+  /// Rank r's collectives started or all ended: its running compute tasks
+  /// go on at the new speed.
+  void rerate(int r) {
+    const double now_rate = rate(r);
+    for (TaskId id : running_[r]) {
+      Progress& p = progress_[id];
+      p.left -= static_cast<double>(q_.now() - p.since) * p.rate;
+      p.since = q_.now();
+      if (p.rate == now_rate) continue;
+      p.rate = now_rate;
+      q_.cancel(p.event);
+      schedule_end(id);
     }
   }
 
@@ -317,6 +376,11 @@ class Executor {
     const Task& t = g_.tasks[id];
     done_[id] = true;
     end_[id] = q_.now();
+    if (slowdown_[t.rank] > 0) {
+      if (t.kind == TaskKind::kCollective && interferes(t) && --comm_active_[t.rank] == 0) rerate(t.rank);
+      auto& run = running_[t.rank];
+      if (auto it = std::find(run.begin(), run.end(), id); it != run.end()) run.erase(it);
+    }
     for (const MemOp& op : t.on_end) apply_mem(t.rank, op);
     // The next task on this stream may now run.
     std::size_t& h = head_[t.rank][t.stream];
@@ -429,6 +493,18 @@ class Executor {
   std::vector<Flow> flows_;
   std::vector<RankMemoryPeak> memory_;
   std::vector<std::array<Bytes, kMemCategories>> current_;
+  /// Note [Interference]: each rank's slowdown, its collectives running, its
+  /// compute tasks running, and where each of those stands.
+  struct Progress {
+    double left = 0;  ///< ns of work at full speed
+    TimeNs since = 0;
+    double rate = 1;
+    EventId event = kNoEvent;
+  };
+  std::vector<double> slowdown_;
+  std::vector<int> comm_active_;
+  std::vector<std::vector<TaskId>> running_;
+  std::vector<Progress> progress_;  ///< by task, where any rank slows (else empty)
   std::vector<TimeNs> event_times_;
 };
 

@@ -249,6 +249,7 @@ class ChunkStage final : public detail::StageEmitter {
         r.streams.push_back(to_string(st));
       }
       detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
+      r.comm_slowdown = c.cluster.device.comm_slowdown;  // Note [Interference] in executor.cpp
       std::int64_t params = 0, experts = 0;
       detail::Fp8Gemms fp8;
       for (const auto& ch : c.chunks) {

@@ -152,6 +152,7 @@ class LayerStage final : public detail::StageEmitter {
       inter_groups = c.replica_group.groups_per_node;
     }
     detail::set_link_capacity(rank, c.cluster, c.comm, inter_groups);
+    rank.comm_slowdown = c.cluster.device.comm_slowdown;  // Note [Interference] in executor.cpp
   }
 
   void forward(std::int64_t m) {

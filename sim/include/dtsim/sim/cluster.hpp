@@ -55,6 +55,11 @@ struct DeviceSpec {
   /// Collectives progress beside compute (GPU copy engines and NICs). False
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
+  /// How much longer compute kernels take while a collective runs beside
+  /// them (0.1: at 1/1.1 of their speed): NCCL's channels take SMs and HBM
+  /// bandwidth (Note [Interference prior] in sim/src/config/device_db.cpp).
+  /// 0 where collectives do not overlap compute at all.
+  double comm_slowdown = 0;
   std::string source;               ///< where the figures come from
   /// Peak dense FLOP/s for GEMMs in precision p (kFp8: the FP8 GEMMs; 0 where
   /// the device has no FP8, which resolve() refuses before anything asks).

@@ -90,6 +90,9 @@ struct SimRank {
   std::vector<MemOp> resident; ///< allocated before the iteration starts
   /// Capacity of each link class (indexed by LinkClass) that flows share.
   std::array<BytesPerSec, 3> link_capacity{};
+  /// How much longer its compute kernels take while one of its collectives
+  /// runs (0.1: at 1/1.1 of their speed); Note [Interference] in executor.cpp.
+  double comm_slowdown = 0;
 };
 
 /// The whole program of one training iteration.
