@@ -1415,7 +1415,11 @@ class Trainer {
       adam_update(sp.master, host_grad, sp.state, t, adam_);
       sp.flat.narrow(0, lo, shard).copy_(sp.master);
     } else {
-      // 16-bit parameters step through an fp32 master copy (Note [Mixed-precision step]).
+      // 16-bit parameters step through an fp32 master copy (Note [Mixed-precision step]),
+      // with the shard's gradients cast to fp32 first, as DeepSpeed does (Note
+      // [fp32 gradient partition] in sim/src/lowering/lowering_common.hpp);
+      // the copy goes when the step is done.
+      if (grad.scalar_type() != torch::kFloat) grad = grad.to(torch::kFloat);
       adam_update(sp.flat.narrow(0, lo, shard), grad, sp.state, t, adam_);
     }
     if (zero_ == 2) sp.grad_shard.zero_();

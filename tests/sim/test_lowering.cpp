@@ -157,7 +157,10 @@ TEST_CASE("the simulated peak holds the ZeRO model states", "[lowering]") {
   const MemSnapshot& peak = r.exec.memory[0].at_peak;
   const std::int64_t psi = 40'000'000;
   CHECK(peak.bytes[static_cast<int>(MemCategory::kParameters)] == 2 * psi);
-  CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 2 * psi);
+  // The peak is the step's (Note [fp32 gradient partition]): the 16-bit
+  // gradients of the rank's half, 2 Psi / 2, and their fp32 copy, 4 Psi / 2,
+  // above the backward's 2 Psi of 16-bit gradients.
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 2 * psi / 2 + 4 * psi / 2);
   CHECK(peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 12 * psi / 2);
 }
 
@@ -380,14 +383,16 @@ TEST_CASE("Megatron's fp32 gradient buffer: 18 and 6 + 12/dp bytes a parameter",
 
 TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradients in flight (Note [Two buckets in flight])",
           "[lowering][memory]") {
-  // 8 layers of 20M fp16 parameters (40 MB of gradients each, over the
-  // 25 MB bucket: a bucket each) on 2 ranks. The backward of a layer takes
-  // 2 GFLOP x 1000 ns = 2 us; every collective 1 ms (FixedComm): the
-  // reduce-scatters are 500x slower than the backward.
+  // 8 layers of 20M fp32 parameters (80 MB of gradients each, over the
+  // 25 MB bucket: a bucket each) on 2 ranks; fp32, so that the step holds
+  // no fp32 copy of the shard beyond it (Note [fp32 gradient partition]).
+  // The backward of a layer takes 2 GFLOP x 1000 ns = 2 us; every
+  // collective 1 ms (FixedComm): the reduce-scatters are 500x slower than
+  // the backward.
   const test::FakeModel m(8, 20'000'000, 10);
   const ClusterSpec c = round_cluster();
-  const Bytes layer = 20'000'000 * 2;
-  // The resident fp16 gradient shard: 8 layers x 40 MB / 2 ranks.
+  const Bytes layer = 20'000'000 * 4;
+  // The resident gradient shard: 8 layers x 80 MB / 2 ranks.
   const Bytes shard = 8 * layer / 2;
   const test::FixedComm slow(1'000'000);
   const auto peak_grads = [&](const std::string& yaml) {
@@ -397,9 +402,9 @@ TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradien
   // DeepSpeed: bucket k's reduce-scatter is queued once the backward has
   // waited for bucket k-1's; while layer i computes, layer i+1's gradients
   // are still being reduced: two layers' worth.
-  CHECK(peak_grads("dp: 2\nprecision: fp16\nzero_stage: 2\n") == shard + 2 * layer);
+  CHECK(peak_grads("dp: 2\nprecision: fp32\nzero_stage: 2\n") == shard + 2 * layer);
   // FSDP's SHARD_GRAD_OP does not wait: all eight pile up behind the network.
-  CHECK(peak_grads("dp: 2\nprecision: fp16\nfsdp: shard_grad_op\n") == shard + 8 * layer);
+  CHECK(peak_grads("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\n") == shard + 8 * layer);
   // And the iteration: eight reduce-scatters of 1 ms, one after the other,
   // then the parameters' all-gather (1 ms): at least 9 ms either way.
   const test::PlanRun r = test::run_plan(m, "dp: 2\nprecision: fp16\nzero_stage: 2\n", c, slow, 1000);
@@ -493,4 +498,40 @@ TEST_CASE("the simulated ranks slow their compute beside collectives by the devi
   CHECK(static_cast<double>(with.iteration_time) <= static_cast<double>(without.iteration_time) * (1 + 24.0 / 84));
   // CPU ranks: Gloo's collectives take the cores instead (Note [CPU collectives]).
   CHECK(predict(*gpt, load_plan("zero3"), load_cluster("local-cpu"), o).graph.ranks[0].comm_slowdown == 0);
+}
+
+TEST_CASE("DeepSpeed's ZeRO-1/2 step holds the shard's gradients in fp32 (Note [fp32 gradient partition])", "[lowering][zero]") {
+  // 8 layers of 1e6 parameters over 8 ranks: a shard of 1e6. In fp16,
+  // while the step runs a rank holds its shard's 16-bit gradients (2 B) and
+  // their fp32 copy (4 B): 6e6 B of gradients; under ZeRO-1 the rest of the
+  // full gradients went as the step began. In fp32 the cast is a no-op: the
+  // shard's 4e6 B. The estimate's 2 + 18/N bytes a parameter (DeepSpeed's
+  // estimate_zero2_model_states_mem_needs) is this step: 2 (fp16 weights)
+  // + (2 grads16 + 4 grads32 + 12 Adam) / N.
+  const test::FakeModel m(8, 1'000'000, 1000);
+  const test::FreeComm comm;
+  const test::FixedCompute compute(1'000'000);
+  auto grads_in_step = [&](const std::string& yaml) {
+    ResolvedPlan plan = resolve(parse_plan(yaml, "t.yaml"), m, test::round_cluster(1, 8));
+    partition(plan, m, test::round_cluster(1, 8), compute, comm);
+    const TaskGraph g = lower(m, plan, test::round_cluster(1, 8), CostModels{&compute, &comm});
+    ExecOptions o;
+    o.record_memory_timeline = true;
+    const ExecResult r = execute(g, o);
+    TaskId step = -1;
+    for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+      if (g.tasks[i].name == "optimizer step") step = static_cast<TaskId>(i);
+    }
+    REQUIRE(step >= 0);
+    Bytes most = 0;
+    for (const MemSnapshot& s : r.memory[0].timeline) {
+      if (s.time >= r.spans[step].start && s.time < r.spans[step].end) {
+        most = std::max(most, s.bytes[static_cast<int>(MemCategory::kGradients)]);
+      }
+    }
+    return most;
+  };
+  CHECK(grads_in_step("zero_stage: 2\nprecision: fp16\nmicro_batch: 1\n") == 6'000'000);
+  CHECK(grads_in_step("zero_stage: 1\nprecision: fp16\nmicro_batch: 1\n") == 6'000'000);
+  CHECK(grads_in_step("zero_stage: 2\nprecision: fp32\nmicro_batch: 1\n") == 4'000'000);
 }

@@ -134,6 +134,30 @@ inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::in
   return (params - expert + n - 1) / n + (expert + ne - 1) / ne;
 }
 
+// Note [fp32 gradient partition]
+// DeepSpeed's ZeRO-1/2 step (stage_1_and_2.py, step) takes each parameter
+// group in turn: it frees the gradients of the parameters outside the
+// rank's partition, casts the partition's reduced 16-bit gradients to fp32
+// (single_grad_partition = flat_grad_partition.to(fp32)), frees the 16-bit
+// ones, steps the fp32 master with it and frees it: 4 bytes an element of
+// the rank's shard while the step runs, the "4 grads32" of the 18 bytes in
+// estimate_zero2_model_states_mem_needs. Only one group's at a time: the
+// dense and the routed experts' partitions in turn (dtsim_worker's two
+// spaces; a model with one optimizer group has one). None where the
+// gradients are fp32 already (fp32 training, where the cast is a no-op;
+// Megatron's buffer), under ZeRO-Offload (the host holds it) or FSDP.
+
+/// Bytes of Note [fp32 gradient partition] on a rank holding `params`
+/// parameters, `expert` of them routed experts'; 0 where it does not apply.
+inline Bytes step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std::int64_t expert) {
+  if (p.zero_stage < 1 || p.zero_stage > 2 || p.fsdp || p.precision == Precision::kFp32 ||
+      p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu) {
+    return 0;
+  }
+  const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
+  return 4 * std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+}
+
 /// The part of a layer's context-parallel exchange (Layer::cp_forward or
 /// cp_backward) that its attention does not hide, as a cost of the same
 /// link and rate (Note [Context-parallel exchange] in
