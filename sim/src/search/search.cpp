@@ -47,7 +47,18 @@
 // at least phi sum_{s' < s} x_s' + m x_s, and the same equalising split
 // gives phi X / (1 - (1 - phi/m)^pp) (phi = 1 is 1F1B's). Interleaving puts
 // v chunks on a stage, whose first chunks may be of any size: the bound
-// falls back to m X / pp. A plan is skipped when `top` fitting
+// falls back to m X / pp. On a device whose compute slows beside its
+// collectives (Note [Interference] in engine/executor.cpp: at 1 / (1 + c)
+// of its speed), a one-stage plan whose data-parallel collectives on one
+// stream take C at least runs its compute for W + O c / (1 + c), O the
+// time they overlap, and the collectives alone for C - O at least: the
+// iteration takes W + C c / (1 + c) at least, whatever O. C is priced as
+// one collective of all the bytes per reduction (a ring's time grows with
+// the bytes and each collective pays its latency): ZeRO-3's two gathers of
+// the layers it gathers (less the persistence threshold's allowance a
+// layer) and its reduce-scatter, every micro-batch, on one stream (Note
+// [One process group]); ZeRO-2's reduce-scatter every micro-batch; DDP's
+// and ZeRO-1's all-reduce once; dense parameters only. A plan is skipped when `top` fitting
 // plans found so far are faster than its bound (it cannot rank) and it
 // cannot join the front either (its bound is over twice the fastest found,
 // or a plan found is faster than its bound and smaller than its memory
@@ -71,6 +82,7 @@
 
 #include <fmt/format.h>
 
+#include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/json_writer.hpp"
@@ -268,6 +280,34 @@ TimeNs pipeline_time_bound(TimeNs compute, double forward_share, int pp, std::in
   return static_cast<TimeNs>(phi * x / (1 - std::pow(1 - phi / micro, pp)) * (1 - 1e-9));
 }
 
+TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
+                               const CommModel& comm) {
+  // Note [Search]: W + C c / (1 + c) for a one-stage plan; this is the second term.
+  const double slow = cluster.device.comm_slowdown;
+  if (slow <= 0 || !cluster.device.comm_overlaps_compute || p.pp > 1 || p.dp * p.cp <= 1) return 0;
+  const int per_node = cluster.gpus_per_node;
+  const std::int64_t dense = dense_params / p.tp;
+  const Bytes w = element_bytes(p.precision), gw = gradient_element_bytes(p);
+  const CommGroup dp_group = data_group(p.mesh, per_node);
+  // The groups the lowering reduces and shards over (layer_stage.cpp, setup_groups).
+  const CommGroup shard = p.cp > 1 ? dp_group : axis_group(p.mesh, Axis::kDp, per_node, std::max(1, p.shard_group));
+  const double m = static_cast<double>(p.grad_accum);
+  auto cost = [&](CollectiveOp op, Bytes bytes, const CommGroup& g) {
+    return bytes > 0 ? static_cast<double>(comm.collective(op, bytes, g).total()) : 0.0;
+  };
+  double c = 0;
+  if (p.zero_stage == 3) {
+    const std::int64_t gathered = std::max<std::int64_t>(0, dense - layers * kZero3PersistenceThreshold);
+    c = m * (2 * cost(CollectiveOp::kAllGather, gathered * (p.fp8_param_gather ? 1 : w), shard) +
+             cost(CollectiveOp::kReduceScatter, dense * gw, shard));
+  } else if (p.zero_stage == 2) {
+    c = m * cost(CollectiveOp::kReduceScatter, dense * gw, shard);
+  } else {
+    c = cost(CollectiveOp::kAllReduce, dense * gw, dp_group);
+  }
+  return static_cast<TimeNs>(c * slow / (1 + slow) * (1 - 1e-9));
+}
+
 Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule) {
   // Note [Search].
   const std::int64_t stages = std::max(1, pp), micro = std::max<std::int64_t>(1, m);
@@ -333,6 +373,24 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       compute_cache;
   PredictOptions bound_options;
   bound_options.profile = o.profile;
+  // Note [Search]: the interference term of a one-stage plan's time bound.
+  std::unique_ptr<CommModel> bound_comm;
+  if (o.profile) {
+    bound_comm = std::make_unique<ProfileCommModel>(o.profile, cluster, nullptr);
+  } else {
+    bound_comm = std::make_unique<AnalyticCommModel>(cluster);
+  }
+  const int model_layers = model.layer_count();
+  auto interference_floor = [&](const PlanSpec& s) -> TimeNs {
+    if (cluster.device.comm_slowdown <= 0 || !cluster.device.comm_overlaps_compute || s.pp > 1 || s.model_parallel > 1) {
+      return 0;
+    }
+    try {
+      return interference_time_bound(resolve(s, model, cluster), params - expert_params, model_layers, cluster, *bound_comm);
+    } catch (const ConfigError&) {
+      return 0;
+    }
+  };
   auto time_bound = [&](const PlanSpec& s) -> TimeNs {
     const auto key = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
                                      s.recompute, s.tp_comm_overlap ? 1 : 0, s.ep, s.etp);
@@ -347,7 +405,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       }
       it = compute_cache.emplace(key, std::make_pair(x, share)).first;
     }
-    return pipeline_time_bound(it->second.first, it->second.second, s.pp, s.grad_accum, s.schedule);
+    return pipeline_time_bound(it->second.first, it->second.second, s.pp, s.grad_accum, s.schedule) + interference_floor(s);
   };
   std::vector<std::size_t> todo;
   std::vector<Bytes> memory_bound(candidates.size(), 0);

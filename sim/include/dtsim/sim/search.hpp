@@ -85,6 +85,14 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 /// and the smallest share of a layer's work its forward takes.
 TimeNs pipeline_time_bound(TimeNs compute, double forward_share, int pp, std::int64_t m, Schedule schedule);
 
+/// What a one-stage plan's compute at least slows by beside its data-parallel
+/// collectives, C c / (1 + c) (Note [Search]; c the device's comm_slowdown):
+/// added to pipeline_time_bound's m X. `dense_params`: the model's parameters
+/// less its routed experts'; `layers`: Model::layer_count(). 0 for pipelines,
+/// one replica, or a device whose compute does not slow.
+TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
+                               const CommModel& comm);
+
 /// Note [Search]: a lower bound of the fullest rank's peak, from the model
 /// states of the average stage (`stage_states`) and what one micro-batch
 /// keeps over the whole model (`kept`), for `pp` stages running `m`
