@@ -197,7 +197,6 @@ class Executor {
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) slowdown_[r] = std::max(0.0, g_.ranks[r].comm_slowdown);
     comm_active_.assign(g_.ranks.size(), 0);
     running_.resize(g_.ranks.size());
-    if (std::any_of(slowdown_.begin(), slowdown_.end(), [](double s) { return s > 0; })) progress_.resize(n);
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       for (const MemOp& op : g_.ranks[r].resident) apply_mem(static_cast<int>(r), op);
     }
@@ -250,6 +249,16 @@ class Executor {
     }
   }
 
+  /// Note [Interference]: a compute task running on a rank whose compute
+  /// slows, and where it stands.
+  struct Progress {
+    TaskId id = -1;
+    double left = 0;  ///< ns of work at full speed
+    TimeNs since = 0;
+    double rate = 1;
+    EventId event = kNoEvent;
+  };
+
   void begin(TaskId id) {
     const Task& t = g_.tasks[id];
     started_[id] = true;
@@ -260,12 +269,13 @@ class Executor {
       q_.schedule(later(q_.now(), t.cost.latency), [this, id] { start_flow(id); });
     } else if (t.kind == TaskKind::kCompute && slowdown_[t.rank] > 0 && t.duration > 0) {
       // Note [Interference]: its end moves with the rank's collectives.
-      Progress& p = progress_[id];
+      Progress p;
+      p.id = id;
       p.left = static_cast<double>(t.duration);
       p.since = q_.now();
       p.rate = rate(t.rank);
-      running_[t.rank].push_back(id);
-      schedule_end(id);
+      schedule_end(p);
+      running_[t.rank].push_back(p);
     } else {
       // Note [Host launch]: not before the host has issued it.
       const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
@@ -282,10 +292,10 @@ class Executor {
 
   /// A running compute task's end: its work left at its rate, and not
   /// before the host has issued it (Note [Host launch]).
-  void schedule_end(TaskId id) {
-    Progress& p = progress_[id];
+  void schedule_end(Progress& p) {
     const double ns = std::max(0.0, std::ceil(p.left / p.rate - 1e-6));
     if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(ns * 1e-9);
+    const TaskId id = p.id;
     const TimeNs end = std::max(later(q_.now(), static_cast<TimeNs>(ns)), issue_end_[id]);
     p.event = q_.schedule(end, [this, id] { finish(id); });
   }
@@ -294,14 +304,13 @@ class Executor {
   /// go on at the new speed.
   void rerate(int r) {
     const double now_rate = rate(r);
-    for (TaskId id : running_[r]) {
-      Progress& p = progress_[id];
+    for (Progress& p : running_[r]) {
       p.left -= static_cast<double>(q_.now() - p.since) * p.rate;
       p.since = q_.now();
       if (p.rate == now_rate) continue;
       p.rate = now_rate;
       q_.cancel(p.event);
-      schedule_end(id);
+      schedule_end(p);
     }
   }
 
@@ -379,7 +388,12 @@ class Executor {
     if (slowdown_[t.rank] > 0) {
       if (t.kind == TaskKind::kCollective && interferes(t) && --comm_active_[t.rank] == 0) rerate(t.rank);
       auto& run = running_[t.rank];
-      if (auto it = std::find(run.begin(), run.end(), id); it != run.end()) run.erase(it);
+      for (std::size_t k = 0; k < run.size(); ++k) {
+        if (run[k].id != id) continue;
+        run[k] = run.back();
+        run.pop_back();
+        break;
+      }
     }
     for (const MemOp& op : t.on_end) apply_mem(t.rank, op);
     // The next task on this stream may now run.
@@ -493,18 +507,11 @@ class Executor {
   std::vector<Flow> flows_;
   std::vector<RankMemoryPeak> memory_;
   std::vector<std::array<Bytes, kMemCategories>> current_;
-  /// Note [Interference]: each rank's slowdown, its collectives running, its
-  /// compute tasks running, and where each of those stands.
-  struct Progress {
-    double left = 0;  ///< ns of work at full speed
-    TimeNs since = 0;
-    double rate = 1;
-    EventId event = kNoEvent;
-  };
+  /// Note [Interference]: each rank's slowdown, its collectives running and
+  /// its compute tasks running.
   std::vector<double> slowdown_;
   std::vector<int> comm_active_;
-  std::vector<std::vector<TaskId>> running_;
-  std::vector<Progress> progress_;  ///< by task, where any rank slows (else empty)
+  std::vector<std::vector<Progress>> running_;  ///< by rank: its compute tasks running (one a compute stream)
   std::vector<TimeNs> event_times_;
 };
 
