@@ -267,6 +267,8 @@ TEST_CASE("compute runs slower while a collective of its rank runs (Note [Interf
   ExecResult r = execute(g);
   CHECK(r.spans[1].end == 40 * kUs);  // the collective keeps its speed
   CHECK(r.spans[0].end == 108 * kUs);
+  CHECK(r.spans[0].slowed == 8 * kUs);  // 40 us of wall time for 32 of work
+  CHECK(r.spans[1].slowed == 0);
 
   SECTION("a collective that starts mid-kernel and outlasts it") {
     // The collective waits for a 20 us kernel on a third stream, then runs
@@ -280,8 +282,10 @@ TEST_CASE("compute runs slower while a collective of its rank runs (Note [Interf
     r = execute(h);
     CHECK(r.spans[2].start == 20 * kUs);
     CHECK(r.spans[0].end == 120 * kUs);
+    CHECK(r.spans[0].slowed == 20 * kUs);  // 80 us of work in 100 us
     // The "other" kernel ran before any collective: full speed.
     CHECK(r.spans[1].end == 20 * kUs);
+    CHECK(r.spans[1].slowed == 0);
   }
   SECTION("host copies (offload) and a rank without slowdown leave compute alone") {
     TaskGraph h = one_rank();

@@ -8,6 +8,7 @@
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/report.hpp"
 #include "dtsim/models/models.hpp"
 #include "fake_model.hpp"
 
@@ -496,6 +497,19 @@ TEST_CASE("the simulated ranks slow their compute beside collectives by the devi
   CHECK(without.graph.ranks[0].comm_slowdown == 0);
   CHECK(with.iteration_time > without.iteration_time);
   CHECK(static_cast<double>(with.iteration_time) <= static_cast<double>(without.iteration_time) * (1 + 24.0 / 84));
+  // Each slowed kernel says by how much, in its span and in the trace: at
+  // most 24 / 108 of its time (1 - 1 / (1 + 24 / 84)), the part of it spent
+  // beside a collective.
+  int slowed = 0;
+  for (const Span& s : with.exec.spans) {
+    if (s.slowed == 0) continue;
+    ++slowed;
+    CHECK(with.graph.tasks[static_cast<std::size_t>(s.task)].kind == TaskKind::kCompute);
+    CHECK(static_cast<double>(s.slowed) <= static_cast<double>(s.end - s.start) * 24.0 / 108 + 1);
+  }
+  CHECK(slowed > 0);
+  CHECK(to_chrome_trace(with).find("\"slowed_by_collectives\"") != std::string::npos);
+  for (const Span& s : without.exec.spans) CHECK(s.slowed == 0);
   // CPU ranks: Gloo's collectives take the cores instead (Note [CPU collectives]).
   CHECK(predict(*gpt, load_plan("zero3"), load_cluster("local-cpu"), o).graph.ranks[0].comm_slowdown == 0);
 }

@@ -197,6 +197,7 @@ class Executor {
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) slowdown_[r] = std::max(0.0, g_.ranks[r].comm_slowdown);
     comm_active_.assign(g_.ranks.size(), 0);
     running_.resize(g_.ranks.size());
+    if (std::any_of(slowdown_.begin(), slowdown_.end(), [](double s) { return s > 0; })) slowed_.assign(n, 0);
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       for (const MemOp& op : g_.ranks[r].resident) apply_mem(static_cast<int>(r), op);
     }
@@ -257,6 +258,16 @@ class Executor {
     TimeNs since = 0;
     double rate = 1;
     EventId event = kNoEvent;
+    double slowed = 0;  ///< ns its work has taken beyond full speed so far
+
+    /// Work done since `since` at `rate`, up to `now`: what is left, and the
+    /// time lost to the slowdown.
+    void advance(TimeNs now) {
+      const double wall = std::min(static_cast<double>(now - since), left / rate);
+      left -= wall * rate;
+      slowed += wall * (1 - rate);
+      since = now;
+    }
   };
 
   void begin(TaskId id) {
@@ -305,8 +316,7 @@ class Executor {
   void rerate(int r) {
     const double now_rate = rate(r);
     for (Progress& p : running_[r]) {
-      p.left -= static_cast<double>(q_.now() - p.since) * p.rate;
-      p.since = q_.now();
+      p.advance(q_.now());
       if (p.rate == now_rate) continue;
       p.rate = now_rate;
       q_.cancel(p.event);
@@ -390,6 +400,8 @@ class Executor {
       auto& run = running_[t.rank];
       for (std::size_t k = 0; k < run.size(); ++k) {
         if (run[k].id != id) continue;
+        run[k].advance(q_.now());
+        if (run[k].slowed > 0) slowed_[id] = static_cast<TimeNs>(std::llround(run[k].slowed));
         run[k] = run.back();
         run.pop_back();
         break;
@@ -460,7 +472,7 @@ class Executor {
     r.spans.resize(g_.tasks.size());
     TaskId last = -1;
     for (std::size_t i = 0; i < g_.tasks.size(); ++i) {
-      r.spans[i] = Span{static_cast<TaskId>(i), start_[i], end_[i]};
+      r.spans[i] = Span{static_cast<TaskId>(i), start_[i], end_[i], slowed_.empty() ? 0 : slowed_[i]};
       if (last < 0 || end_[i] > end_[last]) last = static_cast<TaskId>(i);
     }
     r.makespan = last < 0 ? 0 : end_[last];
@@ -511,7 +523,8 @@ class Executor {
   /// its compute tasks running.
   std::vector<double> slowdown_;
   std::vector<int> comm_active_;
-  std::vector<std::vector<Progress>> running_;  ///< by rank: its compute tasks running (one a compute stream)
+  std::vector<std::vector<Progress>> running_;
+  std::vector<TimeNs> slowed_;  ///< by task, where a rank slows (Span::slowed)  ///< by rank: its compute tasks running (one a compute stream)
   std::vector<TimeNs> event_times_;
 };
 

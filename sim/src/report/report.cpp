@@ -246,6 +246,9 @@ std::string to_chrome_trace(const Prediction& p) {
       j.field("op", to_string(t.op)).field("bytes", static_cast<std::int64_t>(t.bytes)).field("algorithm", t.cost.algorithm);
       if (t.axis) j.field("axis", to_string(*t.axis));
       j.end_object();
+    } else if (s.slowed > 0) {
+      // Note [Interference]: what the rank's collectives cost this kernel.
+      j.key("args").begin_object().field("slowed_by_collectives", Decimal{s.slowed, 3}).end_object();
     }
     j.end_object();
   }

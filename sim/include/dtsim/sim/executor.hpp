@@ -17,6 +17,9 @@ struct Span {
   TaskId task = 0;
   TimeNs start = 0;
   TimeNs end = 0;
+  /// Of a compute task's time, what its rank's collectives cost it by
+  /// slowing it (Note [Interference] in executor.cpp); 0 otherwise.
+  TimeNs slowed = 0;
 };
 
 /// A rank's memory at one instant, by category.
