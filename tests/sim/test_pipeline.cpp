@@ -39,6 +39,17 @@ std::string error_of(const std::function<void()>& f) {
 const test::FakeModel kEight(8, 1, 1000);
 constexpr TimeNs kMs = 1'000'000;
 
+/// A GPT of `layers` blocks of h 1024, 16 heads, f 4096, 512 tokens.
+ModelPtr gpt_1024(int layers) {
+  models::GptConfig cfg;
+  cfg.layers = layers;
+  cfg.hidden = 1024;
+  cfg.heads = 16;
+  cfg.ffn_hidden = 4096;
+  cfg.seq_len = 512;
+  return models::make_gpt(cfg);
+}
+
 }  // namespace
 
 TEST_CASE("GPipe: the bubble is (p-1)/(m+p-1) of the iteration with uniform stages and free communication", "[pipeline]") {
@@ -193,13 +204,7 @@ TEST_CASE("activation memory per layer follows Korthikanti et al. 2022, Table 2"
   //   tp + selective:     sbh (10 + 24/t)
   //   tp + sp + selective sbh 34/t
   //   full recompute:     2sbh (the layer's input), 2sbh/t with sp
-  models::GptConfig cfg;
-  cfg.layers = 2;
-  cfg.hidden = 1024;
-  cfg.heads = 16;
-  cfg.ffn_hidden = 4096;
-  cfg.seq_len = 512;
-  const auto m = models::make_gpt(cfg);
+  const auto m = gpt_1024(2);
   const double s = 512, b = 2, h = 1024, a = 16;
   for (int t : {1, 2, 4, 8}) {
     INFO("tp " << t);
@@ -259,13 +264,7 @@ TEST_CASE("full recompute keeps 2sbh a layer per micro-batch in flight, and the 
   // it once sent (Note [Deallocated outputs]). Everything else at the two
   // peaks is the same: parameters, gradients, optimizer states, the one
   // layer rebuilt, the gradient received, the last two send buffers.
-  models::GptConfig cfg;
-  cfg.layers = 8;
-  cfg.hidden = 1024;
-  cfg.heads = 16;
-  cfg.ffn_hidden = 4096;
-  cfg.seq_len = 512;
-  const auto m = models::make_gpt(cfg);
+  const auto m = gpt_1024(8);
   const Bytes sbh2 = 2 * 512 * 2 * 1024;  // 2sbh: s 512, b 2, h 1024, fp16
   // The embedding and 2 blocks, 2 + 2 blocks, 2 blocks and the head.
   const std::string base = "pp: 4\nstage_layers: [3, 2, 2, 3]\nmicro_batches: 8\nmicro_batch: 2\nseq_len: 512\n"
