@@ -149,8 +149,9 @@ std::vector<DeviceSpec> make_devices() {
   // traffic costs 2-3x its bytes in HBM, Jeaugey in NVIDIA/nccl #1428) and is
   // not counted, so the prior sits at the low end. MI300X and the older
   // parts have no cited figure (over PCIe NCCL takes 2 SMs) and keep 0; a
-  // cluster's device mapping sets comm_slowdown, and a GPU calibration
-  // measures it. Note [Interference] in sim/src/engine/executor.cpp applies it.
+  // cluster's device mapping sets comm_slowdown (dtsim calibrate does not
+  // measure it yet: issue 28, on a GPU machine). Note [Interference] in
+  // sim/src/engine/executor.cpp applies it.
   for (auto& d : v) {
     const bool nvswitch = d.name.rfind("A100", 0) == 0 || d.name.rfind("H100", 0) == 0 || d.name == "H200" || d.name == "B200";
     if (nvswitch) {
