@@ -523,8 +523,8 @@ class Executor {
   /// its compute tasks running.
   std::vector<double> slowdown_;
   std::vector<int> comm_active_;
-  std::vector<std::vector<Progress>> running_;
-  std::vector<TimeNs> slowed_;  ///< by task, where a rank slows (Span::slowed)  ///< by rank: its compute tasks running (one a compute stream)
+  std::vector<std::vector<Progress>> running_;  ///< by rank (one task a compute stream)
+  std::vector<TimeNs> slowed_;                  ///< by task, where a rank slows (Span::slowed)
   std::vector<TimeNs> event_times_;
 };
 

@@ -350,14 +350,7 @@ class ChunkStage final : public detail::StageEmitter {
     if (c.plan.zero_stage >= 1) tensors = std::max(1, flat_updates(shard));
     std::vector<MemOp> frees;
     if (!c.resident_grads) frees.push_back({MemCategory::kGradients, -params * c.gw});
-    // Note [fp32 gradient partition] (ZeRO-1: what lies outside the shard goes first).
-    if (const Bytes g32 = detail::step_fp32_grads(c.plan, params, c.rank_expert_params[s]); g32 > 0) {
-      const Bytes outside = (params - shard) * c.gw;
-      on_start.push_back({MemCategory::kGradients, -outside});
-      frees.front().bytes += outside;
-      on_start.push_back({MemCategory::kGradients, g32});
-      frees.push_back({MemCategory::kGradients, -g32});
-    }
+    detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
     const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
                               c.compute_model.optimizer_time(static_cast<double>(shard), tensors, c.plan.optimizer,
                                                              c.plan.precision, c.cluster.device),

@@ -221,17 +221,7 @@ class LayerStage final : public detail::StageEmitter {
       for (const auto& l : c.layers) grads += c.grad_bytes(l);
       frees.push_back({MemCategory::kGradients, -grads});
     }
-    // Note [fp32 gradient partition]: ZeRO-1 first frees what lies outside
-    // the rank's shard; the fp32 copy of the shard lives while the step runs.
-    if (const Bytes g32 = detail::step_fp32_grads(c.plan, c.params, c.expert_params); g32 > 0) {
-      if (c.zero == 1) {
-        const Bytes outside = (c.params - shard_params) * c.gw;
-        on_start.push_back({MemCategory::kGradients, -outside});
-        frees.front().bytes += outside;
-      }
-      on_start.push_back({MemCategory::kGradients, g32});
-      frees.push_back({MemCategory::kGradients, -g32});
-    }
+    detail::add_step_fp32_grads(c.plan, c.params, c.expert_params, shard_params, c.gw, on_start, frees);
     passes_.before_step(0, deps, on_start);
     TaskId step = passes_.optimizer_step(0, deps, frees);
     if (step < 0) {

@@ -147,15 +147,26 @@ inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::in
 // gradients are fp32 already (fp32 training, where the cast is a no-op;
 // Megatron's buffer), under ZeRO-Offload (the host holds it) or FSDP.
 
-/// Bytes of Note [fp32 gradient partition] on a rank holding `params`
-/// parameters, `expert` of them routed experts'; 0 where it does not apply.
-inline Bytes step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std::int64_t expert) {
+/// Adds Note [fp32 gradient partition] to the step of a rank holding
+/// `params` parameters (`expert` of them routed experts', `shard` its
+/// shard): the fp32 copy lives while the step runs, and under ZeRO-1 the
+/// gradients outside the shard go as it starts (`frees` begins with the
+/// free of the rank's whole gradients, which keeps only the shard's).
+inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std::int64_t expert, std::int64_t shard,
+                                Bytes gw, std::vector<MemOp>& on_start, std::vector<MemOp>& frees) {
   if (p.zero_stage < 1 || p.zero_stage > 2 || p.fsdp || p.precision == Precision::kFp32 ||
       p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu) {
-    return 0;
+    return;
   }
   const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
-  return 4 * std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+  const Bytes g32 = 4 * std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+  if (p.zero_stage == 1) {
+    const Bytes outside = (params - shard) * gw;
+    on_start.push_back({MemCategory::kGradients, -outside});
+    frees.front().bytes += outside;
+  }
+  on_start.push_back({MemCategory::kGradients, g32});
+  frees.push_back({MemCategory::kGradients, -g32});
 }
 
 /// The part of a layer's context-parallel exchange (Layer::cp_forward or

@@ -50,8 +50,9 @@ class Pipeline final : public StrategyPass {
   void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
     if (last_chunk(at)) return;
     const Chunk& ch = ctx_.chunks[at.unit];
-    // Note [Deallocated outputs]: a freed output lives on as its send's buffer.
-    hold_send(on_end, ch.send_copy + ch.grad_out - ch.held);
+    // Note [Deallocated outputs]: an output not held as the backward's root
+    // lives on as its send's buffer.
+    hold_send(on_end, ch.send_copy + ch.output - ch.held);
   }
 
   TaskId after_forward(const At& at, TaskId last) override {
