@@ -13,15 +13,19 @@ namespace {
 
 void print(const dtsim::examples::Seed& s) {
   std::printf("%s\n  assumed: %s\n\n", s.title.c_str(), s.assumption.c_str());
-  std::printf("  %-42s %-46s %12s %12s %10s %6s\n", "experiment", "report", "report s/it", "dtsim s/it", "peak GiB", "fits");
+  const bool epochs = !s.rows.empty() && s.rows.front().iterations > 0;
+  std::printf("  %-42s %-46s %12s %12s %10s %6s%s\n", "experiment", "report", "report s/it", "dtsim s/it", "peak GiB", "fits",
+              epochs ? "  dtsim s/epoch" : "");
   for (const auto& r : s.rows) {
     const auto& p = r.predicted;
     dtsim::Bytes peak = 0;
     for (const auto& rk : p.ranks) peak = std::max(peak, rk.peak);
     char rep[32] = "-";
     if (r.report_value > 0 && r.report.find("speedup") == std::string::npos) std::snprintf(rep, sizeof rep, "%.3f", r.report_value);
-    std::printf("  %-42s %-46s %12s %12.4f %10.2f %6s\n", r.experiment.c_str(), r.report.c_str(), rep,
+    std::printf("  %-42s %-46s %12s %12.4f %10.2f %6s", r.experiment.c_str(), r.report.c_str(), rep,
                 dtsim::ns_to_seconds(p.iteration_time), static_cast<double>(peak) / dtsim::kGiB, p.fits ? "yes" : "NO");
+    if (epochs) std::printf("  %13.1f", dtsim::ns_to_seconds(p.iteration_time) * r.iterations);
+    std::printf("\n");
   }
   std::printf("\n");
 }
@@ -46,6 +50,7 @@ int main(int argc, char** argv) {
                   s2.rows[i].experiment.c_str(), s2.rows[i + 1].report_value, 2 * t1 / t2, t1, t2);
     }
     std::printf("\n");
+    print(seed_003());
     print(seed_004());
   } catch (const dtsim::Error& e) {
     std::cerr << "dtsim_seeds: " << e.what() << "\n";

@@ -7,7 +7,9 @@
 // place in the report; where a report leaves a setting out (batch size,
 // sequence length, hidden sizes) the choice made here is in `assumption`.
 
+#include <cmath>
 #include <cstdint>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -23,6 +25,8 @@ struct Row {
   std::string report;        ///< the report's figure, verbatim, with where it is
   double report_value = 0;   ///< that figure per iteration (s) or in GB; 0: none given
   sim::Prediction predicted;
+  /// Iterations in an epoch where the report gives epoch times (0: it does not).
+  double iterations = 0;
 };
 
 struct Seed {
@@ -120,6 +124,64 @@ inline Seed seed_002() {
   s.rows.push_back({"GPT-2 27M, 2 GPUs (DDP)", "31.2 s/epoch: speedup 1.79", 1.785, run(*gpt, "2x2080ti", plan + "seq_len: 256\n")});
   s.rows.push_back({"BERT 47M, 1 GPU", "318 s/epoch", 0, run(*bert, "1x2080ti", plan + "seq_len: 128\n")});
   s.rows.push_back({"BERT 47M, 2 GPUs (DDP)", "246 s/epoch: speedup 1.29", 1.293, run(*bert, "2x2080ti", plan + "seq_len: 128\n")});
+  return s;
+}
+
+// Seed 003: six small models on one Tesla K80 (Colab) and two Tesla P100s
+// (Kaggle), data parallel on the two and, for the MLP, MP+DDP (section 3.2).
+// The report gives epoch times but no dataset, batch size or shapes: the
+// textbook setups (models/src/zoo.cpp) and their datasets, one row each.
+struct Seed003Setup {
+  const char* model;
+  const char* data;
+  double samples;     ///< training samples in an epoch
+  int batch;          ///< per GPU (DistributedSampler: each of two GPUs takes half the epoch)
+  const char* optimizer;
+  const char* extra;  ///< plan keys beyond these
+  std::vector<sim::Override> model_set;  ///< --set model.* the dataset needs
+  double k80_s, p100_s;  ///< the report's epoch times (s), one K80 and two P100s with DDP
+  const char* where;
+};
+
+inline std::vector<Seed003Setup> seed_003_setups() {
+  return {{"vgg11", "CIFAR-10 at 32 x 32, 50,000 images, torchvision vgg11(num_classes=10)", 50000, 64, "sgd", "", {{"model", "image_size", "32"}, {"model", "classes", "10"}},
+           220, 115, "section 3.2.1"},
+          {"nbow", "IMDb, 18,750 reviews (75% of the 25,000 training ones), 256 tokens each", 18750, 512, "adam", "seq_len: 256\n", {}, 1.8,
+           1.0, "section 3.2.2"},
+          {"seq2seq", "Multi30k German-English, 29,000 pairs, 32 tokens each", 29000, 128, "adam", "seq_len: 32\n", {}, 50, 27,
+           "section 3.2.3"},
+          {"conv-autoencoder", "MNIST, 60,000 images", 60000, 64, "adam", "", {}, 12, 6, "section 3.2.4"},
+          {"cnn", "CIFAR-10, 50,000 images, the tutorial's batch of 4", 50000, 4, "sgd", "", {}, 22, 11, "section 3.2.5"},
+          {"mlp", "MNIST, 60,000 images", 60000, 64, "sgd", "", {}, 24, 11, "section 3.2.6"}};
+}
+
+inline Seed seed_003() {
+  Seed s;
+  s.title = "seed 003: VGG11, NBoW, Seq2Seq, ConvAutoencoder, CNN, MLP on 1 x K80 and 2 x P100";
+  s.assumption = "datasets, batches and shapes unstated: ";
+  for (const auto& x : seed_003_setups()) {
+    s.assumption += std::string(x.model) + ": " + x.data + ", batch " + std::to_string(x.batch) + " per GPU, " + x.optimizer + "; ";
+  }
+  s.assumption += "fp32 (the K80 has no fast fp16), DDP's 25 MB buckets";
+  for (const auto& x : seed_003_setups()) {
+    const auto m = models::load_model(x.model, x.model_set);
+    const std::string plan = std::string("precision: fp32\noptimizer: ") + x.optimizer + "\nmicro_batch: " + std::to_string(x.batch) + "\n" + x.extra;
+    const double one = std::ceil(x.samples / x.batch), two = std::ceil(x.samples / (2.0 * x.batch));
+    auto fmt = [](double v) {
+      char b[32];
+      std::snprintf(b, sizeof b, "%g", v);
+      return std::string(b);
+    };
+    s.rows.push_back({std::string(x.model) + ", 1 x K80", "~" + fmt(x.k80_s) + " s/epoch (" + x.where + ")", x.k80_s / one,
+                      run(*m, "1xk80", plan + "dp: 1\n"), one});
+    s.rows.push_back({std::string(x.model) + ", 2 x P100, DDP", "~" + fmt(x.p100_s) + " s/epoch (" + x.where + ")", x.p100_s / two,
+                      run(*m, "2xp100", plan + "dp: 2\n"), two});
+    if (std::string(x.model) == "mlp") {
+      // MP+DDP on two GPUs: each replica split over both (dp 1), no figure given.
+      s.rows.push_back({"mlp, 2 x P100, MP+DDP", "between DDP's 11 and 24 s/epoch (section 3.2.6)", 0,
+                        run(*m, "2xp100", plan + "model_parallel: 2\ndp: 1\n"), one});
+    }
+  }
   return s;
 }
 

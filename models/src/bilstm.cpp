@@ -70,14 +70,7 @@ class BiLstm final : public ZooModel {
       l.param_tensors = dirs() * 4;  // w_ih, w_hh, b_ih, b_hh per direction
       for (std::int64_t d = 0; d < dirs(); ++d) {
         const std::string dir = d == 0 ? "fwd" : "rev";
-        // cuDNN/PyTorch: the input projection of every step is one GEMM; the
-        // recurrence is s dependent steps of a (b,H)x(H,4H) GEMM plus gates.
-        l.forward.push_back(gemm(l.name + "." + dir + ".input_proj", t, 4 * hs, in, e));
-        sim::Kernel step = gemm(l.name + "." + dir + ".step", b, 4 * hs, hs, e, 1, sim::KernelKind::kRecurrent);
-        step.bytes += e * b * hs * 12;  // gates, cell and hidden state read and written
-        step.flops += 10.0 * b * hs;
-        step.repeat = s;
-        l.forward.push_back(step);
+        for (auto& k : lstm_kernels(l.name + "." + dir, b, s, in, hs, e)) l.forward.push_back(std::move(k));
       }
       l.backward = backward_of(l.forward);
       l.output_bytes = e * t * dirs() * hs;

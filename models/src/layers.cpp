@@ -62,6 +62,14 @@ std::vector<sim::Kernel> backward_of(const std::vector<sim::Kernel>& forward) {
   return out;
 }
 
+std::vector<sim::Kernel> lstm_kernels(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t in, std::int64_t hs, int e) {
+  sim::Kernel step = gemm(name + ".step", b, 4 * hs, hs, e, 1, sim::KernelKind::kRecurrent);
+  step.bytes += e * b * hs * 12;  // gates, cell and hidden state read and written
+  step.flops += 10.0 * b * hs;
+  step.repeat = s;
+  return {gemm(name + ".input_proj", b * s, 4 * hs, in, e), step};
+}
+
 Flops matmul_flops(const std::vector<sim::Kernel>& ks) {
   Flops f = 0;
   for (const auto& k : ks) {
@@ -235,6 +243,25 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
     head.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t, 3});
     head.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
   }
+}
+
+sim::Layer classifier_head(const std::string& name, const sim::WorkloadShape& shape, std::int64_t rows, std::int64_t in,
+                           std::int64_t classes) {
+  const int e = shape.act_bytes;
+  check_size(static_cast<double>(rows) * static_cast<double>(std::max(in, classes)) * 4, "classifier's input");
+  sim::Layer l;
+  l.name = name;
+  l.kind = sim::LayerKind::kHead;
+  l.signature = "fc.head:in=" + std::to_string(in) + ",c=" + std::to_string(classes);
+  l.params = in * classes + classes;
+  l.param_tensors = 2;
+  l.forward.push_back(gemm(name + ".linear", rows, classes, in, e));
+  l.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * rows * classes, 4 * rows * classes, 5.0 * rows * classes));
+  l.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * rows, 4));
+  l.backward = backward_of(l.forward);
+  l.saved_bytes = e * rows * in + 4 * rows * classes;
+  l.output_bytes = 4;
+  return l;
 }
 
 std::string attention_signature(const sim::WorkloadShape& shape) {

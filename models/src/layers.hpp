@@ -33,6 +33,13 @@ class ZooModel : public sim::Model {
   Flops model_flops(const sim::WorkloadShape& shape) const final;
 };
 
+/// One direction of one LSTM layer over b sequences of s steps, input
+/// width `in`, hidden hs: as cuDNN and PyTorch run it, the input projection
+/// of every step is one GEMM, then the recurrence is s dependent steps of a
+/// (b, hs) x (hs, 4 hs) GEMM plus the gates. Names "NAME.input_proj",
+/// "NAME.step".
+std::vector<sim::Kernel> lstm_kernels(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t in, std::int64_t hs, int e);
+
 /// Throws ConfigError if one tensor of `bytes` (computed in floating point)
 /// would be too large to count: the micro-batch or sequence is absurd.
 void check_size(double bytes, const char* what);
@@ -95,6 +102,11 @@ void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const Atte
 /// vocab-parallel cross-entropy's collectives. Saved bytes are the caller's.
 void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
                  std::int64_t h);
+/// A linear classifier over `rows` inputs of `in` features onto `classes`,
+/// with cross-entropy (fp32 log-softmax, as F.cross_entropy upcasts): keeps
+/// its input and the log-softmax; signature "fc.head:in=IN,c=CLASSES".
+sim::Layer classifier_head(const std::string& name, const sim::WorkloadShape& shape, std::int64_t rows, std::int64_t in,
+                           std::int64_t classes);
 /// What a block's signature adds for how its attention runs: ",cp=N"
 /// under context parallelism, ",flash=1" when fused.
 std::string attention_signature(const sim::WorkloadShape& shape);

@@ -103,6 +103,35 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"},
     {"moe-tiny", "Tiny mixture of experts for CPU validation: 2 layers, hidden 128, 4 heads, 2 KV heads, 4 experts of SwiGLU 176, top-2, vocab 1024, seq 128",
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nintermediate: 352\nvocab: 1024\nseq_len: 128\nexperts: 4\ntop_k: 2\nexpert_intermediate: 176\n"},
+    // Seed 003's six models (the report states no shapes: the textbook ones,
+    // examples/README.md says which). vgg11 is torchvision's vgg11 (132,863,336
+    // parameters at 1000 classes); cnn is PyTorch's CIFAR-10 tutorial network;
+    // mlp PyTorch's quickstart network on 28 x 28 images; conv-autoencoder
+    // the MNIST convolutional autoencoder of the common tutorials; nbow and
+    // seq2seq bentrevett's pytorch-sentiment-analysis NBoW on IMDb (vocabulary
+    // 21,635 at min_freq 5, 300-wide embeddings) and pytorch-seq2seq's first
+    // model on Multi30k (7,853 German and 5,893 English tokens, 13,898,501
+    // parameters).
+    {"vgg11", "VGG11 (torchvision configuration A): 8 convolutions, 3 linear layers, 224 x 224 RGB, 1000 classes",
+     "family: vgg\nconfig: A\nimage_size: 224\nclasses: 1000\n"},
+    {"vgg11-bn", "VGG11 with batch norm (torchvision vgg11_bn), 224 x 224 RGB, 1000 classes",
+     "family: vgg\nconfig: A\nbatch_norm: true\nimage_size: 224\nclasses: 1000\n"},
+    {"cnn", "PyTorch's CIFAR-10 tutorial CNN: two 5 x 5 convolutions with max pooling, linear 400-120-84-10, 32 x 32 RGB",
+     "family: cnn\n"},
+    {"mlp", "Multilayer perceptron (PyTorch's quickstart network): 28 x 28 images, 784-512-512-10",
+     "family: mlp\nimage_size: 28\nchannels: 1\nhidden: [512, 512]\n"},
+    {"conv-autoencoder", "Convolutional autoencoder on 28 x 28 images: stride-2 convolutions 1-16-32, a 7 x 7 one to 64, transposed back, MSE",
+     "family: conv-autoencoder\nimage_size: 28\nchannels: 1\nconv_channels: [16, 32]\nlatent: 64\n"},
+    {"nbow", "Neural bag of words: EmbeddingBag (mean) of 21,635 x 300, linear to 2 classes, 256 tokens a text",
+     "family: nbow\n"},
+    {"seq2seq", "LSTM encoder-decoder (Sutskever et al. 2014): embeddings 256, 2 layers of 512, vocabularies 7,853 and 5,893, 32 tokens",
+     "family: seq2seq\n"},
+    {"vgg11-tiny", "Tiny VGG11 for CPU validation: width 8, classifier 128, 32 x 32 RGB, 10 classes",
+     "family: vgg\nconfig: A\nwidth: 8\nfc: 128\nimage_size: 32\nclasses: 10\n"},
+    {"nbow-tiny", "Tiny NBoW for CPU validation: vocabulary 1024, embeddings 64, 2 classes, 64 tokens",
+     "family: nbow\nvocab: 1024\nembed: 64\nseq_len: 64\n"},
+    {"seq2seq-tiny", "Tiny LSTM encoder-decoder for CPU validation: vocabularies 256, embeddings 32, 2 layers of 64, 16 tokens",
+     "family: seq2seq\nsrc_vocab: 256\ntgt_vocab: 256\nembed: 32\nhidden: 64\nseq_len: 16\n"},
     {"bilstm-tiny", "Tiny Bi-LSTM for CPU validation: input 64, hidden 64, 2 layers, 33 classes, seq 32",
      "family: bilstm\ninput_size: 64\nhidden: 64\nlayers: 2\nclasses: 33\nseq_len: 32\n"},
 };
@@ -274,14 +303,111 @@ sim::ModelPtr parse_bilstm(const sim::ConfigMap& c, const std::string& name) {
   return make_bilstm(l);
 }
 
+/// `key`'s list of positive integers (each a channel count or a width).
+std::vector<std::int64_t> positive_list(const sim::ConfigMap& c, const char* key, std::vector<std::int64_t> fallback, bool allow_empty) {
+  if (!c.has(key)) {
+    c.get_int_list(key);  // marks it used
+    return fallback;
+  }
+  const auto v = c.get_int_list(key);
+  if (v.empty() && !allow_empty) c.fail(key, "is empty; valid: a list of one or more positive integers like [16, 32]");
+  for (std::size_t i = 0; i < v.size(); ++i) {
+    if (v[i] < 1 || v[i] > kBig) {
+      c.fail(key, "entry " + std::to_string(i + 1) + " is " + std::to_string(v[i]) + "; valid: 1 to " + std::to_string(kBig));
+    }
+  }
+  return v;
+}
+
+sim::ModelPtr parse_convnet(const sim::ConfigMap& c, const std::string& name, const std::string& family) {
+  ConvNetConfig n;
+  n.name = name;
+  n.arch = family == "vgg" ? ConvNetConfig::Arch::kVgg
+           : family == "mlp" ? ConvNetConfig::Arch::kMlp
+           : family == "conv-autoencoder" ? ConvNetConfig::Arch::kConvAutoencoder
+                                          : ConvNetConfig::Arch::kCnn;
+  const bool vgg = n.arch == ConvNetConfig::Arch::kVgg, ae = n.arch == ConvNetConfig::Arch::kConvAutoencoder;
+  n.image_size = c.get_int("image_size", vgg ? 224 : ae ? 28 : 32, 1, 65536);
+  n.channels = c.get_int("channels", ae ? 1 : 3, 1, kBig);
+  if (!ae) n.classes = c.get_int("classes", vgg ? 1000 : 10, 1, kBig);
+  if (n.arch != ConvNetConfig::Arch::kMlp && !ae) n.batch_norm = c.get_bool("batch_norm", false);
+  if (!ae) n.dropout = c.get_bool("dropout", vgg);
+  double params = 0;
+  const double img = static_cast<double>(n.channels) * static_cast<double>(n.image_size) * static_cast<double>(n.image_size);
+  if (vgg) {
+    n.vgg_config = c.get_enum<char>("config", 'A', {{"A", 'A'}, {"B", 'B'}, {"D", 'D'}, {"E", 'E'}});
+    n.width = c.get_int("width", 64, 1, kBig);
+    n.fc = c.get_int("fc", 4096, 1, kBig);
+    n.pool_size = c.get_int("pool_size", 7, 1, 1024);
+    const double w = static_cast<double>(n.width) * 8, f = static_cast<double>(n.fc), p = static_cast<double>(n.pool_size);
+    params = 20 * 9 * w * w + w * p * p * f + f * f + f * static_cast<double>(n.classes);
+  } else if (n.arch == ConvNetConfig::Arch::kCnn) {
+    n.conv_channels = positive_list(c, "conv_channels", n.conv_channels, false);
+    n.kernel = c.get_int("kernel", 5, 1, 1024);
+    n.padding = c.get_int("padding", 0, 0, 1024);
+    n.hidden = positive_list(c, "hidden", n.hidden, true);
+    double prev = static_cast<double>(n.channels);
+    for (auto ch : n.conv_channels) params += prev * static_cast<double>(ch) * static_cast<double>(n.kernel * n.kernel), prev = static_cast<double>(ch);
+    for (auto h : n.hidden) params += img * static_cast<double>(h), prev = static_cast<double>(h);
+  } else if (n.arch == ConvNetConfig::Arch::kMlp) {
+    n.hidden = positive_list(c, "hidden", {512, 512}, true);
+    double prev = img;
+    for (auto h : n.hidden) params += prev * static_cast<double>(h), prev = static_cast<double>(h);
+  } else {
+    n.conv_channels = positive_list(c, "conv_channels", {16, 32}, false);
+    n.latent = c.get_int("latent", 64, 1, kBig);
+    double prev = static_cast<double>(n.channels);
+    for (auto ch : n.conv_channels) params += 2 * 9 * prev * static_cast<double>(ch), prev = static_cast<double>(ch);
+    params += 2 * prev * static_cast<double>(n.latent) * img;
+  }
+  check_parameters(c, vgg ? "width" : "hidden", params);
+  c.finish({"name", "family", "description"});
+  if (const auto [key, why] = convnet_problem(n); !key.empty()) c.fail(key, why);
+  return make_convnet(n);
+}
+
+sim::ModelPtr parse_nbow(const sim::ConfigMap& c, const std::string& name) {
+  NbowConfig n;
+  n.name = name;
+  n.vocab = c.get_int("vocab", n.vocab, 1, kBig);
+  n.embed = c.get_int("embed", n.embed, 1, kBig);
+  n.classes = c.get_int("classes", n.classes, 1, kBig);
+  n.seq_len = c.get_int("seq_len", n.seq_len, 1, kBig);
+  check_parameters(c, "embed", static_cast<double>(n.vocab + n.classes) * static_cast<double>(n.embed));
+  c.finish({"name", "family", "description"});
+  return make_nbow(n);
+}
+
+sim::ModelPtr parse_seq2seq(const sim::ConfigMap& c, const std::string& name) {
+  Seq2SeqConfig n;
+  n.name = name;
+  n.src_vocab = c.get_int("src_vocab", n.src_vocab, 1, kBig);
+  n.tgt_vocab = c.get_int("tgt_vocab", n.tgt_vocab, 1, kBig);
+  n.embed = c.get_int("embed", n.embed, 1, kBig);
+  n.hidden = c.get_int("hidden", n.hidden, 1, kBig);
+  n.layers = static_cast<int>(c.get_int("layers", n.layers, 1, 10000));
+  n.dropout = c.get_bool("dropout", true);
+  n.seq_len = c.get_int("seq_len", n.seq_len, 2, kBig);
+  const double h = static_cast<double>(n.hidden), e = static_cast<double>(n.embed);
+  check_parameters(c, "hidden", 2 * n.layers * 4 * h * (h + std::max(h, e)) +
+                                    e * static_cast<double>(n.src_vocab + n.tgt_vocab) + h * static_cast<double>(n.tgt_vocab));
+  c.finish({"name", "family", "description"});
+  return make_seq2seq(n);
+}
+
 sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::string& default_name,
                          const std::vector<sim::Override>& overrides) {
   const sim::ConfigMap c = sim::ConfigMap::open(root, file, "model", overrides);
   const std::string name = c.get_string("name", default_name);
   c.get_string("description", "");
   const std::string family = c.get_enum<std::string>(
-      "family", "", {{"gpt", "gpt"}, {"gpt2", "gpt2"}, {"llama", "llama"}, {"bert", "bert"}, {"bilstm", "bilstm"}});
-  if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, llama, bert, bilstm");
+      "family", "",
+      {{"gpt", "gpt"}, {"gpt2", "gpt2"}, {"llama", "llama"}, {"bert", "bert"}, {"bilstm", "bilstm"}, {"vgg", "vgg"}, {"cnn", "cnn"},
+       {"mlp", "mlp"}, {"conv-autoencoder", "conv-autoencoder"}, {"nbow", "nbow"}, {"seq2seq", "seq2seq"}});
+  if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, llama, bert, bilstm, vgg, cnn, mlp, conv-autoencoder, nbow, seq2seq");
+  if (family == "vgg" || family == "cnn" || family == "mlp" || family == "conv-autoencoder") return parse_convnet(c, name, family);
+  if (family == "nbow") return parse_nbow(c, name);
+  if (family == "seq2seq") return parse_seq2seq(c, name);
   if (family == "bert") return parse_bert(c, name);
   if (family == "llama") return parse_llama(c, name);
   if (family == "bilstm") return parse_bilstm(c, name);

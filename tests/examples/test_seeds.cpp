@@ -87,3 +87,49 @@ TEST_CASE("seed 004: which ZeRO plans fit a 3B GPT-2 on V100-16GB follows the Ze
     CHECK(s.rows[i].predicted.fits);
   }
 }
+
+TEST_CASE("seed 003: VGG11's data parallelism over PCIe is bound by its all-reduce", "[examples][seed003]") {
+  // torchvision vgg11(num_classes=10) on 32 x 32 images: convolutions
+  // 9,220,480 parameters, classifier 25088 x 4096 + 4096 x 4096 + 4096 x 10
+  // with biases 119,586,826: 128,807,306 in all, 515,229,224 B of fp32
+  // gradients. A ring all-reduce over 2 ranks sends 2 (n - 1) / n = 1 x that
+  // each way, over the 10 GB/s PCIe link: 51.5 ms an iteration at least,
+  // while the P100's whole forward and backward take less than the K80's.
+  const Seed s = seed_003();
+  REQUIRE(s.rows.size() == 13);
+  REQUIRE(s.rows[0].experiment == "vgg11, 1 x K80");
+  const auto m = models::load_model("vgg11", {{"model", "image_size", "32"}, {"model", "classes", "10"}});
+  CHECK(m->parameters() == 128'807'306);
+  const double allreduce = 515'229'224.0 / 10e9;
+  const double ddp = seconds(s.rows[1].predicted), k80 = seconds(s.rows[0].predicted);
+  const double p100 = seconds(run(*m, "2xp100", "precision: fp32\noptimizer: sgd\nmicro_batch: 64\ndp: 1\n"));
+  CHECK(p100 < k80);
+  CHECK(ddp >= allreduce);
+  CHECK(ddp <= p100 + 1.1 * allreduce);
+  // So two P100s take an epoch in about half a K80's (the report: 220 -> 115 s):
+  // half the iterations, each no faster than one on the K80.
+  const double speedup = (k80 * s.rows[0].iterations) / (ddp * s.rows[1].iterations);
+  CHECK(speedup > 1.5);
+  CHECK(speedup < 2.5);
+}
+
+TEST_CASE("seed 003: no prediction beats its FLOPs at the device's peak", "[examples][seed003]") {
+  // An iteration does at least the model's 6 N b FLOPs-worth of matmuls
+  // (Model::model_flops: 3 x forward) at no more than the peak: K80 4.37
+  // TFLOP/s fp32, P100 9.3 (datasheets; each DDP rank does its own b).
+  const Seed s = seed_003();
+  const auto setups = seed_003_setups();
+  std::size_t row = 0;
+  for (const auto& x : setups) {
+    const auto m = models::load_model(x.model, x.model_set);
+    sim::WorkloadShape w;
+    w.micro_batch = x.batch;
+    w.seq_len = m->max_seq_len();
+    const double flops = m->model_flops(w);
+    INFO(x.model);
+    CHECK(seconds(s.rows[row].predicted) >= flops / 4.37e12);
+    CHECK(seconds(s.rows[row + 1].predicted) >= flops / 9.3e12);
+    row += std::string(x.model) == "mlp" ? 3 : 2;
+  }
+  CHECK(row == s.rows.size());
+}

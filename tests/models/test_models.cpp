@@ -225,7 +225,7 @@ TEST_CASE("bad model input names file, line and key", "[models][bad-input]") {
   CHECK_THAT(error_of([] { load_model("gpt2", {sim::parse_override("model.hidden=big")}); }),
              Catch::Contains("model.hidden: 'big' is not an integer"));
   CHECK_THAT(error_of([] { load_model("bert-base", {sim::parse_override("model.family=rnn")}); }),
-             Catch::Contains("model.family: 'rnn' is not one of gpt, gpt2, llama, bert, bilstm"));
+             Catch::Contains("model.family: 'rnn' is not one of gpt, gpt2, llama, bert, bilstm, vgg, cnn, mlp, conv-autoencoder, nbow, seq2seq"));
 }
 
 TEST_CASE("layer signatures name the architecture, not the batch", "[models]") {

@@ -334,9 +334,11 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
 
   r.seq_len = s.seq_len == 0 ? rules.max_seq_len() : s.seq_len;
-  if (r.seq_len > rules.max_seq_len()) {
-    bad.add("seq_len", std::to_string(r.seq_len) + " exceeds " + model.name() + "'s maximum of " +
-                           std::to_string(rules.max_seq_len()) + "; valid: 1 to " + std::to_string(rules.max_seq_len()));
+  if (r.seq_len > rules.max_seq_len() || r.seq_len < rules.min_seq_len()) {
+    bad.add("seq_len", std::to_string(r.seq_len) + (r.seq_len < rules.min_seq_len() ? " is below " : " exceeds ") + model.name() +
+                           (r.seq_len < rules.min_seq_len() ? "'s minimum of " + std::to_string(rules.min_seq_len())
+                                                            : "'s maximum of " + std::to_string(rules.max_seq_len())) +
+                           "; valid: " + std::to_string(rules.min_seq_len()) + " to " + std::to_string(rules.max_seq_len()));
   } else if (r.cp > 1 && r.seq_len % (2 * r.cp) != 0) {
     // Megatron-Core cuts each sequence into 2 cp chunks (load balancing).
     bad.add("cp", std::to_string(r.cp) + " does not split seq_len " + std::to_string(r.seq_len) +

@@ -24,6 +24,7 @@ PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
     : model_(model), cluster_(cluster), gpus_(gpus == 0 ? cluster.gpus() : gpus) {
   layers_ = model.layer_count();
   max_seq_len_ = model.max_seq_len();
+  min_seq_len_ = model.min_seq_len();
 }
 
 std::vector<int> PlanRules::tp_values() const {

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "dtsim/sim/config_node.hpp"
@@ -98,6 +99,67 @@ struct BiLstmConfig {
   std::int64_t classes = 33;       ///< output classes
   std::int64_t seq_len = 512;      ///< embeddings per sequence
 };
+
+/// Seed 003's image and feed-forward networks (models/src/convnet.cpp, Note
+/// [Convolutions]): torchvision's VGG, PyTorch's CIFAR-10 tutorial CNN, a
+/// multilayer perceptron and a convolutional autoencoder. Inputs are square
+/// images of `channels` x `image_size` x `image_size`; a sample is one image
+/// (plan.seq_len 1).
+struct ConvNetConfig {
+  enum class Arch { kVgg, kCnn, kMlp, kConvAutoencoder };
+  std::string name = "cnn";
+  Arch arch = Arch::kCnn;
+  std::int64_t image_size = 32;
+  std::int64_t channels = 3;
+  std::int64_t classes = 10;
+  bool batch_norm = false;         ///< batch norm after each convolution (torchvision's vgg*_bn)
+  bool dropout = false;            ///< dropout (p 0.5) after each hidden linear layer (VGG's classifier)
+  // VGG
+  char vgg_config = 'A';           ///< torchvision cfgs: A (VGG11), B (13), D (16), E (19)
+  std::int64_t width = 64;         ///< the first convolutions' channels (the others scale with it)
+  std::int64_t fc = 4096;          ///< the classifier's hidden width
+  std::int64_t pool_size = 7;      ///< the adaptive average pool's side
+  // CNN: 5 x 5 convolutions, each with ReLU and a 2 x 2 max pool; then hidden linear layers
+  std::vector<std::int64_t> conv_channels{6, 16};  ///< also the autoencoder's stride-2 convolutions
+  std::int64_t kernel = 5;
+  std::int64_t padding = 0;
+  std::vector<std::int64_t> hidden{120, 84};       ///< hidden linear widths (CNN, MLP)
+  // Autoencoder
+  std::int64_t latent = 64;        ///< channels of the 1 x 1 code
+};
+
+/// Neural bag of words (models/src/text.cpp): EmbeddingBag (mean) + linear.
+struct NbowConfig {
+  std::string name = "nbow";
+  std::int64_t vocab = 21635;
+  std::int64_t embed = 300;
+  std::int64_t classes = 2;
+  std::int64_t seq_len = 256;      ///< tokens per text
+};
+
+/// LSTM encoder-decoder with teacher forcing (Note [Encoder-decoder]).
+struct Seq2SeqConfig {
+  std::string name = "seq2seq";
+  std::int64_t src_vocab = 7853;
+  std::int64_t tgt_vocab = 5893;
+  std::int64_t embed = 256;
+  std::int64_t hidden = 512;
+  int layers = 2;
+  bool dropout = true;             ///< p 0.5 on the embeddings and between LSTM layers
+  std::int64_t seq_len = 32;       ///< tokens of a source and of a target sentence
+};
+
+/// Throws ConfigError ("model.KEY: why") if a convolution's kernel or a
+/// pool does not fit what reaches it.
+sim::ModelPtr make_convnet(const ConvNetConfig& c);
+/// That problem as {key, why}, or empty strings: the loaders report it
+/// where the key stands in the file.
+std::pair<std::string, std::string> convnet_problem(const ConvNetConfig& c);
+sim::ModelPtr make_nbow(const NbowConfig& c);
+sim::ModelPtr make_seq2seq(const Seq2SeqConfig& c);
+/// torchvision's VGG configuration ('A', 'B', 'D', 'E'): channels per
+/// 3 x 3 convolution, 0 for a max pool; empty for an unknown letter.
+std::vector<int> vgg_config(char config);
 
 sim::ModelPtr make_gpt(const GptConfig& c);
 sim::ModelPtr make_bert(const BertConfig& c);

@@ -210,6 +210,10 @@ class Model {
   virtual int blocks() const = 0;
   /// The longest sequence the model accepts (its default `seq_len`).
   virtual std::int64_t max_seq_len() const = 0;
+  /// The shortest it accepts (an encoder-decoder's target needs 2 tokens:
+  /// one to read, one to predict). layers() still answers below it, for
+  /// callers that ask only for the layer list's shape.
+  virtual std::int64_t min_seq_len() const { return 1; }
   /// Layers, first to last, for one micro-batch of the given shape.
   virtual std::vector<Layer> layers(const WorkloadShape& shape) const = 0;
   /// How many layers layers() returns, whatever the shape; models answer

@@ -87,6 +87,8 @@ class PlanRules {
   std::vector<std::string> placements() const;
   /// The longest sequence the model takes.
   std::int64_t max_seq_len() const { return max_seq_len_; }
+  /// The shortest.
+  std::int64_t min_seq_len() const { return min_seq_len_; }
 
  private:
   const Model& model_;
@@ -94,6 +96,7 @@ class PlanRules {
   int gpus_ = 1;
   int layers_ = 1;
   std::int64_t max_seq_len_ = 1;
+  std::int64_t min_seq_len_ = 1;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
 };
 

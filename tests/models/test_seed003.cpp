@@ -1,0 +1,171 @@
+// Seed 003's six models (models/src/convnet.cpp, models/src/text.cpp): their
+// parameter counts against the published ones and the formulas, and the
+// FLOPs and saved bytes of a convolution and a transposed convolution
+// worked by hand (Note [Convolutions]).
+#include <catch2/catch.hpp>
+
+#include "test_util.hpp"
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/error.hpp"
+
+using namespace dtsim;
+using namespace dtsim::models;
+using dtsim::test::error_of;
+
+namespace {
+
+sim::WorkloadShape shape(std::int64_t b, std::int64_t s, int e) {
+  sim::WorkloadShape w;
+  w.micro_batch = b;
+  w.seq_len = s;
+  w.act_bytes = e;
+  w.mask_bytes = 1;
+  return w;
+}
+
+const sim::Kernel* find(const std::vector<sim::Kernel>& ks, const std::string& name) {
+  for (const auto& k : ks) {
+    if (k.name == name) return &k;
+  }
+  return nullptr;
+}
+
+}  // namespace
+
+TEST_CASE("seed 003's models have the published parameter counts", "[models][seed003]") {
+  // torchvision's own counts (sum of p.numel() for vgg11() and vgg11_bn(), 1000 classes).
+  CHECK(load_model("vgg11")->parameters() == 132'863'336);
+  CHECK(load_model("vgg11-bn")->parameters() == 132'868'840);
+  // The same by formula: 3 x 3 convolutions 3-64-128-256-256-512-512-512-512
+  // (9 ci co + co each), then 25088 x 4096, 4096 x 4096, 4096 x 1000 with biases.
+  const std::int64_t ch[] = {3, 64, 128, 256, 256, 512, 512, 512, 512};
+  std::int64_t convs = 0, bn = 0;
+  for (int i = 0; i + 1 < 9; ++i) convs += 9 * ch[i] * ch[i + 1] + ch[i + 1], bn += 2 * ch[i + 1];
+  const std::int64_t classifier = 25088 * 4096 + 4096 + 4096 * 4096 + 4096 + 4096 * 1000 + 1000;
+  CHECK(load_model("vgg11")->parameters() == convs + classifier);
+  CHECK(load_model("vgg11-bn")->parameters() == convs + bn + classifier);  // gamma and beta per channel
+  // PyTorch's CIFAR-10 tutorial: conv(3,6,5) 456, conv(6,16,5) 2,416, 400x120 48,120, 120x84 10,164, 84x10 850.
+  CHECK(load_model("cnn")->parameters() == 456 + 2416 + 48120 + 10164 + 850);
+  CHECK(load_model("cnn")->parameters() == 62'006);
+  // PyTorch's quickstart network: 784 x 512 + 512, 512 x 512 + 512, 512 x 10 + 10.
+  CHECK(load_model("mlp")->parameters() == 669'706);
+  // Conv(1,16,3) 160, Conv(16,32,3) 4,640, Conv(32,64,7) 100,416; ConvT(64,32,7) 100,384, ConvT(32,16,3) 4,624, ConvT(16,1,3) 145.
+  CHECK(load_model("conv-autoencoder")->parameters() == 160 + 4640 + 100416 + 100384 + 4624 + 145);
+  // EmbeddingBag 21,635 x 300 + Linear(300, 2).
+  CHECK(load_model("nbow")->parameters() == 21635 * 300 + 300 * 2 + 2);
+  // bentrevett/pytorch-seq2seq's first notebook prints "The model has 13,898,501 trainable parameters".
+  CHECK(load_model("seq2seq")->parameters() == 13'898'501);
+  // Every model's layers own exactly its parameters.
+  for (const char* name : {"vgg11", "vgg11-bn", "cnn", "mlp", "conv-autoencoder", "nbow", "seq2seq", "vgg11-tiny", "nbow-tiny", "seq2seq-tiny"}) {
+    const auto m = load_model(name);
+    std::int64_t sum = 0;
+    const auto layers = m->layers(shape(2, m->max_seq_len(), 4));
+    for (const auto& l : layers) sum += l.params;
+    CHECK(sum == m->parameters());
+    CHECK(static_cast<int>(layers.size()) == m->layer_count());
+  }
+}
+
+TEST_CASE("a convolution's FLOPs and saved bytes, by hand", "[models][seed003]") {
+  // cnn's first layer on b = 4 CIFAR images in fp32: conv(3 -> 6, 5 x 5) on
+  // 32 x 32 gives 28 x 28, ReLU, 2 x 2 max pool to 14 x 14.
+  const auto layers = load_model("cnn")->layers(shape(4, 1, 4));
+  const sim::Layer& l = layers[0];
+  CHECK(l.signature == "conv.layer:ci=3,co=6,k=5,s=1,p=0,hw=32,bn=0,act=1,pool=2,ig=0");
+  const sim::Kernel* conv = find(l.forward, "conv.0.conv");
+  REQUIRE(conv != nullptr);
+  // Implicit GEMM: m = b Ho Wo = 4 x 784, n = 6, k = 3 x 25 = 75.
+  CHECK(conv->m == 3136);
+  CHECK(conv->n == 6);
+  CHECK(conv->k == 75);
+  CHECK(conv->flops == Approx(2.0 * 3136 * 6 * 75));  // 2,822,400
+  // Saved: the input 4 x 3 x 32 x 32 x 4 B = 49,152; ReLU's output 4 x 6 x
+  // 28 x 28 x 4 B = 75,264; the pool's int64 indices 4 x 6 x 14 x 14 x 8 B = 37,632.
+  CHECK(l.saved_bytes == 49152 + 75264 + 37632);
+  CHECK(l.output_bytes == 4 * 6 * 14 * 14 * 4);
+  // The model's input needs no gradient: the filters' gradient only.
+  CHECK(find(l.backward, "conv.0.conv.dgrad") == nullptr);
+  REQUIRE(find(l.backward, "conv.0.conv.wgrad") != nullptr);
+  CHECK(find(l.backward, "conv.0.conv.wgrad")->flops == Approx(conv->flops));
+  // The second convolution's input does: both, each with the forward's FLOPs.
+  const sim::Layer& l1 = layers[1];
+  const sim::Kernel* c1 = find(l1.forward, "conv.1.conv");
+  REQUIRE(c1 != nullptr);
+  CHECK(c1->flops == Approx(2.0 * (4 * 10 * 10) * 16 * (6 * 25)));
+  REQUIRE(find(l1.backward, "conv.1.conv.dgrad") != nullptr);
+  CHECK(find(l1.backward, "conv.1.conv.dgrad")->flops == Approx(c1->flops));
+
+  // vgg11-bn's first layer at b = 2, 224 x 224, fp16: batch norm keeps its
+  // input (the convolution's output) and 2 fp32 statistics per channel.
+  const sim::Layer& v = load_model("vgg11-bn")->layers(shape(2, 1, 2))[0];
+  const std::int64_t in = 2 * 3 * 224 * 224, z = 2 * 64 * 224 * 224, y = 2 * 64 * 112 * 112;
+  CHECK(v.saved_bytes == 2 * in + 2 * z + 8 * 64 + 2 * z + 8 * y);
+  CHECK(v.params == 64 * 3 * 9 + 64 + 2 * 64);
+}
+
+TEST_CASE("a transposed convolution's FLOPs and saved bytes, by hand", "[models][seed003]") {
+  // conv-autoencoder at b = 2, fp32: the decoder's ConvTranspose2d(32, 16, 3,
+  // stride 2, padding 1, output_padding 1) takes 7 x 7 to (7 - 1) 2 - 2 + 3 + 1 = 14.
+  const auto layers = load_model("conv-autoencoder")->layers(shape(2, 1, 4));
+  REQUIRE(layers.size() == 6);
+  const sim::Layer& l = layers[4];
+  CHECK(l.signature == "convt.layer:ci=32,co=16,k=3,s=2,p=1,op=1,hw=7,act=1,mse=0");
+  const sim::Kernel* k = find(l.forward, "dec.1.convt");
+  REQUIRE(k != nullptr);
+  // col2im's GEMM: m = b Hi Wi = 98, n = C_out k k = 144, k = C_in = 32.
+  CHECK(k->flops == Approx(2.0 * 98 * 144 * 32));  // 903,168
+  // Saved: the input 2 x 32 x 7 x 7 x 4 B = 12,544 and ReLU's output 2 x 16 x 14 x 14 x 4 B = 25,088.
+  CHECK(l.saved_bytes == 12544 + 25088);
+  CHECK(l.output_bytes == 25088);
+  // The last layer: ConvTranspose2d(16, 1) to 28 x 28, sigmoid, MSE against the input.
+  const sim::Layer& last = layers[5];
+  CHECK(last.kind == sim::LayerKind::kHead);
+  CHECK(last.output_bytes == 4);
+  CHECK(last.saved_bytes == 2 * 16 * 14 * 14 * 4 + 2 * 28 * 28 * 4 + 2 * 28 * 28 * 4);  // input, sigmoid's output, the target
+  // The encoder's sides: 28 -> 14 -> 7 -> 1 (the latent), the decoder's 1 -> 7 -> 14 -> 28.
+  CHECK(layers[2].output_bytes == 2 * 64 * 4);
+  CHECK(layers[3].output_bytes == 2 * 32 * 7 * 7 * 4);
+}
+
+TEST_CASE("the encoder-decoder and the bag of words keep what autograd keeps", "[models][seed003]") {
+  // seq2seq-tiny: embed 32, hidden 64, 2 layers, dropout, vocabularies 256;
+  // b = 2, s = 16, fp32, cuDNN's reserve (fused_rnn).
+  const auto layers = load_model("seq2seq-tiny")->layers(shape(2, 16, 4));
+  REQUIRE(layers.size() == 2);
+  const std::int64_t t = 32, e = 4;
+  // Encoder: ids 8t, the embedding's dropout mask t E (1 B), per layer its
+  // input and 6 H a step, the mask between the layers t H.
+  CHECK(layers[0].saved_bytes == 8 * t + t * 32 + (e * t * 32 + 6 * e * t * 64) + t * 64 + (e * t * 64 + 6 * e * t * 64));
+  CHECK(layers[0].output_bytes == e * 2 * 2 * 2 * 64);  // h and c of 2 layers, b = 2
+  // Decoder: the same over s - 1 = 15 steps, then fc_out's input and the fp32 log-softmax.
+  const std::int64_t u = 30;
+  CHECK(layers[1].saved_bytes == 8 * u + u * 32 + (e * u * 32 + 6 * e * u * 64) + u * 64 + (e * u * 64 + 6 * e * u * 64) + e * u * 64 +
+                                     4 * u * 256);
+  CHECK(layers[1].backward_workspace_bytes == 8 * u * 256);
+  // nbow: b = 3 bags of 5 tokens keep the indices, offset2bag (8 B a token), offsets and bag sizes (8 B a bag).
+  const auto bag = load_model("nbow-tiny")->layers(shape(3, 5, 4));
+  CHECK(bag[0].saved_bytes == 8 * 15 * 2 + 8 * 3 * 2);
+  CHECK(bag[0].output_bytes == 3 * 64 * 4);
+  CHECK(bag[1].signature == "fc.head:in=64,c=2");
+}
+
+TEST_CASE("seed 003's models refuse shapes that cannot be, in one line", "[models][seed003][bad-input]") {
+  auto set = [](const char* name, std::vector<std::string> kv) {
+    std::vector<sim::Override> o;
+    for (const auto& s : kv) o.push_back(sim::parse_override("model." + s));
+    return error_of([&] { load_model(name, o); });
+  };
+  // A 5 x 5 kernel on 4 x 4 images.
+  CHECK_THAT(set("cnn", {"image_size=4"}), Catch::Contains("model.kernel: 5 is larger than the 4 x 4 input of conv.0 (padding 0); valid: 1 to 4"));
+  CHECK_THAT(set("cnn", {"padding=-1"}), Catch::Contains("model.padding: -1"));
+  CHECK_THAT(set("cnn", {"conv_channels=[0, 16]"}), Catch::Contains("model.conv_channels: entry 1 is 0; valid: 1 to"));
+  CHECK_THAT(set("mlp", {"channels=0"}), Catch::Contains("model.channels: 0"));
+  CHECK_THAT(set("vgg11", {"image_size=16"}), Catch::Contains("model.image_size: 1 x 1 is what reaches conv.7's 2 x 2 max pool"));
+  CHECK_THAT(set("vgg11", {"config=C"}), Catch::Contains("model.config: 'C' is not one of A, B, D, E"));
+  CHECK_THAT(error_of([] { load_model("cnn")->layers(shape(1, 2, 4)); }), Catch::Contains("plan.seq_len: 2 for cnn"));
+  CHECK_THAT(error_of([] { load_model("seq2seq", {sim::parse_override("model.seq_len=1")}); }), Catch::Contains("model.seq_len: 1"));
+  CHECK(load_model("seq2seq")->min_seq_len() == 2);  // resolve refuses plan.seq_len 1 (tests/cli)
+  // Accepted: VGG16's configuration D has 13 convolutions.
+  CHECK(load_model("vgg11", {sim::parse_override("model.config=D")})->layer_count() == 13 + 4);
+}
