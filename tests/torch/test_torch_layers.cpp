@@ -471,3 +471,50 @@ TEST_CASE("context-parallel ranks compute the whole block's output at their toke
   CHECK(in[0].size(1) == 8);
   CHECK(share->forward(in).sizes() == in[0].sizes());
 }
+
+TEST_CASE("seed 003's models run end to end through their twins, layer feeding layer", "[torch][seed003]") {
+  // Each layer's output is the next one's input, as dtsim validate chains
+  // them; the analytic Layer::output_bytes at b = 1 in fp32 is a quarter of
+  // the elements a twin's output has per sample.
+  constexpr std::int64_t kBatch = 3;
+  for (const char* name : {"cnn", "mlp", "conv-autoencoder", "vgg11-tiny", "nbow-tiny", "seq2seq-tiny"}) {
+    const auto model = models::load_model(name);
+    const std::int64_t seq = model->max_seq_len();
+    sim::WorkloadShape one;
+    one.micro_batch = 1;
+    one.seq_len = seq;
+    one.act_bytes = 4;
+    const auto layers = model->layers(one);
+    std::vector<std::unique_ptr<models::TorchLayer>> twins;
+    for (const auto& l : layers) twins.push_back(models::make_torch_layer(l.signature));
+    torch::manual_seed(1);
+    const auto first = twins[0]->make_inputs(kBatch, seq, torch::TensorOptions().dtype(torch::kFloat));
+    torch::Tensor x = twins[0]->forward(first);
+    for (std::size_t i = 1; i < twins.size(); ++i) {
+      INFO(name << " layer " << i << " " << layers[i].signature);
+      CHECK(x.numel() * 4 == kBatch * layers[i - 1].output_bytes);
+      auto in = twins[i]->make_inputs(kBatch, seq, torch::TensorOptions().dtype(torch::kFloat));
+      CHECK(x.numel() == in[0].numel());
+      in[0] = x;
+      if (layers[i].signature.rfind("convt.layer", 0) == 0 && in.size() == 2) in[1] = first[0];  // the autoencoder's target
+      x = twins[i]->forward(in);
+    }
+    INFO(name);
+    REQUIRE(x.dim() == 0);  // the loss
+    CHECK(std::isfinite(x.item<double>()));
+    CHECK(x.item<double>() > 0);
+    x.backward();
+    for (auto& t : twins) {
+      for (const auto& p : t->module().parameters()) {
+        REQUIRE(p.grad().defined());
+        CHECK(torch::isfinite(p.grad()).all().item<bool>());
+      }
+    }
+  }
+}
+
+TEST_CASE("seed 003's layer signatures refuse what cannot run", "[torch][seed003][bad-input]") {
+  CHECK_THROWS_WITH(models::make_torch_layer("conv.layer:ci=3,co=6,k=5,s=1,p=0,hw=4,bn=0,act=1,pool=2"),
+                    Catch::Contains("k <= hw + 2p"));
+  CHECK_THROWS_WITH(models::make_torch_layer("s2s.encoder:v=8,e=4,hs=4,l=0,drop=0"), Catch::Contains("l must be positive"));
+}

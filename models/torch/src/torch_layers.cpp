@@ -29,6 +29,14 @@ struct Signature {
   std::string text, kind;
   std::map<std::string, std::int64_t> values;
 
+  /// A count that may be 0 (padding, a pool, an activation's code, a flag).
+  std::int64_t get_count(const std::string& key) const {
+    const auto it = values.find(key);
+    if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
+    if (it->second < 0) throw ConfigError("layer signature '" + text + "': " + key + " must not be negative");
+    return it->second;
+  }
+
   std::int64_t get(const std::string& key) const {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
@@ -934,7 +942,7 @@ class ClassifierLayer final : public Wrapped<nn::LinearImpl> {
     return {x, torch::randint(classes_, {b}, o.dtype(torch::kLong).requires_grad(false))};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
-    const auto x = per_sequence_ ? in[0].select(1, in[0].size(1) - 1) : in[0];
+    const auto x = per_sequence_ ? in[0].select(1, in[0].size(1) - 1) : in[0].flatten(1);  // a feature map flattens
     return F::cross_entropy(m_->forward(x).to(torch::kFloat), in[1]);
   }
 
@@ -957,6 +965,174 @@ class LstmLayer final : public Wrapped<nn::LSTMImpl> {
   std::int64_t in_;
 };
 
+// ---- seed 003's layers (models/src/convnet.cpp, models/src/text.cpp) --------------------
+
+/// A float input that needs a gradient unless it is the model's input (ig=0).
+torch::Tensor image_input(std::vector<std::int64_t> shape, const torch::TensorOptions& o, bool grad) {
+  auto x = torch::randn(shape, o);
+  return grad ? x.requires_grad_(true) : x;
+}
+
+/// Applies activation `act` (1 ReLU in place, as torchvision's; 2 sigmoid).
+torch::Tensor activate(torch::Tensor x, std::int64_t act) {
+  if (act == 1) return torch::relu_(x);
+  if (act == 2) return torch::sigmoid(x);
+  return x;
+}
+
+/// conv.layer: Conv2d, BatchNorm2d where bn=1, the activation, MaxPool2d where pool > 0.
+struct ConvBlockImpl : nn::Module {
+  ConvBlockImpl(std::int64_t ci, std::int64_t co, std::int64_t k, std::int64_t s, std::int64_t p, bool bn, std::int64_t act, std::int64_t pool)
+      : conv(register_module("conv", nn::Conv2d(nn::Conv2dOptions(ci, co, k).stride(s).padding(p)))), act(act), pool(pool) {
+    if (bn) norm = register_module("bn", nn::BatchNorm2d(co));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    auto y = conv(x);
+    if (norm) y = norm(y);
+    y = activate(y, act);
+    return pool > 0 ? F::max_pool2d(y, F::MaxPool2dFuncOptions(pool).stride(pool)) : y;
+  }
+  nn::Conv2d conv;
+  nn::BatchNorm2d norm{nullptr};
+  std::int64_t act, pool;
+};
+
+class ConvLayer final : public Wrapped<ConvBlockImpl> {
+ public:
+  ConvLayer(std::shared_ptr<ConvBlockImpl> m, std::int64_t ci, std::int64_t hw, bool grad) : Wrapped(std::move(m)), ci_(ci), hw_(hw), grad_(grad) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t, const torch::TensorOptions& o) override {
+    return {image_input({b, ci_, hw_, hw_}, o, grad_)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0].view({in[0].size(0), ci_, hw_, hw_})); }
+
+ private:
+  std::int64_t ci_, hw_;
+  bool grad_;
+};
+
+/// convt.layer: ConvTranspose2d and the activation; with mse=1 the loss
+/// against the model's input image (the second input).
+class ConvTLayer final : public Wrapped<nn::ConvTranspose2dImpl> {
+ public:
+  ConvTLayer(std::int64_t ci, std::int64_t co, std::int64_t k, std::int64_t s, std::int64_t p, std::int64_t op, std::int64_t hw, std::int64_t act,
+             bool mse, bool grad)
+      : Wrapped(std::make_shared<nn::ConvTranspose2dImpl>(nn::ConvTranspose2dOptions(ci, co, k).stride(s).padding(p).output_padding(op))),
+        ci_(ci), co_(co), hw_(hw), out_((hw - 1) * s - 2 * p + k + op), act_(act), mse_(mse), grad_(grad) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t, const torch::TensorOptions& o) override {
+    std::vector<torch::Tensor> in{image_input({b, ci_, hw_, hw_}, o, grad_)};
+    if (mse_) in.push_back(torch::rand({b, co_, out_, out_}, o.requires_grad(false)));
+    return in;
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    auto y = activate(m_->forward(in[0]), act_);
+    return mse_ ? F::mse_loss(y.to(torch::kFloat), in[1].view_as(y).to(torch::kFloat)) : y;
+  }
+
+ private:
+  std::int64_t ci_, co_, hw_, out_, act_;
+  bool mse_, grad_;
+};
+
+/// pool.avg: AdaptiveAvgPool2d to o x o (VGG's, before its classifier).
+class AvgPoolLayer final : public Wrapped<nn::AdaptiveAvgPool2dImpl> {
+ public:
+  AvgPoolLayer(std::int64_t c, std::int64_t hw, std::int64_t o)
+      : Wrapped(std::make_shared<nn::AdaptiveAvgPool2dImpl>(nn::AdaptiveAvgPool2dOptions(o))), c_(c), hw_(hw) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t, const torch::TensorOptions& o) override {
+    return {float_input({b, c_, hw_, hw_}, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
+
+ private:
+  std::int64_t c_, hw_;
+};
+
+/// fc.layer: flatten, Linear, the activation, Dropout(0.5) where drop=1.
+class FcLayer final : public Wrapped<nn::LinearImpl> {
+ public:
+  FcLayer(std::int64_t in, std::int64_t out, std::int64_t act, bool dropout, bool grad)
+      : Wrapped(std::make_shared<nn::LinearImpl>(in, out)), in_(in), act_(act), dropout_(dropout), grad_(grad) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t, const torch::TensorOptions& o) override {
+    return {image_input({b, in_}, o, grad_)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    auto y = activate(m_->forward(in[0].flatten(1)), act_);
+    return dropout_ ? F::dropout(y, F::DropoutFuncOptions().p(0.5).training(m_->is_training())) : y;
+  }
+
+ private:
+  std::int64_t in_, act_;
+  bool dropout_, grad_;
+};
+
+/// bag.embed: EmbeddingBag (mean) with each row of [b, s] ids one bag (Note [Bag of words]).
+class BagLayer final : public Wrapped<nn::EmbeddingBagImpl> {
+ public:
+  BagLayer(std::int64_t v, std::int64_t d) : Wrapped(std::make_shared<nn::EmbeddingBagImpl>(nn::EmbeddingBagOptions(v, d).mode(torch::kMean))), v_(v) {}
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override { return {ids(b, s, v_, o)}; }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
+
+ private:
+  std::int64_t v_;
+};
+
+/// One side of the encoder-decoder (Note [Encoder-decoder]): embedding,
+/// Dropout(0.5), an L-layer time-major LSTM with dropout between layers;
+/// the decoder adds its linear layer onto the vocabulary.
+struct Seq2SeqSideImpl : nn::Module {
+  Seq2SeqSideImpl(std::int64_t v, std::int64_t e, std::int64_t hs, std::int64_t l, bool dropout, bool decoder)
+      : embed(register_module("embedding", nn::Embedding(v, e))),
+        rnn(register_module("rnn", nn::LSTM(nn::LSTMOptions(e, hs).num_layers(l).dropout(dropout && l > 1 ? 0.5 : 0.0)))),
+        vocab(v), hidden(hs), layers(l), dropout(dropout) {
+    if (decoder) fc_out = register_module("fc_out", nn::Linear(hs, v));
+  }
+  /// ids [s, b] time-major; states (h0, c0) or undefined.
+  std::tuple<torch::Tensor, std::tuple<torch::Tensor, torch::Tensor>> run(const torch::Tensor& ids, const torch::Tensor& h0, const torch::Tensor& c0) {
+    auto x = embed(ids);
+    if (dropout) x = F::dropout(x, F::DropoutFuncOptions().p(0.5).training(is_training()));
+    if (h0.defined()) return rnn(x, std::make_tuple(h0, c0));
+    return rnn(x);
+  }
+  nn::Embedding embed;
+  nn::LSTM rnn;
+  nn::Linear fc_out{nullptr};
+  std::int64_t vocab, hidden, layers;
+  bool dropout;
+};
+
+/// s2s.encoder: source ids [b, s] in, each layer's last hidden and cell states out: [2 L, b, hs].
+class EncoderLayer final : public Wrapped<Seq2SeqSideImpl> {
+ public:
+  using Wrapped::Wrapped;
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {ids(b, s, m_->vocab, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    const auto out = m_->run(in[0].t(), torch::Tensor(), torch::Tensor());
+    const auto& [h, c] = std::get<1>(out);
+    return torch::cat({h, c}, 0);
+  }
+};
+
+/// s2s.decoder: the encoder's states and the target ids [b, s]; teacher
+/// forcing reads the first s - 1 tokens and predicts the last s - 1.
+class DecoderLayer final : public Wrapped<Seq2SeqSideImpl> {
+ public:
+  using Wrapped::Wrapped;
+  std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
+    return {float_input({2 * m_->layers, b, m_->hidden}, o), ids(b, s, m_->vocab, o)};
+  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    const auto states = in[0].view({2 * m_->layers, -1, m_->hidden});
+    const auto tgt = in[1].t();  // [s, b]
+    const auto n = tgt.size(0) - 1;
+    const auto out = std::get<0>(m_->run(tgt.narrow(0, 0, n), states.narrow(0, 0, m_->layers).contiguous(),
+                                         states.narrow(0, m_->layers, m_->layers).contiguous()));
+    const auto logits = m_->fc_out(out);
+    return F::cross_entropy(logits.reshape({-1, m_->vocab}).to(torch::kFloat), tgt.narrow(0, 1, n).reshape({-1}));
+  }
+};
+
 }  // namespace
 
 std::int64_t TorchLayer::parameter_count() {
@@ -967,7 +1143,8 @@ std::int64_t TorchLayer::parameter_count() {
 
 std::vector<std::string> torch_layer_kinds() {
   return {"gpt2.embed",      "gpt2.block", "gpt2.head", "bert.embed",  "bert.layer",  "bert.pooler",
-          "bert.classifier", "lstm.layer", "lstm.head", "llama.embed", "llama.block", "llama.head", "moe.block"};
+          "bert.classifier", "lstm.layer", "lstm.head", "llama.embed", "llama.block", "llama.head", "moe.block", "conv.layer", "convt.layer",
+          "pool.avg",   "fc.layer",   "fc.head",   "bag.embed",   "s2s.encoder", "s2s.decoder"};
 }
 
 std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& signature, int ep_rank);
@@ -1144,6 +1321,27 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     return std::make_unique<LstmLayer>(s.get("in"), s.get("hs"), dirs == 2);
   }
   if (k == "lstm.head") return std::make_unique<ClassifierLayer>(s.get("in"), s.get("c"), true);
+  if (k == "conv.layer") {
+    const std::int64_t act = s.get_count("act"), pool = s.get_count("pool"), p = s.get_count("p");
+    if (act > 2 || s.get("hw") + 2 * p < s.get("k")) {
+      throw ConfigError("layer signature '" + signature + "': needs act 0, 1 or 2 and k <= hw + 2p");
+    }
+    return std::make_unique<ConvLayer>(std::make_shared<ConvBlockImpl>(s.get("ci"), s.get("co"), s.get("k"), s.get("s"), p, s.get_count("bn") != 0, act, pool),
+                                       s.get("ci"), s.get("hw"), (s.values.count("ig") ? s.get_count("ig") : 1) != 0);
+  }
+  if (k == "convt.layer") {
+    return std::make_unique<ConvTLayer>(s.get("ci"), s.get("co"), s.get("k"), s.get("s"), s.get_count("p"), s.get_count("op"), s.get("hw"),
+                                        s.get_count("act"), s.get_count("mse") != 0, (s.values.count("ig") ? s.get_count("ig") : 1) != 0);
+  }
+  if (k == "pool.avg") return std::make_unique<AvgPoolLayer>(s.get("c"), s.get("hw"), s.get("o"));
+  if (k == "fc.layer") return std::make_unique<FcLayer>(s.get("in"), s.get("out"), s.get_count("act"), s.get("drop") != 0, (s.values.count("ig") ? s.get_count("ig") : 1) != 0);
+  if (k == "fc.head") return std::make_unique<ClassifierLayer>(s.get("in"), s.get("c"), false);
+  if (k == "bag.embed") return std::make_unique<BagLayer>(s.get("v"), s.get("d"));
+  if (k == "s2s.encoder" || k == "s2s.decoder") {
+    auto side = std::make_shared<Seq2SeqSideImpl>(s.get("v"), s.get("e"), s.get("hs"), s.get("l"), s.get("drop") != 0, k == "s2s.decoder");
+    if (k == "s2s.decoder") return std::make_unique<DecoderLayer>(std::move(side));
+    return std::make_unique<EncoderLayer>(std::move(side));
+  }
   if (k == "llama.embed") return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v")));
   if (k == "llama.head") return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0), s.get("h"));
   if (k == "llama.block" || k == "moe.block") {
