@@ -165,9 +165,13 @@ class DataSource {
              std::uint64_t seed)
       : seq_(seq) {
     const std::string first = layers.front().signature, last = layers.back().signature;
-    embeddings_ = first.rfind("lstm.", 0) == 0;
+    // Seed 003's image models read each image as one float vector of
+    // C x H x W (an /embeddings dataset of sequences of 1): the first layer
+    // views it as the image (models/torch).
+    const bool image = first.rfind("conv.layer:", 0) == 0;
+    embeddings_ = first.rfind("lstm.", 0) == 0 || image || first.rfind("fc.layer:", 0) == 0;
     vocab_ = sig_value(first, "v", 1024);
-    width_ = sig_value(first, "in", 1);
+    width_ = image ? sig_value(first, "ci", 1) * sig_value(first, "hw", 1) * sig_value(first, "hw", 1) : sig_value(first, "in", 1);
     classes_ = sig_value(last, "c", 0);
     if (!path.empty()) {
       data_ = load_dataset(path);
@@ -268,6 +272,7 @@ struct Unit {
   torch::Tensor shard, grad_shard;   ///< [padded / n]
   AdamState state;
   bool recompute = false;            ///< full recompute: a block whose forward keeps only its input
+  bool reconstructs = false;         ///< an autoencoder's last layer: its loss takes the model's input
   bool materialized = false;         ///< full holds the gathered parameters
   bool persistent = false;           ///< ZeRO-3 under the persistence threshold: always whole
   c10::intrusive_ptr<c10d::Work> pending_gather;
@@ -529,6 +534,7 @@ class Trainer {
       u.index = i;
       u.name = L.name;
       u.kind = L.signature.substr(0, L.signature.find(':'));
+      u.reconstructs = L.signature.find(",mse=1") != std::string::npos;
       u.layer = models::make_torch_layer(L.signature, tp, cp, ep);
       u.layer->module().to(c_.device);
       if (cast) u.layer->module().to(dtype);
@@ -974,7 +980,7 @@ class Trainer {
       // and every micro-batch has that shape after it (fixed b and s), as
       // torch.distributed.pipelining infers shapes once.
       if (act_shape_.empty()) {
-        auto hdr = recv_tensor(stage_ - 1, {4}, torch::kLong, 0, "recv activation");
+        auto hdr = recv_tensor(stage_ - 1, {5}, torch::kLong, 0, "recv activation");
         for (int k = 1; k <= hdr[0].item<std::int64_t>(); ++k) act_shape_.push_back(hdr[k].item<std::int64_t>());
       }
       x = recv_tensor(stage_ - 1, act_shape_, act_dtype(), 1, "recv activation");
@@ -995,9 +1001,11 @@ class Trainer {
           leaf = x.detach().requires_grad_(true);
           in.push_back(leaf);
         }
-        const bool head = unit.kind == "gpt2.head" || unit.kind == "llama.head" || unit.kind == "lstm.head" || unit.kind == "bert.classifier";
+        const bool head = unit.kind == "gpt2.head" || unit.kind == "llama.head" || unit.kind == "lstm.head" || unit.kind == "bert.classifier" ||
+                          unit.kind == "fc.head" || unit.kind == "s2s.decoder" || unit.reconstructs;
         if (head) {
-          in.push_back(labels);
+          // An autoencoder's loss compares with its input image.
+          in.push_back(unit.reconstructs ? inputs : labels);
           if (tied_.defined()) in.push_back(tied_);
         }
         torch::Tensor out;
@@ -1030,9 +1038,10 @@ class Trainer {
       loss_sum_ = loss_sum_.defined() ? loss_sum_ + sv.loss.detach() : sv.loss.detach();
     } else {
       if (!shape_sent_) {
-        auto hdr = torch::zeros({4}, torch::TensorOptions().dtype(torch::kLong).device(c_.device));
+        // Up to 4 dimensions: [b, s, h] activations, [b, c, h, w] feature maps.
+        auto hdr = torch::zeros({5}, torch::TensorOptions().dtype(torch::kLong).device(c_.device));
         hdr[0] = x.dim();
-        for (int k = 0; k < x.dim() && k < 3; ++k) hdr[k + 1] = x.size(k);
+        for (int k = 0; k < x.dim() && k < 4; ++k) hdr[k + 1] = x.size(k);
         send_tensor(hdr, stage_ + 1, 0);
         shape_sent_ = true;
       }

@@ -1124,7 +1124,9 @@ class DecoderLayer final : public Wrapped<Seq2SeqSideImpl> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto states = in[0].view({2 * m_->layers, -1, m_->hidden});
-    const auto tgt = in[1].t();  // [s, b]
+    // [s, b]; ids past the target vocabulary (a source-language batch
+    // standing in for targets) wrap into it.
+    const auto tgt = in[1].remainder(m_->vocab).t();
     const auto n = tgt.size(0) - 1;
     const auto out = std::get<0>(m_->run(tgt.narrow(0, 0, n), states.narrow(0, 0, m_->layers).contiguous(),
                                          states.narrow(0, m_->layers, m_->layers).contiguous()));
