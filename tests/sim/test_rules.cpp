@@ -40,6 +40,12 @@ TEST_CASE("the rules table: pp is bounded by the layers, on many GPUs", "[rules]
   const auto bilstm = models::load_model("bilstm");
   const PlanRules lstm(*bilstm, big);
   CHECK(lstm.recomputes() == std::vector<Recompute>{Recompute::kNone, Recompute::kFull});
+  // A CNN has no blocks either: full recompute has nothing to checkpoint,
+  // and no attention to choose.
+  const auto cnn = models::load_model("cnn");
+  const PlanRules conv(*cnn, big);
+  CHECK(conv.recomputes() == std::vector<Recompute>{Recompute::kNone});
+  CHECK(conv.attentions() == std::vector<Attention>{Attention::kAuto});
 }
 
 TEST_CASE("resolve reports every problem of a plan at once, each with its line and key", "[rules][plan][bad-input]") {

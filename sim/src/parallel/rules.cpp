@@ -137,8 +137,13 @@ std::vector<Recompute> PlanRules::recomputes() const {
     // Built once, when first asked: resolve never asks.
     const std::vector<Layer> one = model_.layers(WorkloadShape{});
     attention_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
+    blocks_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.is_block(); });
   }
   if (*attention_) return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  // Full recompute checkpoints blocks: a model without them (seed 003's
+  // image networks) has nothing to recompute, and the search would list
+  // each of its plans twice.
+  if (!blocks_) return {Recompute::kNone};
   return {Recompute::kNone, Recompute::kFull};
 }
 

@@ -7,7 +7,12 @@
 //   /tokens      integer [N, S]     token ids (int32 or int64 on disk)
 //   /embeddings  float   [N, S, D]  precomputed embeddings (float32 or float64 on disk)
 //   /labels      integer [N]        class per sample (optional; needed by classifiers)
-// Exactly one of /tokens and /embeddings.
+// Exactly one of /tokens and /embeddings. Image models (seed 003's VGG, CNN,
+// MLP and autoencoder) read /embeddings [N, 1, C x H x W]: one flattened
+// image a sample, viewed as [C, H, W] by the first layer; an autoencoder
+// needs no /labels (its target is the image). The encoder-decoder reads
+// /tokens as its sources and trains to emit each sentence shifted by one
+// token (the language-model labels), ids wrapped into its target vocabulary.
 
 #include <cstdint>
 #include <string>

@@ -98,6 +98,7 @@ class PlanRules {
   std::int64_t max_seq_len_ = 1;
   std::int64_t min_seq_len_ = 1;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
+  mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
 };
 
 /// The divisors of n, ascending (1 .. n).
