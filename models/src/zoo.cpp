@@ -305,11 +305,8 @@ sim::ModelPtr parse_bilstm(const sim::ConfigMap& c, const std::string& name) {
 
 /// `key`'s list of positive integers (each a channel count or a width).
 std::vector<std::int64_t> positive_list(const sim::ConfigMap& c, const char* key, std::vector<std::int64_t> fallback, bool allow_empty) {
-  if (!c.has(key)) {
-    c.get_int_list(key);  // marks it used
-    return fallback;
-  }
   const auto v = c.get_int_list(key);
+  if (!c.has(key)) return fallback;
   if (v.empty() && !allow_empty) c.fail(key, "is empty; valid: a list of one or more positive integers like [16, 32]");
   for (std::size_t i = 0; i < v.size(); ++i) {
     if (v[i] < 1 || v[i] > kBig) {
@@ -348,7 +345,7 @@ sim::ModelPtr parse_convnet(const sim::ConfigMap& c, const std::string& name, co
     n.hidden = positive_list(c, "hidden", n.hidden, true);
     double prev = static_cast<double>(n.channels);
     for (auto ch : n.conv_channels) params += prev * static_cast<double>(ch) * static_cast<double>(n.kernel * n.kernel), prev = static_cast<double>(ch);
-    for (auto h : n.hidden) params += img * static_cast<double>(h), prev = static_cast<double>(h);
+    for (auto h : n.hidden) params += img * static_cast<double>(h);  // a bound: each layer no wider than the image
   } else if (n.arch == ConvNetConfig::Arch::kMlp) {
     n.hidden = positive_list(c, "hidden", {512, 512}, true);
     double prev = img;

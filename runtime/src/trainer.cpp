@@ -272,7 +272,10 @@ struct Unit {
   torch::Tensor shard, grad_shard;   ///< [padded / n]
   AdamState state;
   bool recompute = false;            ///< full recompute: a block whose forward keeps only its input
-  bool reconstructs = false;         ///< an autoencoder's last layer: its loss takes the model's input
+  /// A loss layer (sim::LayerKind kHead or kLmHead): it takes the labels,
+  /// or the model's input where it reconstructs it (an autoencoder's).
+  bool head = false;
+  bool reconstructs = false;
   bool materialized = false;         ///< full holds the gathered parameters
   bool persistent = false;           ///< ZeRO-3 under the persistence threshold: always whole
   c10::intrusive_ptr<c10d::Work> pending_gather;
@@ -534,6 +537,7 @@ class Trainer {
       u.index = i;
       u.name = L.name;
       u.kind = L.signature.substr(0, L.signature.find(':'));
+      u.head = L.kind == sim::LayerKind::kHead || L.kind == sim::LayerKind::kLmHead;
       u.reconstructs = L.signature.find(",mse=1") != std::string::npos;
       u.layer = models::make_torch_layer(L.signature, tp, cp, ep);
       u.layer->module().to(c_.device);
@@ -1001,10 +1005,8 @@ class Trainer {
           leaf = x.detach().requires_grad_(true);
           in.push_back(leaf);
         }
-        const bool head = unit.kind == "gpt2.head" || unit.kind == "llama.head" || unit.kind == "lstm.head" || unit.kind == "bert.classifier" ||
-                          unit.kind == "fc.head" || unit.kind == "s2s.decoder" || unit.reconstructs;
+        const bool head = unit.head;
         if (head) {
-          // An autoencoder's loss compares with its input image.
           in.push_back(unit.reconstructs ? inputs : labels);
           if (tied_.defined()) in.push_back(tied_);
         }

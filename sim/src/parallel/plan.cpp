@@ -334,11 +334,11 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
 
   r.seq_len = s.seq_len == 0 ? rules.max_seq_len() : s.seq_len;
-  if (r.seq_len > rules.max_seq_len() || r.seq_len < rules.min_seq_len()) {
-    bad.add("seq_len", std::to_string(r.seq_len) + (r.seq_len < rules.min_seq_len() ? " is below " : " exceeds ") + model.name() +
-                           (r.seq_len < rules.min_seq_len() ? "'s minimum of " + std::to_string(rules.min_seq_len())
-                                                            : "'s maximum of " + std::to_string(rules.max_seq_len())) +
-                           "; valid: " + std::to_string(rules.min_seq_len()) + " to " + std::to_string(rules.max_seq_len()));
+  const std::int64_t lo = rules.min_seq_len(), hi = rules.max_seq_len();
+  if (r.seq_len > hi || r.seq_len < lo) {
+    const std::string bound = r.seq_len < lo ? " is below " + model.name() + "'s minimum of " + std::to_string(lo)
+                                             : " exceeds " + model.name() + "'s maximum of " + std::to_string(hi);
+    bad.add("seq_len", std::to_string(r.seq_len) + bound + "; valid: " + std::to_string(lo) + " to " + std::to_string(hi));
   } else if (r.cp > 1 && r.seq_len % (2 * r.cp) != 0) {
     // Megatron-Core cuts each sequence into 2 cp chunks (load balancing).
     bad.add("cp", std::to_string(r.cp) + " does not split seq_len " + std::to_string(r.seq_len) +
