@@ -120,9 +120,25 @@ void add_act(std::vector<sim::Kernel>& ks, const std::string& name, int act, std
   ks.push_back(memory_op(name + "." + act_name(act), sim::KernelKind::kElementwise, e * n, e * n, (act == 2 ? 4.0 : 1.0) * n));
 }
 
+/// Elements a sample of the layer's largest tensor holds, in floating point
+/// (Note [Model size bound] in zoo.cpp: checked before any 64-bit product).
+double largest(const Spec& l) {
+  const auto sq = [](std::int64_t side) { return static_cast<double>(side) * static_cast<double>(side); };
+  const double in = static_cast<double>(l.ci) * sq(l.hw);
+  switch (l.op) {
+    case Spec::Op::kConv: return std::max(in, static_cast<double>(l.co) * sq(conv_out(l)));
+    case Spec::Op::kConvT: return std::max(in, static_cast<double>(l.co) * sq(convt_out(l)));
+    case Spec::Op::kAvgPool: return std::max(in, static_cast<double>(l.ci) * sq(l.k));
+    case Spec::Op::kFc: return static_cast<double>(std::max(l.in, l.out));
+    case Spec::Op::kClassifier: return static_cast<double>(std::max(l.in, l.classes));
+  }
+  return 0;
+}
+
 sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShape& shape) {
   const std::int64_t b = shape.micro_batch;
   const int e = shape.act_bytes;
+  check_size(static_cast<double>(b) * largest(l) * 8, "largest tensor");  // 8: the pools' int64 indices
   sim::Layer out;
   out.name = name;
   out.signature = signature_of(l);
@@ -131,7 +147,6 @@ sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShap
   switch (l.op) {
     case Spec::Op::kConv: {
       const std::int64_t ho = conv_out(l), in = b * l.ci * l.hw * l.hw, z = b * l.co * ho * ho;
-      check_size(static_cast<double>(z) * e, "convolution output");
       out.param_tensors = l.bn ? 4 : 2;
       out.forward.push_back(gemm(name + ".conv", b * ho * ho, l.co, l.ci * l.k * l.k, e));
       out.forward.back().bytes = e * (in + l.co * l.ci * l.k * l.k + z);  // the input is read once, not per patch
@@ -149,7 +164,6 @@ sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShap
     }
     case Spec::Op::kConvT: {
       const std::int64_t ho = convt_out(l), in = b * l.ci * l.hw * l.hw, z = b * l.co * ho * ho;
-      check_size(static_cast<double>(z) * e, "transposed convolution output");
       out.param_tensors = 2;
       out.forward.push_back(gemm(name + ".convt", b * l.hw * l.hw, l.co * l.k * l.k, l.ci, e));
       out.forward.back().bytes = e * (in + l.ci * l.co * l.k * l.k + z);
@@ -173,7 +187,6 @@ sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShap
       break;
     }
     case Spec::Op::kFc: {
-      check_size(static_cast<double>(b) * static_cast<double>(std::max(l.in, l.out)) * e, "linear layer's input");
       out.param_tensors = 2;
       out.forward.push_back(gemm(name + ".linear", b, l.out, l.in, e));
       add_act(out.forward, name, l.act, b * l.out, e);

@@ -123,7 +123,8 @@ class Seq2Seq final : public ZooModel {
     // empty layer, for callers that ask only how many layers there are.
     const std::int64_t b = shape.micro_batch, s = std::max<std::int64_t>(shape.seq_len, 1), hs = c_.hidden;
     const int e = shape.act_bytes;
-    check_size(static_cast<double>(b) * static_cast<double>(s) * static_cast<double>(std::max(c_.tgt_vocab, 7 * hs)) * 4, "decoder's logits");
+    check_size(static_cast<double>(b) * static_cast<double>(s) * static_cast<double>(std::max({c_.tgt_vocab, 7 * hs, c_.embed})) * 8,
+               "decoder's logits");
     const std::string dims = "e=" + std::to_string(c_.embed) + ",hs=" + std::to_string(hs) + ",l=" + std::to_string(c_.layers) +
                              ",drop=" + std::to_string(c_.dropout ? 1 : 0);
     sim::Layer enc;
