@@ -4,6 +4,8 @@
 
 #include <catch2/catch.hpp>
 
+#include <tuple>
+
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
@@ -698,6 +700,22 @@ TEST_CASE("a dense model has the expert-parallel knobs disabled", "[gui][window]
   CHECK(w.outcome().prediction->plan.ep == 1);
   CHECK(w.scenario().plan.origins.where.count("plan.ep") == 0);  // not touched, not marked
   CHECK(w.scenario().plan.origins.where.count("plan.etp") == 0);
+}
+
+TEST_CASE("the explorer predicts seed 003's models as the simulator does", "[gui][window][seed003]") {
+  // Issue 23: the model list is the built-ins; an image model (one image a
+  // sample) and the encoder-decoder split over two GPUs predict in the window.
+  app();
+  for (const auto& [model, cluster, plan] : std::vector<std::tuple<std::string, std::string, std::string>>{
+           {"cnn", "1xk80", "single"}, {"seq2seq", "2xp100", "model-parallel"}, {"vgg11", "2xp100", "ddp"}}) {
+    INFO(model << " " << plan);
+    ExplorerWindow w;
+    w.set_scenario(gui::load_scenario(model, cluster, plan, ""));
+    REQUIRE(w.wait_for_result(kWaitMs));
+    REQUIRE(w.outcome().ok());
+    CHECK(w.error_text().isEmpty());
+    CHECK(w.outcome().prediction->iteration_time == predict_plan(sim::load_plan(plan), model, cluster).iteration_time);
+  }
 }
 
 TEST_CASE("the zero-bubble schedule is offered and needs no virtual stages", "[gui][window]") {
