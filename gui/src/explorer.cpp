@@ -80,6 +80,7 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
   c.precisions = rules.precisions();
   c.max_virtual_stages = std::max(1, rules.layers() / std::max(1, pp));
   c.sequence_parallel = rules.sequence_parallel_values(tp).size() > 1;
+  c.sync_batchnorm = rules.sync_batchnorm_allowed();
   return c;
 }
 

@@ -123,6 +123,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
      "plan.deallocate_pipeline_outputs: each stage frees its output's data once sent and keeps only its "
      "autograd graph, as Megatron-LM always does (deallocate_output_tensor); off, the output stays until its "
      "backward, one more activation per micro-batch in flight (PyTorch's pipelining, DeepSpeed). Pipelines only."},
+    {"sync_batchnorm",
+     "plan.sync_batchnorm: batch norm over the whole data-parallel batch (torch.nn.SyncBatchNorm."
+     "convert_sync_batchnorm): each batch norm all-gathers its ranks' statistics in forward and all-reduces its "
+     "gradient sums in backward, in the layer's way. Models with batch norm only."},
     {"micro_batch", "plan.micro_batch: sequences per GPU per forward and backward. DeepSpeed "
                     "train_micro_batch_size_per_gpu, Megatron --micro-batch-size, HuggingFace "
                     "per_device_train_batch_size."},
@@ -395,7 +399,7 @@ struct ExplorerWindow::Impl {
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *dealloc = nullptr;
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *dealloc = nullptr, *sync_bn = nullptr;
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -542,6 +546,9 @@ struct ExplorerWindow::Impl {
     dealloc = new QCheckBox("free sent outputs (Megatron)");
     dealloc->setObjectName("deallocate_pipeline_outputs");
     pf->addRow("", dealloc);
+    sync_bn = new QCheckBox("SyncBatchNorm");
+    sync_bn->setObjectName("sync_batchnorm");
+    pf->addRow("", sync_bn);
     v->addWidget(par);
 
     auto* bat = new QGroupBox("Batch");
@@ -928,6 +935,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(tp_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(dealloc, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(sync_bn, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
   }
 
@@ -969,6 +977,7 @@ struct ExplorerWindow::Impl {
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
     dealloc->setChecked(p.deallocate_pipeline_outputs);
+    sync_bn->setChecked(p.sync_batchnorm);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
     refresh_choices(p.tp, pipeline, p.dp, p.cp);
     syncing = false;
@@ -1011,6 +1020,7 @@ struct ExplorerWindow::Impl {
     const bool interleaved = piped && schedule->currentData().toInt() == static_cast<int>(sim::Schedule::kInterleaved);
     vstages->setEnabled(interleaved);
     dealloc->setEnabled(piped);
+    sync_bn->setEnabled(ch.sync_batchnorm);
     vstages->setMaximum(std::max(2, ch.max_virtual_stages));
     sp->setEnabled(ch.sequence_parallel);
     // resolve refuses tp_comm_overlap without sequence parallelism.
@@ -1061,6 +1071,7 @@ struct ExplorerWindow::Impl {
     p.sequence_parallel = sp->isChecked() && p.tp > 1;
     p.tp_comm_overlap = tp_overlap->isChecked() && p.sequence_parallel;
     p.deallocate_pipeline_outputs = dealloc->isChecked();
+    p.sync_batchnorm = sync_bn->isChecked() && sync_bn->isEnabled();
     p.micro_batch = micro_batch->value();
     if (batch_mode->currentData().toInt() == 1) {
       p.global_batch = batch_value->value();
@@ -1094,6 +1105,7 @@ struct ExplorerWindow::Impl {
     mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");
     mark(p.tp_comm_overlap != before.tp_comm_overlap, "tp_comm_overlap");
     mark(p.deallocate_pipeline_outputs != before.deallocate_pipeline_outputs, "deallocate_pipeline_outputs");
+    mark(p.sync_batchnorm != before.sync_batchnorm, "sync_batchnorm");
     mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");

@@ -40,6 +40,22 @@
 // that as its input, so a tensor two ops keep (ReLU's output, the next
 // convolution's input) is counted once. At a pipeline boundary the sending
 // stage's output is held by the pipeline (Note [Deallocated outputs]).
+//
+// Note [SyncBatchNorm]
+// Under data parallelism each rank's batch norm normalises over its own
+// micro-batch; torch.nn.SyncBatchNorm (convert_sync_batchnorm, plan
+// sync_batchnorm) normalises over the whole data-parallel batch. Its autograd
+// function (torch/nn/modules/_functions.py, PyTorch 1.13-2.x) computes each
+// rank's per-channel mean and inverse standard deviation, and all-gathers
+// them with the rank's element count, one fp32 tensor of 2C + 1 a rank (an
+// all-gather of dp (2C + 1) 4 bytes, all_gather_into_tensor on NCCL); in
+// backward it reduces sum_dy and sum_dy_xmu and all-reduces them, 2C fp32
+// (skipped only where the input needs no gradient, which a batch norm after
+// a convolution always does). Both run on the default stream between the
+// layer's kernels, so the layer waits for them: they are Layer::dp_forward
+// and dp_backward, latency-bound (a few KiB) and paid at every batch norm of
+// every micro-batch. What it keeps is batch norm's (the mean and inverse
+// standard deviation, plus dp counts). With dp = 1 it is plain batch norm.
 namespace dtsim::models {
 namespace {
 
@@ -152,6 +168,11 @@ sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShap
       out.forward.back().bytes = e * (in + l.co * l.ci * l.k * l.k + z);  // the input is read once, not per patch
       out.forward.push_back(memory_op(name + ".bias", sim::KernelKind::kElementwise, e * z, e * z, static_cast<double>(z)));
       if (l.bn) out.forward.push_back(memory_op(name + ".bn", sim::KernelKind::kNorm, 2 * e * z, e * z, 4.0 * z));
+      if (l.bn && shape.sync_batchnorm && shape.dp > 1) {
+        // Note [SyncBatchNorm]: the statistics gathered, the gradient sums all-reduced.
+        out.dp_forward.push_back({sim::CollectiveOp::kAllGather, 4 * shape.dp * (2 * l.co + 1), 1, sim::Axis::kDp});
+        out.dp_backward.push_back({sim::CollectiveOp::kAllReduce, 4 * 2 * l.co, 1, sim::Axis::kDp});
+      }
       add_act(out.forward, name, l.act, z, e);
       std::int64_t y = z;
       if (l.pool > 0) {
@@ -218,6 +239,9 @@ class SequentialNet final : public ZooModel {
   int blocks() const override { return static_cast<int>(specs_.size()); }
   int layer_count() const override { return static_cast<int>(specs_.size()); }
   std::int64_t max_seq_len() const override { return 1; }  // one image (or feature vector) a sample
+  bool has_batch_norm() const override {
+    return std::any_of(specs_.begin(), specs_.end(), [](const Spec& s) { return s.bn; });
+  }
   std::string tp_error(int tp) const override {
     return tp == 1 ? "" : name_ + " has no tensor-parallel split (dtsim splits transformer blocks); valid: tp: 1";
   }

@@ -527,6 +527,23 @@ class Trainer {
       // The counts need no gradient; the rows do.
       return x.requires_grad() ? AllToAllEp::apply(x, send, recv) : ep_exchange(x, send, recv);
     };
+    // Note [SyncBatchNorm] (models/torch): batch norm's statistics over the
+    // data-parallel group, drawn as the other in-layer waits are.
+    models::SyncBatchNorm sync;
+    sync.size = p.sync_batchnorm ? p.dp : 1;
+    sync.all_gather = [this](const torch::Tensor& x) {
+      const torch::Tensor in = x.contiguous().view({-1});
+      torch::Tensor out = torch::empty({dp_.size * in.numel()}, in.options());
+      const double t0 = now_us();
+      all_gather(dp_, in, out, clock_);
+      event("sync bn all_gather", "wait", t0, 1);
+      return out;
+    };
+    sync.all_reduce = [this](torch::Tensor& x) {
+      const double t0 = now_us();
+      clock_.wait(all_reduce(dp_, x));
+      event("sync bn all_reduce", "wait", t0, 1);
+    };
     const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
     // fp8 keeps its weights in bf16 (validate refuses to run it: no FP8 in LibTorch 1.13).
     const auto dtype = p.precision == sim::Precision::kBf16 || p.precision == sim::Precision::kFp8 ? torch::kBFloat16 : torch::kHalf;
@@ -547,6 +564,7 @@ class Trainer {
       // the attention core inside each block, full the whole block from its
       // input, as the simulator's lowering prices them.
       u.layer->set_recompute_attention(p.recompute == sim::Recompute::kSelective);
+      u.layer->set_sync_batch_norm(sync);
       u.recompute = p.recompute == sim::Recompute::kFull && L.is_block();
       // Note [Expert gradients]: under ep > 1 the routed experts form a space of their own.
       const std::vector<torch::Tensor> experts = p.ep > 1 ? u.layer->expert_parameters() : std::vector<torch::Tensor>{};

@@ -565,6 +565,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
   w.field("model", s.model->name()).field("plan", s.spec.name).field("cluster", s.cluster.name).field("device", o.device);
   w.field("procs", s.plan.gpus_used()).field("dp", s.plan.dp).field("tp", s.plan.tp).field("pp", s.plan.pp).field("cp", s.plan.cp);
   w.field("ep", s.plan.ep).field("moe_force_load_balance", s.plan.moe_force_load_balance);
+  w.field("sync_batchnorm", s.plan.sync_batchnorm);
   w.field("steps", o.steps).field("warmup", o.warmup).field("data", o.data.empty() ? std::string("synthetic") : o.data);
   w.key("notes").begin_array();
   for (const auto& n : s.notes) w.value(n);

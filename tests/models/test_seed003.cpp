@@ -98,7 +98,9 @@ TEST_CASE("a convolution's FLOPs and saved bytes, by hand", "[models][seed003]")
 
   // vgg11-bn's first layer at b = 2, 224 x 224, fp16: batch norm keeps its
   // input (the convolution's output) and 2 fp32 statistics per channel.
-  const sim::Layer& v = load_model("vgg11-bn")->layers(shape(2, 1, 2))[0];
+  const auto vgg = load_model("vgg11-bn")->layers(shape(2, 1, 2));
+  REQUIRE(!vgg.empty());
+  const sim::Layer& v = vgg[0];
   const std::int64_t in = 2 * 3 * 224 * 224, z = 2 * 64 * 224 * 224, y = 2 * 64 * 112 * 112;
   CHECK(v.saved_bytes == 2 * in + 2 * z + 8 * 64 + 2 * z + 8 * y);
   CHECK(v.params == 64 * 3 * 9 + 64 + 2 * 64);

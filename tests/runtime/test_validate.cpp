@@ -376,6 +376,28 @@ TEST_CASE("seed 003's six models train under DDP, model parallelism and MP+DDP a
   }
 }
 
+TEST_CASE("SyncBatchNorm normalises over the data-parallel batch as one process does over all of it", "[runtime][validate][slow][seed003]") {
+  // vgg11-tiny with batch norm. Plain DDP normalises each rank's 2 samples
+  // apart, as one process running 2 micro-batches of 2 does; with
+  // plan.sync_batchnorm (Note [SyncBatchNorm] in models/torch) the 2 x 2
+  // samples of both ranks together, as one process running the 4 at once.
+  // SGD: Adam divides each gradient by its own size, so a gradient that is
+  // zero in exact arithmetic (a convolution's bias before batch norm) steps
+  // by the whole learning rate along its rounding noise, which differs
+  // between the two reductions (the losses then part by 5e-4 at step 2).
+  const std::string model = "vgg11-tiny --set model.batch_norm=true";
+  const std::string common = " --json --quiet --warmup 0 --steps 3 --lr 0.01 --set plan.optimizer=sgd ";
+  const auto apart = reference(model, " --set plan.micro_batch=2 ", 2, common);
+  const auto whole = reference(model, " --set plan.micro_batch=4 ", 1, common);
+  const std::string run = "--model " + model + common + no_dropout(model) + " --set plan.micro_batch=2 ";
+  check_same(losses_of(validate(run + "--plan ddp --procs 2")), apart);
+  check_same(losses_of(validate(run + "--plan ddp --procs 2 --set plan.sync_batchnorm=true")), whole);
+  // Two replicas each split over two ranks: each stage's batch norms sync over its replica.
+  check_same(losses_of(validate(run + "--plan mp-ddp --procs 4 --set plan.sync_batchnorm=true")), whole);
+  // The two normalisations differ, so the test can tell them apart.
+  CHECK(std::abs(apart.back() - whole.back()) > 1e-3 * std::abs(whole.back()));
+}
+
 TEST_CASE("a pipeline that frees its outputs once sent trains as one process does and saves what the simulator says",
           "[runtime][validate][slow]") {
   // Note [Deallocated outputs]: gpt2-tiny over 4 stages of one layer, 8

@@ -980,6 +980,67 @@ torch::Tensor activate(torch::Tensor x, std::int64_t act) {
   return x;
 }
 
+/// Note [SyncBatchNorm] (torch_layers.hpp): a 2-D batch norm's forward and
+/// backward over the ranks of `sync`, as PyTorch's SyncBatchNorm function.
+struct SyncBatchNormFn : torch::autograd::Function<SyncBatchNormFn> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& input, const torch::Tensor& weight,
+                               const torch::Tensor& bias, nn::BatchNorm2dImpl* bn, const SyncBatchNorm* sync) {
+    const torch::Tensor x = input.contiguous();
+    const std::int64_t c = x.size(1);
+    const double eps = bn->options.eps();
+    // This rank's statistics in fp32 (batch_norm_stats), gathered with its count.
+    const torch::Tensor xf = x.to(torch::kFloat);
+    const torch::Tensor mean = xf.mean({0, 2, 3});
+    const torch::Tensor var = xf.var({0, 2, 3}, /*unbiased=*/false);
+    const auto count = static_cast<double>(x.numel() / c);
+    const torch::Tensor mine = torch::cat({mean, (var + eps).rsqrt(), torch::full({1}, count, mean.options())});
+    const torch::Tensor all = sync->all_gather(mine).view({sync->size, 2 * c + 1});
+    // batch_norm_gather_stats_with_counts: the ranks' means and variances combined.
+    const torch::Tensor means = all.narrow(1, 0, c), counts = all.narrow(1, 2 * c, 1);
+    const torch::Tensor vars = all.narrow(1, c, c).pow(-2) - eps;
+    const torch::Tensor n = counts.sum();
+    const torch::Tensor g_mean = (means * counts).sum(0) / n;
+    const torch::Tensor g_var = ((vars + (means - g_mean).pow(2)) * counts).sum(0) / n;
+    const torch::Tensor invstd = (g_var + eps).rsqrt();
+    if (bn->options.track_running_stats()) {
+      torch::NoGradGuard no_grad;
+      const double m = bn->options.momentum().value_or(0.1), total = n.item<double>();
+      bn->running_mean.mul_(1 - m).add_(g_mean.to(bn->running_mean.dtype()), m);
+      bn->running_var.mul_(1 - m).add_((g_var * (total / std::max(1.0, total - 1))).to(bn->running_var.dtype()), m);
+    }
+    ctx->save_for_backward({x, weight, g_mean, invstd});
+    ctx->saved_data["n"] = n.item<double>();
+    ctx->saved_data["sync"] = static_cast<std::int64_t>(reinterpret_cast<std::intptr_t>(sync));  // the layer outlives its graph
+    const auto shape = std::vector<std::int64_t>{1, c, 1, 1};
+    const torch::Tensor y = (xf - g_mean.view(shape)) * (invstd * weight.to(torch::kFloat)).view(shape) + bias.to(torch::kFloat).view(shape);
+    return y.to(x.scalar_type());
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor& x = saved[0];
+    const torch::Tensor& weight = saved[1];
+    const torch::Tensor& mean = saved[2];
+    const torch::Tensor& invstd = saved[3];
+    const auto* sync = reinterpret_cast<const SyncBatchNorm*>(static_cast<std::intptr_t>(ctx->saved_data["sync"].toInt()));
+    const std::int64_t c = x.size(1);
+    const auto shape = std::vector<std::int64_t>{1, c, 1, 1};
+    const torch::Tensor dy = g[0].contiguous().to(torch::kFloat);
+    const torch::Tensor xmu = x.to(torch::kFloat) - mean.view(shape);
+    // batch_norm_backward_reduce: this rank's sums; the weight's and bias's gradients from them.
+    const torch::Tensor sum_dy = dy.sum({0, 2, 3});
+    const torch::Tensor sum_dy_xmu = (dy * xmu).sum({0, 2, 3});
+    const torch::Tensor grad_weight = (sum_dy_xmu * invstd).to(weight.scalar_type());
+    const torch::Tensor grad_bias = sum_dy.to(weight.scalar_type());
+    // The sums over every rank, then batch_norm_backward_elemt.
+    torch::Tensor both = torch::cat({sum_dy, sum_dy_xmu});
+    sync->all_reduce(both);
+    const double n = ctx->saved_data["n"].toDouble();
+    const torch::Tensor mean_dy = both.narrow(0, 0, c) / n, mean_dy_xmu = both.narrow(0, c, c) / n;
+    const torch::Tensor dx = (dy - mean_dy.view(shape) - xmu * (invstd.pow(2) * mean_dy_xmu).view(shape)) * (invstd * weight.to(torch::kFloat)).view(shape);
+    return {dx.to(x.scalar_type()), grad_weight, grad_bias, torch::Tensor(), torch::Tensor()};
+  }
+};
+
 /// conv.layer: Conv2d, BatchNorm2d where bn=1, the activation, MaxPool2d where pool > 0.
 struct ConvBlockImpl : nn::Module {
   ConvBlockImpl(std::int64_t ci, std::int64_t co, std::int64_t k, std::int64_t s, std::int64_t p, bool bn, std::int64_t act, std::int64_t pool)
@@ -988,13 +1049,18 @@ struct ConvBlockImpl : nn::Module {
   }
   torch::Tensor forward(const torch::Tensor& x) {
     auto y = conv(x);
-    if (norm) y = norm(y);
+    if (norm && sync && is_training()) {
+      y = SyncBatchNormFn::apply(y, norm->weight, norm->bias, norm.get(), sync.get());
+    } else if (norm) {
+      y = norm(y);
+    }
     y = activate(y, act);
     return pool > 0 ? F::max_pool2d(y, F::MaxPool2dFuncOptions(pool).stride(pool)) : y;
   }
   nn::Conv2d conv;
   nn::BatchNorm2d norm{nullptr};
   std::int64_t act, pool;
+  std::shared_ptr<const SyncBatchNorm> sync;  ///< Note [SyncBatchNorm]; null: plain batch norm
 };
 
 class ConvLayer final : public Wrapped<ConvBlockImpl> {
@@ -1004,6 +1070,9 @@ class ConvLayer final : public Wrapped<ConvBlockImpl> {
     return {image_input({b, ci_, hw_, hw_}, o, grad_)};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0].view({in[0].size(0), ci_, hw_, hw_})); }
+  void set_sync_batch_norm(const SyncBatchNorm& sync) override {
+    m_->sync = sync.size > 1 ? std::make_shared<const SyncBatchNorm>(sync) : nullptr;
+  }
 
  private:
   std::int64_t ci_, hw_;

@@ -243,6 +243,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     p.stage_layers.push_back(static_cast<int>(v));
   }
   p.sequence_parallel = c.get_bool("sequence_parallel", false);
+  p.sync_batchnorm = c.get_bool("sync_batchnorm", false);
   p.tp_comm_overlap = c.get_bool("tp_comm_overlap", false);
   p.placement = c.get_string("placement", "tp,pp,dp");
   p.micro_batch = c.get_int("micro_batch", 0, 1, std::int64_t{1} << 24);

@@ -46,7 +46,6 @@ struct ChunkContext : StageContext {
   std::vector<std::int64_t> rank_params;  ///< parameters each stage holds
   std::vector<std::int64_t> rank_expert_params;  ///< of them, routed experts'
   std::vector<Fp8Gemms> rank_fp8;         ///< the FP8 GEMMs each stage holds (Note [FP8 memory])
-  CommGroup dp_group;
   std::vector<TaskId> f_entry, f_exit, b_entry;  ///< by cell(): each chunk's forward and backward ends
   std::vector<TaskId> last_backward;             ///< by chunk: the exit of its latest backward
 

@@ -75,6 +75,7 @@ class ChunkStage final : public detail::StageEmitter {
     passes_.add(detail::recompute_pass(c));
     passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::expert_parallel_pass(c));
+    passes_.add(detail::sync_batch_norm_pass(c));
     passes_.add(detail::tensor_parallel_pass(c));
   }
 
@@ -226,6 +227,11 @@ class ChunkStage final : public detail::StageEmitter {
         const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
         detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
         detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
+      }
+      for (int l = ch.first; l < ch.first + ch.count; ++l) {
+        const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
+        detail::add_dp(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
+        detail::add_dp(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
       }
       // The chunk rebuilds one layer at a time; what it keeps is counted in
       // Chunk::kept already, so its forward drops nothing.

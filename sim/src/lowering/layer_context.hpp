@@ -25,7 +25,7 @@ struct LayerContext : StageContext {
   std::int64_t expert_params = 0;                     ///< of them, routed experts' (Layer::expert_params)
   int zero = 0;                                       ///< the plan's ZeRO stage
   int n = 1;                                          ///< ranks a shard is split over (plan.shard_group)
-  CommGroup dp_group, shard_group, replica_group;     ///< Note [ZeRO] in passes/sharded_parameters.cpp
+  CommGroup shard_group, replica_group;               ///< Note [ZeRO] in passes/sharded_parameters.cpp
   std::vector<TaskId> fwd;                            ///< this micro-batch's forward exits, by layer
   std::vector<TaskId> bwd;                            ///< this micro-batch's backward exits, by layer
   TaskId last_bwd = -1;                               ///< the last backward's final task

@@ -34,6 +34,7 @@ class LayerStage final : public detail::StageEmitter {
     c.n = p.shard_group;
     c.tp_group = axis_group(p.mesh, Axis::kTp, c.cluster.gpus_per_node);
     c.cp_group = axis_group(p.mesh, Axis::kCp, c.cluster.gpus_per_node);
+    c.dp_group = data_group(p.mesh, c.cluster.gpus_per_node);
     c.ep_group = expert_group(p.mesh, p.etp, p.ep, Axis::kEp, c.cluster.gpus_per_node);
     c.edp_group = expert_group(p.mesh, p.etp, p.ep, Axis::kDp, c.cluster.gpus_per_node);
     // Every micro-step repeats the same layer work: price each layer once.
@@ -62,6 +63,7 @@ class LayerStage final : public detail::StageEmitter {
     passes_.add(detail::recompute_pass(c));
     passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::expert_parallel_pass(c));
+    passes_.add(detail::sync_batch_norm_pass(c));
     passes_.add(detail::tensor_parallel_pass(c));
   }
 
@@ -98,12 +100,14 @@ class LayerStage final : public detail::StageEmitter {
       }
       detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
       detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
+      detail::add_dp(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
+      detail::add_dp(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
       const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
       if (c.plan.recompute == Recompute::kFull && L.is_block()) {
         // Full recompute keeps only the layer's input (the checkpoint) and
         // runs the forward again, its tensor-parallel collectives included.
         const Bytes checkpoint = l == 0 ? 0 : c.layers[l - 1].output_bytes;
-        u.recompute = {true, "recompute", c.fwd_time[l] + c.tp_fwd[l].total() + u.ep_forward_cost.total(), c.fwd_launch[l],
+        u.recompute = {true, "recompute", c.fwd_time[l] + c.tp_fwd[l].total() + u.ep_forward_cost.total() + u.dp_forward_cost.total(), c.fwd_launch[l],
                        L.saved_bytes - checkpoint + transient, transient};
         u.forward_drop = L.saved_bytes - checkpoint;
       } else if (c.plan.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
@@ -141,7 +145,6 @@ class LayerStage final : public detail::StageEmitter {
   void setup_groups(SimRank& rank) {
     detail::LayerContext& c = ctx_;
     const int per_node = c.cluster.gpus_per_node;
-    c.dp_group = data_group(c.plan.mesh, per_node);
     // With context parallelism the shards spread over dp x cp (data_group).
     c.shard_group = c.plan.cp > 1 ? c.dp_group : axis_group(c.plan.mesh, Axis::kDp, per_node, c.n);
     int inter_groups = c.dp_group.ranks_per_node < c.dp_group.ranks ? c.dp_group.groups_per_node : 1;

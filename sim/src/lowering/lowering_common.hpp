@@ -25,6 +25,8 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.mask_bytes = device.dropout_mask_bytes > 0 ? device.dropout_mask_bytes : shape.act_bytes;
   shape.fused_rnn = device.fused_rnn;
   shape.tp = p.tp;
+  shape.sync_batchnorm = p.sync_batchnorm && p.dp > 1;
+  shape.dp = p.dp;
   shape.sequence_parallel = p.sequence_parallel;
   shape.flash_attention = p.flash_attention;
   shape.cp = p.cp;
@@ -124,6 +126,13 @@ inline void add_ep(const std::vector<LayerComm>& ops, const CommGroup& ep_group,
   if (ops.empty()) return;
   add_flow(into, sum_costs(ops, ep_group, comm, route));
   for (const auto& o : ops) bytes += o.bytes * o.count;
+}
+
+/// As add_ep, for a layer's data-parallel collectives (Layer::dp_forward or
+/// dp_backward) over `dp_group`.
+inline void add_dp(const std::vector<LayerComm>& ops, const CommGroup& dp_group, const CommModel& comm,
+                   CollectiveCost& into, Bytes& bytes) {
+  add_ep(ops, dp_group, comm, into, bytes);
 }
 
 /// Expert parameters are reduced and sharded over their own group: the

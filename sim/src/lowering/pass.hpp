@@ -74,6 +74,11 @@ struct Unit {
   /// ep_backward) summed as one flow, and the bytes they move; zero where ep = 1.
   CollectiveCost ep_forward_cost, ep_backward_cost;
   Bytes ep_forward_bytes = 0, ep_backward_bytes = 0;
+  /// The collectives the layer runs over the data-parallel group inside its
+  /// passes (Layer::dp_forward, dp_backward: SyncBatchNorm's) as one flow,
+  /// and their bytes; zero where there are none.
+  CollectiveCost dp_forward_cost, dp_backward_cost;
+  Bytes dp_forward_bytes = 0, dp_backward_bytes = 0;
   /// The rematerialisation before the backward (Note [Activation memory]).
   struct Recompute {
     bool runs = false;
@@ -127,6 +132,8 @@ struct StageContext {
   /// The expert-parallel group and the expert data-parallel group (Note
   /// [Expert mesh] in cost_comm.cpp); one rank each for a dense model.
   CommGroup ep_group, edp_group;
+  /// The data-parallel group (Axis::kDp over the stage's replicas).
+  CommGroup dp_group;
   std::vector<Unit> units;
   std::vector<TaskId> reductions;  ///< the stage's gradient reductions, which its step waits for
 
@@ -272,6 +279,9 @@ inline void StageContext::reduced(const At& at, TaskId reduce, Bytes shard_bytes
 /// Expert parallelism's all-to-all dispatch and combine after a unit's
 /// kernels (passes/expert_parallel.cpp).
 std::unique_ptr<StrategyPass> expert_parallel_pass(StageContext& ctx);
+/// SyncBatchNorm's collectives (passes/sync_batch_norm.cpp); none unless a
+/// unit has Layer::dp_forward or dp_backward.
+std::unique_ptr<StrategyPass> sync_batch_norm_pass(StageContext& ctx);
 /// The tensor-parallel collectives after a unit's forward and backward
 /// kernels (passes/tensor_parallel.cpp).
 std::unique_ptr<StrategyPass> tensor_parallel_pass(StageContext& ctx);

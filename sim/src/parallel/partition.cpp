@@ -49,6 +49,7 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
   PricedLayers out;
   out.layers = model.layers(shape);
   const CommGroup tp_group = axis_group(plan.mesh, Axis::kTp, cluster.gpus_per_node);
+  const CommGroup dp_group = data_group(plan.mesh, cluster.gpus_per_node);
   const CommGroup ep_group = plan.ep > 1 ? expert_group(plan.mesh, plan.etp, plan.ep, Axis::kEp, cluster.gpus_per_node) : CommGroup{};
   const std::size_t n = out.layers.size();
   out.forward.reserve(n);
@@ -60,9 +61,12 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
   if (split_weights) out.weight.reserve(n);
   for (const Layer& L : out.layers) {
     const TimeNs fwd = compute.layer_time(L, Pass::kForward, plan.precision, shape);
-    // The serial collectives: tensor parallelism's, and expert parallelism's all-to-alls.
-    const TimeNs epf = L.ep_forward.empty() ? 0 : detail::sum_costs(L.ep_forward, ep_group, comm, &L.ep_route).total();
-    const TimeNs epb = L.ep_backward.empty() ? 0 : detail::sum_costs(L.ep_backward, ep_group, comm, &L.ep_route).total();
+    // The serial collectives: tensor parallelism's, expert parallelism's
+    // all-to-alls and SyncBatchNorm's (Layer::dp_forward).
+    const TimeNs epf = (L.ep_forward.empty() ? 0 : detail::sum_costs(L.ep_forward, ep_group, comm, &L.ep_route).total()) +
+                       (L.dp_forward.empty() ? 0 : detail::sum_costs(L.dp_forward, dp_group, comm).total());
+    const TimeNs epb = (L.ep_backward.empty() ? 0 : detail::sum_costs(L.ep_backward, ep_group, comm, &L.ep_route).total()) +
+                       (L.dp_backward.empty() ? 0 : detail::sum_costs(L.dp_backward, dp_group, comm).total());
     const TimeNs tpf = (plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm).total() : 0) + epf;
     TimeNs rec = 0;
     if (plan.recompute == Recompute::kFull && L.is_block()) rec = fwd + tpf;

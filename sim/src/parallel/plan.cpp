@@ -186,6 +186,11 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
   r.sequence_parallel = s.sequence_parallel;
   if (r.sequence_parallel && r.tp == 1) bad.add("sequence_parallel", "true needs tp > 1 (it splits what tensor parallelism replicates)");
+  r.sync_batchnorm = s.sync_batchnorm;
+  if (r.sync_batchnorm && !rules.sync_batchnorm_allowed()) {
+    bad.add("sync_batchnorm", "true, but " + model.name() + " has no batch norm layer to sync; valid: false "
+                              "(or a model with batch norm, e.g. vgg11-bn or --set model.batch_norm=true)");
+  }
   r.tp_comm_overlap = s.tp_comm_overlap;
   if (r.tp_comm_overlap && !r.sequence_parallel) {
     bad.add("tp_comm_overlap", "true needs sequence_parallel: true and tp > 1 (Transformer Engine overlaps sequence "

@@ -25,6 +25,7 @@ PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
   layers_ = model.layer_count();
   max_seq_len_ = model.max_seq_len();
   min_seq_len_ = model.min_seq_len();
+  batch_norm_ = model.has_batch_norm();
 }
 
 std::vector<int> PlanRules::tp_values() const {

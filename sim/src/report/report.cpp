@@ -48,6 +48,7 @@ std::string plan_line(const ResolvedPlan& p) {
   if (!p.overlap) os << " overlap=false";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   if (p.deallocate_pipeline_outputs) os << " outputs-freed";
+  if (p.sync_batchnorm) os << " sync_batchnorm";
   return os.str();
 }
 
@@ -59,6 +60,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("moe_imbalance", p.moe_imbalance).field("moe_capacity_factor", p.moe_capacity_factor).field("moe_pad", p.moe_pad)
       .field("moe_force_load_balance", p.moe_force_load_balance).field("moe_dispatcher", to_string(p.moe_dispatcher));
   j.field("attention", p.flash_attention ? "flash" : "eager");
+  j.field("sync_batchnorm", p.sync_batchnorm);
   j.field("micro_batch", static_cast<std::int64_t>(p.micro_batch));
   j.field("grad_accum", static_cast<std::int64_t>(p.grad_accum));
   j.field("global_batch", static_cast<std::int64_t>(p.global_batch));

@@ -68,6 +68,7 @@ struct KnobChoices {
   std::vector<sim::Precision> precisions;  ///< those the device computes in
   int max_virtual_stages = 1;   ///< layers / pp (interleaved needs >= 2 chunks per stage)
   bool sequence_parallel = false;  ///< allowed with the current tp (tp_comm_overlap also needs it on)
+  bool sync_batchnorm = false;     ///< the model has batch norm to sync over the data-parallel group
 };
 /// Choices for tp, pp, cp, dp, ep and etp given the current tp, pp, cp, dp
 /// and etp, for sequences of seq_len tokens (0: the model's maximum, as

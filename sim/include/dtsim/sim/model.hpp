@@ -71,6 +71,10 @@ struct WorkloadShape {
   /// tensors (LibTorch on CPU; Note [LSTM memory] in models/src/bilstm.cpp).
   bool fused_rnn = true;
   int tp = 1;                    ///< tensor-parallel degree (Megatron-LM column/row split)
+  /// Batch norm syncs its statistics over the `dp` ranks of the
+  /// data-parallel group (PlanSpec::sync_batchnorm; false where dp = 1).
+  bool sync_batchnorm = false;
+  int dp = 1;
   bool sequence_parallel = false;  ///< Korthikanti et al. 2022: norms and dropout sharded over the sequence
   /// Attention runs fused, as FlashAttention and SDPA do (Dao et al. 2022):
   /// the s x s scores are never stored; forward keeps the output and the
@@ -176,6 +180,11 @@ struct Layer {
   /// Axis::kEp, empty when ep = 1), serial with the layer's kernels as
   /// Megatron-Core's alltoall dispatcher runs them.
   std::vector<LayerComm> ep_forward, ep_backward;
+  /// Collectives over the data-parallel group inside the layer's forward
+  /// and backward (Axis::kDp; SyncBatchNorm's statistics, Note
+  /// [SyncBatchNorm] in models/src/convnet.cpp), serial with its kernels
+  /// on the compute stream; empty unless WorkloadShape::sync_batchnorm.
+  std::vector<LayerComm> dp_forward, dp_backward;
   /// Where DeepEP runs them (WorkloadShape::moe_deepep; top_k > 0), how
   /// the tokens spread: their all-to-alls are priced by
   /// CommModel::expert_dispatch.
@@ -214,6 +223,9 @@ class Model {
   /// one to read, one to predict). layers() still answers below it, for
   /// callers that ask only for the layer list's shape.
   virtual std::int64_t min_seq_len() const { return 1; }
+  /// Whether a layer normalises over the batch (PlanSpec::sync_batchnorm
+  /// needs one).
+  virtual bool has_batch_norm() const { return false; }
   /// Layers, first to last, for one micro-batch of the given shape.
   virtual std::vector<Layer> layers(const WorkloadShape& shape) const = 0;
   /// How many layers layers() returns, whatever the shape; models answer

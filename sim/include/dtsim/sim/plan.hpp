@@ -97,6 +97,12 @@ struct PlanSpec {
   int virtual_stages = 0;         ///< model chunks per GPU (interleaved; 0: 2)
   std::vector<int> stage_layers;  ///< layers per stage (empty: balanced by cost)
   bool sequence_parallel = false; ///< Korthikanti et al. 2022 (needs tp > 1)
+  /// Batch norm over the whole data-parallel batch, as
+  /// torch.nn.SyncBatchNorm.convert_sync_batchnorm makes it: each batch
+  /// norm layer gathers the ranks' statistics in forward and all-reduces
+  /// its gradient sums in backward (Note [SyncBatchNorm] in
+  /// models/src/convnet.cpp). Needs a model with batch norm.
+  bool sync_batchnorm = false;
   /// Megatron-Core's --tp-comm-overlap (Transformer Engine's userbuffers):
   /// sequence parallelism's all-gathers and reduce-scatters pipelined with
   /// the GEMMs beside them (needs sequence_parallel).
@@ -175,6 +181,7 @@ struct ResolvedPlan {
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
   int virtual_stages = 1;         ///< model chunks per pipeline rank
   bool sequence_parallel = false;
+  bool sync_batchnorm = false;    ///< PlanSpec::sync_batchnorm
   bool tp_comm_overlap = false;
   /// Layers per stage as given, or as lowering balanced them (one entry per
   /// model chunk: pp x virtual_stages). Counts every layer of Model::layers.

@@ -89,6 +89,8 @@ class PlanRules {
   std::int64_t max_seq_len() const { return max_seq_len_; }
   /// The shortest.
   std::int64_t min_seq_len() const { return min_seq_len_; }
+  /// Whether sync_batchnorm may be true: the model normalises over the batch.
+  bool sync_batchnorm_allowed() const { return batch_norm_; }
 
  private:
   const Model& model_;
@@ -97,6 +99,7 @@ class PlanRules {
   int layers_ = 1;
   std::int64_t max_seq_len_ = 1;
   std::int64_t min_seq_len_ = 1;
+  bool batch_norm_ = false;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
   mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
 };

@@ -14,6 +14,8 @@
 
 namespace dtsim::models {
 
+struct SyncBatchNorm;
+
 /// A LibTorch module standing for one analytic layer.
 class TorchLayer {
  public:
@@ -43,6 +45,28 @@ class TorchLayer {
   /// parallelism their gradients are reduced over the expert data-parallel
   /// group instead of the data-parallel one (Note [Expert parallelism]).
   virtual std::vector<torch::Tensor> expert_parameters() { return {}; }
+  /// Makes the layer's batch norms SyncBatchNorms over `sync`'s group
+  /// (Note [SyncBatchNorm] below); layers without batch norm ignore it.
+  virtual void set_sync_batch_norm(const SyncBatchNorm& /*sync*/) {}
+};
+
+/// Note [SyncBatchNorm]
+/// torch.nn.SyncBatchNorm's autograd function (torch/nn/modules/_functions.py),
+/// which LibTorch's C++ frontend lacks, with the runtime's collectives:
+/// forward computes this rank's per-channel mean and inverse standard
+/// deviation, `all_gather`s them with its element count (2C + 1 fp32 a rank,
+/// returned [size (2C + 1)] in rank order) and normalises with the statistics
+/// of the whole data-parallel batch (batch_norm_gather_stats_with_counts,
+/// which also updates the running statistics with the unbiased variance);
+/// backward reduces sum(dy) and sum(dy (x - mean)) per channel, `all_reduce`s
+/// them (2C fp32, summed in place) and takes the input's gradient with the
+/// global sums (batch_norm_backward_elemt), the weight's and bias's with the
+/// local ones, which data parallelism then averages. The simulator prices
+/// the two collectives (Layer::dp_forward, dp_backward).
+struct SyncBatchNorm {
+  int size = 1;
+  std::function<torch::Tensor(const torch::Tensor&)> all_gather;
+  std::function<void(torch::Tensor&)> all_reduce;
 };
 
 /// Note [Recompute]
