@@ -61,9 +61,58 @@
 #include "dtsim/platform/process.hpp"
 #include "dtsim/sim/error.hpp"
 
+#include <c10/core/CPUAllocator.h>
+#include <c10/core/impl/alloc_cpu.h>
+#include <torch/version.h>
+
+#include <atomic>
+
 namespace {
 
 using Clock = std::chrono::steady_clock;
+
+// ---- Note [Layer memory] on a CPU: a counting allocator --------------------------------
+// The runtime counts a CPU rank's bytes with its own allocator
+// (runtime/src/memory.cpp, Note [Counting allocator]); the bench counts
+// them the same way, so a layer's transient and backward rise are measured
+// in the bytes the runtime's peak is. A 64-byte header before each block
+// holds its size.
+std::atomic<std::int64_t> g_cpu_current{0}, g_cpu_peak{0};
+
+void cpu_release(void* data) {
+  void* base = static_cast<char*>(data) - 64;
+  g_cpu_current.fetch_sub(static_cast<std::int64_t>(*static_cast<std::size_t*>(base)), std::memory_order_relaxed);
+  c10::free_cpu(base);
+}
+
+// LibTorch 2.3 made Allocator::allocate non-const and added copy_data.
+#if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 3)
+#define DTSIM_BENCH_ALLOCATE_CONST
+#define DTSIM_BENCH_COPY_DATA 1
+#else
+#define DTSIM_BENCH_ALLOCATE_CONST const
+#endif
+
+class CountingCpuAllocator final : public c10::Allocator {
+ public:
+  c10::DataPtr allocate(std::size_t n) DTSIM_BENCH_ALLOCATE_CONST override {
+    const auto bytes = static_cast<std::int64_t>(n);
+    const std::int64_t now = g_cpu_current.fetch_add(bytes, std::memory_order_relaxed) + bytes;
+    std::int64_t peak = g_cpu_peak.load(std::memory_order_relaxed);
+    while (now > peak && !g_cpu_peak.compare_exchange_weak(peak, now, std::memory_order_relaxed)) {
+    }
+    void* base = c10::alloc_cpu(n + 64);
+    *static_cast<std::size_t*>(base) = n;
+    void* data = static_cast<char*>(base) + 64;
+    return {data, data, &cpu_release, c10::Device(c10::DeviceType::CPU)};
+  }
+  c10::DeleterFnPtr raw_deleter() const override { return &cpu_release; }
+#if defined(DTSIM_BENCH_COPY_DATA)
+  void copy_data(void* dest, const void* src, std::size_t count) const override { default_copy_data(dest, src, count); }
+#endif
+};
+
+CountingCpuAllocator g_cpu_allocator;
 
 struct Options {
   std::string device = "cpu";
@@ -810,7 +859,7 @@ class Bench {
       } else {
         out.forward.push_back(f);
         out.backward.push_back(g);
-        if (cuda_ && pass == 0) layer_memory(*layer, inputs, &out.forward_transient, &out.backward_rise);
+        if (pass == 0) layer_memory(*layer, inputs, &out.forward_transient, &out.backward_rise);
       }
     } catch (const c10::Error& e) {
       // Out of memory (c10::OutOfMemoryError is a c10::Error) or an op this
@@ -852,45 +901,64 @@ class Bench {
   // analytic models' formulas), but some of what it holds for a moment does
   // not: cuDNN's LSTM takes a workspace of its own choosing, a head holds
   // fp32 logits and their gradients, a block's masks and upcasts come and
-  // go. So on a GPU each layer point runs once more untimed, reading the
-  // caching allocator (its books are kept on the host as work is queued):
+  // go; nor do oneDNN's blocked-format copies of a convolution's output on
+  // a CPU. So each layer point runs once more untimed, reading the caching
+  // allocator on a GPU (its books are kept on the host as work is queued)
+  // and the counting allocator on a CPU (the runtime's way of counting):
   // how far the forward rose above what it left allocated (its transient),
   // and how far the backward rose above what was allocated as it began (its
   // gradients, the input's gradient and its workspaces). The simulator
   // holds a layer's pass at those heights where a profile measured them.
   void layer_memory(dtsim::models::TorchLayer& layer, std::vector<torch::Tensor>& inputs, std::int64_t* forward_transient,
                     std::int64_t* backward_rise) {
-#ifdef DTSIM_TORCH_CUDA
     // A failure here costs the point its memory, never its timings.
     try {
-    namespace alloc = c10::cuda::CUDACachingAllocator;
-    const auto device = c10::cuda::current_device();
-    layer.module().zero_grad(/*set_to_none=*/true);
-    for (auto& t : inputs) {
-      if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
-    }
-    sync();
-    alloc::resetPeakStats(device);
-    auto y = layer.forward(inputs);
-    const auto fwd = alloc::getDeviceStats(device).allocated_bytes[0];
-    const auto dy = y.dim() == 0 ? torch::Tensor() : torch::ones_like(y);
-    const auto before = alloc::getDeviceStats(device).allocated_bytes[0].current;
-    alloc::resetPeakStats(device);
-    if (dy.defined()) {
-      y.backward(dy);
-    } else {
-      y.backward();
-    }
-    const auto bwd_peak = alloc::getDeviceStats(device).allocated_bytes[0].peak;
-    sync();
-    *forward_transient = std::max<std::int64_t>(0, fwd.peak - fwd.current);
-    *backward_rise = std::max<std::int64_t>(0, bwd_peak - before);
+      layer.module().zero_grad(/*set_to_none=*/true);
+      for (auto& t : inputs) {
+        if (t.requires_grad() && t.grad().defined()) t.mutable_grad() = torch::Tensor();
+      }
+      sync();
+      reset_peak();
+      auto y = layer.forward(inputs);
+      const std::int64_t fwd_peak = peak_bytes(), fwd_current = current_bytes();
+      const auto dy = y.dim() == 0 ? torch::Tensor() : torch::ones_like(y);
+      const std::int64_t before = current_bytes();
+      reset_peak();
+      if (dy.defined()) {
+        y.backward(dy);
+      } else {
+        y.backward();
+      }
+      const std::int64_t bwd_peak = peak_bytes();
+      sync();
+      *forward_transient = std::max<std::int64_t>(0, fwd_peak - fwd_current);
+      *backward_rise = std::max<std::int64_t>(0, bwd_peak - before);
     } catch (const std::exception&) {
       *forward_transient = *backward_rise = -1;
     }
-#else
-    (void)layer, (void)inputs, (void)forward_transient, (void)backward_rise;
+  }
+  /// The allocated bytes now and at their peak since reset_peak(): the
+  /// caching allocator's on a GPU, the counting allocator's on a CPU.
+  std::int64_t current_bytes() const {
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].current;
 #endif
+    return g_cpu_current.load();
+  }
+  std::int64_t peak_bytes() const {
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) return c10::cuda::CUDACachingAllocator::getDeviceStats(c10::cuda::current_device()).allocated_bytes[0].peak;
+#endif
+    return g_cpu_peak.load();
+  }
+  void reset_peak() {
+#ifdef DTSIM_TORCH_CUDA
+    if (cuda_) {
+      c10::cuda::CUDACachingAllocator::resetPeakStats(c10::cuda::current_device());
+      return;
+    }
+#endif
+    g_cpu_peak.store(g_cpu_current.load());
   }
 
   /// Times one layer's forward and backward alone, in a loop; false when
@@ -1372,6 +1440,8 @@ int main(int argc, char** argv) {
       return 2;
     }
     for (const auto& m : o.models) dtsim::models::load_model(m);  // bad names fail before any measuring
+    // Note [Layer memory]: a CPU's bytes counted as the runtime counts them.
+    if (o.device != "cuda") c10::SetCPUAllocator(&g_cpu_allocator, /*priority=*/100);
     Bench(o).run();
   } catch (const dtsim::Error& e) {
     std::fprintf(stderr, "dtsim_torch_bench: %s\n", e.what());

@@ -159,6 +159,9 @@ sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShap
   out.name = name;
   out.signature = signature_of(l);
   out.params = params_of(l);
+  out.largest_param_tensor = l.op == Spec::Op::kConv || l.op == Spec::Op::kConvT ? l.co * l.ci * l.k * l.k
+                             : l.op == Spec::Op::kFc                              ? l.in * l.out
+                                                                                  : 0;
   out.kind = l.op == Spec::Op::kClassifier || l.mse ? sim::LayerKind::kHead : sim::LayerKind::kOther;
   switch (l.op) {
     case Spec::Op::kConv: {

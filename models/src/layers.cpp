@@ -255,6 +255,7 @@ sim::Layer classifier_head(const std::string& name, const sim::WorkloadShape& sh
   l.signature = "fc.head:in=" + std::to_string(in) + ",c=" + std::to_string(classes);
   l.params = in * classes + classes;
   l.param_tensors = 2;
+  l.largest_param_tensor = in * classes;
   l.forward.push_back(gemm(name + ".linear", rows, classes, in, e));
   l.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * rows * classes, 4 * rows * classes, 5.0 * rows * classes));
   l.forward.push_back(memory_op("nll", sim::KernelKind::kElementwise, 4 * rows, 4));

@@ -59,6 +59,7 @@ class Nbow final : public ZooModel {
     bag.signature = "bag.embed:v=" + std::to_string(c_.vocab) + ",d=" + std::to_string(d);
     bag.params = c_.vocab * d;
     bag.param_tensors = 1;
+    bag.largest_param_tensor = c_.vocab * d;
     // Note [Bag of words].
     bag.forward.push_back(memory_op("bag.gather_mean", sim::KernelKind::kEmbedding, e * t * d + 8 * t, e * b * d, static_cast<double>(t * d)));
     bag.backward.push_back(memory_op("bag.scatter_add", sim::KernelKind::kEmbedding, e * b * d + 16 * t,
@@ -133,6 +134,9 @@ class Seq2Seq final : public ZooModel {
     enc.signature = "s2s.encoder:v=" + std::to_string(c_.src_vocab) + "," + dims;
     enc.params = c_.src_vocab * c_.embed + lstm_params();
     enc.param_tensors = 1 + 4 * c_.layers;
+    // The embedding, or an LSTM layer's W_ih (4 hs x its input) or W_hh (4 hs x hs).
+    const std::int64_t gates = 4 * hs * std::max(c_.embed, hs);
+    enc.largest_param_tensor = std::max(c_.src_vocab * c_.embed, gates);
     add_embedded_lstm(enc, shape, c_, s);
     enc.backward = backward_of(enc.forward);
     enc.output_bytes = e * 2 * c_.layers * b * hs;  // each layer's last hidden and cell states
@@ -143,6 +147,7 @@ class Seq2Seq final : public ZooModel {
     dec.signature = "s2s.decoder:v=" + std::to_string(c_.tgt_vocab) + "," + dims;
     dec.params = c_.tgt_vocab * c_.embed + lstm_params() + hs * c_.tgt_vocab + c_.tgt_vocab;
     dec.param_tensors = 3 + 4 * c_.layers;
+    dec.largest_param_tensor = std::max({c_.tgt_vocab * c_.embed, gates, hs * c_.tgt_vocab});
     const std::int64_t t = b * (s - 1);
     add_embedded_lstm(dec, shape, c_, s - 1);
     const Bytes lstm_workspace = dec.backward_workspace_bytes;

@@ -128,6 +128,9 @@ std::vector<DeviceSpec> make_devices() {
   cpu.dropout_mask_bytes = 0;
   // No cuDNN: an LSTM is ATen's cell step by step (Note [LSTM memory]).
   cpu.fused_rnn = false;
+  // torch.optim's Adam on CPU tensors, and the runtime's, step tensor by
+  // tensor with temporaries (Note [Unfused step] in sim/cost.hpp).
+  cpu.fused_optimizer = false;
   cpu.gloo_collectives = true;
   // Gloo reduces and copies on the CPU cores the ranks compute on (Note [CPU
   // collectives] in sim/src/lowering/layer_context.hpp).

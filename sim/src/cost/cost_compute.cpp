@@ -73,6 +73,11 @@ TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, cons
 
 int flat_updates(std::int64_t params) { return params <= 0 ? 0 : static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk); }
 
+Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused) {
+  if (fused || o == Optimizer::kSgd || largest <= 0) return 0;
+  return std::min(largest, kUpdateChunk) * (p == Precision::kFp32 ? 4 : 8);
+}
+
 int layer_updates(std::int64_t params, int tensors) {
   return params <= 0 ? 0 : std::max({1, tensors, flat_updates(params)});
 }

@@ -620,8 +620,8 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
 }
 
 // Note [Layer memory] (calibrate/src/torch_bench.cpp measures it)
-// On a GPU calibration reads the caching allocator around each layer
-// point: the forward's transient (the most it held above what it left) and
+// Calibration reads the caching allocator (GPU) or a counting allocator
+// (CPU, as the runtime counts) around each layer point: the forward's transient (the most it held above what it left) and
 // the backward's rise (the most it held above where it began: gradients,
 // the input's gradient, workspaces such as cuDNN's LSTM's, which no formula
 // of ours knows). A layer's memory at b x s is looked up from those points

@@ -22,6 +22,13 @@ struct Chunk {
   Bytes kept = 0;            ///< kept from forward to backward
   Bytes peak_extra = 0;      ///< rematerialised during backward
   Bytes workspace = 0;       ///< the largest backward workspace of its layers
+  /// The same where the layers' gradients are allocated by this backward
+  /// (the chunk's first), which a measured rise includes (Note [Layer
+  /// memory] in cost_profile.cpp); equal to `workspace` where none was measured.
+  Bytes workspace_first = 0;
+  /// How far the forward rises above `kept` for a moment: the largest of
+  /// a layer's measured transient over what the layers before it keep.
+  Bytes forward_transient = 0;
   Bytes input = 0;           ///< activation received (and its gradient sent back)
   Bytes output = 0;          ///< activation sent on
   /// That output, kept from forward to backward as autograd's root; 0

@@ -126,6 +126,7 @@ class ChunkStage final : public detail::StageEmitter {
     // The partition step split the layers (partition.hpp).
     const std::vector<int>& counts = c.plan.stage_layers;
     DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks: partition() first");
+    const WorkloadShape shape = detail::workload_shape(c.plan, c.cluster.device);
     int embedding_chunk = -1;
     for (std::size_t l = 0; l < layers.size() && embedding_chunk < 0; ++l) {
       if (layers[l].kind == LayerKind::kEmbedding) embedding_chunk = 0;  // the first chunk always starts at layer 0
@@ -137,8 +138,16 @@ class ChunkStage final : public detail::StageEmitter {
       ch.count = counts[vs];
       ch.rank = vs % pp;
       Bytes max_extra = 0;
+      Bytes kept_before = 0;  // what the chunk's layers before l keep
+      struct Rise {
+        Bytes any, first, kept;
+        bool measured;
+      };
+      std::vector<Rise> rises;  // each layer's measured backward rise, in order
       for (int l = first; l < first + ch.count; ++l) {
         const Layer& L = layers[l];
+        // Note [Layer memory]: what calibration measured of the layer's passes.
+        const auto measured = c.compute_model.layer_memory(L, c.plan.precision, shape);
         ch.fwd += c.priced.forward[l];
         ch.bwd += c.priced.backward[l];
         ch.recompute += c.priced.recompute[l];
@@ -161,7 +170,21 @@ class ChunkStage final : public detail::StageEmitter {
         // A layer's backward holds its workspace and the gradient of its
         // output, which the chunk's last layer receives (counted apart).
         const Bytes grad_in = l + 1 < first + ch.count ? L.output_bytes : 0;
-        ch.workspace = std::max(ch.workspace, L.backward_workspace_bytes + grad_in);
+        if (measured) {
+          // The measured rise (the input's gradient and the workspaces, and
+          // the weights' gradients where the pass allocates them) in place
+          // of the formulas, as the layer-wise emitter takes it; the chunk's
+          // backward is one task, so each layer's rise is counted less what
+          // the layers after it kept, freed by the time its backward runs.
+          rises.push_back({measured->backward_rise + grad_in,
+                           std::max<Bytes>(0, measured->backward_rise - (L.grads_at_end() ? 0 : L.params * c.w)) + grad_in, kept, true});
+          ch.forward_transient = std::max(ch.forward_transient, kept_before + kept + measured->forward_transient);
+        } else {
+          ch.workspace = std::max(ch.workspace, L.backward_workspace_bytes + grad_in);
+          ch.workspace_first = std::max(ch.workspace_first, L.backward_workspace_bytes + grad_in);
+          rises.push_back({0, 0, kept, false});
+        }
+        kept_before += kept;
         if (L.borrowed_params > 0 && embedding_chunk >= 0 && ch.rank != 0) {
           // Megatron-LM keeps a copy of the tied word embedding on the last stage.
           ch.params += L.borrowed_params;
@@ -169,6 +192,15 @@ class ChunkStage final : public detail::StageEmitter {
         }
       }
       ch.peak_extra = max_extra;
+      Bytes freed = 0;  // kept by the layers after the one in hand, gone as its backward runs
+      for (std::size_t r = rises.size(); r-- > 0;) {
+        if (rises[r].measured) {
+          ch.workspace = std::max(ch.workspace, rises[r].any - freed);
+          ch.workspace_first = std::max(ch.workspace_first, rises[r].first - freed);
+        }
+        freed += rises[r].kept;
+      }
+      ch.forward_transient = std::max<Bytes>(0, ch.forward_transient - ch.kept);
       ch.input = first == 0 ? 0 : layers[first - 1].output_bytes;
       ch.output = layers[first + ch.count - 1].output_bytes;
       if (first > 0) {
@@ -279,7 +311,8 @@ class ChunkStage final : public detail::StageEmitter {
     const detail::At at{s, s, static_cast<std::size_t>(vs), i};
     std::vector<TaskId> deps;  // a chunk's tasks follow each other on its stream
     passes_.before_forward(at, deps);
-    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.kept + ch.held}}, on_end;
+    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.kept + ch.held + ch.forward_transient}}, on_end;
+    detail::add_bytes(on_end, MemCategory::kActivations, -ch.forward_transient);
     passes_.forward_memory(at, on_start, on_end);
     c.f_entry[cell] = c.add(c.name("fwd", vs, i), s, Phase::kForward, ch.fwd, std::move(on_start), std::move(on_end));
     c.f_exit[cell] = passes_.after_forward(at, c.f_entry[cell]);
@@ -296,7 +329,7 @@ class ChunkStage final : public detail::StageEmitter {
     // The gradient received for the chunk's output, and the larger of its
     // backward workspace and the gradient of its input, which appears as the
     // workspace goes.
-    const Bytes transient = ch.grad_out + std::max(ch.input, ch.workspace);
+    const Bytes transient = ch.grad_out + std::max(ch.input, first_of_chunk ? ch.workspace_first : ch.workspace);
     std::vector<MemOp> on_start{{MemCategory::kActivations, transient}};
     // Under zb-h1, what the weight pass needs stays until it runs.
     std::vector<MemOp> on_end{{MemCategory::kActivations, (split_ ? ch.w_hold : 0) -
@@ -357,6 +390,18 @@ class ChunkStage final : public detail::StageEmitter {
     std::vector<MemOp> frees;
     if (!c.resident_grads) frees.push_back({MemCategory::kGradients, -params * c.gw});
     detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
+    // Note [Unfused step]: the largest tensor the stage steps, its flat shard under ZeRO.
+    std::int64_t largest = 0;
+    for (const auto& ch : c.chunks) {
+      if (ch.rank != s) continue;
+      for (int l = ch.first; l < ch.first + ch.count; ++l) largest = std::max(largest, c.priced.layers[l].largest_tensor());
+    }
+    if (c.plan.zero_stage >= 1) largest = shard;
+    if (c.plan.offload_optimizer != Offload::kCpu) {
+      const Bytes t = unfused_step_bytes(largest, c.plan.optimizer, c.plan.precision, c.cluster.device.fused_optimizer);
+      detail::add_bytes(on_start, MemCategory::kOptimizer, t);
+      detail::add_bytes(frees, MemCategory::kOptimizer, -t);
+    }
     const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
                               c.compute_model.optimizer_time(static_cast<double>(shard), tensors, c.plan.optimizer,
                                                              c.plan.precision, c.cluster.device),

@@ -225,6 +225,17 @@ class LayerStage final : public detail::StageEmitter {
       frees.push_back({MemCategory::kGradients, -grads});
     }
     detail::add_step_fp32_grads(c.plan, c.params, c.expert_params, shard_params, c.gw, on_start, frees);
+    if (c.plan.offload_optimizer != Offload::kCpu) {
+      // Note [Unfused step]: the largest tensor it steps, a flat shard under ZeRO.
+      std::int64_t largest = 0;
+      for (const auto& l : c.layers) {
+        largest = std::max(largest, c.zero == 3 ? detail::LayerContext::ceil_div(l.params, c.n) : l.largest_tensor());
+      }
+      if (c.zero == 1 || c.zero == 2) largest = shard_params;
+      const Bytes t = unfused_step_bytes(largest, c.plan.optimizer, c.plan.precision, c.cluster.device.fused_optimizer);
+      detail::add_bytes(on_start, MemCategory::kOptimizer, t);
+      detail::add_bytes(frees, MemCategory::kOptimizer, -t);
+    }
     passes_.before_step(0, deps, on_start);
     TaskId step = passes_.optimizer_step(0, deps, frees);
     if (step < 0) {

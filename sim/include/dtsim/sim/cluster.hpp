@@ -47,6 +47,11 @@ struct DeviceSpec {
   /// LSTMs run fused (cuDNN) rather than as ATen's composite cell, as
   /// LibTorch does on CPU (WorkloadShape::fused_rnn).
   bool fused_rnn = true;
+  /// The optimizer step is fused, making no temporaries (apex and
+  /// DeepSpeed's FusedAdam on GPUs); false where it runs tensor by tensor in
+  /// unfused ops (torch.optim's default on CPUs, dtsim's runtime), holding
+  /// Note [Unfused step]'s temporaries in sim/cost.hpp.
+  bool fused_optimizer = true;
   /// Collectives run through Gloo (CPU ranks), not NCCL. Gloo has no
   /// reduce-scatter: ZeRO's is an all-to-all into a receive buffer as large
   /// as the bucket, then a local sum; and its all-gather into separate

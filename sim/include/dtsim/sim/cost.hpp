@@ -181,6 +181,23 @@ int layer_updates(std::int64_t params, int tensors);
 /// Updates of one flat tensor (a ZeRO shard, an FSDP unit) of `params`.
 int flat_updates(std::int64_t params);
 
+/// Note [Unfused step]
+/// A fused optimizer (apex's and DeepSpeed's FusedAdam, PyTorch's
+/// fused=True) updates in place. An unfused one makes temporaries: the
+/// runtime's adam_update holds, for the chunk of at most kUpdateChunk
+/// elements it is stepping, Adam's fp32 denominator ((v / bc2).sqrt_().add_(eps))
+/// and, under mixed precision, the gradient's fp32 copy; torch.optim.Adam's
+/// for-loop implementation (_single_tensor_adam, PyTorch's default for CPU
+/// tensors) the denominator of the whole tensor. So a step holds, at its
+/// largest, 4 bytes (8 mixed) an element of the largest tensor (or chunk) it
+/// steps: measured by dtsim validate on this CPU, mlp's peak at the step was
+/// its states and gradients and 4 x 784 x 512 B + 12, the denominator of its
+/// first weight (docs/validation-cpu.md). Devices with
+/// DeviceSpec::fused_optimizer false (the CPU) are priced so; SGD makes none.
+/// `largest` is the largest tensor's elements (Layer::largest_param_tensor,
+/// or a flat shard).
+Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused);
+
 /// Bytes the optimizer reads and writes per parameter in one step
 /// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the
 /// working copy under mixed precision; momentum SGD drops v).
