@@ -394,7 +394,7 @@ class ChunkStage final : public detail::StageEmitter {
     std::int64_t largest = 0;
     for (const auto& ch : c.chunks) {
       if (ch.rank != s) continue;
-      for (int l = ch.first; l < ch.first + ch.count; ++l) largest = std::max(largest, c.priced.layers[l].largest_tensor());
+      for (int l = ch.first; l < ch.first + ch.count; ++l) largest = std::max(largest, c.priced.layers[l].largest_param_tensor);
     }
     if (c.plan.zero_stage >= 1) largest = shard;
     if (c.plan.offload_optimizer != Offload::kCpu) {

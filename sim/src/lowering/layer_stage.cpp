@@ -229,7 +229,7 @@ class LayerStage final : public detail::StageEmitter {
       // Note [Unfused step]: the largest tensor it steps, a flat shard under ZeRO.
       std::int64_t largest = 0;
       for (const auto& l : c.layers) {
-        largest = std::max(largest, c.zero == 3 ? detail::LayerContext::ceil_div(l.params, c.n) : l.largest_tensor());
+        largest = std::max(largest, c.zero == 3 ? detail::LayerContext::ceil_div(l.params, c.n) : l.largest_param_tensor);
       }
       if (c.zero == 1 || c.zero == 2) largest = shard_params;
       const Bytes t = unfused_step_bytes(largest, c.plan.optimizer, c.plan.precision, c.cluster.device.fused_optimizer);

@@ -195,7 +195,7 @@ int flat_updates(std::int64_t params);
 /// first weight (docs/validation-cpu.md). Devices with
 /// DeviceSpec::fused_optimizer false (the CPU) are priced so; SGD makes none.
 /// `largest` is the largest tensor's elements (Layer::largest_param_tensor,
-/// or a flat shard).
+/// where the model says it, or a flat shard under ZeRO).
 Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused);
 
 /// Bytes the optimizer reads and writes per parameter in one step

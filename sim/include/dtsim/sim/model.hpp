@@ -154,10 +154,10 @@ struct Layer {
   /// steps tensor by tensor pays a launch for each (0: unknown, counted as 1).
   int param_tensors = 0;
   /// Elements of its largest parameter tensor (Note [Unfused step] in
-  /// cost.hpp); 0: unknown, `params` stands for it.
+  /// cost.hpp); 0: not said, and its step's temporary is not priced (a
+  /// layer's whole `params` would overstate it: gpt2-tiny's first pipeline
+  /// stage was then priced at its step, where it peaks in backward).
   std::int64_t largest_param_tensor = 0;
-  /// The largest tensor, or `params` where unknown.
-  std::int64_t largest_tensor() const { return largest_param_tensor > 0 ? largest_param_tensor : params; }
   std::vector<Kernel> forward;    ///< kernels of the forward pass
   std::vector<Kernel> backward;   ///< kernels of the backward pass
   Bytes saved_bytes = 0;          ///< activations kept for backward per micro-batch
