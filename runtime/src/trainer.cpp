@@ -530,7 +530,7 @@ class Trainer {
     // Note [SyncBatchNorm] (models/torch): batch norm's statistics over the
     // data-parallel group, drawn as the other in-layer waits are.
     models::SyncBatchNorm sync;
-    sync.size = p.sync_batchnorm ? p.dp : 1;
+    sync.size = p.sync_batchnorm ? dp_.size : 1;  // the group all_gather gathers over
     sync.all_gather = [this](const torch::Tensor& x) {
       const torch::Tensor in = x.contiguous().view({-1});
       torch::Tensor out = torch::empty({dp_.size * in.numel()}, in.options());

@@ -257,13 +257,13 @@ class ChunkStage final : public detail::StageEmitter {
       }
       for (int l = ch.first; c.plan.ep > 1 && l < ch.first + ch.count; ++l) {
         const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
-        detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
-        detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
+        detail::add_comms(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
+        detail::add_comms(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
       }
       for (int l = ch.first; l < ch.first + ch.count; ++l) {
         const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
-        detail::add_dp(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
-        detail::add_dp(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
+        detail::add_comms(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
+        detail::add_comms(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
       }
       // The chunk rebuilds one layer at a time; what it keeps is counted in
       // Chunk::kept already, so its forward drops nothing.
@@ -378,11 +378,14 @@ class ChunkStage final : public detail::StageEmitter {
     const std::int64_t params = c.rank_params[s];
     const std::int64_t shard = c.plan.zero_stage >= 1 ? detail::shard_of(c.plan, params, c.rank_expert_params[s]) : params;
     // The step goes tensor by tensor, or over one flat shard under ZeRO-1
-    // (Note [Optimizer updates] in cost.hpp).
+    // (Note [Optimizer updates] in cost.hpp); Note [Unfused step]'s
+    // temporaries follow its largest tensor.
     int tensors = 0;
+    std::int64_t largest = 0;
     for (const auto& ch : c.chunks) {
       if (ch.rank != s) continue;
       for (int l = ch.first; l < ch.first + ch.count; ++l) {
+        largest = std::max(largest, c.priced.layers[l].largest_param_tensor);
         tensors += layer_updates(c.priced.layers[l].params, c.priced.layers[l].param_tensors);
       }
     }
@@ -390,18 +393,7 @@ class ChunkStage final : public detail::StageEmitter {
     std::vector<MemOp> frees;
     if (!c.resident_grads) frees.push_back({MemCategory::kGradients, -params * c.gw});
     detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
-    // Note [Unfused step]: the largest tensor the stage steps, its flat shard under ZeRO.
-    std::int64_t largest = 0;
-    for (const auto& ch : c.chunks) {
-      if (ch.rank != s) continue;
-      for (int l = ch.first; l < ch.first + ch.count; ++l) largest = std::max(largest, c.priced.layers[l].largest_param_tensor);
-    }
-    if (c.plan.zero_stage >= 1) largest = shard;
-    if (c.plan.offload_optimizer != Offload::kCpu) {
-      const Bytes t = unfused_step_bytes(largest, c.plan.optimizer, c.plan.precision, c.cluster.device.fused_optimizer);
-      detail::add_bytes(on_start, MemCategory::kOptimizer, t);
-      detail::add_bytes(frees, MemCategory::kOptimizer, -t);
-    }
+    detail::add_step_temporaries(c.plan, c.cluster.device, c.plan.zero_stage >= 1 ? shard : largest, on_start, frees);
     const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
                               c.compute_model.optimizer_time(static_cast<double>(shard), tensors, c.plan.optimizer,
                                                              c.plan.precision, c.cluster.device),

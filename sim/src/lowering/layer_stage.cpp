@@ -98,10 +98,10 @@ class LayerStage final : public detail::StageEmitter {
         u.cp_forward_cost = detail::cp_exposed_cost(L, Pass::kForward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_forward_bytes);
         u.cp_backward_cost = detail::cp_exposed_cost(L, Pass::kBackward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_backward_bytes);
       }
-      detail::add_ep(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
-      detail::add_ep(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
-      detail::add_dp(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
-      detail::add_dp(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
+      detail::add_comms(L.ep_forward, c.ep_group, c.comm, u.ep_forward_cost, u.ep_forward_bytes, &L.ep_route);
+      detail::add_comms(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
+      detail::add_comms(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
+      detail::add_comms(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
       const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
       if (c.plan.recompute == Recompute::kFull && L.is_block()) {
         // Full recompute keeps only the layer's input (the checkpoint) and
@@ -225,16 +225,14 @@ class LayerStage final : public detail::StageEmitter {
       frees.push_back({MemCategory::kGradients, -grads});
     }
     detail::add_step_fp32_grads(c.plan, c.params, c.expert_params, shard_params, c.gw, on_start, frees);
-    if (c.plan.offload_optimizer != Offload::kCpu) {
+    {
       // Note [Unfused step]: the largest tensor it steps, a flat shard under ZeRO.
       std::int64_t largest = 0;
       for (const auto& l : c.layers) {
         largest = std::max(largest, c.zero == 3 ? detail::LayerContext::ceil_div(l.params, c.n) : l.largest_param_tensor);
       }
       if (c.zero == 1 || c.zero == 2) largest = shard_params;
-      const Bytes t = unfused_step_bytes(largest, c.plan.optimizer, c.plan.precision, c.cluster.device.fused_optimizer);
-      detail::add_bytes(on_start, MemCategory::kOptimizer, t);
-      detail::add_bytes(frees, MemCategory::kOptimizer, -t);
+      detail::add_step_temporaries(c.plan, c.cluster.device, largest, on_start, frees);
     }
     passes_.before_step(0, deps, on_start);
     TaskId step = passes_.optimizer_step(0, deps, frees);

@@ -118,21 +118,16 @@ inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommG
 /// Adds `one` to `into` as one flow (as sum_costs does).
 void add_flow(CollectiveCost& into, const CollectiveCost& one);
 
-/// Adds a layer's expert-parallel all-to-alls (Layer::ep_forward or
-/// ep_backward) to a unit's flow `into` and their bytes to `bytes`;
-/// `route` as for sum_costs.
-inline void add_ep(const std::vector<LayerComm>& ops, const CommGroup& ep_group, const CommModel& comm,
-                   CollectiveCost& into, Bytes& bytes, const ExpertRoute* route = nullptr) {
+/// Adds a layer's collectives inside its passes (Layer::ep_forward or
+/// ep_backward, the expert-parallel all-to-alls over `group` = the ep
+/// group; Layer::dp_forward or dp_backward, SyncBatchNorm's over the dp
+/// group) to a unit's flow `into` and their bytes to `bytes`; `route` as
+/// for sum_costs.
+inline void add_comms(const std::vector<LayerComm>& ops, const CommGroup& group, const CommModel& comm,
+                      CollectiveCost& into, Bytes& bytes, const ExpertRoute* route = nullptr) {
   if (ops.empty()) return;
-  add_flow(into, sum_costs(ops, ep_group, comm, route));
+  add_flow(into, sum_costs(ops, group, comm, route));
   for (const auto& o : ops) bytes += o.bytes * o.count;
-}
-
-/// As add_ep, for a layer's data-parallel collectives (Layer::dp_forward or
-/// dp_backward) over `dp_group`.
-inline void add_dp(const std::vector<LayerComm>& ops, const CommGroup& dp_group, const CommModel& comm,
-                   CollectiveCost& into, Bytes& bytes) {
-  add_ep(ops, dp_group, comm, into, bytes);
 }
 
 /// Expert parameters are reduced and sharded over their own group: the
@@ -176,6 +171,17 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
   }
   on_start.push_back({MemCategory::kGradients, g32});
   frees.push_back({MemCategory::kGradients, -g32});
+}
+
+/// Adds Note [Unfused step]'s temporaries (sim/cost.hpp) to a step whose
+/// largest tensor, or flat shard, has `largest` elements: held while it
+/// runs, on the device unless the optimizer is offloaded.
+inline void add_step_temporaries(const ResolvedPlan& p, const DeviceSpec& device, std::int64_t largest,
+                                 std::vector<MemOp>& on_start, std::vector<MemOp>& frees) {
+  if (p.offload_optimizer == Offload::kCpu) return;
+  const Bytes t = unfused_step_bytes(largest, p.optimizer, p.precision, device.fused_optimizer);
+  add_bytes(on_start, MemCategory::kOptimizer, t);
+  add_bytes(frees, MemCategory::kOptimizer, -t);
 }
 
 /// The part of a layer's context-parallel exchange (Layer::cp_forward or
