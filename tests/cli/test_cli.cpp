@@ -383,6 +383,8 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model vgg11 --cluster 1xk80 --set plan.seq_len=2", "plan.seq_len: 2 exceeds vgg11's maximum of 1; valid: 1 to 1"},
       {"predict --model seq2seq --cluster 1xk80 --set plan.seq_len=1", "plan.seq_len: 1 is below seq2seq's minimum of 2; valid: 2 to 32"},
       {"predict --model vgg11 --cluster 2xp100 --set plan.tp=2", "plan.tp: 2: vgg11 has no tensor-parallel split"},
+      {"predict --model vgg11 --cluster 2xp100 --set plan.sync_batchnorm=true", "plan.sync_batchnorm: true, but vgg11 has no batch norm layer"},
+      {"predict --model vgg11-bn --cluster 2xp100 --set plan.sync_batchnorm=maybe", "plan.sync_batchnorm: 'maybe' is not a boolean; valid: true, false"},
       // 2^24 images of 2^24 channels at 224 x 224: 8e20 bytes, past 64 bits before any product is formed.
       {"predict --model vgg11 --cluster 2xp100 --set model.channels=16777216 --set plan.micro_batch=16777216", "exceed 100 TB"},
       {"predict --model seq2seq --cluster 2xp100 --set model.embed=16777216 --set plan.micro_batch=16777216", "exceed 100 TB"},
