@@ -178,6 +178,22 @@ TEST_CASE("the shared optimizer steps as Adam and SGD are defined", "[torch]") {
   models::adam_update(r, torch::tensor({2.0f}), sr, 1, c);
   CHECK(r[0].item<float>() == Approx(0.8f));
   CHECK_FALSE(sr.m.defined());
+  // Momentum SGD as torch.optim.SGD (momentum 0.9, dampening 0): the first
+  // buffer is the gradient, then 0.9 buf + g; the step is -lr buf. From 1
+  // with g = 2 then g = 1 at lr 0.1: 1 - 0.2 = 0.8, buf 0.9 x 2 + 1 = 2.8,
+  // 0.8 - 0.28 = 0.52. The buffer is fp32 and spans the (chunked) tensor.
+  auto w = torch::tensor({1.0f, -1.0f});
+  models::AdamState sw;
+  c.momentum = 0.9;
+  models::adam_update(w, torch::tensor({2.0f, 0.0f}), sw, 1, c);
+  CHECK(w[0].item<float>() == Approx(0.8f));
+  REQUIRE(sw.m.defined());
+  CHECK(sw.m[0].item<float>() == Approx(2.0f));
+  models::adam_update(w, torch::tensor({1.0f, 0.0f}), sw, 2, c);
+  CHECK(sw.m[0].item<float>() == Approx(2.8f));
+  CHECK(w[0].item<float>() == Approx(0.52f));
+  CHECK(w[1].item<float>() == -1.0f);
+  CHECK_FALSE(sw.v.defined());
 }
 
 TEST_CASE("gradient buckets copy in order and back divided (Note [Gradient buckets])", "[torch]") {

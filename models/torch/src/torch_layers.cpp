@@ -1543,6 +1543,11 @@ void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int
     s.m = torch::zeros_like(w);
     s.v = torch::zeros_like(w);
   }
+  // torch.optim.SGD (torch/optim/sgd.py, _single_tensor_sgd): the first
+  // step's buffer is the gradient itself, later ones momentum x buffer +
+  // gradient; the step is -lr x buffer.
+  const bool first_momentum = c.sgd && c.momentum > 0 && !s.m.defined();
+  if (first_momentum) s.m = torch::empty_like(w);
   const double bc1 = 1 - std::pow(c.beta1, static_cast<double>(step));
   const double bc2 = 1 - std::pow(c.beta2, static_cast<double>(step));
   const std::int64_t n = w.numel();
@@ -1552,7 +1557,15 @@ void adam_update(torch::Tensor p, const torch::Tensor& g, AdamState& s, std::int
     torch::Tensor G = grad.narrow(0, at, len);
     if (G.scalar_type() != W.scalar_type()) G = G.to(W.scalar_type());
     if (c.grad_scale != 1) G = G.mul(1 / c.grad_scale);
-    if (c.sgd) {
+    if (c.sgd && c.momentum > 0) {
+      torch::Tensor M = s.m.narrow(0, at, len);
+      if (first_momentum) {
+        M.copy_(G);
+      } else {
+        M.mul_(c.momentum).add_(G);
+      }
+      W.add_(M, -c.lr);
+    } else if (c.sgd) {
       W.add_(G, -c.lr);
     } else {
       torch::Tensor M = s.m.narrow(0, at, len), V = s.v.narrow(0, at, len);

@@ -174,7 +174,8 @@ namespace {
 //   AdamW fp32: decay 8, m 8+12, v 8+12, v/bc2 8, sqrt 8, +eps 8, step 16: 88 B, 9 kernels (Adam: 80, 8)
 //   16-bit: + the gradient cast to fp32 (2+4) and the master cast back (4+2): +12 B, +2 kernels
 //   fp16: + the loss scale taken out of the gradient (4+4): +8 B, +1 kernel
-//   SGD: the step 12 B, 1 kernel, with the same casts and scale
+//   SGD (momentum, as the runtime's): buffer x momentum 8, + gradient 12,
+//   the step 12: 32 B, 3 kernels, with the same casts and scale
 constexpr double kGpuKernel = 1.5e-6;  // seconds of GPU time for one small kernel queued behind others
 
 struct StepWork {
@@ -182,7 +183,7 @@ struct StepWork {
 };
 
 StepWork step_work(Optimizer o, Precision p) {
-  StepWork w = o == Optimizer::kSgd ? StepWork{12, 1} : o == Optimizer::kAdamW ? StepWork{88, 9} : StepWork{80, 8};
+  StepWork w = o == Optimizer::kSgd ? StepWork{32, 3} : o == Optimizer::kAdamW ? StepWork{88, 9} : StepWork{80, 8};
   if (p != Precision::kFp32) w.bytes_per_param += 12, w.kernels_per_update += 2;
   if (p == Precision::kFp16) w.bytes_per_param += 8, w.kernels_per_update += 1;
   return w;

@@ -217,6 +217,9 @@ void set_cpu_threads(int threads);
 struct AdamConfig {
   double lr = 1e-3, beta1 = 0.9, beta2 = 0.999, eps = 1e-8, weight_decay = 0;
   bool sgd = false;
+  /// SGD's momentum (torch.optim.SGD's `momentum`, dampening 0, not
+  /// Nesterov): a buffer per parameter, in AdamState::m, where it is > 0.
+  double momentum = 0;
   /// The loss scale the gradients carry (static fp16 loss scaling): the
   /// update divides them by it.
   double grad_scale = 1;
