@@ -245,6 +245,9 @@ class SequentialNet final : public ZooModel {
   bool has_batch_norm() const override {
     return std::any_of(specs_.begin(), specs_.end(), [](const Spec& s) { return s.bn; });
   }
+  bool runs_cublas() const override {  // linear layers; convolutions and pools are cuDNN's and ATen's
+    return std::any_of(specs_.begin(), specs_.end(), [](const Spec& s) { return s.op == Spec::Op::kFc || s.op == Spec::Op::kClassifier; });
+  }
   std::string tp_error(int tp) const override {
     return tp == 1 ? "" : name_ + " has no tensor-parallel split (dtsim splits transformer blocks); valid: tp: 1";
   }

@@ -818,11 +818,63 @@ TEST_CASE("a GPU profile prices the optimizer per update on the host and per byt
   // fp16: the gradient's cast in, the master's cast out and the loss scale: 108 bytes, 12 kernels.
   CHECK(static_cast<double>(model.optimizer_time(params, 157, Optimizer::kAdamW, Precision::kFp16, dev)) ==
         Approx(params * 108 * 1e-3 + 157 * 12 * 1500).epsilon(1e-6));
+  // Momentum SGD, as the runtime steps it (models::adam_update): the buffer
+  // scaled (8 B), the gradient added (12 B), the step (12 B): 32 bytes and
+  // 3 kernels a parameter and update.
+  for (const std::int64_t n : {1, 16}) {
+    p.kernels.push_back({"sgd", Precision::kFp32, 1 << 20, n, 1, 1, 0, 32.0 * (1 << 20), timing(20e-6 * static_cast<double>(n))});
+  }
+  const ProfileComputeModel with_sgd(std::make_shared<const ProfileCosts>(p), dev, nullptr);
+  CHECK(static_cast<double>(with_sgd.optimizer_time(params, 157, Optimizer::kSgd, Precision::kFp32, dev)) ==
+        Approx(params * 32 * 1e-3 + 157 * 3 * 1500).epsilon(1e-6));
   // A CPU profile keeps the timed-sample lookup and no launch cost (Note [Optimizer step]).
   Profile cpu = p;
   cpu.info["device_kind"] = "cpu";
   const ProfileComputeModel cpu_model(std::make_shared<const ProfileCosts>(cpu), dev, nullptr);
   CHECK(cpu_model.optimizer_launch_time(params, 157, Optimizer::kAdamW, Precision::kFp32) == 0);
+}
+
+namespace {
+
+/// A FakeModel that multiplies through no cuBLAS (a network of convolutions).
+class NoCublas final : public sim::Model {
+ public:
+  explicit NoCublas(test::FakeModel m) : m_(std::move(m)) {}
+  std::string name() const override { return "no-cublas"; }
+  std::int64_t parameters() const override { return m_.parameters(); }
+  int blocks() const override { return m_.blocks(); }
+  std::int64_t max_seq_len() const override { return m_.max_seq_len(); }
+  std::string tp_error(int tp) const override { return m_.tp_error(tp); }
+  std::vector<Layer> layers(const WorkloadShape& s) const override { return m_.layers(s); }
+  Flops model_flops(const WorkloadShape& s) const override { return m_.model_flops(s); }
+  bool runs_cublas() const override { return false; }
+
+ private:
+  test::FakeModel m_;
+};
+
+}  // namespace
+
+TEST_CASE("cuBLAS's workspaces are held only by models that run cuBLAS (Note [Library workspaces])", "[calibrate]") {
+  // A GPU profile: CUDA context 500 MiB (sample_profile), 64 MiB of
+  // workspaces at rest after training steps. The same two layers, with and
+  // without cuBLAS: the peaks differ by exactly the 64 MiB, a resident
+  // buffer, and neither counts the context as the allocator's.
+  Profile p = gpu_profile();
+  p.memory["workspace_at_rest_bytes"] = 64 * kMiB;
+  const test::FakeModel linear(2, 1000, 1 << 20);
+  const NoCublas convs(linear);
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(p);
+  const ClusterSpec c = test::round_cluster();
+  const PlanSpec plan = parse_plan("micro_batch: 1\nprecision: fp32\noptimizer: adam\n", "test.yaml");
+  const Prediction with = predict(linear, plan, c, po);
+  const Prediction without = predict(convs, plan, c, po);
+  REQUIRE(with.ranks.size() == 1);
+  REQUIRE(without.ranks.size() == 1);
+  CHECK(with.ranks[0].peak - without.ranks[0].peak == 64 * kMiB);
+  CHECK(with.outside_allocator == 500 * kMiB);
+  CHECK(without.outside_allocator == 500 * kMiB);
 }
 
 TEST_CASE("a layer's launch is its fastest measured pass, on GPU profiles only (Note [Host launch])", "[calibrate]") {

@@ -103,12 +103,25 @@ TimeBreakdown stage_breakdown(const TaskGraph& g, const ExecResult& exec) {
 
 namespace {
 
+// Note [Library workspaces]
+// A CUDA process's allocator holds, beside the tensors, the workspaces of
+// the libraries it ran: cuBLAS keeps one per thread and stream that ran a
+// matmul (PyTorch's CUDABlas.cpp, getCurrentCUDABlasHandle: the forward's
+// thread and autograd's), 65 MiB at rest on the H100 after GPT-2's steps.
+// cuDNN takes a convolution's workspace for the call and gives it back. So
+// a model that multiplies through no cuBLAS (a network of convolutions
+// alone, Model::runs_cublas) holds none: seed 003's ConvAutoencoder peaked
+// at 14 MiB allocated on the H100 where 65 MiB of cuBLAS workspaces had
+// been counted, and its MLP, all linear layers, at 73 MiB, 65 of them
+// workspaces (docs/validation-gpu.md).
+
 /// The cost models a prediction prices with: the datasheet's, or a
-/// profile's with the measured runtime overhead (CUDA context, cuBLAS
-/// workspace) in place of the datasheet's.
+/// profile's with the measured runtime overhead (CUDA context, the
+/// libraries' workspaces) in place of the datasheet's.
 class Pricing {
  public:
-  Pricing(const ClusterSpec& cluster, const PredictOptions& options, CostSources* sources) : cluster_(cluster) {
+  Pricing(const ClusterSpec& cluster, const PredictOptions& options, CostSources* sources, const Model& model)
+      : cluster_(cluster) {
     outside_allocator_ = cluster.device.runtime_reserved;
     if (!options.profile) {
       compute_ = std::make_unique<RooflineComputeModel>(cluster_.device);
@@ -122,12 +135,13 @@ class Pricing {
       // The libraries' workspaces inside the caching allocator: all of them
       // as calibration found them at rest after training steps (a cuBLAS
       // workspace for the forward's thread and one for autograd's), else
-      // the first matmul's.
+      // the first matmul's; none where nothing runs cuBLAS (Note [Library
+      // workspaces]).
       Bytes workspaces = 0;
       for (const char* key : {"cublas_workspace_bytes", "workspace_at_rest_bytes"}) {
         if (const auto ws = mem.find(key); ws != mem.end()) workspaces = std::max(workspaces, ws->second);
       }
-      cluster_.device.runtime_reserved += workspaces;
+      if (model.runs_cublas()) cluster_.device.runtime_reserved += workspaces;
     }
     compute_ = std::make_unique<ProfileComputeModel>(options.profile, cluster_.device, sources);
     comm_ = std::make_unique<ProfileCommModel>(options.profile, cluster_, sources);
@@ -151,14 +165,14 @@ class Pricing {
 
 ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
   ResolvedPlan plan = resolve(spec, model, cluster);
-  const Pricing pricing(cluster, options, nullptr);
+  const Pricing pricing(cluster, options, nullptr, model);
   partition(plan, model, pricing.cluster(), pricing.compute(), pricing.comm());
   return plan;
 }
 
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                            const PredictOptions& options, double* forward_share) {
-  const Pricing pricing(cluster, options, nullptr);
+  const Pricing pricing(cluster, options, nullptr, model);
   const PricedLayers priced = price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
   TimeNs total = 0;
   double share = 1;
@@ -185,7 +199,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.gpus = cluster.gpus();
   p.device_name = cluster.device.name;
 
-  const Pricing pricing(cluster, options, &p.sources);
+  const Pricing pricing(cluster, options, &p.sources, model);
   p.outside_allocator = pricing.outside_allocator();
   // A pipeline's layers are priced once, for the partition and the lowering.
   PricedLayers priced;

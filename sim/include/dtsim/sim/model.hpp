@@ -231,6 +231,11 @@ class Model {
   /// Whether a layer normalises over the batch (PlanSpec::sync_batchnorm
   /// needs one).
   virtual bool has_batch_norm() const { return false; }
+  /// Whether a layer multiplies through cuBLAS (PyTorch's linear, matmul,
+  /// bmm), so that a CUDA process holds cuBLAS's workspaces in the caching
+  /// allocator (Note [Library workspaces] in sim/src/report/predict.cpp).
+  /// Convolutions run through cuDNN, which takes its workspace per call.
+  virtual bool runs_cublas() const { return true; }
   /// Layers, first to last, for one micro-batch of the given shape.
   virtual std::vector<Layer> layers(const WorkloadShape& shape) const = 0;
   /// How many layers layers() returns, whatever the shape; models answer
