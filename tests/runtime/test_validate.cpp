@@ -18,6 +18,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <set>
 #include <sstream>
 
 #include "dtsim/runtime/launcher.hpp"
@@ -374,6 +375,26 @@ TEST_CASE("seed 003's six models train under DDP, model parallelism and MP+DDP a
       check_same(losses_of(validate("--model " + model + " --plan mp-ddp --procs 4" + kCommon + no_dropout(model) + shape)), want2);
     }
   }
+}
+
+TEST_CASE("SGD keeps the momentum buffer the simulator counts", "[runtime][validate][seed003]") {
+  // The MLP (669,706 parameters, fp32) with SGD: weights, gradients and the
+  // momentum buffer of 4 B each (optimizer_state_bytes_per_param) are
+  // 3 x 2.68 MB of its 7.7 MiB peak. The runtime's SGD once kept no buffer
+  // and measured 5.1 MiB against the 7.7 predicted (+49%); momentum SGD as
+  // torch.optim.SGD runs it (models::adam_update) leaves only the
+  // allocator's rounding.
+  const Run r = validate("--model mlp --plan single --procs 1 --json --quiet --warmup 1 --steps 2 --set plan.optimizer=sgd "
+                         "--set plan.precision=fp32 --set plan.micro_batch=4");
+  INFO(r.err);
+  REQUIRE(r.status == 0);
+  int checked = 0;
+  for (const auto& c : YAML::Load(r.out)["comparison"]) {
+    if (c["what"].as<std::string>().find("peak memory") == std::string::npos) continue;
+    CHECK(std::abs(c["error"].as<double>()) <= 0.01);
+    ++checked;
+  }
+  CHECK(checked == 1);
 }
 
 TEST_CASE("SyncBatchNorm normalises over the data-parallel batch as one process does over all of it", "[runtime][validate][slow][seed003]") {
@@ -836,11 +857,14 @@ TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says 
   // error of 7.9% with 62 rows within 15%, and allocated peak memory within
   // 4% on 85 rows (median 0.23%; the two others are Bi-LSTM rows with full
   // recompute, 5.4% and 6.5%). A change to the simulator that loses that
-  // fails here.
+  // fails here. Seed 003's 14 rows (the file's last section) are counted
+  // apart: their allocated peaks within 7% (median 0.6%), their times as
+  // docs/validation-gpu.md explains (the small models wait on the host).
   const std::string root = DTSIM_SOURCE_DIR;
   std::ifstream cases(root + "/bench/gpu-cases.txt");
   REQUIRE(cases);
-  std::vector<double> time_errors, memory_errors;
+  std::vector<double> time_errors, memory_errors, seed003_time, seed003_memory;
+  const std::set<std::string> seed003{"vgg11", "vgg11-bn", "cnn", "mlp", "nbow", "seq2seq", "conv-autoencoder"};
   for (std::string line; std::getline(cases, line);) {
     if (const auto hash = line.find('#'); hash != std::string::npos) line = line.substr(0, hash);
     std::istringstream words(line);
@@ -863,18 +887,24 @@ TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says 
                            "--profile " + root + "/configs/profiles/h100-sxm.h5 --measured " + runs + " --json");
     INFO(label << ": " << r.err);
     REQUIRE(r.status == 0);
+    const bool seed = seed003.count(model) > 0;
     for (const auto& c : YAML::Load(r.out)["comparison"]) {
       const std::string what = c["what"].as<std::string>();
-      if (what == "iteration") time_errors.push_back(std::abs(c["error"].as<double>()));
-      if (what.find("peak memory") != std::string::npos) memory_errors.push_back(std::abs(c["error"].as<double>()));
+      if (what == "iteration") (seed ? seed003_time : time_errors).push_back(std::abs(c["error"].as<double>()));
+      if (what.find("peak memory") != std::string::npos) (seed ? seed003_memory : memory_errors).push_back(std::abs(c["error"].as<double>()));
     }
   }
   REQUIRE(time_errors.size() == 87);
   REQUIRE(memory_errors.size() == 87);
+  REQUIRE(seed003_time.size() == 14);
+  REQUIRE(seed003_memory.size() == 14);
   const auto median = [](std::vector<double> v) {
     std::sort(v.begin(), v.end());
     return 0.5 * (v[(v.size() - 1) / 2] + v[v.size() / 2]);
   };
+  CHECK(median(seed003_memory) <= 0.01);
+  CHECK(*std::max_element(seed003_memory.begin(), seed003_memory.end()) <= 0.07);
+  CHECK(median(seed003_time) <= 0.36);
   CHECK(median(time_errors) <= 0.08);
   CHECK(std::count_if(time_errors.begin(), time_errors.end(), [](double e) { return e <= 0.15; }) >= 62);
   CHECK(median(memory_errors) <= 0.005);
