@@ -374,6 +374,7 @@ Command add_calibrate(CLI::App& root, const std::string& command_line) {
   value(app, *o, "models", "a,b", "Also measure these models' layers (e.g. moe-tiny)");
   value(app, *o, "bin-dir", "DIR", "Where the measurement programs are (default: beside dtsim)");
   flag(app, *o, "quick", "Fewer sizes and repetitions: about a minute");
+  value(app, *o, "time-limit", "S", "Stop measuring after S seconds and write what was measured (a GPU keeps each layer done)");
   app->footer("\nExample:\n  dtsim calibrate --device cpu --out configs/profiles/local-cpu.h5 --quick");
   return {app, [o, command_line] { return run_calibrate(*o, command_line); }};
 }
@@ -386,6 +387,19 @@ int run_calibrate(const Options& o, const std::string& command_line) {
   c.threads = parse_count(o, "threads", 1);
   c.quick = o.flag("quick");
   c.bin_dir = o.get("bin-dir").value_or("");
+  if (const auto t = o.get("time-limit")) {
+    std::size_t used = 0;
+    double s = -1;
+    try {
+      s = std::stod(*t, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != t->size() || !(s > 0) || s > 30 * 86400.0) {
+      throw ConfigError("--time-limit: '" + *t + "' is not a number of seconds in (0, 2592000]; e.g. --time-limit 600");
+    }
+    c.time_limit_s = s;
+  }
   c.command_line = command_line;
   if (const auto m = o.get("models")) {
     std::string cur;

@@ -11,6 +11,7 @@
 #include <filesystem>
 #include <fstream>
 #include <map>
+#include <optional>
 #include <set>
 #include <sstream>
 
@@ -190,8 +191,27 @@ class Supervisor {
 
 /// Runs `argv` with its stdout read here, line by line, as records of `source`
 /// (its stderr stays the user's); returns its exit status (128 + N for signal N).
+// Note [A calibration cut short]
+// A lent GPU, a queue's allocation or a spot instance gives a calibration
+// minutes it may outrun: the newer families' layers took 27 minutes on an
+// H100 whose lease was 15 (docs/validation-gpu.md), and a calibration
+// stopped by a signal writes nothing (Note [Stopping calibration]).
+// `--time-limit S` stops the measuring program once S seconds have passed
+// since calibration began and keeps every record it had printed: the
+// remaining phases are skipped, and the profile says it was cut
+// (info "cut": what was and was not measured). On a GPU the sweep is one
+// pass and each layer's record is printed as it is measured, so the layers
+// done are kept; on a CPU a layer's record waits for its last pass
+// (Note [Sweep passes]), so a cut during the layer sweep keeps none of
+// them. The layers of a cut profile join a complete one of the same device
+// with `dtsim profile import-layers CUT.h5 --into FULL.h5`, whose kernels,
+// collectives and memory records price everything else.
+
+/// Runs a measuring program, parsing its records into `p`. Past `deadline`
+/// (if any) the program is stopped and `*cut` set (Note [A calibration cut
+/// short]).
 int run_program(Supervisor& sup, const std::vector<std::string>& argv, const std::string& source, sim::Profile& p,
-                ProgressView& view) {
+                ProgressView& view, std::optional<Clock::time_point> deadline = std::nullopt, bool* cut = nullptr) {
   int fds[2];
   if (::pipe2(fds, O_CLOEXEC) != 0) throw CalibrationError(std::string("calibrate: cannot make a pipe: ") + std::strerror(errno));
   platform::ChildSpec spec;
@@ -214,6 +234,10 @@ int run_program(Supervisor& sup, const std::vector<std::string>& argv, const std
   char buf[4096];
   for (;;) {
     sup.check_interrupted();
+    if (deadline && cut != nullptr && !*cut && Clock::now() >= *deadline) {
+      sup.stop_now(pid);  // its stdout closes: what it printed is read to the end below
+      *cut = true;
+    }
     pollfd pfd{fds[0], POLLIN, 0};
     const int ready = ::poll(&pfd, 1, kPollMs);  // EINTR on a stop signal: checked above at once
     if (ready <= 0) continue;
@@ -227,6 +251,7 @@ int run_program(Supervisor& sup, const std::vector<std::string>& argv, const std
     }
   }
   int status = 0;
+  if (cut != nullptr && *cut) return 0;  // stopped by us and reaped
   while (!sup.ended(pid, &status)) {
     sup.check_interrupted();
     ::usleep(20000);
@@ -305,6 +330,9 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   if (o.procs < 1 || o.procs > 64) throw ConfigError("--procs: " + std::to_string(o.procs) + " is not in 1..64");
   if (o.threads < 0 || o.threads > 1024) throw ConfigError("--threads: " + std::to_string(o.threads) + " is not in 0..1024");
   if (o.out.empty()) throw ConfigError("--out: a profile path is required (e.g. --out configs/profiles/local-cpu.h5)");
+  if (!(o.time_limit_s >= 0) || o.time_limit_s > 30 * 86400.0) {
+    throw ConfigError("--time-limit: " + std::to_string(o.time_limit_s) + " s is not in 0..2592000 (30 days; 0: no limit)");
+  }
   check_output(o.out);  // Note [Check the output first]
   const std::string torch_bench = find_program(o, "dtsim_torch_bench");
   if (torch_bench.empty()) {
@@ -331,6 +359,10 @@ sim::Profile calibrate(const CalibrateOptions& o) {
 
   ProgressView view;
   const int phases = 2;
+  // Note [A calibration cut short]
+  std::optional<Clock::time_point> deadline;
+  if (o.time_limit_s > 0) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.time_limit_s));
+  bool cut = false;
   // 1. Layers and kernels (LibTorch).
   std::vector<std::string> argv{torch_bench, "--device", o.device};
   if (o.quick) argv.push_back("--quick");
@@ -405,11 +437,11 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     p.info["layers_measured_with"] = std::to_string(o.procs) + " concurrent ranks, in lockstep";
   }
   const auto measured_from = Clock::now();
-  int rc = run_program(sup, argv, "torch", p, view);
+  int rc = run_program(sup, argv, "torch", p, view, deadline, &cut);
   // The copies ran the same sweep and end about when the measured one does:
   // they get a tenth of its time more to finish, then stop.
   const double elapsed = std::chrono::duration<double>(Clock::now() - measured_from).count();
-  const auto grace_until = Clock::now() + std::chrono::duration<double>(rc == 0 ? std::max(5.0, 0.1 * elapsed) : 0.0);
+  const auto grace_until = Clock::now() + std::chrono::duration<double>(rc == 0 && !cut ? std::max(5.0, 0.1 * elapsed) : 0.0);
   for (const pid_t pid : load) {
     int status = 0;
     while (!sup.ended(pid, &status)) {
@@ -458,12 +490,20 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     sup.stop();  // removes the copies' folder
     p.info["layers_slower_rank"] = std::to_string(slower) + " points took another rank's slower time";
   }
-  if (rc != 0) throw CalibrationError("calibrate: " + torch_bench + " failed (exit status " + std::to_string(rc) + "); its message is above");
-  view.done(std::to_string(p.layers.size()) + " layer shapes, " + std::to_string(p.kernels.size()) + " kernel sizes");
+  if (rc != 0 && !cut) throw CalibrationError("calibrate: " + torch_bench + " failed (exit status " + std::to_string(rc) + "); its message is above");
+  const std::string measured = std::to_string(p.layers.size()) + " layer shapes, " + std::to_string(p.kernels.size()) + " kernel sizes";
+  view.done(cut ? "cut by --time-limit: " + measured + " measured" : measured);
+  if (cut) {
+    p.info["cut"] = "--time-limit " + fmt::format("{:g}", o.time_limit_s) + " s reached during the layers and kernels: " + measured +
+                    " measured, the rest of that phase and the " + (cuda ? "collectives and copies" : "collectives") + " not";
+  }
 
   // 2. Collectives (and copies on GPUs).
   view.phase(2, phases, cuda ? "NCCL collectives and copies" : "Gloo collectives");
-  if (comm_bench.empty()) {
+  if (cut) {
+    view.done("skipped: --time-limit reached");
+    p.info["comm"] = "not measured";
+  } else if (comm_bench.empty()) {
     view.done(std::string("skipped: ") + (cuda ? "dtsim_nccl_bench" : "dtsim_gloo_bench") +
               " was not built (" + (cuda ? "CUDA toolkit or NCCL" : "libgloo-dev") + " missing at configure time)");
     p.info["comm"] = "not measured";
@@ -482,8 +522,13 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       cargv.push_back(std::to_string(o.procs));
     }
     if (o.quick) cargv.push_back("--quick");
-    rc = run_program(sup, cargv, cuda ? "nccl" : "gloo", p, view);
-    if (cuda && rc == 3) {
+    rc = run_program(sup, cargv, cuda ? "nccl" : "gloo", p, view, deadline, &cut);
+    if (cut) {
+      const std::string got = std::to_string(p.comm.size()) + " collective sizes, " + std::to_string(p.copies.size()) + " copies";
+      view.done("cut by --time-limit: " + got + " measured");
+      p.info["cut"] = "--time-limit " + fmt::format("{:g}", o.time_limit_s) + " s reached during the " +
+                      (cuda ? "collectives and copies: " : "collectives: ") + got + " measured, the rest not";
+    } else if (cuda && rc == 3) {
       view.done("skipped: no CUDA device");
     } else if (rc != 0) {
       throw CalibrationError("calibrate: " + comm_bench + " failed (exit status " + std::to_string(rc) + "); its message is above");
@@ -575,7 +620,7 @@ std::string describe_fit(const sim::LinearFit& f, const std::map<std::string, do
 std::string format_profile(const sim::Profile& p) {
   std::ostringstream os;
   os << "dtsim profile " << p.path << "\n";
-  for (const char* key : {"device", "device_kind", "host", "created", "sweep", "procs", "torch.torch_version", "torch.threads",
+  for (const char* key : {"device", "device_kind", "host", "created", "sweep", "cut", "procs", "torch.torch_version", "torch.threads",
                           "nccl.nccl_version", "gloo.api", "gloo.transport", "gloo.send_recv_impl", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
   }

@@ -1425,15 +1425,23 @@ class Bench {
     // and the profile's probe is the median of theirs (Note [Machine probe]).
     std::vector<PassTimes> times(layers.size());
     std::vector<double> probes;
-    for (int pass = 0; pass < passes(); ++pass) {
-      probes.push_back(probe());
-      for (std::size_t i = 0; i < layers.size(); ++i) measure_layer(layers[i], pass, times[i]);
-    }
-    if (!cuda_) std::printf("info\tprobe_s\t%.9g\n", stats(probes).median);
-    for (std::size_t i = 0; i < layers.size(); ++i) {
-      if (times[i].failed || times[i].forward.empty()) continue;
+    const auto record = [&](std::size_t i) {
+      if (times[i].failed || times[i].forward.empty()) return;
       print_layer(layers[i].signature, layers[i].precision, layers[i].b, layers[i].s, fastest_of_passes(times[i].forward),
                   fastest_of_passes(times[i].backward), times[i].forward_transient, times[i].backward_rise);
+    };
+    for (int pass = 0; pass < passes(); ++pass) {
+      probes.push_back(probe());
+      for (std::size_t i = 0; i < layers.size(); ++i) {
+        measure_layer(layers[i], pass, times[i]);
+        // Note [A calibration cut short] (driver.cpp): one pass, each record
+        // as soon as it is measured, so a sweep stopped midway keeps it.
+        if (passes() == 1) record(i);
+      }
+    }
+    if (!cuda_) std::printf("info\tprobe_s\t%.9g\n", stats(probes).median);
+    if (passes() > 1) {
+      for (std::size_t i = 0; i < layers.size(); ++i) record(i);
     }
     for (const auto& p : steps) measure_step(p);
     for (const auto& k : kernels) measure_kernel(k);

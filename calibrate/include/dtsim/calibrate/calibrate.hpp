@@ -71,6 +71,9 @@ struct CalibrateOptions {
   std::string out;              ///< profile path
   std::vector<std::string> models;  ///< layer sweeps for these models (default gpt2, bert-base, bilstm)
   std::string bin_dir;          ///< where the measurement programs are; empty: the build's
+  /// Stop measuring after this many seconds and write what was measured
+  /// (Note [A calibration cut short] in src/driver.cpp); 0: no limit.
+  double time_limit_s = 0;
   std::string command_line;     ///< recorded in the profile
 };
 
