@@ -374,11 +374,10 @@ class Trainer {
     setup_data_parallel();
     adam_.lr = c.options.lr;
     adam_.weight_decay = p.optimizer == sim::Optimizer::kAdamW ? 0.01 : 0;
-    adam_.sgd = p.optimizer == sim::Optimizer::kSgd;
-    // The simulator's SGD is momentum SGD (one fp32 buffer a parameter,
-    // optimizer_state_bytes_per_param): 0.9, Megatron-LM's --sgd-momentum
-    // default and the torchvision and PyTorch-tutorial recipes' value.
-    adam_.momentum = adam_.sgd ? 0.9 : 0;
+    adam_.sgd = sim::is_sgd(p.optimizer);
+    // Note [SGD momentum] (sim/src/parallel/plan.cpp): the plan's momentum;
+    // at 0 (Optimizer::kSgdPlain) no buffer.
+    adam_.momentum = p.optimizer == sim::Optimizer::kSgd ? p.sgd_momentum : 0;
     // fp16 needs its loss scaled (Micikevicius et al. 2018); a static 1024,
     // as Megatron-LM's --loss-scale sets one (bf16 has fp32's range: none).
     if (c.device.is_cuda() && p.precision == sim::Precision::kFp16) loss_scale_ = 1024;

@@ -827,6 +827,13 @@ TEST_CASE("a GPU profile prices the optimizer per update on the host and per byt
   const ProfileComputeModel with_sgd(std::make_shared<const ProfileCosts>(p), dev, nullptr);
   CHECK(static_cast<double>(with_sgd.optimizer_time(params, 157, Optimizer::kSgd, Precision::kFp32, dev)) ==
         Approx(params * 32 * 1e-3 + 157 * 3 * 1500).epsilon(1e-6));
+  // At momentum 0 (Note [SGD momentum]) the step's last kernel alone: 12 B
+  // and 1 kernel on the GPU; the host issues a third of the timed step's
+  // launches (20 us an update timed, so 6.67 us).
+  CHECK(static_cast<double>(with_sgd.optimizer_time(params, 157, Optimizer::kSgdPlain, Precision::kFp32, dev)) ==
+        Approx(params * 12 * 1e-3 + 157 * 1 * 1500).epsilon(1e-6));
+  CHECK(static_cast<double>(with_sgd.optimizer_launch_time(params, 157, Optimizer::kSgdPlain, Precision::kFp32)) ==
+        Approx(157 * 20e3 / 3).epsilon(1e-6));
   // A CPU profile keeps the timed-sample lookup and no launch cost (Note [Optimizer step]).
   Profile cpu = p;
   cpu.info["device_kind"] = "cpu";

@@ -489,3 +489,25 @@ TEST_CASE("Megatron-LM: the gradient buffer's type follows arguments.py", "[fram
   CHECK(fp32_grads("--fp16") == "false");
   CHECK(fp32_grads("--fp16 --accumulate-allreduce-grads-in-fp32") == "true");
 }
+
+TEST_CASE("SGD's momentum as each framework sets it (Note [SGD momentum])", "[framework]") {
+  // Megatron-LM: --sgd-momentum, 0.9 by default (megatron/training/arguments.py);
+  // read only for --optimizer sgd.
+  auto megatron = [](const std::string& flags) { return keys(parse_megatron_args("--micro-batch-size 1 " + flags, "cmd")); };
+  CHECK(megatron("--optimizer sgd")["plan.sgd_momentum"] == "0.9");
+  CHECK(megatron("--optimizer sgd --sgd-momentum 0")["plan.sgd_momentum"] == "0");
+  CHECK(megatron("--optimizer sgd --sgd-momentum=0.5")["plan.sgd_momentum"] == "0.5");
+  CHECK(megatron("--optimizer adam --sgd-momentum 0.5")["plan.sgd_momentum"] == "null");
+  // DeepSpeed runs "SGD" as torch.optim.SGD with the config's params:
+  // momentum 0 unless params.momentum says.
+  auto deepspeed = [](const std::string& optimizer) {
+    return keys(parse_deepspeed_config("{\"train_micro_batch_size_per_gpu\": 4, \"optimizer\": " + optimizer + "}", "ds.json"));
+  };
+  CHECK(deepspeed("{\"type\": \"SGD\", \"params\": {\"lr\": 0.1}}")["plan.sgd_momentum"] == "0");
+  CHECK(deepspeed("{\"type\": \"sgd\", \"params\": {\"lr\": 0.1, \"momentum\": 0.9}}")["plan.sgd_momentum"] == "0.9");
+  CHECK(deepspeed("{\"type\": \"AdamW\"}")["plan.sgd_momentum"] == "null");
+  CHECK(error_of([] {
+          parse_deepspeed_config("{\"train_micro_batch_size_per_gpu\": 4,\n \"optimizer\": {\"type\": \"SGD\", \"params\": {\"momentum\": 2}}}",
+                                 "ds.json");
+        }) == "ds.json:2: optimizer.params.momentum: 2 is out of range; valid: 0 to 1");
+}

@@ -103,4 +103,10 @@ TEST_CASE("optimizer state bytes per parameter (ZeRO paper section 3.1)", "[plan
   CHECK(optimizer_state_bytes_per_param(Optimizer::kAdam, Precision::kFp32) == 8);
   CHECK(optimizer_state_bytes_per_param(Optimizer::kSgd, Precision::kFp32) == 4);
   CHECK(optimizer_state_bytes_per_param(Optimizer::kSgd, Precision::kFp16) == 8);
+  // Note [SGD momentum]: at momentum 0 no buffer; the fp32 master under mixed precision only.
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kSgdPlain, Precision::kFp32) == 0);
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kSgdPlain, Precision::kBf16) == 4);
+  CHECK(effective_optimizer(Optimizer::kSgd, 0) == Optimizer::kSgdPlain);
+  CHECK(effective_optimizer(Optimizer::kSgd, 0.9) == Optimizer::kSgd);
+  CHECK(effective_optimizer(Optimizer::kAdam, 0) == Optimizer::kAdam);
 }

@@ -72,6 +72,11 @@ TEST_CASE("Note [Unfused step]: an unfused Adam step holds the denominator of th
   c.device.fused_optimizer = true;
   const auto sgd_fused = test::run_plan(*m, "dp: 1\nmicro_batch: 1\noptimizer: sgd\nprecision: fp32\n", c, comm, 1000);
   CHECK(sgd.exec.memory[0].at_peak.total() == sgd_fused.exec.memory[0].at_peak.total());
+  // Note [SGD momentum]: the MLP's momentum buffer is 4 B a parameter; at
+  // momentum 0 SGD keeps no state at all.
+  CHECK(at_peak(sgd, MemCategory::kOptimizer) == 4 * kMlpParams);
+  const auto plain = test::run_plan(*m, "dp: 1\nmicro_batch: 1\noptimizer: sgd\nsgd_momentum: 0\nprecision: fp32\n", c, comm, 1000);
+  CHECK(at_peak(plain, MemCategory::kOptimizer) == 0);
   // ZeRO-1 over 2 ranks steps one flat shard of ceil(P / 2) = 334,853.
   c.device.fused_optimizer = false;
   const auto zero1 = test::run_plan(*m, "dp: 2\nmicro_batch: 1\noptimizer: adam\nprecision: fp32\nzero_stage: 1\n", c, comm, 1000);

@@ -268,6 +268,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.fp8_param_gather = c.get_bool("fp8_param_gather", false);
   p.optimizer = c.get_enum("optimizer", Optimizer::kAdamW,
                            {{"adam", Optimizer::kAdam}, {"adamw", Optimizer::kAdamW}, {"sgd", Optimizer::kSgd}});
+  p.sgd_momentum = c.get_double("sgd_momentum", 0.9, 0, 1);  // Note [SGD momentum]
   if (c.has("zero_stage")) {
     const std::string z = c.get_string("zero_stage", "0");
     if (z != "0" && z != "1" && z != "2" && z != "3") c.fail("zero_stage", z + " is not one of 0, 1, 2, 3");

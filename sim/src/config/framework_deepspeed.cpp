@@ -218,6 +218,14 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
       out.plan("optimizer", "adamw", from(o, "type"));
     } else if (lower == "sgd") {
       out.plan("optimizer", "sgd", from(o, "type"));
+      // Note [SGD momentum] (plan.cpp): torch.optim.SGD with the config's
+      // params, so momentum 0 (no buffer) unless params.momentum says.
+      if (o.has("params") && o.sub("params").has("momentum")) {
+        const ConfigMap params = o.sub("params");
+        out.plan("sgd_momentum", format_number(params.get_double("momentum", 0, 0, 1)), from(params, "momentum"));
+      } else {
+        out.plan("sgd_momentum", "0", from(o, "type") + " (torch.optim.SGD's momentum default)");
+      }
     } else if (!type.empty()) {
       unmodelled("optimizer.type", root["optimizer"]["type"], "priced as adamw");
       out.plan("optimizer", "adamw", from(o, "type"));

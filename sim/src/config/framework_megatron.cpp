@@ -140,7 +140,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-shared-expert-intermediate-size", Kind::kInt}, {"moe-expert-capacity-factor", Kind::kFloat},
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
-      {"moe-router-force-load-balancing", Kind::kBool}};
+      {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat}};
   return flags;
 }
 
@@ -404,6 +404,10 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   if (has("fp8-param-gather")) out.plan("fp8_param_gather", "true", at("fp8-param-gather"));
   if (has("optimizer")) {
     out.plan("optimizer", choice("optimizer", {"adam", "sgd"}), at("optimizer"));
+    // Note [SGD momentum] (plan.cpp): --sgd-momentum, 0.9 by default.
+    if (text("optimizer", "") == "sgd") {
+      out.plan("sgd_momentum", text("sgd-momentum", "0.9"), has("sgd-momentum") ? at("sgd-momentum") : file + " (Megatron's --sgd-momentum default)");
+    }
   } else {
     out.plan("optimizer", "adam", file + " (Megatron's --optimizer default)");
   }

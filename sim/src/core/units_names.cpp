@@ -71,7 +71,8 @@ const char* to_string(Optimizer o) {
   switch (o) {
     case Optimizer::kAdam: return "adam";
     case Optimizer::kAdamW: return "adamw";
-    case Optimizer::kSgd: return "sgd";
+    case Optimizer::kSgd:
+    case Optimizer::kSgdPlain: return "sgd";
   }
   return "?";
 }

@@ -74,7 +74,7 @@ TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, cons
 int flat_updates(std::int64_t params) { return params <= 0 ? 0 : static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk); }
 
 Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused) {
-  if (fused || o == Optimizer::kSgd || largest <= 0) return 0;
+  if (fused || is_sgd(o) || largest <= 0) return 0;
   return std::min(largest, kUpdateChunk) * (p == Precision::kFp32 ? 4 : 8);
 }
 
@@ -84,7 +84,7 @@ int layer_updates(std::int64_t params, int tensors) {
 
 double update_bytes_per_param(Optimizer o, Precision p) {
   const bool mixed = p != Precision::kFp32;
-  const double states = o == Optimizer::kSgd ? 1 : 2;  // momentum (+ variance)
+  const double states = o == Optimizer::kSgd ? 1 : o == Optimizer::kSgdPlain ? 0 : 2;  // momentum (+ variance)
   const double grad = mixed ? 2 : 4;
   // read: grad + master + states; write: master + states (+ fp16 copy)
   return grad + 4 + 4 * states + 4 + 4 * states + (mixed ? 2 : 0);

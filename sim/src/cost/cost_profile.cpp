@@ -182,8 +182,17 @@ struct StepWork {
   double bytes_per_param, kernels_per_update;
 };
 
+// Note [SGD momentum] (plan.cpp): a profile times momentum SGD (kernel
+// "sgd", as the runtime steps it); SGD at momentum 0 is its last kernel
+// alone: 12 of its 32 bytes a parameter, 1 of its 3 kernels an update. It is
+// priced at those shares of the timed step (on a CPU, the bytes' share).
+constexpr double kPlainSgdBytes = 12.0 / 32.0, kPlainSgdKernels = 1.0 / 3.0;
+
 StepWork step_work(Optimizer o, Precision p) {
-  StepWork w = o == Optimizer::kSgd ? StepWork{32, 3} : o == Optimizer::kAdamW ? StepWork{88, 9} : StepWork{80, 8};
+  StepWork w = o == Optimizer::kSgd        ? StepWork{32, 3}
+               : o == Optimizer::kSgdPlain ? StepWork{12, 1}
+               : o == Optimizer::kAdamW    ? StepWork{88, 9}
+                                           : StepWork{80, 8};
   if (p != Precision::kFp32) w.bytes_per_param += 12, w.kernels_per_update += 2;
   if (p == Precision::kFp16) w.bytes_per_param += 8, w.kernels_per_update += 1;
   return w;
@@ -326,6 +335,10 @@ const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::st
 
 std::optional<ProfileCosts::UpdateCost> ProfileCosts::update_cost(Optimizer o, Precision p) const {
   if (o == Optimizer::kSgd) return sgd_cost_;
+  if (o == Optimizer::kSgdPlain) {
+    if (!sgd_cost_) return std::nullopt;
+    return UpdateCost{sgd_cost_->per_update * kPlainSgdKernels, sgd_cost_->per_param * kPlainSgdBytes};
+  }
   return p != Precision::kFp32 && adam_mixed_cost_ ? adam_mixed_cost_ : adam_cost_;
 }
 
@@ -346,7 +359,7 @@ double ProfileCosts::launch_seconds(const std::string& signature, Precision p, P
 }
 
 const std::vector<const KernelSample*>& ProfileCosts::optimizer_samples(Optimizer o, Precision p) const {
-  if (o == Optimizer::kSgd) return sgd_;
+  if (is_sgd(o)) return sgd_;  // kSgdPlain scales what they give (Note [SGD momentum])
   return p != Precision::kFp32 && !adam_mixed_.empty() ? adam_mixed_ : adam_;
 }
 
@@ -507,7 +520,7 @@ TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer
   const auto& samples = costs_->optimizer_samples(o, p);
   if (samples.empty() || params <= 0) return ComputeModel::optimizer_time(params, tensors, o, p, device);
   if (sources_) ++sources_->optimizer_measured;
-  return seconds_to_ns(timed_seconds(samples, params, tensors));
+  return seconds_to_ns(timed_seconds(samples, params, tensors) * (o == Optimizer::kSgdPlain ? kPlainSgdBytes : 1.0));
 }
 
 TimeNs ProfileComputeModel::optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const {
@@ -553,7 +566,7 @@ TimeNs ProfileComputeModel::layer_launch_time(const Layer& layer, Pass pass, Pre
 // hosts it did not time get the datasheet's bound.
 TimeNs ProfileComputeModel::host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const {
   const auto& samples = costs_->host_optimizer_samples(p);
-  if (samples.empty() || params <= 0 || o == Optimizer::kSgd) return ComputeModel::host_optimizer_time(params, o, p, cluster);
+  if (samples.empty() || params <= 0 || is_sgd(o)) return ComputeModel::host_optimizer_time(params, o, p, cluster);
   if (sources_) ++sources_->optimizer_measured;
   return seconds_to_ns(timed_seconds(samples, params, 1));
 }

@@ -78,9 +78,10 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p) {
   // ZeRO paper (Rajbhandari et al. 2020), section 3.1: mixed-precision Adam
   // keeps an fp32 copy of the parameters, momentum and variance: K = 12.
   // In pure fp32 the parameters are the master copy: momentum + variance = 8.
-  // SGD here is momentum SGD: one fp32 buffer (+ fp32 master under mixed precision).
+  // Note [SGD momentum]: momentum SGD keeps one fp32 buffer, SGD at
+  // momentum 0 none (+ the fp32 master under mixed precision, either way).
   const bool mixed = p != Precision::kFp32;
-  const int moments = o == Optimizer::kSgd ? 4 : 8;
+  const int moments = o == Optimizer::kSgd ? 4 : o == Optimizer::kSgdPlain ? 0 : 8;
   return moments + (mixed ? 4 : 0);
 }
 
@@ -366,7 +367,21 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     bad.add("fp8_param_gather", std::string("true needs precision fp8 (it gathers the FP8 copies of the weights); precision is ") +
                                     to_string(s.precision));
   }
-  r.optimizer = s.optimizer;
+  // Note [SGD momentum]
+  // torch.optim.SGD keeps a momentum buffer per parameter only where
+  // momentum != 0 (torch/optim/sgd.py: momentum_buffer_list stays None
+  // otherwise); its default is 0. Megatron-LM builds it with
+  // --sgd-momentum, 0.9 by default (megatron/training/arguments.py,
+  // megatron/core/optimizer/__init__.py); DeepSpeed runs an "SGD" it does
+  // not implement as torch.optim.SGD with the config's params
+  // (deepspeed/runtime/engine.py, _configure_basic_optimizer), so at 0
+  // unless params.momentum says. A plan's own default is 0.9, the
+  // recipes' (and what dtsim always counted).
+  if (!(s.sgd_momentum >= 0) || s.sgd_momentum > 1) {
+    bad.add("sgd_momentum", std::to_string(s.sgd_momentum) + " is not in 0..1 (0: plain SGD, no buffer; 0.9: the usual)");
+  }
+  r.sgd_momentum = s.sgd_momentum;
+  r.optimizer = effective_optimizer(s.optimizer, s.sgd_momentum);
 
   // Attention: auto is what the device and precision would run (Note
   // [Attention as it runs] in models/src/layers.cpp).

@@ -40,7 +40,8 @@ std::string plan_line(const ResolvedPlan& p) {
   }
   os << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum
      << " global_batch=" << p.global_batch << " seq_len=" << p.seq_len << " " << to_string(p.precision) << " "
-     << (p.flash_attention ? "flash" : "eager") << "-attention " << to_string(p.optimizer) << " zero_stage=" << p.zero_stage;
+     << (p.flash_attention ? "flash" : "eager") << "-attention " << to_string(p.optimizer)
+     << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false") << ")";
   if (p.offload_optimizer == Offload::kCpu) os << " offload_optimizer=cpu";
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
@@ -67,6 +68,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("seq_len", static_cast<std::int64_t>(p.seq_len));
   j.field("precision", to_string(p.precision));
   j.field("optimizer", to_string(p.optimizer));
+  j.field("sgd_momentum", p.sgd_momentum);
   j.field("zero_stage", p.zero_stage);
   j.field("fsdp", to_string(p.spec.fsdp));
   j.field("limit_all_gathers", p.limit_all_gathers);

@@ -413,7 +413,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     const PlanSpec& s = candidates[i];
     ResolvedPlan lb;
     lb.precision = s.precision;
-    lb.optimizer = s.optimizer;
+    lb.optimizer = effective_optimizer(s.optimizer, s.sgd_momentum);
     lb.zero_stage = s.fsdp == FsdpMode::kFullShard ? 3 : s.zero_stage;
     lb.shard_group = lb.zero_stage == 0 ? 1 : s.dp * s.cp;
     const std::int64_t etp = s.etp == 0 ? s.tp : s.etp;
