@@ -163,7 +163,7 @@ inline Seed seed_003() {
   s.assumption = "datasets, batches and shapes unstated: ";
   for (const auto& x : seed_003_setups()) {
     s.assumption += std::string(x.model) + ": " + x.data + ", batch " + std::to_string(x.batch) + " per GPU, " + x.optimizer +
-                    (std::string(x.extra).find("sgd_momentum: 0") != std::string::npos ? " without momentum" : "") + "; ";
+                    (std::string(x.extra).find("sgd_momentum: 0\n") != std::string::npos ? " without momentum" : "") + "; ";
   }
   s.assumption += "fp32 (the K80 has no fast fp16), DDP's 25 MB buckets";
   for (const auto& x : seed_003_setups()) {

@@ -199,11 +199,12 @@ class Supervisor {
 // `--time-limit S` stops the measuring program once S seconds have passed
 // since calibration began and keeps every record it had printed: the
 // remaining phases are skipped, and the profile says it was cut
-// (info "cut": what was and was not measured). On a GPU the sweep is one
-// pass and each layer's record is printed as it is measured, so the layers
-// done are kept; on a CPU a layer's record waits for its last pass
-// (Note [Sweep passes]), so a cut during the layer sweep keeps none of
-// them. The layers of a cut profile join a complete one of the same device
+// (info "cut": what was and was not measured). On a GPU, and in a CPU's
+// --quick sweep, the sweep is one pass and each layer's record is printed
+// as it is measured, so the layers done are kept; a full CPU sweep's layer
+// record waits for its third pass (Note [Sweep passes]), so a cut during
+// it keeps none of them. A program that had already ended when the time
+// came (a crash) is reported as the failure it is, not as a cut. The layers of a cut profile join a complete one of the same device
 // with `dtsim profile import-layers CUT.h5 --into FULL.h5`, whose kernels,
 // collectives and memory records price everything else.
 
@@ -232,11 +233,18 @@ int run_program(Supervisor& sup, const std::vector<std::string>& argv, const std
   } closer{fds[0]};
   std::string pending;
   char buf[4096];
+  int status = 0;
+  bool reaped = false;  // it had ended by itself when the deadline came
   for (;;) {
     sup.check_interrupted();
-    if (deadline && cut != nullptr && !*cut && Clock::now() >= *deadline) {
-      sup.stop_now(pid);  // its stdout closes: what it printed is read to the end below
-      *cut = true;
+    if (deadline && cut != nullptr && !*cut && !reaped && Clock::now() >= *deadline) {
+      // A program that already ended (a crash, a failure) keeps its status:
+      // that is not a cut.
+      reaped = sup.ended(pid, &status);
+      if (!reaped) {
+        sup.stop_now(pid);  // its stdout closes: what it printed is read to the end below
+        *cut = true;
+      }
     }
     pollfd pfd{fds[0], POLLIN, 0};
     const int ready = ::poll(&pfd, 1, kPollMs);  // EINTR on a stop signal: checked above at once
@@ -250,9 +258,8 @@ int run_program(Supervisor& sup, const std::vector<std::string>& argv, const std
       if (parse_bench_line(pending.substr(0, nl), source, p, &prog)) view.update(prog);
     }
   }
-  int status = 0;
   if (cut != nullptr && *cut) return 0;  // stopped by us and reaped
-  while (!sup.ended(pid, &status)) {
+  while (!reaped && !sup.ended(pid, &status)) {
     sup.check_interrupted();
     ::usleep(20000);
   }
@@ -500,6 +507,11 @@ sim::Profile calibrate(const CalibrateOptions& o) {
 
   // 2. Collectives (and copies on GPUs).
   view.phase(2, phases, cuda ? "NCCL collectives and copies" : "Gloo collectives");
+  if (!cut && deadline && Clock::now() >= *deadline) {  // between the phases: the next is not started
+    cut = true;
+    p.info["cut"] = "--time-limit " + fmt::format("{:g}", o.time_limit_s) + " s reached after the layers and kernels: " + measured +
+                    " measured, the " + (cuda ? "collectives and copies" : "collectives") + " not";
+  }
   if (cut) {
     view.done("skipped: --time-limit reached");
     p.info["comm"] = "not measured";

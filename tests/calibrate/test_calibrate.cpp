@@ -834,6 +834,18 @@ TEST_CASE("a GPU profile prices the optimizer per update on the host and per byt
         Approx(params * 12 * 1e-3 + 157 * 1 * 1500).epsilon(1e-6));
   CHECK(static_cast<double>(with_sgd.optimizer_launch_time(params, 157, Optimizer::kSgdPlain, Precision::kFp32)) ==
         Approx(157 * 20e3 / 3).epsilon(1e-6));
+  // A profile that timed plain SGD (12 B a parameter: every one made before
+  // the runtime kept momentum) prices momentum SGD's launches at three
+  // kernels to its one, and plain SGD as timed.
+  Profile plain = p;
+  for (auto& k : plain.kernels) {
+    if (k.kind == "sgd") k.bytes = 12.0 * static_cast<double>(k.m);
+  }
+  const ProfileComputeModel old_sgd(std::make_shared<const ProfileCosts>(plain), dev, nullptr);
+  CHECK(static_cast<double>(old_sgd.optimizer_launch_time(params, 157, Optimizer::kSgd, Precision::kFp32)) ==
+        Approx(157 * 20e3 * 3).epsilon(1e-6));
+  CHECK(static_cast<double>(old_sgd.optimizer_launch_time(params, 157, Optimizer::kSgdPlain, Precision::kFp32)) ==
+        Approx(157 * 20e3).epsilon(1e-6));
   // A CPU profile keeps the timed-sample lookup and no launch cost (Note [Optimizer step]).
   Profile cpu = p;
   cpu.info["device_kind"] = "cpu";

@@ -182,11 +182,16 @@ struct StepWork {
   double bytes_per_param, kernels_per_update;
 };
 
-// Note [SGD momentum] (plan.cpp): a profile times momentum SGD (kernel
-// "sgd", as the runtime steps it); SGD at momentum 0 is its last kernel
-// alone: 12 of its 32 bytes a parameter, 1 of its 3 kernels an update. It is
-// priced at those shares of the timed step (on a CPU, the bytes' share).
-constexpr double kPlainSgdBytes = 12.0 / 32.0, kPlainSgdKernels = 1.0 / 3.0;
+// Note [SGD momentum] (plan.cpp): momentum SGD moves 32 bytes a parameter
+// in 3 kernels (the buffer scaled, the gradient added, the step), SGD at
+// momentum 0 12 bytes in 1 (the step). A profile's "sgd" samples say which
+// they timed by their bytes a parameter: calibration times momentum SGD
+// since the runtime keeps its buffer, earlier profiles (every one shipped
+// before 2026-11-27's third GPU lease) and profiler traces of plain SGD
+// timed 12. The other is priced at the ratio of their work: bytes for the
+// per-parameter part (and the whole of a CPU's timed step), kernels for
+// the per-update launches.
+constexpr double kSgdBytes = 32, kSgdKernels = 3, kPlainSgdBytes = 12, kPlainSgdKernels = 1;
 
 StepWork step_work(Optimizer o, Precision p) {
   StepWork w = o == Optimizer::kSgd        ? StepWork{32, 3}
@@ -280,6 +285,13 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   adam_cost_ = fit_update_cost(adam_);
   adam_mixed_cost_ = fit_update_cost(adam_mixed_);
   sgd_cost_ = fit_update_cost(sgd_);
+  // Note [SGD momentum]: what the samples timed, by their bytes a parameter.
+  if (!sgd_.empty()) {
+    std::vector<double> per_param;
+    for (const KernelSample* k : sgd_) per_param.push_back(k->bytes / static_cast<double>(k->m));
+    std::nth_element(per_param.begin(), per_param.begin() + static_cast<std::ptrdiff_t>(per_param.size() / 2), per_param.end());
+    sgd_timed_momentum_ = per_param[per_param.size() / 2] > (kSgdBytes + kPlainSgdBytes) / 2;
+  }
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
   // Note [Layers in a step]: the in-step samples over the loop samples of the
   // same shape, those timed just before the step ("|loop") where there are,
@@ -333,11 +345,18 @@ const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::st
   return it == layers_.end() ? nullptr : &it->second;
 }
 
+std::pair<double, double> ProfileCosts::sgd_scale(Optimizer o) const {
+  const bool want = o == Optimizer::kSgd;
+  if (want == sgd_timed_momentum_) return {1.0, 1.0};
+  return want ? std::pair{kSgdBytes / kPlainSgdBytes, kSgdKernels / kPlainSgdKernels}
+              : std::pair{kPlainSgdBytes / kSgdBytes, kPlainSgdKernels / kSgdKernels};
+}
+
 std::optional<ProfileCosts::UpdateCost> ProfileCosts::update_cost(Optimizer o, Precision p) const {
-  if (o == Optimizer::kSgd) return sgd_cost_;
-  if (o == Optimizer::kSgdPlain) {
+  if (is_sgd(o)) {
     if (!sgd_cost_) return std::nullopt;
-    return UpdateCost{sgd_cost_->per_update * kPlainSgdKernels, sgd_cost_->per_param * kPlainSgdBytes};
+    const auto [bytes, kernels] = sgd_scale(o);
+    return UpdateCost{sgd_cost_->per_update * kernels, sgd_cost_->per_param * bytes};
   }
   return p != Precision::kFp32 && adam_mixed_cost_ ? adam_mixed_cost_ : adam_cost_;
 }
@@ -520,7 +539,7 @@ TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer
   const auto& samples = costs_->optimizer_samples(o, p);
   if (samples.empty() || params <= 0) return ComputeModel::optimizer_time(params, tensors, o, p, device);
   if (sources_) ++sources_->optimizer_measured;
-  return seconds_to_ns(timed_seconds(samples, params, tensors) * (o == Optimizer::kSgdPlain ? kPlainSgdBytes : 1.0));
+  return seconds_to_ns(timed_seconds(samples, params, tensors) * (is_sgd(o) ? costs_->sgd_scale(o).first : 1.0));
 }
 
 TimeNs ProfileComputeModel::optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const {

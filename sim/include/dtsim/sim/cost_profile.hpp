@@ -10,6 +10,7 @@
 #include <string>
 #include <tuple>
 #include <unordered_map>
+#include <utility>
 #include <vector>
 
 #include "dtsim/sim/cost.hpp"
@@ -42,6 +43,9 @@ class ProfileCosts {
     double per_update = 0, per_param = 0;  ///< seconds
   };
   std::optional<UpdateCost> update_cost(Optimizer o, Precision p) const;
+  /// Note [SGD momentum]: an SGD step of kind `o` over the one the profile
+  /// timed, as {bytes a parameter, kernels an update}: 1 where they match.
+  std::pair<double, double> sgd_scale(Optimizer o) const;
   /// The host's time for a layer's pass: its fastest time at any shape
   /// measured (Note [Host launch]); 0 where unmeasured.
   double launch_seconds(const std::string& signature, Precision p, Pass pass) const;
@@ -84,6 +88,11 @@ class ProfileCosts {
   Profile profile_;
   bool gpu_ = false;
   std::optional<UpdateCost> adam_cost_, adam_mixed_cost_, sgd_cost_;
+  /// Note [SGD momentum]: whether the "sgd" samples timed momentum SGD
+  /// (32 B a parameter) or plain SGD (12 B: profiles made before the
+  /// runtime kept momentum, and profiler traces of SGD at momentum 0).
+  bool sgd_timed_momentum_ = true;
+
   std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;
   struct StepRatio {
     double tokens = 0, forward = 1, backward = 1;
