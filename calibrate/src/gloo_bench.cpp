@@ -166,7 +166,6 @@ struct Options {
   bool verbose = false;
   std::vector<Op> ops{std::begin(kAllOps), std::end(kAllOps)};
   double timeout_s = 0;  ///< 0: derived from the plan
-  int lead_us = 0;       ///< Note [Collectives after compute]: 0, back to back
   Bytes max_bytes() const { return quick ? 4 * kMiB : 64 * kMiB; }
   double budget_s() const { return quick ? 0.2 : 1.0; }
 };
@@ -182,8 +181,6 @@ Options parse_args(int argc, char** argv) {
   app.add_flag("--quick", o.quick, "Smaller sizes, shorter budgets");
   app.add_option("--ops", ops, std::string("Collectives to time: ") + kOpNames)->type_name("a,b");
   app.add_option("--timeout", timeout, "Seconds one operation may take (default: derived from the plan)")->type_name("SECONDS");
-  std::string lead;
-  app.add_option("--lead-us", lead, "Compute this long before each collective, untimed (default 0: back to back)")->type_name("US");
   app.add_flag("-v,--verbose", o.verbose, "Say what each rank does");
   if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) std::exit(status);
   if (app.count("--procs") > 0) {
@@ -193,7 +190,6 @@ Options parse_args(int argc, char** argv) {
   }
   if (app.count("--ops") > 0) o.ops = parse_ops(ops.c_str());
   if (app.count("--timeout") > 0) o.timeout_s = parse_seconds("--timeout", timeout.c_str());
-  if (app.count("--lead-us") > 0) o.lead_us = static_cast<int>(parse_positive("--lead-us", lead.c_str()));
   if (o.procs == 0) throw std::invalid_argument("--procs N is required");
   return o;
 }
@@ -330,14 +326,7 @@ class RankBench {
          batch = next_batch(static_cast<int>(times.size()), spent_s, opt_.budget_s(), kMaxReps)) {
       double batch_s[1] = {0};
       auto prev = Clock::now();
-      const bool lead = opt_.lead_us > 0 && p.op != Op::kSendRecv;
       for (int i = 0; i < batch; ++i) {
-        if (lead) {  // Note [Collectives after compute]: a layer's work first, untimed
-          const auto go = Clock::now() + std::chrono::microseconds(opt_.lead_us);
-          while (Clock::now() < go) {
-          }
-          prev = Clock::now();
-        }
         run();
         auto now = Clock::now();
         times.push_back(seconds_since(prev, now));
