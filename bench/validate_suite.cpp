@@ -442,6 +442,22 @@ int main(int argc, char** argv) {
       }
     }
   }
+  // Replaying without --steps or --warmup: the recordings' own (their
+  // report.json says what they ran), so the footer says what was measured.
+  if (!replay_dir.empty() && (!steps_set || app.count("--warmup") == 0)) {
+    for (const auto& row : rows) {
+      std::ifstream in(replay_dir + "/" + slug(row.label) + "/report.json");
+      if (!in) continue;
+      try {
+        const nlohmann::json doc = nlohmann::json::parse(in);
+        if (!steps_set && doc.contains("steps")) steps = doc.at("steps").get<int>();
+        if (app.count("--warmup") == 0 && doc.contains("warmup")) warmup = doc.at("warmup").get<int>();
+      } catch (const std::exception&) {
+        continue;  // a damaged report: the next row's
+      }
+      break;
+    }
+  }
   if (!runs_dir.empty()) std::filesystem::create_directories(runs_dir);
   const auto t0 = std::chrono::steady_clock::now();
   const bool tty = ::isatty(2) != 0;
