@@ -189,8 +189,6 @@ class Supervisor {
   std::string temp_dir_;
 };
 
-/// Runs `argv` with its stdout read here, line by line, as records of `source`
-/// (its stderr stays the user's); returns its exit status (128 + N for signal N).
 // Note [A calibration cut short]
 // A lent GPU, a queue's allocation or a spot instance gives a calibration
 // minutes it may outrun: the newer families' layers took 27 minutes on an
@@ -204,13 +202,15 @@ class Supervisor {
 // as it is measured, so the layers done are kept; a full CPU sweep's layer
 // record waits for its third pass (Note [Sweep passes]), so a cut during
 // it keeps none of them. A program that had already ended when the time
-// came (a crash) is reported as the failure it is, not as a cut. The layers of a cut profile join a complete one of the same device
-// with `dtsim profile import-layers CUT.h5 --into FULL.h5`, whose kernels,
+// came (a crash) is reported as the failure it is, not as a cut. The
+// layers of a cut profile join a complete one of the same device with
+// `dtsim profile import-layers CUT.h5 --into FULL.h5`, whose kernels,
 // collectives and memory records price everything else.
 
-/// Runs a measuring program, parsing its records into `p`. Past `deadline`
-/// (if any) the program is stopped and `*cut` set (Note [A calibration cut
-/// short]).
+/// Runs `argv` with its stdout read here, line by line, as records of `source`
+/// (its stderr stays the user's); returns its exit status (128 + N for signal N).
+/// Past `deadline` (if any) the program is stopped, `*cut` set and 0
+/// returned (Note [A calibration cut short]).
 int run_program(Supervisor& sup, const std::vector<std::string>& argv, const std::string& source, sim::Profile& p,
                 ProgressView& view, std::optional<Clock::time_point> deadline = std::nullopt, bool* cut = nullptr) {
   int fds[2];
@@ -370,6 +370,11 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   std::optional<Clock::time_point> deadline;
   if (o.time_limit_s > 0) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.time_limit_s));
   bool cut = false;
+  // The profile's "cut" line: where the limit came, what was measured by then.
+  const auto cut_info = [&](const std::string& where, const std::string& measured, const std::string& rest) {
+    p.info["cut"] = "--time-limit " + fmt::format("{:g}", o.time_limit_s) + " s reached " + where + ": " + measured + " measured, " + rest;
+  };
+  const std::string comm_name = cuda ? "collectives and copies" : "collectives";
   // 1. Layers and kernels (LibTorch).
   std::vector<std::string> argv{torch_bench, "--device", o.device};
   if (o.quick) argv.push_back("--quick");
@@ -500,17 +505,13 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   if (rc != 0 && !cut) throw CalibrationError("calibrate: " + torch_bench + " failed (exit status " + std::to_string(rc) + "); its message is above");
   const std::string measured = std::to_string(p.layers.size()) + " layer shapes, " + std::to_string(p.kernels.size()) + " kernel sizes";
   view.done(cut ? "cut by --time-limit: " + measured + " measured" : measured);
-  if (cut) {
-    p.info["cut"] = "--time-limit " + fmt::format("{:g}", o.time_limit_s) + " s reached during the layers and kernels: " + measured +
-                    " measured, the rest of that phase and the " + (cuda ? "collectives and copies" : "collectives") + " not";
-  }
+  if (cut) cut_info("during the layers and kernels", measured, "the rest of that phase and the " + comm_name + " not");
 
   // 2. Collectives (and copies on GPUs).
   view.phase(2, phases, cuda ? "NCCL collectives and copies" : "Gloo collectives");
   if (!cut && deadline && Clock::now() >= *deadline) {  // between the phases: the next is not started
     cut = true;
-    p.info["cut"] = "--time-limit " + fmt::format("{:g}", o.time_limit_s) + " s reached after the layers and kernels: " + measured +
-                    " measured, the " + (cuda ? "collectives and copies" : "collectives") + " not";
+    cut_info("after the layers and kernels", measured, "the " + comm_name + " not");
   }
   if (cut) {
     view.done("skipped: --time-limit reached");
@@ -538,8 +539,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     if (cut) {
       const std::string got = std::to_string(p.comm.size()) + " collective sizes, " + std::to_string(p.copies.size()) + " copies";
       view.done("cut by --time-limit: " + got + " measured");
-      p.info["cut"] = "--time-limit " + fmt::format("{:g}", o.time_limit_s) + " s reached during the " +
-                      (cuda ? "collectives and copies: " : "collectives: ") + got + " measured, the rest not";
+      cut_info("during the " + comm_name, got, "the rest not");
     } else if (cuda && rc == 3) {
       view.done("skipped: no CUDA device");
     } else if (rc != 0) {

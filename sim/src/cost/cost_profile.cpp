@@ -194,8 +194,8 @@ struct StepWork {
 constexpr double kSgdBytes = 32, kSgdKernels = 3, kPlainSgdBytes = 12, kPlainSgdKernels = 1;
 
 StepWork step_work(Optimizer o, Precision p) {
-  StepWork w = o == Optimizer::kSgd        ? StepWork{32, 3}
-               : o == Optimizer::kSgdPlain ? StepWork{12, 1}
+  StepWork w = o == Optimizer::kSgd        ? StepWork{kSgdBytes, kSgdKernels}
+               : o == Optimizer::kSgdPlain ? StepWork{kPlainSgdBytes, kPlainSgdKernels}
                : o == Optimizer::kAdamW    ? StepWork{88, 9}
                                            : StepWork{80, 8};
   if (p != Precision::kFp32) w.bytes_per_param += 12, w.kernels_per_update += 2;
