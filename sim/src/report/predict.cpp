@@ -170,10 +170,15 @@ ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpe
   return plan;
 }
 
+PricedLayers price_plan_layers(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                               const PredictOptions& options) {
+  const Pricing pricing(cluster, options, nullptr, model);
+  return price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
+}
+
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                            const PredictOptions& options, double* forward_share) {
-  const Pricing pricing(cluster, options, nullptr, model);
-  const PricedLayers priced = price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
+  const PricedLayers priced = price_plan_layers(model, plan, cluster, options);
   TimeNs total = 0;
   double share = 1;
   for (std::size_t l = 0; l < priced.layers.size(); ++l) {

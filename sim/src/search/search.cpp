@@ -28,26 +28,32 @@
 // (the weights cancel c_s; sum_s b_s / c_s >= 1 / min(m, pp)). The larger of
 // the two bounds is taken; interleaving keeps the first.
 //
-// The plans are simulated in the order of a lower bound of their time.
-// Let x_s be what stage s's compute stream runs for one micro-batch: its
-// layers' forward and backward kernels, recompute and tensor-parallel
-// collectives (micro_batch_compute() prices them as the lowering does; X =
-// sum x_s, m micro-batches). Stage s runs its 2m passes one after another on its
-// compute stream; its first forward waits for the stages before it to
-// run micro-batch 0's forwards, and its last backward (of some
-// micro-batch) is followed by theirs, so the iteration takes at least
-// sum_{s' < s} x_s' + m x_s for every s. Whatever the stage split, the
-// largest of those is at least X / (1 - (1 - 1/m)^pp) (the split that
-// makes them all equal), which is m X for one stage and (m + p - 1) X / p
-// within 13% for uniform ones. ZB-H1 leaves a stage's weight passes after
-// the earlier stages' last backward (Note [Zero bubble] in
-// lowering/lower.cpp), but stage s still starts only once the stages before
-// it have run micro-batch 0's forward: with phi the smallest share of any
-// layer's work its forward takes (micro_batch_compute), the iteration takes
-// at least phi sum_{s' < s} x_s' + m x_s, and the same equalising split
-// gives phi X / (1 - (1 - phi/m)^pp) (phi = 1 is 1F1B's). Interleaving puts
-// v chunks on a stage, whose first chunks may be of any size: the bound
-// falls back to m X / pp. On a device whose compute slows beside its
+// A plan left is then bounded stage by stage (plan_bounds), from its layers
+// priced once per shape (price_plan_layers: micro_batch_compute's
+// accounting, layer by layer) and split into chunks as partition() splits
+// them. Memory: stage s holds, at the start of its first backward, every
+// chunk forward its schedule ran before it (schedule_shape: pp - s
+// micro-batches under 1F1B, all m under GPipe, Korthikanti's warm-up under
+// interleaving), each keeping its layers' kept bytes, beside its resident
+// states (parameters, optimizer states, gradients where resident: ZeRO-2
+// and up or Megatron's fp32 buffer; DDP's buckets); and at its step all its
+// states. The larger over the stages and over the two bounds is the plan's.
+//
+// The plans are simulated in the order of a lower bound of their time. Let
+// x_s be what stage s's compute stream runs for one micro-batch: its
+// chunks' forward and backward kernels, recompute and tensor-parallel
+// collectives. Stage s runs its m x_s on its compute stream, one pass after
+// another; its first pass (a forward of chunk c) waits for micro-batch 0's
+// forwards through every virtual stage before c x pp + s, and after its
+// last (a backward of chunk c') come that micro-batch's backwards through
+// every virtual stage before c' x pp + s: the iteration takes at least
+// their sum for every s. Under 1F1B and GPipe that is sum_{s' < s} x_s' +
+// m x_s, for uniform stages (m + p - 1) X / p (Narayanan et al. 2021,
+// section 2.2.1); interleaving waits for and ends on chunk 0, so its bubble
+// is (p - 1) / v of a stage's (section 2.2.2); ZB-H1 ends on a weight pass
+// (Note [Zero bubble] in lowering/lower.cpp) and counts only the forwards
+// before. Whatever the split, the bound is at least m X / pp (X = sum x_s).
+// On a device whose compute slows beside its
 // collectives (Note [Interference] in engine/executor.cpp: at 1 / (1 + c)
 // of its speed), a one-stage plan whose data-parallel collectives on one
 // stream take C at least runs its compute for W + O c / (1 + c), O the
@@ -77,6 +83,7 @@
 #include <map>
 #include <tuple>
 #include <mutex>
+#include <optional>
 #include <sstream>
 #include <thread>
 
@@ -267,19 +274,6 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   return out;
 }
 
-TimeNs pipeline_time_bound(TimeNs compute, double forward_share, int pp, std::int64_t m, Schedule schedule) {
-  // Note [Search].
-  const double x = static_cast<double>(compute), micro = static_cast<double>(std::max<std::int64_t>(1, m));
-  // What of a stage's micro-batch must run before the next stage starts:
-  // 1F1B all of it, ZB-H1 its forward (a share phi, at least), interleaving
-  // nothing this bound can count.
-  double phi = 1.0;
-  if (pp > 1 && schedule == Schedule::kZbH1) phi = std::clamp(forward_share, 0.0, 1.0);
-  if (pp > 1 && schedule == Schedule::kInterleaved) phi = 0;
-  if (phi <= 0) return static_cast<TimeNs>(x * micro / pp * (1 - 1e-9));
-  return static_cast<TimeNs>(phi * x / (1 - std::pow(1 - phi / micro, pp)) * (1 - 1e-9));
-}
-
 TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
                                const CommModel& comm) {
   // Note [Search]: W + C c / (1 + c) for a one-stage plan; this is the second term.
@@ -319,6 +313,104 @@ Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, S
   const double states = static_cast<double>(stage_states) * static_cast<double>(stages);
   const double weighted = (states / static_cast<double>(std::min(micro, stages)) + static_cast<double>(kept)) / weights;
   return std::max(average, static_cast<Bytes>(std::floor(weighted)));
+}
+
+LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
+  // Note [Search]: micro_batch_compute's accounting, layer by layer.
+  LayerCosts out;
+  const std::size_t n = priced.layers.size();
+  out.forward.reserve(n);
+  out.backward.reserve(n);
+  out.kept.reserve(n);
+  out.params.reserve(n);
+  out.expert_params.reserve(n);
+  out.costs = priced.costs();
+  for (std::size_t l = 0; l < n; ++l) {
+    const bool serial = !plan.tp_comm_overlap;
+    out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
+    out.backward.push_back(priced.backward[l] + priced.recompute[l] + (serial ? priced.tp_backward[l] : 0));
+    out.kept.push_back(detail::kept_bytes(priced.layers, l, plan.recompute));
+    out.params.push_back(priced.layers[l].params);
+    out.expert_params.push_back(priced.layers[l].expert_params);
+  }
+  return out;
+}
+
+ScheduleShape schedule_shape(Schedule schedule, int pp, int virtual_stages, std::int64_t micro_batches) {
+  // One stage runs its micro-batches in turn whatever the plan names (lower()).
+  const Schedule order_of = pp > 1 ? schedule : Schedule::k1f1b;
+  const int v = pp > 1 ? std::max(1, virtual_stages) : 1;
+  ScheduleShape out;
+  for (int s = 0; s < pp; ++s) {
+    const std::vector<PipeStep> order = pipeline_order(order_of, pp, v, s, static_cast<int>(micro_batches));
+    std::vector<int> held(static_cast<std::size_t>(v), 0);
+    for (const PipeStep& step : order) {
+      if (!step.forward) break;
+      ++held[static_cast<std::size_t>(step.chunk)];
+    }
+    out.held.push_back(std::move(held));
+    out.first_chunk.push_back(order.empty() ? 0 : order.front().chunk);
+    out.last_chunk.push_back(order.empty() || order.back().forward || order.back().weight ? -1 : order.back().chunk);
+  }
+  return out;
+}
+
+PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, const ResolvedPlan& plan,
+                       const ClusterSpec& cluster) {
+  // Note [Search]: each stage's chain and each stage's memory at its first backward.
+  const int pp = std::max(1, plan.pp), v = pp > 1 ? std::max(1, plan.virtual_stages) : 1;
+  const std::size_t chunks = static_cast<std::size_t>(pp * v);
+  DTSIM_ASSERT(plan.stage_layers.size() == chunks && shape.held.size() == static_cast<std::size_t>(pp),
+               "plan_bounds: the split or the schedule's shape does not match the plan");
+  std::vector<double> fwd(chunks, 0), bwd(chunks, 0);
+  std::vector<Bytes> kept(chunks, 0);
+  std::vector<std::int64_t> params(chunks, 0), experts(chunks, 0);
+  std::size_t l = 0;
+  for (std::size_t vs = 0; vs < chunks; ++vs) {
+    for (int k = 0; k < plan.stage_layers[vs] && l < layers.forward.size(); ++k, ++l) {
+      fwd[vs] += static_cast<double>(layers.forward[l]);
+      bwd[vs] += static_cast<double>(layers.backward[l]);
+      kept[vs] += layers.kept[l];
+      params[vs] += layers.params[l];
+      experts[vs] += layers.expert_params[l];
+    }
+  }
+  const double m = static_cast<double>(std::max<std::int64_t>(1, plan.grad_accum));
+  const Bytes w = element_bytes(plan.precision);
+  const bool resident_grads = plan.zero_stage >= 2 || plan.accumulate_allreduce_grads_in_fp32;
+  const bool ddp_buckets = plan.zero_stage == 0 && plan.dp > 1 && !plan.accumulate_allreduce_grads_in_fp32;
+  double time = 0;
+  Bytes peak = 0;
+  for (int s = 0; s < pp; ++s) {
+    // Time: the forwards of micro-batch 0 before the stage's first pass,
+    // every pass of the stage on its compute stream, the backwards of its
+    // last micro-batch after its last pass.
+    double work = 0;
+    std::int64_t p = 0, e = 0;
+    Bytes act = 0;
+    for (int k = 0; k < v; ++k) {
+      const std::size_t vs = static_cast<std::size_t>(k * pp + s);
+      work += fwd[vs] + bwd[vs];
+      p += params[vs];
+      e += experts[vs];
+      act += static_cast<Bytes>(shape.held[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)]) * kept[vs];
+    }
+    double before = 0, after = 0;
+    const int first = shape.first_chunk[static_cast<std::size_t>(s)] * pp + s;
+    for (int vs = 0; vs < first; ++vs) before += fwd[static_cast<std::size_t>(vs)];
+    if (const int last = shape.last_chunk[static_cast<std::size_t>(s)]; last >= 0) {
+      for (int vs = 0; vs < last * pp + s; ++vs) after += bwd[static_cast<std::size_t>(vs)];
+    }
+    time = std::max(time, before + m * work + after);
+    // Memory: the model states (gradients made in the backward come with
+    // its first pass, after what the forwards hold is counted here), or all
+    // of them at the step.
+    const ModelStates ms = model_states(plan, p, e);
+    const Bytes buckets = ddp_buckets ? p * w : 0;
+    const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets;
+    peak = std::max({peak, ms.total() + buckets, resident + act});
+  }
+  return {static_cast<TimeNs>(time * (1 - 1e-9)), peak + cluster.device.runtime_reserved};
 }
 
 SearchResult search(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
@@ -366,13 +458,19 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     kept_cache[key] = kept;
     return kept;
   };
-  // The time bound (Note [Search]): one micro-batch's work on the compute
-  // streams, priced once per shape from the plan resolved.
-  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int>,
-           std::pair<TimeNs, double>>
-      compute_cache;
+  // The stage bounds (Note [Search]): each layer priced once per shape of
+  // the plan resolved, split as partition() splits it, run in its
+  // schedule's order.
   PredictOptions bound_options;
   bound_options.profile = o.profile;
+  struct Priced {
+    bool ok = false;
+    LayerCosts costs;
+    std::map<std::pair<int, int>, std::vector<int>> splits;  ///< by (pp, v)
+  };
+  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int, int>, Priced>
+      priced_cache;
+  std::map<std::tuple<Schedule, int, int, std::int64_t>, ScheduleShape> shape_cache;
   // Note [Search]: the interference term of a one-stage plan's time bound.
   std::unique_ptr<CommModel> bound_comm;
   if (o.profile) {
@@ -391,28 +489,47 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       return 0;
     }
   };
-  auto time_bound = [&](const PlanSpec& s) -> TimeNs {
+  // The plan's bounds, or none where it cannot be priced (simulating it
+  // says why) or split.
+  auto stage_bounds = [&](const PlanSpec& s, ResolvedPlan lb) -> std::optional<PlanBounds> {
+    // SyncBatchNorm's collectives are priced over the data-parallel group.
     const auto key = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
-                                     s.recompute, s.tp_comm_overlap ? 1 : 0, s.ep, s.etp);
-    auto it = compute_cache.find(key);
-    if (it == compute_cache.end()) {
-      TimeNs x = 0;
-      double share = 0;
+                                     s.recompute, s.tp_comm_overlap ? 1 : 0, s.ep, s.etp, s.sync_batchnorm ? s.dp : 0);
+    auto it = priced_cache.find(key);
+    if (it == priced_cache.end()) {
+      Priced p;
       try {
-        x = micro_batch_compute(model, resolve(s, model, cluster), cluster, bound_options, &share);
+        const ResolvedPlan r = resolve(s, model, cluster);
+        p.costs = layer_costs(price_plan_layers(model, r, cluster, bound_options), r);
+        p.ok = true;
       } catch (const ConfigError&) {
         // Not a plan: simulating it says so.
       }
-      it = compute_cache.emplace(key, std::make_pair(x, share)).first;
+      it = priced_cache.emplace(key, std::move(p)).first;
     }
-    return pipeline_time_bound(it->second.first, it->second.second, s.pp, s.grad_accum, s.schedule) + interference_floor(s);
+    Priced& p = it->second;
+    const int pp = std::max(1, s.pp);
+    const int v = pp > 1 && s.schedule == Schedule::kInterleaved ? (s.virtual_stages == 0 ? 2 : s.virtual_stages) : 1;
+    if (!p.ok || static_cast<std::size_t>(pp * v) > p.costs.costs.size()) return std::nullopt;
+    std::vector<int>& split = p.splits[{pp, v}];
+    if (split.empty()) split = balance_layers(p.costs.costs, pp * v);
+    const Schedule schedule = pp > 1 ? s.schedule : Schedule::k1f1b;
+    auto order = shape_cache.find({schedule, pp, v, s.grad_accum});
+    if (order == shape_cache.end()) {
+      order = shape_cache.emplace(std::make_tuple(schedule, pp, v, s.grad_accum), schedule_shape(schedule, pp, v, s.grad_accum)).first;
+    }
+    lb.dp = s.dp;
+    lb.pp = pp;
+    lb.virtual_stages = v;
+    lb.schedule = schedule;
+    lb.grad_accum = s.grad_accum;
+    lb.stage_layers = split;
+    return plan_bounds(p.costs, order->second, lb, cluster);
   };
-  std::vector<std::size_t> todo;
-  std::vector<Bytes> memory_bound(candidates.size(), 0);
-  for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const PlanSpec& s = candidates[i];
+  auto lower_bound_plan = [&](const PlanSpec& s) {
     ResolvedPlan lb;
     lb.precision = s.precision;
+    lb.recompute = s.recompute;
     lb.optimizer = effective_optimizer(s.optimizer, s.sgd_momentum);
     lb.zero_stage = s.fsdp == FsdpMode::kFullShard ? 3 : s.zero_stage;
     lb.shard_group = lb.zero_stage == 0 ? 1 : s.dp * s.cp;
@@ -421,6 +538,14 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     lb.offload_optimizer = s.offload_optimizer;
     lb.offload_params = s.offload_params;
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
+    return lb;
+  };
+  std::vector<std::size_t> todo;
+  std::vector<Bytes> memory_bound(candidates.size(), 0);
+  for (std::size_t i = 0; i < candidates.size(); ++i) {
+    const PlanSpec& s = candidates[i];
+    const ResolvedPlan lb = lower_bound_plan(s);
+    const std::int64_t etp = s.etp == 0 ? s.tp : s.etp;
     const std::int64_t rank_experts = expert_params / (static_cast<std::int64_t>(s.ep) * etp * s.pp);
     const ModelStates ms =
         model_states(lb, (params - expert_params) / (static_cast<std::int64_t>(s.tp) * s.pp) + rank_experts, rank_experts);
@@ -432,10 +557,29 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       todo.push_back(i);
     }
   }
+  // The stage bounds of what is left: its time, and its memory again, closer.
   std::vector<TimeNs> bound(candidates.size(), 0);
+  if (o.prune_by_time || o.prune_by_memory) {
+    std::vector<std::size_t> left;
+    left.reserve(todo.size());
+    for (std::size_t i : todo) {
+      const std::optional<PlanBounds> b = stage_bounds(candidates[i], lower_bound_plan(candidates[i]));
+      if (b) {
+        memory_bound[i] = std::max(memory_bound[i], b->peak);
+        bound[i] = b->time + interference_floor(candidates[i]);
+      }
+      if (o.prune_by_memory && memory_bound[i] > cluster.device.memory) {
+        ++r.pruned_memory;
+      } else {
+        left.push_back(i);
+      }
+    }
+    todo = std::move(left);
+  }
   if (o.prune_by_time) {
-    for (std::size_t i : todo) bound[i] = time_bound(candidates[i]);
     std::stable_sort(todo.begin(), todo.end(), [&](std::size_t a, std::size_t b) { return bound[a] < bound[b]; });
+  } else {
+    std::fill(bound.begin(), bound.end(), 0);
   }
   // What the threads have found: the `top` fastest fitting times (a max-heap)
   // and the Pareto front of time against peak (by time, peaks falling).

@@ -12,6 +12,7 @@
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/model.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/task_graph.hpp"
 
@@ -112,6 +113,12 @@ ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpe
 /// work that its forward (kernels and tensor-parallel collectives) takes.
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                            const PredictOptions& options = {}, double* forward_share = nullptr);
+
+/// The plan's layers priced as predict() prices them (the profile's
+/// figures where `options` gives one): what partition() balances and the
+/// search's bounds read (Note [Search]).
+PricedLayers price_plan_layers(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
+                               const PredictOptions& options = {});
 
 /// Predicts one iteration of `spec` for `model` on `cluster`. Throws
 /// ConfigError if the plan is invalid for them.

@@ -16,6 +16,7 @@
 #include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/model.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/plan.hpp"
 
 namespace dtsim::sim {
@@ -80,14 +81,9 @@ PlanSpec search_base_plan(const ClusterSpec& cluster, const std::vector<Override
 /// The candidate plans the search would try, before memory pruning.
 std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
 
-/// Note [Search]: a lower bound of a pipeline's iteration time from one
-/// micro-batch's work over the whole model (`compute`, micro_batch_compute)
-/// and the smallest share of a layer's work its forward takes.
-TimeNs pipeline_time_bound(TimeNs compute, double forward_share, int pp, std::int64_t m, Schedule schedule);
-
 /// What a one-stage plan's compute at least slows by beside its data-parallel
 /// collectives, C c / (1 + c) (Note [Search]; c the device's comm_slowdown):
-/// added to pipeline_time_bound's m X. `dense_params`: the model's parameters
+/// added to plan_bounds' m X. `dense_params`: the model's parameters
 /// less its routed experts'; `layers`: Model::layer_count(). 0 for pipelines,
 /// one replica, or a device whose compute does not slow.
 TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
@@ -98,6 +94,42 @@ TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_para
 /// keeps over the whole model (`kept`), for `pp` stages running `m`
 /// micro-batches under `schedule` (the runtime's reservation not included).
 Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule);
+
+/// Note [Search]: what each layer of one micro-batch costs a rank, as the
+/// stage bounds read it: the time its forward and its backward keep the
+/// compute stream busy (kernels, recompute and the serial collectives,
+/// micro_batch_compute's accounting), partition()'s cost, the bytes it
+/// keeps for its backward, and its parameters on the rank.
+struct LayerCosts {
+  std::vector<TimeNs> forward, backward;
+  std::vector<double> costs;
+  std::vector<Bytes> kept;
+  std::vector<std::int64_t> params, expert_params;
+};
+LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan);
+
+/// Note [Search]: how a schedule's stages take their micro-batches. Per
+/// stage: the forwards of each of its chunks run before its first backward
+/// (what it holds then), the chunk of its first pass (a forward) and of its
+/// last (a backward; -1 where it is a weight pass).
+struct ScheduleShape {
+  std::vector<std::vector<int>> held;
+  std::vector<int> first_chunk, last_chunk;
+};
+ScheduleShape schedule_shape(Schedule schedule, int pp, int virtual_stages, std::int64_t micro_batches);
+
+/// Note [Search]: lower bounds of an iteration's time (without the slowdown
+/// of interference_time_bound) and of the fullest rank's peak (with the
+/// runtime's reservation), from its layers' costs split as
+/// `plan.stage_layers` says, run in `shape`'s order. Reads the plan's pp,
+/// virtual stages, micro-batches, data-parallel degree and what
+/// model_states() reads.
+struct PlanBounds {
+  TimeNs time = 0;
+  Bytes peak = 0;
+};
+PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, const ResolvedPlan& plan,
+                       const ClusterSpec& cluster);
 
 /// Runs the search. Throws ConfigError if the options are impossible (a
 /// global batch no data-parallel degree divides, more GPUs than the cluster).
