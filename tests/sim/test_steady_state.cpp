@@ -71,7 +71,14 @@ TEST_CASE("steady state: interleaving over 512 micro-batches divides the bubble 
 }
 
 TEST_CASE("steady state: too few micro-batches to gain, GPipe and traces simulate every micro-batch", "[steady]") {
-  CHECK_FALSE(abridged("pp: 4\nschedule: 1f1b\nmicro_batches: 40\nmicro_batch: 1\n").has_value());
+  // 1F1B on 4 stages holds 4 micro-batches; the abridged run takes 3 x 4 +
+  // 16 = 28 (Note [Steady state]), worth it where that is 3/4 of m or less:
+  // from m = 38 (28 x 4 = 112 <= 3 x 38), not at 37.
+  CHECK_FALSE(abridged("pp: 4\nschedule: 1f1b\nmicro_batches: 37\nmicro_batch: 1\n").has_value());
+  const auto at_38 = abridged("pp: 4\nschedule: 1f1b\nmicro_batches: 38\nmicro_batch: 1\n");
+  REQUIRE(at_38.has_value());
+  CHECK(at_38->simulated_micro_batches == 28);
+  CHECK(at_38->makespan / 1000 == (38 + 3) * 6 * kMs / 1000);  // (m + p - 1)(tf + tb), as above
   CHECK_FALSE(abridged("pp: 4\nschedule: gpipe\nmicro_batches: 512\nmicro_batch: 1\n").has_value());
   const auto model = models::load_model("gpt2");
   const auto cluster = load_cluster("dgx-a100", {});
