@@ -2,8 +2,10 @@
 // The discrete-event core: a binary-heap event queue ordered by (time,
 // sequence number), so equal-time events run in the order they were scheduled
 // and every run is reproducible bit for bit (ns-3's scheduler does the same).
-// Cancellation marks an event; the loop skips it. No global state: each
-// simulation owns its queue.
+// Cancellation marks an event; the loop skips it. A callback lives in a
+// slot that the next event scheduled reuses once it has run, so the queue
+// holds as many as are pending, not one for every event of the run. No
+// global state: each simulation owns its queue.
 
 #include <cstdint>
 #include <functional>
@@ -40,10 +42,17 @@ class EventQueue {
   struct Entry {
     TimeNs at;
     EventId seq;
+    std::uint32_t slot;
     bool operator>(const Entry& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
+  struct Slot {
+    Callback cb;     ///< empty once run or cancelled
+    EventId seq = 0; ///< the event it holds
+  };
   std::vector<Entry> heap_;
-  std::vector<Callback> callbacks_;  // indexed by seq; empty once run or cancelled
+  std::vector<Slot> slots_;
+  std::vector<std::uint32_t> free_;  ///< slots whose event has left the heap
+  EventId next_ = 0;
   TimeNs now_ = 0;
   std::uint64_t processed_ = 0;
   std::size_t live_ = 0;
