@@ -149,8 +149,8 @@ TEST_CASE("predict in JSON has the documented schema", "[cli]") {
 TEST_CASE("predict simulates a long pipeline's steady state once, and --unabridged every micro-batch", "[cli][pipeline]") {
   // megatron-3d on 64 GPUs: 8 stages of 2 chunks, 512 micro-batches. Stage
   // 0 holds ceil(((8 - 1) x 2 + (2 - 1) x 8) / 2) + 1 = 12 micro-batches at
-  // once; the abridged run takes 4 x 12 + 16 = 64 of them (a multiple of pp,
-  // Note [Steady state]).
+  // once; an interleaved abridged run takes 6 x 12 = 72 of them (a multiple
+  // of pp, Note [Steady state]).
   const std::string args = "predict --model gpt-175b --cluster dgx-a100 --set cluster.nodes=8 --plan megatron-3d --json";
   const Result a = dtsim(args);
   const Result b = dtsim(args + " --unabridged");
@@ -158,7 +158,7 @@ TEST_CASE("predict simulates a long pipeline's steady state once, and --unabridg
   REQUIRE(b.status == 0);
   const YAML::Node ja = YAML::Load(a.out), jb = YAML::Load(b.out);
   CHECK(ja["plan"]["grad_accum"].as<int>() == 512);
-  CHECK(ja["simulation"]["micro_batches_simulated"].as<int>() == 64);
+  CHECK(ja["simulation"]["micro_batches_simulated"].as<int>() == 72);
   CHECK(jb["simulation"]["micro_batches_simulated"].as<int>() == 512);
   CHECK(ja["iteration_time_s"].as<std::string>() == jb["iteration_time_s"].as<std::string>());
   CHECK(ja["simulation"]["tasks"].as<int>() == jb["simulation"]["tasks"].as<int>());

@@ -176,18 +176,35 @@ PricedLayers price_plan_layers(const Model& model, const ResolvedPlan& plan, con
   return price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
 }
 
+LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
+  // Note [Search]: what each layer keeps its stage's compute stream busy with.
+  LayerCosts out;
+  const std::size_t n = priced.layers.size();
+  out.forward.reserve(n);
+  out.backward.reserve(n);
+  out.kept.reserve(n);
+  out.params.reserve(n);
+  out.expert_params.reserve(n);
+  out.costs = priced.costs();
+  for (std::size_t l = 0; l < n; ++l) {
+    const bool serial = !plan.tp_comm_overlap;
+    out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
+    out.backward.push_back(priced.backward[l] + priced.recompute[l] + (serial ? priced.tp_backward[l] : 0));
+    out.kept.push_back(detail::kept_bytes(priced.layers, l, plan.recompute));
+    out.params.push_back(priced.layers[l].params);
+    out.expert_params.push_back(priced.layers[l].expert_params);
+  }
+  return out;
+}
+
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                            const PredictOptions& options, double* forward_share) {
-  const PricedLayers priced = price_plan_layers(model, plan, cluster, options);
+  const LayerCosts costs = layer_costs(price_plan_layers(model, plan, cluster, options), plan);
   TimeNs total = 0;
   double share = 1;
-  for (std::size_t l = 0; l < priced.layers.size(); ++l) {
-    TimeNs forward = priced.forward[l], all = priced.forward[l] + priced.backward[l] + priced.recompute[l];
-    if (!plan.tp_comm_overlap) {
-      forward += priced.tp_forward[l];
-      all += priced.tp_forward[l] + priced.tp_backward[l];
-    }
-    if (all > 0) share = std::min(share, static_cast<double>(forward) / static_cast<double>(all));
+  for (std::size_t l = 0; l < costs.forward.size(); ++l) {
+    const TimeNs all = costs.forward[l] + costs.backward[l];
+    if (all > 0) share = std::min(share, static_cast<double>(costs.forward[l]) / static_cast<double>(all));
     total += all;
   }
   if (forward_share != nullptr) *forward_share = share;

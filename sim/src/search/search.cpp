@@ -29,9 +29,9 @@
 // the two bounds is taken; interleaving keeps the first.
 //
 // A plan left is then bounded stage by stage (plan_bounds), from its layers
-// priced once per shape (price_plan_layers: micro_batch_compute's
-// accounting, layer by layer) and split into chunks as partition() splits
-// them. Memory: stage s holds, at the start of its first backward, every
+// priced once per shape (price_plan_layers, then layer_costs: what each
+// keeps its stage's compute stream busy with, and keeps for its backward)
+// and split into chunks as partition() splits them. Memory: stage s holds, at the start of its first backward, every
 // chunk forward its schedule ran before it (schedule_shape: pp - s
 // micro-batches under 1F1B, all m under GPipe, Korthikanti's warm-up under
 // interleaving), each keeping its layers' kept bytes, beside its resident
@@ -313,27 +313,6 @@ Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, S
   const double states = static_cast<double>(stage_states) * static_cast<double>(stages);
   const double weighted = (states / static_cast<double>(std::min(micro, stages)) + static_cast<double>(kept)) / weights;
   return std::max(average, static_cast<Bytes>(std::floor(weighted)));
-}
-
-LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
-  // Note [Search]: micro_batch_compute's accounting, layer by layer.
-  LayerCosts out;
-  const std::size_t n = priced.layers.size();
-  out.forward.reserve(n);
-  out.backward.reserve(n);
-  out.kept.reserve(n);
-  out.params.reserve(n);
-  out.expert_params.reserve(n);
-  out.costs = priced.costs();
-  for (std::size_t l = 0; l < n; ++l) {
-    const bool serial = !plan.tp_comm_overlap;
-    out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
-    out.backward.push_back(priced.backward[l] + priced.recompute[l] + (serial ? priced.tp_backward[l] : 0));
-    out.kept.push_back(detail::kept_bytes(priced.layers, l, plan.recompute));
-    out.params.push_back(priced.layers[l].params);
-    out.expert_params.push_back(priced.layers[l].expert_params);
-  }
-  return out;
 }
 
 ScheduleShape schedule_shape(Schedule schedule, int pp, int virtual_stages, std::int64_t micro_batches) {

@@ -102,13 +102,26 @@ TimeBreakdown stage_breakdown(const TaskGraph& graph, const ExecResult& exec);
 ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster,
                       const PredictOptions& options = {});
 
+/// Note [Search]: what each layer of one micro-batch costs a rank, as the
+/// stage bounds read it: the time its forward and its backward keep the
+/// compute stream busy (kernels, recompute and the serial collectives, as
+/// the lowering prices them), partition()'s cost, the bytes it
+/// keeps for its backward, and its parameters on the rank.
+struct LayerCosts {
+  std::vector<TimeNs> forward, backward;
+  std::vector<double> costs;
+  std::vector<Bytes> kept;
+  std::vector<std::int64_t> params, expert_params;
+};
+LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan);
+
 /// What one micro-batch's forward and backward through every layer keep
 /// the compute streams busy with, priced as the lowering prices them for a
 /// resolved `plan` (per GPU of its tp x cp shard): the kernels, recompute's
 /// rematerialisation and the tensor-parallel collectives Megatron-LM runs
 /// between them (unless tp_comm_overlap hides them). Each layer runs them
 /// on its stage's compute stream, one after another, so an iteration takes
-/// at least grad_accum x this / pp: the search's time bound (Note [Search]).
+/// at least grad_accum x this / pp (Note [Search]); the sum of layer_costs.
 /// `forward_share`, when given, receives the smallest share of any layer's
 /// work that its forward (kernels and tensor-parallel collectives) takes.
 TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,

@@ -16,7 +16,7 @@
 #include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/model.hpp"
-#include "dtsim/sim/partition.hpp"
+#include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/plan.hpp"
 
 namespace dtsim::sim {
@@ -94,19 +94,6 @@ TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_para
 /// keeps over the whole model (`kept`), for `pp` stages running `m`
 /// micro-batches under `schedule` (the runtime's reservation not included).
 Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule);
-
-/// Note [Search]: what each layer of one micro-batch costs a rank, as the
-/// stage bounds read it: the time its forward and its backward keep the
-/// compute stream busy (kernels, recompute and the serial collectives,
-/// micro_batch_compute's accounting), partition()'s cost, the bytes it
-/// keeps for its backward, and its parameters on the rank.
-struct LayerCosts {
-  std::vector<TimeNs> forward, backward;
-  std::vector<double> costs;
-  std::vector<Bytes> kept;
-  std::vector<std::int64_t> params, expert_params;
-};
-LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan);
 
 /// Note [Search]: how a schedule's stages take their micro-batches. Per
 /// stage: the forwards of each of its chunks run before its first backward
