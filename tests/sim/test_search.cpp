@@ -140,8 +140,9 @@ TEST_CASE("search: the stage bounds of an interleaved pipeline, by hand (Note [S
   const ClusterSpec c = test::round_cluster(1, 4);
   const test::PlanRun run = test::run_plan(eight, "pp: 4\nschedule: interleaved\nvirtual_stages: 2\nmicro_batches: 8\nmicro_batch: 1\n", c, comm, 1'000'000);
   const ScheduleShape shape = schedule_shape(Schedule::kInterleaved, 4, 2, 8);
-  CHECK(shape.held[0] == std::vector<int>{7, 4});
-  CHECK(shape.held[3] == std::vector<int>{4, 1});
+  using Held = ScheduleShape::Held;
+  CHECK(shape.held[0] == std::vector<Held>{{{7, 4}, {0, 0}}});
+  CHECK(shape.held[3] == std::vector<Held>{{{4, 1}, {0, 0}}});
   CHECK(shape.first_chunk == std::vector<int>{0, 0, 0, 0});
   CHECK(shape.last_chunk == std::vector<int>{0, 0, 0, 0});
   const LayerCosts costs = layer_costs(price_layers(eight, run.plan, c, compute, comm), run.plan);
@@ -154,6 +155,34 @@ TEST_CASE("search: the stage bounds of an interleaved pipeline, by hand (Note [S
   CHECK(run.exec.memory[0].at_peak.total() >= b.peak);
   // The bound without the split (m X / pp) was 8 x 24 / 4 = 48 ms.
   CHECK(b.time > 48'000'000);
+}
+
+TEST_CASE("search: what a ZB-H1 stage holds, by hand (Note [Search])", "[search]") {
+  // 4 stages, 8 micro-batches. Stage 0 runs 3 forwards, then F B W: 4
+  // forwards alive before a B, 3 beside its pending W after it (it runs each
+  // W right after its B). The last stage defers 3 weight passes: F0 B0 F1 B1 F2 B2, then F3 B3
+  // W0 ...: after F3 one forward beside 3 pending passes, after B3 none
+  // beside 4; neither holds more of both.
+  using Held = ScheduleShape::Held;
+  const ScheduleShape shape = schedule_shape(Schedule::kZbH1, 4, 1, 8);
+  CHECK(shape.held[0] == std::vector<Held>{{{4}, {0}}, {{3}, {1}}});
+  CHECK(shape.held[3] == std::vector<Held>{{{1}, {3}}, {{0}, {4}}});
+  CHECK(shape.last_chunk == std::vector<int>{-1, -1, -1, -1});
+  // 8 layers keeping 1000 B, whose weight GEMM of 300 B a sequence keeps
+  // its two operands, 2/3 of it, for W: 2 x 200 B a stage and micro-batch.
+  // Stage 3 holds max(2000 + 3 x 400, 4 x 400) = 3,200 B, stage 0 4 x 2000
+  // = 8,000 B, beside 2 parameters' fp32 weights and AdamW moments (24 B).
+  const test::FakeModel eight = test::FakeModel(8, 1, 1000).split_backward(300);
+  const test::FreeComm comm;
+  const test::FixedCompute compute(1'000'000);
+  const ClusterSpec c = test::round_cluster(1, 4);
+  const test::PlanRun run = test::run_plan(eight, "pp: 4\nschedule: zb-h1\nmicro_batches: 8\nmicro_batch: 1\n", c, comm, 1'000'000);
+  const LayerCosts costs = layer_costs(price_layers(eight, run.plan, c, compute, comm), run.plan);
+  CHECK(costs.weight_hold[0] == 200);
+  // Stage 0 (8,000 B; 3 x 2000 + 400 after a B is less) is the plan's bound.
+  CHECK(plan_bounds(costs, shape, run.plan, c).peak == 8'024);
+  CHECK(run.exec.memory[0].at_peak.total() >= 8'024);
+  CHECK(run.exec.memory[3].at_peak.total() >= 3'224);
 }
 
 TEST_CASE("search: the stage bounds are below every shipped plan's simulated time and peak, under each schedule", "[search]") {

@@ -183,6 +183,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
   out.forward.reserve(n);
   out.backward.reserve(n);
   out.kept.reserve(n);
+  out.weight_hold.reserve(n);
   out.params.reserve(n);
   out.expert_params.reserve(n);
   out.costs = priced.costs();
@@ -191,6 +192,8 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
     out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
     out.backward.push_back(priced.backward[l] + priced.recompute[l] + (serial ? priced.tp_backward[l] : 0));
     out.kept.push_back(detail::kept_bytes(priced.layers, l, plan.recompute));
+    // What a deferred weight pass would keep; only ZB-H1's order defers one.
+    out.weight_hold.push_back(detail::weight_grad_hold(priced.layers[l]));
     out.params.push_back(priced.layers[l].params);
     out.expert_params.push_back(priced.layers[l].expert_params);
   }

@@ -31,13 +31,19 @@
 // A plan left is then bounded stage by stage (plan_bounds), from its layers
 // priced once per shape (price_plan_layers, then layer_costs: what each
 // keeps its stage's compute stream busy with, and keeps for its backward)
-// and split into chunks as partition() splits them. Memory: stage s holds, at the start of its first backward, every
-// chunk forward its schedule ran before it (schedule_shape: pp - s
-// micro-batches under 1F1B, all m under GPipe, Korthikanti's warm-up under
-// interleaving), each keeping its layers' kept bytes, beside its resident
-// states (parameters, optimizer states, gradients where resident: ZeRO-2
-// and up or Megatron's fp32 buffer; DDP's buckets); and at its step all its
-// states. The larger over the stages and over the two bounds is the plan's.
+// and split into chunks as partition() splits them. Memory: a stage's
+// passes run one after another, a forward keeping its layers' kept bytes
+// until its backward, which under ZB-H1 leaves what the weight pass needs
+// (weight_grad_hold) until that pass. So at the start of its first backward
+// stage s holds every chunk forward its schedule ran before it
+// (schedule_shape: pp - s micro-batches under 1F1B, all m under GPipe,
+// Korthikanti's warm-up under interleaving), and under ZB-H1 it holds at
+// each moment the forwards and the deferred weight passes the order leaves
+// pending (the last stage: its forward beside pp - 1 weight passes),
+// beside its resident states (parameters, optimizer states, gradients
+// where resident: ZeRO-2 and up or Megatron's fp32 buffer; DDP's buckets);
+// and at its step all its states. The larger over the stages and over the
+// two bounds is the plan's.
 //
 // The plans are simulated in the order of a lower bound of their time. Let
 // x_s be what stage s's compute stream runs for one micro-batch: its
@@ -322,11 +328,36 @@ ScheduleShape schedule_shape(Schedule schedule, int pp, int virtual_stages, std:
   ScheduleShape out;
   for (int s = 0; s < pp; ++s) {
     const std::vector<PipeStep> order = pipeline_order(order_of, pp, v, s, static_cast<int>(micro_batches));
-    std::vector<int> held(static_cast<std::size_t>(v), 0);
+    std::vector<ScheduleShape::Held> held;
+    ScheduleShape::Held now{std::vector<int>(static_cast<std::size_t>(v), 0), std::vector<int>(static_cast<std::size_t>(v), 0)};
+    bool backward_seen = false;
     for (const PipeStep& step : order) {
-      if (!step.forward) break;
-      ++held[static_cast<std::size_t>(step.chunk)];
+      const auto k = static_cast<std::size_t>(step.chunk);
+      if (!step.forward && !backward_seen) {
+        backward_seen = true;
+        held.push_back(now);  // the start of the first backward
+        if (v > 1) break;
+      }
+      if (step.forward) {
+        ++now.forwards[k];
+      } else if (step.weight) {
+        --now.weights[k];
+      } else {
+        --now.forwards[k];
+        // A deferred weight pass keeps what it needs from here (ZB-H1).
+        if (order_of == Schedule::kZbH1) ++now.weights[k];
+      }
+      if (v == 1 && backward_seen) {
+        // One chunk: keep the moments no other dominates.
+        const int f = now.forwards[0], w = now.weights[0];
+        bool dominated = false;
+        for (const auto& h : held) dominated = dominated || (h.forwards[0] >= f && h.weights[0] >= w);
+        if (dominated) continue;
+        std::erase_if(held, [&](const ScheduleShape::Held& h) { return h.forwards[0] <= f && h.weights[0] <= w; });
+        held.push_back(now);
+      }
     }
+    if (!backward_seen) held.push_back(now);
     out.held.push_back(std::move(held));
     out.first_chunk.push_back(order.empty() ? 0 : order.front().chunk);
     out.last_chunk.push_back(order.empty() || order.back().forward || order.back().weight ? -1 : order.back().chunk);
@@ -342,7 +373,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
   DTSIM_ASSERT(plan.stage_layers.size() == chunks && shape.held.size() == static_cast<std::size_t>(pp),
                "plan_bounds: the split or the schedule's shape does not match the plan");
   std::vector<double> fwd(chunks, 0), bwd(chunks, 0);
-  std::vector<Bytes> kept(chunks, 0);
+  std::vector<Bytes> kept(chunks, 0), hold(chunks, 0);
   std::vector<std::int64_t> params(chunks, 0), experts(chunks, 0);
   std::size_t l = 0;
   for (std::size_t vs = 0; vs < chunks; ++vs) {
@@ -350,6 +381,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
       fwd[vs] += static_cast<double>(layers.forward[l]);
       bwd[vs] += static_cast<double>(layers.backward[l]);
       kept[vs] += layers.kept[l];
+      hold[vs] += layers.weight_hold[l];
       params[vs] += layers.params[l];
       experts[vs] += layers.expert_params[l];
     }
@@ -366,13 +398,21 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     // last micro-batch after its last pass.
     double work = 0;
     std::int64_t p = 0, e = 0;
-    Bytes act = 0;
     for (int k = 0; k < v; ++k) {
       const std::size_t vs = static_cast<std::size_t>(k * pp + s);
       work += fwd[vs] + bwd[vs];
       p += params[vs];
       e += experts[vs];
-      act += static_cast<Bytes>(shape.held[static_cast<std::size_t>(s)][static_cast<std::size_t>(k)]) * kept[vs];
+    }
+    Bytes act = 0;
+    for (const ScheduleShape::Held& h : shape.held[static_cast<std::size_t>(s)]) {
+      Bytes at = 0;
+      for (int k = 0; k < v; ++k) {
+        const std::size_t vs = static_cast<std::size_t>(k * pp + s);
+        at += static_cast<Bytes>(h.forwards[static_cast<std::size_t>(k)]) * kept[vs] +
+              static_cast<Bytes>(h.weights[static_cast<std::size_t>(k)]) * hold[vs];
+      }
+      act = std::max(act, at);
     }
     double before = 0, after = 0;
     const int first = shape.first_chunk[static_cast<std::size_t>(s)] * pp + s;
@@ -443,11 +483,12 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   PredictOptions bound_options;
   bound_options.profile = o.profile;
   struct Priced {
-    bool ok = false;
     LayerCosts costs;
     std::map<std::pair<int, int>, std::vector<int>> splits;  ///< by (pp, v)
   };
-  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int, int>, Priced>
+  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int, int, int,
+                      std::string>,
+           Priced>
       priced_cache;
   std::map<std::tuple<Schedule, int, int, std::int64_t>, ScheduleShape> shape_cache;
   // Note [Search]: the interference term of a one-stage plan's time bound.
@@ -471,25 +512,31 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   // The plan's bounds, or none where it cannot be priced (simulating it
   // says why) or split.
   auto stage_bounds = [&](const PlanSpec& s, ResolvedPlan lb) -> std::optional<PlanBounds> {
-    // SyncBatchNorm's collectives are priced over the data-parallel group.
+    // What the pricing reads of the plan: its shape, and the groups its
+    // serial collectives run over. Tensor parallelism's is innermost
+    // whatever the rest; SyncBatchNorm's is the data-parallel group, and an
+    // expert all-to-all's lies where the mesh puts it (expert_group: by the
+    // degrees and the placement).
+    const bool experts = s.ep > 1;
     const auto key = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
-                                     s.recompute, s.tp_comm_overlap ? 1 : 0, s.ep, s.etp, s.sync_batchnorm ? s.dp : 0);
+                                     s.recompute, s.tp_comm_overlap ? 1 : 0, s.ep, s.etp,
+                                     s.sync_batchnorm || experts ? s.dp : 0, experts ? s.pp : 0,
+                                     experts ? s.placement : std::string());
     auto it = priced_cache.find(key);
     if (it == priced_cache.end()) {
       Priced p;
       try {
         const ResolvedPlan r = resolve(s, model, cluster);
         p.costs = layer_costs(price_plan_layers(model, r, cluster, bound_options), r);
-        p.ok = true;
       } catch (const ConfigError&) {
-        // Not a plan: simulating it says so.
+        return std::nullopt;  // not a plan (simulating it says so); another of its shape may be
       }
       it = priced_cache.emplace(key, std::move(p)).first;
     }
     Priced& p = it->second;
     const int pp = std::max(1, s.pp);
     const int v = pp > 1 && s.schedule == Schedule::kInterleaved ? (s.virtual_stages == 0 ? 2 : s.virtual_stages) : 1;
-    if (!p.ok || static_cast<std::size_t>(pp * v) > p.costs.costs.size()) return std::nullopt;
+    if (static_cast<std::size_t>(pp * v) > p.costs.costs.size()) return std::nullopt;
     std::vector<int>& split = p.splits[{pp, v}];
     if (split.empty()) split = balance_layers(p.costs.costs, pp * v);
     const Schedule schedule = pp > 1 ? s.schedule : Schedule::k1f1b;

@@ -106,11 +106,12 @@ ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpe
 /// stage bounds read it: the time its forward and its backward keep the
 /// compute stream busy (kernels, recompute and the serial collectives, as
 /// the lowering prices them), partition()'s cost, the bytes it
-/// keeps for its backward, and its parameters on the rank.
+/// keeps for its backward (and, under ZB-H1, from its backward to its
+/// weight pass), and its parameters on the rank.
 struct LayerCosts {
   std::vector<TimeNs> forward, backward;
   std::vector<double> costs;
-  std::vector<Bytes> kept;
+  std::vector<Bytes> kept, weight_hold;
   std::vector<std::int64_t> params, expert_params;
 };
 LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan);

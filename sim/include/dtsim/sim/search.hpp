@@ -96,11 +96,18 @@ TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_para
 Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule);
 
 /// Note [Search]: how a schedule's stages take their micro-batches. Per
-/// stage: the forwards of each of its chunks run before its first backward
-/// (what it holds then), the chunk of its first pass (a forward) and of its
-/// last (a backward; -1 where it is a weight pass).
+/// stage: the moments it may hold the most (the start of its first
+/// backward; under ZB-H1, with one chunk, every moment no other holds both
+/// more forwards and more weight passes), each as the forwards of each
+/// chunk whose backward has not run and the backwards whose weight pass
+/// has not; the chunk of its first pass (a forward) and of its last (a
+/// backward; -1 where it is a weight pass).
 struct ScheduleShape {
-  std::vector<std::vector<int>> held;
+  struct Held {
+    std::vector<int> forwards, weights;  ///< by chunk
+    bool operator==(const Held&) const = default;
+  };
+  std::vector<std::vector<Held>> held;
   std::vector<int> first_chunk, last_chunk;
 };
 ScheduleShape schedule_shape(Schedule schedule, int pp, int virtual_stages, std::int64_t micro_batches);
