@@ -555,7 +555,6 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   auto lower_bound_plan = [&](const PlanSpec& s) {
     ResolvedPlan lb;
     lb.precision = s.precision;
-    lb.recompute = s.recompute;
     lb.optimizer = effective_optimizer(s.optimizer, s.sgd_momentum);
     lb.zero_stage = s.fsdp == FsdpMode::kFullShard ? 3 : s.zero_stage;
     lb.shard_group = lb.zero_stage == 0 ? 1 : s.dp * s.cp;
@@ -592,7 +591,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       const std::optional<PlanBounds> b = stage_bounds(candidates[i], lower_bound_plan(candidates[i]));
       if (b) {
         memory_bound[i] = std::max(memory_bound[i], b->peak);
-        bound[i] = b->time + interference_floor(candidates[i]);
+        if (o.prune_by_time) bound[i] = b->time + interference_floor(candidates[i]);
       }
       if (o.prune_by_memory && memory_bound[i] > cluster.device.memory) {
         ++r.pruned_memory;
@@ -604,8 +603,6 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   }
   if (o.prune_by_time) {
     std::stable_sort(todo.begin(), todo.end(), [&](std::size_t a, std::size_t b) { return bound[a] < bound[b]; });
-  } else {
-    std::fill(bound.begin(), bound.end(), 0);
   }
   // What the threads have found: the `top` fastest fitting times (a max-heap)
   // and the Pareto front of time against peak (by time, peaks falling).
