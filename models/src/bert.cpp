@@ -69,6 +69,13 @@ class Bert final : public ZooModel {
     // Every layer does the same work: built once, copied and renamed.
     sim::Layer one = transformer_layer("layer.0", shape, h, c_.heads, c_.intermediate, c_.dropout, false);
     one.param_tensors = 16;  // HuggingFace's BERT keeps query, key and value apart: 4 more than GPT-2's fused QKV
+    {
+      // Query, key and value as three modules (the QKV GEMM's time goes
+      // with the first).
+      const std::int64_t qkv = one.modules[1].tensors[0] / 3, bias = one.modules[1].tensors[1] / 3;
+      one.modules[1].tensors = {qkv, bias};
+      one.modules.insert(one.modules.begin() + 2, {{"attn.key", {qkv, bias}, ""}, {"attn.value", {qkv, bias}, ""}});
+    }
     one.signature = layer;
     for (int i = 0; i < c_.layers; ++i) {
       out.push_back(one);

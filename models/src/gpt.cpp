@@ -53,6 +53,7 @@ class Gpt final : public ZooModel {
     if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
     emb.params = v * h + c_.seq_len * h;
     emb.param_tensors = 2;  // wte, wpe
+    emb.modules = {{"wte.gather", {v * h}, ""}, {"wpe.add", {c_.seq_len * h}, ""}};
     emb.forward.push_back(memory_op("wte.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
     emb.forward.push_back(memory_op("wpe.add", sim::KernelKind::kElementwise, 2 * e * tn * h, e * tn * h, 1.0 * tn * h));
     if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * tn * h, (e + 1) * tn * h, 1.0 * tn * h));
@@ -86,6 +87,7 @@ class Gpt final : public ZooModel {
     head.params = 2 * h + (c_.tied_head ? 0 : v * h);
     head.param_tensors = c_.tied_head ? 2 : 3;  // ln_f weight and bias (and an untied output weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
+    head.modules = {{"ln_f", {h, h}, ""}, {"lm_head", {v * h}, c_.tied_head ? "wte.gather" : ""}};
     head.forward.push_back(memory_op("ln_f", sim::KernelKind::kNorm, e * tn * h, e * tn * h, 5.0 * tn * h));
     add_lm_loss(head, shape, "lm_head", t, v, h);
     // ln_f input and output (the head GEMM's input) and the fp32

@@ -324,6 +324,15 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   // Two LayerNorms, the fused QKV, the attention output and the two MLP
   // linears, each a weight and a bias.
   l.param_tensors = 12;
+  // As DeepSpeed's ZeRO-3 gathers them (Note [ZeRO-3 modules] in
+  // sim/src/lowering/zero3_coordinator.hpp): the column-parallel weights
+  // and biases split, the row-parallel biases and the norms whole.
+  l.modules = {{"ln_1", {h, h}, ""},
+               {"attn.qkv", {3 * h * h / tp, 3 * h / tp}, ""},
+               {"attn.proj", {h * h / tp, h}, ""},
+               {"ln_2", {h, h}, ""},
+               {"mlp.fc1", {h * f / tp, f / tp}, ""},
+               {"mlp.fc2", {f * h / tp, h}, ""}};
   std::vector<sim::Kernel> pre, post;
   pre.push_back(memory_op("ln_1", KernelKind::kNorm, e * tn, e * tn, 5.0 * tn));
   pre.push_back(gemm("attn.qkv", t, 3 * hp, h, e));

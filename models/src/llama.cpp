@@ -101,6 +101,7 @@ class Llama final : public ZooModel {
     emb.signature = "llama.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + tps;
     emb.params = v * h;
     emb.param_tensors = 1;
+    emb.modules = {{"embed.gather", {v * h}, ""}};
     emb.forward.push_back(memory_op("embed.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
     emb.backward.push_back(memory_op("embed.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
     emb.output_bytes = e * tn * h;
@@ -152,6 +153,7 @@ class Llama final : public ZooModel {
     head.params = h + (c_.tied_head ? 0 : v * h);
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
+    head.modules = {{"norm", {h}, ""}, {"lm_head", {v * h}, c_.tied_head ? "embed.gather" : ""}};
     head.forward.push_back(memory_op("norm", sim::KernelKind::kNorm, (e + 8) * tn * h, (e + 8) * tn * h, 4.0 * tn * h));
     add_lm_loss(head, shape, "lm_head", t, v, h);
     // The norm (Note [Llama activations]), the head GEMM's input (in bf16
@@ -275,6 +277,28 @@ class Llama final : public ZooModel {
     const BlockParams bp = block_params(tp, moe);
     l.params = bp.split + bp.replicated;
     l.param_tensors = bp.tensors;
+    if (!mla() && !moe) {
+      // HuggingFace's modules as DeepSpeed's ZeRO-3 gathers them (Note
+      // [ZeRO-3 modules] in sim/src/lowering/zero3_coordinator.hpp); the
+      // fused GEMMs' time goes with their first module. Latent attention
+      // and experts are gathered whole (Layer::modules empty).
+      const std::int64_t a = c_.heads, kv = c_.kv_heads, f = c_.intermediate;
+      auto linear = [&](const char* name, std::int64_t in, std::int64_t out, bool bias, bool split_bias) {
+        sim::ParamModule m{name, {in * out / tp}, ""};
+        if (bias) m.tensors.push_back(split_bias ? out / tp : out);
+        return m;
+      };
+      l.modules = {{"input_layernorm", {h}, ""},
+                   linear("attn.qkv", h, a * d, c_.qkv_bias, true),
+                   linear("attn.k_proj", h, kv * d, c_.qkv_bias, true),
+                   linear("attn.v_proj", h, kv * d, c_.qkv_bias, true)};
+      if (c_.qk_norm) l.modules.insert(l.modules.end(), {{"attn.q_norm", {d}, ""}, {"attn.k_norm", {d}, ""}});
+      l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
+      l.modules.push_back({"post_attention_layernorm", {h}, ""});
+      l.modules.push_back(linear("mlp.gate_up", h, f, c_.mlp_bias, true));
+      l.modules.push_back(linear("mlp.up_proj", h, f, c_.mlp_bias, true));
+      l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
+    }
     // A composite RMSNorm reads and writes fp32 copies beside the input.
     auto norm = [&](const char* name, Bytes n) { return memory_op(name, KernelKind::kNorm, (e + 8) * n, (e + 8) * n, 4.0 * n); };
     // What a composite RMSNorm keeps per element (Note [Llama activations]).

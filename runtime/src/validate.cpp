@@ -239,6 +239,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       s.spec.origins.of("deallocate_pipeline_outputs") + ")");
     s.spec.deallocate_pipeline_outputs = false;
   }
+  if (s.spec.zero_stage == 3 && s.spec.fsdp == sim::FsdpMode::kNone && !s.spec.z3_leaf_layers) {
+    // Note [ZeRO-3 modules] (sim/src/lowering/zero3_coordinator.hpp): the
+    // runtime gathers each layer as one flat unit, one layer ahead, as
+    // DeepSpeed does with every layer a leaf module; predict what runs.
+    s.notes.push_back("z3_leaf_layers -> true: the runtime gathers each layer whole, one ahead, not DeepSpeed's module by "
+                      "module coordinator (" + s.spec.origins.of("zero_stage") + ")");
+    s.spec.z3_leaf_layers = true;
+  }
   if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {
     // Note [Context parallelism] (models/torch): the runtime moves K/V by
     // all-gather only; predict what runs.

@@ -67,19 +67,23 @@ TEST_CASE("seed 004: which ZeRO plans fit a 3B GPT-2 on V100-16GB follows the Ze
   // DeepSpeed's estimate_zero2_model_states_mem_needs (ZeRO-1's step holds
   // the same after freeing the gradients outside its shard, under its
   // backward's 5.5 Psi; Note [fp32 gradient partition]). The
-  // peak adds the runtime's reservation (0.4 GiB), the recomputed activations
-  // of one sequence and, for ZeRO-3, the gathered parameters in flight (two
-  // prefetched 79M-parameter layers and the 129M-parameter tied embedding,
-  // 2 B each): under 2 GiB together.
+  // peak adds the runtime's reservation (0.4 GiB) and the recomputed
+  // activations of one sequence, under 2 GiB together. ZeRO-3's also holds
+  // what DeepSpeed's coordinator keeps gathered (Note [ZeRO-3 modules]): it
+  // prefetches until stage3_max_live_parameters (1e9 elements) are whole,
+  // which a 3B model reaches, and overshoots by at most one tensor (the
+  // largest, the 129M-element tied embedding): 2 B each.
   const Seed s = seed_004();
   REQUIRE(s.rows.size() == 7);
   const double psi = static_cast<double>(s.rows[0].predicted.model_parameters);
-  const double per_gpu[] = {18 * psi, 5.5 * psi, 4.25 * psi, 2 * psi};
+  const double live = 2 * 1e9, overshoot = 2 * 50257.0 * 2560;
+  const double per_gpu[] = {18 * psi, 5.5 * psi, 4.25 * psi, 2 * psi + live};
+  const double extra[] = {0, 0, 0, overshoot};
   for (int i = 0; i < 4; ++i) {
     INFO(s.rows[i].experiment);
     const double p = static_cast<double>(peak(s.rows[i].predicted));
     CHECK(p >= per_gpu[i]);
-    CHECK(p <= per_gpu[i] + 2.0 * kGiB);
+    CHECK(p <= per_gpu[i] + extra[i] + 2.0 * kGiB);
   }
   CHECK_FALSE(s.rows[0].predicted.fits);  // 47 GB of states on a 16 GB GPU
   for (std::size_t i = 1; i < s.rows.size(); ++i) {

@@ -2,6 +2,7 @@
 
 #include "test_util.hpp"
 
+#include <algorithm>
 #include <cmath>
 #include <functional>
 
@@ -141,6 +142,53 @@ TEST_CASE("layer parameters add up to the model's for every built-in", "[models]
     CHECK(sum == m->parameters());
     CHECK_FALSE(describe_builtin(name).empty());
   }
+}
+
+TEST_CASE("a layer's modules own its parameters, at every tensor-parallel degree (Note [ZeRO-3 modules])", "[models][zero3]") {
+  // DeepSpeed's ZeRO-3 gathers each module's own tensors: they must sum to
+  // the layer's parameters, and a tied head's one tensor to what it borrows
+  // (the token embedding's first tensor, by name, in an earlier layer).
+  for (const auto& name : builtin_names()) {
+    const auto m = load_model(name);
+    for (const int tp : {1, 2, 4}) {
+      if (!m->tp_error(tp).empty()) continue;
+      INFO(name << " tp " << tp);
+      sim::WorkloadShape s = shape(1, std::min<std::int64_t>(64, m->max_seq_len()), 2);
+      s.tp = tp;
+      std::vector<std::string> seen;
+      for (const auto& l : m->layers(s)) {
+        INFO(l.name);
+        std::int64_t own = 0, tied = 0;
+        for (const auto& mod : l.modules) {
+          std::int64_t sum = 0;
+          for (const std::int64_t t : mod.tensors) {
+            CHECK(t > 0);
+            sum += t;
+          }
+          if (mod.tied.empty()) {
+            own += sum;
+          } else {
+            tied += sum;
+            CHECK(mod.tensors.size() == 1);
+            CHECK(std::find(seen.begin(), seen.end(), mod.tied) != seen.end());
+          }
+          seen.push_back(mod.name);
+        }
+        if (!l.modules.empty()) {
+          CHECK(own == l.params);
+          CHECK(tied == l.borrowed_params);
+        }
+      }
+    }
+  }
+  // GPT-2's block by hand: ln_1, c_attn (3h x h and 3h), c_proj, ln_2,
+  // c_fc (4h x h and 4h), c_proj; h = 768.
+  const auto gpt2 = load_model("gpt2")->layers(shape(1, 1024, 2));
+  const auto& block = gpt2[1].modules;
+  REQUIRE(block.size() == 6);
+  CHECK(block[1].tensors == std::vector<std::int64_t>{3 * 768 * 768, 3 * 768});
+  CHECK(block[4].tensors == std::vector<std::int64_t>{4 * 768 * 768, 4 * 768});
+  CHECK(gpt2.back().modules.back().tied == "wte.gather");
 }
 
 TEST_CASE("the LSTM recurrence is s sequential steps", "[models]") {

@@ -1,6 +1,7 @@
 # The Python module against the CLI: the same scenario gives the same dict
 # (both are the JSON of sim::to_json; the module adds nothing of its own).
 import os
+import warnings
 
 import pytest
 
@@ -86,16 +87,25 @@ def test_lists():
     assert os.path.isdir(os.path.join(dtsim.config_dir(), "clusters"))
 
 
-def test_framework_configs_equal_cli(cli, source_dir):
+def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     # The CLI's --deepspeed, --torchtitan and --megatron-args, as keywords;
     # what a config sets that dtsim does not model is one UserWarning.
     frameworks = os.path.join(source_dir, "configs", "frameworks")
     ds = os.path.join(frameworks, "deepspeed", "zero3.json")
-    with pytest.warns(UserWarning, match="zero3.json: DeepSpeed settings dtsim does not model, ignored: zero_optimization.stage3_param_persistence_threshold=1e6"):
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")  # every key of zero3.json is modelled
         got = dtsim.predict("llama-3-8b", "dgx-h100", deepspeed=ds, set={"plan.seq_len": 2048})
     assert got == cli("predict", "--model", "llama-3-8b", "--cluster", "dgx-h100", "--deepspeed", ds,
                       "--set", "plan.seq_len=2048")
     assert got["plan"]["zero_stage"] == 3
+    assert got["plan"]["stage3_param_persistence_threshold"] == 1000000
+    # HuggingFace's "auto" for a ZeRO-3 knob is not resolved: said, not dropped.
+    with open(ds) as f:
+        text = f.read().replace('"stage3_prefetch_bucket_size": 5e7', '"stage3_prefetch_bucket_size": "auto"')
+    auto = tmp_path / "auto.json"
+    auto.write_text(text)
+    with pytest.warns(UserWarning, match="auto.json: DeepSpeed settings dtsim does not model, ignored: zero_optimization.stage3_prefetch_bucket_size=auto"):
+        dtsim.predict("llama-3-8b", "dgx-h100", deepspeed=str(auto), set={"plan.seq_len": 2048})
     tt = os.path.join(frameworks, "torchtitan", "llama3_8b.toml")
     assert dtsim.predict(None, "dgx-h100", torchtitan=tt) == cli("predict", "--cluster", "dgx-h100", "--torchtitan", tt)
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"

@@ -52,6 +52,17 @@ class FakeModel final : public sim::Model {
         dw.bytes = wgrad_bytes_ * s.micro_batch;
         l.backward = {dx, dw};
       }
+      if (!modules_.empty()) {
+        // One forward kernel of 1/k GFLOP per module, named as it is.
+        l.modules = modules_;
+        l.forward.clear();
+        for (const auto& mod : modules_) {
+          sim::Kernel k = f;
+          k.name = mod.name;
+          k.flops = f.flops / static_cast<double>(modules_.size());
+          l.forward.push_back(k);
+        }
+      }
       l.saved_bytes = saved_ * s.micro_batch;
       l.output_bytes = 0;
       out.push_back(l);
@@ -67,7 +78,16 @@ class FakeModel final : public sim::Model {
     return m;
   }
 
+  /// Every layer made of these modules (Layer::modules; their tensors sum
+  /// to `params`), its forward one kernel per module.
+  FakeModel with_modules(std::vector<sim::ParamModule> modules) const {
+    FakeModel m = *this;
+    m.modules_ = std::move(modules);
+    return m;
+  }
+
  private:
+  std::vector<sim::ParamModule> modules_;
   int n_;
   std::int64_t params_;
   Bytes saved_;

@@ -114,9 +114,14 @@ TEST_CASE("DeepSpeed ZeRO-3 with bf16 and activation checkpointing", "[framework
   CHECK(k["plan.optimizer"] == "adam");
   CHECK(k["plan.recompute"] == "full");
   CHECK(fc.global_batch == std::optional<std::int64_t>(512));
-  // sub_group_size 1e9, stage3_prefetch_bucket_size 5e7, max_live 1e9 are
-  // DeepSpeed's defaults, which dtsim assumes; the persistence threshold is not.
-  CHECK(fc.unmodelled == std::vector<std::string>{"zero_optimization.stage3_param_persistence_threshold=1e6"});
+  // The coordinator's knobs as written (Note [ZeRO-3 modules]); the
+  // persistence threshold 1e6 is ten times DeepSpeed's default.
+  CHECK(k["plan.stage3_prefetch_bucket_size"] == "50000000");
+  CHECK(k["plan.stage3_max_live_parameters"] == "1000000000");
+  CHECK(k["plan.stage3_max_reuse_distance"] == "1000000000");
+  CHECK(k["plan.stage3_param_persistence_threshold"] == "1000000");
+  // sub_group_size 1e9 is DeepSpeed's default, which dtsim assumes.
+  CHECK(fc.unmodelled.empty());
   // 8 GPUs: 512 / (8 x 8) = 8 micro-steps.
   const ResolvedPlan r = resolve_with(fc, "gpt2-xl", "dgx-a100", 1);
   CHECK(r.zero_stage == 3);

@@ -110,9 +110,20 @@ TEST_CASE("ZeRO-2 reduce-scatters every micro-step and all-gathers the parameter
 
 TEST_CASE("ZeRO-3 gathers each layer before forward and backward", "[lowering]") {
   const test::FakeModel m(4, 10'000'000, 10);
-  const Run r = run(m, "dp: 2\nprecision: fp16\nzero_stage: 3\n", round_cluster(), 500'000);
+  // Each layer a leaf module (z3_leaf_layers): gathered whole for each pass.
+  const Run r = run(m, "dp: 2\nprecision: fp16\nzero_stage: 3\nz3_leaf_layers: true\n", round_cluster(), 500'000);
   CHECK(r.count(CollectiveOp::kAllGather) == 2 * 4);
   CHECK(r.count(CollectiveOp::kReduceScatter) == 4);
+  // DeepSpeed's coordinator (Note [ZeRO-3 modules]): the first hook fetches
+  // layer 0 and, the 40M elements being under max_live (1e9), prefetches
+  // the other three at once (30M < the 5e7 bucket); the reuse distance
+  // (1e9) keeps all until their last use: two gathers. The gradients go
+  // through a bucket of 25 MB / 2 B = 12.5M elements, one 10M layer at a
+  // time: a reduce-scatter when each next layer would overflow it, and
+  // the last as the backward ends.
+  const Run ds = run(m, "dp: 2\nprecision: fp16\nzero_stage: 3\n", round_cluster(), 500'000);
+  CHECK(ds.count(CollectiveOp::kAllGather) == 2);
+  CHECK(ds.count(CollectiveOp::kReduceScatter) == 4);
   // Layers under DeepSpeed's persistence threshold (1e5 parameters) stay
   // whole: no per-layer gathers, one all-gather of their shards after the step.
   const test::FakeModel small(4, 1000, 10);
@@ -289,7 +300,7 @@ TEST_CASE("collective buffers with NCCL and with Gloo (Note [ZeRO])", "[lowering
     // Layers of 200,000 parameters are gathered before forward and backward
     // (800,000 B each): Gloo adds the 400,000 B shard copy and a flat 800,000 B.
     const test::FakeModel big(2, 200'000, 10);
-    const Run z3b = run(big, "dp: 2\nzero_stage: 3\nprecision: fp32\noptimizer: adam\n", c, 1000);
+    const Run z3b = run(big, "dp: 2\nzero_stage: 3\nz3_leaf_layers: true\nprecision: fp32\noptimizer: adam\n", c, 1000);
     const auto gathers = held(z3b, CollectiveOp::kAllGather, "all_gather ");
     CHECK(gathers.size() == 4);
     for (Bytes b : gathers) CHECK(b == (gloo ? 1'200'000 : 0));

@@ -283,6 +283,11 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     }
   }
   p.limit_all_gathers = c.get_bool("limit_all_gathers", true);
+  p.stage3_prefetch_bucket_size = c.get_double("stage3_prefetch_bucket_size", 5e7, 0, 1e15);
+  p.stage3_max_live_parameters = c.get_double("stage3_max_live_parameters", 1e9, 0, 1e15);
+  p.stage3_max_reuse_distance = c.get_double("stage3_max_reuse_distance", 1e9, 0, 1e15);
+  p.stage3_param_persistence_threshold = c.get_double("stage3_param_persistence_threshold", 1e5, 0, 1e15);
+  p.z3_leaf_layers = c.get_bool("z3_leaf_layers", false);
   p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});

@@ -161,15 +161,24 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
     }
     if (z.has("cpu_offload_params") && z.get_bool("cpu_offload_params", false)) out.plan("offload_params", "cpu", from(z, "cpu_offload_params"));
 
+    // ZeRO-3's coordinator, modelled as DeepSpeed runs it (Note [ZeRO-3
+    // modules] in sim/src/lowering/zero3_coordinator.hpp); HuggingFace's
+    // "auto" (0.9 h^2, 10 h) is left at DeepSpeed's defaults and said.
+    for (const char* k : {"stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                          "stage3_param_persistence_threshold"}) {
+      if (!z.has(k)) continue;
+      if (is_auto(z, zn, k)) {
+        unmodelled("zero_optimization." + std::string(k), zn[k], "HuggingFace's auto; DeepSpeed's default kept");
+      } else if (const auto e = elements(z, zn, k)) {
+        out.plan(k, format_number(*e), from(z, k));
+      }
+    }
     // Read but only noted when they differ from what dtsim assumes.
     struct Knob {
       const char* key;
       double dtsim;  // the value dtsim's model amounts to (DeepSpeed's default unless said)
     };
-    for (const auto& k : {Knob{"allgather_bucket_size", 5e8}, Knob{"stage3_prefetch_bucket_size", 5e7},
-                          Knob{"stage3_max_live_parameters", 1e9}, Knob{"stage3_max_reuse_distance", 1e9},
-                          Knob{"stage3_param_persistence_threshold", 1e5},  // kZero3PersistenceThreshold (buckets.hpp)
-                          Knob{"sub_group_size", 1e9}, Knob{"zero_hpz_partition_size", 1}, Knob{"mics_shard_size", -1}}) {
+    for (const auto& k : {Knob{"allgather_bucket_size", 5e8}, Knob{"sub_group_size", 1e9}, Knob{"zero_hpz_partition_size", 1}, Knob{"mics_shard_size", -1}}) {
       if (!z.has(k.key)) continue;
       if (is_auto(z, zn, k.key) || z.get_double(k.key, 0, -1, 1e18) != k.dtsim) unmodelled("zero_optimization." + std::string(k.key), zn[k.key]);
     }

@@ -102,6 +102,12 @@ std::unique_ptr<StrategyPass> data_parallel_pass(LayerContext& ctx);
 /// ZeRO-3 and FSDP: per-layer gathers, reduce-scatters and the persistent
 /// layers (passes/sharded_parameters.cpp).
 std::unique_ptr<StrategyPass> sharded_parameters_pass(LayerContext& ctx);
+/// DeepSpeed ZeRO-3, module by module: the coordinator's gathers, the
+/// gradient bucket's reduce-scatters, the persistent parameters
+/// (passes/zero3_modules.cpp; Note [ZeRO-3 modules]).
+std::unique_ptr<StrategyPass> zero3_modules_pass(LayerContext& ctx);
+/// Elements of DeepSpeed ZeRO-3's gradient bucket (reduce_bucket_size).
+std::int64_t zero3_bucket_elements(const ResolvedPlan& plan);
 /// ZeRO-Offload: gradients down, the step on the host, parameters up
 /// (passes/offload.cpp).
 std::unique_ptr<StrategyPass> offload_pass(LayerContext& ctx);

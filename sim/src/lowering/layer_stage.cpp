@@ -59,7 +59,11 @@ class LayerStage final : public detail::StageEmitter {
     // sit right after the kernels.
     if (c.zero < 3) passes_.add(detail::data_parallel_pass(c));
     passes_.add(detail::offload_pass(c));
-    if (c.zero == 3) passes_.add(detail::sharded_parameters_pass(c));
+    if (c.plan.zero3_modules()) {
+      passes_.add(detail::zero3_modules_pass(c));
+    } else if (c.zero == 3) {
+      passes_.add(detail::sharded_parameters_pass(c));
+    }
     passes_.add(detail::recompute_pass(c));
     passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::expert_parallel_pass(c));
@@ -135,6 +139,8 @@ class LayerStage final : public detail::StageEmitter {
     detail::Fp8Gemms fp8;
     for (const Layer& L : c.layers) fp8 += detail::fp8_gemms(L, c.plan.precision);
     detail::add_resident(rank, c.plan, c.cluster, c.params, detail::persistent_params(c.plan, c.layers), fp8, c.expert_params);
+    // Note [ZeRO-3 modules]: DeepSpeed's gradient bucket, allocated whole at start.
+    if (c.plan.zero3_modules()) rank.resident.push_back({MemCategory::kBuffers, detail::zero3_bucket_elements(c.plan) * c.gw});
     c.g.ranks.push_back(rank);
     c.g.stage_layers = {static_cast<int>(c.layers.size())};
     // Forward, backward and up to four communication tasks per layer and
@@ -172,8 +178,11 @@ class LayerStage final : public detail::StageEmitter {
       std::vector<MemOp> on_end;
       detail::add_bytes(on_end, MemCategory::kActivations, -transient);
       passes_.forward_memory(at, on_start, on_end);
-      const TaskId f = c.compute(c.tag(m, "fwd " + L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
-      c.g.tasks[f].launch = c.fwd_launch[l];  // Note [Host launch] in executor.cpp
+      TaskId f = passes_.run_layer(at, {Pass::kForward, c.fwd_time[l], c.fwd_launch[l]}, deps, on_start, on_end).last;
+      if (f < 0) {
+        f = c.compute(c.tag(m, "fwd " + L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
+        c.g.tasks[f].launch = c.fwd_launch[l];  // Note [Host launch] in executor.cpp
+      }
       c.fwd[l] = passes_.after_forward(at, f);
     }
   }
@@ -204,8 +213,11 @@ class LayerStage final : public detail::StageEmitter {
       auto& grads_op = L.grads_at_end() ? on_end : on_start;
       if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
       passes_.backward_memory(at, on_start, on_end);
-      const TaskId b = c.compute(c.tag(m, "bwd " + L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
-      c.g.tasks[b].launch = c.bwd_launch[i];
+      TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i]}, deps, on_start, on_end).last;
+      if (b < 0) {
+        b = c.compute(c.tag(m, "bwd " + L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
+        c.g.tasks[b].launch = c.bwd_launch[i];
+      }
       c.bwd[i] = passes_.after_backward(at, b);
     }
     c.last_bwd = c.bwd.front();

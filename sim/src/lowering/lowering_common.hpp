@@ -150,6 +150,9 @@ inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::in
 // spaces; a model with one optimizer group has one). None where the
 // gradients are fp32 already (fp32 training, where the cast is a no-op;
 // Megatron's buffer), under ZeRO-Offload (the host holds it) or FSDP.
+// DeepSpeed's stage 3 does the same sub-group by sub-group
+// (stage3.py, _prepare_fp32_grad_for_sub_group, sub_group_size 1e9
+// elements by default): one sub-group's fp32 gradient at a time.
 
 /// Adds Note [fp32 gradient partition] to the step of a rank holding
 /// `params` parameters (`expert` of them routed experts', `shard` its
@@ -158,12 +161,15 @@ inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::in
 /// free of the rank's whole gradients, which keeps only the shard's).
 inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std::int64_t expert, std::int64_t shard,
                                 Bytes gw, std::vector<MemOp>& on_start, std::vector<MemOp>& frees) {
-  if (p.zero_stage < 1 || p.zero_stage > 2 || p.fsdp || p.precision == Precision::kFp32 ||
+  if (p.zero_stage < 1 || (p.zero_stage > 2 && !p.zero3_modules()) || p.fsdp || p.precision == Precision::kFp32 ||
       p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu) {
     return;
   }
   const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
-  const Bytes g32 = 4 * std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+  constexpr std::int64_t kSubGroup = 1000000000;  // DeepSpeed's sub_group_size default
+  std::int64_t elements = std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+  if (p.zero_stage == 3) elements = std::min(elements, kSubGroup);
+  const Bytes g32 = 4 * elements;
   if (p.zero_stage == 1) {
     const Bytes outside = (params - shard) * gw;
     on_start.push_back({MemCategory::kGradients, -outside});

@@ -19,6 +19,9 @@
 //   backward_memory
 //   run_backward     a pass may emit the unit's backward kernels itself
 //                    (the pipeline's bucketed last backward)
+//   run_layer        the layer emitter's: a pass may emit a layer's forward
+//                    or backward kernels itself, in pieces (DeepSpeed
+//                    ZeRO-3's module by module)
 //   after_backward   tensor-parallel collectives, sends, gradient reductions
 //   run_weight, after_weight   the same for zb-h1's weight-gradient pass
 //                    (Note [Zero bubble] in lower.cpp), which only the
@@ -87,6 +90,8 @@ struct Unit {
     TimeNs launch = 0;      ///< Note [Host launch] in executor.cpp
     Bytes allocates = 0;    ///< activations it rebuilds
     Bytes frees = 0;        ///< of them, what it frees again as it ends
+    /// Another pass runs it (DeepSpeed ZeRO-3 fetches the modules' parameters for it).
+    bool taken = false;
   } recompute;
   Bytes forward_drop = 0;   ///< activations the forward frees as it ends, to be rebuilt
 };
@@ -181,6 +186,18 @@ class StrategyPass {
   };
   virtual Span run_backward(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) { return {}; }
   virtual TaskId after_backward(const At&, TaskId last) { return last; }
+  /// A layer's kernels of one pass as the layer emitter would run them: one
+  /// task of `time` on the compute stream, its host launch `launch`.
+  struct LayerWork {
+    Pass pass = Pass::kForward;
+    TimeNs time = 0, launch = 0;
+  };
+  /// The layer emitter's forward or backward of a layer, emitted by the
+  /// pass, or {-1, -1}. It takes `deps`, `on_start` and `on_end`.
+  virtual Span run_layer(const At&, const LayerWork&, std::vector<TaskId>& /*deps*/, std::vector<MemOp>& /*on_start*/,
+                         std::vector<MemOp>& /*on_end*/) {
+    return {};
+  }
   /// zb-h1's weight-gradient pass: as run_backward and after_backward.
   virtual Span run_weight(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) { return {}; }
   virtual TaskId after_weight(const At&, TaskId last) { return last; }
@@ -227,6 +244,14 @@ class PassList {
   StrategyPass::Span run_backward(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
     for (auto& p : list_) {
       const StrategyPass::Span s = p->run_backward(at, on_start, on_end);
+      if (s.last >= 0) return s;
+    }
+    return {};
+  }
+  StrategyPass::Span run_layer(const At& at, const StrategyPass::LayerWork& work, std::vector<TaskId>& deps,
+                               std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
+    for (auto& p : list_) {
+      const StrategyPass::Span s = p->run_layer(at, work, deps, on_start, on_end);
       if (s.last >= 0) return s;
     }
     return {};

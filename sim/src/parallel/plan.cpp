@@ -412,6 +412,17 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                      (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   r.limit_all_gathers = s.limit_all_gathers;
+  // Note [ZeRO-3 modules]: DeepSpeed's coordinator knobs, in whole elements.
+  r.stage3_prefetch_bucket_size = static_cast<std::int64_t>(s.stage3_prefetch_bucket_size);
+  r.stage3_max_live_parameters = static_cast<std::int64_t>(s.stage3_max_live_parameters);
+  r.stage3_max_reuse_distance = static_cast<std::int64_t>(s.stage3_max_reuse_distance);
+  r.stage3_param_persistence_threshold = static_cast<std::int64_t>(s.stage3_param_persistence_threshold);
+  r.z3_leaf_layers = s.z3_leaf_layers;
+  if (s.z3_leaf_layers && (r.zero_stage != 3 || r.fsdp)) {
+    bad.add("z3_leaf_layers", std::string("true is DeepSpeed ZeRO-3's (set_z3_leaf_modules), for how it gathers parameters; "
+                                          "valid only with zero_stage 3 (the plan has ") +
+                                  (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
+  }
   if (!contains(rules.zero_stages(r.pp), r.zero_stage)) {
     bad.add(r.spec.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
             "stage " + std::to_string(r.zero_stage) + " with pp = " + std::to_string(r.pp) +

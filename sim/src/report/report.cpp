@@ -43,6 +43,17 @@ std::string plan_line(const ResolvedPlan& p) {
      << (p.flash_attention ? "flash" : "eager") << "-attention " << to_string(p.optimizer)
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false") << ")";
+  if (p.zero_stage == 3 && p.z3_leaf_layers) os << " z3_leaf_layers";
+  if (p.zero3_modules()) {
+    // Note [ZeRO-3 modules]: the coordinator's knobs where not DeepSpeed's defaults.
+    const PlanSpec d;
+    if (p.spec.stage3_prefetch_bucket_size != d.stage3_prefetch_bucket_size) os << fmt::format(" stage3_prefetch_bucket_size={:g}", p.spec.stage3_prefetch_bucket_size);
+    if (p.spec.stage3_max_live_parameters != d.stage3_max_live_parameters) os << fmt::format(" stage3_max_live_parameters={:g}", p.spec.stage3_max_live_parameters);
+    if (p.spec.stage3_max_reuse_distance != d.stage3_max_reuse_distance) os << fmt::format(" stage3_max_reuse_distance={:g}", p.spec.stage3_max_reuse_distance);
+    if (p.spec.stage3_param_persistence_threshold != d.stage3_param_persistence_threshold) {
+      os << fmt::format(" stage3_param_persistence_threshold={:g}", p.spec.stage3_param_persistence_threshold);
+    }
+  }
   if (p.offload_optimizer == Offload::kCpu) os << " offload_optimizer=cpu";
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
   if (p.recompute != Recompute::kNone) os << " recompute=" << to_string(p.recompute);
@@ -72,6 +83,11 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("zero_stage", p.zero_stage);
   j.field("fsdp", to_string(p.spec.fsdp));
   j.field("limit_all_gathers", p.limit_all_gathers);
+  j.field("z3_leaf_layers", p.z3_leaf_layers);
+  j.field("stage3_prefetch_bucket_size", p.stage3_prefetch_bucket_size);
+  j.field("stage3_max_live_parameters", p.stage3_max_live_parameters);
+  j.field("stage3_max_reuse_distance", p.stage3_max_reuse_distance);
+  j.field("stage3_param_persistence_threshold", p.stage3_param_persistence_threshold);
   j.field("shard_group", p.shard_group);
   j.field("offload_optimizer", to_string(p.offload_optimizer));
   j.field("offload_params", to_string(p.offload_params));

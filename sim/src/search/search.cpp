@@ -103,6 +103,7 @@
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/rules.hpp"
 #include "lowering/lowering_common.hpp"
+#include "lowering/zero3_coordinator.hpp"
 
 namespace dtsim::sim {
 namespace {
@@ -281,7 +282,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 }
 
 TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
-                               const CommModel& comm) {
+                               const CommModel& comm, std::int64_t persistent) {
   // Note [Search]: W + C c / (1 + c) for a one-stage plan; this is the second term.
   const double slow = cluster.device.comm_slowdown;
   if (slow <= 0 || !cluster.device.comm_overlaps_compute || p.pp > 1 || p.dp * p.cp <= 1) return 0;
@@ -296,7 +297,14 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     return bytes > 0 ? static_cast<double>(comm.collective(op, bytes, g).total()) : 0.0;
   };
   double c = 0;
-  if (p.zero_stage == 3) {
+  if (p.zero3_modules()) {
+    // Note [ZeRO-3 modules]: every parameter not kept whole is gathered at
+    // least once a micro-step (all are released as its backward ends);
+    // the backward may reuse what the forward gathered.
+    const std::int64_t gathered = std::max<std::int64_t>(0, dense - persistent);
+    c = m * (cost(CollectiveOp::kAllGather, gathered * (p.fp8_param_gather ? 1 : w), shard) +
+             cost(CollectiveOp::kReduceScatter, dense * gw, shard));
+  } else if (p.zero_stage == 3) {
     const std::int64_t gathered = std::max<std::int64_t>(0, dense - layers * kZero3PersistenceThreshold);
     c = m * (2 * cost(CollectiveOp::kAllGather, gathered * (p.fp8_param_gather ? 1 : w), shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
@@ -306,6 +314,15 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     c = cost(CollectiveOp::kAllReduce, dense * gw, dp_group);
   }
   return static_cast<TimeNs>(c * slow / (1 + slow) * (1 - 1e-9));
+}
+
+std::int64_t zero3_persistent_elements(const Model& model, const ResolvedPlan& plan) {
+  if (!plan.zero3_modules()) return 0;
+  WorkloadShape shape;  // only the parameters' split matters
+  shape.tp = plan.tp;
+  shape.ep = plan.ep;
+  shape.etp = plan.etp;
+  return detail::persistent_elements(model.layers(shape), plan.stage3_param_persistence_threshold);
 }
 
 Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule) {
@@ -499,12 +516,21 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     bound_comm = std::make_unique<AnalyticCommModel>(cluster);
   }
   const int model_layers = model.layer_count();
+  std::map<std::tuple<int, std::int64_t>, std::int64_t> persistent_cache;  // by tp and threshold
   auto interference_floor = [&](const PlanSpec& s) -> TimeNs {
     if (cluster.device.comm_slowdown <= 0 || !cluster.device.comm_overlaps_compute || s.pp > 1 || s.model_parallel > 1) {
       return 0;
     }
     try {
-      return interference_time_bound(resolve(s, model, cluster), params - expert_params, model_layers, cluster, *bound_comm);
+      const ResolvedPlan rp = resolve(s, model, cluster);
+      std::int64_t persistent = 0;
+      if (rp.zero3_modules()) {
+        const auto key = std::make_tuple(rp.tp, rp.stage3_param_persistence_threshold);
+        auto it = persistent_cache.find(key);
+        if (it == persistent_cache.end()) it = persistent_cache.emplace(key, zero3_persistent_elements(model, rp)).first;
+        persistent = it->second;
+      }
+      return interference_time_bound(rp, params - expert_params, model_layers, cluster, *bound_comm, persistent);
     } catch (const ConfigError&) {
       return 0;
     }

@@ -134,6 +134,23 @@ struct LayerComm {
   Axis axis = Axis::kTp;  ///< the mesh axis whose group runs it
 };
 
+/// A module whose own parameters DeepSpeed's ZeRO-3 gathers at its
+/// pre-forward and pre-backward hooks (Note [ZeRO-3 modules] in
+/// sim/src/lowering/zero3_coordinator.hpp): an nn.Linear, a norm, an
+/// embedding table.
+struct ParamModule {
+  /// As PyTorch names it within the layer ("attn.qkv"); its share of the
+  /// layer's work runs from the forward kernel of this name to the next
+  /// module's (a module no kernel names does no work of its own).
+  std::string name;
+  /// Elements of each parameter tensor it owns, on this rank (weight, then
+  /// bias), in the order DeepSpeed numbers them.
+  std::vector<std::int64_t> tensors;
+  /// The module of an earlier layer whose first tensor this one uses as its
+  /// only parameter (a tied LM head: "wte"); `tensors` then holds its size.
+  std::string tied;
+};
+
 /// One layer for a given WorkloadShape.
 struct Layer {
   std::string name;               ///< e.g. "h.11", "wte+wpe", "lm_head"
@@ -158,6 +175,10 @@ struct Layer {
   /// layer's whole `params` would overstate it: gpt2-tiny's first pipeline
   /// stage was then priced at its step, where it peaks in backward).
   std::int64_t largest_param_tensor = 0;
+  /// The modules owning its parameters, in the order its forward runs them
+  /// (Note [ZeRO-3 modules]); their tensors sum to params + borrowed_params.
+  /// Empty: the layer is one module of one tensor.
+  std::vector<ParamModule> modules;
   std::vector<Kernel> forward;    ///< kernels of the forward pass
   std::vector<Kernel> backward;   ///< kernels of the backward pass
   Bytes saved_bytes = 0;          ///< activations kept for backward per micro-batch

@@ -142,6 +142,22 @@ struct PlanSpec {
   /// sim/src/lowering/passes/sharded_parameters.cpp). Only with fsdp
   /// full_shard or hybrid_shard.
   bool limit_all_gathers = true;
+  /// DeepSpeed ZeRO-3's parameter coordinator, in elements, as DeepSpeed
+  /// names and defaults them (Note [ZeRO-3 modules] in
+  /// sim/src/lowering/zero3_coordinator.hpp): a module's parameters
+  /// prefetched ahead of its use up to the bucket, no prefetch once the
+  /// gathered parameters reach max_live, a module's kept after its pass
+  /// where the trace uses it again within max_reuse elements, and tensors
+  /// of at most the threshold kept whole on every rank.
+  double stage3_prefetch_bucket_size = 5e7;
+  double stage3_max_live_parameters = 1e9;
+  double stage3_max_reuse_distance = 1e9;
+  double stage3_param_persistence_threshold = 1e5;
+  /// Every layer a ZeRO-3 leaf module, as deepspeed.utils.set_z3_leaf_modules
+  /// makes a block class: its parameters gathered whole, one layer ahead,
+  /// as dtsim's runtime runs ZeRO-3 (false: module by module, DeepSpeed's
+  /// default). ZeRO-3 only.
+  bool z3_leaf_layers = false;
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
   Recompute recompute = Recompute::kNone;
@@ -185,9 +201,13 @@ struct ResolvedPlan {
   int zero_stage = 0;             ///< effective stage, after mapping `fsdp`
   bool fsdp = false;              ///< lowered as PyTorch FSDP (per-layer units)
   bool hybrid_shard = false;      ///< FSDP HYBRID_SHARD: shard within a node only
-  /// PlanSpec's; always true for ZeRO-3, whose coordinator prefetches one
-  /// layer ahead.
+  /// PlanSpec's; always true for ZeRO-3 (with z3_leaf_layers, one layer
+  /// ahead; module by module, its coordinator's prefetch).
   bool limit_all_gathers = true;
+  /// PlanSpec's, as whole elements.
+  std::int64_t stage3_prefetch_bucket_size = 50000000, stage3_max_live_parameters = 1000000000,
+               stage3_max_reuse_distance = 1000000000, stage3_param_persistence_threshold = 100000;
+  bool z3_leaf_layers = false;    ///< PlanSpec's
   int shard_group = 1;            ///< ranks that a ZeRO/FSDP shard spreads over
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
@@ -208,6 +228,10 @@ struct ResolvedPlan {
   /// them; dp, tp and pp above are its sizes. Groups come from here.
   Mesh mesh;
   int gpus_used() const { return dp * tp * pp * cp; }
+  /// ZeRO-3 as DeepSpeed runs it: gathered module by module by its
+  /// coordinator (Note [ZeRO-3 modules]); FSDP and z3_leaf_layers gather
+  /// whole layers.
+  bool zero3_modules() const { return zero_stage == 3 && !fsdp && !z3_leaf_layers && shard_group > 1; }
 };
 
 /// Checks `spec` against model and cluster; throws ConfigError on the first

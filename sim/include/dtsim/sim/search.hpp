@@ -84,10 +84,17 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 /// What a one-stage plan's compute at least slows by beside its data-parallel
 /// collectives, C c / (1 + c) (Note [Search]; c the device's comm_slowdown):
 /// added to plan_bounds' m X. `dense_params`: the model's parameters
-/// less its routed experts'; `layers`: Model::layer_count(). 0 for pipelines,
-/// one replica, or a device whose compute does not slow.
+/// less its routed experts'; `layers`: Model::layer_count(); `persistent`:
+/// the elements a rank keeps whole under DeepSpeed's module-wise ZeRO-3
+/// (zero3_persistent_elements). 0 for pipelines, one replica, or a device
+/// whose compute does not slow.
 TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
-                               const CommModel& comm);
+                               const CommModel& comm, std::int64_t persistent = 0);
+
+/// The parameter elements DeepSpeed's ZeRO-3 keeps whole on each rank of
+/// `plan` (tensors of at most stage3_param_persistence_threshold; Note
+/// [ZeRO-3 modules]); 0 unless plan.zero3_modules().
+std::int64_t zero3_persistent_elements(const Model& model, const ResolvedPlan& plan);
 
 /// Note [Search]: a lower bound of the fullest rank's peak, from the model
 /// states of the average stage (`stage_states`) and what one micro-batch

@@ -21,7 +21,7 @@ class Recomputation final : public StrategyPass {
 
   void before_backward(const At& at, std::vector<TaskId>& deps) override {
     const Unit& u = ctx_.units[at.unit];
-    if (!u.recompute.runs) return;
+    if (!u.recompute.runs || u.recompute.taken) return;
     std::vector<MemOp> on_end;
     add_bytes(on_end, MemCategory::kActivations, -u.recompute.frees);
     const TaskId t = ctx_.b.compute(ctx_.tag(at.micro, std::string(u.recompute.label) + " " + u.name), at.rank,

@@ -1,4 +1,6 @@
-// The sharded-parameters pass: ZeRO-3 and FSDP on a one-stage plan. Each
+// The sharded-parameters pass: FSDP, and ZeRO-3 with every layer a leaf
+// module (z3_leaf_layers), on a one-stage plan (DeepSpeed's own module by
+// module coordinator is passes/zero3_modules.cpp, Note [ZeRO-3 modules]). Each
 // layer's parameters are gathered before its forward and again before its
 // backward, its gradients reduce-scattered right after its backward, and the
 // layers kept whole are refreshed after the step. ZeRO-Infinity's parameter
@@ -11,8 +13,9 @@
 // reduce-scattering each bucket every micro-step; stage 3 also shards
 // parameters, all-gathering each layer before its forward and again before its
 // backward (prefetching the next layer while the current one computes) and
-// reduce-scattering its gradients right after its backward. Parameters of
-// layers under 1e5 elements stay whole on every rank
+// reduce-scattering its gradients right after its backward (as this pass
+// lowers it: layer by layer; DeepSpeed itself goes module by module, Note
+// [ZeRO-3 modules]). Parameters of layers under 1e5 elements stay whole on every rank
 // (stage3_param_persistence_threshold): resident, never gathered per layer,
 // and refreshed by one all-gather of their shards after the optimizer step.
 // PyTorch FSDP (Zhao et al. 2023) is stage 3 with one unit per layer and no
@@ -50,6 +53,7 @@
 #include "dtsim/sim/buckets.hpp"
 #include "lowering/layer_context.hpp"
 #include "lowering/lowering_common.hpp"
+#include "lowering/zero3_coordinator.hpp"
 
 namespace dtsim::sim::detail {
 namespace {
@@ -192,6 +196,8 @@ class ShardedParameters final : public StrategyPass {
 }  // namespace
 
 std::int64_t persistent_params(const ResolvedPlan& plan, const std::vector<Layer>& layers) {
+  // Note [ZeRO-3 modules]: DeepSpeed's coordinator keeps small tensors whole.
+  if (plan.zero3_modules()) return persistent_elements(layers, plan.stage3_param_persistence_threshold);
   std::int64_t n = 0;
   for (const auto& l : layers) {
     if (zero3_keeps_whole(plan, l.params + l.borrowed_params)) n += l.params;
