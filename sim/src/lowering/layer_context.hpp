@@ -95,6 +95,9 @@ struct LayerContext : StageContext {
 
 /// Parameters of the ZeRO-3 layers kept whole on every rank (Note [ZeRO]).
 std::int64_t persistent_params(const ResolvedPlan& plan, const std::vector<Layer>& layers);
+/// After the step at `step`: one all-gather brings the shards of the
+/// `persistent` parameters kept whole back to every rank (Note [ZeRO]).
+void gather_persistent(LayerContext& ctx, std::int64_t persistent, TaskId step);
 
 /// DDP's buckets and ZeRO-1/2's bucketed reductions and parameter gather
 /// (passes/data_parallel.cpp).

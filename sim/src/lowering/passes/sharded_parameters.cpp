@@ -118,14 +118,7 @@ class ShardedParameters final : public StrategyPass {
     return last;
   }
 
-  void after_step(int, TaskId step) override {
-    if (persistent_ == 0) return;
-    // The persistent layers' shards, coalesced into one flat buffer, then
-    // copied out to the layers.
-    const Bytes all = persistent_ * ctx_.w, buffers = all + ctx_.gather_bytes(all);
-    ctx_.collective("all_gather persistent params", CollectiveOp::kAllGather, all, ctx_.shard_group, Stream::kGradComm,
-                    {step}, {{MemCategory::kBuffers, buffers}}, {{MemCategory::kBuffers, -buffers}});
-  }
+  void after_step(int, TaskId step) override { gather_persistent(ctx_, persistent_, step); }
 
  private:
   /// Whether a layer's parameters are gathered (Note [ZeRO]).
@@ -203,6 +196,15 @@ std::int64_t persistent_params(const ResolvedPlan& plan, const std::vector<Layer
     if (zero3_keeps_whole(plan, l.params + l.borrowed_params)) n += l.params;
   }
   return n;
+}
+
+void gather_persistent(LayerContext& ctx, std::int64_t persistent, TaskId step) {
+  if (persistent == 0) return;
+  // The persistent parameters' shards, coalesced into one flat buffer, then
+  // copied out to their tensors.
+  const Bytes all = persistent * ctx.w, buffers = all + ctx.gather_bytes(all);
+  ctx.collective("all_gather persistent params", CollectiveOp::kAllGather, all, ctx.shard_group, Stream::kGradComm, {step},
+                 {{MemCategory::kBuffers, buffers}}, {{MemCategory::kBuffers, -buffers}});
 }
 
 std::unique_ptr<StrategyPass> sharded_parameters_pass(LayerContext& ctx) {

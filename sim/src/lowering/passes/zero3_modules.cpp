@@ -121,13 +121,7 @@ class Zero3Modules final : public StrategyPass {
 
   void end_backward(const At& at, TaskId) override { flush(at); }
 
-  void after_step(int, TaskId step) override {
-    if (persistent_ == 0) return;
-    // The persistent parameters' shards, coalesced, gathered back whole.
-    const Bytes all = persistent_ * ctx_.w, buffers = all + ctx_.gather_bytes(all);
-    ctx_.collective("all_gather persistent params", CollectiveOp::kAllGather, all, ctx_.shard_group, Stream::kGradComm,
-                    {step}, {{MemCategory::kBuffers, buffers}}, {{MemCategory::kBuffers, -buffers}});
-  }
+  void after_step(int, TaskId step) override { gather_persistent(ctx_, persistent_, step); }
 
  private:
   struct Module {
