@@ -49,11 +49,12 @@ class Zero3Modules final : public StrategyPass {
     for (std::size_t l = 0; l < c.layers.size(); ++l) {
       const Layer& L = c.layers[l];
       LayerInfo info;
-      info.modules = modules_of(L);
+      const std::vector<ParamModule> modules = modules_of(L);
       const double full = static_cast<double>(std::max<Bytes>(1, c.full_param_bytes(L)));
       info.gather_scale = static_cast<double>(c.gathered_param_bytes(L)) / full;
-      for (const ParamModule& mod : info.modules) {
+      for (const ParamModule& mod : modules) {
         Module m;
+        m.name = mod.name.empty() ? L.name : L.name + "." + mod.name;
         if (!mod.tied.empty()) {
           const auto it = first_tensor.find(mod.tied);
           DTSIM_ASSERT(it != first_tensor.end(), "ZeRO-3 modules: " + L.name + "." + mod.name + " ties to no module named " + mod.tied);
@@ -64,13 +65,13 @@ class Zero3Modules final : public StrategyPass {
             m.grads += t;
             numel_.push_back(t);
             persist_.push_back(t <= p.stage3_param_persistence_threshold);
-            expert_.push_back(info.modules.size() == 1 && L.params > 0 ? static_cast<double>(L.expert_params) / static_cast<double>(L.params) : 0.0);
+            expert_.push_back(modules.size() == 1 && L.params > 0 ? static_cast<double>(L.expert_params) / static_cast<double>(L.params) : 0.0);
           }
           if (!m.params.empty()) first_tensor.emplace(mod.name, m.params.front());
         }
         info.mods.push_back(std::move(m));
       }
-      shares(L, info);
+      shares(L, modules, info);
       layers_.push_back(std::move(info));
     }
     // One micro-step's trace: the forward, then each layer's backward (its
@@ -125,12 +126,12 @@ class Zero3Modules final : public StrategyPass {
 
  private:
   struct Module {
+    std::string name;         ///< "h.3.mlp.fc1": its tasks' names, made once
     std::vector<int> params;  ///< parameter ids (a tied head's is its embedding's)
     std::int64_t grads = 0;   ///< elements of the gradients it makes (its own tensors)
     double share = 0;         ///< of the layer's work
   };
   struct LayerInfo {
-    std::vector<ParamModule> modules;
     std::vector<Module> mods;
     std::size_t first[3] = {0, 0, 0};  ///< by Use: the trace step of its first module
     double gather_scale = 1;           ///< gathered over full bytes (FP8 weights under fp8_param_gather)
@@ -138,7 +139,7 @@ class Zero3Modules final : public StrategyPass {
 
   /// Each module's share of the layer's work: its forward kernels' time,
   /// from the kernel its name names to the next module's.
-  void shares(const Layer& L, LayerInfo& info) const {
+  void shares(const Layer& L, const std::vector<ParamModule>& modules, LayerInfo& info) const {
     const std::size_t k = info.mods.size();
     if (k == 1) {
       info.mods[0].share = 1;
@@ -149,7 +150,7 @@ class Zero3Modules final : public StrategyPass {
     bool started = false;
     for (const Kernel& kernel : L.forward) {
       for (std::size_t j = started ? owner : 0; j < k; ++j) {
-        if (info.modules[j].name == kernel.name) {
+        if (modules[j].name == kernel.name) {
           owner = j;
           started = true;
           break;
@@ -167,7 +168,6 @@ class Zero3Modules final : public StrategyPass {
             std::vector<MemOp>& on_end) {
     LayerContext& c = ctx_;
     const LayerInfo& info = layers_[at.unit];
-    const Layer& L = c.layers[at.unit];
     const std::size_t k = info.mods.size();
     const Phase phase = use == Use::kForward ? Phase::kForward : use == Use::kRecompute ? Phase::kRecompute : Phase::kBackward;
     const char* label = use == Use::kForward ? "fwd " : use == Use::kRecompute ? "recompute " : "bwd ";
@@ -186,7 +186,7 @@ class Zero3Modules final : public StrategyPass {
       const std::size_t j = use == Use::kBackward ? k - 1 - n : n;
       const Module& mod = info.mods[j];
       const Zero3Step& st = steps_[info.first[static_cast<int>(use)] + n];
-      std::string name = info.modules[j].name.empty() ? L.name : L.name + "." + info.modules[j].name;
+      const std::string& name = mod.name;
       if (!st.fetch.empty()) gather(at.micro, st.fetch, name, issue, info.gather_scale);
       if (!st.prefetch.empty()) gather(at.micro, st.prefetch, "prefetch after " + name, issue, info.gather_scale);
       std::vector<TaskId> run = issue;
