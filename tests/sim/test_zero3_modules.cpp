@@ -226,3 +226,13 @@ TEST_CASE("z3_leaf_layers is DeepSpeed ZeRO-3's, refused elsewhere in one line",
   CHECK_THAT(test::error_of([&] { resolve(parse_plan("dp: 2\nzero_stage: 2\nz3_leaf_layers: true\n", "p.yaml"), m, c); }),
              Catch::Contains("(the plan has zero_stage 2)"));
 }
+
+TEST_CASE("DeepSpeed's stage3 knobs out of range are refused in one line naming the key", "[zero3][plan][bad-input]") {
+  for (const std::string key : {"stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
+                                "stage3_param_persistence_threshold"}) {
+    INFO(key);
+    const std::string e = test::error_of([&] { parse_plan("zero_stage: 3\n" + key + ": -1\n", "p.yaml"); });
+    CHECK_THAT(e, Catch::StartsWith("p.yaml:2: plan." + key + ": -1 is out of range; valid: 0 to"));
+    CHECK(e.find('\n') == std::string::npos);
+  }
+}
