@@ -247,6 +247,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "module coordinator (" + s.spec.origins.of("zero_stage") + ")");
     s.spec.z3_leaf_layers = true;
   }
+  if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap == sim::FsdpWrap::kBlocks) {
+    // Note [FSDP's root unit] (sim/src/lowering/passes/sharded_parameters.cpp):
+    // the runtime makes every layer a unit, the embedding and the head too,
+    // as torchtitan wraps them; predict what runs.
+    s.notes.push_back("fsdp_wrap -> layers: the runtime gathers every layer as its own unit, the embedding and the head too, "
+                      "not the rest of the model in one root unit (" + s.spec.origins.of("fsdp") + ")");
+    s.spec.fsdp_wrap = sim::FsdpWrap::kLayers;
+  }
   if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {
     // Note [Context parallelism] (models/torch): the runtime moves K/V by
     // all-gather only; predict what runs.

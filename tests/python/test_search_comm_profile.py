@@ -12,9 +12,12 @@ def without_timing(r):
 
 
 def test_search_equals_cli(cli):
-    got = dtsim.search("gpt2", "dgx-a100", global_batch=64, top=3, set={"plan.precision": "bf16"})
+    # One thread each: which plans the time bound skips depends on the order
+    # threads finish in (Note [Search]), so on several the counts of pruned
+    # and simulated plans may differ by one or two between runs.
+    got = dtsim.search("gpt2", "dgx-a100", global_batch=64, top=3, set={"plan.precision": "bf16"}, threads=1)
     expected = cli("search", "--model", "gpt2", "--cluster", "dgx-a100", "--global-batch", "64", "--top", "3",
-                   "--set", "plan.precision=bf16")
+                   "--set", "plan.precision=bf16", "--threads", "1")
     assert without_timing(got) == without_timing(expected)
     assert len(got["top"]) == 3
 

@@ -504,7 +504,13 @@ TEST_CASE("llama-tiny trains as one process does, context parallelism included (
     for (const auto& n : doc["notes"]) noted = noted || n.as<std::string>().find("cp_comm p2p -> all_gather") == 0;
     CHECK(noted);
   }
-  SECTION("fsdp, cp 2") { check_same(losses_of(validate("--model llama-tiny --plan fsdp --procs 2" + kCommon + shape + " --set plan.cp=2")), want1); }
+  SECTION("fsdp, cp 2 (every layer a unit, and the report says so: Note [FSDP's root unit])") {
+    const Run r = validate("--model llama-tiny --plan fsdp --procs 2" + kCommon + shape + " --set plan.cp=2");
+    check_same(losses_of(r), want1);
+    bool noted = false;
+    for (const auto& n : YAML::Load(r.out)["notes"]) noted = noted || n.as<std::string>().find("fsdp_wrap -> layers") == 0;
+    CHECK(noted);
+  }
   SECTION("ddp, cp 4") {
     check_same(losses_of(validate("--model llama-tiny --plan ddp --procs 4" + kCommon + shape + " --set plan.cp=4 --set plan.cp_comm=all_gather")),
                want1);

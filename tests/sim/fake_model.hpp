@@ -19,7 +19,7 @@ class FakeModel final : public sim::Model {
  public:
   FakeModel(int n, std::int64_t params, Bytes saved, int tensors = 0) : n_(n), params_(params), saved_(saved), tensors_(tensors) {}
   std::string name() const override { return "fake"; }
-  std::int64_t parameters() const override { return n_ * params_; }
+  std::int64_t parameters() const override { return n_ * params_ + embed_ + head_; }
   int blocks() const override { return n_; }
   std::int64_t max_seq_len() const override { return 1024; }
   std::string tp_error(int tp) const override { return tp == 1 ? "" : "the fake model has no tensor-parallel split"; }
@@ -67,6 +67,22 @@ class FakeModel final : public sim::Model {
       l.output_bytes = 0;
       out.push_back(l);
     }
+    // with_ends: an embedding before the blocks, a head after them, each a
+    // copy of a block's kernels with its own parameters.
+    if (embed_ > 0) {
+      sim::Layer e = out.front();
+      e.name = "embed";
+      e.kind = sim::LayerKind::kEmbedding;
+      e.params = embed_;
+      out.insert(out.begin(), e);
+    }
+    if (head_ > 0) {
+      sim::Layer h = out.back();
+      h.name = "head";
+      h.kind = sim::LayerKind::kLmHead;
+      h.params = head_;
+      out.push_back(h);
+    }
     return out;
   }
   Flops model_flops(const sim::WorkloadShape& s) const override { return 3e9 * n_ * static_cast<double>(s.micro_batch); }
@@ -75,6 +91,15 @@ class FakeModel final : public sim::Model {
   FakeModel split_backward(Bytes bytes) const {
     FakeModel m = *this;
     m.wgrad_bytes_ = bytes;
+    return m;
+  }
+
+  /// The blocks between an embedding of `embed` parameters and a head of
+  /// `head` (layers that are not blocks: LayerKind kEmbedding, kLmHead).
+  FakeModel with_ends(std::int64_t embed, std::int64_t head) const {
+    FakeModel m = *this;
+    m.embed_ = embed;
+    m.head_ = head;
     return m;
   }
 
@@ -93,6 +118,7 @@ class FakeModel final : public sim::Model {
   Bytes saved_;
   int tensors_ = 0;
   Bytes wgrad_bytes_ = 0;
+  std::int64_t embed_ = 0, head_ = 0;
 };
 
 /// Communication that costs nothing: the papers' formulas assume it.

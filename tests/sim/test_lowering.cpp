@@ -2,6 +2,7 @@
 
 #include <algorithm>
 #include <limits>
+#include <map>
 
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
@@ -489,6 +490,91 @@ TEST_CASE("FSDP's limit_all_gathers: off, the gathers run ahead of the layers", 
   // queues behind layer 7's reduce-scatter (Note [One process group]).
   // While layer 0 computes, ten layers are whole.
   CHECK(params("dp: 2\nprecision: fp16\nfsdp: full_shard\nlimit_all_gathers: false\n") == shard + 10 * layer);
+}
+
+TEST_CASE("FSDP's root unit: the layers outside the blocks gathered once a micro-batch and kept whole until the backward's end (Note [FSDP's root unit])",
+          "[lowering][memory]") {
+  // An embedding of 30M fp16 parameters, 4 blocks of 20M, a head of 10M,
+  // on 2 ranks; every collective takes 1 us, a layer's forward 1 us.
+  const test::FakeModel m = test::FakeModel(4, 20'000'000, 10).with_ends(30'000'000, 10'000'000);
+  const Bytes root = (30'000'000 + 10'000'000) * 2;                         // the root, whole, fp16
+  const Bytes shard = (30'000'000 + 4 * 20'000'000 + 10'000'000) * 2 / 2;  // each rank's half of all
+  const test::FixedComm comm(1000);
+  struct Lowered {
+    TaskGraph g;
+    ExecResult r;
+    /// The collectives of kind `op`, by name without the micro-batch tag, with their bytes.
+    std::map<std::string, Bytes> collectives(CollectiveOp op) const {
+      std::map<std::string, Bytes> out;
+      for (const Task& t : g.tasks) {
+        if (t.kind == TaskKind::kCollective && t.op == op && t.rank == 0) out[t.name.substr(0, t.name.find(" [mb"))] = t.bytes;
+      }
+      return out;
+    }
+    const Span& span(const std::string& name) const {
+      for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+        if (g.tasks[i].rank == 0 && g.tasks[i].name == name) return r.spans[i];
+      }
+      FAIL("no task " << name);
+      return r.spans.front();
+    }
+    /// The fewest parameter bytes the rank held from `from` to `to`.
+    Bytes least_params(TimeNs from, TimeNs to) const {
+      Bytes least = std::numeric_limits<Bytes>::max();
+      for (const MemSnapshot& s : r.memory[0].timeline) {
+        if (s.time >= from && s.time < to) least = std::min(least, s.bytes[static_cast<int>(MemCategory::kParameters)]);
+      }
+      return least;
+    }
+  };
+  const auto lowered = [&](const std::string& wrap) {
+    ResolvedPlan plan = resolve(parse_plan("dp: 2\nprecision: fp16\nfsdp: full_shard\nfsdp_wrap: " + wrap + "\n", "test.yaml"), m,
+                                round_cluster());
+    const test::FixedCompute compute(1'000'000);
+    partition(plan, m, round_cluster(), compute, comm);
+    ExecOptions o;
+    o.record_memory_timeline = true;
+    Lowered l;
+    l.g = lower(m, plan, round_cluster(), CostModels{&compute, &comm});
+    l.r = execute(l.g, o);
+    return l;
+  };
+  {
+    // blocks (the default): one gather of the root's 80 MB before the
+    // forward, and none of the embedding's or the head's own; one
+    // reduce-scatter of the root's 80 MB of fp16 gradients, after the
+    // embedding's backward.
+    const Lowered b = lowered("blocks");
+    const std::map<std::string, Bytes> gathers = b.collectives(CollectiveOp::kAllGather);
+    const Bytes layer = 20'000'000 * 2;
+    const std::map<std::string, Bytes> want_gathers{{"all_gather fwd root", root}, {"all_gather fwd L0", layer}, {"all_gather fwd L1", layer},
+                                                    {"all_gather fwd L2", layer},  {"all_gather fwd L3", layer}, {"all_gather bwd L0", layer},
+                                                    {"all_gather bwd L1", layer},  {"all_gather bwd L2", layer}, {"all_gather bwd L3", layer}};
+    CHECK(gathers == want_gathers);
+    const std::map<std::string, Bytes> reductions = b.collectives(CollectiveOp::kReduceScatter);
+    CHECK(reductions.size() == 5);
+    CHECK(reductions.at("reduce_scatter root") == root);
+    CHECK(b.span("reduce_scatter root [mb 0]").start >= b.span("bwd embed [mb 0]").end);
+    // Whole from its gather to the end of the last backward: never fewer
+    // parameters than every rank's shard and the root.
+    const TimeNs from = b.span("all_gather fwd root [mb 0]").end, to = b.span("bwd embed [mb 0]").end;
+    CHECK(b.least_params(from, to) >= shard + root);
+  }
+  {
+    // layers: the embedding and the head are units of their own, gathered
+    // before each of their passes and freed after it.
+    const Lowered l = lowered("layers");
+    const std::map<std::string, Bytes> gathers = l.collectives(CollectiveOp::kAllGather);
+    CHECK(gathers.count("all_gather fwd root") == 0);
+    CHECK(gathers.at("all_gather fwd embed") == 30'000'000 * 2);
+    CHECK(gathers.at("all_gather bwd embed") == 30'000'000 * 2);
+    CHECK(gathers.at("all_gather fwd head") == 10'000'000 * 2);
+    CHECK(l.collectives(CollectiveOp::kReduceScatter).size() == 6);
+    // While L1 computes its forward the embedding is freed and the head not
+    // yet gathered: at most L1 and the prefetched L2 beside the shard.
+    const Span& f1 = l.span("fwd L1 [mb 0]");
+    CHECK(l.least_params(f1.start, f1.end) <= shard + 2 * 20'000'000 * 2);
+  }
 }
 
 TEST_CASE("the simulated ranks slow their compute beside collectives by the device's comm_slowdown (Note [Interference])",

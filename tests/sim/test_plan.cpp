@@ -82,6 +82,14 @@ TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]")
                  Catch::Contains("valid only with fsdp: full_shard or hybrid_shard (the plan has zero_stage 3)"));
   CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: shard_grad_op\nlimit_all_gathers: false\n", "p.yaml"), kModel, eight()); }),
              Catch::Contains("(the plan has fsdp: shard_grad_op)"));
+  // FSDP's units (Note [FSDP's root unit]): blocks by default, layers on request; FSDP's only.
+  CHECK(resolve(parse_plan("fsdp: full_shard\n", "p"), kModel, eight()).fsdp_wrap == FsdpWrap::kBlocks);
+  CHECK(resolve(parse_plan("fsdp: full_shard\nfsdp_wrap: layers\n", "p"), kModel, eight()).fsdp_wrap == FsdpWrap::kLayers);
+  CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 3\nfsdp_wrap: layers\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:2: plan.fsdp_wrap: layers is FSDP's") &&
+                 Catch::Contains("valid only with fsdp: full_shard or hybrid_shard (the plan has zero_stage 3)"));
+  CHECK_THAT(error_of([] { parse_plan("fsdp: full_shard\nfsdp_wrap: modules\n", "p.yaml"); }),
+             Catch::StartsWith("p.yaml:2: plan.fsdp_wrap") && Catch::Contains("blocks") && Catch::Contains("layers"));
 }
 
 TEST_CASE("bf16 needs a device that has it", "[plan][bad-input]") {

@@ -230,7 +230,8 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
             // With the slowdown of compute beside the data-parallel collectives
             // (Note [Search]): m X + C c / (1 + c), c = 24 / 84 on an A100.
             const TimeNs slow = interference_time_bound(p.plan, model->parameters(), model->layer_count(), cluster,
-                                                        AnalyticCommModel(cluster), zero3_persistent_elements(*model, p.plan));
+                                                        AnalyticCommModel(cluster), zero3_persistent_elements(*model, p.plan),
+                                                        fsdp_root_elements(*model, p.plan));
             if (p.plan.dp > 1) CHECK(slow > 0);
             CHECK(b.time + slow <= p.iteration_time);
             if (p.plan.zero_stage == 3) ++zero3_bounds;

@@ -62,6 +62,14 @@ const char* to_string(Attention a) {
 
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
 
+const char* to_string(FsdpWrap w) {
+  switch (w) {
+    case FsdpWrap::kBlocks: return "blocks";
+    case FsdpWrap::kLayers: return "layers";
+  }
+  return "?";
+}
+
 const char* to_string(CpComm c) {
   switch (c) {
     case CpComm::kP2p: return "p2p";
@@ -412,6 +420,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                      (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   r.limit_all_gathers = s.limit_all_gathers;
+  if (s.fsdp_wrap != FsdpWrap::kBlocks && !(r.fsdp && r.zero_stage == 3)) {
+    bad.add("fsdp_wrap", std::string(to_string(s.fsdp_wrap)) + " is FSDP's, for the units it gathers parameters by; valid only with fsdp: "
+                         "full_shard or hybrid_shard (the plan has " +
+                             (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
+  }
+  r.fsdp_wrap = s.fsdp_wrap;
   // Note [ZeRO-3 modules]: DeepSpeed's coordinator knobs, in whole elements.
   r.stage3_prefetch_bucket_size = static_cast<std::int64_t>(s.stage3_prefetch_bucket_size);
   r.stage3_max_live_parameters = static_cast<std::int64_t>(s.stage3_max_live_parameters);

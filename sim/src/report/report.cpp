@@ -42,7 +42,10 @@ std::string plan_line(const ResolvedPlan& p) {
      << " global_batch=" << p.global_batch << " seq_len=" << p.seq_len << " " << to_string(p.precision) << " "
      << (p.flash_attention ? "flash" : "eager") << "-attention " << to_string(p.optimizer)
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
-  if (p.fsdp) os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false") << ")";
+  if (p.fsdp) {
+    os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false")
+       << (p.zero_stage == 3 && p.fsdp_wrap != FsdpWrap::kBlocks ? ", a unit per layer" : "") << ")";
+  }
   if (p.zero_stage == 3 && p.z3_leaf_layers) os << " z3_leaf_layers";
   if (p.zero3_modules()) {
     // Note [ZeRO-3 modules]: the coordinator's knobs where not DeepSpeed's defaults.
@@ -83,6 +86,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("zero_stage", p.zero_stage);
   j.field("fsdp", to_string(p.spec.fsdp));
   j.field("limit_all_gathers", p.limit_all_gathers);
+  j.field("fsdp_wrap", to_string(p.fsdp_wrap));
   j.field("z3_leaf_layers", p.z3_leaf_layers);
   j.field("stage3_prefetch_bucket_size", p.stage3_prefetch_bucket_size);
   j.field("stage3_max_live_parameters", p.stage3_max_live_parameters);

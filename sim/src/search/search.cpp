@@ -282,7 +282,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 }
 
 TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
-                               const CommModel& comm, std::int64_t persistent) {
+                               const CommModel& comm, std::int64_t persistent, std::int64_t root) {
   // Note [Search]: W + C c / (1 + c) for a one-stage plan; this is the second term.
   const double slow = cluster.device.comm_slowdown;
   if (slow <= 0 || !cluster.device.comm_overlaps_compute || p.pp > 1 || p.dp * p.cp <= 1) return 0;
@@ -305,8 +305,12 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     c = m * (cost(CollectiveOp::kAllGather, gathered * (p.fp8_param_gather ? 1 : w), shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
   } else if (p.zero_stage == 3) {
+    // The forward gathers every unit; the backward all but FSDP's root,
+    // which stays whole from one to the other (Note [FSDP's root unit]).
     const std::int64_t gathered = std::max<std::int64_t>(0, dense - layers * kZero3PersistenceThreshold);
-    c = m * (2 * cost(CollectiveOp::kAllGather, gathered * (p.fp8_param_gather ? 1 : w), shard) +
+    const Bytes ew = p.fp8_param_gather ? 1 : w;
+    c = m * (cost(CollectiveOp::kAllGather, gathered * ew, shard) +
+             cost(CollectiveOp::kAllGather, std::max<std::int64_t>(0, gathered - root) * ew, shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
   } else if (p.zero_stage == 2) {
     c = m * cost(CollectiveOp::kReduceScatter, dense * gw, shard);
@@ -314,6 +318,19 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     c = cost(CollectiveOp::kAllReduce, dense * gw, dp_group);
   }
   return static_cast<TimeNs>(c * slow / (1 + slow) * (1 - 1e-9));
+}
+
+std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan) {
+  if (!plan.fsdp || plan.zero_stage != 3 || plan.fsdp_wrap != FsdpWrap::kBlocks) return 0;
+  WorkloadShape shape;  // only the parameters' split matters
+  shape.tp = plan.tp;
+  shape.ep = plan.ep;
+  shape.etp = plan.etp;
+  const std::vector<Layer> layers = model.layers(shape);
+  const std::vector<bool> root = fsdp_root_layers(plan, layers);
+  std::int64_t n = 0;
+  for (std::size_t l = 0; l < root.size(); ++l) n += root[l] ? layers[l].params : 0;
+  return n;
 }
 
 std::int64_t zero3_persistent_elements(const Model& model, const ResolvedPlan& plan) {
@@ -517,6 +534,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   }
   const int model_layers = model.layer_count();
   std::map<std::tuple<int, std::int64_t>, std::int64_t> persistent_cache;  // by tp and threshold
+  std::map<int, std::int64_t> root_cache;                                    // by tp
   auto interference_floor = [&](const PlanSpec& s) -> TimeNs {
     if (cluster.device.comm_slowdown <= 0 || !cluster.device.comm_overlaps_compute || s.pp > 1 || s.model_parallel > 1) {
       return 0;
@@ -530,7 +548,13 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
         if (it == persistent_cache.end()) it = persistent_cache.emplace(key, zero3_persistent_elements(model, rp)).first;
         persistent = it->second;
       }
-      return interference_time_bound(rp, params - expert_params, model_layers, cluster, *bound_comm, persistent);
+      std::int64_t root = 0;
+      if (rp.fsdp && rp.zero_stage == 3) {
+        auto it = root_cache.find(rp.tp);
+        if (it == root_cache.end()) it = root_cache.emplace(rp.tp, fsdp_root_elements(model, rp)).first;
+        root = it->second;
+      }
+      return interference_time_bound(rp, params - expert_params, model_layers, cluster, *bound_comm, persistent, root);
     } catch (const ConfigError&) {
       return 0;
     }

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <vector>
 
+#include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/units.hpp"
 
@@ -38,5 +39,12 @@ constexpr std::int64_t kZero3PersistenceThreshold = 100000;
 /// parameters whole on every rank (DeepSpeed's
 /// stage3_param_persistence_threshold): never gathered per layer.
 bool zero3_keeps_whole(const ResolvedPlan& plan, std::int64_t params);
+
+/// FSDP's root unit (Note [FSDP's root unit] in
+/// sim/src/lowering/passes/sharded_parameters.cpp): by layer, whether it
+/// is gathered with the root, once a micro-batch, and kept whole until the
+/// backward's end. Empty unless `plan` is FSDP at stage 3 over more than
+/// one rank with fsdp_wrap: blocks and `layers` has blocks.
+std::vector<bool> fsdp_root_layers(const ResolvedPlan& plan, const std::vector<Layer>& layers);
 
 }  // namespace dtsim::sim

@@ -43,6 +43,14 @@ enum class Schedule { kGpipe, k1f1b, kInterleaved, kNaive, kZbH1 };
 /// (FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0 i.e. DDP, HYBRID_SHARD = 3
 /// within a node and replication across nodes).
 enum class FsdpMode { kNone, kFullShard, kShardGradOp, kNoShard, kHybridShard };
+/// FSDP's wrapping (Note [FSDP's root unit] in
+/// sim/src/lowering/passes/sharded_parameters.cpp): `blocks`, every
+/// transformer (or LSTM) block a unit and the rest of the model in the
+/// root's, as transformer_auto_wrap_policy and fully_shard on each block
+/// then the model wrap it; `layers`, every layer of the model its own unit
+/// (torchtitan's fully_shard of tok_embeddings, each block and [norm,
+/// output]; dtsim's runtime).
+enum class FsdpWrap { kBlocks, kLayers };
 /// How attention runs: `auto` picks what the device and precision would run
 /// (flash on a GPU in fp16/bf16/fp8, eager otherwise); `eager` keeps the
 /// scores and softmax; `flash` is FlashAttention / SDPA (WorkloadShape).
@@ -60,6 +68,7 @@ const char* to_string(Optimizer o);
 const char* to_string(Offload o);
 const char* to_string(Recompute r);
 const char* to_string(FsdpMode f);
+const char* to_string(FsdpWrap w);
 const char* to_string(Schedule s);
 const char* to_string(Attention a);
 const char* to_string(CpComm c);
@@ -142,6 +151,8 @@ struct PlanSpec {
   /// sim/src/lowering/passes/sharded_parameters.cpp). Only with fsdp
   /// full_shard or hybrid_shard.
   bool limit_all_gathers = true;
+  /// FSDP's units: Note [FSDP's root unit]. Only with fsdp full_shard or hybrid_shard.
+  FsdpWrap fsdp_wrap = FsdpWrap::kBlocks;
   /// DeepSpeed ZeRO-3's parameter coordinator, in elements, as DeepSpeed
   /// names and defaults them (Note [ZeRO-3 modules] in
   /// sim/src/lowering/zero3_coordinator.hpp): a module's parameters
@@ -204,6 +215,7 @@ struct ResolvedPlan {
   /// PlanSpec's; always true for ZeRO-3 (with z3_leaf_layers, one layer
   /// ahead; module by module, its coordinator's prefetch).
   bool limit_all_gathers = true;
+  FsdpWrap fsdp_wrap = FsdpWrap::kBlocks;  ///< PlanSpec's (meaningful with fsdp at stage 3)
   /// PlanSpec's, as whole elements.
   std::int64_t stage3_prefetch_bucket_size = 50000000, stage3_max_live_parameters = 1000000000,
                stage3_max_reuse_distance = 1000000000, stage3_param_persistence_threshold = 100000;

@@ -86,10 +86,15 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 /// added to plan_bounds' m X. `dense_params`: the model's parameters
 /// less its routed experts'; `layers`: Model::layer_count(); `persistent`:
 /// the elements a rank keeps whole under DeepSpeed's module-wise ZeRO-3
-/// (zero3_persistent_elements). 0 for pipelines, one replica, or a device
-/// whose compute does not slow.
+/// (zero3_persistent_elements); `root`: the elements of FSDP's root unit,
+/// gathered once a micro-step (fsdp_root_elements). 0 for pipelines, one
+/// replica, or a device whose compute does not slow.
 TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
-                               const CommModel& comm, std::int64_t persistent = 0);
+                               const CommModel& comm, std::int64_t persistent = 0, std::int64_t root = 0);
+
+/// The parameter elements of FSDP's root unit on each rank of `plan`
+/// before sharding (Note [FSDP's root unit]); 0 where it has none.
+std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan);
 
 /// The parameter elements DeepSpeed's ZeRO-3 keeps whole on each rank of
 /// `plan` (tensors of at most stage3_param_persistence_threshold; Note

@@ -26,6 +26,26 @@
 // (_runtime_utils.py, _limit_all_gathers: at most two in flight); without
 // it, gathers are issued as fast as the host runs.
 //
+// Note [FSDP's root unit]
+// FSDP gathers by the units it was wrapped into, not by dtsim's layers. With
+// the usual wrapping, transformer_auto_wrap_policy over the block class
+// (FSDP1) or fully_shard on each block and then on the model (FSDP2), each
+// block is a unit and everything outside the blocks (the embeddings, the
+// final norm, the head; a tied head's weight once) is the root's. The root
+// is gathered in its pre-forward, before the first block, and is not
+// resharded after the forward, "with the intention that they are
+// immediately used for backward computation" (FSDP1,
+// torch/distributed/fsdp/_runtime_utils.py, _post_forward_reshard: not
+// state._is_root; FSDP2, _fsdp_state.py, _lazy_init: the root's
+// post_forward_mesh_info = None). So the root's parameters stay whole from
+// the start of each micro-batch's forward to the end of its backward, and
+// its gradients (the head's, produced first) wait until the last of them,
+// the embedding's, when the root's one reduce-scatter takes them all.
+// fsdp_wrap: layers (every layer its own unit, torchtitan's wrapping of
+// tok_embeddings, each block and [norm, output], and dtsim's runtime) lowers
+// every layer as a block. A model without blocks keeps a unit per layer (a
+// size-based policy's).
+//
 // Note [One process group]
 // The gathers and the reduce-scatters go over the same data-parallel
 // process group, and ProcessGroupNCCL runs every collective of a group on
@@ -48,6 +68,7 @@
 // gathered in FP8, 1 byte an element (torchao's
 // Float8LinearConfig.enable_fsdp_float8_all_gather, Megatron-LM's
 // --fp8-param-gather; Note [FP8 memory] in lowering/emitter.hpp).
+#include <algorithm>
 #include <string>
 
 #include "dtsim/sim/buckets.hpp"
@@ -60,10 +81,27 @@ namespace {
 
 class ShardedParameters final : public StrategyPass {
  public:
-  explicit ShardedParameters(LayerContext& ctx) : ctx_(ctx), persistent_(persistent_params(ctx.plan, ctx.layers)) {}
+  explicit ShardedParameters(LayerContext& ctx) : ctx_(ctx), persistent_(persistent_params(ctx.plan, ctx.layers)) {
+    // Note [FSDP's root unit]: the layers outside the blocks, where there are blocks.
+    const auto& layers = ctx.layers;
+    in_root_ = fsdp_root_layers(ctx.plan, layers);
+    for (std::size_t l = 0; l < in_root_.size(); ++l) {
+      if (!in_root_[l]) continue;
+      if (root_first_ < 0) root_first_ = static_cast<std::int64_t>(l);
+      root_params_ += layers[l].params;
+      root_tensors_ += std::max(1, layers[l].param_tensors);
+      // A tied head's weight is the embedding's: one copy in the root's FlatParameter.
+      root_gathered_ += ctx.gathered_param_bytes(layers[l]) - layers[l].borrowed_params * ctx.w;
+    }
+  }
 
   void before_forward(const At& at, std::vector<TaskId>& deps) override {
     const std::size_t l = at.unit;
+    if (l == 0 && root_first_ >= 0) root_gather_ = gather_root(at.micro);  // Note [FSDP's root unit]: the root's pre-forward
+    if (in_root(l)) {
+      deps.push_back(root_gather_);
+      return;
+    }
     if (!gathered(ctx_.layers[l])) return;
     // Prefetch one layer ahead: gather l may start once l-2 has run.
     std::vector<TaskId> after;
@@ -76,42 +114,50 @@ class ShardedParameters final : public StrategyPass {
   void before_backward(const At& at, std::vector<TaskId>& deps) override {
     const std::size_t i = at.unit;
     if (!one_group_) {
-      if (gathered(ctx_.layers[i])) deps.push_back(backward_gather(at.micro, i));
+      if (unit_gathered(i)) deps.push_back(backward_gather(at.micro, i));
       return;
     }
     // Note [One process group]: layer i's gather (where not prefetched),
     // then the prefetch of the layer below, both queued before layer i's
     // reduce-scatter.
     if (i + 1 == ctx_.layers.size()) bwd_gather_.assign(ctx_.layers.size(), -1);
-    if (gathered(ctx_.layers[i])) {
+    if (unit_gathered(i)) {
       if (bwd_gather_[i] < 0) bwd_gather_[i] = backward_gather(at.micro, i);
       deps.push_back(bwd_gather_[i]);
     }
-    if (i >= 1 && gathered(ctx_.layers[i - 1])) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
+    if (i >= 1 && unit_gathered(i - 1)) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
   }
 
-  void backward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override { free_gathered(at, on_end); }
+  void backward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+    // Note [FSDP's root unit]: the root's parameters go after its last backward.
+    if (static_cast<std::int64_t>(at.unit) == root_first_) on_end.push_back({MemCategory::kParameters, -root_gathered_});
+    free_gathered(at, on_end);
+  }
 
   TaskId after_backward(const At& at, TaskId last) override {
     LayerContext& c = ctx_;
     const Layer& L = c.layers[at.unit];
     const std::int64_t m = at.micro;
-    if (L.params == 0) return last;
-    // One reduce-scatter per layer, every micro-step (Note [ZeRO]).
-    const Bytes b = c.grad_bytes(L);
+    // Note [FSDP's root unit]: the root's gradients wait for its last backward.
+    const bool root = in_root(at.unit);
+    if (root && static_cast<std::int64_t>(at.unit) != root_first_) return last;
+    if ((root ? root_params_ : L.params) == 0) return last;
+    // One reduce-scatter per layer (per unit), every micro-step (Note [ZeRO]).
+    const Bytes b = root ? root_params_ * c.gw : c.grad_bytes(L);
     if (c.n == 1) {
       c.compute(c.tag(m, "keep grads " + L.name), Phase::kBackward, 0, {last}, {}, {{MemCategory::kGradients, -b}});
       return last;
     }
-    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in " + L.name), static_cast<double>(L.params),
-                                    std::max(1, L.param_tensors), false, {last});
+    const std::string unit = root ? std::string("root") : L.name;
+    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in " + unit), static_cast<double>(root ? root_params_ : L.params),
+                                    root ? root_tensors_ : std::max(1, L.param_tensors), false, {last});
     const Bytes recv = c.receive_bytes(b);
-    TaskId rs = c.collective(c.tag(m, "reduce_scatter " + L.name), CollectiveOp::kReduceScatter, b, c.shard_group,
+    TaskId rs = c.collective(c.tag(m, "reduce_scatter " + unit), CollectiveOp::kReduceScatter, b, c.shard_group,
                              one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv}},
-                             {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, c.expert_grad_bytes(L));
+                             {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, root ? 0 : c.expert_grad_bytes(L));
     if (c.replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
-      rs = c.collective(c.tag(m, "all_reduce shard " + L.name), CollectiveOp::kAllReduce, LayerContext::ceil_div(b, c.n),
+      rs = c.collective(c.tag(m, "all_reduce shard " + unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(b, c.n),
                         c.replica_group, Stream::kGradComm, {rs});
     }
     c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
@@ -127,10 +173,15 @@ class ShardedParameters final : public StrategyPass {
     return ctx_.n > 1 && all > 0 && !zero3_keeps_whole(ctx_.plan, all);
   }
 
-  /// A gathered layer's parameters go when its pass ends.
+  /// Whether layer l is in FSDP's root unit (Note [FSDP's root unit]).
+  bool in_root(std::size_t l) const { return !in_root_.empty() && in_root_[l]; }
+  /// Whether layer l is gathered as a unit of its own, before each pass.
+  bool unit_gathered(std::size_t l) const { return gathered(ctx_.layers[l]) && !in_root(l); }
+
+  /// A unit's gathered parameters go when its pass ends.
   void free_gathered(const At& at, std::vector<MemOp>& on_end) const {
     const Layer& L = ctx_.layers[at.unit];
-    if (gathered(L)) on_end.push_back({MemCategory::kParameters, -ctx_.gathered_param_bytes(L)});
+    if (unit_gathered(at.unit)) on_end.push_back({MemCategory::kParameters, -ctx_.gathered_param_bytes(L)});
   }
 
   /// Layer i's gather for its backward: the prefetch as forward's, after
@@ -150,22 +201,32 @@ class ShardedParameters final : public StrategyPass {
   /// (Offloaded parameters up, then) the all-gather of layer l; `after`
   /// bounds the prefetch.
   TaskId gather(std::int64_t m, std::size_t l, const char* pass, std::vector<TaskId> after) {
+    const Layer& L = ctx_.layers[l];
+    const Bytes full = ctx_.gathered_param_bytes(L);
+    return gather_unit(m, std::string(pass) + " " + L.name, full, ctx_.full_param_bytes(L), std::min(full, ctx_.expert_grad_bytes(L)),
+                       std::move(after));
+  }
+
+  /// The root unit's gather, before micro-batch m's forward (Note [FSDP's root unit]).
+  TaskId gather_root(std::int64_t m) { return gather_unit(m, "fwd root", root_gathered_, root_params_ * ctx_.w, 0, {}); }
+
+  /// The all-gather of a unit of `full` bytes gathered, `stored` bytes as
+  /// its parameters' type, `expert` of them the routed experts'.
+  TaskId gather_unit(std::int64_t m, const std::string& what, Bytes full, Bytes stored, Bytes expert, std::vector<TaskId> after) {
     LayerContext& c = ctx_;
-    const Layer& L = c.layers[l];
     std::vector<TaskId> deps = std::move(after);
     if (c.plan.offload_params == Offload::kCpu) {
       // The bf16 shard comes up; FP8 casts happen on the device.
-      const Bytes shard = LayerContext::ceil_div(c.full_param_bytes(L), c.n);
-      deps.push_back(c.copy(c.tag(m, std::string("h2d params ") + L.name), shard, Stream::kH2D, deps));
+      const Bytes shard = LayerContext::ceil_div(stored, c.n);
+      deps.push_back(c.copy(c.tag(m, "h2d params " + what.substr(what.find(' ') + 1)), shard, Stream::kH2D, deps));
     }
-    const Bytes full = c.gathered_param_bytes(L);
     const Bytes buffers = c.gather_bytes(full);
     std::vector<MemOp> on_start{{MemCategory::kParameters, full}}, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
-    const std::string name = std::string("all_gather ") + pass + " " + L.name;
+    const std::string name = "all_gather " + what;
     const TaskId g = c.collective(c.tag(m, name), CollectiveOp::kAllGather, full, c.shard_group, Stream::kParamComm, deps,
-                                  std::move(on_start), std::move(on_end), std::min(full, c.expert_grad_bytes(L)));
+                                  std::move(on_start), std::move(on_end), expert);
     if (!c.cluster.device.comm_overlaps_compute) {
       // Note [CPU collectives]: the gather is issued early (its buffer is
       // alive from then), but its transfers run on the cores the layers
@@ -184,6 +245,13 @@ class ShardedParameters final : public StrategyPass {
   /// Gathers wait for the layer two back (FSDP's limit_all_gathers; ZeRO-3's prefetch).
   bool limit_ = ctx_.plan.limit_all_gathers;
   std::vector<TaskId> bwd_gather_;  ///< this backward's gathers, by layer (-1: not yet)
+  // Note [FSDP's root unit] (empty in_root_: no root unit).
+  std::vector<bool> in_root_;      ///< by layer
+  std::int64_t root_first_ = -1;   ///< its first layer, whose backward is its last
+  std::int64_t root_params_ = 0;   ///< its parameters (a tied weight once)
+  int root_tensors_ = 0;
+  Bytes root_gathered_ = 0;        ///< its bytes once gathered
+  TaskId root_gather_ = -1;        ///< this micro-batch's gather of it
 };
 
 }  // namespace
