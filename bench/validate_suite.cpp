@@ -56,6 +56,16 @@
 // rounds), and measures a row by the median of its rounds' medians; the
 // table shows the rounds' range, the measurement's own spread.
 //
+// Note [Python reference]
+// `--python SCRIPT` (bench/python-reference.py) also trains the rows a PyTorch
+// user would write in Python, gpt2-tiny, bert-tiny and bilstm-tiny under
+// ddp (DistributedDataParallel) and zero1 (ZeroRedundancyOptimizer), with
+// Debian's python3-torch (the same LibTorch), right after each round of the
+// row, so both loops meet the machine in the same minute. A second table
+// sets dtsim's prediction (of dtsim_worker's C++ loop) beside both
+// measurements: what a Python step costs beyond the C++ one is what a
+// profile does not yet price (issue 28).
+//
 // Note [Make-up rounds]
 // A slow spell (Note [Machine probe]: the reference layer at 1.3-1.7x its
 // calibrated time for minutes on end) slows every layer of a run, and no
@@ -82,6 +92,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <set>
 #include <sstream>
 #include <string>
 #include <thread>
@@ -105,6 +116,7 @@ struct Run {
   double step_min_s = 0, step_max_s = 0;  // the fastest and slowest measured step
   double skew = -1;  // the slowest rank's extra compute over the fastest of its stage; -1: one rank per stage
   double probe = 0;  // Note [Machine probe]: the run's probe over the profile's; 0: none
+  double python_s = 0;  // Note [Python reference]: the Python loop's step this round; 0: not run
 };
 
 /// A row of the table: one model and plan over the rounds.
@@ -123,6 +135,7 @@ struct Row {
   double skew = -1;  // the median over rounds
   double probe = 0;  // the median over rounds of the probe ratio
   int quiet_rounds = 0;  // rounds whose probe was within 15% of calibration's (Note [Make-up rounds])
+  double python_s = 0;   // Note [Python reference]: the median over the rounds counted; 0: none
 };
 
 /// Note [Machine probe]: a round ran on the machine as calibrated when its
@@ -169,6 +182,11 @@ void summarise(Row& r) {
   r.memory_error = r.measured_mib > 0 ? (r.predicted_mib - r.measured_mib) / r.measured_mib : 0;
   r.skew = skew.empty() ? -1 : median(skew);
   r.probe = median(probe);
+  std::vector<double> py;
+  for (const Run& run : r.runs) {
+    if (run.python_s > 0 && (r.quiet_rounds == 0 || quiet(run))) py.push_back(run.python_s);
+  }
+  r.python_s = py.empty() ? 0 : median(py);
 }
 
 std::vector<std::string> split(const std::string& s) {
@@ -322,7 +340,7 @@ std::string slug(const std::string& label) {
 
 int main(int argc, char** argv) {
   std::string profile, out, json_out, binary = DTSIM_BINARY;
-  std::string device = "cpu", cluster, cases_file, runs_dir, replay_dir;
+  std::string device = "cpu", cluster, cases_file, runs_dir, replay_dir, python_script;
   // 30 steps: bilstm-tiny ZeRO-3 measured 14.7 to 22.8 ms over five runs of
   // 10 steps, and 19.3 to 21.8 ms over five of 60.
   int steps = 30, procs = 2, rounds = 3, make_up = 2, warmup = -1, moe_ep = 2;
@@ -352,6 +370,9 @@ int main(int argc, char** argv) {
   app.add_option("--runs", runs_dir, "Record every run here");
   app.add_option("--replay", replay_dir, "Report the runs recorded here, running nothing");
   app.add_flag("--resume", resume, "Continue the runs recorded in --runs");
+  app.add_option("--python", python_script,
+                 "Also run this Python reference (bench/python-reference.py) on the rows it has, with /usr/bin/python3 "
+                 "(Note [Python reference])")->check(CLI::ExistingFile);
   app.add_option("--out", out, "Write the markdown table here");
   app.add_option("--json", json_out, "Write the rows as JSON here")->type_name("FILE");
   if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) return status;
@@ -521,6 +542,18 @@ int main(int argc, char** argv) {
     } catch (const std::exception& e) {
       r.why = e.what();
     }
+    // Note [Python reference]: the same row as a Python user trains it.
+    static const std::set<std::string> kPyModels{"gpt2-tiny", "bert-tiny", "bilstm-tiny"}, kPyPlans{"ddp", "zero1"};
+    if (r.ok && !python_script.empty() && row.sets.empty() && kPyModels.count(row.model) && kPyPlans.count(row.plan)) {
+      const auto [py_status, py_text] = capture("/usr/bin/python3 " + python_script + " --model " + row.model + " --plan " + row.plan +
+                                                " --procs " + std::to_string(procs) + " --steps " + std::to_string(steps) + " 2>&1");
+      try {
+        if (py_status != 0) throw std::runtime_error(py_text.substr(0, py_text.find('\n')));
+        r.python_s = nlohmann::json::parse(py_text.substr(py_text.rfind("{\"version\""))).at("iteration_s").get<double>();
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "\ndtsim_validate_suite: the Python reference of %s failed: %s\n", row.label.c_str(), e.what());
+      }
+    }
     row.runs.push_back(r);
   };
   for (int k = 0; k < rounds; ++k) {
@@ -590,6 +623,22 @@ int main(int argc, char** argv) {
         "calibration (Note [Machine probe])\n";
   md << "\nrank skew: how much longer the slower rank of a stage computed than the faster on the same layers (Note [Unequal ranks]; "
         "the simulator assumes equal ranks); - where each stage has one rank\n";
+  if (!python_script.empty()) {
+    // Note [Python reference]
+    md << "\nThe same rows trained by an ordinary Python loop (" << python_script
+       << ", Debian's python3-torch: torch.nn, DistributedDataParallel, ZeroRedundancyOptimizer), in the same rounds:\n\n";
+    md << "| model | plan | predicted | dtsim_worker (C++) | Python loop | Python / C++ | prediction against Python |\n";
+    md << "|---|---|---:|---:|---:|---:|---:|\n";
+    std::vector<double> pe;
+    for (const auto& r : rows) {
+      if (!r.ok || r.python_s <= 0) continue;
+      const double e = (r.predicted_s - r.python_s) / r.python_s;
+      pe.push_back(e);
+      md << "| " << r.model << " | " << r.plan << " | " << num("%.1f ms", r.predicted_s * 1e3) << " | " << num("%.1f ms", r.measured_s * 1e3)
+         << " | " << num("%.1f ms", r.python_s * 1e3) << " | " << num("%.2fx", r.python_s / r.measured_s) << " | " << pct(e) << " |\n";
+    }
+    if (!pe.empty()) md << "\nmedian |error| against the Python loop: " << num("%.1f%%", 100 * median_abs(pe)) << " over " << pe.size() << " rows\n";
+  }
   std::fputs(md.str().c_str(), stdout);
   if (!out.empty()) dtsim::sim::write_file_atomic(out, md.str());
   if (!json_out.empty()) {
@@ -606,7 +655,9 @@ int main(int argc, char** argv) {
       for (std::size_t k = 0; k < r.runs.size(); ++k) js << (k ? ", " : "") << r.runs[k].measured_s;
       js << "], \"probe\": [";
       for (std::size_t k = 0; k < r.runs.size(); ++k) js << (k ? ", " : "") << r.runs[k].probe;
-      js << "], \"quiet_rounds\": " << r.quiet_rounds << "}";
+      js << "], \"quiet_rounds\": " << r.quiet_rounds;
+      if (r.python_s > 0) js << ", \"python_s\": " << r.python_s;  // Note [Python reference]
+      js << "}";
     }
     js << "]}\n";
     dtsim::sim::write_file_atomic(json_out, js.str());
