@@ -636,6 +636,8 @@ std::string format_profile(const sim::Profile& p) {
                           "nccl.nccl_version", "gloo.api", "gloo.transport", "gloo.send_recv_impl", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
   }
+  // Note [Quick profiles] (sim/src/cost/cost_profile.cpp).
+  if (const std::string w = sim::profile_sweep_warning(p); !w.empty()) os << "  trust: " << w << "\n";
   // What was imported from the user's cluster (calibrate/import.hpp).
   for (const auto& [key, value] : p.info) {
     if (key.rfind("import.", 0) == 0) os << "  " << key << ": " << value << "\n";
@@ -732,6 +734,8 @@ std::string profile_to_json(const sim::Profile& p) {
   j.begin_object();
   j.header();
   j.field("path", p.path);
+  // Note [Quick profiles]: "" for a full sweep.
+  j.field("trust_warning", sim::profile_sweep_warning(p));
   j.key("info").begin_object();
   for (const auto& [k, v] : p.info) j.field(k, v);
   j.end_object();

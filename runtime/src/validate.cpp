@@ -520,6 +520,7 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
       << o.warmup << " warm-up, " << (o.data.empty() ? "synthetic data" : "data " + o.data) << ", prediction from "
       << p.cost_source << "\n";
   for (const auto& n : s.notes) out << "  note: " << n << "\n";
+  for (const auto& w : p.warnings) out << "  warning: " << w << "\n";  // the prediction's (Note [Quick profiles])
   if (m.partial) {
     out << "\n  PARTIAL RUN, not a measurement: " << m.partial_reason << "\n";
     return out.str();
@@ -585,6 +586,9 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
   w.field("steps", o.steps).field("warmup", o.warmup).field("data", o.data.empty() ? std::string("synthetic") : o.data);
   w.key("notes").begin_array();
   for (const auto& n : s.notes) w.value(n);
+  w.end_array();
+  w.key("warnings").begin_array();
+  for (const auto& x : p.warnings) w.value(x);
   w.end_array();
   w.key("measured").begin_object();
   w.field("partial", m.partial);

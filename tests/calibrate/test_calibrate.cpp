@@ -353,6 +353,28 @@ TEST_CASE("a profile from another kind of device is flagged", "[calibrate]") {
   CHECK(pr.warnings[0].find("A100-SXM4-80GB") != std::string::npos);
 }
 
+TEST_CASE("a quick profile says how far it is to be trusted, in predict and profile show (Note [Quick profiles])", "[calibrate]") {
+  Profile p;
+  p.path = "quick.h5";
+  p.info["sweep"] = "full";
+  CHECK(profile_sweep_warning(p).empty());
+  CHECK(calib::format_profile(p).find("trust:") == std::string::npos);
+  CHECK(profile_sweep_warning(Profile{}).empty());  // an imported profile names no sweep
+  p.info["sweep"] = "quick";
+  const std::string w = profile_sweep_warning(p);
+  CHECK_THAT(w, Catch::StartsWith("profile quick.h5 is a quick sweep (dtsim calibrate --quick)") &&
+                    Catch::Contains("13-81% short") && Catch::Contains("calibrate without --quick"));
+  CHECK(calib::format_profile(p).find("  trust: " + w + "\n") != std::string::npos);
+  CHECK(calib::profile_to_json(p).find("\"trust_warning\": \"profile quick.h5 is a quick sweep") != std::string::npos);
+  p.layers.push_back({"fake.layer", Precision::kFp32, 1, 1024, timing(0.010), timing(0.020)});
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(p);
+  const Prediction pr = predict(test::FakeModel(1, 1000, 0), parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "t.yaml"),
+                                test::round_cluster(1, 1), po);
+  REQUIRE(pr.warnings.size() == 1);
+  CHECK(pr.warnings[0] == w);
+}
+
 TEST_CASE("each point keeps the slower rank's time (Note [The slowest rank sets the pace])", "[calibrate]") {
   Profile mine;
   mine.layers.push_back({"fake.layer", Precision::kFp32, 1, 64, timing(0.010), timing(0.020)});

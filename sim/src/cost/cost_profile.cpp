@@ -143,6 +143,27 @@ std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& de
   return "";
 }
 
+// Note [Quick profiles]
+// `dtsim calibrate --quick` (what CI and a first-time user make, about a
+// minute on this 2-core VM) times each layer at two micro-batches and two
+// lengths, each once (not three passes), and one whole-model step a model
+// at its shortest length; a full sweep takes three passes over three to
+// five micro-batches and up to four lengths, and steps at every length.
+// Set against the steps dtsim validate measured minutes after it on the
+// same machine, a quick profile of gpt2-tiny, bert-tiny and bilstm-tiny
+// predicted every suite row short, by 13% to 81% (median 23%; the
+// Bi-LSTM's 69-81%), where the full profile's suite median is 9.4%
+// (docs/validation-cpu.md, docs/calibration.md). Its times are a first
+// look, not a prediction to plan by: predict and profile show say so.
+std::string profile_sweep_warning(const Profile& profile) {
+  const auto it = profile.info.find("sweep");
+  if (it == profile.info.end() || it->second != "quick") return "";
+  return "profile " + profile.path +
+         " is a quick sweep (dtsim calibrate --quick): its layers were timed at two shapes each, once, and on the CPU suite such a "
+         "profile predicted steps 13-81% short (median 23%, a full sweep's 9%; docs/calibration.md); calibrate without --quick "
+         "before trusting its times";
+}
+
 std::string kernel_fit_name(const std::string& kind, Precision p) { return "kernel." + kind + "." + to_string(p); }
 std::string comm_fit_name(const std::string& backend, CollectiveOp op, int ranks) {
   return "comm." + backend + "." + to_string(op) + "." + std::to_string(ranks);

@@ -111,6 +111,11 @@ class ProfileCosts {
 /// "" when they agree or cannot be told apart.
 std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& device);
 
+/// How far a profile's times are to be trusted, where calibration cut them
+/// short: a warning for a `--quick` sweep (Note [Quick profiles] in
+/// cost_profile.cpp), "" for a full one or an imported profile.
+std::string profile_sweep_warning(const Profile& profile);
+
 /// Fit names, shared by the calibration driver (which writes them) and the
 /// cost models (which read them).
 std::string kernel_fit_name(const std::string& kind, Precision p);    ///< "kernel.gemm.fp32"
