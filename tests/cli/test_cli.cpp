@@ -69,6 +69,18 @@ TEST_CASE("predict prints a table", "[cli]") {
                         Catch::Contains("fits: yes"));
 }
 
+TEST_CASE("the plan line names FSDP's units and DeepSpeed's coordinator knobs as counts of elements", "[cli]") {
+  // Whole elements, as DeepSpeed's config writes them (1e7 is 10000000).
+  const Result z = dtsim("predict --model gpt2 --cluster dgx-a100 --plan zero3 --set plan.stage3_prefetch_bucket_size=1e7");
+  CHECK(z.status == 0);
+  CHECK_THAT(z.out, Catch::Contains("zero_stage=3 stage3_prefetch_bucket_size=10000000\n"));
+  // Note [FSDP's root unit]: the default wrapping is not named; a unit per layer is.
+  const Result b = dtsim("predict --model gpt2 --cluster dgx-a100 --plan fsdp");
+  CHECK_THAT(b.out, Catch::Contains("(fsdp full_shard)"));
+  const Result l = dtsim("predict --model gpt2 --cluster dgx-a100 --plan fsdp --set plan.fsdp_wrap=layers");
+  CHECK_THAT(l.out, Catch::Contains("(fsdp full_shard, a unit per layer)"));
+}
+
 TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
   const Result r = dtsim("search --model gpt2 --cluster 2xa100-80g --global-batch 16 --top 3 --json");
   REQUIRE(r.status == 0);

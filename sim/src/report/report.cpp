@@ -50,11 +50,11 @@ std::string plan_line(const ResolvedPlan& p) {
   if (p.zero3_modules()) {
     // Note [ZeRO-3 modules]: the coordinator's knobs where not DeepSpeed's defaults.
     const PlanSpec d;
-    if (p.spec.stage3_prefetch_bucket_size != d.stage3_prefetch_bucket_size) os << fmt::format(" stage3_prefetch_bucket_size={:g}", p.spec.stage3_prefetch_bucket_size);
-    if (p.spec.stage3_max_live_parameters != d.stage3_max_live_parameters) os << fmt::format(" stage3_max_live_parameters={:g}", p.spec.stage3_max_live_parameters);
-    if (p.spec.stage3_max_reuse_distance != d.stage3_max_reuse_distance) os << fmt::format(" stage3_max_reuse_distance={:g}", p.spec.stage3_max_reuse_distance);
+    if (p.spec.stage3_prefetch_bucket_size != d.stage3_prefetch_bucket_size) os << fmt::format(" stage3_prefetch_bucket_size={}", p.stage3_prefetch_bucket_size);
+    if (p.spec.stage3_max_live_parameters != d.stage3_max_live_parameters) os << fmt::format(" stage3_max_live_parameters={}", p.stage3_max_live_parameters);
+    if (p.spec.stage3_max_reuse_distance != d.stage3_max_reuse_distance) os << fmt::format(" stage3_max_reuse_distance={}", p.stage3_max_reuse_distance);
     if (p.spec.stage3_param_persistence_threshold != d.stage3_param_persistence_threshold) {
-      os << fmt::format(" stage3_param_persistence_threshold={:g}", p.spec.stage3_param_persistence_threshold);
+      os << fmt::format(" stage3_param_persistence_threshold={}", p.stage3_param_persistence_threshold);
     }
   }
   if (p.offload_optimizer == Offload::kCpu) os << " offload_optimizer=cpu";
