@@ -320,13 +320,20 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   return static_cast<TimeNs>(c * slow / (1 + slow) * (1 - 1e-9));
 }
 
-std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan) {
-  if (!plan.fsdp || plan.zero_stage != 3 || plan.fsdp_wrap != FsdpWrap::kBlocks) return 0;
-  WorkloadShape shape;  // only the parameters' split matters
+namespace {
+/// The model's layers as `plan` splits its parameters (their shapes do not matter here).
+std::vector<Layer> parameter_layers(const Model& model, const ResolvedPlan& plan) {
+  WorkloadShape shape;
   shape.tp = plan.tp;
   shape.ep = plan.ep;
   shape.etp = plan.etp;
-  const std::vector<Layer> layers = model.layers(shape);
+  return model.layers(shape);
+}
+}  // namespace
+
+std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan) {
+  if (!plan.fsdp || plan.zero_stage != 3 || plan.fsdp_wrap != FsdpWrap::kBlocks) return 0;
+  const std::vector<Layer> layers = parameter_layers(model, plan);
   const std::vector<bool> root = fsdp_root_layers(plan, layers);
   std::int64_t n = 0;
   for (std::size_t l = 0; l < root.size(); ++l) n += root[l] ? layers[l].params : 0;
@@ -335,11 +342,7 @@ std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan) {
 
 std::int64_t zero3_persistent_elements(const Model& model, const ResolvedPlan& plan) {
   if (!plan.zero3_modules()) return 0;
-  WorkloadShape shape;  // only the parameters' split matters
-  shape.tp = plan.tp;
-  shape.ep = plan.ep;
-  shape.etp = plan.etp;
-  return detail::persistent_elements(model.layers(shape), plan.stage3_param_persistence_threshold);
+  return detail::persistent_elements(parameter_layers(model, plan), plan.stage3_param_persistence_threshold);
 }
 
 Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule) {

@@ -141,15 +141,16 @@ class ShardedParameters final : public StrategyPass {
     // Note [FSDP's root unit]: the root's gradients wait for its last backward.
     const bool root = in_root(at.unit);
     if (root && static_cast<std::int64_t>(at.unit) != root_first_) return last;
-    if ((root ? root_params_ : L.params) == 0) return last;
-    // One reduce-scatter per layer (per unit), every micro-step (Note [ZeRO]).
-    const Bytes b = root ? root_params_ * c.gw : c.grad_bytes(L);
+    const std::int64_t params = root ? root_params_ : L.params;
+    if (params == 0) return last;
+    // One reduce-scatter per unit (a layer, or the root), every micro-step (Note [ZeRO]).
+    const Bytes b = params * c.gw;
     if (c.n == 1) {
       c.compute(c.tag(m, "keep grads " + L.name), Phase::kBackward, 0, {last}, {}, {{MemCategory::kGradients, -b}});
       return last;
     }
     const std::string unit = root ? std::string("root") : L.name;
-    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in " + unit), static_cast<double>(root ? root_params_ : L.params),
+    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in " + unit), static_cast<double>(params),
                                     root ? root_tensors_ : std::max(1, L.param_tensors), false, {last});
     const Bytes recv = c.receive_bytes(b);
     TaskId rs = c.collective(c.tag(m, "reduce_scatter " + unit), CollectiveOp::kReduceScatter, b, c.shard_group,
@@ -203,28 +204,28 @@ class ShardedParameters final : public StrategyPass {
   TaskId gather(std::int64_t m, std::size_t l, const char* pass, std::vector<TaskId> after) {
     const Layer& L = ctx_.layers[l];
     const Bytes full = ctx_.gathered_param_bytes(L);
-    return gather_unit(m, std::string(pass) + " " + L.name, full, ctx_.full_param_bytes(L), std::min(full, ctx_.expert_grad_bytes(L)),
-                       std::move(after));
+    return gather_unit(m, pass, L.name, full, ctx_.full_param_bytes(L), std::min(full, ctx_.expert_grad_bytes(L)), std::move(after));
   }
 
   /// The root unit's gather, before micro-batch m's forward (Note [FSDP's root unit]).
-  TaskId gather_root(std::int64_t m) { return gather_unit(m, "fwd root", root_gathered_, root_params_ * ctx_.w, 0, {}); }
+  TaskId gather_root(std::int64_t m) { return gather_unit(m, "fwd", "root", root_gathered_, root_params_ * ctx_.w, 0, {}); }
 
-  /// The all-gather of a unit of `full` bytes gathered, `stored` bytes as
-  /// its parameters' type, `expert` of them the routed experts'.
-  TaskId gather_unit(std::int64_t m, const std::string& what, Bytes full, Bytes stored, Bytes expert, std::vector<TaskId> after) {
+  /// The all-gather of unit `unit` for pass `pass`: `full` bytes gathered,
+  /// `stored` bytes as its parameters' type, `expert` of them the routed experts'.
+  TaskId gather_unit(std::int64_t m, const char* pass, const std::string& unit, Bytes full, Bytes stored, Bytes expert,
+                     std::vector<TaskId> after) {
     LayerContext& c = ctx_;
     std::vector<TaskId> deps = std::move(after);
     if (c.plan.offload_params == Offload::kCpu) {
       // The bf16 shard comes up; FP8 casts happen on the device.
       const Bytes shard = LayerContext::ceil_div(stored, c.n);
-      deps.push_back(c.copy(c.tag(m, "h2d params " + what.substr(what.find(' ') + 1)), shard, Stream::kH2D, deps));
+      deps.push_back(c.copy(c.tag(m, "h2d params " + unit), shard, Stream::kH2D, deps));
     }
     const Bytes buffers = c.gather_bytes(full);
     std::vector<MemOp> on_start{{MemCategory::kParameters, full}}, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
-    const std::string name = "all_gather " + what;
+    const std::string name = std::string("all_gather ") + pass + " " + unit;
     const TaskId g = c.collective(c.tag(m, name), CollectiveOp::kAllGather, full, c.shard_group, Stream::kParamComm, deps,
                                   std::move(on_start), std::move(on_end), expert);
     if (!c.cluster.device.comm_overlaps_compute) {
