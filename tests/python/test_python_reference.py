@@ -69,3 +69,8 @@ def test_refuses_a_plan_it_cannot_run(reference):
                          capture_output=True, text=True, timeout=60)
     assert out.returncode != 0
     assert "needs --procs 2 or more" in out.stderr
+    # A model it does not have: argparse's one line, exit 2, naming the valid ones.
+    out = subprocess.run([sys.executable, reference.PATH, "--model", "gpt-175b", "--plan", "ddp"], capture_output=True, text=True,
+                         timeout=60)
+    assert out.returncode == 2
+    assert "invalid choice: 'gpt-175b' (choose from 'bert-tiny', 'bilstm-tiny', 'gpt2-tiny')" in out.stderr
