@@ -142,6 +142,20 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
              "(1: optimizer states, Megatron --use-distributed-optimizer; 2: + gradients; 3: + parameters). "
              "PyTorch FSDP sharding_strategy SHARD_GRAD_OP = 2, FULL_SHARD = 3 (torchtitan's FSDP2), "
              "HYBRID_SHARD = 3 inside a node, replicated across nodes."},
+    {"fsdp_wrap", "plan.fsdp_wrap: FSDP's units. blocks: each transformer block a unit (PyTorch FSDP "
+                  "auto_wrap_policy=transformer_auto_wrap_policy, fully_shard on each block then on the model), the "
+                  "embeddings, final norm and head in the root unit, gathered once a micro-batch and kept to the end "
+                  "of its backward. layers: every layer its own unit (torchtitan's apply_fsdp). FSDP full or hybrid "
+                  "shard only."},
+    {"limit_all_gathers", "plan.limit_all_gathers: PyTorch FSDP limit_all_gathers (True by default): a unit's "
+                          "all-gather waits until the unit two before it has freed its parameters, so at most two "
+                          "units are gathered at once. FSDP full or hybrid shard only."},
+    {"stage3_prefetch_bucket_size", "plan.stage3_prefetch_bucket_size: DeepSpeed zero_optimization."
+                                    "stage3_prefetch_bucket_size, in elements (default 5e7): the parameters of the "
+                                    "modules ahead that ZeRO-3 gathers before they are used. DeepSpeed ZeRO-3 only."},
+    {"stage3_max_live_parameters", "plan.stage3_max_live_parameters: DeepSpeed zero_optimization."
+                                   "stage3_max_live_parameters, in elements (default 1e9): no prefetch once this "
+                                   "many gathered parameters are alive. DeepSpeed ZeRO-3 only."},
     {"fp32_grads", "plan.accumulate_allreduce_grads_in_fp32: Megatron-Core's gradient buffer, every gradient kept "
                    "in fp32 for the whole run and reduced in place (Megatron --accumulate-allreduce-grads-in-fp32, "
                    "on by default under --bf16): 18 bytes a parameter with Adam, 6 + 12/dp with the distributed "
@@ -166,6 +180,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                       "tensor parallelism stays inside one."},
     {"intra_bw", "cluster.intra_node.bandwidth: each GPU's link inside a node (NVLink / NVSwitch, or PCIe), "
                  "one direction, in GB/s (10^9 bytes/s); NCCL's busbw approaches it."},
+    {"nvls", "cluster.nccl_nvls_enable: NCCL_NVLS_ENABLE, NVLink SHARP. NCCL reduces an all-reduce inside "
+             "one node in the NVSwitch (about 480 GB/s busbw on 8 H100s where a ring reaches 370), from about 8 MB; "
+             "NeMo's and Megatron-Bridge's performance recipes set NCCL_NVLS_ENABLE=0 to save memory. Only where "
+             "the NVSwitch can reduce (Hopper, Blackwell: the cluster's intra_node.nvls_efficiency)."},
     {"inter_bw", "cluster.inter_node.bandwidth: one NIC between nodes (InfiniBand, RoCE, Ethernet), one "
                  "direction, in GB/s (10^9 bytes/s)."},
     {"s_gpus", "GPUs the search may use (dtsim search --gpus); 0: the whole cluster."},
@@ -395,11 +413,13 @@ struct ExplorerWindow::Impl {
   QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *ep = nullptr,
             *etp = nullptr, *schedule = nullptr,
             *zero = nullptr, *offload = nullptr, *recompute = nullptr, *attention = nullptr, *precision = nullptr,
-            *batch_mode = nullptr;
+            *batch_mode = nullptr, *fsdp_wrap = nullptr;
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr;
-  QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *dealloc = nullptr, *sync_bn = nullptr;
+  QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
+                 *z3_live = nullptr;
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *dealloc = nullptr, *sync_bn = nullptr,
+            *nvls = nullptr, *limit_ag = nullptr;
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -602,8 +622,28 @@ struct ExplorerWindow::Impl {
     precision->setObjectName("precision");
     fp32_grads = new QCheckBox("fp32 gradients (Megatron)");
     fp32_grads->setObjectName("fp32_grads");
+    fsdp_wrap = new QComboBox;
+    fsdp_wrap->setObjectName("fsdp_wrap");
+    fsdp_wrap->addItem("blocks + root", static_cast<int>(sim::FsdpWrap::kBlocks));
+    fsdp_wrap->addItem("each layer", static_cast<int>(sim::FsdpWrap::kLayers));
+    limit_ag = new QCheckBox("limit all-gathers");
+    limit_ag->setObjectName("limit_all_gathers");
+    // DeepSpeed's element counts: up to 1e12, whole elements.
+    z3_prefetch = new QDoubleSpinBox;
+    z3_prefetch->setObjectName("stage3_prefetch_bucket_size");
+    z3_live = new QDoubleSpinBox;
+    z3_live->setObjectName("stage3_max_live_parameters");
+    for (QDoubleSpinBox* b : {z3_prefetch, z3_live}) {
+      b->setRange(0, 1e12);
+      b->setDecimals(0);
+      b->setSingleStep(1e7);
+    }
     mf->addRow("Sharding", zero);
     mf->addRow("", fp32_grads);
+    mf->addRow("FSDP units", fsdp_wrap);
+    mf->addRow("", limit_ag);
+    mf->addRow("ZeRO-3 prefetch", z3_prefetch);
+    mf->addRow("ZeRO-3 live", z3_live);
     mf->addRow("Offload", offload);
     mf->addRow("Recompute", recompute);
     mf->addRow("Attention", attention);
@@ -631,6 +671,9 @@ struct ExplorerWindow::Impl {
     cf->addRow("Nodes", nodes);
     cf->addRow("GPUs per node", gpus_per_node);
     cf->addRow("Intra-node link", intra_bw);
+    nvls = new QCheckBox("NVLink SHARP");
+    nvls->setObjectName("nvls");
+    cf->addRow("", nvls);
     cf->addRow("Inter-node link (per NIC)", inter_bw);
     v->addWidget(clu);
     v->addStretch(1);
@@ -923,13 +966,14 @@ struct ExplorerWindow::Impl {
       if (!s.startsWith("__")) w->open_plan(s);
     });
     picker(profile, [this](const QString& s) { w->open_profile(s); });
-    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, ep, etp, schedule, zero, offload, recompute, attention, precision, batch_mode}) {
+    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, ep, etp, schedule, zero, offload, recompute, attention, precision, batch_mode,
+                         fsdp_wrap}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
     for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node}) {
       QObject::connect(s, qOverload<int>(&QSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
-    for (QDoubleSpinBox* s : {moe_imbalance, intra_bw, inter_bw}) {
+    for (QDoubleSpinBox* s : {moe_imbalance, intra_bw, inter_bw, z3_prefetch, z3_live}) {
       QObject::connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -937,6 +981,8 @@ struct ExplorerWindow::Impl {
     QObject::connect(dealloc, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(sync_bn, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(nvls, &QCheckBox::toggled, w, [this] { knobs_changed(); });
   }
 
   // ---- scenario <-> controls -----------------------------------------------
@@ -960,6 +1006,8 @@ struct ExplorerWindow::Impl {
     gpus_per_node->setValue(c.gpus_per_node);
     intra_bw->setValue(c.intra_node.bandwidth / kGiga);
     inter_bw->setValue(c.inter_node.bandwidth / kGiga);
+    nvls->setChecked(c.nccl_nvls_enable && c.intra_node.nvls_efficiency > 0);
+    nvls->setEnabled(c.intra_node.nvls_efficiency > 0);
     const int pipeline = p.model_parallel > 0 ? p.model_parallel : p.pp;
     schedule->setCurrentIndex(schedule->findData(static_cast<int>(p.model_parallel > 0 ? sim::Schedule::kNaive : p.schedule)));
     vstages->setValue(p.virtual_stages);
@@ -979,6 +1027,10 @@ struct ExplorerWindow::Impl {
     dealloc->setChecked(p.deallocate_pipeline_outputs);
     sync_bn->setChecked(p.sync_batchnorm);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
+    fsdp_wrap->setCurrentIndex(std::max(0, fsdp_wrap->findData(static_cast<int>(p.fsdp_wrap))));
+    limit_ag->setChecked(p.limit_all_gathers);
+    z3_prefetch->setValue(p.stage3_prefetch_bucket_size);
+    z3_live->setValue(p.stage3_max_live_parameters);
     refresh_choices(p.tp, pipeline, p.dp, p.cp);
     syncing = false;
   }
@@ -1027,6 +1079,15 @@ struct ExplorerWindow::Impl {
     tp_overlap->setEnabled(ch.sequence_parallel && sp->isChecked());
     // and Megatron's buffer beyond ZeRO-1 or with the optimizer offloaded.
     fp32_grads->setEnabled(zero->currentData().toInt() <= 1 && offload->currentData().toInt() == 0);
+    // FSDP's units and its limit with a sharded FSDP; DeepSpeed's
+    // coordinator knobs with its ZeRO-3 (resolve ignores them otherwise).
+    const int z = zero->currentData().toInt();
+    const bool fsdp_params = z == 10 + static_cast<int>(sim::FsdpMode::kFullShard) ||
+                             z == 10 + static_cast<int>(sim::FsdpMode::kHybridShard);
+    fsdp_wrap->setEnabled(fsdp_params);
+    limit_ag->setEnabled(fsdp_params);
+    z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
+    z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     syncing = was;
   }
 
@@ -1091,6 +1152,13 @@ struct ExplorerWindow::Impl {
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
+    // resolve refuses FSDP's knobs away from FSDP's sharded parameters:
+    // there they take FSDP's defaults (the boxes keep what they show).
+    const bool fsdp_params = p.fsdp == sim::FsdpMode::kFullShard || p.fsdp == sim::FsdpMode::kHybridShard;
+    p.fsdp_wrap = fsdp_params ? static_cast<sim::FsdpWrap>(fsdp_wrap->currentData().toInt()) : sim::FsdpWrap::kBlocks;
+    p.limit_all_gathers = !fsdp_params || limit_ag->isChecked();
+    if (moved(z3_prefetch, before.stage3_prefetch_bucket_size)) p.stage3_prefetch_bucket_size = z3_prefetch->value();
+    if (moved(z3_live, before.stage3_max_live_parameters)) p.stage3_max_live_parameters = z3_live->value();
     mark(p.tp != before.tp, "tp");
     mark(p.pp != before.pp, "pp");
     mark(p.model_parallel != before.model_parallel, "model_parallel");
@@ -1118,12 +1186,18 @@ struct ExplorerWindow::Impl {
     mark(p.recompute != before.recompute, "recompute");
     mark(p.attention != before.attention, "attention");
     mark(p.precision != before.precision, "precision");
+    mark(p.fsdp_wrap != before.fsdp_wrap, "fsdp_wrap");
+    mark(p.limit_all_gathers != before.limit_all_gathers, "limit_all_gathers");
+    mark(p.stage3_prefetch_bucket_size != before.stage3_prefetch_bucket_size, "stage3_prefetch_bucket_size");
+    mark(p.stage3_max_live_parameters != before.stage3_max_live_parameters, "stage3_max_live_parameters");
 
     sim::ClusterSpec& c = scenario.cluster;
     c.nodes = nodes->value();
     c.gpus_per_node = gpus_per_node->value();
     c.intra_node.bandwidth = intra_bw->value() * kGiga;
     c.inter_node.bandwidth = inter_bw->value() * kGiga;
+    // Only where the switch can reduce; elsewhere as the file has it.
+    if (nvls->isEnabled()) c.nccl_nvls_enable = nvls->isChecked();
   }
 
   void knobs_changed() {

@@ -164,12 +164,17 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 35);  // 18 combo boxes, 12 spin boxes (3 on the search tab), 5 check boxes
+  CHECK(knobs == 40);  // 19 combo boxes, 14 spin boxes (3 on the search tab), 7 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
       {"deallocate_pipeline_outputs", {"deallocate_output_tensor"}},
       {"sync_batchnorm", {"convert_sync_batchnorm"}},
+      {"fsdp_wrap", {"transformer_auto_wrap_policy", "apply_fsdp"}},
+      {"limit_all_gathers", {"limit_all_gathers"}},
+      {"stage3_prefetch_bucket_size", {"stage3_prefetch_bucket_size"}},
+      {"stage3_max_live_parameters", {"stage3_max_live_parameters"}},
+      {"nvls", {"NCCL_NVLS_ENABLE"}},
       {"tp", {"--tensor-model-parallel-size", "tensor_parallel_degree"}},
       {"pp", {"--pipeline-model-parallel-size"}},
       {"cp", {"--context-parallel-size"}},
@@ -621,6 +626,73 @@ TEST_CASE("the fp32-gradients knob shows the plan's and reaches it", "[gui][wind
   off->setChecked(true);  // a click the disabled box would not take: still not in the plan
   QCoreApplication::processEvents();
   CHECK_FALSE(z2.scenario().plan.accumulate_allreduce_grads_in_fp32);
+}
+
+// FSDP's units and limit (Note [FSDP's root unit]), DeepSpeed's ZeRO-3
+// coordinator knobs (Note [ZeRO-3 modules]) and NCCL_NVLS_ENABLE (Note
+// [NVLink SHARP]): each enabled only where it applies, and each reaching the
+// plan or the cluster.
+TEST_CASE("the FSDP, ZeRO-3 and NVLink SHARP knobs reach the plan", "[gui][window]") {
+  app();
+  ExplorerWindow f;
+  f.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "fsdp", "", {}));
+  REQUIRE(f.wait_for_result(kWaitMs));
+  REQUIRE(f.outcome().ok());
+  auto* wrap = f.findChild<QComboBox*>("fsdp_wrap");
+  auto* limit = f.findChild<QCheckBox*>("limit_all_gathers");
+  auto* live = f.findChild<QDoubleSpinBox*>("stage3_max_live_parameters");
+  auto* nvls = f.findChild<QCheckBox*>("nvls");
+  REQUIRE(wrap != nullptr);
+  REQUIRE(limit != nullptr);
+  REQUIRE(live != nullptr);
+  REQUIRE(nvls != nullptr);
+  CHECK(wrap->isEnabled());
+  CHECK(limit->isEnabled());
+  CHECK(limit->isChecked());  // FSDP's default
+  CHECK_FALSE(live->isEnabled());
+  CHECK_FALSE(nvls->isEnabled());  // an A100's NVSwitch does not reduce
+  CHECK(f.outcome().prediction->plan.fsdp_wrap == sim::FsdpWrap::kBlocks);
+  wrap->setCurrentIndex(wrap->findData(static_cast<int>(sim::FsdpWrap::kLayers)));
+  REQUIRE(f.wait_for_result(kWaitMs));
+  REQUIRE(f.outcome().ok());
+  CHECK(f.outcome().prediction->plan.fsdp_wrap == sim::FsdpWrap::kLayers);
+  CHECK(f.scenario().plan.origins.of("plan.fsdp_wrap") == "explorer: fsdp_wrap");
+  limit->setChecked(false);
+  REQUIRE(f.wait_for_result(kWaitMs));
+  REQUIRE(f.outcome().ok());
+  CHECK_FALSE(f.outcome().prediction->plan.limit_all_gathers);
+
+  // DeepSpeed's ZeRO-3: its coordinator's knobs, not FSDP's.
+  ExplorerWindow z;
+  z.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero3", "", {}));
+  REQUIRE(z.wait_for_result(kWaitMs));
+  REQUIRE(z.outcome().ok());
+  auto* z_live = z.findChild<QDoubleSpinBox*>("stage3_max_live_parameters");
+  CHECK(z_live->isEnabled());
+  CHECK_FALSE(z.findChild<QComboBox*>("fsdp_wrap")->isEnabled());
+  CHECK(z_live->value() == 1e9);  // DeepSpeed's default
+  CHECK(z.outcome().prediction->plan.stage3_max_live_parameters == 1000000000);
+  z_live->setValue(1e8);
+  REQUIRE(z.wait_for_result(kWaitMs));
+  REQUIRE(z.outcome().ok());
+  CHECK(z.outcome().prediction->plan.stage3_max_live_parameters == 100000000);
+  CHECK(z.scenario().plan.origins.of("plan.stage3_max_live_parameters") == "explorer: stage3_max_live_parameters");
+
+  // DDP on an H100 node: its gradient all-reduces take NVLS; unticked, the
+  // ring's slower 370 GB/s (a DDP step's last buckets are exposed).
+  ExplorerWindow h;
+  h.set_scenario(gui::load_scenario("gpt2-large", "dgx-h100", "ddp", "", {sim::parse_override("plan.micro_batch=1")}));
+  REQUIRE(h.wait_for_result(kWaitMs));
+  REQUIRE(h.outcome().ok());
+  auto* h_nvls = h.findChild<QCheckBox*>("nvls");
+  CHECK(h_nvls->isEnabled());
+  CHECK(h_nvls->isChecked());
+  const TimeNs with_nvls = h.outcome().prediction->iteration_time;
+  h_nvls->setChecked(false);
+  REQUIRE(h.wait_for_result(kWaitMs));
+  REQUIRE(h.outcome().ok());
+  CHECK_FALSE(h.scenario().cluster.nccl_nvls_enable);
+  CHECK(h.outcome().prediction->iteration_time > with_nvls);
 }
 
 TEST_CASE("the expert-parallel knobs follow the rules table and reach the plan", "[gui][window]") {

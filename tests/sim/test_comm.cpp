@@ -2,6 +2,7 @@
 
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/error.hpp"
 #include "dtsim/sim/report.hpp"
 
 using namespace dtsim;
@@ -131,7 +132,7 @@ TEST_CASE("busbw at 1 GiB on the shipped clusters against the cited figures (Not
   // DGX A100, 8 GPUs: nccl-tests measure about 230 GB/s (NCCL's own model
   // caps an Ampere ring at 235 GB/s, src/graph/tuning.cc); within 5%.
   CHECK(busbw("dgx-a100", 1, CollectiveOp::kAllReduce) == Approx(230).epsilon(0.05));
-  // DGX H100, a ring collective (all-gather; all-reduce would take NVLS):
+  // DGX H100, a ring collective (all-gather; the all-reduce takes NVLS, below):
   // "an effective NVLink bandwidth of 370GB/s" (NVIDIA/nccl-tests #212).
   CHECK(busbw("dgx-h100", 1, CollectiveOp::kAllGather) == Approx(370).epsilon(0.05));
   // Two DGX A100 nodes: the ring crosses eight HDR NICs, 8 x 25 GB/s x 0.96
@@ -141,6 +142,75 @@ TEST_CASE("busbw at 1 GiB on the shipped clusters against the cited figures (Not
   const ClusterSpec a100 = load_cluster("dgx-a100");
   CHECK(a100.intra_node.bandwidth == Approx(300e9));
   CHECK(a100.intra_node.rate() == Approx(234.9e9));
+}
+
+TEST_CASE("NVLink SHARP: an all-reduce inside a node moves (n+1)/n of the buffer (Note [NVLink SHARP])", "[comm]") {
+  ClusterSpec c = round_cluster(1);
+  c.intra_node.nvls_efficiency = 0.8;  // 80 GB/s reduced in the switch
+  const AnalyticCommModel m(c);
+  // n = 8, S = 800 MB: NVLS moves 9/8 x 800 MB = 900 MB at 80 GB/s = 11.25 ms
+  // after NCCL's 25 us; the ring moves 1.75 x 800 MB at 100 GB/s = 14 ms
+  // after 6 + 14 x 1 us. NCCL's tuner takes the faster: NVLS.
+  const CollectiveCost nvls = m.collective(CollectiveOp::kAllReduce, 800'000'000, {8, 8});
+  CHECK(nvls.algorithm == "nvls");
+  CHECK(nvls.link == LinkClass::kIntraNode);
+  CHECK(nvls.wire_bytes == Approx(900e6));
+  CHECK(nvls.rate == Approx(80e9));
+  CHECK(nvls.total() == 25 * kNsPerUs + 11'250'000);
+  // n = 2: NVLS 3/2 x 800 MB / 80 GB/s = 15 ms, the ring 800 MB / 100 GB/s = 8 ms.
+  CHECK(m.collective(CollectiveOp::kAllReduce, 800'000'000, {2, 2}).algorithm == "ring");
+  // 1 MB on 8: the ring's 20 us + 17.5 us beat NVLS's 25 us + 14.1 us.
+  CHECK(m.collective(CollectiveOp::kAllReduce, 1'000'000, {8, 8}).algorithm == "ring");
+  // Only the all-reduce, and only inside one node.
+  CHECK(m.collective(CollectiveOp::kReduceScatter, 800'000'000, {8, 8}).algorithm == "ring");
+  CHECK(m.collective(CollectiveOp::kAllGather, 800'000'000, {8, 8}).algorithm == "ring");
+  CHECK_THROWS_AS(m.with_algorithm("nvls", CollectiveOp::kAllGather, 800'000'000, {8, 8}), UnsupportedError);
+  ClusterSpec two = c;
+  two.nodes = 2;
+  CHECK(AnalyticCommModel(two).collective(CollectiveOp::kAllReduce, 800'000'000, {16, 8}).algorithm == "ring");
+  CHECK_THROWS_AS(AnalyticCommModel(two).with_algorithm("nvls", CollectiveOp::kAllReduce, 800'000'000, {16, 8}),
+                  UnsupportedError);
+  // NCCL_NVLS_ENABLE=0: the ring, 14 ms.
+  c.nccl_nvls_enable = false;
+  const CollectiveCost off = AnalyticCommModel(c).collective(CollectiveOp::kAllReduce, 800'000'000, {8, 8});
+  CHECK(off.algorithm == "ring");
+  CHECK(off.total() == kBase + 14 * kNsPerUs + 14'000'000);
+}
+
+TEST_CASE("NVLink SHARP busbw at 1 GiB on the shipped clusters against the measured figures", "[comm]") {
+  const auto busbw = [](const std::string& cluster, int n, bool nvls) {
+    ClusterSpec c = load_cluster(cluster);
+    c.nccl_nvls_enable = nvls;
+    const AnalyticCommModel m(c);
+    const Bytes s = Bytes{1} << 30;
+    const CollectiveCost cost = m.collective(CollectiveOp::kAllReduce, s, {n, n, 1});
+    const double t = static_cast<double>(cost.total()) / 1e9;
+    return static_cast<double>(s) / t * bus_bandwidth_factor(CollectiveOp::kAllReduce, n) / 1e9;
+  };
+  // 8 H100s: "a peak busBw of ~480GB/s" (NVIDIA/nccl-tests #212); NVLS at
+  // 5 GPUs 420 GB/s, and the ring's 365-370 at 4 (NVIDIA/nccl #1455).
+  CHECK(busbw("dgx-h100", 8, true) == Approx(480).epsilon(0.01));
+  CHECK(busbw("dgx-h100", 5, true) == Approx(420).epsilon(0.03));
+  CHECK(busbw("dgx-h100", 4, true) == Approx(370).epsilon(0.01));
+  // With NCCL_NVLS_ENABLE=0 the ring's 370 (NVIDIA/nccl #1455, NCCL_ALGO=RING).
+  CHECK(busbw("dgx-h100", 8, false) == Approx(370).epsilon(0.01));
+  // 8 B200s: "830+" (NVIDIA/nccl #1807).
+  CHECK(busbw("dgx-b200", 8, true) == Approx(830).epsilon(0.01));
+  // No SHARP in an A100's NVSwitch: the ring's 230, whatever the setting.
+  CHECK(busbw("dgx-a100", 8, true) == Approx(230).epsilon(0.05));
+}
+
+TEST_CASE("nvls_efficiency on a link without an NVSwitch, or out of range, is refused in one line", "[comm][bad-input]") {
+  const std::string base = "name: x\nnodes: 1\ngpus_per_node: 8\ndevice: A100-SXM4-80GB\n";
+  CHECK_THROWS_WITH(parse_cluster(base + "intra_node: {type: pcie, bandwidth_GBps: 32, nvls_efficiency: 0.5}\n", "c.yaml"),
+                    Catch::Contains("intra_node.nvls_efficiency") && Catch::Contains("type pcie"));
+  CHECK_THROWS_WITH(parse_cluster(base + "intra_node: {type: nvlink, bandwidth_GBps: 300, nvls_efficiency: 1.5}\n", "c.yaml"),
+                    Catch::Contains("intra_node.nvls_efficiency") && Catch::Contains("0 to 1"));
+  CHECK_THROWS_WITH(parse_cluster(base + "intra_node: {type: nvlink, bandwidth_GBps: 300}\nnccl_nvls_enable: 2\n", "c.yaml"),
+                    Catch::Contains("nccl_nvls_enable") && Catch::Contains("true, false"));
+  const ClusterSpec plain = parse_cluster(base + "intra_node: {type: nvlink, bandwidth_GBps: 300}\n", "c.yaml");
+  CHECK(plain.intra_node.nvls_efficiency == 0);
+  CHECK(plain.nccl_nvls_enable);
 }
 
 TEST_CASE("a link's efficiency above 1 or at 0 is refused in one line", "[comm][bad-input]") {

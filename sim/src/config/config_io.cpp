@@ -182,6 +182,12 @@ ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
     const ConfigMap m = c.sub("intra_node");
     if (!c.has("intra_node")) c.fail("intra_node", "missing; e.g. {type: nvlink, bandwidth_GBps: 300, latency_us: 0.7}");
     s.intra_node = read_link(m, {{"nvlink", 0}, {"xgmi", 0}, {"pcie", 0}, {"shm", 0}}, "pcie");
+    // Note [NVLink SHARP] (cost/cost_comm.cpp).
+    s.intra_node.nvls_efficiency = m.get_double("nvls_efficiency", 0, 0, 1.0);
+    if (s.intra_node.nvls_efficiency > 0 && s.intra_node.type != "nvlink") {
+      m.fail("nvls_efficiency", "NVLink SHARP reduces in an NVSwitch; a link of type " + s.intra_node.type +
+                                    " has none (leave the key out, or 0)");
+    }
     m.finish();
   }
   {
@@ -205,6 +211,7 @@ ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
     s.host_flops = m.get_double("tflops", 1.0, 1e-6, 1e6) * kTera;
     m.finish();
   }
+  s.nccl_nvls_enable = c.get_bool("nccl_nvls_enable", true);
   c.finish();
   return s;
 }

@@ -34,11 +34,40 @@
 // `efficiency` (cluster YAML) is that share, and every collective and
 // point-to-point transfer moves at bandwidth x efficiency (LinkSpec::rate);
 // the shipped clusters cite theirs. A profile's measured collectives
-// replace it where it has them (ProfileCommModel). Not modelled: NVLink
-// SHARP (NVLS), with which an all-reduce on an H100's NVSwitch reaches
-// about 480 GB/s of bus bandwidth (the same issue #212): dtsim prices the
-// ring's 370; and the low-latency protocols' trade of bandwidth for
-// latency at small sizes (LL, LL128).
+// replace it where it has them (ProfileCommModel). Not modelled: the
+// low-latency protocols' trade of bandwidth for latency at small sizes
+// (LL, LL128).
+//
+// Note [NVLink SHARP]
+// On Hopper and Blackwell the NVSwitch can reduce: NCCL's NVLS algorithm
+// (NCCL >= 2.17, on by default where the system supports it,
+// NCCL_NVLS_ENABLE) runs an all-reduce inside one node as a multimem
+// load-reduce of each rank's 1/n from the switch, then a multimem store the
+// switch copies to every rank. Each GPU sends its whole buffer once to be
+// reduced and its 1/n to be copied out, and receives its reduced 1/n and
+// then all n pieces: S (n+1)/n bytes each way, its own piece included.
+// So the algorithm bandwidth is R n/(n+1), rising with n where a ring's
+// falls (its 2(n-1)/n S): measured on 8 H100s, NVLS busbw 420, 440, 460
+// and 480 GB/s at 5, 6, 7 and 8 GPUs (algbw 258-273), and the ring's 370 at
+// 2 to 4, where NCCL does not gain by it (NVIDIA/nccl issue #1455); "on 8
+// GPUs ... a peak busBw of ~480GB/s (algbw ~275GB/s)" (S. Jeaugey,
+// NVIDIA/nccl-tests issue #212); 475 GB/s on 8 H200s (NVIDIA/nccl-tests
+// issue #272); about 830 GB/s on 8 B200s (NVIDIA/nccl issue #1807). R is a
+// link's `nvls_efficiency` x its line rate: 0.686 x 450 = 309 GB/s for
+// NVLink4 fits every H100 point above within 3% (at 5 GPUs 409 against
+// 420), and 0.600 x 900 = 540 GB/s gives the B200's 830. Its latency is
+// NCCL's own for NVLS inside a node, 25 us (src/graph/tuning.cc,
+// hwLatencies[NVLINK][NVLS][SIMPLE], with no base latency), so the ring
+// keeps the small sizes (NVLS wins from about 8 MB on 8 H100s). Only the
+// all-reduce: NVLS's reduce-scatter and all-gather move the ring's bytes
+// and are not faster ("except for the Allreduce operation where we can get
+// a 30% improvement using NVLink SHARP", S. Jeaugey, NVIDIA/nccl issue
+// #1442). Not modelled: NVLS across nodes (NVLSTree: NVLS inside each
+// node and a tree between them; dtsim prices the ring or the tree), and
+// the memory NVLS's buffers take (the reason NeMo's performance recipes
+// set NCCL_NVLS_ENABLE=0: scripts/performance/executors.py, "Disable
+// NVLink SHARP to save memory"). A cluster's `nccl_nvls_enable: false` is
+// that setting.
 #include <algorithm>
 #include <cmath>
 #include <set>
@@ -53,6 +82,10 @@ namespace {
 
 using detail::kCollectiveBaseLatency;
 using detail::ring_steps;
+
+/// NVLS's latency inside a node: NCCL's tuner gives it 25 us and no base
+/// latency (src/graph/tuning.cc, hwLatencies[NVLINK][NVLS][SIMPLE]).
+constexpr TimeNs kNvlsLatency = 25 * kNsPerUs;
 
 /// cudaMemcpyAsync launch and completion cost for host<->device copies.
 constexpr TimeNs kCopyBaseLatency = 10 * kNsPerUs;
@@ -88,6 +121,10 @@ double bus_bandwidth_factor(CollectiveOp op, int n) {
 TimeNs CollectiveCost::total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
 
 AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(cluster) {}
+
+bool AnalyticCommModel::nvls_available() const {
+  return cluster_.nccl_nvls_enable && cluster_.intra_node.nvls_efficiency > 0;
+}
 
 BytesPerSec AnalyticCommModel::link_capacity(LinkClass link, int groups_per_node) const {
   switch (link) {
@@ -158,7 +195,21 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
     c.wire_bytes = 2.0 * s;
     return c;
   }
-  if (algorithm != "ring") throw UnsupportedError("unknown algorithm '" + algorithm + "'; valid: ring, tree");
+  if (algorithm == "nvls") {
+    // Note [NVLink SHARP].
+    if (op != CollectiveOp::kAllReduce || multi_node || !nvls_available()) {
+      throw UnsupportedError(
+          "nvls algorithm: NCCL uses NVLink SHARP only for all_reduce inside one node whose NVLink can reduce "
+          "(intra_node.nvls_efficiency > 0, nccl_nvls_enable)");
+    }
+    c.algorithm = "nvls";
+    c.latency = kNvlsLatency;
+    c.rate = cluster_.intra_node.bandwidth * cluster_.intra_node.nvls_efficiency;
+    c.link = LinkClass::kIntraNode;
+    c.wire_bytes = s * (n + 1) / n;
+    return c;
+  }
+  if (algorithm != "ring") throw UnsupportedError("unknown algorithm '" + algorithm + "'; valid: ring, tree, nvls");
   c.algorithm = "ring";
   const TimeNs hop = multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency;
   c.latency = kCollectiveBaseLatency + ring_steps(op, n) * hop;
@@ -171,6 +222,10 @@ CollectiveCost AnalyticCommModel::collective(CollectiveOp op, Bytes bytes, const
   if (op == CollectiveOp::kAllReduce && g.nodes() > 1) {
     CollectiveCost tree = with_algorithm("tree", op, bytes, g);
     if (tree.total() < best.total()) best = tree;
+  }
+  if (op == CollectiveOp::kAllReduce && g.nodes() == 1 && g.ranks > 1 && nvls_available()) {
+    CollectiveCost nvls = with_algorithm("nvls", op, bytes, g);
+    if (nvls.total() < best.total()) best = nvls;
   }
   return best;
 }

@@ -786,6 +786,8 @@ ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, co
       ClusterSpec c = cluster;
       c.intra_node.bandwidth = bus_bandwidth_factor(CollectiveOp::kAllReduce, n) / beta;
       c.intra_node.efficiency = 1.0;  // measured: what NCCL reached
+      // The measured all-reduce already took NVLS if NCCL did: not again.
+      c.intra_node.nvls_efficiency = 0;
       c.intra_node.latency = std::max<TimeNs>(0, (seconds_to_ns(alpha) - kCollectiveBaseLatency) / ring_steps(CollectiveOp::kAllReduce, n));
       scaled_ = std::make_unique<AnalyticCommModel>(c);
     }

@@ -84,6 +84,10 @@ struct LinkSpec {
   /// The share of the line rate NCCL's collectives reach as bus bandwidth
   /// at large sizes (Note [NCCL below the line rate] in cost_comm.cpp).
   double efficiency = 1.0;
+  /// NVLink SHARP: the share of the line rate an all-reduce reduced in the
+  /// NVSwitch moves at, per direction (0: the switch cannot reduce); Note
+  /// [NVLink SHARP] in cost_comm.cpp. Intra-node NVLink only.
+  double nvls_efficiency = 0;
   /// What collectives move through the link: bandwidth x efficiency.
   BytesPerSec rate() const { return bandwidth * efficiency; }
 };
@@ -101,6 +105,10 @@ struct ClusterSpec {
   BytesPerSec host_device_bandwidth = 0;  ///< PCIe host<->GPU, per GPU per direction
   BytesPerSec host_memory_bandwidth = 0;  ///< per node, shared by its GPUs' host work
   FlopsPerSec host_flops = 0;             ///< per node (CPU optimizer)
+  /// NCCL_NVLS_ENABLE: NCCL reduces all-reduces in the NVSwitch where the
+  /// intra-node link can (nvls_efficiency > 0). NCCL's default is on; NeMo's
+  /// and Megatron-Bridge's performance recipes turn it off to save memory.
+  bool nccl_nvls_enable = true;
   /// Total GPUs.
   int gpus() const { return nodes * gpus_per_node; }
 };

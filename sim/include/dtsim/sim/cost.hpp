@@ -58,7 +58,7 @@ CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_nod
 /// The cost of one collective, split so the engine can share link bandwidth:
 /// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
 struct CollectiveCost {
-  std::string algorithm;    ///< "ring", "tree", "local"
+  std::string algorithm;    ///< "ring", "tree", "nvls", "local", "p2p", "measured"
   TimeNs latency = 0;       ///< alpha terms: hops x per-hop latency + base
   double wire_bytes = 0;    ///< bytes through the bottleneck link, per rank
   BytesPerSec rate = 0;     ///< the bottleneck link's bandwidth for this flow
@@ -84,8 +84,9 @@ class CommModel {
 };
 
 /// NCCL's ring and tree algorithms as alpha-beta per hop (Thakur et al. 2005;
-/// NCCL docs), over the intra- and inter-node links of a cluster; picks the
-/// faster algorithm as NCCL's tuner does.
+/// NCCL docs), and NVLink SHARP's all-reduce inside a node, over the intra-
+/// and inter-node links of a cluster; picks the faster algorithm as NCCL's
+/// tuner does.
 class AnalyticCommModel final : public CommModel {
  public:
   explicit AnalyticCommModel(const ClusterSpec& cluster);
@@ -94,9 +95,11 @@ class AnalyticCommModel final : public CommModel {
   CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const override;
   /// Bandwidth that concurrent flows on a link class share, per rank.
   BytesPerSec link_capacity(LinkClass link, int groups_per_node = 1) const;
-  /// One algorithm only ("ring" or "tree"), for tests and `dtsim comm`.
+  /// One algorithm only ("ring", "tree" or "nvls"), for tests and `dtsim comm`.
   CollectiveCost with_algorithm(const std::string& algorithm, CollectiveOp op, Bytes bytes,
                                 const CommGroup& group) const;
+  /// NCCL may reduce in the NVSwitch (Note [NVLink SHARP] in cost_comm.cpp).
+  bool nvls_available() const;
 
  private:
   ClusterSpec cluster_;
