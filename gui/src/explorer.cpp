@@ -346,26 +346,11 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   return s;
 }
 
-bool same_plan(const sim::SearchEntry& a, const sim::SearchEntry& b) {
-  const sim::ResolvedPlan& x = a.plan;
-  const sim::ResolvedPlan& y = b.plan;
-  // ResolvedPlan::zero_stage is already the effective stage (FSDP mapped onto
-  // it); the FSDP flag and the placement only name how the same work is laid
-  // out, and equal time and peak say the layout changed nothing.
-  auto key = [](const sim::ResolvedPlan& p) {
-    return std::make_tuple(p.dp, p.tp, p.pp, p.cp, p.ep, p.etp, p.cp_comm, p.flash_attention, p.micro_batch,
-                           p.grad_accum, p.global_batch, p.seq_len, p.precision, p.zero_stage, p.hybrid_shard,
-                           p.offload_optimizer, p.offload_params, p.recompute, p.pp > 1 ? p.schedule : sim::Schedule::k1f1b,
-                           p.virtual_stages, p.sequence_parallel, p.tp_comm_overlap, p.optimizer);
-  };
-  return a.iteration_time == b.iteration_time && a.peak == b.peak && key(x) == key(y);
-}
-
 std::vector<std::size_t> distinct_plans(const std::vector<sim::SearchEntry>& entries, std::size_t keep) {
   std::vector<std::size_t> out;
   for (std::size_t i = 0; i < entries.size() && out.size() < keep; ++i) {
     bool seen = false;
-    for (std::size_t j : out) seen = seen || same_plan(entries[j], entries[i]);
+    for (std::size_t j : out) seen = seen || sim::same_plan(entries[j], entries[i]);
     if (!seen) out.push_back(i);
   }
   return out;

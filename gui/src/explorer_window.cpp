@@ -1622,6 +1622,7 @@ struct ExplorerWindow::Impl {
     const std::size_t hidden = [&] {
       std::size_t n = 0;  // entries ranked above the last shown row that repeat a shown plan
       for (std::size_t i = 0; !s_rows.empty() && i <= s_rows.back(); ++i) n += std::find(s_rows.begin(), s_rows.end(), i) == s_rows.end();
+      for (std::size_t i : s_rows) n += r.top[i].also.size();  // folded by the search (Note [Search twins])
       return n;
     }();
     if (hidden > 0) {
@@ -1634,8 +1635,9 @@ struct ExplorerWindow::Impl {
       const std::size_t i = s_rows[row];
       const sim::SearchEntry& e = r.top[i];
       QStringList aliases;
+      for (const auto& n : e.also) aliases << qs(n);
       for (std::size_t j = 0; j < r.top.size(); ++j) {
-        if (j != i && same_plan(e, r.top[j])) aliases << qs(plan_label(r.top[j].plan));
+        if (j != i && sim::same_plan(e, r.top[j])) aliases << qs(plan_label(r.top[j].plan));
       }
       bool on_front = false;
       for (const auto& f : r.pareto) on_front = on_front || (f.iteration_time == e.iteration_time && f.peak == e.peak);
@@ -1831,9 +1833,10 @@ void ExplorerWindow::start_search() {
   sim::SearchOptions so;
   so.gpus = d_->s_gpus->value();
   so.global_batch = d_->s_batch->value();
-  // Ask for more than shown: the table shows each plan once (Impl::s_rows).
+  // The search ranks each plan once (Note [Search twins]); the table keeps
+  // distinct_plans as a guard.
   d_->s_keep = static_cast<std::size_t>(d_->s_top->value());
-  so.top = std::min(3 * d_->s_top->value(), 3000);
+  so.top = d_->s_top->value();
   so.base = d_->scenario.plan;
   so.profile = d_->scenario.profile;
   QProgressBar* bar = d_->s_progress;

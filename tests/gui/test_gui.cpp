@@ -1073,9 +1073,9 @@ TEST_CASE("the search tab finds the planner's best plans and loads one", "[gui][
 
 TEST_CASE("the search table lists each plan once", "[gui][window]") {
   app();
-  // sim::search may rank two layouts of the same work as two entries with
-  // the same time and peak (a pipeline's in-node placements); the table
-  // shows each once. On gpt2 over 8 A100s the fastest two are ZeRO-3 and
+  // sim::search ranks two layouts of the same work (a pipeline's in-node
+  // placements, the same time and peak) once (Note [Search twins]), and the
+  // table's distinct_plans guards against a twin all the same. On gpt2 over 8 A100s the fastest two are ZeRO-3 and
   // FSDP FULL_SHARD of the same degrees and micro-batch, which were such
   // twins until DeepSpeed's coordinator was modelled (Note [ZeRO-3
   // modules]): now two plans, both listed.
@@ -1094,12 +1094,12 @@ TEST_CASE("the search table lists each plan once", "[gui][window]") {
   CHECK(direct.top[0].plan.fsdp != direct.top[1].plan.fsdp);
   CHECK(direct.top[0].plan.zero_stage == 3);
   CHECK(direct.top[1].plan.zero_stage == 3);
-  CHECK_FALSE(gui::same_plan(direct.top[0], direct.top[1]));
+  CHECK_FALSE(sim::same_plan(direct.top[0], direct.top[1]));
   // A twin made by hand, the fastest entry under another placement: merged.
   std::vector<sim::SearchEntry> twins = direct.top;
   twins.insert(twins.begin() + 1, direct.top[0]);
   twins[1].plan.spec.placement = "dp,tp,pp";
-  CHECK(gui::same_plan(twins[0], twins[1]));
+  CHECK(sim::same_plan(twins[0], twins[1]));
   CHECK(gui::distinct_plans(twins, 5) == std::vector<std::size_t>{0, 2, 3, 4, 5});
   // The window's table: the distinct plans in rank order, no two rows alike.
   const std::vector<std::size_t> shown = gui::distinct_plans(direct.top, 5);

@@ -124,6 +124,50 @@ TEST_CASE("search: pruning by the time bound keeps the ranking and the Pareto fr
   CHECK(all.pareto.back().iteration_time <= 2 * all.top.front().iteration_time);
 }
 
+TEST_CASE("search: one plan under two names is ranked once, its other names beside it (Note [Search twins])", "[search]") {
+  // gpt2 on one DGX A100: a pipeline's placements tp,pp,dp and tp,dp,pp put
+  // the same eight GPUs of one NVSwitch together, so they are one plan.
+  const auto model = models::load_model("gpt2");
+  const ClusterSpec cluster = load_cluster("dgx-a100");
+  SearchOptions o = fp16_adam(32);
+  o.top = 30;
+  o.threads = 1;
+  const SearchResult r = search(*model, cluster, o);
+  REQUIRE(r.top.size() == 30);  // k plans, not k names
+  int twins = 0;
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    for (std::size_t j = i + 1; j < r.top.size(); ++j) CHECK_FALSE(same_plan(r.top[i], r.top[j]));
+    const SearchEntry& e = r.top[i];
+    if (e.also.empty()) continue;
+    ++twins;
+    INFO("entry " << i);
+    REQUIRE(e.also == std::vector<std::string>{"placement tp,dp,pp"});
+    CHECK(e.plan.spec.placement == "tp,pp,dp");
+    // The other name, predicted on its own: the same time and peak.
+    PlanSpec other = e.plan.spec;
+    other.placement = "tp,dp,pp";
+    const Prediction p = predict(*model, other, cluster);
+    Bytes peak = 0;
+    for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
+    CHECK(p.iteration_time == e.iteration_time);
+    CHECK(peak == e.peak);
+  }
+  CHECK(twins > 0);
+  // Pruning counts plans too: the same ranking, the same other names.
+  o.prune_by_time = false;
+  const SearchResult all = search(*model, cluster, o);
+  REQUIRE(all.top.size() == r.top.size());
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    INFO("entry " << i);
+    CHECK(all.top[i].iteration_time == r.top[i].iteration_time);
+    CHECK(all.top[i].peak == r.top[i].peak);
+    CHECK(all.top[i].also == r.top[i].also);
+  }
+  // Two nodes: the placements differ in what crosses the network; no twins.
+  const SearchResult two = search(*model, load_cluster("dgx-a100", {parse_override("cluster.nodes=2")}), fp16_adam(64));
+  for (const auto& e : two.top) CHECK(e.also.empty());
+}
+
 TEST_CASE("search: the stage bounds of an interleaved pipeline, by hand (Note [Search])", "[search]") {
   // 8 layers of 1 ms forward and 2 ms backward keeping 1000 B each, 4
   // stages of 2 chunks, 8 micro-batches. Time: stage 3 waits for chunk 0's

@@ -13,6 +13,15 @@
 // The rest are simulated in parallel, each prediction independent
 // (sim::Model is immutable), and kept only if every GPU's simulated peak fits.
 //
+// Note [Search twins]
+// Two enumerated plans can be one plan under two names: a pipeline's
+// placements (tp,pp,dp against tp,dp,pp) that put the same ranks together
+// inside one node, or FSDP's FULL_SHARD where it lowers as ZeRO-3 does.
+// They simulate to the same time and peak. The ranking lists such a plan
+// once, under the name ranked first (the enumeration's order breaks ties),
+// with the others in its `also`; the top-k the time bound prunes against
+// counts plans, not names, so k distinct plans are always found.
+//
 // The Pareto front lists the fitting plans no other beats on both time and
 // memory, up to twice the fastest plan's time (slower trades are not plans
 // anyone runs, and the bound below could not prune them).
@@ -131,7 +140,28 @@ std::string offload_text(const ResolvedPlan& p) {
 /// space before the next column.
 std::string pad(const std::string& s, std::size_t w) { return fmt::format("{:<{}} ", s, w - 1); }
 
+/// What names `twin` apart from `shown`, its twin (Note [Search twins]).
+std::string twin_name(const ResolvedPlan& twin, const ResolvedPlan& shown) {
+  std::string s;
+  if (sharding_text(twin) != sharding_text(shown)) s = sharding_text(twin);
+  if (twin.spec.placement != shown.spec.placement) s += (s.empty() ? "" : ", ") + std::string("placement ") + twin.spec.placement;
+  return s.empty() ? "another name" : s;
+}
+
 }  // namespace
+
+bool same_plan(const SearchEntry& a, const SearchEntry& b) {
+  // ResolvedPlan::zero_stage is already the effective stage (FSDP mapped onto
+  // it); the FSDP flag and the placement only name how the same work is laid
+  // out, and equal time and peak say the layout changed nothing.
+  auto key = [](const ResolvedPlan& p) {
+    return std::make_tuple(p.dp, p.tp, p.pp, p.cp, p.ep, p.etp, p.cp_comm, p.flash_attention, p.micro_batch,
+                           p.grad_accum, p.global_batch, p.seq_len, p.precision, p.zero_stage, p.hybrid_shard,
+                           p.offload_optimizer, p.offload_params, p.recompute, p.pp > 1 ? p.schedule : Schedule::k1f1b,
+                           p.virtual_stages, p.sequence_parallel, p.tp_comm_overlap, p.optimizer);
+  };
+  return a.iteration_time == b.iteration_time && a.peak == b.peak && key(a.plan) == key(b.plan);
+}
 
 std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
   const int gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
@@ -657,22 +687,28 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   if (o.prune_by_time) {
     std::stable_sort(todo.begin(), todo.end(), [&](std::size_t a, std::size_t b) { return bound[a] < bound[b]; });
   }
-  // What the threads have found: the `top` fastest fitting times (a max-heap)
-  // and the Pareto front of time against peak (by time, peaks falling).
+  // What the threads have found: the `top` fastest fitting plans (a
+  // max-heap of their entries, twins counted once: Note [Search twins]) and
+  // the Pareto front of time against peak (by time, peaks falling).
+  std::vector<SearchEntry> entries(todo.size());
   std::mutex found_mutex;
-  std::vector<TimeNs> fastest;
+  std::vector<std::size_t> fastest;  // into entries
   std::vector<std::pair<TimeNs, Bytes>> front;
   const auto top_k = static_cast<std::size_t>(std::max(0, o.top));
-  auto found = [&](TimeNs t, Bytes peak) {
+  auto slower = [&](std::size_t a, std::size_t b) { return entries[a].iteration_time < entries[b].iteration_time; };
+  auto found = [&](std::size_t k) {
+    const TimeNs t = entries[k].iteration_time;
+    const Bytes peak = entries[k].peak;
     std::lock_guard<std::mutex> lock(found_mutex);
-    if (top_k > 0) {
+    const bool twin = std::any_of(fastest.begin(), fastest.end(), [&](std::size_t j) { return same_plan(entries[j], entries[k]); });
+    if (top_k > 0 && !twin) {
       if (fastest.size() < top_k) {
-        fastest.push_back(t);
-        std::push_heap(fastest.begin(), fastest.end());
-      } else if (t < fastest.front()) {
-        std::pop_heap(fastest.begin(), fastest.end());
-        fastest.back() = t;
-        std::push_heap(fastest.begin(), fastest.end());
+        fastest.push_back(k);
+        std::push_heap(fastest.begin(), fastest.end(), slower);
+      } else if (t < entries[fastest.front()].iteration_time) {
+        std::pop_heap(fastest.begin(), fastest.end(), slower);
+        fastest.back() = k;
+        std::push_heap(fastest.begin(), fastest.end(), slower);
       }
     }
     // Into the front unless a plan there is as fast and as small.
@@ -687,7 +723,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   };
   auto cannot_matter = [&](std::size_t i) {
     std::lock_guard<std::mutex> lock(found_mutex);
-    if (fastest.size() < top_k || (top_k > 0 && fastest.front() >= bound[i])) return false;
+    if (fastest.size() < top_k || (top_k > 0 && entries[fastest.front()].iteration_time >= bound[i])) return false;
     if (!front.empty() && bound[i] > 2 * front.front().first) return true;
     // The smallest plan of the front faster than the bound.
     const auto at = std::lower_bound(front.begin(), front.end(), std::make_pair(bound[i], Bytes{0}));
@@ -695,7 +731,6 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   };
   std::vector<char> skipped(candidates.size(), 0);
 
-  std::vector<SearchEntry> entries(todo.size());
   std::vector<char> ok(todo.size(), 0);
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex error_mutex;
@@ -726,7 +761,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
         for (const auto& rm : p.ranks) e.peak = std::max(e.peak, rm.peak);
         e.fits = p.fits;
         ok[k] = 1;
-        if (e.fits) found(e.iteration_time, e.peak);
+        if (e.fits) found(k);
       } catch (const ConfigError&) {
         // A combination resolve() refuses (e.g. stage count vs layers): not a plan.
       } catch (const std::exception& ex) {
@@ -791,8 +826,17 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       best_peak = e.peak;
     }
   }
-  if (fitting.size() > static_cast<std::size_t>(std::max(0, o.top))) fitting.resize(static_cast<std::size_t>(std::max(0, o.top)));
-  r.top = std::move(fitting);
+  // Each plan once, its other names beside it (Note [Search twins]).
+  for (auto& e : fitting) {
+    const auto first = std::find_if(r.top.begin(), r.top.end(), [&](const SearchEntry& s) { return same_plan(s, e); });
+    if (first != r.top.end()) {
+      first->also.push_back(twin_name(e.plan, first->plan));
+    } else if (r.top.size() < top_k) {
+      r.top.push_back(std::move(e));
+    } else if (e.iteration_time > r.top.back().iteration_time) {
+      break;  // slower than the last listed: no twin of a listed plan
+    }
+  }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   return r;
 }
@@ -819,7 +863,9 @@ void table(std::string& out, const std::vector<SearchEntry>& es) {
            pad(std::to_string(p.grad_accum), 6) + pad(sharding_text(p), 18) + pad(offload_text(p), 11) +
            pad(to_string(p.recompute), 11) + pad(p.sequence_parallel ? "yes" : "-", 4) +
            pad(p.flash_attention ? "flash" : "eager", 6) + pad(to_string(p.precision), 5) +
-           (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-") + "\n";
+           (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-");
+    for (std::size_t k = 0; k < e.also.size(); ++k) out += (k == 0 ? " (also " : "; ") + e.also[k] + (k + 1 == e.also.size() ? ")" : "");
+    out += "\n";
   }
 }
 
@@ -841,6 +887,9 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   for (int n : p.stage_layers) j.value(n);
   j.end_array();
   j.end_object();
+  j.key("also").begin_array();
+  for (const auto& n : e.also) j.value(n);
+  j.end_array();
   j.end_object();
 }
 
@@ -861,6 +910,9 @@ std::string format_search(const SearchResult& r) {
   }
   fmt::format_to(o, "  fastest {} plans that fit\n", r.top.size());
   table(out, r.top);
+  if (std::any_of(r.top.begin(), r.top.end(), [](const SearchEntry& e) { return !e.also.empty(); })) {
+    out += "    (also: the same plan under another name, with the same time and peak, listed once)\n";
+  }
   out += "\n  Pareto front: time against peak memory (no other plan is both faster and smaller)\n";
   table(out, r.pareto);
   return out;

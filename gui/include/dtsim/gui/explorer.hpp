@@ -128,14 +128,8 @@ std::string pins_to_csv(const std::vector<Pinned>& pins);
 /// not tp), attention other than auto " flash" or " eager".
 std::string plan_label(const sim::ResolvedPlan& p);
 
-/// Whether two plans are the same plan for the explorer: the same degrees,
-/// schedule, batch, precision, attention, recompute, offload and effective
-/// sharding (ZeRO-3 and FSDP FULL_SHARD alike, ZeRO-2 and SHARD_GRAD_OP
-/// alike), differing at most in how they are named or in a placement that
-/// changes nothing, so the same predicted time and peak memory.
-bool same_plan(const sim::SearchEntry& a, const sim::SearchEntry& b);
 /// Indices into `entries` (ranked) of the first of each distinct plan
-/// (same_plan), at most `keep` of them, in rank order.
+/// (sim::same_plan), at most `keep` of them, in rank order.
 std::vector<std::size_t> distinct_plans(const std::vector<sim::SearchEntry>& entries, std::size_t keep);
 
 /// A tick interval for an axis spanning `span` (> 0) units with at most

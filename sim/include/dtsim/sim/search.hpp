@@ -49,7 +49,16 @@ struct SearchEntry {
   double mfu = 0;
   Bytes peak = 0;               ///< the fullest GPU
   bool fits = false;
+  /// The same plan ranked again under other names, each as what differs
+  /// ("placement tp,dp,pp"): listed once (Note [Search twins] in
+  /// search.cpp). Filled for the ranking only.
+  std::vector<std::string> also;
 };
+
+/// One plan under two names (Note [Search twins] in search.cpp): equal time
+/// and peak, and every knob equal but the placement and whether FSDP or
+/// ZeRO names the sharding.
+bool same_plan(const SearchEntry& a, const SearchEntry& b);
 
 /// What the search found.
 struct SearchResult {
