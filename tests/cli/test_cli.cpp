@@ -244,7 +244,7 @@ TEST_CASE("comm prices all-to-all and predict spreads experts", "[cli][moe]") {
   CHECK(j["plan"]["edp"].as<int>() == 1);  // 32 GPUs / pp 4 = 8 a stage, all in one expert group
   const Result bad = dtsim("predict --model mixtral-8x7b --cluster dgx-h100 --set plan.ep=3");
   CHECK(bad.status == 2);
-  CHECK(bad.err == "dtsim: --set plan.ep: plan.ep: 3: 8 routed experts are not divisible by ep=3; valid: 1, 2, 4, 8\n");
+  CHECK(bad.err == "dtsim: --set plan.ep: 3: 8 routed experts are not divisible by ep=3; valid: 1, 2, 4, 8\n");
   // validate runs ep with DDP and ZeRO-1/2, not with ZeRO-3: one line before anything starts.
   const Result v = dtsim("validate --model moe-tiny --plan zero3 --set plan.ep=2 --procs 2");
   CHECK(v.status == 2);
@@ -419,9 +419,9 @@ TEST_CASE("a plan's problems are all reported, one 'dtsim:' line each, exit stat
   CHECK(r.status == 2);
   CHECK(lines(r.err) == 3);
   CHECK(r.err ==
-        "dtsim: --set plan.tp: plan.tp: 5: 12 attention heads are not divisible by tp=5\n"
-        "dtsim: --set plan.seq_len: plan.seq_len: 4096 exceeds gpt2's maximum of 1024; valid: 1 to 1024\n"
-        "dtsim: --set plan.precision: plan.precision: bf16 needs bfloat16 support, which V100-SXM2-16GB lacks; valid: fp32, fp16\n");
+        "dtsim: --set plan.tp: 5: 12 attention heads are not divisible by tp=5\n"
+        "dtsim: --set plan.seq_len: 4096 exceeds gpt2's maximum of 1024; valid: 1 to 1024\n"
+        "dtsim: --set plan.precision: bf16 needs bfloat16 support, which V100-SXM2-16GB lacks; valid: fp32, fp16\n");
 }
 
 // ---- Command-line conventions (issue 24): CLI11 behind every subcommand.

@@ -267,7 +267,7 @@ TEST_CASE("bad model input names file, line and key", "[models][bad-input]") {
   CHECK_THROWS_AS(load_model("/no/such/model.yaml"), IoError);
   CHECK_THAT(error_of([] { load_model("gpt-2"); }), Catch::Contains("unknown model (did you mean 'gpt2'?)"));
   CHECK_THAT(error_of([] { load_model("gpt2", {sim::parse_override("model.heads=7")}); }),
-             Catch::StartsWith("--set model.heads: model.heads: 7 does not divide hidden 768"));
+             Catch::StartsWith("--set model.heads: 7 does not divide hidden 768"));
   CHECK_THAT(error_of([] { load_model("gpt2", {sim::parse_override("model.layer=7")}); }),
              Catch::Contains("model.layer: unknown key (did you mean 'layers'?)"));
   CHECK_THAT(error_of([] { load_model("gpt2", {sim::parse_override("model.hidden=big")}); }),

@@ -67,7 +67,7 @@ def test_bad_input_raises_config_error_with_the_line():
     with pytest.raises(dtsim.ConfigError) as e:
         dtsim.predict("gpt2", "dgx-a100", "ddp", set={"plan.zero_stage": 4})
     assert isinstance(e.value, ValueError)
-    assert str(e.value) == "--set plan.zero_stage: plan.zero_stage: 4 is not one of 0, 1, 2, 3"
+    assert str(e.value) == "--set plan.zero_stage: 4 is not one of 0, 1, 2, 3"
     with pytest.raises(dtsim.ConfigError, match=r"^--model gpt3: unknown model \(did you mean 'gpt2'\?\)"):
         dtsim.predict("gpt3", "dgx-a100")
     with pytest.raises(dtsim.ConfigError, match=r"^--plan zer2: unknown plan \(did you mean 'zero2'\?\)"):

@@ -9,4 +9,4 @@ def test_quickstart_runs(source_dir):
     out = subprocess.run([sys.executable, script], check=True, capture_output=True, text=True).stdout
     assert "gpt2-xl on 8 x A100-SXM4-80GB" in out
     assert "my-llama:" in out
-    assert "refused: --set plan.zero_stage: plan.zero_stage: 4 is not one of 0, 1, 2, 3" in out
+    assert "refused: --set plan.zero_stage: 4 is not one of 0, 1, 2, 3" in out

@@ -75,9 +75,9 @@ TEST_CASE("overrides apply before validation and are named as their origin", "[c
   CHECK(p.micro_batch == 32);
   CHECK(p.origins.of("plan.micro_batch") == "--set plan.micro_batch");
   CHECK(error_of([] { parse_plan("dp: 2\n", "x.yaml", {parse_override("plan.zero_stage=7")}); }) ==
-        "--set plan.zero_stage: plan.zero_stage: 7 is not one of 0, 1, 2, 3");
+        "--set plan.zero_stage: 7 is not one of 0, 1, 2, 3");
   CHECK_THAT(error_of([] { parse_plan("dp: 2\n", "x.yaml", {parse_override("plan.dpp=2")}); }),
-             Catch::StartsWith("--set plan.dpp: plan.dpp: unknown key (did you mean 'dp'?)"));
+             Catch::StartsWith("--set plan.dpp: unknown key (did you mean 'dp'?)"));
 }
 
 TEST_CASE("malformed --set is rejected with the valid form", "[config][bad-input]") {

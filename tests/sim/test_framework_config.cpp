@@ -434,7 +434,7 @@ TEST_CASE("FSDP's ShardingStrategy names in any spelling", "[framework][plan]") 
   CHECK(error_of([] { parse_plan("fsdp: _HYBRID_SHARD_ZERO2\n", "p.yaml"); })
             .rfind("p.yaml:1: plan.fsdp: '_HYBRID_SHARD_ZERO2' (SHARD_GRAD_OP within a node, replicated across nodes) is not modelled", 0) == 0);
   CHECK(error_of([] { parse_plan("", "p.yaml", {parse_override("plan.fsdp=SHARDED")}); })
-            .rfind("--set plan.fsdp: plan.fsdp: 'SHARDED' is not one of none, full_shard, shard_grad_op, no_shard, hybrid_shard", 0) == 0);
+            .rfind("--set plan.fsdp: 'SHARDED' is not one of none, full_shard, shard_grad_op, no_shard, hybrid_shard", 0) == 0);
 }
 
 TEST_CASE("a framework's config given as a plan says which option reads it", "[framework][plan]") {

@@ -101,6 +101,10 @@ Override parse_override(const std::string& text) {
   return o;
 }
 
+std::string error_at(const std::string& where, const std::string& key) {
+  return where == "--set " + key ? where : where + ": " + key;
+}
+
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates) {
   std::string best;
   std::size_t best_d = std::numeric_limits<std::size_t>::max();
@@ -378,7 +382,7 @@ std::string ConfigMap::where(const std::string& key) const {
 }
 
 void ConfigMap::fail(const std::string& key, const std::string& message) const {
-  throw ConfigError(where(key) + ": " + full_key(key) + ": " + message);
+  throw ConfigError(error_at(where(key), full_key(key)) + ": " + message);
 }
 
 YAML::Node ConfigMap::scalar(const std::string& key, const char* expected) const {
@@ -513,8 +517,7 @@ void ConfigMap::finish(const std::vector<std::string>& also_allowed) const {
     const std::string k = kv.first.as<std::string>();
     if (std::binary_search(valid.begin(), valid.end(), k)) continue;
     const std::string hint = did_you_mean(k, valid);
-    std::string w = where(k);
-    throw ConfigError(w + ": " + full_key(k) + ": unknown key" +
+    throw ConfigError(error_at(where(k), full_key(k)) + ": unknown key" +
                       (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
                       "; valid keys: " + join(valid, ", "));
   }

@@ -6,6 +6,7 @@
 
 #include <fmt/format.h>
 
+#include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/rules.hpp"
 
@@ -18,7 +19,7 @@ class Problems {
  public:
   explicit Problems(const PlanSpec& s) : s_(s) {}
   void add(const std::string& key, const std::string& message) {
-    lines_.push_back(s_.origins.of("plan." + key) + ": plan." + key + ": " + message);
+    lines_.push_back(error_at(s_.origins.of("plan." + key), "plan." + key) + ": " + message);
   }
   /// Throws them all as one ConfigError, one per line, if there are any.
   void raise() const {

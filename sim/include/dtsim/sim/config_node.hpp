@@ -37,6 +37,11 @@ Override parse_override(const std::string& text);
 /// The closest candidate to `word` by edit distance, or "" if none is close.
 std::string did_you_mean(const std::string& word, const std::vector<std::string>& candidates);
 
+/// The prefix of an error about `key` ("plan.tp") found at `where` (a
+/// file:line, or "--set plan.tp", which already names it): "where: key",
+/// or `where` alone where it is the override of that key.
+std::string error_at(const std::string& where, const std::string& key);
+
 /// The largest config file read, and the deepest nesting accepted (Note
 /// [Strict configs] in sim/src/config/config_node.cpp).
 inline constexpr std::size_t kMaxConfigBytes = std::size_t{10} << 20;
