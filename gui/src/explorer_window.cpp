@@ -145,8 +145,9 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
     {"fsdp_wrap", "plan.fsdp_wrap: FSDP's units. blocks: each transformer block a unit (PyTorch FSDP "
                   "auto_wrap_policy=transformer_auto_wrap_policy, fully_shard on each block then on the model), the "
                   "embeddings, final norm and head in the root unit, gathered once a micro-batch and kept to the end "
-                  "of its backward. layers: every layer its own unit (torchtitan's apply_fsdp). FSDP full or hybrid "
-                  "shard only."},
+                  "of its backward. layers: every layer its own unit. torchtitan: its apply_fsdp, every layer a unit, "
+                  "[norm, output] kept whole from its forward to its backward (reshard_after_forward_policy "
+                  "\"default\"). FSDP full or hybrid shard only."},
     {"limit_all_gathers", "plan.limit_all_gathers: PyTorch FSDP limit_all_gathers (True by default): a unit's "
                           "all-gather waits until the unit two before it has freed its parameters, so at most two "
                           "units are gathered at once. FSDP full or hybrid shard only."},
@@ -626,6 +627,7 @@ struct ExplorerWindow::Impl {
     fsdp_wrap->setObjectName("fsdp_wrap");
     fsdp_wrap->addItem("blocks + root", static_cast<int>(sim::FsdpWrap::kBlocks));
     fsdp_wrap->addItem("each layer", static_cast<int>(sim::FsdpWrap::kLayers));
+    fsdp_wrap->addItem("torchtitan", static_cast<int>(sim::FsdpWrap::kTorchtitan));
     limit_ag = new QCheckBox("limit all-gathers");
     limit_ag->setObjectName("limit_all_gathers");
     // DeepSpeed's element counts: up to 1e12, whole elements.

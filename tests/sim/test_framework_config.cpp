@@ -324,8 +324,9 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
   REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
   auto k = keys(fc);
   CHECK(k["plan.fsdp"] == "full_shard");
-  // apply_fsdp wraps tok_embeddings, each block and [norm, output] (Note [FSDP's root unit]).
-  CHECK(k["plan.fsdp_wrap"] == "layers");
+  // apply_fsdp wraps tok_embeddings, each block and [norm, output], the
+  // last not resharded after its forward (Note [FSDP's root unit]).
+  CHECK(k["plan.fsdp_wrap"] == "torchtitan");
   CHECK(k["plan.dp"] == "null");
   CHECK(k["plan.tp"] == "1");
   CHECK(k["plan.micro_batch"] == "1");
@@ -342,7 +343,7 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
   CHECK(r.dp == 8);
   CHECK(r.zero_stage == 3);
   CHECK(r.fsdp);
-  CHECK(r.fsdp_wrap == FsdpWrap::kLayers);
+  CHECK(r.fsdp_wrap == FsdpWrap::kTorchtitan);
   CHECK(r.global_batch == 8);
 }
 

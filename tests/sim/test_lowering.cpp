@@ -575,6 +575,28 @@ TEST_CASE("FSDP's root unit: the layers outside the blocks gathered once a micro
     const Span& f1 = l.span("fwd L1 [mb 0]");
     CHECK(l.least_params(f1.start, f1.end) <= shard + 2 * 20'000'000 * 2);
   }
+  {
+    // torchtitan: the same units, but the last ([norm, output], the head)
+    // is not resharded after its forward: gathered once, before its
+    // forward, whole until its backward ends, then reduce-scattered; every
+    // other unit as under layers.
+    const Lowered t = lowered("torchtitan");
+    const std::map<std::string, Bytes> gathers = t.collectives(CollectiveOp::kAllGather);
+    const Bytes head = 10'000'000 * 2;
+    CHECK(gathers.at("all_gather fwd head") == head);
+    CHECK(gathers.count("all_gather bwd head") == 0);
+    CHECK(gathers.at("all_gather bwd embed") == 30'000'000 * 2);
+    CHECK(gathers.at("all_gather bwd L3") == 20'000'000 * 2);
+    CHECK(gathers.size() == 11);  // 6 forward, 5 backward (layers: 12)
+    CHECK(t.collectives(CollectiveOp::kReduceScatter).size() == 6);
+    // From the end of its forward to the end of its backward the head is
+    // whole beside the shard.
+    const TimeNs from = t.span("fwd head [mb 0]").end, to = t.span("bwd head [mb 0]").end;
+    CHECK(t.least_params(from, to) >= shard + head);
+    const Lowered l = lowered("layers");
+    CHECK(l.collectives(CollectiveOp::kAllGather).size() == 12);
+    CHECK(l.collectives(CollectiveOp::kAllGather).at("all_gather bwd head") == head);
+  }
 }
 
 TEST_CASE("the simulated ranks slow their compute beside collectives by the device's comm_slowdown (Note [Interference])",

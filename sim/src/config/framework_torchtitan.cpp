@@ -219,13 +219,15 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
   } else if (replicate > 1) {
     out.plan("fsdp", "hybrid_shard", fsdp_from);
     // Note [FSDP's root unit]: apply_fsdp (torchtitan/models/llama3/infra/
-    // parallelize.py) wraps tok_embeddings, each block and [norm, output].
-    out.plan("fsdp_wrap", "layers", fsdp_from);
+    // parallelize.py) wraps tok_embeddings, each block and [norm, output],
+    // the last kept whole from its forward to its backward.
+    out.plan("fsdp_wrap", reshard == "always" ? "layers" : "torchtitan", fsdp_from);
     if (shard > 1) fc.unmodelled.push_back("parallelism.data_parallel_shard_degree=" + std::to_string(shard) + " (dtsim's hybrid_shard shards within a node)");
   } else {
     // reshard_after_forward=False keeps the parameters gathered from forward to backward: SHARD_GRAD_OP.
     out.plan("fsdp", reshard == "never" ? "shard_grad_op" : "full_shard", par.has("fsdp_reshard_after_forward") ? par.from("fsdp_reshard_after_forward") : fsdp_from);
-    if (reshard != "never") out.plan("fsdp_wrap", "layers", fsdp_from);  // as above
+    if (reshard == "default") out.plan("fsdp_wrap", "torchtitan", fsdp_from);  // as above
+    if (reshard == "always") out.plan("fsdp_wrap", "layers", fsdp_from);      // the last unit resharded too
   }
   if (par.get_bool("enable_compiled_autograd", false)) unmodelled(par, "enable_compiled_autograd");
   rest(par, {"data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",

@@ -67,6 +67,7 @@ const char* to_string(FsdpWrap w) {
   switch (w) {
     case FsdpWrap::kBlocks: return "blocks";
     case FsdpWrap::kLayers: return "layers";
+    case FsdpWrap::kTorchtitan: return "torchtitan";
   }
   return "?";
 }

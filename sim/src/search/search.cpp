@@ -335,8 +335,9 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     c = m * (cost(CollectiveOp::kAllGather, gathered * (p.fp8_param_gather ? 1 : w), shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
   } else if (p.zero_stage == 3) {
-    // The forward gathers every unit; the backward all but FSDP's root,
-    // which stays whole from one to the other (Note [FSDP's root unit]).
+    // The forward gathers every unit; the backward all but FSDP's root (or
+    // torchtitan's last unit), which stays whole from one to the other
+    // (Note [FSDP's root unit]).
     const std::int64_t gathered = std::max<std::int64_t>(0, dense - layers * kZero3PersistenceThreshold);
     const Bytes ew = p.fp8_param_gather ? 1 : w;
     c = m * (cost(CollectiveOp::kAllGather, gathered * ew, shard) +
@@ -362,8 +363,9 @@ std::vector<Layer> parameter_layers(const Model& model, const ResolvedPlan& plan
 }  // namespace
 
 std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan) {
-  if (!plan.fsdp || plan.zero_stage != 3 || plan.fsdp_wrap != FsdpWrap::kBlocks) return 0;
+  if (!plan.fsdp || plan.zero_stage != 3 || plan.fsdp_wrap == FsdpWrap::kLayers) return 0;
   const std::vector<Layer> layers = parameter_layers(model, plan);
+  if (plan.fsdp_wrap == FsdpWrap::kTorchtitan) return layers.empty() ? 0 : layers.back().params;
   const std::vector<bool> root = fsdp_root_layers(plan, layers);
   std::int64_t n = 0;
   for (std::size_t l = 0; l < root.size(); ++l) n += root[l] ? layers[l].params : 0;

@@ -47,10 +47,12 @@ enum class FsdpMode { kNone, kFullShard, kShardGradOp, kNoShard, kHybridShard };
 /// sim/src/lowering/passes/sharded_parameters.cpp): `blocks`, every
 /// transformer (or LSTM) block a unit and the rest of the model in the
 /// root's, as transformer_auto_wrap_policy and fully_shard on each block
-/// then the model wrap it; `layers`, every layer of the model its own unit
-/// (torchtitan's fully_shard of tok_embeddings, each block and [norm,
-/// output]; dtsim's runtime).
-enum class FsdpWrap { kBlocks, kLayers };
+/// then the model wrap it; `layers`, every layer of the model its own unit,
+/// resharded after its forward (dtsim's runtime); `torchtitan`, the same
+/// units with the last ([norm, output]) kept whole from its forward to its
+/// backward (torchtitan's apply_fsdp under reshard_after_forward_policy
+/// "default").
+enum class FsdpWrap { kBlocks, kLayers, kTorchtitan };
 /// How attention runs: `auto` picks what the device and precision would run
 /// (flash on a GPU in fp16/bf16/fp8, eager otherwise); `eager` keeps the
 /// scores and softmax; `flash` is FlashAttention / SDPA (WorkloadShape).

@@ -101,8 +101,10 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
                                const CommModel& comm, std::int64_t persistent = 0, std::int64_t root = 0);
 
-/// The parameter elements of FSDP's root unit on each rank of `plan`
-/// before sharding (Note [FSDP's root unit]); 0 where it has none.
+/// The parameter elements on each rank of `plan`, before sharding, that
+/// FSDP gathers once a micro-step and keeps from the forward to the
+/// backward: its root unit's, or torchtitan's last unit's (Note [FSDP's
+/// root unit]); 0 where it has none.
 std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan);
 
 /// The parameter elements DeepSpeed's ZeRO-3 keeps whole on each rank of

@@ -41,10 +41,19 @@
 // the start of each micro-batch's forward to the end of its backward, and
 // its gradients (the head's, produced first) wait until the last of them,
 // the embedding's, when the root's one reduce-scatter takes them all.
-// fsdp_wrap: layers (every layer its own unit, torchtitan's wrapping of
-// tok_embeddings, each block and [norm, output], and dtsim's runtime) lowers
-// every layer as a block. A model without blocks keeps a unit per layer (a
-// size-based policy's).
+// fsdp_wrap: layers (every layer its own unit, as dtsim's runtime wraps
+// them) lowers every layer as a block. fsdp_wrap: torchtitan is its apply_fsdp
+// (torchtitan/models/llama3/infra/parallelize.py): fully_shard on
+// tok_embeddings, on each block and on [norm, output], the last with
+// reshard_after_forward=False under the default reshard_after_forward_policy
+// ("As an optimization, do not reshard_after_forward the last layers by
+// default since FSDP would prefetch them immediately after the forward
+// pass"). So the last unit (dtsim's head layer, the final norm and the
+// output projection) is gathered once a micro-batch, before its forward,
+// and kept whole until its backward ends; every other layer is a unit of
+// its own. (A tied output weight, which torchtitan groups with
+// tok_embeddings, is not told apart.) A model without blocks keeps a unit
+// per layer (a size-based policy's).
 //
 // Note [One process group]
 // The gathers and the reduce-scatters go over the same data-parallel
@@ -109,10 +118,18 @@ class ShardedParameters final : public StrategyPass {
     deps.push_back(gather(at.micro, l, "fwd", std::move(after)));
   }
 
-  void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override { free_gathered(at, on_end); }
+  void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+    if (!kept_after_forward(at.unit)) free_gathered(at, on_end);
+  }
 
   void before_backward(const At& at, std::vector<TaskId>& deps) override {
     const std::size_t i = at.unit;
+    if (kept_after_forward(i)) {
+      // Note [FSDP's root unit]: torchtitan's last unit is still whole.
+      if (one_group_ && i + 1 == ctx_.layers.size()) bwd_gather_.assign(ctx_.layers.size(), -1);
+      if (one_group_ && i >= 1 && unit_gathered(i - 1)) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
+      return;
+    }
     if (!one_group_) {
       if (unit_gathered(i)) deps.push_back(backward_gather(at.micro, i));
       return;
@@ -178,6 +195,11 @@ class ShardedParameters final : public StrategyPass {
   bool in_root(std::size_t l) const { return !in_root_.empty() && in_root_[l]; }
   /// Whether layer l is gathered as a unit of its own, before each pass.
   bool unit_gathered(std::size_t l) const { return gathered(ctx_.layers[l]) && !in_root(l); }
+  /// Whether layer l is torchtitan's last unit, kept whole from its forward
+  /// to its backward (Note [FSDP's root unit]).
+  bool kept_after_forward(std::size_t l) const {
+    return ctx_.plan.fsdp_wrap == FsdpWrap::kTorchtitan && l + 1 == ctx_.layers.size() && unit_gathered(l);
+  }
 
   /// A unit's gathered parameters go when its pass ends.
   void free_gathered(const At& at, std::vector<MemOp>& on_end) const {
