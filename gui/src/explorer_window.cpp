@@ -165,10 +165,11 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                 "the CPU. DeepSpeed zero_optimization.offload_optimizer.device = \"cpu\" (ZeRO-Offload) and "
                 "offload_param.device = \"cpu\" (ZeRO-3); PyTorch FSDP CPUOffload(offload_params=True)."},
     {"recompute", "plan.recompute, activation checkpointing. selective: only attention's core recomputed "
-                  "(Megatron --recompute-activations, i.e. --recompute-granularity selective; torchtitan "
-                  "activation_checkpoint.mode = \"selective\"). full: each layer's forward rerun in backward "
-                  "(Megatron --recompute-granularity full, DeepSpeed activation_checkpointing, torchtitan "
-                  "mode = \"full\")."},
+                  "(Megatron --recompute-activations, i.e. --recompute-granularity selective). full: each layer's "
+                  "forward rerun in backward (Megatron --recompute-granularity full, DeepSpeed "
+                  "activation_checkpointing, torchtitan mode = \"full\"). op: torchtitan's activation_checkpoint."
+                  "mode = \"selective\" with selective_ac_option = \"op\": every other GEMM's output and attention's "
+                  "kept, the rest rerun (Llama-family blocks at tp 1)."},
     {"attention", "plan.attention. auto: flash on a GPU in fp16, bf16 or fp8, eager otherwise. eager: the "
                   "S x S scores kept (HuggingFace attn_implementation=\"eager\"). flash: FlashAttention / SDPA "
                   "(attn_implementation=\"flash_attention_2\" or \"sdpa\", Megatron --use-flash-attn)."},
@@ -617,6 +618,7 @@ struct ExplorerWindow::Impl {
     recompute->addItem("none", static_cast<int>(sim::Recompute::kNone));
     recompute->addItem("selective", static_cast<int>(sim::Recompute::kSelective));
     recompute->addItem("full", static_cast<int>(sim::Recompute::kFull));
+    recompute->addItem("op (torchtitan)", static_cast<int>(sim::Recompute::kOp));
     attention = new QComboBox;
     attention->setObjectName("attention");
     precision = new QComboBox;

@@ -36,6 +36,24 @@ using namespace detail;
 // input and rsqrt (e th + 4 t), Megatron-Core's fused SwiGLU keeps gate and
 // up only (2e per element); dtsim prices the composite ops that HuggingFace,
 // torchtitan without compile and dtsim validate's LibTorch twins run.
+// Note [Op-level recompute]
+// torchtitan's selective activation checkpointing with selective_ac_option
+// "op" (torchtitan/distributed/activation_checkpoint.py,
+// _apply_op_sac: create_selective_checkpoint_contexts with a policy that
+// saves the outputs of mm, SDPA, reduce_scatter and max "except every second
+// mm", counting the block's mms in forward order; every other op is
+// recomputed). A torchtitan Llama block calls wq, wk, wv, wo, w1, w3, w2 in
+// that order (model.py: Attention.forward, FeedForward.forward as
+// w2(silu(w1(x)) * w3(x))), so it keeps wq's, wv's, SDPA's (O and the
+// log-sum-exp), w1's and w2's outputs, and the checkpoint's input x:
+//   kept = e (th + q + kv + q + t f + th) + 4 t a
+// and its backward reruns the norms, wk, rotary, wo, the attention
+// residual, w3 and the SwiGLU product before the block's own backward
+// (early_stop: not the last residual, which nothing needs). Described for
+// dense blocks at tp 1 and cp 1 with fused attention (the op policy's
+// tensor-parallel all-gathers, which it does not save and so reruns, and
+// ring attention's are not); elsewhere a block leaves op_recompute empty
+// and resolve refuses the plan.
 // Note [Multi-head latent attention]
 // DeepSeek-V2/V3 (modeling_deepseek_v3.py, DeepseekV3Attention) compress
 // queries and keys/values through low-rank latents: q_a_proj (h -> q_lora),
@@ -362,12 +380,29 @@ class Llama final : public ZooModel {
     }
     post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     join_kernels(l, pre, core, post);
+    const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention;
 
     // Note [Llama activations]
     const Bytes norms = 2 * ((4 + e) * tn + 4 * (tn / h) + g * tn);
     l.saved_bytes = norms + attention + mlp;
     l.attention_core_bytes = core.recomputable ? core.saved : 0;
     l.output_bytes = e * tn;
+    if (op_described) {
+      // Note [Op-level recompute]: at tp 1, q and kv elements as above.
+      const std::int64_t kvl = c_.kv_heads, fl = c_.intermediate;
+      const Bytes q = t * al * d, kv = t * kvl * d, tf = t * fl;
+      const Bytes kept = e * (th + q + kv + q + tf + th) + 4 * t * al;
+      l.op_recompute_bytes = std::max<Bytes>(0, l.saved_bytes - kept);
+      l.op_recompute = {norm("input_layernorm", tn), gemm("attn.k_proj", t, kvl * d, h, e)};
+      if (c_.qk_norm) l.op_recompute.push_back(norm("attn.qk_norm", q + kv));
+      l.op_recompute.push_back(
+          memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
+      l.op_recompute.push_back(gemm("attn.o_proj", t, h, al * d, e));
+      l.op_recompute.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
+      l.op_recompute.push_back(norm("post_attention_layernorm", tn));
+      l.op_recompute.push_back(gemm("mlp.up_proj", t, fl, h, e));
+      l.op_recompute.push_back(memory_op("mlp.swiglu", KernelKind::kElementwise, 2 * e * tf, 2 * e * tf, 6.0 * tf));
+    }
     // Attention's column/row pair, and the MLP's where its input is
     // gathered over tp (a dense or shared MLP, or experts split over tp
     // without expert parallelism).

@@ -215,6 +215,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("precision") +
                            ": precision fp8 is not run: LibTorch 1.13 has no FP8 GEMMs (the simulator predicts it); use bf16");
   }
+  if (s.spec.recompute == sim::Recompute::kOp) {
+    // Note [Op-level recompute] (models/src/llama.cpp): torchtitan's policy
+    // saves by aten op; the runtime's layers recompute the attention core
+    // or the whole block only.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("recompute") +
+                           ": recompute op is not run: the runtime recomputes the attention core (selective) or whole "
+                           "blocks (full); use selective or full");
+  }
   const auto& d = s.cluster.device;
   if ((s.spec.precision == sim::Precision::kFp16 && d.peak_fp16 <= 0) ||
       (s.spec.precision == sim::Precision::kBf16 && d.peak_bf16 <= 0) || o.device == "cpu") {
@@ -247,12 +255,15 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "module coordinator (" + s.spec.origins.of("zero_stage") + ")");
     s.spec.z3_leaf_layers = true;
   }
-  if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap == sim::FsdpWrap::kBlocks) {
+  if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap != sim::FsdpWrap::kLayers) {
     // Note [FSDP's root unit] (sim/src/lowering/passes/sharded_parameters.cpp):
     // the runtime makes every layer a unit, the embedding and the head too,
-    // as torchtitan wraps them; predict what runs.
-    s.notes.push_back("fsdp_wrap -> layers: the runtime gathers every layer as its own unit, the embedding and the head too, "
-                      "not the rest of the model in one root unit (" + s.spec.origins.of("fsdp") + ")");
+    // each gathered again for its backward; predict what runs.
+    s.notes.push_back(std::string("fsdp_wrap -> layers: the runtime gathers every layer as its own unit, the embedding and the head "
+                      "too, each again for its backward, not ") +
+                      (s.spec.fsdp_wrap == sim::FsdpWrap::kBlocks ? "the rest of the model in one root unit"
+                                                                  : "torchtitan's [norm, output] kept from forward to backward") +
+                      " (" + s.spec.origins.of("fsdp") + ")");
     s.spec.fsdp_wrap = sim::FsdpWrap::kLayers;
   }
   if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {

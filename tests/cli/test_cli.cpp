@@ -79,6 +79,8 @@ TEST_CASE("the plan line names FSDP's units and DeepSpeed's coordinator knobs as
   CHECK_THAT(b.out, Catch::Contains("(fsdp full_shard)"));
   const Result l = dtsim("predict --model gpt2 --cluster dgx-a100 --plan fsdp --set plan.fsdp_wrap=layers");
   CHECK_THAT(l.out, Catch::Contains("(fsdp full_shard, a unit per layer)"));
+  const Result t = dtsim("predict --model gpt2 --cluster dgx-a100 --plan fsdp --set plan.fsdp_wrap=torchtitan");
+  CHECK_THAT(t.out, Catch::Contains("(fsdp full_shard, a unit per layer, [norm, output] kept to its backward)"));
 }
 
 TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {

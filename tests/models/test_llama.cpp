@@ -144,6 +144,36 @@ TEST_CASE("fused attention keeps the output and log-sum-exp, not the scores", "[
   CHECK(m->model_flops(w) > 0);
 }
 
+TEST_CASE("op-level recompute keeps every other GEMM's output, attention's and the block's input (Note [Op-level recompute])",
+          "[llama][recompute]") {
+  const auto m = load_model("llama-tiny");  // h 128, a 4, kv 2, d 32, f 352
+  const std::int64_t b = 2, s = 128, t = b * s, h = 128, e = 2, f = 352, d = 32;
+  auto w = shape(b, s, e);
+  w.flash_attention = true;
+  const sim::Layer block = m->layers(w)[1];
+  // torchtitan's mms in order wq, wk, wv, wo, w1, w3, w2: the odd ones kept
+  // (wq, wv, w1, w2), SDPA's O and log-sum-exp, and the checkpoint's input.
+  const std::int64_t q = t * 4 * d, kv = t * 2 * d;
+  const std::int64_t kept = e * (t * h + q + kv + q + t * f + t * h) + 4 * t * 4;
+  CHECK(block.saved_bytes - block.op_recompute_bytes == kept);
+  // Rerun: wk, wo and w3 (GEMM FLOPs 2 t x out x in), the norms, rotary,
+  // the residual and SwiGLU's product.
+  double gemm = 0;
+  int norms = 0;
+  for (const auto& k : block.op_recompute) {
+    if (k.kind == sim::KernelKind::kGemm) gemm += k.flops;
+    if (k.kind == sim::KernelKind::kNorm) ++norms;
+  }
+  CHECK(gemm == Approx(2.0 * t * (2 * d * h + h * 4 * d + f * h)));
+  CHECK(norms == 2);
+  // Not described with tensor parallelism, or eager attention.
+  w.tp = 2;
+  CHECK(m->layers(w)[1].op_recompute_bytes == 0);
+  w.tp = 1;
+  w.flash_attention = false;
+  CHECK(m->layers(w)[1].op_recompute.empty());
+}
+
 TEST_CASE("a sliding window bounds the keys a fused kernel visits", "[llama][attention]") {
   // Mistral's window 4096 at s = 8192: rows see min(i, w) keys, sum =
   // w s - w(w-1)/2 of the s^2 scores.

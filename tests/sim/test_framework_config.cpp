@@ -334,7 +334,8 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
   CHECK(k["plan.global_batch"] == "null");
   CHECK(k["plan.seq_len"] == "8192");
   CHECK(k["plan.precision"] == "bf16");
-  CHECK(k["plan.recompute"] == "selective");
+  // selective_ac_option "op": the op-level policy (Note [Op-level recompute]).
+  CHECK(k["plan.recompute"] == "op");
   CHECK(k["plan.optimizer"] == "adamw");
   CHECK(fc.model == std::optional<std::string>("llama-3-8b"));
   CHECK(fc.unmodelled.empty());
@@ -344,7 +345,15 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
   CHECK(r.zero_stage == 3);
   CHECK(r.fsdp);
   CHECK(r.fsdp_wrap == FsdpWrap::kTorchtitan);
+  CHECK(r.recompute == Recompute::kOp);
   CHECK(r.global_batch == 8);
+  // With tensor parallelism the op policy reruns its all-gathers, which
+  // are not described: priced as Megatron's selective, and said so.
+  const FrameworkConfig tp2 = parse_torchtitan_config(
+      "[parallelism]\ntensor_parallel_degree = 2\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n",
+      "t.toml");
+  CHECK(keys(tp2)["plan.recompute"] == "selective");
+  CHECK(listed(tp2, "activation_checkpoint.selective_ac_option"));
 }
 
 // Float8 training (model.converters) with FSDP's float8 all-gather; async TP

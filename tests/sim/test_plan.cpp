@@ -89,7 +89,18 @@ TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]")
              Catch::StartsWith("p.yaml:2: plan.fsdp_wrap: layers is FSDP's") &&
                  Catch::Contains("valid only with fsdp: full_shard or hybrid_shard (the plan has zero_stage 3)"));
   CHECK_THAT(error_of([] { parse_plan("fsdp: full_shard\nfsdp_wrap: modules\n", "p.yaml"); }),
-             Catch::StartsWith("p.yaml:2: plan.fsdp_wrap") && Catch::Contains("blocks") && Catch::Contains("layers"));
+             Catch::StartsWith("p.yaml:2: plan.fsdp_wrap") && Catch::Contains("blocks") && Catch::Contains("layers") &&
+                 Catch::Contains("torchtitan"));
+  CHECK(resolve(parse_plan("fsdp: full_shard\nfsdp_wrap: torchtitan\n", "p"), kModel, eight()).fsdp_wrap == FsdpWrap::kTorchtitan);
+}
+
+TEST_CASE("op-level recompute needs blocks that describe it (Note [Op-level recompute])", "[plan][bad-input]") {
+  // The fake model's blocks say nothing of the op policy: refused in one line.
+  CHECK_THAT(error_of([] { resolve(parse_plan("recompute: op\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:1: plan.recompute: op (torchtitan's op-level policy) is described for dense "
+                               "Llama-family blocks") &&
+                 Catch::Contains("need one of none, selective, full"));
+  CHECK_THAT(error_of([] { parse_plan("recompute: ops\n", "p.yaml"); }), Catch::Contains("none, selective, full, op"));
 }
 
 TEST_CASE("bf16 needs a device that has it", "[plan][bad-input]") {

@@ -298,7 +298,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.z3_leaf_layers = c.get_bool("z3_leaf_layers", false);
   p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
-  p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}});
+  p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}, {"op", Recompute::kOp}});
   p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);
   p.overlap = c.get_bool("overlap", true);
   c.finish();

@@ -331,8 +331,13 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     out.plan("recompute", mode, ac_from);
   } else if (mode == "selective") {
     const std::string option = ac.get_string("selective_ac_option", "2");
-    if (option == "op") {
+    if (option == "op" && tp == 1 && cp == 1) {
+      // Note [Op-level recompute] (models/src/llama.cpp).
+      out.plan("recompute", "op", ac_from);
+    } else if (option == "op") {
       out.plan("recompute", "selective", ac_from);
+      unmodelled(ac, "selective_ac_option", "the op-level policy with tensor or context parallelism (its recomputed collectives); "
+                                            "priced as Megatron's selective");
     } else if (option == "1") {
       out.plan("recompute", "full", ac.from("selective_ac_option"));
     } else {

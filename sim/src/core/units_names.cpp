@@ -84,6 +84,7 @@ const char* to_string(Recompute r) {
     case Recompute::kNone: return "none";
     case Recompute::kSelective: return "selective";
     case Recompute::kFull: return "full";
+    case Recompute::kOp: return "op";
   }
   return "?";
 }

@@ -115,6 +115,10 @@ TimeNs ComputeModel::attention_core_time(const Layer& layer, Precision p, const 
   return kernels_time(layer.attention_core, p);
 }
 
+TimeNs ComputeModel::op_recompute_time(const Layer& layer, Precision p, const WorkloadShape& /*shape*/) const {
+  return kernels_time(layer.op_recompute, p);
+}
+
 TimeNs ComputeModel::layer_launch_time(const Layer& /*layer*/, Pass /*pass*/, Precision /*p*/) const { return 0; }
 
 TimeNs ComputeModel::optimizer_launch_time(double /*params*/, int /*updates*/, Optimizer /*o*/, Precision /*p*/) const { return 0; }

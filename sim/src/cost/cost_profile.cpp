@@ -569,7 +569,8 @@ TimeNs ProfileComputeModel::optimizer_launch_time(double params, int updates, Op
   return c ? seconds_to_ns(c->per_update * std::max(1, updates)) : 0;
 }
 
-// Selective recompute runs a layer's attention core again. Where the
+// Selective recompute runs a layer's attention core again (op-level
+// recompute its other kernels, the same way). Where the
 // layer's forward was measured, the core takes the share of that time its
 // kernels take of the forward's under the fitted kernel models: the
 // measured layer carries what the kernel models miss (the scaling and
@@ -577,7 +578,16 @@ TimeNs ProfileComputeModel::optimizer_launch_time(double params, int updates, Op
 // kernels_time alone priced gpt2's core at 0.54 ms a block at 8 x 1024
 // tokens, where the recompute measured 1.3 ms).
 TimeNs ProfileComputeModel::attention_core_time(const Layer& layer, Precision p, const WorkloadShape& shape) const {
-  const TimeNs core = kernels_time(layer.attention_core, p);
+  return share_of_measured(layer, layer.attention_core, p, shape);
+}
+
+TimeNs ProfileComputeModel::op_recompute_time(const Layer& layer, Precision p, const WorkloadShape& shape) const {
+  return share_of_measured(layer, layer.op_recompute, p, shape);
+}
+
+TimeNs ProfileComputeModel::share_of_measured(const Layer& layer, const std::vector<Kernel>& kernels, Precision p,
+                                              const WorkloadShape& shape) const {
+  const TimeNs core = kernels_time(kernels, p);
   TimeNs measured = 0;
   if (core == 0 || layer.signature.empty() || !measured_layer_time(layer, Pass::kForward, p, shape, &measured, /*count=*/false)) {
     return core;

@@ -42,7 +42,9 @@ class LayerStage final : public detail::StageEmitter {
     for (const auto& L : c.layers) {
       c.fwd_time.push_back(cm.layer_time(L, Pass::kForward, p.precision, shape));
       c.bwd_time.push_back(cm.layer_time(L, Pass::kBackward, p.precision, shape));
-      c.core_time.push_back(p.recompute == Recompute::kSelective ? cm.attention_core_time(L, p.precision, shape) : 0);
+      c.core_time.push_back(p.recompute == Recompute::kSelective ? cm.attention_core_time(L, p.precision, shape)
+                            : p.recompute == Recompute::kOp    ? cm.op_recompute_time(L, p.precision, shape)
+                                                                : 0);
       c.memory.push_back(cm.layer_memory(L, p.precision, shape));
       c.fwd_launch.push_back(cm.layer_launch_time(L, Pass::kForward, p.precision));
       c.bwd_launch.push_back(cm.layer_launch_time(L, Pass::kBackward, p.precision));
@@ -118,6 +120,11 @@ class LayerStage final : public detail::StageEmitter {
         // Selective recompute drops the attention core and rebuilds it.
         u.recompute = {true, "recompute attention", c.core_time[l], 0, L.attention_core_bytes, 0};
         u.forward_drop = L.attention_core_bytes;
+      } else if (c.plan.recompute == Recompute::kOp && L.op_recompute_bytes > 0) {
+        // Op-level recompute drops what its policy does not save and reruns
+        // those kernels (Note [Op-level recompute] in models/src/llama.cpp).
+        u.recompute = {true, "recompute ops", c.core_time[l], 0, L.op_recompute_bytes, 0};
+        u.forward_drop = L.op_recompute_bytes;
       }
       c.units.push_back(std::move(u));
     }

@@ -48,11 +48,13 @@ inline void add_bytes(std::vector<MemOp>& ops, MemCategory category, Bytes bytes
 
 /// Bytes layer l keeps from its forward to its backward per micro-batch
 /// under `recompute`: with full recompute a block keeps only its input (the
-/// previous layer's output), selective recompute drops the attention core.
+/// previous layer's output), selective recompute drops the attention core,
+/// op-level recompute what its policy does not keep.
 inline Bytes kept_bytes(const std::vector<Layer>& layers, std::size_t l, Recompute recompute) {
   const Layer& L = layers[l];
   if (recompute == Recompute::kFull && L.is_block()) return l == 0 ? 0 : layers[l - 1].output_bytes;
   if (recompute == Recompute::kSelective) return L.saved_bytes - L.attention_core_bytes;
+  if (recompute == Recompute::kOp) return L.saved_bytes - L.op_recompute_bytes;
   return L.saved_bytes;
 }
 

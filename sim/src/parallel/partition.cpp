@@ -73,6 +73,7 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     if (plan.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
       rec = compute.attention_core_time(L, plan.precision, shape);
     }
+    if (plan.recompute == Recompute::kOp && L.op_recompute_bytes > 0) rec = compute.op_recompute_time(L, plan.precision, shape);
     out.forward.push_back(fwd);
     out.backward.push_back(compute.layer_time(L, Pass::kBackward, plan.precision, shape));
     if (split_weights) {

@@ -269,11 +269,17 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   const Flops model_flops = model.model_flops(shape) * micro_steps;
   Flops hw_flops = model_flops;
   if (p.plan.recompute != Recompute::kNone) {
-    for (const auto& l : model.layers(shape)) {
+    // Op-level recompute is described with the attention as it runs (Note
+    // [Op-level recompute]; resolve allows it at tp 1 and cp 1 only).
+    WorkloadShape rs = shape;
+    rs.flash_attention = p.plan.flash_attention;
+    for (const auto& l : model.layers(rs)) {
       if (p.plan.recompute == Recompute::kFull && l.is_block()) {
         hw_flops += l.forward_flops() * micro_steps;
       } else if (p.plan.recompute == Recompute::kSelective) {
         for (const auto& k : l.attention_core) hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;
+      } else if (p.plan.recompute == Recompute::kOp) {
+        for (const auto& k : l.op_recompute) hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;
       }
     }
   }

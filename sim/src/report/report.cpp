@@ -44,7 +44,9 @@ std::string plan_line(const ResolvedPlan& p) {
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) {
     os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false")
-       << (p.zero_stage == 3 && p.fsdp_wrap != FsdpWrap::kBlocks ? ", a unit per layer" : "") << ")";
+       << (p.zero_stage == 3 && p.fsdp_wrap == FsdpWrap::kLayers       ? ", a unit per layer"
+           : p.zero_stage == 3 && p.fsdp_wrap == FsdpWrap::kTorchtitan ? ", a unit per layer, [norm, output] kept to its backward"
+                                                                        : "") << ")";
   }
   if (p.zero_stage == 3 && p.z3_leaf_layers) os << " z3_leaf_layers";
   if (p.zero3_modules()) {

@@ -221,6 +221,12 @@ struct Layer {
   /// and the forward kernels it re-runs; zero / empty for other layers.
   Bytes attention_core_bytes = 0;
   std::vector<Kernel> attention_core;
+  /// Op-level recompute (torchtitan's selective_ac_option "op", Note
+  /// [Op-level recompute] in models/src/llama.cpp): the bytes of
+  /// `saved_bytes` its policy does not keep, and the forward kernels its
+  /// backward reruns; zero / empty where a layer does not describe it.
+  Bytes op_recompute_bytes = 0;
+  std::vector<Kernel> op_recompute;
   /// A repeated block (transformer or LSTM layer): what full recompute
   /// checkpoints and `stage_layers` counts in blocks.
   bool is_block() const { return kind == LayerKind::kTransformer || kind == LayerKind::kLstm; }

@@ -28,7 +28,11 @@ inline Optimizer effective_optimizer(Optimizer o, double sgd_momentum) {
   return is_sgd(o) ? (sgd_momentum > 0 ? Optimizer::kSgd : Optimizer::kSgdPlain) : o;
 }
 enum class Offload { kNone, kCpu };
-enum class Recompute { kNone, kSelective, kFull };
+/// Activation recompute: none; selective (Megatron's: the attention core);
+/// full (each block's input kept, its forward rerun); op (torchtitan's
+/// selective_ac_option "op": every other GEMM's output and attention's
+/// kept, the rest rerun; Note [Op-level recompute] in models/src/llama.cpp).
+enum class Recompute { kNone, kSelective, kFull, kOp };
 /// Pipeline schedules: GPipe (all forwards, then all backwards; torchgpipe),
 /// 1F1B (PipeDream-flush, as Megatron-LM and DeepSpeed), Megatron's
 /// interleaved 1F1B over virtual stages, and the naive layer split without
