@@ -212,14 +212,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
   if (s.spec.precision == sim::Precision::kFp8) {
     // Note [FP8 training] (sim/src/cost/cost_compute.cpp): the runtime's
     // LibTorch 1.13 has no FP8 dtype or scaled GEMM, on a CPU or a GPU.
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("precision") +
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.precision") +
                            ": precision fp8 is not run: LibTorch 1.13 has no FP8 GEMMs (the simulator predicts it); use bf16");
   }
   if (s.spec.recompute == sim::Recompute::kOp) {
     // Note [Op-level recompute] (models/src/llama.cpp): torchtitan's policy
     // saves by aten op; the runtime's layers recompute the attention core
     // or the whole block only.
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("recompute") +
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.recompute") +
                            ": recompute op is not run: the runtime recomputes the attention core (selective) or whole "
                            "blocks (full); use selective or full");
   }
@@ -228,7 +228,7 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
       (s.spec.precision == sim::Precision::kBf16 && d.peak_bf16 <= 0) || o.device == "cpu") {
     if (s.spec.precision != sim::Precision::kFp32) {
       s.notes.push_back(std::string("precision ") + sim::to_string(s.spec.precision) + " -> fp32: mixed precision needs a GPU (" +
-                        s.spec.origins.of("precision") + ")");
+                        s.spec.origins.of("plan.precision") + ")");
       s.spec.precision = sim::Precision::kFp32;
     }
   }
@@ -237,14 +237,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     // runtime's gradients are PyTorch's, in the parameters' type, bucketed
     // as DDP does; predict what runs.
     s.notes.push_back("accumulate_allreduce_grads_in_fp32 -> false: the runtime keeps PyTorch's gradients in the parameters' "
-                      "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("accumulate_allreduce_grads_in_fp32") + ")");
+                      "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("plan.accumulate_allreduce_grads_in_fp32") + ")");
     s.spec.accumulate_allreduce_grads_in_fp32 = false;
   }
   if (s.spec.deallocate_pipeline_outputs && s.spec.schedule == sim::Schedule::kZbH1) {
     // Note [Zero bubble passes] (trainer.cpp): the weight pass runs again
     // from the stage's output, whose data it needs.
     s.notes.push_back("deallocate_pipeline_outputs -> false: the runtime's zb-h1 weight pass starts again from each stage's output (" +
-                      s.spec.origins.of("deallocate_pipeline_outputs") + ")");
+                      s.spec.origins.of("plan.deallocate_pipeline_outputs") + ")");
     s.spec.deallocate_pipeline_outputs = false;
   }
   if (s.spec.zero_stage == 3 && s.spec.fsdp == sim::FsdpMode::kNone && !s.spec.z3_leaf_layers) {
@@ -252,7 +252,7 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     // runtime gathers each layer as one flat unit, one layer ahead, as
     // DeepSpeed does with every layer a leaf module; predict what runs.
     s.notes.push_back("z3_leaf_layers -> true: the runtime gathers each layer whole, one ahead, not DeepSpeed's module by "
-                      "module coordinator (" + s.spec.origins.of("zero_stage") + ")");
+                      "module coordinator (" + s.spec.origins.of("plan.zero_stage") + ")");
     s.spec.z3_leaf_layers = true;
   }
   if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap != sim::FsdpWrap::kLayers) {
@@ -263,14 +263,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "too, each again for its backward, not ") +
                       (s.spec.fsdp_wrap == sim::FsdpWrap::kBlocks ? "the rest of the model in one root unit"
                                                                   : "torchtitan's [norm, output] kept from forward to backward") +
-                      " (" + s.spec.origins.of("fsdp") + ")");
+                      " (" + s.spec.origins.of("plan.fsdp") + ")");
     s.spec.fsdp_wrap = sim::FsdpWrap::kLayers;
   }
   if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {
     // Note [Context parallelism] (models/torch): the runtime moves K/V by
     // all-gather only; predict what runs.
     s.notes.push_back("cp_comm p2p -> all_gather: the runtime exchanges keys and values by one all-gather, not the p2p ring (" +
-                      s.spec.origins.of("cp_comm") + ")");
+                      s.spec.origins.of("plan.cp_comm") + ")");
     s.spec.cp_comm = sim::CpComm::kAllGather;
   }
   if (!o.profile.empty()) s.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(o.profile));
@@ -287,7 +287,7 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       std::to_string(world) + "; use --procs " + std::to_string(p.gpus_used()) + " or --set plan.dp=N");
   }
   if (p.pp > 1 && p.schedule == sim::Schedule::kInterleaved) {
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("schedule") +
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.schedule") +
                            ": the runtime runs gpipe, 1f1b and naive model parallel, not interleaved (the simulator predicts it)");
   }
   if (p.pp > 1 && p.zero_stage >= 2) {
@@ -295,7 +295,7 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            " with a pipeline is not run (DeepSpeed refuses it too); use zero_stage 0 or 1 with pp > 1");
   }
   if (p.offload_params == sim::Offload::kCpu) {
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("offload_params") +
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.offload_params") +
                            ": parameter offload is not run; optimizer offload (offload_optimizer: cpu) is");
   }
   if (p.cp > 1) {

@@ -606,6 +606,20 @@ TEST_CASE("validate refuses expert parallelism with ZeRO-3, FSDP or tensor paral
         std::string::npos);
 }
 
+// Note [Op-level recompute] (models/src/llama.cpp) and Note [FP8 training]:
+// what the runtime cannot run is refused in one line naming where it was
+// asked for (the override, not the plan file).
+TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the override", "[runtime][validate]") {
+  const Run op = validate("--model llama-tiny --plan fsdp --procs 2 --set plan.recompute=op");
+  CHECK(op.status == 2);
+  CHECK(std::count(op.err.begin(), op.err.end(), '\n') == 1);
+  CHECK(op.err.find("--set plan.recompute: recompute op is not run: the runtime recomputes the attention core (selective) or "
+                    "whole blocks (full); use selective or full") != std::string::npos);
+  const Run fp8 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp8");
+  CHECK(fp8.status == 2);
+  CHECK(fp8.err.find("--set plan.precision: precision fp8 is not run") != std::string::npos);
+}
+
 // ---- real runs: data and faults -------------------------------------------------------
 
 TEST_CASE("validate --data trains from an HDF5 file, and a file that does not fit the model is refused", "[runtime][validate][slow]") {
