@@ -946,7 +946,7 @@ std::string search_to_json(const SearchResult& r) {
 std::string search_to_csv(const SearchResult& r) {
   std::ostringstream os;
   os << "rank,iteration_time_s,tokens_per_s,mfu,peak_bytes,dp,tp,pp,schedule,virtual_stages,micro_batch,micro_batches,"
-        "sharding,offload,recompute,sequence_parallel,placement,pareto,cp,attention,precision\n";
+        "sharding,offload,recompute,sequence_parallel,placement,pareto,cp,attention,precision,also\n";
   int i = 1;
   for (const auto& e : r.top) {
     const ResolvedPlan& p = e.plan;
@@ -959,7 +959,14 @@ std::string search_to_csv(const SearchResult& r) {
        << p.grad_accum << "," << sharding_text(p) << "," << offload_text(p) << "," << to_string(p.recompute) << ","
        << (p.sequence_parallel ? "true" : "false") << "," << (p.pp > 1 && p.dp > 1 ? std::string(p.spec.placement).replace(2, 1, "-").replace(5, 1, "-") : std::string("-")) << ","
        << (on_front ? "true" : "false") << "," << p.cp << "," << (p.flash_attention ? "flash" : "eager") << ","
-       << to_string(p.precision) << "\n";
+       << to_string(p.precision) << ",";
+    // The other names of the plan (Note [Search twins]), ';' apart, commas as '-' as in placement.
+    for (std::size_t k = 0; k < e.also.size(); ++k) {
+      std::string n = e.also[k];
+      std::replace(n.begin(), n.end(), ',', '-');
+      os << (k ? ";" : "") << n;
+    }
+    os << "\n";
   }
   return os.str();
 }
