@@ -111,12 +111,9 @@ std::optional<LayerMemory> ComputeModel::layer_memory(const Layer& /*layer*/, Pr
   return std::nullopt;
 }
 
-TimeNs ComputeModel::attention_core_time(const Layer& layer, Precision p, const WorkloadShape& /*shape*/) const {
-  return kernels_time(layer.attention_core, p);
-}
-
-TimeNs ComputeModel::op_recompute_time(const Layer& layer, Precision p, const WorkloadShape& /*shape*/) const {
-  return kernels_time(layer.op_recompute, p);
+TimeNs ComputeModel::recompute_time(const Layer& /*layer*/, const std::vector<Kernel>& kernels, Precision p,
+                                    const WorkloadShape& /*shape*/) const {
+  return kernels_time(kernels, p);
 }
 
 TimeNs ComputeModel::layer_launch_time(const Layer& /*layer*/, Pass /*pass*/, Precision /*p*/) const { return 0; }

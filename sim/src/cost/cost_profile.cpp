@@ -577,16 +577,8 @@ TimeNs ProfileComputeModel::optimizer_launch_time(double params, int updates, Op
 // masking of the scores, the copies its batched matmuls make of q, k and v:
 // kernels_time alone priced gpt2's core at 0.54 ms a block at 8 x 1024
 // tokens, where the recompute measured 1.3 ms).
-TimeNs ProfileComputeModel::attention_core_time(const Layer& layer, Precision p, const WorkloadShape& shape) const {
-  return share_of_measured(layer, layer.attention_core, p, shape);
-}
-
-TimeNs ProfileComputeModel::op_recompute_time(const Layer& layer, Precision p, const WorkloadShape& shape) const {
-  return share_of_measured(layer, layer.op_recompute, p, shape);
-}
-
-TimeNs ProfileComputeModel::share_of_measured(const Layer& layer, const std::vector<Kernel>& kernels, Precision p,
-                                              const WorkloadShape& shape) const {
+TimeNs ProfileComputeModel::recompute_time(const Layer& layer, const std::vector<Kernel>& kernels, Precision p,
+                                           const WorkloadShape& shape) const {
   const TimeNs core = kernels_time(kernels, p);
   TimeNs measured = 0;
   if (core == 0 || layer.signature.empty() || !measured_layer_time(layer, Pass::kForward, p, shape, &measured, /*count=*/false)) {

@@ -42,9 +42,8 @@ class LayerStage final : public detail::StageEmitter {
     for (const auto& L : c.layers) {
       c.fwd_time.push_back(cm.layer_time(L, Pass::kForward, p.precision, shape));
       c.bwd_time.push_back(cm.layer_time(L, Pass::kBackward, p.precision, shape));
-      c.core_time.push_back(p.recompute == Recompute::kSelective ? cm.attention_core_time(L, p.precision, shape)
-                            : p.recompute == Recompute::kOp    ? cm.op_recompute_time(L, p.precision, shape)
-                                                                : 0);
+      const auto& rerun = detail::partially_recomputed_kernels(L, p.recompute);
+      c.core_time.push_back(rerun.empty() ? 0 : cm.recompute_time(L, rerun, p.precision, shape));
       c.memory.push_back(cm.layer_memory(L, p.precision, shape));
       c.fwd_launch.push_back(cm.layer_launch_time(L, Pass::kForward, p.precision));
       c.bwd_launch.push_back(cm.layer_launch_time(L, Pass::kBackward, p.precision));
@@ -116,15 +115,12 @@ class LayerStage final : public detail::StageEmitter {
         u.recompute = {true, "recompute", c.fwd_time[l] + c.tp_fwd[l].total() + u.ep_forward_cost.total() + u.dp_forward_cost.total(), c.fwd_launch[l],
                        L.saved_bytes - checkpoint + transient, transient};
         u.forward_drop = L.saved_bytes - checkpoint;
-      } else if (c.plan.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
-        // Selective recompute drops the attention core and rebuilds it.
-        u.recompute = {true, "recompute attention", c.core_time[l], 0, L.attention_core_bytes, 0};
-        u.forward_drop = L.attention_core_bytes;
-      } else if (c.plan.recompute == Recompute::kOp && L.op_recompute_bytes > 0) {
-        // Op-level recompute drops what its policy does not save and reruns
-        // those kernels (Note [Op-level recompute] in models/src/llama.cpp).
-        u.recompute = {true, "recompute ops", c.core_time[l], 0, L.op_recompute_bytes, 0};
-        u.forward_drop = L.op_recompute_bytes;
+      } else if (const Bytes drop = detail::partially_recomputed_bytes(L, c.plan.recompute); drop > 0) {
+        // Selective recompute drops the attention core and rebuilds it; the
+        // op-level policy what it does not save (Note [Op-level recompute]).
+        const char* label = c.plan.recompute == Recompute::kOp ? "recompute ops" : "recompute attention";
+        u.recompute = {true, label, c.core_time[l], 0, drop, 0};
+        u.forward_drop = drop;
       }
       c.units.push_back(std::move(u));
     }

@@ -46,16 +46,29 @@ inline void add_bytes(std::vector<MemOp>& ops, MemCategory category, Bytes bytes
   if (bytes != 0) ops.push_back({category, bytes});
 }
 
+/// Partial recompute: the bytes of a layer's saved_bytes `recompute` drops
+/// (selective: the attention core; op: what the op-level policy does not
+/// keep, Note [Op-level recompute] in models/src/llama.cpp), 0 otherwise.
+inline Bytes partially_recomputed_bytes(const Layer& L, Recompute recompute) {
+  if (recompute == Recompute::kSelective) return L.attention_core_bytes;
+  if (recompute == Recompute::kOp) return L.op_recompute_bytes;
+  return 0;
+}
+/// ... and the forward kernels its backward reruns for them.
+inline const std::vector<Kernel>& partially_recomputed_kernels(const Layer& L, Recompute recompute) {
+  static const std::vector<Kernel> none;
+  if (recompute == Recompute::kSelective) return L.attention_core;
+  if (recompute == Recompute::kOp) return L.op_recompute;
+  return none;
+}
+
 /// Bytes layer l keeps from its forward to its backward per micro-batch
 /// under `recompute`: with full recompute a block keeps only its input (the
-/// previous layer's output), selective recompute drops the attention core,
-/// op-level recompute what its policy does not keep.
+/// previous layer's output); partial recompute drops its part.
 inline Bytes kept_bytes(const std::vector<Layer>& layers, std::size_t l, Recompute recompute) {
   const Layer& L = layers[l];
   if (recompute == Recompute::kFull && L.is_block()) return l == 0 ? 0 : layers[l - 1].output_bytes;
-  if (recompute == Recompute::kSelective) return L.saved_bytes - L.attention_core_bytes;
-  if (recompute == Recompute::kOp) return L.saved_bytes - L.op_recompute_bytes;
-  return L.saved_bytes;
+  return L.saved_bytes - partially_recomputed_bytes(L, recompute);
 }
 
 /// A backward kernel of the weight-gradient pass W (Note [Zero bubble] in

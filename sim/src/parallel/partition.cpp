@@ -70,10 +70,9 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     const TimeNs tpf = (plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm).total() : 0) + epf;
     TimeNs rec = 0;
     if (plan.recompute == Recompute::kFull && L.is_block()) rec = fwd + tpf;
-    if (plan.recompute == Recompute::kSelective && L.attention_core_bytes > 0) {
-      rec = compute.attention_core_time(L, plan.precision, shape);
+    if (detail::partially_recomputed_bytes(L, plan.recompute) > 0) {
+      rec = compute.recompute_time(L, detail::partially_recomputed_kernels(L, plan.recompute), plan.precision, shape);
     }
-    if (plan.recompute == Recompute::kOp && L.op_recompute_bytes > 0) rec = compute.op_recompute_time(L, plan.precision, shape);
     out.forward.push_back(fwd);
     out.backward.push_back(compute.layer_time(L, Pass::kBackward, plan.precision, shape));
     if (split_weights) {

@@ -276,10 +276,10 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     for (const auto& l : model.layers(rs)) {
       if (p.plan.recompute == Recompute::kFull && l.is_block()) {
         hw_flops += l.forward_flops() * micro_steps;
-      } else if (p.plan.recompute == Recompute::kSelective) {
-        for (const auto& k : l.attention_core) hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;
-      } else if (p.plan.recompute == Recompute::kOp) {
-        for (const auto& k : l.op_recompute) hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;
+      } else {
+        for (const auto& k : detail::partially_recomputed_kernels(l, p.plan.recompute)) {
+          hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;
+        }
       }
     }
   }

@@ -835,8 +835,8 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       first->also.push_back(twin_name(e.plan, first->plan));
     } else if (r.top.size() < top_k) {
       r.top.push_back(std::move(e));
-    } else if (e.iteration_time > r.top.back().iteration_time) {
-      break;  // slower than the last listed: no twin of a listed plan
+    } else if (r.top.empty() || e.iteration_time > r.top.back().iteration_time) {
+      break;  // slower than the last listed (or none asked for): no twin of a listed plan
     }
   }
   r.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();

@@ -159,12 +159,11 @@ class ComputeModel {
   /// A layer's measured memory at `shape` (Note [Layer memory]); none by
   /// default: the analytic models' formulas stand.
   virtual std::optional<LayerMemory> layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const;
-  /// Selective recompute's cost for a layer: its attention core run again
-  /// (Layer::attention_core). By default the core's kernels.
-  virtual TimeNs attention_core_time(const Layer& layer, Precision p, const WorkloadShape& shape) const;
-  /// Op-level recompute's cost for a layer (Layer::op_recompute), priced
-  /// as attention_core_time prices the core.
-  virtual TimeNs op_recompute_time(const Layer& layer, Precision p, const WorkloadShape& shape) const;
+  /// Partial recompute's cost for a layer: `kernels`, part of its forward,
+  /// run again (selective recompute's Layer::attention_core, op-level
+  /// recompute's Layer::op_recompute). By default those kernels.
+  virtual TimeNs recompute_time(const Layer& layer, const std::vector<Kernel>& kernels, Precision p,
+                                const WorkloadShape& shape) const;
   /// The host's time to issue one pass of a layer (Note [Host launch] in
   /// executor.cpp); 0 by default: issuing is not modelled.
   virtual TimeNs layer_launch_time(const Layer& layer, Pass pass, Precision p) const;

@@ -159,8 +159,8 @@ class ProfileComputeModel final : public ComputeModel {
   TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const override;
   TimeNs host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const override;
   TimeNs layer_launch_time(const Layer& layer, Pass pass, Precision p) const override;
-  TimeNs attention_core_time(const Layer& layer, Precision p, const WorkloadShape& shape) const override;
-  TimeNs op_recompute_time(const Layer& layer, Precision p, const WorkloadShape& shape) const override;
+  TimeNs recompute_time(const Layer& layer, const std::vector<Kernel>& kernels, Precision p,
+                        const WorkloadShape& shape) const override;
   TimeNs optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const override;
   TimeNs bucket_copy_time(double params, int tensors, bool out) const override;
   std::optional<LayerMemory> layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const override;
@@ -171,10 +171,6 @@ class ProfileComputeModel final : public ComputeModel {
   bool measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape, TimeNs* out,
                            bool count = true) const;
   TimeNs kernel_sum(const Layer& layer, Pass pass, Precision p, bool count = true) const;
-  /// `kernels` (part of the layer's forward) priced as their share of its
-  /// measured forward, or alone where it was not measured.
-  TimeNs share_of_measured(const Layer& layer, const std::vector<Kernel>& kernels, Precision p,
-                           const WorkloadShape& shape) const;
   std::shared_ptr<const ProfileCosts> costs_;
   RooflineComputeModel roofline_;
   DeviceSpec device_;

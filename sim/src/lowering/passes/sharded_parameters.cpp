@@ -124,21 +124,17 @@ class ShardedParameters final : public StrategyPass {
 
   void before_backward(const At& at, std::vector<TaskId>& deps) override {
     const std::size_t i = at.unit;
-    if (kept_after_forward(i)) {
-      // Note [FSDP's root unit]: torchtitan's last unit is still whole.
-      if (one_group_ && i + 1 == ctx_.layers.size()) bwd_gather_.assign(ctx_.layers.size(), -1);
-      if (one_group_ && i >= 1 && unit_gathered(i - 1)) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
-      return;
-    }
+    // Note [FSDP's root unit]: torchtitan's last unit is still whole.
+    const bool own = unit_gathered(i) && !kept_after_forward(i);
     if (!one_group_) {
-      if (unit_gathered(i)) deps.push_back(backward_gather(at.micro, i));
+      if (own) deps.push_back(backward_gather(at.micro, i));
       return;
     }
     // Note [One process group]: layer i's gather (where not prefetched),
     // then the prefetch of the layer below, both queued before layer i's
     // reduce-scatter.
     if (i + 1 == ctx_.layers.size()) bwd_gather_.assign(ctx_.layers.size(), -1);
-    if (unit_gathered(i)) {
+    if (own) {
       if (bwd_gather_[i] < 0) bwd_gather_[i] = backward_gather(at.micro, i);
       deps.push_back(bwd_gather_[i]);
     }
