@@ -192,8 +192,10 @@ TEST_CASE("NVLink SHARP busbw at 1 GiB on the shipped clusters against the measu
   CHECK(busbw("dgx-h100", 8, true) == Approx(480).epsilon(0.01));
   CHECK(busbw("dgx-h100", 5, true) == Approx(420).epsilon(0.03));
   CHECK(busbw("dgx-h100", 4, true) == Approx(370).epsilon(0.01));
-  // With NCCL_NVLS_ENABLE=0 the ring's 370 (NVIDIA/nccl #1455, NCCL_ALGO=RING).
-  CHECK(busbw("dgx-h100", 8, false) == Approx(370).epsilon(0.01));
+  // With NCCL_NVLS_ENABLE=0 the ring's 368.76 on one DGX-class node
+  // (NVIDIA/nccl-tests #309; 365-370 in NVIDIA/nccl #1455, NCCL_ALGO=RING):
+  // 370 at the link, less the Simple ring's 56 us (Note [NCCL protocols]).
+  CHECK(busbw("dgx-h100", 8, false) == Approx(368.76).epsilon(0.01));
   // 8 B200s: "830+" (NVIDIA/nccl #1807).
   CHECK(busbw("dgx-b200", 8, true) == Approx(830).epsilon(0.01));
   // No SHARP in an A100's NVSwitch: the ring's 230, whatever the setting.

@@ -1,10 +1,12 @@
 #include "dtsim/sim/config_io.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/framework_config.hpp"
@@ -143,6 +145,7 @@ DeviceSpec read_device(const ConfigMap& c) {
     d.kernel_launch = seconds_to_ns(m->get_double("kernel_launch_us", ns_to_seconds(d.kernel_launch) * 1e6, 0, 1e6) * 1e-6);
     d.runtime_reserved = static_cast<Bytes>(m->get_double("runtime_reserved_GiB", static_cast<double>(d.runtime_reserved) / kGiB, 0, kMaxGB) * kGiB);
     d.comm_slowdown = m->get_double("comm_slowdown", d.comm_slowdown, 0, 10);
+    d.compute_capability = static_cast<int>(m->get_int("compute_capability", d.compute_capability, 0, 1000));
     m->finish();
   }
   return d;
@@ -167,6 +170,32 @@ LinkSpec read_link(const ConfigMap& m, std::initializer_list<std::pair<const cha
   // Note [NCCL below the line rate] (cost/cost_comm.cpp).
   l.efficiency = m.get_double("efficiency", 1.0, 0.01, 1.0);
   return l;
+}
+
+/// NCCL_PROTO as a cluster's `nccl_proto`: a comma-separated list of LL,
+/// LL128 and Simple (any case), or "^" and the ones excluded, as NCCL reads it.
+int parse_nccl_proto(const ConfigMap& c) {
+  std::string text = c.get_string("nccl_proto", "");
+  const bool exclude = !text.empty() && text[0] == '^';
+  if (exclude) text.erase(0, 1);
+  int mask = 0;
+  std::stringstream ss(text);
+  std::string item;
+  while (std::getline(ss, item, ',')) {
+    std::string low;
+    for (char ch : item) {
+      if (!std::isspace(static_cast<unsigned char>(ch))) low += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    }
+    int bit = -1;
+    if (low == "ll") bit = 1 << static_cast<int>(NcclProtocol::kLL);
+    if (low == "ll128") bit = 1 << static_cast<int>(NcclProtocol::kLL128);
+    if (low == "simple") bit = 1 << static_cast<int>(NcclProtocol::kSimple);
+    if (bit < 0) c.fail("nccl_proto", "'" + item + "' is not a protocol; valid: LL, LL128, Simple, comma-separated, or ^ and those to leave out");
+    mask |= bit;
+  }
+  if (exclude) mask = 7 & ~mask;
+  if (mask == 0) c.fail("nccl_proto", "'" + c.get_string("nccl_proto", "") + "' leaves no protocol; valid: LL, LL128, Simple, comma-separated, or ^ and those to leave out");
+  return mask;
 }
 
 ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
@@ -212,6 +241,7 @@ ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
     m.finish();
   }
   s.nccl_nvls_enable = c.get_bool("nccl_nvls_enable", true);
+  if (c.has("nccl_proto")) s.nccl_proto = parse_nccl_proto(c);
   c.finish();
   return s;
 }

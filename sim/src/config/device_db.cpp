@@ -136,6 +136,18 @@ std::vector<DeviceSpec> make_devices() {
   // collectives] in sim/src/lowering/layer_context.hpp).
   cpu.comm_overlaps_compute = false;
   v.push_back(cpu);
+  // CUDA compute capabilities (NVIDIA's "CUDA GPUs" table): NCCL's
+  // protocol model takes its per-architecture figures from them (Note [NCCL
+  // protocols] in cost_comm.cpp). MI300X (RCCL) and the CPU have none.
+  const std::pair<const char*, int> capabilities[] = {
+      {"A100-SXM4-80GB", 80}, {"A100-SXM4-40GB", 80}, {"H100-SXM", 90}, {"H100-96GB", 90}, {"H200", 90},
+      {"B200", 100},          {"V100-SXM2-16GB", 70}, {"V100-SXM2-32GB", 70}, {"RTX-2080-Ti", 75},
+      {"P100", 60},           {"K80", 37}};
+  for (auto& d : v) {
+    for (const auto& [name, cc] : capabilities) {
+      if (d.name == name) d.compute_capability = cc;
+    }
+  }
   // Note [Interference prior]
   // NCCL runs a ring collective as one thread block per channel, each on an
   // SM of its own that it shares with no compute kernel (S. Jeaugey,

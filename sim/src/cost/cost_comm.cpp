@@ -34,9 +34,56 @@
 // `efficiency` (cluster YAML) is that share, and every collective and
 // point-to-point transfer moves at bandwidth x efficiency (LinkSpec::rate);
 // the shipped clusters cite theirs. A profile's measured collectives
-// replace it where it has them (ProfileCommModel). Not modelled: the
-// low-latency protocols' trade of bandwidth for latency at small sizes
-// (LL, LL128).
+// replace it where it has them (ProfileCommModel). That rate is the Simple
+// protocol's, which large messages run; smaller ones run NCCL's others
+// (Note [NCCL protocols]).
+//
+// Note [NCCL protocols]
+// NCCL moves data in one of three protocols (src/device/prims_ll.h,
+// prims_ll128.h, prims_simple.h): LL stores 8 bytes at a time, 4 of data
+// and a 4-byte flag the receiver polls, so it needs no fence and has the
+// least latency but moves at most half the bytes; LL128 stores 128-byte
+// lines of which 120 are data (NVLink only: it relies on the lines
+// arriving whole); Simple moves whole buffers behind a fence and a flag,
+// at the full rate but with the most latency. NCCL's tuner
+// (src/graph/tuning.cc, ncclTopoTuneModel and ncclTopoGetAlgoTime, v2.30.7)
+// prices each algorithm in each protocol as latency + bytes / bandwidth and
+// runs the cheapest, and so does dtsim, with the tuner's own constants:
+// - latency: a base per algorithm and protocol (baseLatencies: ring LL 6.6,
+//   LL128 14, Simple 8.4 us; tree 6.8, 14, 8.4) plus a hardware latency per
+//   step (hwLatencies; ring on NVLink 0.6 / 1.9 / 3.4 us, on PCIe 1.0 / 2.5
+//   / 5.7, over the network 2.7 / 4.0 / 14; tree 0.6 / 1.25 / 4.0, 1.0 /
+//   1.9 / 4.0 and 5.0 / 8.5 / 14). A ring all-reduce over N nodes takes
+//   2(N-1) of its 2(n-1) steps over the network (N-1 of n-1 for reduce-
+//   scatter and all-gather), the others inside nodes; a tree all-reduce
+//   pays 2((g-1) intra + floor(log2 N) network) steps. A link's
+//   `latency_us` is its LL step (NVLink 0.6, the table's); what it has
+//   above the table's LL figure is the wire's (NCCL's latencyInter) and is
+//   added to every protocol's step, twice to Simple's over the network
+//   (its flush). Across nodes a step costs at least NCCL's net overhead of
+//   1 us (3 for Simple). A multi-node ring all-reduce in Simple pays its
+//   latency 1.4 times (1.9 before Ampere): the tuner's "plateau effect".
+// - bandwidth: Simple moves at the link's rate (Note [NCCL below the line
+//   rate]); ring LL at half of it, at most llMaxBws (per architecture inside
+//   a node: Volta 39, Ampere 87.7, Hopper 141, Blackwell 282 GB/s of bus
+//   bandwidth; across 2 nodes 39, more 20.4, the tuner's rows for x86
+//   hosts); ring LL128 at 0.92 of it; the tree at 0.92 of it in Simple, 1/3.8
+//   of that in LL (at most llMaxBws) and 120/128 in LL128, each times the
+//   tuner's treeCorrectionFactor for the size.
+// LL128 runs where NCCL enables it by default: compute capability 7.0 and
+// up with NVLink between the GPUs, and across nodes only where each GPU has
+// a NIC of its own (NCCL wants the NIC under the GPU's PCIe switch).
+// `nccl_proto` (cluster YAML) is NCCL_PROTO. The model applies to NVIDIA
+// GPUs (a device's compute_capability) over NVLink or PCIe and InfiniBand
+// or Ethernet; Gloo's collectives (CPUs), RCCL's (xgmi) and a profile's
+// fitted line keep one alpha-beta line, a 6 us base and the link's latency
+// every step (Note [Collective cost model]). Point-to-point and all-to-all
+// keep that line too. Against published nccl-tests sweeps (docs/comm.md)
+// the protocols lift sizes from 1 to 64 MB from 27-69% short to 5-45%
+// short: NCCL's own model, which it uses only to choose, is short there too.
+// Not modelled: the tuner's per-channel caps (they bind only below 12
+// channels), its nChannels reduction for small messages (it changes the
+// launch, not the time the tuner expects), PAT and CollNet.
 //
 // Note [NVLink SHARP]
 // On Hopper and Blackwell the NVSwitch can reduce: NCCL's NVLS algorithm
@@ -70,6 +117,7 @@
 // that setting.
 #include <algorithm>
 #include <cmath>
+#include <optional>
 #include <set>
 #include <utility>
 
@@ -86,6 +134,44 @@ using detail::ring_steps;
 /// NVLS's latency inside a node: NCCL's tuner gives it 25 us and no base
 /// latency (src/graph/tuning.cc, hwLatencies[NVLINK][NVLS][SIMPLE]).
 constexpr TimeNs kNvlsLatency = 25 * kNsPerUs;
+
+// ---- Note [NCCL protocols]: NCCL's tuner constants (src/graph/tuning.cc, v2.30.7) ----
+
+constexpr int kRingAlgo = 0, kTreeAlgo = 1;
+constexpr int kNvlinkHw = 0, kPciHw = 1, kNetHw = 2;
+/// baseLatencies[algorithm][protocol] in us (LL, LL128, Simple).
+constexpr double kBaseLatencyUs[2][3] = {{6.6, 14.0, 8.4}, {6.8, 14.0, 8.4}};
+/// hwLatencies[link][algorithm][protocol] in us, a step each.
+constexpr double kHwLatencyUs[3][2][3] = {
+    {{0.6, 1.9, 3.4}, {0.6, 1.25, 4.0}},   // NVLink: ring, tree
+    {{1.0, 2.5, 5.7}, {1.0, 1.9, 4.0}},    // PCIe
+    {{2.7, 4.0, 14.0}, {5.0, 8.5, 14.0}},  // network
+};
+/// llMaxBws[architecture or host row][1, 2, more nodes], GB/s of bus bandwidth.
+constexpr double kLlMaxBusBw[4][3] = {
+    {39.0, 39.0, 20.4}, {87.7, 22.5, 19.0}, {141.0, 45.0, 35.0}, {2 * 141.0, 2 * 45.0, 2 * 35.0}};
+/// treeCorrectionFactor[protocol][log2(bytes / 64)], 64 B to 256 MB.
+constexpr double kTreeCorrection[3][24] = {
+    {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
+    {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
+    {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
+/// NCCL's net overhead a step across nodes (getNetOverhead on x86), in us.
+constexpr double kNetOverheadUs = 1.0;
+
+int hardware_of(const std::string& link_type) {
+  if (link_type == "nvlink") return kNvlinkHw;
+  if (link_type == "pcie") return kPciHw;
+  return kNetHw;
+}
+
+int protocol_index(const std::string& name) {
+  if (name == "LL") return static_cast<int>(NcclProtocol::kLL);
+  if (name == "LL128") return static_cast<int>(NcclProtocol::kLL128);
+  if (name == "Simple") return static_cast<int>(NcclProtocol::kSimple);
+  throw UnsupportedError("unknown protocol '" + name + "'; valid: LL, LL128, Simple");
+}
+
+TimeNs us(double v) { return static_cast<TimeNs>(std::llround(v * kNsPerUs)); }
 
 /// cudaMemcpyAsync launch and completion cost for host<->device copies.
 constexpr TimeNs kCopyBaseLatency = 10 * kNsPerUs;
@@ -118,9 +204,25 @@ double bus_bandwidth_factor(CollectiveOp op, int n) {
   return 1.0;
 }
 
+const char* to_string(NcclProtocol p) {
+  switch (p) {
+    case NcclProtocol::kLL: return "LL";
+    case NcclProtocol::kLL128: return "LL128";
+    case NcclProtocol::kSimple: return "Simple";
+  }
+  return "?";
+}
+
 TimeNs CollectiveCost::total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
 
 AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(cluster) {}
+
+bool AnalyticCommModel::protocol_model() const {
+  const auto& c = cluster_;
+  const bool intra_ok = c.intra_node.type == "nvlink" || c.intra_node.type == "pcie";
+  const bool inter_ok = c.nodes == 1 || c.inter_node.type == "infiniband" || c.inter_node.type == "ethernet";
+  return c.nccl_protocol_model && c.device.compute_capability > 0 && !c.device.gloo_collectives && intra_ok && inter_ok;
+}
 
 bool AnalyticCommModel::nvls_available() const {
   return cluster_.nccl_nvls_enable && cluster_.intra_node.nvls_efficiency > 0;
@@ -138,6 +240,37 @@ BytesPerSec AnalyticCommModel::link_capacity(LinkClass link, int groups_per_node
 
 CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, CollectiveOp op,
                                                  Bytes bytes, const CommGroup& g) const {
+  if (!protocol_model() || algorithm == "nvls" || op == CollectiveOp::kSendRecv || op == CollectiveOp::kAllToAll ||
+      g.ranks <= 1) {
+    return priced(algorithm, -1, op, bytes, g);
+  }
+  // Note [NCCL protocols]: the cheapest of those NCCL enables.
+  std::optional<CollectiveCost> best;
+  for (int p = 0; p < 3; ++p) {
+    if (!protocol_enabled(p, g)) continue;
+    CollectiveCost c = priced(algorithm, p, op, bytes, g);
+    if (!best || c.total() < best->total()) best = c;
+  }
+  DTSIM_ASSERT(best.has_value(), "nccl_proto leaves no protocol");
+  return *best;
+}
+
+CollectiveCost AnalyticCommModel::with_protocol(const std::string& algorithm, const std::string& protocol,
+                                                CollectiveOp op, Bytes bytes, const CommGroup& g) const {
+  if (!protocol_model()) throw UnsupportedError("protocols: this cluster's collectives take one line (Note [NCCL protocols])");
+  return priced(algorithm, protocol_index(protocol), op, bytes, g);
+}
+
+bool AnalyticCommModel::protocol_enabled(int p, const CommGroup& g) const {
+  if ((cluster_.nccl_proto & (1 << p)) == 0) return false;
+  if (p != static_cast<int>(NcclProtocol::kLL128)) return true;
+  // LL128: sm70 and up over NVLink, and across nodes a NIC per GPU.
+  return cluster_.device.compute_capability >= 70 && cluster_.intra_node.type == "nvlink" &&
+         (g.nodes() == 1 || cluster_.nics_per_node >= cluster_.gpus_per_node);
+}
+
+CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int protocol, CollectiveOp op, Bytes bytes,
+                                         const CommGroup& g) const {
   CollectiveCost c;
   const int n = g.ranks;
   DTSIM_ASSERT(n >= 1 && g.ranks_per_node >= 1, "empty communicator");
@@ -188,11 +321,15 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
     if (op != CollectiveOp::kAllReduce || !multi_node) {
       throw UnsupportedError(std::string("tree algorithm: NCCL uses it only for all_reduce across nodes"));
     }
-    const int log_nodes = static_cast<int>(std::ceil(std::log2(static_cast<double>(nodes))));
     c.algorithm = "tree";
+    c.wire_bytes = 2.0 * s;
+    if (protocol >= 0) {
+      nccl_tree(c, protocol, bytes, g);
+      return c;
+    }
+    const int log_nodes = static_cast<int>(std::ceil(std::log2(static_cast<double>(nodes))));
     c.latency = kCollectiveBaseLatency +
                 2 * (log_nodes * cluster_.inter_node.latency + (g.ranks_per_node - 1) * cluster_.intra_node.latency);
-    c.wire_bytes = 2.0 * s;
     return c;
   }
   if (algorithm == "nvls") {
@@ -203,6 +340,7 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
           "(intra_node.nvls_efficiency > 0, nccl_nvls_enable)");
     }
     c.algorithm = "nvls";
+    if (protocol_model()) c.protocol = "Simple";
     c.latency = kNvlsLatency;
     c.rate = cluster_.intra_node.bandwidth * cluster_.intra_node.nvls_efficiency;
     c.link = LinkClass::kIntraNode;
@@ -211,10 +349,80 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
   }
   if (algorithm != "ring") throw UnsupportedError("unknown algorithm '" + algorithm + "'; valid: ring, tree, nvls");
   c.algorithm = "ring";
+  c.wire_bytes = bus_bandwidth_factor(op, n) * s;
+  if (protocol >= 0) {
+    nccl_ring(c, protocol, op, bytes, g);
+    return c;
+  }
   const TimeNs hop = multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency;
   c.latency = kCollectiveBaseLatency + ring_steps(op, n) * hop;
-  c.wire_bytes = bus_bandwidth_factor(op, n) * s;
   return c;
+}
+
+// Note [NCCL protocols]: a step's latency inside a node and across nodes.
+std::pair<double, double> AnalyticCommModel::step_latency_us(int algo, int p, const CommGroup& g) const {
+  const int intra_hw = hardware_of(cluster_.intra_node.type);
+  const double intra_wire =
+      std::max(0.0, ns_to_seconds(cluster_.intra_node.latency) * 1e6 - kHwLatencyUs[intra_hw][kRingAlgo][0]);
+  double intra = kHwLatencyUs[intra_hw][algo][p] + intra_wire;
+  double inter = 0;
+  if (g.nodes() > 1) {
+    const double wire =
+        std::max(0.0, ns_to_seconds(cluster_.inter_node.latency) * 1e6 - kHwLatencyUs[kNetHw][kRingAlgo][0]);
+    const bool simple = p == static_cast<int>(NcclProtocol::kSimple);
+    // One rank a node: the ring's network steps are the tree's (tuning.cc).
+    const int net_algo = algo == kRingAlgo && g.ranks_per_node == 1 ? kTreeAlgo : algo;
+    inter = kHwLatencyUs[kNetHw][net_algo][p] + wire * (simple ? 2 : 1);
+    if (algo == kRingAlgo) intra = std::max(intra, kNetOverheadUs * (simple ? 3 : 1));
+  }
+  return {intra, inter};
+}
+
+void AnalyticCommModel::nccl_ring(CollectiveCost& c, int p, CollectiveOp op, Bytes bytes, const CommGroup& g) const {
+  const int n = g.ranks, nodes = g.nodes();
+  c.protocol = to_string(static_cast<NcclProtocol>(p));
+  const auto [intra, inter] = step_latency_us(kRingAlgo, p, g);
+  const int steps = ring_steps(op, n);
+  const int net_steps = nodes == 1 ? 0 : (op == CollectiveOp::kAllReduce ? 2 * (nodes - 1) : nodes - 1);
+  double lat = kBaseLatencyUs[kRingAlgo][p] + (steps - net_steps) * intra + net_steps * inter;
+  // The tuner's "plateau effect of ring": Simple all-reduces across nodes
+  // once each channel's share is 64 bytes a rank (so at any channel count
+  // from this size).
+  const bool simple = p == static_cast<int>(NcclProtocol::kSimple);
+  if (simple && nodes > 1 && op == CollectiveOp::kAllReduce && static_cast<double>(bytes) >= 64.0 * 64 * n) {
+    lat *= cluster_.device.compute_capability < 80 ? 1.9 : 1.4;
+  }
+  c.latency = us(lat);
+  if (p == static_cast<int>(NcclProtocol::kLL)) {
+    c.rate = std::min(c.rate * 0.5, ll_max_bus_bandwidth(nodes));
+  } else if (p == static_cast<int>(NcclProtocol::kLL128)) {
+    c.rate *= 0.92;
+  }
+}
+
+void AnalyticCommModel::nccl_tree(CollectiveCost& c, int p, Bytes bytes, const CommGroup& g) const {
+  const int nodes = g.nodes();
+  c.protocol = to_string(static_cast<NcclProtocol>(p));
+  const auto [intra, inter] = step_latency_us(kTreeAlgo, p, g);
+  int log_nodes = 0;
+  while ((2 << log_nodes) <= nodes) ++log_nodes;  // NCCL's log2i: floor
+  c.latency = us(kBaseLatencyUs[kTreeAlgo][p] + 2 * ((g.ranks_per_node - 1) * intra + log_nodes * inter));
+  double rate = c.rate * 0.92;
+  if (p == static_cast<int>(NcclProtocol::kLL)) rate = std::min(rate / 3.8, ll_max_bus_bandwidth(nodes));
+  if (p == static_cast<int>(NcclProtocol::kLL128)) rate *= nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
+  int log_size = -1;
+  for (Bytes b = bytes >> 6; b > 0; b >>= 1) ++log_size;
+  if (log_size >= 0 && log_size < 23) rate *= kTreeCorrection[p][log_size];
+  c.rate = rate;
+}
+
+BytesPerSec AnalyticCommModel::ll_max_bus_bandwidth(int nodes) const {
+  const int cc = cluster_.device.compute_capability;
+  const int arch = cc >= 100 ? 3 : cc >= 90 ? 2 : cc >= 80 ? 1 : 0;
+  // Across nodes the tuner's row is the host CPU's (x86 Intel: the first).
+  const int row = nodes == 1 ? arch : 0;
+  const int col = nodes <= 2 ? nodes - 1 : 2;
+  return kLlMaxBusBw[row][col] * kGiga;
 }
 
 CollectiveCost AnalyticCommModel::collective(CollectiveOp op, Bytes bytes, const CommGroup& g) const {

@@ -790,6 +790,8 @@ ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, co
       c.intra_node.efficiency = 1.0;  // measured: what NCCL reached
       // The measured all-reduce already took NVLS if NCCL did: not again.
       c.intra_node.nvls_efficiency = 0;
+      // One fitted line: the measured collectives took whichever protocol NCCL chose.
+      c.nccl_protocol_model = false;
       c.intra_node.latency = std::max<TimeNs>(0, (seconds_to_ns(alpha) - kCollectiveBaseLatency) / ring_steps(CollectiveOp::kAllReduce, n));
       scaled_ = std::make_unique<AnalyticCommModel>(c);
     }

@@ -270,6 +270,7 @@ std::string to_chrome_trace(const Prediction& p) {
     if (t.kind == TaskKind::kCollective) {
       j.key("args").begin_object();
       j.field("op", to_string(t.op)).field("bytes", static_cast<std::int64_t>(t.bytes)).field("algorithm", t.cost.algorithm);
+      if (!t.cost.protocol.empty()) j.field("protocol", t.cost.protocol);
       if (t.axis) j.field("axis", to_string(*t.axis));
       j.end_object();
     } else if (s.slowed > 0) {
@@ -301,6 +302,7 @@ std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const C
     CommRow r;
     r.bytes = b;
     r.algorithm = c.algorithm;
+    r.protocol = c.protocol;
     r.time = c.total();
     const double s = std::max(1e-12, ns_to_seconds(r.time));
     r.algbw = r.time > 0 ? static_cast<double>(b) / s / kGiga : 0;
@@ -321,10 +323,11 @@ std::string format_comm_table(const std::string& cluster, CollectiveOp op, const
                  op == CollectiveOp::kAllReduce                                          ? "2(n-1)/n"
                  : (op == CollectiveOp::kBroadcast || op == CollectiveOp::kSendRecv) ? "1"
                                                                                          : "(n-1)/n");
-  constexpr const char* kRow = " {:>13} {:>11} {:>6} {:>9} {:>11} {:>13} {:>13}\n";
-  fmt::format_to(o, kRow, "size (B)", "count", "type", "algo", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
+  constexpr const char* kRow = " {:>13} {:>11} {:>6} {:>9} {:>6} {:>11} {:>13} {:>13}\n";
+  fmt::format_to(o, kRow, "size (B)", "count", "type", "algo", "proto", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
   for (const auto& r : rows) {
-    fmt::format_to(o, kRow, r.bytes, r.bytes / 4, "float", r.algorithm, fmt::format("{:.2f}", ns_to_seconds(r.time) * 1e6),
+    fmt::format_to(o, kRow, r.bytes, r.bytes / 4, "float", r.algorithm, r.protocol.empty() ? "-" : r.protocol,
+                   fmt::format("{:.2f}", ns_to_seconds(r.time) * 1e6),
                    fmt::format("{:.2f}", r.algbw), fmt::format("{:.2f}", r.busbw));
   }
   return out;
@@ -342,6 +345,7 @@ std::string comm_to_json(const std::string& cluster, CollectiveOp op, const Comm
   for (const auto& r : rows) {
     j.begin_object();
     j.field("bytes", static_cast<std::int64_t>(r.bytes)).field("algorithm", r.algorithm);
+    if (!r.protocol.empty()) j.field("protocol", r.protocol);
     j.field("time_us", Decimal{r.time, 3}).field("algbw_GBps", r.algbw).field("busbw_GBps", r.busbw);
     j.end_object();
   }

@@ -57,6 +57,10 @@ struct DeviceSpec {
   /// as the bucket, then a local sum; and its all-gather into separate
   /// outputs gathers into one flat buffer first (Note [ZeRO]).
   bool gloo_collectives = false;
+  /// CUDA compute capability x 10 (80: Ampere, 90: Hopper, 100: Blackwell);
+  /// 0 where the device is no NVIDIA GPU. NCCL's protocol model takes its
+  /// per-architecture figures from it (Note [NCCL protocols] in cost_comm.cpp).
+  int compute_capability = 0;
   /// Collectives progress beside compute (GPU copy engines and NICs). False
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
@@ -92,6 +96,12 @@ struct LinkSpec {
   BytesPerSec rate() const { return bandwidth * efficiency; }
 };
 
+/// NCCL's protocols (src/device/prims_*.h): LL moves 4 bytes of data with a
+/// 4-byte flag, LL128 120 of every 128 bytes, Simple whole buffers behind a
+/// fence. ClusterSpec::nccl_proto has bit 1 << p for each one allowed.
+enum class NcclProtocol { kLL = 0, kLL128 = 1, kSimple = 2 };
+const char* to_string(NcclProtocol p);
+
 /// A homogeneous cluster: `nodes` x `gpus_per_node` identical devices.
 struct ClusterSpec {
   std::string name;
@@ -109,6 +119,14 @@ struct ClusterSpec {
   /// intra-node link can (nvls_efficiency > 0). NCCL's default is on; NeMo's
   /// and Megatron-Bridge's performance recipes turn it off to save memory.
   bool nccl_nvls_enable = true;
+  /// NCCL_PROTO: the protocols NCCL may choose from, a bit per NcclProtocol
+  /// (Note [NCCL protocols] in cost_comm.cpp); all three by default, LL128
+  /// then only where NCCL enables it.
+  int nccl_proto = 7;
+  /// Price collectives with NCCL's protocols where the device and links
+  /// have them; false: one alpha-beta line per link, the per-hop latency
+  /// as given (a profile's fitted line: ProfileCommModel).
+  bool nccl_protocol_model = true;
   /// Total GPUs.
   int gpus() const { return nodes * gpus_per_node; }
 };

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <utility>
 
 #include "dtsim/sim/cluster.hpp"
 #include "dtsim/sim/model.hpp"
@@ -59,6 +60,10 @@ CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_nod
 /// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
 struct CollectiveCost {
   std::string algorithm;    ///< "ring", "tree", "nvls", "local", "p2p", "measured"
+  /// NCCL's protocol: "LL", "LL128" or "Simple" (Note [NCCL protocols] in
+  /// cost_comm.cpp); empty where the cluster's collectives take one line
+  /// (Gloo, RCCL, a profile's fit).
+  std::string protocol;
   TimeNs latency = 0;       ///< alpha terms: hops x per-hop latency + base
   double wire_bytes = 0;    ///< bytes through the bottleneck link, per rank
   BytesPerSec rate = 0;     ///< the bottleneck link's bandwidth for this flow
@@ -95,13 +100,29 @@ class AnalyticCommModel final : public CommModel {
   CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const override;
   /// Bandwidth that concurrent flows on a link class share, per rank.
   BytesPerSec link_capacity(LinkClass link, int groups_per_node = 1) const;
-  /// One algorithm only ("ring", "tree" or "nvls"), for tests and `dtsim comm`.
+  /// One algorithm only ("ring", "tree" or "nvls"), for tests and `dtsim comm`;
+  /// the fastest of its protocols NCCL would enable.
   CollectiveCost with_algorithm(const std::string& algorithm, CollectiveOp op, Bytes bytes,
                                 const CommGroup& group) const;
+  /// One algorithm in one protocol ("LL", "LL128", "Simple"; Note [NCCL
+  /// protocols]), whether or not NCCL would enable it, for tests.
+  CollectiveCost with_protocol(const std::string& algorithm, const std::string& protocol, CollectiveOp op,
+                               Bytes bytes, const CommGroup& group) const;
+  /// NCCL's protocols price this cluster's collectives (Note [NCCL protocols]).
+  bool protocol_model() const;
   /// NCCL may reduce in the NVSwitch (Note [NVLink SHARP] in cost_comm.cpp).
   bool nvls_available() const;
 
  private:
+  /// `algorithm` in NCCL protocol `protocol` (an NcclProtocol), or, at -1,
+  /// on one alpha-beta line (Note [Collective cost model]).
+  CollectiveCost priced(const std::string& algorithm, int protocol, CollectiveOp op, Bytes bytes,
+                        const CommGroup& group) const;
+  bool protocol_enabled(int protocol, const CommGroup& group) const;
+  std::pair<double, double> step_latency_us(int algorithm, int protocol, const CommGroup& group) const;
+  void nccl_ring(CollectiveCost& c, int protocol, CollectiveOp op, Bytes bytes, const CommGroup& group) const;
+  void nccl_tree(CollectiveCost& c, int protocol, Bytes bytes, const CommGroup& group) const;
+  BytesPerSec ll_max_bus_bandwidth(int nodes) const;
   ClusterSpec cluster_;
 };
 

@@ -25,6 +25,7 @@ std::string to_chrome_trace(const Prediction& p);
 struct CommRow {
   Bytes bytes = 0;
   std::string algorithm;
+  std::string protocol;  ///< NCCL's (Note [NCCL protocols]); empty where none is modelled
   TimeNs time = 0;
   double algbw = 0;  ///< bytes / time, GB/s
   double busbw = 0;  ///< algbw x bus_bandwidth_factor, GB/s
