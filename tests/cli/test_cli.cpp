@@ -237,6 +237,19 @@ TEST_CASE("comm prints an nccl-tests-like table", "[cli]") {
   const Result j = dtsim("comm --cluster dgx-a100 --op reduce_scatter --ranks 4 --json --max-bytes 1024");
   REQUIRE(j.status == 0);
   CHECK(YAML::Load(j.out)["rows"].size() == 8);  // 8, 16, ..., 1024
+  // NCCL's protocol (Note [NCCL protocols]): 8 B in LL, 6.6 + 14 x 0.6 =
+  // 15.0 us on 8 A100s; 1 GiB in Simple.
+  CHECK_THAT(r.out, Catch::Contains("proto"));
+  const Result p = dtsim("comm --cluster dgx-a100 --ranks 8 --min-bytes 8 --max-bytes 8 --json");
+  REQUIRE(p.status == 0);
+  const YAML::Node row = YAML::Load(p.out)["rows"][0];
+  CHECK(row["protocol"].as<std::string>() == "LL");
+  CHECK(row["time_us"].as<double>() == Approx(15.0).margin(0.002));  // and 14 B at 87.7 GB/s
+  const Result big = dtsim("comm --cluster dgx-a100 --ranks 8 --min-bytes 1073741824 --max-bytes 1073741824 --json");
+  CHECK(YAML::Load(big.out)["rows"][0]["protocol"].as<std::string>() == "Simple");
+  // Where the cluster's collectives take one line (Gloo) there is none.
+  const Result cpu = dtsim("comm --cluster local-cpu --ranks 2 --max-bytes 8 --json");
+  CHECK_FALSE(YAML::Load(cpu.out)["rows"][0]["protocol"]);
 }
 
 TEST_CASE("comm prices all-to-all and predict spreads experts", "[cli][moe]") {
