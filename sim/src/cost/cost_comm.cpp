@@ -216,14 +216,21 @@ const char* to_string(NcclProtocol p) {
 
 TimeNs CollectiveCost::total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
 
-AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(cluster) {}
-
-bool AnalyticCommModel::protocol_model() const {
+AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(cluster) {
+  // Note [NCCL protocols]: what every collective asks, worked out once.
   const auto& c = cluster_;
   const bool intra_ok = c.intra_node.type == "nvlink" || c.intra_node.type == "pcie";
   const bool inter_ok = c.nodes == 1 || c.inter_node.type == "infiniband" || c.inter_node.type == "ethernet";
-  return c.nccl_protocol_model && c.device.compute_capability > 0 && !c.device.gloo_collectives && intra_ok && inter_ok;
+  protocols_ = c.nccl_protocol_model && c.device.compute_capability > 0 && !c.device.gloo_collectives && intra_ok && inter_ok;
+  intra_hw_ = hardware_of(c.intra_node.type);
+  intra_wire_us_ = std::max(0.0, ns_to_seconds(c.intra_node.latency) * 1e6 - kHwLatencyUs[intra_hw_][kRingAlgo][0]);
+  inter_wire_us_ = std::max(0.0, ns_to_seconds(c.inter_node.latency) * 1e6 - kHwLatencyUs[kNetHw][kRingAlgo][0]);
+  // LL128: sm70 and up over NVLink, and across nodes a NIC per GPU.
+  ll128_ = c.device.compute_capability >= 70 && c.intra_node.type == "nvlink";
+  ll128_across_ = ll128_ && c.nics_per_node >= c.gpus_per_node;
 }
+
+bool AnalyticCommModel::protocol_model() const { return protocols_; }
 
 bool AnalyticCommModel::nvls_available() const {
   return cluster_.nccl_nvls_enable && cluster_.intra_node.nvls_efficiency > 0;
@@ -245,15 +252,37 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
       g.ranks <= 1) {
     return priced(algorithm, -1, op, bytes, g);
   }
-  // Note [NCCL protocols]: the cheapest of those NCCL enables.
-  std::optional<CollectiveCost> best;
+  // Note [NCCL protocols]: the cheapest of those NCCL enables, each from
+  // the same links and bytes.
+  CollectiveCost c = priced(algorithm, -1, op, bytes, g);
+  const bool tree = c.algorithm == "tree";
+  if (!tree && c.algorithm != "ring") return c;
+  const double base_rate = c.rate;
+  int best = -1;
+  TimeNs best_latency = 0, best_total = 0;
+  double best_rate = 0;
   for (int p = 0; p < 3; ++p) {
     if (!protocol_enabled(p, g)) continue;
-    CollectiveCost c = priced(algorithm, p, op, bytes, g);
-    if (!best || c.total() < best->total()) best = c;
+    TimeNs latency = 0;
+    double rate = base_rate;
+    if (tree) {
+      nccl_tree(latency, rate, p, bytes, g);
+    } else {
+      nccl_ring(latency, rate, p, op, bytes, g);
+    }
+    const TimeNs total = latency + (c.wire_bytes > 0 ? transfer_ns(c.wire_bytes, rate) : 0);
+    if (best < 0 || total < best_total) {
+      best = p;
+      best_latency = latency;
+      best_rate = rate;
+      best_total = total;
+    }
   }
-  DTSIM_ASSERT(best.has_value(), "nccl_proto leaves no protocol");
-  return *best;
+  DTSIM_ASSERT(best >= 0, "nccl_proto leaves no protocol");
+  c.latency = best_latency;
+  c.rate = best_rate;
+  c.protocol = to_string(static_cast<NcclProtocol>(best));
+  return c;
 }
 
 CollectiveCost AnalyticCommModel::with_protocol(const std::string& algorithm, const std::string& protocol,
@@ -265,9 +294,7 @@ CollectiveCost AnalyticCommModel::with_protocol(const std::string& algorithm, co
 bool AnalyticCommModel::protocol_enabled(int p, const CommGroup& g) const {
   if ((cluster_.nccl_proto & (1 << p)) == 0) return false;
   if (p != static_cast<int>(NcclProtocol::kLL128)) return true;
-  // LL128: sm70 and up over NVLink, and across nodes a NIC per GPU.
-  return cluster_.device.compute_capability >= 70 && cluster_.intra_node.type == "nvlink" &&
-         (g.nodes() == 1 || cluster_.nics_per_node >= cluster_.gpus_per_node);
+  return g.nodes() == 1 ? ll128_ : ll128_across_;
 }
 
 CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int protocol, CollectiveOp op, Bytes bytes,
@@ -325,7 +352,8 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int proto
     c.algorithm = "tree";
     c.wire_bytes = 2.0 * s;
     if (protocol >= 0) {
-      nccl_tree(c, protocol, bytes, g);
+      nccl_tree(c.latency, c.rate, protocol, bytes, g);
+      c.protocol = to_string(static_cast<NcclProtocol>(protocol));
       return c;
     }
     const int log_nodes = static_cast<int>(std::ceil(std::log2(static_cast<double>(nodes))));
@@ -352,7 +380,8 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int proto
   c.algorithm = "ring";
   c.wire_bytes = bus_bandwidth_factor(op, n) * s;
   if (protocol >= 0) {
-    nccl_ring(c, protocol, op, bytes, g);
+    nccl_ring(c.latency, c.rate, protocol, op, bytes, g);
+    c.protocol = to_string(static_cast<NcclProtocol>(protocol));
     return c;
   }
   const TimeNs hop = multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency;
@@ -362,14 +391,10 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int proto
 
 // Note [NCCL protocols]: a step's latency inside a node and across nodes.
 std::pair<double, double> AnalyticCommModel::step_latency_us(int algo, int p, const CommGroup& g) const {
-  const int intra_hw = hardware_of(cluster_.intra_node.type);
-  const double intra_wire =
-      std::max(0.0, ns_to_seconds(cluster_.intra_node.latency) * 1e6 - kHwLatencyUs[intra_hw][kRingAlgo][0]);
-  double intra = kHwLatencyUs[intra_hw][algo][p] + intra_wire;
+  double intra = kHwLatencyUs[intra_hw_][algo][p] + intra_wire_us_;
   double inter = 0;
   if (g.nodes() > 1) {
-    const double wire =
-        std::max(0.0, ns_to_seconds(cluster_.inter_node.latency) * 1e6 - kHwLatencyUs[kNetHw][kRingAlgo][0]);
+    const double wire = inter_wire_us_;
     const bool simple = p == static_cast<int>(NcclProtocol::kSimple);
     // One rank a node: the ring's network steps are the tree's (tuning.cc).
     const int net_algo = algo == kRingAlgo && g.ranks_per_node == 1 ? kTreeAlgo : algo;
@@ -379,9 +404,9 @@ std::pair<double, double> AnalyticCommModel::step_latency_us(int algo, int p, co
   return {intra, inter};
 }
 
-void AnalyticCommModel::nccl_ring(CollectiveCost& c, int p, CollectiveOp op, Bytes bytes, const CommGroup& g) const {
+void AnalyticCommModel::nccl_ring(TimeNs& latency, double& rate, int p, CollectiveOp op, Bytes bytes,
+                                  const CommGroup& g) const {
   const int n = g.ranks, nodes = g.nodes();
-  c.protocol = to_string(static_cast<NcclProtocol>(p));
   const auto [intra, inter] = step_latency_us(kRingAlgo, p, g);
   const int steps = ring_steps(op, n);
   const int net_steps = nodes == 1 ? 0 : (op == CollectiveOp::kAllReduce ? 2 * (nodes - 1) : nodes - 1);
@@ -393,28 +418,27 @@ void AnalyticCommModel::nccl_ring(CollectiveCost& c, int p, CollectiveOp op, Byt
   if (simple && nodes > 1 && op == CollectiveOp::kAllReduce && static_cast<double>(bytes) >= 64.0 * 64 * n) {
     lat *= cluster_.device.compute_capability < 80 ? 1.9 : 1.4;
   }
-  c.latency = us(lat);
+  latency = us(lat);
   if (p == static_cast<int>(NcclProtocol::kLL)) {
-    c.rate = std::min(c.rate * 0.5, ll_max_bus_bandwidth(nodes));
+    rate = std::min(rate * 0.5, ll_max_bus_bandwidth(nodes));
   } else if (p == static_cast<int>(NcclProtocol::kLL128)) {
-    c.rate *= 0.92;
+    rate *= 0.92;
   }
 }
 
-void AnalyticCommModel::nccl_tree(CollectiveCost& c, int p, Bytes bytes, const CommGroup& g) const {
+void AnalyticCommModel::nccl_tree(TimeNs& latency, double& rate_io, int p, Bytes bytes, const CommGroup& g) const {
   const int nodes = g.nodes();
-  c.protocol = to_string(static_cast<NcclProtocol>(p));
   const auto [intra, inter] = step_latency_us(kTreeAlgo, p, g);
   int log_nodes = 0;
   while ((2 << log_nodes) <= nodes) ++log_nodes;  // NCCL's log2i: floor
-  c.latency = us(kBaseLatencyUs[kTreeAlgo][p] + 2 * ((g.ranks_per_node - 1) * intra + log_nodes * inter));
-  double rate = c.rate * 0.92;
+  latency = us(kBaseLatencyUs[kTreeAlgo][p] + 2 * ((g.ranks_per_node - 1) * intra + log_nodes * inter));
+  double rate = rate_io * 0.92;
   if (p == static_cast<int>(NcclProtocol::kLL)) rate = std::min(rate / 3.8, ll_max_bus_bandwidth(nodes));
   if (p == static_cast<int>(NcclProtocol::kLL128)) rate *= nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
   int log_size = -1;
   for (Bytes b = bytes >> 6; b > 0; b >>= 1) ++log_size;
   if (log_size >= 0 && log_size < 23) rate *= kTreeCorrection[p][log_size];
-  c.rate = rate;
+  rate_io = rate;
 }
 
 BytesPerSec AnalyticCommModel::ll_max_bus_bandwidth(int nodes) const {

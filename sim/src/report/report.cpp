@@ -270,7 +270,7 @@ std::string to_chrome_trace(const Prediction& p) {
     if (t.kind == TaskKind::kCollective) {
       j.key("args").begin_object();
       j.field("op", to_string(t.op)).field("bytes", static_cast<std::int64_t>(t.bytes)).field("algorithm", t.cost.algorithm);
-      if (!t.cost.protocol.empty()) j.field("protocol", t.cost.protocol);
+      if (!t.cost.protocol.empty()) j.field("protocol", std::string(t.cost.protocol));
       if (t.axis) j.field("axis", to_string(*t.axis));
       j.end_object();
     } else if (s.slowed > 0) {
@@ -302,7 +302,7 @@ std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const C
     CommRow r;
     r.bytes = b;
     r.algorithm = c.algorithm;
-    r.protocol = c.protocol;
+    r.protocol = std::string(c.protocol);
     r.time = c.total();
     const double s = std::max(1e-12, ns_to_seconds(r.time));
     r.algbw = r.time > 0 ? static_cast<double>(b) / s / kGiga : 0;

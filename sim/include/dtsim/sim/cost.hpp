@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 
 #include "dtsim/sim/cluster.hpp"
@@ -63,7 +64,7 @@ struct CollectiveCost {
   /// NCCL's protocol: "LL", "LL128" or "Simple" (Note [NCCL protocols] in
   /// cost_comm.cpp); empty where the cluster's collectives take one line
   /// (Gloo, RCCL, a profile's fit).
-  std::string protocol;
+  std::string_view protocol;
   TimeNs latency = 0;       ///< alpha terms: hops x per-hop latency + base
   double wire_bytes = 0;    ///< bytes through the bottleneck link, per rank
   BytesPerSec rate = 0;     ///< the bottleneck link's bandwidth for this flow
@@ -120,10 +121,18 @@ class AnalyticCommModel final : public CommModel {
                         const CommGroup& group) const;
   bool protocol_enabled(int protocol, const CommGroup& group) const;
   std::pair<double, double> step_latency_us(int algorithm, int protocol, const CommGroup& group) const;
-  void nccl_ring(CollectiveCost& c, int protocol, CollectiveOp op, Bytes bytes, const CommGroup& group) const;
-  void nccl_tree(CollectiveCost& c, int protocol, Bytes bytes, const CommGroup& group) const;
+  /// A ring's (a tree's) latency, and its rate from the link's, in `protocol`.
+  void nccl_ring(TimeNs& latency, double& rate, int protocol, CollectiveOp op, Bytes bytes, const CommGroup& group) const;
+  void nccl_tree(TimeNs& latency, double& rate, int protocol, Bytes bytes, const CommGroup& group) const;
   BytesPerSec ll_max_bus_bandwidth(int nodes) const;
   ClusterSpec cluster_;
+  // Note [NCCL protocols], from the cluster once.
+  bool protocols_ = false;     ///< protocol_model()
+  int intra_hw_ = 0;           ///< NCCL's hardware row of the intra-node link
+  double intra_wire_us_ = 0;   ///< the intra-node link's latency above NCCL's LL step
+  double inter_wire_us_ = 0;   ///< the network's, NCCL's latencyInter
+  bool ll128_ = false;         ///< NCCL enables LL128 inside a node
+  bool ll128_across_ = false;  ///< ... and across nodes
 };
 
 /// Which half of a layer's work.
