@@ -57,7 +57,7 @@ Outcome evaluate(const Scenario& s, std::uint64_t generation) {
 }
 
 KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp, int cp,
-                         std::int64_t seq_len, int dp, int etp) {
+                         std::int64_t seq_len, int dp, int etp, sim::Attention attention, sim::Precision precision) {
   // Every list is the rules table's (sim/rules.hpp), as resolve checks it.
   const sim::PlanRules rules(model, cluster);
   KnobChoices c;
@@ -81,6 +81,12 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
   c.max_virtual_stages = std::max(1, rules.layers() / std::max(1, pp));
   c.sequence_parallel = rules.sequence_parallel_values(tp).size() > 1;
   c.sync_batchnorm = rules.sync_batchnorm_allowed();
+  for (sim::Recompute r : rules.recomputes()) {
+    if (r != sim::Recompute::kOp ||
+        rules.op_recompute_allowed(std::max(1, tp), std::max(1, cp), rules.flash_attention(attention, precision))) {
+      c.recomputes.push_back(r);
+    }
+  }
   return c;
 }
 

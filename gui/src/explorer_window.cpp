@@ -1044,7 +1044,7 @@ struct ExplorerWindow::Impl {
     const bool was = syncing;
     syncing = true;
     const KnobChoices ch = knob_choices(*scenario.model, scenario.cluster, cur_tp, cur_pp, cur_cp, scenario.plan.seq_len,
-                                        cur_dp, scenario.plan.etp);
+                                        cur_dp, scenario.plan.etp, scenario.plan.attention, scenario.plan.precision);
     set_int_choices(tp, ch.tp, cur_tp);
     set_int_choices(pp, ch.pp, cur_pp);
     set_int_choices(cp, ch.cp, cur_cp);
@@ -1061,6 +1061,8 @@ struct ExplorerWindow::Impl {
     etp->setEnabled(ch.experts || etp->count() > 1);
     moe_imbalance->setEnabled(ch.experts);
     set_enum_choices(attention, ch.attentions, scenario.plan.attention, " (invalid here)");
+    // The rules table's modes (PlanRules::recomputes); op only where described.
+    set_enum_choices(recompute, ch.recomputes, scenario.plan.recompute, " (invalid here)");
     attention->setEnabled(ch.attentions.size() > 1);
     const sim::Precision cur_prec = scenario.plan.precision;
     precision->clear();

@@ -256,6 +256,18 @@ TEST_CASE("knob choices for context parallelism, attention and fp8", "[gui]") {
   CHECK(c.precisions == std::vector<sim::Precision>{sim::Precision::kFp32, sim::Precision::kFp16,
                                                    sim::Precision::kBf16, sim::Precision::kFp8});
   CHECK(std::string(sim::to_string(sim::Precision::kFp8)) == "fp8");
+  // Recompute: none, selective, full, and torchtitan's op where its blocks
+  // describe it (Note [Op-level recompute]): tp 1, cp 1, fused attention
+  // (auto in bf16 on a GPU); not at tp 2, cp 2 or with eager attention.
+  using sim::Recompute;
+  const std::vector<Recompute> three{Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  CHECK(c.recomputes == std::vector<Recompute>{Recompute::kNone, Recompute::kSelective, Recompute::kFull, Recompute::kOp});
+  CHECK(gui::knob_choices(*llama, h100, 2, 1).recomputes == three);
+  CHECK(gui::knob_choices(*llama, h100, 1, 1, 2).recomputes == three);
+  CHECK(gui::knob_choices(*llama, h100, 1, 1, 1, 0, 0, 0, Attention::kEager).recomputes == three);
+  CHECK(gui::knob_choices(*llama, h100, 1, 1, 1, 0, 0, 0, Attention::kAuto, sim::Precision::kFp32).recomputes == three);
+  // GPT-2's blocks do not describe it.
+  CHECK(gui::knob_choices(*models::load_model("gpt2-tiny"), h100, 1, 1).recomputes == three);
   // tp 2: cp divides 8 / 2 = 4: 1, 2, 4 (each splits 128).
   CHECK(gui::knob_choices(*llama, h100, 2, 1).cp == std::vector<int>{1, 2, 4});
   // tp 1, pp 1, cp 2: dp divides 8 / (1 x 1 x 2) = 4; both exchanges offered.

@@ -327,3 +327,54 @@ TEST_CASE("search: pruning by the memory bound drops only plans that do not fit"
   REQUIRE(pruned.top.size() == all.top.size());
   for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
 }
+
+TEST_CASE("search: torchtitan's op-level recompute where it is described, and nowhere else (Note [Op-level recompute])", "[search]") {
+  // A dense Llama on 8 H100s in bf16: op recompute is described for its
+  // blocks at tp 1 and cp 1 with fused attention (models/src/llama.cpp),
+  // so the search tries it there and only there; GPT-2's blocks do not
+  // describe it.
+  const auto llama = models::load_model("llama-tiny");
+  const ClusterSpec cluster = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.global_batch = 16;
+  o.top = 1000000;
+  o.threads = 1;
+  o.base.precision = Precision::kBf16;
+  o.prune_by_time = false;
+  const SearchResult r = search(*llama, cluster, o);
+  int op = 0, op_tp1 = 0;
+  for (const auto& e : r.top) {
+    if (e.plan.spec.recompute != Recompute::kOp) continue;
+    ++op;
+    op_tp1 += e.plan.tp == 1 && e.plan.cp == 1 && e.plan.flash_attention ? 1 : 0;
+  }
+  CHECK(op > 0);
+  CHECK(op_tp1 == op);
+  // Each is what predict gives it alone: keeping less than none and more
+  // than full.
+  for (const auto& e : r.top) {
+    if (e.plan.spec.recompute != Recompute::kOp) continue;
+    const Prediction alone = predict(*llama, e.plan.spec, cluster);
+    CHECK(alone.iteration_time == e.iteration_time);
+    PlanSpec none = e.plan.spec, full = e.plan.spec;
+    none.recompute = Recompute::kNone;
+    full.recompute = Recompute::kFull;
+    CHECK(predict(*llama, none, cluster).iteration_time < e.iteration_time);
+    CHECK(predict(*llama, full, cluster).iteration_time > e.iteration_time);
+    break;
+  }
+  // Pruning keeps the ranking with op among the choices.
+  o.top = 20;
+  o.prune_by_time = true;
+  const SearchResult pruned = search(*llama, cluster, o);
+  o.prune_by_time = false;
+  const SearchResult all = search(*llama, cluster, o);
+  REQUIRE(pruned.top.size() == all.top.size());
+  for (std::size_t i = 0; i < all.top.size(); ++i) {
+    CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+    CHECK(pruned.top[i].plan.spec.recompute == all.top[i].plan.spec.recompute);
+  }
+  const auto gpt = models::load_model("gpt2-tiny");
+  o.top = 1000000;
+  for (const auto& e : search(*gpt, cluster, o).top) CHECK(e.plan.spec.recompute != Recompute::kOp);
+}

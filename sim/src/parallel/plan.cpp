@@ -471,16 +471,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
   r.recompute = s.recompute;
   if (r.recompute == Recompute::kOp) {
-    // Note [Op-level recompute] (models/src/llama.cpp): described where
-    // every block says what the op policy keeps.
-    WorkloadShape shape;
-    shape.tp = r.tp;
-    shape.cp = r.cp;
-    shape.flash_attention = r.flash_attention;
-    const auto layers = model.layers(shape);
-    const bool described = std::all_of(layers.begin(), layers.end(), [](const Layer& l) { return !l.is_block() || l.op_recompute_bytes > 0; }) &&
-                           std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });
-    if (!described) {
+    if (!rules.op_recompute_allowed(r.tp, r.cp, r.flash_attention)) {
       bad.add("recompute", "op (torchtitan's op-level policy) is described for dense Llama-family blocks at tp 1 and cp 1 with "
                            "fused attention; this model and plan (tp " + std::to_string(r.tp) + ", cp " + std::to_string(r.cp) +
                            (r.flash_attention ? "" : ", eager attention") + ") need one of none, selective, full");

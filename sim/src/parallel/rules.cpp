@@ -140,12 +140,32 @@ std::vector<Recompute> PlanRules::recomputes() const {
     attention_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
     blocks_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.is_block(); });
   }
-  if (*attention_) return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  if (*attention_) {
+    if (op_recompute_allowed(1, 1, true)) return {Recompute::kNone, Recompute::kSelective, Recompute::kFull, Recompute::kOp};
+    return {Recompute::kNone, Recompute::kSelective, Recompute::kFull};
+  }
   // Full recompute checkpoints blocks: a model without them (seed 003's
   // image networks) has nothing to recompute, and the search would list
   // each of its plans twice.
   if (!blocks_) return {Recompute::kNone};
   return {Recompute::kNone, Recompute::kFull};
+}
+
+bool PlanRules::op_recompute_allowed(int tp, int cp, bool flash) const {
+  const auto key = std::make_tuple(tp, cp, flash);
+  if (const auto it = op_recompute_.find(key); it != op_recompute_.end()) return it->second;
+  // Note [Op-level recompute] (models/src/llama.cpp): described where every
+  // block says what the op policy keeps.
+  WorkloadShape shape;
+  shape.tp = tp;
+  shape.cp = cp;
+  shape.flash_attention = flash;
+  const std::vector<Layer> layers = model_.layers(shape);
+  const bool described =
+      std::all_of(layers.begin(), layers.end(), [](const Layer& l) { return !l.is_block() || l.op_recompute_bytes > 0; }) &&
+      std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });
+  op_recompute_[key] = described;
+  return described;
 }
 
 std::vector<bool> PlanRules::sequence_parallel_values(int tp) const {

@@ -264,6 +264,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     if (at == Attention::kFlash && rc == Recompute::kSelective) continue;
                    for (Precision pr : precisions) {
                     if (!set("attention") && at == Attention::kEager && rules.flash_attention(Attention::kAuto, pr)) continue;
+                    // torchtitan's op-level policy where it is described.
+                    if (rc == Recompute::kOp && !rules.op_recompute_allowed(tp, cp, rules.flash_attention(at, pr))) continue;
                    // Expert parallelism (a dense model has only ep 1, etp tp);
                    // Megatron-Core needs sequence parallelism for ep > 1 with tp > 1.
                    for (int etp : set("etp") ? std::vector<int>{o.base.etp == 0 ? tp : o.base.etp} : rules.etp_values(tp)) {

@@ -66,6 +66,9 @@ struct KnobChoices {
   std::vector<sim::CpComm> cp_comms;       ///< how K/V move with the current cp (only p2p at cp 1)
   std::vector<sim::Attention> attentions;  ///< auto, and eager and flash where the model has attention
   std::vector<sim::Precision> precisions;  ///< those the device computes in
+  /// Recompute modes the model has (PlanRules::recomputes), op only where
+  /// op_recompute_allowed at the current tp, cp and attention.
+  std::vector<sim::Recompute> recomputes;
   int max_virtual_stages = 1;   ///< layers / pp (interleaved needs >= 2 chunks per stage)
   bool sequence_parallel = false;  ///< allowed with the current tp (tp_comm_overlap also needs it on)
   bool sync_batchnorm = false;     ///< the model has batch norm to sync over the data-parallel group
@@ -73,9 +76,11 @@ struct KnobChoices {
 /// Choices for tp, pp, cp, dp, ep and etp given the current tp, pp, cp, dp
 /// and etp, for sequences of seq_len tokens (0: the model's maximum, as
 /// resolve takes it); dp 0 is all the GPUs tp x pp x cp leave, etp 0 is tp
-/// (both as resolve derives them).
+/// (both as resolve derives them); attention and precision decide whether
+/// attention runs fused, which torchtitan's op-level recompute needs.
 KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluster, int tp, int pp, int cp = 1,
-                         std::int64_t seq_len = 0, int dp = 0, int etp = 0);
+                         std::int64_t seq_len = 0, int dp = 0, int etp = 0,
+                         sim::Attention attention = sim::Attention::kAuto, sim::Precision precision = sim::Precision::kBf16);
 
 /// One bar of the timeline: [start, end) in ns, and what it was.
 struct GanttBar {

@@ -5,8 +5,10 @@
 // the GUI's knob lists ask it; nothing else decides what is valid.
 
 #include <cstdint>
+#include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dtsim/sim/cluster.hpp"
@@ -77,8 +79,14 @@ class PlanRules {
   std::vector<Offload> optimizer_offloads(int zero_stage, int pp) const;
   /// Parameter offload with ZeRO stage z (ZeRO-Infinity: stage 3 only).
   std::vector<Offload> param_offloads(int zero_stage) const;
-  /// Recompute modes (selective only where the model has an attention core).
+  /// Recompute modes (selective only where the model has an attention core;
+  /// op where its blocks say what torchtitan's op policy keeps, for some
+  /// plan: op_recompute_allowed tells for which).
   std::vector<Recompute> recomputes() const;
+  /// Whether recompute `op` (Note [Op-level recompute] in models/src/llama.cpp)
+  /// is described for every block of the model at tensor- and context-parallel
+  /// degrees tp and cp, with fused attention or not.
+  bool op_recompute_allowed(int tp, int cp, bool flash) const;
   /// Sequence parallelism (Korthikanti et al. 2022) needs tp > 1.
   std::vector<bool> sequence_parallel_values(int tp) const;
   /// Precisions the device runs (bf16 needs bfloat16 support).
@@ -102,6 +110,8 @@ class PlanRules {
   bool batch_norm_ = false;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
   mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
+  /// op_recompute_allowed's answers, by (tp, cp, flash), built when first asked.
+  mutable std::map<std::tuple<int, int, bool>, bool> op_recompute_;
 };
 
 /// The divisors of n, ascending (1 .. n).
