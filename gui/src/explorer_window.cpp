@@ -51,6 +51,7 @@
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/profile.hpp"
 #include "dtsim/sim/search.hpp"
@@ -182,6 +183,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                       "tensor parallelism stays inside one."},
     {"intra_bw", "cluster.intra_node.bandwidth: each GPU's link inside a node (NVLink / NVSwitch, or PCIe), "
                  "one direction, in GB/s (10^9 bytes/s); NCCL's busbw approaches it."},
+    {"nccl_proto", "cluster.nccl_proto: NCCL_PROTO, the protocols NCCL may choose from for each collective "
+                   "(Note [NCCL protocols]): LL (least latency, half the rate), LL128 (NVLink only) and Simple "
+                   "(full rate, most latency). NCCL_PROTO=Simple or ^LL128 as some clusters set it. NVIDIA GPUs "
+                   "only; one line elsewhere."},
     {"nvls", "cluster.nccl_nvls_enable: NCCL_NVLS_ENABLE, NVLink SHARP. NCCL reduces an all-reduce inside "
              "one node in the NVSwitch (about 480 GB/s busbw on 8 H100s where a ring reaches 370), from about 8 MB; "
              "NeMo's and Megatron-Bridge's performance recipes set NCCL_NVLS_ENABLE=0 to save memory. Only where "
@@ -422,6 +427,7 @@ struct ExplorerWindow::Impl {
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *dealloc = nullptr, *sync_bn = nullptr,
             *nvls = nullptr, *limit_ag = nullptr;
+  QComboBox* nccl_proto = nullptr;
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -678,6 +684,13 @@ struct ExplorerWindow::Impl {
     nvls = new QCheckBox("NVLink SHARP");
     nvls->setObjectName("nvls");
     cf->addRow("", nvls);
+    // NCCL_PROTO (Note [NCCL protocols]): a bit per sim::NcclProtocol.
+    nccl_proto = new QComboBox;
+    nccl_proto->setObjectName("nccl_proto");
+    nccl_proto->addItem("NCCL's choice", 7);
+    nccl_proto->addItem("^LL128", 5);
+    nccl_proto->addItem("Simple only", 4);
+    cf->addRow("NCCL protocols", nccl_proto);
     cf->addRow("Inter-node link (per NIC)", inter_bw);
     v->addWidget(clu);
     v->addStretch(1);
@@ -987,6 +1000,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nvls, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(nccl_proto, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
   }
 
   // ---- scenario <-> controls -----------------------------------------------
@@ -1012,6 +1026,14 @@ struct ExplorerWindow::Impl {
     inter_bw->setValue(c.inter_node.bandwidth / kGiga);
     nvls->setChecked(c.nccl_nvls_enable && c.intra_node.nvls_efficiency > 0);
     nvls->setEnabled(c.intra_node.nvls_efficiency > 0);
+    // A mask no item names (a file's "LL"): kept, shown as itself.
+    int pi = nccl_proto->findData(c.nccl_proto);
+    if (pi < 0) {
+      nccl_proto->addItem(QString("NCCL_PROTO mask %1").arg(c.nccl_proto), c.nccl_proto);
+      pi = nccl_proto->count() - 1;
+    }
+    nccl_proto->setCurrentIndex(pi);
+    nccl_proto->setEnabled(sim::AnalyticCommModel(c).protocol_model());
     const int pipeline = p.model_parallel > 0 ? p.model_parallel : p.pp;
     schedule->setCurrentIndex(schedule->findData(static_cast<int>(p.model_parallel > 0 ? sim::Schedule::kNaive : p.schedule)));
     vstages->setValue(p.virtual_stages);
@@ -1204,6 +1226,7 @@ struct ExplorerWindow::Impl {
     c.inter_node.bandwidth = inter_bw->value() * kGiga;
     // Only where the switch can reduce; elsewhere as the file has it.
     if (nvls->isEnabled()) c.nccl_nvls_enable = nvls->isChecked();
+    if (nccl_proto->isEnabled()) c.nccl_proto = nccl_proto->currentData().toInt();
   }
 
   void knobs_changed() {

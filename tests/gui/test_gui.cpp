@@ -164,7 +164,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 40);  // 19 combo boxes, 14 spin boxes (3 on the search tab), 7 check boxes
+  CHECK(knobs == 41);  // 20 combo boxes, 14 spin boxes (3 on the search tab), 7 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
@@ -175,6 +175,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"stage3_prefetch_bucket_size", {"stage3_prefetch_bucket_size"}},
       {"stage3_max_live_parameters", {"stage3_max_live_parameters"}},
       {"nvls", {"NCCL_NVLS_ENABLE"}},
+      {"nccl_proto", {"NCCL_PROTO"}},
       {"tp", {"--tensor-model-parallel-size", "tensor_parallel_degree"}},
       {"pp", {"--pipeline-model-parallel-size"}},
       {"cp", {"--context-parallel-size"}},
@@ -705,6 +706,27 @@ TEST_CASE("the FSDP, ZeRO-3 and NVLink SHARP knobs reach the plan", "[gui][windo
   REQUIRE(h.outcome().ok());
   CHECK_FALSE(h.scenario().cluster.nccl_nvls_enable);
   CHECK(h.outcome().prediction->iteration_time > with_nvls);
+  // NCCL_PROTO=Simple (Note [NCCL protocols]): ZeRO-3's per-layer gathers
+  // of a few MB pay Simple's 8.4 + 7 x 3.4 us where LL128 or LL cost less;
+  // the choice reaches the cluster.
+  ExplorerWindow z3;
+  z3.set_scenario(gui::load_scenario("gpt2-large", "dgx-h100", "zero3", "", {sim::parse_override("plan.micro_batch=1")}));
+  REQUIRE(z3.wait_for_result(kWaitMs));
+  auto* proto = z3.findChild<QComboBox*>("nccl_proto");
+  REQUIRE(proto != nullptr);
+  CHECK(proto->isEnabled());
+  CHECK(proto->currentData().toInt() == 7);
+  const TimeNs any_protocol = z3.outcome().prediction->iteration_time;
+  proto->setCurrentIndex(proto->findData(4));
+  REQUIRE(z3.wait_for_result(kWaitMs));
+  REQUIRE(z3.outcome().ok());
+  CHECK(z3.scenario().cluster.nccl_proto == 4);
+  CHECK(z3.outcome().prediction->iteration_time > any_protocol);
+  // A CPU cluster's Gloo has no protocols to choose.
+  ExplorerWindow cpu;
+  cpu.set_scenario(gui::load_scenario("gpt2-tiny", "local-cpu", "ddp", ""));
+  REQUIRE(cpu.wait_for_result(kWaitMs));
+  CHECK_FALSE(cpu.findChild<QComboBox*>("nccl_proto")->isEnabled());
 }
 
 TEST_CASE("the expert-parallel knobs follow the rules table and reach the plan", "[gui][window]") {
