@@ -77,6 +77,15 @@ const char* to_string(Optimizer o) {
   return "?";
 }
 
+const char* to_string(NcclProtocol p) {
+  switch (p) {
+    case NcclProtocol::kLL: return "LL";
+    case NcclProtocol::kLL128: return "LL128";
+    case NcclProtocol::kSimple: return "Simple";
+  }
+  return "?";
+}
+
 const char* to_string(Offload o) { return o == Offload::kCpu ? "cpu" : "none"; }
 
 const char* to_string(Recompute r) {

@@ -205,15 +205,6 @@ double bus_bandwidth_factor(CollectiveOp op, int n) {
   return 1.0;
 }
 
-const char* to_string(NcclProtocol p) {
-  switch (p) {
-    case NcclProtocol::kLL: return "LL";
-    case NcclProtocol::kLL128: return "LL128";
-    case NcclProtocol::kSimple: return "Simple";
-  }
-  return "?";
-}
-
 TimeNs CollectiveCost::total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
 
 AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(cluster) {
