@@ -241,26 +241,20 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
                                                  Bytes bytes, const CommGroup& g) const {
   if (!protocol_model() || algorithm == "nvls" || op == CollectiveOp::kSendRecv || op == CollectiveOp::kAllToAll ||
       g.ranks <= 1) {
-    return priced(algorithm, -1, op, bytes, g);
+    return priced(algorithm, op, bytes, g);
   }
   // Note [NCCL protocols]: the cheapest of those NCCL enables, each from
   // the same links and bytes.
-  CollectiveCost c = priced(algorithm, -1, op, bytes, g);
-  const bool tree = c.algorithm == "tree";
-  if (!tree && c.algorithm != "ring") return c;
-  const double base_rate = c.rate;
+  CollectiveCost c = priced(algorithm, op, bytes, g);
+  if (c.algorithm != "tree" && c.algorithm != "ring") return c;
   int best = -1;
   TimeNs best_latency = 0, best_total = 0;
   double best_rate = 0;
   for (int p = 0; p < 3; ++p) {
     if (!protocol_enabled(p, g)) continue;
     TimeNs latency = 0;
-    double rate = base_rate;
-    if (tree) {
-      nccl_tree(latency, rate, p, bytes, g);
-    } else {
-      nccl_ring(latency, rate, p, op, bytes, g);
-    }
+    double rate = c.rate;
+    in_protocol(c, p, op, bytes, g, latency, rate);
     const TimeNs total = latency + (c.wire_bytes > 0 ? transfer_ns(c.wire_bytes, rate) : 0);
     if (best < 0 || total < best_total) {
       best = p;
@@ -279,7 +273,12 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
 CollectiveCost AnalyticCommModel::with_protocol(const std::string& algorithm, const std::string& protocol,
                                                 CollectiveOp op, Bytes bytes, const CommGroup& g) const {
   if (!protocol_model()) throw UnsupportedError("protocols: this cluster's collectives take one line (Note [NCCL protocols])");
-  return priced(algorithm, protocol_index(protocol), op, bytes, g);
+  const int p = protocol_index(protocol);
+  CollectiveCost c = priced(algorithm, op, bytes, g);
+  if (c.algorithm != "tree" && c.algorithm != "ring") return c;
+  in_protocol(c, p, op, bytes, g, c.latency, c.rate);
+  c.protocol = to_string(static_cast<NcclProtocol>(p));
+  return c;
 }
 
 bool AnalyticCommModel::protocol_enabled(int p, const CommGroup& g) const {
@@ -288,7 +287,7 @@ bool AnalyticCommModel::protocol_enabled(int p, const CommGroup& g) const {
   return g.nodes() == 1 ? ll128_ : ll128_across_;
 }
 
-CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int protocol, CollectiveOp op, Bytes bytes,
+CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, CollectiveOp op, Bytes bytes,
                                          const CommGroup& g) const {
   CollectiveCost c;
   const int n = g.ranks;
@@ -342,11 +341,6 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int proto
     }
     c.algorithm = "tree";
     c.wire_bytes = 2.0 * s;
-    if (protocol >= 0) {
-      nccl_tree(c.latency, c.rate, protocol, bytes, g);
-      c.protocol = to_string(static_cast<NcclProtocol>(protocol));
-      return c;
-    }
     const int log_nodes = static_cast<int>(std::ceil(std::log2(static_cast<double>(nodes))));
     c.latency = kCollectiveBaseLatency +
                 2 * (log_nodes * cluster_.inter_node.latency + (g.ranks_per_node - 1) * cluster_.intra_node.latency);
@@ -370,17 +364,21 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, int proto
   if (algorithm != "ring") throw UnsupportedError("unknown algorithm '" + algorithm + "'; valid: ring, tree, nvls");
   c.algorithm = "ring";
   c.wire_bytes = bus_bandwidth_factor(op, n) * s;
-  if (protocol >= 0) {
-    nccl_ring(c.latency, c.rate, protocol, op, bytes, g);
-    c.protocol = to_string(static_cast<NcclProtocol>(protocol));
-    return c;
-  }
   const TimeNs hop = multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency;
   c.latency = kCollectiveBaseLatency + ring_steps(op, n) * hop;
   return c;
 }
 
 // Note [NCCL protocols]: a step's latency inside a node and across nodes.
+void AnalyticCommModel::in_protocol(const CollectiveCost& line, int p, CollectiveOp op, Bytes bytes, const CommGroup& g,
+                                    TimeNs& latency, double& rate) const {
+  if (line.algorithm == "tree") {
+    nccl_tree(latency, rate, p, bytes, g);
+  } else {
+    nccl_ring(latency, rate, p, op, bytes, g);
+  }
+}
+
 std::pair<double, double> AnalyticCommModel::step_latency_us(int algo, int p, const CommGroup& g) const {
   double intra = kHwLatencyUs[intra_hw_][algo][p] + intra_wire_us_;
   double inter = 0;

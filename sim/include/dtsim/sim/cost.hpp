@@ -115,10 +115,13 @@ class AnalyticCommModel final : public CommModel {
   bool nvls_available() const;
 
  private:
-  /// `algorithm` in NCCL protocol `protocol` (an NcclProtocol), or, at -1,
-  /// on one alpha-beta line (Note [Collective cost model]).
-  CollectiveCost priced(const std::string& algorithm, int protocol, CollectiveOp op, Bytes bytes,
-                        const CommGroup& group) const;
+  /// `algorithm` on one alpha-beta line (Note [Collective cost model]): its
+  /// links, rate and wire bytes, which NCCL's protocols start from.
+  CollectiveCost priced(const std::string& algorithm, CollectiveOp op, Bytes bytes, const CommGroup& group) const;
+  /// The latency and rate of `line` (a ring or a tree from priced) in NCCL
+  /// protocol p; `rate` enters as the line's.
+  void in_protocol(const CollectiveCost& line, int p, CollectiveOp op, Bytes bytes, const CommGroup& group,
+                   TimeNs& latency, double& rate) const;
   bool protocol_enabled(int protocol, const CommGroup& group) const;
   std::pair<double, double> step_latency_us(int algorithm, int protocol, const CommGroup& group) const;
   /// A ring's (a tree's) latency, and its rate from the link's, in `protocol`.
