@@ -388,6 +388,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --cluster dgx-a100", "--model is required"},
       {"predict --model gpt2 --cluster dgx-a100 --set micro_batch=2", "expected SECTION.KEY=VALUE"},
       {"predict --model gpt2 --cluster dgx-a100 --set cluster.nodes=0", "cluster.nodes: 0 is out of range"},
+      {"comm --cluster dgx-a100 --set cluster.nccl_proto=LL9", "cluster.nccl_proto: 'LL9' is not a protocol; valid: LL, LL128, Simple"},
       {"predict --model gpt2 --cluster dgx-a100 --set model.heads=7", "model.heads"},
       {"predict --model gpt2 --cluster dgx-a100 --trace /no/such/dir/t.json", "/no/such/dir/t.json: cannot write"},
       {"comm --cluster dgx-a100 --op allreduce", "did you mean 'all_reduce'?"},

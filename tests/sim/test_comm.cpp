@@ -343,6 +343,13 @@ TEST_CASE("nccl_proto reads as NCCL_PROTO does; a protocol it does not know is r
                     Catch::Contains("nccl_proto") && Catch::Contains("'LL256'") && Catch::Contains("valid: LL, LL128, Simple"));
   CHECK_THROWS_WITH(parse_cluster(base + "nccl_proto: ^LL,LL128,Simple\n", "c.yaml"),
                     Catch::Contains("nccl_proto") && Catch::Contains("leaves no protocol"));
+  // A device's compute capability: 0 (not an NVIDIA GPU) to 1000.
+  const std::string mapped = "name: x\nnodes: 1\ngpus_per_node: 8\nintra_node: {type: nvlink, bandwidth_GBps: 450}\n";
+  CHECK(parse_cluster(mapped + "device: {base: H100-SXM, compute_capability: 0}\n", "c.yaml").device.compute_capability == 0);
+  CHECK_THROWS_WITH(parse_cluster(mapped + "device: {base: H100-SXM, compute_capability: -1}\n", "c.yaml"),
+                    Catch::Contains("device.compute_capability"));
+  CHECK_THROWS_WITH(parse_cluster(mapped + "device: {base: H100-SXM, compute_capability: sm90}\n", "c.yaml"),
+                    Catch::Contains("device.compute_capability"));
 }
 
 TEST_CASE("a published all-reduce sweep on one DGX H100, size by size (Note [NCCL protocols])", "[comm][protocols]") {
