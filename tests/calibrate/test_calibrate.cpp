@@ -301,6 +301,97 @@ TEST_CASE("collectives from a profile: measured fit, then scaled links", "[calib
   CHECK(src.comm_analytic == 1);
 }
 
+TEST_CASE("measured collectives are priced between their measured sizes (Note [Measured collectives])", "[calibrate]") {
+  // all_reduce over 2 ranks measured at 1 KiB (20 us), 1 MiB (a median of
+  // 25 us but a mean of 30 us: the mean counts), 16 MiB twice (200 and
+  // 220 us: averaged, 210) and 64 MiB (700 us); its fit (50 us + 10 ns/B)
+  // must not price any of them.
+  Profile p;
+  auto add = [&](Bytes b, double us, double mean_us = 0) {
+    p.comm.push_back({"gloo", CollectiveOp::kAllReduce, 2, b, timing(us * 1e-6)});
+    p.comm.back().time.mean_s = mean_us * 1e-6;
+  };
+  add(kKiB, 20);
+  add(kMiB, 25, 30);
+  add(16 * kMiB, 200);
+  add(16 * kMiB, 220);
+  add(64 * kMiB, 700);
+  LinearFit f;
+  f.features = {"1", "bytes"};
+  f.coef = {50e-6, 1e-8};
+  f.samples = 5;
+  p.fits[comm_fit_name("gloo", CollectiveOp::kAllReduce, 2)] = f;
+  const auto costs = std::make_shared<const ProfileCosts>(p);
+  REQUIRE(costs->comm_measured(CollectiveOp::kAllReduce, 2) != nullptr);
+  CHECK(costs->comm_measured(CollectiveOp::kAllReduce, 2)->sizes() == 4);
+  CostSources src;
+  const ClusterSpec c = test::round_cluster(1, 4);
+  const ProfileCommModel comm(costs, c, &src);
+  CommGroup two;
+  two.ranks = 2;
+  two.ranks_per_node = 2;
+  auto us = [&](Bytes b) { return static_cast<double>(comm.collective(CollectiveOp::kAllReduce, b, two).total()) * 1e-3; };
+  // At a measured size, its time.
+  CHECK(us(kKiB) == Approx(20).margin(0.002));
+  CHECK(us(kMiB) == Approx(30).margin(0.002));
+  CHECK(us(16 * kMiB) == Approx(210).margin(0.002));
+  CHECK(us(64 * kMiB) == Approx(700).margin(0.002));
+  CHECK(src.comm_measured == 4);
+  // Between 1 and 16 MiB the straight line: at 8.5 MiB, 30 + 180 x 7.5/15
+  // = 120 us, of which the line's intercept (30 - 180/15 = 18 us) is the
+  // latency and the rest (102 us) bytes on the link at its rate.
+  const CollectiveCost mid = comm.collective(CollectiveOp::kAllReduce, 17 * kMiB / 2, two);
+  CHECK(static_cast<double>(mid.total()) * 1e-3 == Approx(120).margin(0.002));
+  CHECK(static_cast<double>(mid.latency) * 1e-3 == Approx(18).margin(0.001));
+  CHECK(mid.wire_bytes / mid.rate * 1e6 == Approx(102).margin(0.001));
+  CHECK(mid.rate == c.intra_node.rate());
+  CHECK(mid.algorithm == "measured");
+  // Above 64 MiB the last two sizes' rate: 490 us a 48 MiB, so 128 MiB is
+  // 700 + 490 x 64/48 = 1353.33 us.
+  CHECK(us(128 * kMiB) == Approx(700 + 490.0 * 64 / 48).margin(0.002));
+  // Below 1 KiB the first line: 10 us over (1 MiB - 1 KiB), so 512 B is
+  // 20 - 10 x 512 / 1047552 us.
+  CHECK(us(512) == Approx(20 - 10.0 * 512 / 1047552).margin(0.002));
+  // Where the times dip (noise), no climb is extrapolated: 2 KiB measured
+  // faster than 1 KiB leaves 512 B at 1 KiB's time, and a last size faster
+  // than the one before leaves larger sizes at its time.
+  Profile dip;
+  for (auto [b, t] : {std::pair<Bytes, double>{kKiB, 20e-6}, {2 * kKiB, 15e-6}, {kMiB, 40e-6}, {2 * kMiB, 35e-6}}) {
+    dip.comm.push_back({"gloo", CollectiveOp::kAllReduce, 2, b, timing(t)});
+  }
+  dip.fits[comm_fit_name("gloo", CollectiveOp::kAllReduce, 2)] = f;
+  const ProfileCommModel dipped(std::make_shared<const ProfileCosts>(dip), c, nullptr);
+  CHECK(dipped.collective(CollectiveOp::kAllReduce, 512, two).total() == 20'000);
+  CHECK(dipped.collective(CollectiveOp::kAllReduce, 1536, two).total() == 17'500);  // halfway: 17.5 us
+  CHECK(dipped.collective(CollectiveOp::kAllReduce, 8 * kMiB, two).total() == 35'000);
+  // A profile with the fit but one size measured prices by the fit:
+  // sample_profile's 20 us + 1 ns/B (the test above).
+  CHECK(std::make_shared<const ProfileCosts>(sample_profile())->comm_measured(CollectiveOp::kAllReduce, 2) == nullptr);
+}
+
+TEST_CASE("measured collectives across nodes are priced between their sizes too", "[calibrate]") {
+  // An imported 2 x 8 all-reduce at 1 MiB (100 us) and 4 MiB (160 us): 2
+  // MiB is 100 + 60/3 = 120 us, on the inter-node link.
+  Profile p;
+  for (auto [b, t] : {std::pair<Bytes, double>{kMiB, 100e-6}, {4 * kMiB, 160e-6}}) {
+    p.comm.push_back({"nccl", CollectiveOp::kAllReduce, 16, b, timing(t), 8});
+  }
+  LinearFit f;
+  f.features = {"1", "bytes"};
+  f.coef = {1e-3, 0};
+  p.fits[comm_fit_name("nccl", CollectiveOp::kAllReduce, 16, 8)] = f;
+  CostSources src;
+  const ClusterSpec c = test::round_cluster(2, 8);
+  const ProfileCommModel comm(std::make_shared<const ProfileCosts>(p), c, &src);
+  CommGroup g;
+  g.ranks = 16;
+  g.ranks_per_node = 8;
+  const CollectiveCost x = comm.collective(CollectiveOp::kAllReduce, 2 * kMiB, g);
+  CHECK(static_cast<double>(x.total()) * 1e-3 == Approx(120).margin(0.002));
+  CHECK(x.link == LinkClass::kInterNode);
+  CHECK(src.comm_measured == 1);
+}
+
 TEST_CASE("the measurement programs' lines are parsed, bad ones named", "[calibrate][bad-input]") {
   Profile p;
   calib::Progress prog;

@@ -287,10 +287,12 @@ TEST_CASE("comm --profile prices from a calibration and names the source", "[cli
                                                  ": all_to_all over 2 ranks not measured: the datasheet formula over the "
                                                  "intra-node link its all_reduce fit gives");
   CHECK(j["rows"][0]["algorithm"].as<std::string>() == "p2p");
-  // Its all-reduce was measured: the fit prices it.
+  // Its all-reduce was measured at 24 sizes: priced between them (Note
+  // [Measured collectives]), the fit named beside.
   const Result ar = dtsim("comm --cluster local-cpu --op all_reduce --ranks 2 --max-bytes 1024 --profile " + prof);
   REQUIRE(ar.status == 0);
-  CHECK_THAT(ar.out, Catch::Contains("all_reduce over 2 ranks measured: fit comm.gloo.all_reduce.2") && Catch::Contains("measured"));
+  CHECK_THAT(ar.out, Catch::Contains("all_reduce over 2 ranks measured at 24 sizes, 8 B to 64 MiB, priced between them "
+                                     "(fit comm.gloo.all_reduce.2 t = "));
   const Result bad = dtsim("comm --cluster local-cpu --op all_to_all --profile /nonexistent/p.h5");
   CHECK(bad.status == 2);
   CHECK(std::count(bad.err.begin(), bad.err.end(), '\n') == 1);
@@ -740,7 +742,19 @@ TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from
   CHECK(r.out.find("comm.nccl.all_reduce.8") != std::string::npos);
   r = dtsim("comm --cluster dgx-a100 --ranks 8 --profile " + out.string());
   CHECK(r.status == 0);
-  CHECK(r.out.find("all_reduce over 8 ranks measured: fit comm.nccl.all_reduce.8") != std::string::npos);
+  CHECK(r.out.find("all_reduce over 8 ranks measured at 28 sizes, 8 B to 1 GiB, priced between them (fit "
+                   "comm.nccl.all_reduce.8 t = ") != std::string::npos);
+  // The log's own times at its sizes (out of place: 10.44 us at 8 B, 10.51
+  // at 16 B), the line between them at 12 B: 10.475 us.
+  r = dtsim("comm --cluster dgx-a100 --ranks 8 --min-bytes 8 --max-bytes 16 --json --profile " + out.string());
+  REQUIRE(r.status == 0);
+  const YAML::Node rows = YAML::Load(r.out)["rows"];
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0]["time_us"].as<double>() == Approx(10.44).margin(0.0015));
+  CHECK(rows[1]["time_us"].as<double>() == Approx(10.51).margin(0.0015));
+  r = dtsim("comm --cluster dgx-a100 --ranks 8 --min-bytes 12 --max-bytes 12 --json --profile " + out.string());
+  REQUIRE(r.status == 0);
+  CHECK(YAML::Load(r.out)["rows"][0]["time_us"].as<double>() == Approx(10.475).margin(0.0015));
   fs::remove(out);
   // No --out: one line, exit 2; a missing log: one line naming it.
   r = dtsim("profile import-nccl-tests " + log);

@@ -53,10 +53,11 @@ def test_load_profile_equals_cli(cli, source_dir):
 
 def test_comm_with_profile_equals_cli(cli, source_dir):
     # local-cpu-moe.h5 measured Gloo's all_to_all over 2 ranks: both price
-    # from that fit and name it in cost_source.
+    # from its measured sizes and name its fit in cost_source.
     profile = os.path.join(source_dir, "configs", "profiles", "local-cpu-moe.h5")
     got = dtsim.comm("local-cpu", op="all_to_all", ranks=2, max_bytes=1 << 20, profile=profile)
     assert got == cli("comm", "--cluster", "local-cpu", "--op", "all_to_all", "--ranks", "2", "--max-bytes", str(1 << 20),
                       "--profile", profile)
-    assert "measured: fit comm.gloo.all_to_all.2" in got["cost_source"]
+    assert "all_to_all over 2 ranks measured at " in got["cost_source"]
+    assert "priced between them (fit comm.gloo.all_to_all.2 t = " in got["cost_source"]
     assert got != dtsim.comm("local-cpu", op="all_to_all", ranks=2, max_bytes=1 << 20)

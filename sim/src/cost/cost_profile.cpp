@@ -25,9 +25,9 @@
 //   elementwise / norm / embedding: t = c0 + c1 bytes (+ c2 flops).
 // (a GEMM with batch > 1 by the grouped_gemm fit where there is one, Note
 // [Grouped GEMMs]).
-// Collectives inside a node: the fitted t = alpha + beta S of the same
-// operation and rank count (all_to_all's too, where the profile measured
-// it); for another rank count, or an
+// Collectives inside a node: the measured times of the same operation and
+// rank count (all_to_all's too, where the profile measured it), between
+// sizes by Note [Measured collectives]; for another rank count, or an
 // operation the profile did not measure (all_to_all in the profiles made
 // before, configs/profiles/*.h5), the link's per-hop latency and bandwidth
 // are recovered from the all-reduce fit with the most ranks by inverting
@@ -35,6 +35,30 @@
 // hop, beta = busbw factor / B) and the datasheet model runs with them
 // (Note [All-to-all]'s for all_to_all). Across nodes the datasheet network
 // is used.
+//
+// Note [Measured collectives]
+// A collective's time is not one line in its size. NCCL on NVLink takes
+// 13-20 us up to a megabyte (LL), then climbs in steps as the protocol
+// changes and channels fill, and reaches the link's rate only past a
+// gigabyte: in NVIDIA's DGX H100 sweep (docs/comm.md) a least-squares line
+// over 8 B to 8 GiB has an intercept of about 130 us, ten times a small
+// all-reduce, and misses 8 MiB by half. So where the profile measured the
+// operation over the same ranks and placement at two sizes or more
+// (calibration's sweep, an imported nccl-tests log), a size is priced from
+// the measurements themselves: the measured time (the mean where measured,
+// Note [A collective costs its mean] in calibrate/src/fit.cpp; sizes
+// measured twice averaged) at a measured size, the straight line through
+// the two measured sizes around it in between, and outside the range the
+// line of the nearest two: above, the last two sizes' (the link's rate
+// there); below, the first two's, but never under the smallest time scaled
+// by size nor over it (a faster rate than the smallest size reached is not
+// extrapolated, nor a noisy dip turned into a climb). The time is split as
+// the line's intercept (clamped to [0, t]), a latency, and the rest as
+// bytes on the link at its rate, so collectives running at once still
+// share it (Note [Shared links] in executor.cpp). The fit is what `profile
+// show` prints and what prices a profile that kept a fit without its
+// samples; the link an unmeasured operation runs over (below) is still
+// recovered from the all-reduce fit.
 //
 // Note [Grouped GEMMs]
 // A mixture of experts runs its routed experts as one grouped GEMM per
@@ -58,6 +82,7 @@
 
 #include <fmt/format.h>
 
+#include "dtsim/sim/error.hpp"
 #include "cost/ring.hpp"
 
 namespace dtsim::sim {
@@ -254,6 +279,47 @@ std::optional<ProfileCosts::UpdateCost> fit_update_cost(const std::vector<const 
 
 }  // namespace
 
+MeasuredCollective::MeasuredCollective(const std::vector<std::pair<double, double>>& samples) {
+  std::map<double, std::pair<double, int>> by_size;  // bytes -> (sum of seconds, samples)
+  for (const auto& [b, t] : samples) {
+    if (!(b > 0) || !(t > 0) || !std::isfinite(b) || !std::isfinite(t)) continue;
+    auto& [sum, n] = by_size[b];
+    sum += t;
+    ++n;
+  }
+  for (const auto& [b, st] : by_size) {
+    bytes_.push_back(b);
+    seconds_.push_back(st.first / st.second);
+  }
+}
+
+MeasuredCollective::Split MeasuredCollective::at(double bytes) const {
+  DTSIM_ASSERT(bytes_.size() >= 2, "a measured collective needs two sizes");
+  const std::size_t n = bytes_.size();
+  // The segment [k, k + 1] that prices it: the one around it, else the
+  // nearest end's.
+  const std::size_t hi = static_cast<std::size_t>(std::upper_bound(bytes_.begin(), bytes_.end(), bytes) - bytes_.begin());
+  const std::size_t k = std::clamp<std::size_t>(hi == 0 ? 0 : hi - 1, 0, n - 2);
+  const double x0 = bytes_[k], y0 = seconds_[k];
+  double slope = (seconds_[k + 1] - y0) / (bytes_[k + 1] - x0);
+  double t = y0 + slope * (bytes - x0);
+  if (bytes < bytes_.front()) {
+    // Below: the first line, no faster than the smallest size's rate and
+    // no slower than its time.
+    slope = std::max(0.0, slope);
+    t = std::min(y0, std::max(y0 * bytes / x0, y0 + slope * (bytes - x0)));
+  } else if (bytes > bytes_.back()) {
+    // Above: the last two sizes' rate (none where they dipped).
+    slope = std::max(0.0, slope);
+    t = seconds_[k + 1] + slope * (bytes - bytes_[k + 1]);
+  }
+  t = std::max(0.0, t);
+  Split s;
+  s.latency = std::clamp(y0 - slope * x0, 0.0, t);
+  s.wire = t - s.latency;
+  return s;
+}
+
 ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   if (const auto it = profile_.info.find("device_kind"); it != profile_.info.end()) gpu_ = it->second == "cuda";
   const auto find = [&](const std::string& name) -> const LinearFit* {
@@ -273,6 +339,7 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       for (const char* backend : {"nccl", "gloo"}) {
         if (const LinearFit* f = find(comm_fit_name(backend, c.op, c.ranks, c.ranks_per_node))) {
           comm_nodes_[key] = terms_of(*f);
+          add_measured(backend, c.op, c.ranks, c.ranks_per_node);
           break;
         }
       }
@@ -282,6 +349,7 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
     for (const char* backend : {"nccl", "gloo"}) {
       if (const LinearFit* f = find(comm_fit_name(backend, c.op, c.ranks))) {
         comm_[{c.op, c.ranks}] = terms_of(*f);
+        add_measured(backend, c.op, c.ranks, 0);
         break;
       }
     }
@@ -437,6 +505,24 @@ std::vector<int> ProfileCosts::comm_ranks(CollectiveOp op) const {
 const FitTerms* ProfileCosts::comm_fit(CollectiveOp op, int ranks) const {
   const auto it = comm_.find({op, ranks});
   return it == comm_.end() ? nullptr : &it->second;
+}
+
+void ProfileCosts::add_measured(const std::string& backend, CollectiveOp op, int ranks, int ranks_per_node) {
+  // Note [Measured collectives]: the samples the fit was made of (one node:
+  // ranks_per_node 0 or every rank on it, as fit_profile groups them).
+  std::vector<std::pair<double, double>> samples;
+  for (const CommSample& c : profile_.comm) {
+    const int per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
+    if (c.backend != backend || c.op != op || c.ranks != ranks || per_node != ranks_per_node) continue;
+    samples.emplace_back(static_cast<double>(c.bytes), c.time.mean_s > 0 ? c.time.mean_s : c.time.median_s);
+  }
+  MeasuredCollective m(samples);
+  if (m.sizes() >= 2) measured_.emplace(std::tuple{op, ranks, ranks_per_node}, std::move(m));
+}
+
+const MeasuredCollective* ProfileCosts::comm_measured(CollectiveOp op, int ranks, int ranks_per_node) const {
+  const auto it = measured_.find({op, ranks, ranks_per_node});
+  return it == measured_.end() ? nullptr : &it->second;
 }
 
 const FitTerms* ProfileCosts::comm_fit(CollectiveOp op, int ranks, int ranks_per_node) const {
@@ -807,32 +893,43 @@ ProfileCommModel::ProfileCommModel(std::shared_ptr<const ProfileCosts> costs, co
 // inter-node link (as the intra-node fit's are on the NVLink) so concurrent
 // groups still share the NICs. Any other multi-node group takes the
 // datasheet network, as before.
+namespace {
+
+/// A measured collective of `bytes` (Note [Measured collectives]): from the
+/// measured times where there are two sizes, else the fit; its time on the
+/// wire expressed as bytes on `link` at `rate`, so concurrent collectives
+/// still divide the link's capacity.
+CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes bytes, LinkClass link, BytesPerSec rate) {
+  MeasuredCollective::Split s;
+  if (m != nullptr) {
+    s = m->at(static_cast<double>(bytes));
+  } else {
+    s.latency = std::max(0.0, fit.constant);
+    s.wire = std::max(0.0, fit.per_byte) * static_cast<double>(bytes);
+  }
+  CollectiveCost c;
+  c.algorithm = "measured";
+  c.link = link;
+  c.latency = seconds_to_ns(s.latency);
+  c.rate = rate;
+  c.wire_bytes = s.wire * rate;
+  return c;
+}
+
+}  // namespace
+
 CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const CommGroup& group) const {
   if (group.nodes() > 1) {
     if (const FitTerms* f = costs_->comm_fit(op, group.ranks, group.ranks_per_node)) {
-      CollectiveCost c;
-      c.algorithm = "measured";
-      c.link = LinkClass::kInterNode;
-      c.latency = seconds_to_ns(std::max(0.0, f->constant));
-      c.rate = analytic_.link_capacity(LinkClass::kInterNode, group.groups_per_node);
-      c.wire_bytes = std::max(0.0, f->per_byte) * static_cast<double>(bytes) * c.rate;
       if (sources_) ++sources_->comm_measured;
-      return c;
+      return measured(costs_->comm_measured(op, group.ranks, group.ranks_per_node), *f, bytes, LinkClass::kInterNode,
+                      analytic_.link_capacity(LinkClass::kInterNode, group.groups_per_node));
     }
   }
   if (group.nodes() == 1 && group.ranks >= 2) {
     if (const FitTerms* f = costs_->comm_fit(op, group.ranks)) {
-      const double alpha = f->constant, per_byte = f->per_byte;
-      CollectiveCost c;
-      c.algorithm = "measured";
-      c.link = LinkClass::kIntraNode;
-      c.latency = seconds_to_ns(std::max(0.0, alpha));
-      // Express the measured per-byte time as bytes on the shared link, so
-      // concurrent collectives still divide its capacity.
-      c.rate = cluster_.intra_node.rate();
-      c.wire_bytes = std::max(0.0, per_byte) * static_cast<double>(bytes) * c.rate;
       if (sources_) ++sources_->comm_measured;
-      return c;
+      return measured(costs_->comm_measured(op, group.ranks), *f, bytes, LinkClass::kIntraNode, cluster_.intra_node.rate());
     }
     if (scaled_) {
       if (sources_) ++sources_->comm_scaled;
@@ -872,6 +969,22 @@ CollectiveCost ProfileCommModel::host_copy(Bytes bytes) const {
   return c;
 }
 
+namespace {
+
+/// "8 B", "4 KiB", "64 MiB" (exact powers of 1024 only, else bytes).
+std::string human_bytes(double bytes) {
+  auto b = static_cast<std::int64_t>(bytes);
+  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
+  int u = 0;
+  while (u < 4 && b >= 1024 && b % 1024 == 0) {
+    b /= 1024;
+    ++u;
+  }
+  return std::to_string(b) + " " + units[u];
+}
+
+}  // namespace
+
 std::string comm_cost_source(const Profile& p, CollectiveOp op, const CommGroup& g, const CostSources& used) {
   const std::string what = std::string(to_string(op)) + " over " + std::to_string(g.ranks) + " ranks";
   if (used.comm_measured > 0) {
@@ -886,8 +999,20 @@ std::string comm_cost_source(const Profile& p, CollectiveOp op, const CommGroup&
         if (it->second.features[i] == "1") constant = it->second.coef[i];
         if (it->second.features[i] == "bytes") per_byte = it->second.coef[i];
       }
-      return what + " measured: fit " + it->first + " of " + std::to_string(it->second.samples) + " sizes, " +
-             fmt::format("t = {:.3g} us + S x {:.3g} ns/B", constant * 1e6, per_byte * 1e9);
+      // Note [Measured collectives]: the sizes the fit was made of, where two or more.
+      const int per_node = g.nodes() > 1 && g.ranks_per_node < g.ranks ? g.ranks_per_node : 0;
+      std::vector<std::pair<double, double>> samples;
+      for (const CommSample& c : p.comm) {
+        const int c_per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
+        if (c.backend == backend && c.op == op && c.ranks == g.ranks && c_per_node == per_node) {
+          samples.emplace_back(static_cast<double>(c.bytes), c.time.mean_s > 0 ? c.time.mean_s : c.time.median_s);
+        }
+      }
+      const MeasuredCollective m(samples);
+      const std::string fit = fmt::format("fit {} t = {:.3g} us + S x {:.3g} ns/B", it->first, constant * 1e6, per_byte * 1e9);
+      if (m.sizes() < 2) return what + " measured: " + fit + " (its samples are not in the profile)";
+      return what + " measured at " + std::to_string(m.sizes()) + " sizes, " + human_bytes(m.min_bytes()) + " to " +
+             human_bytes(m.max_bytes()) + ", priced between them (" + fit + ")";
     }
   }
   if (used.comm_scaled > 0) {

@@ -30,6 +30,31 @@ struct FitTerms {
   }
 };
 
+/// The measured times of one collective (one operation, rank count and
+/// placement), by size: Note [Measured collectives] in cost_profile.cpp.
+class MeasuredCollective {
+ public:
+  /// From (bytes, seconds) samples in any order: samples of equal size are
+  /// averaged; those of no bytes or no time are left out.
+  explicit MeasuredCollective(const std::vector<std::pair<double, double>>& samples);
+  /// Distinct sizes measured: pricing needs two.
+  std::size_t sizes() const { return bytes_.size(); }
+  double min_bytes() const { return bytes_.front(); }
+  double max_bytes() const { return bytes_.back(); }
+  /// A time split as a fixed latency and the seconds its bytes take on the
+  /// wire, the two summing to the priced time.
+  struct Split {
+    double latency = 0, wire = 0;  ///< seconds
+  };
+  /// The time of `bytes`: the measured time at a measured size, the
+  /// straight line between the two measured sizes around it, and outside
+  /// the range the line of the nearest two (Note [Measured collectives]).
+  Split at(double bytes) const;
+
+ private:
+  std::vector<double> bytes_, seconds_;
+};
+
 /// A profile indexed for lookups; build once, share between predictions.
 class ProfileCosts {
  public:
@@ -81,10 +106,18 @@ class ProfileCosts {
   /// each (an imported multi-node nccl-tests run, Note [Collectives across
   /// nodes] in cost_profile.cpp), or nullptr.
   const FitTerms* comm_fit(CollectiveOp op, int ranks, int ranks_per_node) const;
+  /// The measured times of op over `ranks` on one node (`ranks_per_node`
+  /// 0) or spanning nodes of `ranks_per_node` each, of the backend whose
+  /// fit comm_fit gives, where two sizes or more were measured; else nullptr
+  /// (Note [Measured collectives] in cost_profile.cpp).
+  const MeasuredCollective* comm_measured(CollectiveOp op, int ranks, int ranks_per_node = 0) const;
   /// The copy model of "h2d" or "d2h", or nullptr.
   const FitTerms* copy_fit(const std::string& direction) const;
 
  private:
+  /// Note [Measured collectives]: op over `ranks` of `backend`, from its samples.
+  void add_measured(const std::string& backend, CollectiveOp op, int ranks, int ranks_per_node);
+
   Profile profile_;
   bool gpu_ = false;
   std::optional<UpdateCost> adam_cost_, adam_mixed_cost_, sgd_cost_;
@@ -101,6 +134,7 @@ class ProfileCosts {
   std::array<std::optional<FitTerms>, 20> kernels_;  ///< 5 fitted classes x 4 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::tuple<CollectiveOp, int, int>, FitTerms> comm_nodes_;  ///< by op, ranks, ranks per node
+  std::map<std::tuple<CollectiveOp, int, int>, MeasuredCollective> measured_;  ///< by op, ranks, ranks per node (0: one node)
   std::map<std::string, FitTerms> copies_;
   std::vector<const KernelSample*> adam_, adam_mixed_, sgd_, bucket_in_, bucket_out_, host_adam_;
   std::map<Precision, std::vector<const KernelSample*>> host_adam_by_precision_;
@@ -134,7 +168,7 @@ struct CostSources {
   int layers_analytic = 0;      ///< datasheet roofline (nothing fitted)
   int optimizer_measured = 0;   ///< optimizer steps priced from the timed step
   int bucket_copies_measured = 0;  ///< gradient-bucket copies priced from the timed ones
-  int comm_measured = 0;        ///< the fitted alpha-beta of the same op and rank count
+  int comm_measured = 0;        ///< the measured times (or fit) of the same op and rank count
   int comm_scaled = 0;          ///< link latency/bandwidth derived from another rank count
   int comm_analytic = 0;        ///< datasheet links (e.g. across nodes)
   int copies_measured = 0;
