@@ -392,9 +392,7 @@ ImportResult import_nccl_tests(const std::vector<std::string>& logs, sim::Profil
   p.info["import.nccl-tests.date"] = detail::now_iso();
   p.info["import.nccl-tests.source"] = "nccl-tests (github.com/NVIDIA/nccl-tests) logs, imported by dtsim " + std::string("profile import-nccl-tests");
   if (r.replaced > 0) r.lines.push_back(std::to_string(r.replaced) + " earlier nccl samples of the same op, ranks and placement replaced");
-  // What each fit says, and what it prices on the cluster.
-  std::shared_ptr<const sim::ProfileCosts> costs;
-  if (cluster) costs = std::make_shared<const sim::ProfileCosts>(p);
+  // What each fit says, and what the cluster file would have priced.
   for (const auto& name : names) {
     const auto it = p.fits.find(name);
     if (it == p.fits.end()) {
@@ -409,22 +407,24 @@ ImportResult import_nccl_tests(const std::vector<std::string>& logs, sim::Profil
       if (sim::comm_fit_name("nccl", k.op, k.ranks, k.per_node) != name) continue;
       if (beta > 0) line += ", bus bandwidth " + fmt("%.4g", sim::bus_bandwidth_factor(k.op, k.ranks) / beta / 1e9) + " GB/s";
       line += ", rms error " + fmt("%.1f", 100 * f.rms_rel_error) + "% over " + std::to_string(f.samples) + " sizes";
-      if (cluster && costs) {
-        // The largest size measured, priced as predict prices it (Note [Profile lookups]).
+      if (cluster) {
+        // The largest size measured, as the cluster file prices it: how far
+        // it is from this cluster (the profile prices the measured time,
+        // Note [Measured collectives]).
         const NcclTestsRun* run = nullptr;
         for (const auto& x : runs) {
           if (key_of(x) == k) run = &x;
         }
         const auto& big = *std::max_element(run->rows.begin(), run->rows.end(), [](const auto& a, const auto& b) { return a.bytes < b.bytes; });
-        sim::CostSources sources;
-        const sim::ProfileCommModel model(costs, *cluster, &sources);
+        const sim::AnalyticCommModel model(*cluster);
         sim::CommGroup g;
         g.ranks = k.ranks;
         g.ranks_per_node = k.per_node > 0 ? k.per_node : k.ranks;
         const double priced = static_cast<double>(model.collective(k.op, big.bytes, g).total()) * 1e-9;
         const double measured = big.time_us * 1e-6;
-        line += "; on " + cluster->name + " " + human_bytes(static_cast<double>(big.bytes)) + " prices at " + detail::human_seconds(priced) +
-                " (measured " + detail::human_seconds(measured) + ", " + fmt("%+.1f", 100 * (priced - measured) / measured) + "%)";
+        line += "; " + human_bytes(static_cast<double>(big.bytes)) + " measured " + detail::human_seconds(measured) +
+                ", the cluster file " + cluster->name + " gives " + detail::human_seconds(priced) + " (" +
+                fmt("%+.1f", 100 * (priced - measured) / measured) + "%)";
       }
     }
     r.lines.push_back(line);
