@@ -40,9 +40,10 @@
 // A collective's time is not one line in its size. NCCL on NVLink takes
 // 13-20 us up to a megabyte (LL), then climbs in steps as the protocol
 // changes and channels fill, and reaches the link's rate only past a
-// gigabyte: in NVIDIA's DGX H100 sweep (docs/comm.md) a least-squares line
-// over 8 B to 8 GiB has an intercept of about 130 us, ten times a small
-// all-reduce, and misses 8 MiB by half. So where the profile measured the
+// gigabyte: NVIDIA's DGX H100 sweep (docs/comm.md) imported, calibration's
+// fit (least squares on relative error, calibrate/src/fit.cpp) is 17.5 us
+// + 415 GB/s of busbw, 36% short at 8 MiB and 16% long at 8 GiB (rms 20%
+// over its 24 sizes). So where the profile measured the
 // operation over the same ranks and placement at two sizes or more
 // (calibration's sweep, an imported nccl-tests log), a size is priced from
 // the measurements themselves: the measured time (the mean where measured,
