@@ -712,6 +712,9 @@ std::string format_profile(const sim::Profile& p) {
   // before it was measured) are priced over the link its all-reduce fit
   // gives (Note [Profile lookups] in sim/src/cost/cost_profile.cpp).
   if (!p.comm.empty()) {
+    // The comm fits summarise; predictions take the measured sizes.
+    os << "  collectives: priced from their measured sizes, between them by straight lines (Note [Measured "
+          "collectives]); the comm fits above only summarise them\n";
     std::string missing;
     for (sim::CollectiveOp op : {sim::CollectiveOp::kAllReduce, sim::CollectiveOp::kReduceScatter, sim::CollectiveOp::kAllGather,
                                  sim::CollectiveOp::kBroadcast, sim::CollectiveOp::kSendRecv, sim::CollectiveOp::kAllToAll}) {

@@ -364,6 +364,10 @@ TEST_CASE("measured collectives are priced between their measured sizes (Note [M
   CHECK(dipped.collective(CollectiveOp::kAllReduce, 512, two).total() == 20'000);
   CHECK(dipped.collective(CollectiveOp::kAllReduce, 1536, two).total() == 17'500);  // halfway: 17.5 us
   CHECK(dipped.collective(CollectiveOp::kAllReduce, 8 * kMiB, two).total() == 35'000);
+  // profile show says the fits only summarise them; a profile without
+  // collectives says nothing of it.
+  CHECK_THAT(calib::format_profile(p), Catch::Contains("collectives: priced from their measured sizes"));
+  CHECK_THAT(calib::format_profile(Profile{}), !Catch::Contains("collectives: priced"));
   // A profile with the fit but one size measured prices by the fit:
   // sample_profile's 20 us + 1 ns/B (the test above).
   CHECK(std::make_shared<const ProfileCosts>(sample_profile())->comm_measured(CollectiveOp::kAllReduce, 2) == nullptr);
