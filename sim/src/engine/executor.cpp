@@ -193,6 +193,8 @@ class Executor {
     }
     memory_.resize(g_.ranks.size());
     current_.resize(g_.ranks.size());
+    total_.assign(g_.ranks.size(), 0);
+    peak_total_.assign(g_.ranks.size(), 0);
     slowdown_.resize(g_.ranks.size());
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) slowdown_[r] = std::max(0.0, g_.ranks[r].comm_slowdown);
     comm_active_.assign(g_.ranks.size(), 0);
@@ -348,8 +350,10 @@ class Executor {
 
   void reshare_and_schedule(int li) {
     Link& link = links_[li];
-    // Water-filling: serve flows in order of their caps.
-    std::vector<int> order = link.flows;
+    // Water-filling: serve flows in order of their caps (in a scratch
+    // vector: this runs at every flow's start and end).
+    std::vector<int>& order = order_;
+    order.assign(link.flows.begin(), link.flows.end());
     std::sort(order.begin(), order.end(), [&](int a, int b) {
       return flows_[a].max_rate != flows_[b].max_rate ? flows_[a].max_rate < flows_[b].max_rate : a < b;
     });
@@ -374,19 +378,19 @@ class Executor {
     Link& link = links_[li];
     link.pending = kNoEvent;
     advance(link);
+    // The flows done leave the link (in order); a scratch list, taken while
+    // their tasks finish, for this runs at every flow's end.
     std::vector<TaskId> finished;
-    std::vector<int> keep;
+    finished.swap(finished_);
+    finished.clear();
+    auto done = [&](int f) { return flows_[f].remaining <= flows_[f].rate * 1e-9 + 1e-6; };  // under a nanosecond left
     for (int f : link.flows) {
-      // Done when what is left would take under a nanosecond.
-      if (flows_[f].remaining <= flows_[f].rate * 1e-9 + 1e-6) {
-        finished.push_back(flows_[f].owner);
-      } else {
-        keep.push_back(f);
-      }
+      if (done(f)) finished.push_back(flows_[f].owner);
     }
-    link.flows = std::move(keep);
+    link.flows.erase(std::remove_if(link.flows.begin(), link.flows.end(), done), link.flows.end());
     reshare_and_schedule(li);
     for (TaskId id : finished) flow_done(id);
+    finished.swap(finished_);
   }
 
   void flow_done(TaskId id) { finish(id); }
@@ -441,11 +445,17 @@ class Executor {
                              ", beyond what dtsim counts in 64 bits: check the model's and plan's sizes");
     }
     DTSIM_ASSERT(cur[c] >= 0, std::string("rank frees more ") + to_string(op.category) + " than it allocated");
+    // Each category is under 2^59 B, so their sum is exact in 64 bits.
+    const Bytes total = (total_[rank] += op.bytes);
+    auto& m = memory_[rank];
+    if (total <= peak_total_[rank] && !opt_.record_memory_timeline) return;
     MemSnapshot snap;
     snap.time = q_.now();
     snap.bytes = cur;
-    auto& m = memory_[rank];
-    if (snap.total() > m.at_peak.total()) m.at_peak = snap;
+    if (total > peak_total_[rank]) {
+      m.at_peak = snap;
+      peak_total_[rank] = total;
+    }
     if (opt_.record_memory_timeline) {
       if (!m.timeline.empty() && m.timeline.back().time == snap.time) {
         m.timeline.back() = snap;
@@ -517,8 +527,11 @@ class Executor {
   std::vector<char> arrived_;  ///< a collective's participant has reached it
   std::vector<Link> links_;
   std::vector<Flow> flows_;
+  std::vector<int> order_;         ///< reshare_and_schedule's scratch
+  std::vector<TaskId> finished_;   ///< on_link_event's scratch
   std::vector<RankMemoryPeak> memory_;
   std::vector<std::array<Bytes, kMemCategories>> current_;
+  std::vector<Bytes> total_, peak_total_;  ///< by rank: current_'s sum, and at_peak's
   /// Note [Interference]: each rank's slowdown, its collectives running and
   /// its compute tasks running.
   std::vector<double> slowdown_;

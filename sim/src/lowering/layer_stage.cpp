@@ -183,7 +183,7 @@ class LayerStage final : public detail::StageEmitter {
       passes_.forward_memory(at, on_start, on_end);
       TaskId f = passes_.run_layer(at, {Pass::kForward, c.fwd_time[l], c.fwd_launch[l]}, deps, on_start, on_end).last;
       if (f < 0) {
-        f = c.compute(c.tag(m, "fwd " + L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
+        f = c.compute(c.tag(m, "fwd ", L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
         c.g.tasks[f].launch = c.fwd_launch[l];  // Note [Host launch] in executor.cpp
       }
       c.fwd[l] = passes_.after_forward(at, f);
@@ -218,7 +218,7 @@ class LayerStage final : public detail::StageEmitter {
       passes_.backward_memory(at, on_start, on_end);
       TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i]}, deps, on_start, on_end).last;
       if (b < 0) {
-        b = c.compute(c.tag(m, "bwd " + L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
+        b = c.compute(c.tag(m, "bwd ", L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
         c.g.tasks[b].launch = c.bwd_launch[i];
       }
       c.bwd[i] = passes_.after_backward(at, b);

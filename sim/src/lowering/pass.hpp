@@ -45,6 +45,7 @@
 #include <cstdint>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "lowering/emitter.hpp"
@@ -159,6 +160,15 @@ struct StageContext {
   std::string tag(std::int64_t m, const std::string& what) const {
     if (!named) return {};
     return what + " [mb " + std::to_string(m) + "]";
+  }
+  /// The same of the pieces of `what`, joined only where tasks are named
+  /// (a prediction names none, and makes hundreds of thousands).
+  template <typename... Pieces>
+  std::string tag(std::int64_t m, std::string_view first, const Pieces&... rest) const {
+    if (!named) return {};
+    std::string what(first);
+    (what.append(std::string_view(rest)), ...);
+    return tag(m, what);
   }
   /// A reduction of gradients finished: the step waits for it, and every
   /// pass hears of it (offload copies the shard down).

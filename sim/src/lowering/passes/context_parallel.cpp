@@ -72,7 +72,7 @@ class ContextParallel final : public StrategyPass {
     const CollectiveCost& cost = forward ? u.cp_forward_cost : u.cp_backward_cost;
     if (cost.wire_bytes <= 0 && cost.latency == 0) return last;
     const CollectiveOp op = ctx_.plan.cp_comm == CpComm::kAllGather ? CollectiveOp::kAllGather : CollectiveOp::kSendRecv;
-    return ctx_.b.collective(ctx_.tag(at.micro, std::string(forward ? "cp fwd " : "cp bwd ") + u.name), at.rank,
+    return ctx_.b.collective(ctx_.tag(at.micro, forward ? "cp fwd " : "cp bwd ", u.name), at.rank,
                              ctx_.stream(Stream::kCompute), Axis::kCp, op,
                              forward ? u.cp_forward_bytes : u.cp_backward_bytes, cost, {last});
   }

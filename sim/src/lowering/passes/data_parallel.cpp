@@ -69,15 +69,15 @@ class LayerBuckets final : public StrategyPass {
       if (c.n == 1) {
         // Nothing to scatter: the gradients are this rank's already. Offloaded,
         // they still go down to the host's optimizer, once they are final.
-        const TaskId keep = c.compute(c.tag(m, "keep grads " + name), Phase::kBackward, 0, {last}, {},
+        const TaskId keep = c.compute(c.tag(m, "keep grads ", name), Phase::kBackward, 0, {last}, {},
                                       {{MemCategory::kGradients, -b}});
         if (at.last_backward) c.reduced(at, keep, b);
         return last;
       }
       // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
-      deps.push_back(c.bucket_copy(c.tag(m, "copy grads in " + name), bk.params, bk.tensors, false, {last}));
+      deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {last}));
       const Bytes recv = c.receive_bytes(b);
-      const TaskId rs = c.collective(c.tag(m, "reduce_scatter " + name), CollectiveOp::kReduceScatter, b, c.shard_group,
+      const TaskId rs = c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
                                      Stream::kGradComm, deps, {{MemCategory::kBuffers, recv}},
                                      {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, bk.expert_bytes);
       if (!c.plan.overlap) unordered_.push_back(rs);
@@ -86,19 +86,19 @@ class LayerBuckets final : public StrategyPass {
       // before this one is reduced.
       TaskId waited = last;
       if (c.plan.overlap && !c.plan.fsdp && previous_ >= 0) {
-        waited = c.compute(c.tag(m, "wait " + name), Phase::kBackward, 0, {last, previous_});
+        waited = c.compute(c.tag(m, "wait ", name), Phase::kBackward, 0, {last, previous_});
       }
       previous_ = rs;
       return waited;
     }
     if (!at.last_backward || c.dp_group.ranks == 1) return last;  // no_sync / local accumulation / nothing to sync
-    deps.push_back(c.bucket_copy(c.tag(m, "copy grads in " + name), bk.params, bk.tensors, false, {last}));
-    const TaskId ar = c.collective(c.tag(m, "all_reduce " + name), CollectiveOp::kAllReduce, b, c.dp_group,
+    deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {last}));
+    const TaskId ar = c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, b, c.dp_group,
                                    Stream::kGradComm, deps, {}, {}, bk.expert_bytes);
     if (!c.plan.overlap) unordered_.push_back(ar);
     // The reduced bucket back into the gradients, divided by the group
     // size, after the backward (end_backward).
-    copies_out_.push_back({c.tag(m, "copy grads out " + name), bucket, ar, c.zero == 1 ? LayerContext::ceil_div(b, c.n) : b});
+    copies_out_.push_back({c.tag(m, "copy grads out ", name), bucket, ar, c.zero == 1 ? LayerContext::ceil_div(b, c.n) : b});
     return last;
   }
 

@@ -23,7 +23,7 @@ class ExpertParallel final : public StrategyPass {
     const Unit& u = ctx_.units[at.unit];
     const Bytes bytes = forward ? u.ep_forward_bytes : u.ep_backward_bytes;
     if (bytes <= 0) return last;
-    return ctx_.b.collective(ctx_.tag(at.micro, std::string(forward ? "ep fwd " : "ep bwd ") + u.name), at.rank,
+    return ctx_.b.collective(ctx_.tag(at.micro, forward ? "ep fwd " : "ep bwd ", u.name), at.rank,
                              ctx_.stream(Stream::kCompute), Axis::kEp, CollectiveOp::kAllToAll, bytes,
                              forward ? u.ep_forward_cost : u.ep_backward_cost, {last});
   }

@@ -24,7 +24,7 @@ class Recomputation final : public StrategyPass {
     if (!u.recompute.runs || u.recompute.taken) return;
     std::vector<MemOp> on_end;
     add_bytes(on_end, MemCategory::kActivations, -u.recompute.frees);
-    const TaskId t = ctx_.b.compute(ctx_.tag(at.micro, std::string(u.recompute.label) + " " + u.name), at.rank,
+    const TaskId t = ctx_.b.compute(ctx_.tag(at.micro, u.recompute.label, " ", u.name), at.rank,
                                     ctx_.stream(Stream::kCompute), Phase::kRecompute, u.recompute.time, deps,
                                     {{MemCategory::kActivations, u.recompute.allocates}}, std::move(on_end));
     ctx_.g.tasks[t].launch = u.recompute.launch;

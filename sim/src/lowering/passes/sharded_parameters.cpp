@@ -159,19 +159,19 @@ class ShardedParameters final : public StrategyPass {
     // One reduce-scatter per unit (a layer, or the root), every micro-step (Note [ZeRO]).
     const Bytes b = params * c.gw;
     if (c.n == 1) {
-      c.compute(c.tag(m, "keep grads " + L.name), Phase::kBackward, 0, {last}, {}, {{MemCategory::kGradients, -b}});
+      c.compute(c.tag(m, "keep grads ", L.name), Phase::kBackward, 0, {last}, {}, {{MemCategory::kGradients, -b}});
       return last;
     }
     const std::string unit = root ? std::string("root") : L.name;
-    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in " + unit), static_cast<double>(params),
+    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in ", unit), static_cast<double>(params),
                                     root ? root_tensors_ : std::max(1, L.param_tensors), false, {last});
     const Bytes recv = c.receive_bytes(b);
-    TaskId rs = c.collective(c.tag(m, "reduce_scatter " + unit), CollectiveOp::kReduceScatter, b, c.shard_group,
+    TaskId rs = c.collective(c.tag(m, "reduce_scatter ", unit), CollectiveOp::kReduceScatter, b, c.shard_group,
                              one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv}},
                              {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, root ? 0 : c.expert_grad_bytes(L));
     if (c.replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
-      rs = c.collective(c.tag(m, "all_reduce shard " + unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(b, c.n),
+      rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(b, c.n),
                         c.replica_group, Stream::kGradComm, {rs});
     }
     c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
@@ -237,7 +237,7 @@ class ShardedParameters final : public StrategyPass {
     if (c.plan.offload_params == Offload::kCpu) {
       // The bf16 shard comes up; FP8 casts happen on the device.
       const Bytes shard = LayerContext::ceil_div(stored, c.n);
-      deps.push_back(c.copy(c.tag(m, "h2d params " + unit), shard, Stream::kH2D, deps));
+      deps.push_back(c.copy(c.tag(m, "h2d params ", unit), shard, Stream::kH2D, deps));
     }
     const Bytes buffers = c.gather_bytes(full);
     std::vector<MemOp> on_start{{MemCategory::kParameters, full}}, on_end;

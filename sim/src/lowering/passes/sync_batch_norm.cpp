@@ -22,7 +22,7 @@ class SyncBatchNorm final : public StrategyPass {
     const Unit& u = ctx_.units[at.unit];
     const Bytes bytes = forward ? u.dp_forward_bytes : u.dp_backward_bytes;
     if (bytes <= 0) return last;
-    return ctx_.b.collective(ctx_.tag(at.micro, std::string(forward ? "sync bn fwd " : "sync bn bwd ") + u.name), at.rank,
+    return ctx_.b.collective(ctx_.tag(at.micro, forward ? "sync bn fwd " : "sync bn bwd ", u.name), at.rank,
                              ctx_.stream(Stream::kCompute), Axis::kDp,
                              forward ? CollectiveOp::kAllGather : CollectiveOp::kAllReduce, bytes,
                              forward ? u.dp_forward_cost : u.dp_backward_cost, {last});

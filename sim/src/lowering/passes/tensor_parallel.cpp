@@ -55,7 +55,7 @@ class TensorParallel final : public StrategyPass {
     if (ctx_.plan.tp <= 1 || ops == nullptr || ops->empty()) return last;
     Bytes bytes = 0;
     for (const auto& o : *ops) bytes += o.bytes * o.count;
-    return ctx_.b.collective(ctx_.tag(at.micro, std::string(forward ? "tp fwd " : "tp bwd ") + u.name), at.rank,
+    return ctx_.b.collective(ctx_.tag(at.micro, forward ? "tp fwd " : "tp bwd ", u.name), at.rank,
                              ctx_.stream(Stream::kCompute), ops->front().axis, ops->front().op, bytes,
                              forward ? u.tp_forward_cost : u.tp_backward_cost, {last});
   }

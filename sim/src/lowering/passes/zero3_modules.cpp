@@ -236,12 +236,12 @@ class Zero3Modules final : public StrategyPass {
     }
     std::vector<TaskId> deps = issue;
     if (c.plan.offload_params == Offload::kCpu) {
-      deps.push_back(c.copy(c.tag(m, "h2d params " + what), LayerContext::ceil_div(full, c.n), Stream::kH2D, deps));
+      deps.push_back(c.copy(c.tag(m, "h2d params ", what), LayerContext::ceil_div(full, c.n), Stream::kH2D, deps));
     }
     // The gathered parameters' buffer is allocated as the hook issues the
     // gather (the caching allocator hands it out on the host), not when the
     // network gets to it.
-    deps = {c.compute(c.tag(m, "allocate " + what), Phase::kComm, 0, std::move(deps), {{MemCategory::kParameters, full}}, {},
+    deps = {c.compute(c.tag(m, "allocate ", what), Phase::kComm, 0, std::move(deps), {{MemCategory::kParameters, full}}, {},
                       Stream::kHost)};
     const Bytes buffers = c.gather_bytes(full);
     std::vector<MemOp> on_start, on_end;
@@ -274,7 +274,7 @@ class Zero3Modules final : public StrategyPass {
     std::vector<TaskId> deps{made};
     if (!flushes_.empty()) deps.push_back(flushes_.back());  // the bucket is free again
     const TimeNs t = c.bucket_copy_time(static_cast<double>(mod.grads), static_cast<int>(mod.params.size()), false);
-    const TaskId copy = c.compute(c.tag(at.micro, "copy grads in " + name), Phase::kBackward, t, std::move(deps), {},
+    const TaskId copy = c.compute(c.tag(at.micro, "copy grads in ", name), Phase::kBackward, t, std::move(deps), {},
                                   {{MemCategory::kGradients, -mod.grads * c.gw}}, Stream::kGradComm);
     copies_.push_back(copy);
     in_bucket_ += mod.grads;
