@@ -568,12 +568,7 @@ std::string human_s(double s) {
   return fmt::format("{:.3g} ns", s * 1e9);
 }
 
-std::string human_bytes(double b) {
-  if (b >= 1 << 30) return fmt::format("{:.3g} GiB", b / (1 << 30));
-  if (b >= 1 << 20) return fmt::format("{:.3g} MiB", b / (1 << 20));
-  if (b >= 1 << 10) return fmt::format("{:.3g} KiB", b / (1 << 10));
-  return fmt::format("{:.0f} B", b);
-}
+using dtsim::human_bytes;
 
 /// Of a kernel fit "kernel.<kind>.<precision>", the largest share of a
 /// measured sample's time each feature's term accounts for (empty for other

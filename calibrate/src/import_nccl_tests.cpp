@@ -126,12 +126,7 @@ std::string fmt(const char* f, double v) {
   return buf;
 }
 
-std::string human_bytes(double b) {
-  if (b >= 1 << 30) return fmt("%.3g GiB", b / (1 << 30));
-  if (b >= 1 << 20) return fmt("%.3g MiB", b / (1 << 20));
-  if (b >= 1 << 10) return fmt("%.3g KiB", b / (1 << 10));
-  return fmt("%.0f B", b);
-}
+using dtsim::human_bytes;
 
 }  // namespace
 

@@ -1,4 +1,6 @@
-// Names of the enums shared by reports, traces and errors.
+// Names of the enums shared by reports, traces and errors, and sizes for people.
+#include <fmt/format.h>
+
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/task_graph.hpp"
@@ -110,3 +112,14 @@ const char* to_string(FsdpMode f) {
 }
 
 }  // namespace dtsim::sim
+
+namespace dtsim {
+
+std::string human_bytes(double b) {
+  if (b >= kGiB) return fmt::format("{:.3g} GiB", b / kGiB);
+  if (b >= kMiB) return fmt::format("{:.3g} MiB", b / kMiB);
+  if (b >= kKiB) return fmt::format("{:.3g} KiB", b / kKiB);
+  return fmt::format("{:.0f} B", b);
+}
+
+}  // namespace dtsim

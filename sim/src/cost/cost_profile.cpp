@@ -970,22 +970,6 @@ CollectiveCost ProfileCommModel::host_copy(Bytes bytes) const {
   return c;
 }
 
-namespace {
-
-/// "8 B", "4 KiB", "64 MiB" (exact powers of 1024 only, else bytes).
-std::string human_bytes(double bytes) {
-  auto b = static_cast<std::int64_t>(bytes);
-  const char* units[] = {"B", "KiB", "MiB", "GiB", "TiB"};
-  int u = 0;
-  while (u < 4 && b >= 1024 && b % 1024 == 0) {
-    b /= 1024;
-    ++u;
-  }
-  return std::to_string(b) + " " + units[u];
-}
-
-}  // namespace
-
 std::string comm_cost_source(const Profile& p, CollectiveOp op, const CommGroup& g, const CostSources& used) {
   const std::string what = std::string(to_string(op)) + " over " + std::to_string(g.ranks) + " ranks";
   if (used.comm_measured > 0) {

@@ -4,6 +4,7 @@
 
 #include <cmath>
 #include <cstdint>
+#include <string>
 
 namespace dtsim {
 
@@ -43,6 +44,8 @@ inline TimeNs seconds_to_ns(double seconds) {
   if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(seconds);
   return static_cast<TimeNs>(std::llround(ns));
 }
+/// A size for people: "8 B", "4 KiB", "64 MiB", "1.5 GiB" (3 significant digits).
+std::string human_bytes(double bytes);
 /// Simulated nanoseconds to seconds.
 inline double ns_to_seconds(TimeNs t) { return static_cast<double>(t) * 1e-9; }
 /// Time to move `bytes` at `rate`, in ns (at least 0).
