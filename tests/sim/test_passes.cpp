@@ -22,7 +22,7 @@ class Recorder final : public detail::StrategyPass {
  public:
   Recorder(std::string name, std::vector<std::string>& log, bool takes_over = false)
       : name_(std::move(name)), log_(log), takes_over_(takes_over) {}
-  void before_forward(const detail::At&, std::vector<TaskId>& deps) override {
+  void before_forward(const detail::At&, TaskDeps& deps) override {
     // The passes before this one added theirs already: one each.
     deps.push_back(static_cast<TaskId>(deps.size()));
     note("before_forward");
@@ -31,7 +31,7 @@ class Recorder final : public detail::StrategyPass {
     note("after_forward");
     return last + 1;  // as a pass that adds one task after the last
   }
-  Span run_backward(const detail::At&, std::vector<MemOp>&, std::vector<MemOp>&) override {
+  Span run_backward(const detail::At&, MemOps&, MemOps&) override {
     note("run_backward");
     return takes_over_ ? Span{10, 11} : Span{};
   }
@@ -40,7 +40,7 @@ class Recorder final : public detail::StrategyPass {
     return last;
   }
   void gradients_reduced(const detail::At&, TaskId reduce, Bytes) override { note("reduced " + std::to_string(reduce)); }
-  TaskId optimizer_step(int, const std::vector<TaskId>&, std::vector<MemOp>&) override {
+  TaskId optimizer_step(int, const TaskDeps&, MemOps&) override {
     note("optimizer_step");
     return takes_over_ ? 42 : -1;
   }
@@ -72,7 +72,7 @@ TEST_CASE("strategy passes: before hooks in list order, after hooks in reverse",
   const detail::At at;
 
   SECTION("forward: the outermost pass first before, last after") {
-    std::vector<TaskId> deps;
+    TaskDeps deps;
     passes.before_forward(at, deps);
     // Each after hook gets the exit the one inside it returned: 7 + 3 passes.
     CHECK(passes.after_forward(at, 7) == 10);
@@ -81,7 +81,7 @@ TEST_CASE("strategy passes: before hooks in list order, after hooks in reverse",
     CHECK(deps == std::vector<TaskId>{0, 1, 2});
   }
   SECTION("backward: the first pass that runs it wins; the rest are not asked") {
-    std::vector<MemOp> on_start, on_end;
+    MemOps on_start, on_end;
     const detail::StrategyPass::Span s = passes.run_backward(at, on_start, on_end);
     CHECK(s.first == 10);
     CHECK(s.last == 11);
@@ -90,7 +90,7 @@ TEST_CASE("strategy passes: before hooks in list order, after hooks in reverse",
                                           "zero3.after_backward", "dp.after_backward"});
   }
   SECTION("step: one pass may run it; every pass hears of a reduction") {
-    std::vector<MemOp> frees;
+    MemOps frees;
     CHECK(passes.optimizer_step(0, {}, frees) == 42);
     passes.after_step(0, 42);
     ctx.reduced(at, 5, 100);

@@ -64,8 +64,8 @@ struct ChunkContext : StageContext {
     return std::string(what) + " chunk " + std::to_string(vs) + " [mb " + std::to_string(i) + "]";
   }
   /// A kernel on stage `rank`'s compute stream, its dependencies added later.
-  TaskId add(std::string n, int rank, Phase phase, TimeNs duration, std::vector<MemOp> on_start = {},
-             std::vector<MemOp> on_end = {}) {
+  TaskId add(std::string n, int rank, Phase phase, TimeNs duration, MemOps on_start = {},
+             MemOps on_end = {}) {
     return b.compute(std::move(n), rank, stream(Stream::kCompute), phase, duration, {}, std::move(on_start),
                      std::move(on_end));
   }

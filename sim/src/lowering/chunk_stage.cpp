@@ -309,9 +309,9 @@ class ChunkStage final : public detail::StageEmitter {
     const detail::Chunk& ch = c.chunks[vs];
     const std::size_t cell = c.cell(vs, i);
     const detail::At at{s, s, static_cast<std::size_t>(vs), i};
-    std::vector<TaskId> deps;  // a chunk's tasks follow each other on its stream
+    TaskDeps deps;  // a chunk's tasks follow each other on its stream
     passes_.before_forward(at, deps);
-    std::vector<MemOp> on_start{{MemCategory::kActivations, ch.kept + ch.held + ch.forward_transient}}, on_end;
+    MemOps on_start{{MemCategory::kActivations, ch.kept + ch.held + ch.forward_transient}}, on_end;
     detail::add_bytes(on_end, MemCategory::kActivations, -ch.forward_transient);
     passes_.forward_memory(at, on_start, on_end);
     c.f_entry[cell] = c.add(c.name("fwd", vs, i), s, Phase::kForward, ch.fwd, std::move(on_start), std::move(on_end));
@@ -324,15 +324,15 @@ class ChunkStage final : public detail::StageEmitter {
     const detail::Chunk& ch = c.chunks[vs];
     const std::size_t cell = c.cell(vs, i);
     const detail::At at{s, s, static_cast<std::size_t>(vs), i, first_of_chunk, last_of_chunk};
-    std::vector<TaskId> entry;  // what runs before the kernels (recompute), in order on the stream
+    TaskDeps entry;  // what runs before the kernels (recompute), in order on the stream
     passes_.before_backward(at, entry);
     // The gradient received for the chunk's output, and the larger of its
     // backward workspace and the gradient of its input, which appears as the
     // workspace goes.
     const Bytes transient = ch.grad_out + std::max(ch.input, first_of_chunk ? ch.workspace_first : ch.workspace);
-    std::vector<MemOp> on_start{{MemCategory::kActivations, transient}};
+    MemOps on_start{{MemCategory::kActivations, transient}};
     // Under zb-h1, what the weight pass needs stays until it runs.
-    std::vector<MemOp> on_end{{MemCategory::kActivations, (split_ ? ch.w_hold : 0) -
+    MemOps on_end{{MemCategory::kActivations, (split_ ? ch.w_hold : 0) -
                                                               (ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
     if (first_of_chunk) gradients_appear(ch, on_start, on_end);
     passes_.backward_memory(at, on_start, on_end);
@@ -349,7 +349,7 @@ class ChunkStage final : public detail::StageEmitter {
   /// zb-h1 the first weight pass) to the step. The deeper layers' are there
   /// as that pass starts; the first layer's, and a recurrent layer's,
   /// appear as it ends.
-  void gradients_appear(const detail::Chunk& ch, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) const {
+  void gradients_appear(const detail::Chunk& ch, MemOps& on_start, MemOps& on_end) const {
     if (ctx_.resident_grads) return;  // Note [Megatron's gradient buffer]
     detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * ctx_.gw);
     detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * ctx_.gw);
@@ -362,7 +362,7 @@ class ChunkStage final : public detail::StageEmitter {
     detail::ChunkContext& c = ctx_;
     const detail::Chunk& ch = c.chunks[vs];
     const detail::At at{s, s, static_cast<std::size_t>(vs), i, first_of_chunk, last_of_chunk};
-    std::vector<MemOp> on_start, on_end{{MemCategory::kActivations, -ch.w_hold}};
+    MemOps on_start, on_end{{MemCategory::kActivations, -ch.w_hold}};
     if (first_of_chunk) gradients_appear(ch, on_start, on_end);
     detail::StrategyPass::Span span = passes_.run_weight(at, on_start, on_end);
     if (span.last < 0) span.last = c.add(c.name("bwd weight", vs, i), s, Phase::kBackward, ch.wgrad, std::move(on_start), std::move(on_end));
@@ -371,9 +371,9 @@ class ChunkStage final : public detail::StageEmitter {
 
   void optimizer_step(int s) {
     detail::ChunkContext& c = ctx_;
-    std::vector<TaskId> deps{last_};
+    TaskDeps deps{last_};
     deps.insert(deps.end(), c.reductions.begin(), c.reductions.end());
-    std::vector<MemOp> on_start;
+    MemOps on_start;
     passes_.before_step(s, deps, on_start);
     const std::int64_t params = c.rank_params[s];
     const std::int64_t shard = c.plan.zero_stage >= 1 ? detail::shard_of(c.plan, params, c.rank_expert_params[s]) : params;
@@ -390,7 +390,7 @@ class ChunkStage final : public detail::StageEmitter {
       }
     }
     if (c.plan.zero_stage >= 1) tensors = std::max(1, flat_updates(shard));
-    std::vector<MemOp> frees;
+    MemOps frees;
     if (!c.resident_grads) frees.push_back({MemCategory::kGradients, -params * c.gw});
     detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
     detail::add_step_temporaries(c.plan, c.cluster.device, c.plan.zero_stage >= 1 ? shard : largest, on_start, frees);

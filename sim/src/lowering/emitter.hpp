@@ -30,8 +30,8 @@ class TaskBuilder {
   void set_micro(std::int32_t m) { micro_ = m; }
 
   /// A kernel (or, on the host stream, the host's work) of `duration`.
-  TaskId compute(std::string name, int rank, int stream, Phase phase, TimeNs duration, std::vector<TaskId> deps = {},
-                 std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}, bool host = false) {
+  TaskId compute(std::string name, int rank, int stream, Phase phase, TimeNs duration, TaskDeps deps = {},
+                 MemOps on_start = {}, MemOps on_end = {}, bool host = false) {
     Task t;
     t.name = named_ ? std::move(name) : std::string();
     t.kind = host ? TaskKind::kHostCompute : TaskKind::kCompute;
@@ -47,8 +47,8 @@ class TaskBuilder {
   }
   /// A collective (or point-to-point send) over the group of mesh axis `axis`.
   TaskId collective(std::string name, int rank, int stream, Axis axis, CollectiveOp op, Bytes bytes,
-                    const CollectiveCost& cost, std::vector<TaskId> deps, std::vector<MemOp> on_start = {},
-                    std::vector<MemOp> on_end = {}) {
+                    const CollectiveCost& cost, TaskDeps deps, MemOps on_start = {},
+                    MemOps on_end = {}) {
     Task t;
     t.name = named_ ? std::move(name) : std::string();
     t.kind = TaskKind::kCollective;
@@ -66,7 +66,7 @@ class TaskBuilder {
     return g_.add(std::move(t));
   }
   /// A copy between host and device over PCIe (ZeRO-Offload).
-  TaskId host_copy(std::string name, int rank, int stream, Bytes bytes, const CollectiveCost& cost, std::vector<TaskId> deps) {
+  TaskId host_copy(std::string name, int rank, int stream, Bytes bytes, const CollectiveCost& cost, TaskDeps deps) {
     Task t;
     t.name = named_ ? std::move(name) : std::string();
     t.kind = TaskKind::kCollective;

@@ -47,8 +47,8 @@ struct LayerContext : StageContext {
   static Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 
   /// A kernel on `stream` (on the host stream: the host's own work).
-  TaskId compute(const std::string& name, Phase phase, TimeNs duration, std::vector<TaskId> deps,
-                 std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {}, Stream s = Stream::kCompute) {
+  TaskId compute(const std::string& name, Phase phase, TimeNs duration, TaskDeps deps,
+                 MemOps on_start = {}, MemOps on_end = {}, Stream s = Stream::kCompute) {
     return b.compute(name, 0, stream(s), phase, duration, std::move(deps), std::move(on_start), std::move(on_end),
                      s == Stream::kHost);
   }
@@ -56,7 +56,7 @@ struct LayerContext : StageContext {
   /// A collective over the data-parallel axis (or a sub-group of it).
   /// `expert` of the `bytes` are routed experts' (StageContext::grad_cost).
   TaskId collective(const std::string& name, CollectiveOp op, Bytes bytes, const CommGroup& group, Stream s,
-                    std::vector<TaskId> deps, std::vector<MemOp> on_start = {}, std::vector<MemOp> on_end = {},
+                    TaskDeps deps, MemOps on_start = {}, MemOps on_end = {},
                     Bytes expert = 0) {
     // Note [CPU collectives]: where ranks are CPU cores, a gradient collective
     // runs on the cores the ranks compute on and cannot overlap their compute.
@@ -73,7 +73,7 @@ struct LayerContext : StageContext {
   }
 
   /// A copy between host and device over PCIe.
-  TaskId copy(const std::string& name, Bytes bytes, Stream s, std::vector<TaskId> deps) {
+  TaskId copy(const std::string& name, Bytes bytes, Stream s, TaskDeps deps) {
     return b.host_copy(name, 0, stream(s), bytes, comm.host_copy(bytes), std::move(deps));
   }
 
@@ -81,7 +81,7 @@ struct LayerContext : StageContext {
   /// before its collective or back out after it, on the compute stream (the
   /// reducer's copies run where backward does); where the cost model prices
   /// it at 0 (the datasheet), no task: the first of `deps` stands for it.
-  TaskId bucket_copy(const std::string& name, double params, int tensors, bool out, std::vector<TaskId> deps) {
+  TaskId bucket_copy(const std::string& name, double params, int tensors, bool out, TaskDeps deps) {
     const TimeNs t = bucket_copy_time(params, tensors, out);
     if (t == 0) return deps.front();
     return compute(name, Phase::kBackward, t, std::move(deps));

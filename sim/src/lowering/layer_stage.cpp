@@ -173,12 +173,12 @@ class LayerStage final : public detail::StageEmitter {
     for (std::size_t l = 0; l < c.layers.size(); ++l) {
       const Layer& L = c.layers[l];
       const detail::At at{0, 0, l, m};
-      std::vector<TaskId> deps;
+      TaskDeps deps;
       passes_.before_forward(at, deps);
       // Note [Layer memory]: what the pass holds for a moment, where measured.
       const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
-      std::vector<MemOp> on_start{{MemCategory::kActivations, L.saved_bytes + transient}};
-      std::vector<MemOp> on_end;
+      MemOps on_start{{MemCategory::kActivations, L.saved_bytes + transient}};
+      MemOps on_end;
       detail::add_bytes(on_end, MemCategory::kActivations, -transient);
       passes_.forward_memory(at, on_start, on_end);
       TaskId f = passes_.run_layer(at, {Pass::kForward, c.fwd_time[l], c.fwd_launch[l]}, deps, on_start, on_end).last;
@@ -197,7 +197,7 @@ class LayerStage final : public detail::StageEmitter {
     for (std::size_t i = c.layers.size(); i-- > 0;) {
       const Layer& L = c.layers[i];
       const detail::At at{0, 0, i, m, first_micro, last_micro};
-      std::vector<TaskId> deps;
+      TaskDeps deps;
       passes_.before_backward(at, deps);
       // Gradients: persistent full grads (stages 0/1, allocated on first use
       // and freed by the optimizer) or transient ones reduced away (2/3).
@@ -211,8 +211,8 @@ class LayerStage final : public detail::StageEmitter {
       // parameters' type).
       Bytes held = L.output_bytes + L.backward_workspace_bytes;
       if (c.memory[i]) held = std::max<Bytes>(0, c.memory[i]->backward_rise - (allocates ? L.params * c.w : 0));
-      std::vector<MemOp> on_start{{MemCategory::kActivations, held}};
-      std::vector<MemOp> on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
+      MemOps on_start{{MemCategory::kActivations, held}};
+      MemOps on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
       auto& grads_op = L.grads_at_end() ? on_end : on_start;
       if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
       passes_.backward_memory(at, on_start, on_end);
@@ -230,9 +230,9 @@ class LayerStage final : public detail::StageEmitter {
   void optimizer_step() {
     detail::LayerContext& c = ctx_;
     const std::int64_t shard_params = c.zero >= 1 ? detail::shard_of(c.plan, c.params, c.expert_params) : c.params;
-    std::vector<TaskId> deps = c.reductions;
+    TaskDeps deps = c.reductions;
     deps.push_back(c.last_bwd);
-    std::vector<MemOp> frees, on_start;
+    MemOps frees, on_start;
     if (c.zero <= 1 && !c.resident_grads) {
       // Stages 0 and 1 keep full gradients until the step frees them.
       Bytes grads = 0;

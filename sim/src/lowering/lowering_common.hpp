@@ -42,7 +42,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
 
 /// Appends a memory operation unless it moves no bytes (the executor would
 /// still apply it, and lowerings add one per task).
-inline void add_bytes(std::vector<MemOp>& ops, MemCategory category, Bytes bytes) {
+inline void add_bytes(MemOps& ops, MemCategory category, Bytes bytes) {
   if (bytes == 0) return;
   // A task's list is a few entries the passes add one by one: room for
   // four at once rather than growing 1, 2, 4 (a pipeline makes hundreds of
@@ -180,7 +180,7 @@ inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::in
 /// gradients outside the shard go as it starts (`frees` begins with the
 /// free of the rank's whole gradients, which keeps only the shard's).
 inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std::int64_t expert, std::int64_t shard,
-                                Bytes gw, std::vector<MemOp>& on_start, std::vector<MemOp>& frees) {
+                                Bytes gw, MemOps& on_start, MemOps& frees) {
   if (p.zero_stage < 1 || (p.zero_stage > 2 && !p.zero3_modules()) || p.fsdp || p.precision == Precision::kFp32 ||
       p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu) {
     return;
@@ -203,7 +203,7 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
 /// largest tensor, or flat shard, has `largest` elements: held while it
 /// runs, on the device unless the optimizer is offloaded.
 inline void add_step_temporaries(const ResolvedPlan& p, const DeviceSpec& device, std::int64_t largest,
-                                 std::vector<MemOp>& on_start, std::vector<MemOp>& frees) {
+                                 MemOps& on_start, MemOps& frees) {
   if (p.offload_optimizer == Offload::kCpu) return;
   const Bytes t = unfused_step_bytes(largest, p.optimizer, p.precision, device.fused_optimizer);
   add_bytes(on_start, MemCategory::kOptimizer, t);

@@ -183,18 +183,18 @@ struct StageContext {
 class StrategyPass {
  public:
   virtual ~StrategyPass() = default;
-  virtual void before_forward(const At&, std::vector<TaskId>& /*deps*/) {}
-  virtual void forward_memory(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) {}
+  virtual void before_forward(const At&, TaskDeps& /*deps*/) {}
+  virtual void forward_memory(const At&, MemOps& /*on_start*/, MemOps& /*on_end*/) {}
   /// Returns the unit's forward exit: `last`, or a task this pass adds after it.
   virtual TaskId after_forward(const At&, TaskId last) { return last; }
-  virtual void before_backward(const At&, std::vector<TaskId>& /*deps*/) {}
-  virtual void backward_memory(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) {}
+  virtual void before_backward(const At&, TaskDeps& /*deps*/) {}
+  virtual void backward_memory(const At&, MemOps& /*on_start*/, MemOps& /*on_end*/) {}
   /// The first and last task of a backward this pass emits itself, or
   /// {-1, -1} to leave it to the emitter. It takes `on_start` and `on_end`.
   struct Span {
     TaskId first = -1, last = -1;
   };
-  virtual Span run_backward(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) { return {}; }
+  virtual Span run_backward(const At&, MemOps& /*on_start*/, MemOps& /*on_end*/) { return {}; }
   virtual TaskId after_backward(const At&, TaskId last) { return last; }
   /// A layer's kernels of one pass as the layer emitter would run them: one
   /// task of `time` on the compute stream, its host launch `launch`.
@@ -204,20 +204,20 @@ class StrategyPass {
   };
   /// The layer emitter's forward or backward of a layer, emitted by the
   /// pass, or {-1, -1}. It takes `deps`, `on_start` and `on_end`.
-  virtual Span run_layer(const At&, const LayerWork&, std::vector<TaskId>& /*deps*/, std::vector<MemOp>& /*on_start*/,
-                         std::vector<MemOp>& /*on_end*/) {
+  virtual Span run_layer(const At&, const LayerWork&, TaskDeps& /*deps*/, MemOps& /*on_start*/,
+                         MemOps& /*on_end*/) {
     return {};
   }
   /// zb-h1's weight-gradient pass: as run_backward and after_backward.
-  virtual Span run_weight(const At&, std::vector<MemOp>& /*on_start*/, std::vector<MemOp>& /*on_end*/) { return {}; }
+  virtual Span run_weight(const At&, MemOps& /*on_start*/, MemOps& /*on_end*/) { return {}; }
   virtual TaskId after_weight(const At&, TaskId last) { return last; }
   /// A stage's backward pass over all its units ended with `last`.
   virtual void end_backward(const At&, TaskId /*last*/) {}
   virtual void gradients_reduced(const At&, TaskId /*reduce*/, Bytes /*shard_bytes*/) {}
   /// Before stage `stage`'s optimizer step: what it waits for, what it frees as it starts.
-  virtual void before_step(int /*stage*/, std::vector<TaskId>& /*deps*/, std::vector<MemOp>& /*on_start*/) {}
+  virtual void before_step(int /*stage*/, TaskDeps& /*deps*/, MemOps& /*on_start*/) {}
   /// The step, where this pass runs it (offload: on the host), else -1.
-  virtual TaskId optimizer_step(int /*stage*/, const std::vector<TaskId>& /*deps*/, std::vector<MemOp>& /*frees*/) {
+  virtual TaskId optimizer_step(int /*stage*/, const TaskDeps& /*deps*/, MemOps& /*frees*/) {
     return -1;
   }
   virtual void after_step(int /*stage*/, TaskId /*step*/) {}
@@ -235,31 +235,31 @@ class PassList {
   void add(std::unique_ptr<StrategyPass> p) {
     if (p) list_.push_back(std::move(p));
   }
-  void before_forward(const At& at, std::vector<TaskId>& deps) {
+  void before_forward(const At& at, TaskDeps& deps) {
     for (auto& p : list_) p->before_forward(at, deps);
   }
-  void forward_memory(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
+  void forward_memory(const At& at, MemOps& on_start, MemOps& on_end) {
     for (auto& p : list_) p->forward_memory(at, on_start, on_end);
   }
   TaskId after_forward(const At& at, TaskId last) {
     for (auto it = list_.rbegin(); it != list_.rend(); ++it) last = (*it)->after_forward(at, last);
     return last;
   }
-  void before_backward(const At& at, std::vector<TaskId>& deps) {
+  void before_backward(const At& at, TaskDeps& deps) {
     for (auto& p : list_) p->before_backward(at, deps);
   }
-  void backward_memory(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
+  void backward_memory(const At& at, MemOps& on_start, MemOps& on_end) {
     for (auto& p : list_) p->backward_memory(at, on_start, on_end);
   }
-  StrategyPass::Span run_backward(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
+  StrategyPass::Span run_backward(const At& at, MemOps& on_start, MemOps& on_end) {
     for (auto& p : list_) {
       const StrategyPass::Span s = p->run_backward(at, on_start, on_end);
       if (s.last >= 0) return s;
     }
     return {};
   }
-  StrategyPass::Span run_layer(const At& at, const StrategyPass::LayerWork& work, std::vector<TaskId>& deps,
-                               std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
+  StrategyPass::Span run_layer(const At& at, const StrategyPass::LayerWork& work, TaskDeps& deps,
+                               MemOps& on_start, MemOps& on_end) {
     for (auto& p : list_) {
       const StrategyPass::Span s = p->run_layer(at, work, deps, on_start, on_end);
       if (s.last >= 0) return s;
@@ -270,7 +270,7 @@ class PassList {
     for (auto it = list_.rbegin(); it != list_.rend(); ++it) last = (*it)->after_backward(at, last);
     return last;
   }
-  StrategyPass::Span run_weight(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) {
+  StrategyPass::Span run_weight(const At& at, MemOps& on_start, MemOps& on_end) {
     for (auto& p : list_) {
       const StrategyPass::Span s = p->run_weight(at, on_start, on_end);
       if (s.last >= 0) return s;
@@ -284,10 +284,10 @@ class PassList {
   void end_backward(const At& at, TaskId last) {
     for (auto it = list_.rbegin(); it != list_.rend(); ++it) (*it)->end_backward(at, last);
   }
-  void before_step(int stage, std::vector<TaskId>& deps, std::vector<MemOp>& on_start) {
+  void before_step(int stage, TaskDeps& deps, MemOps& on_start) {
     for (auto& p : list_) p->before_step(stage, deps, on_start);
   }
-  TaskId optimizer_step(int stage, const std::vector<TaskId>& deps, std::vector<MemOp>& frees) {
+  TaskId optimizer_step(int stage, const TaskDeps& deps, MemOps& frees) {
     for (auto& p : list_) {
       const TaskId t = p->optimizer_step(stage, deps, frees);
       if (t >= 0) return t;

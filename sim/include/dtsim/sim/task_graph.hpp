@@ -14,11 +14,19 @@
 #include <vector>
 
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/small_vector.hpp"
 #include "dtsim/sim/units.hpp"
 
 namespace dtsim::sim {
 
 using TaskId = std::int32_t;
+
+// Note [Inline dependencies]
+// Almost every task waits on one to four others, and a pipeline makes
+// hundreds of thousands of tasks: their lists of dependencies are kept
+// inline up to four, so making one is not a heap allocation (a quarter of a
+// pipeline prediction's instructions were malloc and free).
+using TaskDeps = SmallVector<TaskId, 4>;
 
 /// What a task does.
 enum class TaskKind {
@@ -53,6 +61,9 @@ struct MemOp {
   Bytes bytes = 0;
 };
 
+/// A task's memory operations: one or two, inline (Note [Inline dependencies]).
+using MemOps = SmallVector<MemOp, 2>;
+
 /// One unit of work on one simulated rank.
 struct Task {
   std::string name;
@@ -76,9 +87,9 @@ struct Task {
   /// the steady-state abridgement matches tasks by (Note [Steady state] in
   /// report/steady_state.cpp).
   std::int32_t micro = -1;
-  std::vector<TaskId> deps;
-  std::vector<MemOp> on_start; ///< applied when the task starts
-  std::vector<MemOp> on_end;   ///< applied when it ends
+  TaskDeps deps;               ///< Note [Inline dependencies]
+  MemOps on_start;             ///< applied when the task starts
+  MemOps on_end;               ///< applied when it ends
 };
 
 /// A simulated rank: one per class of identical real ranks.

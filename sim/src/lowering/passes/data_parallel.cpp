@@ -63,7 +63,7 @@ class LayerBuckets final : public StrategyPass {
     const Bytes b = bk.bytes;
     const std::string name = "bucket " + std::to_string(bucket);
     // Without overlap the dependency on the end of backward is added later.
-    std::vector<TaskId> deps;
+    TaskDeps deps;
     if (c.plan.overlap) deps.push_back(last);
     if (c.zero == 2) {
       if (c.n == 1) {
@@ -130,7 +130,7 @@ class LayerBuckets final : public StrategyPass {
       for (const Layer& L : c.layers) all -= fp8_gemms(L, c.plan.precision).weight_elements * (c.w - 1);
     }
     const Bytes buffers = c.gather_bytes(all);
-    std::vector<MemOp> on_start, on_end;
+    MemOps on_start, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
     c.collective("all_gather params", CollectiveOp::kAllGather, all, c.shard_group, Stream::kGradComm, {step},
@@ -190,19 +190,19 @@ class ChunkBuckets final : public StrategyPass {
     for (const Chunk& ch : ctx_.chunks) buckets_.push_back(plan_buckets(ch));
   }
 
-  Span run_backward(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) override {
+  Span run_backward(const At& at, MemOps& on_start, MemOps& on_end) override {
     return bucketed(at, on_start, on_end, false);
   }
   /// Under zb-h1 the gradients are final with the chunk's last weight pass
   /// (Note [Zero bubble] in lower.cpp), which runs bucket by bucket instead.
-  Span run_weight(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end) override {
+  Span run_weight(const At& at, MemOps& on_start, MemOps& on_end) override {
     return bucketed(at, on_start, on_end, true);
   }
   TaskId after_weight(const At& at, TaskId last) override { return after_backward(at, last); }
 
  private:
   /// The chunk's last backward (or weight pass) as one task per bucket.
-  Span bucketed(const At& at, std::vector<MemOp>& on_start, std::vector<MemOp>& on_end, bool weight) {
+  Span bucketed(const At& at, MemOps& on_start, MemOps& on_end, bool weight) {
     ChunkContext& c = ctx_;
     if (!at.last_backward || c.plan.dp <= 1) return {};
     // The chunk's last backward runs bucket by bucket, each bucket's
@@ -215,8 +215,8 @@ class ChunkBuckets final : public StrategyPass {
     for (std::size_t k = 0; k < buckets.size(); ++k) {
       const bool first = k == 0, final = k + 1 == buckets.size();
       const TaskId seg = c.add(c.named ? c.name(weight ? "bwd weight" : "bwd", vs, at.micro) + " bucket " + std::to_string(k) : std::string(), s,
-                               Phase::kBackward, weight ? buckets[k].wtime : buckets[k].time, first ? std::move(on_start) : std::vector<MemOp>{},
-                               final ? std::move(on_end) : std::vector<MemOp>{});
+                               Phase::kBackward, weight ? buckets[k].wtime : buckets[k].time, first ? std::move(on_start) : MemOps{},
+                               final ? std::move(on_end) : MemOps{});
       if (first) span.first = seg;
       const Bytes bytes = buckets[k].bytes;
       // The bucket is filled right after its layers' backward (Note [Gradient buckets]).

@@ -24,12 +24,12 @@ class OptimizerOffload final : public StrategyPass {
     d2h_.push_back(ctx_.copy(ctx_.tag(at.micro, "d2h grads"), shard_bytes, Stream::kD2H, {reduce}));
   }
 
-  TaskId optimizer_step(int, const std::vector<TaskId>&, std::vector<MemOp>& frees) override {
+  TaskId optimizer_step(int, const TaskDeps&, MemOps& frees) override {
     LayerContext& c = ctx_;
     // The host steps once every shard is down; it waits for no reduction
     // beyond those copies.
     const std::int64_t shard = c.zero >= 1 ? LayerContext::ceil_div(c.params, c.n) : c.params;
-    std::vector<TaskId> deps = d2h_;
+    TaskDeps deps = d2h_;
     deps.push_back(c.last_bwd);
     const TimeNs t = c.compute_model.host_optimizer_time(static_cast<double>(shard), c.plan.optimizer, c.plan.precision,
                                                          c.cluster);

@@ -47,7 +47,7 @@ class Pipeline final : public StrategyPass {
     send_b_.assign(cells, -1);
   }
 
-  void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+  void forward_memory(const At& at, MemOps&, MemOps& on_end) override {
     if (last_chunk(at)) return;
     const Chunk& ch = ctx_.chunks[at.unit];
     // Note [Deallocated outputs]: an output not held as the backward's root
@@ -64,7 +64,7 @@ class Pipeline final : public StrategyPass {
     return last;
   }
 
-  void backward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+  void backward_memory(const At& at, MemOps&, MemOps& on_end) override {
     // The gradient of the input stays until its send leaves.
     if (at.unit > 0) hold_send(on_end, ctx_.chunks[at.unit].input);
   }
@@ -78,7 +78,7 @@ class Pipeline final : public StrategyPass {
     return last;
   }
 
-  void before_step(int s, std::vector<TaskId>& deps, std::vector<MemOp>& on_start) override {
+  void before_step(int s, TaskDeps& deps, MemOps& on_start) override {
     ChunkContext& c = ctx_;
     const int pp = c.plan.pp, chunks = static_cast<int>(c.chunks.size());
     for (int k = 0; k < c.plan.virtual_stages; ++k) {
@@ -122,7 +122,7 @@ class Pipeline final : public StrategyPass {
 
   /// Note [Send buffers]: `bytes` joins the stage's last two sends in `ops`,
   /// a task's on_end; the oldest leaves first.
-  void hold_send(std::vector<MemOp>& ops, Bytes bytes) {
+  void hold_send(MemOps& ops, Bytes bytes) {
     if (held_sends_.size() == 2) {
       add_bytes(ops, MemCategory::kActivations, -held_sends_.front());
       held_sends_.erase(held_sends_.begin());

@@ -15,14 +15,14 @@ class Recomputation final : public StrategyPass {
  public:
   explicit Recomputation(StageContext& ctx) : ctx_(ctx) {}
 
-  void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+  void forward_memory(const At& at, MemOps&, MemOps& on_end) override {
     add_bytes(on_end, MemCategory::kActivations, -ctx_.units[at.unit].forward_drop);
   }
 
-  void before_backward(const At& at, std::vector<TaskId>& deps) override {
+  void before_backward(const At& at, TaskDeps& deps) override {
     const Unit& u = ctx_.units[at.unit];
     if (!u.recompute.runs || u.recompute.taken) return;
-    std::vector<MemOp> on_end;
+    MemOps on_end;
     add_bytes(on_end, MemCategory::kActivations, -u.recompute.frees);
     const TaskId t = ctx_.b.compute(ctx_.tag(at.micro, u.recompute.label, " ", u.name), at.rank,
                                     ctx_.stream(Stream::kCompute), Phase::kRecompute, u.recompute.time, deps,

@@ -104,7 +104,7 @@ class ShardedParameters final : public StrategyPass {
     }
   }
 
-  void before_forward(const At& at, std::vector<TaskId>& deps) override {
+  void before_forward(const At& at, TaskDeps& deps) override {
     const std::size_t l = at.unit;
     if (l == 0 && root_first_ >= 0) root_gather_ = gather_root(at.micro);  // Note [FSDP's root unit]: the root's pre-forward
     if (in_root(l)) {
@@ -118,11 +118,11 @@ class ShardedParameters final : public StrategyPass {
     deps.push_back(gather(at.micro, l, "fwd", std::move(after)));
   }
 
-  void forward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+  void forward_memory(const At& at, MemOps&, MemOps& on_end) override {
     if (!kept_after_forward(at.unit)) free_gathered(at, on_end);
   }
 
-  void before_backward(const At& at, std::vector<TaskId>& deps) override {
+  void before_backward(const At& at, TaskDeps& deps) override {
     const std::size_t i = at.unit;
     // Note [FSDP's root unit]: torchtitan's last unit is still whole.
     const bool own = unit_gathered(i) && !kept_after_forward(i);
@@ -141,7 +141,7 @@ class ShardedParameters final : public StrategyPass {
     if (i >= 1 && unit_gathered(i - 1)) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
   }
 
-  void backward_memory(const At& at, std::vector<MemOp>&, std::vector<MemOp>& on_end) override {
+  void backward_memory(const At& at, MemOps&, MemOps& on_end) override {
     // Note [FSDP's root unit]: the root's parameters go after its last backward.
     if (static_cast<std::int64_t>(at.unit) == root_first_) on_end.push_back({MemCategory::kParameters, -root_gathered_});
     free_gathered(at, on_end);
@@ -198,7 +198,7 @@ class ShardedParameters final : public StrategyPass {
   }
 
   /// A unit's gathered parameters go when its pass ends.
-  void free_gathered(const At& at, std::vector<MemOp>& on_end) const {
+  void free_gathered(const At& at, MemOps& on_end) const {
     const Layer& L = ctx_.layers[at.unit];
     if (unit_gathered(at.unit)) on_end.push_back({MemCategory::kParameters, -ctx_.gathered_param_bytes(L)});
   }
@@ -233,14 +233,14 @@ class ShardedParameters final : public StrategyPass {
   TaskId gather_unit(std::int64_t m, const char* pass, const std::string& unit, Bytes full, Bytes stored, Bytes expert,
                      std::vector<TaskId> after) {
     LayerContext& c = ctx_;
-    std::vector<TaskId> deps = std::move(after);
+    TaskDeps deps = std::move(after);
     if (c.plan.offload_params == Offload::kCpu) {
       // The bf16 shard comes up; FP8 casts happen on the device.
       const Bytes shard = LayerContext::ceil_div(stored, c.n);
       deps.push_back(c.copy(c.tag(m, "h2d params ", unit), shard, Stream::kH2D, deps));
     }
     const Bytes buffers = c.gather_bytes(full);
-    std::vector<MemOp> on_start{{MemCategory::kParameters, full}}, on_end;
+    MemOps on_start{{MemCategory::kParameters, full}}, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
     const std::string name = std::string("all_gather ") + pass + " " + unit;

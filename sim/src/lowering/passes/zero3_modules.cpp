@@ -98,19 +98,19 @@ class Zero3Modules final : public StrategyPass {
     }
   }
 
-  void before_backward(const At& at, std::vector<TaskId>& deps) override {
+  void before_backward(const At& at, TaskDeps& deps) override {
     const Unit& u = ctx_.units[at.unit];
     if (!u.recompute.taken) return;
     // The checkpointed forward, module by module, as the recompute pass
     // would run it whole (Unit::Recompute).
-    std::vector<MemOp> on_start{{MemCategory::kActivations, u.recompute.allocates}}, on_end;
+    MemOps on_start{{MemCategory::kActivations, u.recompute.allocates}}, on_end;
     add_bytes(on_end, MemCategory::kActivations, -u.recompute.frees);
     const Span s = emit(at, Use::kRecompute, u.recompute.time, u.recompute.launch, deps, on_start, on_end);
     deps.push_back(s.last);
   }
 
-  Span run_layer(const At& at, const LayerWork& work, std::vector<TaskId>& deps, std::vector<MemOp>& on_start,
-                 std::vector<MemOp>& on_end) override {
+  Span run_layer(const At& at, const LayerWork& work, TaskDeps& deps, MemOps& on_start,
+                 MemOps& on_end) override {
     if (work.pass == Pass::kBackward) {
       // The gradients come module by module (Note [ZeRO-3 gradient bucket]).
       auto grads = [](const MemOp& op) { return op.category == MemCategory::kGradients; };
@@ -164,8 +164,8 @@ class Zero3Modules final : public StrategyPass {
   }
 
   /// A layer's pass as its modules' tasks; returns the first and last.
-  Span emit(const At& at, Use use, TimeNs time, TimeNs launch, std::vector<TaskId>& deps, std::vector<MemOp>& on_start,
-            std::vector<MemOp>& on_end) {
+  Span emit(const At& at, Use use, TimeNs time, TimeNs launch, TaskDeps& deps, MemOps& on_start,
+            MemOps& on_end) {
     LayerContext& c = ctx_;
     const LayerInfo& info = layers_[at.unit];
     const std::size_t k = info.mods.size();
@@ -178,7 +178,7 @@ class Zero3Modules final : public StrategyPass {
     // The host reaches the first module's hook once the module before it
     // (the last of the layer before, or of its pass before) is under way;
     // its gathers wait for that module's kernels, as the next ones do.
-    std::vector<TaskId> issue = deps;
+    TaskDeps issue = deps;
     if (last_ >= 0) issue.push_back(last_);
     if (waits_ >= 0) issue.push_back(waits_);
     waits_ = -1;
@@ -189,11 +189,11 @@ class Zero3Modules final : public StrategyPass {
       const std::string& name = mod.name;
       if (!st.fetch.empty()) gather(at.micro, st.fetch, name, issue, info.gather_scale);
       if (!st.prefetch.empty()) gather(at.micro, st.prefetch, "prefetch after " + name, issue, info.gather_scale);
-      std::vector<TaskId> run = issue;
+      TaskDeps run = issue;
       for (int p : mod.params) {
         if (gathered_by_[static_cast<std::size_t>(p)] >= 0) run.push_back(gathered_by_[static_cast<std::size_t>(p)]);
       }
-      std::vector<MemOp> start, end;
+      MemOps start, end;
       if (n == 0) start = std::move(on_start);
       if (n + 1 == k) end = std::move(on_end);
       const Bytes grads = use == Use::kBackward ? mod.grads * c.gw : 0;
@@ -206,7 +206,7 @@ class Zero3Modules final : public StrategyPass {
       const TimeNs h = n + 1 == k ? launch - launched : static_cast<TimeNs>(static_cast<double>(launch) * mod.share);
       spent += t;
       launched += h;
-      const TaskId task = c.compute(c.tag(at.micro, label + name), phase, t, run, std::move(start), std::move(end));
+      const TaskId task = c.compute(c.tag(at.micro, label, name), phase, t, run, std::move(start), std::move(end));
       c.g.tasks[task].launch = h;
       if (span.first < 0) span.first = task;
       span.last = task;
@@ -225,7 +225,7 @@ class Zero3Modules final : public StrategyPass {
   }
 
   /// One coalesced all-gather of `params` (their offloaded shards up first).
-  void gather(std::int64_t m, const std::vector<int>& params, const std::string& what, const std::vector<TaskId>& issue,
+  void gather(std::int64_t m, const std::vector<int>& params, const std::string& what, const TaskDeps& issue,
               double scale) {
     LayerContext& c = ctx_;
     Bytes full = 0;
@@ -234,7 +234,7 @@ class Zero3Modules final : public StrategyPass {
       full += param_bytes(p, scale);
       expert += static_cast<double>(param_bytes(p, scale)) * expert_[static_cast<std::size_t>(p)];
     }
-    std::vector<TaskId> deps = issue;
+    TaskDeps deps = issue;
     if (c.plan.offload_params == Offload::kCpu) {
       deps.push_back(c.copy(c.tag(m, "h2d params ", what), LayerContext::ceil_div(full, c.n), Stream::kH2D, deps));
     }
@@ -244,7 +244,7 @@ class Zero3Modules final : public StrategyPass {
     deps = {c.compute(c.tag(m, "allocate ", what), Phase::kComm, 0, std::move(deps), {{MemCategory::kParameters, full}}, {},
                       Stream::kHost)};
     const Bytes buffers = c.gather_bytes(full);
-    std::vector<MemOp> on_start, on_end;
+    MemOps on_start, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
     const std::string name = "all_gather " + what;
@@ -271,7 +271,7 @@ class Zero3Modules final : public StrategyPass {
       in_bucket_ += mod.grads;
       return;
     }
-    std::vector<TaskId> deps{made};
+    TaskDeps deps{made};
     if (!flushes_.empty()) deps.push_back(flushes_.back());  // the bucket is free again
     const TimeNs t = c.bucket_copy_time(static_cast<double>(mod.grads), static_cast<int>(mod.params.size()), false);
     const TaskId copy = c.compute(c.tag(at.micro, "copy grads in ", name), Phase::kBackward, t, std::move(deps), {},
@@ -287,7 +287,7 @@ class Zero3Modules final : public StrategyPass {
     if (in_bucket_ == 0) return;
     const Bytes b = in_bucket_ * c.gw;
     if (flushes_.size() >= 3) waits_ = flushes_[flushes_.size() - 3];
-    std::vector<TaskId> deps = copies_;
+    TaskDeps deps = copies_;
     if (waits_ >= 0) deps.push_back(waits_);
     const Bytes recv = c.receive_bytes(b);
     // Note [One process group] in passes/sharded_parameters.cpp: behind the
