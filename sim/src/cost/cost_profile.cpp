@@ -294,6 +294,18 @@ MeasuredCollective::MeasuredCollective(const std::vector<std::pair<double, doubl
   }
 }
 
+MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::string& backend, CollectiveOp op, int ranks,
+                                          int ranks_per_node) {
+  std::vector<std::pair<double, double>> samples;
+  for (const CommSample& c : profile.comm) {
+    // Every rank on one node counts as one node (fit_profile groups them so).
+    const int per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
+    if (c.backend != backend || c.op != op || c.ranks != ranks || per_node != ranks_per_node) continue;
+    samples.emplace_back(static_cast<double>(c.bytes), c.time.mean_s > 0 ? c.time.mean_s : c.time.median_s);
+  }
+  return MeasuredCollective(samples);
+}
+
 MeasuredCollective::Split MeasuredCollective::at(double bytes) const {
   DTSIM_ASSERT(bytes_.size() >= 2, "a measured collective needs two sizes");
   const std::size_t n = bytes_.size();
@@ -332,6 +344,11 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       if (const LinearFit* f = find(kernel_fit_name(kFitKinds[kind], p))) kernels_[kernel_slot(kind, p)] = terms_of(*f);
     }
   }
+  // Note [Measured collectives]: the sizes a fit was made of, where two or more.
+  const auto add_measured = [&](const char* backend, CollectiveOp op, int ranks, int ranks_per_node) {
+    MeasuredCollective m = MeasuredCollective::of(profile_, backend, op, ranks, ranks_per_node);
+    if (m.sizes() >= 2) measured_.emplace(std::tuple{op, ranks, ranks_per_node}, std::move(m));
+  };
   for (const auto& c : profile_.comm) {
     if (c.ranks_per_node > 0 && c.ranks_per_node < c.ranks) {
       // Note [Collectives across nodes]
@@ -506,19 +523,6 @@ std::vector<int> ProfileCosts::comm_ranks(CollectiveOp op) const {
 const FitTerms* ProfileCosts::comm_fit(CollectiveOp op, int ranks) const {
   const auto it = comm_.find({op, ranks});
   return it == comm_.end() ? nullptr : &it->second;
-}
-
-void ProfileCosts::add_measured(const std::string& backend, CollectiveOp op, int ranks, int ranks_per_node) {
-  // Note [Measured collectives]: the samples the fit was made of (one node:
-  // ranks_per_node 0 or every rank on it, as fit_profile groups them).
-  std::vector<std::pair<double, double>> samples;
-  for (const CommSample& c : profile_.comm) {
-    const int per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
-    if (c.backend != backend || c.op != op || c.ranks != ranks || per_node != ranks_per_node) continue;
-    samples.emplace_back(static_cast<double>(c.bytes), c.time.mean_s > 0 ? c.time.mean_s : c.time.median_s);
-  }
-  MeasuredCollective m(samples);
-  if (m.sizes() >= 2) measured_.emplace(std::tuple{op, ranks, ranks_per_node}, std::move(m));
 }
 
 const MeasuredCollective* ProfileCosts::comm_measured(CollectiveOp op, int ranks, int ranks_per_node) const {
@@ -986,14 +990,7 @@ std::string comm_cost_source(const Profile& p, CollectiveOp op, const CommGroup&
       }
       // Note [Measured collectives]: the sizes the fit was made of, where two or more.
       const int per_node = g.nodes() > 1 && g.ranks_per_node < g.ranks ? g.ranks_per_node : 0;
-      std::vector<std::pair<double, double>> samples;
-      for (const CommSample& c : p.comm) {
-        const int c_per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
-        if (c.backend == backend && c.op == op && c.ranks == g.ranks && c_per_node == per_node) {
-          samples.emplace_back(static_cast<double>(c.bytes), c.time.mean_s > 0 ? c.time.mean_s : c.time.median_s);
-        }
-      }
-      const MeasuredCollective m(samples);
+      const MeasuredCollective m = MeasuredCollective::of(p, backend, op, g.ranks, per_node);
       const std::string fit = fmt::format("fit {} t = {:.3g} us + S x {:.3g} ns/B", it->first, constant * 1e6, per_byte * 1e9);
       if (m.sizes() < 2) return what + " measured: " + fit + " (its samples are not in the profile)";
       return what + " measured at " + std::to_string(m.sizes()) + " sizes, " + human_bytes(m.min_bytes()) + " to " +

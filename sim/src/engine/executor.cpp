@@ -383,11 +383,16 @@ class Executor {
     std::vector<TaskId> finished;
     finished.swap(finished_);
     finished.clear();
-    auto done = [&](int f) { return flows_[f].remaining <= flows_[f].rate * 1e-9 + 1e-6; };  // under a nanosecond left
+    std::size_t kept = 0;
     for (int f : link.flows) {
-      if (done(f)) finished.push_back(flows_[f].owner);
+      // Done when what is left would take under a nanosecond.
+      if (flows_[f].remaining <= flows_[f].rate * 1e-9 + 1e-6) {
+        finished.push_back(flows_[f].owner);
+      } else {
+        link.flows[kept++] = f;
+      }
     }
-    link.flows.erase(std::remove_if(link.flows.begin(), link.flows.end(), done), link.flows.end());
+    link.flows.resize(kept);
     reshare_and_schedule(li);
     for (TaskId id : finished) flow_done(id);
     finished.swap(finished_);

@@ -43,12 +43,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
 /// Appends a memory operation unless it moves no bytes (the executor would
 /// still apply it, and lowerings add one per task).
 inline void add_bytes(MemOps& ops, MemCategory category, Bytes bytes) {
-  if (bytes == 0) return;
-  // A task's list is a few entries the passes add one by one: room for
-  // four at once rather than growing 1, 2, 4 (a pipeline makes hundreds of
-  // thousands of these lists).
-  if (ops.size() == ops.capacity()) ops.reserve(std::max<std::size_t>(4, 2 * ops.size()));
-  ops.push_back({category, bytes});
+  if (bytes != 0) ops.push_back({category, bytes});
 }
 
 /// Partial recompute: the bytes of a layer's saved_bytes `recompute` drops

@@ -37,6 +37,11 @@ class MeasuredCollective {
   /// From (bytes, seconds) samples in any order: samples of equal size are
   /// averaged; those of no bytes or no time are left out.
   explicit MeasuredCollective(const std::vector<std::pair<double, double>>& samples);
+  /// From `profile`'s samples of op over `ranks` by `backend`, on one node
+  /// (`ranks_per_node` 0) or spanning nodes of `ranks_per_node` each, as
+  /// calibration fits them: each at its mean where measured, else its median.
+  static MeasuredCollective of(const Profile& profile, const std::string& backend, CollectiveOp op, int ranks,
+                               int ranks_per_node);
   /// Distinct sizes measured: pricing needs two.
   std::size_t sizes() const { return bytes_.size(); }
   double min_bytes() const { return bytes_.front(); }
@@ -115,9 +120,6 @@ class ProfileCosts {
   const FitTerms* copy_fit(const std::string& direction) const;
 
  private:
-  /// Note [Measured collectives]: op over `ranks` of `backend`, from its samples.
-  void add_measured(const std::string& backend, CollectiveOp op, int ranks, int ranks_per_node);
-
   Profile profile_;
   bool gpu_ = false;
   std::optional<UpdateCost> adam_cost_, adam_mixed_cost_, sgd_cost_;
