@@ -65,3 +65,35 @@ TEST_CASE("repeated kernels are charged per launch", "[compute]") {
   k.repeat = 10;
   CHECK(m.kernels_time({k}, Precision::kFp32) == 10 * (2 + 5 * kNsPerUs));
 }
+
+TEST_CASE("a pass's memory-bound share weighs its kernels by their time (Note [Interference])", "[compute][interference]") {
+  // Round device, fp32: an elementwise kernel of 1e9 bytes streams at
+  // 1e12 x 0.5 B/s: 2 ms (+5 us launch), its flops negligible; a norm of
+  // 5e8 bytes 1 ms + 5 us. A GEMM of 8e12 flops at 10e12 x 0.8 (12800 x
+  // 12800 x 4800 has 100 full waves; 4800 / 4848 of 0.8): 1 s x 4848 /
+  // 4800 + 5 us. Share: (2 x 2.005 + 1.005) ms over everything.
+  const RooflineComputeModel m(round_device());
+  Layer l;
+  l.kind = LayerKind::kOther;
+  Kernel gemm;
+  gemm.kind = KernelKind::kGemm;
+  gemm.m = 12800;
+  gemm.n = 12800;
+  gemm.k = 4800;
+  gemm.flops = 8e12;
+  Kernel add;
+  add.kind = KernelKind::kElementwise;
+  add.bytes = 1'000'000'000;
+  add.repeat = 2;
+  Kernel norm;
+  norm.kind = KernelKind::kNorm;
+  norm.bytes = 500'000'000;
+  l.forward = {gemm, add, norm};
+  const double gemm_s = 8e12 / (10e12 * 0.8 * 4800.0 / 4848.0) + 5e-6;
+  const double memory_s = 2 * (2e-3 + 5e-6) + (1e-3 + 5e-6);
+  CHECK(m.memory_share(l, Pass::kForward, Precision::kFp32) == Approx(memory_s / (memory_s + gemm_s)).epsilon(1e-6));
+  // A pass without kernels has none; one of memory-bound kernels only is all.
+  CHECK(m.memory_share(l, Pass::kBackward, Precision::kFp32) == 0);
+  l.backward = {add, norm};
+  CHECK(m.memory_share(l, Pass::kBackward, Precision::kFp32) == Approx(1.0));
+}

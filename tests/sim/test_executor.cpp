@@ -287,6 +287,57 @@ TEST_CASE("compute runs slower while a collective of its rank runs (Note [Interf
     CHECK(r.spans[1].end == 20 * kUs);
     CHECK(r.spans[1].slowed == 0);
   }
+  SECTION("memory-bound kernels slow by the HBM the collectives' link classes take") {
+    // hbm_slowdown 1 inside a node is h = 1 / (1 + 1) = 0.5 of the HBM; 1/3
+    // across nodes is h = 0.25. A kernel with memory_share 0.5 beside the
+    // intra-node collective [0, 60 us) (10 us + 50,000 B) runs at
+    // 1 / (1 + 0.5 x 0.25 + 0.5 x 1) = 1 / 1.625 of its speed; with share
+    // 1 at 1 / 2: 30 us of its work by 60 us, ending at 60 + 70 = 130 us.
+    TaskGraph h = one_rank();
+    h.ranks[0].comm_slowdown = 0.25;
+    h.ranks[0].hbm_slowdown = {1.0, 1.0 / 3, 0};
+    Task k = compute("adam", 100 * kUs);
+    k.memory_share = 1;
+    h.add(k);
+    h.add(comm("all_reduce", 10 * kUs, 50000));
+    r = execute(h);
+    CHECK(r.spans[0].end == 130 * kUs);
+    CHECK(r.spans[0].slowed == 30 * kUs);
+    // Share 0.5 with hbm_slowdown 0.75 (h = 3/7): 1 + 0.125 + 0.375 = 1.5,
+    // 40 us of work by 60 us, ending at 120 us.
+    h.tasks[0].memory_share = 0.5F;
+    h.ranks[0].hbm_slowdown = {0.75, 0, 0};
+    CHECK(execute(h).spans[0].end == 120 * kUs);
+    // Share 0: the SMs alone, as before (a GEMM): 1 / 1.25, 48 us of work
+    // by 60 us, ending at 112 us.
+    h.tasks[0].memory_share = 0;
+    CHECK(execute(h).spans[0].end == 112 * kUs);
+  }
+  SECTION("collectives on two link classes add their HBM shares, up to kMaxHbmShare") {
+    // Intra (h = 0.5) and inter (h = 0.25) together over [0, 40 us): h =
+    // 0.75, slowdown 3, a memory-bound kernel at 1/4 of its speed: 10 us of
+    // work by 40 us, ending at 130 us. Both at h = 0.5 add to 1, capped at
+    // 0.8: slowdown 4, 8 us by 40 us, ending at 132 us.
+    TaskGraph h = one_rank(3);
+    h.ranks[0].comm_slowdown = 0.25;
+    h.ranks[0].hbm_slowdown = {1.0, 1.0 / 3, 0};
+    Task k = compute("adam", 100 * kUs);
+    k.memory_share = 1;
+    h.add(k);
+    h.add(comm("all_reduce intra", 10 * kUs, 30000, 1));
+    Task across = comm("all_reduce inter", 10 * kUs, 30000, 2);
+    across.cost.link = LinkClass::kInterNode;
+    h.add(across);
+    r = execute(h);
+    CHECK(r.spans[1].end == 40 * kUs);
+    CHECK(r.spans[2].end == 40 * kUs);
+    CHECK(r.spans[0].end == 130 * kUs);
+    h.ranks[0].hbm_slowdown = {1.0, 1.0, 0};
+    CHECK(execute(h).spans[0].end == 132 * kUs);
+    // A rank whose compute does not slow (comm_slowdown 0) ignores both.
+    h.ranks[0].comm_slowdown = 0;
+    CHECK(execute(h).spans[0].end == 100 * kUs);
+  }
   SECTION("host copies (offload) and a rank without slowdown leave compute alone") {
     TaskGraph h = one_rank();
     h.ranks[0].comm_slowdown = 0.25;

@@ -160,9 +160,17 @@ std::vector<DeviceSpec> make_devices() {
   // average and up to 40% overlapped with FSDP's and pipelines' collectives
   // (Lee et al. 2025, arXiv 2507.03114, over A100, H100 and two AMD parts);
   // matmuls 30-40% slower under FSDP's all-gathers and reduce-scatters on
-  // H100s (pytorch/pytorch #179937). HBM contention adds to it (NVLink
-  // traffic costs 2-3x its bytes in HBM, Jeaugey in NVIDIA/nccl #1428) and is
-  // not counted, so the prior sits at the low end. MI300X and the older
+  // H100s (pytorch/pytorch #179937). That is the compute-bound kernels'
+  // part; memory-bound kernels lose HBM bandwidth instead: a byte on NVLink
+  // is stored to HBM and read back, and read from or written to the user's
+  // buffer, "at least 2x ... it can be 3x" (S. Jeaugey in NVIDIA/nccl
+  // #1428, where on A100s beside an all-gather elementwise kernels took
+  // 2.5x, attention 1.8x and GEMMs 1.8x as long). Lowering takes 3x at the
+  // link's rate (set_interference in lowering/lowering_common.hpp): an
+  // NVLink collective takes 43% of an A100's achievable HBM bandwidth (its
+  // memory-bound kernels 1.76x as long), one across nodes on 8 HDR NICs
+  // 35%, and a node's single 25 GB/s NIC 4%. Both priors stay below
+  // nccl#1428's figures, at the low end of the published range. MI300X and the older
   // parts have no cited figure (over PCIe NCCL takes 2 SMs) and keep 0; a
   // cluster's device mapping sets comm_slowdown (dtsim calibrate does not
   // measure it yet: issue 28, on a GPU machine). Note [Interference] in

@@ -67,6 +67,20 @@ TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) co
   return t;
 }
 
+double ComputeModel::memory_share(const Layer& layer, Pass pass, Precision p) const {
+  return memory_share(pass == Pass::kForward ? layer.forward : layer.backward, kernel_precision(layer, p));
+}
+
+double ComputeModel::memory_share(const std::vector<Kernel>& ks, Precision p) const {
+  double all = 0, memory = 0;
+  for (const Kernel& k : ks) {
+    const double t = static_cast<double>(kernel_time(k, p)) * static_cast<double>(k.repeat);
+    all += t;
+    if (k.kind == KernelKind::kElementwise || k.kind == KernelKind::kNorm || k.kind == KernelKind::kEmbedding) memory += t;
+  }
+  return all > 0 ? std::min(1.0, memory / all) : 0.0;
+}
+
 TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape&) const {
   return kernels_time(pass == Pass::kForward ? layer.forward : layer.backward, kernel_precision(layer, p));
 }

@@ -30,16 +30,28 @@
 //
 // Note [Interference]
 // A collective is kernels too: NCCL runs each channel as a thread block on
-// an SM of its own and streams its buffers through the same HBM, so a GEMM
-// that overlaps it has fewer SMs and less bandwidth and runs slower (the
-// figures and their sources: Note [Interference prior] in
-// sim/src/config/device_db.cpp). A rank's compute tasks progress at
-// 1 / (1 + comm_slowdown) of their speed while any of its collectives is
-// between its start and its end, and at full speed otherwise. Host copies
-// run on copy engines, and a pipeline's sends on a channel or two (no
-// measurement is cited for them): neither counts. Whenever that changes,
-// the work left of each running compute task is advanced and its end
-// rescheduled. The collectives themselves keep their speed.
+// an SM of its own and streams its buffers through the same HBM, so a
+// kernel that overlaps it has fewer SMs and less bandwidth and runs slower
+// (the figures and their sources: Note [Interference prior] in
+// sim/src/config/device_db.cpp). Which of the two it feels depends on what
+// bounds it: a GEMM is bound by its SMs, an elementwise kernel, a norm or
+// the optimizer's update by HBM, which it saturates with fewer SMs than it
+// has. So a compute task's time is split by Task::memory_share (its
+// memory-bound kernels' share, from the cost model's kernels): while any
+// of its rank's collectives is between its start and its end, the
+// compute-bound part runs 1 + comm_slowdown times as long, and the
+// memory-bound part 1 / (1 - h) times, h the HBM share the running
+// collectives take: for each link class with one running, the traffic of
+// a flow at that class's rate (SimRank::hbm_slowdown, set by lowering:
+// about 3 bytes of HBM a byte on the link, Jeaugey in NVIDIA/nccl #1428),
+// added over the classes and at most kMaxHbmShare. So the same kernel beside an
+// NVLink all-gather (h 0.43 on an A100) slows more than beside a
+// reduction across nodes, and a GEMM the same by either. Host copies run on
+// copy engines, and a pipeline's sends on a channel or two (no
+// measurement is cited for them): neither counts. Whenever the set of
+// running collectives' link classes changes, the work left of each
+// running compute task is advanced and its end rescheduled. The
+// collectives themselves keep their speed.
 //
 // Note [Sizes in 64 bits]
 // Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
@@ -196,8 +208,16 @@ class Executor {
     total_.assign(g_.ranks.size(), 0);
     peak_total_.assign(g_.ranks.size(), 0);
     slowdown_.resize(g_.ranks.size());
-    for (std::size_t r = 0; r < g_.ranks.size(); ++r) slowdown_[r] = std::max(0.0, g_.ranks[r].comm_slowdown);
-    comm_active_.assign(g_.ranks.size(), 0);
+    hbm_share_.assign(g_.ranks.size(), {});
+    for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
+      slowdown_[r] = std::max(0.0, g_.ranks[r].comm_slowdown);
+      // s = h / (1 - h) back to the share h, which adds over link classes.
+      for (std::size_t c = 0; c < 3; ++c) {
+        const double s = std::max(0.0, g_.ranks[r].hbm_slowdown[c]);
+        hbm_share_[r][c] = s / (1 + s);
+      }
+    }
+    comm_active_.assign(g_.ranks.size(), {});
     running_.resize(g_.ranks.size());
     if (std::any_of(slowdown_.begin(), slowdown_.end(), [](double s) { return s > 0; })) slowed_.assign(n, 0);
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
@@ -259,6 +279,7 @@ class Executor {
     double left = 0;  ///< ns of work at full speed
     TimeNs since = 0;
     double rate = 1;
+    double share = 0;  ///< Task::memory_share
     EventId event = kNoEvent;
     double slowed = 0;  ///< ns its work has taken beyond full speed so far
 
@@ -278,7 +299,7 @@ class Executor {
     start_[id] = q_.now();
     for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
-      if (interferes(t) && comm_active_[t.rank]++ == 0) rerate(t.rank);
+      if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
       q_.schedule(later(q_.now(), t.cost.latency), [this, id] { start_flow(id); });
     } else if (t.kind == TaskKind::kCompute && slowdown_[t.rank] > 0 && t.duration > 0) {
       // Note [Interference]: its end moves with the rank's collectives.
@@ -286,7 +307,8 @@ class Executor {
       p.id = id;
       p.left = static_cast<double>(t.duration);
       p.since = q_.now();
-      p.rate = rate(t.rank);
+      p.share = t.memory_share;
+      p.rate = rate(t.rank, p.share);
       schedule_end(p);
       running_[t.rank].push_back(p);
     } else {
@@ -300,8 +322,26 @@ class Executor {
   bool interferes(const Task& t) const {
     return slowdown_[t.rank] > 0 && t.phase == Phase::kComm && t.op != CollectiveOp::kSendRecv;
   }
-  /// The speed of rank r's compute now.
-  double rate(int r) const { return comm_active_[r] > 0 ? 1.0 / (1.0 + slowdown_[r]) : 1.0; }
+  /// The link class a collective's flow takes (Note [Interference]).
+  static std::size_t link_of(const Task& t) { return static_cast<std::size_t>(t.cost.link); }
+  /// The speed now of a compute task on rank r whose memory-bound kernels
+  /// take `share` of its time: its compute-bound part slowed by the SMs any
+  /// running collective takes, its memory-bound part by the HBM bandwidth
+  /// the running collectives' link classes take together (at most
+  /// kMaxHbmShare of it, as for one; lowering_common.hpp).
+  double rate(int r, double share) const {
+    const auto& active = comm_active_[r];
+    double hbm = 0;
+    bool any = false;
+    for (std::size_t c = 0; c < active.size(); ++c) {
+      if (active[c] == 0) continue;
+      any = true;
+      hbm += hbm_share_[r][c];
+    }
+    if (!any) return 1.0;
+    hbm = std::min(hbm, kMaxHbmShare);
+    return 1.0 / (1.0 + (1 - share) * slowdown_[r] + share * hbm / (1 - hbm));
+  }
 
   /// A running compute task's end: its work left at its rate, and not
   /// before the host has issued it (Note [Host launch]).
@@ -316,8 +356,8 @@ class Executor {
   /// Rank r's collectives started or all ended: its running compute tasks
   /// go on at the new speed.
   void rerate(int r) {
-    const double now_rate = rate(r);
     for (Progress& p : running_[r]) {
+      const double now_rate = rate(r, p.share);
       p.advance(q_.now());
       if (p.rate == now_rate) continue;
       p.rate = now_rate;
@@ -405,7 +445,7 @@ class Executor {
     done_[id] = true;
     end_[id] = q_.now();
     if (slowdown_[t.rank] > 0) {
-      if (t.kind == TaskKind::kCollective && interferes(t) && --comm_active_[t.rank] == 0) rerate(t.rank);
+      if (t.kind == TaskKind::kCollective && interferes(t) && --comm_active_[t.rank][link_of(t)] == 0) rerate(t.rank);
       auto& run = running_[t.rank];
       for (std::size_t k = 0; k < run.size(); ++k) {
         if (run[k].id != id) continue;
@@ -540,7 +580,8 @@ class Executor {
   /// Note [Interference]: each rank's slowdown, its collectives running and
   /// its compute tasks running.
   std::vector<double> slowdown_;
-  std::vector<int> comm_active_;
+  std::vector<std::array<double, 3>> hbm_share_;  ///< by rank and link class: h of SimRank::hbm_slowdown
+  std::vector<std::array<int, 3>> comm_active_;   ///< by rank and link class
   std::vector<std::vector<Progress>> running_;  ///< by rank (one task a compute stream)
   std::vector<TimeNs> slowed_;                  ///< by task, where a rank slows (Span::slowed)
   std::vector<TimeNs> event_times_;

@@ -16,6 +16,9 @@ struct Chunk {
   int rank = 0;              ///< the pipeline stage holding it
   TimeNs fwd = 0, bwd = 0, recompute = 0;
   TimeNs wgrad = 0;          ///< of bwd, the weight-gradient pass under zb-h1
+  /// Task::memory_share of fwd, bwd (and wgrad) and recompute: their
+  /// layers' (PricedLayers), weighted by time.
+  float fwd_memory = 0, bwd_memory = 0, recompute_memory = 0;
   Bytes w_hold = 0;          ///< what that pass keeps from the backward until it runs
   std::vector<LayerComm> tp_fwd_ops, tp_bwd_ops;
   CollectiveCost send_fwd, send_bwd;  ///< activation to the next chunk, gradient to the previous

@@ -144,6 +144,7 @@ class ChunkStage final : public detail::StageEmitter {
         bool measured;
       };
       std::vector<Rise> rises;  // each layer's measured backward rise, in order
+      double fwd_memory = 0, bwd_memory = 0, recompute_memory = 0;  // ns in memory-bound kernels
       for (int l = first; l < first + ch.count; ++l) {
         const Layer& L = layers[l];
         // Note [Layer memory]: what calibration measured of the layer's passes.
@@ -151,6 +152,9 @@ class ChunkStage final : public detail::StageEmitter {
         ch.fwd += c.priced.forward[l];
         ch.bwd += c.priced.backward[l];
         ch.recompute += c.priced.recompute[l];
+        fwd_memory += static_cast<double>(c.priced.forward[l]) * c.priced.forward_memory[l];
+        bwd_memory += static_cast<double>(c.priced.backward[l]) * c.priced.backward_memory[l];
+        recompute_memory += static_cast<double>(c.priced.recompute[l]) * c.priced.recompute_memory[l];
         if (!c.priced.weight.empty()) {
           ch.wgrad += c.priced.weight[l];
           ch.w_hold += detail::weight_grad_hold(L);
@@ -192,6 +196,10 @@ class ChunkStage final : public detail::StageEmitter {
         }
       }
       ch.peak_extra = max_extra;
+      auto share = [](double memory, TimeNs all) { return all > 0 ? static_cast<float>(std::min(1.0, memory / static_cast<double>(all))) : 0.0F; };
+      ch.fwd_memory = share(fwd_memory, ch.fwd);
+      ch.bwd_memory = share(bwd_memory, ch.bwd);
+      ch.recompute_memory = share(recompute_memory, ch.recompute);
       Bytes freed = 0;  // kept by the layers after the one in hand, gone as its backward runs
       for (std::size_t r = rises.size(); r-- > 0;) {
         if (rises[r].measured) {
@@ -267,7 +275,10 @@ class ChunkStage final : public detail::StageEmitter {
       }
       // The chunk rebuilds one layer at a time; what it keeps is counted in
       // Chunk::kept already, so its forward drops nothing.
-      if (ch.recompute > 0) u.recompute = {true, "recompute", ch.recompute, 0, ch.peak_extra, 0};
+      if (ch.recompute > 0) {
+        u.recompute = {true, "recompute", ch.recompute, 0, ch.peak_extra, 0};
+        u.recompute.memory_share = ch.recompute_memory;
+      }
       c.units.push_back(std::move(u));
     }
   }
@@ -287,7 +298,7 @@ class ChunkStage final : public detail::StageEmitter {
         r.streams.push_back(to_string(st));
       }
       detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
-      r.comm_slowdown = c.cluster.device.comm_slowdown;  // Note [Interference] in executor.cpp
+      detail::set_interference(r, c.cluster);
       std::int64_t params = 0, experts = 0;
       detail::Fp8Gemms fp8;
       for (const auto& ch : c.chunks) {
@@ -315,6 +326,7 @@ class ChunkStage final : public detail::StageEmitter {
     detail::add_bytes(on_end, MemCategory::kActivations, -ch.forward_transient);
     passes_.forward_memory(at, on_start, on_end);
     c.f_entry[cell] = c.add(c.name("fwd", vs, i), s, Phase::kForward, ch.fwd, std::move(on_start), std::move(on_end));
+    c.g.tasks[c.f_entry[cell]].memory_share = ch.fwd_memory;  // Note [Interference] in engine/executor.cpp
     c.f_exit[cell] = passes_.after_forward(at, c.f_entry[cell]);
     return c.f_exit[cell];
   }
@@ -340,6 +352,7 @@ class ChunkStage final : public detail::StageEmitter {
     if (span.last < 0) {
       span.first = span.last = c.add(c.name(split_ ? "bwd input" : "bwd", vs, i), s, Phase::kBackward,
                                      split_ ? ch.bwd - ch.wgrad : ch.bwd, std::move(on_start), std::move(on_end));
+      c.g.tasks[span.first].memory_share = ch.bwd_memory;
     }
     c.b_entry[cell] = entry.empty() ? span.first : entry.front();
     return passes_.after_backward(at, span.last);
@@ -365,7 +378,10 @@ class ChunkStage final : public detail::StageEmitter {
     MemOps on_start, on_end{{MemCategory::kActivations, -ch.w_hold}};
     if (first_of_chunk) gradients_appear(ch, on_start, on_end);
     detail::StrategyPass::Span span = passes_.run_weight(at, on_start, on_end);
-    if (span.last < 0) span.last = c.add(c.name("bwd weight", vs, i), s, Phase::kBackward, ch.wgrad, std::move(on_start), std::move(on_end));
+    if (span.last < 0) {
+      span.last = c.add(c.name("bwd weight", vs, i), s, Phase::kBackward, ch.wgrad, std::move(on_start), std::move(on_end));
+      c.g.tasks[span.last].memory_share = ch.bwd_memory;
+    }
     return passes_.after_weight(at, span.last);
   }
 
@@ -399,6 +415,7 @@ class ChunkStage final : public detail::StageEmitter {
                                                              c.plan.precision, c.cluster.device),
                               std::move(on_start), std::move(frees));
     c.g.tasks[step].deps = std::move(deps);
+    c.g.tasks[step].memory_share = 1;  // streams its states (Note [Optimizer step] in cost_compute.cpp)
     passes_.after_step(s, step);
   }
 

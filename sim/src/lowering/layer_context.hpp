@@ -19,6 +19,7 @@ struct LayerContext : StageContext {
   std::vector<Layer> layers;
   std::vector<TimeNs> fwd_time, bwd_time, core_time;  ///< per layer, one micro-batch
   std::vector<TimeNs> fwd_launch, bwd_launch;         ///< per layer: Note [Host launch] (executor.cpp)
+  std::vector<float> fwd_memory, bwd_memory;          ///< per layer: Task::memory_share of its passes
   std::vector<CollectiveCost> tp_fwd, tp_bwd;         ///< per layer, one micro-batch
   std::vector<std::optional<LayerMemory>> memory;     ///< per layer: Note [Layer memory], where measured
   std::int64_t params = 0;                            ///< this rank's (a tensor-parallel shard)

@@ -46,6 +46,8 @@ class LayerStage final : public detail::StageEmitter {
       c.core_time.push_back(rerun.empty() ? 0 : cm.recompute_time(L, rerun, p.precision, shape));
       c.memory.push_back(cm.layer_memory(L, p.precision, shape));
       c.fwd_launch.push_back(cm.layer_launch_time(L, Pass::kForward, p.precision));
+      c.fwd_memory.push_back(static_cast<float>(cm.memory_share(L, Pass::kForward, p.precision)));
+      c.bwd_memory.push_back(static_cast<float>(cm.memory_share(L, Pass::kBackward, p.precision)));
       c.bwd_launch.push_back(cm.layer_launch_time(L, Pass::kBackward, p.precision));
       c.tp_fwd.push_back(detail::sum_costs(L.tp_forward, c.tp_group, c.comm));
       c.tp_bwd.push_back(detail::sum_costs(L.tp_backward, c.tp_group, c.comm));
@@ -114,12 +116,15 @@ class LayerStage final : public detail::StageEmitter {
         const Bytes checkpoint = l == 0 ? 0 : c.layers[l - 1].output_bytes;
         u.recompute = {true, "recompute", c.fwd_time[l] + c.tp_fwd[l].total() + u.ep_forward_cost.total() + u.dp_forward_cost.total(), c.fwd_launch[l],
                        L.saved_bytes - checkpoint + transient, transient};
+        u.recompute.memory_share = c.fwd_memory[l];
         u.forward_drop = L.saved_bytes - checkpoint;
       } else if (const Bytes drop = detail::partially_recomputed_bytes(L, c.plan.recompute); drop > 0) {
         // Selective recompute drops the attention core and rebuilds it; the
         // op-level policy what it does not save (Note [Op-level recompute]).
         const char* label = c.plan.recompute == Recompute::kOp ? "recompute ops" : "recompute attention";
         u.recompute = {true, label, c.core_time[l], 0, drop, 0};
+        u.recompute.memory_share = static_cast<float>(
+            c.compute_model.memory_share(detail::partially_recomputed_kernels(L, c.plan.recompute), kernel_precision(L, c.plan.precision)));
         u.forward_drop = drop;
       }
       c.units.push_back(std::move(u));
@@ -164,7 +169,7 @@ class LayerStage final : public detail::StageEmitter {
       inter_groups = c.replica_group.groups_per_node;
     }
     detail::set_link_capacity(rank, c.cluster, c.comm, inter_groups);
-    rank.comm_slowdown = c.cluster.device.comm_slowdown;  // Note [Interference] in executor.cpp
+    detail::set_interference(rank, c.cluster);
   }
 
   void forward(std::int64_t m) {
@@ -181,10 +186,11 @@ class LayerStage final : public detail::StageEmitter {
       MemOps on_end;
       detail::add_bytes(on_end, MemCategory::kActivations, -transient);
       passes_.forward_memory(at, on_start, on_end);
-      TaskId f = passes_.run_layer(at, {Pass::kForward, c.fwd_time[l], c.fwd_launch[l]}, deps, on_start, on_end).last;
+      TaskId f = passes_.run_layer(at, {Pass::kForward, c.fwd_time[l], c.fwd_launch[l], c.fwd_memory[l]}, deps, on_start, on_end).last;
       if (f < 0) {
         f = c.compute(c.tag(m, "fwd ", L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
         c.g.tasks[f].launch = c.fwd_launch[l];  // Note [Host launch] in executor.cpp
+        c.g.tasks[f].memory_share = c.fwd_memory[l];  // Note [Interference] in executor.cpp
       }
       c.fwd[l] = passes_.after_forward(at, f);
     }
@@ -216,10 +222,11 @@ class LayerStage final : public detail::StageEmitter {
       auto& grads_op = L.grads_at_end() ? on_end : on_start;
       if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
       passes_.backward_memory(at, on_start, on_end);
-      TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i]}, deps, on_start, on_end).last;
+      TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i], c.bwd_memory[i]}, deps, on_start, on_end).last;
       if (b < 0) {
         b = c.compute(c.tag(m, "bwd ", L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
         c.g.tasks[b].launch = c.bwd_launch[i];
+        c.g.tasks[b].memory_share = c.bwd_memory[i];
       }
       c.bwd[i] = passes_.after_backward(at, b);
     }
@@ -266,6 +273,7 @@ class LayerStage final : public detail::StageEmitter {
       const TimeNs t = c.compute_model.optimizer_time(params, updates, c.plan.optimizer, c.plan.precision, c.cluster.device);
       step = c.compute("optimizer step", Phase::kOptimizer, t, deps, std::move(on_start), frees);
       c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);
+      c.g.tasks[step].memory_share = 1;  // streams its states (Note [Optimizer step] in cost_compute.cpp)
     }
     passes_.after_step(0, step);
   }

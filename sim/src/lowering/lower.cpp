@@ -38,6 +38,7 @@
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "lowering/emitter.hpp"
+#include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
 
@@ -106,6 +107,14 @@ std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage
     }
   }
   return out;
+}
+
+double hbm_slowdown(const DeviceSpec& device, BytesPerSec link_rate) {
+  // Note [Interference] (engine/executor.cpp); set_interference in lowering_common.hpp.
+  const double hbm = device.memory_bandwidth * device.memory_efficiency;
+  if (device.comm_slowdown <= 0 || hbm <= 0 || link_rate <= 0) return 0;
+  const double h = std::min(kMaxHbmShare, detail::kHbmBytesPerLinkByte * link_rate / hbm);
+  return h / (1 - h);
 }
 
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {

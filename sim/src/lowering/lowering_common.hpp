@@ -8,6 +8,7 @@
 
 #include "dtsim/sim/cluster.hpp"
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/task_graph.hpp"
@@ -104,6 +105,24 @@ inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel&
       analytic != nullptr ? analytic->link_capacity(LinkClass::kInterNode, inter_groups)
                           : c.inter_node.rate() * c.nics_per_node / inter_groups;
   r.link_capacity[static_cast<int>(LinkClass::kHostDevice)] = c.host_device_bandwidth;
+}
+
+/// Note [Interference] (engine/executor.cpp): how much a rank's compute
+/// slows beside its collectives. The SMs a collective takes slow its
+/// compute-bound kernels by the device's comm_slowdown (Note [Interference
+/// prior] in config/device_db.cpp); the HBM bandwidth its traffic takes
+/// slows its memory-bound kernels by h / (1 - h), h the traffic over the
+/// bandwidth those kernels reach: kHbmBytesPerLinkByte bytes of HBM a byte
+/// on the link at the link class's rate (r.link_capacity, set first), at
+/// most kMaxHbmShare (task_graph.hpp) of it. A device whose comm_slowdown is 0 keeps both 0.
+inline constexpr double kHbmBytesPerLinkByte = 3.0;
+inline void set_interference(SimRank& r, const ClusterSpec& c) {
+  r.comm_slowdown = c.device.comm_slowdown;
+  r.hbm_slowdown = {};
+  for (LinkClass k : {LinkClass::kIntraNode, LinkClass::kInterNode}) {  // host copies: copy engines (Note [Interference])
+    const auto i = static_cast<std::size_t>(k);
+    r.hbm_slowdown[i] = hbm_slowdown(c.device, r.link_capacity[i]);
+  }
 }
 
 /// Sum of `count` x cost of each collective, as one flow: latencies add,

@@ -93,6 +93,7 @@ struct Unit {
     Bytes frees = 0;        ///< of them, what it frees again as it ends
     /// Another pass runs it (DeepSpeed ZeRO-3 fetches the modules' parameters for it).
     bool taken = false;
+    float memory_share = 0;  ///< Task::memory_share of what it reruns
   } recompute;
   Bytes forward_drop = 0;   ///< activations the forward frees as it ends, to be rebuilt
 };
@@ -201,6 +202,7 @@ class StrategyPass {
   struct LayerWork {
     Pass pass = Pass::kForward;
     TimeNs time = 0, launch = 0;
+    float memory_share = 0;  ///< Task::memory_share of its kernels
   };
   /// The layer emitter's forward or backward of a layer, emitted by the
   /// pass, or {-1, -1}. It takes `deps`, `on_start` and `on_end`.

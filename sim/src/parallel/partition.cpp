@@ -75,6 +75,16 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     }
     out.forward.push_back(fwd);
     out.backward.push_back(compute.layer_time(L, Pass::kBackward, plan.precision, shape));
+    const double fwd_memory = compute.memory_share(L, Pass::kForward, plan.precision);
+    out.forward_memory.push_back(static_cast<float>(fwd_memory));
+    out.backward_memory.push_back(static_cast<float>(compute.memory_share(L, Pass::kBackward, plan.precision)));
+    double rec_memory = 0;
+    if (plan.recompute == Recompute::kFull && L.is_block() && rec > 0) {
+      rec_memory = fwd_memory * static_cast<double>(fwd) / static_cast<double>(rec);
+    } else if (rec > 0) {
+      rec_memory = compute.memory_share(detail::partially_recomputed_kernels(L, plan.recompute), kernel_precision(L, plan.precision));
+    }
+    out.recompute_memory.push_back(static_cast<float>(rec_memory));
     if (split_weights) {
       // W's share of the backward, priced kernel by kernel with the plan's
       // model and applied to the layer's backward, measured or not.

@@ -70,10 +70,12 @@
 // before. Whatever the split, the bound is at least m X / pp (X = sum x_s).
 // On a device whose compute slows beside its
 // collectives (Note [Interference] in engine/executor.cpp: at 1 / (1 + c)
-// of its speed), a one-stage plan whose data-parallel collectives on one
-// stream take C at least runs its compute for W + O c / (1 + c), O the
-// time they overlap, and the collectives alone for C - O at least: the
-// iteration takes W + C c / (1 + c) at least, whatever O. C is priced as
+// of its speed, c at least the smaller of the SMs' and the HBM's slowdown
+// beside the collective's link), a one-stage plan whose data-parallel
+// collectives on one stream take C at least runs its compute for
+// W + O c / (1 + c), O the time they overlap, and the collectives alone
+// for C - O at least: the iteration takes W + C c / (1 + c) at least,
+// whatever O (summed collective by collective, each with its own c). C is priced as
 // one collective of all the bytes per reduction (a ring's time grows with
 // the bytes and each collective pays its latency): ZeRO-3's two gathers of
 // the layers it gathers (less the persistence threshold's allowance a
@@ -325,8 +327,21 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   // The groups the lowering reduces and shards over (layer_stage.cpp, setup_groups).
   const CommGroup shard = p.cp > 1 ? dp_group : axis_group(p.mesh, Axis::kDp, per_node, std::max(1, p.shard_group));
   const double m = static_cast<double>(p.grad_accum);
+  // Each collective slows the compute it overlaps by at least the smaller
+  // of the SMs' and the HBM's slowdowns (Note [Interference]), the HBM's
+  // at the least bandwidth its link class can give a rank (the network
+  // shared by every GPU of the node).
+  auto least = [&](LinkClass link) {
+    const BytesPerSec rate = link == LinkClass::kIntraNode
+                                 ? cluster.intra_node.rate()
+                                 : cluster.inter_node.rate() * cluster.nics_per_node / std::max(1, per_node);
+    const double s = std::min(slow, hbm_slowdown(cluster.device, rate));
+    return s / (1 + s);
+  };
   auto cost = [&](CollectiveOp op, Bytes bytes, const CommGroup& g) {
-    return bytes > 0 ? static_cast<double>(comm.collective(op, bytes, g).total()) : 0.0;
+    if (bytes <= 0) return 0.0;
+    const CollectiveCost k = comm.collective(op, bytes, g);
+    return static_cast<double>(k.total()) * least(k.link);
   };
   double c = 0;
   if (p.zero3_modules()) {
@@ -350,7 +365,7 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   } else {
     c = cost(CollectiveOp::kAllReduce, dense * gw, dp_group);
   }
-  return static_cast<TimeNs>(c * slow / (1 + slow) * (1 - 1e-9));
+  return static_cast<TimeNs>(c * (1 - 1e-9));
 }
 
 namespace {

@@ -169,6 +169,14 @@ class ComputeModel {
   virtual TimeNs kernel_time(const Kernel& k, Precision p) const = 0;
   /// Time of a list of kernels, repeats included.
   TimeNs kernels_time(const std::vector<Kernel>& ks, Precision p) const;
+  /// The share of a layer's pass (0 to 1) that its memory-bound kernels
+  /// take (elementwise, norms, embeddings; GEMMs, attention and recurrences
+  /// are compute-bound), each priced by kernel_time: what a collective's
+  /// HBM traffic slows (Note [Interference] in engine/executor.cpp). A
+  /// profile's whole-layer time is split in the same proportion.
+  double memory_share(const Layer& layer, Pass pass, Precision p) const;
+  /// The same over a list of kernels run in precision p.
+  double memory_share(const std::vector<Kernel>& ks, Precision p) const;
   /// Time of one pass of a layer for a micro-batch of `shape`. By default the
   /// sum of its kernels; a profile answers from whole-layer measurements.
   virtual TimeNs layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const;

@@ -23,6 +23,9 @@ std::vector<int> balance_layers(const std::vector<double>& costs, int chunks);
 struct PricedLayers {
   std::vector<Layer> layers;
   std::vector<TimeNs> forward, backward;  ///< per layer
+  /// Per layer: the share of forward, backward and recompute in memory-bound
+  /// kernels (ComputeModel::memory_share; Note [Interference] in engine/executor.cpp).
+  std::vector<float> forward_memory, backward_memory, recompute_memory;
   /// Per layer: what backward adds again (full recompute: the forward and
   /// its tensor-parallel collectives; selective: the attention core).
   std::vector<TimeNs> recompute;

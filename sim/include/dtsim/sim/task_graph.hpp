@@ -75,6 +75,10 @@ struct Task {
   /// kCompute: the host's time to issue its kernels (Note [Host launch] in
   /// executor.cpp); 0: not modelled (issuing is free).
   TimeNs launch = 0;
+  /// kCompute: the share of its time its memory-bound kernels take (0 to
+  /// 1), what a collective's HBM traffic slows (Note [Interference] in
+  /// executor.cpp); the rest is slowed by the SMs the collective takes.
+  float memory_share = 0;
   CollectiveCost cost;         ///< kCollective
   CollectiveOp op = CollectiveOp::kAllReduce;
   /// kCollective: the mesh axis whose group runs it (none: a host copy).
@@ -92,6 +96,10 @@ struct Task {
   MemOps on_end;               ///< applied when it ends
 };
 
+/// The most of a device's HBM bandwidth its running collectives are taken
+/// to use (SimRank::hbm_slowdown; Note [Interference] in executor.cpp).
+inline constexpr double kMaxHbmShare = 0.8;
+
 /// A simulated rank: one per class of identical real ranks.
 struct SimRank {
   int rank = 0;                ///< the first real rank it stands for
@@ -101,9 +109,15 @@ struct SimRank {
   std::vector<MemOp> resident; ///< allocated before the iteration starts
   /// Capacity of each link class (indexed by LinkClass) that flows share.
   std::array<BytesPerSec, 3> link_capacity{};
-  /// How much longer its compute kernels take while one of its collectives
-  /// runs (0.1: at 1/1.1 of their speed); Note [Interference] in executor.cpp.
+  /// How much longer its compute-bound kernels take while one of its
+  /// collectives runs (0.1: at 1/1.1 of their speed), for the SMs the
+  /// collective takes; Note [Interference] in executor.cpp. 0: compute
+  /// does not slow beside collectives (and hbm_slowdown is not applied).
   double comm_slowdown = 0;
+  /// How much longer its memory-bound kernels take while a collective over
+  /// each link class (indexed by LinkClass) runs, for the HBM bandwidth the
+  /// collective's traffic takes (Note [Interference]).
+  std::array<double, 3> hbm_slowdown{};
 };
 
 /// The whole program of one training iteration.

@@ -218,6 +218,7 @@ class ChunkBuckets final : public StrategyPass {
                                Phase::kBackward, weight ? buckets[k].wtime : buckets[k].time, first ? std::move(on_start) : MemOps{},
                                final ? std::move(on_end) : MemOps{});
       if (first) span.first = seg;
+      c.g.tasks[seg].memory_share = c.chunks[vs].bwd_memory;  // Note [Interference] in engine/executor.cpp
       const Bytes bytes = buckets[k].bytes;
       // The bucket is filled right after its layers' backward (Note [Gradient buckets]).
       const TaskId in = bucket_copy("copy grads in", s, vs, at.micro, k, buckets[k], false);

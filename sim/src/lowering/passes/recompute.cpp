@@ -28,6 +28,7 @@ class Recomputation final : public StrategyPass {
                                     ctx_.stream(Stream::kCompute), Phase::kRecompute, u.recompute.time, deps,
                                     {{MemCategory::kActivations, u.recompute.allocates}}, std::move(on_end));
     ctx_.g.tasks[t].launch = u.recompute.launch;
+    ctx_.g.tasks[t].memory_share = u.recompute.memory_share;  // Note [Interference] in engine/executor.cpp
     deps.push_back(t);
   }
 

@@ -105,7 +105,7 @@ class Zero3Modules final : public StrategyPass {
     // would run it whole (Unit::Recompute).
     MemOps on_start{{MemCategory::kActivations, u.recompute.allocates}}, on_end;
     add_bytes(on_end, MemCategory::kActivations, -u.recompute.frees);
-    const Span s = emit(at, Use::kRecompute, u.recompute.time, u.recompute.launch, deps, on_start, on_end);
+    const Span s = emit(at, Use::kRecompute, u.recompute.time, u.recompute.launch, u.recompute.memory_share, deps, on_start, on_end);
     deps.push_back(s.last);
   }
 
@@ -117,7 +117,8 @@ class Zero3Modules final : public StrategyPass {
       on_start.erase(std::remove_if(on_start.begin(), on_start.end(), grads), on_start.end());
       on_end.erase(std::remove_if(on_end.begin(), on_end.end(), grads), on_end.end());
     }
-    return emit(at, work.pass == Pass::kForward ? Use::kForward : Use::kBackward, work.time, work.launch, deps, on_start, on_end);
+    return emit(at, work.pass == Pass::kForward ? Use::kForward : Use::kBackward, work.time, work.launch, work.memory_share, deps, on_start,
+                on_end);
   }
 
   void end_backward(const At& at, TaskId) override { flush(at); }
@@ -164,7 +165,7 @@ class Zero3Modules final : public StrategyPass {
   }
 
   /// A layer's pass as its modules' tasks; returns the first and last.
-  Span emit(const At& at, Use use, TimeNs time, TimeNs launch, TaskDeps& deps, MemOps& on_start,
+  Span emit(const At& at, Use use, TimeNs time, TimeNs launch, float memory_share, TaskDeps& deps, MemOps& on_start,
             MemOps& on_end) {
     LayerContext& c = ctx_;
     const LayerInfo& info = layers_[at.unit];
@@ -208,6 +209,7 @@ class Zero3Modules final : public StrategyPass {
       launched += h;
       const TaskId task = c.compute(c.tag(at.micro, label, name), phase, t, run, std::move(start), std::move(end));
       c.g.tasks[task].launch = h;
+      c.g.tasks[task].memory_share = memory_share;  // Note [Interference] in engine/executor.cpp
       if (span.first < 0) span.first = task;
       span.last = task;
       issue = {task};
