@@ -1109,10 +1109,11 @@ TEST_CASE("the search table lists each plan once", "[gui][window]") {
   app();
   // sim::search ranks two layouts of the same work (a pipeline's in-node
   // placements, the same time and peak) once (Note [Search twins]), and the
-  // table's distinct_plans guards against a twin all the same. On gpt2 over 8 A100s the fastest two are ZeRO-3 and
-  // FSDP FULL_SHARD of the same degrees and micro-batch, which were such
-  // twins until DeepSpeed's coordinator was modelled (Note [ZeRO-3
-  // modules]): now two plans, both listed.
+  // table's distinct_plans guards against a twin all the same. On gpt2 over 8 A100s ZeRO-3 and
+  // FSDP FULL_SHARD of the same degrees and micro-batch rank among the
+  // fastest (within 0.1% of each other and of ZeRO-2), and were such twins
+  // until DeepSpeed's coordinator was modelled (Note [ZeRO-3 modules]): now
+  // two plans, both listed.
   const sim::ModelPtr gpt2 = models::load_model("gpt2");
   ExplorerWindow w;
   w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
@@ -1125,10 +1126,19 @@ TEST_CASE("the search table lists each plan once", "[gui][window]") {
   so.base = w.scenario().plan;
   const sim::SearchResult direct = sim::search(*gpt2, sim::load_cluster("dgx-a100"), so);
   REQUIRE(direct.top.size() >= 5);
-  CHECK(direct.top[0].plan.fsdp != direct.top[1].plan.fsdp);
-  CHECK(direct.top[0].plan.zero_stage == 3);
-  CHECK(direct.top[1].plan.zero_stage == 3);
-  CHECK_FALSE(sim::same_plan(direct.top[0], direct.top[1]));
+  const sim::SearchEntry* zero3 = nullptr;
+  const sim::SearchEntry* fsdp = nullptr;
+  for (std::size_t i = 0; i < 5; ++i) {
+    const sim::SearchEntry& e = direct.top[i];
+    if (e.plan.zero_stage != 3) continue;
+    if (e.plan.fsdp && fsdp == nullptr) fsdp = &e;
+    if (!e.plan.fsdp && zero3 == nullptr) zero3 = &e;
+  }
+  REQUIRE(zero3 != nullptr);
+  REQUIRE(fsdp != nullptr);
+  CHECK(zero3->plan.dp == fsdp->plan.dp);
+  CHECK(zero3->plan.micro_batch == fsdp->plan.micro_batch);
+  CHECK_FALSE(sim::same_plan(*zero3, *fsdp));
   // A twin made by hand, the fastest entry under another placement: merged.
   std::vector<sim::SearchEntry> twins = direct.top;
   twins.insert(twins.begin() + 1, direct.top[0]);
