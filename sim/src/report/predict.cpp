@@ -191,6 +191,11 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
     const bool serial = !plan.tp_comm_overlap;
     out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
     out.backward.push_back(priced.backward[l] + priced.recompute[l] + (serial ? priced.tp_backward[l] : 0));
+    const double f = static_cast<double>(priced.forward[l]), b = static_cast<double>(priced.backward[l]),
+                 r = static_cast<double>(priced.recompute[l]);
+    out.kernels_ns += f + b + r;
+    out.memory_ns += f * priced.forward_memory[l] + b * priced.backward_memory[l] + r * priced.recompute_memory[l];
+    if (serial) out.serial_comm_ns += static_cast<double>(priced.tp_forward[l] + priced.tp_backward[l]);
     out.kept.push_back(detail::kept_bytes(priced.layers, l, plan.recompute));
     // What a deferred weight pass would keep; only ZB-H1's order defers one.
     out.weight_hold.push_back(detail::weight_grad_hold(priced.layers[l]));

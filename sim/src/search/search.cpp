@@ -69,13 +69,20 @@
 // (Note [Zero bubble] in lowering/lower.cpp) and counts only the forwards
 // before. Whatever the split, the bound is at least m X / pp (X = sum x_s).
 // On a device whose compute slows beside its
-// collectives (Note [Interference] in engine/executor.cpp: at 1 / (1 + c)
-// of its speed, c at least the smaller of the SMs' and the HBM's slowdown
-// beside the collective's link), a one-stage plan whose data-parallel
-// collectives on one stream take C at least runs its compute for
-// W + O c / (1 + c), O the time they overlap, and the collectives alone
-// for C - O at least: the iteration takes W + C c / (1 + c) at least,
-// whatever O (summed collective by collective, each with its own c). C is priced as
+// collectives (Note [Interference] in engine/executor.cpp: a kernel's
+// compute-bound part 1 + c_sm times as long, its memory-bound part 1 + c_hbm
+// times), a one-stage plan whose data-parallel collectives on one stream
+// take C at least runs the time O they overlap its kernels for
+// O c / (1 + c) longer, and the collectives alone for whatever of C
+// overlaps nothing. The cheapest overlap is with the serial collectives on
+// the compute stream (tensor parallelism's: nothing slows), then with the
+// kernels of the smaller c, up to what they can cover (1 + c times their
+// time), then with the other; the iteration takes W plus the least that
+// costs (interference_time_bound). Splitting each kernel into its two
+// parts only lowers what it is charged (its loss is convex in the overlap
+// that way, linear as the executor runs it, with the same ends), and c_hbm
+// is the least over the plan's collectives, so the sum stays a bound. The
+// optimizer step waits for every reduction: it overlaps none. C is priced as
 // one collective of all the bytes per reduction (a ring's time grows with
 // the bytes and each collective pays its latency): ZeRO-3's two gathers of
 // the layers it gathers (less the persistence threshold's allowance a
@@ -316,8 +323,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
 }
 
 TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
-                               const CommModel& comm, std::int64_t persistent, std::int64_t root) {
-  // Note [Search]: W + C c / (1 + c) for a one-stage plan; this is the second term.
+                               const CommModel& comm, const LayerCosts& work, std::int64_t persistent, std::int64_t root) {
+  // Note [Search]: what overlapping C of collectives adds to W at least, for a one-stage plan.
   const double slow = cluster.device.comm_slowdown;
   if (slow <= 0 || !cluster.device.comm_overlaps_compute || p.pp > 1 || p.dp * p.cp <= 1) return 0;
   const int per_node = cluster.gpus_per_node;
@@ -327,21 +334,18 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   // The groups the lowering reduces and shards over (layer_stage.cpp, setup_groups).
   const CommGroup shard = p.cp > 1 ? dp_group : axis_group(p.mesh, Axis::kDp, per_node, std::max(1, p.shard_group));
   const double m = static_cast<double>(p.grad_accum);
-  // Each collective slows the compute it overlaps by at least the smaller
-  // of the SMs' and the HBM's slowdowns (Note [Interference]), the HBM's
-  // at the least bandwidth its link class can give a rank (the network
-  // shared by every GPU of the node).
-  auto least = [&](LinkClass link) {
-    const BytesPerSec rate = link == LinkClass::kIntraNode
-                                 ? cluster.intra_node.rate()
-                                 : cluster.inter_node.rate() * cluster.nics_per_node / std::max(1, per_node);
-    const double s = std::min(slow, hbm_slowdown(cluster.device, rate));
-    return s / (1 + s);
-  };
+  // The HBM's slowdown beside each collective at the least bandwidth its
+  // link class can give a rank (the network shared by every GPU of the
+  // node); the smallest over the plan's collectives.
+  double hbm = std::numeric_limits<double>::infinity();
   auto cost = [&](CollectiveOp op, Bytes bytes, const CommGroup& g) {
     if (bytes <= 0) return 0.0;
     const CollectiveCost k = comm.collective(op, bytes, g);
-    return static_cast<double>(k.total()) * least(k.link);
+    const BytesPerSec rate = k.link == LinkClass::kIntraNode
+                                 ? cluster.intra_node.rate()
+                                 : cluster.inter_node.rate() * cluster.nics_per_node / std::max(1, per_node);
+    hbm = std::min(hbm, hbm_slowdown(cluster.device, rate));
+    return static_cast<double>(k.total());
   };
   double c = 0;
   if (p.zero3_modules()) {
@@ -365,7 +369,25 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   } else {
     c = cost(CollectiveOp::kAllReduce, dense * gw, dp_group);
   }
-  return static_cast<TimeNs>(c * (1 - 1e-9));
+  if (c <= 0) return 0;
+  // What the collectives can overlap, cheapest first: the serial collectives
+  // on the compute stream (tensor parallelism's; nothing slows), then the
+  // memory-bound and the compute-bound kernels' time, each run 1 + s times
+  // as long beside a collective and so losing s / (1 + s) of the time it
+  // overlaps; what none of it covers runs alone.
+  const double micro = static_cast<double>(p.grad_accum);
+  double left = c - std::min(c, micro * work.serial_comm_ns);
+  std::pair<double, double> pools[] = {{hbm / (1 + hbm), micro * work.memory_ns * (1 + hbm)},
+                                       {slow / (1 + slow), micro * (work.kernels_ns - work.memory_ns) * (1 + slow)}};
+  if (pools[1].first < pools[0].first) std::swap(pools[0], pools[1]);
+  double lost = 0;
+  for (const auto& [rate, room] : pools) {
+    const double take = std::min(left, std::max(0.0, room));
+    lost += take * rate;
+    left -= take;
+  }
+  lost += left;
+  return static_cast<TimeNs>(lost * (1 - 1e-9));
 }
 
 namespace {
@@ -587,7 +609,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   const int model_layers = model.layer_count();
   std::map<std::tuple<int, std::int64_t>, std::int64_t> persistent_cache;  // by tp and threshold
   std::map<int, std::int64_t> root_cache;                                    // by tp
-  auto interference_floor = [&](const PlanSpec& s) -> TimeNs {
+  auto interference_floor = [&](const PlanSpec& s, const LayerCosts& work) -> TimeNs {
     if (cluster.device.comm_slowdown <= 0 || !cluster.device.comm_overlaps_compute || s.pp > 1 || s.model_parallel > 1) {
       return 0;
     }
@@ -606,14 +628,14 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
         if (it == root_cache.end()) it = root_cache.emplace(rp.tp, fsdp_root_elements(model, rp)).first;
         root = it->second;
       }
-      return interference_time_bound(rp, params - expert_params, model_layers, cluster, *bound_comm, persistent, root);
+      return interference_time_bound(rp, params - expert_params, model_layers, cluster, *bound_comm, work, persistent, root);
     } catch (const ConfigError&) {
       return 0;
     }
   };
   // The plan's bounds, or none where it cannot be priced (simulating it
   // says why) or split.
-  auto stage_bounds = [&](const PlanSpec& s, ResolvedPlan lb) -> std::optional<PlanBounds> {
+  auto stage_bounds = [&](const PlanSpec& s, ResolvedPlan lb, const LayerCosts** work) -> std::optional<PlanBounds> {
     // What the pricing reads of the plan: its shape, and the groups its
     // serial collectives run over. Tensor parallelism's is innermost
     // whatever the rest; SyncBatchNorm's is the data-parallel group, and an
@@ -636,6 +658,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       it = priced_cache.emplace(key, std::move(p)).first;
     }
     Priced& p = it->second;
+    *work = &p.costs;
     const int pp = std::max(1, s.pp);
     const int v = pp > 1 && s.schedule == Schedule::kInterleaved ? (s.virtual_stages == 0 ? 2 : s.virtual_stages) : 1;
     if (static_cast<std::size_t>(pp * v) > p.costs.costs.size()) return std::nullopt;
@@ -690,10 +713,11 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     std::vector<std::size_t> left;
     left.reserve(todo.size());
     for (std::size_t i : todo) {
-      const std::optional<PlanBounds> b = stage_bounds(candidates[i], lower_bound_plan(candidates[i]));
+      const LayerCosts* work = nullptr;
+      const std::optional<PlanBounds> b = stage_bounds(candidates[i], lower_bound_plan(candidates[i]), &work);
       if (b) {
         memory_bound[i] = std::max(memory_bound[i], b->peak);
-        if (o.prune_by_time) bound[i] = b->time + interference_floor(candidates[i]);
+        if (o.prune_by_time) bound[i] = b->time + interference_floor(candidates[i], *work);
       }
       if (o.prune_by_memory && memory_bound[i] > cluster.device.memory) {
         ++r.pruned_memory;

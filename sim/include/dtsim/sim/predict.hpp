@@ -113,6 +113,12 @@ struct LayerCosts {
   std::vector<double> costs;
   std::vector<Bytes> kept, weight_hold;
   std::vector<std::int64_t> params, expert_params;
+  /// Over every layer, one micro-batch (the search's interference term,
+  /// Note [Search]): the kernels' time (forward, backward, recompute), of it
+  /// the memory-bound kernels' (PricedLayers' shares), and the serial
+  /// collectives on the compute stream (tensor parallelism's, unless
+  /// tp_comm_overlap hides them), ns.
+  double kernels_ns = 0, memory_ns = 0, serial_comm_ns = 0;
 };
 LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan);
 

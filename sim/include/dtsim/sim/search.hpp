@@ -90,16 +90,20 @@ PlanSpec search_base_plan(const ClusterSpec& cluster, const std::vector<Override
 /// The candidate plans the search would try, before memory pruning.
 std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
 
-/// What a one-stage plan's compute at least slows by beside its data-parallel
-/// collectives, C c / (1 + c) (Note [Search]; c the device's comm_slowdown):
-/// added to plan_bounds' m X. `dense_params`: the model's parameters
+/// What a one-stage plan's iteration at least gains beside its data-parallel
+/// collectives (Note [Search]): the C of them overlapping first the serial
+/// collectives on the compute stream, then the memory-bound and the
+/// compute-bound kernels of `work` (layer_costs of the plan), each losing
+/// s / (1 + s) of the time it overlaps (Note [Interference]), the rest
+/// alone; added to plan_bounds' m X. `dense_params`: the model's parameters
 /// less its routed experts'; `layers`: Model::layer_count(); `persistent`:
 /// the elements a rank keeps whole under DeepSpeed's module-wise ZeRO-3
 /// (zero3_persistent_elements); `root`: the elements of FSDP's root unit,
 /// gathered once a micro-step (fsdp_root_elements). 0 for pipelines, one
 /// replica, or a device whose compute does not slow.
 TimeNs interference_time_bound(const ResolvedPlan& plan, std::int64_t dense_params, int layers, const ClusterSpec& cluster,
-                               const CommModel& comm, std::int64_t persistent = 0, std::int64_t root = 0);
+                               const CommModel& comm, const LayerCosts& work, std::int64_t persistent = 0,
+                               std::int64_t root = 0);
 
 /// The parameter elements on each rank of `plan`, before sharding, that
 /// FSDP gathers once a micro-step and keeps from the forward to the
