@@ -4,6 +4,7 @@
 
 #include <string>
 
+#include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 
@@ -116,6 +117,19 @@ TEST_CASE("the interference prior: NCCL's 24 channels' share of the SMs (Note [I
   CHECK(c.device.comm_slowdown == 0.4);
   CHECK_THAT(error_of([] { parse_cluster("device: {base: H100-SXM, comm_slowdown: -1}\nintra_node: {type: nvlink, bandwidth_GBps: 450}\n", "c.yaml"); }),
              Catch::Contains("cluster.device.comm_slowdown: -1 is out of range"));
+  // The HBM half: 3 bytes of HBM a link byte by default (NVIDIA/nccl #1428);
+  // at 2 beside 450 GB/s over 3,350 x 0.8: h = 900 / 2680, s = h / (1 - h).
+  CHECK(find_device("H100-SXM")->comm_hbm_traffic == 3.0);
+  const ClusterSpec two = parse_cluster("device: {base: H100-SXM, comm_hbm_traffic: 2}\n"
+                                        "intra_node: {type: nvlink, bandwidth_GBps: 450}\n", "c.yaml");
+  CHECK(two.device.comm_hbm_traffic == 2.0);
+  const double h = 2 * 450e9 / (3350e9 * 0.8);
+  CHECK(hbm_slowdown(two.device, 450e9) == Approx(h / (1 - h)));
+  CHECK(hbm_slowdown(c.device, 450e9) == Approx(3 * 450e9 / (3350e9 * 0.8) / (1 - 3 * 450e9 / (3350e9 * 0.8))));
+  CHECK(hbm_slowdown(parse_cluster("device: {base: H100-SXM, comm_hbm_traffic: 0}\nintra_node: {type: nvlink, bandwidth_GBps: 450}\n",
+                                   "c.yaml").device, 450e9) == 0);
+  CHECK_THAT(error_of([] { parse_cluster("device: {base: H100-SXM, comm_hbm_traffic: 11}\nintra_node: {type: nvlink, bandwidth_GBps: 450}\n", "c.yaml"); }),
+             Catch::Contains("cluster.device.comm_hbm_traffic: 11 is out of range"));
 }
 
 TEST_CASE("cluster errors name the key", "[config][bad-input]") {

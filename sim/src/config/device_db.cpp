@@ -165,8 +165,9 @@ std::vector<DeviceSpec> make_devices() {
   // is stored to HBM and read back, and read from or written to the user's
   // buffer, "at least 2x ... it can be 3x" (S. Jeaugey in NVIDIA/nccl
   // #1428, where on A100s beside an all-gather elementwise kernels took
-  // 2.5x, attention 1.8x and GEMMs 1.8x as long). Lowering takes 3x at the
-  // link's rate (set_interference in lowering/lowering_common.hpp): an
+  // 2.5x, attention 1.8x and GEMMs 1.8x as long). DeviceSpec::comm_hbm_traffic
+  // is 3 (a device mapping may set its own), at the link's rate
+  // (hbm_slowdown in lowering/lower.cpp): an
   // NVLink collective takes 43% of an A100's achievable HBM bandwidth (its
   // memory-bound kernels 1.76x as long), one across nodes on 8 HDR NICs
   // 35%, and a node's single 25 GB/s NIC 4%. Both priors stay below

@@ -112,10 +112,10 @@ inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel&
 /// compute-bound kernels by the device's comm_slowdown (Note [Interference
 /// prior] in config/device_db.cpp); the HBM bandwidth its traffic takes
 /// slows its memory-bound kernels by h / (1 - h), h the traffic over the
-/// bandwidth those kernels reach: kHbmBytesPerLinkByte bytes of HBM a byte
-/// on the link at the link class's rate (r.link_capacity, set first), at
-/// most kMaxHbmShare (task_graph.hpp) of it. A device whose comm_slowdown is 0 keeps both 0.
-inline constexpr double kHbmBytesPerLinkByte = 3.0;
+/// bandwidth those kernels reach: the device's comm_hbm_traffic bytes of
+/// HBM a byte on the link at the link class's rate (r.link_capacity, set
+/// first), at most kMaxHbmShare (task_graph.hpp) of it (hbm_slowdown in
+/// lower.cpp). A device whose comm_slowdown is 0 keeps both 0.
 inline void set_interference(SimRank& r, const ClusterSpec& c) {
   r.comm_slowdown = c.device.comm_slowdown;
   r.hbm_slowdown = {};

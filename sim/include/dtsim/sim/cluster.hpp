@@ -64,11 +64,16 @@ struct DeviceSpec {
   /// Collectives progress beside compute (GPU copy engines and NICs). False
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
-  /// How much longer compute kernels take while a collective runs beside
-  /// them (0.1: at 1/1.1 of their speed): NCCL's channels take SMs and HBM
-  /// bandwidth (Note [Interference prior] in sim/src/config/device_db.cpp).
-  /// 0 where collectives do not overlap compute at all.
+  /// How much longer compute-bound kernels take while a collective runs
+  /// beside them (0.1: at 1/1.1 of their speed): NCCL's channels take SMs
+  /// (Note [Interference prior] in sim/src/config/device_db.cpp; the HBM
+  /// they take is comm_hbm_traffic's). 0 where collectives do not slow
+  /// compute at all (neither half is counted).
   double comm_slowdown = 0;
+  /// Bytes of HBM traffic a byte a collective moves over a link costs: what
+  /// slows the memory-bound kernels beside it (Note [Interference prior];
+  /// 3, "at least 2x ... it can be 3x", NVIDIA/nccl #1428). 0: not counted.
+  double comm_hbm_traffic = 3.0;
   std::string source;               ///< where the figures come from
   /// Peak dense FLOP/s for GEMMs in precision p (kFp8: the FP8 GEMMs; 0 where
   /// the device has no FP8, which resolve() refuses before anything asks).
