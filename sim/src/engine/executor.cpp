@@ -353,8 +353,8 @@ class Executor {
     p.event = q_.schedule(end, [this, id] { finish(id); });
   }
 
-  /// Rank r's collectives started or all ended: its running compute tasks
-  /// go on at the new speed.
+  /// Rank r's running collectives now take a link class more or one fewer:
+  /// its running compute tasks go on at their new speeds.
   void rerate(int r) {
     for (Progress& p : running_[r]) {
       const double now_rate = rate(r, p.share);

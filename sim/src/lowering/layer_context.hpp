@@ -85,7 +85,9 @@ struct LayerContext : StageContext {
   TaskId bucket_copy(const std::string& name, double params, int tensors, bool out, TaskDeps deps) {
     const TimeNs t = bucket_copy_time(params, tensors, out);
     if (t == 0) return deps.front();
-    return compute(name, Phase::kBackward, t, std::move(deps));
+    const TaskId id = compute(name, Phase::kBackward, t, std::move(deps));
+    g.tasks[id].memory_share = 1;  // a copy (Note [Interference] in engine/executor.cpp)
+    return id;
   }
 
   /// A reduce-scatter's receive buffer for `bytes` of gradients (Note [ZeRO]).

@@ -116,7 +116,12 @@ class LayerStage final : public detail::StageEmitter {
         const Bytes checkpoint = l == 0 ? 0 : c.layers[l - 1].output_bytes;
         u.recompute = {true, "recompute", c.fwd_time[l] + c.tp_fwd[l].total() + u.ep_forward_cost.total() + u.dp_forward_cost.total(), c.fwd_launch[l],
                        L.saved_bytes - checkpoint + transient, transient};
-        u.recompute.memory_share = c.fwd_memory[l];
+        // Its memory-bound kernels' time over all of it, collectives
+        // included (PricedLayers::recompute_memory reckons the same).
+        u.recompute.memory_share = u.recompute.time > 0 ? static_cast<float>(static_cast<double>(c.fwd_memory[l]) *
+                                                                             static_cast<double>(c.fwd_time[l]) /
+                                                                             static_cast<double>(u.recompute.time))
+                                                        : 0.0F;
         u.forward_drop = L.saved_bytes - checkpoint;
       } else if (const Bytes drop = detail::partially_recomputed_bytes(L, c.plan.recompute); drop > 0) {
         // Selective recompute drops the attention core and rebuilds it; the

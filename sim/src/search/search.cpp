@@ -375,10 +375,14 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   // memory-bound and the compute-bound kernels' time, each run 1 + s times
   // as long beside a collective and so losing s / (1 + s) of the time it
   // overlaps; what none of it covers runs alone.
-  const double micro = static_cast<double>(p.grad_accum);
-  double left = c - std::min(c, micro * work.serial_comm_ns);
-  std::pair<double, double> pools[] = {{hbm / (1 + hbm), micro * work.memory_ns * (1 + hbm)},
-                                       {slow / (1 + slow), micro * (work.kernels_ns - work.memory_ns) * (1 + slow)}};
+  // Expert buckets reduce over the expert data-parallel group, which may
+  // cross nodes where the dense one does not: its network's HBM share too.
+  if (p.ep > 1) {
+    hbm = std::min(hbm, hbm_slowdown(cluster.device, cluster.inter_node.rate() * cluster.nics_per_node / std::max(1, per_node)));
+  }
+  double left = c - std::min(c, m * work.serial_comm_ns);
+  std::pair<double, double> pools[] = {{hbm / (1 + hbm), m * work.memory_ns * (1 + hbm)},
+                                       {slow / (1 + slow), m * (work.kernels_ns - work.memory_ns) * (1 + slow)}};
   if (pools[1].first < pools[0].first) std::swap(pools[0], pools[1]);
   double lost = 0;
   for (const auto& [rate, room] : pools) {

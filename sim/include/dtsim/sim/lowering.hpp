@@ -35,16 +35,16 @@ struct ModelStates {
 /// plan.expert_shard_group rather than plan.shard_group.
 ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std::int64_t expert_parameters = 0);
 
-/// Builds the task graph of one iteration of a partitioned plan
-/// (partition.hpp: stage_layers filled). Only ranks that differ are
-/// simulated: data- and tensor-parallel replicas collapse into one SimRank,
-/// so a pipeline has one simulated rank per stage.
 /// How much longer a memory-bound kernel takes on `device` beside a
 /// collective whose flow runs at `link_rate` bytes a second (Note
 /// [Interference] in engine/executor.cpp; SimRank::hbm_slowdown): 0 where
 /// the device's compute does not slow beside collectives (comm_slowdown 0).
 double hbm_slowdown(const DeviceSpec& device, BytesPerSec link_rate);
 
+/// Builds the task graph of one iteration of a partitioned plan
+/// (partition.hpp: stage_layers filled). Only ranks that differ are
+/// simulated: data- and tensor-parallel replicas collapse into one SimRank,
+/// so a pipeline has one simulated rank per stage.
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                 const CostModels& costs);
 

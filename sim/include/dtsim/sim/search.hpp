@@ -90,7 +90,7 @@ PlanSpec search_base_plan(const ClusterSpec& cluster, const std::vector<Override
 /// The candidate plans the search would try, before memory pruning.
 std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& cluster, const SearchOptions& options);
 
-/// What a one-stage plan's iteration at least gains beside its data-parallel
+/// What a one-stage plan's iteration at least adds beside its data-parallel
 /// collectives (Note [Search]): the C of them overlapping first the serial
 /// collectives on the compute stream, then the memory-bound and the
 /// compute-bound kernels of `work` (layer_costs of the plan), each losing

@@ -306,8 +306,10 @@ class ChunkBuckets final : public StrategyPass {
   TaskId bucket_copy(const char* what, int s, std::size_t vs, std::int64_t i, std::size_t k, const Bucket& b, bool out) {
     const TimeNs t = ctx_.bucket_copy_time(b.params, b.tensors, out);
     if (t == 0) return -1;
-    return ctx_.add(ctx_.named ? ctx_.name(what, vs, i) + " bucket " + std::to_string(k) : std::string(), s,
-                    Phase::kBackward, t);
+    const TaskId id = ctx_.add(ctx_.named ? ctx_.name(what, vs, i) + " bucket " + std::to_string(k) : std::string(), s,
+                               Phase::kBackward, t);
+    ctx_.g.tasks[id].memory_share = 1;  // a copy (Note [Interference] in engine/executor.cpp)
+    return id;
   }
 
   ChunkContext& ctx_;

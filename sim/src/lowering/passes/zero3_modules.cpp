@@ -278,6 +278,7 @@ class Zero3Modules final : public StrategyPass {
     const TimeNs t = c.bucket_copy_time(static_cast<double>(mod.grads), static_cast<int>(mod.params.size()), false);
     const TaskId copy = c.compute(c.tag(at.micro, "copy grads in ", name), Phase::kBackward, t, std::move(deps), {},
                                   {{MemCategory::kGradients, -mod.grads * c.gw}}, Stream::kGradComm);
+    c.g.tasks[copy].memory_share = 1;  // a copy (Note [Interference] in engine/executor.cpp)
     copies_.push_back(copy);
     in_bucket_ += mod.grads;
   }
