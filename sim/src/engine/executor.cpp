@@ -212,7 +212,7 @@ class Executor {
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       slowdown_[r] = std::max(0.0, g_.ranks[r].comm_slowdown);
       // s = h / (1 - h) back to the share h, which adds over link classes.
-      for (std::size_t c = 0; c < 3; ++c) {
+      for (std::size_t c = 0; c < kLinkClasses; ++c) {
         const double s = std::max(0.0, g_.ranks[r].hbm_slowdown[c]);
         hbm_share_[r][c] = s / (1 + s);
       }
@@ -580,8 +580,8 @@ class Executor {
   /// Note [Interference]: each rank's slowdown, its collectives running and
   /// its compute tasks running.
   std::vector<double> slowdown_;
-  std::vector<std::array<double, 3>> hbm_share_;  ///< by rank and link class: h of SimRank::hbm_slowdown
-  std::vector<std::array<int, 3>> comm_active_;   ///< by rank and link class
+  std::vector<std::array<double, kLinkClasses>> hbm_share_;  ///< by rank and link class: h of SimRank::hbm_slowdown
+  std::vector<std::array<int, kLinkClasses>> comm_active_;   ///< by rank and link class
   std::vector<std::vector<Progress>> running_;  ///< by rank (one task a compute stream)
   std::vector<TimeNs> slowed_;                  ///< by task, where a rank slows (Span::slowed)
   std::vector<TimeNs> event_times_;

@@ -338,15 +338,21 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   // link class can give a rank (the network shared by every GPU of the
   // node); the smallest over the plan's collectives.
   double hbm = std::numeric_limits<double>::infinity();
-  auto cost = [&](CollectiveOp op, Bytes bytes, const CommGroup& g) {
-    if (bytes <= 0) return 0.0;
-    const CollectiveCost k = comm.collective(op, bytes, g);
-    const BytesPerSec rate = k.link == LinkClass::kIntraNode
+  auto least_hbm = [&](LinkClass link) {
+    const BytesPerSec rate = link == LinkClass::kIntraNode
                                  ? cluster.intra_node.rate()
                                  : cluster.inter_node.rate() * cluster.nics_per_node / std::max(1, per_node);
     hbm = std::min(hbm, hbm_slowdown(cluster.device, rate));
+  };
+  auto cost = [&](CollectiveOp op, Bytes bytes, const CommGroup& g) {
+    if (bytes <= 0) return 0.0;
+    const CollectiveCost k = comm.collective(op, bytes, g);
+    least_hbm(k.link);
     return static_cast<double>(k.total());
   };
+  // Expert buckets reduce over the expert data-parallel group, which may
+  // cross nodes where the dense one does not: its network's HBM share too.
+  if (p.ep > 1) least_hbm(LinkClass::kInterNode);
   double c = 0;
   if (p.zero3_modules()) {
     // Note [ZeRO-3 modules]: every parameter not kept whole is gathered at
@@ -375,11 +381,6 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
   // memory-bound and the compute-bound kernels' time, each run 1 + s times
   // as long beside a collective and so losing s / (1 + s) of the time it
   // overlaps; what none of it covers runs alone.
-  // Expert buckets reduce over the expert data-parallel group, which may
-  // cross nodes where the dense one does not: its network's HBM share too.
-  if (p.ep > 1) {
-    hbm = std::min(hbm, hbm_slowdown(cluster.device, cluster.inter_node.rate() * cluster.nics_per_node / std::max(1, per_node)));
-  }
   double left = c - std::min(c, m * work.serial_comm_ns);
   std::pair<double, double> pools[] = {{hbm / (1 + hbm), m * work.memory_ns * (1 + hbm)},
                                        {slow / (1 + slow), m * (work.kernels_ns - work.memory_ns) * (1 + slow)}};
