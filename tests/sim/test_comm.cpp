@@ -172,7 +172,8 @@ TEST_CASE("NVLink SHARP: an all-reduce inside a node moves (n+1)/n of the buffer
   CHECK_THROWS_AS(m.with_algorithm("nvls", CollectiveOp::kAllGather, 800'000'000, {8, 8}), UnsupportedError);
   ClusterSpec two = c;
   two.nodes = 2;
-  CHECK(AnalyticCommModel(two).collective(CollectiveOp::kAllReduce, 800'000'000, {16, 8}).algorithm == "ring");
+  // Across nodes NVLS alone is not run (NVLSTree is: the next test).
+  CHECK(AnalyticCommModel(two).collective(CollectiveOp::kAllReduce, 800'000'000, {16, 8}).algorithm != "nvls");
   CHECK_THROWS_AS(AnalyticCommModel(two).with_algorithm("nvls", CollectiveOp::kAllReduce, 800'000'000, {16, 8}),
                   UnsupportedError);
   // NCCL_NVLS_ENABLE=0: the ring, 14 ms.
@@ -180,6 +181,82 @@ TEST_CASE("NVLink SHARP: an all-reduce inside a node moves (n+1)/n of the buffer
   const CollectiveCost off = AnalyticCommModel(c).collective(CollectiveOp::kAllReduce, 800'000'000, {8, 8});
   CHECK(off.algorithm == "ring");
   CHECK(off.total() == kBase + 14 * kNsPerUs + 14'000'000);
+}
+
+TEST_CASE("NVLSTree: NVLS inside each node, a tree of nodes between them (Note [NVLSTree])", "[comm]") {
+  ClusterSpec c = round_cluster(2);
+  c.intra_node.nvls_efficiency = 0.8;  // 80 GB/s reduced in the switch
+  const AnalyticCommModel m(c);
+  // Two nodes of 8, S = 2 GB (above the sizes NCCL corrects). NVLink: 9/8 x
+  // 2 GB at 80 GB/s = 28.125 ms; the node's 4 x 10 GB/s NICs: one
+  // exchange, 2 GB each way, 50 ms: the slower. Latency: 25 us inside the
+  // node and 2 x log2(2) network steps of 20.9 us plus twice the wire's
+  // 5 - 2.7 = 2.3 us: 25 + 2 x 25.5 = 76 us. The ring moves 2 x 15/16 x
+  // 2 GB = 3.75 GB through the NICs (93.75 ms), the tree 2 x 2 GB at 0.92
+  // of them: NVLSTree is the fastest. (No per-channel cap: not a Hopper.)
+  const Bytes s = 2'000'000'000;
+  const CollectiveCost two = m.collective(CollectiveOp::kAllReduce, s, {16, 8});
+  CHECK(two.algorithm == "nvlstree");
+  CHECK(two.link == LinkClass::kInterNode);
+  CHECK(two.wire_bytes == Approx(2e9));
+  CHECK(two.rate == Approx(40e9));
+  CHECK(two.latency == 76 * kNsPerUs);
+  CHECK(two.total() == 76 * kNsPerUs + 50'000'000);
+  // Medium sizes at the tree's Simple correction: 16 MiB is 2^18 x 64 B,
+  // factor 0.7: 16,777,216 B / (0.7 x 40 GB/s) = 599.19 us, after 76 us.
+  const CollectiveCost mid = m.with_algorithm("nvlstree", CollectiveOp::kAllReduce, 16'777'216, {16, 8});
+  CHECK(mid.rate == Approx(28e9));
+  CHECK(static_cast<double>(mid.total()) == Approx(76e3 + 16'777'216 / 28.0).epsilon(1e-6));
+  // Four nodes: the double binary tree moves 2S through each node's NICs,
+  // 4 GB / 40 GB/s = 100 ms, where the ring's 2 x 31/32 x 2 GB take
+  // 96.875 ms: no gain beyond two nodes (NVIDIA/nccl #1221).
+  ClusterSpec four = c;
+  four.nodes = 4;
+  const AnalyticCommModel m4(four);
+  const CollectiveCost t4 = m4.with_algorithm("nvlstree", CollectiveOp::kAllReduce, s, {32, 8});
+  CHECK(t4.wire_bytes == Approx(4e9));
+  CHECK(t4.total() == 127 * kNsPerUs + 100'000'000);  // 25 + 2 x 2 x 25.5 us
+  CHECK(m4.collective(CollectiveOp::kAllReduce, s, {32, 8}).algorithm == "ring");
+  // NICs faster than the switch: NVLink's 28.125 ms bound it.
+  ClusterSpec fast = c;
+  fast.nics_per_node = 16;  // 160 GB/s: 12.5 ms
+  const CollectiveCost nv = AnalyticCommModel(fast).with_algorithm("nvlstree", CollectiveOp::kAllReduce, s, {16, 8});
+  CHECK(nv.link == LinkClass::kIntraNode);
+  CHECK(nv.total() == 76 * kNsPerUs + 28'125'000);
+  // Only the all-reduce, across nodes, with ranks to reduce on each node, and NVLS on.
+  CHECK(m.collective(CollectiveOp::kReduceScatter, s, {16, 8}).algorithm == "ring");
+  CHECK(m.collective(CollectiveOp::kAllReduce, s, {2, 1}).algorithm != "nvlstree");
+  CHECK_THROWS_AS(m.with_algorithm("nvlstree", CollectiveOp::kAllReduce, s, {2, 1}), UnsupportedError);
+  CHECK_THROWS_AS(m.with_algorithm("nvlstree", CollectiveOp::kAllReduce, s, {8, 8}), UnsupportedError);
+  CHECK_THROWS_AS(m.with_algorithm("nvlstree", CollectiveOp::kAllGather, s, {16, 8}), UnsupportedError);
+  c.nccl_nvls_enable = false;
+  CHECK(AnalyticCommModel(c).collective(CollectiveOp::kAllReduce, s, {16, 8}).algorithm == "ring");
+}
+
+TEST_CASE("NVLSTree on two DGX H100 nodes against nccl-tests", "[comm]") {
+  // NVIDIA/nccl-tests #309 (NCCL 2.26.2, 8 CX-7 NICs a node), 16 H100s:
+  // 34,381 us for 8 GiB, 466.1 us for 64 MiB.
+  ClusterSpec c = load_cluster("dgx-h100");
+  c.nodes = 2;
+  const AnalyticCommModel m(c);
+  const auto time_us = [&](Bytes s) {
+    const CollectiveCost cost = m.collective(CollectiveOp::kAllReduce, s, {16, 8, 1});
+    CHECK(cost.algorithm == "nvlstree");
+    CHECK(cost.protocol == "Simple");  // as NCCL runs it
+    return static_cast<double>(cost.total()) / 1e3;
+  };
+  // 8 GiB: the tuner's cap binds, 8 heads x 57.7 GB/s of busbw = 461.6
+  // (NVLink would allow 9/8 x 8 GiB / (0.686 x 450 GB/s) = 31.30 ms):
+  // 2 x 15/16 x 8 GiB / 461.6 GB/s = 34.892 ms, after 25 + 2 x (20.9 +
+  // 2 x 2.3) = 76 us: 34.968 ms, 1.7% above the measured.
+  const double big = time_us(Bytes{8} << 30);
+  CHECK(big == Approx(1.875 * 8589934592.0 / 461.6e9 * 1e6 + 76).epsilon(0.001));
+  CHECK(big == Approx(34381).epsilon(0.02));
+  // 64 MiB (2^20 x 64 B): the tree's Simple correction 0.8, 1.875 x
+  // 64 MiB / (0.8 x 461.6 GB/s) = 340.7 us + 76 us = 416.7 us.
+  const double mid = time_us(Bytes{64} << 20);
+  CHECK(mid == Approx(1.875 * 67108864.0 / (0.8 * 461.6e9) * 1e6 + 76).epsilon(0.001));
+  CHECK(mid == Approx(466.1).epsilon(0.11));
 }
 
 TEST_CASE("NVLink SHARP busbw at 1 GiB on the shipped clusters against the measured figures", "[comm]") {

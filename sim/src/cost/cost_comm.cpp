@@ -80,7 +80,7 @@
 // every step (Note [Collective cost model]). Point-to-point and all-to-all
 // keep that line too. Against five published nccl-tests sweeps on A100s
 // and H100s (docs/comm.md, bench/published-comm) the median error from 1 to
-// 64 MB falls from 30-54% to 9-36%, all of it short: NCCL's own model,
+// 64 MB falls from 30-54% to 10-36%, all of it short: NCCL's own model,
 // which it uses only to choose, is short there too.
 // Not modelled: the tuner's per-channel caps (they bind only below 12
 // channels), its nChannels reduction for small messages (it changes the
@@ -110,12 +110,43 @@
 // all-reduce: NVLS's reduce-scatter and all-gather move the ring's bytes
 // and are not faster ("except for the Allreduce operation where we can get
 // a 30% improvement using NVLink SHARP", S. Jeaugey, NVIDIA/nccl issue
-// #1442). Not modelled: NVLS across nodes (NVLSTree: NVLS inside each
-// node and a tree between them; dtsim prices the ring or the tree), and
-// the memory NVLS's buffers take (the reason NeMo's performance recipes
+// #1442). Across nodes NCCL (>= 2.18) runs NVLSTree (Note [NVLSTree]).
+// Not modelled: the memory NVLS's buffers take (the reason NeMo's performance recipes
 // set NCCL_NVLS_ENABLE=0: scripts/performance/executors.py, "Disable
 // NVLink SHARP to save memory"). A cluster's `nccl_nvls_enable: false` is
 // that setting.
+//
+// Note [NVLSTree]
+// An all-reduce across nodes whose NVSwitches reduce runs, where it is
+// faster, as NCCL's NVLSTree (NCCL >= 2.18, src/device/all_reduce.h,
+// runTreeSplit over NVLS): NVLS reduces each node's g buffers in the switch,
+// each of the node's NIC heads sends its 1/g of the node's sum up a tree of
+// nodes and receives the total back down, and an NVLS multicast store hands
+// it to the g ranks. Two flows at once, priced on the slower (as the
+// all-to-all's): NVLink moves NVLS's S (g+1)/g a rank at its NVLS rate, and
+// the node's NICs (its share, where identical groups share them) move the
+// node's sum up and down the tree: on two nodes one exchange, S each way
+// (NCCL's tuner doubles NVLSTree's inter-node bandwidth for nNodes <= 2,
+// src/graph/tuning.cc), on more the double binary tree's 2S, as NCCL's
+// tree (Note [Collective cost model]). So on two nodes it moves about half
+// the ring's bytes through the NICs, and on more it gains nothing there:
+// "on single nodes or 2 nodes ... NCCL_NVLS_ENABLE=0/1 ... from 330GB to
+// 430GB. [On] more than 2 ... same busbw 320GB" (8x H100, 8 NICs a node,
+// NVIDIA/nccl issue #1221). Its latency is the tuner's: no base, NVLS's
+// 25 us inside the node and 2 log2(N) network steps of 20.9 us
+// (hwLatencies[NET][NVLS_TREE][SIMPLE]) plus the wire's latency twice
+// (Simple's flush). Simple only, as NCCL runs it. The links alone would
+// let two DGX H100 nodes reach NVLS's 275 GB/s of algbw (its NVLink side
+// binds: the NICs carry 384), but the tuner caps NVLSTree at
+// perChMaxNVLSTreeBws a channel, one channel for each NIC head: on Hopper
+// 57.7 GB/s of bus bandwidth on two nodes, 45.5 on more (Blackwell 96 and
+// 80), so 8 x 57.7 = 462 GB/s of busbw, algbw 246; nccl-tests measured
+// 250 at 4-8 GiB (NVIDIA/nccl-tests issue #309, NCCL 2.26.2). And, as
+// the tree's (Note [NCCL protocols]), medium sizes fall short of the
+// line: the tuner's treeCorrectionFactor for Simple, which NCCL applies to
+// NVLSTree on Blackwell x86 hosts and the same sweep shows on Hopper
+// (measured 185, 466 and 1,283 us at 16, 64 and 256 MB; with the factor
+// 173, 417 and 1,288; docs/comm.md).
 #include <algorithm>
 #include <cmath>
 #include <optional>
@@ -135,6 +166,8 @@ using detail::ring_steps;
 /// NVLS's latency inside a node: NCCL's tuner gives it 25 us and no base
 /// latency (src/graph/tuning.cc, hwLatencies[NVLINK][NVLS][SIMPLE]).
 constexpr TimeNs kNvlsLatency = 25 * kNsPerUs;
+/// NVLSTree's network step (Note [NVLSTree]): hwLatencies[NET][NVLS_TREE][SIMPLE].
+constexpr double kNvlsTreeNetStepUs = 20.9;
 
 // ---- Note [NCCL protocols]: NCCL's tuner constants (src/graph/tuning.cc, v2.30.7) ----
 
@@ -156,6 +189,8 @@ constexpr double kTreeCorrection[3][24] = {
     {1.0, 1.0, 1.0, 1.0, .9, .8, .7, .7, .7, .7, .6, .5, .4, .4, .5, .6, .7, .8, .9, 1.0, 1.0, 1.0, 1.0, 1.0},
     {1.0, 1.0, 1.0, 1.0, 1.0, .9, .8, .8, .8, .7, .6, .6, .6, .6, .6, .6, .8, .9, .9, .9, .9, 1.0, 1.0, 1.0},
     {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
+/// perChMaxNVLSTreeBws[Hopper, Blackwell][2 nodes, more], GB/s of bus bandwidth a channel.
+constexpr double kNvlsTreeMaxBusBwPerChannel[2][2] = {{57.7, 45.5}, {96.0, 80.0}};
 /// NCCL's net overhead a step across nodes (getNetOverhead on x86), in us.
 constexpr double kNetOverheadUs = 1.0;
 
@@ -239,7 +274,7 @@ BytesPerSec AnalyticCommModel::link_capacity(LinkClass link, int groups_per_node
 
 CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, CollectiveOp op,
                                                  Bytes bytes, const CommGroup& g) const {
-  if (!protocol_model() || algorithm == "nvls" || op == CollectiveOp::kSendRecv || op == CollectiveOp::kAllToAll ||
+  if (!protocol_model() || algorithm == "nvls" || algorithm == "nvlstree" || op == CollectiveOp::kSendRecv || op == CollectiveOp::kAllToAll ||
       g.ranks <= 1) {
     return priced(algorithm, op, bytes, g);
   }
@@ -361,7 +396,46 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, Collectiv
     c.wire_bytes = s * (n + 1) / n;
     return c;
   }
-  if (algorithm != "ring") throw UnsupportedError("unknown algorithm '" + algorithm + "'; valid: ring, tree, nvls");
+  if (algorithm == "nvlstree") {
+    // Note [NVLSTree].
+    if (op != CollectiveOp::kAllReduce || !multi_node || g.ranks_per_node < 2 || !nvls_available()) {
+      throw UnsupportedError(
+          "nvlstree algorithm: NCCL uses NVLSTree only for all_reduce across nodes, with at least two ranks on "
+          "each node whose NVLink can reduce (intra_node.nvls_efficiency > 0, nccl_nvls_enable)");
+    }
+    c.algorithm = "nvlstree";
+    if (protocol_model()) c.protocol = "Simple";
+    const int local = g.ranks_per_node;
+    const double nvlink_bytes = s * (local + 1) / local;
+    const double nvlink_rate = cluster_.intra_node.bandwidth * cluster_.intra_node.nvls_efficiency;
+    const double nic_bytes = nodes == 2 ? s : 2.0 * s;
+    slower_path(c, nic_bytes, net, nvlink_bytes, nvlink_rate);
+    // The tuner's cap: a channel a NIC head, each at most
+    // perChMaxNVLSTreeBws of bus bandwidth (Hopper and later).
+    const int cc = cluster_.device.compute_capability;
+    if (cc >= 90) {
+      const int heads = std::max(1, std::min(local, cluster_.nics_per_node / std::max(1, g.groups_per_node)));
+      const double per_channel = kNvlsTreeMaxBusBwPerChannel[cc >= 100 ? 1 : 0][nodes == 2 ? 0 : 1] * kGiga;
+      const double bus_bytes = bus_bandwidth_factor(op, n) * s, cap = heads * per_channel;
+      if (bus_bytes / cap > c.wire_bytes / c.rate) {
+        c.link = LinkClass::kInterNode;
+        c.wire_bytes = bus_bytes;
+        c.rate = cap;
+      }
+    }
+    // Medium sizes fall short of the line, as the tree's do.
+    int log_size = -1;
+    for (Bytes b = bytes >> 6; b > 0; b >>= 1) ++log_size;
+    if (log_size >= 0 && log_size < 24) c.rate *= kTreeCorrection[static_cast<int>(NcclProtocol::kSimple)][log_size];
+    int log_nodes = 0;
+    while ((2 << log_nodes) <= nodes) ++log_nodes;  // NCCL's log2i: floor
+    const double net_step_us = kNvlsTreeNetStepUs + 2 * inter_wire_us_;
+    c.latency = kNvlsLatency + us(2 * log_nodes * net_step_us);
+    return c;
+  }
+  if (algorithm != "ring") {
+    throw UnsupportedError("unknown algorithm '" + algorithm + "'; valid: ring, tree, nvls, nvlstree");
+  }
   c.algorithm = "ring";
   c.wire_bytes = bus_bandwidth_factor(op, n) * s;
   const TimeNs hop = multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency;
@@ -444,6 +518,10 @@ CollectiveCost AnalyticCommModel::collective(CollectiveOp op, Bytes bytes, const
   if (op == CollectiveOp::kAllReduce && g.nodes() > 1) {
     CollectiveCost tree = with_algorithm("tree", op, bytes, g);
     if (tree.total() < best.total()) best = tree;
+    if (g.ranks_per_node > 1 && nvls_available()) {
+      CollectiveCost nvls_tree = with_algorithm("nvlstree", op, bytes, g);
+      if (nvls_tree.total() < best.total()) best = nvls_tree;
+    }
   }
   if (op == CollectiveOp::kAllReduce && g.nodes() == 1 && g.ranks > 1 && nvls_available()) {
     CollectiveCost nvls = with_algorithm("nvls", op, bytes, g);

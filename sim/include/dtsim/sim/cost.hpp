@@ -60,7 +60,7 @@ CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_nod
 /// The cost of one collective, split so the engine can share link bandwidth:
 /// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
 struct CollectiveCost {
-  std::string algorithm;    ///< "ring", "tree", "nvls", "local", "p2p", "measured"
+  std::string algorithm;    ///< "ring", "tree", "nvls", "nvlstree", "local", "p2p", "measured"
   /// NCCL's protocol: "LL", "LL128" or "Simple" (Note [NCCL protocols] in
   /// cost_comm.cpp); empty where the cluster's collectives take one line
   /// (Gloo, RCCL, a profile's fit).
@@ -101,7 +101,7 @@ class AnalyticCommModel final : public CommModel {
   CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const override;
   /// Bandwidth that concurrent flows on a link class share, per rank.
   BytesPerSec link_capacity(LinkClass link, int groups_per_node = 1) const;
-  /// One algorithm only ("ring", "tree" or "nvls"), for tests and `dtsim comm`;
+  /// One algorithm only ("ring", "tree", "nvls" or "nvlstree"), for tests and `dtsim comm`;
   /// the fastest of its protocols NCCL would enable.
   CollectiveCost with_algorithm(const std::string& algorithm, CollectiveOp op, Bytes bytes,
                                 const CommGroup& group) const;
