@@ -250,6 +250,14 @@ TEST_CASE("NVLSTree on two DGX H100 nodes against nccl-tests", "[comm]") {
   // 2 x 15/16 x 8 GiB / 461.6 GB/s = 34.892 ms, after 25 + 2 x (20.9 +
   // 2 x 2.3) = 76 us: 34.968 ms, 1.7% above the measured.
   const double big = time_us(Bytes{8} << 30);
+  // Its flow is the NICs' bytes (one exchange: 8 GiB each way) at a rate
+  // under their capacity (8 x 50 x 0.96 = 384 GB/s), which the executor
+  // shares between the flows on them.
+  const CollectiveCost flow = m.collective(CollectiveOp::kAllReduce, Bytes{8} << 30, {16, 8, 1});
+  CHECK(flow.link == LinkClass::kInterNode);
+  CHECK(flow.wire_bytes == Approx(8589934592.0));
+  CHECK(flow.rate == Approx(461.6e9 / 1.875).epsilon(1e-6));
+  CHECK(flow.rate < m.link_capacity(LinkClass::kInterNode));
   CHECK(big == Approx(1.875 * 8589934592.0 / 461.6e9 * 1e6 + 76).epsilon(0.001));
   CHECK(big == Approx(34381).epsilon(0.02));
   // 64 MiB (2^20 x 64 B): the tree's Simple correction 0.8, 1.875 x

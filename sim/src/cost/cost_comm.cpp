@@ -416,11 +416,13 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, Collectiv
     if (cc >= 90) {
       const int heads = std::max(1, std::min(local, cluster_.nics_per_node / std::max(1, g.groups_per_node)));
       const double per_channel = kNvlsTreeMaxBusBwPerChannel[cc >= 100 ? 1 : 0][nodes == 2 ? 0 : 1] * kGiga;
-      const double bus_bytes = bus_bandwidth_factor(op, n) * s, cap = heads * per_channel;
-      if (bus_bytes / cap > c.wire_bytes / c.rate) {
+      const double capped_s = bus_bandwidth_factor(op, n) * s / (heads * per_channel);
+      if (capped_s > c.wire_bytes / c.rate) {
+        // The NICs' bytes, slower than they could go (the executor shares
+        // their capacity between flows by these bytes).
         c.link = LinkClass::kInterNode;
-        c.wire_bytes = bus_bytes;
-        c.rate = cap;
+        c.wire_bytes = nic_bytes;
+        c.rate = nic_bytes / capped_s;
       }
     }
     // Medium sizes fall short of the line, as the tree's do.
