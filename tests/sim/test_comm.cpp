@@ -198,14 +198,15 @@ TEST_CASE("NVLSTree: NVLS inside each node, a tree of nodes between them (Note [
   const CollectiveCost two = m.collective(CollectiveOp::kAllReduce, s, {16, 8});
   CHECK(two.algorithm == "nvlstree");
   CHECK(two.link == LinkClass::kInterNode);
-  CHECK(two.wire_bytes == Approx(2e9));
-  CHECK(two.rate == Approx(40e9));
+  // A rank's share: 1/8 of the node's bytes at 1/8 of its NICs.
+  CHECK(two.wire_bytes == Approx(250e6));
+  CHECK(two.rate == Approx(5e9));
   CHECK(two.latency == 76 * kNsPerUs);
   CHECK(two.total() == 76 * kNsPerUs + 50'000'000);
   // Medium sizes at the tree's Simple correction: 16 MiB is 2^18 x 64 B,
   // factor 0.7: 16,777,216 B / (0.7 x 40 GB/s) = 599.19 us, after 76 us.
   const CollectiveCost mid = m.with_algorithm("nvlstree", CollectiveOp::kAllReduce, 16'777'216, {16, 8});
-  CHECK(mid.rate == Approx(28e9));
+  CHECK(mid.rate == Approx(3.5e9));  // 0.7 x 40 GB/s / 8
   CHECK(static_cast<double>(mid.total()) == Approx(76e3 + 16'777'216 / 28.0).epsilon(1e-6));
   // Four nodes: the double binary tree moves 2S through each node's NICs,
   // 4 GB / 40 GB/s = 100 ms, where the ring's 2 x 31/32 x 2 GB take
@@ -214,7 +215,7 @@ TEST_CASE("NVLSTree: NVLS inside each node, a tree of nodes between them (Note [
   four.nodes = 4;
   const AnalyticCommModel m4(four);
   const CollectiveCost t4 = m4.with_algorithm("nvlstree", CollectiveOp::kAllReduce, s, {32, 8});
-  CHECK(t4.wire_bytes == Approx(4e9));
+  CHECK(t4.wire_bytes == Approx(500e6));  // 4 GB / 8
   CHECK(t4.total() == 127 * kNsPerUs + 100'000'000);  // 25 + 2 x 2 x 25.5 us
   CHECK(m4.collective(CollectiveOp::kAllReduce, s, {32, 8}).algorithm == "ring");
   // NICs faster than the switch: NVLink's 28.125 ms bound it.
@@ -250,14 +251,15 @@ TEST_CASE("NVLSTree on two DGX H100 nodes against nccl-tests", "[comm]") {
   // 2 x 15/16 x 8 GiB / 461.6 GB/s = 34.892 ms, after 25 + 2 x (20.9 +
   // 2 x 2.3) = 76 us: 34.968 ms, 1.7% above the measured.
   const double big = time_us(Bytes{8} << 30);
-  // Its flow is the NICs' bytes (one exchange: 8 GiB each way) at a rate
-  // under their capacity (8 x 50 x 0.96 = 384 GB/s), which the executor
-  // shares between the flows on them.
+  // Its flow is a rank's share of the NICs' bytes (one exchange: 8 GiB
+  // each way, 1/8 through each GPU's NIC) at a rate under that NIC's
+  // 50 x 0.96 = 48 GB/s, the capacity the executor shares between a
+  // rank's flows.
   const CollectiveCost flow = m.collective(CollectiveOp::kAllReduce, Bytes{8} << 30, {16, 8, 1});
   CHECK(flow.link == LinkClass::kInterNode);
-  CHECK(flow.wire_bytes == Approx(8589934592.0));
-  CHECK(flow.rate == Approx(461.6e9 / 1.875).epsilon(1e-6));
-  CHECK(flow.rate < m.link_capacity(LinkClass::kInterNode));
+  CHECK(flow.wire_bytes == Approx(8589934592.0 / 8));
+  CHECK(flow.rate == Approx(461.6e9 / 1.875 / 8).epsilon(1e-6));
+  CHECK(flow.rate < m.link_capacity(LinkClass::kInterNode, 8));
   CHECK(big == Approx(1.875 * 8589934592.0 / 461.6e9 * 1e6 + 76).epsilon(0.001));
   CHECK(big == Approx(34381).epsilon(0.02));
   // 64 MiB (2^20 x 64 B): the tree's Simple correction 0.8, 1.875 x

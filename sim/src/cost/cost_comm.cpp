@@ -128,7 +128,8 @@
 // node's sum up and down the tree: on two nodes one exchange, S each way
 // (NCCL's tuner doubles NVLSTree's inter-node bandwidth for nNodes <= 2,
 // src/graph/tuning.cc), on more the double binary tree's 2S, as NCCL's
-// tree (Note [Collective cost model]). So on two nodes it moves about half
+// tree (Note [Collective cost model]); each rank's NIC share carries 1/g
+// of it. So on two nodes it moves about half
 // the ring's bytes through the NICs, and on more it gains nothing there:
 // "on single nodes or 2 nodes ... NCCL_NVLS_ENABLE=0/1 ... from 330GB to
 // 430GB. [On] more than 2 ... same busbw 320GB" (8x H100, 8 NICs a node,
@@ -408,8 +409,11 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, Collectiv
     const int local = g.ranks_per_node;
     const double nvlink_bytes = s * (local + 1) / local;
     const double nvlink_rate = cluster_.intra_node.bandwidth * cluster_.intra_node.nvls_efficiency;
-    const double nic_bytes = nodes == 2 ? s : 2.0 * s;
-    slower_path(c, nic_bytes, net, nvlink_bytes, nvlink_rate);
+    // A rank's share of the node's: its NIC head carries 1/local of the
+    // node's bytes at 1/local of the group's NICs (flows across nodes are
+    // a rank's, as the all-to-all's: the executor's link is the rank's).
+    const double nic_bytes = (nodes == 2 ? s : 2.0 * s) / local, nic_rate = net / local;
+    slower_path(c, nic_bytes, nic_rate, nvlink_bytes, nvlink_rate);
     // The tuner's cap: a channel a NIC head, each at most
     // perChMaxNVLSTreeBws of bus bandwidth (Hopper and later).
     const int cc = cluster_.device.compute_capability;
