@@ -375,6 +375,7 @@ Command add_calibrate(CLI::App& root, const std::string& command_line) {
   value(app, *o, "bin-dir", "DIR", "Where the measurement programs are (default: beside dtsim)");
   flag(app, *o, "quick", "Fewer sizes and repetitions: about a minute");
   value(app, *o, "time-limit", "S", "Stop measuring after S seconds and write what was measured (a GPU keeps each layer done)");
+  value(app, *o, "python", "PATH", "The Python whose training loop's host cost to time (default python3; none skips)");
   app->footer("\nExample:\n  dtsim calibrate --device cpu --out configs/profiles/local-cpu.h5 --quick");
   return {app, [o, command_line] { return run_calibrate(*o, command_line); }};
 }
@@ -387,6 +388,8 @@ int run_calibrate(const Options& o, const std::string& command_line) {
   c.threads = parse_count(o, "threads", 1);
   c.quick = o.flag("quick");
   c.bin_dir = o.get("bin-dir").value_or("");
+  c.python = o.get("python").value_or("python3");
+  if (c.python.empty()) throw ConfigError("--python: empty; name a Python (e.g. --python /usr/bin/python3) or none");
   if (const auto t = o.get("time-limit")) {
     std::size_t used = 0;
     double s = -1;

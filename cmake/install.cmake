@@ -31,6 +31,10 @@ foreach(program dtsim_worker dtsim_torch_bench dtsim_gloo_bench dtsim_c10d_bench
     install(TARGETS ${program} RUNTIME DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/dtsim COMPONENT runtime)
   endif()
 endforeach()
+if(TARGET dtsim_torch_bench)  # its Python side (Note [Python host probe])
+  install(PROGRAMS ${PROJECT_SOURCE_DIR}/calibrate/src/python_host_probe.py DESTINATION ${CMAKE_INSTALL_LIBEXECDIR}/dtsim
+          RENAME dtsim_python_probe.py COMPONENT runtime)
+endif()
 
 # ---- configs -----------------------------------------------------------------
 install(DIRECTORY ${PROJECT_SOURCE_DIR}/configs/ DESTINATION ${DTSIM_INSTALL_CONFIGDIR} COMPONENT core

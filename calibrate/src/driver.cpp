@@ -285,6 +285,23 @@ std::string find_program(const CalibrateOptions& o, const std::string& name) {
   return "";
 }
 
+/// `name` as execve takes it: itself where it has a slash, else the first
+/// executable of that name on PATH; "" where there is none.
+std::string on_path(const std::string& name) {
+  if (name.find('/') != std::string::npos) return ::access(name.c_str(), X_OK) == 0 ? name : "";
+  const char* path = std::getenv("PATH");
+  std::string dirs = path != nullptr ? path : "/usr/local/bin:/usr/bin:/bin";
+  for (std::size_t start = 0; start <= dirs.size();) {
+    std::size_t end = dirs.find(':', start);
+    if (end == std::string::npos) end = dirs.size();
+    const std::string dir = dirs.substr(start, end - start);
+    const std::string candidate = (dir.empty() ? std::string(".") : dir) + "/" + name;
+    if (!name.empty() && ::access(candidate.c_str(), X_OK) == 0) return candidate;
+    start = end + 1;
+  }
+  return "";
+}
+
 std::string now_iso() {
   const std::time_t t = std::time(nullptr);
   char buf[64];
@@ -365,7 +382,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   }
 
   ProgressView view;
-  const int phases = 2;
+  const int phases = 3;
   // Note [A calibration cut short]
   std::optional<Clock::time_point> deadline;
   if (o.time_limit_s > 0) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.time_limit_s));
@@ -548,6 +565,60 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       view.done(std::to_string(p.comm.size()) + " collective sizes, " + std::to_string(p.copies.size()) + " copies");
     }
   }
+  // 3. Note [Python host probe]
+  // What a Python training loop's host adds to dtsim's C++ loop (Note
+  // [Python host cost] in sim/src/cost/cost_python.cpp): the probe, a
+  // Python script beside the measurement programs, times from Python the
+  // tiny forward and optimizer steps dtsim_torch_bench timed from C++ in
+  // phase 1 (kernels host_ops, host_step), with its intra-op threads. It
+  // needs only a Python that imports torch (Debian's python3-torch); where
+  // there is none the phase is skipped, saying why, and a plan with
+  // `runtime: python` is priced as the C++ loop with a warning.
+  view.phase(3, phases, "Python host cost");
+  const std::string python = o.python == "none" ? "" : on_path(o.python);
+  const std::string probe = find_program(o, "dtsim_python_probe.py");
+  if (!cut && deadline && Clock::now() >= *deadline) cut = true;
+  if (cut) {
+    view.done("skipped: --time-limit reached");
+    p.info["python"] = "not measured: --time-limit reached";
+  } else if (o.python == "none") {
+    view.done("skipped: --python none");
+    p.info["python"] = "not measured: --python none";
+  } else if (python.empty()) {
+    view.done("skipped: no '" + o.python + "' to run (--python names another)");
+    p.info["python"] = "not measured: no " + o.python;
+  } else if (probe.empty()) {
+    view.done("skipped: dtsim_python_probe.py is not beside the measurement programs");
+    p.info["python"] = "not measured: no dtsim_python_probe.py";
+  } else {
+    std::vector<std::string> pargv{python, probe, "--device", o.device};
+    if (!cuda) {
+      pargv.push_back("--threads");
+      pargv.push_back(std::to_string(o.threads));
+    }
+    if (o.quick) {
+      pargv.push_back("--budget");
+      pargv.push_back("0.05");
+    }
+    rc = run_program(sup, pargv, "python", p, view, deadline, &cut);
+    const auto skipped = p.info.find("python.skipped");
+    if (cut) {
+      view.done("cut by --time-limit");
+      p.info["python"] = "not measured: --time-limit reached";
+    } else if (rc != 0) {
+      throw CalibrationError("calibrate: " + python + " " + probe + " failed (exit status " + std::to_string(rc) +
+                             "); its message is above (--python none skips it)");
+    } else if (const auto cost = sim::python_host_cost(p)) {
+      view.done(fmt::format("Python {}, torch {}: {:.1f} us an op, {:.1f} us a tensor's step beyond the C++ loop's",
+                            p.info["python.python"], p.info["python.torch"], cost->per_op_s * 1e6, cost->per_tensor_s * 1e6));
+      p.info["python"] = python;
+    } else {
+      std::string why = skipped != p.info.end() ? skipped->second : "nothing timed";
+      if (why.rfind("python\t", 0) == 0) why.erase(0, 7);  // the skip record's own name
+      view.done("skipped: " + why);
+      p.info["python"] = "not measured: " + why;
+    }
+  }
   if (const auto it = p.info.find("torch.device"); it != p.info.end()) p.info["device"] = it->second;
   sup.check_interrupted();  // a stop signal between two programs
   fit_profile(p);
@@ -643,6 +714,19 @@ std::string format_profile(const sim::Profile& p) {
     os << "  machine probe (one Bi-LSTM layer, b 4, s 32): " << human_s(std::atof(sweep->second.c_str())) << " during the layer sweep";
     if (end != p.info.end()) os << ", " << human_s(std::atof(end->second.c_str())) << " at the end";
     os << "\n";
+  }
+  // Note [Python host cost] (sim/src/cost/cost_python.cpp).
+  if (const auto cost = sim::python_host_cost(p)) {
+    const auto version = [&](const char* key) {
+      const auto it = p.info.find(key);
+      return it != p.info.end() ? it->second : std::string("?");
+    };
+    os << fmt::format("  python loop: {} (Python {}, torch {}): {:.1f} us an op, {:.1f} us a tensor's step beyond the C++ "
+                      "loop's; plans with runtime: python pay them\n",
+                      version("python"), version("python.python"), version("python.torch"), cost->per_op_s * 1e6,
+                      cost->per_tensor_s * 1e6);
+  } else if (const auto it = p.info.find("python"); it != p.info.end()) {
+    os << "  python loop: " << it->second << "\n";
   }
   // Layers: shapes measured per signature and precision.
   std::map<std::string, std::vector<const sim::LayerSample*>> layers;
@@ -744,6 +828,14 @@ std::string profile_to_json(const sim::Profile& p) {
   j.key("memory").begin_object();
   for (const auto& [k, v] : p.memory) j.field(k, static_cast<std::int64_t>(v));
   j.end_object();
+  // Note [Python host cost]: null where not timed.
+  if (const auto cost = sim::python_host_cost(p)) {
+    j.key("python_host").begin_object();
+    j.field("per_op_s", cost->per_op_s).field("per_tensor_s", cost->per_tensor_s);
+    j.end_object();
+  } else {
+    j.key("python_host").null();
+  }
   j.key("fits").begin_object();
   for (const auto& [name, f] : p.fits) {
     j.key(name).begin_object();

@@ -266,6 +266,11 @@ int element_size(const std::string& p) { return p == "fp32" ? 4 : 2; }
 /// The longest sequence a GPU sweep times a model at (Note [GPU sweep]).
 constexpr std::int64_t kGpuSweepSeq = 4096;
 
+// Note [Python host probe] (driver.cpp): the shapes calibrate/src/python_host_probe.py
+// times from Python, timed here from C++.
+constexpr std::int64_t kProbeWidth = 64, kProbeRows = 8, kProbeElements = 64;
+constexpr int kProbeRepeats = 16;
+
 /// The first line of a LibTorch message (the rest is context and backtrace).
 std::string first_line(const std::string& what) { return what.substr(0, what.find('\n')); }
 
@@ -1075,6 +1080,10 @@ class Bench {
         for (std::int64_t tensors : {1, 16}) out.push_back({opt, "fp32", n, tensors, 1, 1});
       }
     }
+    // Note [Python host probe] (driver.cpp): this loop's side of what a
+    // Python loop adds, the same work as calibrate/src/python_host_probe.py.
+    out.push_back({"host_ops", "fp32", kProbeRepeats * 4, 1, 1, 1});
+    for (std::int64_t tensors : {1, 16}) out.push_back({"host_step", "fp32", kProbeElements * tensors, tensors, 1, 1});
     if (cuda_) {
       // Mixed precision: 16-bit parameters stepped through fp32 masters
       // (Note [Mixed-precision step] in models/torch), which launch more
@@ -1209,6 +1218,39 @@ class Bench {
         // scaled (read, write), the gradient added (read both, write), the
         // step (read weight and buffer, write weight): 32 B.
         bytes = static_cast<double>(k.m) * (config.sgd ? 32 : 28);
+      } else if (k.kind == "host_ops") {
+        // Linear, LayerNorm, GELU and a residual add on a tiny input,
+        // kProbeRepeats times, autograd recording as in a forward: the
+        // probe's forward, op for op.
+        torch::nn::Linear lin(kProbeWidth, kProbeWidth);
+        torch::nn::LayerNorm norm(torch::nn::LayerNormOptions({kProbeWidth}));
+        torch::nn::GELU act;
+        lin->to(opts.device());
+        norm->to(opts.device());
+        auto x = torch::randn({kProbeRows, kProbeWidth}, opts);
+        op = [lin, norm, act, x]() mutable {
+          torch::AutoGradMode grad(true);
+          auto y = x;
+          for (int r = 0; r < kProbeRepeats; ++r) y = act(norm(lin(y))) + y;
+          return y;
+        };
+      } else if (k.kind == "host_step") {
+        // The runtime's step (models::adam_update) over n tensors of
+        // kProbeElements, warm: the host's time, as the probe's torch.optim.AdamW.
+        struct Param {
+          torch::Tensor p, g;
+          dtsim::models::AdamState state;
+        };
+        auto set = std::make_shared<std::vector<Param>>();
+        for (std::int64_t t = 0; t < k.n; ++t) {
+          set->push_back({torch::zeros({kProbeElements}, opts), torch::randn({kProbeElements}, opts), {}});
+          dtsim::models::adam_update(set->back().p, set->back().g, set->back().state, 1, {});
+        }
+        op = [set, step = std::int64_t{1}]() mutable {
+          ++step;
+          for (auto& q : *set) dtsim::models::adam_update(q.p, q.g, q.state, step, {});
+          return set->front().p;
+        };
       } else if (k.kind == "host_adam") {
         // Note [Offloaded step] (runtime/src/trainer.cpp): the 16-bit
         // gradient shard in a pinned host buffer, Adam on the fp32 master

@@ -215,6 +215,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.precision") +
                            ": precision fp8 is not run: LibTorch 1.13 has no FP8 GEMMs (the simulator predicts it); use bf16");
   }
+  if (s.spec.runtime == sim::Runtime::kPython) {
+    // Note [Python host cost] (sim/src/cost/cost_python.cpp): validate runs
+    // dtsim's own C++ loop, and a prediction of a Python loop set beside
+    // it would compare two programs.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.runtime") +
+                           ": runtime python is not run: validate trains dtsim's C++ loop (dtsim_worker); use libtorch "
+                           "(bench/python-reference.py trains the Python loop beside it: docs/validation-cpu.md)");
+  }
   if (s.spec.recompute == sim::Recompute::kOp) {
     // Note [Op-level recompute] (models/src/llama.cpp): torchtitan's policy
     // saves by aten op; the runtime's layers recompute the attention core

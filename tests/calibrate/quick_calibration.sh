@@ -34,6 +34,21 @@ grep -q "kernel.grouped_gemm.fp32" <<<"$show" || fail "profile has no grouped GE
 grep -q "kernel.bucket_in.fp32" <<<"$show" || fail "profile has no bucket copy-in fit"
 grep -q "kernel.bucket_out.fp32" <<<"$show" || fail "profile has no bucket copy-out fit"
 
+# Note [Python host probe]: where python3 imports torch (Debian's
+# python3-torch, which scripts/setup installs), a Python loop's host cost
+# was timed against the C++ loop's, and a plan run from Python pays it.
+if python3 -c "import torch" 2>/dev/null; then
+  grep -q "python loop: .* us an op, .* us a tensor's step beyond the C++ loop's" <<<"$show" ||
+    fail "the Python loop's host cost was not timed: $show"
+  t_cpp=$("$dtsim" predict --model gpt2-tiny --cluster local-cpu --plan ddp --profile "$out" --json |
+          grep -o '"iteration_time_s": [0-9.e+-]*' | awk '{print $2}')
+  t_py=$("$dtsim" predict --model gpt2-tiny --cluster local-cpu --plan ddp --profile "$out" --set plan.runtime=python --json |
+         grep -o '"iteration_time_s": [0-9.e+-]*' | awk '{print $2}')
+  awk -v a="$t_cpp" -v b="$t_py" 'BEGIN { exit !(b > a) }' || fail "runtime python ($t_py s) is not slower than libtorch ($t_cpp s)"
+else
+  grep -q "python loop: not measured: torch cannot be imported" <<<"$show" || fail "no word of the Python probe: $show"
+fi
+
 # gpt2 at micro-batch 1, 128 tokens, fp32 is a measured shape of the quick
 # sweep: its 14 layers (embeddings, 12 blocks, head) x forward and backward
 # = 28 lookups, every one a measured median, none from the datasheet.

@@ -421,6 +421,44 @@ TEST_CASE("the measurement programs' lines are parsed, bad ones named", "[calibr
   CHECK(error_of([&] { calib::parse_bench_line("bogus\t1", "torch", p, &prog); }).find("unknown record 'bogus'") != std::string::npos);
 }
 
+TEST_CASE("the Python probe's records and the C++ loop's price a Python loop (Note [Python host probe])", "[calibrate]") {
+  Profile p;
+  // dtsim_torch_bench's C++ side: 64 ops in 0.4 ms (6.25 us each); steps of
+  // 1 and 16 tensors in 18 and 288 us.
+  for (const char* line : {"kernel\thost_ops\tfp32\t64\t1\t1\t1\t0\t0\t4e-4\t3.9e-4\t9e-4\t100",
+                           "kernel\thost_step\tfp32\t64\t1\t1\t1\t0\t0\t18e-6\t17e-6\t1e-4\t2000",
+                           "kernel\thost_step\tfp32\t1024\t16\t1\t1\t0\t0\t288e-6\t280e-6\t9e-4\t100"}) {
+    calib::parse_bench_line(line, "torch", p, nullptr);
+  }
+  // The probe: Python 3.11.2 and torch 1.13.1; 64 ops in 1.6 ms (25 us
+  // each); steps in 78 and 798 us.
+  for (const char* line : {"info\tpython\t3.11.2", "info\ttorch\t1.13.1",
+                           "kernel\tpython_ops\tfp32\t64\t1\t1\t1\t0\t0\t1.6e-3\t1.5e-3\t3e-3\t44",
+                           "kernel\tpython_step\tfp32\t64\t1\t1\t1\t0\t0\t78e-6\t70e-6\t2e-4\t800",
+                           "kernel\tpython_step\tfp32\t1024\t16\t1\t1\t0\t0\t798e-6\t700e-6\t2e-3\t100"}) {
+    calib::parse_bench_line(line, "python", p, nullptr);
+  }
+  CHECK(p.info.at("python.python") == "3.11.2");
+  CHECK(p.info.at("python.torch") == "1.13.1");
+  const auto cost = python_host_cost(p);
+  REQUIRE(cost.has_value());
+  // 25 - 6.25 = 18.75 us an op; the steps' differences 60 and 510 us: 30 us a tensor.
+  CHECK(cost->per_op_s == Approx(18.75e-6));
+  CHECK(cost->per_tensor_s == Approx(30e-6));
+  p.info["python"] = "/usr/bin/python3";
+  CHECK_THAT(calib::format_profile(p),
+             Catch::Contains("python loop: /usr/bin/python3 (Python 3.11.2, torch 1.13.1): 18.8 us an op, 30.0 us a tensor's step"));
+  CHECK_THAT(calib::profile_to_json(p), Catch::Contains("\"python_host\": {"));
+  // A probe that could not import torch: its reason, and no cost.
+  Profile none;
+  calib::parse_bench_line("skip\tpython\ttorch cannot be imported by /usr/bin/python3: No module named 'torch'", "python", none, nullptr);
+  CHECK(none.info.at("python.skipped") == "python\ttorch cannot be imported by /usr/bin/python3: No module named 'torch'");
+  CHECK_FALSE(python_host_cost(none).has_value());
+  none.info["python"] = "not measured: torch cannot be imported";
+  CHECK_THAT(calib::format_profile(none), Catch::Contains("python loop: not measured: torch cannot be imported"));
+  CHECK_THAT(calib::profile_to_json(none), Catch::Contains("\"python_host\": null"));
+}
+
 TEST_CASE("a profile from another kind of device is flagged", "[calibrate]") {
   Profile p;
   p.path = "h100.h5";

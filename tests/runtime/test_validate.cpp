@@ -618,6 +618,11 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   const Run fp8 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp8");
   CHECK(fp8.status == 2);
   CHECK(fp8.err.find("--set plan.precision: precision fp8 is not run") != std::string::npos);
+  // Note [Python host cost]: validate trains the C++ loop, not a Python one.
+  const Run py = validate("--model gpt2-tiny --plan ddp --procs 2 --set plan.runtime=python");
+  CHECK(py.status == 2);
+  CHECK(std::count(py.err.begin(), py.err.end(), '\n') == 1);
+  CHECK(py.err.find("--set plan.runtime: runtime python is not run: validate trains dtsim's C++ loop") != std::string::npos);
 }
 
 // ---- real runs: data and faults -------------------------------------------------------

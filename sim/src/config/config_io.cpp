@@ -269,6 +269,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.moe_pad = c.get_bool("moe_pad", false);
   p.moe_dispatcher = c.get_enum("moe_dispatcher", MoeDispatcher::kAllToAll,
                                 {{"alltoall", MoeDispatcher::kAllToAll}, {"deepep", MoeDispatcher::kDeepEp}});
+  p.runtime = c.get_enum("runtime", Runtime::kLibtorch, {{"libtorch", Runtime::kLibtorch}, {"python", Runtime::kPython}});
   p.attention = c.get_enum("attention", Attention::kAuto,
                            {{"auto", Attention::kAuto}, {"eager", Attention::kEager}, {"flash", Attention::kFlash}});
   p.model_parallel = static_cast<int>(c.get_int("model_parallel", 0, 1, 1 << 16));

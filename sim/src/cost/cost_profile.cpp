@@ -390,6 +390,7 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   }
   for (const KernelSample* k : host_adam_) host_adam_by_precision_[k->precision].push_back(k);
   adam_cost_ = fit_update_cost(adam_);
+  python_host_ = python_host_cost(profile_);
   adam_mixed_cost_ = fit_update_cost(adam_mixed_);
   sgd_cost_ = fit_update_cost(sgd_);
   // Note [SGD momentum]: what the samples timed, by their bytes a parameter.

@@ -63,6 +63,8 @@ const char* to_string(Attention a) {
 
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
 
+const char* to_string(Runtime r) { return r == Runtime::kPython ? "python" : "libtorch"; }
+
 const char* to_string(FsdpWrap w) {
   switch (w) {
     case FsdpWrap::kBlocks: return "blocks";
@@ -166,6 +168,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.moe_pad = s.moe_pad;
   r.moe_force_load_balance = s.moe_force_load_balance;
   r.moe_dispatcher = s.moe_dispatcher;
+  r.runtime = s.runtime;
   bool experts_ok = degrees_ok;
   if (const std::string why = model.ep_error(r.ep); !why.empty()) {
     const auto ok = degrees_ok ? rules.ep_values(r.tp, r.cp, r.dp, r.etp) : std::vector<int>{1};

@@ -120,12 +120,17 @@ namespace {
 /// libraries' workspaces) in place of the datasheet's.
 class Pricing {
  public:
-  Pricing(const ClusterSpec& cluster, const PredictOptions& options, CostSources* sources, const Model& model)
+  /// `runtime`: the plan's training loop; a Python loop's host cost is
+  /// the profile's (Note [Python host cost]), and where it has none a
+  /// line in `warnings` says so.
+  Pricing(const ClusterSpec& cluster, const PredictOptions& options, CostSources* sources, const Model& model,
+          Runtime runtime, std::vector<std::string>* warnings = nullptr)
       : cluster_(cluster) {
     outside_allocator_ = cluster.device.runtime_reserved;
     if (!options.profile) {
       compute_ = std::make_unique<RooflineComputeModel>(cluster_.device);
       comm_ = std::make_unique<AnalyticCommModel>(cluster_);
+      python_host(runtime, options, warnings);
       return;
     }
     const auto& mem = options.profile->profile().memory;
@@ -145,18 +150,32 @@ class Pricing {
     }
     compute_ = std::make_unique<ProfileComputeModel>(options.profile, cluster_.device, sources);
     comm_ = std::make_unique<ProfileCommModel>(options.profile, cluster_, sources);
+    python_host(runtime, options, warnings);
   }
   Pricing(const Pricing&) = delete;
   Pricing& operator=(const Pricing&) = delete;
 
   const ClusterSpec& cluster() const { return cluster_; }
-  const ComputeModel& compute() const { return *compute_; }
+  const ComputeModel& compute() const { return python_ ? *python_ : *compute_; }
   const CommModel& comm() const { return *comm_; }
   Bytes outside_allocator() const { return outside_allocator_; }
 
  private:
+  void python_host(Runtime runtime, const PredictOptions& options, std::vector<std::string>* warnings) {
+    if (runtime != Runtime::kPython) return;
+    const std::optional<PythonHostCost> cost = options.profile ? options.profile->python_host() : std::nullopt;
+    if (cost) {
+      python_ = std::make_unique<PythonHostComputeModel>(*compute_, *cost, options.profile->gpu());
+    } else if (warnings != nullptr) {
+      warnings->push_back(std::string("plan.runtime python: ") +
+                          (options.profile ? "the profile " + options.profile->profile().path + " did not time"
+                                           : "without a profile nothing times") +
+                          " a Python loop's host cost (dtsim calibrate does where python3 imports torch); priced as "
+                          "dtsim's C++ loop");
+    }
+  }
   ClusterSpec cluster_;
-  std::unique_ptr<ComputeModel> compute_;
+  std::unique_ptr<ComputeModel> compute_, python_;
   std::unique_ptr<CommModel> comm_;
   Bytes outside_allocator_ = 0;
 };
@@ -165,14 +184,14 @@ class Pricing {
 
 ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
   ResolvedPlan plan = resolve(spec, model, cluster);
-  const Pricing pricing(cluster, options, nullptr, model);
+  const Pricing pricing(cluster, options, nullptr, model, plan.runtime);
   partition(plan, model, pricing.cluster(), pricing.compute(), pricing.comm());
   return plan;
 }
 
 PricedLayers price_plan_layers(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                                const PredictOptions& options) {
-  const Pricing pricing(cluster, options, nullptr, model);
+  const Pricing pricing(cluster, options, nullptr, model, plan.runtime);
   return price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
 }
 
@@ -229,7 +248,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.gpus = cluster.gpus();
   p.device_name = cluster.device.name;
 
-  const Pricing pricing(cluster, options, &p.sources, model);
+  const Pricing pricing(cluster, options, &p.sources, model, p.plan.runtime, &p.warnings);
   p.outside_allocator = pricing.outside_allocator();
   // A pipeline's layers are priced once, for the partition and the lowering.
   PricedLayers priced;

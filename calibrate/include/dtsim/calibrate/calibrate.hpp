@@ -75,6 +75,9 @@ struct CalibrateOptions {
   /// (Note [A calibration cut short] in src/driver.cpp); 0: no limit.
   double time_limit_s = 0;
   std::string command_line;     ///< recorded in the profile
+  /// The Python whose loop's host cost is timed (Note [Python host probe]
+  /// in src/driver.cpp): a path or a name looked up on PATH; "none" skips it.
+  std::string python = "python3";
 };
 
 /// Calibration was stopped by SIGINT or SIGTERM (Note [Stopping calibration]

@@ -253,6 +253,46 @@ double update_bytes_per_param(Optimizer o, Precision p);
 /// memory efficiency)) + launch overhead. GEMM efficiency falls for small
 /// shapes through wave quantisation over the compute units and a short-K
 /// penalty (see Note [GEMM efficiency] in cost.cpp).
+/// What a Python training loop's host adds to dtsim's C++ loop for the
+/// same work (Note [Python host cost] in cost_python.cpp), as calibration
+/// measures it where python3 imports torch.
+struct PythonHostCost {
+  double per_op_s = 0;      ///< an eager op called from a torch.nn module's forward
+  double per_tensor_s = 0;  ///< a parameter tensor stepped by torch.optim's AdamW
+};
+
+/// The eager ops a layer's forward calls from Python: its kernels, a
+/// recurrence's time steps as one (nn.LSTM loops in C++).
+std::int64_t python_forward_ops(const Layer& layer);
+
+/// `base`'s costs for a plan run by a Python loop (Runtime::kPython): each
+/// forward pays `cost.per_op_s` an op and each optimizer step
+/// `cost.per_tensor_s` an update on the host; on a CPU the host is the
+/// device and the pass takes that much longer, on a GPU it is the host's
+/// time to issue (Note [Host launch] in engine/executor.cpp). Autograd's
+/// backward runs in C++ and pays nothing more.
+class PythonHostComputeModel final : public ComputeModel {
+ public:
+  PythonHostComputeModel(const ComputeModel& base, PythonHostCost cost, bool gpu);
+  TimeNs kernel_time(const Kernel& k, Precision p) const override;
+  TimeNs layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape) const override;
+  TimeNs optimizer_time(double params, int tensors, Optimizer o, Precision p, const DeviceSpec& device) const override;
+  TimeNs host_optimizer_time(double params, Optimizer o, Precision p, const ClusterSpec& cluster) const override;
+  TimeNs bucket_copy_time(double params, int tensors, bool out) const override;
+  std::optional<LayerMemory> layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const override;
+  TimeNs recompute_time(const Layer& layer, const std::vector<Kernel>& kernels, Precision p,
+                        const WorkloadShape& shape) const override;
+  TimeNs layer_launch_time(const Layer& layer, Pass pass, Precision p) const override;
+  TimeNs optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const override;
+
+ private:
+  TimeNs forward_host(const Layer& layer) const;
+  TimeNs step_host(int tensors) const;
+  const ComputeModel& base_;
+  PythonHostCost cost_;
+  bool gpu_;
+};
+
 class RooflineComputeModel final : public ComputeModel {
  public:
   explicit RooflineComputeModel(const DeviceSpec& device);

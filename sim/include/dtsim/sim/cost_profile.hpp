@@ -79,6 +79,11 @@ class ProfileCosts {
   /// The host's time for a layer's pass: its fastest time at any shape
   /// measured (Note [Host launch]); 0 where unmeasured.
   double launch_seconds(const std::string& signature, Precision p, Pass pass) const;
+  /// Note [Python host cost] (cost_python.cpp): a Python loop's host cost
+  /// beyond dtsim's C++ loop, from the timed op sequences and optimizer
+  /// steps of both (kernels "python_ops", "host_ops", "python_step",
+  /// "host_step"); none where calibration did not time them.
+  std::optional<PythonHostCost> python_host() const { return python_host_; }
 
   /// Measured layer samples of one signature and precision, by tokens.
   const std::vector<const LayerSample*>* layer_samples(const std::string& signature, Precision p) const;
@@ -127,6 +132,7 @@ class ProfileCosts {
   /// (32 B a parameter) or plain SGD (12 B: profiles made before the
   /// runtime kept momentum, and profiler traces of SGD at momentum 0).
   bool sgd_timed_momentum_ = true;
+  std::optional<PythonHostCost> python_host_;
 
   std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;
   struct StepRatio {
@@ -141,6 +147,10 @@ class ProfileCosts {
   std::vector<const KernelSample*> adam_, adam_mixed_, sgd_, bucket_in_, bucket_out_, host_adam_;
   std::map<Precision, std::vector<const KernelSample*>> host_adam_by_precision_;
 };
+
+/// Note [Python host cost] (cost_python.cpp): what a Python loop's host
+/// adds, from a profile's timed op sequences and optimizer steps, or none.
+std::optional<PythonHostCost> python_host_cost(const Profile& profile);
 
 /// A warning if the profile was measured on another kind of device than
 /// `device` (a CPU profile for a GPU cluster, an H100 profile for A100s), or

@@ -69,6 +69,13 @@ enum class CpComm { kP2p, kAllGather };
 /// Megatron-Core's alltoall dispatcher (NCCL's all-to-all, its default) or
 /// DeepEP (its flex dispatcher with --moe-enable-deepep; WorkloadShape::moe_deepep).
 enum class MoeDispatcher { kAllToAll, kDeepEp };
+/// The training loop that runs the plan (Note [Python host cost] in
+/// sim/src/cost/cost_python.cpp): `libtorch`, dtsim's own C++ loop
+/// (dtsim_worker, what calibration times and `dtsim validate` runs); or
+/// `python`, the same model written with torch.nn and stepped by
+/// torch.optim, whose every eager op and optimizer tensor also costs the
+/// interpreter's time, as a profile measures it.
+enum class Runtime { kLibtorch, kPython };
 
 const char* to_string(Optimizer o);
 const char* to_string(Offload o);
@@ -79,6 +86,7 @@ const char* to_string(Schedule s);
 const char* to_string(Attention a);
 const char* to_string(CpComm c);
 const char* to_string(MoeDispatcher d);
+const char* to_string(Runtime r);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
 /// "--set plan.dp"), so late checks can still point at the source.
@@ -118,6 +126,7 @@ struct PlanSpec {
   double moe_capacity_factor = 0;
   bool moe_pad = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  Runtime runtime = Runtime::kLibtorch;  ///< the training loop (Note [Python host cost])
   int model_parallel = 0;         ///< naive layer split over this many GPUs (sets pp, schedule naive)
   Schedule schedule = Schedule::k1f1b;
   int virtual_stages = 0;         ///< model chunks per GPU (interleaved; 0: 2)
@@ -204,6 +213,7 @@ struct ResolvedPlan {
   double moe_imbalance = 1.0, moe_capacity_factor = 0;
   bool moe_pad = false, moe_force_load_balance = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  Runtime runtime = Runtime::kLibtorch;
   /// Ranks a ZeRO shard of the experts' states spreads over (edp, or 1
   /// without ZeRO; Megatron-Core's distributed optimizer shards expert
   /// parameters over the expert data-parallel group).
