@@ -570,10 +570,13 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   // [Python host cost] in sim/src/cost/cost_python.cpp): the probe, a
   // Python script beside the measurement programs, times from Python the
   // tiny forward and optimizer steps dtsim_torch_bench timed from C++ in
-  // phase 1 (kernels host_ops, host_step), with its intra-op threads. It
-  // needs only a Python that imports torch (Debian's python3-torch); where
-  // there is none the phase is skipped, saying why, and a plan with
-  // `runtime: python` is priced as the C++ loop with a warning.
+  // phase 1 (kernels host_ops, host_step), with its intra-op threads, and
+  // on a CPU beside procs - 1 copies of itself, as the C++ side was timed
+  // beside its copies (its own time, not the slower copy's: fit.cpp,
+  // keep_slowest). It needs only a Python that imports torch (Debian's
+  // python3-torch); where there is none, or the probe fails, the phase is
+  // skipped saying why (the profile keeps everything else), and a plan
+  // with `runtime: python` is priced as the C++ loop with a warning.
   view.phase(3, phases, "Python host cost");
   const std::string python = o.python == "none" ? "" : on_path(o.python);
   const std::string probe = find_program(o, "dtsim_python_probe.py");
@@ -600,14 +603,49 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       pargv.push_back("--budget");
       pargv.push_back("0.05");
     }
-    rc = run_program(sup, pargv, "python", p, view, deadline, &cut);
+    std::vector<pid_t> copies;
+    if (!cuda) {
+      for (int i = 1; i < o.procs; ++i) {
+        platform::ChildSpec copy;
+        copy.argv = pargv;
+        copy.stdout_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+        copy.stderr_fd = copy.stdout_fd;
+        try {
+          copies.push_back(sup.start(copy));
+        } catch (...) {
+          if (copy.stdout_fd >= 0) ::close(copy.stdout_fd);
+          throw;
+        }
+        if (copy.stdout_fd >= 0) ::close(copy.stdout_fd);
+      }
+    }
+    std::string failed;  // why the probe's records are not to be used
+    sim::Profile probed;
+    try {
+      rc = run_program(sup, pargv, "python", probed, view, deadline, &cut);
+      if (rc != 0) failed = "the probe failed (exit status " + std::to_string(rc) + "; its message is above)";
+    } catch (const InterruptedError&) {
+      throw;
+    } catch (const Error& e) {
+      failed = std::string("the probe's output: ") + e.what();
+    }
+    for (const pid_t pid : copies) sup.stop_now(pid);
+    // Its records join the profile only whole.
+    if (failed.empty() && !cut) {
+      for (const auto& [key, value] : probed.info) {
+        if (key.rfind("python.", 0) == 0) p.info[key] = value;
+      }
+      p.kernels.insert(p.kernels.end(), probed.kernels.begin(), probed.kernels.end());
+    }
     const auto skipped = p.info.find("python.skipped");
     if (cut) {
       view.done("cut by --time-limit");
       p.info["python"] = "not measured: --time-limit reached";
-    } else if (rc != 0) {
-      throw CalibrationError("calibrate: " + python + " " + probe + " failed (exit status " + std::to_string(rc) +
-                             "); its message is above (--python none skips it)");
+    } else if (!failed.empty()) {
+      std::fprintf(stderr, "calibrate: warning: %s %s: %s; the profile has no Python host cost (--python none skips it)\n",
+                   python.c_str(), probe.c_str(), failed.c_str());
+      view.done("skipped: " + failed);
+      p.info["python"] = "not measured: " + failed;
     } else if (const auto cost = sim::python_host_cost(p)) {
       view.done(fmt::format("Python {}, torch {}: {:.1f} us an op, {:.1f} us a tensor's step beyond the C++ loop's",
                             p.info["python.python"], p.info["python.torch"], cost->per_op_s * 1e6, cost->per_tensor_s * 1e6));

@@ -1241,14 +1241,19 @@ class Bench {
           torch::Tensor p, g;
           dtsim::models::AdamState state;
         };
+        // AdamW as the runtime's (weight decay 0.01, runtime/src/trainer.cpp)
+        // and torch.optim.AdamW's default.
+        dtsim::models::AdamConfig config;
+        config.lr = 1e-4;
+        config.weight_decay = 0.01;
         auto set = std::make_shared<std::vector<Param>>();
         for (std::int64_t t = 0; t < k.n; ++t) {
           set->push_back({torch::zeros({kProbeElements}, opts), torch::randn({kProbeElements}, opts), {}});
-          dtsim::models::adam_update(set->back().p, set->back().g, set->back().state, 1, {});
+          dtsim::models::adam_update(set->back().p, set->back().g, set->back().state, 1, config);
         }
-        op = [set, step = std::int64_t{1}]() mutable {
+        op = [set, config, step = std::int64_t{1}]() mutable {
           ++step;
-          for (auto& q : *set) dtsim::models::adam_update(q.p, q.g, q.state, step, {});
+          for (auto& q : *set) dtsim::models::adam_update(q.p, q.g, q.state, step, config);
           return set->front().p;
         };
       } else if (k.kind == "host_adam") {

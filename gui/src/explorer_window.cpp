@@ -188,8 +188,8 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                    "(full rate, most latency). NCCL_PROTO=Simple or ^LL128 as some clusters set it. NVIDIA GPUs "
                    "only; one line elsewhere."},
     {"nvls", "cluster.nccl_nvls_enable: NCCL_NVLS_ENABLE, NVLink SHARP. NCCL reduces an all-reduce inside "
-             "one node in the NVSwitch (about 480 GB/s busbw on 8 H100s where a ring reaches 370), from about 8 MB; "
-             "NeMo's and Megatron-Bridge's performance recipes set NCCL_NVLS_ENABLE=0 to save memory. Only where "
+             "one node in the NVSwitch (about 480 GB/s busbw on 8 H100s where a ring reaches 370), from about 8 MB, "
+             "and across nodes as NVLSTree (NVLS in each node, a tree between them); NeMo's and Megatron-Bridge's performance recipes set NCCL_NVLS_ENABLE=0 to save memory. Only where "
              "the NVSwitch can reduce (Hopper, Blackwell: the cluster's intra_node.nvls_efficiency)."},
     {"inter_bw", "cluster.inter_node.bandwidth: one NIC between nodes (InfiniBand, RoCE, Ethernet), one "
                  "direction, in GB/s (10^9 bytes/s)."},

@@ -192,8 +192,9 @@ TEST_CASE("NVLSTree: NVLS inside each node, a tree of nodes between them (Note [
   // exchange, 2 GB each way, 50 ms: the slower. Latency: 25 us inside the
   // node and 2 x log2(2) network steps of 20.9 us plus twice the wire's
   // 5 - 2.7 = 2.3 us: 25 + 2 x 25.5 = 76 us. The ring moves 2 x 15/16 x
-  // 2 GB = 3.75 GB through the NICs (93.75 ms), the tree 2 x 2 GB at 0.92
-  // of them: NVLSTree is the fastest. (No per-channel cap: not a Hopper.)
+  // 2 GB = 3.75 GB through the NICs (93.75 ms), the tree 2 x 2 GB (100 ms;
+  // a device without a compute capability: one line, no protocols):
+  // NVLSTree is the fastest. (No per-channel cap: not a Hopper.)
   const Bytes s = 2'000'000'000;
   const CollectiveCost two = m.collective(CollectiveOp::kAllReduce, s, {16, 8});
   CHECK(two.algorithm == "nvlstree");
@@ -252,14 +253,20 @@ TEST_CASE("NVLSTree on two DGX H100 nodes against nccl-tests", "[comm]") {
   // 2 x 2.3) = 76 us: 34.968 ms, 1.7% above the measured.
   const double big = time_us(Bytes{8} << 30);
   // Its flow is a rank's share of the NICs' bytes (one exchange: 8 GiB
-  // each way, 1/8 through each GPU's NIC) at a rate under that NIC's
-  // 50 x 0.96 = 48 GB/s, the capacity the executor shares between a
-  // rank's flows.
+  // each way, 1/8 through each GPU's NIC), as the all-to-all's, at a rate
+  // under that one NIC's 50 x 0.96 = 48 GB/s: the least inter-node
+  // capacity the executor gives a rank (every GPU of the node in a group
+  // across nodes), so it is never held below its price when alone.
   const CollectiveCost flow = m.collective(CollectiveOp::kAllReduce, Bytes{8} << 30, {16, 8, 1});
   CHECK(flow.link == LinkClass::kInterNode);
   CHECK(flow.wire_bytes == Approx(8589934592.0 / 8));
   CHECK(flow.rate == Approx(461.6e9 / 1.875 / 8).epsilon(1e-6));
+  CHECK(m.link_capacity(LinkClass::kInterNode, 8) == Approx(48e9));
   CHECK(flow.rate < m.link_capacity(LinkClass::kInterNode, 8));
+  // NCCL_PROTO without Simple disables NVLS and NVLSTree (they run Simple only).
+  ClusterSpec no_simple = c;
+  no_simple.nccl_proto = (1 << static_cast<int>(NcclProtocol::kLL)) | (1 << static_cast<int>(NcclProtocol::kLL128));
+  CHECK(AnalyticCommModel(no_simple).collective(CollectiveOp::kAllReduce, Bytes{8} << 30, {16, 8, 1}).algorithm != "nvlstree");
   CHECK(big == Approx(1.875 * 8589934592.0 / 461.6e9 * 1e6 + 76).epsilon(0.001));
   CHECK(big == Approx(34381).epsilon(0.02));
   // 64 MiB (2^20 x 64 B): the tree's Simple correction 0.8, 1.875 x

@@ -105,8 +105,8 @@ TEST_CASE("a Python forward pays its ops on a CPU, and on a GPU the host's time 
 }
 
 TEST_CASE("a one-rank step run from Python takes its forwards' ops and its tensors longer", "[python-host]") {
-  // 4 fake layers of one forward kernel (1 GFLOP at 1 ms) and 2 tensors of
-  // 1000 parameters each, 2 micro-batches, one rank: the Python loop adds
+  // 4 fake layers of one forward kernel (1 GFLOP at 1 ms), each 1000
+  // parameters in 2 tensors, 2 micro-batches, one rank: the Python loop adds
   // 2 x 4 x 15 us = 120 us of forwards and 8 updates x 30 us = 240 us of step.
   const test::FakeModel m(4, 1000, 0, 2);
   const ClusterSpec c = test::round_cluster(1, 1);
@@ -137,4 +137,28 @@ TEST_CASE("runtime: python without a timed Python loop warns and prices the C++ 
   for (const auto& w : py.warnings) warned = warned || w.find("plan.runtime python") != std::string::npos;
   CHECK(warned);
   CHECK(py.plan.runtime == Runtime::kPython);
+}
+
+TEST_CASE("with a timed Python loop, runtime python prices it; a GPU pipeline says what it leaves out", "[python-host]") {
+  const auto model = models::load_model("gpt2-tiny");
+  // A CPU profile with the Python loop timed: slower than the C++ loop.
+  PredictOptions cpu_options;
+  cpu_options.profile = std::make_shared<ProfileCosts>(python_profile());
+  const ClusterSpec cpu = load_cluster("local-cpu");
+  PlanSpec spec = parse_plan("dp: 1\n", "p.yaml");
+  const Prediction cpp = predict(*model, spec, cpu, cpu_options);
+  spec.runtime = Runtime::kPython;
+  const Prediction py = predict(*model, spec, cpu, cpu_options);
+  CHECK(py.iteration_time > cpp.iteration_time);
+  for (const auto& w : py.warnings) CHECK(w.find("plan.runtime python") == std::string::npos);
+  // The same timings as a GPU's: a pipeline's host issue is not modelled.
+  Profile gpu_profile = python_profile();
+  gpu_profile.info["device_kind"] = "cuda";
+  PredictOptions gpu_options;
+  gpu_options.profile = std::make_shared<ProfileCosts>(gpu_profile);
+  PlanSpec pipe = parse_plan("dp: 1\npp: 2\nruntime: python\n", "p.yaml");
+  const Prediction piped = predict(*model, pipe, load_cluster("dgx-a100"), gpu_options);
+  bool warned = false;
+  for (const auto& w : piped.warnings) warned = warned || w.find("a GPU pipeline's host issue is not modelled") != std::string::npos;
+  CHECK(warned);
 }

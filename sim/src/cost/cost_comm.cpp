@@ -82,7 +82,8 @@
 // and H100s (docs/comm.md, bench/published-comm) the median error from 1 to
 // 64 MB falls from 30-54% to 10-36%, all of it short: NCCL's own model,
 // which it uses only to choose, is short there too.
-// Not modelled: the tuner's per-channel caps (they bind only below 12
+// Not modelled: the tuner's per-channel caps of the ring and the tree
+// (NVLSTree's is, Note [NVLSTree]; those bind only below 12
 // channels), its nChannels reduction for small messages (it changes the
 // launch, not the time the tuner expects), PAT and CollNet.
 //
@@ -260,7 +261,9 @@ AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(clus
 bool AnalyticCommModel::protocol_model() const { return protocols_; }
 
 bool AnalyticCommModel::nvls_available() const {
-  return cluster_.nccl_nvls_enable && cluster_.intra_node.nvls_efficiency > 0;
+  // NVLS and NVLSTree run Simple only: NCCL_PROTO without it disables them.
+  const bool simple = (cluster_.nccl_proto & (1 << static_cast<int>(NcclProtocol::kSimple))) != 0;
+  return cluster_.nccl_nvls_enable && cluster_.intra_node.nvls_efficiency > 0 && simple;
 }
 
 BytesPerSec AnalyticCommModel::link_capacity(LinkClass link, int groups_per_node) const {

@@ -256,6 +256,13 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   partition(p.plan, model, priced);
   const CostModels costs{&pricing.compute(), &pricing.comm(), options.keep_graph && options.trace_detail,
                          p.plan.pp > 1 ? &priced : nullptr};
+  if (p.plan.runtime == Runtime::kPython && p.plan.pp > 1 && options.profile && options.profile->gpu() &&
+      options.profile->python_host()) {
+    // Note [Python host cost]: on a GPU it joins the host's issue, which a
+    // pipeline's stages do not model (Note [Host launch]).
+    p.warnings.push_back("plan.runtime python: a GPU pipeline's host issue is not modelled, so its Python host cost is "
+                         "left out (it is priced without a pipeline, or on a CPU)");
+  }
   if (options.profile) {
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);

@@ -249,10 +249,6 @@ Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fu
 /// working copy under mixed precision; momentum SGD drops v).
 double update_bytes_per_param(Optimizer o, Precision p);
 
-/// Roofline: max(FLOPs / (peak x GEMM efficiency(shape)), bytes / (bandwidth x
-/// memory efficiency)) + launch overhead. GEMM efficiency falls for small
-/// shapes through wave quantisation over the compute units and a short-K
-/// penalty (see Note [GEMM efficiency] in cost.cpp).
 /// What a Python training loop's host adds to dtsim's C++ loop for the
 /// same work (Note [Python host cost] in cost_python.cpp), as calibration
 /// measures it where python3 imports torch.
@@ -293,6 +289,10 @@ class PythonHostComputeModel final : public ComputeModel {
   bool gpu_;
 };
 
+/// Roofline: max(FLOPs / (peak x GEMM efficiency(shape)), bytes / (bandwidth x
+/// memory efficiency)) + launch overhead. GEMM efficiency falls for small
+/// shapes through wave quantisation over the compute units and a short-K
+/// penalty (see Note [GEMM efficiency] in cost.cpp).
 class RooflineComputeModel final : public ComputeModel {
  public:
   explicit RooflineComputeModel(const DeviceSpec& device);
