@@ -302,6 +302,35 @@ std::string on_path(const std::string& name) {
   return "";
 }
 
+/// Starts `argv` as a copy beside the measured program: its stdout into
+/// `out` (created), its stderr dropped. Throws CalibrationError naming
+/// `out` where it cannot be created.
+pid_t start_copy(Supervisor& sup, const std::vector<std::string>& argv, const std::string& out_path) {
+  const int out = ::open(out_path.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
+  const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
+  if (out < 0 || null < 0) {
+    const std::string why = std::strerror(errno);
+    if (out >= 0) ::close(out);
+    if (null >= 0) ::close(null);
+    throw CalibrationError("calibrate: cannot create " + out_path + ": " + why);
+  }
+  platform::ChildSpec copy;
+  copy.argv = argv;
+  copy.stdout_fd = out;
+  copy.stderr_fd = null;
+  pid_t pid = -1;
+  try {
+    pid = sup.start(copy);
+  } catch (...) {
+    ::close(out);
+    ::close(null);
+    throw;
+  }
+  ::close(out);
+  ::close(null);
+  return pid;
+}
+
 std::string now_iso() {
   const std::time_t t = std::time(nullptr);
   char buf[64];
@@ -436,30 +465,11 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     load_dir = sup.temp_dir();
     for (int i = 1; i < o.procs; ++i) {
       load_out.push_back(load_dir + "/rank-" + std::to_string(i) + ".out");
-      const int out = ::open(load_out.back().c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0600);
-      const int null = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-      if (out < 0 || null < 0) {
-        const std::string why = std::strerror(errno);
-        if (out >= 0) ::close(out);
-        if (null >= 0) ::close(null);
-        throw CalibrationError("calibrate: cannot create " + load_out.back() + ": " + why);
-      }
       // Note [Copies in lockstep] (torch_bench.cpp): every point starts together.
-      platform::ChildSpec copy;
-      copy.argv = argv;
-      copy.argv.push_back("--lockstep");
-      copy.argv.push_back(load_dir + "," + std::to_string(i) + "," + std::to_string(o.procs));
-      copy.stdout_fd = out;
-      copy.stderr_fd = null;
-      try {
-        load.push_back(sup.start(copy));
-      } catch (...) {
-        ::close(out);
-        ::close(null);
-        throw;
-      }
-      ::close(out);
-      ::close(null);
+      std::vector<std::string> copy = argv;
+      copy.push_back("--lockstep");
+      copy.push_back(load_dir + "," + std::to_string(i) + "," + std::to_string(o.procs));
+      load.push_back(start_copy(sup, copy, load_out.back()));
     }
     argv.push_back("--lockstep");
     argv.push_back(load_dir + ",0," + std::to_string(o.procs));
@@ -605,19 +615,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     }
     std::vector<pid_t> copies;
     if (!cuda) {
-      for (int i = 1; i < o.procs; ++i) {
-        platform::ChildSpec copy;
-        copy.argv = pargv;
-        copy.stdout_fd = ::open("/dev/null", O_WRONLY | O_CLOEXEC);
-        copy.stderr_fd = copy.stdout_fd;
-        try {
-          copies.push_back(sup.start(copy));
-        } catch (...) {
-          if (copy.stdout_fd >= 0) ::close(copy.stdout_fd);
-          throw;
-        }
-        if (copy.stdout_fd >= 0) ::close(copy.stdout_fd);
-      }
+      for (int i = 1; i < o.procs; ++i) copies.push_back(start_copy(sup, pargv, "/dev/null"));
     }
     std::string failed;  // why the probe's records are not to be used
     sim::Profile probed;

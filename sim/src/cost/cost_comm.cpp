@@ -151,6 +151,7 @@
 // 173, 417 and 1,288; docs/comm.md).
 #include <algorithm>
 #include <cmath>
+#include <cstdint>
 #include <optional>
 #include <set>
 #include <utility>
@@ -193,6 +194,22 @@ constexpr double kTreeCorrection[3][24] = {
     {.9, .9, .9, .9, .9, .9, .9, .8, .7, .6, .6, .5, .5, .5, .5, .6, .7, .8, .7, .7, .8, .9, .9, .9}};
 /// perChMaxNVLSTreeBws[Hopper, Blackwell][2 nodes, more], GB/s of bus bandwidth a channel.
 constexpr double kNvlsTreeMaxBusBwPerChannel[2][2] = {{57.7, 45.5}, {96.0, 80.0}};
+/// NCCL's log2i: floor(log2(v)), 0 for v < 2.
+int log2i(std::int64_t v) {
+  int l = 0;
+  while ((std::int64_t{2} << l) <= v) ++l;
+  return l;
+}
+
+/// treeCorrectionFactor for `bytes` in protocol p where NCCL applies it
+/// (index log2(bytes / 64) below `limit`: 23 for the tree, 24 for
+/// NVLSTree, tuning.cc), else 1.
+double tree_correction(int p, Bytes bytes, int limit) {
+  if (bytes < 64) return 1.0;
+  const int log_size = log2i(static_cast<std::int64_t>(bytes >> 6));
+  return log_size < limit ? kTreeCorrection[p][log_size] : 1.0;
+}
+
 /// NCCL's net overhead a step across nodes (getNetOverhead on x86), in us.
 constexpr double kNetOverheadUs = 1.0;
 
@@ -433,13 +450,9 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, Collectiv
       }
     }
     // Medium sizes fall short of the line, as the tree's do.
-    int log_size = -1;
-    for (Bytes b = bytes >> 6; b > 0; b >>= 1) ++log_size;
-    if (log_size >= 0 && log_size < 24) c.rate *= kTreeCorrection[static_cast<int>(NcclProtocol::kSimple)][log_size];
-    int log_nodes = 0;
-    while ((2 << log_nodes) <= nodes) ++log_nodes;  // NCCL's log2i: floor
+    c.rate *= tree_correction(static_cast<int>(NcclProtocol::kSimple), bytes, 24);
     const double net_step_us = kNvlsTreeNetStepUs + 2 * inter_wire_us_;
-    c.latency = kNvlsLatency + us(2 * log_nodes * net_step_us);
+    c.latency = kNvlsLatency + us(2 * log2i(nodes) * net_step_us);
     return c;
   }
   if (algorithm != "ring") {
@@ -501,15 +514,11 @@ void AnalyticCommModel::nccl_ring(TimeNs& latency, double& rate, int p, Collecti
 void AnalyticCommModel::nccl_tree(TimeNs& latency, double& rate_io, int p, Bytes bytes, const CommGroup& g) const {
   const int nodes = g.nodes();
   const auto [intra, inter] = step_latency_us(kTreeAlgo, p, g);
-  int log_nodes = 0;
-  while ((2 << log_nodes) <= nodes) ++log_nodes;  // NCCL's log2i: floor
-  latency = us(kBaseLatencyUs[kTreeAlgo][p] + 2 * ((g.ranks_per_node - 1) * intra + log_nodes * inter));
+  latency = us(kBaseLatencyUs[kTreeAlgo][p] + 2 * ((g.ranks_per_node - 1) * intra + log2i(nodes) * inter));
   double rate = rate_io * 0.92;
   if (p == static_cast<int>(NcclProtocol::kLL)) rate = std::min(rate / 3.8, ll_max_bus_bandwidth(nodes));
   if (p == static_cast<int>(NcclProtocol::kLL128)) rate *= nodes == 1 ? 7.0 / 9.0 : 120.0 / 128.0;
-  int log_size = -1;
-  for (Bytes b = bytes >> 6; b > 0; b >>= 1) ++log_size;
-  if (log_size >= 0 && log_size < 23) rate *= kTreeCorrection[p][log_size];
+  rate *= tree_correction(p, bytes, 23);
   rate_io = rate;
 }
 

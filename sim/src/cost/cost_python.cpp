@@ -68,25 +68,17 @@ std::optional<PythonHostCost> python_host_cost(const Profile& profile) {
   PythonHostCost c;
   c.per_op_s = std::max(0.0, py_op - cpp_op);
   if (!std::isfinite(c.per_op_s)) return std::nullopt;
-  // The difference's slope over the tensors, least squares over the counts both timed.
-  std::vector<std::pair<double, double>> diff;  // tensors, seconds
+  // The difference's slope over the tensors, between the fewest and the
+  // most both timed (the probes time 1 and 16).
+  std::map<std::int64_t, double> diff;  // by tensors, seconds
   for (const auto& [tensors, t] : py_step) {
-    if (const auto it = cpp_step.find(tensors); it != cpp_step.end()) diff.emplace_back(static_cast<double>(tensors), t - it->second);
+    if (const auto it = cpp_step.find(tensors); it != cpp_step.end()) diff[tensors] = t - it->second;
   }
   if (diff.size() >= 2) {
-    double mx = 0, my = 0;
-    for (const auto& [x, y] : diff) {
-      mx += x;
-      my += y;
-    }
-    mx /= static_cast<double>(diff.size());
-    my /= static_cast<double>(diff.size());
-    double sxy = 0, sxx = 0;
-    for (const auto& [x, y] : diff) {
-      sxy += (x - mx) * (y - my);
-      sxx += (x - mx) * (x - mx);
-    }
-    if (sxx > 0 && std::isfinite(sxy / sxx)) c.per_tensor_s = std::max(0.0, sxy / sxx);
+    const auto& [lo, d_lo] = *diff.begin();
+    const auto& [hi, d_hi] = *diff.rbegin();
+    const double slope = (d_hi - d_lo) / static_cast<double>(hi - lo);
+    if (std::isfinite(slope)) c.per_tensor_s = std::max(0.0, slope);
   }
   return c;
 }
