@@ -403,6 +403,8 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"calibrate --device cpu --out /tmp/x.h5 --procs two", "--procs: 'two' is not a whole number"},
       {"calibrate --device cpu --out /tmp/x.h5 --models gpt5", "gpt5"},
       {"calibrate --device cpu --out /tmp/x.h5 --time-limit soon", "--time-limit: 'soon' is not a number of seconds in (0, 2592000]"},
+      {"calibrate --device cpu --out /tmp/x.h5 --python ''", "--python: empty; name a Python (e.g. --python /usr/bin/python3) or none"},
+      {"predict --model gpt2 --cluster dgx-a100 --set plan.runtime=cpython", "plan.runtime: 'cpython' is not one of libtorch, python"},
       {"profile show /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
       {"profile list", "dtsim profile: unknown command 'list'; valid: show, upgrade"},
       {"predict --model gpt2 --cluster dgx-a100 --profile /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
