@@ -619,6 +619,16 @@ class Bench {
             if (llama && sig.find(",flash=1") != std::string::npos) sweep(sig);
           }
         }
+        // A context-parallel share's blocks both ways: on the p2p ring (the
+        // default) and after an all-gather (cpag=1; Note [Ring attention]
+        // in models/torch/src/torch_layers.cpp), whose attention differs.
+        if (cp > 1) {
+          dtsim::sim::WorkloadShape ag = shape;
+          ag.cp_all_gather = true;
+          for (const auto& layer : model->layers(ag)) {
+            if (layer.signature.find(",cpag=1") != std::string::npos) sweep(layer.signature);
+          }
+        }
         // The whole model once per sequence length at the largest
         // micro-batch (the quick sweep: the shortest only). Not on a GPU:
         // its profiles price the step by Note [Host launch] instead of

@@ -148,8 +148,9 @@ namespace dtsim::models::detail {
 //   AttnFuncWithCPAndKVAllGather): one all-gather of K and V before
 //   attention; backward gathers them again and reduce-scatters dK/dV.
 // Both keep only the local K/V (and fused attention's log-sum-exp per
-// step). Eager attention under cp computes this rank's s/cp query rows
-// against all s keys and keeps those scores: b a (s/cp) s.
+// step). Eager attention after the all-gather computes this rank's s/cp
+// query rows against all s keys and keeps those scores, b a (s/cp) s; the
+// ring computes block by block and keeps none (Note [Ring attention]).
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
                              bool causal, bool dropout, std::int64_t window, bool fp32_softmax, std::int64_t dv) {
   using sim::KernelKind;
@@ -186,6 +187,25 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     c.forward.push_back(f);
     c.backward.push_back(g);
     c.saved = lse;
+  } else if (cp > 1 && !shape.cp_all_gather) {
+    // Note [Ring attention] (models/torch/src/torch_layers.cpp): the p2p ring
+    // computes block by block with an online softmax, as TE's
+    // AttnFuncWithCPAndKVP2P does whatever the kernel: of the 4 cp pairs of
+    // chunks of s / 2cp tokens a rank's queries meet, 2 cp + 2 (its own
+    // block whole, masked, and half of each other rank's; all 4 cp without
+    // a causal mask); it keeps the log-sum-exp, not the scores, and backward
+    // recomputes the probabilities (five GEMMs to forward's two, as
+    // FlashAttention's).
+    const std::int64_t chunk = s / (2 * cp), pairs = causal ? 2 * cp + 2 : 4 * cp;
+    check_size(static_cast<double>(b) * heads * pairs * chunk * chunk * 4, "attention scores");
+    const Bytes scores = b * heads * pairs * chunk * chunk;
+    auto& k = c.forward;
+    k.push_back(gemm("attn.ring.scores", chunk, chunk, d, e, b * heads * pairs, KernelKind::kAttention));
+    k.push_back(memory_op("attn.ring.softmax", KernelKind::kNorm, 4 * scores, 4 * scores, 5.0 * scores));
+    k.push_back(gemm("attn.ring.av", chunk, dv, chunk, e, b * heads * pairs, KernelKind::kAttention));
+    c.backward = backward_of(c.forward);
+    c.backward.insert(c.backward.begin(), k.begin(), k.begin() + 2);  // the scores and probabilities again
+    c.saved = 4 * b * heads * sq;                                      // the log-sum-exp
   } else {
     check_size(static_cast<double>(b) * heads * sq * s * e, "attention scores");
     const Bytes scores = b * heads * sq * s;
@@ -266,7 +286,9 @@ sim::Layer classifier_head(const std::string& name, const sim::WorkloadShape& sh
 }
 
 std::string attention_signature(const sim::WorkloadShape& shape) {
-  return (shape.cp > 1 ? ",cp=" + std::to_string(shape.cp) : std::string()) + (shape.flash_attention ? ",flash=1" : "");
+  // cpag=1: the all-gather's attention, against the p2p ring's (Note [Ring attention]).
+  return (shape.cp > 1 ? ",cp=" + std::to_string(shape.cp) + (shape.cp_all_gather ? ",cpag=1" : "") : std::string()) +
+         (shape.flash_attention ? ",flash=1" : "");
 }
 
 std::int64_t local_tokens(const sim::WorkloadShape& shape) { return shape.micro_batch * (shape.seq_len / shape.cp); }

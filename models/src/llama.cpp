@@ -325,6 +325,9 @@ class Llama final : public ZooModel {
     pre.push_back(norm("input_layernorm", tn));
     AttentionCore core;
     Bytes attention = 0;  // saved by the attention beyond the norms and its core
+    // Fused attention, or the p2p ring's block-by-block attention (Note [Ring
+    // attention] in models/torch/src/torch_layers.cpp): no scores kept.
+    const bool blockwise = shape.flash_attention || (shape.cp > 1 && !shape.cp_all_gather);
     std::int64_t o_in = 0;  // o_proj's input width on this rank
     if (mla()) {
       // Note [Multi-head latent attention]
@@ -346,7 +349,7 @@ class Llama final : public ZooModel {
       core = attention_core(shape, al, al, qk, true, false, 0, true, v);
       // Q, K (nope and rope joined) and V for the core; o_proj's input.
       attention += e * t * al * (2 * qk + v) + g * t * al * v + core.saved;
-      if (shape.flash_attention) attention += e * t * al * v;  // O, kept by the fused kernel
+      if (blockwise) attention += e * t * al * v;  // O, kept by the fused kernel
       o_in = al * v;
     } else {
       const std::int64_t kvl = c_.kv_heads / tp;
@@ -356,10 +359,10 @@ class Llama final : public ZooModel {
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
       pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
       // Eager attention keeps the expanded (or gathered) K and V in the core
-      // instead of the local ones.
-      const bool local_kv = shape.flash_attention || (al == kvl && shape.cp == 1);
+      // instead of the local ones; the ring keeps the last block it held.
+      const bool local_kv = blockwise || (al == kvl && shape.cp == 1);
       attention += e * q + (local_kv ? 2 * e * kv : 0) + g * q + core.saved;
-      if (shape.flash_attention) attention += e * q;  // O, kept by the fused kernel beside o_proj's input
+      if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
       if (c_.qk_norm) attention += (4 + e) * (q + kv);
       o_in = al * d;
     }

@@ -94,6 +94,24 @@ struct ExitTp : torch::autograd::Function<ExitTp> {
 
 Group* g_cp = nullptr;  // this rank's context-parallel group
 
+/// One step of the p2p ring (Note [Ring attention] in models/torch): posts
+/// the send of x to the next cp rank and the receive from the previous one
+/// (backward: the other way round, on a channel of its own), and returns
+/// the wait, which the trace draws as "cp send_recv".
+std::function<torch::Tensor()> cp_shift(const torch::Tensor& x, bool forward) {
+  const int n = g_cp->size, me = g_cp->rank, tag = forward ? 1 : 2;
+  std::vector<torch::Tensor> send{x.contiguous()}, recv{torch::empty_like(send[0])};
+  auto sent = g_cp->pg->send(send, forward ? (me + 1) % n : (me + n - 1) % n, tag);
+  auto came = g_cp->pg->recv(recv, forward ? (me + n - 1) % n : (me + 1) % n, tag);
+  return [send, recv, sent, came]() {
+    const double t0 = now_us();
+    g_tp_clock->wait(came);
+    g_tp_clock->wait(sent);
+    if (g_tp_trace) g_tp_trace("cp send_recv", t0);
+    return recv[0];
+  };
+}
+
 /// Note [Context parallelism] (models/torch): all-gather of a block's keys
 /// and values along `dim` in cp-rank order; backward reduce-scatters their
 /// gradient, so each rank gets the sum over every rank's attention of the
@@ -522,6 +540,7 @@ class Trainer {
     cp.rank = cp_rank_;
     cp.size = p.cp;
     cp.gather = [](const torch::Tensor& x, std::int64_t dim) { return GatherCp::apply(x, dim); };
+    if (p.cp_comm == sim::CpComm::kP2p) cp.shift = cp_shift;  // the Llama blocks' ring; GPT-2's gather (validate.cpp)
     models::ExpertParallel ep;
     ep.rank = ep_.rank;
     ep.size = p.ep;

@@ -274,11 +274,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       " (" + s.spec.origins.of("plan.fsdp") + ")");
     s.spec.fsdp_wrap = sim::FsdpWrap::kLayers;
   }
-  if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p) {
-    // Note [Context parallelism] (models/torch): the runtime moves K/V by
-    // all-gather only; predict what runs.
-    s.notes.push_back("cp_comm p2p -> all_gather: the runtime exchanges keys and values by one all-gather, not the p2p ring (" +
-                      s.spec.origins.of("plan.cp_comm") + ")");
+  if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p && s.model->layers({}).front().signature.rfind("gpt2.", 0) == 0) {
+    // Note [Ring attention] (models/torch): the Llama blocks run the p2p
+    // ring, GPT-2's gather the keys and values; predict what runs.
+    s.notes.push_back("cp_comm p2p -> all_gather: the runtime's GPT-2 blocks exchange keys and values by one all-gather, not the p2p "
+                      "ring (" + s.spec.origins.of("plan.cp_comm") + ")");
     s.spec.cp_comm = sim::CpComm::kAllGather;
   }
   if (!o.profile.empty()) s.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(o.profile));

@@ -226,6 +226,43 @@ TEST_CASE("context parallelism divides activations by cp and passes K/V around t
   // Embedding and head work on this rank's s/cp tokens: the head keeps the
   // fp32 log-softmax of b (s/cp) tokens over the vocabulary, among others.
   CHECK(m->layers(w).back().backward_workspace_bytes == 8 * b * (s / cp) * 128256);
+  // The signatures tell the two apart: calibration times the ring's
+  // attention or the all-gather's.
+  CHECK(ag.signature.find(",cp=4,cpag=1") != std::string::npos);
+  CHECK(part.signature.find("cpag") == std::string::npos);
+}
+
+TEST_CASE("eager attention on the p2p ring keeps the log-sum-exp, not the scores (Note [Ring attention])", "[llama][cp]") {
+  const auto m = load_model("llama-3-8b");  // 32 heads of 128, 8 key-value heads
+  const std::int64_t b = 1, s = 8192, e = 2, cp = 4, c = s / (2 * cp);
+  auto w = shape(b, s, e);
+  w.cp = cp;
+  w.flash_attention = true;
+  const sim::Layer flash = m->layers(w)[1];
+  w.flash_attention = false;
+  const sim::Layer ring = m->layers(w)[1];
+  w.cp_all_gather = true;
+  const sim::Layer gathered = m->layers(w)[1];
+  // The ring keeps what fused attention keeps: its output O (e t a d, t =
+  // b s/cp tokens), the last K/V block it held (2 e t kv d) and the fp32
+  // log-sum-exp (4 t a). After an all-gather, eager attention keeps instead
+  // this rank's scores against the whole sequence with their fp32 softmax
+  // ((e + 4) b a (s/cp) s) and the gathered K, V expanded to every head
+  // (e b s a 2d).
+  CHECK(ring.saved_bytes == flash.saved_bytes);
+  const std::int64_t t = b * (s / cp);
+  CHECK(gathered.saved_bytes - ring.saved_bytes ==
+        (e + 4) * b * 32 * (s / cp) * s + e * b * s * 32 * 256 - (e * t * 32 * 128 + 2 * e * t * 8 * 128 + 4 * t * 32));
+  // Scores for 2 cp + 2 = 10 of the 16 chunk pairs of c = 1,024 tokens
+  // (the own block's 4, masked, and 2 of each other rank's): 2 b a 10 c^2 d FLOPs.
+  double scores = 0;
+  int gemms_bwd = 0;
+  for (const auto& k : ring.forward) {
+    if (k.name == "attn.ring.scores") scores = k.flops;
+  }
+  for (const auto& k : ring.backward) gemms_bwd += k.name.rfind("attn.ring.scores", 0) == 0 || k.name.rfind("attn.ring.av", 0) == 0;
+  CHECK(scores == Approx(2.0 * b * 32 * 10 * c * c * 128));
+  CHECK(gemms_bwd == 5);  // the scores again, dV, dP, dQ, dK
 }
 
 TEST_CASE("FP8 saves the Linear layers' inputs at 1 byte", "[llama][fp8]") {

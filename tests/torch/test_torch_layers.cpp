@@ -7,6 +7,9 @@
 #include <catch2/catch.hpp>
 
 #include <barrier>
+#include <condition_variable>
+#include <deque>
+#include <mutex>
 #include <set>
 #include <thread>
 
@@ -480,12 +483,107 @@ TEST_CASE("context-parallel ranks compute the whole block's output at their toke
     }
   }
   }
-  // One rank's share for calibration (cp=2 in the signature, local gather):
+  // One rank's share for calibration (cp=2 in the signature, a local ring):
   // input [b, s/2, h], output the same.
   auto share = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=0,mb=0,qkn=1,cp=2");
   const auto in = share->make_inputs(2, 16, torch::TensorOptions());
   CHECK(in[0].size(1) == 8);
   CHECK(share->forward(in).sizes() == in[0].sizes());
+}
+
+TEST_CASE("the p2p ring trains as the unsplit block does (Note [Ring attention])", "[torch][llama][cp]") {
+  // Each cp rank, a thread each, runs its block with keys and values going
+  // round the ring (forward to rank + 1, backward to rank - 1) through
+  // in-process mailboxes. Forward must give the unsplit block's output at
+  // its tokens; backward the unsplit input gradient at its tokens, and the
+  // parameter gradients summed over the ranks must be the unsplit block's
+  // (each rank differentiates the loss over its own tokens only). With
+  // grouped-query heads and qk-norm; then Mistral's window of 5 tokens.
+  for (const std::string sig : {"llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=0,mb=0,qkn=1",
+                                "llama.block:h=32,a=4,kv=1,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,sw=5"}) {
+    INFO(sig);
+    constexpr std::int64_t kSeq = 16;
+    torch::manual_seed(7);
+    const auto x = torch::randn({2, kSeq, 32});
+    const auto weight = torch::randn({2, kSeq, 32});  // loss = sum(out * weight)
+    torch::manual_seed(1);
+    auto whole = models::make_torch_layer(sig);
+    const auto xw = x.clone().requires_grad_(true);
+    const auto want = whole->forward({xw});
+    (want * weight).sum().backward();
+    for (const int n : {2, 4}) {
+      INFO("cp " << n);
+      struct Mailbox {
+        std::mutex mu;
+        std::condition_variable cv;
+        std::deque<torch::Tensor> q;
+      };
+      std::vector<Mailbox> fwd(n), bwd(n);
+      std::vector<std::unique_ptr<models::TorchLayer>> layers;
+      for (int r = 0; r < n; ++r) {
+        models::ContextParallel cp;
+        cp.rank = r;
+        cp.size = n;
+        cp.gather = [](const torch::Tensor& t, std::int64_t) { return t; };  // not called by the ring
+        cp.shift = [&, r, n](const torch::Tensor& t, bool forward) {
+          Mailbox& to = forward ? fwd[(r + 1) % n] : bwd[(r + n - 1) % n];
+          {
+            std::lock_guard<std::mutex> lock(to.mu);
+            to.q.push_back(t.clone());
+          }
+          to.cv.notify_all();
+          Mailbox& mine = forward ? fwd[r] : bwd[r];
+          return std::function<torch::Tensor()>([&mine] {
+            std::unique_lock<std::mutex> lock(mine.mu);
+            mine.cv.wait(lock, [&] { return !mine.q.empty(); });
+            torch::Tensor got = mine.q.front();
+            mine.q.pop_front();
+            return got;
+          });
+        };
+        torch::manual_seed(1);
+        layers.push_back(models::make_torch_layer(sig + ",cp=" + std::to_string(n), local_tp(0, 1), cp));
+      }
+      std::vector<torch::Tensor> outs(n), grads(n);
+      std::vector<std::thread> threads;
+      for (int r = 0; r < n; ++r) {
+        threads.emplace_back([&, r] {
+          const auto pos = models::cp_positions(kSeq, r, n);
+          const auto xr = x.index_select(1, pos).requires_grad_(true);
+          outs[r] = layers[r]->forward({xr});
+          (outs[r] * weight.index_select(1, pos)).sum().backward();
+          grads[r] = xr.grad();
+        });
+      }
+      for (auto& t : threads) t.join();
+      for (int r = 0; r < n; ++r) {
+        INFO("rank " << r);
+        const auto pos = models::cp_positions(kSeq, r, n);
+        CHECK(torch::allclose(outs[r].detach(), want.detach().index_select(1, pos), 1e-5, 1e-6));
+        CHECK(torch::allclose(grads[r], xw.grad().index_select(1, pos), 1e-5, 1e-6));
+      }
+      const auto named = whole->module().named_parameters();
+      for (const auto& p : named) {
+        INFO(p.key());
+        torch::Tensor sum = torch::zeros_like(p.value());
+        for (int r = 0; r < n; ++r) sum += layers[r]->module().named_parameters()[p.key()].grad();
+        CHECK(torch::allclose(sum, p.value().grad(), 1e-4, 1e-5));
+      }
+    }
+  }
+  // Calibration's share (cp=2, no cpag: a local ring) runs forward and
+  // backward on [b, s/2, h]; with cpag=1, a group running the ring is refused.
+  auto share = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=0,mb=0,qkn=1,cp=2");
+  const auto in = share->make_inputs(2, 16, torch::TensorOptions());
+  const auto y = share->forward(in);
+  y.sum().backward();
+  CHECK(in[0].grad().sizes() == in[0].sizes());
+  models::ContextParallel ring;
+  ring.size = 2;
+  ring.gather = [](const torch::Tensor& t, std::int64_t) { return t; };
+  ring.shift = [](const torch::Tensor& t, bool) { return std::function<torch::Tensor()>([t] { return t; }); };
+  CHECK(test::error_of([&] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,cp=2,cpag=1", local_tp(0, 1), ring); })
+            .find("cpag=1 (the all-gather) but the group runs the p2p ring") != std::string::npos);
 }
 
 TEST_CASE("seed 003's models run end to end through their twins, layer feeding layer", "[torch][seed003]") {

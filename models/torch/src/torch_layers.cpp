@@ -40,7 +40,7 @@ struct Signature {
   std::int64_t get(const std::string& key) const {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
-    const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg";
+    const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag";
     // A width that may be absent (a MoE block's shared experts).
     if (key == "fs" && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
@@ -492,6 +492,181 @@ struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
   }
 };
 
+
+// Note [Ring attention]
+// cp_comm p2p as Transformer Engine's AttnFuncWithCPAndKVP2P runs it (the
+// attention Megatron-Core's context parallelism calls; transformer_engine/
+// pytorch/attention/dot_product_attention/context_parallel.py): cp steps,
+// each attending this rank's queries to one rank's keys and values, which
+// meanwhile go on round the ring (send to rank + 1, receive from rank - 1),
+// so that at step i the block in hand is rank (r - i)'s. The steps' partial
+// results merge by their log-sum-exp (online softmax, Milakov and
+// Gimelshein 2018); forward keeps q, the output, the log-sum-exp and the
+// last block it held: no scores.
+// Each step is one of TE's three cases (rank r holds chunks r and 2cp-1-r,
+// Note [Context parallelism]): at step 0 its own block, causally; then an
+// earlier rank's block, whose first chunk every query sees and whose second
+// none does; or a later rank's, all of which r's second chunk sees and none
+// of which its first does. So a step is one block of work, and a rank
+// computes the scores of 2 cp + 2 of the 4 cp chunk pairs (eager math masks
+// the fourth of its own block where a fused kernel skips it: 2 cp + 1).
+// Backward runs the ring the other way (TE's): it starts from the block
+// forward ended with (rank r + 1's, which forward keeps instead of its
+// own) and at step i holds rank (r + 1 + i)'s, so its own comes last. Each
+// step sends rank r - 1 the block in hand (that rank's next) with the dK,
+// dV of the one before (that rank's current), recomputes its probabilities
+// from the saved log-sum-exp, adds to dQ, and adds its share to the dK, dV
+// that arrive from rank r + 1 with the block; at the last step those are
+// every other rank's shares of its own keys and values. cp - 1 transfers of
+// K/V and cp - 1 of dK/dV, each posted before the step's compute and waited
+// after it. Mistral's sliding window masks by positions within a step's
+// block, skipping one it hides whole. Precision as gqa_core's softmax:
+// scores, probabilities and sums in fp32.
+namespace ring {
+
+/// [b, kv_heads, c, d] repeated for the query heads each serves: [b, kv_heads * rep, c, d].
+torch::Tensor expand_heads(const torch::Tensor& t, std::int64_t rep) {
+  if (rep == 1) return t;
+  const auto b = t.size(0), kvh = t.size(1), c = t.size(2), d = t.size(3);
+  return t.unsqueeze(2).expand({b, kvh, rep, c, d}).reshape({b, kvh * rep, c, d});
+}
+
+/// [b, kv_heads * rep, c, d] summed back onto the key-value heads.
+torch::Tensor fold_heads(const torch::Tensor& t, std::int64_t rep) {
+  if (rep == 1) return t;
+  return t.view({t.size(0), t.size(1) / rep, rep, t.size(2), t.size(3)}).sum(2);
+}
+
+/// One step's work (TE's three cases): this rank's queries [q0, q0 + qn)
+/// against the block's keys [k0, k0 + kn), masked where `mask` is defined
+/// (true: not visible), nothing where `skip`.
+struct Block {
+  std::int64_t q0 = 0, qn = 0, k0 = 0, kn = 0;
+  torch::Tensor mask;
+  bool skip = false;
+};
+
+/// Rank r's step against source rank src's keys, each rank's s/cp tokens
+/// being chunks r and 2cp-1-r (Note [Context parallelism]): its own block
+/// causally; an earlier rank's first chunk (its second is after both of
+/// r's) by every query; a later rank's whole block by r's second chunk
+/// only (its first is before both of them).
+Block block_of(const torch::Tensor& qpos, std::int64_t r, std::int64_t src, std::int64_t cp, std::int64_t window) {
+  const std::int64_t sq = qpos.size(0), c = sq / 2;
+  Block b;
+  if (src == r) b = {0, sq, 0, sq, {}, false};
+  else if (src < r) b = {0, sq, 0, c, {}, false};
+  else b = {c, c, 0, sq, {}, false};
+  if (src != r && window == 0) return b;
+  const torch::Tensor kpos = cp_positions(sq * cp, static_cast<int>(src), static_cast<int>(cp)).to(qpos.device()).narrow(0, b.k0, b.kn);
+  const torch::Tensor q = qpos.narrow(0, b.q0, b.qn).unsqueeze(1);
+  auto m = kpos.unsqueeze(0) > q;
+  if (window > 0) m = m | (kpos.unsqueeze(0) <= q - window);
+  if (m.all().item<bool>()) {
+    b.skip = true;
+  } else if (m.any().item<bool>()) {
+    b.mask = m;
+  }
+  return b;
+}
+
+/// fp32 scores of queries q [b, heads, qn, d] against keys k [b, heads, kn, d], masked.
+torch::Tensor scores(const torch::Tensor& q, const torch::Tensor& k, const Block& blk, double scale) {
+  auto s = torch::matmul(q, k.transpose(-1, -2)).to(torch::kFloat) * scale;
+  if (blk.mask.defined()) s.masked_fill_(blk.mask, -std::numeric_limits<float>::infinity());
+  return s;
+}
+
+/// Causal (and windowed) attention of this rank's q [b, heads, s/cp, d]
+/// against every cp rank's k and v [b, kv_heads, s/cp, d], the keys and
+/// values travelling round the ring (Note [Ring attention]).
+struct RingGqa : torch::autograd::Function<RingGqa> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& qpos, std::int64_t window, std::int64_t group) {
+    const auto* cp = reinterpret_cast<const ContextParallel*>(group);
+    const std::int64_t n = cp->size, r = cp->rank, rep = q.size(1) / k.size(1);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const auto f32 = q.options().dtype(torch::kFloat);
+    // The online softmax's state per query: running max, sum and output.
+    torch::Tensor m = torch::full({q.size(0), q.size(1), q.size(2)}, -std::numeric_limits<float>::infinity(), f32);
+    torch::Tensor l = torch::zeros(m.sizes(), f32), acc = torch::zeros({q.size(0), q.size(1), q.size(2), v.size(3)}, f32);
+    torch::Tensor kv = torch::stack({k, v});
+    for (std::int64_t step = 0; step < n; ++step) {
+      std::function<torch::Tensor()> next;
+      if (step + 1 < n) next = cp->shift(kv, true);
+      const Block blk = block_of(qpos, r, (r - step + n) % n, n, window);
+      if (!blk.skip) {
+        const auto s = scores(q.narrow(2, blk.q0, blk.qn), expand_heads(kv[0], rep).narrow(2, blk.k0, blk.kn), blk, scale);
+        auto mq = m.narrow(2, blk.q0, blk.qn), lq = l.narrow(2, blk.q0, blk.qn), aq = acc.narrow(2, blk.q0, blk.qn);
+        const auto m_new = torch::maximum(mq, std::get<0>(s.max(-1)));
+        const auto safe = m_new.masked_fill(m_new.isneginf(), 0);  // a row with nothing visible yet
+        const auto e = torch::exp(s - safe.unsqueeze(-1));
+        const auto alpha = torch::exp(mq - safe);
+        const auto vv = expand_heads(kv[1], rep).narrow(2, blk.k0, blk.kn);
+        lq.copy_(lq * alpha + e.sum(-1));
+        aq.copy_(aq * alpha.unsqueeze(-1) + torch::matmul(e.to(vv.scalar_type()), vv).to(torch::kFloat));
+        mq.copy_(m_new);
+      }
+      if (next) kv = next();
+    }
+    // Every query sees its own position (step 0): l > 0.
+    const torch::Tensor out = (acc / l.unsqueeze(-1)).to(q.scalar_type());
+    const torch::Tensor lse = m + torch::log(l);
+    ctx->save_for_backward({q, kv, qpos, out, lse});  // kv: rank r + 1's, where backward's ring starts (TE's)
+    ctx->saved_data["window"] = window;
+    ctx->saved_data["group"] = group;
+    return out;
+  }
+
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const torch::Tensor &q = saved[0], &qpos = saved[2], &out = saved[3], &lse = saved[4];
+    torch::Tensor kv = saved[1];  // rank r + 1's keys and values, the last block forward held
+    const auto* cp = reinterpret_cast<const ContextParallel*>(ctx->saved_data["group"].toInt());
+    const std::int64_t window = ctx->saved_data["window"].toInt();
+    const std::int64_t n = cp->size, r = cp->rank, rep = q.size(1) / kv.size(2);
+    const double scale = 1.0 / std::sqrt(static_cast<double>(q.size(3)));
+    const torch::Tensor dout = grad[0].contiguous();
+    const torch::Tensor delta = (dout.to(torch::kFloat) * out.to(torch::kFloat)).sum(-1);  // rowsum(dO * O) [b, heads, sq]
+    torch::Tensor dq = torch::zeros(q.sizes(), q.options().dtype(torch::kFloat));
+    torch::Tensor dkv;  // the block in hand's dK, dV so far
+    for (std::int64_t step = 0; step < n; ++step) {
+      // Sent to rank r - 1: the block in hand (its next) and the last step's
+      // block's dK, dV (its current); none of the one at step 0, no block at the last.
+      const torch::Tensor send = step == 0 ? kv : step + 1 == n ? dkv : torch::cat({kv, dkv});
+      const std::function<torch::Tensor()> came = cp->shift(send, false);
+      const Block blk = block_of(qpos, r, (r + 1 + step) % n, n, window);
+      const torch::Tensor kk = expand_heads(kv[0], rep), vv = expand_heads(kv[1], rep);
+      torch::Tensor dk = torch::zeros(kk.sizes(), dq.options()), dv = torch::zeros(vv.sizes(), dq.options());
+      if (!blk.skip) {
+        const auto qc = q.narrow(2, blk.q0, blk.qn), doc = dout.narrow(2, blk.q0, blk.qn);
+        const auto kc = kk.narrow(2, blk.k0, blk.kn), vc = vv.narrow(2, blk.k0, blk.kn);
+        const auto prob = torch::exp(scores(qc, kc, blk, scale) - lse.narrow(2, blk.q0, blk.qn).unsqueeze(-1));
+        dv.narrow(2, blk.k0, blk.kn).copy_(torch::matmul(prob.transpose(-1, -2).to(doc.scalar_type()), doc));
+        const auto dp = torch::matmul(doc, vc.transpose(-1, -2)).to(torch::kFloat);
+        const auto ds = (prob * (dp - delta.narrow(2, blk.q0, blk.qn).unsqueeze(-1))).to(q.scalar_type());
+        dq.narrow(2, blk.q0, blk.qn).add_(torch::matmul(ds, kc).to(torch::kFloat) * scale);
+        dk.narrow(2, blk.k0, blk.kn).copy_(torch::matmul(ds.transpose(-1, -2), qc).to(torch::kFloat) * scale);
+      }
+      torch::Tensor mine = torch::stack({fold_heads(dk, rep), fold_heads(dv, rep)});
+      const torch::Tensor got = came();  // from rank r + 1: the next block, and the later ranks' dK, dV of this one
+      if (step == 0) {
+        kv = got;
+      } else if (step + 1 == n) {
+        mine = mine + got.to(torch::kFloat);
+      } else {
+        kv = got.narrow(0, 0, 2);
+        mine = mine + got.narrow(0, 2, 2).to(torch::kFloat);
+      }
+      dkv = mine.to(q.scalar_type());
+    }
+    // The last block in hand was this rank's own, its dK, dV now summed over every rank.
+    return {dq.to(q.scalar_type()), dkv[0], dkv[1], torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+}  // namespace ring
+
 struct LlamaEmbed : nn::Module {
   LlamaEmbed(std::int64_t h, std::int64_t v) : embed_tokens(register_module("embed_tokens", nn::Embedding(v, h))), vocab(v) {}
   nn::Embedding embed_tokens;
@@ -742,6 +917,11 @@ struct LlamaBlock : nn::Module {
     const torch::Tensor qpos = cp ? cp_positions(sl * cp->size, cp->rank, cp->size).to(x.device()) : torch::arange(sl, ids);
     q = rotary(q.transpose(1, 2), qpos);
     k = rotary(k.transpose(1, 2), qpos);
+    if (cp && cp->shift) {
+      // Note [Ring attention]: the keys and values go round the cp ranks; it keeps no scores, so nothing to recompute.
+      const auto ctx = ring::RingGqa::apply(q, k, v.contiguous(), qpos, shape.window, reinterpret_cast<std::int64_t>(cp.get()));
+      return finish(x, ctx, b, sl, heads * d, t);
+    }
     // Note [Context parallelism]: every rank's keys and values [b, kv_heads, s, d], in cp-rank order.
     const CpAttention all(cp.get(), k, v, 2);
     const torch::Tensor kpos = cp ? all.kpos : qpos;
@@ -749,7 +929,12 @@ struct LlamaBlock : nn::Module {
     const auto ctx = recompute_core && torch::GradMode::is_enabled()
                          ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal)
                          : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal);
-    const auto y = x + row_parallel(o_proj, ctx.transpose(1, 2).reshape({b, sl, heads * d}), t);
+    return finish(x, ctx, b, sl, heads * d, t);
+  }
+  /// The output projection and the MLP after attention's ctx [b, heads, s, d].
+  torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& ctx, std::int64_t b, std::int64_t sl, std::int64_t width,
+                       const TensorParallel* t) {
+    const auto y = x + row_parallel(o_proj, ctx.transpose(1, 2).reshape({b, sl, width}), t);
     const auto z = enter(post_attention_layernorm->forward(y), t);
     if (moe) return y + moe->forward(z);
     return y + row_parallel(down_proj, F::silu(gate_proj(z)) * up_proj(z), t);
@@ -1329,6 +1514,7 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
   // embedding needs their global positions; the blocks attend over the group.
   if (s.kind == "llama.embed" || s.kind == "llama.head" || s.kind == "gpt2.head") return;
   if (!cp.gather || cp.rank < 0 || cp.rank >= cp.size) throw ConfigError(at + "context parallelism needs a rank in [0, size) and a gather");
+  if (cp.shift && s.get_or("cpag", 0) != 0) throw ConfigError(at + "cpag=1 (the all-gather) but the group runs the p2p ring");
   const auto shared = std::make_shared<ContextParallel>(cp);
   if (auto* e = dynamic_cast<Gpt2EmbedLayer*>(&layer)) {
     e->embed().cp = shared;
@@ -1347,11 +1533,16 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
   const auto tp = parse_signature(signature).get_or("tp", 1);
   const auto cp = parse_signature(signature).get_or("cp", 1);
   if (cp > 1) {
-    // Rank 0's block with a local gather: its own keys and values cp times
-    // over, the shapes and work of the gathered ones.
+    // Rank 0's block with a local gather (its own keys and values cp times
+    // over, the shapes and work of the gathered ones) or, without cpag=1, a
+    // local ring: each step's block is its own, at the positions of the
+    // rank it would have come from (Note [Ring attention]).
     ContextParallel local;
     local.size = static_cast<int>(cp);
     local.gather = [cp](const torch::Tensor& x, std::int64_t dim) { return torch::cat(std::vector<torch::Tensor>(cp, x), dim); };
+    if (parse_signature(signature).get_or("cpag", 0) == 0) {
+      local.shift = [](const torch::Tensor& x, bool) { return std::function<torch::Tensor()>([x] { return x; }); };
+    }
     place_cp(*layer, signature, local);
   }
   if (tp > 1) {

@@ -122,14 +122,20 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
 /// and 2cp-1-r, so every rank has as much of the causal triangle as the
 /// others. A block's input is its rank's [b, s/cp, h]; rotary positions and
 /// the causal mask use the tokens' global positions, and attention needs the
-/// keys and values of the whole sequence: the runtime supplies `gather`, an
-/// all-gather over the cp group along dimension `dim` in cp-rank order whose
-/// backward reduce-scatters the gradient (cp_comm all_gather; the p2p ring
-/// runs this path too, runtime/README.md).
+/// keys and values of the whole sequence. The runtime supplies either
+/// `gather`, an all-gather over the cp group along dimension `dim` in
+/// cp-rank order whose backward reduce-scatters the gradient (cp_comm
+/// all_gather), or `shift`, one step of the p2p ring (cp_comm p2p, Note [Ring
+/// attention] in src/torch_layers.cpp): it starts sending `x` to cp rank
+/// rank + 1 and receiving rank - 1's tensor of x's shape (`forward`; the
+/// other way round in backward, both mod size), and the function it
+/// returns waits and gives what came.
+/// A Llama block with `shift` runs the ring; GPT-2's blocks gather.
 struct ContextParallel {
   int rank = 0;
   int size = 1;
   std::function<torch::Tensor(const torch::Tensor&, std::int64_t dim)> gather;
+  std::function<std::function<torch::Tensor()>(const torch::Tensor& x, bool forward)> shift;
 };
 
 /// The global positions of context-parallel rank `rank`'s tokens of a
@@ -139,10 +145,12 @@ torch::Tensor cp_positions(std::int64_t seq, int rank, int size);
 
 /// As make_torch_layer(signature, tp), for context parallelism too: a
 /// signature's `cp=`, where it has one, must equal cp.size, and its block
-/// attends with the whole sequence's keys and values through cp.gather.
+/// attends with the whole sequence's keys and values through cp.gather or cp.shift.
 /// make_torch_layer(signature) on a signature with cp=k builds rank 0's
-/// block with a local gather (its own keys and values k times over): one
-/// rank's computation without the collective.
+/// block with a local exchange: the ring's steps against its own keys and
+/// values at the other ranks' positions, or with cpag=1 a local gather (its
+/// own keys and values k times over): one rank's computation without the
+/// collective.
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp);
 
 /// Note [Expert parallelism]
