@@ -10,6 +10,7 @@
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/search.hpp"
 #include "fake_model.hpp"
 #include "test_util.hpp"
@@ -167,4 +168,29 @@ TEST_CASE("tp_comm_overlap hides sequence parallelism's collectives behind the G
   CHECK(static_cast<double>(serial - overlapped) == Approx(saved).epsilon(1e-3));
   CHECK_THAT(error_of([&] { resolve(parse_plan("tp: 2\ntp_comm_overlap: true\n", "p.yaml"), *llama, c); }),
              Catch::Contains("plan.tp_comm_overlap: true needs sequence_parallel: true"));
+}
+
+TEST_CASE("cp alone still reduces gradients: DDP keeps its buckets at dp 1, cp 2 (Megatron-Core's dp x cp group)", "[cp]") {
+  // Each cp rank's gradients are its tokens' share, summed over the cp
+  // group as over data-parallel ranks, so DDP keeps its bucket buffers (a
+  // second copy of the gradients, Note [DDP buckets]: the parameters'
+  // bytes again) with dp 1 as with dp 2, and a pipeline's stages all-reduce.
+  const auto llama = models::load_model("llama-tiny");
+  const ClusterSpec c = test::round_cluster(1, 2);
+  auto memory = [&](const std::string& yaml) { return predict(*llama, parse_plan(yaml, "p.yaml"), c).ranks.at(0); };
+  const RankMemory cp2 = memory("cp: 2\nprecision: fp32\nseq_len: 128\n");
+  const RankMemory dp2 = memory("precision: fp32\nseq_len: 128\n");
+  CHECK(cp2.buffers - c.device.runtime_reserved == cp2.parameters);
+  CHECK(cp2.buffers == dp2.buffers);
+  // Two stages of a cp 2 pipeline on 4 GPUs: each stage's ranks all-reduce over the cp group.
+  const ClusterSpec four = test::round_cluster(1, 4);
+  ResolvedPlan p = resolve(parse_plan("cp: 2\npp: 2\nmicro_batches: 2\nprecision: fp32\nseq_len: 128\n", "p.yaml"), *llama, four);
+  REQUIRE(p.dp == 1);
+  const test::FixedCompute compute(1'000'000);
+  const FixedComm comm(1'000);
+  partition(p, *llama, four, compute, comm);
+  const TaskGraph g = lower(*llama, p, four, CostModels{&compute, &comm});
+  const auto reduces = std::count_if(g.tasks.begin(), g.tasks.end(),
+                                     [](const Task& t) { return t.kind == TaskKind::kCollective && t.op == CollectiveOp::kAllReduce; });
+  CHECK(reduces > 0);
 }

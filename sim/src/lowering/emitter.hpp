@@ -176,7 +176,7 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   const bool megatron_buffer = plan.accumulate_allreduce_grads_in_fp32;
   if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});
   r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
-  if (plan.zero_stage == 0 && plan.dp > 1 && !megatron_buffer) r.resident.push_back({MemCategory::kBuffers, params * w});
+  if (plan.zero_stage == 0 && plan.grad_group() > 1 && !megatron_buffer) r.resident.push_back({MemCategory::kBuffers, params * w});
   r.resident.push_back({MemCategory::kBuffers, cluster.device.runtime_reserved});
 }
 

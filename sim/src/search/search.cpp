@@ -502,7 +502,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
   const double m = static_cast<double>(std::max<std::int64_t>(1, plan.grad_accum));
   const Bytes w = element_bytes(plan.precision);
   const bool resident_grads = plan.zero_stage >= 2 || plan.accumulate_allreduce_grads_in_fp32;
-  const bool ddp_buckets = plan.zero_stage == 0 && plan.dp > 1 && !plan.accumulate_allreduce_grads_in_fp32;
+  const bool ddp_buckets = plan.zero_stage == 0 && plan.grad_group() > 1 && !plan.accumulate_allreduce_grads_in_fp32;
   double time = 0;
   Bytes peak = 0;
   for (int s = 0; s < pp; ++s) {

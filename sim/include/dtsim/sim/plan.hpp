@@ -256,6 +256,10 @@ struct ResolvedPlan {
   /// them; dp, tp and pp above are its sizes. Groups come from here.
   Mesh mesh;
   int gpus_used() const { return dp * tp * pp * cp; }
+  /// The ranks a replica's gradients are reduced over: dp x cp, as
+  /// Megatron-Core's data-parallel group with context parallelism (each cp
+  /// rank's gradient is its tokens' share), so cp alone reduces too.
+  int grad_group() const { return dp * cp; }
   /// ZeRO-3 as DeepSpeed runs it: gathered module by module by its
   /// coordinator (Note [ZeRO-3 modules]); FSDP and z3_leaf_layers gather
   /// whole layers.

@@ -204,7 +204,7 @@ class ChunkBuckets final : public StrategyPass {
   /// The chunk's last backward (or weight pass) as one task per bucket.
   Span bucketed(const At& at, MemOps& on_start, MemOps& on_end, bool weight) {
     ChunkContext& c = ctx_;
-    if (!at.last_backward || c.plan.dp <= 1) return {};
+    if (!at.last_backward || c.plan.grad_group() <= 1) return {};
     // The chunk's last backward runs bucket by bucket, each bucket's
     // all-reduce overlapping the rest (Note [DDP buckets]).
     const auto vs = at.unit;
