@@ -4,9 +4,11 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <memory>
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
@@ -193,4 +195,41 @@ TEST_CASE("cp alone still reduces gradients: DDP keeps its buckets at dp 1, cp 2
   const auto reduces = std::count_if(g.tasks.begin(), g.tasks.end(),
                                      [](const Task& t) { return t.kind == TaskKind::kCollective && t.op == CollectiveOp::kAllReduce; });
   CHECK(reduces > 0);
+}
+
+TEST_CASE("cp: a profile prices the embedding and the head at the rank's s/cp tokens, a cp block at the whole sequence (Note [Profile lookups])", "[cp][profile]") {
+  // Calibration times a cp=2 block as one rank's share of sequences of s
+  // (its s/2 queries against all s keys) and the head, which has no cp=,
+  // at the tokens it is given. Under cp 2 the head sees s/2 tokens.
+  Profile p;
+  p.info["device_kind"] = "cpu";
+  auto add = [&](const std::string& sig, std::int64_t s, double ms) {
+    LayerSample x;
+    x.signature = sig;
+    x.precision = Precision::kFp32;
+    x.micro_batch = 1;
+    x.seq_len = s;
+    x.forward.median_s = ms * 1e-3;
+    x.backward.median_s = 2 * ms * 1e-3;
+    p.layers.push_back(x);
+  };
+  add("llama.head:h=128,v=1024,tied=0", 64, 1.0);
+  add("llama.head:h=128,v=1024,tied=0", 128, 2.0);
+  add("llama.block:h=128,cp=2", 64, 5.0);
+  add("llama.block:h=128,cp=2", 128, 7.0);
+  const ProfileComputeModel m(std::make_shared<const ProfileCosts>(p), *find_device("cpu"), nullptr);
+  Layer head;
+  head.kind = LayerKind::kLmHead;
+  head.signature = "llama.head:h=128,v=1024,tied=0";
+  Layer block;
+  block.kind = LayerKind::kTransformer;
+  block.signature = "llama.block:h=128,cp=2";
+  WorkloadShape shape;
+  shape.micro_batch = 1;
+  shape.seq_len = 128;
+  CHECK(m.layer_time(head, Pass::kForward, Precision::kFp32, shape) == 2 * kNsPerMs);
+  shape.cp = 2;
+  CHECK(m.layer_time(head, Pass::kForward, Precision::kFp32, shape) == 1 * kNsPerMs);
+  CHECK(m.layer_time(head, Pass::kBackward, Precision::kFp32, shape) == 2 * kNsPerMs);
+  CHECK(m.layer_time(block, Pass::kForward, Precision::kFp32, shape) == 7 * kNsPerMs);
 }

@@ -14,6 +14,12 @@
 //  4. fitted: outside the measured range, the sum of the layer's kernels
 //     priced by the fitted kernel models (below);
 //  5. analytic: no fitted kernel model for a kernel's class: the roofline.
+// A sample's b and s are the micro-batch and sequence it was measured at.
+// Under context parallelism a block whose signature carries cp=k was
+// measured as one rank's share of whole sequences of s (its s/k queries
+// against all s keys), and is looked up at s; the layers without cp= (the
+// embeddings, the heads) work on the rank's s/k tokens alone and are looked
+// up at s/k (sample_shape).
 // Steps 1-2 scale the loop times by the layer's in-step factor where the
 // profile timed its model as a whole step (Note [Layers in a step] in
 // calibrate/src/torch_bench.cpp): the ratio at the step shape nearest in tokens.
@@ -739,9 +745,24 @@ TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision 
   return kernel_sum(layer, pass, p);
 }
 
-bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& shape,
+namespace {
+
+/// The shape a layer's samples are keyed by (Note [Profile lookups]): the
+/// plan's, but the rank's s/cp tokens for a layer outside attention's
+/// context-parallel split.
+WorkloadShape sample_shape(const Layer& layer, const WorkloadShape& shape) {
+  if (shape.cp <= 1 || layer.signature.find(",cp=") != std::string::npos) return shape;
+  WorkloadShape local = shape;
+  local.seq_len = shape.seq_len / shape.cp;
+  return local;
+}
+
+}  // namespace
+
+bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Precision p, const WorkloadShape& plan_shape,
                                               TimeNs* out, bool count) const {
   CostSources* const sources_ = count ? this->sources_ : nullptr;
+  const WorkloadShape shape = sample_shape(layer, plan_shape);
   const auto* samples = costs_->layer_samples(layer.signature, p);
   if (samples != nullptr && !samples->empty()) {
     const double t = static_cast<double>(shape.micro_batch) * static_cast<double>(shape.seq_len);
@@ -801,8 +822,9 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
 // takes that format's points: fp16 and bf16 hold the same bytes (the H100
 // sweep measures fp16; the Bi-LSTM in bf16 measured 238 MiB as in fp16,
 // where the formulas alone gave 176, docs/validation-gpu.md).
-std::optional<LayerMemory> ProfileComputeModel::layer_memory(const Layer& layer, Precision p, const WorkloadShape& shape) const {
+std::optional<LayerMemory> ProfileComputeModel::layer_memory(const Layer& layer, Precision p, const WorkloadShape& plan_shape) const {
   if (layer.signature.empty()) return std::nullopt;
+  const WorkloadShape shape = sample_shape(layer, plan_shape);
   p = kernel_precision(layer, p);
   const auto* all = costs_->layer_samples(layer.signature, p);
   if (all == nullptr && (p == Precision::kBf16 || p == Precision::kFp16)) {
