@@ -1,7 +1,9 @@
-// The validation suite: `dtsim validate` on gpt2-tiny, bert-tiny and
-// bilstm-tiny under every plan the runtime runs, and moe-tiny under DDP and,
-// at ep 2, ZeRO-1 and ZeRO-2 (Note [MoE rows]), 2 processes on this CPU,
-// and a table of predicted-against-measured errors with the suite's medians.
+// The validation suite: `dtsim validate` on gpt2-tiny, bert-tiny,
+// bilstm-tiny and llama-tiny under every plan the runtime runs (llama-tiny
+// also DDP at cp 2, on the ring and gathered: Note [Llama rows]), and
+// moe-tiny under DDP and, at ep 2, ZeRO-1 and ZeRO-2 (Note [MoE rows]), 2
+// processes on this CPU, and a table of predicted-against-measured errors
+// with the suite's medians.
 //   build/bench/dtsim_validate_suite [--profile FILE.h5] [--profile MODEL=FILE.h5]... [--steps N] [--rounds N]
 //                                    [--make-up N] [--procs N] [--models a,b] [--plans a,b] [--ep N]
 //                                    [--out FILE.md] [--json FILE]
@@ -46,6 +48,15 @@
 // MoE benchmarks force balance: the simulator prices the balanced load by
 // default, and the untrained router sent one rank 1.2-1.3x its rows, which
 // put the ep 2 rows at -27% to -30% (docs/validation-cpu.md).
+
+// Note [Llama rows]
+// llama-tiny (RMSNorm, rotary positions, grouped-query attention, SwiGLU)
+// runs every dense plan, and DDP at cp 2 both ways: `cp=2` on the p2p ring
+// (Note [Ring attention] in models/torch/src/torch_layers.cpp) and `cp=2
+// cp_comm=all_gather`. Its layers are in no profile of the older rows:
+// configs/profiles/local-cpu-llama.h5 measured them (the cp=2 blocks
+// both ways, and the send/recv the ring's steps make), and the rows take it
+// by --profile llama-tiny=FILE.
 
 // Note [Suite rounds]
 // The CI machine's speed drifts over tens of minutes: gpt2-tiny DDP measured
@@ -349,7 +360,7 @@ int main(int argc, char** argv) {
   // 30 steps: bilstm-tiny ZeRO-3 measured 14.7 to 22.8 ms over five runs of
   // 10 steps, and 19.3 to 21.8 ms over five of 60.
   int steps = 30, procs = 2, rounds = 3, make_up = 2, warmup = -1, moe_ep = 2;
-  std::vector<std::string> models{"gpt2-tiny", "bert-tiny", "bilstm-tiny", "moe-tiny"};
+  std::vector<std::string> models{"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "moe-tiny"};
   std::vector<std::pair<std::string, std::string>> model_profiles;  // --profile MODEL=FILE
   std::vector<std::string> plans{"ddp", "zero1", "zero2", "zero3", "fsdp", "zero2-offload", "gpipe", "1f1b", "model-parallel", "megatron-tp"};
   bool procs_set = false, steps_set = false, rounds_set = false, make_up_set = false, resume = false;
@@ -450,21 +461,31 @@ int main(int argc, char** argv) {
           if (moe && mp == p) mine.push_back({p, ep});
         }
       }
+      // Note [Llama rows]: llama-tiny's context-parallel rows, on the ring and gathered.
+      std::vector<std::vector<std::string>> variants{{}};
+      if (m == "llama-tiny" && procs >= 2) variants.insert(variants.end(), {{"plan.cp=2"}, {"plan.cp=2", "plan.cp_comm=all_gather"}});
       for (const auto& [p, ep] : mine) {
         if (m.rfind("bilstm", 0) == 0 && p == "megatron-tp") continue;  // an LSTM has no Megatron split
-        Row r;
-        r.model = m;
-        r.plan = p;
-        r.label = m + " " + p;
-        if (moe) r.sets.push_back("plan.moe_force_load_balance=true");  // Note [MoE rows]
-        if (ep > 1) {
-          r.sets.push_back("plan.ep=" + std::to_string(ep));
-          r.label += " ep=" + std::to_string(ep);
+        for (const auto& sets : variants) {
+          if (!sets.empty() && p != "ddp") continue;
+          Row r;
+          r.model = m;
+          r.plan = p;
+          r.label = m + " " + p;
+          if (moe) r.sets.push_back("plan.moe_force_load_balance=true");  // Note [MoE rows]
+          if (ep > 1) {
+            r.sets.push_back("plan.ep=" + std::to_string(ep));
+            r.label += " ep=" + std::to_string(ep);
+          }
+          for (const auto& kv : sets) {
+            r.sets.push_back(kv);
+            r.label += " " + kv.substr(kv.find('.') + 1);
+          }
+          for (const auto& [pm, file] : model_profiles) {
+            if (pm == m) r.profile = file;
+          }
+          rows.push_back(std::move(r));
         }
-        for (const auto& [pm, file] : model_profiles) {
-          if (pm == m) r.profile = file;
-        }
-        rows.push_back(std::move(r));
       }
     }
   }
