@@ -398,13 +398,22 @@ constexpr double kRopeTheta = 500000.0;  // rope_theta (Llama 3)
 
 /// HF's LlamaRMSNorm: in fp32, x * rsqrt(mean(x^2) + eps), then the weight
 /// times that in the input's dtype (Zhang & Sennrich 2019).
+/// HF's LlamaRMSNorm. The mean of squares is written as ATen's mean runs
+/// it on a CPU (sum, then divide: ReduceOps.cpp mean_out), because LibTorch
+/// 1.13's autograd keeps mean's input for its backward (MeanBackward1's
+/// _saved_self: x^2, 4 t h bytes a norm) where PyTorch 2's keeps only its
+/// sizes (derivatives.yaml: mean_backward(grad, self.sym_sizes(), ...)): the
+/// twin then holds what HF holds on the PyTorch users run, which Note
+/// [Llama activations] (models/src/llama.cpp) counts; llama-tiny's blocks
+/// kept 2 t h fp32 more than it under dtsim validate before.
 struct RmsNorm : nn::Module {
   explicit RmsNorm(std::int64_t n) : weight(register_parameter("weight", torch::ones({n}))) {}
   /// `tp`: the weight is shared by heads split over the tensor-parallel
   /// ranks (qk-norm), so its gradient is summed over them by f.
   torch::Tensor forward(const torch::Tensor& x, const TensorParallel* tp = nullptr) {
     const auto xf = x.to(torch::kFloat);
-    return enter(weight, tp) * (xf * torch::rsqrt(xf.pow(2).mean(-1, /*keepdim=*/true) + kRmsEps)).to(x.scalar_type());
+    const auto mean_sq = xf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(x.size(-1)));
+    return enter(weight, tp) * (xf * torch::rsqrt(mean_sq + kRmsEps)).to(x.scalar_type());
   }
   torch::Tensor weight;
 };
