@@ -397,9 +397,8 @@ constexpr double kRmsEps = 1e-5;         // rms_norm_eps
 constexpr double kRopeTheta = 500000.0;  // rope_theta (Llama 3)
 
 /// HF's LlamaRMSNorm: in fp32, x * rsqrt(mean(x^2) + eps), then the weight
-/// times that in the input's dtype (Zhang & Sennrich 2019).
-/// HF's LlamaRMSNorm. The mean of squares is written as ATen's mean runs
-/// it on a CPU (sum, then divide: ReduceOps.cpp mean_out), because LibTorch
+/// times that in the input's dtype (Zhang & Sennrich 2019). The mean of
+/// squares is written as ATen's mean runs it on a CPU (sum, then divide: ReduceOps.cpp mean_out), because LibTorch
 /// 1.13's autograd keeps mean's input for its backward (MeanBackward1's
 /// _saved_self: x^2, 4 t h bytes a norm) where PyTorch 2's keeps only its
 /// sizes (derivatives.yaml: mean_backward(grad, self.sym_sizes(), ...)): the
@@ -500,7 +499,6 @@ struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
     return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
-
 
 // Note [Ring attention]
 // cp_comm p2p as Transformer Engine's AttnFuncWithCPAndKVP2P runs it (the
@@ -605,13 +603,13 @@ struct RingGqa : torch::autograd::Function<RingGqa> {
       if (step + 1 < n) next = cp->shift(kv, true);
       const Block blk = block_of(qpos, r, (r - step + n) % n, n, window);
       if (!blk.skip) {
-        const auto s = scores(q.narrow(2, blk.q0, blk.qn), expand_heads(kv[0], rep).narrow(2, blk.k0, blk.kn), blk, scale);
+        const auto s = scores(q.narrow(2, blk.q0, blk.qn), expand_heads(kv[0].narrow(2, blk.k0, blk.kn), rep), blk, scale);
         auto mq = m.narrow(2, blk.q0, blk.qn), lq = l.narrow(2, blk.q0, blk.qn), aq = acc.narrow(2, blk.q0, blk.qn);
         const auto m_new = torch::maximum(mq, std::get<0>(s.max(-1)));
         const auto safe = m_new.masked_fill(m_new.isneginf(), 0);  // a row with nothing visible yet
         const auto e = torch::exp(s - safe.unsqueeze(-1));
         const auto alpha = torch::exp(mq - safe);
-        const auto vv = expand_heads(kv[1], rep).narrow(2, blk.k0, blk.kn);
+        const auto vv = expand_heads(kv[1].narrow(2, blk.k0, blk.kn), rep);
         lq.copy_(lq * alpha + e.sum(-1));
         aq.copy_(aq * alpha.unsqueeze(-1) + torch::matmul(e.to(vv.scalar_type()), vv).to(torch::kFloat));
         mq.copy_(m_new);
@@ -645,19 +643,19 @@ struct RingGqa : torch::autograd::Function<RingGqa> {
       const torch::Tensor send = step == 0 ? kv : step + 1 == n ? dkv : torch::cat({kv, dkv});
       const std::function<torch::Tensor()> came = cp->shift(send, false);
       const Block blk = block_of(qpos, r, (r + 1 + step) % n, n, window);
-      const torch::Tensor kk = expand_heads(kv[0], rep), vv = expand_heads(kv[1], rep);
-      torch::Tensor dk = torch::zeros(kk.sizes(), dq.options()), dv = torch::zeros(vv.sizes(), dq.options());
+      torch::Tensor mine = torch::zeros(kv.sizes(), dq.options());  // this rank's share of the block's dK, dV
       if (!blk.skip) {
         const auto qc = q.narrow(2, blk.q0, blk.qn), doc = dout.narrow(2, blk.q0, blk.qn);
-        const auto kc = kk.narrow(2, blk.k0, blk.kn), vc = vv.narrow(2, blk.k0, blk.kn);
+        const auto kc = expand_heads(kv[0].narrow(2, blk.k0, blk.kn), rep), vc = expand_heads(kv[1].narrow(2, blk.k0, blk.kn), rep);
         const auto prob = torch::exp(scores(qc, kc, blk, scale) - lse.narrow(2, blk.q0, blk.qn).unsqueeze(-1));
-        dv.narrow(2, blk.k0, blk.kn).copy_(torch::matmul(prob.transpose(-1, -2).to(doc.scalar_type()), doc));
+        const auto dv = torch::matmul(prob.transpose(-1, -2).to(doc.scalar_type()), doc).to(torch::kFloat);
         const auto dp = torch::matmul(doc, vc.transpose(-1, -2)).to(torch::kFloat);
         const auto ds = (prob * (dp - delta.narrow(2, blk.q0, blk.qn).unsqueeze(-1))).to(q.scalar_type());
         dq.narrow(2, blk.q0, blk.qn).add_(torch::matmul(ds, kc).to(torch::kFloat) * scale);
-        dk.narrow(2, blk.k0, blk.kn).copy_(torch::matmul(ds.transpose(-1, -2), qc).to(torch::kFloat) * scale);
+        const auto dk = torch::matmul(ds.transpose(-1, -2), qc).to(torch::kFloat) * scale;
+        mine[0].narrow(2, blk.k0, blk.kn).copy_(fold_heads(dk, rep));
+        mine[1].narrow(2, blk.k0, blk.kn).copy_(fold_heads(dv, rep));
       }
-      torch::Tensor mine = torch::stack({fold_heads(dk, rep), fold_heads(dv, rep)});
       const torch::Tensor got = came();  // from rank r + 1: the next block, and the later ranks' dK, dV of this one
       if (step == 0) {
         kv = got;
