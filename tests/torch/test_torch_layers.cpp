@@ -136,7 +136,14 @@ TEST_CASE("tensor-parallel shares own the analytic per-rank parameters", "[torch
     shape.tp = 2;
     for (const auto& layer : model->layers(shape)) {
       INFO(name << " " << layer.signature);
-      CHECK(models::make_torch_layer(layer.signature)->parameter_count() == layer.params);
+      auto share = models::make_torch_layer(layer.signature);
+      CHECK(share->parameter_count() == layer.params);
+      // Each share owns storage for its own elements only, as Megatron's
+      // layers allocate them: a parameter that is a view of the unsplit
+      // weight keeps the whole of it allocated (4 bytes an element, fp32).
+      std::int64_t stored = 0;
+      for (const auto& p : share->module().parameters()) stored += static_cast<std::int64_t>(p.storage().nbytes());
+      CHECK(stored == 4 * layer.params);
     }
   }
   // An odd vocabulary: ceil(17 / 2) = 9 rows on rank 0, the other 8 on rank 1
