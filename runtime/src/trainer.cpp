@@ -70,9 +70,20 @@ void tp_wait(const c10::intrusive_ptr<c10d::Work>& work, const char* what) {
 
 void tp_all_reduce(torch::Tensor& t) { tp_wait(all_reduce(*g_tp, t), "tp all_reduce"); }
 
+// Note [f and g in place]
+// Megatron-LM's f (_CopyToModelParallelRegion) returns its input and g
+// (_ReduceFromModelParallelRegion) all-reduces its input in place and
+// returns it (megatron/core/tensor_parallel/mappings.py): neither allocates.
+// A copy in f is kept by the column-parallel GEMM after it: where f's
+// input is kept anyway (BERT's post-LN block starts with its input), a
+// second t h tensor a block (bert-tiny megatron-tp: 1 MiB a block above
+// the prediction, which counts Megatron's). A copy in g doubles the
+// row-parallel output for a moment. So f returns x (LibTorch makes the
+// output a view of it) and g marks x dirty and reduces it in place.
+
 /// f: identity forward, all-reduce of the gradient backward.
 struct EnterTp : torch::autograd::Function<EnterTp> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return x.clone(); }
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return x; }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
     torch::Tensor grad = g[0].contiguous();
     tp_all_reduce(grad);
@@ -80,10 +91,16 @@ struct EnterTp : torch::autograd::Function<EnterTp> {
   }
 };
 
-/// g: all-reduce forward, identity backward.
+/// g: all-reduce forward (in place where it can), identity backward.
 struct ExitTp : torch::autograd::Function<ExitTp> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
-    torch::Tensor y = x.contiguous().clone();
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
+    if (!x.is_contiguous() || x.is_leaf()) {
+      torch::Tensor y = x.contiguous().clone();
+      tp_all_reduce(y);
+      return y;
+    }
+    ctx->mark_dirty({x});
+    torch::Tensor y = x;
     tp_all_reduce(y);
     return y;
   }
