@@ -255,6 +255,19 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
   // the logits' gradient comes once the fp32 ones are gone).
   head.backward_workspace_bytes = 8 * t * v;
   head.output_bytes = 4;  // the scalar loss
+  if (shape.tp > 1 && shape.megatron_loss) {
+    // Megatron's vocab-parallel cross-entropy (cross_entropy.py, and the
+    // twin's Note [Vocab-parallel cross-entropy]) keeps the fp32 softmax in
+    // the logits' buffer and turns it into their gradient in place. Its
+    // backward then holds, above what the head saved: in 16-bit, the
+    // gradient's cast to the logits' type (e t v), and once the fp32 one is
+    // gone the GEMM's input gradient beside it (e t h); in fp32 the input
+    // gradient beside the softmax. At tp 2, 4 x 128 tokens, fp32, the
+    // twins of gpt2-tiny and llama-tiny rose 0.51 MB in the head's
+    // backward: the weight's gradient (counted apart) and e t h, 0.26 MB
+    // each; 8 t v would be 2.1 MB.
+    head.backward_workspace_bytes = e < 4 ? e * t * v + std::max<Bytes>(0, e * t * h - 4 * t * v) : e * t * h;
+  }
   if (shape.tp > 1) {
     // The head's input is gathered over the sequence (sp) and its gradient
     // summed over the ranks; vocab-parallel cross-entropy all-reduces the

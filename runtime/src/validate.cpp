@@ -274,6 +274,16 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       " (" + s.spec.origins.of("plan.fsdp") + ")");
     s.spec.fsdp_wrap = sim::FsdpWrap::kLayers;
   }
+  if (s.spec.tp > 1 && (s.spec.loss_parallel == sim::LossParallel::kDtensor ||
+                        (s.spec.loss_parallel == sim::LossParallel::kAuto && s.spec.fsdp != sim::FsdpMode::kNone))) {
+    // Note [Vocab-parallel cross-entropy] (models/torch): the runtime's LM
+    // heads run Megatron's; predict what runs.
+    s.notes.push_back(std::string("loss_parallel ") + sim::to_string(s.spec.loss_parallel) +
+                      " -> megatron: the runtime's vocab-parallel heads run Megatron's cross-entropy" +
+                      (s.spec.loss_parallel == sim::LossParallel::kAuto ? ", where auto under FSDP prices DTensor's" : "") + " (" +
+                      s.spec.origins.of(s.spec.loss_parallel == sim::LossParallel::kAuto ? "plan.fsdp" : "plan.loss_parallel") + ")");
+    s.spec.loss_parallel = sim::LossParallel::kMegatron;
+  }
   if (s.spec.cp > 1 && s.spec.cp_comm == sim::CpComm::kP2p && s.model->layers({}).front().signature.rfind("gpt2.", 0) == 0) {
     // Note [Ring attention] (models/torch): the Llama blocks run the p2p
     // ring, GPT-2's gather the keys and values; predict what runs.

@@ -123,6 +123,28 @@ TEST_CASE("activation bytes per layer follow Korthikanti et al. 2022, Table 2", 
   CHECK(fp16.back().backward_workspace_bytes == 8 * t * V);
 }
 
+TEST_CASE("a vocab-parallel head's backward holds what its cross-entropy makes (Megatron's or DTensor's)", "[models][tp]") {
+  // gpt2 at tp 2, 2 x 1024 tokens: V/2 rows a rank (ceil(50257 / 2)).
+  // Megatron-LM's _VocabParallelCrossEntropy turns its saved fp32 softmax
+  // into the gradient in place: the backward adds the gradient's cast to
+  // the 16-bit logits (2 t v), or in fp32 the GEMM's input gradient beside
+  // the softmax (4 t h). DTensor's loss_parallel makes a new gradient, as
+  // F.cross_entropy does: 8 t v, as without tp.
+  const std::int64_t b = 2, s = 1024, t = b * s, v = (50257 + 1) / 2, h = 1600;
+  auto at = [&](int e, bool megatron) {
+    sim::WorkloadShape w = shape(b, s, e);
+    w.tp = 2;
+    w.megatron_loss = megatron;
+    return load_model("gpt2-xl")->layers(w).back();
+  };
+  CHECK(at(2, true).backward_workspace_bytes == 2 * t * v);
+  CHECK(at(4, true).backward_workspace_bytes == 4 * t * h);
+  CHECK(at(2, false).backward_workspace_bytes == 8 * t * v);
+  CHECK(at(4, false).backward_workspace_bytes == 8 * t * v);
+  // Both keep the fp32 softmax (or log-softmax) of the rank's logits.
+  CHECK(at(2, true).saved_bytes == at(2, false).saved_bytes);
+}
+
 TEST_CASE("the tied LM head borrows the token embedding", "[models]") {
   const auto layers = load_model("gpt2")->layers(shape(1, 1024, 2));
   CHECK(layers.back().kind == sim::LayerKind::kLmHead);

@@ -353,6 +353,9 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
       "[parallelism]\ntensor_parallel_degree = 2\n[activation_checkpoint]\nmode = \"selective\"\nselective_ac_option = \"op\"\n",
       "t.toml");
   CHECK(keys(tp2)["plan.recompute"] == "selective");
+  const FrameworkConfig gathered = parse_torchtitan_config("[parallelism]\ntensor_parallel_degree = 2\ndisable_loss_parallel = true\n", "t.toml");
+  CHECK(keys(gathered)["plan.loss_parallel"] == "dtensor");
+  CHECK(listed(gathered, "parallelism.disable_loss_parallel"));
   CHECK(listed(tp2, "activation_checkpoint.selective_ac_option"));
 }
 
@@ -364,6 +367,7 @@ TEST_CASE("torchtitan: Llama 3 70B with float8 and async tensor parallelism", "[
   CHECK(k["plan.tp"] == "8");
   CHECK(k["plan.sequence_parallel"] == "true");
   CHECK(k["plan.tp_comm_overlap"] == "true");
+  CHECK(k["plan.loss_parallel"] == "dtensor");  // torchtitan's loss_parallel with TP (disable_loss_parallel false)
   CHECK(k["plan.fsdp"] == "full_shard");
   CHECK(k["plan.micro_batch"] == "2");
   CHECK(k["plan.global_batch"] == "64");

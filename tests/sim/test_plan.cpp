@@ -25,6 +25,16 @@ ClusterSpec eight() {
 const test::FakeModel kModel(4, 1000, 10);
 }  // namespace
 
+TEST_CASE("loss_parallel auto is DTensor's under FSDP and Megatron's otherwise", "[plan]") {
+  // Resolved whatever tp is (it matters only to a tensor-parallel head).
+  CHECK(resolve(parse_plan("dp: 8\n", "p"), kModel, eight()).loss_parallel == LossParallel::kMegatron);
+  CHECK(resolve(parse_plan("fsdp: full_shard\n", "p"), kModel, eight()).loss_parallel == LossParallel::kDtensor);
+  CHECK(resolve(parse_plan("fsdp: full_shard\nloss_parallel: megatron\n", "p"), kModel, eight()).loss_parallel ==
+        LossParallel::kMegatron);
+  CHECK(resolve(parse_plan("loss_parallel: dtensor\n", "p"), kModel, eight()).loss_parallel == LossParallel::kDtensor);
+  CHECK(error_of([] { parse_plan("loss_parallel: fused\n", "p.yaml"); }).find("auto, megatron, dtensor") != std::string::npos);
+}
+
 TEST_CASE("dp defaults to every GPU", "[plan]") {
   const ResolvedPlan r = resolve(parse_plan("micro_batch: 2\n", "p.yaml"), kModel, eight());
   CHECK(r.dp == 8);

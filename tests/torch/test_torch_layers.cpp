@@ -389,6 +389,74 @@ TEST_CASE("the Llama twins' tensor-parallel shares own the per-rank parameters",
   CHECK(test::error_of([] { models::make_torch_layer(kTinyBlock + ",tp=4", local_tp(0, 4)); }).find("multiples of tp 4") != std::string::npos);
 }
 
+TEST_CASE("the vocab-parallel head computes the unsplit head's loss and gradients (Note [Vocab-parallel cross-entropy])", "[torch][llama][tp]") {
+  // Two tp ranks, a thread each, with an in-process all-reduce (sum for g,
+  // maximum for the shift): each rank's loss must be the unsplit head's, its
+  // lm_head rows' gradient the unsplit gradient's rows, and the input's and
+  // the norm's gradients summed over the ranks the unsplit ones (f's
+  // backward all-reduce, done here by the test). V = 10 at tp 2: 5 rows a
+  // rank; labels on both sides.
+  const std::string sig = "llama.head:h=16,v=10,tied=0";
+  torch::manual_seed(1);
+  auto whole = models::make_torch_layer(sig);
+  auto in = whole->make_inputs(2, 6, torch::TensorOptions());
+  in[1] = torch::tensor({0, 9, 4, 5, 1, 8, 7, 2, 3, 6, 5, 4}, torch::kLong).view({2, 6});
+  const auto x = in[0].detach().clone();
+  in[0] = x.clone().requires_grad_(true);
+  const auto want = whole->forward(in);
+  want.backward();
+  struct Bus {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<int, std::vector<torch::Tensor>> posted;  // by call number
+  } bus;
+  auto reduce = [&bus](int& calls, const torch::Tensor& t, bool max) {
+    const int k = calls++;
+    std::unique_lock<std::mutex> lock(bus.mu);
+    bus.posted[k].push_back(t.clone());
+    bus.cv.notify_all();
+    bus.cv.wait(lock, [&] { return bus.posted[k].size() == 2; });
+    const auto& both = bus.posted[k];
+    return max ? torch::maximum(both[0], both[1]) : both[0] + both[1];
+  };
+  std::vector<std::unique_ptr<models::TorchLayer>> shares;
+  std::vector<int> calls(2, 0);
+  for (int r = 0; r < 2; ++r) {
+    auto tp = local_tp(r, 2);
+    tp.exit = [&, r](const torch::Tensor& t) { return reduce(calls[r], t, false); };
+    tp.max = [&, r](torch::Tensor& t) { t.copy_(reduce(calls[r], t, true)); };
+    torch::manual_seed(1);
+    shares.push_back(models::make_torch_layer(sig + ",tp=2", tp));
+  }
+  std::vector<torch::Tensor> losses(2), xs(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      xs[r] = x.clone().requires_grad_(true);
+      losses[r] = shares[r]->forward({xs[r], in[1]});
+      losses[r].backward();
+    });
+  }
+  for (auto& t : threads) t.join();
+  const auto named = whole->module().named_parameters();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(losses[r].item<double>() == Approx(want.item<double>()).epsilon(1e-6));
+    const auto mine = shares[r]->module().named_parameters();
+    for (const auto& p : mine) {
+      INFO(p.key());
+      if (p.value().size(0) == 5) CHECK(torch::allclose(p.value().grad(), named[p.key()].grad().narrow(0, 5 * r, 5), 1e-5, 1e-7));
+    }
+  }
+  CHECK(torch::allclose(xs[0].grad() + xs[1].grad(), in[0].grad(), 1e-5, 1e-7));
+  for (const auto& p : named) {
+    if (p.value().dim() != 1) continue;  // the norm's weight: replicated, its gradient summed
+    INFO(p.key());
+    const auto sum = shares[0]->module().named_parameters()[p.key()].grad() + shares[1]->module().named_parameters()[p.key()].grad();
+    CHECK(torch::allclose(sum, p.value().grad(), 1e-5, 1e-7));
+  }
+}
+
 TEST_CASE("a Llama block is causal, trains, and refuses what it cannot run", "[torch][llama]") {
   torch::manual_seed(3);
   auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1");

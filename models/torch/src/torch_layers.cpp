@@ -246,22 +246,64 @@ struct VocabShard {
     const auto out = outside(ids);
     return tp->exit(e((ids - first).masked_fill(out, 0)).masked_fill(out.unsqueeze(-1), 0.0));
   }
-  /// Mean cross-entropy of [n, V/tp] logits against full-vocabulary labels:
-  /// Megatron's vocab-parallel cross-entropy. The shift by the global max
-  /// carries no gradient; the sum of exponentials and the target logit are
-  /// summed by g, whose identity backward leaves each rank the gradient of
-  /// its own logits, softmax - one-hot.
-  torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) const {
-    if (!tp) return F::cross_entropy(logits, labels);
-    auto top = std::get<0>(logits.detach().max(-1));
-    tp->max(top);
-    const auto shifted = logits - top.unsqueeze(-1);
-    const auto sum_exp = tp->exit(shifted.exp().sum(-1));
-    const auto out = outside(labels);
-    const auto target = shifted.gather(1, (labels - first).masked_fill(out, 0).unsqueeze(1)).squeeze(1).masked_fill(out, 0.0);
-    return (sum_exp.log() - tp->exit(target)).mean();
+  /// Mean cross-entropy of [n, V/tp] fp32 logits against full-vocabulary
+  /// labels: Megatron's vocab-parallel cross-entropy (Note [Vocab-parallel
+  /// cross-entropy]).
+  torch::Tensor cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) const;
+};
+
+// Note [Vocab-parallel cross-entropy]
+// Megatron-LM's _VocabParallelCrossEntropy (megatron/core/tensor_parallel/
+// cross_entropy.py) as one autograd function, so the twin keeps what
+// Megatron keeps: forward subtracts the global maximum from the fp32 logits
+// in place (an all-reduce of the maximum), reads each token's target logit
+// where this rank holds it (0 elsewhere), exponentiates in place, sums, and
+// all-reduces the target logits and the sums; the loss is log(sum) - target
+// and the exponentials, divided in place by the sums, are the softmax kept
+// for backward, the logits' own buffer. Backward subtracts 1 at each
+// target this rank holds and scales by the incoming gradient, in place
+// again, and returns that buffer as the logits' gradient: no collective.
+// Built from autograd ops instead (as the twin was) gather kept the
+// shifted logits beside the exponentials (derivatives.yaml saves gather's
+// input), t V/tp x 4 bytes more than Megatron. The logits must not be
+// needed by anything else (the head's GEMM keeps its input, not its
+// output); under 16-bit precision they arrive as an fp32 copy, as
+// Megatron's .float() makes one.
+struct VocabParallelCe : torch::autograd::Function<VocabParallelCe> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& logits, const torch::Tensor& labels,
+                               const VocabShard* shard) {
+    torch::Tensor x = logits;
+    auto top = std::get<0>(x.max(-1));
+    shard->tp->max(top);
+    x.sub_(top.unsqueeze(-1));
+    const auto out = shard->outside(labels);
+    const auto index = (labels - shard->first).masked_fill(out, 0);
+    auto target = x.gather(1, index.unsqueeze(1)).squeeze(1).masked_fill_(out, 0.0);
+    x.exp_();
+    auto sum_exp = x.sum(-1);
+    target = shard->tp->exit(target);
+    sum_exp = shard->tp->exit(sum_exp);
+    x.div_(sum_exp.unsqueeze(-1));
+    // Saved as variables, released once backward has run (saved_data
+    // would keep the softmax until the whole graph is gone).
+    ctx->save_for_backward({x, index, out});
+    return sum_exp.log_() - target;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const auto saved = ctx->get_saved_variables();
+    torch::Tensor grad = saved[0];
+    const torch::Tensor& index = saved[1];
+    const torch::Tensor& out = saved[2];
+    grad.scatter_add_(1, index.unsqueeze(1), (out.to(grad.scalar_type()) - 1).unsqueeze(1));
+    grad.mul_(g[0].unsqueeze(-1));
+    return {grad, torch::Tensor(), torch::Tensor()};
   }
 };
+
+torch::Tensor VocabShard::cross_entropy(const torch::Tensor& logits, const torch::Tensor& labels) const {
+  if (!tp) return F::cross_entropy(logits, labels);
+  return VocabParallelCe::apply(logits, labels, this).mean();
+}
 
 // ---- GPT-2 --------------------------------------------------------------------
 

@@ -230,6 +230,13 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     if (reshard == "always") out.plan("fsdp_wrap", "layers", fsdp_from);      // the last unit resharded too
   }
   if (par.get_bool("enable_compiled_autograd", false)) unmodelled(par, "enable_compiled_autograd");
+  // With TP the output projection's logits stay sharded and the loss is
+  // DTensor's loss_parallel unless disable_loss_parallel (train.py); a
+  // replicated loss over gathered logits is not modelled.
+  if (tp > 1) {
+    out.plan("loss_parallel", "dtensor", par.from("tensor_parallel_degree"));
+    if (par.get_bool("disable_loss_parallel", false)) unmodelled(par, "disable_loss_parallel", "priced as loss_parallel");
+  }
   rest(par, {"data_parallel_replicate_degree", "data_parallel_shard_degree", "tensor_parallel_degree",
              "pipeline_parallel_degree", "context_parallel_degree", "expert_parallel_degree",
              "expert_tensor_parallel_degree", "enable_async_tensor_parallel", "context_parallel_rotate_method",

@@ -62,6 +62,9 @@ const char* to_string(Attention a) {
 }
 
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
+const char* to_string(LossParallel l) {
+  return l == LossParallel::kAuto ? "auto" : l == LossParallel::kDtensor ? "dtensor" : "megatron";
+}
 
 const char* to_string(Runtime r) { return r == Runtime::kPython ? "python" : "libtorch"; }
 
@@ -419,6 +422,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.fsdp = true;
     r.hybrid_shard = s.fsdp == FsdpMode::kHybridShard;
   }
+  // PyTorch's FSDP beside tensor parallelism is torchtitan's (and PyTorch's
+  // own 2-D recipe's) way, whose loss_parallel is DTensor's; Megatron-LM,
+  // NeMo and Megatron-DeepSpeed run Megatron's cross-entropy.
+  r.loss_parallel = s.loss_parallel != LossParallel::kAuto ? s.loss_parallel : r.fsdp ? LossParallel::kDtensor : LossParallel::kMegatron;
   if (!s.limit_all_gathers && !(r.fsdp && r.zero_stage == 3)) {
     bad.add("limit_all_gathers", std::string("false is FSDP's, for its all-gathers of parameters; valid only with fsdp: "
                                              "full_shard or hybrid_shard (the plan has ") +

@@ -30,6 +30,7 @@ std::string plan_line(const ResolvedPlan& p) {
   if (p.moe_imbalance != 1.0) os << " moe_imbalance=" << fmt::format("{:g}", p.moe_imbalance);
   if (p.moe_force_load_balance) os << " moe_force_load_balance";
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) os << " moe_dispatcher=" << to_string(p.moe_dispatcher);
+  if (p.tp > 1 && p.loss_parallel != LossParallel::kMegatron) os << " loss_parallel=" << to_string(p.loss_parallel);
   if (p.runtime != Runtime::kLibtorch) os << " runtime=" << to_string(p.runtime);
   if (p.moe_capacity_factor > 0) os << " moe_capacity_factor=" << fmt::format("{:g}", p.moe_capacity_factor) << (p.moe_pad ? " (padded)" : "");
   if (p.pp > 1) {
@@ -77,6 +78,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("ep", p.ep).field("etp", p.etp).field("edp", p.edp);
   j.field("moe_imbalance", p.moe_imbalance).field("moe_capacity_factor", p.moe_capacity_factor).field("moe_pad", p.moe_pad)
       .field("moe_force_load_balance", p.moe_force_load_balance).field("moe_dispatcher", to_string(p.moe_dispatcher));
+  j.field("loss_parallel", to_string(p.loss_parallel));
   j.field("attention", p.flash_attention ? "flash" : "eager");
   j.field("runtime", to_string(p.runtime));
   j.field("sync_batchnorm", p.sync_batchnorm);

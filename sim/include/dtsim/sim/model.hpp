@@ -113,6 +113,10 @@ struct WorkloadShape {
   /// their experts, then over NVLink (Note [DeepEP] in cost_comm.cpp); false:
   /// NCCL's all-to-all (the alltoall dispatcher, Megatron-Core's default).
   bool moe_deepep = false;
+  /// A tensor-parallel LM head's cross-entropy is Megatron-LM's (its
+  /// softmax becomes the gradient in place); false: DTensor's loss_parallel,
+  /// whose backward makes a new gradient (PlanSpec::loss_parallel).
+  bool megatron_loss = true;
 };
 
 /// How an expert dispatch's tokens spread, for DeepEP's pricing: each token

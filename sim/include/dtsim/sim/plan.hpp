@@ -69,6 +69,15 @@ enum class CpComm { kP2p, kAllGather };
 /// Megatron-Core's alltoall dispatcher (NCCL's all-to-all, its default) or
 /// DeepEP (its flex dispatcher with --moe-enable-deepep; WorkloadShape::moe_deepep).
 enum class MoeDispatcher { kAllToAll, kDeepEp };
+/// How a tensor-parallel LM head's vocab-parallel cross-entropy keeps its
+/// memory (its collectives are the same: the maximum, the sum of
+/// exponentials and the target logit): `megatron`, Megatron-LM's
+/// _VocabParallelCrossEntropy, the fp32 softmax kept in the logits' buffer
+/// and turned into their gradient in place; `dtensor`, PyTorch's
+/// loss_parallel (torchtitan's default with TP), a log-softmax kept and a
+/// new gradient made from it, as F.cross_entropy does; `auto`, dtensor
+/// under FSDP and megatron otherwise (WorkloadShape::megatron_loss).
+enum class LossParallel { kAuto, kMegatron, kDtensor };
 /// The training loop that runs the plan (Note [Python host cost] in
 /// sim/src/cost/cost_python.cpp): `libtorch`, dtsim's own C++ loop
 /// (dtsim_worker, what calibration times and `dtsim validate` runs); or
@@ -86,6 +95,7 @@ const char* to_string(Schedule s);
 const char* to_string(Attention a);
 const char* to_string(CpComm c);
 const char* to_string(MoeDispatcher d);
+const char* to_string(LossParallel l);
 const char* to_string(Runtime r);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
@@ -126,6 +136,7 @@ struct PlanSpec {
   double moe_capacity_factor = 0;
   bool moe_pad = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  LossParallel loss_parallel = LossParallel::kAuto;
   Runtime runtime = Runtime::kLibtorch;  ///< the training loop (Note [Python host cost])
   int model_parallel = 0;         ///< naive layer split over this many GPUs (sets pp, schedule naive)
   Schedule schedule = Schedule::k1f1b;
@@ -213,6 +224,7 @@ struct ResolvedPlan {
   double moe_imbalance = 1.0, moe_capacity_factor = 0;
   bool moe_pad = false, moe_force_load_balance = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  LossParallel loss_parallel = LossParallel::kMegatron;  ///< resolved: never kAuto
   Runtime runtime = Runtime::kLibtorch;
   /// Ranks a ZeRO shard of the experts' states spreads over (edp, or 1
   /// without ZeRO; Megatron-Core's distributed optimizer shards expert
