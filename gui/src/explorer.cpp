@@ -76,6 +76,7 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
   if (c.ep.empty()) c.ep = {1};
   c.experts = model.experts() > 0;
   c.cp_comms = rules.cp_comms(cp);
+  c.loss_parallels = rules.loss_parallels(tp);
   c.attentions = rules.attentions();
   c.precisions = rules.precisions();
   c.max_virtual_stages = std::max(1, rules.layers() / std::max(1, pp));
@@ -346,6 +347,7 @@ std::string plan_label(const sim::ResolvedPlan& p) {
     if (p.etp != p.tp) s += "-etp" + std::to_string(p.etp);
   }
   if (p.sequence_parallel) s += p.tp_comm_overlap ? " sp+overlap" : " sp";
+  if (p.tp > 1 && p.spec.loss_parallel != sim::LossParallel::kAuto) s += std::string(" loss-") + sim::to_string(p.spec.loss_parallel);
   if (p.spec.attention != sim::Attention::kAuto) s += std::string(" ") + sim::to_string(p.spec.attention);
   s += " mb" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + " " + sim::to_string(p.precision);
   if (p.spec.placement != "tp,pp,dp") s += " [" + p.spec.placement + "]";  // else two plans would read the same

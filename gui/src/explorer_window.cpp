@@ -98,6 +98,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                 "attention (Megatron --cp-comm-type p2p), or all_gather, one all-gather of K/V "
                 "(Megatron --cp-comm-type allgather, torchtitan context_parallel_rotate_method = \"allgather\"). "
                 "Only with cp > 1."},
+    {"loss_parallel", "plan.loss_parallel, whose vocab-parallel cross-entropy a tensor-parallel LM head runs: "
+                      "megatron (Megatron-LM's, the softmax turned into the gradient in place), dtensor (PyTorch's "
+                      "loss_parallel, torchtitan's with TP: a new gradient, 8 bytes a logit), or auto (dtensor under "
+                      "FSDP, megatron otherwise). Only with tp > 1."},
     {"ep", "plan.ep, the expert-parallel degree: a mixture of experts' routed experts spread over this many "
            "GPUs, tokens sent to them by all-to-all. Megatron --expert-model-parallel-size, "
            "DeepSpeed MoE ep_size, torchtitan expert_parallel_degree. Dense models: 1."},
@@ -417,7 +421,7 @@ struct ExplorerWindow::Impl {
 
   // Pickers and knobs.
   QComboBox *model = nullptr, *cluster = nullptr, *plan = nullptr, *profile = nullptr;
-  QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *ep = nullptr,
+  QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *loss_parallel = nullptr, *ep = nullptr,
             *etp = nullptr, *schedule = nullptr,
             *zero = nullptr, *offload = nullptr, *recompute = nullptr, *attention = nullptr, *precision = nullptr,
             *batch_mode = nullptr, *fsdp_wrap = nullptr;
@@ -533,6 +537,8 @@ struct ExplorerWindow::Impl {
     cp->setObjectName("cp");
     cp_comm = new QComboBox;
     cp_comm->setObjectName("cp_comm");
+    loss_parallel = new QComboBox;
+    loss_parallel->setObjectName("loss_parallel");
     // Mixture-of-experts knobs (plan.ep, plan.etp, plan.moe_imbalance):
     // enabled only where the model has routed experts (refresh_choices).
     ep = new QComboBox;
@@ -564,6 +570,7 @@ struct ExplorerWindow::Impl {
     pf->addRow("Pipeline stages", pp);
     pf->addRow("Context parallel", cp);
     pf->addRow("K/V exchange", cp_comm);
+    pf->addRow("Vocab-parallel loss", loss_parallel);
     pf->addRow("Expert parallel", ep);
     pf->addRow("Expert tensor parallel", etp);
     pf->addRow("Load imbalance", moe_imbalance);
@@ -983,7 +990,7 @@ struct ExplorerWindow::Impl {
       if (!s.startsWith("__")) w->open_plan(s);
     });
     picker(profile, [this](const QString& s) { w->open_profile(s); });
-    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, ep, etp, schedule, zero, offload, recompute, attention, precision, batch_mode,
+    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, loss_parallel, ep, etp, schedule, zero, offload, recompute, attention, precision, batch_mode,
                          fsdp_wrap}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
@@ -1074,6 +1081,8 @@ struct ExplorerWindow::Impl {
     // At cp 1 the exchange is unused: a file's all_gather is kept as it is.
     set_enum_choices(cp_comm, ch.cp_comms, scenario.plan.cp_comm, cur_cp > 1 ? " (invalid here)" : "");
     cp_comm->setEnabled(cur_cp > 1);
+    set_enum_choices(loss_parallel, ch.loss_parallels, scenario.plan.loss_parallel, cur_tp > 1 ? " (invalid here)" : "");
+    loss_parallel->setEnabled(cur_tp > 1);
     // Experts: a dense model offers ep 1 and etp = tp only; a value from a
     // file it cannot take stays selectable, so it can be set back.
     const sim::PlanSpec& plan_now = scenario.plan;
@@ -1140,6 +1149,7 @@ struct ExplorerWindow::Impl {
     }
     p.cp = cp->currentData().toInt();
     if (cp_comm->count() > 0) p.cp_comm = static_cast<sim::CpComm>(cp_comm->currentData().toInt());
+    if (loss_parallel->count() > 0) p.loss_parallel = static_cast<sim::LossParallel>(loss_parallel->currentData().toInt());
     p.dp = dp->currentData().toInt();
     p.ep = ep->currentData().toInt();
     // etp 0 follows tp (Megatron-Core's default): kept while the box shows
@@ -1193,6 +1203,7 @@ struct ExplorerWindow::Impl {
     mark(p.schedule != before.schedule, "schedule");
     mark(p.cp != before.cp, "cp");
     mark(p.cp_comm != before.cp_comm, "cp_comm");
+    mark(p.loss_parallel != before.loss_parallel, "loss_parallel");
     mark(p.dp != before.dp, "dp");
     mark(p.ep != before.ep, "ep");
     mark(p.etp != before.etp, "etp");

@@ -164,7 +164,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 41);  // 20 combo boxes, 14 spin boxes (3 on the search tab), 7 check boxes
+  CHECK(knobs == 42);  // 21 combo boxes, 14 spin boxes (3 on the search tab), 7 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
@@ -179,6 +179,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"tp", {"--tensor-model-parallel-size", "tensor_parallel_degree"}},
       {"pp", {"--pipeline-model-parallel-size"}},
       {"cp", {"--context-parallel-size"}},
+      {"loss_parallel", {"loss_parallel", "Megatron-LM"}},
       {"ep", {"--expert-model-parallel-size"}},
       {"etp", {"--expert-tensor-parallel-size"}},
       {"micro_batch", {"train_micro_batch_size_per_gpu", "--micro-batch-size"}},
@@ -251,6 +252,11 @@ TEST_CASE("knob choices for context parallelism, attention and fp8", "[gui]") {
   // cp 1: no exchange to choose; dp: divisors of 8 / (1 x 1 x 1).
   CHECK(c.cp_comms == std::vector<CpComm>{CpComm::kP2p});
   CHECK(c.dp == std::vector<int>{1, 2, 4, 8});
+  // tp 1: no vocab-parallel head, so no cross-entropy to choose; tp 2: all three.
+  using sim::LossParallel;
+  CHECK(c.loss_parallels == std::vector<LossParallel>{LossParallel::kAuto});
+  CHECK(gui::knob_choices(*llama, h100, 2, 1).loss_parallels ==
+        std::vector<LossParallel>{LossParallel::kAuto, LossParallel::kMegatron, LossParallel::kDtensor});
   // Llama has an attention core: auto, eager and flash.
   CHECK(c.attentions == std::vector<Attention>{Attention::kAuto, Attention::kEager, Attention::kFlash});
   // H100 computes in fp32, fp16, bf16 and fp8.
@@ -605,6 +611,22 @@ TEST_CASE("the context-parallel, attention, TP-overlap and fp8 knobs reach the p
   REQUIRE(w.outcome().ok());
   CHECK_FALSE(overlap->isEnabled());
   CHECK_FALSE(w.outcome().prediction->plan.tp_comm_overlap);
+  // tp 2: whose cross-entropy the head runs reaches the plan, and each
+  // rank's peak is the direct prediction's.
+  auto* loss = w.findChild<QComboBox*>("loss_parallel");
+  REQUIRE(loss != nullptr);
+  CHECK(loss->isEnabled());
+  loss->setCurrentIndex(loss->findData(static_cast<int>(sim::LossParallel::kDtensor)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.loss_parallel == sim::LossParallel::kDtensor);
+  expect.tp_comm_overlap = false;
+  expect.sequence_parallel = false;
+  expect.loss_parallel = sim::LossParallel::kDtensor;
+  const auto direct = predict_plan(expect, "llama-tiny", "dgx-h100");
+  REQUIRE(direct.ranks.size() == w.outcome().prediction->ranks.size());
+  for (std::size_t i = 0; i < direct.ranks.size(); ++i) CHECK(w.outcome().prediction->ranks[i].peak == direct.ranks[i].peak);
+  CHECK(gui::plan_label(w.outcome().prediction->plan).find(" loss-dtensor") != std::string::npos);
 }
 
 // Note [Megatron's gradient buffer]: megatron-3d keeps fp32 gradients;

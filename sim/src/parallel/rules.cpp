@@ -75,6 +75,11 @@ std::vector<int> PlanRules::etp_values(int tp) const {
   return {1, tp};
 }
 
+std::vector<LossParallel> PlanRules::loss_parallels(int tp) const {
+  if (tp <= 1) return {LossParallel::kAuto};
+  return {LossParallel::kAuto, LossParallel::kMegatron, LossParallel::kDtensor};
+}
+
 std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   if (cp <= 1) return {CpComm::kP2p};
   return {CpComm::kP2p, CpComm::kAllGather};

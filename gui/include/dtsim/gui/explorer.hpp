@@ -64,6 +64,7 @@ struct KnobChoices {
   std::vector<int> etp;         ///< 1 and tp for a mixture of experts ({tp}: dense, or tp 1)
   bool experts = false;         ///< the model has routed experts (ep, etp and the load imbalance apply)
   std::vector<sim::CpComm> cp_comms;       ///< how K/V move with the current cp (only p2p at cp 1)
+  std::vector<sim::LossParallel> loss_parallels;  ///< whose cross-entropy a tp head runs (only auto at tp 1)
   std::vector<sim::Attention> attentions;  ///< auto, and eager and flash where the model has attention
   std::vector<sim::Precision> precisions;  ///< those the device computes in
   /// Recompute modes the model has (PlanRules::recomputes), op only where

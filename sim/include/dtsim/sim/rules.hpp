@@ -60,6 +60,9 @@ class PlanRules {
   std::vector<int> etp_values(int tp) const;
   /// Ways K/V reach the context-parallel ranks (none to choose when cp = 1).
   std::vector<CpComm> cp_comms(int cp) const;
+  /// Whose vocab-parallel cross-entropy a tensor-parallel LM head runs
+  /// (PlanSpec::loss_parallel): only auto to choose when tp = 1.
+  std::vector<LossParallel> loss_parallels(int tp) const;
   /// Attention implementations: eager, and fused where the model has attention.
   std::vector<Attention> attentions() const;
   /// Whether attention `a` runs fused in precision p: `auto` is what the
