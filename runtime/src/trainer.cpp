@@ -94,13 +94,12 @@ struct EnterTp : torch::autograd::Function<EnterTp> {
 /// g: all-reduce forward (in place where it can), identity backward.
 struct ExitTp : torch::autograd::Function<ExitTp> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x) {
-    if (!x.is_contiguous() || x.is_leaf()) {
-      torch::Tensor y = x.contiguous().clone();
-      tp_all_reduce(y);
-      return y;
-    }
-    ctx->mark_dirty({x});
     torch::Tensor y = x;
+    if (x.is_contiguous() && !x.is_leaf()) {
+      ctx->mark_dirty({x});
+    } else {
+      y = x.clone(at::MemoryFormat::Contiguous);  // one copy, contiguous
+    }
     tp_all_reduce(y);
     return y;
   }

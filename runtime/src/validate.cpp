@@ -274,8 +274,8 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       " (" + s.spec.origins.of("plan.fsdp") + ")");
     s.spec.fsdp_wrap = sim::FsdpWrap::kLayers;
   }
-  if (s.spec.tp > 1 && (s.spec.loss_parallel == sim::LossParallel::kDtensor ||
-                        (s.spec.loss_parallel == sim::LossParallel::kAuto && s.spec.fsdp != sim::FsdpMode::kNone))) {
+  if (s.spec.tp > 1 && sim::resolved_loss_parallel(s.spec.loss_parallel, s.spec.fsdp != sim::FsdpMode::kNone) ==
+                           sim::LossParallel::kDtensor) {
     // Note [Vocab-parallel cross-entropy] (models/torch): the runtime's LM
     // heads run Megatron's; predict what runs.
     s.notes.push_back(std::string("loss_parallel ") + sim::to_string(s.spec.loss_parallel) +

@@ -66,6 +66,14 @@ const char* to_string(LossParallel l) {
   return l == LossParallel::kAuto ? "auto" : l == LossParallel::kDtensor ? "dtensor" : "megatron";
 }
 
+// PyTorch's FSDP beside tensor parallelism is torchtitan's (and PyTorch's
+// own 2-D recipe's) way, whose loss_parallel is DTensor's; Megatron-LM,
+// NeMo and Megatron-DeepSpeed run Megatron's cross-entropy.
+LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp) {
+  if (asked != LossParallel::kAuto) return asked;
+  return fsdp ? LossParallel::kDtensor : LossParallel::kMegatron;
+}
+
 const char* to_string(Runtime r) { return r == Runtime::kPython ? "python" : "libtorch"; }
 
 const char* to_string(FsdpWrap w) {
@@ -422,10 +430,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.fsdp = true;
     r.hybrid_shard = s.fsdp == FsdpMode::kHybridShard;
   }
-  // PyTorch's FSDP beside tensor parallelism is torchtitan's (and PyTorch's
-  // own 2-D recipe's) way, whose loss_parallel is DTensor's; Megatron-LM,
-  // NeMo and Megatron-DeepSpeed run Megatron's cross-entropy.
-  r.loss_parallel = s.loss_parallel != LossParallel::kAuto ? s.loss_parallel : r.fsdp ? LossParallel::kDtensor : LossParallel::kMegatron;
+  r.loss_parallel = resolved_loss_parallel(s.loss_parallel, r.fsdp);
   if (!s.limit_all_gathers && !(r.fsdp && r.zero_stage == 3)) {
     bad.add("limit_all_gathers", std::string("false is FSDP's, for its all-gathers of parameters; valid only with fsdp: "
                                              "full_shard or hybrid_shard (the plan has ") +

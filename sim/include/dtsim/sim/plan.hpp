@@ -96,6 +96,9 @@ const char* to_string(Attention a);
 const char* to_string(CpComm c);
 const char* to_string(MoeDispatcher d);
 const char* to_string(LossParallel l);
+/// What `asked` resolves to (never kAuto): auto is DTensor's under PyTorch's
+/// FSDP (`fsdp` set), Megatron's otherwise.
+LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp);
 const char* to_string(Runtime r);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
