@@ -245,6 +245,17 @@ TEST_CASE("setup_run refuses a plan that does not fit the ranks, and adapts prec
   CHECK(s.plan.precision == sim::Precision::kFp32);  // the plan says fp16; CPUs run fp32
   REQUIRE(s.notes.size() == 1);
   CHECK(s.notes[0].find("fp16 -> fp32") != std::string::npos);
+  // The runtime's heads run Megatron's cross-entropy: a plan asking DTensor's
+  // is predicted as what runs, and says so, naming where it asked.
+  auto dtensor = runtime::parse_validate_args({"--model", "llama-tiny", "--plan", "megatron-tp", "--set", "plan.loss_parallel=dtensor"});
+  const auto sd = runtime::setup_run(dtensor, 2);
+  CHECK(sd.plan.loss_parallel == sim::LossParallel::kMegatron);
+  REQUIRE(sd.notes.size() == 2);
+  CHECK(sd.notes[1].find("loss_parallel dtensor -> megatron") != std::string::npos);
+  CHECK(sd.notes[1].find("--set plan.loss_parallel") != std::string::npos);
+  auto fused = runtime::parse_validate_args({"--model", "llama-tiny", "--set", "plan.loss_parallel=fused"});
+  CHECK(test::error_of([&] { runtime::setup_run(fused, 2); })
+            .find("auto, megatron, dtensor") != std::string::npos);
   auto inter = runtime::parse_validate_args({"--model", "gpt2-tiny", "--plan", "interleaved"});
   CHECK(test::error_of([&] { runtime::setup_run(inter, 2); }).find("not interleaved") != std::string::npos);
   // A pipeline gets the simulator's balanced partition: 4 layers over 2 stages.
