@@ -135,6 +135,10 @@ void fit_profile(sim::Profile& p) {
   // and a 1 MiB one 1 ms with a tenth over 4.8 ms. A training step pays every
   // collective it issues, slow ones included, so a collective is fitted to
   // its mean where the program measured one, and to its median otherwise.
+  // (The simulator prices the measured sizes themselves at their medians and
+  // counts the slow runs apart, as a median step meets them: Note [A
+  // collective's stalls] in sim/src/cost/cost_profile.cpp. This fit is what
+  // `profile show` prints and what prices a profile without its samples.)
   // Ranks spanning nodes (imported nccl-tests runs) apart, by ranks per node
   // (Note [Collectives across nodes] in sim/src/cost/cost_profile.cpp).
   std::map<std::tuple<std::string, sim::CollectiveOp, int, int>, std::pair<std::vector<double>, std::vector<double>>> comm;

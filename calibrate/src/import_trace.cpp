@@ -478,6 +478,7 @@ ImportResult import_kineto_trace(const std::string& path, sim::Profile& p, const
   std::map<int, Measured> ops;  // classified op -> its kernels' time
   struct Step {
     std::string kind;
+    bool decay = false;  ///< torch.optim.AdamW
     double seconds = 0;
   };
   std::map<int, Step> optimizer;  // by annotation
@@ -567,6 +568,7 @@ ImportResult import_kineto_trace(const std::string& path, sim::Profile& p, const
       }
       auto& s = optimizer[step];
       s.kind = kind;
+      s.decay = n.find("#AdamW.") != std::string::npos;
       s.seconds += k.dur * 1e-6;
       continue;
     }
@@ -624,6 +626,10 @@ ImportResult import_kineto_trace(const std::string& path, sim::Profile& p, const
     k.n = tensors;
     k.k = 1;  // as calibration records a step (torch_bench.cpp)
     k.batch = 1;
+    // What it stepped, by its bytes a parameter (Note [Adam's decay] in
+    // sim/src/cost/cost_profile.cpp): AdamW's decay reads and writes the
+    // weight, 36 B against Adam's 28; SGD's stays 0 (plain, Note [SGD momentum]).
+    if (s.kind == "adam") k.bytes = params * (s.decay ? 36 : 28);
     measured.push_back({k, s.seconds});
   }
   for (const auto& [op, m] : ops) measured.push_back({m.sample, m.seconds});

@@ -1208,6 +1208,9 @@ class Bench {
         dtsim::models::AdamConfig config;
         config.sgd = k.kind == "sgd";
         config.momentum = config.sgd ? 0.9 : 0;  // the runtime's SGD (trainer.cpp)
+        // The runtime's default optimizer, AdamW at 0.01 (trainer.cpp); its
+        // samples say so by their bytes (Note [Adam's decay] in sim/src/cost/cost_profile.cpp).
+        config.weight_decay = config.sgd ? 0 : 0.01;
         const std::int64_t set_bytes = k.m * (config.sgd ? 12 : 16);  // fp32 weight and gradient, m (and v)
         const std::int64_t sets = std::max<std::int64_t>(1, dtsim::calib::eviction_bytes(last_level_cache()) / set_bytes);
         auto ps = std::make_shared<std::vector<std::vector<Param>>>(sets);
@@ -1223,11 +1226,12 @@ class Bench {
           for (auto& q : set) dtsim::models::adam_update(q.p, q.g, q.state, step, config);
           return set.front().p;
         };
-        // Adam: read grad, weight, m, v; write weight, m, v (the simulator's
-        // update_bytes_per_param). The runtime's momentum SGD: the buffer
-        // scaled (read, write), the gradient added (read both, write), the
-        // step (read weight and buffer, write weight): 32 B.
-        bytes = static_cast<double>(k.m) * (config.sgd ? 32 : 28);
+        // AdamW: read grad, weight, m, v; write weight, m, v (28 B), and
+        // the decay's read and write of the weight (8 B). The runtime's
+        // momentum SGD: the buffer scaled (read, write), the gradient added
+        // (read both, write), the step (read weight and buffer, write
+        // weight): 32 B.
+        bytes = static_cast<double>(k.m) * (config.sgd ? 32 : 36);
       } else if (k.kind == "host_ops") {
         // Linear, LayerNorm, GELU and a residual add on a tiny input,
         // kProbeRepeats times, autograd recording as in a forward: the

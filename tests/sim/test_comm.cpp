@@ -9,6 +9,8 @@
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/report.hpp"
+#include "lowering/emitter.hpp"
+#include "lowering/lowering_common.hpp"
 
 using namespace dtsim;
 using namespace dtsim::sim;
@@ -471,4 +473,40 @@ TEST_CASE("a published all-reduce sweep on one DGX H100, size by size (Note [NCC
   std::sort(errors.begin(), errors.end());
   // The old line (6 us + 0.7 us a step at the full rate): median 16.6%.
   CHECK(errors[errors.size() / 2] < 0.15);
+}
+
+TEST_CASE("a rank's collectives pay their stalls as a median step meets them (Note [A collective's stalls])", "[comm]") {
+  using dtsim::sim::detail::TaskBuilder;
+  CollectiveCost c;
+  c.latency = 100'000;
+  c.stall = 5'000'000;  // a 5 ms stall, met 0.1 times a collective on average
+  c.stalls = 0.1;
+  TaskBuilder b(false);
+  // Rank 0 issues 13 (Megatron's tensor-parallel waits of a step: 1.3
+  // stalls on average, round(1.3) = 1), rank 1 one (0.1: none, the median
+  // of its binomial count), rank 2 thirty (3).
+  const auto extra = [&](int rank, int n) {
+    TimeNs paid = 0;
+    for (int i = 0; i < n; ++i) {
+      const TaskId t = b.collective("", rank, 0, Axis::kDp, CollectiveOp::kAllReduce, 1024, c, {});
+      paid += b.graph().tasks[static_cast<std::size_t>(t)].cost.latency - c.latency;
+    }
+    return paid;
+  };
+  CHECK(extra(0, 4) == 0);  // S = 0.4 rounds to 0
+  CHECK(extra(0, 1) == 5'000'000);  // S = 0.5 rounds to 1: the fifth pays it
+  CHECK(extra(0, 8) == 0);  // S = 1.3 still 1
+  CHECK(extra(1, 1) == 0);
+  CHECK(extra(2, 30) == 3 * 5'000'000);
+  // A flow of several collectives (a layer's tensor-parallel ones, summed
+  // by sum_costs and add_flow) keeps their stall time: 3 of rate 0.1 at
+  // 5 ms and 1 of rate 0.2 at 10 ms are 0.35 stalls of 10 ms.
+  CollectiveCost flow;
+  dtsim::sim::detail::add_stalls(flow, c, 3);
+  CollectiveCost longer = c;
+  longer.stall = 10'000'000;
+  longer.stalls = 0.2;
+  dtsim::sim::detail::add_stalls(flow, longer, 1);
+  CHECK(flow.stall == 10'000'000);
+  CHECK(flow.stalls == Approx((3 * 0.1 * 5 + 0.2 * 10) / 10.0));
 }

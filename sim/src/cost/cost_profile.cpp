@@ -52,9 +52,9 @@
 // over its 24 sizes). So where the profile measured the
 // operation over the same ranks and placement at two sizes or more
 // (calibration's sweep, an imported nccl-tests log), a size is priced from
-// the measurements themselves: the measured time (the mean where measured,
-// Note [A collective costs its mean] in calibrate/src/fit.cpp; sizes
-// measured twice averaged) at a measured size, the straight line through
+// the measurements themselves: the measured time (the median, its stalls
+// apart as Note [A collective's stalls] says; sizes measured twice
+// averaged) at a measured size, the straight line through
 // the two measured sizes around it in between, and outside the range the
 // line of the nearest two: above, the last two sizes' (the link's rate
 // there); below, the first two's, but never under the smallest time scaled
@@ -66,6 +66,32 @@
 // show` prints and what prices a profile that kept a fit without its
 // samples; the link an unmeasured operation runs over (below) is still
 // recovered from the all-reduce fit.
+//
+// Note [A collective's stalls]
+// A collective timed back to back mostly takes about its median, and now
+// and then far longer: through c10d's Gloo on this 2-vCPU machine an
+// all-reduce of 8 B to 256 KiB took a median of 0.10-0.26 ms and a mean
+// of 0.33-0.99 ms, the slowest of about a thousand runs 5.5-9.5 ms (a
+// scheduler's stall: a rank's Gloo threads wait for its core). Calibration
+// fits its line to the mean, since a step pays the slow ones too (Note [A
+// collective costs its mean] in calibrate/src/fit.cpp), and a step of many
+// collectives does pay about their means: gpt2-tiny's megatron-tp waits 13
+// times a step. But a step of few pays their medians in most steps, and
+// validation compares the median step: nbow-tiny's DDP step all-reduces
+// once, 262 KB, and waited 0.27-0.33 ms of it where the mean priced 1.02 ms
+// (+62.6% on the step, docs/validation-cpu.md). So a measured collective
+// is priced at its median, and its stalls are counted as a median step
+// meets them: one stall lasts the median over sizes of (slowest - median),
+// a collective meets (mean - median) / stall of them on average, and the
+// task builder keeps each rank's running sum S of those in issue order
+// and adds one stall to the collective at which round(S) grows. A rank
+// with k collectives of rate p then pays round(k p) stalls, the median of
+// their binomial count to within one (Kaas and Buhrman 1980): none for
+// one DDP bucket at p 0.1, one for 13 tensor-parallel all-reduces, and
+// over many the mean, which is what the fit prices. Sizes without a mean
+// (imported nccl-tests logs) have no stalls; point-to-point messages are
+// timed each alone to a waiting receiver and keep their mean. The bounds
+// of the search and `dtsim comm` take the typical time.
 //
 // Note [Grouped GEMMs]
 // A mixture of experts runs its routed experts as one grouped GEMM per
@@ -246,6 +272,23 @@ struct StepWork {
 // the per-update launches.
 constexpr double kSgdBytes = 32, kSgdKernels = 3, kPlainSgdBytes = 12, kPlainSgdKernels = 1;
 
+// Note [Adam's decay]
+// AdamW decays the weight before the update (torch/optim/adamw.py,
+// _single_tensor_adamw: param.mul_(1 - lr * weight_decay)), a pass that
+// reads and writes it: 88 bytes and 9 kernels a parameter against Adam's
+// 80 and 8 (above; Adam at weight decay 0 adds nothing, and the plans'
+// "adam" is that). A profile's "adam" samples say which they timed by
+// their bytes a parameter, as calibration counts a step's traffic (the
+// gradient, weight and both moments read, the weight and moments written:
+// 28 B; the decay's read and write of the weight: 36 B): calibration times
+// the runtime's default, AdamW at 0.01 (runtime/src/trainer.cpp), since
+// 2026-11-29; every profile before timed Adam at 0 (28 B), and a profiler
+// trace's torch.optim.AdamW step is 36 B, its Adam 28. The other is priced
+// at the ratio of the two's work, as Note [SGD momentum]: on this CPU a
+// 4M-parameter step took 12-17 ms at 0 and 14-20 ms with the decay
+// (torch 1.13, one thread, medians of 30, four rounds alternated).
+constexpr double kAdamBytes = 28, kAdamWBytes = 36;
+
 StepWork step_work(Optimizer o, Precision p) {
   StepWork w = o == Optimizer::kSgd        ? StepWork{kSgdBytes, kSgdKernels}
                : o == Optimizer::kSgdPlain ? StepWork{kPlainSgdBytes, kPlainSgdKernels}
@@ -286,30 +329,77 @@ std::optional<ProfileCosts::UpdateCost> fit_update_cost(const std::vector<const 
 
 }  // namespace
 
-MeasuredCollective::MeasuredCollective(const std::vector<std::pair<double, double>>& samples) {
+MeasuredCollective::MeasuredCollective(const std::vector<std::pair<double, double>>& samples)
+    : MeasuredCollective(samples, {}) {}
+
+MeasuredCollective::MeasuredCollective(const std::vector<std::pair<double, double>>& samples, const std::vector<Tail>& tails) {
+  const auto usable = [](double b, double t) { return b > 0 && t > 0 && std::isfinite(b) && std::isfinite(t); };
   std::map<double, std::pair<double, int>> by_size;  // bytes -> (sum of seconds, samples)
   for (const auto& [b, t] : samples) {
-    if (!(b > 0) || !(t > 0) || !std::isfinite(b) || !std::isfinite(t)) continue;
+    if (!usable(b, t)) continue;
     auto& [sum, n] = by_size[b];
     sum += t;
     ++n;
   }
+  // Note [A collective's stalls]: a size's excess averaged as its time is;
+  // the stall, the median of the sizes' slowest runs over their medians.
+  std::map<double, std::pair<double, int>> excess;
+  std::vector<double> spreads;
+  for (const Tail& t : tails) {
+    if (!by_size.count(t.bytes) || !std::isfinite(t.excess) || !std::isfinite(t.spread)) continue;
+    auto& [sum, n] = excess[t.bytes];
+    sum += std::max(0.0, t.excess);
+    ++n;
+    if (t.spread > 0) spreads.push_back(t.spread);
+  }
   for (const auto& [b, st] : by_size) {
     bytes_.push_back(b);
     seconds_.push_back(st.first / st.second);
+    const auto e = excess.find(b);
+    excess_.push_back(e == excess.end() ? 0.0 : e->second.first / e->second.second);
+  }
+  if (!spreads.empty()) {
+    std::sort(spreads.begin(), spreads.end());
+    const std::size_t n = spreads.size();
+    stall_ = n % 2 == 1 ? spreads[n / 2] : 0.5 * (spreads[n / 2 - 1] + spreads[n / 2]);
   }
 }
 
 MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::string& backend, CollectiveOp op, int ranks,
                                           int ranks_per_node) {
   std::vector<std::pair<double, double>> samples;
+  std::vector<Tail> tails;
   for (const CommSample& c : profile.comm) {
     // Every rank on one node counts as one node (fit_profile groups them so).
     const int per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
     if (c.backend != backend || c.op != op || c.ranks != ranks || per_node != ranks_per_node) continue;
-    samples.emplace_back(static_cast<double>(c.bytes), c.time.mean_s > 0 ? c.time.mean_s : c.time.median_s);
+    const double b = static_cast<double>(c.bytes);
+    // A point-to-point message is timed to a waiting receiver (Note
+    // [Waiting receiver] in calibrate/src/gloo_bench.cpp), each message by
+    // itself: its mean is what a pipeline's message costs. Only collectives
+    // timed back to back have stalls to tell apart (Note [A collective's stalls]).
+    const bool stalls = op != CollectiveOp::kSendRecv && c.time.mean_s > 0 && c.time.median_s > 0;
+    samples.emplace_back(b, stalls || c.time.mean_s <= 0 ? c.time.median_s : c.time.mean_s);
+    if (stalls) tails.push_back({b, c.time.mean_s - c.time.median_s, std::max(0.0, c.time.max_s - c.time.median_s)});
   }
-  return MeasuredCollective(samples);
+  return MeasuredCollective(samples, tails);
+}
+
+double MeasuredCollective::stalls_at(double bytes) const {
+  if (stall_ <= 0 || bytes_.empty()) return 0;
+  const std::size_t n = bytes_.size();
+  double e = 0;
+  if (n == 1 || bytes <= bytes_.front()) {
+    e = excess_.front();
+  } else if (bytes >= bytes_.back()) {
+    e = excess_.back();
+  } else {
+    const std::size_t hi = static_cast<std::size_t>(std::upper_bound(bytes_.begin(), bytes_.end(), bytes) - bytes_.begin());
+    const std::size_t k = hi - 1;
+    const double f = (bytes - bytes_[k]) / (bytes_[k + 1] - bytes_[k]);
+    e = excess_[k] + f * (excess_[k + 1] - excess_[k]);
+  }
+  return std::max(0.0, e) / stall_;
 }
 
 MeasuredCollective::Split MeasuredCollective::at(double bytes) const {
@@ -399,6 +489,17 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   python_host_ = python_host_cost(profile_);
   adam_mixed_cost_ = fit_update_cost(adam_mixed_);
   sgd_cost_ = fit_update_cost(sgd_);
+  // Note [Adam's decay]: what the samples timed, by their bytes a parameter.
+  {
+    std::vector<double> per_param;
+    for (const auto* v : {&adam_, &adam_mixed_}) {
+      for (const KernelSample* k : *v) per_param.push_back(k->bytes / static_cast<double>(k->m));
+    }
+    if (!per_param.empty()) {
+      std::nth_element(per_param.begin(), per_param.begin() + static_cast<std::ptrdiff_t>(per_param.size() / 2), per_param.end());
+      adam_timed_decay_ = per_param[per_param.size() / 2] > (kAdamBytes + kAdamWBytes) / 2;
+    }
+  }
   // Note [SGD momentum]: what the samples timed, by their bytes a parameter.
   if (!sgd_.empty()) {
     std::vector<double> per_param;
@@ -466,13 +567,20 @@ std::pair<double, double> ProfileCosts::sgd_scale(Optimizer o) const {
               : std::pair{kPlainSgdBytes / kSgdBytes, kPlainSgdKernels / kSgdKernels};
 }
 
+std::pair<double, double> ProfileCosts::step_scale(Optimizer o, Precision p) const {
+  if (is_sgd(o)) return sgd_scale(o);
+  // Note [Adam's decay]
+  const Optimizer timed = adam_timed_decay_ ? Optimizer::kAdamW : Optimizer::kAdam;
+  if (o == timed) return {1.0, 1.0};
+  const StepWork want = step_work(o, p), got = step_work(timed, p);
+  return {want.bytes_per_param / got.bytes_per_param, want.kernels_per_update / got.kernels_per_update};
+}
+
 std::optional<ProfileCosts::UpdateCost> ProfileCosts::update_cost(Optimizer o, Precision p) const {
-  if (is_sgd(o)) {
-    if (!sgd_cost_) return std::nullopt;
-    const auto [bytes, kernels] = sgd_scale(o);
-    return UpdateCost{sgd_cost_->per_update * kernels, sgd_cost_->per_param * bytes};
-  }
-  return p != Precision::kFp32 && adam_mixed_cost_ ? adam_mixed_cost_ : adam_cost_;
+  const auto& cost = is_sgd(o) ? sgd_cost_ : p != Precision::kFp32 && adam_mixed_cost_ ? adam_mixed_cost_ : adam_cost_;
+  if (!cost) return std::nullopt;
+  const auto [bytes, kernels] = step_scale(o, p);
+  return UpdateCost{cost->per_update * kernels, cost->per_param * bytes};
 }
 
 const std::vector<const KernelSample*>& ProfileCosts::host_optimizer_samples(Precision p) const {
@@ -658,7 +766,7 @@ TimeNs ProfileComputeModel::optimizer_time(double params, int tensors, Optimizer
   const auto& samples = costs_->optimizer_samples(o, p);
   if (samples.empty() || params <= 0) return ComputeModel::optimizer_time(params, tensors, o, p, device);
   if (sources_) ++sources_->optimizer_measured;
-  return seconds_to_ns(timed_seconds(samples, params, tensors) * (is_sgd(o) ? costs_->sgd_scale(o).first : 1.0));
+  return seconds_to_ns(timed_seconds(samples, params, tensors) * costs_->step_scale(o, p).first);
 }
 
 TimeNs ProfileComputeModel::optimizer_launch_time(double params, int updates, Optimizer o, Precision p) const {
@@ -929,8 +1037,12 @@ namespace {
 /// still divide the link's capacity.
 CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes bytes, LinkClass link, BytesPerSec rate) {
   MeasuredCollective::Split s;
+  double stalls = 0, stall = 0;
   if (m != nullptr) {
     s = m->at(static_cast<double>(bytes));
+    // Note [A collective's stalls]
+    stall = m->stall();
+    stalls = m->stalls_at(static_cast<double>(bytes));
   } else {
     s.latency = std::max(0.0, fit.constant);
     s.wire = std::max(0.0, fit.per_byte) * static_cast<double>(bytes);
@@ -941,6 +1053,10 @@ CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes 
   c.latency = seconds_to_ns(s.latency);
   c.rate = rate;
   c.wire_bytes = s.wire * rate;
+  if (stalls > 0 && stall > 0) {
+    c.stall = seconds_to_ns(stall);
+    c.stalls = stalls;
+  }
   return c;
 }
 

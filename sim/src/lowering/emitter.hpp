@@ -5,6 +5,7 @@
 // (Note [One walk] in lower.cpp).
 
 #include <algorithm>
+#include <cmath>
 #include <memory>
 #include <string>
 #include <vector>
@@ -59,6 +60,16 @@ class TaskBuilder {
     t.axis = axis;
     t.bytes = bytes;
     t.cost = cost;
+    // Note [A collective's stalls] (cost/cost_profile.cpp): the rank's
+    // collectives so far have met `seen` stalls on average; this one pays
+    // those by which the rounded count grows.
+    if (cost.stalls > 0 && cost.stall > 0 && rank >= 0) {
+      if (static_cast<std::size_t>(rank) >= stalls_seen_.size()) stalls_seen_.resize(static_cast<std::size_t>(rank) + 1, 0.0);
+      double& seen = stalls_seen_[static_cast<std::size_t>(rank)];
+      const double before = std::floor(seen + 0.5);
+      seen += cost.stalls;
+      t.cost.latency += cost.stall * static_cast<TimeNs>(std::floor(seen + 0.5) - before);
+    }
     t.deps = std::move(deps);
     t.on_start = std::move(on_start);
     t.on_end = std::move(on_end);
@@ -84,6 +95,7 @@ class TaskBuilder {
  private:
   bool named_ = true;
   std::int32_t micro_ = -1;
+  std::vector<double> stalls_seen_;  ///< by rank (Note [A collective's stalls])
   TaskGraph g_;
 };
 

@@ -131,6 +131,16 @@ inline void set_interference(SimRank& r, const ClusterSpec& c) {
 /// nothing else shares the link.
 /// With a `route` (a layer's ep_route under DeepEP), its all-to-alls are
 /// priced as DeepEP's dispatch (CommModel::expert_dispatch).
+/// Note [A collective's stalls] (cost/cost_profile.cpp): `count` of `one`'s
+/// stalls added to `into`'s, their time kept: the longer stall, met as
+/// often as the time they add comes to.
+inline void add_stalls(CollectiveCost& into, const CollectiveCost& one, double count) {
+  if (one.stall <= 0 || one.stalls <= 0 || count <= 0) return;
+  const double time = static_cast<double>(into.stall) * into.stalls + static_cast<double>(one.stall) * one.stalls * count;
+  into.stall = std::max(into.stall, one.stall);
+  into.stalls = time / static_cast<double>(into.stall);
+}
+
 inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommGroup& group, const CommModel& model,
                                 const ExpertRoute* route = nullptr) {
   CollectiveCost out;
@@ -145,6 +155,7 @@ inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommG
     out.latency += one.latency * c.count;
     out.wire_bytes += one.wire_bytes * c.count;
     if (one.rate > 0) flow_seconds += one.wire_bytes * c.count / one.rate;
+    add_stalls(out, one, c.count);
   }
   out.rate = flow_seconds > 0 ? out.wire_bytes / flow_seconds : 1e30;
   return out;

@@ -69,6 +69,12 @@ struct CollectiveCost {
   double wire_bytes = 0;    ///< bytes through the bottleneck link, per rank
   BytesPerSec rate = 0;     ///< the bottleneck link's bandwidth for this flow
   LinkClass link = LinkClass::kIntraNode;
+  /// Note [A collective's stalls] (cost_profile.cpp): a measured
+  /// collective's typical time above; how long one stall takes and how
+  /// many one meets on average. The task builder lets a rank's collectives
+  /// pay them as a median step does (none in total() or in bounds).
+  TimeNs stall = 0;
+  double stalls = 0;
   /// Time if nothing else shares the link.
   TimeNs total() const;
 };

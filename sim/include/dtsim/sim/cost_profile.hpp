@@ -37,9 +37,16 @@ class MeasuredCollective {
   /// From (bytes, seconds) samples in any order: samples of equal size are
   /// averaged; those of no bytes or no time are left out.
   explicit MeasuredCollective(const std::vector<std::pair<double, double>>& samples);
+  /// A size's stalls (Note [A collective's stalls] in cost_profile.cpp):
+  /// its mean over its median, and its slowest run over its median, in seconds.
+  struct Tail {
+    double bytes = 0, excess = 0, spread = 0;
+  };
+  /// As above, with the sizes' tails.
+  MeasuredCollective(const std::vector<std::pair<double, double>>& samples, const std::vector<Tail>& tails);
   /// From `profile`'s samples of op over `ranks` by `backend`, on one node
-  /// (`ranks_per_node` 0) or spanning nodes of `ranks_per_node` each, as
-  /// calibration fits them: each at its mean where measured, else its median.
+  /// (`ranks_per_node` 0) or spanning nodes of `ranks_per_node` each: each
+  /// at its median, its mean's excess and its slowest run as its tail.
   static MeasuredCollective of(const Profile& profile, const std::string& backend, CollectiveOp op, int ranks,
                                int ranks_per_node);
   /// Distinct sizes measured: pricing needs two.
@@ -55,9 +62,16 @@ class MeasuredCollective {
   /// straight line between the two measured sizes around it, and outside
   /// the range the line of the nearest two (Note [Measured collectives]).
   Split at(double bytes) const;
+  /// Note [A collective's stalls]: how long one stall lasts (0: the
+  /// profile saw none), and how many of them one collective of `bytes`
+  /// meets on average (its mean's excess over the stall, interpolated as
+  /// at() interpolates the time; never negative).
+  double stall() const { return stall_; }
+  double stalls_at(double bytes) const;
 
  private:
-  std::vector<double> bytes_, seconds_;
+  std::vector<double> bytes_, seconds_, excess_;
+  double stall_ = 0;
 };
 
 /// A profile indexed for lookups; build once, share between predictions.
@@ -76,6 +90,10 @@ class ProfileCosts {
   /// Note [SGD momentum]: an SGD step of kind `o` over the one the profile
   /// timed, as {bytes a parameter, kernels an update}: 1 where they match.
   std::pair<double, double> sgd_scale(Optimizer o) const;
+  /// A step of `o` in p over the one the profile timed of its kind, as
+  /// {bytes a parameter, kernels an update}: sgd_scale for SGD, Note [Adam's
+  /// decay] in cost_profile.cpp for Adam and AdamW.
+  std::pair<double, double> step_scale(Optimizer o, Precision p) const;
   /// The host's time for a layer's pass: its fastest time at any shape
   /// measured (Note [Host launch]); 0 where unmeasured.
   double launch_seconds(const std::string& signature, Precision p, Pass pass) const;
@@ -97,7 +115,8 @@ class ProfileCosts {
   /// GEMMs] in cost_profile.cpp) takes the grouped-GEMM model where the
   /// profile has one; it and attention fall back to the GEMM model.
   const FitTerms* kernel_fit(KernelKind kind, Precision p, std::int64_t batch = 1) const;
-  /// The timed optimizer steps of o (AdamW as Adam) in precision p's kind
+  /// The timed optimizer steps of o (Adam and AdamW both, step_scale
+  /// between them) in precision p's kind
   /// (fp32, or 16-bit parameters with fp32 masters where the profile timed
   /// those, else fp32's), by tensors then parameters (KernelSample m =
   /// parameters, n = tensors); empty if none.
@@ -132,6 +151,9 @@ class ProfileCosts {
   /// (32 B a parameter) or plain SGD (12 B: profiles made before the
   /// runtime kept momentum, and profiler traces of SGD at momentum 0).
   bool sgd_timed_momentum_ = true;
+  /// Note [Adam's decay]: whether the "adam" samples timed AdamW (36 B a
+  /// parameter) or Adam at weight decay 0 (28 B: profiles before 2026-11-29).
+  bool adam_timed_decay_ = false;
   std::optional<PythonHostCost> python_host_;
 
   std::unordered_map<std::string, std::vector<const LayerSample*>> layers_;

@@ -23,9 +23,10 @@ struct Timing {
   double min_s = 0;
   double max_s = 0;
   int reps = 0;
-  /// Mean; 0 where not measured (profiles before it, layer timings). A
-  /// step pays a collective's mean, and on a loopback TCP its tail is heavy
-  /// (Note [A collective costs its mean] in calibrate/src/fit.cpp).
+  /// Mean; 0 where not measured (profiles before it, layer timings). On a
+  /// loopback TCP a collective's tail is heavy: its fit takes the mean (Note
+  /// [A collective costs its mean] in calibrate/src/fit.cpp), its measured
+  /// sizes the median and stalls (Note [A collective's stalls] in cost_profile.cpp).
   double mean_s = 0;
 };
 

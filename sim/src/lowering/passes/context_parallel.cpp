@@ -55,6 +55,7 @@ void add_flow(CollectiveCost& into, const CollectiveCost& one) {
   into.latency += one.latency;
   into.wire_bytes += one.wire_bytes;
   into.rate = seconds > 0 ? into.wire_bytes / seconds : 1e30;
+  add_stalls(into, one, 1);
 }
 
 namespace {
