@@ -18,6 +18,7 @@
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/profile.hpp"
+#include "dtsim/sim/report.hpp"
 #include "fake_model.hpp"
 #include "test_util.hpp"
 
@@ -353,6 +354,24 @@ TEST_CASE("measured collectives are priced between their measured sizes (Note [M
   CHECK(mid.stall == 2500);
   CHECK(mid.stalls == Approx(1.0));
   CHECK(comm.collective(CollectiveOp::kAllReduce, kKiB, two).stalls == 0);
+  // `dtsim comm` shows them: 1 MiB typical 25 us, 2 stalls of 2.5 us, a
+  // mean of 25 + 2 x 2.5 = 30 us; 2 MiB (1/15 of the way to 16 MiB) 25 +
+  // 185/15 = 37.333 us, 2 x 14/15 stalls, a mean of 37.333 + 4.667 = 42 us.
+  const auto rows = comm_sweep(comm, CollectiveOp::kAllReduce, two, kMiB, 2 * kMiB);
+  REQUIRE(rows.size() == 2);
+  CHECK(rows[0].stalls == Approx(2.0));
+  CHECK(rows[1].stalls == Approx(2.0 * 14 / 15));
+  const std::string table = format_comm_table("round", CollectiveOp::kAllReduce, two, rows, "");
+  CHECK(table.find("stalls for 0.00 ms") != std::string::npos);  // 2.5 us
+  CHECK(table.find("  mean (us)") != std::string::npos);
+  CHECK(table.find("   25.00 ") != std::string::npos);
+  CHECK(table.find("       30.00\n") != std::string::npos);
+  CHECK(table.find("       42.00\n") != std::string::npos);
+  const std::string json = comm_to_json("round", CollectiveOp::kAllReduce, two, rows, "");
+  const std::size_t at = json.find("\"stalls\": ");
+  REQUIRE(at != std::string::npos);
+  CHECK(std::stod(json.substr(at + 10)) == Approx(2.0));
+  CHECK(json.find("\"stall_us\": 2.5") != std::string::npos);
   CHECK(mid.rate == c.intra_node.rate());
   CHECK(mid.algorithm == "measured");
   // Above 64 MiB the last two sizes' rate: 490 us a 48 MiB, so 128 MiB is

@@ -311,6 +311,8 @@ std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const C
     const double s = std::max(1e-12, ns_to_seconds(r.time));
     r.algbw = r.time > 0 ? static_cast<double>(b) / s / kGiga : 0;
     r.busbw = r.algbw * bus_bandwidth_factor(op, group.ranks);
+    r.stalls = c.stalls;
+    r.stall = c.stall;
     rows.push_back(r);
   }
   return rows;
@@ -327,12 +329,31 @@ std::string format_comm_table(const std::string& cluster, CollectiveOp op, const
                  op == CollectiveOp::kAllReduce                                          ? "2(n-1)/n"
                  : (op == CollectiveOp::kBroadcast || op == CollectiveOp::kSendRecv) ? "1"
                                                                                          : "(n-1)/n");
-  constexpr const char* kRow = " {:>13} {:>11} {:>6} {:>9} {:>6} {:>11} {:>13} {:>13}\n";
+  // Note [A collective's stalls]: where the profile saw some, the mean a
+  // collective comes to over many, beside its typical time.
+  const bool stalls = std::any_of(rows.begin(), rows.end(), [](const CommRow& r) { return r.stalls > 0; });
+  if (stalls) {
+    TimeNs stall = 0;
+    for (const auto& r : rows) stall = std::max(stall, r.stall);
+    fmt::format_to(o,
+                   "# time: typical (the median measured); now and then one stalls for {:.2f} ms (Note [A collective's "
+                   "stalls]): 'stalls' is how many one meets on average, 'mean' what it comes to over many; a "
+                   "step pays round(its collectives' stalls)\n",
+                   ns_to_seconds(stall) * 1e3);
+  }
+  constexpr const char* kRow = " {:>13} {:>11} {:>6} {:>9} {:>6} {:>11} {:>13} {:>13}";
   fmt::format_to(o, kRow, "size (B)", "count", "type", "algo", "proto", "time (us)", "algbw (GB/s)", "busbw (GB/s)");
+  if (stalls) fmt::format_to(o, " {:>7} {:>11}", "stalls", "mean (us)");
+  out += '\n';
   for (const auto& r : rows) {
     fmt::format_to(o, kRow, r.bytes, r.bytes / 4, "float", r.algorithm, r.protocol.empty() ? "-" : r.protocol,
                    fmt::format("{:.2f}", ns_to_seconds(r.time) * 1e6),
                    fmt::format("{:.2f}", r.algbw), fmt::format("{:.2f}", r.busbw));
+    if (stalls) {
+      fmt::format_to(o, " {:>7} {:>11}", fmt::format("{:.3f}", r.stalls),
+                     fmt::format("{:.2f}", (ns_to_seconds(r.time) + r.stalls * ns_to_seconds(r.stall)) * 1e6));
+    }
+    out += '\n';
   }
   return out;
 }
@@ -351,6 +372,7 @@ std::string comm_to_json(const std::string& cluster, CollectiveOp op, const Comm
     j.field("bytes", static_cast<std::int64_t>(r.bytes)).field("algorithm", r.algorithm);
     if (!r.protocol.empty()) j.field("protocol", r.protocol);
     j.field("time_us", Decimal{r.time, 3}).field("algbw_GBps", r.algbw).field("busbw_GBps", r.busbw);
+    if (r.stalls > 0) j.field("stalls", r.stalls).field("stall_us", Decimal{r.stall, 3});
     j.end_object();
   }
   j.end_array().end_object();

@@ -29,6 +29,11 @@ struct CommRow {
   TimeNs time = 0;
   double algbw = 0;  ///< bytes / time, GB/s
   double busbw = 0;  ///< algbw x bus_bandwidth_factor, GB/s
+  /// Note [A collective's stalls] (cost_profile.cpp): how many stalls one
+  /// collective of this size meets on average and how long one lasts; 0
+  /// where the profile saw none (or nothing was measured).
+  double stalls = 0;
+  TimeNs stall = 0;
 };
 /// Predicted time, algbw and busbw for sizes from min_bytes to max_bytes (x2).
 std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const CommGroup& group,
