@@ -162,7 +162,10 @@ def comm(cluster, op="all_reduce", ranks=None, ranks_per_node=None, min_bytes=8,
     """Predicted time, algbw and busbw of a collective for sizes from min_bytes
     to max_bytes (x2), as ``dtsim comm --json``. ranks: default the whole
     cluster; ranks_per_node: default a node's worth; profile: price from a
-    calibration profile's fits (its ``cost_source`` says which), as ``--profile``."""
+    calibration profile's measurements (its ``cost_source`` says which), as
+    ``--profile``; where the profile saw slow runs, a row's ``time_us`` is
+    the typical time and ``stalls`` x ``stall_us`` what it adds on average
+    (Note [A collective's stalls], docs/json.md)."""
     text = _core.comm_json(_source(cluster, "cluster"), op, _int(ranks, "ranks", -1),
                            _int(ranks_per_node, "ranks_per_node", -1), _int(min_bytes, "min_bytes", 8),
                            _int(max_bytes, "max_bytes", 1 << 30), _sets(set), _path(profile, "profile"))
