@@ -829,7 +829,8 @@ std::string format_profile(const sim::Profile& p) {
   if (!p.comm.empty()) {
     // The comm fits summarise; predictions take the measured sizes.
     os << "  collectives: priced from their measured sizes, between them by straight lines (Note [Measured "
-          "collectives]); the comm fits above only summarise them\n";
+          "collectives]), each at its median with its slow runs counted apart as stalls a step meets at their "
+          "rate (Note [A collective's stalls]); the comm fits above (to the means) only summarise them\n";
     std::string missing;
     for (sim::CollectiveOp op : {sim::CollectiveOp::kAllReduce, sim::CollectiveOp::kReduceScatter, sim::CollectiveOp::kAllGather,
                                  sim::CollectiveOp::kBroadcast, sim::CollectiveOp::kSendRecv, sim::CollectiveOp::kAllToAll}) {

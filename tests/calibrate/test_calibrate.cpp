@@ -395,6 +395,7 @@ TEST_CASE("measured collectives are priced between their measured sizes (Note [M
   // profile show says the fits only summarise them; a profile without
   // collectives says nothing of it.
   CHECK_THAT(calib::format_profile(p), Catch::Contains("collectives: priced from their measured sizes"));
+  CHECK_THAT(calib::format_profile(p), Catch::Contains("each at its median with its slow runs counted apart as stalls"));
   CHECK_THAT(calib::format_profile(Profile{}), !Catch::Contains("collectives: priced"));
   // A profile with the fit but one size measured prices by the fit:
   // sample_profile's 20 us + 1 ns/B (the test above).
