@@ -110,7 +110,9 @@
 
 #include <algorithm>
 #include <cmath>
+#include <initializer_list>
 #include <iterator>
+#include <optional>
 #include <span>
 
 #include <fmt/format.h>
@@ -298,6 +300,18 @@ StepWork step_work(Optimizer o, Precision p) {
   if (p != Precision::kFp32) w.bytes_per_param += 12, w.kernels_per_update += 2;
   if (p == Precision::kFp16) w.bytes_per_param += 8, w.kernels_per_update += 1;
   return w;
+}
+
+/// The median bytes a parameter of timed optimizer steps, which say what
+/// they stepped (Note [Adam's decay], Note [SGD momentum]); none if none.
+std::optional<double> median_bytes_per_param(std::initializer_list<const std::vector<const KernelSample*>*> sets) {
+  std::vector<double> per_param;
+  for (const auto* v : sets) {
+    for (const KernelSample* k : *v) per_param.push_back(k->bytes / static_cast<double>(k->m));
+  }
+  if (per_param.empty()) return std::nullopt;
+  std::nth_element(per_param.begin(), per_param.begin() + static_cast<std::ptrdiff_t>(per_param.size() / 2), per_param.end());
+  return per_param[per_param.size() / 2];
 }
 
 std::optional<ProfileCosts::UpdateCost> fit_update_cost(const std::vector<const KernelSample*>& samples) {
@@ -490,24 +504,10 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   python_host_ = python_host_cost(profile_);
   adam_mixed_cost_ = fit_update_cost(adam_mixed_);
   sgd_cost_ = fit_update_cost(sgd_);
-  // Note [Adam's decay]: what the samples timed, by their bytes a parameter.
-  {
-    std::vector<double> per_param;
-    for (const auto* v : {&adam_, &adam_mixed_}) {
-      for (const KernelSample* k : *v) per_param.push_back(k->bytes / static_cast<double>(k->m));
-    }
-    if (!per_param.empty()) {
-      std::nth_element(per_param.begin(), per_param.begin() + static_cast<std::ptrdiff_t>(per_param.size() / 2), per_param.end());
-      adam_timed_decay_ = per_param[per_param.size() / 2] > (kAdamBytes + kAdamWBytes) / 2;
-    }
-  }
-  // Note [SGD momentum]: what the samples timed, by their bytes a parameter.
-  if (!sgd_.empty()) {
-    std::vector<double> per_param;
-    for (const KernelSample* k : sgd_) per_param.push_back(k->bytes / static_cast<double>(k->m));
-    std::nth_element(per_param.begin(), per_param.begin() + static_cast<std::ptrdiff_t>(per_param.size() / 2), per_param.end());
-    sgd_timed_momentum_ = per_param[per_param.size() / 2] > (kSgdBytes + kPlainSgdBytes) / 2;
-  }
+  // Note [Adam's decay] and Note [SGD momentum]: what the samples timed, by
+  // their bytes a parameter.
+  if (const auto b = median_bytes_per_param({&adam_, &adam_mixed_})) adam_timed_decay_ = *b > (kAdamBytes + kAdamWBytes) / 2;
+  if (const auto b = median_bytes_per_param({&sgd_})) sgd_timed_momentum_ = *b > (kSgdBytes + kPlainSgdBytes) / 2;
   for (const auto& s : profile_.layers) layers_[layer_key(s.signature, s.precision)].push_back(&s);
   // Note [Layers in a step]: the in-step samples over the loop samples of the
   // same shape, those timed just before the step ("|loop") where there are,
@@ -561,15 +561,14 @@ const std::vector<const LayerSample*>* ProfileCosts::layer_samples(const std::st
   return it == layers_.end() ? nullptr : &it->second;
 }
 
-std::pair<double, double> ProfileCosts::sgd_scale(Optimizer o) const {
-  const bool want = o == Optimizer::kSgd;
-  if (want == sgd_timed_momentum_) return {1.0, 1.0};
-  return want ? std::pair{kSgdBytes / kPlainSgdBytes, kSgdKernels / kPlainSgdKernels}
-              : std::pair{kPlainSgdBytes / kSgdBytes, kPlainSgdKernels / kSgdKernels};
-}
-
 std::pair<double, double> ProfileCosts::step_scale(Optimizer o, Precision p) const {
-  if (is_sgd(o)) return sgd_scale(o);
+  if (is_sgd(o)) {
+    // Note [SGD momentum]
+    const bool want = o == Optimizer::kSgd;
+    if (want == sgd_timed_momentum_) return {1.0, 1.0};
+    return want ? std::pair{kSgdBytes / kPlainSgdBytes, kSgdKernels / kPlainSgdKernels}
+                : std::pair{kPlainSgdBytes / kSgdBytes, kPlainSgdKernels / kSgdKernels};
+  }
   // Note [Adam's decay]
   const Optimizer timed = adam_timed_decay_ ? Optimizer::kAdamW : Optimizer::kAdam;
   if (o == timed) return {1.0, 1.0};

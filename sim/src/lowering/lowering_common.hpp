@@ -126,11 +126,6 @@ inline void set_interference(SimRank& r, const ClusterSpec& c) {
   }
 }
 
-/// Sum of `count` x cost of each collective, as one flow: latencies add,
-/// wire bytes add, and the rate is chosen so the total time is exact when
-/// nothing else shares the link.
-/// With a `route` (a layer's ep_route under DeepEP), its all-to-alls are
-/// priced as DeepEP's dispatch (CommModel::expert_dispatch).
 /// Note [A collective's stalls] (cost/cost_profile.cpp): `count` of `one`'s
 /// stalls added to `into`'s, their time kept: the longer stall, met as
 /// often as the time they add comes to.
@@ -141,6 +136,11 @@ inline void add_stalls(CollectiveCost& into, const CollectiveCost& one, double c
   into.stalls = time / static_cast<double>(into.stall);
 }
 
+/// Sum of `count` x cost of each collective, as one flow: latencies add,
+/// wire bytes add, and the rate is chosen so the total time is exact when
+/// nothing else shares the link.
+/// With a `route` (a layer's ep_route under DeepEP), its all-to-alls are
+/// priced as DeepEP's dispatch (CommModel::expert_dispatch).
 inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommGroup& group, const CommModel& model,
                                 const ExpertRoute* route = nullptr) {
   CollectiveCost out;

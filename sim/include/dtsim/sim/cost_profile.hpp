@@ -87,12 +87,9 @@ class ProfileCosts {
     double per_update = 0, per_param = 0;  ///< seconds
   };
   std::optional<UpdateCost> update_cost(Optimizer o, Precision p) const;
-  /// Note [SGD momentum]: an SGD step of kind `o` over the one the profile
-  /// timed, as {bytes a parameter, kernels an update}: 1 where they match.
-  std::pair<double, double> sgd_scale(Optimizer o) const;
   /// A step of `o` in p over the one the profile timed of its kind, as
-  /// {bytes a parameter, kernels an update}: sgd_scale for SGD, Note [Adam's
-  /// decay] in cost_profile.cpp for Adam and AdamW.
+  /// {bytes a parameter, kernels an update}: 1 where they match (Note [SGD
+  /// momentum], Note [Adam's decay] in cost_profile.cpp).
   std::pair<double, double> step_scale(Optimizer o, Precision p) const;
   /// The host's time for a layer's pass: its fastest time at any shape
   /// measured (Note [Host launch]); 0 where unmeasured.
