@@ -372,3 +372,85 @@ TEST_CASE("the partition step: a resolved plan is split before lowering, as pred
   CHECK(split.stage_layers.size() == 4);
   CHECK(split.stage_layers == predict(*gpt, spec, c4).plan.stage_layers);
 }
+
+TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds most of (Note [Advice])", "[pipeline][advice]") {
+  // Issue 21's 405B example as a user first writes it: 2048 nodes at tp 8,
+  // pp 16, cp 2 leave dp = 16384 / 256 = 64, and its global batch of 256
+  // sequences at micro-batch 4 is 256 / (4 x 64) = 1 micro-batch a step.
+  Prediction p;
+  p.plan.pp = 16;
+  p.plan.dp = 64;
+  p.plan.cp = 2;
+  p.plan.micro_batch = 4;
+  p.plan.grad_accum = 1;
+  p.plan.global_batch = 256;
+  p.plan.schedule = Schedule::k1f1b;
+  p.iteration_time = 16 * kMs;
+  p.breakdown.bubble = 15 * kMs;  // one micro-batch through 16 equal stages: each busy 1/16 of the step
+  p.fits = false;
+  RankMemory first, second;
+  first.rank = 0;
+  second.rank = 16;
+  second.stage = 1;
+  first.peak = 100 * kGiB;
+  second.peak = 200 * kGiB;
+  second.parameters = 10 * kGiB;
+  second.gradients = 5 * kGiB;
+  second.optimizer = 35 * kGiB;
+  second.activations = 144 * kGiB;
+  second.buffers = 6 * kGiB;
+  p.ranks = {first, second};
+  auto said = advice(p);
+  REQUIRE(said.size() == 2);
+  CHECK(said[0] ==
+        "plan.pp=16 runs 1 micro-batch a step (global_batch 256 / (micro_batch 4 x dp 64)): the pipeline never fills and "
+        "its busiest stage idles 94% of the step; give it at least 16 (a larger plan.global_batch or a smaller "
+        "plan.micro_batch)");  // 15/16 = 93.75%
+  CHECK(said[1] ==
+        "does not fit: on rank 16 (stage 1) activations are 144.00 GiB of its 200.00 GiB peak; try plan.recompute=full, "
+        "a smaller plan.micro_batch or a larger plan.tp or plan.cp; `dtsim search` lists the plans that fit");
+
+  // Knobs already as far as they go are not offered again.
+  p.plan.recompute = Recompute::kFull;
+  p.plan.micro_batch = 1;
+  p.plan.global_batch = 64;
+  said = advice(p);
+  REQUIRE(said.size() == 2);
+  CHECK(said[1].find("activations are 144.00 GiB of its 200.00 GiB peak; try a larger plan.tp or plan.cp;") !=
+        std::string::npos);
+
+  // States above activations: ZeRO-3 where gradients are reduced over more
+  // than one rank, offload where the optimizer stays on the GPU.
+  p.ranks[1].activations = 40 * kGiB;
+  p.ranks[1].optimizer = 139 * kGiB;  // 10 + 5 + 139 = 154 GiB of states
+  said = advice(p);
+  REQUIRE(said.size() == 2);
+  CHECK(said[1] ==
+        "does not fit: on rank 16 (stage 1) parameters, gradients and optimizer states are 154.00 GiB of its 200.00 GiB "
+        "peak; try plan.zero_stage=3 (or --plan fsdp), plan.offload_optimizer=cpu or a larger plan.tp or plan.pp; "
+        "`dtsim search` lists the plans that fit");
+
+  // Enough micro-batches, a naive split (one micro-step at a time by
+  // design) and a plan that fits: nothing to say.
+  p.plan.grad_accum = 16;
+  p.fits = true;
+  CHECK(advice(p).empty());
+  p.plan.grad_accum = 1;
+  p.plan.schedule = Schedule::kNaive;
+  CHECK(advice(p).empty());
+}
+
+TEST_CASE("advice reaches predict's warnings for an underfilled pipeline", "[pipeline][advice]") {
+  // 8 fake layers over 4 stages, 2 sequences a step at micro-batch 2: one
+  // micro-batch. With 8 it fills and nothing is said.
+  const ClusterSpec c = round_cluster(1, 4);
+  auto warned = [&](int global) {
+    const auto p = predict(kEight, parse_plan("pp: 4\nmicro_batch: 2\nglobal_batch: " + std::to_string(global) + "\n", "t.yaml"), c);
+    for (const auto& w : p.warnings)
+      if (w.find("the pipeline never fills") != std::string::npos) return true;
+    return false;
+  };
+  CHECK(warned(2));
+  CHECK(warned(6));   // 3 micro-batches, 4 stages
+  CHECK_FALSE(warned(8));
+}

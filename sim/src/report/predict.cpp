@@ -3,6 +3,9 @@
 #include <algorithm>
 #include <array>
 #include <optional>
+#include <string>
+
+#include <fmt/format.h>
 
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/cost_profile.hpp"
@@ -238,6 +241,63 @@ TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const C
   return total;
 }
 
+namespace {
+
+std::string gib_text(Bytes b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / static_cast<double>(kGiB)); }
+
+}  // namespace
+
+// Note [Advice]
+// Two plans a user easily writes by accident are reported with what would
+// change them, as warnings (the figures stand; nothing is refused):
+//   - a pipeline given fewer micro-batches a step than it has stages
+//     (global_batch / (micro_batch x dp) < pp) never fills: each stage
+//     idles while the others run, (pp - 1)/(m + pp - 1) of a 1F1B step
+//     with m micro-batches (Narayanan et al. 2021, section 2.2); the
+//     simulated bubble share is quoted;
+//   - a plan that does not fit is told which share of the fullest GPU's
+//     peak is the most, activations (what recompute, a smaller
+//     micro-batch, tensor or context parallelism shrink) or the model's
+//     states (what ZeRO-3/FSDP, optimizer offload, tensor or pipeline
+//     parallelism shrink), naming only knobs the plan has not already
+//     turned as far as they go, and `dtsim search`, which lists the plans that fit.
+std::vector<std::string> advice(const Prediction& p) {
+  std::vector<std::string> out;
+  const ResolvedPlan& plan = p.plan;
+  if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
+    const double idle = 100.0 * static_cast<double>(p.breakdown.bubble) / static_cast<double>(p.iteration_time);
+    out.push_back(fmt::format(
+        "plan.pp={} runs {} micro-batch{} a step (global_batch {} / (micro_batch {} x dp {})): the pipeline never "
+        "fills and its busiest stage idles {:.0f}% of the step; give it at least {} (a larger plan.global_batch or a "
+        "smaller plan.micro_batch)",
+        plan.pp, plan.grad_accum, plan.grad_accum == 1 ? "" : "es", plan.global_batch, plan.micro_batch, plan.dp, idle,
+        plan.pp));
+  }
+  if (p.fits || p.ranks.empty()) return out;
+  const RankMemory& full = *std::max_element(p.ranks.begin(), p.ranks.end(),
+                                             [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
+  const Bytes states = full.parameters + full.gradients + full.optimizer;
+  std::vector<std::string> knobs;
+  std::string what;
+  if (full.activations >= states) {
+    what = fmt::format("activations are {} of its {} peak", gib_text(full.activations), gib_text(full.peak));
+    if (plan.recompute != Recompute::kFull) knobs.push_back("plan.recompute=full");
+    if (plan.micro_batch > 1) knobs.push_back("a smaller plan.micro_batch");
+    knobs.push_back("a larger plan.tp or plan.cp");
+  } else {
+    what = fmt::format("parameters, gradients and optimizer states are {} of its {} peak", gib_text(states),
+                       gib_text(full.peak));
+    if (plan.zero_stage < 3 && plan.grad_group() > 1) knobs.push_back("plan.zero_stage=3 (or --plan fsdp)");
+    if (plan.offload_optimizer == Offload::kNone) knobs.push_back("plan.offload_optimizer=cpu");
+    knobs.push_back("a larger plan.tp or plan.pp");
+  }
+  std::string list;
+  for (std::size_t i = 0; i < knobs.size(); ++i) list += (i == 0 ? "" : i + 1 == knobs.size() ? " or " : ", ") + knobs[i];
+  out.push_back(fmt::format("does not fit: on rank {} (stage {}) {}; try {}; `dtsim search` lists the plans that fit",
+                            full.rank, full.stage, what, list));
+  return out;
+}
+
 Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
   Prediction p;
   p.plan = resolve(spec, model, cluster);
@@ -357,6 +417,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.events = steady ? steady->events : exec.events;
   p.tasks = steady ? steady->tasks : graph.tasks.size();
   if (steady) p.abridged_to = steady->simulated_micro_batches;
+  for (auto& w : advice(p)) p.warnings.push_back(std::move(w));
   if (options.keep_graph) {
     p.graph = std::move(graph);
     p.exec = std::move(exec);

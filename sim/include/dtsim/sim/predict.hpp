@@ -92,6 +92,11 @@ struct Prediction {
   ExecResult exec;             ///< when keep_graph (spans, memory timeline)
 };
 
+/// What would change a plan a user likely wrote by accident (Note [Advice]
+/// in report/predict.cpp): a pipeline with fewer micro-batches a step than
+/// stages, a plan that does not fit; predict() adds these to its warnings.
+std::vector<std::string> advice(const Prediction& p);
+
 /// The time breakdown of a pipeline's busiest stage, the bubble being the
 /// time it idles (Note [Pipeline breakdown] in predict.cpp); sums to the makespan.
 TimeBreakdown stage_breakdown(const TaskGraph& graph, const ExecResult& exec);
