@@ -225,14 +225,16 @@ Command add_comm(CLI::App& root) {
   CLI::App* app = subcommand(root, "comm", "Predict a collective's time, algbw and busbw over a sweep of sizes (as nccl-tests prints)");
   auto o = options_of(app);
   add_scenario_options(*app, o->scenario, kCluster | kProfile | kSet);
-  value(app, *o, "op", "OP", "all_reduce (default), reduce_scatter, all_gather, broadcast, send_recv, all_to_all");
+  value(app, *o, "op", "OP", "all_reduce (default), reduce_scatter, all_gather, broadcast, send_recv (over N > 2 ranks: a ring step, as context "
+        "parallelism's), all_to_all");
   value(app, *o, "ranks", "N", "Ranks taking part (default: every GPU of the cluster)");
   value(app, *o, "ranks-per-node", "K", "Of them on each node (default: as many as fit)");
   value(app, *o, "min-bytes", "B", "Smallest size (default 8)");
   value(app, *o, "max-bytes", "B", "Largest size (default 1 GiB)");
   flag(app, *o, "json", "Print the table as JSON");
   app->footer("\n--profile FILE.h5 prices from a calibration's fits and says which.\n"
-              "Example:\n  dtsim comm --cluster dgx-a100 --op all_gather --ranks 16");
+              "Example:\n  dtsim comm --cluster dgx-a100 --op all_gather --ranks 16\n"
+              "  dtsim comm --cluster dgx-h100 --op send_recv --ranks 8   (a cp=8 ring step)");
   return {app, [o] { return run_comm(*o); }};
 }
 
@@ -267,8 +269,9 @@ int run_comm(const Options& o) {
   g.ranks = static_cast<int>(number("ranks", cluster.gpus(), 1, cluster.gpus()));
   g.ranks_per_node = static_cast<int>(number("ranks-per-node", std::min(g.ranks, cluster.gpus_per_node), 1, cluster.gpus_per_node));
   if (g.ranks_per_node > g.ranks) g.ranks_per_node = g.ranks;
-  if (op == sim::CollectiveOp::kSendRecv && g.ranks != 2) {
-    throw ConfigError("--ranks " + std::to_string(g.ranks) + ": send_recv runs between 2 ranks; valid: 2");
+  // Over more than 2 ranks, a ring step (Note [A ring step] in sim/src/cost/cost_comm.cpp).
+  if (op == sim::CollectiveOp::kSendRecv && g.ranks < 2) {
+    throw ConfigError("--ranks " + std::to_string(g.ranks) + ": send_recv needs a peer; valid: 2 or more");
   }
   const Bytes lo = number("min-bytes", 8, 1, std::int64_t{1} << 40);
   const Bytes hi = number("max-bytes", std::int64_t{1} << 30, lo, std::int64_t{1} << 40);

@@ -252,6 +252,29 @@ TEST_CASE("comm prints an nccl-tests-like table", "[cli]") {
   CHECK_FALSE(YAML::Load(cpu.out)["rows"][0]["protocol"]);
 }
 
+TEST_CASE("comm prices context parallelism's ring step as send_recv over its ranks (Note [A ring step])", "[cli][cp]") {
+  // 1 GiB from each GPU to the next: within a DGX H100 every send has its
+  // own NVLink, 1 GiB / 369.9 GB/s (NCCL's share of 450) = 2,902.8 us plus
+  // the hop's few us, whether 2 or 8 ranks take part.
+  auto time_us = [](const std::string& args) {
+    const Result r = dtsim("comm --op send_recv --min-bytes 1073741824 --max-bytes 1073741824 --json " + args);
+    REQUIRE(r.status == 0);
+    return YAML::Load(r.out)["rows"][0]["time_us"].as<double>();
+  };
+  const double pair = time_us("--cluster dgx-h100 --ranks 2");
+  CHECK(pair > 2902.8);
+  CHECK(pair < 2902.8 + 10);
+  CHECK(time_us("--cluster dgx-h100 --ranks 8") == pair);
+  // Over two nodes the ring crosses each boundary on one NIC (400 Gb/s,
+  // 50 GB/s at most): as a pair split across the nodes, at least 21,475 us.
+  const double across = time_us("--cluster dgx-h100 --set cluster.nodes=2 --ranks 16");
+  CHECK(across == time_us("--cluster dgx-h100 --set cluster.nodes=2 --ranks 2 --ranks-per-node 1"));
+  CHECK(across > 1073741824 / 50e3);
+  const Result one = dtsim("comm --cluster dgx-h100 --op send_recv --ranks 1");
+  CHECK(one.status == 2);
+  CHECK(one.err == "dtsim: --ranks 1: send_recv needs a peer; valid: 2 or more\n");
+}
+
 TEST_CASE("comm prices all-to-all and predict spreads experts", "[cli][moe]") {
   // 8 ranks of a DGX H100 (NVLink 450 GB/s at NCCL's 0.822: 369.9 GB/s):
   // 1 GiB in (n-1)/n x 1 GiB / 369.9 GB/s + 6.7 us = 2,546.6 us, so busbw =
@@ -328,6 +351,15 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
   for (int i = 0; i < 70; ++i) nest = "{k: " + nest + "}";
   const std::string deep = temp_file("dtsim_deep.yaml", "dp: " + nest + "\n");
   const std::string overflow_json = temp_file("dtsim_overflow_config.json", "{\"model_type\": \"gpt2\", \"n_layer\": 1e400}\n");
+  // Issue 21: a config.json of a family dtsim does not read, and a Llama
+  // whose 5 key/value heads cannot each serve a whole group of its 32.
+  const std::string neox = temp_file("dtsim_neox_config.json",
+                                     "{\"architectures\": [\"GPTNeoXForCausalLM\"], \"model_type\": \"gpt_neox\", \"hidden_size\": 512}\n");
+  const std::string kv5 = temp_file(
+      "dtsim_kv5_config.json",
+      "{\"architectures\": [\"LlamaForCausalLM\"], \"model_type\": \"llama\", \"hidden_size\": 4096, \"intermediate_size\": "
+      "14336,\n \"num_attention_heads\": 32, \"num_hidden_layers\": 2, \"num_key_value_heads\": 5, \"vocab_size\": 1000, "
+      "\"max_position_embeddings\": 8192}\n");
   const std::string huge = temp_file("dtsim_huge.yaml", std::string((std::size_t{10} << 20) + 1, '#'));
   // A device of 1e-6 TFLOP/s: gpt-1t's 6 N = 6e12 FLOPs per token, 2048
   // tokens a sample, takes over 1e10 s a sample, past the 2^62 ns (146 years)
@@ -375,6 +407,10 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
        "plan.cp: 8 does not split seq_len 120: context parallelism cuts a sequence into 2 x cp = 16 equal chunks; valid cp: 1, 2, 4"},
       {"predict --model bert-tiny --cluster dgx-h100 --set plan.cp=2", "plan.cp: 2: this model has no context-parallel split"},
       {"predict --model llama-tiny --cluster dgx-h100 --set model.kv_heads=3", "model.kv_heads: 3 does not divide the 4 attention heads"},
+      {"predict --model " + neox + " --cluster dgx-h100",
+       neox + ":1: config.model_type: 'gpt_neox' is not supported; valid: gpt2, bert, llama, mistral, qwen2, qwen3, mixtral"},
+      {"predict --model " + kv5 + " --cluster dgx-h100",
+       kv5 + ":2: config.num_key_value_heads: 5 does not divide the 32 attention heads"},
       {"predict --model llama-tiny --cluster dgx-h100 --set plan.attention=fast", "plan.attention: 'fast' is not one of auto, eager, flash"},
       {"predict --model llama-tiny --cluster dgx-h100 --set plan.cp_comm=ring", "plan.cp_comm: 'ring' is not one of p2p, all_gather"},
       {"predict --model llama-tiny --cluster dgx-h100 --set plan.tp=2 --set plan.tp_comm_overlap=true",
