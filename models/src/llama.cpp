@@ -36,6 +36,21 @@ using namespace detail;
 // input and rsqrt (e th + 4 t), Megatron-Core's fused SwiGLU keeps gate and
 // up only (2e per element); dtsim prices the composite ops that HuggingFace,
 // torchtitan without compile and dtsim validate's LibTorch twins run.
+// Note [Attention dropout]
+// HuggingFace's eager attention drops the probabilities after its fp32
+// softmax and cast (nn.functional.dropout(attn_weights, p=attention_dropout,
+// training), modeling_llama.py eager_attention_forward): where the config's
+// attention_dropout is above 0, autograd keeps the mask (mask_bytes an
+// element) and the dropped probabilities (e bytes) beside the softmax's,
+// and an elementwise kernel runs over the scores (attention_core in
+// layers.cpp, as GPT-2's dropout). Every shipped Llama-family config has
+// 0.0, which prices nothing. A fused kernel draws its mask from the RNG
+// state again in backward and keeps nothing more (FlashAttention-2's
+// Philox dropout), and its cost of drawing is not priced; nor is the
+// p2p ring's, which no shipped config asks for. The block's signature
+// carries it (drop=, thousandths), so a profile never prices it with a
+// block timed without; the LibTorch twin refuses it (validate does not
+// run it).
 // Note [Op-level recompute]
 // torchtitan's selective activation checkpointing with selective_ac_option
 // "op" (torchtitan/distributed/activation_checkpoint.py,
@@ -135,6 +150,8 @@ class Llama final : public ZooModel {
     const std::string common = std::string(",qkvb=") + (c_.qkv_bias ? "1" : "0") + ",ob=" + (c_.o_bias ? "1" : "0") +
                                ",mb=" + (c_.mlp_bias ? "1" : "0") + ",qkn=" + (c_.qk_norm ? "1" : "0") +
                                (c_.sliding_window > 0 ? ",sw=" + std::to_string(c_.sliding_window) : "") +
+                               // in thousandths (signatures hold integers)
+                               (c_.attention_dropout > 0 ? ",drop=" + std::to_string(std::llround(c_.attention_dropout * 1000)) : "") +
                                (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
     std::optional<sim::Layer> dense, moe;
@@ -346,7 +363,7 @@ class Llama final : public ZooModel {
       attention += norm_kept(t * kvr, t) + g * t * kvr;
       const Bytes rope = t * al * c_.qk_rope_dim + t * c_.qk_rope_dim;
       pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * rope, e * rope, 3.0 * static_cast<double>(rope)));
-      core = attention_core(shape, al, al, qk, true, false, 0, true, v);
+      core = attention_core(shape, al, al, qk, true, c_.attention_dropout > 0, 0, true, v);
       // Q, K (nope and rope joined) and V for the core; o_proj's input.
       attention += e * t * al * (2 * qk + v) + g * t * al * v + core.saved;
       if (blockwise) attention += e * t * al * v;  // O, kept by the fused kernel
@@ -354,7 +371,7 @@ class Llama final : public ZooModel {
     } else {
       const std::int64_t kvl = c_.kv_heads / tp;
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
-      core = attention_core(shape, al, kvl, d, true, false, c_.sliding_window, true);
+      core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, c_.sliding_window, true);
       pre.push_back(gemm("attn.qkv", t, (al + 2 * kvl) * d, h, e));
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
       pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));

@@ -250,6 +250,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   l.mlp_bias = c.get_bool("mlp_bias", false);
   l.qk_norm = c.get_bool("qk_norm", false);
   l.sliding_window = c.get_int("sliding_window", 0, 0, kBig);
+  l.attention_dropout = c.get_double("attention_dropout", 0, 0, 0.99);
   // Mixture of experts (Note [Mixture of experts] in llama.cpp).
   l.experts = static_cast<int>(c.get_int("experts", 0, 0, 1 << 20));
   l.top_k = static_cast<int>(c.get_int("top_k", l.experts > 0 ? 2 : 1, 1, 1 << 20));
@@ -497,6 +498,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     copy_int("vocab_size", "vocab", llama ? 32000 : mistral ? 32000 : 151936);
     copy_int("max_position_embeddings", "seq_len", llama ? 2048 : mistral ? 131072 : 32768);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    // Note [Attention dropout] in models/src/llama.cpp.
+    if (const double p = c.get_double("attention_dropout", 0, 0, 0.99); p > 0) ours["attention_dropout"] = p;
     if (type == "qwen2") {
       ours["qkv_bias"] = true;  // Qwen2Attention: q/k/v with bias, o_proj without
     } else if (llama || qwen3) {
@@ -540,6 +543,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     copy_int("vocab_size", "vocab", mixtral ? 32000 : deepseek ? 129280 : 151936);
     copy_int("max_position_embeddings", "seq_len", mixtral ? 131072 : deepseek ? 4096 : 32768);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    // Note [Attention dropout] in models/src/llama.cpp.
+    if (const double p = c.get_double("attention_dropout", 0, 0, 0.99); p > 0) ours["attention_dropout"] = p;
     ours["experts"] = c.get_int(mixtral ? "num_local_experts" : deepseek ? "n_routed_experts" : "num_experts",
                                 mixtral ? 8 : qwen2 ? 60 : qwen3 ? 128 : 256, 2, kBig);
     ours["top_k"] = c.get_int("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8, 1, kBig);

@@ -144,6 +144,36 @@ TEST_CASE("fused attention keeps the output and log-sum-exp, not the scores", "[
   CHECK(m->model_flops(w) > 0);
 }
 
+TEST_CASE("attention dropout keeps its mask and dropped probabilities under eager attention only (Note [Attention dropout])",
+          "[llama][attention]") {
+  const std::int64_t b = 2, s = 128, e = 2;
+  const std::int64_t scores = b * 4 * s * s;  // llama-tiny: 4 heads
+  auto w = shape(b, s, e);
+  w.mask_bytes = 1;  // a bool mask, as PyTorch's native_dropout returns
+  const auto plain = load_model("llama-tiny");
+  const auto dropped = load_model("llama-tiny", {sim::parse_override("model.attention_dropout=0.1")});
+  const sim::Layer a = plain->layers(w)[1], d = dropped->layers(w)[1];
+  // HF's eager path: the mask and the e-byte dropped probabilities over b a s^2.
+  CHECK(d.saved_bytes - a.saved_bytes == (e + 1) * scores);
+  CHECK(d.forward.size() == a.forward.size() + 1);
+  // A fused kernel regenerates its mask: nothing more kept.
+  w.flash_attention = true;
+  CHECK(dropped->layers(w)[1].saved_bytes == plain->layers(w)[1].saved_bytes);
+  // HF's config.json key reads the same (llama-tiny's shape as a LlamaConfig).
+  const std::string hf = R"({"architectures": ["LlamaForCausalLM"], "model_type": "llama", "hidden_size": 128,
+    "intermediate_size": 352, "num_attention_heads": 4, "num_key_value_heads": 2, "num_hidden_layers": 2,
+    "vocab_size": 512, "max_position_embeddings": 256, "attention_dropout": 0.1})";
+  w.flash_attention = false;
+  const auto from_hf = parse_model(hf, "config.json", true);
+  std::string no_dropout = hf;
+  no_dropout.replace(no_dropout.find("0.1"), 3, "0.0");
+  CHECK(from_hf->layers(w)[1].saved_bytes - parse_model(no_dropout, "config.json", true)->layers(w)[1].saved_bytes ==
+        (e + 1) * scores);
+  // A probability of 1 would drop everything.
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.attention_dropout=1")}); }),
+             Catch::Contains("model.attention_dropout") && Catch::Contains("0.99"));
+}
+
 TEST_CASE("op-level recompute keeps every other GEMM's output, attention's and the block's input (Note [Op-level recompute])",
           "[llama][recompute]") {
   const auto m = load_model("llama-tiny");  // h 128, a 4, kv 2, d 32, f 352

@@ -45,6 +45,7 @@ struct LlamaConfig {
   bool mlp_bias = false;           ///< mlp_bias
   bool qk_norm = false;            ///< RMSNorm on each head's q and k (Qwen3)
   std::int64_t sliding_window = 0; ///< keys a query sees (Mistral; 0: all)
+  double attention_dropout = 0;    ///< attention_dropout on the probabilities (Note [Attention dropout])
 
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
   // experts: a dense model. Note [Mixture of experts] in models/src/llama.cpp.
