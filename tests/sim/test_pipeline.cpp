@@ -400,7 +400,8 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   second.activations = 144 * kGiB;
   second.buffers = 6 * kGiB;
   p.ranks = {first, second};
-  auto said = advice(p);
+  const auto llama = models::load_model("llama-3.1-405b");  // splits by tp (128 heads, 8 kv) and cp
+  auto said = advice(p, *llama);
   REQUIRE(said.size() == 2);
   CHECK(said[0] ==
         "plan.pp=16 runs 1 micro-batch a step (global_batch 256 / (micro_batch 4 x dp 64)): the pipeline never fills and "
@@ -414,16 +415,26 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   p.plan.recompute = Recompute::kFull;
   p.plan.micro_batch = 1;
   p.plan.global_batch = 64;
-  said = advice(p);
+  said = advice(p, *llama);
   REQUIRE(said.size() == 2);
   CHECK(said[1].find("activations are 144.00 GiB of its 200.00 GiB peak; try a larger plan.tp or plan.cp;") !=
         std::string::npos);
+
+  // A model with neither split (the fake one) is offered neither, and one
+  // without blocks to rerun (VGG11's convolutions) no recompute.
+  said = advice(p, kEight);
+  REQUIRE(said.size() == 2);
+  CHECK(said[1].find("peak; try a device with more memory;") != std::string::npos);
+  p.plan.recompute = Recompute::kNone;
+  CHECK(advice(p, kEight)[1].find("peak; try plan.recompute=full; `dtsim search`") != std::string::npos);
+  CHECK(advice(p, *models::load_model("vgg11"))[1].find("peak; try a device with more memory;") != std::string::npos);
 
   // States above activations: ZeRO-3 where gradients are reduced over more
   // than one rank, offload where the optimizer stays on the GPU.
   p.ranks[1].activations = 40 * kGiB;
   p.ranks[1].optimizer = 139 * kGiB;  // 10 + 5 + 139 = 154 GiB of states
-  said = advice(p);
+  CHECK(advice(p, kEight)[1].find("plan.offload_optimizer=cpu or a larger plan.pp;") != std::string::npos);
+  said = advice(p, *llama);
   REQUIRE(said.size() == 2);
   CHECK(said[1] ==
         "does not fit: on rank 16 (stage 1) parameters, gradients and optimizer states are 154.00 GiB of its 200.00 GiB "
@@ -434,10 +445,10 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   // design) and a plan that fits: nothing to say.
   p.plan.grad_accum = 16;
   p.fits = true;
-  CHECK(advice(p).empty());
+  CHECK(advice(p, *llama).empty());
   p.plan.grad_accum = 1;
   p.plan.schedule = Schedule::kNaive;
-  CHECK(advice(p).empty());
+  CHECK(advice(p, *llama).empty());
 }
 
 TEST_CASE("advice reaches predict's warnings for an underfilled pipeline", "[pipeline][advice]") {

@@ -260,8 +260,11 @@ std::string gib_text(Bytes b) { return fmt::format("{:.2f} GiB", static_cast<dou
 //     micro-batch, tensor or context parallelism shrink) or the model's
 //     states (what ZeRO-3/FSDP, optimizer offload, tensor or pipeline
 //     parallelism shrink), naming only knobs the plan has not already
-//     turned as far as they go, and `dtsim search`, which lists the plans that fit.
-std::vector<std::string> advice(const Prediction& p) {
+//     turned as far as they go, full recompute only where the model has
+//     blocks it reruns (Layer::is_block), and only splits it has (tensor
+//     parallelism of twice the degree, context parallelism: tp_error,
+//     cp_error), and `dtsim search`, which lists the plans that fit.
+std::vector<std::string> advice(const Prediction& p, const Model& model) {
   std::vector<std::string> out;
   const ResolvedPlan& plan = p.plan;
   if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
@@ -281,16 +284,20 @@ std::vector<std::string> advice(const Prediction& p) {
   std::string what;
   if (full.activations >= states) {
     what = fmt::format("activations are {} of its {} peak", gib_text(full.activations), gib_text(full.peak));
-    if (plan.recompute != Recompute::kFull) knobs.push_back("plan.recompute=full");
+    const auto layers = model.layers(WorkloadShape{});
+    const bool blocks = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });
+    if (blocks && plan.recompute != Recompute::kFull) knobs.push_back("plan.recompute=full");
     if (plan.micro_batch > 1) knobs.push_back("a smaller plan.micro_batch");
-    knobs.push_back("a larger plan.tp or plan.cp");
+    const bool tp = model.tp_error(2 * plan.tp).empty(), cp = model.cp_error(2 * plan.cp).empty();
+    if (tp || cp) knobs.push_back(std::string("a larger ") + (tp && cp ? "plan.tp or plan.cp" : tp ? "plan.tp" : "plan.cp"));
   } else {
     what = fmt::format("parameters, gradients and optimizer states are {} of its {} peak", gib_text(states),
                        gib_text(full.peak));
     if (plan.zero_stage < 3 && plan.grad_group() > 1) knobs.push_back("plan.zero_stage=3 (or --plan fsdp)");
     if (plan.offload_optimizer == Offload::kNone) knobs.push_back("plan.offload_optimizer=cpu");
-    knobs.push_back("a larger plan.tp or plan.pp");
+    knobs.push_back(model.tp_error(2 * plan.tp).empty() ? "a larger plan.tp or plan.pp" : "a larger plan.pp");
   }
+  if (knobs.empty()) knobs.push_back("a device with more memory");
   std::string list;
   for (std::size_t i = 0; i < knobs.size(); ++i) list += (i == 0 ? "" : i + 1 == knobs.size() ? " or " : ", ") + knobs[i];
   out.push_back(fmt::format("does not fit: on rank {} (stage {}) {}; try {}; `dtsim search` lists the plans that fit",
@@ -417,7 +424,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.events = steady ? steady->events : exec.events;
   p.tasks = steady ? steady->tasks : graph.tasks.size();
   if (steady) p.abridged_to = steady->simulated_micro_batches;
-  for (auto& w : advice(p)) p.warnings.push_back(std::move(w));
+  for (auto& w : advice(p, model)) p.warnings.push_back(std::move(w));
   if (options.keep_graph) {
     p.graph = std::move(graph);
     p.exec = std::move(exec);

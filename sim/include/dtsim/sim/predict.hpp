@@ -95,7 +95,8 @@ struct Prediction {
 /// What would change a plan a user likely wrote by accident (Note [Advice]
 /// in report/predict.cpp): a pipeline with fewer micro-batches a step than
 /// stages, a plan that does not fit; predict() adds these to its warnings.
-std::vector<std::string> advice(const Prediction& p);
+/// `model` says which splits it allows (tp_error, cp_error).
+std::vector<std::string> advice(const Prediction& p, const Model& model);
 
 /// The time breakdown of a pipeline's busiest stage, the bubble being the
 /// time it idles (Note [Pipeline breakdown] in predict.cpp); sums to the makespan.
