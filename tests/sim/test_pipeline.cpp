@@ -377,6 +377,8 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   // Issue 21's 405B example as a user first writes it: 2048 nodes at tp 8,
   // pp 16, cp 2 leave dp = 16384 / 256 = 64, and its global batch of 256
   // sequences at micro-batch 4 is 256 / (4 x 64) = 1 micro-batch a step.
+  // Here at tp 1: 64 x 16 x 2 = 2048 GPUs, 256 DGX H100 nodes.
+  const ClusterSpec h100 = load_cluster("dgx-h100", {parse_override("cluster.nodes=256")});
   Prediction p;
   p.plan.pp = 16;
   p.plan.dp = 64;
@@ -384,6 +386,7 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   p.plan.micro_batch = 4;
   p.plan.grad_accum = 1;
   p.plan.global_batch = 256;
+  p.plan.seq_len = 131072;
   p.plan.schedule = Schedule::k1f1b;
   p.iteration_time = 16 * kMs;
   p.breakdown.bubble = 15 * kMs;  // one micro-batch through 16 equal stages: each busy 1/16 of the step
@@ -400,55 +403,68 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   second.activations = 144 * kGiB;
   second.buffers = 6 * kGiB;
   p.ranks = {first, second};
-  const auto llama = models::load_model("llama-3.1-405b");  // splits by tp (128 heads, 8 kv) and cp
-  auto said = advice(p, *llama);
+  const auto llama = models::load_model("llama-3.1-405b");  // 128 heads, 8 key/value heads, 126 blocks
+  auto said = advice(p, *llama, h100);
   REQUIRE(said.size() == 2);
+  // 16 micro-batches at micro-batch 4 over dp 64: a global batch of 4096.
   CHECK(said[0] ==
         "plan.pp=16 runs 1 micro-batch a step (global_batch 256 / (micro_batch 4 x dp 64)): the pipeline never fills and "
-        "its busiest stage idles 94% of the step; give it at least 16 (a larger plan.global_batch or a smaller "
-        "plan.micro_batch)");  // 15/16 = 93.75%
+        "its busiest stage idles 94% of the step; give it at least 16: plan.grad_accum=16 (a global batch of 4096), or "
+        "a smaller plan.micro_batch");  // 15/16 = 93.75%
+  // The next tp a node and the key/value heads allow is 2 (2 x 16 x 2
+  // divides 2048); the next cp that cuts 131,072 tokens into 2 cp chunks
+  // and divides the GPUs, 4.
   CHECK(said[1] ==
         "does not fit: on rank 16 (stage 1) activations are 144.00 GiB of its 200.00 GiB peak; try plan.recompute=full, "
-        "a smaller plan.micro_batch or a larger plan.tp or plan.cp; `dtsim search` lists the plans that fit");
+        "a smaller plan.micro_batch, plan.tp=2 or plan.cp=4; `dtsim search` lists the plans that fit");
 
-  // Knobs already as far as they go are not offered again.
+  // Knobs already as far as they go are not offered again, nor a smaller
+  // micro-batch to fill the pipeline at micro-batch 1.
   p.plan.recompute = Recompute::kFull;
   p.plan.micro_batch = 1;
   p.plan.global_batch = 64;
-  said = advice(p, *llama);
+  said = advice(p, *llama, h100);
   REQUIRE(said.size() == 2);
-  CHECK(said[1].find("activations are 144.00 GiB of its 200.00 GiB peak; try a larger plan.tp or plan.cp;") !=
-        std::string::npos);
+  CHECK_THAT(said[0], Catch::EndsWith("give it at least 16: plan.grad_accum=16 (a global batch of 1024)"));
+  CHECK(said[1].find("activations are 144.00 GiB of its 200.00 GiB peak; try plan.tp=2 or plan.cp=4;") != std::string::npos);
 
   // A model with neither split (the fake one) is offered neither, and one
   // without blocks to rerun (VGG11's convolutions) no recompute.
-  said = advice(p, kEight);
-  REQUIRE(said.size() == 2);
-  CHECK(said[1].find("peak; try a device with more memory;") != std::string::npos);
+  CHECK(advice(p, kEight, h100)[1].find("peak; try a device with more memory;") != std::string::npos);
   p.plan.recompute = Recompute::kNone;
-  CHECK(advice(p, kEight)[1].find("peak; try plan.recompute=full; `dtsim search`") != std::string::npos);
-  CHECK(advice(p, *models::load_model("vgg11"))[1].find("peak; try a device with more memory;") != std::string::npos);
+  CHECK(advice(p, kEight, h100)[1].find("peak; try plan.recompute=full; `dtsim search`") != std::string::npos);
+  CHECK(advice(p, *models::load_model("vgg11"), h100)[1].find("peak; try a device with more memory;") != std::string::npos);
 
-  // States above activations: ZeRO-3 where gradients are reduced over more
-  // than one rank, offload where the optimizer stays on the GPU.
+  // States above activations: with pipelines DeepSpeed allows ZeRO-1 at
+  // most and no offload (PlanRules::zero_stages, optimizer_offloads); the
+  // next pp that leaves each of the 128 layer slots a stage and divides
+  // the GPUs at tp 1, cp 2 is 32.
   p.ranks[1].activations = 40 * kGiB;
   p.ranks[1].optimizer = 139 * kGiB;  // 10 + 5 + 139 = 154 GiB of states
-  CHECK(advice(p, kEight)[1].find("plan.offload_optimizer=cpu or a larger plan.pp;") != std::string::npos);
-  said = advice(p, *llama);
+  said = advice(p, *llama, h100);
   REQUIRE(said.size() == 2);
   CHECK(said[1] ==
         "does not fit: on rank 16 (stage 1) parameters, gradients and optimizer states are 154.00 GiB of its 200.00 GiB "
-        "peak; try plan.zero_stage=3 (or --plan fsdp), plan.offload_optimizer=cpu or a larger plan.tp or plan.pp; "
-        "`dtsim search` lists the plans that fit");
+        "peak; try plan.zero_stage=1, plan.tp=2 or plan.pp=32; `dtsim search` lists the plans that fit");
+  // The fake model's 8 layers allow no deeper pipeline than 8.
+  CHECK(advice(p, kEight, h100)[1].find("peak; try plan.zero_stage=1; `dtsim search`") != std::string::npos);
+  // Without a pipeline: ZeRO-3 (FSDP's sharding too), offload, and pp from 1 to 2.
+  p.plan.pp = 1;
+  p.plan.dp = 1024;
+  REQUIRE(advice(p, *llama, h100).size() == 1);  // no pipeline to fill
+  CHECK(advice(p, *llama, h100)[0].find("peak; try plan.zero_stage=3 (or --plan fsdp), plan.offload_optimizer=cpu, plan.tp=2 or plan.pp=2;") !=
+        std::string::npos);
 
   // Enough micro-batches, a naive split (one micro-step at a time by
   // design) and a plan that fits: nothing to say.
+  p.plan.pp = 16;
+  p.plan.dp = 64;
   p.plan.grad_accum = 16;
   p.fits = true;
-  CHECK(advice(p, *llama).empty());
+  CHECK(advice(p, *llama, h100).empty());
   p.plan.grad_accum = 1;
   p.plan.schedule = Schedule::kNaive;
-  CHECK(advice(p, *llama).empty());
+  CHECK(advice(p, *llama, h100).empty());
 }
 
 TEST_CASE("advice reaches predict's warnings for an underfilled pipeline", "[pipeline][advice]") {

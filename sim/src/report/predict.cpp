@@ -10,10 +10,12 @@
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/partition.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "lowering/lowering_common.hpp"
 #include "report/steady_state.hpp"
+#include "report/text.hpp"
 
 namespace dtsim::sim {
 
@@ -241,12 +243,6 @@ TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const C
   return total;
 }
 
-namespace {
-
-std::string gib_text(Bytes b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / static_cast<double>(kGiB)); }
-
-}  // namespace
-
 // Note [Advice]
 // Two plans a user easily writes by accident are reported with what would
 // change them, as warnings (the figures stand; nothing is refused):
@@ -258,44 +254,68 @@ std::string gib_text(Bytes b) { return fmt::format("{:.2f} GiB", static_cast<dou
 //   - a plan that does not fit is told which share of the fullest GPU's
 //     peak is the most, activations (what recompute, a smaller
 //     micro-batch, tensor or context parallelism shrink) or the model's
-//     states (what ZeRO-3/FSDP, optimizer offload, tensor or pipeline
-//     parallelism shrink), naming only knobs the plan has not already
-//     turned as far as they go, full recompute only where the model has
-//     blocks it reruns (Layer::is_block), and only splits it has (tensor
-//     parallelism of twice the degree, context parallelism: tp_error,
-//     cp_error), and `dtsim search`, which lists the plans that fit.
-std::vector<std::string> advice(const Prediction& p, const Model& model) {
+//     states (what ZeRO, optimizer offload, tensor or pipeline parallelism
+//     shrink), and `dtsim search`, which lists the plans that fit. A knob
+//     is named with the next value the rules table allows this model on
+//     this cluster (PlanRules: ZeRO-2/3 and offload not with pipelines,
+//     tensor parallelism within a node, a degree the plan's GPUs divide by
+//     at the others, a context split that cuts the sequence evenly), and
+//     only where it would change something: not a knob already as far as
+//     it goes, not recompute where the model has no blocks to rerun
+//     (Layer::is_block: VGG11's convolutions), not ZeRO where gradients
+//     are reduced over one rank.
+std::vector<std::string> advice(const Prediction& p, const Model& model, const ClusterSpec& cluster) {
   std::vector<std::string> out;
   const ResolvedPlan& plan = p.plan;
   if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
     const double idle = 100.0 * static_cast<double>(p.breakdown.bubble) / static_cast<double>(p.iteration_time);
     out.push_back(fmt::format(
         "plan.pp={} runs {} micro-batch{} a step (global_batch {} / (micro_batch {} x dp {})): the pipeline never "
-        "fills and its busiest stage idles {:.0f}% of the step; give it at least {} (a larger plan.global_batch or a "
-        "smaller plan.micro_batch)",
+        "fills and its busiest stage idles {:.0f}% of the step; give it at least {}: plan.grad_accum={} (a global "
+        "batch of {}){}",
         plan.pp, plan.grad_accum, plan.grad_accum == 1 ? "" : "es", plan.global_batch, plan.micro_batch, plan.dp, idle,
-        plan.pp));
+        plan.pp, plan.pp, plan.pp * plan.micro_batch * plan.dp, plan.micro_batch > 1 ? ", or a smaller plan.micro_batch" : ""));
   }
   if (p.fits || p.ranks.empty()) return out;
   const RankMemory& full = *std::max_element(p.ranks.begin(), p.ranks.end(),
                                              [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
   const Bytes states = full.parameters + full.gradients + full.optimizer;
+  const PlanRules rules(model, cluster, plan.gpus_used());
+  const int gpus = plan.gpus_used();
+  // The next degree above `now` the rules allow with the other axes as they are.
+  auto next = [&](const std::vector<int>& allowed, int now, int others) {
+    for (int v : allowed) {
+      if (v > now && gpus % (v * others) == 0) return v;
+    }
+    return 0;
+  };
   std::vector<std::string> knobs;
   std::string what;
   if (full.activations >= states) {
-    what = fmt::format("activations are {} of its {} peak", gib_text(full.activations), gib_text(full.peak));
+    what = fmt::format("activations are {} of its {} peak", detail::gib(full.activations), detail::gib(full.peak));
     const auto layers = model.layers(WorkloadShape{});
     const bool blocks = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });
     if (blocks && plan.recompute != Recompute::kFull) knobs.push_back("plan.recompute=full");
     if (plan.micro_batch > 1) knobs.push_back("a smaller plan.micro_batch");
-    const bool tp = model.tp_error(2 * plan.tp).empty(), cp = model.cp_error(2 * plan.cp).empty();
-    if (tp || cp) knobs.push_back(std::string("a larger ") + (tp && cp ? "plan.tp or plan.cp" : tp ? "plan.tp" : "plan.cp"));
+    if (const int tp = next(rules.tp_values(), plan.tp, plan.pp * plan.cp)) knobs.push_back(fmt::format("plan.tp={}", tp));
+    if (const int cp = next(rules.cp_values(plan.tp, plan.seq_len), plan.cp, plan.tp * plan.pp)) {
+      knobs.push_back(fmt::format("plan.cp={}", cp));
+    }
   } else {
-    what = fmt::format("parameters, gradients and optimizer states are {} of its {} peak", gib_text(states),
-                       gib_text(full.peak));
-    if (plan.zero_stage < 3 && plan.grad_group() > 1) knobs.push_back("plan.zero_stage=3 (or --plan fsdp)");
-    if (plan.offload_optimizer == Offload::kNone) knobs.push_back("plan.offload_optimizer=cpu");
-    knobs.push_back(model.tp_error(2 * plan.tp).empty() ? "a larger plan.tp or plan.pp" : "a larger plan.pp");
+    what = fmt::format("parameters, gradients and optimizer states are {} of its {} peak", detail::gib(states),
+                       detail::gib(full.peak));
+    const auto zs = rules.zero_stages(plan.pp);
+    const int zero = zs.empty() ? 0 : *std::max_element(zs.begin(), zs.end());
+    if (plan.grad_group() > 1 && zero > plan.zero_stage) {
+      knobs.push_back(fmt::format("plan.zero_stage={}{}", zero, zero == 3 ? " (or --plan fsdp)" : ""));
+    }
+    const auto offloads = rules.optimizer_offloads(std::max(plan.zero_stage, zero), plan.pp);
+    if (plan.offload_optimizer == Offload::kNone && plan.grad_group() > 1 &&
+        std::find(offloads.begin(), offloads.end(), Offload::kCpu) != offloads.end()) {
+      knobs.push_back("plan.offload_optimizer=cpu");
+    }
+    if (const int tp = next(rules.tp_values(), plan.tp, plan.pp * plan.cp)) knobs.push_back(fmt::format("plan.tp={}", tp));
+    if (const int pp = next(rules.pp_values(plan.tp), plan.pp, plan.tp * plan.cp)) knobs.push_back(fmt::format("plan.pp={}", pp));
   }
   if (knobs.empty()) knobs.push_back("a device with more memory");
   std::string list;
@@ -424,7 +444,9 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.events = steady ? steady->events : exec.events;
   p.tasks = steady ? steady->tasks : graph.tasks.size();
   if (steady) p.abridged_to = steady->simulated_micro_batches;
-  for (auto& w : advice(p, model)) p.warnings.push_back(std::move(w));
+  if (options.advise) {
+    for (auto& w : advice(p, model, cluster)) p.warnings.push_back(std::move(w));
+  }
   if (options.keep_graph) {
     p.graph = std::move(graph);
     p.exec = std::move(exec);

@@ -8,11 +8,13 @@
 #include <fmt/format.h>
 
 #include "dtsim/sim/json_writer.hpp"
+#include "report/text.hpp"
 
 namespace dtsim::sim {
 namespace {
 
-std::string gib(Bytes b) { return fmt::format("{:.2f} GiB", static_cast<double>(b) / kGiB); }
+using detail::gib;
+
 
 std::string human_time(TimeNs t) {
   const double s = ns_to_seconds(t);
@@ -296,6 +298,15 @@ std::string to_chrome_trace(const Prediction& p) {
   j.end_array();
   j.end_object();
   return j.str() + "\n";
+}
+
+std::string comm_group_error(CollectiveOp op, const CommGroup& group, const ClusterSpec& cluster) {
+  if (group.nodes() > cluster.nodes) {
+    return fmt::format("{} ranks, {} a node, span {} nodes; {} has {}", group.ranks, group.ranks_per_node, group.nodes(),
+                       cluster.name, cluster.nodes);
+  }
+  if (op == CollectiveOp::kSendRecv && group.ranks < 2) return "send_recv needs a peer; valid: 2 or more";
+  return "";
 }
 
 std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const CommGroup& group, Bytes min_bytes,

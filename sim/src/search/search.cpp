@@ -789,6 +789,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   auto worker = [&] {
     PredictOptions po;
     po.profile = o.profile;
+    po.advise = false;  // ranked, not read one by one
     for (std::size_t k; (k = next.fetch_add(1)) < todo.size(); done.fetch_add(1)) {
       if (o.prune_by_time && cannot_matter(todo[k])) {
         try {

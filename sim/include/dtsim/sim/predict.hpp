@@ -28,6 +28,9 @@ struct PredictOptions {
   /// Simulate every micro-batch of a long pipeline, not its steady state
   /// once (Note [Steady state] in report/steady_state.cpp); same results.
   bool unabridged = false;
+  /// Add advice() to the warnings (the search, which ranks plans and
+  /// prints no warnings, turns it off).
+  bool advise = true;
   /// Measured costs (dtsim calibrate); null: the datasheet models.
   std::shared_ptr<const ProfileCosts> profile;
 };
@@ -95,8 +98,9 @@ struct Prediction {
 /// What would change a plan a user likely wrote by accident (Note [Advice]
 /// in report/predict.cpp): a pipeline with fewer micro-batches a step than
 /// stages, a plan that does not fit; predict() adds these to its warnings.
-/// `model` says which splits it allows (tp_error, cp_error).
-std::vector<std::string> advice(const Prediction& p, const Model& model);
+/// The knobs it names are those the rules table (PlanRules) allows `model`
+/// on `cluster`.
+std::vector<std::string> advice(const Prediction& p, const Model& model, const ClusterSpec& cluster);
 
 /// The time breakdown of a pipeline's busiest stage, the bubble being the
 /// time it idles (Note [Pipeline breakdown] in predict.cpp); sums to the makespan.
