@@ -215,8 +215,15 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     if (dropout) k.push_back(memory_op("attn.dropout", KernelKind::kElementwise, e * scores, (e + 1) * scores, scores));
     k.push_back(gemm("attn.av", sq, dv, s, e, b * heads, KernelKind::kAttention));
     c.backward = backward_of(c.forward);
+    // Kept: the softmax's output (for its backward; an fp32 softmax's own
+    // 4 bytes beside the e-byte cast the next op reads), and what the
+    // attention-times-V GEMM reads. Dropout adds its mask and, where the
+    // softmax's output is its input (no separate cast), the dropped copy;
+    // after a cast the dropped copy replaces the cast one in the GEMM's
+    // saved inputs, and the cast itself is kept by nothing.
     const Bytes mask = dropout ? shape.mask_bytes : 0;
-    c.saved = scores * (e + (dropout ? e + mask : 0) + (fp32_softmax && e != 4 ? 4 : 0));
+    const bool cast = fp32_softmax && e != 4;
+    c.saved = scores * (e + (dropout ? mask + (cast ? 0 : e) : 0) + (cast ? 4 : 0));
     // K and V expanded to every query head, or gathered from the other
     // context-parallel ranks, are kept beside the local ones.
     if (heads != kv_heads || cp > 1) c.saved += e * b * s * heads * (d + dv);

@@ -41,9 +41,11 @@ using namespace detail;
 // softmax and cast (nn.functional.dropout(attn_weights, p=attention_dropout,
 // training), modeling_llama.py eager_attention_forward): where the config's
 // attention_dropout is above 0, autograd keeps the mask (mask_bytes an
-// element) and the dropped probabilities (e bytes) beside the softmax's,
-// and an elementwise kernel runs over the scores (attention_core in
-// layers.cpp, as GPT-2's dropout). Every shipped Llama-family config has
+// element), and the GEMM with V keeps the dropped probabilities in place of
+// the cast ones it kept before, so in 16-bit training the mask is all it
+// adds (in fp32, with no cast, the dropped copy too: e + mask); an
+// elementwise kernel runs over the scores (attention_core in layers.cpp,
+// as GPT-2's dropout). Every shipped Llama-family config has
 // 0.0, which prices nothing. A fused kernel draws its mask from the RNG
 // state again in backward and keeps nothing more (FlashAttention-2's
 // Philox dropout), and its cost of drawing is not priced; nor is the
@@ -151,7 +153,7 @@ class Llama final : public ZooModel {
                                ",mb=" + (c_.mlp_bias ? "1" : "0") + ",qkn=" + (c_.qk_norm ? "1" : "0") +
                                (c_.sliding_window > 0 ? ",sw=" + std::to_string(c_.sliding_window) : "") +
                                // in thousandths (signatures hold integers)
-                               (c_.attention_dropout > 0 ? ",drop=" + std::to_string(std::llround(c_.attention_dropout * 1000)) : "") +
+                               (c_.attention_dropout > 0 ? ",drop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
                                (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
     std::optional<sim::Layer> dense, moe;

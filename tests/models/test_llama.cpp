@@ -153,8 +153,18 @@ TEST_CASE("attention dropout keeps its mask and dropped probabilities under eage
   const auto plain = load_model("llama-tiny");
   const auto dropped = load_model("llama-tiny", {sim::parse_override("model.attention_dropout=0.1")});
   const sim::Layer a = plain->layers(w)[1], d = dropped->layers(w)[1];
-  // HF's eager path: the mask and the e-byte dropped probabilities over b a s^2.
-  CHECK(d.saved_bytes - a.saved_bytes == (e + 1) * scores);
+  // HF's eager path in 16 bits: softmax in fp32 (kept, 4 bytes), cast to
+  // e bytes, dropped, then the GEMM with V. Without dropout the GEMM keeps
+  // the cast (e); with it, the dropped copy (e) instead, and native_dropout
+  // keeps its 1-byte mask: 1 byte more an element of b a s^2.
+  CHECK(d.saved_bytes - a.saved_bytes == 1 * scores);
+  // In fp32 no cast: the softmax's output is dropout's input, kept apart
+  // from the dropped copy: e + 1 = 5 bytes more.
+  {
+    auto w32 = shape(b, s, 4);
+    w32.mask_bytes = 1;
+    CHECK(dropped->layers(w32)[1].saved_bytes - plain->layers(w32)[1].saved_bytes == 5 * scores);
+  }
   CHECK(d.forward.size() == a.forward.size() + 1);
   // A fused kernel regenerates its mask: nothing more kept.
   w.flash_attention = true;
@@ -168,7 +178,7 @@ TEST_CASE("attention dropout keeps its mask and dropped probabilities under eage
   std::string no_dropout = hf;
   no_dropout.replace(no_dropout.find("0.1"), 3, "0.0");
   CHECK(from_hf->layers(w)[1].saved_bytes - parse_model(no_dropout, "config.json", true)->layers(w)[1].saved_bytes ==
-        (e + 1) * scores);
+        1 * scores);
   // A probability of 1 would drop everything.
   CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.attention_dropout=1")}); }),
              Catch::Contains("model.attention_dropout") && Catch::Contains("0.99"));
