@@ -269,9 +269,8 @@ int run_comm(const Options& o) {
   g.ranks = static_cast<int>(number("ranks", cluster.gpus(), 1, cluster.gpus()));
   g.ranks_per_node = static_cast<int>(number("ranks-per-node", std::min(g.ranks, cluster.gpus_per_node), 1, cluster.gpus_per_node));
   if (g.ranks_per_node > g.ranks) g.ranks_per_node = g.ranks;
-  // Over more than 2 ranks, a ring step (Note [A ring step] in sim/src/cost/cost_comm.cpp).
-  if (op == sim::CollectiveOp::kSendRecv && g.ranks < 2) {
-    throw ConfigError("--ranks " + std::to_string(g.ranks) + ": send_recv needs a peer; valid: 2 or more");
+  if (const std::string e = sim::comm_group_error(op, g, cluster); !e.empty()) {
+    throw ConfigError("--ranks " + std::to_string(g.ranks) + ": " + e);
   }
   const Bytes lo = number("min-bytes", 8, 1, std::int64_t{1} << 40);
   const Bytes hi = number("max-bytes", std::int64_t{1} << 30, lo, std::int64_t{1} << 40);

@@ -156,8 +156,8 @@ std::string comm_json(const Source& cluster, const std::string& op_name, std::in
   g.ranks_per_node = static_cast<int>(ranks_per_node < 0 ? std::min(g.ranks, c.gpus_per_node)
                                                          : check("ranks_per_node", ranks_per_node, 1, c.gpus_per_node));
   if (g.ranks_per_node > g.ranks) g.ranks_per_node = g.ranks;
-  if (op == sim::CollectiveOp::kSendRecv && g.ranks < 2) {  // Note [A ring step] (sim/src/cost/cost_comm.cpp)
-    throw ConfigError("ranks=" + std::to_string(g.ranks) + ": send_recv needs a peer; valid: 2 or more");
+  if (const std::string e = sim::comm_group_error(op, g, c); !e.empty()) {
+    throw ConfigError("ranks=" + std::to_string(g.ranks) + ": " + e);
   }
   const Bytes lo = check("min_bytes", min_bytes, 1, std::int64_t{1} << 40);
   const Bytes hi = check("max_bytes", max_bytes, lo, std::int64_t{1} << 40);

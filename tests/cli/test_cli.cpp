@@ -270,6 +270,10 @@ TEST_CASE("comm prices context parallelism's ring step as send_recv over its ran
   const double across = time_us("--cluster dgx-h100 --set cluster.nodes=2 --ranks 16");
   CHECK(across == time_us("--cluster dgx-h100 --set cluster.nodes=2 --ranks 2 --ranks-per-node 1"));
   CHECK(across > 1073741824 / 50e3);
+  // The ranks must fit the cluster's nodes.
+  const Result wide = dtsim("comm --cluster dgx-h100 --set cluster.nodes=2 --op all_reduce --ranks 16 --ranks-per-node 1");
+  CHECK(wide.status == 2);
+  CHECK(wide.err == "dtsim: --ranks 16: 16 ranks, 1 a node, span 16 nodes; dgx-h100 has 2\n");
   const Result one = dtsim("comm --cluster dgx-h100 --op send_recv --ranks 1");
   CHECK(one.status == 2);
   CHECK(one.err == "dtsim: --ranks 1: send_recv needs a peer; valid: 2 or more\n");

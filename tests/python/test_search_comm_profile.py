@@ -41,6 +41,18 @@ def test_comm_equals_cli(cli):
         dtsim.comm("dgx-a100", op="all_redcue")
 
 
+def test_comm_ring_step():
+    # Note [A ring step]: a cp ring step over 8 GPUs of a node costs one
+    # pair's transfer; one rank has no peer; ranks must fit the cluster's nodes.
+    ring = dtsim.comm("dgx-h100", op="send_recv", ranks=8, min_bytes=1 << 30, max_bytes=1 << 30)
+    pair = dtsim.comm("dgx-h100", op="send_recv", ranks=2, min_bytes=1 << 30, max_bytes=1 << 30)
+    assert ring["rows"][0]["time_us"] == pair["rows"][0]["time_us"]
+    with pytest.raises(dtsim.ConfigError, match=r"^ranks=1: send_recv needs a peer; valid: 2 or more$"):
+        dtsim.comm("dgx-h100", op="send_recv", ranks=1)
+    with pytest.raises(dtsim.ConfigError, match=r"^ranks=16: 16 ranks, 1 a node, span 16 nodes; dgx-h100 has 2$"):
+        dtsim.comm("dgx-h100", op="send_recv", ranks=16, ranks_per_node=1, set={"cluster.nodes": 2})
+
+
 def test_load_profile_equals_cli(cli, source_dir):
     profiles = sorted(glob.glob(os.path.join(source_dir, "configs", "profiles", "*.h5")))
     assert profiles

@@ -367,15 +367,17 @@ CollectiveCost AnalyticCommModel::priced(const std::string& algorithm, Collectiv
   const double s = static_cast<double>(bytes);
   if (op == CollectiveOp::kSendRecv) {
     c.algorithm = "p2p";
-    // One peer, one hop; across nodes a single NIC carries it.
     // Note [A ring step]
-    // Over more than two ranks send_recv is one step of a ring, every rank
-    // sending its block to the next at once: context parallelism's K/V
-    // ring (Note [Context-parallel exchange] in
-    // lowering/passes/context_parallel.cpp prices its steps so). Within a
-    // node each GPU's send has its own NVLink (NVSwitch) or core; a ring
-    // laid over nodes crosses each node boundary once, one NIC a crossing.
-    // So the step costs one pair's transfer, on the slowest link it uses;
+    // Between two ranks, one transfer to the peer, one hop; across nodes a
+    // single NIC carries it. Over more than two ranks send_recv is one
+    // step of a ring, every rank sending its block to the next at once:
+    // context parallelism's K/V ring (Note [Context-parallel exchange] in
+    // lowering/passes/context_parallel.cpp prices its steps so). It is
+    // priced as one pair's transfer: on an NVSwitch node each GPU's send
+    // has its own links at the intra-node rate, and a ring laid over nodes
+    // crosses each node boundary once, one NIC a crossing. Where a node's
+    // GPUs share their links (a V100 cube-mesh, PCIe) the ring's sends
+    // would share them too, and the step is priced short.
     // `dtsim comm --op send_recv --ranks N` prints it.
     if (multi_node) c.rate = cluster_.inter_node.rate();
     c.latency = kCollectiveBaseLatency + (multi_node ? cluster_.inter_node.latency : cluster_.intra_node.latency);

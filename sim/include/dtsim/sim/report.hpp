@@ -35,6 +35,11 @@ struct CommRow {
   double stalls = 0;
   TimeNs stall = 0;
 };
+/// Why `op` cannot run over `group` on `cluster` (as `dtsim comm` and the
+/// Python comm() ask): "" where it can. The ranks must fill no more nodes
+/// than the cluster has; send_recv needs a peer (over more than two ranks
+/// it is a ring step, Note [A ring step] in cost/cost_comm.cpp).
+std::string comm_group_error(CollectiveOp op, const CommGroup& group, const ClusterSpec& cluster);
 /// Predicted time, algbw and busbw for sizes from min_bytes to max_bytes (x2).
 std::vector<CommRow> comm_sweep(const CommModel& model, CollectiveOp op, const CommGroup& group,
                                 Bytes min_bytes, Bytes max_bytes);
