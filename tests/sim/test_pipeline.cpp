@@ -467,6 +467,26 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   CHECK(advice(p, *llama, h100).empty());
 }
 
+TEST_CASE("advice: flash attention asked in fp32 of a grouped-query model is priced eager, and says so", "[advice][attention]") {
+  // Note [SDPA in fp32]: Llama 3.2 1B (32 heads, 8 key/value heads) in fp32
+  // on an H100 runs SDPA's math path.
+  const auto m = models::load_model("llama-3.2-1b");
+  const ClusterSpec h100 = load_cluster("dgx-h100", {parse_override("cluster.nodes=1")});
+  auto said = [&](const char* precision) {
+    const auto p = predict(*m, load_plan("single", {parse_override("plan.attention=flash"),
+                                                   parse_override(std::string("plan.precision=") + precision),
+                                                   parse_override("plan.micro_batch=1")}),
+                           h100);
+    for (const auto& w : p.warnings)
+      if (w.rfind("plan.attention=flash:", 0) == 0) return w;
+    return std::string();
+  };
+  CHECK(said("fp32") ==
+        "plan.attention=flash: in fp32 PyTorch's SDPA runs this grouped-query model on its math path, which keeps the "
+        "probabilities as eager attention does, and it is priced so (FlashAttention takes fp16 and bf16; bf16 runs it)");
+  CHECK(said("bf16").empty());
+}
+
 TEST_CASE("advice reaches predict's warnings for an underfilled pipeline", "[pipeline][advice]") {
   // 8 fake layers over 4 stages, 2 sequences a step at micro-batch 2: one
   // micro-batch. With 8 it fills and nothing is said.

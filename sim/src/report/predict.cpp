@@ -244,8 +244,11 @@ TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const C
 }
 
 // Note [Advice]
-// Two plans a user easily writes by accident are reported with what would
+// Plans a user easily writes by accident are reported with what would
 // change them, as warnings (the figures stand; nothing is refused):
+//   - `attention: flash` asked where it would not run fused (fp32 on a
+//     grouped-query model: PyTorch's math path, Note [SDPA in fp32] in
+//     parallel/rules.cpp) says it is priced as eager attention;
 //   - a pipeline given fewer micro-batches a step than it has stages
 //     (global_batch / (micro_batch x dp) < pp) never fills: each stage
 //     idles while the others run, (pp - 1)/(m + pp - 1) of a 1F1B step
@@ -267,6 +270,12 @@ TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const C
 std::vector<std::string> advice(const Prediction& p, const Model& model, const ClusterSpec& cluster) {
   std::vector<std::string> out;
   const ResolvedPlan& plan = p.plan;
+  if (plan.spec.attention == Attention::kFlash && !plan.flash_attention) {
+    out.push_back(fmt::format(
+        "plan.attention=flash: in {} PyTorch's SDPA runs this grouped-query model on its math path, which keeps the "
+        "probabilities as eager attention does, and it is priced so (FlashAttention takes fp16 and bf16; bf16 runs it)",
+        to_string(plan.precision)));
+  }
   if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
     const double idle = 100.0 * static_cast<double>(p.breakdown.bubble) / static_cast<double>(p.iteration_time);
     out.push_back(fmt::format(
