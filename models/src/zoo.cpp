@@ -498,8 +498,6 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     copy_int("vocab_size", "vocab", llama ? 32000 : mistral ? 32000 : 151936);
     copy_int("max_position_embeddings", "seq_len", llama ? 2048 : mistral ? 131072 : 32768);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
-    // Note [Attention dropout] in models/src/llama.cpp.
-    if (const double p = c.get_double("attention_dropout", 0, 0, 0.99); p > 0) ours["attention_dropout"] = p;
     if (type == "qwen2") {
       ours["qkv_bias"] = true;  // Qwen2Attention: q/k/v with bias, o_proj without
     } else if (llama || qwen3) {
@@ -543,8 +541,6 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     copy_int("vocab_size", "vocab", mixtral ? 32000 : deepseek ? 129280 : 151936);
     copy_int("max_position_embeddings", "seq_len", mixtral ? 131072 : deepseek ? 4096 : 32768);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
-    // Note [Attention dropout] in models/src/llama.cpp.
-    if (const double p = c.get_double("attention_dropout", 0, 0, 0.99); p > 0) ours["attention_dropout"] = p;
     ours["experts"] = c.get_int(mixtral ? "num_local_experts" : deepseek ? "n_routed_experts" : "num_experts",
                                 mixtral ? 8 : qwen2 ? 60 : qwen3 ? 128 : 256, 2, kBig);
     ours["top_k"] = c.get_int("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8, 1, kBig);
@@ -597,6 +593,11 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
   } else {
     c.fail("model_type", type.empty() ? std::string("missing; dtsim reads HuggingFace configs of model_type ") + kHfTypes
                                       : "'" + type + "' is not supported; valid: " + kHfTypes);
+  }
+  // The Llama family's dense and MoE configs alike (Note [Attention dropout]
+  // in models/src/llama.cpp).
+  if (ours["family"].as<std::string>() == "llama") {
+    if (const double p = c.get_double("attention_dropout", 0, 0, 0.99); p > 0) ours["attention_dropout"] = p;
   }
   return ours;
 }

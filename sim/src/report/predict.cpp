@@ -289,8 +289,8 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
   const RankMemory& full = *std::max_element(p.ranks.begin(), p.ranks.end(),
                                              [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });
   const Bytes states = full.parameters + full.gradients + full.optimizer;
-  const PlanRules rules(model, cluster, plan.gpus_used());
   const int gpus = plan.gpus_used();
+  const PlanRules rules(model, cluster, gpus);
   // The next degree above `now` the rules allow with the other axes as they are.
   auto next = [&](const std::vector<int>& allowed, int now, int others) {
     for (int v : allowed) {

@@ -15,7 +15,6 @@ namespace {
 
 using detail::gib;
 
-
 std::string human_time(TimeNs t) {
   const double s = ns_to_seconds(t);
   if (s >= 1) return fmt::format("{:.3f} s", s);
