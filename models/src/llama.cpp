@@ -50,9 +50,9 @@ using namespace detail;
 // state again in backward and keeps nothing more (FlashAttention-2's
 // Philox dropout), and its cost of drawing is not priced; nor is the
 // p2p ring's, which no shipped config asks for. The block's signature
-// carries it (drop=, thousandths), so a profile never prices it with a
-// block timed without; the LibTorch twin refuses it (validate does not
-// run it).
+// carries it (adrop=, thousandths; GPT-2's drop= is a flag), so a profile never prices it with a
+// block timed without; the LibTorch twin refuses it, and validate
+// before it starts anything.
 // Note [Op-level recompute]
 // torchtitan's selective activation checkpointing with selective_ac_option
 // "op" (torchtitan/distributed/activation_checkpoint.py,
@@ -153,7 +153,7 @@ class Llama final : public ZooModel {
                                ",mb=" + (c_.mlp_bias ? "1" : "0") + ",qkn=" + (c_.qk_norm ? "1" : "0") +
                                (c_.sliding_window > 0 ? ",sw=" + std::to_string(c_.sliding_window) : "") +
                                // in thousandths (signatures hold integers)
-                               (c_.attention_dropout > 0 ? ",drop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
+                               (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
                                (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
     std::optional<sim::Layer> dense, moe;

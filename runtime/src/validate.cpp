@@ -223,6 +223,16 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": runtime python is not run: validate trains dtsim's C++ loop (dtsim_worker); use libtorch "
                            "(bench/python-reference.py trains the Python loop beside it: docs/validation-cpu.md)");
   }
+  {
+    // Note [Attention dropout] (models/src/llama.cpp): priced, not run.
+    const auto layers = s.model->layers(sim::WorkloadShape{});
+    if (std::any_of(layers.begin(), layers.end(),
+                    [](const sim::Layer& l) { return l.signature.find(",adrop=") != std::string::npos; })) {
+      throw UnsupportedError("dtsim validate: " + o.model +
+                             ": attention dropout is not run: the LibTorch twins have none (the simulator prices it); "
+                             "use model.attention_dropout=0");
+    }
+  }
   if (s.spec.recompute == sim::Recompute::kOp) {
     // Note [Op-level recompute] (models/src/llama.cpp): torchtitan's policy
     // saves by aten op; the runtime's layers recompute the attention core

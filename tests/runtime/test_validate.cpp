@@ -680,6 +680,11 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(std::count(op.err.begin(), op.err.end(), '\n') == 1);
   CHECK(op.err.find("--set plan.recompute: recompute op is not run: the runtime recomputes the attention core (selective) or "
                     "whole blocks (full); use selective or full") != std::string::npos);
+  // Note [Attention dropout]: priced, not run by the twins.
+  const Run drop = validate("--model llama-tiny --plan ddp --procs 2 --set model.attention_dropout=0.1");
+  CHECK(drop.status == 2);
+  CHECK(std::count(drop.err.begin(), drop.err.end(), '\n') == 1);
+  CHECK(drop.err.find("llama-tiny: attention dropout is not run: the LibTorch twins have none") != std::string::npos);
   const Run fp8 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp8");
   CHECK(fp8.status == 2);
   CHECK(fp8.err.find("--set plan.precision: precision fp8 is not run") != std::string::npos);

@@ -457,6 +457,11 @@ TEST_CASE("the vocab-parallel head computes the unsplit head's loss and gradient
   }
 }
 
+TEST_CASE("a Llama block with attention dropout is refused by its twin (Note [Attention dropout])", "[torch][llama]") {
+  CHECK_THROWS_WITH(models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,adrop=100"),
+                    Catch::Contains("attention dropout is not run by the LibTorch twin"));
+}
+
 TEST_CASE("a Llama block is causal, trains, and refuses what it cannot run", "[torch][llama]") {
   torch::manual_seed(3);
   auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1");

@@ -1664,7 +1664,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     LlamaShape shape{s.get("h"),         s.get("a"),       s.get("kv"),       s.get("d"),         moe ? 0 : s.get("f"),
                      s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0, s.get("qkn") != 0, s.get_or("flash", 0) != 0};
     shape.window = s.get_or("sw", 0);
-    if (s.get_or("drop", 0) > 0) {
+    if (s.get_or("adrop", 0) > 0) {
       // Note [Attention dropout] (models/src/llama.cpp): priced, not run.
       throw UnsupportedError("layer signature '" + signature +
                              "': attention dropout is not run by the LibTorch twin; set model.attention_dropout=0");
