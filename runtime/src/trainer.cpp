@@ -728,13 +728,14 @@ class Trainer {
       }
     }
     // Buckets in reverse layer order: 1 MB first under DDP, then bucket_mb
-    // (PyTorch DDP), as the simulator plans them (sim/buckets.hpp).
+    // (PyTorch DDP), closed by DDP's rule or, under ZeRO-2, DeepSpeed's
+    // (Note [Bucket rules]), as the simulator plans them (sim/buckets.hpp).
     if (zero_ <= 2 && n_ > 1) {
       const std::int64_t elem = units_.front().params.empty() ? 4 : units_.front().params.front().element_size();
       const int units = static_cast<int>(units_.size());
       std::vector<Bytes> bytes;  // backward order
       for (int i = units - 1; i >= 0; --i) bytes.push_back((units_[i].numel + units_[i].expert_numel) * elem);
-      const std::vector<int> assigned = sim::assign_buckets(bytes, sim::first_bucket_bytes(p), p.bucket_bytes);
+      const std::vector<int> assigned = sim::assign_buckets(bytes, sim::first_bucket_bytes(p), p.bucket_bytes, sim::bucket_rule(p));
       unit_bucket_.assign(units_.size(), -1);
       for (int k = 0; k < units; ++k) {
         const int i = units - 1 - k;
@@ -1303,6 +1304,13 @@ class Trainer {
       // gradients go as soon as they are copied out.
       bucket_grads(b, k, flat, true);
       launch_range_reduce_scatter(k, flat, b.begin[k], b.end[k]);
+    }
+    if (zero_ == 2 && !overlap && !plan_->fsdp) {
+      // DeepSpeed's ZeRO-2 without overlap_comm reduces in the hook that
+      // filled the bucket, the backward waiting for it (Note [ZeRO-2's
+      // buffers] in sim/src/lowering/passes/data_parallel.cpp).
+      for (auto& r : pending_) settle(r);
+      pending_.clear();
     }
   }
 

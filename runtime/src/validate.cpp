@@ -273,6 +273,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "module coordinator (" + s.spec.origins.of("plan.zero_stage") + ")");
     s.spec.z3_leaf_layers = true;
   }
+  if (s.spec.zero_stage == 2 && s.spec.fsdp == sim::FsdpMode::kNone && s.spec.contiguous_gradients) {
+    // Note [ZeRO-2's buffers] (sim/src/lowering/passes/data_parallel.cpp):
+    // the runtime copies a bucket's gradients into a flat tensor of its own
+    // when the bucket is full; predict what runs.
+    s.notes.push_back("contiguous_gradients -> false: the runtime keeps each bucket's gradients until it reduces them, not "
+                      "DeepSpeed's preallocated buffers (" + s.spec.origins.of("plan.zero_stage") + ")");
+    s.spec.contiguous_gradients = false;
+  }
   if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap != sim::FsdpWrap::kLayers) {
     // Note [FSDP's root unit] (sim/src/lowering/passes/sharded_parameters.cpp):
     // the runtime makes every layer a unit, the embedding and the head too,

@@ -687,6 +687,35 @@ TEST_CASE("the bash completion offers every option each subcommand's --help list
   }
 }
 
+// Issue 28: "a 7.5B model at dp 64, micro-batch 1, 16 tokens, shows 11.5 GB
+// of gradients at its peak" under ZeRO-2, where DeepSpeed holds them in its
+// buffers (Note [ZeRO-2's buffers]).
+TEST_CASE("DeepSpeed's ZeRO-2 keeps a 7.5B model's gradients within its buffers at 16 tokens", "[cli][frameworks]") {
+  auto json_of = [](const Result& r) { return YAML::Load(r.out.substr(0, r.out.size() - r.err.size())); };
+  // gpt-7.5b: V h + s h + L (12 h^2 + 13 h) + 2 h with V 51,200, s 2,048,
+  // L 36, h 4,096 = 7,467,786,240 parameters. Its gradients at the peak are
+  // at most the bf16 partition (2 B x psi / 64 = 233,368,320 B), its fp32
+  // copy at the step (466,736,640 B) and the largest layer's gradients as
+  // it makes them (the embedding's (51,200 + 2,048) x 4,096 x 2 B =
+  // 436,207,616 B): 1,136,312,576 B, where 11.5 GB piled up before.
+  constexpr std::int64_t kMostGradients = 1'136'312'576;
+  for (const bool overlap : {false, true}) {
+    const std::string config = temp_file("dtsim_cli_zero2_" + std::to_string(::getpid()) + ".json",
+                                         std::string(R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true},)") +
+                                             R"( "zero_optimization": {"stage": 2)" + (overlap ? R"(, "overlap_comm": true)" : "") + "}}");
+    const Result r = dtsim("predict --model gpt-7.5b --cluster dgx-a100 --set cluster.nodes=8 --set plan.seq_len=16 --json --deepspeed " + config);
+    std::filesystem::remove(config);
+    REQUIRE(r.status == 0);
+    const YAML::Node j = json_of(r);
+    CHECK(j["plan"]["dp"].as<int>() == 64);
+    CHECK(j["plan"]["overlap"].as<bool>() == overlap);  // DeepSpeed's default for stage 2 is false
+    const YAML::Node rank = j["memory"]["ranks"][0];
+    CHECK(rank["gradients_bytes"].as<std::int64_t>() <= kMostGradients);
+    // The buffers: reduce_bucket_size (5e8 elements of bf16) once, twice with overlap_comm.
+    CHECK(rank["buffers_bytes"].as<std::int64_t>() >= (overlap ? 2 : 1) * 1'000'000'000LL);
+  }
+}
+
 // Issue 24: the configs users already have, as predict's plan (Note
 // [Framework options] in cli/src/scenario_options.cpp).
 TEST_CASE("predict reads a DeepSpeed config, a Megatron command line and a torchtitan TOML as the plan", "[cli][frameworks]") {

@@ -18,6 +18,33 @@ TEST_CASE("gradient buckets as DDP's reducer fills them: 1 MiB first, then the c
   CHECK(assign_buckets({}, kFirstBucketBytes, 25 * MB).empty());
 }
 
+TEST_CASE("DeepSpeed's ZeRO-2 reduces a bucket before a gradient would overflow it (Note [Bucket rules])", "[buckets]") {
+  // The same gradients as above, in MB, every cap 25 MB. Before overflow:
+  // 0.6 + 0.6 + 10 + 10 = 21.2 and 10 more would be 31.2 > 25, so the
+  // second 10 MB after the empty layer opens bucket 1: 10 + 5 + 1 = 16.
+  const Bytes MB = 1000 * 1000;
+  const std::vector<Bytes> bytes{6 * MB / 10, 6 * MB / 10, 10 * MB, 10 * MB, 0, 10 * MB, 5 * MB, 1 * MB};
+  CHECK(assign_buckets(bytes, 25 * MB, 25 * MB, BucketRule::kBeforeOverflow) == std::vector<int>{0, 0, 0, 0, -1, 1, 1, 1});
+  // A gradient larger than the cap is a bucket alone (DeepSpeed's
+  // extra_large_param_to_reduce), and the next opens another: 30 | 1 + 24 | 1.
+  CHECK(assign_buckets({30 * MB, 1 * MB, 24 * MB, 1 * MB}, 25 * MB, 25 * MB, BucketRule::kBeforeOverflow) ==
+        std::vector<int>{0, 1, 1, 2});
+  // Exactly full is not over: 25 | 25.
+  CHECK(assign_buckets({20 * MB, 5 * MB, 25 * MB}, 25 * MB, 25 * MB, BucketRule::kBeforeOverflow) == std::vector<int>{0, 0, 1});
+  // Which plans close buckets so: DeepSpeed's ZeRO-2, not FSDP's
+  // SHARD_GRAD_OP, ZeRO-1 or DDP.
+  ResolvedPlan p;
+  p.zero_stage = 2;
+  CHECK(bucket_rule(p) == BucketRule::kBeforeOverflow);
+  p.fsdp = true;
+  CHECK(bucket_rule(p) == BucketRule::kAtLeastCap);
+  p.fsdp = false;
+  for (int stage : {0, 1, 3}) {
+    p.zero_stage = stage;
+    CHECK(bucket_rule(p) == BucketRule::kAtLeastCap);
+  }
+}
+
 TEST_CASE("the first bucket's cap follows the framework", "[buckets]") {
   ResolvedPlan p;
   p.bucket_bytes = 25000000;

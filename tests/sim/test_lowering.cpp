@@ -104,7 +104,10 @@ TEST_CASE("DDP under gradient accumulation communicates only on the last micro-s
 TEST_CASE("ZeRO-2 reduce-scatters every micro-step and all-gathers the parameters", "[lowering]") {
   const test::FakeModel m(4, 10'000'000, 10);
   const Run r = run(m, "dp: 2\ngrad_accum: 2\nprecision: fp16\nzero_stage: 2\n", round_cluster(), 500'000);
-  CHECK(r.count(CollectiveOp::kReduceScatter) == 2 * 2);  // fp16 buckets: 25 MB cap -> 2 layers per bucket
+  // fp16 buckets of 25 MB (12.5M elements) of 10M-parameter layers: DeepSpeed
+  // reduces before a layer would overflow one (10M + 10M > 12.5M, Note
+  // [Bucket rules]): a bucket a layer, 4 a micro-step.
+  CHECK(r.count(CollectiveOp::kReduceScatter) == 4 * 2);
   CHECK(r.count(CollectiveOp::kAllGather) == 1);
   CHECK(r.count(CollectiveOp::kAllReduce) == 0);
 }
@@ -185,7 +188,7 @@ TEST_CASE("ZeRO-Offload steps on the host and moves gradients and parameters ove
   CHECK(host == 1);
   const auto copies = std::count_if(r.graph.tasks.begin(), r.graph.tasks.end(),
                                     [](const Task& t) { return t.phase == Phase::kOffload; });
-  CHECK(copies == 2 + 1);  // one d2h per reduce-scattered bucket, one h2d of parameters
+  CHECK(copies == 4 + 1);  // one d2h per reduce-scattered bucket (a layer each, as above), one h2d of parameters
   CHECK(r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 0);
   CHECK(r.phase(Phase::kOptimizer) > 0);
 }
@@ -422,6 +425,67 @@ TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradien
   // then the parameters' all-gather (1 ms): at least 9 ms either way.
   const test::PlanRun r = test::run_plan(m, "dp: 2\nprecision: fp16\nzero_stage: 2\n", c, slow, 1000);
   CHECK(r.exec.makespan >= 9'000'000);
+}
+
+TEST_CASE("DeepSpeed's ZeRO-2 holds its gradients in reduce_bucket_size buffers, one without overlap_comm (Note [ZeRO-2's buffers])",
+          "[lowering][memory]") {
+  // 8 layers of 5M fp32 parameters (20 MB of gradients each) on 2 ranks, a
+  // 50 MB bucket (12.5M elements): DeepSpeed reduces before a layer would
+  // overflow it (20 + 20 + 20 > 50), so 4 buckets of 2 layers. fp32, so the
+  // step holds no fp32 copy beyond the shard (Note [fp32 gradient
+  // partition]). A backward takes 2 us, every collective 1 ms.
+  const test::FakeModel m(8, 5'000'000, 10);
+  const ClusterSpec c = round_cluster();
+  const Bytes layer = 5'000'000 * 4, bucket = 2 * layer;
+  const Bytes shard = 8 * layer / 2;  // the resident gradient partition
+  const test::FixedComm slow(1'000'000);
+  struct Most {
+    Bytes grads = 0, buffers = 0;
+    TimeNs makespan = 0;
+    int inline_reductions = 0;  // reduce-scatters on the compute stream
+  };
+  const auto most = [&](const std::string& extra) {
+    ResolvedPlan plan = resolve(parse_plan("dp: 2\nprecision: fp32\nzero_stage: 2\nbucket_mb: 50\n" + extra, "test.yaml"), m, c);
+    const test::FixedCompute compute(1000);
+    partition(plan, m, c, compute, slow);
+    const TaskGraph g = lower(m, plan, c, CostModels{&compute, &slow});
+    ExecOptions o;
+    o.record_memory_timeline = true;
+    const ExecResult e = execute(g, o);
+    Most out;
+    for (const MemSnapshot& s : e.memory[0].timeline) {
+      out.grads = std::max(out.grads, s.bytes[static_cast<int>(MemCategory::kGradients)]);
+      out.buffers = std::max(out.buffers, s.bytes[static_cast<int>(MemCategory::kBuffers)]);
+    }
+    for (const Task& t : g.tasks) {
+      if (t.op == CollectiveOp::kReduceScatter && t.kind == TaskKind::kCollective &&
+          g.ranks[t.rank].streams[t.stream] == "compute") {
+        ++out.inline_reductions;
+      }
+    }
+    out.makespan = e.makespan;
+    return out;
+  };
+  const Most gathered = most("contiguous_gradients: false\n");
+  const Most ds = most("");
+  const Most serial = most("overlap: false\n");
+  // contiguous_gradients false: each bucket's gradients wait where autograd
+  // made them; the backward waits for the bucket before (Note [Two buckets
+  // in flight]): two buckets, four layers, besides the shard.
+  CHECK(gathered.grads == shard + 2 * bucket);
+  // DeepSpeed's default: every layer's gradients go into the buffers as
+  // its backward ends: one layer's besides the shard, and two buffers of
+  // 50 MB more than without them.
+  CHECK(ds.grads == shard + layer);
+  CHECK(ds.buffers - gathered.buffers == 2 * 50'000'000);
+  // Without overlap_comm: one buffer, each bucket reduced on the compute
+  // stream as it fills, the backward waiting for it: 4 reduce-scatters of
+  // 1 ms in turn, then the parameters' all-gather (1 ms).
+  CHECK(serial.grads == shard + layer);
+  CHECK(serial.buffers - gathered.buffers == 50'000'000);
+  CHECK(serial.inline_reductions == 4);
+  CHECK(ds.inline_reductions == 0);
+  CHECK(serial.makespan >= 5'000'000);
 }
 
 namespace {

@@ -335,6 +335,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}, {"op", Recompute::kOp}});
   p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);
   p.overlap = c.get_bool("overlap", true);
+  p.contiguous_gradients = c.get_bool("contiguous_gradients", true);
   c.finish();
   p.origins.file = file.empty() ? "<built-in>" : file;
   for (const auto& k : c.keys()) p.origins.where["plan." + k] = c.where(k);

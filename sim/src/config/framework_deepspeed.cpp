@@ -182,9 +182,20 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
       if (!z.has(k.key)) continue;
       if (is_auto(z, zn, k.key) || z.get_double(k.key, 0, -1, 1e18) != k.dtsim) unmodelled("zero_optimization." + std::string(k.key), zn[k.key]);
     }
-    // contiguous_gradients, reduce_scatter and allgather_partitions default to
-    // true, which is what dtsim models (no fragmentation, reduce-scatter, all-gather).
-    for (const char* k : {"contiguous_gradients", "reduce_scatter", "allgather_partitions"}) {
+    // reduce_scatter and allgather_partitions default to true, which is what
+    // dtsim models (reduce-scatter, all-gather); contiguous_gradients false
+    // under stage 3 (its buffers are not modelled apart) is noted.
+    if (stage != 2 && z.has("contiguous_gradients") && !flag(z, zn, "contiguous_gradients", true)) {
+      unmodelled("zero_optimization.contiguous_gradients", zn["contiguous_gradients"]);
+    }
+    // Note [ZeRO-2's buffers]: contiguous_gradients (default true) sets where
+    // ZeRO-2's gradients wait for their reduction.
+    if (stage == 2) {
+      const bool contiguous = flag(z, zn, "contiguous_gradients", true);
+      out.plan("contiguous_gradients", contiguous ? "true" : "false",
+               z.has("contiguous_gradients") ? from(z, "contiguous_gradients") : file + " (DeepSpeed's contiguous_gradients default)");
+    }
+    for (const char* k : {"reduce_scatter", "allgather_partitions"}) {
       if (z.has(k) && !flag(z, zn, k, true)) unmodelled("zero_optimization." + std::string(k), zn[k]);
     }
     for (const char* k : {"zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights",

@@ -8,13 +8,36 @@ Bytes first_bucket_bytes(const ResolvedPlan& plan) {
   return plan.zero_stage == 0 ? kFirstBucketBytes : plan.bucket_bytes;
 }
 
-std::vector<int> assign_buckets(const std::vector<Bytes>& bytes, Bytes first_cap, Bytes cap) {
+// Note [Bucket rules]
+// PyTorch DDP's reducer (reducer.cpp, compute_bucket_assignment_by_size)
+// adds a gradient to the open bucket and closes the bucket once it holds at
+// least its cap, so a bucket ends up to one gradient over it. DeepSpeed's
+// ZeRO-1/2 checks before it adds: `if self.elements_in_ipg_bucket +
+// param.numel() > self.reduce_bucket_size: self.reduce_ipg_grads()`
+// (stage_1_and_2.py, reduce_independent_p_g_buckets_and_remove_grads), so a
+// bucket stays within reduce_bucket_size, which is what lets it copy each
+// gradient into a buffer of that many elements (Note [ZeRO-2's buffers] in
+// lowering/passes/data_parallel.cpp); a gradient larger than the buffer is
+// reduced alone (its extra_large_param_to_reduce). DeepSpeed decides per
+// parameter tensor, dtsim per layer (the unit of its backward tasks, and of
+// the runtime's buckets): a layer that would overflow the bucket opens the
+// next one, where DeepSpeed would put its first tensors in the bucket
+// before. dtsim's ZeRO-2 is DeepSpeed's (FSDP's SHARD_GRAD_OP keeps DDP's
+// rule, as its reducer is PyTorch's); its ZeRO-1 reduces as DDP does and
+// steps a shard, as PyTorch's ZeroRedundancyOptimizer and Megatron-LM's
+// distributed optimizer do.
+BucketRule bucket_rule(const ResolvedPlan& plan) {
+  return plan.zero_stage == 2 && !plan.fsdp ? BucketRule::kBeforeOverflow : BucketRule::kAtLeastCap;
+}
+
+std::vector<int> assign_buckets(const std::vector<Bytes>& bytes, Bytes first_cap, Bytes cap, BucketRule rule) {
   std::vector<int> out(bytes.size(), -1);
   int bucket = -1;
   Bytes filled = 0, limit = first_cap;
   for (std::size_t i = 0; i < bytes.size(); ++i) {
     if (bytes[i] == 0) continue;
-    if (bucket < 0 || filled >= limit) {
+    const bool full = rule == BucketRule::kAtLeastCap ? filled >= limit : filled > 0 && filled + bytes[i] > limit;
+    if (bucket < 0 || full) {
       if (bucket >= 0) limit = cap;
       ++bucket;
       filled = 0;

@@ -495,6 +495,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;
+  r.contiguous_gradients = s.contiguous_gradients;
   r.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32;
   // Megatron-LM sets it for every run; it "does nothing when pipeline
   // parallel is not used" (model_parallel_config.py).

@@ -66,6 +66,7 @@ std::string plan_line(const ResolvedPlan& p) {
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
   if (p.recompute != Recompute::kNone) os << " recompute=" << to_string(p.recompute);
   if (!p.overlap) os << " overlap=false";
+  if (p.zero_stage == 2 && !p.contiguous_gradients) os << " contiguous_gradients=false";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   if (p.deallocate_pipeline_outputs) os << " outputs-freed";
   if (p.sync_batchnorm) os << " sync_batchnorm";
@@ -104,7 +105,8 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("offload_params", to_string(p.offload_params));
   j.field("recompute", to_string(p.recompute));
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
-  j.field("overlap", p.overlap).field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
+  j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients);
+  j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
   j.field("deallocate_pipeline_outputs", p.deallocate_pipeline_outputs);
   j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none");
   j.field("virtual_stages", p.virtual_stages);

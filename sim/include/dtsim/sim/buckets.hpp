@@ -21,13 +21,27 @@ constexpr Bytes kFirstBucketBytes = 1024 * 1024;
 /// bucket size under ZeRO, whose buckets are all reduce_bucket_size.
 Bytes first_bucket_bytes(const ResolvedPlan& plan);
 
+/// How a bucket closes (Note [Bucket rules] in buckets.cpp).
+enum class BucketRule {
+  kAtLeastCap,      ///< PyTorch DDP's reducer: once it holds at least its cap
+  kBeforeOverflow,  ///< DeepSpeed's ZeRO-2: before a gradient that would take it past its cap
+};
+
+/// The rule `plan`'s gradient buckets close by: DeepSpeed's under ZeRO-2
+/// (not FSDP), DDP's otherwise (ZeRO-1 steps after DDP-style all-reduces, as
+/// ZeroRedundancyOptimizer and Megatron's distributed optimizer do).
+BucketRule bucket_rule(const ResolvedPlan& plan);
+
 /// Assigns gradients to buckets in the order backward produces them
-/// (reverse layer order), as DDP's reducer does: a bucket closes once it
-/// holds at least its cap (`first_cap` for the first bucket, `cap` after),
-/// and the next gradient opens a new one. `bytes[i]`: item i's gradient
+/// (reverse layer order): under kAtLeastCap a bucket closes once it holds
+/// at least its cap (`first_cap` for the first bucket, `cap` after) and the
+/// next gradient opens a new one; under kBeforeOverflow a gradient that
+/// would take the open bucket past its cap opens a new one (a gradient
+/// larger than the cap is a bucket alone). `bytes[i]`: item i's gradient
 /// bytes, in backward order. Returns each item's bucket, -1 for an item of
 /// no bytes (a layer without parameters).
-std::vector<int> assign_buckets(const std::vector<Bytes>& bytes, Bytes first_cap, Bytes cap);
+std::vector<int> assign_buckets(const std::vector<Bytes>& bytes, Bytes first_cap, Bytes cap,
+                                BucketRule rule = BucketRule::kAtLeastCap);
 
 /// ZeRO-3 (not FSDP) keeps the parameters of layers with fewer elements than
 /// this whole on every rank (DeepSpeed's stage3_param_persistence_threshold,

@@ -209,6 +209,12 @@ struct PlanSpec {
   bool deallocate_pipeline_outputs = false;
   double bucket_mb = 25;          ///< DDP bucket (PyTorch default 25 MB)
   bool overlap = true;            ///< overlap gradient communication with backward
+  /// DeepSpeed ZeRO-2's contiguous_gradients (default true): each gradient
+  /// is copied into a preallocated buffer of reduce_bucket_size elements,
+  /// two with overlap (Note [ZeRO-2's buffers] in
+  /// sim/src/lowering/passes/data_parallel.cpp); false: each bucket's
+  /// gradients stay where autograd made them until reduced. ZeRO-2 only.
+  bool contiguous_gradients = true;
   /// Megatron-Core's gradient buffer (--accumulate-allreduce-grads-in-fp32,
   /// which Megatron-LM turns on for bf16): every gradient kept in fp32 for
   /// the whole run, accumulated and reduced there, no bucket copies (Note
@@ -257,6 +263,7 @@ struct ResolvedPlan {
   Recompute recompute = Recompute::kNone;
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
+  bool contiguous_gradients = true;                 ///< PlanSpec's
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
   bool deallocate_pipeline_outputs = false;          ///< PlanSpec's
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1

@@ -29,6 +29,28 @@
 // the reductions are slower than the backward, the backward waits for them
 // instead of piling gradients up. PyTorch's DDP and FSDP have no such wait.
 //
+// Note [ZeRO-2's buffers]
+// DeepSpeed's ZeRO-2 (stage_1_and_2.py) allocates, at the start of every
+// backward, reduce_bucket_size elements of the working precision as its
+// ipg buffer, two with overlap_comm (backward(): buf_0, buf_1), whatever
+// the model's size, and releases them at the backward's end, once the last
+// bucket is reduced (independent_gradient_partition_epilogue, which first
+// synchronizes with the reductions: the next forward waits for them). Each
+// gradient, as autograd makes it, is copied into the buffer by the
+// parameter's hook and freed (grad_reduc.data = new_grad_tensor.data), so
+// what the backward holds for its gradients is the buffers, not the
+// buckets: 2 x reduce_bucket_size of buffers and the layer's gradients
+// being made; a gradient larger than the buffer is reduced from where it
+// is (extra_large_param_to_reduce). A bucket's gradients are reduced when the next would
+// overflow the buffer (Note [Bucket rules] in sim/src/parallel/buckets.cpp).
+// Without overlap_comm (DeepSpeed's default for stage 2) the reduction runs
+// on the current stream (average_tensor: stream = current_stream()) in the
+// hook that found the bucket full: the backward waits for each bucket's
+// reduce-scatter, and one buffer is all it needs. With
+// contiguous_gradients false, the gradients stay where autograd made them
+// until their bucket is reduced, which is how dtsim_worker runs ZeRO-2
+// (`dtsim validate` sets it and says so).
+//
 // In a pipeline, a chunk's last backward runs bucket by bucket, each
 // bucket's gradients all-reduced over the data-parallel group while the rest
 // of that backward runs, as PyTorch DDP and Megatron-LM's overlap_grad_reduce
@@ -49,7 +71,23 @@ namespace {
 /// passes/sharded_parameters.cpp).
 class LayerBuckets final : public StrategyPass {
  public:
-  explicit LayerBuckets(LayerContext& ctx) : ctx_(ctx) { plan_buckets(); }
+  explicit LayerBuckets(LayerContext& ctx) : ctx_(ctx) {
+    plan_buckets();
+    const ResolvedPlan& p = ctx_.plan;
+    deepspeed_ = p.zero_stage == 2 && !p.fsdp && ctx_.n > 1;
+    // Note [ZeRO-2's buffers]: one buffer without overlap_comm, two with it.
+    if (deepspeed_ && p.contiguous_gradients) ipg_bytes_ = (p.overlap ? 2 : 1) * p.bucket_bytes;
+  }
+
+  void backward_memory(const At& at, MemOps& on_start, MemOps& on_end) override {
+    // Note [ZeRO-2's buffers]: allocated as the backward starts; each
+    // layer's gradients copied into them as it ends.
+    if (ipg_bytes_ == 0) return;
+    const LayerContext& c = ctx_;
+    if (at.unit + 1 == c.layers.size()) add_bytes(on_start, MemCategory::kBuffers, ipg_bytes_);
+    const int bucket = bucket_of_[at.unit];
+    if (bucket >= 0 && in_buffer(bucket)) add_bytes(on_end, MemCategory::kGradients, -c.grad_bytes(c.layers[at.unit]));
+  }
 
   TaskId after_backward(const At& at, TaskId last) override {
     LayerContext& c = ctx_;
@@ -77,11 +115,18 @@ class LayerBuckets final : public StrategyPass {
       // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
       deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {last}));
       const Bytes recv = c.receive_bytes(b);
+      // Note [ZeRO-2's buffers]: DeepSpeed's gradients already sit in its
+      // buffers; without overlap_comm it reduces on the compute stream.
+      MemOps freed{{MemCategory::kBuffers, -recv}};
+      if (!in_buffer(bucket)) freed.push_back({MemCategory::kGradients, -b});
+      const bool inline_reduce = deepspeed_ && !c.plan.overlap;
       const TaskId rs = c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
-                                     Stream::kGradComm, deps, {{MemCategory::kBuffers, recv}},
-                                     {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, bk.expert_bytes);
-      if (!c.plan.overlap) unordered_.push_back(rs);
+                                     inline_reduce ? Stream::kCompute : Stream::kGradComm, deps,
+                                     {{MemCategory::kBuffers, recv}}, std::move(freed), bk.expert_bytes);
+      if (!c.plan.overlap && !inline_reduce) unordered_.push_back(rs);
       c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
+      if (deepspeed_) reductions_.push_back(rs);
+      if (inline_reduce) return rs;  // the backward goes on once it is done
       // Note [Two buckets in flight]: the backward goes on once the bucket
       // before this one is reduced.
       TaskId waited = last;
@@ -104,6 +149,16 @@ class LayerBuckets final : public StrategyPass {
 
   void end_backward(const At& at, TaskId last) override {
     previous_ = -1;
+    if (deepspeed_) {
+      // Note [ZeRO-2's buffers]: the epilogue waits for the reductions and
+      // releases the buffers.
+      TaskDeps deps{last};
+      for (TaskId r : reductions_) deps.push_back(r);
+      MemOps frees;
+      add_bytes(frees, MemCategory::kBuffers, -ipg_bytes_);
+      ctx_.compute(ctx_.tag(at.micro, "ipg epilogue"), Phase::kBackward, 0, std::move(deps), {}, std::move(frees));
+      reductions_.clear();
+    }
     // Without overlap, reductions wait for the end of this backward pass.
     for (TaskId t : unordered_) ctx_.g.tasks[t].deps.push_back(last);
     unordered_.clear();
@@ -158,7 +213,7 @@ class LayerBuckets final : public StrategyPass {
     bucket_of_.assign(layers.size(), -1);
     std::vector<Bytes> bytes;  // in backward order
     for (std::size_t i = layers.size(); i-- > 0;) bytes.push_back(ctx_.grad_bytes(layers[i]));
-    const std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(ctx_.plan), ctx_.plan.bucket_bytes);
+    const std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(ctx_.plan), ctx_.plan.bucket_bytes, bucket_rule(ctx_.plan));
     for (std::size_t k = 0; k < bytes.size(); ++k) {
       const std::size_t i = layers.size() - 1 - k;
       const Layer& L = layers[i];
@@ -175,12 +230,21 @@ class LayerBuckets final : public StrategyPass {
     }
   }
 
+  /// Note [ZeRO-2's buffers]: whether bucket k's gradients are copied into
+  /// DeepSpeed's buffer; one larger than the buffer (one layer, under Note
+  /// [Bucket rules]) stays where autograd made it, as DeepSpeed reduces its
+  /// extra_large_param_to_reduce.
+  bool in_buffer(int k) const { return ipg_bytes_ > 0 && buckets_[static_cast<std::size_t>(k)].bytes <= ctx_.plan.bucket_bytes; }
+
   LayerContext& ctx_;
   std::vector<int> bucket_of_;  ///< by layer; -1 for a layer without parameters
   std::vector<Bucket> buckets_;
   std::vector<PendingCopy> copies_out_;  ///< this backward's buckets, to copy back at its end
   std::vector<TaskId> unordered_;        ///< reductions that wait for the backward's end (no overlap)
   TaskId previous_ = -1;                 ///< ZeRO-2: this backward's last bucket reduction so far
+  bool deepspeed_ = false;               ///< DeepSpeed's ZeRO-2 over more than one rank (Note [ZeRO-2's buffers])
+  Bytes ipg_bytes_ = 0;                  ///< its buffers, where contiguous_gradients
+  std::vector<TaskId> reductions_;       ///< this backward's reduce-scatters (DeepSpeed's ZeRO-2)
 };
 
 /// A pipeline chunk's buckets, reduced during its last backward.
@@ -278,7 +342,7 @@ class ChunkBuckets final : public StrategyPass {
       const Layer& L = layers[l];
       bytes.push_back((L.params + (L.borrowed_params > 0 && ch.rank != 0 ? L.borrowed_params : 0)) * w);
     }
-    std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(ctx_.plan), ctx_.plan.bucket_bytes);
+    std::vector<int> assigned = assign_buckets(bytes, first_bucket_bytes(ctx_.plan), ctx_.plan.bucket_bytes, bucket_rule(ctx_.plan));
     int next = -1;
     for (std::size_t k = assigned.size(); k-- > 0;) {
       if (assigned[k] >= 0) next = assigned[k];
