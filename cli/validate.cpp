@@ -152,6 +152,7 @@ int run_validate(const runtime::ValidateOptions& o, const Args& args) {
   if (!o.data.empty() && !fs::exists(o.data)) {
     throw IoError("--data " + o.data + ": no such file (scripts/make-sample-data writes a sample)");
   }
+  runtime::check_run_data(o, setup);  // a file the model cannot read: one line, before any rank starts
 
   const bool keep_dir = !o.run_dir.empty();
   std::string run_dir = o.run_dir;

@@ -1,9 +1,10 @@
 // dtsim_make_sample_data: writes a small synthetic dataset (Note [Dataset
 // layout] in dtsim/runtime/data.hpp) for `dtsim validate --data`.
-//   dtsim_make_sample_data --out FILE.h5 [--kind tokens|embeddings] [--samples N]
-//       [--seq S] [--vocab V] [--width D] [--classes C] [--seed K]
-// Defaults are SampleSpec's. Bad arguments and dtsim errors: one line on
-// stderr, exit status 2. scripts/make-sample-data wraps it.
+//   dtsim_make_sample_data --out FILE.h5 [--kind tokens|embeddings|images] [--samples N]
+//       [--seq S] [--vocab V] [--target-vocab T] [--width D|W] [--channels C] [--height H]
+//       [--classes K] [--seed SEED]
+// Defaults are SampleSpec's (images: 3 x 32 x 32). Bad arguments and dtsim
+// errors: one line on stderr, exit status 2. scripts/make-sample-data wraps it.
 #include <algorithm>
 #include <charconv>
 #include <cstdint>
@@ -12,6 +13,7 @@
 #include <map>
 #include <optional>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -28,10 +30,15 @@ using dtsim::runtime::SampleSpec;
 
 constexpr const char* kProgram = "dtsim_make_sample_data";
 constexpr const char* kUsage =
-    "usage: dtsim_make_sample_data --out FILE.h5 [--kind tokens|embeddings] [--samples N] [--seq S]\n"
-    "                              [--vocab V] [--width D] [--classes C] [--seed K]\n"
-    "Writes a synthetic dataset: /tokens [N, S] int64 in [0, V) or /embeddings [N, S, D] float32 ~ N(0, 1),\n"
-    "and /labels [N] int64 in [0, C) when C > 0. Defaults: tokens, N=256, S=128, V=1024, D=64, C=0, K=1.\n";
+    "usage: dtsim_make_sample_data --out FILE.h5 [--kind tokens|embeddings|images] [--samples N] [--seq S]\n"
+    "                              [--vocab V] [--target-vocab T] [--width D|W] [--channels C] [--height H]\n"
+    "                              [--classes K] [--seed SEED]\n"
+    "Writes a synthetic dataset (Note [Dataset layout] in runtime/include/dtsim/runtime/data.hpp):\n"
+    "  tokens:     /tokens [N, S] int64 in [0, V), and /targets [N, S] in [0, T) when T > 0 (an encoder-decoder's)\n"
+    "  embeddings: /embeddings [N, S, D] float32 ~ N(0, 1)\n"
+    "  images:     /images [N, C, H, W] float32 ~ N(0, 1)\n"
+    "and /labels [N] int64 in [0, K) when K > 0. Defaults: tokens, N=256, S=128, V=1024, T=0, D=64,\n"
+    "C x H x W = 3 x 32 x 32, K=0, SEED=1.\n";
 
 /// `text` as an integer >= `min`; ConfigError naming `option` otherwise.
 template <class T>
@@ -53,13 +60,13 @@ struct Options {
 
 Options parse(int argc, char** argv) {
   Options o;
-  bool vocab_set = false, width_set = false;
   CLI::App app{"dtsim_make_sample_data: writes a small synthetic dataset for `dtsim validate --data`", kProgram};
   dtsim::cli::house_style(app);
   app.footer(kUsage);
   // Each option's text, checked below (the usage above says what each means).
   std::map<std::string, std::string> given;
-  for (const char* name : {"--out", "--kind", "--samples", "--seq", "--vocab", "--width", "--classes", "--seed"}) {
+  for (const char* name : {"--out", "--kind", "--samples", "--seq", "--vocab", "--target-vocab", "--width", "--channels", "--height",
+                           "--classes", "--seed"}) {
     app.add_option(name, given[name]);
   }
   if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) {
@@ -76,8 +83,10 @@ Options parse(int argc, char** argv) {
         o.spec.kind = Dataset::Kind::kTokens;
       } else if (v == "embeddings") {
         o.spec.kind = Dataset::Kind::kEmbeddings;
+      } else if (v == "images") {
+        o.spec.kind = Dataset::Kind::kImages;
       } else {
-        throw ConfigError("--kind: '" + v + "' is not one of tokens, embeddings");
+        throw ConfigError("--kind: '" + v + "' is not one of tokens, embeddings, images");
       }
     } else if (opt == "--samples") {
       o.spec.samples = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
@@ -85,10 +94,14 @@ Options parse(int argc, char** argv) {
       o.spec.seq_len = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
     } else if (opt == "--vocab") {
       o.spec.vocab = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
-      vocab_set = true;
+    } else if (opt == "--target-vocab") {
+      o.spec.target_vocab = parse_int<std::int64_t>(opt, v, 0, "an integer >= 0 (0: no /targets)");
     } else if (opt == "--width") {
       o.spec.width = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
-      width_set = true;
+    } else if (opt == "--channels") {
+      o.spec.channels = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
+    } else if (opt == "--height") {
+      o.spec.height = parse_int<std::int64_t>(opt, v, 1, "a positive integer");
     } else if (opt == "--classes") {
       o.spec.classes = parse_int<std::int64_t>(opt, v, 0, "an integer >= 0 (0: no labels)");
     } else {  // --seed
@@ -96,19 +109,36 @@ Options parse(int argc, char** argv) {
     }
   }
   if (o.out.empty()) throw ConfigError("--out FILE.h5 is required (see --help)");
-  if (o.spec.kind == Dataset::Kind::kTokens && width_set) throw ConfigError("--width applies to --kind embeddings only");
-  if (o.spec.kind == Dataset::Kind::kEmbeddings && vocab_set) throw ConfigError("--vocab applies to --kind tokens only");
+  // An option of another kind is refused, not ignored.
+  using K = Dataset::Kind;
+  const std::vector<std::tuple<const char*, std::vector<K>, const char*>> kinds_of{
+      {"--seq", {K::kTokens, K::kEmbeddings}, "tokens and embeddings"},
+      {"--vocab", {K::kTokens}, "tokens"},
+      {"--target-vocab", {K::kTokens}, "tokens"},
+      {"--width", {K::kEmbeddings, K::kImages}, "embeddings (D) and images (W)"},
+      {"--channels", {K::kImages}, "images"},
+      {"--height", {K::kImages}, "images"},
+  };
+  for (const auto& [opt, kinds, text] : kinds_of) {
+    if (app.count(opt) > 0 && std::find(kinds.begin(), kinds.end(), o.spec.kind) == kinds.end()) {
+      throw ConfigError(std::string(opt) + " applies to --kind " + text + " only");
+    }
+  }
+  if (o.spec.kind == Dataset::Kind::kImages && app.count("--width") == 0) o.spec.width = 32;  // 3 x 32 x 32: CIFAR-10's
   return o;
 }
 
 /// "wrote FILE: N samples of S tokens (vocab V), C classes" and the like.
 std::string summary(const Options& o) {
   const SampleSpec& s = o.spec;
-  std::string line = "wrote " + o.out + ": " + std::to_string(s.samples) + " samples of " + std::to_string(s.seq_len);
+  std::string line = "wrote " + o.out + ": " + std::to_string(s.samples);
   if (s.kind == Dataset::Kind::kTokens) {
-    line += " tokens (vocab " + std::to_string(s.vocab) + ")";
+    line += " samples of " + std::to_string(s.seq_len) + " tokens (vocab " + std::to_string(s.vocab) + ")";
+    if (s.target_vocab > 0) line += " with targets (vocab " + std::to_string(s.target_vocab) + ")";
+  } else if (s.kind == Dataset::Kind::kImages) {
+    line += " images of " + std::to_string(s.channels) + " x " + std::to_string(s.height) + " x " + std::to_string(s.width);
   } else {
-    line += " x " + std::to_string(s.width) + " embeddings";
+    line += " samples of " + std::to_string(s.seq_len) + " x " + std::to_string(s.width) + " embeddings";
   }
   if (s.classes > 0) line += ", " + std::to_string(s.classes) + " classes";
   return line;

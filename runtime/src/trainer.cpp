@@ -187,54 +187,32 @@ struct AllToAllEp : torch::autograd::Function<AllToAllEp> {
 
 // ---- data -------------------------------------------------------------------------------
 
-/// Inputs of one micro-batch: token ids (or embeddings) and labels.
+/// Inputs of one micro-batch: token ids (or embeddings, or images) and labels.
 struct Batch {
-  torch::Tensor inputs;  ///< [b, s] int64 ids, or [b, s, d] float embeddings
-  torch::Tensor labels;  ///< [b, s] next tokens (LM) or [b] classes
+  torch::Tensor inputs;  ///< [b, s] int64 ids, or [b, s, d] float embeddings (images: [b, 1, C*H*W])
+  torch::Tensor labels;  ///< [b, s] next tokens (LM) or target ids (encoder-decoder), or [b] classes
 };
 
+/// The samples of --data, or their synthetic stand-in (Note [Dataset layout]).
 class DataSource {
  public:
   DataSource(const std::string& path, const sim::Model& model, const std::vector<sim::Layer>& layers, std::int64_t seq,
              std::uint64_t seed)
-      : seq_(seq) {
-    const std::string first = layers.front().signature, last = layers.back().signature;
-    // Seed 003's image models read each image as one float vector of
-    // C x H x W (an /embeddings dataset of sequences of 1): the first layer
-    // views it as the image (models/torch).
-    const bool image = first.rfind("conv.layer:", 0) == 0;
-    embeddings_ = first.rfind("lstm.", 0) == 0 || image || first.rfind("fc.layer:", 0) == 0;
-    vocab_ = sig_value(first, "v", 1024);
-    width_ = image ? sig_value(first, "ci", 1) * sig_value(first, "hw", 1) * sig_value(first, "hw", 1) : sig_value(first, "in", 1);
-    classes_ = sig_value(last, "c", 0);
+      : seq_(seq), needs_(data_needs(model.name(), layers.front().signature, layers.back().signature)) {
+    // Images reach the first layer as one float vector of C x H x W a
+    // sample, which it views as the image (models/torch).
+    embeddings_ = needs_.kind != Dataset::Kind::kTokens;
+    width_ = needs_.width;
+    classes_ = needs_.classes;
     if (!path.empty()) {
       data_ = load_dataset(path);
-      const bool emb = data_.kind == Dataset::Kind::kEmbeddings;
-      if (emb != embeddings_) {
-        throw ConfigError(path + ": has /" + (emb ? "embeddings" : "tokens") + " but " + model.name() + " reads " +
-                          (embeddings_ ? "/embeddings [N, S, " + std::to_string(width_) + "]" : "/tokens [N, S]"));
-      }
-      if (data_.seq_len < seq_) {
-        throw ConfigError(path + ": sequences of " + std::to_string(data_.seq_len) + " but the plan needs " + std::to_string(seq_) +
-                          " (--set plan.seq_len=" + std::to_string(data_.seq_len) + ")");
-      }
-      if (emb && data_.width != width_) {
-        throw ConfigError(path + ": /embeddings are " + std::to_string(data_.width) + " wide but " + model.name() + " reads " +
-                          std::to_string(width_));
-      }
-      if (!emb && data_.max_token >= vocab_) {
-        throw ConfigError(path + ": token id " + std::to_string(data_.max_token) + " is outside the vocabulary of " +
-                          std::to_string(vocab_));
-      }
-      if (classes_ > 0 && (data_.labels.empty() || data_.max_label >= classes_)) {
-        throw ConfigError(path + ": " + model.name() + " needs /labels in [0, " + std::to_string(classes_) + ")");
-      }
+      check_dataset_fits(data_, needs_, seq_);  // dtsim validate checked it before starting the ranks
     } else {
       SampleSpec spec;
       spec.kind = embeddings_ ? Dataset::Kind::kEmbeddings : Dataset::Kind::kTokens;
       spec.samples = 256;
       spec.seq_len = seq_;
-      spec.vocab = vocab_;
+      spec.vocab = needs_.kind == Dataset::Kind::kTokens ? needs_.vocab : 1024;
       spec.width = width_;
       spec.classes = classes_;
       spec.seed = seed;
@@ -246,6 +224,13 @@ class DataSource {
   Batch batch(std::int64_t first, std::int64_t b) const {
     Batch out;
     const std::int64_t n = data_.samples, s = seq_, S = data_.seq_len;
+    // The first s of each row of S ids.
+    const auto rows = [&](const std::vector<std::int64_t>& ids) {
+      auto x = torch::empty({b, s}, torch::kLong);
+      auto* dst = x.data_ptr<std::int64_t>();
+      for (std::int64_t i = 0; i < b; ++i) std::copy_n(ids.data() + ((first + i) % n) * S, s, dst + i * s);
+      return x;
+    };
     if (embeddings_) {
       auto x = torch::empty({b, s, width_}, torch::kFloat);
       float* dst = x.data_ptr<float>();
@@ -255,38 +240,28 @@ class DataSource {
       }
       out.inputs = x;
     } else {
-      auto x = torch::empty({b, s}, torch::kLong);
-      auto* dst = x.data_ptr<std::int64_t>();
-      for (std::int64_t i = 0; i < b; ++i) {
-        const std::int64_t k = (first + i) % n;
-        std::copy_n(data_.tokens.data() + k * S, s, dst + i * s);
-      }
-      out.inputs = x;
+      out.inputs = rows(data_.tokens);
     }
     if (classes_ > 0) {
       auto y = torch::empty({b}, torch::kLong);
       for (std::int64_t i = 0; i < b; ++i) y.data_ptr<std::int64_t>()[i] = data_.labels[(first + i) % n];
       out.labels = y;
+    } else if (needs_.target_vocab > 0 && !data_.targets.empty()) {
+      out.labels = rows(data_.targets);  // the encoder-decoder's targets (teacher forcing)
     } else if (!embeddings_) {
       // Language modelling: the next token (the last one predicts the first).
+      // The synthetic encoder-decoder's targets too: its sources shifted by
+      // one, wrapped into the target vocabulary by the decoder.
       out.labels = torch::roll(out.inputs, -1, 1).contiguous();
     }
     return out;
   }
 
  private:
-  /// KEY's value in a layer signature "kind:k=v,k=v", or `fallback`.
-  static std::int64_t sig_value(const std::string& sig, const std::string& key, std::int64_t fallback) {
-    for (const char* sep : {":", ","}) {
-      const auto pos = sig.find(sep + key + "=");
-      if (pos != std::string::npos) return std::stoll(sig.substr(pos + key.size() + 2));
-    }
-    return fallback;
-  }
-
   std::int64_t seq_;
+  DataNeeds needs_;
   bool embeddings_ = false;
-  std::int64_t vocab_ = 1, width_ = 1, classes_ = 0;
+  std::int64_t width_ = 1, classes_ = 0;
   Dataset data_;
 };
 

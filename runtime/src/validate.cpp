@@ -16,6 +16,7 @@
 #include "dtsim/cli/parse.hpp"
 #include "dtsim/cli/scenario_options.hpp"
 #include "dtsim/models/models.hpp"
+#include "dtsim/runtime/data.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/error.hpp"
@@ -366,6 +367,23 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     throw UnsupportedError("dtsim validate: FSDP hybrid_shard is not run; use full_shard or shard_grad_op");
   }
   return s;
+}
+
+void check_run_data(const ValidateOptions& o, const RunSetup& s) {
+  if (o.data.empty()) return;
+  // The layers as the worker builds them (trainer.cpp): the first reads the
+  // inputs, the last the labels or targets.
+  const auto& p = s.plan;
+  sim::WorkloadShape shape;
+  shape.micro_batch = p.micro_batch;
+  shape.seq_len = p.seq_len;
+  shape.tp = p.tp;
+  shape.cp = p.cp;
+  shape.ep = p.ep;
+  shape.etp = p.etp;
+  const auto layers = s.model->layers(shape);
+  if (layers.empty()) return;
+  check_dataset_fits(load_dataset(o.data), data_needs(s.model->name(), layers.front().signature, layers.back().signature), p.seq_len);
 }
 
 sim::Prediction predict_run(const RunSetup& s) {

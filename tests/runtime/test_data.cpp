@@ -1,7 +1,8 @@
 // Datasets for validation runs (Note [Dataset layout] in dtsim/runtime/data.hpp):
 // write_sample_dataset -> load_dataset round trips, files written here through
 // the HDF5 C API in the other on-disk types (int32 tokens, float64 embeddings),
-// every layout error, the atomic write, and the dtsim_make_sample_data program.
+// every layout error, the atomic write, which file fits which model, the
+// dtsim_make_sample_data program and the files scripts/make-sample-data writes.
 #include <catch2/catch.hpp>
 
 #include <hdf5.h>
@@ -22,18 +23,23 @@
 #include <vector>
 
 #include "dtsim/runtime/data.hpp"
+#include "dtsim/runtime/validate.hpp"
 #include "dtsim/sim/error.hpp"
 #include "test_util.hpp"
 
 namespace fs = std::filesystem;
 using dtsim::ConfigError;
 using dtsim::IoError;
+using dtsim::runtime::check_dataset_fits;
+using dtsim::runtime::data_needs;
+using dtsim::runtime::DataNeeds;
 using dtsim::runtime::Dataset;
 using dtsim::runtime::load_dataset;
 using dtsim::runtime::SampleSpec;
 using dtsim::runtime::write_sample_dataset;
 using dtsim::test::error_of;
 using Catch::Matchers::Contains;
+using Catch::Matchers::StartsWith;
 
 namespace {
 
@@ -99,6 +105,21 @@ OnDisk on_disk(const std::string& path, const char* name) {
   H5Dclose(ds);
   H5Fclose(file);
   return out;
+}
+
+/// The dims of dataset `name` in the file.
+std::vector<hsize_t> dims_of(const std::string& path, const char* name) {
+  const hid_t file = H5Fopen(path.c_str(), H5F_ACC_RDONLY, H5P_DEFAULT);
+  REQUIRE(file >= 0);
+  const hid_t ds = H5Dopen2(file, name, H5P_DEFAULT);
+  REQUIRE(ds >= 0);
+  const hid_t space = H5Dget_space(ds);
+  std::vector<hsize_t> dims(static_cast<std::size_t>(H5Sget_simple_extent_ndims(space)));
+  H5Sget_simple_extent_dims(space, dims.data(), nullptr);
+  H5Sclose(space);
+  H5Dclose(ds);
+  H5Fclose(file);
+  return dims;
 }
 
 SampleSpec tokens_spec(std::uint64_t seed) {
@@ -245,6 +266,70 @@ TEST_CASE("a sample embeddings file reads back with N*S*D standard-normal floats
   CHECK(emb.layout == H5D_CONTIGUOUS);
 }
 
+TEST_CASE("a sample images file is /images [N, C, H, W] of float32, the numbers of embeddings [N, 1, C*H*W]", "[runtime][data]") {
+  TempDir dir("images");
+  SampleSpec s;
+  s.kind = Dataset::Kind::kImages;
+  s.samples = 4;
+  s.channels = 3;
+  s.height = 5;
+  s.width = 7;
+  s.classes = 10;
+  s.seed = 9;
+  const std::string path = dir.file("images.h5");
+  write_sample_dataset(path, s);
+  const Dataset d = load_dataset(path);
+
+  CHECK(d.kind == Dataset::Kind::kImages);
+  CHECK(d.samples == 4);
+  CHECK(d.channels == 3);
+  CHECK(d.height == 5);
+  CHECK(d.image_width == 7);
+  CHECK(d.seq_len == 1);     // images have no sequence
+  CHECK(d.width == 105);     // C H W = 3 x 5 x 7
+  CHECK(d.embeddings.size() == 4u * 105u);
+  CHECK(d.tokens.empty());
+  REQUIRE(d.labels.size() == 4u);
+  CHECK(d.max_label < 10);
+  CHECK(dims_of(path, "/images") == std::vector<hsize_t>{4, 3, 5, 7});
+  const OnDisk images = on_disk(path, "/images");
+  CHECK(images.cls == H5T_FLOAT);
+  CHECK(images.size == 4u);  // float32
+  CHECK(images.layout == H5D_CONTIGUOUS);
+
+  // The worker's synthetic images without --data: embeddings [N, 1, C*H*W]
+  // of the same seed, drawn in the same order.
+  SampleSpec e = s;
+  e.kind = Dataset::Kind::kEmbeddings;
+  e.seq_len = 1;
+  e.width = 105;
+  const Dataset m = dtsim::runtime::make_sample_dataset(e);
+  CHECK(m.embeddings == d.embeddings);
+  CHECK(m.labels == d.labels);
+}
+
+TEST_CASE("a target vocabulary adds /targets shaped as /tokens, drawn after them", "[runtime][data]") {
+  TempDir dir("targets");
+  SampleSpec s = tokens_spec(4);  // 8 x 16 ids below 50, 3 classes
+  s.target_vocab = 7;
+  const std::string path = dir.file("pairs.h5");
+  write_sample_dataset(path, s);
+  const Dataset d = load_dataset(path);
+  REQUIRE(d.targets.size() == 8u * 16u);
+  for (auto t : d.targets) {
+    REQUIRE(t >= 0);
+    REQUIRE(t < 7);
+  }
+  CHECK(d.max_target == *std::max_element(d.targets.begin(), d.targets.end()));
+  CHECK(dims_of(path, "/targets") == std::vector<hsize_t>{8, 16});
+  CHECK(on_disk(path, "/targets").size == 8u);  // int64
+  // The sources are the draws of the same seed without targets.
+  const Dataset plain = dtsim::runtime::make_sample_dataset(tokens_spec(4));
+  CHECK(plain.tokens == d.tokens);
+  CHECK(plain.targets.empty());
+  CHECK(plain.max_target == -1);
+}
+
 TEST_CASE("int32 tokens and labels and float64 embeddings are converted on reading", "[runtime][data]") {
   TempDir dir("convert");
   {
@@ -292,13 +377,13 @@ TEST_CASE("load_dataset names the file, the dataset and what is valid", "[runtim
     REQUIRE_THROWS_AS(load_dataset(path), IoError);
     CHECK_THAT(error_of([&] { load_dataset(path); }), Contains(path) && Contains("not an HDF5 file"));
   }
-  SECTION("neither /tokens nor /embeddings") {
+  SECTION("none of /tokens, /embeddings and /images") {
     const std::string path = dir.file("neither.h5");
     H5Writer(path).int64("labels", {2}, {0, 1});
     REQUIRE_THROWS_AS(load_dataset(path), ConfigError);
-    CHECK_THAT(error_of([&] { load_dataset(path); }),
-               Contains(path) && Contains("neither /tokens nor /embeddings") && Contains("/tokens [N, S]") &&
-                   Contains("/embeddings [N, S, D]"));
+    CHECK(error_of([&] { load_dataset(path); }) ==
+          path + ": has none of /tokens, /embeddings and /images; expected /tokens [N, S] of integer token ids, "
+                 "/embeddings [N, S, D] of floats or /images [N, C, H, W] of floats");
   }
   SECTION("both /tokens and /embeddings") {
     const std::string path = dir.file("both.h5");
@@ -309,6 +394,63 @@ TEST_CASE("load_dataset names the file, the dataset and what is valid", "[runtim
     }
     REQUIRE_THROWS_AS(load_dataset(path), ConfigError);
     CHECK_THAT(error_of([&] { load_dataset(path); }), Contains(path) && Contains("both /tokens and /embeddings"));
+  }
+  SECTION("/tokens, /embeddings and /images") {
+    const std::string path = dir.file("all.h5");
+    {
+      H5Writer w(path);
+      w.int64("tokens", {1, 1}, {0});
+      w.float64("embeddings", {1, 1, 1}, {0.0});
+      w.float64("images", {1, 1, 1, 1}, {0.0});
+    }
+    CHECK_THAT(error_of([&] { load_dataset(path); }), StartsWith(path + ": has all of /tokens, /embeddings and /images; expected exactly one"));
+  }
+  SECTION("/images of rank 3") {
+    const std::string path = dir.file("images-rank3.h5");
+    H5Writer(path).float64("images", {1, 2, 2}, {1, 2, 3, 4});
+    REQUIRE_THROWS_AS(load_dataset(path), ConfigError);
+    CHECK(error_of([&] { load_dataset(path); }) == path + ": /images has 3 dimensions; expected /images [N, C, H, W] of floats");
+  }
+  SECTION("integer /images") {
+    const std::string path = dir.file("int-images.h5");
+    H5Writer(path).int32("images", {1, 1, 1, 2}, {1, 2});
+    CHECK(error_of([&] { load_dataset(path); }) ==
+          path + ": /images must hold floating-point numbers; expected /images [N, C, H, W] of floats");
+  }
+  SECTION("an infinite pixel") {
+    const std::string path = dir.file("inf.h5");
+    H5Writer(path).float64("images", {1, 1, 1, 3}, {0.0, 1.0, HUGE_VAL});
+    CHECK_THAT(error_of([&] { load_dataset(path); }), StartsWith(path + ": /images holds a non-finite value at element 2"));
+  }
+  SECTION("/targets beside /images") {
+    const std::string path = dir.file("targets-images.h5");
+    {
+      H5Writer w(path);
+      w.float64("images", {1, 1, 1, 1}, {0.0});
+      w.int64("targets", {1, 1}, {0});
+    }
+    CHECK(error_of([&] { load_dataset(path); }) ==
+          path + ": has /targets beside /images; /targets [N, S] (an encoder-decoder's target ids) goes with /tokens [N, S] (its sources)");
+  }
+  SECTION("/targets shaped otherwise than /tokens") {
+    const std::string path = dir.file("targets-shape.h5");
+    {
+      H5Writer w(path);
+      w.int64("tokens", {2, 3}, {0, 1, 2, 3, 4, 5});
+      w.int64("targets", {2, 2}, {0, 1, 2, 3});
+    }
+    CHECK(error_of([&] { load_dataset(path); }) ==
+          path + ": /targets is [2, 2] but /tokens is [2, 3]; expected /targets [N, S] of integer target ids, shaped as /tokens "
+                 "(pad the shorter sentences)");
+  }
+  SECTION("a negative target id") {
+    const std::string path = dir.file("targets-negative.h5");
+    {
+      H5Writer w(path);
+      w.int64("tokens", {1, 2}, {0, 1});
+      w.int32("targets", {1, 2}, {4, -2});
+    }
+    CHECK(error_of([&] { load_dataset(path); }) == path + ": /targets holds a negative id (-2); target ids must be >= 0");
   }
   SECTION("/tokens of rank 1") {
     const std::string path = dir.file("rank1.h5");
@@ -400,6 +542,21 @@ TEST_CASE("write_sample_dataset checks its spec and names the field", "[runtime]
           s.width = 0;
         }) == "sample dataset: width: 0 must be positive");
   CHECK_THAT(error_with([](SampleSpec& s) { s.samples = std::int64_t{1} << 40; }), Contains("must be at most"));
+  CHECK(error_with([](SampleSpec& s) { s.target_vocab = -1; }) == "sample dataset: target_vocab: -1 must be 0 (no targets) or more");
+  const auto images = [](std::int64_t c, std::int64_t h, std::int64_t w) {
+    return [=](SampleSpec& s) {
+      s.kind = Dataset::Kind::kImages;
+      s.channels = c;
+      s.height = h;
+      s.width = w;
+    };
+  };
+  CHECK(error_with(images(0, 32, 32)) == "sample dataset: channels: 0 must be positive");
+  CHECK(error_with(images(3, -1, 32)) == "sample dataset: height: -1 must be positive");
+  CHECK(error_with(images(3, 32, 0)) == "sample dataset: width: 0 must be positive");
+  // C H W = 8 x 2^20 x 2^40 = 2^63 a sample, past int64: no 64-bit product is formed before the bound.
+  CHECK(error_with(images(8, std::int64_t{1} << 20, std::int64_t{1} << 40)) ==
+        "sample dataset: samples x channels x height x width must be at most 268435456 elements");
   SampleSpec bad = tokens_spec(1);
   bad.samples = 0;
   CHECK_THROWS_AS(write_sample_dataset(path, bad), ConfigError);
@@ -455,15 +612,34 @@ TEST_CASE("dtsim_make_sample_data writes what it says and rejects bad options", 
   CHECK(r.out.empty());
   CHECK(r.err == "dtsim_make_sample_data: --samples: '0' is not valid; expected a positive integer\n");
 
-  r = run(dir, "--out '" + tokens + "' --kind images");
+  r = run(dir, "--out '" + tokens + "' --kind pixels");
   CHECK(r.status == 2);
-  CHECK(r.err == "dtsim_make_sample_data: --kind: 'images' is not one of tokens, embeddings\n");
+  CHECK(r.err == "dtsim_make_sample_data: --kind: 'pixels' is not one of tokens, embeddings, images\n");
 
   r = run(dir, "--out '" + tokens + "' --bogus 1");
   CHECK(r.status == 2);
   CHECK(r.err ==
-        "dtsim_make_sample_data: unknown option --bogus; valid: --out, --kind, --samples, --seq, --vocab, --width, "
-        "--classes, --seed\n");
+        "dtsim_make_sample_data: unknown option --bogus; valid: --out, --kind, --samples, --seq, --vocab, --target-vocab, "
+        "--width, --channels, --height, --classes, --seed\n");
+
+  // An option of another kind is refused, not ignored.
+  const std::pair<const char*, const char*> foreign[] = {
+      {"--kind images --seq 4", "--seq applies to --kind tokens and embeddings only"},
+      {"--kind images --vocab 4", "--vocab applies to --kind tokens only"},
+      {"--kind embeddings --target-vocab 4", "--target-vocab applies to --kind tokens only"},
+      {"--width 4", "--width applies to --kind embeddings (D) and images (W) only"},
+      {"--kind embeddings --channels 1", "--channels applies to --kind images only"},
+      {"--height 28", "--height applies to --kind images only"},
+      {"--kind images --channels 0", "--channels: '0' is not valid; expected a positive integer"},
+      {"--target-vocab -1", "--target-vocab: '-1' is not valid; expected an integer >= 0 (0: no /targets)"},
+  };
+  for (const auto& [args, message] : foreign) {
+    INFO(args);
+    r = run(dir, "--out '" + tokens + "' " + args);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == std::string("dtsim_make_sample_data: ") + message + "\n");
+  }
 
   r = run(dir, "--samples 3");
   CHECK(r.status == 2);
@@ -474,5 +650,198 @@ TEST_CASE("dtsim_make_sample_data writes what it says and rejects bad options", 
   CHECK_THAT(r.err, Contains("dtsim_make_sample_data: " + dir.file("no-such-dir/x.h5") + ": cannot write"));
   CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
 
-  CHECK(dir.entries() == std::vector<std::string>{"e.h5", "t.h5"});
+  const std::string images = dir.file("i.h5"), pairs = dir.file("p.h5");
+  r = run(dir, "--kind images --out '" + images + "' --samples 2 --channels 1 --height 28 --width 28 --classes 10");
+  CHECK(r.status == 0);
+  CHECK(r.out == "wrote " + images + ": 2 images of 1 x 28 x 28, 10 classes\n");
+  CHECK(dims_of(images, "/images") == std::vector<hsize_t>{2, 1, 28, 28});
+  CHECK(dims_of(images, "/labels") == std::vector<hsize_t>{2});
+  r = run(dir, "--kind images --out '" + images + "' --samples 2");  // CIFAR-10's shape by default, no labels
+  CHECK(r.out == "wrote " + images + ": 2 images of 3 x 32 x 32\n");
+  CHECK(dims_of(images, "/images") == std::vector<hsize_t>{2, 3, 32, 32});
+  CHECK(load_dataset(images).labels.empty());
+
+  r = run(dir, "--out '" + pairs + "' --samples 3 --seq 5 --vocab 9 --target-vocab 4");
+  CHECK(r.status == 0);
+  CHECK(r.out == "wrote " + pairs + ": 3 samples of 5 tokens (vocab 9) with targets (vocab 4)\n");
+  CHECK(dims_of(pairs, "/tokens") == std::vector<hsize_t>{3, 5});
+  CHECK(dims_of(pairs, "/targets") == std::vector<hsize_t>{3, 5});
+  CHECK(load_dataset(pairs).max_target < 4);
+
+  CHECK(dir.entries() == std::vector<std::string>{"e.h5", "i.h5", "p.h5", "t.h5"});
+}
+
+namespace {
+
+/// What `dtsim validate --model MODEL --plan ddp --procs 2 --data FILE`
+/// says of the file before it starts a rank (check_run_data): "" when the
+/// model reads it.
+std::string fit(const std::string& model, const std::string& file, const std::vector<std::string>& sets = {}) {
+  std::vector<std::string> args{"--model", model, "--plan", "ddp", "--data", file};
+  for (const auto& s : sets) args.insert(args.end(), {"--set", s});
+  const auto o = dtsim::runtime::parse_validate_args(args);
+  const auto setup = dtsim::runtime::setup_run(o, 2);
+  const std::string e = error_of([&] { dtsim::runtime::check_run_data(o, setup); });
+  return e == "(no error)" ? "" : e;
+}
+
+/// Writes `spec` to `dir`/`name` and returns the path.
+std::string sample(const TempDir& dir, const std::string& name, const SampleSpec& spec) {
+  write_sample_dataset(dir.file(name), spec);
+  return dir.file(name);
+}
+
+SampleSpec images_spec(std::int64_t c, std::int64_t hw, std::int64_t classes) {
+  SampleSpec s;
+  s.kind = Dataset::Kind::kImages;
+  s.samples = 8;
+  s.channels = c;
+  s.height = hw;
+  s.width = hw;
+  s.classes = classes;
+  return s;
+}
+
+SampleSpec text_spec(std::int64_t seq, std::int64_t vocab, std::int64_t target_vocab, std::int64_t classes) {
+  SampleSpec s;
+  s.samples = 8;
+  s.seq_len = seq;
+  s.vocab = vocab;
+  s.target_vocab = target_vocab;
+  s.classes = classes;
+  return s;
+}
+
+}  // namespace
+
+TEST_CASE("a file the model cannot read is refused in one line naming the file, the dataset and what is valid", "[runtime][data]") {
+  TempDir dir("fit");
+  // Seed 003's tiny models as models/ builds them: cnn and vgg11-tiny read
+  // 3 x 32 x 32 images of 10 classes, mlp 784 values (1 x 28 x 28), the
+  // autoencoder 1 x 28 x 28 without labels, nbow-tiny ids below 1024 with
+  // 2 classes, seq2seq-tiny sources and targets below 256 (16 tokens).
+  const std::string rgb = sample(dir, "rgb.h5", images_spec(3, 32, 10)), gray = sample(dir, "gray.h5", images_spec(1, 28, 10));
+  const std::string gray_unlabelled = sample(dir, "gray-unlabelled.h5", images_spec(1, 28, 0));
+  const std::string pairs = sample(dir, "pairs.h5", text_spec(16, 256, 256, 2));
+  CHECK(fit("cnn", rgb).empty());
+  CHECK(fit("vgg11-tiny", rgb).empty());
+  CHECK(fit("mlp", gray).empty());
+  CHECK(fit("conv-autoencoder", gray).empty());  // the labels are not read
+  CHECK(fit("conv-autoencoder", gray_unlabelled).empty());
+  CHECK(fit("seq2seq-tiny", pairs).empty());
+  CHECK(fit("nbow-tiny", pairs, {"plan.seq_len=16"}).empty());  // the targets are not read
+  CHECK(fit("gpt2-tiny", pairs, {"plan.seq_len=16"}).empty());
+
+  // The wrong kind of data.
+  CHECK(fit("gpt2-tiny", rgb) == rgb + ": has /images but gpt2-tiny reads /tokens [N, S] of ids in [0, 1024)");
+  CHECK(fit("cnn", pairs) == pairs + ": has /tokens but cnn reads /images [N, 3, 32, 32]");
+  const std::string emb = sample(dir, "emb.h5", [] {
+    SampleSpec s;
+    s.kind = Dataset::Kind::kEmbeddings;
+    s.samples = 2;
+    s.seq_len = 1;
+    s.width = 3072;  // a flattened 3 x 32 x 32 image is still not an image
+    return s;
+  }());
+  CHECK(fit("cnn", emb) == emb + ": has /embeddings but cnn reads /images [N, 3, 32, 32]");
+  CHECK(fit("seq2seq-tiny", gray) ==
+        gray + ": has /images but seq2seq-tiny reads /tokens [N, S] of ids in [0, 256) with /targets [N, S] of ids in [0, 256)");
+  // Images of another shape: the convolution takes exactly its own, the MLP any of its size.
+  CHECK(fit("cnn", gray) == gray + ": /images are [N, 1, 28, 28] but cnn reads /images [N, 3, 32, 32]");
+  CHECK(fit("conv-autoencoder", rgb) == rgb + ": /images are [N, 3, 32, 32] but conv-autoencoder reads /images [N, 1, 28, 28]");
+  CHECK(fit("mlp", rgb) == rgb + ": /images are [N, 3, 32, 32] (3072 values a sample) but mlp reads /images [N, C, H, W] with C x H x W = 784");
+  CHECK(fit("mlp", sample(dir, "flat.h5", [] {
+          SampleSpec s = images_spec(4, 14, 10);  // 4 x 14 x 14 = 784: the MLP flattens it alike
+          s.width = 14;
+          return s;
+        }())).empty());
+  // Labels missing or past the classes.
+  CHECK(fit("cnn", sample(dir, "rgb-unlabelled.h5", images_spec(3, 32, 0))) ==
+        dir.file("rgb-unlabelled.h5") + ": has no /labels but cnn reads /labels [N] of classes in [0, 10)");
+  const std::string many = sample(dir, "rgb-100.h5", images_spec(3, 32, 100));
+  const std::int64_t top = load_dataset(many).max_label;
+  REQUIRE(top >= 10);
+  CHECK(fit("vgg11-tiny", many) ==
+        many + ": /labels holds class " + std::to_string(top) + " but vgg11-tiny reads /labels [N] of classes in [0, 10)");
+  // The encoder-decoder: targets needed, both vocabularies bounded, sequences long enough.
+  const std::string sources = sample(dir, "sources.h5", text_spec(16, 256, 0, 0));
+  CHECK(fit("seq2seq-tiny", sources) == sources +
+                                            ": has no /targets but seq2seq-tiny reads /tokens [N, S] of ids in [0, 256) with /targets "
+                                            "[N, S] of ids in [0, 256) (sources and targets)");
+  const std::string wide = sample(dir, "wide.h5", text_spec(16, 1024, 256, 0));
+  CHECK(fit("seq2seq-tiny", wide) == wide + ": /tokens holds id " + std::to_string(load_dataset(wide).max_token) +
+                                         " but seq2seq-tiny reads /tokens [N, S] of ids in [0, 256) with /targets [N, S] of ids in [0, 256)");
+  const std::string wide_targets = sample(dir, "wide-targets.h5", text_spec(16, 256, 1024, 0));
+  CHECK(fit("seq2seq-tiny", wide_targets) == wide_targets + ": /targets holds id " + std::to_string(load_dataset(wide_targets).max_target) +
+                                                 " but seq2seq-tiny reads /tokens [N, S] of ids in [0, 256) with /targets [N, S] of ids in [0, 256)");
+  const std::string short_pairs = sample(dir, "short.h5", text_spec(8, 256, 256, 0));
+  CHECK(fit("seq2seq-tiny", short_pairs) == short_pairs + ": /tokens has sequences of 8 but the plan needs 16 (--set plan.seq_len=8)");
+  CHECK(fit("seq2seq-tiny", short_pairs, {"plan.seq_len=8"}).empty());
+}
+
+TEST_CASE("data_needs reads what a model takes from its first and last layers' signatures", "[runtime][data]") {
+  // Signatures in models/'s form (the keys models/torch builds from).
+  const DataNeeds conv = data_needs("m", "conv.layer:ci=3,co=6,k=5,s=1,p=0,hw=32,bn=0,act=1,pool=2,ig=0", "fc.head:in=84,c=10");
+  CHECK(conv.kind == Dataset::Kind::kImages);
+  CHECK(conv.channels == 3);
+  CHECK(conv.height == 32);
+  CHECK(conv.width == 3072);  // 3 x 32 x 32
+  CHECK(conv.classes == 10);
+  const DataNeeds ae = data_needs("m", "conv.layer:ci=1,co=16,k=3,s=2,p=1,hw=28,bn=0,act=1,pool=0,ig=0",
+                                  "convt.layer:ci=16,co=1,k=3,s=2,p=1,op=1,hw=14,act=2,mse=1");
+  CHECK(ae.classes == 0);  // ",co=" is not ",c="
+  const DataNeeds fc = data_needs("m", "fc.layer:in=784,out=512,act=1,drop=0,ig=0", "fc.head:in=512,c=10");
+  CHECK(fc.kind == Dataset::Kind::kImages);
+  CHECK(fc.channels == 0);  // any C x H x W of 784
+  CHECK(fc.width == 784);
+  const DataNeeds s2s = data_needs("m", "s2s.encoder:v=300,e=32,hs=64,l=2,drop=0", "s2s.decoder:v=200,e=32,hs=64,l=2,drop=0");
+  CHECK(s2s.kind == Dataset::Kind::kTokens);
+  CHECK(s2s.vocab == 300);
+  CHECK(s2s.target_vocab == 200);
+  CHECK(s2s.classes == 0);
+  const DataNeeds lstm = data_needs("m", "lstm.layer:in=64,hs=64,dirs=2", "lstm.head:in=128,c=33");
+  CHECK(lstm.kind == Dataset::Kind::kEmbeddings);
+  CHECK(lstm.width == 64);
+  CHECK(lstm.classes == 33);
+  CHECK(lstm.target_vocab == 0);
+}
+
+TEST_CASE("scripts/make-sample-data writes the samples the tiny models read", "[runtime][data]") {
+  // The script's own default lines, run with the built program into a
+  // temporary directory (the script itself first builds and installs).
+  TempDir dir("script");
+  std::istringstream script(slurp(std::string(DTSIM_SOURCE_DIR) + "/scripts/make-sample-data"));
+  int lines = 0;
+  for (std::string line; std::getline(script, line);) {
+    if (line.rfind("\"$bin\" --out data/", 0) != 0) continue;
+    const std::string args = line.substr(std::string("\"$bin\" ").size());
+    const std::string cmd = std::string("cd '") + dir.str() + "' && mkdir -p data && '" + DTSIM_MAKE_SAMPLE_DATA + "' " + args + " > /dev/null";
+    INFO(cmd);
+    REQUIRE(std::system(cmd.c_str()) == 0);
+    ++lines;
+  }
+  CHECK(lines == 5);
+  const auto file = [&](const std::string& name) { return dir.file("data/" + name); };
+  CHECK(dims_of(file("sample-tokens.h5"), "/tokens") == std::vector<hsize_t>{256, 512});  // bert-tiny's sequences
+  CHECK(dims_of(file("sample-seq2seq.h5"), "/tokens") == std::vector<hsize_t>{256, 64});
+  CHECK(dims_of(file("sample-seq2seq.h5"), "/targets") == std::vector<hsize_t>{256, 64});
+  CHECK(dims_of(file("sample-embeddings.h5"), "/embeddings") == std::vector<hsize_t>{256, 32, 64});
+  CHECK(dims_of(file("sample-images-3x32x32.h5"), "/images") == std::vector<hsize_t>{256, 3, 32, 32});
+  CHECK(dims_of(file("sample-images-1x28x28.h5"), "/images") == std::vector<hsize_t>{256, 1, 28, 28});
+  for (const char* name : {"sample-tokens.h5", "sample-seq2seq.h5", "sample-embeddings.h5", "sample-images-3x32x32.h5",
+                           "sample-images-1x28x28.h5"}) {
+    CHECK(dims_of(file(name), "/labels") == std::vector<hsize_t>{256});
+  }
+  // Each model the script's header names reads its file at its built-in shapes.
+  const std::pair<const char*, const char*> reads[] = {
+      {"gpt2-tiny", "sample-tokens.h5"},       {"llama-tiny", "sample-tokens.h5"},         {"moe-tiny", "sample-tokens.h5"},
+      {"bert-tiny", "sample-tokens.h5"},
+      {"nbow-tiny", "sample-tokens.h5"},       {"nbow-tiny", "sample-seq2seq.h5"},         {"seq2seq-tiny", "sample-seq2seq.h5"},
+      {"bilstm-tiny", "sample-embeddings.h5"}, {"cnn", "sample-images-3x32x32.h5"},        {"vgg11-tiny", "sample-images-3x32x32.h5"},
+      {"mlp", "sample-images-1x28x28.h5"},     {"conv-autoencoder", "sample-images-1x28x28.h5"},
+  };
+  for (const auto& [model, name] : reads) {
+    INFO(model << " reading " << name);
+    CHECK(fit(model, file(name)) == "");
+  }
 }

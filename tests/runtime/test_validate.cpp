@@ -712,9 +712,54 @@ TEST_CASE("validate --data trains from an HDF5 file, and a file that does not fi
   REQUIRE(from_file.size() == 3);
   for (int i = 0; i < 3; ++i) CHECK(from_file[i] == Approx(synthetic[i]).epsilon(1e-9));
   CHECK(losses_of(validate("--model bilstm-tiny --plan ddp --procs 2 --data " + emb + kCommon + no_dropout("bilstm-tiny") + shape)).size() == 3);
+  // Refused before any rank starts (check_run_data): one line, exit 2.
   const Run wrong = validate("--model gpt2-tiny --plan ddp --procs 2 --data " + emb + kCommon + no_dropout("gpt2-tiny") + shape);
-  CHECK(wrong.status == 1);
-  CHECK(wrong.err.find("emb.h5: has /embeddings but gpt2-tiny reads /tokens") != std::string::npos);
+  CHECK(wrong.status == 2);
+  CHECK(wrong.err == "dtsim: " + emb + ": has /embeddings but gpt2-tiny reads /tokens [N, S] of ids in [0, 1024)\n");
+}
+
+TEST_CASE("validate --data trains cnn on sample images and seq2seq-tiny on sources and targets", "[runtime][validate][slow]") {
+  const test::TempDir dir("validate-data-003");
+  const std::string images = dir.file("images.h5"), gray = dir.file("gray.h5"), pairs = dir.file("pairs.h5"), few = dir.file("few.h5");
+  const auto make = [](const std::string& args) {
+    REQUIRE(std::system((std::string(DTSIM_MAKE_SAMPLE_DATA) + " " + args + " > /dev/null").c_str()) == 0);
+  };
+  // As scripts/make-sample-data writes them, at validate's seed (1234).
+  make("--out " + images + " --kind images --samples 256 --channels 3 --height 32 --width 32 --classes 10 --seed 1234");
+  make("--out " + gray + " --kind images --samples 16 --channels 1 --height 28 --width 28 --classes 10");
+  make("--out " + pairs + " --samples 64 --seq 16 --vocab 256 --target-vocab 256 --seed 7");
+  make("--out " + few + " --samples 64 --seq 16 --vocab 256 --target-vocab 8 --seed 7");  // the same sources (drawn first)
+  const std::string common = " --json --quiet --warmup 1 --steps 2 --lr 0.01 --set plan.optimizer=adam ";
+
+  // cnn: the images of the file are the worker's synthetic ones of the same
+  // seed (embeddings [N, 1, 3 x 32 x 32], drawn alike), so the runs agree.
+  const auto cnn = losses_of(validate("--model cnn --plan ddp --procs 2 --data " + images + common));
+  const auto cnn_synthetic = losses_of(validate("--model cnn --plan ddp --procs 2" + common));
+  REQUIRE(cnn.size() == 3);
+  for (int i = 0; i < 3; ++i) CHECK(cnn[i] == Approx(cnn_synthetic[i]).epsilon(1e-9));
+
+  // seq2seq-tiny: two ranks equal one process over both ranks' samples
+  // (check_same), and the decoder reads /targets: other targets, another loss.
+  const std::string s2s = common + no_dropout("seq2seq-tiny");
+  const auto ddp = losses_of(validate("--model seq2seq-tiny --plan ddp --procs 2 --data " + pairs + s2s));
+  check_same(ddp, losses_of(validate("--model seq2seq-tiny --plan single --procs 1 --set plan.grad_accum=2 --data " + pairs + s2s)));
+  const auto other = losses_of(validate("--model seq2seq-tiny --plan ddp --procs 2 --data " + few + s2s));
+  CHECK(std::abs(other.front() - ddp.front()) > 1e-3);
+
+  // A file the model cannot read: one line before any rank starts, exit 2.
+  const std::pair<std::string, std::string> refused[] = {
+      {"--model cnn --data " + gray, gray + ": /images are [N, 1, 28, 28] but cnn reads /images [N, 3, 32, 32]"},
+      {"--model gpt2-tiny --data " + images, images + ": has /images but gpt2-tiny reads /tokens [N, S] of ids in [0, 1024)"},
+      {"--model seq2seq-tiny --data " + images,
+       images + ": has /images but seq2seq-tiny reads /tokens [N, S] of ids in [0, 256) with /targets [N, S] of ids in [0, 256)"},
+  };
+  for (const auto& [args, message] : refused) {
+    const Run r = validate(args + " --plan ddp --procs 2" + common);
+    INFO(args);
+    CHECK(r.status == 2);
+    CHECK(r.out.empty());
+    CHECK(r.err == "dtsim: " + message + "\n");
+  }
 }
 
 namespace {

@@ -84,6 +84,11 @@ RunSetup setup_run(const ValidateOptions& o, int world);
 /// The simulator's prediction of the run (keeps the graph for per-phase figures).
 sim::Prediction predict_run(const RunSetup& s);
 
+/// Checks --data (when given) against the run's model before any rank
+/// starts: reads the file and throws IoError or ConfigError, one line naming
+/// the file, the dataset and what the model reads (Note [Dataset layout]).
+void check_run_data(const ValidateOptions& o, const RunSetup& s);
+
 /// Note [Memory trace]: the device memory a rank holds at one layer
 /// boundary of its first measured step, and the most it held since the
 /// boundary before; set beside the simulator's memory timeline, it shows
