@@ -56,6 +56,23 @@
 // and dp_backward, latency-bound (a few KiB) and paid at every batch norm of
 // every micro-batch. What it keeps is batch norm's (the mean and inverse
 // standard deviation, plus dp counts). With dp = 1 it is plain batch norm.
+//
+// Note [Running statistics]
+// nn.BatchNorm2d(C) in training also keeps buffers: running_mean and
+// running_var, C each in the module's dtype (which dtsim's runtime casts
+// with the parameters: fp32 on a CPU, the plan's 16-bit type on a GPU),
+// and num_batches_tracked, one int64 (torch/nn/modules/batchnorm.py,
+// _NormBase; LibTorch's BatchNormImplBase the same): 2C e + 8 bytes,
+// resident for the whole run, never reduced nor stepped. Every forward
+// updates them: the module adds 1 to num_batches_tracked (an op of its
+// own, before the norm), and the norm's kernel blends the batch's mean and
+// unbiased variance into the running ones, r = (1 - m) r + m x, in the
+// same pass (cuDNN's cudnnBatchNormalizationForwardTraining takes the
+// running tensors; ATen's CPU batch_norm updates them as it reduces):
+// 2C e read and written, 3 FLOPs an element and C for the variance's
+// n / (n - 1). Backward touches neither. Priced here, and their bytes
+// resident on the layer's rank (sim::Layer::buffer_bytes: vgg11-bn's are
+// 22,080 bytes in fp32).
 namespace dtsim::models {
 namespace {
 
@@ -151,6 +168,19 @@ double largest(const Spec& l) {
   return 0;
 }
 
+/// Batch norm's running statistics' update in forward (Note [Running
+/// statistics]): num_batches_tracked's increment before the norm, and the
+/// running mean and variance read and written by the norm's kernel.
+/// Called once backward is built: backward does not touch them.
+void add_running_stats(sim::Layer& out, const std::string& name, std::int64_t channels, int e) {
+  const auto bn = std::find_if(out.forward.begin(), out.forward.end(), [&](const sim::Kernel& k) { return k.name == name + ".bn"; });
+  if (bn == out.forward.end()) return;
+  bn->bytes += 2 * (2 * channels * e);
+  bn->flops += 7.0 * static_cast<double>(channels);
+  out.buffer_bytes += 2 * channels * e + 8;
+  out.forward.insert(bn, memory_op(name + ".bn.num_batches_tracked", sim::KernelKind::kElementwise, 8, 8, 1));
+}
+
 sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShape& shape) {
   const std::int64_t b = shape.micro_batch;
   const int e = shape.act_bytes;
@@ -230,6 +260,7 @@ sim::Layer build(const Spec& l, const std::string& name, const sim::WorkloadShap
   }
   out.backward = backward_of(out.forward);
   if (!l.in_grad) drop_input_grad(out);
+  if (l.op == Spec::Op::kConv && l.bn) add_running_stats(out, name, l.co, e);
   return out;
 }
 

@@ -70,6 +70,19 @@ std::vector<sim::Kernel> lstm_kernels(const std::string& name, std::int64_t b, s
   return {gemm(name + ".input_proj", b * s, 4 * hs, in, e), step};
 }
 
+std::vector<sim::Kernel> gru_kernels(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t in, std::int64_t hs, int e) {
+  sim::Kernel step = gemm(name + ".step", b, 3 * hs, hs, e, 1, sim::KernelKind::kRecurrent);
+  // The gates (PyTorch's nn.GRU): r and z add the input's and the hidden
+  // part and take a sigmoid (4H), n multiplies the hidden part by r, adds
+  // the input's and takes a tanh (3H), h' = (h - n) z + n (3H): 10H FLOPs.
+  // Bytes: both projections read (6H) and the previous state (H), the new
+  // state written (H), the gates and W_hn h + b_hn kept for backward (4H).
+  step.bytes += e * b * hs * 12;
+  step.flops += 10.0 * b * hs;
+  step.repeat = s;
+  return {gemm(name + ".input_proj", b * s, 3 * hs, in, e), step};
+}
+
 Flops matmul_flops(const std::vector<sim::Kernel>& ks) {
   Flops f = 0;
   for (const auto& k : ks) {

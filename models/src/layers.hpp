@@ -39,6 +39,10 @@ class ZooModel : public sim::Model {
 /// (b, hs) x (hs, 4 hs) GEMM plus the gates. Names "NAME.input_proj",
 /// "NAME.step".
 std::vector<sim::Kernel> lstm_kernels(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t in, std::int64_t hs, int e);
+/// The same for one direction of one GRU layer (torch.nn.GRU): three gates,
+/// so the input projection and each step's GEMM are 3 hs wide (Note [GRU
+/// memory] in text.cpp). Names "NAME.input_proj", "NAME.step".
+std::vector<sim::Kernel> gru_kernels(const std::string& name, std::int64_t b, std::int64_t s, std::int64_t in, std::int64_t hs, int e);
 
 /// Throws ConfigError if one tensor of `bytes` (computed in floating point)
 /// would be too large to count: the micro-batch or sequence is absurd.

@@ -124,7 +124,7 @@ const Builtin kBuiltins[] = {
      "family: conv-autoencoder\nimage_size: 28\nchannels: 1\nconv_channels: [16, 32]\nlatent: 64\n"},
     {"nbow", "Neural bag of words: EmbeddingBag (mean) of 21,635 x 300, linear to 2 classes, 256 tokens a text",
      "family: nbow\n"},
-    {"seq2seq", "LSTM encoder-decoder (Sutskever et al. 2014): embeddings 256, 2 layers of 512, vocabularies 7,853 and 5,893, 32 tokens",
+    {"seq2seq", "LSTM encoder-decoder (Sutskever et al. 2014; model.cell=gru: GRUs): embeddings 256, 2 layers of 512, vocabularies 7,853 and 5,893, 32 tokens",
      "family: seq2seq\n"},
     {"vgg11-tiny", "Tiny VGG11 for CPU validation: width 8, classifier 128, 32 x 32 RGB, 10 classes",
      "family: vgg\nconfig: A\nwidth: 8\nfc: 128\nimage_size: 32\nclasses: 10\n"},
@@ -384,10 +384,12 @@ sim::ModelPtr parse_seq2seq(const sim::ConfigMap& c, const std::string& name) {
   n.embed = c.get_int("embed", n.embed, 1, kBig);
   n.hidden = c.get_int("hidden", n.hidden, 1, kBig);
   n.layers = static_cast<int>(c.get_int("layers", n.layers, 1, 10000));
+  n.cell = c.get_enum<Seq2SeqConfig::Cell>("cell", n.cell, {{"lstm", Seq2SeqConfig::Cell::kLstm}, {"gru", Seq2SeqConfig::Cell::kGru}});
   n.dropout = c.get_bool("dropout", true);
   n.seq_len = c.get_int("seq_len", n.seq_len, 2, kBig);
   const double h = static_cast<double>(n.hidden), e = static_cast<double>(n.embed);
-  check_parameters(c, "hidden", 2 * n.layers * 4 * h * (h + std::max(h, e)) +
+  const double gates = n.cell == Seq2SeqConfig::Cell::kGru ? 3 : 4;
+  check_parameters(c, "hidden", 2 * n.layers * gates * h * (h + std::max(h, e)) +
                                     e * static_cast<double>(n.src_vocab + n.tgt_vocab) + h * static_cast<double>(n.tgt_vocab));
   c.finish({"name", "family", "description"});
   return make_seq2seq(n);

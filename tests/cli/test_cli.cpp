@@ -468,6 +468,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       // 2^24 images of 2^24 channels at 224 x 224: 8e20 bytes, past 64 bits before any product is formed.
       {"predict --model vgg11 --cluster 2xp100 --set model.channels=16777216 --set plan.micro_batch=16777216", "exceed 100 TB"},
       {"predict --model seq2seq --cluster 2xp100 --set model.embed=16777216 --set plan.micro_batch=16777216", "exceed 100 TB"},
+      {"predict --model seq2seq --cluster 1xk80 --set model.cell=rnn", "model.cell: 'rnn' is not one of lstm, gru"},
   };
   for (const auto& c : cases) {
     INFO("dtsim " << c.args);

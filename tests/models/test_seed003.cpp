@@ -104,6 +104,26 @@ TEST_CASE("a convolution's FLOPs and saved bytes, by hand", "[models][seed003]")
   const std::int64_t in = 2 * 3 * 224 * 224, z = 2 * 64 * 224 * 224, y = 2 * 64 * 112 * 112;
   CHECK(v.saved_bytes == 2 * in + 2 * z + 8 * 64 + 2 * z + 8 * y);
   CHECK(v.params == 64 * 3 * 9 + 64 + 2 * 64);
+  // Its forward also updates the running statistics (Note [Running
+  // statistics]): the norm reads its input twice and writes its output
+  // (3 x 2 z B, 4 z FLOPs) and reads and writes the running mean and
+  // variance, 2 x 64 each in fp16 (4 x 64 x 2 B, 3 FLOPs an element and 64
+  // for the variance's correction); num_batches_tracked's increment before
+  // it moves one int64 each way.
+  const sim::Kernel* bn = find(v.forward, "conv.0.bn");
+  REQUIRE(bn != nullptr);
+  CHECK(bn->bytes == 3 * 2 * z + 4 * 64 * 2);
+  CHECK(bn->flops == Approx(4.0 * z + 7 * 64));
+  const sim::Kernel* inc = find(v.forward, "conv.0.bn.num_batches_tracked");
+  REQUIRE(inc != nullptr);
+  CHECK(inc->bytes == 16);
+  CHECK(inc < bn);
+  // Backward: the norm's gradient over the activations alone, and no increment.
+  REQUIRE(find(v.backward, "conv.0.bn.bwd") != nullptr);
+  CHECK(find(v.backward, "conv.0.bn.bwd")->bytes == 2 * 3 * 2 * z);
+  CHECK(find(v.backward, "conv.0.bn.num_batches_tracked.bwd") == nullptr);
+  // Without batch norm, neither.
+  CHECK(find(load_model("vgg11")->layers(shape(2, 1, 2))[0].forward, "conv.0.bn.num_batches_tracked") == nullptr);
 }
 
 TEST_CASE("a transposed convolution's FLOPs and saved bytes, by hand", "[models][seed003]") {
@@ -152,6 +172,73 @@ TEST_CASE("the encoder-decoder and the bag of words keep what autograd keeps", "
   CHECK(bag[1].signature == "fc.head:in=64,c=2");
 }
 
+TEST_CASE("a GRU encoder-decoder counts nn.GRU's parameters, FLOPs and saved bytes, by hand", "[models][seed003]") {
+  const auto gru = [](const char* name, std::vector<std::string> kv) {
+    std::vector<sim::Override> o{sim::parse_override("model.cell=gru")};
+    for (const auto& s : kv) o.push_back(sim::parse_override("model." + s));
+    return load_model(name, o);
+  };
+  // nn.GRU per layer: W_ih 3H x in, W_hh 3H x H, b_ih and b_hh 3H each.
+  // seq2seq-tiny (embed 32, hidden 64, 2 layers, vocabularies 256): a side's
+  // layer 0 has 192 x 96 + 384 = 18,816, layer 1 192 x 128 + 384 = 24,960;
+  // two sides 87,552; the embeddings 2 x 256 x 32 = 16,384; fc_out 64 x 256 + 256 = 16,640.
+  CHECK(gru("seq2seq-tiny", {})->parameters() == 2 * (18816 + 24960) + 16384 + 16640);
+  CHECK(gru("seq2seq-tiny", {})->parameters() == 120'576);
+  // seq2seq: a side's GRUs are 1536 x 768 + 3,072 and 1536 x 1024 + 3,072 =
+  // 2,758,656, three quarters of the LSTMs' 3,678,208; the LSTM model's
+  // 13,898,501 less 2 x 919,552.
+  CHECK(gru("seq2seq", {})->parameters() == 13'898'501 - 2 * 919'552);
+  for (const char* name : {"seq2seq", "seq2seq-tiny"}) {
+    const auto m = gru(name, {});
+    std::int64_t sum = 0;
+    for (const auto& l : m->layers(shape(2, m->max_seq_len(), 4))) sum += l.params;
+    CHECK(sum == m->parameters());
+  }
+  // The LSTM's signatures are as they were; the GRU's say so.
+  CHECK(load_model("seq2seq-tiny")->layers(shape(2, 16, 4))[0].signature == "s2s.encoder:v=256,e=32,hs=64,l=2,drop=1");
+  CHECK(gru("seq2seq-tiny", {})->layers(shape(2, 16, 4))[1].signature == "s2s.decoder:v=256,e=32,hs=64,l=2,drop=1,gru=1");
+
+  // One GRU layer: embed 4, hidden 5, no dropout, vocabularies 8; b = 2
+  // sentences of s = 3 tokens, fp32: t = 6 tokens.
+  const auto small = gru("seq2seq", {"embed=4", "hidden=5", "layers=1", "dropout=false", "src_vocab=8", "tgt_vocab=8", "seq_len=3"});
+  sim::WorkloadShape w = shape(2, 3, 4);
+  const auto layers = small->layers(w);
+  const sim::Layer& enc = layers[0];
+  CHECK(enc.signature == "s2s.encoder:v=8,e=4,hs=5,l=1,drop=0,gru=1");
+  CHECK(enc.params == 8 * 4 + (15 * 4 + 15 * 5 + 2 * 15));  // 197
+  // The input projection of every step, (6, 4) x (4, 15): 2 x 6 x 15 x 4 = 720
+  // FLOPs, 4 (24 + 60 + 90) = 696 bytes.
+  const sim::Kernel* proj = find(enc.forward, "encoder.gru.0.input_proj");
+  REQUIRE(proj != nullptr);
+  CHECK(proj->flops == Approx(720));
+  CHECK(proj->bytes == 696);
+  // A step, 3 of them: (2, 5) x (5, 15) is 2 x 2 x 15 x 5 = 300 FLOPs, the
+  // gates 10 H b = 100; 4 (10 + 75 + 30) = 460 bytes for the GEMM and
+  // 12 H b e = 480 for the gates.
+  const sim::Kernel* step = find(enc.forward, "encoder.gru.0.step");
+  REQUIRE(step != nullptr);
+  CHECK(step->flops == Approx(400));
+  CHECK(step->bytes == 940);
+  CHECK(step->repeat == 3);
+  CHECK(step->kind == sim::KernelKind::kRecurrent);
+  // Saved with cuDNN's reserve: the ids 8 t = 48, the layer input e t in = 96
+  // and 5 H a step, 5 x 4 x 6 x 5 = 600.
+  CHECK(enc.saved_bytes == 48 + 96 + 600);
+  CHECK(enc.backward_workspace_bytes == 0);
+  // The hidden state of its one layer goes to the decoder: e L b H = 40.
+  CHECK(enc.output_bytes == 4 * 1 * 2 * 5);
+  // ATen's composite cell on a CPU (Note [GRU memory]): 7 H a step,
+  // 7 x 4 x 6 x 5 = 840; backward's W_hh sums, 3 x 4 x 15 x 5 = 900.
+  w.fused_rnn = false;
+  const auto cpu = small->layers(w);
+  CHECK(cpu[0].saved_bytes == 48 + 96 + 840);
+  CHECK(cpu[0].backward_workspace_bytes == 900);
+  // The decoder over s - 1 = 2 steps (t = 4): ids 32, its input 64, 7 H a
+  // step 560, then fc_out's input 80 and the fp32 log-softmax 4 x 4 x 8 = 128.
+  CHECK(cpu[1].saved_bytes == 32 + 64 + 560 + 80 + 128);
+  CHECK(small->tp_error(2).rfind("a GRU has no tensor-parallel split", 0) == 0);
+}
+
 TEST_CASE("seed 003's models refuse shapes that cannot be, in one line", "[models][seed003][bad-input]") {
   auto set = [](const char* name, std::vector<std::string> kv) {
     std::vector<sim::Override> o;
@@ -168,6 +255,8 @@ TEST_CASE("seed 003's models refuse shapes that cannot be, in one line", "[model
   CHECK_THAT(error_of([] { load_model("cnn")->layers(shape(1, 2, 4)); }), Catch::Contains("plan.seq_len: 2 for cnn"));
   CHECK_THAT(error_of([] { load_model("seq2seq", {sim::parse_override("model.seq_len=1")}); }), Catch::Contains("model.seq_len: 1"));
   CHECK(load_model("seq2seq")->min_seq_len() == 2);  // resolve refuses plan.seq_len 1 (tests/cli)
+  CHECK_THAT(error_of([] { load_model("seq2seq", {sim::parse_override("model.cell=rnn")}); }),
+             Catch::Contains("model.cell: 'rnn' is not one of lstm, gru"));
   // Accepted: VGG16's configuration D has 13 convolutions.
   CHECK(load_model("vgg11", {sim::parse_override("model.config=D")})->layer_count() == 13 + 4);
 }

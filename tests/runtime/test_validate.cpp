@@ -429,6 +429,17 @@ TEST_CASE("seed 003's six models train under DDP, model parallelism and MP+DDP a
   }
 }
 
+TEST_CASE("a GRU encoder-decoder trains under DDP and model parallelism as one process does", "[runtime][validate][slow][seed003]") {
+  // seq2seq-tiny with model.cell=gru (Note [GRU memory]): the encoder's
+  // GRU states cross the model-parallel cut as [L, b, hs], no cell states.
+  const std::string model = "seq2seq-tiny --set model.cell=gru";
+  const std::string shape = " --set plan.micro_batch=2 ";
+  const auto want1 = reference(model, shape, 1);
+  check_same(losses_of(validate("--model " + model + " --plan model-parallel --procs 2" + kCommon + no_dropout(model) + shape)), want1);
+  const auto want2 = reference(model, shape, 2);
+  check_same(losses_of(validate("--model " + model + " --plan ddp --procs 2" + kCommon + no_dropout(model) + shape)), want2);
+}
+
 TEST_CASE("SGD keeps the momentum buffer the simulator counts, and none at momentum 0", "[runtime][validate][seed003]") {
   // The MLP (669,706 parameters, fp32) with SGD: weights, gradients and the
   // momentum buffer of 4 B each (optimizer_state_bytes_per_param) are

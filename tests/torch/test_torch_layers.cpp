@@ -6,6 +6,7 @@
 #undef CHECK
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <barrier>
 #include <condition_variable>
 #include <deque>
@@ -14,7 +15,9 @@
 #include <thread>
 
 #include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/predict.hpp"
 #include "test_util.hpp"
 
 using namespace dtsim;
@@ -705,6 +708,144 @@ TEST_CASE("seed 003's models run end to end through their twins, layer feeding l
       }
     }
   }
+}
+
+TEST_CASE("a GRU encoder-decoder's twins own the analytic parameters and train end to end", "[torch][seed003]") {
+  // seq2seq-tiny with model.cell=gru: embed 32, hidden 64, 2 layers, vocabularies 256.
+  const auto model = models::load_model("seq2seq-tiny", {sim::parse_override("model.cell=gru")});
+  const auto layers = model->layers(small_shape(*model));
+  REQUIRE(layers.size() == 2);
+  std::vector<std::unique_ptr<models::TorchLayer>> twins;
+  for (const auto& l : layers) {
+    INFO(l.signature);
+    twins.push_back(models::make_torch_layer(l.signature));
+    CHECK(twins.back()->parameter_count() == l.params);
+    CHECK(static_cast<int>(twins.back()->module().parameters().size()) == l.param_tensors);
+    // nn.GRU's tensors: W_ih 3H x in, W_hh 3H x H, b_ih and b_hh 3H, per layer.
+    const auto p = twins.back()->module().named_parameters();
+    CHECK(p["rnn.weight_ih_l0"].sizes() == torch::IntArrayRef({192, 32}));
+    CHECK(p["rnn.weight_hh_l0"].sizes() == torch::IntArrayRef({192, 64}));
+    CHECK(p["rnn.weight_ih_l1"].sizes() == torch::IntArrayRef({192, 64}));
+    CHECK(p["rnn.bias_hh_l1"].sizes() == torch::IntArrayRef({192}));
+  }
+  // By hand: the encoder's embedding 256 x 32 = 8,192 and GRUs 192 x 96 + 384
+  // = 18,816 and 192 x 128 + 384 = 24,960; the decoder the same with fc_out
+  // 64 x 256 + 256 = 16,640.
+  CHECK(layers[0].params == 8192 + 18816 + 24960);
+  CHECK(layers[1].params == 8192 + 18816 + 24960 + 16640);
+  // The encoder hands on each layer's last hidden state, [L, b, hs], which
+  // the decoder starts from.
+  constexpr std::int64_t kBatch = 3;
+  torch::manual_seed(1);
+  const auto src = twins[0]->make_inputs(kBatch, 16, torch::TensorOptions());
+  const auto states = twins[0]->forward(src);
+  CHECK(states.sizes() == torch::IntArrayRef({2, kBatch, 64}));
+  CHECK(states.numel() * 4 == kBatch * layers[0].output_bytes);
+  auto in = twins[1]->make_inputs(kBatch, 16, torch::TensorOptions());
+  CHECK(in[0].sizes() == states.sizes());
+  in[0] = states;
+  const auto loss = twins[1]->forward(in);
+  REQUIRE(loss.dim() == 0);
+  CHECK(std::isfinite(loss.item<double>()));
+  loss.backward();
+  for (auto& t : twins) {
+    for (const auto& q : t->module().parameters()) {
+      REQUIRE(q.grad().defined());
+      CHECK(torch::isfinite(q.grad()).all().item<bool>());
+    }
+  }
+  CHECK_THROWS_WITH(models::make_torch_layer("s2s.encoder:v=8,e=4,hs=4,l=1,drop=0,gru=2"), Catch::Contains("gru must be 0 or 1"));
+}
+
+TEST_CASE("batch norm's running statistics are the twin's buffers, updated in forward (Note [Running statistics])", "[torch][seed003]") {
+  // vgg11-bn's 8 batch norms over 64 + 128 + 2 x 256 + 4 x 512 = 2,752
+  // channels: running_mean and running_var 2 x 2,752 x 4 B = 22,016 in
+  // fp32, and one int64 num_batches_tracked each, 64 B: 22,080 B.
+  const auto model = models::load_model("vgg11-bn");
+  sim::WorkloadShape w = small_shape(*model);
+  const auto layers = model->layers(w);
+  std::int64_t floats = 0, counts = 0, bns = 0;
+  for (const auto& l : layers) {
+    if (l.signature.find(",bn=1") == std::string::npos) continue;
+    INFO(l.signature);
+    ++bns;
+    const auto twin = models::make_torch_layer(l.signature);
+    std::int64_t layer_floats = 0;
+    for (const auto& b : twin->module().named_buffers()) {
+      const std::int64_t bytes = b.value().numel() * static_cast<std::int64_t>(b.value().element_size());
+      if (b.value().is_floating_point()) {
+        layer_floats += bytes;
+      } else {
+        CHECK(b.key().find("num_batches_tracked") != std::string::npos);
+        counts += bytes;
+      }
+    }
+    floats += layer_floats;
+    // The analytic layer keeps exactly the twin's buffers resident
+    // (sim::Layer::buffer_bytes): 2C x 4 B and the int64.
+    CHECK(l.buffer_bytes == layer_floats + 8);
+    // The analytic norm reads and writes them in forward: its kernel moves
+    // 2 x (2C x 4 B) beside the activations' 3 e z (the input read twice,
+    // the output once), and num_batches_tracked's increment 8 B each way.
+    const auto name = l.name + ".bn";
+    const auto bn = std::find_if(l.forward.begin(), l.forward.end(), [&](const sim::Kernel& k) { return k.name == name; });
+    const auto inc = std::find_if(l.forward.begin(), l.forward.end(), [&](const sim::Kernel& k) { return k.name == name + ".num_batches_tracked"; });
+    REQUIRE(bn != l.forward.end());
+    REQUIRE(inc != l.forward.end());
+    CHECK(inc < bn);
+    const auto conv = std::find_if(l.forward.begin(), l.forward.end(), [&](const sim::Kernel& k) { return k.name == l.name + ".conv"; });
+    REQUIRE(conv != l.forward.end());
+    const std::int64_t z = conv->m * conv->n;  // the convolution's output elements
+    CHECK(bn->bytes == 3 * 4 * z + 2 * layer_floats);
+    CHECK(inc->bytes == 2 * 8);
+    // Backward touches neither.
+    for (const auto& k : l.backward) {
+      CHECK(k.name.find("num_batches_tracked") == std::string::npos);
+      if (k.name == name + ".bwd") CHECK(k.bytes == 2 * 3 * 4 * z);
+    }
+  }
+  CHECK(bns == 8);
+  CHECK(floats == 2 * 2752 * 4);
+  CHECK(counts == 8 * 8);
+  CHECK(floats + counts == 22'080);
+  // And a prediction holds them on the GPU all along: vgg11-bn's prediction
+  // without batch norm's buffers is 22,080 B lighter at every moment, so
+  // its peak's resident buffers differ by exactly that (fp32, one rank).
+  {
+    const auto cluster = sim::load_cluster("1xh100");
+    sim::PlanSpec plan = sim::load_plan("single", {sim::parse_override("plan.precision=fp32")});
+    const auto with = sim::predict(*model, plan, cluster);
+    class NoBuffers final : public sim::Model {
+     public:
+      explicit NoBuffers(const sim::Model& m) : m_(m) {}
+      std::string name() const override { return m_.name(); }
+      std::int64_t parameters() const override { return m_.parameters(); }
+      int blocks() const override { return m_.blocks(); }
+      std::int64_t max_seq_len() const override { return m_.max_seq_len(); }
+      std::string tp_error(int tp) const override { return m_.tp_error(tp); }
+      Flops model_flops(const sim::WorkloadShape& s) const override { return m_.model_flops(s); }
+      std::vector<sim::Layer> layers(const sim::WorkloadShape& s) const override {
+        auto out = m_.layers(s);
+        for (auto& l : out) l.buffer_bytes = 0;
+        return out;
+      }
+     private:
+      const sim::Model& m_;
+    } without(*model);
+    const auto bare = sim::predict(without, plan, cluster);
+    REQUIRE(with.ranks.size() == 1);
+    CHECK(with.ranks[0].peak - bare.ranks[0].peak == 22'080);
+  }
+
+  // One forward in training mode moves them: vgg11-tiny's first batch norm.
+  const auto tiny = models::load_model("vgg11-tiny", {sim::parse_override("model.batch_norm=true")});
+  auto twin = models::make_torch_layer(tiny->layers(small_shape(*tiny))[0].signature);
+  twin->module().train();
+  torch::manual_seed(1);
+  twin->forward(twin->make_inputs(2, 1, torch::TensorOptions()));
+  const auto buffers = twin->module().named_buffers();
+  CHECK(buffers["bn.num_batches_tracked"].item<std::int64_t>() == 1);
+  CHECK(buffers["bn.running_mean"].abs().sum().item<double>() > 0);
 }
 
 TEST_CASE("seed 003's layer signatures refuse what cannot run", "[torch][seed003][bad-input]") {

@@ -40,7 +40,7 @@ struct Signature {
   std::int64_t get(const std::string& key) const {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
-    const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag";
+    const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru";
     // A width that may be absent (a MoE block's shared experts).
     if (key == "fs" && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
@@ -1384,41 +1384,54 @@ class BagLayer final : public Wrapped<nn::EmbeddingBagImpl> {
 };
 
 /// One side of the encoder-decoder (Note [Encoder-decoder]): embedding,
-/// Dropout(0.5), an L-layer time-major LSTM with dropout between layers;
-/// the decoder adds its linear layer onto the vocabulary.
+/// Dropout(0.5), an L-layer time-major LSTM or GRU (gru=1) with dropout
+/// between layers; the decoder adds its linear layer onto the vocabulary.
 struct Seq2SeqSideImpl : nn::Module {
-  Seq2SeqSideImpl(std::int64_t v, std::int64_t e, std::int64_t hs, std::int64_t l, bool dropout, bool decoder)
-      : embed(register_module("embedding", nn::Embedding(v, e))),
-        rnn(register_module("rnn", nn::LSTM(nn::LSTMOptions(e, hs).num_layers(l).dropout(dropout && l > 1 ? 0.5 : 0.0)))),
-        vocab(v), hidden(hs), layers(l), dropout(dropout) {
+  Seq2SeqSideImpl(std::int64_t v, std::int64_t e, std::int64_t hs, std::int64_t l, bool dropout, bool decoder, bool gru)
+      : embed(register_module("embedding", nn::Embedding(v, e))), vocab(v), hidden(hs), layers(l), dropout(dropout), gru(gru) {
+    const double p = dropout && l > 1 ? 0.5 : 0.0;
+    if (gru) {
+      gru_rnn = register_module("rnn", nn::GRU(nn::GRUOptions(e, hs).num_layers(l).dropout(p)));
+    } else {
+      lstm_rnn = register_module("rnn", nn::LSTM(nn::LSTMOptions(e, hs).num_layers(l).dropout(p)));
+    }
     if (decoder) fc_out = register_module("fc_out", nn::Linear(hs, v));
   }
-  /// ids [s, b] time-major; states (h0, c0) or undefined.
-  std::tuple<torch::Tensor, std::tuple<torch::Tensor, torch::Tensor>> run(const torch::Tensor& ids, const torch::Tensor& h0, const torch::Tensor& c0) {
+  /// Rows of the states one side hands the other: each layer's hidden
+  /// state, and an LSTM's cell state after them.
+  std::int64_t state_rows() const { return (gru ? 1 : 2) * layers; }
+  /// ids [s, b] time-major; states [state_rows(), b, hs] or undefined (zeros).
+  /// Returns the output [s, b, hs] and the last states [state_rows(), b, hs].
+  std::pair<torch::Tensor, torch::Tensor> run(const torch::Tensor& ids, const torch::Tensor& states) {
     auto x = embed(ids);
     if (dropout) x = F::dropout(x, F::DropoutFuncOptions().p(0.5).training(is_training()));
-    if (h0.defined()) return rnn(x, std::make_tuple(h0, c0));
-    return rnn(x);
+    if (gru) {
+      auto [y, h] = states.defined() ? gru_rnn(x, states) : gru_rnn(x);
+      return {y, h};
+    }
+    auto [y, hc] = states.defined() ? lstm_rnn(x, std::make_tuple(states.narrow(0, 0, layers).contiguous(),
+                                                                   states.narrow(0, layers, layers).contiguous()))
+                                    : lstm_rnn(x);
+    const auto& [h, c] = hc;
+    return {y, torch::cat({h, c}, 0)};
   }
   nn::Embedding embed;
-  nn::LSTM rnn;
+  nn::LSTM lstm_rnn{nullptr};
+  nn::GRU gru_rnn{nullptr};
   nn::Linear fc_out{nullptr};
   std::int64_t vocab, hidden, layers;
-  bool dropout;
+  bool dropout, gru;
 };
 
-/// s2s.encoder: source ids [b, s] in, each layer's last hidden and cell states out: [2 L, b, hs].
+/// s2s.encoder: source ids [b, s] in, each layer's last hidden (and an
+/// LSTM's cell) states out: [2 L, b, hs], a GRU's [L, b, hs].
 class EncoderLayer final : public Wrapped<Seq2SeqSideImpl> {
  public:
   using Wrapped::Wrapped;
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
     return {ids(b, s, m_->vocab, o)};
   }
-  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
-    const auto out = m_->run(in[0].t(), torch::Tensor(), torch::Tensor());
-    const auto& [h, c] = std::get<1>(out);
-    return torch::cat({h, c}, 0);
-  }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->run(in[0].t(), torch::Tensor()).second; }
 };
 
 /// s2s.decoder: the encoder's states and the target ids [b, s]; teacher
@@ -1427,16 +1440,15 @@ class DecoderLayer final : public Wrapped<Seq2SeqSideImpl> {
  public:
   using Wrapped::Wrapped;
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    return {float_input({2 * m_->layers, b, m_->hidden}, o), ids(b, s, m_->vocab, o)};
+    return {float_input({m_->state_rows(), b, m_->hidden}, o), ids(b, s, m_->vocab, o)};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
-    const auto states = in[0].view({2 * m_->layers, -1, m_->hidden});
+    const auto states = in[0].view({m_->state_rows(), -1, m_->hidden});
     // [s, b]; ids past the target vocabulary (a source-language batch
     // standing in for targets) wrap into it.
     const auto tgt = in[1].remainder(m_->vocab).t();
     const auto n = tgt.size(0) - 1;
-    const auto out = std::get<0>(m_->run(tgt.narrow(0, 0, n), states.narrow(0, 0, m_->layers).contiguous(),
-                                         states.narrow(0, m_->layers, m_->layers).contiguous()));
+    const auto out = m_->run(tgt.narrow(0, 0, n), states).first;
     const auto logits = m_->fc_out(out);
     return F::cross_entropy(logits.reshape({-1, m_->vocab}).to(torch::kFloat), tgt.narrow(0, 1, n).reshape({-1}));
   }
@@ -1653,7 +1665,8 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
   if (k == "fc.head") return std::make_unique<ClassifierLayer>(s.get("in"), s.get("c"), false);
   if (k == "bag.embed") return std::make_unique<BagLayer>(s.get("v"), s.get("d"));
   if (k == "s2s.encoder" || k == "s2s.decoder") {
-    auto side = std::make_shared<Seq2SeqSideImpl>(s.get("v"), s.get("e"), s.get("hs"), s.get("l"), s.get("drop") != 0, k == "s2s.decoder");
+    auto side = std::make_shared<Seq2SeqSideImpl>(s.get("v"), s.get("e"), s.get("hs"), s.get("l"), s.get("drop") != 0, k == "s2s.decoder",
+                                                  s.get_or("gru", 0) != 0);
     if (k == "s2s.decoder") return std::make_unique<DecoderLayer>(std::move(side));
     return std::make_unique<EncoderLayer>(std::move(side));
   }

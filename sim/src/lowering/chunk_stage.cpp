@@ -300,17 +300,20 @@ class ChunkStage final : public detail::StageEmitter {
       detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
       detail::set_interference(r, c.cluster);
       std::int64_t params = 0, experts = 0;
+      Bytes module_buffers = 0;  // Layer::buffer_bytes
       detail::Fp8Gemms fp8;
       for (const auto& ch : c.chunks) {
         if (ch.rank != s) continue;
         params += ch.params;
         experts += ch.expert_params;
         fp8 += ch.fp8;
+        for (int l = ch.first; l < ch.first + ch.count; ++l) module_buffers += c.priced.layers[static_cast<std::size_t>(l)].buffer_bytes;
       }
       c.rank_params.push_back(params);
       c.rank_expert_params.push_back(experts);
       c.rank_fp8.push_back(fp8);
       detail::add_resident(r, c.plan, c.cluster, params, 0, fp8, experts);
+      if (module_buffers > 0) r.resident.push_back({MemCategory::kBuffers, module_buffers});
       c.g.ranks.push_back(std::move(r));
     }
   }

@@ -138,15 +138,17 @@ struct NbowConfig {
   std::int64_t seq_len = 256;      ///< tokens per text
 };
 
-/// LSTM encoder-decoder with teacher forcing (Note [Encoder-decoder]).
+/// LSTM or GRU encoder-decoder with teacher forcing (Note [Encoder-decoder]).
 struct Seq2SeqConfig {
+  enum class Cell { kLstm, kGru };
   std::string name = "seq2seq";
+  Cell cell = Cell::kLstm;         ///< torch.nn.LSTM or torch.nn.GRU (Note [GRU memory])
   std::int64_t src_vocab = 7853;
   std::int64_t tgt_vocab = 5893;
   std::int64_t embed = 256;
   std::int64_t hidden = 512;
   int layers = 2;
-  bool dropout = true;             ///< p 0.5 on the embeddings and between LSTM layers
+  bool dropout = true;             ///< p 0.5 on the embeddings and between recurrent layers
   std::int64_t seq_len = 32;       ///< tokens of a source and of a target sentence
 };
 

@@ -187,6 +187,11 @@ struct Layer {
   std::vector<Kernel> backward;   ///< kernels of the backward pass
   Bytes saved_bytes = 0;          ///< activations kept for backward per micro-batch
   Bytes output_bytes = 0;         ///< the layer's output tensor per micro-batch
+  /// Buffers the layer's modules keep for the whole run besides their
+  /// parameters, neither reduced nor stepped (batch norm's running
+  /// statistics, Note [Running statistics] in models/src/convnet.cpp):
+  /// resident on every rank that runs the layer, counted as buffers.
+  Bytes buffer_bytes = 0;
   /// Transient bytes the layer's backward holds beyond the gradient of its
   /// input (the LM head's fp32 gradients of the log-softmax and the logits).
   Bytes backward_workspace_bytes = 0;
