@@ -69,6 +69,22 @@ TEST_CASE("predict prints a table", "[cli]") {
                         Catch::Contains("fits: yes"));
 }
 
+TEST_CASE("the plan line names attention and a sequence length only for a model that has them", "[cli]") {
+  // gpt2 attends over 1,024-token sequences; seed 003's CNN reads images
+  // (no sequence, no attention); its bag of words reads sequences without
+  // attending, and is one layer (its embedding bag) in dtsim's count of blocks.
+  const Result gpt2 = dtsim("predict --model gpt2 --cluster 1xh100 --plan single");
+  CHECK(gpt2.out.find(" seq_len=1024 fp16 flash-attention adamw") != std::string::npos);
+  const Result cnn = dtsim("predict --model cnn --cluster 2xp100 --plan ddp");
+  REQUIRE(cnn.status == 0);
+  CHECK(cnn.out.find("global_batch=8 fp16 adamw zero_stage=0") != std::string::npos);
+  CHECK(cnn.out.find("attention") == std::string::npos);
+  CHECK(cnn.out.find("seq_len") == std::string::npos);
+  const Result nbow = dtsim("predict --model nbow --cluster 1xk80 --plan single");
+  CHECK(nbow.out.find("seq_len=256 fp16 adamw") != std::string::npos);
+  CHECK(nbow.out.find(", 1 layer) on 1xk80") != std::string::npos);
+}
+
 TEST_CASE("the plan line names FSDP's units and DeepSpeed's coordinator knobs as counts of elements", "[cli]") {
   // Whole elements, as DeepSpeed's config writes them (1e7 is 10000000).
   const Result z = dtsim("predict --model gpt2 --cluster dgx-a100 --plan zero3 --set plan.stage3_prefetch_bucket_size=1e7");

@@ -340,6 +340,15 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.model_name = model.name();
   p.model_parameters = model.parameters();
   p.model_layers = model.blocks();
+  p.model_sequence = model.max_seq_len() > 1;
+  if (options.advise) {
+    // For the plan line people read (0.25 ms of layers for DeepSeek-V3,
+    // which the search's predictions, advising nobody, do without).
+    p.model_attention = false;
+    for (const Layer& L : model.layers(WorkloadShape{})) {
+      for (const Kernel& k : L.forward) p.model_attention = p.model_attention || k.kind == KernelKind::kAttention;
+    }
+  }
   p.cluster_name = cluster.name;
   p.gpus = cluster.gpus();
   p.device_name = cluster.device.name;

@@ -22,7 +22,7 @@ std::string human_time(TimeNs t) {
   return fmt::format("{:.1f} us", s * 1e6);
 }
 
-std::string plan_line(const ResolvedPlan& p) {
+std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   std::ostringstream os;
   os << "dp=" << p.dp;
   if (p.tp > 1) os << " tp=" << p.tp << (p.sequence_parallel ? " (sequence parallel)" : "");
@@ -41,9 +41,11 @@ std::string plan_line(const ResolvedPlan& p) {
     for (std::size_t i = 0; i < p.stage_layers.size(); ++i) os << (i ? "," : "") << p.stage_layers[i];
     os << "]";
   }
-  os << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum
-     << " global_batch=" << p.global_batch << " seq_len=" << p.seq_len << " " << to_string(p.precision) << " "
-     << (p.flash_attention ? "flash" : "eager") << "-attention " << to_string(p.optimizer)
+  os << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum << " global_batch=" << p.global_batch;
+  if (sequence) os << " seq_len=" << p.seq_len;
+  os << " " << to_string(p.precision) << " ";
+  if (attention) os << (p.flash_attention ? "flash" : "eager") << "-attention ";
+  os << to_string(p.optimizer)
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) {
     os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false")
@@ -126,10 +128,10 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
 std::string format_table(const Prediction& p) {
   std::string out;
   auto o = std::back_inserter(out);
-  fmt::format_to(o, "dtsim: {} ({:.1f}M parameters, {} layers) on {} ({} x {}), plan {}\n", p.model_name,
-                 static_cast<double>(p.model_parameters) / 1e6, p.model_layers, p.cluster_name, p.gpus, p.device_name,
-                 p.plan.spec.name);
-  fmt::format_to(o, "  {}\n\n", plan_line(p.plan));
+  fmt::format_to(o, "dtsim: {} ({:.1f}M parameters, {} layer{}) on {} ({} x {}), plan {}\n", p.model_name,
+                 static_cast<double>(p.model_parameters) / 1e6, p.model_layers, p.model_layers == 1 ? "" : "s",
+                 p.cluster_name, p.gpus, p.device_name, p.plan.spec.name);
+  fmt::format_to(o, "  {}\n\n", plan_line(p.plan, p.model_attention, p.model_sequence));
   fmt::format_to(o, "  {:<19} {}\n", "iteration time", human_time(p.iteration_time));
   fmt::format_to(o, "  {:<19} {:.2f} samples/s   {:.0f} tokens/s\n", "throughput", p.samples_per_s, p.tokens_per_s);
   fmt::format_to(o, "  {:<19} {:.2f} TFLOP/s   MFU {:.1f}%   HFU {:.1f}%\n\n", "per GPU", p.tflops_per_gpu, p.mfu * 100,

@@ -59,6 +59,11 @@ struct Prediction {
   std::string model_name;
   std::int64_t model_parameters = 0;
   int model_layers = 0;
+  /// Whether the model attends (a kernel of KernelKind::kAttention; looked
+  /// for under PredictOptions::advise, else taken as true) and reads
+  /// sequences (max_seq_len > 1): the plan line names its attention and
+  /// sequence length only then (a CNN has neither).
+  bool model_attention = true, model_sequence = true;
   std::string cluster_name;
   int gpus = 0;
   std::string device_name;
