@@ -3,6 +3,7 @@
 // then fits and writes the profile atomically.
 #include <algorithm>
 #include <cerrno>
+#include <cmath>
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
@@ -14,6 +15,7 @@
 #include <optional>
 #include <set>
 #include <sstream>
+#include <tuple>
 
 #include <fcntl.h>
 #include <poll.h>
@@ -729,6 +731,60 @@ std::string describe_fit(const sim::LinearFit& f, const std::map<std::string, do
   return out;
 }
 
+// Note [Layer interpolation error]
+// A profile prices a layer at a micro-batch it did not measure by a
+// straight line in b between the nearest measured ones at the same
+// sequence length (Note [Profile lookups], step 2). How far to trust that
+// line shows by leaving each measured b out in turn: every point with a
+// measured neighbour on each side (same signature, precision and s) is
+// priced from those two, forward and backward, and set against its own
+// median. `profile show` lists the relative errors by layer kind (the
+// signature before its ':'), so a kind calibration added (seed 003's
+// convolutions, transposed convolutions, bags of words, encoder-decoders)
+// shows how well its measurements price the shapes between them. The
+// layers timed inside a step ("|in-step", "|loop") only scale the others.
+struct InterpolationError {
+  int points = 0;
+  double rms = 0, max = 0;
+};
+
+std::map<std::string, InterpolationError> layer_interpolation_errors(const sim::Profile& p) {
+  std::map<std::tuple<std::string, sim::Precision, std::int64_t>, std::map<std::int64_t, const sim::LayerSample*>> series;
+  for (const auto& l : p.layers) {
+    if (l.signature.find('|') != std::string::npos) continue;
+    series[{l.signature, l.precision, l.seq_len}][l.micro_batch] = &l;
+  }
+  std::map<std::string, std::vector<double>> errors;
+  for (const auto& [key, by_b] : series) {
+    const std::string& sig = std::get<0>(key);
+    const std::string kind = sig.substr(0, sig.find(':'));
+    if (by_b.size() < 3) continue;
+    for (auto it = std::next(by_b.begin()); std::next(it) != by_b.end(); ++it) {
+      const auto lo = std::prev(it), hi = std::next(it);
+      const double x = static_cast<double>(it->first), x0 = static_cast<double>(lo->first), x1 = static_cast<double>(hi->first);
+      for (const auto part : {&sim::LayerSample::forward, &sim::LayerSample::backward}) {
+        const double y = (it->second->*part).median_s, y0 = (lo->second->*part).median_s, y1 = (hi->second->*part).median_s;
+        if (!(y > 0) || !(y0 > 0) || !(y1 > 0)) continue;
+        const double guess = y0 + (y1 - y0) * (x - x0) / (x1 - x0);
+        errors[kind].push_back((guess - y) / y);
+      }
+    }
+  }
+  std::map<std::string, InterpolationError> out;
+  for (const auto& [kind, e] : errors) {
+    InterpolationError r;
+    r.points = static_cast<int>(e.size());
+    double sum = 0;
+    for (const double v : e) {
+      sum += v * v;
+      r.max = std::max(r.max, std::fabs(v));
+    }
+    r.rms = std::sqrt(sum / static_cast<double>(e.size()));
+    out[kind] = r;
+  }
+  return out;
+}
+
 }  // namespace
 
 std::string format_profile(const sim::Profile& p) {
@@ -779,6 +835,13 @@ std::string format_profile(const sim::Profile& p) {
     }
     os << "    " << key << ": b " << *bs.begin() << ".." << *bs.rbegin() << ", s " << *ss.begin() << ".." << *ss.rbegin()
        << ", forward " << human_s(lo) << ".." << human_s(hi) << "\n";
+  }
+  // Note [Layer interpolation error].
+  if (const auto errors = layer_interpolation_errors(p); !errors.empty()) {
+    os << "\n  layers between measured batch sizes (each priced from its neighbours, leaving it out)\n";
+    for (const auto& [kind, e] : errors) {
+      os << "    " << fmt::format("{:<34} {:>3} points   rms {:>5.1f}%  max {:>5.1f}%", kind, e.points, 100 * e.rms, 100 * e.max) << "\n";
+    }
   }
   os << "\n  fits (" << p.fits.size() << ")" << "\n";
   for (const auto& [name, f] : p.fits) {
@@ -873,6 +936,14 @@ std::string profile_to_json(const sim::Profile& p) {
   } else {
     j.key("python_host").null();
   }
+  // Note [Layer interpolation error].
+  j.key("layer_interpolation").begin_object();
+  for (const auto& [kind, e] : layer_interpolation_errors(p)) {
+    j.key(kind).begin_object();
+    j.field("points", e.points).field("rms_rel_error", e.rms).field("max_rel_error", e.max);
+    j.end_object();
+  }
+  j.end_object();
   j.key("fits").begin_object();
   for (const auto& [name, f] : p.fits) {
     j.key(name).begin_object();

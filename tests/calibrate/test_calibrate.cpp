@@ -12,6 +12,8 @@
 
 #include <unistd.h>
 
+#include <yaml-cpp/yaml.h>
+
 #include "bench_common.hpp"
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/sim/config_io.hpp"
@@ -535,6 +537,34 @@ TEST_CASE("a quick profile says how far it is to be trusted, in predict and prof
                                 test::round_cluster(1, 1), po);
   REQUIRE(pr.warnings.size() == 1);
   CHECK(pr.warnings[0] == w);
+}
+
+TEST_CASE("profile show says how well each layer kind's measurements price the batch sizes between them (Note [Layer interpolation error])", "[calibrate]") {
+  Profile p;
+  p.path = "layers.h5";
+  // conv.layer at b 1, 2 and 3: forward 1.0, 2.2 and 3.0 ms, backward 2, 4
+  // and 6 ms. Leaving b 2 out, its neighbours price it at 2.0 ms forward
+  // (2.0 / 2.2 - 1 = -9.09%) and 4 ms backward (exact): 2 points, rms
+  // sqrt(0.0909^2 / 2) = 6.43%, max 9.09%.
+  for (const auto& [b, f, g] : {std::tuple{1, 0.0010, 0.002}, {2, 0.0022, 0.004}, {3, 0.0030, 0.006}}) {
+    p.layers.push_back({"conv.layer:ci=3,co=8", Precision::kFp32, b, 1, timing(f), timing(g)});
+  }
+  // Two batch sizes have no point between them; a layer timed inside a
+  // step only scales the others: neither counts.
+  p.layers.push_back({"fc.layer:in=8", Precision::kFp32, 1, 1, timing(0.001), timing(0.002)});
+  p.layers.push_back({"fc.layer:in=8", Precision::kFp32, 4, 1, timing(0.004), timing(0.008)});
+  for (int b : {1, 2, 3}) p.layers.push_back({"conv.layer:ci=3,co=8|in-step", Precision::kFp32, b, 1, timing(0.5), timing(0.5)});
+  const std::string text = calib::format_profile(p);
+  CHECK_THAT(text, Catch::Contains("    conv.layer                           2 points   rms   6.4%  max   9.1%\n"));
+  CHECK_THAT(text, !Catch::Contains("    fc.layer "));
+  const YAML::Node j = YAML::Load(calib::profile_to_json(p));
+  REQUIRE(j["layer_interpolation"]["conv.layer"]);
+  CHECK(j["layer_interpolation"]["conv.layer"]["points"].as<int>() == 2);
+  CHECK(j["layer_interpolation"]["conv.layer"]["rms_rel_error"].as<double>() == Approx(std::sqrt(std::pow(2.0 / 2.2 - 1, 2) / 2)));
+  CHECK(j["layer_interpolation"]["conv.layer"]["max_rel_error"].as<double>() == Approx(1 - 2.0 / 2.2));
+  CHECK_FALSE(j["layer_interpolation"]["fc.layer"]);
+  // A profile with no such series says nothing of it.
+  CHECK_THAT(calib::format_profile(Profile{}), !Catch::Contains("between measured batch sizes"));
 }
 
 TEST_CASE("each point keeps the slower rank's time (Note [The slowest rank sets the pace])", "[calibrate]") {
