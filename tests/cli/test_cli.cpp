@@ -85,6 +85,24 @@ TEST_CASE("the plan line names attention and a sequence length only for a model 
   CHECK(nbow.out.find(", 1 layer) on 1xk80") != std::string::npos);
 }
 
+TEST_CASE("search ranks plans for seed 003's models", "[cli][search][seed003]") {
+  // VGG11 and the encoder-decoder on the report's two P100s, batch 64: every
+  // plan fits 16 GB; a CNN attends to nothing, so its attn column says "-".
+  const Result vgg = dtsim("search --model vgg11 --cluster 2xp100 --global-batch 64 --top 3");
+  REQUIRE(vgg.status == 0);
+  CHECK(vgg.out.find("fastest 3 plans that fit") != std::string::npos);
+  CHECK(vgg.out.find("   flash ") == std::string::npos);
+  const Result s2s = dtsim("search --model seq2seq --cluster 2xp100 --global-batch 64 --top 3 --json");
+  REQUIRE(s2s.status == 0);
+  const YAML::Node j = YAML::Load(s2s.out.substr(0, s2s.out.size() - s2s.err.size()));
+  CHECK(j["model"].as<std::string>() == "seq2seq");
+  REQUIRE(j["top"].size() == 3);
+  for (const auto& e : j["top"]) {
+    CHECK(e["plan"]["tp"].as<int>() == 1);  // an LSTM has no tensor-parallel split
+    CHECK(e["fits"].as<bool>());
+  }
+}
+
 TEST_CASE("the plan line names FSDP's units and DeepSpeed's coordinator knobs as counts of elements", "[cli]") {
   // Whole elements, as DeepSpeed's config writes them (1e7 is 10000000).
   const Result z = dtsim("predict --model gpt2 --cluster dgx-a100 --plan zero3 --set plan.stage3_prefetch_bucket_size=1e7");

@@ -553,6 +553,10 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   r.gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
   r.global_batch = o.global_batch == 0 ? 4LL * r.gpus : o.global_batch;
   r.capacity = cluster.device.memory;
+  r.model_attention = false;
+  for (const Layer& L : model.layers(WorkloadShape{})) {
+    for (const Kernel& k : L.forward) r.model_attention = r.model_attention || k.kind == KernelKind::kAttention;
+  }
   const std::vector<PlanSpec> candidates = enumerate_plans(model, cluster, o);
   r.enumerated = candidates.size();
   if (candidates.empty()) {
@@ -892,7 +896,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
 
 namespace {
 
-void table(std::string& out, const std::vector<SearchEntry>& es) {
+void table(std::string& out, const std::vector<SearchEntry>& es, bool attention) {
   // An ep column where a plan spreads experts (mixtures of experts only).
   const bool ep = std::any_of(es.begin(), es.end(), [](const SearchEntry& e) { return e.plan.ep > 1; });
   out += "    " + pad("#", 4) + pad("time", 11) + pad("tokens/s", 11) + pad("MFU", 7) + pad("peak GiB", 10) + pad("dp", 5) +
@@ -911,7 +915,7 @@ void table(std::string& out, const std::vector<SearchEntry>& es) {
            pad(std::to_string(p.pp), 4) + pad(schedule_text(p), 16) + pad(std::to_string(p.micro_batch), 5) +
            pad(std::to_string(p.grad_accum), 6) + pad(sharding_text(p), 18) + pad(offload_text(p), 11) +
            pad(to_string(p.recompute), 11) + pad(p.sequence_parallel ? "yes" : "-", 4) +
-           pad(p.flash_attention ? "flash" : "eager", 6) + pad(to_string(p.precision), 5) +
+           pad(!attention ? "-" : p.flash_attention ? "flash" : "eager", 6) + pad(to_string(p.precision), 5) +
            (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-");
     for (std::size_t k = 0; k < e.also.size(); ++k) out += (k == 0 ? " (also " : "; ") + e.also[k] + (k + 1 == e.also.size() ? ")" : "");
     out += "\n";
@@ -958,12 +962,12 @@ std::string format_search(const SearchResult& r) {
     return out;
   }
   fmt::format_to(o, "  fastest {} plans that fit\n", r.top.size());
-  table(out, r.top);
+  table(out, r.top, r.model_attention);
   if (std::any_of(r.top.begin(), r.top.end(), [](const SearchEntry& e) { return !e.also.empty(); })) {
     out += "    (also: the same plan under another name, with the same time and peak, listed once)\n";
   }
   out += "\n  Pareto front: time against peak memory (no other plan is both faster and smaller)\n";
-  table(out, r.pareto);
+  table(out, r.pareto, r.model_attention);
   return out;
 }
 

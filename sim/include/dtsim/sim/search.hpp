@@ -79,6 +79,9 @@ struct SearchResult {
   std::vector<SearchEntry> pareto;
   double seconds = 0;               ///< wall time of the search
   int threads = 1;
+  /// The model attends (a kernel of KernelKind::kAttention): the table's
+  /// attn column says "-" for one that does not (a CNN).
+  bool model_attention = true;
 };
 
 /// The fixed knobs of a search (SearchOptions::base) as `dtsim search`
