@@ -10,6 +10,7 @@
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/report.hpp"
+#include "lowering/lowering_common.hpp"
 #include "dtsim/models/models.hpp"
 #include "fake_model.hpp"
 
@@ -486,6 +487,38 @@ TEST_CASE("DeepSpeed's ZeRO-2 holds its gradients in reduce_bucket_size buffers,
   CHECK(serial.inline_reductions == 4);
   CHECK(ds.inline_reductions == 0);
   CHECK(serial.makespan >= 5'000'000);
+}
+
+TEST_CASE("a Python loop's ZeRO-1 is ZeroRedundancyOptimizer: a broadcast a tensor (Note [ZeroRedundancyOptimizer])", "[lowering]") {
+  // Its partition by hand: tensors 5, 4, 3, 3, 1 over 2 ranks, largest
+  // first to the emptier rank (the lower on a tie): 5 -> r0, 4 -> r1,
+  // 3 -> r1 (7), 3 -> r0 (8), 1 -> r1 (8). Both hold 8; r1 has 3 tensors.
+  const sim::detail::ZeroRedundancyShare share = sim::detail::zero_redundancy_share({3, 5, 1, 4, 3}, 2);
+  CHECK(share.elements == 8);
+  CHECK(share.tensors == 3);
+  // 4 layers of 1M parameters in 2 tensors each (500,000 elements, 2 MB in
+  // fp32): 8 broadcasts of 1 ms each (FixedComm) after the step, where the
+  // C++ loop's ZeRO-1 all-gathers one flat buffer.
+  const test::FakeModel m(4, 1'000'000, 10, 2);
+  const test::FixedComm comm(1'000'000);
+  const test::PlanRun py = test::run_plan(m, "dp: 2\nprecision: fp32\nzero_stage: 1\nruntime: python\n", round_cluster(), comm, 1000);
+  const test::PlanRun cpp = test::run_plan(m, "dp: 2\nprecision: fp32\nzero_stage: 1\n", round_cluster(), comm, 1000);
+  const auto of = [](const TaskGraph& g, CollectiveOp op) {
+    std::vector<const Task*> out;
+    for (const Task& t : g.tasks) {
+      if (t.kind == TaskKind::kCollective && t.op == op) out.push_back(&t);
+    }
+    return out;
+  };
+  const auto casts = of(py.graph, CollectiveOp::kBroadcast);
+  REQUIRE(casts.size() == 1);
+  CHECK(casts[0]->cost.latency == 8 * 1'000'000);
+  CHECK(casts[0]->bytes == 8 * 500'000 * 4);
+  CHECK(of(py.graph, CollectiveOp::kAllGather).empty());
+  CHECK(of(cpp.graph, CollectiveOp::kBroadcast).empty());
+  CHECK(of(cpp.graph, CollectiveOp::kAllGather).size() == 1);
+  // Seven broadcast latencies more than the one all-gather's.
+  CHECK(py.exec.makespan - cpp.exec.makespan >= 7 * 1'000'000);
 }
 
 namespace {

@@ -33,10 +33,11 @@
 // engine/executor.cpp) and shows only where the host falls behind. The
 // layer's described kernels stand in for the ops its Python forward calls:
 // a layer of few large GEMMs is close, one written as many small ops (a
-// hand-written attention's views and transposes) calls more. Not modelled:
-// torch.distributed's Python wrappers (ZeroRedundancyOptimizer broadcasts
-// each parameter tensor from its owner, where dtsim's ZeRO-1 all-gathers one
-// flat buffer: docs/validation-cpu.md measures the difference).
+// hand-written attention's views and transposes) calls more. ZeRO-1 under
+// `runtime: python` is PyTorch's ZeroRedundancyOptimizer, which steps whole
+// tensors and broadcasts each from its owner where dtsim_worker steps and
+// all-gathers one flat buffer (Note [ZeroRedundancyOptimizer] in
+// lowering/passes/data_parallel.cpp).
 #include <algorithm>
 #include <cmath>
 #include <map>

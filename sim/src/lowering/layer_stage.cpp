@@ -276,8 +276,14 @@ class LayerStage final : public detail::StageEmitter {
                                : layer_updates(l.params, l.param_tensors);
       }
       if (c.zero == 1 || c.zero == 2) updates = flat_updates(shard_params);
+      double params = static_cast<double>(shard_params);
+      if (detail::zero_redundancy_optimizer(c.plan)) {
+        // Note [ZeroRedundancyOptimizer]: the busiest rank's tensors, one by one.
+        const detail::ZeroRedundancyShare share = detail::zero_redundancy_share(detail::param_tensor_sizes(c.layers), c.n);
+        updates = share.tensors;
+        params = static_cast<double>(share.elements);
+      }
       updates = std::max(1, updates);
-      const double params = static_cast<double>(shard_params);
       const TimeNs t = c.compute_model.optimizer_time(params, updates, c.plan.optimizer, c.plan.precision, c.cluster.device);
       step = c.compute("optimizer step", Phase::kOptimizer, t, deps, std::move(on_start), frees);
       c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);

@@ -179,6 +179,62 @@ inline void add_comms(const std::vector<LayerComm>& ops, const CommGroup& group,
 /// Expert parameters are reduced and sharded over their own group: the
 /// parameters of `params`, `expert` of them routed experts', one rank
 /// keeps of a ZeRO shard (Note [Expert mesh] in cost_comm.cpp).
+/// Note [ZeroRedundancyOptimizer] (passes/data_parallel.cpp): a Python
+/// loop's ZeRO-1, PyTorch's ZeroRedundancyOptimizer over DDP.
+inline bool zero_redundancy_optimizer(const ResolvedPlan& p) {
+  return p.runtime == Runtime::kPython && p.zero_stage == 1 && !p.fsdp && p.shard_group > 1 && p.pp == 1;
+}
+
+/// Each parameter tensor's elements, layer by layer: a layer's modules'
+/// tensors where it describes them (a tied head's borrowed tensor is the
+/// embedding's), else its param_tensors with the largest apart and the rest
+/// equal (Layer::largest_param_tensor), or one tensor.
+inline std::vector<std::int64_t> param_tensor_sizes(const std::vector<Layer>& layers) {
+  std::vector<std::int64_t> out;
+  for (const Layer& L : layers) {
+    if (L.params <= 0) continue;
+    if (!L.modules.empty()) {
+      for (const ParamModule& m : L.modules) {
+        if (m.tied.empty()) out.insert(out.end(), m.tensors.begin(), m.tensors.end());
+      }
+      continue;
+    }
+    const std::int64_t n = std::max(1, L.param_tensors);
+    std::int64_t rest = L.params, parts = n;
+    if (n > 1 && L.largest_param_tensor > 0 && L.largest_param_tensor < L.params) {
+      out.push_back(L.largest_param_tensor);
+      rest -= L.largest_param_tensor;
+      --parts;
+    }
+    for (std::int64_t k = 0; k < parts; ++k) out.push_back(rest / parts + (k < rest % parts ? 1 : 0));
+  }
+  return out;
+}
+
+/// What one rank of ZeroRedundancyOptimizer's partition owns.
+struct ZeroRedundancyShare {
+  std::int64_t elements = 0;
+  int tensors = 0;
+};
+
+/// ZeroRedundancyOptimizer's partition (_partition_parameters): tensors
+/// largest first, each to the rank holding the fewest elements so far (the
+/// lowest such rank); the share of the rank holding the most (ties: the
+/// most tensors), whose step the others wait for.
+inline ZeroRedundancyShare zero_redundancy_share(std::vector<std::int64_t> sizes, int ranks) {
+  std::stable_sort(sizes.begin(), sizes.end(), std::greater<>());
+  std::vector<ZeroRedundancyShare> share(static_cast<std::size_t>(std::max(1, ranks)));
+  for (const std::int64_t t : sizes) {
+    auto it = std::min_element(share.begin(), share.end(),
+                               [](const ZeroRedundancyShare& a, const ZeroRedundancyShare& b) { return a.elements < b.elements; });
+    it->elements += t;
+    ++it->tensors;
+  }
+  return *std::max_element(share.begin(), share.end(), [](const ZeroRedundancyShare& a, const ZeroRedundancyShare& b) {
+    return a.elements != b.elements ? a.elements < b.elements : a.tensors < b.tensors;
+  });
+}
+
 inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::int64_t expert) {
   const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
   return (params - expert + n - 1) / n + (expert + ne - 1) / ne;

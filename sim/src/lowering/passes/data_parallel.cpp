@@ -51,6 +51,25 @@
 // until their bucket is reduced, which is how dtsim_worker runs ZeRO-2
 // (`dtsim validate` sets it and says so).
 //
+// Note [ZeroRedundancyOptimizer]
+// With `runtime: python` (Note [Python host cost]), ZeRO-1 is what a
+// PyTorch user writes: DistributedDataParallel and
+// torch.distributed.optim.ZeroRedundancyOptimizer (torch 1.13,
+// zero_redundancy_optimizer.py), as bench/python-reference.py runs it. It
+// gives each parameter tensor whole to one rank, largest first, each to the
+// rank holding the fewest elements so far (_partition_parameters); steps
+// the owner's tensors one by one with the wrapped optimizer (torch.optim's
+// per-tensor loop where foreach is off, as on a CPU); and then broadcasts
+// every parameter from its owner, one collective a tensor, each rank's
+// tensors in turn, waiting for them all (_sync_params,
+// parameters_as_bucket_view False by default). dtsim_worker's ZeRO-1 steps
+// one flat shard and all-gathers one flat buffer instead. So the step
+// prices the busiest rank's tensors and elements, and the gather is one
+// task of T broadcasts as one flow (sum_costs): T latencies, and over Gloo
+// their stalls (Note [A collective's stalls]), which is most of what the
+// Python loop's ZeRO-1 step costs beyond the C++ one's. Pipelines keep the
+// flat gather.
+//
 // In a pipeline, a chunk's last backward runs bucket by bucket, each
 // bucket's gradients all-reduced over the data-parallel group while the rest
 // of that backward runs, as PyTorch DDP and Megatron-LM's overlap_grad_reduce
@@ -177,6 +196,21 @@ class LayerBuckets final : public StrategyPass {
   void after_step(int, TaskId step) override {
     LayerContext& c = ctx_;
     if (c.zero == 0 || c.n == 1) return;
+    if (zero_redundancy_optimizer(c.plan)) {
+      // Note [ZeroRedundancyOptimizer]: a broadcast a parameter tensor, from
+      // its owner, in place; on a CPU on the ranks' cores (Note [CPU collectives]).
+      std::vector<LayerComm> casts;
+      Bytes all = 0;
+      for (const std::int64_t t : param_tensor_sizes(c.layers)) {
+        casts.push_back({CollectiveOp::kBroadcast, t * c.w, 1, Axis::kDp});
+        all += t * c.w;
+      }
+      const bool serial = !c.cluster.device.comm_overlaps_compute && c.plan.overlap;
+      c.b.collective(c.named ? "broadcast params (" + std::to_string(casts.size()) + " tensors)" : std::string(), 0,
+                     c.stream(serial ? Stream::kCompute : Stream::kGradComm), Axis::kDp, CollectiveOp::kBroadcast, all,
+                     sum_costs(casts, c.shard_group, c.comm), {step});
+      return;
+    }
     // ZeRO-1/2: all-gather the updated parameter shards (working precision;
     // the FP8 GEMM weights at 1 byte under fp8_param_gather, Megatron-LM's
     // --fp8-param-gather of its distributed optimizer).
