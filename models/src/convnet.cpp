@@ -314,8 +314,13 @@ class Builder {
     l.ci = c_, l.co = co, l.k = k, l.s = s, l.p = p, l.hw = hw_, l.bn = bn, l.act = act, l.pool = pool;
     if (!problem_.first.empty()) return;
     if (hw_ + 2 * p < k) {
-      problem_ = {key, std::to_string(k) + " is larger than the " + std::to_string(hw_) + " x " + std::to_string(hw_) + " input of " + name +
-                           " (padding " + std::to_string(p) + "); valid: 1 to " + std::to_string(hw_ + 2 * p) + ", or a larger image_size"};
+      const std::string side = std::to_string(hw_) + " x " + std::to_string(hw_);
+      problem_ = {key, std::to_string(k) + " is larger than the " + side + " input of " + name + " (padding " + std::to_string(p) +
+                           "); valid: 1 to " + std::to_string(hw_ + 2 * p) + ", or a larger image_size"};
+      // The same, said of the image where that is what the user changed.
+      image_problem_ = "leaves " + name + " a " + side + " input, smaller than its " + std::to_string(k) + " x " +
+                       std::to_string(k) + " kernel (padding " + std::to_string(p) + "); valid: a larger image_size, or model." +
+                       key + " of 1 to " + std::to_string(hw_ + 2 * p);
       return;
     }
     if (pool > 0 && conv_out(l) < pool) {
@@ -356,6 +361,8 @@ class Builder {
   std::int64_t side() const { return hw_; }
   /// The first size that does not fit: the key to blame and why ("" if none).
   const std::pair<std::string, std::string>& problem() const { return problem_; }
+  /// A kernel larger than its input, said of model.image_size ("" otherwise).
+  const std::string& image_problem() const { return image_problem_; }
   sim::ModelPtr finish(const std::string& model) {
     if (!problem_.first.empty()) throw ConfigError("model." + problem_.first + ": " + problem_.second);
     specs_.front().in_grad = false;
@@ -374,6 +381,7 @@ class Builder {
   }
   std::int64_t c_, hw_;
   std::pair<std::string, std::string> problem_;
+  std::string image_problem_;
   std::vector<Spec> specs_;
   std::vector<std::string> names_;
 };
@@ -461,9 +469,10 @@ void add_layers(Builder& net, const ConvNetConfig& c) {
 
 }  // namespace
 
-std::pair<std::string, std::string> convnet_problem(const ConvNetConfig& c) {
+std::pair<std::string, std::string> convnet_problem(const ConvNetConfig& c, bool image_changed) {
   Builder net(c.channels, c.image_size);
   add_layers(net, c);
+  if (image_changed && !net.image_problem().empty()) return {"image_size", std::to_string(c.image_size) + " " + net.image_problem()};
   return net.problem();
 }
 

@@ -360,7 +360,10 @@ sim::ModelPtr parse_convnet(const sim::ConfigMap& c, const std::string& name, co
   }
   check_parameters(c, vgg ? "width" : "hidden", params);
   c.finish({"name", "family", "description"});
-  if (const auto [key, why] = convnet_problem(n); !key.empty()) c.fail(key, why);
+  // A kernel too large for its input is said of the image where the user
+  // changed the image and not the kernel.
+  const bool image_changed = c.overridden("image_size") && !c.overridden("kernel") && !c.overridden("padding");
+  if (const auto [key, why] = convnet_problem(n, image_changed); !key.empty()) c.fail(key, why);
   return make_convnet(n);
 }
 

@@ -490,7 +490,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"search --model gpt2 --cluster dgx-a100 --gpus 3", "--gpus 3: must divide the 8 GPUs of dgx-a100"},
       {"search --model gpt2 --cluster dgx-a100 --json --csv", "--json and --csv exclude each other"},
       // Issue 23: seed 003's models refuse convolutions that cannot be.
-      {"predict --model cnn --cluster 1xk80 --set model.image_size=4", "model.kernel: 5 is larger than the 4 x 4 input of conv.0"},
+      {"predict --model cnn --cluster 1xk80 --set model.image_size=4", "--set model.image_size: 4 leaves conv.0 a 4 x 4 input"},
       {"predict --model cnn --cluster 1xk80 --set model.padding=-2", "model.padding: -2 is out of range; valid: 0 to 1024"},
       {"predict --model conv-autoencoder --cluster 1xk80 --set model.conv_channels=[16,0]", "model.conv_channels: entry 2 is 0"},
       {"predict --model vgg11 --cluster 1xk80 --set model.channels=0", "model.channels: 0 is out of range"},

@@ -245,8 +245,13 @@ TEST_CASE("seed 003's models refuse shapes that cannot be, in one line", "[model
     for (const auto& s : kv) o.push_back(sim::parse_override("model." + s));
     return error_of([&] { load_model(name, o); });
   };
-  // A 5 x 5 kernel on 4 x 4 images.
-  CHECK_THAT(set("cnn", {"image_size=4"}), Catch::Contains("model.kernel: 5 is larger than the 4 x 4 input of conv.0 (padding 0); valid: 1 to 4"));
+  // A 5 x 5 kernel on 4 x 4 images: said of the key the user changed, the
+  // image's size, or of the kernel where both were set.
+  CHECK_THAT(set("cnn", {"image_size=4"}),
+             Catch::Contains("model.image_size: 4 leaves conv.0 a 4 x 4 input, smaller than its 5 x 5 kernel (padding 0); "
+                             "valid: a larger image_size, or model.kernel of 1 to 4"));
+  CHECK_THAT(set("cnn", {"image_size=4", "kernel=5"}),
+             Catch::Contains("model.kernel: 5 is larger than the 4 x 4 input of conv.0 (padding 0); valid: 1 to 4"));
   CHECK_THAT(set("cnn", {"padding=-1"}), Catch::Contains("model.padding: -1"));
   CHECK_THAT(set("cnn", {"conv_channels=[0, 16]"}), Catch::Contains("model.conv_channels: entry 1 is 0; valid: 1 to"));
   CHECK_THAT(set("mlp", {"channels=0"}), Catch::Contains("model.channels: 0"));

@@ -156,8 +156,10 @@ struct Seq2SeqConfig {
 /// pool does not fit what reaches it.
 sim::ModelPtr make_convnet(const ConvNetConfig& c);
 /// That problem as {key, why}, or empty strings: the loaders report it
-/// where the key stands in the file.
-std::pair<std::string, std::string> convnet_problem(const ConvNetConfig& c);
+/// where the key stands in the file. `image_changed`: the user changed the
+/// image and not the kernels, so a kernel too large for its input is said
+/// of image_size.
+std::pair<std::string, std::string> convnet_problem(const ConvNetConfig& c, bool image_changed = false);
 sim::ModelPtr make_nbow(const NbowConfig& c);
 sim::ModelPtr make_seq2seq(const Seq2SeqConfig& c);
 /// torchvision's VGG configuration ('A', 'B', 'D', 'E'): channels per
