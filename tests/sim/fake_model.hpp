@@ -194,15 +194,23 @@ struct PlanRun {
   }
 };
 
-inline PlanRun run_plan(const sim::Model& m, const std::string& yaml, const sim::ClusterSpec& c, const sim::CommModel& comm,
-                        TimeNs ns_per_gflop) {
+/// `yaml` lowered and run; `timeline`: each rank's memory over time kept.
+inline PlanRun run_plan_with(const sim::Model& m, const std::string& yaml, const sim::ClusterSpec& c, const sim::CommModel& comm,
+                             TimeNs ns_per_gflop, bool timeline) {
   PlanRun r;
   r.plan = sim::resolve(sim::parse_plan(yaml, "test.yaml"), m, c);
   const FixedCompute compute(ns_per_gflop);
   sim::partition(r.plan, m, c, compute, comm);
   r.graph = sim::lower(m, r.plan, c, sim::CostModels{&compute, &comm});
-  r.exec = sim::execute(r.graph);
+  sim::ExecOptions o;
+  o.record_memory_timeline = timeline;
+  r.exec = sim::execute(r.graph, o);
   return r;
+}
+
+inline PlanRun run_plan(const sim::Model& m, const std::string& yaml, const sim::ClusterSpec& c, const sim::CommModel& comm,
+                        TimeNs ns_per_gflop) {
+  return run_plan_with(m, yaml, c, comm, ns_per_gflop, false);
 }
 
 }  // namespace dtsim::test

@@ -446,13 +446,9 @@ TEST_CASE("DeepSpeed's ZeRO-2 holds its gradients in reduce_bucket_size buffers,
     int inline_reductions = 0;  // reduce-scatters on the compute stream
   };
   const auto most = [&](const std::string& extra) {
-    ResolvedPlan plan = resolve(parse_plan("dp: 2\nprecision: fp32\nzero_stage: 2\nbucket_mb: 50\n" + extra, "test.yaml"), m, c);
-    const test::FixedCompute compute(1000);
-    partition(plan, m, c, compute, slow);
-    const TaskGraph g = lower(m, plan, c, CostModels{&compute, &slow});
-    ExecOptions o;
-    o.record_memory_timeline = true;
-    const ExecResult e = execute(g, o);
+    const test::PlanRun r = test::run_plan_with(m, "dp: 2\nprecision: fp32\nzero_stage: 2\nbucket_mb: 50\n" + extra, c, slow, 1000, true);
+    const TaskGraph& g = r.graph;
+    const ExecResult& e = r.exec;
     Most out;
     for (const MemSnapshot& s : e.memory[0].timeline) {
       out.grads = std::max(out.grads, s.bytes[static_cast<int>(MemCategory::kGradients)]);

@@ -114,15 +114,10 @@ struct Run {
 };
 
 Run run(const Model& m, const std::string& yaml) {
-  const ClusterSpec c = test::round_cluster();
-  ResolvedPlan plan = resolve(parse_plan(yaml, "test.yaml"), m, c);
-  const test::FixedCompute compute(1'000'000);
   const test::FixedComm comm(1000);
-  partition(plan, m, c, compute, comm);
-  const TaskGraph g = lower(m, plan, c, CostModels{&compute, &comm});
-  ExecOptions o;
-  o.record_memory_timeline = true;
-  const ExecResult r = execute(g, o);
+  const test::PlanRun pr = test::run_plan_with(m, yaml, test::round_cluster(), comm, 1'000'000, true);
+  const TaskGraph& g = pr.graph;
+  const ExecResult& r = pr.exec;
   Run out;
   for (const MemSnapshot& s : r.memory[0].timeline) out.params = std::max(out.params, s.bytes[static_cast<int>(MemCategory::kParameters)]);
   for (const Task& t : g.tasks) out.names.push_back(t.name);
