@@ -8,6 +8,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <filesystem>
 #include <random>
 #include <system_error>
@@ -88,10 +89,27 @@ std::vector<hsize_t> shape_of(hid_t ds, const std::string& path, const std::stri
   return dims;
 }
 
-/// The product of `dims`, as an element count.
-std::size_t count_of(const std::vector<hsize_t>& dims) {
+/// The product of `dims`, as an element count of `element` bytes each.
+/// A damaged or hostile file may declare any shape: one whose elements
+/// would not fit in this machine's memory (or overflow the count) is
+/// refused in one line before anything is allocated.
+std::size_t count_of(const std::vector<hsize_t>& dims, std::size_t element, const std::string& path, const std::string& name) {
   std::size_t n = 1;
-  for (auto d : dims) n *= static_cast<std::size_t>(d);
+  bool overflow = false;
+  std::string shape;
+  for (auto d : dims) {
+    overflow = overflow || __builtin_mul_overflow(n, static_cast<std::size_t>(d), &n);
+    shape += (shape.empty() ? "" : " x ") + std::to_string(d);
+  }
+  const long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  const double memory = pages > 0 && page > 0 ? static_cast<double>(pages) * static_cast<double>(page) : 0;
+  const double bytes = overflow ? 1e300 : static_cast<double>(n) * static_cast<double>(element);
+  if (overflow || (memory > 0 && bytes > memory)) {
+    char gb[64];
+    std::snprintf(gb, sizeof gb, "%.3g GB", memory / 1e9);
+    throw ConfigError(path + ": " + name + " declares " + shape + " elements, more than this machine's " + gb +
+                      " of memory holds; expected a dataset that fits in memory (a damaged file?)");
+  }
   return n;
 }
 
@@ -140,7 +158,7 @@ void write_content(hid_t file, const Dataset& d, const std::string& path) {
 /// `out`, refusing a negative value ("a negative WHAT"); returns the largest.
 std::int64_t read_ids(hid_t ds, const std::vector<hsize_t>& dims, const std::string& path, const std::string& name, const char* what,
                       const char* valid, std::vector<std::int64_t>& out) {
-  out = read_all<std::int64_t>(ds, H5T_NATIVE_INT64, count_of(dims), path, name);
+  out = read_all<std::int64_t>(ds, H5T_NATIVE_INT64, count_of(dims, sizeof(std::int64_t), path, name), path, name);
   std::int64_t max = -1;
   for (auto x : out) {
     if (x < 0) throw ConfigError(path + ": " + name + " holds a negative " + what + " (" + std::to_string(x) + "); " + valid);
@@ -151,7 +169,7 @@ std::int64_t read_ids(hid_t ds, const std::vector<hsize_t>& dims, const std::str
 
 /// Reads float dataset `name` of `dims` into `out`, refusing a non-finite value.
 void read_floats(hid_t ds, const std::vector<hsize_t>& dims, const std::string& path, const std::string& name, std::vector<float>& out) {
-  out = read_all<float>(ds, H5T_NATIVE_FLOAT, count_of(dims), path, name);
+  out = read_all<float>(ds, H5T_NATIVE_FLOAT, count_of(dims, sizeof(float), path, name), path, name);
   const auto bad = std::find_if(out.begin(), out.end(), [](float x) { return !std::isfinite(x); });
   if (bad != out.end()) {
     throw ConfigError(path + ": " + name + " holds a non-finite value at element " + std::to_string(bad - out.begin()) +

@@ -71,6 +71,19 @@ class H5Writer {
     REQUIRE(g >= 0);
     H5Gclose(g);
   }
+  /// An int64 dataset of `dims` in chunks never written: a file of a few
+  /// KB that declares any shape (a damaged or hostile file's).
+  void declared_int64(const char* name, const std::vector<hsize_t>& dims) {
+    const hid_t space = H5Screate_simple(static_cast<int>(dims.size()), dims.data(), nullptr);
+    const hid_t plist = H5Pcreate(H5P_DATASET_CREATE);
+    std::vector<hsize_t> chunk(dims.size(), 1);
+    REQUIRE(H5Pset_chunk(plist, static_cast<int>(chunk.size()), chunk.data()) >= 0);
+    const hid_t ds = H5Dcreate2(file_, name, H5T_STD_I64LE, space, H5P_DEFAULT, plist, H5P_DEFAULT);
+    REQUIRE(ds >= 0);
+    H5Dclose(ds);
+    H5Pclose(plist);
+    H5Sclose(space);
+  }
 
  private:
   void write(const char* name, hid_t file_type, hid_t mem_type, const std::vector<hsize_t>& dims, const void* data,
@@ -404,6 +417,19 @@ TEST_CASE("load_dataset names the file, the dataset and what is valid", "[runtim
       w.float64("images", {1, 1, 1, 1}, {0.0});
     }
     CHECK_THAT(error_of([&] { load_dataset(path); }), StartsWith(path + ": has all of /tokens, /embeddings and /images; expected exactly one"));
+  }
+  SECTION("a shape no memory holds is refused before anything is allocated") {
+    // 2^31 x 2^31 int64 ids: 2^62 elements, 32 EiB; and 2^40 x 2^40, whose
+    // count overflows 64 bits. The file is a few KB (no chunk written).
+    for (const hsize_t side : {hsize_t{1} << 31, hsize_t{1} << 40}) {
+      const std::string path = dir.file("huge.h5");
+      H5Writer(path).declared_int64("tokens", {side, side});
+      REQUIRE_THROWS_AS(load_dataset(path), ConfigError);
+      CHECK_THAT(error_of([&] { load_dataset(path); }),
+                 StartsWith(path + ": /tokens declares " + std::to_string(side) + " x " + std::to_string(side) +
+                            " elements, more than this machine's ") &&
+                     Contains("of memory holds; expected a dataset that fits in memory"));
+    }
   }
   SECTION("/images of rank 3") {
     const std::string path = dir.file("images-rank3.h5");
