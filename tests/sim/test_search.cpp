@@ -202,6 +202,31 @@ TEST_CASE("search: the stage bounds of an interleaved pipeline, by hand (Note [S
   CHECK(b.time > 48'000'000);
 }
 
+TEST_CASE("search: DeepSpeed ZeRO-2's buffers join its memory bound (Note [ZeRO-2's buffers])", "[search]") {
+  // 8 layers of 1M fp32 parameters keeping 1000 B each, ZeRO-2 over 2 ranks,
+  // 1 MB buckets: at its first backward a rank holds the 8M parameters'
+  // weights (32 MB), its half of their gradients (4M x 4 B = 16 MB) and of
+  // AdamW's moments (4M x 8 B = 32 MB), the forward's 8 x 1000 B, and
+  // DeepSpeed's two 1 MB buffers (one without overlap_comm, none with
+  // contiguous_gradients false): 80,008,000 B and the buffers. The step
+  // (weights, gradient shard, moments, no activations) holds 80,000,000 B.
+  const test::FakeModel m(8, 1'000'000, 1000);
+  const test::FreeComm comm;
+  const test::FixedCompute compute(1'000'000);
+  const ClusterSpec c = test::round_cluster(1, 2);
+  const ScheduleShape shape = schedule_shape(Schedule::k1f1b, 1, 1, 1);
+  const auto bound = [&](const std::string& extra) {
+    const test::PlanRun run = test::run_plan(m, "dp: 2\nprecision: fp32\nzero_stage: 2\nbucket_mb: 1\n" + extra, c, comm, 1'000'000);
+    const LayerCosts costs = layer_costs(price_layers(m, run.plan, c, compute, comm), run.plan);
+    const Bytes b = plan_bounds(costs, shape, run.plan, c).peak;
+    CHECK(run.exec.memory[0].at_peak.total() >= b);  // a bound still
+    return b - c.device.runtime_reserved;
+  };
+  CHECK(bound("") == 80'008'000 + 2'000'000);
+  CHECK(bound("overlap: false\n") == 80'008'000 + 1'000'000);
+  CHECK(bound("contiguous_gradients: false\n") == 80'008'000);
+}
+
 TEST_CASE("search: what a ZB-H1 stage holds, by hand (Note [Search])", "[search]") {
   // 4 stages, 8 micro-batches. Stage 0 runs 3 forwards, then F B W: 4
   // forwards alive before a B, 3 beside its pending W after it (it runs each

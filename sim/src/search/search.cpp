@@ -50,7 +50,8 @@
 // each moment the forwards and the deferred weight passes the order leaves
 // pending (the last stage: its forward beside pp - 1 weight passes),
 // beside its resident states (parameters, optimizer states, gradients
-// where resident: ZeRO-2 and up or Megatron's fp32 buffer; DDP's buckets);
+// where resident: ZeRO-2 and up or Megatron's fp32 buffer; DDP's buckets;
+// DeepSpeed ZeRO-2's buffers, allocated as the backward starts);
 // and at its step all its states. The larger over the stages and over the
 // two bounds is the plan's.
 //
@@ -503,6 +504,11 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
   const Bytes w = element_bytes(plan.precision);
   const bool resident_grads = plan.zero_stage >= 2 || plan.accumulate_allreduce_grads_in_fp32;
   const bool ddp_buckets = plan.zero_stage == 0 && plan.grad_group() > 1 && !plan.accumulate_allreduce_grads_in_fp32;
+  // Note [ZeRO-2's buffers]: DeepSpeed's, allocated as the backward starts,
+  // beside everything the forwards held.
+  const Bytes ipg = plan.zero_stage == 2 && !plan.fsdp && plan.shard_group > 1 && plan.contiguous_gradients
+                        ? (plan.overlap ? 2 : 1) * plan.bucket_bytes
+                        : 0;
   double time = 0;
   Bytes peak = 0;
   for (int s = 0; s < pp; ++s) {
@@ -540,7 +546,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     const ModelStates ms = model_states(plan, p, e);
     const Bytes buckets = ddp_buckets ? p * w : 0;
     const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets;
-    peak = std::max({peak, ms.total() + buckets, resident + act});
+    peak = std::max({peak, ms.total() + buckets, resident + act + ipg});
   }
   return {static_cast<TimeNs>(time * (1 - 1e-9)), peak + cluster.device.runtime_reserved};
 }
