@@ -16,6 +16,15 @@ const char* to_string(KernelKind kind) {
   return "?";
 }
 
+bool attends(const Model& model) {
+  for (const Layer& L : model.layers(WorkloadShape{})) {
+    for (const Kernel& k : L.forward) {
+      if (k.kind == KernelKind::kAttention) return true;
+    }
+  }
+  return false;
+}
+
 const char* to_string(LayerKind kind) {
   switch (kind) {
     case LayerKind::kOther: return "other";

@@ -30,6 +30,11 @@ BucketRule bucket_rule(const ResolvedPlan& plan) {
   return plan.zero_stage == 2 && !plan.fsdp ? BucketRule::kBeforeOverflow : BucketRule::kAtLeastCap;
 }
 
+Bytes zero2_buffer_bytes(const ResolvedPlan& plan) {
+  const bool deepspeed = plan.zero_stage == 2 && !plan.fsdp && plan.shard_group > 1;
+  return deepspeed && plan.contiguous_gradients ? (plan.overlap ? 2 : 1) * plan.bucket_bytes : 0;
+}
+
 std::vector<int> assign_buckets(const std::vector<Bytes>& bytes, Bytes first_cap, Bytes cap, BucketRule rule) {
   std::vector<int> out(bytes.size(), -1);
   int bucket = -1;

@@ -344,10 +344,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   if (options.advise) {
     // For the plan line people read (0.25 ms of layers for DeepSeek-V3,
     // which the search's predictions, advising nobody, do without).
-    p.model_attention = false;
-    for (const Layer& L : model.layers(WorkloadShape{})) {
-      for (const Kernel& k : L.forward) p.model_attention = p.model_attention || k.kind == KernelKind::kAttention;
-    }
+    p.model_attention = attends(model);
   }
   p.cluster_name = cluster.name;
   p.gpus = cluster.gpus();

@@ -506,9 +506,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
   const bool ddp_buckets = plan.zero_stage == 0 && plan.grad_group() > 1 && !plan.accumulate_allreduce_grads_in_fp32;
   // Note [ZeRO-2's buffers]: DeepSpeed's, allocated as the backward starts,
   // beside everything the forwards held.
-  const Bytes ipg = plan.zero_stage == 2 && !plan.fsdp && plan.shard_group > 1 && plan.contiguous_gradients
-                        ? (plan.overlap ? 2 : 1) * plan.bucket_bytes
-                        : 0;
+  const Bytes ipg = zero2_buffer_bytes(plan);
   double time = 0;
   Bytes peak = 0;
   for (int s = 0; s < pp; ++s) {
@@ -559,10 +557,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   r.gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
   r.global_batch = o.global_batch == 0 ? 4LL * r.gpus : o.global_batch;
   r.capacity = cluster.device.memory;
-  r.model_attention = false;
-  for (const Layer& L : model.layers(WorkloadShape{})) {
-    for (const Kernel& k : L.forward) r.model_attention = r.model_attention || k.kind == KernelKind::kAttention;
-  }
+  r.model_attention = attends(model);
   const std::vector<PlanSpec> candidates = enumerate_plans(model, cluster, o);
   r.enumerated = candidates.size();
   if (candidates.empty()) {

@@ -32,6 +32,12 @@ enum class BucketRule {
 /// ZeroRedundancyOptimizer and Megatron's distributed optimizer do).
 BucketRule bucket_rule(const ResolvedPlan& plan);
 
+/// DeepSpeed ZeRO-2's gradient buffers (Note [ZeRO-2's buffers] in
+/// sim/src/lowering/passes/data_parallel.cpp): reduce_bucket_size of them,
+/// twice with overlap_comm, for the backward of DeepSpeed's ZeRO-2 over
+/// more than one rank with contiguous_gradients; else 0.
+Bytes zero2_buffer_bytes(const ResolvedPlan& plan);
+
 /// Assigns gradients to buckets in the order backward produces them
 /// (reverse layer order): under kAtLeastCap a bucket closes once it holds
 /// at least its cap (`first_cap` for the first bucket, `cap` after) and the

@@ -306,4 +306,9 @@ class Model {
 
 using ModelPtr = std::shared_ptr<const Model>;
 
+/// Whether `model` attends: a forward kernel of KernelKind::kAttention in
+/// its layers (a CNN, an MLP or an LSTM has none). Builds its layers: not
+/// for a hot path.
+bool attends(const Model& model);
+
 }  // namespace dtsim::sim

@@ -94,8 +94,7 @@ class LayerBuckets final : public StrategyPass {
     plan_buckets();
     const ResolvedPlan& p = ctx_.plan;
     deepspeed_ = p.zero_stage == 2 && !p.fsdp && ctx_.n > 1;
-    // Note [ZeRO-2's buffers]: one buffer without overlap_comm, two with it.
-    if (deepspeed_ && p.contiguous_gradients) ipg_bytes_ = (p.overlap ? 2 : 1) * p.bucket_bytes;
+    ipg_bytes_ = zero2_buffer_bytes(p);  // Note [ZeRO-2's buffers]
   }
 
   void backward_memory(const At& at, MemOps& on_start, MemOps& on_end) override {
