@@ -489,6 +489,8 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"search --model gpt2 --cluster dgx-a100 --global-batch 0", "--global-batch 0: expected an integer from 1"},
       {"search --model gpt2 --cluster dgx-a100 --gpus 3", "--gpus 3: must divide the 8 GPUs of dgx-a100"},
       {"search --model gpt2 --cluster dgx-a100 --json --csv", "--json and --csv exclude each other"},
+      {"predict --model gpt2 --cluster dgx-a100 --plan zero2 --set plan.contiguous_gradients=maybe",
+       "--set plan.contiguous_gradients: 'maybe' is not a boolean; valid: true, false"},
       // Issue 23: seed 003's models refuse convolutions that cannot be.
       {"predict --model cnn --cluster 1xk80 --set model.image_size=4", "--set model.image_size: 4 leaves conv.0 a 4 x 4 input"},
       {"predict --model cnn --cluster 1xk80 --set model.padding=-2", "model.padding: -2 is out of range; valid: 0 to 1024"},
