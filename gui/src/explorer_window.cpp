@@ -166,6 +166,11 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                    "in fp32 for the whole run and reduced in place (Megatron --accumulate-allreduce-grads-in-fp32, "
                    "on by default under --bf16): 18 bytes a parameter with Adam, 6 + 12/dp with the distributed "
                    "optimizer. ZeRO-0 or ZeRO-1 only."},
+    {"contiguous_gradients", "plan.contiguous_gradients: DeepSpeed zero_optimization.contiguous_gradients "
+                             "(default true): ZeRO-2 copies each gradient into one of its reduce_bucket_size "
+                             "buffers (two with overlap_comm) and frees it; off, gradients stay where they were "
+                             "made until their bucket is reduced, and no buffer is allocated. DeepSpeed ZeRO-2 "
+                             "only (Note [ZeRO-2's buffers])."},
     {"offload", "plan.offload_optimizer / plan.offload_params: states kept in host memory, the optimizer step on "
                 "the CPU. DeepSpeed zero_optimization.offload_optimizer.device = \"cpu\" (ZeRO-Offload) and "
                 "offload_param.device = \"cpu\" (ZeRO-3); PyTorch FSDP CPUOffload(offload_params=True)."},
@@ -429,7 +434,7 @@ struct ExplorerWindow::Impl {
            *gpus_per_node = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *dealloc = nullptr, *sync_bn = nullptr,
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *contig = nullptr, *dealloc = nullptr, *sync_bn = nullptr,
             *nvls = nullptr, *limit_ag = nullptr;
   QComboBox* nccl_proto = nullptr;
 
@@ -638,6 +643,8 @@ struct ExplorerWindow::Impl {
     precision->setObjectName("precision");
     fp32_grads = new QCheckBox("fp32 gradients (Megatron)");
     fp32_grads->setObjectName("fp32_grads");
+    contig = new QCheckBox("contiguous gradients (DeepSpeed)");
+    contig->setObjectName("contiguous_gradients");
     fsdp_wrap = new QComboBox;
     fsdp_wrap->setObjectName("fsdp_wrap");
     fsdp_wrap->addItem("blocks + root", static_cast<int>(sim::FsdpWrap::kBlocks));
@@ -657,6 +664,7 @@ struct ExplorerWindow::Impl {
     }
     mf->addRow("Sharding", zero);
     mf->addRow("", fp32_grads);
+    mf->addRow("", contig);
     mf->addRow("FSDP units", fsdp_wrap);
     mf->addRow("", limit_ag);
     mf->addRow("ZeRO-3 prefetch", z3_prefetch);
@@ -1005,6 +1013,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(dealloc, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(sync_bn, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nvls, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nccl_proto, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
@@ -1060,6 +1069,7 @@ struct ExplorerWindow::Impl {
     dealloc->setChecked(p.deallocate_pipeline_outputs);
     sync_bn->setChecked(p.sync_batchnorm);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
+    contig->setChecked(p.contiguous_gradients);
     fsdp_wrap->setCurrentIndex(std::max(0, fsdp_wrap->findData(static_cast<int>(p.fsdp_wrap))));
     limit_ag->setChecked(p.limit_all_gathers);
     z3_prefetch->setValue(p.stage3_prefetch_bucket_size);
@@ -1119,6 +1129,8 @@ struct ExplorerWindow::Impl {
     // FSDP's units and its limit with a sharded FSDP; DeepSpeed's
     // coordinator knobs with its ZeRO-3 (resolve ignores them otherwise).
     const int z = zero->currentData().toInt();
+    // DeepSpeed's ZeRO-2 alone has its gradient buffers (resolve ignores the knob elsewhere).
+    contig->setEnabled(z == 2);
     const bool fsdp_params = z == 10 + static_cast<int>(sim::FsdpMode::kFullShard) ||
                              z == 10 + static_cast<int>(sim::FsdpMode::kHybridShard);
     fsdp_wrap->setEnabled(fsdp_params);
@@ -1188,6 +1200,8 @@ struct ExplorerWindow::Impl {
     p.recompute = static_cast<sim::Recompute>(recompute->currentData().toInt());
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
+    // Elsewhere the plan keeps its own (the box keeps what it shows).
+    if (z == 2) p.contiguous_gradients = contig->isChecked();
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
     // resolve refuses FSDP's knobs away from FSDP's sharded parameters:
@@ -1214,6 +1228,7 @@ struct ExplorerWindow::Impl {
     mark(p.deallocate_pipeline_outputs != before.deallocate_pipeline_outputs, "deallocate_pipeline_outputs");
     mark(p.sync_batchnorm != before.sync_batchnorm, "sync_batchnorm");
     mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");
+    mark(p.contiguous_gradients != before.contiguous_gradients, "contiguous_gradients");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");
     mark(p.grad_accum != before.grad_accum, "grad_accum");

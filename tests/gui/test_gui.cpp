@@ -164,10 +164,11 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 42);  // 21 combo boxes, 14 spin boxes (3 on the search tab), 7 check boxes
+  CHECK(knobs == 43);  // 21 combo boxes, 14 spin boxes (3 on the search tab), 8 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
+      {"contiguous_gradients", {"zero_optimization.contiguous_gradients", "overlap_comm"}},
       {"deallocate_pipeline_outputs", {"deallocate_output_tensor"}},
       {"sync_batchnorm", {"convert_sync_batchnorm"}},
       {"fsdp_wrap", {"transformer_auto_wrap_policy", "apply_fsdp"}},
@@ -661,6 +662,33 @@ TEST_CASE("the fp32-gradients knob shows the plan's and reaches it", "[gui][wind
   off->setChecked(true);  // a click the disabled box would not take: still not in the plan
   QCoreApplication::processEvents();
   CHECK_FALSE(z2.scenario().plan.accumulate_allreduce_grads_in_fp32);
+}
+
+// Note [ZeRO-2's buffers]: DeepSpeed's contiguous_gradients, enabled under
+// ZeRO-2 alone; off, its two 25 MB buffers (the shipped zero2.yaml's
+// bucket_mb 25 with overlap) leave the peak: 2 x 25,000,000 B fewer.
+TEST_CASE("the contiguous-gradients knob reaches a ZeRO-2 plan", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero2", "", {}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* box = w.findChild<QCheckBox*>("contiguous_gradients");
+  REQUIRE(box != nullptr);
+  CHECK(box->isEnabled());
+  CHECK(box->isChecked());  // DeepSpeed's default
+  const std::int64_t buffers = w.outcome().prediction->ranks.front().buffers;
+  box->setChecked(false);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK_FALSE(w.outcome().prediction->plan.contiguous_gradients);
+  CHECK(w.outcome().prediction->ranks.front().buffers == buffers - 2 * 25'000'000);
+  CHECK(w.scenario().plan.origins.of("plan.contiguous_gradients") == "explorer: contiguous_gradients");
+  // DDP has no such buffers: the box is off there.
+  ExplorerWindow d;
+  d.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "ddp", "", {}));
+  REQUIRE(d.wait_for_result(kWaitMs));
+  CHECK_FALSE(d.findChild<QCheckBox*>("contiguous_gradients")->isEnabled());
 }
 
 // FSDP's units and limit (Note [FSDP's root unit]), DeepSpeed's ZeRO-3
