@@ -7,58 +7,36 @@
 
 namespace dtsim::sim {
 
-// An EventId is the event's sequence number above its slot's index.
-constexpr int kSlotBits = 24;
-constexpr EventId kSlotMask = (EventId{1} << kSlotBits) - 1;
-
-EventId EventQueue::schedule(TimeNs at, Callback cb) {
+EventId EventQueue::schedule(TimeNs at, Event e) {
   DTSIM_ASSERT(at >= now_, "event scheduled in the past");
-  std::uint32_t slot;
-  if (free_.empty()) {
-    DTSIM_ASSERT(slots_.size() <= kSlotMask, "more than 2^24 events pending at once");
-    slot = static_cast<std::uint32_t>(slots_.size());
-    slots_.emplace_back();
-  } else {
-    slot = free_.back();
-    free_.pop_back();
-  }
-  const EventId seq = next_++;
-  slots_[slot] = Slot{std::move(cb), seq};
-  heap_.push_back(Entry{at, seq, slot});
+  const EventId seq = state_.size();
+  state_.push_back(kQueued);
+  heap_.push_back(Entry{at, seq, e});
   std::push_heap(heap_.begin(), heap_.end(), std::greater<>());
   ++live_;
-  return seq << kSlotBits | slot;
+  return seq;
 }
 
 void EventQueue::cancel(EventId id) {
-  const EventId slot = id & kSlotMask;
-  if (slot < slots_.size() && slots_[slot].seq == id >> kSlotBits && slots_[slot].cb) {
-    slots_[slot].cb = nullptr;
+  if (id < state_.size() && state_[id] == kQueued) {
+    state_[id] = kCancelled;
     --live_;
   }
 }
 
-bool EventQueue::step() {
+std::optional<Event> EventQueue::next() {
   while (!heap_.empty()) {
     std::pop_heap(heap_.begin(), heap_.end(), std::greater<>());
-    const Entry e = heap_.back();
+    const Entry top = heap_.back();
     heap_.pop_back();
-    Callback cb = std::move(slots_[e.slot].cb);
-    slots_[e.slot].cb = nullptr;
-    free_.push_back(e.slot);
-    if (!cb) continue;  // cancelled
+    if (state_[top.seq] != kQueued) continue;  // cancelled
+    state_[top.seq] = kTaken;
     --live_;
-    now_ = e.at;
+    now_ = top.at;
     ++processed_;
-    cb();
-    return true;
+    return top.e;
   }
-  return false;
-}
-
-void EventQueue::run() {
-  while (step()) {
-  }
+  return std::nullopt;
 }
 
 }  // namespace dtsim::sim

@@ -131,6 +131,9 @@ struct Link {
   EventId pending = kNoEvent;
 };
 
+/// What an event asks of the executor (Note [Plain events] in engine.hpp).
+enum class Action : std::int32_t { kFinish, kStartFlow, kLinkEvent };
+
 class Executor {
  public:
   Executor(const TaskGraph& g, const ExecOptions& o) : g_(g), opt_(o) {}
@@ -140,7 +143,13 @@ class Executor {
     for (std::size_t r = 0; r < stream_tasks_.size(); ++r) {
       for (std::size_t s = 0; s < stream_tasks_[r].size(); ++s) try_start_head(static_cast<int>(r), static_cast<int>(s));
     }
-    while (q_.step()) {
+    while (const auto e = q_.next()) {
+      // Note [Plain events]: what each kind asks.
+      switch (static_cast<Action>(e->kind)) {
+        case Action::kFinish: finish(e->arg); break;
+        case Action::kStartFlow: start_flow(e->arg); break;
+        case Action::kLinkEvent: on_link_event(e->arg); break;
+      }
       if (opt_.record_event_times) event_times_.push_back(q_.now());
     }
     check_all_done();
@@ -300,7 +309,7 @@ class Executor {
     for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
-      q_.schedule(later(q_.now(), t.cost.latency), [this, id] { start_flow(id); });
+      q_.schedule(later(q_.now(), t.cost.latency), {static_cast<std::int32_t>(Action::kStartFlow), id});
     } else if (t.kind == TaskKind::kCompute && slowdown_[t.rank] > 0 && t.duration > 0) {
       // Note [Interference]: its end moves with the rank's collectives.
       Progress p;
@@ -314,7 +323,7 @@ class Executor {
     } else {
       // Note [Host launch]: not before the host has issued it.
       const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
-      q_.schedule(end, [this, id] { finish(id); });
+      q_.schedule(end, {static_cast<std::int32_t>(Action::kFinish), id});
     }
   }
 
@@ -350,7 +359,7 @@ class Executor {
     if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(ns * 1e-9);
     const TaskId id = p.id;
     const TimeNs end = std::max(later(q_.now(), static_cast<TimeNs>(ns)), issue_end_[id]);
-    p.event = q_.schedule(end, [this, id] { finish(id); });
+    p.event = q_.schedule(end, {static_cast<std::int32_t>(Action::kFinish), id});
   }
 
   /// Rank r's running collectives now take a link class more or one fewer:
@@ -411,7 +420,7 @@ class Executor {
     double soonest = std::numeric_limits<double>::infinity();
     for (int f : link.flows) soonest = std::min(soonest, std::max(0.0, flows_[f].remaining) / flows_[f].rate);
     const TimeNs when = later(q_.now(), seconds_to_ns_ceil(soonest));
-    link.pending = q_.schedule(when, [this, li] { on_link_event(li); });
+    link.pending = q_.schedule(when, {static_cast<std::int32_t>(Action::kLinkEvent), li});
   }
 
   void on_link_event(int li) {

@@ -33,7 +33,7 @@ class TaskBuilder {
   /// A kernel (or, on the host stream, the host's work) of `duration`.
   TaskId compute(std::string name, int rank, int stream, Phase phase, TimeNs duration, TaskDeps deps = {},
                  MemOps on_start = {}, MemOps on_end = {}, bool host = false) {
-    Task t;
+    Task& t = make();
     t.name = named_ ? std::move(name) : std::string();
     t.kind = host ? TaskKind::kHostCompute : TaskKind::kCompute;
     t.phase = phase;
@@ -44,13 +44,13 @@ class TaskBuilder {
     t.on_start = std::move(on_start);
     t.on_end = std::move(on_end);
     t.micro = micro_;
-    return g_.add(std::move(t));
+    return static_cast<TaskId>(g_.tasks.size() - 1);
   }
   /// A collective (or point-to-point send) over the group of mesh axis `axis`.
   TaskId collective(std::string name, int rank, int stream, Axis axis, CollectiveOp op, Bytes bytes,
                     const CollectiveCost& cost, TaskDeps deps, MemOps on_start = {},
                     MemOps on_end = {}) {
-    Task t;
+    Task& t = make();
     t.name = named_ ? std::move(name) : std::string();
     t.kind = TaskKind::kCollective;
     t.phase = Phase::kComm;
@@ -74,11 +74,11 @@ class TaskBuilder {
     t.on_start = std::move(on_start);
     t.on_end = std::move(on_end);
     t.micro = micro_;
-    return g_.add(std::move(t));
+    return static_cast<TaskId>(g_.tasks.size() - 1);
   }
   /// A copy between host and device over PCIe (ZeRO-Offload).
   TaskId host_copy(std::string name, int rank, int stream, Bytes bytes, const CollectiveCost& cost, TaskDeps deps) {
-    Task t;
+    Task& t = make();
     t.name = named_ ? std::move(name) : std::string();
     t.kind = TaskKind::kCollective;
     t.phase = Phase::kOffload;
@@ -89,10 +89,13 @@ class TaskBuilder {
     t.cost = cost;
     t.deps = std::move(deps);
     t.micro = micro_;
-    return g_.add(std::move(t));
+    return static_cast<TaskId>(g_.tasks.size() - 1);
   }
 
  private:
+  /// A new task at the graph's end, made in place (Note [Compact tasks] in task_graph.hpp).
+  Task& make() { return g_.tasks.emplace_back(); }
+
   bool named_ = true;
   std::int32_t micro_ = -1;
   std::vector<double> stalls_seen_;  ///< by rank (Note [A collective's stalls])
@@ -205,6 +208,10 @@ class StageEmitter {
   virtual void end_stage(int stage) = 0;
   /// Every stage is emitted: what joins them; the graph.
   virtual TaskGraph finish() = 0;
+  /// The tasks made so far.
+  virtual std::size_t tasks() const = 0;
+  /// Room for `n` tasks in all (Note [Compact tasks] in task_graph.hpp).
+  virtual void reserve(std::size_t n) = 0;
 };
 
 /// A single stage, layer by layer (layer_stage.cpp), with the passes of data

@@ -131,6 +131,8 @@ TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec&
     emit->begin_stage(s, order);
     for (std::size_t j = 0; j < order.size(); ++j) emit->step(s, j, order[j]);
     emit->end_stage(s);
+    // Note [Compact tasks]: the other stages make about as many as the first.
+    if (s == 0 && plan.pp > 1) emit->reserve(emit->tasks() * static_cast<std::size_t>(plan.pp) * 9 / 8 + 64);
   }
   return emit->finish();
 }

@@ -60,7 +60,9 @@ CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_nod
 /// The cost of one collective, split so the engine can share link bandwidth:
 /// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
 struct CollectiveCost {
-  std::string algorithm;    ///< "ring", "tree", "nvls", "nvlstree", "local", "p2p", "measured"
+  /// "ring", "tree", "nvls", "nvlstree", "local", "p2p", "measured", ...:
+  /// always a string literal, so a view (Note [Compact tasks] in task_graph.hpp).
+  std::string_view algorithm;
   /// NCCL's protocol: "LL", "LL128" or "Simple" (Note [NCCL protocols] in
   /// cost_comm.cpp); empty where the cluster's collectives take one line
   /// (Gloo, RCCL, a profile's fit).
