@@ -164,8 +164,8 @@ class Executor {
     arrived_.assign(n, 0);
     start_.assign(n, 0);
     end_.assign(n, 0);
-    started_.assign(n, false);
-    done_.assign(n, false);
+    started_.assign(n, 0);
+    done_.assign(n, 0);
     ready_by_.assign(n, -1);
     ready_at_.assign(n, 0);
     crit_pred_.assign(n, -1);
@@ -304,7 +304,7 @@ class Executor {
 
   void begin(TaskId id) {
     const Task& t = g_.tasks[id];
-    started_[id] = true;
+    started_[id] = 1;
     start_[id] = q_.now();
     for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
@@ -399,8 +399,25 @@ class Executor {
 
   void reshare_and_schedule(int li) {
     Link& link = links_[li];
-    // Water-filling: serve flows in order of their caps (in a scratch
-    // vector: this runs at every flow's start and end).
+    if (link.flows.size() == 1) {
+      // One flow alone takes what water-filling gives it: the link, up to its cap.
+      Flow& f = flows_[link.flows.front()];
+      f.rate = std::min(f.max_rate, link.capacity > 0 ? link.capacity : std::numeric_limits<double>::infinity());
+    } else {
+      reshare(link);
+    }
+    if (link.pending != kNoEvent) q_.cancel(link.pending);
+    link.pending = kNoEvent;
+    if (link.flows.empty()) return;
+    double soonest = std::numeric_limits<double>::infinity();
+    for (int f : link.flows) soonest = std::min(soonest, std::max(0.0, flows_[f].remaining) / flows_[f].rate);
+    const TimeNs when = later(q_.now(), seconds_to_ns_ceil(soonest));
+    link.pending = q_.schedule(when, {static_cast<std::int32_t>(Action::kLinkEvent), li});
+  }
+
+  /// Water-filling: serve flows in order of their caps (in a scratch
+  /// vector: this runs at every flow's start and end).
+  void reshare(Link& link) {
     std::vector<int>& order = order_;
     order.assign(link.flows.begin(), link.flows.end());
     std::sort(order.begin(), order.end(), [&](int a, int b) {
@@ -414,13 +431,6 @@ class Executor {
       left -= flows_[f].rate;
       --n;
     }
-    if (link.pending != kNoEvent) q_.cancel(link.pending);
-    link.pending = kNoEvent;
-    if (link.flows.empty()) return;
-    double soonest = std::numeric_limits<double>::infinity();
-    for (int f : link.flows) soonest = std::min(soonest, std::max(0.0, flows_[f].remaining) / flows_[f].rate);
-    const TimeNs when = later(q_.now(), seconds_to_ns_ceil(soonest));
-    link.pending = q_.schedule(when, {static_cast<std::int32_t>(Action::kLinkEvent), li});
   }
 
   void on_link_event(int li) {
@@ -451,7 +461,7 @@ class Executor {
 
   void finish(TaskId id) {
     const Task& t = g_.tasks[id];
-    done_[id] = true;
+    done_[id] = 1;
     end_[id] = q_.now();
     if (slowdown_[t.rank] > 0) {
       if (t.kind == TaskKind::kCollective && interferes(t) && --comm_active_[t.rank][link_of(t)] == 0) rerate(t.rank);
@@ -573,7 +583,7 @@ class Executor {
   std::vector<TaskId> dependents_;
   std::vector<TimeNs> start_, end_, ready_at_;
   std::vector<TimeNs> issue_end_;  ///< Note [Host launch]: when the host has issued each task (0: no cost)
-  std::vector<bool> started_, done_;
+  std::vector<char> started_, done_;  // bytes, not bits: read and set at every event
   std::vector<TaskId> ready_by_, crit_pred_;
   std::vector<std::vector<std::vector<TaskId>>> stream_tasks_;
   std::vector<std::vector<std::size_t>> head_;
