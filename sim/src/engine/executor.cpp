@@ -281,6 +281,9 @@ class Executor {
     }
   }
 
+  /// Schedules `what` on `arg` (a task or a link) at `when` (Note [Plain events]).
+  EventId at(TimeNs when, Action what, std::int32_t arg) { return q_.schedule(when, {static_cast<std::int32_t>(what), arg}); }
+
   /// Note [Interference]: a compute task running on a rank whose compute
   /// slows, and where it stands.
   struct Progress {
@@ -309,7 +312,7 @@ class Executor {
     for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
-      q_.schedule(later(q_.now(), t.cost.latency), {static_cast<std::int32_t>(Action::kStartFlow), id});
+      at(later(q_.now(), t.cost.latency), Action::kStartFlow, id);
     } else if (t.kind == TaskKind::kCompute && slowdown_[t.rank] > 0 && t.duration > 0) {
       // Note [Interference]: its end moves with the rank's collectives.
       Progress p;
@@ -323,7 +326,7 @@ class Executor {
     } else {
       // Note [Host launch]: not before the host has issued it.
       const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
-      q_.schedule(end, {static_cast<std::int32_t>(Action::kFinish), id});
+      at(end, Action::kFinish, id);
     }
   }
 
@@ -359,7 +362,7 @@ class Executor {
     if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(ns * 1e-9);
     const TaskId id = p.id;
     const TimeNs end = std::max(later(q_.now(), static_cast<TimeNs>(ns)), issue_end_[id]);
-    p.event = q_.schedule(end, {static_cast<std::int32_t>(Action::kFinish), id});
+    p.event = at(end, Action::kFinish, id);
   }
 
   /// Rank r's running collectives now take a link class more or one fewer:
@@ -412,7 +415,7 @@ class Executor {
     double soonest = std::numeric_limits<double>::infinity();
     for (int f : link.flows) soonest = std::min(soonest, std::max(0.0, flows_[f].remaining) / flows_[f].rate);
     const TimeNs when = later(q_.now(), seconds_to_ns_ceil(soonest));
-    link.pending = q_.schedule(when, {static_cast<std::int32_t>(Action::kLinkEvent), li});
+    link.pending = at(when, Action::kLinkEvent, li);
   }
 
   /// Water-filling: serve flows in order of their caps (in a scratch

@@ -111,8 +111,7 @@ class ChunkStage final : public detail::StageEmitter {
   }
 
   void end_stage(int s) override { optimizer_step(s); }
-  std::size_t tasks() const override { return ctx_.g.tasks.size(); }
-  void reserve(std::size_t n) override { ctx_.g.tasks.reserve(n); }
+  TaskGraph& graph() override { return ctx_.g; }
 
   TaskGraph finish() override {
     passes_.finish();

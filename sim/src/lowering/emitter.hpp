@@ -208,10 +208,8 @@ class StageEmitter {
   virtual void end_stage(int stage) = 0;
   /// Every stage is emitted: what joins them; the graph.
   virtual TaskGraph finish() = 0;
-  /// The tasks made so far.
-  virtual std::size_t tasks() const = 0;
-  /// Room for `n` tasks in all (Note [Compact tasks] in task_graph.hpp).
-  virtual void reserve(std::size_t n) = 0;
+  /// The graph being made (Note [Compact tasks] in task_graph.hpp: lower() reserves it).
+  virtual TaskGraph& graph() = 0;
 };
 
 /// A single stage, layer by layer (layer_stage.cpp), with the passes of data

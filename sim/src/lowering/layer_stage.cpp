@@ -84,8 +84,7 @@ class LayerStage final : public detail::StageEmitter {
     }
   }
   void end_stage(int) override { optimizer_step(); }
-  std::size_t tasks() const override { return ctx_.g.tasks.size(); }
-  void reserve(std::size_t n) override { ctx_.g.tasks.reserve(n); }
+  TaskGraph& graph() override { return ctx_.g; }
   TaskGraph finish() override {
     passes_.finish();
     return std::move(ctx_.g);

@@ -132,7 +132,10 @@ TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec&
     for (std::size_t j = 0; j < order.size(); ++j) emit->step(s, j, order[j]);
     emit->end_stage(s);
     // Note [Compact tasks]: the other stages make about as many as the first.
-    if (s == 0 && plan.pp > 1) emit->reserve(emit->tasks() * static_cast<std::size_t>(plan.pp) * 9 / 8 + 64);
+    if (s == 0 && plan.pp > 1) {
+      std::vector<Task>& tasks = emit->graph().tasks;
+      tasks.reserve(tasks.size() * static_cast<std::size_t>(plan.pp) * 9 / 8 + 64);
+    }
   }
   return emit->finish();
 }
