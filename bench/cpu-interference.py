@@ -111,7 +111,8 @@ def main():
     p.add_argument("--json", action="store_true", help="print the rows as JSON")
     args = p.parse_args()
     if args.reps < 1 or args.max_mib < 1:
-        sys.exit("cpu-interference.py: --reps and --max-mib must be at least 1")
+        print(f"cpu-interference.py: --reps {args.reps} --max-mib {args.max_mib}: each must be at least 1", file=sys.stderr)
+        sys.exit(2)
     port = free_port()
     r, w = os.pipe()
     pids = []
@@ -133,7 +134,8 @@ def main():
         text = f.read()
     status = [os.waitpid(pid, 0)[1] for pid in pids]
     if any(status) or not text:
-        sys.exit("cpu-interference.py: a rank failed")
+        print("cpu-interference.py: a rank failed (its line above says why)", file=sys.stderr)
+        sys.exit(2)
     rows = json.loads(text)
     if args.json:
         print(json.dumps(rows, indent=1))
