@@ -96,7 +96,7 @@ Flops matmul_flops(const std::vector<sim::Kernel>& ks) {
 
 Flops ZooModel::model_flops(const sim::WorkloadShape& shape) const {
   Flops f = 0;
-  for (const auto& l : layers(shape)) f += matmul_flops(l.forward);
+  for (const auto& l : shared_layers(shape)) f += matmul_flops(l.forward);
   return 3 * f;
 }
 

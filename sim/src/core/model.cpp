@@ -2,7 +2,57 @@
 // they live in the core so every front end and the simulator link them.
 #include "dtsim/sim/model.hpp"
 
+#include <algorithm>
+#include <mutex>
+#include <utility>
+
 namespace dtsim::sim {
+
+namespace {
+/// Shapes a model keeps the layers of (Note [Layer memo]): a search's plans
+/// at one micro-batch size and sequence length take a handful (tp, cp, ep,
+/// flash, precision), each list some kilobytes a layer.
+constexpr std::size_t kLayerMemo = 16;
+}  // namespace
+
+/// The lists a model has built, the most recently used last.
+struct Model::LayerMemo {
+  std::mutex mu;
+  std::vector<std::pair<WorkloadShape, std::shared_ptr<const std::vector<Layer>>>> kept;
+};
+
+Model::Model() : memo_(std::make_unique<LayerMemo>()) {}
+Model::Model(const Model&) : memo_(std::make_unique<LayerMemo>()) {}
+Model& Model::operator=(const Model& o) {
+  if (this != &o) memo_ = std::make_unique<LayerMemo>();
+  return *this;
+}
+Model::~Model() = default;
+
+LayerList Model::shared_layers(const WorkloadShape& shape) const {
+  {
+    std::lock_guard<std::mutex> lock(memo_->mu);
+    auto& kept = memo_->kept;
+    for (auto it = kept.begin(); it != kept.end(); ++it) {
+      if (it->first != shape) continue;
+      // The newest used goes last: the least recently used is dropped first.
+      std::rotate(it, it + 1, kept.end());
+      return LayerList(kept.back().second);
+    }
+  }
+  // Built outside the lock (two threads may build the same list; either is kept).
+  auto built = std::make_shared<const std::vector<Layer>>(layers(shape));
+  std::lock_guard<std::mutex> lock(memo_->mu);
+  auto& kept = memo_->kept;
+  if (kept.size() >= kLayerMemo) kept.erase(kept.begin());
+  kept.emplace_back(shape, built);
+  return LayerList(std::move(built));
+}
+
+const std::vector<Layer>& LayerList::none() {
+  static const std::vector<Layer> none;
+  return none;
+}
 
 const char* to_string(KernelKind kind) {
   switch (kind) {
@@ -17,7 +67,7 @@ const char* to_string(KernelKind kind) {
 }
 
 bool attends(const Model& model) {
-  for (const Layer& L : model.layers(WorkloadShape{})) {
+  for (const Layer& L : model.shared_layers(WorkloadShape{})) {
     for (const Kernel& k : L.forward) {
       if (k.kind == KernelKind::kAttention) return true;
     }

@@ -16,7 +16,7 @@ namespace dtsim::sim::detail {
 struct LayerContext : StageContext {
   using StageContext::StageContext;
 
-  std::vector<Layer> layers;
+  LayerList layers;  ///< the model's, shared (Note [Layer memo] in model.hpp)
   std::vector<TimeNs> fwd_time, bwd_time, core_time;  ///< per layer, one micro-batch
   std::vector<TimeNs> fwd_launch, bwd_launch;         ///< per layer: Note [Host launch] (executor.cpp)
   std::vector<float> fwd_memory, bwd_memory;          ///< per layer: Task::memory_share of its passes

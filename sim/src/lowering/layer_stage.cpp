@@ -28,7 +28,7 @@ class LayerStage final : public detail::StageEmitter {
     detail::LayerContext& c = ctx_;
     const ResolvedPlan& p = c.plan;
     const WorkloadShape shape = detail::workload_shape(p, c.cluster.device);
-    c.layers = c.model.layers(shape);
+    c.layers = c.model.shared_layers(shape);
     DTSIM_ASSERT(!c.layers.empty(), "model has no layers");
     c.zero = p.zero_stage;
     c.n = p.shard_group;

@@ -47,7 +47,7 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
                           const ComputeModel& compute, const CommModel& comm) {
   const WorkloadShape shape = detail::workload_shape(plan, cluster.device);
   PricedLayers out;
-  out.layers = model.layers(shape);
+  out.layers = model.shared_layers(shape);
   const CommGroup tp_group = axis_group(plan.mesh, Axis::kTp, cluster.gpus_per_node);
   const CommGroup dp_group = data_group(plan.mesh, cluster.gpus_per_node);
   const CommGroup ep_group = plan.ep > 1 ? expert_group(plan.mesh, plan.etp, plan.ep, Axis::kEp, cluster.gpus_per_node) : CommGroup{};

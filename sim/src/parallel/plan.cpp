@@ -329,7 +329,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
               std::to_string(chunks) + " model chunks for the " + std::to_string(n) + " layers of " + model.name() +
                   "; every chunk needs a layer, valid pp x virtual_stages: 1 to " + std::to_string(n));
     } else if (!s.stage_layers.empty()) {
-      const auto layers = model.layers(WorkloadShape{});
+      const LayerList layers = model.shared_layers(WorkloadShape{});
       int sum = 0;
       bool each_ok = true;
       for (int c : s.stage_layers) {

@@ -141,7 +141,7 @@ std::vector<Offload> PlanRules::param_offloads(int zero_stage) const {
 std::vector<Recompute> PlanRules::recomputes() const {
   if (!attention_) {
     // Built once, when first asked: resolve never asks.
-    const std::vector<Layer> one = model_.layers(WorkloadShape{});
+    const LayerList one = model_.shared_layers(WorkloadShape{});
     attention_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.attention_core_bytes > 0; });
     blocks_ = std::any_of(one.begin(), one.end(), [](const Layer& l) { return l.is_block(); });
   }
@@ -165,7 +165,7 @@ bool PlanRules::op_recompute_allowed(int tp, int cp, bool flash) const {
   shape.tp = tp;
   shape.cp = cp;
   shape.flash_attention = flash;
-  const std::vector<Layer> layers = model_.layers(shape);
+  const LayerList layers = model_.shared_layers(shape);
   const bool described =
       std::all_of(layers.begin(), layers.end(), [](const Layer& l) { return !l.is_block() || l.op_recompute_bytes > 0; }) &&
       std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });

@@ -302,7 +302,7 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
   std::string what;
   if (full.activations >= states) {
     what = fmt::format("activations are {} of its {} peak", detail::gib(full.activations), detail::gib(full.peak));
-    const auto layers = model.layers(WorkloadShape{});
+    const LayerList layers = model.shared_layers(WorkloadShape{});
     const bool blocks = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });
     if (blocks && plan.recompute != Recompute::kFull) knobs.push_back("plan.recompute=full");
     if (plan.micro_batch > 1) knobs.push_back("a smaller plan.micro_batch");
@@ -406,7 +406,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     // [Op-level recompute]; resolve allows it at tp 1 and cp 1 only).
     WorkloadShape rs = shape;
     rs.flash_attention = p.plan.flash_attention;
-    for (const auto& l : model.layers(rs)) {
+    for (const auto& l : model.shared_layers(rs)) {
       if (p.plan.recompute == Recompute::kFull && l.is_block()) {
         hw_flops += l.forward_flops() * micro_steps;
       } else {

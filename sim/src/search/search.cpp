@@ -398,18 +398,18 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
 
 namespace {
 /// The model's layers as `plan` splits its parameters (their shapes do not matter here).
-std::vector<Layer> parameter_layers(const Model& model, const ResolvedPlan& plan) {
+LayerList parameter_layers(const Model& model, const ResolvedPlan& plan) {
   WorkloadShape shape;
   shape.tp = plan.tp;
   shape.ep = plan.ep;
   shape.etp = plan.etp;
-  return model.layers(shape);
+  return model.shared_layers(shape);
 }
 }  // namespace
 
 std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan) {
   if (!plan.fsdp || plan.zero_stage != 3 || plan.fsdp_wrap == FsdpWrap::kLayers) return 0;
-  const std::vector<Layer> layers = parameter_layers(model, plan);
+  const LayerList layers = parameter_layers(model, plan);
   if (plan.fsdp_wrap == FsdpWrap::kTorchtitan) return layers.empty() ? 0 : layers.back().params;
   const std::vector<bool> root = fsdp_root_layers(plan, layers);
   std::int64_t n = 0;
@@ -570,7 +570,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   // Routed experts' parameters, split over ep x etp ranks rather than tp.
   std::int64_t expert_params = 0;
   if (model.experts() > 0) {
-    for (const Layer& L : model.layers(WorkloadShape{})) expert_params += L.expert_params;
+    for (const Layer& L : model.shared_layers(WorkloadShape{})) expert_params += L.expert_params;
   }
   const PlanRules lb_rules(model, cluster, r.gpus);
   std::map<std::tuple<std::int64_t, int, bool, Recompute, int, Attention, Precision>, Bytes> kept_cache;
@@ -590,7 +590,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     shape.cp_all_gather = s.cp_comm == CpComm::kAllGather;
     shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
     Bytes kept = 0;
-    const auto layers = model.layers(shape);
+    const LayerList layers = model.shared_layers(shape);
     for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);
     kept_cache[key] = kept;
     return kept;

@@ -117,6 +117,8 @@ struct WorkloadShape {
   /// softmax becomes the gradient in place); false: DTensor's loss_parallel,
   /// whose backward makes a new gradient (PlanSpec::loss_parallel).
   bool megatron_loss = true;
+
+  bool operator==(const WorkloadShape&) const = default;
 };
 
 /// How an expert dispatch's tokens spread, for DeepEP's pricing: each token
@@ -247,11 +249,49 @@ struct Layer {
   Flops backward_flops() const;   ///< sum over backward kernels (with repeats)
 };
 
+// Note [Layer memo]
+// A prediction asks its model for the same layers several times (to price
+// and split them, for the MFU's FLOPs, whether it attends) and a search asks
+// for the same few shapes plan after plan. Building a 96-block model's list
+// copies each block's kernels, modules and names: under callgrind a third
+// of a small prediction's instructions (gpt-175b, 8 micro-batches) and a
+// tenth of a search's. Models are immutable, so each keeps the lists it
+// built for the 16 shapes it was last asked for (kLayerMemo in
+// sim/src/core/model.cpp) and hands them out shared (Model::shared_layers);
+// a copy of a model starts with none.
+
+/// A model's layers for one shape, shared with the model's memo (Note
+/// [Layer memo]): read as a const std::vector<Layer>.
+class LayerList {
+ public:
+  LayerList() = default;
+  explicit LayerList(std::shared_ptr<const std::vector<Layer>> layers) : p_(std::move(layers)) {}
+  const std::vector<Layer>& get() const { return p_ ? *p_ : none(); }
+  operator const std::vector<Layer>&() const { return get(); }  // NOLINT: reads as the vector it is
+  std::size_t size() const { return get().size(); }
+  bool empty() const { return get().empty(); }
+  const Layer& operator[](std::size_t i) const { return get()[i]; }
+  const Layer& front() const { return get().front(); }
+  const Layer& back() const { return get().back(); }
+  auto begin() const { return get().begin(); }
+  auto end() const { return get().end(); }
+
+ private:
+  static const std::vector<Layer>& none();
+  std::shared_ptr<const std::vector<Layer>> p_;
+};
+
 /// A model the simulator can lower. Implementations are immutable and
 /// thread-safe, so one instance can serve many simulations at once.
 class Model {
  public:
-  virtual ~Model() = default;
+  Model();
+  Model(const Model&);
+  Model& operator=(const Model&);
+  virtual ~Model();
+  /// layers(shape), built once for each of the last few shapes asked and
+  /// then shared (Note [Layer memo]); thread-safe.
+  LayerList shared_layers(const WorkloadShape& shape) const;
   /// Name shown in reports ("gpt2-xl").
   virtual std::string name() const = 0;
   /// Total trainable parameters, counted as HuggingFace does (tied weights once).
@@ -302,13 +342,17 @@ class Model {
   /// Model FLOPs of forward + backward for one micro-batch, without recompute
   /// (Korthikanti et al. 2022, Eq. 7, for transformers); the numerator of MFU.
   virtual Flops model_flops(const WorkloadShape& shape) const = 0;
+
+ private:
+  struct LayerMemo;
+  std::unique_ptr<LayerMemo> memo_;
 };
 
 using ModelPtr = std::shared_ptr<const Model>;
 
 /// Whether `model` attends: a forward kernel of KernelKind::kAttention in
-/// its layers (a CNN, an MLP or an LSTM has none). Builds its layers: not
-/// for a hot path.
+/// its layers (a CNN, an MLP or an LSTM has none), those of the default
+/// shape, as Model::shared_layers keeps them.
 bool attends(const Model& model);
 
 }  // namespace dtsim::sim

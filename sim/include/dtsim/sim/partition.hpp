@@ -21,7 +21,7 @@ std::vector<int> balance_layers(const std::vector<double>& costs, int chunks);
 /// Each layer of one micro-batch on one rank, priced once: the partition
 /// balances these figures and the pipeline lowering reuses them.
 struct PricedLayers {
-  std::vector<Layer> layers;
+  LayerList layers;  ///< the model's, shared (Note [Layer memo] in model.hpp)
   std::vector<TimeNs> forward, backward;  ///< per layer
   /// Per layer: the share of forward, backward and recompute in memory-bound
   /// kernels (ComputeModel::memory_share; Note [Interference] in engine/executor.cpp).
