@@ -12,7 +12,8 @@
 // made, moved out and destroyed around one indirect call: with the heap's
 // work, a sixth of the prediction's instructions under callgrind. What an
 // executor schedules is always one of a few actions on one task or link, so
-// an event is that pair, kept in the heap entry itself.
+// an event is that pair, kept in the heap entry itself. The heap is written out
+// (Note [Event heap] in engine.cpp).
 
 #include <cstdint>
 #include <optional>
