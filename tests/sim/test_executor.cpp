@@ -168,18 +168,9 @@ TEST_CASE("the memory peak of a known allocation sequence", "[executor]") {
   // 100+50+30 = 180 before).
   TaskGraph g = one_rank();
   g.ranks[0].resident = {{MemCategory::kParameters, 100}};
-  Task t1 = compute("t1", 10);
-  t1.on_start = {{MemCategory::kActivations, 50}};
-  t1.on_end = {{MemCategory::kActivations, -50}};
-  Task t2 = compute("t2", 10);
-  t2.on_start = {{MemCategory::kActivations, 70}};
-  t2.on_end = {{MemCategory::kActivations, -70}};
-  Task t3 = compute("t3", 15, 1);
-  t3.on_start = {{MemCategory::kBuffers, 30}};
-  t3.on_end = {{MemCategory::kBuffers, -30}};
-  g.add(t1);
-  g.add(t2);
-  g.add(t3);
+  g.add(compute("t1", 10), MemOps{{MemCategory::kActivations, 50}}, MemOps{{MemCategory::kActivations, -50}});
+  g.add(compute("t2", 10), MemOps{{MemCategory::kActivations, 70}}, MemOps{{MemCategory::kActivations, -70}});
+  g.add(compute("t3", 15, 1), MemOps{{MemCategory::kBuffers, 30}}, MemOps{{MemCategory::kBuffers, -30}});
   const ExecResult r = execute(g, {true});
   const MemSnapshot& peak = r.memory[0].at_peak;
   CHECK(peak.total() == 200);
@@ -192,9 +183,7 @@ TEST_CASE("the memory peak of a known allocation sequence", "[executor]") {
 
 TEST_CASE("freeing more than was allocated is an internal error", "[executor]") {
   TaskGraph g = one_rank();
-  Task t = compute("t", 1);
-  t.on_end = {{MemCategory::kActivations, -1}};
-  g.add(t);
+  g.add(compute("t", 1), {}, MemOps{{MemCategory::kActivations, -1}});
   CHECK_THROWS_AS(execute(g), InternalError);
 }
 

@@ -263,12 +263,12 @@ TEST_CASE("on a CPU cluster collectives do not overlap compute: exposed comm is 
 
 namespace {
 /// Bytes a task holds in buffers while it runs (on_start; on_end must give them back).
-Bytes buffers_held(const Task& t) {
+Bytes buffers_held(const TaskGraph& g, const Task& t) {
   Bytes held = 0, back = 0;
-  for (const MemOp& op : t.on_start) {
+  for (const MemOp& op : g.on_start(t)) {
     if (op.category == MemCategory::kBuffers) held += op.bytes;
   }
-  for (const MemOp& op : t.on_end) {
+  for (const MemOp& op : g.on_end(t)) {
     if (op.category == MemCategory::kBuffers) back += op.bytes;
   }
   CHECK(back == -held);
@@ -285,7 +285,7 @@ TEST_CASE("collective buffers with NCCL and with Gloo (Note [ZeRO])", "[lowering
       std::vector<Bytes> out;
       for (const Task& t : r.graph.tasks) {
         if (t.kind == TaskKind::kCollective && t.op == op && t.name.find(name_part) != std::string::npos) {
-          out.push_back(buffers_held(t));
+          out.push_back(buffers_held(r.graph, t));
         }
       }
       return out;

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <vector>
 
+#include "dtsim/sim/error.hpp"
 #include "dtsim/sim/small_vector.hpp"
 #include "dtsim/sim/task_graph.hpp"
 
@@ -65,11 +66,28 @@ TEST_CASE("SmallVector copies, moves, inserts and erases", "[sim]") {
   CHECK_FALSE(v == SmallVector<int, 3>{1, 3});
 }
 
-TEST_CASE("a task's lists are the inline kinds", "[sim]") {
+TEST_CASE("a task's dependencies are inline and its memory operations pooled in its graph", "[sim]") {
   Task t;
   t.deps = {1, 2, 3, 4};
-  t.on_start = {{MemCategory::kActivations, 10}, {MemCategory::kGradients, 20}};
   CHECK(t.deps.capacity() == 4);
-  CHECK(t.on_start.capacity() == 2);
-  CHECK(t.on_start[1].bytes == 20);
+  // Note [Pooled memory operations]: each task's as it starts, then as it ends.
+  TaskGraph g;
+  const MemOps three{{MemCategory::kActivations, 10}, {MemCategory::kGradients, 20}, {MemCategory::kBuffers, 30}};
+  CHECK(three.capacity() == 4);  // gathered inline
+  const TaskId a = g.add(Task{}, three, MemOps{{MemCategory::kActivations, -10}});
+  const TaskId none = g.add(Task{});
+  const TaskId b = g.add(Task{}, MemOps{}, MemOps{{MemCategory::kBuffers, -30}, {MemCategory::kGradients, -20}});
+  REQUIRE(g.mem_ops.size() == 6);
+  CHECK(g.on_start(g.tasks[a]).size() == 3);
+  CHECK(g.on_start(g.tasks[a])[1].bytes == 20);
+  REQUIRE(g.on_end(g.tasks[a]).size() == 1);
+  CHECK(g.on_end(g.tasks[a])[0].bytes == -10);
+  CHECK(g.on_start(g.tasks[none]).empty());
+  CHECK(g.on_end(g.tasks[none]).empty());
+  CHECK(g.on_start(g.tasks[b]).empty());
+  REQUIRE(g.on_end(g.tasks[b]).size() == 2);
+  CHECK(g.on_end(g.tasks[b])[0].category == MemCategory::kBuffers);
+  CHECK(g.on_end(g.tasks[b])[1].bytes == -20);
+  // A task is given its operations once.
+  CHECK_THROWS_AS(g.set_memory(g.tasks[a], three, {}), dtsim::InternalError);
 }

@@ -309,7 +309,7 @@ class Executor {
     const Task& t = g_.tasks[id];
     started_[id] = 1;
     start_[id] = q_.now();
-    for (const MemOp& op : t.on_start) apply_mem(t.rank, op);
+    for (const MemOp& op : g_.on_start(t)) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
       at(later(q_.now(), t.cost.latency), Action::kStartFlow, id);
@@ -478,7 +478,7 @@ class Executor {
         break;
       }
     }
-    for (const MemOp& op : t.on_end) apply_mem(t.rank, op);
+    for (const MemOp& op : g_.on_end(t)) apply_mem(t.rank, op);
     // The next task on this stream may now run.
     std::size_t& h = head_[t.rank][t.stream];
     ++h;

@@ -41,8 +41,7 @@ class TaskBuilder {
     t.stream = stream;
     t.duration = duration;
     t.deps = std::move(deps);
-    t.on_start = std::move(on_start);
-    t.on_end = std::move(on_end);
+    g_.set_memory(t, on_start, on_end);
     t.micro = micro_;
     return static_cast<TaskId>(g_.tasks.size() - 1);
   }
@@ -71,8 +70,7 @@ class TaskBuilder {
       t.cost.latency += cost.stall * static_cast<TimeNs>(std::floor(seen + 0.5) - before);
     }
     t.deps = std::move(deps);
-    t.on_start = std::move(on_start);
-    t.on_end = std::move(on_end);
+    g_.set_memory(t, on_start, on_end);
     t.micro = micro_;
     return static_cast<TaskId>(g_.tasks.size() - 1);
   }

@@ -131,10 +131,13 @@ TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec&
     emit->begin_stage(s, order);
     for (std::size_t j = 0; j < order.size(); ++j) emit->step(s, j, order[j]);
     emit->end_stage(s);
-    // Note [Compact tasks]: the other stages make about as many as the first.
+    // Note [Compact tasks]: the other stages make about as many tasks and
+    // memory operations as the first.
     if (s == 0 && plan.pp > 1) {
-      std::vector<Task>& tasks = emit->graph().tasks;
-      tasks.reserve(tasks.size() * static_cast<std::size_t>(plan.pp) * 9 / 8 + 64);
+      TaskGraph& g = emit->graph();
+      const auto stages = static_cast<std::size_t>(plan.pp);
+      g.tasks.reserve(g.tasks.size() * stages * 9 / 8 + 64);
+      g.mem_ops.reserve(g.mem_ops.size() * stages * 9 / 8 + 64);
     }
   }
   return emit->finish();

@@ -108,7 +108,7 @@ bool shifted(const Run& r, std::int64_t j, std::int64_t c, TimeNs& shift) {
     const Task& x = r.g.tasks[a[k]];
     const Task& y = r.g.tasks[b[k]];
     if (x.rank != y.rank || x.stream != y.stream || x.kind != y.kind || x.phase != y.phase || x.duration != y.duration ||
-        x.bytes != y.bytes || x.on_start.size() != y.on_start.size() || x.on_end.size() != y.on_end.size()) {
+        x.bytes != y.bytes || x.n_start != y.n_start || x.n_end != y.n_end) {
       return false;
     }
     const Span& sx = r.exec.spans[a[k]];
