@@ -22,4 +22,24 @@ void TaskGraph::set_memory(Task& t, std::span<const MemOp> start, std::span<cons
   for (const MemOp& op : end) mem_ops.push_back(op);
 }
 
+namespace {
+/// The same view: the same literal (the cheap test, where most labels are
+/// the pair named just before).
+bool same(std::string_view a, std::string_view b) { return a.data() == b.data() && a.size() == b.size(); }
+}  // namespace
+
+std::uint16_t TaskGraph::label(std::string_view algorithm, std::string_view protocol) {
+  // A handful of pairs in a graph ("ring"/"Simple", "p2p", "measured", ...),
+  // each collective usually the pair of its kind before it.
+  for (std::size_t i = cost_labels.size(); i-- > 0;) {
+    if (same(cost_labels[i].first, algorithm) && same(cost_labels[i].second, protocol)) return static_cast<std::uint16_t>(i);
+  }
+  for (std::size_t i = 0; i < cost_labels.size(); ++i) {
+    if (cost_labels[i].first == algorithm && cost_labels[i].second == protocol) return static_cast<std::uint16_t>(i);
+  }
+  DTSIM_ASSERT(cost_labels.size() < std::numeric_limits<std::uint16_t>::max(), "too many collective algorithms in one graph");
+  cost_labels.emplace_back(algorithm, protocol);
+  return static_cast<std::uint16_t>(cost_labels.size() - 1);
+}
+
 }  // namespace dtsim::sim

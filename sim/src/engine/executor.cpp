@@ -71,6 +71,11 @@
 // operations): the hot loop does not touch them. Where each task runs and
 // who waits on it (one flat array, offsets per task) are copied out once,
 // so finishing a task reads a few words per dependent, not a Task each.
+// And the executor keeps no more per task than it must, every byte of it
+// first touched in a page the kernel faults in (GPT-1T: 458k tasks, issue
+// 26): a task's start, end and slowdown are written into the Span the
+// result hands back, and the host's issue times are kept only where some
+// task has a launch cost.
 //
 // Note [Critical path]
 // Each task remembers what made it ready last: the task before it on its
@@ -162,8 +167,10 @@ class Executor {
     deps_left_.assign(n, 0);
     where_.resize(n);
     arrived_.assign(n, 0);
-    start_.assign(n, 0);
-    end_.assign(n, 0);
+    // Note [Compact state]: each task's span is written where the result
+    // keeps it.
+    spans_.resize(n);
+    for (std::size_t i = 0; i < n; ++i) spans_[i].task = static_cast<TaskId>(i);
     started_.assign(n, 0);
     done_.assign(n, 0);
     ready_by_.assign(n, -1);
@@ -228,20 +235,23 @@ class Executor {
     }
     comm_active_.assign(g_.ranks.size(), {});
     running_.resize(g_.ranks.size());
-    if (std::any_of(slowdown_.begin(), slowdown_.end(), [](double s) { return s > 0; })) slowed_.assign(n, 0);
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       for (const MemOp& op : g_.ranks[r].resident) apply_mem(static_cast<int>(r), op);
     }
-    // Note [Host launch]: each rank's host issues its tasks in program order.
-    issue_end_.assign(n, 0);
+    // Note [Host launch]: each rank's host issues its tasks in program order
+    // (no array where no task has a launch cost).
     std::vector<TimeNs> host(g_.ranks.size(), 0);
     for (std::size_t i = 0; i < n; ++i) {
       const Task& t = g_.tasks[i];
       if (t.kind != TaskKind::kCompute || t.launch <= 0) continue;
+      if (issue_end_.empty()) issue_end_.assign(n, 0);
       host[t.rank] = later(host[t.rank], t.launch);
       issue_end_[i] = host[t.rank];
     }
   }
+
+  /// Note [Host launch]: when the host has issued task `id` (0: free to issue).
+  TimeNs issued(TaskId id) const { return issue_end_.empty() ? 0 : issue_end_[id]; }
 
   bool at_head(TaskId id) const {
     const Where w = where_[id];
@@ -308,7 +318,7 @@ class Executor {
   void begin(TaskId id) {
     const Task& t = g_.tasks[id];
     started_[id] = 1;
-    start_[id] = q_.now();
+    spans_[id].start = q_.now();
     for (const MemOp& op : g_.on_start(t)) apply_mem(t.rank, op);
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
@@ -325,7 +335,7 @@ class Executor {
       running_[t.rank].push_back(p);
     } else {
       // Note [Host launch]: not before the host has issued it.
-      const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issue_end_[id] : TimeNs{0});
+      const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issued(id) : TimeNs{0});
       at(end, Action::kFinish, id);
     }
   }
@@ -361,7 +371,7 @@ class Executor {
     const double ns = std::max(0.0, std::ceil(p.left / p.rate - 1e-6));
     if (!(ns < static_cast<double>(kMaxSimTime))) duration_too_long(ns * 1e-9);
     const TaskId id = p.id;
-    const TimeNs end = std::max(later(q_.now(), static_cast<TimeNs>(ns)), issue_end_[id]);
+    const TimeNs end = std::max(later(q_.now(), static_cast<TimeNs>(ns)), issued(id));
     p.event = at(end, Action::kFinish, id);
   }
 
@@ -465,14 +475,14 @@ class Executor {
   void finish(TaskId id) {
     const Task& t = g_.tasks[id];
     done_[id] = 1;
-    end_[id] = q_.now();
+    spans_[id].end = q_.now();
     if (slowdown_[t.rank] > 0) {
       if (t.kind == TaskKind::kCollective && interferes(t) && --comm_active_[t.rank][link_of(t)] == 0) rerate(t.rank);
       auto& run = running_[t.rank];
       for (std::size_t k = 0; k < run.size(); ++k) {
         if (run[k].id != id) continue;
         run[k].advance(q_.now());
-        if (run[k].slowed > 0) slowed_[id] = static_cast<TimeNs>(std::llround(run[k].slowed));
+        if (run[k].slowed > 0) spans_[id].slowed = static_cast<TimeNs>(std::llround(run[k].slowed));
         run[k] = run.back();
         run.pop_back();
         break;
@@ -546,28 +556,28 @@ class Executor {
   ExecResult collect() {
     ExecResult r;
     r.events = q_.processed();
-    r.spans.resize(g_.tasks.size());
     TaskId last = -1;
     for (std::size_t i = 0; i < g_.tasks.size(); ++i) {
-      r.spans[i] = Span{static_cast<TaskId>(i), start_[i], end_[i], slowed_.empty() ? 0 : slowed_[i]};
-      if (last < 0 || end_[i] > end_[last]) last = static_cast<TaskId>(i);
+      if (last < 0 || spans_[i].end > spans_[last].end) last = static_cast<TaskId>(i);
     }
-    r.makespan = last < 0 ? 0 : end_[last];
+    r.makespan = last < 0 ? 0 : spans_[last].end;
     // Walk the critical path back (Note [Critical path]).
     TimeNs accounted_until = r.makespan;
     for (TaskId cur = last; cur >= 0;) {
       const Task& t = g_.tasks[cur];
-      const TimeNs seg_end = std::min(accounted_until, end_[cur]);
-      if (seg_end > start_[cur]) r.critical_path[static_cast<int>(t.phase)] += seg_end - start_[cur];
-      accounted_until = std::min(accounted_until, start_[cur]);
+      const Span& sp = spans_[cur];
+      const TimeNs seg_end = std::min(accounted_until, sp.end);
+      if (seg_end > sp.start) r.critical_path[static_cast<int>(t.phase)] += seg_end - sp.start;
+      accounted_until = std::min(accounted_until, sp.start);
       const TaskId pred = crit_pred_[cur];
-      const TimeNs pred_end = pred >= 0 ? end_[pred] : 0;
+      const TimeNs pred_end = pred >= 0 ? spans_[pred].end : 0;
       if (accounted_until > pred_end) {
         r.critical_path[static_cast<int>(Phase::kOther)] += accounted_until - pred_end;
         accounted_until = pred_end;
       }
       cur = pred;
     }
+    r.spans = std::move(spans_);
     r.memory = std::move(memory_);
     r.event_times = std::move(event_times_);
     return r;
@@ -584,7 +594,8 @@ class Executor {
   std::vector<int> deps_left_;
   std::vector<std::uint32_t> dependents_start_;  ///< task i's dependents: dependents_[start[i] .. start[i + 1])
   std::vector<TaskId> dependents_;
-  std::vector<TimeNs> start_, end_, ready_at_;
+  std::vector<TimeNs> ready_at_;
+  std::vector<Span> spans_;  ///< by task: when it started and ended (Note [Compact state])
   std::vector<TimeNs> issue_end_;  ///< Note [Host launch]: when the host has issued each task (0: no cost)
   std::vector<char> started_, done_;  // bytes, not bits: read and set at every event
   std::vector<TaskId> ready_by_, crit_pred_;
@@ -605,7 +616,6 @@ class Executor {
   std::vector<std::array<double, kLinkClasses>> hbm_share_;  ///< by rank and link class: h of SimRank::hbm_slowdown
   std::vector<std::array<int, kLinkClasses>> comm_active_;   ///< by rank and link class
   std::vector<std::vector<Progress>> running_;  ///< by rank (one task a compute stream)
-  std::vector<TimeNs> slowed_;                  ///< by task, where a rank slows (Span::slowed)
   std::vector<TimeNs> event_times_;
 };
 

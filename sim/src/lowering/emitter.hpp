@@ -58,7 +58,7 @@ class TaskBuilder {
     t.op = op;
     t.axis = axis;
     t.bytes = bytes;
-    t.cost = cost;
+    t.cost = g_.task_cost(cost);
     // Note [A collective's stalls] (cost/cost_profile.cpp): the rank's
     // collectives so far have met `seen` stalls on average; this one pays
     // those by which the rounded count grows.
@@ -84,7 +84,7 @@ class TaskBuilder {
     t.stream = stream;
     t.op = CollectiveOp::kSendRecv;
     t.bytes = bytes;
-    t.cost = cost;
+    t.cost = g_.task_cost(cost);
     t.deps = std::move(deps);
     t.micro = micro_;
     return static_cast<TaskId>(g_.tasks.size() - 1);

@@ -278,8 +278,8 @@ std::string to_chrome_trace(const Prediction& p) {
     j.field("ts", Decimal{s.start, 3}).field("dur", Decimal{s.end - s.start, 3});
     if (t.kind == TaskKind::kCollective) {
       j.key("args").begin_object();
-      j.field("op", to_string(t.op)).field("bytes", static_cast<std::int64_t>(t.bytes)).field("algorithm", std::string(t.cost.algorithm));
-      if (!t.cost.protocol.empty()) j.field("protocol", std::string(t.cost.protocol));
+      j.field("op", to_string(t.op)).field("bytes", static_cast<std::int64_t>(t.bytes)).field("algorithm", std::string(g.algorithm(t)));
+      if (!g.protocol(t).empty()) j.field("protocol", std::string(g.protocol(t)));
       if (t.axis) j.field("axis", to_string(*t.axis));
       j.end_object();
     } else if (s.slowed > 0) {

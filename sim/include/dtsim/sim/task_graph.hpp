@@ -12,6 +12,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <utility>
 #include <vector>
 
 #include "dtsim/sim/cost.hpp"
@@ -88,6 +89,25 @@ using MemOps = SmallVector<MemOp, 4>;
 // operations left it for the graph's pool (Note [Pooled memory
 // operations]): a task is 224 bytes now.
 
+// Note [A task's cost]
+// Every task carried a collective's whole cost (80 bytes: its algorithm's
+// and protocol's names as views, the stalls the task builder pays out),
+// where the executor reads four numbers of it and most tasks are kernels.
+// A task keeps those four (TaskCost, 32 bytes) and the index of its
+// (algorithm, protocol) pair among the few its graph has seen
+// (TaskGraph::cost_labels), which traces print.
+
+/// What the executor needs of a collective's cost (CollectiveCost).
+struct TaskCost {
+  TimeNs latency = 0;       ///< CollectiveCost::latency, with its stalls paid
+  double wire_bytes = 0;    ///< bytes through the bottleneck link, per rank
+  BytesPerSec rate = 0;     ///< the bottleneck link's bandwidth for this flow
+  LinkClass link = LinkClass::kIntraNode;
+  std::uint16_t label = 0;  ///< TaskGraph::cost_labels index: (algorithm, protocol)
+  /// Time if nothing else shares the link (CollectiveCost::total()).
+  TimeNs total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
+};
+
 /// One unit of work on one simulated rank.
 struct Task {
   std::string name;
@@ -104,7 +124,7 @@ struct Task {
   /// executor.cpp); the rest is slowed by the SMs the collective takes.
   float memory_share = 0;
   CollectiveOp op = CollectiveOp::kAllReduce;  ///< kCollective (beside memory_share: no padding)
-  CollectiveCost cost;         ///< kCollective
+  TaskCost cost;               ///< kCollective (Note [A task's cost])
   /// kCollective: the mesh axis whose group runs it (none: a host copy).
   std::optional<Axis> axis;
   Bytes bytes = 0;             ///< payload, for reports and traces
@@ -155,6 +175,18 @@ struct TaskGraph {
   std::vector<int> stage_layers;
   /// Every task's memory operations (Note [Pooled memory operations]).
   std::vector<MemOp> mem_ops;
+  /// The (algorithm, protocol) pairs of the graph's collectives, string
+  /// literals, by TaskCost::label; the first is none (Note [A task's cost]).
+  std::vector<std::pair<std::string_view, std::string_view>> cost_labels{{"", ""}};
+
+  /// A collective's cost as `t` keeps it (the latency as given).
+  TaskCost task_cost(const CollectiveCost& c) {
+    return TaskCost{c.latency, c.wire_bytes, c.rate, c.link, label(c.algorithm, c.protocol)};
+  }
+  /// The index of (algorithm, protocol) in cost_labels, added if new.
+  std::uint16_t label(std::string_view algorithm, std::string_view protocol);
+  std::string_view algorithm(const Task& t) const { return cost_labels[t.cost.label].first; }
+  std::string_view protocol(const Task& t) const { return cost_labels[t.cost.label].second; }
 
   /// What `t` allocates and frees as it starts, and as it ends.
   std::span<const MemOp> on_start(const Task& t) const { return {mem_ops.data() + t.mem_first, t.n_start}; }
