@@ -19,6 +19,19 @@ template <typename E>
 inline bool before(const E& a, const E& b) {
   return a.at < b.at || (a.at == b.at && a.seq < b.seq);
 }
+
+/// Puts `x` into the hole at `i` of heap `h`, or above it, moving down the
+/// parents it runs before.
+template <typename E>
+inline void lift(E* h, std::size_t i, const E& x) {
+  while (i > 0) {
+    const std::size_t parent = (i - 1) / 2;
+    if (!before(x, h[parent])) break;
+    h[i] = h[parent];
+    i = parent;
+  }
+  h[i] = x;
+}
 }  // namespace
 
 EventId EventQueue::schedule(TimeNs at, Event e) {
@@ -27,15 +40,7 @@ EventId EventQueue::schedule(TimeNs at, Event e) {
   state_.push_back(kQueued);
   const Entry x{at, seq, e};
   heap_.push_back(x);
-  std::size_t i = heap_.size() - 1;
-  Entry* h = heap_.data();
-  while (i > 0) {
-    const std::size_t parent = (i - 1) / 2;
-    if (!before(x, h[parent])) break;
-    h[i] = h[parent];
-    i = parent;
-  }
-  h[i] = x;
+  lift(heap_.data(), heap_.size() - 1, x);
   ++live_;
   return seq;
 }
@@ -62,13 +67,7 @@ std::optional<Event> EventQueue::next() {
         h[i] = h[c];
         i = c;
       }
-      while (i > 0) {
-        const std::size_t parent = (i - 1) / 2;
-        if (!before(last, h[parent])) break;
-        h[i] = h[parent];
-        i = parent;
-      }
-      h[i] = last;
+      lift(h, i, last);
     }
     if (state_[top.seq] != kQueued) continue;  // cancelled
     state_[top.seq] = kTaken;
