@@ -259,7 +259,7 @@ double bus_bandwidth_factor(CollectiveOp op, int n) {
   return 1.0;
 }
 
-TimeNs CollectiveCost::total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
+TimeNs CollectiveCost::total() const { return collective_time(latency, wire_bytes, rate); }
 
 AnalyticCommModel::AnalyticCommModel(const ClusterSpec& cluster) : cluster_(cluster) {
   // Note [NCCL protocols]: what every collective asks, worked out once.
@@ -311,7 +311,7 @@ CollectiveCost AnalyticCommModel::with_algorithm(const std::string& algorithm, C
     TimeNs latency = 0;
     double rate = c.rate;
     in_protocol(c, p, op, bytes, g, latency, rate);
-    const TimeNs total = latency + (c.wire_bytes > 0 ? transfer_ns(c.wire_bytes, rate) : 0);
+    const TimeNs total = collective_time(latency, c.wire_bytes, rate);
     if (best < 0 || total < best_total) {
       best = p;
       best_latency = latency;

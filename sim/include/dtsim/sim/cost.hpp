@@ -57,6 +57,12 @@ CommGroup data_group(const Mesh& mesh, int per_node);
 /// tensor-parallel group), kEp or kDp (the expert data-parallel group).
 CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node);
 
+/// A collective's time alone on its link: its latency, then its wire bytes
+/// at `rate` (CollectiveCost::total, TaskCost::total).
+inline TimeNs collective_time(TimeNs latency, double wire_bytes, BytesPerSec rate) {
+  return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0);
+}
+
 /// The cost of one collective, split so the engine can share link bandwidth:
 /// a fixed latency, then `wire_bytes` that flow over `link` at up to `rate`.
 struct CollectiveCost {

@@ -55,7 +55,6 @@ class EventQueue {
     TimeNs at;
     EventId seq;
     Event e;
-    bool operator>(const Entry& o) const { return at != o.at ? at > o.at : seq > o.seq; }
   };
   enum : std::uint8_t { kQueued, kCancelled, kTaken };
   std::vector<Entry> heap_;

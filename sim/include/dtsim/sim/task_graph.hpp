@@ -105,7 +105,7 @@ struct TaskCost {
   LinkClass link = LinkClass::kIntraNode;
   std::uint16_t label = 0;  ///< TaskGraph::cost_labels index: (algorithm, protocol)
   /// Time if nothing else shares the link (CollectiveCost::total()).
-  TimeNs total() const { return latency + (wire_bytes > 0 ? transfer_ns(wire_bytes, rate) : 0); }
+  TimeNs total() const { return collective_time(latency, wire_bytes, rate); }
 };
 
 /// One unit of work on one simulated rank.
