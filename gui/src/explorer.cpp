@@ -162,10 +162,16 @@ std::vector<GanttRow> gantt_rows(const sim::Prediction& p) {
       rows[r][l].label = "S" + std::to_string(g.ranks[r].stage) + kLaneNames[l];
     }
   }
+  // Each (rank, stream)'s lane, once (a pipeline's timeline is tens of
+  // thousands of tasks on a few streams).
+  std::vector<std::vector<Lane>> lanes(g.ranks.size());
+  for (std::size_t r = 0; r < g.ranks.size(); ++r) {
+    for (const std::string& s : g.ranks[r].streams) lanes[r].push_back(lane_of(s));
+  }
   for (std::size_t i = 0; i < g.tasks.size(); ++i) {
     const sim::Task& t = g.tasks[i];
-    const auto& streams = g.ranks[t.rank].streams;
-    const Lane lane = lane_of(t.stream < static_cast<int>(streams.size()) ? streams[t.stream] : std::string("compute"));
+    const auto& by_stream = lanes[t.rank];
+    const Lane lane = t.stream < static_cast<int>(by_stream.size()) ? by_stream[t.stream] : kComputeLane;
     const GanttKind k = kind_of(t.phase, lane);
     rows[t.rank][lane].bars[static_cast<int>(k)].push_back({x.spans[i].start, x.spans[i].end});
   }

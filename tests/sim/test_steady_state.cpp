@@ -4,6 +4,9 @@
 // over 1 to 512 micro-batches giving what the full simulation gives.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
+#include <array>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -70,7 +73,7 @@ TEST_CASE("steady state: interleaving over 512 micro-batches divides the bubble 
   CHECK(s->peaks[0].bytes[static_cast<int>(MemCategory::kActivations)] == 11000);
 }
 
-TEST_CASE("steady state: too few micro-batches to gain, GPipe and traces simulate every micro-batch", "[steady]") {
+TEST_CASE("steady state: too few micro-batches to gain and GPipe simulate every micro-batch", "[steady]") {
   // 1F1B on 4 stages holds 4 micro-batches; the abridged run takes 3 x 4 +
   // 16 = 28 (Note [Steady state]), worth it where that is 3/4 of m or less:
   // from m = 38 (28 x 4 = 112 <= 3 x 38), not at 37.
@@ -84,25 +87,30 @@ TEST_CASE("steady state: too few micro-batches to gain, GPipe and traces simulat
   const auto cluster = load_cluster("dgx-a100", {});
   const auto plan = load_plan("1f1b", {parse_override("plan.micro_batches=256")});
   CHECK(predict(*model, plan, cluster).abridged_to > 0);
+  // A trace (every task) is spliced from the same abridged run (Note
+  // [Steady state timelines]; compared span for span below).
   PredictOptions traced;
   traced.keep_graph = true;
   const Prediction p = predict(*model, plan, cluster, traced);
-  CHECK(p.abridged_to == 0);
+  CHECK(p.abridged_to > 0);
   CHECK(p.graph.tasks.size() == p.tasks);
 }
 
-TEST_CASE("steady state: every shipped pipeline plan predicts as the full simulation does, 1 to 512 micro-batches",
-          "[steady]") {
-  struct Case {
-    const char* model;
-    const char* cluster;
-    int nodes;
-    const char* plan;
-    std::vector<std::string> sets;
-    int dp;  ///< replicas, where the plan fixes the global batch: it is micro-batches x dp
-    bool abridges;
-  };
-  const std::vector<Case> cases = {
+namespace {
+
+/// Every shipped pipeline plan, as the two comparisons below run them.
+struct Case {
+  const char* model;
+  const char* cluster;
+  int nodes;
+  const char* plan;
+  std::vector<std::string> sets;
+  int dp;  ///< replicas, where the plan fixes the global batch: it is micro-batches x dp
+  bool abridges;
+};
+
+const std::vector<Case>& shipped_pipelines() {
+  static const std::vector<Case> cases = {
       {"gpt2", "dgx-a100", 1, "1f1b", {}, 0, true},
       {"gpt2-xl", "dgx-a100", 1, "1f1b", {"plan.pp=4"}, 0, true},
       // The sends' sharing of links repeats every 6 micro-batches here.
@@ -120,34 +128,56 @@ TEST_CASE("steady state: every shipped pipeline plan predicts as the full simula
       {"gpt2", "dgx-a100", 1, "gpipe", {}, 0, false},
       {"gpt2", "2x2080ti", 1, "model-parallel", {}, 0, false},
   };
+  return cases;
+}
+
+/// Runs `compare(m, plan)` for each micro-batch count of `sweep` the case's
+/// plan takes (interleaving needs a multiple of pp); the number compared.
+template <typename F>
+int for_each_count(const Case& c, const std::vector<int>& sweep, F compare) {
+  int compared = 0;
+  for (int m : sweep) {
+    std::vector<Override> sets;
+    for (const auto& s : c.sets) sets.push_back(parse_override(s));
+    if (std::string(c.plan) == "model-parallel") {
+      if (m > 1) break;  // no micro-batches: one pass
+    } else {
+      sets.push_back(parse_override(c.dp > 0 ? "plan.global_batch=" + std::to_string(m * c.dp)
+                                              : "plan.micro_batches=" + std::to_string(m)));
+    }
+    PlanSpec plan;
+    try {
+      plan = load_plan(c.plan, sets);
+    } catch (const ConfigError&) {
+      continue;
+    }
+    if (compare(m, plan)) ++compared;
+  }
+  return compared;
+}
+
+}  // namespace
+
+TEST_CASE("steady state: every shipped pipeline plan predicts as the full simulation does, 1 to 512 micro-batches",
+          "[steady]") {
   std::vector<int> sweep;
   for (int m = 1; m <= 64; ++m) sweep.push_back(m);
   for (int m : {72, 96, 100, 127, 128, 160, 200, 255, 256, 320, 384, 511, 512}) sweep.push_back(m);
   PredictOptions full;
   full.unabridged = true;
-  for (const Case& c : cases) {
+  for (const Case& c : shipped_pipelines()) {
     const auto model = models::load_model(c.model);
     const auto cluster = load_cluster(c.cluster, {parse_override("cluster.nodes=" + std::to_string(c.nodes))});
-    int compared = 0, abridged_runs = 0;
-    for (int m : sweep) {
-      std::vector<Override> sets;
-      for (const auto& s : c.sets) sets.push_back(parse_override(s));
-      if (std::string(c.plan) == "model-parallel") {
-        if (m > 1) break;  // no micro-batches: one pass
-      } else {
-        sets.push_back(parse_override(c.dp > 0 ? "plan.global_batch=" + std::to_string(m * c.dp)
-                                                : "plan.micro_batches=" + std::to_string(m)));
-      }
+    int abridged_runs = 0;
+    const int compared = for_each_count(c, sweep, [&](int m, const PlanSpec& plan) {
       Prediction a, b;
       try {
-        const PlanSpec plan = load_plan(c.plan, sets);
         b = predict(*model, plan, cluster, full);
         a = predict(*model, plan, cluster);
       } catch (const ConfigError&) {
-        continue;  // interleaving needs a multiple of pp micro-batches
+        return false;  // interleaving needs a multiple of pp micro-batches
       }
       INFO(c.model << " " << c.plan << " on " << c.nodes << " x " << c.cluster << ", " << m << " micro-batches");
-      ++compared;
       if (a.abridged_to > 0) ++abridged_runs;
       CHECK(b.abridged_to == 0);
       CHECK(a.iteration_time == b.iteration_time);
@@ -169,10 +199,148 @@ TEST_CASE("steady state: every shipped pipeline plan predicts as the full simula
         CHECK(a.ranks[r].activations == b.ranks[r].activations);
         CHECK(a.ranks[r].buffers == b.ranks[r].buffers);
       }
-    }
+      return true;
+    });
     INFO(c.model << " " << c.plan);
     CHECK(compared > 0);
     // The long runs of the abridging schedules do abridge.
     CHECK((abridged_runs > 0) == c.abridges);
+  }
+}
+
+namespace {
+
+/// A task as a timeline reads it, named by where it runs: (rank, stream,
+/// place on the stream), the order a stream runs its tasks in (lower() and
+/// the splice number tasks differently).
+struct Placed {
+  std::string name;
+  int kind = 0, phase = 0;
+  std::int32_t micro = 0;
+  TimeNs duration = 0, start = 0, end = 0, slowed = 0;
+  Bytes bytes = 0;
+  std::vector<std::pair<int, Bytes>> mem;       ///< on start, then a marker, then on end
+  std::vector<std::array<std::int64_t, 3>> deps;  ///< sorted
+  std::array<std::int64_t, 3> partners{-1, -1, -1};  ///< the first task of its collective (none: -1s)
+  bool operator==(const Placed&) const = default;
+};
+
+std::vector<Placed> placed(const TaskGraph& g, const ExecResult& x) {
+  std::vector<std::array<std::int64_t, 3>> where(g.tasks.size());
+  std::map<std::pair<int, int>, std::int64_t> next;
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    const Task& t = g.tasks[i];
+    where[i] = {t.rank, t.stream, next[{t.rank, t.stream}]++};
+  }
+  std::map<std::int64_t, std::array<std::int64_t, 3>> first_of;
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    const Task& t = g.tasks[i];
+    if (t.collective < 0) continue;
+    auto [it, fresh] = first_of.emplace(t.collective, where[i]);
+    if (!fresh) it->second = std::min(it->second, where[i]);
+  }
+  std::vector<Placed> out(g.tasks.size());
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    const Task& t = g.tasks[i];
+    Placed pl;
+    pl.name = t.name;
+    pl.kind = static_cast<int>(t.kind);
+    pl.phase = static_cast<int>(t.phase);
+    pl.micro = t.micro;
+    pl.duration = t.duration;
+    pl.bytes = t.bytes;
+    pl.start = x.spans[i].start;
+    pl.end = x.spans[i].end;
+    pl.slowed = x.spans[i].slowed;
+    for (const MemOp& op : g.on_start(t)) pl.mem.emplace_back(static_cast<int>(op.category), op.bytes);
+    pl.mem.emplace_back(-1, 0);
+    for (const MemOp& op : g.on_end(t)) pl.mem.emplace_back(static_cast<int>(op.category), op.bytes);
+    for (TaskId d : t.deps) pl.deps.push_back(where[static_cast<std::size_t>(d)]);
+    std::sort(pl.deps.begin(), pl.deps.end());
+    if (t.collective >= 0) pl.partners = first_of.at(t.collective);
+    // Sorted by where it runs: a stream's place is its index.
+    out[i] = std::move(pl);
+  }
+  std::vector<Placed> sorted(out.size());
+  std::vector<std::size_t> order(out.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return where[a] < where[b]; });
+  for (std::size_t i = 0; i < order.size(); ++i) sorted[i] = std::move(out[order[i]]);
+  return sorted;
+}
+
+}  // namespace
+
+TEST_CASE("steady state: a timeline spliced from the steady state is the full simulation's, span for span", "[steady]") {
+  // Note [Steady state timelines]: every task (where it runs, its name,
+  // micro-batch, memory operations, dependencies and collective partners),
+  // its start, end and slowdown, and each rank's memory over time and at
+  // its peak, as the full lowering and simulation have them.
+  std::vector<int> sweep;
+  for (int m = 1; m <= 64; ++m) sweep.push_back(m);
+  for (int m : {72, 96, 100, 127, 128, 160, 200, 255, 256, 320, 384, 511, 512}) sweep.push_back(m);
+  PredictOptions traced, full;
+  traced.keep_graph = full.keep_graph = true;
+  full.unabridged = true;
+  PredictOptions explorer = traced;
+  explorer.trace_detail = false;
+  for (const Case& c : shipped_pipelines()) {
+    const auto model = models::load_model(c.model);
+    const auto cluster = load_cluster(c.cluster, {parse_override("cluster.nodes=" + std::to_string(c.nodes))});
+    int spliced = 0;
+    const int compared = for_each_count(c, sweep, [&](int m, const PlanSpec& plan) {
+      Prediction a, b;
+      try {
+        b = predict(*model, plan, cluster, full);
+        a = predict(*model, plan, cluster, traced);
+      } catch (const ConfigError&) {
+        return false;
+      }
+      INFO(c.model << " " << c.plan << " on " << c.nodes << " x " << c.cluster << ", " << m << " micro-batches");
+      if (a.abridged_to > 0) ++spliced;
+      CHECK(a.iteration_time == b.iteration_time);
+      CHECK(a.exec.makespan == b.exec.makespan);
+      CHECK(a.exec.events == b.exec.events);
+      CHECK(a.tasks == a.graph.tasks.size());
+      REQUIRE(a.graph.tasks.size() == b.graph.tasks.size());
+      REQUIRE(a.exec.spans.size() == b.exec.spans.size());
+      // Task for task where each runs: name, micro-batch, memory,
+      // dependencies, collective partners and span.
+      const std::vector<Placed> pa = placed(a.graph, a.exec), pb = placed(b.graph, b.exec);
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < pa.size(); ++i) differ += !(pa[i] == pb[i]);
+      CHECK(differ == 0);
+      REQUIRE(a.exec.memory.size() == b.exec.memory.size());
+      for (std::size_t r = 0; r < a.exec.memory.size(); ++r) {
+        INFO("rank " << r);
+        const RankMemoryPeak& x = a.exec.memory[r];
+        const RankMemoryPeak& y = b.exec.memory[r];
+        CHECK(x.at_peak.time == y.at_peak.time);
+        CHECK(x.at_peak.bytes == y.at_peak.bytes);
+        REQUIRE(x.timeline.size() == y.timeline.size());
+        std::size_t moved = 0;
+        for (std::size_t k = 0; k < x.timeline.size(); ++k) {
+          moved += x.timeline[k].time != y.timeline[k].time || x.timeline[k].bytes != y.timeline[k].bytes;
+        }
+        CHECK(moved == 0);
+      }
+      // The explorer's prediction (no names, no memory over time): the same spans.
+      if (a.abridged_to > 0 && m == 512) {
+        const Prediction e = predict(*model, plan, cluster, explorer);
+        CHECK(e.abridged_to == a.abridged_to);
+        const std::vector<Placed> pe = placed(e.graph, e.exec);
+        REQUIRE(pe.size() == pa.size());
+        std::size_t differ_e = 0;
+        for (std::size_t i = 0; i < pe.size(); ++i) {
+          differ_e += pe[i].start != pa[i].start || pe[i].end != pa[i].end || pe[i].deps != pa[i].deps || !pe[i].name.empty();
+        }
+        CHECK(differ_e == 0);
+        for (const RankMemoryPeak& x : e.exec.memory) CHECK(x.timeline.empty());
+      }
+      return true;
+    });
+    INFO(c.model << " " << c.plan);
+    CHECK(compared > 0);
+    CHECK((spliced > 0) == c.abridges);
   }
 }

@@ -370,11 +370,20 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
     if (auto w = profile_sweep_warning(options.profile->profile()); !w.empty()) p.warnings.push_back(w);
   }
-  // A long pipeline's steady state once (Note [Steady state]), else every task.
+  // A long pipeline's steady state once (Note [Steady state]), else every
+  // task; a timeline spliced from it (Note [Steady state timelines]).
   std::optional<detail::SteadyState> steady;
-  if (!options.keep_graph && !options.unabridged) steady = detail::simulate_steady(model, p.plan, pricing.cluster(), costs);
+  if (!options.unabridged) steady = detail::simulate_steady(model, p.plan, pricing.cluster(), costs, options.keep_graph);
   TaskGraph graph;
   ExecResult exec;
+  if (steady && options.keep_graph) {
+    if (auto spliced = detail::splice_timeline(*steady, options.trace_detail)) {
+      graph = std::move(spliced->graph);
+      exec = std::move(spliced->exec);
+    } else {
+      steady.reset();
+    }
+  }
   if (!steady) {
     graph = lower(model, p.plan, pricing.cluster(), costs);
     ExecOptions eo;

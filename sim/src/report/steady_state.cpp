@@ -32,12 +32,15 @@
 // allocations and frees. Where (m - m') is not a multiple of c the
 // abridged run is repeated with m' + (m - m') mod c micro-batches. Where no
 // window is found (a second try doubles m'), or m' is over 3/4 of m (too
-// few to gain), the full simulation runs, as it does for traces (which show every micro-batch) and under
-// PredictOptions::unabridged; tests/sim/test_steady_state.cpp shows both
-// equal over every shipped pipeline plan and 1 to 512 micro-batches.
+// few to gain), the full simulation runs, as it does under
+// PredictOptions::unabridged (a trace, which shows every micro-batch, is
+// spliced from the abridged run: Note [Steady state timelines]);
+// tests/sim/test_steady_state.cpp shows both equal over every shipped
+// pipeline plan and 1 to 512 micro-batches.
 #include "report/steady_state.hpp"
 
 #include <algorithm>
+#include <span>
 
 #include "dtsim/sim/error.hpp"
 
@@ -191,7 +194,7 @@ std::optional<Period> find_period(const Run& r, std::int64_t granule, std::int64
 }  // namespace
 
 std::optional<SteadyState> simulate_steady(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
-                                           const CostModels& costs) {
+                                           const CostModels& costs, bool keep_run) {
   if (plan.pp <= 1 || plan.schedule == Schedule::kGpipe || plan.schedule == Schedule::kNaive) return std::nullopt;
   const std::int64_t m = plan.grad_accum;
   const std::int64_t granule = plan.schedule == Schedule::kInterleaved ? plan.pp : 1;
@@ -232,10 +235,211 @@ std::optional<SteadyState> simulate_steady(const Model& model, const ResolvedPla
     std::size_t tasks_w = 0;
     for (std::int64_t j = w->first; j < w->first + w->c; ++j) tasks_w += r.by_micro[static_cast<std::size_t>(j)].size();
     s.tasks = r.g.tasks.size() + static_cast<std::size_t>(q) * tasks_w;
-    s.rank_info = std::move(r.g.ranks);
+    if (keep_run) {
+      s.rank_info = r.g.ranks;
+      s.tau = w->tau;
+      s.period = w->p;
+      s.c = w->c;
+      s.q = q;
+      s.graph = std::move(r.g);
+      s.exec = std::move(r.exec);
+    } else {
+      s.rank_info = std::move(r.g.ranks);
+    }
     return s;
   }
   return std::nullopt;
+}
+
+// Note [Steady state timelines]
+// A trace and the explorer's timeline show every task of the iteration,
+// and simulating them all costs what the abridgement saves (gpt-175b under
+// megatron-3d, 512 micro-batches: 56,330 tasks against 8,010); lowering
+// them alone costs twice the abridged run. Neither is needed: by Note
+// [Steady state] the full run of m = m' + q x c micro-batches is the
+// abridged run of m' with q more periods spliced in after its window
+// [tau, tau + P). So a task of the abridged run that starts before tau is
+// in the full run as it is; one that starts within the window is there
+// q + 1 times, k = 0 .. q, k x P later, for micro-batch + k x c; one that
+// starts at tau + P or later once, q x P later, for micro-batch + q x c
+// (the step's tasks, of no micro-batch, keep theirs). A stream runs its
+// tasks in order, so on each (rank, stream) the three are runs of its
+// list, and the full graph's list is the first, the window's q + 1 times,
+// then the last. Each copy is the abridged task with its micro-batch, its
+// name's "[mb i]" and its collective's key moved on, and its dependencies
+// those of the abridged task moved as the graph repeats: a dependency on a
+// task of micro-batch j becomes one on the same task of j + k x c (found by
+// its place among its micro-batch's tasks), one on a task of no
+// micro-batch, which exists once, stays. A rank's memory over time is
+// spliced the same way (its state at tau + P is that at tau), and its peak
+// is the abridged run's, first reached where the abridged run first
+// reached it (q x P later only past the window, which the copies repeat
+// below it). Where anything does not fit (a dependency of the step on a
+// task of the window, a name without its micro-batch) the graph is lowered
+// and simulated in full instead. tests/sim/test_steady_state.cpp compares
+// every task (its place, name, micro-batch, dependencies, collective
+// partners), every span and every memory change with the full lowering and
+// simulation over every shipped pipeline plan, 1 to 512 micro-batches.
+namespace {
+
+/// Each (rank, stream)'s tasks in the order they run; false where a task
+/// names a rank or stream the graph does not have.
+bool stream_lists(const TaskGraph& g, std::vector<std::vector<std::vector<TaskId>>>& out) {
+  out.assign(g.ranks.size(), {});
+  for (std::size_t r = 0; r < g.ranks.size(); ++r) out[r].resize(std::max<std::size_t>(1, g.ranks[r].streams.size()));
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    const Task& t = g.tasks[i];
+    if (t.rank < 0 || static_cast<std::size_t>(t.rank) >= out.size() || t.stream < 0 ||
+        static_cast<std::size_t>(t.stream) >= out[t.rank].size()) {
+      return false;
+    }
+    out[t.rank][t.stream].push_back(static_cast<TaskId>(i));
+  }
+  return true;
+}
+
+/// `name` with its "[mb i]" (i = `micro`, the last such) made "[mb i +
+/// dm]"; a name without one (a bucket's reduction) is the same for every copy.
+void move_name(std::string& name, std::int32_t micro, std::int64_t dm) {
+  const std::string was = "[mb " + std::to_string(micro) + "]";
+  const std::size_t at = name.rfind(was);
+  if (at != std::string::npos) name.replace(at, was.size(), "[mb " + std::to_string(micro + dm) + "]");
+}
+
+}  // namespace
+
+std::optional<SplicedRun> splice_timeline(const SteadyState& s, bool memory_timeline) {
+  const TaskGraph& a = s.graph;
+  const ExecResult& ax = s.exec;
+  const std::size_t na = a.tasks.size();
+  if (na == 0 || ax.spans.size() != na || ax.memory.size() != a.ranks.size() || s.period <= 0 || s.c <= 0 || s.q < 0) {
+    return std::nullopt;
+  }
+  const TimeNs tau = s.tau, end = s.tau + s.period, p = s.period;
+  const std::int64_t m = s.simulated_micro_batches + s.q * s.c;
+  std::vector<std::vector<std::vector<TaskId>>> lists;
+  if (!stream_lists(a, lists)) return std::nullopt;
+  // Each abridged task's place among its micro-batch's tasks, and the
+  // collectives' key stride (copies take key + k x stride).
+  std::vector<std::int32_t> place(na, 0);
+  std::vector<std::int32_t> seen(static_cast<std::size_t>(s.simulated_micro_batches), 0);
+  std::int64_t stride = 1;
+  for (std::size_t i = 0; i < na; ++i) {
+    const Task& t = a.tasks[i];
+    if (t.micro >= s.simulated_micro_batches) return std::nullopt;
+    if (t.micro >= 0) place[i] = seen[static_cast<std::size_t>(t.micro)]++;
+    stride = std::max(stride, t.collective + 1);
+  }
+  SplicedRun out;
+  TaskGraph& g = out.graph;
+  ExecResult& x = out.exec;
+  g.ranks = a.ranks;
+  g.stage_layers = a.stage_layers;
+  g.mem_ops = a.mem_ops;
+  g.cost_labels = a.cost_labels;
+  g.tasks.reserve(s.tasks);
+  x.spans.reserve(s.tasks);
+  std::vector<TaskId> from;       // by full task: the abridged task it repeats
+  std::vector<std::int64_t> copy;  // and which copy (k)
+  from.reserve(s.tasks);
+  copy.reserve(s.tasks);
+  std::vector<TaskId> once(na, -1);  // the full task of an abridged one outside the window
+  std::vector<std::vector<TaskId>> by_place(static_cast<std::size_t>(m));  // full tasks by micro-batch and place
+  const auto add = [&](TaskId xi, std::int64_t k, bool single) {
+    const Task& t = a.tasks[xi];
+    const auto id = static_cast<TaskId>(g.tasks.size());
+    g.tasks.push_back(t);
+    Task& y = g.tasks.back();
+    y.deps.clear();
+    if (k != 0) {
+      if (t.micro >= 0) {
+        y.micro = static_cast<std::int32_t>(t.micro + k * s.c);
+        if (!y.name.empty()) move_name(y.name, t.micro, k * s.c);
+      }
+      if (t.collective >= 0) y.collective = t.collective + k * stride;
+    }
+    const Span& sx = ax.spans[xi];
+    x.spans.push_back(Span{id, sx.start + k * p, sx.end + k * p, sx.slowed});
+    from.push_back(xi);
+    copy.push_back(k);
+    if (y.micro >= 0) {
+      auto& row = by_place[static_cast<std::size_t>(y.micro)];
+      if (row.size() <= static_cast<std::size_t>(place[xi])) row.resize(static_cast<std::size_t>(place[xi]) + 1, -1);
+      row[static_cast<std::size_t>(place[xi])] = id;
+    }
+    if (single) once[xi] = id;
+  };
+  std::vector<char> in_window(na, 0);
+  for (const auto& rank : lists) {
+    for (const std::vector<TaskId>& l : rank) {
+      const auto starts_before = [&](TimeNs t) {
+        return static_cast<std::size_t>(
+            std::partition_point(l.begin(), l.end(), [&](TaskId id) { return ax.spans[id].start < t; }) - l.begin());
+      };
+      const std::size_t i1 = starts_before(tau), i2 = starts_before(end);
+      for (std::size_t i = 0; i < i1; ++i) {
+        add(l[i], 0, true);
+      }
+      for (std::size_t i = i1; i < i2; ++i) in_window[l[i]] = 1;
+      for (std::int64_t k = 0; k <= s.q; ++k) {
+        for (std::size_t i = i1; i < i2; ++i) {
+          add(l[i], k, false);
+        }
+      }
+      for (std::size_t i = i2; i < l.size(); ++i) {
+        add(l[i], s.q, true);
+      }
+    }
+  }
+  if (g.tasks.size() != s.tasks) return std::nullopt;
+  // Dependencies, moved as the graph repeats.
+  for (std::size_t id = 0; id < g.tasks.size(); ++id) {
+    const Task& t = a.tasks[from[id]];
+    for (const TaskId d : t.deps) {
+      const Task& dt = a.tasks[d];
+      TaskId to = -1;
+      if (dt.micro < 0 || t.micro < 0) {
+        // A task of no micro-batch exists once, and the step waits on the
+        // one copy of what it depends on (none of the window's).
+        if (in_window[d]) return std::nullopt;
+        to = once[d];
+      } else {
+        const std::int64_t j = dt.micro + copy[id] * s.c;
+        if (j >= 0 && j < m) {
+          const auto& row = by_place[static_cast<std::size_t>(j)];
+          if (static_cast<std::size_t>(place[d]) < row.size()) to = row[static_cast<std::size_t>(place[d])];
+        }
+      }
+      if (to < 0) return std::nullopt;
+      g.tasks[id].deps.push_back(to);
+    }
+  }
+  x.makespan = s.makespan;
+  x.events = s.events;
+  x.memory.resize(ax.memory.size());
+  for (std::size_t r = 0; r < ax.memory.size(); ++r) {
+    const RankMemoryPeak& mem = ax.memory[r];
+    RankMemoryPeak& o = x.memory[r];
+    o.at_peak = mem.at_peak;
+    if (o.at_peak.time >= end) o.at_peak.time += s.q * p;
+    if (!memory_timeline) continue;
+    const auto before = [](const MemSnapshot& sn, TimeNs t) { return sn.time < t; };
+    const auto first_in = std::lower_bound(mem.timeline.begin(), mem.timeline.end(), tau, before);
+    const auto first_after = std::lower_bound(first_in, mem.timeline.end(), end, before);
+    o.timeline.reserve(mem.timeline.size() + static_cast<std::size_t>(s.q) * static_cast<std::size_t>(first_after - first_in));
+    o.timeline.insert(o.timeline.end(), mem.timeline.begin(), first_in);
+    for (std::int64_t k = 0; k <= s.q; ++k) {
+      for (auto it = first_in; it != first_after; ++it) {
+        o.timeline.push_back(*it);
+        o.timeline.back().time += k * p;
+      }
+    }
+    for (auto it = first_after; it != mem.timeline.end(); ++it) {
+      o.timeline.push_back(*it);
+      o.timeline.back().time += s.q * p;
+    }
+  }
+  return out;
 }
 
 }  // namespace dtsim::sim::detail

@@ -40,7 +40,9 @@ struct ExecResult {
   TimeNs makespan = 0;                       ///< end of the last task
   std::vector<Span> spans;                   ///< one per task, by TaskId
   std::vector<RankMemoryPeak> memory;        ///< per simulated rank
-  std::array<TimeNs, 8> critical_path{};     ///< by Phase; sums to makespan
+  /// By Phase; sums to makespan (all zero where a pipeline's spans were
+  /// spliced from its steady state: Prediction::exec).
+  std::array<TimeNs, 8> critical_path{};
   std::uint64_t events = 0;                  ///< events processed
   std::vector<TimeNs> event_times;           ///< when each ran, when recorded
 };

@@ -20,7 +20,10 @@ namespace dtsim::sim {
 
 /// Options of a prediction.
 struct PredictOptions {
-  bool keep_graph = false;  ///< keep the task graph and spans (for --trace); simulates every micro-batch
+  /// Keep the task graph and spans (for --trace and the explorer): every
+  /// task of every micro-batch, a long pipeline's spliced from its steady
+  /// state (Note [Steady state timelines] in report/steady_state.cpp).
+  bool keep_graph = false;
   /// With keep_graph: what a trace shows beyond the spans, every task's
   /// name ("fwd chunk 3 [mb 7]") and each rank's memory over time; false
   /// leaves both out (the explorer's timeline draws neither).
@@ -97,7 +100,10 @@ struct Prediction {
   /// was simulated once (Note [Steady state]); else 0.
   std::int64_t abridged_to = 0;
   TaskGraph graph;             ///< when keep_graph
-  ExecResult exec;             ///< when keep_graph (spans, memory timeline)
+  /// When keep_graph (spans, memory timeline); where they were spliced from
+  /// a pipeline's steady state (abridged_to > 0), its critical path is not
+  /// walked (all zero): `breakdown` splits the time.
+  ExecResult exec;
 };
 
 /// What would change a plan a user likely wrote by accident (Note [Advice]
