@@ -3,6 +3,7 @@
 #include <cstdio>
 #include <exception>
 #include <iostream>
+#include <new>
 #include <string>
 #include <vector>
 
@@ -102,6 +103,12 @@ int main(int argc, char** argv) {
     return 70;
   } catch (const Error& e) {
     print_error(e.what());
+    return 2;
+  } catch (const std::bad_alloc&) {
+    // Note [Graph size] (sim/src/lowering/lower.cpp): lowering refuses what
+    // no machine holds; what this one cannot is said in one line too.
+    std::cerr << "dtsim: out of memory: this plan's simulation needs more memory than this machine gives; use fewer "
+                 "micro-batches (plan.global_batch, plan.micro_batches, plan.grad_accum) or a smaller model\n";
     return 2;
   } catch (const std::exception& e) {
     std::cerr << "dtsim: unexpected error: " << e.what() << "\n";

@@ -230,6 +230,37 @@ TEST_CASE("a flag given a value is refused in one line, exit 2", "[cli]") {
   }
 }
 
+TEST_CASE("a trace of too many micro-batches, or a plan past this machine's memory, is refused in one line, exit 2",
+          "[cli][pipeline]") {
+  // Note [Graph size]: 10^8 micro-batches on 2 stages (the 1f1b plan) are
+  // predicted from their steady state, but a trace would hold every task.
+  const std::string path = (std::filesystem::temp_directory_path() / "dtsim_cli_huge_trace.json").string();
+  std::filesystem::remove(path);
+  const std::string args = "predict --model gpt2 --cluster dgx-a100 --plan 1f1b --set plan.micro_batches=100000000";
+  CHECK(dtsim(args).status == 0);
+  const Result r = dtsim(args + " --trace " + path);
+  CHECK(r.status == 2);
+  CHECK_THAT(r.err, Catch::Contains("100000000 micro-batches") && Catch::Contains("without --trace"));
+  CHECK(lines(r.err) == 1);
+  CHECK_FALSE(std::filesystem::exists(path));
+#if !defined(__SANITIZE_ADDRESS__)  // AddressSanitizer reserves more address space than the limit
+  // 10^6 micro-batches of DDP are under that bound (2 x 14 layers x 10^6
+  // tasks at least) but not under 3 GB of address space: std::bad_alloc, said in one line.
+  const std::string cmd = "ulimit -v 3000000; " + std::string(DTSIM_BINARY) +
+                          " predict --model gpt2 --cluster dgx-a100 --plan ddp --set plan.grad_accum=1000000 2>&1";
+  FILE* p = ::popen(cmd.c_str(), "r");
+  REQUIRE(p != nullptr);
+  std::string out;
+  std::array<char, 4096> buf{};
+  std::size_t n = 0;
+  while ((n = std::fread(buf.data(), 1, buf.size(), p)) > 0) out.append(buf.data(), n);
+  const int st = ::pclose(p);
+  CHECK((WIFEXITED(st) ? WEXITSTATUS(st) : -1) == 2);
+  CHECK_THAT(out, Catch::StartsWith("dtsim: out of memory") && Catch::Contains("plan.grad_accum"));
+  CHECK(lines(out) == 1);
+#endif
+}
+
 TEST_CASE("predict with a trace file writes Chrome Trace Event JSON", "[cli]") {
   const std::string path = (std::filesystem::temp_directory_path() / "dtsim_cli_trace.json").string();
   std::filesystem::remove(path);

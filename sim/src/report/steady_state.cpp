@@ -312,7 +312,9 @@ std::optional<SplicedRun> splice_timeline(const SteadyState& s, bool memory_time
   const TaskGraph& a = s.graph;
   const ExecResult& ax = s.exec;
   const std::size_t na = a.tasks.size();
-  if (na == 0 || ax.spans.size() != na || ax.memory.size() != a.ranks.size() || s.period <= 0 || s.c <= 0 || s.q < 0) {
+  // Past kMaxGraphTasks the full lowering refuses it in one line (Note [Graph size]).
+  if (na == 0 || ax.spans.size() != na || ax.memory.size() != a.ranks.size() || s.period <= 0 || s.c <= 0 || s.q < 0 ||
+      s.tasks > kMaxGraphTasks) {
     return std::nullopt;
   }
   const TimeNs tau = s.tau, end = s.tau + s.period, p = s.period;

@@ -41,10 +41,15 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std:
 /// the device's compute does not slow beside collectives (comm_slowdown 0).
 double hbm_slowdown(const DeviceSpec& device, BytesPerSec link_rate);
 
+/// The most tasks a graph may have: 2^25, about 9 GB with their spans and
+/// the executor's state (Note [Graph size] in lowering/lower.cpp).
+inline constexpr std::size_t kMaxGraphTasks = std::size_t{1} << 25;
+
 /// Builds the task graph of one iteration of a partitioned plan
 /// (partition.hpp: stage_layers filled). Only ranks that differ are
 /// simulated: data- and tensor-parallel replicas collapse into one SimRank,
-/// so a pipeline has one simulated rank per stage.
+/// so a pipeline has one simulated rank per stage. Throws UnsupportedError
+/// where it would have more than kMaxGraphTasks (too many micro-batches).
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                 const CostModels& costs);
 
