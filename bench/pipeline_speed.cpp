@@ -4,7 +4,10 @@
 //     micro-batch 1, global batch 3072 (512 micro-batches a pipeline;
 //     Narayanan et al. 2021, Table 1's last row);
 //   - gpt-175b under megatron-3d on 64 A100s (512 micro-batches);
-//   - the same with 8 to 512 micro-batches (global batch = micro-batches).
+//   - the same with 8 to 512 micro-batches (global batch = micro-batches);
+//   - the 512 again as the explorer predicts it, keeping every task for its
+//     timeline (spliced from the steady state: Note [Steady state
+//     timelines]), and simulated in full (--unabridged's way).
 //   build/bench/dtsim_bench_pipeline [--repeat N]
 #include <algorithm>
 #include <chrono>
@@ -30,12 +33,13 @@ struct Timed {
   sim::Prediction last;
 };
 
-Timed time_it(const sim::Model& model, const sim::PlanSpec& plan, const sim::ClusterSpec& cluster, int repeat) {
+Timed time_it(const sim::Model& model, const sim::PlanSpec& plan, const sim::ClusterSpec& cluster, int repeat,
+              const sim::PredictOptions& options = {}) {
   std::vector<double> ms;
   Timed t;
   for (int r = 0; r < repeat; ++r) {
     const auto t0 = std::chrono::steady_clock::now();
-    t.last = sim::predict(model, plan, cluster);
+    t.last = sim::predict(model, plan, cluster, options);
     const auto t1 = std::chrono::steady_clock::now();
     ms.push_back(std::chrono::duration<double, std::milli>(t1 - t0).count());
   }
@@ -73,6 +77,14 @@ int main(int argc, char** argv) {
       const std::string what = "gpt-175b megatron-3d, 64 A100, m " + std::to_string(m);
       row(what.c_str(), time_it(*model, plan, cluster, repeat));
     }
+    // The explorer's options: every task kept, no names, no memory over time.
+    sim::PredictOptions timeline;
+    timeline.keep_graph = true;
+    timeline.trace_detail = false;
+    const auto plan = sim::load_plan("megatron-3d", {});
+    row("gpt-175b megatron-3d, m 512, timeline", time_it(*model, plan, cluster, repeat, timeline));
+    timeline.unabridged = true;
+    row("the same, every micro-batch simulated", time_it(*model, plan, cluster, repeat, timeline));
   } catch (const std::exception& e) {
     std::fprintf(stderr, "dtsim_bench_pipeline: %s\n", e.what());
     return 2;
