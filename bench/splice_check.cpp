@@ -7,10 +7,7 @@
 // memory change for memory change. Exit status 1 where any differs.
 //   build/bench/dtsim_splice_check --model M --cluster C [--nodes N]
 //       [--global-batch B] [--stride K] [--profile P.h5] [--base-plan PLAN]
-#include <algorithm>
-#include <array>
 #include <cstdio>
-#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -27,78 +24,6 @@
 
 using namespace dtsim;
 using namespace dtsim::sim;
-
-namespace {
-
-using Where = std::array<std::int64_t, 3>;  // rank, stream, place on the stream
-
-/// A task as a timeline reads it (tests/sim/test_steady_state.cpp's Placed).
-struct Placed {
-  std::string name;
-  int kind = 0, phase = 0;
-  std::int32_t micro = 0;
-  TimeNs duration = 0, start = 0, end = 0, slowed = 0;
-  Bytes bytes = 0;
-  std::vector<std::pair<int, Bytes>> mem;
-  std::vector<Where> deps;
-  Where partners{-1, -1, -1};
-  bool operator==(const Placed&) const = default;
-};
-
-std::vector<Placed> placed(const TaskGraph& g, const ExecResult& x) {
-  std::vector<Where> where(g.tasks.size());
-  std::map<std::pair<int, int>, std::int64_t> next;
-  std::map<std::int64_t, Where> first_of;
-  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
-    const Task& t = g.tasks[i];
-    where[i] = {t.rank, t.stream, next[{t.rank, t.stream}]++};
-    if (t.collective < 0) continue;
-    auto [it, fresh] = first_of.emplace(t.collective, where[i]);
-    if (!fresh) it->second = std::min(it->second, where[i]);
-  }
-  std::vector<std::pair<Where, Placed>> out;
-  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
-    const Task& t = g.tasks[i];
-    Placed p;
-    p.name = t.name;
-    p.kind = static_cast<int>(t.kind);
-    p.phase = static_cast<int>(t.phase);
-    p.micro = t.micro;
-    p.duration = t.duration;
-    p.bytes = t.bytes;
-    p.start = x.spans[i].start;
-    p.end = x.spans[i].end;
-    p.slowed = x.spans[i].slowed;
-    for (const MemOp& op : g.on_start(t)) p.mem.emplace_back(static_cast<int>(op.category), op.bytes);
-    p.mem.emplace_back(-1, 0);
-    for (const MemOp& op : g.on_end(t)) p.mem.emplace_back(static_cast<int>(op.category), op.bytes);
-    for (TaskId d : t.deps) p.deps.push_back(where[static_cast<std::size_t>(d)]);
-    std::sort(p.deps.begin(), p.deps.end());
-    if (t.collective >= 0) p.partners = first_of.at(t.collective);
-    out.emplace_back(where[i], std::move(p));
-  }
-  std::sort(out.begin(), out.end(), [](const auto& a, const auto& b) { return a.first < b.first; });
-  std::vector<Placed> sorted;
-  for (auto& e : out) sorted.push_back(std::move(e.second));
-  return sorted;
-}
-
-bool same_memory(const ExecResult& a, const ExecResult& b) {
-  if (a.memory.size() != b.memory.size()) return false;
-  for (std::size_t r = 0; r < a.memory.size(); ++r) {
-    const RankMemoryPeak& x = a.memory[r];
-    const RankMemoryPeak& y = b.memory[r];
-    if (x.at_peak.time != y.at_peak.time || x.at_peak.bytes != y.at_peak.bytes || x.timeline.size() != y.timeline.size()) {
-      return false;
-    }
-    for (std::size_t k = 0; k < x.timeline.size(); ++k) {
-      if (x.timeline[k].time != y.timeline[k].time || x.timeline[k].bytes != y.timeline[k].bytes) return false;
-    }
-  }
-  return true;
-}
-
-}  // namespace
 
 int main(int argc, char** argv) {
   std::string model_name, cluster_name, profile, base_plan;
@@ -145,8 +70,7 @@ int main(int argc, char** argv) {
       }
       ++spliced;
       const Prediction b = predict(*model, plans[i], cluster, full);
-      if (a.exec.makespan != b.exec.makespan || !same_memory(a.exec, b.exec) ||
-          placed(a.graph, a.exec) != placed(b.graph, b.exec)) {
+      if (a.exec.makespan != b.exec.makespan || runs_differ(a.graph, a.exec, b.graph, b.exec).any()) {
         ++differ;
         std::printf("differs: plan %zu of the search's: dp %d tp %d pp %d v %d cp %d ep %d, %lld micro-batches\n", i,
                     a.plan.dp, a.plan.tp, a.plan.pp, a.plan.virtual_stages, a.plan.cp, a.plan.ep,

@@ -53,6 +53,21 @@ struct ExecOptions {
   bool record_event_times = false;           ///< for the steady-state abridgement
 };
 
+/// Where two runs of one iteration part (runs_differ): tasks matched by
+/// where each runs, (rank, stream, place on the stream), since two graphs of
+/// one iteration may number their tasks apart.
+struct RunsDiffer {
+  std::size_t tasks = 0;  ///< tasks whose name, kind, phase, micro-batch, duration, bytes, memory
+                          ///< operations, dependencies, collective partners, start, end or slowdown differ
+  bool shape = false;     ///< the runs' ranks, streams or task counts differ
+  bool memory = false;    ///< a rank's peak or its memory over time differs
+  bool any() const { return tasks > 0 || shape || memory; }
+};
+
+/// Compares two runs of one iteration task for task (Note [Steady state
+/// timelines]: a spliced timeline against the full simulation's).
+RunsDiffer runs_differ(const TaskGraph& a, const ExecResult& ax, const TaskGraph& b, const ExecResult& bx);
+
 /// Runs the graph. Throws InternalError on a cycle or a deadlock (a task that
 /// can never start), naming the task.
 ExecResult execute(const TaskGraph& graph, const ExecOptions& options = {});
