@@ -44,9 +44,10 @@
 // graph of more than kMaxGraphTasks tasks (2^25: about 9 GB, 73 times
 // GPT-1T's), counting the fewest it could have: a forward and a backward
 // of every stage chunk, or without a pipeline of every layer, for every
-// micro-batch. A long 1F1B or interleaved pipeline's prediction simulates
-// a few dozen micro-batches (Note [Steady state]) and is not refused; its
-// trace would hold them all (Note [Steady state timelines]) and is.
+// micro-batch (check_graph_size). A long 1F1B or interleaved pipeline's
+// prediction simulates a few dozen micro-batches (Note [Steady state]) and
+// is not refused; its trace would hold them all (Note [Steady state
+// timelines]), so predict() asks the same check before splicing it.
 #include <algorithm>
 #include <memory>
 
@@ -134,24 +135,28 @@ double hbm_slowdown(const DeviceSpec& device, BytesPerSec link_rate) {
   return h / (1 - h);
 }
 
-TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
-  DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
-  DTSIM_ASSERT(!plan.stage_layers.empty(), "lowering a plan that was not partitioned");
-  // Note [Graph size]: the fewest tasks this graph could have, in doubles (no overflow).
-  // A pass a stage chunk, or without a pipeline a layer (plan.stage_layers: one entry a chunk).
+void check_graph_size(const ResolvedPlan& plan) {
+  // The fewest tasks, in doubles (no overflow): a pass a stage chunk, or
+  // without a pipeline a layer (plan.stage_layers: one entry a chunk).
+  DTSIM_ASSERT(!plan.stage_layers.empty(), "sizing a plan that was not partitioned");
   const double passes = plan.pp > 1 ? static_cast<double>(plan.stage_layers.size())
                                     : static_cast<double>(std::max(1, plan.stage_layers.front()));
   const double fewest = 2 * passes * static_cast<double>(plan.grad_accum);
-  if (fewest > static_cast<double>(kMaxGraphTasks)) {
-    throw UnsupportedError(fmt::format(
-        "plan: {} micro-batches a step (grad_accum) would be at least {:.0f} tasks to simulate one by one, more than "
-        "dtsim holds ({}, about 9 GB); use fewer (plan.global_batch, plan.micro_batches){}",
-        plan.grad_accum, fewest, kMaxGraphTasks,
-        plan.pp > 1 && (plan.schedule == Schedule::k1f1b || plan.schedule == Schedule::kInterleaved ||
-                        plan.schedule == Schedule::kZbH1)
-            ? ", or predict without --trace and --unabridged (the steady state is simulated once)"
-            : ""));
-  }
+  if (fewest <= static_cast<double>(kMaxGraphTasks)) return;
+  throw UnsupportedError(fmt::format(
+      "plan: {} micro-batches a step (grad_accum) would be at least {:.0f} tasks to simulate one by one, more than "
+      "dtsim holds ({}, about 9 GB); use fewer (plan.global_batch, plan.micro_batches){}",
+      plan.grad_accum, fewest, kMaxGraphTasks,
+      plan.pp > 1 && (plan.schedule == Schedule::k1f1b || plan.schedule == Schedule::kInterleaved ||
+                      plan.schedule == Schedule::kZbH1)
+          ? ", or predict without --trace and --unabridged (the steady state is simulated once)"
+          : ""));
+}
+
+TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster, const CostModels& costs) {
+  DTSIM_ASSERT(costs.compute != nullptr && costs.comm != nullptr, "cost models missing");
+  DTSIM_ASSERT(!plan.stage_layers.empty(), "lowering a plan that was not partitioned");
+  check_graph_size(plan);
   const detail::LoweringInputs in{model, plan, cluster, *costs.compute, *costs.comm, costs.name_tasks, costs.priced};
   const std::unique_ptr<detail::StageEmitter> emit = plan.pp > 1 ? detail::chunk_emitter(in) : detail::layer_emitter(in);
   // One stage runs its micro-batches' forward and backward in turn, whatever

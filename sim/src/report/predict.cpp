@@ -377,6 +377,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   TaskGraph graph;
   ExecResult exec;
   if (steady && options.keep_graph) {
+    check_graph_size(p.plan);  // Note [Graph size]: a timeline holds every task, as lower()'s graph would
     if (auto spliced = detail::splice_timeline(*steady, options.trace_detail)) {
       graph = std::move(spliced->graph);
       exec = std::move(spliced->exec);

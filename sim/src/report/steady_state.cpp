@@ -40,7 +40,6 @@
 #include "report/steady_state.hpp"
 
 #include <algorithm>
-#include <span>
 
 #include "dtsim/sim/error.hpp"
 
@@ -314,9 +313,7 @@ std::optional<SplicedRun> splice_timeline(const SteadyState& s, bool memory_time
   const TaskGraph& a = s.graph;
   const ExecResult& ax = s.exec;
   const std::size_t na = a.tasks.size();
-  // Past kMaxGraphTasks the full lowering refuses it in one line (Note [Graph size]).
-  if (na == 0 || ax.spans.size() != na || ax.memory.size() != a.ranks.size() || s.period <= 0 || s.c <= 0 || s.q < 0 ||
-      s.tasks > kMaxGraphTasks) {
+  if (na == 0 || ax.spans.size() != na || ax.memory.size() != a.ranks.size() || s.period <= 0 || s.c <= 0 || s.q < 0) {
     return std::nullopt;
   }
   const TimeNs tau = s.tau, end = s.tau + s.period, p = s.period;

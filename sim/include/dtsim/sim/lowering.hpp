@@ -45,11 +45,16 @@ double hbm_slowdown(const DeviceSpec& device, BytesPerSec link_rate);
 /// the executor's state (Note [Graph size] in lowering/lower.cpp).
 inline constexpr std::size_t kMaxGraphTasks = std::size_t{1} << 25;
 
+/// Throws UnsupportedError, in one line naming the micro-batches, where the
+/// graph of every task of a partitioned plan would have more than
+/// kMaxGraphTasks (Note [Graph size] in lowering/lower.cpp).
+void check_graph_size(const ResolvedPlan& plan);
+
 /// Builds the task graph of one iteration of a partitioned plan
 /// (partition.hpp: stage_layers filled). Only ranks that differ are
 /// simulated: data- and tensor-parallel replicas collapse into one SimRank,
-/// so a pipeline has one simulated rank per stage. Throws UnsupportedError
-/// where it would have more than kMaxGraphTasks (too many micro-batches).
+/// so a pipeline has one simulated rank per stage. Throws as
+/// check_graph_size where it would have more than kMaxGraphTasks.
 TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                 const CostModels& costs);
 
