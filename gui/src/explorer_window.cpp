@@ -20,6 +20,8 @@
 #include <QFileDialog>
 #include <QFormLayout>
 #include <QFutureWatcher>
+#include <QGraphicsItem>
+#include <QPainter>
 #include <QGuiApplication>
 #include <QGroupBox>
 #include <QHBoxLayout>
@@ -43,6 +45,7 @@
 #include <QTabWidget>
 #include <QTableWidget>
 #include <QThread>
+#include <QThreadPool>
 #include <QTimer>
 #include <QValueAxis>
 #include <QVBoxLayout>
@@ -404,6 +407,90 @@ void set_enum_choices(QComboBox* box, const std::vector<E>& values, E current, c
   box->setCurrentIndex(i);
 }
 
+// Note [Timeline bars]
+// The timeline's bars are rectangles one item fills straight into the
+// chart's plot area (GanttItem), not Qt Charts series. Drawn as series, a
+// QAreaSeries a lane and kind, each bar four points of a step line, they
+// cost the most of the explorer's drawing and painting: Qt Charts strokes
+// each line series' path for its hit shape whenever the chart lays out
+// (QPainterPathStroker, an atan2 at every joint: the explorer's hottest
+// function under perf) and fills each area antialiased at every paint.
+// The item keeps the bars level_of_detail gave (about one a pixel column a
+// lane), maps them through the axes' ranges at each paint and fills them
+// unantialiased, each at least a pixel wide so none vanishes. The legend
+// keeps one empty area series a kind the iteration has (zooming in shows
+// what one pixel column hid), which also gives the rubber band its zoom:
+// Qt Charts zooms the domains of a chart's series, and a chart without one
+// does not zoom.
+class GanttItem : public QGraphicsItem {
+ public:
+  explicit GanttItem(QChart* chart) : QGraphicsItem(chart), chart_(chart) {
+    setZValue(4);  // with Qt Charts' series: above the grid, below the legend
+    QObject::connect(chart, &QChart::plotAreaChanged, chart, [this] { prepareGeometryChange(); });
+  }
+
+  /// The lanes to draw, top to bottom (row i centred at y = n - 1 - i, as
+  /// the lanes' category axis counts), over the value axis `y_lo`..`y_hi`,
+  /// times shown in `unit`.
+  void set_rows(std::vector<GanttRow> rows, double y_lo, double y_hi, TimeUnit unit) {
+    rows_ = std::move(rows);
+    y_lo_ = y_lo;
+    y_hi_ = y_hi;
+    unit_ = unit;
+    update();
+  }
+  /// The time axis' range now, in `unit`.
+  void set_x_range(double lo, double hi) {
+    x_lo_ = lo;
+    x_hi_ = hi;
+    update();
+  }
+  void clear() { set_rows({}, 0, 1, unit_); }
+  const std::vector<GanttRow>& rows() const { return rows_; }
+
+  QRectF boundingRect() const override { return chart_->plotArea(); }
+
+  void paint(QPainter* p, const QStyleOptionGraphicsItem*, QWidget*) override {
+    const QRectF plot = chart_->plotArea();
+    if (rows_.empty() || plot.isEmpty() || !(x_hi_ > x_lo_) || !(y_hi_ > y_lo_)) return;
+    p->save();
+    p->setClipRect(plot);
+    p->setRenderHint(QPainter::Antialiasing, false);
+    p->setPen(Qt::NoPen);
+    const double px_per_unit = plot.width() / (x_hi_ - x_lo_);
+    const double px_per_row = plot.height() / (y_hi_ - y_lo_);
+    const double n = static_cast<double>(rows_.size());
+    for (int k = 0; k < kGanttKinds; ++k) {
+      rects_.clear();
+      for (std::size_t i = 0; i < rows_.size(); ++i) {
+        const auto& bars = rows_[i].bars[k];
+        if (bars.empty()) continue;
+        const double h = rows_[i].compute ? 0.4 : 0.25;
+        const double y = n - 1 - static_cast<double>(i);
+        const double top = plot.bottom() - (y + h - y_lo_) * px_per_row;
+        const double height = 2 * h * px_per_row;
+        for (const GanttBar& b : bars) {
+          const double left = plot.left() + (in(b.start, unit_) - x_lo_) * px_per_unit;
+          const double right = plot.left() + (in(b.end, unit_) - x_lo_) * px_per_unit;
+          if (right < plot.left() || left > plot.right()) continue;
+          rects_.emplace_back(left, top, std::max(1.0, right - left), height);
+        }
+      }
+      if (rects_.empty()) continue;
+      p->setBrush(kind_color(static_cast<GanttKind>(k)));
+      p->drawRects(rects_.data(), static_cast<int>(rects_.size()));
+    }
+    p->restore();
+  }
+
+ private:
+  QChart* chart_;
+  std::vector<GanttRow> rows_;
+  double y_lo_ = 0, y_hi_ = 1, x_lo_ = 0, x_hi_ = 1;
+  TimeUnit unit_{"ms", 1e6};
+  std::vector<QRectF> rects_;  ///< paint's scratch
+};
+
 struct SearchOutcome {
   std::shared_ptr<const sim::SearchResult> result;
   std::string error;
@@ -445,6 +532,7 @@ struct ExplorerWindow::Impl {
   std::map<QString, QChartView*> views;
   QValueAxis* timeline_x = nullptr;
   QCategoryAxis* timeline_y = nullptr;
+  GanttItem* gantt = nullptr;  ///< the timeline's bars (Note [Timeline bars])
   TimeUnit timeline_unit{"ms", 1e6};
   std::pair<TimeNs, TimeNs> zoom_range{0, 0};
   QTimer zoom_timer;  // coalesces the range changes of one zoom gesture
@@ -794,6 +882,7 @@ struct ExplorerWindow::Impl {
     tlv->setContentsMargins(0, 0, 0, 0);
     QChartView* timeline = make_view("timeline", "One iteration, per stage (drag to zoom, right-click to zoom out)");
     timeline->setRubberBand(QChartView::HorizontalRubberBand);
+    gantt = new GanttItem(timeline->chart());
     tlv->addWidget(timeline, 1);
     // In the chart's top right corner, not on a row of its own below it.
     auto* reset = new QPushButton("Reset zoom");
@@ -948,6 +1037,9 @@ struct ExplorerWindow::Impl {
     }
     debounce.setSingleShot(true);
     debounce.setInterval(kDebounceMs);
+    // To the millisecond: a coarse timer (Qt's default) fires up to 5% late,
+    // 6 ms added to every knob change, and unevenly.
+    debounce.setTimerType(Qt::PreciseTimer);
     QObject::connect(&debounce, &QTimer::timeout, w, [this] { launch(); });
     zoom_timer.setSingleShot(true);
     zoom_timer.setInterval(30);
@@ -1296,7 +1388,10 @@ struct ExplorerWindow::Impl {
   }
 
   void draw(Outcome o) {
-    outcome = std::move(o);
+    // The answer drawn before goes on a worker: the last owner of a long
+    // pipeline's graph and spans frees them, 2-3 ms of a frozen window for
+    // gpt-175b's 56k tasks (dtsim_bench_gui).
+    QThreadPool::globalInstance()->start([old = std::exchange(outcome, std::move(o))]() mutable { old = {}; });
     answered = outcome.generation;
     if (!outcome.ok()) {
       show_error(outcome.error);
@@ -1504,6 +1599,7 @@ struct ExplorerWindow::Impl {
     QChart* c = chart("timeline");
     timeline_x = nullptr;
     clear_chart(c);
+    gantt->clear();
     if (!outcome.ok() || !outcome.timeline) return;
     const sim::Prediction& p = *outcome.prediction;
     const std::vector<GanttRow>& rows = *outcome.timeline;
@@ -1546,11 +1642,28 @@ struct ExplorerWindow::Impl {
     c->addAxis(y, Qt::AlignLeft);
     timeline_x = x;
     timeline_y = y;
+    // The legend, a kind a series without points, which also carries the
+    // rubber band's zoom (Note [Timeline bars]).
+    for (int k = 0; k < kGanttKinds; ++k) {
+      const bool drawn = std::any_of(rows.begin(), rows.begin() + n, [k](const GanttRow& r) { return !r.bars[k].empty(); });
+      if (!drawn) continue;
+      auto* area = new QAreaSeries(new QLineSeries);
+      area->upperSeries()->setParent(area);
+      area->setName(to_string(static_cast<GanttKind>(k)));
+      area->setColor(kind_color(static_cast<GanttKind>(k)));
+      area->setPen(Qt::NoPen);
+      c->addSeries(area);
+      area->attachAxis(x);
+      area->attachAxis(y);
+    }
+    gantt->set_x_range(x->min(), x->max());
     draw_timeline_series(0, p.exec.makespan);
-    // Zooming (rubber band, right-click) changes the range: redraw its detail.
+    // Zooming (rubber band, right-click) changes the range: the bars follow
+    // at once, their detail a moment later.
     fit_ticks(c);
     QObject::connect(x, &QValueAxis::rangeChanged, w, [this](qreal lo, qreal hi) {
       fit_ticks(chart("timeline"));  // a zoomed range gets its own round interval
+      gantt->set_x_range(lo, hi);
       zoom_range = {static_cast<TimeNs>(lo * timeline_unit.ns), static_cast<TimeNs>(hi * timeline_unit.ns)};
       zoom_timer.start();
     });
@@ -1558,51 +1671,14 @@ struct ExplorerWindow::Impl {
 
   /// The lanes' bars over [lo, hi), at about one bar per pixel column.
   void draw_timeline_series(TimeNs lo, TimeNs hi) {
-    QChart* c = chart("timeline");
     if (!outcome.timeline || timeline_x == nullptr) return;
-    for (QAbstractSeries* s : c->series()) {
-      c->removeSeries(s);
-      delete s;
-    }
     const std::vector<GanttRow>& rows = *outcome.timeline;
     const int n = static_cast<int>(std::min<std::size_t>(rows.size(), kMaxTimelineRows));
     const int bins = std::max(200, views.at("timeline")->width());
-    const TimeUnit u = timeline_unit;
-    bool legend_shown[kGanttKinds] = {};
-    for (int i = 0; i < n; ++i) {
-      const GanttRow row = level_of_detail(rows[i], std::max<TimeNs>(0, lo), hi, bins);
-      const double row_y = n - 1 - i;
-      const double h = row.compute ? 0.4 : 0.25;
-      for (int k = 0; k < kGanttKinds; ++k) {
-        const auto& bars = row.bars[k];
-        if (bars.empty()) continue;
-        // A step line over a flat one: each bar rises to row_y + h, the gaps
-        // between bars have zero height.
-        QList<QPointF> up;
-        up.reserve(static_cast<qsizetype>(bars.size() * 4));
-        for (const GanttBar& b : bars) {
-          up << QPointF(in(b.start, u), row_y - h) << QPointF(in(b.start, u), row_y + h)
-             << QPointF(in(b.end, u), row_y + h) << QPointF(in(b.end, u), row_y - h);
-        }
-        auto* upper = new QLineSeries;
-        upper->replace(up);
-        auto* lower = new QLineSeries;
-        lower->append(in(bars.front().start, u), row_y - h);
-        lower->append(in(bars.back().end, u), row_y - h);
-        auto* area = new QAreaSeries(upper, lower);
-        area->setName(to_string(static_cast<GanttKind>(k)));
-        area->setColor(kind_color(static_cast<GanttKind>(k)));
-        area->setPen(Qt::NoPen);  // thin bars would be all border
-        c->addSeries(area);
-        if (upper->parent() != area) upper->setParent(area);
-        if (lower->parent() != area) lower->setParent(area);
-        area->attachAxis(timeline_x);
-        area->attachAxis(timeline_y);
-        const auto markers = c->legend()->markers(area);
-        for (QLegendMarker* m : markers) m->setVisible(!legend_shown[k]);
-        legend_shown[k] = true;
-      }
-    }
+    std::vector<GanttRow> drawn;
+    drawn.reserve(static_cast<std::size_t>(n));
+    for (int i = 0; i < n; ++i) drawn.push_back(level_of_detail(rows[i], std::max<TimeNs>(0, lo), hi, bins));
+    gantt->set_rows(std::move(drawn), timeline_y->min(), timeline_y->max(), timeline_unit);
   }
 
   void draw_comparison() {
@@ -1830,6 +1906,8 @@ QChart* ExplorerWindow::chart(const QString& name) const {
   auto it = d_->views.find(name);
   return it == d_->views.end() ? nullptr : it->second->chart();
 }
+
+const std::vector<GanttRow>& ExplorerWindow::timeline_lanes() const { return d_->gantt->rows(); }
 
 void ExplorerWindow::pin_current() {
   if (!d_->outcome.ok()) {

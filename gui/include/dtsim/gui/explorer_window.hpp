@@ -50,6 +50,9 @@ class ExplorerWindow : public QMainWindow {
 
   /// Charts, for export and tests: "breakdown", "memory", "timeline", "comparison".
   QChart* chart(const QString& name) const;
+  /// The timeline's lanes as drawn now, top to bottom: each lane's bars over
+  /// the time axis' range at about one a pixel column (level_of_detail).
+  const std::vector<GanttRow>& timeline_lanes() const;
 
   /// Pins the current prediction in the comparison view.
   void pin_current();
