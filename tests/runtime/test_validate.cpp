@@ -40,11 +40,14 @@ struct Run {
 /// Runs `dtsim validate ARGS`, capturing stdout and stderr in files of its
 /// own: ctest runs test cases side by side, and a shared file let one case
 /// read another's losses.
-/// `env`: variables to set first ("DTSIM_BIND=none").
+/// `env`: variables to set first ("DTSIM_BIND=none"). TMPDIR is that
+/// directory too: a run that fails keeps its ranks' logs in a run directory
+/// under TMPDIR (cli/validate.cpp), which would otherwise be left in /tmp by
+/// every test of a failing run.
 Run validate(const std::string& args, const std::string& env = "") {
   const test::TempDir dir("validate");
   const std::string out = dir.file("out"), err = dir.file("err");
-  const std::string cmd = (env.empty() ? "" : "env " + env + " ") + DTSIM_BINARY + " validate " + args + " > " + out + " 2> " + err;
+  const std::string cmd = "env TMPDIR=" + dir.str() + " " + env + " " + DTSIM_BINARY + " validate " + args + " > " + out + " 2> " + err;
   const int raw = std::system(cmd.c_str());
   Run r;
   r.status = WIFEXITED(raw) ? WEXITSTATUS(raw) : -1;
@@ -823,7 +826,7 @@ TEST_CASE("validate stopped by SIGTERM stops its ranks, says so and exits 2", "[
   // --preserve-status returns dtsim's own exit status.
   const test::TempDir dir("validate-term");
   const std::string out = dir.file("out"), err = dir.file("err");
-  const std::string cmd = std::string("timeout --preserve-status -s TERM 5 ") + DTSIM_BINARY +
+  const std::string cmd = "env TMPDIR=" + dir.str() + " timeout --preserve-status -s TERM 5 " + DTSIM_BINARY +
                           " validate --model gpt2-tiny --plan ddp --procs 2 --quiet --warmup 0 --steps 100000"
                           " --set plan.micro_batch=2 --set plan.seq_len=32 --seed 424206 > " + out + " 2> " + err;
   const int raw = std::system(cmd.c_str());
@@ -831,6 +834,13 @@ TEST_CASE("validate stopped by SIGTERM stops its ranks, says so and exits 2", "[
   INFO(text);
   CHECK((WIFEXITED(raw) ? WEXITSTATUS(raw) : -1) == 2);
   CHECK(text.rfind("dtsim validate: interrupted by SIGTERM: ranks stopped", 0) == 0);
+  // The logs it names are there, in a run directory under TMPDIR.
+  const std::string logs = "(logs: " + dir.str() + "/dtsim-validate-";
+  const std::size_t at = text.find(logs);
+  REQUIRE(at != std::string::npos);
+  const std::string run_dir = text.substr(at + 7, text.find("/rank-*", at) - at - 7);
+  CHECK(std::filesystem::exists(run_dir + "/rank-0.stderr"));
+  CHECK(std::filesystem::exists(run_dir + "/rank-1.stderr"));
   CHECK_FALSE(any_process_with("--seed 424206"));
 }
 
