@@ -74,8 +74,9 @@
 // And the executor keeps no more per task than it must, every byte of it
 // first touched in a page the kernel faults in (GPT-1T: 458k tasks, issue
 // 26): a task's start, end and slowdown are written into the Span the
-// result hands back, and the host's issue times are kept only where some
-// task has a launch cost.
+// result hands back, the host's issue times are kept only where some
+// task has a launch cost, and a flow's slot is taken again once its flow
+// has ended (a pipeline starts one a send).
 //
 // Note [Critical path]
 // Each task remembers what made it ready last: the task before it on its
@@ -127,6 +128,7 @@ struct Flow {
   BytesPerSec max_rate = 0;
   BytesPerSec rate = 0;
   TaskId owner = -1;
+  std::uint64_t serial = 0;  ///< flows started before it: water-filling's order among equal caps
 };
 
 struct Link {
@@ -397,8 +399,19 @@ class Executor {
     const int li = t.rank * kLinkClasses + static_cast<int>(t.cost.link);
     Link& link = links_[li];
     advance(link);
-    flows_.push_back(Flow{t.cost.wire_bytes, t.cost.rate, 0, id});
-    link.flows.push_back(static_cast<int>(flows_.size() - 1));
+    // A slot a finished flow left, or a new one (Note [Compact state]: a
+    // pipeline starts a flow a send, hundreds of thousands).
+    const Flow f{t.cost.wire_bytes, t.cost.rate, 0, id, flows_started_++};
+    int slot = 0;
+    if (free_flows_.empty()) {
+      slot = static_cast<int>(flows_.size());
+      flows_.push_back(f);
+    } else {
+      slot = free_flows_.back();
+      free_flows_.pop_back();
+      flows_[static_cast<std::size_t>(slot)] = f;
+    }
+    link.flows.push_back(slot);
     reshare_and_schedule(li);
   }
 
@@ -434,7 +447,8 @@ class Executor {
     std::vector<int>& order = order_;
     order.assign(link.flows.begin(), link.flows.end());
     std::sort(order.begin(), order.end(), [&](int a, int b) {
-      return flows_[a].max_rate != flows_[b].max_rate ? flows_[a].max_rate < flows_[b].max_rate : a < b;
+      return flows_[a].max_rate != flows_[b].max_rate ? flows_[a].max_rate < flows_[b].max_rate
+                                                      : flows_[a].serial < flows_[b].serial;
     });
     double left = link.capacity > 0 ? link.capacity : std::numeric_limits<double>::infinity();
     std::size_t n = order.size();
@@ -460,6 +474,7 @@ class Executor {
       // Done when what is left would take under a nanosecond.
       if (flows_[f].remaining <= flows_[f].rate * 1e-9 + 1e-6) {
         finished.push_back(flows_[f].owner);
+        free_flows_.push_back(f);
       } else {
         link.flows[kept++] = f;
       }
@@ -605,6 +620,8 @@ class Executor {
   std::vector<char> arrived_;  ///< a collective's participant has reached it
   std::vector<Link> links_;
   std::vector<Flow> flows_;
+  std::vector<int> free_flows_;  ///< slots of flows_ whose flows have ended
+  std::uint64_t flows_started_ = 0;
   std::vector<int> order_;         ///< reshare_and_schedule's scratch
   std::vector<TaskId> finished_;   ///< on_link_event's scratch
   std::vector<RankMemoryPeak> memory_;
