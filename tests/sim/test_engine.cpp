@@ -1,5 +1,8 @@
 #include <catch2/catch.hpp>
 
+#include <cstdint>
+#include <map>
+#include <utility>
 #include <vector>
 
 #include "dtsim/sim/engine.hpp"
@@ -89,4 +92,83 @@ TEST_CASE("the id of an event that has run cancels nothing", "[engine]") {
   q.cancel(a);
   CHECK(q.pending() == 1);
   CHECK(drain(q) == std::vector<int>{10});
+}
+
+TEST_CASE("the queue hands events out by (time, order scheduled), as a sorted list of them would", "[engine]") {
+  // A reference: every event live, ordered by (time, sequence), the queue's
+  // contract (engine.hpp). Random schedules, in bursts at one time
+  // and spread over 2^10 to 2^61 ns ahead, cancellations (some of events run
+  // already), and scheduling while draining at the current time.
+  std::uint64_t s = 0x9E3779B97F4A7C15ull;
+  auto rnd = [&s] {
+    s ^= s << 13;
+    s ^= s >> 7;
+    s ^= s << 17;
+    return s;
+  };
+  for (int round = 0; round < 40; ++round) {
+    EventQueue q;
+    std::map<std::pair<TimeNs, EventId>, int> live;  // (time, id) -> arg
+    std::vector<EventId> ids;
+    TimeNs now = 0;
+    int arg = 0;
+    auto add = [&](TimeNs at) {
+      const EventId id = q.schedule(at, {0, arg});
+      live[{at, id}] = arg++;
+      ids.push_back(id);
+    };
+    std::size_t taken = 0;
+    for (int step = 0; step < 3000; ++step) {
+      const std::uint64_t r = rnd() % 10;
+      if (r < 5) {
+        const int spread = 10 + static_cast<int>(rnd() % 52);
+        const TimeNs ahead = rnd() % 3 == 0 ? 0 : static_cast<TimeNs>(rnd() % (std::uint64_t{1} << spread));
+        const int burst = 1 + static_cast<int>(rnd() % 4);
+        for (int k = 0; k < burst; ++k) add(now + ahead);
+      } else if (r < 6 && !ids.empty()) {
+        const EventId id = ids[rnd() % ids.size()];
+        q.cancel(id);
+        for (auto it = live.begin(); it != live.end(); ++it) {
+          if (it->first.second == id) {
+            live.erase(it);
+            break;
+          }
+        }
+      } else {
+        const auto e = q.next();
+        if (live.empty()) {
+          CHECK_FALSE(e.has_value());
+          continue;
+        }
+        REQUIRE(e.has_value());
+        const auto first = live.begin();
+        CHECK(e->arg == first->second);
+        CHECK(q.now() == first->first.first);
+        now = first->first.first;
+        live.erase(first);
+        ++taken;
+      }
+      CHECK(q.pending() == live.size());
+    }
+    while (const auto e = q.next()) {
+      REQUIRE_FALSE(live.empty());
+      CHECK(e->arg == live.begin()->second);
+      live.erase(live.begin());
+      ++taken;
+    }
+    CHECK(live.empty());
+    CHECK(q.processed() == taken);
+  }
+}
+
+TEST_CASE("after the last events were cancelled the queue takes an event at the current time", "[engine]") {
+  EventQueue q;
+  q.schedule(10, {0, 1});
+  const EventId later = q.schedule(1000, {0, 2});
+  CHECK(q.next()->arg == 1);
+  q.cancel(later);
+  CHECK_FALSE(q.next().has_value());
+  q.schedule(10, {0, 3});  // now is still 10: not in the past
+  q.schedule(11, {0, 4});
+  CHECK(drain(q) == std::vector<int>{3, 4});
 }
