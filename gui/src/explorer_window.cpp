@@ -426,8 +426,12 @@ class GanttItem : public QGraphicsItem {
  public:
   explicit GanttItem(QChart* chart) : QGraphicsItem(chart), chart_(chart) {
     setZValue(4);  // with Qt Charts' series: above the grid, below the legend
-    QObject::connect(chart, &QChart::plotAreaChanged, chart, [this] { prepareGeometryChange(); });
+    resized_ = QObject::connect(chart, &QChart::plotAreaChanged, chart, [this] { prepareGeometryChange(); });
   }
+  // The chart deletes its child items before it drops its connections.
+  ~GanttItem() override { QObject::disconnect(resized_); }
+  GanttItem(const GanttItem&) = delete;
+  GanttItem& operator=(const GanttItem&) = delete;
 
   /// The lanes to draw, top to bottom (row i centred at y = n - 1 - i, as
   /// the lanes' category axis counts), over the value axis `y_lo`..`y_hi`,
@@ -489,6 +493,7 @@ class GanttItem : public QGraphicsItem {
   double y_lo_ = 0, y_hi_ = 1, x_lo_ = 0, x_hi_ = 1;
   TimeUnit unit_{"ms", 1e6};
   std::vector<QRectF> rects_;  ///< paint's scratch
+  QMetaObject::Connection resized_;
 };
 
 struct SearchOutcome {
