@@ -474,8 +474,10 @@ class GanttItem : public QGraphicsItem {
         const double top = plot.bottom() - (y + h - y_lo_) * px_per_row;
         const double height = 2 * h * px_per_row;
         for (const GanttBar& b : bars) {
-          const double left = plot.left() + (in(b.start, unit_) - x_lo_) * px_per_unit;
-          const double right = plot.left() + (in(b.end, unit_) - x_lo_) * px_per_unit;
+          // Clamped to the plot: zoomed far in, a bar's ends lie hundreds of
+          // millions of pixels out.
+          const double left = std::max(plot.left() - 1, plot.left() + (in(b.start, unit_) - x_lo_) * px_per_unit);
+          const double right = std::min(plot.right() + 1, plot.left() + (in(b.end, unit_) - x_lo_) * px_per_unit);
           if (right < plot.left() || left > plot.right()) continue;
           rects_.emplace_back(left, top, std::max(1.0, right - left), height);
         }

@@ -1021,6 +1021,48 @@ TEST_CASE("a pipeline plan draws one compute lane per stage in the timeline", "[
   CHECK(bar_set(w.chart("memory"), "parameters")->count() == 4);
 }
 
+TEST_CASE("the timeline zoomed into one bar draws it across the plot at once", "[gui][window]") {
+  // Note [Timeline bars]: until the zoom's detail is redrawn (30 ms later)
+  // the bars drawn are the whole range's, mapped through the new range; a
+  // bar then reaches hundreds of millions of pixels past the plot on both
+  // sides, and it must still fill it, in its colour.
+  app();
+  ExplorerWindow w;
+  w.resize(1280, 800);
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "gpipe", "", {sim::parse_override("plan.pp=4")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  const auto& lanes = w.timeline_lanes();
+  REQUIRE(!lanes.empty());
+  REQUIRE(lanes[0].compute);
+  // GPipe: stage 0 runs its forwards back to back, one long bar.
+  const auto& forward = lanes[0].bars[static_cast<int>(gui::GanttKind::kForward)];
+  REQUIRE(!forward.empty());
+  const gui::GanttBar bar = *std::max_element(forward.begin(), forward.end(), [](const auto& a, const auto& b) {
+    return a.end - a.start < b.end - b.start;
+  });
+  REQUIRE(bar.end - bar.start > 1000000);  // over a millisecond
+  QChart* c = w.chart("timeline");
+  auto* x = qobject_cast<QValueAxis*>(c->axes(Qt::Horizontal).front());
+  REQUIRE(x != nullptr);
+  const double ns_per_unit = static_cast<double>(w.outcome().prediction->exec.makespan) / x->max();
+  const double mid = static_cast<double>(bar.start + bar.end) / 2 / ns_per_unit;
+  x->setRange(mid - 1 / ns_per_unit, mid + 1 / ns_per_unit);  // 2 ns across the plot
+  auto* view = w.findChild<QChartView*>("timeline");
+  REQUIRE(view != nullptr);
+  const QImage shot = view->grab().toImage();  // no event loop yet: the old bars
+  const int n = static_cast<int>(lanes.size());
+  const QPointF lane0 = c->mapToPosition(QPointF(mid, n - 1), nullptr);
+  const QRectF plot = c->plotArea();
+  int filled = 0, probes = 0;
+  for (double fx = 0.05; fx < 1; fx += 0.1) {
+    const QPoint at = view->mapFromScene(c->mapToScene(QPointF(plot.left() + fx * plot.width(), lane0.y())));
+    ++probes;
+    filled += shot.pixelColor(at) == QColor("#4C78A8");
+  }
+  CHECK(filled == probes);
+}
+
 TEST_CASE("a bad file shows an error in the window and the window keeps working", "[gui][window]") {
   app();
   ExplorerWindow w;
