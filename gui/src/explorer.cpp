@@ -241,10 +241,17 @@ std::vector<GanttRow> gantt_rows(const sim::Prediction& p) {
 // Note [Timeline level of detail]
 // A 3D-parallel iteration runs tens of thousands of tasks; drawn one polygon
 // each, the timeline took ~1 s to paint (bench/gui_speed.cpp) and froze the
-// window. A screen shows at most one colour per pixel column per lane, so the
-// lane is cut into `bins` columns over the visible range, each column takes
-// the kind covering most of it, and equal neighbours merge. Zooming redraws
-// from the exact rows at the new range, so detail reappears as it fits.
+// window. So the lane is cut into `bins` columns over the visible range
+// (one a pixel), and each column stacks the kinds that ran in it, bottom up
+// in the legend's order, each as tall as the share of the column it filled,
+// rounded to eighths of the lane's height (cumulatively, so the stack never
+// overfills); equal neighbours merge. A column where a 1F1B steady state
+// runs forwards a third of the time and backwards the rest shows both, a
+// third and two thirds high, where showing each column's commonest kind
+// alone painted a whole pipeline backward; a comm lane busy a fifth of the
+// time shows a quarter-high band, and a kind under a sixteenth of a column
+// shows nothing. Zooming redraws from the exact rows at the new range, so
+// detail reappears as it fits.
 GanttRow level_of_detail(const GanttRow& row, TimeNs lo, TimeNs hi, int bins) {
   GanttRow out;
   out.label = row.label;
@@ -280,32 +287,33 @@ GanttRow level_of_detail(const GanttRow& row, TimeNs lo, TimeNs hi, int bins) {
       }
     }
   }
-  int run_kind = -1, run_start = 0;
-  auto close = [&](int end_bin) {
-    if (run_kind < 0) return;
-    const TimeNs s = lo + static_cast<TimeNs>(run_start * width);
-    const TimeNs e = end_bin >= bins ? hi : lo + static_cast<TimeNs>(end_bin * width);
-    out.bars[run_kind].push_back({s, e});
+  constexpr int kSteps = 8;  // a lane's height in eighths
+  // Per kind, the run being built: its band in eighths (lo == hi: none).
+  struct Run {
+    int lo = 0, hi = 0, start = 0;
+  };
+  std::array<Run, kGanttKinds> run{};
+  auto at = [&](int bin) { return bin >= bins ? hi : lo + static_cast<TimeNs>(bin * width); };
+  auto close = [&](int k, int end_bin) {
+    const Run& r = run[k];
+    if (r.hi > r.lo) {
+      out.bars[k].push_back({at(r.start), at(end_bin), static_cast<float>(r.lo) / kSteps, static_cast<float>(r.hi) / kSteps});
+    }
   };
   for (int i = 0; i < bins; ++i) {
-    // Nothing at all competes too: a lane idle for most of a column (a comm
-    // lane between collectives) leaves it empty rather than painting it.
-    int best = -1;
-    double most = width;
-    for (int k = 0; k < kGanttKinds; ++k) most -= cover[i][k];
+    double filled = 0;
+    int below = 0;
     for (int k = 0; k < kGanttKinds; ++k) {
-      if (cover[i][k] > most) {
-        most = cover[i][k];
-        best = k;
+      filled += std::min(1.0, cover[i][k] / width);
+      const int top = std::min(kSteps, static_cast<int>(std::lround(filled * kSteps)));
+      if (below != run[k].lo || top != run[k].hi) {
+        close(k, i);
+        run[k] = {below, top, i};
       }
-    }
-    if (best != run_kind) {
-      close(i);
-      run_kind = best;
-      run_start = i;
+      below = top;
     }
   }
-  close(bins);
+  for (int k = 0; k < kGanttKinds; ++k) close(k, bins);
   return out;
 }
 

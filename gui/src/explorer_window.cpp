@@ -471,15 +471,17 @@ class GanttItem : public QGraphicsItem {
         if (bars.empty()) continue;
         const double h = rows_[i].compute ? 0.4 : 0.25;
         const double y = n - 1 - static_cast<double>(i);
-        const double top = plot.bottom() - (y + h - y_lo_) * px_per_row;
+        const double bottom = plot.bottom() - (y - h - y_lo_) * px_per_row;
         const double height = 2 * h * px_per_row;
         for (const GanttBar& b : bars) {
+          // The bar's band of the lane (Note [Timeline level of detail]).
+          const double top = bottom - b.hi * height;
           // Clamped to the plot: zoomed far in, a bar's ends lie hundreds of
           // millions of pixels out.
           const double left = std::max(plot.left() - 1, plot.left() + (in(b.start, unit_) - x_lo_) * px_per_unit);
           const double right = std::min(plot.right() + 1, plot.left() + (in(b.end, unit_) - x_lo_) * px_per_unit);
           if (right < plot.left() || left > plot.right()) continue;
-          rects_.emplace_back(left, top, std::max(1.0, right - left), height);
+          rects_.emplace_back(left, top, std::max(1.0, right - left), (b.hi - b.lo) * height);
         }
       }
       if (rects_.empty()) continue;

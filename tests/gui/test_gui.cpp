@@ -210,6 +210,15 @@ V bars(const gui::GanttRow& row, gui::GanttKind k) {
   return out;
 }
 
+using B = std::vector<std::pair<float, float>>;
+
+/// The same bars' bands of the lane's height, (lo, hi).
+B bands(const gui::GanttRow& row, gui::GanttKind k) {
+  B out;
+  for (const auto& b : row.bars[static_cast<int>(k)]) out.emplace_back(b.lo, b.hi);
+  return out;
+}
+
 }  // namespace
 
 // ---- the Qt-free logic ---------------------------------------------------------
@@ -357,38 +366,63 @@ TEST_CASE("timeline rows: lanes, merged bars and the idle gaps", "[gui]") {
   CHECK(bars(rows[1], gui::GanttKind::kBubble).empty());
 }
 
-TEST_CASE("the timeline's level of detail: one kind per pixel column", "[gui]") {
+TEST_CASE("the timeline's level of detail: each pixel column stacks its kinds", "[gui]") {
   const int fwd = static_cast<int>(gui::GanttKind::kForward), bwd = static_cast<int>(gui::GanttKind::kBackward);
-  // Ten periods of forward 6 ns then backward 4 ns over [0, 100), drawn in 4
-  // columns of 25 ns: forward fills 60% of each, so the lane is one forward bar.
+  // Ten periods of forward 6 ns then backward 4 ns over [0, 100), drawn in 5
+  // columns of 20 ns: every column is 60% forward and 40% backward, so the
+  // lane is one forward bar over its bottom round(8 x 0.6) = 5 eighths and
+  // one backward bar over the 3 eighths above it.
   gui::GanttRow alternating;
   for (TimeNs i = 0; i < 10; ++i) {
     alternating.bars[fwd].push_back({10 * i, 10 * i + 6});
     alternating.bars[bwd].push_back({10 * i + 6, 10 * i + 10});
   }
-  const gui::GanttRow coarse = gui::level_of_detail(alternating, 0, 100, 4);
+  const gui::GanttRow coarse = gui::level_of_detail(alternating, 0, 100, 5);
   CHECK(bars(coarse, gui::GanttKind::kForward) == V{{0, 100}});
-  CHECK(bars(coarse, gui::GanttKind::kBackward).empty());
+  CHECK(bands(coarse, gui::GanttKind::kForward) == B{{0.0f, 0.625f}});
+  CHECK(bars(coarse, gui::GanttKind::kBackward) == V{{0, 100}});
+  CHECK(bands(coarse, gui::GanttKind::kBackward) == B{{0.625f, 1.0f}});
   // Fifty 1 ns forwards then one 50 ns backward, 10 columns of 10 ns: the
-  // first five columns are forward, the last five backward.
+  // first five columns are forward, the last five backward, each whole.
   gui::GanttRow halves;
   for (TimeNs i = 0; i < 50; ++i) halves.bars[fwd].push_back({i, i + 1});
   halves.bars[bwd].push_back({50, 100});
   const gui::GanttRow h = gui::level_of_detail(halves, 0, 100, 10);
   CHECK(bars(h, gui::GanttKind::kForward) == V{{0, 50}});
+  CHECK(bands(h, gui::GanttKind::kForward) == B{{0.0f, 1.0f}});
   CHECK(bars(h, gui::GanttKind::kBackward) == V{{50, 100}});
+  CHECK(bands(h, gui::GanttKind::kBackward) == B{{0.0f, 1.0f}});
   // A sparse lane: 20 collectives of 1 ns every 5 ns over [0, 100), 4
-  // columns: each column is 80% empty, so nothing is drawn.
-  gui::GanttRow sparse;
+  // columns: each column is 20% busy, a band of round(8 x 0.2) = 2 eighths;
+  // at 1 ns every 20 ns (5%, round(0.4) = 0) nothing is drawn.
+  gui::GanttRow sparse, sparser;
   const int comm = static_cast<int>(gui::GanttKind::kComm);
   for (TimeNs i = 0; i < 20; ++i) sparse.bars[comm].push_back({5 * i, 5 * i + 1});
-  CHECK(bars(gui::level_of_detail(sparse, 0, 100, 4), gui::GanttKind::kComm).empty());
-  // Few bars in range (2 <= 100 / 2): exact, clipped to the zoomed range.
+  const gui::GanttRow s = gui::level_of_detail(sparse, 0, 100, 4);
+  CHECK(bars(s, gui::GanttKind::kComm) == V{{0, 100}});
+  CHECK(bands(s, gui::GanttKind::kComm) == B{{0.0f, 0.25f}});
+  for (TimeNs i = 0; i < 20; ++i) sparser.bars[comm].push_back({20 * i, 20 * i + 1});
+  CHECK(bars(gui::level_of_detail(sparser, 0, 400, 4), gui::GanttKind::kComm).empty());
+  // Columns whose mix changes: [0, 50) all forward, [50, 100) half backward
+  // and half idle, 2 columns: forward whole in the first, backward over the
+  // bottom half of the second.
+  gui::GanttRow mixed;
+  mixed.bars[fwd].push_back({0, 50});
+  mixed.bars[bwd].push_back({50, 75});
+  for (TimeNs i = 0; i < 4; ++i) mixed.bars[comm].push_back({i, i + 1});  // enough bars to be coarse
+  const gui::GanttRow m = gui::level_of_detail(mixed, 0, 100, 2);
+  CHECK(bars(m, gui::GanttKind::kForward) == V{{0, 50}});
+  CHECK(bands(m, gui::GanttKind::kForward) == B{{0.0f, 1.0f}});
+  CHECK(bars(m, gui::GanttKind::kBackward) == V{{50, 100}});
+  CHECK(bands(m, gui::GanttKind::kBackward) == B{{0.0f, 0.5f}});
+  // Few bars in range (2 <= 100 / 2): exact, clipped to the zoomed range,
+  // each the lane's whole height.
   gui::GanttRow few;
   few.bars[fwd].push_back({10, 50});
   few.bars[bwd].push_back({50, 90});
   const gui::GanttRow zoomed = gui::level_of_detail(few, 20, 60, 100);
   CHECK(bars(zoomed, gui::GanttKind::kForward) == V{{20, 50}});
+  CHECK(bands(zoomed, gui::GanttKind::kForward) == B{{0.0f, 1.0f}});
   CHECK(bars(zoomed, gui::GanttKind::kBackward) == V{{50, 60}});
 }
 

@@ -83,9 +83,12 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
                          std::int64_t seq_len = 0, int dp = 0, int etp = 0,
                          sim::Attention attention = sim::Attention::kAuto, sim::Precision precision = sim::Precision::kBf16);
 
-/// One bar of the timeline: [start, end) in ns, and what it was.
+/// One bar of the timeline: [start, end) in ns, over the band [lo, hi) of
+/// its lane's height (fractions from the bottom; the whole lane but where
+/// level_of_detail stacks a pixel column's kinds).
 struct GanttBar {
   TimeNs start = 0, end = 0;
+  float lo = 0, hi = 1;
 };
 /// What a timeline bar counts as (the legend).
 enum class GanttKind { kForward, kBackward, kRecompute, kOptimizer, kComm, kOffload, kBubble };
@@ -108,11 +111,12 @@ struct GanttRow {
 std::vector<GanttRow> gantt_rows(const sim::Prediction& p);
 
 /// The row as drawn at a resolution of `bins` pixels over [lo, hi): each bin
-/// shows the kind that fills most of it, and runs of equal bins become one
-/// bar, so a row never has more than `bins` bars however many tasks it ran
-/// (Note [Timeline level of detail] in explorer.cpp). Bars wider than a bin
-/// keep their ends to within one bin; a row with few bars in range is
-/// returned exactly, clipped to [lo, hi).
+/// shows the kinds that ran in it stacked, each as tall as the share of the
+/// bin it filled (in eighths of the lane), and runs of equal bins become one
+/// bar, so a row never has more than `bins` bars a kind however many tasks
+/// it ran (Note [Timeline level of detail] in explorer.cpp). Bars wider than
+/// a bin keep their ends to within one bin; a row with few bars in range is
+/// returned exactly, clipped to [lo, hi), each the lane's whole height.
 GanttRow level_of_detail(const GanttRow& row, TimeNs lo, TimeNs hi, int bins);
 
 /// A pinned scenario of the comparison view.
