@@ -165,7 +165,7 @@ namespace dtsim::models::detail {
 // query rows against all s keys and keeps those scores, b a (s/cp) s; the
 // ring computes block by block and keeps none (Note [Ring attention]).
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
-                             bool causal, bool dropout, std::int64_t window, bool fp32_softmax, std::int64_t dv) {
+                             bool causal, bool dropout, std::int64_t window, bool fp32_softmax, std::int64_t dv, bool softcap) {
   using sim::KernelKind;
   if (dv == 0) dv = d;
   const std::int64_t b = shape.micro_batch, s = shape.seq_len, cp = shape.cp;
@@ -224,6 +224,8 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     const Bytes scores = b * heads * sq * s;
     auto& k = c.forward;
     k.push_back(gemm("attn.scores", sq, s, d, e, b * heads, KernelKind::kAttention));
+    // Gemma 2's soft cap: a division, a tanh and a multiplication, each a pass over the scores.
+    if (softcap) k.push_back(memory_op("attn.softcap", KernelKind::kElementwise, 3 * e * scores, 3 * e * scores, 3.0 * scores));
     k.push_back(memory_op("attn.softmax", KernelKind::kNorm, e * scores, e * scores, 5.0 * scores));
     if (dropout) k.push_back(memory_op("attn.dropout", KernelKind::kElementwise, e * scores, (e + 1) * scores, scores));
     k.push_back(gemm("attn.av", sq, dv, s, e, b * heads, KernelKind::kAttention));
@@ -237,6 +239,7 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     const Bytes mask = dropout ? shape.mask_bytes : 0;
     const bool cast = fp32_softmax && e != 4;
     c.saved = scores * (e + (dropout ? mask + (cast ? 0 : e) : 0) + (cast ? 4 : 0));
+    if (softcap) c.saved += e * scores;  // tanh's output, kept for its backward
     // K and V expanded to every query head, or gathered from the other
     // context-parallel ranks, are kept beside the local ones.
     if (heads != kv_heads || cp > 1) c.saved += e * b * s * heads * (d + dv);

@@ -91,9 +91,12 @@ struct AttentionCore {
 /// (HuggingFace's eager_attention_forward).
 /// `dv` > 0: values of that width where queries and keys have d
 /// (DeepSeek's multi-head latent attention: 192 against 128).
+/// `softcap`: Gemma 2's scores = cap tanh(scores / cap) before the softmax
+/// (Note [Gemma] in llama.cpp); eager attention runs and keeps it, a fused
+/// kernel (FlashAttention-2's softcap) does it in place.
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
                              bool causal, bool dropout, std::int64_t window = 0, bool fp32_softmax = false,
-                             std::int64_t dv = 0);
+                             std::int64_t dv = 0, bool softcap = false);
 /// A layer's kernels: `pre`, the attention core, then `post`; backward in
 /// reverse (the core's own backward in its place); the core's recompute
 /// kernels and context-parallel exchange.

@@ -84,6 +84,43 @@ using namespace detail;
 // composite ops keep them: each latent's norm ((4 + e) per element) and its
 // up-projection's input, Q and K at 192 and V at 128 per head, o_proj's
 // input, and the core.
+// Note [Gemma]
+// Google's Gemma 2 and Gemma 3 language models as HuggingFace writes them
+// (modeling_gemma2.py, modeling_gemma3.py; Gemma Team 2024, "Gemma 2",
+// section 2, and 2025, "Gemma 3 Technical Report", section 2) are this
+// family's decoder with five differences, each a LlamaConfig field:
+//   norms       four RMSNorms a block (gemma_norms): before attention
+//               (input_layernorm), on the attention's output before its
+//               residual (post_attention_layernorm), before the MLP
+//               (pre_feedforward_layernorm) and on its output before its
+//               residual (post_feedforward_layernorm). Gemma's RMSNorm
+//               computes in fp32 and scales by 1 + weight (the weight
+//               starts at 0) before casting back, so autograd keeps the
+//               fp32 input, the rsqrt and the fp32 normalised output (8
+//               bytes an element and 4 a row) where Llama's keeps (4 + e);
+//               Gemma 3's q/k norms are Gemma's too.
+//   GeGLU       gelu_pytorch_tanh on the gate (gelu): the same three GEMMs
+//               and kept tensors as SwiGLU, a few more operations an element.
+//   embeddings  times sqrt(hidden) (embed_scale; HF's normalizer, a
+//               constant tensor: nothing more kept); the head is tied.
+//   attention   local layers see sliding_window keys, every
+//               global_every-th layer all of them (Gemma 2: every other,
+//               layer 0 local; Gemma 3: five local to one global, or the
+//               config's layer_types); the two kinds are separate layer
+//               signatures, so a profile and a fused kernel price each.
+//   soft caps   Gemma 2 caps the attention scores, cap tanh(scores / cap)
+//               with cap 50 (attn_softcap), and the logits with 30
+//               (final_softcap). Eager attention runs the three passes
+//               and keeps tanh's output (e per score); FlashAttention-2
+//               (>= 2.6, its softcap argument) does it inside the kernel:
+//               nothing priced there. The logits' cap keeps e t v more
+//               before the fp32 loss. Gemma 3 has neither.
+// query_pre_attn_scalar (the scores' scale) changes values, not work, and
+// is not modelled. The LibTorch twin runs all of this but the attention's
+// soft cap (refused, as attention dropout is: priced, not run), and
+// gemma-tiny (a local layer, then a global one) trains under every plan as
+// one process does (tests/runtime). Parameters are HuggingFace's
+// (tests/data/hf/PARAMS.md).
 class Llama final : public ZooModel {
  public:
   explicit Llama(LlamaConfig c) : c_(std::move(c)) {
@@ -133,12 +170,16 @@ class Llama final : public ZooModel {
     sim::Layer emb;
     emb.name = "embed_tokens";
     emb.kind = sim::LayerKind::kEmbedding;
-    emb.signature = "llama.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + tps;
+    emb.signature = "llama.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + (c_.embed_scale ? ",es=1" : "") + tps;
     emb.params = v * h;
     emb.param_tensors = 1;
     emb.modules = {{"embed.gather", {v * h}, ""}};
     emb.forward.push_back(memory_op("embed.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
-    emb.backward.push_back(memory_op("embed.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
+    // Gemma: times sqrt(hidden) (a constant tensor: nothing kept).
+    if (c_.embed_scale) emb.forward.push_back(memory_op("embed.scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h));
+    emb.backward = backward_of(emb.forward);
+    emb.backward.back() = memory_op("embed.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h);
+    if (c_.embed_scale) emb.backward.front() = memory_op("embed.scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h);
     emb.output_bytes = e * tn * h;
     if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
     out.push_back(std::move(emb));
@@ -149,19 +190,31 @@ class Llama final : public ZooModel {
                                               ",v=" + std::to_string(c_.v_head_dim)
                                         : "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                                               ",kv=" + std::to_string(c_.kv_heads) + ",d=" + std::to_string(c_.head_dim);
-    const std::string common = std::string(",qkvb=") + (c_.qkv_bias ? "1" : "0") + ",ob=" + (c_.o_bias ? "1" : "0") +
-                               ",mb=" + (c_.mlp_bias ? "1" : "0") + ",qkn=" + (c_.qk_norm ? "1" : "0") +
-                               (c_.sliding_window > 0 ? ",sw=" + std::to_string(c_.sliding_window) : "") +
-                               // in thousandths (signatures hold integers)
-                               (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
-                               (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
+    auto common_of = [&](std::int64_t window) {
+      return std::string(",qkvb=") + (c_.qkv_bias ? "1" : "0") + ",ob=" + (c_.o_bias ? "1" : "0") +
+             ",mb=" + (c_.mlp_bias ? "1" : "0") + ",qkn=" + (c_.qk_norm ? "1" : "0") +
+             (window > 0 ? ",sw=" + std::to_string(window) : "") +
+             // Note [Gemma]: its norms, GeGLU and soft cap (signatures hold integers)
+             (c_.gemma_norms ? ",gn=1" : "") + (c_.gelu ? ",gelu=1" : "") +
+             (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
+             // in thousandths (signatures hold integers)
+             (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
+             (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
+    };
+    const std::string common = common_of(c_.sliding_window);
+    // Note [Gemma]: layers that attend globally among sliding-window ones.
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
-    std::optional<sim::Layer> dense, moe;
+    const std::string global_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common_of(0);
+    std::optional<sim::Layer> dense, global, moe;
     std::string moe_sig;
     for (int i = 0; i < c_.layers; ++i) {
-      if (is_moe(i)) {
+      if (!is_moe(i) && window_of(i) != c_.sliding_window) {
+        if (!global) global = block_layer(shape, false, 0);
+        out.push_back(*global);
+        out.back().signature = global_sig;
+      } else if (is_moe(i)) {
         if (!moe) {
-          moe = block_layer(shape, true);
+          moe = block_layer(shape, true, c_.sliding_window);
           // The busiest rank's load in thousandths of the balanced one
           // (signatures hold integers).
           const long long load = std::llround(moe_load(shape) * 1000);
@@ -175,7 +228,7 @@ class Llama final : public ZooModel {
         out.push_back(*moe);
         out.back().signature = moe_sig;
       } else {
-        if (!dense) dense = block_layer(shape, false);
+        if (!dense) dense = block_layer(shape, false, c_.sliding_window);
         out.push_back(*dense);
         out.back().signature = dense_sig;
       }
@@ -186,16 +239,26 @@ class Llama final : public ZooModel {
     head.name = "norm+lm_head";
     head.kind = sim::LayerKind::kLmHead;
     head.signature = "llama.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) +
-                     ",tied=" + (c_.tied_head ? "1" : "0") + tps;
+                     ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") +
+                     (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") + tps;
     head.params = h + (c_.tied_head ? 0 : v * h);
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.modules = {{"norm", {h}, ""}, {"lm_head", {v * h}, c_.tied_head ? "embed.gather" : ""}};
     head.forward.push_back(memory_op("norm", sim::KernelKind::kNorm, (e + 8) * tn * h, (e + 8) * tn * h, 4.0 * tn * h));
     add_lm_loss(head, shape, "lm_head", t, v, h);
-    // The norm (Note [Llama activations]), the head GEMM's input (in bf16
-    // under FP8: kernel_precision in sim) and the fp32 log-softmax.
-    head.saved_bytes = (4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
+    // The norm (Note [Llama activations]; Gemma's keeps its fp32 output:
+    // Note [Gemma]), the head GEMM's input (in bf16 under FP8:
+    // kernel_precision in sim) and the fp32 log-softmax.
+    head.saved_bytes = (c_.gemma_norms ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
+    if (c_.final_softcap > 0) {
+      // Gemma 2's final soft cap on the logits before the loss: a division,
+      // a tanh (its output kept) and a multiplication.
+      const auto at = head.forward.begin() + 2;  // after the norm and the head GEMM
+      head.forward.insert(at, memory_op("logits.softcap", sim::KernelKind::kElementwise, 3 * e * t * v, 3 * e * t * v, 3.0 * t * v));
+      head.backward = backward_of(head.forward);
+      head.saved_bytes += e * t * v;
+    }
     out.push_back(std::move(head));
     return out;
   }
@@ -241,8 +304,10 @@ class Llama final : public ZooModel {
   BlockParams block_params(std::int64_t tp, bool moe) const {
     const std::int64_t h = c_.hidden, a = c_.heads, kv = c_.kv_heads, d = c_.head_dim, f = c_.intermediate;
     BlockParams p;
-    std::int64_t split = 0, replicated = 2 * h;  // input and post-attention RMSNorms
-    int tensors = 2;
+    // Input and post-attention RMSNorms; Gemma's pre- and post-feedforward ones too.
+    const int norms = c_.gemma_norms ? 4 : 2;
+    std::int64_t split = 0, replicated = norms * h;
+    int tensors = norms;
     if (mla()) {
       // DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (or q_proj),
       // kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; no biases.
@@ -298,7 +363,12 @@ class Llama final : public ZooModel {
     return (hot + (el - 1) * rest) / el;
   }
 
-  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe) const {
+  /// Keys a query of layer i sees (0: all; Note [Gemma]).
+  std::int64_t window_of(int i) const {
+    return c_.global_every > 0 && (i + 1) % c_.global_every == 0 ? 0 : c_.sliding_window;
+  }
+
+  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, std::int64_t window) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, d = c_.head_dim;
     const int e = shape.act_bytes, g = shape.fp8 ? 1 : e;
@@ -332,6 +402,10 @@ class Llama final : public ZooModel {
       if (c_.qk_norm) l.modules.insert(l.modules.end(), {{"attn.q_norm", {d}, ""}, {"attn.k_norm", {d}, ""}});
       l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
       l.modules.push_back({"post_attention_layernorm", {h}, ""});
+      if (c_.gemma_norms) {
+        l.modules.push_back({"pre_feedforward_layernorm", {h}, ""});
+        l.modules.push_back({"post_feedforward_layernorm", {h}, ""});
+      }
       l.modules.push_back(linear("mlp.gate_up", h, f, c_.mlp_bias, true));
       l.modules.push_back(linear("mlp.up_proj", h, f, c_.mlp_bias, true));
       l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
@@ -340,6 +414,8 @@ class Llama final : public ZooModel {
     auto norm = [&](const char* name, Bytes n) { return memory_op(name, KernelKind::kNorm, (e + 8) * n, (e + 8) * n, 4.0 * n); };
     // What a composite RMSNorm keeps per element (Note [Llama activations]).
     auto norm_kept = [&](Bytes n, Bytes rows) { return (4 + e) * n + 4 * rows; };
+    // Gemma's keeps its fp32 output for the product with 1 + weight (Note [Gemma]).
+    const Bytes block_norm_kept = c_.gemma_norms ? 8 * tn + 4 * (tn / h) : norm_kept(tn, tn / h);
     std::vector<sim::Kernel> pre, post;
     pre.push_back(norm("input_layernorm", tn));
     AttentionCore core;
@@ -373,7 +449,7 @@ class Llama final : public ZooModel {
     } else {
       const std::int64_t kvl = c_.kv_heads / tp;
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
-      core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, c_.sliding_window, true);
+      core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0);
       pre.push_back(gemm("attn.qkv", t, (al + 2 * kvl) * d, h, e));
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
       pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
@@ -382,12 +458,15 @@ class Llama final : public ZooModel {
       const bool local_kv = blockwise || (al == kvl && shape.cp == 1);
       attention += e * q + (local_kv ? 2 * e * kv : 0) + g * q + core.saved;
       if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
-      if (c_.qk_norm) attention += (4 + e) * (q + kv);
+      if (c_.qk_norm) attention += (c_.gemma_norms ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
       o_in = al * d;
     }
     post.push_back(gemm("attn.o_proj", t, h, o_in, e));
+    // Gemma normalises the attention's output before the residual, and the
+    // MLP's input after it (Note [Gemma]).
+    if (c_.gemma_norms) post.push_back(norm("post_attention_layernorm", tn));
     post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
-    post.push_back(norm("post_attention_layernorm", tn));
+    post.push_back(norm(c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
     Bytes mlp = 0;
     std::vector<sim::LayerComm> tp_extra;
     if (moe) {
@@ -396,16 +475,23 @@ class Llama final : public ZooModel {
       const std::int64_t fl = c_.intermediate / tp;
       const Bytes tf = t * fl;
       post.push_back(gemm("mlp.gate_up", t, 2 * fl, h, e));
-      post.push_back(memory_op("mlp.swiglu", KernelKind::kElementwise, 2 * e * tf, 2 * e * tf, 6.0 * tf));
+      // GeGLU's tanh GELU costs a few more operations an element than SiLU;
+      // both keep the same tensors (the gate's output, the activation's and
+      // up's outputs, down's input).
+      post.push_back(c_.gelu ? memory_op("mlp.geglu", KernelKind::kElementwise, 2 * e * tf, 2 * e * tf, 10.0 * tf)
+                             : memory_op("mlp.swiglu", KernelKind::kElementwise, 2 * e * tf, 2 * e * tf, 6.0 * tf));
       post.push_back(gemm("mlp.down", t, h, fl, e));
       mlp = (3 * e + g) * tf;
     }
+    if (c_.gemma_norms) post.push_back(norm("post_feedforward_layernorm", tn));
     post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     join_kernels(l, pre, core, post);
-    const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention;
+    // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
+    const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms;
 
-    // Note [Llama activations]
-    const Bytes norms = 2 * ((4 + e) * tn + 4 * (tn / h) + g * tn);
+    // Note [Llama activations]: each norm, and the two GEMM inputs they feed
+    // (Gemma's post-norms feed residuals, which keep nothing).
+    const Bytes norms = (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * g * tn;
     l.saved_bytes = norms + attention + mlp;
     l.attention_core_bytes = core.recomputable ? core.saved : 0;
     l.output_bytes = e * tn;

@@ -81,6 +81,30 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 32000\nseq_len: 32768\nsliding_window: 4096\n"},
     {"qwen3-8b", "Qwen3 8B: 36 layers, hidden 4096, 32 heads of 128, 8 KV heads, q/k norms, SwiGLU 12288, vocab 151936, seq 40960",
      "family: llama\nlayers: 36\nhidden: 4096\nheads: 32\nkv_heads: 8\nhead_dim: 128\nintermediate: 12288\nvocab: 151936\nseq_len: 40960\nqk_norm: true\n"},
+    // Note [Gemma] (llama.cpp): Gemma 2 (google/gemma-2-*b config.json) and
+    // Gemma 3's language models (text_config of google/gemma-3-*b-pt;
+    // gemma-3-1b-pt is text only).
+    {"gemma-2-2b", "Google Gemma 2 2B: 26 layers, hidden 2304, 8 heads of 256, 4 KV heads, GeGLU 9216, vocab 256000, local 4096 and global attention alternating, soft caps 50 and 30, seq 8192",
+     "family: llama\nlayers: 26\nhidden: 2304\nheads: 8\nkv_heads: 4\nhead_dim: 256\nintermediate: 9216\nvocab: 256000\nseq_len: 8192\n"
+     "sliding_window: 4096\nglobal_every: 2\nattn_softcap: 50\nfinal_softcap: 30\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-2-9b", "Google Gemma 2 9B: 42 layers, hidden 3584, 16 heads of 256, 8 KV heads, GeGLU 14336, vocab 256000, local 4096 and global attention alternating, soft caps 50 and 30, seq 8192",
+     "family: llama\nlayers: 42\nhidden: 3584\nheads: 16\nkv_heads: 8\nhead_dim: 256\nintermediate: 14336\nvocab: 256000\nseq_len: 8192\n"
+     "sliding_window: 4096\nglobal_every: 2\nattn_softcap: 50\nfinal_softcap: 30\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-2-27b", "Google Gemma 2 27B: 46 layers, hidden 4608, 32 heads of 128, 16 KV heads, GeGLU 36864, vocab 256000, local 4096 and global attention alternating, soft caps 50 and 30, seq 8192",
+     "family: llama\nlayers: 46\nhidden: 4608\nheads: 32\nkv_heads: 16\nhead_dim: 128\nintermediate: 36864\nvocab: 256000\nseq_len: 8192\n"
+     "sliding_window: 4096\nglobal_every: 2\nattn_softcap: 50\nfinal_softcap: 30\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-3-1b", "Google Gemma 3 1B: 26 layers, hidden 1152, 4 heads of 256, 1 KV head, q/k norms, GeGLU 6912, vocab 262144, 5 local (512) layers to 1 global, seq 32768",
+     "family: llama\nlayers: 26\nhidden: 1152\nheads: 4\nkv_heads: 1\nhead_dim: 256\nintermediate: 6912\nvocab: 262144\nseq_len: 32768\n"
+     "qk_norm: true\nsliding_window: 512\nglobal_every: 6\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-3-4b", "Google Gemma 3 4B's language model: 34 layers, hidden 2560, 8 heads of 256, 4 KV heads, q/k norms, GeGLU 10240, vocab 262208, 5 local (1024) layers to 1 global, seq 131072",
+     "family: llama\nlayers: 34\nhidden: 2560\nheads: 8\nkv_heads: 4\nhead_dim: 256\nintermediate: 10240\nvocab: 262208\nseq_len: 131072\n"
+     "qk_norm: true\nsliding_window: 1024\nglobal_every: 6\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-3-12b", "Google Gemma 3 12B's language model: 48 layers, hidden 3840, 16 heads of 256, 8 KV heads, q/k norms, GeGLU 15360, vocab 262208, 5 local (1024) layers to 1 global, seq 131072",
+     "family: llama\nlayers: 48\nhidden: 3840\nheads: 16\nkv_heads: 8\nhead_dim: 256\nintermediate: 15360\nvocab: 262208\nseq_len: 131072\n"
+     "qk_norm: true\nsliding_window: 1024\nglobal_every: 6\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-3-27b", "Google Gemma 3 27B's language model: 62 layers, hidden 5376, 32 heads of 128, 16 KV heads, q/k norms, GeGLU 21504, vocab 262208, 5 local (1024) layers to 1 global, seq 131072",
+     "family: llama\nlayers: 62\nhidden: 5376\nheads: 32\nkv_heads: 16\nhead_dim: 128\nintermediate: 21504\nvocab: 262208\nseq_len: 131072\n"
+     "qk_norm: true\nsliding_window: 1024\nglobal_every: 6\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
     {"mixtral-8x7b", "Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1): 32 layers, hidden 4096, 32 heads, 8 KV heads, 8 experts of SwiGLU 14336, top-2, vocab 32000, seq 32768",
      "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 32000\nseq_len: 32768\nexperts: 8\ntop_k: 2\n"},
     {"mixtral-8x22b", "Mixtral 8x22B (mistralai/Mixtral-8x22B-v0.1): 56 layers, hidden 6144, 48 heads, 8 KV heads, 8 experts of SwiGLU 16384, top-2, vocab 32000, seq 65536",
@@ -101,6 +125,9 @@ const Builtin kBuiltins[] = {
      "family: bert\nlayers: 2\nhidden: 128\nheads: 2\nintermediate: 512\n"},
     {"llama-tiny", "Tiny Llama for CPU validation: 2 layers, hidden 128, 4 heads, 2 KV heads, SwiGLU 352, vocab 1024, seq 128",
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"},
+    {"gemma-tiny", "Tiny Gemma 3 for CPU validation: 2 layers (a local one of window 64, then a global one), hidden 128, 4 heads of 32, 2 KV heads, q/k norms, GeGLU 352, vocab 1024, tied, seq 128",
+     "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
+     "qk_norm: true\nsliding_window: 64\nglobal_every: 2\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
     {"moe-tiny", "Tiny mixture of experts for CPU validation: 2 layers, hidden 128, 4 heads, 2 KV heads, 4 experts of SwiGLU 176, top-2, vocab 1024, seq 128",
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nintermediate: 352\nvocab: 1024\nseq_len: 128\nexperts: 4\ntop_k: 2\nexpert_intermediate: 176\n"},
     // Seed 003's six models (the report states no shapes: the textbook ones,
@@ -251,6 +278,16 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   l.qk_norm = c.get_bool("qk_norm", false);
   l.sliding_window = c.get_int("sliding_window", 0, 0, kBig);
   l.attention_dropout = c.get_double("attention_dropout", 0, 0, 0.99);
+  // Gemma (Note [Gemma] in llama.cpp).
+  l.global_every = static_cast<int>(c.get_int("global_every", 0, 0, 10000));
+  l.gemma_norms = c.get_bool("gemma_norms", false);
+  l.gelu = c.get_bool("gelu", false);
+  l.embed_scale = c.get_bool("embed_scale", false);
+  l.attn_softcap = c.get_double("attn_softcap", 0, 0, 1e6);
+  l.final_softcap = c.get_double("final_softcap", 0, 0, 1e6);
+  if (l.global_every > 0 && l.sliding_window == 0) {
+    c.fail("global_every", std::to_string(l.global_every) + " needs a sliding_window for the other layers");
+  }
   // Mixture of experts (Note [Mixture of experts] in llama.cpp).
   l.experts = static_cast<int>(c.get_int("experts", 0, 0, 1 << 20));
   l.top_k = static_cast<int>(c.get_int("top_k", l.experts > 0 ? 2 : 1, 1, 1 << 20));
@@ -418,7 +455,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -520,6 +557,73 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     } else if (mistral && !hf["sliding_window"]) {
       ours["sliding_window"] = 4096;
     }
+  } else if (type == "gemma2" || type == "gemma3_text") {
+    // Note [Gemma] (llama.cpp): the defaults of Gemma2Config and
+    // Gemma3TextConfig (transformers), which are Gemma 2 2B's and Gemma 3
+    // 4B's shapes.
+    const bool g3 = type == "gemma3_text";
+    require_arch({g3 ? "Gemma3ForCausalLM" : "Gemma2ForCausalLM"});
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", g3 ? 34 : 26);
+    copy_int("hidden_size", "hidden", g3 ? 2560 : 2304);
+    copy_int("num_attention_heads", "heads", 8);
+    const std::int64_t heads = ours["heads"].as<std::int64_t>();
+    copy_int("num_key_value_heads", "kv_heads", 4);
+    check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    copy_int("head_dim", "head_dim", 256);
+    copy_int("intermediate_size", "intermediate", g3 ? 10240 : 9216);
+    copy_int("vocab_size", "vocab", g3 ? 262208 : 256000);
+    copy_int("max_position_embeddings", "seq_len", g3 ? 131072 : 8192);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
+    const std::string act = c.get_string("hidden_activation", c.get_string("hidden_act", "gelu_pytorch_tanh"));
+    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+      c.fail(c.has("hidden_activation") ? "hidden_activation" : "hidden_act", "'" + act + "' is not modelled; valid: gelu_pytorch_tanh");
+    }
+    ours["gelu"] = true;
+    ours["gemma_norms"] = true;
+    ours["embed_scale"] = true;
+    if (g3) ours["qk_norm"] = true;
+    ours["sliding_window"] = c.get_int("sliding_window", 4096, 1, kBig);
+    // Which layers attend globally: layer_types where the config lists them
+    // (transformers >= 4.53), else every sliding_window_pattern-th (Gemma 3)
+    // or every other (Gemma 2: is_sliding = not layer_idx % 2).
+    std::int64_t every = g3 ? c.get_int("sliding_window_pattern", 6, 1, 10000) : 2;
+    if (hf["layer_types"] && hf["layer_types"].IsSequence()) {
+      const YAML::Node types = hf["layer_types"];
+      std::int64_t first_full = -1;
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        if (types[i].IsScalar() && types[i].Scalar() == "full_attention") {
+          first_full = static_cast<std::int64_t>(i);
+          break;
+        }
+      }
+      every = first_full + 1;  // 0: none global
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const std::string t = types[i].IsScalar() ? types[i].Scalar() : "";
+        const bool full = every > 0 && (static_cast<std::int64_t>(i) + 1) % every == 0;
+        if (t != (full ? "full_attention" : "sliding_attention")) {
+          c.fail("layer_types", "layer " + std::to_string(i) + " is '" + t + "'; dtsim models sliding_attention layers with a full_attention one every n-th (" +
+                                    (every > 0 ? "here every " + std::to_string(every) + "th" : "none here") + ")");
+        }
+      }
+    }
+    if (every > 1) ours["global_every"] = every;
+    if (every == 1) ours.remove("sliding_window");  // every layer global
+    if (c.has("attn_logit_softcapping") && hf["attn_logit_softcapping"] && !hf["attn_logit_softcapping"].IsNull()) {
+      ours["attn_softcap"] = c.get_double("attn_logit_softcapping", 0, 0, 1e6);
+    } else if (!g3 && !c.has("attn_logit_softcapping")) {
+      ours["attn_softcap"] = 50.0;  // Gemma2Config's default
+    }
+    if (c.has("final_logit_softcapping") && hf["final_logit_softcapping"] && !hf["final_logit_softcapping"].IsNull()) {
+      ours["final_softcap"] = c.get_double("final_logit_softcapping", 0, 0, 1e6);
+    } else if (!g3 && !c.has("final_logit_softcapping")) {
+      ours["final_softcap"] = 30.0;  // Gemma2Config's default
+    }
+    ours["attention_dropout"] = c.get_double("attention_dropout", 0, 0, 0.99);
+  } else if (type == "gemma3" || type == "gemma") {
+    c.fail("model_type", type == "gemma3" ? "'gemma3' is Gemma 3's image-and-text model, whose vision tower dtsim does not model; "
+                                            "its text_config (model_type gemma3_text) is the language model, as a config.json of its own"
+                                          : "'gemma' (Gemma 1) is not supported; valid: " + std::string(kHfTypes));
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,
     // Qwen3MoeConfig and DeepseekV3Config (transformers), their layers as

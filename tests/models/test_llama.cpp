@@ -13,6 +13,7 @@
 using namespace dtsim;
 using namespace dtsim::models;
 using dtsim::test::error_of;
+using dtsim::test::slurp;
 
 namespace {
 
@@ -338,4 +339,160 @@ TEST_CASE("bad Llama-family input: one line naming file, key and what is valid",
              Catch::Contains("'mamba' is not supported; valid: gpt2, bert, llama, mistral, qwen2, qwen3"));
   const std::string arch = write("a.json", "{\"model_type\": \"llama\", \"architectures\": [\"LlamaForSequenceClassification\"]}\n");
   CHECK_THAT(error_of([&] { load_model(arch); }), Catch::Contains("valid: LlamaForCausalLM"));
+}
+
+// ---- Gemma 2 and 3 (Note [Gemma] in models/src/llama.cpp) -------------------
+
+namespace {
+
+/// HuggingFace's count for Gemma2ForCausalLM / Gemma3ForCausalLM
+/// (tests/data/hf/PARAMS.md): the Llama block's tensors with four norms of h
+/// (sandwich norms), q/k norms of d in Gemma 3, no biases, the head tied.
+std::int64_t gemma_params(std::int64_t layers, std::int64_t h, std::int64_t a, std::int64_t kv, std::int64_t d, std::int64_t f,
+                          std::int64_t v, bool qk_norm) {
+  const std::int64_t block = h * a * d + 2 * h * kv * d + a * d * h + 3 * h * f + 4 * h + (qk_norm ? 2 * d : 0);
+  return v * h + layers * block + h;
+}
+
+std::string write_json(const test::TempDir& dir, const std::string& text) {
+  const std::string path = dir.file("config.json");
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("Gemma 2 and 3 parameter counts equal HuggingFace's, from config.json and built in", "[llama][gemma]") {
+  const std::int64_t g2 = gemma_params(26, 2304, 8, 4, 256, 9216, 256000, false);
+  const std::int64_t g9 = gemma_params(42, 3584, 16, 8, 256, 14336, 256000, false);
+  const std::int64_t g27 = gemma_params(46, 4608, 32, 16, 128, 36864, 256000, false);
+  const std::int64_t g31 = gemma_params(26, 1152, 4, 1, 256, 6912, 262144, true);
+  // The models' safetensors totals (tests/data/hf/PARAMS.md).
+  CHECK(g2 == 2'614'341'888);
+  CHECK(g9 == 9'241'705'984);
+  CHECK(g27 == 27'227'128'320);
+  CHECK(g31 == 999'885'952);
+  CHECK(load_model(hf("gemma-2-9b"))->parameters() == g9);
+  CHECK(load_model(hf("gemma-3-1b"))->parameters() == g31);
+  CHECK(load_model("gemma-2-2b")->parameters() == g2);
+  CHECK(load_model("gemma-2-9b")->parameters() == g9);
+  CHECK(load_model("gemma-2-27b")->parameters() == g27);
+  CHECK(load_model("gemma-3-1b")->parameters() == g31);
+  // Gemma 3's language models: the text_config shapes of gemma-3-{4,12,27}b.
+  CHECK(load_model("gemma-3-4b")->parameters() == gemma_params(34, 2560, 8, 4, 256, 10240, 262208, true));
+  CHECK(load_model("gemma-3-12b")->parameters() == gemma_params(48, 3840, 16, 8, 256, 15360, 262208, true));
+  CHECK(load_model("gemma-3-27b")->parameters() == gemma_params(62, 5376, 32, 16, 128, 21504, 262208, true));
+}
+
+TEST_CASE("Gemma interleaves sliding-window layers with global ones", "[llama][gemma]") {
+  auto count_global = [](const std::vector<sim::Layer>& layers, std::vector<int>& which) {
+    for (std::size_t i = 1; i + 1 < layers.size(); ++i) {
+      if (layers[i].signature.find(",sw=") == std::string::npos) which.push_back(static_cast<int>(i) - 1);
+    }
+  };
+  // Gemma 2: is_sliding = not layer_idx % 2 (modeling_gemma2.py): layer 0 local, 1 global, ...
+  std::vector<int> g2;
+  count_global(load_model(hf("gemma-2-9b"))->layers(shape(1, 8192, 2)), g2);
+  CHECK(g2.size() == 21);
+  CHECK(g2.front() == 1);
+  CHECK(g2.back() == 41);
+  // Gemma 3: sliding_window_pattern 6, a global layer where (i + 1) % 6 == 0.
+  std::vector<int> g3;
+  count_global(load_model(hf("gemma-3-1b"))->layers(shape(1, 8192, 2)), g3);
+  CHECK(g3 == std::vector<int>{5, 11, 17, 23});
+  // transformers >= 4.53 lists the layers instead; the same pattern reads the same.
+  test::TempDir dir("gemma");
+  std::string text = slurp(hf("gemma-3-1b"));
+  std::string types = "\"layer_types\": [";
+  for (int i = 0; i < 26; ++i) types += std::string(i ? ", " : "") + ((i + 1) % 6 == 0 ? "\"full_attention\"" : "\"sliding_attention\"");
+  text.replace(text.find("\"max_position_embeddings\""), 0, types + "],\n  ");
+  const auto listed = load_model(write_json(dir, text));
+  std::vector<int> g3l;
+  count_global(listed->layers(shape(1, 8192, 2)), g3l);
+  CHECK(g3l == g3);
+  // A list dtsim cannot express is one line naming the layer.
+  std::string odd = text;
+  odd.replace(odd.find("\"sliding_attention\""), std::string("\"sliding_attention\"").size(), "\"full_attention\"");
+  CHECK(error_of([&] { load_model(write_json(dir, odd)); }).find("config.layer_types: layer 1 is 'sliding_attention'") != std::string::npos);
+  // Fused attention prices a local layer's scores by its window: at s 8192
+  // and w 4096 it computes (w s - w(w - 1)/2) / s^2 of them, a global one
+  // half (causal).
+  auto w = shape(1, 8192, 2);
+  w.flash_attention = true;
+  const auto layers = load_model("gemma-2-9b")->layers(w);
+  auto flash_flops = [](const sim::Layer& l) {
+    for (const auto& k : l.forward) {
+      if (k.name == "attn.flash") return k.flops;
+    }
+    return 0.0;
+  };
+  const double s = 8192, win = 4096;
+  CHECK(flash_flops(layers[1]) / flash_flops(layers[2]) == Approx((win * s - win * (win - 1) / 2) / (s * s) / 0.5));
+}
+
+TEST_CASE("Gemma's norms, GeGLU and soft caps: kernels and saved bytes by formula", "[llama][gemma]") {
+  // A small Gemma-2-shaped model against the same Llama without Gemma's
+  // pieces: h 128, 4 heads of 32, 2 KV heads, f 352, V 1024.
+  LlamaConfig base;
+  base.name = "base";
+  base.layers = 2;
+  base.hidden = 128;
+  base.heads = 4;
+  base.kv_heads = 2;
+  base.intermediate = 352;
+  base.vocab = 1024;
+  base.seq_len = 128;
+  base.tied_head = true;
+  LlamaConfig gemma = base;
+  gemma.name = "gemma";
+  gemma.gemma_norms = gemma.gelu = gemma.embed_scale = true;
+  gemma.attn_softcap = 50;
+  gemma.final_softcap = 30;
+  const std::int64_t b = 2, s = 128, t = b * s, h = 128, v = 1024, e = 2;
+  const auto l = make_llama(base)->layers(shape(b, s, e));
+  const auto g = make_llama(gemma)->layers(shape(b, s, e));
+  // Four norms of h where Llama has two.
+  CHECK(g[1].params - l[1].params == 2 * h);
+  CHECK(g[1].param_tensors - l[1].param_tensors == 2);
+  // Saved: four Gemma norms, each its fp32 input and output (8 t h) and the
+  // rsqrt (4 t), where Llama's two keep (4 + e) t h + 4 t; the soft cap's
+  // tanh output over the eager scores (e b a s^2).
+  const std::int64_t norms = 4 * (8 * t * h + 4 * t) - 2 * ((4 + e) * t * h + 4 * t);
+  const std::int64_t softcap = e * b * 4 * s * s;
+  CHECK(g[1].saved_bytes - l[1].saved_bytes == norms + softcap);
+  // Under fused attention the cap is inside the kernel: only the norms differ.
+  auto wf = shape(b, s, e);
+  wf.flash_attention = true;
+  CHECK(make_llama(gemma)->layers(wf)[1].saved_bytes - make_llama(base)->layers(wf)[1].saved_bytes == norms);
+  auto names = [](const sim::Layer& layer) {
+    std::vector<std::string> out;
+    for (const auto& k : layer.forward) out.push_back(k.name);
+    return out;
+  };
+  const auto gn = names(g[1]);
+  // Sandwich norms: the attention's output normalised before its residual,
+  // the MLP's input after it and its output before its residual.
+  const std::vector<std::string> tail{"attn.o_proj", "post_attention_layernorm", "attn.residual", "pre_feedforward_layernorm", "mlp.gate_up",
+                                      "mlp.geglu", "mlp.down", "post_feedforward_layernorm", "mlp.residual"};
+  REQUIRE(gn.size() >= tail.size());
+  CHECK(std::vector<std::string>(gn.end() - static_cast<std::ptrdiff_t>(tail.size()), gn.end()) == tail);
+  // The embedding scaled by sqrt(h); the head's norm keeps 8 t h where
+  // Llama's keeps (4 + e) t h, and the final soft cap its tanh over the
+  // logits (e t v).
+  CHECK(names(g[0]) == std::vector<std::string>{"embed.gather", "embed.scale"});
+  CHECK(g.back().saved_bytes - l.back().saved_bytes == (8 - (4 + e)) * t * h + e * t * v);
+  CHECK(names(g.back())[2] == "logits.softcap");
+}
+
+TEST_CASE("Gemma configs dtsim cannot model are one line each", "[llama][gemma]") {
+  test::TempDir dir("gemma-bad");
+  const std::string g2 = slurp(hf("gemma-2-9b"));
+  std::string mm = g2;
+  mm.replace(mm.find("\"gemma2\""), 8, "\"gemma3\"");
+  CHECK(error_of([&] { load_model(write_json(dir, mm)); }).find("'gemma3' is Gemma 3's image-and-text model") != std::string::npos);
+  std::string relu = g2;
+  relu.replace(relu.find("\"hidden_activation\": \"gelu_pytorch_tanh\""), std::string("\"hidden_activation\": \"gelu_pytorch_tanh\"").size(),
+               "\"hidden_activation\": \"relu\"");
+  CHECK(error_of([&] { load_model(write_json(dir, relu)); }).find("config.hidden_activation: 'relu' is not modelled; valid: gelu_pytorch_tanh") !=
+        std::string::npos);
 }

@@ -64,7 +64,7 @@ const std::string kCommon = " --json --quiet --warmup 0 --steps 3 --lr 0.01 --se
 std::string no_dropout(const std::string& model) {
   // Seed 003's autoencoder and bag of words have none either; the CNN and
   // the MLP have no dropout by default but the key, VGG and Seq2Seq have it.
-  const bool none = model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 || model.rfind("moe", 0) == 0 ||
+  const bool none = model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 || model.rfind("moe", 0) == 0 || model.rfind("gemma", 0) == 0 ||
                     model.rfind("conv-autoencoder", 0) == 0 || model.rfind("nbow", 0) == 0;
   return none ? "" : " --set model.dropout=false ";
 }
@@ -551,6 +551,27 @@ TEST_CASE("hybrid plans on 4 ranks train exactly as one process does", "[runtime
     check_same(losses_of(validate("--model bert-tiny --plan gpipe --procs 4" + kCommon + no_dropout("bert-tiny") + shape +
                                   " --set plan.tp=2 --set plan.micro_batches=2")),
                reference("bert-tiny", shape, 2));
+  }
+}
+
+TEST_CASE("gemma-tiny trains as one process does: data, tensor, pipeline and context parallelism (Note [Gemma])", "[runtime][validate][slow]") {
+  // Its local layer (a window of 8 of the 32 tokens) and its global one,
+  // Gemma's norms around each half of a block, GeGLU, the scaled
+  // embedding: the same steps as one process's under every split.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 --set model.sliding_window=8 ";
+  const auto want1 = reference("gemma-tiny", shape, 1);
+  SECTION("ddp, dp 2") {
+    check_same(losses_of(validate("--model gemma-tiny --plan ddp --procs 2" + kCommon + shape)), reference("gemma-tiny", shape, 2));
+  }
+  SECTION("megatron-tp (tp 2: its four norms replicated, the MLP's output normalised after g)") {
+    check_same(losses_of(validate("--model gemma-tiny --plan megatron-tp --procs 2" + kCommon + shape)), want1);
+  }
+  SECTION("1f1b over 2 stages (the local layer on one, the global on the other), 4 micro-batches") {
+    check_same(losses_of(validate("--model gemma-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.grad_accum=4")),
+               reference("gemma-tiny", shape, 4));
+  }
+  SECTION("ddp, cp 2 on the ring, windowed") {
+    check_same(losses_of(validate("--model gemma-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.cp=2")), want1);
   }
 }
 

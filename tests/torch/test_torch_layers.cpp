@@ -10,6 +10,7 @@
 #include <barrier>
 #include <condition_variable>
 #include <deque>
+#include <map>
 #include <mutex>
 #include <set>
 #include <thread>
@@ -75,7 +76,7 @@ TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
   // analytic Layer::output_bytes / 4 (a head's output is its scalar loss,
   // 4 bytes at any batch).
   constexpr std::int64_t kBatch = 2, kSeq = 8;
-  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "moe-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "gemma-tiny", "moe-tiny"}) {
     const auto model = models::load_model(name);
     for (const auto& layer : model->layers(small_shape(*model))) {
       INFO(name << " " << layer.signature);
@@ -511,6 +512,60 @@ TEST_CASE("a Llama block is causal, trains, and refuses what it cannot run", "[t
             .find("context parallelism is built for the GPT-2 and Llama families only") != std::string::npos);
   CHECK(test::error_of([&] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,cp=4", local_tp(0, 1), cp); })
             .find("cp=4 but the context-parallel group has 2 ranks") != std::string::npos);
+}
+
+TEST_CASE("Gemma's twins: its norm, sandwich, GeGLU, scaled embedding and capped logits as HF writes them (Note [Gemma])", "[torch][llama][gemma]") {
+  torch::manual_seed(5);
+  torch::NoGradGuard no_grad;
+  // One block of h 32, 4 heads of 8, 2 KV heads, f 64, Gemma's norms and GeGLU.
+  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,gn=1,gelu=1");
+  auto& m = layer->module();
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& item : m.named_parameters()) p[item.key()] = item.value();
+  // Four norms of h and the q/k norms, each starting at 0 (it scales by 1 + weight).
+  for (const char* n : {"input_layernorm.weight", "post_attention_layernorm.weight", "pre_feedforward_layernorm.weight",
+                        "post_feedforward_layernorm.weight", "q_norm.weight", "k_norm.weight"}) {
+    INFO(n);
+    REQUIRE(p.count(n) == 1);
+    CHECK(torch::equal(p[n], torch::zeros_like(p[n])));
+  }
+  for (auto& [name, w] : p) {
+    if (name.find("norm") != std::string::npos) w.uniform_(-0.5, 0.5);
+  }
+  // Gemma2DecoderLayer by hand from the same weights: x + post_attn(attention(input(x))), then
+  // y + post_ffn(down(gelu_tanh(gate(z)) * up(z))) with z = pre_ffn(y); the attention taken from
+  // the block itself (its output projection undone is not needed: compare the MLP half).
+  auto norm = [](const torch::Tensor& x, const torch::Tensor& w) {
+    return x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * (1 + w);
+  };
+  const auto x = torch::randn({2, 8, 32});
+  const auto out = layer->forward({x});
+  // With the attention's output projection zeroed, attention adds post_attn(0) = 0.
+  p["o_proj.weight"].zero_();
+  const auto y = x;
+  const auto z = norm(y, p["pre_feedforward_layernorm.weight"]);
+  const auto mlp = torch::matmul(torch::gelu(torch::matmul(z, p["gate_proj.weight"].t()), "tanh") * torch::matmul(z, p["up_proj.weight"].t()),
+                                 p["down_proj.weight"].t());
+  const auto want = y + norm(mlp, p["post_feedforward_layernorm.weight"]);
+  CHECK(torch::allclose(layer->forward({x}), want, 1e-5, 1e-5));
+  CHECK_FALSE(torch::allclose(out, want, 1e-5, 1e-5));  // the attention did add something before
+  // The embedding times sqrt(h) (es=1).
+  auto emb = models::make_torch_layer("llama.embed:h=16,v=64,es=1");
+  const auto ids = emb->make_inputs(2, 8, torch::TensorOptions());
+  const auto table = emb->module().named_parameters()["embed_tokens.weight"];
+  CHECK(torch::allclose(emb->forward(ids), table.index_select(0, ids[0].view({-1})).view({2, 8, 16}) * 4.0));
+  // Gemma 2's final soft cap (fsc=30): the loss of 30 tanh(logits / 30), the
+  // norm Gemma's, the head tied (its weight an input).
+  auto head = models::make_torch_layer("llama.head:h=16,v=64,tied=1,gn=1,fsc=30");
+  auto in = head->make_inputs(2, 8, torch::TensorOptions());
+  in[1] = in[1].clamp(0, 63);
+  const auto logits = torch::matmul(norm(in[0], torch::zeros({16})), in[2].t());
+  const auto capped = torch::tanh(logits / 30) * 30;
+  const auto ce = torch::nn::functional::cross_entropy(capped.view({-1, 64}), in[1].view({-1}));
+  CHECK(head->forward(in).item<double>() == Approx(ce.item<double>()).epsilon(1e-5));
+  // Gemma 2's attention soft cap is priced, not run: one line naming it.
+  CHECK(test::error_of([] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,gn=1,gelu=1,sc=50"); })
+            .find("Gemma 2's attention soft cap is not run by the LibTorch twin; set model.attn_softcap=0") != std::string::npos);
 }
 
 TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {

@@ -40,7 +40,8 @@ struct Signature {
   std::int64_t get(const std::string& key) const {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
-    const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru";
+    const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru" ||
+                      key == "gn" || key == "gelu" || key == "es";
     // A width that may be absent (a MoE block's shared experts).
     if (key == "fs" && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
@@ -451,16 +452,24 @@ constexpr double kRopeTheta = 500000.0;  // rope_theta (Llama 3)
 /// twin then holds what HF holds on the PyTorch users run, which Note
 /// [Llama activations] (models/src/llama.cpp) counts; llama-tiny's blocks
 /// kept 2 t h fp32 more than it under dtsim validate before.
+///
+/// `gemma`: Gemma's RMSNorm (modeling_gemma2.py, Gemma2RMSNorm): the same
+/// normalisation times 1 + weight, all in fp32 before the cast back, so its
+/// fp32 output is what the product keeps (Note [Gemma] in
+/// models/src/llama.cpp); the weight starts at 0.
 struct RmsNorm : nn::Module {
-  explicit RmsNorm(std::int64_t n) : weight(register_parameter("weight", torch::ones({n}))) {}
+  explicit RmsNorm(std::int64_t n, bool gemma = false)
+      : weight(register_parameter("weight", gemma ? torch::zeros({n}) : torch::ones({n}))), gemma(gemma) {}
   /// `tp`: the weight is shared by heads split over the tensor-parallel
   /// ranks (qk-norm), so its gradient is summed over them by f.
   torch::Tensor forward(const torch::Tensor& x, const TensorParallel* tp = nullptr) {
     const auto xf = x.to(torch::kFloat);
     const auto mean_sq = xf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(x.size(-1)));
+    if (gemma) return ((xf * torch::rsqrt(mean_sq + kRmsEps)) * (1.0 + enter(weight, tp).to(torch::kFloat))).to(x.scalar_type());
     return enter(weight, tp) * (xf * torch::rsqrt(mean_sq + kRmsEps)).to(x.scalar_type());
   }
   torch::Tensor weight;
+  bool gemma;
 };
 
 /// Rotary embedding (Su et al. 2021) of x [b, heads, s, d] at positions
@@ -721,9 +730,11 @@ struct RingGqa : torch::autograd::Function<RingGqa> {
 }  // namespace ring
 
 struct LlamaEmbed : nn::Module {
-  LlamaEmbed(std::int64_t h, std::int64_t v) : embed_tokens(register_module("embed_tokens", nn::Embedding(v, h))), vocab(v) {}
+  LlamaEmbed(std::int64_t h, std::int64_t v, bool scale = false)
+      : embed_tokens(register_module("embed_tokens", nn::Embedding(v, h))), vocab(v), scale(scale ? std::sqrt(static_cast<double>(h)) : 0) {}
   nn::Embedding embed_tokens;
   std::int64_t vocab;
+  double scale;  ///< es=1: Gemma's sqrt(h), as a tensor of the activations' type (HF's normalizer); 0: none
   VocabShard shard;  // empty: unsplit
 };
 
@@ -732,6 +743,8 @@ struct LlamaShape {
   std::int64_t h, a, kv, d, f;
   bool qkv_bias, o_bias, mlp_bias, qk_norm, flash;
   std::int64_t window = 0;  ///< sw=: Mistral's sliding window in tokens (0: none)
+  bool gemma_norms = false;  ///< gn=1: Gemma's norms, four a block (Note [Gemma] in models/src/llama.cpp)
+  bool gelu = false;         ///< gelu=1: GeGLU (tanh GELU on the gate)
   // A moe.block (Note [Mixture of experts] in models/src/llama.cpp): E
   // routed experts, `local` of them on this rank (E / ep) from expert
   // `first` on (Note [Expert parallelism]), top-k routing, experts fe wide,
@@ -934,13 +947,19 @@ struct MoeMlp : nn::Module {
 /// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
 struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
-      : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(s.h))),
+      : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms))),
         q_proj(register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * s.d).bias(s.qkv_bias)))),
         k_proj(register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
         v_proj(register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
         o_proj(register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * s.d, s.h).bias(s.o_bias)))),
-        post_attention_layernorm(register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h))),
+        post_attention_layernorm(register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms))),
         shape(s) {
+    if (s.gemma_norms) {
+      // Gemma 2 and 3's sandwich: post_attention_layernorm normalises the
+      // attention's output, these the MLP's input and output.
+      pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", std::make_shared<RmsNorm>(s.h, true));
+      post_feedforward_layernorm = register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(s.h, true));
+    }
     if (s.experts > 0) {
       moe = register_module("block_sparse_moe", std::make_shared<MoeMlp>(s));
     } else {
@@ -949,8 +968,8 @@ struct LlamaBlock : nn::Module {
       down_proj = register_module("down_proj", nn::Linear(nn::LinearOptions(s.f, s.h).bias(s.mlp_bias)));
     }
     if (s.qk_norm) {
-      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.d));
-      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.d));
+      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.d, s.gemma_norms));
+      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.d, s.gemma_norms));
     }
   }
   /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
@@ -987,11 +1006,20 @@ struct LlamaBlock : nn::Module {
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
   torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& ctx, std::int64_t b, std::int64_t sl, std::int64_t width,
                        const TensorParallel* t) {
-    const auto y = x + row_parallel(o_proj, ctx.transpose(1, 2).reshape({b, sl, width}), t);
+    const auto attn = row_parallel(o_proj, ctx.transpose(1, 2).reshape({b, sl, width}), t);
+    if (pre_feedforward_layernorm) {
+      // Gemma2DecoderLayer / Gemma3DecoderLayer: normalised before each residual.
+      const auto y = x + post_attention_layernorm->forward(attn);
+      const auto z = enter(pre_feedforward_layernorm->forward(y), t);
+      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t));
+    }
+    const auto y = x + attn;
     const auto z = enter(post_attention_layernorm->forward(y), t);
     if (moe) return y + moe->forward(z);
-    return y + row_parallel(down_proj, F::silu(gate_proj(z)) * up_proj(z), t);
+    return y + row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t);
   }
+  /// The gate's activation: SiLU (SwiGLU), or GELU's tanh form (GeGLU, HF's gelu_pytorch_tanh).
+  torch::Tensor activation(const torch::Tensor& g) const { return shape.gelu ? torch::gelu(g, "tanh") : F::silu(g); }
   /// Megatron's split: this rank's query heads of q_proj, key-value heads of
   /// k_proj and v_proj, gate and up columns; o_proj and down_proj rows summed
   /// by g; the norms (qk-norms included: per head) replicated.
@@ -1004,6 +1032,7 @@ struct LlamaBlock : nn::Module {
   std::shared_ptr<RmsNorm> input_layernorm;
   nn::Linear q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RmsNorm> post_attention_layernorm;
+  std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma's; null otherwise
   nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // null in a moe.block
   std::shared_ptr<MoeMlp> moe;              // null in a llama.block
   std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without qk-norm
@@ -1014,7 +1043,8 @@ struct LlamaBlock : nn::Module {
 };
 
 struct LlamaHead : nn::Module {
-  LlamaHead(std::int64_t h, std::int64_t v, bool tied) : norm(register_module("norm", std::make_shared<RmsNorm>(h))), vocab(v), tied(tied) {
+  LlamaHead(std::int64_t h, std::int64_t v, bool tied, bool gemma = false, double softcap = 0)
+      : norm(register_module("norm", std::make_shared<RmsNorm>(h, gemma))), vocab(v), tied(tied), softcap(softcap) {
     // As Gpt2Head: untied, lm_head [V, h] without bias; tied, embed_tokens' weight comes in as an input.
     if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
   }
@@ -1023,6 +1053,7 @@ struct LlamaHead : nn::Module {
   torch::Tensor weight;  // [V, h]; undefined when tied
   std::int64_t vocab;
   bool tied;
+  double softcap;    ///< fsc=: Gemma 2's final soft cap on the logits (0: none)
   VocabShard shard;  // empty: unsplit
 };
 
@@ -1085,7 +1116,11 @@ class LmHeadLayer final : public Wrapped<Head> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto& weight = m_->tied ? in.at(2) : m_->weight;
-    const auto logits = F::linear(enter(m_->final_norm(in[0]), m_->shard.tp.get()), weight);
+    auto logits = F::linear(enter(m_->final_norm(in[0]), m_->shard.tp.get()), weight);
+    if constexpr (requires { m_->softcap; }) {
+      // Gemma 2 (Gemma2ForCausalLM.forward): cap tanh(logits / cap), in the logits' type.
+      if (m_->softcap > 0) logits = torch::tanh(logits / m_->softcap) * m_->softcap;
+    }
     // Cross-entropy in fp32, as HF upcasts the logits under mixed precision.
     return m_->shard.cross_entropy(logits.view({-1, weight.size(0)}).to(torch::kFloat), in[1].view({-1}));
   }
@@ -1106,7 +1141,10 @@ class LlamaEmbedLayer final : public Wrapped<LlamaEmbed> {
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
     return {ids(b, s, m_->vocab, o)};
   }
-  torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->shard.lookup(m_->embed_tokens, in[0]); }
+  torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
+    const auto x = m_->shard.lookup(m_->embed_tokens, in[0]);
+    return m_->scale > 0 ? x * torch::tensor(m_->scale, x.options().requires_grad(false)) : x;
+  }
 };
 
 class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
@@ -1494,14 +1532,15 @@ static void init_like_hf(nn::Module& m) {
 
 /// HuggingFace's LlamaPreTrainedModel._init_weights (initializer_range
 /// 0.02): Linear and Embedding weights N(0, 0.02), biases 0, RMSNorm
-/// weights 1 (every norm's name has "norm" in it).
-static void init_llama_like_hf(nn::Module& m) {
+/// weights 1 (every norm's name has "norm" in it); Gemma's 0, as it scales
+/// by 1 + weight (Gemma2PreTrainedModel._init_weights).
+static void init_llama_like_hf(nn::Module& m, bool gemma) {
   torch::NoGradGuard no_grad;
   for (auto& p : m.named_parameters()) {
     const std::string& name = p.key();
     auto& t = p.value();
     if (name.find("norm") != std::string::npos) {
-      t.fill_(1.0);
+      t.fill_(gemma ? 0.0 : 1.0);
     } else if (name.size() >= 4 && name.substr(name.size() - 4) == "bias") {
       t.zero_();
     } else {
@@ -1516,7 +1555,7 @@ static std::unique_ptr<TorchLayer> make_full_layer(const std::string& signature,
   auto layer = make_torch_layer_default_init(signature, ep_rank);
   const std::string kind = signature.substr(0, signature.find(':'));
   if (kind.rfind("gpt2.", 0) == 0 || kind.rfind("bert.", 0) == 0) init_like_hf(layer->module());
-  if (kind.rfind("llama.", 0) == 0) init_llama_like_hf(layer->module());
+  if (kind.rfind("llama.", 0) == 0) init_llama_like_hf(layer->module(), parse_signature(signature).get_or("gn", 0) != 0);
   return layer;
 }
 
@@ -1670,13 +1709,24 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     if (k == "s2s.decoder") return std::make_unique<DecoderLayer>(std::move(side));
     return std::make_unique<EncoderLayer>(std::move(side));
   }
-  if (k == "llama.embed") return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v")));
-  if (k == "llama.head") return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0), s.get("h"));
+  if (k == "llama.embed") return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0));
+  if (k == "llama.head") {
+    return std::make_unique<LlamaHeadLayer>(
+        std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0, s.get_or("gn", 0) != 0, static_cast<double>(s.get_or("fsc", 0))),
+        s.get("h"));
+  }
   if (k == "llama.block" || k == "moe.block") {
     const bool moe = k == "moe.block";
     LlamaShape shape{s.get("h"),         s.get("a"),       s.get("kv"),       s.get("d"),         moe ? 0 : s.get("f"),
                      s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0, s.get("qkn") != 0, s.get_or("flash", 0) != 0};
     shape.window = s.get_or("sw", 0);
+    shape.gemma_norms = s.get_or("gn", 0) != 0;
+    shape.gelu = s.get_or("gelu", 0) != 0;
+    if (s.get_or("sc", 0) > 0) {
+      // Note [Gemma] (models/src/llama.cpp): priced, not run.
+      throw UnsupportedError("layer signature '" + signature +
+                             "': Gemma 2's attention soft cap is not run by the LibTorch twin; set model.attn_softcap=0");
+    }
     if (s.get_or("adrop", 0) > 0) {
       // Note [Attention dropout] (models/src/llama.cpp): priced, not run.
       throw UnsupportedError("layer signature '" + signature +

@@ -47,6 +47,16 @@ struct LlamaConfig {
   std::int64_t sliding_window = 0; ///< keys a query sees (Mistral; 0: all)
   double attention_dropout = 0;    ///< attention_dropout on the probabilities (Note [Attention dropout])
 
+  // Gemma (Note [Gemma] in models/src/llama.cpp).
+  /// Every global_every-th layer attends to all keys and the others within
+  /// sliding_window (Gemma 2: 2, Gemma 3: 6); 0: the window, if any, on every layer.
+  int global_every = 0;
+  bool gemma_norms = false;        ///< Gemma's RMSNorm (fp32, times 1 + weight), four a block (sandwich norms in Gemma 2 and 3)
+  bool gelu = false;               ///< the MLP's gate through tanh-approximated GELU (GeGLU) instead of SiLU (hidden_activation)
+  bool embed_scale = false;        ///< the embeddings times sqrt(hidden) (Gemma)
+  double attn_softcap = 0;         ///< attn_logit_softcapping: scores = cap tanh(scores / cap) (Gemma 2; 0: none)
+  double final_softcap = 0;        ///< final_logit_softcapping on the logits (Gemma 2; 0: none)
+
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
   // experts: a dense model. Note [Mixture of experts] in models/src/llama.cpp.
   int experts = 0;                 ///< routed experts per MoE layer (num_local_experts, num_experts, n_routed_experts)
