@@ -433,16 +433,8 @@ TEST_CASE("Gemma interleaves sliding-window layers with global ones", "[llama][g
 TEST_CASE("Gemma's norms, GeGLU and soft caps: kernels and saved bytes by formula", "[llama][gemma]") {
   // A small Gemma-2-shaped model against the same Llama without Gemma's
   // pieces: h 128, 4 heads of 32, 2 KV heads, f 352, V 1024.
-  LlamaConfig base;
-  base.name = "base";
-  base.layers = 2;
-  base.hidden = 128;
-  base.heads = 4;
-  base.kv_heads = 2;
-  base.intermediate = 352;
-  base.vocab = 1024;
-  base.seq_len = 128;
-  base.tied_head = true;
+  const LlamaConfig base{.name = "base", .layers = 2, .hidden = 128, .heads = 4, .kv_heads = 2, .intermediate = 352, .vocab = 1024,
+                         .seq_len = 128, .tied_head = true};
   LlamaConfig gemma = base;
   gemma.name = "gemma";
   gemma.gemma_norms = gemma.gelu = gemma.embed_scale = true;
