@@ -116,10 +116,11 @@ using namespace detail;
 //               nothing priced there. The logits' cap keeps e t v more
 //               before the fp32 loss. Gemma 3 has neither.
 // query_pre_attn_scalar (the scores' scale) changes values, not work, and
-// is not modelled. The LibTorch twin runs all of this but the attention's
-// soft cap (refused, as attention dropout is: priced, not run), and
-// gemma-tiny (a local layer, then a global one) trains under every plan as
-// one process does (tests/runtime). Parameters are HuggingFace's
+// is not modelled. The LibTorch twin runs all of this, the attention's
+// soft cap in eager attention only (SDPA has none, nor the p2p ring's
+// hand-written backward: each refused in one line), and gemma-tiny (a
+// local layer, then a global one) trains under every plan as one process
+// does, with a soft cap too (tests/runtime). Parameters are HuggingFace's
 // (tests/data/hf/PARAMS.md).
 class Llama final : public ZooModel {
  public:

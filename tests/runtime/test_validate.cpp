@@ -573,6 +573,10 @@ TEST_CASE("gemma-tiny trains as one process does: data, tensor, pipeline and con
   SECTION("ddp, cp 2 on the ring, windowed") {
     check_same(losses_of(validate("--model gemma-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.cp=2")), want1);
   }
+  SECTION("megatron-tp with Gemma 2's attention soft cap (a cap of 5, in eager attention)") {
+    const std::string capped = shape + " --set model.attn_softcap=5 ";
+    check_same(losses_of(validate("--model gemma-tiny --plan megatron-tp --procs 2" + kCommon + capped)), reference("gemma-tiny", capped, 1));
+  }
 }
 
 TEST_CASE("llama-tiny trains as one process does, context parallelism included (Note [Context parallelism])", "[runtime][validate][slow]") {

@@ -563,9 +563,36 @@ TEST_CASE("Gemma's twins: its norm, sandwich, GeGLU, scaled embedding and capped
   const auto capped = torch::tanh(logits / 30) * 30;
   const auto ce = torch::nn::functional::cross_entropy(capped.view({-1, 64}), in[1].view({-1}));
   CHECK(head->forward(in).item<double>() == Approx(ce.item<double>()).epsilon(1e-5));
-  // Gemma 2's attention soft cap is priced, not run: one line naming it.
-  CHECK(test::error_of([] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,gn=1,gelu=1,sc=50"); })
-            .find("Gemma 2's attention soft cap is not run by the LibTorch twin; set model.attn_softcap=0") != std::string::npos);
+}
+
+TEST_CASE("Gemma 2's attention soft cap in the twin's eager attention (Note [Gemma])", "[torch][llama][gemma]") {
+  // The same weights (the same seed) with no cap, a cap far above every
+  // score (cap tanh(x / cap) = x to within x^3 / (3 cap^2)) and a cap of 1,
+  // which bounds every score to (-1, 1).
+  const std::string sig = "llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,gn=1,gelu=1";
+  auto make = [&](const std::string& extra) {
+    torch::manual_seed(11);
+    auto layer = models::make_torch_layer(sig + extra);
+    // HF's N(0, 0.02) weights give scores far below 1; scaled, some reach several.
+    torch::NoGradGuard no_grad;
+    for (const char* n : {"q_proj.weight", "k_proj.weight"}) layer->module().named_parameters()[n].mul_(30);
+    return layer;
+  };
+  auto none = make(""), loose = make(",sc=100000"), tight = make(",sc=1");
+  torch::manual_seed(12);
+  const auto x = torch::randn({2, 8, 32}) * 4;
+  const auto y = none->forward({x}), y_loose = loose->forward({x}), y_tight = tight->forward({x});
+  CHECK(torch::allclose(y, y_loose, 1e-5, 1e-5));
+  CHECK_FALSE(torch::allclose(y, y_tight, 1e-3, 1e-3));
+  y_tight.backward(torch::ones_like(y_tight));
+  for (const auto& p : tight->module().parameters()) {
+    REQUIRE(p.grad().defined());
+    CHECK(torch::isfinite(p.grad()).all().item<bool>());
+  }
+  // SDPA has no cap, nor the p2p ring's hand-written backward: one line each.
+  CHECK(test::error_of([&] { models::make_torch_layer(sig + ",sc=50,flash=1"); })
+            .find("Gemma 2's attention soft cap runs in eager attention only in the LibTorch twin; set plan.attention=eager") !=
+        std::string::npos);
 }
 
 TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {

@@ -499,7 +499,7 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& pos) {
 /// PyTorch pick its FlashAttention kernel (sdp_utils.cpp refuses an explicit
 /// mask to it, which sends SDPA to the memory-efficient kernel).
 torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& qpos, const torch::Tensor& kpos,
-                       std::int64_t window, bool flash, bool causal) {
+                       std::int64_t window, bool flash, bool causal, double softcap = 0) {
   const auto b = k.size(0), kvh = k.size(1), sk = k.size(2), d = k.size(3), rep = q.size(1) / kvh;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // With no mask HF hands SDPA the key-value heads as they are (enable_gqa,
@@ -523,6 +523,8 @@ torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v,
   (void)causal;
 #endif
   auto scores = torch::matmul(q, k.transpose(-1, -2)) * (1.0 / std::sqrt(static_cast<double>(d)));
+  // Gemma 2's soft cap (Gemma2Attention's eager path): cap tanh(scores / cap), before the mask.
+  if (softcap > 0) scores = torch::tanh(scores / softcap) * softcap;
   scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
   const auto probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
   return torch::matmul(probs, v);
@@ -533,12 +535,13 @@ torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v,
 struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& qpos, const torch::Tensor& kpos, std::int64_t window,
-                               bool flash, bool causal) {
+                               bool flash, bool causal, double softcap) {
     ctx->save_for_backward({q, k, v, qpos, kpos});
     ctx->saved_data["window"] = window;
     ctx->saved_data["flash"] = flash;
     ctx->saved_data["causal"] = causal;
-    return gqa_core(q, k, v, qpos, kpos, window, flash, causal);  // autograd is off in here
+    ctx->saved_data["softcap"] = softcap;
+    return gqa_core(q, k, v, qpos, kpos, window, flash, causal, softcap);  // autograd is off in here
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
     const auto saved = ctx->get_saved_variables();
@@ -548,10 +551,10 @@ struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
     {
       torch::AutoGradMode grad_mode(true);
       out = gqa_core(in[0], in[1], in[2], saved[3], saved[4], ctx->saved_data["window"].toInt(), ctx->saved_data["flash"].toBool(),
-                     ctx->saved_data["causal"].toBool());
+                     ctx->saved_data["causal"].toBool(), ctx->saved_data["softcap"].toDouble());
     }
     auto g = torch::autograd::grad({out}, in, {grad[0]});
-    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
   }
 };
 
@@ -745,6 +748,7 @@ struct LlamaShape {
   std::int64_t window = 0;  ///< sw=: Mistral's sliding window in tokens (0: none)
   bool gemma_norms = false;  ///< gn=1: Gemma's norms, four a block (Note [Gemma] in models/src/llama.cpp)
   bool gelu = false;         ///< gelu=1: GeGLU (tanh GELU on the gate)
+  double softcap = 0;        ///< sc=: Gemma 2's attention soft cap (0: none; eager attention only)
   // A moe.block (Note [Mixture of experts] in models/src/llama.cpp): E
   // routed experts, `local` of them on this rank (E / ep) from expert
   // `first` on (Note [Expert parallelism]), top-k routing, experts fe wide,
@@ -999,8 +1003,8 @@ struct LlamaBlock : nn::Module {
     const torch::Tensor kpos = cp ? all.kpos : qpos;
     const bool causal = !cp;  // the queries' own keys, positions 0..s-1
     const auto ctx = recompute_core && torch::GradMode::is_enabled()
-                         ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal)
-                         : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal);
+                         ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap)
+                         : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap);
     return finish(x, ctx, b, sl, heads * d, t);
   }
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
@@ -1619,6 +1623,10 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
   if (s.kind == "llama.embed" || s.kind == "llama.head" || s.kind == "gpt2.head") return;
   if (!cp.gather || cp.rank < 0 || cp.rank >= cp.size) throw ConfigError(at + "context parallelism needs a rank in [0, size) and a gather");
   if (cp.shift && s.get_or("cpag", 0) != 0) throw ConfigError(at + "cpag=1 (the all-gather) but the group runs the p2p ring");
+  if (cp.shift && s.get_or("sc", 0) > 0) {
+    // Note [Gemma]: the ring's hand-written backward has no soft cap.
+    throw UnsupportedError(at + "Gemma 2's attention soft cap is not run on the p2p ring by the LibTorch twin; set plan.cp_comm=all_gather");
+  }
   const auto shared = std::make_shared<ContextParallel>(cp);
   if (auto* e = dynamic_cast<Gpt2EmbedLayer*>(&layer)) {
     e->embed().cp = shared;
@@ -1722,10 +1730,11 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     shape.window = s.get_or("sw", 0);
     shape.gemma_norms = s.get_or("gn", 0) != 0;
     shape.gelu = s.get_or("gelu", 0) != 0;
-    if (s.get_or("sc", 0) > 0) {
-      // Note [Gemma] (models/src/llama.cpp): priced, not run.
+    shape.softcap = static_cast<double>(s.get_or("sc", 0));
+    if (shape.softcap > 0 && shape.flash) {
+      // Note [Gemma] (models/src/llama.cpp): SDPA has no soft cap (FlashAttention-2's has; LibTorch does not ship it).
       throw UnsupportedError("layer signature '" + signature +
-                             "': Gemma 2's attention soft cap is not run by the LibTorch twin; set model.attn_softcap=0");
+                             "': Gemma 2's attention soft cap runs in eager attention only in the LibTorch twin; set plan.attention=eager");
     }
     if (s.get_or("adrop", 0) > 0) {
       // Note [Attention dropout] (models/src/llama.cpp): priced, not run.
