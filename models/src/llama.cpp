@@ -176,11 +176,13 @@ class Llama final : public ZooModel {
     emb.param_tensors = 1;
     emb.modules = {{"embed.gather", {v * h}, ""}};
     emb.forward.push_back(memory_op("embed.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
-    // Gemma: times sqrt(hidden) (a constant tensor: nothing kept).
-    if (c_.embed_scale) emb.forward.push_back(memory_op("embed.scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h));
-    emb.backward = backward_of(emb.forward);
-    emb.backward.back() = memory_op("embed.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h);
-    if (c_.embed_scale) emb.backward.front() = memory_op("embed.scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h);
+    if (c_.embed_scale) {
+      // Gemma: times sqrt(hidden) (a constant tensor: nothing kept), and its gradient likewise.
+      const sim::Kernel scale = memory_op("embed.scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h);
+      emb.forward.push_back(scale);
+      emb.backward.push_back(scale);
+    }
+    emb.backward.push_back(memory_op("embed.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
     emb.output_bytes = e * tn * h;
     if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
     out.push_back(std::move(emb));

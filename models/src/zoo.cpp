@@ -609,16 +609,17 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     }
     if (every > 1) ours["global_every"] = every;
     if (every == 1) ours.remove("sliding_window");  // every layer global
-    if (c.has("attn_logit_softcapping") && hf["attn_logit_softcapping"] && !hf["attn_logit_softcapping"].IsNull()) {
-      ours["attn_softcap"] = c.get_double("attn_logit_softcapping", 0, 0, 1e6);
-    } else if (!g3 && !c.has("attn_logit_softcapping")) {
-      ours["attn_softcap"] = 50.0;  // Gemma2Config's default
-    }
-    if (c.has("final_logit_softcapping") && hf["final_logit_softcapping"] && !hf["final_logit_softcapping"].IsNull()) {
-      ours["final_softcap"] = c.get_double("final_logit_softcapping", 0, 0, 1e6);
-    } else if (!g3 && !c.has("final_logit_softcapping")) {
-      ours["final_softcap"] = 30.0;  // Gemma2Config's default
-    }
+    // A soft cap: the config's, none where it is null, Gemma2Config's
+    // default (50 and 30) where Gemma 2's config leaves it out.
+    auto cap = [&](const char* from, const char* to, double gemma2_default) {
+      if (!c.has(from)) {
+        if (!g3) ours[to] = gemma2_default;
+      } else if (!hf[from].IsNull()) {
+        ours[to] = c.get_double(from, 0, 0, 1e6);
+      }
+    };
+    cap("attn_logit_softcapping", "attn_softcap", 50.0);
+    cap("final_logit_softcapping", "final_softcap", 30.0);
     ours["attention_dropout"] = c.get_double("attention_dropout", 0, 0, 0.99);
   } else if (type == "gemma3" || type == "gemma") {
     c.fail("model_type", type == "gemma3" ? "'gemma3' is Gemma 3's image-and-text model, whose vision tower dtsim does not model; "

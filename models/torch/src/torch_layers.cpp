@@ -1535,17 +1535,16 @@ static void init_like_hf(nn::Module& m) {
 }
 
 /// HuggingFace's LlamaPreTrainedModel._init_weights (initializer_range
-/// 0.02): Linear and Embedding weights N(0, 0.02), biases 0, RMSNorm
-/// weights 1 (every norm's name has "norm" in it); Gemma's 0, as it scales
-/// by 1 + weight (Gemma2PreTrainedModel._init_weights).
-static void init_llama_like_hf(nn::Module& m, bool gemma) {
+/// 0.02): Linear and Embedding weights N(0, 0.02), biases 0; RMSNorm
+/// weights (every norm's name has "norm" in it) as RmsNorm starts them: 1,
+/// Gemma's 0, as it scales by 1 + weight (Gemma2PreTrainedModel._init_weights).
+static void init_llama_like_hf(nn::Module& m) {
   torch::NoGradGuard no_grad;
   for (auto& p : m.named_parameters()) {
     const std::string& name = p.key();
     auto& t = p.value();
-    if (name.find("norm") != std::string::npos) {
-      t.fill_(gemma ? 0.0 : 1.0);
-    } else if (name.size() >= 4 && name.substr(name.size() - 4) == "bias") {
+    if (name.find("norm") != std::string::npos) continue;
+    if (name.size() >= 4 && name.substr(name.size() - 4) == "bias") {
       t.zero_();
     } else {
       t.normal_(0.0, 0.02);
@@ -1559,7 +1558,7 @@ static std::unique_ptr<TorchLayer> make_full_layer(const std::string& signature,
   auto layer = make_torch_layer_default_init(signature, ep_rank);
   const std::string kind = signature.substr(0, signature.find(':'));
   if (kind.rfind("gpt2.", 0) == 0 || kind.rfind("bert.", 0) == 0) init_like_hf(layer->module());
-  if (kind.rfind("llama.", 0) == 0) init_llama_like_hf(layer->module(), parse_signature(signature).get_or("gn", 0) != 0);
+  if (kind.rfind("llama.", 0) == 0) init_llama_like_hf(layer->module());
   return layer;
 }
 
