@@ -487,4 +487,8 @@ TEST_CASE("Gemma configs dtsim cannot model are one line each", "[llama][gemma]"
                "\"hidden_activation\": \"relu\"");
   CHECK(error_of([&] { load_model(write_json(dir, relu)); }).find("config.hidden_activation: 'relu' is not modelled; valid: gelu_pytorch_tanh") !=
         std::string::npos);
+  // Our YAML: global layers among none that slide.
+  const std::string yaml = dir.file("model.yaml");
+  std::ofstream(yaml) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 256\nglobal_every: 2\n";
+  CHECK(error_of([&] { load_model(yaml); }).find("global_every: 2 needs a sliding_window for the other layers") != std::string::npos);
 }

@@ -593,6 +593,13 @@ TEST_CASE("Gemma 2's attention soft cap in the twin's eager attention (Note [Gem
   CHECK(test::error_of([&] { models::make_torch_layer(sig + ",sc=50,flash=1"); })
             .find("Gemma 2's attention soft cap runs in eager attention only in the LibTorch twin; set plan.attention=eager") !=
         std::string::npos);
+  models::ContextParallel ring;
+  ring.size = 2;
+  ring.gather = [](const torch::Tensor& t, std::int64_t) { return t; };
+  ring.shift = [](const torch::Tensor& t, bool) { return std::function<torch::Tensor()>([t] { return t; }); };
+  CHECK(test::error_of([&] { models::make_torch_layer(sig + ",sc=50,cp=2", local_tp(0, 1), ring); })
+            .find("Gemma 2's attention soft cap is not run on the p2p ring by the LibTorch twin; set plan.cp_comm=all_gather") !=
+        std::string::npos);
 }
 
 TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {
