@@ -1776,8 +1776,9 @@ struct ExplorerWindow::Impl {
     }();
     if (hidden > 0) {
       s_status->setText(s_status->text() + QString(" %1 more listed the same plan under another name (ZeRO-3 as FSDP "
-                                                   "FULL_SHARD, or a placement that changes nothing): shown once, the "
-                                                   "other names in the plan's tooltip.").arg(hidden));
+                                                   "FULL_SHARD, a placement that changes nothing, or the same GPUs "
+                                                   "and tokens split another way between dp and cp): shown once, "
+                                                   "the other names in the plan's tooltip.").arg(hidden));
     }
     s_table->setRowCount(static_cast<int>(s_rows.size()));
     for (std::size_t row = 0; row < s_rows.size(); ++row) {

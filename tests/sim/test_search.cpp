@@ -2,6 +2,7 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <cstdio>
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
@@ -167,6 +168,52 @@ TEST_CASE("search: one plan under two names is ranked once, its other names besi
   // Two nodes: the placements differ in what crosses the network; no twins.
   const SearchResult two = search(*model, load_cluster("dgx-a100", {parse_override("cluster.nodes=2")}), fp16_adam(64));
   for (const auto& e : two.top) CHECK(e.also.empty());
+}
+
+TEST_CASE("search: the same GPUs split another way between dp and cp, same time and peak, are ranked once (Note [Search twins])",
+          "[search]") {
+  // llama-3.2-1b at 8,192 tokens on one DGX H100, 32 sequences: dp 8 at
+  // micro-batch 2, dp 4 x cp 2 at 4 and dp 2 x cp 4 at 8 each give a GPU
+  // 2 x 8192 / 1 = 4 x 8192 / 2 = 8 x 8192 / 4 = 16,384 tokens a micro-step
+  // and 32 / 16 = 2 micro-steps, and reduce over all 8 GPUs.
+  const auto model = models::load_model("llama-3.2-1b");
+  const ClusterSpec cluster = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.global_batch = 32;
+  o.top = 10;
+  o.threads = 1;
+  o.base = search_base_plan(cluster, {parse_override("plan.seq_len=8192")});
+  const SearchResult r = search(*model, cluster, o);
+  REQUIRE(r.top.size() == 10);
+  int split = 0;
+  for (std::size_t i = 0; i < r.top.size(); ++i) {
+    for (std::size_t j = i + 1; j < r.top.size(); ++j) CHECK_FALSE(same_plan(r.top[i], r.top[j]));
+    const SearchEntry& e = r.top[i];
+    for (const std::string& name : e.also) {
+      int dp = 0, cp = 0;
+      long long mb = 0;
+      if (std::sscanf(name.c_str(), "dp %d x cp %d at mb %lld", &dp, &cp, &mb) != 3) continue;
+      ++split;
+      INFO("entry " << i << " also " << name);
+      CHECK(dp * cp == e.plan.dp * e.plan.cp);
+      CHECK(mb * dp == e.plan.micro_batch * e.plan.dp);
+      CHECK(cp > e.plan.cp);  // the enumeration's order: the smallest cp is shown
+      // The other split, predicted on its own: the same time and peak.
+      PlanSpec other = e.plan.spec;
+      other.dp = dp;
+      other.cp = cp;
+      other.micro_batch = mb;
+      const Prediction p = predict(*model, other, cluster);
+      Bytes peak = 0;
+      for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
+      CHECK(p.iteration_time == e.iteration_time);
+      CHECK(peak == e.peak);
+    }
+  }
+  CHECK(split > 0);
+  // The table's footnote says what was folded.
+  const std::string text = format_search(r);
+  CHECK(text.find("split another way between dp and cp") != std::string::npos);
 }
 
 TEST_CASE("search: the stage bounds of an interleaved pipeline, by hand (Note [Search])", "[search]") {
