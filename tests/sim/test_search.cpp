@@ -27,6 +27,16 @@ SearchOptions fp16_adam(std::int64_t global_batch) {
   return o;
 }
 
+/// `spec` predicted on its own against the search's `e`: the same time and
+/// the same peak on the fullest GPU.
+void check_same_as(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const SearchEntry& e) {
+  const Prediction p = predict(model, spec, cluster);
+  Bytes peak = 0;
+  for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
+  CHECK(p.iteration_time == e.iteration_time);
+  CHECK(peak == e.peak);
+}
+
 }  // namespace
 
 TEST_CASE("search: every plan it returns fits when predicted on its own", "[search]") {
@@ -148,11 +158,7 @@ TEST_CASE("search: one plan under two names is ranked once, its other names besi
     // The other name, predicted on its own: the same time and peak.
     PlanSpec other = e.plan.spec;
     other.placement = "tp,dp,pp";
-    const Prediction p = predict(*model, other, cluster);
-    Bytes peak = 0;
-    for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
-    CHECK(p.iteration_time == e.iteration_time);
-    CHECK(peak == e.peak);
+    check_same_as(*model, other, cluster, e);
   }
   CHECK(twins > 0);
   // Pruning counts plans too: the same ranking, the same other names.
@@ -203,11 +209,7 @@ TEST_CASE("search: the same GPUs split another way between dp and cp, same time 
       other.dp = dp;
       other.cp = cp;
       other.micro_batch = mb;
-      const Prediction p = predict(*model, other, cluster);
-      Bytes peak = 0;
-      for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
-      CHECK(p.iteration_time == e.iteration_time);
-      CHECK(peak == e.peak);
+      check_same_as(*model, other, cluster, e);
     }
   }
   CHECK(split > 0);
