@@ -38,6 +38,7 @@
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "worker.hpp"
 
 namespace dtsim::runtime {
@@ -560,6 +561,8 @@ class Trainer {
     const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
     // fp8 keeps its weights in bf16 (validate refuses to run it: no FP8 in LibTorch 1.13).
     const auto dtype = p.precision == sim::Precision::kBf16 || p.precision == sim::Precision::kFp8 ? torch::kBFloat16 : torch::kHalf;
+    // Note [Block recompute] (sim/src/parallel/partition.cpp): Megatron's block method reruns the first few blocks of a chunk.
+    const std::vector<sim::Recompute> recomputes = sim::layer_recomputes(p, layers_);
     for (int i = first; i < first + count; ++i) {
       const sim::Layer& L = layers_[i];
       torch::manual_seed(c_.options.seed * 1000003ULL + static_cast<std::uint64_t>(i));
@@ -578,7 +581,7 @@ class Trainer {
       // input, as the simulator's lowering prices them.
       u.layer->set_recompute_attention(p.recompute == sim::Recompute::kSelective);
       u.layer->set_sync_batch_norm(sync);
-      u.recompute = p.recompute == sim::Recompute::kFull && L.is_block();
+      u.recompute = recomputes[static_cast<std::size_t>(i)] == sim::Recompute::kFull && L.is_block();
       // Note [Expert gradients]: under ep > 1 the routed experts form a space of their own.
       const std::vector<torch::Tensor> experts = p.ep > 1 ? u.layer->expert_parameters() : std::vector<torch::Tensor>{};
       const auto is_expert = [&](const torch::Tensor& t) {

@@ -579,6 +579,7 @@ std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim
   else if (pl.grad_accum > 1) out << ", accumulation x" << pl.grad_accum;
   out << ", micro-batch " << pl.micro_batch << " x " << pl.seq_len << " tokens, " << sim::to_string(pl.precision);
   if (pl.recompute != sim::Recompute::kNone) out << ", recompute " << sim::to_string(pl.recompute);
+  if (pl.recompute_blocks > 0) out << " (the first " << pl.recompute_blocks << " blocks of each chunk)";
   if (pl.offload_optimizer == sim::Offload::kCpu) out << ", optimizer on the host";
   out << ")\n";
   out << "  " << pl.gpus_used() << " ranks on " << o.device << " (" << s.cluster.name << "), " << o.steps << " measured steps after "

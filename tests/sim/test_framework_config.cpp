@@ -299,6 +299,21 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
             .rfind("cmd:1: --pipeline-model-parallel-size: 'four' is not an integer", 0) == 0);
   CHECK(error_of([] { parse_megatron_args("\n--tensor-model-parallel-size $TP", "cmd"); }).find("shell variables are not expanded") !=
         std::string::npos);
+  {
+    // Note [Block recompute]: --recompute-method block passes its count on;
+    // uniform groups of 4 are priced as every block and said so.
+    const FrameworkConfig block = parse_megatron_args(
+        "--micro-batch-size 1 --recompute-granularity full --recompute-method block --recompute-num-layers 5", "cmd");
+    auto k = keys(block);
+    CHECK(k["plan.recompute"] == "full");
+    CHECK(k["plan.recompute_method"] == "block");
+    CHECK(k["plan.recompute_num_layers"] == "5");
+    CHECK(block.unmodelled.empty());
+    const FrameworkConfig groups = parse_megatron_args(
+        "--micro-batch-size 1 --recompute-granularity full --recompute-method uniform --recompute-num-layers 4", "cmd");
+    CHECK(keys(groups)["plan.recompute_method"] == "null");
+    CHECK(groups.unmodelled == std::vector<std::string>{"--recompute-num-layers 4 (groups of 4 layers; priced as every layer)"});
+  }
   CHECK(error_of([] { parse_megatron_args("--recompute-granularity partial", "cmd"); }) ==
         "cmd:1: --recompute-granularity: 'partial' is not one of full, selective");
   CHECK(error_of([] { parse_megatron_args("--tokenizer-model 'abc", "cmd"); }).rfind("cmd:1: unterminated single quote", 0) == 0);

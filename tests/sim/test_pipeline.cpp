@@ -9,6 +9,7 @@
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "fake_model.hpp"
 
@@ -279,6 +280,68 @@ TEST_CASE("full recompute keeps 2sbh a layer per micro-batch in flight, and the 
     CHECK(r.peak_activations(1) - r.peak_activations(2) == per_micro);
     CHECK(r.exec.memory[1].at_peak.total() - r.exec.memory[2].at_peak.total() == per_micro);
   }
+}
+
+TEST_CASE("Megatron's block recompute reruns the first N blocks of each model chunk (Note [Block recompute])",
+          "[recompute][memory]") {
+  // kEight: 8 blocks, 1 ms forward and 2 ms backward each, 1000 B saved a
+  // sequence, no output bytes (so a checkpoint is 0 B). One micro-batch
+  // of one sequence: no recompute 8 + 16 = 24 ms with all 8,000 B held at
+  // the forward's end; full recompute reruns 8 forwards (32 ms) and holds
+  // one block rebuilt (1,000 B); block 3 reruns blocks 0-2 (27 ms) and
+  // keeps blocks 3-7 whole (5,000 B).
+  const FreeComm comm;
+  const ClusterSpec one = round_cluster(1, 1);
+  const std::string base = "micro_batch: 1\noptimizer: sgd\nsgd_momentum: 0\n";
+  const Run none = run(kEight, base, one, comm, kMs);
+  const Run full = run(kEight, base + "recompute: full\n", one, comm, kMs);
+  const Run block = run(kEight, base + "recompute: full\nrecompute_method: block\nrecompute_num_layers: 3\n", one, comm, kMs);
+  CHECK(block.plan.recompute_blocks == 3);
+  CHECK(static_cast<double>(none.exec.makespan) == Approx(24.0 * kMs).epsilon(1e-4));
+  CHECK(static_cast<double>(full.exec.makespan) == Approx(32.0 * kMs).epsilon(1e-4));
+  CHECK(static_cast<double>(block.exec.makespan) == Approx(27.0 * kMs).epsilon(1e-4));
+  CHECK(none.peak_activations(0) == 8000);
+  CHECK(full.peak_activations(0) == 1000);
+  CHECK(block.peak_activations(0) == 5000);
+  // At least as many as the chunk has: every block, as full recompute.
+  const Run all = run(kEight, base + "recompute: full\nrecompute_method: block\nrecompute_num_layers: 8\n", one, comm, kMs);
+  CHECK(all.exec.makespan == full.exec.makespan);
+  CHECK(all.peak_activations(0) == full.peak_activations(0));
+
+  // The block list is a model chunk (TransformerBlock per virtual stage), so
+  // an interleaved rank holding chunks [emb, b0, b1] and [b4, b5] reruns b0
+  // and b4 at N 1, as four 1F1B stages of the same split do.
+  const auto m = gpt_1024(8);
+  const ClusterSpec four = round_cluster(1, 4);
+  using R = Recompute;
+  const std::vector<R> expected{R::kFull, R::kFull, R::kNone, R::kFull, R::kNone, R::kFull, R::kNone, R::kFull, R::kNone, R::kFull};
+  for (const char* shape : {"pp: 4\nstage_layers: [3, 2, 2, 3]\nmicro_batches: 8\n",
+                            "pp: 2\nschedule: interleaved\nvirtual_stages: 2\nstage_layers: [3, 2, 2, 3]\nmicro_batches: 8\n"}) {
+    INFO(shape);
+    const ResolvedPlan r =
+        resolve(parse_plan(std::string(shape) + "recompute: full\nrecompute_method: block\nrecompute_num_layers: 1\n", "p.yaml"), *m, four);
+    const auto layers = m->layers(WorkloadShape{});
+    REQUIRE(layers.size() == expected.size());
+    CHECK(layer_recomputes(r, layers) == expected);
+  }
+
+  // Through a 1F1B pipeline: two middle stages of 2 blocks each differ by one
+  // micro-batch in flight (as in the full-recompute case above). At N 1 a
+  // stage keeps its first block's input (2sbh) and its second block whole
+  // (its saved bytes, Korthikanti et al. 2022 Table 2's sbh(34 + 5as/h)
+  // less the scores flash attention does not keep), and its output (2sbh)
+  // until the backward.
+  const Bytes sbh2 = 2 * 512 * 2 * 1024;
+  WorkloadShape ws;
+  ws.micro_batch = 2;
+  ws.seq_len = 512;
+  ws.act_bytes = 2;
+  ws.flash_attention = true;
+  const Bytes whole = m->layers(ws)[4].saved_bytes;
+  const Run r = run(*m, "pp: 4\nstage_layers: [3, 2, 2, 3]\nmicro_batches: 8\nmicro_batch: 2\nseq_len: 512\nprecision: fp16\n"
+                         "attention: flash\nrecompute: full\nrecompute_method: block\nrecompute_num_layers: 1\n",
+                    four, comm, kMs);
+  CHECK(r.peak_activations(1) - r.peak_activations(2) == sbh2 + whole + sbh2);
 }
 
 TEST_CASE("pipeline plans: bad combinations get one line naming the key", "[pipeline][plan]") {

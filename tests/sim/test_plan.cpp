@@ -104,6 +104,28 @@ TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]")
   CHECK(resolve(parse_plan("fsdp: full_shard\nfsdp_wrap: torchtitan\n", "p"), kModel, eight()).fsdp_wrap == FsdpWrap::kTorchtitan);
 }
 
+TEST_CASE("Megatron's recompute_method and recompute_num_layers go with full recompute (Note [Block recompute])", "[plan][bad-input]") {
+  const auto& m = kModel;
+  auto err = [&](const std::string& yaml) { return error_of([&] { resolve(parse_plan(yaml, "p.yaml"), m, eight()); }); };
+  CHECK(err("recompute_method: block\nrecompute_num_layers: 2\n") ==
+        "p.yaml:1: plan.recompute_method: applies to recompute: full (Megatron-Core's recompute_granularity full), not none; "
+        "remove it or set recompute: full");
+  CHECK(err("recompute: selective\nrecompute_num_layers: 1\n") ==
+        "p.yaml:2: plan.recompute_num_layers: applies to recompute: full (Megatron-Core's recompute_granularity full), not "
+        "selective; remove it or set recompute: full");
+  CHECK(err("recompute: full\nrecompute_method: block\n") ==
+        "p.yaml:2: plan.recompute_method: block needs recompute_num_layers, the blocks rerun in each model chunk (at least 1), "
+        "as Megatron-Core's TransformerConfig requires");
+  CHECK(err("recompute: full\nrecompute_num_layers: 4\n") ==
+        "p.yaml:2: plan.recompute_num_layers: 4 with recompute_method uniform (groups of blocks under one checkpoint) is not "
+        "modelled; valid: 1 (each block its own checkpoint), or recompute_method: block");
+  CHECK_THAT(err("recompute: full\nrecompute_method: blocks\n"), Catch::Contains("uniform, block"));
+  CHECK_THAT(err("recompute: full\nrecompute_method: block\nrecompute_num_layers: 0\n"), Catch::Contains("recompute_num_layers"));
+  CHECK(resolve(parse_plan("recompute: full\nrecompute_num_layers: 1\n", "p.yaml"), m, eight()).recompute_blocks == 0);
+  CHECK(resolve(parse_plan("recompute: full\nrecompute_method: block\nrecompute_num_layers: 5\n", "p.yaml"), m, eight())
+            .recompute_blocks == 5);
+}
+
 TEST_CASE("op-level recompute needs blocks that describe it (Note [Op-level recompute])", "[plan][bad-input]") {
   // The fake model's blocks say nothing of the op policy: refused in one line.
   CHECK_THAT(error_of([] { resolve(parse_plan("recompute: op\n", "p.yaml"), kModel, eight()); }),

@@ -333,6 +333,8 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}, {"op", Recompute::kOp}});
+  p.recompute_method = c.get_enum("recompute_method", RecomputeMethod::kUniform, {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}});
+  p.recompute_num_layers = static_cast<int>(c.get_int("recompute_num_layers", 0, 1, 1 << 20));
   p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);
   p.overlap = c.get_bool("overlap", true);
   p.contiguous_gradients = c.get_bool("contiguous_gradients", true);

@@ -370,9 +370,12 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     if (g == "full") {
       const std::string method = has("recompute-method") ? choice("recompute-method", {"uniform", "block"}) : "uniform";
       const std::int64_t n = num("recompute-num-layers", 1);
-      // uniform, 1: every layer recomputed from its input, dtsim's full recompute.
+      // uniform, 1: every layer recomputed from its input, dtsim's full
+      // recompute; block: the first n of each model chunk (Note [Block
+      // recompute] in sim/src/parallel/partition.cpp).
       if (method == "block") {
-        note("recompute-method", "the first " + std::to_string(n) + " layers of a stage only; priced as every layer");
+        out.plan("recompute_method", "block", at("recompute-method"));
+        out.plan("recompute_num_layers", std::to_string(n), has("recompute-num-layers") ? at("recompute-num-layers") : at("recompute-method"));
       } else if (n != 1) {
         note("recompute-num-layers", "groups of " + std::to_string(n) + " layers; priced as every layer");
       }

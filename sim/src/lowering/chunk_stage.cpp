@@ -40,6 +40,7 @@
 #include <string>
 
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "lowering/chunk_context.hpp"
 #include "lowering/lowering_common.hpp"
@@ -128,6 +129,7 @@ class ChunkStage final : public detail::StageEmitter {
     const std::vector<int>& counts = c.plan.stage_layers;
     DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks: partition() first");
     const WorkloadShape shape = detail::workload_shape(c.plan, c.cluster.device);
+    const std::vector<Recompute> recomputes = layer_recomputes(c.plan, layers);  // Note [Block recompute]
     int embedding_chunk = -1;
     for (std::size_t l = 0; l < layers.size() && embedding_chunk < 0; ++l) {
       if (layers[l].kind == LayerKind::kEmbedding) embedding_chunk = 0;  // the first chunk always starts at layer 0
@@ -169,7 +171,7 @@ class ChunkStage final : public detail::StageEmitter {
         // come after the deeper layers' peak.
         if (L.grads_at_end() || l == first) ch.late_grads += L.params;
         // Backward rematerialises one layer at a time: the most any one adds back.
-        const Bytes kept = detail::kept_bytes(layers, static_cast<std::size_t>(l), c.plan.recompute);
+        const Bytes kept = detail::kept_bytes(layers, static_cast<std::size_t>(l), recomputes[l]);
         ch.kept += kept;
         max_extra = std::max(max_extra, L.saved_bytes - kept);
         // A layer's backward holds its workspace and the gradient of its
@@ -216,7 +218,7 @@ class ChunkStage final : public detail::StageEmitter {
         // The input comes from another stage (Layer::stage_input_bytes).
         const Bytes extra = layers[first].stage_input_bytes;
         const bool kept_whole =
-            detail::kept_bytes(layers, static_cast<std::size_t>(first), c.plan.recompute) == layers[first].saved_bytes;
+            detail::kept_bytes(layers, static_cast<std::size_t>(first), recomputes[first]) == layers[first].saved_bytes;
         (kept_whole ? ch.kept : ch.peak_extra) += extra;
       }
       if (vs + 1 < C) {

@@ -16,6 +16,7 @@
 
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "lowering/layer_context.hpp"
 #include "lowering/lowering_common.hpp"
 
@@ -39,10 +40,12 @@ class LayerStage final : public detail::StageEmitter {
     c.edp_group = expert_group(p.mesh, p.etp, p.ep, Axis::kDp, c.cluster.gpus_per_node);
     // Every micro-step repeats the same layer work: price each layer once.
     const ComputeModel& cm = c.compute_model;
-    for (const auto& L : c.layers) {
+    c.recompute = layer_recomputes(p, c.layers);  // Note [Block recompute] in parallel/partition.cpp
+    for (std::size_t l = 0; l < c.layers.size(); ++l) {
+      const Layer& L = c.layers[l];
       c.fwd_time.push_back(cm.layer_time(L, Pass::kForward, p.precision, shape));
       c.bwd_time.push_back(cm.layer_time(L, Pass::kBackward, p.precision, shape));
-      const auto& rerun = detail::partially_recomputed_kernels(L, p.recompute);
+      const auto& rerun = detail::partially_recomputed_kernels(L, c.recompute[l]);
       c.core_time.push_back(rerun.empty() ? 0 : cm.recompute_time(L, rerun, p.precision, shape));
       c.memory.push_back(cm.layer_memory(L, p.precision, shape));
       c.fwd_launch.push_back(cm.layer_launch_time(L, Pass::kForward, p.precision));
@@ -111,7 +114,7 @@ class LayerStage final : public detail::StageEmitter {
       detail::add_comms(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
       detail::add_comms(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
       const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
-      if (c.plan.recompute == Recompute::kFull && L.is_block()) {
+      if (c.recompute[l] == Recompute::kFull && L.is_block()) {
         // Full recompute keeps only the layer's input (the checkpoint) and
         // runs the forward again, its tensor-parallel collectives included.
         const Bytes checkpoint = l == 0 ? 0 : c.layers[l - 1].output_bytes;
@@ -124,13 +127,13 @@ class LayerStage final : public detail::StageEmitter {
                                                                              static_cast<double>(u.recompute.time))
                                                         : 0.0F;
         u.forward_drop = L.saved_bytes - checkpoint;
-      } else if (const Bytes drop = detail::partially_recomputed_bytes(L, c.plan.recompute); drop > 0) {
+      } else if (const Bytes drop = detail::partially_recomputed_bytes(L, c.recompute[l]); drop > 0) {
         // Selective recompute drops the attention core and rebuilds it; the
         // op-level policy what it does not save (Note [Op-level recompute]).
         const char* label = c.plan.recompute == Recompute::kOp ? "recompute ops" : "recompute attention";
         u.recompute = {true, label, c.core_time[l], 0, drop, 0};
         u.recompute.memory_share = static_cast<float>(
-            c.compute_model.memory_share(detail::partially_recomputed_kernels(L, c.plan.recompute), kernel_precision(L, c.plan.precision)));
+            c.compute_model.memory_share(detail::partially_recomputed_kernels(L, c.recompute[l]), kernel_precision(L, c.plan.precision)));
         u.forward_drop = drop;
       }
       c.units.push_back(std::move(u));

@@ -59,7 +59,10 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
   out.tp_backward.reserve(n);
   const bool split_weights = plan.pp > 1 && plan.schedule == Schedule::kZbH1;
   if (split_weights) out.weight.reserve(n);
-  for (const Layer& L : out.layers) {
+  const std::vector<Recompute> recomputes = layer_recomputes(plan, out.layers);
+  for (std::size_t l = 0; l < out.layers.size(); ++l) {
+    const Layer& L = out.layers[l];
+    const Recompute rc = recomputes[l];
     const TimeNs fwd = compute.layer_time(L, Pass::kForward, plan.precision, shape);
     // The serial collectives: tensor parallelism's, expert parallelism's
     // all-to-alls and SyncBatchNorm's (Layer::dp_forward).
@@ -69,9 +72,9 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
                        (L.dp_backward.empty() ? 0 : detail::sum_costs(L.dp_backward, dp_group, comm).total());
     const TimeNs tpf = (plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm).total() : 0) + epf;
     TimeNs rec = 0;
-    if (plan.recompute == Recompute::kFull && L.is_block()) rec = fwd + tpf;
-    if (detail::partially_recomputed_bytes(L, plan.recompute) > 0) {
-      rec = compute.recompute_time(L, detail::partially_recomputed_kernels(L, plan.recompute), plan.precision, shape);
+    if (rc == Recompute::kFull && L.is_block()) rec = fwd + tpf;
+    if (detail::partially_recomputed_bytes(L, rc) > 0) {
+      rec = compute.recompute_time(L, detail::partially_recomputed_kernels(L, rc), plan.precision, shape);
     }
     out.forward.push_back(fwd);
     out.backward.push_back(compute.layer_time(L, Pass::kBackward, plan.precision, shape));
@@ -79,10 +82,10 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     out.forward_memory.push_back(static_cast<float>(fwd_memory));
     out.backward_memory.push_back(static_cast<float>(compute.memory_share(L, Pass::kBackward, plan.precision)));
     double rec_memory = 0;
-    if (plan.recompute == Recompute::kFull && L.is_block() && rec > 0) {
+    if (rc == Recompute::kFull && L.is_block() && rec > 0) {
       rec_memory = fwd_memory * static_cast<double>(fwd) / static_cast<double>(rec);
     } else if (rec > 0) {
-      rec_memory = compute.memory_share(detail::partially_recomputed_kernels(L, plan.recompute), kernel_precision(L, plan.precision));
+      rec_memory = compute.memory_share(detail::partially_recomputed_kernels(L, rc), kernel_precision(L, plan.precision));
     }
     out.recompute_memory.push_back(static_cast<float>(rec_memory));
     if (split_weights) {
@@ -100,6 +103,44 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     out.recompute.push_back(rec);
     out.tp_forward.push_back(tpf);
     out.tp_backward.push_back((plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm).total() : 0) + epb);
+  }
+  return out;
+}
+
+// Note [Block recompute]
+// Megatron-Core's full recompute reruns blocks in one of two ways
+// (TransformerBlock._checkpointed_forward, megatron/core/transformer/
+// transformer_block.py): `uniform` checkpoints the input of every group of
+// recompute_num_layers blocks and reruns the group; `block` checkpoints
+// the first recompute_num_layers blocks of the block list, each alone, and
+// runs the rest as usual, keeping all their activations ("a method fully
+// use the device memory removing redundant re-computation"). The block
+// list is one model chunk: each pipeline stage builds its own, and each of
+// its virtual stages another (num_layers_per_pipeline_rank is the length of
+// that list). So under block N a chunk of k blocks reruns min(N, k) of
+// them, its first, and keeps the others' activations whole. Only uniform
+// at recompute_num_layers 1 (dtsim's full recompute) and block are
+// modelled; the embedding and head are never rerun. Megatron-Core moves
+// the window one block on where fp8's first input needs no gradient
+// (recompute_skip_num_layers); a pipeline's received input always does,
+// and that shift is not modelled.
+// Before the partition has split the layers (stage_layers empty, pp > 1)
+// every block is priced as rerun, a cost equal over the blocks, so the
+// balance splits the blocks as evenly as Megatron does; price_layers is
+// asked again once the split is known (predict.cpp).
+std::vector<Recompute> layer_recomputes(const ResolvedPlan& plan, const std::vector<Layer>& layers) {
+  std::vector<Recompute> out(layers.size(), plan.recompute);
+  if (plan.recompute != Recompute::kFull || plan.recompute_blocks <= 0) return out;
+  if (plan.stage_layers.empty() && plan.pp > 1) return out;  // priced as every block, above
+  std::vector<int> chunks = plan.stage_layers;
+  if (chunks.empty()) chunks = {static_cast<int>(layers.size())};
+  std::size_t l = 0;
+  for (const int count : chunks) {
+    int blocks = 0;
+    for (int i = 0; i < count && l < layers.size(); ++i, ++l) {
+      if (!layers[l].is_block()) continue;
+      if (blocks++ >= plan.recompute_blocks) out[l] = Recompute::kNone;
+    }
   }
   return out;
 }

@@ -492,6 +492,25 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                            (r.flash_attention ? "" : ", eager attention") + ") need one of none, selective, full");
     }
   }
+  // Note [Block recompute] (partition.cpp): Megatron-Core's recompute_method
+  // and recompute_num_layers, which its TransformerConfig allows under full
+  // recompute only and requires together there.
+  if (s.recompute_method == RecomputeMethod::kBlock || s.recompute_num_layers > 0) {
+    if (r.recompute != Recompute::kFull) {
+      bad.add(s.recompute_method == RecomputeMethod::kBlock ? "recompute_method" : "recompute_num_layers",
+              std::string("applies to recompute: full (Megatron-Core's recompute_granularity full), not ") + to_string(r.recompute) +
+                  "; remove it or set recompute: full");
+    } else if (s.recompute_method == RecomputeMethod::kBlock && s.recompute_num_layers == 0) {
+      bad.add("recompute_method", "block needs recompute_num_layers, the blocks rerun in each model chunk (at least 1), as "
+                                  "Megatron-Core's TransformerConfig requires");
+    } else if (s.recompute_method == RecomputeMethod::kUniform && s.recompute_num_layers > 1) {
+      bad.add("recompute_num_layers", std::to_string(s.recompute_num_layers) +
+                                          " with recompute_method uniform (groups of blocks under one checkpoint) is not "
+                                          "modelled; valid: 1 (each block its own checkpoint), or recompute_method: block");
+    } else if (s.recompute_method == RecomputeMethod::kBlock) {
+      r.recompute_blocks = s.recompute_num_layers;
+    }
+  }
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;

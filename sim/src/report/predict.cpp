@@ -211,6 +211,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
   out.params.reserve(n);
   out.expert_params.reserve(n);
   out.costs = priced.costs();
+  const std::vector<Recompute> recomputes = layer_recomputes(plan, priced.layers);
   for (std::size_t l = 0; l < n; ++l) {
     const bool serial = !plan.tp_comm_overlap;
     out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
@@ -220,7 +221,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
     out.kernels_ns += f + b + r;
     out.memory_ns += f * priced.forward_memory[l] + b * priced.backward_memory[l] + r * priced.recompute_memory[l];
     if (serial) out.serial_comm_ns += static_cast<double>(priced.tp_forward[l] + priced.tp_backward[l]);
-    out.kept.push_back(detail::kept_bytes(priced.layers, l, plan.recompute));
+    out.kept.push_back(detail::kept_bytes(priced.layers, l, recomputes[l]));
     // What a deferred weight pass would keep; only ZB-H1's order defers one.
     out.weight_hold.push_back(detail::weight_grad_hold(priced.layers[l]));
     out.params.push_back(priced.layers[l].params);
@@ -305,6 +306,7 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
     const LayerList layers = model.shared_layers(WorkloadShape{});
     const bool blocks = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });
     if (blocks && plan.recompute != Recompute::kFull) knobs.push_back("plan.recompute=full");
+    if (blocks && plan.recompute_blocks > 0) knobs.push_back(fmt::format("plan.recompute_num_layers above {}", plan.recompute_blocks));
     if (plan.micro_batch > 1) knobs.push_back("a smaller plan.micro_batch");
     if (const int tp = next(rules.tp_values(), plan.tp, plan.pp * plan.cp)) knobs.push_back(fmt::format("plan.tp={}", tp));
     if (const int cp = next(rules.cp_values(plan.tp, plan.seq_len), plan.cp, plan.tp * plan.pp)) {
@@ -356,6 +358,10 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   PricedLayers priced;
   if (p.plan.pp > 1) priced = price_layers(model, p.plan, pricing.cluster(), pricing.compute(), pricing.comm());
   partition(p.plan, model, priced);
+  if (p.plan.pp > 1 && p.plan.recompute_blocks > 0) {
+    // Note [Block recompute]: which blocks rerun depends on the split.
+    priced = price_layers(model, p.plan, pricing.cluster(), pricing.compute(), pricing.comm());
+  }
   const CostModels costs{&pricing.compute(), &pricing.comm(), options.keep_graph && options.trace_detail,
                          p.plan.pp > 1 ? &priced : nullptr};
   if (p.plan.runtime == Runtime::kPython && p.plan.pp > 1 && options.profile && options.profile->gpu() &&
@@ -416,11 +422,14 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     // [Op-level recompute]; resolve allows it at tp 1 and cp 1 only).
     WorkloadShape rs = shape;
     rs.flash_attention = p.plan.flash_attention;
-    for (const auto& l : model.shared_layers(rs)) {
-      if (p.plan.recompute == Recompute::kFull && l.is_block()) {
+    const LayerList layers = model.shared_layers(rs);
+    const std::vector<Recompute> recomputes = layer_recomputes(p.plan, layers);
+    for (std::size_t i = 0; i < layers.size(); ++i) {
+      const Layer& l = layers[i];
+      if (recomputes[i] == Recompute::kFull && l.is_block()) {
         hw_flops += l.forward_flops() * micro_steps;
       } else {
-        for (const auto& k : detail::partially_recomputed_kernels(l, p.plan.recompute)) {
+        for (const auto& k : detail::partially_recomputed_kernels(l, recomputes[i])) {
           hw_flops += k.flops * static_cast<double>(k.repeat) * micro_steps;
         }
       }

@@ -317,6 +317,11 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.offload_optimizer = opt;
                     p.offload_params = par;
                     p.recompute = rc;
+                    // Full recompute is searched as every block rerun: Megatron's
+                    // block method (Note [Block recompute]) is a plan's choice,
+                    // and the stage bounds price blocks before the split.
+                    p.recompute_method = RecomputeMethod::kUniform;
+                    p.recompute_num_layers = 0;
                     out.push_back(std::move(p));
                    }
                    }

@@ -40,6 +40,12 @@ struct PricedLayers {
 PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                           const ComputeModel& compute, const CommModel& comm);
 
+/// The recompute each of `layers` (the model's, in order) runs under
+/// `plan`: plan.recompute, except under Megatron's block method
+/// (plan.recompute_blocks > 0), where a block past the first
+/// recompute_blocks of its model chunk runs none (Note [Block recompute]).
+std::vector<Recompute> layer_recomputes(const ResolvedPlan& plan, const std::vector<Layer>& layers);
+
 /// Fills plan.stage_layers (one entry per model chunk, pp x
 /// virtual_stages; one entry holding every layer without a pipeline),
 /// keeping a split the plan gave; prices the layers where it must balance.

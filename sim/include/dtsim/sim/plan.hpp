@@ -33,6 +33,10 @@ enum class Offload { kNone, kCpu };
 /// selective_ac_option "op": every other GEMM's output and attention's
 /// kept, the rest rerun; Note [Op-level recompute] in models/src/llama.cpp).
 enum class Recompute { kNone, kSelective, kFull, kOp };
+/// Which blocks full recompute reruns, as Megatron-Core's recompute_method:
+/// every block (uniform, at recompute_num_layers 1) or the first few of
+/// each model chunk (block).
+enum class RecomputeMethod { kUniform, kBlock };
 /// Pipeline schedules: GPipe (all forwards, then all backwards; torchgpipe),
 /// 1F1B (PipeDream-flush, as Megatron-LM and DeepSpeed), Megatron's
 /// interleaved 1F1B over virtual stages, and the naive layer split without
@@ -201,6 +205,15 @@ struct PlanSpec {
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
   Recompute recompute = Recompute::kNone;
+  /// Megatron-Core's recompute_method under full recompute: uniform (every
+  /// block rerun from its own input) or block (only the first
+  /// recompute_num_layers blocks of each model chunk; Note [Block
+  /// recompute] in sim/src/parallel/partition.cpp).
+  RecomputeMethod recompute_method = RecomputeMethod::kUniform;
+  /// Megatron-Core's recompute_num_layers (0: not given). Block: blocks
+  /// rerun in each model chunk, at least 1. Uniform: 1, the only group size
+  /// modelled.
+  int recompute_num_layers = 0;
   /// Megatron-LM's deallocate_pipeline_outputs (on in every Megatron-LM
   /// run): a stage frees its output's data once sent, keeping only its
   /// autograd graph; false keeps it until the backward, as PyTorch's
@@ -261,6 +274,10 @@ struct ResolvedPlan {
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
   Recompute recompute = Recompute::kNone;
+  /// Under full recompute, Megatron's block method: the first this many
+  /// blocks of each model chunk are rerun, the others keep their
+  /// activations; 0: every block (Note [Block recompute]).
+  int recompute_blocks = 0;
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
   bool contiguous_gradients = true;                 ///< PlanSpec's
