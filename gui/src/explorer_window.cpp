@@ -183,6 +183,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                   "activation_checkpointing, torchtitan mode = \"full\"). op: torchtitan's activation_checkpoint."
                   "mode = \"selective\" with selective_ac_option = \"op\": every other GEMM's output and attention's "
                   "kept, the rest rerun (Llama-family blocks at tp 1)."},
+    {"recompute_num_layers", "plan.recompute_method: block and plan.recompute_num_layers under full recompute: only the "
+                             "first this many blocks of each model chunk rerun, the others keep their activations "
+                             "(Megatron --recompute-method block --recompute-num-layers N; Megatron-Bridge's "
+                             "recompute_num_layers). every block: --recompute-method uniform --recompute-num-layers 1."},
     {"attention", "plan.attention. auto: flash on a GPU in fp16, bf16 or fp8, eager otherwise. eager: the "
                   "S x S scores kept (HuggingFace attn_implementation=\"eager\"). flash: FlashAttention / SDPA "
                   "(attn_implementation=\"flash_attention_2\" or \"sdpa\", Megatron --use-flash-attn)."},
@@ -527,7 +531,7 @@ struct ExplorerWindow::Impl {
             *zero = nullptr, *offload = nullptr, *recompute = nullptr, *attention = nullptr, *precision = nullptr,
             *batch_mode = nullptr, *fsdp_wrap = nullptr;
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
-           *gpus_per_node = nullptr;
+           *gpus_per_node = nullptr, *rc_layers = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *contig = nullptr, *dealloc = nullptr, *sync_bn = nullptr,
@@ -734,6 +738,13 @@ struct ExplorerWindow::Impl {
     recompute->addItem("selective", static_cast<int>(sim::Recompute::kSelective));
     recompute->addItem("full", static_cast<int>(sim::Recompute::kFull));
     recompute->addItem("op (torchtitan)", static_cast<int>(sim::Recompute::kOp));
+    // Megatron's block method (Note [Block recompute]): 0, every block.
+    rc_layers = new QSpinBox;
+    rc_layers->setObjectName("recompute_num_layers");
+    rc_layers->setRange(0, 100000);
+    rc_layers->setSpecialValueText("every block");
+    rc_layers->setPrefix("first ");
+    rc_layers->setSuffix(" a chunk");
     attention = new QComboBox;
     attention->setObjectName("attention");
     precision = new QComboBox;
@@ -776,7 +787,13 @@ struct ExplorerWindow::Impl {
     mf->addRow("ZeRO-3 prefetch", z3_prefetch);
     mf->addRow("ZeRO-3 live", z3_live);
     mf->addRow("Offload", offload);
-    mf->addRow("Recompute", recompute);
+    {
+      auto* row = new QHBoxLayout;
+      row->setContentsMargins(0, 0, 0, 0);
+      row->addWidget(recompute, 1);
+      row->addWidget(rc_layers);
+      mf->addRow("Recompute", row);
+    }
     mf->addRow("Attention", attention);
     mf->addRow("Precision", precision);
     v->addWidget(mem);
@@ -1112,7 +1129,7 @@ struct ExplorerWindow::Impl {
                          fsdp_wrap}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
-    for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node}) {
+    for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node, rc_layers}) {
       QObject::connect(s, qOverload<int>(&QSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
     for (QDoubleSpinBox* s : {moe_imbalance, intra_bw, inter_bw, z3_prefetch, z3_live}) {
@@ -1174,6 +1191,7 @@ struct ExplorerWindow::Impl {
     zero->setCurrentIndex(std::max(0, zero->findData(z)));
     offload->setCurrentIndex(p.offload_params == sim::Offload::kCpu ? 2 : p.offload_optimizer == sim::Offload::kCpu ? 1 : 0);
     recompute->setCurrentIndex(recompute->findData(static_cast<int>(p.recompute)));
+    rc_layers->setValue(p.recompute_method == sim::RecomputeMethod::kBlock ? p.recompute_num_layers : 0);
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
     dealloc->setChecked(p.deallocate_pipeline_outputs);
@@ -1247,6 +1265,7 @@ struct ExplorerWindow::Impl {
     limit_ag->setEnabled(fsdp_params);
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
+    rc_layers->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kFull));
     syncing = was;
   }
 
@@ -1308,6 +1327,11 @@ struct ExplorerWindow::Impl {
     p.offload_optimizer = offload->currentData().toInt() >= 1 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.offload_params = offload->currentData().toInt() >= 2 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.recompute = static_cast<sim::Recompute>(recompute->currentData().toInt());
+    // Megatron's block method where the box counts blocks; resolve refuses
+    // it without full recompute, so elsewhere every block (the box keeps what it shows).
+    const bool block = p.recompute == sim::Recompute::kFull && rc_layers->value() > 0;
+    p.recompute_method = block ? sim::RecomputeMethod::kBlock : sim::RecomputeMethod::kUniform;
+    p.recompute_num_layers = block ? rc_layers->value() : 0;
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     // Elsewhere the plan keeps its own (the box keeps what it shows).
@@ -1348,6 +1372,8 @@ struct ExplorerWindow::Impl {
     mark(p.offload_optimizer != before.offload_optimizer, "offload_optimizer");
     mark(p.offload_params != before.offload_params, "offload_params");
     mark(p.recompute != before.recompute, "recompute");
+    mark(p.recompute_method != before.recompute_method, "recompute_method");
+    mark(p.recompute_num_layers != before.recompute_num_layers, "recompute_num_layers");
     mark(p.attention != before.attention, "attention");
     mark(p.precision != before.precision, "precision");
     mark(p.fsdp_wrap != before.fsdp_wrap, "fsdp_wrap");

@@ -164,7 +164,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 43);  // 21 combo boxes, 14 spin boxes (3 on the search tab), 8 check boxes
+  CHECK(knobs == 44);  // 21 combo boxes, 15 spin boxes (3 on the search tab), 8 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
@@ -173,6 +173,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"sync_batchnorm", {"convert_sync_batchnorm"}},
       {"fsdp_wrap", {"transformer_auto_wrap_policy", "apply_fsdp"}},
       {"limit_all_gathers", {"limit_all_gathers"}},
+      {"recompute_num_layers", {"--recompute-method block", "--recompute-num-layers"}},
       {"stage3_prefetch_bucket_size", {"stage3_prefetch_bucket_size"}},
       {"stage3_max_live_parameters", {"stage3_max_live_parameters"}},
       {"nvls", {"NCCL_NVLS_ENABLE"}},
@@ -1179,6 +1180,34 @@ TEST_CASE("a loaded profile says which costs were measured", "[gui][window]") {
   const QString text = w.findChild<QLabel*>("costs")->text();
   CHECK(text.contains("profile:"));
   CHECK(text.contains(QString("layers: %1 measured").arg(s.layers_measured)));
+}
+
+TEST_CASE("Megatron's block recompute from the explorer (Note [Block recompute])", "[gui][window]") {
+  // gpt2 (12 blocks), one chunk: recomputing the first 3 adds 3 of the 12
+  // forward reruns full recompute adds, so the iteration time is a quarter
+  // of the way from none to full; 0 means every block.
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  const TimeNs none = w.outcome().prediction->iteration_time;
+  auto* layers = w.findChild<QSpinBox*>("recompute_num_layers");
+  REQUIRE(layers != nullptr);
+  CHECK_FALSE(layers->isEnabled());  // without full recompute
+  auto* rc = w.findChild<QComboBox*>("recompute");
+  rc->setCurrentIndex(rc->findData(static_cast<int>(sim::Recompute::kFull)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  const TimeNs full = w.outcome().prediction->iteration_time;
+  CHECK(layers->isEnabled());
+  CHECK(w.outcome().prediction->plan.recompute_blocks == 0);
+  layers->setValue(3);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK(w.outcome().prediction->plan.recompute_blocks == 3);
+  const TimeNs block = w.outcome().prediction->iteration_time;
+  CHECK(static_cast<double>(block - none) == Approx(static_cast<double>(full - none) * 3 / 12).epsilon(0.02));
+  layers->setValue(0);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK(w.outcome().prediction->iteration_time == full);
 }
 
 TEST_CASE("pinning, the comparison chart and the exports", "[gui][window]") {
