@@ -129,13 +129,14 @@ TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
   const Result csv = dtsim("search --model gpt2 --cluster 2xa100-80g --global-batch 16 --top 3 --csv");
   REQUIRE(csv.status == 0);
   CHECK(lines(csv.out) == 4);  // header + 3 plans
-  // Note [Search twins]: a plan's other names in the last column; on one
-  // DGX A100 gpt2's pipelines are placed alike either way.
+  // Note [Search twins]: a plan's other names in the column `also`, then
+  // the blocks of a chunk Megatron's block recompute reruns (0: none or
+  // every block); on one DGX A100 gpt2's pipelines are placed alike either way.
   const Result twins = dtsim("search --model gpt2 --cluster dgx-a100 --top 30 --threads 1 --csv");
   REQUIRE(twins.status == 0);
-  CHECK(twins.out.find(",precision,also\n") != std::string::npos);
+  CHECK(twins.out.find(",precision,also,recompute_blocks\n") != std::string::npos);
   CHECK(twins.out.find(",tp-pp-dp,") != std::string::npos);
-  CHECK(twins.out.find(",placement tp-dp-pp\n") != std::string::npos);
+  CHECK(twins.out.find(",placement tp-dp-pp,0\n") != std::string::npos);
 }
 
 TEST_CASE("a GPipe plan with a given balance reports every stage", "[cli][pipeline]") {

@@ -316,6 +316,14 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
       for (const auto& plan_name : list_configs("plans")) {
         const PlanSpec shipped = load_plan(plan_name);
         std::vector<PlanSpec> variants{shipped};
+        {
+          // Megatron's block method (Note [Block recompute]): one block a chunk rerun.
+          PlanSpec v = shipped;
+          v.recompute = Recompute::kFull;
+          v.recompute_method = RecomputeMethod::kBlock;
+          v.recompute_num_layers = 1;
+          variants.push_back(v);
+        }
         if (shipped.pp > 1) {
           for (Schedule sc : {Schedule::k1f1b, Schedule::kGpipe, Schedule::kZbH1, Schedule::kInterleaved}) {
             PlanSpec v = shipped;
@@ -455,6 +463,54 @@ TEST_CASE("search: torchtitan's op-level recompute where it is described, and no
   const auto gpt = models::load_model("gpt2-tiny");
   o.top = 1000000;
   for (const auto& e : search(*gpt, cluster, o).top) CHECK(e.plan.spec.recompute != Recompute::kOp);
+}
+
+TEST_CASE("search: Megatron's block recompute where the plan without recompute cannot fit (Note [Search recompute])", "[search]") {
+  // llama-3.2-1b (16 blocks) at 65,536 tokens on 2 H100s in bf16, cp held
+  // at 1: nothing fits without recompute, and rerunning a quarter, a half or
+  // three quarters of the blocks (4, 8, 12) is tried between none and all.
+  const auto model = models::load_model("llama-3.2-1b");
+  const ClusterSpec cluster = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.gpus = 2;
+  o.global_batch = 4;
+  o.top = 10;
+  o.threads = 1;
+  o.base = search_base_plan(cluster, {parse_override("plan.seq_len=65536"), parse_override("plan.precision=bf16"),
+                                      parse_override("plan.cp=1")});
+  const SearchResult r = search(*model, cluster, o);
+  REQUIRE_FALSE(r.top.empty());
+  int blocks = 0;
+  for (const SearchEntry& e : r.top) {
+    INFO(e.plan.recompute_blocks);
+    CHECK(e.plan.spec.recompute != Recompute::kNone);
+    if (e.plan.recompute_blocks == 0) continue;
+    ++blocks;
+    CHECK((e.plan.recompute_blocks == 4 || e.plan.recompute_blocks == 8 || e.plan.recompute_blocks == 12));
+    // What predict gives it alone; its plan without recompute does not fit,
+    // with every block rerun it is slower.
+    check_same_as(*model, e.plan.spec, cluster, e);
+    PlanSpec none = e.plan.spec, full = e.plan.spec;
+    none.recompute = Recompute::kNone;
+    none.recompute_method = RecomputeMethod::kUniform;
+    none.recompute_num_layers = 0;
+    full.recompute_method = RecomputeMethod::kUniform;
+    full.recompute_num_layers = 0;
+    CHECK_FALSE(predict(*model, none, cluster).fits);
+    CHECK(predict(*model, full, cluster).iteration_time > e.iteration_time);
+  }
+  CHECK(blocks > 0);
+  CHECK(r.top.front().plan.recompute_blocks > 0);  // the fastest reruns only some
+  // Pruning keeps the ranking with the block method among the choices.
+  o.prune_by_time = false;
+  o.prune_by_memory = false;
+  const SearchResult all = search(*model, cluster, o);
+  CHECK(all.enumerated == r.enumerated);
+  REQUIRE(all.top.size() == r.top.size());
+  for (std::size_t i = 0; i < all.top.size(); ++i) {
+    CHECK(all.top[i].iteration_time == r.top[i].iteration_time);
+    CHECK(all.top[i].plan.recompute_blocks == r.top[i].plan.recompute_blocks);
+  }
 }
 
 TEST_CASE("search: the interference term by hand, cheapest overlap first (Note [Search])", "[search][interference]") {

@@ -222,6 +222,12 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
     out.memory_ns += f * priced.forward_memory[l] + b * priced.backward_memory[l] + r * priced.recompute_memory[l];
     if (serial) out.serial_comm_ns += static_cast<double>(priced.tp_forward[l] + priced.tp_backward[l]);
     out.kept.push_back(detail::kept_bytes(priced.layers, l, recomputes[l]));
+    const bool block = priced.layers[l].is_block();
+    out.block.push_back(block ? 1 : 0);
+    out.rerun.push_back(recomputes[l] == Recompute::kFull && block ? priced.recompute[l] : 0);
+    out.rerun_full.push_back(block ? priced.forward[l] + priced.tp_forward[l] : 0);  // partition.cpp's full recompute
+    out.checkpoint.push_back(detail::kept_bytes(priced.layers, l, Recompute::kFull));
+    out.whole.push_back(detail::kept_bytes(priced.layers, l, Recompute::kNone));
     // What a deferred weight pass would keep; only ZB-H1's order defers one.
     out.weight_hold.push_back(detail::weight_grad_hold(priced.layers[l]));
     out.params.push_back(priced.layers[l].params);

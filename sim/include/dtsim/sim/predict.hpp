@@ -134,6 +134,13 @@ struct LayerCosts {
   std::vector<double> costs;
   std::vector<Bytes> kept, weight_hold;
   std::vector<std::int64_t> params, expert_params;
+  /// Per layer, for Megatron's block recompute (Note [Block recompute]):
+  /// whether it is a block; the recompute its backward above includes (0
+  /// where it reruns nothing) and what full recompute would add; what it
+  /// keeps rerun (its input) and not (its activations).
+  std::vector<char> block;
+  std::vector<TimeNs> rerun, rerun_full;
+  std::vector<Bytes> checkpoint, whole;
   /// Over every layer, one micro-batch (the search's interference term,
   /// Note [Search]): the kernels' time (forward, backward, recompute), of it
   /// the memory-bound kernels' (PricedLayers' shares), and the serial
