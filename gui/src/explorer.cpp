@@ -382,7 +382,11 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   } else if (p.offload_optimizer == sim::Offload::kCpu) {
     s += " offload-opt";
   }
-  if (p.recompute != sim::Recompute::kNone) s += std::string(" rc-") + sim::to_string(p.recompute);
+  if (p.recompute_blocks > 0) {
+    s += " rc-block" + std::to_string(p.recompute_blocks);  // Note [Block recompute]
+  } else if (p.recompute != sim::Recompute::kNone) {
+    s += std::string(" rc-") + sim::to_string(p.recompute);
+  }
   if (p.cp > 1) {
     s += " cp" + std::to_string(p.cp);
     if (p.cp_comm != sim::CpComm::kP2p) s += std::string("-") + sim::to_string(p.cp_comm);

@@ -1203,6 +1203,7 @@ TEST_CASE("Megatron's block recompute from the explorer (Note [Block recompute])
   layers->setValue(3);
   REQUIRE(w.wait_for_result(kWaitMs));
   CHECK(w.outcome().prediction->plan.recompute_blocks == 3);
+  CHECK(gui::plan_label(w.outcome().prediction->plan).find(" rc-block3") != std::string::npos);
   const TimeNs block = w.outcome().prediction->iteration_time;
   CHECK(static_cast<double>(block - none) == Approx(static_cast<double>(full - none) * 3 / 12).epsilon(0.02));
   layers->setValue(0);
