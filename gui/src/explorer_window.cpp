@@ -183,10 +183,11 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                   "activation_checkpointing, torchtitan mode = \"full\"). op: torchtitan's activation_checkpoint."
                   "mode = \"selective\" with selective_ac_option = \"op\": every other GEMM's output and attention's "
                   "kept, the rest rerun (Llama-family blocks at tp 1)."},
-    {"recompute_num_layers", "plan.recompute_method: block and plan.recompute_num_layers under full recompute: only the "
-                             "first this many blocks of each model chunk rerun, the others keep their activations "
-                             "(Megatron --recompute-method block --recompute-num-layers N; Megatron-Bridge's "
-                             "recompute_num_layers). every block: --recompute-method uniform --recompute-num-layers 1."},
+    {"recompute_num_layers", "Blocks rerun under full recompute. N: plan.recompute_method block with "
+                             "plan.recompute_num_layers N, only the first N blocks of each model chunk rerun, the others "
+                             "keep their activations (Megatron --recompute-method block --recompute-num-layers N; "
+                             "Megatron-Bridge's recompute_num_layers). all: every block, --recompute-method uniform "
+                             "--recompute-num-layers 1."},
     {"attention", "plan.attention. auto: flash on a GPU in fp16, bf16 or fp8, eager otherwise. eager: the "
                   "S x S scores kept (HuggingFace attn_implementation=\"eager\"). flash: FlashAttention / SDPA "
                   "(attn_implementation=\"flash_attention_2\" or \"sdpa\", Megatron --use-flash-attn)."},
@@ -741,10 +742,8 @@ struct ExplorerWindow::Impl {
     // Megatron's block method (Note [Block recompute]): 0, every block.
     rc_layers = new QSpinBox;
     rc_layers->setObjectName("recompute_num_layers");
-    rc_layers->setRange(0, 100000);
-    rc_layers->setSpecialValueText("every block");
-    rc_layers->setPrefix("first ");
-    rc_layers->setSuffix(" a chunk");
+    rc_layers->setRange(0, 999);
+    rc_layers->setSpecialValueText("all");  // blocks; N: the first N of each chunk (the tooltip says so)
     attention = new QComboBox;
     attention->setObjectName("attention");
     precision = new QComboBox;
