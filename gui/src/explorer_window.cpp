@@ -1329,8 +1329,10 @@ struct ExplorerWindow::Impl {
     // Megatron's block method where the box counts blocks; resolve refuses
     // it without full recompute, so elsewhere every block (the box keeps what it shows).
     const bool block = p.recompute == sim::Recompute::kFull && rc_layers->value() > 0;
+    // A file's uniform groups stay as the file has them (the box counts the block method's blocks).
+    const bool groups = p.recompute == sim::Recompute::kFull && !block && before.recompute_method == sim::RecomputeMethod::kUniform;
     p.recompute_method = block ? sim::RecomputeMethod::kBlock : sim::RecomputeMethod::kUniform;
-    p.recompute_num_layers = block ? rc_layers->value() : 0;
+    p.recompute_num_layers = block ? rc_layers->value() : groups ? before.recompute_num_layers : 0;
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     // Elsewhere the plan keeps its own (the box keeps what it shows).

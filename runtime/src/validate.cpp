@@ -242,6 +242,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": recompute op is not run: the runtime recomputes the attention core (selective) or whole "
                            "blocks (full); use selective or full");
   }
+  if (s.spec.recompute == sim::Recompute::kFull && s.spec.recompute_method == sim::RecomputeMethod::kUniform &&
+      s.spec.recompute_num_layers > 1) {
+    // Note [Block recompute]: the runtime checkpoints each block alone.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.recompute_num_layers") + ": recompute_num_layers " +
+                           std::to_string(s.spec.recompute_num_layers) +
+                           " with recompute_method uniform (groups under one checkpoint) is not run: the runtime reruns "
+                           "each block from its own input; use 1, or recompute_method: block");
+  }
   const auto& d = s.cluster.device;
   if ((s.spec.precision == sim::Precision::kFp16 && d.peak_fp16 <= 0) ||
       (s.spec.precision == sim::Precision::kBf16 && d.peak_bf16 <= 0) || o.device == "cpu") {

@@ -719,6 +719,12 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(std::count(op.err.begin(), op.err.end(), '\n') == 1);
   CHECK(op.err.find("--set plan.recompute: recompute op is not run: the runtime recomputes the attention core (selective) or "
                     "whole blocks (full); use selective or full") != std::string::npos);
+  // Note [Block recompute]: Megatron's uniform groups are priced, not run.
+  const Run groups = validate("--model llama-tiny --plan ddp --procs 2 --set plan.recompute=full --set plan.recompute_num_layers=2");
+  CHECK(groups.status == 2);
+  CHECK(std::count(groups.err.begin(), groups.err.end(), '\n') == 1);
+  CHECK(groups.err.find("--set plan.recompute_num_layers: recompute_num_layers 2 with recompute_method uniform (groups under one "
+                        "checkpoint) is not run") != std::string::npos);
   // Note [Attention dropout]: priced, not run by the twins.
   const Run drop = validate("--model llama-tiny --plan ddp --procs 2 --set model.attention_dropout=0.1");
   CHECK(drop.status == 2);

@@ -300,8 +300,8 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
   CHECK(error_of([] { parse_megatron_args("\n--tensor-model-parallel-size $TP", "cmd"); }).find("shell variables are not expanded") !=
         std::string::npos);
   {
-    // Note [Block recompute]: --recompute-method block passes its count on;
-    // uniform groups of 4 are priced as every block and said so.
+    // Note [Block recompute]: --recompute-method block passes its count on,
+    // and so do uniform groups of 4.
     const FrameworkConfig block = parse_megatron_args(
         "--micro-batch-size 1 --recompute-granularity full --recompute-method block --recompute-num-layers 5", "cmd");
     auto k = keys(block);
@@ -312,7 +312,8 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
     const FrameworkConfig groups = parse_megatron_args(
         "--micro-batch-size 1 --recompute-granularity full --recompute-method uniform --recompute-num-layers 4", "cmd");
     CHECK(keys(groups)["plan.recompute_method"] == "null");
-    CHECK(groups.unmodelled == std::vector<std::string>{"--recompute-num-layers 4 (groups of 4 layers; priced as every layer)"});
+    CHECK(keys(groups)["plan.recompute_num_layers"] == "4");
+    CHECK(groups.unmodelled.empty());
   }
   CHECK(error_of([] { parse_megatron_args("--recompute-granularity partial", "cmd"); }) ==
         "cmd:1: --recompute-granularity: 'partial' is not one of full, selective");

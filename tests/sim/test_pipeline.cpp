@@ -308,6 +308,17 @@ TEST_CASE("Megatron's block recompute reruns the first N blocks of each model ch
   CHECK(all.exec.makespan == full.exec.makespan);
   CHECK(all.peak_activations(0) == full.peak_activations(0));
 
+  // Megatron's uniform method in groups of 4 (Note [Block recompute]): 8
+  // forwards rerun as under full recompute (32 ms), a group rebuilt at once
+  // before its last block's backward: 4 x 1,000 B.
+  const Run groups = run(kEight, base + "recompute: full\nrecompute_num_layers: 4\n", one, comm, kMs);
+  CHECK(groups.plan.recompute_group == 4);
+  CHECK(static_cast<double>(groups.exec.makespan) == Approx(32.0 * kMs).epsilon(1e-4));
+  CHECK(groups.peak_activations(0) == 4000);
+  // Groups of 3 over 8 blocks: 3, 3 and 2.
+  const Run threes = run(kEight, base + "recompute: full\nrecompute_num_layers: 3\n", one, comm, kMs);
+  CHECK(threes.peak_activations(0) == 3000);
+
   // The block list is a model chunk (TransformerBlock per virtual stage), so
   // an interleaved rank holding chunks [emb, b0, b1] and [b4, b5] reruns b0
   // and b4 at N 1, as four 1F1B stages of the same split do.
@@ -342,6 +353,12 @@ TEST_CASE("Megatron's block recompute reruns the first N blocks of each model ch
                          "attention: flash\nrecompute: full\nrecompute_method: block\nrecompute_num_layers: 1\n",
                     four, comm, kMs);
   CHECK(r.peak_activations(1) - r.peak_activations(2) == sbh2 + whole + sbh2);
+  // Uniform groups of 2: each middle stage's two blocks rerun together from
+  // the first one's input, so a micro-batch keeps 2sbh there (and the output).
+  const Run g = run(*m, "pp: 4\nstage_layers: [3, 2, 2, 3]\nmicro_batches: 8\nmicro_batch: 2\nseq_len: 512\nprecision: fp16\n"
+                         "attention: flash\nrecompute: full\nrecompute_num_layers: 2\n",
+                    four, comm, kMs);
+  CHECK(g.peak_activations(1) - g.peak_activations(2) == sbh2 + sbh2);
 }
 
 TEST_CASE("pipeline plans: bad combinations get one line naming the key", "[pipeline][plan]") {

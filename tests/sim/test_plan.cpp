@@ -116,9 +116,10 @@ TEST_CASE("Megatron's recompute_method and recompute_num_layers go with full rec
   CHECK(err("recompute: full\nrecompute_method: block\n") ==
         "p.yaml:2: plan.recompute_method: block needs recompute_num_layers, the blocks rerun in each model chunk (at least 1), "
         "as Megatron-Core's TransformerConfig requires");
-  CHECK(err("recompute: full\nrecompute_num_layers: 4\n") ==
+  CHECK(err("recompute: full\nrecompute_num_layers: 4\nzero_stage: 3\n") ==
         "p.yaml:2: plan.recompute_num_layers: 4 with recompute_method uniform (groups of blocks under one checkpoint) is not "
-        "modelled; valid: 1 (each block its own checkpoint), or recompute_method: block");
+        "modelled with ZeRO-3 or FSDP's sharded parameters; valid there: 1, or recompute_method: block");
+  CHECK(resolve(parse_plan("recompute: full\nrecompute_num_layers: 4\n", "p.yaml"), m, eight()).recompute_group == 4);
   CHECK_THAT(err("recompute: full\nrecompute_method: blocks\n"), Catch::Contains("uniform, block"));
   CHECK_THAT(err("recompute: full\nrecompute_method: block\nrecompute_num_layers: 0\n"), Catch::Contains("recompute_num_layers"));
   CHECK(resolve(parse_plan("recompute: full\nrecompute_num_layers: 1\n", "p.yaml"), m, eight()).recompute_blocks == 0);

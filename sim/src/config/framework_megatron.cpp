@@ -377,7 +377,7 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
         out.plan("recompute_method", "block", at("recompute-method"));
         out.plan("recompute_num_layers", std::to_string(n), has("recompute-num-layers") ? at("recompute-num-layers") : at("recompute-method"));
       } else if (n != 1) {
-        note("recompute-num-layers", "groups of " + std::to_string(n) + " layers; priced as every layer");
+        out.plan("recompute_num_layers", std::to_string(n), at("recompute-num-layers"));  // uniform groups
       }
     }
   }

@@ -130,6 +130,7 @@ class ChunkStage final : public detail::StageEmitter {
     DTSIM_ASSERT(static_cast<int>(counts.size()) == C, "stage_layers does not match the chunks: partition() first");
     const WorkloadShape shape = detail::workload_shape(c.plan, c.cluster.device);
     const std::vector<Recompute> recomputes = layer_recomputes(c.plan, layers);  // Note [Block recompute]
+    const std::vector<int> groups = recompute_groups(c.plan, layers);
     int embedding_chunk = -1;
     for (std::size_t l = 0; l < layers.size() && embedding_chunk < 0; ++l) {
       if (layers[l].kind == LayerKind::kEmbedding) embedding_chunk = 0;  // the first chunk always starts at layer 0
@@ -142,6 +143,7 @@ class ChunkStage final : public detail::StageEmitter {
       ch.rank = vs % pp;
       Bytes max_extra = 0;
       Bytes kept_before = 0;  // what the chunk's layers before l keep
+      Bytes rebuilt = 0;      // what the rerun group of layer l rebuilds up to it
       struct Rise {
         Bytes any, first, kept;
         bool measured;
@@ -170,10 +172,12 @@ class ChunkStage final : public detail::StageEmitter {
         // The chunk's first layer runs its backward last: its gradients
         // come after the deeper layers' peak.
         if (L.grads_at_end() || l == first) ch.late_grads += L.params;
-        // Backward rematerialises one layer at a time: the most any one adds back.
-        const Bytes kept = detail::kept_bytes(layers, static_cast<std::size_t>(l), recomputes[l]);
+        // Backward rematerialises one layer at a time, or one rerun group
+        // (Note [Block recompute]): the most any one adds back.
+        const Bytes kept = detail::kept_bytes(layers, static_cast<std::size_t>(l), recomputes[l], groups[l]);
         ch.kept += kept;
-        max_extra = std::max(max_extra, L.saved_bytes - kept);
+        rebuilt = (groups[l] >= 0 && groups[l] != l ? rebuilt : 0) + L.saved_bytes - kept;
+        max_extra = std::max(max_extra, rebuilt);
         // A layer's backward holds its workspace and the gradient of its
         // output, which the chunk's last layer receives (counted apart).
         const Bytes grad_in = l + 1 < first + ch.count ? L.output_bytes : 0;
@@ -218,7 +222,7 @@ class ChunkStage final : public detail::StageEmitter {
         // The input comes from another stage (Layer::stage_input_bytes).
         const Bytes extra = layers[first].stage_input_bytes;
         const bool kept_whole =
-            detail::kept_bytes(layers, static_cast<std::size_t>(first), recomputes[first]) == layers[first].saved_bytes;
+            detail::kept_bytes(layers, static_cast<std::size_t>(first), recomputes[first], groups[first]) == layers[first].saved_bytes;
         (kept_whole ? ch.kept : ch.peak_extra) += extra;
       }
       if (vs + 1 < C) {

@@ -23,6 +23,7 @@ struct LayerContext : StageContext {
   std::vector<CollectiveCost> tp_fwd, tp_bwd;         ///< per layer, one micro-batch
   std::vector<std::optional<LayerMemory>> memory;     ///< per layer: Note [Layer memory], where measured
   std::vector<Recompute> recompute;                   ///< per layer: what it reruns (layer_recomputes)
+  std::vector<int> recompute_group;                   ///< per layer: its rerun group's first block (recompute_groups)
   std::int64_t params = 0;                            ///< this rank's (a tensor-parallel shard)
   std::int64_t expert_params = 0;                     ///< of them, routed experts' (Layer::expert_params)
   int zero = 0;                                       ///< the plan's ZeRO stage

@@ -41,6 +41,7 @@ class LayerStage final : public detail::StageEmitter {
     // Every micro-step repeats the same layer work: price each layer once.
     const ComputeModel& cm = c.compute_model;
     c.recompute = layer_recomputes(p, c.layers);  // Note [Block recompute] in parallel/partition.cpp
+    c.recompute_group = recompute_groups(p, c.layers);
     for (std::size_t l = 0; l < c.layers.size(); ++l) {
       const Layer& L = c.layers[l];
       c.fwd_time.push_back(cm.layer_time(L, Pass::kForward, p.precision, shape));
@@ -114,7 +115,29 @@ class LayerStage final : public detail::StageEmitter {
       detail::add_comms(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
       detail::add_comms(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
       const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
-      if (c.recompute[l] == Recompute::kFull && L.is_block()) {
+      const int group = c.recompute_group[l];
+      const bool group_last = l + 1 == c.layers.size() || c.recompute_group[l + 1] != group;
+      if (c.recompute[l] == Recompute::kFull && L.is_block() && !(static_cast<std::size_t>(group) == l && group_last)) {
+        // Note [Block recompute]: Megatron's uniform groups. Only the
+        // group's first block keeps its input; before the backward of its
+        // last, every member's forward runs again at once.
+        u.forward_drop = L.saved_bytes - (static_cast<std::size_t>(group) == l ? (l == 0 ? 0 : c.layers[l - 1].output_bytes) : 0);
+        if (group_last) {
+          TimeNs time = 0, launch = 0;
+          Bytes rebuilt = 0, transients = 0;
+          double memory_ns = 0;
+          for (std::size_t k = static_cast<std::size_t>(group); k <= l; ++k) {
+            const detail::Unit& uk = k == l ? u : c.units[k];
+            time += c.fwd_time[k] + c.tp_fwd[k].total() + uk.ep_forward_cost.total() + uk.dp_forward_cost.total();
+            launch += c.fwd_launch[k];
+            rebuilt += c.layers[k].saved_bytes - (k == static_cast<std::size_t>(group) && k > 0 ? c.layers[k - 1].output_bytes : 0);
+            transients = std::max<Bytes>(transients, c.memory[k] ? c.memory[k]->forward_transient : 0);
+            memory_ns += static_cast<double>(c.fwd_memory[k]) * static_cast<double>(c.fwd_time[k]);
+          }
+          u.recompute = {true, "recompute", time, launch, rebuilt + transients, transients};
+          u.recompute.memory_share = time > 0 ? static_cast<float>(memory_ns / static_cast<double>(time)) : 0.0F;
+        }
+      } else if (c.recompute[l] == Recompute::kFull && L.is_block()) {
         // Full recompute keeps only the layer's input (the checkpoint) and
         // runs the forward again, its tensor-parallel collectives included.
         const Bytes checkpoint = l == 0 ? 0 : c.layers[l - 1].output_bytes;

@@ -72,6 +72,13 @@ inline Bytes kept_bytes(const std::vector<Layer>& layers, std::size_t l, Recompu
   if (recompute == Recompute::kFull && L.is_block()) return l == 0 ? 0 : layers[l - 1].output_bytes;
   return L.saved_bytes - partially_recomputed_bytes(L, recompute);
 }
+/// ... where full recompute reruns blocks in groups (recompute_groups: the
+/// first block of l's group): only a group's first block keeps its input
+/// (Note [Block recompute] in sim/src/parallel/partition.cpp).
+inline Bytes kept_bytes(const std::vector<Layer>& layers, std::size_t l, Recompute recompute, int group_first) {
+  if (recompute == Recompute::kFull && layers[l].is_block() && group_first >= 0 && static_cast<std::size_t>(group_first) != l) return 0;
+  return kept_bytes(layers, l, recompute);
+}
 
 /// A backward kernel of the weight-gradient pass W (Note [Zero bubble] in
 /// lower.cpp): a weight GEMM's dW, or an embedding's scatter of its rows'

@@ -118,12 +118,17 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
 // list is one model chunk: each pipeline stage builds its own, and each of
 // its virtual stages another (num_layers_per_pipeline_rank is the length of
 // that list). So under block N a chunk of k blocks reruns min(N, k) of
-// them, its first, and keeps the others' activations whole. Only uniform
-// at recompute_num_layers 1 (dtsim's full recompute) and block are
-// modelled; the embedding and head are never rerun. Megatron-Core moves
-// the window one block on where fp8's first input needs no gradient
-// (recompute_skip_num_layers); a pipeline's received input always does,
-// and that shift is not modelled.
+// them, its first, and keeps the others' activations whole. The embedding
+// and head are never rerun. Megatron-Core moves the window one block on
+// where fp8's first input needs no gradient (recompute_skip_num_layers); a
+// pipeline's received input always does, and that shift is not modelled.
+// Under uniform with recompute_num_layers N > 1 each chunk's blocks go in
+// groups of N from its first (the last group may be shorter): a group keeps
+// its first block's input only, and before the backward of its last block
+// (the first to run backward) its N forwards run again at once, holding all
+// of their activations until each block's backward frees its own. The
+// time is full recompute's; the memory fewer checkpoints and a larger
+// rebuild.
 // Before the partition has split the layers (stage_layers empty, pp > 1)
 // every block is priced as rerun, a cost equal over the blocks, so the
 // balance splits the blocks as evenly as Megatron does; price_layers is
@@ -140,6 +145,24 @@ std::vector<Recompute> layer_recomputes(const ResolvedPlan& plan, const std::vec
     for (int i = 0; i < count && l < layers.size(); ++i, ++l) {
       if (!layers[l].is_block()) continue;
       if (blocks++ >= plan.recompute_blocks) out[l] = Recompute::kNone;
+    }
+  }
+  return out;
+}
+
+std::vector<int> recompute_groups(const ResolvedPlan& plan, const std::vector<Layer>& layers) {
+  const std::vector<Recompute> modes = layer_recomputes(plan, layers);
+  std::vector<int> out(layers.size(), -1);
+  std::vector<int> chunks = plan.stage_layers;
+  if (chunks.empty()) chunks = {static_cast<int>(layers.size())};
+  std::size_t l = 0;
+  for (const int count : chunks) {
+    int in_group = 0, first = -1;
+    for (int i = 0; i < count && l < layers.size(); ++i, ++l) {
+      if (modes[l] != Recompute::kFull || !layers[l].is_block()) continue;
+      if (in_group == 0) first = static_cast<int>(l);
+      out[l] = first;
+      if (++in_group == std::max(1, plan.recompute_group)) in_group = 0;
     }
   }
   return out;

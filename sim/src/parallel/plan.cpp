@@ -503,12 +503,18 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     } else if (s.recompute_method == RecomputeMethod::kBlock && s.recompute_num_layers == 0) {
       bad.add("recompute_method", "block needs recompute_num_layers, the blocks rerun in each model chunk (at least 1), as "
                                   "Megatron-Core's TransformerConfig requires");
-    } else if (s.recompute_method == RecomputeMethod::kUniform && s.recompute_num_layers > 1) {
+    } else if (s.recompute_method == RecomputeMethod::kUniform && s.recompute_num_layers > 1 && r.zero_stage == 3) {
+      // A group's rerun needs every member's parameters at once, which the
+      // sharded-parameter passes gather layer by layer; Megatron-Core's own
+      // optimizer shards no parameters.
       bad.add("recompute_num_layers", std::to_string(s.recompute_num_layers) +
                                           " with recompute_method uniform (groups of blocks under one checkpoint) is not "
-                                          "modelled; valid: 1 (each block its own checkpoint), or recompute_method: block");
+                                          "modelled with ZeRO-3 or FSDP's sharded parameters; valid there: 1, or "
+                                          "recompute_method: block");
     } else if (s.recompute_method == RecomputeMethod::kBlock) {
       r.recompute_blocks = s.recompute_num_layers;
+    } else if (s.recompute_num_layers > 1) {
+      r.recompute_group = s.recompute_num_layers;
     }
   }
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);

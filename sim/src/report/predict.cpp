@@ -212,6 +212,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
   out.expert_params.reserve(n);
   out.costs = priced.costs();
   const std::vector<Recompute> recomputes = layer_recomputes(plan, priced.layers);
+  const std::vector<int> groups = recompute_groups(plan, priced.layers);
   for (std::size_t l = 0; l < n; ++l) {
     const bool serial = !plan.tp_comm_overlap;
     out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
@@ -221,7 +222,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
     out.kernels_ns += f + b + r;
     out.memory_ns += f * priced.forward_memory[l] + b * priced.backward_memory[l] + r * priced.recompute_memory[l];
     if (serial) out.serial_comm_ns += static_cast<double>(priced.tp_forward[l] + priced.tp_backward[l]);
-    out.kept.push_back(detail::kept_bytes(priced.layers, l, recomputes[l]));
+    out.kept.push_back(detail::kept_bytes(priced.layers, l, recomputes[l], groups[l]));
     const bool block = priced.layers[l].is_block();
     out.block.push_back(block ? 1 : 0);
     out.rerun.push_back(recomputes[l] == Recompute::kFull && block ? priced.recompute[l] : 0);

@@ -68,6 +68,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
   if (p.recompute != Recompute::kNone) os << " recompute=" << to_string(p.recompute);
   if (p.recompute_blocks > 0) os << " (block, the first " << p.recompute_blocks << " blocks of each chunk)";
+  if (p.recompute_group > 1) os << " (uniform, groups of " << p.recompute_group << " blocks)";
   if (!p.overlap) os << " overlap=false";
   if (p.zero_stage == 2 && !p.contiguous_gradients) os << " contiguous_gradients=false";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
@@ -107,7 +108,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("offload_optimizer", to_string(p.offload_optimizer));
   j.field("offload_params", to_string(p.offload_params));
   j.field("recompute", to_string(p.recompute));
-  j.field("recompute_blocks", p.recompute_blocks);
+  j.field("recompute_blocks", p.recompute_blocks).field("recompute_group", p.recompute_group);
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
   j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients);
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);

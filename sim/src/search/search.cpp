@@ -36,12 +36,13 @@
 // described, and full also as Megatron's block method (Note [Block
 // recompute]) at a quarter, a half and three quarters of a chunk's blocks:
 // between none and every block in time and in memory. A block variant can
-// only rank where the same plan without recompute does not fit, so it is
-// enumerated only where that plan's memory bounds (the first one below and
+// only rank where the same plan without recompute does not fit (that one is
+// faster), so it is enumerated only where that plan's memory bounds (the first one below and
 // the stage bounds) exceed the device, and the same plan's with every block
 // rerun do not (a block variant keeps more than that one, so its bounds
 // are higher still); elsewhere it is not a candidate, in a pruned search
-// and an unpruned one alike. llama-3.2-1b at 65,536 tokens on 2 H100s (cp
+// and an unpruned one alike, and so not on the Pareto front either, where
+// it would sit between the two. llama-3.2-1b at 65,536 tokens on 2 H100s (cp
 // 1): rerunning 4 of its 16 blocks, 8.48 s, where every block took 10.15 s;
 // deepseek-v3 on 2,048 H100s: block 1 ranks third. The stage bounds price
 // every block rerun and take out, chunk by chunk, what the blocks past the

@@ -45,6 +45,11 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
 /// (plan.recompute_blocks > 0), where a block past the first
 /// recompute_blocks of its model chunk runs none (Note [Block recompute]).
 std::vector<Recompute> layer_recomputes(const ResolvedPlan& plan, const std::vector<Layer>& layers);
+/// Per layer that full recompute reruns, the index of the first block of
+/// its rerun group (itself, but under Megatron's uniform method with
+/// plan.recompute_group > 1, where a chunk's blocks go in groups of that
+/// many from one checkpoint); -1 for the others (Note [Block recompute]).
+std::vector<int> recompute_groups(const ResolvedPlan& plan, const std::vector<Layer>& layers);
 
 /// Fills plan.stage_layers (one entry per model chunk, pp x
 /// virtual_stages; one entry holding every layer without a pipeline),

@@ -211,8 +211,8 @@ struct PlanSpec {
   /// recompute] in sim/src/parallel/partition.cpp).
   RecomputeMethod recompute_method = RecomputeMethod::kUniform;
   /// Megatron-Core's recompute_num_layers (0: not given). Block: blocks
-  /// rerun in each model chunk, at least 1. Uniform: 1, the only group size
-  /// modelled.
+  /// rerun in each model chunk, at least 1. Uniform: the blocks of a group
+  /// that share one checkpoint and rerun together (1: each block alone).
   int recompute_num_layers = 0;
   /// Megatron-LM's deallocate_pipeline_outputs (on in every Megatron-LM
   /// run): a stage frees its output's data once sent, keeping only its
@@ -278,6 +278,10 @@ struct ResolvedPlan {
   /// blocks of each model chunk are rerun, the others keep their
   /// activations; 0: every block (Note [Block recompute]).
   int recompute_blocks = 0;
+  /// Under full recompute with Megatron's uniform method, the blocks of a
+  /// chunk rerun in groups of this many from one checkpoint (1: each block
+  /// from its own input; Note [Block recompute]).
+  int recompute_group = 1;
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
   bool contiguous_gradients = true;                 ///< PlanSpec's
