@@ -114,42 +114,33 @@ class LayerStage final : public detail::StageEmitter {
       detail::add_comms(L.ep_backward, c.ep_group, c.comm, u.ep_backward_cost, u.ep_backward_bytes, &L.ep_route);
       detail::add_comms(L.dp_forward, c.dp_group, c.comm, u.dp_forward_cost, u.dp_forward_bytes);
       detail::add_comms(L.dp_backward, c.dp_group, c.comm, u.dp_backward_cost, u.dp_backward_bytes);
-      const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
-      const int group = c.recompute_group[l];
-      const bool group_last = l + 1 == c.layers.size() || c.recompute_group[l + 1] != group;
-      if (c.recompute[l] == Recompute::kFull && L.is_block() && !(static_cast<std::size_t>(group) == l && group_last)) {
-        // Note [Block recompute]: Megatron's uniform groups. Only the
-        // group's first block keeps its input; before the backward of its
-        // last, every member's forward runs again at once.
-        u.forward_drop = L.saved_bytes - (static_cast<std::size_t>(group) == l ? (l == 0 ? 0 : c.layers[l - 1].output_bytes) : 0);
-        if (group_last) {
+      if (c.recompute[l] == Recompute::kFull && L.is_block()) {
+        // Full recompute keeps only the layer's input (the checkpoint) and
+        // runs the forward again, its tensor-parallel collectives included;
+        // under Megatron's uniform groups (Note [Block recompute]) only a
+        // group's first block keeps its input, and before the backward of
+        // its last every member's forward runs again at once. A block alone
+        // is a group of one.
+        const std::size_t group = static_cast<std::size_t>(c.recompute_group[l]);
+        const auto checkpoint = [&](std::size_t k) -> Bytes { return k == group && k > 0 ? c.layers[k - 1].output_bytes : 0; };
+        u.forward_drop = L.saved_bytes - checkpoint(l);
+        if (l + 1 == c.layers.size() || c.recompute_group[l + 1] != c.recompute_group[l]) {
           TimeNs time = 0, launch = 0;
           Bytes rebuilt = 0, transients = 0;
           double memory_ns = 0;
-          for (std::size_t k = static_cast<std::size_t>(group); k <= l; ++k) {
+          for (std::size_t k = group; k <= l; ++k) {
             const detail::Unit& uk = k == l ? u : c.units[k];
             time += c.fwd_time[k] + c.tp_fwd[k].total() + uk.ep_forward_cost.total() + uk.dp_forward_cost.total();
             launch += c.fwd_launch[k];
-            rebuilt += c.layers[k].saved_bytes - (k == static_cast<std::size_t>(group) && k > 0 ? c.layers[k - 1].output_bytes : 0);
+            rebuilt += c.layers[k].saved_bytes - checkpoint(k);
             transients = std::max<Bytes>(transients, c.memory[k] ? c.memory[k]->forward_transient : 0);
             memory_ns += static_cast<double>(c.fwd_memory[k]) * static_cast<double>(c.fwd_time[k]);
           }
           u.recompute = {true, "recompute", time, launch, rebuilt + transients, transients};
+          // Its memory-bound kernels' time over all of it, collectives
+          // included (PricedLayers::recompute_memory reckons the same).
           u.recompute.memory_share = time > 0 ? static_cast<float>(memory_ns / static_cast<double>(time)) : 0.0F;
         }
-      } else if (c.recompute[l] == Recompute::kFull && L.is_block()) {
-        // Full recompute keeps only the layer's input (the checkpoint) and
-        // runs the forward again, its tensor-parallel collectives included.
-        const Bytes checkpoint = l == 0 ? 0 : c.layers[l - 1].output_bytes;
-        u.recompute = {true, "recompute", c.fwd_time[l] + c.tp_fwd[l].total() + u.ep_forward_cost.total() + u.dp_forward_cost.total(), c.fwd_launch[l],
-                       L.saved_bytes - checkpoint + transient, transient};
-        // Its memory-bound kernels' time over all of it, collectives
-        // included (PricedLayers::recompute_memory reckons the same).
-        u.recompute.memory_share = u.recompute.time > 0 ? static_cast<float>(static_cast<double>(c.fwd_memory[l]) *
-                                                                             static_cast<double>(c.fwd_time[l]) /
-                                                                             static_cast<double>(u.recompute.time))
-                                                        : 0.0F;
-        u.forward_drop = L.saved_bytes - checkpoint;
       } else if (const Bytes drop = detail::partially_recomputed_bytes(L, c.recompute[l]); drop > 0) {
         // Selective recompute drops the attention core and rebuilds it; the
         // op-level policy what it does not save (Note [Op-level recompute]).
