@@ -36,6 +36,27 @@ using namespace detail;
 // input and rsqrt (e th + 4 t), Megatron-Core's fused SwiGLU keeps gate and
 // up only (2e per element); dtsim prices the composite ops that HuggingFace,
 // torchtitan without compile and dtsim validate's LibTorch twins run.
+// Note [Fused kernels]
+// Megatron-Core runs those two as single kernels (plan.kernels: fused):
+// Transformer Engine's RMSNorm (fused into TELayerNormColumnParallelLinear
+// under its default --transformer-impl transformer_engine; Apex's
+// FusedRMSNorm under local) saves its input and rsigma, e th + 4 t, for a
+// backward that recomputes the rest (transformer_engine/pytorch/module/
+// layernorm_linear.py, ctx.save_for_backward of inputmat and rsigma), where
+// the composite norm also keeps x.to(float32), 4 th more; and with
+// --bias-swiglu-fusion (Megatron-LM's default) the SwiGLU is
+// megatron/core/fusions/fused_bias_swiglu.py's SwiGLUFunction, which saves
+// its input (gate and up, one tensor) and recomputes silu in backward:
+// 2e + g per element of t x f, one e less than silu's output kept
+// beside them. As kernels, the norm reads its input and writes its output
+// once (the composite's fp32 copies are not made) and the SwiGLU writes one
+// tensor, not two. MoE experts' and shared experts' SwiGLU fuse as the
+// dense one (experts.py's activation under bias_activation_fusion), as do
+// q/k norms and Gemma's four (TE's zero_centered_gamma) and GeGLU
+// (fused_bias_geglu.py). GPT-2's and BERT's LayerNorm is one ATen kernel
+// that saves its input, mean and rstd either way: the knob moves only this
+// family. Calibration times PyTorch's composite blocks, so a fused block is
+// a signature of its own (fk=1) and a profile prices it by formula.
 // Note [Attention dropout]
 // HuggingFace's eager attention drops the probabilities after its fp32
 // softmax and cast (nn.functional.dropout(attn_weights, p=attention_dropout,
@@ -202,7 +223,8 @@ class Llama final : public ZooModel {
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
-             (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape);
+             (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape) +
+             (shape.fused_kernels ? ",fk=1" : "");  // Note [Fused kernels]
     };
     const std::string common = common_of(c_.sliding_window);
     // Note [Gemma]: layers that attend globally among sliding-window ones.
@@ -243,17 +265,20 @@ class Llama final : public ZooModel {
     head.kind = sim::LayerKind::kLmHead;
     head.signature = "llama.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) +
                      ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") +
-                     (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") + tps;
+                     (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") + tps +
+                     (shape.fused_kernels ? ",fk=1" : "");
     head.params = h + (c_.tied_head ? 0 : v * h);
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.modules = {{"norm", {h}, ""}, {"lm_head", {v * h}, c_.tied_head ? "embed.gather" : ""}};
-    head.forward.push_back(memory_op("norm", sim::KernelKind::kNorm, (e + 8) * tn * h, (e + 8) * tn * h, 4.0 * tn * h));
+    // The final norm, composite or fused (Note [Fused kernels]).
+    const Bytes norm_io = (shape.fused_kernels ? e : e + 8) * tn * h;
+    head.forward.push_back(memory_op("norm", sim::KernelKind::kNorm, norm_io, norm_io, 4.0 * tn * h));
     add_lm_loss(head, shape, "lm_head", t, v, h);
     // The norm (Note [Llama activations]; Gemma's keeps its fp32 output:
     // Note [Gemma]), the head GEMM's input (in bf16 under FP8:
     // kernel_precision in sim) and the fp32 log-softmax.
-    head.saved_bytes = (c_.gemma_norms ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
+    head.saved_bytes = (shape.fused_kernels ? e : c_.gemma_norms ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
     if (c_.final_softcap > 0) {
       // Gemma 2's final soft cap on the logits before the loss: a division,
       // a tanh (its output kept) and a multiplication.
@@ -371,6 +396,23 @@ class Llama final : public ZooModel {
     return c_.global_every > 0 && (i + 1) % c_.global_every == 0 ? 0 : c_.sliding_window;
   }
 
+  /// The gated MLP's activation over n elements of its intermediate: the
+  /// composite ops write the activation's output and the product, a fused
+  /// kernel the product alone (Note [Fused kernels]); GeGLU's tanh GELU
+  /// costs a few more operations an element than SiLU.
+  sim::Kernel glu(const char* name, Bytes n, const sim::WorkloadShape& shape) const {
+    const int e = shape.act_bytes;
+    return memory_op(name, sim::KernelKind::kElementwise, 2 * e * n, (shape.fused_kernels ? 1 : 2) * e * n,
+                     (c_.gelu ? 10.0 : 6.0) * static_cast<double>(n));
+  }
+  /// What it keeps for backward, with the down projection's input (g an
+  /// element): the gate's and up's outputs and the activation's (3e + g), or
+  /// fused the first two (2e + g).
+  static Bytes glu_kept(Bytes n, const sim::WorkloadShape& shape) {
+    const int e = shape.act_bytes, g = shape.fp8 ? 1 : e;
+    return ((shape.fused_kernels ? 2 : 3) * e + g) * n;
+  }
+
   sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, std::int64_t window) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, d = c_.head_dim;
@@ -413,12 +455,19 @@ class Llama final : public ZooModel {
       l.modules.push_back(linear("mlp.up_proj", h, f, c_.mlp_bias, true));
       l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
     }
-    // A composite RMSNorm reads and writes fp32 copies beside the input.
-    auto norm = [&](const char* name, Bytes n) { return memory_op(name, KernelKind::kNorm, (e + 8) * n, (e + 8) * n, 4.0 * n); };
-    // What a composite RMSNorm keeps per element (Note [Llama activations]).
-    auto norm_kept = [&](Bytes n, Bytes rows) { return (4 + e) * n + 4 * rows; };
+    // A composite RMSNorm reads and writes fp32 copies beside the input; a
+    // fused one reads the input once and writes its output (Note [Fused
+    // kernels]).
+    const bool fused = shape.fused_kernels;
+    auto norm = [&](const char* name, Bytes n) {
+      return fused ? memory_op(name, KernelKind::kNorm, e * n, e * n, 4.0 * n)
+                   : memory_op(name, KernelKind::kNorm, (e + 8) * n, (e + 8) * n, 4.0 * n);
+    };
+    // What a composite RMSNorm keeps per element (Note [Llama activations]),
+    // or a fused one: its input and rsigma.
+    auto norm_kept = [&](Bytes n, Bytes rows) { return (fused ? e : 4 + e) * n + 4 * rows; };
     // Gemma's keeps its fp32 output for the product with 1 + weight (Note [Gemma]).
-    const Bytes block_norm_kept = c_.gemma_norms ? 8 * tn + 4 * (tn / h) : norm_kept(tn, tn / h);
+    const Bytes block_norm_kept = c_.gemma_norms && !fused ? 8 * tn + 4 * (tn / h) : norm_kept(tn, tn / h);
     std::vector<sim::Kernel> pre, post;
     pre.push_back(norm("input_layernorm", tn));
     AttentionCore core;
@@ -461,7 +510,7 @@ class Llama final : public ZooModel {
       const bool local_kv = blockwise || (al == kvl && shape.cp == 1);
       attention += e * q + (local_kv ? 2 * e * kv : 0) + g * q + core.saved;
       if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
-      if (c_.qk_norm) attention += (c_.gemma_norms ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
+      if (c_.qk_norm) attention += (fused ? e : c_.gemma_norms ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
       o_in = al * d;
     }
     post.push_back(gemm("attn.o_proj", t, h, o_in, e));
@@ -481,10 +530,9 @@ class Llama final : public ZooModel {
       // GeGLU's tanh GELU costs a few more operations an element than SiLU;
       // both keep the same tensors (the gate's output, the activation's and
       // up's outputs, down's input).
-      post.push_back(c_.gelu ? memory_op("mlp.geglu", KernelKind::kElementwise, 2 * e * tf, 2 * e * tf, 10.0 * tf)
-                             : memory_op("mlp.swiglu", KernelKind::kElementwise, 2 * e * tf, 2 * e * tf, 6.0 * tf));
+      post.push_back(glu(c_.gelu ? "mlp.geglu" : "mlp.swiglu", tf, shape));
       post.push_back(gemm("mlp.down", t, h, fl, e));
-      mlp = (3 * e + g) * tf;
+      mlp = glu_kept(tf, shape);
     }
     if (c_.gemma_norms) post.push_back(norm("post_feedforward_layernorm", tn));
     post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
@@ -512,7 +560,7 @@ class Llama final : public ZooModel {
       l.op_recompute.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
       l.op_recompute.push_back(norm("post_attention_layernorm", tn));
       l.op_recompute.push_back(gemm("mlp.up_proj", t, fl, h, e));
-      l.op_recompute.push_back(memory_op("mlp.swiglu", KernelKind::kElementwise, 2 * e * tf, 2 * e * tf, 6.0 * tf));
+      l.op_recompute.push_back(glu("mlp.swiglu", tf, shape));
     }
     // Attention's column/row pair, and the MLP's where its input is
     // gathered over tp (a dense or shared MLP, or experts split over tp
@@ -591,17 +639,17 @@ class Llama final : public ZooModel {
     post.push_back(memory_op("moe.topk", KernelKind::kNorm, e * tr * E, 4 * tr * E + 12 * tr * k, 5.0 * static_cast<double>(tr * E)));
     post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * tr * h, e * tr * k * h));
     post.push_back(gemm("moe.experts.gate_up", per_expert, 2 * fe, h, e, el));
-    post.push_back(memory_op("moe.experts.swiglu", KernelKind::kElementwise, 2 * e * rows * fe, 2 * e * rows * fe, 6.0 * static_cast<double>(rows * fe)));
+    post.push_back(glu("moe.experts.swiglu", rows * fe, shape));
     post.push_back(gemm("moe.experts.down", per_expert, h, fe, e, el));
     post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * tr * k * h + 4 * tr * k, e * tr * h,
                              2.0 * static_cast<double>(tr * k * h)));
-    Bytes saved = 4 * tr * E + 4 * tr * k + g * rows * h + (3 * e + g) * rows * fe + e * rows * h;
+    Bytes saved = 4 * tr * E + 4 * tr * k + g * rows * h + glu_kept(rows * fe, shape) + e * rows * h;
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
       post.push_back(gemm("moe.shared.gate_up", t, 2 * fs, h, e));
-      post.push_back(memory_op("moe.shared.swiglu", KernelKind::kElementwise, 2 * e * t * fs, 2 * e * t * fs, 6.0 * static_cast<double>(t * fs)));
+      post.push_back(glu("moe.shared.swiglu", t * fs, shape));
       post.push_back(gemm("moe.shared.down", t, h, fs, e));
-      saved += (3 * e + g) * t * fs;
+      saved += glu_kept(t * fs, shape);
       if (c_.shared_expert_gate) {
         post.push_back(gemm("moe.shared.gate", t, 1, h, e));
         saved += e * t * h + 4 * t;  // the shared output and the sigmoid, kept by their product

@@ -267,6 +267,13 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("plan.accumulate_allreduce_grads_in_fp32") + ")");
     s.spec.accumulate_allreduce_grads_in_fp32 = false;
   }
+  if (s.spec.kernels == sim::Kernels::kFused) {
+    // Note [Fused kernels] (models/src/llama.cpp): the LibTorch twins run
+    // PyTorch's composite norms and SwiGLU; predict what runs.
+    s.notes.push_back("kernels -> composite: the runtime's LibTorch twins run PyTorch's composite RMSNorm and SwiGLU (" +
+                      s.spec.origins.of("plan.kernels") + ")");
+    s.spec.kernels = sim::Kernels::kComposite;
+  }
   if (s.spec.deallocate_pipeline_outputs && s.spec.schedule == sim::Schedule::kZbH1) {
     // Note [Zero bubble passes] (trainer.cpp): the weight pass runs again
     // from the stage's output, whose data it needs.

@@ -145,6 +145,43 @@ TEST_CASE("fused attention keeps the output and log-sum-exp, not the scores", "[
   CHECK(m->model_flops(w) > 0);
 }
 
+TEST_CASE("Megatron-Core's fused RMSNorm and SwiGLU keep their inputs only (Note [Fused kernels])", "[llama][memory]") {
+  const auto m = load_model("llama-tiny");  // h 128, a 4, kv 2, d 32, f 352
+  const std::int64_t b = 2, s = 128, t = b * s, h = 128, f = 352;
+  for (const int e : {2, 4}) {
+    INFO("e " << e);
+    auto w = shape(b, s, e);
+    w.flash_attention = true;
+    const std::vector<sim::Layer> composite = m->layers(w);
+    w.fused_kernels = true;
+    const std::vector<sim::Layer> fused = m->layers(w);
+    // Each of the block's two norms drops x.to(float32), 4 t h (TE's
+    // LayerNormLinear saves the input and rsigma); the SwiGLU drops silu's
+    // output, e t f (fused_bias_swiglu.py saves gate and up).
+    CHECK(composite[1].saved_bytes - fused[1].saved_bytes == 2 * 4 * t * h + e * t * f);
+    // The final norm drops its fp32 copy too.
+    CHECK(composite.back().saved_bytes - fused.back().saved_bytes == 4 * t * h);
+    // As kernels: the norm reads its input and writes its output once, the
+    // SwiGLU writes one tensor of t f.
+    auto kernel = [](const sim::Layer& l, const std::string& name) {
+      for (const auto& k : l.forward) {
+        if (k.name == name) return k;
+      }
+      FAIL("no kernel " << name);
+      return sim::Kernel{};
+    };
+    CHECK(kernel(fused[1], "input_layernorm").bytes == 2 * e * t * h);
+    CHECK(kernel(composite[1], "input_layernorm").bytes == 2 * (e + 8) * t * h);
+    CHECK(kernel(fused[1], "mlp.swiglu").bytes == 3 * e * t * f);
+    CHECK(kernel(composite[1], "mlp.swiglu").bytes == 4 * e * t * f);
+    // A profile timed PyTorch's composite blocks: the fused block and head
+    // are signatures of their own; the embedding is the same layer.
+    CHECK(fused[1].signature == composite[1].signature + ",fk=1");
+    CHECK(fused.back().signature == composite.back().signature + ",fk=1");
+    CHECK(fused[0].signature == composite[0].signature);
+  }
+}
+
 TEST_CASE("attention dropout keeps its mask and dropped probabilities under eager attention only (Note [Attention dropout])",
           "[llama][attention]") {
   const std::int64_t b = 2, s = 128, e = 2;

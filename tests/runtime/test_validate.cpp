@@ -256,6 +256,13 @@ TEST_CASE("setup_run refuses a plan that does not fit the ranks, and adapts prec
   REQUIRE(sd.notes.size() == 2);
   CHECK(sd.notes[1].find("loss_parallel dtensor -> megatron") != std::string::npos);
   CHECK(sd.notes[1].find("--set plan.loss_parallel") != std::string::npos);
+  // The twins run PyTorch's composite norms and SwiGLU (Note [Fused kernels]).
+  auto kernels = runtime::parse_validate_args({"--model", "llama-tiny", "--set", "plan.kernels=fused"});
+  const auto sk = runtime::setup_run(kernels, 2);
+  CHECK(sk.plan.kernels == sim::Kernels::kComposite);
+  bool composite_noted = false;
+  for (const auto& n : sk.notes) composite_noted = composite_noted || n.find("kernels -> composite") == 0;
+  CHECK(composite_noted);
   auto fused = runtime::parse_validate_args({"--model", "llama-tiny", "--set", "plan.loss_parallel=fused"});
   CHECK(test::error_of([&] { runtime::setup_run(fused, 2); })
             .find("auto, megatron, dtensor") != std::string::npos);

@@ -312,6 +312,16 @@ TEST_CASE("fp8: model states per parameter and Transformer Engine's FP8 copies (
   // The same plan in bf16 has none of it.
   const Lowered b = lower_plan(m, "dp: 2\nprecision: bf16\noptimizer: adam\nzero_stage: 1\nseq_len: 8\n", c);
   CHECK(b.resident(MemCategory::kParameters) == 2 * psi);
+  // Megatron-LM's --fp8-param-gather keeps the GEMM weights in FP8 only:
+  // the embedding's 10^6 in bf16, each block's 10^6 weights as FP8 data and
+  // transpose (2 B), no bf16 copy; the scaling state as before.
+  const Lowered primary = lower_plan(m, "dp: 2\nprecision: fp8\noptimizer: adam\nzero_stage: 1\nseq_len: 8\nfp8_param_gather: true\n", c);
+  CHECK(primary.resident(MemCategory::kParameters) == 2 * 1'000'000 + 2 * 4'000'000 + 4 * 20'520);
+  CHECK(primary.resident(MemCategory::kOptimizer) == 12 * psi / 2);
+  // Under ZeRO-3 the copies go with the gathered weight: the bf16 shard stays.
+  const Lowered z3 = lower_plan(m, "dp: 2\nprecision: fp8\noptimizer: adam\nzero_stage: 3\nz3_leaf_layers: true\nseq_len: 8\n", c);
+  const Lowered z3g = lower_plan(m, "dp: 2\nprecision: fp8\noptimizer: adam\nzero_stage: 3\nz3_leaf_layers: true\nseq_len: 8\nfp8_param_gather: true\n", c);
+  CHECK(z3g.resident(MemCategory::kParameters) == z3.resident(MemCategory::kParameters));
 }
 
 TEST_CASE("fp8: fp8_param_gather gathers the GEMM weights at 1 byte an element", "[fp8][zero]") {

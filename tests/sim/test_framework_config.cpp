@@ -292,6 +292,11 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
   CHECK(from_of(fc, "plan.global_batch") == "cmd:4 (--global-batch-size)");  // the line it stands on, after a continuation
   CHECK(fc.unmodelled == std::vector<std::string>{"--my-flag x y"});
   CHECK_FALSE(fc.model);
+  // Megatron-Core's RMSNorm and SwiGLU are fused kernels under either
+  // --transformer-impl (Note [Fused kernels]); unfusing the SwiGLU is noted.
+  CHECK(k["plan.kernels"] == "fused");
+  CHECK(parse_megatron_args("--micro-batch-size 1 --transformer-impl local --no-bias-swiglu-fusion\n", "cmd").unmodelled ==
+        std::vector<std::string>{"--no-bias-swiglu-fusion (priced as the fused SwiGLU, which keeps one intermediate less)"});
 
   CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 \\\n--tensor-model-parallel-size\n", "cmd"); }) ==
         "cmd:2: --tensor-model-parallel-size: needs an integer after it (--tensor-model-parallel-size N or --tensor-model-parallel-size=N)");

@@ -272,6 +272,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.loss_parallel = c.get_enum("loss_parallel", LossParallel::kAuto,
                                {{"auto", LossParallel::kAuto}, {"megatron", LossParallel::kMegatron}, {"dtensor", LossParallel::kDtensor}});
   p.runtime = c.get_enum("runtime", Runtime::kLibtorch, {{"libtorch", Runtime::kLibtorch}, {"python", Runtime::kPython}});
+  p.kernels = c.get_enum("kernels", Kernels::kComposite, {{"composite", Kernels::kComposite}, {"fused", Kernels::kFused}});
   p.attention = c.get_enum("attention", Attention::kAuto,
                            {{"auto", Attention::kAuto}, {"eager", Attention::kEager}, {"flash", Attention::kFlash}});
   p.model_parallel = static_cast<int>(c.get_int("model_parallel", 0, 1, 1 << 16));

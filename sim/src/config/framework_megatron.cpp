@@ -140,7 +140,8 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-shared-expert-intermediate-size", Kind::kInt}, {"moe-expert-capacity-factor", Kind::kFloat},
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
-      {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat}};
+      {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat},
+      {"no-bias-swiglu-fusion", Kind::kBool}};
   return flags;
 }
 
@@ -405,6 +406,12 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   }
   out.plan("precision", precision, precision_from);
   if (has("fp8-param-gather")) out.plan("fp8_param_gather", "true", at("fp8-param-gather"));
+  // Note [Fused kernels] (models/src/llama.cpp): Megatron-Core's RMSNorm is
+  // one kernel under either --transformer-impl (Transformer Engine's, or
+  // Apex's FusedRMSNorm under local), and its SwiGLU one under
+  // --bias-swiglu-fusion, on unless --no-bias-swiglu-fusion.
+  out.plan("kernels", "fused", file + " (Megatron-Core's fused RMSNorm and SwiGLU)");
+  if (has("no-bias-swiglu-fusion")) note("no-bias-swiglu-fusion", "priced as the fused SwiGLU, which keeps one intermediate less");
   if (has("optimizer")) {
     out.plan("optimizer", choice("optimizer", {"adam", "sgd"}), at("optimizer"));
     // Note [SGD momentum] (plan.cpp): --sgd-momentum, 0.9 by default.

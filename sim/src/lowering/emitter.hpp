@@ -127,6 +127,13 @@ struct LoweringInputs {
 // gradient), and a scale and its inverse for each: 20,520 bytes a GEMM.
 // Both are counted with the parameters. Under ZeRO-3 / FSDP the FP8 copies
 // are made from the gathered weight and go with it: they are not resident.
+// With the distributed optimizer (ZeRO-1/2) and fp8_param_gather,
+// Megatron-LM's --fp8-param-gather "keeps the compute param in fp8 (do not
+// use any other intermediate dtype)" (megatron/training/arguments.py; the
+// model is built under TE's fp8_model_init): each FP8 GEMM's weight is a
+// Float8Tensor, its data and cached transpose the 2 bytes above, and its
+// bf16 copy is not held at all (the fp32 master in the optimizer's shard
+// is what the step updates and casts back): 2 bytes a weight element less.
 
 /// The FP8 GEMMs of a layer under precision p: elements of their weights
 /// (k x n of each), and how many (Note [FP8 memory]); none unless p is fp8
@@ -184,7 +191,9 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   if (persistent > 0) r.resident.push_back({MemCategory::kParameters, persistent * w});
   if (fp8.gemms > 0) {
     const Bytes copies = plan.zero_stage >= 3 ? 0 : 2 * fp8.weight_elements;
-    r.resident.push_back({MemCategory::kParameters, copies + fp8.gemms * kFp8ScalingBytesPerGemm});
+    // Note [FP8 memory]: FP8 primary weights, no working-precision copy.
+    const Bytes primary = plan.fp8_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) ? w * fp8.weight_elements : 0;
+    r.resident.push_back({MemCategory::kParameters, copies + fp8.gemms * kFp8ScalingBytesPerGemm - primary});
   }
   const bool megatron_buffer = plan.accumulate_allreduce_grads_in_fp32;
   if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});

@@ -75,6 +75,7 @@ LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp) {
 }
 
 const char* to_string(Runtime r) { return r == Runtime::kPython ? "python" : "libtorch"; }
+const char* to_string(Kernels k) { return k == Kernels::kFused ? "fused" : "composite"; }
 
 const char* to_string(FsdpWrap w) {
   switch (w) {
@@ -180,6 +181,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.moe_force_load_balance = s.moe_force_load_balance;
   r.moe_dispatcher = s.moe_dispatcher;
   r.runtime = s.runtime;
+  r.kernels = s.kernels;
   bool experts_ok = degrees_ok;
   if (const std::string why = model.ep_error(r.ep); !why.empty()) {
     const auto ok = degrees_ok ? rules.ep_values(r.tp, r.cp, r.dp, r.etp) : std::vector<int>{1};

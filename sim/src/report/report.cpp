@@ -45,6 +45,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (sequence) os << " seq_len=" << p.seq_len;
   os << " " << to_string(p.precision) << " ";
   if (attention) os << (p.flash_attention ? "flash" : "eager") << "-attention ";
+  if (p.kernels == Kernels::kFused) os << "fused-kernels ";
   os << to_string(p.optimizer)
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) {
@@ -87,6 +88,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("loss_parallel", to_string(p.loss_parallel));
   j.field("attention", p.flash_attention ? "flash" : "eager");
   j.field("runtime", to_string(p.runtime));
+  j.field("kernels", to_string(p.kernels));
   j.field("sync_batchnorm", p.sync_batchnorm);
   j.field("micro_batch", static_cast<std::int64_t>(p.micro_batch));
   j.field("grad_accum", static_cast<std::int64_t>(p.grad_accum));

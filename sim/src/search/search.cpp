@@ -660,6 +660,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     shape.cp = s.cp;
     shape.cp_all_gather = s.cp_comm == CpComm::kAllGather;
     shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
+    shape.fused_kernels = s.kernels == Kernels::kFused;  // the base plan's, for every candidate
     Bytes kept = 0;
     const LayerList layers = model.shared_layers(shape);
     for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);

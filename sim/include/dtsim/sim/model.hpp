@@ -117,6 +117,10 @@ struct WorkloadShape {
   /// softmax becomes the gradient in place); false: DTensor's loss_parallel,
   /// whose backward makes a new gradient (PlanSpec::loss_parallel).
   bool megatron_loss = true;
+  /// A Llama-family block's RMSNorms and SwiGLU run as fused kernels that
+  /// keep only their inputs (PlanSpec::kernels; Note [Fused kernels] in
+  /// models/src/llama.cpp); false: PyTorch's composite ops.
+  bool fused_kernels = false;
 
   bool operator==(const WorkloadShape&) const = default;
 };

@@ -89,6 +89,14 @@ enum class LossParallel { kAuto, kMegatron, kDtensor };
 /// torch.optim, whose every eager op and optimizer tensor also costs the
 /// interpreter's time, as a profile measures it.
 enum class Runtime { kLibtorch, kPython };
+/// How a Llama-family block's RMSNorms and SwiGLU run (Note [Fused
+/// kernels] in models/src/llama.cpp): `composite`, PyTorch's separate ops
+/// as HuggingFace, eager torchtitan and dtsim's LibTorch twins write them,
+/// autograd keeping each op's inputs; `fused`, one kernel each that keeps
+/// only its inputs, as Megatron-Core runs them (Transformer Engine's or
+/// Apex's RMSNorm under --transformer-impl transformer_engine or local,
+/// and --bias-swiglu-fusion, both Megatron-LM's defaults).
+enum class Kernels { kComposite, kFused };
 
 const char* to_string(Optimizer o);
 const char* to_string(Offload o);
@@ -104,6 +112,7 @@ const char* to_string(LossParallel l);
 /// FSDP (`fsdp` set), Megatron's otherwise.
 LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp);
 const char* to_string(Runtime r);
+const char* to_string(Kernels k);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
 /// "--set plan.dp"), so late checks can still point at the source.
@@ -145,6 +154,7 @@ struct PlanSpec {
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   LossParallel loss_parallel = LossParallel::kAuto;
   Runtime runtime = Runtime::kLibtorch;  ///< the training loop (Note [Python host cost])
+  Kernels kernels = Kernels::kComposite;  ///< the norms' and SwiGLU's kernels (Note [Fused kernels])
   int model_parallel = 0;         ///< naive layer split over this many GPUs (sets pp, schedule naive)
   Schedule schedule = Schedule::k1f1b;
   int virtual_stages = 0;         ///< model chunks per GPU (interleaved; 0: 2)
@@ -248,6 +258,7 @@ struct ResolvedPlan {
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
   LossParallel loss_parallel = LossParallel::kMegatron;  ///< resolved: never kAuto
   Runtime runtime = Runtime::kLibtorch;
+  Kernels kernels = Kernels::kComposite;  ///< PlanSpec's
   /// Ranks a ZeRO shard of the experts' states spreads over (edp, or 1
   /// without ZeRO; Megatron-Core's distributed optimizer shards expert
   /// parameters over the expert data-parallel group).
