@@ -81,6 +81,17 @@ std::vector<DeviceSpec> make_devices() {
   // 132 SMs as the H100 SXM5.
   v.push_back(gpu("H100-96GB", 96, 67, 494.7, 989.4, 989.4, 4000, 132, 0.70, 0.5,
                   "NVIDIA GH200 Grace Hopper Superchip datasheet (H100 96GB HBM3)", 1978.9));
+  // The H100 of Meta's Grand Teton hosts, as torchtitan's benchmarks ran
+  // it (pytorch/torchtitan benchmarks/llama3_h100_202412_torchtitan.md,
+  // "Hardware"): "96GB HBM2e with 2.4 TB/sec peak memory bandwidth", "the
+  // default 500W power limit", and a peak that "is between SXM and NVL, and
+  // we don't know its exact value" (its footnote 2). dtsim takes the
+  // midpoint of the two datasheets' dense figures: SXM5 989.4 BF16, 1,978.9
+  // FP8, 494.7 TF32, 67 FP32; H100 NVL 835.5, 1,670.5, 417.5, 60 (the NVL
+  // datasheet's sparse 1,671, 3,341, 835 halved): 912.5, 1,824.7, 456.1,
+  // 63.5 TFLOP/s. 132 SMs, as both.
+  v.push_back(gpu("H100-96GB-HBM2e", 96, 63.5, 456.1, 912.5, 912.5, 2400, 132, 0.70, 0.5,
+                  "torchtitan's llama3_h100_202412 benchmark (Grand Teton, 500 W); H100 SXM5 and NVL datasheets", 1824.7));
   // NVIDIA H200 datasheet: same compute as H100 SXM (FP8 3,958 TFLOP/s with
   // sparsity, 1,978.9 dense); 141GB HBM3e at 4.8 TB/s (nvidia-smi reports
   // 143,771 MiB, about 140 GiB).
@@ -140,7 +151,7 @@ std::vector<DeviceSpec> make_devices() {
   // protocol model takes its per-architecture figures from them (Note [NCCL
   // protocols] in cost_comm.cpp). MI300X (RCCL) and the CPU have none.
   const std::pair<const char*, int> capabilities[] = {
-      {"A100-SXM4-80GB", 80}, {"A100-SXM4-40GB", 80}, {"H100-SXM", 90}, {"H100-96GB", 90}, {"H200", 90},
+      {"A100-SXM4-80GB", 80}, {"A100-SXM4-40GB", 80}, {"H100-SXM", 90}, {"H100-96GB", 90}, {"H100-96GB-HBM2e", 90}, {"H200", 90},
       {"B200", 100},          {"V100-SXM2-16GB", 70}, {"V100-SXM2-32GB", 70}, {"RTX-2080-Ti", 75},
       {"P100", 60},           {"K80", 37}};
   for (auto& d : v) {
