@@ -395,6 +395,7 @@ TEST_CASE("torchtitan: Llama 3 70B with float8 and async tensor parallelism", "[
   CHECK(k["plan.grad_accum"] == "null");
   CHECK(k["plan.precision"] == "fp8");
   CHECK(k["plan.fp8_param_gather"] == "true");
+  CHECK(k["plan.reduce_dtype"] == "fp32");  // mixed_precision_reduce's float32 default (Note [FSDP's reduce dtype])
   CHECK(k["plan.recompute"] == "full");
   CHECK(fc.model == std::optional<std::string>("llama-3-70b"));
   CHECK(fc.global_batch == std::optional<std::int64_t>(64));

@@ -13,6 +13,7 @@
 #include "lowering/lowering_common.hpp"
 #include "dtsim/models/models.hpp"
 #include "fake_model.hpp"
+#include "test_util.hpp"
 
 using namespace dtsim;
 using namespace dtsim::sim;
@@ -111,6 +112,33 @@ TEST_CASE("ZeRO-2 reduce-scatters every micro-step and all-gathers the parameter
   CHECK(r.count(CollectiveOp::kReduceScatter) == 4 * 2);
   CHECK(r.count(CollectiveOp::kAllGather) == 1);
   CHECK(r.count(CollectiveOp::kAllReduce) == 0);
+}
+
+TEST_CASE("FSDP's reduce_dtype fp32 reduce-scatters 4 bytes a gradient (Note [FSDP's reduce dtype])", "[lowering]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  auto scattered = [](const Run& r) {
+    Bytes b = 0;
+    for (const Task& t : r.graph.tasks) {
+      if (t.kind == TaskKind::kCollective && t.op == CollectiveOp::kReduceScatter) b += t.bytes;
+    }
+    return b;
+  };
+  const std::string fsdp = "dp: 2\nprecision: fp16\nfsdp: full_shard\n";
+  const Run param = run(m, fsdp, round_cluster(), 500'000);
+  const Run fp32 = run(m, fsdp + "reduce_dtype: fp32\n", round_cluster(), 500'000);
+  // A unit a layer: 4 reduce-scatters of 10M gradients, 2 bytes each in
+  // fp16 (PyTorch's default, reduce_dtype None: the param dtype), 4 in fp32.
+  CHECK(param.count(CollectiveOp::kReduceScatter) == 4);
+  CHECK(scattered(param) == 4 * 10'000'000 * 2);
+  CHECK(scattered(fp32) == 4 * 10'000'000 * 4);
+  // The same gathers; the fp32 copy a unit at a time (40 MB) is held while
+  // its reduce-scatter runs, so the peak is no lower.
+  CHECK(fp32.count(CollectiveOp::kAllGather) == param.count(CollectiveOp::kAllGather));
+  CHECK(fp32.exec.memory[0].at_peak.total() >= param.exec.memory[0].at_peak.total());
+  // Only FSDP's per-unit lowering has it.
+  CHECK(test::error_of([&] { run(m, "dp: 2\nprecision: fp16\nzero_stage: 2\nreduce_dtype: fp32\n", round_cluster(), 500'000); }) ==
+        "test.yaml:4: plan.reduce_dtype: fp32 is FSDP's MixedPrecision reduce_dtype, modelled for fsdp: full_shard or hybrid_shard "
+        "(the plan has zero_stage 2); valid here: param (Megatron's fp32 gradients: accumulate_allreduce_grads_in_fp32)");
 }
 
 TEST_CASE("ZeRO-3 gathers each layer before forward and backward", "[lowering]") {

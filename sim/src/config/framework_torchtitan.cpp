@@ -207,6 +207,7 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
   }
   const std::string fsdp_from = par.from(par.has("data_parallel_shard_degree") ? "data_parallel_shard_degree" : "data_parallel_replicate_degree");
   std::string plan = "fsdp";
+  bool fsdp_units = false;  // lowered as FSDP per unit (full_shard or hybrid_shard)
   if (shard == 1) {
     out.plan("zero_stage", "0", fsdp_from);
     plan = "ddp";
@@ -218,6 +219,7 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     plan = "1f1b";
   } else if (replicate > 1) {
     out.plan("fsdp", "hybrid_shard", fsdp_from);
+    fsdp_units = true;
     // Note [FSDP's root unit]: apply_fsdp (torchtitan/models/llama3/infra/
     // parallelize.py) wraps tok_embeddings, each block and [norm, output],
     // the last kept whole from its forward to its backward.
@@ -226,6 +228,7 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
   } else {
     // reshard_after_forward=False keeps the parameters gathered from forward to backward: SHARD_GRAD_OP.
     out.plan("fsdp", reshard == "never" ? "shard_grad_op" : "full_shard", par.has("fsdp_reshard_after_forward") ? par.from("fsdp_reshard_after_forward") : fsdp_from);
+    fsdp_units = reshard != "never";
     if (reshard == "default") out.plan("fsdp_wrap", "torchtitan", fsdp_from);  // as above
     if (reshard == "always") out.plan("fsdp_wrap", "layers", fsdp_from);      // the last unit resharded too
   }
@@ -276,7 +279,17 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
   std::string precision = param == "bfloat16" ? "bf16" : param == "float16" ? "fp16" : param == "float32" ? "fp32" : "";
   if (precision.empty()) tr.fail("mixed_precision_param", "'" + param + "' is not one of bfloat16, float32");
   std::string precision_from = tr.has("mixed_precision_param") ? tr.from("mixed_precision_param") : file + " (torchtitan's bfloat16 default)";
-  if (tr.get_string("mixed_precision_reduce", "float32") != "float32") unmodelled(tr, "mixed_precision_reduce");
+  // Note [FSDP's reduce dtype]: FSDP reduce-scatters in mixed_precision_reduce
+  // (float32 by default); modelled where dtsim lowers FSDP per unit.
+  const std::string reduce = tr.get_string("mixed_precision_reduce", "float32");
+  if (reduce != "float32" && reduce != "bfloat16") tr.fail("mixed_precision_reduce", "'" + reduce + "' is not one of float32, bfloat16");
+  if (reduce == "float32" && precision != "fp32") {
+    if (fsdp_units) {
+      out.plan("reduce_dtype", "fp32", tr.has("mixed_precision_reduce") ? tr.from("mixed_precision_reduce") : file + " (torchtitan's float32 default)");
+    } else if (shard > 1) {
+      unmodelled(tr, "mixed_precision_reduce", "fp32 reduce priced in the working precision where FSDP is not lowered per unit");
+    }
+  }
   if (tr.get_string("dtype", "float32") != "float32") unmodelled(tr, "dtype", "no fp32 master copy; priced with one");
   if (tr.get_bool("enable_cpu_offload", false)) {
     // FSDP's CPUOffload: parameters, gradients and optimizer states on the host.

@@ -445,6 +445,13 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                              (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   r.fsdp_wrap = s.fsdp_wrap;
+  if (s.fsdp_reduce_fp32 && !(r.fsdp && r.zero_stage == 3)) {
+    bad.add("reduce_dtype", std::string("fp32 is FSDP's MixedPrecision reduce_dtype, modelled for fsdp: full_shard or hybrid_shard (the plan has ") +
+                                (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) +
+                                "); valid here: param" +
+                                (r.fsdp ? "" : " (Megatron's fp32 gradients: accumulate_allreduce_grads_in_fp32)"));
+  }
+  r.fsdp_reduce_fp32 = s.fsdp_reduce_fp32;
   // Note [ZeRO-3 modules]: DeepSpeed's coordinator knobs, in whole elements.
   r.stage3_prefetch_bucket_size = static_cast<std::int64_t>(s.stage3_prefetch_bucket_size);
   r.stage3_max_live_parameters = static_cast<std::int64_t>(s.stage3_max_live_parameters);

@@ -52,7 +52,8 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
     os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false")
        << (p.zero_stage == 3 && p.fsdp_wrap == FsdpWrap::kLayers       ? ", a unit per layer"
            : p.zero_stage == 3 && p.fsdp_wrap == FsdpWrap::kTorchtitan ? ", a unit per layer, [norm, output] kept to its backward"
-                                                                        : "") << ")";
+                                                                        : "")
+       << (p.fsdp_reduce_fp32 ? ", reduce_dtype fp32" : "") << ")";
   }
   if (p.zero_stage == 3 && p.z3_leaf_layers) os << " z3_leaf_layers";
   if (p.zero3_modules()) {
@@ -101,6 +102,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("fsdp", to_string(p.spec.fsdp));
   j.field("limit_all_gathers", p.limit_all_gathers);
   j.field("fsdp_wrap", to_string(p.fsdp_wrap));
+  j.field("reduce_dtype", p.fsdp_reduce_fp32 ? "fp32" : "param");
   j.field("z3_leaf_layers", p.z3_leaf_layers);
   j.field("stage3_prefetch_bucket_size", p.stage3_prefetch_bucket_size);
   j.field("stage3_max_live_parameters", p.stage3_max_live_parameters);

@@ -196,6 +196,15 @@ struct PlanSpec {
   bool limit_all_gathers = true;
   /// FSDP's units: Note [FSDP's root unit]. Only with fsdp full_shard or hybrid_shard.
   FsdpWrap fsdp_wrap = FsdpWrap::kBlocks;
+  /// FSDP's MixedPrecision reduce_dtype (FSDP2's MixedPrecisionPolicy,
+  /// torchtitan's mixed_precision_reduce): false reduce-scatters gradients
+  /// in the working precision (PyTorch's default, reduce_dtype None); true
+  /// casts each unit's gradients to fp32 first and reduce-scatters 4 bytes
+  /// an element (torchtitan's float32 default, Composer's DEFAULT mixed
+  /// precision; Note [FSDP's reduce dtype] in
+  /// sim/src/lowering/passes/sharded_parameters.cpp). Only with fsdp
+  /// full_shard or hybrid_shard.
+  bool fsdp_reduce_fp32 = false;
   /// DeepSpeed ZeRO-3's parameter coordinator, in elements, as DeepSpeed
   /// names and defaults them (Note [ZeRO-3 modules] in
   /// sim/src/lowering/zero3_coordinator.hpp): a module's parameters
@@ -277,6 +286,7 @@ struct ResolvedPlan {
   /// ahead; module by module, its coordinator's prefetch).
   bool limit_all_gathers = true;
   FsdpWrap fsdp_wrap = FsdpWrap::kBlocks;  ///< PlanSpec's (meaningful with fsdp at stage 3)
+  bool fsdp_reduce_fp32 = false;  ///< PlanSpec's (fsdp at stage 3 only)
   /// PlanSpec's, as whole elements.
   std::int64_t stage3_prefetch_bucket_size = 50000000, stage3_max_live_parameters = 1000000000,
                stage3_max_reuse_distance = 1000000000, stage3_param_persistence_threshold = 100000;

@@ -6,6 +6,19 @@
 // layers kept whole are refreshed after the step. ZeRO-Infinity's parameter
 // offload copies each shard up before its gather.
 //
+// Note [FSDP's reduce dtype]
+// PyTorch FSDP computes in MixedPrecision's param_dtype (bf16) but reduces
+// gradients in its reduce_dtype: FSDP1 casts a unit's unsharded gradient
+// to it before the reduce-scatter (torch/distributed/fsdp/
+// _runtime_utils.py, _reduce_grad), FSDP2 reduce-scatters in
+// MixedPrecisionPolicy.reduce_dtype (_fsdp_collectives.py,
+// foreach_reduce). torchtitan's mixed_precision_reduce defaults to
+// float32, as Composer's DEFAULT mixed precision (llm-foundry's benchmark
+// runs) does: with plan.reduce_dtype fp32 each unit's reduce-scatter moves
+// 4 bytes a gradient, from an fp32 copy held beside the bf16 gradient
+// while it runs (a buffer of the unit's size). The sharded result is
+// counted as before (the model states' gradient bytes a parameter).
+//
 // Note [ZeRO]
 // DeepSpeed ZeRO (Rajbhandari et al. 2020): stage 1 shards optimizer state,
 // all-reduces gradient buckets at the accumulation boundary, steps its shard
@@ -165,13 +178,18 @@ class ShardedParameters final : public StrategyPass {
     const std::string unit = root ? std::string("root") : L.name;
     const TaskId in = c.bucket_copy(c.tag(m, "copy grads in ", unit), static_cast<double>(params),
                                     root ? root_tensors_ : std::max(1, L.param_tensors), false, {last});
-    const Bytes recv = c.receive_bytes(b);
-    TaskId rs = c.collective(c.tag(m, "reduce_scatter ", unit), CollectiveOp::kReduceScatter, b, c.shard_group,
-                             one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv}},
-                             {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv}}, root ? 0 : c.expert_grad_bytes(L));
+    // Note [FSDP's reduce dtype]: what the reduce-scatter moves, and the
+    // fp32 copy it reduces from.
+    const int rw = c.plan.fsdp_reduce_fp32 ? std::max<int>(4, static_cast<int>(c.gw)) : static_cast<int>(c.gw);
+    const Bytes rb = params * rw, cast = rw != c.gw ? rb : 0;
+    const Bytes recv = c.receive_bytes(rb);
+    TaskId rs = c.collective(c.tag(m, "reduce_scatter ", unit), CollectiveOp::kReduceScatter, rb, c.shard_group,
+                             one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv + cast}},
+                             {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv - cast}},
+                             root ? 0 : c.expert_grad_bytes(L) / c.gw * rw);
     if (c.replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
-      rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(b, c.n),
+      rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(rb, c.n),
                         c.replica_group, Stream::kGradComm, {rs});
     }
     c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
