@@ -16,6 +16,7 @@
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/partition.hpp"
+#include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/rules.hpp"
 #include "fake_model.hpp"
 
@@ -223,6 +224,34 @@ TEST_CASE("fp8: a large GEMM runs at the FP8 rate, after its input's cast", "[fp
   CHECK(static_cast<double>(bf16 - launch) / static_cast<double>(fp8 - launch - cast) == Approx(1978.9 / 989.4).epsilon(1e-6));
   // No cast outside fp8.
   CHECK(fp8_cast_time(k, Precision::kBf16, h100) == 0);
+  // Current scaling (fp8_recipe tensorwise) reads the input once more for
+  // its amax, 2 bytes an element, and launches the amax and the scale's
+  // kernels before the cast: 5 bytes an element, 250.4 us, 3 launches.
+  DeviceSpec current = h100;
+  current.fp8_amax_pass = true;
+  const TimeNs cs = fp8_cast_time(k, Precision::kFp8, current);
+  CHECK(cs == seconds_to_ns(16384.0 * 8192 * 5 / (3.35e12 * 0.8)) + 3 * launch);
+  CHECK(ns_to_seconds(cs - 3 * launch) == Approx(250.4e-6).epsilon(1e-3));
+  CHECK(fp8_cast_time(k, Precision::kBf16, current) == 0);
+}
+
+TEST_CASE("fp8: fp8_recipe tensorwise prices current scaling's amax pass in a prediction", "[fp8][compute]") {
+  const LinearModel m(4, 1000, 1000, 1'000'000);
+  const ClusterSpec c = cluster_of(device("H100-SXM"));
+  CHECK(parse_plan("", "p.yaml").fp8_recipe == Fp8Recipe::kDelayed);  // Megatron-LM's default
+  const std::string base = "dp: 2\nprecision: fp8\nzero_stage: 1\nseq_len: 8\n";
+  const ResolvedPlan delayed = resolve(parse_plan(base, "p.yaml"), m, c);
+  const ResolvedPlan tensorwise = resolve(parse_plan(base + "fp8_recipe: tensorwise\n", "p.yaml"), m, c);
+  CHECK(tensorwise.fp8_recipe == Fp8Recipe::kTensorwise);
+  // Each block's FP8 GEMMs cost their casts' extra read in both passes;
+  // the bf16 embedding nothing: the block priced dearer, the embedding alike.
+  const PricedLayers a = price_plan_layers(m, delayed, c, {});
+  const PricedLayers b = price_plan_layers(m, tensorwise, c, {});
+  CHECK(b.forward[1] > a.forward[1]);
+  CHECK(b.backward[1] > a.backward[1]);
+  CHECK(b.forward[0] == a.forward[0]);
+  CHECK(error_of([&] { resolve(parse_plan("precision: bf16\nfp8_recipe: tensorwise\n", "p.yaml"), m, c); }) ==
+        "p.yaml:2: plan.fp8_recipe: tensorwise scales FP8 casts and needs precision fp8; precision is bf16 (valid here: delayed, the default)");
 }
 
 TEST_CASE("fp8: attention, memory-bound kernels and layers without FP8 GEMMs run as bf16", "[fp8][compute]") {

@@ -141,7 +141,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
       {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat},
-      {"no-bias-swiglu-fusion", Kind::kBool}};
+      {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}};
   return flags;
 }
 
@@ -406,6 +406,15 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   }
   out.plan("precision", precision, precision_from);
   if (has("fp8-param-gather")) out.plan("fp8_param_gather", "true", at("fp8-param-gather"));
+  if (has("fp8-recipe")) {
+    // arguments.py: delayed (the default), tensorwise, mxfp8, blockwise.
+    const std::string recipe = choice("fp8-recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"});
+    if (recipe == "delayed" || recipe == "tensorwise") {
+      out.plan("fp8_recipe", recipe, at("fp8-recipe"));
+    } else {
+      note("fp8-recipe", "block scaling priced as delayed scaling's casts");
+    }
+  }
   // Note [Fused kernels] (models/src/llama.cpp): Megatron-Core's RMSNorm is
   // one kernel under either --transformer-impl (Transformer Engine's, or
   // Apex's FusedRMSNorm under local), and its SwiGLU one under

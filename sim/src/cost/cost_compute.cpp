@@ -37,6 +37,16 @@
 //     The weights' own casts (once an iteration) are not charged; TE's
 //     fusion of a cast into the LayerNorm before it (LayerNormLinear) is
 //     not credited either.
+//   - Under fp8_recipe tensorwise (TE's Float8CurrentScaling, Megatron's
+//     --fp8-recipe tensorwise) the scale comes from the tensor being cast:
+//     Float8CurrentScalingQuantizer::quantize_impl (transformer_engine/
+//     pytorch/csrc/quantizer.cpp) runs nvte_compute_amax over the input, then
+//     nvte_compute_scale_from_amax, then the cast (nvte_quantize_v2), so each
+//     cast reads its input once more (2 bytes an element) and launches two
+//     kernels more (DeviceSpec::fp8_amax_pass); under delayed scaling the
+//     amax is recorded by the cast itself. The amax's all-reduce over the
+//     tensor-parallel group, where sequence parallelism asks for one, is
+//     not priced (4 bytes, latency only).
 #include <algorithm>
 #include <cmath>
 
@@ -57,8 +67,10 @@ Precision kernel_precision(const Layer& layer, Precision p) {
 TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device) {
   if (p != Precision::kFp8 || k.kind != KernelKind::kGemm) return 0;
   const double elements = static_cast<double>(k.m) * static_cast<double>(k.k) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
-  constexpr double kBytesPerElement = 2 + 1;  // bf16 in, fp8 out
-  return seconds_to_ns(elements * kBytesPerElement / (device.memory_bandwidth * device.memory_efficiency)) + device.kernel_launch;
+  // bf16 in, fp8 out; current scaling reads the input for its amax first.
+  const double bytes_per_element = device.fp8_amax_pass ? 2 + 2 + 1 : 2 + 1;
+  const TimeNs launches = (device.fp8_amax_pass ? 3 : 1) * device.kernel_launch;
+  return seconds_to_ns(elements * bytes_per_element / (device.memory_bandwidth * device.memory_efficiency)) + launches;
 }
 
 TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) const {

@@ -76,6 +76,7 @@ LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp) {
 
 const char* to_string(Runtime r) { return r == Runtime::kPython ? "python" : "libtorch"; }
 const char* to_string(Kernels k) { return k == Kernels::kFused ? "fused" : "composite"; }
+const char* to_string(Fp8Recipe r) { return r == Fp8Recipe::kTensorwise ? "tensorwise" : "delayed"; }
 
 const char* to_string(FsdpWrap w) {
   switch (w) {
@@ -389,6 +390,11 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     }
   }
   r.fp8_param_gather = s.fp8_param_gather;
+  r.fp8_recipe = s.fp8_recipe;
+  if (r.fp8_recipe != Fp8Recipe::kDelayed && s.precision != Precision::kFp8) {
+    bad.add("fp8_recipe", std::string(to_string(r.fp8_recipe)) + " scales FP8 casts and needs precision fp8; precision is " +
+                              to_string(s.precision) + " (valid here: delayed, the default)");
+  }
   if (r.fp8_param_gather && s.precision != Precision::kFp8) {
     bad.add("fp8_param_gather", std::string("true needs precision fp8 (it gathers the FP8 copies of the weights); precision is ") +
                                     to_string(s.precision));

@@ -129,8 +129,10 @@ class Pricing {
   /// the profile's (Note [Python host cost]), and where it has none a
   /// line in `warnings` says so.
   Pricing(const ClusterSpec& cluster, const PredictOptions& options, CostSources* sources, const Model& model,
-          Runtime runtime, std::vector<std::string>* warnings = nullptr)
+          Runtime runtime, Fp8Recipe fp8_recipe, std::vector<std::string>* warnings = nullptr)
       : cluster_(cluster) {
+    // Note [FP8 training] (cost_compute.cpp): current scaling's amax pass.
+    cluster_.device.fp8_amax_pass = fp8_recipe == Fp8Recipe::kTensorwise;
     outside_allocator_ = cluster.device.runtime_reserved;
     if (!options.profile) {
       compute_ = std::make_unique<RooflineComputeModel>(cluster_.device);
@@ -189,14 +191,14 @@ class Pricing {
 
 ResolvedPlan plan_for(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
   ResolvedPlan plan = resolve(spec, model, cluster);
-  const Pricing pricing(cluster, options, nullptr, model, plan.runtime);
+  const Pricing pricing(cluster, options, nullptr, model, plan.runtime, plan.fp8_recipe);
   partition(plan, model, pricing.cluster(), pricing.compute(), pricing.comm());
   return plan;
 }
 
 PricedLayers price_plan_layers(const Model& model, const ResolvedPlan& plan, const ClusterSpec& cluster,
                                const PredictOptions& options) {
-  const Pricing pricing(cluster, options, nullptr, model, plan.runtime);
+  const Pricing pricing(cluster, options, nullptr, model, plan.runtime, plan.fp8_recipe);
   return price_layers(model, plan, pricing.cluster(), pricing.compute(), pricing.comm());
 }
 
@@ -359,7 +361,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   p.gpus = cluster.gpus();
   p.device_name = cluster.device.name;
 
-  const Pricing pricing(cluster, options, &p.sources, model, p.plan.runtime, &p.warnings);
+  const Pricing pricing(cluster, options, &p.sources, model, p.plan.runtime, p.plan.fp8_recipe, &p.warnings);
   p.outside_allocator = pricing.outside_allocator();
   // A pipeline's layers are priced once, for the partition and the lowering.
   PricedLayers priced;

@@ -46,6 +46,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   os << " " << to_string(p.precision) << " ";
   if (attention) os << (p.flash_attention ? "flash" : "eager") << "-attention ";
   if (p.kernels == Kernels::kFused) os << "fused-kernels ";
+  if (p.fp8_recipe == Fp8Recipe::kTensorwise) os << "fp8-tensorwise ";
   os << to_string(p.optimizer)
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) {
@@ -90,6 +91,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("attention", p.flash_attention ? "flash" : "eager");
   j.field("runtime", to_string(p.runtime));
   j.field("kernels", to_string(p.kernels));
+  j.field("fp8_recipe", to_string(p.fp8_recipe));
   j.field("sync_batchnorm", p.sync_batchnorm);
   j.field("micro_batch", static_cast<std::int64_t>(p.micro_batch));
   j.field("grad_accum", static_cast<std::int64_t>(p.grad_accum));

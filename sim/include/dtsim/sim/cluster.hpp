@@ -74,6 +74,11 @@ struct DeviceSpec {
   /// slows the memory-bound kernels beside it (Note [Interference prior];
   /// 3, "at least 2x ... it can be 3x", NVIDIA/nccl #1428). 0: not counted.
   double comm_hbm_traffic = 3.0;
+  /// Under fp8, each cast to FP8 first reads its input once more for the
+  /// tensor's amax: the plan's fp8_recipe tensorwise (Transformer Engine's
+  /// Float8CurrentScaling), which the pricing of a plan sets on its copy of
+  /// the device (Note [FP8 training] in sim/src/cost/cost_compute.cpp).
+  bool fp8_amax_pass = false;
   std::string source;               ///< where the figures come from
   /// Peak dense FLOP/s for GEMMs in precision p (kFp8: the FP8 GEMMs; 0 where
   /// the device has no FP8, which resolve() refuses before anything asks).

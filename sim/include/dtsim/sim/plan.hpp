@@ -97,6 +97,13 @@ enum class Runtime { kLibtorch, kPython };
 /// Apex's RMSNorm under --transformer-impl transformer_engine or local,
 /// and --bias-swiglu-fusion, both Megatron-LM's defaults).
 enum class Kernels { kComposite, kFused };
+/// How FP8 training scales a tensor before its cast (Megatron-LM's
+/// --fp8-recipe): `delayed`, from the amax history of earlier steps
+/// (Transformer Engine's DelayedScaling, Megatron's default), the amax of
+/// this one recorded during the cast; `tensorwise`, from the tensor's own
+/// amax, measured by a pass of its own before the cast (Float8CurrentScaling,
+/// Megatron-Bridge's FP8-CS). Note [FP8 training] in cost_compute.cpp.
+enum class Fp8Recipe { kDelayed, kTensorwise };
 
 const char* to_string(Optimizer o);
 const char* to_string(Offload o);
@@ -113,6 +120,7 @@ const char* to_string(LossParallel l);
 LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp);
 const char* to_string(Runtime r);
 const char* to_string(Kernels k);
+const char* to_string(Fp8Recipe r);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
 /// "--set plan.dp"), so late checks can still point at the source.
@@ -180,6 +188,7 @@ struct PlanSpec {
   /// element (torchao's enable_fsdp_float8_all_gather, Megatron-LM's
   /// --fp8-param-gather; both off by default).
   bool fp8_param_gather = false;
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< under fp8 (Megatron-LM's --fp8-recipe)
   Optimizer optimizer = Optimizer::kAdamW;
   /// SGD's momentum (torch.optim.SGD's `momentum`, Megatron-LM's
   /// --sgd-momentum): above 0 SGD keeps a buffer a parameter, at 0 none.
@@ -277,6 +286,7 @@ struct ResolvedPlan {
   std::int64_t micro_batch = 1, grad_accum = 1, global_batch = 1, seq_len = 1;
   Precision precision = Precision::kFp32;
   bool fp8_param_gather = false;  ///< PlanSpec::fp8_param_gather (needs fp8)
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< PlanSpec's (tensorwise needs fp8)
   Optimizer optimizer = Optimizer::kAdamW;  ///< effective_optimizer: SGD at momentum 0 is kSgdPlain
   double sgd_momentum = 0.9;      ///< PlanSpec::sgd_momentum
   int zero_stage = 0;             ///< effective stage, after mapping `fsdp`
