@@ -414,6 +414,29 @@ TEST_CASE("search: pruning by the memory bound drops only plans that do not fit"
   for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
 }
 
+TEST_CASE("search: under fused kernels the memory bound still drops only plans that do not fit (Note [Fused kernels])", "[search]") {
+  // A Llama at 4k tokens on 8 V100-16GB, its norms and SwiGLU as
+  // Megatron-Core runs them: the bound's activations must be the fused
+  // ones the simulation keeps, or it would drop plans that fit.
+  const auto model = models::load_model("llama-3.2-1b");
+  const ClusterSpec cluster = load_cluster("8xv100-16g");
+  SearchOptions o = fp16_adam(32);
+  o.base.seq_len = 4096;
+  o.base.kernels = Kernels::kFused;
+  o.top = 10;
+  o.threads = 1;
+  o.prune_by_time = false;
+  const SearchResult pruned = search(*model, cluster, o);
+  o.prune_by_memory = false;
+  const SearchResult all = search(*model, cluster, o);
+  CHECK(pruned.pruned_memory > 0);
+  CHECK(all.not_fitting - pruned.not_fitting == pruned.pruned_memory);
+  REQUIRE(pruned.top.size() == all.top.size());
+  REQUIRE_FALSE(all.top.empty());
+  for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+  CHECK(all.top.front().plan.kernels == Kernels::kFused);
+}
+
 TEST_CASE("search: torchtitan's op-level recompute where it is described, and nowhere else (Note [Op-level recompute])", "[search]") {
   // A dense Llama on 8 H100s in bf16: op recompute is described for its
   // blocks at tp 1 and cp 1 with fused attention (models/src/llama.cpp),
