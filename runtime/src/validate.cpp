@@ -269,9 +269,17 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
   }
   if (s.spec.kernels == sim::Kernels::kFused) {
     // Note [Fused kernels] (models/src/llama.cpp): the LibTorch twins run
-    // PyTorch's composite norms and SwiGLU; predict what runs.
-    s.notes.push_back("kernels -> composite: the runtime's LibTorch twins run PyTorch's composite RMSNorm and SwiGLU (" +
-                      s.spec.origins.of("plan.kernels") + ")");
+    // PyTorch's composite norms and SwiGLU; predict what runs, and say so
+    // where the model has them (the knob moves only the Llama family).
+    sim::WorkloadShape fused;
+    fused.fused_kernels = true;
+    const sim::LayerList a = s.model->shared_layers(fused), b = s.model->shared_layers(sim::WorkloadShape{});
+    bool moves = false;
+    for (std::size_t l = 0; l < a.size() && l < b.size() && !moves; ++l) moves = a[l].signature != b[l].signature;
+    if (moves) {
+      s.notes.push_back("kernels -> composite: the runtime's LibTorch twins run PyTorch's composite RMSNorm and SwiGLU (" +
+                        s.spec.origins.of("plan.kernels") + ")");
+    }
     s.spec.kernels = sim::Kernels::kComposite;
   }
   if (s.spec.deallocate_pipeline_outputs && s.spec.schedule == sim::Schedule::kZbH1) {
