@@ -80,6 +80,8 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
   c.loss_parallels = rules.loss_parallels(tp);
   c.attentions = rules.attentions();
   c.precisions = rules.precisions();
+  c.kernels = rules.kernels();
+  c.fp8_recipes = rules.fp8_recipes(precision);
   c.max_virtual_stages = std::max(1, rules.layers() / std::max(1, pp));
   c.sequence_parallel = rules.sequence_parallel_values(tp).size() > 1;
   c.sync_batchnorm = rules.sync_batchnorm_allowed();
@@ -399,6 +401,8 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   if (p.tp > 1 && p.spec.loss_parallel != sim::LossParallel::kAuto) s += std::string(" loss-") + sim::to_string(p.spec.loss_parallel);
   if (p.spec.attention != sim::Attention::kAuto) s += std::string(" ") + sim::to_string(p.spec.attention);
   s += " mb" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + " " + sim::to_string(p.precision);
+  if (p.fp8_recipe == sim::Fp8Recipe::kTensorwise) s += "-tensorwise";  // Note [FP8 training]
+  if (p.kernels == sim::Kernels::kFused) s += " fused";                 // Note [Fused kernels]
   if (p.spec.placement != "tp,pp,dp") s += " [" + p.spec.placement + "]";  // else two plans would read the same
   return s;
 }

@@ -195,6 +195,13 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                   "fp16: DeepSpeed fp16.enabled, Megatron --fp16. bf16: DeepSpeed bf16.enabled, Megatron --bf16, "
                   "FSDP MixedPrecision(param_dtype=torch.bfloat16), torchtitan mixed_precision_param = "
                   "\"bfloat16\". fp8: Transformer Engine (Megatron --fp8-format hybrid), on FP8 tensor cores only."},
+    {"kernels", "plan.kernels: how a Llama-family block's RMSNorms and SwiGLU run. composite: PyTorch's separate ops "
+                "(HuggingFace, eager torchtitan), autograd keeping the norm's fp32 copy and SwiGLU's three intermediates. "
+                "fused: one kernel each keeping only its inputs, as Megatron-Core runs them (Transformer Engine's "
+                "RMSNorm, --bias-swiglu-fusion)."},
+    {"fp8_recipe", "plan.fp8_recipe, under fp8: how a tensor's scale is found before its cast (Megatron --fp8-recipe). "
+                   "delayed: Transformer Engine's DelayedScaling, from earlier steps' amax. tensorwise: "
+                   "Float8CurrentScaling (Megatron-Bridge's FP8-CS), a pass over the tensor for its amax before each cast."},
     {"nodes", "cluster.nodes: machines (torchrun --nnodes, SLURM --nodes)."},
     {"gpus_per_node", "cluster.gpus_per_node: GPUs per machine (torchrun --nproc-per-node); "
                       "tensor parallelism stays inside one."},
@@ -530,6 +537,7 @@ struct ExplorerWindow::Impl {
   QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *loss_parallel = nullptr, *ep = nullptr,
             *etp = nullptr, *schedule = nullptr,
             *zero = nullptr, *offload = nullptr, *recompute = nullptr, *attention = nullptr, *precision = nullptr,
+            *kernels_box = nullptr, *fp8_recipe = nullptr,
             *batch_mode = nullptr, *fsdp_wrap = nullptr;
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr, *rc_layers = nullptr;
@@ -748,6 +756,14 @@ struct ExplorerWindow::Impl {
     attention->setObjectName("attention");
     precision = new QComboBox;
     precision->setObjectName("precision");
+    kernels_box = new QComboBox;
+    kernels_box->setObjectName("kernels");
+    kernels_box->addItem("composite", static_cast<int>(sim::Kernels::kComposite));
+    kernels_box->addItem("fused", static_cast<int>(sim::Kernels::kFused));
+    fp8_recipe = new QComboBox;
+    fp8_recipe->setObjectName("fp8_recipe");
+    fp8_recipe->addItem("delayed", static_cast<int>(sim::Fp8Recipe::kDelayed));
+    fp8_recipe->addItem("tensorwise", static_cast<int>(sim::Fp8Recipe::kTensorwise));
     fp32_grads = new QCheckBox("fp32 gradients (Megatron)");
     fp32_grads->setObjectName("fp32_grads");
     contig = new QCheckBox("contiguous");
@@ -793,8 +809,15 @@ struct ExplorerWindow::Impl {
       row->addWidget(rc_layers);
       mf->addRow("Recompute", row);
     }
-    mf->addRow("Attention", attention);
-    mf->addRow("Precision", precision);
+    // The kernels and the FP8 recipe beside attention and precision, not
+    // rows of their own (Note [Chart sizes]).
+    for (auto [label, left, right] : {std::tuple{"Attention", attention, kernels_box}, std::tuple{"Precision", precision, fp8_recipe}}) {
+      auto* row = new QHBoxLayout;
+      row->setContentsMargins(0, 0, 0, 0);
+      row->addWidget(left, 1);
+      row->addWidget(right, 1);
+      mf->addRow(label, row);
+    }
     v->addWidget(mem);
 
     auto* clu = new QGroupBox("Cluster");
@@ -1125,7 +1148,7 @@ struct ExplorerWindow::Impl {
     });
     picker(profile, [this](const QString& s) { w->open_profile(s); });
     for (QComboBox* b : {dp, tp, pp, cp, cp_comm, loss_parallel, ep, etp, schedule, zero, offload, recompute, attention, precision, batch_mode,
-                         fsdp_wrap}) {
+                         fsdp_wrap, kernels_box, fp8_recipe}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
     for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node, rc_layers}) {
@@ -1198,6 +1221,8 @@ struct ExplorerWindow::Impl {
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
     contig->setChecked(p.contiguous_gradients);
     fsdp_wrap->setCurrentIndex(std::max(0, fsdp_wrap->findData(static_cast<int>(p.fsdp_wrap))));
+    kernels_box->setCurrentIndex(std::max(0, kernels_box->findData(static_cast<int>(p.kernels))));
+    fp8_recipe->setCurrentIndex(std::max(0, fp8_recipe->findData(static_cast<int>(p.fp8_recipe))));
     limit_ag->setChecked(p.limit_all_gathers);
     z3_prefetch->setValue(p.stage3_prefetch_bucket_size);
     z3_live->setValue(p.stage3_max_live_parameters);
@@ -1265,6 +1290,10 @@ struct ExplorerWindow::Impl {
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     rc_layers->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kFull));
+    // The rules table's: fused where the model's blocks change with it; a
+    // recipe to choose under fp8 only (resolve refuses tensorwise elsewhere).
+    kernels_box->setEnabled(ch.kernels.size() > 1);
+    fp8_recipe->setEnabled(ch.fp8_recipes.size() > 1);
     syncing = was;
   }
 
@@ -1339,6 +1368,10 @@ struct ExplorerWindow::Impl {
     if (z == 2) p.contiguous_gradients = contig->isChecked();
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
+    p.kernels = static_cast<sim::Kernels>(kernels_box->currentData().toInt());
+    // Under fp8 only; elsewhere delayed, the default (the box keeps what it shows).
+    p.fp8_recipe = p.precision == sim::Precision::kFp8 ? static_cast<sim::Fp8Recipe>(fp8_recipe->currentData().toInt())
+                                                        : sim::Fp8Recipe::kDelayed;
     // resolve refuses FSDP's knobs away from FSDP's sharded parameters:
     // there they take FSDP's defaults (the boxes keep what they show).
     const bool fsdp_params = p.fsdp == sim::FsdpMode::kFullShard || p.fsdp == sim::FsdpMode::kHybridShard;
@@ -1377,6 +1410,8 @@ struct ExplorerWindow::Impl {
     mark(p.recompute_num_layers != before.recompute_num_layers, "recompute_num_layers");
     mark(p.attention != before.attention, "attention");
     mark(p.precision != before.precision, "precision");
+    mark(p.kernels != before.kernels, "kernels");
+    mark(p.fp8_recipe != before.fp8_recipe, "fp8_recipe");
     mark(p.fsdp_wrap != before.fsdp_wrap, "fsdp_wrap");
     mark(p.limit_all_gathers != before.limit_all_gathers, "limit_all_gathers");
     mark(p.stage3_prefetch_bucket_size != before.stage3_prefetch_bucket_size, "stage3_prefetch_bucket_size");

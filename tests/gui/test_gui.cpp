@@ -164,7 +164,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 44);  // 21 combo boxes, 15 spin boxes (3 on the search tab), 8 check boxes
+  CHECK(knobs == 46);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 8 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
@@ -191,6 +191,8 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"precision", {"--bf16", "bf16.enabled"}},
       {"offload", {"offload_optimizer", "CPUOffload"}},
       {"sequence_parallel", {"--sequence-parallel"}},
+      {"kernels", {"Transformer Engine", "--bias-swiglu-fusion"}},
+      {"fp8_recipe", {"--fp8-recipe", "Float8CurrentScaling"}},
   };
   for (const auto& [name, words] : terms) {
     auto* k = w.findChild<QWidget*>(name);
@@ -730,6 +732,59 @@ TEST_CASE("the contiguous-gradients knob reaches a ZeRO-2 plan", "[gui][window]"
 // coordinator knobs (Note [ZeRO-3 modules]) and NCCL_NVLS_ENABLE (Note
 // [NVLink SHARP]): each enabled only where it applies, and each reaching the
 // plan or the cluster.
+// Note [Fused kernels] and Note [FP8 training]: the kernels box where the
+// model's blocks change with it, the FP8 recipe under fp8 only; each
+// reaches the plan, and the prediction is the direct one's.
+TEST_CASE("the kernels and FP8 recipe knobs reach the plan where they apply", "[gui][window]") {
+  app();
+  // The rules table: fused for the Llama family, not for GPT-2; tensorwise under fp8 only.
+  const sim::ClusterSpec h100 = sim::load_cluster("dgx-h100");
+  CHECK(gui::knob_choices(*models::load_model("llama-tiny"), h100, 1, 1).kernels ==
+        std::vector<sim::Kernels>{sim::Kernels::kComposite, sim::Kernels::kFused});
+  CHECK(gui::knob_choices(*models::load_model("gpt2-tiny"), h100, 1, 1).kernels == std::vector<sim::Kernels>{sim::Kernels::kComposite});
+  CHECK(gui::knob_choices(*models::load_model("llama-tiny"), h100, 1, 1, 1, 0, 0, 0, sim::Attention::kAuto, sim::Precision::kFp8)
+            .fp8_recipes == std::vector<sim::Fp8Recipe>{sim::Fp8Recipe::kDelayed, sim::Fp8Recipe::kTensorwise});
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("llama-tiny", "dgx-h100", "ddp", "", {sim::parse_override("plan.precision=fp8")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* kernels = w.findChild<QComboBox*>("kernels");
+  auto* recipe = w.findChild<QComboBox*>("fp8_recipe");
+  REQUIRE(kernels != nullptr);
+  REQUIRE(recipe != nullptr);
+  CHECK(kernels->isEnabled());
+  CHECK(recipe->isEnabled());
+  const sim::PlanSpec before = w.scenario().plan;
+  kernels->setCurrentIndex(kernels->findData(static_cast<int>(sim::Kernels::kFused)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  recipe->setCurrentIndex(recipe->findData(static_cast<int>(sim::Fp8Recipe::kTensorwise)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.kernels == sim::Kernels::kFused);
+  CHECK(w.outcome().prediction->plan.fp8_recipe == sim::Fp8Recipe::kTensorwise);
+  CHECK(w.scenario().plan.origins.of("plan.kernels") == "explorer: kernels");
+  CHECK(gui::plan_label(w.outcome().prediction->plan).find(" fp8-tensorwise fused") != std::string::npos);
+  sim::PlanSpec expect = before;
+  expect.kernels = sim::Kernels::kFused;
+  expect.fp8_recipe = sim::Fp8Recipe::kTensorwise;
+  const auto direct = predict_plan(expect, "llama-tiny", "dgx-h100");
+  CHECK(w.outcome().prediction->iteration_time == direct.iteration_time);
+  CHECK(w.outcome().prediction->ranks.front().peak == direct.ranks.front().peak);
+  // Away from fp8 the recipe is disabled and the plan takes delayed scaling.
+  auto* precision = w.findChild<QComboBox*>("precision");
+  precision->setCurrentIndex(precision->findData(static_cast<int>(sim::Precision::kBf16)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK_FALSE(recipe->isEnabled());
+  CHECK(w.outcome().prediction->plan.fp8_recipe == sim::Fp8Recipe::kDelayed);
+  // GPT-2 has no composite norm or SwiGLU to fuse: the box is off.
+  ExplorerWindow g;
+  g.set_scenario(gui::load_scenario("gpt2-tiny", "dgx-h100", "ddp", "", {}));
+  REQUIRE(g.wait_for_result(kWaitMs));
+  CHECK_FALSE(g.findChild<QComboBox*>("kernels")->isEnabled());
+}
+
 TEST_CASE("the FSDP, ZeRO-3 and NVLink SHARP knobs reach the plan", "[gui][window]") {
   app();
   ExplorerWindow f;

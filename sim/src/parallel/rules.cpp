@@ -80,6 +80,22 @@ std::vector<LossParallel> PlanRules::loss_parallels(int tp) const {
   return {LossParallel::kAuto, LossParallel::kMegatron, LossParallel::kDtensor};
 }
 
+std::vector<Kernels> PlanRules::kernels() const {
+  // Note [Fused kernels]: offered where a layer's description moves with it.
+  WorkloadShape fused;
+  fused.fused_kernels = true;
+  const LayerList a = model_.shared_layers(fused), b = model_.shared_layers(WorkloadShape{});
+  for (std::size_t l = 0; l < a.size() && l < b.size(); ++l) {
+    if (a[l].signature != b[l].signature) return {Kernels::kComposite, Kernels::kFused};
+  }
+  return {Kernels::kComposite};
+}
+
+std::vector<Fp8Recipe> PlanRules::fp8_recipes(Precision p) const {
+  if (p != Precision::kFp8) return {Fp8Recipe::kDelayed};
+  return {Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise};
+}
+
 std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   if (cp <= 1) return {CpComm::kP2p};
   return {CpComm::kP2p, CpComm::kAllGather};

@@ -67,6 +67,8 @@ struct KnobChoices {
   std::vector<sim::LossParallel> loss_parallels;  ///< whose cross-entropy a tp head runs (only auto at tp 1)
   std::vector<sim::Attention> attentions;  ///< auto, and eager and flash where the model has attention
   std::vector<sim::Precision> precisions;  ///< those the device computes in
+  std::vector<sim::Kernels> kernels;       ///< composite, and fused for the Llama family
+  std::vector<sim::Fp8Recipe> fp8_recipes; ///< delayed, and tensorwise under fp8
   /// Recompute modes the model has (PlanRules::recomputes), op only where
   /// op_recompute_allowed at the current tp, cp and attention.
   std::vector<sim::Recompute> recomputes;

@@ -65,6 +65,12 @@ class PlanRules {
   std::vector<LossParallel> loss_parallels(int tp) const;
   /// Attention implementations: eager, and fused where the model has attention.
   std::vector<Attention> attentions() const;
+  /// How the norms and SwiGLU run (PlanSpec::kernels): composite, and fused
+  /// where the model's blocks change with it (the Llama family; Note [Fused
+  /// kernels] in models/src/llama.cpp).
+  std::vector<Kernels> kernels() const;
+  /// FP8 scaling recipes in precision p: delayed, and tensorwise under fp8.
+  std::vector<Fp8Recipe> fp8_recipes(Precision p) const;
   /// Whether attention `a` runs fused in precision p: `auto` is what the
   /// device would run (PyTorch's SDPA and Megatron-Core pick a fused kernel
   /// on a GPU in 16- and 8-bit training; eager on CPUs and in fp32).
