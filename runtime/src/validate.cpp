@@ -22,6 +22,7 @@
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/json_writer.hpp"
 #include "dtsim/sim/profile.hpp"
+#include "dtsim/sim/rules.hpp"
 
 namespace dtsim::runtime {
 namespace {
@@ -270,13 +271,8 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
   if (s.spec.kernels == sim::Kernels::kFused) {
     // Note [Fused kernels] (models/src/llama.cpp): the LibTorch twins run
     // PyTorch's composite norms and SwiGLU; predict what runs, and say so
-    // where the model has them (the knob moves only the Llama family).
-    sim::WorkloadShape fused;
-    fused.fused_kernels = true;
-    const sim::LayerList a = s.model->shared_layers(fused), b = s.model->shared_layers(sim::WorkloadShape{});
-    bool moves = false;
-    for (std::size_t l = 0; l < a.size() && l < b.size() && !moves; ++l) moves = a[l].signature != b[l].signature;
-    if (moves) {
+    // where the model has them (the rules table offers fused there only).
+    if (sim::PlanRules(*s.model, s.cluster).kernels().size() > 1) {
       s.notes.push_back("kernels -> composite: the runtime's LibTorch twins run PyTorch's composite RMSNorm and SwiGLU (" +
                         s.spec.origins.of("plan.kernels") + ")");
     }

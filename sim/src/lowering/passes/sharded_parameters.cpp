@@ -186,7 +186,7 @@ class ShardedParameters final : public StrategyPass {
     TaskId rs = c.collective(c.tag(m, "reduce_scatter ", unit), CollectiveOp::kReduceScatter, rb, c.shard_group,
                              one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv + cast}},
                              {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv - cast}},
-                             root ? 0 : c.expert_grad_bytes(L) / c.gw * rw);
+                             root ? 0 : L.expert_params * rw);
     if (c.replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
       rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(rb, c.n),
