@@ -1,6 +1,6 @@
 // The Llama family of dense decoders (HuggingFace LlamaForCausalLM, and
-// Mistral, Qwen2 and Qwen3, which differ from it only in biases, q/k norms
-// and sliding windows): token embedding, n pre-RMSNorm blocks of grouped-
+// Mistral, Qwen2, Qwen3 and Phi-3, which differ from it only in biases, q/k
+// norms and sliding windows): token embedding, n pre-RMSNorm blocks of grouped-
 // query attention with rotary positions and a SwiGLU MLP, a final RMSNorm
 // and an LM head (tied to the embedding or not).
 #include <algorithm>
@@ -105,6 +105,23 @@ using namespace detail;
 // composite ops keep them: each latent's norm ((4 + e) per element) and its
 // up-projection's input, Q and K at 192 and V at 128 per head, o_proj's
 // input, and the core.
+// Note [Phi-3]
+// Microsoft's Phi-3 and Phi-4 as HuggingFace writes them (modeling_phi3.py,
+// model_type phi3; Abdin et al. 2024, "Phi-3 Technical Report", section 2)
+// are this family's block: RMSNorm before attention and before the MLP,
+// grouped-query attention with rotary positions, a SwiGLU MLP, no biases,
+// an untied head. Its weights differ in layout only: q, k and v are one
+// Linear (qkv_proj) and gate and up another (gate_up_proj), which is how
+// this family prices them anyway ("attn.qkv", "mlp.gate_up": one GEMM
+// each, as Megatron-Core fuses them), so the parameters, FLOPs and kept
+// tensors are those of the Llama block of the same shape; the LibTorch
+// twin keeps separate q/k/v and gate/up Linears of the same sizes. The
+// 4k models' configs set sliding_window 2047, which Phi3Attention hands to
+// its attention (every layer local); the 128k models' window (262,144)
+// exceeds their sequence. partial_rotary_factor (Phi-4-mini) rotates part
+// of each head, which HF's apply_rotary_pos_emb still concatenates whole:
+// the same bytes, not modelled apart. The residual and embedding dropouts
+// (resid_pdrop, embd_pdrop: 0 in every published config) are refused above 0.
 // Note [Gemma]
 // Google's Gemma 2 and Gemma 3 language models as HuggingFace writes them
 // (modeling_gemma2.py, modeling_gemma3.py; Gemma Team 2024, "Gemma 2",

@@ -81,6 +81,12 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 32000\nseq_len: 32768\nsliding_window: 4096\n"},
     {"qwen3-8b", "Qwen3 8B: 36 layers, hidden 4096, 32 heads of 128, 8 KV heads, q/k norms, SwiGLU 12288, vocab 151936, seq 40960",
      "family: llama\nlayers: 36\nhidden: 4096\nheads: 32\nkv_heads: 8\nhead_dim: 128\nintermediate: 12288\nvocab: 151936\nseq_len: 40960\nqk_norm: true\n"},
+    // Note [Phi-3] (llama.cpp): microsoft/Phi-3-mini-4k-instruct's and
+    // Phi-3-medium-4k-instruct's config.json.
+    {"phi-3-mini", "Microsoft Phi-3-mini (4k): 32 layers, hidden 3072, 32 heads, SwiGLU 8192, vocab 32064, sliding window 2047, seq 4096",
+     "family: llama\nlayers: 32\nhidden: 3072\nheads: 32\nkv_heads: 32\nintermediate: 8192\nvocab: 32064\nseq_len: 4096\nsliding_window: 2047\n"},
+    {"phi-3-medium", "Microsoft Phi-3-medium (4k): 40 layers, hidden 5120, 40 heads, 10 KV heads, SwiGLU 17920, vocab 32064, sliding window 2047, seq 4096",
+     "family: llama\nlayers: 40\nhidden: 5120\nheads: 40\nkv_heads: 10\nintermediate: 17920\nvocab: 32064\nseq_len: 4096\nsliding_window: 2047\n"},
     // Note [Gemma] (llama.cpp): Gemma 2 (google/gemma-2-*b config.json) and
     // Gemma 3's language models (text_config of google/gemma-3-*b-pt;
     // gemma-3-1b-pt is text only).
@@ -455,7 +461,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -556,6 +562,46 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
       ours["sliding_window"] = c.get_int("sliding_window", 0, 1, kBig);
     } else if (mistral && !hf["sliding_window"]) {
       ours["sliding_window"] = 4096;
+    }
+  } else if (type == "phi3") {
+    // Note [Phi-3] (llama.cpp): Phi-3 and Phi-4 (Phi3ForCausalLM) are the
+    // Llama block with q/k/v and gate/up in one projection each, which is
+    // how the family prices them already; the defaults of Phi3Config
+    // (transformers' configuration_phi3.py), which are Phi-3-mini's.
+    require_arch({"Phi3ForCausalLM"});
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", 32);
+    copy_int("hidden_size", "hidden", 3072);
+    copy_int("num_attention_heads", "heads", 32);
+    const std::int64_t heads = ours["heads"].as<std::int64_t>();
+    // num_key_value_heads null or absent: one per attention head.
+    if (c.has("num_key_value_heads") && !hf["num_key_value_heads"].IsNull()) {
+      copy_int("num_key_value_heads", "kv_heads", heads);
+      check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    } else {
+      ours["kv_heads"] = heads;
+    }
+    // Phi3Attention: head_dim where the config has it, else hidden / heads.
+    if (c.has("head_dim")) {
+      copy_int("head_dim", "head_dim", 0);
+    } else if (ours["hidden"].as<std::int64_t>() % heads != 0) {
+      c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " +
+                                        std::to_string(ours["hidden"].as<std::int64_t>()) + " and no head_dim is given");
+    }
+    copy_int("intermediate_size", "intermediate", 8192);
+    copy_int("vocab_size", "vocab", 32064);
+    copy_int("max_position_embeddings", "seq_len", 4096);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    // No biases (Phi3Attention's and Phi3MLP's Linears are bias=False); the
+    // window, where the config sets one, bounds every layer's attention
+    // (Phi3Attention passes config.sliding_window to its attention).
+    if (c.has("sliding_window") && !hf["sliding_window"].IsNull()) {
+      ours["sliding_window"] = c.get_int("sliding_window", 0, 1, kBig);
+    }
+    // Phi3DecoderLayer's residual dropouts and the embedding's dropout are
+    // not in the family (the published configs set them to 0).
+    for (const char* key : {"resid_pdrop", "embd_pdrop"}) {
+      if (c.get_double(key, 0, 0, 0.99) > 0) c.fail(key, "dropout there is not modelled; valid: 0.0 (every published Phi-3 and Phi-4 config)");
     }
   } else if (type == "gemma2" || type == "gemma3_text") {
     // Note [Gemma] (llama.cpp): the defaults of Gemma2Config and

@@ -378,6 +378,86 @@ TEST_CASE("bad Llama-family input: one line naming file, key and what is valid",
   CHECK_THAT(error_of([&] { load_model(arch); }), Catch::Contains("valid: LlamaForCausalLM"));
 }
 
+// ---- Phi-3 (Note [Phi-3] in models/src/llama.cpp) ----------------------------
+
+namespace {
+
+/// A variant of a hub file, written where the test can read it.
+std::string phi3_json(const test::TempDir& dir, const std::string& text) {
+  const std::string path = dir.file("config.json");
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("Phi-3 parameter counts equal HuggingFace's, from config.json and built in", "[llama][phi3]") {
+  // Phi3ForCausalLM: qkv_proj and gate_up_proj hold Llama's q/k/v and
+  // gate/up numbers in one Linear each, no biases, untied head
+  // (tests/data/hf/PARAMS.md). Phi-3-mini: 3,821,079,552, Keras Hub's count
+  // for phi3_mini_4k_instruct_en; Phi-3-medium: 13,960,238,080.
+  const std::int64_t mini = llama_params(32, 3072, 32, 32, 96, 8192, 32064, false);
+  const std::int64_t medium = llama_params(40, 5120, 40, 10, 128, 17920, 32064, false);
+  CHECK(mini == 3'821'079'552);
+  CHECK(medium == 13'960'238'080);
+  CHECK(load_model(hf("phi-3-mini-4k"))->parameters() == mini);
+  CHECK(load_model(hf("phi-3-medium-4k"))->parameters() == medium);
+  CHECK(load_model("phi-3-mini")->parameters() == mini);
+  CHECK(load_model("phi-3-medium")->parameters() == medium);
+  // The hub file's _name_or_path names it.
+  CHECK(load_model(hf("phi-3-mini-4k"))->name() == "Phi-3-mini-4k-instruct");
+}
+
+TEST_CASE("a Phi-3 config.json is its built-in model: every layer, the 2047-token window included", "[llama][phi3]") {
+  const sim::WorkloadShape w = shape(1, 4096, 2);
+  for (const auto& [file, builtin] : {std::pair{"phi-3-mini-4k", "phi-3-mini"}, std::pair{"phi-3-medium-4k", "phi-3-medium"}}) {
+    INFO(file);
+    const auto from_hf = load_model(hf(file))->layers(w);
+    const auto ours = load_model(builtin)->layers(w);
+    REQUIRE(from_hf.size() == ours.size());
+    for (std::size_t i = 0; i < ours.size(); ++i) {
+      CHECK(from_hf[i].signature == ours[i].signature);
+      CHECK(from_hf[i].forward_flops() == ours[i].forward_flops());
+      CHECK(from_hf[i].saved_bytes == ours[i].saved_bytes);
+    }
+    // Every block attends within the window (Phi3Attention hands
+    // config.sliding_window to every layer's attention).
+    for (std::size_t i = 1; i + 1 < ours.size(); ++i) CHECK(ours[i].signature.find(",sw=2047") != std::string::npos);
+  }
+  // "sliding_window": null (the 128k models' files set 262144; a null
+  // window is none): full causal attention, so at 4096 tokens a fused
+  // kernel does more work (eager attention computes every score either way).
+  test::TempDir dir("phi3-window");
+  std::string text = slurp(hf("phi-3-mini-4k"));
+  const std::string from = "\"sliding_window\": 2047";
+  REQUIRE(text.find(from) != std::string::npos);
+  text.replace(text.find(from), from.size(), "\"sliding_window\": null");
+  const auto full = load_model(phi3_json(dir, text))->layers(w);
+  CHECK(full[1].signature.find(",sw=") == std::string::npos);
+  sim::WorkloadShape fa = w;
+  fa.flash_attention = true;
+  CHECK(load_model(phi3_json(dir, text))->layers(fa)[1].forward_flops() > load_model("phi-3-mini")->layers(fa)[1].forward_flops());
+}
+
+TEST_CASE("bad Phi-3 config.json: one line naming the key and what is valid", "[llama][phi3]") {
+  test::TempDir dir("phi3-bad");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = slurp(hf("phi-3-mini-4k"));
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    return phi3_json(dir, text);
+  };
+  const std::string resid = with("\"resid_pdrop\": 0.0", "\"resid_pdrop\": 0.1");
+  CHECK_THAT(error_of([&] { load_model(resid); }),
+             Catch::Contains("config.resid_pdrop") && Catch::Contains("valid: 0.0") && Catch::Contains("config.json:"));
+  const std::string embd = with("\"embd_pdrop\": 0.0", "\"embd_pdrop\": 0.2");
+  CHECK_THAT(error_of([&] { load_model(embd); }), Catch::Contains("config.embd_pdrop"));
+  const std::string arch = with("\"Phi3ForCausalLM\"", "\"Phi3SmallForCausalLM\"");
+  CHECK_THAT(error_of([&] { load_model(arch); }), Catch::Contains("valid: Phi3ForCausalLM"));
+  const std::string kv = with("\"num_key_value_heads\": 32", "\"num_key_value_heads\": 7");
+  CHECK_THAT(error_of([&] { load_model(kv); }), Catch::Contains("config.num_key_value_heads: 7 does not divide the 32 attention heads"));
+}
+
 // ---- Gemma 2 and 3 (Note [Gemma] in models/src/llama.cpp) -------------------
 
 namespace {
