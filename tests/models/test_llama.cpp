@@ -382,8 +382,8 @@ TEST_CASE("bad Llama-family input: one line naming file, key and what is valid",
 
 namespace {
 
-/// A variant of a hub file, written where the test can read it.
-std::string phi3_json(const test::TempDir& dir, const std::string& text) {
+/// A config.json of `text` in `dir`, where the test can read it.
+std::string write_json(const test::TempDir& dir, const std::string& text) {
   const std::string path = dir.file("config.json");
   std::ofstream(path) << text;
   return path;
@@ -432,11 +432,11 @@ TEST_CASE("a Phi-3 config.json is its built-in model: every layer, the 2047-toke
   const std::string from = "\"sliding_window\": 2047";
   REQUIRE(text.find(from) != std::string::npos);
   text.replace(text.find(from), from.size(), "\"sliding_window\": null");
-  const auto full = load_model(phi3_json(dir, text))->layers(w);
+  const auto full = load_model(write_json(dir, text))->layers(w);
   CHECK(full[1].signature.find(",sw=") == std::string::npos);
   sim::WorkloadShape fa = w;
   fa.flash_attention = true;
-  CHECK(load_model(phi3_json(dir, text))->layers(fa)[1].forward_flops() > load_model("phi-3-mini")->layers(fa)[1].forward_flops());
+  CHECK(load_model(write_json(dir, text))->layers(fa)[1].forward_flops() > load_model("phi-3-mini")->layers(fa)[1].forward_flops());
 }
 
 TEST_CASE("bad Phi-3 config.json: one line naming the key and what is valid", "[llama][phi3]") {
@@ -445,7 +445,7 @@ TEST_CASE("bad Phi-3 config.json: one line naming the key and what is valid", "[
     std::string text = slurp(hf("phi-3-mini-4k"));
     REQUIRE(text.find(from) != std::string::npos);
     text.replace(text.find(from), from.size(), to);
-    return phi3_json(dir, text);
+    return write_json(dir, text);
   };
   const std::string resid = with("\"resid_pdrop\": 0.0", "\"resid_pdrop\": 0.1");
   CHECK_THAT(error_of([&] { load_model(resid); }),
@@ -469,12 +469,6 @@ std::int64_t gemma_params(std::int64_t layers, std::int64_t h, std::int64_t a, s
                           std::int64_t v, bool qk_norm) {
   const std::int64_t block = h * a * d + 2 * h * kv * d + a * d * h + 3 * h * f + 4 * h + (qk_norm ? 2 * d : 0);
   return v * h + layers * block + h;
-}
-
-std::string write_json(const test::TempDir& dir, const std::string& text) {
-  const std::string path = dir.file("config.json");
-  std::ofstream(path) << text;
-  return path;
 }
 
 }  // namespace
