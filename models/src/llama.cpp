@@ -1,6 +1,6 @@
 // The Llama family of dense decoders (HuggingFace LlamaForCausalLM, and
-// Mistral, Qwen2, Qwen3 and Phi-3, which differ from it only in biases, q/k
-// norms and sliding windows): token embedding, n pre-RMSNorm blocks of grouped-
+// Mistral, Qwen2, Qwen3, Phi-3 and Granite, which differ from it only in
+// biases, q/k norms, sliding windows and scalars): token embedding, n pre-RMSNorm blocks of grouped-
 // query attention with rotary positions and a SwiGLU MLP, a final RMSNorm
 // and an LM head (tied to the embedding or not).
 #include <algorithm>
@@ -122,6 +122,29 @@ using namespace detail;
 // of each head, which HF's apply_rotary_pos_emb still concatenates whole:
 // the same bytes, not modelled apart. The residual and embedding dropouts
 // (resid_pdrop, embd_pdrop: 0 in every published config) are refused above 0.
+// Note [Granite]
+// IBM's Granite 3 language models as HuggingFace writes them
+// (modeling_granite.py, model_type granite; Granite Team 2024, "Granite 3.0
+// Language Models") are the Llama block with four scalars, each a
+// LlamaConfig field where it is an op (0: not there):
+//   embedding_multiplier  GraniteModel multiplies the embeddings by it
+//               (12 in Granite 3): a pass over t h elements, as Gemma's
+//               sqrt(hidden) is, and its gradient likewise;
+//   residual_multiplier   GraniteDecoderLayer multiplies the attention's
+//               and the MLP's outputs by it before each residual (0.22):
+//               a pass over t h elements each, forward and backward;
+//   logits_scaling        GraniteForCausalLM divides the logits by it
+//               before the loss (16 for 8B): a pass over t v elements,
+//               forward and backward;
+//   attention_multiplier  the scores' scale in place of 1/sqrt(d): the
+//               same work, not modelled.
+// A tensor times a Python scalar saves nothing for backward (its gradient
+// is the incoming one times the same scalar), so nothing more is kept and
+// the scaled logits replace the unscaled ones before the fp32 upcast,
+// whose copy sets the head's peak as before. HF runs each op whatever its
+// value, 1.0 included, so a Granite config always has all three; the
+// signatures carry their values in thousandths, and the LibTorch twin
+// runs them (its scores keep SDPA's 1/sqrt(d)).
 // Note [Gemma]
 // Google's Gemma 2 and Gemma 3 language models as HuggingFace writes them
 // (modeling_gemma2.py, modeling_gemma3.py; Gemma Team 2024, "Gemma 2",
@@ -209,13 +232,15 @@ class Llama final : public ZooModel {
     sim::Layer emb;
     emb.name = "embed_tokens";
     emb.kind = sim::LayerKind::kEmbedding;
-    emb.signature = "llama.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + (c_.embed_scale ? ",es=1" : "") + tps;
+    emb.signature = "llama.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + (c_.embed_scale ? ",es=1" : "") +
+                    milli(",em=", c_.embedding_multiplier) + tps;
     emb.params = v * h;
     emb.param_tensors = 1;
     emb.modules = {{"embed.gather", {v * h}, ""}};
     emb.forward.push_back(memory_op("embed.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
-    if (c_.embed_scale) {
-      // Gemma: times sqrt(hidden) (a constant tensor: nothing kept), and its gradient likewise.
+    if (c_.embed_scale || c_.embedding_multiplier > 0) {
+      // Gemma: times sqrt(hidden) (a constant tensor: nothing kept), and its
+      // gradient likewise; Granite: times embedding_multiplier (Note [Granite]).
       const sim::Kernel scale = memory_op("embed.scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h);
       emb.forward.push_back(scale);
       emb.backward.push_back(scale);
@@ -240,6 +265,7 @@ class Llama final : public ZooModel {
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
+             milli(",rm=", c_.residual_multiplier) +  // Note [Granite]
              (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape) +
              (shape.fused_kernels ? ",fk=1" : "");  // Note [Fused kernels]
     };
@@ -282,7 +308,8 @@ class Llama final : public ZooModel {
     head.kind = sim::LayerKind::kLmHead;
     head.signature = "llama.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) +
                      ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") +
-                     (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") + tps +
+                     (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") +
+                     milli(",ls=", c_.logits_scaling) + tps +
                      (shape.fused_kernels ? ",fk=1" : "");
     head.params = h + (c_.tied_head ? 0 : v * h);
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
@@ -304,11 +331,42 @@ class Llama final : public ZooModel {
       head.backward = backward_of(head.forward);
       head.saved_bytes += e * t * v;
     }
+    if (c_.logits_scaling > 0) {
+      // Granite divides the logits by logits_scaling before the loss (Note
+      // [Granite]): a pass over them, nothing kept; its backward divides the
+      // logits' gradient likewise.
+      const auto at = head.forward.begin() + 2;  // after the norm and the head GEMM
+      head.forward.insert(at, scale_op("logits.scale", e, t * v));
+      head.backward = backward_of(head.forward);
+      scaled_backward(head.backward);
+    }
     out.push_back(std::move(head));
     return out;
   }
 
  private:
+  /// ",key=N", N the value in thousandths (signatures hold integers), or
+  /// nothing where the value is 0 (the op is not there).
+  static std::string milli(const char* key, double value) {
+    return value > 0 ? key + std::to_string(std::max<long long>(1, std::llround(value * 1000))) : std::string();
+  }
+  /// A tensor of `n` elements times a Python scalar (Note [Granite]): one
+  /// pass, e bytes read and written an element, nothing kept.
+  static sim::Kernel scale_op(const char* name, Bytes e, Bytes n) {
+    return memory_op(name, sim::KernelKind::kElementwise, e * n, e * n, 1.0 * static_cast<double>(n));
+  }
+  /// A scalar multiply's gradient is the incoming one times the same
+  /// scalar: the pass its forward made, not backward_of's two for an
+  /// elementwise op that reads its saved input too.
+  static void scaled_backward(std::vector<sim::Kernel>& backward) {
+    for (sim::Kernel& k : backward) {
+      const std::string& n = k.name;
+      if (n == "attn.residual_scale.bwd" || n == "mlp.residual_scale.bwd" || n == "logits.scale.bwd") {
+        k.bytes /= 2;
+        k.flops /= 2;
+      }
+    }
+  }
   bool mla() const { return c_.kv_lora_rank > 0; }
   /// Layer i has a mixture of experts for its MLP (HF Qwen2MoeDecoderLayer:
   /// (i + 1) % decoder_sparse_step == 0; DeepSeek: i >= first_k_dense_replace).
@@ -534,6 +592,7 @@ class Llama final : public ZooModel {
     // Gemma normalises the attention's output before the residual, and the
     // MLP's input after it (Note [Gemma]).
     if (c_.gemma_norms) post.push_back(norm("post_attention_layernorm", tn));
+    if (c_.residual_multiplier > 0) post.push_back(scale_op("attn.residual_scale", e, tn));  // Note [Granite]
     post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     post.push_back(norm(c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
     Bytes mlp = 0;
@@ -552,8 +611,10 @@ class Llama final : public ZooModel {
       mlp = glu_kept(tf, shape);
     }
     if (c_.gemma_norms) post.push_back(norm("post_feedforward_layernorm", tn));
+    if (c_.residual_multiplier > 0) post.push_back(scale_op("mlp.residual_scale", e, tn));  // Note [Granite]
     post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     join_kernels(l, pre, core, post);
+    scaled_backward(l.backward);
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
     const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms;
 
@@ -574,6 +635,7 @@ class Llama final : public ZooModel {
       l.op_recompute.push_back(
           memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
       l.op_recompute.push_back(gemm("attn.o_proj", t, h, al * d, e));
+      if (c_.residual_multiplier > 0) l.op_recompute.push_back(scale_op("attn.residual_scale", e, tn));
       l.op_recompute.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
       l.op_recompute.push_back(norm("post_attention_layernorm", tn));
       l.op_recompute.push_back(gemm("mlp.up_proj", t, fl, h, e));

@@ -87,6 +87,10 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 32\nhidden: 3072\nheads: 32\nkv_heads: 32\nintermediate: 8192\nvocab: 32064\nseq_len: 4096\nsliding_window: 2047\n"},
     {"phi-3-medium", "Microsoft Phi-3-medium (4k): 40 layers, hidden 5120, 40 heads, 10 KV heads, SwiGLU 17920, vocab 32064, sliding window 2047, seq 4096",
      "family: llama\nlayers: 40\nhidden: 5120\nheads: 40\nkv_heads: 10\nintermediate: 17920\nvocab: 32064\nseq_len: 4096\nsliding_window: 2047\n"},
+    // Note [Granite] (llama.cpp): ibm-granite/granite-3.3-8b-instruct's config.json.
+    {"granite-3.3-8b", "IBM Granite 3.3 8B: 40 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU 12800, vocab 49159, tied head, embeddings x12, residuals x0.22, logits / 16, seq 131072",
+     "family: llama\nlayers: 40\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 12800\nvocab: 49159\nseq_len: 131072\ntied_head: true\n"
+     "embedding_multiplier: 12\nresidual_multiplier: 0.22\nlogits_scaling: 16\n"},
     // Note [Gemma] (llama.cpp): Gemma 2 (google/gemma-2-*b config.json) and
     // Gemma 3's language models (text_config of google/gemma-3-*b-pt;
     // gemma-3-1b-pt is text only).
@@ -291,6 +295,16 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   l.embed_scale = c.get_bool("embed_scale", false);
   l.attn_softcap = c.get_double("attn_softcap", 0, 0, 1e6);
   l.final_softcap = c.get_double("final_softcap", 0, 0, 1e6);
+  // Granite (Note [Granite] in llama.cpp): each present key is an op.
+  l.embedding_multiplier = c.get_double("embedding_multiplier", 0, 0, 1e6);
+  l.residual_multiplier = c.get_double("residual_multiplier", 0, 0, 1e6);
+  l.logits_scaling = c.get_double("logits_scaling", 0, 0, 1e6);
+  if (l.embedding_multiplier > 0 && l.embed_scale) {
+    c.fail("embedding_multiplier", "contradicts embed_scale: true (Gemma's sqrt(hidden)); set only one");
+  }
+  if (l.residual_multiplier > 0 && l.gemma_norms) {
+    c.fail("residual_multiplier", "is Granite's and gemma_norms Gemma's block; set only one");
+  }
   if (l.global_every > 0 && l.sliding_window == 0) {
     c.fail("global_every", std::to_string(l.global_every) + " needs a sliding_window for the other layers");
   }
@@ -461,7 +475,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -490,6 +504,23 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     std::string list;
     for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
     c.fail("architectures", "'" + arch + "' is not a head dtsim models for model_type " + type + "; valid: " + list);
+  };
+  // A Llama-family decoder's depth, width and heads (Phi3Config's and
+  // GraniteConfig's keys and defaults): num_key_value_heads null or absent
+  // is one per attention head. Returns the attention heads.
+  auto decoder_shape = [&](std::int64_t layers, std::int64_t hidden, std::int64_t attention_heads) {
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", layers);
+    copy_int("hidden_size", "hidden", hidden);
+    copy_int("num_attention_heads", "heads", attention_heads);
+    const std::int64_t heads = ours["heads"].as<std::int64_t>();
+    if (c.has("num_key_value_heads") && !hf["num_key_value_heads"].IsNull()) {
+      copy_int("num_key_value_heads", "kv_heads", heads);
+      check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    } else {
+      ours["kv_heads"] = heads;
+    }
+    return heads;
   };
   if (type == "gpt2") {
     require_arch({"GPT2LMHeadModel", "GPT2Model"});
@@ -569,18 +600,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // how the family prices them already; the defaults of Phi3Config
     // (transformers' configuration_phi3.py), which are Phi-3-mini's.
     require_arch({"Phi3ForCausalLM"});
-    ours["family"] = "llama";
-    copy_int("num_hidden_layers", "layers", 32);
-    copy_int("hidden_size", "hidden", 3072);
-    copy_int("num_attention_heads", "heads", 32);
-    const std::int64_t heads = ours["heads"].as<std::int64_t>();
-    // num_key_value_heads null or absent: one per attention head.
-    if (c.has("num_key_value_heads") && !hf["num_key_value_heads"].IsNull()) {
-      copy_int("num_key_value_heads", "kv_heads", heads);
-      check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
-    } else {
-      ours["kv_heads"] = heads;
-    }
+    const std::int64_t heads = decoder_shape(32, 3072, 32);
     // Phi3Attention: head_dim where the config has it, else hidden / heads.
     if (c.has("head_dim")) {
       copy_int("head_dim", "head_dim", 0);
@@ -603,6 +623,31 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     for (const char* key : {"resid_pdrop", "embd_pdrop"}) {
       if (c.get_double(key, 0, 0, 0.99) > 0) c.fail(key, "dropout there is not modelled; valid: 0.0 (every published Phi-3 and Phi-4 config)");
     }
+  } else if (type == "granite") {
+    // Note [Granite] (llama.cpp): IBM's Granite 3 (GraniteForCausalLM) is
+    // the Llama block with four scalars; the defaults of GraniteConfig
+    // (transformers' configuration_granite.py).
+    require_arch({"GraniteForCausalLM"});
+    const std::int64_t heads = decoder_shape(32, 4096, 32);
+    // GraniteAttention: head_dim = hidden_size / num_heads, which must divide.
+    if (ours["hidden"].as<std::int64_t>() % heads != 0) {
+      c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(ours["hidden"].as<std::int64_t>()));
+    }
+    copy_int("intermediate_size", "intermediate", 11008);
+    copy_int("vocab_size", "vocab", 32000);
+    copy_int("max_position_embeddings", "seq_len", 2048);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    const bool bias = c.get_bool("attention_bias", false);  // on q, k, v and o_proj alike
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
+    ours["mlp_bias"] = c.get_bool("mlp_bias", false);
+    // GraniteModel and GraniteDecoderLayer multiply by these whatever their
+    // value (1.0 included), and GraniteForCausalLM divides its logits:
+    // each is an op. attention_multiplier replaces the scores' scale and
+    // changes no work.
+    ours["embedding_multiplier"] = c.get_double("embedding_multiplier", 1.0, 1e-6, 1e6);
+    ours["residual_multiplier"] = c.get_double("residual_multiplier", 1.0, 1e-6, 1e6);
+    ours["logits_scaling"] = c.get_double("logits_scaling", 1.0, 1e-6, 1e6);
   } else if (type == "gemma2" || type == "gemma3_text") {
     // Note [Gemma] (llama.cpp): the defaults of Gemma2Config and
     // Gemma3TextConfig (transformers), which are Gemma 2 2B's and Gemma 3

@@ -458,6 +458,84 @@ TEST_CASE("bad Phi-3 config.json: one line naming the key and what is valid", "[
   CHECK_THAT(error_of([&] { load_model(kv); }), Catch::Contains("config.num_key_value_heads: 7 does not divide the 32 attention heads"));
 }
 
+// ---- Granite (Note [Granite] in models/src/llama.cpp) -------------------------
+
+namespace {
+
+/// The sums over a layer's kernels: bytes and FLOPs of forward and backward.
+struct KernelSums {
+  double fwd_bytes = 0, bwd_bytes = 0, fwd_flops = 0, bwd_flops = 0;
+};
+KernelSums sums(const sim::Layer& l) {
+  KernelSums k;
+  for (const auto& x : l.forward) k.fwd_bytes += static_cast<double>(x.bytes * x.repeat), k.fwd_flops += x.flops * static_cast<double>(x.repeat);
+  for (const auto& x : l.backward) k.bwd_bytes += static_cast<double>(x.bytes * x.repeat), k.bwd_flops += x.flops * static_cast<double>(x.repeat);
+  return k;
+}
+
+}  // namespace
+
+TEST_CASE("Granite's parameters equal HuggingFace's, from config.json and built in", "[llama][granite]") {
+  // GraniteForCausalLM: Llama's tensors, no biases, the head tied
+  // (tests/data/hf/PARAMS.md): 8,170,864,640 for Granite 3.3 8B.
+  const std::int64_t g8 = llama_params(40, 4096, 32, 8, 128, 12800, 49159, true);
+  CHECK(g8 == 8'170'864'640);
+  CHECK(load_model(hf("granite-3.3-8b"))->parameters() == g8);
+  CHECK(load_model("granite-3.3-8b")->parameters() == g8);
+  // The config's layers are the built-in's, scalars included.
+  const sim::WorkloadShape w = shape(1, 4096, 2);
+  const auto a = load_model(hf("granite-3.3-8b"))->layers(w), b = load_model("granite-3.3-8b")->layers(w);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+  CHECK(a[0].signature.find(",em=12000") != std::string::npos);
+  CHECK(a[1].signature.find(",rm=220") != std::string::npos);
+  CHECK(a.back().signature.find(",ls=16000") != std::string::npos);
+}
+
+TEST_CASE("Granite's scalars: one pass each over what they scale, forward and backward, nothing kept", "[llama][granite]") {
+  // llama-tiny (h 128, 4 heads, 2 KV heads, f 352, V 1024) at b 2, s 128 in
+  // bf16: t = 256 tokens, e = 2. A scalar multiply reads and writes e bytes
+  // an element, one FLOP; its gradient is the incoming one times the same
+  // scalar, the same pass.
+  const std::int64_t t = 256, h = 128, v = 1024, e = 2;
+  const sim::WorkloadShape w = shape(2, 128, 2);
+  const auto plain = load_model("llama-tiny")->layers(w);
+  const auto granite = load_model("llama-tiny", {sim::parse_override("model.embedding_multiplier=12"),
+                                                 sim::parse_override("model.residual_multiplier=0.22"),
+                                                 sim::parse_override("model.logits_scaling=16")})
+                           ->layers(w);
+  REQUIRE(plain.size() == granite.size());
+  // embedding: t h elements; each block: two outputs of t h; head: t v logits.
+  const std::vector<std::int64_t> elements{t * h, 2 * t * h, 2 * t * h, t * v};
+  for (std::size_t i = 0; i < plain.size(); ++i) {
+    INFO(plain[i].name);
+    const KernelSums p = sums(plain[i]), g = sums(granite[i]);
+    const double n = static_cast<double>(elements[i]);
+    CHECK(g.fwd_bytes - p.fwd_bytes == Approx(2 * e * n));
+    CHECK(g.bwd_bytes - p.bwd_bytes == Approx(2 * e * n));
+    CHECK(g.fwd_flops - p.fwd_flops == Approx(n));
+    CHECK(g.bwd_flops - p.bwd_flops == Approx(n));
+    CHECK(granite[i].saved_bytes == plain[i].saved_bytes);
+    CHECK(granite[i].params == plain[i].params);
+  }
+}
+
+TEST_CASE("bad Granite input: one line naming the key and what is valid", "[llama][granite]") {
+  CHECK_THAT(error_of([] { load_model("gemma-tiny", {sim::parse_override("model.embedding_multiplier=12")}); }),
+             Catch::Contains("model.embedding_multiplier") && Catch::Contains("contradicts embed_scale"));
+  CHECK_THAT(error_of([] { load_model("gemma-tiny", {sim::parse_override("model.residual_multiplier=0.5")}); }),
+             Catch::Contains("model.residual_multiplier"));
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.logits_scaling=-1")}); }),
+             Catch::Contains("model.logits_scaling"));
+  test::TempDir dir("granite-bad");
+  std::string text = slurp(hf("granite-3.3-8b"));
+  const std::string from = "\"num_attention_heads\": 32";
+  REQUIRE(text.find(from) != std::string::npos);
+  text.replace(text.find(from), from.size(), "\"num_attention_heads\": 48");
+  CHECK_THAT(error_of([&] { load_model(write_json(dir, text)); }),
+             Catch::Contains("config.num_attention_heads: 48 does not divide hidden_size 4096"));
+}
+
 // ---- Gemma 2 and 3 (Note [Gemma] in models/src/llama.cpp) -------------------
 
 namespace {

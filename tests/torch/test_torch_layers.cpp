@@ -565,6 +565,38 @@ TEST_CASE("Gemma's twins: its norm, sandwich, GeGLU, scaled embedding and capped
   CHECK(head->forward(in).item<double>() == Approx(ce.item<double>()).epsilon(1e-5));
 }
 
+TEST_CASE("Granite's twins: the embeddings, each residual's input and the logits scaled as HF writes them (Note [Granite])", "[torch][llama][granite]") {
+  torch::manual_seed(11);
+  torch::NoGradGuard no_grad;
+  // GraniteDecoderLayer: y = x + 0.22 attn(x), then y + 0.22 mlp(z) with z =
+  // post_attention_layernorm(y). With o_proj zeroed the attention adds 0, so
+  // the block is x + 0.22 down(silu(gate(z)) * up(z)), z = norm(x).
+  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,rm=220");
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& item : layer->module().named_parameters()) p[item.key()] = item.value();
+  const auto x = torch::randn({2, 8, 32});
+  const auto out = layer->forward({x});
+  p["o_proj.weight"].zero_();
+  const auto z = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * p["post_attention_layernorm.weight"];
+  const auto mlp = torch::matmul(torch::silu(torch::matmul(z, p["gate_proj.weight"].t())) * torch::matmul(z, p["up_proj.weight"].t()),
+                                 p["down_proj.weight"].t());
+  CHECK(torch::allclose(layer->forward({x}), x + 0.22 * mlp, 1e-5, 1e-5));
+  CHECK_FALSE(torch::allclose(out, x + 0.22 * mlp, 1e-5, 1e-5));  // the attention did add something before
+  // The embeddings times embedding_multiplier (em=12000: 12).
+  auto emb = models::make_torch_layer("llama.embed:h=16,v=64,em=12000");
+  const auto ids = emb->make_inputs(2, 8, torch::TensorOptions());
+  const auto table = emb->module().named_parameters()["embed_tokens.weight"];
+  CHECK(torch::allclose(emb->forward(ids), table.index_select(0, ids[0].view({-1})).view({2, 8, 16}) * 12.0));
+  // The loss of logits / 16 (ls=16000), the head tied (its weight an input).
+  auto head = models::make_torch_layer("llama.head:h=16,v=64,tied=1,ls=16000");
+  auto in = head->make_inputs(2, 8, torch::TensorOptions());
+  in[1] = in[1].clamp(0, 63);
+  const auto normed = in[0] * torch::rsqrt(in[0].pow(2).mean(-1, true) + 1e-5);
+  const auto logits = torch::matmul(normed, in[2].t()) / 16;
+  const auto ce = torch::nn::functional::cross_entropy(logits.view({-1, 64}), in[1].view({-1}));
+  CHECK(head->forward(in).item<double>() == Approx(ce.item<double>()).epsilon(1e-5));
+}
+
 TEST_CASE("Gemma 2's attention soft cap in the twin's eager attention (Note [Gemma])", "[torch][llama][gemma]") {
   // The same weights (the same seed) with no cap, a cap far above every
   // score (cap tanh(x / cap) = x to within x^3 / (3 cap^2)) and a cap of 1,

@@ -733,11 +733,15 @@ struct RingGqa : torch::autograd::Function<RingGqa> {
 }  // namespace ring
 
 struct LlamaEmbed : nn::Module {
-  LlamaEmbed(std::int64_t h, std::int64_t v, bool scale = false)
-      : embed_tokens(register_module("embed_tokens", nn::Embedding(v, h))), vocab(v), scale(scale ? std::sqrt(static_cast<double>(h)) : 0) {}
+  LlamaEmbed(std::int64_t h, std::int64_t v, bool scale = false, double multiplier = 0)
+      : embed_tokens(register_module("embed_tokens", nn::Embedding(v, h))),
+        vocab(v),
+        scale(scale ? std::sqrt(static_cast<double>(h)) : 0),
+        multiplier(multiplier) {}
   nn::Embedding embed_tokens;
   std::int64_t vocab;
-  double scale;  ///< es=1: Gemma's sqrt(h), as a tensor of the activations' type (HF's normalizer); 0: none
+  double scale;       ///< es=1: Gemma's sqrt(h), as a tensor of the activations' type (HF's normalizer); 0: none
+  double multiplier;  ///< em=: Granite's embedding_multiplier, a Python float (0: none)
   VocabShard shard;  // empty: unsplit
 };
 
@@ -749,6 +753,7 @@ struct LlamaShape {
   bool gemma_norms = false;  ///< gn=1: Gemma's norms, four a block (Note [Gemma] in models/src/llama.cpp)
   bool gelu = false;         ///< gelu=1: GeGLU (tanh GELU on the gate)
   double softcap = 0;        ///< sc=: Gemma 2's attention soft cap (0: none; eager attention only)
+  double residual_multiplier = 0;  ///< rm=: Granite's, on each output before its residual (0: none)
   // A moe.block (Note [Mixture of experts] in models/src/llama.cpp): E
   // routed experts, `local` of them on this rank (E / ep) from expert
   // `first` on (Note [Expert parallelism]), top-k routing, experts fe wide,
@@ -1017,10 +1022,14 @@ struct LlamaBlock : nn::Module {
       const auto z = enter(pre_feedforward_layernorm->forward(y), t);
       return y + post_feedforward_layernorm->forward(row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t));
     }
-    const auto y = x + attn;
+    const auto y = x + residual_scaled(attn);
     const auto z = enter(post_attention_layernorm->forward(y), t);
-    if (moe) return y + moe->forward(z);
-    return y + row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t);
+    if (moe) return y + residual_scaled(moe->forward(z));
+    return y + residual_scaled(row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t));
+  }
+  /// GraniteDecoderLayer: hidden_states * residual_multiplier before each residual.
+  torch::Tensor residual_scaled(const torch::Tensor& out) const {
+    return shape.residual_multiplier > 0 ? out * shape.residual_multiplier : out;
   }
   /// The gate's activation: SiLU (SwiGLU), or GELU's tanh form (GeGLU, HF's gelu_pytorch_tanh).
   torch::Tensor activation(const torch::Tensor& g) const { return shape.gelu ? torch::gelu(g, "tanh") : F::silu(g); }
@@ -1047,8 +1056,8 @@ struct LlamaBlock : nn::Module {
 };
 
 struct LlamaHead : nn::Module {
-  LlamaHead(std::int64_t h, std::int64_t v, bool tied, bool gemma = false, double softcap = 0)
-      : norm(register_module("norm", std::make_shared<RmsNorm>(h, gemma))), vocab(v), tied(tied), softcap(softcap) {
+  LlamaHead(std::int64_t h, std::int64_t v, bool tied, bool gemma = false, double softcap = 0, double logits_scaling = 0)
+      : norm(register_module("norm", std::make_shared<RmsNorm>(h, gemma))), vocab(v), tied(tied), softcap(softcap), logits_scaling(logits_scaling) {
     // As Gpt2Head: untied, lm_head [V, h] without bias; tied, embed_tokens' weight comes in as an input.
     if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
   }
@@ -1057,7 +1066,8 @@ struct LlamaHead : nn::Module {
   torch::Tensor weight;  // [V, h]; undefined when tied
   std::int64_t vocab;
   bool tied;
-  double softcap;    ///< fsc=: Gemma 2's final soft cap on the logits (0: none)
+  double softcap;         ///< fsc=: Gemma 2's final soft cap on the logits (0: none)
+  double logits_scaling;  ///< ls=: Granite's divisor of the logits (0: none)
   VocabShard shard;  // empty: unsplit
 };
 
@@ -1125,6 +1135,10 @@ class LmHeadLayer final : public Wrapped<Head> {
       // Gemma 2 (Gemma2ForCausalLM.forward): cap tanh(logits / cap), in the logits' type.
       if (m_->softcap > 0) logits = torch::tanh(logits / m_->softcap) * m_->softcap;
     }
+    if constexpr (requires { m_->logits_scaling; }) {
+      // Granite (GraniteForCausalLM.forward): logits / logits_scaling.
+      if (m_->logits_scaling > 0) logits = logits / m_->logits_scaling;
+    }
     // Cross-entropy in fp32, as HF upcasts the logits under mixed precision.
     return m_->shard.cross_entropy(logits.view({-1, weight.size(0)}).to(torch::kFloat), in[1].view({-1}));
   }
@@ -1147,6 +1161,7 @@ class LlamaEmbedLayer final : public Wrapped<LlamaEmbed> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto x = m_->shard.lookup(m_->embed_tokens, in[0]);
+    if (m_->multiplier > 0) return x * m_->multiplier;  // GraniteModel: inputs_embeds * embedding_multiplier
     return m_->scale > 0 ? x * torch::tensor(m_->scale, x.options().requires_grad(false)) : x;
   }
 };
@@ -1716,11 +1731,15 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     if (k == "s2s.decoder") return std::make_unique<DecoderLayer>(std::move(side));
     return std::make_unique<EncoderLayer>(std::move(side));
   }
-  if (k == "llama.embed") return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0));
+  // Granite's scalars come in thousandths (Note [Granite] in models/src/llama.cpp).
+  auto milli = [&](const char* key) { return static_cast<double>(s.get_or(key, 0)) / 1000.0; };
+  if (k == "llama.embed") {
+    return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0, milli("em")));
+  }
   if (k == "llama.head") {
-    return std::make_unique<LlamaHeadLayer>(
-        std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0, s.get_or("gn", 0) != 0, static_cast<double>(s.get_or("fsc", 0))),
-        s.get("h"));
+    return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0, s.get_or("gn", 0) != 0,
+                                                                        static_cast<double>(s.get_or("fsc", 0)), milli("ls")),
+                                            s.get("h"));
   }
   if (k == "llama.block" || k == "moe.block") {
     const bool moe = k == "moe.block";
@@ -1730,6 +1749,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     shape.gemma_norms = s.get_or("gn", 0) != 0;
     shape.gelu = s.get_or("gelu", 0) != 0;
     shape.softcap = static_cast<double>(s.get_or("sc", 0));
+    shape.residual_multiplier = milli("rm");
     if (shape.softcap > 0 && shape.flash) {
       // Note [Gemma] (models/src/llama.cpp): SDPA has no soft cap (FlashAttention-2's has; LibTorch does not ship it).
       throw UnsupportedError("layer signature '" + signature +

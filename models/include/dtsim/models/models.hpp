@@ -56,6 +56,10 @@ struct LlamaConfig {
   bool embed_scale = false;        ///< the embeddings times sqrt(hidden) (Gemma)
   double attn_softcap = 0;         ///< attn_logit_softcapping: scores = cap tanh(scores / cap) (Gemma 2; 0: none)
   double final_softcap = 0;        ///< final_logit_softcapping on the logits (Gemma 2; 0: none)
+  // Granite's scalars (Note [Granite] in llama.cpp); 0: the op is not there.
+  double embedding_multiplier = 0;  ///< the embeddings times this
+  double residual_multiplier = 0;   ///< each attention and MLP output times this before its residual
+  double logits_scaling = 0;        ///< the logits divided by this before the loss
 
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
   // experts: a dense model. Note [Mixture of experts] in models/src/llama.cpp.
