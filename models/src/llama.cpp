@@ -1,6 +1,7 @@
 // The Llama family of dense decoders (HuggingFace LlamaForCausalLM, and
-// Mistral, Qwen2, Qwen3, Phi-3 and Granite, which differ from it only in
-// biases, q/k norms, sliding windows and scalars): token embedding, n pre-RMSNorm blocks of grouped-
+// Mistral, Qwen2, Qwen3, Phi-3, Granite and OLMo 2, which differ from it
+// only in biases, q/k norms, where its norms stand, sliding windows and
+// scalars): token embedding, n pre-RMSNorm blocks of grouped-
 // query attention with rotary positions and a SwiGLU MLP, a final RMSNorm
 // and an LM head (tied to the embedding or not).
 #include <algorithm>
@@ -122,6 +123,25 @@ using namespace detail;
 // of each head, which HF's apply_rotary_pos_emb still concatenates whole:
 // the same bytes, not modelled apart. The residual and embedding dropouts
 // (resid_pdrop, embd_pdrop: 0 in every published config) are refused above 0.
+// Note [OLMo 2]
+// Ai2's OLMo 2 as HuggingFace writes it (modeling_olmo2.py, model_type
+// olmo2; Team OLMo 2024, "2 OLMo 2 Furious", arXiv 2501.00656) is the Llama
+// block with its norms moved (olmo2_norms): no norm before attention or
+// the MLP; the attention's output normed (post_attention_layernorm) and
+// the MLP's (post_feedforward_layernorm) before their residuals; and q and
+// k normed after their projections over all heads at once (q_norm of
+// num_heads x head_dim, k_norm of num_key_value_heads x head_dim), where
+// Qwen3's norm each head apart. The work is the Llama block's with q/k
+// norms: two RMSNorms over t h a block, moved; the q/k norms over the same
+// q + kv elements. So is what autograd keeps: Llama keeps each norm's
+// input and the GEMMs its outputs feed (x, norm(x), y, norm(y)), OLMo 2
+// each norm's input and the GEMMs' unnormed inputs (o_proj's output, the
+// MLP's, x, y): four tensors of t h either way. Only the q/k norms'
+// weights differ ((n + k) d against 2d). Norms over all heads need every
+// head's statistics, which a tensor-parallel rank holding some of them
+// does not have alone: dtsim models OLMo 2 at tp 1 (the rules table asks
+// tp_error; OLMo 2 itself was trained with FSDP). The LibTorch twin runs
+// the same block.
 // Note [Granite]
 // IBM's Granite 3 language models as HuggingFace writes them
 // (modeling_granite.py, model_type granite; Granite Team 2024, "Granite 3.0
@@ -197,6 +217,11 @@ class Llama final : public ZooModel {
   int experts() const override { return c_.experts; }
   bool grouped_kv_sdpa() const override { return !mla() && c_.kv_heads < c_.heads && c_.sliding_window == 0; }
   std::string tp_error(int tp) const override {
+    if (c_.olmo2_norms && tp > 1) {
+      // Note [OLMo 2]: its q/k norms' statistics span every head.
+      return "OLMo 2's q and k norms each take their statistics over all heads at once (Olmo2Attention), which a tensor-parallel "
+             "rank holding some of the heads cannot compute alone; dtsim models it at tp=1";
+    }
     if (!mla() && c_.kv_heads % tp != 0) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
     }
@@ -261,7 +286,7 @@ class Llama final : public ZooModel {
              ",mb=" + (c_.mlp_bias ? "1" : "0") + ",qkn=" + (c_.qk_norm ? "1" : "0") +
              (window > 0 ? ",sw=" + std::to_string(window) : "") +
              // Note [Gemma]: its norms, GeGLU and soft cap (signatures hold integers)
-             (c_.gemma_norms ? ",gn=1" : "") + (c_.gelu ? ",gelu=1" : "") +
+             (c_.gemma_norms ? ",gn=1" : "") + (c_.olmo2_norms ? ",on=1" : "") + (c_.gelu ? ",gelu=1" : "") +
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
@@ -431,7 +456,9 @@ class Llama final : public ZooModel {
       tensors += 4;
       if (c_.qkv_bias) split += (a + 2 * kv) * d, tensors += 3;
       if (c_.o_bias) replicated += h, tensors += 1;
-      if (c_.qk_norm) replicated += 2 * d, tensors += 2;
+      // Qwen3's and Gemma 3's q/k norms are per head (d each); OLMo 2's span
+      // the whole projections (a d and kv d: Note [OLMo 2]).
+      if (c_.qk_norm) replicated += c_.olmo2_norms ? (a + kv) * d : 2 * d, tensors += 2;
     }
     if (!moe) {
       split += 3 * h * f;
@@ -515,11 +542,13 @@ class Llama final : public ZooModel {
         if (bias) m.tensors.push_back(split_bias ? out / tp : out);
         return m;
       };
-      l.modules = {{"input_layernorm", {h}, ""},
-                   linear("attn.qkv", h, a * d, c_.qkv_bias, true),
-                   linear("attn.k_proj", h, kv * d, c_.qkv_bias, true),
-                   linear("attn.v_proj", h, kv * d, c_.qkv_bias, true)};
-      if (c_.qk_norm) l.modules.insert(l.modules.end(), {{"attn.q_norm", {d}, ""}, {"attn.k_norm", {d}, ""}});
+      if (!c_.olmo2_norms) l.modules.push_back({"input_layernorm", {h}, ""});
+      l.modules.insert(l.modules.end(), {linear("attn.qkv", h, a * d, c_.qkv_bias, true), linear("attn.k_proj", h, kv * d, c_.qkv_bias, true),
+                                         linear("attn.v_proj", h, kv * d, c_.qkv_bias, true)});
+      if (c_.qk_norm) {
+        const std::int64_t qn = c_.olmo2_norms ? a * d : d, kn = c_.olmo2_norms ? kv * d : d;
+        l.modules.insert(l.modules.end(), {{"attn.q_norm", {qn}, ""}, {"attn.k_norm", {kn}, ""}});
+      }
       l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
       l.modules.push_back({"post_attention_layernorm", {h}, ""});
       if (c_.gemma_norms) {
@@ -529,6 +558,7 @@ class Llama final : public ZooModel {
       l.modules.push_back(linear("mlp.gate_up", h, f, c_.mlp_bias, true));
       l.modules.push_back(linear("mlp.up_proj", h, f, c_.mlp_bias, true));
       l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
+      if (c_.olmo2_norms) l.modules.push_back({"post_feedforward_layernorm", {h}, ""});
     }
     // A composite RMSNorm reads and writes fp32 copies beside the input; a
     // fused one reads the input once and writes its output (Note [Fused
@@ -544,7 +574,7 @@ class Llama final : public ZooModel {
     // Gemma's keeps its fp32 output for the product with 1 + weight (Note [Gemma]).
     const Bytes block_norm_kept = c_.gemma_norms && !fused ? 8 * tn + 4 * (tn / h) : norm_kept(tn, tn / h);
     std::vector<sim::Kernel> pre, post;
-    pre.push_back(norm("input_layernorm", tn));
+    if (!c_.olmo2_norms) pre.push_back(norm("input_layernorm", tn));  // Note [OLMo 2]: none before attention
     AttentionCore core;
     Bytes attention = 0;  // saved by the attention beyond the norms and its core
     // Fused attention, or the p2p ring's block-by-block attention (Note [Ring
@@ -591,10 +621,11 @@ class Llama final : public ZooModel {
     post.push_back(gemm("attn.o_proj", t, h, o_in, e));
     // Gemma normalises the attention's output before the residual, and the
     // MLP's input after it (Note [Gemma]).
-    if (c_.gemma_norms) post.push_back(norm("post_attention_layernorm", tn));
+    const bool post_norms = c_.gemma_norms || c_.olmo2_norms;
+    if (post_norms) post.push_back(norm("post_attention_layernorm", tn));
     if (c_.residual_multiplier > 0) post.push_back(scale_op("attn.residual_scale", e, tn));  // Note [Granite]
     post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
-    post.push_back(norm(c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
+    if (!c_.olmo2_norms) post.push_back(norm(c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
     Bytes mlp = 0;
     std::vector<sim::LayerComm> tp_extra;
     if (moe) {
@@ -610,13 +641,13 @@ class Llama final : public ZooModel {
       post.push_back(gemm("mlp.down", t, h, fl, e));
       mlp = glu_kept(tf, shape);
     }
-    if (c_.gemma_norms) post.push_back(norm("post_feedforward_layernorm", tn));
+    if (post_norms) post.push_back(norm("post_feedforward_layernorm", tn));
     if (c_.residual_multiplier > 0) post.push_back(scale_op("mlp.residual_scale", e, tn));  // Note [Granite]
     post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     join_kernels(l, pre, core, post);
     scaled_backward(l.backward);
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
-    const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms;
+    const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms;
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).

@@ -91,6 +91,11 @@ const Builtin kBuiltins[] = {
     {"granite-3.3-8b", "IBM Granite 3.3 8B: 40 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU 12800, vocab 49159, tied head, embeddings x12, residuals x0.22, logits / 16, seq 131072",
      "family: llama\nlayers: 40\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 12800\nvocab: 49159\nseq_len: 131072\ntied_head: true\n"
      "embedding_multiplier: 12\nresidual_multiplier: 0.22\nlogits_scaling: 16\n"},
+    // Note [OLMo 2] (llama.cpp): allenai/OLMo-2-1124-7B's and -13B's shapes.
+    {"olmo-2-7b", "Ai2 OLMo 2 7B (1124): 32 layers, hidden 4096, 32 heads, SwiGLU 11008, vocab 100352, q/k norms over all heads, norms after attention and MLP, seq 4096",
+     "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 32\nintermediate: 11008\nvocab: 100352\nseq_len: 4096\nqk_norm: true\nolmo2_norms: true\n"},
+    {"olmo-2-13b", "Ai2 OLMo 2 13B (1124): 40 layers, hidden 5120, 40 heads, SwiGLU 13824, vocab 100352, q/k norms over all heads, norms after attention and MLP, seq 4096",
+     "family: llama\nlayers: 40\nhidden: 5120\nheads: 40\nkv_heads: 40\nintermediate: 13824\nvocab: 100352\nseq_len: 4096\nqk_norm: true\nolmo2_norms: true\n"},
     // Note [Gemma] (llama.cpp): Gemma 2 (google/gemma-2-*b config.json) and
     // Gemma 3's language models (text_config of google/gemma-3-*b-pt;
     // gemma-3-1b-pt is text only).
@@ -291,6 +296,9 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   // Gemma (Note [Gemma] in llama.cpp).
   l.global_every = static_cast<int>(c.get_int("global_every", 0, 0, 10000));
   l.gemma_norms = c.get_bool("gemma_norms", false);
+  l.olmo2_norms = c.get_bool("olmo2_norms", false);
+  if (l.olmo2_norms && !l.qk_norm) c.fail("olmo2_norms", "true needs qk_norm: true (OLMo 2 norms q and k over all heads)");
+  if (l.olmo2_norms && l.gemma_norms) c.fail("olmo2_norms", "true contradicts gemma_norms: true (OLMo 2's two norms against Gemma's four); set only one");
   l.gelu = c.get_bool("gelu", false);
   l.embed_scale = c.get_bool("embed_scale", false);
   l.attn_softcap = c.get_double("attn_softcap", 0, 0, 1e6);
@@ -475,7 +483,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -521,6 +529,21 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
       ours["kv_heads"] = heads;
     }
     return heads;
+  };
+  // GraniteConfig's and Olmo2Config's keys and defaults beyond the shape
+  // (the Llama sizes, 2048 positions, an untied head, attention_bias on q,
+  // k, v and o_proj alike; `vocab` theirs); their attention takes head_dim
+  // = hidden_size / num_heads, which must divide.
+  auto whole_heads_decoder = [&](std::int64_t vocab) {
+    const std::int64_t heads = decoder_shape(32, 4096, 32), hidden = ours["hidden"].as<std::int64_t>();
+    if (hidden % heads != 0) c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(hidden));
+    copy_int("intermediate_size", "intermediate", 11008);
+    copy_int("vocab_size", "vocab", vocab);
+    copy_int("max_position_embeddings", "seq_len", 2048);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    const bool bias = c.get_bool("attention_bias", false);
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
   };
   if (type == "gpt2") {
     require_arch({"GPT2LMHeadModel", "GPT2Model"});
@@ -628,18 +651,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // the Llama block with four scalars; the defaults of GraniteConfig
     // (transformers' configuration_granite.py).
     require_arch({"GraniteForCausalLM"});
-    const std::int64_t heads = decoder_shape(32, 4096, 32);
-    // GraniteAttention: head_dim = hidden_size / num_heads, which must divide.
-    if (ours["hidden"].as<std::int64_t>() % heads != 0) {
-      c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(ours["hidden"].as<std::int64_t>()));
-    }
-    copy_int("intermediate_size", "intermediate", 11008);
-    copy_int("vocab_size", "vocab", 32000);
-    copy_int("max_position_embeddings", "seq_len", 2048);
-    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
-    const bool bias = c.get_bool("attention_bias", false);  // on q, k, v and o_proj alike
-    ours["qkv_bias"] = bias;
-    ours["o_bias"] = bias;
+    whole_heads_decoder(32000);
     ours["mlp_bias"] = c.get_bool("mlp_bias", false);
     // GraniteModel and GraniteDecoderLayer multiply by these whatever their
     // value (1.0 included), and GraniteForCausalLM divides its logits:
@@ -648,6 +660,13 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     ours["embedding_multiplier"] = c.get_double("embedding_multiplier", 1.0, 1e-6, 1e6);
     ours["residual_multiplier"] = c.get_double("residual_multiplier", 1.0, 1e-6, 1e6);
     ours["logits_scaling"] = c.get_double("logits_scaling", 1.0, 1e-6, 1e6);
+  } else if (type == "olmo2") {
+    // Note [OLMo 2] (llama.cpp): Ai2's OLMo 2 (Olmo2ForCausalLM); the
+    // defaults of Olmo2Config (transformers' configuration_olmo2.py).
+    require_arch({"Olmo2ForCausalLM"});
+    whole_heads_decoder(50304);
+    ours["qk_norm"] = true;
+    ours["olmo2_norms"] = true;
   } else if (type == "gemma2" || type == "gemma3_text") {
     // Note [Gemma] (llama.cpp): the defaults of Gemma2Config and
     // Gemma3TextConfig (transformers), which are Gemma 2 2B's and Gemma 3

@@ -536,6 +536,64 @@ TEST_CASE("bad Granite input: one line naming the key and what is valid", "[llam
              Catch::Contains("config.num_attention_heads: 48 does not divide hidden_size 4096"));
 }
 
+// ---- OLMo 2 (Note [OLMo 2] in models/src/llama.cpp) ---------------------------
+
+TEST_CASE("OLMo 2's parameters equal HuggingFace's, from config.json and built in", "[llama][olmo2]") {
+  // Olmo2ForCausalLM: Llama's projections, two norms of h a layer (after
+  // attention, after the MLP), q_norm over n d and k_norm over k d, untied.
+  auto olmo2 = [](std::int64_t layers, std::int64_t h, std::int64_t a, std::int64_t kv, std::int64_t d, std::int64_t f, std::int64_t v) {
+    return llama_params(layers, h, a, kv, d, f, v, false) + layers * (a + kv) * d;
+  };
+  // 7B: 32 x (67,108,864 + 135,266,304 + 8,192 + 8,192) + 2 x 411,041,792 + 4,096.
+  CHECK(olmo2(32, 4096, 32, 32, 128, 11008, 100352) == 7'298'617'344);
+  CHECK(olmo2(40, 5120, 40, 40, 128, 13824, 100352) == 13'716'198'400);
+  CHECK(load_model("olmo-2-7b")->parameters() == 7'298'617'344);
+  CHECK(load_model("olmo-2-13b")->parameters() == 13'716'198'400);
+  // allenai/OLMo-2-1124-7B's keys (Olmo2Config's names) give the built-in.
+  test::TempDir dir("olmo2");
+  const std::string json = write_json(dir, R"({"architectures": ["Olmo2ForCausalLM"], "model_type": "olmo2", "hidden_size": 4096,
+    "intermediate_size": 11008, "num_attention_heads": 32, "num_hidden_layers": 32, "num_key_value_heads": 32,
+    "max_position_embeddings": 4096, "vocab_size": 100352, "tie_word_embeddings": false, "attention_bias": false})");
+  CHECK(load_model(json)->parameters() == 7'298'617'344);
+  const sim::WorkloadShape w = shape(1, 4096, 2);
+  const auto a = load_model(json)->layers(w), b = load_model("olmo-2-7b")->layers(w);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+}
+
+TEST_CASE("OLMo 2's block moves its norms, not its work: the q/k-normed Llama block's bytes, FLOPs and kept tensors", "[llama][olmo2]") {
+  // Llama's block norms its input and the residual stream (keeping both and
+  // the two normed GEMM inputs); OLMo 2's norms the attention's and the MLP's
+  // outputs (keeping both, and the GEMMs keep the unnormed x and y): two
+  // norms of t h each way, four tensors of t h kept each way. The q/k
+  // norms cover q + kv elements either way. Only their weights differ:
+  // (a + kv) d against 2d.
+  const sim::WorkloadShape w = shape(2, 128, 2);
+  const auto qwen = load_model("llama-tiny", {sim::parse_override("model.qk_norm=true")})->layers(w);
+  const auto olmo = load_model("llama-tiny", {sim::parse_override("model.qk_norm=true"), sim::parse_override("model.olmo2_norms=true")})->layers(w);
+  const sim::Layer& q = qwen[1];
+  const sim::Layer& o = olmo[1];
+  const KernelSums qs = sums(q), os = sums(o);
+  CHECK(os.fwd_bytes == qs.fwd_bytes);
+  CHECK(os.bwd_bytes == qs.bwd_bytes);
+  CHECK(os.fwd_flops == qs.fwd_flops);
+  CHECK(o.saved_bytes == q.saved_bytes);
+  // llama-tiny: 4 heads of 32, 2 KV heads: (4 + 2) x 32 - 2 x 32 = 128 weights more.
+  CHECK(o.params - q.params == (4 + 2) * 32 - 2 * 32);
+  CHECK(o.forward.front().name == "attn.qkv");  // no norm before attention
+  CHECK(q.forward.front().name == "input_layernorm");
+}
+
+TEST_CASE("bad OLMo 2 input: one line naming the key and what is valid", "[llama][olmo2]") {
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.olmo2_norms=true")}); }),
+             Catch::Contains("model.olmo2_norms: true needs qk_norm: true"));
+  CHECK_THAT(error_of([] { load_model("gemma-tiny", {sim::parse_override("model.olmo2_norms=true")}); }),
+             Catch::Contains("contradicts gemma_norms"));
+  // Tensor parallelism: the rules table asks the model, which says why.
+  CHECK_THAT(load_model("olmo-2-7b")->tp_error(2), Catch::Contains("dtsim models it at tp=1"));
+  CHECK(load_model("olmo-2-7b")->tp_error(1).empty());
+}
+
 // ---- Gemma 2 and 3 (Note [Gemma] in models/src/llama.cpp) -------------------
 
 namespace {

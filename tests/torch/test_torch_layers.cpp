@@ -597,6 +597,53 @@ TEST_CASE("Granite's twins: the embeddings, each residual's input and the logits
   CHECK(head->forward(in).item<double>() == Approx(ce.item<double>()).epsilon(1e-5));
 }
 
+TEST_CASE("OLMo 2's twin: outputs normed before their residuals, q/k norms over all heads, as HF writes it (Note [OLMo 2])", "[torch][llama][olmo2]") {
+  torch::manual_seed(13);
+  torch::NoGradGuard no_grad;
+  // h 32, 4 heads of 8, 2 KV heads, f 64: q/o 32 x 32 each, k/v 32 x 16
+  // each, MLP 3 x 32 x 64, post-attention and post-feedforward norms 2 x
+  // 32, q_norm 32 and k_norm 16 (no input norm): 8,288.
+  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,on=1");
+  CHECK(layer->parameter_count() == 2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 64 + 2 * 32 + 32 + 16);
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& item : layer->module().named_parameters()) p[item.key()] = item.value();
+  CHECK(p.count("input_layernorm.weight") == 0);
+  CHECK(p["q_norm.weight"].numel() == 32);
+  CHECK(p["k_norm.weight"].numel() == 16);
+  for (auto& [name, w] : p) {
+    if (name.find("norm") != std::string::npos) w.uniform_(0.5, 1.5);
+  }
+  // With o_proj zeroed, post_attention_layernorm(0) adds 0: the block is
+  // x + post_ff(down(silu(gate(x)) * up(x))), the MLP reading x unnormed.
+  const auto x = torch::randn({2, 8, 32});
+  const auto out = layer->forward({x});
+  p["o_proj.weight"].zero_();
+  const auto mlp = torch::matmul(torch::silu(torch::matmul(x, p["gate_proj.weight"].t())) * torch::matmul(x, p["up_proj.weight"].t()),
+                                 p["down_proj.weight"].t());
+  const auto want = x + mlp * torch::rsqrt(mlp.pow(2).mean(-1, true) + 1e-5) * p["post_feedforward_layernorm.weight"];
+  CHECK(torch::allclose(layer->forward({x}), want, 1e-5, 1e-5));
+  CHECK_FALSE(torch::allclose(out, want, 1e-5, 1e-5));  // the attention did add something before
+  // The analytic layers of a tiny OLMo 2 and a tiny Granite (llama-tiny's
+  // shape) and their twins own the same parameters.
+  for (const auto& set : {std::vector<std::string>{"model.qk_norm=true", "model.olmo2_norms=true"},
+                          std::vector<std::string>{"model.embedding_multiplier=12", "model.residual_multiplier=0.22", "model.logits_scaling=16"}}) {
+    std::vector<sim::Override> overrides;
+    for (const auto& o : set) overrides.push_back(sim::parse_override(o));
+    const auto model = models::load_model("llama-tiny", overrides);
+    sim::WorkloadShape w;
+    w.micro_batch = 2;
+    w.seq_len = 16;
+    for (const auto& l : model->layers(w)) {
+      INFO(l.signature);
+      CHECK(models::make_torch_layer(l.signature)->parameter_count() == l.params);
+    }
+  }
+  // Split over tensor-parallel ranks it cannot run.
+  using dtsim::test::error_of;
+  CHECK(error_of([] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,on=1,tp=2"); })
+            .find("OLMo 2's block runs dense, with its q/k norms, at tp 1") != std::string::npos);
+}
+
 TEST_CASE("Gemma 2's attention soft cap in the twin's eager attention (Note [Gemma])", "[torch][llama][gemma]") {
   // The same weights (the same seed) with no cap, a cap far above every
   // score (cap tanh(x / cap) = x to within x^3 / (3 cap^2)) and a cap of 1,

@@ -41,7 +41,7 @@ struct Signature {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
     const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru" ||
-                      key == "gn" || key == "gelu" || key == "es";
+                      key == "gn" || key == "gelu" || key == "es" || key == "on";
     // A width that may be absent (a MoE block's shared experts).
     if (key == "fs" && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
@@ -751,6 +751,7 @@ struct LlamaShape {
   bool qkv_bias, o_bias, mlp_bias, qk_norm, flash;
   std::int64_t window = 0;  ///< sw=: Mistral's sliding window in tokens (0: none)
   bool gemma_norms = false;  ///< gn=1: Gemma's norms, four a block (Note [Gemma] in models/src/llama.cpp)
+  bool olmo2_norms = false;  ///< on=1: OLMo 2's: outputs normed, q/k norms over all heads (Note [OLMo 2])
   bool gelu = false;         ///< gelu=1: GeGLU (tanh GELU on the gate)
   double softcap = 0;        ///< sc=: Gemma 2's attention soft cap (0: none; eager attention only)
   double residual_multiplier = 0;  ///< rm=: Granite's, on each output before its residual (0: none)
@@ -956,7 +957,7 @@ struct MoeMlp : nn::Module {
 /// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
 struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
-      : input_layernorm(register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms))),
+      : input_layernorm(s.olmo2_norms ? nullptr : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms))),
         q_proj(register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * s.d).bias(s.qkv_bias)))),
         k_proj(register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
         v_proj(register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
@@ -977,20 +978,28 @@ struct LlamaBlock : nn::Module {
       down_proj = register_module("down_proj", nn::Linear(nn::LinearOptions(s.f, s.h).bias(s.mlp_bias)));
     }
     if (s.qk_norm) {
-      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.d, s.gemma_norms));
-      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.d, s.gemma_norms));
+      // Olmo2Attention's norms span the projections (num_heads x head_dim, num_key_value_heads x head_dim).
+      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.a * s.d : s.d, s.gemma_norms));
+      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.kv * s.d : s.d, s.gemma_norms));
     }
+    if (s.olmo2_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(s.h));
   }
   /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
   torch::Tensor forward(const torch::Tensor& x) {
     const TensorParallel* t = tp.get();
     const auto b = x.size(0), sl = x.size(1), d = shape.d;
     const std::int64_t heads = t ? shape.a / t->size : shape.a, kv_heads = t ? shape.kv / t->size : shape.kv;
-    const auto xi = enter(input_layernorm->forward(x), t);
-    auto q = q_proj(xi).view({b, sl, heads, d});
-    auto k = k_proj(xi).view({b, sl, kv_heads, d});
+    const auto xi = enter(input_layernorm ? input_layernorm->forward(x) : x, t);
+    auto q = q_proj(xi);
+    auto k = k_proj(xi);
+    if (shape.olmo2_norms) {  // OLMo 2: over the whole projections, before the heads are split (tp 1 only)
+      q = q_norm->forward(q);
+      k = k_norm->forward(k);
+    }
+    q = q.view({b, sl, heads, d});
+    k = k.view({b, sl, kv_heads, d});
     auto v = v_proj(xi).view({b, sl, kv_heads, d}).transpose(1, 2);
-    if (q_norm) {  // Qwen3: per head, before the rotation; each tp rank's heads add to the weights' gradients
+    if (q_norm && !shape.olmo2_norms) {  // Qwen3: per head, before the rotation; each tp rank's heads add to the weights' gradients
       q = q_norm->forward(q, t);
       k = k_norm->forward(k, t);
     }
@@ -1022,6 +1031,11 @@ struct LlamaBlock : nn::Module {
       const auto z = enter(pre_feedforward_layernorm->forward(y), t);
       return y + post_feedforward_layernorm->forward(row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t));
     }
+    if (shape.olmo2_norms) {
+      // Olmo2DecoderLayer: each output normed before its residual, the MLP's input the residual stream itself.
+      const auto y = x + post_attention_layernorm->forward(attn);
+      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, activation(gate_proj(y)) * up_proj(y), t));
+    }
     const auto y = x + residual_scaled(attn);
     const auto z = enter(post_attention_layernorm->forward(y), t);
     if (moe) return y + residual_scaled(moe->forward(z));
@@ -1045,7 +1059,7 @@ struct LlamaBlock : nn::Module {
   std::shared_ptr<RmsNorm> input_layernorm;
   nn::Linear q_proj, k_proj, v_proj, o_proj;
   std::shared_ptr<RmsNorm> post_attention_layernorm;
-  std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma's; null otherwise
+  std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma's (post_feedforward also OLMo 2's); null otherwise
   nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // null in a moe.block
   std::shared_ptr<MoeMlp> moe;              // null in a llama.block
   std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without qk-norm
@@ -1747,6 +1761,10 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
                      s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0, s.get("qkn") != 0, s.get_or("flash", 0) != 0};
     shape.window = s.get_or("sw", 0);
     shape.gemma_norms = s.get_or("gn", 0) != 0;
+    shape.olmo2_norms = s.get_or("on", 0) != 0;
+    if (shape.olmo2_norms && (moe || !shape.qk_norm || s.get_or("tp", 1) > 1)) {
+      throw UnsupportedError("layer signature '" + signature + "': OLMo 2's block runs dense, with its q/k norms, at tp 1");
+    }
     shape.gelu = s.get_or("gelu", 0) != 0;
     shape.softcap = static_cast<double>(s.get_or("sc", 0));
     shape.residual_multiplier = milli("rm");
