@@ -163,7 +163,7 @@ using namespace detail;
 // the scaled logits replace the unscaled ones before the fp32 upcast,
 // whose copy sets the head's peak as before. HF runs each op whatever its
 // value, 1.0 included, so a Granite config always has all three; the
-// signatures carry their values in thousandths, and the LibTorch twin
+// signatures carry their values in millionths, and the LibTorch twin
 // runs them (its scores keep SDPA's 1/sqrt(d)).
 // Note [Gemma]
 // Google's Gemma 2 and Gemma 3 language models as HuggingFace writes them
@@ -258,7 +258,7 @@ class Llama final : public ZooModel {
     emb.name = "embed_tokens";
     emb.kind = sim::LayerKind::kEmbedding;
     emb.signature = "llama.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + (c_.embed_scale ? ",es=1" : "") +
-                    milli(",em=", c_.embedding_multiplier) + tps;
+                    micro(",em=", c_.embedding_multiplier) + tps;
     emb.params = v * h;
     emb.param_tensors = 1;
     emb.modules = {{"embed.gather", {v * h}, ""}};
@@ -290,7 +290,7 @@ class Llama final : public ZooModel {
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
-             milli(",rm=", c_.residual_multiplier) +  // Note [Granite]
+             micro(",rm=", c_.residual_multiplier) +  // Note [Granite]
              (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape) +
              (shape.fused_kernels ? ",fk=1" : "");  // Note [Fused kernels]
     };
@@ -334,7 +334,7 @@ class Llama final : public ZooModel {
     head.signature = "llama.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) +
                      ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") +
                      (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") +
-                     milli(",ls=", c_.logits_scaling) + tps +
+                     micro(",ls=", c_.logits_scaling) + tps +
                      (shape.fused_kernels ? ",fk=1" : "");
     head.params = h + (c_.tied_head ? 0 : v * h);
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
@@ -370,10 +370,11 @@ class Llama final : public ZooModel {
   }
 
  private:
-  /// ",key=N", N the value in thousandths (signatures hold integers), or
-  /// nothing where the value is 0 (the op is not there).
-  static std::string milli(const char* key, double value) {
-    return value > 0 ? key + std::to_string(std::max<long long>(1, std::llround(value * 1000))) : std::string();
+  /// ",key=N", N the value in millionths (signatures hold integers; the
+  /// loader takes none below one), or nothing where the value is 0 (the op
+  /// is not there).
+  static std::string micro(const char* key, double value) {
+    return value > 0 ? key + std::to_string(std::max<long long>(1, std::llround(value * 1e6))) : std::string();
   }
   /// A tensor of `n` elements times a Python scalar (Note [Granite]): one
   /// pass, e bytes read and written an element, nothing kept.

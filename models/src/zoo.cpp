@@ -310,8 +310,14 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   if (l.embedding_multiplier > 0 && l.embed_scale) {
     c.fail("embedding_multiplier", "contradicts embed_scale: true (Gemma's sqrt(hidden)); set only one");
   }
-  if (l.residual_multiplier > 0 && l.gemma_norms) {
-    c.fail("residual_multiplier", "is Granite's and gemma_norms Gemma's block; set only one");
+  for (const auto& [key, value] : {std::pair{"embedding_multiplier", l.embedding_multiplier},
+                                    std::pair{"residual_multiplier", l.residual_multiplier}, std::pair{"logits_scaling", l.logits_scaling}}) {
+    // The layer signatures carry them in millionths (Note [Granite]).
+    if (value > 0 && value < 1e-6) c.fail(key, "below 1e-6; valid: 0 (no such op) or 1e-6 to 1e6");
+  }
+  if (l.residual_multiplier > 0 && (l.gemma_norms || l.olmo2_norms)) {
+    c.fail("residual_multiplier", std::string("is Granite's block and ") + (l.gemma_norms ? "gemma_norms Gemma's" : "olmo2_norms OLMo 2's") +
+                                      "; set only one");
   }
   if (l.global_every > 0 && l.sliding_window == 0) {
     c.fail("global_every", std::to_string(l.global_every) + " needs a sliding_window for the other layers");
@@ -334,6 +340,10 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   // Multi-head latent attention (DeepSeek).
   l.q_lora_rank = c.get_int("q_lora_rank", 0, 0, kBig);
   l.kv_lora_rank = c.get_int("kv_lora_rank", 0, 0, kBig);
+  if (l.olmo2_norms && (l.experts > 0 || l.kv_lora_rank > 0)) {
+    c.fail("olmo2_norms", std::string("true is OLMo 2's dense block; it contradicts ") + (l.experts > 0 ? "experts" : "kv_lora_rank") +
+                              " (set only one)");
+  }
   l.qk_nope_dim = c.get_int("qk_nope_dim", l.kv_lora_rank > 0 ? 128 : 0, 0, kBig);
   l.qk_rope_dim = c.get_int("qk_rope_dim", l.kv_lora_rank > 0 ? 64 : 0, 0, kBig);
   l.v_head_dim = c.get_int("v_head_dim", l.kv_lora_rank > 0 ? 128 : 0, 0, kBig);
@@ -513,8 +523,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
     c.fail("architectures", "'" + arch + "' is not a head dtsim models for model_type " + type + "; valid: " + list);
   };
-  // A Llama-family decoder's depth, width and heads (Phi3Config's and
-  // GraniteConfig's keys and defaults): num_key_value_heads null or absent
+  // A Llama-family decoder's depth, width and heads (Phi3Config's,
+  // GraniteConfig's and Olmo2Config's keys and defaults): num_key_value_heads null or absent
   // is one per attention head. Returns the attention heads.
   auto decoder_shape = [&](std::int64_t layers, std::int64_t hidden, std::int64_t attention_heads) {
     ours["family"] = "llama";

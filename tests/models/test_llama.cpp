@@ -487,9 +487,9 @@ TEST_CASE("Granite's parameters equal HuggingFace's, from config.json and built 
   const auto a = load_model(hf("granite-3.3-8b"))->layers(w), b = load_model("granite-3.3-8b")->layers(w);
   REQUIRE(a.size() == b.size());
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
-  CHECK(a[0].signature.find(",em=12000") != std::string::npos);
-  CHECK(a[1].signature.find(",rm=220") != std::string::npos);
-  CHECK(a.back().signature.find(",ls=16000") != std::string::npos);
+  CHECK(a[0].signature.find(",em=12000000") != std::string::npos);
+  CHECK(a[1].signature.find(",rm=220000") != std::string::npos);
+  CHECK(a.back().signature.find(",ls=16000000") != std::string::npos);
 }
 
 TEST_CASE("Granite's scalars: one pass each over what they scale, forward and backward, nothing kept", "[llama][granite]") {
@@ -527,6 +527,9 @@ TEST_CASE("bad Granite input: one line naming the key and what is valid", "[llam
              Catch::Contains("model.residual_multiplier"));
   CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.logits_scaling=-1")}); }),
              Catch::Contains("model.logits_scaling"));
+  // The signatures carry the scalars in millionths.
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.residual_multiplier=1e-7")}); }),
+             Catch::Contains("model.residual_multiplier: below 1e-6; valid: 0 (no such op) or 1e-6 to 1e6"));
   test::TempDir dir("granite-bad");
   std::string text = slurp(hf("granite-3.3-8b"));
   const std::string from = "\"num_attention_heads\": 32";
@@ -589,6 +592,10 @@ TEST_CASE("bad OLMo 2 input: one line naming the key and what is valid", "[llama
              Catch::Contains("model.olmo2_norms: true needs qk_norm: true"));
   CHECK_THAT(error_of([] { load_model("gemma-tiny", {sim::parse_override("model.olmo2_norms=true")}); }),
              Catch::Contains("contradicts gemma_norms"));
+  CHECK_THAT(error_of([] { load_model("olmo-2-7b", {sim::parse_override("model.residual_multiplier=0.5")}); }),
+             Catch::Contains("model.residual_multiplier: is Granite's block and olmo2_norms OLMo 2's"));
+  CHECK_THAT(error_of([] { load_model("olmo-2-7b", {sim::parse_override("model.experts=8")}); }),
+             Catch::Contains("model.olmo2_norms: true is OLMo 2's dense block; it contradicts experts"));
   // Tensor parallelism: the rules table asks the model, which says why.
   CHECK_THAT(load_model("olmo-2-7b")->tp_error(2), Catch::Contains("dtsim models it at tp=1"));
   CHECK(load_model("olmo-2-7b")->tp_error(1).empty());

@@ -571,7 +571,7 @@ TEST_CASE("Granite's twins: the embeddings, each residual's input and the logits
   // GraniteDecoderLayer: y = x + 0.22 attn(x), then y + 0.22 mlp(z) with z =
   // post_attention_layernorm(y). With o_proj zeroed the attention adds 0, so
   // the block is x + 0.22 down(silu(gate(z)) * up(z)), z = norm(x).
-  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,rm=220");
+  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,rm=220000");
   std::map<std::string, torch::Tensor> p;
   for (const auto& item : layer->module().named_parameters()) p[item.key()] = item.value();
   const auto x = torch::randn({2, 8, 32});
@@ -582,13 +582,23 @@ TEST_CASE("Granite's twins: the embeddings, each residual's input and the logits
                                  p["down_proj.weight"].t());
   CHECK(torch::allclose(layer->forward({x}), x + 0.22 * mlp, 1e-5, 1e-5));
   CHECK_FALSE(torch::allclose(out, x + 0.22 * mlp, 1e-5, 1e-5));  // the attention did add something before
-  // The embeddings times embedding_multiplier (em=12000: 12).
-  auto emb = models::make_torch_layer("llama.embed:h=16,v=64,em=12000");
+  // The attention's output scaled too: with the MLP's down_proj zeroed
+  // instead, the block adds 0.22 of what the same weights add unscaled.
+  auto plain = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0");
+  auto scaled = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,rm=220000");
+  auto theirs = scaled->module().named_parameters();
+  for (const auto& item : plain->module().named_parameters()) theirs[item.key()].copy_(item.value());
+  for (auto* m : {&plain->module(), &scaled->module()}) m->named_parameters()["down_proj.weight"].zero_();
+  const auto attn = plain->forward({x}) - x;
+  CHECK(attn.abs().max().item<double>() > 1e-3);
+  CHECK(torch::allclose(scaled->forward({x}) - x, 0.22 * attn, 1e-5, 1e-5));
+  // The embeddings times embedding_multiplier (em=12000000: 12, in millionths).
+  auto emb = models::make_torch_layer("llama.embed:h=16,v=64,em=12000000");
   const auto ids = emb->make_inputs(2, 8, torch::TensorOptions());
   const auto table = emb->module().named_parameters()["embed_tokens.weight"];
   CHECK(torch::allclose(emb->forward(ids), table.index_select(0, ids[0].view({-1})).view({2, 8, 16}) * 12.0));
-  // The loss of logits / 16 (ls=16000), the head tied (its weight an input).
-  auto head = models::make_torch_layer("llama.head:h=16,v=64,tied=1,ls=16000");
+  // The loss of logits / 16 (ls=16000000), the head tied (its weight an input).
+  auto head = models::make_torch_layer("llama.head:h=16,v=64,tied=1,ls=16000000");
   auto in = head->make_inputs(2, 8, torch::TensorOptions());
   in[1] = in[1].clamp(0, 63);
   const auto normed = in[0] * torch::rsqrt(in[0].pow(2).mean(-1, true) + 1e-5);
@@ -637,6 +647,22 @@ TEST_CASE("OLMo 2's twin: outputs normed before their residuals, q/k norms over 
       INFO(l.signature);
       CHECK(models::make_torch_layer(l.signature)->parameter_count() == l.params);
     }
+  }
+  // Its q/k norms span all heads: scaling q_proj's rows of one head
+  // changes every head's normalised q (a per-head norm would undo it, and
+  // scaling every row is undone either way).
+  {
+    auto olmo = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,on=1");
+    auto q = olmo->module().named_parameters()["q_proj.weight"];
+    const auto base = olmo->forward({x});
+    q.mul_(5);
+    const double all = (olmo->forward({x}) - base).abs().max().item<double>();
+    q.div_(5);
+    q.narrow(0, 0, 8).mul_(5);  // head 0's 8 rows
+    const double one = (olmo->forward({x}) - base).abs().max().item<double>();
+    // All rows x5: only RMSNorm's eps moves it (8e-4 here); one head's: 1.2.
+    CHECK(all < 1e-2);
+    CHECK(one > 100 * all);
   }
   // Split over tensor-parallel ranks it cannot run.
   using dtsim::test::error_of;

@@ -1614,6 +1614,7 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
   }
   if (s.kind == "moe.block") throw UnsupportedError(at + "the LibTorch MoE block has no tensor-parallel split yet (tp must be 1)");
   if (s.kind == "llama.block") {
+    if (s.get_or("on", 0) != 0) throw UnsupportedError(at + "OLMo 2's block runs dense, with its q/k norms, at tp 1");
     if (s.get("a") % tp.size != 0 || s.get("kv") % tp.size != 0 || s.get("f") % tp.size != 0) {
       throw ConfigError(at + "heads, key-value heads and f must be multiples of tp " + std::to_string(tp.size));
     }
@@ -1745,14 +1746,14 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     if (k == "s2s.decoder") return std::make_unique<DecoderLayer>(std::move(side));
     return std::make_unique<EncoderLayer>(std::move(side));
   }
-  // Granite's scalars come in thousandths (Note [Granite] in models/src/llama.cpp).
-  auto milli = [&](const char* key) { return static_cast<double>(s.get_or(key, 0)) / 1000.0; };
+  // Granite's scalars come in millionths (Note [Granite] in models/src/llama.cpp).
+  auto micro = [&](const char* key) { return static_cast<double>(s.get_or(key, 0)) / 1e6; };
   if (k == "llama.embed") {
-    return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0, milli("em")));
+    return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0, micro("em")));
   }
   if (k == "llama.head") {
     return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0, s.get_or("gn", 0) != 0,
-                                                                        static_cast<double>(s.get_or("fsc", 0)), milli("ls")),
+                                                                        static_cast<double>(s.get_or("fsc", 0)), micro("ls")),
                                             s.get("h"));
   }
   if (k == "llama.block" || k == "moe.block") {
@@ -1767,7 +1768,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     }
     shape.gelu = s.get_or("gelu", 0) != 0;
     shape.softcap = static_cast<double>(s.get_or("sc", 0));
-    shape.residual_multiplier = milli("rm");
+    shape.residual_multiplier = micro("rm");
     if (shape.softcap > 0 && shape.flash) {
       // Note [Gemma] (models/src/llama.cpp): SDPA has no soft cap (FlashAttention-2's has; LibTorch does not ship it).
       throw UnsupportedError("layer signature '" + signature +

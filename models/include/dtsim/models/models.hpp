@@ -51,15 +51,15 @@ struct LlamaConfig {
   /// Every global_every-th layer attends to all keys and the others within
   /// sliding_window (Gemma 2: 2, Gemma 3: 6); 0: the window, if any, on every layer.
   int global_every = 0;
-  /// OLMo 2's norms (Note [OLMo 2] in llama.cpp): the attention's and the
-  /// MLP's outputs normed before their residuals, no norm before either,
-  /// and the q/k norms (qk_norm) over all heads at once.
-  bool olmo2_norms = false;
   bool gemma_norms = false;        ///< Gemma's RMSNorm (fp32, times 1 + weight), four a block (sandwich norms in Gemma 2 and 3)
   bool gelu = false;               ///< the MLP's gate through tanh-approximated GELU (GeGLU) instead of SiLU (hidden_activation)
   bool embed_scale = false;        ///< the embeddings times sqrt(hidden) (Gemma)
   double attn_softcap = 0;         ///< attn_logit_softcapping: scores = cap tanh(scores / cap) (Gemma 2; 0: none)
   double final_softcap = 0;        ///< final_logit_softcapping on the logits (Gemma 2; 0: none)
+  /// OLMo 2's norms (Note [OLMo 2] in llama.cpp): the attention's and the
+  /// MLP's outputs normed before their residuals, no norm before either,
+  /// and the q/k norms (qk_norm) over all heads at once.
+  bool olmo2_norms = false;
   // Granite's scalars (Note [Granite] in llama.cpp); 0: the op is not there.
   double embedding_multiplier = 0;  ///< the embeddings times this
   double residual_multiplier = 0;   ///< each attention and MLP output times this before its residual
