@@ -165,7 +165,8 @@ namespace dtsim::models::detail {
 // query rows against all s keys and keeps those scores, b a (s/cp) s; the
 // ring computes block by block and keeps none (Note [Ring attention]).
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
-                             bool causal, bool dropout, std::int64_t window, bool fp32_softmax, std::int64_t dv, bool softcap) {
+                             bool causal, bool dropout, std::int64_t window, bool fp32_softmax, std::int64_t dv, bool softcap,
+                             bool sinks) {
   using sim::KernelKind;
   if (dv == 0) dv = d;
   const std::int64_t b = shape.micro_batch, s = shape.seq_len, cp = shape.cp;
@@ -226,7 +227,13 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     k.push_back(gemm("attn.scores", sq, s, d, e, b * heads, KernelKind::kAttention));
     // Gemma 2's soft cap: a division, a tanh and a multiplication, each a pass over the scores.
     if (softcap) k.push_back(memory_op("attn.softcap", KernelKind::kElementwise, 3 * e * scores, 3 * e * scores, 3.0 * scores));
-    k.push_back(memory_op("attn.softmax", KernelKind::kNorm, e * scores, e * scores, 5.0 * scores));
+    // gpt-oss's sinks (eager_attention_forward in modeling_gpt_oss.py): the
+    // sink column concatenated (a copy of the scores one wider), each row's
+    // max taken and subtracted (a read, and a read and a write), then the
+    // softmax over the wider rows; backward passes the same ways.
+    const Bytes rows = b * heads * sq, wide = scores + (sinks ? rows : 0);
+    if (sinks) k.push_back(memory_op("attn.sinks", KernelKind::kElementwise, e * (scores + 2 * wide), 2 * e * wide, 2.0 * wide));
+    k.push_back(memory_op("attn.softmax", KernelKind::kNorm, e * wide, e * wide, 5.0 * wide));
     if (dropout) k.push_back(memory_op("attn.dropout", KernelKind::kElementwise, e * scores, (e + 1) * scores, scores));
     k.push_back(gemm("attn.av", sq, dv, s, e, b * heads, KernelKind::kAttention));
     c.backward = backward_of(c.forward);
@@ -237,8 +244,11 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     // after a cast the dropped copy replaces the cast one in the GEMM's
     // saved inputs, and the cast itself is kept by nothing.
     const Bytes mask = dropout ? shape.mask_bytes : 0;
-    const bool cast = fp32_softmax && e != 4;
+    const bool cast = fp32_softmax && !sinks && e != 4;
     c.saved = scores * (e + (dropout ? mask + (cast ? 0 : e) : 0) + (cast ? 4 : 0));
+    // With sinks the softmax keeps its whole output, the sink column too
+    // (the GEMM with V reads a view of it), and max its int64 indices.
+    if (sinks) c.saved += e * rows + 8 * rows;
     if (softcap) c.saved += e * scores;  // tanh's output, kept for its backward
     // K and V expanded to every query head, or gathered from the other
     // context-parallel ranks, are kept beside the local ones.

@@ -94,9 +94,13 @@ struct AttentionCore {
 /// `softcap`: Gemma 2's scores = cap tanh(scores / cap) before the softmax
 /// (Note [Gemma] in llama.cpp); eager attention runs and keeps it, a fused
 /// kernel (FlashAttention-2's softcap) does it in place.
+/// `sinks`: gpt-oss's learned logit per head joins each row of scores
+/// (Note [gpt-oss] in llama.cpp): eager attention concatenates it, takes the
+/// row's max and subtracts it, and runs its softmax in the scores' own dtype
+/// (so `fp32_softmax` does not apply); a fused kernel takes it in place.
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
                              bool causal, bool dropout, std::int64_t window = 0, bool fp32_softmax = false,
-                             std::int64_t dv = 0, bool softcap = false);
+                             std::int64_t dv = 0, bool softcap = false, bool sinks = false);
 /// A layer's kernels: `pre`, the attention core, then `post`; backward in
 /// reverse (the core's own backward in its place); the core's recompute
 /// kernels and context-parallel exchange.

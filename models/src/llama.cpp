@@ -165,6 +165,49 @@ using namespace detail;
 // value, 1.0 included, so a Granite config always has all three; the
 // signatures carry their values in millionths, and the LibTorch twin
 // runs them (its scores keep SDPA's 1/sqrt(d)).
+// Note [gpt-oss]
+// OpenAI's gpt-oss as HuggingFace writes it (modeling_gpt_oss.py, model_type
+// gpt_oss; OpenAI 2025, "gpt-oss-120b & gpt-oss-20b Model Card") is this
+// family's mixture of experts with four more things, each a LlamaConfig
+// field, beside biases on q, k, v, o, the router and every expert's
+// gate_up and down (qkv_bias, o_bias, router_bias, mlp_bias) and sliding
+// windows of 128 on every other layer (layer 0 sliding; global_every 2):
+//   sinks       a learned logit per head (GptOssAttention.sinks, split
+//               with the heads) joins every row of scores
+//               (attention_sinks). Eager attention, which HF trains it
+//               with (_supports_sdpa is False; the FlashAttention-3 kernel
+//               it may load has no backward for sinks), concatenates the
+//               column (a copy of the scores one wider), subtracts each
+//               row's max and runs its softmax in the scores' own dtype:
+//               it keeps that softmax's output, sink column included, and
+//               max's int64 indices, and no fp32 copy (attention_core in
+//               layers.cpp). A fused kernel (Transformer Engine's, under
+//               Megatron-Core's softmax_type "learnable") takes the column
+//               in place: the same work as without.
+//   clamped SwiGLU  (swiglu_limit 7) each expert computes gate = min(gate,
+//               7), up = clamp(up, -7, 7), glu = gate sigmoid(1.702 gate),
+//               out = (up + 1) glu. As composite ops that is seven passes,
+//               9 reads and 7 writes an element, and autograd keeps gate
+//               and up (the clamps' input), the clamped gate, the sigmoid,
+//               up + 1 and glu beside down's input: 6e + g an element where
+//               SiLU's SwiGLU keeps 3e + g. Megatron-Core fuses it
+//               (weighted_bias_quick_geglu_impl under bias_activation_fusion,
+//               with activation_func_clamp_value 7 and glu_linear_offset 1),
+//               keeping its input as the fused SwiGLU does (Note [Fused
+//               kernels]). alpha (swiglu_alpha) changes values, not work.
+//   norms       GptOssRMSNorm multiplies the weight (kept in fp32:
+//               _keep_in_fp32_modules) into the fp32 normalised input and
+//               casts after (fp32_norm_weight), so the product keeps 4
+//               bytes an element where Llama's keeps e: 8 an element and 4
+//               a row, as Gemma's norms.
+//   router      top-k of the logits, then a softmax over the k: the same
+//               weights as the family's softmax over all experts
+//               renormalised over the chosen k, priced and run that way.
+// Parameters (tests/data/hf/PARAMS.md): gpt-oss-20b 20,914,757,184 and
+// gpt-oss-120b 116,829,156,672, the model card's 20.91B and 116.83B.
+// The release's MXFP4 expert weights are an inference format; training
+// runs them in bf16 (the model card's own training precision), as dtsim
+// prices them. YaRN's rotary scaling changes values, not work.
 // Note [Gemma]
 // Google's Gemma 2 and Gemma 3 language models as HuggingFace writes them
 // (modeling_gemma2.py, modeling_gemma3.py; Gemma Team 2024, "Gemma 2",
@@ -291,6 +334,8 @@ class Llama final : public ZooModel {
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
              micro(",rm=", c_.residual_multiplier) +  // Note [Granite]
+             // Note [gpt-oss]: sinks, the clamped SwiGLU (millionths), fp32 norm products
+             (c_.attention_sinks ? ",sink=1" : "") + micro(",swl=", c_.swiglu_limit) + (c_.fp32_norm_weight ? ",fnw=1" : "") +
              (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape) +
              (shape.fused_kernels ? ",fk=1" : "");  // Note [Fused kernels]
     };
@@ -298,28 +343,38 @@ class Llama final : public ZooModel {
     // Note [Gemma]: layers that attend globally among sliding-window ones.
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
     const std::string global_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common_of(0);
-    std::optional<sim::Layer> dense, global, moe;
-    std::string moe_sig;
+    std::optional<sim::Layer> dense, global, moe, moe_global;
+    // A MoE block's signature with the common keys of its window.
+    auto moe_signature = [&](const std::string& common_keys) {
+      // The busiest rank's load in thousandths of the balanced one
+      // (signatures hold integers).
+      const long long load = std::llround(moe_load(shape) * 1000);
+      return "moe.block:" + attention + ",E=" + std::to_string(c_.experts) + ",k=" + std::to_string(c_.top_k) +
+             ",fe=" + std::to_string(c_.expert_intermediate) + ",fs=" + std::to_string(c_.shared_intermediate) +
+             ",sg=" + (c_.shared_expert_gate ? "1" : "0") + (c_.router_bias ? ",rb=1" : "") + common_keys +
+             (shape.ep > 1 ? ",ep=" + std::to_string(shape.ep) : "") + (shape.etp != tp ? ",etp=" + std::to_string(shape.etp) : "") +
+             (load != 1000 ? ",load=" + std::to_string(load) : "");
+    };
     for (int i = 0; i < c_.layers; ++i) {
-      if (!is_moe(i) && window_of(i) != c_.sliding_window) {
-        if (!global) global = block_layer(shape, false, 0);
-        out.push_back(*global);
-        out.back().signature = global_sig;
+      // Note [Gemma]: a layer that attends globally among sliding ones (a
+      // MoE layer too: gpt-oss's, Note [gpt-oss]).
+      const bool is_global = window_of(i) != c_.sliding_window;
+      if (is_moe(i) && is_global) {
+        if (!moe_global) {
+          moe_global = block_layer(shape, true, 0);
+          moe_global->signature = moe_signature(common_of(0));
+        }
+        out.push_back(*moe_global);
       } else if (is_moe(i)) {
         if (!moe) {
           moe = block_layer(shape, true, c_.sliding_window);
-          // The busiest rank's load in thousandths of the balanced one
-          // (signatures hold integers).
-          const long long load = std::llround(moe_load(shape) * 1000);
-          moe_sig = "moe.block:" + attention + ",E=" + std::to_string(c_.experts) + ",k=" + std::to_string(c_.top_k) +
-                    ",fe=" + std::to_string(c_.expert_intermediate) + ",fs=" + std::to_string(c_.shared_intermediate) +
-                    ",sg=" + (c_.shared_expert_gate ? "1" : "0") + common +
-                    (shape.ep > 1 ? ",ep=" + std::to_string(shape.ep) : "") +
-                    (shape.etp != tp ? ",etp=" + std::to_string(shape.etp) : "") +
-                    (load != 1000 ? ",load=" + std::to_string(load) : "");
+          moe->signature = moe_signature(common);
         }
         out.push_back(*moe);
-        out.back().signature = moe_sig;
+      } else if (is_global) {
+        if (!global) global = block_layer(shape, false, 0);
+        out.push_back(*global);
+        out.back().signature = global_sig;
       } else {
         if (!dense) dense = block_layer(shape, false, c_.sliding_window);
         out.push_back(*dense);
@@ -332,7 +387,7 @@ class Llama final : public ZooModel {
     head.name = "norm+lm_head";
     head.kind = sim::LayerKind::kLmHead;
     head.signature = "llama.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) +
-                     ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") +
+                     ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") + (c_.fp32_norm_weight ? ",fnw=1" : "") +
                      (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") +
                      micro(",ls=", c_.logits_scaling) + tps +
                      (shape.fused_kernels ? ",fk=1" : "");
@@ -347,7 +402,7 @@ class Llama final : public ZooModel {
     // The norm (Note [Llama activations]; Gemma's keeps its fp32 output:
     // Note [Gemma]), the head GEMM's input (in bf16 under FP8:
     // kernel_precision in sim) and the fp32 log-softmax.
-    head.saved_bytes = (shape.fused_kernels ? e : c_.gemma_norms ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
+    head.saved_bytes = (shape.fused_kernels ? e : fp32_norm_out() ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
     if (c_.final_softcap > 0) {
       // Gemma 2's final soft cap on the logits before the loss: a division,
       // a tanh (its output kept) and a multiplication.
@@ -460,6 +515,7 @@ class Llama final : public ZooModel {
       // Qwen3's and Gemma 3's q/k norms are per head (d each); OLMo 2's span
       // the whole projections (a d and kv d: Note [OLMo 2]).
       if (c_.qk_norm) replicated += c_.olmo2_norms ? (a + kv) * d : 2 * d, tensors += 2;
+      if (c_.attention_sinks) split += a, tensors += 1;  // a logit per head, split with the heads (Note [gpt-oss])
     }
     if (!moe) {
       split += 3 * h * f;
@@ -505,16 +561,28 @@ class Llama final : public ZooModel {
   /// costs a few more operations an element than SiLU.
   sim::Kernel glu(const char* name, Bytes n, const sim::WorkloadShape& shape) const {
     const int e = shape.act_bytes;
+    if (c_.swiglu_limit > 0 && !shape.fused_kernels) {
+      // gpt-oss's clamped SwiGLU as its composite ops run (Note [gpt-oss]):
+      // two clamps, gate x alpha, its sigmoid, their product, up + 1, the
+      // product of the two: 9 reads and 7 writes an element.
+      return memory_op(name, sim::KernelKind::kElementwise, 9 * e * n, 7 * e * n, 12.0 * static_cast<double>(n));
+    }
     return memory_op(name, sim::KernelKind::kElementwise, 2 * e * n, (shape.fused_kernels ? 1 : 2) * e * n,
-                     (c_.gelu ? 10.0 : 6.0) * static_cast<double>(n));
+                     (c_.gelu ? 10.0 : c_.swiglu_limit > 0 ? 12.0 : 6.0) * static_cast<double>(n));
   }
   /// What it keeps for backward, with the down projection's input (g an
   /// element): the gate's and up's outputs and the activation's (3e + g), or
-  /// fused the first two (2e + g).
-  static Bytes glu_kept(Bytes n, const sim::WorkloadShape& shape) {
+  /// fused the first two (2e + g); gpt-oss's composite clamped SwiGLU keeps
+  /// gate and up (the clamps' inputs), the clamped gate, the sigmoid, up + 1
+  /// and their gated product (6e + g: Note [gpt-oss]).
+  Bytes glu_kept(Bytes n, const sim::WorkloadShape& shape) const {
     const int e = shape.act_bytes, g = shape.fp8 ? 1 : e;
-    return ((shape.fused_kernels ? 2 : 3) * e + g) * n;
+    if (shape.fused_kernels) return (2 * e + g) * n;
+    return ((c_.swiglu_limit > 0 ? 6 : 3) * e + g) * n;
   }
+  /// The norms keep their fp32 output for the weight's product (Gemma's,
+  /// and gpt-oss's: Note [gpt-oss]).
+  bool fp32_norm_out() const { return c_.gemma_norms || c_.fp32_norm_weight; }
 
   sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, std::int64_t window) const {
     using sim::KernelKind;
@@ -550,6 +618,7 @@ class Llama final : public ZooModel {
         const std::int64_t qn = c_.olmo2_norms ? a * d : d, kn = c_.olmo2_norms ? kv * d : d;
         l.modules.insert(l.modules.end(), {{"attn.q_norm", {qn}, ""}, {"attn.k_norm", {kn}, ""}});
       }
+      if (c_.attention_sinks) l.modules.push_back({"attn.sinks", {a / tp}, ""});
       l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
       l.modules.push_back({"post_attention_layernorm", {h}, ""});
       if (c_.gemma_norms) {
@@ -573,7 +642,7 @@ class Llama final : public ZooModel {
     // or a fused one: its input and rsigma.
     auto norm_kept = [&](Bytes n, Bytes rows) { return (fused ? e : 4 + e) * n + 4 * rows; };
     // Gemma's keeps its fp32 output for the product with 1 + weight (Note [Gemma]).
-    const Bytes block_norm_kept = c_.gemma_norms && !fused ? 8 * tn + 4 * (tn / h) : norm_kept(tn, tn / h);
+    const Bytes block_norm_kept = fp32_norm_out() && !fused ? 8 * tn + 4 * (tn / h) : norm_kept(tn, tn / h);
     std::vector<sim::Kernel> pre, post;
     if (!c_.olmo2_norms) pre.push_back(norm("input_layernorm", tn));  // Note [OLMo 2]: none before attention
     AttentionCore core;
@@ -607,7 +676,7 @@ class Llama final : public ZooModel {
     } else {
       const std::int64_t kvl = c_.kv_heads / tp;
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
-      core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0);
+      core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0, c_.attention_sinks);
       pre.push_back(gemm("attn.qkv", t, (al + 2 * kvl) * d, h, e));
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
       pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
@@ -616,7 +685,7 @@ class Llama final : public ZooModel {
       const bool local_kv = blockwise || (al == kvl && shape.cp == 1);
       attention += e * q + (local_kv ? 2 * e * kv : 0) + g * q + core.saved;
       if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
-      if (c_.qk_norm) attention += (fused ? e : c_.gemma_norms ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
+      if (c_.qk_norm) attention += (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
       o_in = al * d;
     }
     post.push_back(gemm("attn.o_proj", t, h, o_in, e));
@@ -648,7 +717,8 @@ class Llama final : public ZooModel {
     join_kernels(l, pre, core, post);
     scaled_backward(l.backward);
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
-    const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms;
+    const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms &&
+                              !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight;
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).
@@ -768,7 +838,7 @@ class Llama final : public ZooModel {
     }
     l.expert_params = el * expert_params_each(etp);
     l.params += l.expert_params;
-    l.param_tensors += static_cast<int>(std::min<std::int64_t>(el * 3, 1 << 20));
+    l.param_tensors += static_cast<int>(std::min<std::int64_t>(el * (c_.mlp_bias ? 6 : 3), 1 << 20));  // with gpt-oss's biases, six
     if (shape.ep > 1) {
       const Bytes a2a = static_cast<Bytes>(std::ceil(static_cast<double>(e * tr * k * h) * load));
       l.ep_forward.push_back({sim::CollectiveOp::kAllToAll, 8 * E, 1, sim::Axis::kEp});  // the counts

@@ -134,6 +134,15 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 61\nhidden: 7168\nheads: 128\nkv_heads: 128\nintermediate: 18432\nvocab: 129280\nseq_len: 163840\n"
      "experts: 256\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 3\nroute_nodes: 4\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
+    // Note [gpt-oss] (llama.cpp): openai/gpt-oss-20b's and gpt-oss-120b's config.json.
+    {"gpt-oss-20b", "OpenAI gpt-oss-20b: 24 layers, hidden 2880, 64 heads of 64, 8 KV heads, attention sinks, 32 experts of clamped SwiGLU 2880, top-4, biases, window 128 and global attention alternating, vocab 201088, seq 131072",
+     "family: llama\nlayers: 24\nhidden: 2880\nheads: 64\nkv_heads: 8\nhead_dim: 64\nintermediate: 2880\nvocab: 201088\nseq_len: 131072\n"
+     "experts: 32\ntop_k: 4\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 128\nglobal_every: 2\n"
+     "attention_sinks: true\nswiglu_limit: 7\nfp32_norm_weight: true\n"},
+    {"gpt-oss-120b", "OpenAI gpt-oss-120b: 36 layers, hidden 2880, 64 heads of 64, 8 KV heads, attention sinks, 128 experts of clamped SwiGLU 2880, top-4, biases, window 128 and global attention alternating, vocab 201088, seq 131072",
+     "family: llama\nlayers: 36\nhidden: 2880\nheads: 64\nkv_heads: 8\nhead_dim: 64\nintermediate: 2880\nvocab: 201088\nseq_len: 131072\n"
+     "experts: 128\ntop_k: 4\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 128\nglobal_every: 2\n"
+     "attention_sinks: true\nswiglu_limit: 7\nfp32_norm_weight: true\n"},
     {"gpt2-tiny", "Tiny GPT-2 for CPU validation: 2 layers, hidden 128, 4 heads, vocab 1024, seq 128",
      "family: gpt2\nlayers: 2\nhidden: 128\nheads: 4\nvocab: 1024\nseq_len: 128\n"},
     {"bert-tiny", "BERT-tiny (google/bert_uncased_L-2_H-128_A-2): 2 layers, hidden 128, 2 heads",
@@ -145,6 +154,10 @@ const Builtin kBuiltins[] = {
      "qk_norm: true\nsliding_window: 64\nglobal_every: 2\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
     {"moe-tiny", "Tiny mixture of experts for CPU validation: 2 layers, hidden 128, 4 heads, 2 KV heads, 4 experts of SwiGLU 176, top-2, vocab 1024, seq 128",
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nintermediate: 352\nvocab: 1024\nseq_len: 128\nexperts: 4\ntop_k: 2\nexpert_intermediate: 176\n"},
+    {"gpt-oss-tiny", "Tiny gpt-oss for CPU validation: 2 layers (a sliding one of window 64, then a global one), hidden 128, 4 heads of 32, 2 KV heads, attention sinks, 4 experts of clamped SwiGLU 176, top-2, biases, vocab 1024, seq 128",
+     "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 176\nvocab: 1024\nseq_len: 128\n"
+     "experts: 4\ntop_k: 2\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 64\nglobal_every: 2\n"
+     "attention_sinks: true\nswiglu_limit: 7\nfp32_norm_weight: true\n"},
     // Seed 003's six models (the report states no shapes: the textbook ones,
     // examples/README.md says which). vgg11 is torchvision's vgg11 (132,863,336
     // parameters at 1000 classes); cnn is PyTorch's CIFAR-10 tutorial network;
@@ -319,6 +332,17 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
     c.fail("residual_multiplier", std::string("is Granite's block and ") + (l.gemma_norms ? "gemma_norms Gemma's" : "olmo2_norms OLMo 2's") +
                                       "; set only one");
   }
+  // gpt-oss (Note [gpt-oss] in llama.cpp).
+  l.attention_sinks = c.get_bool("attention_sinks", false);
+  l.swiglu_limit = c.get_double("swiglu_limit", 0, 0, 1e6);
+  l.fp32_norm_weight = c.get_bool("fp32_norm_weight", false);
+  // The signatures carry the limit in millionths, as Granite's scalars.
+  if (l.swiglu_limit > 0 && l.swiglu_limit < 1e-6) c.fail("swiglu_limit", "below 1e-6; valid: 0 (SiLU's SwiGLU) or 1e-6 to 1e6");
+  if (l.swiglu_limit > 0 && l.gelu) c.fail("swiglu_limit", "is gpt-oss's clamped SwiGLU and gelu: true Gemma's GeGLU; set only one");
+  if (l.fp32_norm_weight && (l.gemma_norms || l.olmo2_norms)) {
+    c.fail("fp32_norm_weight", std::string("is gpt-oss's RMSNorm and ") + (l.gemma_norms ? "gemma_norms Gemma's" : "olmo2_norms OLMo 2's") +
+                                   " norms; set only one");
+  }
   if (l.global_every > 0 && l.sliding_window == 0) {
     c.fail("global_every", std::to_string(l.global_every) + " needs a sliding_window for the other layers");
   }
@@ -340,6 +364,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   // Multi-head latent attention (DeepSeek).
   l.q_lora_rank = c.get_int("q_lora_rank", 0, 0, kBig);
   l.kv_lora_rank = c.get_int("kv_lora_rank", 0, 0, kBig);
+  if (l.attention_sinks && l.kv_lora_rank > 0) c.fail("attention_sinks", "true is gpt-oss's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
   if (l.olmo2_norms && (l.experts > 0 || l.kv_lora_rank > 0)) {
     c.fail("olmo2_norms", std::string("true is OLMo 2's dense block; it contradicts ") + (l.experts > 0 ? "experts" : "kv_lora_rank") +
                               " (set only one)");
@@ -493,7 +518,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -554,6 +579,32 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     const bool bias = c.get_bool("attention_bias", false);
     ours["qkv_bias"] = bias;
     ours["o_bias"] = bias;
+  };
+  // Which layers attend to every key among sliding-window ones: every
+  // `fallback`-th, or as the config's layer_types list them (transformers
+  // >= 4.53), which must be sliding_attention layers with a full_attention
+  // one every n-th. Returns n (0: none global).
+  auto global_every = [&](std::int64_t fallback) {
+    std::int64_t every = fallback;
+    if (!hf["layer_types"] || !hf["layer_types"].IsSequence()) return every;
+    const YAML::Node types = hf["layer_types"];
+    std::int64_t first_full = -1;
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      if (types[i].IsScalar() && types[i].Scalar() == "full_attention") {
+        first_full = static_cast<std::int64_t>(i);
+        break;
+      }
+    }
+    every = first_full + 1;
+    for (std::size_t i = 0; i < types.size(); ++i) {
+      const std::string t = types[i].IsScalar() ? types[i].Scalar() : "";
+      const bool full = every > 0 && (static_cast<std::int64_t>(i) + 1) % every == 0;
+      if (t != (full ? "full_attention" : "sliding_attention")) {
+        c.fail("layer_types", "layer " + std::to_string(i) + " is '" + t + "'; dtsim models sliding_attention layers with a full_attention one every n-th (" +
+                                  (every > 0 ? "here every " + std::to_string(every) + "th" : "none here") + ")");
+      }
+    }
+    return every;
   };
   if (type == "gpt2") {
     require_arch({"GPT2LMHeadModel", "GPT2Model"});
@@ -707,26 +758,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // Which layers attend globally: layer_types where the config lists them
     // (transformers >= 4.53), else every sliding_window_pattern-th (Gemma 3)
     // or every other (Gemma 2: is_sliding = not layer_idx % 2).
-    std::int64_t every = g3 ? c.get_int("sliding_window_pattern", 6, 1, 10000) : 2;
-    if (hf["layer_types"] && hf["layer_types"].IsSequence()) {
-      const YAML::Node types = hf["layer_types"];
-      std::int64_t first_full = -1;
-      for (std::size_t i = 0; i < types.size(); ++i) {
-        if (types[i].IsScalar() && types[i].Scalar() == "full_attention") {
-          first_full = static_cast<std::int64_t>(i);
-          break;
-        }
-      }
-      every = first_full + 1;  // 0: none global
-      for (std::size_t i = 0; i < types.size(); ++i) {
-        const std::string t = types[i].IsScalar() ? types[i].Scalar() : "";
-        const bool full = every > 0 && (static_cast<std::int64_t>(i) + 1) % every == 0;
-        if (t != (full ? "full_attention" : "sliding_attention")) {
-          c.fail("layer_types", "layer " + std::to_string(i) + " is '" + t + "'; dtsim models sliding_attention layers with a full_attention one every n-th (" +
-                                    (every > 0 ? "here every " + std::to_string(every) + "th" : "none here") + ")");
-        }
-      }
-    }
+    const std::int64_t every = global_every(g3 ? c.get_int("sliding_window_pattern", 6, 1, 10000) : 2);
     if (every > 1) ours["global_every"] = every;
     if (every == 1) ours.remove("sliding_window");  // every layer global
     // A soft cap: the config's, none where it is null, Gemma2Config's
@@ -745,6 +777,48 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     c.fail("model_type", type == "gemma3" ? "'gemma3' is Gemma 3's image-and-text model, whose vision tower dtsim does not model; "
                                             "its text_config (model_type gemma3_text) is the language model, as a config.json of its own"
                                           : "'gemma' (Gemma 1) is not supported; valid: " + std::string(kHfTypes));
+  } else if (type == "gpt_oss") {
+    // Note [gpt-oss] (llama.cpp): OpenAI's gpt-oss (GptOssForCausalLM); the
+    // defaults of GptOssConfig (transformers' configuration_gpt_oss.py),
+    // which are gpt-oss-120b's.
+    require_arch({"GptOssForCausalLM"});
+    const std::int64_t heads = decoder_shape(36, 2880, 64);
+    if (!c.has("num_key_value_heads")) {
+      ours["kv_heads"] = 8;  // GptOssConfig's default (null: one per attention head)
+      check_kv_heads(c, "num_attention_heads", heads, 8);
+    }
+    copy_int("head_dim", "head_dim", 64);
+    copy_int("intermediate_size", "intermediate", 2880);
+    ours["expert_intermediate"] = ours["intermediate"];  // GptOssExperts: expert_dim = intermediate_size
+    copy_int("vocab_size", "vocab", 201088);
+    copy_int("max_position_embeddings", "seq_len", 131072);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    ours["experts"] = c.get_int("num_local_experts", 128, 2, kBig);
+    ours["top_k"] = c.get_int("num_experts_per_tok", 4, 1, kBig);
+    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
+      c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
+                                        std::to_string(ours["experts"].as<std::int64_t>()) + " local experts");
+    }
+    // GptOssAttention's four projections take attention_bias (true); the
+    // experts' gate_up and down projections and the router always have biases.
+    const bool bias = c.get_bool("attention_bias", true);
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
+    ours["mlp_bias"] = true;
+    ours["router_bias"] = true;
+    ours["attention_sinks"] = true;
+    ours["fp32_norm_weight"] = true;
+    // GptOssExperts clamps at swiglu_limit (7.0); swiglu_alpha (1.702) changes values, not work.
+    ours["swiglu_limit"] = c.get_double("swiglu_limit", 7.0, 1e-6, 1e6);
+    (void)c.get_double("swiglu_alpha", 1.702, 0, 1e6);
+    // Sliding layers see sliding_window keys (null: none), every other layer
+    // all of them (layer 0 sliding), or as layer_types lists them.
+    if (!c.has("sliding_window") || !hf["sliding_window"].IsNull()) {
+      ours["sliding_window"] = c.get_int("sliding_window", 128, 1, kBig);
+      const std::int64_t every = global_every(2);
+      if (every > 1) ours["global_every"] = every;
+      if (every == 1) ours.remove("sliding_window");  // every layer global
+    }
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,
     // Qwen3MoeConfig and DeepseekV3Config (transformers), their layers as

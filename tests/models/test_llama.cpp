@@ -746,3 +746,138 @@ TEST_CASE("Gemma configs dtsim cannot model are one line each", "[llama][gemma]"
   std::ofstream(yaml) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 256\nglobal_every: 2\n";
   CHECK(error_of([&] { load_model(yaml); }).find("global_every: 2 needs a sliding_window for the other layers") != std::string::npos);
 }
+
+// ---- gpt-oss (Note [gpt-oss] in models/src/llama.cpp) ---------------------------
+
+namespace {
+
+/// GptOssForCausalLM's count (tests/data/hf/PARAMS.md): q/k/v/o with biases,
+/// a sink a head, two norms, the router with its bias, E experts with
+/// gate_up (h x 2I + 2I) and down (I x h + h), an untied head.
+std::int64_t gpt_oss_params(std::int64_t layers, std::int64_t h, std::int64_t a, std::int64_t kv, std::int64_t d, std::int64_t i,
+                            std::int64_t experts, std::int64_t v) {
+  const std::int64_t attention = (h * a * d + a * d) + 2 * (h * kv * d + kv * d) + (a * d * h + h) + a;
+  const std::int64_t expert = 2 * h * i + 2 * i + i * h + h;
+  return 2 * v * h + h + layers * (attention + 2 * h + (h * experts + experts) + experts * expert);
+}
+
+}  // namespace
+
+TEST_CASE("gpt-oss's parameters equal HuggingFace's and the model card's, from config.json and built in", "[llama][gpt-oss]") {
+  // The model card's 20.91B and 116.83B.
+  CHECK(gpt_oss_params(24, 2880, 64, 8, 64, 2880, 32, 201088) == 20'914'757'184);
+  CHECK(gpt_oss_params(36, 2880, 64, 8, 64, 2880, 128, 201088) == 116'829'156'672);
+  CHECK(load_model("gpt-oss-20b")->parameters() == 20'914'757'184);
+  CHECK(load_model("gpt-oss-120b")->parameters() == 116'829'156'672);
+  CHECK(load_model(hf("gpt-oss-20b"))->parameters() == 20'914'757'184);
+  // The hub file's layers are the built-in's: layer 0 slides over 128 keys,
+  // layer 1 sees them all; sinks, the clamp at 7, GptOssRMSNorm, the router's bias.
+  const sim::WorkloadShape w = shape(1, 4096, 2);
+  const auto a = load_model(hf("gpt-oss-20b"))->layers(w), b = load_model("gpt-oss-20b")->layers(w);
+  REQUIRE(a.size() == b.size());
+  REQUIRE(a.size() == 26);
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+  CHECK(a[1].signature.find(",sw=128") != std::string::npos);
+  CHECK(a[2].signature.find(",sw=") == std::string::npos);
+  for (const char* key : {",sink=1", ",swl=7000000", ",fnw=1", ",rb=1", ",E=32,k=4"}) CHECK(a[1].signature.find(key) != std::string::npos);
+  CHECK(a.back().signature.find(",fnw=1") != std::string::npos);
+}
+
+TEST_CASE("gpt-oss's clamped SwiGLU: seven passes and six tensors kept where SiLU's takes two and three", "[llama][gpt-oss]") {
+  // moe-tiny (h 128, 4 experts of fe 176, top-2) at b 1, s 128 in fp32: t =
+  // 128 tokens, 256 routed rows at ep 1 (balanced), n = 256 x 176 = 45,056
+  // elements of the experts' intermediate. Composite ops: SiLU's SwiGLU
+  // reads 2 and writes 2 e an element (6 FLOPs), keeps 3e + g; the clamped
+  // one reads 9 and writes 7 (12 FLOPs), keeps 6e + g: 3 e n more
+  // (Note [gpt-oss]). Backward passes twice forward's bytes and FLOPs.
+  const double e = 4, n = 256 * 176;
+  const sim::WorkloadShape w = shape(1, 128, 4);
+  const auto plain = load_model("moe-tiny")->layers(w);
+  const auto oss = load_model("moe-tiny", {sim::parse_override("model.swiglu_limit=7")})->layers(w);
+  for (std::size_t i : {std::size_t{1}, std::size_t{2}}) {
+    const KernelSums p = sums(plain[i]), o = sums(oss[i]);
+    CHECK(static_cast<double>(oss[i].saved_bytes - plain[i].saved_bytes) == Approx(3 * e * n));
+    CHECK(o.fwd_bytes - p.fwd_bytes == Approx(12 * e * n));
+    CHECK(o.bwd_bytes - p.bwd_bytes == Approx(24 * e * n));
+    CHECK(o.fwd_flops - p.fwd_flops == Approx(6 * n));
+    CHECK(oss[i].params == plain[i].params);
+  }
+  // Megatron-Core's fused kernel (weighted_bias_quick_geglu_impl) keeps its
+  // input as the fused SwiGLU does: the same bytes kept, and one pass.
+  sim::WorkloadShape fused = w;
+  fused.fused_kernels = true;
+  const auto pf = load_model("moe-tiny")->layers(fused), of = load_model("moe-tiny", {sim::parse_override("model.swiglu_limit=7")})->layers(fused);
+  CHECK(of[1].saved_bytes == pf[1].saved_bytes);
+  CHECK(sums(of[1]).fwd_bytes == Approx(sums(pf[1]).fwd_bytes));
+  // A dense block's MLP takes it too: t f = 128 x 352 elements.
+  const auto dense = load_model("llama-tiny")->layers(w), clamped = load_model("llama-tiny", {sim::parse_override("model.swiglu_limit=7")})->layers(w);
+  CHECK(static_cast<double>(clamped[1].saved_bytes - dense[1].saved_bytes) == Approx(3 * e * 128 * 352));
+}
+
+TEST_CASE("gpt-oss's sinks: a logit a head, and eager attention's softmax in the scores' dtype", "[llama][gpt-oss]") {
+  // llama-tiny (4 heads, 2 KV heads) at b 1, s 128 in bf16: 4 x 128 x 128 =
+  // 65,536 scores in 512 rows. HF's Llama eager softmax upcasts: it keeps
+  // the fp32 output and the bf16 cast, 6 bytes a score. gpt-oss's keeps its
+  // bf16 output over the rows one wider (2 x 66,048) and max's int64
+  // indices (8 a row): 2 x 65,536 + 10 x 512 - 6 x 65,536 = -257,024 bytes.
+  const double scores = 65'536, rows = 512, e = 2, wide = scores + rows;
+  const sim::WorkloadShape w = shape(1, 128, 2);
+  const auto plain = load_model("llama-tiny")->layers(w);
+  const auto oss = load_model("llama-tiny", {sim::parse_override("model.attention_sinks=true")})->layers(w);
+  for (std::size_t i : {std::size_t{1}, std::size_t{2}}) {
+    CHECK(static_cast<double>(oss[i].saved_bytes - plain[i].saved_bytes) == Approx(2 * scores + 10 * rows - 6 * scores));
+    CHECK(oss[i].params - plain[i].params == 4);
+    // The sink column joined (read the scores, write them one wider), each
+    // row's max read and subtracted (read, read and write), the softmax over
+    // the wider rows: e (scores + 4 wide + 2 rows) bytes more forward.
+    CHECK(sums(oss[i]).fwd_bytes - sums(plain[i]).fwd_bytes == Approx(e * (scores + 4 * wide + 2 * rows)));
+  }
+  CHECK(load_model("llama-tiny", {sim::parse_override("model.attention_sinks=true")})->parameters() -
+            load_model("llama-tiny")->parameters() ==
+        8);
+  // A fused kernel takes the column in place: the same bytes kept.
+  sim::WorkloadShape flash = w;
+  flash.flash_attention = true;
+  CHECK(load_model("llama-tiny", {sim::parse_override("model.attention_sinks=true")})->layers(flash)[1].saved_bytes ==
+        load_model("llama-tiny")->layers(flash)[1].saved_bytes);
+}
+
+TEST_CASE("GptOssRMSNorm keeps its fp32 output for the weight's product: 4 bytes an element more in 16 bits", "[llama][gpt-oss]") {
+  // llama-tiny at b 1, s 128 in bf16: t h = 16,384 elements a norm. Llama's
+  // norm keeps x in fp32 and the normalised cast (4 + 2 an element),
+  // GptOssRMSNorm x and the normalised fp32 (8): two norms a block, one in the head.
+  const double th = 128 * 128;
+  const sim::WorkloadShape w = shape(1, 128, 2);
+  const auto plain = load_model("llama-tiny")->layers(w);
+  const auto oss = load_model("llama-tiny", {sim::parse_override("model.fp32_norm_weight=true")})->layers(w);
+  CHECK(static_cast<double>(oss[1].saved_bytes - plain[1].saved_bytes) == Approx(2 * 2 * th));
+  CHECK(static_cast<double>(oss.back().saved_bytes - plain.back().saved_bytes) == Approx(2 * th));
+  // In fp32 the cast is the fp32 tensor itself: nothing more.
+  const sim::WorkloadShape f32 = shape(1, 128, 4);
+  CHECK(load_model("llama-tiny", {sim::parse_override("model.fp32_norm_weight=true")})->layers(f32)[1].saved_bytes ==
+        load_model("llama-tiny")->layers(f32)[1].saved_bytes);
+}
+
+TEST_CASE("bad gpt-oss input: one line naming the key and what is valid", "[llama][gpt-oss]") {
+  CHECK_THAT(error_of([] { load_model("gemma-tiny", {sim::parse_override("model.swiglu_limit=7")}); }),
+             Catch::Contains("model.swiglu_limit: is gpt-oss's clamped SwiGLU and gelu: true Gemma's GeGLU; set only one"));
+  CHECK_THAT(error_of([] { load_model("gemma-tiny", {sim::parse_override("model.fp32_norm_weight=true")}); }),
+             Catch::Contains("model.fp32_norm_weight: is gpt-oss's RMSNorm and gemma_norms Gemma's norms; set only one"));
+  CHECK_THAT(error_of([] { load_model("deepseek-v3", {sim::parse_override("model.attention_sinks=true")}); }),
+             Catch::Contains("model.attention_sinks: true is gpt-oss's grouped-query attention"));
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.swiglu_limit=1e-7")}); }),
+             Catch::Contains("model.swiglu_limit: below 1e-6; valid: 0 (SiLU's SwiGLU) or 1e-6 to 1e6"));
+  test::TempDir dir("gpt-oss-bad");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = slurp(hf("gpt-oss-20b"));
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    return write_json(dir, text);
+  };
+  CHECK_THAT(error_of([&] { load_model(with("\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 40")); }),
+             Catch::Contains("config.num_experts_per_tok: 40 exceeds the 32 local experts"));
+  CHECK_THAT(error_of([&] { load_model(with("\"GptOssForCausalLM\"", "\"GptOssModel\"")); }), Catch::Contains("valid: GptOssForCausalLM"));
+  // Layer 2 global where every other layer is: not a pattern dtsim models.
+  CHECK_THAT(error_of([&] { load_model(with("\"full_attention\",\n    \"sliding_attention\"", "\"full_attention\",\n    \"full_attention\"")); }),
+             Catch::Contains("config.layer_types: layer 2 is 'full_attention'"));
+}

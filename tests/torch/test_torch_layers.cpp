@@ -670,6 +670,114 @@ TEST_CASE("OLMo 2's twin: outputs normed before their residuals, q/k norms over 
             .find("OLMo 2's block runs dense, with its q/k norms, at tp 1") != std::string::npos);
 }
 
+TEST_CASE("gpt-oss's twin: the clamped SwiGLU, the experts' and the router's biases, as GptOssExperts computes them (Note [gpt-oss])",
+          "[torch][llama][gpt-oss]") {
+  torch::manual_seed(17);
+  torch::NoGradGuard no_grad;
+  // E 2, k 2: every token goes to both experts, weighted by the softmax of
+  // its router logits (GptOssTopKRouter's softmax over the top k of them).
+  // h 32, 4 heads of 8, 2 KV heads, fe 16: q and o 32 x 32 + 32 each, k and
+  // v 32 x 16 + 16 each, 4 sinks, two norms of 32, the router 32 x 2 + 2,
+  // and each expert gate and up 32 x 16 + 16, down 16 x 32 + 32: 6,502.
+  auto layer = models::make_torch_layer(
+      "moe.block:h=32,a=4,kv=2,d=8,E=2,k=2,fe=16,fs=0,sg=0,rb=1,qkvb=1,ob=1,mb=1,qkn=0,sink=1,swl=7000000,fnw=1");
+  CHECK(layer->parameter_count() == 2 * (32 * 32 + 32) + 2 * (32 * 16 + 16) + 4 + 2 * 32 + (32 * 2 + 2) + 2 * (2 * (32 * 16 + 16) + 16 * 32 + 32));
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& item : layer->module().named_parameters()) p[item.key()] = item.value();
+  for (auto& [name, w] : p) {
+    if (name.find("_b") != std::string::npos || name.find("norm") != std::string::npos || name.find("gate.bias") != std::string::npos) {
+      w.uniform_(0.5, 1.5);
+    }
+  }
+  for (const char* n : {"block_sparse_moe.experts_0_w1", "block_sparse_moe.experts_1_w1", "block_sparse_moe.experts_0_w3",
+                        "block_sparse_moe.experts_1_w3"}) {
+    p.at(n).mul_(300);  // gates and ups well past the clamp at 7
+  }
+  // With o_proj zeroed (weight and bias) the attention adds 0: the block is
+  // x + sum over experts of w_e ((clamp(up, -7, 7) + 1) g sigmoid(1.702 g)) W2 + b2,
+  // g = min(gate, 7), on z = post_attention_layernorm(x).
+  p.at("o_proj.weight").zero_();
+  p.at("o_proj.bias").zero_();
+  const auto x = torch::randn({2, 8, 32});
+  const auto z = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * p.at("post_attention_layernorm.weight");
+  const auto w = torch::softmax(torch::matmul(z, p.at("block_sparse_moe.gate.weight").t()) + p.at("block_sparse_moe.gate.bias"), -1);
+  auto want = x.clone();
+  bool clamped_gate = false, clamped_up = false;
+  for (int e = 0; e < 2; ++e) {
+    const std::string n = "block_sparse_moe.experts_" + std::to_string(e) + "_";
+    const auto gate = torch::matmul(z, p.at(n + "w1").t()) + p.at(n + "b1");
+    const auto up = torch::matmul(z, p.at(n + "w3").t()) + p.at(n + "b3");
+    clamped_gate = clamped_gate || gate.max().item<double>() > 7;
+    clamped_up = clamped_up || up.min().item<double>() < -7;
+    const auto g = gate.clamp_max(7);
+    const auto glu = (up.clamp(-7, 7) + 1) * g * torch::sigmoid(1.702 * g);
+    want = want + w.narrow(-1, e, 1) * (torch::matmul(glu, p.at(n + "w2").t()) + p.at(n + "b2"));
+  }
+  CHECK(clamped_gate);
+  CHECK(clamped_up);
+  CHECK(torch::allclose(layer->forward({x}), want, 1e-4, 1e-4));
+  // gpt-oss-tiny's analytic layers and their twins own the same parameters.
+  sim::WorkloadShape shape;
+  shape.micro_batch = 2;
+  shape.seq_len = 16;
+  for (const auto& l : models::load_model("gpt-oss-tiny")->layers(shape)) {
+    INFO(l.signature);
+    CHECK(models::make_torch_layer(l.signature)->parameter_count() == l.params);
+  }
+}
+
+TEST_CASE("gpt-oss's sinks in the twin's eager attention: a logit a head beside each row's scores (Note [gpt-oss])", "[torch][llama][gpt-oss]") {
+  torch::manual_seed(19);
+  const std::string sig = "llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=1,mb=0,qkn=0,sink=1,fnw=1";
+  auto layer = models::make_torch_layer(sig);
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& item : layer->module().named_parameters()) p[item.key()] = item.value();
+  REQUIRE(p.at("sinks").numel() == 4);
+  {
+    torch::NoGradGuard no_grad;
+    p.at("sinks").copy_(torch::tensor({-1.0, 0.0, 0.5, 2.0}));
+    p.at("down_proj.weight").zero_();  // the MLP adds 0
+  }
+  // One token: it attends to itself (rotary at position 0 turns nothing),
+  // so head n's output is p_n v_(n/2), p_n = 1 / (1 + exp(sink_n - q_n . k_(n/2) / sqrt(8))).
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({3, 1, 32});
+  const auto z = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * p.at("input_layernorm.weight");
+  const auto q = (torch::matmul(z, p.at("q_proj.weight").t()) + p.at("q_proj.bias")).view({3, 4, 8});
+  const auto k = (torch::matmul(z, p.at("k_proj.weight").t()) + p.at("k_proj.bias")).view({3, 2, 8});
+  const auto v = (torch::matmul(z, p.at("v_proj.weight").t()) + p.at("v_proj.bias")).view({3, 2, 8});
+  std::vector<torch::Tensor> heads;
+  for (int n = 0; n < 4; ++n) {
+    const auto score = (q.select(1, n) * k.select(1, n / 2)).sum(-1, true) / std::sqrt(8.0);
+    const auto pn = 1 / (1 + torch::exp(p.at("sinks")[n] - score));
+    heads.push_back(pn * v.select(1, n / 2));
+  }
+  const auto ctx = torch::cat(heads, -1).view({3, 1, 32});
+  const auto want = x + torch::matmul(ctx, p.at("o_proj.weight").t()) + p.at("o_proj.bias");
+  CHECK(torch::allclose(layer->forward({x}), want, 1e-5, 1e-5));
+}
+
+TEST_CASE("gpt-oss's sinks take their gradient, recomputed or not, and run in eager attention only (Note [gpt-oss])", "[torch][llama][gpt-oss]") {
+  const std::string sig = "llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=1,ob=1,mb=0,qkn=0,sw=4,sink=1,fnw=1";
+  std::vector<torch::Tensor> grads;
+  for (bool recompute : {false, true}) {
+    torch::manual_seed(23);
+    auto layer = models::make_torch_layer(sig);
+    layer->set_recompute_attention(recompute);
+    torch::manual_seed(24);
+    const auto x = torch::randn({2, 8, 32});
+    const auto y = layer->forward({x});
+    y.pow(2).sum().backward();
+    const auto g = layer->module().named_parameters()["sinks"].grad();
+    REQUIRE(g.defined());
+    grads.push_back(g.clone());
+  }
+  CHECK(grads[0].abs().max().item<double>() > 1e-6);
+  CHECK(torch::allclose(grads[0], grads[1], 1e-5, 1e-6));
+  CHECK(test::error_of([&] { models::make_torch_layer(sig + ",flash=1"); })
+            .find("gpt-oss's attention sinks run in eager attention only in the LibTorch twin; set plan.attention=eager") != std::string::npos);
+}
+
 TEST_CASE("Gemma 2's attention soft cap in the twin's eager attention (Note [Gemma])", "[torch][llama][gemma]") {
   // The same weights (the same seed) with no cap, a cap far above every
   // score (cap tanh(x / cap) = x to within x^3 / (3 cap^2)) and a cap of 1,

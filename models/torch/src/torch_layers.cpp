@@ -41,7 +41,7 @@ struct Signature {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
     const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru" ||
-                      key == "gn" || key == "gelu" || key == "es" || key == "on";
+                      key == "gn" || key == "gelu" || key == "es" || key == "on" || key == "sink" || key == "fnw" || key == "rb";
     // A width that may be absent (a MoE block's shared experts).
     if (key == "fs" && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
@@ -457,19 +457,22 @@ constexpr double kRopeTheta = 500000.0;  // rope_theta (Llama 3)
 /// normalisation times 1 + weight, all in fp32 before the cast back, so its
 /// fp32 output is what the product keeps (Note [Gemma] in
 /// models/src/llama.cpp); the weight starts at 0.
+/// `fp32_weight`: gpt-oss's (GptOssRMSNorm): the weight times the fp32
+/// normalisation, cast after (Note [gpt-oss]).
 struct RmsNorm : nn::Module {
-  explicit RmsNorm(std::int64_t n, bool gemma = false)
-      : weight(register_parameter("weight", gemma ? torch::zeros({n}) : torch::ones({n}))), gemma(gemma) {}
+  explicit RmsNorm(std::int64_t n, bool gemma = false, bool fp32_weight = false)
+      : weight(register_parameter("weight", gemma ? torch::zeros({n}) : torch::ones({n}))), gemma(gemma), fp32_weight(fp32_weight) {}
   /// `tp`: the weight is shared by heads split over the tensor-parallel
   /// ranks (qk-norm), so its gradient is summed over them by f.
   torch::Tensor forward(const torch::Tensor& x, const TensorParallel* tp = nullptr) {
     const auto xf = x.to(torch::kFloat);
     const auto mean_sq = xf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(x.size(-1)));
     if (gemma) return ((xf * torch::rsqrt(mean_sq + kRmsEps)) * (1.0 + enter(weight, tp).to(torch::kFloat))).to(x.scalar_type());
+    if (fp32_weight) return (enter(weight, tp).to(torch::kFloat) * (xf * torch::rsqrt(mean_sq + kRmsEps))).to(x.scalar_type());
     return enter(weight, tp) * (xf * torch::rsqrt(mean_sq + kRmsEps)).to(x.scalar_type());
   }
   torch::Tensor weight;
-  bool gemma;
+  bool gemma, fp32_weight;
 };
 
 /// Rotary embedding (Su et al. 2021) of x [b, heads, s, d] at positions
@@ -498,8 +501,11 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& pos) {
 /// no padding mask is given (integrations/sdpa_attention.py): only then may
 /// PyTorch pick its FlashAttention kernel (sdp_utils.cpp refuses an explicit
 /// mask to it, which sends SDPA to the memory-efficient kernel).
+/// `sinks` (defined: gpt-oss's, one logit a head, eager only): a column of
+/// them joins the scores, each row less its max, the softmax in the scores'
+/// dtype, the column dropped (modeling_gpt_oss.py eager_attention_forward).
 torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v, const torch::Tensor& qpos, const torch::Tensor& kpos,
-                       std::int64_t window, bool flash, bool causal, double softcap = 0) {
+                       std::int64_t window, bool flash, bool causal, double softcap = 0, const torch::Tensor& sinks = {}) {
   const auto b = k.size(0), kvh = k.size(1), sk = k.size(2), d = k.size(3), rep = q.size(1) / kvh;
 #if TORCH_VERSION_MAJOR > 2 || (TORCH_VERSION_MAJOR == 2 && TORCH_VERSION_MINOR >= 5)
   // With no mask HF hands SDPA the key-value heads as they are (enable_gqa,
@@ -526,6 +532,13 @@ torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v,
   // Gemma 2's soft cap (Gemma2Attention's eager path): cap tanh(scores / cap), before the mask.
   if (softcap > 0) scores = torch::tanh(scores / softcap) * softcap;
   scores = scores.masked_fill(masked, -std::numeric_limits<double>::infinity());
+  if (sinks.defined()) {
+    const auto column = sinks.to(scores.scalar_type()).reshape({1, -1, 1, 1}).expand({scores.size(0), -1, scores.size(2), 1});
+    auto combined = torch::cat({scores, column}, -1);
+    combined = combined - std::get<0>(combined.max(-1, /*keepdim=*/true));
+    const auto probs = torch::softmax(combined, -1, combined.scalar_type());
+    return torch::matmul(probs.narrow(-1, 0, scores.size(-1)), v);
+  }
   const auto probs = torch::softmax(scores, -1, torch::kFloat).to(q.scalar_type());
   return torch::matmul(probs, v);
 }
@@ -535,26 +548,30 @@ torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v,
 struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k,
                                const torch::Tensor& v, const torch::Tensor& qpos, const torch::Tensor& kpos, std::int64_t window,
-                               bool flash, bool causal, double softcap) {
-    ctx->save_for_backward({q, k, v, qpos, kpos});
+                               bool flash, bool causal, double softcap, const torch::Tensor& sinks) {
+    // `sinks` empty: none (LibTorch 1.13's Function::apply takes no undefined tensor).
+    ctx->save_for_backward({q, k, v, qpos, kpos, sinks});
     ctx->saved_data["window"] = window;
     ctx->saved_data["flash"] = flash;
     ctx->saved_data["causal"] = causal;
     ctx->saved_data["softcap"] = softcap;
-    return gqa_core(q, k, v, qpos, kpos, window, flash, causal, softcap);  // autograd is off in here
+    return gqa_core(q, k, v, qpos, kpos, window, flash, causal, softcap, sinks.numel() > 0 ? sinks : torch::Tensor());  // autograd is off in here
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
     const auto saved = ctx->get_saved_variables();
     std::vector<torch::Tensor> in;
     for (int i = 0; i < 3; ++i) in.push_back(saved[i].detach().requires_grad_(true));
+    const bool sinks = saved[5].numel() > 0;  // gpt-oss's, a leaf whose gradient is taken too
+    if (sinks) in.push_back(saved[5].detach().requires_grad_(true));
     torch::Tensor out;
     {
       torch::AutoGradMode grad_mode(true);
       out = gqa_core(in[0], in[1], in[2], saved[3], saved[4], ctx->saved_data["window"].toInt(), ctx->saved_data["flash"].toBool(),
-                     ctx->saved_data["causal"].toBool(), ctx->saved_data["softcap"].toDouble());
+                     ctx->saved_data["causal"].toBool(), ctx->saved_data["softcap"].toDouble(), sinks ? in[3] : torch::Tensor());
     }
     auto g = torch::autograd::grad({out}, in, {grad[0]});
-    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g[0], g[1], g[2], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(),
+            sinks ? g[3] : torch::Tensor()};
   }
 };
 
@@ -755,6 +772,11 @@ struct LlamaShape {
   bool gelu = false;         ///< gelu=1: GeGLU (tanh GELU on the gate)
   double softcap = 0;        ///< sc=: Gemma 2's attention soft cap (0: none; eager attention only)
   double residual_multiplier = 0;  ///< rm=: Granite's, on each output before its residual (0: none)
+  // gpt-oss (Note [gpt-oss] in models/src/llama.cpp).
+  bool sinks = false;              ///< sink=1: a learned logit a head in every softmax (eager attention only)
+  double swiglu_limit = 0;         ///< swl=: the clamped SwiGLU's limit (0: SiLU's SwiGLU)
+  bool fp32_norm_weight = false;   ///< fnw=1: GptOssRMSNorm
+  bool router_bias = false;        ///< rb=1: the router's bias
   // A moe.block (Note [Mixture of experts] in models/src/llama.cpp): E
   // routed experts, `local` of them on this rank (E / ep) from expert
   // `first` on (Note [Expert parallelism]), top-k routing, experts fe wide,
@@ -762,6 +784,18 @@ struct LlamaShape {
   std::int64_t experts = 0, local = 0, first = 0, top_k = 0, fe = 0, fs = 0;
   bool shared_gate = false;
 };
+
+/// A gated MLP's activation of its gate and up outputs: SiLU's SwiGLU,
+/// GeGLU (tanh GELU, HF's gelu_pytorch_tanh), or gpt-oss's clamped SwiGLU
+/// as GptOssExperts computes it (Note [gpt-oss] in models/src/llama.cpp).
+torch::Tensor gated(const torch::Tensor& gate, const torch::Tensor& up, const LlamaShape& s) {
+  if (s.swiglu_limit > 0) {
+    const auto g = gate.clamp_max(s.swiglu_limit);
+    const auto u = up.clamp(-s.swiglu_limit, s.swiglu_limit);
+    return (u + 1) * (g * torch::sigmoid(g * 1.702));
+  }
+  return (s.gelu ? torch::gelu(gate, "tanh") : F::silu(gate)) * up;
+}
 
 // Note [Dispatch as Megatron-Core's]
 // The routed experts run as Megatron-Core's alltoall token dispatcher runs
@@ -812,7 +846,7 @@ struct LlamaShape {
 /// back by all-to-all (Note [Expert parallelism]).
 struct MoeMlp : nn::Module {
   explicit MoeMlp(const LlamaShape& s)
-      : gate(register_module("gate", nn::Linear(nn::LinearOptions(s.h, s.experts).bias(false)))), shape(s) {
+      : gate(register_module("gate", nn::Linear(nn::LinearOptions(s.h, s.experts).bias(s.router_bias)))), shape(s) {
     // Every expert is drawn, in order, and this rank keeps its block: the
     // experts of the whole layer the same seed builds.
     for (std::int64_t e = 0; e < s.experts; ++e) {
@@ -822,6 +856,12 @@ struct MoeMlp : nn::Module {
       w1.push_back(register_parameter(n + "w1", a));
       w2.push_back(register_parameter(n + "w2", b));
       w3.push_back(register_parameter(n + "w3", c));
+      if (s.mlp_bias) {
+        // gpt-oss's expert biases (gate_up_proj_bias, down_proj_bias), zero as HF initialises them.
+        b1.push_back(register_parameter(n + "b1", torch::zeros({s.fe})));
+        b2.push_back(register_parameter(n + "b2", torch::zeros({s.h})));
+        b3.push_back(register_parameter(n + "b3", torch::zeros({s.fe})));
+      }
     }
     if (s.fs > 0) {
       shared_gate_proj = register_module("shared_expert_gate_proj", nn::Linear(nn::LinearOptions(s.h, s.fs).bias(false)));
@@ -846,17 +886,24 @@ struct MoeMlp : nn::Module {
     weights = (weights / weights.sum(-1, /*keepdim=*/true)).to(z.scalar_type());
     auto out = routed(flat, weights, chosen);
     if (shared_down_proj) {
-      auto shared = shared_down_proj(F::silu(shared_gate_proj(flat)) * shared_up_proj(flat));
+      auto shared = shared_down_proj(gated(shared_gate_proj(flat), shared_up_proj(flat), shape));
       if (shared_expert_gate) shared = torch::sigmoid(shared_expert_gate(flat)) * shared;
       out = out + shared;
     }
     return out.view_as(z);
   }
-  /// Local expert e (a SwiGLU) on rows x [n, h].
-  torch::Tensor expert(const torch::Tensor& x, std::int64_t e) { return F::linear(F::silu(F::linear(x, w1[e])) * F::linear(x, w3[e]), w2[e]); }
+  /// Local expert e (a gated MLP, with its biases where it has them) on rows x [n, h].
+  torch::Tensor expert(const torch::Tensor& x, std::int64_t e) {
+    const auto bias = [&](const std::vector<torch::Tensor>& b) { return b.empty() ? torch::Tensor() : b[e]; };
+    return F::linear(gated(F::linear(x, w1[e], bias(b1)), F::linear(x, w3[e], bias(b3)), shape), w2[e], bias(b2));
+  }
   /// A zero that gives local expert e a (zero) gradient when no row reached
   /// it, as a grouped GEMM does, so data parallelism reduces every tensor.
-  torch::Tensor unused(std::int64_t e) { return 0 * (w1[e].sum() + w2[e].sum() + w3[e].sum()); }
+  torch::Tensor unused(std::int64_t e) {
+    auto z = w1[e].sum() + w2[e].sum() + w3[e].sum();
+    if (!b1.empty()) z = z + b1[e].sum() + b2[e].sum() + b3[e].sum();
+    return 0 * z;
+  }
   /// Note [Expert parallelism]: the routed experts' sum for rows `flat`
   /// [T, h] with their renormalised `weights` and `chosen` experts [T, k],
   /// as Megatron-Core's alltoall dispatcher computes it (Note [Dispatch as
@@ -948,6 +995,7 @@ struct MoeMlp : nn::Module {
   }
   nn::Linear gate;
   std::vector<torch::Tensor> w1, w2, w3;
+  std::vector<torch::Tensor> b1, b2, b3;     ///< the experts' biases (mb=1), empty without
   std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (ep 1), or rank 0's share alone (loopback)
   bool force_balance = false;                ///< round-robin routing (Note [Forced balance])
   nn::Linear shared_gate_proj{nullptr}, shared_up_proj{nullptr}, shared_down_proj{nullptr}, shared_expert_gate{nullptr};
@@ -957,13 +1005,16 @@ struct MoeMlp : nn::Module {
 /// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
 struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
-      : input_layernorm(s.olmo2_norms ? nullptr : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms))),
+      : input_layernorm(s.olmo2_norms ? nullptr
+                                      : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms, s.fp32_norm_weight))),
         q_proj(register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * s.d).bias(s.qkv_bias)))),
         k_proj(register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
         v_proj(register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
         o_proj(register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * s.d, s.h).bias(s.o_bias)))),
-        post_attention_layernorm(register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms))),
+        post_attention_layernorm(register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms, s.fp32_norm_weight))),
         shape(s) {
+    // gpt-oss's sinks (GptOssAttention.sinks), drawn as HF initialises them.
+    if (s.sinks) sinks = register_parameter("sinks", torch::randn({s.a}) * 0.02);
     if (s.gemma_norms) {
       // Gemma 2 and 3's sandwich: post_attention_layernorm normalises the
       // attention's output, these the MLP's input and output.
@@ -979,8 +1030,8 @@ struct LlamaBlock : nn::Module {
     }
     if (s.qk_norm) {
       // Olmo2Attention's norms span the projections (num_heads x head_dim, num_key_value_heads x head_dim).
-      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.a * s.d : s.d, s.gemma_norms));
-      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.kv * s.d : s.d, s.gemma_norms));
+      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.a * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
+      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.kv * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
     }
     if (s.olmo2_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(s.h));
   }
@@ -1017,8 +1068,9 @@ struct LlamaBlock : nn::Module {
     const torch::Tensor kpos = cp ? all.kpos : qpos;
     const bool causal = !cp;  // the queries' own keys, positions 0..s-1
     const auto ctx = recompute_core && torch::GradMode::is_enabled()
-                         ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap)
-                         : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap);
+                         ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap,
+                                                sinks.defined() ? sinks : torch::empty({0}))
+                         : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap, sinks);
     return finish(x, ctx, b, sl, heads * d, t);
   }
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
@@ -1029,24 +1081,22 @@ struct LlamaBlock : nn::Module {
       // Gemma2DecoderLayer / Gemma3DecoderLayer: normalised before each residual.
       const auto y = x + post_attention_layernorm->forward(attn);
       const auto z = enter(pre_feedforward_layernorm->forward(y), t);
-      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t));
+      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, gated(gate_proj(z), up_proj(z), shape), t));
     }
     if (shape.olmo2_norms) {
       // Olmo2DecoderLayer: each output normed before its residual, the MLP's input the residual stream itself.
       const auto y = x + post_attention_layernorm->forward(attn);
-      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, activation(gate_proj(y)) * up_proj(y), t));
+      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, gated(gate_proj(y), up_proj(y), shape), t));
     }
     const auto y = x + residual_scaled(attn);
     const auto z = enter(post_attention_layernorm->forward(y), t);
     if (moe) return y + residual_scaled(moe->forward(z));
-    return y + residual_scaled(row_parallel(down_proj, activation(gate_proj(z)) * up_proj(z), t));
+    return y + residual_scaled(row_parallel(down_proj, gated(gate_proj(z), up_proj(z), shape), t));
   }
   /// GraniteDecoderLayer: hidden_states * residual_multiplier before each residual.
   torch::Tensor residual_scaled(const torch::Tensor& out) const {
     return shape.residual_multiplier > 0 ? out * shape.residual_multiplier : out;
   }
-  /// The gate's activation: SiLU (SwiGLU), or GELU's tanh form (GeGLU, HF's gelu_pytorch_tanh).
-  torch::Tensor activation(const torch::Tensor& g) const { return shape.gelu ? torch::gelu(g, "tanh") : F::silu(g); }
   /// Megatron's split: this rank's query heads of q_proj, key-value heads of
   /// k_proj and v_proj, gate and up columns; o_proj and down_proj rows summed
   /// by g; the norms (qk-norms included: per head) replicated.
@@ -1055,6 +1105,10 @@ struct LlamaBlock : nn::Module {
     for (auto* l : {&q_proj, &k_proj, &v_proj, &gate_proj, &up_proj}) split_column(*l, 1, t);
     split_row(o_proj, t);
     split_row(down_proj, t);
+    if (sinks.defined()) {
+      torch::NoGradGuard no_grad;
+      sinks.set_data(rows_of(sinks, 1, t));  // a logit per head: this rank's heads'
+    }
   }
   std::shared_ptr<RmsNorm> input_layernorm;
   nn::Linear q_proj, k_proj, v_proj, o_proj;
@@ -1063,6 +1117,7 @@ struct LlamaBlock : nn::Module {
   nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // null in a moe.block
   std::shared_ptr<MoeMlp> moe;              // null in a llama.block
   std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without qk-norm
+  torch::Tensor sinks;                      // gpt-oss's; undefined without
   LlamaShape shape;
   bool recompute_core = false;                // TorchLayer::set_recompute_attention
   std::shared_ptr<const TensorParallel> tp;   // null: unsplit
@@ -1070,8 +1125,12 @@ struct LlamaBlock : nn::Module {
 };
 
 struct LlamaHead : nn::Module {
-  LlamaHead(std::int64_t h, std::int64_t v, bool tied, bool gemma = false, double softcap = 0, double logits_scaling = 0)
-      : norm(register_module("norm", std::make_shared<RmsNorm>(h, gemma))), vocab(v), tied(tied), softcap(softcap), logits_scaling(logits_scaling) {
+  LlamaHead(std::int64_t h, std::int64_t v, bool tied, bool gemma = false, double softcap = 0, double logits_scaling = 0, bool fp32_norm_weight = false)
+      : norm(register_module("norm", std::make_shared<RmsNorm>(h, gemma, fp32_norm_weight))),
+        vocab(v),
+        tied(tied),
+        softcap(softcap),
+        logits_scaling(logits_scaling) {
     // As Gpt2Head: untied, lm_head [V, h] without bias; tied, embed_tokens' weight comes in as an input.
     if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
   }
@@ -1656,6 +1715,10 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
     // Note [Gemma]: the ring's hand-written backward has no soft cap.
     throw UnsupportedError(at + "Gemma 2's attention soft cap is not run on the p2p ring by the LibTorch twin; set plan.cp_comm=all_gather");
   }
+  if (cp.shift && s.get_or("sink", 0) != 0) {
+    // Note [gpt-oss]: nor are attention sinks.
+    throw UnsupportedError(at + "gpt-oss's attention sinks are not run on the p2p ring by the LibTorch twin; set plan.cp_comm=all_gather");
+  }
   const auto shared = std::make_shared<ContextParallel>(cp);
   if (auto* e = dynamic_cast<Gpt2EmbedLayer*>(&layer)) {
     e->embed().cp = shared;
@@ -1753,7 +1816,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
   }
   if (k == "llama.head") {
     return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0, s.get_or("gn", 0) != 0,
-                                                                        static_cast<double>(s.get_or("fsc", 0)), micro("ls")),
+                                                                        static_cast<double>(s.get_or("fsc", 0)), micro("ls"), s.get_or("fnw", 0) != 0),
                                             s.get("h"));
   }
   if (k == "llama.block" || k == "moe.block") {
@@ -1769,6 +1832,16 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     shape.gelu = s.get_or("gelu", 0) != 0;
     shape.softcap = static_cast<double>(s.get_or("sc", 0));
     shape.residual_multiplier = micro("rm");
+    // Note [gpt-oss] (models/src/llama.cpp).
+    shape.sinks = s.get_or("sink", 0) != 0;
+    shape.swiglu_limit = micro("swl");
+    shape.fp32_norm_weight = s.get_or("fnw", 0) != 0;
+    shape.router_bias = s.get_or("rb", 0) != 0;
+    if (shape.sinks && shape.flash) {
+      // SDPA takes no sinks (nor does LibTorch ship a kernel that does).
+      throw UnsupportedError("layer signature '" + signature +
+                             "': gpt-oss's attention sinks run in eager attention only in the LibTorch twin; set plan.attention=eager");
+    }
     if (shape.softcap > 0 && shape.flash) {
       // Note [Gemma] (models/src/llama.cpp): SDPA has no soft cap (FlashAttention-2's has; LibTorch does not ship it).
       throw UnsupportedError("layer signature '" + signature +

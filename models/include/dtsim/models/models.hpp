@@ -64,6 +64,10 @@ struct LlamaConfig {
   double embedding_multiplier = 0;  ///< the embeddings times this
   double residual_multiplier = 0;   ///< each attention and MLP output times this before its residual
   double logits_scaling = 0;        ///< the logits divided by this before the loss
+  // gpt-oss (Note [gpt-oss] in llama.cpp).
+  bool attention_sinks = false;    ///< a learned logit per head joins every row of scores before the softmax (GptOssAttention.sinks)
+  double swiglu_limit = 0;         ///< the gated MLPs' clamped SwiGLU: gate <= limit, |up| <= limit, (up + 1) gate sigmoid(1.702 gate) (0: SiLU's)
+  bool fp32_norm_weight = false;   ///< the norms' weight multiplies their fp32 output before the cast back (GptOssRMSNorm)
 
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
   // experts: a dense model. Note [Mixture of experts] in models/src/llama.cpp.
