@@ -588,6 +588,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     std::int64_t every = fallback;
     if (!hf["layer_types"] || !hf["layer_types"].IsSequence()) return every;
     const YAML::Node types = hf["layer_types"];
+    if (const std::int64_t layers = ours["layers"].as<std::int64_t>(); static_cast<std::int64_t>(types.size()) != layers) {
+      c.fail("layer_types", "lists " + std::to_string(types.size()) + " layers; valid: one for each of the " + std::to_string(layers) + " (num_hidden_layers)");
+    }
     std::int64_t first_full = -1;
     for (std::size_t i = 0; i < types.size(); ++i) {
       if (types[i].IsScalar() && types[i].Scalar() == "full_attention") {
@@ -764,7 +767,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // A soft cap: the config's, none where it is null, Gemma2Config's
     // default (50 and 30) where Gemma 2's config leaves it out.
     auto cap = [&](const char* from, const char* to, double gemma2_default) {
-      if (!c.has(from)) {
+      if (!hf[from]) {  // absent (null is none: ConfigMap::has is false for both)
         if (!g3) ours[to] = gemma2_default;
       } else if (!hf[from].IsNull()) {
         ours[to] = c.get_double(from, 0, 0, 1e6);
@@ -783,17 +786,25 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // which are gpt-oss-120b's.
     require_arch({"GptOssForCausalLM"});
     const std::int64_t heads = decoder_shape(36, 2880, 64);
-    if (!c.has("num_key_value_heads")) {
-      ours["kv_heads"] = 8;  // GptOssConfig's default (null: one per attention head)
+    if (!hf["num_key_value_heads"]) {
+      ours["kv_heads"] = 8;  // GptOssConfig's default where absent (null: one per attention head, as decoder_shape reads it)
       check_kv_heads(c, "num_attention_heads", heads, 8);
     }
-    copy_int("head_dim", "head_dim", 64);
+    if (hf["head_dim"] && hf["head_dim"].IsNull()) {
+      // GptOssConfig: null is hidden_size // num_attention_heads.
+      const std::int64_t hidden = ours["hidden"].as<std::int64_t>();
+      if (hidden % heads != 0) c.fail("head_dim", "null, and num_attention_heads " + std::to_string(heads) + " does not divide hidden_size " + std::to_string(hidden));
+      ours["head_dim"] = hidden / heads;
+    } else {
+      copy_int("head_dim", "head_dim", 64);
+    }
     copy_int("intermediate_size", "intermediate", 2880);
     ours["expert_intermediate"] = ours["intermediate"];  // GptOssExperts: expert_dim = intermediate_size
     copy_int("vocab_size", "vocab", 201088);
     copy_int("max_position_embeddings", "seq_len", 131072);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
-    ours["experts"] = c.get_int("num_local_experts", 128, 2, kBig);
+    // num_experts is GptOssConfig's alias (attribute_map) of num_local_experts.
+    ours["experts"] = c.get_int(c.has("num_local_experts") || !c.has("num_experts") ? "num_local_experts" : "num_experts", 128, 2, kBig);
     ours["top_k"] = c.get_int("num_experts_per_tok", 4, 1, kBig);
     if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
       c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
@@ -811,14 +822,16 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // GptOssExperts clamps at swiglu_limit (7.0); swiglu_alpha (1.702) changes values, not work.
     ours["swiglu_limit"] = c.get_double("swiglu_limit", 7.0, 1e-6, 1e6);
     (void)c.get_double("swiglu_alpha", 1.702, 0, 1e6);
-    // Sliding layers see sliding_window keys (null: none), every other layer
-    // all of them (layer 0 sliding), or as layer_types lists them.
-    if (!c.has("sliding_window") || !hf["sliding_window"].IsNull()) {
-      ours["sliding_window"] = c.get_int("sliding_window", 128, 1, kBig);
-      const std::int64_t every = global_every(2);
-      if (every > 1) ours["global_every"] = every;
-      if (every == 1) ours.remove("sliding_window");  // every layer global
+    // Sliding layers see sliding_window keys, every other layer all of them
+    // (layer 0 sliding), or as layer_types lists them. HF's sliding mask
+    // needs a window (create_sliding_window_causal_mask refuses none).
+    if (hf["sliding_window"] && hf["sliding_window"].IsNull()) {
+      c.fail("sliding_window", "null, which GptOssModel's sliding_attention layers cannot run; valid: a positive integer (128 in both releases)");
     }
+    ours["sliding_window"] = c.get_int("sliding_window", 128, 1, kBig);
+    const std::int64_t every = global_every(2);
+    if (every > 1) ours["global_every"] = every;
+    if (every == 1) ours.remove("sliding_window");  // every layer global
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,
     // Qwen3MoeConfig and DeepseekV3Config (transformers), their layers as
@@ -884,7 +897,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
       if (c.get_int("n_group", 8, 1, 1 << 20) > 1) ours["route_nodes"] = c.get_int("topk_group", 4, 1, 1 << 20);
       // DeepseekV3DecoderLayer puts experts where layer_idx >= first_k_dense_replace.
       if (c.get_int("moe_layer_freq", 1, 1, 10000) != 1) c.fail("moe_layer_freq", "only 1 is modelled (every layer after the dense ones)");
-      if (c.has("q_lora_rank") && hf["q_lora_rank"].IsNull()) {
+      if (hf["q_lora_rank"] && hf["q_lora_rank"].IsNull()) {
         ours["q_lora_rank"] = 0;
       } else {
         ours["q_lora_rank"] = c.get_int("q_lora_rank", 1536, 0, kBig);

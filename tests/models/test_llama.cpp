@@ -880,4 +880,47 @@ TEST_CASE("bad gpt-oss input: one line naming the key and what is valid", "[llam
   // Layer 2 global where every other layer is: not a pattern dtsim models.
   CHECK_THAT(error_of([&] { load_model(with("\"full_attention\",\n    \"sliding_attention\"", "\"full_attention\",\n    \"full_attention\"")); }),
              Catch::Contains("config.layer_types: layer 2 is 'full_attention'"));
+  // A list shorter than the layers (HF indexes layer_types by layer).
+  CHECK_THAT(error_of([&] { load_model(with("\"sliding_attention\",\n    \"full_attention\",\n", "")); }),
+             Catch::Contains("config.layer_types: lists 22 layers; valid: one for each of the 24 (num_hidden_layers)"));
+  // HF's sliding mask cannot run without a window.
+  CHECK_THAT(error_of([&] { load_model(with("\"sliding_window\": 128", "\"sliding_window\": null")); }),
+             Catch::Contains("config.sliding_window: null, which GptOssModel's sliding_attention layers cannot run"));
+}
+
+TEST_CASE("gpt-oss's config defaults are GptOssConfig's: absent keys are gpt-oss-120b's, null ones HF's own rule", "[llama][gpt-oss]") {
+  test::TempDir dir("gpt-oss-defaults");
+  // Nothing but the type: GptOssConfig's defaults, gpt-oss-120b's shape.
+  CHECK(load_model(write_json(dir, R"({"architectures": ["GptOssForCausalLM"], "model_type": "gpt_oss"})"))->parameters() ==
+        116'829'156'672);
+  // num_key_value_heads null: one a head (__post_init__), 64 for 8.
+  CHECK(load_model(write_json(dir, R"({"model_type": "gpt_oss", "num_key_value_heads": null})"))->parameters() ==
+        gpt_oss_params(36, 2880, 64, 64, 64, 2880, 128, 201088));
+  // head_dim null: hidden_size // num_attention_heads = 45.
+  CHECK(load_model(write_json(dir, R"({"model_type": "gpt_oss", "head_dim": null})"))->parameters() ==
+        gpt_oss_params(36, 2880, 64, 8, 45, 2880, 128, 201088));
+  // num_experts is num_local_experts' alias (attribute_map).
+  CHECK(load_model(write_json(dir, R"({"model_type": "gpt_oss", "num_hidden_layers": 24, "num_experts": 32})"))->parameters() ==
+        20'914'757'184);
+}
+
+TEST_CASE("null in a HuggingFace config is the class's None, not its default: Gemma 2's soft caps, DeepSeek's q_lora_rank", "[llama]") {
+  // Gemma2Config: attn_logit_softcapping None caps nothing (Gemma2Attention
+  // skips it), where an absent key is 50; DeepseekV3Config: q_lora_rank None
+  // is a full q_proj (DeepSeek-V2-Lite's config), where an absent key is 1536.
+  test::TempDir dir("hf-nulls");
+  auto with = [&](const std::string& folder, const std::string& from, const std::string& to) {
+    std::string text = slurp(hf(folder));
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    return write_json(dir, text);
+  };
+  const sim::WorkloadShape w = shape(1, 4096, 2);
+  const auto capped = load_model(hf("gemma-2-9b"))->layers(w);
+  const auto none = load_model(with("gemma-2-9b", "\"attn_logit_softcapping\": 50.0", "\"attn_logit_softcapping\": null"))->layers(w);
+  CHECK(capped[1].signature.find(",sc=50") != std::string::npos);
+  CHECK(none[1].signature.find(",sc=") == std::string::npos);
+  const auto lite = load_model(with("deepseek-v3", "\"q_lora_rank\": 1536", "\"q_lora_rank\": null"))->layers(w);
+  CHECK(lite[1].signature.find(",qr=0,") != std::string::npos);
+  CHECK(load_model(hf("deepseek-v3"))->layers(w)[1].signature.find(",qr=1536,") != std::string::npos);
 }
