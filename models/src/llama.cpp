@@ -208,6 +208,25 @@ using namespace detail;
 // The release's MXFP4 expert weights are an inference format; training
 // runs them in bf16 (the model card's own training precision), as dtsim
 // prices them. YaRN's rotary scaling changes values, not work.
+// Note [GLM-4.5]
+// Zhipu's GLM-4.5, GLM-4.6, GLM-4.7 and GLM-4.5-Air as HuggingFace writes
+// them (modeling_glm4_moe.py, model_type glm4_moe; GLM-4.5 Team 2025,
+// "GLM-4.5: Agentic, Reasoning, and Coding Foundation Models", arXiv
+// 2508.06471) are this family's mixture of experts with nothing new to
+// price: q, k and v with biases (attention_bias) and o_proj without
+// (qkv_bias), per-head q/k norms under use_qk_norm (GLM-4.5's, not
+// Air's), first_k_dense_replace dense layers (first_dense), routed experts
+// of moe_intermediate_size, and one shared expert of the same width
+// (n_shared_experts x moe_intermediate_size). The router is a sigmoid with
+// a correction bias that is a buffer, not a parameter, as DeepSeek-V3's,
+// priced as the family's router (one pass over t x E); partial rotary
+// (partial_rotary_factor 0.5) turns half of each head but concatenates the
+// halves back, the same bytes. The checkpoints also hold one multi-token
+// prediction layer (num_nextn_predict_layers 1), which HF's model skips on
+// load (_keys_to_ignore_on_load_unexpected): dtsim does not train it
+// either. Parameters (tests/data/hf/PARAMS.md): GLM-4.5-Air
+// 106,852,245,504 (the card's 106B), GLM-4.5 352,797,814,784 (the card's
+// 355B counts the MTP layer).
 // Note [Gemma]
 // Google's Gemma 2 and Gemma 3 language models as HuggingFace writes them
 // (modeling_gemma2.py, modeling_gemma3.py; Gemma Team 2024, "Gemma 2",

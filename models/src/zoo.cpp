@@ -143,6 +143,20 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 36\nhidden: 2880\nheads: 64\nkv_heads: 8\nhead_dim: 64\nintermediate: 2880\nvocab: 201088\nseq_len: 131072\n"
      "experts: 128\ntop_k: 4\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 128\nglobal_every: 2\n"
      "attention_sinks: true\nswiglu_limit: 7\nfp32_norm_weight: true\n"},
+    // Note [GLM-4.5] (llama.cpp): zai-org/GLM-4.5-Air's and GLM-4.5's
+    // config.json (GLM-4.6 and GLM-4.7 have GLM-4.5's shape).
+    {"glm-4.5-air", "Zhipu GLM-4.5-Air: 46 layers (1 dense), hidden 4096, 96 heads of 128, 8 KV heads, q/k/v biases, 128 experts of SwiGLU 1408 + 1 shared, top-8, vocab 151552, seq 131072",
+     "family: llama\nlayers: 46\nhidden: 4096\nheads: 96\nkv_heads: 8\nhead_dim: 128\nintermediate: 10944\nvocab: 151552\nseq_len: 131072\n"
+     "qkv_bias: true\nexperts: 128\ntop_k: 8\nexpert_intermediate: 1408\nshared_intermediate: 1408\nfirst_dense: 1\n"},
+    {"glm-4.5", "Zhipu GLM-4.5 (and 4.6, 4.7): 92 layers (3 dense), hidden 5120, 96 heads of 128, 8 KV heads, q/k/v biases, q/k norms, 160 experts of SwiGLU 1536 + 1 shared, top-8, vocab 151552, seq 131072",
+     "family: llama\nlayers: 92\nhidden: 5120\nheads: 96\nkv_heads: 8\nhead_dim: 128\nintermediate: 12288\nvocab: 151552\nseq_len: 131072\n"
+     "qkv_bias: true\nqk_norm: true\nexperts: 160\ntop_k: 8\nexpert_intermediate: 1536\nshared_intermediate: 1536\nfirst_dense: 3\n"},
+    // moonshotai/Kimi-K2-Base's config.json (model_type kimi_k2, DeepSeek-V3's
+    // architecture: DeepseekV3ForCausalLM): 64 heads, 384 experts, 1 dense layer.
+    {"kimi-k2", "Moonshot Kimi K2 1T: 61 layers (1 dense), hidden 7168, 64 heads of latent attention, 384 routed experts of SwiGLU 2048 + 1 shared, top-8, vocab 163840, seq 131072",
+     "family: llama\nlayers: 61\nhidden: 7168\nheads: 64\nkv_heads: 64\nintermediate: 18432\nvocab: 163840\nseq_len: 131072\n"
+     "experts: 384\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 1\n"
+     "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
     {"gpt2-tiny", "Tiny GPT-2 for CPU validation: 2 layers, hidden 128, 4 heads, vocab 1024, seq 128",
      "family: gpt2\nlayers: 2\nhidden: 128\nheads: 4\nvocab: 1024\nseq_len: 128\n"},
     {"bert-tiny", "BERT-tiny (google/bert_uncased_L-2_H-128_A-2): 2 layers, hidden 128, 2 heads",
@@ -518,7 +532,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, gpt_oss";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, glm4_moe";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -832,12 +846,46 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     const std::int64_t every = global_every(2);
     if (every > 1) ours["global_every"] = every;
     if (every == 1) ours.remove("sliding_window");  // every layer global
-  } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3") {
+  } else if (type == "glm4_moe") {
+    // Note [GLM-4.5] (llama.cpp): Zhipu's GLM-4.5, 4.6 and 4.7 and GLM-4.5-Air
+    // (Glm4MoeForCausalLM); the defaults of Glm4MoeConfig (transformers'
+    // configuration_glm4_moe.py), which are GLM-4.5-Air's.
+    require_arch({"Glm4MoeForCausalLM"});
+    const std::int64_t heads = decoder_shape(46, 4096, 96);
+    if (!hf["num_key_value_heads"]) {
+      ours["kv_heads"] = 8;  // Glm4MoeConfig's default where absent
+      check_kv_heads(c, "num_attention_heads", heads, 8);
+    }
+    copy_int("head_dim", "head_dim", 128);
+    copy_int("intermediate_size", "intermediate", 10944);
+    copy_int("vocab_size", "vocab", 151552);
+    copy_int("max_position_embeddings", "seq_len", 131072);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    // Glm4MoeAttention: q, k and v take attention_bias, o_proj none; q/k
+    // norms per head under use_qk_norm.
+    ours["qkv_bias"] = c.get_bool("attention_bias", false);
+    ours["qk_norm"] = c.get_bool("use_qk_norm", false);
+    ours["experts"] = c.get_int("n_routed_experts", 128, 2, kBig);
+    ours["top_k"] = c.get_int("num_experts_per_tok", 8, 1, kBig);
+    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
+      c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
+                                        std::to_string(ours["experts"].as<std::int64_t>()) + " routed experts");
+    }
+    copy_int("moe_intermediate_size", "expert_intermediate", 1408);
+    // Glm4MoeMoE's shared experts: one MLP of moe_intermediate_size x n_shared_experts.
+    ours["shared_intermediate"] = c.get_int("n_shared_experts", 1, 0, kBig) * ours["expert_intermediate"].as<std::int64_t>();
+    // Glm4MoeDecoderLayer: experts where layer_idx >= first_k_dense_replace.
+    ours["first_dense"] = c.get_int("first_k_dense_replace", 1, 0, 10000);
+    // Group-limited routing as DeepSeek-V3's (1 group: none).
+    if (c.get_int("n_group", 1, 1, 1 << 20) > 1) ours["route_nodes"] = c.get_int("topk_group", 1, 1, 1 << 20);
+  } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" || type == "kimi_k2") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,
     // Qwen3MoeConfig and DeepseekV3Config (transformers), their layers as
     // modeling_mixtral.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py and
     // modeling_deepseek_v3.py build them (Note [Mixture of experts]).
-    const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", qwen3 = type == "qwen3_moe", deepseek = type == "deepseek_v3";
+    // Kimi K2's config (model_type kimi_k2) is DeepSeek-V3's architecture and keys.
+    const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", qwen3 = type == "qwen3_moe",
+               deepseek = type == "deepseek_v3" || type == "kimi_k2";
     require_arch({mixtral ? "MixtralForCausalLM" : qwen2 ? "Qwen2MoeForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" : "DeepseekV3ForCausalLM"});
     ours["family"] = "llama";
     copy_int("num_hidden_layers", "layers", mixtral ? 32 : deepseek ? 61 : 24);

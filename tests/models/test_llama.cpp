@@ -924,3 +924,58 @@ TEST_CASE("null in a HuggingFace config is the class's None, not its default: Ge
   CHECK(lite[1].signature.find(",qr=0,") != std::string::npos);
   CHECK(load_model(hf("deepseek-v3"))->layers(w)[1].signature.find(",qr=1536,") != std::string::npos);
 }
+
+// ---- GLM-4.5 and Kimi K2 (Note [GLM-4.5] in models/src/llama.cpp) -------------
+
+TEST_CASE("GLM-4.5's and Kimi K2's parameters equal HuggingFace's, from config.json and built in", "[llama][glm]") {
+  // Glm4MoeForCausalLM (tests/data/hf/PARAMS.md): q/k/v biases, no o_proj
+  // bias, q/k norms on GLM-4.5 only, dense first layers, E routed experts
+  // and one shared of Ie, an untied head.
+  auto glm = [](std::int64_t h, std::int64_t layers, std::int64_t dense, std::int64_t a, std::int64_t kv, std::int64_t d, std::int64_t f,
+                std::int64_t fe, std::int64_t experts, std::int64_t v, bool qk) {
+    const std::int64_t attention = h * a * d + a * d + 2 * (h * kv * d + kv * d) + a * d * h + (qk ? 2 * d : 0);
+    const std::int64_t dense_layer = attention + 2 * h + 3 * h * f;
+    const std::int64_t moe_layer = attention + 2 * h + experts * h + experts * 3 * h * fe + 3 * h * fe;
+    return dense * dense_layer + (layers - dense) * moe_layer + 2 * v * h + h;
+  };
+  CHECK(glm(4096, 46, 1, 96, 8, 128, 10944, 1408, 128, 151552, false) == 106'852'245'504);
+  CHECK(glm(5120, 92, 3, 96, 8, 128, 12288, 1536, 160, 151552, true) == 352'797'814'784);
+  CHECK(load_model("glm-4.5-air")->parameters() == 106'852'245'504);
+  CHECK(load_model("glm-4.5")->parameters() == 352'797'814'784);
+  CHECK(load_model(hf("glm-4.5-air"))->parameters() == 106'852'245'504);
+  const sim::WorkloadShape w = shape(1, 4096, 2);
+  const auto a = load_model(hf("glm-4.5-air"))->layers(w), b = load_model("glm-4.5-air")->layers(w);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+  CHECK(a[1].signature.rfind("llama.block:", 0) == 0);  // layer 0 dense
+  CHECK(a[2].signature.rfind("moe.block:", 0) == 0);
+  CHECK(a[2].signature.find(",qkvb=1,ob=0,") != std::string::npos);
+  CHECK(a[2].signature.find(",fs=1408,") != std::string::npos);
+  // GLM-4.5's q/k norms from use_qk_norm, its three dense layers.
+  test::TempDir dir("glm");
+  std::string text = slurp(hf("glm-4.5-air"));
+  for (const auto& [from, to] : {std::pair<std::string, std::string>{"\"hidden_size\": 4096", "\"hidden_size\": 5120"},
+                                 {"\"intermediate_size\": 10944", "\"intermediate_size\": 12288"},
+                                 {"\"moe_intermediate_size\": 1408", "\"moe_intermediate_size\": 1536"},
+                                 {"\"n_routed_experts\": 128", "\"n_routed_experts\": 160"},
+                                 {"\"num_hidden_layers\": 46", "\"num_hidden_layers\": 92"},
+                                 {"\"first_k_dense_replace\": 1", "\"first_k_dense_replace\": 3"},
+                                 {"\"use_qk_norm\": false", "\"use_qk_norm\": true"}}) {
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+  }
+  CHECK(load_model(write_json(dir, text))->parameters() == 352'797'814'784);
+  // Kimi K2 is DeepSeek-V3's architecture (model_type kimi_k2): by the
+  // formula that gives DeepSeek-V3's 671,026,404,352, 1,026,408,209,408.
+  CHECK(load_model("deepseek-v3")->parameters() == 671'026'404'352);
+  CHECK(load_model("kimi-k2")->parameters() == 1'026'408'209'408);
+  const std::string kimi = write_json(dir, R"({"architectures": ["DeepseekV3ForCausalLM"], "model_type": "kimi_k2", "hidden_size": 7168,
+    "intermediate_size": 18432, "moe_intermediate_size": 2048, "num_hidden_layers": 61, "num_attention_heads": 64,
+    "num_key_value_heads": 64, "n_routed_experts": 384, "n_shared_experts": 1, "num_experts_per_tok": 8, "first_k_dense_replace": 1,
+    "n_group": 1, "topk_group": 1, "q_lora_rank": 1536, "kv_lora_rank": 512, "qk_nope_head_dim": 128, "qk_rope_head_dim": 64,
+    "v_head_dim": 128, "vocab_size": 163840, "max_position_embeddings": 131072, "tie_word_embeddings": false})");
+  CHECK(load_model(kimi)->parameters() == 1'026'408'209'408);
+  const auto k1 = load_model(kimi)->layers(w), k2 = load_model("kimi-k2")->layers(w);
+  REQUIRE(k1.size() == k2.size());
+  for (std::size_t i = 0; i < k1.size(); ++i) CHECK(k1[i].signature == k2[i].signature);
+}
