@@ -217,6 +217,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.precision") +
                            ": precision fp8 is not run: LibTorch 1.13 has no FP8 GEMMs (the simulator predicts it); use bf16");
   }
+  if (!s.spec.master_weights) {
+    // Note [No master weights] (sim/src/parallel/plan.cpp): the runtime's
+    // mixed-precision step keeps fp32 masters; the simulator predicts the
+    // step without them, which validate would not be comparing.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.master_weights") +
+                           ": master_weights false is not run: the runtime's optimizer keeps fp32 masters (the simulator "
+                           "predicts the step without); use true");
+  }
   if (s.spec.runtime == sim::Runtime::kPython) {
     // Note [Python host cost] (sim/src/cost/cost_python.cpp): validate runs
     // dtsim's own C++ loop, and a prediction of a Python loop set beside

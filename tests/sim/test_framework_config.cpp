@@ -382,6 +382,17 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
   CHECK(keys(gathered)["plan.loss_parallel"] == "dtensor");
   CHECK(listed(gathered, "parallelism.disable_loss_parallel"));
   CHECK(listed(tp2, "activation_checkpoint.selective_ac_option"));
+  // training.dtype bfloat16: everything in bf16 "without an extra copy of
+  // fp32 weights" (Note [No master weights]); float32 is mixed precision's.
+  CHECK(keys(fc)["plan.master_weights"] == "null");
+  const FrameworkConfig pure = parse_torchtitan_config("[training]\ndtype = \"bfloat16\"\nmixed_precision_param = \"float32\"\n", "t.toml");
+  CHECK(keys(pure)["plan.master_weights"] == "false");
+  CHECK(keys(pure)["plan.precision"] == "bf16");
+  CHECK_FALSE(listed(pure, "training.dtype"));  // modelled now, not listed as ignored
+  const ResolvedPlan rp = resolve_with(pure, *fc.model, "dgx-a100", 1);
+  CHECK_FALSE(rp.master_weights);
+  CHECK_THROWS_WITH(parse_torchtitan_config("[training]\ndtype = \"float16\"\n", "t.toml"),
+                    Catch::Contains("training.dtype: 'float16' is not one of float32, bfloat16"));
 }
 
 // Float8 training (model.converters) with FSDP's float8 all-gather; async TP

@@ -426,6 +426,47 @@ TEST_CASE("Megatron's fp32 gradient buffer: 18 and 6 + 12/dp bytes a parameter",
   }
 }
 
+TEST_CASE("without master weights Adam keeps 4 bytes a parameter and streams 14 a step, not 12 and 28 (Note [No master weights])",
+          "[lowering][memory]") {
+  // torch.optim.Adam over bf16 parameters: exp_avg and exp_avg_sq in bf16,
+  // no fp32 copy: 2 + 2 + 4 bytes a parameter (params, grads, states) where
+  // mixed precision keeps 2 + 2 + 12; ZeRO-1 over 64 shards the 4.
+  const std::int64_t psi = 7'500'000'000;
+  ResolvedPlan p;
+  p.precision = Precision::kBf16;
+  p.optimizer = Optimizer::kAdam;
+  p.master_weights = false;
+  CHECK(model_states(p, psi).total() == 8 * psi);
+  p.zero_stage = 1;
+  p.shard_group = 64;
+  CHECK(model_states(p, psi).optimizer == 4 * psi / 64);
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kSgd, Precision::kBf16, false) == 2);      // momentum in bf16
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kSgdPlain, Precision::kBf16, false) == 0);
+  CHECK(optimizer_state_bytes_per_param(Optimizer::kAdam, Precision::kFp16, true) == 12);
+  // The step reads the gradient, the parameter and both states and writes
+  // the last three, 2 bytes each: 14; mixed: 2 + 4 + 8 read, 4 + 8 + 2 written.
+  CHECK(update_bytes_per_param(Optimizer::kAdam, Precision::kBf16, false) == 14);
+  CHECK(update_bytes_per_param(Optimizer::kAdam, Precision::kBf16) == 28);
+
+  // Simulated (4 layers of 10M parameters, one fp16 device): the states
+  // 4 bytes a parameter at the peak, the step half as long.
+  const test::FakeModel m(4, 10'000'000, 10);
+  const std::int64_t all = 40'000'000;
+  const Run mixed = run(m, "precision: fp16\noptimizer: adam\n", round_cluster(), 500'000);
+  const Run pure = run(m, "precision: fp16\noptimizer: adam\nmaster_weights: false\n", round_cluster(), 500'000);
+  CHECK(mixed.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 12 * all);
+  CHECK(pure.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 4 * all);
+  CHECK(static_cast<double>(pure.phase(Phase::kOptimizer)) == Approx(static_cast<double>(mixed.phase(Phase::kOptimizer)) / 2).epsilon(1e-6));
+  // One line each where it means nothing or contradicts the plan.
+  CHECK_THROWS_WITH(resolve(parse_plan("precision: fp32\nmaster_weights: false\n", "p.yaml"), m, round_cluster()),
+                    "p.yaml:2: plan.master_weights: false with precision fp32, whose parameters are their own master; valid: true, "
+                    "or precision fp16 or bf16");
+  CHECK_THROWS_WITH(
+      resolve(parse_plan("dp: 2\nprecision: fp16\naccumulate_allreduce_grads_in_fp32: true\nmaster_weights: false\n", "p.yaml"), m,
+              round_cluster()),
+      Catch::Contains("plan.master_weights: false contradicts accumulate_allreduce_grads_in_fp32: true"));
+}
+
 TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradients in flight (Note [Two buckets in flight])",
           "[lowering][memory]") {
   // 8 layers of 20M fp32 parameters (80 MB of gradients each, over the

@@ -264,6 +264,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.moe_imbalance = c.get_double("moe_imbalance", 1.0, 1.0, 1e6);
   p.moe_force_load_balance = c.get_bool("moe_force_load_balance", false);
   p.accumulate_allreduce_grads_in_fp32 = c.get_bool("accumulate_allreduce_grads_in_fp32", false);
+  p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
   p.deallocate_pipeline_outputs = c.get_bool("deallocate_pipeline_outputs", false);
   p.moe_capacity_factor = c.get_double("moe_capacity_factor", 0, 0, 1e6);
   p.moe_pad = c.get_bool("moe_pad", false);

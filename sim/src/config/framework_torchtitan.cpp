@@ -290,7 +290,17 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
       unmodelled(tr, "mixed_precision_reduce", "fp32 reduce priced in the working precision where FSDP is not lowered per unit");
     }
   }
-  if (tr.get_string("dtype", "float32") != "float32") unmodelled(tr, "dtype", "no fp32 master copy; priced with one");
+  // Note [No master weights] (sim/src/parallel/plan.cpp): training.dtype
+  // bfloat16 keeps "all parameters, gradients, and optimizer states in
+  // bfloat16, without an extra copy of fp32 weights" (torchtitan's
+  // JobConfig Training.dtype).
+  if (const std::string dtype = tr.get_string("dtype", "float32"); dtype == "bfloat16") {
+    precision = "bf16";
+    precision_from = tr.from("dtype");
+    out.plan("master_weights", "false", tr.from("dtype"));
+  } else if (dtype != "float32") {
+    tr.fail("dtype", "'" + dtype + "' is not one of float32, bfloat16");
+  }
   if (tr.get_bool("enable_cpu_offload", false)) {
     // FSDP's CPUOffload: parameters, gradients and optimizer states on the host.
     out.plan("offload_optimizer", "cpu", tr.from("enable_cpu_offload"));

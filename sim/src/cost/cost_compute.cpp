@@ -99,18 +99,25 @@ TimeNs ComputeModel::layer_time(const Layer& layer, Pass pass, Precision p, cons
 
 int flat_updates(std::int64_t params) { return params <= 0 ? 0 : static_cast<int>((params + kUpdateChunk - 1) / kUpdateChunk); }
 
-Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused) {
+Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused, bool master_weights) {
   if (fused || is_sgd(o) || largest <= 0) return 0;
-  return std::min(largest, kUpdateChunk) * (p == Precision::kFp32 ? 4 : 8);
+  const Bytes per = p == Precision::kFp32 ? 4 : master_weights ? 8 : element_bytes(p);
+  return std::min(largest, kUpdateChunk) * per;
 }
 
 int layer_updates(std::int64_t params, int tensors) {
   return params <= 0 ? 0 : std::max({1, tensors, flat_updates(params)});
 }
 
-double update_bytes_per_param(Optimizer o, Precision p) {
+double update_bytes_per_param(Optimizer o, Precision p, bool master_weights) {
   const bool mixed = p != Precision::kFp32;
   const double states = o == Optimizer::kSgd ? 1 : o == Optimizer::kSgdPlain ? 0 : 2;  // momentum (+ variance)
+  if (mixed && !master_weights) {
+    // Note [No master weights] (plan.cpp): read the gradient, the parameter
+    // and the states, write the last two, all in the parameters' bytes.
+    const double e = element_bytes(p);
+    return e + e + e * states + e + e * states;
+  }
   const double grad = mixed ? 2 : 4;
   // read: grad + master + states; write: master + states (+ fp16 copy)
   return grad + 4 + 4 * states + 4 + 4 * states + (mixed ? 2 : 0);

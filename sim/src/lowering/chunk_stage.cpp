@@ -421,8 +421,7 @@ class ChunkStage final : public detail::StageEmitter {
     detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
     detail::add_step_temporaries(c.plan, c.cluster.device, c.plan.zero_stage >= 1 ? shard : largest, on_start, frees);
     const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
-                              c.compute_model.optimizer_time(static_cast<double>(shard), tensors, c.plan.optimizer,
-                                                             c.plan.precision, c.cluster.device),
+                              detail::step_time(c.compute_model, static_cast<double>(shard), tensors, c.plan, c.cluster.device),
                               std::move(on_start), std::move(frees));
     c.g.tasks[step].deps = std::move(deps);
     c.g.tasks[step].memory_share = 1;  // streams its states (Note [Optimizer step] in cost_compute.cpp)

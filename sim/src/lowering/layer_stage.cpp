@@ -302,7 +302,7 @@ class LayerStage final : public detail::StageEmitter {
         params = static_cast<double>(share.elements);
       }
       updates = std::max(1, updates);
-      const TimeNs t = c.compute_model.optimizer_time(params, updates, c.plan.optimizer, c.plan.precision, c.cluster.device);
+      const TimeNs t = detail::step_time(c.compute_model, params, updates, c.plan, c.cluster.device);
       step = c.compute("optimizer step", Phase::kOptimizer, t, deps, std::move(on_start), frees);
       c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);
       c.g.tasks[step].memory_share = 1;  // streams its states (Note [Optimizer step] in cost_compute.cpp)
@@ -318,7 +318,7 @@ class LayerStage final : public detail::StageEmitter {
 
 ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std::int64_t expert_parameters) {
   const Bytes w = element_bytes(plan.precision);
-  const Bytes k = optimizer_state_bytes_per_param(plan.optimizer, plan.precision);
+  const Bytes k = optimizer_state_bytes_per_param(plan.optimizer, plan.precision, plan.master_weights);
   const Bytes psi = parameters;
   // Dense parameters shard over shard_group, routed experts' over the
   // expert data-parallel group (Note [Expert mesh] in cost_comm.cpp).

@@ -289,13 +289,26 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
   frees.push_back({MemCategory::kGradients, -g32});
 }
 
+/// An optimizer step of `params` parameters in `tensors` updates as the
+/// compute model prices it; without master weights (Note [No master
+/// weights] in sim/src/parallel/plan.cpp) the same step streams fewer bytes,
+/// and every model prices a step as a stream of them (Note [Optimizer step]
+/// in cost_compute.cpp), so it takes update_bytes_per_param's share of the
+/// mixed step's time (Adam in bf16: 14 of 28 bytes).
+inline TimeNs step_time(const ComputeModel& m, double params, int tensors, const ResolvedPlan& p, const DeviceSpec& device) {
+  const TimeNs t = m.optimizer_time(params, tensors, p.optimizer, p.precision, device);
+  if (p.master_weights || p.precision == Precision::kFp32) return t;
+  const double mixed = update_bytes_per_param(p.optimizer, p.precision), pure = update_bytes_per_param(p.optimizer, p.precision, false);
+  return mixed > 0 ? static_cast<TimeNs>(std::llround(static_cast<double>(t) * pure / mixed)) : t;
+}
+
 /// Adds Note [Unfused step]'s temporaries (sim/cost.hpp) to a step whose
 /// largest tensor, or flat shard, has `largest` elements: held while it
 /// runs, on the device unless the optimizer is offloaded.
 inline void add_step_temporaries(const ResolvedPlan& p, const DeviceSpec& device, std::int64_t largest,
                                  MemOps& on_start, MemOps& frees) {
   if (p.offload_optimizer == Offload::kCpu) return;
-  const Bytes t = unfused_step_bytes(largest, p.optimizer, p.precision, device.fused_optimizer);
+  const Bytes t = unfused_step_bytes(largest, p.optimizer, p.precision, device.fused_optimizer, p.master_weights);
   add_bytes(on_start, MemCategory::kOptimizer, t);
   add_bytes(frees, MemCategory::kOptimizer, -t);
 }

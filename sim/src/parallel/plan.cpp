@@ -99,15 +99,34 @@ int gradient_element_bytes(const ResolvedPlan& plan) {
   return plan.accumulate_allreduce_grads_in_fp32 ? 4 : element_bytes(plan.precision);
 }
 
-int optimizer_state_bytes_per_param(Optimizer o, Precision p) {
+// Note [No master weights]
+// Mixed precision keeps an fp32 master copy of the parameters in the
+// optimizer (Micikevicius et al. 2018; PyTorch's autocast over fp32
+// parameters; Megatron's and DeepSpeed's optimizers). A model loaded in
+// bf16 and trained without autocast has none: torch.optim creates its
+// states like the parameters (exp_avg and exp_avg_sq in bf16, torch/optim/
+// adam.py _init_group: torch.zeros_like(p)) and updates the bf16
+// parameters in place. That is how HF's Trainer and TRL train a model
+// loaded with torch_dtype=bfloat16, and NeMo Automodel's benchmarks
+// (gpt_oss/model.py casts the model to bf16; torch.optim.Adam). Per
+// parameter Adam then keeps 2 + 2 bytes of state, not 12, and its step
+// reads the gradient, the parameter and both states and writes the last
+// three: 2 + 2 + 4 + 2 + 4 = 14 bytes, not 28 (update_bytes_per_param in
+// cost_compute.cpp). plan.master_weights false says so; it applies under
+// fp16 and bf16 only (fp32 has no separate master; fp8 recipes keep bf16
+// weights with fp32 masters), and not with Megatron's fp32 gradient
+// buffer or a CPU optimizer (ZeRO-Offload keeps fp32 on the host).
+int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weights) {
   // ZeRO paper (Rajbhandari et al. 2020), section 3.1: mixed-precision Adam
   // keeps an fp32 copy of the parameters, momentum and variance: K = 12.
   // In pure fp32 the parameters are the master copy: momentum + variance = 8.
   // Note [SGD momentum]: momentum SGD keeps one fp32 buffer, SGD at
   // momentum 0 none (+ the fp32 master under mixed precision, either way).
   const bool mixed = p != Precision::kFp32;
-  const int moments = o == Optimizer::kSgd ? 4 : o == Optimizer::kSgdPlain ? 0 : 8;
-  return moments + (mixed ? 4 : 0);
+  const int buffers = o == Optimizer::kSgd ? 1 : o == Optimizer::kSgdPlain ? 0 : 2;
+  // Note [No master weights]: the states in the parameters' bytes, no master.
+  if (mixed && !master_weights) return buffers * element_bytes(p);
+  return 4 * buffers + (mixed ? 4 : 0);
 }
 
 // Note [One pass of checks]
@@ -544,6 +563,19 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     bad.add("accumulate_allreduce_grads_in_fp32",
             "true is Megatron-Core's whole gradient buffer, which its distributed optimizer (zero_stage 1) keeps too; with "
             "zero_stage " + std::to_string(r.zero_stage) + (r.fsdp ? " (fsdp)" : "") + " valid: false");
+  }
+  // Note [No master weights].
+  r.master_weights = s.master_weights;
+  if (!r.master_weights) {
+    if (r.precision != Precision::kFp16 && r.precision != Precision::kBf16) {
+      bad.add("master_weights", std::string("false with precision ") + to_string(r.precision) +
+                                    (r.precision == Precision::kFp32 ? ", whose parameters are their own master" : ", whose recipes keep fp32 masters") +
+                                    "; valid: true, or precision fp16 or bf16");
+    } else if (r.accumulate_allreduce_grads_in_fp32) {
+      bad.add("master_weights", "false contradicts accumulate_allreduce_grads_in_fp32: true (Megatron-Core's optimizer keeps fp32 masters); set only one");
+    } else if (r.offload_optimizer == Offload::kCpu) {
+      bad.add("master_weights", "false with offload_optimizer cpu is not modelled (ZeRO-Offload keeps fp32 states on the host); valid: true");
+    }
   }
   if (r.accumulate_allreduce_grads_in_fp32 && r.offload_optimizer == Offload::kCpu) {
     bad.add("accumulate_allreduce_grads_in_fp32", "true with offload_optimizer cpu is not modelled (Megatron-Core keeps its "

@@ -75,6 +75,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (!p.overlap) os << " overlap=false";
   if (p.zero_stage == 2 && !p.contiguous_gradients) os << " contiguous_gradients=false";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
+  if (!p.master_weights) os << " no-master-weights";
   if (p.deallocate_pipeline_outputs) os << " outputs-freed";
   if (p.sync_batchnorm) os << " sync_batchnorm";
   return os.str();
@@ -118,6 +119,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
   j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients);
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
+  j.field("master_weights", p.master_weights);
   j.field("deallocate_pipeline_outputs", p.deallocate_pipeline_outputs);
   j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none");
   j.field("virtual_stages", p.virtual_stages);

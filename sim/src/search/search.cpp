@@ -773,6 +773,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     lb.offload_optimizer = s.offload_optimizer;
     lb.offload_params = s.offload_params;
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
+    lb.master_weights = s.master_weights;
     lb.recompute_blocks = s.recompute_method == RecomputeMethod::kBlock ? s.recompute_num_layers : 0;
     return lb;
   };

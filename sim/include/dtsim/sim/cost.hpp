@@ -256,12 +256,14 @@ int flat_updates(std::int64_t params);
 /// DeviceSpec::fused_optimizer false (the CPU) are priced so; SGD makes none.
 /// `largest` is the largest tensor's elements (Layer::largest_param_tensor,
 /// where the model says it, or a flat shard under ZeRO).
-Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused);
+/// Without master weights (Note [No master weights] in sim/src/parallel/plan.cpp) the
+/// denominator is in the parameters' dtype and no gradient is copied: 2 bytes an element in 16 bits.
+Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fused, bool master_weights = true);
 
 /// Bytes the optimizer reads and writes per parameter in one step
 /// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the
 /// working copy under mixed precision; momentum SGD drops v).
-double update_bytes_per_param(Optimizer o, Precision p);
+double update_bytes_per_param(Optimizer o, Precision p, bool master_weights = true);
 
 /// What a Python training loop's host adds to dtsim's C++ loop for the
 /// same work (Note [Python host cost] in cost_python.cpp), as calibration

@@ -262,6 +262,12 @@ struct PlanSpec {
   /// [Megatron's gradient buffer] in sim/src/lowering/emitter.hpp). Needs
   /// zero_stage 0 or 1 (the distributed optimizer).
   bool accumulate_allreduce_grads_in_fp32 = false;
+  /// false: no fp32 master copy under fp16/bf16: the optimizer updates the
+  /// 16-bit parameters in place and keeps its states in 16 bits (a model
+  /// loaded in bf16 and trained without autocast: HF Trainer or TRL with
+  /// torch_dtype=bfloat16, NeMo Automodel; Note [No master weights] in
+  /// sim/src/parallel/plan.cpp).
+  bool master_weights = true;
   Origins origins;
 };
 
@@ -317,6 +323,7 @@ struct ResolvedPlan {
   bool overlap = true;
   bool contiguous_gradients = true;                 ///< PlanSpec's
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
+  bool master_weights = true;                       ///< PlanSpec's (false only under fp16/bf16)
   bool deallocate_pipeline_outputs = false;          ///< PlanSpec's
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
   int virtual_stages = 1;         ///< model chunks per pipeline rank
@@ -346,8 +353,9 @@ ResolvedPlan resolve(const PlanSpec& spec, const Model& model, const ClusterSpec
 
 /// Bytes per parameter of optimizer state kept by the optimizer, including the
 /// fp32 master copy under mixed precision (ZeRO paper section 3.1: K = 12 for
-/// mixed-precision Adam).
-int optimizer_state_bytes_per_param(Optimizer o, Precision p);
+/// mixed-precision Adam); without master weights, the states in the
+/// parameters' 16 bits (Adam: 4).
+int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weights = true);
 
 /// Bytes of a gradient element: 4 under accumulate_allreduce_grads_in_fp32,
 /// else the parameters' (element_bytes of the precision).
