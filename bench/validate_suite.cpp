@@ -8,8 +8,8 @@
 //                                    [--make-up N] [--procs N] [--models a,b] [--plans a,b] [--ep N]
 //                                    [--out FILE.md] [--json FILE]
 // --profile MODEL=FILE prices MODEL's rows from FILE (a profile that
-// measured it), the others from the plain --profile; --ep N sets moe-tiny's
-// expert-parallel rows' degree (Note [MoE rows]).
+// measured it), the others from the plain --profile; --ep N sets the
+// mixtures of experts' expert-parallel rows' degree (Note [MoE rows]).
 // Targets (issue: validation runs): median |error| of iteration time <= 10%,
 // of peak memory <= 5%, no plan worse than 25%.
 //
@@ -36,14 +36,15 @@
 // ran only eager attention; a row may ask for flash.
 //
 // Note [MoE rows]
-// moe-tiny runs ddp at ep 1 and ddp, zero1 and zero2 at ep N (--ep N, 2 by
+// A mixture of experts (moe-tiny, gpt-oss-tiny: any model with experts)
+// runs ddp at ep 1 and ddp, zero1 and zero2 at ep N (--ep N, 2 by
 // default, N <= --procs; --ep 1 leaves them out; at ep 2 on 2 ranks edp is
 // 1 and every all-to-all crosses the processes). Its layers are in no
 // profile of the dense rows: configs/profiles/local-cpu-moe.h5 measured
 // its blocks at ep 1 and 2 (Note [Expert-parallel shares] in
 // calibrate/src/torch_bench.cpp) and the all-to-all, and the rows take it
-// by --profile moe-tiny=FILE. The table names a row's plan with its ep.
-// Every moe-tiny row routes round-robin (plan.moe_force_load_balance, Note
+// by --profile moe-tiny=FILE (gpt-oss-tiny's by its own). The table names
+// a row's plan with its ep. Every such row routes round-robin (plan.moe_force_load_balance, Note
 // [Forced balance] in models/torch/src/torch_layers.cpp), as the published
 // MoE benchmarks force balance: the simulator prices the balanced load by
 // default, and the untrained router sent one rank 1.2-1.3x its rows, which
@@ -115,6 +116,7 @@
 #include <CLI/CLI.hpp>
 
 #include "dtsim/cli/parse.hpp"
+#include "dtsim/models/models.hpp"
 #include "dtsim/sim/file_io.hpp"
 
 namespace {
@@ -379,7 +381,7 @@ int main(int argc, char** argv) {
   app.add_option("--procs", procs, "Ranks per run (default 2; 1 on cuda)")->check(CLI::PositiveNumber);
   app.add_option("--models", models_list, "Models, comma-separated")->type_name("a,b");
   app.add_option("--plans", plans_list, "Plans, comma-separated")->type_name("a,b");
-  app.add_option("--ep", moe_ep, "Expert parallelism of moe-tiny's ep rows (default 2; 1: none)")->check(CLI::PositiveNumber);
+  app.add_option("--ep", moe_ep, "Expert parallelism of a mixture of experts' ep rows (moe-tiny, gpt-oss-tiny; default 2; 1: none)")->check(CLI::PositiveNumber);
   app.add_option("--device", device, "cpu (default) or cuda");
   app.add_option("--cluster", cluster, "The cluster (required with --device cuda)");
   app.add_option("--cases", cases_file, "Run these cases instead (a file of model, plan, ... rows)");
@@ -450,8 +452,14 @@ int main(int argc, char** argv) {
   }
   if (cases_file.empty()) {
     for (const auto& m : models) {
-      // Note [MoE rows]: moe-tiny's plans, each at its ep.
-      const bool moe = m == "moe-tiny";
+      // Note [MoE rows]: a mixture of experts' plans, each at its ep.
+      bool moe = false;
+      try {
+        moe = dtsim::models::load_model(m)->experts() > 0;
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "dtsim_validate_suite: --models %s: %s\n", m.c_str(), e.what());
+        return 2;
+      }
       std::vector<std::pair<std::string, int>> moe_rows{{"ddp", 1}};
       if (moe_ep > 1) moe_rows.insert(moe_rows.end(), {{"ddp", moe_ep}, {"zero1", moe_ep}, {"zero2", moe_ep}});
       std::vector<std::pair<std::string, int>> mine;
