@@ -594,6 +594,16 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     ours["qkv_bias"] = bias;
     ours["o_bias"] = bias;
   };
+  // A mixture's experts (under `experts_key`) and num_experts_per_tok, no
+  // more of these than of those (`what` names the experts in the error).
+  auto routing = [&](const char* experts_key, std::int64_t experts, std::int64_t top_k, const char* what) {
+    ours["experts"] = c.get_int(experts_key, experts, 2, kBig);
+    ours["top_k"] = c.get_int("num_experts_per_tok", top_k, 1, kBig);
+    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
+      c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
+                                        std::to_string(ours["experts"].as<std::int64_t>()) + " " + what);
+    }
+  };
   // Which layers attend to every key among sliding-window ones: every
   // `fallback`-th, or as the config's layer_types list them (transformers
   // >= 4.53), which must be sliding_attention layers with a full_attention
@@ -818,12 +828,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     copy_int("max_position_embeddings", "seq_len", 131072);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
     // num_experts is GptOssConfig's alias (attribute_map) of num_local_experts.
-    ours["experts"] = c.get_int(c.has("num_local_experts") || !c.has("num_experts") ? "num_local_experts" : "num_experts", 128, 2, kBig);
-    ours["top_k"] = c.get_int("num_experts_per_tok", 4, 1, kBig);
-    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
-      c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
-                                        std::to_string(ours["experts"].as<std::int64_t>()) + " local experts");
-    }
+    routing(c.has("num_local_experts") || !c.has("num_experts") ? "num_local_experts" : "num_experts", 128, 4, "local experts");
     // GptOssAttention's four projections take attention_bias (true); the
     // experts' gate_up and down projections and the router always have biases.
     const bool bias = c.get_bool("attention_bias", true);
@@ -865,12 +870,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // norms per head under use_qk_norm.
     ours["qkv_bias"] = c.get_bool("attention_bias", false);
     ours["qk_norm"] = c.get_bool("use_qk_norm", false);
-    ours["experts"] = c.get_int("n_routed_experts", 128, 2, kBig);
-    ours["top_k"] = c.get_int("num_experts_per_tok", 8, 1, kBig);
-    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
-      c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
-                                        std::to_string(ours["experts"].as<std::int64_t>()) + " routed experts");
-    }
+    routing("n_routed_experts", 128, 8, "routed experts");
     copy_int("moe_intermediate_size", "expert_intermediate", 1408);
     // Glm4MoeMoE's shared experts: one MLP of moe_intermediate_size x n_shared_experts.
     ours["shared_intermediate"] = c.get_int("n_shared_experts", 1, 0, kBig) * ours["expert_intermediate"].as<std::int64_t>();
@@ -906,13 +906,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     copy_int("vocab_size", "vocab", mixtral ? 32000 : deepseek ? 129280 : 151936);
     copy_int("max_position_embeddings", "seq_len", mixtral ? 131072 : deepseek ? 4096 : 32768);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
-    ours["experts"] = c.get_int(mixtral ? "num_local_experts" : deepseek ? "n_routed_experts" : "num_experts",
-                                mixtral ? 8 : qwen2 ? 60 : qwen3 ? 128 : 256, 2, kBig);
-    ours["top_k"] = c.get_int("num_experts_per_tok", mixtral ? 2 : qwen2 ? 4 : 8, 1, kBig);
-    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
-      c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
-                                        std::to_string(ours["experts"].as<std::int64_t>()) + " routed experts");
-    }
+    routing(mixtral ? "num_local_experts" : deepseek ? "n_routed_experts" : "num_experts", mixtral ? 8 : qwen2 ? 60 : qwen3 ? 128 : 256,
+            mixtral ? 2 : qwen2 ? 4 : 8, "routed experts");
     if (mixtral) {
       ours["expert_intermediate"] = ours["intermediate"];  // Mixtral's experts are intermediate_size wide
     } else {
