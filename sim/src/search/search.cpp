@@ -1055,8 +1055,8 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   j.field("zero_stage", p.zero_stage).field("fsdp", to_string(p.spec.fsdp));
   j.field("offload_optimizer", to_string(p.offload_optimizer)).field("offload_params", to_string(p.offload_params));
   j.field("recompute", to_string(p.recompute)).field("recompute_blocks", p.recompute_blocks);
-  j.field("sequence_parallel", p.sequence_parallel);
-  j.field("precision", to_string(p.precision)).field("placement", p.spec.placement);
+  j.field("sequence_parallel", p.sequence_parallel).field("master_weights", p.master_weights);
+  j.field("placement", p.spec.placement);
   j.key("stage_layers").begin_array();
   for (int n : p.stage_layers) j.value(n);
   j.end_array();
