@@ -169,6 +169,12 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                    "in fp32 for the whole run and reduced in place (Megatron --accumulate-allreduce-grads-in-fp32, "
                    "on by default under --bf16): 18 bytes a parameter with Adam, 6 + 12/dp with the distributed "
                    "optimizer. ZeRO-0 or ZeRO-1 only."},
+    {"master_weights", "plan.master_weights: an fp32 master copy of the parameters in the optimizer, as mixed "
+                       "precision keeps one (Megatron, DeepSpeed's bf16.enabled, autocast over fp32 parameters): "
+                       "Adam's 12 bytes a parameter. Off: a model loaded in bf16 and stepped by torch.optim "
+                       "(HF Trainer or TRL with torch_dtype=bfloat16, torchtitan's training.dtype bfloat16) keeps "
+                       "its states in 16 bits, 4 bytes. fp16 or bf16 only, not with Megatron's fp32 gradients "
+                       "or the optimizer offloaded."},
     {"contiguous_gradients", "plan.contiguous_gradients: DeepSpeed zero_optimization.contiguous_gradients "
                              "(default true): ZeRO-2 copies each gradient into one of its reduce_bucket_size "
                              "buffers (two with overlap_comm) and frees it; off, gradients stay where they were "
@@ -543,8 +549,8 @@ struct ExplorerWindow::Impl {
            *gpus_per_node = nullptr, *rc_layers = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *contig = nullptr, *dealloc = nullptr, *sync_bn = nullptr,
-            *nvls = nullptr, *limit_ag = nullptr;
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *dealloc = nullptr,
+            *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr;
   QComboBox* nccl_proto = nullptr;
 
   // Output.
@@ -766,6 +772,8 @@ struct ExplorerWindow::Impl {
     fp8_recipe->addItem("tensorwise", static_cast<int>(sim::Fp8Recipe::kTensorwise));
     fp32_grads = new QCheckBox("fp32 gradients (Megatron)");
     fp32_grads->setObjectName("fp32_grads");
+    masters = new QCheckBox("fp32 master weights");
+    masters->setObjectName("master_weights");
     contig = new QCheckBox("contiguous");
     contig->setObjectName("contiguous_gradients");
     fsdp_wrap = new QComboBox;
@@ -786,7 +794,15 @@ struct ExplorerWindow::Impl {
       b->setSingleStep(1e7);
     }
     mf->addRow("Sharding", zero);
-    mf->addRow("", fp32_grads);
+    {
+      // Megatron's buffer and the master copy on one row (Note [Chart sizes]).
+      auto* row = new QHBoxLayout;
+      row->setContentsMargins(0, 0, 0, 0);
+      row->addWidget(fp32_grads);
+      row->addWidget(masters);
+      row->addStretch(1);
+      mf->addRow("", row);
+    }
     mf->addRow("FSDP units", fsdp_wrap);
     {
       // FSDP's limit and ZeRO-2's buffers, never both enabled, on one row
@@ -1162,6 +1178,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(dealloc, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(sync_bn, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(masters, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nvls, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1219,6 +1236,7 @@ struct ExplorerWindow::Impl {
     dealloc->setChecked(p.deallocate_pipeline_outputs);
     sync_bn->setChecked(p.sync_batchnorm);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
+    masters->setChecked(p.master_weights);
     contig->setChecked(p.contiguous_gradients);
     fsdp_wrap->setCurrentIndex(std::max(0, fsdp_wrap->findData(static_cast<int>(p.fsdp_wrap))));
     kernels_box->setCurrentIndex(std::max(0, kernels_box->findData(static_cast<int>(p.kernels))));
@@ -1278,6 +1296,8 @@ struct ExplorerWindow::Impl {
     tp_overlap->setEnabled(ch.sequence_parallel && sp->isChecked());
     // and Megatron's buffer beyond ZeRO-1 or with the optimizer offloaded.
     fp32_grads->setEnabled(zero->currentData().toInt() <= 1 && offload->currentData().toInt() == 0);
+    // Note [No master weights]: without them only in 16 bits, beside neither of those.
+    masters->setEnabled(sixteen_bit_masters());
     // FSDP's units and its limit with a sharded FSDP; DeepSpeed's
     // coordinator knobs with its ZeRO-3 (resolve ignores them otherwise).
     const int z = zero->currentData().toInt();
@@ -1364,6 +1384,8 @@ struct ExplorerWindow::Impl {
     p.recompute_num_layers = block ? rc_layers->value() : groups ? before.recompute_num_layers : 0;
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
+    // resolve refuses them off elsewhere (Note [No master weights]): there, on.
+    p.master_weights = masters->isChecked() || !sixteen_bit_masters();
     // Elsewhere the plan keeps its own (the box keeps what it shows).
     if (z == 2) p.contiguous_gradients = contig->isChecked();
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
@@ -1397,6 +1419,7 @@ struct ExplorerWindow::Impl {
     mark(p.sync_batchnorm != before.sync_batchnorm, "sync_batchnorm");
     mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");
     mark(p.contiguous_gradients != before.contiguous_gradients, "contiguous_gradients");
+    mark(p.master_weights != before.master_weights, "master_weights");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");
     mark(p.grad_accum != before.grad_accum, "grad_accum");
@@ -1425,6 +1448,17 @@ struct ExplorerWindow::Impl {
     // Only where the switch can reduce; elsewhere as the file has it.
     if (nvls->isEnabled()) c.nccl_nvls_enable = nvls->isChecked();
     if (nccl_proto->isEnabled()) c.nccl_proto = nccl_proto->currentData().toInt();
+  }
+
+  /// Whether the plan may go without fp32 masters (Note [No master weights]
+  /// in sim/src/parallel/plan.cpp): fp16 or bf16, and neither Megatron's
+  /// fp32 gradients nor the optimizer offloaded.
+  bool sixteen_bit_masters() const {
+    const sim::Precision pr =
+        precision->count() > 0 ? static_cast<sim::Precision>(precision->currentData().toInt()) : scenario.plan.precision;
+    const bool offloaded = offload->currentData().toInt() != 0;
+    const bool fp32g = fp32_grads->isChecked() && zero->currentData().toInt() <= 1 && !offloaded;
+    return (pr == sim::Precision::kFp16 || pr == sim::Precision::kBf16) && !fp32g && !offloaded;
   }
 
   void knobs_changed() {

@@ -164,10 +164,11 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 46);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 8 check boxes
+  CHECK(knobs == 47);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 9 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
+      {"master_weights", {"torch_dtype=bfloat16", "bf16.enabled", "training.dtype"}},
       {"contiguous_gradients", {"zero_optimization.contiguous_gradients", "overlap_comm"}},
       {"deallocate_pipeline_outputs", {"deallocate_output_tensor"}},
       {"sync_batchnorm", {"convert_sync_batchnorm"}},
@@ -699,6 +700,36 @@ TEST_CASE("the fp32-gradients knob shows the plan's and reaches it", "[gui][wind
   off->setChecked(true);  // a click the disabled box would not take: still not in the plan
   QCoreApplication::processEvents();
   CHECK_FALSE(z2.scenario().plan.accumulate_allreduce_grads_in_fp32);
+}
+
+TEST_CASE("the master-weights knob shows the plan's and reaches it, in 16 bits only (Note [No master weights])", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero1", "", {sim::parse_override("plan.precision=bf16")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* box = w.findChild<QCheckBox*>("master_weights");
+  REQUIRE(box != nullptr);
+  CHECK(box->isChecked());
+  CHECK(box->isEnabled());
+  const Bytes mixed = w.outcome().prediction->ranks.front().optimizer;
+  box->setChecked(false);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK_FALSE(w.outcome().prediction->plan.master_weights);
+  // Adam's 12 bytes a parameter become 4 (ZeRO-1's shard of each).
+  CHECK(static_cast<double>(w.outcome().prediction->ranks.front().optimizer) == Approx(static_cast<double>(mixed) / 3).epsilon(1e-9));
+  CHECK(w.scenario().plan.origins.of("plan.master_weights") == "explorer: master_weights");
+  // In fp32 the parameters are their own master: the box is off the plan.
+  ExplorerWindow f32;
+  f32.set_scenario(gui::load_scenario("gpt2", "8xv100-16g", "ddp", "", {sim::parse_override("plan.precision=fp32")}));
+  REQUIRE(f32.wait_for_result(kWaitMs));
+  REQUIRE(f32.outcome().ok());
+  auto* off = f32.findChild<QCheckBox*>("master_weights");
+  CHECK_FALSE(off->isEnabled());
+  off->setChecked(false);  // a click the disabled box would not take: still in the plan
+  QCoreApplication::processEvents();
+  CHECK(f32.scenario().plan.master_weights);
 }
 
 // Note [ZeRO-2's buffers]: DeepSpeed's contiguous_gradients, enabled under
