@@ -57,6 +57,7 @@
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/profile.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/search.hpp"
 
 namespace dtsim::gui {
@@ -794,15 +795,8 @@ struct ExplorerWindow::Impl {
       b->setSingleStep(1e7);
     }
     mf->addRow("Sharding", zero);
-    {
-      // Megatron's buffer and the master copy on one row (Note [Chart sizes]).
-      auto* row = new QHBoxLayout;
-      row->setContentsMargins(0, 0, 0, 0);
-      row->addWidget(fp32_grads);
-      row->addWidget(masters);
-      row->addStretch(1);
-      mf->addRow("", row);
-    }
+    mf->addRow("", fp32_grads);
+    mf->addRow("", masters);
     mf->addRow("FSDP units", fsdp_wrap);
     {
       // FSDP's limit and ZeRO-2's buffers, never both enabled, on one row
@@ -1458,7 +1452,7 @@ struct ExplorerWindow::Impl {
         precision->count() > 0 ? static_cast<sim::Precision>(precision->currentData().toInt()) : scenario.plan.precision;
     const bool offloaded = offload->currentData().toInt() != 0;
     const bool fp32g = fp32_grads->isChecked() && zero->currentData().toInt() <= 1 && !offloaded;
-    return (pr == sim::Precision::kFp16 || pr == sim::Precision::kBf16) && !fp32g && !offloaded;
+    return sim::PlanRules::masters_optional(pr, fp32g, offloaded ? sim::Offload::kCpu : sim::Offload::kNone);
   }
 
   void knobs_changed() {

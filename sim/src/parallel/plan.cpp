@@ -566,7 +566,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
   // Note [No master weights].
   r.master_weights = s.master_weights;
-  if (!r.master_weights) {
+  if (!r.master_weights && !PlanRules::masters_optional(r.precision, r.accumulate_allreduce_grads_in_fp32, r.offload_optimizer)) {
     if (r.precision != Precision::kFp16 && r.precision != Precision::kBf16) {
       bad.add("master_weights", std::string("false with precision ") + to_string(r.precision) +
                                     (r.precision == Precision::kFp32 ? ", whose parameters are their own master" : ", whose recipes keep fp32 masters") +

@@ -96,6 +96,10 @@ std::vector<Fp8Recipe> PlanRules::fp8_recipes(Precision p) const {
   return {Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise};
 }
 
+bool PlanRules::masters_optional(Precision p, bool fp32_gradients, Offload optimizer) {
+  return (p == Precision::kFp16 || p == Precision::kBf16) && !fp32_gradients && optimizer != Offload::kCpu;
+}
+
 std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   if (cp <= 1) return {CpComm::kP2p};
   return {CpComm::kP2p, CpComm::kAllGather};

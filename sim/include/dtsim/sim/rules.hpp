@@ -71,6 +71,10 @@ class PlanRules {
   std::vector<Kernels> kernels() const;
   /// FP8 scaling recipes in precision p: delayed, and tensorwise under fp8.
   std::vector<Fp8Recipe> fp8_recipes(Precision p) const;
+  /// Whether a plan may go without fp32 master weights (PlanSpec::master_weights
+  /// false; Note [No master weights] in plan.cpp): in fp16 or bf16, without
+  /// Megatron's fp32 gradient buffer and with the optimizer on the device.
+  static bool masters_optional(Precision p, bool fp32_gradients, Offload optimizer);
   /// Whether attention `a` runs fused in precision p: `auto` is what the
   /// device would run (PyTorch's SDPA and Megatron-Core pick a fused kernel
   /// on a GPU in 16- and 8-bit training; eager on CPUs and in fp32).
