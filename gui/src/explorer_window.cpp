@@ -1378,12 +1378,13 @@ struct ExplorerWindow::Impl {
     p.recompute_num_layers = block ? rc_layers->value() : groups ? before.recompute_num_layers : 0;
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
-    // resolve refuses them off elsewhere (Note [No master weights]): there, on.
-    p.master_weights = masters->isChecked() || !sixteen_bit_masters();
     // Elsewhere the plan keeps its own (the box keeps what it shows).
     if (z == 2) p.contiguous_gradients = contig->isChecked();
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
+    // resolve refuses them off elsewhere (Note [No master weights]): there, on.
+    p.master_weights = masters->isChecked() ||
+                       !sim::PlanRules::masters_optional(p.precision, p.accumulate_allreduce_grads_in_fp32, p.offload_optimizer);
     p.kernels = static_cast<sim::Kernels>(kernels_box->currentData().toInt());
     // Under fp8 only; elsewhere delayed, the default (the box keeps what it shows).
     p.fp8_recipe = p.precision == sim::Precision::kFp8 ? static_cast<sim::Fp8Recipe>(fp8_recipe->currentData().toInt())

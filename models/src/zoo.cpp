@@ -565,7 +565,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
   // A Llama-family decoder's depth, width and heads (Phi3Config's,
   // GraniteConfig's and Olmo2Config's keys and defaults): num_key_value_heads null or absent
   // is one per attention head. Returns the attention heads.
-  auto decoder_shape = [&](std::int64_t layers, std::int64_t hidden, std::int64_t attention_heads) {
+  // `kv_heads` > 0: the class's num_key_value_heads where the key is absent
+  // (GptOssConfig's and Glm4MoeConfig's 8); null is one per head either way.
+  auto decoder_shape = [&](std::int64_t layers, std::int64_t hidden, std::int64_t attention_heads, std::int64_t kv_heads = 0) {
     ours["family"] = "llama";
     copy_int("num_hidden_layers", "layers", layers);
     copy_int("hidden_size", "hidden", hidden);
@@ -574,6 +576,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     if (c.has("num_key_value_heads") && !hf["num_key_value_heads"].IsNull()) {
       copy_int("num_key_value_heads", "kv_heads", heads);
       check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    } else if (kv_heads > 0 && !hf["num_key_value_heads"]) {
+      ours["kv_heads"] = kv_heads;
+      check_kv_heads(c, "num_attention_heads", heads, kv_heads);
     } else {
       ours["kv_heads"] = heads;
     }
@@ -809,11 +814,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // defaults of GptOssConfig (transformers' configuration_gpt_oss.py),
     // which are gpt-oss-120b's.
     require_arch({"GptOssForCausalLM"});
-    const std::int64_t heads = decoder_shape(36, 2880, 64);
-    if (!hf["num_key_value_heads"]) {
-      ours["kv_heads"] = 8;  // GptOssConfig's default where absent (null: one per attention head, as decoder_shape reads it)
-      check_kv_heads(c, "num_attention_heads", heads, 8);
-    }
+    const std::int64_t heads = decoder_shape(36, 2880, 64, 8);
     if (hf["head_dim"] && hf["head_dim"].IsNull()) {
       // GptOssConfig: null is hidden_size // num_attention_heads.
       const std::int64_t hidden = ours["hidden"].as<std::int64_t>();
@@ -856,11 +857,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     // (Glm4MoeForCausalLM); the defaults of Glm4MoeConfig (transformers'
     // configuration_glm4_moe.py), which are GLM-4.5-Air's.
     require_arch({"Glm4MoeForCausalLM"});
-    const std::int64_t heads = decoder_shape(46, 4096, 96);
-    if (!hf["num_key_value_heads"]) {
-      ours["kv_heads"] = 8;  // Glm4MoeConfig's default where absent
-      check_kv_heads(c, "num_attention_heads", heads, 8);
-    }
+    decoder_shape(46, 4096, 96, 8);
     copy_int("head_dim", "head_dim", 128);
     copy_int("intermediate_size", "intermediate", 10944);
     copy_int("vocab_size", "vocab", 151552);
