@@ -745,6 +745,12 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(py.status == 2);
   CHECK(std::count(py.err.begin(), py.err.end(), '\n') == 1);
   CHECK(py.err.find("--set plan.runtime: runtime python is not run: validate trains dtsim's C++ loop") != std::string::npos);
+  // Note [No master weights]: the runtime's optimizer keeps fp32 masters.
+  const Run pure = validate("--model gpt2-tiny --plan ddp --procs 2 --set plan.master_weights=false");
+  CHECK(pure.status == 2);
+  CHECK(std::count(pure.err.begin(), pure.err.end(), '\n') == 1);
+  CHECK(pure.err.find("--set plan.master_weights: master_weights false is not run: the runtime's optimizer keeps fp32 masters") !=
+        std::string::npos);
 }
 
 // ---- real runs: data and faults -------------------------------------------------------
