@@ -8,7 +8,9 @@
 //   - the 512 again as the explorer predicts it, keeping every task for its
 //     timeline (spliced from the steady state: Note [Steady state
 //     timelines]), and simulated in full (--unabridged's way).
-//   build/bench/dtsim_bench_pipeline [--repeat N]
+// Freed memory is kept for the next prediction, as the search and the
+// explorer keep it (--glibc-malloc: not).
+//   build/bench/dtsim_bench_pipeline [--repeat N] [--glibc-malloc]
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -21,6 +23,7 @@
 
 #include "dtsim/cli/parse.hpp"
 #include "dtsim/models/models.hpp"
+#include "dtsim/platform/process.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/predict.hpp"
 
@@ -60,9 +63,14 @@ int main(int argc, char** argv) {
   CLI::App app{"dtsim_bench_pipeline: how fast long pipelines are predicted (median of N)", "dtsim_bench_pipeline"};
   cli::house_style(app);
   app.add_option("--repeat", repeat, "Runs per case (default 11)")->type_name("N")->check(CLI::PositiveNumber);
+  bool glibc_defaults = false;
+  app.add_flag("--glibc-malloc", glibc_defaults,
+               "Leave glibc's allocator as it is, returning large freed blocks to the kernel (the search and the "
+               "explorer keep them: Note [Freed memory stays] in platform/src/process.cpp)");
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
+  if (!glibc_defaults) platform::retain_freed_memory();  // as dtsim search and the explorer do
   try {
-    std::printf("median of %d predictions in-process\n", repeat);
+    std::printf("median of %d predictions in-process%s\n", repeat, glibc_defaults ? " (glibc's allocator as it is)" : "");
     std::printf("%-44s %10s %12s %9s %10s %10s\n", "case", "ms", "iteration s", "tasks", "events", "simulated");
     {
       const auto model = models::load_model("gpt-1t");

@@ -17,6 +17,7 @@
 #include "dtsim/cli/scenario_options.hpp"
 #include "dtsim/gui/explorer.hpp"
 #include "dtsim/gui/explorer_window.hpp"
+#include "dtsim/platform/process.hpp"
 #include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/error.hpp"
 
@@ -53,6 +54,10 @@ int main(int argc, char** argv) {
   cli.add_option("--tab", args.tab, "The tab shown: explorer (default), compare or search")->type_name("explorer|compare|search");
   cli.footer(kFooter);
   if (const int status = dtsim::cli::parse_main(cli, argc, argv); status >= 0) return status;
+  // Every knob change predicts again, and a long pipeline's graph and its
+  // timeline are hundreds of MB: kept for the next one, not faulted in
+  // again (Note [Freed memory stays] in platform/src/process.cpp).
+  dtsim::platform::retain_freed_memory();
   args.has_measured = cli.count("--measured") > 0;
   args.has_screenshot = cli.count("--screenshot") > 0;
   try {

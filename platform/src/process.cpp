@@ -22,6 +22,9 @@ namespace dtsim::platform {
 // buffers over and over then faults them in again, one 4 KiB page at a time:
 //  - dtsim search: thousands of simulations build task graphs of many MB;
 //    the faults doubled the search's time (sys 13 s of 39 s).
+//  - the explorer (dtsim-gui) predicts again at every knob change: GPT-1T's
+//    prediction in a loop faulted about 20k pages each time and took 10% longer
+//    (bench/README.md, issue 26).
 //  - LibTorch's CPU allocator is posix_memalign/free with no cache, so each
 //    training step faulted its activations in again: bert-tiny (a single
 //    process, 10 steps) took a median 390 ms with steps spread over 2x, and
