@@ -61,19 +61,19 @@ TEST_CASE("a model builds a shape's layers once and shares them") {
   CHECK(built == 2);
 }
 
-TEST_CASE("a model keeps the 16 shapes asked for last, dropping the least recently asked") {
+TEST_CASE("a model keeps the 128 shapes asked for last, dropping the least recently asked") {
   std::atomic<int> built{0};
   const CountingModel m(&built);
-  for (int b = 1; b <= 16; ++b) m.shared_layers(batch(b));
-  CHECK(built == 16);
+  for (int b = 1; b <= 128; ++b) m.shared_layers(batch(b));
+  CHECK(built == 128);
   m.shared_layers(batch(1));  // kept, and now the most recently asked
-  CHECK(built == 16);
-  m.shared_layers(batch(17));  // a 17th shape drops batch 2, asked for longest ago
-  CHECK(built == 17);
+  CHECK(built == 128);
+  m.shared_layers(batch(129));  // a 129th shape drops batch 2, asked for longest ago
+  CHECK(built == 129);
   m.shared_layers(batch(1));
-  CHECK(built == 17);
+  CHECK(built == 129);
   m.shared_layers(batch(2));  // built again
-  CHECK(built == 18);
+  CHECK(built == 130);
 }
 
 TEST_CASE("a list handed out outlives the model's memo") {

@@ -260,7 +260,7 @@ struct Layer {
 // copies each block's kernels, modules and names: under callgrind a third
 // of a small prediction's instructions (gpt-175b, 8 micro-batches) and a
 // tenth of a search's. Models are immutable, so each keeps the lists it
-// built for the 16 shapes it was last asked for (kLayerMemo in
+// built for the 128 shapes it was last asked for (kLayerMemo in
 // sim/src/core/model.cpp) and hands them out shared (Model::shared_layers);
 // a copy of a model starts with none.
 
