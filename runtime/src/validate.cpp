@@ -225,6 +225,13 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": master_weights false is not run: the runtime's optimizer keeps fp32 masters (the simulator "
                            "predicts the step without); use true");
   }
+  if (s.spec.fsdp == sim::FsdpMode::kFullShard && s.spec.pp > 1) {
+    // Note [FSDP under a pipeline] (sim/src/lowering/passes/fsdp_pipeline.cpp):
+    // the runtime's pipeline reduces DDP's way or ZeRO-1's.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.fsdp") +
+                           ": fsdp full_shard with pp > 1 is not run: the runtime's pipeline stages reduce as DDP or ZeRO-1 "
+                           "(the simulator predicts torch.distributed.pipelining's FSDP2); use zero_stage 0 or 1");
+  }
   if (s.spec.runtime == sim::Runtime::kPython) {
     // Note [Python host cost] (sim/src/cost/cost_python.cpp): validate runs
     // dtsim's own C++ loop, and a prediction of a Python loop set beside

@@ -751,6 +751,12 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(std::count(pure.err.begin(), pure.err.end(), '\n') == 1);
   CHECK(pure.err.find("--set plan.master_weights: master_weights false is not run: the runtime's optimizer keeps fp32 masters") !=
         std::string::npos);
+  // Note [FSDP under a pipeline]: predicted, not run (the runtime's stages reduce as DDP or ZeRO-1).
+  const Run fsdp_pp = validate("--model gpt2-tiny --plan fsdp-pp --procs 2 --set plan.precision=fp32");
+  CHECK(fsdp_pp.status == 2);
+  CHECK(std::count(fsdp_pp.err.begin(), fsdp_pp.err.end(), '\n') == 1);
+  CHECK(fsdp_pp.err.find("fsdp full_shard with pp > 1 is not run: the runtime's pipeline stages reduce as DDP or ZeRO-1") !=
+        std::string::npos);
 }
 
 // ---- real runs: data and faults -------------------------------------------------------

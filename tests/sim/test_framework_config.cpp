@@ -443,8 +443,15 @@ TEST_CASE("torchtitan: HSDP, DDP, pipelines and bad lines", "[framework]") {
   CHECK(k["plan.virtual_stages"] == "2");
   CHECK(k["plan.micro_batch"] == "2");
   CHECK(k["plan.grad_accum"] == "4");
-  CHECK(k["plan.zero_stage"] == "1");
-  CHECK(listed(p, "parallelism.data_parallel_shard_degree=-1 with pipeline_parallel_degree=2"));
+  // FSDP2 stages under the pipeline (Note [FSDP under a pipeline]), reducing in fp32.
+  CHECK(k["plan.fsdp"] == "full_shard");
+  CHECK(k["plan.reduce_dtype"] == "fp32");
+  CHECK_FALSE(listed(p, "parallelism.data_parallel_shard_degree=-1 with pipeline_parallel_degree=2"));
+  // HSDP under a pipeline is priced as FSDP over both degrees, and said so.
+  const FrameworkConfig hp = parse_torchtitan_config(
+      "[parallelism]\npipeline_parallel_degree = 2\ndata_parallel_replicate_degree = 2\ndata_parallel_shard_degree = 4\n", "hp.toml");
+  CHECK(keys(hp)["plan.fsdp"] == "full_shard");
+  CHECK(listed(hp, "parallelism.data_parallel_replicate_degree=2 with pipeline_parallel_degree=2"));
 
   // A misspelt section is listed, not dropped (its degree then stays dtsim's default).
   const FrameworkConfig typo = parse_torchtitan_config("[paralellism]\ntensor_parallel_degree = 2\n", "typo.toml");

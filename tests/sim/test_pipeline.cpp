@@ -139,6 +139,79 @@ TEST_CASE("a pipeline's data-parallel all-reduce overlaps the last backward but 
   CHECK(two.exec.makespan == one.exec.makespan + bucket);
 }
 
+TEST_CASE("FSDP under a pipeline: a stage's parameters gathered once a step, its gradients accumulated in fp32 and "
+          "reduce-scattered after its last backward (Note [FSDP under a pipeline])", "[pipeline][fsdp]") {
+  // 4 layers of 1000 parameters and 10,000 B kept a micro-batch, 2 stages of
+  // 2, dp 2, 2 micro-batches, fp16 with fp32 reduction, Adam. Stage 0
+  // (1F1B: F0 F1 B0 B1) peaks as B0 starts:
+  //   parameters: its shard, 1000 x 2 B, + the gathered stage, 2000 x 2 B = 6000
+  //   gradients:  the shard, 1000 x 2 B, + the deeper layer's accumulated
+  //               gradients, 1000 x 4 B (the first layer's come as B0 ends) = 6000
+  //   optimizer:  the shard's fp32 master, m and v, 1000 x 12 B = 12,000
+  //   activations: two micro-batches of two layers, 2 x 20,000 = 40,000.
+  // Stage 1 (F0 B0 F1 B1) holds one micro-batch at a time and peaks as B1
+  // starts, every accumulated gradient there: 6000 + (2000 + 8000) + 12,000
+  // + 20,000.
+  const test::FakeModel m(4, 1000, 10'000);
+  const FreeComm free;
+  const std::string plan = "pp: 2\ndp: 2\nmicro_batches: 2\nmicro_batch: 1\nprecision: fp16\noptimizer: adam\nschedule: 1f1b\n"
+                           "fsdp: full_shard\nreduce_dtype: fp32\n";
+  const Run r = run(m, plan, round_cluster(1, 4), free, kMs);
+  auto at_peak = [&](int rank, MemCategory c) { return r.exec.memory[rank].at_peak.bytes[static_cast<int>(c)]; };
+  CHECK(at_peak(0, MemCategory::kParameters) == 6000);
+  CHECK(at_peak(0, MemCategory::kGradients) == 6000);
+  CHECK(at_peak(0, MemCategory::kOptimizer) == 12'000);
+  CHECK(at_peak(0, MemCategory::kActivations) == 40'000);
+  CHECK(r.exec.memory[0].at_peak.total() == 64'000);
+  CHECK(at_peak(1, MemCategory::kActivations) == 20'000);
+  CHECK(at_peak(1, MemCategory::kGradients) == 10'000);
+  CHECK(r.exec.memory[1].at_peak.total() == 6000 + 10'000 + 12'000 + 20'000);
+
+  // Time: 8 layers of 10M parameters (4 a stage), over a node's links. Each
+  // stage gathers its 40M fp16 parameters (80 MB) before its first forward
+  // and, after its last backward, reduce-scatters their 160 MB of fp32
+  // gradients; its step waits for that. One gather and one reduction a stage.
+  const test::FakeModel big(8, 10'000'000, 1000);
+  const ClusterSpec c = round_cluster(1, 4);
+  const AnalyticCommModel comm(c);
+  const Run t = run(big, "pp: 2\ndp: 2\nmicro_batches: 4\nmicro_batch: 1\nprecision: fp16\nschedule: 1f1b\nfsdp: full_shard\n"
+                         "reduce_dtype: fp32\n",
+                    c, comm, kMs);
+  CommGroup g;
+  g.ranks = 2;
+  g.ranks_per_node = 2;
+  g.groups_per_node = 2;
+  const TimeNs gather = comm.collective(CollectiveOp::kAllGather, 80'000'000, g).total();
+  const TimeNs reduce = comm.collective(CollectiveOp::kReduceScatter, 160'000'000, g).total();
+  for (int s = 0; s < 2; ++s) {
+    std::vector<TaskId> gathers, reduces, computes;
+    TaskId step = -1;
+    for (std::size_t i = 0; i < t.graph.tasks.size(); ++i) {
+      const Task& k = t.graph.tasks[i];
+      if (k.rank != s) continue;
+      if (k.kind == TaskKind::kCollective && k.op == CollectiveOp::kAllGather) gathers.push_back(static_cast<TaskId>(i));
+      if (k.kind == TaskKind::kCollective && k.op == CollectiveOp::kReduceScatter) reduces.push_back(static_cast<TaskId>(i));
+      if (k.phase == Phase::kForward || k.phase == Phase::kBackward) computes.push_back(static_cast<TaskId>(i));
+      if (k.phase == Phase::kOptimizer) step = static_cast<TaskId>(i);
+    }
+    REQUIRE(gathers.size() == 1);
+    REQUIRE(reduces.size() == 1);
+    REQUIRE(step >= 0);
+    const Span& ag = t.exec.spans[gathers[0]];
+    const Span& rs = t.exec.spans[reduces[0]];
+    CHECK(t.graph.tasks[gathers[0]].bytes == 80'000'000);
+    CHECK(t.graph.tasks[reduces[0]].bytes == 160'000'000);
+    CHECK(ag.start == 0);
+    CHECK(ag.end - ag.start == gather);
+    // The stage's first forward waits for the gather; its reduction starts as its last backward ends.
+    CHECK(t.exec.spans[computes.front()].start >= ag.end);
+    if (s == 0) CHECK(t.exec.spans[computes.front()].start == ag.end);
+    CHECK(rs.start == t.exec.spans[computes.back()].end);
+    CHECK(rs.end - rs.start == reduce);
+    CHECK(t.exec.spans[step].start == rs.end);
+  }
+}
+
 TEST_CASE("naive model parallelism: one stage busy at a time", "[pipeline]") {
   // 2 stages of 4 layers, 2 micro-steps run one after the other:
   // 2 x (4 + 4 + 8 + 8) ms.
@@ -365,7 +438,13 @@ TEST_CASE("pipeline plans: bad combinations get one line naming the key", "[pipe
   const auto gpt = models::load_model("gpt2");
   const ClusterSpec c = round_cluster(1, 8);
   auto err = [&](const std::string& yaml) { return error_of([&] { resolve(parse_plan(yaml, "p.yaml"), *gpt, c); }); };
-  CHECK(err("pp: 2\nzero_stage: 2\n") == "p.yaml:2: plan.zero_stage: stage 2 with pp = 2: sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1");
+  CHECK(err("pp: 2\nzero_stage: 2\n") == "p.yaml:2: plan.zero_stage: stage 2 with pp = 2: sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1, or fsdp: full_shard (torch.distributed.pipelining's FSDP2)");
+  CHECK(err("pp: 2\nzero_stage: 3\n").find("valid with pp > 1: zero_stage 0 or 1, or fsdp: full_shard") != std::string::npos);
+  // Note [FSDP under a pipeline]: FULL_SHARD (and NO_SHARD) stages, not the others.
+  CHECK(err("pp: 2\nfsdp: shard_grad_op\n") == "p.yaml:2: plan.fsdp: shard_grad_op with pp = 2 is not modelled: under torch.distributed.pipelining a stage's parameters stay gathered from its first forward to its last backward whatever the strategy; valid with pp > 1: full_shard, no_shard");
+  CHECK(err("pp: 2\nfsdp: hybrid_shard\n").rfind("p.yaml:2: plan.fsdp: hybrid_shard with pp = 2 is not modelled", 0) == 0);
+  CHECK(resolve(parse_plan("pp: 2\nfsdp: full_shard\n", "p.yaml"), *gpt, c).zero_stage == 3);
+  CHECK(resolve(parse_plan("pp: 2\nfsdp: no_shard\n", "p.yaml"), *gpt, c).zero_stage == 0);
   CHECK(err("pp: 4\nschedule: interleaved\nmicro_batches: 6\n") == "p.yaml:3: plan.micro_batches: 6 micro-batches: the interleaved schedule needs a multiple of pp = 4 (as Megatron-LM)");
   CHECK(err("pp: 2\nstage_layers: [5, 5]\n") == "p.yaml:2: plan.stage_layers: the entries sum to 10; valid: 12 (the blocks of gpt2) or 14 (all its layers)");
   CHECK(err("tp: 5\n") == "p.yaml:1: plan.tp: 5: 12 attention heads are not divisible by tp=5");

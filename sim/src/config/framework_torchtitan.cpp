@@ -212,10 +212,16 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     out.plan("zero_stage", "0", fsdp_from);
     plan = "ddp";
   } else if (pp > 1) {
-    // fully_shard under a pipeline: dtsim shards only optimizer states when pp > 1 (rules.hpp).
-    out.plan("zero_stage", "1", fsdp_from);
-    fc.unmodelled.push_back("parallelism.data_parallel_shard_degree=" + std::to_string(shard) +
-                            " with pipeline_parallel_degree=" + std::to_string(pp) + " (FSDP under a pipeline priced as ZeRO-1)");
+    // fully_shard under a pipeline (Note [FSDP under a pipeline] in
+    // sim/src/lowering/passes/fsdp_pipeline.cpp): "default" keeps a stage's
+    // parameters gathered from its first forward to its last backward.
+    out.plan("fsdp", "full_shard", fsdp_from);
+    fsdp_units = true;  // its reduce-scatters move the reduce dtype
+    if (replicate > 1) {
+      fc.unmodelled.push_back("parallelism.data_parallel_replicate_degree=" + std::to_string(replicate) +
+                              " with pipeline_parallel_degree=" + std::to_string(pp) + " (HSDP under a pipeline priced as FSDP over both)");
+    }
+    if (reshard == "always") unmodelled(par, "fsdp_reshard_after_forward", "'always' under a pipeline priced as 'default' (gathered once a step)");
     plan = "1f1b";
   } else if (replicate > 1) {
     out.plan("fsdp", "hybrid_shard", fsdp_from);

@@ -2,6 +2,7 @@
 // What the chunk-wise stage emitter (chunk_stage.cpp) shares with its passes
 // (private to sim/): the model chunks priced once, the stages' groups and
 // the entry and exit tasks of every chunk's passes.
+#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -49,9 +50,19 @@ struct Chunk {
 
 /// A pipeline's state: one simulated rank per stage (Note [Pipeline lowering]).
 struct ChunkContext : StageContext {
-  ChunkContext(const LoweringInputs& in, const PricedLayers& priced) : StageContext(in), priced(priced) {}
+  ChunkContext(const LoweringInputs& in, const PricedLayers& priced) : StageContext(in), priced(priced) {
+    // Note [FSDP under a pipeline]: the unsharded gradients accumulate in
+    // FSDP's reduce dtype.
+    if (fsdp) accumulated_w = plan.fsdp_reduce_fp32 ? std::max<Bytes>(4, gw) : gw;
+  }
 
   const PricedLayers& priced;  ///< the layers with their per-micro-batch times
+  /// FSDP's FULL_SHARD stages under torch.distributed.pipelining (Note
+  /// [FSDP under a pipeline] in passes/fsdp_pipeline.cpp).
+  bool fsdp = plan.fsdp && plan.zero_stage == 3;
+  /// Bytes of a gradient element as it accumulates over the micro-batches
+  /// until the step: gw, or under FSDP its reduce dtype's.
+  Bytes accumulated_w = gw;
   std::vector<Chunk> chunks;   ///< by virtual stage: chunk k of stage s is k x pp + s
   std::vector<std::int64_t> rank_params;  ///< parameters each stage holds
   std::vector<std::int64_t> rank_expert_params;  ///< of them, routed experts'
@@ -89,6 +100,10 @@ struct ChunkContext : StageContext {
 /// during each chunk's last backward, and ZeRO-1's parameter gather
 /// (passes/data_parallel.cpp).
 std::unique_ptr<StrategyPass> chunk_data_parallel_pass(ChunkContext& ctx);
+/// FSDP's FULL_SHARD stages instead: each chunk's parameters gathered once
+/// a step, its gradients reduce-scattered after its last backward
+/// (passes/fsdp_pipeline.cpp).
+std::unique_ptr<StrategyPass> fsdp_pipeline_pass(ChunkContext& ctx);
 /// The schedule's point-to-point sends, their buffers, the tied embedding's
 /// all-reduce and the dependencies between stages (passes/pipeline.cpp).
 std::unique_ptr<StrategyPass> pipeline_pass(ChunkContext& ctx);

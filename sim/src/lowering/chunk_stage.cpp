@@ -71,7 +71,9 @@ class ChunkStage final : public detail::StageEmitter {
     c.last_backward.assign(c.chunks.size(), -1);
     // Outermost first (Note [Strategy passes]): a chunk's bucket copies
     // follow its send; the sends follow the tensor-parallel collectives.
-    passes_.add(detail::chunk_data_parallel_pass(c));
+    // Note [FSDP under a pipeline]: FULL_SHARD stages gather and reduce in
+    // place of the buckets.
+    passes_.add(c.fsdp ? detail::fsdp_pipeline_pass(c) : detail::chunk_data_parallel_pass(c));
     passes_.add(detail::pipeline_pass(c));
     passes_.add(detail::recompute_pass(c));
     passes_.add(detail::context_parallel_pass(c));
@@ -330,13 +332,15 @@ class ChunkStage final : public detail::StageEmitter {
     const detail::Chunk& ch = c.chunks[vs];
     const std::size_t cell = c.cell(vs, i);
     const detail::At at{s, s, static_cast<std::size_t>(vs), i};
-    TaskDeps deps;  // a chunk's tasks follow each other on its stream
+    TaskDeps deps;  // what the passes make its forward wait for (an FSDP gather)
     passes_.before_forward(at, deps);
     MemOps on_start{{MemCategory::kActivations, ch.kept + ch.held + ch.forward_transient}}, on_end;
     detail::add_bytes(on_end, MemCategory::kActivations, -ch.forward_transient);
     passes_.forward_memory(at, on_start, on_end);
     c.f_entry[cell] = c.add(c.name("fwd", vs, i), s, Phase::kForward, ch.fwd, std::move(on_start), std::move(on_end));
-    c.g.tasks[c.f_entry[cell]].memory_share = ch.fwd_memory;  // Note [Interference] in engine/executor.cpp
+    Task& entry = c.g.tasks[c.f_entry[cell]];
+    entry.memory_share = ch.fwd_memory;  // Note [Interference] in engine/executor.cpp
+    entry.deps.insert(entry.deps.end(), deps.begin(), deps.end());  // the passes' (an FSDP gather); the pipeline's receive later
     c.f_exit[cell] = passes_.after_forward(at, c.f_entry[cell]);
     return c.f_exit[cell];
   }
@@ -374,8 +378,10 @@ class ChunkStage final : public detail::StageEmitter {
   /// appear as it ends.
   void gradients_appear(const detail::Chunk& ch, MemOps& on_start, MemOps& on_end) const {
     if (ctx_.resident_grads) return;  // Note [Megatron's gradient buffer]
-    detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * ctx_.gw);
-    detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * ctx_.gw);
+    // In FSDP's reduce dtype under FSDP (Note [FSDP under a pipeline]).
+    const Bytes gw = ctx_.accumulated_w;
+    detail::add_bytes(on_start, MemCategory::kGradients, (ch.params - ch.late_grads) * gw);
+    detail::add_bytes(on_end, MemCategory::kGradients, ch.late_grads * gw);
   }
 
   /// zb-h1's weight-gradient pass W of chunk vs for micro-batch i (Note
@@ -415,11 +421,28 @@ class ChunkStage final : public detail::StageEmitter {
         tensors += layer_updates(c.priced.layers[l].params, c.priced.layers[l].param_tensors);
       }
     }
-    if (c.plan.zero_stage >= 1) tensors = std::max(1, flat_updates(shard));
+    if (c.plan.zero_stage == 1) tensors = std::max(1, flat_updates(shard));
+    if (c.fsdp) {
+      // FSDP steps each layer's flat shard (as the one-stage lowering does).
+      const std::int64_t n = std::max(1, c.plan.shard_group);
+      tensors = 0;
+      largest = 0;
+      for (const auto& ch : c.chunks) {
+        if (ch.rank != s) continue;
+        for (int l = ch.first; l < ch.first + ch.count; ++l) {
+          const std::int64_t each = (c.priced.layers[l].params + n - 1) / n;
+          tensors += flat_updates(each);
+          largest = std::max(largest, each);
+        }
+      }
+      tensors = std::max(1, tensors);
+    }
     MemOps frees;
-    if (!c.resident_grads) frees.push_back({MemCategory::kGradients, -params * c.gw});
+    // Under FSDP the reductions free the unsharded gradients (Note [FSDP
+    // under a pipeline]).
+    if (!c.resident_grads && !c.fsdp) frees.push_back({MemCategory::kGradients, -params * c.gw});
     detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
-    detail::add_step_temporaries(c.plan, c.cluster.device, c.plan.zero_stage >= 1 ? shard : largest, on_start, frees);
+    detail::add_step_temporaries(c.plan, c.cluster.device, c.plan.zero_stage == 1 ? shard : largest, on_start, frees);
     const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
                               detail::step_time(c.compute_model, static_cast<double>(shard), tensors, c.plan, c.cluster.device),
                               std::move(on_start), std::move(frees));

@@ -488,10 +488,19 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                           "valid only with zero_stage 3 (the plan has ") +
                                   (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
-  if (!contains(rules.zero_stages(r.pp), r.zero_stage)) {
+  if (s.fsdp != FsdpMode::kNone) {
+    // Note [FSDP under a pipeline] (lowering/passes/fsdp_pipeline.cpp).
+    const std::vector<FsdpMode> modes = rules.fsdp_modes(r.pp);
+    if (std::find(modes.begin(), modes.end(), s.fsdp) == modes.end()) {
+      bad.add("fsdp", std::string(to_string(s.fsdp)) + " with pp = " + std::to_string(r.pp) +
+                          " is not modelled: under torch.distributed.pipelining a stage's parameters stay gathered from its "
+                          "first forward to its last backward whatever the strategy; valid with pp > 1: full_shard, no_shard");
+    }
+  } else if (!contains(rules.zero_stages(r.pp), r.zero_stage)) {
     bad.add(r.spec.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
             "stage " + std::to_string(r.zero_stage) + " with pp = " + std::to_string(r.pp) +
-                ": sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); valid with pp > 1: zero_stage 0 or 1");
+                ": sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); "
+                "valid with pp > 1: zero_stage 0 or 1, or fsdp: full_shard (torch.distributed.pipelining's FSDP2)");
   }
   r.shard_group = r.zero_stage == 0 ? 1 : r.dp * r.cp;  // Megatron-Core and torchtitan shard over dp x cp
   r.expert_shard_group = r.zero_stage == 0 ? 1 : r.edp;

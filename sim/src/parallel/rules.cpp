@@ -148,6 +148,11 @@ std::vector<int> PlanRules::zero_stages(int pp) const {
   return {0, 1, 2, 3};
 }
 
+std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
+  if (pp > 1) return {FsdpMode::kFullShard, FsdpMode::kNoShard};
+  return {FsdpMode::kFullShard, FsdpMode::kShardGradOp, FsdpMode::kNoShard, FsdpMode::kHybridShard};
+}
+
 std::vector<Offload> PlanRules::optimizer_offloads(int zero_stage, int pp) const {
   if (zero_stage == 0 || pp > 1) return {Offload::kNone};
   return {Offload::kNone, Offload::kCpu};

@@ -290,12 +290,14 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
           FsdpMode fsdp;
         };
         // Sharding over one replica saves nothing: only DDP there. FSDP is
-        // tried as FULL_SHARD (the others are ZeRO stages already tried).
+        // tried as FULL_SHARD (the others are ZeRO stages already tried),
+        // under a pipeline too (Note [FSDP under a pipeline]).
         std::vector<Shard> shards;
         for (int z : rules.zero_stages(pp)) {
           if (dp > 1 || z == 0) shards.push_back({z, FsdpMode::kNone});
         }
-        if (dp > 1 && std::any_of(shards.begin(), shards.end(), [](const Shard& x) { return x.zero == 3; })) {
+        const std::vector<FsdpMode> fsdp_modes = rules.fsdp_modes(pp);
+        if (dp > 1 && std::find(fsdp_modes.begin(), fsdp_modes.end(), FsdpMode::kFullShard) != fsdp_modes.end()) {
           shards.push_back({0, FsdpMode::kFullShard});
         }
         const std::vector<Recompute> recomputes = rules.recomputes();
@@ -614,8 +616,14 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     // of them at the step.
     const ModelStates ms = model_states(plan, p, e);
     const Bytes buckets = ddp_buckets ? p * w : 0;
-    const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets;
-    peak = std::max({peak, ms.total() + buckets, resident + act + ipg});
+    // Note [FSDP under a pipeline]: the stage's parameters stay gathered
+    // from its first forward to the end of its last backward, and every
+    // gradient has accumulated, in the reduce dtype, by its last backward.
+    const bool fsdp = pp > 1 && plan.fsdp && plan.zero_stage == 3;
+    const Bytes gathered = fsdp ? p * w : 0;
+    const Bytes accumulated = fsdp ? p * (plan.fsdp_reduce_fp32 ? std::max<Bytes>(4, gradient_element_bytes(plan)) : gradient_element_bytes(plan)) : 0;
+    const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets + gathered;
+    peak = std::max({peak, ms.total() + buckets, resident + act + ipg, resident + accumulated});
   }
   return {static_cast<TimeNs>(time * (1 - 1e-9)), peak + cluster.device.runtime_reserved};
 }
@@ -775,6 +783,9 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
     lb.master_weights = s.master_weights;
     lb.recompute_blocks = s.recompute_method == RecomputeMethod::kBlock ? s.recompute_num_layers : 0;
+    // Note [FSDP under a pipeline]: what the stage bounds add for it (plan_bounds).
+    lb.fsdp = s.pp > 1 && s.fsdp == FsdpMode::kFullShard;
+    lb.fsdp_reduce_fp32 = lb.fsdp && s.fsdp_reduce_fp32;
     return lb;
   };
   // The first bound of a plan's peak: its average stage's states and what

@@ -87,6 +87,11 @@ class PlanRules {
   std::vector<int> virtual_stage_values(int pp, std::int64_t micro_batches) const;
   /// ZeRO stages with pp stages (DeepSpeed refuses 2 and 3 with pipelines).
   std::vector<int> zero_stages(int pp) const;
+  /// FSDP's sharding strategies with pp stages: every one on one stage;
+  /// under a pipeline FULL_SHARD, as torch.distributed.pipelining runs
+  /// fully_shard stages, and NO_SHARD (Note [FSDP under a pipeline] in
+  /// lowering/passes/fsdp_pipeline.cpp).
+  std::vector<FsdpMode> fsdp_modes(int pp) const;
   /// Optimizer offload with ZeRO stage z and pp stages (ZeRO-Offload needs
   /// a stage; not modelled with pipelines).
   std::vector<Offload> optimizer_offloads(int zero_stage, int pp) const;
