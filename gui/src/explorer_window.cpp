@@ -1299,8 +1299,10 @@ struct ExplorerWindow::Impl {
     contig->setEnabled(z == 2);
     const bool fsdp_params = z == 10 + static_cast<int>(sim::FsdpMode::kFullShard) ||
                              z == 10 + static_cast<int>(sim::FsdpMode::kHybridShard);
-    fsdp_wrap->setEnabled(fsdp_params);
-    limit_ag->setEnabled(fsdp_params);
+    // Under a pipeline a stage is gathered whole once a step (Note [FSDP
+    // under a pipeline]): its units and their limit do not matter there.
+    fsdp_wrap->setEnabled(fsdp_params && !piped);
+    limit_ag->setEnabled(fsdp_params && !piped);
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     rc_layers->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kFull));

@@ -846,6 +846,18 @@ TEST_CASE("the FSDP, ZeRO-3 and NVLink SHARP knobs reach the plan", "[gui][windo
   REQUIRE(f.outcome().ok());
   CHECK_FALSE(f.outcome().prediction->plan.limit_all_gathers);
 
+  // FSDP2 stages under a pipeline (Note [FSDP under a pipeline]): each
+  // stage gathered whole once a step, so its units and their limit are off.
+  ExplorerWindow pp;
+  pp.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "fsdp-pp", "", {}));
+  REQUIRE(pp.wait_for_result(kWaitMs));
+  REQUIRE(pp.outcome().ok());
+  CHECK(pp.outcome().prediction->plan.fsdp);
+  CHECK(pp.outcome().prediction->plan.zero_stage == 3);
+  CHECK(pp.outcome().prediction->plan.pp == 2);
+  CHECK_FALSE(pp.findChild<QComboBox*>("fsdp_wrap")->isEnabled());
+  CHECK_FALSE(pp.findChild<QCheckBox*>("limit_all_gathers")->isEnabled());
+
   // DeepSpeed's ZeRO-3: its coordinator's knobs, not FSDP's.
   ExplorerWindow z;
   z.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero3", "", {}));
