@@ -2,7 +2,6 @@
 // What the chunk-wise stage emitter (chunk_stage.cpp) shares with its passes
 // (private to sim/): the model chunks priced once, the stages' groups and
 // the entry and exit tasks of every chunk's passes.
-#include <algorithm>
 #include <memory>
 #include <vector>
 
@@ -50,11 +49,7 @@ struct Chunk {
 
 /// A pipeline's state: one simulated rank per stage (Note [Pipeline lowering]).
 struct ChunkContext : StageContext {
-  ChunkContext(const LoweringInputs& in, const PricedLayers& priced) : StageContext(in), priced(priced) {
-    // Note [FSDP under a pipeline]: the unsharded gradients accumulate in
-    // FSDP's reduce dtype.
-    if (fsdp) accumulated_w = plan.fsdp_reduce_fp32 ? std::max<Bytes>(4, gw) : gw;
-  }
+  ChunkContext(const LoweringInputs& in, const PricedLayers& priced) : StageContext(in), priced(priced) {}
 
   const PricedLayers& priced;  ///< the layers with their per-micro-batch times
   /// FSDP's FULL_SHARD stages under torch.distributed.pipelining (Note
@@ -62,7 +57,7 @@ struct ChunkContext : StageContext {
   bool fsdp = plan.fsdp && plan.zero_stage == 3;
   /// Bytes of a gradient element as it accumulates over the micro-batches
   /// until the step: gw, or under FSDP its reduce dtype's.
-  Bytes accumulated_w = gw;
+  Bytes accumulated_w = fsdp ? fsdp_reduce_element_bytes(plan) : gw;
   std::vector<Chunk> chunks;   ///< by virtual stage: chunk k of stage s is k x pp + s
   std::vector<std::int64_t> rank_params;  ///< parameters each stage holds
   std::vector<std::int64_t> rank_expert_params;  ///< of them, routed experts'

@@ -99,6 +99,11 @@ int gradient_element_bytes(const ResolvedPlan& plan) {
   return plan.accumulate_allreduce_grads_in_fp32 ? 4 : element_bytes(plan.precision);
 }
 
+int fsdp_reduce_element_bytes(const ResolvedPlan& plan) {
+  const int gw = gradient_element_bytes(plan);
+  return plan.fsdp_reduce_fp32 ? std::max(4, gw) : gw;
+}
+
 // Note [No master weights]
 // Mixed precision keeps an fp32 master copy of the parameters in the
 // optimizer (Micikevicius et al. 2018; PyTorch's autocast over fp32

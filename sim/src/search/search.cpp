@@ -621,7 +621,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     // gradient has accumulated, in the reduce dtype, by its last backward.
     const bool fsdp = pp > 1 && plan.fsdp && plan.zero_stage == 3;
     const Bytes gathered = fsdp ? p * w : 0;
-    const Bytes accumulated = fsdp ? p * (plan.fsdp_reduce_fp32 ? std::max<Bytes>(4, gradient_element_bytes(plan)) : gradient_element_bytes(plan)) : 0;
+    const Bytes accumulated = fsdp ? p * fsdp_reduce_element_bytes(plan) : 0;
     const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets + gathered;
     peak = std::max({peak, ms.total() + buckets, resident + act + ipg, resident + accumulated});
   }

@@ -360,5 +360,8 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
 /// Bytes of a gradient element: 4 under accumulate_allreduce_grads_in_fp32,
 /// else the parameters' (element_bytes of the precision).
 int gradient_element_bytes(const ResolvedPlan& plan);
+/// Bytes of a gradient element as FSDP reduces it: 4 under reduce_dtype
+/// fp32 (Note [FSDP's reduce dtype]), else gradient_element_bytes.
+int fsdp_reduce_element_bytes(const ResolvedPlan& plan);
 
 }  // namespace dtsim::sim

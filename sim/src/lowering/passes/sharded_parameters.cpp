@@ -180,7 +180,7 @@ class ShardedParameters final : public StrategyPass {
                                     root ? root_tensors_ : std::max(1, L.param_tensors), false, {last});
     // Note [FSDP's reduce dtype]: what the reduce-scatter moves, and the
     // fp32 copy it reduces from.
-    const int rw = c.plan.fsdp_reduce_fp32 ? std::max<int>(4, static_cast<int>(c.gw)) : static_cast<int>(c.gw);
+    const int rw = fsdp_reduce_element_bytes(c.plan);
     const Bytes rb = params * rw, cast = rw != c.gw ? rb : 0;
     const Bytes recv = c.receive_bytes(rb);
     TaskId rs = c.collective(c.tag(m, "reduce_scatter ", unit), CollectiveOp::kReduceScatter, rb, c.shard_group,
