@@ -181,6 +181,11 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                              "buffers (two with overlap_comm) and frees it; off, gradients stay where they were "
                              "made until their bucket is reduced, and no buffer is allocated. DeepSpeed ZeRO-2 "
                              "only (Note [ZeRO-2's buffers])."},
+    {"reduce_scatter", "plan.reduce_scatter: how ZeRO-1 reduces a gradient bucket. On: reduce-scattered to the ranks "
+                       "owning its optimizer shards, as Megatron-LM's --use-distributed-optimizer and DeepSpeed's "
+                       "zero_optimization.reduce_scatter (default true) do; off: all-reduced, as PyTorch's "
+                       "ZeroRedundancyOptimizer over DDP does, half as many bytes again. ZeRO-1 only (Note "
+                       "[ZeRO-1's reduction])."},
     {"offload", "plan.offload_optimizer / plan.offload_params: states kept in host memory, the optimizer step on "
                 "the CPU. DeepSpeed zero_optimization.offload_optimizer.device = \"cpu\" (ZeRO-Offload) and "
                 "offload_param.device = \"cpu\" (ZeRO-3); PyTorch FSDP CPUOffload(offload_params=True)."},
@@ -550,7 +555,7 @@ struct ExplorerWindow::Impl {
            *gpus_per_node = nullptr, *rc_layers = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *dealloc = nullptr,
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *dealloc = nullptr,
             *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr;
   QComboBox* nccl_proto = nullptr;
 
@@ -773,10 +778,12 @@ struct ExplorerWindow::Impl {
     fp8_recipe->addItem("tensorwise", static_cast<int>(sim::Fp8Recipe::kTensorwise));
     fp32_grads = new QCheckBox("fp32 gradients (Megatron)");
     fp32_grads->setObjectName("fp32_grads");
-    masters = new QCheckBox("fp32 master weights");
+    masters = new QCheckBox("fp32 masters");
     masters->setObjectName("master_weights");
     contig = new QCheckBox("contiguous");
     contig->setObjectName("contiguous_gradients");
+    scatter = new QCheckBox("reduce-scatter");
+    scatter->setObjectName("reduce_scatter");
     fsdp_wrap = new QComboBox;
     fsdp_wrap->setObjectName("fsdp_wrap");
     fsdp_wrap->addItem("blocks + root", static_cast<int>(sim::FsdpWrap::kBlocks));
@@ -796,7 +803,16 @@ struct ExplorerWindow::Impl {
     }
     mf->addRow("Sharding", zero);
     mf->addRow("", fp32_grads);
-    mf->addRow("", masters);
+    {
+      // ZeRO-1's reduction beside the masters, not a row of its own (Note
+      // [Chart sizes]).
+      auto* row = new QHBoxLayout;
+      row->setContentsMargins(0, 0, 0, 0);
+      row->addWidget(masters);
+      row->addWidget(scatter);
+      row->addStretch(1);
+      mf->addRow("", row);
+    }
     mf->addRow("FSDP units", fsdp_wrap);
     {
       // FSDP's limit and ZeRO-2's buffers, never both enabled, on one row
@@ -1174,6 +1190,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(masters, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(scatter, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nvls, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nccl_proto, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
@@ -1232,6 +1249,7 @@ struct ExplorerWindow::Impl {
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
     masters->setChecked(p.master_weights);
     contig->setChecked(p.contiguous_gradients);
+    scatter->setChecked(p.reduce_scatter);
     fsdp_wrap->setCurrentIndex(std::max(0, fsdp_wrap->findData(static_cast<int>(p.fsdp_wrap))));
     kernels_box->setCurrentIndex(std::max(0, kernels_box->findData(static_cast<int>(p.kernels))));
     fp8_recipe->setCurrentIndex(std::max(0, fp8_recipe->findData(static_cast<int>(p.fp8_recipe))));
@@ -1297,6 +1315,8 @@ struct ExplorerWindow::Impl {
     const int z = zero->currentData().toInt();
     // DeepSpeed's ZeRO-2 alone has its gradient buffers (resolve ignores the knob elsewhere).
     contig->setEnabled(z == 2);
+    // ZeRO-1 alone has the choice (Note [ZeRO-1's reduction]).
+    scatter->setEnabled(z == 1);
     const bool fsdp_params = z == 10 + static_cast<int>(sim::FsdpMode::kFullShard) ||
                              z == 10 + static_cast<int>(sim::FsdpMode::kHybridShard);
     // Under a pipeline a stage is gathered whole once a step (Note [FSDP
@@ -1382,6 +1402,7 @@ struct ExplorerWindow::Impl {
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     // Elsewhere the plan keeps its own (the box keeps what it shows).
     if (z == 2) p.contiguous_gradients = contig->isChecked();
+    if (z == 1) p.reduce_scatter = scatter->isChecked();
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
@@ -1416,6 +1437,7 @@ struct ExplorerWindow::Impl {
     mark(p.sync_batchnorm != before.sync_batchnorm, "sync_batchnorm");
     mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");
     mark(p.contiguous_gradients != before.contiguous_gradients, "contiguous_gradients");
+    mark(p.reduce_scatter != before.reduce_scatter, "reduce_scatter");
     mark(p.master_weights != before.master_weights, "master_weights");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");

@@ -316,6 +316,15 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "DeepSpeed's preallocated buffers (" + s.spec.origins.of("plan.zero_stage") + ")");
     s.spec.contiguous_gradients = false;
   }
+  if (s.spec.zero_stage == 1 && s.spec.fsdp == sim::FsdpMode::kNone && s.spec.reduce_scatter && s.spec.runtime != sim::Runtime::kPython) {
+    // Note [ZeRO-1's reduction] (sim/src/lowering/passes/data_parallel.cpp):
+    // the runtime all-reduces each bucket (launch_bucket) where Megatron's
+    // distributed optimizer and DeepSpeed reduce-scatter it; predict what runs.
+    s.notes.push_back("reduce_scatter -> false: the runtime's ZeRO-1 all-reduces each bucket, as DDP under "
+                      "ZeroRedundancyOptimizer does, not Megatron's and DeepSpeed's reduce-scatter (" +
+                      s.spec.origins.of("plan.zero_stage") + ")");
+    s.spec.reduce_scatter = false;
+  }
   if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap != sim::FsdpWrap::kLayers) {
     // Note [FSDP's root unit] (sim/src/lowering/passes/sharded_parameters.cpp):
     // the runtime makes every layer a unit, the embedding and the head too,

@@ -164,12 +164,13 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 47);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 9 check boxes
+  CHECK(knobs == 48);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 10 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
       {"master_weights", {"torch_dtype=bfloat16", "bf16.enabled", "training.dtype"}},
       {"contiguous_gradients", {"zero_optimization.contiguous_gradients", "overlap_comm"}},
+      {"reduce_scatter", {"--use-distributed-optimizer", "zero_optimization.reduce_scatter", "ZeroRedundancyOptimizer"}},
       {"deallocate_pipeline_outputs", {"deallocate_output_tensor"}},
       {"sync_batchnorm", {"convert_sync_batchnorm"}},
       {"fsdp_wrap", {"transformer_auto_wrap_policy", "apply_fsdp"}},
@@ -757,6 +758,31 @@ TEST_CASE("the contiguous-gradients knob reaches a ZeRO-2 plan", "[gui][window]"
   d.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "ddp", "", {}));
   REQUIRE(d.wait_for_result(kWaitMs));
   CHECK_FALSE(d.findChild<QCheckBox*>("contiguous_gradients")->isEnabled());
+}
+
+// Note [ZeRO-1's reduction]: enabled under ZeRO-1 alone; off, each of the
+// shipped zero1.yaml's buckets is all-reduced instead of reduce-scattered.
+TEST_CASE("the reduce-scatter knob reaches a ZeRO-1 plan", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero1", "", {}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* box = w.findChild<QCheckBox*>("reduce_scatter");
+  REQUIRE(box != nullptr);
+  CHECK(box->isEnabled());
+  CHECK(box->isChecked());  // Megatron's and DeepSpeed's way
+  CHECK(w.outcome().prediction->plan.reduce_scatter);
+  box->setChecked(false);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK_FALSE(w.outcome().prediction->plan.reduce_scatter);
+  CHECK(w.scenario().plan.origins.of("plan.reduce_scatter") == "explorer: reduce_scatter");
+  // ZeRO-2 has no such choice here: the box is off there.
+  ExplorerWindow d;
+  d.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero2", "", {}));
+  REQUIRE(d.wait_for_result(kWaitMs));
+  CHECK_FALSE(d.findChild<QCheckBox*>("reduce_scatter")->isEnabled());
 }
 
 // FSDP's units and limit (Note [FSDP's root unit]), DeepSpeed's ZeRO-3

@@ -187,6 +187,28 @@ TEST_CASE("DeepSpeed: malformed JSON and bad values name the file and line", "[f
   CHECK(p.unmodelled == std::vector<std::string>{"pipeline={...}"});
 }
 
+// deepspeed/runtime/zero/stage_1_and_2.py, average_tensor: under stage 1
+// zero_optimization.reduce_scatter (default true) reduces each slice to its
+// owner, false all-reduces (Note [ZeRO-1's reduction]); at stage 2 false is
+// not modelled and is listed.
+TEST_CASE("DeepSpeed's reduce_scatter: ZeRO-1's reduction as configured", "[framework]") {
+  const FrameworkConfig def = parse_deepspeed_config("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 1}}", "d.json");
+  CHECK(keys(def)["plan.reduce_scatter"] == "true");
+  CHECK(from_of(def, "plan.reduce_scatter") == "d.json (DeepSpeed's reduce_scatter default)");
+  const FrameworkConfig off =
+      parse_deepspeed_config("{\"train_batch_size\": 8,\n\"zero_optimization\": {\"stage\": 1,\n \"reduce_scatter\": false}}", "o.json");
+  CHECK(keys(off)["plan.reduce_scatter"] == "false");
+  CHECK(from_of(off, "plan.reduce_scatter") == "o.json:3 (zero_optimization.reduce_scatter)");
+  CHECK(off.unmodelled.empty());
+  const ResolvedPlan r = resolve_with(off, "gpt2", "dgx-a100", 1);
+  CHECK(r.zero_stage == 1);
+  CHECK_FALSE(r.reduce_scatter);
+  const FrameworkConfig two =
+      parse_deepspeed_config("{\"train_batch_size\": 8, \"zero_optimization\": {\"stage\": 2, \"reduce_scatter\": false}}", "t.json");
+  CHECK(keys(two)["plan.reduce_scatter"] == "null");
+  CHECK(listed(two, "zero_optimization.reduce_scatter=false"));
+}
+
 // megatron/training/arguments.py: virtual stages = (96 / 8) / 6 = 2; the
 // distributed optimizer is ZeRO-1; --overlap-grad-reduce overlaps; GPT-2's
 // BPE vocabulary 50,257 padded to a multiple of 128 x 8 is 51,200; ffn 4h.

@@ -586,6 +586,59 @@ TEST_CASE("a Python loop's ZeRO-1 is ZeroRedundancyOptimizer: a broadcast a tens
   CHECK(py.exec.makespan - cpp.exec.makespan >= 7 * 1'000'000);
 }
 
+// Note [ZeRO-1's reduction]: Megatron-Core's distributed optimizer
+// reduce-scatters each bucket (param_and_grad_buffer.py, start_grad_sync),
+// DeepSpeed's stage 1 reduces each slice to its owner; ZeroRedundancyOptimizer
+// over DDP and dtsim's runtime all-reduce it. 4 layers of 10M parameters,
+// dp 2 on round_cluster (100 GB/s, 6 us + 1 us a ring step), Megatron's
+// fp32 gradient buffer: a 40 MB bucket a layer, reduced in place (no bucket
+// copies). A reduce-scatter: 6 + 1 us + 40 MB x 1/2 / 100 GB/s = 207 us; an
+// all-reduce: 6 + 2 us + 40 MB x 2/2 / 100 GB/s = 408 us. Only the last
+// bucket's reduction is exposed, then the step (40M parameters, 28 B each
+// at 1 TB/s: 1,120 us over 2 shards: 560 us), then the all-gather of the
+// 2-byte parameters: 6 + 1 us + 80 MB / 2 / 100 GB/s = 407 us.
+TEST_CASE("ZeRO-1 reduce-scatters its buckets as Megatron and DeepSpeed do, all-reduces them with reduce_scatter: false",
+          "[lowering][zero]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const std::string base = "dp: 2\nprecision: fp16\noptimizer: adam\nzero_stage: 1\naccumulate_allreduce_grads_in_fp32: true\n";
+  const Run rs = run(m, base, round_cluster(), 500'000);
+  const Run ar = run(m, base + "reduce_scatter: false\n", round_cluster(), 500'000);
+  CHECK(rs.count(CollectiveOp::kReduceScatter) == 4);
+  CHECK(rs.count(CollectiveOp::kAllReduce) == 0);
+  CHECK(ar.count(CollectiveOp::kAllReduce) == 4);
+  CHECK(ar.count(CollectiveOp::kReduceScatter) == 0);
+  for (const Run* r : {&rs, &ar}) {
+    for (const Task& t : r->graph.tasks) {
+      if (t.kind != TaskKind::kCollective || t.phase != Phase::kComm) continue;
+      if (t.op == CollectiveOp::kReduceScatter) CHECK(t.cost.total() == 207'000);
+      if (t.op == CollectiveOp::kAllReduce) CHECK(t.cost.total() == 408'000);
+      if (t.op == CollectiveOp::kReduceScatter || t.op == CollectiveOp::kAllReduce) CHECK(t.bytes == 40'000'000);
+    }
+  }
+  CHECK(rs.phase(Phase::kComm) == 207'000 + 407'000);
+  CHECK(ar.phase(Phase::kComm) == 408'000 + 407'000);
+  CHECK(ar.exec.makespan - rs.exec.makespan == 408'000 - 207'000);
+  // The same memory either way: the reduction works where the gradients lie.
+  CHECK(rs.exec.memory[0].at_peak.bytes == ar.exec.memory[0].at_peak.bytes);
+  // A Python loop's ZeRO-1 is ZeroRedundancyOptimizer over DDP: all-reduced,
+  // and asking it for a reduce-scatter is one line naming the key.
+  CHECK_FALSE(resolve(parse_plan("dp: 2\nzero_stage: 1\nruntime: python\n", "p.yaml"), m, round_cluster()).reduce_scatter);
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nzero_stage: 1\nruntime: python\nreduce_scatter: true\n", "p.yaml"), m, round_cluster()),
+                    "p.yaml:4: plan.reduce_scatter: true with runtime: python, whose ZeRO-1 is PyTorch's "
+                    "ZeroRedundancyOptimizer over DDP, which all-reduces every bucket; valid there: false");
+  // In a pipeline, each chunk's buckets: 2 stages of 2 layers, dp 2 on 4
+  // GPUs, 4 micro-batches; a reduction a layer either way, 40 MB each.
+  const std::string piped = "pp: 2\ndp: 2\nmicro_batches: 4\nprecision: fp16\noptimizer: adam\nzero_stage: 1\n"
+                            "accumulate_allreduce_grads_in_fp32: true\n";
+  const Run prs = run(m, piped, round_cluster(1, 4), 500'000);
+  const Run par = run(m, piped + "reduce_scatter: false\n", round_cluster(1, 4), 500'000);
+  CHECK(prs.count(CollectiveOp::kReduceScatter) == 4);
+  CHECK(prs.count(CollectiveOp::kAllReduce) == 0);
+  CHECK(par.count(CollectiveOp::kAllReduce) == 4);
+  CHECK(par.count(CollectiveOp::kReduceScatter) == 0);
+  CHECK(prs.exec.makespan < par.exec.makespan);
+}
+
 namespace {
 /// Reduce-scatters take 3 ms, every other collective 1 ms.
 class SlowReduceComm final : public CommModel {

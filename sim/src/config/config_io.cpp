@@ -342,6 +342,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);
   p.overlap = c.get_bool("overlap", true);
   p.contiguous_gradients = c.get_bool("contiguous_gradients", true);
+  p.reduce_scatter = c.get_bool("reduce_scatter", true);
   c.finish();
   p.origins.file = file.empty() ? "<built-in>" : file;
   for (const auto& k : c.keys()) p.origins.where["plan." + k] = c.where(k);

@@ -183,8 +183,11 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
       if (is_auto(z, zn, k.key) || z.get_double(k.key, 0, -1, 1e18) != k.dtsim) unmodelled("zero_optimization." + std::string(k.key), zn[k.key]);
     }
     // reduce_scatter and allgather_partitions default to true, which is what
-    // dtsim models (reduce-scatter, all-gather); contiguous_gradients false
-    // under stage 3 (its buffers are not modelled apart) is noted.
+    // dtsim models (reduce-scatter, all-gather); under stage 1
+    // reduce_scatter false all-reduces each bucket (average_tensor's
+    // gradient_reduction_w_predivide: Note [ZeRO-1's reduction]), elsewhere
+    // it is noted; contiguous_gradients false under stage 3 (its buffers are
+    // not modelled apart) is noted.
     if (stage != 2 && z.has("contiguous_gradients") && !flag(z, zn, "contiguous_gradients", true)) {
       unmodelled("zero_optimization.contiguous_gradients", zn["contiguous_gradients"]);
     }
@@ -195,7 +198,13 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
       out.plan("contiguous_gradients", contiguous ? "true" : "false",
                z.has("contiguous_gradients") ? from(z, "contiguous_gradients") : file + " (DeepSpeed's contiguous_gradients default)");
     }
+    if (stage == 1) {
+      const bool rs = flag(z, zn, "reduce_scatter", true);
+      out.plan("reduce_scatter", rs ? "true" : "false",
+               z.has("reduce_scatter") ? from(z, "reduce_scatter") : file + " (DeepSpeed's reduce_scatter default)");
+    }
     for (const char* k : {"reduce_scatter", "allgather_partitions"}) {
+      if (stage == 1 && std::string(k) == "reduce_scatter") continue;
       if (z.has(k) && !flag(z, zn, k, true)) unmodelled("zero_optimization." + std::string(k), zn[k]);
     }
     for (const char* k : {"zero_quantized_weights", "zero_quantized_gradients", "zero_quantized_nontrainable_weights",

@@ -569,6 +569,13 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;
   r.contiguous_gradients = s.contiguous_gradients;
+  // Note [ZeRO-1's reduction] (passes/data_parallel.cpp): a Python loop's
+  // ZeRO-1 is ZeroRedundancyOptimizer over DDP, whose buckets all-reduce.
+  r.reduce_scatter = s.reduce_scatter && r.runtime != Runtime::kPython;
+  if (s.reduce_scatter && r.runtime == Runtime::kPython && r.zero_stage == 1 && s.origins.where.count("plan.reduce_scatter") > 0) {
+    bad.add("reduce_scatter", "true with runtime: python, whose ZeRO-1 is PyTorch's ZeroRedundancyOptimizer over DDP, which "
+                              "all-reduces every bucket; valid there: false");
+  }
   r.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32;
   // Megatron-LM sets it for every run; it "does nothing when pipeline
   // parallel is not used" (model_parallel_config.py).

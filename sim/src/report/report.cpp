@@ -74,6 +74,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.recompute_group > 1) os << " (uniform, groups of " << p.recompute_group << " blocks)";
   if (!p.overlap) os << " overlap=false";
   if (p.zero_stage == 2 && !p.contiguous_gradients) os << " contiguous_gradients=false";
+  if (p.zero_stage == 1 && !p.reduce_scatter && p.shard_group > 1) os << " reduce_scatter=false";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   if (!p.master_weights) os << " no-master-weights";
   if (p.deallocate_pipeline_outputs) os << " outputs-freed";
@@ -117,7 +118,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("recompute", to_string(p.recompute));
   j.field("recompute_blocks", p.recompute_blocks).field("recompute_group", p.recompute_group);
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
-  j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients);
+  j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients).field("reduce_scatter", p.reduce_scatter);
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
   j.field("master_weights", p.master_weights);
   j.field("deallocate_pipeline_outputs", p.deallocate_pipeline_outputs);

@@ -256,6 +256,14 @@ struct PlanSpec {
   /// sim/src/lowering/passes/data_parallel.cpp); false: each bucket's
   /// gradients stay where autograd made them until reduced. ZeRO-2 only.
   bool contiguous_gradients = true;
+  /// How ZeRO-1 reduces a gradient bucket (DeepSpeed's
+  /// zero_optimization.reduce_scatter, default true): true reduce-scatters
+  /// it to the ranks owning its optimizer shards, as Megatron-Core's
+  /// distributed optimizer and DeepSpeed do; false all-reduces it, as
+  /// PyTorch's DDP under ZeroRedundancyOptimizer (`runtime: python`) and
+  /// dtsim's own runtime do (Note [ZeRO-1's reduction] in
+  /// sim/src/lowering/passes/data_parallel.cpp). ZeRO-1 only.
+  bool reduce_scatter = true;
   /// Megatron-Core's gradient buffer (--accumulate-allreduce-grads-in-fp32,
   /// which Megatron-LM turns on for bf16): every gradient kept in fp32 for
   /// the whole run, accumulated and reduced there, no bucket copies (Note
@@ -322,6 +330,9 @@ struct ResolvedPlan {
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
   bool contiguous_gradients = true;                 ///< PlanSpec's
+  /// ZeRO-1's buckets reduce-scattered (PlanSpec's, false under `runtime:
+  /// python`); false: all-reduced. Meaningful at zero_stage 1 only.
+  bool reduce_scatter = true;
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
   bool master_weights = true;                       ///< PlanSpec's (false only under fp16/bf16)
   bool deallocate_pipeline_outputs = false;          ///< PlanSpec's

@@ -70,11 +70,34 @@
 // Python loop's ZeRO-1 step costs beyond the C++ one's. Pipelines keep the
 // flat gather.
 //
+// Note [ZeRO-1's reduction]
+// What ZeRO-1 does with a full bucket depends on who runs it. Megatron-Core's
+// distributed optimizer reduce-scatters it, each rank receiving the summed
+// slice its optimizer shard covers, in place in the gradient buffer
+// (megatron/core/distributed/param_and_grad_buffer.py,
+// _ParamAndGradBucketGroup.start_grad_sync: reduce_scatter_tensor under
+// use_distributed_optimizer, all_reduce otherwise); DeepSpeed's stage 1
+// reduces each slice to its owner (stage_1_and_2.py, average_tensor: a
+// reduce per partition where zero_optimization.reduce_scatter, its default,
+// else all_reduce), the same bytes. Both move (n - 1) / n of the bucket a
+// rank, then all-gather the updated parameters: 2 (n - 1) / n in all, as
+// much as DDP's all-reduce. PyTorch's ZeroRedundancyOptimizer sits on DDP,
+// which all-reduces every bucket before the optimizer steps its shard and
+// broadcasts it, and dtsim's runtime all-reduces too (runtime/src/
+// trainer.cpp, launch_bucket): half as much again. The plan's
+// reduce_scatter (DeepSpeed's knob, default true) says which: true is
+// Megatron's and DeepSpeed's reduce-scatter, false the all-reduce;
+// `runtime: python` is always false, and `dtsim validate` sets it false
+// for the runtime it runs. Either way the gradients stay where they are
+// (no receive buffer: Megatron's slice is a view of the bucket, DeepSpeed's
+// reduce works in place), and the shard is what the step reads.
+//
 // In a pipeline, a chunk's last backward runs bucket by bucket, each
-// bucket's gradients all-reduced over the data-parallel group while the rest
+// bucket's gradients reduced over the data-parallel group while the rest
 // of that backward runs, as PyTorch DDP and Megatron-LM's overlap_grad_reduce
-// do; ZeRO-1 then steps its shard and all-gathers the parameters, as
-// Megatron's distributed optimizer does.
+// do (all-reduced; under ZeRO-1 reduce-scattered as above); ZeRO-1 then
+// steps its shard and all-gathers the parameters, as Megatron's distributed
+// optimizer does.
 #include <algorithm>
 #include <string>
 
@@ -156,8 +179,12 @@ class LayerBuckets final : public StrategyPass {
     }
     if (!at.last_backward || c.dp_group.ranks == 1) return last;  // no_sync / local accumulation / nothing to sync
     deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {last}));
-    const TaskId ar = c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, b, c.dp_group,
-                                   Stream::kGradComm, deps, {}, {}, bk.expert_bytes);
+    // Note [ZeRO-1's reduction]: scattered to the shards' owners, or all-reduced.
+    const bool scatter = c.zero == 1 && c.plan.reduce_scatter && c.n > 1;
+    const TaskId ar = scatter ? c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
+                                             Stream::kGradComm, deps, {}, {}, bk.expert_bytes)
+                              : c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, b, c.dp_group,
+                                             Stream::kGradComm, deps, {}, {}, bk.expert_bytes);
     if (!c.plan.overlap) unordered_.push_back(ar);
     // The reduced bucket back into the gradients, divided by the group
     // size, after the backward (end_backward).
@@ -285,6 +312,7 @@ class ChunkBuckets final : public StrategyPass {
  public:
   explicit ChunkBuckets(ChunkContext& ctx) : ctx_(ctx) {
     for (const Chunk& ch : ctx_.chunks) buckets_.push_back(plan_buckets(ch));
+    scatter_ = ctx_.plan.zero_stage == 1 && ctx_.plan.reduce_scatter && ctx_.plan.shard_group > 1;
   }
 
   Span run_backward(const At& at, MemOps& on_start, MemOps& on_end) override {
@@ -319,10 +347,13 @@ class ChunkBuckets final : public StrategyPass {
       const Bytes bytes = buckets[k].bytes;
       // The bucket is filled right after its layers' backward (Note [Gradient buckets]).
       const TaskId in = bucket_copy("copy grads in", s, vs, at.micro, k, buckets[k], false);
+      // Note [ZeRO-1's reduction]: the distributed optimizer's reduce-scatter.
+      const CollectiveOp op = scatter_ ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce;
       pending_out_.push_back(c.b.collective(
-          c.named ? "all_reduce grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k) : std::string(), s,
-          c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllReduce, bytes,
-          c.grad_cost(CollectiveOp::kAllReduce, bytes, buckets[k].expert_bytes, c.dp_group), {in < 0 ? seg : in}));
+          c.named ? std::string(scatter_ ? "reduce_scatter" : "all_reduce") + " grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k)
+                  : std::string(),
+          s, c.stream(Stream::kGradComm), Axis::kDp, op, bytes, c.grad_cost(op, bytes, buckets[k].expert_bytes, c.dp_group),
+          {in < 0 ? seg : in}));
       span.last = seg;
     }
     return span;
@@ -411,7 +442,8 @@ class ChunkBuckets final : public StrategyPass {
 
   ChunkContext& ctx_;
   std::vector<std::vector<Bucket>> buckets_;  ///< by chunk
-  std::vector<TaskId> pending_out_;           ///< this backward's all-reduces, to copy back at its end
+  std::vector<TaskId> pending_out_;           ///< this backward's reductions, to copy back at its end
+  bool scatter_ = false;                      ///< ZeRO-1's buckets reduce-scattered (Note [ZeRO-1's reduction])
 };
 
 }  // namespace
