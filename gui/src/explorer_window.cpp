@@ -170,6 +170,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                    "in fp32 for the whole run and reduced in place (Megatron --accumulate-allreduce-grads-in-fp32, "
                    "on by default under --bf16): 18 bytes a parameter with Adam, 6 + 12/dp with the distributed "
                    "optimizer. ZeRO-0 or ZeRO-1 only."},
+    {"overlap_param_gather", "plan.overlap_param_gather: Megatron-LM's --overlap-param-gather (overlap_param_gather "
+                             "in the Megatron-Bridge and NeMo recipes): the distributed optimizer's parameters "
+                             "all-gathered bucket by bucket as the next forward reaches them, one ahead, instead of "
+                             "all after the step. ZeRO-1 only (Note [Overlapped parameter gather])."},
     {"master_weights", "plan.master_weights: an fp32 master copy of the parameters in the optimizer, as mixed "
                        "precision keeps one (Megatron, DeepSpeed's bf16.enabled, autocast over fp32 parameters): "
                        "Adam's 12 bytes a parameter. Off: a model loaded in bf16 and stepped by torch.optim "
@@ -555,7 +559,7 @@ struct ExplorerWindow::Impl {
            *gpus_per_node = nullptr, *rc_layers = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *dealloc = nullptr,
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
             *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr;
   QComboBox* nccl_proto = nullptr;
 
@@ -776,8 +780,10 @@ struct ExplorerWindow::Impl {
     fp8_recipe->setObjectName("fp8_recipe");
     fp8_recipe->addItem("delayed", static_cast<int>(sim::Fp8Recipe::kDelayed));
     fp8_recipe->addItem("tensorwise", static_cast<int>(sim::Fp8Recipe::kTensorwise));
-    fp32_grads = new QCheckBox("fp32 gradients (Megatron)");
+    fp32_grads = new QCheckBox("fp32 grads");
     fp32_grads->setObjectName("fp32_grads");
+    param_gather = new QCheckBox("gather in fwd");
+    param_gather->setObjectName("overlap_param_gather");
     masters = new QCheckBox("fp32 masters");
     masters->setObjectName("master_weights");
     contig = new QCheckBox("contiguous");
@@ -802,14 +808,13 @@ struct ExplorerWindow::Impl {
       b->setSingleStep(1e7);
     }
     mf->addRow("Sharding", zero);
-    mf->addRow("", fp32_grads);
-    {
-      // ZeRO-1's reduction beside the masters, not a row of its own (Note
-      // [Chart sizes]).
+    // Two check boxes a row, not a row each (Note [Chart sizes]): the
+    // optimizer's states, then ZeRO-1's reduction and gather.
+    for (auto [left, right] : {std::pair{fp32_grads, masters}, std::pair{scatter, param_gather}}) {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
-      row->addWidget(masters);
-      row->addWidget(scatter);
+      row->addWidget(left);
+      row->addWidget(right);
       row->addStretch(1);
       mf->addRow("", row);
     }
@@ -1188,6 +1193,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(dealloc, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(sync_bn, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(param_gather, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(masters, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(scatter, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1247,6 +1253,7 @@ struct ExplorerWindow::Impl {
     dealloc->setChecked(p.deallocate_pipeline_outputs);
     sync_bn->setChecked(p.sync_batchnorm);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
+    param_gather->setChecked(p.overlap_param_gather);
     masters->setChecked(p.master_weights);
     contig->setChecked(p.contiguous_gradients);
     scatter->setChecked(p.reduce_scatter);
@@ -1317,6 +1324,8 @@ struct ExplorerWindow::Impl {
     contig->setEnabled(z == 2);
     // ZeRO-1 alone has the choice (Note [ZeRO-1's reduction]).
     scatter->setEnabled(z == 1);
+    // Megatron-LM asserts the distributed optimizer (Note [Overlapped parameter gather]).
+    param_gather->setEnabled(z == 1);
     const bool fsdp_params = z == 10 + static_cast<int>(sim::FsdpMode::kFullShard) ||
                              z == 10 + static_cast<int>(sim::FsdpMode::kHybridShard);
     // Under a pipeline a stage is gathered whole once a step (Note [FSDP
@@ -1403,6 +1412,8 @@ struct ExplorerWindow::Impl {
     // Elsewhere the plan keeps its own (the box keeps what it shows).
     if (z == 2) p.contiguous_gradients = contig->isChecked();
     if (z == 1) p.reduce_scatter = scatter->isChecked();
+    // resolve refuses it beyond ZeRO-1: off there.
+    p.overlap_param_gather = param_gather->isChecked() && z == 1;
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
@@ -1438,6 +1449,7 @@ struct ExplorerWindow::Impl {
     mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");
     mark(p.contiguous_gradients != before.contiguous_gradients, "contiguous_gradients");
     mark(p.reduce_scatter != before.reduce_scatter, "reduce_scatter");
+    mark(p.overlap_param_gather != before.overlap_param_gather, "overlap_param_gather");
     mark(p.master_weights != before.master_weights, "master_weights");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");

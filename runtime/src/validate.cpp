@@ -325,6 +325,13 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       s.spec.origins.of("plan.zero_stage") + ")");
     s.spec.reduce_scatter = false;
   }
+  if (s.spec.overlap_param_gather) {
+    // Note [Overlapped parameter gather] (sim/src/lowering/passes/data_parallel.cpp):
+    // the runtime gathers every parameter after the step; predict what runs.
+    s.notes.push_back("overlap_param_gather -> false: the runtime gathers the parameters after the step, not in the next "
+                      "forward (" + s.spec.origins.of("plan.overlap_param_gather") + ")");
+    s.spec.overlap_param_gather = false;
+  }
   if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap != sim::FsdpWrap::kLayers) {
     // Note [FSDP's root unit] (sim/src/lowering/passes/sharded_parameters.cpp):
     // the runtime makes every layer a unit, the embedding and the head too,

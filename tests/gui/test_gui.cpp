@@ -164,12 +164,13 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 48);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 10 check boxes
+  CHECK(knobs == 49);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 11 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
       {"master_weights", {"torch_dtype=bfloat16", "bf16.enabled", "training.dtype"}},
       {"contiguous_gradients", {"zero_optimization.contiguous_gradients", "overlap_comm"}},
+      {"overlap_param_gather", {"--overlap-param-gather", "overlap_param_gather"}},
       {"reduce_scatter", {"--use-distributed-optimizer", "zero_optimization.reduce_scatter", "ZeroRedundancyOptimizer"}},
       {"deallocate_pipeline_outputs", {"deallocate_output_tensor"}},
       {"sync_batchnorm", {"convert_sync_batchnorm"}},
@@ -778,11 +779,23 @@ TEST_CASE("the reduce-scatter knob reaches a ZeRO-1 plan", "[gui][window]") {
   REQUIRE(w.outcome().ok());
   CHECK_FALSE(w.outcome().prediction->plan.reduce_scatter);
   CHECK(w.scenario().plan.origins.of("plan.reduce_scatter") == "explorer: reduce_scatter");
-  // ZeRO-2 has no such choice here: the box is off there.
+  // Megatron's overlapped gather (Note [Overlapped parameter gather]): the
+  // gather leaves the step's end for the next forward.
+  auto* gather = w.findChild<QCheckBox*>("overlap_param_gather");
+  REQUIRE(gather != nullptr);
+  CHECK(gather->isEnabled());
+  CHECK_FALSE(gather->isChecked());  // Megatron-LM's default
+  gather->setChecked(true);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.overlap_param_gather);
+  CHECK(w.scenario().plan.origins.of("plan.overlap_param_gather") == "explorer: overlap_param_gather");
+  // ZeRO-2 has no such choices here: the boxes are off there.
   ExplorerWindow d;
   d.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero2", "", {}));
   REQUIRE(d.wait_for_result(kWaitMs));
   CHECK_FALSE(d.findChild<QCheckBox*>("reduce_scatter")->isEnabled());
+  CHECK_FALSE(d.findChild<QCheckBox*>("overlap_param_gather")->isEnabled());
 }
 
 // FSDP's units and limit (Note [FSDP's root unit]), DeepSpeed's ZeRO-3

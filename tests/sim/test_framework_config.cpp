@@ -291,14 +291,18 @@ TEST_CASE("Megatron-LM: Llama 3 8B arguments", "[framework]") {
   CHECK(k.count("model.vocab") == 0);    // the tokenizer's, not in the flags
   CHECK(fc.model == std::optional<std::string>("llama-3-8b"));
   CHECK(listed(fc, "--tokenizer-type HuggingFaceTokenizer (vocabulary not known"));
-  CHECK(listed(fc, "--overlap-param-gather"));
+  // DistributedDataParallelConfig.overlap_param_gather (Note [Overlapped
+  // parameter gather]).
+  CHECK(k["plan.overlap_param_gather"] == "true");
+  CHECK_FALSE(listed(fc, "--overlap-param-gather"));
   CHECK(listed(fc, "--attention-backend fused"));
-  CHECK(fc.unmodelled.size() == 3);
+  CHECK(fc.unmodelled.size() == 2);
   // 8 GPUs: dp = 8 / (2 x 2) = 2; 128 / (1 x 2) = 64 micro-steps.
   const ResolvedPlan r = resolve_with(fc, "llama-3-8b", "dgx-a100", 1);
   CHECK(r.dp == 2);
   CHECK(r.cp == 2);
   CHECK(r.grad_accum == 64);
+  CHECK(r.overlap_param_gather);
 }
 
 TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framework]") {

@@ -639,6 +639,69 @@ TEST_CASE("ZeRO-1 reduce-scatters its buckets as Megatron and DeepSpeed do, all-
   CHECK(prs.exec.makespan < par.exec.makespan);
 }
 
+// Note [Overlapped parameter gather]: Megatron-LM's --overlap-param-gather
+// gathers each bucket as the next forward reaches it, one ahead, instead of
+// all after the step. The model above (micro-batch 1: a layer's forward
+// 1 GFLOP x 500 us, its backward 1,000 us), a 10M-parameter bucket a
+// layer: each gather 10M x 2 B = 20 MB, 6 + 1 us + 20 MB / 2 / 100 GB/s =
+// 107 us. The first is exposed before layer 0's forward; each of the others
+// runs during the 500 us forward of the layer before it. After the step
+// nothing: the 407 us gather of all 80 MB leaves the iteration, 107 us come
+// in, 300 us less in all.
+TEST_CASE("Megatron's overlapped parameter gather: bucket by bucket in the next forward, one ahead", "[lowering][zero]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const std::string base = "dp: 2\nprecision: fp16\noptimizer: adam\nzero_stage: 1\naccumulate_allreduce_grads_in_fp32: true\n";
+  const Run after = run(m, base, round_cluster(), 500'000);
+  const Run early = run(m, base + "overlap_param_gather: true\n", round_cluster(), 500'000);
+  CHECK(after.count(CollectiveOp::kAllGather) == 1);
+  REQUIRE(early.count(CollectiveOp::kAllGather) == 4);
+  std::vector<TaskId> gathers;
+  for (TaskId t = 0; t < static_cast<TaskId>(early.graph.tasks.size()); ++t) {
+    const Task& k = early.graph.tasks[t];
+    if (k.kind == TaskKind::kCollective && k.op == CollectiveOp::kAllGather) gathers.push_back(t);
+  }
+  for (std::size_t i = 0; i < gathers.size(); ++i) {
+    const Task& k = early.graph.tasks[gathers[i]];
+    CHECK(k.bytes == 20'000'000);
+    CHECK(k.cost.total() == 107'000);
+    // Back to back on the communication stream from the start.
+    CHECK(early.exec.spans[gathers[i]].start == static_cast<TimeNs>(i) * 107'000);
+  }
+  CHECK(early.phase(Phase::kComm) == 107'000 + 207'000);
+  CHECK(after.exec.makespan - early.exec.makespan == 407'000 - 107'000);
+  CHECK(early.exec.memory[0].at_peak.bytes == after.exec.memory[0].at_peak.bytes);
+  // Megatron-LM's arguments.py: only with the distributed optimizer and --overlap-grad-reduce.
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nzero_stage: 2\noverlap_param_gather: true\n", "p.yaml"), m, round_cluster()),
+                    "p.yaml:3: plan.overlap_param_gather: true needs the distributed optimizer (zero_stage: 1), as "
+                    "Megatron-LM's --overlap-param-gather does; with zero_stage 2 valid: false");
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nzero_stage: 1\noverlap: false\noverlap_param_gather: true\n", "p.yaml"), m,
+                            round_cluster()),
+                    Catch::Contains("plan.overlap_param_gather: true needs overlap: true"));
+  // A pipeline: 2 stages of 2 layers, a bucket a layer. Each chunk's
+  // buckets are gathered from the start, one after another (107 us each),
+  // its first forward waiting for the first alone; after the step nothing
+  // (there each stage gathered its 40 MB, 6 + 1 us + 200 us = 207 us). Stage
+  // 0 starts first and ends last under 1F1B, so the iteration starts 107 us
+  // later and ends 207 us sooner: 100 us less.
+  const std::string piped = "pp: 2\ndp: 2\nmicro_batches: 4\nprecision: fp16\noptimizer: adam\nzero_stage: 1\n"
+                            "accumulate_allreduce_grads_in_fp32: true\n";
+  const Run pafter = run(m, piped, round_cluster(1, 4), 500'000);
+  const Run pearly = run(m, piped + "overlap_param_gather: true\n", round_cluster(1, 4), 500'000);
+  CHECK(pafter.count(CollectiveOp::kAllGather) == 2);
+  REQUIRE(pearly.count(CollectiveOp::kAllGather) == 4);
+  std::vector<TimeNs> starts;
+  for (TaskId t = 0; t < static_cast<TaskId>(pearly.graph.tasks.size()); ++t) {
+    const Task& k = pearly.graph.tasks[t];
+    if (k.kind != TaskKind::kCollective || k.op != CollectiveOp::kAllGather) continue;
+    CHECK(k.bytes == 20'000'000);
+    CHECK(k.cost.total() == 107'000);
+    starts.push_back(pearly.exec.spans[t].start);
+  }
+  std::sort(starts.begin(), starts.end());
+  CHECK(starts == std::vector<TimeNs>{0, 0, 107'000, 107'000});
+  CHECK(pafter.exec.makespan - pearly.exec.makespan == 207'000 - 107'000);
+}
+
 namespace {
 /// Reduce-scatters take 3 ms, every other collective 1 ms.
 class SlowReduceComm final : public CommModel {

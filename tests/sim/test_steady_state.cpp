@@ -158,6 +158,9 @@ const std::vector<Case>& shipped_pipelines() {
       {"gpt2-medium", "dgx-a100", 1, "interleaved", {}, 0, true},
       {"gpt-175b", "dgx-a100", 8, "megatron-3d", {}, 1, true},
       {"gpt-175b", "dgx-a100", 16, "megatron-3d", {}, 2, true},
+      // Megatron's overlapped parameter gather (Note [Overlapped parameter
+      // gather]): each chunk's buckets gathered before its first forward.
+      {"gpt-175b", "dgx-a100", 16, "megatron-3d", {"plan.overlap_param_gather=true"}, 2, true},
       {"llama-3-8b", "dgx-h100", 2, "megatron-3d", {"plan.tp=2", "plan.pp=4", "plan.cp=2"}, 1, true},
       // ZB-H1 (Note [Zero bubble]): dense with data parallelism and ZeRO-1, and a mixture of experts.
       {"gpt2-xl", "dgx-a100", 1, "1f1b", {"plan.pp=4", "plan.schedule=zb-h1"}, 0, true},

@@ -343,6 +343,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.overlap = c.get_bool("overlap", true);
   p.contiguous_gradients = c.get_bool("contiguous_gradients", true);
   p.reduce_scatter = c.get_bool("reduce_scatter", true);
+  p.overlap_param_gather = c.get_bool("overlap_param_gather", false);
   c.finish();
   p.origins.file = file.empty() ? "<built-in>" : file;
   for (const auto& k : c.keys()) p.origins.where["plan." + k] = c.where(k);

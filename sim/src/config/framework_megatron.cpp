@@ -126,7 +126,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"expert-tensor-parallel-size", Kind::kInt}, {"sequence-parallel", Kind::kBool}, {"tp-comm-overlap", Kind::kBool},
       {"recompute-granularity", Kind::kString}, {"recompute-method", Kind::kString}, {"recompute-num-layers", Kind::kInt},
       {"recompute-activations", Kind::kBool}, {"micro-batch-size", Kind::kInt}, {"global-batch-size", Kind::kInt},
-      {"use-distributed-optimizer", Kind::kBool}, {"overlap-grad-reduce", Kind::kBool}, {"ddp-bucket-size", Kind::kInt},
+      {"use-distributed-optimizer", Kind::kBool}, {"overlap-grad-reduce", Kind::kBool}, {"overlap-param-gather", Kind::kBool}, {"ddp-bucket-size", Kind::kInt},
       {"accumulate-allreduce-grads-in-fp32", Kind::kBool}, {"grad-reduce-in-bf16", Kind::kBool}, {"bf16", Kind::kBool}, {"fp16", Kind::kBool},
       {"fp8-format", Kind::kString}, {"fp8-param-gather", Kind::kBool}, {"optimizer", Kind::kString},
       {"use-flash-attn", Kind::kBool}, {"num-layers", Kind::kInt}, {"hidden-size", Kind::kInt},
@@ -435,6 +435,10 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   // DistributedDataParallelConfig.overlap_grad_reduce defaults to false.
   out.plan("overlap", has("overlap-grad-reduce") ? "true" : "false",
            has("overlap-grad-reduce") ? at("overlap-grad-reduce") : file + " (no --overlap-grad-reduce)");
+  // DistributedDataParallelConfig.overlap_param_gather defaults to false
+  // (Note [Overlapped parameter gather]).
+  out.plan("overlap_param_gather", has("overlap-param-gather") ? "true" : "false",
+           has("overlap-param-gather") ? at("overlap-param-gather") : file + " (no --overlap-param-gather)");
   // Every Megatron-LM run frees a stage's output once sent (Note
   // [Deallocated outputs] in sim/src/lowering/passes/pipeline.cpp).
   out.plan("deallocate_pipeline_outputs", "true", file + " (megatron/training/argument_utils.py sets it)");

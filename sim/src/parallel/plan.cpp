@@ -572,6 +572,23 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // Note [ZeRO-1's reduction] (passes/data_parallel.cpp): a Python loop's
   // ZeRO-1 is ZeroRedundancyOptimizer over DDP, whose buckets all-reduce.
   r.reduce_scatter = s.reduce_scatter && r.runtime != Runtime::kPython;
+  // Note [Overlapped parameter gather] (passes/data_parallel.cpp):
+  // Megatron-LM's arguments.py asserts the distributed optimizer and
+  // --overlap-grad-reduce beside it.
+  r.overlap_param_gather = s.overlap_param_gather;
+  if (s.overlap_param_gather) {
+    if (r.zero_stage != 1 || r.fsdp) {
+      bad.add("overlap_param_gather", std::string("true needs the distributed optimizer (zero_stage: 1), as Megatron-LM's "
+                                                  "--overlap-param-gather does; with ") +
+                                          (r.fsdp ? "fsdp" : "zero_stage " + std::to_string(r.zero_stage)) + " valid: false");
+    } else if (!r.overlap) {
+      bad.add("overlap_param_gather", "true needs overlap: true (Megatron-LM's --overlap-param-gather needs "
+                                      "--overlap-grad-reduce); valid here: false");
+    } else if (r.runtime == Runtime::kPython) {
+      bad.add("overlap_param_gather", "true with runtime: python, whose ZeRO-1 (ZeroRedundancyOptimizer) broadcasts "
+                                      "the parameters after the step; valid there: false");
+    }
+  }
   if (s.reduce_scatter && r.runtime == Runtime::kPython && r.zero_stage == 1 && s.origins.where.count("plan.reduce_scatter") > 0) {
     bad.add("reduce_scatter", "true with runtime: python, whose ZeRO-1 is PyTorch's ZeroRedundancyOptimizer over DDP, which "
                               "all-reduces every bucket; valid there: false");

@@ -75,6 +75,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (!p.overlap) os << " overlap=false";
   if (p.zero_stage == 2 && !p.contiguous_gradients) os << " contiguous_gradients=false";
   if (p.zero_stage == 1 && !p.reduce_scatter && p.shard_group > 1) os << " reduce_scatter=false";
+  if (p.overlap_param_gather) os << " overlap-param-gather";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   if (!p.master_weights) os << " no-master-weights";
   if (p.deallocate_pipeline_outputs) os << " outputs-freed";
@@ -118,7 +119,8 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("recompute", to_string(p.recompute));
   j.field("recompute_blocks", p.recompute_blocks).field("recompute_group", p.recompute_group);
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
-  j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients).field("reduce_scatter", p.reduce_scatter);
+  j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients).field("reduce_scatter", p.reduce_scatter)
+      .field("overlap_param_gather", p.overlap_param_gather);
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
   j.field("master_weights", p.master_weights);
   j.field("deallocate_pipeline_outputs", p.deallocate_pipeline_outputs);

@@ -264,6 +264,15 @@ struct PlanSpec {
   /// dtsim's own runtime do (Note [ZeRO-1's reduction] in
   /// sim/src/lowering/passes/data_parallel.cpp). ZeRO-1 only.
   bool reduce_scatter = true;
+  /// Megatron-LM's --overlap-param-gather (DistributedDataParallelConfig's
+  /// overlap_param_gather; off by default, on in the Megatron-Bridge and
+  /// NeMo recipes): the distributed optimizer's updated parameters are
+  /// gathered bucket by bucket as the next iteration's first forward needs
+  /// them, each bucket's all-gather one ahead of its layers, instead of all
+  /// after the step (Note [Overlapped parameter gather] in
+  /// sim/src/lowering/passes/data_parallel.cpp). Needs zero_stage 1 and
+  /// overlap, as Megatron-LM's arguments.py asserts.
+  bool overlap_param_gather = false;
   /// Megatron-Core's gradient buffer (--accumulate-allreduce-grads-in-fp32,
   /// which Megatron-LM turns on for bf16): every gradient kept in fp32 for
   /// the whole run, accumulated and reduced there, no bucket copies (Note
@@ -333,6 +342,7 @@ struct ResolvedPlan {
   /// ZeRO-1's buckets reduce-scattered (PlanSpec's, false under `runtime:
   /// python`); false: all-reduced. Meaningful at zero_stage 1 only.
   bool reduce_scatter = true;
+  bool overlap_param_gather = false;                ///< PlanSpec's (zero_stage 1 only)
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
   bool master_weights = true;                       ///< PlanSpec's (false only under fp16/bf16)
   bool deallocate_pipeline_outputs = false;          ///< PlanSpec's

@@ -92,6 +92,29 @@
 // (no receive buffer: Megatron's slice is a view of the bucket, DeepSpeed's
 // reduce works in place), and the shard is what the step reads.
 //
+// Note [Overlapped parameter gather]
+// Megatron-LM's --overlap-param-gather (overlap_param_gather, which the
+// Megatron-Bridge and NeMo recipes set) takes the distributed optimizer's
+// all-gather out of the step. After it nothing is gathered; the next
+// iteration's first forward gathers bucket group by bucket group, in the
+// order the forward meets them: each module's forward pre-hook waits for
+// its bucket group's all-gather (dispatching it if it was not, as for the
+// first) and dispatches the next one's (distributed_data_parallel.py,
+// _make_forward_pre_hook; param_and_grad_buffer.py, finish_param_sync with
+// next_param_gather_bucket_group). The waits are the compute stream's, so
+// the gathers queue back to back on the communication stream from the
+// iteration's start, and a layer's forward waits only for its own bucket's:
+// the first is exposed, the rest overlap the forward where they are no
+// slower. dtsim simulates one iteration in the steady state, so it runs
+// the gathers of the step before at its start: one task a bucket, chained,
+// each bucket's first layer's first forward waiting for it; in a pipeline
+// one a model chunk (each chunk is a DDP module with its own buckets, its
+// first forward a single task here), chained on the stage's communication
+// stream in the order its chunks first run forward, as Megatron's
+// align_param_gather dispatches them together. They write the parameter
+// buffer in place: no memory beyond what the model states count (Gloo's
+// copies on a CPU aside, as the step's gather has them).
+//
 // In a pipeline, a chunk's last backward runs bucket by bucket, each
 // bucket's gradients reduced over the data-parallel group while the rest
 // of that backward runs, as PyTorch DDP and Megatron-LM's overlap_grad_reduce
@@ -118,6 +141,32 @@ class LayerBuckets final : public StrategyPass {
     const ResolvedPlan& p = ctx_.plan;
     deepspeed_ = p.zero_stage == 2 && !p.fsdp && ctx_.n > 1;
     ipg_bytes_ = zero2_buffer_bytes(p);  // Note [ZeRO-2's buffers]
+    gather_early_ = p.overlap_param_gather && p.zero_stage == 1 && ctx_.n > 1;
+  }
+
+  /// Note [Overlapped parameter gather]: the first micro-batch's forward of
+  /// a bucket's first layer waits for the bucket's all-gather, which
+  /// follows the one before it.
+  void before_forward(const At& at, TaskDeps& deps) override {
+    if (!gather_early_ || at.micro != 0) return;
+    const int k = bucket_of_[at.unit];
+    if (k < 0) return;
+    Bucket& bk = buckets_[static_cast<std::size_t>(k)];
+    if (bk.gather < 0) {
+      LayerContext& c = ctx_;
+      const Bytes all = static_cast<Bytes>(bk.params) * c.w - static_cast<Bytes>(bk.fp8_weights) * (c.w - 1);
+      const Bytes buffers = c.gather_bytes(all);
+      MemOps on_start, on_end;
+      add_bytes(on_start, MemCategory::kBuffers, buffers);
+      add_bytes(on_end, MemCategory::kBuffers, -buffers);
+      TaskDeps after;
+      if (last_gather_ >= 0) after.push_back(last_gather_);
+      bk.gather = c.collective(c.named ? "all_gather params bucket " + std::to_string(k) : std::string(), CollectiveOp::kAllGather,
+                               all, c.shard_group, Stream::kGradComm, std::move(after), std::move(on_start), std::move(on_end),
+                               std::min(all, static_cast<Bytes>(bk.expert_params) * c.w));
+      last_gather_ = bk.gather;
+    }
+    deps.push_back(bk.gather);
   }
 
   void backward_memory(const At& at, MemOps& on_start, MemOps& on_end) override {
@@ -237,6 +286,7 @@ class LayerBuckets final : public StrategyPass {
                      sum_costs(casts, c.shard_group, c.comm), {step});
       return;
     }
+    if (gather_early_) return;  // Note [Overlapped parameter gather]: in the next forward
     // ZeRO-1/2: all-gather the updated parameter shards (working precision;
     // the FP8 GEMM weights at 1 byte under fp8_param_gather, Megatron-LM's
     // --fp8-param-gather of its distributed optimizer).
@@ -259,6 +309,9 @@ class LayerBuckets final : public StrategyPass {
     double params = 0;  ///< its gradients' parameters and tensors (Note [Gradient buckets])
     int tensors = 0;
     std::size_t last_layer = 0;  ///< the lowest layer index: produced last in backward
+    std::int64_t expert_params = 0;  ///< of its parameters, routed experts'
+    std::int64_t fp8_weights = 0;    ///< of them, FP8 GEMM weights gathered at 1 byte (fp8_param_gather)
+    TaskId gather = -1;              ///< its all-gather in the first forward (Note [Overlapped parameter gather])
   };
   struct PendingCopy {
     std::string name;
@@ -279,7 +332,7 @@ class LayerBuckets final : public StrategyPass {
       const Layer& L = layers[i];
       const int b = assigned[k];
       if (b < 0) continue;
-      if (b == static_cast<int>(buckets_.size())) buckets_.push_back({0, 0, 0, 0, i});
+      if (b == static_cast<int>(buckets_.size())) buckets_.push_back({0, 0, 0, 0, i, 0, 0, -1});
       bucket_of_[i] = b;
       Bucket& bk = buckets_.back();
       bk.bytes += ctx_.grad_bytes(L);
@@ -287,6 +340,8 @@ class LayerBuckets final : public StrategyPass {
       bk.params += static_cast<double>(L.params);
       bk.tensors += std::max(1, L.param_tensors);
       bk.last_layer = i;
+      bk.expert_params += L.expert_params;
+      if (ctx_.plan.fp8_param_gather) bk.fp8_weights += fp8_gemms(L, ctx_.plan.precision).weight_elements;
     }
   }
 
@@ -305,6 +360,8 @@ class LayerBuckets final : public StrategyPass {
   bool deepspeed_ = false;               ///< DeepSpeed's ZeRO-2 over more than one rank (Note [ZeRO-2's buffers])
   Bytes ipg_bytes_ = 0;                  ///< its buffers, where contiguous_gradients
   std::vector<TaskId> reductions_;       ///< this backward's reduce-scatters (DeepSpeed's ZeRO-2)
+  bool gather_early_ = false;            ///< Note [Overlapped parameter gather]
+  TaskId last_gather_ = -1;              ///< the last bucket gather made
 };
 
 /// A pipeline chunk's buckets, reduced during its last backward.
@@ -313,6 +370,51 @@ class ChunkBuckets final : public StrategyPass {
   explicit ChunkBuckets(ChunkContext& ctx) : ctx_(ctx) {
     for (const Chunk& ch : ctx_.chunks) buckets_.push_back(plan_buckets(ch));
     scatter_ = ctx_.plan.zero_stage == 1 && ctx_.plan.reduce_scatter && ctx_.plan.shard_group > 1;
+    gather_early_ = ctx_.plan.zero_stage == 1 && ctx_.plan.overlap_param_gather && ctx_.plan.shard_group > 1;
+    gathered_.assign(ctx_.chunks.size(), false);
+    last_gather_.assign(static_cast<std::size_t>(ctx_.plan.pp), -1);
+  }
+
+  /// Note [Overlapped parameter gather]: a chunk's first forward waits for
+  /// the all-gather of its first bucket (in forward order), which follows
+  /// the stage's gather before it; its other buckets' follow, and what runs
+  /// after that forward waits for them.
+  void before_forward(const At& at, TaskDeps& deps) override {
+    if (!gather_early_ || gathered_[at.unit]) return;
+    gathered_[at.unit] = true;
+    ChunkContext& c = ctx_;
+    const std::vector<Bucket>& buckets = buckets_[at.unit];
+    TaskId& before = last_gather_[static_cast<std::size_t>(at.rank)];
+    TaskId first = -1;
+    for (std::size_t k = buckets.size(); k-- > 0;) {  // buckets are in backward order
+      const Bucket& bk = buckets[k];
+      if (bk.bytes == 0) continue;
+      const Bytes all = static_cast<Bytes>(bk.params) * c.w - bk.fp8_weights * (c.w - 1);
+      const Bytes expert = std::min(all, bk.expert_params * c.w);
+      TaskDeps after;
+      if (before >= 0) after.push_back(before);
+      const TaskId gather = c.b.collective(
+          c.named ? "all_gather params chunk " + std::to_string(at.unit) + " bucket " + std::to_string(k) : std::string(), at.rank,
+          c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, all,
+          c.grad_cost(CollectiveOp::kAllGather, all, expert, c.dp_group), std::move(after));
+      if (first < 0) {
+        deps.push_back(gather);
+        first = gather;
+      }
+      before = gather;
+    }
+    rest_ = before != first ? before : -1;
+  }
+
+  TaskId after_forward(const At& at, TaskId last) override {
+    if (rest_ < 0) return last;
+    // The chunk's other buckets: gathered while its forward runs, and
+    // waited for before anything after it (Note [Overlapped parameter gather]).
+    ChunkContext& c = ctx_;
+    const TaskId wait = c.b.compute(c.named ? c.name("wait params", at.unit, at.micro) : std::string(), at.rank,
+                                    c.stream(Stream::kCompute), Phase::kForward, 0, {last, rest_});
+    rest_ = -1;
+    return wait;
   }
 
   Span run_backward(const At& at, MemOps& on_start, MemOps& on_end) override {
@@ -377,7 +479,7 @@ class ChunkBuckets final : public StrategyPass {
 
   void after_step(int s, TaskId step) override {
     ChunkContext& c = ctx_;
-    if (c.plan.zero_stage != 1 || c.plan.shard_group <= 1) return;
+    if (c.plan.zero_stage != 1 || c.plan.shard_group <= 1 || gather_early_) return;
     Bytes all = c.rank_params[static_cast<std::size_t>(s)] * c.w;
     if (c.plan.fp8_param_gather) all -= c.rank_fp8[static_cast<std::size_t>(s)].weight_elements * (c.w - 1);
     const Bytes expert = std::min(all, c.rank_expert_params[static_cast<std::size_t>(s)] * c.w);
@@ -393,6 +495,8 @@ class ChunkBuckets final : public StrategyPass {
     Bytes expert_bytes = 0;  ///< of them, routed experts' gradients
     double params = 0;  ///< its gradients' parameters and tensors (Note [Gradient buckets])
     int tensors = 0;
+    std::int64_t expert_params = 0;  ///< of them, routed experts'
+    std::int64_t fp8_weights = 0;    ///< of them, FP8 GEMM weights gathered at 1 byte (fp8_param_gather)
   };
 
   /// Gradient buckets in backward (reverse layer) order, as DDP's reducer
@@ -424,6 +528,8 @@ class ChunkBuckets final : public StrategyPass {
       b.expert_bytes += layers[l].expert_params * w;
       b.params += static_cast<double>(bytes[k] / w);
       b.tensors += std::max(1, layers[l].param_tensors);
+      b.expert_params += layers[l].expert_params;
+      if (ctx_.plan.fp8_param_gather) b.fp8_weights += fp8_gemms(layers[l], ctx_.plan.precision).weight_elements;
     }
     return out;
   }
@@ -444,6 +550,10 @@ class ChunkBuckets final : public StrategyPass {
   std::vector<std::vector<Bucket>> buckets_;  ///< by chunk
   std::vector<TaskId> pending_out_;           ///< this backward's reductions, to copy back at its end
   bool scatter_ = false;                      ///< ZeRO-1's buckets reduce-scattered (Note [ZeRO-1's reduction])
+  bool gather_early_ = false;                 ///< Note [Overlapped parameter gather]
+  std::vector<bool> gathered_;                ///< by chunk: its buckets' all-gathers made
+  std::vector<TaskId> last_gather_;           ///< by stage: the last bucket gather made
+  TaskId rest_ = -1;                          ///< the chunk's last gather, which its forward's exit waits for (-1: none)
 };
 
 }  // namespace
