@@ -586,6 +586,23 @@ TEST_CASE("a Python loop's ZeRO-1 is ZeroRedundancyOptimizer: a broadcast a tens
   CHECK(py.exec.makespan - cpp.exec.makespan >= 7 * 1'000'000);
 }
 
+namespace {
+/// The distributed optimizer as Megatron-LM runs it under 16 bits (fp16 on
+/// the round cluster, which has no bf16): ZeRO-1 with Adam and the fp32
+/// gradient buffer (Note [Megatron's gradient buffer]); the two tests below.
+constexpr const char* kDistributedOptimizer =
+    "precision: fp16\noptimizer: adam\nzero_stage: 1\naccumulate_allreduce_grads_in_fp32: true\n";
+
+/// It on 4 layers of 10M parameters at dp 2 (`piped`: 2 stages of 2
+/// layers, 4 micro-batches), as it is and with `knob` added.
+std::pair<Run, Run> with_and_without(const std::string& knob, bool piped) {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const std::string plan = std::string(piped ? "pp: 2\ndp: 2\nmicro_batches: 4\n" : "dp: 2\n") + kDistributedOptimizer;
+  const ClusterSpec c = piped ? round_cluster(1, 4) : round_cluster();
+  return {run(m, plan, c, 500'000), run(m, plan + knob, c, 500'000)};
+}
+}  // namespace
+
 // Note [ZeRO-1's reduction]: Megatron-Core's distributed optimizer
 // reduce-scatters each bucket (param_and_grad_buffer.py, start_grad_sync),
 // DeepSpeed's stage 1 reduces each slice to its owner; ZeroRedundancyOptimizer
@@ -600,9 +617,7 @@ TEST_CASE("a Python loop's ZeRO-1 is ZeroRedundancyOptimizer: a broadcast a tens
 TEST_CASE("ZeRO-1 reduce-scatters its buckets as Megatron and DeepSpeed do, all-reduces them with reduce_scatter: false",
           "[lowering][zero]") {
   const test::FakeModel m(4, 10'000'000, 10);
-  const std::string base = "dp: 2\nprecision: fp16\noptimizer: adam\nzero_stage: 1\naccumulate_allreduce_grads_in_fp32: true\n";
-  const Run rs = run(m, base, round_cluster(), 500'000);
-  const Run ar = run(m, base + "reduce_scatter: false\n", round_cluster(), 500'000);
+  const auto [rs, ar] = with_and_without("reduce_scatter: false\n", false);
   CHECK(rs.count(CollectiveOp::kReduceScatter) == 4);
   CHECK(rs.count(CollectiveOp::kAllReduce) == 0);
   CHECK(ar.count(CollectiveOp::kAllReduce) == 4);
@@ -628,10 +643,7 @@ TEST_CASE("ZeRO-1 reduce-scatters its buckets as Megatron and DeepSpeed do, all-
                     "ZeroRedundancyOptimizer over DDP, which all-reduces every bucket; valid there: false");
   // In a pipeline, each chunk's buckets: 2 stages of 2 layers, dp 2 on 4
   // GPUs, 4 micro-batches; a reduction a layer either way, 40 MB each.
-  const std::string piped = "pp: 2\ndp: 2\nmicro_batches: 4\nprecision: fp16\noptimizer: adam\nzero_stage: 1\n"
-                            "accumulate_allreduce_grads_in_fp32: true\n";
-  const Run prs = run(m, piped, round_cluster(1, 4), 500'000);
-  const Run par = run(m, piped + "reduce_scatter: false\n", round_cluster(1, 4), 500'000);
+  const auto [prs, par] = with_and_without("reduce_scatter: false\n", true);
   CHECK(prs.count(CollectiveOp::kReduceScatter) == 4);
   CHECK(prs.count(CollectiveOp::kAllReduce) == 0);
   CHECK(par.count(CollectiveOp::kAllReduce) == 4);
@@ -650,9 +662,7 @@ TEST_CASE("ZeRO-1 reduce-scatters its buckets as Megatron and DeepSpeed do, all-
 // in, 300 us less in all.
 TEST_CASE("Megatron's overlapped parameter gather: bucket by bucket in the next forward, one ahead", "[lowering][zero]") {
   const test::FakeModel m(4, 10'000'000, 10);
-  const std::string base = "dp: 2\nprecision: fp16\noptimizer: adam\nzero_stage: 1\naccumulate_allreduce_grads_in_fp32: true\n";
-  const Run after = run(m, base, round_cluster(), 500'000);
-  const Run early = run(m, base + "overlap_param_gather: true\n", round_cluster(), 500'000);
+  const auto [after, early] = with_and_without("overlap_param_gather: true\n", false);
   CHECK(after.count(CollectiveOp::kAllGather) == 1);
   REQUIRE(early.count(CollectiveOp::kAllGather) == 4);
   std::vector<TaskId> gathers;
@@ -683,10 +693,7 @@ TEST_CASE("Megatron's overlapped parameter gather: bucket by bucket in the next 
   // (there each stage gathered its 40 MB, 6 + 1 us + 200 us = 207 us). Stage
   // 0 starts first and ends last under 1F1B, so the iteration starts 107 us
   // later and ends 207 us sooner: 100 us less.
-  const std::string piped = "pp: 2\ndp: 2\nmicro_batches: 4\nprecision: fp16\noptimizer: adam\nzero_stage: 1\n"
-                            "accumulate_allreduce_grads_in_fp32: true\n";
-  const Run pafter = run(m, piped, round_cluster(1, 4), 500'000);
-  const Run pearly = run(m, piped + "overlap_param_gather: true\n", round_cluster(1, 4), 500'000);
+  const auto [pafter, pearly] = with_and_without("overlap_param_gather: true\n", true);
   CHECK(pafter.count(CollectiveOp::kAllGather) == 2);
   REQUIRE(pearly.count(CollectiveOp::kAllGather) == 4);
   std::vector<TimeNs> starts;
