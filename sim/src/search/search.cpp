@@ -436,7 +436,7 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
   } else if (p.zero_stage == 2) {
     c = m * cost(CollectiveOp::kReduceScatter, dense * gw, shard);
-  } else if (p.zero_stage == 1 && p.reduce_scatter && p.shard_group > 1) {
+  } else if (p.zero1_reduce_scatters()) {
     c = cost(CollectiveOp::kReduceScatter, dense * gw, shard);  // Note [ZeRO-1's reduction]
   } else {
     c = cost(CollectiveOp::kAllReduce, dense * gw, dp_group);

@@ -366,6 +366,13 @@ struct ResolvedPlan {
   /// coordinator (Note [ZeRO-3 modules]); FSDP and z3_leaf_layers gather
   /// whole layers.
   bool zero3_modules() const { return zero_stage == 3 && !fsdp && !z3_leaf_layers && shard_group > 1; }
+  /// ZeRO-1's buckets reduce-scattered over more than one rank (Note
+  /// [ZeRO-1's reduction] in sim/src/lowering/passes/data_parallel.cpp);
+  /// all-reduced otherwise.
+  bool zero1_reduce_scatters() const { return zero_stage == 1 && reduce_scatter && shard_group > 1; }
+  /// ZeRO-1's parameters gathered in the next forward over more than one
+  /// rank (Note [Overlapped parameter gather]); after the step otherwise.
+  bool zero1_gathers_in_forward() const { return zero_stage == 1 && overlap_param_gather && shard_group > 1; }
 };
 
 /// Checks `spec` against model and cluster; throws ConfigError on the first

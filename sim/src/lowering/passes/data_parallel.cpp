@@ -107,11 +107,13 @@
 // the first is exposed, the rest overlap the forward where they are no
 // slower. dtsim simulates one iteration in the steady state, so it runs
 // the gathers of the step before at its start: one task a bucket, chained,
-// each bucket's first layer's first forward waiting for it; in a pipeline
-// one a model chunk (each chunk is a DDP module with its own buckets, its
-// first forward a single task here), chained on the stage's communication
-// stream in the order its chunks first run forward, as Megatron's
-// align_param_gather dispatches them together. They write the parameter
+// each bucket's first layer's first forward waiting for it. In a pipeline
+// each model chunk is a DDP module with its own buckets and its forward a
+// single task here: its buckets' gathers are chained on the stage's
+// communication stream in the order its chunks first run forward (as
+// Megatron's align_param_gather dispatches them together), the chunk's
+// first forward waits for its first bucket's, and what follows that
+// forward for its last bucket's. They write the parameter
 // buffer in place: no memory beyond what the model states count (Gloo's
 // copies on a CPU aside, as the step's gather has them).
 //
@@ -132,6 +134,13 @@
 namespace dtsim::sim::detail {
 namespace {
 
+/// The bytes an all-gather of `params` updated parameters moves: the
+/// working precision, `fp8_weights` of them (FP8 GEMM weights) at 1 byte
+/// under fp8_param_gather (Megatron-LM's --fp8-param-gather).
+Bytes gathered_bytes(const StageContext& c, std::int64_t params, std::int64_t fp8_weights) {
+  return params * c.w - (c.plan.fp8_param_gather ? fp8_weights * (c.w - 1) : 0);
+}
+
 /// DDP, ZeRO-1 and ZeRO-2 on a one-stage plan (ZeRO-3 reduces per layer:
 /// passes/sharded_parameters.cpp).
 class LayerBuckets final : public StrategyPass {
@@ -141,7 +150,7 @@ class LayerBuckets final : public StrategyPass {
     const ResolvedPlan& p = ctx_.plan;
     deepspeed_ = p.zero_stage == 2 && !p.fsdp && ctx_.n > 1;
     ipg_bytes_ = zero2_buffer_bytes(p);  // Note [ZeRO-2's buffers]
-    gather_early_ = p.overlap_param_gather && p.zero_stage == 1 && ctx_.n > 1;
+    gather_early_ = p.zero1_gathers_in_forward();
   }
 
   /// Note [Overlapped parameter gather]: the first micro-batch's forward of
@@ -154,7 +163,7 @@ class LayerBuckets final : public StrategyPass {
     Bucket& bk = buckets_[static_cast<std::size_t>(k)];
     if (bk.gather < 0) {
       LayerContext& c = ctx_;
-      const Bytes all = static_cast<Bytes>(bk.params) * c.w - static_cast<Bytes>(bk.fp8_weights) * (c.w - 1);
+      const Bytes all = gathered_bytes(c, static_cast<std::int64_t>(bk.params), bk.fp8_weights);
       const Bytes buffers = c.gather_bytes(all);
       MemOps on_start, on_end;
       add_bytes(on_start, MemCategory::kBuffers, buffers);
@@ -229,8 +238,7 @@ class LayerBuckets final : public StrategyPass {
     if (!at.last_backward || c.dp_group.ranks == 1) return last;  // no_sync / local accumulation / nothing to sync
     deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {last}));
     // Note [ZeRO-1's reduction]: scattered to the shards' owners, or all-reduced.
-    const bool scatter = c.zero == 1 && c.plan.reduce_scatter && c.n > 1;
-    const TaskId ar = scatter ? c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
+    const TaskId ar = c.plan.zero1_reduce_scatters() ? c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
                                              Stream::kGradComm, deps, {}, {}, bk.expert_bytes)
                               : c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, b, c.dp_group,
                                              Stream::kGradComm, deps, {}, {}, bk.expert_bytes);
@@ -290,10 +298,11 @@ class LayerBuckets final : public StrategyPass {
     // ZeRO-1/2: all-gather the updated parameter shards (working precision;
     // the FP8 GEMM weights at 1 byte under fp8_param_gather, Megatron-LM's
     // --fp8-param-gather of its distributed optimizer).
-    Bytes all = c.params * c.w;
+    std::int64_t fp8_weights = 0;
     if (c.plan.fp8_param_gather) {
-      for (const Layer& L : c.layers) all -= fp8_gemms(L, c.plan.precision).weight_elements * (c.w - 1);
+      for (const Layer& L : c.layers) fp8_weights += fp8_gemms(L, c.plan.precision).weight_elements;
     }
+    const Bytes all = gathered_bytes(c, c.params, fp8_weights);
     const Bytes buffers = c.gather_bytes(all);
     MemOps on_start, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
@@ -369,8 +378,8 @@ class ChunkBuckets final : public StrategyPass {
  public:
   explicit ChunkBuckets(ChunkContext& ctx) : ctx_(ctx) {
     for (const Chunk& ch : ctx_.chunks) buckets_.push_back(plan_buckets(ch));
-    scatter_ = ctx_.plan.zero_stage == 1 && ctx_.plan.reduce_scatter && ctx_.plan.shard_group > 1;
-    gather_early_ = ctx_.plan.zero_stage == 1 && ctx_.plan.overlap_param_gather && ctx_.plan.shard_group > 1;
+    scatter_ = ctx_.plan.zero1_reduce_scatters();
+    gather_early_ = ctx_.plan.zero1_gathers_in_forward();
     gathered_.assign(ctx_.chunks.size(), false);
     last_gather_.assign(static_cast<std::size_t>(ctx_.plan.pp), -1);
   }
@@ -389,7 +398,7 @@ class ChunkBuckets final : public StrategyPass {
     for (std::size_t k = buckets.size(); k-- > 0;) {  // buckets are in backward order
       const Bucket& bk = buckets[k];
       if (bk.bytes == 0) continue;
-      const Bytes all = static_cast<Bytes>(bk.params) * c.w - bk.fp8_weights * (c.w - 1);
+      const Bytes all = gathered_bytes(c, static_cast<std::int64_t>(bk.params), bk.fp8_weights);
       const Bytes expert = std::min(all, bk.expert_params * c.w);
       TaskDeps after;
       if (before >= 0) after.push_back(before);
@@ -480,8 +489,7 @@ class ChunkBuckets final : public StrategyPass {
   void after_step(int s, TaskId step) override {
     ChunkContext& c = ctx_;
     if (c.plan.zero_stage != 1 || c.plan.shard_group <= 1 || gather_early_) return;
-    Bytes all = c.rank_params[static_cast<std::size_t>(s)] * c.w;
-    if (c.plan.fp8_param_gather) all -= c.rank_fp8[static_cast<std::size_t>(s)].weight_elements * (c.w - 1);
+    const Bytes all = gathered_bytes(c, c.rank_params[static_cast<std::size_t>(s)], c.rank_fp8[static_cast<std::size_t>(s)].weight_elements);
     const Bytes expert = std::min(all, c.rank_expert_params[static_cast<std::size_t>(s)] * c.w);
     c.b.collective("all_gather params", s, c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, all,
                    c.grad_cost(CollectiveOp::kAllGather, all, expert, c.dp_group), {step});
