@@ -378,6 +378,7 @@ std::string plan_label(const sim::ResolvedPlan& p) {
     s += std::string(" fsdp-") + sim::to_string(p.spec.fsdp);
   } else if (p.zero_stage > 0) {
     s += " zero" + std::to_string(p.zero_stage);
+    if (p.zero1_gathers_in_forward()) s += "-fwd-gather";  // Note [Overlapped parameter gather]
   }
   if (p.offload_params == sim::Offload::kCpu) {
     s += " offload-opt+param";

@@ -1324,8 +1324,10 @@ struct ExplorerWindow::Impl {
     contig->setEnabled(z == 2);
     // ZeRO-1 alone has the choice (Note [ZeRO-1's reduction]).
     scatter->setEnabled(z == 1);
-    // Megatron-LM asserts the distributed optimizer (Note [Overlapped parameter gather]).
-    param_gather->setEnabled(z == 1);
+    // Where the rules allow it: Megatron-LM asserts the distributed optimizer
+    // and overlapped reduction (Note [Overlapped parameter gather]).
+    param_gather->setEnabled(
+        sim::PlanRules::overlap_param_gather_values(z < 10 ? z : 0, z >= 10, plan_now.overlap, plan_now.runtime).back());
     const bool fsdp_params = z == 10 + static_cast<int>(sim::FsdpMode::kFullShard) ||
                              z == 10 + static_cast<int>(sim::FsdpMode::kHybridShard);
     // Under a pipeline a stage is gathered whole once a step (Note [FSDP
@@ -1412,8 +1414,11 @@ struct ExplorerWindow::Impl {
     // Elsewhere the plan keeps its own (the box keeps what it shows).
     if (z == 2) p.contiguous_gradients = contig->isChecked();
     if (z == 1) p.reduce_scatter = scatter->isChecked();
-    // resolve refuses it beyond ZeRO-1: off there.
-    p.overlap_param_gather = param_gather->isChecked() && z == 1;
+    // Where the rules refuse it (beyond ZeRO-1, without overlap, under the Python loop): off.
+    p.overlap_param_gather = param_gather->isChecked() &&
+                             sim::PlanRules::overlap_param_gather_values(p.zero_stage, p.fsdp != sim::FsdpMode::kNone,
+                                                                         p.overlap, p.runtime)
+                                 .back();
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.

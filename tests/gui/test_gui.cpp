@@ -790,6 +790,7 @@ TEST_CASE("the reduce-scatter knob reaches a ZeRO-1 plan", "[gui][window]") {
   REQUIRE(w.outcome().ok());
   CHECK(w.outcome().prediction->plan.overlap_param_gather);
   CHECK(w.scenario().plan.origins.of("plan.overlap_param_gather") == "explorer: overlap_param_gather");
+  CHECK(gui::plan_label(w.outcome().prediction->plan).find(" zero1-fwd-gather") != std::string::npos);
   // ZeRO-2 has no such choices here: the boxes are off there.
   ExplorerWindow d;
   d.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero2", "", {}));

@@ -27,6 +27,14 @@ TEST_CASE("the rules table: gpt2 on a DGX A100", "[rules]") {
   CHECK(rules.zero_stages(1) == std::vector<int>{0, 1, 2, 3});
   CHECK(rules.recomputes().size() == 3);  // none, selective (it has attention), full
   CHECK(rules.precisions().size() == 3);  // the A100 has bf16
+  // Megatron's overlapped parameter gather: the distributed optimizer with
+  // overlapped reduction only (arguments.py), never under the Python loop.
+  using V = std::vector<bool>;
+  CHECK(rules.overlap_param_gather_values(1, false, true, Runtime::kLibtorch) == V{false, true});
+  for (int z : {0, 2, 3}) CHECK(rules.overlap_param_gather_values(z, false, true, Runtime::kLibtorch) == V{false});
+  CHECK(rules.overlap_param_gather_values(1, true, true, Runtime::kLibtorch) == V{false});
+  CHECK(rules.overlap_param_gather_values(1, false, false, Runtime::kLibtorch) == V{false});
+  CHECK(rules.overlap_param_gather_values(1, false, true, Runtime::kPython) == V{false});
 }
 
 TEST_CASE("the rules table: pp is bounded by the layers, on many GPUs", "[rules]") {

@@ -1,6 +1,7 @@
 // Plan search: it only returns plans that fit, and it beats every shipped plan.
 #include <catch2/catch.hpp>
 
+#include <array>
 #include <cmath>
 #include <cstdio>
 
@@ -126,6 +127,7 @@ TEST_CASE("search: pruning by the time bound keeps the ranking and the Pareto fr
       CHECK(a[i].plan.spec.schedule == b[i].plan.spec.schedule);
       CHECK(a[i].plan.spec.micro_batch == b[i].plan.spec.micro_batch);
       CHECK(a[i].plan.spec.zero_stage == b[i].plan.spec.zero_stage);
+      CHECK(a[i].plan.spec.overlap_param_gather == b[i].plan.spec.overlap_param_gather);
       CHECK(a[i].plan.spec.recompute == b[i].plan.spec.recompute);
     }
   };
@@ -249,6 +251,13 @@ TEST_CASE("search: the stage bounds of an interleaved pipeline, by hand (Note [S
   CHECK(run.exec.memory[0].at_peak.total() >= b.peak);
   // The bound without the split (m X / pp) was 8 x 24 / 4 = 48 ms.
   CHECK(b.time > 48'000'000);
+  // A gather after each stage's step (Note [Search]) of its 2 parameters:
+  // stage s ends at s + 48 ms + the longer of the gather and the 2s ms of
+  // backwards the stages before it still run. At 4 ms a parameter (8 ms):
+  // 56, 57, 58 and 59 ms; at 2.5 ms (5 ms): 53, 54, 55 and 3 + 48 + 6 = 57.
+  auto per_param = [](TimeNs ns) { return [ns](std::int64_t params) { return params * ns; }; };
+  CHECK(plan_bounds(costs, shape, run.plan, c, per_param(4'000'000)).time == static_cast<TimeNs>(59'000'000 * (1 - 1e-9)));
+  CHECK(plan_bounds(costs, shape, run.plan, c, per_param(2'500'000)).time == static_cast<TimeNs>(57'000'000 * (1 - 1e-9)));
 }
 
 TEST_CASE("search: DeepSpeed ZeRO-2's buffers join its memory bound (Note [ZeRO-2's buffers])", "[search]") {
@@ -308,7 +317,7 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
   // Note [Search]: each stage's chain of passes and what it holds at its
   // first backward, from its layers' costs split as the partition splits
   // them; predictions only add (sends, waits, buffers) to both.
-  int zero3_bounds = 0, schedules = 0;
+  int zero3_bounds = 0, schedules = 0, step_gathers = 0;
   for (const char* name : {"gpt2", "bert-large", "llama-tiny", "gpt-7.5b", "moe-tiny"}) {
     const auto model = models::load_model(name);
     for (int nodes : {1, 8}) {
@@ -343,11 +352,22 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
           ++schedules;
           const LayerCosts costs = layer_costs(price_plan_layers(*model, p.plan, cluster), p.plan);
           const ScheduleShape shape = schedule_shape(p.plan.schedule, p.plan.pp, p.plan.virtual_stages, p.plan.grad_accum);
-          const PlanBounds b = plan_bounds(costs, shape, p.plan, cluster);
+          const AnalyticCommModel comm(cluster);
+          const auto gather = step_gather_bound(p.plan, cluster, comm);
+          const PlanBounds b = plan_bounds(costs, shape, p.plan, cluster, gather);
           Bytes peak = 0;
           for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
           CHECK(b.time > 0);
           CHECK(b.time <= p.iteration_time);
+          // The distributed optimizer's gather after the step lengthens
+          // the bound (Note [Search]); gathering in the forward, none.
+          if (gather) {
+            ++step_gathers;
+            CHECK(b.time > plan_bounds(costs, shape, p.plan, cluster).time);
+            ResolvedPlan early = p.plan;
+            early.overlap_param_gather = true;
+            CHECK_FALSE(step_gather_bound(early, cluster, comm));
+          }
           CHECK(b.peak > cluster.device.runtime_reserved);
           CHECK(b.peak <= peak);
           // Never below one micro-batch's work m X / pp, the bound that knows no split.
@@ -371,6 +391,7 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
     }
   }
   CHECK(zero3_bounds >= 8);  // zero3 and fsdp, 4 models, 1 and 8 nodes
+  CHECK(step_gathers >= 10);  // zero1 and megatron-3d's distributed optimizer, 5 models, 1 and 8 nodes
   CHECK(schedules > 150);
 }
 
@@ -534,6 +555,68 @@ TEST_CASE("search: Megatron's block recompute where the plan without recompute c
     CHECK(all.top[i].iteration_time == r.top[i].iteration_time);
     CHECK(all.top[i].plan.recompute_blocks == r.top[i].plan.recompute_blocks);
   }
+}
+
+TEST_CASE("search: ZeRO-1 gathers in the forward where the rules allow it, in the step where set so", "[search]") {
+  // gpt2-xl on 16 A100s (Note [Search]): every distributed-optimizer plan
+  // gathers its parameters in the next forward (Note [Overlapped parameter
+  // gather]), never slower and no larger; no other sharding has it.
+  const auto model = models::load_model("gpt2-xl");
+  const ClusterSpec cluster = load_cluster("dgx-a100", {parse_override("cluster.nodes=2")});
+  auto count = [&](const std::vector<Override>& overrides) {
+    SearchOptions o = fp16_adam(128);
+    o.base = search_base_plan(cluster, overrides);
+    std::array<int, 3> n{};  // ZeRO-1 without, ZeRO-1 with, any other sharding with
+    for (const PlanSpec& p : enumerate_plans(*model, cluster, o)) {
+      const bool zero1 = p.zero_stage == 1 && p.fsdp == FsdpMode::kNone;
+      if (zero1) ++n[p.overlap_param_gather ? 1 : 0];
+      else if (p.overlap_param_gather) ++n[2];
+    }
+    return n;
+  };
+  const auto walked = count({});
+  CHECK(walked[0] == 0);
+  CHECK(walked[1] > 0);
+  CHECK(walked[2] == 0);
+  // In the step where set so, or where the rules refuse it (the Python
+  // loop's ZeroRedundancyOptimizer, or no overlapped reduction).
+  const auto off = count({parse_override("plan.overlap_param_gather=false")});
+  CHECK((off[0] == walked[1] && off[1] == 0 && off[2] == 0));
+  const auto on = count({parse_override("plan.overlap_param_gather=true")});
+  CHECK((on[0] == 0 && on[1] == walked[1] && on[2] == 0));
+  const auto python = count({parse_override("plan.runtime=python")});
+  CHECK((python[0] == walked[1] && python[1] == 0));
+  const auto serial = count({parse_override("plan.overlap=false")});
+  CHECK((serial[0] == walked[1] && serial[1] == 0));
+
+  // Searched without pruning, every distributed-optimizer plan that fits,
+  // predicted alone with the gather in the step, is no faster and peaks
+  // the same; the gather in the forward takes it off the critical path
+  // (Note [Overlapped parameter gather]), so where the gradients cross
+  // the nodes (dp 16: all 16 GPUs) it is strictly faster.
+  SearchOptions o = fp16_adam(128);
+  o.threads = 1;
+  o.prune_by_time = false;
+  const SearchResult r = search(*model, cluster, o);
+  int checked = 0, faster = 0;
+  for (const SearchEntry& e : r.top) {
+    if (!e.plan.zero1_gathers_in_forward()) continue;
+    ++checked;
+    PlanSpec in_step = e.plan.spec;
+    in_step.overlap_param_gather = false;
+    const Prediction p = predict(*model, in_step, cluster);
+    Bytes peak = 0;
+    for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
+    CHECK(p.iteration_time >= e.iteration_time);
+    CHECK(peak == e.peak);
+    if (e.plan.dp == 16) {
+      CHECK(p.iteration_time > e.iteration_time);
+      ++faster;
+    }
+  }
+  CHECK(checked > 20);
+  CHECK(faster > 0);
+  check_same_as(*model, r.top.front().plan.spec, cluster, r.top.front());
 }
 
 TEST_CASE("search: the interference term by hand, cheapest overlap first (Note [Search])", "[search][interference]") {

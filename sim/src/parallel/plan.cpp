@@ -576,7 +576,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // Megatron-LM's arguments.py asserts the distributed optimizer and
   // --overlap-grad-reduce beside it.
   r.overlap_param_gather = s.overlap_param_gather;
-  if (s.overlap_param_gather) {
+  if (!contains(rules.overlap_param_gather_values(r.zero_stage, r.fsdp, r.overlap, r.runtime), s.overlap_param_gather)) {
+    // Why, in the words of the rule that refuses it.
     if (r.zero_stage != 1 || r.fsdp) {
       bad.add("overlap_param_gather", std::string("true needs the distributed optimizer (zero_stage: 1), as Megatron-LM's "
                                                   "--overlap-param-gather does; with ") +

@@ -153,6 +153,11 @@ std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
   return {FsdpMode::kFullShard, FsdpMode::kShardGradOp, FsdpMode::kNoShard, FsdpMode::kHybridShard};
 }
 
+std::vector<bool> PlanRules::overlap_param_gather_values(int zero_stage, bool fsdp, bool overlap, Runtime runtime) {
+  if (zero_stage != 1 || fsdp || !overlap || runtime == Runtime::kPython) return {false};
+  return {false, true};
+}
+
 std::vector<Offload> PlanRules::optimizer_offloads(int zero_stage, int pp) const {
   if (zero_stage == 0 || pp > 1) return {Offload::kNone};
   return {Offload::kNone, Offload::kCpu};

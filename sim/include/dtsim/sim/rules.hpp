@@ -92,6 +92,12 @@ class PlanRules {
   /// fully_shard stages, and NO_SHARD (Note [FSDP under a pipeline] in
   /// lowering/passes/fsdp_pipeline.cpp).
   std::vector<FsdpMode> fsdp_modes(int pp) const;
+  /// Megatron-LM's overlapped parameter gather (overlap_param_gather) with
+  /// ZeRO stage z, FSDP or not, overlapped reduction or not, under `runtime`:
+  /// true only for the distributed optimizer (zero_stage 1, no FSDP) with
+  /// overlap and not under the Python loop (arguments.py's assertions;
+  /// ZeroRedundancyOptimizer broadcasts after its step).
+  static std::vector<bool> overlap_param_gather_values(int zero_stage, bool fsdp, bool overlap, Runtime runtime);
   /// Optimizer offload with ZeRO stage z and pp stages (ZeRO-Offload needs
   /// a stage; not modelled with pipelines).
   std::vector<Offload> optimizer_offloads(int zero_stage, int pp) const;

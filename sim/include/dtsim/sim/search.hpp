@@ -119,6 +119,12 @@ std::int64_t fsdp_root_elements(const Model& model, const ResolvedPlan& plan);
 /// [ZeRO-3 modules]); 0 unless plan.zero3_modules().
 std::int64_t zero3_persistent_elements(const Model& model, const ResolvedPlan& plan);
 
+/// Note [Search]: the least time of the distributed optimizer's all-gather
+/// after a stage's step (ZeRO-1 gathering there, not in the next forward),
+/// from the stage's parameters per GPU less its routed experts'; empty
+/// where the plan gathers nothing there. Keeps a reference to `comm`.
+std::function<TimeNs(std::int64_t)> step_gather_bound(const ResolvedPlan& plan, const ClusterSpec& cluster, const CommModel& comm);
+
 /// Note [Search]: a lower bound of the fullest rank's peak, from the model
 /// states of the average stage (`stage_states`) and what one micro-batch
 /// keeps over the whole model (`kept`), for `pp` stages running `m`
@@ -147,13 +153,17 @@ ScheduleShape schedule_shape(Schedule schedule, int pp, int virtual_stages, std:
 /// runtime's reservation), from its layers' costs split as
 /// `plan.stage_layers` says, run in `shape`'s order. Reads the plan's pp,
 /// virtual stages, micro-batches, data-parallel degree and what
-/// model_states() reads.
+/// model_states() reads. `after_step`, where given: the least time of what
+/// a stage's step is followed by, from its parameters per GPU less its
+/// routed experts' (the distributed optimizer's gather in the step: Note
+/// [Search]); a stage's chain then ends no earlier than that after its last
+/// pass.
 struct PlanBounds {
   TimeNs time = 0;
   Bytes peak = 0;
 };
 PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, const ResolvedPlan& plan,
-                       const ClusterSpec& cluster);
+                       const ClusterSpec& cluster, const std::function<TimeNs(std::int64_t)>& after_step = {});
 
 /// Runs the search. Throws ConfigError if the options are impossible (a
 /// global batch no data-parallel degree divides, more GPUs than the cluster).
