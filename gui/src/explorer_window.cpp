@@ -1312,7 +1312,7 @@ struct ExplorerWindow::Impl {
     vstages->setMaximum(std::max(2, ch.max_virtual_stages));
     sp->setEnabled(ch.sequence_parallel);
     // resolve refuses tp_comm_overlap without sequence parallelism.
-    tp_overlap->setEnabled(ch.sequence_parallel && sp->isChecked());
+    tp_overlap->setEnabled(sim::PlanRules::tp_comm_overlap_values(cur_tp, ch.sequence_parallel && sp->isChecked()).back());
     // and Megatron's buffer beyond ZeRO-1 or with the optimizer offloaded.
     fp32_grads->setEnabled(zero->currentData().toInt() <= 1 && offload->currentData().toInt() == 0);
     // Note [No master weights]: without them only in 16 bits, beside neither of those.
@@ -1384,7 +1384,7 @@ struct ExplorerWindow::Impl {
       p.virtual_stages = 0;
     }
     p.sequence_parallel = sp->isChecked() && p.tp > 1;
-    p.tp_comm_overlap = tp_overlap->isChecked() && p.sequence_parallel;
+    p.tp_comm_overlap = tp_overlap->isChecked() && sim::PlanRules::tp_comm_overlap_values(p.tp, p.sequence_parallel).back();
     p.deallocate_pipeline_outputs = dealloc->isChecked();
     p.sync_batchnorm = sync_bn->isChecked() && sync_bn->isEnabled();
     p.micro_batch = micro_batch->value();

@@ -131,12 +131,13 @@ TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
   CHECK(lines(csv.out) == 4);  // header + 3 plans
   // Note [Search twins]: a plan's other names in the column `also`, then
   // the blocks of a chunk Megatron's block recompute reruns (0: none or
-  // every block); on one DGX A100 gpt2's pipelines are placed alike either way.
+  // every block), then whether tensor parallelism's collectives overlap
+  // the GEMMs; on one DGX A100 gpt2's pipelines are placed alike either way.
   const Result twins = dtsim("search --model gpt2 --cluster dgx-a100 --top 30 --threads 1 --csv");
   REQUIRE(twins.status == 0);
-  CHECK(twins.out.find(",precision,also,recompute_blocks\n") != std::string::npos);
+  CHECK(twins.out.find(",precision,also,recompute_blocks,tp_comm_overlap\n") != std::string::npos);
   CHECK(twins.out.find(",tp-pp-dp,") != std::string::npos);
-  CHECK(twins.out.find(",placement tp-dp-pp,0\n") != std::string::npos);
+  CHECK(twins.out.find(",placement tp-dp-pp,0,") != std::string::npos);
 }
 
 TEST_CASE("a GPipe plan with a given balance reports every stage", "[cli][pipeline]") {

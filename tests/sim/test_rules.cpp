@@ -35,6 +35,10 @@ TEST_CASE("the rules table: gpt2 on a DGX A100", "[rules]") {
   CHECK(rules.overlap_param_gather_values(1, true, true, Runtime::kLibtorch) == V{false});
   CHECK(rules.overlap_param_gather_values(1, false, false, Runtime::kLibtorch) == V{false});
   CHECK(rules.overlap_param_gather_values(1, false, true, Runtime::kPython) == V{false});
+  // Transformer Engine's TP overlap needs sequence parallelism (tp > 1).
+  CHECK(PlanRules::tp_comm_overlap_values(2, true) == V{false, true});
+  CHECK(PlanRules::tp_comm_overlap_values(2, false) == V{false});
+  CHECK(PlanRules::tp_comm_overlap_values(1, false) == V{false});
 }
 
 TEST_CASE("the rules table: pp is bounded by the layers, on many GPUs", "[rules]") {

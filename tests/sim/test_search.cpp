@@ -317,7 +317,7 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
   // Note [Search]: each stage's chain of passes and what it holds at its
   // first backward, from its layers' costs split as the partition splits
   // them; predictions only add (sends, waits, buffers) to both.
-  int zero3_bounds = 0, schedules = 0, step_gathers = 0;
+  int zero3_bounds = 0, schedules = 0, step_gathers = 0, tp_overlaps = 0;
   for (const char* name : {"gpt2", "bert-large", "llama-tiny", "gpt-7.5b", "moe-tiny"}) {
     const auto model = models::load_model(name);
     for (int nodes : {1, 8}) {
@@ -341,6 +341,14 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
             if (sc != shipped.schedule || (sc == Schedule::kInterleaved && shipped.virtual_stages != 2)) variants.push_back(v);
           }
         }
+        // Transformer Engine's TP overlap (Note [TP comm overlap]): the
+        // bounds count what the GEMMs leave exposed.
+        for (std::size_t k = 0, n = variants.size(); k < n; ++k) {
+          if (!variants[k].sequence_parallel) continue;
+          PlanSpec v = variants[k];
+          v.tp_comm_overlap = true;
+          variants.push_back(v);
+        }
         for (const PlanSpec& spec : variants) {
           INFO(name << " " << plan_name << " (" << to_string(spec.schedule) << ") on " << nodes << " nodes");
           Prediction p;
@@ -350,6 +358,7 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
             continue;
           }
           ++schedules;
+          if (spec.tp_comm_overlap) ++tp_overlaps;
           const LayerCosts costs = layer_costs(price_plan_layers(*model, p.plan, cluster), p.plan);
           const ScheduleShape shape = schedule_shape(p.plan.schedule, p.plan.pp, p.plan.virtual_stages, p.plan.grad_accum);
           const AnalyticCommModel comm(cluster);
@@ -392,6 +401,7 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
   }
   CHECK(zero3_bounds >= 8);  // zero3 and fsdp, 4 models, 1 and 8 nodes
   CHECK(step_gathers >= 10);  // zero1 and megatron-3d's distributed optimizer, 5 models, 1 and 8 nodes
+  CHECK(tp_overlaps >= 8);  // megatron-3d's (tp 8) schedules with the overlap, 1 and 8 nodes
   CHECK(schedules > 150);
 }
 
@@ -617,6 +627,55 @@ TEST_CASE("search: ZeRO-1 gathers in the forward where the rules allow it, in th
   CHECK(checked > 20);
   CHECK(faster > 0);
   check_same_as(*model, r.top.front().plan.spec, cluster, r.top.front());
+}
+
+TEST_CASE("search: sequence parallelism's collectives overlap the GEMMs where set so and the rules allow it (Note [TP comm overlap])", "[search]") {
+  // gpt2-large (20 heads: tp 2 and 4) on 16 A100s: with
+  // plan.tp_comm_overlap set, every plan with sequence parallelism overlaps
+  // its collectives (Transformer Engine's userbuffers), none without it
+  // (which the rules refuse); unset, none.
+  const auto model = models::load_model("gpt2-large");
+  const ClusterSpec cluster = load_cluster("dgx-a100", {parse_override("cluster.nodes=2")});
+  auto count = [&](const std::vector<Override>& overrides) {
+    SearchOptions o = fp16_adam(128);
+    o.base = search_base_plan(cluster, overrides);
+    std::array<int, 3> n{};  // with sp overlapped, with sp not, without sp overlapped
+    for (const PlanSpec& p : enumerate_plans(*model, cluster, o)) {
+      if (p.sequence_parallel) ++n[p.tp_comm_overlap ? 0 : 1];
+      else if (p.tp_comm_overlap) ++n[2];
+    }
+    return n;
+  };
+  const auto on = count({parse_override("plan.tp_comm_overlap=true")});
+  CHECK(on[0] > 0);
+  CHECK(on[1] == 0);
+  CHECK(on[2] == 0);
+  const auto unset = count({});
+  CHECK((unset[0] == 0 && unset[1] == on[0] && unset[2] == 0));
+
+  // Each overlapped plan that fits, predicted alone without the overlap,
+  // exposes every collective: no faster, the same peak (Note [TP comm
+  // overlap]).
+  SearchOptions o = fp16_adam(128);
+  o.base = search_base_plan(cluster, {parse_override("plan.tp_comm_overlap=true")});
+  o.threads = 1;
+  o.prune_by_time = false;
+  const SearchResult r = search(*model, cluster, o);
+  int checked = 0, faster = 0;
+  for (const SearchEntry& e : r.top) {
+    if (!e.plan.tp_comm_overlap) continue;
+    ++checked;
+    PlanSpec serial = e.plan.spec;
+    serial.tp_comm_overlap = false;
+    const Prediction p = predict(*model, serial, cluster);
+    Bytes peak = 0;
+    for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
+    CHECK(p.iteration_time >= e.iteration_time);
+    CHECK(peak == e.peak);
+    faster += p.iteration_time > e.iteration_time ? 1 : 0;
+  }
+  CHECK(checked > 20);
+  CHECK(faster == checked);
 }
 
 TEST_CASE("search: the interference term by hand, cheapest overlap first (Note [Search])", "[search][interference]") {

@@ -57,6 +57,8 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
   out.recompute.reserve(n);
   out.tp_forward.reserve(n);
   out.tp_backward.reserve(n);
+  out.tp_forward_exposed.reserve(n);
+  out.tp_backward_exposed.reserve(n);
   const bool split_weights = plan.pp > 1 && plan.schedule == Schedule::kZbH1;
   if (split_weights) out.weight.reserve(n);
   const std::vector<Recompute> recomputes = layer_recomputes(plan, out.layers);
@@ -70,7 +72,9 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
                        (L.dp_forward.empty() ? 0 : detail::sum_costs(L.dp_forward, dp_group, comm).total());
     const TimeNs epb = (L.ep_backward.empty() ? 0 : detail::sum_costs(L.ep_backward, ep_group, comm, &L.ep_route).total()) +
                        (L.dp_backward.empty() ? 0 : detail::sum_costs(L.dp_backward, dp_group, comm).total());
-    const TimeNs tpf = (plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm).total() : 0) + epf;
+    const CollectiveCost tp_fwd = plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm) : CollectiveCost{};
+    const CollectiveCost tp_bwd = plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm) : CollectiveCost{};
+    const TimeNs tpf = tp_fwd.total() + epf;
     TimeNs rec = 0;
     if (rc == Recompute::kFull && L.is_block()) rec = fwd + tpf;
     if (detail::partially_recomputed_bytes(L, rc) > 0) {
@@ -102,7 +106,9 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     }
     out.recompute.push_back(rec);
     out.tp_forward.push_back(tpf);
-    out.tp_backward.push_back((plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm).total() : 0) + epb);
+    out.tp_backward.push_back(tp_bwd.total() + epb);
+    out.tp_forward_exposed.push_back(detail::tp_exposed_cost(tp_fwd, L, Pass::kForward, plan, compute).total() + epf);
+    out.tp_backward_exposed.push_back(detail::tp_exposed_cost(tp_bwd, L, Pass::kBackward, plan, compute).total() + epb);
   }
   return out;
 }

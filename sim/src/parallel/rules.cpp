@@ -208,6 +208,11 @@ std::vector<bool> PlanRules::sequence_parallel_values(int tp) const {
   return {false};
 }
 
+std::vector<bool> PlanRules::tp_comm_overlap_values(int tp, bool sequence_parallel) {
+  if (tp > 1 && sequence_parallel) return {false, true};
+  return {false};
+}
+
 std::vector<Precision> PlanRules::precisions() const {
   // fp16 runs everywhere (on FP16 units where the device has them, else at
   // its fp32 rate); bf16 only where the device supports it; fp8 only on FP8

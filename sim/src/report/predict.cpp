@@ -216,14 +216,16 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
   const std::vector<Recompute> recomputes = layer_recomputes(plan, priced.layers);
   const std::vector<int> groups = recompute_groups(plan, priced.layers);
   for (std::size_t l = 0; l < n; ++l) {
-    const bool serial = !plan.tp_comm_overlap;
-    out.forward.push_back(priced.forward[l] + (serial ? priced.tp_forward[l] : 0));
-    out.backward.push_back(priced.backward[l] + priced.recompute[l] + (serial ? priced.tp_backward[l] : 0));
+    // The serial collectives as the compute stream runs them (under
+    // tp_comm_overlap what the GEMMs leave of TP's; every all-to-all).
+    const TimeNs tpf = priced.tp_forward_exposed[l], tpb = priced.tp_backward_exposed[l];
+    out.forward.push_back(priced.forward[l] + tpf);
+    out.backward.push_back(priced.backward[l] + priced.recompute[l] + tpb);
     const double f = static_cast<double>(priced.forward[l]), b = static_cast<double>(priced.backward[l]),
                  r = static_cast<double>(priced.recompute[l]);
     out.kernels_ns += f + b + r;
     out.memory_ns += f * priced.forward_memory[l] + b * priced.backward_memory[l] + r * priced.recompute_memory[l];
-    if (serial) out.serial_comm_ns += static_cast<double>(priced.tp_forward[l] + priced.tp_backward[l]);
+    out.serial_comm_ns += static_cast<double>(tpf + tpb);
     out.kept.push_back(detail::kept_bytes(priced.layers, l, recomputes[l], groups[l]));
     const bool block = priced.layers[l].is_block();
     out.block.push_back(block ? 1 : 0);

@@ -17,7 +17,15 @@
 // tokens on 16,384 H100s, llama-3-70b, gpt-7.5b, mixtral-8x7b, gpt2-xl,
 // gpt2 on 8 V100s, gpt2-tiny and bert-tiny on this CPU) took 0 to 7.0%
 // longer and peaked the same; trying both took the 131k-token 405B search
-// from 38-48 s to 54-63 s. Before simulating, a plan whose model states alone (ZeRO
+// from 38-48 s to 54-63 s. Sequence parallelism's collectives overlap the
+// GEMMs beside them (Transformer Engine's userbuffers, tp_comm_overlap;
+// Note [TP comm overlap]) where the base plan sets it so and the rules
+// allow it (with sequence parallelism). It too is never slower (a layer
+// exposes T_comm / tp + (tp - 1) / tp x max(0, T_comm - T_gemm) of its
+// collectives' T_comm) and holds nothing more, but tried wherever
+// allowed it made more plans competitive: deepseek-v3's search simulated
+// 6,945 plans where it had 5,872, 56-59 s against 40.7 s, at the edge of
+// the minute issue 26 allows (bench/README.md). Before simulating, a plan whose model states alone (ZeRO
 // paper accounting of the fewest parameters a GPU can hold, total / (tp x
 // pp)) exceed the device is dropped: that bound never drops a plan that fits.
 // The rest are simulated in parallel, each prediction independent
@@ -93,8 +101,10 @@
 //
 // The plans are simulated in the order of a lower bound of their time. Let
 // x_s be what stage s's compute stream runs for one micro-batch: its
-// chunks' forward and backward kernels, recompute and tensor-parallel
-// collectives. Stage s runs its m x_s on its compute stream, one pass after
+// chunks' forward and backward kernels, recompute, tensor-parallel
+// collectives (under tp_comm_overlap the part the GEMMs leave exposed, as
+// the lowering prices it: Note [TP comm overlap]) and expert all-to-alls.
+// Stage s runs its m x_s on its compute stream, one pass after
 // another; its first pass (a forward of chunk c) waits for micro-batch 0's
 // forwards through every virtual stage before c x pp + s, and after its
 // last (a backward of chunk c') come that micro-batch's backwards through
@@ -376,6 +386,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.virtual_stages = sc.v;
                     p.stage_layers.clear();
                     p.sequence_parallel = sp;
+                    // Note [Search]: TP's collectives overlapped as the base plan says, where the rules allow it.
+                    p.tp_comm_overlap = PlanRules::tp_comm_overlap_values(tp, sp).back() && o.base.tp_comm_overlap;
                     p.micro_batch = mb;
                     p.grad_accum = m;
                     p.global_batch = 0;
@@ -1107,7 +1119,7 @@ void table(std::string& out, const std::vector<SearchEntry>& es, bool attention)
   const bool ep = std::any_of(es.begin(), es.end(), [](const SearchEntry& e) { return e.plan.ep > 1; });
   out += "    " + pad("#", 4) + pad("time", 11) + pad("tokens/s", 11) + pad("MFU", 7) + pad("peak GiB", 10) + pad("dp", 5) +
          pad("tp", 4) + pad("cp", 4) + (ep ? pad("ep", 4) : "") + pad("pp", 4) + pad("schedule", 16) + pad("mb", 5) +
-         pad("m", 6) + pad("sharding", 18) + pad("offload", 11) + pad("recompute", 11) + pad("sp", 4) + pad("attn", 6) +
+         pad("m", 6) + pad("sharding", 18) + pad("offload", 11) + pad("recompute", 11) + pad("sp", 8) + pad("attn", 6) +
          pad("prec", 5) + "placement\n";
   int i = 1;
   for (const auto& e : es) {
@@ -1120,7 +1132,7 @@ void table(std::string& out, const std::vector<SearchEntry>& es, bool attention)
            (ep ? pad(std::to_string(p.ep) + (p.etp != p.tp ? "/" + std::to_string(p.etp) : ""), 4) : "") +
            pad(std::to_string(p.pp), 4) + pad(schedule_text(p), 16) + pad(std::to_string(p.micro_batch), 5) +
            pad(std::to_string(p.grad_accum), 6) + pad(sharding_text(p), 18) + pad(offload_text(p), 11) +
-           pad(recompute_text(p), 11) + pad(p.sequence_parallel ? "yes" : "-", 4) +
+           pad(recompute_text(p), 11) + pad(!p.sequence_parallel ? "-" : p.tp_comm_overlap ? "overlap" : "yes", 8) +
            pad(!attention ? "-" : p.flash_attention ? "flash" : "eager", 6) + pad(to_string(p.precision), 5) +
            (p.pp > 1 && p.dp > 1 ? p.spec.placement : "-");
     for (std::size_t k = 0; k < e.also.size(); ++k) out += (k == 0 ? " (also " : "; ") + e.also[k] + (k + 1 == e.also.size() ? ")" : "");
@@ -1142,7 +1154,8 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   j.field("overlap_param_gather", p.zero1_gathers_in_forward());
   j.field("offload_optimizer", to_string(p.offload_optimizer)).field("offload_params", to_string(p.offload_params));
   j.field("recompute", to_string(p.recompute)).field("recompute_blocks", p.recompute_blocks);
-  j.field("sequence_parallel", p.sequence_parallel).field("master_weights", p.master_weights);
+  j.field("sequence_parallel", p.sequence_parallel).field("tp_comm_overlap", p.tp_comm_overlap);
+  j.field("master_weights", p.master_weights);
   j.field("placement", p.spec.placement);
   j.key("stage_layers").begin_array();
   for (int n : p.stage_layers) j.value(n);
@@ -1206,7 +1219,7 @@ std::string search_to_json(const SearchResult& r) {
 std::string search_to_csv(const SearchResult& r) {
   std::ostringstream os;
   os << "rank,iteration_time_s,tokens_per_s,mfu,peak_bytes,dp,tp,pp,schedule,virtual_stages,micro_batch,micro_batches,"
-        "sharding,offload,recompute,sequence_parallel,placement,pareto,cp,attention,precision,also,recompute_blocks\n";
+        "sharding,offload,recompute,sequence_parallel,placement,pareto,cp,attention,precision,also,recompute_blocks,tp_comm_overlap\n";
   int i = 1;
   for (const auto& e : r.top) {
     const ResolvedPlan& p = e.plan;
@@ -1226,7 +1239,7 @@ std::string search_to_csv(const SearchResult& r) {
       std::replace(n.begin(), n.end(), ',', '-');
       os << (k ? ";" : "") << n;
     }
-    os << "," << p.recompute_blocks << "\n";
+    os << "," << p.recompute_blocks << "," << (p.tp_comm_overlap ? "true" : "false") << "\n";
   }
   return os.str();
 }

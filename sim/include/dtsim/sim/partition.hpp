@@ -34,6 +34,10 @@ struct PricedLayers {
   std::vector<TimeNs> weight;
   /// Its tensor-parallel collectives and expert-parallel all-to-alls, serial after it.
   std::vector<TimeNs> tp_forward, tp_backward;
+  /// The same as the compute stream runs them: under tp_comm_overlap the
+  /// tensor-parallel part only as far as its GEMMs leave it exposed (Note
+  /// [TP comm overlap]), as the lowering prices it; the search's bounds.
+  std::vector<TimeNs> tp_forward_exposed, tp_backward_exposed;
   /// Per layer: forward + backward + recompute + collectives, what partition() balances.
   std::vector<double> costs() const;
 };

@@ -144,8 +144,9 @@ struct LayerCosts {
   /// Over every layer, one micro-batch (the search's interference term,
   /// Note [Search]): the kernels' time (forward, backward, recompute), of it
   /// the memory-bound kernels' (PricedLayers' shares), and the serial
-  /// collectives on the compute stream (tensor parallelism's, unless
-  /// tp_comm_overlap hides them), ns.
+  /// collectives on the compute stream (tensor parallelism's, under
+  /// tp_comm_overlap what its GEMMs leave exposed; expert parallelism's
+  /// all-to-alls), ns.
   double kernels_ns = 0, memory_ns = 0, serial_comm_ns = 0;
 };
 LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan);
@@ -154,7 +155,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan);
 /// the compute streams busy with, priced as the lowering prices them for a
 /// resolved `plan` (per GPU of its tp x cp shard): the kernels, recompute's
 /// rematerialisation and the tensor-parallel collectives Megatron-LM runs
-/// between them (unless tp_comm_overlap hides them). Each layer runs them
+/// between them (under tp_comm_overlap what the GEMMs leave exposed). Each layer runs them
 /// on its stage's compute stream, one after another, so an iteration takes
 /// at least grad_accum x this / pp (Note [Search]); the sum of layer_costs.
 /// `forward_share`, when given, receives the smallest share of any layer's

@@ -113,6 +113,11 @@ class PlanRules {
   bool op_recompute_allowed(int tp, int cp, bool flash) const;
   /// Sequence parallelism (Korthikanti et al. 2022) needs tp > 1.
   std::vector<bool> sequence_parallel_values(int tp) const;
+  /// Transformer Engine's overlap of sequence parallelism's collectives
+  /// with the GEMMs beside them (tp_comm_overlap, Megatron-LM's
+  /// --tp-comm-overlap; Note [TP comm overlap]) needs sequence parallelism
+  /// (and so tp > 1).
+  static std::vector<bool> tp_comm_overlap_values(int tp, bool sequence_parallel);
   /// Precisions the device runs (bf16 needs bfloat16 support).
   std::vector<Precision> precisions() const;
   /// Orders of the mesh axes a placement may give, innermost first.
