@@ -38,6 +38,51 @@ void check_same_as(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   CHECK(peak == e.peak);
 }
 
+/// The plans enumerate_plans makes under `overrides` (search_base_plan's),
+/// counted: [0] where `applies` with `knob` on, [1] where `applies` with it
+/// off, [2] where not `applies` with it on.
+template <class Applies, class Knob>
+std::array<int, 3> count_plans(const Model& model, const ClusterSpec& cluster, const std::vector<Override>& overrides,
+                               Applies applies, Knob knob) {
+  SearchOptions o = fp16_adam(128);
+  o.base = search_base_plan(cluster, overrides);
+  std::array<int, 3> n{};
+  for (const PlanSpec& p : enumerate_plans(model, cluster, o)) {
+    if (applies(p)) ++n[knob(p) ? 0 : 1];
+    else if (knob(p)) ++n[2];
+  }
+  return n;
+}
+
+/// Every fitting plan of an unpruned search under `overrides` with `knob`
+/// on, predicted alone with it turned off by `off`: no faster, the same
+/// peak. Returns the plans checked and how many of them were slower.
+template <class Knob, class Off>
+std::pair<int, int> never_slower(const Model& model, const ClusterSpec& cluster, const std::vector<Override>& overrides,
+                                 Knob knob, Off off) {
+  SearchOptions o = fp16_adam(128);
+  o.base = search_base_plan(cluster, overrides);
+  o.threads = 1;
+  o.prune_by_time = false;
+  const SearchResult r = search(model, cluster, o);
+  int checked = 0, slower = 0;
+  for (const SearchEntry& e : r.top) {
+    if (!knob(e.plan)) continue;
+    ++checked;
+    PlanSpec without = e.plan.spec;
+    off(without);
+    const Prediction p = predict(model, without, cluster);
+    Bytes peak = 0;
+    for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
+    CHECK(p.iteration_time >= e.iteration_time);
+    CHECK(peak == e.peak);
+    slower += p.iteration_time > e.iteration_time ? 1 : 0;
+  }
+  REQUIRE_FALSE(r.top.empty());
+  check_same_as(model, r.top.front().plan.spec, cluster, r.top.front());
+  return {checked, slower};
+}
+
 }  // namespace
 
 TEST_CASE("search: every plan it returns fits when predicted on its own", "[search]") {
@@ -573,60 +618,31 @@ TEST_CASE("search: ZeRO-1 gathers in the forward where the rules allow it, in th
   // gather]), never slower and no larger; no other sharding has it.
   const auto model = models::load_model("gpt2-xl");
   const ClusterSpec cluster = load_cluster("dgx-a100", {parse_override("cluster.nodes=2")});
-  auto count = [&](const std::vector<Override>& overrides) {
-    SearchOptions o = fp16_adam(128);
-    o.base = search_base_plan(cluster, overrides);
-    std::array<int, 3> n{};  // ZeRO-1 without, ZeRO-1 with, any other sharding with
-    for (const PlanSpec& p : enumerate_plans(*model, cluster, o)) {
-      const bool zero1 = p.zero_stage == 1 && p.fsdp == FsdpMode::kNone;
-      if (zero1) ++n[p.overlap_param_gather ? 1 : 0];
-      else if (p.overlap_param_gather) ++n[2];
-    }
-    return n;
-  };
-  const auto walked = count({});
-  CHECK(walked[0] == 0);
-  CHECK(walked[1] > 0);
+  const auto zero1 = [](const PlanSpec& p) { return p.zero_stage == 1 && p.fsdp == FsdpMode::kNone; };
+  const auto gathers = [](const PlanSpec& p) { return p.overlap_param_gather; };
+  const auto walked = count_plans(*model, cluster, {}, zero1, gathers);
+  CHECK(walked[0] > 0);
+  CHECK(walked[1] == 0);
   CHECK(walked[2] == 0);
   // In the step where set so, or where the rules refuse it (the Python
   // loop's ZeroRedundancyOptimizer, or no overlapped reduction).
-  const auto off = count({parse_override("plan.overlap_param_gather=false")});
-  CHECK((off[0] == walked[1] && off[1] == 0 && off[2] == 0));
-  const auto on = count({parse_override("plan.overlap_param_gather=true")});
-  CHECK((on[0] == 0 && on[1] == walked[1] && on[2] == 0));
-  const auto python = count({parse_override("plan.runtime=python")});
-  CHECK((python[0] == walked[1] && python[1] == 0));
-  const auto serial = count({parse_override("plan.overlap=false")});
-  CHECK((serial[0] == walked[1] && serial[1] == 0));
-
-  // Searched without pruning, every distributed-optimizer plan that fits,
-  // predicted alone with the gather in the step, is no faster and peaks
-  // the same; the gather in the forward takes it off the critical path
-  // (Note [Overlapped parameter gather]), so where the gradients cross
-  // the nodes (dp 16: all 16 GPUs) it is strictly faster.
-  SearchOptions o = fp16_adam(128);
-  o.threads = 1;
-  o.prune_by_time = false;
-  const SearchResult r = search(*model, cluster, o);
-  int checked = 0, faster = 0;
-  for (const SearchEntry& e : r.top) {
-    if (!e.plan.zero1_gathers_in_forward()) continue;
-    ++checked;
-    PlanSpec in_step = e.plan.spec;
-    in_step.overlap_param_gather = false;
-    const Prediction p = predict(*model, in_step, cluster);
-    Bytes peak = 0;
-    for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
-    CHECK(p.iteration_time >= e.iteration_time);
-    CHECK(peak == e.peak);
-    if (e.plan.dp == 16) {
-      CHECK(p.iteration_time > e.iteration_time);
-      ++faster;
-    }
+  for (const char* o : {"plan.overlap_param_gather=false", "plan.runtime=python", "plan.overlap=false"}) {
+    INFO(o);
+    const auto n = count_plans(*model, cluster, {parse_override(o)}, zero1, gathers);
+    CHECK((n[0] == 0 && n[1] == walked[0] && n[2] == 0));
   }
+  const auto on = count_plans(*model, cluster, {parse_override("plan.overlap_param_gather=true")}, zero1, gathers);
+  CHECK((on[0] == walked[0] && on[1] == 0 && on[2] == 0));
+
+  // Every distributed-optimizer plan that fits, predicted alone with the
+  // gather in the step, is no faster and peaks the same; the gather in the
+  // forward takes it off the critical path, so where the gradients cross
+  // the nodes (dp 16) it is strictly faster.
+  const auto [checked, slower] = never_slower(
+      *model, cluster, {}, [](const ResolvedPlan& p) { return p.zero1_gathers_in_forward(); },
+      [](PlanSpec& p) { p.overlap_param_gather = false; });
   CHECK(checked > 20);
-  CHECK(faster > 0);
-  check_same_as(*model, r.top.front().plan.spec, cluster, r.top.front());
+  CHECK(slower > 0);
 }
 
 TEST_CASE("search: sequence parallelism's collectives overlap the GEMMs where set so and the rules allow it (Note [TP comm overlap])", "[search]") {
@@ -636,46 +652,20 @@ TEST_CASE("search: sequence parallelism's collectives overlap the GEMMs where se
   // (which the rules refuse); unset, none.
   const auto model = models::load_model("gpt2-large");
   const ClusterSpec cluster = load_cluster("dgx-a100", {parse_override("cluster.nodes=2")});
-  auto count = [&](const std::vector<Override>& overrides) {
-    SearchOptions o = fp16_adam(128);
-    o.base = search_base_plan(cluster, overrides);
-    std::array<int, 3> n{};  // with sp overlapped, with sp not, without sp overlapped
-    for (const PlanSpec& p : enumerate_plans(*model, cluster, o)) {
-      if (p.sequence_parallel) ++n[p.tp_comm_overlap ? 0 : 1];
-      else if (p.tp_comm_overlap) ++n[2];
-    }
-    return n;
-  };
-  const auto on = count({parse_override("plan.tp_comm_overlap=true")});
-  CHECK(on[0] > 0);
-  CHECK(on[1] == 0);
-  CHECK(on[2] == 0);
-  const auto unset = count({});
+  const auto sp = [](const PlanSpec& p) { return p.sequence_parallel; };
+  const auto overlaps = [](const PlanSpec& p) { return p.tp_comm_overlap; };
+  const std::vector<Override> set{parse_override("plan.tp_comm_overlap=true")};
+  const auto on = count_plans(*model, cluster, set, sp, overlaps);
+  CHECK((on[0] > 0 && on[1] == 0 && on[2] == 0));
+  const auto unset = count_plans(*model, cluster, {}, sp, overlaps);
   CHECK((unset[0] == 0 && unset[1] == on[0] && unset[2] == 0));
-
   // Each overlapped plan that fits, predicted alone without the overlap,
-  // exposes every collective: no faster, the same peak (Note [TP comm
-  // overlap]).
-  SearchOptions o = fp16_adam(128);
-  o.base = search_base_plan(cluster, {parse_override("plan.tp_comm_overlap=true")});
-  o.threads = 1;
-  o.prune_by_time = false;
-  const SearchResult r = search(*model, cluster, o);
-  int checked = 0, faster = 0;
-  for (const SearchEntry& e : r.top) {
-    if (!e.plan.tp_comm_overlap) continue;
-    ++checked;
-    PlanSpec serial = e.plan.spec;
-    serial.tp_comm_overlap = false;
-    const Prediction p = predict(*model, serial, cluster);
-    Bytes peak = 0;
-    for (const auto& rm : p.ranks) peak = std::max(peak, rm.peak);
-    CHECK(p.iteration_time >= e.iteration_time);
-    CHECK(peak == e.peak);
-    faster += p.iteration_time > e.iteration_time ? 1 : 0;
-  }
+  // exposes every collective: slower, the same peak (Note [TP comm overlap]).
+  const auto [checked, slower] = never_slower(
+      *model, cluster, set, [](const ResolvedPlan& p) { return p.tp_comm_overlap; },
+      [](PlanSpec& p) { p.tp_comm_overlap = false; });
   CHECK(checked > 20);
-  CHECK(faster == checked);
+  CHECK(slower == checked);
 }
 
 TEST_CASE("search: the interference term by hand, cheapest overlap first (Note [Search])", "[search][interference]") {
