@@ -633,6 +633,16 @@ TEST_CASE("search: ZeRO-1 gathers in the forward where the rules allow it, in th
   }
   const auto on = count_plans(*model, cluster, {parse_override("plan.overlap_param_gather=true")}, zero1, gathers);
   CHECK((on[0] == walked[0] && on[1] == 0 && on[2] == 0));
+  // Asked for where no plan may have it: said, not refused.
+  SearchOptions serial = fp16_adam(128);
+  serial.top = 3;
+  serial.base = search_base_plan(cluster, {parse_override("plan.overlap=false"), parse_override("plan.overlap_param_gather=true")});
+  const SearchResult warned = search(*model, cluster, serial);
+  CHECK_FALSE(warned.top.empty());
+  CHECK(warned.warnings == std::vector<std::string>{
+                               "plan.overlap_param_gather: true applies to no plan searched: it needs the distributed optimizer "
+                               "(zero_stage 1, tried where dp > 1) with overlap: true, outside runtime: python"});
+  CHECK(format_search(warned).find("\n  warning: plan.overlap_param_gather: true applies to no plan") != std::string::npos);
 
   // Every distributed-optimizer plan that fits, predicted alone with the
   // gather in the step, is no faster and peaks the same; the gather in the
@@ -659,6 +669,16 @@ TEST_CASE("search: sequence parallelism's collectives overlap the GEMMs where se
   CHECK((on[0] > 0 && on[1] == 0 && on[2] == 0));
   const auto unset = count_plans(*model, cluster, {}, sp, overlaps);
   CHECK((unset[0] == 0 && unset[1] == on[0] && unset[2] == 0));
+  // gpt2-xl's 25 heads allow tp 1 alone: no plan has sequence parallelism,
+  // and the search says so.
+  SearchOptions one = fp16_adam(128);
+  one.top = 3;
+  one.base = search_base_plan(cluster, set);
+  const SearchResult warned = search(*models::load_model("gpt2-xl"), cluster, one);
+  CHECK(warned.warnings ==
+        std::vector<std::string>{"plan.tp_comm_overlap: true applies to no plan searched: it needs sequence parallelism, so tp > 1"});
+  one.base = search_base_plan(cluster, {});
+  CHECK(search(*models::load_model("gpt2-xl"), cluster, one).warnings.empty());
   // Each overlapped plan that fits, predicted alone without the overlap,
   // exposes every collective: slower, the same peak (Note [TP comm overlap]).
   const auto [checked, slower] = never_slower(

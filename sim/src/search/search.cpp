@@ -703,6 +703,18 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   r.model_attention = attends(model);
   std::vector<PlanSpec> candidates = enumerate_plans(model, cluster, o);
   r.enumerated = candidates.size();
+  // A knob set on that the rules gave no plan (enumerate_plans holds it
+  // only where they allow it): said, not refused.
+  auto unused = [&](const char* key, bool on, auto has, const char* needs) {
+    if (!on || o.base.origins.where.count(std::string("plan.") + key) == 0) return;
+    if (std::none_of(candidates.begin(), candidates.end(), has)) {
+      r.warnings.push_back(fmt::format("plan.{}: true applies to no plan searched: it needs {}", key, needs));
+    }
+  };
+  unused("overlap_param_gather", o.base.overlap_param_gather, [](const PlanSpec& p) { return p.overlap_param_gather; },
+         "the distributed optimizer (zero_stage 1, tried where dp > 1) with overlap: true, outside runtime: python");
+  unused("tp_comm_overlap", o.base.tp_comm_overlap, [](const PlanSpec& p) { return p.tp_comm_overlap; },
+         "sequence parallelism, so tp > 1");
   if (candidates.empty()) {
     throw ConfigError("--global-batch " + std::to_string(r.global_batch) + ": no data-parallel degree of " +
                       std::to_string(r.gpus) + " GPUs divides it; give a multiple of the GPU count");
@@ -1176,8 +1188,10 @@ std::string format_search(const SearchResult& r) {
                  r.cluster_name, r.global_batch, static_cast<double>(r.capacity) / kGiB);
   fmt::format_to(o,
                  "  tried {} distinct plans: {} pruned by memory and {} by time before simulating, {} simulated, {} of "
-                 "those did not fit; {:.2f} s on {} thread(s)\n\n",
+                 "those did not fit; {:.2f} s on {} thread(s)\n",
                  r.enumerated, r.pruned_memory, r.pruned_time, r.simulated, r.not_fitting, r.seconds, r.threads);
+  for (const std::string& w : r.warnings) fmt::format_to(o, "  warning: {}\n", w);
+  out += "\n";
   if (r.top.empty()) {
     out += "  no plan fits: try more GPUs, a smaller global batch, or a larger device\n";
     return out;
@@ -1206,6 +1220,9 @@ std::string search_to_json(const SearchResult& r) {
   j.field("simulated", static_cast<std::int64_t>(r.simulated));
   j.field("not_fitting", static_cast<std::int64_t>(r.not_fitting));
   j.field("seconds", r.seconds).field("threads", r.threads);
+  j.key("warnings").begin_array();
+  for (const auto& w : r.warnings) j.value(w);
+  j.end_array();
   j.key("top").begin_array();
   for (const auto& e : r.top) entry_json(j, e);
   j.end_array();

@@ -82,6 +82,10 @@ struct SearchResult {
   /// The model attends (a kernel of KernelKind::kAttention): the table's
   /// attn column says "-" for one that does not (a CNN).
   bool model_attention = true;
+  /// A knob the base plan turns on that the rules allow in no plan
+  /// searched, with what it needs (e.g. plan.tp_comm_overlap where no plan
+  /// has sequence parallelism).
+  std::vector<std::string> warnings;
 };
 
 /// The fixed knobs of a search (SearchOptions::base) as `dtsim search`
