@@ -13,7 +13,7 @@
 // where the base plan sets it so: the gather moved off the step's end is
 // never slower and keeps the same peak. Every ZeRO-1 plan among the 200
 // fastest of nine searches, predicted with the gather in the step
-// instead (621 plans: gpt-175b on 1,024 A100s, llama-3.1-405b at 8k
+// instead (bench/dtsim_bench_knob_pairs; 621 plans: gpt-175b on 1,024 A100s, llama-3.1-405b at 8k
 // tokens on 16,384 H100s, llama-3-70b, gpt-7.5b, mixtral-8x7b, gpt2-xl,
 // gpt2 on 8 V100s, gpt2-tiny and bert-tiny on this CPU) took 0 to 7.0%
 // longer and peaked the same; trying both took the 131k-token 405B search
