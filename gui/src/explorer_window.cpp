@@ -1912,6 +1912,8 @@ struct ExplorerWindow::Impl {
                                                    "and tokens split another way between dp and cp): shown once, "
                                                    "the other names in the plan's tooltip.").arg(hidden));
     }
+    // A knob of the current plan the rules allowed in no plan searched.
+    for (const std::string& warning : r.warnings) s_status->setText(s_status->text() + " Note: " + qs(warning) + ".");
     s_table->setRowCount(static_cast<int>(s_rows.size()));
     for (std::size_t row = 0; row < s_rows.size(); ++row) {
       const std::size_t i = s_rows[row];

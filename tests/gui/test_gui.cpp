@@ -1422,6 +1422,22 @@ TEST_CASE("the search tab finds the planner's best plans and loads one", "[gui][
   CHECK(gui::plan_label(w.outcome().prediction->plan) == gui::plan_label(direct.top[0].plan));
 }
 
+TEST_CASE("the search tab says which knob of the plan applies to no plan searched", "[gui][window]") {
+  app();
+  // ZeRO-1 with Megatron's overlapped gather on 2 A100s, then a search at a
+  // global batch of 1 sequence: dp 1 alone, so no plan shards (ZeRO-1 needs
+  // dp > 1) and the knob reaches none (SearchResult::warnings).
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "2xa100-80g", "zero1", "", {sim::parse_override("plan.overlap_param_gather=true")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.zero1_gathers_in_forward());
+  w.findChild<QSpinBox*>("s_batch")->setValue(1);
+  w.start_search();
+  REQUIRE(w.wait_for_search(120000));
+  CHECK(w.findChild<QLabel*>("s_status")->text().contains("Note: plan.overlap_param_gather: true applies to no plan searched"));
+}
+
 TEST_CASE("the search table lists each plan once", "[gui][window]") {
   app();
   // sim::search ranks two layouts of the same work (a pipeline's in-node
