@@ -13,19 +13,23 @@
 // where the base plan sets it so: the gather moved off the step's end is
 // never slower and keeps the same peak. Every ZeRO-1 plan among the 200
 // fastest of nine searches, predicted with the gather in the step
-// instead (bench/dtsim_bench_knob_pairs; 621 plans: gpt-175b on 1,024 A100s, llama-3.1-405b at 8k
-// tokens on 16,384 H100s, llama-3-70b, gpt-7.5b, mixtral-8x7b, gpt2-xl,
-// gpt2 on 8 V100s, gpt2-tiny and bert-tiny on this CPU) took 0 to 7.0%
-// longer and peaked the same; trying both took the 131k-token 405B search
-// from 38-48 s to 54-63 s. Sequence parallelism's collectives overlap the
-// GEMMs beside them (Transformer Engine's userbuffers, tp_comm_overlap;
-// Note [TP comm overlap]) where the base plan sets it so and the rules
-// allow it (with sequence parallelism). It too is never slower (a layer
-// exposes T_comm / tp + (tp - 1) / tp x max(0, T_comm - T_gemm) of its
-// collectives' T_comm) and holds nothing more, but tried wherever
-// allowed it made more plans competitive: deepseek-v3's search simulated
-// 6,945 plans where it had 5,872, 56-59 s against 40.7 s, at the edge of
-// the minute issue 26 allows (bench/README.md). Before simulating, a plan whose model states alone (ZeRO
+// instead (bench/dtsim_bench_knob_pairs; 621 plans: gpt-175b on 1,024
+// A100s, llama-3.1-405b at 8k tokens on 16,384 H100s, llama-3-70b,
+// gpt-7.5b, mixtral-8x7b, gpt2-xl, gpt2 on 8 V100s, gpt2-tiny and
+// bert-tiny on this CPU) took 0 to 7.0% longer and peaked the same; trying
+// both took the 131k-token 405B search from 38-48 s to 54-63 s. Sequence
+// parallelism's collectives overlap the GEMMs beside them (Transformer
+// Engine's userbuffers, tp_comm_overlap; Note [TP comm overlap]) where the
+// base plan sets it so and the rules allow it (with sequence parallelism).
+// It too is never slower (a layer exposes T_comm / tp + (tp - 1) / tp x
+// max(0, T_comm - T_gemm) of its collectives' T_comm) and holds nothing
+// more, but tried wherever allowed it made more plans competitive:
+// deepseek-v3's search simulated 6,945 plans where it had 5,872, 56-59 s
+// against 40.7 s, at the edge of the minute issue 26 allows
+// (bench/README.md). A knob the base plan sets on that the rules allow in
+// no plan searched is said (SearchResult::warnings), not refused.
+//
+// Before simulating, a plan whose model states alone (ZeRO
 // paper accounting of the fewest parameters a GPU can hold, total / (tp x
 // pp)) exceed the device is dropped: that bound never drops a plan that fits.
 // The rest are simulated in parallel, each prediction independent
@@ -120,9 +124,8 @@
 // follows its step, which follows its last pass: the stage ends no earlier
 // than that gather after it (at least one collective of its dense
 // parameters over the lowering's group, step_gather_bound), while the
-// later chunks' backwards after it run on the other stages. So a plan
-// gathering in the step is pruned against its twin gathering in the
-// forward, which the search tries beside it.
+// later chunks' backwards after it run on the other stages (so, where
+// the base plan holds the gather in the step, its plans prune sooner).
 // On a device whose compute slows beside its
 // collectives (Note [Interference] in engine/executor.cpp: a kernel's
 // compute-bound part 1 + c_sm times as long, its memory-bound part 1 + c_hbm
