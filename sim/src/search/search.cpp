@@ -352,9 +352,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
             // and no larger (Note [Search]).
             const std::vector<bool> allowed = rules.overlap_param_gather_values(sh.zero, sh.fsdp != FsdpMode::kNone,
                                                                                 o.base.overlap, o.base.runtime);
-            const std::vector<bool> gathers{allowed.back() && (!set("overlap_param_gather") || o.base.overlap_param_gather)};
+            const bool gather = allowed.back() && (!set("overlap_param_gather") || o.base.overlap_param_gather);
             for (const auto& [opt, par] : offloads) {
-             for (const bool gather : gathers) {
               for (Recompute rc : recomputes) {
                 // Placement: tp innermost, then pp or (a second variant when both
                 // exist) dp, so a stage's data-parallel peers share a node.
@@ -421,7 +420,6 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                   }
                 }
               }
-             }
             }
           }
         }
@@ -811,8 +809,10 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   std::map<std::tuple<int, int, int, int, int, int, std::string, Precision, bool>,
            std::function<TimeNs(std::int64_t)>>
       gathers;
-  auto step_gather = [&](const PlanSpec& s) -> std::function<TimeNs(std::int64_t)> {
-    if (s.zero_stage != 1 || s.fsdp != FsdpMode::kNone || s.dp * s.cp <= 1 || s.overlap_param_gather) return {};
+  const std::function<TimeNs(std::int64_t)> no_gather;
+  // A reference into the cache: no copy a candidate.
+  auto step_gather = [&](const PlanSpec& s) -> const std::function<TimeNs(std::int64_t)>& {
+    if (s.zero_stage != 1 || s.fsdp != FsdpMode::kNone || s.dp * s.cp <= 1 || s.overlap_param_gather) return no_gather;
     const auto key = std::make_tuple(s.dp, s.tp, s.cp, s.pp, s.ep, s.etp, s.placement, s.precision, s.fp8_param_gather);
     auto it = gathers.find(key);
     if (it == gathers.end()) {
@@ -949,7 +949,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     for (std::size_t i : todo) {
       const LayerCosts* work = nullptr;
       const std::optional<PlanBounds> b =
-          stage_bounds(candidates[i], lower_bound_plan(candidates[i]), &work, o.prune_by_time ? step_gather(candidates[i]) : nullptr);
+          stage_bounds(candidates[i], lower_bound_plan(candidates[i]), &work, o.prune_by_time ? step_gather(candidates[i]) : no_gather);
       if (b) {
         memory_bound[i] = std::max(memory_bound[i], b->peak);
         if (o.prune_by_time) bound[i] = b->time + interference_floor(candidates[i], *work);
