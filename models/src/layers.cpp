@@ -166,7 +166,7 @@ namespace dtsim::models::detail {
 // ring computes block by block and keeps none (Note [Ring attention]).
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
                              bool causal, bool dropout, std::int64_t window, bool fp32_softmax, std::int64_t dv, bool softcap,
-                             bool sinks) {
+                             bool sinks, std::int64_t chunk) {
   using sim::KernelKind;
   if (dv == 0) dv = d;
   const std::int64_t b = shape.micro_batch, s = shape.seq_len, cp = shape.cp;
@@ -175,11 +175,17 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
   AttentionCore c;
   if (shape.flash_attention) {
     // The fraction of the s x s scores a fused kernel computes: the causal
-    // half, or with a window w < s, sum over rows of min(i, w) = w s - w(w-1)/2.
+    // half, or with a window w < s, sum over rows of min(i, w) = w s - w(w-1)/2,
+    // or with chunks of c < s tokens, s = q c + r, q c(c+1)/2 + r(r+1)/2
+    // (row i of a chunk sees i of its keys).
     double skip = causal ? 0.5 : 1.0;
     if (window > 0 && window < s) {
       const double w = static_cast<double>(window), n = static_cast<double>(s);
       skip = (w * n - w * (w - 1) / 2) / (n * n);
+    } else if (chunk > 0 && chunk < s) {
+      const double c = static_cast<double>(chunk), n = static_cast<double>(s), q = static_cast<double>(s / chunk),
+                   r = static_cast<double>(s % chunk);
+      skip = (q * c * (c + 1) / 2 + r * (r + 1) / 2) / (n * n);
     }
     sim::Kernel f;
     f.name = "attn.flash";

@@ -98,9 +98,12 @@ struct AttentionCore {
 /// (Note [gpt-oss] in llama.cpp): eager attention concatenates it, takes the
 /// row's max and subtracts it, and runs its softmax in the scores' own dtype
 /// (so `fp32_softmax` does not apply); a fused kernel takes it in place.
+/// `chunk` > 0: each query sees the keys of its own chunk of that many
+/// tokens up to itself (Llama 4's chunked attention, Note [Llama 4] in
+/// llama.cpp), which a fused kernel exploits as it does a window.
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
                              bool causal, bool dropout, std::int64_t window = 0, bool fp32_softmax = false,
-                             std::int64_t dv = 0, bool softcap = false, bool sinks = false);
+                             std::int64_t dv = 0, bool softcap = false, bool sinks = false, std::int64_t chunk = 0);
 /// A layer's kernels: `pre`, the attention core, then `post`; backward in
 /// reverse (the core's own backward in its place); the core's recompute
 /// kernels and context-parallel exchange.

@@ -265,6 +265,51 @@ using namespace detail;
 // local layer, then a global one) trains under every plan as one process
 // does, with a soft cap too (tests/runtime). Parameters are HuggingFace's
 // (tests/data/hf/PARAMS.md).
+// Note [Llama 4]
+// Meta's Llama 4 Scout (17B-16E) and Maverick (17B-128E) language models as
+// HuggingFace writes them (modeling_llama4.py, model_type llama4_text: the
+// text_config of every released Llama4ForConditionalGeneration config;
+// Meta 2025, "The Llama 4 herd") are this family's mixture of experts with
+// four things more, each a LlamaConfig field:
+//   chunks      the rotary layers attend within chunks of
+//               attention_chunk_size tokens (8192): query i sees the keys
+//               j <= i of its own chunk (masking_utils.py,
+//               create_chunked_causal_mask); every no_rope_layer_interval-th
+//               layer (4: global_every) sees every key before it. A fused
+//               kernel computes q c(c+1)/2 + r(r+1)/2 of the s x s scores
+//               (s = q c + r), eager attention the whole square, masked, as
+//               under a window; at 8k tokens a chunk is the whole sequence.
+//   NoPE        those global layers turn nothing (nope_global) and scale
+//               each query by log(floor((p + 1) / 8192) + 1) x 0.1 + 1
+//               (attn_temperature_tuning: attn_temperature): q times an fp32
+//               scale a position, then cast back, two passes as composite
+//               ops, and nothing kept but the scales.
+//   L2 norms    on the rotary layers' q and k after the rotation, Scout's
+//               (use_qk_norm; not Maverick's): Llama4TextL2Norm,
+//               x.float() rsqrt(mean(x^2) + eps) cast back, an RMSNorm
+//               without a weight, which keeps the fp32 copy and a rsqrt a
+//               head (l2_qk_norm).
+//   experts     Scout 16 on every layer, Maverick 128 on every other
+//               (interleave_moe_layer_step 2: layers 1, 3, ...; moe_step),
+//               the others dense MLPs of intermediate_size_mlp (16384). A
+//               token goes to one expert (top-1) and to the shared expert,
+//               both intermediate_size (8192) wide. The router takes the
+//               sigmoid of the chosen logit and weights the expert's
+//               input, not its output (Llama4TextMoe; Megatron-Core's
+//               moe_apply_probs_on_input): the family's weighted sum moved
+//               before the experts, the same passes and bytes (the
+//               weighted rows kept for the weights' gradient in place of
+//               the experts' outputs), so the family's router prices it
+//               and the LibTorch twin runs that.
+// The rotation itself is complex-valued in HF (apply_rotary_emb) and priced
+// as the family's. HuggingFace's Llama4TextExperts multiplies every token
+// through every expert (a bmm over all E, the unchosen weighted by 0): E
+// times the routed FLOPs, 16x for Scout and 128x for Maverick, which no
+// training framework runs; dtsim prices the grouped GEMMs of Megatron-Core
+// and torchtitan. Parameters (tests/data/hf/PARAMS.md): Scout
+// 107,769,861,120 and Maverick 400,711,848,960 for the language models
+// (the cards' 109B and 400B count the vision encoder too), 17.2B active
+// each; the vision encoder and projector are not modelled.
 class Llama final : public ZooModel {
  public:
   explicit Llama(LlamaConfig c) : c_(std::move(c)) {
@@ -277,7 +322,9 @@ class Llama final : public ZooModel {
   int layer_count() const override { return c_.layers + 2; }  // embedding, blocks, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   int experts() const override { return c_.experts; }
-  bool grouped_kv_sdpa() const override { return !mla() && c_.kv_heads < c_.heads && c_.sliding_window == 0; }
+  bool grouped_kv_sdpa() const override {
+    return !mla() && c_.kv_heads < c_.heads && c_.sliding_window == 0 && c_.attention_chunk == 0;
+  }
   std::string tp_error(int tp) const override {
     if (c_.olmo2_norms && tp > 1) {
       // Note [OLMo 2]: its q/k norms' statistics span every head.
@@ -343,10 +390,15 @@ class Llama final : public ZooModel {
                                               ",v=" + std::to_string(c_.v_head_dim)
                                         : "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                                               ",kv=" + std::to_string(c_.kv_heads) + ",d=" + std::to_string(c_.head_dim);
-    auto common_of = [&](std::int64_t window) {
+    // The keys of a local layer, or of a global one (Note [Gemma]).
+    auto common_of = [&](bool global) {
+      const std::int64_t window = global ? 0 : c_.sliding_window, chunk = global ? 0 : c_.attention_chunk;
       return std::string(",qkvb=") + (c_.qkv_bias ? "1" : "0") + ",ob=" + (c_.o_bias ? "1" : "0") +
              ",mb=" + (c_.mlp_bias ? "1" : "0") + ",qkn=" + (c_.qk_norm ? "1" : "0") +
              (window > 0 ? ",sw=" + std::to_string(window) : "") +
+             // Note [Llama 4]: chunks and L2 q/k norms on local layers, NoPE and its temperature on global ones
+             (chunk > 0 ? ",chunk=" + std::to_string(chunk) : "") + (!global && c_.l2_qk_norm ? ",l2qk=1" : "") +
+             (global && c_.nope_global ? ",nope=1" : "") + (global && c_.attn_temperature ? ",tt=1" : "") +
              // Note [Gemma]: its norms, GeGLU and soft cap (signatures hold integers)
              (c_.gemma_norms ? ",gn=1" : "") + (c_.olmo2_norms ? ",on=1" : "") + (c_.gelu ? ",gelu=1" : "") +
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
@@ -358,10 +410,10 @@ class Llama final : public ZooModel {
              (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape) +
              (shape.fused_kernels ? ",fk=1" : "");  // Note [Fused kernels]
     };
-    const std::string common = common_of(c_.sliding_window);
+    const std::string common = common_of(false);
     // Note [Gemma]: layers that attend globally among sliding-window ones.
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
-    const std::string global_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common_of(0);
+    const std::string global_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common_of(true);
     std::optional<sim::Layer> dense, global, moe, moe_global;
     // A MoE block's signature with the common keys of its window.
     auto moe_signature = [&](const std::string& common_keys) {
@@ -377,25 +429,25 @@ class Llama final : public ZooModel {
     for (int i = 0; i < c_.layers; ++i) {
       // Note [Gemma]: a layer that attends globally among sliding ones (a
       // MoE layer too: gpt-oss's, Note [gpt-oss]).
-      const bool is_global = window_of(i) != c_.sliding_window;
+      const bool is_global = global_layer(i);
       if (is_moe(i) && is_global) {
         if (!moe_global) {
-          moe_global = block_layer(shape, true, 0);
-          moe_global->signature = moe_signature(common_of(0));
+          moe_global = block_layer(shape, true, true);
+          moe_global->signature = moe_signature(common_of(true));
         }
         out.push_back(*moe_global);
       } else if (is_moe(i)) {
         if (!moe) {
-          moe = block_layer(shape, true, c_.sliding_window);
+          moe = block_layer(shape, true, false);
           moe->signature = moe_signature(common);
         }
         out.push_back(*moe);
       } else if (is_global) {
-        if (!global) global = block_layer(shape, false, 0);
+        if (!global) global = block_layer(shape, false, true);
         out.push_back(*global);
         out.back().signature = global_sig;
       } else {
-        if (!dense) dense = block_layer(shape, false, c_.sliding_window);
+        if (!dense) dense = block_layer(shape, false, false);
         out.push_back(*dense);
         out.back().signature = dense_sig;
       }
@@ -569,10 +621,9 @@ class Llama final : public ZooModel {
     return (hot + (el - 1) * rest) / el;
   }
 
-  /// Keys a query of layer i sees (0: all; Note [Gemma]).
-  std::int64_t window_of(int i) const {
-    return c_.global_every > 0 && (i + 1) % c_.global_every == 0 ? 0 : c_.sliding_window;
-  }
+  /// Layer i attends to every key before it, among local layers (a
+  /// sliding window or chunks: Note [Gemma], Note [Llama 4]).
+  bool global_layer(int i) const { return c_.global_every > 0 && (i + 1) % c_.global_every == 0; }
 
   /// The gated MLP's activation over n elements of its intermediate: the
   /// composite ops write the activation's output and the product, a fused
@@ -603,7 +654,8 @@ class Llama final : public ZooModel {
   /// and gpt-oss's: Note [gpt-oss]).
   bool fp32_norm_out() const { return c_.gemma_norms || c_.fp32_norm_weight; }
 
-  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, std::int64_t window) const {
+  /// A block, global (every key) or local (the window or chunks).
+  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, d = c_.head_dim;
     const int e = shape.act_bytes, g = shape.fp8 ? 1 : e;
@@ -695,10 +747,28 @@ class Llama final : public ZooModel {
     } else {
       const std::int64_t kvl = c_.kv_heads / tp;
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
-      core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0, c_.attention_sinks);
+      const std::int64_t window = global ? 0 : c_.sliding_window, chunk = global ? 0 : c_.attention_chunk;
+      core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0, c_.attention_sinks,
+                            chunk);
       pre.push_back(gemm("attn.qkv", t, (al + 2 * kvl) * d, h, e));
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
-      pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
+      // Note [Llama 4]: its NoPE layers turn nothing.
+      if (!(global && c_.nope_global)) {
+        pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
+      }
+      if (!global && c_.l2_qk_norm) {
+        // Note [Llama 4]: Llama4TextL2Norm on q and k after rotary, an
+        // RMSNorm without a weight: it keeps the fp32 copy and rsqrt (a
+        // fused one its input and rsigma), each head a row.
+        pre.push_back(norm("attn.qk_l2norm", q + kv));
+        attention += fused ? norm_kept(q + kv, t * (al + kvl)) : 4 * (q + kv) + 4 * t * (al + kvl);
+      }
+      if (global && c_.attn_temperature) {
+        // Note [Llama 4]: q times an fp32 scale per position, then cast
+        // back: two passes as composite ops, nothing kept but the scales.
+        pre.push_back(fused ? memory_op("attn.temperature", KernelKind::kElementwise, e * q, e * q, 1.0 * static_cast<double>(q))
+                            : memory_op("attn.temperature", KernelKind::kElementwise, (e + 4) * q, (4 + e) * q, 2.0 * static_cast<double>(q)));
+      }
       // Eager attention keeps the expanded (or gathered) K and V in the core
       // instead of the local ones; the ring keeps the last block it held.
       const bool local_kv = blockwise || (al == kvl && shape.cp == 1);
@@ -737,7 +807,8 @@ class Llama final : public ZooModel {
     scaled_backward(l.backward);
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
     const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms &&
-                              !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight;
+                              !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight && c_.attention_chunk == 0 &&
+                              !c_.nope_global && !c_.l2_qk_norm;
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).

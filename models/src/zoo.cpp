@@ -157,6 +157,16 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 61\nhidden: 7168\nheads: 64\nkv_heads: 64\nintermediate: 18432\nvocab: 163840\nseq_len: 131072\n"
      "experts: 384\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 1\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
+    // Note [Llama 4] (llama.cpp): the text_config of meta-llama/Llama-4-Scout-17B-16E's
+    // and Llama-4-Maverick-17B-128E's config.json (their language models).
+    {"llama-4-scout", "Meta Llama 4 Scout 17B-16E (language model): 48 layers, hidden 5120, 40 heads of 128, 8 KV heads, 16 experts of SwiGLU 8192 + 1 shared, top-1, chunked attention (8192) with a NoPE global layer every 4th, L2 q/k norms, vocab 202048, seq 262144",
+     "family: llama\nlayers: 48\nhidden: 5120\nheads: 40\nkv_heads: 8\nhead_dim: 128\nintermediate: 16384\nvocab: 202048\nseq_len: 262144\n"
+     "experts: 16\ntop_k: 1\nexpert_intermediate: 8192\nshared_intermediate: 8192\n"
+     "attention_chunk: 8192\nglobal_every: 4\nnope_global: true\nattn_temperature: true\nl2_qk_norm: true\n"},
+    {"llama-4-maverick", "Meta Llama 4 Maverick 17B-128E (language model): 48 layers (24 dense of SwiGLU 16384), hidden 5120, 40 heads of 128, 8 KV heads, 128 experts of SwiGLU 8192 + 1 shared on every other layer, top-1, chunked attention (8192) with a NoPE global layer every 4th, vocab 202048, seq 1048576",
+     "family: llama\nlayers: 48\nhidden: 5120\nheads: 40\nkv_heads: 8\nhead_dim: 128\nintermediate: 16384\nvocab: 202048\nseq_len: 1048576\n"
+     "experts: 128\ntop_k: 1\nexpert_intermediate: 8192\nshared_intermediate: 8192\nmoe_step: 2\n"
+     "attention_chunk: 8192\nglobal_every: 4\nnope_global: true\nattn_temperature: true\n"},
     {"gpt2-tiny", "Tiny GPT-2 for CPU validation: 2 layers, hidden 128, 4 heads, vocab 1024, seq 128",
      "family: gpt2\nlayers: 2\nhidden: 128\nheads: 4\nvocab: 1024\nseq_len: 128\n"},
     {"bert-tiny", "BERT-tiny (google/bert_uncased_L-2_H-128_A-2): 2 layers, hidden 128, 2 heads",
@@ -172,6 +182,10 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 176\nvocab: 1024\nseq_len: 128\n"
      "experts: 4\ntop_k: 2\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 64\nglobal_every: 2\n"
      "attention_sinks: true\nswiglu_limit: 7\nfp32_norm_weight: true\n"},
+    {"llama4-tiny", "Tiny Llama 4 for CPU validation: 4 layers (three of chunked attention of 64 with L2 q/k norms, then a NoPE global one), hidden 128, 4 heads of 32, 2 KV heads, 4 experts of SwiGLU 176 + 1 shared on every other layer (dense SwiGLU 352 between), top-1, vocab 1024, seq 128",
+     "family: llama\nlayers: 4\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
+     "experts: 4\ntop_k: 1\nexpert_intermediate: 176\nshared_intermediate: 176\nmoe_step: 2\n"
+     "attention_chunk: 64\nglobal_every: 4\nnope_global: true\nattn_temperature: true\nl2_qk_norm: true\n"},
     // Seed 003's six models (the report states no shapes: the textbook ones,
     // examples/README.md says which). vgg11 is torchvision's vgg11 (132,863,336
     // parameters at 1000 classes); cnn is PyTorch's CIFAR-10 tutorial network;
@@ -357,9 +371,20 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
     c.fail("fp32_norm_weight", std::string("is gpt-oss's RMSNorm and ") + (l.gemma_norms ? "gemma_norms Gemma's" : "olmo2_norms OLMo 2's") +
                                    " norms; set only one");
   }
-  if (l.global_every > 0 && l.sliding_window == 0) {
-    c.fail("global_every", std::to_string(l.global_every) + " needs a sliding_window for the other layers");
+  // Llama 4 (Note [Llama 4] in llama.cpp).
+  l.attention_chunk = c.get_int("attention_chunk", 0, 0, kBig);
+  l.nope_global = c.get_bool("nope_global", false);
+  l.attn_temperature = c.get_bool("attn_temperature", false);
+  l.l2_qk_norm = c.get_bool("l2_qk_norm", false);
+  if (l.attention_chunk > 0 && l.sliding_window > 0) {
+    c.fail("attention_chunk", "contradicts sliding_window: a local layer attends within a window or within chunks; set only one");
   }
+  if (l.global_every > 0 && l.sliding_window == 0 && l.attention_chunk == 0 && !l.nope_global) {
+    c.fail("global_every", std::to_string(l.global_every) + " needs a sliding_window or an attention_chunk for the other layers (or nope_global: true)");
+  }
+  if (l.nope_global && l.global_every == 0) c.fail("nope_global", "true needs global_every (which layers are global)");
+  if (l.attn_temperature && !l.nope_global) c.fail("attn_temperature", "true is Llama 4's tuning of its NoPE layers; it needs nope_global: true");
+  if (l.l2_qk_norm && l.qk_norm) c.fail("l2_qk_norm", "contradicts qk_norm: true (an L2 norm without weights against an RMSNorm with); set only one");
   // Mixture of experts (Note [Mixture of experts] in llama.cpp).
   l.experts = static_cast<int>(c.get_int("experts", 0, 0, 1 << 20));
   l.top_k = static_cast<int>(c.get_int("top_k", l.experts > 0 ? 2 : 1, 1, 1 << 20));
@@ -379,6 +404,10 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   l.q_lora_rank = c.get_int("q_lora_rank", 0, 0, kBig);
   l.kv_lora_rank = c.get_int("kv_lora_rank", 0, 0, kBig);
   if (l.attention_sinks && l.kv_lora_rank > 0) c.fail("attention_sinks", "true is gpt-oss's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  for (const auto& [key, on] : {std::pair{"attention_chunk", l.attention_chunk > 0}, std::pair{"nope_global", l.nope_global},
+                                 std::pair{"l2_qk_norm", l.l2_qk_norm}}) {
+    if (on && l.kv_lora_rank > 0) c.fail(key, "is Llama 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  }
   if (l.olmo2_norms && (l.experts > 0 || l.kv_lora_rank > 0)) {
     c.fail("olmo2_norms", std::string("true is OLMo 2's dense block; it contradicts ") + (l.experts > 0 ? "experts" : "kv_lora_rank") +
                               " (set only one)");
@@ -532,7 +561,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, glm4_moe";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -540,8 +569,10 @@ constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3
 /// transformers (configuration_llama.py, configuration_mistral.py,
 /// configuration_qwen2.py, configuration_qwen3.py, configuration_gpt2.py,
 /// configuration_bert.py); `architectures` picks the head.
-YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
-  const sim::ConfigMap c(hf, file, "config");
+/// `prefix` names the mapping's keys in errors ("config", or
+/// "config.text_config" for Llama 4's language model).
+YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const std::string& prefix = "config") {
+  const sim::ConfigMap c(hf, file, prefix);
   YAML::Node ours(YAML::NodeType::Map);
   const std::string type = c.get_string("model_type", "");
   auto copy_int = [&](const char* from, const char* to, std::int64_t fallback) {
@@ -805,6 +836,105 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file) {
     cap("attn_logit_softcapping", "attn_softcap", 50.0);
     cap("final_logit_softcapping", "final_softcap", 30.0);
     ours["attention_dropout"] = c.get_double("attention_dropout", 0, 0, 0.99);
+  } else if (type == "llama4") {
+    // Note [Llama 4] (llama.cpp): every Llama 4 checkpoint is the image-and-
+    // text Llama4ForConditionalGeneration; its text_config (model_type
+    // llama4_text) is the language model dtsim models, the vision encoder
+    // and projector (about 1 B parameters) left out.
+    require_arch({"Llama4ForConditionalGeneration"});
+    if (!hf["text_config"] || !hf["text_config"].IsMap()) {
+      c.fail("text_config", "missing or not a mapping; Llama4Config holds the language model's keys there");
+    }
+    YAML::Node text = YAML::Clone(hf["text_config"]);
+    if (!text["model_type"]) text["model_type"] = "llama4_text";
+    if (!text["model_type"].IsScalar() || text["model_type"].Scalar() != "llama4_text") {
+      c.fail("text_config.model_type", "'" + (text["model_type"].IsScalar() ? text["model_type"].Scalar() : std::string()) + "'; valid: llama4_text");
+    }
+    text.remove("architectures");  // the language model of the top level's class
+    return from_huggingface(text, file, prefix + ".text_config");
+  } else if (type == "llama4_text") {
+    // Note [Llama 4] (llama.cpp): the defaults of Llama4TextConfig
+    // (transformers' configuration_llama4.py), which are Scout's.
+    require_arch({"Llama4ForCausalLM"});
+    decoder_shape(48, 5120, 40, 8);
+    copy_int("head_dim", "head_dim", 128);
+    copy_int("intermediate_size_mlp", "intermediate", 16384);  // the dense layers' Llama4TextMLP
+    copy_int("vocab_size", "vocab", 202048);
+    copy_int("max_position_embeddings", "seq_len", 131072);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    const std::string act = c.get_string("hidden_act", "silu");
+    if (act != "silu") c.fail("hidden_act", "'" + act + "' is not modelled; valid: silu");
+    // Llama4TextAttention: q, k, v and o_proj all take attention_bias.
+    const bool bias = c.get_bool("attention_bias", false);
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
+    routing("num_local_experts", 16, 1, "local experts");
+    // Llama4TextExperts are intermediate_size wide, and so is the shared
+    // expert (Llama4TextMLP(config)).
+    copy_int("intermediate_size", "expert_intermediate", 8192);
+    ours["shared_intermediate"] = ours["expert_intermediate"];
+    const std::int64_t layers = ours["layers"].as<std::int64_t>();
+    // Experts on moe_layers, by default every interleave_moe_layer_step-th
+    // layer from step - 1 (Scout 1: all; Maverick 2: the odd ones).
+    const std::int64_t step = c.get_int("interleave_moe_layer_step", 1, 1, 10000);
+    if (c.has("moe_layers") && !hf["moe_layers"].IsNull()) {
+      const std::vector<std::int64_t> listed = c.get_int_list("moe_layers");
+      std::vector<std::int64_t> strided;
+      for (std::int64_t i = step - 1; i < layers; i += step) strided.push_back(i);
+      if (listed != strided) {
+        c.fail("moe_layers", "lists layers other than every " + std::to_string(step) +
+                                 "th from layer " + std::to_string(step - 1) + " (interleave_moe_layer_step), which is what dtsim models");
+      }
+    }
+    ours["moe_step"] = step;
+    // no_rope_layers (1: rotary), by default 0 on every
+    // no_rope_layer_interval-th layer; layer_types make those full_attention
+    // and the others chunked_attention of attention_chunk_size (null: none).
+    const std::int64_t interval = c.get_int("no_rope_layer_interval", 4, 1, 10000);
+    if (c.has("no_rope_layers") && !hf["no_rope_layers"].IsNull() && hf["no_rope_layers"].size() > 0) {
+      const std::vector<std::int64_t> listed = c.get_int_list("no_rope_layers");
+      std::vector<std::int64_t> pattern;
+      for (std::int64_t i = 0; i < layers; ++i) pattern.push_back((i + 1) % interval != 0 ? 1 : 0);
+      if (listed != pattern) {
+        c.fail("no_rope_layers", "differs from 0 on every " + std::to_string(interval) +
+                                     "th layer and 1 elsewhere (no_rope_layer_interval), which is what dtsim models");
+      }
+    }
+    if (c.has("layer_types") && hf["layer_types"].IsSequence()) {
+      const YAML::Node types = hf["layer_types"];
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const bool nope = (static_cast<std::int64_t>(i) + 1) % interval == 0;
+        if (!types[i].IsScalar() || types[i].Scalar() != (nope ? "full_attention" : "chunked_attention")) {
+          c.fail("layer_types", "layer " + std::to_string(i) + " is not '" + (nope ? "full_attention" : "chunked_attention") +
+                                    "', which its no_rope_layers entry makes it");
+        }
+      }
+    }
+    ours["global_every"] = interval;
+    ours["nope_global"] = true;
+    if (!(hf["attention_chunk_size"] && hf["attention_chunk_size"].IsNull())) {
+      ours["attention_chunk"] = c.get_int("attention_chunk_size", 8192, 1, kBig);
+    }
+    // attn_temperature_tuning: true or, in the released config.json, 4
+    // (any value but false and 0 is on).
+    bool tuning = !(hf["attn_temperature_tuning"] && hf["attn_temperature_tuning"].IsNull());
+    if (c.has("attn_temperature_tuning")) {
+      const YAML::Node t = hf["attn_temperature_tuning"];
+      bool b = false;
+      double x = 0;
+      if (YAML::convert<bool>::decode(t, b)) {
+        tuning = b;
+      } else if (YAML::convert<double>::decode(t, x)) {
+        tuning = x != 0;
+      } else {
+        c.fail("attn_temperature_tuning", "is neither a boolean nor a number");
+      }
+    }
+    ours["attn_temperature"] = tuning;
+    (void)c.get_double("floor_scale", 8192, 1, 1e12);  // values, not work
+    (void)c.get_double("attn_scale", 0.1, 0, 1e6);
+    // Llama4TextL2Norm on the rotary layers' q and k (Scout's; not Maverick's).
+    ours["l2_qk_norm"] = c.get_bool("use_qk_norm", true);
   } else if (type == "gemma3" || type == "gemma") {
     c.fail("model_type", type == "gemma3" ? "'gemma3' is Gemma 3's image-and-text model, whose vision tower dtsim does not model; "
                                             "its text_config (model_type gemma3_text) is the language model, as a config.json of its own"

@@ -5,6 +5,7 @@
 
 #include "test_util.hpp"
 
+#include <algorithm>
 #include <fstream>
 
 #include "dtsim/models/models.hpp"
@@ -744,7 +745,7 @@ TEST_CASE("Gemma configs dtsim cannot model are one line each", "[llama][gemma]"
   // Our YAML: global layers among none that slide.
   const std::string yaml = dir.file("model.yaml");
   std::ofstream(yaml) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 256\nglobal_every: 2\n";
-  CHECK(error_of([&] { load_model(yaml); }).find("global_every: 2 needs a sliding_window for the other layers") != std::string::npos);
+  CHECK(error_of([&] { load_model(yaml); }).find("global_every: 2 needs a sliding_window or an attention_chunk for the other layers") != std::string::npos);
 }
 
 // ---- gpt-oss (Note [gpt-oss] in models/src/llama.cpp) ---------------------------
@@ -978,4 +979,177 @@ TEST_CASE("GLM-4.5's and Kimi K2's parameters equal HuggingFace's, from config.j
   const auto k1 = load_model(kimi)->layers(w), k2 = load_model("kimi-k2")->layers(w);
   REQUIRE(k1.size() == k2.size());
   for (std::size_t i = 0; i < k1.size(); ++i) CHECK(k1[i].signature == k2[i].signature);
+}
+
+// ---- Llama 4 (Note [Llama 4] in models/src/llama.cpp) ----------------------------
+
+namespace {
+
+/// The kernel of that name among `ks` (REQUIREd).
+const sim::Kernel& kernel_named(const std::vector<sim::Kernel>& ks, const std::string& name) {
+  const auto it = std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
+  REQUIRE(it != ks.end());
+  return *it;
+}
+bool has_kernel(const std::vector<sim::Kernel>& ks, const std::string& name) {
+  return std::any_of(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
+}
+
+/// Scout's config.json made Maverick's (tests/data/hf/README.md): 128
+/// experts on every other layer (1, 3, ...), no q/k norms.
+std::string maverick_json() {
+  std::string text = slurp(hf("llama-4-scout"));
+  auto swap = [&](const std::string& from, const std::string& to) {
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+  };
+  swap("\"num_local_experts\": 16", "\"num_local_experts\": 128");
+  swap("\"interleave_moe_layer_step\": 1", "\"interleave_moe_layer_step\": 2");
+  swap("\"use_qk_norm\": true", "\"use_qk_norm\": false");
+  swap("\"max_position_embeddings\": 262144", "\"max_position_embeddings\": 1048576");
+  const std::size_t at = text.find("\"moe_layers\": ["), end = text.find(']', at);
+  std::string odd = "\"moe_layers\": [1";
+  for (int i = 3; i < 48; i += 2) odd += ", " + std::to_string(i);
+  text.replace(at, end + 1 - at, odd + "]");
+  return text;
+}
+
+}  // namespace
+
+TEST_CASE("Llama 4's parameters equal HuggingFace's, from config.json and built in", "[llama][llama4]") {
+  // Llama4ForConditionalGeneration's language model (tests/data/hf/PARAMS.md):
+  // attention h(a d) + 2 h(kv d) + (a d) h, no biases; two RMSNorms; a MoE
+  // layer's router E h, E experts of 3 h Ie and one shared of 3 h Ie; a
+  // dense layer 3 h I; an untied head.
+  auto llama4 = [](std::int64_t experts, std::int64_t moe_layers) {
+    const std::int64_t h = 5120, attention = h * 40 * 128 + 2 * h * 8 * 128 + 40 * 128 * h;
+    const std::int64_t moe = attention + 2 * h + experts * h + experts * 3 * h * 8192 + 3 * h * 8192;
+    const std::int64_t dense = attention + 2 * h + 3 * h * 16384;
+    return moe_layers * moe + (48 - moe_layers) * dense + 2 * 202048 * h + h;
+  };
+  CHECK(llama4(16, 48) == 107'769'861'120);
+  CHECK(llama4(128, 24) == 400'711'848'960);
+  CHECK(load_model("llama-4-scout")->parameters() == 107'769'861'120);
+  CHECK(load_model("llama-4-maverick")->parameters() == 400'711'848'960);
+  // One routed expert and the shared one a token: the cards' "17B active".
+  CHECK(load_model("llama-4-scout")->active_parameters() == 17'172'894'720);
+  CHECK(load_model("llama-4-maverick")->active_parameters() == 17'184'691'200);
+  // The released config.json (model_type llama4) is read through its text_config.
+  CHECK(load_model(hf("llama-4-scout"))->parameters() == 107'769'861'120);
+  test::TempDir dir("llama4");
+  const std::string maverick = write_json(dir, maverick_json());
+  CHECK(load_model(maverick)->parameters() == 400'711'848'960);
+  sim::WorkloadShape w = shape(1, 8192, 2);
+  w.flash_attention = true;
+  for (const auto& [file, name] : {std::pair{hf("llama-4-scout"), "llama-4-scout"}, std::pair{maverick, "llama-4-maverick"}}) {
+    INFO(name);
+    const auto a = load_model(file)->layers(w), b = load_model(name)->layers(w);
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+  }
+  // Scout: experts everywhere, chunks and L2 norms on blocks 0-2, NoPE on 3.
+  const auto scout = load_model("llama-4-scout")->layers(w);
+  for (int i = 0; i < 48; ++i) {
+    const std::string& sig = scout[static_cast<std::size_t>(i) + 1].signature;
+    INFO(i << ": " << sig);
+    CHECK(sig.rfind("moe.block:", 0) == 0);
+    CHECK(sig.find(",E=16,k=1,fe=8192,fs=8192,") != std::string::npos);
+    const bool nope = (i + 1) % 4 == 0;
+    CHECK((sig.find(",chunk=8192,l2qk=1") != std::string::npos) == !nope);
+    CHECK((sig.find(",nope=1,tt=1") != std::string::npos) == nope);
+  }
+  // Maverick: dense blocks of 16384 at even indices, no L2 norms.
+  const auto mav = load_model("llama-4-maverick")->layers(w);
+  CHECK(mav[1].signature.rfind("llama.block:", 0) == 0);
+  CHECK(mav[1].signature.find(",f=16384,") != std::string::npos);
+  CHECK(mav[2].signature.rfind("moe.block:", 0) == 0);
+  CHECK(mav[2].signature.find(",E=128,k=1,") != std::string::npos);
+  CHECK(mav[4].signature.find(",nope=1,tt=1") != std::string::npos);
+  for (const auto& l : mav) CHECK(l.signature.find("l2qk") == std::string::npos);
+}
+
+TEST_CASE("Llama 4's chunked attention, NoPE layers and L2 q/k norms, priced by hand", "[llama][llama4]") {
+  // A fused kernel's FLOPs: 2 b a s_q s_k (d + d) over the scores it
+  // computes. Chunks of c = 8192 in s = 32768 tokens: 4 c(c+1)/2 of s^2;
+  // in s = 10000: c(c+1)/2 + 1808 x 1809 / 2; a NoPE global layer the
+  // causal half (a = 40, d = 128, b = 1, tp 1).
+  const auto model = load_model("llama-4-scout");
+  auto flash = [&](std::int64_t s, int block) {
+    sim::WorkloadShape w = shape(1, s, 2);
+    w.flash_attention = true;
+    return kernel_named(model->layers(w)[static_cast<std::size_t>(block) + 1].forward, "attn.flash").flops;
+  };
+  CHECK(flash(32768, 0) == Approx(2.0 * 40 * 256 * (4.0 * 8192 * 8193 / 2)).epsilon(1e-12));
+  CHECK(flash(10000, 0) == Approx(2.0 * 40 * 256 * (8192.0 * 8193 / 2 + 1808.0 * 1809 / 2)).epsilon(1e-12));
+  CHECK(flash(32768, 3) == Approx(2.0 * 40 * 256 * 32768.0 * 32768 / 2).epsilon(1e-12));
+  // At 8192 tokens a chunk is the whole sequence: the causal half, as global.
+  CHECK(flash(8192, 0) == Approx(flash(8192, 3)).epsilon(1e-12));
+
+  // The kernels: rotary and the L2 norms on local layers; the global
+  // (NoPE) layer turns nothing and scales its queries instead, two
+  // composite passes over t a d elements, (e + 4) bytes read and written.
+  sim::WorkloadShape w = shape(2, 4096, 2);
+  w.flash_attention = true;
+  const auto layers = model->layers(w);
+  const auto& local = layers[1].forward;
+  const auto& global = layers[4].forward;
+  CHECK(has_kernel(local, "attn.rotary"));
+  CHECK(has_kernel(local, "attn.qk_l2norm"));
+  CHECK_FALSE(has_kernel(local, "attn.temperature"));
+  CHECK_FALSE(has_kernel(global, "attn.rotary"));
+  CHECK_FALSE(has_kernel(global, "attn.qk_l2norm"));
+  const std::int64_t t = 2 * 4096, q = t * 40 * 128, kv = t * 8 * 128;
+  CHECK(kernel_named(global, "attn.temperature").bytes == (2 + 4) * q + (4 + 2) * q);
+  // The L2 norms keep each element's fp32 copy and a rsqrt a head: the
+  // local block keeps 4 (q + kv) + 4 t (a + kv) bytes more than Maverick's
+  // shape without them (the same block otherwise: Scout's with l2_qk_norm off).
+  const auto plain = load_model("llama-4-scout", {sim::parse_override("model.l2_qk_norm=false")})->layers(w);
+  CHECK(layers[1].saved_bytes - plain[1].saved_bytes == 4 * (q + kv) + 4 * t * (40 + 8));
+  CHECK(layers[4].saved_bytes == plain[4].saved_bytes);  // NoPE layers have none either way
+  // Chunks change the work, not what eager attention keeps (it masks the whole square).
+  sim::WorkloadShape eager = shape(1, 16384, 2);
+  const auto unchunked = load_model("llama-4-scout", {sim::parse_override("model.attention_chunk=0")})->layers(eager);
+  CHECK(model->layers(eager)[1].saved_bytes == unchunked[1].saved_bytes);
+  CHECK(model->layers(eager)[1].forward_flops() == Approx(unchunked[1].forward_flops()).epsilon(1e-12));
+}
+
+TEST_CASE("Llama 4's config.json keys dtsim does not model, and contradictions, are refused in one line", "[llama][llama4][bad-input]") {
+  test::TempDir dir("llama4-bad");
+  auto with = [&](const std::string& from, const std::string& to) {
+    std::string text = slurp(hf("llama-4-scout"));
+    REQUIRE(text.find(from) != std::string::npos);
+    text.replace(text.find(from), from.size(), to);
+    return write_json(dir, text);
+  };
+  CHECK_THAT(error_of([&] { load_model(with("\"interleave_moe_layer_step\": 1", "\"interleave_moe_layer_step\": 2")); }),
+             Catch::Contains("config.text_config.moe_layers") && Catch::Contains("interleave_moe_layer_step"));
+  CHECK_THAT(error_of([&] { load_model(with("\"no_rope_layers\": [\n      1,\n      1,\n      1,\n      0", "\"no_rope_layers\": [\n      1,\n      1,\n      0,\n      1")); }),
+             Catch::Contains("config.text_config.no_rope_layers") && Catch::Contains("no_rope_layer_interval"));
+  CHECK_THAT(error_of([&] { load_model(with("\"hidden_act\": \"silu\"", "\"hidden_act\": \"gelu\"")); }),
+             Catch::Contains("config.text_config.hidden_act") && Catch::Contains("valid: silu"));
+  CHECK_THAT(error_of([&] { load_model(with("\"model_type\": \"llama4_text\"", "\"model_type\": \"llama\"")); }),
+             Catch::Contains("text_config.model_type") && Catch::Contains("valid: llama4_text"));
+  CHECK_THAT(error_of([&] { load_model(write_json(dir, R"({"model_type": "llama4"})")); }), Catch::Contains("config.text_config: missing"));
+  // attn_temperature_tuning: the release's 4 is on, false and null off;
+  // attention_chunk_size null: every layer sees all keys before it.
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  CHECK(has_kernel(load_model(hf("llama-4-scout"))->layers(w)[4].forward, "attn.temperature"));
+  CHECK_FALSE(has_kernel(load_model(with("\"attn_temperature_tuning\": 4", "\"attn_temperature_tuning\": false"))->layers(w)[4].forward,
+                         "attn.temperature"));
+  CHECK_FALSE(has_kernel(load_model(with("\"attn_temperature_tuning\": 4", "\"attn_temperature_tuning\": null"))->layers(w)[4].forward,
+                         "attn.temperature"));
+  for (const auto& l : load_model(with("\"attention_chunk_size\": 8192", "\"attention_chunk_size\": null"))->layers(w)) {
+    CHECK(l.signature.find("chunk=") == std::string::npos);
+  }
+  // Our YAML's keys contradicting each other.
+  auto yaml_error = [](const std::string& set) {
+    return error_of([&] { load_model("llama-4-scout", {sim::parse_override(set)}); });
+  };
+  CHECK_THAT(yaml_error("model.sliding_window=128"), Catch::Contains("model.attention_chunk") && Catch::Contains("contradicts sliding_window"));
+  CHECK_THAT(yaml_error("model.qk_norm=true"), Catch::Contains("model.l2_qk_norm") && Catch::Contains("contradicts qk_norm"));
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.nope_global=true")}); }),
+             Catch::Contains("model.nope_global") && Catch::Contains("needs global_every"));
+  CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.attn_temperature=true")}); }),
+             Catch::Contains("model.attn_temperature") && Catch::Contains("nope_global"));
 }

@@ -586,6 +586,31 @@ TEST_CASE("gemma-tiny trains as one process does: data, tensor, pipeline and con
   }
 }
 
+TEST_CASE("llama4-tiny trains as one process does: chunks, NoPE and L2 norms under data, pipeline, tensor and context parallelism (Note [Llama 4])",
+          "[runtime][validate][slow]") {
+  // Chunks of 8 of the 32 tokens on its three rotary layers, the NoPE
+  // layer's tuned queries, L2-normalised q and k, top-1 experts beside a
+  // shared one on two of its four layers: the same steps as one process's.
+  // The twin's MoE block has no tensor or context split (Note [Expert
+  // parallelism]), so those run it dense (experts 0).
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 --set model.attention_chunk=8 ";
+  const std::string dense = shape + " --set model.experts=0 ";
+  SECTION("ddp, dp 2") {
+    check_same(losses_of(validate("--model llama4-tiny --plan ddp --procs 2" + kCommon + shape)), reference("llama4-tiny", shape, 2));
+  }
+  SECTION("1f1b over 2 stages (two layers each), 4 micro-batches") {
+    check_same(losses_of(validate("--model llama4-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.grad_accum=4")),
+               reference("llama4-tiny", shape, 4));
+  }
+  SECTION("megatron-tp (tp 2), dense") {
+    check_same(losses_of(validate("--model llama4-tiny --plan megatron-tp --procs 2" + kCommon + dense)), reference("llama4-tiny", dense, 1));
+  }
+  SECTION("ddp, cp 2 on the ring, dense: each rank's chunk masks by global positions") {
+    check_same(losses_of(validate("--model llama4-tiny --plan ddp --procs 2" + kCommon + dense + " --set plan.cp=2")),
+               reference("llama4-tiny", dense, 1));
+  }
+}
+
 TEST_CASE("llama-tiny trains as one process does, context parallelism included (Note [Context parallelism])", "[runtime][validate][slow]") {
   // Each cp rank holds 2 of the 2 cp chunks of every sequence of 32 tokens,
   // attends with every rank's keys and values at their global positions, and

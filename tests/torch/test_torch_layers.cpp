@@ -815,6 +815,69 @@ TEST_CASE("Gemma 2's attention soft cap in the twin's eager attention (Note [Gem
         std::string::npos);
 }
 
+TEST_CASE("Llama 4's twin: chunked attention, NoPE layers and L2 q/k norms as HF writes them (Note [Llama 4])", "[torch][llama][llama4]") {
+  const std::string base = "llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0";
+  auto make = [&](const std::string& extra) {
+    torch::manual_seed(21);
+    return models::make_torch_layer(base + extra);
+  };
+  torch::manual_seed(22);
+  const auto x = torch::randn({2, 8, 32});
+  auto changed_at = [&](models::TorchLayer& layer, int token) {
+    torch::NoGradGuard no_grad;
+    auto other = x.clone();
+    other.select(1, token).add_(1.0);
+    const auto y = layer.forward({x}), z = layer.forward({other});
+    std::vector<bool> changed;
+    for (int i = 0; i < 8; ++i) changed.push_back(!torch::allclose(y.narrow(1, i, 1), z.narrow(1, i, 1)));
+    return changed;
+  };
+  // Chunks of 4 (create_chunked_causal_mask): token 2 reaches outputs 2
+  // and 3 of its chunk, none before it and none of the next chunk; token 5
+  // outputs 5 to 7.
+  auto chunked = make(",chunk=4");
+  CHECK(changed_at(*chunked, 2) == std::vector<bool>{false, false, true, true, false, false, false, false});
+  CHECK(changed_at(*chunked, 5) == std::vector<bool>{false, false, false, false, false, true, true, true});
+  // Without positions (NoPE), the last output attends to the earlier tokens
+  // as a set: swapping tokens 1 and 4 leaves it be, where rotary does not.
+  auto last_after_swap = [&](models::TorchLayer& layer) {
+    torch::NoGradGuard no_grad;
+    auto swapped = x.clone();
+    swapped.select(1, 1).copy_(x.select(1, 4));
+    swapped.select(1, 4).copy_(x.select(1, 1));
+    return torch::allclose(layer.forward({x}).narrow(1, 7, 1), layer.forward({swapped}).narrow(1, 7, 1), 1e-5, 1e-6);
+  };
+  auto nope = make(",nope=1"), rope = make("");
+  CHECK(last_after_swap(*nope));
+  CHECK_FALSE(last_after_swap(*rope));
+  // The temperature log(floor((p + 1) / 8192) + 1) 0.1 + 1 is exactly 1
+  // below position 8191: the same outputs at 8 tokens.
+  auto tuned = make(",nope=1,tt=1");
+  {
+    torch::NoGradGuard no_grad;
+    CHECK(torch::equal(tuned->forward({x}), nope->forward({x})));
+  }
+  // L2-normalised q and k (no weight): scaling q_proj and k_proj changes
+  // nothing but through eps (1e-5 against mean squares near 1), where it
+  // changes the plain block's scores.
+  auto scaled = [&](const std::string& extra) {
+    auto a = make(extra), b = make(extra);
+    torch::NoGradGuard no_grad;
+    for (const char* n : {"q_proj.weight", "k_proj.weight"}) b->module().named_parameters()[n].mul_(3);
+    const auto in = x * 4;
+    return torch::allclose(a->forward({in}), b->forward({in}), 1e-4, 1e-5);
+  };
+  CHECK(scaled(",l2qk=1"));
+  CHECK_FALSE(scaled(""));
+  CHECK(make(",l2qk=1")->parameter_count() == make("")->parameter_count());
+  // Every piece together trains (gradients finite), and a window with chunks is refused.
+  auto all = make(",chunk=4,l2qk=1");
+  const auto y = all->forward({x});
+  y.backward(torch::ones_like(y));
+  for (const auto& p : all->module().parameters()) CHECK(torch::isfinite(p.grad()).all().item<bool>());
+  CHECK(test::error_of([&] { models::make_torch_layer(base + ",sw=2,chunk=4"); }).find("sw and chunk contradict each other") != std::string::npos);
+}
+
 TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {
   // Load-balanced chunks of a 16-token sequence over cp 2: 4 chunks of 4,
   // rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.

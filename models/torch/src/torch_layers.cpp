@@ -490,6 +490,17 @@ torch::Tensor rotary(const torch::Tensor& x, const torch::Tensor& pos) {
   return x * cos + half * sin;
 }
 
+/// True where a query at qpos [sq, 1] may not see a key at kpos [1, sk]:
+/// the key is in its future, or outside its sliding window (`window` > 0,
+/// Mistral's) or its own chunk (`window` < 0: chunks of -window tokens,
+/// Llama 4's chunked attention; Note [Llama 4] in models/src/llama.cpp).
+torch::Tensor hidden_keys(const torch::Tensor& qpos, const torch::Tensor& kpos, std::int64_t window) {
+  auto masked = kpos > qpos;
+  if (window > 0) masked = masked | (kpos <= qpos - window);
+  if (window < 0) masked = masked | (torch::div(kpos, -window, "floor") != torch::div(qpos, -window, "floor"));
+  return masked;
+}
+
 /// Causal grouped-query attention of q [b, heads, sq, d] against k and v
 /// [b, kv_heads, sk, d]: each key-value head serves heads / kv_heads query
 /// heads (HF's repeat_kv), query i sees key j where kpos_j <= qpos_i (global
@@ -520,8 +531,7 @@ torch::Tensor gqa_core(const torch::Tensor& q, torch::Tensor k, torch::Tensor v,
 #if TORCH_VERSION_MAJOR >= 2
   if (flash && causal && window == 0) return at::scaled_dot_product_attention(q, k, v, {}, 0.0, true);
 #endif
-  auto masked = kpos.unsqueeze(0) > qpos.unsqueeze(1);  // [sq, sk]: true where a key is in the future
-  if (window > 0) masked = masked | (kpos.unsqueeze(0) <= qpos.unsqueeze(1) - window);
+  const auto masked = hidden_keys(qpos.unsqueeze(1), kpos.unsqueeze(0), window);  // [sq, sk]
 #if TORCH_VERSION_MAJOR >= 2
   if (flash) return at::scaled_dot_product_attention(q, k, v, masked.logical_not(), 0.0, false);
 #else
@@ -642,8 +652,7 @@ Block block_of(const torch::Tensor& qpos, std::int64_t r, std::int64_t src, std:
   if (src != r && window == 0) return b;
   const torch::Tensor kpos = cp_positions(sq * cp, static_cast<int>(src), static_cast<int>(cp)).to(qpos.device()).narrow(0, b.k0, b.kn);
   const torch::Tensor q = qpos.narrow(0, b.q0, b.qn).unsqueeze(1);
-  auto m = kpos.unsqueeze(0) > q;
-  if (window > 0) m = m | (kpos.unsqueeze(0) <= q - window);
+  const auto m = hidden_keys(q, kpos.unsqueeze(0), window);
   if (m.all().item<bool>()) {
     b.skip = true;
   } else if (m.any().item<bool>()) {
@@ -767,6 +776,14 @@ struct LlamaShape {
   std::int64_t h, a, kv, d, f;
   bool qkv_bias, o_bias, mlp_bias, qk_norm, flash;
   std::int64_t window = 0;  ///< sw=: Mistral's sliding window in tokens (0: none)
+  // Llama 4 (Note [Llama 4] in models/src/llama.cpp).
+  std::int64_t chunk = 0;    ///< chunk=: chunked attention, chunks of this many tokens (0: none)
+  bool nope = false;         ///< nope=1: no rotary positions
+  bool temperature = false;  ///< tt=1: queries scaled by their position's temperature
+  bool l2_qk_norm = false;   ///< l2qk=1: q and k L2-normalised, no weight
+  /// The keys a query sees beyond causality, as gqa_core takes it: a
+  /// window (> 0), chunks (< 0) or none.
+  std::int64_t span() const { return chunk > 0 ? -chunk : window; }
   bool gemma_norms = false;  ///< gn=1: Gemma's norms, four a block (Note [Gemma] in models/src/llama.cpp)
   bool olmo2_norms = false;  ///< on=1: OLMo 2's: outputs normed, q/k norms over all heads (Note [OLMo 2])
   bool gelu = false;         ///< gelu=1: GeGLU (tanh GELU on the gate)
@@ -1002,6 +1019,23 @@ struct MoeMlp : nn::Module {
   LlamaShape shape;
 };
 
+/// Llama4TextL2Norm: x.float() * rsqrt(mean(x.float()^2) + eps), cast
+/// back, over each head's d (modeling_llama4.py; eps rms_norm_eps, 1e-5).
+torch::Tensor l2_norm(const torch::Tensor& x) {
+  const auto f = x.to(torch::kFloat);
+  return (f * torch::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + 1e-5)).to(x.scalar_type());
+}
+
+/// Llama 4's attention temperature of each position p (Llama4TextAttention,
+/// attn_temperature_tuning, after Nakanishi 2025, arXiv 2501.19399):
+/// log(floor((p + 1) / floor_scale) + 1) attn_scale + 1, in fp32, with
+/// Llama4TextConfig's floor_scale 8192 and attn_scale 0.1 (they change
+/// values, not work).
+torch::Tensor temperature(const torch::Tensor& pos) {
+  const auto p = pos.to(torch::kFloat);
+  return torch::log(torch::floor((p + 1.0) / 8192.0) + 1.0) * 0.1 + 1.0;
+}
+
 /// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
 struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
@@ -1056,11 +1090,18 @@ struct LlamaBlock : nn::Module {
     }
     const auto ids = torch::TensorOptions().dtype(torch::kLong).device(x.device());
     const torch::Tensor qpos = cp ? cp_positions(sl * cp->size, cp->rank, cp->size).to(x.device()) : torch::arange(sl, ids);
-    q = rotary(q.transpose(1, 2), qpos);
-    k = rotary(k.transpose(1, 2), qpos);
+    // Note [Llama 4]: NoPE layers turn nothing; q and k L2-normalised after
+    // rotary; the NoPE layers' queries scaled by their position's temperature.
+    q = shape.nope ? q.transpose(1, 2) : rotary(q.transpose(1, 2), qpos);
+    k = shape.nope ? k.transpose(1, 2) : rotary(k.transpose(1, 2), qpos);
+    if (shape.l2_qk_norm) {
+      q = l2_norm(q);
+      k = l2_norm(k);
+    }
+    if (shape.temperature) q = (q * temperature(qpos).view({1, 1, -1, 1})).to(q.scalar_type());
     if (cp && cp->shift) {
       // Note [Ring attention]: the keys and values go round the cp ranks; it keeps no scores, so nothing to recompute.
-      const auto ctx = ring::RingGqa::apply(q, k, v.contiguous(), qpos, shape.window, reinterpret_cast<std::int64_t>(cp.get()));
+      const auto ctx = ring::RingGqa::apply(q, k, v.contiguous(), qpos, shape.span(), reinterpret_cast<std::int64_t>(cp.get()));
       return finish(x, ctx, b, sl, heads * d, t);
     }
     // Note [Context parallelism]: every rank's keys and values [b, kv_heads, s, d], in cp-rank order.
@@ -1068,9 +1109,9 @@ struct LlamaBlock : nn::Module {
     const torch::Tensor kpos = cp ? all.kpos : qpos;
     const bool causal = !cp;  // the queries' own keys, positions 0..s-1
     const auto ctx = recompute_core && torch::GradMode::is_enabled()
-                         ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap,
+                         ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.span(), shape.flash, causal, shape.softcap,
                                                 sinks.defined() ? sinks : torch::empty({0}))
-                         : gqa_core(q, all.k, all.v, qpos, kpos, shape.window, shape.flash, causal, shape.softcap, sinks);
+                         : gqa_core(q, all.k, all.v, qpos, kpos, shape.span(), shape.flash, causal, shape.softcap, sinks);
     return finish(x, ctx, b, sl, heads * d, t);
   }
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
@@ -1824,6 +1865,11 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     LlamaShape shape{s.get("h"),         s.get("a"),       s.get("kv"),       s.get("d"),         moe ? 0 : s.get("f"),
                      s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0, s.get("qkn") != 0, s.get_or("flash", 0) != 0};
     shape.window = s.get_or("sw", 0);
+    shape.chunk = s.get_or("chunk", 0);
+    shape.nope = s.get_or("nope", 0) != 0;
+    shape.temperature = s.get_or("tt", 0) != 0;
+    shape.l2_qk_norm = s.get_or("l2qk", 0) != 0;
+    if (shape.window > 0 && shape.chunk > 0) throw ConfigError("layer signature '" + signature + "': sw and chunk contradict each other; set one");
     shape.gemma_norms = s.get_or("gn", 0) != 0;
     shape.olmo2_norms = s.get_or("on", 0) != 0;
     if (shape.olmo2_norms && (moe || !shape.qk_norm || s.get_or("tp", 1) > 1)) {

@@ -49,7 +49,8 @@ struct LlamaConfig {
 
   // Gemma (Note [Gemma] in models/src/llama.cpp).
   /// Every global_every-th layer attends to all keys and the others within
-  /// sliding_window (Gemma 2: 2, Gemma 3: 6); 0: the window, if any, on every layer.
+  /// sliding_window or attention_chunk (Gemma 2: 2, Gemma 3: 6, Llama 4:
+  /// 4); 0: the window or chunks, if any, on every layer.
   int global_every = 0;
   bool gemma_norms = false;        ///< Gemma's RMSNorm (fp32, times 1 + weight), four a block (sandwich norms in Gemma 2 and 3)
   bool gelu = false;               ///< the MLP's gate through tanh-approximated GELU (GeGLU) instead of SiLU (hidden_activation)
@@ -68,6 +69,13 @@ struct LlamaConfig {
   bool attention_sinks = false;    ///< a learned logit per head joins every row of scores before the softmax (GptOssAttention.sinks)
   double swiglu_limit = 0;         ///< the gated MLPs' clamped SwiGLU: gate <= limit, |up| <= limit, (up + 1) gate sigmoid(1.702 gate) (0: SiLU's)
   bool fp32_norm_weight = false;   ///< the norms' weight multiplies their fp32 output before the cast back (GptOssRMSNorm)
+  // Llama 4 (Note [Llama 4] in models/src/llama.cpp).
+  /// Local layers attend within chunks of this many tokens, each query to
+  /// the keys of its own chunk up to itself (attention_chunk_size; 0: none).
+  std::int64_t attention_chunk = 0;
+  bool nope_global = false;        ///< the global layers have no rotary positions (no_rope_layers)
+  bool attn_temperature = false;   ///< those layers scale each query by a temperature of its position (attn_temperature_tuning)
+  bool l2_qk_norm = false;         ///< q and k L2-normalised, no weight, on the local layers (use_qk_norm)
 
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
   // experts: a dense model. Note [Mixture of experts] in models/src/llama.cpp.
