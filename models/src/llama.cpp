@@ -424,7 +424,7 @@ class Llama final : public ZooModel {
              ",fe=" + std::to_string(c_.expert_intermediate) + ",fs=" + std::to_string(c_.shared_intermediate) +
              ",sg=" + (c_.shared_expert_gate ? "1" : "0") + (c_.router_bias ? ",rb=1" : "") + common_keys +
              (shape.ep > 1 ? ",ep=" + std::to_string(shape.ep) : "") + (shape.etp != tp ? ",etp=" + std::to_string(shape.etp) : "") +
-             (load != 1000 ? ",load=" + std::to_string(load) : "");
+             (load != 1000 ? ",load=" + std::to_string(load) : "") + (shape.moe_dense ? ",dense=1" : "");
     };
     for (int i = 0; i < c_.layers; ++i) {
       // Note [Gemma]: a layer that attends globally among sliding ones (a
@@ -889,6 +889,23 @@ class Llama final : public ZooModel {
   // up and product (3e + g per element of its k t fe / etp), the experts'
   // outputs kept for the weighted sum (e k t h), and the shared experts'
   // as the dense MLP's.
+  // Note [Dense experts]
+  // HuggingFace's Llama 4 (modeling_llama4.py, Llama4TextMoe and
+  // Llama4TextExperts) does not route tokens to experts: it repeats the t
+  // tokens once per expert, multiplies each copy by that expert's score (0
+  // for the unchosen: a sigmoid of -inf), runs every expert on every copy as
+  // one bmm over the E experts (gate_up, SiLU times up, down) and sums the E
+  // outputs per token. Its work is E t rows of experts where routing's is
+  // k t: 16x for Scout, 128x for Maverick at top-1. plan.moe_experts dense
+  // prices that: the router and its top-k as routed, a repeat writing E t h,
+  // the scaling, the grouped GEMMs over t rows an expert, the SwiGLU over E t
+  // fe, and a sum reading E t h; kept for backward, the sigmoid's fp32
+  // output, the scores and the repeated tokens the product keeps, its output
+  // (the bmm's input) and the SwiGLU's tensors, each over E t. Every rank
+  // holds every expert (no expert parallelism), nothing is dropped or
+  // unbalanced. A hub kernel (use_kernel_forward_from_hub("Llama4TextMoe"))
+  // can replace it; Megatron-Core and torchtitan route (grouped, the
+  // default). Priced, not run: the LibTorch twin routes.
   Bytes moe_mlp(const sim::WorkloadShape& shape, sim::Layer& l, std::vector<sim::Kernel>& post,
                 std::vector<sim::LayerComm>& tp_extra) const {
     using sim::KernelKind;
@@ -903,18 +920,32 @@ class Llama final : public ZooModel {
     const std::int64_t el = E / shape.ep;     // experts on this rank
     const double load = moe_load(shape);
     const bool gather = etp > 1 && sp && shape.ep > 1;  // rows gathered over the etp ranks
-    const auto rows = static_cast<std::int64_t>(std::ceil(static_cast<double>(tr * k * (gather ? etp : 1)) * load));
-    const std::int64_t fe = c_.expert_intermediate / etp, per_expert = (rows + el - 1) / el;
+    const bool dense = shape.moe_dense;                  // Note [Dense experts]: every token, every expert (ep 1)
+    const auto rows = dense ? tr * E : static_cast<std::int64_t>(std::ceil(static_cast<double>(tr * k * (gather ? etp : 1)) * load));
+    const std::int64_t fe = c_.expert_intermediate / etp, per_expert = dense ? tr : (rows + el - 1) / el;
     check_size(static_cast<double>(rows) * static_cast<double>(std::max(h, fe)) * e, "expert activations");
     post.push_back(gemm("moe.router", tr, E, h, e));
     post.push_back(memory_op("moe.topk", KernelKind::kNorm, e * tr * E, 4 * tr * E + 12 * tr * k, 5.0 * static_cast<double>(tr * E)));
-    post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * tr * h, e * tr * k * h));
+    if (dense) {
+      // The tokens repeated for every expert, then times each one's score.
+      post.push_back(memory_op("moe.repeat", KernelKind::kElementwise, e * tr * h, e * rows * h));
+      post.push_back(memory_op("moe.scale", KernelKind::kElementwise, e * rows * h + e * rows, e * rows * h, 1.0 * static_cast<double>(rows * h)));
+    } else {
+      post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * tr * h, e * tr * k * h));
+    }
     post.push_back(gemm("moe.experts.gate_up", per_expert, 2 * fe, h, e, el));
     post.push_back(glu("moe.experts.swiglu", rows * fe, shape));
     post.push_back(gemm("moe.experts.down", per_expert, h, fe, e, el));
-    post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * tr * k * h + 4 * tr * k, e * tr * h,
-                             2.0 * static_cast<double>(tr * k * h)));
-    Bytes saved = 4 * tr * E + 4 * tr * k + g * rows * h + glu_kept(rows * fe, shape) + e * rows * h;
+    if (dense) {
+      post.push_back(memory_op("moe.sum", KernelKind::kElementwise, e * rows * h, e * tr * h, 1.0 * static_cast<double>(rows * h)));
+    } else {
+      post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * tr * k * h + 4 * tr * k, e * tr * h,
+                               2.0 * static_cast<double>(tr * k * h)));
+    }
+    // Dense: the sigmoid's fp32 output, the scores and the repeated tokens
+    // the product keeps, its output (the bmm's input) and the SwiGLU's.
+    Bytes saved = dense ? 4 * tr * E + e * rows + e * rows * h + g * rows * h + glu_kept(rows * fe, shape)
+                        : 4 * tr * E + 4 * tr * k + g * rows * h + glu_kept(rows * fe, shape) + e * rows * h;
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
       post.push_back(gemm("moe.shared.gate_up", t, 2 * fs, h, e));

@@ -250,6 +250,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                              "use model.attention_dropout=0");
     }
   }
+  if (s.spec.moe_experts == sim::MoeExperts::kDense) {
+    // Note [Dense experts] (models/src/llama.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.moe_experts") +
+                           ": moe_experts dense is not run: the LibTorch twin routes each token to its experts (the simulator "
+                           "prices HuggingFace's dense bmm); use moe_experts: grouped");
+  }
   if (s.spec.recompute == sim::Recompute::kOp) {
     // Note [Op-level recompute] (models/src/llama.cpp): torchtitan's policy
     // saves by aten op; the runtime's layers recompute the attention core

@@ -762,6 +762,12 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(drop.status == 2);
   CHECK(std::count(drop.err.begin(), drop.err.end(), '\n') == 1);
   CHECK(drop.err.find("llama-tiny: attention dropout is not run: the LibTorch twins have none") != std::string::npos);
+  // Note [Dense experts]: HuggingFace's dense bmm is priced, not run (the twin routes).
+  const Run dense = validate("--model llama4-tiny --plan ddp --procs 2 --set plan.moe_experts=dense");
+  CHECK(dense.status == 2);
+  CHECK(std::count(dense.err.begin(), dense.err.end(), '\n') == 1);
+  CHECK(dense.err.find("--set plan.moe_experts: moe_experts dense is not run: the LibTorch twin routes each token to its experts") !=
+        std::string::npos);
   const Run fp8 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp8");
   CHECK(fp8.status == 2);
   CHECK(fp8.err.find("--set plan.precision: precision fp8 is not run") != std::string::npos);

@@ -402,3 +402,48 @@ TEST_CASE("search walks ep where the model has experts", "[moe][search]") {
   const auto dense = models::load_model("llama-tiny");
   for (const auto& s : enumerate_plans(*dense, c, o)) CHECK(s.ep == 1);
 }
+
+TEST_CASE("moe_experts dense: every token through every expert, as HuggingFace's Llama 4 computes them (Note [Dense experts])",
+          "[moe]") {
+  // moe-tiny: h 128, 4 experts of 176, top-2; t = 64 tokens in 16 bits.
+  const auto m = models::load_model("moe-tiny");
+  WorkloadShape w = shape(1, 64, 2);
+  const Layer grouped = m->layers(w)[1];
+  w.moe_dense = true;
+  const Layer dense = m->layers(w)[1];
+  // The experts' GEMMs over E t = 256 rows where routing gives k t = 128.
+  CHECK(expert_flops(grouped) == 6.0 * 64 * 2 * 128 * 176);
+  CHECK(expert_flops(dense) == 6.0 * 64 * 4 * 128 * 176);
+  // The repeat writes E t h elements; the sum reads them back.
+  const auto repeat = std::find_if(dense.forward.begin(), dense.forward.end(), [](const Kernel& k) { return k.name == "moe.repeat"; });
+  REQUIRE(repeat != dense.forward.end());
+  CHECK(repeat->bytes == 2 * 64 * 128 + 2 * 4 * 64 * 128);
+  // Kept, the MoE part: grouped 4 t E + 4 t k + g k t h + (3e + g) k t fe + e k t h
+  //   = 1,024 + 512 + 32,768 + 180,224 + 32,768 = 247,296;
+  // dense 4 t E + e E t + e E t h + g E t h + (3e + g) E t fe
+  //   = 1,024 + 512 + 65,536 + 65,536 + 360,448 = 493,056: 245,760 more.
+  CHECK(dense.saved_bytes - grouped.saved_bytes == 245'760);
+  CHECK(dense.signature.find(",dense=1") != std::string::npos);
+  CHECK(grouped.signature.find("dense") == std::string::npos);
+
+  // Predicted: the model's FLOPs are the routed ones (MFU x time the same),
+  // the hardware's count the rest (HFU above MFU without recompute).
+  const ClusterSpec c = test::round_cluster(1, 2);
+  const Prediction g = predict(*m, parse_plan("seq_len: 64\nmicro_batch: 1\n", "p.yaml"), c);
+  const Prediction d = predict(*m, parse_plan("seq_len: 64\nmicro_batch: 1\nmoe_experts: dense\n", "p.yaml"), c);
+  CHECK(d.iteration_time > g.iteration_time);
+  CHECK(d.mfu * static_cast<double>(d.iteration_time) == Approx(g.mfu * static_cast<double>(g.iteration_time)).epsilon(1e-9));
+  CHECK(g.hfu == Approx(g.mfu).epsilon(1e-12));
+  CHECK(d.hfu > d.mfu);
+  CHECK(d.plan.moe_experts == MoeExperts::kDense);
+
+  // What dense rules out, one line each.
+  const ClusterSpec four = test::round_cluster(1, 4);
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 2\nmoe_experts: dense\n", "p.yaml"), *m, four); }),
+             Catch::Contains("plan.moe_experts: dense runs every expert on every rank's tokens") && Catch::Contains("set ep: 1"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("moe_capacity_factor: 1\nmoe_experts: dense\n", "p.yaml"), *m, four); }),
+             Catch::Contains("no capacity to drop at"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("moe_imbalance: 2\nmoe_experts: dense\n", "p.yaml"), *m, four); }),
+             Catch::Contains("moe_imbalance must be 1"));
+  CHECK_THAT(error_of([] { parse_plan("moe_experts: sparse\n", "p.yaml"); }), Catch::Contains("plan.moe_experts") && Catch::Contains("grouped"));
+}

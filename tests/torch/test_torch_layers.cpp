@@ -876,6 +876,9 @@ TEST_CASE("Llama 4's twin: chunked attention, NoPE layers and L2 q/k norms as HF
   y.backward(torch::ones_like(y));
   for (const auto& p : all->module().parameters()) CHECK(torch::isfinite(p.grad()).all().item<bool>());
   CHECK(test::error_of([&] { models::make_torch_layer(base + ",sw=2,chunk=4"); }).find("sw and chunk contradict each other") != std::string::npos);
+  // Note [Dense experts]: priced, not run; the twin routes.
+  CHECK(test::error_of([] { models::make_torch_layer("moe.block:h=32,a=4,kv=2,d=8,E=4,k=1,fe=16,fs=16,sg=0,qkvb=0,ob=0,mb=0,qkn=0,dense=1"); })
+            .find("HuggingFace's dense experts (every token through every expert) are not run by the LibTorch twin") != std::string::npos);
 }
 
 TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {

@@ -1898,6 +1898,12 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       throw UnsupportedError("layer signature '" + signature +
                              "': attention dropout is not run by the LibTorch twin; set model.attention_dropout=0");
     }
+    if (moe && s.get_or("dense", 0) != 0) {
+      // Note [Dense experts] (models/src/llama.cpp): priced, not run.
+      throw UnsupportedError("layer signature '" + signature +
+                             "': HuggingFace's dense experts (every token through every expert) are not run by the LibTorch twin, "
+                             "which routes; set plan.moe_experts=grouped");
+    }
     if (moe) {
       shape.experts = s.get("E");
       const std::int64_t ep = s.get_or("ep", 1);

@@ -62,6 +62,7 @@ const char* to_string(Attention a) {
 }
 
 const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
+const char* to_string(MoeExperts e) { return e == MoeExperts::kDense ? "dense" : "grouped"; }
 const char* to_string(LossParallel l) {
   return l == LossParallel::kAuto ? "auto" : l == LossParallel::kDtensor ? "dtensor" : "megatron";
 }
@@ -205,6 +206,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.moe_pad = s.moe_pad;
   r.moe_force_load_balance = s.moe_force_load_balance;
   r.moe_dispatcher = s.moe_dispatcher;
+  r.moe_experts = s.moe_experts;
   r.runtime = s.runtime;
   r.kernels = s.kernels;
   bool experts_ok = degrees_ok;
@@ -235,6 +237,14 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
   if (r.moe_pad && r.moe_capacity_factor <= 0) {
     bad.add("moe_pad", "true needs moe_capacity_factor > 0 (padding fills each expert to its capacity)");
+  }
+  if (r.moe_experts == MoeExperts::kDense) {
+    // Note [Dense experts]: every token through every expert, so nothing is
+    // dispatched, dropped or unbalanced.
+    if (r.ep > 1) bad.add("moe_experts", "dense runs every expert on every rank's tokens (HuggingFace's bmm); it has no expert parallelism: set ep: 1 or moe_experts: grouped");
+    if (r.moe_capacity_factor > 0) bad.add("moe_experts", "dense computes every expert on every token: there is no capacity to drop at; set moe_capacity_factor: 0");
+    if (r.moe_imbalance != 1.0) bad.add("moe_experts", "dense gives every expert every token: moe_imbalance must be 1");
+    if (r.moe_dispatcher != MoeDispatcher::kAllToAll) bad.add("moe_experts", "dense dispatches nothing: moe_dispatcher deepep does not apply");
   }
   r.sequence_parallel = s.sequence_parallel;
   if (r.sequence_parallel && r.tp == 1) bad.add("sequence_parallel", "true needs tp > 1 (it splits what tensor parallelism replicates)");

@@ -428,11 +428,25 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   const double micro_steps = static_cast<double>(p.plan.grad_accum) / (p.plan.tp * p.plan.pp * p.plan.cp);
   const Flops model_flops = model.model_flops(shape) * micro_steps;
   Flops hw_flops = model_flops;
+  const bool dense_experts = p.plan.moe_experts == MoeExperts::kDense;
+  if (dense_experts) {
+    // Note [Dense experts]: the unchosen experts' work is the hardware's,
+    // not the model's: what the dense layers compute beyond routed ones.
+    WorkloadShape ds = shape, gs = shape;
+    ds.flash_attention = gs.flash_attention = p.plan.flash_attention;
+    ds.moe_dense = true;
+    const LayerList dense = model.shared_layers(ds), grouped = model.shared_layers(gs);
+    for (std::size_t i = 0; i < dense.size() && i < grouped.size(); ++i) {
+      hw_flops += (dense[i].forward_flops() + dense[i].backward_flops() - grouped[i].forward_flops() - grouped[i].backward_flops()) *
+                  micro_steps;
+    }
+  }
   if (p.plan.recompute != Recompute::kNone) {
     // Op-level recompute is described with the attention as it runs (Note
     // [Op-level recompute]; resolve allows it at tp 1 and cp 1 only).
     WorkloadShape rs = shape;
     rs.flash_attention = p.plan.flash_attention;
+    rs.moe_dense = dense_experts;
     const LayerList layers = model.shared_layers(rs);
     const std::vector<Recompute> recomputes = layer_recomputes(p.plan, layers);
     for (std::size_t i = 0; i < layers.size(); ++i) {

@@ -31,6 +31,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.moe_imbalance != 1.0) os << " moe_imbalance=" << fmt::format("{:g}", p.moe_imbalance);
   if (p.moe_force_load_balance) os << " moe_force_load_balance";
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) os << " moe_dispatcher=" << to_string(p.moe_dispatcher);
+  if (p.moe_experts != MoeExperts::kGrouped) os << " moe_experts=" << to_string(p.moe_experts);
   if (p.tp > 1 && p.loss_parallel != LossParallel::kMegatron) os << " loss_parallel=" << to_string(p.loss_parallel);
   if (p.runtime != Runtime::kLibtorch) os << " runtime=" << to_string(p.runtime);
   if (p.moe_capacity_factor > 0) os << " moe_capacity_factor=" << fmt::format("{:g}", p.moe_capacity_factor) << (p.moe_pad ? " (padded)" : "");
@@ -89,7 +90,8 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("dp", p.dp).field("tp", p.tp).field("pp", p.pp).field("cp", p.cp).field("cp_comm", to_string(p.cp_comm));
   j.field("ep", p.ep).field("etp", p.etp).field("edp", p.edp);
   j.field("moe_imbalance", p.moe_imbalance).field("moe_capacity_factor", p.moe_capacity_factor).field("moe_pad", p.moe_pad)
-      .field("moe_force_load_balance", p.moe_force_load_balance).field("moe_dispatcher", to_string(p.moe_dispatcher));
+      .field("moe_force_load_balance", p.moe_force_load_balance).field("moe_dispatcher", to_string(p.moe_dispatcher))
+      .field("moe_experts", to_string(p.moe_experts));
   j.field("loss_parallel", to_string(p.loss_parallel));
   j.field("attention", p.flash_attention ? "flash" : "eager");
   j.field("runtime", to_string(p.runtime));

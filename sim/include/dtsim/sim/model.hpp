@@ -113,6 +113,9 @@ struct WorkloadShape {
   /// their experts, then over NVLink (Note [DeepEP] in cost_comm.cpp); false:
   /// NCCL's all-to-all (the alltoall dispatcher, Megatron-Core's default).
   bool moe_deepep = false;
+  /// Every token through every expert, the unchosen weighted by 0
+  /// (HuggingFace's Llama4TextExperts; plan.moe_experts dense).
+  bool moe_dense = false;
   /// A tensor-parallel LM head's cross-entropy is Megatron-LM's (its
   /// softmax becomes the gradient in place); false: DTensor's loss_parallel,
   /// whose backward makes a new gradient (PlanSpec::loss_parallel).

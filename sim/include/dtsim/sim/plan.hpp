@@ -73,6 +73,11 @@ enum class CpComm { kP2p, kAllGather };
 /// Megatron-Core's alltoall dispatcher (NCCL's all-to-all, its default) or
 /// DeepEP (its flex dispatcher with --moe-enable-deepep; WorkloadShape::moe_deepep).
 enum class MoeDispatcher { kAllToAll, kDeepEp };
+/// How a mixture's experts compute (Note [Dense experts] in models/src/llama.cpp):
+/// each on the tokens routed to it (a grouped GEMM: Megatron-Core,
+/// torchtitan), or every token through every expert, the unchosen weighted
+/// by 0 (HuggingFace's Llama4TextExperts: a bmm over all of them).
+enum class MoeExperts { kGrouped, kDense };
 /// How a tensor-parallel LM head's vocab-parallel cross-entropy keeps its
 /// memory (its collectives are the same: the maximum, the sum of
 /// exponentials and the target logit): `megatron`, Megatron-LM's
@@ -114,6 +119,8 @@ const char* to_string(Schedule s);
 const char* to_string(Attention a);
 const char* to_string(CpComm c);
 const char* to_string(MoeDispatcher d);
+/// "grouped", "dense".
+const char* to_string(MoeExperts e);
 const char* to_string(LossParallel l);
 /// What `asked` resolves to (never kAuto): auto is DTensor's under PyTorch's
 /// FSDP (`fsdp` set), Megatron's otherwise.
@@ -160,6 +167,7 @@ struct PlanSpec {
   double moe_capacity_factor = 0;
   bool moe_pad = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  MoeExperts moe_experts = MoeExperts::kGrouped;
   LossParallel loss_parallel = LossParallel::kAuto;
   Runtime runtime = Runtime::kLibtorch;  ///< the training loop (Note [Python host cost])
   Kernels kernels = Kernels::kComposite;  ///< the norms' and SwiGLU's kernels (Note [Fused kernels])
@@ -297,6 +305,7 @@ struct ResolvedPlan {
   double moe_imbalance = 1.0, moe_capacity_factor = 0;
   bool moe_pad = false, moe_force_load_balance = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  MoeExperts moe_experts = MoeExperts::kGrouped;
   LossParallel loss_parallel = LossParallel::kMegatron;  ///< resolved: never kAuto
   Runtime runtime = Runtime::kLibtorch;
   Kernels kernels = Kernels::kComposite;  ///< PlanSpec's

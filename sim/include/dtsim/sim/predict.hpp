@@ -77,7 +77,7 @@ struct Prediction {
   double tokens_per_s = 0;
   double tflops_per_gpu = 0;   ///< model FLOPs / s / GPU (no recompute), in TFLOP/s
   double mfu = 0;              ///< model FLOP utilisation against dense peak
-  double hfu = 0;              ///< hardware FLOP utilisation (recompute counted)
+  double hfu = 0;              ///< hardware FLOP utilisation (recompute and dense experts counted)
   TimeBreakdown breakdown;
 
   Bytes capacity = 0;          ///< device memory
