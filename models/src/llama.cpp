@@ -304,9 +304,9 @@ using namespace detail;
 // The rotation itself is complex-valued in HF (apply_rotary_emb) and priced
 // as the family's. HuggingFace's Llama4TextExperts multiplies every token
 // through every expert (a bmm over all E, the unchosen weighted by 0): E
-// times the routed FLOPs, 16x for Scout and 128x for Maverick, which no
-// training framework runs; dtsim prices the grouped GEMMs of Megatron-Core
-// and torchtitan. Parameters (tests/data/hf/PARAMS.md): Scout
+// times the routed FLOPs, 16x for Scout and 128x for Maverick; dtsim
+// prices the grouped GEMMs of Megatron-Core and torchtitan, and HF's with
+// plan.moe_experts dense (Note [Dense experts]). Parameters (tests/data/hf/PARAMS.md): Scout
 // 107,769,861,120 and Maverick 400,711,848,960 for the language models
 // (the cards' 109B and 400B count the vision encoder too), 17.2B active
 // each; the vision encoder and projector are not modelled.

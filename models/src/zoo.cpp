@@ -570,11 +570,13 @@ constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3
 /// configuration_qwen2.py, configuration_qwen3.py, configuration_gpt2.py,
 /// configuration_bert.py); `architectures` picks the head.
 /// `prefix` names the mapping's keys in errors ("config", or
-/// "config.text_config" for Llama 4's language model).
-YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const std::string& prefix = "config") {
+/// "config.text_config" for Llama 4's language model); `as_type`, where
+/// given, is its model_type (a text_config may leave it out).
+YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const std::string& prefix = "config",
+                            const std::string& as_type = "") {
   const sim::ConfigMap c(hf, file, prefix);
   YAML::Node ours(YAML::NodeType::Map);
-  const std::string type = c.get_string("model_type", "");
+  const std::string type = as_type.empty() ? c.get_string("model_type", "") : as_type;
   auto copy_int = [&](const char* from, const char* to, std::int64_t fallback) {
     ours[to] = c.get_int(from, fallback, 1, kBig);
   };
@@ -845,13 +847,12 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     if (!hf["text_config"] || !hf["text_config"].IsMap()) {
       c.fail("text_config", "missing or not a mapping; Llama4Config holds the language model's keys there");
     }
-    YAML::Node text = YAML::Clone(hf["text_config"]);
-    if (!text["model_type"]) text["model_type"] = "llama4_text";
-    if (!text["model_type"].IsScalar() || text["model_type"].Scalar() != "llama4_text") {
-      c.fail("text_config.model_type", "'" + (text["model_type"].IsScalar() ? text["model_type"].Scalar() : std::string()) + "'; valid: llama4_text");
+    const YAML::Node text = hf["text_config"];
+    const sim::ConfigMap t(text, file, prefix + ".text_config");
+    if (const std::string inner = t.get_string("model_type", "llama4_text"); inner != "llama4_text") {
+      t.fail("model_type", "'" + inner + "'; valid: llama4_text");
     }
-    text.remove("architectures");  // the language model of the top level's class
-    return from_huggingface(text, file, prefix + ".text_config");
+    return from_huggingface(text, file, prefix + ".text_config", "llama4_text");
   } else if (type == "llama4_text") {
     // Note [Llama 4] (llama.cpp): the defaults of Llama4TextConfig
     // (transformers' configuration_llama4.py), which are Scout's.
