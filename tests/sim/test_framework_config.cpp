@@ -421,6 +421,39 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
                     Catch::Contains("training.dtype: 'float16' is not one of float32, bfloat16"));
 }
 
+// torchtitan/models/llama4: flavor 17bx16e is Scout's shape without HF's
+// L2 q/k norms and attention temperature (Note [Llama 4]).
+TEST_CASE("torchtitan: Llama 4 Scout's preset, as torchtitan's model has it", "[framework]") {
+  const FrameworkConfig fc = read_torchtitan_config(sample("torchtitan/llama4_17bx16e.toml"));
+  CHECK(fc.model == std::optional<std::string>("llama-4-scout"));
+  auto k = keys(fc);
+  CHECK(k["model.l2_qk_norm"] == "false");
+  CHECK(k["model.attn_temperature"] == "false");
+  CHECK(from_of(fc, "model.l2_qk_norm").find("model.name") != std::string::npos);
+  CHECK(fc.unmodelled.empty());
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(m->parameters() == 107'769'861'120);  // neither has weights
+  WorkloadShape w;
+  w.seq_len = 8192;
+  for (const auto& l : m->layers(w)) {
+    CHECK(l.signature.find("l2qk") == std::string::npos);
+    CHECK(l.signature.find(",tt=") == std::string::npos);
+  }
+  CHECK(m->layers(w)[4].signature.find(",nope=1") != std::string::npos);
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 8);
+  CHECK(r.tp == 8);
+  CHECK(r.etp == 8);
+  CHECK(r.ep == 1);
+  CHECK(r.dp == 8);
+  CHECK(r.fsdp);
+  CHECK(r.recompute == Recompute::kFull);
+  CHECK(r.micro_batch == 8);
+  // Maverick's flavor likewise.
+  const FrameworkConfig mav = parse_torchtitan_config("[model]\nname = \"llama4\"\nflavor = \"17bx128e\"\n", "t.toml");
+  CHECK(mav.model == std::optional<std::string>("llama-4-maverick"));
+  CHECK(keys(mav)["model.attn_temperature"] == "false");
+}
+
 // Float8 training (model.converters) with FSDP's float8 all-gather; async TP
 // over sequence parallelism; global 64 = 2 x 8 micro-steps x dp 4 on 32 GPUs.
 TEST_CASE("torchtitan: Llama 3 70B with float8 and async tensor parallelism", "[framework]") {

@@ -93,7 +93,8 @@ std::optional<std::string> builtin_model(const std::string& name, const std::str
       {"llama3", "8B", "llama-3-8b"},          {"llama3", "70B", "llama-3-70b"},
       {"llama3", "405B", "llama-3.1-405b"},    {"qwen3", "8B", "qwen3-8b"},
       {"qwen3", "30B-A3B", "qwen3-30b-a3b"},   {"qwen3", "235B-A22B", "qwen3-235b-a22b"},
-      {"deepseek_v3", "671B", "deepseek-v3"},
+      {"deepseek_v3", "671B", "deepseek-v3"},   {"llama4", "17bx16e", "llama-4-scout"},
+      {"llama4", "17bx128e", "llama-4-maverick"},
   };
   for (const auto& e : kModels) {
     if (name == e.name && flavor == e.flavor) return std::string(e.dtsim);
@@ -332,6 +333,14 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     const std::string name = mo.get_string("name", ""), flavor = mo.get_string("flavor", "");
     fc.model = builtin_model(name, flavor);
     if (!fc.model) fc.unmodelled.push_back("model.name=" + name + " flavor=" + flavor + " (no built-in; pass --model)");
+    if (fc.model && name == "llama4") {
+      // torchtitan's Llama 4 (torchtitan/models/llama4/model.py) has no q/k
+      // norms and no attention temperature (Note [Llama 4] in
+      // models/src/llama.cpp); its NoPE layers are 0, 4, 8, ... where HF's
+      // are 3, 7, 11, ...: as many, not placed apart.
+      out.model("l2_qk_norm", "false", mo.from("name"));
+      out.model("attn_temperature", "false", mo.from("name"));
+    }
   }
   bool float8 = false;
   if (mo.has("converters")) {
