@@ -216,13 +216,13 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     // a causal mask); it keeps the log-sum-exp, not the scores, and backward
     // recomputes the probabilities (five GEMMs to forward's two, as
     // FlashAttention's).
-    const std::int64_t chunk = s / (2 * cp), pairs = causal ? 2 * cp + 2 : 4 * cp;
-    check_size(static_cast<double>(b) * heads * pairs * chunk * chunk * 4, "attention scores");
-    const Bytes scores = b * heads * pairs * chunk * chunk;
+    const std::int64_t piece = s / (2 * cp), pairs = causal ? 2 * cp + 2 : 4 * cp;
+    check_size(static_cast<double>(b) * heads * pairs * piece * piece * 4, "attention scores");
+    const Bytes scores = b * heads * pairs * piece * piece;
     auto& k = c.forward;
-    k.push_back(gemm("attn.ring.scores", chunk, chunk, d, e, b * heads * pairs, KernelKind::kAttention));
+    k.push_back(gemm("attn.ring.scores", piece, piece, d, e, b * heads * pairs, KernelKind::kAttention));
     k.push_back(memory_op("attn.ring.softmax", KernelKind::kNorm, 4 * scores, 4 * scores, 5.0 * scores));
-    k.push_back(gemm("attn.ring.av", chunk, dv, chunk, e, b * heads * pairs, KernelKind::kAttention));
+    k.push_back(gemm("attn.ring.av", piece, dv, piece, e, b * heads * pairs, KernelKind::kAttention));
     c.backward = backward_of(c.forward);
     c.backward.insert(c.backward.begin(), k.begin(), k.begin() + 2);  // the scores and probabilities again
     c.saved = 4 * b * heads * sq;                                      // the log-sum-exp

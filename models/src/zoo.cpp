@@ -842,7 +842,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // Note [Llama 4] (llama.cpp): every Llama 4 checkpoint is the image-and-
     // text Llama4ForConditionalGeneration; its text_config (model_type
     // llama4_text) is the language model dtsim models, the vision encoder
-    // and projector (about 1 B parameters) left out.
+    // and projector (0.87 B parameters in Scout) left out.
     require_arch({"Llama4ForConditionalGeneration"});
     if (!hf["text_config"] || !hf["text_config"].IsMap()) {
       c.fail("text_config", "missing or not a mapping; Llama4Config holds the language model's keys there");
@@ -883,8 +883,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
       std::vector<std::int64_t> strided;
       for (std::int64_t i = step - 1; i < layers; i += step) strided.push_back(i);
       if (listed != strided) {
-        c.fail("moe_layers", "lists layers other than every " + std::to_string(step) +
-                                 "th from layer " + std::to_string(step - 1) + " (interleave_moe_layer_step), which is what dtsim models");
+        c.fail("moe_layers", "lists layers other than every " + std::to_string(step) + "-th from layer " + std::to_string(step - 1) +
+                                 " (interleave_moe_layer_step " + std::to_string(step) + "), which is what dtsim models");
       }
     }
     ours["moe_step"] = step;
@@ -892,17 +892,21 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // no_rope_layer_interval-th layer; layer_types make those full_attention
     // and the others chunked_attention of attention_chunk_size (null: none).
     const std::int64_t interval = c.get_int("no_rope_layer_interval", 4, 1, 10000);
-    if (c.has("no_rope_layers") && !hf["no_rope_layers"].IsNull() && hf["no_rope_layers"].size() > 0) {
+    if (c.has("no_rope_layers") && !hf["no_rope_layers"].IsSequence()) c.fail("no_rope_layers", "expected a list of 0 and 1, one a layer");
+    if (c.has("no_rope_layers") && hf["no_rope_layers"].size() > 0) {
       const std::vector<std::int64_t> listed = c.get_int_list("no_rope_layers");
       std::vector<std::int64_t> pattern;
       for (std::int64_t i = 0; i < layers; ++i) pattern.push_back((i + 1) % interval != 0 ? 1 : 0);
       if (listed != pattern) {
-        c.fail("no_rope_layers", "differs from 0 on every " + std::to_string(interval) +
-                                     "th layer and 1 elsewhere (no_rope_layer_interval), which is what dtsim models");
+        c.fail("no_rope_layers", "differs from 0 on every " + std::to_string(interval) + "-th layer and 1 elsewhere (no_rope_layer_interval " +
+                                     std::to_string(interval) + "), which is what dtsim models");
       }
     }
-    if (c.has("layer_types") && hf["layer_types"].IsSequence()) {
+    if (c.has("layer_types")) {
       const YAML::Node types = hf["layer_types"];
+      if (!types.IsSequence() || static_cast<std::int64_t>(types.size()) != layers) {
+        c.fail("layer_types", "expected a list of one attention type a layer, " + std::to_string(layers) + " (num_hidden_layers)");
+      }
       for (std::size_t i = 0; i < types.size(); ++i) {
         const bool nope = (static_cast<std::int64_t>(i) + 1) % interval == 0;
         if (!types[i].IsScalar() || types[i].Scalar() != (nope ? "full_attention" : "chunked_attention")) {
@@ -923,7 +927,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
       const YAML::Node t = hf["attn_temperature_tuning"];
       bool b = false;
       double x = 0;
-      if (YAML::convert<bool>::decode(t, b)) {
+      if (t.Tag() == "!") {
+        c.fail("attn_temperature_tuning", "is a string; valid: true, false or a number (the released configs' 4)");
+      } else if (YAML::convert<bool>::decode(t, b)) {
         tuning = b;
       } else if (YAML::convert<double>::decode(t, x)) {
         tuning = x != 0;
@@ -935,7 +941,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     (void)c.get_double("floor_scale", 8192, 1, 1e12);  // values, not work
     (void)c.get_double("attn_scale", 0.1, 0, 1e6);
     // Llama4TextL2Norm on the rotary layers' q and k (Scout's; not Maverick's).
-    ours["l2_qk_norm"] = c.get_bool("use_qk_norm", true);
+    // null is off, as in HF (an absent key is Llama4TextConfig's true).
+    ours["l2_qk_norm"] = !(hf["use_qk_norm"] && hf["use_qk_norm"].IsNull()) && c.get_bool("use_qk_norm", true);
   } else if (type == "gemma3" || type == "gemma") {
     c.fail("model_type", type == "gemma3" ? "'gemma3' is Gemma 3's image-and-text model, whose vision tower dtsim does not model; "
                                             "its text_config (model_type gemma3_text) is the language model, as a config.json of its own"

@@ -1130,6 +1130,16 @@ TEST_CASE("Llama 4's config.json keys dtsim does not model, and contradictions, 
   CHECK_THAT(error_of([&] { load_model(with("\"model_type\": \"llama4_text\"", "\"model_type\": \"llama\"")); }),
              Catch::Contains("text_config.model_type") && Catch::Contains("valid: llama4_text"));
   CHECK_THAT(error_of([&] { load_model(write_json(dir, R"({"model_type": "llama4"})")); }), Catch::Contains("config.text_config: missing"));
+  CHECK_THAT(error_of([&] { load_model(with("\"no_rope_layers\": [", "\"no_rope_layers\": 7, \"listed_before\": [")); }),
+             Catch::Contains("config.text_config.no_rope_layers: expected a list"));
+  CHECK_THAT(error_of([&] { load_model(with("\"use_cache\"", "\"layer_types\": [\"chunked_attention\"], \"use_cache\"")); }),
+             Catch::Contains("config.text_config.layer_types: expected a list of one attention type a layer, 48"));
+  CHECK_THAT(error_of([&] { load_model(with("\"attn_temperature_tuning\": 4", "\"attn_temperature_tuning\": \"yes\"")); }),
+             Catch::Contains("config.text_config.attn_temperature_tuning: is a string"));
+  // use_qk_norm null is HF's None: no L2 norms.
+  for (const auto& l : load_model(with("\"use_qk_norm\": true", "\"use_qk_norm\": null"))->layers(shape(1, 4096, 2))) {
+    CHECK(l.signature.find("l2qk") == std::string::npos);
+  }
   // attn_temperature_tuning: the release's 4 is on, false and null off;
   // attention_chunk_size null: every layer sees all keys before it.
   sim::WorkloadShape w = shape(1, 4096, 2);

@@ -605,9 +605,10 @@ TEST_CASE("llama4-tiny trains as one process does: chunks, NoPE and L2 norms und
   SECTION("megatron-tp (tp 2), dense") {
     check_same(losses_of(validate("--model llama4-tiny --plan megatron-tp --procs 2" + kCommon + dense)), reference("llama4-tiny", dense, 1));
   }
-  SECTION("ddp, cp 2 on the ring, dense: each rank's chunk masks by global positions") {
-    check_same(losses_of(validate("--model llama4-tiny --plan ddp --procs 2" + kCommon + dense + " --set plan.cp=2")),
-               reference("llama4-tiny", dense, 1));
+  SECTION("ddp, cp 2 on the ring, dense: chunks of 12 cut across the ranks' blocks of 8, masked by global positions") {
+    const std::string across = dense + " --set model.attention_chunk=12 ";
+    check_same(losses_of(validate("--model llama4-tiny --plan ddp --procs 2" + kCommon + across + " --set plan.cp=2")),
+               reference("llama4-tiny", across, 1));
   }
 }
 

@@ -13,6 +13,7 @@
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/search.hpp"
 #include "fake_model.hpp"
 #include "test_util.hpp"
@@ -437,6 +438,10 @@ TEST_CASE("moe_experts dense: every token through every expert, as HuggingFace's
   CHECK(d.hfu > d.mfu);
   CHECK(d.plan.moe_experts == MoeExperts::kDense);
 
+  // The rules table offers no expert parallelism to dense experts (the search asks it).
+  const PlanRules rules(*m, test::round_cluster(1, 4));
+  CHECK(rules.ep_values(1, 1, 4, 1) == std::vector<int>{1, 2, 4});
+  CHECK(rules.ep_values(1, 1, 4, 1, MoeExperts::kDense) == std::vector<int>{1});
   // What dense rules out, one line each.
   const ClusterSpec four = test::round_cluster(1, 4);
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 2\nmoe_experts: dense\n", "p.yaml"), *m, four); }),

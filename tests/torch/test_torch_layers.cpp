@@ -852,6 +852,12 @@ TEST_CASE("Llama 4's twin: chunked attention, NoPE layers and L2 q/k norms as HF
   CHECK_FALSE(last_after_swap(*rope));
   // The temperature log(floor((p + 1) / 8192) + 1) 0.1 + 1 is exactly 1
   // below position 8191: the same outputs at 8 tokens.
+  // At p = 8191 floor(8192 / 8192) = 1: 1 + 0.1 ln 2; at 16383, 1 + 0.1 ln 3.
+  const auto temps = models::attention_temperature(torch::tensor({0, 8190, 8191, 16383}, torch::kLong));
+  CHECK(temps[0].item<double>() == Approx(1.0));
+  CHECK(temps[1].item<double>() == Approx(1.0));
+  CHECK(temps[2].item<double>() == Approx(1 + 0.1 * std::log(2.0)).epsilon(1e-6));
+  CHECK(temps[3].item<double>() == Approx(1 + 0.1 * std::log(3.0)).epsilon(1e-6));
   auto tuned = make(",nope=1,tt=1");
   {
     torch::NoGradGuard no_grad;

@@ -41,7 +41,8 @@ struct Signature {
     const auto it = values.find(key);
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
     const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru" ||
-                      key == "gn" || key == "gelu" || key == "es" || key == "on" || key == "sink" || key == "fnw" || key == "rb";
+                      key == "gn" || key == "gelu" || key == "es" || key == "on" || key == "sink" || key == "fnw" || key == "rb" ||
+                      key == "nope" || key == "tt" || key == "l2qk" || key == "dense";
     // A width that may be absent (a MoE block's shared experts).
     if (key == "fs" && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
@@ -505,7 +506,8 @@ torch::Tensor hidden_keys(const torch::Tensor& qpos, const torch::Tensor& kpos, 
 /// [b, kv_heads, sk, d]: each key-value head serves heads / kv_heads query
 /// heads (HF's repeat_kv), query i sees key j where kpos_j <= qpos_i (global
 /// positions: Note [Context parallelism]) and, with a sliding window w > 0
-/// (Mistral), kpos_j > qpos_i - w; softmax(q k^T / sqrt(d)) in fp32 (HF's
+/// (Mistral), kpos_j > qpos_i - w, or with w < 0 the same chunk of -w
+/// tokens (Llama 4: hidden_keys); softmax(q k^T / sqrt(d)) in fp32 (HF's
 /// eager_attention_forward). `flash`: SDPA, which keeps no scores. `causal`:
 /// the keys are the queries' own positions 0..s-1 and there is no window, so
 /// SDPA takes is_causal and no mask, as HF's sdpa_attention_forward does when
@@ -611,8 +613,8 @@ struct RecomputedGqa : torch::autograd::Function<RecomputedGqa> {
 // that arrive from rank r + 1 with the block; at the last step those are
 // every other rank's shares of its own keys and values. cp - 1 transfers of
 // K/V and cp - 1 of dK/dV, each posted before the step's compute and waited
-// after it. Mistral's sliding window masks by positions within a step's
-// block, skipping one it hides whole. Precision as gqa_core's softmax:
+// after it. Mistral's sliding window and Llama 4's chunks mask by positions
+// within a step's block (hidden_keys), skipping one they hide whole. Precision as gqa_core's softmax:
 // scores, probabilities and sums in fp32.
 namespace ring {
 
@@ -1026,16 +1028,6 @@ torch::Tensor l2_norm(const torch::Tensor& x) {
   return (f * torch::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + 1e-5)).to(x.scalar_type());
 }
 
-/// Llama 4's attention temperature of each position p (Llama4TextAttention,
-/// attn_temperature_tuning, after Nakanishi 2025, arXiv 2501.19399):
-/// log(floor((p + 1) / floor_scale) + 1) attn_scale + 1, in fp32, with
-/// Llama4TextConfig's floor_scale 8192 and attn_scale 0.1 (they change
-/// values, not work).
-torch::Tensor temperature(const torch::Tensor& pos) {
-  const auto p = pos.to(torch::kFloat);
-  return torch::log(torch::floor((p + 1.0) / 8192.0) + 1.0) * 0.1 + 1.0;
-}
-
 /// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
 struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
@@ -1098,7 +1090,7 @@ struct LlamaBlock : nn::Module {
       q = l2_norm(q);
       k = l2_norm(k);
     }
-    if (shape.temperature) q = (q * temperature(qpos).view({1, 1, -1, 1})).to(q.scalar_type());
+    if (shape.temperature) q = (q * attention_temperature(qpos).view({1, 1, -1, 1})).to(q.scalar_type());
     if (cp && cp->shift) {
       // Note [Ring attention]: the keys and values go round the cp ranks; it keeps no scores, so nothing to recompute.
       const auto ctx = ring::RingGqa::apply(q, k, v.contiguous(), qpos, shape.span(), reinterpret_cast<std::int64_t>(cp.get()));
@@ -1984,6 +1976,11 @@ MoeDispatch moe_dispatch(const torch::Tensor& chosen, std::int64_t experts, int 
   const torch::Tensor per_rank = d.counts.view({ep, experts / ep}).sum(1).to(torch::kCPU);
   for (int r = 0; r < ep; ++r) d.send.push_back(per_rank[r].item<std::int64_t>());
   return d;
+}
+
+torch::Tensor attention_temperature(const torch::Tensor& positions) {
+  const auto p = positions.to(torch::kFloat);
+  return torch::log(torch::floor((p + 1.0) / 8192.0) + 1.0) * 0.1 + 1.0;
 }
 
 torch::Tensor cp_positions(std::int64_t seq, int rank, int size) {

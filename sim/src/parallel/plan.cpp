@@ -211,7 +211,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.kernels = s.kernels;
   bool experts_ok = degrees_ok;
   if (const std::string why = model.ep_error(r.ep); !why.empty()) {
-    const auto ok = degrees_ok ? rules.ep_values(r.tp, r.cp, r.dp, r.etp) : std::vector<int>{1};
+    const auto ok = degrees_ok ? rules.ep_values(r.tp, r.cp, r.dp, r.etp, s.moe_experts) : std::vector<int>{1};
     bad.add("ep", std::to_string(r.ep) + ": " + why + "; valid: " + join_values(ok.empty() ? std::vector<int>{1} : ok));
     experts_ok = false;
   } else if (r.etp != 1 && r.etp != r.tp) {
@@ -221,7 +221,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   } else if (degrees_ok && (r.tp * r.cp * r.dp) % (r.ep * r.etp) != 0) {
     bad.add("ep", std::to_string(r.ep) + " x etp " + std::to_string(r.etp) + " does not divide the tp x cp x dp = " +
                       std::to_string(r.tp * r.cp * r.dp) + " ranks of a stage (expert parallelism is carved out of them); valid: " +
-                      join_values(rules.ep_values(r.tp, r.cp, r.dp, r.etp)));
+                      join_values(rules.ep_values(r.tp, r.cp, r.dp, r.etp, s.moe_experts)));
     experts_ok = false;
   }
   r.edp = experts_ok ? r.tp * r.cp * r.dp / (r.ep * r.etp) : 1;

@@ -59,9 +59,9 @@ std::vector<int> PlanRules::cp_values(int tp, std::int64_t seq_len) const {
   return out;
 }
 
-std::vector<int> PlanRules::ep_values(int tp, int cp, int dp, int etp) const {
+std::vector<int> PlanRules::ep_values(int tp, int cp, int dp, int etp, MoeExperts how) const {
   const int experts = model_.experts();
-  if (experts <= 0) return {1};
+  if (experts <= 0 || how == MoeExperts::kDense) return {1};
   std::vector<int> out;
   const int ranks = tp * cp * dp;
   for (int e : divisors(experts)) {

@@ -370,7 +370,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                    // Expert parallelism (a dense model has only ep 1, etp tp);
                    // Megatron-Core needs sequence parallelism for ep > 1 with tp > 1.
                    for (int etp : set("etp") ? std::vector<int>{o.base.etp == 0 ? tp : o.base.etp} : rules.etp_values(tp)) {
-                   for (int ep : set("ep") ? std::vector<int>{o.base.ep} : rules.ep_values(tp, cp, dp, etp)) {
+                   for (int ep : set("ep") ? std::vector<int>{o.base.ep} : rules.ep_values(tp, cp, dp, etp, o.base.moe_experts)) {
                     if (ep > 1 && tp > 1 && !sp) continue;
                     PlanSpec p = o.base;
                     p.ep = ep;

@@ -53,8 +53,9 @@ class PlanRules {
   /// Expert-parallel degrees with tp, cp, dp and expert tensor-parallel
   /// degree etp: divisors of the model's routed experts whose ep x etp
   /// divides the tp x cp x dp ranks of a stage (Note [Expert mesh]); {1}
-  /// for a dense model.
-  std::vector<int> ep_values(int tp, int cp, int dp, int etp) const;
+  /// for a dense model, and for dense experts (every rank runs every
+  /// expert: Note [Dense experts]).
+  std::vector<int> ep_values(int tp, int cp, int dp, int etp, MoeExperts experts = MoeExperts::kGrouped) const;
   /// Expert tensor-parallel degrees with tensor-parallel degree tp: 1 and
   /// tp (Megatron-Core's default is tp); {tp} for a dense model.
   std::vector<int> etp_values(int tp) const;

@@ -138,6 +138,14 @@ struct ContextParallel {
   std::function<std::function<torch::Tensor()>(const torch::Tensor& x, bool forward)> shift;
 };
 
+/// Llama 4's attention temperature of each position p, by which its NoPE
+/// layers scale their queries (Llama4TextAttention's
+/// attn_temperature_tuning, after Nakanishi 2025, arXiv 2501.19399; Note
+/// [Llama 4] in models/src/llama.cpp): log(floor((p + 1) / floor_scale) +
+/// 1) attn_scale + 1 in fp32, with Llama4TextConfig's floor_scale 8192 and
+/// attn_scale 0.1 (they change values, not work).
+torch::Tensor attention_temperature(const torch::Tensor& positions);
+
 /// The global positions of context-parallel rank `rank`'s tokens of a
 /// sequence of `seq` (Note [Context parallelism]): chunks rank and
 /// 2 size - 1 - rank of 2 size equal chunks, in that order; int64 [seq / size].
