@@ -390,6 +390,15 @@ std::string write_json(const test::TempDir& dir, const std::string& text) {
   return path;
 }
 
+/// tests/data/hf/`folder`'s config.json with `from` replaced by `to`,
+/// written into `dir` (REQUIREs `from` there).
+std::string edited_hf(const test::TempDir& dir, const std::string& folder, const std::string& from, const std::string& to) {
+  std::string text = slurp(hf(folder));
+  REQUIRE(text.find(from) != std::string::npos);
+  text.replace(text.find(from), from.size(), to);
+  return write_json(dir, text);
+}
+
 }  // namespace
 
 TEST_CASE("Phi-3 parameter counts equal HuggingFace's, from config.json and built in", "[llama][phi3]") {
@@ -869,12 +878,7 @@ TEST_CASE("bad gpt-oss input: one line naming the key and what is valid", "[llam
   CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.swiglu_limit=1e-7")}); }),
              Catch::Contains("model.swiglu_limit: below 1e-6; valid: 0 (SiLU's SwiGLU) or 1e-6 to 1e6"));
   test::TempDir dir("gpt-oss-bad");
-  auto with = [&](const std::string& from, const std::string& to) {
-    std::string text = slurp(hf("gpt-oss-20b"));
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), to);
-    return write_json(dir, text);
-  };
+  auto with = [&](const std::string& from, const std::string& to) { return edited_hf(dir, "gpt-oss-20b", from, to); };
   CHECK_THAT(error_of([&] { load_model(with("\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 40")); }),
              Catch::Contains("config.num_experts_per_tok: 40 exceeds the 32 local experts"));
   CHECK_THAT(error_of([&] { load_model(with("\"GptOssForCausalLM\"", "\"GptOssModel\"")); }), Catch::Contains("valid: GptOssForCausalLM"));
@@ -910,12 +914,7 @@ TEST_CASE("null in a HuggingFace config is the class's None, not its default: Ge
   // skips it), where an absent key is 50; DeepseekV3Config: q_lora_rank None
   // is a full q_proj (DeepSeek-V2-Lite's config), where an absent key is 1536.
   test::TempDir dir("hf-nulls");
-  auto with = [&](const std::string& folder, const std::string& from, const std::string& to) {
-    std::string text = slurp(hf(folder));
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), to);
-    return write_json(dir, text);
-  };
+  auto with = [&](const std::string& folder, const std::string& from, const std::string& to) { return edited_hf(dir, folder, from, to); };
   const sim::WorkloadShape w = shape(1, 4096, 2);
   const auto capped = load_model(hf("gemma-2-9b"))->layers(w);
   const auto none = load_model(with("gemma-2-9b", "\"attn_logit_softcapping\": 50.0", "\"attn_logit_softcapping\": null"))->layers(w);
@@ -1115,12 +1114,7 @@ TEST_CASE("Llama 4's chunked attention, NoPE layers and L2 q/k norms, priced by 
 
 TEST_CASE("Llama 4's config.json keys dtsim does not model, and contradictions, are refused in one line", "[llama][llama4][bad-input]") {
   test::TempDir dir("llama4-bad");
-  auto with = [&](const std::string& from, const std::string& to) {
-    std::string text = slurp(hf("llama-4-scout"));
-    REQUIRE(text.find(from) != std::string::npos);
-    text.replace(text.find(from), from.size(), to);
-    return write_json(dir, text);
-  };
+  auto with = [&](const std::string& from, const std::string& to) { return edited_hf(dir, "llama-4-scout", from, to); };
   CHECK_THAT(error_of([&] { load_model(with("\"interleave_moe_layer_step\": 1", "\"interleave_moe_layer_step\": 2")); }),
              Catch::Contains("config.text_config.moe_layers") && Catch::Contains("interleave_moe_layer_step"));
   CHECK_THAT(error_of([&] { load_model(with("\"no_rope_layers\": [\n      1,\n      1,\n      1,\n      0", "\"no_rope_layers\": [\n      1,\n      1,\n      0,\n      1")); }),
