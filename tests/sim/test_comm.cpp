@@ -303,6 +303,27 @@ TEST_CASE("NVLink SHARP busbw at 1 GiB on the shipped clusters against the measu
   CHECK(busbw("dgx-a100", 8, true) == Approx(230).epsilon(0.05));
 }
 
+TEST_CASE("An NVL72 rack's all-reduce against published nccl-tests (Note [NVLink domains])", "[comm][nvl72]") {
+  // busbw = S / t x 2(n-1)/n (nccl-tests' PERFORMANCE.md), n ranks on one node.
+  const auto busbw = [](const std::string& cluster, int n, Bytes s, bool nvls) {
+    ClusterSpec c = load_cluster(cluster);
+    c.nccl_nvls_enable = nvls;
+    const AnalyticCommModel m(c);
+    const double t = static_cast<double>(m.collective(CollectiveOp::kAllReduce, s, {n, n, 1}).total()) / 1e9;
+    return static_cast<double>(s) / t * bus_bandwidth_factor(CollectiveOp::kAllReduce, n) / 1e9;
+  };
+  // 72 GB200s, NVLink SHARP: 834.6 out of place and 846.8 in place at 8 GiB,
+  // 839.2 and 835.3 at 4 GiB (coreweave/nccl-tests README, NCCL 2.26.2).
+  CHECK(busbw("gb200-nvl72", 72, Bytes{8} << 30, true) == Approx(840).epsilon(0.015));
+  CHECK(busbw("gb200-nvl72", 72, Bytes{4} << 30, true) == Approx(837).epsilon(0.015));
+  // 72 GB300s: 883.5 and 884.6 at 8 GB (Verda's GB300 report).
+  CHECK(busbw("gb300-nvl72", 72, Bytes{8} << 30, true) == Approx(884).epsilon(0.015));
+  // The ring on one tray's 4 GPUs at 8 GB: 679.61 on GB200, 680.45 on
+  // GB300 (Azure ND GB200 / GB300 v6 results, in place, NCCL_ALGO Ring).
+  CHECK(busbw("gb200-nvl72", 4, Bytes{8} << 30, false) == Approx(679.61).epsilon(0.01));
+  CHECK(busbw("gb300-nvl72", 4, Bytes{8} << 30, false) == Approx(680.45).epsilon(0.01));
+}
+
 TEST_CASE("nvls_efficiency on a link without an NVSwitch, or out of range, is refused in one line", "[comm][bad-input]") {
   const std::string base = "name: x\nnodes: 1\ngpus_per_node: 8\ndevice: A100-SXM4-80GB\n";
   CHECK_THROWS_WITH(parse_cluster(base + "intra_node: {type: pcie, bandwidth_GBps: 32, nvls_efficiency: 0.5}\n", "c.yaml"),

@@ -6,6 +6,7 @@
 
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
 
 using namespace dtsim;
@@ -136,6 +137,56 @@ TEST_CASE("the interference prior: NCCL's 24 channels' share of the SMs (Note [I
                                    "c.yaml").device, 450e9) == 0);
   CHECK_THAT(error_of([] { parse_cluster("device: {base: H100-SXM, comm_hbm_traffic: 11}\nintra_node: {type: nvlink, bandwidth_GBps: 450}\n", "c.yaml"); }),
              Catch::Contains("cluster.device.comm_hbm_traffic: 11 is out of range"));
+}
+
+TEST_CASE("an NVL72 rack is one node of 72 GPUs whose hosts are its trays (Note [NVLink domains])", "[config][nvl72]") {
+  const ClusterSpec gb200 = load_cluster("gb200-nvl72");
+  CHECK(gb200.gpus_per_node == 72);
+  CHECK(gb200.nics_per_node == 72);  // a ConnectX-7 a GPU (DGX GB200 user guide)
+  CHECK(gb200.host_gpus == 4);
+  CHECK(gb200.gpus_per_host() == 4);
+  CHECK(gb200.device.name == "GB200");
+  CHECK(gb200.device.memory == static_cast<Bytes>(189471.0 * 1024 * 1024));  // nvidia-smi's 189,471 MiB
+  // GB200 NVL72 specifications, a rack with sparsity: 360 PFLOP/s BF16 and
+  // 720 FP8 over 72 GPUs, halved for dense.
+  CHECK(gb200.device.peak_bf16 == Approx(360e15 / 72 / 2));
+  CHECK(gb200.device.peak_fp8 == Approx(720e15 / 72 / 2));
+  // The H100's prior 0.70 scaled by the share of the peak cuBLASLt's FP8
+  // GEMM reaches at 16384^3 on each (Azure: 2,906.9 of 5,000 TFLOP/s on
+  // GB200, 3,308.5 on GB300, 1,377.3 of 1,978.9 on H100).
+  CHECK(gb200.device.gemm_efficiency == Approx(0.70 * (2906.9 / 5000) / (1377.3 / 1978.9)).epsilon(0.002));
+  const ClusterSpec gb300 = load_cluster("gb300-nvl72");
+  CHECK(gb300.device.memory == static_cast<Bytes>(284208.0 * 1024 * 1024));
+  CHECK(gb300.device.peak_bf16 == gb200.device.peak_bf16);
+  CHECK(gb300.device.gemm_efficiency == Approx(0.70 * (3308.5 / 5000) / (1377.3 / 1978.9)).epsilon(0.002));
+  CHECK(gb300.inter_node.bandwidth == Approx(100e9));  // ConnectX-8, 800 Gb/s
+  // A job of 16-tray NVLink segments: nodes of 64 GPUs, still trays of 4.
+  const ClusterSpec seg = load_cluster("gb200-nvl72", {parse_override("cluster.gpus_per_node=64"), parse_override("cluster.nodes=4")});
+  CHECK(seg.gpus() == 256);
+  CHECK(seg.gpus_per_host() == 4);
+  // A host of more GPUs than divide the node, in one line.
+  CHECK_THAT(error_of([] { load_cluster("gb200-nvl72", {parse_override("cluster.gpus_per_node=70")}); }),
+             Catch::Contains("cluster.host.gpus: 4 GPUs a host do not divide the node's 70 (gpus_per_node); valid: a divisor of it"));
+  CHECK_THAT(error_of([] { parse_cluster("device: H100-SXM\ngpus_per_node: 8\nintra_node: {type: nvlink, bandwidth_GBps: 450}\nhost: {gpus: 0}\n", "c.yaml"); }),
+             Catch::Contains("c.yaml:4: cluster.host.gpus: 0 is out of range"));
+  // Without host.gpus a host is the node, as before.
+  CHECK(load_cluster("dgx-h100").gpus_per_host() == 8);
+}
+
+TEST_CASE("a GPU's share of its host: the CPU optimizer on an NVL72 tray, not the rack", "[config][nvl72]") {
+  // Host Adam over fp32 states reads the gradient, the weight and two
+  // states and writes three: 4 + 4 + 8 + 4 + 8 = 28 bytes a parameter.
+  // A tray's 763 GB/s (STREAM Triad, Azure ND GB200 v6) over its 4 GPUs:
+  // 1e9 parameters in 28e9 / 190.75e9 s; its 7.1 TFLOP/s over 4 take
+  // 12e9 / 1.775e12 s, less.
+  ClusterSpec c = load_cluster("gb200-nvl72");
+  const RooflineComputeModel m(c.device);
+  const double per_tray = static_cast<double>(m.host_optimizer_time(1e9, Optimizer::kAdam, Precision::kFp32, c)) / 1e9;
+  CHECK(per_tray == Approx(28e9 / (763e9 / 4)).epsilon(1e-6));
+  // The same figures read as the whole node's would share them among 72.
+  c.host_gpus = 0;
+  const double per_rack = static_cast<double>(m.host_optimizer_time(1e9, Optimizer::kAdam, Precision::kFp32, c)) / 1e9;
+  CHECK(per_rack == Approx(18 * per_tray).epsilon(1e-6));
 }
 
 TEST_CASE("cluster errors name the key", "[config][bad-input]") {

@@ -199,6 +199,20 @@ int parse_nccl_proto(const ConfigMap& c) {
   return mask;
 }
 
+// Note [NVLink domains]
+// dtsim's node is what shares one scale-up fabric and its NICs: the GPUs a
+// collective reaches over NVLink (intra_node) rather than over the network
+// (inter_node, nics_per_node of them). On a DGX that is the chassis. On a
+// GB200 or GB300 NVL72 it is the rack: 18 compute trays of 4 GPUs and 2
+// Grace CPUs each, all 72 GPUs on one NVLink domain through 9 switch
+// trays, every GPU with its own NIC (NVIDIA GB200 NVL72 and DGX GB200 user
+// guide). So gb200-nvl72.yaml has gpus_per_node 72, and the host figures,
+// which are per compute tray, say so with host.gpus 4: a GPU's share of
+// its host's memory bandwidth and cores (CPU offload's optimizer) is the
+// tray's over 4, not the rack's over 72. A job scheduled by NVLink
+// partitions smaller than the rack (Slurm's --segment: 16 trays, 64 GPUs,
+// as NVIDIA's GB200 benchmarks allocate) is `--set
+// cluster.gpus_per_node=64`.
 ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
                          const std::vector<Override>& overrides) {
   const ConfigMap c = ConfigMap::open(root_in, file, "cluster", overrides);
@@ -239,6 +253,12 @@ ClusterSpec read_cluster(const YAML::Node& root_in, const std::string& file,
     s.host_device_bandwidth = m.get_double("device_bandwidth_GBps", 12, 1e-3, kMaxGB) * kGiga;
     s.host_memory_bandwidth = m.get_double("memory_bandwidth_GBps", 100, 1e-3, kMaxGB) * kGiga;
     s.host_flops = m.get_double("tflops", 1.0, 1e-6, 1e6) * kTera;
+    // Note [NVLink domains]
+    s.host_gpus = static_cast<int>(m.get_int("gpus", 0, 1, 1024));
+    if (s.host_gpus > 0 && s.gpus_per_node % s.host_gpus != 0) {
+      m.fail("gpus", std::to_string(s.host_gpus) + " GPUs a host do not divide the node's " + std::to_string(s.gpus_per_node) +
+                         " (gpus_per_node); valid: a divisor of it, e.g. 4 for a GB200 compute tray");
+    }
     m.finish();
   }
   s.nccl_nvls_enable = c.get_bool("nccl_nvls_enable", true);

@@ -102,6 +102,33 @@ std::vector<DeviceSpec> make_devices() {
   // 8 TB/s, of which nvidia-smi shows about 179 GiB. 148 SMs over its two
   // dies, as CUDA's device query reports them (160 on the dies, 148 enabled).
   v.push_back(gpu("B200", 179, 75, 1125, 2250, 2250, 8000, 148, 0.70, 0.5, "NVIDIA HGX B200 specifications", 4500));
+  // The Blackwell GPU of the GB200 superchip (GB200 NVL72 specifications,
+  // per rack of 72, with sparsity: FP8 720, FP16/BF16 360, TF32 180 PFLOP/s;
+  // FP32 5,760 TFLOP/s; 13.4 TB HBM3e at 576 TB/s): per GPU dense FP8
+  // 5,000, BF16 2,500, TF32 1,250, FP32 80 TFLOP/s at 8 TB/s, above HGX
+  // B200's 4,500 / 2,250 for its 1,200 W. Memory as nvidia-smi shows it,
+  // 189,471 MiB (ai-dynamo/aiconfigurator systems/gb200.yaml). 152 SMs as
+  // CUDA reports them on GB200 (public kernel-tuning notes; NVIDIA
+  // publishes no enabled count). Its GEMMs reach less of that peak than
+  // Hopper's do of theirs: cuBLASLt FP8 at 16384^3 runs 2,906.9 TFLOP/s on
+  // an ND GB200 v6 (0.581 of 5,000) against 1,377.3 on an ND H100 v5 (0.696
+  // of 1,978.9), the same benchmark (Azure/AI-benchmarking-guide,
+  // Azure_Results): the H100's prior 0.70 scaled by 0.581 / 0.696 is 0.585.
+  v.push_back(gpu("GB200", 189471.0 / 1024, 80, 1250, 2500, 2500, 8000, 152, 0.585, 0.5,
+                  "NVIDIA GB200 NVL72 specifications (per GPU: rack / 72, sparse / 2)", 5000));
+  // Blackwell Ultra in the GB300 NVL72 (NVIDIA, "Inside NVIDIA Blackwell
+  // Ultra", 2025: 288 GB HBM3e at 8 TB/s, 15 PFLOP/s dense NVFP4; GB300
+  // NVL72 specifications: FP8 720, FP16/BF16 360, TF32 180 PFLOP/s with
+  // sparsity, FP32 6 PFLOP/s a rack): per GPU dense FP8 5,000, BF16 2,500,
+  // TF32 1,250, FP32 83.3 TFLOP/s, as GB200 but for FP4, which dtsim does
+  // not price. 284,208 MiB as nvidia-smi shows it (aiconfigurator
+  // systems/gb300.yaml); 148 of the die's 160 SMs enabled, as CUDA reports
+  // them (public kernel-tuning notes). At 1,400 W its GEMMs reach more of
+  // the same peak than GB200's: cuBLASLt FP8 at 16384^3, 3,308.5 TFLOP/s on
+  // an ND GB300 v6 (0.662 of 5,000; Azure/AI-benchmarking-guide), so 0.70 x
+  // 0.662 / 0.696 = 0.666.
+  v.push_back(gpu("GB300", 284208.0 / 1024, 83.3, 1250, 2500, 2500, 8000, 148, 0.666, 0.5,
+                  "NVIDIA GB300 NVL72 specifications, Blackwell Ultra technical blog (per GPU)", 5000));
   // AMD Instinct MI300X data sheet: FP16/BF16 1,307.4, FP8 2,614.9, TF32
   // 653.7 TFLOP/s dense (twice that with sparsity); FP32 163.4 matrix and
   // vector (FP64 vector 81.7); 192GB HBM3 (eight 24 GiB stacks) at 5.3 TB/s;
@@ -152,7 +179,7 @@ std::vector<DeviceSpec> make_devices() {
   // protocols] in cost_comm.cpp). MI300X (RCCL) and the CPU have none.
   const std::pair<const char*, int> capabilities[] = {
       {"A100-SXM4-80GB", 80}, {"A100-SXM4-40GB", 80}, {"H100-SXM", 90}, {"H100-96GB", 90}, {"H100-96GB-HBM2e", 90}, {"H200", 90},
-      {"B200", 100},          {"V100-SXM2-16GB", 70}, {"V100-SXM2-32GB", 70}, {"RTX-2080-Ti", 75},
+      {"B200", 100},          {"GB200", 100},         {"GB300", 103},         {"V100-SXM2-16GB", 70}, {"V100-SXM2-32GB", 70}, {"RTX-2080-Ti", 75},
       {"P100", 60},           {"K80", 37}};
   for (auto& d : v) {
     for (const auto& [name, cc] : capabilities) {
@@ -188,7 +215,8 @@ std::vector<DeviceSpec> make_devices() {
   // measure it yet: issue 28, on a GPU machine). Note [Interference] in
   // sim/src/engine/executor.cpp applies it.
   for (auto& d : v) {
-    const bool nvswitch = d.name.rfind("A100", 0) == 0 || d.name.rfind("H100", 0) == 0 || d.name == "H200" || d.name == "B200";
+    const bool nvswitch = d.name.rfind("A100", 0) == 0 || d.name.rfind("H100", 0) == 0 || d.name == "H200" || d.name == "B200" ||
+                         d.name == "GB200" || d.name == "GB300";
     if (nvswitch) {
       const double f = 24.0 / d.compute_units;
       d.comm_slowdown = f / (1 - f);

@@ -154,11 +154,11 @@ TimeNs ComputeModel::layer_launch_time(const Layer& /*layer*/, Pass /*pass*/, Pr
 TimeNs ComputeModel::optimizer_launch_time(double /*params*/, int /*updates*/, Optimizer /*o*/, Precision /*p*/) const { return 0; }
 
 TimeNs ComputeModel::host_optimizer_time(double params, Optimizer o, Precision /*p*/, const ClusterSpec& cluster) const {
-  // Host Adam streams fp32 states through host memory, which the node's
+  // Host Adam streams fp32 states through host memory, which the host's
   // GPUs share; DeepSpeed's CPU-Adam is vectorised, so bandwidth bounds it.
   const double host_bytes = params * update_bytes_per_param(o, Precision::kFp32);
-  const double per_rank_bw = cluster.host_memory_bandwidth / cluster.gpus_per_node;
-  const double per_rank_flops = cluster.host_flops / cluster.gpus_per_node;
+  const double per_rank_bw = cluster.host_memory_bandwidth / cluster.gpus_per_host();
+  const double per_rank_flops = cluster.host_flops / cluster.gpus_per_host();
   return seconds_to_ns(std::max(host_bytes / per_rank_bw, params * 12.0 / per_rank_flops));
 }
 

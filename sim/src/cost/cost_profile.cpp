@@ -188,7 +188,7 @@ std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& de
   }
   // GPU families by the model number both names carry ("NVIDIA H100 80GB HBM3"
   // vs "H100-SXM"); unknown names are not compared.
-  static const char* const kFamilies[] = {"H200", "H100", "B200", "MI300", "A100", "V100", "P100", "K80", "2080", "3090", "4090", "L40", "A10", "T4"};
+  static const char* const kFamilies[] = {"H200", "H100", "GB200", "GB300", "B200", "MI300", "A100", "V100", "P100", "K80", "2080", "3090", "4090", "L40", "A10", "T4"};
   auto family = [](const std::string& name) -> std::string {
     for (const char* f : kFamilies) {
       if (name.find(f) != std::string::npos) return f;

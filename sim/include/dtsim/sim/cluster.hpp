@@ -121,10 +121,15 @@ struct ClusterSpec {
   LinkSpec intra_node;            ///< between GPUs of one node
   LinkSpec inter_node;            ///< one NIC
   int nics_per_node = 1;
-  Bytes host_memory = 0;          ///< per node
-  BytesPerSec host_device_bandwidth = 0;  ///< PCIe host<->GPU, per GPU per direction
-  BytesPerSec host_memory_bandwidth = 0;  ///< per node, shared by its GPUs' host work
-  FlopsPerSec host_flops = 0;             ///< per node (CPU optimizer)
+  Bytes host_memory = 0;          ///< per host
+  BytesPerSec host_device_bandwidth = 0;  ///< PCIe (or NVLink-C2C) host<->GPU, per GPU per direction
+  BytesPerSec host_memory_bandwidth = 0;  ///< per host, shared by its GPUs' host work
+  FlopsPerSec host_flops = 0;             ///< per host (CPU optimizer)
+  /// GPUs one host's figures serve; 0: the node's. A node is what shares
+  /// one NVLink (scale-up) domain and its NICs, so a GB200 NVL72 rack is
+  /// one node of 72 GPUs whose hosts are its compute trays of 4 (Note
+  /// [NVLink domains] in config_io.cpp).
+  int host_gpus = 0;
   /// NCCL_NVLS_ENABLE: NCCL reduces all-reduces in the NVSwitch where the
   /// intra-node link can (nvls_efficiency > 0). NCCL's default is on; NeMo's
   /// and Megatron-Bridge's performance recipes turn it off to save memory.
@@ -139,6 +144,8 @@ struct ClusterSpec {
   bool nccl_protocol_model = true;
   /// Total GPUs.
   int gpus() const { return nodes * gpus_per_node; }
+  /// GPUs sharing one host's memory bandwidth and cores.
+  int gpus_per_host() const { return host_gpus > 0 ? host_gpus : gpus_per_node; }
 };
 
 }  // namespace dtsim::sim
