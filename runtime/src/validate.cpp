@@ -256,6 +256,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": moe_experts dense is not run: the LibTorch twin routes each token to its experts (the simulator "
                            "prices HuggingFace's dense bmm); use moe_experts: grouped");
   }
+  if (s.spec.cpu_offloading_num_layers > 0) {
+    // Note [Activation offload] (sim/src/lowering/passes/activation_offload.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.cpu_offloading_num_layers") +
+                           ": cpu_offloading_num_layers is not run: dtsim's runtime keeps every activation on its device "
+                           "(the simulator prices Transformer Engine's offload); use cpu_offloading_num_layers: 0");
+  }
   if (s.spec.recompute == sim::Recompute::kOp) {
     // Note [Op-level recompute] (models/src/llama.cpp): torchtitan's policy
     // saves by aten op; the runtime's layers recompute the attention core

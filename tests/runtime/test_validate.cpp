@@ -769,6 +769,11 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(std::count(dense.err.begin(), dense.err.end(), '\n') == 1);
   CHECK(dense.err.find("--set plan.moe_experts: moe_experts dense is not run: the LibTorch twin routes each token to its experts") !=
         std::string::npos);
+  // Note [Activation offload]: Transformer Engine's copies are priced, not run.
+  const Run offload = validate("--model llama-tiny --plan ddp --procs 2 --set plan.cpu_offloading_num_layers=1");
+  CHECK(offload.status == 2);
+  CHECK(std::count(offload.err.begin(), offload.err.end(), '\n') == 1);
+  CHECK(offload.err.find("--set plan.cpu_offloading_num_layers: cpu_offloading_num_layers is not run") != std::string::npos);
   const Run fp8 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp8");
   CHECK(fp8.status == 2);
   CHECK(fp8.err.find("--set plan.precision: precision fp8 is not run") != std::string::npos);

@@ -141,7 +141,8 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
       {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat},
-      {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}};
+      {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}, {"cpu-offloading", Kind::kBool},
+      {"cpu-offloading-num-layers", Kind::kInt}};
   return flags;
 }
 
@@ -381,6 +382,14 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
         out.plan("recompute_num_layers", std::to_string(n), at("recompute-num-layers"));  // uniform groups
       }
     }
+  }
+
+  // CPU offloading (Note [Activation offload]): --cpu-offloading with
+  // --cpu-offloading-num-layers (default 0: nothing offloaded); from core
+  // 0.16 a count above 0 turns it on alone.
+  if (has("cpu-offloading-num-layers")) {
+    const std::int64_t n = num("cpu-offloading-num-layers", 0);
+    if (n > 0) out.plan("cpu_offloading_num_layers", std::to_string(n), at("cpu-offloading-num-layers"));
   }
 
   // Batch: global = micro x accumulation x dp (Megatron's num_microbatches).

@@ -119,5 +119,7 @@ std::int64_t zero3_bucket_elements(const ResolvedPlan& plan);
 /// ZeRO-Offload: gradients down, the step on the host, parameters up
 /// (passes/offload.cpp).
 std::unique_ptr<StrategyPass> offload_pass(LayerContext& ctx);
+/// Megatron-Core's cpu_offloading_num_layers (Note [Activation offload]).
+std::unique_ptr<StrategyPass> activation_offload_pass(LayerContext& ctx);
 
 }  // namespace dtsim::sim::detail

@@ -72,6 +72,9 @@ class LayerStage final : public detail::StageEmitter {
       passes_.add(detail::sharded_parameters_pass(c));
     }
     passes_.add(detail::recompute_pass(c));
+    // Its copies follow the block's forward, tensor-parallel collectives
+    // included (Note [Activation offload]).
+    passes_.add(detail::activation_offload_pass(c));
     passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::expert_parallel_pass(c));
     passes_.add(detail::sync_batch_norm_pass(c));
@@ -164,6 +167,12 @@ class LayerStage final : public detail::StageEmitter {
     for (Stream s : streams) {
       c.streams[static_cast<std::size_t>(s)] = static_cast<int>(rank.streams.size());
       rank.streams.push_back(to_string(s));
+    }
+    // Transformer Engine's side stream for offloaded activations, both
+    // ways, apart from ZeRO's offload copies (Note [Activation offload]).
+    if (c.plan.cpu_offloading_num_layers > 0) {
+      c.streams[static_cast<std::size_t>(Stream::kOffload)] = static_cast<int>(rank.streams.size());
+      rank.streams.push_back(to_string(Stream::kOffload));
     }
     setup_groups(rank);
     // ZeRO-3's persistent layers are whole on every rank besides their shard.

@@ -575,6 +575,34 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       r.recompute_group = s.recompute_num_layers;
     }
   }
+  // Note [Activation offload] (lowering/passes/activation_offload.cpp):
+  // Megatron-Core's TransformerConfig checks, in its words.
+  r.cpu_offloading_num_layers = s.cpu_offloading_num_layers;
+  if (s.cpu_offloading_num_layers > 0 && r.zero3_modules()) {
+    bad.add("cpu_offloading_num_layers", std::to_string(s.cpu_offloading_num_layers) +
+                                             " with DeepSpeed's ZeRO-3, which gathers module by module: Megatron-Core offloads "
+                                             "under its own data parallelism or Megatron-FSDP; use fsdp: full_shard, or 0 here");
+  } else if (const int n = s.cpu_offloading_num_layers; n > rules.cpu_offloading_max(r.pp, r.recompute)) {
+    const std::string count = std::to_string(n);
+    if (r.pp > 1) {
+      bad.add("cpu_offloading_num_layers",
+              count + " with pp " + std::to_string(r.pp) + ": Megatron-Core has no CPU offloading under pipeline parallelism; valid there: 0");
+    } else if (r.recompute != Recompute::kNone) {
+      bad.add("cpu_offloading_num_layers", count + " with recompute " + to_string(r.recompute) +
+                                               ": Megatron-Core's CPU offloading does not work with activation recomputation; "
+                                               "set recompute: none, or 0 here");
+    } else if (cluster.device.gloo_collectives) {
+      bad.add("cpu_offloading_num_layers", count + " on " + cluster.device.name +
+                                               ": a CPU's activations are in host memory already; valid: 0");
+    } else if (const int blocks = rules.transformer_layers(); blocks == 0) {
+      bad.add("cpu_offloading_num_layers", count + ": " + model.name() +
+                                               " has no transformer layers, the only ones Megatron-Core offloads; valid: 0");
+    } else {
+      bad.add("cpu_offloading_num_layers", count + " of the " + std::to_string(blocks) + " transformer layers of " +
+                                               model.name() + "; valid: 0 to " + std::to_string(blocks - 1) +
+                                               " (Megatron-Core offloads only layers less than num_layers)");
+    }
+  }
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;

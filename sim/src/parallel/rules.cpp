@@ -168,6 +168,17 @@ std::vector<Offload> PlanRules::param_offloads(int zero_stage) const {
   return {Offload::kNone, Offload::kCpu};
 }
 
+int PlanRules::transformer_layers() const {
+  const LayerList layers = model_.shared_layers(WorkloadShape{});
+  return static_cast<int>(std::count_if(layers.begin(), layers.end(), [](const Layer& l) { return l.kind == LayerKind::kTransformer; }));
+}
+
+int PlanRules::cpu_offloading_max(int pp, Recompute recompute) const {
+  // On a CPU the activations are in host memory already.
+  if (pp > 1 || recompute != Recompute::kNone || cluster_.device.gloo_collectives) return 0;
+  return std::max(0, transformer_layers() - 1);
+}
+
 std::vector<Recompute> PlanRules::recomputes() const {
   if (!attention_) {
     // Built once, when first asked: resolve never asks.

@@ -401,6 +401,9 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.recompute = rc;
                     p.recompute_method = RecomputeMethod::kUniform;
                     p.recompute_num_layers = 0;
+                    // Not searched (Note [Activation offload]): its memory
+                    // is not in the bound that prunes.
+                    p.cpu_offloading_num_layers = 0;
                     if (rc == Recompute::kFull) {
                       // Note [Block recompute]: Megatron's block method at a
                       // quarter, half and three quarters of a chunk's blocks,
@@ -716,6 +719,11 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
          "the distributed optimizer (zero_stage 1, tried where dp > 1) with overlap: true, outside runtime: python");
   unused("tp_comm_overlap", o.base.tp_comm_overlap, [](const PlanSpec& p) { return p.tp_comm_overlap; },
          "sequence parallelism, so tp > 1");
+  if (o.base.cpu_offloading_num_layers > 0) {
+    r.warnings.push_back(fmt::format("plan.cpu_offloading_num_layers: {} is not searched; every plan is searched without "
+                                     "CPU offloading (dtsim predict prices a plan with it)",
+                                     o.base.cpu_offloading_num_layers));
+  }
   if (candidates.empty()) {
     throw ConfigError("--global-batch " + std::to_string(r.global_batch) + ": no data-parallel degree of " +
                       std::to_string(r.gpus) + " GPUs divides it; give a multiple of the GPU count");

@@ -250,6 +250,13 @@ struct PlanSpec {
   /// rerun in each model chunk, at least 1. Uniform: the blocks of a group
   /// that share one checkpoint and rerun together (1: each block alone).
   int recompute_num_layers = 0;
+  /// Megatron-Core's cpu_offloading_num_layers (Transformer Engine's CPU
+  /// offload; 0: off): the activations the first this many transformer
+  /// blocks keep for backward are copied to the host after their forward
+  /// and back before their backward (Note [Activation offload] in
+  /// sim/src/lowering/passes/activation_offload.cpp). One stage, no
+  /// recompute, fewer than the model's blocks, as Megatron-Core requires.
+  int cpu_offloading_num_layers = 0;
   /// Megatron-LM's deallocate_pipeline_outputs (on in every Megatron-LM
   /// run): a stage frees its output's data once sent, keeping only its
   /// autograd graph; false keeps it until the backward, as PyTorch's
@@ -345,6 +352,7 @@ struct ResolvedPlan {
   /// chunk rerun in groups of this many from one checkpoint (1: each block
   /// from its own input; Note [Block recompute]).
   int recompute_group = 1;
+  int cpu_offloading_num_layers = 0;  ///< PlanSpec's (Note [Activation offload])
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
   bool contiguous_gradients = true;                 ///< PlanSpec's

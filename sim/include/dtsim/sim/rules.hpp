@@ -99,6 +99,13 @@ class PlanRules {
   /// overlap and not under the Python loop (arguments.py's assertions;
   /// ZeroRedundancyOptimizer broadcasts after its step).
   static std::vector<bool> overlap_param_gather_values(int zero_stage, bool fsdp, bool overlap, Runtime runtime);
+  /// The most blocks Megatron-Core's CPU offloading may take
+  /// (cpu_offloading_num_layers; Note [Activation offload]): fewer than the
+  /// model's transformer layers, and none with a pipeline or with
+  /// recompute, as its TransformerConfig checks, nor on a CPU.
+  int cpu_offloading_max(int pp, Recompute recompute) const;
+  /// The model's transformer layers (LayerKind::kTransformer).
+  int transformer_layers() const;
   /// Optimizer offload with ZeRO stage z and pp stages (ZeRO-Offload needs
   /// a stage; not modelled with pipelines).
   std::vector<Offload> optimizer_offloads(int zero_stage, int pp) const;

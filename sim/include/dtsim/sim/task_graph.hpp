@@ -45,8 +45,9 @@ const char* to_string(Phase p);
 /// The streams a rank's tasks run on, in order: lowering names a rank's
 /// streams from this one list and front ends (the GUI's lanes) read them
 /// back through it.
-enum class Stream { kCompute, kGradComm, kParamComm, kD2H, kH2D, kHost, kSendFwd, kSendBwd };
-/// "compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd".
+enum class Stream { kCompute, kGradComm, kParamComm, kD2H, kH2D, kHost, kSendFwd, kSendBwd, kOffload };
+/// "compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd", "offload"
+/// (Transformer Engine's side stream for activations: Note [Activation offload]).
 const char* to_string(Stream s);
 /// The stream of that name, or nothing.
 std::optional<Stream> stream_from_string(std::string_view name);

@@ -1,0 +1,168 @@
+// Megatron-Core's CPU offloading of activations (Note [Activation offload]
+// in sim/src/lowering/passes/activation_offload.cpp): what it frees, what
+// its copies cost where nothing hides them, and what Megatron-Core refuses.
+#include <catch2/catch.hpp>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "lowering/lowering_common.hpp"
+#include "test_util.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+using dtsim::test::error_of;
+
+namespace {
+
+/// GPT-2 (12 blocks) on one H100 at micro-batch 8, one micro-batch, with
+/// `n` blocks offloaded; a host link of 50 GB/s (PCIe Gen5, dgx-h100).
+Prediction gpt2(int n, const std::string& extra = "", const PredictOptions& options = {}) {
+  const auto model = models::load_model("gpt2");
+  std::vector<Override> o = {parse_override("plan.dp=1"), parse_override("plan.micro_batch=8"),
+                             parse_override("plan.grad_accum=1"), parse_override("plan.precision=bf16"),
+                             parse_override("plan.cpu_offloading_num_layers=" + std::to_string(n))};
+  if (!extra.empty()) o.push_back(parse_override(extra));
+  const ClusterSpec c = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=1")});
+  return predict(*model, load_plan("ddp", o), c, options);
+}
+
+/// The task of `name` in a kept graph, or -1.
+TaskId task(const TaskGraph& g, const std::string& name) {
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    if (g.tasks[i].name == name) return static_cast<TaskId>(i);
+  }
+  return -1;
+}
+
+bool waits_for(const TaskGraph& g, TaskId t, TaskId dep) {
+  for (TaskId d : g.tasks[static_cast<std::size_t>(t)].deps) {
+    if (d == dep) return true;
+  }
+  return false;
+}
+
+/// What one GPT-2 block keeps for backward at that shape.
+Bytes block_saved() {
+  const auto model = models::load_model("gpt2");
+  const ResolvedPlan r = gpt2(0).plan;
+  for (const Layer& l : model->layers(detail::workload_shape(r, *find_device("H100-SXM")))) {
+    if (l.is_block()) return l.saved_bytes;
+  }
+  return 0;
+}
+
+}  // namespace
+
+TEST_CASE("offloaded blocks leave the GPU between their forward and backward", "[offload][activations]") {
+  // Every block keeps the same bytes. The peak comes as the head's backward
+  // starts, with every kept activation still held: without offload all 12
+  // blocks'; with N offloaded, blocks N .. 11 (block i's memory went once
+  // block 12 - N + i's forward began, and none has come back yet). So the
+  // peak falls by exactly N blocks' activations, and nothing else moves.
+  const Bytes saved = block_saved();
+  REQUIRE(saved > 0);
+  const Prediction none = gpt2(0);
+  for (int n : {1, 4, 11}) {
+    const Prediction off = gpt2(n);
+    CHECK(none.ranks[0].activations - off.ranks[0].activations == n * saved);
+    CHECK(none.ranks[0].peak - off.ranks[0].peak == n * saved);
+    CHECK(off.ranks[0].parameters == none.ranks[0].parameters);
+    CHECK(off.ranks[0].optimizer == none.ranks[0].optimizer);
+  }
+}
+
+TEST_CASE("block L - N + i waits for block i's copy down; block i's copy up waits for block L - N + i's backward", "[offload][activations]") {
+  // N = 4 of 12, two micro-batches: h.8 waits for h.0's copy, h.11 for
+  // h.3's; h.3's copy up starts after h.11's backward and h.3's backward
+  // waits for it; each micro-batch its own copies.
+  PredictOptions o;
+  o.keep_graph = true;
+  const Prediction p = gpt2(4, "plan.grad_accum=2", o);
+  const TaskGraph& g = p.graph;
+  for (const std::string mb : {"0", "1"}) {
+    const auto at = [&](const std::string& what) { return task(g, what + " [mb " + mb + "]"); };
+    for (int i = 0; i < 4; ++i) {
+      const std::string b = "h." + std::to_string(i), partner = "h." + std::to_string(8 + i);
+      const TaskId down = at("d2h activations " + b), up = at("h2d activations " + b);
+      REQUIRE(down >= 0);
+      REQUIRE(up >= 0);
+      CHECK(waits_for(g, down, at("fwd " + b)));
+      CHECK(waits_for(g, at("fwd " + partner), down));
+      // Block i is freed as block L - N + i's forward starts, before that
+      // forward allocates its own: never L - N + 1 blocks at once.
+      const auto ops = g.on_start(g.tasks[static_cast<std::size_t>(at("fwd " + partner))]);
+      REQUIRE(ops.size() >= 2);
+      CHECK(ops[0].category == MemCategory::kActivations);
+      CHECK(ops[0].bytes == -block_saved());
+      CHECK(ops[1].bytes > 0);
+      CHECK(waits_for(g, up, at("bwd " + partner)));
+      CHECK(waits_for(g, at("bwd " + b), up));
+      // Transformer Engine's own side stream, apart from ZeRO's copies.
+      CHECK(g.ranks[0].streams[static_cast<std::size_t>(g.tasks[static_cast<std::size_t>(down)].stream)] == "offload");
+    }
+    CHECK(at("d2h activations h.4") < 0);  // blocks 4 to 11 keep theirs
+  }
+}
+
+TEST_CASE("offloading all but the last block exposes every copy, down and up", "[offload][activations]") {
+  // At N = L - 1 block i + 1's forward waits for block i's copy down, which
+  // starts as block i's forward ends (nothing is between them), and block
+  // i's backward waits for its copy up, which starts as block i + 1's
+  // backward ends: each of the 11 copies each way adds its whole time. A
+  // copy is cudaMemcpyAsync's 10 us and the bytes over the host link, 50
+  // GB/s on a DGX H100 (PCIe Gen5 x16), rounded up to the nanosecond.
+  const Bytes saved = block_saved();
+  const double copy_ns = 10e3 + std::ceil(static_cast<double>(saved) / 50e9 * 1e9);
+  const double added = static_cast<double>(gpt2(11).iteration_time - gpt2(0).iteration_time);
+  CHECK(added == Approx(2 * 11 * copy_ns).epsilon(1e-6));
+  CHECK(gpt2(11).plan.cpu_offloading_num_layers == 11);
+}
+
+TEST_CASE("CPU offloading is refused where Megatron-Core refuses it, in one line", "[offload][bad-input]") {
+  const auto model = models::load_model("gpt2");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  const auto plan = [&](const std::vector<std::string>& sets) {
+    std::vector<Override> o;
+    for (const auto& s : sets) o.push_back(parse_override(s));
+    return load_plan("ddp", o);
+  };
+  CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_offloading_num_layers=12"}), c); }),
+             Catch::Contains("plan.cpu_offloading_num_layers: 12 of the 12 transformer layers of gpt2; valid: 0 to 11"));
+  // Megatron-Core offloads transformer layers only; a CPU's are on the host.
+  CHECK_THAT(error_of([&] { predict(*models::load_model("bilstm"), plan({"plan.cpu_offloading_num_layers=1"}), c); }),
+             Catch::Contains("bilstm has no transformer layers, the only ones Megatron-Core offloads; valid: 0"));
+  CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_offloading_num_layers=1"}), load_cluster("local-cpu")); }),
+             Catch::Contains("a CPU's activations are in host memory already; valid: 0"));
+  CHECK_THAT(error_of([&] { predict(*model, load_plan("zero3", {parse_override("plan.cpu_offloading_num_layers=1")}), c); }),
+             Catch::Contains("with DeepSpeed's ZeRO-3, which gathers module by module"));
+  CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_offloading_num_layers=4", "plan.recompute=selective"}), c); }),
+             Catch::Contains("does not work with activation recomputation"));
+  CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_offloading_num_layers=4", "plan.pp=2", "plan.dp=4"}), c); }),
+             Catch::Contains("no CPU offloading under pipeline parallelism; valid there: 0"));
+  CHECK_THAT(error_of([&] { load_plan("ddp", {parse_override("plan.cpu_offloading_num_layers=-1")}); }),
+             Catch::Contains("plan.cpu_offloading_num_layers: -1 is out of range"));
+}
+
+TEST_CASE("Megatron-LM's --cpu-offloading-num-layers is the plan's count", "[offload][megatron]") {
+  const FrameworkConfig on = parse_megatron_args("--micro-batch-size 1 --cpu-offloading --cpu-offloading-num-layers 40", "cmd");
+  bool found = false;
+  for (const Override& o : on.overrides) {
+    if (o.section + "." + o.path == "plan.cpu_offloading_num_layers") {
+      CHECK(o.value == "40");
+      found = true;
+    }
+  }
+  CHECK(found);
+  CHECK(on.unmodelled.empty());
+  // Megatron-LM's default count is 0: --cpu-offloading alone offloads nothing.
+  const FrameworkConfig zero = parse_megatron_args("--micro-batch-size 1 --cpu-offloading", "cmd");
+  for (const Override& o : zero.overrides) {
+    if (o.section + "." + o.path == "plan.cpu_offloading_num_layers") CHECK(o.value == "null");
+  }
+}
