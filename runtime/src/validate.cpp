@@ -262,6 +262,14 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": cpu_offloading_num_layers is not run: dtsim's runtime keeps every activation on its device "
                            "(the simulator prices Transformer Engine's offload); use cpu_offloading_num_layers: 0");
   }
+  for (const auto& [key, on] : {std::pair<const char*, bool>{"partition_activations", s.spec.partition_activations},
+                                std::pair<const char*, bool>{"cpu_checkpointing", s.spec.cpu_checkpointing}}) {
+    // Note [DeepSpeed checkpoints] (sim/src/lowering/passes/deepspeed_checkpointing.cpp): priced, not run.
+    if (!on) continue;
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of(std::string("plan.") + key) + ": " + key +
+                           " is not run: dtsim's runtime keeps each checkpoint whole on its device (the simulator prices "
+                           "DeepSpeed's); use " + key + ": false");
+  }
   if (s.spec.recompute == sim::Recompute::kOp) {
     // Note [Op-level recompute] (models/src/llama.cpp): torchtitan's policy
     // saves by aten op; the runtime's layers recompute the attention core

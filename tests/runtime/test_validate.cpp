@@ -774,6 +774,11 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(offload.status == 2);
   CHECK(std::count(offload.err.begin(), offload.err.end(), '\n') == 1);
   CHECK(offload.err.find("--set plan.cpu_offloading_num_layers: cpu_offloading_num_layers is not run") != std::string::npos);
+  // Note [DeepSpeed checkpoints]: DeepSpeed's checkpoint copies are priced, not run.
+  const Run ds = validate("--model llama-tiny --plan ddp --procs 2 --set plan.recompute=full --set plan.cpu_checkpointing=true");
+  CHECK(ds.status == 2);
+  CHECK(std::count(ds.err.begin(), ds.err.end(), '\n') == 1);
+  CHECK(ds.err.find("--set plan.cpu_checkpointing: cpu_checkpointing is not run") != std::string::npos);
   const Run fp8 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp8");
   CHECK(fp8.status == 2);
   CHECK(fp8.err.find("--set plan.precision: precision fp8 is not run") != std::string::npos);

@@ -166,3 +166,101 @@ TEST_CASE("Megatron-LM's --cpu-offloading-num-layers is the plan's count", "[off
     if (o.section + "." + o.path == "plan.cpu_offloading_num_layers") CHECK(o.value == "null");
   }
 }
+
+// Note [DeepSpeed checkpoints] in sim/src/lowering/passes/deepspeed_checkpointing.cpp.
+namespace {
+
+/// GPT-2 under full recompute on one H100 (or `tp` of a DGX H100), micro-batch 8.
+Prediction gpt2_checkpointed(const std::vector<std::string>& sets, int tp = 1, const PredictOptions& options = {}) {
+  const auto model = models::load_model("gpt2");
+  std::vector<Override> o = {parse_override("plan.dp=1"), parse_override("plan.tp=" + std::to_string(tp)),
+                             parse_override("plan.micro_batch=8"), parse_override("plan.grad_accum=1"),
+                             parse_override("plan.precision=bf16"), parse_override("plan.recompute=full")};
+  for (const auto& s : sets) o.push_back(parse_override(s));
+  const ClusterSpec c = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=" + std::to_string(tp))});
+  return predict(*model, load_plan("ddp", o), c, options);
+}
+
+}  // namespace
+
+TEST_CASE("DeepSpeed's cpu_checkpointing: every checkpoint down and back on the compute stream", "[offload][deepspeed]") {
+  // Full recompute keeps each block's input: s x b x h x 2 bytes in bf16
+  // (Korthikanti et al. 2022, Table 2's 2sbh) = 1024 x 8 x 768 x 2. A
+  // blocking copy down before each of the 12 forwards and back before each
+  // rerun, with nothing beside them on one GPU: 24 copies of 10 us and
+  // the bytes at 50 GB/s (PCIe Gen5 on a DGX H100), rounded up to the ns.
+  const Bytes checkpoint = 1024LL * 8 * 768 * 2;
+  const double copy_ns = 10e3 + std::ceil(static_cast<double>(checkpoint) / 50e9 * 1e9);
+  const Prediction none = gpt2_checkpointed({});
+  const Prediction cpu = gpt2_checkpointed({"plan.cpu_checkpointing=true"});
+  CHECK(static_cast<double>(cpu.iteration_time - none.iteration_time) == Approx(24 * copy_ns).epsilon(1e-6));
+  // And the device holds none of the 12 checkpoints in between.
+  CHECK(none.ranks[0].activations - cpu.ranks[0].activations <= 12 * checkpoint);
+  CHECK(none.ranks[0].activations - cpu.ranks[0].activations >= 11 * checkpoint);
+}
+
+TEST_CASE("DeepSpeed's partition_activations: 1/tp of a checkpoint kept, all-gathered before the rerun", "[offload][deepspeed]") {
+  const Bytes checkpoint = 1024LL * 8 * 768 * 2;  // the input, whole on each of the 2 ranks without sequence parallelism
+  PredictOptions o;
+  o.keep_graph = true;
+  const Prediction p = gpt2_checkpointed({"plan.partition_activations=true"}, 2, o);
+  const TaskGraph& g = p.graph;
+  const TaskId fwd = task(g, "fwd h.5 [mb 0]"), gather = task(g, "gather checkpoint h.5 [mb 0]");
+  REQUIRE(fwd >= 0);
+  REQUIRE(gather >= 0);
+  // The forward frees the other rank's half as it ends (besides what
+  // recompute drops), and the gather brings it back.
+  bool frees_half = false;
+  for (const MemOp& op : g.on_end(g.tasks[static_cast<std::size_t>(fwd)])) frees_half = frees_half || op.bytes == -checkpoint / 2;
+  CHECK(frees_half);
+  const Task& t = g.tasks[static_cast<std::size_t>(gather)];
+  CHECK(t.op == CollectiveOp::kAllGather);
+  CHECK(t.axis == Axis::kTp);
+  CHECK(t.bytes == checkpoint);
+  REQUIRE(g.on_start(t).size() == 1);
+  CHECK(g.on_start(t)[0].bytes == checkpoint / 2);
+  // The rerun waits for it.
+  const TaskId rerun = task(g, "recompute h.5 [mb 0]");
+  REQUIRE(rerun >= 0);
+  CHECK(waits_for(g, rerun, gather));
+  // At tp 1 there is nothing to split: the plan says so, and nothing changes.
+  const Prediction one = gpt2_checkpointed({"plan.partition_activations=true"});
+  CHECK_FALSE(one.plan.partition_activations);
+  CHECK(one.iteration_time == gpt2_checkpointed({}).iteration_time);
+}
+
+TEST_CASE("DeepSpeed's checkpoint knobs are refused where they do not apply, in one line", "[offload][deepspeed][bad-input]") {
+  const auto model = models::load_model("gpt2");
+  const ClusterSpec c = load_cluster("dgx-h100");
+  const auto plan = [&](const std::vector<std::string>& sets) {
+    std::vector<Override> o;
+    for (const auto& s : sets) o.push_back(parse_override(s));
+    return load_plan("ddp", o);
+  };
+  CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_checkpointing=true", "plan.recompute=selective"}), c); }),
+             Catch::Contains("plan.cpu_checkpointing: true is DeepSpeed's activation checkpointing, which reruns every block "
+                             "from its own input: it needs recompute: full"));
+  CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_checkpointing=true", "plan.recompute=full", "plan.pp=2", "plan.dp=4"}), c); }),
+             Catch::Contains("plan.cpu_checkpointing: true with pp 2: not modelled under a pipeline; valid there: false"));
+  CHECK_THAT(error_of([&] {
+               predict(*model, plan({"plan.partition_activations=true", "plan.recompute=full", "plan.tp=2", "plan.dp=4",
+                                     "plan.sequence_parallel=true"}), c);
+             }),
+             Catch::Contains("plan.partition_activations: true with sequence_parallel"));
+  CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_checkpointing=true", "plan.recompute=full"}), load_cluster("local-cpu")); }),
+             Catch::Contains("a CPU's checkpoints are in host memory already"));
+}
+
+TEST_CASE("a DeepSpeed config's partition_activations and cpu_checkpointing are read, not left unmodelled", "[offload][deepspeed]") {
+  const FrameworkConfig fc = parse_deepspeed_config(
+      R"({"train_micro_batch_size_per_gpu": 4, "zero_optimization": {"stage": 1},
+          "activation_checkpointing": {"partition_activations": true, "cpu_checkpointing": true}})", "ds.json");
+  int read = 0;
+  for (const Override& o : fc.overrides) {
+    const std::string key = o.section + "." + o.path;
+    if (key == "plan.partition_activations" || key == "plan.cpu_checkpointing") read += o.value == "true";
+    if (key == "plan.recompute") CHECK(o.value == "full");
+  }
+  CHECK(read == 2);
+  CHECK(fc.unmodelled.empty());
+}

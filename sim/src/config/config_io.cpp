@@ -287,6 +287,8 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
   p.deallocate_pipeline_outputs = c.get_bool("deallocate_pipeline_outputs", false);
   p.cpu_offloading_num_layers = static_cast<int>(c.get_int("cpu_offloading_num_layers", 0, 0, 1 << 20));
+  p.partition_activations = c.get_bool("partition_activations", false);
+  p.cpu_checkpointing = c.get_bool("cpu_checkpointing", false);
   p.moe_capacity_factor = c.get_double("moe_capacity_factor", 0, 0, 1e6);
   p.moe_pad = c.get_bool("moe_pad", false);
   p.moe_dispatcher = c.get_enum("moe_dispatcher", MoeDispatcher::kAllToAll,

@@ -267,8 +267,12 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
     const ConfigMap a = c.sub("activation_checkpointing");
     const YAML::Node an = root["activation_checkpointing"];
     out.plan("recompute", "full", c.where("activation_checkpointing") + " (activation_checkpointing)");
-    for (const char* k : {"partition_activations", "cpu_checkpointing", "contiguous_memory_optimization"}) {
-      if (a.has(k) && flag(a, an, k, false)) unmodelled("activation_checkpointing." + std::string(k), an[k]);
+    // Note [DeepSpeed checkpoints] (lowering/passes/deepspeed_checkpointing.cpp).
+    for (const char* k : {"partition_activations", "cpu_checkpointing"}) {
+      if (a.has(k) && flag(a, an, k, false)) out.plan(k, "true", c.where("activation_checkpointing") + " (activation_checkpointing." + k + ")");
+    }
+    if (a.has("contiguous_memory_optimization") && flag(a, an, "contiguous_memory_optimization", false)) {
+      unmodelled("activation_checkpointing.contiguous_memory_optimization", an["contiguous_memory_optimization"]);
     }
     if (a.has("number_checkpoints")) unmodelled("activation_checkpointing.number_checkpoints", an["number_checkpoints"]);
   }

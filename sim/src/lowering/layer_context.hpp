@@ -121,5 +121,7 @@ std::int64_t zero3_bucket_elements(const ResolvedPlan& plan);
 std::unique_ptr<StrategyPass> offload_pass(LayerContext& ctx);
 /// Megatron-Core's cpu_offloading_num_layers (Note [Activation offload]).
 std::unique_ptr<StrategyPass> activation_offload_pass(LayerContext& ctx);
+/// DeepSpeed's partition_activations and cpu_checkpointing (Note [DeepSpeed checkpoints]).
+std::unique_ptr<StrategyPass> deepspeed_checkpoints_pass(LayerContext& ctx);
 
 }  // namespace dtsim::sim::detail

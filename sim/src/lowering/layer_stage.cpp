@@ -71,6 +71,9 @@ class LayerStage final : public detail::StageEmitter {
     } else if (c.zero == 3) {
       passes_.add(detail::sharded_parameters_pass(c));
     }
+    // Before recompute: a checkpoint comes back (and is gathered) before
+    // the rerun that reads it (Note [DeepSpeed checkpoints]).
+    passes_.add(detail::deepspeed_checkpoints_pass(c));
     passes_.add(detail::recompute_pass(c));
     // Its copies follow the block's forward, tensor-parallel collectives
     // included (Note [Activation offload]).

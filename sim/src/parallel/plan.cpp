@@ -603,6 +603,25 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                                " (Megatron-Core offloads only layers less than num_layers)");
     }
   }
+  // Note [DeepSpeed checkpoints] (lowering/passes/deepspeed_checkpointing.cpp).
+  for (const auto& [key, on] : {std::pair<const char*, bool>{"partition_activations", s.partition_activations},
+                                std::pair<const char*, bool>{"cpu_checkpointing", s.cpu_checkpointing}}) {
+    if (!on || rules.deepspeed_checkpoints_allowed(r.pp, r.recompute, r.recompute_blocks, r.recompute_group)) continue;
+    if (r.recompute != Recompute::kFull || r.recompute_blocks > 0 || r.recompute_group > 1) {
+      bad.add(key, std::string("true is DeepSpeed's activation checkpointing, which reruns every block from its own input: it "
+                               "needs recompute: full (recompute_method uniform, recompute_num_layers 1); valid here: false"));
+    } else if (r.pp > 1) {
+      bad.add(key, "true with pp " + std::to_string(r.pp) + ": not modelled under a pipeline; valid there: false");
+    } else {
+      bad.add(key, "true on " + cluster.device.name + ": a CPU's checkpoints are in host memory already; valid: false");
+    }
+  }
+  if (s.partition_activations && r.sequence_parallel) {
+    bad.add("partition_activations", "true with sequence_parallel: the checkpoints are split over the tensor-parallel ranks "
+                                     "already; valid there: false");
+  }
+  r.partition_activations = s.partition_activations && r.tp > 1;
+  r.cpu_checkpointing = s.cpu_checkpointing;
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;

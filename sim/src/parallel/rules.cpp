@@ -179,6 +179,11 @@ int PlanRules::cpu_offloading_max(int pp, Recompute recompute) const {
   return std::max(0, transformer_layers() - 1);
 }
 
+bool PlanRules::deepspeed_checkpoints_allowed(int pp, Recompute recompute, int recompute_blocks, int recompute_group) const {
+  return pp == 1 && recompute == Recompute::kFull && recompute_blocks == 0 && recompute_group <= 1 &&
+         !cluster_.device.gloo_collectives;
+}
+
 std::vector<Recompute> PlanRules::recomputes() const {
   if (!attention_) {
     // Built once, when first asked: resolve never asks.

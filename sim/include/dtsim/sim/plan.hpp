@@ -257,6 +257,14 @@ struct PlanSpec {
   /// sim/src/lowering/passes/activation_offload.cpp). One stage, no
   /// recompute, fewer than the model's blocks, as Megatron-Core requires.
   int cpu_offloading_num_layers = 0;
+  /// DeepSpeed's activation_checkpointing.partition_activations and
+  /// cpu_checkpointing under full recompute: each block's checkpoint (its
+  /// input) kept split over the tensor-parallel ranks, all-gathered before
+  /// its recompute; and kept in host memory, copied there and back on the
+  /// compute stream (Note [DeepSpeed checkpoints] in
+  /// sim/src/lowering/passes/deepspeed_checkpointing.cpp). One stage only.
+  bool partition_activations = false;
+  bool cpu_checkpointing = false;
   /// Megatron-LM's deallocate_pipeline_outputs (on in every Megatron-LM
   /// run): a stage frees its output's data once sent, keeping only its
   /// autograd graph; false keeps it until the backward, as PyTorch's
@@ -353,6 +361,8 @@ struct ResolvedPlan {
   /// from its own input; Note [Block recompute]).
   int recompute_group = 1;
   int cpu_offloading_num_layers = 0;  ///< PlanSpec's (Note [Activation offload])
+  bool partition_activations = false; ///< PlanSpec's, where tp > 1 (Note [DeepSpeed checkpoints])
+  bool cpu_checkpointing = false;     ///< PlanSpec's (Note [DeepSpeed checkpoints])
   Bytes bucket_bytes = 25 * 1000 * 1000;
   bool overlap = true;
   bool contiguous_gradients = true;                 ///< PlanSpec's

@@ -106,6 +106,12 @@ class PlanRules {
   int cpu_offloading_max(int pp, Recompute recompute) const;
   /// The model's transformer layers (LayerKind::kTransformer).
   int transformer_layers() const;
+  /// Where DeepSpeed's partition_activations and cpu_checkpointing apply
+  /// (Note [DeepSpeed checkpoints]): every block rerun from its own
+  /// checkpoint (recompute full, neither Megatron's block method nor its
+  /// groups), one stage, on a GPU; partitioning only without sequence
+  /// parallelism, whose checkpoints are split already.
+  bool deepspeed_checkpoints_allowed(int pp, Recompute recompute, int recompute_blocks, int recompute_group) const;
   /// Optimizer offload with ZeRO stage z and pp stages (ZeRO-Offload needs
   /// a stage; not modelled with pipelines).
   std::vector<Offload> optimizer_offloads(int zero_stage, int pp) const;
