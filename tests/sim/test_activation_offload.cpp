@@ -32,6 +32,13 @@ Prediction gpt2(int n, const std::string& extra = "", const PredictOptions& opti
   return predict(*model, load_plan("ddp", o), c, options);
 }
 
+/// The shipped ddp plan with `sets` applied.
+PlanSpec plan(const std::vector<std::string>& sets) {
+  std::vector<Override> o;
+  for (const auto& s : sets) o.push_back(parse_override(s));
+  return load_plan("ddp", o);
+}
+
 /// The task of `name` in a kept graph, or -1.
 TaskId task(const TaskGraph& g, const std::string& name) {
   for (std::size_t i = 0; i < g.tasks.size(); ++i) {
@@ -127,11 +134,6 @@ TEST_CASE("offloading all but the last block exposes every copy, down and up", "
 TEST_CASE("CPU offloading is refused where Megatron-Core refuses it, in one line", "[offload][bad-input]") {
   const auto model = models::load_model("gpt2");
   const ClusterSpec c = load_cluster("dgx-h100");
-  const auto plan = [&](const std::vector<std::string>& sets) {
-    std::vector<Override> o;
-    for (const auto& s : sets) o.push_back(parse_override(s));
-    return load_plan("ddp", o);
-  };
   CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_offloading_num_layers=12"}), c); }),
              Catch::Contains("plan.cpu_offloading_num_layers: 12 of the 12 transformer layers of gpt2; valid: 0 to 11"));
   // Megatron-Core offloads transformer layers only; a CPU's are on the host.
@@ -232,11 +234,6 @@ TEST_CASE("DeepSpeed's partition_activations: 1/tp of a checkpoint kept, all-gat
 TEST_CASE("DeepSpeed's checkpoint knobs are refused where they do not apply, in one line", "[offload][deepspeed][bad-input]") {
   const auto model = models::load_model("gpt2");
   const ClusterSpec c = load_cluster("dgx-h100");
-  const auto plan = [&](const std::vector<std::string>& sets) {
-    std::vector<Override> o;
-    for (const auto& s : sets) o.push_back(parse_override(s));
-    return load_plan("ddp", o);
-  };
   CHECK_THAT(error_of([&] { predict(*model, plan({"plan.cpu_checkpointing=true", "plan.recompute=selective"}), c); }),
              Catch::Contains("plan.cpu_checkpointing: true is DeepSpeed's activation checkpointing, which reruns every block "
                              "from its own input: it needs recompute: full"));
