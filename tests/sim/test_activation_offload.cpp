@@ -11,6 +11,7 @@
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/search.hpp"
 #include "lowering/lowering_common.hpp"
 #include "test_util.hpp"
 
@@ -260,4 +261,26 @@ TEST_CASE("a DeepSpeed config's partition_activations and cpu_checkpointing are 
   }
   CHECK(read == 2);
   CHECK(fc.unmodelled.empty());
+}
+
+TEST_CASE("the search leaves the offload and checkpoint knobs off, and says so", "[offload][search]") {
+  // Its memory bound does not count them, so a plan pruned as too big
+  // could have fitted with them: every searched plan runs without.
+  const auto model = models::load_model("gpt2");
+  SearchOptions o;
+  o.base = plan({"plan.cpu_offloading_num_layers=4", "plan.cpu_checkpointing=true", "plan.recompute=full"});
+  o.global_batch = 64;
+  o.threads = 1;
+  const SearchResult r = search(*model, load_cluster("dgx-h100"), o);
+  REQUIRE(!r.top.empty());
+  for (const SearchEntry& e : r.top) {
+    CHECK(e.plan.cpu_offloading_num_layers == 0);
+    CHECK_FALSE(e.plan.cpu_checkpointing);
+  }
+  int said = 0;
+  for (const std::string& w : r.warnings) {
+    said += w.find("plan.cpu_offloading_num_layers: 4 is not searched") != std::string::npos;
+    said += w.find("plan.cpu_checkpointing: true is not searched") != std::string::npos;
+  }
+  CHECK(said == 2);
 }

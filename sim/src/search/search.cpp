@@ -404,6 +404,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     // Not searched (Note [Activation offload]): its memory
                     // is not in the bound that prunes.
                     p.cpu_offloading_num_layers = 0;
+                    p.partition_activations = false;  // nor DeepSpeed's (Note [DeepSpeed checkpoints])
+                    p.cpu_checkpointing = false;
                     if (rc == Recompute::kFull) {
                       // Note [Block recompute]: Megatron's block method at a
                       // quarter, half and three quarters of a chunk's blocks,
@@ -719,6 +721,11 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
          "the distributed optimizer (zero_stage 1, tried where dp > 1) with overlap: true, outside runtime: python");
   unused("tp_comm_overlap", o.base.tp_comm_overlap, [](const PlanSpec& p) { return p.tp_comm_overlap; },
          "sequence parallelism, so tp > 1");
+  for (const auto& [key, on] : {std::pair<const char*, bool>{"partition_activations", o.base.partition_activations},
+                                std::pair<const char*, bool>{"cpu_checkpointing", o.base.cpu_checkpointing}}) {
+    if (on) r.warnings.push_back(fmt::format("plan.{}: true is not searched; every plan is searched without it (dtsim predict prices "
+                                             "a plan with it)", key));
+  }
   if (o.base.cpu_offloading_num_layers > 0) {
     r.warnings.push_back(fmt::format("plan.cpu_offloading_num_layers: {} is not searched; every plan is searched without "
                                      "CPU offloading (dtsim predict prices a plan with it)",
