@@ -204,6 +204,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                              "keep their activations (Megatron --recompute-method block --recompute-num-layers N; "
                              "Megatron-Bridge's recompute_num_layers). all: every block, --recompute-method uniform "
                              "--recompute-num-layers 1."},
+    {"cpu_offloading_num_layers", "plan.cpu_offloading_num_layers: the first N transformer layers' activations go to "
+                                  "host memory after their forward and come back for their backward (Megatron "
+                                  "--cpu-offloading --cpu-offloading-num-layers N, Transformer Engine's CPU offload); "
+                                  "one stage, no recompute, fewer than the model's layers."},
     {"attention", "plan.attention. auto: flash on a GPU in fp16, bf16 or fp8, eager otherwise. eager: the "
                   "S x S scores kept (HuggingFace attn_implementation=\"eager\"). flash: FlashAttention / SDPA "
                   "(attn_implementation=\"flash_attention_2\" or \"sdpa\", Megatron --use-flash-attn)."},
@@ -556,7 +560,7 @@ struct ExplorerWindow::Impl {
             *kernels_box = nullptr, *fp8_recipe = nullptr,
             *batch_mode = nullptr, *fsdp_wrap = nullptr;
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
-           *gpus_per_node = nullptr, *rc_layers = nullptr;
+           *gpus_per_node = nullptr, *rc_layers = nullptr, *act_offload = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
@@ -768,6 +772,12 @@ struct ExplorerWindow::Impl {
     rc_layers->setObjectName("recompute_num_layers");
     rc_layers->setRange(0, 999);
     rc_layers->setSpecialValueText("all");  // blocks; N: the first N of each chunk (the tooltip says so)
+    // Megatron-Core's CPU offloading (Note [Activation offload]): layers whose activations go to the host.
+    act_offload = new QSpinBox;
+    act_offload->setObjectName("cpu_offloading_num_layers");
+    act_offload->setRange(0, 999);
+    act_offload->setSpecialValueText("none");
+    act_offload->setSuffix(" layers");
     attention = new QComboBox;
     attention->setObjectName("attention");
     precision = new QComboBox;
@@ -833,6 +843,9 @@ struct ExplorerWindow::Impl {
     mf->addRow("ZeRO-3 prefetch", z3_prefetch);
     mf->addRow("ZeRO-3 live", z3_live);
     mf->addRow("Offload", offload);
+    // A row of its own: beside the offload box it would widen the panel
+    // past what 1280 x 800 leaves the charts (Note [Chart sizes]).
+    mf->addRow("Acts to CPU", act_offload);
     {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
@@ -1182,7 +1195,7 @@ struct ExplorerWindow::Impl {
                          fsdp_wrap, kernels_box, fp8_recipe}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
-    for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node, rc_layers}) {
+    for (QSpinBox* s : {vstages, micro_batch, batch_value, seq_len, nodes, gpus_per_node, rc_layers, act_offload}) {
       QObject::connect(s, qOverload<int>(&QSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
     for (QDoubleSpinBox* s : {moe_imbalance, intra_bw, inter_bw, z3_prefetch, z3_live}) {
@@ -1248,6 +1261,7 @@ struct ExplorerWindow::Impl {
     offload->setCurrentIndex(p.offload_params == sim::Offload::kCpu ? 2 : p.offload_optimizer == sim::Offload::kCpu ? 1 : 0);
     recompute->setCurrentIndex(recompute->findData(static_cast<int>(p.recompute)));
     rc_layers->setValue(p.recompute_method == sim::RecomputeMethod::kBlock ? p.recompute_num_layers : 0);
+    act_offload->setValue(p.cpu_offloading_num_layers);
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
     dealloc->setChecked(p.deallocate_pipeline_outputs);
@@ -1337,6 +1351,9 @@ struct ExplorerWindow::Impl {
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     rc_layers->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kFull));
+    // The rules table's: one stage, no recompute, a GPU (Note [Activation offload]).
+    act_offload->setEnabled(sim::PlanRules(*scenario.model, scenario.cluster)
+                                .cpu_offloading_max(cur_pp, static_cast<sim::Recompute>(recompute->currentData().toInt())) > 0);
     // The rules table's: fused where the model's blocks change with it; a
     // recipe to choose under fp8 only (resolve refuses tensorwise elsewhere).
     kernels_box->setEnabled(ch.kernels.size() > 1);
@@ -1409,6 +1426,8 @@ struct ExplorerWindow::Impl {
     const bool groups = p.recompute == sim::Recompute::kFull && !block && before.recompute_method == sim::RecomputeMethod::kUniform;
     p.recompute_method = block ? sim::RecomputeMethod::kBlock : sim::RecomputeMethod::kUniform;
     p.recompute_num_layers = block ? rc_layers->value() : groups ? before.recompute_num_layers : 0;
+    // Where the rules refuse it (a pipeline, recompute, a CPU): off (the box keeps what it shows).
+    p.cpu_offloading_num_layers = act_offload->isEnabled() ? act_offload->value() : 0;
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     // Elsewhere the plan keeps its own (the box keeps what it shows).
@@ -1467,6 +1486,7 @@ struct ExplorerWindow::Impl {
     mark(p.recompute != before.recompute, "recompute");
     mark(p.recompute_method != before.recompute_method, "recompute_method");
     mark(p.recompute_num_layers != before.recompute_num_layers, "recompute_num_layers");
+    mark(p.cpu_offloading_num_layers != before.cpu_offloading_num_layers, "cpu_offloading_num_layers");
     mark(p.attention != before.attention, "attention");
     mark(p.precision != before.precision, "precision");
     mark(p.kernels != before.kernels, "kernels");

@@ -164,7 +164,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 49);  // 23 combo boxes, 15 spin boxes (3 on the search tab), 11 check boxes
+  CHECK(knobs == 50);  // 23 combo boxes, 16 spin boxes (3 on the search tab), 11 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
@@ -177,6 +177,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"fsdp_wrap", {"transformer_auto_wrap_policy", "apply_fsdp"}},
       {"limit_all_gathers", {"limit_all_gathers"}},
       {"recompute_num_layers", {"--recompute-method block", "--recompute-num-layers"}},
+      {"cpu_offloading_num_layers", {"--cpu-offloading-num-layers", "Transformer Engine"}},
       {"stage3_prefetch_bucket_size", {"stage3_prefetch_bucket_size"}},
       {"stage3_max_live_parameters", {"stage3_max_live_parameters"}},
       {"nvls", {"NCCL_NVLS_ENABLE"}},
@@ -1347,6 +1348,28 @@ TEST_CASE("Megatron's block recompute from the explorer (Note [Block recompute])
   layers->setValue(0);
   REQUIRE(w.wait_for_result(kWaitMs));
   CHECK(w.outcome().prediction->iteration_time == full);
+}
+
+TEST_CASE("Megatron-Core's CPU offloading from the explorer (Note [Activation offload])", "[gui][window]") {
+  // gpt2 (12 blocks) under ddp: 4 blocks' activations to the host lowers
+  // the peak; with recompute the rules refuse it and the box is off.
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  const Bytes kept = w.outcome().prediction->ranks[0].activations;
+  auto* box = w.findChild<QSpinBox*>("cpu_offloading_num_layers");
+  REQUIRE(box != nullptr);
+  CHECK(box->isEnabled());
+  box->setValue(4);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK(w.outcome().prediction->plan.cpu_offloading_num_layers == 4);
+  CHECK(w.outcome().prediction->ranks[0].activations < kept);
+  auto* rc = w.findChild<QComboBox*>("recompute");
+  rc->setCurrentIndex(rc->findData(static_cast<int>(sim::Recompute::kFull)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK_FALSE(box->isEnabled());
+  CHECK(w.outcome().prediction->plan.cpu_offloading_num_layers == 0);
 }
 
 TEST_CASE("pinning, the comparison chart and the exports", "[gui][window]") {
