@@ -74,8 +74,10 @@ class TaskBuilder {
     t.micro = micro_;
     return static_cast<TaskId>(g_.tasks.size() - 1);
   }
-  /// A copy between host and device over PCIe (ZeRO-Offload).
-  TaskId host_copy(std::string name, int rank, int stream, Bytes bytes, const CollectiveCost& cost, TaskDeps deps) {
+  /// A copy between host and device over PCIe (ZeRO-Offload), with what it
+  /// allocates as it starts (a copy up into new device memory).
+  TaskId host_copy(std::string name, int rank, int stream, Bytes bytes, const CollectiveCost& cost, TaskDeps deps,
+                   MemOps on_start = {}) {
     Task& t = make();
     t.name = named_ ? std::move(name) : std::string();
     t.kind = TaskKind::kCollective;
@@ -86,6 +88,7 @@ class TaskBuilder {
     t.bytes = bytes;
     t.cost = g_.task_cost(cost);
     t.deps = std::move(deps);
+    g_.set_memory(t, on_start, {});
     t.micro = micro_;
     return static_cast<TaskId>(g_.tasks.size() - 1);
   }

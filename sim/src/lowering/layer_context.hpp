@@ -76,8 +76,9 @@ struct LayerContext : StageContext {
   }
 
   /// A copy between host and device over PCIe.
-  TaskId copy(const std::string& name, Bytes bytes, Stream s, TaskDeps deps) {
-    return b.host_copy(name, 0, stream(s), bytes, comm.host_copy(bytes), std::move(deps));
+  /// `on_start`: what it allocates as it starts (a copy up into new memory).
+  TaskId copy(const std::string& name, Bytes bytes, Stream s, TaskDeps deps, MemOps on_start = {}) {
+    return b.host_copy(name, 0, stream(s), bytes, comm.host_copy(bytes), std::move(deps), std::move(on_start));
   }
 
   /// Note [Gradient buckets] (models/torch): a bucket's gradients copied in

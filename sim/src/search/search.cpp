@@ -721,15 +721,16 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
          "the distributed optimizer (zero_stage 1, tried where dp > 1) with overlap: true, outside runtime: python");
   unused("tp_comm_overlap", o.base.tp_comm_overlap, [](const PlanSpec& p) { return p.tp_comm_overlap; },
          "sequence parallelism, so tp > 1");
-  for (const auto& [key, on] : {std::pair<const char*, bool>{"partition_activations", o.base.partition_activations},
-                                std::pair<const char*, bool>{"cpu_checkpointing", o.base.cpu_checkpointing}}) {
-    if (on) r.warnings.push_back(fmt::format("plan.{}: true is not searched; every plan is searched without it (dtsim predict prices "
-                                             "a plan with it)", key));
-  }
-  if (o.base.cpu_offloading_num_layers > 0) {
-    r.warnings.push_back(fmt::format("plan.cpu_offloading_num_layers: {} is not searched; every plan is searched without "
-                                     "CPU offloading (dtsim predict prices a plan with it)",
-                                     o.base.cpu_offloading_num_layers));
+  // Off in every candidate (enumerate_plans): said once each.
+  const std::pair<const char*, std::string> not_searched[] = {
+      {"cpu_offloading_num_layers", o.base.cpu_offloading_num_layers > 0 ? std::to_string(o.base.cpu_offloading_num_layers) : ""},
+      {"partition_activations", o.base.partition_activations ? "true" : ""},
+      {"cpu_checkpointing", o.base.cpu_checkpointing ? "true" : ""}};
+  for (const auto& [key, value] : not_searched) {
+    if (!value.empty()) {
+      r.warnings.push_back(fmt::format("plan.{}: {} is not searched; every plan is searched without it (dtsim predict prices "
+                                       "a plan with it)", key, value));
+    }
   }
   if (candidates.empty()) {
     throw ConfigError("--global-batch " + std::to_string(r.global_batch) + ": no data-parallel degree of " +

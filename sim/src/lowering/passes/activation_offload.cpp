@@ -19,9 +19,9 @@
 // So the blocks keep L - N blocks' activations at a time, not L, and a
 // copy down is hidden behind the forward of the L - N - 1 blocks between
 // block i and block L - N + i (none at N = L - 1, which Transformer Engine
-// warns of); a copy up behind the backward of as many. Weights, their FP8 copies and biases stay (TE marks
-// them), as do the embedding, the final norm and the output layer, which
-// are not blocks. Megatron-Core refuses it with pipeline parallelism and
+// warns of); a copy up behind the backward of as many. Weights, their
+// FP8 copies and biases stay (TE marks them), as do the embedding, the
+// final norm and the output layer, which are not blocks. Megatron-Core refuses it with pipeline parallelism and
 // with recompute (TransformerConfig.__post_init__: "Currently there is no
 // support for Pipeline parallelism with CPU offloading", "CPU offloading
 // does not work when activation recomputation is enabled") and for N >=
@@ -36,7 +36,6 @@
 // micro-batch), the HBM bandwidth they take from the kernels beside them,
 // and Transformer Engine >= 2.12 keeping tensors under 256K elements on
 // the GPU (what a tiny model saves may not move at all).
-#include <span>
 #include <string>
 
 #include "dtsim/sim/error.hpp"
@@ -95,12 +94,9 @@ class ActivationOffload final : public StrategyPass {
   }
   TaskId after_backward(const At& at, TaskId last) override {
     if (const int i = partner(at.unit); i >= 0) {
-      const TaskId up =
+      up_[static_cast<std::size_t>(i)] =
           ctx_.copy(ctx_.tag(at.micro, "h2d activations ", ctx_.layers[block_[static_cast<std::size_t>(i)]].name), saved(i),
-                    Stream::kOffload, {last});
-      const MemOp alloc{MemCategory::kActivations, saved(i)};
-      ctx_.g.set_memory(ctx_.g.tasks[static_cast<std::size_t>(up)], std::span<const MemOp>(&alloc, 1), {});
-      up_[static_cast<std::size_t>(i)] = up;
+                    Stream::kOffload, {last}, {{MemCategory::kActivations, saved(i)}});
     }
     return last;
   }

@@ -54,10 +54,8 @@ class DeepSpeedCheckpoints final : public StrategyPass {
     if (!checkpointed(at.unit)) return;
     const std::string& name = ctx_.layers[at.unit].name;
     if (ctx_.plan.cpu_checkpointing) {
-      const TaskId up = ctx_.copy(ctx_.tag(at.micro, "h2d checkpoint ", name), kept(at.unit), Stream::kCompute, deps);
-      const MemOp alloc{MemCategory::kActivations, kept(at.unit)};
-      ctx_.g.set_memory(ctx_.g.tasks[static_cast<std::size_t>(up)], std::span<const MemOp>(&alloc, 1), {});
-      deps = {up};
+      deps = {ctx_.copy(ctx_.tag(at.micro, "h2d checkpoint ", name), kept(at.unit), Stream::kCompute, deps,
+                        {{MemCategory::kActivations, kept(at.unit)}})};
     }
     if (ctx_.plan.partition_activations) {
       const Bytes full = checkpoint(at.unit);
