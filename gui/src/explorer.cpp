@@ -402,7 +402,7 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   if (p.tp > 1 && p.spec.loss_parallel != sim::LossParallel::kAuto) s += std::string(" loss-") + sim::to_string(p.spec.loss_parallel);
   if (p.spec.attention != sim::Attention::kAuto) s += std::string(" ") + sim::to_string(p.spec.attention);
   s += " mb" + std::to_string(p.micro_batch) + "x" + std::to_string(p.grad_accum) + " " + sim::to_string(p.precision);
-  if (p.fp8_recipe == sim::Fp8Recipe::kTensorwise) s += "-tensorwise";  // Note [FP8 training]
+  if (p.fp8_recipe != sim::Fp8Recipe::kDelayed) s += std::string("-") + sim::to_string(p.fp8_recipe);  // Note [FP8 training]
   if (p.kernels == sim::Kernels::kFused) s += " fused";                 // Note [Fused kernels]
   if (p.spec.placement != "tp,pp,dp") s += " [" + p.spec.placement + "]";  // else two plans would read the same
   return s;

@@ -221,7 +221,9 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                 "RMSNorm, --bias-swiglu-fusion)."},
     {"fp8_recipe", "plan.fp8_recipe, under fp8: how a tensor's scale is found before its cast (Megatron --fp8-recipe). "
                    "delayed: Transformer Engine's DelayedScaling, from earlier steps' amax. tensorwise: "
-                   "Float8CurrentScaling (Megatron-Bridge's FP8-CS), a pass over the tensor for its amax before each cast."},
+                   "Float8CurrentScaling (Megatron-Bridge's FP8-CS), a pass over the tensor for its amax before each cast. "
+                   "mxfp8: MXFP8BlockScaling, a scale for each 32 elements found by the cast, slower GEMMs "
+                   "(Blackwell only)."},
     {"nodes", "cluster.nodes: machines (torchrun --nnodes, SLURM --nodes)."},
     {"gpus_per_node", "cluster.gpus_per_node: GPUs per machine (torchrun --nproc-per-node); "
                       "tensor parallelism stays inside one."},
@@ -788,8 +790,6 @@ struct ExplorerWindow::Impl {
     kernels_box->addItem("fused", static_cast<int>(sim::Kernels::kFused));
     fp8_recipe = new QComboBox;
     fp8_recipe->setObjectName("fp8_recipe");
-    fp8_recipe->addItem("delayed", static_cast<int>(sim::Fp8Recipe::kDelayed));
-    fp8_recipe->addItem("tensorwise", static_cast<int>(sim::Fp8Recipe::kTensorwise));
     fp32_grads = new QCheckBox("fp32 grads");
     fp32_grads->setObjectName("fp32_grads");
     param_gather = new QCheckBox("gather in fwd");
@@ -1357,6 +1357,13 @@ struct ExplorerWindow::Impl {
     // The rules table's: fused where the model's blocks change with it; a
     // recipe to choose under fp8 only (resolve refuses tensorwise elsewhere).
     kernels_box->setEnabled(ch.kernels.size() > 1);
+    // The recipes this device runs under fp8 (mxfp8 on Blackwell only, Note
+    // [FP8 training]); away from fp8 the box keeps what it shows.
+    const sim::Fp8Recipe shown = scenario.plan.precision == sim::Precision::kFp8 || fp8_recipe->count() == 0
+                                     ? scenario.plan.fp8_recipe
+                                     : static_cast<sim::Fp8Recipe>(fp8_recipe->currentData().toInt());
+    set_enum_choices(fp8_recipe, sim::PlanRules(*scenario.model, scenario.cluster).fp8_recipes(sim::Precision::kFp8), shown,
+                     " (not on this device)");
     fp8_recipe->setEnabled(ch.fp8_recipes.size() > 1);
     syncing = was;
   }

@@ -855,6 +855,22 @@ TEST_CASE("the kernels and FP8 recipe knobs reach the plan where they apply", "[
   g.set_scenario(gui::load_scenario("gpt2-tiny", "dgx-h100", "ddp", "", {}));
   REQUIRE(g.wait_for_result(kWaitMs));
   CHECK_FALSE(g.findChild<QComboBox*>("kernels")->isEnabled());
+  // An H100 offers no mxfp8 (TE runs it on compute capability 10.x only); a
+  // B200 does, a plan file's mxfp8 shows as set, and a choice reaches the plan.
+  CHECK(recipe->findData(static_cast<int>(sim::Fp8Recipe::kMxfp8)) < 0);
+  ExplorerWindow b;
+  b.set_scenario(gui::load_scenario("llama-tiny", "dgx-b200", "ddp", "",
+                                    {sim::parse_override("plan.precision=fp8"), sim::parse_override("plan.fp8_recipe=mxfp8")}));
+  REQUIRE(b.wait_for_result(kWaitMs));
+  REQUIRE(b.outcome().ok());
+  auto* mx = b.findChild<QComboBox*>("fp8_recipe");
+  CHECK(mx->count() == 3);
+  CHECK(mx->currentData().toInt() == static_cast<int>(sim::Fp8Recipe::kMxfp8));
+  CHECK(b.outcome().prediction->plan.fp8_recipe == sim::Fp8Recipe::kMxfp8);
+  mx->setCurrentIndex(mx->findData(static_cast<int>(sim::Fp8Recipe::kTensorwise)));
+  REQUIRE(b.wait_for_result(kWaitMs));
+  REQUIRE(b.outcome().ok());
+  CHECK(b.outcome().prediction->plan.fp8_recipe == sim::Fp8Recipe::kTensorwise);
 }
 
 TEST_CASE("the FSDP, ZeRO-3 and NVLink SHARP knobs reach the plan", "[gui][window]") {

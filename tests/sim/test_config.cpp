@@ -52,8 +52,8 @@ TEST_CASE("wrong types are named", "[config][bad-input]") {
              Catch::Contains("plan.precision: 'fp4' is not one of fp32, fp16, bf16, fp8"));
   // The framework knobs' words (Note [Fused kernels], [FP8 training], [FSDP's reduce dtype]).
   CHECK_THAT(error_of([] { parse_plan("kernels: te\n", "x.yaml"); }), Catch::Contains("plan.kernels: 'te' is not one of composite, fused"));
-  CHECK_THAT(error_of([] { parse_plan("fp8_recipe: mxfp8\n", "x.yaml"); }),
-             Catch::Contains("plan.fp8_recipe: 'mxfp8' is not one of delayed, tensorwise"));
+  CHECK_THAT(error_of([] { parse_plan("fp8_recipe: blockwise\n", "x.yaml"); }),
+             Catch::Contains("plan.fp8_recipe: 'blockwise' is not one of delayed, tensorwise, mxfp8"));
   CHECK_THAT(error_of([] { parse_plan("reduce_dtype: bf16\n", "x.yaml"); }),
              Catch::Contains("plan.reduce_dtype: 'bf16' is not one of param, fp32"));
   CHECK_THAT(error_of([] { parse_plan("dp: [1, 2]\n", "x.yaml"); }),

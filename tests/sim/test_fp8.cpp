@@ -1,4 +1,5 @@
-// FP8 training (Note [FP8 training] in sim/src/cost/cost_compute.cpp, Note
+// FP8 training (Note [FP8 training] and Note [FP8 casts] in
+// sim/src/cost/cost_compute.cpp, Note
 // [FP8 memory] in sim/src/lowering/emitter.hpp) and the devices that have
 // it. Every expected value is worked out below from the datasheet figures
 // device_db.cpp cites, or from the formulas of those notes.
@@ -213,11 +214,12 @@ TEST_CASE("fp8: a large GEMM runs at the FP8 rate, after its input's cast", "[fp
   const TimeNs launch = h100.kernel_launch;
   const TimeNs bf16 = m.kernel_time(k, Precision::kBf16);
   CHECK(bf16 == seconds_to_ns(k.flops / (989.4e12 * eff)) + launch);
-  // TE's cast of the (m, k) input: 16384 x 8192 elements read at 2 bytes and
-  // written at 1, at 3.35 TB/s x 0.8: 150.2 us, and its own launch.
-  const TimeNs cast = seconds_to_ns(16384.0 * 8192 * 3 / (3.35e12 * 0.8)) + launch;
+  // TE's cast-transpose of the (m, k) input on a Hopper: 16384 x 8192
+  // elements read at 2 bytes, written at 1 twice (the copy and its
+  // transpose for wgrad), at 3.35 TB/s x 0.8: 200.3 us, and its own launch.
+  const TimeNs cast = seconds_to_ns(16384.0 * 8192 * 4 / (3.35e12 * 0.8)) + launch;
   CHECK(fp8_cast_time(k, Precision::kFp8, h100) == cast);
-  CHECK(ns_to_seconds(cast - launch) == Approx(150.2e-6).epsilon(1e-3));
+  CHECK(ns_to_seconds(cast - launch) == Approx(200.3e-6).epsilon(1e-3));
   const TimeNs fp8 = m.kernel_time(k, Precision::kFp8);
   CHECK(fp8 == seconds_to_ns(k.flops / (1978.9e12 * eff)) + launch + cast);
   // Compute bound, the GEMM itself speeds up by the peaks' ratio: 1978.9 / 989.4.
@@ -226,13 +228,103 @@ TEST_CASE("fp8: a large GEMM runs at the FP8 rate, after its input's cast", "[fp
   CHECK(fp8_cast_time(k, Precision::kBf16, h100) == 0);
   // Current scaling (fp8_recipe tensorwise) reads the input once more for
   // its amax, 2 bytes an element, and launches the amax and the scale's
-  // kernels before the cast: 5 bytes an element, 250.4 us, 3 launches.
+  // kernels before the cast: 6 bytes an element, 300.5 us, 3 launches.
   DeviceSpec current = h100;
-  current.fp8_amax_pass = true;
+  current.fp8_recipe = Fp8Recipe::kTensorwise;
   const TimeNs cs = fp8_cast_time(k, Precision::kFp8, current);
-  CHECK(cs == seconds_to_ns(16384.0 * 8192 * 5 / (3.35e12 * 0.8)) + 3 * launch);
-  CHECK(ns_to_seconds(cs - 3 * launch) == Approx(250.4e-6).epsilon(1e-3));
+  CHECK(cs == seconds_to_ns(16384.0 * 8192 * 6 / (3.35e12 * 0.8)) + 3 * launch);
+  CHECK(ns_to_seconds(cs - 3 * launch) == Approx(300.5e-6).epsilon(1e-3));
   CHECK(fp8_cast_time(k, Precision::kBf16, current) == 0);
+}
+
+// Note [FP8 casts]: one cast writes every copy a Linear's GEMMs read of a
+// tensor, so the forward's and dgrad's are charged and wgrad's none.
+TEST_CASE("fp8: what a cast moves, by recipe and GPU, and wgrad's none", "[fp8][compute]") {
+  // Read 2, write 1; Hopper's transpose 1 more; mxfp8's column-wise copy 1
+  // and a scale byte per 32 elements for each of the two copies; current
+  // scaling's amax read 2.
+  CHECK(fp8_cast_bytes(Fp8Recipe::kDelayed, 90) == 4);
+  CHECK(fp8_cast_bytes(Fp8Recipe::kTensorwise, 90) == 6);
+  CHECK(fp8_cast_bytes(Fp8Recipe::kDelayed, 100) == 3);
+  CHECK(fp8_cast_bytes(Fp8Recipe::kTensorwise, 103) == 5);
+  CHECK(fp8_cast_bytes(Fp8Recipe::kMxfp8, 100) == 2 + 1 + 1 + 2.0 / 32);
+  // The MI300X has no NVIDIA compute capability: priced as a Hopper.
+  CHECK(fp8_cast_bytes(Fp8Recipe::kDelayed, 0) == 4);
+  DeviceSpec b200 = device("B200");
+  REQUIRE(b200.compute_capability == 100);
+  // models/'s backward of a Linear: dgrad's (m, k) is the output's gradient,
+  // wgrad's the transposed input, which the forward's cast already wrote.
+  Kernel dgrad = gemm(8192, 4096, 14336);
+  dgrad.name = "mlp.fc2.dgrad";
+  Kernel wgrad = gemm(4096, 14336, 8192);
+  wgrad.name = "mlp.fc2.wgrad";
+  const TimeNs launch = b200.kernel_launch;
+  // B200, 8 TB/s x 0.8; delayed scaling: 8192 x 14336 x 3 bytes, 55.1 us.
+  const TimeNs delayed = fp8_cast_time(dgrad, Precision::kFp8, b200);
+  CHECK(delayed == seconds_to_ns(8192.0 * 14336 * 3 / (8e12 * 0.8)) + launch);
+  CHECK(ns_to_seconds(delayed - launch) == Approx(55.05e-6).epsilon(1e-3));
+  CHECK(fp8_cast_time(wgrad, Precision::kFp8, b200) == 0);
+  b200.fp8_recipe = Fp8Recipe::kMxfp8;
+  CHECK(fp8_cast_time(dgrad, Precision::kFp8, b200) == seconds_to_ns(8192.0 * 14336 * 4.0625 / (8e12 * 0.8)) + launch);
+  CHECK(fp8_cast_time(wgrad, Precision::kFp8, b200) == 0);
+}
+
+TEST_CASE("fp8: mxfp8's GEMMs run 7.161 / 6.812 as long as per-tensor FP8's", "[fp8][compute]") {
+  DeviceSpec b200 = device("B200");
+  const RooflineComputeModel per_tensor(b200);
+  b200.fp8_recipe = Fp8Recipe::kMxfp8;
+  const RooflineComputeModel mx(b200);
+  // 16384 x 16384 output: 16384 tiles on 148 SMs, 111 waves; k 8192. 4.4e12
+  // FLOPs at 4,500 TFLOP/s x 0.70 x the shape's efficiency, then x 1.0512
+  // (TE's GEMM profiling tutorial, B300, pre-quantised: 7.161 ms MXFP8
+  // against 6.812 ms per-tensor FP8 with current scaling).
+  const Kernel k = gemm(16384, 16384, 8192);
+  const double eff = 0.70 * (16384.0 / (111 * 148)) * (8192.0 / (8192 + 48));
+  CHECK(mx.gemm_efficiency(16384, 16384, 8192) == Approx(eff));
+  const TimeNs launch = b200.kernel_launch;
+  const TimeNs cast = seconds_to_ns(16384.0 * 8192 * (4 + 1.0 / 16) / (8e12 * 0.8)) + launch;
+  CHECK(mx.kernel_time(k, Precision::kFp8) == seconds_to_ns(k.flops / (4500e12 * eff) * (7.161 / 6.812)) + launch + cast);
+  const TimeNs pt_cast = seconds_to_ns(16384.0 * 8192 * 3 / (8e12 * 0.8)) + launch;
+  CHECK(per_tensor.kernel_time(k, Precision::kFp8) == seconds_to_ns(k.flops / (4500e12 * eff)) + launch + pt_cast);
+  // bf16 and the bf16 kernels of an fp8 plan do not change.
+  CHECK(mx.kernel_time(k, Precision::kBf16) == per_tensor.kernel_time(k, Precision::kBf16));
+  const Kernel scores = gemm(2048, 2048, 128, KernelKind::kAttention);
+  CHECK(mx.kernel_time(scores, Precision::kFp8) == per_tensor.kernel_time(scores, Precision::kFp8));
+}
+
+TEST_CASE("fp8: mxfp8 on Blackwell only, its copies and its bf16 gathers (Note [FP8 memory])", "[fp8][memory][bad-input]") {
+  const LinearModel m(4, 1000, 1000, 1'000'000);
+  const ClusterSpec h100 = cluster_of(device("H100-SXM"));
+  const ClusterSpec b200 = cluster_of(device("B200"));
+  const ClusterSpec gb300 = cluster_of(device("GB300"));
+  // TE's _compute_mxfp8_support: compute capability 10.x only.
+  CHECK(PlanRules(m, h100).fp8_recipes(Precision::kFp8) == std::vector<Fp8Recipe>{Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise});
+  const std::vector<Fp8Recipe> all{Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise, Fp8Recipe::kMxfp8};
+  CHECK(PlanRules(m, b200).fp8_recipes(Precision::kFp8) == all);
+  CHECK(PlanRules(m, gb300).fp8_recipes(Precision::kFp8) == all);
+  CHECK(PlanRules(m, b200).fp8_recipes(Precision::kBf16) == std::vector<Fp8Recipe>{Fp8Recipe::kDelayed});
+  CHECK(error_of([&] { resolve(parse_plan("dp: 2\nprecision: fp8\nfp8_recipe: mxfp8\n", "p.yaml"), m, h100); }) ==
+        "p.yaml:3: plan.fp8_recipe: mxfp8 needs Blackwell's block-scaled tensor cores (compute capability 10.x); H100-SXM has "
+        "compute capability 9.0; valid: delayed, tensorwise");
+  CHECK(error_of([&] { resolve(parse_plan("precision: bf16\nfp8_recipe: mxfp8\n", "p.yaml"), m, b200); }) ==
+        "p.yaml:2: plan.fp8_recipe: mxfp8 scales FP8 casts and needs precision fp8; precision is bf16 (valid here: delayed, the default)");
+  CHECK(parse_plan("fp8_recipe: mxfp8\n", "p.yaml").fp8_recipe == Fp8Recipe::kMxfp8);
+  CHECK(std::string(to_string(Fp8Recipe::kMxfp8)) == "mxfp8");
+  // The FP8 weight copies of the 4 x 10^6 GEMM weights (dp 2, ZeRO-1): on a
+  // B200 per-tensor scaling keeps one (1 B: its GEMM reads either layout),
+  // mxfp8 two with a scale byte per 32 elements each (2 + 2/32 B); plus the
+  // bf16 parameters (2 Psi, Psi = 5 x 10^6) and 4 GEMMs' scaling state.
+  const std::string zero1 = "dp: 2\nprecision: fp8\noptimizer: adam\nzero_stage: 1\nseq_len: 8\n";
+  const Bytes psi2 = 2 * 5'000'000, state = 4 * 20'520;
+  CHECK(lower_plan(m, zero1, b200).resident(MemCategory::kParameters) == psi2 + 4'000'000 + state);
+  CHECK(lower_plan(m, zero1 + "fp8_recipe: tensorwise\n", b200).resident(MemCategory::kParameters) == psi2 + 4'000'000 + state);
+  CHECK(lower_plan(m, zero1 + "fp8_recipe: mxfp8\n", b200).resident(MemCategory::kParameters) == psi2 + 8'250'000 + state);
+  // ZeRO-1's gather of the updated parameters under fp8_param_gather: the
+  // 4 x 10^6 GEMM weights at 1 byte under per-tensor scaling, 2 + 4 = 6 MB;
+  // mxfp8's in bf16 (Megatron-Core gathers them into the gradient buffer
+  // and quantises after): 2 Psi = 10 MB.
+  CHECK(lower_plan(m, zero1 + "fp8_param_gather: true\n", b200).gathered() == 6'000'000);
+  CHECK(lower_plan(m, zero1 + "fp8_param_gather: true\nfp8_recipe: mxfp8\n", b200).gathered() == 10'000'000);
 }
 
 TEST_CASE("fp8: fp8_recipe tensorwise prices current scaling's amax pass in a prediction", "[fp8][compute]") {

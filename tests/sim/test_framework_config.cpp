@@ -323,10 +323,14 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
   CHECK(k["plan.kernels"] == "fused");
   CHECK(parse_megatron_args("--micro-batch-size 1 --transformer-impl local --no-bias-swiglu-fusion\n", "cmd").unmodelled ==
         std::vector<std::string>{"--no-bias-swiglu-fusion (priced as the fused SwiGLU, which keeps one intermediate less)"});
-  // --fp8-recipe: delayed and tensorwise modelled, block scaling noted (Note [FP8 training]).
+  // --fp8-recipe: delayed, tensorwise and mxfp8 modelled, Hopper's
+  // blockwise scaling noted (Note [FP8 training]).
   CHECK(keys(parse_megatron_args("--micro-batch-size 1 --fp8-format hybrid --fp8-recipe tensorwise\n", "cmd"))["plan.fp8_recipe"] == "tensorwise");
-  CHECK(parse_megatron_args("--micro-batch-size 1 --fp8-format hybrid --fp8-recipe mxfp8\n", "cmd").unmodelled ==
-        std::vector<std::string>{"--fp8-recipe mxfp8 (block scaling priced as delayed scaling's casts)"});
+  const auto mx = parse_megatron_args("--micro-batch-size 1 --fp8-format e4m3 --fp8-recipe mxfp8\n", "cmd");
+  CHECK(keys(mx)["plan.fp8_recipe"] == "mxfp8");
+  CHECK(mx.unmodelled.empty());
+  CHECK(parse_megatron_args("--micro-batch-size 1 --fp8-format hybrid --fp8-recipe blockwise\n", "cmd").unmodelled ==
+        std::vector<std::string>{"--fp8-recipe blockwise (blockwise scaling priced as delayed scaling's casts)"});
 
   CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 \\\n--tensor-model-parallel-size\n", "cmd"); }) ==
         "cmd:2: --tensor-model-parallel-size: needs an integer after it (--tensor-model-parallel-size N or --tensor-model-parallel-size=N)");

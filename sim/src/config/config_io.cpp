@@ -333,7 +333,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
                            {{"fp32", Precision::kFp32}, {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16},
                             {"fp8", Precision::kFp8}});
   p.fp8_param_gather = c.get_bool("fp8_param_gather", false);
-  p.fp8_recipe = c.get_enum("fp8_recipe", Fp8Recipe::kDelayed, {{"delayed", Fp8Recipe::kDelayed}, {"tensorwise", Fp8Recipe::kTensorwise}});
+  p.fp8_recipe = c.get_enum("fp8_recipe", Fp8Recipe::kDelayed, {{"delayed", Fp8Recipe::kDelayed}, {"tensorwise", Fp8Recipe::kTensorwise}, {"mxfp8", Fp8Recipe::kMxfp8}});
   p.optimizer = c.get_enum("optimizer", Optimizer::kAdamW,
                            {{"adam", Optimizer::kAdam}, {"adamw", Optimizer::kAdamW}, {"sgd", Optimizer::kSgd}});
   p.sgd_momentum = c.get_double("sgd_momentum", 0.9, 0, 1);  // Note [SGD momentum]

@@ -418,10 +418,10 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   if (has("fp8-recipe")) {
     // arguments.py: delayed (the default), tensorwise, mxfp8, blockwise.
     const std::string recipe = choice("fp8-recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"});
-    if (recipe == "delayed" || recipe == "tensorwise") {
-      out.plan("fp8_recipe", recipe, at("fp8-recipe"));
+    if (recipe == "blockwise") {
+      note("fp8-recipe", "blockwise scaling priced as delayed scaling's casts");
     } else {
-      note("fp8-recipe", "block scaling priced as delayed scaling's casts");
+      out.plan("fp8_recipe", recipe, at("fp8-recipe"));
     }
   }
   // Note [Fused kernels] (models/src/llama.cpp): Megatron-Core's RMSNorm is

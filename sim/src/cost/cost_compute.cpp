@@ -22,31 +22,67 @@
 //   - A kGemm kernel of a transformer block under fp8 runs at peak_fp8 x
 //     its GEMM efficiency; kAttention (the batched QK^T and AV) at the bf16
 //     rate; memory-bound kernels as in bf16.
-//   - Before each FP8 GEMM, TE casts its first operand to FP8 with the
-//     current scale and records its amax in the same pass
-//     (transformer_engine/pytorch/module/linear.py, _Linear.forward:
-//     the input's quantizer; backward: grad_output's, in E5M2), and keeps
-//     the FP8 weights (and their transposes for dgrad) cached across
+//   - Before the forward GEMM of a Linear, TE casts its input to FP8, and
+//     before dgrad the output's gradient (transformer_engine/pytorch/
+//     module/linear.py, _Linear.forward: the input's quantizer; backward:
+//     grad_output's), each in one kernel that writes every copy the
+//     layer's GEMMs will read of it: wgrad reads the input's and the
+//     gradient's second copies and casts nothing (Note [FP8 casts], below).
+//     The FP8 weights (and their second copies) are cached across
 //     micro-batches (`is_first_microbatch`; the `_fp8_workspaces` of
-//     TransformerEngineBaseModule). fp8_cast_time() charges each FP8 GEMM
-//     one memory-bound pass over its (m, k) operand: read at 2 bytes an
-//     element, written at 1, plus a launch. Forward that is the input,
-//     dgrad the output's gradient, wgrad the transposed input TE's
-//     cast-transpose writes beside it: per Linear about the 4 bytes an
-//     element TE's fused cast-transpose moves over input and gradient.
-//     The weights' own casts (once an iteration) are not charged; TE's
-//     fusion of a cast into the LayerNorm before it (LayerNormLinear) is
-//     not credited either.
+//     TransformerEngineBaseModule). fp8_cast_time() charges the forward and
+//     dgrad GEMMs one memory-bound pass over their (m, k) operand, plus a
+//     launch. The weights' own casts (once an iteration) are not charged;
+//     TE's fusion of a cast into the norm before it (LayerNormLinear, under
+//     delayed scaling) is not credited either.
 //   - Under fp8_recipe tensorwise (TE's Float8CurrentScaling, Megatron's
 //     --fp8-recipe tensorwise) the scale comes from the tensor being cast:
 //     Float8CurrentScalingQuantizer::quantize_impl (transformer_engine/
 //     pytorch/csrc/quantizer.cpp) runs nvte_compute_amax over the input, then
 //     nvte_compute_scale_from_amax, then the cast (nvte_quantize_v2), so each
 //     cast reads its input once more (2 bytes an element) and launches two
-//     kernels more (DeviceSpec::fp8_amax_pass); under delayed scaling the
-//     amax is recorded by the cast itself. The amax's all-reduce over the
-//     tensor-parallel group, where sequence parallelism asks for one, is
-//     not priced (4 bytes, latency only).
+//     kernels more; under delayed scaling the amax is recorded by the cast
+//     itself. The amax's all-reduce over the tensor-parallel group, where
+//     sequence parallelism asks for one, is not priced (4 bytes, latency
+//     only). TE computes the amax inside its norm where a LayerNormLinear
+//     follows one (FUSED_NORM_AMAX_FP8, csrc/extensions/normalization.cpp);
+//     dtsim's norms are kernels of their own, so that read is charged.
+//   - Under fp8_recipe mxfp8 (TE's MXFP8BlockScaling, Megatron's
+//     --fp8-recipe mxfp8) each 32 consecutive elements share a power-of-two
+//     scale, an E8M0 byte (common/recipe/__init__.py), which the cast finds
+//     itself: no amax pass. Its GEMMs (cuBLASLt's VEC32_UE8M0 block-scaled
+//     kernels, common/gemm/cublaslt_gemm.cu) run slower than per-tensor
+//     FP8's on the same tensor cores: TE's GEMM profiling tutorial
+//     (docs/examples/gemm_profiling/gemm_profiling.rst, a B300, pre-quantised
+//     inputs, the GEMMs of a 4096-wide layer at 15,872 tokens) times a
+//     layer's twelve GEMMs at 7.161 ms in MXFP8 against 6.812 in FP8 with
+//     current scaling: kMxfp8GemmSlowdown = 1.051. TE supports it on compute
+//     capability 10.x only (quantization.py, _compute_mxfp8_support: not
+//     Hopper, not 12.x): resolve() refuses it elsewhere. Not priced: the
+//     swizzle of the scales into the GEMM's layout, a kernel of its own
+//     before a GEMM whose operand was gathered (sequence parallelism) or is
+//     an FP8 primary weight (fused into the cast otherwise since TE 2.12;
+//     the scales are 1/32 of the tensor, so a launch each).
+//   - Under sequence parallelism TE casts the local shard and gathers the
+//     FP8 copy (per-tensor: the row-wise one, its transpose made again in
+//     the backward from a second gather; mxfp8: the column-wise one as
+//     well); dtsim charges the casts over the gathered (m, k) operand.
+//
+// Note [FP8 casts]
+// What one cast moves, an element of the tensor cast (fp8_cast_bytes()):
+// it reads the bf16 tensor (2 bytes) and writes the copy the forward or
+// dgrad GEMM reads (1 byte). Whether it writes a second copy for wgrad
+// depends on the GEMM:
+//   - per-tensor scaling on Hopper (compute capability 9.x) and earlier:
+//     yes, the transpose (its FP8 GEMM takes only the TN layout; TE's
+//     cast-transpose writes both, quantizer.cpp: `with_transpose =
+//     columnwise_usage && !is_non_tn_fp8_gemm_supported`);
+//   - per-tensor scaling on Blackwell (10.x and later): no, its GEMM reads
+//     the one copy in either layout (non-TN FP8 GEMMs supported);
+//   - mxfp8: yes, a column-wise copy scaled along the other dimension, and
+//     a scale byte per 32 elements for each copy (one BIDIMENSIONAL pass,
+//     common/cast/mxfp8/quantize_mxfp8.cuh): 2 + 1 + 1 + 2/32 bytes.
+// Current scaling adds its amax read (2 bytes) and two launches.
 #include <algorithm>
 #include <cmath>
 
@@ -64,13 +100,36 @@ Precision kernel_precision(const Layer& layer, Precision p) {
   return p == Precision::kFp8 && layer.kind != LayerKind::kTransformer ? Precision::kBf16 : p;
 }
 
+double fp8_cast_bytes(Fp8Recipe recipe, int compute_capability) {
+  double bytes = 2 + 1;  // read the bf16 tensor, write the copy the GEMM reads
+  if (recipe == Fp8Recipe::kMxfp8) {
+    bytes += 1 + 2.0 / kMxfp8BlockElements;  // the column-wise copy; a scale byte per block for each copy
+  } else if (compute_capability < 100) {
+    bytes += 1;  // the transpose for wgrad (cast-transpose)
+  }
+  if (recipe == Fp8Recipe::kTensorwise) bytes += 2;  // the amax pass reads it first
+  return bytes;
+}
+
+namespace {
+bool ends_with(const std::string& s, const char* tail) {
+  const std::size_t n = std::char_traits<char>::length(tail);
+  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+}
+}  // namespace
+
 TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device) {
   if (p != Precision::kFp8 || k.kind != KernelKind::kGemm) return 0;
+  // Note [FP8 casts]: wgrad reads copies the forward's and dgrad's casts wrote.
+  if (ends_with(k.name, ".wgrad")) return 0;
   const double elements = static_cast<double>(k.m) * static_cast<double>(k.k) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
-  // bf16 in, fp8 out; current scaling reads the input for its amax first.
-  const double bytes_per_element = device.fp8_amax_pass ? 2 + 2 + 1 : 2 + 1;
-  const TimeNs launches = (device.fp8_amax_pass ? 3 : 1) * device.kernel_launch;
+  const double bytes_per_element = fp8_cast_bytes(device.fp8_recipe, device.compute_capability);
+  const TimeNs launches = (device.fp8_recipe == Fp8Recipe::kTensorwise ? 3 : 1) * device.kernel_launch;
   return seconds_to_ns(elements * bytes_per_element / (device.memory_bandwidth * device.memory_efficiency)) + launches;
+}
+
+double fp8_gemm_time_scale(const Kernel& k, Precision p, const DeviceSpec& device) {
+  return p == Precision::kFp8 && k.kind == KernelKind::kGemm && device.fp8_recipe == Fp8Recipe::kMxfp8 ? kMxfp8GemmSlowdown : 1.0;
 }
 
 TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) const {
@@ -196,7 +255,7 @@ TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
       if (k.fused && device_.attention_efficiency > 0) eff = device_.attention_efficiency;
       // Under fp8 only the Linear layers' GEMMs run in FP8 (Note [FP8 training]).
       const Precision run = p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p;
-      compute_s = k.flops / (device_.peak_for(run) * eff);
+      compute_s = k.flops / (device_.peak_for(run) * eff) * fp8_gemm_time_scale(k, p, device_);
       break;
     }
     case KernelKind::kElementwise:

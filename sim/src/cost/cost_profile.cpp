@@ -676,7 +676,9 @@ bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeN
   const FitTerms* f = costs_->kernel_fit(k.kind, p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p, k.batch);
   if (f == nullptr) return false;
   const double mn = static_cast<double>(k.m) * static_cast<double>(k.n) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
-  *out = seconds_to_ns(std::max(0.0, f->seconds(static_cast<double>(k.bytes), k.flops, mn))) + fp8_cast_time(k, p, device_);
+  // Calibration times per-tensor FP8 GEMMs: MXFP8's slower kernels scale them.
+  *out = seconds_to_ns(std::max(0.0, f->seconds(static_cast<double>(k.bytes), k.flops, mn)) * fp8_gemm_time_scale(k, p, device_)) +
+         fp8_cast_time(k, p, device_);
   return true;
 }
 

@@ -17,6 +17,7 @@
 #include "dtsim/sim/model.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/task_graph.hpp"
+#include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim::detail {
 
@@ -119,11 +120,14 @@ struct LoweringInputs {
 // model states are those of bf16 mixed precision: bf16 weights and
 // gradients, 12 bytes of optimizer state per parameter (the fp32 master,
 // Adam's m and v). Transformer Engine adds, for each FP8 GEMM's weight, its
-// FP8 copy and that copy's transpose for dgrad (the Hopper FP8 GEMM takes
-// only the TN layout), cached between micro-batches in the module's
+// FP8 copies, cached between micro-batches in the module's
 // `_fp8_workspaces` (transformer_engine/pytorch/module/base.py, which
-// linear.py's weight quantisation fills): 2 bytes
-// a weight element. And its scaling state: DelayedScaling keeps an fp32 amax
+// linear.py's weight quantisation fills): the copies one cast writes (Note
+// [FP8 casts] in cost/cost_compute.cpp) less the read, fp8_weight_copy_bytes():
+// the copy and its transpose for dgrad on Hopper (its FP8 GEMM takes only
+// the TN layout), 2 bytes a weight element; one copy on Blackwell under
+// per-tensor scaling, 1 byte; under mxfp8 a row-wise and a column-wise copy
+// with a scale byte per 32 elements each, 2 + 2/32 bytes. And its scaling state: DelayedScaling keeps an fp32 amax
 // history of amax_history_len = 1024 entries (TE's default; Megatron-LM's
 // --fp8-amax-history-len is 1) for each of a GEMM's 3 forward tensors
 // (input, weight, output) and 2 backward ones (output gradient, input
@@ -137,6 +141,12 @@ struct LoweringInputs {
 // Float8Tensor, its data and cached transpose the 2 bytes above, and its
 // bf16 copy is not held at all (the fp32 master in the optimizer's shard
 // is what the step updates and casts back): 2 bytes a weight element less.
+// Under mxfp8 the weights are MXFP8 tensors, but the gather itself moves
+// bf16: Megatron-Core gathers them into the gradient buffer (param_and_grad_
+// buffer.py, "For MXFP8 param ... only half of the buffer is used to store
+// params in bf16"; reuse_grad_buf_for_mxfp8_param_ag) and quantises them
+// into their MXFP8 storage afterwards (copy_tensors_to_quantized_params, a
+// pass over the weights once an iteration, not priced): fp8_gathered().
 
 /// The FP8 GEMMs of a layer under precision p: elements of their weights
 /// (k x n of each), and how many (Note [FP8 memory]); none unless p is fp8
@@ -193,7 +203,8 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   r.resident.push_back({MemCategory::kParameters, ms.parameters});
   if (persistent > 0) r.resident.push_back({MemCategory::kParameters, persistent * w});
   if (fp8.gemms > 0) {
-    const Bytes copies = plan.zero_stage >= 3 ? 0 : 2 * fp8.weight_elements;
+    const double per_element = fp8_weight_copy_bytes(plan.fp8_recipe, cluster.device.compute_capability);
+    const Bytes copies = plan.zero_stage >= 3 ? 0 : static_cast<Bytes>(std::ceil(per_element * static_cast<double>(fp8.weight_elements)));
     // Note [FP8 memory]: FP8 primary weights, no working-precision copy.
     const Bytes primary = plan.fp8_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) ? w * fp8.weight_elements : 0;
     r.resident.push_back({MemCategory::kParameters, copies + fp8.gemms * kFp8ScalingBytesPerGemm - primary});

@@ -15,6 +15,14 @@
 
 namespace dtsim::sim::detail {
 
+/// Bytes a weight element of an FP8 GEMM's cached copies take (Note [FP8 memory] in emitter.hpp).
+inline double fp8_weight_copy_bytes(Fp8Recipe recipe, int compute_capability) {
+  return fp8_cast_bytes(recipe, compute_capability) - 2 - (recipe == Fp8Recipe::kTensorwise ? 2 : 0);
+}
+/// The FP8 GEMMs' weights go through data-parallel gathers at 1 byte: under
+/// fp8_param_gather, except mxfp8's, which gathers bf16 (Note [FP8 memory] in emitter.hpp).
+inline bool fp8_gathered(const ResolvedPlan& plan) { return plan.fp8_param_gather && plan.fp8_recipe != Fp8Recipe::kMxfp8; }
+
 /// The shape of one micro-batch of a resolved plan, as the model describes
 /// one rank's share of it (tensor-parallel shard included).
 inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& device) {

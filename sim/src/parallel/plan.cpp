@@ -13,6 +13,12 @@
 namespace dtsim::sim {
 namespace {
 
+/// "compute capability 9.0", or "no NVIDIA compute capability" (0).
+std::string compute_capability_text(const DeviceSpec& d) {
+  if (d.compute_capability <= 0) return "no NVIDIA compute capability";
+  return "compute capability " + std::to_string(d.compute_capability / 10) + "." + std::to_string(d.compute_capability % 10);
+}
+
 /// Every problem of a plan, each with where its key came from (Note [One
 /// pass of checks]).
 class Problems {
@@ -77,7 +83,14 @@ LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp) {
 
 const char* to_string(Runtime r) { return r == Runtime::kPython ? "python" : "libtorch"; }
 const char* to_string(Kernels k) { return k == Kernels::kFused ? "fused" : "composite"; }
-const char* to_string(Fp8Recipe r) { return r == Fp8Recipe::kTensorwise ? "tensorwise" : "delayed"; }
+const char* to_string(Fp8Recipe r) {
+  switch (r) {
+    case Fp8Recipe::kDelayed: return "delayed";
+    case Fp8Recipe::kTensorwise: return "tensorwise";
+    case Fp8Recipe::kMxfp8: return "mxfp8";
+  }
+  return "?";
+}
 
 const char* to_string(FsdpWrap w) {
   switch (w) {
@@ -428,6 +441,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (r.fp8_recipe != Fp8Recipe::kDelayed && s.precision != Precision::kFp8) {
     bad.add("fp8_recipe", std::string(to_string(r.fp8_recipe)) + " scales FP8 casts and needs precision fp8; precision is " +
                               to_string(s.precision) + " (valid here: delayed, the default)");
+  } else if (const auto ok = rules.fp8_recipes(s.precision); std::find(ok.begin(), ok.end(), r.fp8_recipe) == ok.end()) {
+    // Note [FP8 training]: TE runs MXFP8 on compute capability 10.x only.
+    std::string valid;
+    for (Fp8Recipe v : ok) valid += (valid.empty() ? "" : ", ") + std::string(to_string(v));
+    bad.add("fp8_recipe", std::string(to_string(r.fp8_recipe)) + " needs Blackwell's block-scaled tensor cores (compute capability 10.x); " +
+                              cluster.device.name + " has " + compute_capability_text(cluster.device) + "; valid: " + valid);
   }
   if (r.fp8_param_gather && s.precision != Precision::kFp8) {
     bad.add("fp8_param_gather", std::string("true needs precision fp8 (it gathers the FP8 copies of the weights); precision is ") +

@@ -93,6 +93,9 @@ std::vector<Kernels> PlanRules::kernels() const {
 
 std::vector<Fp8Recipe> PlanRules::fp8_recipes(Precision p) const {
   if (p != Precision::kFp8) return {Fp8Recipe::kDelayed};
+  // Note [FP8 training]: MXFP8 where TE runs it, compute capability 10.x.
+  const int cc = cluster_.device.compute_capability;
+  if (cc >= 100 && cc < 120) return {Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise, Fp8Recipe::kMxfp8};
   return {Fp8Recipe::kDelayed, Fp8Recipe::kTensorwise};
 }
 

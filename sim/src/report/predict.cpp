@@ -131,8 +131,9 @@ class Pricing {
   Pricing(const ClusterSpec& cluster, const PredictOptions& options, CostSources* sources, const Model& model,
           Runtime runtime, Fp8Recipe fp8_recipe, std::vector<std::string>* warnings = nullptr)
       : cluster_(cluster) {
-    // Note [FP8 training] (cost_compute.cpp): current scaling's amax pass.
-    cluster_.device.fp8_amax_pass = fp8_recipe == Fp8Recipe::kTensorwise;
+    // Note [FP8 training] (cost_compute.cpp): what the recipe's casts move
+    // and MXFP8's GEMMs.
+    cluster_.device.fp8_recipe = fp8_recipe;
     outside_allocator_ = cluster.device.runtime_reserved;
     if (!options.profile) {
       compute_ = std::make_unique<RooflineComputeModel>(cluster_.device);

@@ -47,7 +47,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   os << " " << to_string(p.precision) << " ";
   if (attention) os << (p.flash_attention ? "flash" : "eager") << "-attention ";
   if (p.kernels == Kernels::kFused) os << "fused-kernels ";
-  if (p.fp8_recipe == Fp8Recipe::kTensorwise) os << "fp8-tensorwise ";
+  if (p.fp8_recipe != Fp8Recipe::kDelayed) os << "fp8-" << to_string(p.fp8_recipe) << " ";
   os << to_string(p.optimizer)
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) {

@@ -17,6 +17,15 @@ namespace dtsim::sim {
 /// activations, attention, norms) in bf16 with fp32 master weights (Note
 /// [FP8 training] in sim/src/cost/cost_compute.cpp).
 enum class Precision { kFp32, kFp16, kBf16, kFp8 };
+/// How FP8 training scales a tensor before its cast (Megatron-LM's
+/// --fp8-recipe): `delayed`, from the amax history of earlier steps
+/// (Transformer Engine's DelayedScaling, Megatron's default), the amax of
+/// this one recorded during the cast; `tensorwise`, from the tensor's own
+/// amax, measured by a pass of its own before the cast (Float8CurrentScaling,
+/// Megatron-Bridge's FP8-CS); `mxfp8`, a power-of-two scale for each 32
+/// elements found by the cast itself (MXFP8BlockScaling, Blackwell's
+/// block-scaled tensor cores only). Note [FP8 training] in cost_compute.cpp.
+enum class Fp8Recipe { kDelayed, kTensorwise, kMxfp8 };
 /// "fp32", "fp16", "bf16", "fp8".
 const char* to_string(Precision p);
 /// Bytes per element of the working (compute) precision: 4 in fp32, else 2
@@ -74,11 +83,11 @@ struct DeviceSpec {
   /// slows the memory-bound kernels beside it (Note [Interference prior];
   /// 3, "at least 2x ... it can be 3x", NVIDIA/nccl #1428). 0: not counted.
   double comm_hbm_traffic = 3.0;
-  /// Under fp8, each cast to FP8 first reads its input once more for the
-  /// tensor's amax: the plan's fp8_recipe tensorwise (Transformer Engine's
-  /// Float8CurrentScaling), which the pricing of a plan sets on its copy of
-  /// the device (Note [FP8 training] in sim/src/cost/cost_compute.cpp).
-  bool fp8_amax_pass = false;
+  /// Under fp8, how the casts to FP8 find their scales: the plan's
+  /// fp8_recipe, which the pricing of a plan sets on its copy of the device
+  /// (Note [FP8 training] in sim/src/cost/cost_compute.cpp: what each cast
+  /// reads and writes, and MXFP8's slower GEMMs).
+  Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;
   std::string source;               ///< where the figures come from
   /// Peak dense FLOP/s for GEMMs in precision p (kFp8: the FP8 GEMMs; 0 where
   /// the device has no FP8, which resolve() refuses before anything asks).

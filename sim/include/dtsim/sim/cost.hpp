@@ -161,10 +161,22 @@ enum class Pass { kForward, kBackward };
 /// runs as bf16 (Note [FP8 training] in cost_compute.cpp).
 Precision kernel_precision(const Layer& layer, Precision p);
 
-/// Under fp8, the time of Transformer Engine's cast of a GEMM's input to
-/// FP8 before it (a memory-bound pass: read at 2 bytes an element, write 1,
-/// amax on the way; Note [FP8 training]); 0 for other kernels and precisions.
+/// Under fp8, the time of Transformer Engine's cast of a GEMM's (m, k)
+/// operand to FP8 before it: a memory-bound pass of fp8_cast_bytes() an
+/// element for the forward and dgrad GEMMs, none for wgrad, whose operands
+/// those casts wrote (Note [FP8 casts] in cost_compute.cpp); 0 for other
+/// kernels and precisions.
 TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device);
+/// Bytes one FP8 cast moves an element under `recipe` on a GPU of that
+/// compute capability (x 10): Note [FP8 casts].
+double fp8_cast_bytes(Fp8Recipe recipe, int compute_capability);
+/// Elements an MXFP8 scale covers (TE's MXFP8_BLOCK_SCALING_SIZE).
+inline constexpr int kMxfp8BlockElements = 32;
+/// How much longer an MXFP8 GEMM runs than a per-tensor FP8 one (Note [FP8
+/// training]: TE's GEMM profiling tutorial on a B300, 7.161 / 6.812 ms).
+inline constexpr double kMxfp8GemmSlowdown = 7.161 / 6.812;
+/// kMxfp8GemmSlowdown for an FP8 GEMM under fp8_recipe mxfp8, else 1.
+double fp8_gemm_time_scale(const Kernel& k, Precision p, const DeviceSpec& device);
 
 /// A layer's memory as calibration measured it (Note [Layer memory] in
 /// cost_profile.cpp): above what the forward leaves allocated, the most it

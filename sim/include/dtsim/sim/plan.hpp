@@ -102,13 +102,8 @@ enum class Runtime { kLibtorch, kPython };
 /// Apex's RMSNorm under --transformer-impl transformer_engine or local,
 /// and --bias-swiglu-fusion, both Megatron-LM's defaults).
 enum class Kernels { kComposite, kFused };
-/// How FP8 training scales a tensor before its cast (Megatron-LM's
-/// --fp8-recipe): `delayed`, from the amax history of earlier steps
-/// (Transformer Engine's DelayedScaling, Megatron's default), the amax of
-/// this one recorded during the cast; `tensorwise`, from the tensor's own
-/// amax, measured by a pass of its own before the cast (Float8CurrentScaling,
-/// Megatron-Bridge's FP8-CS). Note [FP8 training] in cost_compute.cpp.
-enum class Fp8Recipe { kDelayed, kTensorwise };
+// Fp8Recipe (how FP8 training scales a tensor before its cast) is in cluster.hpp:
+// the pricing of a plan sets it on its copy of the device.
 
 const char* to_string(Optimizer o);
 const char* to_string(Offload o);
