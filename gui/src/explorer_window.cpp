@@ -211,7 +211,8 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
     {"attention", "plan.attention. auto: flash on a GPU in fp16, bf16 or fp8, eager otherwise. eager: the "
                   "S x S scores kept (HuggingFace attn_implementation=\"eager\"). flash: FlashAttention / SDPA "
                   "(attn_implementation=\"flash_attention_2\" or \"sdpa\", Megatron --use-flash-attn)."},
-    {"precision", "plan.precision: the GEMMs' and activations' type, fp32 master weights under mixed precision. "
+    {"precision", "plan.precision: the GEMMs' and activations' type, fp32 master weights under mixed precision (fp8, "
+                  "fp4: only the transformer blocks' GEMMs quantised, NVFP4 on Blackwell). "
                   "fp16: DeepSpeed fp16.enabled, Megatron --fp16. bf16: DeepSpeed bf16.enabled, Megatron --bf16, "
                   "FSDP MixedPrecision(param_dtype=torch.bfloat16), torchtitan mixed_precision_param = "
                   "\"bfloat16\". fp8: Transformer Engine (Megatron --fp8-format hybrid), on FP8 tensor cores only."},

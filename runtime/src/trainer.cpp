@@ -559,8 +559,8 @@ class Trainer {
       event("sync bn all_reduce", "wait", t0, 1);
     };
     const bool cast = c_.device.is_cuda() && p.precision != sim::Precision::kFp32;
-    // fp8 keeps its weights in bf16 (validate refuses to run it: no FP8 in LibTorch 1.13).
-    const auto dtype = p.precision == sim::Precision::kBf16 || p.precision == sim::Precision::kFp8 ? torch::kBFloat16 : torch::kHalf;
+    // fp8 and fp4 keep their weights in bf16 (validate refuses to run them: no FP8 or FP4 in LibTorch 1.13).
+    const auto dtype = p.precision == sim::Precision::kBf16 || sim::quantized_gemms(p.precision) ? torch::kBFloat16 : torch::kHalf;
     // Note [Block recompute] (sim/src/parallel/partition.cpp): Megatron's block method reruns the first few blocks of a chunk.
     const std::vector<sim::Recompute> recomputes = sim::layer_recomputes(p, layers_);
     for (int i = first; i < first + count; ++i) {
@@ -1156,7 +1156,7 @@ class Trainer {
 
   torch::Dtype act_dtype() const {
     if (!c_.device.is_cuda() || plan_->precision == sim::Precision::kFp32) return torch::kFloat;
-    const bool bf16 = plan_->precision == sim::Precision::kBf16 || plan_->precision == sim::Precision::kFp8;
+    const bool bf16 = plan_->precision == sim::Precision::kBf16 || sim::quantized_gemms(plan_->precision);
     return bf16 ? torch::kBFloat16 : torch::kHalf;
   }
 

@@ -211,11 +211,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     s.cluster.gpus_per_node = world;
   }
   s.spec = sim::load_plan(o.plan, o.sets);
-  if (s.spec.precision == sim::Precision::kFp8) {
+  if (sim::quantized_gemms(s.spec.precision)) {
     // Note [FP8 training] (sim/src/cost/cost_compute.cpp): the runtime's
-    // LibTorch 1.13 has no FP8 dtype or scaled GEMM, on a CPU or a GPU.
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.precision") +
-                           ": precision fp8 is not run: LibTorch 1.13 has no FP8 GEMMs (the simulator predicts it); use bf16");
+    // LibTorch 1.13 has no FP8 or FP4 dtype or scaled GEMM, on a CPU or a GPU.
+    const std::string p = sim::to_string(s.spec.precision);
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.precision") + ": precision " + p + " is not run: LibTorch 1.13 has no " +
+                           (p == "fp8" ? "FP8" : "FP4") + " GEMMs (the simulator predicts it); use bf16");
   }
   if (!s.spec.master_weights) {
     // Note [No master weights] (sim/src/parallel/plan.cpp): the runtime's

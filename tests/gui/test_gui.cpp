@@ -865,6 +865,10 @@ TEST_CASE("the kernels and FP8 recipe knobs reach the plan where they apply", "[
   REQUIRE(b.outcome().ok());
   auto* mx = b.findChild<QComboBox*>("fp8_recipe");
   CHECK(mx->count() == 3);
+  // The precisions are the rules table's: NVFP4 on a B200, not on an H100
+  // (Note [NVFP4 training]).
+  CHECK(b.findChild<QComboBox*>("precision")->findData(static_cast<int>(sim::Precision::kFp4)) >= 0);
+  CHECK(w.findChild<QComboBox*>("precision")->findData(static_cast<int>(sim::Precision::kFp4)) < 0);
   CHECK(mx->currentData().toInt() == static_cast<int>(sim::Fp8Recipe::kMxfp8));
   CHECK(b.outcome().prediction->plan.fp8_recipe == sim::Fp8Recipe::kMxfp8);
   mx->setCurrentIndex(mx->findData(static_cast<int>(sim::Fp8Recipe::kTensorwise)));

@@ -782,6 +782,9 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   const Run fp8 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp8");
   CHECK(fp8.status == 2);
   CHECK(fp8.err.find("--set plan.precision: precision fp8 is not run") != std::string::npos);
+  const Run fp4 = validate("--model llama-tiny --plan ddp --procs 2 --set plan.precision=fp4");
+  CHECK(fp4.status == 2);
+  CHECK(fp4.err.find("--set plan.precision: precision fp4 is not run: LibTorch 1.13 has no FP4 GEMMs") != std::string::npos);
   // Note [Python host cost]: validate trains the C++ loop, not a Python one.
   const Run py = validate("--model gpt2-tiny --plan ddp --procs 2 --set plan.runtime=python");
   CHECK(py.status == 2);

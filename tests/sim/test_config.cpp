@@ -48,8 +48,8 @@ TEST_CASE("wrong types are named", "[config][bad-input]") {
         "x.yaml:1: plan.micro_batch: 'lots' is not an integer");
   CHECK(error_of([] { parse_plan("overlap: maybe\n", "x.yaml"); }) ==
         "x.yaml:1: plan.overlap: 'maybe' is not a boolean; valid: true, false");
-  CHECK_THAT(error_of([] { parse_plan("precision: fp4\n", "x.yaml"); }),
-             Catch::Contains("plan.precision: 'fp4' is not one of fp32, fp16, bf16, fp8"));
+  CHECK_THAT(error_of([] { parse_plan("precision: fp6\n", "x.yaml"); }),
+             Catch::Contains("plan.precision: 'fp6' is not one of fp32, fp16, bf16, fp8, fp4"));
   // The framework knobs' words (Note [Fused kernels], [FP8 training], [FSDP's reduce dtype]).
   CHECK_THAT(error_of([] { parse_plan("kernels: te\n", "x.yaml"); }), Catch::Contains("plan.kernels: 'te' is not one of composite, fused"));
   CHECK_THAT(error_of([] { parse_plan("fp8_recipe: blockwise\n", "x.yaml"); }),

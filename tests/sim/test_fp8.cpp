@@ -473,7 +473,7 @@ TEST_CASE("fp8: refused where the device has no FP8, and fp8_param_gather withou
   CHECK(e == "p.yaml:1: plan.precision: fp8 needs FP8 tensor cores (Hopper or later); A100-SXM4-80GB has none; valid: fp32, fp16, bf16");
   const ClusterSpec h100 = cluster_of(device("H100-SXM"));
   CHECK(error_of([&] { resolve(parse_plan("precision: bf16\nfp8_param_gather: true\n", "p.yaml"), m, h100); }) ==
-        "p.yaml:2: plan.fp8_param_gather: true needs precision fp8 (it gathers the FP8 copies of the weights); precision is bf16");
+        "p.yaml:2: plan.fp8_param_gather: true needs precision fp8 or fp4 (it gathers the weights' FP8 or NVFP4 copies); precision is bf16");
   CHECK(error_of([&] { resolve(parse_plan("precision: fp8\nfp8_param_gather: true\n", "p.yaml"), m, h100); }).empty());
   // The rules table offers fp8 only where the device has it.
   const auto has_fp8 = [&](const ClusterSpec& c) {
@@ -483,4 +483,81 @@ TEST_CASE("fp8: refused where the device has no FP8, and fp8_param_gather withou
   CHECK(has_fp8(h100));
   CHECK_FALSE(has_fp8(a100));
   CHECK(parse_plan("", "p.yaml").fp8_param_gather == false);
+}
+
+// Note [NVFP4 training]: precision fp4, TE's NVFP4BlockScaling.
+TEST_CASE("fp4: on Blackwell only, its datasheet peaks and its word", "[fp4][config][bad-input]") {
+  const LinearModel m(4, 1000, 1000, 1'000'000);
+  // Dense FP4: HGX B200 144 PFLOP/s with sparsity for 8 GPUs; GB200 NVL72
+  // 1,440 with sparsity for 72; Blackwell Ultra 15 PFLOP/s dense a GPU.
+  CHECK(device("B200").peak_fp4 == Approx(144e15 / 8 / 2));
+  CHECK(device("GB200").peak_fp4 == Approx(1440e15 / 72 / 2));
+  CHECK(device("GB300").peak_fp4 == Approx(15e15));
+  CHECK(device("H100-SXM").peak_fp4 == 0);
+  CHECK(device("GB300").peak_for(Precision::kFp4) == Approx(15e15));
+  CHECK(std::string(to_string(Precision::kFp4)) == "fp4");
+  CHECK(element_bytes(Precision::kFp4) == 2);
+  CHECK(parse_plan("precision: fp4\n", "p.yaml").precision == Precision::kFp4);
+  const auto has = [&](const char* dev, Precision p) {
+    const auto ps = PlanRules(m, cluster_of(device(dev))).precisions();
+    return std::find(ps.begin(), ps.end(), p) != ps.end();
+  };
+  // TE trains NVFP4 on compute capability 10.0 and 10.3 (nvfp4.rst).
+  CHECK(has("B200", Precision::kFp4));
+  CHECK(has("GB300", Precision::kFp4));
+  CHECK_FALSE(has("H100-SXM", Precision::kFp4));
+  CHECK(error_of([&] { resolve(parse_plan("dp: 2\nprecision: fp4\n", "p.yaml"), m, cluster_of(device("H100-SXM"))); }) ==
+        "p.yaml:2: plan.precision: fp4 (NVFP4) needs Blackwell's FP4 tensor cores (compute capability 10.x); H100-SXM has "
+        "compute capability 9.0; valid: fp32, fp16, bf16, fp8");
+  // A cluster file may give a device an FP4 peak of its own.
+  const ClusterSpec own = parse_cluster(
+      "name: x\ndevice: {base: B200, peak_fp4_TFLOPs: 10000}\nintra_node: {type: nvlink, bandwidth_GBps: 900}\n", "x.yaml");
+  CHECK(own.device.peak_fp4 == Approx(10000e12));
+  // fp8_recipe is FP8's: refused beside fp4.
+  CHECK(error_of([&] { resolve(parse_plan("dp: 2\nprecision: fp4\nfp8_recipe: mxfp8\n", "p.yaml"), m, cluster_of(device("B200"))); }) ==
+        "p.yaml:3: plan.fp8_recipe: mxfp8 scales FP8 casts and needs precision fp8; precision is fp4 (valid here: delayed, the default)");
+}
+
+TEST_CASE("fp4: NVFP4's GEMMs are FP8's times 3.764 / 6.812, after an amax pass and one cast", "[fp4][compute]") {
+  const DeviceSpec& gb300 = device("GB300");
+  const RooflineComputeModel r(gb300);
+  // 16384 x 16384 output: 16384 tiles on 148 SMs, 111 waves; k 8192. The
+  // FP8 GEMM at 5,000 TFLOP/s x 0.666 x the shape's efficiency; NVFP4's
+  // takes 3.764 / 6.812 of it (TE's GEMM profiling tutorial, B300,
+  // pre-quantised), not the 1/3 the datasheet peaks would say.
+  const Kernel k = gemm(16384, 16384, 8192);
+  const double eff = 0.666 * (16384.0 / (111 * 148)) * (8192.0 / (8192 + 48));
+  const TimeNs launch = gb300.kernel_launch;
+  // The cast: an amax pass reading the bf16 input (2 B), then a pass
+  // reading it again and writing the row-wise and the Hadamard-transformed
+  // column-wise copies, 0.5 B and a scale byte per 16 elements each: 5.125 B
+  // an element at 8 TB/s x 0.8, and two launches.
+  const TimeNs cast = seconds_to_ns(16384.0 * 8192 * 5.125 / (8e12 * 0.8)) + 2 * launch;
+  CHECK(fp8_cast_time(k, Precision::kFp4, gb300) == cast);
+  CHECK(r.kernel_time(k, Precision::kFp4) == seconds_to_ns(k.flops / (5000e12 * eff) * (3.764 / 6.812)) + launch + cast);
+  Kernel wgrad = k;
+  wgrad.name = "mlp.fc1.wgrad";
+  CHECK(fp8_cast_time(wgrad, Precision::kFp4, gb300) == 0);
+  // Attention stays bf16, as under fp8.
+  const Kernel scores = gemm(2048, 2048, 128, KernelKind::kAttention);
+  CHECK(r.kernel_time(scores, Precision::kFp4) == r.kernel_time(scores, Precision::kBf16));
+  Layer head;
+  head.kind = LayerKind::kLmHead;
+  CHECK(kernel_precision(head, Precision::kFp4) == Precision::kBf16);
+}
+
+TEST_CASE("fp4: NVFP4's weight copies and its gathers (Note [NVFP4 training])", "[fp4][memory]") {
+  const LinearModel m(4, 1000, 1000, 1'000'000);
+  const ClusterSpec b200 = cluster_of(device("B200"));
+  const std::string zero1 = "dp: 2\nprecision: fp4\noptimizer: adam\nzero_stage: 1\nseq_len: 8\n";
+  // The 4 x 10^6 GEMM weights' two cached copies, 2 x (0.5 + 1/16) B, and
+  // no amax history: 4.5 MB beside the bf16 parameters (2 Psi, Psi = 5 x 10^6).
+  CHECK(lower_plan(m, zero1, b200).resident(MemCategory::kParameters) == 2 * 5'000'000 + 4'500'000);
+  // --fp4-param-gather (plan fp8_param_gather): NVFP4 primary weights, no
+  // bf16 copy of them, and the gather of the updated parameters moves the
+  // row-wise copy with its scales, 0.5625 B, beside the embedding's 2 MB.
+  const Lowered g = lower_plan(m, zero1 + "fp8_param_gather: true\n", b200);
+  CHECK(g.resident(MemCategory::kParameters) == 2 * 1'000'000 + 4'500'000);
+  CHECK(g.gathered() == 2'000'000 + 2'250'000);
+  CHECK(lower_plan(m, zero1, b200).gathered() == 10'000'000);
 }

@@ -329,6 +329,18 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
   const auto mx = parse_megatron_args("--micro-batch-size 1 --fp8-format e4m3 --fp8-recipe mxfp8\n", "cmd");
   CHECK(keys(mx)["plan.fp8_recipe"] == "mxfp8");
   CHECK(mx.unmodelled.empty());
+  // --fp4-format e2m1: NVFP4 (Note [NVFP4 training]); its primary weights
+  // as fp8_param_gather; never beside --fp8-format.
+  const auto fp4 = parse_megatron_args("--micro-batch-size 1 --fp4-format e2m1 --fp4-recipe nvfp4 --fp4-param-gather\n", "cmd");
+  CHECK(keys(fp4)["plan.precision"] == "fp4");
+  CHECK(keys(fp4)["plan.fp8_param_gather"] == "true");
+  CHECK(fp4.unmodelled.empty());
+  CHECK(parse_megatron_args("--micro-batch-size 1 --fp4-format e2m1 --first-last-layers-bf16\n", "cmd").unmodelled ==
+        std::vector<std::string>{"--first-last-layers-bf16 (every block priced in the quantised precision)"});
+  CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --fp8-format e4m3 --fp4-format e2m1\n", "cmd"); }) ==
+        "cmd:1: --fp4-format: given with --fp8-format; Megatron refuses both");
+  CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --fp4-format e3m0\n", "cmd"); }) ==
+        "cmd:1: --fp4-format: 'e3m0' is not one of e2m1");
   CHECK(parse_megatron_args("--micro-batch-size 1 --fp8-format hybrid --fp8-recipe blockwise\n", "cmd").unmodelled ==
         std::vector<std::string>{"--fp8-recipe blockwise (blockwise scaling priced as delayed scaling's casts)"});
 

@@ -137,6 +137,7 @@ DeviceSpec read_device(const ConfigMap& c) {
     d.peak_fp16 = m->get_double("peak_fp16_TFLOPs", d.peak_fp16 / kTera, 1e-6, 1e6) * kTera;
     d.peak_bf16 = m->get_double("peak_bf16_TFLOPs", d.peak_bf16 / kTera, 0, 1e6) * kTera;
     d.peak_fp8 = m->get_double("peak_fp8_TFLOPs", d.peak_fp8 / kTera, 0, 1e6) * kTera;
+    d.peak_fp4 = m->get_double("peak_fp4_TFLOPs", d.peak_fp4 / kTera, 0, 1e6) * kTera;
     d.memory_bandwidth = m->get_double("memory_bandwidth_GBps", d.memory_bandwidth / kGiga, 1e-3, kMaxGB) * kGiga;
     d.compute_units = static_cast<int>(m->get_int("compute_units", d.compute_units, 1, 1 << 20));
     d.gemm_efficiency = m->get_double("gemm_efficiency", d.gemm_efficiency, 0.01, 1.0);
@@ -331,7 +332,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.seq_len = c.get_int("seq_len", 0, 1, kBig);
   p.precision = c.get_enum("precision", Precision::kFp32,
                            {{"fp32", Precision::kFp32}, {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16},
-                            {"fp8", Precision::kFp8}});
+                            {"fp8", Precision::kFp8}, {"fp4", Precision::kFp4}});
   p.fp8_param_gather = c.get_bool("fp8_param_gather", false);
   p.fp8_recipe = c.get_enum("fp8_recipe", Fp8Recipe::kDelayed, {{"delayed", Fp8Recipe::kDelayed}, {"tensorwise", Fp8Recipe::kTensorwise}, {"mxfp8", Fp8Recipe::kMxfp8}});
   p.optimizer = c.get_enum("optimizer", Optimizer::kAdamW,

@@ -17,6 +17,7 @@ const char* to_string(Precision p) {
     case Precision::kFp16: return "fp16";
     case Precision::kBf16: return "bf16";
     case Precision::kFp8: return "fp8";
+    case Precision::kFp4: return "fp4";
   }
   return "?";
 }
@@ -34,6 +35,9 @@ FlopsPerSec DeviceSpec::peak_for(Precision p) const {
     // resolve() refuses fp8 where the device has none, so the fallback to
     // the bf16 rate only keeps a direct caller from dividing by zero.
     case Precision::kFp8: return peak_fp8 > 0 ? peak_fp8 : peak_for(Precision::kBf16);
+    // The datasheet's, for MFU: NVFP4 GEMMs are priced from FP8's (Note
+    // [NVFP4 training]), since they reach far less of this peak.
+    case Precision::kFp4: return peak_fp4 > 0 ? peak_fp4 : peak_for(Precision::kFp8);
   }
   return peak_fp32;
 }
@@ -41,7 +45,8 @@ FlopsPerSec DeviceSpec::peak_for(Precision p) const {
 namespace {
 
 DeviceSpec gpu(const char* name, double mem_gib, double fp32_tf, double tf32_tf, double fp16_tf, double bf16_tf,
-               double bw_gbs, int sms, double gemm_eff, double reserved_gib, const char* source, double fp8_tf = 0) {
+               double bw_gbs, int sms, double gemm_eff, double reserved_gib, const char* source, double fp8_tf = 0,
+               double fp4_tf = 0) {
   DeviceSpec d;
   d.name = name;
   d.memory = static_cast<Bytes>(mem_gib * kGiB);
@@ -50,6 +55,7 @@ DeviceSpec gpu(const char* name, double mem_gib, double fp32_tf, double tf32_tf,
   d.peak_fp16 = fp16_tf * kTera;
   d.peak_bf16 = bf16_tf * kTera;
   d.peak_fp8 = fp8_tf * kTera;
+  d.peak_fp4 = fp4_tf * kTera;
   d.memory_bandwidth = bw_gbs * kGiga;
   d.compute_units = sms;
   d.gemm_efficiency = gemm_eff;
@@ -101,7 +107,8 @@ std::vector<DeviceSpec> make_devices() {
   // dense FP8 4,500, FP16/BF16 2,250, TF32 1,125, FP32 75 TFLOP/s; 180GB at
   // 8 TB/s, of which nvidia-smi shows about 179 GiB. 148 SMs over its two
   // dies, as CUDA's device query reports them (160 on the dies, 148 enabled).
-  v.push_back(gpu("B200", 179, 75, 1125, 2250, 2250, 8000, 148, 0.70, 0.5, "NVIDIA HGX B200 specifications", 4500));
+  // Dense FP4: 144 PFLOP/s with sparsity for the 8 GPUs, 9,000 a GPU.
+  v.push_back(gpu("B200", 179, 75, 1125, 2250, 2250, 8000, 148, 0.70, 0.5, "NVIDIA HGX B200 specifications", 4500, 9000));
   // The Blackwell GPU of the GB200 superchip (GB200 NVL72 specifications,
   // per rack of 72, with sparsity: FP8 720, FP16/BF16 360, TF32 180 PFLOP/s;
   // FP32 5,760 TFLOP/s; 13.4 TB HBM3e at 576 TB/s): per GPU dense FP8
@@ -114,8 +121,9 @@ std::vector<DeviceSpec> make_devices() {
   // an ND GB200 v6 (0.581 of 5,000) against 1,377.3 on an ND H100 v5 (0.696
   // of 1,978.9), the same benchmark (Azure/AI-benchmarking-guide,
   // Azure_Results): the H100's prior 0.70 scaled by 0.581 / 0.696 is 0.585.
+  // Dense FP4: the rack's 1,440 PFLOP/s with sparsity, 10,000 a GPU.
   v.push_back(gpu("GB200", 189471.0 / 1024, 80, 1250, 2500, 2500, 8000, 152, 0.585, 0.5,
-                  "NVIDIA GB200 NVL72 specifications (per GPU: rack / 72, sparse / 2)", 5000));
+                  "NVIDIA GB200 NVL72 specifications (per GPU: rack / 72, sparse / 2)", 5000, 10000));
   // Blackwell Ultra in the GB300 NVL72 (NVIDIA, "Inside NVIDIA Blackwell
   // Ultra", 2025: 288 GB HBM3e at 8 TB/s, 15 PFLOP/s dense NVFP4; GB300
   // NVL72 specifications: FP8 720, FP16/BF16 360, TF32 180 PFLOP/s with
@@ -127,8 +135,9 @@ std::vector<DeviceSpec> make_devices() {
   // the same peak than GB200's: cuBLASLt FP8 at 16384^3, 3,308.5 TFLOP/s on
   // an ND GB300 v6 (0.662 of 5,000; Azure/AI-benchmarking-guide), so 0.70 x
   // 0.662 / 0.696 = 0.666.
+  // Dense NVFP4: 15,000 a GPU (the blog above; the rack's 1,080 PFLOP/s dense).
   v.push_back(gpu("GB300", 284208.0 / 1024, 83.3, 1250, 2500, 2500, 8000, 148, 0.666, 0.5,
-                  "NVIDIA GB300 NVL72 specifications, Blackwell Ultra technical blog (per GPU)", 5000));
+                  "NVIDIA GB300 NVL72 specifications, Blackwell Ultra technical blog (per GPU)", 5000, 15000));
   // AMD Instinct MI300X data sheet: FP16/BF16 1,307.4, FP8 2,614.9, TF32
   // 653.7 TFLOP/s dense (twice that with sparsity); FP32 163.4 matrix and
   // vector (FP64 vector 81.7); 192GB HBM3 (eight 24 GiB stacks) at 5.3 TB/s;

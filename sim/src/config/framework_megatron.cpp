@@ -142,7 +142,8 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
       {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat},
       {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}, {"cpu-offloading", Kind::kBool},
-      {"cpu-offloading-num-layers", Kind::kInt}};
+      {"cpu-offloading-num-layers", Kind::kInt}, {"fp4-format", Kind::kString}, {"fp4-recipe", Kind::kString},
+      {"fp4-param-gather", Kind::kBool}, {"first-last-layers-bf16", Kind::kBool}};
   return flags;
 }
 
@@ -413,8 +414,22 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     precision = "fp8";
     precision_from = at("fp8-format");
   }
+  if (has("fp4-format")) {
+    // Note [NVFP4 training]: arguments.py refuses FP4 beside FP8.
+    if (has("fp8-format")) fail("fp4-format", "given with --fp8-format; Megatron refuses both");
+    choice("fp4-format", {"e2m1"});
+    precision = "fp4";
+    precision_from = at("fp4-format");
+  }
+  if (has("fp4-recipe")) {
+    // transformer_config.py: nvfp4 (the default) or custom (a user's quantizer).
+    if (choice("fp4-recipe", {"nvfp4", "custom"}) == "custom") note("fp4-recipe", "priced as NVFP4");
+  }
   out.plan("precision", precision, precision_from);
   if (has("fp8-param-gather")) out.plan("fp8_param_gather", "true", at("fp8-param-gather"));
+  // --fp4-param-gather: NVFP4 primary weights, gathered at 0.5625 bytes (plan.fp8_param_gather under fp4).
+  if (has("fp4-param-gather")) out.plan("fp8_param_gather", "true", at("fp4-param-gather"));
+  if (has("first-last-layers-bf16")) note("first-last-layers-bf16", "every block priced in the quantised precision");
   if (has("fp8-recipe")) {
     // arguments.py: delayed (the default), tensorwise, mxfp8, blockwise.
     const std::string recipe = choice("fp8-recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"});

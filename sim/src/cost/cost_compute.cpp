@@ -68,6 +68,42 @@
 //     the backward from a second gather; mxfp8: the column-wise one as
 //     well); dtsim charges the casts over the gathered (m, k) operand.
 //
+// Note [NVFP4 training]
+// Precision fp4 is NVFP4 training as Transformer Engine runs it
+// (recipe.NVFP4BlockScaling, Megatron-Core's --fp4-format e2m1 --fp4-recipe
+// nvfp4): the transformer blocks' Linear GEMMs take 4-bit E2M1 operands, a
+// 1-byte E4M3 scale for each 16 elements and an fp32 scale for the tensor
+// (common/recipe/__init__.py); the rest is as under fp8 (bf16 attention,
+// norms, embedding and head: kernel_precision()). Megatron-Core runs every
+// block in NVFP4 unless --first-last-layers-bf16 (off by default, and in
+// Megatron-Bridge's recipes).
+//   - GEMMs: cuBLASLt's VEC16_UE4M3 block-scaled kernels reach far less of
+//     the FP4 datasheet peak than FP8's of theirs: TE's GEMM profiling
+//     tutorial (gemm_profiling.rst, a B300, pre-quantised inputs) times a
+//     4096-wide layer's twelve GEMMs at 3.764 ms in NVFP4 against 6.812 ms
+//     in per-tensor FP8, 1.81x where the peaks differ 3.1x. So an NVFP4
+//     GEMM is priced as the FP8 one times kNvfp4GemmTimeRatio = 3.764 /
+//     6.812 on any Blackwell (Megatron-Bridge's NVFP4 rows run 1.31-1.50x
+//     its MXFP8 ones end to end on GB200 and GB300 alike, where the FP4
+//     peaks are 2x and 3x the FP8 ones); DeviceSpec::peak_fp4, the
+//     datasheet's, is what MFU is counted against.
+//   - Casts (NVFP4Quantizer::quantize_impl, pytorch/csrc/quantizer.cpp):
+//     the tensor's amax first (nvte_hadamard_transform_amax, which also
+//     takes the amax of the Hadamard-transformed transpose wgrad will
+//     read), then one fused pass writing the row-wise copy and the
+//     transformed column-wise one (nvte_quantize_with_hadamard_transform):
+//     two reads of the bf16 tensor, 2 x (0.5 + 1/16) bytes written:
+//     kNvfp4CastBytes = 5.125 an element, two launches, for the forward's
+//     input and dgrad's gradient (stochastic rounding on the gradient, in
+//     the same pass); wgrad casts nothing, as under fp8 (Note [FP8 casts]).
+//   - Memory (Note [FP8 memory] in lowering/emitter.hpp): each weight's two
+//     cached copies, 2 x (0.5 + 1/16) bytes an element (16 x 16 blocks
+//     serve both layouts); Megatron's --fp4-param-gather (plan
+//     fp8_param_gather under fp4) gathers the row-wise copy and its scales,
+//     0.5625 bytes. The saved input of a Linear is its FP4 column-wise copy,
+//     counted at 1 byte as FP8's (WorkloadShape::fp8: 7/16 of a byte an
+//     element over).
+//
 // Note [FP8 casts]
 // What one cast moves, an element of the tensor cast (fp8_cast_bytes()):
 // it reads the bf16 tensor (2 bytes) and writes the copy the forward or
@@ -97,7 +133,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 }  // namespace
 
 Precision kernel_precision(const Layer& layer, Precision p) {
-  return p == Precision::kFp8 && layer.kind != LayerKind::kTransformer ? Precision::kBf16 : p;
+  return quantized_gemms(p) && layer.kind != LayerKind::kTransformer ? Precision::kBf16 : p;
 }
 
 double fp8_cast_bytes(Fp8Recipe recipe, int compute_capability) {
@@ -119,17 +155,21 @@ bool ends_with(const std::string& s, const char* tail) {
 }  // namespace
 
 TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device) {
-  if (p != Precision::kFp8 || k.kind != KernelKind::kGemm) return 0;
+  if (!quantized_gemms(p) || k.kind != KernelKind::kGemm) return 0;
   // Note [FP8 casts]: wgrad reads copies the forward's and dgrad's casts wrote.
   if (ends_with(k.name, ".wgrad")) return 0;
   const double elements = static_cast<double>(k.m) * static_cast<double>(k.k) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
-  const double bytes_per_element = fp8_cast_bytes(device.fp8_recipe, device.compute_capability);
-  const TimeNs launches = (device.fp8_recipe == Fp8Recipe::kTensorwise ? 3 : 1) * device.kernel_launch;
+  const bool fp4 = p == Precision::kFp4;
+  const double bytes_per_element = fp4 ? kNvfp4CastBytes : fp8_cast_bytes(device.fp8_recipe, device.compute_capability);
+  // Note [NVFP4 training]: its amax (with the Hadamard transform's) and the cast.
+  const TimeNs launches = (fp4 ? 2 : device.fp8_recipe == Fp8Recipe::kTensorwise ? 3 : 1) * device.kernel_launch;
   return seconds_to_ns(elements * bytes_per_element / (device.memory_bandwidth * device.memory_efficiency)) + launches;
 }
 
 double fp8_gemm_time_scale(const Kernel& k, Precision p, const DeviceSpec& device) {
-  return p == Precision::kFp8 && k.kind == KernelKind::kGemm && device.fp8_recipe == Fp8Recipe::kMxfp8 ? kMxfp8GemmSlowdown : 1.0;
+  if (k.kind != KernelKind::kGemm) return 1.0;
+  if (p == Precision::kFp4) return kNvfp4GemmTimeRatio;  // Note [NVFP4 training]
+  return p == Precision::kFp8 && device.fp8_recipe == Fp8Recipe::kMxfp8 ? kMxfp8GemmSlowdown : 1.0;
 }
 
 TimeNs ComputeModel::kernels_time(const std::vector<Kernel>& ks, Precision p) const {
@@ -254,7 +294,8 @@ TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
       // Note [Fused attention]
       if (k.fused && device_.attention_efficiency > 0) eff = device_.attention_efficiency;
       // Under fp8 only the Linear layers' GEMMs run in FP8 (Note [FP8 training]).
-      const Precision run = p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p;
+      // NVFP4's from FP8's (Note [NVFP4 training]).
+      const Precision run = quantized_gemms(p) && k.kind != KernelKind::kGemm ? Precision::kBf16 : p == Precision::kFp4 ? Precision::kFp8 : p;
       compute_s = k.flops / (device_.peak_for(run) * eff) * fp8_gemm_time_scale(k, p, device_);
       break;
     }

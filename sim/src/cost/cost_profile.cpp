@@ -621,6 +621,7 @@ double ProfileCosts::in_step_factor(const std::string& signature, Precision p, P
 }
 
 const FitTerms* ProfileCosts::kernel_fit(KernelKind kind, Precision p, std::int64_t batch) const {
+  if (p == Precision::kFp4) return nullptr;  // never measured: kernels_ holds fp32 to fp8
   if (kind == KernelKind::kGemm && batch > 1) {
     if (const auto& g = kernels_[kernel_slot(kGroupedGemm, p)]) return &*g;  // Note [Grouped GEMMs]
   }
@@ -673,10 +674,12 @@ bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeN
   // A fused attention kernel has no fit (calibration times eager batched
   // matmuls): the roofline prices it (Note [Fused attention]).
   if (k.fused) return false;
-  const FitTerms* f = costs_->kernel_fit(k.kind, p == Precision::kFp8 && k.kind != KernelKind::kGemm ? Precision::kBf16 : p, k.batch);
+  // An NVFP4 GEMM takes the FP8 fit, scaled (Note [NVFP4 training]).
+  const Precision fit = quantized_gemms(p) && k.kind != KernelKind::kGemm ? Precision::kBf16 : p == Precision::kFp4 ? Precision::kFp8 : p;
+  const FitTerms* f = costs_->kernel_fit(k.kind, fit, k.batch);
   if (f == nullptr) return false;
   const double mn = static_cast<double>(k.m) * static_cast<double>(k.n) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
-  // Calibration times per-tensor FP8 GEMMs: MXFP8's slower kernels scale them.
+  // Calibration times per-tensor FP8 GEMMs: MXFP8's and NVFP4's scale them.
   *out = seconds_to_ns(std::max(0.0, f->seconds(static_cast<double>(k.bytes), k.flops, mn)) * fp8_gemm_time_scale(k, p, device_)) +
          fp8_cast_time(k, p, device_);
   return true;
@@ -846,7 +849,7 @@ TimeNs ProfileComputeModel::layer_time(const Layer& layer, Pass pass, Precision 
     // FP8 rate too, so its kernels are priced instead (Note [FP8 training]).
     const Precision half = other_half(p);
     for (Precision other : {half, Precision::kFp32}) {
-      if (p == Precision::kFp8) break;
+      if (quantized_gemms(p)) break;
       const CostSources before = sources_ ? *sources_ : CostSources{};
       if (other == p || !measured_layer_time(layer, pass, other, shape, &t)) continue;
       if (sources_) {

@@ -162,7 +162,7 @@ struct Fp8Gemms {
 };
 inline Fp8Gemms fp8_gemms(const Layer& l, Precision p) {
   Fp8Gemms f;
-  if (kernel_precision(l, p) != Precision::kFp8) return f;
+  if (!quantized_gemms(kernel_precision(l, p))) return f;
   for (const Kernel& k : l.forward) {
     if (k.kind != KernelKind::kGemm) continue;
     f.weight_elements += k.k * k.n;
@@ -203,11 +203,13 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   r.resident.push_back({MemCategory::kParameters, ms.parameters});
   if (persistent > 0) r.resident.push_back({MemCategory::kParameters, persistent * w});
   if (fp8.gemms > 0) {
-    const double per_element = fp8_weight_copy_bytes(plan.fp8_recipe, cluster.device.compute_capability);
+    const double per_element = fp8_weight_copy_bytes(plan, cluster.device.compute_capability);
     const Bytes copies = plan.zero_stage >= 3 ? 0 : static_cast<Bytes>(std::ceil(per_element * static_cast<double>(fp8.weight_elements)));
+    // Note [NVFP4 training]: no amax history, a scale for each tensor.
+    const Bytes scaling = plan.precision == Precision::kFp4 ? 0 : fp8.gemms * kFp8ScalingBytesPerGemm;
     // Note [FP8 memory]: FP8 primary weights, no working-precision copy.
     const Bytes primary = plan.fp8_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) ? w * fp8.weight_elements : 0;
-    r.resident.push_back({MemCategory::kParameters, copies + fp8.gemms * kFp8ScalingBytesPerGemm - primary});
+    r.resident.push_back({MemCategory::kParameters, copies + scaling - primary});
   }
   const bool megatron_buffer = plan.accumulate_allreduce_grads_in_fp32;
   if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});

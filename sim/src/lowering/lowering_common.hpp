@@ -4,6 +4,7 @@
 // capacities, and the summed cost of a layer's tensor-parallel collectives.
 
 #include <algorithm>
+#include <cmath>
 #include <vector>
 
 #include "dtsim/sim/cluster.hpp"
@@ -15,13 +16,29 @@
 
 namespace dtsim::sim::detail {
 
-/// Bytes a weight element of an FP8 GEMM's cached copies take (Note [FP8 memory] in emitter.hpp).
-inline double fp8_weight_copy_bytes(Fp8Recipe recipe, int compute_capability) {
-  return fp8_cast_bytes(recipe, compute_capability) - 2 - (recipe == Fp8Recipe::kTensorwise ? 2 : 0);
+/// Bytes a weight element of a quantised GEMM's cached copies take (Note
+/// [FP8 memory] in emitter.hpp, Note [NVFP4 training] in cost_compute.cpp).
+inline double fp8_weight_copy_bytes(const ResolvedPlan& plan, int compute_capability) {
+  if (plan.precision == Precision::kFp4) return kNvfp4WeightCopyBytes;
+  return fp8_cast_bytes(plan.fp8_recipe, compute_capability) - 2 - (plan.fp8_recipe == Fp8Recipe::kTensorwise ? 2 : 0);
 }
-/// The FP8 GEMMs' weights go through data-parallel gathers at 1 byte: under
-/// fp8_param_gather, except mxfp8's, which gathers bf16 (Note [FP8 memory] in emitter.hpp).
-inline bool fp8_gathered(const ResolvedPlan& plan) { return plan.fp8_param_gather && plan.fp8_recipe != Fp8Recipe::kMxfp8; }
+/// Bytes a quantised GEMM's weight element moves in the data-parallel
+/// gathers: the working precision's, or under fp8_param_gather FP8's 1 byte,
+/// NVFP4's row-wise copy with its scales (0.5625), and mxfp8's bf16 (Note
+/// [FP8 memory] in emitter.hpp).
+inline double gathered_weight_bytes(const ResolvedPlan& plan) {
+  const double w = element_bytes(plan.precision);
+  if (!plan.fp8_param_gather) return w;
+  if (plan.precision == Precision::kFp4) return kNvfp4WeightCopyBytes / 2;
+  return plan.fp8_recipe == Fp8Recipe::kMxfp8 ? w : 1.0;
+}
+/// What gathering `params` parameters moves, `quantized` of them GEMM
+/// weights at gathered_weight_bytes() (the rest at the working precision).
+inline Bytes gathered_bytes_of(const ResolvedPlan& plan, std::int64_t params, std::int64_t quantized) {
+  const Bytes w = element_bytes(plan.precision);
+  quantized = std::min(quantized, params);
+  return (params - quantized) * w + static_cast<Bytes>(std::ceil(static_cast<double>(quantized) * gathered_weight_bytes(plan)));
+}
 
 /// The shape of one micro-batch of a resolved plan, as the model describes
 /// one rank's share of it (tensor-parallel shard included).
@@ -30,7 +47,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.micro_batch = p.micro_batch;
   shape.seq_len = p.seq_len;
   shape.act_bytes = element_bytes(p.precision);
-  shape.fp8 = p.precision == Precision::kFp8;
+  shape.fp8 = quantized_gemms(p.precision);
   shape.mask_bytes = device.dropout_mask_bytes > 0 ? device.dropout_mask_bytes : shape.act_bytes;
   shape.fused_rnn = device.fused_rnn;
   shape.tp = p.tp;

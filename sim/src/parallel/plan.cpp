@@ -432,6 +432,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     for (Precision p : ok) valid += (valid.empty() ? "" : ", ") + std::string(to_string(p));
     if (r.precision == Precision::kFp8) {
       bad.add("precision", "fp8 needs FP8 tensor cores (Hopper or later); " + cluster.device.name + " has none; valid: " + valid);
+    } else if (r.precision == Precision::kFp4) {
+      // Note [NVFP4 training]: TE trains NVFP4 on compute capability 10.x.
+      bad.add("precision", "fp4 (NVFP4) needs Blackwell's FP4 tensor cores (compute capability 10.x); " + cluster.device.name +
+                               " has " + compute_capability_text(cluster.device) + "; valid: " + valid);
     } else {
       bad.add("precision", "bf16 needs bfloat16 support, which " + cluster.device.name + " lacks; valid: " + valid);
     }
@@ -448,8 +452,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     bad.add("fp8_recipe", std::string(to_string(r.fp8_recipe)) + " needs Blackwell's block-scaled tensor cores (compute capability 10.x); " +
                               cluster.device.name + " has " + compute_capability_text(cluster.device) + "; valid: " + valid);
   }
-  if (r.fp8_param_gather && s.precision != Precision::kFp8) {
-    bad.add("fp8_param_gather", std::string("true needs precision fp8 (it gathers the FP8 copies of the weights); precision is ") +
+  if (r.fp8_param_gather && !quantized_gemms(s.precision)) {
+    bad.add("fp8_param_gather", std::string("true needs precision fp8 or fp4 (it gathers the weights' FP8 or NVFP4 copies); precision is ") +
                                     to_string(s.precision));
   }
   // Note [SGD momentum]

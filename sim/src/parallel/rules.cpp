@@ -239,6 +239,10 @@ std::vector<Precision> PlanRules::precisions() const {
   std::vector<Precision> out{Precision::kFp32, Precision::kFp16};
   if (cluster_.device.peak_bf16 > 0) out.push_back(Precision::kBf16);
   if (cluster_.device.peak_fp8 > 0 && cluster_.device.peak_bf16 > 0) out.push_back(Precision::kFp8);
+  // NVFP4 where TE trains it (Note [NVFP4 training]): FP4 tensor cores of
+  // compute capability 10.x ("Training: SM 10.0, SM 10.3", nvfp4.rst).
+  const int cc = cluster_.device.compute_capability;
+  if (cluster_.device.peak_fp4 > 0 && cluster_.device.peak_fp8 > 0 && cc >= 100 && cc < 110) out.push_back(Precision::kFp4);
   return out;
 }
 

@@ -268,7 +268,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   const PlanRules rules(model, cluster, gpus);
   // Knobs the base plan sets are held; the others are walked: context
   // parallelism (cp_values), attention (eager and fused, where the model
-  // has attention) and the 16- and 8-bit precisions the device runs.
+  // has attention) and the 16-, 8- and 4-bit precisions the device runs.
   auto set = [&](const char* key) { return o.base.origins.where.count(std::string("plan.") + key) > 0; };
   const std::int64_t seq = o.base.seq_len == 0 ? model.max_seq_len() : o.base.seq_len;
   // Where the device runs fused attention, eager is slower and larger at
@@ -472,16 +472,16 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     // least once a micro-step (all are released as its backward ends);
     // the backward may reuse what the forward gathered.
     const std::int64_t gathered = std::max<std::int64_t>(0, dense - persistent);
-    c = m * (cost(CollectiveOp::kAllGather, gathered * (detail::fp8_gathered(p) ? 1 : w), shard) +
+    c = m * (cost(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(gathered) * std::min<double>(w, detail::gathered_weight_bytes(p))), shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
   } else if (p.zero_stage == 3) {
     // The forward gathers every unit; the backward all but FSDP's root (or
     // torchtitan's last unit), which stays whole from one to the other
     // (Note [FSDP's root unit]).
     const std::int64_t gathered = std::max<std::int64_t>(0, dense - layers * kZero3PersistenceThreshold);
-    const Bytes ew = detail::fp8_gathered(p) ? 1 : w;
-    c = m * (cost(CollectiveOp::kAllGather, gathered * ew, shard) +
-             cost(CollectiveOp::kAllGather, std::max<std::int64_t>(0, gathered - root) * ew, shard) +
+    const double ew = std::min<double>(w, detail::gathered_weight_bytes(p));
+    c = m * (cost(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(gathered) * ew), shard) +
+             cost(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(std::max<std::int64_t>(0, gathered - root)) * ew), shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
   } else if (p.zero_stage == 2) {
     c = m * cost(CollectiveOp::kReduceScatter, dense * gw, shard);
@@ -514,15 +514,15 @@ std::function<TimeNs(std::int64_t)> step_gather_bound(const ResolvedPlan& p, con
   // Note [Search]: the gather the lowering runs after the step
   // (passes/data_parallel.cpp), over its group (layer_stage.cpp and
   // chunk_stage.cpp, setup_groups), of the dense parameters alone, every
-  // one at 1 byte under fp8_param_gather.
+  // one at gathered_weight_bytes() at most (a bound: the GEMM weights' bytes).
   if (p.zero_stage != 1 || p.fsdp || p.shard_group <= 1 || p.zero1_gathers_in_forward()) return {};
   const int per_node = cluster.gpus_per_node;
   const CommGroup dp_group = data_group(p.mesh, per_node);
   const CommGroup group = p.pp > 1 || p.cp > 1 ? dp_group : axis_group(p.mesh, Axis::kDp, per_node, p.shard_group);
   if (group.ranks <= 1) return {};
-  const Bytes ew = detail::fp8_gathered(p) ? 1 : element_bytes(p.precision);
+  const double ew = std::min<double>(element_bytes(p.precision), detail::gathered_weight_bytes(p));
   return [&comm, group, ew](std::int64_t params) -> TimeNs {
-    return params <= 0 ? 0 : comm.collective(CollectiveOp::kAllGather, params * ew, group).total();
+    return params <= 0 ? 0 : comm.collective(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(params) * ew), group).total();
   };
 }
 
@@ -753,7 +753,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     shape.micro_batch = s.micro_batch;
     shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
     shape.act_bytes = element_bytes(s.precision);
-    shape.fp8 = s.precision == Precision::kFp8;
+    shape.fp8 = quantized_gemms(s.precision);
     shape.mask_bytes = cluster.device.dropout_mask_bytes > 0 ? cluster.device.dropout_mask_bytes : shape.act_bytes;
     shape.fused_rnn = cluster.device.fused_rnn;
     shape.tp = s.tp;

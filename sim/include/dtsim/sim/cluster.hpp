@@ -15,8 +15,14 @@ namespace dtsim::sim {
 /// Transformer Engine and torchao run it: the GEMMs of the transformer blocks
 /// in FP8 with per-tensor scales, everything else (weights, gradients,
 /// activations, attention, norms) in bf16 with fp32 master weights (Note
-/// [FP8 training] in sim/src/cost/cost_compute.cpp).
-enum class Precision { kFp32, kFp16, kBf16, kFp8 };
+/// [FP8 training] in sim/src/cost/cost_compute.cpp). kFp4 is NVFP4 training
+/// as Transformer Engine runs it (NVFP4BlockScaling, Megatron's --fp4-format
+/// e2m1): the same GEMMs in 4-bit E2M1 with a scale for each 16 elements,
+/// everything else as under fp8 (Note [NVFP4 training]).
+enum class Precision { kFp32, kFp16, kBf16, kFp8, kFp4 };
+/// The transformer blocks' Linear GEMMs run quantised (fp8 or fp4), the rest
+/// in bf16 (Note [FP8 training], Note [NVFP4 training]).
+inline bool quantized_gemms(Precision p) { return p == Precision::kFp8 || p == Precision::kFp4; }
 /// How FP8 training scales a tensor before its cast (Megatron-LM's
 /// --fp8-recipe): `delayed`, from the amax history of earlier steps
 /// (Transformer Engine's DelayedScaling, Megatron's default), the amax of
@@ -26,7 +32,7 @@ enum class Precision { kFp32, kFp16, kBf16, kFp8 };
 /// elements found by the cast itself (MXFP8BlockScaling, Blackwell's
 /// block-scaled tensor cores only). Note [FP8 training] in cost_compute.cpp.
 enum class Fp8Recipe { kDelayed, kTensorwise, kMxfp8 };
-/// "fp32", "fp16", "bf16", "fp8".
+/// "fp32", "fp16", "bf16", "fp8", "fp4".
 const char* to_string(Precision p);
 /// Bytes per element of the working (compute) precision: 4 in fp32, else 2
 /// (under fp8 the stored weights, gradients and activations stay bf16).
@@ -41,6 +47,7 @@ struct DeviceSpec {
   FlopsPerSec peak_fp16 = 0;        ///< dense FP16 tensor cores (or FP16 ALUs)
   FlopsPerSec peak_bf16 = 0;        ///< dense BF16 (0: unsupported)
   FlopsPerSec peak_fp8 = 0;         ///< dense FP8 tensor cores (0: none; Hopper, Ada and later)
+  FlopsPerSec peak_fp4 = 0;         ///< dense NVFP4 tensor cores, the datasheet's (0: none; Blackwell)
   BytesPerSec memory_bandwidth = 0; ///< DRAM/HBM bandwidth
   int compute_units = 1;            ///< SMs (or cores): sets GEMM wave quantisation
   double gemm_efficiency = 0.75;    ///< best fraction of peak a large GEMM reaches

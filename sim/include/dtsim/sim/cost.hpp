@@ -175,7 +175,17 @@ inline constexpr int kMxfp8BlockElements = 32;
 /// How much longer an MXFP8 GEMM runs than a per-tensor FP8 one (Note [FP8
 /// training]: TE's GEMM profiling tutorial on a B300, 7.161 / 6.812 ms).
 inline constexpr double kMxfp8GemmSlowdown = 7.161 / 6.812;
-/// kMxfp8GemmSlowdown for an FP8 GEMM under fp8_recipe mxfp8, else 1.
+/// An NVFP4 GEMM's time over the per-tensor FP8 one's (Note [NVFP4 training]:
+/// TE's GEMM profiling tutorial on a B300, 3.764 / 6.812 ms).
+inline constexpr double kNvfp4GemmTimeRatio = 3.764 / 6.812;
+/// Bytes an NVFP4 cast moves an element: the amax pass's read, the cast's
+/// read and its row-wise and column-wise copies with their scales.
+inline constexpr double kNvfp4CastBytes = 2 + 2 + 2 * (0.5 + 1.0 / 16);
+/// Bytes a weight element of NVFP4's cached copies (row-wise and
+/// column-wise) take; one copy, what --fp4-param-gather gathers, is half.
+inline constexpr double kNvfp4WeightCopyBytes = 2 * (0.5 + 1.0 / 16);
+/// kMxfp8GemmSlowdown for an FP8 GEMM under fp8_recipe mxfp8,
+/// kNvfp4GemmTimeRatio for an NVFP4 GEMM, else 1.
 double fp8_gemm_time_scale(const Kernel& k, Precision p, const DeviceSpec& device);
 
 /// A layer's memory as calibration measured it (Note [Layer memory] in

@@ -90,8 +90,9 @@ struct WorkloadShape {
   /// sends overlapped with attention (Megatron-Core's `p2p`, the default), or
   /// by one all-gather before it (`all_gather`, the Llama 3 paper's scheme).
   bool cp_all_gather = false;
-  /// Linear layers run in FP8 (Transformer Engine, torchao float8): their
-  /// saved inputs take 1 byte an element; everything else stays in act_bytes.
+  /// Linear layers run in FP8 or NVFP4 (Transformer Engine, torchao float8):
+  /// their saved inputs take 1 byte an element (NVFP4's 9/16 counted as 1,
+  /// Note [NVFP4 training]); everything else stays in act_bytes.
   bool fp8 = false;
   /// Expert-parallel degree: a mixture-of-experts layer's routed experts are
   /// spread over ep ranks, which exchange tokens by all-to-all (Note

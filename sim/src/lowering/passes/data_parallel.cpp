@@ -138,7 +138,7 @@ namespace {
 /// working precision, `fp8_weights` of them (FP8 GEMM weights) at 1 byte
 /// under fp8_param_gather (Megatron-LM's --fp8-param-gather).
 Bytes gathered_bytes(const StageContext& c, std::int64_t params, std::int64_t fp8_weights) {
-  return params * c.w - (fp8_gathered(c.plan) ? fp8_weights * (c.w - 1) : 0);
+  return gathered_bytes_of(c.plan, params, fp8_weights);
 }
 
 /// DDP, ZeRO-1 and ZeRO-2 on a one-stage plan (ZeRO-3 reduces per layer:
