@@ -127,7 +127,8 @@ struct LoweringInputs {
 // the copy and its transpose for dgrad on Hopper (its FP8 GEMM takes only
 // the TN layout), 2 bytes a weight element; one copy on Blackwell under
 // per-tensor scaling, 1 byte; under mxfp8 a row-wise and a column-wise copy
-// with a scale byte per 32 elements each, 2 + 2/32 bytes. And its scaling state: DelayedScaling keeps an fp32 amax
+// with a scale byte per 32 elements each, 2 + 2/32 bytes (NVFP4's: Note
+// [NVFP4 training]). And its scaling state: DelayedScaling keeps an fp32 amax
 // history of amax_history_len = 1024 entries (TE's default; Megatron-LM's
 // --fp8-amax-history-len is 1) for each of a GEMM's 3 forward tensors
 // (input, weight, output) and 2 backward ones (output gradient, input
@@ -146,7 +147,8 @@ struct LoweringInputs {
 // buffer.py, "For MXFP8 param ... only half of the buffer is used to store
 // params in bf16"; reuse_grad_buf_for_mxfp8_param_ag) and quantises them
 // into their MXFP8 storage afterwards (copy_tensors_to_quantized_params, a
-// pass over the weights once an iteration, not priced): fp8_gathered().
+// pass over the weights once an iteration, not priced):
+// gathered_weight_bytes() in lowering_common.hpp.
 
 /// The FP8 GEMMs of a layer under precision p: elements of their weights
 /// (k x n of each), and how many (Note [FP8 memory]); none unless p is fp8

@@ -135,8 +135,8 @@ namespace dtsim::sim::detail {
 namespace {
 
 /// The bytes an all-gather of `params` updated parameters moves: the
-/// working precision, `fp8_weights` of them (FP8 GEMM weights) at 1 byte
-/// under fp8_param_gather (Megatron-LM's --fp8-param-gather).
+/// working precision, `fp8_weights` of them (quantised GEMM weights) at
+/// gathered_weight_bytes() (Megatron-LM's --fp8-param-gather: 1 byte).
 Bytes gathered_bytes(const StageContext& c, std::int64_t params, std::int64_t fp8_weights) {
   return gathered_bytes_of(c.plan, params, fp8_weights);
 }
