@@ -235,9 +235,19 @@ std::vector<DeviceSpec> make_devices() {
   // FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023) and 35% of
   // an H100's (Shah et al. 2024); the others have no published figure and
   // take the Hopper one as a prior (CPUs keep their GEMM efficiency).
+  // Blackwell Ultra doubles the SFUs' exponential throughput (MUFU.EX2,
+  // 10.7 against 5 TeraExp/s a GPU: Verda's GB300 NVL72 analysis), which
+  // FlashAttention's softmax waits on between its two matmuls: NVIDIA
+  // measures attention's forward about 35% faster on GB300 than on GB200
+  // (NVIDIA Technical Blog, "Making Softmax More Efficient with NVIDIA
+  // Blackwell Ultra", 2026: FP8, DeepSeek-V3). GB300 takes GB200's
+  // efficiency x 1.35 in both passes (the backward recomputes the same
+  // exponentials over more matmul work, so that may be generous to it).
   for (auto& d : v) {
     if (d.name.rfind("A100", 0) == 0) {
       d.attention_efficiency = 0.60;
+    } else if (d.name == "GB300") {
+      d.attention_efficiency = 0.35 * 1.35;
     } else if (!d.gloo_collectives) {
       d.attention_efficiency = 0.35;
     }
