@@ -496,6 +496,26 @@ TEST_CASE("torchtitan: Llama 3 70B with float8 and async tensor parallelism", "[
   CHECK(r.precision == Precision::kFp8);
 }
 
+// torchao's MXFP8 Linear (converters = ["mx"], torchtitan's [mx]): fp8 with
+// the mxfp8 recipe, Blackwell only (Note [FP8 training]).
+TEST_CASE("torchtitan: MXFP8 through the mx converter", "[framework][fp8]") {
+  const FrameworkConfig fc = parse_torchtitan_config(
+      "[model]\nname = \"llama3\"\nflavor = \"8B\"\nconverters = [\"mx\"]\n[mx]\nrecipe_name = \"mxfp8_cublas\"\n"
+      "[activation_checkpoint]\nmode = \"none\"\n",
+      "m.toml");
+  auto k = keys(fc);
+  CHECK(k["plan.precision"] == "fp8");
+  CHECK(k["plan.fp8_recipe"] == "mxfp8");
+  CHECK(fc.unmodelled.empty());
+  CHECK(resolve_with(fc, *fc.model, "dgx-b200", 1).fp8_recipe == Fp8Recipe::kMxfp8);
+  CHECK(error_of([&] { resolve_with(fc, *fc.model, "dgx-h100", 1); }).find("plan.fp8_recipe: mxfp8 needs Blackwell") != std::string::npos);
+  // An [mx] section the converters do not name converts nothing: listed.
+  CHECK(parse_torchtitan_config("[mx]\nrecipe_name = \"mxfp8\"\n[activation_checkpoint]\nmode = \"none\"\n", "n.toml").unmodelled ==
+        std::vector<std::string>{"mx (section; model.converters has no \"mx\")"});
+  CHECK(error_of([] { parse_torchtitan_config("[model]\nconverters = [\"float8\", \"mx\"]\n", "b.toml"); }) ==
+        "b.toml:2: model.converters: float8 and mx both convert the Linear layers; torchtitan takes one");
+}
+
 TEST_CASE("torchtitan: HSDP, DDP, pipelines and bad lines", "[framework]") {
   // Replicate 2 x shard 4: HSDP, dtsim's hybrid_shard (within a node).
   const FrameworkConfig h = parse_torchtitan_config(

@@ -327,7 +327,8 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
             "mixed_precision_reduce", "dtype", "enable_cpu_offload", "compile", "dataset", "dataset_path", "steps",
             "max_norm", "gc_freq", "seed", "deterministic", "warmup_steps", "gradient_accumulation_steps"});
 
-  // [model]: a built-in where dtsim has it; converters = ["float8"] trains in FP8.
+  // [model]: a built-in where dtsim has it; converters = ["float8"] trains in
+  // FP8, ["mx"] in MXFP8 (torchao's MXLinear, torchtitan's [mx] section).
   const Section mo = section("model");
   if (mo.has("name")) {
     const std::string name = mo.get_string("name", ""), flavor = mo.get_string("flavor", "");
@@ -342,13 +343,14 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
       out.model("attn_temperature", "false", mo.from("name"));
     }
   }
-  bool float8 = false;
+  bool float8 = false, mx = false;
   if (mo.has("converters")) {
     const toml::node& conv = mo.node("converters");
     const toml::array* list = conv.as_array();
     if (list == nullptr && !conv.is_string()) mo.fail("converters", "expected a list of names like [\"float8\"]");
     auto check = [&](const std::string& c) {
       if (c == "float8") float8 = true;
+      else if (c == "mx") mx = true;
       else fc.unmodelled.push_back("model.converters=" + c);
     };
     if (list != nullptr) {
@@ -364,6 +366,20 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     precision = "fp8";
     precision_from = mo.from("converters");
     if (f8.get_bool("enable_fsdp_float8_all_gather", false)) out.plan("fp8_param_gather", "true", f8.from("enable_fsdp_float8_all_gather"));
+  }
+  // [mx] (MX): torchao's MXFP8 Linear, a scale for each 32 elements; its
+  // casts priced as Transformer Engine's (Note [FP8 training]: torchao casts
+  // dim0 and dim1 in two kernels, which torch.compile may fuse), its
+  // communication in bf16 ("All distributed communication for MXFP8
+  // training is currently done in high precision", torchtitan docs/mxfp8.md).
+  const Section mxs = section("mx");
+  if (mx) {
+    if (float8) mo.fail("converters", "float8 and mx both convert the Linear layers; torchtitan takes one");
+    precision = "fp8";
+    precision_from = mo.from("converters");
+    out.plan("fp8_recipe", "mxfp8", mo.from("converters"));
+    const std::string recipe = mxs.get_string("recipe_name", "mxfp8_cublas");
+    if (recipe.rfind("mxfp8", 0) != 0) fc.unmodelled.push_back("mx.recipe_name=" + recipe + " (priced as mxfp8)");
   }
   out.plan("precision", precision, precision_from);
 
@@ -411,9 +427,11 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
   // [compile] (newer torchtitan) and sections dtsim does not model at all.
   const Section co = section("compile");
   if (co.get_bool("enable", false)) unmodelled(co, "enable");
-  for (const char* other : {"mx", "memory_estimation", "fault_tolerance", "experimental"}) {
+  for (const char* other : {"memory_estimation", "fault_tolerance", "experimental"}) {
     if (root.contains(other)) fc.unmodelled.push_back(std::string(other) + " (section)");
   }
+  // [mx] without the mx converter converts nothing.
+  if (root.contains("mx") && !mx) fc.unmodelled.push_back("mx (section; model.converters has no \"mx\")");
   // job, profiling, metrics, checkpoint, lr_scheduler, validation, comm: no effect on time or memory.
   // A section torchtitan's JobConfig (torchtitan/config/job_config.py) has
   // no field for is listed, not dropped: a misspelt [paralellism] would
