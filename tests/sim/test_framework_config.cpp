@@ -484,6 +484,7 @@ TEST_CASE("torchtitan: Llama 3 70B with float8 and async tensor parallelism", "[
   CHECK(k["plan.global_batch"] == "64");
   CHECK(k["plan.grad_accum"] == "null");
   CHECK(k["plan.precision"] == "fp8");
+  CHECK(k["plan.fp8_recipe"] == "tensorwise");  // torchao's dynamic scaling
   CHECK(k["plan.fp8_param_gather"] == "true");
   CHECK(k["plan.reduce_dtype"] == "fp32");  // mixed_precision_reduce's float32 default (Note [FSDP's reduce dtype])
   CHECK(k["plan.recompute"] == "full");
@@ -509,6 +510,11 @@ TEST_CASE("torchtitan: MXFP8 through the mx converter", "[framework][fp8]") {
   CHECK(fc.unmodelled.empty());
   CHECK(resolve_with(fc, *fc.model, "dgx-b200", 1).fp8_recipe == Fp8Recipe::kMxfp8);
   CHECK(error_of([&] { resolve_with(fc, *fc.model, "dgx-h100", 1); }).find("plan.fp8_recipe: mxfp8 needs Blackwell") != std::string::npos);
+  // torchao's row-wise Float8 recipes are priced as its per-tensor one.
+  CHECK(parse_torchtitan_config("[model]\nconverters = [\"float8\"]\n[float8]\nrecipe_name = \"rowwise\"\n"
+                                "[activation_checkpoint]\nmode = \"none\"\n",
+                                "r.toml")
+            .unmodelled == std::vector<std::string>{"float8.recipe_name=rowwise (priced as tensorwise)"});
   // An [mx] section the converters do not name converts nothing: listed.
   CHECK(parse_torchtitan_config("[mx]\nrecipe_name = \"mxfp8\"\n[activation_checkpoint]\nmode = \"none\"\n", "n.toml").unmodelled ==
         std::vector<std::string>{"mx (section; model.converters has no \"mx\")"});

@@ -366,6 +366,13 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     precision = "fp8";
     precision_from = mo.from("converters");
     if (f8.get_bool("enable_fsdp_float8_all_gather", false)) out.plan("fp8_param_gather", "true", f8.from("enable_fsdp_float8_all_gather"));
+    // torchao's Float8Linear scales each tensor by its own amax (dynamic
+    // scaling, Float8LinearConfig's default and, since torchao dropped
+    // delayed scaling, its only per-tensor recipe): fp8_recipe tensorwise
+    // (Note [FP8 training]). Its "rowwise" recipes scale each row: priced so.
+    out.plan("fp8_recipe", "tensorwise", mo.from("converters"));
+    const std::string recipe = f8.get_string("recipe_name", "tensorwise");
+    if (recipe != "tensorwise") fc.unmodelled.push_back("float8.recipe_name=" + recipe + " (priced as tensorwise)");
   }
   // [mx] (MX): torchao's MXFP8 Linear, a scale for each 32 elements; its
   // casts priced as Transformer Engine's (Note [FP8 training]: torchao casts
