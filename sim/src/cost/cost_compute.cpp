@@ -268,7 +268,8 @@ TimeNs ComputeModel::host_optimizer_time(double params, Optimizer o, Precision /
 // large GEMM. FlashAttention-2 reaches 50-73% of an A100's peak (Dao 2023,
 // abstract) and "only 35% utilization on H100 GPUs" (Shah et al. 2024,
 // FlashAttention-3, abstract), where FlashAttention-3 reaches 75%: the
-// devices carry the FlashAttention-2 figures (PyTorch's SDPA runs it), a
+// devices carry the FlashAttention-2 figures (PyTorch's SDPA runs it; GB300
+// 1.35x GB200's for its doubled exponential units, device_db.cpp), a
 // cluster file may set attention_efficiency for another kernel.
 RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
 
