@@ -1,6 +1,7 @@
 // Plan search: it only returns plans that fit, and it beats every shipped plan.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
@@ -181,6 +182,38 @@ TEST_CASE("search: pruning by the time bound keeps the ranking and the Pareto fr
   // The front stops at twice the fastest plan's time.
   REQUIRE_FALSE(all.pareto.empty());
   CHECK(all.pareto.back().iteration_time <= 2 * all.top.front().iteration_time);
+}
+
+// Note [NVFP4 training]: on a B200 the rules table adds fp4 to the walked
+// precisions; the bounds (its gathers at 0.5625 bytes a weight, its saved
+// inputs) stay lower bounds, so pruning still drops no plan of the top ten.
+TEST_CASE("search: on a B200 fp4 is walked too, and pruning keeps the top ten", "[search][fp4]") {
+  const auto model = models::load_model("llama-3.2-1b");
+  const ClusterSpec cluster = load_cluster("dgx-b200");
+  SearchOptions o = fp16_adam(64);
+  o.base.seq_len = 4096;
+  o.threads = 1;
+  const SearchResult pruned = search(*model, cluster, o);
+  o.prune_by_time = false;
+  o.prune_by_memory = false;
+  const SearchResult all = search(*model, cluster, o);
+  CHECK(all.pruned_time + all.pruned_memory == 0);
+  CHECK(pruned.pruned_time + pruned.pruned_memory > 0);
+  REQUIRE(pruned.top.size() >= 10);
+  REQUIRE(all.top.size() >= 10);
+  for (std::size_t i = 0; i < 10; ++i) {
+    INFO("entry " << i);
+    CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+    CHECK(pruned.top[i].peak == all.top[i].peak);
+    CHECK(pruned.top[i].plan.spec.precision == all.top[i].plan.spec.precision);
+  }
+  const auto count = [&](Precision p) {
+    return std::count_if(all.top.begin(), all.top.end(), [&](const SearchEntry& e) { return e.plan.spec.precision == p; });
+  };
+  CHECK(count(Precision::kFp4) > 0);
+  CHECK(count(Precision::kFp8) > 0);
+  CHECK(count(Precision::kBf16) > 0);
+  CHECK(count(Precision::kFp16) == 0);  // bf16 is there: no fp16
 }
 
 TEST_CASE("search: one plan under two names is ranked once, its other names beside it (Note [Search twins])", "[search]") {
