@@ -420,9 +420,9 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   join_kernels(l, pre, core, post);
   // Note [Activation memory]
   const Bytes mask = dropout ? shape.mask_bytes : 0;
-  const int g = shape.fp8 ? 1 : e;                                // a saved GEMM input (Note [FP8 activations])
-  const Bytes replicated = tn * (2 * e + 2 * g + 2 * mask);        // 10 sbh
-  const Bytes split = (th / tp) * (3 * e + g) + (e + g) * tf;      // 24 sbh / t
+  // A saved GEMM input takes shape.saved_gemm_input() (Note [FP8 activations]).
+  const Bytes replicated = tn * (2 * e + 2 * mask) + 2 * shape.saved_gemm_input(tn);                        // 10 sbh
+  const Bytes split = (th / tp) * 3 * e + shape.saved_gemm_input(th / tp) + e * tf + shape.saved_gemm_input(tf);  // 24 sbh / t
   l.saved_bytes = replicated + split + core.saved;
   l.attention_core_bytes = core.recomputable ? core.saved : 0;
   l.output_bytes = e * tn;

@@ -646,9 +646,9 @@ class Llama final : public ZooModel {
   /// gate and up (the clamps' inputs), the clamped gate, the sigmoid, up + 1
   /// and their gated product (6e + g: Note [gpt-oss]).
   Bytes glu_kept(Bytes n, const sim::WorkloadShape& shape) const {
-    const int e = shape.act_bytes, g = shape.fp8 ? 1 : e;
-    if (shape.fused_kernels) return (2 * e + g) * n;
-    return ((c_.swiglu_limit > 0 ? 6 : 3) * e + g) * n;
+    const int e = shape.act_bytes;
+    if (shape.fused_kernels) return 2 * e * n + shape.saved_gemm_input(n);
+    return (c_.swiglu_limit > 0 ? 6 : 3) * e * n + shape.saved_gemm_input(n);
   }
   /// The norms keep their fp32 output for the weight's product (Gemma's,
   /// and gpt-oss's: Note [gpt-oss]).
@@ -658,7 +658,7 @@ class Llama final : public ZooModel {
   sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, d = c_.head_dim;
-    const int e = shape.act_bytes, g = shape.fp8 ? 1 : e;
+    const int e = shape.act_bytes;
     const bool sp = shape.sequence_parallel && tp > 1;
     const std::int64_t t = local_tokens(shape);
     check_size(static_cast<double>(t) * static_cast<double>(std::max({h, c_.intermediate, c_.expert_intermediate * c_.top_k})) * e,
@@ -729,19 +729,19 @@ class Llama final : public ZooModel {
         pre.push_back(gemm("attn.q_a_proj", t, qr, h, e));
         pre.push_back(norm("attn.q_a_layernorm", t * qr));
         pre.push_back(gemm("attn.q_b_proj", t, al * qk, qr, e));
-        attention += norm_kept(t * qr, t) + g * t * qr;
+        attention += norm_kept(t * qr, t) + shape.saved_gemm_input(t * qr);
       } else {
         pre.push_back(gemm("attn.q_proj", t, al * qk, h, e));
       }
       pre.push_back(gemm("attn.kv_a_proj", t, kvr + c_.qk_rope_dim, h, e));
       pre.push_back(norm("attn.kv_a_layernorm", t * kvr));
       pre.push_back(gemm("attn.kv_b_proj", t, al * (c_.qk_nope_dim + v), kvr, e));
-      attention += norm_kept(t * kvr, t) + g * t * kvr;
+      attention += norm_kept(t * kvr, t) + shape.saved_gemm_input(t * kvr);
       const Bytes rope = t * al * c_.qk_rope_dim + t * c_.qk_rope_dim;
       pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * rope, e * rope, 3.0 * static_cast<double>(rope)));
       core = attention_core(shape, al, al, qk, true, c_.attention_dropout > 0, 0, true, v);
       // Q, K (nope and rope joined) and V for the core; o_proj's input.
-      attention += e * t * al * (2 * qk + v) + g * t * al * v + core.saved;
+      attention += e * t * al * (2 * qk + v) + shape.saved_gemm_input(t * al * v) + core.saved;
       if (blockwise) attention += e * t * al * v;  // O, kept by the fused kernel
       o_in = al * v;
     } else {
@@ -772,7 +772,7 @@ class Llama final : public ZooModel {
       // Eager attention keeps the expanded (or gathered) K and V in the core
       // instead of the local ones; the ring keeps the last block it held.
       const bool local_kv = blockwise || (al == kvl && shape.cp == 1);
-      attention += e * q + (local_kv ? 2 * e * kv : 0) + g * q + core.saved;
+      attention += e * q + (local_kv ? 2 * e * kv : 0) + shape.saved_gemm_input(q) + core.saved;
       if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
       if (c_.qk_norm) attention += (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
       o_in = al * d;
@@ -812,7 +812,7 @@ class Llama final : public ZooModel {
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).
-    const Bytes norms = (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * g * tn;
+    const Bytes norms = (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * shape.saved_gemm_input(tn);
     l.saved_bytes = norms + attention + mlp;
     l.attention_core_bytes = core.recomputable ? core.saved : 0;
     l.output_bytes = e * tn;
@@ -910,7 +910,7 @@ class Llama final : public ZooModel {
                 std::vector<sim::LayerComm>& tp_extra) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, etp = shape.etp, E = c_.experts, k = c_.top_k;
-    const int e = shape.act_bytes, g = shape.fp8 ? 1 : e;
+    const int e = shape.act_bytes;
     const bool sp = shape.sequence_parallel && tp > 1;
     const std::int64_t t = local_tokens(shape);
     // Tokens this rank routes: its sequence shard, or with experts split
@@ -944,8 +944,8 @@ class Llama final : public ZooModel {
     }
     // Dense: the sigmoid's fp32 output, the scores and the repeated tokens
     // the product keeps, its output (the bmm's input) and the SwiGLU's.
-    Bytes saved = dense ? 4 * tr * E + e * rows + e * rows * h + g * rows * h + glu_kept(rows * fe, shape)
-                        : 4 * tr * E + 4 * tr * k + g * rows * h + glu_kept(rows * fe, shape) + e * rows * h;
+    Bytes saved = dense ? 4 * tr * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape)
+                        : 4 * tr * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h;
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
       post.push_back(gemm("moe.shared.gate_up", t, 2 * fs, h, e));

@@ -344,7 +344,7 @@ TEST_CASE("eager attention on the p2p ring keeps the log-sum-exp, not the scores
   CHECK(gemms_bwd == 5);  // the scores again, dV, dP, dQ, dK
 }
 
-TEST_CASE("FP8 saves the Linear layers' inputs at 1 byte", "[llama][fp8]") {
+TEST_CASE("FP8 saves the Linear layers' inputs at 1 byte, NVFP4 at 9/16", "[llama][fp8][fp4]") {
   const auto m = load_model("llama-tiny");
   const std::int64_t b = 1, s = 128, t = b * s, h = 128, e = 2, f = 352;
   auto w = shape(b, s, e);
@@ -355,6 +355,16 @@ TEST_CASE("FP8 saves the Linear layers' inputs at 1 byte", "[llama][fp8]") {
   // Four GEMM inputs go from e to 1 byte: q/k/v's and gate/up's (t h
   // each), o_proj's (t a d = t h here) and down_proj's (t f).
   CHECK(bf16.saved_bytes - fp8.saved_bytes == (e - 1) * (2 * t * h + t * h + t * f));
+  // NVFP4 (Note [NVFP4 training]): each of those inputs as its FP4
+  // column-wise copy, half a byte and a scale byte per 16 elements: 9/16 of
+  // a byte, so 7/16 below FP8's on t h, t h, t h and t f elements (all
+  // multiples of 16 here).
+  w.fp4 = true;
+  const sim::Layer fp4 = m->layers(w)[1];
+  CHECK(fp8.saved_bytes - fp4.saved_bytes == 7 * (3 * t * h + t * f) / 16);
+  sim::WorkloadShape odd;
+  odd.fp8 = odd.fp4 = true;
+  CHECK(odd.saved_gemm_input(17) == 10);  // 17 x 9 / 16 = 9.56, rounded up
 }
 
 TEST_CASE("bad Llama-family input: one line naming file, key and what is valid", "[llama]") {

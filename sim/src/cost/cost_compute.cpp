@@ -101,8 +101,8 @@
 //     serve both layouts); Megatron's --fp4-param-gather (plan
 //     fp8_param_gather under fp4) gathers the row-wise copy and its scales,
 //     0.5625 bytes. The saved input of a Linear is its FP4 column-wise copy,
-//     counted at 1 byte as FP8's (WorkloadShape::fp8: 7/16 of a byte an
-//     element over).
+//     half a byte and a scale byte for each 16 (WorkloadShape::
+//     saved_gemm_input()).
 //
 // Note [FP8 casts]
 // What one cast moves, an element of the tensor cast (fp8_cast_bytes()):

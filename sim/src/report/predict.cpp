@@ -426,6 +426,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   shape.seq_len = p.plan.seq_len;
   shape.act_bytes = element_bytes(p.plan.precision);
   shape.fp8 = quantized_gemms(p.plan.precision);
+  shape.fp4 = p.plan.precision == Precision::kFp4;
   const double micro_steps = static_cast<double>(p.plan.grad_accum) / (p.plan.tp * p.plan.pp * p.plan.cp);
   const Flops model_flops = model.model_flops(shape) * micro_steps;
   Flops hw_flops = model_flops;

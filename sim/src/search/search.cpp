@@ -754,6 +754,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
     shape.act_bytes = element_bytes(s.precision);
     shape.fp8 = quantized_gemms(s.precision);
+    shape.fp4 = s.precision == Precision::kFp4;
     shape.mask_bytes = cluster.device.dropout_mask_bytes > 0 ? cluster.device.dropout_mask_bytes : shape.act_bytes;
     shape.fused_rnn = cluster.device.fused_rnn;
     shape.tp = s.tp;

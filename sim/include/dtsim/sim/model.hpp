@@ -91,9 +91,18 @@ struct WorkloadShape {
   /// by one all-gather before it (`all_gather`, the Llama 3 paper's scheme).
   bool cp_all_gather = false;
   /// Linear layers run in FP8 or NVFP4 (Transformer Engine, torchao float8):
-  /// their saved inputs take 1 byte an element (NVFP4's 9/16 counted as 1,
-  /// Note [NVFP4 training]); everything else stays in act_bytes.
+  /// their saved inputs are the quantised copies (saved_gemm_input());
+  /// everything else stays in act_bytes.
   bool fp8 = false;
+  /// ... and in NVFP4 (precision fp4; fp8 is set too): 9/16 of a byte.
+  bool fp4 = false;
+  /// Bytes `elements` of a Linear's saved input take: act_bytes; 1 under
+  /// fp8 (the FP8 copy wgrad reads); under fp4 NVFP4's column-wise copy,
+  /// half a byte and a scale byte for each 16 (Note [NVFP4 training]).
+  Bytes saved_gemm_input(Bytes elements) const {
+    if (fp4) return (elements * 9 + 15) / 16;
+    return elements * (fp8 ? 1 : act_bytes);
+  }
   /// Expert-parallel degree: a mixture-of-experts layer's routed experts are
   /// spread over ep ranks, which exchange tokens by all-to-all (Note
   /// [Mixture of experts] in models/src/moe.cpp).
