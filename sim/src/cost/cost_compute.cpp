@@ -136,28 +136,23 @@ Precision kernel_precision(const Layer& layer, Precision p) {
   return quantized_gemms(p) && layer.kind != LayerKind::kTransformer ? Precision::kBf16 : p;
 }
 
-double fp8_cast_bytes(Fp8Recipe recipe, int compute_capability) {
-  double bytes = 2 + 1;  // read the bf16 tensor, write the copy the GEMM reads
-  if (recipe == Fp8Recipe::kMxfp8) {
-    bytes += 1 + 2.0 / kMxfp8BlockElements;  // the column-wise copy; a scale byte per block for each copy
-  } else if (compute_capability < 100) {
-    bytes += 1;  // the transpose for wgrad (cast-transpose)
-  }
-  if (recipe == Fp8Recipe::kTensorwise) bytes += 2;  // the amax pass reads it first
-  return bytes;
+double fp8_copy_bytes(Fp8Recipe recipe, int compute_capability) {
+  // The copy the forward or dgrad GEMM reads, and the second copy wgrad reads:
+  // mxfp8's column-wise one with a scale byte per block for each copy,
+  // Hopper's transpose (cast-transpose), none on Blackwell.
+  if (recipe == Fp8Recipe::kMxfp8) return 1 + 1 + 2.0 / kMxfp8BlockElements;
+  return compute_capability < 100 ? 1 + 1 : 1;
 }
 
-namespace {
-bool ends_with(const std::string& s, const char* tail) {
-  const std::size_t n = std::char_traits<char>::length(tail);
-  return s.size() >= n && s.compare(s.size() - n, n, tail) == 0;
+double fp8_cast_bytes(Fp8Recipe recipe, int compute_capability) {
+  // Read the bf16 tensor, write its copies; current scaling's amax pass reads it first.
+  return 2 + fp8_copy_bytes(recipe, compute_capability) + (recipe == Fp8Recipe::kTensorwise ? 2 : 0);
 }
-}  // namespace
 
 TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device) {
   if (!quantized_gemms(p) || k.kind != KernelKind::kGemm) return 0;
   // Note [FP8 casts]: wgrad reads copies the forward's and dgrad's casts wrote.
-  if (ends_with(k.name, ".wgrad")) return 0;
+  if (k.name.ends_with(".wgrad")) return 0;
   const double elements = static_cast<double>(k.m) * static_cast<double>(k.k) * static_cast<double>(std::max<std::int64_t>(1, k.batch));
   const bool fp4 = p == Precision::kFp4;
   const double bytes_per_element = fp4 ? kNvfp4CastBytes : fp8_cast_bytes(device.fp8_recipe, device.compute_capability);

@@ -44,7 +44,6 @@ struct LayerContext : StageContext {
   /// shard to FP8 before the gather, and the GEMM takes the gathered FP8
   /// weight as it is); NVFP4's at 0.5625, mxfp8's in bf16 (gathered_weight_bytes()).
   Bytes gathered_param_bytes(const Layer& l) const {
-    const Bytes full = full_param_bytes(l);
     return gathered_bytes_of(plan, l.params + l.borrowed_params, fp8_gemms(l, plan.precision).weight_elements);
   }
   static Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }

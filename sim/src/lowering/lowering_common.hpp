@@ -19,8 +19,7 @@ namespace dtsim::sim::detail {
 /// Bytes a weight element of a quantised GEMM's cached copies take (Note
 /// [FP8 memory] in emitter.hpp, Note [NVFP4 training] in cost_compute.cpp).
 inline double fp8_weight_copy_bytes(const ResolvedPlan& plan, int compute_capability) {
-  if (plan.precision == Precision::kFp4) return kNvfp4WeightCopyBytes;
-  return fp8_cast_bytes(plan.fp8_recipe, compute_capability) - 2 - (plan.fp8_recipe == Fp8Recipe::kTensorwise ? 2 : 0);
+  return plan.precision == Precision::kFp4 ? kNvfp4WeightCopyBytes : fp8_copy_bytes(plan.fp8_recipe, compute_capability);
 }
 /// Bytes a quantised GEMM's weight element moves in the data-parallel
 /// gathers: the working precision's, or under fp8_param_gather FP8's 1 byte,

@@ -472,14 +472,14 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     // least once a micro-step (all are released as its backward ends);
     // the backward may reuse what the forward gathered.
     const std::int64_t gathered = std::max<std::int64_t>(0, dense - persistent);
-    c = m * (cost(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(gathered) * std::min<double>(w, detail::gathered_weight_bytes(p))), shard) +
+    c = m * (cost(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(gathered) * detail::gathered_weight_bytes(p)), shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
   } else if (p.zero_stage == 3) {
     // The forward gathers every unit; the backward all but FSDP's root (or
     // torchtitan's last unit), which stays whole from one to the other
     // (Note [FSDP's root unit]).
     const std::int64_t gathered = std::max<std::int64_t>(0, dense - layers * kZero3PersistenceThreshold);
-    const double ew = std::min<double>(w, detail::gathered_weight_bytes(p));
+    const double ew = detail::gathered_weight_bytes(p);
     c = m * (cost(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(gathered) * ew), shard) +
              cost(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(std::max<std::int64_t>(0, gathered - root)) * ew), shard) +
              cost(CollectiveOp::kReduceScatter, dense * gw, shard));
@@ -520,7 +520,7 @@ std::function<TimeNs(std::int64_t)> step_gather_bound(const ResolvedPlan& p, con
   const CommGroup dp_group = data_group(p.mesh, per_node);
   const CommGroup group = p.pp > 1 || p.cp > 1 ? dp_group : axis_group(p.mesh, Axis::kDp, per_node, p.shard_group);
   if (group.ranks <= 1) return {};
-  const double ew = std::min<double>(element_bytes(p.precision), detail::gathered_weight_bytes(p));
+  const double ew = detail::gathered_weight_bytes(p);
   return [&comm, group, ew](std::int64_t params) -> TimeNs {
     return params <= 0 ? 0 : comm.collective(CollectiveOp::kAllGather, static_cast<Bytes>(static_cast<double>(params) * ew), group).total();
   };

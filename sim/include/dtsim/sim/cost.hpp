@@ -167,8 +167,12 @@ Precision kernel_precision(const Layer& layer, Precision p);
 /// those casts wrote (Note [FP8 casts] in cost_compute.cpp); 0 for other
 /// kernels and precisions.
 TimeNs fp8_cast_time(const Kernel& k, Precision p, const DeviceSpec& device);
-/// Bytes one FP8 cast moves an element under `recipe` on a GPU of that
-/// compute capability (x 10): Note [FP8 casts].
+/// Bytes one FP8 cast writes an element under `recipe` on a GPU of that
+/// compute capability (x 10): the copies a Linear's GEMMs read, which is
+/// also what Transformer Engine caches of a weight (Note [FP8 casts]).
+double fp8_copy_bytes(Fp8Recipe recipe, int compute_capability);
+/// Bytes one FP8 cast moves an element: the bf16 read, fp8_copy_bytes() and
+/// current scaling's amax read (Note [FP8 casts]).
 double fp8_cast_bytes(Fp8Recipe recipe, int compute_capability);
 /// Elements an MXFP8 scale covers (TE's MXFP8_BLOCK_SCALING_SIZE).
 inline constexpr int kMxfp8BlockElements = 32;
@@ -178,12 +182,13 @@ inline constexpr double kMxfp8GemmSlowdown = 7.161 / 6.812;
 /// An NVFP4 GEMM's time over the per-tensor FP8 one's (Note [NVFP4 training]:
 /// TE's GEMM profiling tutorial on a B300, 3.764 / 6.812 ms).
 inline constexpr double kNvfp4GemmTimeRatio = 3.764 / 6.812;
-/// Bytes an NVFP4 cast moves an element: the amax pass's read, the cast's
-/// read and its row-wise and column-wise copies with their scales.
-inline constexpr double kNvfp4CastBytes = 2 + 2 + 2 * (0.5 + 1.0 / 16);
-/// Bytes a weight element of NVFP4's cached copies (row-wise and
-/// column-wise) take; one copy, what --fp4-param-gather gathers, is half.
+/// Bytes an NVFP4 cast writes an element, its row-wise and column-wise
+/// copies with their scales, which is also what a weight's cached copies
+/// take; one copy, what --fp4-param-gather gathers, is half.
 inline constexpr double kNvfp4WeightCopyBytes = 2 * (0.5 + 1.0 / 16);
+/// Bytes an NVFP4 cast moves an element: the amax pass's read, the cast's
+/// read and kNvfp4WeightCopyBytes.
+inline constexpr double kNvfp4CastBytes = 2 + 2 + kNvfp4WeightCopyBytes;
 /// kMxfp8GemmSlowdown for an FP8 GEMM under fp8_recipe mxfp8,
 /// kNvfp4GemmTimeRatio for an NVFP4 GEMM, else 1.
 double fp8_gemm_time_scale(const Kernel& k, Precision p, const DeviceSpec& device);

@@ -134,13 +134,6 @@
 namespace dtsim::sim::detail {
 namespace {
 
-/// The bytes an all-gather of `params` updated parameters moves: the
-/// working precision, `fp8_weights` of them (quantised GEMM weights) at
-/// gathered_weight_bytes() (Megatron-LM's --fp8-param-gather: 1 byte).
-Bytes gathered_bytes(const StageContext& c, std::int64_t params, std::int64_t fp8_weights) {
-  return gathered_bytes_of(c.plan, params, fp8_weights);
-}
-
 /// DDP, ZeRO-1 and ZeRO-2 on a one-stage plan (ZeRO-3 reduces per layer:
 /// passes/sharded_parameters.cpp).
 class LayerBuckets final : public StrategyPass {
@@ -163,7 +156,7 @@ class LayerBuckets final : public StrategyPass {
     Bucket& bk = buckets_[static_cast<std::size_t>(k)];
     if (bk.gather < 0) {
       LayerContext& c = ctx_;
-      const Bytes all = gathered_bytes(c, static_cast<std::int64_t>(bk.params), bk.fp8_weights);
+      const Bytes all = gathered_bytes_of(c.plan, static_cast<std::int64_t>(bk.params), bk.fp8_weights);
       const Bytes buffers = c.gather_bytes(all);
       MemOps on_start, on_end;
       add_bytes(on_start, MemCategory::kBuffers, buffers);
@@ -302,7 +295,7 @@ class LayerBuckets final : public StrategyPass {
     if (c.plan.fp8_param_gather) {
       for (const Layer& L : c.layers) fp8_weights += fp8_gemms(L, c.plan.precision).weight_elements;
     }
-    const Bytes all = gathered_bytes(c, c.params, fp8_weights);
+    const Bytes all = gathered_bytes_of(c.plan, c.params, fp8_weights);
     const Bytes buffers = c.gather_bytes(all);
     MemOps on_start, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
@@ -398,7 +391,7 @@ class ChunkBuckets final : public StrategyPass {
     for (std::size_t k = buckets.size(); k-- > 0;) {  // buckets are in backward order
       const Bucket& bk = buckets[k];
       if (bk.bytes == 0) continue;
-      const Bytes all = gathered_bytes(c, static_cast<std::int64_t>(bk.params), bk.fp8_weights);
+      const Bytes all = gathered_bytes_of(c.plan, static_cast<std::int64_t>(bk.params), bk.fp8_weights);
       const Bytes expert = std::min(all, bk.expert_params * c.w);
       TaskDeps after;
       if (before >= 0) after.push_back(before);
@@ -489,7 +482,7 @@ class ChunkBuckets final : public StrategyPass {
   void after_step(int s, TaskId step) override {
     ChunkContext& c = ctx_;
     if (c.plan.zero_stage != 1 || c.plan.shard_group <= 1 || gather_early_) return;
-    const Bytes all = gathered_bytes(c, c.rank_params[static_cast<std::size_t>(s)], c.rank_fp8[static_cast<std::size_t>(s)].weight_elements);
+    const Bytes all = gathered_bytes_of(c.plan, c.rank_params[static_cast<std::size_t>(s)], c.rank_fp8[static_cast<std::size_t>(s)].weight_elements);
     const Bytes expert = std::min(all, c.rank_expert_params[static_cast<std::size_t>(s)] * c.w);
     c.b.collective("all_gather params", s, c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, all,
                    c.grad_cost(CollectiveOp::kAllGather, all, expert, c.dp_group), {step});
