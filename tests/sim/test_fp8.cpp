@@ -513,6 +513,9 @@ TEST_CASE("fp4: on Blackwell only, its datasheet peaks and its word", "[fp4][con
   const ClusterSpec own = parse_cluster(
       "name: x\ndevice: {base: B200, peak_fp4_TFLOPs: 10000}\nintra_node: {type: nvlink, bandwidth_GBps: 900}\n", "x.yaml");
   CHECK(own.device.peak_fp4 == Approx(10000e12));
+  CHECK(error_of([] {
+          parse_cluster("name: x\ndevice: {base: B200, peak_fp4_TFLOPs: -3}\nintra_node: {type: nvlink, bandwidth_GBps: 900}\n", "x.yaml");
+        }) == "x.yaml:2: cluster.device.peak_fp4_TFLOPs: -3 is out of range; valid: 0 to 1e+06");
   // fp8_recipe is FP8's: refused beside fp4.
   CHECK(error_of([&] { resolve(parse_plan("dp: 2\nprecision: fp4\nfp8_recipe: mxfp8\n", "p.yaml"), m, cluster_of(device("B200"))); }) ==
         "p.yaml:3: plan.fp8_recipe: mxfp8 scales FP8 casts and needs precision fp8; precision is fp4 (valid here: delayed, the default)");
