@@ -111,6 +111,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
            "DeepSpeed MoE ep_size, torchtitan expert_parallel_degree. Dense models: 1."},
     {"etp", "plan.etp, tensor parallelism inside each expert: 1 or tp. "
             "Megatron --expert-tensor-parallel-size (default: tp)."},
+    {"overlap_moe_expert_parallel_comm",
+     "plan.overlap_moe_expert_parallel_comm: after the first micro-batch's forward, each next forward runs layer by "
+     "layer beside the backward of the one before, each one's all-to-alls under the other's layer. Megatron "
+     "--overlap-moe-expert-parallel-comm. Needs ep > 1, pp 1, recompute other than full, 16 bits."},
     {"moe_imbalance", "plan.moe_imbalance: the busiest expert's tokens over the mean (1: perfectly balanced "
                       "routing); the router's load-balancing loss (Megatron --moe-aux-loss-coeff) keeps it near 1."},
     {"schedule", "plan.schedule, the pipeline schedule (pp > 1). 1F1B: PipeDream-Flush, Megatron's and DeepSpeed's "
@@ -566,7 +570,7 @@ struct ExplorerWindow::Impl {
            *gpus_per_node = nullptr, *rc_layers = nullptr, *act_offload = nullptr;
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
-  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
+  QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
             *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr;
   QComboBox* nccl_proto = nullptr;
 
@@ -703,6 +707,8 @@ struct ExplorerWindow::Impl {
     sp->setObjectName("sequence_parallel");
     tp_overlap = new QCheckBox("overlap TP communication");
     tp_overlap->setObjectName("tp_comm_overlap");
+    ep_overlap = new QCheckBox("overlap EP all-to-alls");
+    ep_overlap->setObjectName("overlap_moe_expert_parallel_comm");
     pf->addRow("Data parallel", dp);
     pf->addRow("Tensor parallel", tp);
     pf->addRow("Pipeline stages", pp);
@@ -712,6 +718,7 @@ struct ExplorerWindow::Impl {
     pf->addRow("Expert parallel", ep);
     pf->addRow("Expert tensor parallel", etp);
     pf->addRow("Load imbalance", moe_imbalance);
+    pf->addRow("", ep_overlap);
     pf->addRow("Schedule", schedule);
     pf->addRow("Virtual stages", vstages);
     pf->addRow("", sp);
@@ -1204,6 +1211,7 @@ struct ExplorerWindow::Impl {
     }
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(tp_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(ep_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(dealloc, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(sync_bn, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1265,6 +1273,7 @@ struct ExplorerWindow::Impl {
     act_offload->setValue(p.cpu_offloading_num_layers);
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
+    ep_overlap->setChecked(p.overlap_moe_expert_parallel_comm);
     dealloc->setChecked(p.deallocate_pipeline_outputs);
     sync_bn->setChecked(p.sync_batchnorm);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
@@ -1318,6 +1327,10 @@ struct ExplorerWindow::Impl {
       pi = precision->count() - 1;
     }
     precision->setCurrentIndex(pi);
+    // resolve refuses it but with experts split, pp 1, no full recompute, 16 bits.
+    ep_overlap->setEnabled(sim::PlanRules::ep_overlap_values(ep->currentData().toInt(), cur_pp,
+                                                             static_cast<sim::Recompute>(recompute->currentData().toInt()), cur_prec)
+                               .back());
     const bool piped = cur_pp > 1;
     schedule->setEnabled(piped);
     const bool interleaved = piped && schedule->currentData().toInt() == static_cast<int>(sim::Schedule::kInterleaved);
@@ -1448,6 +1461,9 @@ struct ExplorerWindow::Impl {
                                  .back();
     if (attention->count() > 0) p.attention = static_cast<sim::Attention>(attention->currentData().toInt());
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
+    // Where the rules refuse it: off (the box keeps what it shows).
+    p.overlap_moe_expert_parallel_comm =
+        ep_overlap->isChecked() && sim::PlanRules::ep_overlap_values(p.ep, p.pp, p.recompute, p.precision).back();
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
     p.master_weights = masters->isChecked() ||
                        !sim::PlanRules::masters_optional(p.precision, p.accumulate_allreduce_grads_in_fp32, p.offload_optimizer);
@@ -1476,6 +1492,7 @@ struct ExplorerWindow::Impl {
     mark(p.virtual_stages != before.virtual_stages, "virtual_stages");
     mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");
     mark(p.tp_comm_overlap != before.tp_comm_overlap, "tp_comm_overlap");
+    mark(p.overlap_moe_expert_parallel_comm != before.overlap_moe_expert_parallel_comm, "overlap_moe_expert_parallel_comm");
     mark(p.deallocate_pipeline_outputs != before.deallocate_pipeline_outputs, "deallocate_pipeline_outputs");
     mark(p.sync_batchnorm != before.sync_batchnorm, "sync_batchnorm");
     mark(p.accumulate_allreduce_grads_in_fp32 != before.accumulate_allreduce_grads_in_fp32, "accumulate_allreduce_grads_in_fp32");

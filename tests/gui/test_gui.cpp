@@ -164,7 +164,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 50);  // 23 combo boxes, 16 spin boxes (3 on the search tab), 11 check boxes
+  CHECK(knobs == 51);  // 23 combo boxes, 16 spin boxes (3 on the search tab), 12 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
@@ -188,6 +188,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"loss_parallel", {"loss_parallel", "Megatron-LM"}},
       {"ep", {"--expert-model-parallel-size"}},
       {"etp", {"--expert-tensor-parallel-size"}},
+      {"overlap_moe_expert_parallel_comm", {"--overlap-moe-expert-parallel-comm"}},
       {"micro_batch", {"train_micro_batch_size_per_gpu", "--micro-batch-size"}},
       {"virtual_stages", {"--num-layers-per-virtual-pipeline-stage"}},
       {"recompute", {"--recompute-granularity"}},
@@ -1033,6 +1034,39 @@ TEST_CASE("the expert-parallel knobs follow the rules table and reach the plan",
   REQUIRE(w.wait_for_result(kWaitMs));
   REQUIRE(w.outcome().ok());
   CHECK(w.outcome().prediction->plan.ep == 2);
+}
+
+TEST_CASE("the all-to-all overlap follows the rules table and reaches the plan", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("mixtral-8x7b", "dgx-h100", "megatron-moe", "",
+                                    {sim::parse_override("cluster.nodes=4")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* overlap = w.findChild<QCheckBox*>("overlap_moe_expert_parallel_comm");
+  auto* pp = w.findChild<QComboBox*>("pp");
+  REQUIRE(overlap != nullptr);
+  REQUIRE(pp != nullptr);
+  // megatron-moe's 4 stages: dtsim models Megatron's combined 1F1B
+  // without a pipeline only (PlanRules::ep_overlap_values).
+  CHECK_FALSE(overlap->isEnabled());
+  CHECK_FALSE(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
+  pp->setCurrentIndex(pp->findData(1));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(overlap->isEnabled());
+  overlap->setChecked(true);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
+  CHECK(w.scenario().plan.origins.of("plan.overlap_moe_expert_parallel_comm") ==
+        "explorer: overlap_moe_expert_parallel_comm");
+  // Back to a pipeline: off in the plan (the box keeps what it shows).
+  pp->setCurrentIndex(pp->findData(4));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK_FALSE(overlap->isEnabled());
+  CHECK_FALSE(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
 }
 
 TEST_CASE("a dense model has the expert-parallel knobs disabled", "[gui][window]") {

@@ -12,6 +12,7 @@
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/executor.hpp"
+#include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/search.hpp"
@@ -402,6 +403,22 @@ TEST_CASE("search walks ep where the model has experts", "[moe][search]") {
   // A dense model is walked as before: ep 1 only.
   const auto dense = models::load_model("llama-tiny");
   for (const auto& s : enumerate_plans(*dense, c, o)) CHECK(s.ep == 1);
+
+  // The base plan's overlap_moe_expert_parallel_comm goes to every
+  // candidate the rules allow it in (ep > 1, pp 1, no full recompute, 16-bit)
+  // and to no other; off in the base, off everywhere.
+  for (const auto& s : plans) CHECK_FALSE(s.overlap_moe_expert_parallel_comm);
+  o.base.overlap_moe_expert_parallel_comm = true;
+  o.base.precision = Precision::kFp16;  // held: the round device runs nothing faster than fp32
+  o.base.origins.where["plan.precision"] = "--set plan.precision";
+  int on = 0, off = 0;
+  for (const auto& s : enumerate_plans(*m, c, o)) {
+    const bool allowed = s.ep > 1 && s.pp == 1 && s.recompute != Recompute::kFull && s.precision != Precision::kFp32;
+    CHECK(s.overlap_moe_expert_parallel_comm == allowed);
+    (allowed ? on : off) += 1;
+  }
+  CHECK(on > 0);
+  CHECK(off > 0);
 }
 
 TEST_CASE("moe_experts dense: every token through every expert, as HuggingFace's Llama 4 computes them (Note [Dense experts])",
@@ -451,4 +468,66 @@ TEST_CASE("moe_experts dense: every token through every expert, as HuggingFace's
   CHECK_THAT(error_of([&] { resolve(parse_plan("moe_imbalance: 2\nmoe_experts: dense\n", "p.yaml"), *m, four); }),
              Catch::Contains("moe_imbalance must be 1"));
   CHECK_THAT(error_of([] { parse_plan("moe_experts: sparse\n", "p.yaml"); }), Catch::Contains("plan.moe_experts") && Catch::Contains("grouped"));
+}
+
+// Note [Expert-parallel overlap] (lowering/layer_stage.cpp): Megatron-Core's
+// combined 1F1B. moe-tiny's two MoE blocks each send 3 all-to-all flows
+// forward (token counts, dispatch, combine) and 2 backward, every flow 10 us
+// under FixedComm: 30 us and 20 us a block. At 1 s a GFLOP every layer's
+// pass takes milliseconds, so an all-to-all beside the other micro-batch's
+// pass is hidden. Of m micro-batches, the lone first forward and last
+// backward hide none; the m - 1 combined steps hide the forward's of
+// micro-batches 1 .. m-1 and the backward's of 0 .. m-2: (m - 1) x 2 blocks
+// x (30 + 20) us. Nothing else moves (no interference: the round device has
+// comm_slowdown 0; the gradients are reduced in the last backward either way).
+TEST_CASE("overlap_moe_expert_parallel_comm hides each all-to-all under the other micro-batch's pass", "[moe]") {
+  const auto m = models::load_model("moe-tiny");
+  const ClusterSpec c = test::round_cluster(1, 4);
+  const FixedComm comm(10'000);
+  const std::string base = "ep: 4\nmicro_batch: 1\nseq_len: 128\nprecision: fp16\ngrad_accum: 3\n";
+  const test::PlanRun off = test::run_plan(*m, base, c, comm, 1'000'000'000);
+  const test::PlanRun on = test::run_plan(*m, base + "overlap_moe_expert_parallel_comm: true\n", c, comm, 1'000'000'000);
+  CHECK(on.plan.overlap_moe_expert_parallel_comm);
+  CHECK(off.exec.makespan - on.exec.makespan == (3 - 1) * 2 * (30'000 + 20'000));
+  // The all-to-alls run on their own stream, and the compute stream does
+  // the same work in the other order: F0, then F1 beside B0, F2 beside B1, B2.
+  const int ep_stream = static_cast<int>(std::find(on.graph.ranks[0].streams.begin(), on.graph.ranks[0].streams.end(), "ep comm") -
+                                         on.graph.ranks[0].streams.begin());
+  REQUIRE(ep_stream < static_cast<int>(on.graph.ranks[0].streams.size()));
+  std::vector<std::string> compute_order;
+  for (const Task& t : on.graph.tasks) {
+    if (t.axis == Axis::kEp) CHECK(t.stream == ep_stream);
+    if (t.kind == TaskKind::kCompute && t.stream == 0 && t.phase != Phase::kOptimizer) {
+      compute_order.push_back(t.name.substr(0, 3) + t.name.substr(t.name.find("[mb")));
+    }
+  }
+  const std::vector<std::string> expect = {
+      "fwd[mb 0]", "fwd[mb 0]", "fwd[mb 0]", "fwd[mb 0]",                                      // F0 alone
+      "fwd[mb 1]", "bwd[mb 0]", "fwd[mb 1]", "bwd[mb 0]", "fwd[mb 1]", "bwd[mb 0]", "fwd[mb 1]", "bwd[mb 0]",  // F1 | B0
+      "fwd[mb 2]", "bwd[mb 1]", "fwd[mb 2]", "bwd[mb 1]", "fwd[mb 2]", "bwd[mb 1]", "fwd[mb 2]", "bwd[mb 1]",  // F2 | B1
+      "bwd[mb 2]", "bwd[mb 2]", "bwd[mb 2]", "bwd[mb 2]"};                                     // B2 alone
+  CHECK(compute_order == expect);
+  // The forward of m + 1 keeps its layers as the backward of m frees its
+  // own, layer for layer, so the peak (the LM head's backward, all of m's
+  // activations and the head's workspace) gains only what m + 1's first
+  // layer keeps beside it: its embedding, which keeps nothing it allocates.
+  CHECK(on.peak_activations(0) == off.peak_activations(0));
+
+  // What Megatron-Core's transformer_config.py asserts, and dtsim's pp 1: one line each.
+  const ClusterSpec eight = test::round_cluster(1, 8);
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 1\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
+             Catch::Contains("plan.overlap_moe_expert_parallel_comm") && Catch::Contains("ep > 1"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\npp: 2\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, eight); }),
+             Catch::Contains("without a pipeline") && Catch::Contains("pp is 2"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nrecompute: full\nprecision: bf16\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
+             Catch::Contains("recompute: full"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp32\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
+             Catch::Contains("16-bit"));
+  CHECK(PlanRules::ep_overlap_values(4, 1, Recompute::kSelective, Precision::kFp8) == std::vector<bool>{false, true});
+  CHECK(PlanRules::ep_overlap_values(4, 2, Recompute::kNone, Precision::kBf16) == std::vector<bool>{false});
+  // Megatron-LM's flag (store_true, megatron/training/arguments.py).
+  const FrameworkConfig fc = parse_megatron_args("--micro-batch-size 1 --num-experts 8 --overlap-moe-expert-parallel-comm", "cmd");
+  bool found = false;
+  for (const auto& o : fc.overrides) found |= o.section == "plan" && o.path == "overlap_moe_expert_parallel_comm" && o.value == "true";
+  CHECK(found);
 }

@@ -76,7 +76,7 @@ void OverrideList::finish() {
   // Every key a PlanSpec reads (config_io.cpp, read_plan) but its name.
   static const char* const kPlanKeys[] = {
       "dp", "tp", "pp", "cp", "cp_comm", "attention", "ep", "etp", "moe_imbalance", "moe_force_load_balance",
-      "moe_capacity_factor", "moe_pad", "moe_dispatcher", "moe_experts", "loss_parallel", "runtime", "kernels", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
+      "moe_capacity_factor", "moe_pad", "moe_dispatcher", "overlap_moe_expert_parallel_comm", "moe_experts", "loss_parallel", "runtime", "kernels", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
       "sync_batchnorm",
       "tp_comm_overlap", "placement", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
       "precision", "fp8_param_gather", "fp8_recipe", "optimizer", "sgd_momentum", "zero_stage", "fsdp", "limit_all_gathers", "fsdp_wrap", "reduce_dtype", "stage3_prefetch_bucket_size",

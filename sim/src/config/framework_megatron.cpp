@@ -143,7 +143,8 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat},
       {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}, {"cpu-offloading", Kind::kBool},
       {"cpu-offloading-num-layers", Kind::kInt}, {"fp4-format", Kind::kString}, {"fp4-recipe", Kind::kString},
-      {"fp4-param-gather", Kind::kBool}, {"first-last-layers-bf16", Kind::kBool}};
+      {"fp4-param-gather", Kind::kBool}, {"first-last-layers-bf16", Kind::kBool},
+      {"overlap-moe-expert-parallel-comm", Kind::kBool}, {"delay-wgrad-compute", Kind::kBool}};
   return flags;
 }
 
@@ -497,6 +498,11 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     }
   }
   if (has("moe-layer-freq") && num("moe-layer-freq", 1) != 1) note("moe-layer-freq", "every layer priced as MoE");
+  // Note [Expert-parallel overlap] (lowering/layer_stage.cpp).
+  if (has("overlap-moe-expert-parallel-comm")) {
+    out.plan("overlap_moe_expert_parallel_comm", "true", at("overlap-moe-expert-parallel-comm"));
+  }
+  if (has("delay-wgrad-compute")) note("delay-wgrad-compute", "the experts' weight gradients priced in their layer's backward");
 
   // The model, when the command line describes one.
   if (has("num-layers") && has("hidden-size") && has("num-attention-heads")) {

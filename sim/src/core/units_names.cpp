@@ -8,13 +8,13 @@
 namespace dtsim::sim {
 
 namespace {
-constexpr const char* kStreamNames[] = {"compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd", "offload"};
+constexpr const char* kStreamNames[] = {"compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd", "offload", "ep comm"};
 }  // namespace
 
 const char* to_string(Stream s) { return kStreamNames[static_cast<int>(s)]; }
 
 std::optional<Stream> stream_from_string(std::string_view name) {
-  for (int i = 0; i <= static_cast<int>(Stream::kOffload); ++i) {
+  for (int i = 0; i <= static_cast<int>(Stream::kEpComm); ++i) {
     if (name == kStreamNames[i]) return static_cast<Stream>(i);
   }
   return std::nullopt;

@@ -58,6 +58,7 @@ class LayerStage final : public detail::StageEmitter {
       c.params += L.params;
       c.expert_params += L.expert_params;
     }
+    overlap_ = p.overlap_moe_expert_parallel_comm && p.ep > 1;
     make_units();
     make_rank();
     // Outermost first (Note [Strategy passes]): the gradient reductions
@@ -87,10 +88,23 @@ class LayerStage final : public detail::StageEmitter {
   void begin_stage(int, const std::vector<PipeStep>&) override {}
   void step(int, std::size_t, const PipeStep& st) override {
     // One stage, one chunk: forward and backward of each micro-batch in turn.
+    const std::int64_t m = st.micro, last = ctx_.plan.grad_accum - 1;
+    if (!overlap_) {
+      if (st.forward) {
+        forward(m);
+      } else {
+        backward(m, m == last);
+      }
+      return;
+    }
+    // Note [Expert-parallel overlap]: F0, then F(m+1) beside B(m), then
+    // B(last) alone; a forward the pair before emitted is skipped.
     if (st.forward) {
-      forward(st.micro);
+      if (m == 0) forward(0);
+    } else if (m < last) {
+      combined(m + 1, m);
     } else {
-      backward(st.micro, st.micro + 1 == ctx_.plan.grad_accum);
+      backward(m, true);
     }
   }
   void end_stage(int) override { optimizer_step(); }
@@ -177,6 +191,11 @@ class LayerStage final : public detail::StageEmitter {
       c.streams[static_cast<std::size_t>(Stream::kOffload)] = static_cast<int>(rank.streams.size());
       rank.streams.push_back(to_string(Stream::kOffload));
     }
+    // Note [Expert-parallel overlap]: the all-to-alls' own stream.
+    if (overlap_) {
+      c.streams[static_cast<std::size_t>(Stream::kEpComm)] = static_cast<int>(rank.streams.size());
+      rank.streams.push_back(to_string(Stream::kEpComm));
+    }
     setup_groups(rank);
     // ZeRO-3's persistent layers are whole on every rank besides their shard.
     detail::Fp8Gemms fp8;
@@ -211,65 +230,115 @@ class LayerStage final : public detail::StageEmitter {
   }
 
   void forward(std::int64_t m) {
+    ctx_.fwd.assign(ctx_.layers.size(), -1);
+    for (std::size_t l = 0; l < ctx_.layers.size(); ++l) forward_layer(m, l);
+    if (overlap_) fwd_end_ = ctx_.fwd.back();
+  }
+
+  // Note [Expert-parallel overlap]
+  // Megatron-Core's --overlap-moe-expert-parallel-comm (combined_1f1b.py,
+  // combined_1f1b_schedule_for_no_pipelining) runs the first micro-batch's
+  // forward alone, then each next one's forward beside the backward of the
+  // one before, and the last backward alone. The two go layer by layer,
+  // the forward through the layers in order and the backward in reverse
+  // (TransformerModelChunkSchedulePlan.run), and each layer pair puts one's
+  // dispatch and combine all-to-alls on a communication stream while the
+  // other's attention or experts run (TransformerLayerSchedulePlan.run:
+  // comm "combine_bwd | dispatch_fwd, dispatch_bwd | combine_fwd" under
+  // comp "pre_dispatch_fwd | mlp_bwd, mlp_bwd_dw, mlp_fwd | pre_dispatch_bwd").
+  // dtsim keeps a layer's pass one task and its all-to-alls one task after
+  // it (passes/expert_parallel.cpp), so here: forward of layer i of m + 1,
+  // then backward of layer n - 1 - i of m on the compute stream, each one's
+  // all-to-alls on the "ep comm" stream, and each pass waiting on its own
+  // micro-batch's layer before (across streams, so by a dependency). An
+  // all-to-all as long as the other micro-batch's pass beside it is
+  // hidden; the lone first forward and last backward hide none. The
+  // forward keeps its layers as the backward beside it frees the other's,
+  // so memory peaks about where it did: a layer above it at most.
+  void combined(std::int64_t fm, std::int64_t bm) {
     detail::LayerContext& c = ctx_;
-    c.fwd.assign(c.layers.size(), -1);
-    for (std::size_t l = 0; l < c.layers.size(); ++l) {
-      const Layer& L = c.layers[l];
-      const detail::At at{0, 0, l, m};
-      TaskDeps deps;
-      passes_.before_forward(at, deps);
-      // Note [Layer memory]: what the pass holds for a moment, where measured.
-      const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
-      MemOps on_start{{MemCategory::kActivations, L.saved_bytes + transient}};
-      MemOps on_end;
-      detail::add_bytes(on_end, MemCategory::kActivations, -transient);
-      passes_.forward_memory(at, on_start, on_end);
-      TaskId f = passes_.run_layer(at, {Pass::kForward, c.fwd_time[l], c.fwd_launch[l], c.fwd_memory[l]}, deps, on_start, on_end).last;
-      if (f < 0) {
-        f = c.compute(c.tag(m, "fwd ", L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
-        c.g.tasks[f].launch = c.fwd_launch[l];  // Note [Host launch] in executor.cpp
-        c.g.tasks[f].memory_share = c.fwd_memory[l];  // Note [Interference] in executor.cpp
-      }
-      c.fwd[l] = passes_.after_forward(at, f);
+    const std::size_t n = c.layers.size();
+    const TaskId bm_forward_end = fwd_end_;
+    c.fwd.assign(n, -1);
+    begin_backward();
+    for (std::size_t i = 0; i < n; ++i) {
+      forward_layer(fm, i);
+      backward_layer(bm, n - 1 - i, false, bm_forward_end);
     }
+    fwd_end_ = c.fwd.back();
+    end_backward(bm, false);
+  }
+
+  void forward_layer(std::int64_t m, std::size_t l) {
+    detail::LayerContext& c = ctx_;
+    const Layer& L = c.layers[l];
+    const detail::At at{0, 0, l, m};
+    TaskDeps deps;
+    passes_.before_forward(at, deps);
+    if (overlap_ && l > 0) deps.push_back(c.fwd[l - 1]);
+    // Note [Layer memory]: what the pass holds for a moment, where measured.
+    const Bytes transient = c.memory[l] ? c.memory[l]->forward_transient : 0;
+    MemOps on_start{{MemCategory::kActivations, L.saved_bytes + transient}};
+    MemOps on_end;
+    detail::add_bytes(on_end, MemCategory::kActivations, -transient);
+    passes_.forward_memory(at, on_start, on_end);
+    TaskId f = passes_.run_layer(at, {Pass::kForward, c.fwd_time[l], c.fwd_launch[l], c.fwd_memory[l]}, deps, on_start, on_end).last;
+    if (f < 0) {
+      f = c.compute(c.tag(m, "fwd ", L.name), Phase::kForward, c.fwd_time[l], deps, on_start, on_end);
+      c.g.tasks[f].launch = c.fwd_launch[l];  // Note [Host launch] in executor.cpp
+      c.g.tasks[f].memory_share = c.fwd_memory[l];  // Note [Interference] in executor.cpp
+    }
+    c.fwd[l] = passes_.after_forward(at, f);
   }
 
   void backward(std::int64_t m, bool last_micro) {
+    begin_backward();
+    for (std::size_t i = ctx_.layers.size(); i-- > 0;) backward_layer(m, i, last_micro, fwd_end_);
+    end_backward(m, last_micro);
+  }
+
+  void begin_backward() { ctx_.bwd.assign(ctx_.layers.size(), -1); }
+
+  /// `forward_end`: the micro-batch's last forward task, which its first
+  /// backward waits on under Note [Expert-parallel overlap].
+  void backward_layer(std::int64_t m, std::size_t i, bool last_micro, TaskId forward_end) {
     detail::LayerContext& c = ctx_;
-    c.bwd.assign(c.layers.size(), -1);
     const bool first_micro = m == 0;
-    for (std::size_t i = c.layers.size(); i-- > 0;) {
-      const Layer& L = c.layers[i];
-      const detail::At at{0, 0, i, m, first_micro, last_micro};
-      TaskDeps deps;
-      passes_.before_backward(at, deps);
-      // Gradients: persistent full grads (stages 0/1, allocated on first use
-      // and freed by the optimizer) or transient ones reduced away (2/3).
-      // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
-      // Megatron's buffer holds them all along (Note [Megatron's gradient buffer]).
-      const bool allocates = c.zero >= 2 || first_micro;
-      const bool new_grads = allocates && !c.resident_grads;
-      // The gradient of the input and the backward's workspaces; where
-      // calibration measured the backward's rise (Note [Layer memory]), that
-      // rise less the gradients it includes (the runtime's, in the
-      // parameters' type).
-      Bytes held = L.output_bytes + L.backward_workspace_bytes;
-      if (c.memory[i]) held = std::max<Bytes>(0, c.memory[i]->backward_rise - (allocates ? L.params * c.w : 0));
-      MemOps on_start{{MemCategory::kActivations, held}};
-      MemOps on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
-      auto& grads_op = L.grads_at_end() ? on_end : on_start;
-      if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
-      passes_.backward_memory(at, on_start, on_end);
-      TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i], c.bwd_memory[i]}, deps, on_start, on_end).last;
-      if (b < 0) {
-        b = c.compute(c.tag(m, "bwd ", L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
-        c.g.tasks[b].launch = c.bwd_launch[i];
-        c.g.tasks[b].memory_share = c.bwd_memory[i];
-      }
-      c.bwd[i] = passes_.after_backward(at, b);
+    const Layer& L = c.layers[i];
+    const detail::At at{0, 0, i, m, first_micro, last_micro};
+    TaskDeps deps;
+    passes_.before_backward(at, deps);
+    if (overlap_) deps.push_back(i + 1 < c.layers.size() ? c.bwd[i + 1] : forward_end);
+    // Gradients: persistent full grads (stages 0/1, allocated on first use
+    // and freed by the optimizer) or transient ones reduced away (2/3).
+    // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
+    // Megatron's buffer holds them all along (Note [Megatron's gradient buffer]).
+    const bool allocates = c.zero >= 2 || first_micro;
+    const bool new_grads = allocates && !c.resident_grads;
+    // The gradient of the input and the backward's workspaces; where
+    // calibration measured the backward's rise (Note [Layer memory]), that
+    // rise less the gradients it includes (the runtime's, in the
+    // parameters' type).
+    Bytes held = L.output_bytes + L.backward_workspace_bytes;
+    if (c.memory[i]) held = std::max<Bytes>(0, c.memory[i]->backward_rise - (allocates ? L.params * c.w : 0));
+    MemOps on_start{{MemCategory::kActivations, held}};
+    MemOps on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
+    auto& grads_op = L.grads_at_end() ? on_end : on_start;
+    if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
+    passes_.backward_memory(at, on_start, on_end);
+    TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i], c.bwd_memory[i]}, deps, on_start, on_end).last;
+    if (b < 0) {
+      b = c.compute(c.tag(m, "bwd ", L.name), Phase::kBackward, c.bwd_time[i], deps, on_start, on_end);
+      c.g.tasks[b].launch = c.bwd_launch[i];
+      c.g.tasks[b].memory_share = c.bwd_memory[i];
     }
+    c.bwd[i] = passes_.after_backward(at, b);
+  }
+
+  void end_backward(std::int64_t m, bool last_micro) {
+    detail::LayerContext& c = ctx_;
     c.last_bwd = c.bwd.front();
-    passes_.end_backward(detail::At{0, 0, 0, m, first_micro, last_micro}, c.last_bwd);
+    passes_.end_backward(detail::At{0, 0, 0, m, m == 0, last_micro}, c.last_bwd);
   }
 
   void optimizer_step() {
@@ -324,6 +393,10 @@ class LayerStage final : public detail::StageEmitter {
 
   detail::LayerContext ctx_;
   detail::PassList passes_;
+  /// Note [Expert-parallel overlap]: the plan asks for it, and the last
+  /// forward's final task (its all-to-all) of the micro-batch emitted last.
+  bool overlap_ = false;
+  TaskId fwd_end_ = -1;
 };
 
 }  // namespace

@@ -175,7 +175,7 @@ struct StageContext {
   /// pass hears of it (offload copies the shard down).
   void reduced(const At& at, TaskId reduce, Bytes shard_bytes);
 
-  std::array<int, 9> streams{};  ///< by Stream; -1 where the rank has none
+  std::array<int, 10> streams{};  ///< by Stream; -1 where the rank has none
   const std::vector<std::unique_ptr<StrategyPass>>* passes = nullptr;
 };
 

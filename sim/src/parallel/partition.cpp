@@ -68,10 +68,14 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     const TimeNs fwd = compute.layer_time(L, Pass::kForward, plan.precision, shape);
     // The serial collectives: tensor parallelism's, expert parallelism's
     // all-to-alls and SyncBatchNorm's (Layer::dp_forward).
-    const TimeNs epf = (L.ep_forward.empty() ? 0 : detail::sum_costs(L.ep_forward, ep_group, comm, &L.ep_route).total()) +
-                       (L.dp_forward.empty() ? 0 : detail::sum_costs(L.dp_forward, dp_group, comm).total());
-    const TimeNs epb = (L.ep_backward.empty() ? 0 : detail::sum_costs(L.ep_backward, ep_group, comm, &L.ep_route).total()) +
-                       (L.dp_backward.empty() ? 0 : detail::sum_costs(L.dp_backward, dp_group, comm).total());
+    const TimeNs a2af = L.ep_forward.empty() ? 0 : detail::sum_costs(L.ep_forward, ep_group, comm, &L.ep_route).total();
+    const TimeNs a2ab = L.ep_backward.empty() ? 0 : detail::sum_costs(L.ep_backward, ep_group, comm, &L.ep_route).total();
+    const TimeNs epf = a2af + (L.dp_forward.empty() ? 0 : detail::sum_costs(L.dp_forward, dp_group, comm).total());
+    const TimeNs epb = a2ab + (L.dp_backward.empty() ? 0 : detail::sum_costs(L.dp_backward, dp_group, comm).total());
+    // Under Note [Expert-parallel overlap] the all-to-alls run on a stream
+    // of their own: the compute stream is not kept busy by them.
+    const TimeNs off_stream_f = plan.overlap_moe_expert_parallel_comm ? a2af : 0;
+    const TimeNs off_stream_b = plan.overlap_moe_expert_parallel_comm ? a2ab : 0;
     const CollectiveCost tp_fwd = plan.tp > 1 ? detail::sum_costs(L.tp_forward, tp_group, comm) : CollectiveCost{};
     const CollectiveCost tp_bwd = plan.tp > 1 ? detail::sum_costs(L.tp_backward, tp_group, comm) : CollectiveCost{};
     const TimeNs tpf = tp_fwd.total() + epf;
@@ -107,8 +111,8 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     out.recompute.push_back(rec);
     out.tp_forward.push_back(tpf);
     out.tp_backward.push_back(tp_bwd.total() + epb);
-    out.tp_forward_exposed.push_back(detail::tp_exposed_cost(tp_fwd, L, Pass::kForward, plan, compute).total() + epf);
-    out.tp_backward_exposed.push_back(detail::tp_exposed_cost(tp_bwd, L, Pass::kBackward, plan, compute).total() + epb);
+    out.tp_forward_exposed.push_back(detail::tp_exposed_cost(tp_fwd, L, Pass::kForward, plan, compute).total() + epf - off_stream_f);
+    out.tp_backward_exposed.push_back(detail::tp_exposed_cost(tp_bwd, L, Pass::kBackward, plan, compute).total() + epb - off_stream_b);
   }
   return out;
 }

@@ -573,6 +573,23 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                            (r.flash_attention ? "" : ", eager attention") + ") need one of none, selective, full");
     }
   }
+  // Note [Expert-parallel overlap] (lowering/layer_stage.cpp): what
+  // Megatron-Core's transformer_config.py asserts, and dtsim's pp 1.
+  r.overlap_moe_expert_parallel_comm = s.overlap_moe_expert_parallel_comm;
+  if (r.overlap_moe_expert_parallel_comm &&
+      !PlanRules::ep_overlap_values(r.ep, r.pp, r.recompute, r.precision).back()) {
+    std::string why;
+    if (r.ep <= 1) {
+      why = "needs experts split over ranks (ep > 1; ep is " + std::to_string(r.ep) + ")";
+    } else if (r.pp > 1) {
+      why = "is modelled without a pipeline only (pp 1; pp is " + std::to_string(r.pp) + ")";
+    } else if (r.recompute == Recompute::kFull) {
+      why = "cannot run with recompute: full (Megatron-Core asserts it); use none or selective";
+    } else {
+      why = "needs a 16-bit model (fp16, bf16, fp8 or fp4), not fp32";
+    }
+    bad.add("overlap_moe_expert_parallel_comm", "true " + why + "; or set it false");
+  }
   // Note [Block recompute] (partition.cpp): Megatron-Core's recompute_method
   // and recompute_num_layers, which its TransformerConfig allows under full
   // recompute only and requires together there.

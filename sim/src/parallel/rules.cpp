@@ -232,6 +232,11 @@ std::vector<bool> PlanRules::tp_comm_overlap_values(int tp, bool sequence_parall
   return {false};
 }
 
+std::vector<bool> PlanRules::ep_overlap_values(int ep, int pp, Recompute recompute, Precision precision) {
+  if (ep > 1 && pp == 1 && recompute != Recompute::kFull && precision != Precision::kFp32) return {false, true};
+  return {false};
+}
+
 std::vector<Precision> PlanRules::precisions() const {
   // fp16 runs everywhere (on FP16 units where the device has them, else at
   // its fp32 rate); bf16 only where the device supports it; fp8 only on FP8

@@ -94,6 +94,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("ep", p.ep).field("etp", p.etp).field("edp", p.edp);
   j.field("moe_imbalance", p.moe_imbalance).field("moe_capacity_factor", p.moe_capacity_factor).field("moe_pad", p.moe_pad)
       .field("moe_force_load_balance", p.moe_force_load_balance).field("moe_dispatcher", to_string(p.moe_dispatcher))
+      .field("overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm)
       .field("moe_experts", to_string(p.moe_experts));
   j.field("loss_parallel", to_string(p.loss_parallel));
   j.field("attention", p.flash_attention ? "flash" : "eager");

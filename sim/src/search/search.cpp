@@ -399,6 +399,9 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.offload_params = par;
                     p.overlap_param_gather = gather;
                     p.recompute = rc;
+                    // Note [Expert-parallel overlap]: as the base plan says, where the rules allow it.
+                    p.overlap_moe_expert_parallel_comm =
+                        PlanRules::ep_overlap_values(ep, pp, rc, pr).back() && o.base.overlap_moe_expert_parallel_comm;
                     p.recompute_method = RecomputeMethod::kUniform;
                     p.recompute_num_layers = 0;
                     // Not searched (Note [Activation offload]): its memory
@@ -721,6 +724,10 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
          "the distributed optimizer (zero_stage 1, tried where dp > 1) with overlap: true, outside runtime: python");
   unused("tp_comm_overlap", o.base.tp_comm_overlap, [](const PlanSpec& p) { return p.tp_comm_overlap; },
          "sequence parallelism, so tp > 1");
+  unused("overlap_moe_expert_parallel_comm", o.base.overlap_moe_expert_parallel_comm,
+         [](const PlanSpec& p) { return p.overlap_moe_expert_parallel_comm; },
+         "experts split over ranks (ep > 1) without a pipeline (pp 1), recompute other than full, a 16-bit model");
+
   // Off in every candidate (enumerate_plans): said once each.
   const std::pair<const char*, std::string> not_searched[] = {
       {"cpu_offloading_num_layers", o.base.cpu_offloading_num_layers > 0 ? std::to_string(o.base.cpu_offloading_num_layers) : ""},
@@ -851,7 +858,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     // degrees and the placement).
     const bool experts = s.ep > 1;
     const auto key = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
-                                     s.recompute, s.tp_comm_overlap ? 1 : 0, s.ep, s.etp,
+                                     s.recompute, (s.tp_comm_overlap ? 1 : 0) + (s.overlap_moe_expert_parallel_comm ? 2 : 0), s.ep, s.etp,
                                      s.sync_batchnorm || experts ? s.dp : 0, experts ? s.pp : 0,
                                      experts ? s.placement : std::string());
     auto it = priced_cache.find(key);
@@ -1187,6 +1194,7 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   j.field("offload_optimizer", to_string(p.offload_optimizer)).field("offload_params", to_string(p.offload_params));
   j.field("recompute", to_string(p.recompute)).field("recompute_blocks", p.recompute_blocks);
   j.field("sequence_parallel", p.sequence_parallel).field("tp_comm_overlap", p.tp_comm_overlap);
+  j.field("overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm);
   j.field("master_weights", p.master_weights);
   j.field("placement", p.spec.placement);
   j.key("stage_layers").begin_array();

@@ -162,6 +162,12 @@ struct PlanSpec {
   double moe_capacity_factor = 0;
   bool moe_pad = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  /// Megatron-Core's --overlap-moe-expert-parallel-comm: one micro-batch's
+  /// forward runs layer by layer beside the previous one's backward, each
+  /// one's all-to-alls on a stream of their own under the other's compute
+  /// (Note [Expert-parallel overlap] in sim/src/lowering/layer_stage.cpp).
+  /// Needs ep > 1; dtsim models it without a pipeline (pp 1).
+  bool overlap_moe_expert_parallel_comm = false;
   MoeExperts moe_experts = MoeExperts::kGrouped;
   LossParallel loss_parallel = LossParallel::kAuto;
   Runtime runtime = Runtime::kLibtorch;  ///< the training loop (Note [Python host cost])
@@ -315,6 +321,7 @@ struct ResolvedPlan {
   double moe_imbalance = 1.0, moe_capacity_factor = 0;
   bool moe_pad = false, moe_force_load_balance = false;
   MoeDispatcher moe_dispatcher = MoeDispatcher::kAllToAll;
+  bool overlap_moe_expert_parallel_comm = false;  ///< PlanSpec's
   MoeExperts moe_experts = MoeExperts::kGrouped;
   LossParallel loss_parallel = LossParallel::kMegatron;  ///< resolved: never kAuto
   Runtime runtime = Runtime::kLibtorch;

@@ -45,9 +45,10 @@ const char* to_string(Phase p);
 /// The streams a rank's tasks run on, in order: lowering names a rank's
 /// streams from this one list and front ends (the GUI's lanes) read them
 /// back through it.
-enum class Stream { kCompute, kGradComm, kParamComm, kD2H, kH2D, kHost, kSendFwd, kSendBwd, kOffload };
-/// "compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd", "offload"
-/// (Transformer Engine's side stream for activations: Note [Activation offload]).
+enum class Stream { kCompute, kGradComm, kParamComm, kD2H, kH2D, kHost, kSendFwd, kSendBwd, kOffload, kEpComm };
+/// "compute", "grad comm", "param comm", "d2h", "h2d", "host", "send fwd", "send bwd", "offload",
+/// "ep comm" (Transformer Engine's side stream for activations: Note [Activation offload];
+/// the expert-parallel all-to-alls' under Note [Expert-parallel overlap]).
 const char* to_string(Stream s);
 /// The stream of that name, or nothing.
 std::optional<Stream> stream_from_string(std::string_view name);

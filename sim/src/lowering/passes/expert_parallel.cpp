@@ -4,7 +4,9 @@
 // Megatron-Core's alltoall dispatcher runs them on the compute stream,
 // between the router and the experts and after the experts, so a unit's
 // all-to-alls are one task right after its kernels (as the tensor-parallel
-// collectives are), priced as one flow.
+// collectives are), priced as one flow. Under --overlap-moe-expert-parallel-comm
+// that task runs on a stream of its own, and the emitter makes the unit's
+// next pass wait for it (Note [Expert-parallel overlap] in layer_stage.cpp).
 #include "lowering/lowering_common.hpp"
 #include "lowering/pass.hpp"
 
@@ -13,7 +15,8 @@ namespace {
 
 class ExpertParallel final : public StrategyPass {
  public:
-  explicit ExpertParallel(StageContext& ctx) : ctx_(ctx) {}
+  explicit ExpertParallel(StageContext& ctx)
+      : ctx_(ctx), stream_(ctx.plan.overlap_moe_expert_parallel_comm ? Stream::kEpComm : Stream::kCompute) {}
 
   TaskId after_forward(const At& at, TaskId last) override { return after(at, last, true); }
   TaskId after_backward(const At& at, TaskId last) override { return after(at, last, false); }
@@ -24,11 +27,12 @@ class ExpertParallel final : public StrategyPass {
     const Bytes bytes = forward ? u.ep_forward_bytes : u.ep_backward_bytes;
     if (bytes <= 0) return last;
     return ctx_.b.collective(ctx_.tag(at.micro, forward ? "ep fwd " : "ep bwd ", u.name), at.rank,
-                             ctx_.stream(Stream::kCompute), Axis::kEp, CollectiveOp::kAllToAll, bytes,
+                             ctx_.stream(stream_), Axis::kEp, CollectiveOp::kAllToAll, bytes,
                              forward ? u.ep_forward_cost : u.ep_backward_cost, {last});
   }
 
   StageContext& ctx_;
+  Stream stream_;
 };
 
 }  // namespace
