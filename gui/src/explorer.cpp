@@ -397,6 +397,7 @@ std::string plan_label(const sim::ResolvedPlan& p) {
   if (p.ep > 1) {
     s += " ep" + std::to_string(p.ep);
     if (p.etp != p.tp) s += "-etp" + std::to_string(p.etp);
+    if (p.overlap_moe_expert_parallel_comm) s += "+overlap";  // Note [Expert-parallel overlap]
   }
   if (p.sequence_parallel) s += p.tp_comm_overlap ? " sp+overlap" : " sp";
   if (p.tp > 1 && p.spec.loss_parallel != sim::LossParallel::kAuto) s += std::string(" loss-") + sim::to_string(p.spec.loss_parallel);

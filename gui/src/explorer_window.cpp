@@ -114,7 +114,8 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
     {"overlap_moe_expert_parallel_comm",
      "plan.overlap_moe_expert_parallel_comm: after the first micro-batch's forward, each next forward runs layer by "
      "layer beside the backward of the one before, each one's all-to-alls under the other's layer. Megatron "
-     "--overlap-moe-expert-parallel-comm. Needs ep > 1, pp 1, recompute other than full, 16 bits."},
+     "--overlap-moe-expert-parallel-comm. Needs ep > 1, with pipeline stages the interleaved schedule, recompute "
+     "other than full, 16 bits."},
     {"moe_imbalance", "plan.moe_imbalance: the busiest expert's tokens over the mean (1: perfectly balanced "
                       "routing); the router's load-balancing loss (Megatron --moe-aux-loss-coeff) keeps it near 1."},
     {"schedule", "plan.schedule, the pipeline schedule (pp > 1). 1F1B: PipeDream-Flush, Megatron's and DeepSpeed's "
@@ -1327,13 +1328,14 @@ struct ExplorerWindow::Impl {
       pi = precision->count() - 1;
     }
     precision->setCurrentIndex(pi);
-    // resolve refuses it but with experts split, pp 1, no full recompute, 16 bits.
-    ep_overlap->setEnabled(sim::PlanRules::ep_overlap_values(ep->currentData().toInt(), cur_pp,
-                                                             static_cast<sim::Recompute>(recompute->currentData().toInt()), cur_prec)
-                               .back());
     const bool piped = cur_pp > 1;
     schedule->setEnabled(piped);
     const bool interleaved = piped && schedule->currentData().toInt() == static_cast<int>(sim::Schedule::kInterleaved);
+    // resolve refuses it but with experts split, interleaved stages or none, no full recompute, 16 bits.
+    ep_overlap->setEnabled(sim::PlanRules::ep_overlap_values(ep->currentData().toInt(), cur_pp,
+                                                             interleaved ? sim::Schedule::kInterleaved : sim::Schedule::k1f1b,
+                                                             static_cast<sim::Recompute>(recompute->currentData().toInt()), cur_prec)
+                               .back());
     vstages->setEnabled(interleaved);
     dealloc->setEnabled(piped);
     sync_bn->setEnabled(ch.sync_batchnorm);
@@ -1463,7 +1465,8 @@ struct ExplorerWindow::Impl {
     if (precision->count() > 0) p.precision = static_cast<sim::Precision>(precision->currentData().toInt());
     // Where the rules refuse it: off (the box keeps what it shows).
     p.overlap_moe_expert_parallel_comm =
-        ep_overlap->isChecked() && sim::PlanRules::ep_overlap_values(p.ep, p.pp, p.recompute, p.precision).back();
+        ep_overlap->isChecked() &&
+        sim::PlanRules::ep_overlap_values(p.ep, p.pp, p.pp > 1 ? p.schedule : sim::Schedule::k1f1b, p.recompute, p.precision).back();
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
     p.master_weights = masters->isChecked() ||
                        !sim::PlanRules::masters_optional(p.precision, p.accumulate_allreduce_grads_in_fp32, p.offload_optimizer);

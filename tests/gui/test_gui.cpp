@@ -1045,28 +1045,33 @@ TEST_CASE("the all-to-all overlap follows the rules table and reaches the plan",
   REQUIRE(w.outcome().ok());
   auto* overlap = w.findChild<QCheckBox*>("overlap_moe_expert_parallel_comm");
   auto* pp = w.findChild<QComboBox*>("pp");
+  auto* schedule = w.findChild<QComboBox*>("schedule");
   REQUIRE(overlap != nullptr);
   REQUIRE(pp != nullptr);
-  // megatron-moe's 4 stages: dtsim models Megatron's combined 1F1B
-  // without a pipeline only (PlanRules::ep_overlap_values).
-  CHECK_FALSE(overlap->isEnabled());
-  CHECK_FALSE(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
-  pp->setCurrentIndex(pp->findData(1));
-  REQUIRE(w.wait_for_result(kWaitMs));
-  REQUIRE(w.outcome().ok());
+  REQUIRE(schedule != nullptr);
+  // megatron-moe's 4 interleaved stages: Megatron's combined 1F1B runs
+  // there (PlanRules::ep_overlap_values), off until asked for.
   CHECK(overlap->isEnabled());
+  CHECK_FALSE(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
   overlap->setChecked(true);
   REQUIRE(w.wait_for_result(kWaitMs));
   REQUIRE(w.outcome().ok());
   CHECK(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
   CHECK(w.scenario().plan.origins.of("plan.overlap_moe_expert_parallel_comm") ==
         "explorer: overlap_moe_expert_parallel_comm");
-  // Back to a pipeline: off in the plan (the box keeps what it shows).
-  pp->setCurrentIndex(pp->findData(4));
+  CHECK(gui::plan_label(w.outcome().prediction->plan).find(" ep8+overlap") != std::string::npos);
+  // Plain 1F1B: Megatron asserts virtual stages, so off in the plan (the box keeps what it shows).
+  schedule->setCurrentIndex(schedule->findData(static_cast<int>(sim::Schedule::k1f1b)));
   REQUIRE(w.wait_for_result(kWaitMs));
   REQUIRE(w.outcome().ok());
   CHECK_FALSE(overlap->isEnabled());
   CHECK_FALSE(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
+  // No pipeline: on again.
+  pp->setCurrentIndex(pp->findData(1));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(overlap->isEnabled());
+  CHECK(w.outcome().prediction->plan.overlap_moe_expert_parallel_comm);
 }
 
 TEST_CASE("a dense model has the expert-parallel knobs disabled", "[gui][window]") {

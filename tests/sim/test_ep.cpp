@@ -14,6 +14,8 @@
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/report.hpp"
 #include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/search.hpp"
 #include "fake_model.hpp"
@@ -413,7 +415,8 @@ TEST_CASE("search walks ep where the model has experts", "[moe][search]") {
   o.base.origins.where["plan.precision"] = "--set plan.precision";
   int on = 0, off = 0;
   for (const auto& s : enumerate_plans(*m, c, o)) {
-    const bool allowed = s.ep > 1 && s.pp == 1 && s.recompute != Recompute::kFull && s.precision != Precision::kFp32;
+    const bool allowed = s.ep > 1 && (s.pp == 1 || s.schedule == Schedule::kInterleaved) && s.recompute != Recompute::kFull &&
+                         s.precision != Precision::kFp32;
     CHECK(s.overlap_moe_expert_parallel_comm == allowed);
     (allowed ? on : off) += 1;
   }
@@ -513,21 +516,96 @@ TEST_CASE("overlap_moe_expert_parallel_comm hides each all-to-all under the othe
   // layer keeps beside it: its embedding, which keeps nothing it allocates.
   CHECK(on.peak_activations(0) == off.peak_activations(0));
 
-  // What Megatron-Core's transformer_config.py asserts, and dtsim's pp 1: one line each.
+  // What Megatron-Core's transformer_config.py asserts: one line each.
   const ClusterSpec eight = test::round_cluster(1, 8);
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 1\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
              Catch::Contains("plan.overlap_moe_expert_parallel_comm") && Catch::Contains("ep > 1"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\npp: 2\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, eight); }),
-             Catch::Contains("without a pipeline") && Catch::Contains("pp is 2"));
+             Catch::Contains("schedule: interleaved") && Catch::Contains("the schedule is 1f1b"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nrecompute: full\nprecision: bf16\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
              Catch::Contains("recompute: full"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp32\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
              Catch::Contains("16-bit"));
-  CHECK(PlanRules::ep_overlap_values(4, 1, Recompute::kSelective, Precision::kFp8) == std::vector<bool>{false, true});
-  CHECK(PlanRules::ep_overlap_values(4, 2, Recompute::kNone, Precision::kBf16) == std::vector<bool>{false});
+  CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kSelective, Precision::kFp8) == std::vector<bool>{false, true});
+  CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::k1f1b, Recompute::kNone, Precision::kBf16) == std::vector<bool>{false});
+  CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::kInterleaved, Recompute::kNone, Precision::kBf16) ==
+        std::vector<bool>{false, true});
   // Megatron-LM's flag (store_true, megatron/training/arguments.py).
   const FrameworkConfig fc = parse_megatron_args("--micro-batch-size 1 --num-experts 8 --overlap-moe-expert-parallel-comm", "cmd");
   bool found = false;
   for (const auto& o : fc.overrides) found |= o.section == "plan" && o.path == "overlap_moe_expert_parallel_comm" && o.value == "true";
   CHECK(found);
+}
+
+// Note [Expert-parallel overlap] in an interleaved pipeline
+// (combined_1f1b_schedule_for_interleaved_pipelining): Megatron-Core runs
+// one more warm-up forward on every stage (get_pp_rank_microbatches: "one
+// extra micro-batch forward step before the 1f1b stages"), then each 1F1B
+// step's forward beside its backward. Stage 0 of 2 with 2 chunks a stage
+// warms up with (2 - 0 - 1) x 2 + (2 - 1) x 2 = 4 forwards, 5 with the
+// overlap; the last stage with 2, then 3. Before the first backward comes
+// one forward more, the first 1F1B step's.
+TEST_CASE("overlap_moe_expert_parallel_comm in an interleaved pipeline: one more warm-up forward, each 1F1B step's pair overlapped",
+          "[moe][pipeline]") {
+  auto before_first_backward = [](int stage, bool overlap) {
+    int n = 0;
+    for (const PipeStep& st : pipeline_order(Schedule::kInterleaved, 2, 2, stage, 8, overlap)) {
+      if (!st.forward) break;
+      ++n;
+    }
+    return n;
+  };
+  CHECK(before_first_backward(0, false) == 4 + 1);
+  CHECK(before_first_backward(0, true) == 5 + 1);
+  CHECK(before_first_backward(1, false) == 2 + 1);
+  CHECK(before_first_backward(1, true) == 3 + 1);
+  // Every forward and backward once either way.
+  CHECK(pipeline_order(Schedule::kInterleaved, 2, 2, 0, 8, true).size() == 2 * 2 * 8);
+
+  // moe-tiny's 4 layers as 2 stages of 2 one-layer chunks, 4 GPUs a stage
+  // with the experts over all 4, each all-to-all flow 2 ms (FixedComm): a
+  // MoE chunk's 6 and 4 ms of all-to-alls are as long as its passes at 0.1
+  // s a GFLOP, so hiding them under the other pass outweighs the extra
+  // warm-up forward.
+  const auto m = models::load_model("moe-tiny");
+  const ClusterSpec c = test::round_cluster(1, 8);
+  const FixedComm comm(2'000'000);
+  const std::string base = "ep: 4\npp: 2\nschedule: interleaved\nvirtual_stages: 2\nmicro_batch: 1\nseq_len: 128\n"
+                           "precision: fp16\ngrad_accum: 8\n";
+  const test::PlanRun off = test::run_plan(*m, base, c, comm, 100'000'000);
+  const test::PlanRun on = test::run_plan(*m, base + "overlap_moe_expert_parallel_comm: true\n", c, comm, 100'000'000);
+  CHECK(on.exec.makespan < off.exec.makespan);
+  int on_stream = 0;
+  for (const Task& t : on.graph.tasks) {
+    if (t.axis != Axis::kEp) continue;
+    CHECK(on.graph.ranks[static_cast<std::size_t>(t.rank)].streams[static_cast<std::size_t>(t.stream)] == "ep comm");
+    ++on_stream;
+  }
+  CHECK(on_stream == 8 * 2 * 2);  // 8 micro-batches, 2 MoE chunks, forward and backward
+  // Refused where Megatron refuses it: a pipeline without virtual stages.
+  CHECK_THAT(error_of([&] {
+               resolve(parse_plan("ep: 4\npp: 2\nschedule: 1f1b\nprecision: fp16\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c);
+             }),
+             Catch::Contains("plan.overlap_moe_expert_parallel_comm") && Catch::Contains("schedule: interleaved"));
+
+  // The steady state once (Note [Steady state]) predicts it as the full
+  // simulation does: the new stream and the warm-up's and cool-down's
+  // waits repeat with the schedule.
+  const ClusterSpec h100 = load_cluster("dgx-h100", {});
+  PlanSpec plan = parse_plan("ep: 4\npp: 2\nschedule: interleaved\nvirtual_stages: 2\nmicro_batch: 1\nseq_len: 128\n"
+                             "precision: bf16\nmicro_batches: 256\noverlap_moe_expert_parallel_comm: true\n", "p.yaml");
+  PredictOptions full;
+  full.unabridged = true;
+  const Prediction a = predict(*m, plan, h100);
+  const Prediction b = predict(*m, plan, h100, full);
+  CHECK(a.abridged_to > 0);
+  CHECK(b.abridged_to == 0);
+  CHECK(a.iteration_time == b.iteration_time);
+  CHECK(a.breakdown.exposed_comm == b.breakdown.exposed_comm);
+  CHECK(a.events == b.events);
+  REQUIRE(a.ranks.size() == b.ranks.size());
+  for (std::size_t r = 0; r < a.ranks.size(); ++r) CHECK(a.ranks[r].peak == b.ranks[r].peak);
+  // The table's plan line and the JSON say so.
+  CHECK_THAT(format_table(a), Catch::Contains(" a2a-overlap"));
+  CHECK_THAT(to_json(a), Catch::Contains("\"overlap_moe_expert_parallel_comm\": true"));
 }

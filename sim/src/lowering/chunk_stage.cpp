@@ -60,6 +60,7 @@ class ChunkStage final : public detail::StageEmitter {
     c.dp_group = data_group(c.plan.mesh, c.cluster.gpus_per_node);
     c.ep_group = expert_group(c.plan.mesh, c.plan.etp, c.plan.ep, Axis::kEp, c.cluster.gpus_per_node);
     c.edp_group = expert_group(c.plan.mesh, c.plan.etp, c.plan.ep, Axis::kDp, c.cluster.gpus_per_node);
+    overlap_ = c.plan.overlap_moe_expert_parallel_comm && c.plan.ep > 1;
     place_chunks();
     make_ranks();
     const int pp = c.plan.pp, v = c.plan.virtual_stages;
@@ -91,6 +92,7 @@ class ChunkStage final : public detail::StageEmitter {
     }
     ctx_.reductions.clear();
     last_ = -1;
+    last_forward_ = false;
   }
 
   void step(int s, std::size_t j, const PipeStep& st) override {
@@ -99,6 +101,7 @@ class ChunkStage final : public detail::StageEmitter {
     // Under zb-h1 the gradients come from the weight passes (Note [Zero bubble]).
     const bool grads_here = !split_ || st.weight;
     const bool first = grads_here && !grads_[st.chunk], last = grads_here && final_b_[st.chunk] == j;
+    const TaskId before = last_;
     if (st.forward) {
       last_ = forward(s, vs, st.micro);
     } else if (st.weight) {
@@ -106,6 +109,15 @@ class ChunkStage final : public detail::StageEmitter {
     } else {
       last_ = backward(s, vs, st.micro, first, last);
     }
+    if (overlap_ && before >= 0 && st.forward == last_forward_) {
+      // Note [Expert-parallel overlap]: a warm-up forward, or a cool-down
+      // backward, runs alone, after the step before and its all-to-alls;
+      // in 1F1B each forward goes beside a backward, and the two hide each
+      // other's (combined_1f1b_schedule_for_interleaved_pipelining).
+      const std::size_t cell = ctx_.cell(vs, st.micro);
+      ctx_.g.tasks[st.forward ? ctx_.f_entry[cell] : ctx_.b_entry[cell]].deps.push_back(before);
+    }
+    last_forward_ = st.forward;
     if (!st.forward) {
       if (grads_here) grads_[st.chunk] = true;
       ctx_.last_backward[static_cast<std::size_t>(vs)] = last_;
@@ -296,7 +308,9 @@ class ChunkStage final : public detail::StageEmitter {
     detail::ChunkContext& c = ctx_;
     const int inter_groups = std::max(c.dp_group.ranks_per_node < c.dp_group.ranks ? c.dp_group.groups_per_node : 1,
                                       std::min(c.cluster.gpus_per_node, c.plan.mesh.stride(Axis::kPp)));
-    const Stream streams[] = {Stream::kCompute, Stream::kGradComm, Stream::kSendFwd, Stream::kSendBwd};
+    // Note [Expert-parallel overlap] (layer_stage.cpp): the all-to-alls' own stream.
+    std::vector<Stream> streams = {Stream::kCompute, Stream::kGradComm, Stream::kSendFwd, Stream::kSendBwd};
+    if (overlap_) streams.push_back(Stream::kEpComm);
     for (int s = 0; s < c.plan.pp; ++s) {
       SimRank r;
       r.rank = c.plan.mesh.with_coord(0, Axis::kPp, s);
@@ -458,6 +472,9 @@ class ChunkStage final : public detail::StageEmitter {
   std::vector<bool> grads_;           ///< whether a chunk has run a backward yet
   std::vector<std::size_t> final_b_;  ///< the step of each chunk's last backward
   TaskId last_ = -1;                  ///< the stage's last step
+  bool last_forward_ = false;         ///< ... was a forward
+  /// Note [Expert-parallel overlap]: the plan asks for it.
+  bool overlap_ = false;
   /// zb-h1: backward runs as the input-gradient pass B and the weight pass W.
   bool split_ = ctx_.plan.schedule == Schedule::kZbH1;
 };

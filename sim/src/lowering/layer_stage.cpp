@@ -255,6 +255,13 @@ class LayerStage final : public detail::StageEmitter {
   // hidden; the lone first forward and last backward hide none. The
   // forward keeps its layers as the backward beside it frees the other's,
   // so memory peaks about where it did: a layer above it at most.
+  // In an interleaved pipeline (combined_1f1b_schedule_for_interleaved_
+  // pipelining) each 1F1B step's forward and backward go together so, a
+  // chunk each: chunk_stage.cpp puts the all-to-alls on their own stream
+  // and lets a step wait for the one before only where both go the same
+  // way (the warm-up's forwards, the cool-down's backwards), and
+  // pipeline_order() runs one more warm-up forward, as Megatron does so
+  // that each step's two are independent.
   void combined(std::int64_t fm, std::int64_t bm) {
     detail::LayerContext& c = ctx_;
     const std::size_t n = c.layers.size();

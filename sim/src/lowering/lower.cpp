@@ -60,7 +60,7 @@
 
 namespace dtsim::sim {
 
-std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage, int m) {
+std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage, int m, bool ep_overlap) {
   std::vector<PipeStep> out;
   out.reserve(static_cast<std::size_t>(3 * m * std::max(1, v)));
   switch (schedule) {
@@ -114,7 +114,7 @@ std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int v, int stage
         return fwd ? c : v - 1 - c;
       };
       auto micro_of = [&](int k) { return (k / (pp * v)) * pp + k % pp; };
-      const int warmup = m == pp ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp, total);
+      const int warmup = m == pp ? total : std::min((pp - stage - 1) * 2 + (v - 1) * pp + (ep_overlap ? 1 : 0), total);
       for (int k = 0; k < warmup; ++k) out.push_back({true, chunk_of(k, true), micro_of(k)});
       for (int j = 0; j < total - warmup; ++j) {
         out.push_back({true, chunk_of(warmup + j, true), micro_of(warmup + j)});
@@ -164,7 +164,8 @@ TaskGraph lower(const Model& model, const ResolvedPlan& plan, const ClusterSpec&
   const Schedule schedule = plan.pp > 1 ? plan.schedule : Schedule::k1f1b;
   const int m = static_cast<int>(plan.grad_accum);
   for (int s = 0; s < plan.pp; ++s) {
-    const std::vector<PipeStep> order = pipeline_order(schedule, plan.pp, plan.virtual_stages, s, m);
+    const std::vector<PipeStep> order =
+        pipeline_order(schedule, plan.pp, plan.virtual_stages, s, m, plan.overlap_moe_expert_parallel_comm && plan.ep > 1);
     emit->begin_stage(s, order);
     for (std::size_t j = 0; j < order.size(); ++j) emit->step(s, j, order[j]);
     emit->end_stage(s);

@@ -574,15 +574,16 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     }
   }
   // Note [Expert-parallel overlap] (lowering/layer_stage.cpp): what
-  // Megatron-Core's transformer_config.py asserts, and dtsim's pp 1.
+  // Megatron-Core's transformer_config.py asserts.
   r.overlap_moe_expert_parallel_comm = s.overlap_moe_expert_parallel_comm;
   if (r.overlap_moe_expert_parallel_comm &&
-      !PlanRules::ep_overlap_values(r.ep, r.pp, r.recompute, r.precision).back()) {
+      !PlanRules::ep_overlap_values(r.ep, r.pp, r.schedule, r.recompute, r.precision).back()) {
     std::string why;
     if (r.ep <= 1) {
       why = "needs experts split over ranks (ep > 1; ep is " + std::to_string(r.ep) + ")";
     } else if (r.pp > 1) {
-      why = "is modelled without a pipeline only (pp 1; pp is " + std::to_string(r.pp) + ")";
+      why = "with a pipeline needs schedule: interleaved (Megatron-Core asserts virtual stages; the schedule is " +
+            std::string(to_string(r.schedule)) + ")";
     } else if (r.recompute == Recompute::kFull) {
       why = "cannot run with recompute: full (Megatron-Core asserts it); use none or selective";
     } else {

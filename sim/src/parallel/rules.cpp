@@ -232,8 +232,11 @@ std::vector<bool> PlanRules::tp_comm_overlap_values(int tp, bool sequence_parall
   return {false};
 }
 
-std::vector<bool> PlanRules::ep_overlap_values(int ep, int pp, Recompute recompute, Precision precision) {
-  if (ep > 1 && pp == 1 && recompute != Recompute::kFull && precision != Precision::kFp32) return {false, true};
+std::vector<bool> PlanRules::ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision) {
+  if (ep > 1 && (pp == 1 || schedule == Schedule::kInterleaved) && recompute != Recompute::kFull &&
+      precision != Precision::kFp32) {
+    return {false, true};
+  }
   return {false};
 }
 

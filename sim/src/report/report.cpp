@@ -31,6 +31,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.moe_imbalance != 1.0) os << " moe_imbalance=" << fmt::format("{:g}", p.moe_imbalance);
   if (p.moe_force_load_balance) os << " moe_force_load_balance";
   if (p.moe_dispatcher != MoeDispatcher::kAllToAll) os << " moe_dispatcher=" << to_string(p.moe_dispatcher);
+  if (p.overlap_moe_expert_parallel_comm) os << " a2a-overlap";
   if (p.moe_experts != MoeExperts::kGrouped) os << " moe_experts=" << to_string(p.moe_experts);
   if (p.tp > 1 && p.loss_parallel != LossParallel::kMegatron) os << " loss_parallel=" << to_string(p.loss_parallel);
   if (p.runtime != Runtime::kLibtorch) os << " runtime=" << to_string(p.runtime);

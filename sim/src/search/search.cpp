@@ -401,7 +401,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.recompute = rc;
                     // Note [Expert-parallel overlap]: as the base plan says, where the rules allow it.
                     p.overlap_moe_expert_parallel_comm =
-                        PlanRules::ep_overlap_values(ep, pp, rc, pr).back() && o.base.overlap_moe_expert_parallel_comm;
+                        PlanRules::ep_overlap_values(ep, pp, sc.s, rc, pr).back() && o.base.overlap_moe_expert_parallel_comm;
                     p.recompute_method = RecomputeMethod::kUniform;
                     p.recompute_num_layers = 0;
                     // Not searched (Note [Activation offload]): its memory
@@ -726,7 +726,8 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
          "sequence parallelism, so tp > 1");
   unused("overlap_moe_expert_parallel_comm", o.base.overlap_moe_expert_parallel_comm,
          [](const PlanSpec& p) { return p.overlap_moe_expert_parallel_comm; },
-         "experts split over ranks (ep > 1) without a pipeline (pp 1), recompute other than full, a 16-bit model");
+         "experts split over ranks (ep > 1), with a pipeline the interleaved schedule, recompute other than full, a "
+         "16-bit model");
 
   // Off in every candidate (enumerate_plans): said once each.
   const std::pair<const char*, std::string> not_searched[] = {

@@ -77,8 +77,12 @@ struct PipeStep {
 /// forwards, then one forward one backward, then the remaining backwards;
 /// Narayanan et al. 2021 Fig. 4), interleaved (Megatron-LM's
 /// forward_backward_pipelining_with_interleaving), naive (F0 B0 F1 B1 ...)
-/// or zb-h1 (Note [Zero bubble] in lower.cpp).
-std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int virtual_stages, int stage, int micro_batches);
+/// or zb-h1 (Note [Zero bubble] in lower.cpp). `ep_overlap`: Megatron's
+/// --overlap-moe-expert-parallel-comm, whose interleaved schedule runs one
+/// more warm-up forward, so that each 1F1B step's forward and backward are
+/// independent (get_pp_rank_microbatches in schedules.py).
+std::vector<PipeStep> pipeline_order(Schedule schedule, int pp, int virtual_stages, int stage, int micro_batches,
+                                     bool ep_overlap = false);
 
 
 }  // namespace dtsim::sim

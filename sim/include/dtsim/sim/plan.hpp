@@ -166,7 +166,7 @@ struct PlanSpec {
   /// forward runs layer by layer beside the previous one's backward, each
   /// one's all-to-alls on a stream of their own under the other's compute
   /// (Note [Expert-parallel overlap] in sim/src/lowering/layer_stage.cpp).
-  /// Needs ep > 1; dtsim models it without a pipeline (pp 1).
+  /// Needs ep > 1, and with a pipeline the interleaved schedule.
   bool overlap_moe_expert_parallel_comm = false;
   MoeExperts moe_experts = MoeExperts::kGrouped;
   LossParallel loss_parallel = LossParallel::kAuto;

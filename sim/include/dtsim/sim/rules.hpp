@@ -134,10 +134,9 @@ class PlanRules {
   static std::vector<bool> tp_comm_overlap_values(int tp, bool sequence_parallel);
   /// Megatron-Core's --overlap-moe-expert-parallel-comm (Note
   /// [Expert-parallel overlap] in lowering/layer_stage.cpp) needs experts
-  /// split (ep > 1), no full recompute and a 16-bit model (its
-  /// transformer_config.py asserts both); dtsim models it without a
-  /// pipeline (pp 1).
-  static std::vector<bool> ep_overlap_values(int ep, int pp, Recompute recompute, Precision precision);
+  /// split (ep > 1), with a pipeline its interleaved schedule, no full
+  /// recompute and a 16-bit model (its transformer_config.py asserts each).
+  static std::vector<bool> ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision);
   /// Precisions the device runs (bf16 needs bfloat16 support).
   std::vector<Precision> precisions() const;
   /// Orders of the mesh axes a placement may give, innermost first.
