@@ -63,6 +63,14 @@
 namespace dtsim::gui {
 namespace {
 
+/// The ZeRO box's value (a stage, or 10 + an FSDP mode) shards parameters:
+/// ZeRO-3, FULL_SHARD or HYBRID_SHARD (PyTorch's ShardingStrategy as resolve maps it).
+bool sharded_parameters(int zero_box) {
+  if (zero_box < 10) return zero_box == 3;
+  const auto mode = static_cast<sim::FsdpMode>(zero_box - 10);
+  return mode == sim::FsdpMode::kFullShard || mode == sim::FsdpMode::kHybridShard;
+}
+
 constexpr const char* kOpenFile = "__open__";
 constexpr int kDebounceMs = 120;
 constexpr int kMaxTimelineRows = 48;  // beyond this the lanes are too thin to read
@@ -115,7 +123,7 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
      "plan.overlap_moe_expert_parallel_comm: after the first micro-batch's forward, each next forward runs layer by "
      "layer beside the backward of the one before, each one's all-to-alls under the other's layer. Megatron "
      "--overlap-moe-expert-parallel-comm. Needs ep > 1, with pipeline stages the interleaved schedule, recompute "
-     "other than full, 16 bits."},
+     "other than full, 16 bits, ZeRO 0-2."},
     {"moe_imbalance", "plan.moe_imbalance: the busiest expert's tokens over the mean (1: perfectly balanced "
                       "routing); the router's load-balancing loss (Megatron --moe-aux-loss-coeff) keeps it near 1."},
     {"schedule", "plan.schedule, the pipeline schedule (pp > 1). 1F1B: PipeDream-Flush, Megatron's and DeepSpeed's "
@@ -1334,7 +1342,8 @@ struct ExplorerWindow::Impl {
     // resolve refuses it but with experts split, interleaved stages or none, no full recompute, 16 bits.
     ep_overlap->setEnabled(sim::PlanRules::ep_overlap_values(ep->currentData().toInt(), cur_pp,
                                                              interleaved ? sim::Schedule::kInterleaved : sim::Schedule::k1f1b,
-                                                             static_cast<sim::Recompute>(recompute->currentData().toInt()), cur_prec)
+                                                             static_cast<sim::Recompute>(recompute->currentData().toInt()), cur_prec,
+                                                             sharded_parameters(zero->currentData().toInt()))
                                .back());
     vstages->setEnabled(interleaved);
     dealloc->setEnabled(piped);
@@ -1466,7 +1475,10 @@ struct ExplorerWindow::Impl {
     // Where the rules refuse it: off (the box keeps what it shows).
     p.overlap_moe_expert_parallel_comm =
         ep_overlap->isChecked() &&
-        sim::PlanRules::ep_overlap_values(p.ep, p.pp, p.pp > 1 ? p.schedule : sim::Schedule::k1f1b, p.recompute, p.precision).back();
+        sim::PlanRules::ep_overlap_values(p.ep, p.pp, p.pp > 1 ? p.schedule : sim::Schedule::k1f1b, p.recompute, p.precision,
+                                          p.zero_stage == 3 || p.fsdp == sim::FsdpMode::kFullShard ||
+                                              p.fsdp == sim::FsdpMode::kHybridShard)
+            .back();
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
     p.master_weights = masters->isChecked() ||
                        !sim::PlanRules::masters_optional(p.precision, p.accumulate_allreduce_grads_in_fp32, p.offload_optimizer);

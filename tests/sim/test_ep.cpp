@@ -416,7 +416,7 @@ TEST_CASE("search walks ep where the model has experts", "[moe][search]") {
   int on = 0, off = 0;
   for (const auto& s : enumerate_plans(*m, c, o)) {
     const bool allowed = s.ep > 1 && (s.pp == 1 || s.schedule == Schedule::kInterleaved) && s.recompute != Recompute::kFull &&
-                         s.precision != Precision::kFp32;
+                         s.precision != Precision::kFp32 && s.zero_stage != 3 && s.fsdp == FsdpMode::kNone;
     CHECK(s.overlap_moe_expert_parallel_comm == allowed);
     (allowed ? on : off) += 1;
   }
@@ -526,10 +526,15 @@ TEST_CASE("overlap_moe_expert_parallel_comm hides each all-to-all under the othe
              Catch::Contains("recompute: full"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp32\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
              Catch::Contains("16-bit"));
-  CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kSelective, Precision::kFp8) == std::vector<bool>{false, true});
-  CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::k1f1b, Recompute::kNone, Precision::kBf16) == std::vector<bool>{false});
-  CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::kInterleaved, Recompute::kNone, Precision::kBf16) ==
+  CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kSelective, Precision::kFp8, false) == std::vector<bool>{false, true});
+  CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::k1f1b, Recompute::kNone, Precision::kBf16, false) == std::vector<bool>{false});
+  CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::kInterleaved, Recompute::kNone, Precision::kBf16, false) ==
         std::vector<bool>{false, true});
+  CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kNone, Precision::kBf16, true) == std::vector<bool>{false});
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp16\nzero_stage: 3\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
+             Catch::Contains("sharded parameters"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp16\nfsdp: full_shard\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
+             Catch::Contains("sharded parameters"));
   // Megatron-LM's flag (store_true, megatron/training/arguments.py).
   const FrameworkConfig fc = parse_megatron_args("--micro-batch-size 1 --num-experts 8 --overlap-moe-expert-parallel-comm", "cmd");
   bool found = false;

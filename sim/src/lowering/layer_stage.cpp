@@ -266,6 +266,7 @@ class LayerStage final : public detail::StageEmitter {
     detail::LayerContext& c = ctx_;
     const std::size_t n = c.layers.size();
     const TaskId bm_forward_end = fwd_end_;
+    c.fwd_of_bwd = c.fwd;
     c.fwd.assign(n, -1);
     begin_backward();
     for (std::size_t i = 0; i < n; ++i) {
@@ -299,6 +300,7 @@ class LayerStage final : public detail::StageEmitter {
   }
 
   void backward(std::int64_t m, bool last_micro) {
+    ctx_.fwd_of_bwd = ctx_.fwd;
     begin_backward();
     for (std::size_t i = ctx_.layers.size(); i-- > 0;) backward_layer(m, i, last_micro, fwd_end_);
     end_backward(m, last_micro);

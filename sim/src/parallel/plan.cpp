@@ -577,13 +577,16 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // Megatron-Core's transformer_config.py asserts.
   r.overlap_moe_expert_parallel_comm = s.overlap_moe_expert_parallel_comm;
   if (r.overlap_moe_expert_parallel_comm &&
-      !PlanRules::ep_overlap_values(r.ep, r.pp, r.schedule, r.recompute, r.precision).back()) {
+      !PlanRules::ep_overlap_values(r.ep, r.pp, r.schedule, r.recompute, r.precision, r.zero_stage == 3).back()) {
     std::string why;
     if (r.ep <= 1) {
       why = "needs experts split over ranks (ep > 1; ep is " + std::to_string(r.ep) + ")";
     } else if (r.pp > 1) {
       why = "with a pipeline needs schedule: interleaved (Megatron-Core asserts virtual stages; the schedule is " +
             std::string(to_string(r.schedule)) + ")";
+    } else if (r.zero_stage == 3) {
+      why = "is not modelled beside sharded parameters (zero_stage 3, fsdp: DeepSpeed's and PyTorch's, which do not "
+            "run Megatron's combined 1F1B); use zero_stage 0, 1 or 2";
     } else if (r.recompute == Recompute::kFull) {
       why = "cannot run with recompute: full (Megatron-Core asserts it); use none or selective";
     } else {

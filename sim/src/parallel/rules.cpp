@@ -232,9 +232,10 @@ std::vector<bool> PlanRules::tp_comm_overlap_values(int tp, bool sequence_parall
   return {false};
 }
 
-std::vector<bool> PlanRules::ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision) {
+std::vector<bool> PlanRules::ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision,
+                                               bool sharded) {
   if (ep > 1 && (pp == 1 || schedule == Schedule::kInterleaved) && recompute != Recompute::kFull &&
-      precision != Precision::kFp32) {
+      precision != Precision::kFp32 && !sharded) {
     return {false, true};
   }
   return {false};

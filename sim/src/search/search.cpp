@@ -401,7 +401,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.recompute = rc;
                     // Note [Expert-parallel overlap]: as the base plan says, where the rules allow it.
                     p.overlap_moe_expert_parallel_comm =
-                        PlanRules::ep_overlap_values(ep, pp, sc.s, rc, pr).back() && o.base.overlap_moe_expert_parallel_comm;
+                        PlanRules::ep_overlap_values(ep, pp, sc.s, rc, pr, sh.zero == 3 || sh.fsdp != FsdpMode::kNone).back() &&
+                        o.base.overlap_moe_expert_parallel_comm;
                     p.recompute_method = RecomputeMethod::kUniform;
                     p.recompute_num_layers = 0;
                     // Not searched (Note [Activation offload]): its memory
@@ -727,7 +728,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   unused("overlap_moe_expert_parallel_comm", o.base.overlap_moe_expert_parallel_comm,
          [](const PlanSpec& p) { return p.overlap_moe_expert_parallel_comm; },
          "experts split over ranks (ep > 1), with a pipeline the interleaved schedule, recompute other than full, a "
-         "16-bit model");
+         "16-bit model, zero_stage 0-2");
 
   // Off in every candidate (enumerate_plans): said once each.
   const std::pair<const char*, std::string> not_searched[] = {

@@ -230,7 +230,7 @@ class ShardedParameters final : public StrategyPass {
     if (i + 2 < ctx_.layers.size()) {
       after.push_back(ctx_.bwd[i + 2]);
     } else if (i >= 1) {
-      after.push_back(ctx_.fwd[i - 1]);
+      after.push_back(ctx_.fwd_of_bwd[i - 1]);
     }
     return gather(m, i, "bwd", std::move(after));
   }
