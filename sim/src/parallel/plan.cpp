@@ -574,7 +574,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     }
   }
   // Note [Expert-parallel overlap] (lowering/layer_stage.cpp): what
-  // Megatron-Core's transformer_config.py asserts.
+  // Megatron-Core's transformer_config.py asserts, and not beside dtsim's
+  // sharded parameters (DeepSpeed's ZeRO-3, PyTorch's FSDP).
   r.overlap_moe_expert_parallel_comm = s.overlap_moe_expert_parallel_comm;
   if (r.overlap_moe_expert_parallel_comm &&
       !PlanRules::ep_overlap_values(r.ep, r.pp, r.schedule, r.recompute, r.precision, r.zero_stage == 3).back()) {
