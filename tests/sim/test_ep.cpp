@@ -422,6 +422,19 @@ TEST_CASE("search walks ep where the model has experts", "[moe][search]") {
   }
   CHECK(on > 0);
   CHECK(off > 0);
+
+  // The table marks such a plan's ep "+" and says what it means.
+  SearchResult r;
+  SearchEntry e;
+  e.plan = resolve(parse_plan("ep: 4\nprecision: fp16\nmicro_batch: 1\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c);
+  e.fits = true;
+  r.top = {e};
+  const std::string text = format_search(r);
+  CHECK_THAT(text, Catch::Contains(" 4+ "));
+  CHECK_THAT(text, Catch::Contains("(ep +: the experts' all-to-alls beside the other micro-batch's layers"));
+  e.plan = resolve(parse_plan("ep: 4\nprecision: fp16\nmicro_batch: 1\n", "p.yaml"), *m, c);
+  r.top = {e};
+  CHECK_THAT(format_search(r), !Catch::Contains("ep +:"));
 }
 
 TEST_CASE("moe_experts dense: every token through every expert, as HuggingFace's Llama 4 computes them (Note [Dense experts])",

@@ -1158,8 +1158,11 @@ std::string recompute_text(const ResolvedPlan& p) {
 void table(std::string& out, const std::vector<SearchEntry>& es, bool attention) {
   // An ep column where a plan spreads experts (mixtures of experts only).
   const bool ep = std::any_of(es.begin(), es.end(), [](const SearchEntry& e) { return e.plan.ep > 1; });
+  // "+": its all-to-alls beside the other micro-batch (Note [Expert-parallel overlap]).
+  const std::size_t ep_width =
+      std::any_of(es.begin(), es.end(), [](const SearchEntry& e) { return e.plan.overlap_moe_expert_parallel_comm; }) ? 6 : 4;
   out += "    " + pad("#", 4) + pad("time", 11) + pad("tokens/s", 11) + pad("MFU", 7) + pad("peak GiB", 10) + pad("dp", 5) +
-         pad("tp", 4) + pad("cp", 4) + (ep ? pad("ep", 4) : "") + pad("pp", 4) + pad("schedule", 16) + pad("mb", 5) +
+         pad("tp", 4) + pad("cp", 4) + (ep ? pad("ep", ep_width) : "") + pad("pp", 4) + pad("schedule", 16) + pad("mb", 5) +
          pad("m", 6) + pad("sharding", 18) + pad("offload", 11) + pad("recompute", 11) + pad("sp", 8) + pad("attn", 6) +
          pad("prec", 5) + "placement\n";
   int i = 1;
@@ -1170,7 +1173,10 @@ void table(std::string& out, const std::vector<SearchEntry>& es, bool attention)
            pad(fmt::format("{:.0f}", e.tokens_per_s), 11) + pad(fmt::format("{:.1f}%", e.mfu * 100), 7) +
            pad(fmt::format("{:.2f}", static_cast<double>(e.peak) / kGiB), 10) + pad(std::to_string(p.dp), 5) +
            pad(std::to_string(p.tp), 4) + pad(std::to_string(p.cp), 4) +
-           (ep ? pad(std::to_string(p.ep) + (p.etp != p.tp ? "/" + std::to_string(p.etp) : ""), 4) : "") +
+           (ep ? pad(std::to_string(p.ep) + (p.etp != p.tp ? "/" + std::to_string(p.etp) : "") +
+                         (p.overlap_moe_expert_parallel_comm ? "+" : ""),
+                     ep_width)
+               : "") +
            pad(std::to_string(p.pp), 4) + pad(schedule_text(p), 16) + pad(std::to_string(p.micro_batch), 5) +
            pad(std::to_string(p.grad_accum), 6) + pad(sharding_text(p), 18) + pad(offload_text(p), 11) +
            pad(recompute_text(p), 11) + pad(!p.sequence_parallel ? "-" : p.tp_comm_overlap ? "overlap" : "yes", 8) +
@@ -1228,6 +1234,9 @@ std::string format_search(const SearchResult& r) {
   }
   fmt::format_to(o, "  fastest {} plans that fit\n", r.top.size());
   table(out, r.top, r.model_attention);
+  if (std::any_of(r.top.begin(), r.top.end(), [](const SearchEntry& e) { return e.plan.overlap_moe_expert_parallel_comm; })) {
+    out += "    (ep +: the experts' all-to-alls beside the other micro-batch's layers, overlap_moe_expert_parallel_comm)\n";
+  }
   if (std::any_of(r.top.begin(), r.top.end(), [](const SearchEntry& e) { return !e.also.empty(); })) {
     out += "    (also: the same plan under another name, or its GPUs and tokens split another way between dp and cp,\n"
            "     with the same time and peak: listed once)\n";
