@@ -63,12 +63,9 @@
 namespace dtsim::gui {
 namespace {
 
-/// The ZeRO box's value (a stage, or 10 + an FSDP mode) shards parameters:
-/// ZeRO-3, FULL_SHARD or HYBRID_SHARD (PyTorch's ShardingStrategy as resolve maps it).
-bool sharded_parameters(int zero_box) {
-  if (zero_box < 10) return zero_box == 3;
-  const auto mode = static_cast<sim::FsdpMode>(zero_box - 10);
-  return mode == sim::FsdpMode::kFullShard || mode == sim::FsdpMode::kHybridShard;
+/// The ZeRO stage the ZeRO box's value (a stage, or 10 + an FSDP mode) is.
+int zero_stage_of_box(int zero_box) {
+  return zero_box < 10 ? zero_box : sim::zero_stage_of(static_cast<sim::FsdpMode>(zero_box - 10));
 }
 
 constexpr const char* kOpenFile = "__open__";
@@ -1343,7 +1340,7 @@ struct ExplorerWindow::Impl {
     ep_overlap->setEnabled(sim::PlanRules::ep_overlap_values(ep->currentData().toInt(), cur_pp,
                                                              interleaved ? sim::Schedule::kInterleaved : sim::Schedule::k1f1b,
                                                              static_cast<sim::Recompute>(recompute->currentData().toInt()), cur_prec,
-                                                             sharded_parameters(zero->currentData().toInt()))
+                                                             zero_stage_of_box(zero->currentData().toInt()) == 3)
                                .back());
     vstages->setEnabled(interleaved);
     dealloc->setEnabled(piped);
@@ -1476,8 +1473,7 @@ struct ExplorerWindow::Impl {
     p.overlap_moe_expert_parallel_comm =
         ep_overlap->isChecked() &&
         sim::PlanRules::ep_overlap_values(p.ep, p.pp, p.pp > 1 ? p.schedule : sim::Schedule::k1f1b, p.recompute, p.precision,
-                                          p.zero_stage == 3 || p.fsdp == sim::FsdpMode::kFullShard ||
-                                              p.fsdp == sim::FsdpMode::kHybridShard)
+                                          std::max(p.zero_stage, sim::zero_stage_of(p.fsdp)) == 3)
             .back();
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
     p.master_weights = masters->isChecked() ||

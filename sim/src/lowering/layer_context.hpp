@@ -31,9 +31,9 @@ struct LayerContext : StageContext {
   CommGroup shard_group, replica_group;               ///< Note [ZeRO] in passes/sharded_parameters.cpp
   std::vector<TaskId> fwd;                            ///< this micro-batch's forward exits, by layer
   std::vector<TaskId> bwd;                            ///< this micro-batch's backward exits, by layer
-  /// The forward exits of the micro-batch whose backward is being emitted:
-  /// `fwd`'s, but under Note [Expert-parallel overlap] (layer_stage.cpp),
-  /// where `fwd` fills with the next micro-batch's beside it, the earlier ones.
+  /// The forward exits of the micro-batch whose backward is being emitted,
+  /// moved out of `fwd` as it begins: under Note [Expert-parallel overlap]
+  /// (layer_stage.cpp) the next micro-batch's forward fills `fwd` beside it.
   std::vector<TaskId> fwd_of_bwd;
   TaskId last_bwd = -1;                               ///< the last backward's final task
 

@@ -232,7 +232,6 @@ class LayerStage final : public detail::StageEmitter {
   void forward(std::int64_t m) {
     ctx_.fwd.assign(ctx_.layers.size(), -1);
     for (std::size_t l = 0; l < ctx_.layers.size(); ++l) forward_layer(m, l);
-    if (overlap_) fwd_end_ = ctx_.fwd.back();
   }
 
   // Note [Expert-parallel overlap]
@@ -265,15 +264,12 @@ class LayerStage final : public detail::StageEmitter {
   void combined(std::int64_t fm, std::int64_t bm) {
     detail::LayerContext& c = ctx_;
     const std::size_t n = c.layers.size();
-    const TaskId bm_forward_end = fwd_end_;
-    c.fwd_of_bwd = c.fwd;
-    c.fwd.assign(n, -1);
     begin_backward();
+    c.fwd.assign(n, -1);
     for (std::size_t i = 0; i < n; ++i) {
       forward_layer(fm, i);
-      backward_layer(bm, n - 1 - i, false, bm_forward_end);
+      backward_layer(bm, n - 1 - i, false);
     }
-    fwd_end_ = c.fwd.back();
     end_backward(bm, false);
   }
 
@@ -300,24 +296,27 @@ class LayerStage final : public detail::StageEmitter {
   }
 
   void backward(std::int64_t m, bool last_micro) {
-    ctx_.fwd_of_bwd = ctx_.fwd;
     begin_backward();
-    for (std::size_t i = ctx_.layers.size(); i-- > 0;) backward_layer(m, i, last_micro, fwd_end_);
+    for (std::size_t i = ctx_.layers.size(); i-- > 0;) backward_layer(m, i, last_micro);
     end_backward(m, last_micro);
   }
 
-  void begin_backward() { ctx_.bwd.assign(ctx_.layers.size(), -1); }
+  /// The micro-batch in backward is the one whose forward `fwd` holds: its
+  /// exits move to fwd_of_bwd (the next forward fills `fwd` anew).
+  void begin_backward() {
+    ctx_.fwd_of_bwd.swap(ctx_.fwd);
+    ctx_.bwd.assign(ctx_.layers.size(), -1);
+  }
 
-  /// `forward_end`: the micro-batch's last forward task, which its first
-  /// backward waits on under Note [Expert-parallel overlap].
-  void backward_layer(std::int64_t m, std::size_t i, bool last_micro, TaskId forward_end) {
+  void backward_layer(std::int64_t m, std::size_t i, bool last_micro) {
     detail::LayerContext& c = ctx_;
     const bool first_micro = m == 0;
     const Layer& L = c.layers[i];
     const detail::At at{0, 0, i, m, first_micro, last_micro};
     TaskDeps deps;
     passes_.before_backward(at, deps);
-    if (overlap_) deps.push_back(i + 1 < c.layers.size() ? c.bwd[i + 1] : forward_end);
+    // Note [Expert-parallel overlap]: after its own layer above, or its forward's end.
+    if (overlap_) deps.push_back(i + 1 < c.layers.size() ? c.bwd[i + 1] : c.fwd_of_bwd.back());
     // Gradients: persistent full grads (stages 0/1, allocated on first use
     // and freed by the optimizer) or transient ones reduced away (2/3).
     // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
@@ -402,10 +401,8 @@ class LayerStage final : public detail::StageEmitter {
 
   detail::LayerContext ctx_;
   detail::PassList passes_;
-  /// Note [Expert-parallel overlap]: the plan asks for it, and the last
-  /// forward's final task (its all-to-all) of the micro-batch emitted last.
+  /// Note [Expert-parallel overlap]: the plan asks for it.
   bool overlap_ = false;
-  TaskId fwd_end_ = -1;
 };
 
 }  // namespace

@@ -148,6 +148,17 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
   return 4 * buffers + (mixed ? 4 : 0);
 }
 
+int zero_stage_of(FsdpMode f) {
+  switch (f) {
+    case FsdpMode::kFullShard:
+    case FsdpMode::kHybridShard: return 3;
+    case FsdpMode::kShardGradOp: return 2;
+    case FsdpMode::kNoShard:
+    case FsdpMode::kNone: return 0;
+  }
+  return 0;
+}
+
 // Note [One pass of checks]
 // resolve() reports every problem of a plan at once, each as the line it
 // would have been alone, so a user fixes a file in one round. A check whose
@@ -476,17 +487,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // [Attention as it runs] in models/src/layers.cpp).
   r.flash_attention = rules.flash_attention(s.attention, s.precision);
 
-  // FSDP strategies map onto ZeRO stages (PyTorch FSDP docs, ShardingStrategy).
+  // FSDP strategies map onto ZeRO stages (zero_stage_of).
   r.zero_stage = s.zero_stage;
   if (s.fsdp != FsdpMode::kNone) {
-    int stage = 0;
-    switch (s.fsdp) {
-      case FsdpMode::kFullShard: stage = 3; break;
-      case FsdpMode::kShardGradOp: stage = 2; break;
-      case FsdpMode::kNoShard: stage = 0; break;
-      case FsdpMode::kHybridShard: stage = 3; break;
-      case FsdpMode::kNone: break;
-    }
+    const int stage = zero_stage_of(s.fsdp);
     if (s.zero_stage != 0 && s.zero_stage != stage) {
       bad.add("zero_stage", std::to_string(s.zero_stage) + " contradicts fsdp: " + to_string(s.fsdp) + " (stage " +
                                 std::to_string(stage) + "); set only one of them");

@@ -401,7 +401,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.recompute = rc;
                     // Note [Expert-parallel overlap]: as the base plan says, where the rules allow it.
                     p.overlap_moe_expert_parallel_comm =
-                        PlanRules::ep_overlap_values(ep, pp, sc.s, rc, pr, sh.zero == 3 || sh.fsdp != FsdpMode::kNone).back() &&
+                        PlanRules::ep_overlap_values(ep, pp, sc.s, rc, pr, std::max(sh.zero, zero_stage_of(sh.fsdp)) == 3).back() &&
                         o.base.overlap_moe_expert_parallel_comm;
                     p.recompute_method = RecomputeMethod::kUniform;
                     p.recompute_num_layers = 0;

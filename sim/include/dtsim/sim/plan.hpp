@@ -109,6 +109,10 @@ const char* to_string(Optimizer o);
 const char* to_string(Offload o);
 const char* to_string(Recompute r);
 const char* to_string(FsdpMode f);
+/// The ZeRO stage an FSDP sharding strategy is (PyTorch FSDP docs,
+/// ShardingStrategy): FULL_SHARD and HYBRID_SHARD 3, SHARD_GRAD_OP 2,
+/// NO_SHARD 0; kNone 0.
+int zero_stage_of(FsdpMode f);
 const char* to_string(FsdpWrap w);
 const char* to_string(Schedule s);
 const char* to_string(Attention a);
