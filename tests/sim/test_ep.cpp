@@ -529,6 +529,9 @@ TEST_CASE("overlap_moe_expert_parallel_comm hides each all-to-all under the othe
   // layer keeps beside it: its embedding, which keeps nothing it allocates.
   CHECK(on.peak_activations(0) == off.peak_activations(0));
 
+  // Not a boolean: one line naming the key and what is valid.
+  CHECK_THAT(error_of([] { parse_plan("overlap_moe_expert_parallel_comm: maybe\n", "p.yaml"); }),
+             Catch::Contains("p.yaml:1") && Catch::Contains("plan.overlap_moe_expert_parallel_comm"));
   // What Megatron-Core's transformer_config.py asserts: one line each.
   const ClusterSpec eight = test::round_cluster(1, 8);
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 1\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
