@@ -336,6 +336,16 @@ TEST_CASE("search: the stage bounds of an interleaved pipeline, by hand (Note [S
   auto per_param = [](TimeNs ns) { return [ns](std::int64_t params) { return params * ns; }; };
   CHECK(plan_bounds(costs, shape, run.plan, c, per_param(4'000'000)).time == static_cast<TimeNs>(59'000'000 * (1 - 1e-9)));
   CHECK(plan_bounds(costs, shape, run.plan, c, per_param(2'500'000)).time == static_cast<TimeNs>(57'000'000 * (1 - 1e-9)));
+  // Under the expert-parallel overlap each layer's all-to-alls run on a
+  // stream of their own (LayerCosts::ep_off_stream): a stage is as busy as
+  // the busier stream. At 4 ms a layer, a stage's two chunks take 8 ms of
+  // all-to-alls a micro-batch against 6 ms of compute: 3 + 8 x 8 + 6 =
+  // 73 ms. At 2 ms (4 ms a micro-batch) the compute stream stays the longer: 57 ms.
+  LayerCosts overlapped = costs;
+  overlapped.ep_off_stream.assign(costs.forward.size(), 4'000'000);
+  CHECK(plan_bounds(overlapped, shape, run.plan, c).time == static_cast<TimeNs>(73'000'000 * (1 - 1e-9)));
+  overlapped.ep_off_stream.assign(costs.forward.size(), 2'000'000);
+  CHECK(plan_bounds(overlapped, shape, run.plan, c).time == static_cast<TimeNs>(57'000'000 * (1 - 1e-9)));
 }
 
 TEST_CASE("search: DeepSpeed ZeRO-2's buffers join its memory bound (Note [ZeRO-2's buffers])", "[search]") {
@@ -395,7 +405,7 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
   // Note [Search]: each stage's chain of passes and what it holds at its
   // first backward, from its layers' costs split as the partition splits
   // them; predictions only add (sends, waits, buffers) to both.
-  int zero3_bounds = 0, schedules = 0, step_gathers = 0, tp_overlaps = 0;
+  int zero3_bounds = 0, schedules = 0, step_gathers = 0, tp_overlaps = 0, ep_overlaps = 0;
   for (const char* name : {"gpt2", "bert-large", "llama-tiny", "gpt-7.5b", "moe-tiny"}) {
     const auto model = models::load_model(name);
     for (int nodes : {1, 8}) {
@@ -419,6 +429,17 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
             if (sc != shipped.schedule || (sc == Schedule::kInterleaved && shipped.virtual_stages != 2)) variants.push_back(v);
           }
         }
+        // Megatron's expert-parallel overlap (Note [Expert-parallel
+        // overlap]): the all-to-alls on their own stream, the busier
+        // stream's work counted.
+        if (std::string(name) == "moe-tiny") {
+          for (std::size_t k = 0, n = variants.size(); k < n; ++k) {
+            PlanSpec v = variants[k];
+            v.ep = 2;
+            v.overlap_moe_expert_parallel_comm = true;
+            variants.push_back(v);
+          }
+        }
         // Transformer Engine's TP overlap (Note [TP comm overlap]): the
         // bounds count what the GEMMs leave exposed.
         for (std::size_t k = 0, n = variants.size(); k < n; ++k) {
@@ -437,6 +458,7 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
           }
           ++schedules;
           if (spec.tp_comm_overlap) ++tp_overlaps;
+          if (p.plan.overlap_moe_expert_parallel_comm) ++ep_overlaps;
           const LayerCosts costs = layer_costs(price_plan_layers(*model, p.plan, cluster), p.plan);
           const ScheduleShape shape = schedule_shape(p.plan.schedule, p.plan.pp, p.plan.virtual_stages, p.plan.grad_accum);
           const AnalyticCommModel comm(cluster);
@@ -480,6 +502,8 @@ TEST_CASE("search: the stage bounds are below every shipped plan's simulated tim
   CHECK(zero3_bounds >= 8);  // zero3 and fsdp, 4 models, 1 and 8 nodes
   CHECK(step_gathers >= 10);  // zero1 and megatron-3d's distributed optimizer, 5 models, 1 and 8 nodes
   CHECK(tp_overlaps >= 8);  // megatron-3d's (tp 8) schedules with the overlap, 1 and 8 nodes
+  INFO("expert-parallel overlaps " << ep_overlaps);
+  CHECK(ep_overlaps >= 10);  // moe-tiny's one-stage and interleaved plans at ep 2, 1 and 8 nodes
   CHECK(schedules > 150);
 }
 

@@ -52,7 +52,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.fused_rnn = device.fused_rnn;
   shape.tp = p.tp;
   shape.sync_batchnorm = p.sync_batchnorm && p.dp > 1;
-  shape.dp = p.dp;
+  shape.dp = shape.sync_batchnorm ? p.dp : 1;  // read by nothing else: one memo entry for every dp (Note [Layer memo])
   shape.sequence_parallel = p.sequence_parallel;
   shape.flash_attention = p.flash_attention;
   shape.cp = p.cp;

@@ -113,6 +113,7 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     out.tp_backward.push_back(tp_bwd.total() + epb);
     out.tp_forward_exposed.push_back(detail::tp_exposed_cost(tp_fwd, L, Pass::kForward, plan, compute).total() + epf - off_stream_f);
     out.tp_backward_exposed.push_back(detail::tp_exposed_cost(tp_bwd, L, Pass::kBackward, plan, compute).total() + epb - off_stream_b);
+    if (plan.overlap_moe_expert_parallel_comm) out.ep_off_stream.push_back(off_stream_f + off_stream_b);
   }
   return out;
 }

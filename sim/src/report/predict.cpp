@@ -214,6 +214,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
   out.params.reserve(n);
   out.expert_params.reserve(n);
   out.costs = priced.costs();
+  out.ep_off_stream = priced.ep_off_stream;
   const std::vector<Recompute> recomputes = layer_recomputes(plan, priced.layers);
   const std::vector<int> groups = recompute_groups(plan, priced.layers);
   for (std::size_t l = 0; l < n; ++l) {

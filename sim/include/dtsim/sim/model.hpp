@@ -74,7 +74,7 @@ struct WorkloadShape {
   /// Batch norm syncs its statistics over the `dp` ranks of the
   /// data-parallel group (PlanSpec::sync_batchnorm; false where dp = 1).
   bool sync_batchnorm = false;
-  int dp = 1;
+  int dp = 1;  ///< that group's size; 1 without sync_batchnorm, which alone reads it
   bool sequence_parallel = false;  ///< Korthikanti et al. 2022: norms and dropout sharded over the sequence
   /// Attention runs fused, as FlashAttention and SDPA do (Dao et al. 2022):
   /// the s x s scores are never stored; forward keeps the output and the

@@ -38,6 +38,10 @@ struct PricedLayers {
   /// tensor-parallel part only as far as its GEMMs leave it exposed (Note
   /// [TP comm overlap]), as the lowering prices it; the search's bounds.
   std::vector<TimeNs> tp_forward_exposed, tp_backward_exposed;
+  /// Per layer under overlap_moe_expert_parallel_comm (else empty): its
+  /// expert all-to-alls, forward and backward, which run on a stream of
+  /// their own (Note [Expert-parallel overlap] in lowering/layer_stage.cpp).
+  std::vector<TimeNs> ep_off_stream;
   /// Per layer: forward + backward + recompute + collectives, what partition() balances.
   std::vector<double> costs() const;
 };

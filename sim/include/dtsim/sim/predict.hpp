@@ -141,6 +141,10 @@ struct LayerCosts {
   std::vector<char> block;
   std::vector<TimeNs> rerun, rerun_full;
   std::vector<Bytes> checkpoint, whole;
+  /// Per layer under overlap_moe_expert_parallel_comm (else empty): its
+  /// all-to-alls on their own stream, off the compute stream's `forward`
+  /// and `backward` (PricedLayers::ep_off_stream).
+  std::vector<TimeNs> ep_off_stream;
   /// Over every layer, one micro-batch (the search's interference term,
   /// Note [Search]): the kernels' time (forward, backward, recompute), of it
   /// the memory-bound kernels' (PricedLayers' shares), and the serial
