@@ -164,6 +164,7 @@
 
 #include <algorithm>
 #include <atomic>
+#include <exception>
 #include <chrono>
 #include <cmath>
 #include <iterator>
@@ -190,7 +191,64 @@
 namespace dtsim::sim {
 namespace {
 
+// Note [Bounds in parallel]
+// Before simulating, the search prices and bounds every candidate (Note
+// [Search], Note [Search recompute]): for DeepSeek-V3 on 256 GB200s two
+// thirds of its time, in one thread while the other core idled. The work
+// is one pure function a plan, memoised by what each part reads, so the
+// threads share the memos: the first to ask for a key computes its value,
+// outside the lock, and those asking for it meanwhile wait for it. Each
+// value is a function of its key alone, so which thread computes it, and
+// in what order the plans are visited, changes nothing reported.
 
+/// A memo several threads fill: each key's value made once (Note [Bounds
+/// in parallel]); references to values stay valid while it lives.
+template <class K, class V>
+class OnceMap {
+ public:
+  template <class Make>
+  const V& get(const K& key, Make&& make) {
+    std::shared_ptr<Slot> slot;
+    {
+      std::lock_guard<std::mutex> lock(mu_);
+      std::shared_ptr<Slot>& at = slots_[key];
+      if (!at) at = std::make_shared<Slot>();
+      slot = at;
+    }
+    std::call_once(slot->once, [&] { slot->value = make(); });
+    return slot->value;
+  }
+
+ private:
+  struct Slot {
+    std::once_flag once;
+    V value{};
+  };
+  std::mutex mu_;
+  std::map<K, std::shared_ptr<Slot>> slots_;
+};
+
+/// Runs body(i) for i in [0, n) on `threads` threads (the calling one among them).
+template <class Body>
+void parallel_for(std::size_t n, unsigned threads, Body&& body) {
+  std::atomic<std::size_t> next{0};
+  std::mutex error_mutex;
+  std::exception_ptr error;
+  auto work = [&] {
+    try {
+      for (std::size_t i; (i = next.fetch_add(1)) < n;) body(i);
+    } catch (...) {
+      std::lock_guard<std::mutex> lock(error_mutex);
+      if (!error) error = std::current_exception();
+      next.store(n);
+    }
+  };
+  std::vector<std::thread> pool;
+  for (unsigned t = 1; t < std::min<std::size_t>(threads, n); ++t) pool.emplace_back(work);
+  work();
+  for (auto& t : pool) t.join();
+  if (error) std::rethrow_exception(error);
+}
 
 std::string schedule_text(const ResolvedPlan& p) {
   if (p.pp == 1) return "-";
@@ -763,29 +821,31 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     for (const Layer& L : model.shared_layers(WorkloadShape{})) expert_params += L.expert_params;
   }
   const PlanRules lb_rules(model, cluster, r.gpus);
-  std::map<std::tuple<std::int64_t, int, bool, Recompute, int, Attention, Precision>, Bytes> kept_cache;
+  // The threads that bound the plans (Note [Bounds in parallel]) and simulate them.
+  const unsigned bound_threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
+  OnceMap<std::tuple<std::int64_t, int, bool, Recompute, int, Attention, Precision>, Bytes> kept_cache;
   auto kept_per_micro = [&](const PlanSpec& s) {
     const auto key = std::make_tuple(s.micro_batch, s.tp, s.sequence_parallel, s.recompute, s.cp, s.attention, s.precision);
-    if (auto it = kept_cache.find(key); it != kept_cache.end()) return it->second;
-    WorkloadShape shape;
-    shape.micro_batch = s.micro_batch;
-    shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
-    shape.act_bytes = element_bytes(s.precision);
-    shape.fp8 = quantized_gemms(s.precision);
-    shape.fp4 = s.precision == Precision::kFp4;
-    shape.mask_bytes = cluster.device.dropout_mask_bytes > 0 ? cluster.device.dropout_mask_bytes : shape.act_bytes;
-    shape.fused_rnn = cluster.device.fused_rnn;
-    shape.tp = s.tp;
-    shape.sequence_parallel = s.sequence_parallel;
-    shape.cp = s.cp;
-    shape.cp_all_gather = s.cp_comm == CpComm::kAllGather;
-    shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
-    shape.fused_kernels = s.kernels == Kernels::kFused;  // the base plan's, for every candidate
-    Bytes kept = 0;
-    const LayerList layers = model.shared_layers(shape);
-    for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);
-    kept_cache[key] = kept;
-    return kept;
+    return kept_cache.get(key, [&] {
+      WorkloadShape shape;
+      shape.micro_batch = s.micro_batch;
+      shape.seq_len = s.seq_len == 0 ? model.max_seq_len() : s.seq_len;
+      shape.act_bytes = element_bytes(s.precision);
+      shape.fp8 = quantized_gemms(s.precision);
+      shape.fp4 = s.precision == Precision::kFp4;
+      shape.mask_bytes = cluster.device.dropout_mask_bytes > 0 ? cluster.device.dropout_mask_bytes : shape.act_bytes;
+      shape.fused_rnn = cluster.device.fused_rnn;
+      shape.tp = s.tp;
+      shape.sequence_parallel = s.sequence_parallel;
+      shape.cp = s.cp;
+      shape.cp_all_gather = s.cp_comm == CpComm::kAllGather;
+      shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
+      shape.fused_kernels = s.kernels == Kernels::kFused;  // the base plan's, for every candidate
+      Bytes kept = 0;
+      const LayerList layers = model.shared_layers(shape);
+      for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);
+      return kept;
+    });
   };
   // The stage bounds (Note [Search]): each layer priced once per shape of
   // the plan resolved, split as partition() splits it, run in its
@@ -794,19 +854,18 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   bound_options.profile = o.profile;
   struct Priced {
     LayerCosts costs;
-    std::map<std::pair<int, int>, std::vector<int>> splits;  ///< by (pp, v)
+    OnceMap<std::pair<int, int>, std::vector<int>> splits;  ///< by (pp, v)
   };
   // By what the pricing reads of a plan (below): the priced layers, shared.
-  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int, int, int, int, int>,
-           std::unique_ptr<Priced>>
+  OnceMap<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int, int, int, int, int>,
+          std::unique_ptr<Priced>>
       priced;
   // By the plan's degrees and placement where it has experts: which of
   // `priced` is its (null: not a plan).
-  std::map<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int, int, int,
-                      std::string>,
-           Priced*>
+  OnceMap<std::tuple<std::int64_t, std::int64_t, int, bool, int, Attention, Precision, Recompute, int, int, int, int, int, std::string>,
+          Priced*>
       priced_cache;
-  std::map<std::tuple<Schedule, int, int, std::int64_t>, ScheduleShape> shape_cache;
+  OnceMap<std::tuple<Schedule, int, int, std::int64_t>, ScheduleShape> shape_cache;
   // Note [Search]: the interference term of a one-stage plan's time bound.
   std::unique_ptr<CommModel> bound_comm;
   if (o.profile) {
@@ -815,8 +874,8 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
     bound_comm = std::make_unique<AnalyticCommModel>(cluster);
   }
   const int model_layers = model.layer_count();
-  std::map<std::tuple<int, std::int64_t>, std::int64_t> persistent_cache;  // by tp and threshold
-  std::map<int, std::int64_t> root_cache;                                    // by tp
+  OnceMap<std::tuple<int, std::int64_t>, std::int64_t> persistent_cache;  // by tp and threshold
+  OnceMap<int, std::int64_t> root_cache;                                    // by tp
   auto interference_floor = [&](const PlanSpec& s, const LayerCosts& work) -> TimeNs {
     // Its work was priced with every block rerun: none under the block method (Note [Block recompute]).
     if (cluster.device.comm_slowdown <= 0 || !cluster.device.comm_overlaps_compute || s.pp > 1 || s.model_parallel > 1 ||
@@ -827,16 +886,12 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       const ResolvedPlan rp = resolve(s, model, cluster);
       std::int64_t persistent = 0;
       if (rp.zero3_modules()) {
-        const auto key = std::make_tuple(rp.tp, rp.stage3_param_persistence_threshold);
-        auto it = persistent_cache.find(key);
-        if (it == persistent_cache.end()) it = persistent_cache.emplace(key, zero3_persistent_elements(model, rp)).first;
-        persistent = it->second;
+        persistent = persistent_cache.get(std::make_tuple(rp.tp, rp.stage3_param_persistence_threshold),
+                                          [&] { return zero3_persistent_elements(model, rp); });
       }
       std::int64_t root = 0;
       if (rp.fsdp && rp.zero_stage == 3) {
-        auto it = root_cache.find(rp.tp);
-        if (it == root_cache.end()) it = root_cache.emplace(rp.tp, fsdp_root_elements(model, rp)).first;
-        root = it->second;
+        root = root_cache.get(rp.tp, [&] { return fsdp_root_elements(model, rp); });
       }
       return interference_time_bound(rp, params - expert_params, model_layers, cluster, *bound_comm, work, persistent, root);
     } catch (const ConfigError&) {
@@ -847,24 +902,20 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   // says why) or split.
   // Note [Search]: the distributed optimizer's gather in the step, its group
   // found by resolving the plan once per layout.
-  std::map<std::tuple<int, int, int, int, int, int, std::string, Precision, bool>,
-           std::function<TimeNs(std::int64_t)>>
-      gathers;
+  OnceMap<std::tuple<int, int, int, int, int, int, std::string, Precision, bool>, std::function<TimeNs(std::int64_t)>> gathers;
   const std::function<TimeNs(std::int64_t)> no_gather;
   // A reference into the cache: no copy a candidate.
   auto step_gather = [&](const PlanSpec& s) -> const std::function<TimeNs(std::int64_t)>& {
     if (s.zero_stage != 1 || s.fsdp != FsdpMode::kNone || s.dp * s.cp <= 1 || s.overlap_param_gather) return no_gather;
     const auto key = std::make_tuple(s.dp, s.tp, s.cp, s.pp, s.ep, s.etp, s.placement, s.precision, s.fp8_param_gather);
-    auto it = gathers.find(key);
-    if (it == gathers.end()) {
+    return gathers.get(key, [&] {
       std::function<TimeNs(std::int64_t)> f;
       try {
         f = step_gather_bound(resolve(s, model, cluster), cluster, *bound_comm);
       } catch (const ConfigError&) {
       }
-      it = gathers.emplace(key, std::move(f)).first;
-    }
-    return it->second;
+      return f;
+    });
   };
   auto stage_bounds = [&](const PlanSpec& s, ResolvedPlan lb, const LayerCosts** work,
                           const std::function<TimeNs(std::int64_t)>& after_step = {}) -> std::optional<PlanBounds> {
@@ -880,9 +931,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
                                      s.recompute, (s.tp_comm_overlap ? 1 : 0) + (s.overlap_moe_expert_parallel_comm ? 2 : 0), s.ep, s.etp,
                                      s.sync_batchnorm || experts ? s.dp : 0, experts ? s.pp : 0,
                                      experts ? s.placement : std::string());
-    auto it = priced_cache.find(key);
-    if (it == priced_cache.end()) {
-      Priced* p = nullptr;
+    Priced* const found = priced_cache.get(key, [&]() -> Priced* {
       try {
         ResolvedPlan r = resolve(s, model, cluster);
         r.recompute_blocks = 0;  // every block rerun, the same for every N: plan_bounds applies the block method
@@ -890,37 +939,35 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
         const auto shape = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
                                            s.recompute, std::get<8>(key), s.ep, s.etp, s.sync_batchnorm ? s.dp : 0, g.ranks,
                                            g.ranks_per_node, g.groups_per_node);
-        std::unique_ptr<Priced>& q = priced[shape];
-        if (!q) {
-          q = std::make_unique<Priced>();
-          q->costs = layer_costs(price_plan_layers(model, r, cluster, bound_options), r);
-        }
-        p = q.get();
+        return priced
+            .get(shape,
+                 [&] {
+                   auto q = std::make_unique<Priced>();
+                   q->costs = layer_costs(price_plan_layers(model, r, cluster, bound_options), r);
+                   return q;
+                 })
+            .get();
       } catch (const ConfigError&) {
-        // Not a plan (simulating it says so); another of its shape may be.
+        return nullptr;  // not a plan (simulating it says so); another of its shape may be
       }
-      it = priced_cache.emplace(key, p).first;
-    }
-    if (it->second == nullptr) return std::nullopt;
-    Priced& p = *it->second;
+    });
+    if (found == nullptr) return std::nullopt;
+    Priced& p = *found;
     *work = &p.costs;
     const int pp = std::max(1, s.pp);
     const int v = pp > 1 && s.schedule == Schedule::kInterleaved ? (s.virtual_stages == 0 ? 2 : s.virtual_stages) : 1;
     if (static_cast<std::size_t>(pp * v) > p.costs.costs.size()) return std::nullopt;
-    std::vector<int>& split = p.splits[{pp, v}];
-    if (split.empty()) split = balance_layers(p.costs.costs, pp * v);
+    const std::vector<int>& split = p.splits.get({pp, v}, [&] { return balance_layers(p.costs.costs, pp * v); });
     const Schedule schedule = pp > 1 ? s.schedule : Schedule::k1f1b;
-    auto order = shape_cache.find({schedule, pp, v, s.grad_accum});
-    if (order == shape_cache.end()) {
-      order = shape_cache.emplace(std::make_tuple(schedule, pp, v, s.grad_accum), schedule_shape(schedule, pp, v, s.grad_accum)).first;
-    }
+    const ScheduleShape& order =
+        shape_cache.get(std::make_tuple(schedule, pp, v, s.grad_accum), [&] { return schedule_shape(schedule, pp, v, s.grad_accum); });
     lb.dp = s.dp;
     lb.pp = pp;
     lb.virtual_stages = v;
     lb.schedule = schedule;
     lb.grad_accum = s.grad_accum;
     lb.stage_layers = split;
-    return plan_bounds(p.costs, order->second, lb, cluster, after_step);
+    return plan_bounds(p.costs, order, lb, cluster, after_step);
   };
   auto lower_bound_plan = [&](const PlanSpec& s) {
     ResolvedPlan lb;
@@ -954,7 +1001,6 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   // plan without recompute cannot fit by its bounds and with every block
   // rerun may.
   {
-    std::map<std::string, bool> worth_trying;  // by the plan without recompute, written out
     const auto with = [](PlanSpec s, Recompute rc) {
       s.recompute = rc;
       s.recompute_method = RecomputeMethod::kUniform;
@@ -968,26 +1014,46 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       return !b || b->peak <= cluster.device.memory;
     };
     const std::size_t before = candidates.size();
-    std::erase_if(candidates, [&](const PlanSpec& s) {
-      if (s.recompute_method != RecomputeMethod::kBlock) return false;
-      const PlanSpec none = with(s, Recompute::kNone);
-      const std::string key = fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", none.dp, none.tp, none.pp,
-                                          none.cp, none.ep, none.etp, static_cast<int>(none.schedule), none.virtual_stages,
-                                          none.micro_batch, none.grad_accum, none.zero_stage, static_cast<int>(none.fsdp),
-                                          static_cast<int>(none.offload_optimizer), static_cast<int>(none.offload_params),
-                                          none.sequence_parallel, static_cast<int>(none.attention), static_cast<int>(none.precision),
-                                          none.placement, none.seq_len, none.tp_comm_overlap, none.accumulate_allreduce_grads_in_fp32);
-      auto it = worth_trying.find(key);
-      if (it == worth_trying.end()) it = worth_trying.emplace(key, !may_fit(none) && may_fit(with(s, Recompute::kFull))).first;
-      return !it->second;
+    // Note [Bounds in parallel]: each block-method plan's key, then each
+    // key's answer once, for the first plan with it.
+    std::vector<std::string> keys(candidates.size());
+    parallel_for(candidates.size(), bound_threads, [&](std::size_t i) {
+      if (candidates[i].recompute_method != RecomputeMethod::kBlock) return;
+      const PlanSpec none = with(candidates[i], Recompute::kNone);
+      keys[i] = fmt::format("{} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {} {}", none.dp, none.tp, none.pp, none.cp,
+                            none.ep, none.etp, static_cast<int>(none.schedule), none.virtual_stages, none.micro_batch,
+                            none.grad_accum, none.zero_stage, static_cast<int>(none.fsdp), static_cast<int>(none.offload_optimizer),
+                            static_cast<int>(none.offload_params), none.sequence_parallel, static_cast<int>(none.attention),
+                            static_cast<int>(none.precision), none.placement, none.seq_len, none.tp_comm_overlap,
+                            none.accumulate_allreduce_grads_in_fp32);
     });
+    std::map<std::string, std::size_t> key_at;  // into firsts
+    std::vector<std::size_t> firsts, key_of(candidates.size(), 0);
+    for (std::size_t i = 0; i < keys.size(); ++i) {
+      if (keys[i].empty()) continue;
+      const auto [at, added] = key_at.try_emplace(std::move(keys[i]), firsts.size());
+      if (added) firsts.push_back(i);
+      key_of[i] = at->second + 1;  // 0: not the block method
+    }
+    keys.clear();
+    std::vector<char> worth_trying(firsts.size(), 0);
+    parallel_for(firsts.size(), bound_threads, [&](std::size_t k) {
+      const PlanSpec& s = candidates[firsts[k]];
+      worth_trying[k] = !may_fit(with(s, Recompute::kNone)) && may_fit(with(s, Recompute::kFull)) ? 1 : 0;
+    });
+    std::size_t kept = 0;
+    for (std::size_t i = 0; i < candidates.size(); ++i) {
+      if (key_of[i] > 0 && worth_trying[key_of[i] - 1] == 0) continue;
+      if (kept != i) candidates[kept] = std::move(candidates[i]);
+      ++kept;
+    }
+    candidates.erase(candidates.begin() + static_cast<std::ptrdiff_t>(kept), candidates.end());
     r.enumerated -= before - candidates.size();
   }
   std::vector<std::size_t> todo;
   std::vector<Bytes> memory_bound(candidates.size(), 0);
+  parallel_for(candidates.size(), bound_threads, [&](std::size_t i) { memory_bound[i] = states_bound(candidates[i]); });
   for (std::size_t i = 0; i < candidates.size(); ++i) {
-    const PlanSpec& s = candidates[i];
-    memory_bound[i] = states_bound(s);
     if (o.prune_by_memory && memory_bound[i] > cluster.device.memory) {
       ++r.pruned_memory;
     } else {
@@ -997,9 +1063,8 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   // The stage bounds of what is left: its time, and its memory again, closer.
   std::vector<TimeNs> bound(candidates.size(), 0);
   if (o.prune_by_time || o.prune_by_memory) {
-    std::vector<std::size_t> left;
-    left.reserve(todo.size());
-    for (std::size_t i : todo) {
+    parallel_for(todo.size(), bound_threads, [&](std::size_t k) {
+      const std::size_t i = todo[k];
       const LayerCosts* work = nullptr;
       const std::optional<PlanBounds> b =
           stage_bounds(candidates[i], lower_bound_plan(candidates[i]), &work, o.prune_by_time ? step_gather(candidates[i]) : no_gather);
@@ -1007,6 +1072,10 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
         memory_bound[i] = std::max(memory_bound[i], b->peak);
         if (o.prune_by_time) bound[i] = b->time + interference_floor(candidates[i], *work);
       }
+    });
+    std::vector<std::size_t> left;
+    left.reserve(todo.size());
+    for (std::size_t i : todo) {
       if (o.prune_by_memory && memory_bound[i] > cluster.device.memory) {
         ++r.pruned_memory;
       } else {
