@@ -199,7 +199,11 @@ namespace {
 // threads share the memos: the first to ask for a key computes its value,
 // outside the lock, and those asking for it meanwhile wait for it. Each
 // value is a function of its key alone, so which thread computes it, and
-// in what order the plans are visited, changes nothing reported.
+// in what order the plans are visited, changes nothing reported (eight
+// searches' outputs identical; ThreadSanitizer silent on four). On the
+// 2-core development machine the block-recompute filter ran 15-35% faster
+// on two threads than on one: building layer lists and pricing them is
+// allocation-bound there, and its two cores share much.
 
 /// A memo several threads fill: each key's value made once (Note [Bounds
 /// in parallel]); references to values stay valid while it lives.
@@ -228,15 +232,21 @@ class OnceMap {
   std::map<K, std::shared_ptr<Slot>> slots_;
 };
 
-/// Runs body(i) for i in [0, n) on `threads` threads (the calling one among them).
+/// Runs body(i) for i in [0, n) on `threads` threads (the calling one
+/// among them), in runs of consecutive i: neighbouring plans mostly ask
+/// the memos for the same keys, and a thread handed the next plan would
+/// wait for the value its neighbour is making (Note [Bounds in parallel]).
 template <class Body>
 void parallel_for(std::size_t n, unsigned threads, Body&& body) {
+  const std::size_t run = std::max<std::size_t>(1, n / (16 * std::max(1u, threads)));
   std::atomic<std::size_t> next{0};
   std::mutex error_mutex;
   std::exception_ptr error;
   auto work = [&] {
     try {
-      for (std::size_t i; (i = next.fetch_add(1)) < n;) body(i);
+      for (std::size_t first; (first = next.fetch_add(run)) < n;) {
+        for (std::size_t i = first; i < std::min(n, first + run); ++i) body(i);
+      }
     } catch (...) {
       std::lock_guard<std::mutex> lock(error_mutex);
       if (!error) error = std::current_exception();
