@@ -113,7 +113,8 @@
 // micro-batch leave it for a stream of their own, which runs its m a_s
 // one after another as well, between the same two ends: Note
 // [Expert-parallel overlap] in lowering/layer_stage.cpp; the busier stream
-// counts, m max(x_s, a_s)); its first pass (a forward of chunk c) waits for micro-batch 0's
+// counts, m max(x_s, a_s)); its first pass (a forward of chunk c) waits
+// for micro-batch 0's
 // forwards through every virtual stage before c x pp + s, and after its
 // last (a backward of chunk c') come that micro-batch's backwards through
 // every virtual stage before c' x pp + s: the iteration takes at least
@@ -164,9 +165,9 @@
 
 #include <algorithm>
 #include <atomic>
-#include <exception>
 #include <chrono>
 #include <cmath>
+#include <exception>
 #include <iterator>
 #include <limits>
 #include <map>
@@ -1147,8 +1148,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
   std::atomic<std::size_t> next{0}, done{0};
   std::mutex error_mutex;
   std::string first_error;
-  unsigned threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
-  threads = std::min<unsigned>(threads, std::max<std::size_t>(1, todo.size()));
+  const unsigned threads = std::min<unsigned>(bound_threads, std::max<std::size_t>(1, todo.size()));
   r.threads = static_cast<int>(threads);
   auto worker = [&] {
     PredictOptions po;
