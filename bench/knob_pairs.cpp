@@ -38,6 +38,7 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"overlap_param_gather", "tp_comm_overlap"}));
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
   platform::retain_freed_memory();  // as dtsim search does
+  platform::advise_huge_pages(platform::kHugeHeapBytes);
   try {
     const auto model = models::load_model(model_name);
     std::vector<sim::Override> cluster_sets, plan_sets{sim::parse_override("plan." + knob + "=true")};

@@ -67,10 +67,16 @@ int main(int argc, char** argv) {
   app.add_flag("--glibc-malloc", glibc_defaults,
                "Leave glibc's allocator as it is, returning large freed blocks to the kernel (the search and the "
                "explorer keep them: Note [Freed memory stays] in platform/src/process.cpp)");
+  bool small_pages = false;
+  app.add_flag("--small-pages", small_pages,
+               "Leave the heap's pages as the kernel's default gives them (the search and the explorer ask for huge pages: "
+               "Note [Huge pages] in platform/src/process.cpp)");
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
   if (!glibc_defaults) platform::retain_freed_memory();  // as dtsim search and the explorer do
+  if (!glibc_defaults && !small_pages) platform::advise_huge_pages(platform::kHugeHeapBytes);  // and this
   try {
-    std::printf("median of %d predictions in-process%s\n", repeat, glibc_defaults ? " (glibc's allocator as it is)" : "");
+    std::printf("median of %d predictions in-process%s\n", repeat,
+                glibc_defaults ? " (glibc's allocator as it is)" : small_pages ? " (the kernel's default pages)" : "");
     std::printf("%-44s %10s %12s %9s %10s %10s\n", "case", "ms", "iteration s", "tasks", "events", "simulated");
     {
       const auto model = models::load_model("gpt-1t");

@@ -58,6 +58,7 @@ int main(int argc, char** argv) {
   // timeline are hundreds of MB: kept for the next one, not faulted in
   // again (Note [Freed memory stays] in platform/src/process.cpp).
   dtsim::platform::retain_freed_memory();
+  dtsim::platform::advise_huge_pages(dtsim::platform::kHugeHeapBytes);  // Note [Huge pages]
   args.has_measured = cli.count("--measured") > 0;
   args.has_screenshot = cli.count("--screenshot") > 0;
   try {

@@ -1,6 +1,15 @@
-// Process settings: the CPU share a rank binds to (Note [A rank's own cores]).
+// Process settings: the CPU share a rank binds to (Note [A rank's own cores]),
+// and the heap's huge pages (Note [Huge pages]).
 #include <catch2/catch.hpp>
 
+#include <sys/wait.h>
+#include <unistd.h>
+
+#include <cstdint>
+#include <cstdio>
+#include <cstdlib>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "dtsim/platform/process.hpp"
@@ -30,4 +39,60 @@ TEST_CASE("cpu_share: leaves the binding alone where it is not ours to set", "[p
   CHECK(cpu_share({0, 1}, 2, -1, 2).empty());
   CHECK(cpu_share({1}, 2, 0, 2).empty());      // bound already (mpirun, taskset): 1 of 2 online CPUs
   CHECK(cpu_share({}, 2, 0, 2).empty());
+}
+
+namespace {
+
+// The VmFlags of the mapping of /proc/self/smaps that holds `address`, "" if none.
+std::string vm_flags_at(std::uintptr_t address) {
+  std::ifstream in("/proc/self/smaps");
+  bool inside = false;
+  for (std::string line; std::getline(in, line);) {
+    unsigned long lo = 0, hi = 0;
+    if (std::sscanf(line.c_str(), "%lx-%lx ", &lo, &hi) == 2 && line.find(':') > line.find(' ')) {
+      inside = address >= lo && address < hi;
+    } else if (inside && line.rfind("VmFlags:", 0) == 0) {
+      return line.substr(8);
+    }
+  }
+  return "";
+}
+
+}  // namespace
+
+TEST_CASE("advise_huge_pages: the heap it grows asks for huge pages (Note [Huge pages])", "[process]") {
+  // Only where the kernel gives huge pages to memory that asks for them: the
+  // mode in brackets is "madvise" or "always".
+  std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
+  std::string mode;
+  std::getline(mode_file, mode);
+  if (mode.find("[never]") != std::string::npos || mode.empty()) {
+    WARN("transparent huge pages are off here (" << (mode.empty() ? "no /sys/kernel/mm/transparent_hugepage" : mode) << "): not checked");
+    return;
+  }
+  // In a child: the settings are the whole process's.
+  const pid_t child = ::fork();
+  REQUIRE(child >= 0);
+  if (child == 0) {
+    dtsim::platform::retain_freed_memory();
+    const auto before = reinterpret_cast<std::uintptr_t>(::sbrk(0));
+    dtsim::platform::advise_huge_pages(std::size_t{64} << 20);
+    const auto after = reinterpret_cast<std::uintptr_t>(::sbrk(0));
+    // The break moved by at least the 64 MiB asked for, and the whole 2 MiB
+    // pages between are marked "hg" (MADV_HUGEPAGE), by
+    // Documentation/filesystems/proc.rst's VmFlags.
+    const std::uintptr_t huge = std::uintptr_t{2} << 20;
+    const std::uintptr_t first = (before + huge - 1) / huge * huge;
+    const bool grew = after - before >= (std::size_t{64} << 20);
+    const bool marked = vm_flags_at(first).find(" hg") != std::string::npos && vm_flags_at(first + (std::size_t{60} << 20)).find(" hg") != std::string::npos;
+    // and memory allocated afterwards lands in it, as the simulator's does.
+    void* p = std::malloc(std::size_t{8} << 20);
+    const bool used = vm_flags_at(reinterpret_cast<std::uintptr_t>(p) + (std::size_t{4} << 20)).find(" hg") != std::string::npos;
+    std::free(p);
+    ::_exit(grew && marked && used ? 0 : 1 + !grew + 2 * !marked + 4 * !used);
+  }
+  int status = 0;
+  REQUIRE(::waitpid(child, &status, 0) == child);
+  REQUIRE(WIFEXITED(status));
+  CHECK(WEXITSTATUS(status) == 0);  // 1 + 1: did not grow, + 2: not marked, + 4: later memory elsewhere
 }

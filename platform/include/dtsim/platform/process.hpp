@@ -1,4 +1,5 @@
 #pragma once
+#include <cstddef>
 // Process-wide settings for long runs (searches, training steps): the
 // allocator, and the CPUs a rank runs on.
 
@@ -8,6 +9,16 @@ namespace dtsim::platform {
 /// otherwise returns large blocks to the kernel on every free and the next
 /// use faults them in again. Call it once, early; a no-op without glibc.
 void retain_freed_memory();
+
+/// Note [Huge pages] (src/process.cpp): grows the heap by `bytes` of virtual
+/// memory and asks the kernel for transparent huge pages over it, for a
+/// simulator that walks large task graphs. Call it once, after
+/// retain_freed_memory(); a no-op where the heap cannot grow or without
+/// glibc and Linux.
+void advise_huge_pages(std::size_t bytes);
+
+/// What the simulator's front ends pass to advise_huge_pages: 512 MiB.
+inline constexpr std::size_t kHugeHeapBytes = std::size_t{512} << 20;
 
 }  // namespace dtsim::platform
 
