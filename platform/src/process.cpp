@@ -70,10 +70,14 @@ void retain_freed_memory() {
 //    1.05 and 0.71 s; on 1024 GPUs, two threads: 4.64-4.68 -> 4.28-4.36 s
 //    (the workers' own arenas are not covered), the same output.
 // Where the kernel gives huge pages to everything or to nothing this
-// changes nothing. The validation runtime and calibration do not call it:
-// their ranks' memory is what they measure.
+// changes nothing. Where memory is fragmented, a fault in the range may
+// wait for the kernel to compact a huge page (its defrag setting), the
+// price glibc's tunable pays too: DTSIM_HUGE_PAGES=off in the environment
+// leaves the heap as it is. The validation runtime and calibration do not
+// call it: their ranks' memory is what they measure.
 void advise_huge_pages(std::size_t bytes) {
 #if defined(__GLIBC__) && defined(__linux__) && defined(MADV_HUGEPAGE)
+  if (const char* off = std::getenv("DTSIM_HUGE_PAGES"); off != nullptr && std::strcmp(off, "off") == 0) return;
   constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
   const auto lo = reinterpret_cast<std::uintptr_t>(::sbrk(0));
   void* block = std::malloc(bytes);

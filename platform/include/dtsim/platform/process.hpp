@@ -13,8 +13,8 @@ void retain_freed_memory();
 /// Note [Huge pages] (src/process.cpp): grows the heap by `bytes` of virtual
 /// memory and asks the kernel for transparent huge pages over it, for a
 /// simulator that walks large task graphs. Call it once, after
-/// retain_freed_memory(); a no-op where the heap cannot grow or without
-/// glibc and Linux.
+/// retain_freed_memory(); a no-op where the heap cannot grow, where the
+/// environment sets DTSIM_HUGE_PAGES=off, or without glibc and Linux.
 void advise_huge_pages(std::size_t bytes);
 
 /// What the simulator's front ends pass to advise_huge_pages: 512 MiB.
