@@ -37,8 +37,7 @@ int main(int argc, char** argv) {
   app.add_option("--knob", knob, "overlap_param_gather or tp_comm_overlap")
       ->check(CLI::IsMember({"overlap_param_gather", "tp_comm_overlap"}));
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
-  platform::retain_freed_memory();  // as dtsim search does
-  platform::advise_huge_pages(platform::kHugeHeapBytes);
+  platform::prepare_simulator_heap();  // as dtsim search does
   try {
     const auto model = models::load_model(model_name);
     std::vector<sim::Override> cluster_sets, plan_sets{sim::parse_override("plan." + knob + "=true")};

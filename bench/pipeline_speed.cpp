@@ -72,8 +72,9 @@ int main(int argc, char** argv) {
                "Leave the heap's pages as the kernel's default gives them (the search and the explorer ask for huge pages: "
                "Note [Huge pages] in platform/src/process.cpp)");
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
-  if (!glibc_defaults) platform::retain_freed_memory();  // as dtsim search and the explorer do
-  if (!glibc_defaults && !small_pages) platform::advise_huge_pages(platform::kHugeHeapBytes);  // and this
+  // As dtsim search and the explorer set the heap, unless a flag says otherwise.
+  if (!glibc_defaults && !small_pages) platform::prepare_simulator_heap();
+  if (!glibc_defaults && small_pages) platform::retain_freed_memory();
   try {
     std::printf("median of %d predictions in-process%s\n", repeat,
                 glibc_defaults ? " (glibc's allocator as it is)" : small_pages ? " (the kernel's default pages)" : "");

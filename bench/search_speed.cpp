@@ -24,8 +24,7 @@ int main(int argc, char** argv) {
   cli::house_style(app);
   app.add_option("--repeat", repeat, "Runs per case (default 3)")->type_name("N")->check(CLI::PositiveNumber);
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
-  platform::retain_freed_memory();  // as dtsim search does
-  platform::advise_huge_pages(platform::kHugeHeapBytes);
+  platform::prepare_simulator_heap();  // as dtsim search does
   try {
     const auto model = models::load_model("gpt-175b");
     const auto cluster = sim::load_cluster("dgx-a100", {sim::parse_override("cluster.nodes=128")});

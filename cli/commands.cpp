@@ -135,8 +135,7 @@ int run_predict(const Options& o) {
     if (prof->empty()) throw ConfigError("--profile: missing file name");
     po.profile = std::make_shared<const sim::ProfileCosts>(sim::load_profile(*prof));
   }
-  platform::retain_freed_memory();                         // Note [Freed memory stays]
-  platform::advise_huge_pages(platform::kHugeHeapBytes);  // Note [Huge pages]
+  platform::prepare_simulator_heap();  // Note [Freed memory stays], Note [Huge pages]
   const sim::Prediction p = sim::predict(*model, plan, cluster, po);
   // Bad input is one line: the warning only once the plan has resolved.
   if (!rs.warning.empty()) std::cerr << "dtsim predict: warning: " << rs.warning << "\n";
@@ -211,8 +210,7 @@ int run_search(const Options& o) {
       if (done == total) std::fprintf(stderr, "\n");
     };
   }
-  platform::retain_freed_memory();                         // Note [Freed memory stays]
-  platform::advise_huge_pages(platform::kHugeHeapBytes);  // Note [Huge pages]
+  platform::prepare_simulator_heap();  // Note [Freed memory stays], Note [Huge pages]
   const sim::SearchResult r = sim::search(*model, cluster, so);
   if (o.flag("json")) {
     std::cout << sim::search_to_json(r);

@@ -57,8 +57,7 @@ int main(int argc, char** argv) {
   // Every knob change predicts again, and a long pipeline's graph and its
   // timeline are hundreds of MB: kept for the next one, not faulted in
   // again (Note [Freed memory stays] in platform/src/process.cpp).
-  dtsim::platform::retain_freed_memory();
-  dtsim::platform::advise_huge_pages(dtsim::platform::kHugeHeapBytes);  // Note [Huge pages]
+  dtsim::platform::prepare_simulator_heap();  // and Note [Huge pages]
   args.has_measured = cli.count("--measured") > 0;
   args.has_screenshot = cli.count("--screenshot") > 0;
   try {

@@ -53,11 +53,11 @@ void retain_freed_memory() {
 // that asks for them (/sys/kernel/mm/transparent_hugepage/enabled at
 // "madvise", as on the AMD EPYC VM of 2026-12-02), the heap never asks:
 // glibc would (its tunable glibc.malloc.hugetlb=1), but a tunable is read
-// from the environment at start-up only. So the simulator's front ends grow
-// the heap once by `bytes` (virtual memory; nothing is touched), mark that
-// range MADV_HUGEPAGE, and free it into the heap, which with Note [Freed
-// memory stays] is never trimmed: the first 2 MiB a range touches comes as
-// one page. Measured there (bench/README.md, "Huge pages"), without and with
+// from the environment at start-up only. So the simulator's front ends
+// (prepare_simulator_heap) grow the heap once by 512 MiB (virtual memory;
+// nothing is touched), mark that range MADV_HUGEPAGE, and free it into the
+// heap, which with Note [Freed memory stays] is never trimmed: the first
+// 2 MiB a range touches comes as one page. Measured there (bench/README.md, "Huge pages"), without and with
 // 512 MiB advised, alternated, pinned to one core:
 //  - dtsim_bench_pipeline, GPT-1T in-process, medians of 7: 157.2-163.2 ->
 //    143.2-147.4 ms (-9%), gpt-175b with every micro-batch simulated
@@ -91,6 +91,11 @@ void advise_huge_pages(std::size_t bytes) {
 #else
   (void)bytes;
 #endif
+}
+
+void prepare_simulator_heap() {
+  retain_freed_memory();
+  advise_huge_pages(std::size_t{512} << 20);
 }
 
 // Note [A rank's own cores]

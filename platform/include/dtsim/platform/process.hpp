@@ -1,7 +1,8 @@
 #pragma once
-#include <cstddef>
 // Process-wide settings for long runs (searches, training steps): the
 // allocator, and the CPUs a rank runs on.
+
+#include <cstddef>
 
 namespace dtsim::platform {
 
@@ -17,8 +18,9 @@ void retain_freed_memory();
 /// environment sets DTSIM_HUGE_PAGES=off, or without glibc and Linux.
 void advise_huge_pages(std::size_t bytes);
 
-/// What the simulator's front ends pass to advise_huge_pages: 512 MiB.
-inline constexpr std::size_t kHugeHeapBytes = std::size_t{512} << 20;
+/// The heap of a simulator front end (predict, search, the explorer, the
+/// benches): retain_freed_memory(), then advise_huge_pages(512 MiB).
+void prepare_simulator_heap();
 
 }  // namespace dtsim::platform
 
