@@ -77,7 +77,12 @@ void retain_freed_memory() {
 // call it: their ranks' memory is what they measure.
 void advise_huge_pages(std::size_t bytes) {
 #if defined(__GLIBC__) && defined(__linux__) && defined(MADV_HUGEPAGE)
-  if (const char* off = std::getenv("DTSIM_HUGE_PAGES"); off != nullptr && std::strcmp(off, "off") == 0) return;
+  // DTSIM_HUGE_PAGES=off (or 0, no, false) leaves the heap as it is.
+  if (const char* v = std::getenv("DTSIM_HUGE_PAGES"); v != nullptr) {
+    for (const char* off : {"off", "0", "no", "false"}) {
+      if (std::strcmp(v, off) == 0) return;
+    }
+  }
   constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
   const auto lo = reinterpret_cast<std::uintptr_t>(::sbrk(0));
   void* block = std::malloc(bytes);

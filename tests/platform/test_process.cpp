@@ -95,17 +95,19 @@ TEST_CASE("advise_huge_pages: the heap it grows asks for huge pages (Note [Huge 
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
   CHECK(WEXITSTATUS(status) == 0);  // 1 + 1: did not grow, + 2: not marked, + 4: later memory elsewhere
-  // DTSIM_HUGE_PAGES=off: the heap neither grows nor asks.
-  const pid_t off = ::fork();
-  REQUIRE(off >= 0);
-  if (off == 0) {
-    ::setenv("DTSIM_HUGE_PAGES", "off", 1);
-    dtsim::platform::retain_freed_memory();
-    const auto before = reinterpret_cast<std::uintptr_t>(::sbrk(0));
-    dtsim::platform::advise_huge_pages(std::size_t{64} << 20);
-    ::_exit(reinterpret_cast<std::uintptr_t>(::sbrk(0)) == before ? 0 : 1);
+  // DTSIM_HUGE_PAGES=off (or 0, no, false): the heap neither grows nor asks.
+  for (const char* value : {"off", "0", "no", "false"}) {
+    const pid_t off = ::fork();
+    REQUIRE(off >= 0);
+    if (off == 0) {
+      ::setenv("DTSIM_HUGE_PAGES", value, 1);
+      dtsim::platform::retain_freed_memory();
+      const auto before = reinterpret_cast<std::uintptr_t>(::sbrk(0));
+      dtsim::platform::advise_huge_pages(std::size_t{64} << 20);
+      ::_exit(reinterpret_cast<std::uintptr_t>(::sbrk(0)) == before ? 0 : 1);
+    }
+    REQUIRE(::waitpid(off, &status, 0) == off);
+    REQUIRE(WIFEXITED(status));
+    CHECK(WEXITSTATUS(status) == 0);
   }
-  REQUIRE(::waitpid(off, &status, 0) == off);
-  REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);
 }

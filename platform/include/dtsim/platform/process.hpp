@@ -15,7 +15,8 @@ void retain_freed_memory();
 /// memory and asks the kernel for transparent huge pages over it, for a
 /// simulator that walks large task graphs. Call it once, after
 /// retain_freed_memory(); a no-op where the heap cannot grow, where the
-/// environment sets DTSIM_HUGE_PAGES=off, or without glibc and Linux.
+/// environment sets DTSIM_HUGE_PAGES=off (or 0, no, false), or without
+/// glibc and Linux.
 void advise_huge_pages(std::size_t bytes);
 
 /// The heap of a simulator front end (predict, search, the explorer, the
