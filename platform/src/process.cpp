@@ -54,9 +54,8 @@ void retain_freed_memory() {
 // "madvise", as on the AMD EPYC VM of 2026-12-02), the heap never asks:
 // glibc would (its tunable glibc.malloc.hugetlb=1), but a tunable is read
 // from the environment at start-up only. So the simulator's front ends
-// (prepare_simulator_heap) grow the heap once by 512 MiB (virtual memory;
-// nothing is touched), mark that range MADV_HUGEPAGE, and free it into the
-// heap, which with Note [Freed memory stays] is never trimmed: the first
+// (prepare_simulator_heap) allocate 512 MiB once (virtual memory; nothing
+// is touched), mark that range MADV_HUGEPAGE, and free it into the heap, which with Note [Freed memory stays] is never trimmed: the first
 // 2 MiB a range touches comes as one page. Measured there (bench/README.md, "Huge pages"), without and with
 // 512 MiB advised, alternated, pinned to one core:
 //  - dtsim_bench_pipeline, GPT-1T in-process, medians of 7: 157.2-163.2 ->
@@ -84,13 +83,13 @@ void advise_huge_pages(std::size_t bytes) {
     }
   }
   constexpr std::uintptr_t kHuge = std::uintptr_t{2} << 20;
-  const auto lo = reinterpret_cast<std::uintptr_t>(::sbrk(0));
   void* block = std::malloc(bytes);
   if (block == nullptr) return;  // no room (ulimit -v): leave the heap as it is
-  const auto hi = reinterpret_cast<std::uintptr_t>(::sbrk(0));
-  // The whole huge pages between the old break and the new (none where
-  // glibc had to place the block elsewhere and the break did not move).
-  const std::uintptr_t a = (lo + kHuge - 1) / kHuge * kHuge, b = hi / kHuge * kHuge;
+  // The whole huge pages of the block, wherever glibc carved it: from free
+  // space the heap already had at its top, or from the break it moved.
+  // Freed, it joins the top of the heap the next allocations come from.
+  const auto lo = reinterpret_cast<std::uintptr_t>(block);
+  const std::uintptr_t a = (lo + kHuge - 1) / kHuge * kHuge, b = (lo + bytes) / kHuge * kHuge;
   if (b > a) ::madvise(reinterpret_cast<void*>(a), b - a, MADV_HUGEPAGE);
   std::free(block);
 #else

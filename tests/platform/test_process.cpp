@@ -60,7 +60,7 @@ std::string vm_flags_at(std::uintptr_t address) {
 
 }  // namespace
 
-TEST_CASE("advise_huge_pages: the heap it grows asks for huge pages (Note [Huge pages])", "[process]") {
+TEST_CASE("advise_huge_pages: the heap the simulator allocates from next asks for huge pages (Note [Huge pages])", "[process]") {
   // Only where the kernel gives huge pages to memory that asks for them: the
   // mode in brackets is "madvise" or "always".
   std::ifstream mode_file("/sys/kernel/mm/transparent_hugepage/enabled");
@@ -75,27 +75,38 @@ TEST_CASE("advise_huge_pages: the heap it grows asks for huge pages (Note [Huge 
   REQUIRE(child >= 0);
   if (child == 0) {
     dtsim::platform::retain_freed_memory();
-    const auto before = reinterpret_cast<std::uintptr_t>(::sbrk(0));
+    // Only where malloc takes its memory from the program break, as glibc's
+    // does: a sanitizer's allocator (scripts/sanitize) or jemalloc does not,
+    // and there the function leaves the heap alone (exit 64: not checked).
+    {
+      const auto was = reinterpret_cast<std::uintptr_t>(::sbrk(0));
+      void* q = std::malloc(std::size_t{4} << 20);
+      const auto at = reinterpret_cast<std::uintptr_t>(q), now = reinterpret_cast<std::uintptr_t>(::sbrk(0));
+      std::free(q);
+      if (q == nullptr || at < was - (std::size_t{64} << 20) || at >= now) ::_exit(64);
+    }
+    // The probe left tens of MiB free at the heap's top, as a front end's
+    // start-up does: what comes next is carved from that free space, and
+    // must still be marked "hg" (MADV_HUGEPAGE, by
+    // Documentation/filesystems/proc.rst's VmFlags) over the 64 MiB asked
+    // for, whole 2 MiB pages: its first and its last.
     dtsim::platform::advise_huge_pages(std::size_t{64} << 20);
-    const auto after = reinterpret_cast<std::uintptr_t>(::sbrk(0));
-    // The break moved by at least the 64 MiB asked for, and the whole 2 MiB
-    // pages between are marked "hg" (MADV_HUGEPAGE), by
-    // Documentation/filesystems/proc.rst's VmFlags.
-    const std::uintptr_t huge = std::uintptr_t{2} << 20;
-    const std::uintptr_t first = (before + huge - 1) / huge * huge;
-    const bool grew = after - before >= (std::size_t{64} << 20);
-    const bool marked = vm_flags_at(first).find(" hg") != std::string::npos && vm_flags_at(first + (std::size_t{60} << 20)).find(" hg") != std::string::npos;
-    // and memory allocated afterwards lands in it, as the simulator's does.
     void* p = std::malloc(std::size_t{8} << 20);
-    const bool used = vm_flags_at(reinterpret_cast<std::uintptr_t>(p) + (std::size_t{4} << 20)).find(" hg") != std::string::npos;
+    const auto at = reinterpret_cast<std::uintptr_t>(p);
+    const bool first = vm_flags_at(at + (std::size_t{4} << 20)).find(" hg") != std::string::npos;
+    const bool last = vm_flags_at(at + (std::size_t{60} << 20)).find(" hg") != std::string::npos;
     std::free(p);
-    ::_exit(grew && marked && used ? 0 : 1 + !grew + 2 * !marked + 4 * !used);
+    ::_exit(first && last ? 0 : 1 + !first + 2 * !last);
   }
   int status = 0;
   REQUIRE(::waitpid(child, &status, 0) == child);
   REQUIRE(WIFEXITED(status));
-  CHECK(WEXITSTATUS(status) == 0);  // 1 + 1: did not grow, + 2: not marked, + 4: later memory elsewhere
-  // DTSIM_HUGE_PAGES=off (or 0, no, false): the heap neither grows nor asks.
+  if (WEXITSTATUS(status) == 64) {
+    WARN("malloc does not take its memory from the program break here (a sanitizer's allocator?): not checked");
+    return;
+  }
+  CHECK(WEXITSTATUS(status) == 0);  // 1 + 1: the first page not marked, + 2: the last
+  // DTSIM_HUGE_PAGES=off (or 0, no, false): nothing allocated, nothing asked.
   for (const char* value : {"off", "0", "no", "false"}) {
     const pid_t off = ::fork();
     REQUIRE(off >= 0);

@@ -11,10 +11,10 @@ namespace dtsim::platform {
 /// use faults them in again. Call it once, early; a no-op without glibc.
 void retain_freed_memory();
 
-/// Note [Huge pages] (src/process.cpp): grows the heap by `bytes` of virtual
-/// memory and asks the kernel for transparent huge pages over it, for a
-/// simulator that walks large task graphs. Call it once, after
-/// retain_freed_memory(); a no-op where the heap cannot grow, where the
+/// Note [Huge pages] (src/process.cpp): allocates `bytes` of virtual memory
+/// from the heap, asks the kernel for transparent huge pages over it and
+/// frees it, for a simulator that walks large task graphs. Call it once,
+/// after retain_freed_memory(); a no-op where the heap cannot grow, where the
 /// environment sets DTSIM_HUGE_PAGES=off (or 0, no, false), or without
 /// glibc and Linux.
 void advise_huge_pages(std::size_t bytes);
