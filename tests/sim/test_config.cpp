@@ -219,3 +219,14 @@ TEST_CASE("every shipped plan and cluster loads", "[config]") {
   for (const auto& p : plans) CHECK_NOTHROW(load_plan(p));
   for (const auto& c : clusters) CHECK_NOTHROW(load_cluster(c));
 }
+
+TEST_CASE("a CPU's pipeline sends wait at most a scheduler tick for the sender's core (Note [Busy sender])", "[config]") {
+  // CONFIG_HZ=250, Debian's kernels': a tick is 1 / 250 s = 4 ms.
+  CHECK(find_device("cpu")->send_waits_for_core == 4 * kNsPerMs);
+  for (const char* gpu : {"A100-SXM4-80GB", "H100-SXM", "MI300X"}) CHECK(find_device(gpu)->send_waits_for_core == 0);
+  const ClusterSpec c = parse_cluster("device: {base: cpu, send_waits_for_core_ms: 10}\n"
+                                      "intra_node: {type: shm, bandwidth_GBps: 2}\n", "c.yaml");
+  CHECK(c.device.send_waits_for_core == 10 * kNsPerMs);  // CONFIG_HZ=100
+  CHECK_THAT(error_of([] { parse_cluster("device: {base: cpu, send_waits_for_core_ms: -1}\nintra_node: {type: shm, bandwidth_GBps: 2}\n", "c.yaml"); }),
+             Catch::Contains("cluster.device.send_waits_for_core_ms: -1 is out of range"));
+}

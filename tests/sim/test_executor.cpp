@@ -340,3 +340,56 @@ TEST_CASE("compute runs slower while a collective of its rank runs (Note [Interf
     CHECK(execute(h).spans[0].end == 100 * kUs);
   }
 }
+
+namespace {
+
+/// Note [Busy sender]: rank 0 computes a then b on "compute" and sends a's
+/// output (latency 0, 1e6 B at 1 GB/s: 1 ms) to rank 1, whose c waits for it.
+TaskGraph busy_sender(TimeNs b, TimeNs waits_for_core) {
+  TaskGraph g;
+  for (int r = 0; r < 2; ++r) {
+    SimRank rank;
+    rank.streams = {"compute", "send fwd"};
+    rank.link_capacity = {1e9, 1e9, 1e9};
+    rank.send_waits_for_core = waits_for_core;
+    g.ranks.push_back(rank);
+  }
+  const TaskId a = g.add(compute("a", 2 * kNsPerMs));
+  g.add(compute("b", b));
+  Task send = comm("send", 0, 1e6, 1, {a});
+  send.op = CollectiveOp::kSendRecv;
+  send.axis = Axis::kPp;
+  const TaskId s = g.add(send);
+  Task c = compute("c", kNsPerMs, 0, {s});
+  c.rank = 1;
+  g.add(c);
+  return g;
+}
+
+}  // namespace
+
+TEST_CASE("a CPU rank's pipeline send waits for its core: until its compute is idle, or a tick", "[executor]") {
+  // The send is ready at 2 ms, when a ends and b begins.
+  SECTION("b runs 10 ms: the send goes at 2 + 4 ms (the tick), ends at 7 ms") {
+    const ExecResult r = execute(busy_sender(10 * kNsPerMs, 4 * kNsPerMs));
+    CHECK(r.spans[2].start == 2 * kNsPerMs);  // held from when it was ready
+    CHECK(r.spans[2].end == 7 * kNsPerMs);
+    CHECK(r.spans[3].start == 7 * kNsPerMs);
+    CHECK(r.makespan == 12 * kNsPerMs);  // b: 2 + 10 ms
+  }
+  SECTION("b runs 1.5 ms: the core is free at 3.5 ms, the send ends at 4.5 ms") {
+    const ExecResult r = execute(busy_sender(1500 * kUs, 4 * kNsPerMs));
+    CHECK(r.spans[2].end == 4500 * kUs);
+    CHECK(r.spans[3].end == 5500 * kUs);
+  }
+  SECTION("a GPU's sends (0) go at once: 2 to 3 ms") {
+    const ExecResult r = execute(busy_sender(10 * kNsPerMs, 0));
+    CHECK(r.spans[2].end == 3 * kNsPerMs);
+    CHECK(r.spans[3].start == 3 * kNsPerMs);
+  }
+  SECTION("a send on another axis (a host copy, a context-parallel ring) does not wait") {
+    TaskGraph g = busy_sender(10 * kNsPerMs, 4 * kNsPerMs);
+    g.tasks[2].axis.reset();
+    CHECK(execute(g).spans[2].end == 3 * kNsPerMs);
+  }
+}

@@ -660,3 +660,48 @@ TEST_CASE("advice reaches predict's warnings for an underfilled pipeline", "[pip
   CHECK(warned(6));   // 3 micro-batches, 4 stages
   CHECK_FALSE(warned(8));
 }
+
+TEST_CASE("Gloo pipelines: a send waits for its receiver, the sender's window and the sender's core "
+          "(Note [Gloo rendezvous], [Send window], [Busy sender])",
+          "[pipeline]") {
+  // GPipe, p = 2 stages of 4 layers (tf = 4 ms, tb = 8 ms a micro-batch), m
+  // = 4, communication free: on GPUs (m + p - 1)(tf + tb) = 60 ms.
+  const FreeComm comm;
+  const std::string plan = "pp: 2\nschedule: gpipe\nmicro_batches: 4\nmicro_batch: 1\n";
+  ClusterSpec gpu = round_cluster(1, 2);
+  const Run g = run(kEight, plan, gpu, comm, kMs);
+  CHECK(g.exec.makespan / 1000 == 60 * kMs / 1000);
+
+  ClusterSpec cpu = gpu;
+  cpu.device.gloo_collectives = true;
+  cpu.device.send_waits_for_core = 4 * kMs;
+  const Run c = run(kEight, plan, cpu, comm, kMs);
+  const auto id = [&](const Run& r, const std::string& name) {
+    for (std::size_t i = 0; i < r.graph.tasks.size(); ++i) {
+      if (r.graph.tasks[i].name == name) return static_cast<TaskId>(i);
+    }
+    FAIL("no task " << name);
+    return TaskId{-1};
+  };
+  const auto waits_on = [&](const Run& r, const std::string& task, const std::string& on) {
+    const auto& deps = r.graph.tasks[static_cast<std::size_t>(id(r, task))].deps;
+    return std::find(deps.begin(), deps.end(), id(r, on)) != deps.end();
+  };
+  // Stage 1 posts the receive for micro-batch 1 once its forward of 0 is done.
+  CHECK(waits_on(c, "send act chunk 0 [mb 1]", "fwd chunk 1 [mb 0]"));
+  CHECK_FALSE(waits_on(g, "send act chunk 0 [mb 1]", "fwd chunk 1 [mb 0]"));
+  // Stage 0's third send waits for its first, and so does the pass after
+  // the one that issued it (its forward of micro-batch 3).
+  CHECK(waits_on(c, "send act chunk 0 [mb 2]", "send act chunk 0 [mb 0]"));
+  CHECK(waits_on(c, "fwd chunk 0 [mb 3]", "send act chunk 0 [mb 0]"));
+  CHECK_FALSE(waits_on(g, "fwd chunk 0 [mb 3]", "send act chunk 0 [mb 0]"));
+  // Then by hand (ms): stage 0 runs F0-F3 over 0-16; act0, ready at 4 beside
+  // F1, leaves at the tick, 8; act1 waits for stage 1's F0 (8-12) and, F3
+  // running, for the core: 16. Stage 1's F1 16-20, act2 at 20, F2 20-24,
+  // act3 at 24, F3 24-28; B3 28-36, grad3 (ready at 36 beside B2) at the
+  // tick, 40; stage 0's B3 40-48. Stage 1: B2 36-44, B1 44-52; grad2 waits
+  // for stage 0's B3 (48) and the core (B1 until 52); stage 0's B2 52-60.
+  // Stage 1's B0 52-60; grad1 waits for stage 0's B2 (60), stage 0's B1
+  // 60-68; grad0 waits for B1 (68), B0 68-76, then the ns-long step.
+  CHECK(c.exec.makespan / 1000 == 76 * kMs / 1000);
+}

@@ -53,6 +53,27 @@
 // running compute task is advanced and its end rescheduled. The
 // collectives themselves keep their speed.
 //
+// Note [Busy sender]
+// Where ranks are CPU cores (Gloo), a pipeline's send is moved by a thread
+// of the sender's own, on the one core its compute runs on. Gloo's TCP
+// send is a rendezvous: Pair::send writes the data in the caller's thread
+// only where the receiver's NOTIFY_RECV_READY has already been handled;
+// otherwise it queues the data and the sender's device thread writes it
+// when that notice arrives (handleRemotePendingRecv in
+// gloo/transport/tcp/pair.cc). A receiver posts its receive where its
+// schedule needs the data (the pipeline pass makes the send wait for that),
+// and by then the sender is often computing the next pass: its device
+// thread, woken, does not get the core until the compute thread blocks or
+// the scheduler preempts it at a tick (CONFIG_HZ=250: 4 ms). In a measured
+// bilstm-tiny 1F1B step (2 ranks, one core each) an activation the
+// receiver asked for 0.6 ms into the sender's 2 ms forward arrived as that
+// forward's successor ended, 3.3 ms later, and one asked for as the sender
+// began a 4.5 ms backward arrived 4.2 ms later, mid-backward. So a send on a
+// rank with SimRank::send_waits_for_core > 0, once ready, starts only when
+// no compute task runs on its rank's compute stream (a rank waiting on a
+// collective leaves its core to Gloo), or that long after it was ready,
+// whichever comes first. GPUs' sends run on their own engines and SMs: 0.
+//
 // Note [Sizes in 64 bits]
 // Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
 // but a hostile or mistaken config (a device of 1e-6 TFLOP/s, a model of
@@ -139,7 +160,7 @@ struct Link {
 };
 
 /// What an event asks of the executor (Note [Plain events] in engine.hpp).
-enum class Action : std::int32_t { kFinish, kStartFlow, kLinkEvent };
+enum class Action : std::int32_t { kFinish, kStartFlow, kLinkEvent, kCoreFree };
 
 class Executor {
  public:
@@ -156,6 +177,7 @@ class Executor {
         case Action::kFinish: finish(e->arg); break;
         case Action::kStartFlow: start_flow(e->arg); break;
         case Action::kLinkEvent: on_link_event(e->arg); break;
+        case Action::kCoreFree: release_send(e->arg); break;
       }
       if (opt_.record_event_times) event_times_.push_back(q_.now());
     }
@@ -234,6 +256,18 @@ class Executor {
         const double s = std::max(0.0, g_.ranks[r].hbm_slowdown[c]);
         hbm_share_[r][c] = s / (1 + s);
       }
+    }
+    // Note [Busy sender]: each rank's compute stream and what runs on it.
+    compute_stream_.assign(g_.ranks.size(), -1);
+    computing_.assign(g_.ranks.size(), -1);
+    held_sends_.resize(g_.ranks.size());
+    for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
+      if (g_.ranks[r].send_waits_for_core <= 0) continue;
+      const auto& names = g_.ranks[r].streams;
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        if (names[k] == to_string(Stream::kCompute)) compute_stream_[r] = static_cast<int>(k);
+      }
+      if (held_.empty()) held_.assign(n, 0);
     }
     comm_active_.assign(g_.ranks.size(), {});
     running_.resize(g_.ranks.size());
@@ -322,9 +356,17 @@ class Executor {
     started_[id] = 1;
     spans_[id].start = q_.now();
     for (const MemOp& op : g_.on_start(t)) apply_mem(t.rank, op);
+    if (t.kind == TaskKind::kCompute && t.stream == compute_stream_[t.rank]) computing_[t.rank] = id;
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
-      at(later(q_.now(), t.cost.latency), Action::kStartFlow, id);
+      if (waits_for_core(t)) {
+        // Note [Busy sender]: until the compute stream is idle, or a tick.
+        held_[id] = 1;
+        held_sends_[t.rank].push_back(id);
+        at(later(q_.now(), g_.ranks[t.rank].send_waits_for_core), Action::kCoreFree, id);
+      } else {
+        at(later(q_.now(), t.cost.latency), Action::kStartFlow, id);
+      }
     } else if (t.kind == TaskKind::kCompute && slowdown_[t.rank] > 0 && t.duration > 0) {
       // Note [Interference]: its end moves with the rank's collectives.
       Progress p;
@@ -340,6 +382,22 @@ class Executor {
       const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issued(id) : TimeNs{0});
       at(end, Action::kFinish, id);
     }
+  }
+
+  /// Note [Busy sender]: a pipeline send whose rank's core is computing.
+  bool waits_for_core(const Task& t) const {
+    return g_.ranks[t.rank].send_waits_for_core > 0 && t.op == CollectiveOp::kSendRecv && t.axis == Axis::kPp &&
+           computing_[t.rank] >= 0;
+  }
+
+  /// Note [Busy sender]: a held send goes (its latency, then its flow); a
+  /// send already gone is left alone.
+  void release_send(TaskId id) {
+    if (held_[id] == 0) return;
+    held_[id] = 0;
+    auto& held = held_sends_[g_.tasks[id].rank];
+    held.erase(std::find(held.begin(), held.end(), id));
+    at(later(q_.now(), g_.tasks[id].cost.latency), Action::kStartFlow, id);
   }
 
   /// Note [Interference]: a collective that slows its rank's compute.
@@ -504,6 +562,7 @@ class Executor {
       }
     }
     for (const MemOp& op : g_.on_end(t)) apply_mem(t.rank, op);
+    if (computing_[t.rank] == id) computing_[t.rank] = -2;  // Note [Busy sender]: ending
     // The next task on this stream may now run.
     std::size_t& h = head_[t.rank][t.stream];
     ++h;
@@ -519,6 +578,11 @@ class Executor {
         mark_ready(d, id);
         try_start_head(where_[d].rank, where_[d].stream);
       }
+    }
+    // Note [Busy sender]: the core is free unless the next compute task began.
+    if (computing_[t.rank] == -2) {
+      computing_[t.rank] = -1;
+      while (!held_sends_[t.rank].empty()) release_send(held_sends_[t.rank].front());
     }
   }
 
@@ -634,6 +698,13 @@ class Executor {
   std::vector<std::array<int, kLinkClasses>> comm_active_;   ///< by rank and link class
   std::vector<std::vector<Progress>> running_;  ///< by rank (one task a compute stream)
   std::vector<TimeNs> event_times_;
+  /// Note [Busy sender]: by rank, its compute stream (-1: sends never wait)
+  /// and the compute task running on it (-1: none; -2: one ending); its
+  /// held sends; by task, whether it is held (empty where none can be).
+  std::vector<int> compute_stream_;
+  std::vector<TaskId> computing_;
+  std::vector<std::vector<TaskId>> held_sends_;
+  std::vector<char> held_;
 };
 
 }  // namespace

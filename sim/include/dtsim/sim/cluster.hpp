@@ -80,6 +80,13 @@ struct DeviceSpec {
   /// Collectives progress beside compute (GPU copy engines and NICs). False
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
+  /// Where > 0, a pipeline's send leaves only once the sender's compute
+  /// stream is idle, or at most this long after it could first have (the
+  /// host scheduler's tick): Gloo's thread that moves it needs the core
+  /// the sender computes on (Note [Busy sender] in
+  /// sim/src/engine/executor.cpp). 0: sends start at once (NCCL, copy
+  /// engines).
+  TimeNs send_waits_for_core = 0;
   /// How much longer compute-bound kernels take while a collective runs
   /// beside them (0.1: at 1/1.1 of their speed): NCCL's channels take SMs
   /// (Note [Interference prior] in sim/src/config/device_db.cpp; the HBM

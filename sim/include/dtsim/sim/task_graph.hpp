@@ -167,6 +167,10 @@ struct SimRank {
   /// each link class (indexed by LinkClass) runs, for the HBM bandwidth the
   /// collective's traffic takes (Note [Interference]).
   std::array<double, 3> hbm_slowdown{};
+  /// Note [Busy sender] in executor.cpp: a pipeline send of this rank leaves
+  /// once its compute stream is idle, or this long after it could first
+  /// have (DeviceSpec::send_waits_for_core); 0: at once.
+  TimeNs send_waits_for_core = 0;
 };
 
 /// The whole program of one training iteration.

@@ -58,9 +58,11 @@ class Pipeline final : public StrategyPass {
   TaskId after_forward(const At& at, TaskId last) override {
     if (last_chunk(at)) return last;
     const Chunk& ch = ctx_.chunks[at.unit];
-    send_f_[ctx_.cell(static_cast<int>(at.unit), at.micro)] =
+    const TaskId send =
         ctx_.b.collective(ctx_.name("send act", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendFwd), Axis::kPp,
                           CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {last});
+    send_f_[ctx_.cell(static_cast<int>(at.unit), at.micro)] = send;
+    issued(at.rank, send, last);
     return last;
   }
 
@@ -72,9 +74,11 @@ class Pipeline final : public StrategyPass {
   TaskId after_backward(const At& at, TaskId last) override {
     if (at.unit == 0) return last;
     const Chunk& ch = ctx_.chunks[at.unit];
-    send_b_[ctx_.cell(static_cast<int>(at.unit), at.micro)] =
+    const TaskId send =
         ctx_.b.collective(ctx_.name("send grad", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendBwd), Axis::kPp,
                           CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {last});
+    send_b_[ctx_.cell(static_cast<int>(at.unit), at.micro)] = send;
+    issued(at.rank, send, last);
     return last;
   }
 
@@ -108,13 +112,89 @@ class Pipeline final : public StrategyPass {
     // Cross-stage dependencies, now that every task exists.
     ChunkContext& c = ctx_;
     const int chunks = static_cast<int>(c.chunks.size());
+    // Note [Gloo rendezvous]: the task before each on its stream.
+    const bool rendezvous = c.cluster.device.gloo_collectives;
+    const std::vector<TaskId> before = rendezvous ? stream_predecessors(c.g) : std::vector<TaskId>{};
+    const auto posted = [&](TaskId send, TaskId consumer) {
+      if (rendezvous && before[static_cast<std::size_t>(consumer)] >= 0) {
+        c.g.tasks[send].deps.push_back(before[static_cast<std::size_t>(consumer)]);
+      }
+    };
+    if (rendezvous) {
+      // Note [Send window]: a stage issues a send once the one two before it is done.
+      const std::vector<TaskId> after = stream_successors(c.g);
+      for (const auto& sends : issued_) {
+        for (std::size_t k = 2; k < sends.size(); ++k) {
+          const TaskId older = sends[k - 2].first;
+          c.g.tasks[sends[k].first].deps.push_back(older);
+          const TaskId next = after[static_cast<std::size_t>(sends[k].second)];
+          if (next >= 0) c.g.tasks[next].deps.push_back(older);
+        }
+      }
+    }
     for (int vs = 0; vs < chunks; ++vs) {
       for (std::int64_t i = 0; i < c.plan.grad_accum; ++i) {
         const std::size_t cell = c.cell(vs, i);
-        if (vs > 0) c.g.tasks[c.f_entry[cell]].deps.push_back(send_f_[c.cell(vs - 1, i)]);
+        if (vs > 0) {
+          c.g.tasks[c.f_entry[cell]].deps.push_back(send_f_[c.cell(vs - 1, i)]);
+          posted(send_f_[c.cell(vs - 1, i)], c.f_entry[cell]);
+        }
         c.g.tasks[c.b_entry[cell]].deps.push_back(vs + 1 < chunks ? send_b_[c.cell(vs + 1, i)] : c.f_exit[cell]);
+        if (vs + 1 < chunks) posted(send_b_[c.cell(vs + 1, i)], c.b_entry[cell]);
       }
     }
+  }
+
+  // Note [Gloo rendezvous]
+  // Gloo's send over TCP moves no data until the receiver has posted its
+  // receive (Pair::send queues it until the receiver's NOTIFY_RECV_READY:
+  // gloo/transport/tcp/pair.cc), and dtsim validate's runtime, as
+  // Megatron-LM's schedules do (send_forward_recv_backward and the like in
+  // megatron/core/pipeline_parallel/schedules.py), posts a receive where its
+  // schedule next needs the data: once the pass before it on its compute
+  // stream is done. So where collectives are Gloo's, a send also waits for
+  // the task before its receiver's pass; then for the sender's core (Note
+  // [Busy sender] in engine/executor.cpp). NCCL's sends go into the
+  // receiver's staging buffers without waiting: not there.
+  // Note [Send window]
+  // dtsim validate's runtime keeps at most two sends of a stage in flight:
+  // before a third it waits for the oldest (send_tensor in
+  // runtime/src/trainer.cpp; Note [Send buffers] is the memory). Where
+  // collectives are Gloo's, the stage then blocks, which both delays its
+  // next pass and frees its core for the send (Note [Busy sender]): each
+  // send waits for the one issued two before it on its stage, and so does
+  // the task after the pass that issued it. On GPUs the wait is one
+  // stream's on another, and Megatron-LM has no such window: not there.
+  void issued(int rank, TaskId send, TaskId producer) {
+    if (!ctx_.cluster.device.gloo_collectives) return;
+    if (issued_.size() <= static_cast<std::size_t>(rank)) issued_.resize(static_cast<std::size_t>(rank) + 1);
+    issued_[static_cast<std::size_t>(rank)].push_back({send, producer});
+  }
+
+  static std::vector<TaskId> stream_successors(const TaskGraph& g) {
+    std::vector<TaskId> after(g.tasks.size(), -1);
+    std::vector<std::vector<TaskId>> last(g.ranks.size());
+    for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+      const Task& t = g.tasks[i];
+      auto& l = last[static_cast<std::size_t>(t.rank)];
+      if (l.size() <= static_cast<std::size_t>(t.stream)) l.resize(static_cast<std::size_t>(t.stream) + 1, -1);
+      if (const TaskId prev = l[static_cast<std::size_t>(t.stream)]; prev >= 0) after[static_cast<std::size_t>(prev)] = static_cast<TaskId>(i);
+      l[static_cast<std::size_t>(t.stream)] = static_cast<TaskId>(i);
+    }
+    return after;
+  }
+
+  static std::vector<TaskId> stream_predecessors(const TaskGraph& g) {
+    std::vector<TaskId> before(g.tasks.size(), -1);
+    std::vector<std::vector<TaskId>> last(g.ranks.size());
+    for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+      const Task& t = g.tasks[i];
+      auto& l = last[static_cast<std::size_t>(t.rank)];
+      if (l.size() <= static_cast<std::size_t>(t.stream)) l.resize(static_cast<std::size_t>(t.stream) + 1, -1);
+      before[i] = l[static_cast<std::size_t>(t.stream)];
+      l[static_cast<std::size_t>(t.stream)] = static_cast<TaskId>(i);
+    }
+    return before;
   }
 
  private:
@@ -134,6 +214,8 @@ class Pipeline final : public StrategyPass {
   ChunkContext& ctx_;
   std::vector<TaskId> send_f_, send_b_;  ///< by cell(): each chunk's sends
   std::vector<Bytes> held_sends_;        ///< the stage's send buffers, oldest first
+  /// Note [Send window]: by stage, its sends as issued, with the task each follows.
+  std::vector<std::vector<std::pair<TaskId, TaskId>>> issued_;
 };
 
 }  // namespace
