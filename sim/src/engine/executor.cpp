@@ -268,6 +268,7 @@ class Executor {
         if (names[k] == to_string(Stream::kCompute)) compute_stream_[r] = static_cast<int>(k);
       }
       if (held_.empty()) held_.assign(n, 0);
+      core_waits_ = true;
     }
     comm_active_.assign(g_.ranks.size(), {});
     running_.resize(g_.ranks.size());
@@ -356,7 +357,7 @@ class Executor {
     started_[id] = 1;
     spans_[id].start = q_.now();
     for (const MemOp& op : g_.on_start(t)) apply_mem(t.rank, op);
-    if (t.kind == TaskKind::kCompute && t.stream == compute_stream_[t.rank]) computing_[t.rank] = id;
+    if (core_waits_ && t.kind == TaskKind::kCompute && t.stream == compute_stream_[t.rank]) computing_[t.rank] = id;
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
       if (waits_for_core(t)) {
@@ -386,8 +387,8 @@ class Executor {
 
   /// Note [Busy sender]: a pipeline send whose rank's core is computing.
   bool waits_for_core(const Task& t) const {
-    return g_.ranks[t.rank].send_waits_for_core > 0 && t.op == CollectiveOp::kSendRecv && t.axis == Axis::kPp &&
-           computing_[t.rank] >= 0;
+    return core_waits_ && t.op == CollectiveOp::kSendRecv && t.axis == Axis::kPp && computing_[t.rank] >= 0 &&
+           g_.ranks[t.rank].send_waits_for_core > 0;
   }
 
   /// Note [Busy sender]: a held send goes (its latency, then its flow); a
@@ -562,7 +563,7 @@ class Executor {
       }
     }
     for (const MemOp& op : g_.on_end(t)) apply_mem(t.rank, op);
-    if (computing_[t.rank] == id) computing_[t.rank] = -2;  // Note [Busy sender]: ending
+    if (core_waits_ && computing_[t.rank] == id) computing_[t.rank] = -2;  // Note [Busy sender]: ending
     // The next task on this stream may now run.
     std::size_t& h = head_[t.rank][t.stream];
     ++h;
@@ -580,7 +581,7 @@ class Executor {
       }
     }
     // Note [Busy sender]: the core is free unless the next compute task began.
-    if (computing_[t.rank] == -2) {
+    if (core_waits_ && computing_[t.rank] == -2) {
       computing_[t.rank] = -1;
       while (!held_sends_[t.rank].empty()) release_send(held_sends_[t.rank].front());
     }
@@ -705,6 +706,7 @@ class Executor {
   std::vector<TaskId> computing_;
   std::vector<std::vector<TaskId>> held_sends_;
   std::vector<char> held_;
+  bool core_waits_ = false;  ///< some rank's sends wait for its core
 };
 
 }  // namespace
