@@ -112,24 +112,21 @@ class Pipeline final : public StrategyPass {
     // Cross-stage dependencies, now that every task exists.
     ChunkContext& c = ctx_;
     const int chunks = static_cast<int>(c.chunks.size());
-    // Note [Gloo rendezvous]: the task before each on its stream.
-    const bool rendezvous = c.cluster.device.gloo_collectives;
-    const std::vector<TaskId> before = rendezvous ? stream_predecessors(c.g) : std::vector<TaskId>{};
+    const bool gloo = c.cluster.device.gloo_collectives;
+    const StreamNeighbours near = gloo ? stream_neighbours(c.g) : StreamNeighbours{};
+    // Note [Gloo rendezvous]: a send waits for the task before its receiver's pass.
     const auto posted = [&](TaskId send, TaskId consumer) {
-      if (rendezvous && before[static_cast<std::size_t>(consumer)] >= 0) {
-        c.g.tasks[send].deps.push_back(before[static_cast<std::size_t>(consumer)]);
+      if (gloo && near.before[static_cast<std::size_t>(consumer)] >= 0) {
+        c.g.tasks[send].deps.push_back(near.before[static_cast<std::size_t>(consumer)]);
       }
     };
-    if (rendezvous) {
-      // Note [Send window]: a stage issues a send once the one two before it is done.
-      const std::vector<TaskId> after = stream_successors(c.g);
-      for (const auto& sends : issued_) {
-        for (std::size_t k = 2; k < sends.size(); ++k) {
-          const TaskId older = sends[k - 2].first;
-          c.g.tasks[sends[k].first].deps.push_back(older);
-          const TaskId next = after[static_cast<std::size_t>(sends[k].second)];
-          if (next >= 0) c.g.tasks[next].deps.push_back(older);
-        }
+    // Note [Send window]: a stage issues a send once the one two before it is done.
+    for (const auto& sends : issued_) {
+      for (std::size_t k = 2; k < sends.size(); ++k) {
+        const TaskId older = sends[k - 2].first;
+        c.g.tasks[sends[k].first].deps.push_back(older);
+        const TaskId next = near.after[static_cast<std::size_t>(sends[k].second)];
+        if (next >= 0) c.g.tasks[next].deps.push_back(older);
       }
     }
     for (int vs = 0; vs < chunks; ++vs) {
@@ -156,6 +153,7 @@ class Pipeline final : public StrategyPass {
   // the task before its receiver's pass; then for the sender's core (Note
   // [Busy sender] in engine/executor.cpp). NCCL's sends go into the
   // receiver's staging buffers without waiting: not there.
+  //
   // Note [Send window]
   // dtsim validate's runtime keeps at most two sends of a stage in flight:
   // before a third it waits for the oldest (send_tensor in
@@ -165,36 +163,31 @@ class Pipeline final : public StrategyPass {
   // send waits for the one issued two before it on its stage, and so does
   // the task after the pass that issued it. On GPUs the wait is one
   // stream's on another, and Megatron-LM has no such window: not there.
+
+  /// Note [Send window]: records a Gloo stage's send, and the task it follows.
   void issued(int rank, TaskId send, TaskId producer) {
     if (!ctx_.cluster.device.gloo_collectives) return;
     if (issued_.size() <= static_cast<std::size_t>(rank)) issued_.resize(static_cast<std::size_t>(rank) + 1);
     issued_[static_cast<std::size_t>(rank)].push_back({send, producer});
   }
 
-  static std::vector<TaskId> stream_successors(const TaskGraph& g) {
-    std::vector<TaskId> after(g.tasks.size(), -1);
-    std::vector<std::vector<TaskId>> last(g.ranks.size());
+  /// Each task's neighbours on its rank's stream (-1: none).
+  struct StreamNeighbours {
+    std::vector<TaskId> before, after;
+  };
+  static StreamNeighbours stream_neighbours(const TaskGraph& g) {
+    StreamNeighbours n{std::vector<TaskId>(g.tasks.size(), -1), std::vector<TaskId>(g.tasks.size(), -1)};
+    std::vector<std::vector<TaskId>> last(g.ranks.size());  // by rank and stream
     for (std::size_t i = 0; i < g.tasks.size(); ++i) {
       const Task& t = g.tasks[i];
       auto& l = last[static_cast<std::size_t>(t.rank)];
       if (l.size() <= static_cast<std::size_t>(t.stream)) l.resize(static_cast<std::size_t>(t.stream) + 1, -1);
-      if (const TaskId prev = l[static_cast<std::size_t>(t.stream)]; prev >= 0) after[static_cast<std::size_t>(prev)] = static_cast<TaskId>(i);
-      l[static_cast<std::size_t>(t.stream)] = static_cast<TaskId>(i);
+      TaskId& prev = l[static_cast<std::size_t>(t.stream)];
+      n.before[i] = prev;
+      if (prev >= 0) n.after[static_cast<std::size_t>(prev)] = static_cast<TaskId>(i);
+      prev = static_cast<TaskId>(i);
     }
-    return after;
-  }
-
-  static std::vector<TaskId> stream_predecessors(const TaskGraph& g) {
-    std::vector<TaskId> before(g.tasks.size(), -1);
-    std::vector<std::vector<TaskId>> last(g.ranks.size());
-    for (std::size_t i = 0; i < g.tasks.size(); ++i) {
-      const Task& t = g.tasks[i];
-      auto& l = last[static_cast<std::size_t>(t.rank)];
-      if (l.size() <= static_cast<std::size_t>(t.stream)) l.resize(static_cast<std::size_t>(t.stream) + 1, -1);
-      before[i] = l[static_cast<std::size_t>(t.stream)];
-      l[static_cast<std::size_t>(t.stream)] = static_cast<TaskId>(i);
-    }
-    return before;
+    return n;
   }
 
  private:
