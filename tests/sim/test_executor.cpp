@@ -373,18 +373,21 @@ TEST_CASE("a CPU rank's pipeline send waits for its core: until its compute is i
   SECTION("b runs 10 ms: the send goes at 2 + 4 ms (the tick), ends at 7 ms") {
     const ExecResult r = execute(busy_sender(10 * kNsPerMs, 4 * kNsPerMs));
     CHECK(r.spans[2].start == 2 * kNsPerMs);  // held from when it was ready
+    CHECK(r.spans[2].slowed == 4 * kNsPerMs);   // what the trace shows as waited_for_core
     CHECK(r.spans[2].end == 7 * kNsPerMs);
     CHECK(r.spans[3].start == 7 * kNsPerMs);
     CHECK(r.makespan == 12 * kNsPerMs);  // b: 2 + 10 ms
   }
   SECTION("b runs 1.5 ms: the core is free at 3.5 ms, the send ends at 4.5 ms") {
     const ExecResult r = execute(busy_sender(1500 * kUs, 4 * kNsPerMs));
+    CHECK(r.spans[2].slowed == 1500 * kUs);
     CHECK(r.spans[2].end == 4500 * kUs);
     CHECK(r.spans[3].end == 5500 * kUs);
   }
   SECTION("a GPU's sends (0) go at once: 2 to 3 ms") {
     const ExecResult r = execute(busy_sender(10 * kNsPerMs, 0));
     CHECK(r.spans[2].end == 3 * kNsPerMs);
+    CHECK(r.spans[2].slowed == 0);
     CHECK(r.spans[3].start == 3 * kNsPerMs);
   }
   SECTION("a send on another axis (a host copy, a context-parallel ring) does not wait") {

@@ -11,6 +11,7 @@
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/report.hpp"
 #include "fake_model.hpp"
 
 using namespace dtsim;
@@ -704,4 +705,11 @@ TEST_CASE("Gloo pipelines: a send waits for its receiver, the sender's window an
   // Stage 1's B0 52-60; grad1 waits for stage 0's B2 (60), stage 0's B1
   // 60-68; grad0 waits for B1 (68), B0 68-76, then the ns-long step.
   CHECK(c.exec.makespan / 1000 == 76 * kMs / 1000);
+  // act0 waited for stage 0's core from 4 to 8 ms, and a trace says so.
+  CHECK(c.exec.spans[static_cast<std::size_t>(id(c, "send act chunk 0 [mb 0]"))].slowed == 4 * kMs);
+  PredictOptions traced;
+  traced.keep_graph = true;
+  const auto gpt = models::load_model("gpt2-tiny");
+  const std::string trace = to_chrome_trace(predict(*gpt, load_plan("gpipe"), load_cluster("local-cpu"), traced));
+  CHECK(trace.find("\"waited_for_core\"") != std::string::npos);
 }

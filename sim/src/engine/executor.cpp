@@ -398,6 +398,7 @@ class Executor {
     held_[id] = 0;
     auto& held = held_sends_[g_.tasks[id].rank];
     held.erase(std::find(held.begin(), held.end(), id));
+    spans_[id].slowed = q_.now() - spans_[id].start;  // what traces show of the wait
     at(later(q_.now(), g_.tasks[id].cost.latency), Action::kStartFlow, id);
   }
 

@@ -304,6 +304,8 @@ std::string to_chrome_trace(const Prediction& p) {
       j.field("op", to_string(t.op)).field("bytes", static_cast<std::int64_t>(t.bytes)).field("algorithm", std::string(g.algorithm(t)));
       if (!g.protocol(t).empty()) j.field("protocol", std::string(g.protocol(t)));
       if (t.axis) j.field("axis", to_string(*t.axis));
+      // Note [Busy sender]: how long it waited for its sender's core.
+      if (s.slowed > 0) j.field("waited_for_core", Decimal{s.slowed, 3});
       j.end_object();
     } else if (s.slowed > 0) {
       // Note [Interference]: what the rank's collectives cost this kernel.
