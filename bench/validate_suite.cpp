@@ -26,6 +26,14 @@
 // a real GPU): median |error| of iteration time <= 5%, every row within
 // 15%; of allocated peak memory <= 3%.
 //
+// Note [Replayed rounds]
+// A CPU suite's --runs DIR holds a folder a row and round ("gpt2-tiny-ddp-
+// round-2", "...-make-up-1"); --replay DIR reports every round recorded
+// there with this build's predictions, running nothing and writing
+// nothing there: the rounds found, then each make-up pass's rows (those
+// with that pass's folder), as the suite that recorded them ran them, so a
+// model change is judged on the same measurements before and after.
+//
 // Note [GPU suite]
 // A GPU is steady where this CPU drifts (Note [Suite rounds]): one round,
 // a few warm-up steps (cuBLAS picks its kernels in the first), no probe.
@@ -456,7 +464,7 @@ int main(int argc, char** argv) {
   } else if (!procs_set) {
     procs = 2;
   }
-  if (!replay_dir.empty()) rounds = 1, make_up = 0;
+  if (!replay_dir.empty()) rounds = 1, make_up = 0;  // Note [Replayed rounds]: a CPU suite's, as recorded
   // Note [MoE rows]: ep rows need as many ranks; the default ep 2 drops out
   // on fewer.
   if (moe_ep > procs) {
@@ -535,6 +543,17 @@ int main(int argc, char** argv) {
         continue;  // a damaged report: the next row's
       }
       break;
+    }
+  }
+  // Note [Replayed rounds]: how many rounds and make-up passes DIR holds.
+  const auto recorded_in = [&](const Row& row, const std::string& round) {
+    return std::filesystem::exists(replay_dir + "/" + slug(row.label) + "-" + slug(round) + "/rank-0.json");
+  };
+  const bool replay_rounds = !replay_dir.empty() && !gpu;
+  if (replay_rounds) {
+    for (const Row& row : rows) {
+      for (int k = rounds + 1; recorded_in(row, "round " + std::to_string(k)); ++k) rounds = k;
+      for (int k = make_up + 1; recorded_in(row, "make-up " + std::to_string(k)); ++k) make_up = k;
     }
   }
   if (!runs_dir.empty()) std::filesystem::create_directories(runs_dir);
@@ -641,16 +660,23 @@ int main(int argc, char** argv) {
   for (int pass = 0; pass < make_up; ++pass) {
     std::vector<Row*> short_of;
     for (Row& row : rows) {
+      if (replay_rounds) {
+        // Note [Replayed rounds]: the rows this pass ran.
+        if (recorded_in(row, "make-up " + std::to_string(pass + 1))) short_of.push_back(&row);
+        continue;
+      }
       if (profile.empty() && row.profile.empty()) continue;  // no probe to judge a round by
       const bool failed = std::any_of(row.runs.begin(), row.runs.end(), [](const Run& r) { return !r.ok; });
       const auto n = std::count_if(row.runs.begin(), row.runs.end(), [](const Run& r) { return quiet(r); });
       if (!failed && n < rounds) short_of.push_back(&row);
     }
     if (short_of.empty()) break;
-    // A spell lasts minutes: give it half a minute to pass first.
-    std::fprintf(stderr, "%s  make-up pass %d: %zu rows short of %d quiet rounds; 30 s pause first%s", tty ? "\r" : "", pass + 1,
-                 short_of.size(), rounds, tty ? "          " : "\n");
-    std::this_thread::sleep_for(std::chrono::seconds(30));
+    if (!replay_rounds) {
+      // A spell lasts minutes: give it half a minute to pass first.
+      std::fprintf(stderr, "%s  make-up pass %d: %zu rows short of %d quiet rounds; 30 s pause first%s", tty ? "\r" : "", pass + 1,
+                   short_of.size(), rounds, tty ? "          " : "\n");
+      std::this_thread::sleep_for(std::chrono::seconds(30));
+    }
     total += short_of.size();
     for (Row* row : short_of) run_row(*row, "make-up " + std::to_string(pass + 1));
   }
@@ -710,7 +736,8 @@ int main(int argc, char** argv) {
      << " steps each; " << rounds << " rounds run round after round (Note [Suite rounds]), then up to " << make_up
      << " make-up passes over the rows with fewer than " << rounds << " quiet rounds (Note [Make-up rounds]); a row without a quiet "
         "round counts all of its rounds (" << unquiet_rows << " of " << rows.size() << " rows); rounds' range: the lowest and highest "
-        "round counted\n";
+        "round counted"
+     << (replay_rounds ? "; predictions by this build from the rounds recorded in " + replay_dir + " (Note [Replayed rounds])" : "") << "\n";
   md << "\nprobe: how long the reference Bi-LSTM layer took before or after the run (the one farther from calibration) over "
         "its time while the profile's layers were measured (the median over the rounds counted); above 1 the machine was slower than at "
         "calibration (Note [Machine probe])\n";
