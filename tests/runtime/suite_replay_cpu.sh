@@ -1,9 +1,10 @@
 #!/usr/bin/env bash
 # dtsim_validate_suite --replay over a CPU suite's recorded rounds (Note
-# [Replayed rounds]): tests/data/suite-cpu-runs holds bilstm-tiny's 1F1B
-# (3 rounds and 2 make-up passes) and ZeRO-1 (3 rounds and 1 make-up pass)
-# as the suite of 2026-12-02 recorded them. Every round is reported, 5 and
-# 4, running nothing and writing nothing into the recordings.
+# [Replayed rounds]): docs/validation-cpu-epyc/runs holds the 29 rows as the
+# suite of 2026-12-02 recorded them, among them bilstm-tiny's 1F1B (3
+# rounds and 2 make-up passes) and ZeRO-1 (3 rounds and 1 make-up pass).
+# Every round of those two is reported, 5 and 4, running nothing and
+# writing nothing into the recordings.
 #   suite_replay_cpu.sh DTSIM_VALIDATE_SUITE SOURCE_DIR
 set -uo pipefail
 suite=$1
@@ -11,9 +12,9 @@ root=$2
 out=$(mktemp -d)
 trap 'rm -rf "$out"' EXIT
 runs="$out/runs"
-cp -r "$root/tests/data/suite-cpu-runs" "$runs"
+cp -r "$root/docs/validation-cpu-epyc/runs" "$runs"
 before=$(cd "$runs" && find . -type f | sort | xargs md5sum)
-"$suite" --profile "$root/configs/profiles/local-cpu-tiny.h5" --models bilstm-tiny --plans 1f1b,zero1 \
+"$suite" --profile "$root/docs/validation-cpu-epyc/tiny.h5" --models bilstm-tiny --plans 1f1b,zero1 \
   --replay "$runs" --out "$out/suite.md" >/dev/null 2>"$out/err"
 rc=$?
 # Exit status 1: the targets are not all met; 2 or more: it failed.
