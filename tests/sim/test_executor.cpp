@@ -343,7 +343,8 @@ TEST_CASE("compute runs slower while a collective of its rank runs (Note [Interf
 
 namespace {
 
-/// Note [Busy sender]: rank 0 computes a then b on "compute" and sends a's
+/// Note [Busy sender]: rank 0 computes a then b on "compute"; the receiver's
+/// notice, ready as a ends, precedes on the send stream the send of a's
 /// output (latency 0, 1e6 B at 1 GB/s: 1 ms) to rank 1, whose c waits for it.
 TaskGraph busy_sender(TimeNs b, TimeNs waits_for_core) {
   TaskGraph g;
@@ -356,6 +357,11 @@ TaskGraph busy_sender(TimeNs b, TimeNs waits_for_core) {
   }
   const TaskId a = g.add(compute("a", 2 * kNsPerMs));
   g.add(compute("b", b));
+  Task notice = comm("notice", 0, 0, 1, {a});
+  notice.op = CollectiveOp::kSendRecv;
+  notice.axis = Axis::kPp;
+  notice.collective = kRecvNotice;
+  g.add(notice);
   Task send = comm("send", 0, 1e6, 1, {a});
   send.op = CollectiveOp::kSendRecv;
   send.axis = Axis::kPp;
@@ -368,31 +374,46 @@ TaskGraph busy_sender(TimeNs b, TimeNs waits_for_core) {
 
 }  // namespace
 
-TEST_CASE("a CPU rank's pipeline send waits for its core: until its compute is idle, or a tick", "[executor]") {
-  // The send is ready at 2 ms, when a ends and b begins.
-  SECTION("b runs 10 ms: the send goes at 2 + 4 ms (the tick), ends at 7 ms") {
+TEST_CASE("a CPU rank's pipeline send waits for its core: its receiver's notice is handled once the compute is idle, "
+          "or once the compute has had the core 4 ms",
+          "[executor]") {
+  // The notice comes at 2 ms, as a ends and b begins; the send is issued
+  // then too. Rank 0's compute has been busy since 0 (a, then b).
+  SECTION("b runs 10 ms: the notice is handled at 0 + 4 ms, the send ends at 5 ms") {
     const ExecResult r = execute(busy_sender(10 * kNsPerMs, 4 * kNsPerMs));
-    CHECK(r.spans[2].start == 2 * kNsPerMs);  // held from when it was ready
-    CHECK(r.spans[2].slowed == 4 * kNsPerMs);   // what the trace shows as waited_for_core
-    CHECK(r.spans[2].end == 7 * kNsPerMs);
-    CHECK(r.spans[3].start == 7 * kNsPerMs);
+    CHECK(r.spans[2].start == 2 * kNsPerMs);
+    CHECK(r.spans[2].end == 4 * kNsPerMs);
+    CHECK(r.spans[2].slowed == 2 * kNsPerMs);  // what the trace shows as waited_for_core
+    CHECK(r.spans[3].end == 5 * kNsPerMs);
+    CHECK(r.spans[3].slowed == 0);  // the send itself is not held
+    CHECK(r.spans[4].start == 5 * kNsPerMs);
     CHECK(r.makespan == 12 * kNsPerMs);  // b: 2 + 10 ms
+  }
+  SECTION("the compute busy 2 ms already, 1 ms left of its 4: held to 3 ms, the send ends at 4 ms") {
+    const ExecResult r = execute(busy_sender(10 * kNsPerMs, 3 * kNsPerMs));
+    CHECK(r.spans[2].slowed == 1 * kNsPerMs);
+    CHECK(r.spans[3].end == 4 * kNsPerMs);
+  }
+  SECTION("busy 2 ms already, at most 2: handled at once, the send runs 2 to 3 ms") {
+    const ExecResult r = execute(busy_sender(10 * kNsPerMs, 2 * kNsPerMs));
+    CHECK(r.spans[2].slowed == 0);
+    CHECK(r.spans[3].end == 3 * kNsPerMs);
   }
   SECTION("b runs 1.5 ms: the core is free at 3.5 ms, the send ends at 4.5 ms") {
     const ExecResult r = execute(busy_sender(1500 * kUs, 4 * kNsPerMs));
     CHECK(r.spans[2].slowed == 1500 * kUs);
-    CHECK(r.spans[2].end == 4500 * kUs);
-    CHECK(r.spans[3].end == 5500 * kUs);
+    CHECK(r.spans[3].end == 4500 * kUs);
+    CHECK(r.spans[4].end == 5500 * kUs);
   }
-  SECTION("a GPU's sends (0) go at once: 2 to 3 ms") {
+  SECTION("a GPU's (0) is handled at once: the send runs 2 to 3 ms") {
     const ExecResult r = execute(busy_sender(10 * kNsPerMs, 0));
-    CHECK(r.spans[2].end == 3 * kNsPerMs);
     CHECK(r.spans[2].slowed == 0);
-    CHECK(r.spans[3].start == 3 * kNsPerMs);
+    CHECK(r.spans[3].end == 3 * kNsPerMs);
+    CHECK(r.spans[4].start == 3 * kNsPerMs);
   }
-  SECTION("a send on another axis (a host copy, a context-parallel ring) does not wait") {
+  SECTION("a send, or any other task of no cost, does not wait: only a notice does") {
     TaskGraph g = busy_sender(10 * kNsPerMs, 4 * kNsPerMs);
-    g.tasks[2].axis.reset();
-    CHECK(execute(g).spans[2].end == 3 * kNsPerMs);
+    g.tasks[2].collective = -1;
+    CHECK(execute(g).spans[3].end == 3 * kNsPerMs);
   }
 }

@@ -662,21 +662,23 @@ TEST_CASE("advice reaches predict's warnings for an underfilled pipeline", "[pip
   CHECK_FALSE(warned(8));
 }
 
-TEST_CASE("Gloo pipelines: a send waits for its receiver, the sender's window and the sender's core "
+TEST_CASE("Gloo pipelines: a send waits for its receiver's notice, the sender's window and the sender's core "
           "(Note [Gloo rendezvous], [Send window], [Busy sender])",
           "[pipeline]") {
-  // GPipe, p = 2 stages of 4 layers (tf = 4 ms, tb = 8 ms a micro-batch), m
-  // = 4, communication free: on GPUs (m + p - 1)(tf + tb) = 60 ms.
+  // GPipe, p = 2 stages of 4 layers at 0.25 ms a layer (tf = 1 ms, tb = 2
+  // ms a micro-batch), m = 4, communication free: on GPUs (m + p - 1)(tf +
+  // tb) = 15 ms.
   const FreeComm comm;
+  const TimeNs layer = kMs / 4;
   const std::string plan = "pp: 2\nschedule: gpipe\nmicro_batches: 4\nmicro_batch: 1\n";
   ClusterSpec gpu = round_cluster(1, 2);
-  const Run g = run(kEight, plan, gpu, comm, kMs);
-  CHECK(g.exec.makespan / 1000 == 60 * kMs / 1000);
+  const Run g = run(kEight, plan, gpu, comm, layer);
+  CHECK(g.exec.makespan / 1000 == 15 * kMs / 1000);
 
   ClusterSpec cpu = gpu;
   cpu.device.gloo_collectives = true;
   cpu.device.send_waits_for_core = 4 * kMs;
-  const Run c = run(kEight, plan, cpu, comm, kMs);
+  const Run c = run(kEight, plan, cpu, comm, layer);
   const auto id = [&](const Run& r, const std::string& name) {
     for (std::size_t i = 0; i < r.graph.tasks.size(); ++i) {
       if (r.graph.tasks[i].name == name) return static_cast<TaskId>(i);
@@ -688,28 +690,31 @@ TEST_CASE("Gloo pipelines: a send waits for its receiver, the sender's window an
     const auto& deps = r.graph.tasks[static_cast<std::size_t>(id(r, task))].deps;
     return std::find(deps.begin(), deps.end(), id(r, on)) != deps.end();
   };
-  // Stage 1 posts the receive for micro-batch 1 once its forward of 0 is done.
-  CHECK(waits_on(c, "send act chunk 0 [mb 1]", "fwd chunk 1 [mb 0]"));
-  CHECK_FALSE(waits_on(g, "send act chunk 0 [mb 1]", "fwd chunk 1 [mb 0]"));
+  // Stage 1 posts the receive for micro-batch 1 once its forward of 0 is
+  // done: its notice waits for that, and precedes the send on its stream.
+  CHECK(waits_on(c, "notice act chunk 0 [mb 1]", "fwd chunk 1 [mb 0]"));
+  CHECK(c.graph.tasks[static_cast<std::size_t>(id(c, "notice act chunk 0 [mb 1]"))].collective == kRecvNotice);
+  CHECK(id(c, "notice act chunk 0 [mb 1]") + 1 == id(c, "send act chunk 0 [mb 1]"));
+  // Micro-batch 0's is posted as stage 1 starts: handled before stage 0 computes.
+  CHECK(c.graph.tasks[static_cast<std::size_t>(id(c, "notice act chunk 0 [mb 0]"))].collective == -1);
+  for (const Task& t : g.graph.tasks) CHECK(t.collective != kRecvNotice);
   // Stage 0's third send waits for its first, and so does the pass after
   // the one that issued it (its forward of micro-batch 3).
   CHECK(waits_on(c, "send act chunk 0 [mb 2]", "send act chunk 0 [mb 0]"));
   CHECK(waits_on(c, "fwd chunk 0 [mb 3]", "send act chunk 0 [mb 0]"));
   CHECK_FALSE(waits_on(g, "fwd chunk 0 [mb 3]", "send act chunk 0 [mb 0]"));
-  // Then by hand (ms): stage 0 runs F0-F3 over 0-16; act0, ready at 4 beside
-  // F1, leaves at the tick, 8; act1 waits for stage 1's F0 (8-12) and, F3
-  // running, for the core: 16. Stage 1's F1 16-20, act2 at 20, F2 20-24,
-  // act3 at 24, F3 24-28; B3 28-36, grad3 (ready at 36 beside B2) at the
-  // tick, 40; stage 0's B3 40-48. Stage 1: B2 36-44, B1 44-52; grad2 waits
-  // for stage 0's B3 (48) and the core (B1 until 52); stage 0's B2 52-60.
-  // Stage 1's B0 52-60; grad1 waits for stage 0's B2 (60), stage 0's B1
-  // 60-68; grad0 waits for B1 (68), B0 68-76, then the ns-long step.
-  CHECK(c.exec.makespan / 1000 == 76 * kMs / 1000);
-  // act0 waited for stage 0's core from 4 to 8 ms, and a trace says so.
-  CHECK(c.exec.spans[static_cast<std::size_t>(id(c, "send act chunk 0 [mb 0]"))].slowed == 4 * kMs);
+  // Then by hand (ms): stage 0 computes F0-F3 over 0-4 unbroken; act0 goes
+  // at 1 and stage 1 runs F0 1-2. The notice for act1 comes at 2, stage 0
+  // busy since 0: handled at 0 + 4, as F3 ends, so stage 1's F1 runs 4-5
+  // (2-3 on a GPU). Every later notice finds its sender idle or busy for 4
+  // ms or more: F2 5-6, F3 6-7, B3 7-9; stage 0's B3 9-11, B2 11-13, B1
+  // 13-15, B0 15-17 as stage 1's backwards end, then the ns-long step.
+  CHECK(c.exec.makespan / 1000 == 17 * kMs / 1000);
+  // The notice waited for stage 0's core 2 ms, and a trace says so.
+  CHECK(c.exec.spans[static_cast<std::size_t>(id(c, "notice act chunk 0 [mb 1]"))].slowed == 2 * kMs);
   PredictOptions traced;
   traced.keep_graph = true;
-  const auto gpt = models::load_model("gpt2-tiny");
-  const std::string trace = to_chrome_trace(predict(*gpt, load_plan("gpipe"), load_cluster("local-cpu"), traced));
+  const auto bilstm = models::load_model("bilstm-tiny");
+  const std::string trace = to_chrome_trace(predict(*bilstm, load_plan("1f1b"), load_cluster("local-cpu"), traced));
   CHECK(trace.find("\"waited_for_core\"") != std::string::npos);
 }

@@ -182,8 +182,8 @@ std::vector<DeviceSpec> make_devices() {
   // Gloo reduces and copies on the CPU cores the ranks compute on (Note [CPU
   // collectives] in sim/src/lowering/layer_context.hpp).
   cpu.comm_overlaps_compute = false;
-  // Note [Busy sender] (engine/executor.cpp): at most one scheduler tick,
-  // 4 ms at Debian's CONFIG_HZ=250.
+  // Note [Busy sender] (engine/executor.cpp): the slice a woken compute
+  // thread keeps, checked at ticks: 4 ms at Debian's CONFIG_HZ=250.
   cpu.send_waits_for_core = 4 * kNsPerMs;
   v.push_back(cpu);
   // CUDA compute capabilities (NVIDIA's "CUDA GPUs" table): NCCL's

@@ -54,25 +54,34 @@
 // collectives themselves keep their speed.
 //
 // Note [Busy sender]
-// Where ranks are CPU cores (Gloo), a pipeline's send is moved by a thread
-// of the sender's own, on the one core its compute runs on. Gloo's TCP
-// send is a rendezvous: Pair::send writes the data in the caller's thread
-// only where the receiver's NOTIFY_RECV_READY has already been handled;
-// otherwise it queues the data and the sender's device thread writes it
-// when that notice arrives (handleRemotePendingRecv in
-// gloo/transport/tcp/pair.cc). A receiver posts its receive where its
-// schedule needs the data (the pipeline pass makes the send wait for that),
-// and by then the sender is often computing the next pass: its device
-// thread, woken, does not get the core until the compute thread blocks or
-// the scheduler preempts it at a tick (CONFIG_HZ=250: 4 ms). In a measured
-// bilstm-tiny 1F1B step (2 ranks, one core each) an activation the
-// receiver asked for 0.6 ms into the sender's 2 ms forward arrived as that
-// forward's successor ended, 3.3 ms later, and one asked for as the sender
-// began a 4.5 ms backward arrived 4.2 ms later, mid-backward. So a send on a
-// rank with SimRank::send_waits_for_core > 0, once ready, starts only when
-// no compute task runs on its rank's compute stream (a rank waiting on a
-// collective leaves its core to Gloo), or that long after it was ready,
-// whichever comes first. GPUs' sends run on their own engines and SMs: 0.
+// Where ranks are CPU cores (Gloo), the receiver's notice that it has
+// posted a receive is handled by a thread of the sender's own, on the one
+// core its compute runs on. Gloo's TCP send is a rendezvous: Pair::send
+// writes the data in the caller's thread where the receiver's
+// NOTIFY_RECV_READY has already been handled; otherwise it queues the data
+// and the sender's device thread writes it when that notice is handled
+// (handleRemotePendingRecv in gloo/transport/tcp/pair.cc). A receiver posts
+// its receive where its schedule needs the data (Note [Gloo rendezvous] in
+// lowering/passes/pipeline.cpp), often while the sender computes a pass:
+// its device thread, woken, gets the core when the compute thread blocks,
+// or when that thread has used the slice it began as it woke, which the
+// scheduler checks at its ticks (EEVDF's run-to-parity; CONFIG_HZ=250: 4
+// ms). Measured, bilstm-tiny, 2 ranks of one core each, one clock:
+// - 1F1B: an activation asked for 0.6 ms after the sender woke to compute
+//   arrived 3.3 ms later, 4.0 ms after it woke, as its second forward ended;
+//   one asked for as the sender woke to a 4.5 ms backward arrived 4.2 ms
+//   later, mid-backward.
+// - GPipe: one asked for 5.2 ms into the sender's unbroken forwards arrived
+//   0.2 ms later; one asked for 0.5 ms after the sender resumed from a wait
+//   arrived 4.1 ms later, mid-forward.
+// So the pipeline pass puts the receiver's notice (Task::collective
+// kRecvNotice, no cost) before each send on the sender's send stream, and
+// a notice on a rank with SimRank::send_waits_for_core > 0 (W) that arrives
+// while a compute task runs on that rank's compute stream is handled once
+// none does (a rank waiting on a collective leaves its core to Gloo), or W
+// after the stream last came from idle, whichever comes first (at once if
+// that is past); the send behind it goes once it is issued. GPUs' sends
+// run on their own engines and SMs: 0.
 //
 // Note [Sizes in 64 bits]
 // Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
@@ -260,6 +269,7 @@ class Executor {
     // Note [Busy sender]: each rank's compute stream and what runs on it.
     compute_stream_.assign(g_.ranks.size(), -1);
     computing_.assign(g_.ranks.size(), -1);
+    busy_since_.assign(g_.ranks.size(), 0);
     held_sends_.resize(g_.ranks.size());
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       if (g_.ranks[r].send_waits_for_core <= 0) continue;
@@ -357,14 +367,19 @@ class Executor {
     started_[id] = 1;
     spans_[id].start = q_.now();
     for (const MemOp& op : g_.on_start(t)) apply_mem(t.rank, op);
-    if (core_waits_ && t.kind == TaskKind::kCompute && t.stream == compute_stream_[t.rank]) computing_[t.rank] = id;
+    if (core_waits_ && t.kind == TaskKind::kCompute && t.stream == compute_stream_[t.rank]) {
+      // Note [Busy sender]: busy since the core last came from idle.
+      if (computing_[t.rank] == -1) busy_since_[t.rank] = q_.now();
+      computing_[t.rank] = id;
+    }
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
       if (waits_for_core(t)) {
-        // Note [Busy sender]: until the compute stream is idle, or a tick.
+        // Note [Busy sender]: until the compute stream is idle, or its
+        // compute has had the core a tick.
         held_[id] = 1;
         held_sends_[t.rank].push_back(id);
-        at(later(q_.now(), g_.ranks[t.rank].send_waits_for_core), Action::kCoreFree, id);
+        at(busy_since_[t.rank] + g_.ranks[t.rank].send_waits_for_core, Action::kCoreFree, id);
       } else {
         at(later(q_.now(), t.cost.latency), Action::kStartFlow, id);
       }
@@ -385,14 +400,14 @@ class Executor {
     }
   }
 
-  /// Note [Busy sender]: a pipeline send whose rank's core is computing.
+  /// Note [Busy sender]: a receiver's notice to a sender whose core is computing.
   bool waits_for_core(const Task& t) const {
-    return core_waits_ && t.op == CollectiveOp::kSendRecv && t.axis == Axis::kPp && computing_[t.rank] >= 0 &&
-           g_.ranks[t.rank].send_waits_for_core > 0;
+    return core_waits_ && t.collective == kRecvNotice && computing_[t.rank] >= 0 &&
+           later(busy_since_[t.rank], g_.ranks[t.rank].send_waits_for_core) > q_.now();
   }
 
-  /// Note [Busy sender]: a held send goes (its latency, then its flow); a
-  /// send already gone is left alone.
+  /// Note [Busy sender]: a held notice is handled (then the send behind it
+  /// on its stream may go); one already handled is left alone.
   void release_send(TaskId id) {
     if (held_[id] == 0) return;
     held_[id] = 0;
@@ -705,6 +720,7 @@ class Executor {
   /// held sends; by task, whether it is held (empty where none can be).
   std::vector<int> compute_stream_;
   std::vector<TaskId> computing_;
+  std::vector<TimeNs> busy_since_;  ///< by rank: when its compute stream last came from idle
   std::vector<std::vector<TaskId>> held_sends_;
   std::vector<char> held_;
   bool core_waits_ = false;  ///< some rank's sends wait for its core

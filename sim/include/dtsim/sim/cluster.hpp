@@ -80,12 +80,12 @@ struct DeviceSpec {
   /// Collectives progress beside compute (GPU copy engines and NICs). False
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
-  /// Where > 0, a pipeline's send leaves only once the sender's compute
-  /// stream is idle, or at most this long after it could first have (the
-  /// host scheduler's tick): Gloo's thread that moves it needs the core
-  /// the sender computes on (Note [Busy sender] in
-  /// sim/src/engine/executor.cpp). 0: sends start at once (NCCL, copy
-  /// engines).
+  /// Where > 0, a receiver's notice to a pipeline's sender is handled only
+  /// once the sender's compute stream is idle, or has been busy this long
+  /// since it last came from idle (the host scheduler's slice, checked at
+  /// ticks): Gloo's thread that handles it needs the core the sender
+  /// computes on (Note [Busy sender] in sim/src/engine/executor.cpp). 0:
+  /// at once (NCCL, copy engines).
   TimeNs send_waits_for_core = 0;
   /// How much longer compute-bound kernels take while a collective runs
   /// beside them (0.1: at 1/1.1 of their speed): NCCL's channels take SMs

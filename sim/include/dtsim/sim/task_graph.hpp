@@ -130,7 +130,7 @@ struct Task {
   /// kCollective: the mesh axis whose group runs it (none: a host copy).
   std::optional<Axis> axis;
   Bytes bytes = 0;             ///< payload, for reports and traces
-  std::int64_t collective = -1;  ///< participants share this key (-1: this rank alone)
+  std::int64_t collective = -1;  ///< participants share this key (-1: this rank alone; kRecvNotice)
   int participants = 1;        ///< simulated ranks taking part
   /// The micro-batch whose pass made it (a pipeline's forward, backward,
   /// send or recompute), or -1 (the step, the reductions at the end): what
@@ -144,6 +144,11 @@ struct Task {
   std::uint32_t mem_first = 0;
   std::uint16_t n_start = 0, n_end = 0;
 };
+
+/// Task::collective of a receiver's notice to a Gloo pipeline sender that
+/// it has posted its receive: a task of no cost on the sender's send stream
+/// that waits for the sender's core (Note [Busy sender] in executor.cpp).
+inline constexpr std::int64_t kRecvNotice = -2;
 
 /// The most of a device's HBM bandwidth its running collectives are taken
 /// to use (SimRank::hbm_slowdown; Note [Interference] in executor.cpp).
@@ -167,9 +172,9 @@ struct SimRank {
   /// each link class (indexed by LinkClass) runs, for the HBM bandwidth the
   /// collective's traffic takes (Note [Interference]).
   std::array<double, 3> hbm_slowdown{};
-  /// Note [Busy sender] in executor.cpp: a pipeline send of this rank leaves
-  /// once its compute stream is idle, or this long after it could first
-  /// have (DeviceSpec::send_waits_for_core); 0: at once.
+  /// Note [Busy sender] in executor.cpp: a receiver's notice to this rank
+  /// is handled once its compute stream is idle, or has been busy this long
+  /// since it last came from idle (DeviceSpec::send_waits_for_core); 0: at once.
   TimeNs send_waits_for_core = 0;
 };
 

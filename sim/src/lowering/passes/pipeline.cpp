@@ -45,6 +45,8 @@ class Pipeline final : public StrategyPass {
     const std::size_t cells = ctx_.chunks.size() * static_cast<std::size_t>(ctx_.plan.grad_accum);
     send_f_.assign(cells, -1);
     send_b_.assign(cells, -1);
+    notice_f_.assign(cells, -1);
+    notice_b_.assign(cells, -1);
   }
 
   void forward_memory(const At& at, MemOps&, MemOps& on_end) override {
@@ -58,10 +60,12 @@ class Pipeline final : public StrategyPass {
   TaskId after_forward(const At& at, TaskId last) override {
     if (last_chunk(at)) return last;
     const Chunk& ch = ctx_.chunks[at.unit];
+    const std::size_t cell = ctx_.cell(static_cast<int>(at.unit), at.micro);
+    notice_f_[cell] = notice(ctx_.name("notice act", at.unit, at.micro), at.rank, Stream::kSendFwd);
     const TaskId send =
         ctx_.b.collective(ctx_.name("send act", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendFwd), Axis::kPp,
                           CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {last});
-    send_f_[ctx_.cell(static_cast<int>(at.unit), at.micro)] = send;
+    send_f_[cell] = send;
     issued(at.rank, send, last);
     return last;
   }
@@ -74,10 +78,12 @@ class Pipeline final : public StrategyPass {
   TaskId after_backward(const At& at, TaskId last) override {
     if (at.unit == 0) return last;
     const Chunk& ch = ctx_.chunks[at.unit];
+    const std::size_t cell = ctx_.cell(static_cast<int>(at.unit), at.micro);
+    notice_b_[cell] = notice(ctx_.name("notice grad", at.unit, at.micro), at.rank, Stream::kSendBwd);
     const TaskId send =
         ctx_.b.collective(ctx_.name("send grad", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendBwd), Axis::kPp,
                           CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {last});
-    send_b_[ctx_.cell(static_cast<int>(at.unit), at.micro)] = send;
+    send_b_[cell] = send;
     issued(at.rank, send, last);
     return last;
   }
@@ -114,10 +120,16 @@ class Pipeline final : public StrategyPass {
     const int chunks = static_cast<int>(c.chunks.size());
     const bool gloo = c.cluster.device.gloo_collectives;
     const StreamNeighbours near = gloo ? stream_neighbours(c.g) : StreamNeighbours{};
-    // Note [Gloo rendezvous]: a send waits for the task before its receiver's pass.
-    const auto posted = [&](TaskId send, TaskId consumer) {
-      if (gloo && near.before[static_cast<std::size_t>(consumer)] >= 0) {
-        c.g.tasks[send].deps.push_back(near.before[static_cast<std::size_t>(consumer)]);
+    // Note [Gloo rendezvous]: the receiver's notice comes once the task
+    // before its pass is done; one that posts at the step's start has been
+    // handled before the sender computes (an ordinary task of no cost).
+    const auto posted = [&](TaskId notice, TaskId consumer) {
+      if (notice < 0) return;
+      const TaskId before = near.before[static_cast<std::size_t>(consumer)];
+      if (before >= 0) {
+        c.g.tasks[notice].deps.push_back(before);
+      } else {
+        c.g.tasks[notice].collective = -1;
       }
     };
     // Note [Send window]: a stage issues a send once the one two before it is done.
@@ -134,10 +146,10 @@ class Pipeline final : public StrategyPass {
         const std::size_t cell = c.cell(vs, i);
         if (vs > 0) {
           c.g.tasks[c.f_entry[cell]].deps.push_back(send_f_[c.cell(vs - 1, i)]);
-          posted(send_f_[c.cell(vs - 1, i)], c.f_entry[cell]);
+          posted(notice_f_[c.cell(vs - 1, i)], c.f_entry[cell]);
         }
         c.g.tasks[c.b_entry[cell]].deps.push_back(vs + 1 < chunks ? send_b_[c.cell(vs + 1, i)] : c.f_exit[cell]);
-        if (vs + 1 < chunks) posted(send_b_[c.cell(vs + 1, i)], c.b_entry[cell]);
+        if (vs + 1 < chunks) posted(notice_b_[c.cell(vs + 1, i)], c.b_entry[cell]);
       }
     }
   }
@@ -149,10 +161,11 @@ class Pipeline final : public StrategyPass {
   // Megatron-LM's schedules do (send_forward_recv_backward and the like in
   // megatron/core/pipeline_parallel/schedules.py), posts a receive where its
   // schedule next needs the data: once the pass before it on its compute
-  // stream is done. So where collectives are Gloo's, a send also waits for
-  // the task before its receiver's pass; then for the sender's core (Note
-  // [Busy sender] in engine/executor.cpp). NCCL's sends go into the
-  // receiver's staging buffers without waiting: not there.
+  // stream is done. So where collectives are Gloo's, each send has the
+  // receiver's notice before it on its stream, a task of no cost that
+  // waits for the task before the receiver's pass, and then for the
+  // sender's core (Note [Busy sender] in engine/executor.cpp). NCCL's sends
+  // go into the receiver's staging buffers without waiting: not there.
   //
   // Note [Send window]
   // dtsim validate's runtime keeps at most two sends of a stage in flight:
@@ -163,6 +176,16 @@ class Pipeline final : public StrategyPass {
   // send waits for the one issued two before it on its stage, and so does
   // the task after the pass that issued it. On GPUs the wait is one
   // stream's on another, and Megatron-LM has no such window: not there.
+
+  /// Note [Gloo rendezvous]: a receiver's notice on a Gloo stage's send
+  /// stream `st`, before its send (none under NCCL).
+  TaskId notice(std::string name, int rank, Stream st) {
+    if (!ctx_.cluster.device.gloo_collectives) return -1;
+    const TaskId t = ctx_.b.collective(std::move(name), rank, ctx_.stream(st), Axis::kPp, CollectiveOp::kSendRecv, 0,
+                                       CollectiveCost{}, {});
+    ctx_.g.tasks[t].collective = kRecvNotice;
+    return t;
+  }
 
   /// Note [Send window]: records a Gloo stage's send, and the task it follows.
   void issued(int rank, TaskId send, TaskId producer) {
@@ -206,6 +229,7 @@ class Pipeline final : public StrategyPass {
 
   ChunkContext& ctx_;
   std::vector<TaskId> send_f_, send_b_;  ///< by cell(): each chunk's sends
+  std::vector<TaskId> notice_f_, notice_b_;  ///< by cell(): their receivers' notices (Gloo)
   std::vector<Bytes> held_sends_;        ///< the stage's send buffers, oldest first
   /// Note [Send window]: by stage, its sends as issued, with the task each follows.
   std::vector<std::vector<std::pair<TaskId, TaskId>>> issued_;
