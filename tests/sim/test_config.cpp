@@ -220,7 +220,7 @@ TEST_CASE("every shipped plan and cluster loads", "[config]") {
   for (const auto& c : clusters) CHECK_NOTHROW(load_cluster(c));
 }
 
-TEST_CASE("a CPU's pipeline sends wait at most a scheduler tick for the sender's core (Note [Busy sender])", "[config]") {
+TEST_CASE("a CPU's receiver notices wait for the sender's core at most its compute's 4 ms slice (Note [Busy sender])", "[config]") {
   // CONFIG_HZ=250, Debian's kernels': a tick is 1 / 250 s = 4 ms.
   CHECK(find_device("cpu")->send_waits_for_core == 4 * kNsPerMs);
   for (const char* gpu : {"A100-SXM4-80GB", "H100-SXM", "MI300X"}) CHECK(find_device(gpu)->send_waits_for_core == 0);
