@@ -186,7 +186,7 @@ class Executor {
         case Action::kFinish: finish(e->arg); break;
         case Action::kStartFlow: start_flow(e->arg); break;
         case Action::kLinkEvent: on_link_event(e->arg); break;
-        case Action::kCoreFree: release_send(e->arg); break;
+        case Action::kCoreFree: release_notice(e->arg); break;
       }
       if (opt_.record_event_times) event_times_.push_back(q_.now());
     }
@@ -270,7 +270,7 @@ class Executor {
     compute_stream_.assign(g_.ranks.size(), -1);
     computing_.assign(g_.ranks.size(), -1);
     busy_since_.assign(g_.ranks.size(), 0);
-    held_sends_.resize(g_.ranks.size());
+    held_notices_.resize(g_.ranks.size());
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
       if (g_.ranks[r].send_waits_for_core <= 0) continue;
       const auto& names = g_.ranks[r].streams;
@@ -375,11 +375,11 @@ class Executor {
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
       if (waits_for_core(t)) {
-        // Note [Busy sender]: until the compute stream is idle, or its
-        // compute has had the core a tick.
+        // Note [Busy sender]: until the compute stream is idle, or W after
+        // it last came from idle.
         held_[id] = 1;
-        held_sends_[t.rank].push_back(id);
-        at(busy_since_[t.rank] + g_.ranks[t.rank].send_waits_for_core, Action::kCoreFree, id);
+        held_notices_[t.rank].push_back(id);
+        at(later(busy_since_[t.rank], g_.ranks[t.rank].send_waits_for_core), Action::kCoreFree, id);
       } else {
         at(later(q_.now(), t.cost.latency), Action::kStartFlow, id);
       }
@@ -408,10 +408,10 @@ class Executor {
 
   /// Note [Busy sender]: a held notice is handled (then the send behind it
   /// on its stream may go); one already handled is left alone.
-  void release_send(TaskId id) {
+  void release_notice(TaskId id) {
     if (held_[id] == 0) return;
     held_[id] = 0;
-    auto& held = held_sends_[g_.tasks[id].rank];
+    auto& held = held_notices_[g_.tasks[id].rank];
     held.erase(std::find(held.begin(), held.end(), id));
     spans_[id].slowed = q_.now() - spans_[id].start;  // what traces show of the wait
     at(later(q_.now(), g_.tasks[id].cost.latency), Action::kStartFlow, id);
@@ -599,7 +599,7 @@ class Executor {
     // Note [Busy sender]: the core is free unless the next compute task began.
     if (core_waits_ && computing_[t.rank] == -2) {
       computing_[t.rank] = -1;
-      while (!held_sends_[t.rank].empty()) release_send(held_sends_[t.rank].front());
+      while (!held_notices_[t.rank].empty()) release_notice(held_notices_[t.rank].front());
     }
   }
 
@@ -715,15 +715,15 @@ class Executor {
   std::vector<std::array<int, kLinkClasses>> comm_active_;   ///< by rank and link class
   std::vector<std::vector<Progress>> running_;  ///< by rank (one task a compute stream)
   std::vector<TimeNs> event_times_;
-  /// Note [Busy sender]: by rank, its compute stream (-1: sends never wait)
-  /// and the compute task running on it (-1: none; -2: one ending); its
-  /// held sends; by task, whether it is held (empty where none can be).
+  /// Note [Busy sender]: by rank, its compute stream (-1: notices never
+  /// wait) and the compute task running on it (-1: none; -2: one ending);
+  /// its held notices; by task, whether it is held (empty where none can be).
   std::vector<int> compute_stream_;
   std::vector<TaskId> computing_;
   std::vector<TimeNs> busy_since_;  ///< by rank: when its compute stream last came from idle
-  std::vector<std::vector<TaskId>> held_sends_;
+  std::vector<std::vector<TaskId>> held_notices_;
   std::vector<char> held_;
-  bool core_waits_ = false;  ///< some rank's sends wait for its core
+  bool core_waits_ = false;  ///< some rank's notices wait for its core
 };
 
 }  // namespace

@@ -18,9 +18,9 @@ struct Span {
   TimeNs start = 0;
   TimeNs end = 0;
   /// Of a compute task's time, what its rank's collectives cost it by
-  /// slowing it (Note [Interference] in executor.cpp); of a Gloo pipeline
-  /// send's, how long it waited for its sender's core (Note [Busy sender]
-  /// there); 0 otherwise.
+  /// slowing it (Note [Interference] in executor.cpp); of a receiver's
+  /// notice to a Gloo pipeline sender, how long it waited for the sender's
+  /// core (Note [Busy sender] there); 0 otherwise.
   TimeNs slowed = 0;
 };
 
