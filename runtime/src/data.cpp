@@ -14,6 +14,7 @@
 #include <system_error>
 
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/file_io.hpp"
 
 namespace dtsim::runtime {
 namespace {
@@ -49,7 +50,11 @@ class Id {
 
 /// HDF5 prints its error stack to stderr by default; we report our own line.
 /// Called on every entry: the setting is per thread in thread-safe builds.
-void silence_hdf5() { H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr); }
+// Note [No HDF5 exit handler] in sim/src/profile/profile_io.cpp.
+void silence_hdf5() {
+  H5dont_atexit();
+  H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
+}
 
 /// Whether the file has a link called `name` (e.g. "/tokens").
 bool has(hid_t file, const char* name) { return H5Lexists(file, name, H5P_DEFAULT) > 0; }
@@ -433,7 +438,10 @@ void write_sample_dataset(const std::string& path, const SampleSpec& spec) {
   const Dataset d = make_sample_dataset(spec);
   silence_hdf5();
 
-  const fs::path target(path);
+  // Note [What an output path is] (sim/src/core/file_io.cpp): HDF5 seeks,
+  // so no stream; a symbolic link's target is replaced, the link kept.
+  sim::require_regular_output(path, "an HDF5 dataset");
+  const fs::path target(sim::output_target(path));
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError(path + ": cannot write (no directory " + dir.string() + ")");

@@ -21,39 +21,105 @@ void fsync_directory(const std::string& dir) {
   ::close(fd);
 }
 
-void write_file_atomic(const std::string& path, const std::string& content) {
+// Note [What an output path is]
+// A temporary file renamed over the target replaces whatever the target
+// was. For a regular file that is the point (Note [Atomic write]), but a
+// trace written to /dev/full or /dev/null as root replaced the device with
+// a regular file, a FIFO the user reads from became a file nobody reads,
+// and a symbolic link to the user's file became a file of its own, the
+// link gone. So an output path is first followed to the end of its links
+// (at most 40, as the kernel's own limit, ELOOP), and then:
+// - a regular file or nothing: written atomically beside that end, with
+//   the old file's permissions where there was one;
+// - a device, a FIFO or a socket: a stream, written in place, in order (the
+//   reader, or the device, decides what happens: /dev/full says ENOSPC);
+// - a directory: refused by the rename, with its reason.
+// Formats that must seek (HDF5) refuse a stream: require_regular_output.
+
+std::string output_target(const std::string& path) {
   namespace fs = std::filesystem;
-  const fs::path target(path);
-  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  fs::path p(path);
   std::error_code ec;
-  if (!fs::is_directory(dir, ec)) {
-    throw IoError(path + ": cannot write: directory '" + dir.string() + "' does not exist");
+  for (int hops = 0; fs::is_symlink(fs::symlink_status(p, ec)); ++hops) {
+    if (hops == 40) throw IoError(path + ": cannot write: too many levels of symbolic links");
+    const fs::path link = fs::read_symlink(p, ec);
+    if (ec) throw IoError(path + ": cannot write: " + ec.message());
+    p = link.is_absolute() ? link : p.parent_path() / link;
   }
-  std::string tmpl = (dir / ("." + target.filename().string() + ".tmpXXXXXX")).string();
-  const int fd = ::mkstemp(tmpl.data());
-  if (fd < 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+  return p.string();
+}
+
+namespace {
+
+/// Whether `path` is a device, a FIFO or a socket (after its links).
+bool is_stream(const std::string& path) {
+  struct stat st {};
+  if (::stat(path.c_str(), &st) != 0) return false;
+  return S_ISCHR(st.st_mode) || S_ISBLK(st.st_mode) || S_ISFIFO(st.st_mode) || S_ISSOCK(st.st_mode);
+}
+
+/// Writes all of `content` to `fd`; the reason where it cannot, else "".
+std::string write_all(int fd, const std::string& content) {
   std::size_t done = 0;
   while (done < content.size()) {
     const ssize_t n = ::write(fd, content.data() + done, content.size() - done);
     if (n < 0) {
       if (errno == EINTR) continue;
-      const std::string why = std::strerror(errno);
-      ::close(fd);
-      ::unlink(tmpl.c_str());
-      throw IoError(path + ": cannot write: " + why);
+      return std::strerror(errno);
     }
     done += static_cast<std::size_t>(n);
   }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) {
-    const std::string why = std::strerror(errno);
+  return "";
+}
+
+}  // namespace
+
+void require_regular_output(const std::string& path, const std::string& what) {
+  if (is_stream(output_target(path))) {
+    throw IoError(path + ": cannot write " + what + " there: it is a device, a pipe or a socket; give a file's path");
+  }
+}
+
+void write_file_atomic(const std::string& path, const std::string& content) {
+  namespace fs = std::filesystem;
+  // Note [What an output path is]
+  const std::string resolved = output_target(path);
+  if (is_stream(resolved)) {
+    const int fd = ::open(resolved.c_str(), O_WRONLY | O_CLOEXEC);
+    if (fd < 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+    const std::string why = write_all(fd, content);
+    if (::close(fd) != 0 && why.empty()) throw IoError(path + ": cannot write: " + std::strerror(errno));
+    if (!why.empty()) throw IoError(path + ": cannot write: " + why);
+    return;
+  }
+  const fs::path target(resolved);
+  const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
+  std::error_code ec;
+  if (!fs::is_directory(dir, ec)) {
+    throw IoError(path + ": cannot write: directory '" + dir.string() + "' does not exist");
+  }
+  mode_t mode = 0644;
+  struct stat old {};
+  if (::stat(resolved.c_str(), &old) == 0 && S_ISREG(old.st_mode)) mode = old.st_mode & 07777;
+  std::string tmpl = (dir / ("." + target.filename().string() + ".tmpXXXXXX")).string();
+  const int fd = ::mkstemp(tmpl.data());
+  if (fd < 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+  const std::string why = write_all(fd, content);
+  if (!why.empty()) {
+    ::close(fd);
     ::unlink(tmpl.c_str());
     throw IoError(path + ": cannot write: " + why);
   }
-  ::chmod(tmpl.c_str(), 0644);
-  if (std::rename(tmpl.c_str(), path.c_str()) != 0) {
-    const std::string why = std::strerror(errno);
+  if (::fsync(fd) != 0 || ::close(fd) != 0) {
+    const std::string why2 = std::strerror(errno);
     ::unlink(tmpl.c_str());
-    throw IoError(path + ": cannot write: " + why);
+    throw IoError(path + ": cannot write: " + why2);
+  }
+  ::chmod(tmpl.c_str(), mode);
+  if (std::rename(tmpl.c_str(), resolved.c_str()) != 0) {
+    const std::string why2 = std::strerror(errno);
+    ::unlink(tmpl.c_str());
+    throw IoError(path + ": cannot write: " + why2);
   }
   fsync_directory(dir.string());
 }

@@ -192,8 +192,16 @@ class Handle {
 };
 
 /// HDF5 prints its error stack to stderr by default; we report our own line.
+// Note [No HDF5 exit handler]
+// libhdf5 registers an atexit handler that closes every file still open.
+// A file whose flush failed (a full disk) cannot be closed, stays open, and
+// that handler then crashed in H5F__close_cb as the process exited with
+// its one-line error (SIGSEGV, libhdf5 1.10.8). Every file here is closed by
+// its Handle, so the handler is not needed: H5dont_atexit, which must come
+// before any other HDF5 call (it fails harmlessly once the library is up).
 void silence_hdf5() {
   static const bool done = [] {
+    H5dont_atexit();
     H5Eset_auto2(H5E_DEFAULT, nullptr, nullptr);
     return true;
   }();
@@ -652,7 +660,11 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
 void save_profile(const Profile& p, const std::string& path) {
   namespace fs = std::filesystem;
   silence_hdf5();
-  const fs::path target(path);
+  // Note [What an output path is] (file_io.cpp): HDF5 seeks, so no stream;
+  // a symbolic link's target is replaced, the link kept.
+  require_regular_output(path, "an HDF5 profile");
+  const std::string resolved = output_target(path);
+  const fs::path target(resolved);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError(path + ": cannot write: directory '" + dir.string() + "' does not exist");
@@ -664,9 +676,9 @@ void save_profile(const Profile& p, const std::string& path) {
       Handle fcpl(H5Pcreate(H5P_FILE_CREATE), H5Pclose);
       if (!fcpl.ok() || H5Pset_userblock(fcpl.get(), kHeaderBytes) < 0) throw IoError(path + ": cannot create " + tmp);
       Handle file(H5Fcreate(tmp.c_str(), H5F_ACC_TRUNC, fcpl.get(), H5P_DEFAULT), H5Fclose);
-      if (!file.ok()) throw IoError(path + ": cannot create " + tmp);
+      if (!file.ok()) throw IoError(path + ": cannot write: cannot create " + tmp + " (is the folder writable, the disk not full?)");
       write_all(p, file.get(), w);
-      if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(path + ": cannot flush");
+      if (H5Fflush(file.get(), H5F_SCOPE_GLOBAL) < 0) throw IoError(path + ": cannot write: writing " + tmp + " failed (is the disk full, or a file size limit set?); " + path + " is as it was");
     }
     // Closed: checksum what libhdf5 wrote, and sync it before the rename.
     seal(tmp, path);
@@ -674,7 +686,7 @@ void save_profile(const Profile& p, const std::string& path) {
     std::remove(tmp.c_str());
     throw;
   }
-  if (std::rename(tmp.c_str(), path.c_str()) != 0) {
+  if (std::rename(tmp.c_str(), resolved.c_str()) != 0) {
     std::remove(tmp.c_str());
     throw IoError(path + ": cannot write: " + std::strerror(errno));
   }

@@ -7,7 +7,18 @@
 namespace dtsim::sim {
 
 /// Writes `content` to `path` atomically; throws IoError naming the path.
+/// A symbolic link is followed and its target replaced (the link stays); a
+/// device or pipe (/dev/stdout, a FIFO) is written to as a stream, never
+/// replaced (Note [What an output path is] in file_io.cpp).
 void write_file_atomic(const std::string& path, const std::string& content);
+
+/// Where a file written at `path` goes: `path`, or the file its symbolic
+/// links end at. Throws IoError where the links loop.
+std::string output_target(const std::string& path);
+
+/// Throws IoError where `path` is (or links to) something a file of ours
+/// cannot replace: a device, a pipe or a socket. `what`: "an HDF5 profile".
+void require_regular_output(const std::string& path, const std::string& what);
 
 /// Flushes a directory's entries to disk, so a file renamed into it stays
 /// there after a power loss (fsync(2): "calling fsync() on the file does not
