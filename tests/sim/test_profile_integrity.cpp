@@ -130,3 +130,24 @@ TEST_CASE("a format-1 profile (before checksums) is still read, as unchecked", "
   CHECK(q.layers[0].backward.median_s == 2e-3);
   std::remove(path.c_str());
 }
+
+TEST_CASE("a damaged format-1 profile is refused in one line, never a crash or a hang (Note [Format 1 in a child])", "[profile][integrity]") {
+  // Single bytes of tests/data/profile-format1.h5 that made libhdf5 1.10.8
+  // crash (SIGSEGV at 8879 and 2751), allocate gigabytes (21699, 8389) or
+  // throw a length error (21159) when it read the file in this process.
+  // Read in a bounded child now, each is one line naming the file.
+  const std::string good = read_bytes(std::string(DTSIM_TEST_DATA) + "/profile-format1.h5");
+  REQUIRE(good.size() > 21699);
+  const std::string path = temp_file("dtsim_format1_damaged");
+  for (const auto& [at, byte] : std::vector<std::pair<std::size_t, char>>{
+           {8879, '\x9d'}, {2751, '\x99'}, {21699, '\xa5'}, {8389, '\x04'}, {21159, '\x41'}}) {
+    std::string bad = good;
+    bad[at] = byte;
+    write_bytes(path, bad);
+    const std::string why = load_error(path);
+    INFO("byte " << at << ": " << why);
+    CHECK(why.rfind(path + ": a damaged format-1 profile (format 1 has no checksum): ", 0) == 0);
+    CHECK(why.find('\n') == std::string::npos);
+  }
+  std::remove(path.c_str());
+}

@@ -38,11 +38,15 @@
 #include <hdf5.h>
 
 #include <fcntl.h>
+#include <sys/resource.h>
 #include <sys/stat.h>
+#include <sys/wait.h>
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
+#include <new>
 #include <string_view>
 #include <utility>
 #include <filesystem>
@@ -693,11 +697,10 @@ void save_profile(const Profile& p, const std::string& path) {
   fsync_directory(dir.string());
 }
 
-Profile load_profile(const std::string& path) {
-  silence_hdf5();
-  std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw CalibrationError(path + ": no such profile (make one with dtsim calibrate)");
-  const std::string integrity = verify(path);
+namespace {
+
+/// Opens and reads `path` with libhdf5 (verified, or format 1 in a child).
+Profile read_profile_file(const std::string& path, const std::string& integrity) {
   if (H5Fis_hdf5(path.c_str()) <= 0) {
     throw CalibrationError(path + ": not an HDF5 file, or truncated or corrupt; calibrate again with dtsim calibrate");
   }
@@ -706,6 +709,110 @@ Profile load_profile(const std::string& path) {
   Profile p = read_all(Reader(path), file.get(), integrity == "none" ? 1 : 2);
   p.integrity = integrity;
   return p;
+}
+
+// Note [Format 1 in a child]
+// A format-1 profile has no checksum (Note [Profile integrity]), so its
+// bytes reach libhdf5 unchecked, and one flipped byte made libhdf5 1.10
+// crash (SIGSEGV), allocate 12 GB and spin, or ask for a vector larger
+// than any (400 random flips of tests/data/profile-format1.h5: 2 crashes,
+// 2 hangs, 1 such throw). So a format-1 file is read in a child process
+// with its memory and CPU time bounded, which writes what it read as a
+// checksummed format-2 file (what `dtsim profile upgrade` writes); the
+// parent reads that, checked. A child that dies, runs out of time or of
+// memory is one line naming the file, exit status 2. Flips that leave a
+// well-formed file are read as they are: format 1 cannot tell them.
+constexpr rlim_t kChildCpuSeconds = 30;
+constexpr rlim_t kChildMemoryBytes = rlim_t{4} << 30;
+
+Profile read_format1_in_child(const std::string& path) {
+  namespace fs = std::filesystem;
+  std::string tmp = (fs::temp_directory_path() / "dtsim-format1-XXXXXX").string();
+  const int tfd = ::mkstemp(tmp.data());
+  if (tfd < 0) throw IoError(std::string("cannot make a temporary file in ") + fs::temp_directory_path().string() + ": " + std::strerror(errno));
+  ::close(tfd);
+  int pipe_fd[2];
+  if (::pipe2(pipe_fd, O_CLOEXEC) != 0) {
+    ::unlink(tmp.c_str());
+    throw IoError(std::string("cannot read ") + path + ": pipe: " + std::strerror(errno));
+  }
+  std::fflush(nullptr);
+  const pid_t child = ::fork();
+  if (child < 0) {
+    ::close(pipe_fd[0]);
+    ::close(pipe_fd[1]);
+    ::unlink(tmp.c_str());
+    throw IoError(std::string("cannot read ") + path + ": fork: " + std::strerror(errno));
+  }
+  if (child == 0) {
+    ::close(pipe_fd[0]);
+    const struct rlimit cpu {kChildCpuSeconds, kChildCpuSeconds};
+    ::setrlimit(RLIMIT_CPU, &cpu);
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
+    // A sanitizer's shadow memory is terabytes of address space.
+    const struct rlimit mem {kChildMemoryBytes, kChildMemoryBytes};
+    ::setrlimit(RLIMIT_AS, &mem);
+#endif
+    int code = 0;
+    std::string why;
+    try {
+      save_profile(read_profile_file(path, "none"), tmp);
+    } catch (const Error& e) {
+      why = e.what();
+      code = 3;
+    } catch (const std::bad_alloc&) {
+      code = 4;
+    } catch (const std::exception& e) {
+      code = 5;
+    }
+    if (!why.empty()) (void)!::write(pipe_fd[1], why.data(), why.size());
+    ::_exit(code);
+  }
+  ::close(pipe_fd[1]);
+  std::string why;
+  char buf[512];
+  for (ssize_t n; (n = ::read(pipe_fd[0], buf, sizeof buf)) != 0;) {
+    if (n < 0) {
+      if (errno == EINTR) continue;
+      break;
+    }
+    why.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(pipe_fd[0]);
+  int st = 0;
+  while (::waitpid(child, &st, 0) < 0 && errno == EINTR) {
+  }
+  struct Remove {
+    std::string path;
+    ~Remove() { ::unlink(path.c_str()); }
+  } remove{tmp};
+  const std::string damaged = path + ": a damaged format-1 profile (format 1 has no checksum): ";
+  const std::string fix = "; restore it or calibrate again with dtsim calibrate";
+  if (WIFSIGNALED(st)) {
+    const int sig = WTERMSIG(st);
+    if (sig == SIGXCPU || sig == SIGKILL) throw CalibrationError(damaged + "libhdf5 ran for over " + std::to_string(kChildCpuSeconds) + " s reading it" + fix);
+    throw CalibrationError(damaged + "libhdf5 crashed reading it (" + strsignal(sig) + ")" + fix);
+  }
+  const int code = WIFEXITED(st) ? WEXITSTATUS(st) : 5;
+  if (code == 3) throw CalibrationError(why.empty() ? damaged + "unreadable" + fix : why);
+  if (code == 4) throw CalibrationError(damaged + "libhdf5 asked for over " + std::to_string(kChildMemoryBytes >> 30) + " GiB reading it" + fix);
+  if (code != 0) throw CalibrationError(damaged + "libhdf5 failed reading it" + fix);
+  Profile p = load_profile(tmp);
+  p.integrity = "none";
+  p.path = path;
+  return p;
+}
+
+}  // namespace
+
+Profile load_profile(const std::string& path) {
+  silence_hdf5();
+  std::error_code ec;
+  if (!std::filesystem::is_regular_file(path, ec)) throw CalibrationError(path + ": no such profile (make one with dtsim calibrate)");
+  const std::string integrity = verify(path);
+  // Note [Format 1 in a child]
+  if (integrity == "none") return read_format1_in_child(path);
+  return read_profile_file(path, integrity);
 }
 
 }  // namespace dtsim::sim
