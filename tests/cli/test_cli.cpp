@@ -439,6 +439,15 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       "14336,\n \"num_attention_heads\": 32, \"num_hidden_layers\": 2, \"num_key_value_heads\": 5, \"vocab_size\": 1000, "
       "\"max_position_embeddings\": 8192}\n");
   const std::string huge = temp_file("dtsim_huge.yaml", std::string((std::size_t{10} << 20) + 1, '#'));
+  // Ten levels of nine aliases each: 9^10 = 3.5e9 values once expanded, in
+  // 400 bytes; walking them took minutes (Note [Strict configs]).
+  std::string laughs = "l0: &l0 [x, x, x, x, x, x, x, x, x]\n";
+  for (int i = 1; i < 10; ++i) {
+    laughs += "l" + std::to_string(i) + ": &l" + std::to_string(i) + " [";
+    for (int k = 0; k < 9; ++k) laughs += (k ? ", *l" : "*l") + std::to_string(i - 1);
+    laughs += "]\n";
+  }
+  const std::string bomb = temp_file("dtsim_laughs.yaml", laughs + "name: x\nfamily: gpt\nlayers: 2\nhidden: 64\nheads: 2\n");
   // A device of 1e-6 TFLOP/s: gpt-1t's 6 N = 6e12 FLOPs per token, 2048
   // tokens a sample, takes over 1e10 s a sample, past the 2^62 ns (146 years)
   // dtsim simulates (Note [Sizes in 64 bits]).
@@ -459,6 +468,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model gpt2 --cluster dgx-a100 --plan " + scalar + " --set plan.dp=2", scalar + ":1: plan: expected a mapping of keys, got 'ddp'"},
       {"predict --model gpt2 --cluster dgx-a100 --set 'plan.dp={a: 1, a: 2}'", "--set plan.dp: key 'a' given twice"},
       {"predict --model gpt2 --cluster dgx-a100 --plan " + deep, "nested more than 64 levels deep"},
+      {"predict --model " + bomb + " --cluster dgx-a100", bomb + ": more than 2000000 values once its aliases (*name) are expanded; no dtsim config is"},
       {"predict --model gpt2 --cluster dgx-a100 --plan " + huge, huge + ": 10485761 bytes, larger than a config may be (limit 10 MiB)"},
       {"predict --model gpt2 --cluster dgx-a100 --plan ddp --plan zero3", "dtsim predict: --plan given twice ('ddp' and 'zero3'); give it once"},
       {"predict --model gpt2 --cluster dgx-a100 --json --json", "dtsim predict: --json given twice"},

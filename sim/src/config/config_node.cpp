@@ -136,10 +136,19 @@ bool is_json(const std::string& path) { return path.size() > 5 && path.compare(p
 void check_tree(const YAML::Node& root, const std::string& file, bool marks = true) {
   auto at = [&](const YAML::Mark& m) { return marks ? at_mark(file, m) : file; };
   // Iterative, with a depth bound: a hostile file nests as deep as it likes.
+  // And a bound on the values walked: an alias (*name) is the node it names,
+  // walked again where it stands, so ten levels of nine aliases each (a
+  // "billion laughs" file of 400 bytes) are 3.9e9 values, which took
+  // minutes at full CPU to walk before this bound.
   std::vector<std::pair<YAML::Node, int>> todo{{root, 0}};
+  std::size_t walked = 0;
   while (!todo.empty()) {
     auto [node, depth] = todo.back();
     todo.pop_back();
+    if (++walked > kMaxConfigValues) {
+      throw ConfigError(file + ": more than " + std::to_string(kMaxConfigValues) +
+                        " values once its aliases (*name) are expanded; no dtsim config is");
+    }
     if (depth > kMaxConfigDepth) {
       throw ConfigError(at(node.Mark()) + ": nested more than " + std::to_string(kMaxConfigDepth) +
                         " levels deep; no dtsim config is");

@@ -46,6 +46,9 @@ std::string error_at(const std::string& where, const std::string& key);
 /// [Strict configs] in sim/src/config/config_node.cpp).
 inline constexpr std::size_t kMaxConfigBytes = std::size_t{10} << 20;
 inline constexpr int kMaxConfigDepth = 64;
+/// The most values a config's tree may hold once its aliases are expanded
+/// (a 10 MiB file written out holds under a million).
+inline constexpr std::size_t kMaxConfigValues = 2'000'000;
 
 /// Loads a YAML or JSON (by its .json name) file; throws IoError (missing,
 /// unreadable) or ConfigError (too large, malformed, a duplicate or
