@@ -146,6 +146,29 @@ TEST_CASE("search: a global batch no data-parallel degree divides is refused", "
   CHECK_THROWS_AS(search(*model, cluster, o), ConfigError);
 }
 
+TEST_CASE("search: a shape knob fixed by --set holds every candidate; a degree the rules never allow is refused", "[search]") {
+  // Note [Fixed knobs]: `dtsim search --help` offers plan.tp=2 as a knob to
+  // fix, and it had been walked like any other. gpt2 (12 heads) on the 8
+  // GPUs of a DGX A100: a tensor-parallel degree divides both the heads and
+  // a node's GPUs, so 1, 2 and 4.
+  const auto model = models::load_model("gpt2");
+  const ClusterSpec cluster = load_cluster("dgx-a100");
+  SearchOptions o = fp16_adam(32);
+  o.base = search_base_plan(cluster, {parse_override("plan.tp=2"), parse_override("plan.pp=2"), parse_override("plan.zero_stage=1")});
+  const std::vector<PlanSpec> plans = enumerate_plans(*model, cluster, o);
+  REQUIRE(!plans.empty());
+  for (const PlanSpec& p : plans) {
+    CHECK(p.tp == 2);
+    CHECK(p.pp == 2);
+    CHECK(p.zero_stage == 1);
+    CHECK(p.fsdp == FsdpMode::kNone);
+    CHECK(p.dp == 2);  // 8 GPUs / (tp 2 x pp 2), cp 1 at 1,024 tokens
+  }
+  o.base = search_base_plan(cluster, {parse_override("plan.tp=1000")});
+  CHECK_THROWS_WITH(enumerate_plans(*model, cluster, o),
+                    "--set plan.tp: 1000 is not a tensor-parallel degree gpt2 on 8 GPUs allows; valid: 1, 2, 4");
+}
+
 TEST_CASE("search: pruning by the time bound keeps the ranking and the Pareto front of simulating every plan", "[search]") {
   // gpt2-xl on 16 A100s: a few thousand plans, most of them far slower
   // than the best ten (Note [Search]).
