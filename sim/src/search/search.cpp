@@ -360,38 +360,44 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
     }
     if (precisions.empty()) precisions.push_back(o.base.precision);
   }
-  // Note [Fixed knobs]: a shape knob the base plan sets (--set plan.tp=2)
-  // holds every candidate to it; a degree the rules never allow is refused
-  // with those they do, not searched into an empty ranking.
+  // Note [Fixed knobs]: a shape knob given by --set (plan.tp=2) holds every
+  // candidate to it; a degree the rules never allow is refused with those
+  // they do, not searched into an empty ranking. A knob a base plan's file
+  // gives (the explorer's scenario, a plan file) is where the search
+  // starts, not a bound: only --set holds.
+  const auto held = [&](const char* key) {
+    const auto it = o.base.origins.where.find(std::string("plan.") + key);
+    return it != o.base.origins.where.end() && it->second.rfind("--set ", 0) == 0;
+  };
   const std::vector<int> tps = rules.tp_values();
-  if (set("tp") && std::find(tps.begin(), tps.end(), o.base.tp) == tps.end()) {
+  if (held("tp") && std::find(tps.begin(), tps.end(), o.base.tp) == tps.end()) {
     std::string valid;
     for (int t : tps) valid += (valid.empty() ? "" : ", ") + std::to_string(t);
     throw ConfigError(o.base.origins.of("plan.tp") + ": " + std::to_string(o.base.tp) + " is not a tensor-parallel degree " +
                       model.name() + " on " + std::to_string(gpus) + " GPUs allows; valid: " + valid);
   }
   const auto fixed = [&](const PlanSpec& p) {
-    return (!set("dp") || p.dp == o.base.dp) && (!set("micro_batch") || p.micro_batch == o.base.micro_batch) &&
-           (!set("grad_accum") || p.grad_accum == o.base.grad_accum) && (!set("zero_stage") || p.zero_stage == o.base.zero_stage) &&
-           (!set("fsdp") || p.fsdp == o.base.fsdp) && (!set("schedule") || p.schedule == o.base.schedule) &&
-           (!set("virtual_stages") || p.virtual_stages == o.base.virtual_stages) &&
-           (!set("recompute") || p.recompute == o.base.recompute) &&
-           (!set("sequence_parallel") || p.sequence_parallel == o.base.sequence_parallel) &&
-           (!set("offload_optimizer") || p.offload_optimizer == o.base.offload_optimizer) &&
-           (!set("offload_params") || p.offload_params == o.base.offload_params) &&
-           (!set("placement") || p.placement == o.base.placement) &&
-           (!set("recompute_method") || p.recompute_method == o.base.recompute_method) &&
-           (!set("recompute_num_layers") || p.recompute_num_layers == o.base.recompute_num_layers);
+    return (!held("dp") || p.dp == o.base.dp) && (!held("micro_batch") || p.micro_batch == o.base.micro_batch) &&
+           (!held("grad_accum") || p.grad_accum == o.base.grad_accum) && (!held("zero_stage") || p.zero_stage == o.base.zero_stage) &&
+           (!held("fsdp") || p.fsdp == o.base.fsdp) && (!held("schedule") || p.schedule == o.base.schedule) &&
+           (!held("virtual_stages") || p.virtual_stages == o.base.virtual_stages) &&
+           (!held("recompute") || p.recompute == o.base.recompute) &&
+           (!held("sequence_parallel") || p.sequence_parallel == o.base.sequence_parallel) &&
+           (!held("offload_optimizer") || p.offload_optimizer == o.base.offload_optimizer) &&
+           (!held("offload_params") || p.offload_params == o.base.offload_params) &&
+           (!held("placement") || p.placement == o.base.placement) &&
+           (!held("recompute_method") || p.recompute_method == o.base.recompute_method) &&
+           (!held("recompute_num_layers") || p.recompute_num_layers == o.base.recompute_num_layers);
   };
   std::vector<PlanSpec> out;
   for (int tp : tps) {
-    if (set("tp") && tp != o.base.tp) continue;
+    if (held("tp") && tp != o.base.tp) continue;
     // Context parallelism down to 1,024 tokens of a sequence per rank: below
     // that the K/V exchange outgrows the attention it hides behind.
     std::vector<int> cps = set("cp") ? std::vector<int>{o.base.cp} : rules.cp_values(tp, seq);
     if (!set("cp")) cps.erase(std::remove_if(cps.begin(), cps.end(), [&](int c) { return c > 1 && seq / c < 1024; }), cps.end());
     for (int pp : rules.pp_values(tp)) {
-     if (set("pp") && pp != o.base.pp) continue;
+     if (held("pp") && pp != o.base.pp) continue;
      for (int cp : cps) {
       if (gpus % (tp * pp * cp) != 0) continue;
       // Every GPU is used: dp is the rest.
