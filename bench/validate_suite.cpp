@@ -121,6 +121,8 @@
 // process does (steady within 2% on the CI machine).
 #include <nlohmann/json.hpp>
 
+#include <fcntl.h>
+#include <poll.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -133,6 +135,7 @@
 #include <filesystem>
 #include <fstream>
 #include <numeric>
+#include <stdexcept>
 #include <set>
 #include <sstream>
 #include <string>
@@ -143,6 +146,7 @@
 #include <CLI/CLI.hpp>
 
 #include "dtsim/cli/parse.hpp"
+#include "dtsim/platform/child.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/file_io.hpp"
 
@@ -249,13 +253,54 @@ std::vector<std::string> split(const std::string& s) {
 }
 
 /// Runs a command, returning its stdout and exit status.
+// Note [Stopping the suite]
+// The suite runs for minutes to an hour, a round at a time, each a `dtsim
+// validate` that trains. Stopped by SIGINT or SIGTERM it had died at once
+// and silently, leaving the round's folder half-written, or (SIGTERM to the
+// suite alone) lived on until the round it was waiting for ended. So each
+// round runs as a supervised child (platform::spawn_child: a process group
+// of its own, dying with the suite) while a StopSignals records the signal;
+// the wait polls it, stops the round's group as calibrate and validate stop
+// theirs (validate stops its ranks), removes the folder that round began,
+// and the suite ends with one line and exit status 2. Rounds done stay in
+// --runs DIR, for --resume.
+struct Interrupted : std::runtime_error {
+  using std::runtime_error::runtime_error;
+};
+
+/// Runs `cmd` under /bin/sh, its output captured; Interrupted where a stop
+/// signal came while it ran (the command's group stopped and reaped).
 std::pair<int, std::string> capture(const std::string& cmd) {
   std::string out;
-  FILE* f = ::popen(cmd.c_str(), "r");
-  if (f == nullptr) return {-1, ""};
+  int fds[2];
+  if (::pipe2(fds, O_CLOEXEC) != 0) return {-1, ""};
+  dtsim::platform::ChildSpec spec;
+  spec.argv = {"/bin/sh", "-c", cmd};
+  spec.stdout_fd = fds[1];
+  const pid_t pid = dtsim::platform::spawn_child(spec);
+  ::close(fds[1]);
+  if (pid < 0) {
+    ::close(fds[0]);
+    return {-1, ""};
+  }
   char buf[4096];
-  for (std::size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) out.append(buf, n);
-  const int raw = ::pclose(f);
+  for (;;) {
+    if (dtsim::platform::StopSignals::received() != 0) {
+      ::close(fds[0]);
+      dtsim::platform::stop_groups({pid}, 5.0);
+      throw Interrupted(dtsim::platform::signal_name(dtsim::platform::StopSignals::received()));
+    }
+    pollfd pfd{fds[0], POLLIN, 0};
+    if (::poll(&pfd, 1, 100) <= 0) continue;  // EINTR or a tick: look at the flag again
+    const ssize_t n = ::read(fds[0], buf, sizeof buf);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) break;
+    out.append(buf, static_cast<std::size_t>(n));
+  }
+  ::close(fds[0]);
+  int raw = 0;
+  while (::waitpid(pid, &raw, 0) < 0 && errno == EINTR) {
+  }
   return {WIFEXITED(raw) ? WEXITSTATUS(raw) : -1, out};
 }
 
@@ -587,7 +632,18 @@ int run_suite(int argc, char** argv) {
     }
     if (!replay_dir.empty()) cmd += " --measured " + replay_dir + "/" + folder;
     cmd += " 2>&1";
-    const auto [status, text] = capture(cmd);
+    std::pair<int, std::string> captured;
+    try {
+      captured = capture(cmd);
+    } catch (const Interrupted& e) {
+      // Note [Stopping the suite]: the round it stopped leaves nothing.
+      std::error_code ec;
+      if (!runs_dir.empty() && !recorded) std::filesystem::remove_all(runs_dir + "/" + folder, ec);
+      throw Interrupted(std::string("interrupted by ") + e.what() + " during " + round + " of " + row.label +
+                        ": that round was stopped and its folder removed" +
+                        (runs_dir.empty() ? "" : "; the rounds done stay in " + runs_dir + " (--resume goes on from them)"));
+    }
+    const auto& [status, text] = captured;
     if (!runs_dir.empty() && !recorded) {
       // A row validate refused before it ran (cnn under megatron-tp) made
       // no folder: its refusal is recorded all the same, for --replay.
@@ -811,7 +867,12 @@ int run_suite(int argc, char** argv) {
 // write, a full disk) ends it with one line and exit status 2, not an abort.
 int main(int argc, char** argv) {
   try {
+    dtsim::platform::StopSignals stop;  // Note [Stopping the suite]
     return run_suite(argc, argv);
+  } catch (const Interrupted& e) {
+    const std::string what = e.what();
+    std::fprintf(stderr, "\ndtsim_validate_suite: %s%s\n", what.rfind("interrupted", 0) == 0 ? "" : "interrupted by ", what.c_str());
+    return 2;
   } catch (const std::exception& e) {
     std::fprintf(stderr, "\ndtsim_validate_suite: %s\n", e.what());
     return 2;
