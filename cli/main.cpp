@@ -1,5 +1,7 @@
 // dtsim: predict distributed-training time and memory before spending a GPU-hour.
 #include <algorithm>
+#include <csignal>
+#include <cstring>
 #include <cstdio>
 #include <exception>
 #include <iostream>
@@ -9,10 +11,14 @@
 
 #include <CLI/CLI.hpp>
 
+#include <signal.h>
+#include <unistd.h>
+
 #include "commands.hpp"
 #include "dtsim/cli/parse.hpp"
 #include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/file_io.hpp"
 
 namespace {
 
@@ -35,6 +41,45 @@ void print_error(const std::string& what) {
     std::cerr << (line.rfind("dtsim ", 0) == 0 || line.rfind("dtsim: ", 0) == 0 ? "" : "dtsim: ") << line << "\n";
     if (nl == std::string::npos) return;
     from = nl + 1;
+  }
+}
+
+// Note [Interrupted commands]
+// calibrate and validate supervise programs and stop them on SIGINT or
+// SIGTERM (Note [Stop signals], platform/src/child.cpp). The others
+// (predict, search, comm, profile, list) run in this process alone, and a
+// signal killed them without a word. Now SIGINT, SIGTERM and SIGHUP end
+// them with one line and exit status 2, having removed the temporary file
+// of a write in progress (Note [A write cut short], sim/src/core/file_io.cpp):
+// files already renamed into place are whole, none is half-written. The
+// handler does only what a handler may (signal-safety(7)): unlink, write,
+// _exit, on messages made before it is installed. A signal the process was
+// started with ignored (nohup, a background job) stays ignored.
+constexpr int kStopSignals[] = {SIGINT, SIGTERM, SIGHUP};
+char g_interrupted[3][256];
+std::size_t g_interrupted_len[3];
+
+extern "C" void on_interrupt(int sig) {
+  dtsim::sim::remove_temp_in_progress();
+  for (int k = 0; k < 3; ++k) {
+    if (kStopSignals[k] != sig) continue;
+    (void)!::write(2, g_interrupted[k], g_interrupted_len[k]);
+  }
+  ::_exit(2);
+}
+
+void handle_interrupts(const std::string& command) {
+  const char* names[] = {"SIGINT", "SIGTERM", "SIGHUP"};
+  for (int k = 0; k < 3; ++k) {
+    const std::string msg = "dtsim " + command + ": interrupted by " + names[k] + "; no file is left half-written\n";
+    g_interrupted_len[k] = std::min(msg.size(), sizeof g_interrupted[k]);
+    std::memcpy(g_interrupted[k], msg.data(), g_interrupted_len[k]);
+    struct sigaction old {};
+    if (::sigaction(kStopSignals[k], nullptr, &old) == 0 && old.sa_handler == SIG_IGN) continue;
+    struct sigaction sa {};
+    sa.sa_handler = on_interrupt;
+    sigemptyset(&sa.sa_mask);
+    ::sigaction(kStopSignals[k], &sa, nullptr);
   }
 }
 
@@ -95,7 +140,10 @@ int main(int argc, char** argv) {
       return 0;
     }
     for (const auto& c : commands) {
-      if (c.app->parsed()) return c.run();
+      if (!c.app->parsed()) continue;
+      const std::string name = c.app->get_name();
+      if (name != "calibrate" && name != "validate") handle_interrupts(name);  // Note [Interrupted commands]
+      return c.run();
     }
     throw ConfigError("dtsim: a command is required; valid: predict, search, comm, list, calibrate, profile, validate, help (see dtsim --help)");
   } catch (const InternalError& e) {

@@ -1,6 +1,7 @@
 #include "dtsim/sim/file_io.hpp"
 
 #include <cerrno>
+#include <csignal>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -19,6 +20,30 @@ void fsync_directory(const std::string& dir) {
   if (fd < 0) return;
   (void)::fsync(fd);
   ::close(fd);
+}
+
+// Note [A write cut short]
+// A command stopped by a signal while it writes a file would leave the
+// temporary one beside the target (the target itself is whole: renamed or
+// not). The write records the temporary's name in a static buffer and a
+// sig_atomic_t flag (what a handler may read: signal-safety(7)); the CLI's
+// handler unlinks it (unlink is async-signal-safe) before it exits.
+namespace {
+char g_temp[4096];
+volatile std::sig_atomic_t g_temp_set = 0;
+}  // namespace
+
+void note_temp_in_progress(const std::string& tmp) {
+  g_temp_set = 0;
+  if (tmp.size() >= sizeof g_temp) return;
+  std::memcpy(g_temp, tmp.c_str(), tmp.size() + 1);
+  g_temp_set = 1;
+}
+
+void clear_temp_in_progress() { g_temp_set = 0; }
+
+void remove_temp_in_progress() noexcept {
+  if (g_temp_set != 0) ::unlink(g_temp);
 }
 
 // Note [What an output path is]
@@ -104,6 +129,10 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   std::string tmpl = (dir / ("." + target.filename().string() + ".tmpXXXXXX")).string();
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
+  note_temp_in_progress(tmpl);  // Note [A write cut short]
+  struct Done {
+    ~Done() { clear_temp_in_progress(); }
+  } done;
   const std::string why = write_all(fd, content);
   if (!why.empty()) {
     ::close(fd);

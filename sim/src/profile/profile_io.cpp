@@ -673,6 +673,10 @@ void save_profile(const Profile& p, const std::string& path) {
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError(path + ": cannot write: directory '" + dir.string() + "' does not exist");
   const std::string tmp = (dir / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()))).string();
+  note_temp_in_progress(tmp);  // Note [A write cut short] in file_io.cpp
+  struct Done {
+    ~Done() { clear_temp_in_progress(); }
+  } done;
   try {
     {
       Writer w(path);

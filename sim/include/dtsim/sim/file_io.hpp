@@ -20,6 +20,13 @@ std::string output_target(const std::string& path);
 /// cannot replace: a device, a pipe or a socket. `what`: "an HDF5 profile".
 void require_regular_output(const std::string& path, const std::string& what);
 
+/// Note [A write cut short]: records `tmp` as the temporary file being
+/// written now (one at a time), or none; remove_temp_in_progress() unlinks
+/// it and is async-signal-safe, for a handler that ends the process.
+void note_temp_in_progress(const std::string& tmp);
+void clear_temp_in_progress();
+void remove_temp_in_progress() noexcept;
+
 /// Flushes a directory's entries to disk, so a file renamed into it stays
 /// there after a power loss (fsync(2): "calling fsync() on the file does not
 /// ensure that the entry in the directory containing the file has also
