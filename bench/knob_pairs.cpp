@@ -33,7 +33,7 @@ int main(int argc, char** argv) {
   app.add_option("--cluster", cluster_name, "Cluster")->required();
   app.add_option("--set", sets, "SECTION.KEY=VALUE, as dtsim search takes it");
   app.add_option("--global-batch", batch, "Sequences a step (0: 4 a GPU)");
-  app.add_option("--top", top, "Plans compared (default 200)")->check(CLI::PositiveNumber);
+  app.add_option("--top", top, "Plans compared (default 200)")->check(CLI::Range(1, 1000000));
   app.add_option("--knob", knob, "overlap_param_gather or tp_comm_overlap")
       ->check(CLI::IsMember({"overlap_param_gather", "tp_comm_overlap"}));
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;

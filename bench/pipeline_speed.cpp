@@ -62,7 +62,7 @@ int main(int argc, char** argv) {
   int repeat = 11;
   CLI::App app{"dtsim_bench_pipeline: how fast long pipelines are predicted (median of N)", "dtsim_bench_pipeline"};
   cli::house_style(app);
-  app.add_option("--repeat", repeat, "Runs per case (default 11)")->type_name("N")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", repeat, "Runs per case (default 11)")->type_name("N")->check(CLI::Range(1, 1000000));
   bool glibc_defaults = false;
   app.add_flag("--glibc-malloc", glibc_defaults,
                "Leave glibc's allocator as it is, returning large freed blocks to the kernel (the search and the "

@@ -22,7 +22,7 @@ int main(int argc, char** argv) {
   int repeat = 3;
   CLI::App app{"dtsim_bench_search: how fast a plan search is (median of N)", "dtsim_bench_search"};
   cli::house_style(app);
-  app.add_option("--repeat", repeat, "Runs per case (default 3)")->type_name("N")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", repeat, "Runs per case (default 3)")->type_name("N")->check(CLI::Range(1, 1000000));
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
   platform::prepare_simulator_heap();  // as dtsim search does
   try {

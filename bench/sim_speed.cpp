@@ -25,7 +25,7 @@ int main(int argc, char** argv) {
   bool json = false;
   CLI::App app{"dtsim_bench_sim: how fast one prediction is (median of N)", "dtsim_bench_sim"};
   cli::house_style(app);
-  app.add_option("--repeat", repeat, "Predictions per case (default 21)")->type_name("N")->check(CLI::PositiveNumber);
+  app.add_option("--repeat", repeat, "Predictions per case (default 21)")->type_name("N")->check(CLI::Range(1, 1000000));
   app.add_flag("--json", json, "Print the medians as JSON");
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;
   try {

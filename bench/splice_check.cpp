@@ -34,9 +34,9 @@ int main(int argc, char** argv) {
   cli::house_style(app);
   app.add_option("--model", model_name, "Model (required)")->required();
   app.add_option("--cluster", cluster_name, "Cluster (required)")->required();
-  app.add_option("--nodes", nodes, "Nodes of the cluster (default 1)")->check(CLI::PositiveNumber);
-  app.add_option("--global-batch", global_batch, "Sequences a step (default: the search's)")->check(CLI::PositiveNumber);
-  app.add_option("--stride", stride, "Take every K-th enumerated plan (default 1)")->check(CLI::PositiveNumber);
+  app.add_option("--nodes", nodes, "Nodes of the cluster (default 1)")->check(CLI::Range(1, 1000000));
+  app.add_option("--global-batch", global_batch, "Sequences a step (default: the search's)")->check(CLI::Range(1, 1000000));
+  app.add_option("--stride", stride, "Take every K-th enumerated plan (default 1)")->check(CLI::Range(1, 1000000));
   app.add_option("--profile", profile, "Price from a calibration profile");
   app.add_option("--base-plan", base_plan, "Knobs the search holds fixed, from this plan");
   if (const int status = cli::parse_main(app, argc, argv); status >= 0) return status;

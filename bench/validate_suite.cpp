@@ -451,14 +451,14 @@ int run_suite(int argc, char** argv) {
   app.add_option("--profile", profiles, "FILE.h5 for every model, or MODEL=FILE.h5 for one (repeatable)")
       ->type_name("[MODEL=]FILE")
       ->allow_extra_args(false);
-  app.add_option("--steps", steps, "Steps measured per run (default 30; 10 on cuda)")->check(CLI::PositiveNumber);
-  app.add_option("--warmup", warmup, "Warm-up steps (default: validate's; 3 on cuda)")->check(CLI::NonNegativeNumber);
-  app.add_option("--rounds", rounds, "Runs per case (default 3; 1 on cuda)")->check(CLI::PositiveNumber);
-  app.add_option("--make-up", make_up, "Extra runs for a case that failed (default 2; 0 on cuda)")->check(CLI::NonNegativeNumber);
-  app.add_option("--procs", procs, "Ranks per run (default 2; 1 on cuda)")->check(CLI::PositiveNumber);
+  app.add_option("--steps", steps, "Steps measured per run (default 30; 10 on cuda)")->check(CLI::Range(1, 1000000));
+  app.add_option("--warmup", warmup, "Warm-up steps (default: validate's; 3 on cuda)")->check(CLI::Range(0, 1000000));
+  app.add_option("--rounds", rounds, "Runs per case (default 3; 1 on cuda)")->check(CLI::Range(1, 1000000));
+  app.add_option("--make-up", make_up, "Extra runs for a case that failed (default 2; 0 on cuda)")->check(CLI::Range(0, 1000000));
+  app.add_option("--procs", procs, "Ranks per run (default 2; 1 on cuda)")->check(CLI::Range(1, 1000000));
   app.add_option("--models", models_list, "Models, comma-separated")->type_name("a,b");
   app.add_option("--plans", plans_list, "Plans, comma-separated")->type_name("a,b");
-  app.add_option("--ep", moe_ep, "Expert parallelism of a mixture of experts' ep rows (moe-tiny, gpt-oss-tiny; default 2; 1: none)")->check(CLI::PositiveNumber);
+  app.add_option("--ep", moe_ep, "Expert parallelism of a mixture of experts' ep rows (moe-tiny, gpt-oss-tiny; default 2; 1: none)")->check(CLI::Range(1, 1000000));
   app.add_option("--device", device, "cpu (default) or cuda");
   app.add_option("--cluster", cluster, "The cluster (required with --device cuda)");
   app.add_option("--cases", cases_file, "Run these cases instead (a file of model, plan, ... rows)");
