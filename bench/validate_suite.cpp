@@ -149,6 +149,7 @@
 #include "dtsim/platform/child.hpp"
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/file_io.hpp"
+#include "dtsim/sim/config_io.hpp"
 
 namespace {
 
@@ -498,6 +499,44 @@ int run_suite(int argc, char** argv) {
   if (resume && runs_dir.empty()) {
     std::fprintf(stderr, "dtsim_validate_suite: --resume needs --runs DIR (the runs to resume)\n");
     return 2;
+  }
+  // What can be checked before an hour of rounds is checked now, each in one
+  // line: the plans, the profiles, the folders and the files it will write.
+  {
+    namespace fs = std::filesystem;
+    std::error_code ec;
+    for (const auto& p : plans) {
+      try {
+        (void)dtsim::sim::load_plan(p, {});
+      } catch (const std::exception& e) {
+        std::fprintf(stderr, "dtsim_validate_suite: --plans %s: %s\n", p.c_str(), e.what());
+        return 2;
+      }
+    }
+    std::vector<std::string> files;
+    if (!profile.empty()) files.push_back(profile);
+    for (const auto& [m, f] : model_profiles) files.push_back(f);
+    for (const auto& f : files) {
+      if (f.empty() || !fs::is_regular_file(f, ec)) {
+        std::fprintf(stderr, "dtsim_validate_suite: --profile %s: no such profile file (make one with dtsim calibrate)\n", f.c_str());
+        return 2;
+      }
+    }
+    if (!replay_dir.empty() && !fs::is_directory(replay_dir, ec)) {
+      std::fprintf(stderr, "dtsim_validate_suite: --replay %s: no such folder of recorded runs (a --runs DIR of an earlier suite)\n",
+                   replay_dir.c_str());
+      return 2;
+    }
+    for (const auto& [flag, f] : std::vector<std::pair<const char*, std::string>>{{"--out", out}, {"--json", json_out}}) {
+      if (f.empty()) continue;
+      const fs::path path(f);
+      const fs::path dir = path.has_parent_path() ? path.parent_path() : fs::path(".");
+      if (fs::is_directory(path, ec) || !fs::is_directory(dir, ec)) {
+        std::fprintf(stderr, "dtsim_validate_suite: %s %s: %s\n", flag, f.c_str(),
+                     fs::is_directory(path, ec) ? "is a folder; give a file's path" : ("no folder " + dir.string() + " to write it in").c_str());
+        return 2;
+      }
+    }
   }
   // Note [GPU suite]: one round, one rank, a few warm-up steps.
   if (gpu) {

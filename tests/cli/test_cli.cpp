@@ -530,6 +530,8 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"calibrate --device cpu --out /tmp/x.h5 --python ''", "--python: empty; name a Python (e.g. --python /usr/bin/python3) or none"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.runtime=cpython", "plan.runtime: 'cpython' is not one of libtorch, python"},
       {"profile show /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
+      {"profile show /tmp", "/tmp: not a file (a folder, a device or a pipe); give a profile's path"},
+      {"predict --model gpt2 --cluster dgx-a100 --profile /dev/null", "/dev/null: not a file (a folder, a device or a pipe)"},
       {"profile list", "dtsim profile: unknown command 'list'; valid: show, upgrade"},
       {"predict --model gpt2 --cluster dgx-a100 --profile /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.schedule=zigzag", "plan.schedule: 'zigzag' is not one of gpipe, 1f1b, interleaved, zb-h1"},

@@ -812,7 +812,10 @@ Profile read_format1_in_child(const std::string& path) {
 Profile load_profile(const std::string& path) {
   silence_hdf5();
   std::error_code ec;
-  if (!std::filesystem::is_regular_file(path, ec)) throw CalibrationError(path + ": no such profile (make one with dtsim calibrate)");
+  if (!std::filesystem::is_regular_file(path, ec)) {
+    if (std::filesystem::exists(path, ec)) throw CalibrationError(path + ": not a file (a folder, a device or a pipe); give a profile's path");
+    throw CalibrationError(path + ": no such profile (make one with dtsim calibrate)");
+  }
   const std::string integrity = verify(path);
   // Note [Format 1 in a child]
   if (integrity == "none") return read_format1_in_child(path);
