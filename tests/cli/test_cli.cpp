@@ -530,6 +530,9 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"calibrate --device cpu --out /tmp/x.h5 --python ''", "--python: empty; name a Python (e.g. --python /usr/bin/python3) or none"},
       {"predict --model gpt2 --cluster dgx-a100 --set plan.runtime=cpython", "plan.runtime: 'cpython' is not one of libtorch, python"},
       {"profile show /no/such/profile.h5", "/no/such/profile.h5: no such profile"},
+      // A key a dotted --set made on its way down is the --set's, not the file's line.
+      {"predict --model gpt2 --cluster dgx-a100 --set cluster.intra_node.0.bandwidth_GBps=3",
+       "--set cluster.intra_node.0: unknown key; valid keys: bandwidth_GBps, efficiency, latency_us, nvls_efficiency, type"},
       {"profile show /tmp", "/tmp: not a file (a folder, a device or a pipe); give a profile's path"},
       {"predict --model gpt2 --cluster dgx-a100 --profile /dev/null", "/dev/null: not a file (a folder, a device or a pipe)"},
       {"profile list", "dtsim profile: unknown command 'list'; valid: show, upgrade"},

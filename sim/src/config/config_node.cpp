@@ -381,6 +381,13 @@ std::string ConfigMap::where(const std::string& key) const {
     const auto it = override_from_.find(overridden_.count(rel) ? rel : key);
     return it != override_from_.end() && !it->second.empty() ? it->second : "--set " + fk;
   }
+  // A key an override made on its way to a deeper one (--set
+  // cluster.intra_node.0.bandwidth_GBps=3 makes intra_node.0): the override
+  // made it, not the file.
+  if (const auto it = overridden_.lower_bound(rel + "."); it != overridden_.end() && it->rfind(rel + ".", 0) == 0) {
+    const auto from = override_from_.find(*it);
+    return from != override_from_.end() && !from->second.empty() ? from->second : "--set " + fk;
+  }
   std::string w = file_.empty() ? std::string("<built-in>") : file_;
   if (node_ && node_.IsMap() && node_[key] && node_[key].Mark().line >= 0) {
     w += ":" + std::to_string(node_[key].Mark().line + 1);
