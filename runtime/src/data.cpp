@@ -440,8 +440,7 @@ void write_sample_dataset(const std::string& path, const SampleSpec& spec) {
 
   // Note [What an output path is] (sim/src/core/file_io.cpp): HDF5 seeks,
   // so no stream; a symbolic link's target is replaced, the link kept.
-  sim::require_regular_output(path, "an HDF5 dataset");
-  const fs::path target(sim::output_target(path));
+  const fs::path target(sim::regular_output_target(path, "an HDF5 dataset"));
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError(path + ": cannot write (no directory " + dir.string() + ")");

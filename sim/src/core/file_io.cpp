@@ -33,14 +33,14 @@ char g_temp[4096];
 volatile std::sig_atomic_t g_temp_set = 0;
 }  // namespace
 
-void note_temp_in_progress(const std::string& tmp) {
+TempInProgress::TempInProgress(const std::string& tmp) {
   g_temp_set = 0;
   if (tmp.size() >= sizeof g_temp) return;
   std::memcpy(g_temp, tmp.c_str(), tmp.size() + 1);
   g_temp_set = 1;
 }
 
-void clear_temp_in_progress() { g_temp_set = 0; }
+TempInProgress::~TempInProgress() { g_temp_set = 0; }
 
 void remove_temp_in_progress() noexcept {
   if (g_temp_set != 0) ::unlink(g_temp);
@@ -59,8 +59,11 @@ void remove_temp_in_progress() noexcept {
 // - a device, a FIFO or a socket: a stream, written in place, in order (the
 //   reader, or the device, decides what happens: /dev/full says ENOSPC);
 // - a directory: refused by the rename, with its reason.
-// Formats that must seek (HDF5) refuse a stream: require_regular_output.
+// Formats that must seek (HDF5) refuse a stream: regular_output_target.
 
+namespace {
+
+/// Where a file written at `path` goes: `path`, or the end of its links.
 std::string output_target(const std::string& path) {
   namespace fs = std::filesystem;
   fs::path p(path);
@@ -73,8 +76,6 @@ std::string output_target(const std::string& path) {
   }
   return p.string();
 }
-
-namespace {
 
 /// Whether `path` is a device, a FIFO or a socket (after its links).
 bool is_stream(const std::string& path) {
@@ -99,10 +100,12 @@ std::string write_all(int fd, const std::string& content) {
 
 }  // namespace
 
-void require_regular_output(const std::string& path, const std::string& what) {
-  if (is_stream(output_target(path))) {
+std::string regular_output_target(const std::string& path, const std::string& what) {
+  std::string resolved = output_target(path);
+  if (is_stream(resolved)) {
     throw IoError(path + ": cannot write " + what + " there: it is a device, a pipe or a socket; give a file's path");
   }
+  return resolved;
 }
 
 void write_file_atomic(const std::string& path, const std::string& content) {
@@ -129,10 +132,7 @@ void write_file_atomic(const std::string& path, const std::string& content) {
   std::string tmpl = (dir / ("." + target.filename().string() + ".tmpXXXXXX")).string();
   const int fd = ::mkstemp(tmpl.data());
   if (fd < 0) throw IoError(path + ": cannot write: " + std::strerror(errno));
-  note_temp_in_progress(tmpl);  // Note [A write cut short]
-  struct Done {
-    ~Done() { clear_temp_in_progress(); }
-  } done;
+  const TempInProgress in_progress(tmpl);  // Note [A write cut short]
   const std::string why = write_all(fd, content);
   if (!why.empty()) {
     ::close(fd);

@@ -666,17 +666,13 @@ void save_profile(const Profile& p, const std::string& path) {
   silence_hdf5();
   // Note [What an output path is] (file_io.cpp): HDF5 seeks, so no stream;
   // a symbolic link's target is replaced, the link kept.
-  require_regular_output(path, "an HDF5 profile");
-  const std::string resolved = output_target(path);
+  const std::string resolved = regular_output_target(path, "an HDF5 profile");
   const fs::path target(resolved);
   const fs::path dir = target.has_parent_path() ? target.parent_path() : fs::path(".");
   std::error_code ec;
   if (!fs::is_directory(dir, ec)) throw IoError(path + ": cannot write: directory '" + dir.string() + "' does not exist");
   const std::string tmp = (dir / ("." + target.filename().string() + ".tmp" + std::to_string(::getpid()))).string();
-  note_temp_in_progress(tmp);  // Note [A write cut short] in file_io.cpp
-  struct Done {
-    ~Done() { clear_temp_in_progress(); }
-  } done;
+  const TempInProgress in_progress(tmp);  // Note [A write cut short] in file_io.cpp
   try {
     {
       Writer w(path);

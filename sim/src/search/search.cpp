@@ -164,6 +164,7 @@
 #include "dtsim/sim/search.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <atomic>
 #include <chrono>
 #include <cmath>
@@ -371,33 +372,39 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   };
   const std::vector<int> tps = rules.tp_values();
   if (held("tp") && std::find(tps.begin(), tps.end(), o.base.tp) == tps.end()) {
-    std::string valid;
-    for (int t : tps) valid += (valid.empty() ? "" : ", ") + std::to_string(t);
     throw ConfigError(o.base.origins.of("plan.tp") + ": " + std::to_string(o.base.tp) + " is not a tensor-parallel degree " +
-                      model.name() + " on " + std::to_string(gpus) + " GPUs allows; valid: " + valid);
+                      model.name() + " on " + std::to_string(gpus) + " GPUs allows; valid: " + join_values(tps));
   }
-  const auto fixed = [&](const PlanSpec& p) {
-    return (!held("dp") || p.dp == o.base.dp) && (!held("micro_batch") || p.micro_batch == o.base.micro_batch) &&
-           (!held("grad_accum") || p.grad_accum == o.base.grad_accum) && (!held("zero_stage") || p.zero_stage == o.base.zero_stage) &&
-           (!held("fsdp") || p.fsdp == o.base.fsdp) && (!held("schedule") || p.schedule == o.base.schedule) &&
-           (!held("virtual_stages") || p.virtual_stages == o.base.virtual_stages) &&
-           (!held("recompute") || p.recompute == o.base.recompute) &&
-           (!held("sequence_parallel") || p.sequence_parallel == o.base.sequence_parallel) &&
-           (!held("offload_optimizer") || p.offload_optimizer == o.base.offload_optimizer) &&
-           (!held("offload_params") || p.offload_params == o.base.offload_params) &&
-           (!held("placement") || p.placement == o.base.placement) &&
-           (!held("recompute_method") || p.recompute_method == o.base.recompute_method) &&
-           (!held("recompute_num_layers") || p.recompute_num_layers == o.base.recompute_num_layers);
+  // The held knobs' checks, made once: a candidate keeps each held value.
+  std::vector<std::function<bool(const PlanSpec&)>> checks;
+  const auto hold = [&](const char* key, auto field) {
+    if (held(key)) checks.push_back([field, want = field(o.base)](const PlanSpec& p) { return field(p) == want; });
   };
+  hold("dp", [](const PlanSpec& p) { return p.dp; });
+  hold("micro_batch", [](const PlanSpec& p) { return p.micro_batch; });
+  hold("grad_accum", [](const PlanSpec& p) { return p.grad_accum; });
+  hold("zero_stage", [](const PlanSpec& p) { return p.zero_stage; });
+  hold("fsdp", [](const PlanSpec& p) { return p.fsdp; });
+  hold("schedule", [](const PlanSpec& p) { return p.schedule; });
+  hold("virtual_stages", [](const PlanSpec& p) { return p.virtual_stages; });
+  hold("recompute", [](const PlanSpec& p) { return p.recompute; });
+  hold("sequence_parallel", [](const PlanSpec& p) { return p.sequence_parallel; });
+  hold("offload_optimizer", [](const PlanSpec& p) { return p.offload_optimizer; });
+  hold("offload_params", [](const PlanSpec& p) { return p.offload_params; });
+  hold("placement", [](const PlanSpec& p) { return p.placement; });
+  hold("recompute_method", [](const PlanSpec& p) { return p.recompute_method; });
+  hold("recompute_num_layers", [](const PlanSpec& p) { return p.recompute_num_layers; });
+  const bool hold_tp = held("tp"), hold_pp = held("pp");
+  const auto fixed = [&](const PlanSpec& p) { return std::all_of(checks.begin(), checks.end(), [&](const auto& c) { return c(p); }); };
   std::vector<PlanSpec> out;
   for (int tp : tps) {
-    if (held("tp") && tp != o.base.tp) continue;
+    if (hold_tp && tp != o.base.tp) continue;
     // Context parallelism down to 1,024 tokens of a sequence per rank: below
     // that the K/V exchange outgrows the attention it hides behind.
     std::vector<int> cps = set("cp") ? std::vector<int>{o.base.cp} : rules.cp_values(tp, seq);
     if (!set("cp")) cps.erase(std::remove_if(cps.begin(), cps.end(), [&](int c) { return c > 1 && seq / c < 1024; }), cps.end());
     for (int pp : rules.pp_values(tp)) {
-     if (held("pp") && pp != o.base.pp) continue;
+     if (hold_pp && pp != o.base.pp) continue;
      for (int cp : cps) {
       if (gpus % (tp * pp * cp) != 0) continue;
       // Every GPU is used: dp is the rest.

@@ -12,19 +12,22 @@ namespace dtsim::sim {
 /// replaced (Note [What an output path is] in file_io.cpp).
 void write_file_atomic(const std::string& path, const std::string& content);
 
-/// Where a file written at `path` goes: `path`, or the file its symbolic
-/// links end at. Throws IoError where the links loop.
-std::string output_target(const std::string& path);
+/// Where a file that must be a regular one (HDF5 seeks) written at `path`
+/// goes: `path`, or the file its symbolic links end at. Throws IoError
+/// where the links loop, or where they end at a device, a pipe or a socket
+/// (`what`: "an HDF5 profile", for the message).
+std::string regular_output_target(const std::string& path, const std::string& what);
 
-/// Throws IoError where `path` is (or links to) something a file of ours
-/// cannot replace: a device, a pipe or a socket. `what`: "an HDF5 profile".
-void require_regular_output(const std::string& path, const std::string& what);
-
-/// Note [A write cut short]: records `tmp` as the temporary file being
-/// written now (one at a time), or none; remove_temp_in_progress() unlinks
-/// it and is async-signal-safe, for a handler that ends the process.
-void note_temp_in_progress(const std::string& tmp);
-void clear_temp_in_progress();
+/// Note [A write cut short]: while one lives, `tmp` is the temporary file
+/// being written (one at a time); remove_temp_in_progress() unlinks it and
+/// is async-signal-safe, for a handler that ends the process.
+class TempInProgress {
+ public:
+  explicit TempInProgress(const std::string& tmp);
+  ~TempInProgress();
+  TempInProgress(const TempInProgress&) = delete;
+  TempInProgress& operator=(const TempInProgress&) = delete;
+};
 void remove_temp_in_progress() noexcept;
 
 /// Flushes a directory's entries to disk, so a file renamed into it stays
