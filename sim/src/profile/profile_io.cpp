@@ -748,8 +748,14 @@ Profile read_format1_in_child(const std::string& path) {
     ::close(pipe_fd[0]);
     const struct rlimit cpu {kChildCpuSeconds, kChildCpuSeconds};
     ::setrlimit(RLIMIT_CPU, &cpu);
-#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__)
-    // A sanitizer's shadow memory is terabytes of address space.
+// A sanitizer's shadow memory is terabytes of address space (GCC says so
+// by __SANITIZE_ADDRESS__, clang by __has_feature).
+#if defined(__has_feature)
+#if __has_feature(address_sanitizer) || __has_feature(thread_sanitizer) || __has_feature(memory_sanitizer)
+#define DTSIM_SANITIZED_SHADOW 1
+#endif
+#endif
+#if !defined(__SANITIZE_ADDRESS__) && !defined(__SANITIZE_THREAD__) && !defined(DTSIM_SANITIZED_SHADOW)
     const struct rlimit mem {kChildMemoryBytes, kChildMemoryBytes};
     ::setrlimit(RLIMIT_AS, &mem);
 #endif
