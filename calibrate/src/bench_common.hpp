@@ -9,6 +9,9 @@
 //   info     <key> <value>
 //   progress <done> <total> <label>
 //   comm     <backend> <op> <ranks> <bytes> <median_s> <min_s> <max_s> <reps> [<mean_s>]
+//   comm_step <backend> <op> <ranks> <bytes> <lead_s> <median_s> <mean_s> <stall_frac> <stall_s> <reps>
+//            (a collective timed after computing, as a step meets it:
+//            Note [Collectives in a step] in gloo_bench.cpp)
 //   copy     <h2d|d2h|d2d> <bytes> <median_s> <min_s> <max_s> <reps>
 // `bytes` is nccl-tests' "size": the buffer of all_reduce and broadcast, the
 // OUTPUT of all_gather (ranks x chunk), the INPUT of reduce_scatter, the
@@ -276,6 +279,23 @@ inline void emit_progress(int done, int total, const std::string& label) {
 inline void emit_comm(const char* backend, Op op, int ranks, Bytes bytes, const Summary& s, int reps) {
   emit({"comm", backend, op_name(op), std::to_string(ranks), std::to_string(bytes),
         fmt_seconds(s.median_s), fmt_seconds(s.min_s), fmt_seconds(s.max_s), std::to_string(reps), fmt_seconds(s.mean_s)});
+}
+
+/// A collective timed as a training step meets it (Note [Collectives in a
+/// step] in gloo_bench.cpp): what `comm_step` carries.
+struct StepSummary {
+  double lead_s = 0;      ///< the rank's computing before each launch
+  double median_s = 0;    ///< launch to completion, median
+  double mean_s = 0;      ///< and mean
+  double stall_frac = 0;  ///< share of the iterations that stalled
+  double stall_s = 0;     ///< how much longer than the median a stalled one took (median over them)
+};
+
+/// `comm_step <backend> <op> <ranks> <bytes> <lead_s> <median_s> <mean_s> <stall_frac> <stall_s> <reps>`.
+inline void emit_comm_step(const char* backend, Op op, int ranks, Bytes bytes, const StepSummary& s, int reps) {
+  emit({"comm_step", backend, op_name(op), std::to_string(ranks), std::to_string(bytes), fmt_seconds(s.lead_s),
+        fmt_seconds(s.median_s), fmt_seconds(s.mean_s), fmt_seconds(s.stall_frac), fmt_seconds(s.stall_s),
+        std::to_string(reps)});
 }
 
 /// "8 B", "4 KiB", "64 MiB": sizes in labels and diagnostics.

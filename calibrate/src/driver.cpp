@@ -907,6 +907,15 @@ std::string format_profile(const sim::Profile& p) {
       os << "  not measured: " << missing << (link ? " (priced over the link the all_reduce fit gives)" : " (priced by the cluster's links)") << "\n";
     }
   }
+  // Note [Collectives in a step] (gloo_bench.cpp): what a data-parallel
+  // gradient collective's stalls are counted from.
+  for (const auto& c : p.comm_in_step) {
+    os << "  " << c.backend << " " << to_string(c.op) << " x" << c.ranks << " in a step ("
+       << fmt::format("{:.0f} ms of computing before", c.lead_s * 1e3) << "), " << human_bytes(static_cast<double>(c.bytes))
+       << ": median " << human_s(c.median_s) << ", mean " << human_s(c.mean_s)
+       << fmt::format(", {:.0f}% stalled", 100 * c.stall_frac) << (c.stall_frac > 0 ? " by " + human_s(c.stall_s) : std::string())
+       << " (" << c.reps << " runs)\n";
+  }
   for (const auto& [key, b] : p.memory) os << "  memory " << key << ": " << human_bytes(static_cast<double>(b)) << "\n";
   return os.str();
 }
@@ -925,6 +934,16 @@ std::string profile_to_json(const sim::Profile& p) {
   j.field("kernel_samples", static_cast<std::int64_t>(p.kernels.size()));
   j.field("comm_samples", static_cast<std::int64_t>(p.comm.size()));
   j.field("copy_samples", static_cast<std::int64_t>(p.copies.size()));
+  // Note [Collectives in a step] (gloo_bench.cpp).
+  j.key("comm_in_step").begin_array();
+  for (const auto& c : p.comm_in_step) {
+    j.begin_object();
+    j.field("backend", c.backend).field("op", std::string(to_string(c.op))).field("ranks", c.ranks);
+    j.field("bytes", static_cast<std::int64_t>(c.bytes)).field("lead_s", c.lead_s).field("median_s", c.median_s);
+    j.field("mean_s", c.mean_s).field("stall_frac", c.stall_frac).field("stall_s", c.stall_s).field("reps", c.reps);
+    j.end_object();
+  }
+  j.end_array();
   j.key("memory").begin_object();
   for (const auto& [k, v] : p.memory) j.field(k, static_cast<std::int64_t>(v));
   j.end_object();

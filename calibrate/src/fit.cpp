@@ -343,6 +343,24 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
       if (!(c.time.mean_s >= 0)) f.fail("field 10 '" + f.str(9) + "' is not a time");
     }
     p.comm.push_back(c);
+  } else if (tag == "comm_step") {
+    // Note [Collectives in a step] (gloo_bench.cpp).
+    f.expect(11);
+    sim::StepCommSample c;
+    c.backend = f.str(1);
+    if (!sim::parse_collective(f.str(2), &c.op)) f.fail("'" + f.str(2) + "' is not a collective");
+    c.ranks = static_cast<int>(f.integer(3));
+    c.bytes = static_cast<Bytes>(f.integer(4));
+    c.lead_s = f.num(5);
+    c.median_s = f.num(6);
+    c.mean_s = f.num(7);
+    c.stall_frac = f.num(8);
+    c.stall_s = f.num(9);
+    c.reps = static_cast<int>(f.integer(10));
+    if (!(c.lead_s >= 0 && c.median_s > 0 && c.mean_s > 0 && c.stall_s >= 0)) f.fail("a time that is not a positive number");
+    if (!(c.stall_frac >= 0 && c.stall_frac <= 1)) f.fail("field 9 '" + f.str(8) + "' is not a share between 0 and 1");
+    if (c.ranks < 2 || c.reps < 1) f.fail("ranks under 2 or no iterations");
+    p.comm_in_step.push_back(c);
   } else if (tag == "copy") {
     f.expect(7);
     p.copies.push_back({f.str(1), static_cast<Bytes>(f.integer(2)), f.timing(3, 6)});
@@ -353,7 +371,7 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
     auto& skipped = p.info[source + ".skipped"];
     skipped += (skipped.empty() ? "" : "; ") + line.substr(5);
   } else {
-    f.fail("unknown record '" + tag + "' (valid: info, progress, layer, kernel, comm, copy, memory, skip)");
+    f.fail("unknown record '" + tag + "' (valid: info, progress, layer, kernel, comm, comm_step, copy, memory, skip)");
   }
   return false;
 }

@@ -66,6 +66,31 @@
 // a message to a waiting receiver, wake-up included. Each rank records the
 // messages it received.
 //
+// Note [Collectives in a step]
+// Back to back, a collective's ranks are already in step and nothing else
+// wants their cores; in a training step each rank computes its backward
+// first and launches a gradient bucket's all-reduce as that work ends. On
+// this project's 2-vCPU machines the second is slower, and not by its
+// median: a DDP step of gpt2-tiny (2 ranks, one core each) spent about 3 ms
+// more on its two buckets' all-reduces than their back-to-back timing,
+// with or without overlap (docs/validation-cpu.md, 2026-12-03), and
+// python3-torch's Gloo, 1.5 MB, 2 ranks pinned, after 0, 2 and 20 ms of
+// computing: a median of 0.60, 0.67 and 0.71 ms, but over median + 1 ms in
+// 5%, 15% and 28% of the iterations (a stall of about a scheduler tick,
+// 4 ms here, while a rank's Gloo threads wait for its core). So
+// dtsim_c10d_bench also times each all-reduce size of kStepSizes as a step
+// meets it: every iteration a barrier, kStepLead of computing on the
+// launching thread (a loop of multiply-adds over a cache-resident array,
+// as a backward's kernels keep the core busy), then the collective, waited
+// for as dtsim_worker waits; the time from launch to completion. It reports
+// the median and mean, and the stalls: the iterations more than the larger
+// of 1 ms and the median over the median, their share and the median of
+// their excess, each the largest over the ranks (a stall of one rank holds
+// the collective on all). A profile keeps them apart from the back-to-back
+// sweep (Profile::comm_in_step), and the simulator counts a data-parallel
+// all-reduce's stalls from them (Note [A collective's stalls] in
+// sim/src/cost/cost_profile.cpp).
+//
 // Note [Gloo reduce_scatter]
 // Gloo 0.5.0 has no reduce_scatter in its options API, only the
 // gloo::ReduceScatterHalvingDoubling algorithm class, and that class races:
@@ -93,6 +118,7 @@
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <cstdio>
@@ -153,6 +179,13 @@ constexpr std::chrono::milliseconds kOpTimeout{120'000};
 constexpr std::uint8_t kPingSlotPrefix = 0xd7;
 /// How long a send_recv sender computes before it sends (Note [Waiting receiver]).
 constexpr std::chrono::microseconds kSendLead{2000};
+/// Note [Collectives in a step]: the computing before each launch, the
+/// all-reduce sizes timed so, and the iterations of each (quick, full).
+constexpr std::chrono::microseconds kStepLead{10000};
+constexpr Bytes kStepSizes[] = {256 * kKiB, 4 * kMiB};
+constexpr int kStepReps[2] = {20, 60};
+/// A step's iteration stalled where it took this much over its median, or the median if that is longer.
+constexpr double kStallMinS = 1e-3;
 
 using Clock = std::chrono::steady_clock;
 
@@ -349,8 +382,57 @@ class RankBench {
     return {Summary{v[0], v[1], v[2], v[3]}, static_cast<int>(times.size())};
   }
 
+#if defined(DTSIM_BENCH_C10D)
+  /// Times `p` as a training step meets it (Note [Collectives in a step]):
+  /// the summary over ranks and the iterations timed.
+  std::pair<StepSummary, int> measure_in_step(const Point& p) {
+    std::function<void()> run = prepare(p);
+    run();
+    verify(p);
+    const int reps = kStepReps[opt_.quick ? 0 : 1];
+    std::vector<double> times;
+    for (int i = 0; i < reps; ++i) {
+      barrier(ctx_, kOpTimeout);
+      compute_for(kStepLead);
+      const auto t0 = Clock::now();
+      run();
+      times.push_back(seconds_since(t0, Clock::now()));
+    }
+    const Summary s = summarize(times);
+    std::vector<double> excess;
+    for (double t : times) {
+      if (t - s.median_s > std::max(kStallMinS, s.median_s)) excess.push_back(t - s.median_s);
+    }
+    double v[4] = {s.median_s, s.mean_s, static_cast<double>(excess.size()) / static_cast<double>(times.size()),
+                   excess.empty() ? 0.0 : summarize(excess).median_s};
+    allreduce_max(ctx_, v, 4);
+    StepSummary out;
+    out.lead_s = std::chrono::duration<double>(kStepLead).count();
+    out.median_s = v[0];
+    out.mean_s = v[1];
+    out.stall_frac = v[2];
+    out.stall_s = v[3];
+    return {out, reps};
+  }
+#endif
+
  private:
 #if defined(DTSIM_BENCH_C10D)
+  /// Keeps this thread computing for `d` (Note [Collectives in a step]):
+  /// multiply-adds over 64 KiB of floats, the clock read between passes.
+  void compute_for(std::chrono::microseconds d) {
+    const auto until = Clock::now() + d;
+    if (work_.empty()) work_.assign(16384, 1.0f);
+    float acc = 0;
+    while (Clock::now() < until) {
+      for (float& x : work_) {
+        x = x * 0.999f + 0.001f;
+        acc += x;
+      }
+    }
+    sink_ = acc;
+  }
+
   static at::Tensor view(std::vector<float>& v, std::size_t offset, std::size_t n) {
     return torch::from_blob(v.data() + offset, {static_cast<std::int64_t>(n)}, torch::kFloat);
   }
@@ -628,6 +710,10 @@ class RankBench {
   std::size_t elems_ = 0;
   /// send_recv: one-way seconds of the messages this rank received.
   std::vector<double> received_;
+#if defined(DTSIM_BENCH_C10D)
+  std::vector<float> work_;  ///< compute_for's array
+  volatile float sink_ = 0;  ///< keeps compute_for's work from being optimised away
+#endif
 };
 
 #if !defined(DTSIM_BENCH_C10D)
@@ -690,6 +776,17 @@ void run_rank(int rank, const Options& opt, const std::string& dir, const std::v
         if (rank == 0) report(opt, p, s, reps);
         ++done;
       }
+#if defined(DTSIM_BENCH_C10D)
+      // Note [Collectives in a step]: the all-reduce as a step meets it.
+      if (std::find(opt.ops.begin(), opt.ops.end(), Op::kAllReduce) != opt.ops.end()) {
+        for (Bytes b : kStepSizes) {
+          if (b > opt.max_bytes()) continue;
+          const Point p{k, Op::kAllReduce, b};
+          auto [s, reps] = bench.measure_in_step(p);
+          if (rank == 0) emit_comm_step(kBackend, p.op, p.ranks, p.bytes, s, reps);
+        }
+      }
+#endif
     } else {
       for (const Point& p : plan) done += p.ranks == k ? 1 : 0;
     }
@@ -772,6 +869,9 @@ void print_info(const Options& opt) {
             "median/min/max/mean per rank, then the maximum over ranks");
 #if defined(DTSIM_BENCH_C10D)
   emit_info("all_reduce_impl", "ProcessGroupGloo::allreduce (sum, in place, 2 group threads)");
+  emit_info("all_reduce_in_step",
+            "256 KiB and 4 MiB again as a step meets them: a barrier, 10 ms of computing, then the all-reduce; launch to "
+            "completion, its stalls (over median + max(1 ms, median)) counted (Note [Collectives in a step])");
   emit_info("reduce_scatter_impl",
             "ProcessGroupGloo::alltoall_base of equal chunks, then a local sum of the ranks' chunks "
             "(LibTorch 1.13's Gloo group has no reduce_scatter; dtsim_worker does the same); bytes = input size");

@@ -1368,3 +1368,87 @@ TEST_CASE("grouped GEMMs are fitted apart and price a MoE's expert GEMMs (Note [
   const ProfileComputeModel plain(std::make_shared<const ProfileCosts>(p), dev, nullptr);
   CHECK(plain.kernel_time(experts, Precision::kFp32) == Approx(58'687).margin(5));
 }
+
+TEST_CASE("collectives timed as a step meets them: parsed, kept, and priced for data-parallel gradients (Note [Collectives in a step])",
+          "[calibrate]") {
+  // The record: all_reduce over 2 ranks, 1 MiB, after 10 ms of computing:
+  // a median of 0.7 ms, a mean of 1.9 ms, 30% of the runs stalled by 4 ms.
+  Profile p;
+  calib::parse_bench_line("comm_step\tgloo\tall_reduce\t2\t1048576\t0.01\t0.0007\t0.0019\t0.3\t0.004\t60", "gloo", p, nullptr);
+  REQUIRE(p.comm_in_step.size() == 1);
+  const StepCommSample& s = p.comm_in_step[0];
+  CHECK(s.op == CollectiveOp::kAllReduce);
+  CHECK(s.ranks == 2);
+  CHECK(s.bytes == kMiB);
+  CHECK(s.lead_s == 0.01);
+  CHECK(s.stall_frac == 0.3);
+  CHECK(s.stall_s == 0.004);
+  CHECK(s.reps == 60);
+  // A share outside 0..1, a field missing: one line naming what.
+  CHECK(error_of([&] { calib::parse_bench_line("comm_step\tgloo\tall_reduce\t2\t1048576\t0.01\t0.0007\t0.0019\t1.5\t0.004\t60", "gloo", p, nullptr); })
+            .find("field 9 '1.5' is not a share between 0 and 1") != std::string::npos);
+  CHECK(error_of([&] { calib::parse_bench_line("comm_step\tgloo\tall_reduce\t2\t1048576\t0.01\t0.0007", "gloo", p, nullptr); })
+            .find("comm_step") != std::string::npos);
+  CHECK(p.comm_in_step.size() == 1);
+
+  // Priced: back to back at 256 KiB (100 us, a mean of 150 us, the slowest
+  // 1.1 x 100 us: a stall of 10 us met 5 times) and 4 MiB (1 ms); in a
+  // step at 256 KiB 20% of the runs stalled by 4 ms, at 4 MiB 40% by 5 ms.
+  auto add = [&](Bytes b, double us, double mean_us) {
+    p.comm.push_back({"gloo", CollectiveOp::kAllReduce, 2, b, timing(us * 1e-6)});
+    p.comm.back().time.mean_s = mean_us * 1e-6;
+  };
+  add(256 * kKiB, 100, 150);
+  add(4 * kMiB, 1000, 1000);
+  p.comm_in_step.clear();
+  p.comm_in_step.push_back({"gloo", CollectiveOp::kAllReduce, 2, 256 * kKiB, 0.01, 2e-4, 1e-3, 0.2, 0.004, 60});
+  p.comm_in_step.push_back({"gloo", CollectiveOp::kAllReduce, 2, 4 * kMiB, 0.01, 1.2e-3, 3.2e-3, 0.4, 0.005, 60});
+  LinearFit f;
+  f.features = {"1", "bytes"};
+  f.coef = {50e-6, 1e-8};
+  f.samples = 2;
+  p.fits[comm_fit_name("gloo", CollectiveOp::kAllReduce, 2)] = f;
+  // The round trip keeps them; a profile without them reads as none.
+  const std::string path = temp_path("dtsim_profile_step");
+  save_profile(p, path);
+  const Profile q = load_profile(path);
+  std::filesystem::remove(path);
+  REQUIRE(q.comm_in_step.size() == 2);
+  CHECK(q.comm_in_step[1].bytes == 4 * kMiB);
+  CHECK(q.comm_in_step[1].mean_s == 3.2e-3);
+  CHECK(q.comm_in_step[1].stall_frac == 0.4);
+  CHECK(q.comm_in_step[1].stall_s == 0.005);
+  CHECK(q.comm_in_step[0].reps == 60);
+  CHECK(q.comm_in_step[0].lead_s == 0.01);
+  const std::string plain = temp_path("dtsim_profile_nostep");
+  save_profile(sample_profile(), plain);
+  CHECK(load_profile(plain).comm_in_step.empty());
+  std::filesystem::remove(plain);
+
+  const auto costs = std::make_shared<const ProfileCosts>(q);
+  const ProfileCommModel comm(costs, test::round_cluster(1, 4), nullptr);
+  CommGroup two;
+  two.ranks = 2;
+  two.ranks_per_node = 2;
+  // A step's stall is the median of 4 and 5 ms, 4.5 ms; a collective meets
+  // the stalled share at its size, a straight line in bytes between them:
+  // 0.2 at 256 KiB, 0.4 at 4 MiB, 0.3 halfway (2176 KiB), the nearest
+  // outside. The back-to-back figures stay: a stall is the median of the
+  // sizes' slowest runs over their medians (timing() makes the slowest 1.1
+  // x the median: 10 and 100 us), 55 us, and 256 KiB meets (150 - 100) /
+  // 55 of them.
+  const CollectiveCost small = comm.collective(CollectiveOp::kAllReduce, 256 * kKiB, two);
+  CHECK(small.step_stall == 4'500'000);
+  CHECK(small.step_stalls == Approx(0.2));
+  CHECK(small.stall == 55'000);
+  CHECK(small.stalls == Approx(50.0 / 55));
+  CHECK(comm.collective(CollectiveOp::kAllReduce, 2176 * kKiB, two).step_stalls == Approx(0.3));
+  CHECK(comm.collective(CollectiveOp::kAllReduce, 8 * kMiB, two).step_stalls == Approx(0.4));
+  CHECK(comm.collective(CollectiveOp::kAllReduce, kKiB, two).step_stalls == Approx(0.2));
+  // Another op has none measured in a step.
+  CHECK(comm.collective(CollectiveOp::kAllGather, 256 * kKiB, two).step_stalls == 0);
+  // profile show lists them.
+  CHECK_THAT(calib::format_profile(q), Catch::Contains("gloo all_reduce x2 in a step (10 ms of computing before), 4 MiB") &&
+                                           Catch::Contains("40% stalled by 5 ms"));
+  CHECK_THAT(calib::profile_to_json(q), Catch::Contains("\"comm_in_step\": [") && Catch::Contains("\"stall_frac\": 0.4"));
+}

@@ -531,3 +531,47 @@ TEST_CASE("a rank's collectives pay their stalls as a median step meets them (No
   CHECK(flow.stall == 10'000'000);
   CHECK(flow.stalls == Approx((3 * 0.1 * 5 + 0.2 * 10) / 10.0));
 }
+
+TEST_CASE("a data-parallel collective pays the stalls measured in a step, others the back-to-back ones (Note [Collectives in a step])",
+          "[comm]") {
+  using dtsim::sim::detail::TaskBuilder;
+  CollectiveCost c;
+  c.latency = 100'000;
+  c.stall = 5'000'000;  // back to back: a 5 ms stall met 0.1 times
+  c.stalls = 0.1;
+  c.step_stall = 4'000'000;  // in a step: a 4 ms stall met 0.3 times
+  c.step_stalls = 0.3;
+  TaskBuilder b(false);
+  const auto paid = [&](int rank, Axis axis, int n) {
+    TimeNs extra = 0;
+    for (int i = 0; i < n; ++i) {
+      const TaskId t = b.collective("", rank, 0, axis, CollectiveOp::kAllReduce, 1024, c, {});
+      extra += b.graph().tasks[static_cast<std::size_t>(t)].cost.latency - c.latency;
+    }
+    return extra;
+  };
+  // Two gradient buckets of a DDP step: 0.6 stalls on average, round(0.6)
+  // = 1 of 4 ms (back to back they would be 0.2: none).
+  CHECK(paid(0, Axis::kDp, 1) == 0);  // S = 0.3 rounds to 0
+  CHECK(paid(0, Axis::kDp, 1) == 4'000'000);  // S = 0.6 rounds to 1
+  // Tensor-parallel all-reduces keep the back-to-back rate: 13 are 1.3
+  // stalls, one of 5 ms.
+  CHECK(paid(1, Axis::kTp, 13) == 5'000'000);
+  // A cost without step figures pays the back-to-back ones on any axis.
+  c.step_stall = 0;
+  c.step_stalls = 0;
+  CHECK(paid(2, Axis::kDp, 5) == 5'000'000);  // S = 0.5 rounds to 1
+  // Summed flows keep the step figures as add_stalls keeps the others: 2
+  // of rate 0.3 at 4 ms and 1 of 0.2 at 8 ms are (2.4 + 1.6) / 8 = 0.5 of 8 ms.
+  CollectiveCost one;
+  one.step_stall = 4'000'000;
+  one.step_stalls = 0.3;
+  CollectiveCost flow;
+  dtsim::sim::detail::add_stalls(flow, one, 2);
+  one.step_stall = 8'000'000;
+  one.step_stalls = 0.2;
+  dtsim::sim::detail::add_stalls(flow, one, 1);
+  CHECK(flow.step_stall == 8'000'000);
+  CHECK(flow.step_stalls == Approx(0.5));
+  CHECK(flow.stalls == 0);
+}

@@ -92,6 +92,16 @@
 // (imported nccl-tests logs) have no stalls; point-to-point messages are
 // timed each alone to a waiting receiver and keep their mean. The bounds
 // of the search and `dtsim comm` take the typical time.
+// Back to back is not how a step meets a gradient bucket: launched as the
+// backward's work ends, a Gloo all-reduce stalled in 20-30% of the runs
+// where back to back it stalled in 5-13% (Note [Collectives in a step] in
+// calibrate/src/gloo_bench.cpp). Where a profile timed a collective so
+// (Profile::comm_in_step), its stalled share at each size (a straight line
+// in bytes between them) and the median of their excess are a second pair
+// of figures (CollectiveCost::step_stalls, step_stall), and a collective
+// of the data-parallel axis counts those in the same running sum; the
+// others (tensor-, context-, expert-parallel, issued between a layer's
+// kernels) keep the back-to-back ones.
 //
 // Note [Grouped GEMMs]
 // A mixture of experts runs its routed experts as one grouped GEMM per
@@ -397,7 +407,49 @@ MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::str
     samples.emplace_back(b, stalls || c.time.mean_s <= 0 ? c.time.median_s : c.time.mean_s);
     if (stalls) tails.push_back({b, c.time.mean_s - c.time.median_s, std::max(0.0, c.time.max_s - c.time.median_s)});
   }
-  return MeasuredCollective(samples, tails);
+  MeasuredCollective m(samples, tails);
+  // Note [Collectives in a step]: timed on one node, as a step meets them.
+  std::vector<StepTail> step;
+  if (ranks_per_node == 0) {
+    for (const StepCommSample& c : profile.comm_in_step) {
+      if (c.backend == backend && c.op == op && c.ranks == ranks) step.push_back({static_cast<double>(c.bytes), c.stall_frac, c.stall_s});
+    }
+  }
+  m.set_step_tails(step);
+  return m;
+}
+
+void MeasuredCollective::set_step_tails(const std::vector<StepTail>& tails) {
+  std::map<double, std::pair<double, int>> frac;  // bytes -> (sum of shares, samples)
+  std::vector<double> stalls;
+  for (const StepTail& t : tails) {
+    if (!(t.bytes > 0) || !std::isfinite(t.frac) || !std::isfinite(t.stall)) continue;
+    auto& [sum, n] = frac[t.bytes];
+    sum += std::clamp(t.frac, 0.0, 1.0);
+    ++n;
+    if (t.frac > 0 && t.stall > 0) stalls.push_back(t.stall);
+  }
+  step_bytes_.clear();
+  step_frac_.clear();
+  step_stall_ = 0;
+  if (stalls.empty()) return;  // none stalled: nothing to count
+  for (const auto& [b, st] : frac) {
+    step_bytes_.push_back(b);
+    step_frac_.push_back(st.first / st.second);
+  }
+  std::sort(stalls.begin(), stalls.end());
+  const std::size_t n = stalls.size();
+  step_stall_ = n % 2 == 1 ? stalls[n / 2] : 0.5 * (stalls[n / 2 - 1] + stalls[n / 2]);
+}
+
+double MeasuredCollective::step_stalls_at(double bytes) const {
+  if (step_stall_ <= 0 || step_bytes_.empty()) return 0;
+  if (bytes <= step_bytes_.front()) return step_frac_.front();
+  if (bytes >= step_bytes_.back()) return step_frac_.back();
+  const std::size_t hi = static_cast<std::size_t>(std::upper_bound(step_bytes_.begin(), step_bytes_.end(), bytes) - step_bytes_.begin());
+  const std::size_t k = hi - 1;
+  const double f = (bytes - step_bytes_[k]) / (step_bytes_[k + 1] - step_bytes_[k]);
+  return step_frac_[k] + f * (step_frac_[k + 1] - step_frac_[k]);
 }
 
 double MeasuredCollective::stalls_at(double bytes) const {
@@ -1047,12 +1099,14 @@ namespace {
 /// still divide the link's capacity.
 CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes bytes, LinkClass link, BytesPerSec rate) {
   MeasuredCollective::Split s;
-  double stalls = 0, stall = 0;
+  double stalls = 0, stall = 0, step_stalls = 0, step_stall = 0;
   if (m != nullptr) {
     s = m->at(static_cast<double>(bytes));
     // Note [A collective's stalls]
     stall = m->stall();
     stalls = m->stalls_at(static_cast<double>(bytes));
+    step_stall = m->step_stall();
+    step_stalls = m->step_stalls_at(static_cast<double>(bytes));
   } else {
     s.latency = std::max(0.0, fit.constant);
     s.wire = std::max(0.0, fit.per_byte) * static_cast<double>(bytes);
@@ -1066,6 +1120,10 @@ CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes 
   if (stalls > 0 && stall > 0) {
     c.stall = seconds_to_ns(stall);
     c.stalls = stalls;
+  }
+  if (step_stalls > 0 && step_stall > 0) {
+    c.step_stall = seconds_to_ns(step_stall);
+    c.step_stalls = step_stalls;
   }
   return c;
 }

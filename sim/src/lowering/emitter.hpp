@@ -62,13 +62,19 @@ class TaskBuilder {
     t.cost = g_.task_cost(cost);
     // Note [A collective's stalls] (cost/cost_profile.cpp): the rank's
     // collectives so far have met `seen` stalls on average; this one pays
-    // those by which the rounded count grows.
-    if (cost.stalls > 0 && cost.stall > 0 && rank >= 0) {
+    // those by which the rounded count grows. A gradient collective of the
+    // data-parallel axis is launched as the backward's work ends: where the
+    // profile timed it so, its stalls are those (Note [Collectives in a
+    // step] in calibrate/src/gloo_bench.cpp).
+    const bool in_step = axis == Axis::kDp && cost.step_stalls > 0 && cost.step_stall > 0;
+    const double stalls = in_step ? cost.step_stalls : cost.stalls;
+    const TimeNs stall = in_step ? cost.step_stall : cost.stall;
+    if (stalls > 0 && stall > 0 && rank >= 0) {
       if (static_cast<std::size_t>(rank) >= stalls_seen_.size()) stalls_seen_.resize(static_cast<std::size_t>(rank) + 1, 0.0);
       double& seen = stalls_seen_[static_cast<std::size_t>(rank)];
       const double before = std::floor(seen + 0.5);
-      seen += cost.stalls;
-      t.cost.latency += cost.stall * static_cast<TimeNs>(std::floor(seen + 0.5) - before);
+      seen += stalls;
+      t.cost.latency += stall * static_cast<TimeNs>(std::floor(seen + 0.5) - before);
     }
     t.deps = std::move(deps);
     g_.set_memory(t, on_start, on_end);

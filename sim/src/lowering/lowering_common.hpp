@@ -165,11 +165,16 @@ inline void set_interference(SimRank& r, const ClusterSpec& c) {
 /// Note [A collective's stalls] (cost/cost_profile.cpp): `count` of `one`'s
 /// stalls added to `into`'s, their time kept: the longer stall, met as
 /// often as the time they add comes to.
+/// The same of the stalls measured in a step (Note [Collectives in a step]).
 inline void add_stalls(CollectiveCost& into, const CollectiveCost& one, double count) {
-  if (one.stall <= 0 || one.stalls <= 0 || count <= 0) return;
-  const double time = static_cast<double>(into.stall) * into.stalls + static_cast<double>(one.stall) * one.stalls * count;
-  into.stall = std::max(into.stall, one.stall);
-  into.stalls = time / static_cast<double>(into.stall);
+  const auto add = [count](TimeNs& stall, double& stalls, TimeNs one_stall, double one_stalls) {
+    if (one_stall <= 0 || one_stalls <= 0 || count <= 0) return;
+    const double time = static_cast<double>(stall) * stalls + static_cast<double>(one_stall) * one_stalls * count;
+    stall = std::max(stall, one_stall);
+    stalls = time / static_cast<double>(stall);
+  };
+  add(into.stall, into.stalls, one.stall, one.stalls);
+  add(into.step_stall, into.step_stalls, one.step_stall, one.step_stalls);
 }
 
 /// Sum of `count` x cost of each collective, as one flow: latencies add,

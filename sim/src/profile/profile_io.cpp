@@ -8,6 +8,9 @@
 //   /kernels/{kind, precision, m, n, k, batch, flops, bytes, median_s, min_s, max_s, reps}
 //   /comm/{backend, op, ranks, bytes, median_s, min_s, max_s, reps, mean_s (optional: 0 or absent = not measured),
 //          ranks_per_node (optional: 0 or absent = all on one node)}
+//   /comm_in_step/{backend, op, ranks, bytes, lead_s, median_s, mean_s, stall_frac, stall_s, reps}
+//                  (optional, absent where none was timed: Note [Collectives in a step]
+//                  in calibrate/src/gloo_bench.cpp)
 //   /copies/{direction, bytes, median_s, min_s, max_s, reps}
 //   /memory/{key, bytes}
 //   /fits/<name>      float64 coefficients; attributes features (";"-joined),
@@ -43,6 +46,7 @@
 #include <sys/wait.h>
 
 #include <cerrno>
+#include <cmath>
 #include <csignal>
 #include <cstdio>
 #include <cstring>
@@ -337,6 +341,20 @@ void write_all(const Profile& p, hid_t file, const Writer& w) {
     w.column(g.get(), "reps", reps_of(t));
     w.column(g.get(), "ranks_per_node", column_of(r, [](const CommSample& x) { return static_cast<std::int64_t>(x.ranks_per_node); }));
   }
+  if (!p.comm_in_step.empty()) {
+    Handle g(group("comm_in_step"), H5Gclose);
+    const auto& r = p.comm_in_step;
+    w.column(g.get(), "backend", column_of(r, [](const StepCommSample& x) { return x.backend; }));
+    w.column(g.get(), "op", column_of(r, [](const StepCommSample& x) { return std::string(to_string(x.op)); }));
+    w.column(g.get(), "ranks", column_of(r, [](const StepCommSample& x) { return static_cast<std::int64_t>(x.ranks); }));
+    w.column(g.get(), "bytes", column_of(r, [](const StepCommSample& x) { return static_cast<std::int64_t>(x.bytes); }));
+    w.column(g.get(), "lead_s", column_of(r, [](const StepCommSample& x) { return x.lead_s; }));
+    w.column(g.get(), "median_s", column_of(r, [](const StepCommSample& x) { return x.median_s; }));
+    w.column(g.get(), "mean_s", column_of(r, [](const StepCommSample& x) { return x.mean_s; }));
+    w.column(g.get(), "stall_frac", column_of(r, [](const StepCommSample& x) { return x.stall_frac; }));
+    w.column(g.get(), "stall_s", column_of(r, [](const StepCommSample& x) { return x.stall_s; }));
+    w.column(g.get(), "reps", column_of(r, [](const StepCommSample& x) { return static_cast<std::int64_t>(x.reps); }));
+  }
   {
     Handle g(group("copies"), H5Gclose);
     const auto& r = p.copies;
@@ -620,6 +638,48 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
       c.bytes = static_cast<Bytes>(bytes[i]);
       c.time = t[i];
       p.comm.push_back(c);
+    }
+  }
+  if (H5Lexists(file, "comm_in_step", H5P_DEFAULT) > 0) {
+    // Note [Collectives in a step]: later than the rest, absent before.
+    Handle g = open_group(r, file, "comm_in_step");
+    const char* gn = "comm_in_step";
+    const auto backend = r.strings(g.get(), gn, "backend");
+    const auto op = r.strings(g.get(), gn, "op");
+    const auto ranks = r.ints(g.get(), gn, "ranks");
+    const auto bytes = r.ints(g.get(), gn, "bytes");
+    const auto lead = r.doubles(g.get(), gn, "lead_s");
+    const auto med = r.doubles(g.get(), gn, "median_s");
+    const auto mean = r.doubles(g.get(), gn, "mean_s");
+    const auto frac = r.doubles(g.get(), gn, "stall_frac");
+    const auto stall = r.doubles(g.get(), gn, "stall_s");
+    const auto reps = r.ints(g.get(), gn, "reps");
+    for (const auto& [n, name] : {std::pair{op.size(), "op"}, {ranks.size(), "ranks"}, {bytes.size(), "bytes"},
+                                  {lead.size(), "lead_s"}, {med.size(), "median_s"}, {mean.size(), "mean_s"},
+                                  {frac.size(), "stall_frac"}, {stall.size(), "stall_s"}, {reps.size(), "reps"}}) {
+      r.same_length(backend.size(), n, std::string("/comm_in_step/") + name);
+    }
+    for (std::size_t i = 0; i < backend.size(); ++i) {
+      const std::string row = "/comm_in_step: row " + std::to_string(i);
+      StepCommSample c;
+      c.backend = backend[i];
+      if (!parse_collective(op[i], &c.op)) r.fail("/comm_in_step/op: '" + op[i] + "' is not a collective");
+      if (ranks[i] < 2 || ranks[i] > (1 << 24) || bytes[i] < 0 || reps[i] < 1 || reps[i] > (1 << 30)) {
+        r.fail(row + ": ranks, bytes or reps out of range");
+      }
+      c.ranks = static_cast<int>(ranks[i]);
+      c.bytes = static_cast<Bytes>(bytes[i]);
+      c.lead_s = lead[i];
+      c.median_s = med[i];
+      c.mean_s = mean[i];
+      c.stall_frac = frac[i];
+      c.stall_s = stall[i];
+      c.reps = static_cast<int>(reps[i]);
+      const auto time = [](double t) { return std::isfinite(t) && t >= 0 && t < 1e6; };
+      if (!time(c.lead_s) || !time(c.median_s) || !time(c.mean_s) || !time(c.stall_s) || !(c.stall_frac >= 0 && c.stall_frac <= 1)) {
+        r.fail(row + ": a time that is not a number of seconds, or a stall share outside 0..1");
+      }
+      p.comm_in_step.push_back(c);
     }
   }
   {

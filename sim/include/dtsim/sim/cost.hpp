@@ -83,6 +83,12 @@ struct CollectiveCost {
   /// pay them as a median step does (none in total() or in bounds).
   TimeNs stall = 0;
   double stalls = 0;
+  /// The same, measured as a training step meets the collective (Note
+  /// [Collectives in a step] in calibrate/src/gloo_bench.cpp): where the
+  /// profile has them, a data-parallel gradient collective pays these in
+  /// place of the back-to-back ones above (0: not measured).
+  TimeNs step_stall = 0;
+  double step_stalls = 0;
   /// Time if nothing else shares the link.
   TimeNs total() const;
 };

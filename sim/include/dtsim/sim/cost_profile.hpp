@@ -68,10 +68,26 @@ class MeasuredCollective {
   /// at() interpolates the time; never negative).
   double stall() const { return stall_; }
   double stalls_at(double bytes) const;
+  /// A size's stalls as a training step meets them (Note [Collectives in a
+  /// step] in calibrate/src/gloo_bench.cpp): its share of stalled runs and
+  /// how much longer than its median a stalled one took, in seconds.
+  struct StepTail {
+    double bytes = 0, frac = 0, stall = 0;
+  };
+  /// Gives it the stalls measured as a step meets it (any number of sizes).
+  void set_step_tails(const std::vector<StepTail>& tails);
+  /// How long a stall in a step lasts (the median over the sizes that
+  /// stalled; 0: none measured), and how many one collective of `bytes`
+  /// meets: the share stalled at the measured sizes, a straight line in
+  /// bytes between them, the nearest one's outside them.
+  double step_stall() const { return step_stall_; }
+  double step_stalls_at(double bytes) const;
 
  private:
   std::vector<double> bytes_, seconds_, excess_;
   double stall_ = 0;
+  std::vector<double> step_bytes_, step_frac_;
+  double step_stall_ = 0;
 };
 
 /// A profile indexed for lookups; build once, share between predictions.

@@ -66,6 +66,21 @@ struct CommSample {
   int ranks_per_node = 0;
 };
 
+/// A collective timed as a training step meets it: after `lead_s` of
+/// computing on the launching thread, launch to completion (Note
+/// [Collectives in a step] in calibrate/src/gloo_bench.cpp).
+struct StepCommSample {
+  std::string backend;  ///< "gloo"
+  CollectiveOp op = CollectiveOp::kAllReduce;
+  int ranks = 0;
+  Bytes bytes = 0;      ///< nccl-tests' "size", as CommSample's
+  double lead_s = 0;    ///< computing before each launch
+  double median_s = 0, mean_s = 0;
+  double stall_frac = 0;  ///< share of the iterations that stalled (0..1)
+  double stall_s = 0;     ///< a stalled one's excess over the median (median over them)
+  int reps = 0;
+};
+
 /// One host<->device copy.
 struct CopySample {
   std::string direction;  ///< "h2d", "d2h", "d2d"
@@ -96,6 +111,9 @@ struct Profile {
   std::vector<LayerSample> layers;
   std::vector<KernelSample> kernels;
   std::vector<CommSample> comm;
+  /// Collectives timed as a step meets them (optional; Note [Collectives in
+  /// a step]); apart from `comm`, which the fits and measured sizes read.
+  std::vector<StepCommSample> comm_in_step;
   std::vector<CopySample> copies;
   std::map<std::string, Bytes> memory;       ///< runtime overheads: "cuda_context_bytes", ...
   /// Fitted models by name: "kernel.gemm.fp32", "comm.gloo.all_reduce.2", "copy.h2d".
