@@ -763,7 +763,14 @@ void run_rank(int rank, const Options& opt, const std::string& dir, const std::v
   Rendezvous rv{dir};
   auto world = connect(rv, "world", rank, opt.procs);
 
-  const int total = static_cast<int>(plan.size());
+  // Note [Collectives in a step]: the in-step points after each rank count's sweep.
+  int in_step = 0;
+#if defined(DTSIM_BENCH_C10D)
+  if (std::find(opt.ops.begin(), opt.ops.end(), Op::kAllReduce) != opt.ops.end()) {
+    for (Bytes b : kStepSizes) in_step += b <= opt.max_bytes() ? opt.procs - 1 : 0;
+  }
+#endif
+  const int total = static_cast<int>(plan.size()) + in_step;
   int done = 0;
   for (int k = 2; k <= opt.procs; ++k) {
     if (rank < k) {
@@ -782,13 +789,20 @@ void run_rank(int rank, const Options& opt, const std::string& dir, const std::v
         for (Bytes b : kStepSizes) {
           if (b > opt.max_bytes()) continue;
           const Point p{k, Op::kAllReduce, b};
+          if (rank == 0) emit_progress(done, total, point_label(p) + " in a step");
           auto [s, reps] = bench.measure_in_step(p);
           if (rank == 0) emit_comm_step(kBackend, p.op, p.ranks, p.bytes, s, reps);
+          ++done;
         }
       }
 #endif
     } else {
       for (const Point& p : plan) done += p.ranks == k ? 1 : 0;
+#if defined(DTSIM_BENCH_C10D)
+      if (std::find(opt.ops.begin(), opt.ops.end(), Op::kAllReduce) != opt.ops.end()) {
+        for (Bytes b : kStepSizes) done += b <= opt.max_bytes() ? 1 : 0;
+      }
+#endif
     }
     barrier(world, idle_timeout);
   }
