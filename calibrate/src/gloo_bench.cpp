@@ -76,7 +76,7 @@
 // with or without overlap (docs/validation-cpu.md, 2026-12-03), and
 // python3-torch's Gloo, 1.5 MB, 2 ranks pinned, after 0, 2 and 20 ms of
 // computing: a median of 0.60, 0.67 and 0.71 ms, but over median + 1 ms in
-// 5%, 15% and 28% of the iterations (a stall of about a scheduler tick,
+// 5%, 15% and 22-30% (two runs) of the iterations (a stall of about a tick,
 // 4 ms here, while a rank's Gloo threads wait for its core). So
 // dtsim_c10d_bench also times each all-reduce size of kStepSizes as a step
 // meets it: every iteration a barrier, kStepLead of computing on the
