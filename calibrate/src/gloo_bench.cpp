@@ -80,8 +80,8 @@
 // 4 ms here, while a rank's Gloo threads wait for its core). So
 // dtsim_c10d_bench also times each all-reduce size of kStepSizes as a step
 // meets it: every iteration a barrier, kStepLead of computing on the
-// launching thread (a loop of multiply-adds over a cache-resident array,
-// as a backward's kernels keep the core busy), then the collective, waited
+// launching thread (forwards and backwards of a small MLP: Note [A backward
+// before the launch]), then the collective, waited
 // for as dtsim_worker waits; the time from launch to completion. It reports
 // the median and mean, and the stalls: the iterations more than the larger
 // of 1 ms and the median over the median, their share and the median of
@@ -89,7 +89,8 @@
 // the collective on all). A profile keeps them apart from the back-to-back
 // sweep (Profile::comm_in_step), and the simulator counts a data-parallel
 // all-reduce's stalls from them (Note [A collective's stalls] in
-// sim/src/cost/cost_profile.cpp).
+// sim/src/cost/cost_profile.cpp) and adds its median's excess over the
+// back-to-back one (Note [A collective in a step], there).
 //
 // Note [Gloo reduce_scatter]
 // Gloo 0.5.0 has no reduce_scatter in its options API, only the
@@ -420,17 +421,42 @@ class RankBench {
 #if defined(DTSIM_BENCH_C10D)
   /// Keeps this thread computing for `d` (Note [Collectives in a step]):
   /// multiply-adds over 64 KiB of floats, the clock read between passes.
+  // Note [A backward before the launch]
+  // What a rank does before it launches a gradient bucket changes how often
+  // the launch stalls. Measured with python3-torch's Gloo (2 ranks, one core
+  // each, two all-reduces of 1.6 and 0.5 MB launched after the lead, the
+  // later arrival to the last completion, 60 runs each, the two leads
+  // alternating in one run, five runs on 2026-12-03): after a LibTorch
+  // forward and backward of a small transformer the pair took over its
+  // median by 1 ms in 33-45% of the runs (means 3.1-3.8 ms); after 30 ms of
+  // GEMMs in 22-45% (2.4-3.4 ms); this bench's first lead, a loop of
+  // multiply-adds that allocates nothing, saw 7-13% in the profiles made
+  // with it. A backward allocates and frees its tensors and leaves its
+  // caches cold; gpt2-tiny's real DDP step, traced, paid 4.5-6 ms from the
+  // later rank's last backward to its optimizer where those profiles priced
+  // about 1.5 (docs/validation-cpu.md, 2026-12-03, morning). So the lead is
+  // a backward: a two-layer MLP (128 -> 512 -> 128, GELU, 256 rows: about
+  // 0.3 ms on this machine) run forward and backward with its gradients
+  // freed each time, as a training step's layers are, until the lead is
+  // spent.
   void compute_for(std::chrono::microseconds d) {
-    const auto until = Clock::now() + d;
-    if (work_.empty()) work_.assign(16384, 1.0f);
-    float acc = 0;
-    while (Clock::now() < until) {
-      for (float& x : work_) {
-        x = x * 0.999f + 0.001f;
-        acc += x;
-      }
+    torch::NoGradGuard outside;  // the weights are made without a graph
+    if (!lead_w1_.defined()) {
+      at::set_num_threads(1);
+      lead_w1_ = torch::randn({512, 128}).mul_(0.05).requires_grad_(true);
+      lead_w2_ = torch::randn({128, 512}).mul_(0.05).requires_grad_(true);
+      lead_x_ = torch::randn({256, 128});
     }
-    sink_ = acc;
+    const auto until = Clock::now() + d;
+    while (Clock::now() < until) {
+      torch::AutoGradMode grad(true);
+      auto h = torch::gelu(torch::nn::functional::linear(lead_x_, lead_w1_));
+      auto y = torch::nn::functional::linear(h, lead_w2_);
+      y.square().mean().backward();
+      sink_ = lead_w1_.grad().index({0, 0}).item<float>();
+      lead_w1_.mutable_grad() = torch::Tensor();
+      lead_w2_.mutable_grad() = torch::Tensor();
+    }
   }
 
   static at::Tensor view(std::vector<float>& v, std::size_t offset, std::size_t n) {
@@ -711,7 +737,7 @@ class RankBench {
   /// send_recv: one-way seconds of the messages this rank received.
   std::vector<double> received_;
 #if defined(DTSIM_BENCH_C10D)
-  std::vector<float> work_;  ///< compute_for's array
+  torch::Tensor lead_w1_, lead_w2_, lead_x_;  ///< compute_for's MLP (Note [A backward before the launch])
   volatile float sink_ = 0;  ///< keeps compute_for's work from being optimised away
 #endif
 };
