@@ -908,11 +908,18 @@ std::string format_profile(const sim::Profile& p) {
     }
   }
   // Note [Collectives in a step] (gloo_bench.cpp): what a data-parallel
-  // gradient collective's stalls are counted from.
+  // gradient collective's stalls are counted from, and its median beside
+  // the back-to-back price at that size (Note [A collective in a step]).
   for (const auto& c : p.comm_in_step) {
+    const auto b2b = sim::MeasuredCollective::of(p, c.backend, c.op, c.ranks, 0);
+    std::string beside;
+    if (b2b.sizes() > 0) {
+      const auto s = b2b.at(static_cast<double>(c.bytes));
+      beside = " (back to back " + human_s(s.latency + s.wire) + ")";
+    }
     os << "  " << c.backend << " " << to_string(c.op) << " x" << c.ranks << " in a step ("
        << fmt::format("{:.0f} ms of computing before", c.lead_s * 1e3) << "), " << human_bytes(static_cast<double>(c.bytes))
-       << ": median " << human_s(c.median_s) << ", mean " << human_s(c.mean_s)
+       << ": median " << human_s(c.median_s) << beside << ", mean " << human_s(c.mean_s)
        << fmt::format(", {:.0f}% stalled", 100 * c.stall_frac) << (c.stall_frac > 0 ? " by " + human_s(c.stall_s) : std::string())
        << " (" << c.reps << " runs)\n";
   }

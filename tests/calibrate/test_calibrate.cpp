@@ -1445,10 +1445,22 @@ TEST_CASE("collectives timed as a step meets them: parsed, kept, and priced for 
   CHECK(comm.collective(CollectiveOp::kAllReduce, 2176 * kKiB, two).step_stalls == Approx(0.3));
   CHECK(comm.collective(CollectiveOp::kAllReduce, 8 * kMiB, two).step_stalls == Approx(0.4));
   CHECK(comm.collective(CollectiveOp::kAllReduce, kKiB, two).step_stalls == Approx(0.2));
+  // Note [A collective in a step]: the median in a step over the
+  // back-to-back one, 200 - 100 = 100 us at 256 KiB and 1200 - 1000 = 200 us
+  // at 4 MiB, a straight line between (150 us halfway), the nearest outside.
+  CHECK(small.step_extra == 100'000);
+  CHECK(comm.collective(CollectiveOp::kAllReduce, 2176 * kKiB, two).step_extra == 150'000);
+  CHECK(comm.collective(CollectiveOp::kAllReduce, 8 * kMiB, two).step_extra == 200'000);
+  CHECK(comm.collective(CollectiveOp::kAllReduce, kKiB, two).step_extra == 100'000);
+  // The typical time itself stays the back-to-back one.
+  CHECK(small.total() == 100'000);
   // Another op has none measured in a step.
   CHECK(comm.collective(CollectiveOp::kAllGather, 256 * kKiB, two).step_stalls == 0);
+  CHECK(comm.collective(CollectiveOp::kAllGather, 256 * kKiB, two).step_extra == 0);
   // profile show lists them.
   CHECK_THAT(calib::format_profile(q), Catch::Contains("gloo all_reduce x2 in a step (10 ms of computing before), 4 MiB") &&
                                            Catch::Contains("40% stalled by 5 ms"));
+  // Beside the back-to-back median at the same size (1 ms at 4 MiB).
+  CHECK_THAT(calib::format_profile(q), Catch::Contains("4 MiB: median 1.2 ms (back to back 1 ms)"));
   CHECK_THAT(calib::profile_to_json(q), Catch::Contains("\"comm_in_step\": [") && Catch::Contains("\"stall_frac\": 0.4"));
 }

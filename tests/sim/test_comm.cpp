@@ -7,6 +7,7 @@
 
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/report.hpp"
 #include "lowering/emitter.hpp"
@@ -574,4 +575,43 @@ TEST_CASE("a data-parallel collective pays the stalls measured in a step, others
   CHECK(flow.step_stall == 8'000'000);
   CHECK(flow.step_stalls == Approx(0.5));
   CHECK(flow.stalls == 0);
+}
+
+TEST_CASE("a data-parallel collective takes its longer typical time in a step (Note [A collective in a step])", "[comm]") {
+  using dtsim::sim::MeasuredCollective;
+  // Back to back: 1 ms at 1 MB, 4 ms at 4 MB. In a step: a median of 0.8
+  // ms at 1 MB (under the back-to-back 1 ms: noise, no excess) and 4.6 ms
+  // at 4 MB (0.6 ms more), no stalls.
+  MeasuredCollective m({{1e6, 1e-3}, {4e6, 4e-3}}, {});
+  m.set_step_tails({{1e6, 0, 0, 0.8e-3}, {4e6, 0, 0, 4.6e-3}});
+  CHECK(m.step_excess_at(1e6) == 0);
+  CHECK(m.step_excess_at(4e6) == Approx(0.6e-3));
+  CHECK(m.step_excess_at(2.5e6) == Approx(0.3e-3));  // halfway: 0 + (0.6 - 0) / 2
+  CHECK(m.step_excess_at(1e5) == 0);
+  CHECK(m.step_excess_at(1e7) == Approx(0.6e-3));
+  CHECK(m.step_stalls_at(4e6) == 0);  // none stalled
+  // A size timed twice in a step: the two excesses averaged (0.6 and 0.2 ms).
+  m.set_step_tails({{4e6, 0, 0, 4.6e-3}, {4e6, 0, 0, 4.2e-3}});
+  CHECK(m.step_excess_at(4e6) == Approx(0.4e-3));
+  // No medians (a record without one): nothing added.
+  m.set_step_tails({{4e6, 0.2, 4e-3, 0}});
+  CHECK(m.step_excess_at(4e6) == 0);
+  CHECK(m.step_stalls_at(4e6) == Approx(0.2));
+
+  // The task builder adds it to a data-parallel collective's latency only.
+  using dtsim::sim::detail::TaskBuilder;
+  CollectiveCost c;
+  c.latency = 100'000;
+  c.step_extra = 500'000;
+  TaskBuilder b(false);
+  const auto latency = [&](Axis axis) {
+    const TaskId t = b.collective("", 0, 0, axis, CollectiveOp::kAllReduce, 1024, c, {});
+    return b.graph().tasks[static_cast<std::size_t>(t)].cost.latency;
+  };
+  CHECK(latency(Axis::kDp) == 600'000);
+  CHECK(latency(Axis::kTp) == 100'000);
+  // Summed as one flow: 3 of them add 1.5 ms.
+  CollectiveCost flow;
+  dtsim::sim::detail::add_stalls(flow, c, 3);
+  CHECK(flow.step_extra == 1'500'000);
 }

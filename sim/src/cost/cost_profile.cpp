@@ -103,6 +103,27 @@
 // others (tensor-, context-, expert-parallel, issued between a layer's
 // kernels) keep the back-to-back ones.
 //
+// Note [A collective in a step]
+// Met as a step meets it, a gradient all-reduce is slower in its typical
+// run too, not only stalled more often. Timed after a backward (Note [A
+// backward before the launch] in calibrate/src/gloo_bench.cpp), 2 ranks of
+// one core each, Gloo: 256 KiB took a median of 0.71-0.78 ms where back to
+// back it took 0.24-0.35, and 4 MiB 2.9-3.0 ms against 2.3-2.8 (three
+// runs, 2026-12-03; in one profile 0.74 against 0.35 and 2.95 against
+// 2.84 ms): up to half a millisecond more a launch.
+// And gpt2-tiny's DDP step, traced on the same machine that hour, spent a
+// median 4.5 ms (overlap off) to 6 ms (on) beyond its slower rank's
+// compute on its two buckets, where their back-to-back medians with
+// stalls came to about 1.5 ms (docs/validation-cpu.md). So where a profile
+// timed a size in a step, the excess of its median there over the
+// back-to-back price at that size (never negative: a step does not make a
+// collective faster, and a lower median is the two timings' noise) is a
+// third figure, a straight line in bytes between the sizes so timed and
+// the nearest one's outside them (a cost a launch rather than a rate: it
+// was no larger at 4 MiB than at 256 KiB), and a gradient
+// collective of the data-parallel axis adds it to its latency
+// (CollectiveCost::step_extra) with the stalls above.
+//
 // Note [Grouped GEMMs]
 // A mixture of experts runs its routed experts as one grouped GEMM per
 // matrix (models/src/llama.cpp, Note [Mixture of experts]): a Kernel of
@@ -412,7 +433,9 @@ MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::str
   std::vector<StepTail> step;
   if (ranks_per_node == 0) {
     for (const StepCommSample& c : profile.comm_in_step) {
-      if (c.backend == backend && c.op == op && c.ranks == ranks) step.push_back({static_cast<double>(c.bytes), c.stall_frac, c.stall_s});
+      if (c.backend == backend && c.op == op && c.ranks == ranks) {
+        step.push_back({static_cast<double>(c.bytes), c.stall_frac, c.stall_s, c.median_s});
+      }
     }
   }
   m.set_step_tails(step);
@@ -420,36 +443,63 @@ MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::str
 }
 
 void MeasuredCollective::set_step_tails(const std::vector<StepTail>& tails) {
-  std::map<double, std::pair<double, int>> frac;  // bytes -> (sum of shares, samples)
+  struct Size {
+    double frac = 0, excess = 0;
+    int n = 0, timed = 0;
+  };
+  std::map<double, Size> sizes;
   std::vector<double> stalls;
   for (const StepTail& t : tails) {
     if (!(t.bytes > 0) || !std::isfinite(t.frac) || !std::isfinite(t.stall)) continue;
-    auto& [sum, n] = frac[t.bytes];
-    sum += std::clamp(t.frac, 0.0, 1.0);
-    ++n;
+    Size& s = sizes[t.bytes];
+    s.frac += std::clamp(t.frac, 0.0, 1.0);
+    ++s.n;
     if (t.frac > 0 && t.stall > 0) stalls.push_back(t.stall);
+    // Note [A collective in a step]: the typical time there over back to back.
+    if (t.median > 0 && std::isfinite(t.median) && !bytes_.empty()) {
+      const Split b2b = at(t.bytes);
+      s.excess += std::max(0.0, t.median - (b2b.latency + b2b.wire));
+      ++s.timed;
+    }
   }
   step_bytes_.clear();
   step_frac_.clear();
+  step_excess_.clear();
   step_stall_ = 0;
-  if (stalls.empty()) return;  // none stalled: nothing to count
-  for (const auto& [b, st] : frac) {
+  for (const auto& [b, s] : sizes) {
     step_bytes_.push_back(b);
-    step_frac_.push_back(st.first / st.second);
+    step_frac_.push_back(s.frac / s.n);
+    step_excess_.push_back(s.timed > 0 ? s.excess / s.timed : 0.0);
   }
+  if (stalls.empty()) return;  // none stalled: no stalls to count
   std::sort(stalls.begin(), stalls.end());
   const std::size_t n = stalls.size();
   step_stall_ = n % 2 == 1 ? stalls[n / 2] : 0.5 * (stalls[n / 2 - 1] + stalls[n / 2]);
 }
 
+namespace {
+
+/// `ys` at `x` on the straight lines through (xs, ys), xs ascending; the
+/// nearest end's value outside them.
+double piecewise(const std::vector<double>& xs, const std::vector<double>& ys, double x) {
+  if (x <= xs.front()) return ys.front();
+  if (x >= xs.back()) return ys.back();
+  const std::size_t hi = static_cast<std::size_t>(std::upper_bound(xs.begin(), xs.end(), x) - xs.begin());
+  const std::size_t k = hi - 1;
+  const double f = (x - xs[k]) / (xs[k + 1] - xs[k]);
+  return ys[k] + f * (ys[k + 1] - ys[k]);
+}
+
+}  // namespace
+
 double MeasuredCollective::step_stalls_at(double bytes) const {
   if (step_stall_ <= 0 || step_bytes_.empty()) return 0;
-  if (bytes <= step_bytes_.front()) return step_frac_.front();
-  if (bytes >= step_bytes_.back()) return step_frac_.back();
-  const std::size_t hi = static_cast<std::size_t>(std::upper_bound(step_bytes_.begin(), step_bytes_.end(), bytes) - step_bytes_.begin());
-  const std::size_t k = hi - 1;
-  const double f = (bytes - step_bytes_[k]) / (step_bytes_[k + 1] - step_bytes_[k]);
-  return step_frac_[k] + f * (step_frac_[k + 1] - step_frac_[k]);
+  return piecewise(step_bytes_, step_frac_, bytes);
+}
+
+double MeasuredCollective::step_excess_at(double bytes) const {
+  if (step_bytes_.empty()) return 0;
+  return piecewise(step_bytes_, step_excess_, bytes);
 }
 
 double MeasuredCollective::stalls_at(double bytes) const {
@@ -1099,7 +1149,7 @@ namespace {
 /// still divide the link's capacity.
 CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes bytes, LinkClass link, BytesPerSec rate) {
   MeasuredCollective::Split s;
-  double stalls = 0, stall = 0, step_stalls = 0, step_stall = 0;
+  double stalls = 0, stall = 0, step_stalls = 0, step_stall = 0, step_excess = 0;
   if (m != nullptr) {
     s = m->at(static_cast<double>(bytes));
     // Note [A collective's stalls]
@@ -1107,6 +1157,7 @@ CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes 
     stalls = m->stalls_at(static_cast<double>(bytes));
     step_stall = m->step_stall();
     step_stalls = m->step_stalls_at(static_cast<double>(bytes));
+    step_excess = m->step_excess_at(static_cast<double>(bytes));  // Note [A collective in a step]
   } else {
     s.latency = std::max(0.0, fit.constant);
     s.wire = std::max(0.0, fit.per_byte) * static_cast<double>(bytes);
@@ -1125,6 +1176,7 @@ CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes 
     c.step_stall = seconds_to_ns(step_stall);
     c.step_stalls = step_stalls;
   }
+  if (step_excess > 0) c.step_extra = seconds_to_ns(step_excess);
   return c;
 }
 

@@ -65,10 +65,13 @@ class TaskBuilder {
     // those by which the rounded count grows. A gradient collective of the
     // data-parallel axis is launched as the backward's work ends: where the
     // profile timed it so, its stalls are those (Note [Collectives in a
-    // step] in calibrate/src/gloo_bench.cpp).
-    const bool in_step = axis == Axis::kDp && cost.step_stalls > 0 && cost.step_stall > 0;
+    // step] in calibrate/src/gloo_bench.cpp), and its typical time is
+    // longer there by what the profile measured (Note [A collective in a
+    // step] in cost/cost_profile.cpp).
+    const bool in_step = axis == Axis::kDp && ((cost.step_stalls > 0 && cost.step_stall > 0) || cost.step_extra > 0);
     const double stalls = in_step ? cost.step_stalls : cost.stalls;
     const TimeNs stall = in_step ? cost.step_stall : cost.stall;
+    if (in_step) t.cost.latency += cost.step_extra;
     if (stalls > 0 && stall > 0 && rank >= 0) {
       if (static_cast<std::size_t>(rank) >= stalls_seen_.size()) stalls_seen_.resize(static_cast<std::size_t>(rank) + 1, 0.0);
       double& seen = stalls_seen_[static_cast<std::size_t>(rank)];

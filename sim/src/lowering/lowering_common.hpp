@@ -165,7 +165,8 @@ inline void set_interference(SimRank& r, const ClusterSpec& c) {
 /// Note [A collective's stalls] (cost/cost_profile.cpp): `count` of `one`'s
 /// stalls added to `into`'s, their time kept: the longer stall, met as
 /// often as the time they add comes to.
-/// The same of the stalls measured in a step (Note [Collectives in a step]).
+/// The same of the stalls measured in a step (Note [Collectives in a step]),
+/// and `count` of `one`'s longer time there (Note [A collective in a step]).
 inline void add_stalls(CollectiveCost& into, const CollectiveCost& one, double count) {
   const auto add = [count](TimeNs& stall, double& stalls, TimeNs one_stall, double one_stalls) {
     if (one_stall <= 0 || one_stalls <= 0 || count <= 0) return;
@@ -175,6 +176,7 @@ inline void add_stalls(CollectiveCost& into, const CollectiveCost& one, double c
   };
   add(into.stall, into.stalls, one.stall, one.stalls);
   add(into.step_stall, into.step_stalls, one.step_stall, one.step_stalls);
+  if (count > 0) into.step_extra += static_cast<TimeNs>(std::llround(static_cast<double>(one.step_extra) * count));
 }
 
 /// Sum of `count` x cost of each collective, as one flow: latencies add,

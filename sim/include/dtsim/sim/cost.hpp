@@ -89,6 +89,9 @@ struct CollectiveCost {
   /// place of the back-to-back ones above (0: not measured).
   TimeNs step_stall = 0;
   double step_stalls = 0;
+  /// And how much longer than its typical time above it takes there (Note
+  /// [A collective in a step] in cost_profile.cpp; 0: not measured).
+  TimeNs step_extra = 0;
   /// Time if nothing else shares the link.
   TimeNs total() const;
 };

@@ -69,10 +69,11 @@ class MeasuredCollective {
   double stall() const { return stall_; }
   double stalls_at(double bytes) const;
   /// A size's stalls as a training step meets them (Note [Collectives in a
-  /// step] in calibrate/src/gloo_bench.cpp): its share of stalled runs and
-  /// how much longer than its median a stalled one took, in seconds.
+  /// step] in calibrate/src/gloo_bench.cpp): its share of stalled runs, how
+  /// much longer than its median a stalled one took, and that median, in
+  /// seconds (0: not measured).
   struct StepTail {
-    double bytes = 0, frac = 0, stall = 0;
+    double bytes = 0, frac = 0, stall = 0, median = 0;
   };
   /// Gives it the stalls measured as a step meets it (any number of sizes).
   void set_step_tails(const std::vector<StepTail>& tails);
@@ -82,11 +83,16 @@ class MeasuredCollective {
   /// bytes between them, the nearest one's outside them.
   double step_stall() const { return step_stall_; }
   double step_stalls_at(double bytes) const;
+  /// How much longer a collective of `bytes` typically takes in a step than
+  /// back to back (Note [A collective in a step]): at a size timed in a
+  /// step, its median there over at(); a straight line in bytes between
+  /// such sizes, the nearest one's outside them; never negative.
+  double step_excess_at(double bytes) const;
 
  private:
   std::vector<double> bytes_, seconds_, excess_;
   double stall_ = 0;
-  std::vector<double> step_bytes_, step_frac_;
+  std::vector<double> step_bytes_, step_frac_, step_excess_;
   double step_stall_ = 0;
 };
 
