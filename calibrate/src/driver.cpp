@@ -663,6 +663,8 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   sup.check_interrupted();
   sim::save_profile(p, o.out);
   p.path = o.out;
+  // Note [A steady calibration] (sim/src/cost/cost_profile.cpp).
+  if (const std::string w = sim::profile_speed_warning(p); !w.empty()) std::fprintf(stderr, "calibrate: warning: %s\n", w.c_str());
   return p;
 }
 
@@ -796,6 +798,7 @@ std::string format_profile(const sim::Profile& p) {
   }
   // Note [Quick profiles] (sim/src/cost/cost_profile.cpp).
   if (const std::string w = sim::profile_sweep_warning(p); !w.empty()) os << "  trust: " << w << "\n";
+  if (const std::string w = sim::profile_speed_warning(p); !w.empty()) os << "  trust: " << w << "\n";  // Note [A steady calibration]
   // What was imported from the user's cluster (calibrate/import.hpp).
   for (const auto& [key, value] : p.info) {
     if (key.rfind("import.", 0) == 0) os << "  " << key << ": " << value << "\n";
@@ -934,6 +937,7 @@ std::string profile_to_json(const sim::Profile& p) {
   j.field("path", p.path);
   // Note [Quick profiles]: "" for a full sweep.
   j.field("trust_warning", sim::profile_sweep_warning(p));
+  j.field("speed_warning", sim::profile_speed_warning(p));  // Note [A steady calibration]
   j.key("info").begin_object();
   for (const auto& [k, v] : p.info) j.field(k, v);
   j.end_object();

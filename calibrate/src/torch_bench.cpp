@@ -1500,7 +1500,17 @@ class Bench {
         if (passes() == 1) record(i);
       }
     }
-    if (!cuda_) std::printf("info\tprobe_s\t%.9g\n", stats(probes).median);
+    if (!cuda_) {
+      std::printf("info\tprobe_s\t%.9g\n", stats(probes).median);
+      // Note [A steady calibration] (sim/src/cost/cost_profile.cpp): each pass's.
+      std::string each;
+      for (double s : probes) {
+        char buf[32];
+        std::snprintf(buf, sizeof buf, "%.9g", s);
+        each += (each.empty() ? "" : ",") + std::string(buf);
+      }
+      std::printf("info\tprobe_passes_s\t%s\n", each.c_str());
+    }
     if (passes() > 1) {
       for (std::size_t i = 0; i < layers.size(); ++i) record(i);
     }

@@ -539,6 +539,51 @@ TEST_CASE("a quick profile says how far it is to be trusted, in predict and prof
   CHECK(pr.warnings[0] == w);
 }
 
+TEST_CASE("a profile timed while the machine's speed moved says so, in predict and profile show (Note [A steady calibration])",
+          "[calibrate]") {
+  Profile p;
+  p.path = "moved.h5";
+  CHECK(profile_speed_warning(p).empty());  // no probe (a GPU, an imported profile)
+  // Three passes at 5.0, 5.2 and 5.5 ms and 5.1 at the end: 5.5 / 5.0 =
+  // 1.10x, within the suite's 1.15x.
+  p.info["torch.probe_passes_s"] = "0.005,0.0052,0.0055";
+  p.info["torch.probe_end_s"] = "0.0051";
+  CHECK(profile_speed_warning(p).empty());
+  CHECK(calib::format_profile(p).find("trust:") == std::string::npos);
+  // The sweep's passes at 7.99 ms, its end at 5.0: 7.99 / 5.0 = 1.60x.
+  p.info["torch.probe_passes_s"] = "0.00799";
+  p.info["torch.probe_end_s"] = "0.005";
+  const std::string w = profile_speed_warning(p);
+  CHECK_THAT(w, Catch::StartsWith("profile moved.h5 was measured while the machine's speed moved") &&
+                    Catch::Contains("took 5.00 to 7.99 ms across the calibration (1.60x") &&
+                    Catch::Contains("calibrate again in a steadier minute"));
+  // A pass alone can show it: 5.0 and 6.0 ms (1.20x), the end 5.5.
+  p.info["torch.probe_passes_s"] = "0.005,0.006";
+  p.info["torch.probe_end_s"] = "0.0055";
+  CHECK_THAT(profile_speed_warning(p), Catch::Contains("took 5.00 to 6.00 ms") && Catch::Contains("(1.20x"));
+  // A profile made before each pass was kept: the passes' median (7.99 ms)
+  // against the end (5.0).
+  p.info.erase("torch.probe_passes_s");
+  p.info["torch.probe_s"] = "0.00799";
+  p.info["torch.probe_end_s"] = "0.005";
+  CHECK_THAT(profile_speed_warning(p), Catch::Contains("took 5.00 to 7.99 ms"));
+  // A damaged entry is left out; one timing alone tells nothing.
+  p.info["torch.probe_passes_s"] = "fast,0.005";
+  p.info.erase("torch.probe_end_s");
+  CHECK(profile_speed_warning(p).empty());
+  p.info["torch.probe_passes_s"] = "0.00799";
+  p.info["torch.probe_end_s"] = "0.005";
+  CHECK(calib::format_profile(p).find("  trust: " + w + "\n") != std::string::npos);
+  CHECK(calib::profile_to_json(p).find("\"speed_warning\": \"profile moved.h5 was measured") != std::string::npos);
+  p.layers.push_back({"fake.layer", Precision::kFp32, 1, 1024, timing(0.010), timing(0.020)});
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(p);
+  const Prediction pr = predict(test::FakeModel(1, 1000, 0), parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "t.yaml"),
+                                test::round_cluster(1, 1), po);
+  REQUIRE(pr.warnings.size() == 1);
+  CHECK(pr.warnings[0] == w);
+}
+
 TEST_CASE("profile show says how well each layer kind's measurements price the batch sizes between them (Note [Layer interpolation error])", "[calibrate]") {
   Profile p;
   p.path = "layers.h5";

@@ -141,6 +141,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <initializer_list>
 #include <iterator>
 #include <optional>
@@ -253,6 +254,49 @@ std::string profile_sweep_warning(const Profile& profile) {
          " is a quick sweep (dtsim calibrate --quick): its layers were timed at two shapes each, once, and on the CPU suite such a "
          "profile predicted steps 13-81% short (median 23%, a full sweep's 9%; docs/calibration.md); calibrate without --quick "
          "before trusting its times";
+}
+
+// Note [A steady calibration]
+// A CPU calibration times the reference Bi-LSTM layer (Note [Machine
+// probe] in models/torch) before each pass of its layer sweep and once at
+// its end, and the suite calls a validation round quiet when its own
+// probe is within 1.15x of the sweep's. On the 2-vCPU VM the machine's
+// speed moved 1.6-1.85x within minutes on 2026-12-03: one calibration's
+// probe read 7.99 ms over its sweep and 5.0 ms at its end, and its profile
+// priced seed 003's steps 31% off (median) against rounds run minutes
+// later (docs/validation-cpu.md). A profile's layers are as slow or as
+// fast as the spell each was timed in, so where the probe's timings in
+// one calibration are more than the suite's 1.15x apart, predict and
+// `profile show` say so, and `calibrate` says so as it ends. One
+// consistent spell (every timing slow alike) is not seen: only a later
+// validation's probe tells that.
+std::string profile_speed_warning(const Profile& profile) {
+  std::vector<double> probes;
+  const auto add = [&](const std::string& list) {
+    std::size_t at = 0;
+    while (at < list.size()) {
+      const std::size_t comma = std::min(list.find(',', at), list.size());
+      const std::string item = list.substr(at, comma - at);
+      char* end = nullptr;
+      const double v = std::strtod(item.c_str(), &end);
+      if (end != item.c_str() && *end == 0 && std::isfinite(v) && v > 0) probes.push_back(v);
+      at = comma + 1;
+    }
+  };
+  // Profiles made before each pass's probe was kept have the passes' median.
+  const bool passes = profile.info.count("torch.probe_passes_s") > 0;
+  for (const char* key : {passes ? "torch.probe_passes_s" : "torch.probe_s", "torch.probe_end_s"}) {
+    if (const auto it = profile.info.find(key); it != profile.info.end()) add(it->second);
+  }
+  if (probes.size() < 2) return "";
+  const auto [lo, hi] = std::minmax_element(probes.begin(), probes.end());
+  const double ratio = *hi / *lo;
+  if (!(ratio > 1.15)) return "";
+  return fmt::format(
+      "profile {} was measured while the machine's speed moved: its reference layer (Note [Machine probe]) took {:.2f} to "
+      "{:.2f} ms across the calibration ({:.2f}x, where a quiet one stays within 1.15x), so its layers are priced at the "
+      "speeds of the spells they fell in; calibrate again in a steadier minute before trusting its times",
+      profile.path, *lo * 1e3, *hi * 1e3, ratio);
 }
 
 std::string kernel_fit_name(const std::string& kind, Precision p) { return "kernel." + kind + "." + to_string(p); }

@@ -388,6 +388,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
     if (auto w = profile_sweep_warning(options.profile->profile()); !w.empty()) p.warnings.push_back(w);
+    if (auto w = profile_speed_warning(options.profile->profile()); !w.empty()) p.warnings.push_back(w);
   }
   // A long pipeline's steady state once (Note [Steady state]), else every
   // task; a timeline spliced from it (Note [Steady state timelines]).

@@ -203,6 +203,16 @@ std::string profile_device_mismatch(const Profile& profile, const DeviceSpec& de
 /// cost_profile.cpp), "" for a full one or an imported profile.
 std::string profile_sweep_warning(const Profile& profile);
 
+/// How far a profile's times are to be trusted, where the machine's speed
+/// moved while it was measured: a warning where the reference workload
+/// (Note [Machine probe] in models/torch) took more than 1.15x as long at
+/// one of its timings during calibration (before each pass of the layer
+/// sweep, or their median in a profile made before each was kept, and at
+/// the end) as at another (Note [A steady calibration] in
+/// cost_profile.cpp); "" where it held, or was not timed (a GPU, an
+/// imported profile).
+std::string profile_speed_warning(const Profile& profile);
+
 /// Fit names, shared by the calibration driver (which writes them) and the
 /// cost models (which read them).
 std::string kernel_fit_name(const std::string& kind, Precision p);    ///< "kernel.gemm.fp32"
