@@ -31,6 +31,9 @@ constexpr std::string_view kMagic = "dtsim-profile\n";
 void load(const std::string& path) {
   dtsim::fuzz::expect_typed_errors([&] {
     dtsim::sim::Profile p = dtsim::sim::load_profile(path);
+    // The warnings predict adds from the profile's info strings.
+    (void)dtsim::sim::profile_sweep_warning(p);
+    (void)dtsim::sim::profile_speed_warning(p);
     const dtsim::sim::ProfileCosts costs(std::move(p));
     (void)costs.gpu();
   });
