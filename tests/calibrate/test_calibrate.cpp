@@ -517,6 +517,20 @@ TEST_CASE("a profile from another kind of device is flagged", "[calibrate]") {
   CHECK(pr.warnings[0].find("A100-SXM4-80GB") != std::string::npos);
 }
 
+namespace {
+
+/// The warnings of a one-layer prediction priced from `p` (a layer added).
+std::vector<std::string> prediction_warnings(Profile p) {
+  p.layers.push_back({"fake.layer", Precision::kFp32, 1, 1024, timing(0.010), timing(0.020)});
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(p);
+  return predict(test::FakeModel(1, 1000, 0), parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "t.yaml"),
+                 test::round_cluster(1, 1), po)
+      .warnings;
+}
+
+}  // namespace
+
 TEST_CASE("a quick profile says how far it is to be trusted, in predict and profile show (Note [Quick profiles])", "[calibrate]") {
   Profile p;
   p.path = "quick.h5";
@@ -530,13 +544,9 @@ TEST_CASE("a quick profile says how far it is to be trusted, in predict and prof
                     Catch::Contains("13-81% short") && Catch::Contains("calibrate without --quick"));
   CHECK(calib::format_profile(p).find("  trust: " + w + "\n") != std::string::npos);
   CHECK(calib::profile_to_json(p).find("\"trust_warning\": \"profile quick.h5 is a quick sweep") != std::string::npos);
-  p.layers.push_back({"fake.layer", Precision::kFp32, 1, 1024, timing(0.010), timing(0.020)});
-  PredictOptions po;
-  po.profile = std::make_shared<const ProfileCosts>(p);
-  const Prediction pr = predict(test::FakeModel(1, 1000, 0), parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "t.yaml"),
-                                test::round_cluster(1, 1), po);
-  REQUIRE(pr.warnings.size() == 1);
-  CHECK(pr.warnings[0] == w);
+  const std::vector<std::string> warnings = prediction_warnings(p);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] == w);
 }
 
 TEST_CASE("a profile timed while the machine's speed moved says so, in predict and profile show (Note [A steady calibration])",
@@ -575,13 +585,9 @@ TEST_CASE("a profile timed while the machine's speed moved says so, in predict a
   p.info["torch.probe_end_s"] = "0.005";
   CHECK(calib::format_profile(p).find("  trust: " + w + "\n") != std::string::npos);
   CHECK(calib::profile_to_json(p).find("\"speed_warning\": \"profile moved.h5 was measured") != std::string::npos);
-  p.layers.push_back({"fake.layer", Precision::kFp32, 1, 1024, timing(0.010), timing(0.020)});
-  PredictOptions po;
-  po.profile = std::make_shared<const ProfileCosts>(p);
-  const Prediction pr = predict(test::FakeModel(1, 1000, 0), parse_plan("dp: 1\nmicro_batch: 1\nprecision: fp32\n", "t.yaml"),
-                                test::round_cluster(1, 1), po);
-  REQUIRE(pr.warnings.size() == 1);
-  CHECK(pr.warnings[0] == w);
+  const std::vector<std::string> warnings = prediction_warnings(p);
+  REQUIRE(warnings.size() == 1);
+  CHECK(warnings[0] == w);
 }
 
 TEST_CASE("profile show says how well each layer kind's measurements price the batch sizes between them (Note [Layer interpolation error])", "[calibrate]") {
