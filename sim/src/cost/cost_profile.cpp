@@ -548,19 +548,7 @@ double MeasuredCollective::step_excess_at(double bytes) const {
 
 double MeasuredCollective::stalls_at(double bytes) const {
   if (stall_ <= 0 || bytes_.empty()) return 0;
-  const std::size_t n = bytes_.size();
-  double e = 0;
-  if (n == 1 || bytes <= bytes_.front()) {
-    e = excess_.front();
-  } else if (bytes >= bytes_.back()) {
-    e = excess_.back();
-  } else {
-    const std::size_t hi = static_cast<std::size_t>(std::upper_bound(bytes_.begin(), bytes_.end(), bytes) - bytes_.begin());
-    const std::size_t k = hi - 1;
-    const double f = (bytes - bytes_[k]) / (bytes_[k + 1] - bytes_[k]);
-    e = excess_[k] + f * (excess_[k + 1] - excess_[k]);
-  }
-  return std::max(0.0, e) / stall_;
+  return std::max(0.0, piecewise(bytes_, excess_, bytes)) / stall_;
 }
 
 MeasuredCollective::Split MeasuredCollective::at(double bytes) const {
