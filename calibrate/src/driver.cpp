@@ -916,7 +916,7 @@ std::string format_profile(const sim::Profile& p) {
   for (const auto& c : p.comm_in_step) {
     const auto b2b = sim::MeasuredCollective::of(p, c.backend, c.op, c.ranks, 0);
     std::string beside;
-    if (b2b.sizes() > 0) {
+    if (b2b.sizes() >= 2) {  // at() prices from two sizes
       const auto s = b2b.at(static_cast<double>(c.bytes));
       beside = " (back to back " + human_s(s.latency + s.wire) + ")";
     }

@@ -1513,5 +1513,13 @@ TEST_CASE("collectives timed as a step meets them: parsed, kept, and priced for 
                                            Catch::Contains("40% stalled by 5 ms"));
   // Beside the back-to-back median at the same size (1 ms at 4 MiB).
   CHECK_THAT(calib::format_profile(q), Catch::Contains("4 MiB: median 1.2 ms (back to back 1 ms)"));
+  // Back to back at one size only (an edited or imported profile): nothing
+  // to price between, so no excess, and profile show names no back-to-back time.
+  Profile one = q;
+  one.comm.erase(one.comm.begin() + 1);
+  const auto one_costs = std::make_shared<const ProfileCosts>(one);
+  const ProfileCommModel one_comm(one_costs, test::round_cluster(1, 4), nullptr);
+  CHECK(one_comm.collective(CollectiveOp::kAllReduce, 256 * kKiB, two).step_extra == 0);
+  CHECK_THAT(calib::format_profile(one), Catch::Contains("256 KiB: median 200 us, mean") && !Catch::Contains("back to back"));
   CHECK_THAT(calib::profile_to_json(q), Catch::Contains("\"comm_in_step\": [") && Catch::Contains("\"stall_frac\": 0.4"));
 }

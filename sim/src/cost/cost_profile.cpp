@@ -500,7 +500,7 @@ void MeasuredCollective::set_step_tails(const std::vector<StepTail>& tails) {
     ++s.n;
     if (t.frac > 0 && t.stall > 0) stalls.push_back(t.stall);
     // Note [A collective in a step]: the typical time there over back to back.
-    if (t.median > 0 && std::isfinite(t.median) && !bytes_.empty()) {
+    if (t.median > 0 && std::isfinite(t.median) && bytes_.size() >= 2) {  // at() prices from two sizes
       const Split b2b = at(t.bytes);
       s.excess += std::max(0.0, t.median - (b2b.latency + b2b.wire));
       ++s.timed;
