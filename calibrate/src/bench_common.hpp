@@ -333,4 +333,14 @@ inline std::string cpu_model() {
   return "unknown";
 }
 
+/// The micro-batches a model's layers are timed at chained as one step,
+/// from those its layers are swept at (ascending, not empty): the largest,
+/// and the smallest too where it is under a quarter of the largest (Note
+/// [Small steps] in torch_bench.cpp).
+inline std::vector<std::int64_t> step_batches(const std::vector<std::int64_t>& swept) {
+  std::vector<std::int64_t> out{swept.back()};
+  if (swept.back() > 4 * swept.front()) out.insert(out.begin(), swept.front());
+  return out;
+}
+
 }  // namespace dtsim::calib::bench

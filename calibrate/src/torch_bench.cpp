@@ -54,6 +54,7 @@
 
 #include <CLI/CLI.hpp>
 
+#include "bench_common.hpp"
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/cli/parse.hpp"
 #include "dtsim/models/models.hpp"
@@ -636,10 +637,21 @@ class Bench {
         // minute of the H100's calibration.
         // No whole-model steps of context-parallel shares: a step record names its tp only.
         if (!fresh || steps == nullptr || cuda_ || cp > 1) return;
+        // Note [Small steps]
+        // Where the sweep's micro-batches span more than a factor of four
+        // (seed 003's image models: 4 to 64 images), the smallest too. A
+        // layer in a step pays for what the layers between its runs pushed
+        // out of cache, its weights and LibTorch's dispatch state, which
+        // does not shrink with the batch: the CNN's first convolution took
+        // 2.55 ms in the loop and 2.63 in a step of 64 images (1.03x), and
+        // at 4 images 93 us in the loop and about 176 us in a validated
+        // step, where the 64-image ratio priced 100 us (its model-parallel
+        // row -35%, every phase short: docs/validation-cpu.md).
+        const auto step_bs = dtsim::calib::bench::step_batches(bs);
         for (const auto& p : o_.precisions) {
           for (auto s : ss) {
             if (s > model->max_seq_len()) continue;
-            steps->push_back({name, chain, p, bs.back(), s, tp, ep});
+            for (const auto b : step_bs) steps->push_back({name, chain, p, b, s, tp, ep});
             if (o_.quick) break;
           }
         }

@@ -927,6 +927,36 @@ TEST_CASE("loop times are scaled to in-step times (Note [Layers in a step])", "[
   CHECK(sl.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.0));
 }
 
+TEST_CASE("whole steps are timed at the largest micro-batch, and at the smallest where far apart (Note [Small steps])",
+          "[calibrate]") {
+  using dtsim::calib::bench::step_batches;
+  // The image models' CPU sweep, 4 to 64 images: both ends (validated at 4).
+  CHECK(step_batches({4, 16, 64}) == std::vector<std::int64_t>{4, 64});
+  // Their quick sweep, 4 and 16 (16 is not over 4 x 4), and the language
+  // models' 1 to 4: the largest only.
+  CHECK(step_batches({4, 16}) == std::vector<std::int64_t>{16});
+  CHECK(step_batches({1, 2, 4}) == std::vector<std::int64_t>{4});
+  CHECK(step_batches({8}) == std::vector<std::int64_t>{8});
+}
+
+TEST_CASE("a quiet loop is compared by its typical runs (Note [Small layers in a step])", "[calibrate]") {
+  // A small layer's loop ran quiet: median 40 ms, fastest 39 (within 15%).
+  // In the step its typical run took 80 ms, but its luckiest 44 ms (the
+  // layers before it left its weights in cache once): the typical ratio
+  // 80 / 40 = 2 is the step's, where the fastest runs' 44 / 39 = 1.13
+  // would price it at 45 ms.
+  Profile prof = sample_profile();
+  prof.layers.push_back({"fake.layer|loop", Precision::kFp32, 4, 1024, Timing{0.040, 0.039, 0.045, 20}, timing(0.080)});
+  prof.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, Timing{0.080, 0.044, 0.090, 20}, timing(0.080)});
+  const ProfileCosts quiet(prof);
+  CHECK(quiet.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(2.0));
+  // The same step against a loop whose median is 16% over its fastest run
+  // (46.4 ms against 40): a disturbed loop, so the fastest runs: 44 / 40 = 1.1.
+  prof.layers[prof.layers.size() - 2].forward = Timing{0.0464, 0.040, 0.050, 20};
+  const ProfileCosts disturbed(prof);
+  CHECK(disturbed.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.1));
+}
+
 TEST_CASE("a layer costs its mean in a step (Note [A layer costs its mean in a step])", "[calibrate]") {
   // The loop: 40/80 ms at b 4 (fastest 36/72). In the step the layer's
   // fastest runs were 1.25x and 1.0x the loop's (45 / 36 and 72 / 72), and

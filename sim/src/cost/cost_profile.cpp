@@ -670,8 +670,23 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       // is what the step's median converges to: in measured gpt2-tiny and
       // bilstm-tiny steps the layers' means summed to 1.01-1.09x their
       // medians, and every suite row was underpredicted.
+      // Note [Small layers in a step]
+      // The fastest runs' ratio is right where the loop was disturbed, and
+      // wrong for a small layer whose loop ran quiet: in a step its typical
+      // run pays for the cache the layers before it emptied, and only a
+      // lucky run does not. Seed 003's CNN at 4 images (its validated
+      // shape, Note [Small steps] in calibrate/src/torch_bench.cpp): its
+      // first convolution 90-92 us in the loop (fastest, median), 119 and
+      // 206 us in the step, and 177-231 us measured in validated steps; the
+      // fastest ratio (1.32) priced its stage's forward at 120 us, the
+      // typical one (2.24) at about 200. So the typical runs (medians) are
+      // compared where the loop's median is within 15% of its fastest run
+      // (the suite's quiet threshold), the fastest runs where it is not.
+      // Replayed on the nine suites kept (docs/validation-cpu.md, the
+      // 2026-12-03 section), the mean signed error rose by 0.1 to 2.7 points
+      // in each, every one of them short.
       const auto ratio = [](const Timing& step, const Timing& alone) {
-        const bool fastest = step.min_s > 0 && alone.min_s > 0;
+        const bool fastest = step.min_s > 0 && alone.min_s > 0 && alone.median_s > 1.15 * alone.min_s;
         const double typical = std::clamp(fastest ? step.min_s / alone.min_s : step.median_s / alone.median_s, 0.5, 3.0);
         const double mean = step.mean_s > 0 && step.median_s > 0 ? std::clamp(step.mean_s / step.median_s, 1.0, 1.5) : 1.0;
         return typical * mean;
