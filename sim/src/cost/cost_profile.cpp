@@ -676,10 +676,11 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       // run pays for the cache the layers before it emptied, and only a
       // lucky run does not. Seed 003's CNN at 4 images (its validated
       // shape, Note [Small steps] in calibrate/src/torch_bench.cpp): its
-      // first convolution 90-92 us in the loop (fastest, median), 119 and
-      // 206 us in the step, and 177-231 us measured in validated steps; the
-      // fastest ratio (1.32) priced its stage's forward at 120 us, the
-      // typical one (2.24) at about 200. So the typical runs (medians) are
+      // first convolution 87-92 us in the loop (fastest, median) in two
+      // calibrations, 107-119 us and 128-206 us in the step (the second
+      // pair in a slow spell), and 176 us in validated steps at the
+      // calibration's speed; the fastest runs' ratio (1.23-1.32) prices it
+      // at 110-120 us, the typical runs' (1.35-2.24) at 125-200. So the typical runs (medians) are
       // compared where the loop's median is within 15% of its fastest run
       // (the suite's quiet threshold), the fastest runs where it is not.
       // Replayed on the nine suites kept (docs/validation-cpu.md, the
