@@ -680,12 +680,13 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       // calibrations, 107-119 us and 128-206 us in the step (the second
       // pair in a slow spell), and 176 us in validated steps at the
       // calibration's speed; the fastest runs' ratio (1.23-1.32) prices it
-      // at 110-120 us, the typical runs' (1.35-2.24) at 125-200. So the typical runs (medians) are
-      // compared where the loop's median is within 15% of its fastest run
-      // (the suite's quiet threshold), the fastest runs where it is not.
-      // Replayed on the nine suites kept (docs/validation-cpu.md, the
-      // 2026-12-03 section), the mean signed error rose by 0.1 to 2.7 points
-      // in each, every one of them short.
+      // at 110-120 us, the typical runs' (1.35-2.24) at 125-200. So the
+      // typical runs (medians) are compared where the loop's median is
+      // within 15% of its fastest run (the suite's quiet threshold), the
+      // fastest runs where it is not. Replayed on the ten suites kept
+      // (docs/validation-cpu.md, 2026-12-03, day), the mean signed error of
+      // the nine predicted short moved 0.1 to 2.7 points toward zero, and
+      // that of the one predicted long 1.5 points away.
       const auto ratio = [](const Timing& step, const Timing& alone) {
         const bool fastest = step.min_s > 0 && alone.min_s > 0 && alone.median_s > 1.15 * alone.min_s;
         const double typical = std::clamp(fastest ? step.min_s / alone.min_s : step.median_s / alone.median_s, 0.5, 3.0);
