@@ -577,6 +577,57 @@ TEST_CASE("a data-parallel collective pays the stalls measured in a step, others
   CHECK(flow.stalls == 0);
 }
 
+TEST_CASE("a collective's excess in a step is paid in proportion to the computing before it (Note [A collective's lead])",
+          "[comm]") {
+  using dtsim::sim::MeasuredCollective;
+  // The lead the medians were timed after: the median over the sizes with
+  // a median (10, 10 and 5 ms -> 10 ms); a record without one does not count.
+  MeasuredCollective m({{1e6, 1e-3}, {4e6, 4e-3}}, {});
+  m.set_step_tails({{1e6, 0, 0, 1.2e-3, 10e-3}, {2e6, 0, 0, 2.4e-3, 5e-3}, {4e6, 0, 0, 4.6e-3, 10e-3}, {8e6, 0.1, 1e-3, 0, 1e-3}});
+  CHECK(m.step_lead() == Approx(10e-3));
+  m.set_step_tails({{4e6, 0, 0, 4.6e-3, 0}});  // no lead recorded
+  CHECK(m.step_lead() == 0);
+
+  // An excess of 0.5 ms timed after 10 ms of computing; the collective's own
+  // latency 0.1 ms. Rank 0 computes, then launches data-parallel collectives.
+  using dtsim::sim::detail::TaskBuilder;
+  CollectiveCost c;
+  c.latency = 100'000;
+  c.step_extra = 500'000;
+  c.step_lead = 10'000'000;
+  TaskBuilder b(false);
+  const auto latency = [&](int rank, Axis axis) {
+    const TaskId t = b.collective("", rank, 0, axis, CollectiveOp::kAllReduce, 1024, c, {});
+    return b.graph().tasks[static_cast<std::size_t>(t)].cost.latency;
+  };
+  // Nothing computed yet: none of the excess.
+  CHECK(latency(0, Axis::kDp) == 100'000);
+  // 2.5 ms of kernels (1 + 1.5), a host task and another rank's kernel
+  // aside: a quarter, 0.125 ms.
+  b.compute("", 0, 0, Phase::kBackward, 1'000'000);
+  b.compute("", 0, 0, Phase::kBackward, 1'500'000);
+  b.compute("", 0, 1, Phase::kOptimizer, 7'000'000, {}, {}, {}, /*host=*/true);
+  b.compute("", 1, 0, Phase::kBackward, 9'000'000);
+  // A tensor-parallel collective between them neither pays nor resets it.
+  CHECK(latency(0, Axis::kTp) == 100'000);
+  CHECK(latency(0, Axis::kDp) == 225'000);
+  // The next one right after: nothing computed since.
+  CHECK(latency(0, Axis::kDp) == 100'000);
+  // 20 ms: all of it, never more. Rank 1's 9 ms: 0.45 ms.
+  b.compute("", 0, 0, Phase::kBackward, 20'000'000);
+  CHECK(latency(0, Axis::kDp) == 600'000);
+  CHECK(latency(1, Axis::kDp) == 550'000);
+  // No lead recorded (a profile before it): all of it, as before.
+  c.step_lead = 0;
+  CHECK(latency(0, Axis::kDp) == 600'000);
+  // Summed as one flow: the longer lead.
+  CollectiveCost flow;
+  c.step_lead = 10'000'000;
+  dtsim::sim::detail::add_stalls(flow, c, 2);
+  CHECK(flow.step_lead == 10'000'000);
+  CHECK(flow.step_extra == 1'000'000);
+}
+
 TEST_CASE("a data-parallel collective takes its longer typical time in a step (Note [A collective in a step])", "[comm]") {
   using dtsim::sim::MeasuredCollective;
   // Back to back: 1 ms at 1 MB, 4 ms at 4 MB. In a step: a median of 0.8

@@ -124,6 +124,28 @@
 // collective of the data-parallel axis adds it to its latency
 // (CollectiveCost::step_extra) with the stalls above.
 //
+// Note [A collective's lead]
+// That excess grows with the computing before the launch. The same
+// bench with its lead of backwards set to 0.5, 1.5, 3 and 10 ms (runs
+// alternating, 2026-12-03 10:25-10:45; the in-step median's excess over
+// the back-to-back one of the same run, 256 KiB and 4 MiB): 0.5 ms -0.01
+// to 0.02 and -0.08 to 0.07 ms; 1.5 ms -0.02 to 0 and -0.12 to 0.18; 3 ms
+// 0.10 and 0.33 (a second run disturbed); 10 ms 0.07-0.30 and 0.20-0.57:
+// none after half a millisecond, a part after a few, the most after ten. And seed 003's NBoW, whose backward is a few hundred
+// microseconds, was priced 1.2 ms of waiting on its bucket against 0.24
+// ms measured (+90% on its step) by a profile whose in-step median at 256
+// KiB was 1.18 ms against 0.46 back to back. So the excess is paid in
+// proportion to the computing the rank did since its previous
+// data-parallel collective (or the step's start), up to the lead it was
+// timed after (Profile::comm_in_step's lead_s, CollectiveCost::step_lead;
+// the task builder keeps the running sum: TaskBuilder::step_extra in
+// lowering/emitter.hpp): a straight line from none at no lead to all of
+// it at the lead timed. Replayed over the twelve suites kept, the rows of
+// the small models' DDP that a profile timed after 10 ms overpriced
+// (nbow-tiny ddp +90.5% in the quiet suite of 10:13) come down, and the
+// rows that the excess had lifted toward their measurement go short again
+// (docs/validation-cpu.md, 2026-12-03, day).
+//
 // Note [Grouped GEMMs]
 // A mixture of experts runs its routed experts as one grouped GEMM per
 // matrix (models/src/llama.cpp, Note [Mixture of experts]): a Kernel of
@@ -478,7 +500,7 @@ MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::str
   if (ranks_per_node == 0) {
     for (const StepCommSample& c : profile.comm_in_step) {
       if (c.backend == backend && c.op == op && c.ranks == ranks) {
-        step.push_back({static_cast<double>(c.bytes), c.stall_frac, c.stall_s, c.median_s});
+        step.push_back({static_cast<double>(c.bytes), c.stall_frac, c.stall_s, c.median_s, c.lead_s});
       }
     }
   }
@@ -492,9 +514,10 @@ void MeasuredCollective::set_step_tails(const std::vector<StepTail>& tails) {
     int n = 0, timed = 0;
   };
   std::map<double, Size> sizes;
-  std::vector<double> stalls;
+  std::vector<double> stalls, leads;
   for (const StepTail& t : tails) {
     if (!(t.bytes > 0) || !std::isfinite(t.frac) || !std::isfinite(t.stall)) continue;
+    if (t.median > 0 && t.lead > 0 && std::isfinite(t.lead)) leads.push_back(t.lead);  // Note [A collective's lead]
     Size& s = sizes[t.bytes];
     s.frac += std::clamp(t.frac, 0.0, 1.0);
     ++s.n;
@@ -510,6 +533,12 @@ void MeasuredCollective::set_step_tails(const std::vector<StepTail>& tails) {
   step_frac_.clear();
   step_excess_.clear();
   step_stall_ = 0;
+  step_lead_ = 0;
+  if (!leads.empty()) {
+    std::sort(leads.begin(), leads.end());
+    const std::size_t k = leads.size();
+    step_lead_ = k % 2 == 1 ? leads[k / 2] : 0.5 * (leads[k / 2 - 1] + leads[k / 2]);
+  }
   for (const auto& [b, s] : sizes) {
     step_bytes_.push_back(b);
     step_frac_.push_back(s.frac / s.n);
@@ -1225,7 +1254,10 @@ CollectiveCost measured(const MeasuredCollective* m, const FitTerms& fit, Bytes 
     c.step_stall = seconds_to_ns(step_stall);
     c.step_stalls = step_stalls;
   }
-  if (step_excess > 0) c.step_extra = seconds_to_ns(step_excess);
+  if (step_excess > 0) {
+    c.step_extra = seconds_to_ns(step_excess);
+    if (m->step_lead() > 0) c.step_lead = seconds_to_ns(m->step_lead());  // Note [A collective's lead]
+  }
   return c;
 }
 

@@ -44,6 +44,7 @@ class TaskBuilder {
     t.deps = std::move(deps);
     g_.set_memory(t, on_start, on_end);
     t.micro = micro_;
+    if (!host && rank >= 0) computed(rank) += duration;  // Note [A collective's lead]
     return static_cast<TaskId>(g_.tasks.size() - 1);
   }
   /// A collective (or point-to-point send) over the group of mesh axis `axis`.
@@ -71,7 +72,7 @@ class TaskBuilder {
     const bool in_step = axis == Axis::kDp && ((cost.step_stalls > 0 && cost.step_stall > 0) || cost.step_extra > 0);
     const double stalls = in_step ? cost.step_stalls : cost.stalls;
     const TimeNs stall = in_step ? cost.step_stall : cost.stall;
-    if (in_step) t.cost.latency += cost.step_extra;
+    if (in_step) t.cost.latency += step_extra(cost, rank);
     if (stalls > 0 && stall > 0 && rank >= 0) {
       if (static_cast<std::size_t>(rank) >= stalls_seen_.size()) stalls_seen_.resize(static_cast<std::size_t>(rank) + 1, 0.0);
       double& seen = stalls_seen_[static_cast<std::size_t>(rank)];
@@ -107,9 +108,31 @@ class TaskBuilder {
   /// A new task at the graph's end, made in place (Note [Compact tasks] in task_graph.hpp).
   Task& make() { return g_.tasks.emplace_back(); }
 
+  // What Note [A collective's lead] (cost/cost_profile.cpp) asks: a
+  // data-parallel collective pays the excess its profile timed in a step
+  // (Note [A collective in a step] in cost/cost_profile.cpp) in proportion
+  // to what its rank computed since its previous data-parallel collective
+  // or the graph's start (the sum of the rank's kernels made since, as the
+  // task builder makes them in program order), up to the lead the excess
+  // was timed after: all of it where the profile recorded no lead.
+  TimeNs& computed(int rank) {
+    if (static_cast<std::size_t>(rank) >= computed_.size()) computed_.resize(static_cast<std::size_t>(rank) + 1, 0);
+    return computed_[static_cast<std::size_t>(rank)];
+  }
+  TimeNs step_extra(const CollectiveCost& cost, int rank) {
+    if (rank < 0) return cost.step_extra;
+    TimeNs& since = computed(rank);
+    const TimeNs lead = since;
+    since = 0;
+    if (cost.step_lead <= 0 || lead >= cost.step_lead) return cost.step_extra;
+    return static_cast<TimeNs>(std::llround(static_cast<double>(cost.step_extra) * static_cast<double>(lead) /
+                                            static_cast<double>(cost.step_lead)));
+  }
+
   bool named_ = true;
   std::int32_t micro_ = -1;
   std::vector<double> stalls_seen_;  ///< by rank (Note [A collective's stalls])
+  std::vector<TimeNs> computed_;     ///< by rank: kernels' time since its last data-parallel collective
   TaskGraph g_;
 };
 

@@ -177,6 +177,7 @@ inline void add_stalls(CollectiveCost& into, const CollectiveCost& one, double c
   add(into.stall, into.stalls, one.stall, one.stalls);
   add(into.step_stall, into.step_stalls, one.step_stall, one.step_stalls);
   if (count > 0) into.step_extra += static_cast<TimeNs>(std::llround(static_cast<double>(one.step_extra) * count));
+  into.step_lead = std::max(into.step_lead, one.step_lead);
 }
 
 /// Sum of `count` x cost of each collective, as one flow: latencies add,

@@ -92,6 +92,9 @@ struct CollectiveCost {
   /// And how much longer than its typical time above it takes there (Note
   /// [A collective in a step] in cost_profile.cpp; 0: not measured).
   TimeNs step_extra = 0;
+  /// The computing before each launch it was timed after (Note [A
+  /// collective's lead] in cost_profile.cpp; 0: all of step_extra is paid).
+  TimeNs step_lead = 0;
   /// Time if nothing else shares the link.
   TimeNs total() const;
 };

@@ -70,10 +70,10 @@ class MeasuredCollective {
   double stalls_at(double bytes) const;
   /// A size's stalls as a training step meets them (Note [Collectives in a
   /// step] in calibrate/src/gloo_bench.cpp): its share of stalled runs, how
-  /// much longer than its median a stalled one took, and that median, in
-  /// seconds (0: not measured).
+  /// much longer than its median a stalled one took, that median, and the
+  /// computing before each launch, in seconds (0: not measured).
   struct StepTail {
-    double bytes = 0, frac = 0, stall = 0, median = 0;
+    double bytes = 0, frac = 0, stall = 0, median = 0, lead = 0;
   };
   /// Gives it the stalls measured as a step meets it (any number of sizes).
   void set_step_tails(const std::vector<StepTail>& tails);
@@ -88,12 +88,17 @@ class MeasuredCollective {
   /// step, its median there over at(); a straight line in bytes between
   /// such sizes, the nearest one's outside them; never negative.
   double step_excess_at(double bytes) const;
+  /// The computing before each launch those medians were timed after (the
+  /// median over the sizes; 0: not recorded): Note [A collective's lead]
+  /// in cost_profile.cpp.
+  double step_lead() const { return step_lead_; }
 
  private:
   std::vector<double> bytes_, seconds_, excess_;
   double stall_ = 0;
   std::vector<double> step_bytes_, step_frac_, step_excess_;
   double step_stall_ = 0;
+  double step_lead_ = 0;
 };
 
 /// A profile indexed for lookups; build once, share between predictions.
