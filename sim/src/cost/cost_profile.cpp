@@ -131,9 +131,9 @@
 // the back-to-back one of the same run, 256 KiB and 4 MiB): 0.5 ms -0.01
 // to 0.02 and -0.08 to 0.07 ms; 1.5 ms -0.02 to 0 and -0.12 to 0.18; 3 ms
 // 0.10 and 0.33 (a second run disturbed); 10 ms 0.07-0.30 and 0.20-0.57:
-// none after half a millisecond, a part after a few, the most after ten. And seed 003's NBoW, whose backward is a few hundred
-// microseconds, was priced 1.2 ms of waiting on its bucket against 0.24
-// ms measured (+90% on its step) by a profile whose in-step median at 256
+// none after half a millisecond, a part after a few, the most after
+// ten. And seed 003's NBoW, whose backward is a few hundred microseconds,
+// was priced 1.2 ms of waiting on its bucket against 0.24 ms measured (+90% on its step) by a profile whose in-step median at 256
 // KiB was 1.18 ms against 0.46 back to back. So the excess is paid in
 // proportion to the computing the rank did since its previous
 // data-parallel collective (or the step's start), up to the lead it was
@@ -439,6 +439,14 @@ std::optional<ProfileCosts::UpdateCost> fit_update_cost(const std::vector<const 
   return c;
 }
 
+/// The median of `v` (the mean of the middle two of an even count); 0 when empty.
+double median_or_zero(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
 }  // namespace
 
 MeasuredCollective::MeasuredCollective(const std::vector<std::pair<double, double>>& samples)
@@ -470,11 +478,7 @@ MeasuredCollective::MeasuredCollective(const std::vector<std::pair<double, doubl
     const auto e = excess.find(b);
     excess_.push_back(e == excess.end() ? 0.0 : e->second.first / e->second.second);
   }
-  if (!spreads.empty()) {
-    std::sort(spreads.begin(), spreads.end());
-    const std::size_t n = spreads.size();
-    stall_ = n % 2 == 1 ? spreads[n / 2] : 0.5 * (spreads[n / 2 - 1] + spreads[n / 2]);
-  }
+  stall_ = median_or_zero(std::move(spreads));
 }
 
 MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::string& backend, CollectiveOp op, int ranks,
@@ -532,22 +536,13 @@ void MeasuredCollective::set_step_tails(const std::vector<StepTail>& tails) {
   step_bytes_.clear();
   step_frac_.clear();
   step_excess_.clear();
-  step_stall_ = 0;
-  step_lead_ = 0;
-  if (!leads.empty()) {
-    std::sort(leads.begin(), leads.end());
-    const std::size_t k = leads.size();
-    step_lead_ = k % 2 == 1 ? leads[k / 2] : 0.5 * (leads[k / 2 - 1] + leads[k / 2]);
-  }
+  step_lead_ = median_or_zero(std::move(leads));
+  step_stall_ = median_or_zero(std::move(stalls));  // 0 where none stalled: no stalls to count
   for (const auto& [b, s] : sizes) {
     step_bytes_.push_back(b);
     step_frac_.push_back(s.frac / s.n);
     step_excess_.push_back(s.timed > 0 ? s.excess / s.timed : 0.0);
   }
-  if (stalls.empty()) return;  // none stalled: no stalls to count
-  std::sort(stalls.begin(), stalls.end());
-  const std::size_t n = stalls.size();
-  step_stall_ = n % 2 == 1 ? stalls[n / 2] : 0.5 * (stalls[n / 2 - 1] + stalls[n / 2]);
 }
 
 namespace {
