@@ -44,7 +44,7 @@ class TaskBuilder {
     t.deps = std::move(deps);
     g_.set_memory(t, on_start, on_end);
     t.micro = micro_;
-    if (!host && rank >= 0) computed(rank) += duration;  // Note [A collective's lead]
+    if (!host && rank >= 0) add_computed(rank, duration);  // Note [A collective's lead]
     return static_cast<TaskId>(g_.tasks.size() - 1);
   }
   /// A collective (or point-to-point send) over the group of mesh axis `axis`.
@@ -118,6 +118,13 @@ class TaskBuilder {
   TimeNs& computed(int rank) {
     if (static_cast<std::size_t>(rank) >= computed_.size()) computed_.resize(static_cast<std::size_t>(rank) + 1, 0);
     return computed_[static_cast<std::size_t>(rank)];
+  }
+  /// The sum stops at kMaxSimTime: a kernel of an absurd duration (a device
+  /// of 1e-6 TFLOP/s) must not overflow it before the engine refuses the
+  /// plan as beyond what it simulates (Note [Sizes in 64 bits]).
+  void add_computed(int rank, TimeNs duration) {
+    TimeNs& since = computed(rank);
+    since = duration >= kMaxSimTime - since ? kMaxSimTime : since + duration;
   }
   TimeNs step_extra(const CollectiveCost& cost, int rank) {
     if (rank < 0) return cost.step_extra;
