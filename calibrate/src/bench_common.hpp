@@ -9,9 +9,11 @@
 //   info     <key> <value>
 //   progress <done> <total> <label>
 //   comm     <backend> <op> <ranks> <bytes> <median_s> <min_s> <max_s> <reps> [<mean_s>]
-//   comm_step <backend> <op> <ranks> <bytes> <lead_s> <median_s> <mean_s> <stall_frac> <stall_s> <reps>
+//   comm_step <backend> <op> <ranks> <bytes> <lead_s> <median_s> <mean_s> <stall_frac> <stall_s> <reps> [<resume_s>]
 //            (a collective timed after computing, as a step meets it:
-//            Note [Collectives in a step] in gloo_bench.cpp)
+//            Note [Collectives in a step] in gloo_bench.cpp; and how much
+//            longer the computing right after its wait took: Note [Timing
+//            the resume] there)
 //   copy     <h2d|d2h|d2d> <bytes> <median_s> <min_s> <max_s> <reps>
 // `bytes` is nccl-tests' "size": the buffer of all_reduce and broadcast, the
 // OUTPUT of all_gather (ranks x chunk), the INPUT of reduce_scatter, the
@@ -289,13 +291,16 @@ struct StepSummary {
   double mean_s = 0;      ///< and mean
   double stall_frac = 0;  ///< share of the iterations that stalled
   double stall_s = 0;     ///< how much longer than the median a stalled one took (median over them)
+  /// The computing right after the wait over the same in the lead (Note
+  /// [Timing the resume] in gloo_bench.cpp); may be negative.
+  double resume_s = 0;
 };
 
-/// `comm_step <backend> <op> <ranks> <bytes> <lead_s> <median_s> <mean_s> <stall_frac> <stall_s> <reps>`.
+/// `comm_step <backend> <op> <ranks> <bytes> <lead_s> <median_s> <mean_s> <stall_frac> <stall_s> <reps> <resume_s>`.
 inline void emit_comm_step(const char* backend, Op op, int ranks, Bytes bytes, const StepSummary& s, int reps) {
   emit({"comm_step", backend, op_name(op), std::to_string(ranks), std::to_string(bytes), fmt_seconds(s.lead_s),
         fmt_seconds(s.median_s), fmt_seconds(s.mean_s), fmt_seconds(s.stall_frac), fmt_seconds(s.stall_s),
-        std::to_string(reps)});
+        std::to_string(reps), fmt_seconds(s.resume_s)});
 }
 
 /// "8 B", "4 KiB", "64 MiB": sizes in labels and diagnostics.

@@ -924,7 +924,9 @@ std::string format_profile(const sim::Profile& p) {
        << fmt::format("{:.0f} ms of computing before", c.lead_s * 1e3) << "), " << human_bytes(static_cast<double>(c.bytes))
        << ": median " << human_s(c.median_s) << beside << ", mean " << human_s(c.mean_s)
        << fmt::format(", {:.0f}% stalled", 100 * c.stall_frac) << (c.stall_frac > 0 ? " by " + human_s(c.stall_s) : std::string())
-       << " (" << c.reps << " runs)\n";
+       << " (" << c.reps << " runs)"
+       << (c.wait_s > 0 ? fmt::format("; computing after it {:+.0f} us (Note [Resuming after a wait])", c.resume_s * 1e6) : std::string())
+       << "\n";
   }
   for (const auto& [key, b] : p.memory) os << "  memory " << key << ": " << human_bytes(static_cast<double>(b)) << "\n";
   return os.str();
@@ -952,6 +954,7 @@ std::string profile_to_json(const sim::Profile& p) {
     j.field("backend", c.backend).field("op", std::string(to_string(c.op))).field("ranks", c.ranks);
     j.field("bytes", static_cast<std::int64_t>(c.bytes)).field("lead_s", c.lead_s).field("median_s", c.median_s);
     j.field("mean_s", c.mean_s).field("stall_frac", c.stall_frac).field("stall_s", c.stall_s).field("reps", c.reps);
+    if (c.wait_s > 0) j.field("resume_s", c.resume_s).field("wait_s", c.wait_s);  // Note [Resuming after a wait]
     j.end_object();
   }
   j.end_array();

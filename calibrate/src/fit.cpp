@@ -344,8 +344,9 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
     }
     p.comm.push_back(c);
   } else if (tag == "comm_step") {
-    // Note [Collectives in a step] (gloo_bench.cpp).
-    f.expect(11);
+    // Note [Collectives in a step] (gloo_bench.cpp); the resume after its
+    // wait where the bench timed it (Note [Timing the resume]).
+    if (f.size() != 12) f.expect(11);
     sim::StepCommSample c;
     c.backend = f.str(1);
     if (!sim::parse_collective(f.str(2), &c.op)) f.fail("'" + f.str(2) + "' is not a collective");
@@ -360,6 +361,13 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
     if (!(c.lead_s >= 0 && c.median_s > 0 && c.mean_s > 0 && c.stall_s >= 0)) f.fail("a time that is not a positive number");
     if (!(c.stall_frac >= 0 && c.stall_frac <= 1)) f.fail("field 9 '" + f.str(8) + "' is not a share between 0 and 1");
     if (c.ranks < 2 || c.reps < 1) f.fail("ranks under 2 or no iterations");
+    if (f.size() == 12) {
+      c.resume_s = f.num(11);
+      if (!std::isfinite(c.resume_s) || std::abs(c.resume_s) > c.lead_s + c.median_s) {
+        f.fail("field 12 '" + f.str(11) + "' is not a time within the lead and the collective");
+      }
+      c.wait_s = c.median_s;
+    }
     p.comm_in_step.push_back(c);
   } else if (tag == "copy") {
     f.expect(7);

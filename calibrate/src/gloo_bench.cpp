@@ -92,6 +92,16 @@
 // sim/src/cost/cost_profile.cpp) and adds its median's excess over the
 // back-to-back one (Note [A collective in a step], there).
 //
+// Note [Timing the resume]
+// Right after each in-step all-reduce completes, the rank runs its lead's
+// computing once more (one forward and backward of the MLP of Note [A
+// backward before the launch]) and times it; its excess over the median
+// pass of the lead just before is what computing pays for resuming after
+// the wait (Note [Resuming after a wait] in sim/src/engine/executor.cpp).
+// The median over the iterations, the largest over the ranks, is reported
+// with the all-reduce's median (the wait it followed) at each size: a
+// short wait (256 KiB) and a long one (4 MiB).
+//
 // Note [Gloo reduce_scatter]
 // Gloo 0.5.0 has no reduce_scatter in its options API, only the
 // gloo::ReduceScatterHalvingDoubling algorithm class, and that class races:
@@ -391,28 +401,31 @@ class RankBench {
     run();
     verify(p);
     const int reps = kStepReps[opt_.quick ? 0 : 1];
-    std::vector<double> times;
+    std::vector<double> times, resumes;
     for (int i = 0; i < reps; ++i) {
       barrier(ctx_, kOpTimeout);
-      compute_for(kStepLead);
+      const double typical = compute_for(kStepLead);
       const auto t0 = Clock::now();
       run();
       times.push_back(seconds_since(t0, Clock::now()));
+      // Note [Timing the resume]: the lead's computing once more, at once.
+      resumes.push_back(backward_once() - typical);
     }
     const Summary s = summarize(times);
     std::vector<double> excess;
     for (double t : times) {
       if (t - s.median_s > std::max(kStallMinS, s.median_s)) excess.push_back(t - s.median_s);
     }
-    double v[4] = {s.median_s, s.mean_s, static_cast<double>(excess.size()) / static_cast<double>(times.size()),
-                   excess.empty() ? 0.0 : summarize(excess).median_s};
-    allreduce_max(ctx_, v, 4);
+    double v[5] = {s.median_s, s.mean_s, static_cast<double>(excess.size()) / static_cast<double>(times.size()),
+                   excess.empty() ? 0.0 : summarize(excess).median_s, summarize(resumes).median_s};
+    allreduce_max(ctx_, v, 5);
     StepSummary out;
     out.lead_s = std::chrono::duration<double>(kStepLead).count();
     out.median_s = v[0];
     out.mean_s = v[1];
     out.stall_frac = v[2];
     out.stall_s = v[3];
+    out.resume_s = v[4];
     return {out, reps};
   }
 #endif
@@ -438,8 +451,17 @@ class RankBench {
   // a backward: a two-layer MLP (128 -> 512 -> 128, GELU, 256 rows: about
   // 0.3 ms on this machine) run forward and backward with its gradients
   // freed each time, as a training step's layers are, until the lead is
-  // spent.
-  void compute_for(std::chrono::microseconds d) {
+  // spent. It returns the median time of those passes, the lead's typical one.
+  double compute_for(std::chrono::microseconds d) {
+    const auto until = Clock::now() + d;
+    std::vector<double> passes;
+    while (Clock::now() < until) passes.push_back(backward_once());
+    return passes.empty() ? 0.0 : summarize(passes).median_s;
+  }
+
+  /// One forward and backward of compute_for's MLP, its gradients freed:
+  /// how long it took.
+  double backward_once() {
     torch::NoGradGuard outside;  // the weights are made without a graph
     if (!lead_w1_.defined()) {
       at::set_num_threads(1);
@@ -447,16 +469,15 @@ class RankBench {
       lead_w2_ = torch::randn({128, 512}).mul_(0.05).requires_grad_(true);
       lead_x_ = torch::randn({256, 128});
     }
-    const auto until = Clock::now() + d;
-    while (Clock::now() < until) {
-      torch::AutoGradMode grad(true);
-      auto h = torch::gelu(torch::nn::functional::linear(lead_x_, lead_w1_));
-      auto y = torch::nn::functional::linear(h, lead_w2_);
-      y.square().mean().backward();
-      sink_ = lead_w1_.grad().index({0, 0}).item<float>();
-      lead_w1_.mutable_grad() = torch::Tensor();
-      lead_w2_.mutable_grad() = torch::Tensor();
-    }
+    const auto t0 = Clock::now();
+    torch::AutoGradMode grad(true);
+    auto h = torch::gelu(torch::nn::functional::linear(lead_x_, lead_w1_));
+    auto y = torch::nn::functional::linear(h, lead_w2_);
+    y.square().mean().backward();
+    sink_ = lead_w1_.grad().index({0, 0}).item<float>();
+    lead_w1_.mutable_grad() = torch::Tensor();
+    lead_w2_.mutable_grad() = torch::Tensor();
+    return seconds_since(t0, Clock::now());
   }
 
   static at::Tensor view(std::vector<float>& v, std::size_t offset, std::size_t n) {
@@ -911,7 +932,8 @@ void print_info(const Options& opt) {
   emit_info("all_reduce_impl", "ProcessGroupGloo::allreduce (sum, in place, 2 group threads)");
   emit_info("all_reduce_in_step",
             "256 KiB and 4 MiB again as a step meets them: a barrier, 10 ms of computing, then the all-reduce; launch to "
-            "completion, its stalls (over median + max(1 ms, median)) counted (Note [Collectives in a step])");
+            "completion, its stalls (over median + max(1 ms, median)) counted (Note [Collectives in a step]); then "
+            "the computing once more, its excess over the lead's median pass (Note [Timing the resume])");
   emit_info("reduce_scatter_impl",
             "ProcessGroupGloo::alltoall_base of equal chunks, then a local sum of the ranks' chunks "
             "(LibTorch 1.13's Gloo group has no reduce_scatter; dtsim_worker does the same); bytes = input size");

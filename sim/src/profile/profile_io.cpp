@@ -8,7 +8,8 @@
 //   /kernels/{kind, precision, m, n, k, batch, flops, bytes, median_s, min_s, max_s, reps}
 //   /comm/{backend, op, ranks, bytes, median_s, min_s, max_s, reps, mean_s (optional: 0 or absent = not measured),
 //          ranks_per_node (optional: 0 or absent = all on one node)}
-//   /comm_in_step/{backend, op, ranks, bytes, lead_s, median_s, mean_s, stall_frac, stall_s, reps}
+//   /comm_in_step/{backend, op, ranks, bytes, lead_s, median_s, mean_s, stall_frac, stall_s, reps,
+//                  resume_s, wait_s (optional: absent = not measured)}
 //                  (optional, absent where none was timed: Note [Collectives in a step]
 //                  in calibrate/src/gloo_bench.cpp)
 //   /copies/{direction, bytes, median_s, min_s, max_s, reps}
@@ -45,6 +46,7 @@
 #include <sys/stat.h>
 #include <sys/wait.h>
 
+#include <algorithm>
 #include <cerrno>
 #include <cmath>
 #include <csignal>
@@ -354,6 +356,11 @@ void write_all(const Profile& p, hid_t file, const Writer& w) {
     w.column(g.get(), "stall_frac", column_of(r, [](const StepCommSample& x) { return x.stall_frac; }));
     w.column(g.get(), "stall_s", column_of(r, [](const StepCommSample& x) { return x.stall_s; }));
     w.column(g.get(), "reps", column_of(r, [](const StepCommSample& x) { return static_cast<std::int64_t>(x.reps); }));
+    // Note [Resuming after a wait]: where the bench timed it.
+    if (std::any_of(r.begin(), r.end(), [](const StepCommSample& x) { return x.wait_s > 0; })) {
+      w.column(g.get(), "resume_s", column_of(r, [](const StepCommSample& x) { return x.resume_s; }));
+      w.column(g.get(), "wait_s", column_of(r, [](const StepCommSample& x) { return x.wait_s; }));
+    }
   }
   {
     Handle g(group("copies"), H5Gclose);
@@ -659,6 +666,14 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
                                   {frac.size(), "stall_frac"}, {stall.size(), "stall_s"}, {reps.size(), "reps"}}) {
       r.same_length(backend.size(), n, std::string("/comm_in_step/") + name);
     }
+    // Note [Resuming after a wait]: later still, absent before.
+    std::vector<double> resume, wait;
+    if (H5Lexists(g.get(), "resume_s", H5P_DEFAULT) > 0 || H5Lexists(g.get(), "wait_s", H5P_DEFAULT) > 0) {
+      resume = r.doubles(g.get(), gn, "resume_s");
+      wait = r.doubles(g.get(), gn, "wait_s");
+      r.same_length(backend.size(), resume.size(), "/comm_in_step/resume_s");
+      r.same_length(backend.size(), wait.size(), "/comm_in_step/wait_s");
+    }
     for (std::size_t i = 0; i < backend.size(); ++i) {
       const std::string row = "/comm_in_step: row " + std::to_string(i);
       StepCommSample c;
@@ -678,6 +693,13 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
       const auto time = [](double t) { return std::isfinite(t) && t >= 0 && t < 1e6; };
       if (!time(c.lead_s) || !time(c.median_s) || !time(c.mean_s) || !time(c.stall_s) || !(c.stall_frac >= 0 && c.stall_frac <= 1)) {
         r.fail(row + ": a time that is not a number of seconds, or a stall share outside 0..1");
+      }
+      if (!wait.empty()) {
+        c.resume_s = resume[i];
+        c.wait_s = wait[i];
+        if (!time(c.wait_s) || !std::isfinite(c.resume_s) || std::abs(c.resume_s) >= 1e6) {
+          r.fail(row + ": resume_s or wait_s is not a number of seconds (wait_s from 0)");
+        }
       }
       p.comm_in_step.push_back(c);
     }

@@ -79,6 +79,12 @@ struct StepCommSample {
   double stall_frac = 0;  ///< share of the iterations that stalled (0..1)
   double stall_s = 0;     ///< a stalled one's excess over the median (median over them)
   int reps = 0;
+  /// Note [Resuming after a wait] (sim/src/engine/executor.cpp): how much
+  /// longer the launching thread's first computing after the collective's
+  /// wait took than the same computing in the lead (the median over the
+  /// iterations, the largest over the ranks; may be negative), and that
+  /// wait (the median from launch to completion); 0 and 0: not measured.
+  double resume_s = 0, wait_s = 0;
 };
 
 /// One host<->device copy.
