@@ -417,3 +417,58 @@ TEST_CASE("a CPU rank's pipeline send waits for its core: its receiver's notice 
     CHECK(execute(g).spans[3].end == 3 * kNsPerMs);
   }
 }
+
+TEST_CASE("a CPU rank's compute that waited on a collective pays for resuming, by how long its core computed nothing "
+          "(Note [Resuming after a wait])",
+          "[executor]") {
+  // a (100 us) -> all-reduce (10 us + 30000 B at 1 B/ns = 40 us) -> b (50 us):
+  // b waits 40 us after a. The rank's points: 20 us extra after an 80 us
+  // wait, 30 us after 400 us; straight from (0, 0) below the first.
+  const auto chain = [](TimeNs latency) {
+    TaskGraph g = one_rank();
+    g.ranks[0].resume = {{80 * kUs, 20 * kUs}, {400 * kUs, 30 * kUs}};
+    const TaskId a = g.add(compute("a", 100 * kUs));
+    const TaskId c = g.add(comm("allreduce", latency, 30000, 1, {a}));
+    g.add(compute("b", 50 * kUs, 0, {c}));
+    return g;
+  };
+  SECTION("a 40 us wait, half the first point's: 10 us more") {
+    const ExecResult r = execute(chain(10 * kUs));
+    CHECK(r.spans[2].start == 140 * kUs);
+    CHECK(r.spans[2].end == 200 * kUs);  // 140 + 50 + 10
+  }
+  SECTION("a 240 us wait, half way between the points: 25 us more") {
+    const ExecResult r = execute(chain(210 * kUs));
+    CHECK(r.spans[2].end == 340 * kUs + 50 * kUs + 25 * kUs);
+  }
+  SECTION("a 1 ms wait, past the last point: its 30 us") {
+    const ExecResult r = execute(chain(970 * kUs));
+    CHECK(r.spans[2].end == 1100 * kUs + 50 * kUs + 30 * kUs);
+  }
+  SECTION("a rank without points pays nothing") {
+    TaskGraph g = chain(10 * kUs);
+    g.ranks[0].resume.clear();
+    CHECK(execute(g).spans[2].end == 190 * kUs);
+  }
+  SECTION("a task its stream's predecessor made ready pays nothing, nor a first task, nor the host's work") {
+    TaskGraph g = chain(10 * kUs);
+    g.add(compute("c", 10 * kUs, 0));  // after b on its stream: no wait
+    CHECK(execute(g).spans[3].end == 210 * kUs);
+    TaskGraph h = chain(10 * kUs);
+    h.tasks[2].kind = TaskKind::kHostCompute;
+    CHECK(execute(h).spans[2].end == 190 * kUs);
+    // A collective first, then compute: no compute before it, nothing to resume.
+    TaskGraph f = one_rank();
+    f.ranks[0].resume = {{80 * kUs, 20 * kUs}};
+    const TaskId c = f.add(comm("allreduce", 10 * kUs, 30000, 1));
+    f.add(compute("b", 50 * kUs, 0, {c}));
+    CHECK(execute(f).spans[1].end == 90 * kUs);
+  }
+  SECTION("a compute task that slows beside a collective carries the extra as work") {
+    // comm_slowdown 1 halves compute while a collective runs; none runs
+    // during b, so b takes 50 + 10 us.
+    TaskGraph g = chain(10 * kUs);
+    g.ranks[0].comm_slowdown = 1.0;
+    CHECK(execute(g).spans[2].end == 200 * kUs);
+  }
+}

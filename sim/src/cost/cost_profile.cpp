@@ -1280,6 +1280,15 @@ CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const 
   return analytic_.collective(op, bytes, group);
 }
 
+std::vector<std::pair<TimeNs, TimeNs>> ProfileCommModel::resume_after_wait() const {
+  std::vector<std::pair<TimeNs, TimeNs>> points;
+  for (const StepCommSample& c : costs_->profile().comm_in_step) {
+    if (c.wait_s > 0) points.emplace_back(seconds_to_ns(c.wait_s), seconds_to_ns(std::max(0.0, c.resume_s)));
+  }
+  std::sort(points.begin(), points.end());
+  return points;
+}
+
 CollectiveCost ProfileCommModel::expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const {
   if (group.nodes() <= 1) return collective(CollectiveOp::kAllToAll, bytes, group);
   return (scaled_ ? *scaled_ : analytic_).expert_dispatch(bytes, route, group);

@@ -83,6 +83,28 @@
 // that is past); the send behind it goes once it is issued. GPUs' sends
 // run on their own engines and SMs: 0.
 //
+// Note [Resuming after a wait]
+// A CPU rank that waits on a collective leaves its core to Gloo's threads,
+// the kernel and whatever else the host runs; the layer it runs next finds
+// its caches cold and pays for it, which neither a layer's loop nor a
+// whole step of one process (Note [Layers in a step] in
+// cost/cost_profile.cpp) ever meets. Measured on the 2-vCPU AMD VM
+// (python3-torch, one thread pinned; docs/validation-cpu.md, 2026-12-03,
+// day): the CNN's first convolution at 4 images took 104 us in a loop and
+// 124 us right after a 1 ms wait polling sched_yield as dtsim_worker
+// waits (226-260 against 143-158 us in a slow minute), a 400 x 120 linear
+// 19-27 against 31 us. dtsim_c10d_bench times it where the rank waits as
+// a step does (Note [Timing the resume] in calibrate/src/gloo_bench.cpp):
+// the first forward and backward of its lead's MLP after each in-step
+// all-reduce against that MLP's time in the lead, after the all-reduce's
+// wait of each size measured. So a compute task (not the host's work)
+// that became ready when a collective it waited on ended (a stage's
+// forward after its receive, the optimizer after its all-reduce) pays
+// SimRank::resume at the time since its rank's last compute task ended:
+// nothing after no wait, the extra measured after the waits measured,
+// straight lines between, the last past it. The extra lengthens the task
+// (its span and its rank's busy time), as the cold caches do the layer.
+//
 // Note [Sizes in 64 bits]
 // Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
 // but a hostile or mistaken config (a device of 1e-6 TFLOP/s, a model of
@@ -280,6 +302,9 @@ class Executor {
       if (held_.empty()) held_.assign(n, 0);
       core_waits_ = true;
     }
+    // Note [Resuming after a wait]: by rank, when its last compute task ended.
+    last_compute_end_.assign(g_.ranks.size(), -1);
+    for (const SimRank& r : g_.ranks) resumes_ = resumes_ || !r.resume.empty();
     comm_active_.assign(g_.ranks.size(), {});
     running_.resize(g_.ranks.size());
     for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
@@ -367,6 +392,8 @@ class Executor {
     started_[id] = 1;
     spans_[id].start = q_.now();
     for (const MemOp& op : g_.on_start(t)) apply_mem(t.rank, op);
+    // Note [Resuming after a wait]: what it pays more for a wait before it.
+    const TimeNs resume = resumes_ && t.kind == TaskKind::kCompute ? resume_extra(id, t.rank) : 0;
     if (core_waits_ && t.kind == TaskKind::kCompute && t.stream == compute_stream_[t.rank]) {
       // Note [Busy sender]: busy since the core last came from idle.
       if (computing_[t.rank] == -1) busy_since_[t.rank] = q_.now();
@@ -387,7 +414,7 @@ class Executor {
       // Note [Interference]: its end moves with the rank's collectives.
       Progress p;
       p.id = id;
-      p.left = static_cast<double>(t.duration);
+      p.left = static_cast<double>(t.duration) + static_cast<double>(resume);
       p.since = q_.now();
       p.share = t.memory_share;
       p.rate = rate(t.rank, p.share);
@@ -395,9 +422,32 @@ class Executor {
       running_[t.rank].push_back(p);
     } else {
       // Note [Host launch]: not before the host has issued it.
-      const TimeNs end = std::max(later(q_.now(), t.duration), t.kind == TaskKind::kCompute ? issued(id) : TimeNs{0});
+      const TimeNs end =
+          std::max(later(later(q_.now(), t.duration), resume), t.kind == TaskKind::kCompute ? issued(id) : TimeNs{0});
       at(end, Action::kFinish, id);
     }
+  }
+
+  /// Note [Resuming after a wait]: what compute task `id` on `rank` pays
+  /// more, where a collective made it ready, for the time since the rank's
+  /// last compute task ended.
+  TimeNs resume_extra(TaskId id, int rank) const {
+    const auto& points = g_.ranks[rank].resume;
+    const TaskId by = ready_by_[id];
+    const TimeNs last = last_compute_end_[rank];
+    if (points.empty() || by < 0 || g_.tasks[by].kind != TaskKind::kCollective || last < 0) return 0;
+    const TimeNs wait = q_.now() - last;
+    if (wait <= 0) return 0;
+    TimeNs w0 = 0, x0 = 0;
+    for (const auto& [w, x] : points) {
+      if (wait <= w) {
+        return x0 + static_cast<TimeNs>(std::llround(static_cast<double>(x - x0) * static_cast<double>(wait - w0) /
+                                                     static_cast<double>(w - w0)));
+      }
+      w0 = w;
+      x0 = x;
+    }
+    return x0;
   }
 
   /// Note [Busy sender]: a receiver's notice to a sender whose core is computing.
@@ -580,6 +630,7 @@ class Executor {
     }
     for (const MemOp& op : g_.on_end(t)) apply_mem(t.rank, op);
     if (core_waits_ && computing_[t.rank] == id) computing_[t.rank] = -2;  // Note [Busy sender]: ending
+    if (resumes_ && t.kind == TaskKind::kCompute) last_compute_end_[t.rank] = q_.now();  // Note [Resuming after a wait]
     // The next task on this stream may now run.
     std::size_t& h = head_[t.rank][t.stream];
     ++h;
@@ -724,6 +775,10 @@ class Executor {
   std::vector<std::vector<TaskId>> held_notices_;
   std::vector<char> held_;
   bool core_waits_ = false;  ///< some rank's notices wait for its core
+  /// Note [Resuming after a wait]: by rank, when its last compute task
+  /// ended (-1: none yet); whether any rank pays for resuming.
+  std::vector<TimeNs> last_compute_end_;
+  bool resumes_ = false;
 };
 
 }  // namespace

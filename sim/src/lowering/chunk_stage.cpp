@@ -321,7 +321,7 @@ class ChunkStage final : public detail::StageEmitter {
         r.streams.push_back(to_string(st));
       }
       detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
-      detail::set_interference(r, c.cluster);
+      detail::set_interference(r, c.cluster, c.comm);
       std::int64_t params = 0, experts = 0;
       Bytes module_buffers = 0;  // Layer::buffer_bytes
       detail::Fp8Gemms fp8;

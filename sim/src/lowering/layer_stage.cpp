@@ -226,7 +226,7 @@ class LayerStage final : public detail::StageEmitter {
       inter_groups = c.replica_group.groups_per_node;
     }
     detail::set_link_capacity(rank, c.cluster, c.comm, inter_groups);
-    detail::set_interference(rank, c.cluster);
+    detail::set_interference(rank, c.cluster, c.comm);
   }
 
   void forward(std::int64_t m) {

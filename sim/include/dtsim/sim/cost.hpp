@@ -113,6 +113,10 @@ class CommModel {
   virtual CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& /*route*/, const CommGroup& group) const {
     return collective(CollectiveOp::kAllToAll, bytes, group);
   }
+  /// Note [Resuming after a wait] (engine/executor.cpp): what a rank's
+  /// compute pays more after waiting on a collective, as (wait, extra)
+  /// points in increasing wait (SimRank::resume); none by default.
+  virtual std::vector<std::pair<TimeNs, TimeNs>> resume_after_wait() const { return {}; }
 };
 
 /// NCCL's ring and tree algorithms as alpha-beta per hop (Thakur et al. 2005;

@@ -289,6 +289,9 @@ class ProfileCommModel final : public CommModel {
   /// DeepEP crosses nodes, where a CPU profile measured nothing: priced by
   /// the analytic model over the profile's links.
   CollectiveCost expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const override;
+  /// What the profile's in-step collectives measured of a rank's compute
+  /// after their waits (Profile::comm_in_step's resume_s at wait_s).
+  std::vector<std::pair<TimeNs, TimeNs>> resume_after_wait() const override;
 
  private:
   std::shared_ptr<const ProfileCosts> costs_;

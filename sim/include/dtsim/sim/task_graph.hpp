@@ -176,6 +176,12 @@ struct SimRank {
   /// is handled once its compute stream is idle, or has been busy this long
   /// since it last came from idle (DeviceSpec::send_waits_for_core); 0: at once.
   TimeNs send_waits_for_core = 0;
+  /// Note [Resuming after a wait] in executor.cpp: what a compute task
+  /// that waited on a collective pays more, by how long its rank's core
+  /// had computed nothing: (wait, extra) points in increasing wait,
+  /// straight lines from (0, 0) between them, the last extra past the
+  /// last (CommModel::resume_after_wait); empty: nothing.
+  std::vector<std::pair<TimeNs, TimeNs>> resume;
 };
 
 /// The whole program of one training iteration.
