@@ -1612,4 +1612,23 @@ TEST_CASE("the computing after an in-step collective's wait: parsed, kept, shown
     REQUIRE(!pr.graph.ranks.empty());
     for (const SimRank& r : pr.graph.ranks) CHECK(r.resume == points);
   }
+  // A pipeline whose stages wait on their receives: the extra lengthens
+  // it, and its steady state, simulated once, still gives the whole run's
+  // time and peaks (Note [Steady state]).
+  PredictOptions po;
+  po.profile = std::make_shared<const ProfileCosts>(priced);
+  const PlanSpec pipe = parse_plan("micro_batch: 1\nprecision: fp32\noptimizer: adam\ndp: 1\npp: 2\nschedule: 1f1b\ngrad_accum: 64\n",
+                                   "test.yaml");
+  const Prediction abridged = predict(test::FakeModel(4, 1000, 0, 4), pipe, test::round_cluster(1, 2), po);
+  CHECK(abridged.abridged_to > 0);
+  po.unabridged = true;
+  const Prediction whole = predict(test::FakeModel(4, 1000, 0, 4), pipe, test::round_cluster(1, 2), po);
+  CHECK(whole.abridged_to == 0);
+  CHECK(abridged.iteration_time == whole.iteration_time);
+  REQUIRE(abridged.ranks.size() == whole.ranks.size());
+  for (std::size_t r = 0; r < whole.ranks.size(); ++r) CHECK(abridged.ranks[r].peak == whole.ranks[r].peak);
+  PredictOptions none;
+  none.profile = std::make_shared<const ProfileCosts>(sample_profile());
+  none.unabridged = true;
+  CHECK(predict(test::FakeModel(4, 1000, 0, 4), pipe, test::round_cluster(1, 2), none).iteration_time < whole.iteration_time);
 }
