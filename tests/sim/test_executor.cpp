@@ -464,6 +464,36 @@ TEST_CASE("a CPU rank's compute that waited on a collective pays for resuming, b
     f.add(compute("b", 50 * kUs, 0, {c}));
     CHECK(execute(f).spans[1].end == 90 * kUs);
   }
+  SECTION("a marker of no duration between the collective and the layer is looked through, and pays nothing") {
+    TaskGraph g = one_rank();
+    g.ranks[0].resume = {{80 * kUs, 20 * kUs}, {400 * kUs, 30 * kUs}};
+    const TaskId a = g.add(compute("a", 100 * kUs));
+    const TaskId c = g.add(comm("allreduce", 10 * kUs, 30000, 1, {a}));
+    const TaskId marker = g.add(compute("wait bucket", 0, 0, {c}));
+    g.add(compute("b", 50 * kUs, 0, {marker}));
+    const ExecResult r = execute(g);
+    CHECK(r.spans[2].end == 140 * kUs);
+    CHECK(r.spans[3].end == 200 * kUs);  // 140 + 50 + 10
+  }
+  SECTION("a CPU collective's time on the cores (Phase::kComm) is the wait: the layer after it pays, it does not") {
+    // a, then 40 us of the gather's work on the cores, then b: b waited
+    // 40 us since a's end.
+    TaskGraph g = one_rank();
+    g.ranks[0].resume = {{80 * kUs, 20 * kUs}, {400 * kUs, 30 * kUs}};
+    g.add(compute("a", 100 * kUs));
+    Task cores = compute("all_gather (cores)", 40 * kUs);
+    cores.phase = Phase::kComm;
+    g.add(cores);
+    g.add(compute("b", 50 * kUs));
+    const ExecResult r = execute(g);
+    CHECK(r.spans[1].end == 140 * kUs);
+    CHECK(r.spans[2].end == 200 * kUs);
+  }
+  SECTION("a negative extra (a comm model's mistake) costs nothing, never time backwards") {
+    TaskGraph g = chain(10 * kUs);
+    g.ranks[0].resume = {{80 * kUs, -200 * kUs}};
+    CHECK(execute(g).spans[2].end == 190 * kUs);
+  }
   SECTION("a compute task that slows beside a collective carries the extra as work") {
     // comm_slowdown 1 halves compute while a collective runs; none runs
     // during b, so b takes 50 + 10 us.

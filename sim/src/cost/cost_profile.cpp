@@ -1281,12 +1281,30 @@ CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const 
 }
 
 std::vector<std::pair<TimeNs, TimeNs>> ProfileCommModel::resume_after_wait() const {
+  // The all-reduces of the fewest ranks timed so (each rank count's sizes
+  // are one sweep; a profile merged from several has several), one point
+  // a wait, those of equal waits averaged.
+  const auto& rows = costs_->profile().comm_in_step;
+  int ranks = 0;
+  for (const StepCommSample& c : rows) {
+    if (c.op == CollectiveOp::kAllReduce && c.wait_s > 0 && (ranks == 0 || c.ranks < ranks)) ranks = c.ranks;
+  }
   std::vector<std::pair<TimeNs, TimeNs>> points;
-  for (const StepCommSample& c : costs_->profile().comm_in_step) {
-    if (c.wait_s > 0) points.emplace_back(seconds_to_ns(c.wait_s), seconds_to_ns(std::max(0.0, c.resume_s)));
+  for (const StepCommSample& c : rows) {
+    if (c.op == CollectiveOp::kAllReduce && c.wait_s > 0 && c.ranks == ranks) {
+      points.emplace_back(seconds_to_ns(c.wait_s), seconds_to_ns(std::max(0.0, c.resume_s)));
+    }
   }
   std::sort(points.begin(), points.end());
-  return points;
+  std::vector<std::pair<TimeNs, TimeNs>> merged;
+  for (std::size_t i = 0; i < points.size();) {
+    std::size_t j = i;
+    double sum = 0;
+    for (; j < points.size() && points[j].first == points[i].first; ++j) sum += static_cast<double>(points[j].second);
+    merged.emplace_back(points[i].first, static_cast<TimeNs>(std::llround(sum / static_cast<double>(j - i))));
+    i = j;
+  }
+  return merged;
 }
 
 CollectiveCost ProfileCommModel::expert_dispatch(Bytes bytes, const ExpertRoute& route, const CommGroup& group) const {

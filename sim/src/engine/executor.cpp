@@ -104,6 +104,13 @@
 // nothing after no wait, the extra measured after the waits measured,
 // straight lines between, the last past it. The extra lengthens the task
 // (its span and its rank's busy time), as the cold caches do the layer.
+// Only a layer's work counts as computing, pays and ends the wait: not a
+// marker of no duration (one between the collective and the layer is
+// looked through), and not a CPU collective's time on the cores (the
+// "(cores)" tasks of Note [CPU collectives] in lowering/layer_context.hpp,
+// Phase::kComm), which is
+// itself the wait. Only ranks whose collectives need their cores (CPU
+// ranks: DeviceSpec::comm_overlaps_compute false) are given points.
 //
 // Note [Sizes in 64 bits]
 // Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
@@ -393,7 +400,7 @@ class Executor {
     spans_[id].start = q_.now();
     for (const MemOp& op : g_.on_start(t)) apply_mem(t.rank, op);
     // Note [Resuming after a wait]: what it pays more for a wait before it.
-    const TimeNs resume = resumes_ && t.kind == TaskKind::kCompute ? resume_extra(id, t.rank) : 0;
+    const TimeNs resume = resumes_ && computes(t) ? resume_extra(id, t.rank) : 0;
     if (core_waits_ && t.kind == TaskKind::kCompute && t.stream == compute_stream_[t.rank]) {
       // Note [Busy sender]: busy since the core last came from idle.
       if (computing_[t.rank] == -1) busy_since_[t.rank] = q_.now();
@@ -433,21 +440,31 @@ class Executor {
   /// last compute task ended.
   TimeNs resume_extra(TaskId id, int rank) const {
     const auto& points = g_.ranks[rank].resume;
-    const TaskId by = ready_by_[id];
     const TimeNs last = last_compute_end_[rank];
-    if (points.empty() || by < 0 || g_.tasks[by].kind != TaskKind::kCollective || last < 0) return 0;
+    if (points.empty() || last < 0) return 0;
+    // What made it ready, through the markers of no duration between.
+    TaskId by = ready_by_[id];
+    while (by >= 0 && g_.tasks[by].duration == 0 && g_.tasks[by].kind != TaskKind::kCollective) by = ready_by_[by];
+    if (by < 0 || computes(g_.tasks[by])) return 0;  // a layer after a layer
     const TimeNs wait = q_.now() - last;
     if (wait <= 0) return 0;
     TimeNs w0 = 0, x0 = 0;
     for (const auto& [w, x] : points) {
       if (wait <= w) {
-        return x0 + static_cast<TimeNs>(std::llround(static_cast<double>(x - x0) * static_cast<double>(wait - w0) /
-                                                     static_cast<double>(w - w0)));
+        return std::max<TimeNs>(0, x0 + static_cast<TimeNs>(std::llround(static_cast<double>(x - x0) *
+                                                                         static_cast<double>(wait - w0) /
+                                                                         static_cast<double>(w - w0))));
       }
       w0 = w;
       x0 = x;
     }
-    return x0;
+    return std::max<TimeNs>(0, x0);
+  }
+  /// Note [Resuming after a wait]: a task that computes, as a layer does:
+  /// not a collective, not the host's work, not a marker of no duration,
+  /// and not a CPU collective's time on the cores (Phase::kComm).
+  static bool computes(const Task& t) {
+    return t.kind == TaskKind::kCompute && t.duration > 0 && t.phase != Phase::kComm;
   }
 
   /// Note [Busy sender]: a receiver's notice to a sender whose core is computing.
@@ -630,7 +647,7 @@ class Executor {
     }
     for (const MemOp& op : g_.on_end(t)) apply_mem(t.rank, op);
     if (core_waits_ && computing_[t.rank] == id) computing_[t.rank] = -2;  // Note [Busy sender]: ending
-    if (resumes_ && t.kind == TaskKind::kCompute) last_compute_end_[t.rank] = q_.now();  // Note [Resuming after a wait]
+    if (resumes_ && computes(t)) last_compute_end_[t.rank] = q_.now();  // Note [Resuming after a wait]
     // The next task on this stream may now run.
     std::size_t& h = head_[t.rank][t.stream];
     ++h;

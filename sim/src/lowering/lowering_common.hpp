@@ -157,7 +157,7 @@ inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel&
 inline void set_interference(SimRank& r, const ClusterSpec& c, const CommModel& comm) {
   r.comm_slowdown = c.device.comm_slowdown;
   r.send_waits_for_core = c.device.send_waits_for_core;
-  r.resume = comm.resume_after_wait();
+  r.resume = c.device.comm_overlaps_compute ? std::vector<std::pair<TimeNs, TimeNs>>{} : comm.resume_after_wait();
   r.hbm_slowdown = {};
   for (LinkClass k : {LinkClass::kIntraNode, LinkClass::kInterNode}) {  // host copies: copy engines (Note [Interference])
     const auto i = static_cast<std::size_t>(k);
