@@ -108,9 +108,9 @@
 // marker of no duration (one between the collective and the layer is
 // looked through), and not a CPU collective's time on the cores (the
 // "(cores)" tasks of Note [CPU collectives] in lowering/layer_context.hpp,
-// Phase::kComm), which is
-// itself the wait. Only ranks whose collectives need their cores (CPU
-// ranks: DeviceSpec::comm_overlaps_compute false) are given points.
+// Phase::kComm), which is itself the wait. Only ranks whose collectives
+// need their cores (CPU ranks: DeviceSpec::comm_overlaps_compute false)
+// are given points.
 //
 // Note [Sizes in 64 bits]
 // Times are int64 nanoseconds and sizes int64 bytes: exact and reproducible,
