@@ -1586,6 +1586,19 @@ TEST_CASE("the computing after an in-step collective's wait: parsed, kept, shown
   CHECK(q.comm_in_step[1].wait_s == 0.004);
   CHECK(q.comm_in_step[2].wait_s == 0);
   CHECK_THAT(calib::format_profile(q), Catch::Contains("computing after it +120 us"));
+  // A damaged column (a negative wait, a resume that is not a number): one
+  // line naming the row and the columns.
+  for (const auto& [wait, resume] : {std::pair{-0.001, 0.0001}, std::pair{0.001, std::nan("")}}) {
+    Profile bad = q;
+    bad.comm_in_step[0].wait_s = wait;
+    bad.comm_in_step[0].resume_s = resume;
+    const std::string bad_path = temp_path("dtsim_profile_bad_resume");
+    save_profile(bad, bad_path);
+    const std::string e = error_of([&] { load_profile(bad_path); });
+    std::filesystem::remove(bad_path);
+    CHECK_THAT(e, Catch::Contains("/comm_in_step: row 0: resume_s or wait_s is not a number of seconds (wait_s from 0)"));
+    CHECK(e.find('\n') == std::string::npos);
+  }
   CHECK_THAT(calib::profile_to_json(q), Catch::Contains("\"resume_s\": 0.0004") && Catch::Contains("\"wait_s\": 0.004"));
 
   // The ranks' points, by wait: (0.7 ms, 120 us), (4 ms, 400 us); the row
