@@ -348,4 +348,32 @@ inline std::vector<std::int64_t> step_batches(const std::vector<std::int64_t>& s
   return out;
 }
 
+/// Note [A pass at the machine's usual speed] (torch_bench.cpp): the most
+/// a pass's probe may differ from the sweep's usual one, either way, for
+/// its timings to count as taken at that speed (the validation suite's
+/// quiet rounds: Note [Machine probe]).
+inline constexpr double kUsualSpeed = 1.15;
+
+/// Note [A pass at the machine's usual speed] (torch_bench.cpp): which of a
+/// point's passes (their `medians`, and the probe each was preceded by)
+/// it takes: the fastest of those whose probe is within kUsualSpeed of
+/// `usual`, else the one whose probe is nearest it (by ratio); the fastest
+/// of all where the passes were not probed (`usual` not above 0, or not a
+/// probe a pass). `medians` is not empty.
+inline std::size_t pass_at_usual_speed(const std::vector<double>& medians, const std::vector<double>& probes, double usual) {
+  const bool probed = usual > 0 && probes.size() == medians.size();
+  const auto off = [&](std::size_t k) { return std::abs(std::log(probes[k] / usual)); };
+  std::size_t best = medians.size();
+  for (std::size_t k = 0; k < medians.size(); ++k) {
+    if (probed && !(off(k) <= std::log(kUsualSpeed) + 1e-12)) continue;
+    if (best == medians.size() || medians[k] < medians[best]) best = k;
+  }
+  if (best < medians.size()) return best;
+  best = 0;
+  for (std::size_t k = 1; k < medians.size(); ++k) {
+    if (off(k) < off(best)) best = k;
+  }
+  return best;
+}
+
 }  // namespace dtsim::calib::bench

@@ -810,6 +810,8 @@ std::string format_profile(const sim::Profile& p) {
     if (end != p.info.end()) os << ", " << human_s(std::atof(end->second.c_str())) << " at the end";
     os << "\n";
   }
+  // Note [A pass at the machine's usual speed] (torch_bench.cpp).
+  if (const auto it = p.info.find("torch.probe_points"); it != p.info.end()) os << "  probed points: " << it->second << "\n";
   // Note [Python host cost] (sim/src/cost/cost_python.cpp).
   if (const auto cost = sim::python_host_cost(p)) {
     const auto version = [&](const char* key) {

@@ -939,6 +939,32 @@ TEST_CASE("whole steps are timed at the largest micro-batch, and at the smallest
   CHECK(step_batches({8}) == std::vector<std::int64_t>{8});
 }
 
+TEST_CASE("a point takes its fastest pass at the machine's usual speed (Note [A pass at the machine's usual speed])",
+          "[calibrate]") {
+  using dtsim::calib::bench::pass_at_usual_speed;
+  // Three passes of 3, 2 and 4 ms; the usual probe 10 ms. The second pass
+  // ran while the probe read 7 ms (10 / 7 = 1.43x fast, past 1.15x): of the
+  // other two, both at the usual speed, the faster is the first.
+  CHECK(pass_at_usual_speed({3, 2, 4}, {10, 7, 10}, 10) == 0);
+  // A probe 1.15x either way still counts (11.5 ms, 10 / 1.15 = 8.70 ms);
+  // 8.6 ms (1.163x fast) does not.
+  CHECK(pass_at_usual_speed({3, 2}, {10, 11.5}, 10) == 1);
+  CHECK(pass_at_usual_speed({3, 2}, {10, 8.70}, 10) == 1);
+  CHECK(pass_at_usual_speed({3, 2}, {10, 8.6}, 10) == 0);
+  // None at the usual speed (probes 2x slow, 2x fast, 1.3x slow): the
+  // nearest, 1.3x, whatever its time.
+  CHECK(pass_at_usual_speed({3, 2, 4}, {20, 5, 13}, 10) == 2);
+  // Not probed (a sweep before this rule, or a probe missing): the fastest.
+  CHECK(pass_at_usual_speed({3, 2, 4}, {}, 10) == 1);
+  CHECK(pass_at_usual_speed({3, 2, 4}, {10, 7, 10}, 0) == 1);
+  CHECK(pass_at_usual_speed({5}, {30}, 10) == 0);
+  // profile show says how many points were timed at the usual speed.
+  Profile p;
+  CHECK_THAT(calib::format_profile(p), !Catch::Contains("probed points"));
+  p.info["torch.probe_points"] = "61 of 90 layer points from a pass whose probe was within 1.15x of the usual 9.13 ms";
+  CHECK_THAT(calib::format_profile(p), Catch::Contains("  probed points: 61 of 90 layer points from a pass whose probe"));
+}
+
 TEST_CASE("a quiet loop is compared by its typical runs (Note [Small layers in a step])", "[calibrate]") {
   // A small layer's loop ran quiet: median 40 ms, fastest 39 (within 15%).
   // In the step its typical run took 80 ms, but its luckiest 44 ms (the
