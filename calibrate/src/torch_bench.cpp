@@ -838,9 +838,9 @@ class Bench {
   // The fastest pass assumes one undisturbed speed. The 2-vCPU AMD VM has
   // two for minutes at a time: on 2026-12-03 the reference layer read 5.1
   // ms across a morning calibration and 9.4-11.2 ms across an afternoon
-  // one, and in a single sweep its probes ranged 5.2-13.7 ms; a CNN
-  // convolution at 4 images took 36 us in the passes probed at 5.4 ms and
-  // 76 us in the one probed at 11.1. So a layer was priced from whichever
+  // one, and in a single sweep its probes ranged 5.2-13.7 ms; the conv
+  // autoencoder's first convolution at 4 images took 36 us in the passes
+  // probed at 5.4 ms and 76 us in the one probed at 11.1. So a layer was priced from whichever
   // pass met a fast spell, while the profile's probe, the speed against
   // which a validation round is judged quiet (Note [Machine probe]), was
   // the sweep's usual one: rounds judged quiet were priced short, and the
@@ -854,10 +854,11 @@ class Bench {
   // bench_common.hpp). Not scaled by the probe: a spell slows layers by
   // its ratio to the power 0.4-0.85 (log-log slope over one sweep's
   // passes: fully-connected 0.40, convolutions 0.46, the LSTMs 0.73-0.79).
-  // Seed 003's suite, one set of rounds replayed against profiles made
-  // with either rule (docs/validation-cpu.md, 2026-12-03, evening): median
-  // error 28.1% (every row short) with the fastest pass, 14.1-14.2% with
-  // this one. Quick and GPU sweeps run one pass and are unchanged.
+  // One set of rounds replayed against profiles made with either rule
+  // (docs/validation-cpu.md, 2026-12-03, evening): seed 003's median error
+  // 28.1% (every row short) with the fastest pass, 14.1-14.2% with this
+  // one; the tiny models' 29 rows 13.0% (28 short) against 5.9-8.0%.
+  // Quick and GPU sweeps run one pass and are unchanged.
   struct PassTimes {
     std::vector<Stats> forward, backward;
     std::vector<double> probes;  ///< Note [A pass at the machine's usual speed]: each pass's, where probed
