@@ -1581,7 +1581,8 @@ class Bench {
         const Stats spread = stats(point_probes);
         std::printf("info\tprobe_points\t%d of %d layer points from a pass whose probe was within %.2fx of the usual %.3g ms "
                     "(%zu probes, %.3g to %.3g ms), the rest from the nearest\n",
-                    at_usual, recorded, dtsim::calib::bench::kUsualSpeed, usual * 1e3, point_probes.size(), spread.min * 1e3, spread.max * 1e3);
+                    at_usual, recorded, dtsim::calib::bench::kUsualSpeed, usual * 1e3, point_probes.size(), spread.min * 1e3,
+                    spread.max * 1e3);
       }
     }
     for (const auto& p : steps) measure_step(p);
