@@ -354,6 +354,12 @@ inline std::vector<std::int64_t> step_batches(const std::vector<std::int64_t>& s
 /// quiet rounds: Note [Machine probe]).
 inline constexpr double kUsualSpeed = 1.15;
 
+/// Whether a pass probed at `probe` seconds ran at the sweep's `usual`
+/// speed: within kUsualSpeed of it, either way.
+inline bool at_usual_speed(double probe, double usual) {
+  return std::abs(std::log(probe / usual)) <= std::log(kUsualSpeed) + 1e-12;
+}
+
 /// Note [A pass at the machine's usual speed] (torch_bench.cpp): which of a
 /// point's passes (their `medians`, and the probe each was preceded by)
 /// it takes: the fastest of those whose probe is within kUsualSpeed of
@@ -365,7 +371,7 @@ inline std::size_t pass_at_usual_speed(const std::vector<double>& medians, const
   const auto off = [&](std::size_t k) { return std::abs(std::log(probes[k] / usual)); };
   std::size_t best = medians.size();
   for (std::size_t k = 0; k < medians.size(); ++k) {
-    if (probed && !(off(k) <= std::log(kUsualSpeed) + 1e-12)) continue;
+    if (probed && !at_usual_speed(probes[k], usual)) continue;
     if (best == medians.size() || medians[k] < medians[best]) best = k;
   }
   if (best < medians.size()) return best;

@@ -1539,13 +1539,13 @@ class Bench {
         for (const Stats& s : passes) m.push_back(s.median);
         return m;
       };
-      using dtsim::calib::bench::kUsualSpeed;
+      using dtsim::calib::bench::at_usual_speed;
       using dtsim::calib::bench::pass_at_usual_speed;
       const std::size_t f = pass_at_usual_speed(medians(t.forward), t.probes, usual);
       const std::size_t g = pass_at_usual_speed(medians(t.backward), t.probes, usual);
       ++recorded;
       const bool probed = usual > 0 && t.probes.size() == t.forward.size();
-      if (probed && std::abs(std::log(t.probes[f] / usual)) <= std::log(kUsualSpeed) + 1e-12) ++at_usual;
+      if (probed && at_usual_speed(t.probes[f], usual)) ++at_usual;
       print_layer(layers[i].signature, layers[i].precision, layers[i].b, layers[i].s, of_pass(t.forward, f),
                   of_pass(t.backward, g), t.forward_transient, t.backward_rise);
     };
