@@ -533,6 +533,38 @@ TEST_CASE("a rank's collectives pay their stalls as a median step meets them (No
   CHECK(flow.stalls == Approx((3 * 0.1 * 5 + 0.2 * 10) / 10.0));
 }
 
+TEST_CASE("a pipeline's message is priced at its median, its tail as stalls (Note [A collective's stalls])", "[comm]") {
+  // Two sizes of Gloo send/recv timed to a waiting receiver: 1 KiB at a
+  // median of 100 us, a mean of 130 and a slowest of 3.1 ms; 64 KiB at
+  // 200, 260 and 4.2 ms.
+  Profile p;
+  const auto sample = [](Bytes bytes, double median, double mean, double max) {
+    CommSample c;
+    c.backend = "gloo";
+    c.op = CollectiveOp::kSendRecv;
+    c.ranks = 2;
+    c.bytes = bytes;
+    c.time.median_s = median;
+    c.time.mean_s = mean;
+    c.time.min_s = median / 2;
+    c.time.max_s = max;
+    c.time.reps = 100;
+    return c;
+  };
+  p.comm = {sample(1024, 100e-6, 130e-6, 3.1e-3), sample(65536, 200e-6, 260e-6, 4.2e-3)};
+  const MeasuredCollective m = MeasuredCollective::of(p, "gloo", CollectiveOp::kSendRecv, 2, 0);
+  // A message costs its median, not its mean (130 us).
+  const MeasuredCollective::Split one = m.at(1024);
+  CHECK(one.latency + one.wire == Approx(100e-6));
+  const MeasuredCollective::Split big = m.at(65536);
+  CHECK(big.latency + big.wire == Approx(200e-6));
+  // One stall lasts the median of (slowest - median): of 3.0 and 4.0 ms, 3.5.
+  CHECK(m.stall() == Approx(3.5e-3));
+  // A 1 KiB message meets 30 us / 3.5 ms of one on average, a 64 KiB one 60 / 3500.
+  CHECK(m.stalls_at(1024) == Approx(30e-6 / 3.5e-3));
+  CHECK(m.stalls_at(65536) == Approx(60e-6 / 3.5e-3));
+}
+
 TEST_CASE("a data-parallel collective pays the stalls measured in a step, others the back-to-back ones (Note [Collectives in a step])",
           "[comm]") {
   using dtsim::sim::detail::TaskBuilder;

@@ -89,9 +89,17 @@
 // their binomial count to within one (Kaas and Buhrman 1980): none for
 // one DDP bucket at p 0.1, one for 13 tensor-parallel all-reduces, and
 // over many the mean, which is what the fit prices. Sizes without a mean
-// (imported nccl-tests logs) have no stalls; point-to-point messages are
-// timed each alone to a waiting receiver and keep their mean. The bounds
-// of the search and `dtsim comm` take the typical time.
+// (imported nccl-tests logs) have no stalls. A pipeline's point-to-point
+// message (timed alone to a waiting receiver: Note [Waiting receiver] in
+// calibrate/src/gloo_bench.cpp) counts its stalls the same way, in the
+// same running sum as its rank's collectives: it had kept its mean, and
+// the mean is as much the tail's as a collective's. A seed 003
+// calibration timed a 1 KiB message at a median of 168 us and a mean of
+// 285 us (slowest 2.6 ms), and at 32-128 B a mean near 1.1 ms; nbow-tiny's
+// naive pipeline, two messages a step, then waited 320 and 417 us a step
+// on its stages where that mean priced 645 and 818 (+46% on the step;
+// +7% at the median: docs/validation-cpu.md, 2026-12-03, night). The
+// bounds of the search and `dtsim comm` take the typical time.
 // Back to back is not how a step meets a gradient bucket: launched as the
 // backward's work ends, a Gloo all-reduce stalled in 20-30% of the runs
 // where back to back it stalled in 5-13% (Note [Collectives in a step] in
@@ -490,11 +498,9 @@ MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::str
     const int per_node = c.ranks_per_node > 0 && c.ranks_per_node < c.ranks ? c.ranks_per_node : 0;
     if (c.backend != backend || c.op != op || c.ranks != ranks || per_node != ranks_per_node) continue;
     const double b = static_cast<double>(c.bytes);
-    // A point-to-point message is timed to a waiting receiver (Note
-    // [Waiting receiver] in calibrate/src/gloo_bench.cpp), each message by
-    // itself: its mean is what a pipeline's message costs. Only collectives
-    // timed back to back have stalls to tell apart (Note [A collective's stalls]).
-    const bool stalls = op != CollectiveOp::kSendRecv && c.time.mean_s > 0 && c.time.median_s > 0;
+    // Note [A collective's stalls]: its median, and its tail apart (a
+    // point-to-point message's too).
+    const bool stalls = c.time.mean_s > 0 && c.time.median_s > 0;
     samples.emplace_back(b, stalls || c.time.mean_s <= 0 ? c.time.median_s : c.time.mean_s);
     if (stalls) tails.push_back({b, c.time.mean_s - c.time.median_s, std::max(0.0, c.time.max_s - c.time.median_s)});
   }
