@@ -382,4 +382,19 @@ inline std::size_t pass_at_usual_speed(const std::vector<double>& medians, const
   return best;
 }
 
+/// Note [Loop and step interleaved] (torch_bench.cpp): `rounds` rounds,
+/// each `loop(i, share)` for i = 0 .. loops - 1 and then `step(share)`,
+/// every share that series' budget over `rounds`; false as soon as one of
+/// them is (a run over its time cap), true once all have run.
+template <class Loop, class Step>
+bool interleaved(int rounds, std::size_t loops, double loop_budget, double step_budget, Loop&& loop, Step&& step) {
+  for (int r = 0; r < rounds; ++r) {
+    for (std::size_t i = 0; i < loops; ++i) {
+      if (!loop(i, loop_budget / rounds)) return false;
+    }
+    if (!step(step_budget / rounds)) return false;
+  }
+  return true;
+}
+
 }  // namespace dtsim::calib::bench

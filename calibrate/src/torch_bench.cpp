@@ -389,6 +389,26 @@ class Bench {
   /// GPUs are steady: 0.15 s holds at least the 10 runs repeat() takes.
   double layer_budget() const { return o_.budget_s > 0 ? o_.budget_s : (cuda_ ? 0.15 : (o_.quick ? 0.2 : 1.0)); }
 
+  // Note [Loop and step interleaved]
+  // The simulator scales a layer's sweep times by its time in the chained
+  // step over its time alone in a loop (Note [Layers in a step]), so the
+  // two must meet the machine at one speed. Timed one after the other
+  // (the loops for half a budget, then the step for one), they met two:
+  // on the AMD VM, whose speed moves between two levels for minutes at a
+  // time (Note [A pass at the machine's usual speed]), one calibration
+  // timed seq2seq-tiny's encoder at 1.01 ms forward in the loop, where the
+  // sweep at the usual speed had 1.74 and the step 1.84: a ratio of 1.83
+  // that priced its DDP step at 19.2 ms where the calibration made 20
+  // minutes before priced it at 9.3 (ratio 0.94), and the step measured
+  // 15.0-16.5. So a CPU's full sweep times them in kStepRounds rounds,
+  // each the loops for a round's share of their budget and then the step
+  // for its share, and pools each series' runs over the rounds: a spell
+  // that falls in some rounds slows both series alike, and the two series'
+  // medians (or fastest runs) compare like with like. GPUs, steady, and
+  // the quick sweep keep one round.
+  static constexpr int kStepRounds = 4;
+  int step_rounds() const { return cuda_ || o_.quick ? 1 : kStepRounds; }
+
   /// Seconds one warm-up run may take before its point is skipped: a point
   /// whose single run is this slow would hold the sweep for minutes.
   double time_cap(double budget) const { return std::max(o_.quick ? 5.0 : 30.0, 10 * budget); }
@@ -699,7 +719,8 @@ class Bench {
   // runtime's Adam updates every parameter after it, untimed), and
   // every layer's own forward and backward inside that step are printed as
   // layer records of signature "<signature>|in-step", beside its loop times
-  // taken just before ("<signature>|loop"). The simulator scales a layer's
+  // taken in the same minute ("<signature>|loop", in rounds with the step's:
+  // Note [Loop and step interleaved]). The simulator scales a layer's
   // loop times by the in-step over loop ratio at the nearest step shape.
   void measure_step(const StepPoint& pt) {
     const std::string label = pt.model + (pt.tp > 1 ? " tp=" + std::to_string(pt.tp) : "") +
@@ -719,20 +740,19 @@ class Bench {
         inputs.push_back(layers.back()->make_inputs(pt.b, pt.s, opts));
       }
       const double budget = layer_budget();
-      // Each distinct layer alone first, moments before the chain, so the
-      // ratio of the two is not the machine's drift between the sweep and
-      // the step (on the CI machine a gpt2-tiny block's loop time moved by
-      // 25% between two calibrations half an hour apart).
-      std::set<std::string> looped;
-      for (std::size_t i = 0; i < n; ++i) {
-        if (!looped.insert(pt.chain[i]).second) continue;
-        Stats f, g;
-        if (!time_loop(*layers[i], inputs[i], budget / 2, &f, &g)) {
-          skip(label, "one run of " + pt.chain[i] + " took over the time cap");
-          return;
+      // Each distinct layer alone, moments before the chain, so the ratio
+      // of the two is not the machine's drift between the sweep and the
+      // step (on the CI machine a gpt2-tiny block's loop time moved by 25%
+      // between two calibrations half an hour apart); in rounds, each
+      // round the loops then the chain (Note [Loop and step interleaved]).
+      std::vector<std::size_t> distinct;  // the first layer of each signature
+      {
+        std::set<std::string> looped;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (looped.insert(pt.chain[i]).second) distinct.push_back(i);
         }
-        print_layer(pt.chain[i] + "|loop", pt.precision, pt.b, pt.s, f, g);
       }
+      std::vector<std::vector<double>> loop_fwd(n), loop_bwd(n);
       std::vector<std::vector<double>> fwd(n), bwd(n);
       Stopwatch fw(cuda_, static_cast<int>(n) + 1), bw(cuda_, static_cast<int>(n) + 1);
       // The runtime's Adam over every parameter after the backward, untimed
@@ -788,9 +808,20 @@ class Bench {
           }
         }
       };
-      if (!repeat(step, budget, time_cap(budget))) {
+      const auto loop = [&](std::size_t k, double share) {
+        const std::size_t i = distinct[k];
+        if (time_loop_samples(*layers[i], inputs[i], share, time_cap(budget / 2), loop_fwd[i], loop_bwd[i])) return true;
+        skip(label, "one run of " + pt.chain[i] + " took over the time cap");
+        return false;
+      };
+      const auto chained = [&](double share) {
+        if (repeat(step, share, time_cap(budget))) return true;
         skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
-        return;
+        return false;
+      };
+      if (!dtsim::calib::bench::interleaved(step_rounds(), distinct.size(), budget / 2, budget, loop, chained)) return;
+      for (const std::size_t i : distinct) {
+        print_layer(pt.chain[i] + "|loop", pt.precision, pt.b, pt.s, stats(loop_fwd[i]), stats(loop_bwd[i]));
       }
       // Layers of one signature (the blocks) pool their timings.
       std::vector<std::string> order;
@@ -1042,6 +1073,16 @@ class Bench {
   /// one warm-up run took over the time cap.
   bool time_loop(dtsim::models::TorchLayer& layer, std::vector<torch::Tensor>& inputs, double budget, Stats* f_out, Stats* g_out) {
     std::vector<double> fwd, bwd;
+    if (!time_loop_samples(layer, inputs, budget, time_cap(budget), fwd, bwd)) return false;
+    *f_out = stats(fwd);
+    *g_out = stats(bwd);
+    return true;
+  }
+
+  /// time_loop's runs, appended to `fwd` and `bwd`; false where a warm-up
+  /// run took over `cap` seconds.
+  bool time_loop_samples(dtsim::models::TorchLayer& layer, std::vector<torch::Tensor>& inputs, double budget, double cap,
+                         std::vector<double>& fwd, std::vector<double>& bwd) {
     Stopwatch watch(cuda_, 4);
     auto step = [&](bool record) {
       // Gradients set to none, as PyTorch 2's optimizer.zero_grad() does
@@ -1071,10 +1112,7 @@ class Bench {
         bwd.push_back(backward_s);
       }
     };
-    if (!repeat(step, budget, time_cap(budget))) return false;
-    *f_out = stats(fwd);
-    *g_out = stats(bwd);
-    return true;
+    return repeat(step, budget, cap);
   }
 
   // ---- kernels ----

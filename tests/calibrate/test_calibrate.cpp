@@ -965,6 +965,38 @@ TEST_CASE("a point takes its fastest pass at the machine's usual speed (Note [A 
   CHECK_THAT(calib::format_profile(p), Catch::Contains("  probed points: 61 of 90 layer points from a pass whose probe"));
 }
 
+TEST_CASE("a step's loops and chain are timed in rounds, each its share of the budget (Note [Loop and step interleaved])",
+          "[calibrate]") {
+  using dtsim::calib::bench::interleaved;
+  // Two layers looped for half a 1 s budget, the chain for 1 s, in 4
+  // rounds: each round both loops (0.5 / 4 = 0.125 s each) and then the
+  // chain (0.25 s), so a spell of the machine falls on both series alike.
+  std::vector<std::string> calls;
+  const auto loop = [&](std::size_t i, double share) {
+    calls.push_back("loop " + std::to_string(i) + " " + std::to_string(share));
+    return true;
+  };
+  const auto step = [&](double share) {
+    calls.push_back("step " + std::to_string(share));
+    return true;
+  };
+  CHECK(interleaved(4, 2, 0.5, 1.0, loop, step));
+  const std::vector<std::string> round = {"loop 0 0.125000", "loop 1 0.125000", "step 0.250000"};
+  std::vector<std::string> want;
+  for (int r = 0; r < 4; ++r) want.insert(want.end(), round.begin(), round.end());
+  CHECK(calls == want);
+  // One round (a GPU, the quick sweep): the loops for the whole half, then the chain.
+  calls.clear();
+  CHECK(interleaved(1, 2, 0.5, 1.0, loop, step));
+  CHECK(calls == std::vector<std::string>{"loop 0 0.500000", "loop 1 0.500000", "step 1.000000"});
+  // A loop over its time cap in the second round stops there.
+  calls.clear();
+  int runs = 0;
+  const auto fails_fourth = [&](std::size_t i, double share) { return ++runs != 4 && loop(i, share); };
+  CHECK_FALSE(interleaved(4, 2, 0.5, 1.0, fails_fourth, step));
+  CHECK(calls == std::vector<std::string>{"loop 0 0.125000", "loop 1 0.125000", "step 0.250000", "loop 0 0.125000"});
+}
+
 TEST_CASE("a quiet loop is compared by its typical runs (Note [Small layers in a step])", "[calibrate]") {
   // A small layer's loop ran quiet: median 40 ms, fastest 39 (within 15%).
   // In the step its typical run took 80 ms, but its luckiest 44 ms (the
