@@ -639,6 +639,21 @@ TEST_CASE("each point keeps the slower rank's time (Note [The slowest rank sets 
   CHECK(mine.layers[1].forward.median_s == 0.030);
   CHECK(mine.layers[1].backward.median_s == 0.060);
   CHECK(mine.kernels[0].time.median_s == 1.5e-4);
+  // Note [The slowest copy's probe]: the profile's probe is the slower
+  // copy's (9.8 ms over 9.13), as a validation round's is its slowest rank's.
+  mine.info["torch.probe_s"] = "0.00913";
+  other.info["torch.probe_s"] = "0.0098";
+  calib::keep_slowest(mine, other);
+  CHECK(mine.info["torch.probe_s"] == "0.0098");
+  other.info["torch.probe_s"] = "0.0085";  // a faster copy leaves it
+  calib::keep_slowest(mine, other);
+  CHECK(mine.info["torch.probe_s"] == "0.0098");
+  Profile unprobed;  // a copy without one (a GPU, a quick sweep's) neither
+  calib::keep_slowest(mine, unprobed);
+  CHECK(mine.info["torch.probe_s"] == "0.0098");
+  Profile none;  // and a measured copy without one takes the other's
+  calib::keep_slowest(none, other);
+  CHECK(none.info["torch.probe_s"] == "0.0085");
 }
 
 TEST_CASE("a collective is fitted to its mean where one was measured (Note [A collective costs its mean])", "[calibrate]") {

@@ -33,8 +33,10 @@ void fit_profile(sim::Profile& p);
 /// Note [The slowest rank sets the pace]: for every layer and kernel point
 /// both profiles measured, `p` keeps the slower median of each pass (and
 /// that copy's min and max). Ranks sharing a CPU do not slow each other
-/// alike, and a synchronous step goes at its slowest rank's speed.
-/// Returns how many points took `other`'s time.
+/// alike, and a synchronous step goes at its slowest rank's speed. The
+/// machine probe (info "torch.probe_s") too: the slower one (Note [The
+/// slowest copy's probe] in fit.cpp). Returns how many points took
+/// `other`'s time.
 int keep_slowest(sim::Profile& p, const sim::Profile& other);
 
 /// The median over the layer passes both profiles measured of other's time
