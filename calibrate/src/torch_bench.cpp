@@ -405,7 +405,17 @@ class Bench {
   // for its share, and pools each series' runs over the rounds: a spell
   // that falls in some rounds slows both series alike, and the two series'
   // medians (or fastest runs) compare like with like. GPUs, steady, and
-  // the quick sweep keep one round.
+  // the quick sweep keep one round; the profile records the rounds (info
+  // torch.step_rounds). The simulator's choice between the two series'
+  // typical and fastest runs (Note [Small layers in a step] in
+  // sim/src/cost/cost_profile.cpp) stands: with rounds, always the typical
+  // runs was tried on one tiny-model calibration and its suite, and moved
+  // bilstm-tiny's nine rows about 17 points toward the measured steps
+  // (its chained LSTM's fastest forward 1.87 ms against the loop's 2.69,
+  // medians 3.18 and 3.39) and gpt2-tiny's ten about 11 points away (its
+  // block's loop median 9.79 ms, fastest 7.46, the chain's 7.88 and 7.31):
+  // four rounds of seconds each still meet a spell in one series and not
+  // the other (docs/validation-cpu.md, 2026-12-03, night).
   static constexpr int kStepRounds = 4;
   int step_rounds() const { return cuda_ || o_.quick ? 1 : kStepRounds; }
 
@@ -1623,6 +1633,8 @@ class Bench {
                     spread.max * 1e3);
       }
     }
+    // Note [Loop and step interleaved]: how the steps' series were timed.
+    if (!steps.empty()) std::printf("info\tstep_rounds\t%d\n", step_rounds());
     for (const auto& p : steps) measure_step(p);
     for (const auto& k : kernels) measure_kernel(k);
     workspace_at_rest();

@@ -33,6 +33,8 @@ grep -q "kernel.grouped_gemm.fp32" <<<"$show" || fail "profile has no grouped GE
 # Note [Gradient buckets]: the buckets' copies were timed and fitted.
 grep -q "kernel.bucket_in.fp32" <<<"$show" || fail "profile has no bucket copy-in fit"
 grep -q "kernel.bucket_out.fp32" <<<"$show" || fail "profile has no bucket copy-out fit"
+# Note [Loop and step interleaved]: a quick sweep times a step's loops and chain in one round.
+grep -q '"torch.step_rounds": "1"' <<<"$("$dtsim" profile show --json "$out")" || fail "the profile does not say its steps took one round"
 
 # Note [Python host probe]: where python3 imports torch (Debian's
 # python3-torch, which scripts/setup installs), a Python loop's host cost
