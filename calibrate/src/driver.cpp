@@ -807,6 +807,13 @@ std::string format_profile(const sim::Profile& p) {
   const auto sweep = p.info.find("torch.probe_s"), end = p.info.find("torch.probe_end_s");
   if (sweep != p.info.end()) {
     os << "  machine probe (one Bi-LSTM layer, b 4, s 32): " << human_s(std::atof(sweep->second.c_str())) << " during the layer sweep";
+    // Note [The slowest copy's probe] (fit.cpp): each copy's, where several ran.
+    if (const auto copies = p.info.find("torch.probe_copies_s"); copies != p.info.end()) {
+      std::string each;
+      std::stringstream list(copies->second);
+      for (std::string one; std::getline(list, one, ',');) each += (each.empty() ? "" : ", ") + human_s(std::atof(one.c_str()));
+      os << " (the slowest copy's; the copies' " << each << ")";
+    }
     if (end != p.info.end()) os << ", " << human_s(std::atof(end->second.c_str())) << " at the end";
     os << "\n";
   }

@@ -267,13 +267,18 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
   // with one of them: in one seed 003 suite on the AMD VM the rounds'
   // probes sat at a median 1.08x the profile's, its layers (each point
   // the slower copy's) priced at the slower core's pace. So the profile
-  // keeps the slowest copy's probe, as its points keep the slowest time.
-  for (const char* key : {"torch.probe_s"}) {
-    const auto theirs = other.info.find(key);
-    if (theirs == other.info.end()) continue;
+  // keeps the slowest copy's probe, as its points keep the slowest time,
+  // and every copy's in torch.probe_copies_s (the measured copy's first),
+  // which profile show prints beside it.
+  if (const auto theirs = other.info.find("torch.probe_s"); theirs != other.info.end()) {
     const double t = std::atof(theirs->second.c_str());
-    const auto mine = p.info.find(key);
-    if (t > 0 && std::isfinite(t) && (mine == p.info.end() || t > std::atof(mine->second.c_str()))) p.info[key] = theirs->second;
+    const auto mine = p.info.find("torch.probe_s");
+    if (t > 0 && std::isfinite(t)) {
+      std::string& copies = p.info["torch.probe_copies_s"];
+      if (copies.empty() && mine != p.info.end()) copies = mine->second;
+      copies += (copies.empty() ? "" : ",") + theirs->second;
+      if (mine == p.info.end() || t > std::atof(mine->second.c_str())) p.info["torch.probe_s"] = theirs->second;
+    }
   }
   return taken;
 }

@@ -654,6 +654,11 @@ TEST_CASE("each point keeps the slower rank's time (Note [The slowest rank sets 
   Profile none;  // and a measured copy without one takes the other's
   calib::keep_slowest(none, other);
   CHECK(none.info["torch.probe_s"] == "0.0085");
+  // Every copy's is kept, the measured copy's first, and profile show says so.
+  CHECK(mine.info["torch.probe_copies_s"] == "0.00913,0.0098,0.0085");
+  CHECK_THAT(calib::format_profile(mine),
+             Catch::Contains("machine probe (one Bi-LSTM layer, b 4, s 32): 9.8 ms during the layer sweep (the slowest "
+                             "copy's; the copies' 9.13 ms, 9.8 ms, 8.5 ms)"));
 }
 
 TEST_CASE("a collective is fitted to its mean where one was measured (Note [A collective costs its mean])", "[calibrate]") {
