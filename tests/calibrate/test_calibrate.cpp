@@ -661,6 +661,37 @@ TEST_CASE("each point keeps the slower rank's time (Note [The slowest rank sets 
                              "copy's; the copies' 9.13 ms, 9.8 ms, 8.5 ms)"));
 }
 
+TEST_CASE("a step's loop goes with its in-step record, from the copy whose step was slower (Note [A step's pair from one copy])",
+          "[calibrate]") {
+  Profile mine, other;
+  // Layer a: the other copy's step is slower (14 ms forward against 12),
+  // its loop faster (9 against 10): both from the other copy, the ratio
+  // 14 / 9. Record by record it would have been 14 / 10.
+  mine.layers.push_back({"a|loop", Precision::kFp32, 4, 64, timing(0.010), timing(0.020)});
+  mine.layers.push_back({"a|in-step", Precision::kFp32, 4, 64, timing(0.012), timing(0.024)});
+  other.layers.push_back({"a|loop", Precision::kFp32, 4, 64, timing(0.009), timing(0.021)});
+  other.layers.push_back({"a|in-step", Precision::kFp32, 4, 64, timing(0.014), timing(0.023)});
+  // Layer b: the other copy's loop slower (11 against 10), its step not
+  // (11 against 12): both stay this copy's, the ratio 12 / 10, not 12 / 11.
+  mine.layers.push_back({"b|loop", Precision::kFp32, 4, 64, timing(0.010), timing(0.020)});
+  mine.layers.push_back({"b|in-step", Precision::kFp32, 4, 64, timing(0.012), timing(0.024)});
+  other.layers.push_back({"b|loop", Precision::kFp32, 4, 64, timing(0.011), timing(0.022)});
+  other.layers.push_back({"b|in-step", Precision::kFp32, 4, 64, timing(0.011), timing(0.023)});
+  // Layer c: a loop whose step this copy did not record keeps the slower time.
+  mine.layers.push_back({"c|loop", Precision::kFp32, 4, 64, timing(0.010), timing(0.020)});
+  other.layers.push_back({"c|loop", Precision::kFp32, 4, 64, timing(0.011), timing(0.019)});
+  CHECK(calib::keep_slowest(mine, other) == 2);  // a's step (its loop with it) and c's loop
+  CHECK(mine.layers[0].forward.median_s == 0.009);   // a's loop: the other copy's forward
+  CHECK(mine.layers[0].backward.median_s == 0.020);  // and this copy's backward (this step's was slower)
+  CHECK(mine.layers[1].forward.median_s == 0.014);
+  CHECK(mine.layers[1].backward.median_s == 0.024);
+  CHECK(mine.layers[2].forward.median_s == 0.010);
+  CHECK(mine.layers[2].backward.median_s == 0.020);
+  CHECK(mine.layers[3].forward.median_s == 0.012);
+  CHECK(mine.layers[4].forward.median_s == 0.011);
+  CHECK(mine.layers[4].backward.median_s == 0.020);
+}
+
 TEST_CASE("a collective is fitted to its mean where one was measured (Note [A collective costs its mean])", "[calibrate]") {
   // Medians on t = 100 us + S / (1 GB/s), means twice that: the fit must
   // recover the means' line (200 us, 0.5 GB/s).
