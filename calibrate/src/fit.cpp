@@ -257,24 +257,21 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
   // "|loop" record goes with its "|in-step" record, pass by pass: the
   // copy whose in-step pass was slower gives both.
   static const std::string kLoop = "|loop", kInStep = "|in-step";
-  const auto ends_with = [](const std::string& s, const std::string& tail) {
-    return s.size() > tail.size() && s.compare(s.size() - tail.size(), tail.size(), tail) == 0;
-  };
   const auto base_of = [](const std::string& s, const std::string& tail) { return s.substr(0, s.size() - tail.size()); };
   std::map<LayerKey, sim::LayerSample*> my_loops;
   std::set<LayerKey> my_steps;
   for (auto& s : p.layers) {
-    if (ends_with(s.signature, kLoop)) my_loops[{base_of(s.signature, kLoop), s.precision, s.micro_batch, s.seq_len}] = &s;
-    if (ends_with(s.signature, kInStep)) my_steps.insert({base_of(s.signature, kInStep), s.precision, s.micro_batch, s.seq_len});
+    if (s.signature.ends_with(kLoop)) my_loops[{base_of(s.signature, kLoop), s.precision, s.micro_batch, s.seq_len}] = &s;
+    if (s.signature.ends_with(kInStep)) my_steps.insert({base_of(s.signature, kInStep), s.precision, s.micro_batch, s.seq_len});
   }
   for (auto& s : p.layers) {
     // A loop with its step's record goes with it (below).
-    if (ends_with(s.signature, kLoop) && my_steps.count({base_of(s.signature, kLoop), s.precision, s.micro_batch, s.seq_len})) continue;
+    if (s.signature.ends_with(kLoop) && my_steps.count({base_of(s.signature, kLoop), s.precision, s.micro_batch, s.seq_len})) continue;
     const auto it = layers.find({s.signature, s.precision, s.micro_batch, s.seq_len});
     if (it == layers.end()) continue;
     sim::LayerSample* mine_loop = nullptr;
     const sim::LayerSample* their_loop = nullptr;
-    if (ends_with(s.signature, kInStep)) {
+    if (s.signature.ends_with(kInStep)) {
       const std::string base = base_of(s.signature, kInStep);
       const auto m = my_loops.find({base, s.precision, s.micro_batch, s.seq_len});
       const auto t = layers.find({base + kLoop, s.precision, s.micro_batch, s.seq_len});

@@ -501,7 +501,7 @@ MeasuredCollective MeasuredCollective::of(const Profile& profile, const std::str
     // Note [A collective's stalls]: its median, and its tail apart (a
     // point-to-point message's too).
     const bool stalls = c.time.mean_s > 0 && c.time.median_s > 0;
-    samples.emplace_back(b, stalls || c.time.mean_s <= 0 ? c.time.median_s : c.time.mean_s);
+    samples.emplace_back(b, c.time.median_s > 0 ? c.time.median_s : c.time.mean_s);
     if (stalls) tails.push_back({b, c.time.mean_s - c.time.median_s, std::max(0.0, c.time.max_s - c.time.median_s)});
   }
   MeasuredCollective m(samples, tails);
