@@ -280,6 +280,15 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
         their_loop = t->second;
       }
     }
+    // Note [A step's ratio round by round] (torch_bench.cpp): each copy's
+    // ratio is of its own rounds, so the copies' are averaged, not taken
+    // with the slower step (copies merged one at a time: with two, the
+    // mean of the two).
+    if (s.signature.ends_with(kInStep)) {
+      const auto mean = [](double a, double b) { return a > 0 && b > 0 ? 0.5 * (a + b) : std::max(a, b); };
+      s.round_ratio_forward = mean(s.round_ratio_forward, it->second->round_ratio_forward);
+      s.round_ratio_backward = mean(s.round_ratio_backward, it->second->round_ratio_backward);
+    }
     const bool f = slower(s.forward, it->second->forward);
     const bool b = slower(s.backward, it->second->backward);
     if (f && mine_loop != nullptr) mine_loop->forward = their_loop->forward;
@@ -355,7 +364,9 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
   } else if (tag == "layer") {
     // The forward and backward means came later (Note [A layer costs its mean
     // in a step]), and on GPUs the layer's memory (Note [Layer memory]) after them.
-    if (f.size() != 14 && f.size() != 16) f.expect(12);
+    // Then a step's ratio round by round (Note [A step's ratio round by
+    // round] in torch_bench.cpp) after the memory, -1 where not measured.
+    if (f.size() != 14 && f.size() != 16 && f.size() != 18) f.expect(12);
     sim::LayerSample s;
     s.signature = f.str(1);
     s.precision = f.precision(2);
@@ -363,14 +374,21 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
     s.seq_len = f.integer(4);
     s.forward = f.timing(5, 11);
     s.backward = f.timing(8, 11);
-    if (f.size() == 14) {
+    if (f.size() >= 14) {
       s.forward.mean_s = f.num(12);
       s.backward.mean_s = f.num(13);
       if (s.forward.mean_s < 0 || s.backward.mean_s < 0) f.fail("negative time");
     }
-    if (f.size() == 16) {
-      s.forward_transient = f.integer(14);
-      s.backward_rise = f.integer(15);
+    if (f.size() >= 16) {
+      // -1: not measured (a CPU's record that goes on to its ratios).
+      const auto bytes = [&](std::size_t i) { return f.str(i) == "-1" ? std::int64_t{-1} : f.integer(i); };
+      s.forward_transient = bytes(14);
+      s.backward_rise = bytes(15);
+    }
+    if (f.size() == 18) {
+      s.round_ratio_forward = f.num(16);
+      s.round_ratio_backward = f.num(17);
+      if (!(s.round_ratio_forward >= 0 && s.round_ratio_backward >= 0)) f.fail("a ratio that is not 0 or a positive number");
     }
     p.layers.push_back(s);
   } else if (tag == "kernel") {

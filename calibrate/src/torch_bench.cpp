@@ -416,6 +416,23 @@ class Bench {
   // block's loop median 9.79 ms, fastest 7.46, the chain's 7.88 and 7.31):
   // four rounds of seconds each still meet a spell in one series and not
   // the other (docs/validation-cpu.md, 2026-12-03, night).
+  //
+  // Note [A step's ratio round by round]
+  // Pooled over the rounds, a spell that falls on one series in one round
+  // still moves that series' median (or fastest run) and not the other's.
+  // Each round's loop and chain run seconds apart, so the ratio of the
+  // round's two medians compares one speed of the machine; the median of
+  // those ratios over the rounds drops the round a spell split. Each
+  // "|in-step" record carries it (LayerSample::round_ratio_*; a copy's
+  // rounds, the copies' mean in the profile), and the simulator takes it
+  // as the step's typical ratio where it is there (Note [Small layers in a
+  // step] in sim/src/cost/cost_profile.cpp). On the AMD VM the rounds'
+  // ratios of one layer spread 1.19-1.57x (quartiles of max over min over
+  // a seed 003 sweep's 56 series), and the same calibrations' suites
+  // replayed with each rule (docs/validation-cpu.md, 2026-12-03, late):
+  // the tiny models' 29 rows 7.2% -> 3.4% median, the worst +41.4% ->
+  // +21.8% (bilstm-tiny's LSTMs, whose rounds' ratios ran 0.6-2.4); two seed
+  // 003 sets 20.3% -> 17.1% and 16.6% -> 16.6%.
   static constexpr int kStepRounds = 4;
   int step_rounds() const { return cuda_ || o_.quick ? 1 : kStepRounds; }
 
@@ -824,8 +841,18 @@ class Bench {
         skip(label, "one run of " + pt.chain[i] + " took over the time cap");
         return false;
       };
+      // Where each round ended in each series (Note [A step's ratio round by round]).
+      std::vector<std::vector<std::size_t>> loop_ends, step_ends;
       const auto chained = [&](double share) {
-        if (repeat(step, share, time_cap(budget))) return true;
+        if (repeat(step, share, time_cap(budget))) {
+          loop_ends.emplace_back();
+          step_ends.emplace_back();
+          for (std::size_t i = 0; i < n; ++i) {
+            loop_ends.back().push_back(loop_fwd[i].size());
+            step_ends.back().push_back(fwd[i].size());
+          }
+          return true;
+        }
         skip(label, "one run took over " + std::to_string(static_cast<int>(time_cap(budget))) + " s");
         return false;
       };
@@ -842,7 +869,30 @@ class Bench {
         f.insert(f.end(), fwd[i].begin(), fwd[i].end());
         g.insert(g.end(), bwd[i].begin(), bwd[i].end());
       }
-      for (const auto& sig : order) print_layer(sig + "|in-step", pt.precision, pt.b, pt.s, stats(pooled[sig].first), stats(pooled[sig].second));
+      // Note [A step's ratio round by round]: each round's runs, the step's
+      // pooled over the layers of one signature as above.
+      const auto rounds_of = [](const std::vector<double>& v, const std::vector<std::vector<std::size_t>>& ends, std::size_t i,
+                                std::vector<std::vector<double>>& out) {
+        out.resize(ends.size());
+        for (std::size_t r = 0; r < ends.size(); ++r) {
+          const std::size_t a = r ? ends[r - 1][i] : 0, b = ends[r][i];
+          out[r].insert(out[r].end(), v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(b));
+        }
+      };
+      for (const auto& sig : order) {
+        std::vector<std::vector<double>> step_f, step_b, loop_f, loop_b;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (pt.chain[i] != sig) continue;
+          if (loop_f.empty()) {  // the loop times the first of a signature's layers
+            rounds_of(loop_fwd[i], loop_ends, i, loop_f);
+            rounds_of(loop_bwd[i], loop_ends, i, loop_b);
+          }
+          rounds_of(fwd[i], step_ends, i, step_f);
+          rounds_of(bwd[i], step_ends, i, step_b);
+        }
+        const double rf = dtsim::calib::bench::round_ratio(step_f, loop_f), rb = dtsim::calib::bench::round_ratio(step_b, loop_b);
+        print_layer(sig + "|in-step", pt.precision, pt.b, pt.s, stats(pooled[sig].first), stats(pooled[sig].second), -1, -1, rf, rb);
+      }
     } catch (const c10::Error& e) {
       skip(label, first_line(e.what_without_backtrace()));
     } catch (const std::bad_alloc&) {
@@ -1003,13 +1053,16 @@ class Bench {
   }
 
   void print_layer(const std::string& signature, const std::string& precision, std::int64_t b, std::int64_t s, const Stats& f,
-                   const Stats& g, std::int64_t forward_transient = -1, std::int64_t backward_rise = -1) {
+                   const Stats& g, std::int64_t forward_transient = -1, std::int64_t backward_rise = -1, double round_ratio_forward = 0,
+                   double round_ratio_backward = 0) {
     std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\t%.9g\t%.9g", signature.c_str(),
                 precision.c_str(), static_cast<long long>(b), static_cast<long long>(s), f.median, f.min, f.max, g.median, g.min,
                 g.max, f.reps, f.mean, g.mean);
-    if (forward_transient >= 0 && backward_rise >= 0) {
+    const bool ratios = round_ratio_forward > 0 || round_ratio_backward > 0;
+    if ((forward_transient >= 0 && backward_rise >= 0) || ratios) {
       std::printf("\t%lld\t%lld", static_cast<long long>(forward_transient), static_cast<long long>(backward_rise));
     }
+    if (ratios) std::printf("\t%.9g\t%.9g", round_ratio_forward, round_ratio_backward);
     std::printf("\n");
     std::fflush(stdout);
   }

@@ -138,6 +138,21 @@ TEST_CASE("GEMM fit: flops / R + 2 mn k0 / R recovers R and k0", "[calibrate]") 
   CHECK(f.coef[0] == Approx(c0).epsilon(1e-3));
 }
 
+TEST_CASE("a step's ratio by rounds survives the HDF5 round trip (Note [A step's ratio round by round])", "[calibrate]") {
+  Profile p = sample_profile();
+  p.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, timing(0.05), timing(0.12)});
+  p.layers.back().round_ratio_forward = 1.25;
+  p.layers.back().round_ratio_backward = 0.875;
+  const std::string path = temp_path("dtsim_profile_ratio");
+  save_profile(p, path);
+  const Profile q = load_profile(path);
+  std::filesystem::remove(path);
+  REQUIRE(q.layers.size() == 3);
+  CHECK(q.layers[2].round_ratio_forward == 1.25);
+  CHECK(q.layers[2].round_ratio_backward == 0.875);
+  CHECK(q.layers[0].round_ratio_forward == 0);
+}
+
 TEST_CASE("a profile survives the HDF5 round trip", "[calibrate]") {
   Profile p = sample_profile();
   const std::string path = temp_path("dtsim_profile_rt");
@@ -160,6 +175,7 @@ TEST_CASE("a profile survives the HDF5 round trip", "[calibrate]") {
   CHECK(q.comm[0].bytes == 1024);
   CHECK(q.comm[0].time.mean_s == 3e-5);
   CHECK(q.layers[1].backward.mean_s == 0);  // layers carry no mean: 0, "not measured"
+  CHECK(q.layers[1].round_ratio_forward == 0);  // nor a ratio by rounds (Note [A step's ratio round by round])
   REQUIRE(q.copies.size() == 1);
   CHECK(q.copies[0].direction == "h2d");
   CHECK(q.memory.at("cuda_context_bytes") == 500 * kMiB);
@@ -690,6 +706,59 @@ TEST_CASE("a step's loop goes with its in-step record, from the copy whose step 
   CHECK(mine.layers[3].forward.median_s == 0.012);
   CHECK(mine.layers[4].forward.median_s == 0.011);
   CHECK(mine.layers[4].backward.median_s == 0.020);
+}
+
+TEST_CASE("a step's ratio round by round: each round's medians, the median over rounds, the copies' mean (Note [A step's ratio round by round])",
+          "[calibrate]") {
+  using dtsim::calib::bench::round_ratio;
+  // Round medians: step 12 / 14 / 30 / 11, loop 10 / 10 / 10 / 11 (the third
+  // round's step met a spell): ratios 1.2, 1.4, 3.0, 1.0, median 1.3. Pooled,
+  // the step's median would be (12 + 14) / 2 = 13 over the loop's 10: 1.3 too,
+  // but with the spell on the loop's third round instead (30 there, step 12)
+  // the rounds' ratios 1.2, 1.4, 0.4, 1.0 give 1.1 where pooled medians give 12.5 / 10.5.
+  CHECK(round_ratio({{11, 12, 13}, {14}, {30}, {11}}, {{10}, {9, 10, 11}, {10}, {11}}) == Approx(1.3));
+  CHECK(round_ratio({{11, 12, 13}, {14}, {12}, {11}}, {{10}, {9, 10, 11}, {30}, {11}}) == Approx(1.1));
+  // One round, or rounds that do not pair: no ratio.
+  CHECK(round_ratio({{12}}, {{10}}) == 0);
+  CHECK(round_ratio({{12}, {13}}, {{10}}) == 0);
+  CHECK(round_ratio({{12}, {}}, {{10}, {10}}) == 0);  // one round with both: none
+  // The record carries it after the memory fields (-1: not measured).
+  Profile parsed;
+  calib::parse_bench_line("layer\ta|in-step\tfp32\t4\t64\t0.012\t0.011\t0.02\t0.024\t0.02\t0.03\t20\t0.013\t0.025\t-1\t-1\t1.3\t0.9",
+                          "torch", parsed, nullptr);
+  REQUIRE(parsed.layers.size() == 1);
+  CHECK(parsed.layers[0].forward_transient == -1);
+  CHECK(parsed.layers[0].round_ratio_forward == 1.3);
+  CHECK(parsed.layers[0].round_ratio_backward == 0.9);
+  CHECK_THROWS_AS(calib::parse_bench_line("layer\ta|in-step\tfp32\t4\t64\t0.012\t0.011\t0.02\t0.024\t0.02\t0.03\t20\t0.013\t0.025\t-1\t-1\t-1.3\t0.9",
+                                          "torch", parsed, nullptr),
+                  CalibrationError);
+  // Two copies: each ratio is of its own rounds, so the profile takes their
+  // mean (1.3 and 1.5: 1.4), whichever copy's step was slower; a copy
+  // without one leaves the other's.
+  Profile mine, other;
+  mine.layers.push_back({"a|loop", Precision::kFp32, 4, 64, timing(0.010), timing(0.020)});
+  mine.layers.push_back({"a|in-step", Precision::kFp32, 4, 64, timing(0.012), timing(0.024)});
+  mine.layers.back().round_ratio_forward = 1.3;
+  mine.layers.back().round_ratio_backward = 0.9;
+  other.layers.push_back({"a|loop", Precision::kFp32, 4, 64, timing(0.009), timing(0.021)});
+  other.layers.push_back({"a|in-step", Precision::kFp32, 4, 64, timing(0.014), timing(0.023)});
+  other.layers.back().round_ratio_forward = 1.5;
+  calib::keep_slowest(mine, other);
+  CHECK(mine.layers[1].round_ratio_forward == Approx(1.4));
+  CHECK(mine.layers[1].round_ratio_backward == 0.9);
+  // The simulator takes it as the typical ratio: the step's 14 ms over the
+  // loop's 9 would be 1.56, the rounds say 1.4.
+  Profile prof = sample_profile();
+  prof.layers.push_back({"fake.layer|loop", Precision::kFp32, 4, 1024, timing(0.009), timing(0.021)});
+  prof.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, timing(0.014), timing(0.024)});
+  prof.layers.back().round_ratio_forward = 1.4;
+  const ProfileCosts costs(prof);
+  CHECK(costs.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.4));
+  CHECK(costs.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(0.024 / 0.021));  // none: pooled
+  // Kept within [0.5, 3] as the pooled ratio is.
+  prof.layers.back().round_ratio_forward = 4.0;
+  CHECK(ProfileCosts(prof).in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == 3.0);
 }
 
 TEST_CASE("a collective is fitted to its mean where one was measured (Note [A collective costs its mean])", "[calibrate]") {

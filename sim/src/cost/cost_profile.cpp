@@ -717,13 +717,18 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       // (docs/validation-cpu.md, 2026-12-03, day), the mean signed error of
       // the nine predicted short moved 0.1 to 2.7 points toward zero, and
       // that of the one predicted long 1.5 points away.
-      const auto ratio = [](const Timing& step, const Timing& alone) {
+      // Where the profile timed the two series in rounds, each round's own
+      // ratio (Note [A step's ratio round by round] in
+      // calibrate/src/torch_bench.cpp): the median of the rounds' is the
+      // typical ratio, whatever the loop's spread.
+      const auto ratio = [](const Timing& step, const Timing& alone, double by_rounds) {
         const bool fastest = step.min_s > 0 && alone.min_s > 0 && alone.median_s > 1.15 * alone.min_s;
-        const double typical = std::clamp(fastest ? step.min_s / alone.min_s : step.median_s / alone.median_s, 0.5, 3.0);
+        const double pooled = fastest ? step.min_s / alone.min_s : step.median_s / alone.median_s;
+        const double typical = std::clamp(by_rounds > 0 ? by_rounds : pooled, 0.5, 3.0);
         const double mean = step.mean_s > 0 && step.median_s > 0 ? std::clamp(step.mean_s / step.median_s, 1.0, 1.5) : 1.0;
         return typical * mean;
       };
-      ratios.push_back({tokens(s), ratio(s.forward, loop->forward), ratio(s.backward, loop->backward)});
+      ratios.push_back({tokens(s), ratio(s.forward, loop->forward, s.round_ratio_forward), ratio(s.backward, loop->backward, s.round_ratio_backward)});
       break;
     }
   }

@@ -315,6 +315,8 @@ void write_all(const Profile& p, hid_t file, const Writer& w) {
     w.column(g.get(), "reps", reps_of(column_of(r, [](const LayerSample& x) { return x.forward; })));
     w.column(g.get(), "forward_transient_bytes", column_of(r, [](const LayerSample& x) { return static_cast<std::int64_t>(x.forward_transient); }));
     w.column(g.get(), "backward_rise_bytes", column_of(r, [](const LayerSample& x) { return static_cast<std::int64_t>(x.backward_rise); }));
+    w.column(g.get(), "round_ratio_forward", column_of(r, [](const LayerSample& x) { return x.round_ratio_forward; }));
+    w.column(g.get(), "round_ratio_backward", column_of(r, [](const LayerSample& x) { return x.round_ratio_backward; }));
   }
   {
     Handle g(group("kernels"), H5Gclose);
@@ -592,9 +594,21 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
         }
       }
     }
+    // Note [A step's ratio round by round] came later: a profile without it reads as 0, "not timed so".
+    std::vector<double> ratio_f(sig.size(), 0), ratio_b(sig.size(), 0);
+    for (auto [name, column] : {std::pair{"round_ratio_forward", &ratio_f}, std::pair{"round_ratio_backward", &ratio_b}}) {
+      if (H5Lexists(g.get(), name, H5P_DEFAULT) <= 0) continue;
+      *column = r.doubles(g.get(), "layers", name);
+      r.same_length(sig.size(), column->size(), std::string("/layers/") + name);
+      for (std::size_t i = 0; i < column->size(); ++i) {
+        if (!((*column)[i] >= 0 && (*column)[i] < 1e6)) {
+          r.fail(std::string("/layers/") + name + ": row " + std::to_string(i) + " is not a ratio (0, or a positive number)");
+        }
+      }
+    }
     for (std::size_t i = 0; i < sig.size(); ++i) {
       if (b[i] <= 0 || s[i] <= 0) r.fail("/layers: row " + std::to_string(i) + " has a non-positive shape");
-      p.layers.push_back({sig[i], r.precision(prec[i], "/layers/precision"), b[i], s[i], fwd[i], bwd[i], transient[i], rise[i]});
+      p.layers.push_back({sig[i], r.precision(prec[i], "/layers/precision"), b[i], s[i], fwd[i], bwd[i], transient[i], rise[i], ratio_f[i], ratio_b[i]});
     }
   }
   {

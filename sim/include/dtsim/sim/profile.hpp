@@ -42,6 +42,11 @@ struct LayerSample {
   /// held above what it left allocated, and the most the backward held
   /// above what was allocated as it began.
   Bytes forward_transient = -1, backward_rise = -1;
+  /// Note [A step's ratio round by round] (calibrate/src/torch_bench.cpp),
+  /// on an "|in-step" record timed in rounds beside its loop: the median
+  /// over the rounds of the round's in-step median over its loop median
+  /// (the copies' mean), forward and backward; 0 where not timed so.
+  double round_ratio_forward = 0, round_ratio_backward = 0;
 };
 
 /// One kernel class measured at one size.
