@@ -430,9 +430,10 @@ class Bench {
   // ratios of one layer spread 1.19-1.57x (quartiles of max over min over
   // a seed 003 sweep's 56 series), and the same calibrations' suites
   // replayed with each rule (docs/validation-cpu.md, 2026-12-03, late):
-  // the tiny models' 29 rows 7.2% -> 3.4% median, the worst +41.4% ->
-  // +21.8% (bilstm-tiny's LSTMs, whose rounds' ratios ran 0.6-2.4); two seed
-  // 003 sets 20.3% -> 17.1% and 16.6% -> 16.6%.
+  // the tiny models' 29 rows 7.2% -> 4.3% median, the worst +41.4% ->
+  // +24.2% (bilstm-tiny's LSTMs, whose rounds' ratios ran 0.6-2.4), and
+  // 10.6% -> 8.6% on a second set; three seed 003 sets 20.3% -> 17.1%,
+  // 16.6% -> 16.6% and 13.8% -> 16.4%.
   static constexpr int kStepRounds = 4;
   int step_rounds() const { return cuda_ || o_.quick ? 1 : kStepRounds; }
 
