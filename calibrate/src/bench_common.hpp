@@ -402,19 +402,14 @@ bool interleaved(int rounds, std::size_t loops, double loop_budget, double step_
 /// that round (`step[r]`, `loop[r]`: round r's runs); 0 where fewer than
 /// two rounds have runs of both, or the series do not have the same rounds.
 inline double round_ratio(const std::vector<std::vector<double>>& step, const std::vector<std::vector<double>>& loop) {
-  const auto median = [](std::vector<double> v) {
-    std::sort(v.begin(), v.end());
-    const std::size_t n = v.size();
-    return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-  };
   if (step.size() != loop.size()) return 0;
   std::vector<double> ratios;
   for (std::size_t r = 0; r < step.size(); ++r) {
     if (step[r].empty() || loop[r].empty()) continue;
-    const double alone = median(loop[r]);
-    if (alone > 0) ratios.push_back(median(step[r]) / alone);
+    const double alone = summarize(loop[r]).median_s;
+    if (alone > 0) ratios.push_back(summarize(step[r]).median_s / alone);
   }
-  return ratios.size() >= 2 ? median(ratios) : 0;
+  return ratios.size() >= 2 ? summarize(std::move(ratios)).median_s : 0;
 }
 
 }  // namespace dtsim::calib::bench
