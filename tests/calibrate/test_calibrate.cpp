@@ -151,6 +151,12 @@ TEST_CASE("a step's ratio by rounds survives the HDF5 round trip (Note [A step's
   CHECK(q.layers[2].round_ratio_forward == 1.25);
   CHECK(q.layers[2].round_ratio_backward == 0.875);
   CHECK(q.layers[0].round_ratio_forward == 0);
+  // A damaged column (a negative ratio) is named on loading, not priced.
+  p.layers.back().round_ratio_backward = -2;
+  const std::string bad = temp_path("dtsim_profile_bad_ratio");
+  save_profile(p, bad);
+  CHECK_THROWS_WITH(load_profile(bad), Catch::Contains("/layers/round_ratio_backward: row 2 is not a ratio"));
+  std::filesystem::remove(bad);
 }
 
 TEST_CASE("a profile survives the HDF5 round trip", "[calibrate]") {
