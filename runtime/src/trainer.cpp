@@ -25,6 +25,7 @@
 
 #include <algorithm>
 #include <array>
+#include <time.h>
 #include <csignal>
 #include <cmath>
 #include <functional>
@@ -51,8 +52,54 @@ using models::AdamState;
 using models::adam_update;
 
 double seconds_since(Clock::time_point t0) { return std::chrono::duration<double>(Clock::now() - t0).count(); }
+// Note [A span's CPU time]
+// A span of the measured timeline is wall time, and on a CPU rank it may
+// be long for two reasons a reader must tell apart: the rank's thread was
+// off its core (Gloo's threads and the kernel's TCP work share that core:
+// Note [A rank's own cores] in platform/src/process.cpp), or it ran the
+// whole time and ran slower. So while a timeline is recorded, each mark a
+// span starts from also reads the thread's CPU clock
+// (CLOCK_THREAD_CPUTIME_ID), and the span carries the thread's CPU time
+// within it (args.cpu_us; TraceEvent::cpu_us). On the AMD VM (2026-12-04,
+// docs/validation-cpu.md) mlp's layers under DDP took 1.4-1.8x their time
+// in a single process pinned to the same core with the thread on the core
+// throughout (CPU time = wall time), and a single process beside a TCP
+// loopback stream of the gradients' size slowed alike: the collective's
+// traffic empties the caches the next step's layers would find warm.
+// Only the main thread marks (the waits and the layers run on it): the
+// last kSpanMarks marks are kept, the newest first matched.
+namespace span_cpu {
+constexpr int kSpanMarks = 64;
+bool on = false;  ///< set while a timeline is recorded
+struct Mark {
+  double wall_us = -1, cpu_us = 0;
+};
+thread_local std::array<Mark, kSpanMarks> marks;
+thread_local int next = 0;
+
+double thread_cpu_us() {
+  timespec ts{};
+  if (::clock_gettime(CLOCK_THREAD_CPUTIME_ID, &ts) != 0) return -1;
+  return static_cast<double>(ts.tv_sec) * 1e6 + static_cast<double>(ts.tv_nsec) * 1e-3;
+}
+
+/// The thread's CPU time in us at the mark taken at `wall_us`, or -1.
+double at(double wall_us) {
+  for (int k = 1; k <= kSpanMarks; ++k) {
+    const Mark& m = marks[static_cast<std::size_t>((next - k + kSpanMarks) % kSpanMarks)];
+    if (m.wall_us == wall_us) return m.cpu_us;
+  }
+  return -1;
+}
+}  // namespace span_cpu
+
 double now_us() {
-  return std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+  const double t = std::chrono::duration<double, std::micro>(Clock::now().time_since_epoch()).count();
+  if (span_cpu::on) {
+    span_cpu::marks[static_cast<std::size_t>(span_cpu::next)] = {t, span_cpu::thread_cpu_us()};
+    span_cpu::next = (span_cpu::next + 1) % span_cpu::kSpanMarks;
+  }
+  return t;
 }
 
 // ---- tensor parallelism: Megatron's f and g ----------------------------------------
@@ -420,6 +467,7 @@ class Trainer {
 #endif
       }
       recording_ = measured && trace_ != nullptr;
+      span_cpu::on = recording_;  // Note [A span's CPU time]
       tracing_memory_ = step == c_.options.warmup;
       mem_mark("step start");
       inject_fault(step);
@@ -959,7 +1007,9 @@ class Trainer {
   }
 
   void event(const std::string& name, const std::string& cat, double start_us, int tid = 0) {
-    if (recording_) trace_->push_back({name, cat, start_us, now_us() - start_us, tid});
+    if (!recording_) return;
+    const double end = now_us(), cpu0 = span_cpu::at(start_us), cpu1 = span_cpu::thread_cpu_us();
+    trace_->push_back({name, cat, start_us, end - start_us, tid, cpu0 >= 0 && cpu1 >= cpu0 ? cpu1 - cpu0 : -1});
   }
 
   /// Blocks on `work`, traced as a wait (`what` names it in the trace).

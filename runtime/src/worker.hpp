@@ -159,6 +159,9 @@ struct TraceEvent {
   std::string name, cat;
   double start_us = 0, dur_us = 0;
   int tid = 0;  ///< 0 compute, 1 communication wait
+  /// The rank's main thread's CPU time within the span, in us (Note [A
+  /// span's CPU time] in trainer.cpp); -1 where its start was not marked.
+  double cpu_us = -1;
 };
 
 /// What the trainer needs to know about the job.

@@ -320,7 +320,7 @@ TEST_CASE("a Bi-LSTM stage's measured peak is the plan's, and the simulator's to
   }
 }
 
-TEST_CASE("the measured trace draws every layer and every tensor-parallel wait of each rank", "[runtime][validate][slow]") {
+TEST_CASE("the measured trace draws every layer and every tensor-parallel wait of each rank, with its thread's CPU time", "[runtime][validate][slow]") {
   // gpt2-tiny over tp 2, two measured steps. Its layers: the embeddings, two
   // blocks, the head. Tensor-parallel all-reduces per step, by hand:
   // forward, the embedding's vocab-parallel sum (1), each block's attention
@@ -335,10 +335,25 @@ TEST_CASE("the measured trace draws every layer and every tensor-parallel wait o
   const YAML::Node doc = YAML::LoadFile(trace);
   const YAML::Node events = doc.IsMap() ? doc["traceEvents"] : doc;
   std::map<std::pair<int, std::string>, int> count;  // (rank, name) -> events
+  // Note [A span's CPU time] (runtime/src/trainer.cpp): each span carries its
+  // thread's CPU time, which cannot exceed its wall time (but for the clock
+  // reads' own few microseconds) and, for a layer, is mostly spent computing.
+  int computed = 0, mostly_on_core = 0;
   for (const auto& e : events) {
     if (!e["ph"] || e["ph"].as<std::string>() != "X") continue;
     count[{e["pid"].as<int>(), e["name"].as<std::string>()}]++;
+    INFO(e["name"].as<std::string>());
+    REQUIRE(e["args"]["cpu_us"]);
+    const double cpu = e["args"]["cpu_us"].as<double>(), dur = e["dur"].as<double>();
+    CHECK(cpu >= 0);
+    CHECK(cpu <= dur + 50);
+    if (e["tid"].as<int>() == 0) {
+      ++computed;
+      if (cpu >= 0.5 * dur) ++mostly_on_core;
+    }
   }
+  CHECK(computed > 0);
+  CHECK(mostly_on_core > 0);
   for (int rank = 0; rank < 2; ++rank) {
     INFO("rank " << rank);
     CHECK(count[{rank, "tp all_reduce"}] == 2 * 12);
