@@ -284,7 +284,7 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
     // ratio is of its own rounds, so the copies' are averaged, not taken
     // with the slower step (copies merged one at a time: with two, the
     // mean of the two).
-    if (s.signature.ends_with(kInStep)) {
+    if (s.signature.ends_with(kInStep) || s.signature.ends_with("|in-dp-step")) {  // Note [Layers in a data-parallel step]
       const auto mean = [](double a, double b) { return a > 0 && b > 0 ? 0.5 * (a + b) : std::max(a, b); };
       s.round_ratio_forward = mean(s.round_ratio_forward, it->second->round_ratio_forward);
       s.round_ratio_backward = mean(s.round_ratio_backward, it->second->round_ratio_backward);

@@ -54,6 +54,15 @@
 
 #include <CLI/CLI.hpp>
 
+// Note [Layers in a data-parallel step]: the copies all-reduce their chained
+// step's gradients over Gloo where this LibTorch has its headers (Debian's;
+// PyTorch's wheels ship none, as runtime/src/comm.cpp says).
+#if __has_include(<gloo/algorithm.h>) || __has_include(<gloo/rendezvous/store.h>)
+#define DTSIM_BENCH_GLOO 1
+#include <torch/csrc/distributed/c10d/FileStore.hpp>
+#include <torch/csrc/distributed/c10d/ProcessGroupGloo.hpp>
+#endif
+
 #include "bench_common.hpp"
 #include "dtsim/calibrate/calibrate.hpp"
 #include "dtsim/cli/parse.hpp"
@@ -530,6 +539,135 @@ class Bench {
     // Every copy has passed the previous barrier: its file is no longer read.
     if (point > 0) std::remove(file(point - 1, o_.lockstep_rank).c_str());
   }
+  // Note [Layers in a data-parallel step]
+  // A data-parallel rank on a CPU runs its layers slower than one process
+  // alone, on the same core and with its thread on that core throughout:
+  // on the AMD VM (docs/validation-cpu.md, 2026-12-04) mlp's layers took
+  // 1.4-1.8x their time in a single process pinned alike, vgg11-tiny's
+  // 1.28-1.35x, conv-autoencoder's 1.18-1.26x, while two single
+  // processes, one a core, ran as fast as one. Gloo's all-reduce is what
+  // differs: its TCP thread and two workers share the rank's core, and
+  // its bytes go through the kernel twice (the kernel took 43% of both
+  // cores in an mlp DDP run), emptying the caches the next step's layers
+  // would find warm; a loopback stream of the gradients' size beside a
+  // single process reproduced it for mlp but not for conv-autoencoder,
+  // whose small convolutions feel the threads' switching more than the
+  // bytes. So where copies run in lockstep on a CPU (a full sweep), every
+  // chained step (Note [Layers in a step]) is followed in each round by as
+  // many steps that all-reduce their gradients between the copies over
+  // Gloo, as dtsim_worker's DDP does (one flat buffer after the backward,
+  // summed, then averaged back; the rank polls its collective as a bound
+  // worker does, Note [Busy waits] in runtime/src/comm.cpp), and each
+  // layer's times in those steps are a record of signature
+  // "<signature>|in-dp-step" with its ratio over the loop round by round
+  // (Note [A step's ratio round by round]). Every copy runs as many of
+  // them as the copy whose plain steps ran most (an all-reduce of the
+  // counts), so the collectives pair. A group that does not form, or a
+  // collective that fails, within a minute ends these steps for the rest
+  // of the sweep, which goes on as before. The simulator prices a rank
+  // whose gradients are reduced over a data-parallel group by that ratio
+  // (Note [Layers in a data-parallel step] in sim/src/cost/cost_profile.cpp).
+#if defined(DTSIM_BENCH_GLOO)
+  using DpGroup = c10::intrusive_ptr<c10d::ProcessGroupGloo>;
+#else
+  struct DpGroup {
+    explicit operator bool() const { return false; }
+    void reset() {}
+  };
+#endif
+  static constexpr int kDpTimeoutS = 60;
+
+  /// The copies' Gloo group for one step point, or none (a GPU, a quick
+  /// sweep, no lockstep, or a group that failed before).
+  DpGroup dp_group() {
+#if defined(DTSIM_BENCH_GLOO)
+    if (cuda_ || o_.quick || dp_off_ || o_.lockstep_dir.empty() || o_.lockstep_n <= 1) return {};
+    const std::string path = o_.lockstep_dir + "/dp-" + std::to_string(dp_groups_++);
+    try {
+      auto store = c10::make_intrusive<c10d::FileStore>(path, o_.lockstep_n);
+      store->setTimeout(std::chrono::seconds(kDpTimeoutS));
+      auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(kDpTimeoutS));
+      opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      opt->threads = 2;  // as dtsim_worker's groups (runtime/src/comm.cpp)
+      return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o_.lockstep_rank, o_.lockstep_n, opt);
+    } catch (const std::exception& e) {
+      dp_failed(e.what());
+    }
+#endif
+    return {};
+  }
+
+  void dp_failed(const std::string& what) {
+    if (!dp_off_) {
+      std::fprintf(stderr, "dtsim_torch_bench: the copies' all-reduce failed (%s); the steps go on without it\n",
+                   first_line(what).c_str());
+    }
+    dp_off_ = true;
+  }
+
+  /// The most `mine` of every copy (at least 3 and at most 10,000), or
+  /// nothing where the group failed (then `dp` is reset).
+  std::optional<std::int64_t> agreed_count(DpGroup& dp, std::int64_t mine) {
+#if defined(DTSIM_BENCH_GLOO)
+    auto t = torch::full({1}, std::clamp<std::int64_t>(mine, 3, 10000), torch::kLong);
+    std::vector<torch::Tensor> v{t};
+    c10d::AllreduceOptions opt;
+    opt.reduceOp = c10d::ReduceOp::MAX;
+    try {
+      dp->allreduce(v, opt)->wait();
+      return t.item<std::int64_t>();
+    } catch (const std::exception& e) {
+      dp_failed(e.what());
+    }
+#else
+    (void)mine;
+#endif
+    dp.reset();
+    return std::nullopt;
+  }
+
+  /// The parameters' gradients summed over the copies and averaged, through
+  /// one flat buffer (`flat`, kept between steps); `dp` is reset if it fails.
+  void all_reduce_grads(DpGroup& dp, const std::vector<torch::Tensor>& params, torch::Tensor& flat) {
+#if defined(DTSIM_BENCH_GLOO)
+    if (!dp) return;
+    torch::NoGradGuard no_grad;
+    std::int64_t total = 0;
+    for (const auto& prm : params) total += prm.grad().defined() ? prm.grad().numel() : 0;
+    if (total == 0) return;
+    if (!flat.defined() || flat.numel() != total) flat = torch::empty({total}, params.front().options());
+    std::int64_t off = 0;
+    for (const auto& prm : params) {
+      if (!prm.grad().defined()) continue;
+      flat.narrow(0, off, prm.grad().numel()).copy_(prm.grad().reshape({-1}));
+      off += prm.grad().numel();
+    }
+    std::vector<torch::Tensor> v{flat};
+    try {
+      auto work = dp->allreduce(v);
+      if (!cpus_.empty()) {
+        while (!work->isCompleted()) std::this_thread::yield();
+      }
+      work->wait();
+    } catch (const std::exception& e) {
+      dp_failed(e.what());
+      dp.reset();
+      return;
+    }
+    flat.div_(o_.lockstep_n);
+    off = 0;
+    for (const auto& prm : params) {
+      if (!prm.grad().defined()) continue;
+      prm.grad().copy_(flat.narrow(0, off, prm.grad().numel()).view_as(prm.grad()));
+      off += prm.grad().numel();
+    }
+#else
+    (void)params;
+    (void)flat;
+    dp.reset();
+#endif
+  }
+
   void skip(const std::string& label, const std::string& why) {
     std::printf("skip\t%s\t%s\n", label.c_str(), why.c_str());
     std::fflush(stdout);
@@ -792,7 +930,12 @@ class Bench {
       }
       std::vector<dtsim::models::AdamState> states(params.size());
       std::int64_t steps_done = 0;
-      auto step = [&](bool record) {
+      // Note [Layers in a data-parallel step]: the copies' group, the
+      // gradients' flat buffer, and the layers' times in those steps.
+      auto dp = dp_group();
+      torch::Tensor flat;
+      std::vector<std::vector<double>> dp_fwd(n), dp_bwd(n);
+      auto run_step = [&](bool record, bool reduce) {
         std::vector<torch::Tensor> outs(n), ins(n);
         for (std::size_t i = 0; i < n; ++i) {
           layers[i]->module().zero_grad(/*set_to_none=*/true);
@@ -826,16 +969,20 @@ class Bench {
           if (i > 0 && !grad.defined()) throw std::runtime_error("layer " + pt.chain[i] + " passed no gradient back");
         }
         ++steps_done;
+        if (reduce) all_reduce_grads(dp, params, flat);
         for (std::size_t k = 0; k < params.size(); ++k) {
           if (params[k].grad().defined()) dtsim::models::adam_update(params[k], params[k].grad(), states[k], steps_done, {});
         }
         if (record) {
+          auto& f = reduce ? dp_fwd : fwd;
+          auto& g = reduce ? dp_bwd : bwd;
           for (std::size_t i = 0; i < n; ++i) {
-            fwd[i].push_back(fw.seconds(static_cast<int>(i), static_cast<int>(i) + 1));
-            bwd[i].push_back(bw.seconds(static_cast<int>(i) + 1, static_cast<int>(i)));
+            f[i].push_back(fw.seconds(static_cast<int>(i), static_cast<int>(i) + 1));
+            g[i].push_back(bw.seconds(static_cast<int>(i) + 1, static_cast<int>(i)));
           }
         }
       };
+      auto step = [&](bool record) { run_step(record, false); };
       const auto loop = [&](std::size_t k, double share) {
         const std::size_t i = distinct[k];
         if (time_loop_samples(*layers[i], inputs[i], share, time_cap(budget / 2), loop_fwd[i], loop_bwd[i])) return true;
@@ -843,7 +990,7 @@ class Bench {
         return false;
       };
       // Where each round ended in each series (Note [A step's ratio round by round]).
-      std::vector<std::vector<std::size_t>> loop_ends, step_ends;
+      std::vector<std::vector<std::size_t>> loop_ends, step_ends, dp_ends;
       const auto chained = [&](double share) {
         if (repeat(step, share, time_cap(budget))) {
           loop_ends.emplace_back();
@@ -851,6 +998,21 @@ class Bench {
           for (std::size_t i = 0; i < n; ++i) {
             loop_ends.back().push_back(loop_fwd[i].size());
             step_ends.back().push_back(fwd[i].size());
+          }
+          // Note [Layers in a data-parallel step]: as many steps again with
+          // the all-reduce, every copy the most any copy's plain steps ran.
+          if (dp) {
+            const std::size_t ran = step_ends.size() > 1 ? step_ends.back()[0] - step_ends[step_ends.size() - 2][0] : step_ends.back()[0];
+            if (const auto count = agreed_count(dp, static_cast<std::int64_t>(ran))) {
+              run_step(false, true);  // a warm-up: the group's first use connects its pairs
+              for (std::int64_t k = 0; k < *count && dp; ++k) run_step(true, true);
+            }
+            if (dp) {
+              dp_ends.emplace_back();
+              for (std::size_t i = 0; i < n; ++i) dp_ends.back().push_back(dp_fwd[i].size());
+            } else {
+              dp_ends.clear();  // a round cut short: no ratio from these rounds
+            }
           }
           return true;
         }
@@ -893,6 +1055,20 @@ class Bench {
         }
         const double rf = dtsim::calib::bench::round_ratio(step_f, loop_f), rb = dtsim::calib::bench::round_ratio(step_b, loop_b);
         print_layer(sig + "|in-step", pt.precision, pt.b, pt.s, stats(pooled[sig].first), stats(pooled[sig].second), -1, -1, rf, rb);
+        // Note [Layers in a data-parallel step]: the same layers in the steps
+        // that all-reduced, where every round ran them.
+        if (dp_ends.size() != loop_ends.size() || dp_ends.size() < 2) continue;
+        std::vector<std::vector<double>> dp_f, dp_b;
+        std::vector<double> all_f, all_b;
+        for (std::size_t i = 0; i < n; ++i) {
+          if (pt.chain[i] != sig) continue;
+          rounds_of(dp_fwd[i], dp_ends, i, dp_f);
+          rounds_of(dp_bwd[i], dp_ends, i, dp_b);
+          all_f.insert(all_f.end(), dp_fwd[i].begin(), dp_fwd[i].end());
+          all_b.insert(all_b.end(), dp_bwd[i].begin(), dp_bwd[i].end());
+        }
+        print_layer(sig + "|in-dp-step", pt.precision, pt.b, pt.s, stats(all_f), stats(all_b), -1, -1,
+                    dtsim::calib::bench::round_ratio(dp_f, loop_f), dtsim::calib::bench::round_ratio(dp_b, loop_b));
       }
     } catch (const c10::Error& e) {
       skip(label, first_line(e.what_without_backtrace()));
@@ -1703,6 +1879,8 @@ class Bench {
   bool cuda_;
   int done_ = 0, total_ = 0;
   int barriers_ = 0;  // Note [Copies in lockstep]
+  bool dp_off_ = false;  // Note [Layers in a data-parallel step]: a group failed once
+  int dp_groups_ = 0;    // the copies' groups formed so far (their stores' names)
   int alive_fd_ = -1;  // Note [Partner gone]: holds this copy's lock
   std::string cpus_;  // Note [A rank's own cores]: this copy's binding; empty: none
   std::map<std::string, std::int64_t> too_slow_;  // layer series -> fewest tokens over the time cap

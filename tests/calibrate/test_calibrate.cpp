@@ -767,6 +767,48 @@ TEST_CASE("a step's ratio round by round: each round's medians, the median over 
   CHECK(ProfileCosts(prof).in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == 3.0);
 }
 
+TEST_CASE("a data-parallel rank's layers take the ratio of the steps that all-reduced (Note [Layers in a data-parallel step])",
+          "[calibrate]") {
+  // Two copies' ratios by rounds are averaged as the plain step's are:
+  // 1.6 and 1.8 give 1.7.
+  Profile mine, other;
+  mine.layers.push_back({"a|in-dp-step", Precision::kFp32, 4, 64, timing(0.015), timing(0.024)});
+  mine.layers.back().round_ratio_forward = 1.6;
+  other.layers.push_back({"a|in-dp-step", Precision::kFp32, 4, 64, timing(0.016), timing(0.023)});
+  other.layers.back().round_ratio_forward = 1.8;
+  calib::keep_slowest(mine, other);
+  CHECK(mine.layers[0].round_ratio_forward == Approx(1.7));
+  CHECK(mine.layers[0].forward.median_s == 0.016);  // the slower copy's times, as any record's
+  // A layer looped at 9 ms forward and 21 ms backward: 1.4 in the plain
+  // step (by rounds), 1.7 in the data-parallel one (by rounds) forward and,
+  // backward, 27.3 ms pooled over 21: 1.3.
+  Profile prof = sample_profile();
+  prof.layers.push_back({"fake.layer|loop", Precision::kFp32, 4, 1024, timing(0.009), timing(0.021)});
+  prof.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, timing(0.0126), timing(0.021)});
+  prof.layers.back().round_ratio_forward = 1.4;
+  const ProfileCosts plain(prof);
+  prof.layers.push_back({"fake.layer|in-dp-step", Precision::kFp32, 4, 1024, timing(0.0153), timing(0.0273)});
+  prof.layers.back().round_ratio_forward = 1.7;
+  const auto costs = std::make_shared<const ProfileCosts>(prof);
+  CHECK(costs->in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.4));
+  CHECK(costs->in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024, true) == Approx(1.7));
+  CHECK(costs->in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024, true) == Approx(0.0273 / 0.021));
+  CHECK(costs->in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.0));
+  // A profile without them prices a data-parallel rank by the plain step.
+  CHECK(plain.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024, true) == Approx(1.4));
+  // Through the compute model: the layer's 40 ms forward at b 4 (the
+  // sweep's sample) is 56 ms in a plain step and 68 ms in a data-parallel one.
+  const ProfileComputeModel model(costs, test::round_cluster().device, nullptr);
+  Layer l;
+  l.signature = "fake.layer";
+  WorkloadShape shape;
+  shape.seq_len = 1024;
+  shape.micro_batch = 4;
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 56 * kNsPerMs);
+  shape.dp_step = true;
+  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 68 * kNsPerMs);
+}
+
 TEST_CASE("a collective is fitted to its mean where one was measured (Note [A collective costs its mean])", "[calibrate]") {
   // Medians on t = 100 us + S / (1 GB/s), means twice that: the fit must
   // recover the means' line (200 us, 0.5 GB/s).

@@ -975,3 +975,22 @@ TEST_CASE("DeepSpeed's ZeRO-1/2 step holds the shard's gradients in fp32 (Note [
   CHECK(grads_in_step("zero_stage: 1\nprecision: fp16\nmicro_batch: 1\n") == 6'000'000);
   CHECK(grads_in_step("zero_stage: 2\nprecision: fp32\nmicro_batch: 1\n") == 4'000'000);
 }
+
+// Note [Layers in a data-parallel step] (sim/src/cost/cost_profile.cpp): a
+// rank whose gradients are reduced over a group of more than one (dp, or
+// cp, which reduces over dp x cp) is shaped so, and priced from the steps
+// that all-reduced where its ranks are CPU cores; dp 1 reduces nothing,
+// with or without a pipeline.
+TEST_CASE("a rank whose gradients are reduced over a data-parallel group is shaped so (Note [Layers in a data-parallel step])",
+          "[lowering]") {
+  const test::FakeModel m(4, 1'000'000, 10);
+  const ClusterSpec c = round_cluster(1, 4);
+  const auto shaped = [&](const std::string& yaml) {
+    return detail::workload_shape(resolve(parse_plan(yaml, "p.yaml"), m, c), c.device).dp_step;
+  };
+  CHECK_FALSE(shaped("dp: 1\n"));
+  CHECK(shaped("dp: 2\n"));
+  CHECK(shaped("dp: 4\nzero_stage: 3\n"));
+  CHECK_FALSE(shaped("pp: 2\ndp: 1\nmicro_batches: 4\n"));
+  CHECK(shaped("pp: 2\nmicro_batches: 4\n"));  // the other two GPUs: dp 2
+}

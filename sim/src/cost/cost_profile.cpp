@@ -681,17 +681,31 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   // backward (b 4, s 512) ran 38-141 ms in six loop runs, median 80.6 ms,
   // against 43.8 ms (fastest 42.2) in the step: a median ratio of 0.54 that
   // would have cut every BERT backward by half, a fastest ratio of 1.11.
-  static const std::string kInStep = "|in-step";
+  // Note [Layers in a data-parallel step]
+  // Where the copies of a CPU calibration also chained their step with a
+  // Gloo all-reduce of its gradients between them ("|in-dp-step" records:
+  // Note [Layers in a data-parallel step] in calibrate/src/torch_bench.cpp),
+  // a rank whose gradients are reduced over a data-parallel group
+  // (WorkloadShape::dp_step) takes that step's ratio, by the same rules as
+  // the plain step's below; a rank without one, or a profile without them,
+  // the plain step's. On the AMD VM a data-parallel rank's layers ran
+  // 1.2-1.8x a single process's on the same core (docs/validation-cpu.md,
+  // 2026-12-04): Gloo's threads and its bytes through the kernel cool the
+  // caches every layer of the next step meets.
+  static const std::string kInStep = "|in-step", kInDpStep = "|in-dp-step";
   for (const auto& s : profile_.layers) {
-    if (s.signature.size() <= kInStep.size() || s.signature.compare(s.signature.size() - kInStep.size(), kInStep.size(), kInStep) != 0) continue;
-    const std::string base = s.signature.substr(0, s.signature.size() - kInStep.size());
+    const bool dp_record = s.signature.ends_with(kInDpStep);
+    if (!dp_record && (s.signature.size() <= kInStep.size() || !s.signature.ends_with(kInStep))) continue;
+    const std::string& tail = dp_record ? kInDpStep : kInStep;
+    if (s.signature.size() <= tail.size()) continue;
+    const std::string base = s.signature.substr(0, s.signature.size() - tail.size());
     auto it = layers_.find(layer_key(base + "|loop", s.precision));
     if (it == layers_.end()) it = layers_.find(layer_key(base, s.precision));
     if (it == layers_.end()) continue;
     for (const LayerSample* loop : it->second) {
       if (loop->micro_batch != s.micro_batch || loop->seq_len != s.seq_len) continue;
       if (loop->forward.median_s <= 0 || loop->backward.median_s <= 0) break;
-      auto& ratios = in_step_[layer_key(base, s.precision)];
+      auto& ratios = (dp_record ? in_dp_step_ : in_step_)[layer_key(base, s.precision)];
       if (std::any_of(ratios.begin(), ratios.end(), [&](const StepRatio& r) { return r.tokens == tokens(s); })) break;  // a replicated layer timed in two chains
       // Note [A layer costs its mean in a step]: a step pays each of its
       // layers' runs, the disturbed ones too, so a layer's typical (median)
@@ -732,8 +746,10 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       break;
     }
   }
-  for (auto& [key, v] : in_step_) {
-    std::sort(v.begin(), v.end(), [](const StepRatio& a, const StepRatio& b) { return a.tokens < b.tokens; });
+  for (auto* m : {&in_step_, &in_dp_step_}) {
+    for (auto& [key, v] : *m) {
+      std::sort(v.begin(), v.end(), [](const StepRatio& a, const StepRatio& b) { return a.tokens < b.tokens; });
+    }
   }
   for (auto& [key, v] : layers_) {
     std::sort(v.begin(), v.end(), [](const LayerSample* a, const LayerSample* b) {
@@ -795,9 +811,15 @@ const std::vector<const KernelSample*>& ProfileCosts::optimizer_samples(Optimize
   return p != Precision::kFp32 && !adam_mixed_.empty() ? adam_mixed_ : adam_;
 }
 
-double ProfileCosts::in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s) const {
-  const auto it = in_step_.find(layer_key(signature, p));
-  if (it == in_step_.end()) return 1.0;
+double ProfileCosts::in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s,
+                                    bool dp_step) const {
+  const std::string key = layer_key(signature, p);
+  auto it = in_dp_step_.end();
+  if (dp_step) it = in_dp_step_.find(key);  // Note [Layers in a data-parallel step]
+  if (it == in_dp_step_.end()) {
+    it = in_step_.find(key);
+    if (it == in_step_.end()) return 1.0;
+  }
   const double t = static_cast<double>(b) * static_cast<double>(s);
   const StepRatio* best = &it->second.front();
   for (const auto& r : it->second) {
@@ -1076,7 +1098,7 @@ bool ProfileComputeModel::measured_layer_time(const Layer& layer, Pass pass, Pre
     // the in-step ratio at one shape scaled every other by its noise there
     // (on the H100 machine gpt2's block backward at 4 x 1024 tokens took
     // 1.63 ms in the loop timed beside the step and 1.40 ms in the sweep).
-    const double k = costs_->gpu() ? 1.0 : costs_->in_step_factor(layer.signature, p, pass, shape.micro_batch, shape.seq_len);
+    const double k = costs_->gpu() ? 1.0 : costs_->in_step_factor(layer.signature, p, pass, shape.micro_batch, shape.seq_len, shape.dp_step);
     // 1. exact shape; 2a. bracketing micro-batches at the same sequence length.
     const LayerSample* lo_b = nullptr;
     const LayerSample* hi_b = nullptr;

@@ -66,6 +66,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.moe_dense = p.moe_experts == MoeExperts::kDense;
   shape.megatron_loss = p.loss_parallel != LossParallel::kDtensor;
   shape.fused_kernels = p.kernels == Kernels::kFused;
+  shape.dp_step = p.dp * p.cp > 1;
   return shape;
 }
 

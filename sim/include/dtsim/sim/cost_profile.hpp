@@ -133,7 +133,10 @@ class ProfileCosts {
   /// a layer's pass took inside a whole training step than alone in a loop,
   /// at the measured shape nearest in tokens to b x s (1 where the profile
   /// timed no step with it).
-  double in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s) const;
+  /// `dp_step`: as timed in the steps that all-reduced their gradients,
+  /// where the profile has them (Note [Layers in a data-parallel step]).
+  double in_step_factor(const std::string& signature, Precision p, Pass pass, std::int64_t b, std::int64_t s,
+                        bool dp_step = false) const;
   /// The kernel model that prices `kind` in precision p, or nullptr. A GEMM
   /// of `batch` > 1 (a mixture of experts' grouped GEMM, Note [Grouped
   /// GEMMs] in cost_profile.cpp) takes the grouped-GEMM model where the
@@ -185,6 +188,7 @@ class ProfileCosts {
     double tokens = 0, forward = 1, backward = 1;
   };
   std::unordered_map<std::string, std::vector<StepRatio>> in_step_;  ///< by layer_key, ascending tokens
+  std::unordered_map<std::string, std::vector<StepRatio>> in_dp_step_;  ///< the same of "|in-dp-step" records
   std::array<std::optional<FitTerms>, 20> kernels_;  ///< 5 fitted classes x 4 precisions
   std::map<std::pair<CollectiveOp, int>, FitTerms> comm_;
   std::map<std::tuple<CollectiveOp, int, int>, FitTerms> comm_nodes_;  ///< by op, ranks, ranks per node

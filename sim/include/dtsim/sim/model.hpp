@@ -134,6 +134,11 @@ struct WorkloadShape {
   /// keep only their inputs (PlanSpec::kernels; Note [Fused kernels] in
   /// models/src/llama.cpp); false: PyTorch's composite ops.
   bool fused_kernels = false;
+  /// The rank's gradients are reduced over a data-parallel group every step
+  /// (dp x cp > 1): where ranks are CPU cores, a profile prices its layers
+  /// as timed in steps that all-reduce (Note [Layers in a data-parallel
+  /// step] in sim/src/cost/cost_profile.cpp). The models read nothing of it.
+  bool dp_step = false;
 
   bool operator==(const WorkloadShape&) const = default;
 };
