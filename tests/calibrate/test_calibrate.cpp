@@ -59,12 +59,14 @@ Profile sample_profile() {
 }
 
 /// One pass of the profiles' "fake.layer" at micro-batch b, s = 1024.
-TimeNs fake_layer_time(const ComputeModel& model, Pass pass, std::int64_t b, Precision p = Precision::kFp32) {
+/// `dp_step`: on a rank whose gradients a data-parallel group reduces.
+TimeNs fake_layer_time(const ComputeModel& model, Pass pass, std::int64_t b, Precision p = Precision::kFp32, bool dp_step = false) {
   Layer l;
   l.signature = "fake.layer";
   WorkloadShape shape;
   shape.seq_len = 1024;
   shape.micro_batch = b;
+  shape.dp_step = dp_step;
   return model.layer_time(l, pass, p, shape);
 }
 
@@ -799,14 +801,8 @@ TEST_CASE("a data-parallel rank's layers take the ratio of the steps that all-re
   // Through the compute model: the layer's 40 ms forward at b 4 (the
   // sweep's sample) is 56 ms in a plain step and 68 ms in a data-parallel one.
   const ProfileComputeModel model(costs, test::round_cluster().device, nullptr);
-  Layer l;
-  l.signature = "fake.layer";
-  WorkloadShape shape;
-  shape.seq_len = 1024;
-  shape.micro_batch = 4;
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 56 * kNsPerMs);
-  shape.dp_step = true;
-  CHECK(model.layer_time(l, Pass::kForward, Precision::kFp32, shape) == 68 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kForward, 4) == 56 * kNsPerMs);
+  CHECK(fake_layer_time(model, Pass::kForward, 4, Precision::kFp32, true) == 68 * kNsPerMs);
 }
 
 TEST_CASE("a collective is fitted to its mean where one was measured (Note [A collective costs its mean])", "[calibrate]") {
