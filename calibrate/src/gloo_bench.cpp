@@ -281,6 +281,9 @@ using ContextPtr = std::shared_ptr<C10dGroup>;
 /// Note [Busy waits] (runtime/src/comm.cpp): a rank bound to its own core
 /// polls its collectives as dtsim_worker's ranks do; send/recv sleep.
 bool g_busy_wait = false;
+/// Note [Gloo's event loop] (platform/src/process.cpp): a bound rank's
+/// loops at the lowest priority, as dtsim_worker's.
+bool g_lower_loops = false;
 
 void finish(const c10::intrusive_ptr<c10d::Work>& work) {
   if (g_busy_wait) {
@@ -297,7 +300,9 @@ struct Rendezvous {
 ContextPtr connect(Rendezvous& rv, const std::string& prefix, int rank, int size) {
   auto store = c10::make_intrusive<c10d::FileStore>(rv.dir + "/store-" + prefix, size);
   auto o = c10d::ProcessGroupGloo::Options::create(kOpTimeout);
+  const std::vector<int> before = g_lower_loops ? dtsim::platform::thread_ids() : std::vector<int>{};
   o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(kHost));
+  if (g_lower_loops) dtsim::platform::lower_new_threads(before);
   o->threads = 2;  // as runtime/src/comm.cpp
   auto g = std::make_shared<C10dGroup>();
   g->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, o);
@@ -802,9 +807,11 @@ void run_rank(int rank, const Options& opt, const std::string& dir, const std::v
   // Note [A rank's own cores] (platform/src/process.cpp): as dtsim_worker binds its ranks.
   const std::string cpus = dtsim::platform::bind_cpu_share(rank, opt.procs);
   g_busy_wait = dtsim::platform::polls_collectives(cpus);
+  g_lower_loops = dtsim::platform::lowers_event_loops(cpus);
   if (rank == 0) {
     emit_info("cpus", cpus.empty() ? "unbound" : cpus);
     emit_info("collective_wait", g_busy_wait ? "polling (Note [Busy waits])" : "blocking");
+    emit_info("gloo_loop", g_lower_loops ? "lowest priority (Note [Gloo's event loop])" : "as Gloo starts it");
   }
 #endif
   Rendezvous rv{dir};

@@ -6,11 +6,14 @@
 #include <malloc.h>
 #endif
 #ifdef __linux__
+#include <dirent.h>
 #include <sched.h>
 #include <sys/mman.h>
+#include <sys/resource.h>
 #include <unistd.h>
 #endif
 
+#include <algorithm>
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
@@ -129,6 +132,71 @@ std::vector<int> cpu_share(const std::vector<int>& allowed, int online, int inde
 bool polls_collectives(const std::string& binding) {
   const char* mode = std::getenv("DTSIM_WAIT");
   return !binding.empty() && (mode == nullptr || std::strcmp(mode, "block") != 0);
+}
+
+// Note [Gloo's event loop]
+// A Gloo TCP device runs one thread, its event loop, that reads and writes
+// its pairs' sockets (gloo/transport/tcp/loop.cc), and a collective's own
+// thread (a ProcessGroupGloo worker) writes a message in place where the
+// socket takes it, holding the pair's mutex throughout (Pair::send,
+// sendAsyncMode). The loop handles a socket's events only if it gets that
+// mutex at once: if not, it returns to epoll_wait, which, level-triggered,
+// hands it the same event again at once (Pair::handleEvents, try_to_lock;
+// gloo 2022-05-18, Debian's). On a rank bound to one core (Note [A rank's
+// own cores]) the loop, woken by the peer's bytes, preempts the worker
+// that is writing (the scheduler favours a thread waking), then spins on
+// the mutex the worker holds until the scheduler's next tick takes the
+// core back (CONFIG_HZ=250: up to 4 ms). Seen with `perf sched timehist`
+// in an mlp DDP run (2 ranks, one core each, 2.7 MB of gradients): the
+// loop ran 3.5-5.4 ms without a break while its rank's worker, preempted,
+// and its main thread waited, and the other rank polled; most steps took
+// such a stall (3.5 ms or 7-8 ms a step). On a machine with cores to
+// spare the loop spins on another core while the writer finishes. So a
+// bound rank gives its Gloo event loops the lowest priority (nice 19):
+// they no longer preempt the rank's threads, still run whenever those
+// wait, and a worker woken while one spins takes the core back at once.
+// mlp DDP's median step (60 steps, three runs each way, alternating):
+// 4.3, 5.5 and 5.6 ms against 8.7, 5.5 and 7.7 ms, its slowest 6.5-6.8
+// against 12.8-14.2 ms; the other seed 003 models' DDP steps 5-37%
+// shorter but seq2seq's 4-5% longer (docs/validation-cpu.md, 2026-12-04,
+// morning). Calibration lowers its Gloo benches' and its copies' loops
+// alike, so a profile prices the collectives as validation runs them;
+// DTSIM_GLOO_LOOP=normal leaves the loops as Gloo starts them. Raising a
+// nice value needs no privilege, lowering it again would: only the loop,
+// which never needs it back, is lowered.
+std::vector<int> thread_ids() {
+  std::vector<int> ids;
+#ifdef __linux__
+  DIR* dir = ::opendir("/proc/self/task");
+  if (dir == nullptr) return ids;
+  while (const dirent* e = ::readdir(dir)) {
+    char* end = nullptr;
+    const long id = std::strtol(e->d_name, &end, 10);
+    if (end != e->d_name && *end == 0 && id > 0 && id <= std::numeric_limits<int>::max()) ids.push_back(static_cast<int>(id));
+  }
+  ::closedir(dir);
+  std::sort(ids.begin(), ids.end());
+#endif
+  return ids;
+}
+
+bool lowers_event_loops(const std::string& binding) {
+  const char* mode = std::getenv("DTSIM_GLOO_LOOP");
+  return !binding.empty() && (mode == nullptr || std::strcmp(mode, "normal") != 0);
+}
+
+int lower_new_threads(const std::vector<int>& before) {
+  int lowered = 0;
+#ifdef __linux__
+  for (int id : thread_ids()) {
+    if (std::binary_search(before.begin(), before.end(), id)) continue;
+    // Raising a nice value needs no privilege; a thread that has ended since is skipped.
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(id), kLowestPriority) == 0) ++lowered;
+  }
+#else
+  (void)before;
+#endif
+  return lowered;
 }
 
 std::string bind_cpu_share(int index, int count) {

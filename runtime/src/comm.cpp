@@ -18,6 +18,7 @@
 #include <string>
 #include <thread>
 
+#include "dtsim/platform/process.hpp"
 #include "dtsim/sim/error.hpp"
 #include "worker.hpp"
 
@@ -94,6 +95,8 @@ Group Comm::group(const std::string& name, const std::vector<int>& members) {
                          "only; validate on CPUs with a build against Debian's LibTorch");
 #else
   auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
+  // Note [Gloo's event loop]: the device starts its loop thread.
+  const std::vector<int> before = lower_loops_ ? platform::thread_ids() : std::vector<int>{};
   // Loopback for local runs; GLOO_SOCKET_IFNAME picks the interface on a cluster.
   const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
   const char* master = std::getenv("MASTER_ADDR");
@@ -104,6 +107,7 @@ Group Comm::group(const std::string& name, const std::vector<int>& members) {
   } else {
     o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
   }
+  if (lower_loops_) loops_lowered_ += platform::lower_new_threads(before);
   o->threads = 2;
   g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, g.rank, g.size, o);
   return g;

@@ -486,6 +486,7 @@ std::string rank_to_json(const RankMeasurement& m) {
   for (double x : m.losses) w.value(x);
   w.end_array();
   w.field("probe_s", m.probe_s).field("probe_end_s", m.probe_end_s).field("cpus", m.cpus);
+  w.field("gloo_loops_lowered", m.gloo_loops_lowered);
   w.key("memory_trace").begin_array();
   for (const auto& k : m.memory_trace) {
     w.begin_object().field("what", k.what).field("current", k.current).field("peak", k.peak).end_object();
@@ -523,6 +524,7 @@ RankMeasurement rank_from_json(const std::string& text, const std::string& sourc
     if (n.contains("probe_s")) m.probe_s = n["probe_s"].get<double>();
     if (n.contains("probe_end_s")) m.probe_end_s = n["probe_end_s"].get<double>();
     if (n.contains("cpus")) m.cpus = n["cpus"].get<std::string>();
+    if (n.contains("gloo_loops_lowered")) m.gloo_loops_lowered = n["gloo_loops_lowered"].get<int>();
     if (n.contains("memory_trace")) {
       for (const auto& k : n["memory_trace"]) {
         m.memory_trace.push_back({k.at("what").get<std::string>(), k.at("current").get<std::int64_t>(), k.at("peak").get<std::int64_t>()});
@@ -752,7 +754,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
     w.field("rank", r.rank).field("stage", r.stage).field("peak_bytes", r.peak_bytes).field("reserved_peak_bytes", r.reserved_peak_bytes);
     w.field("host_peak_bytes", r.host_peak_bytes);
     w.field("forward_s", r.forward_s).field("backward_s", r.backward_s).field("wait_s", r.wait_s).field("optimizer_s", r.optimizer_s);
-    w.field("cpus", r.cpus);
+    w.field("cpus", r.cpus).field("gloo_loops_lowered", r.gloo_loops_lowered);
     w.end_object();
   }
   w.end_array();

@@ -126,10 +126,17 @@ class Comm {
   Group group(const std::string& name, const std::vector<int>& members);
   /// Blocks until every rank arrives (through the store).
   void barrier(const std::string& name);
+  /// Note [Gloo's event loop] (platform/src/process.cpp): the Gloo groups
+  /// made from now on run their event loops at the lowest priority.
+  void lower_event_loops(bool on) { lower_loops_ = on; }
+  /// How many event loops this Comm's groups lowered so far.
+  int loops_lowered() const { return loops_lowered_; }
 
  private:
   int rank_, world_;
   bool cuda_;
+  bool lower_loops_ = false;
+  int loops_lowered_ = 0;
   std::chrono::milliseconds timeout_;
   c10::intrusive_ptr<c10d::Store> store_;
 };

@@ -172,9 +172,11 @@ int run(const ValidateOptions& o, int& rank_out, std::string& run_dir_out) {
   // collectives' own timeout is the backstop (and the only watch under mpirun).
   const double comm_timeout = run_dir.empty() ? o.timeout_s : o.timeout_s + 30;
   Comm comm(rank, world, rendezvous_from_env(), device.is_cuda(), comm_timeout);
+  comm.lower_event_loops(platform::lowers_event_loops(cpus));  // Note [Gloo's event loop]
   std::vector<TraceEvent> events;
   RankMeasurement m = train(cfg, comm, o.trace.empty() ? nullptr : &events);
   m.cpus = cpus;
+  m.gloo_loops_lowered = comm.loops_lowered();
   const std::string json = rank_to_json(m);
   const std::string trace = o.trace.empty() ? "" : trace_json(events, rank, m.stage);
 

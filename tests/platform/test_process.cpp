@@ -1,15 +1,22 @@
 // Process settings: the CPU share a rank binds to (Note [A rank's own cores]),
-// and the heap's huge pages (Note [Huge pages]).
+// the heap's huge pages (Note [Huge pages]) and the priority of Gloo's event
+// loops (Note [Gloo's event loop]).
 #include <catch2/catch.hpp>
 
 #include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <atomic>
+#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <fstream>
+#include <iterator>
+#include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "dtsim/platform/process.hpp"
@@ -121,4 +128,62 @@ TEST_CASE("advise_huge_pages: the heap the simulator allocates from next asks fo
     REQUIRE(WIFEXITED(status));
     CHECK(WEXITSTATUS(status) == 0);
   }
+}
+
+namespace {
+
+// Thread `id`'s nice value, from field 19 of /proc/self/task/<id>/stat (after
+// the command's closing parenthesis, which a name may itself contain).
+int nice_of(int id) {
+  std::ifstream in("/proc/self/task/" + std::to_string(id) + "/stat");
+  std::string stat((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  std::istringstream rest(stat.substr(stat.rfind(')') + 2));
+  std::string field;
+  for (int i = 3; i <= 19; ++i) rest >> field;  // fields 3 (state) to 19 (nice)
+  return std::stoi(field);
+}
+
+}  // namespace
+
+TEST_CASE("lower_new_threads: only the threads started since the snapshot get the lowest priority (Note [Gloo's event loop])",
+          "[process]") {
+#ifndef __linux__
+  SUCCEED("thread ids are read from /proc");
+#else
+  using namespace dtsim::platform;
+  const int self = static_cast<int>(::gettid());
+  const int base = nice_of(self);  // 0, or what a niced test runner gave the process
+  std::atomic<int> early_id{0}, late_id{0};
+  std::atomic<bool> stop{false};
+  auto park = [&](std::atomic<int>& id) {
+    id = static_cast<int>(::gettid());
+    while (!stop) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  };
+  std::thread early(park, std::ref(early_id));
+  while (early_id == 0) std::this_thread::yield();
+  const std::vector<int> before = thread_ids();
+  CHECK(std::is_sorted(before.begin(), before.end()));
+  CHECK(std::find(before.begin(), before.end(), self) != before.end());
+  CHECK(std::find(before.begin(), before.end(), early_id.load()) != before.end());
+  std::thread late(park, std::ref(late_id));
+  while (late_id == 0) std::this_thread::yield();
+  // One thread started after the snapshot: it alone is lowered, to nice 19.
+  CHECK(lower_new_threads(before) == 1);
+  CHECK(nice_of(late_id) == kLowestPriority);
+  CHECK(nice_of(early_id) == base);
+  CHECK(nice_of(self) == base);
+  stop = true;
+  early.join();
+  late.join();
+#endif
+}
+
+TEST_CASE("lowers_event_loops: a bound rank, unless DTSIM_GLOO_LOOP=normal", "[process]") {
+  using dtsim::platform::lowers_event_loops;
+  ::unsetenv("DTSIM_GLOO_LOOP");
+  CHECK(lowers_event_loops("cpu 1"));
+  CHECK_FALSE(lowers_event_loops(""));  // not bound: the loop has other cores
+  ::setenv("DTSIM_GLOO_LOOP", "normal", 1);
+  CHECK_FALSE(lowers_event_loops("cpu 1"));
+  ::unsetenv("DTSIM_GLOO_LOOP");
 }

@@ -1022,7 +1022,7 @@ TEST_CASE("under mpirun across nodes without MASTER_ADDR the ranks meet through 
   CHECK(dir.entries() == std::vector<std::string>{"err0", "err1", "out0", "out1"});
 }
 
-TEST_CASE("each local rank runs on its own share of the CPUs (Note [A rank's own cores])", "[runtime][validate][slow]") {
+TEST_CASE("each local rank runs on its own share of the CPUs and lowers its Gloo loops (Notes [A rank's own cores] and [Gloo's event loop])", "[runtime][validate][slow]") {
   // 2 ranks on this process's CPUs: rank r on share r of 2 (cpu_share's
   // own cases are in tests/sim/test_process.cpp).
   cpu_set_t set;
@@ -1044,16 +1044,29 @@ TEST_CASE("each local rank runs on its own share of the CPUs (Note [A rank's own
       std::string want = per == 1 ? "cpu " : "cpus ";
       for (std::size_t i = 0; i < per; ++i) want += (i ? "," : "") + std::to_string(allowed[r * per + i]);
       CHECK(ranks[r]["cpus"].as<std::string>() == want);
+      // Note [Gloo's event loop]: a bound rank lowers the loop of each Gloo
+      // group it is in (DDP's data-parallel group at least).
+      CHECK(ranks[r]["gloo_loops_lowered"].as<int>() >= 1);
     }
+    // DTSIM_GLOO_LOOP=normal leaves them as Gloo starts them.
+    const Run normal = validate(args, "DTSIM_GLOO_LOOP=normal");
+    REQUIRE(normal.status == 0);
+    const YAML::Node normal_ranks = YAML::Load(normal.out)["measured"]["ranks"];
+    CHECK(normal_ranks[0]["gloo_loops_lowered"].as<int>() == 0);
+    CHECK(normal_ranks[1]["gloo_loops_lowered"].as<int>() == 0);
   } else {
     WARN("this test process is bound already (or has one CPU): its ranks keep that binding");
     CHECK(ranks[0]["cpus"].as<std::string>().empty());
+    CHECK(ranks[0]["gloo_loops_lowered"].as<int>() == 0);
   }
   const Run unbound = validate(args, "DTSIM_BIND=none");
   REQUIRE(unbound.status == 0);
   const YAML::Node free_ranks = YAML::Load(unbound.out)["measured"]["ranks"];
   CHECK(free_ranks[0]["cpus"].as<std::string>().empty());
   CHECK(free_ranks[1]["cpus"].as<std::string>().empty());
+  // Unbound, a rank's loop has other cores to spin on: left as Gloo starts it.
+  CHECK(free_ranks[0]["gloo_loops_lowered"].as<int>() == 0);
+  CHECK(free_ranks[1]["gloo_loops_lowered"].as<int>() == 0);
 }
 
 TEST_CASE("a bad DTSIM_RENDEZVOUS is refused with one line", "[runtime][validate][bad-input]") {

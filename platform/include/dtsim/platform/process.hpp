@@ -49,4 +49,20 @@ std::string bind_cpu_share(int index, int count);
 /// bound and the environment does not set DTSIM_WAIT=block.
 bool polls_collectives(const std::string& binding);
 
+/// Note [Gloo's event loop] (src/process.cpp): whether a rank bound as
+/// `binding` lowers the priority of its Gloo devices' event loops: when it
+/// is bound and the environment does not set DTSIM_GLOO_LOOP=normal.
+bool lowers_event_loops(const std::string& binding);
+
+/// The ids of this process's threads now, ascending (empty without Linux).
+std::vector<int> thread_ids();
+
+/// The nice value lower_new_threads() gives: the lowest priority.
+inline constexpr int kLowestPriority = 19;
+
+/// Note [Gloo's event loop]: gives every thread of this process that is not
+/// in `before` (thread_ids() taken earlier) the nice value kLowestPriority,
+/// and returns how many it lowered (0 without Linux).
+int lower_new_threads(const std::vector<int>& before);
+
 }  // namespace dtsim::platform

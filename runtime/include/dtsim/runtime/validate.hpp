@@ -116,6 +116,7 @@ struct RankMeasurement {
   double probe_s = 0;                ///< Note [Machine probe]: the reference workload before the run (CPU); 0: not run
   double probe_end_s = 0;            ///< the same after the measured steps; 0: not run
   std::string cpus;                  ///< Note [A rank's own cores]: "cpu 1", ...; empty: not bound
+  int gloo_loops_lowered = 0;        ///< Note [Gloo's event loop]: Gloo event loops run at the lowest priority
   std::vector<MemoryMark> memory_trace;  ///< Note [Memory trace]: the first measured step
 };
 
