@@ -792,8 +792,12 @@ std::map<std::string, InterpolationError> layer_interpolation_errors(const sim::
 std::string format_profile(const sim::Profile& p) {
   std::ostringstream os;
   os << "dtsim profile " << p.path << "\n";
+  // Where the ranks ran and how they waited (Notes [A rank's own cores],
+  // [Busy waits], [Gloo's event loop]): what validation must match.
   for (const char* key : {"device", "device_kind", "host", "created", "sweep", "cut", "procs", "torch.torch_version", "torch.threads",
-                          "nccl.nccl_version", "gloo.api", "gloo.transport", "gloo.send_recv_impl", "layers_measured_with", "layers_slower_rank", "layers_copy_time_ratio", "command"}) {
+                          "torch.cpus", "nccl.nccl_version", "gloo.api", "gloo.transport", "gloo.send_recv_impl", "gloo.cpus",
+                          "gloo.collective_wait", "gloo.gloo_loop", "layers_measured_with", "layers_slower_rank",
+                          "layers_copy_time_ratio", "command"}) {
     if (const auto it = p.info.find(key); it != p.info.end()) os << "  " << key << ": " << it->second << "\n";
   }
   // Note [Quick profiles] (sim/src/cost/cost_profile.cpp).

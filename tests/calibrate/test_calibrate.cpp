@@ -573,6 +573,21 @@ TEST_CASE("a quick profile says how far it is to be trusted, in predict and prof
   CHECK(warnings[0] == w);
 }
 
+TEST_CASE("profile show says where the measured ranks ran and how they waited (Note [Gloo's event loop])", "[calibrate]") {
+  Profile p;
+  p.path = "bound.h5";
+  const std::string none = calib::format_profile(p);
+  CHECK(none.find("gloo.gloo_loop") == std::string::npos);  // an older profile: nothing to say
+  p.info["torch.cpus"] = "cpu 0";
+  p.info["gloo.cpus"] = "cpu 0";
+  p.info["gloo.collective_wait"] = "polling (Note [Busy waits])";
+  p.info["gloo.gloo_loop"] = "lowest priority (Note [Gloo's event loop])";
+  const std::string shown = calib::format_profile(p);
+  CHECK_THAT(shown, Catch::Contains("  torch.cpus: cpu 0\n") && Catch::Contains("  gloo.cpus: cpu 0\n") &&
+                        Catch::Contains("  gloo.collective_wait: polling (Note [Busy waits])\n") &&
+                        Catch::Contains("  gloo.gloo_loop: lowest priority (Note [Gloo's event loop])\n"));
+}
+
 TEST_CASE("a profile timed while the machine's speed moved says so, in predict and profile show (Note [A steady calibration])",
           "[calibrate]") {
   Profile p;
