@@ -300,9 +300,7 @@ struct Rendezvous {
 ContextPtr connect(Rendezvous& rv, const std::string& prefix, int rank, int size) {
   auto store = c10::make_intrusive<c10d::FileStore>(rv.dir + "/store-" + prefix, size);
   auto o = c10d::ProcessGroupGloo::Options::create(kOpTimeout);
-  const std::vector<int> before = g_lower_loops ? dtsim::platform::thread_ids() : std::vector<int>{};
-  o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(kHost));
-  if (g_lower_loops) dtsim::platform::lower_new_threads(before);
+  dtsim::platform::lower_threads_started_by(g_lower_loops, [&] { o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname(kHost)); });
   o->threads = 2;  // as runtime/src/comm.cpp
   auto g = std::make_shared<C10dGroup>();
   g->pg = c10::make_intrusive<c10d::ProcessGroupGloo>(store, rank, size, o);

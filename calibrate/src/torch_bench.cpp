@@ -588,10 +588,9 @@ class Bench {
       store->setTimeout(std::chrono::seconds(kDpTimeoutS));
       auto opt = c10d::ProcessGroupGloo::Options::create(std::chrono::seconds(kDpTimeoutS));
       // Note [Gloo's event loop] (platform/src/process.cpp): as dtsim_worker's.
-      const bool lower = dtsim::platform::lowers_event_loops(cpus_);
-      const std::vector<int> before = lower ? dtsim::platform::thread_ids() : std::vector<int>{};
-      opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-      if (lower) dtsim::platform::lower_new_threads(before);
+      dtsim::platform::lower_threads_started_by(dtsim::platform::lowers_event_loops(cpus_), [&] {
+        opt->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+      });
       opt->threads = 2;  // as dtsim_worker's groups (runtime/src/comm.cpp)
       return c10::make_intrusive<c10d::ProcessGroupGloo>(store, o_.lockstep_rank, o_.lockstep_n, opt);
     } catch (const std::exception& e) {

@@ -96,18 +96,18 @@ Group Comm::group(const std::string& name, const std::vector<int>& members) {
 #else
   auto o = c10d::ProcessGroupGloo::Options::create(timeout_);
   // Note [Gloo's event loop]: the device starts its loop thread.
-  const std::vector<int> before = lower_loops_ ? platform::thread_ids() : std::vector<int>{};
-  // Loopback for local runs; GLOO_SOCKET_IFNAME picks the interface on a cluster.
-  const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
-  const char* master = std::getenv("MASTER_ADDR");
-  if (ifname != nullptr && *ifname != 0) {
-    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
-  } else if (master == nullptr || std::string(master) == "127.0.0.1" || std::string(master) == "localhost") {
-    o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
-  } else {
-    o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
-  }
-  if (lower_loops_) loops_lowered_ += platform::lower_new_threads(before);
+  loops_lowered_ += platform::lower_threads_started_by(lower_loops_, [&] {
+    // Loopback for local runs; GLOO_SOCKET_IFNAME picks the interface on a cluster.
+    const char* ifname = std::getenv("GLOO_SOCKET_IFNAME");
+    const char* master = std::getenv("MASTER_ADDR");
+    if (ifname != nullptr && *ifname != 0) {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForInterface(ifname));
+    } else if (master == nullptr || std::string(master) == "127.0.0.1" || std::string(master) == "localhost") {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDeviceForHostname("127.0.0.1"));
+    } else {
+      o->devices.push_back(c10d::ProcessGroupGloo::createDefaultDevice());
+    }
+  });
   o->threads = 2;
   g.pg = c10::make_intrusive<c10d::ProcessGroupGloo>(prefixed, g.rank, g.size, o);
   return g;

@@ -65,4 +65,18 @@ inline constexpr int kLowestPriority = 19;
 /// and returns how many it lowered (0 without Linux).
 int lower_new_threads(const std::vector<int>& before);
 
+/// Note [Gloo's event loop]: runs `start` (what starts a Gloo device) and,
+/// where `on`, gives the threads it started the lowest priority; returns
+/// how many it lowered.
+template <typename Start>
+int lower_threads_started_by(bool on, Start&& start) {
+  if (!on) {
+    start();
+    return 0;
+  }
+  const std::vector<int> before = thread_ids();
+  start();
+  return lower_new_threads(before);
+}
+
 }  // namespace dtsim::platform
