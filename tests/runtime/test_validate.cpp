@@ -172,6 +172,16 @@ TEST_CASE("a rank's measurements survive their JSON", "[runtime][validate]") {
   CHECK(back.host_peak_bytes == 42);
   CHECK(back.losses == m.losses);
   CHECK(test::error_of([] { runtime::rank_from_json("{\"rank\": 1}", "rank-1.json"); }).find("rank-1.json") != std::string::npos);
+  // Note [Gloo's event loop]: the count of lowered loops goes and comes back;
+  // a damaged one is refused with the file's name and the field's trouble.
+  m.gloo_loops_lowered = 2;
+  CHECK(runtime::rank_from_json(runtime::rank_to_json(m), "test").gloo_loops_lowered == 2);
+  std::string damaged = runtime::rank_to_json(m);
+  const std::string field = "\"gloo_loops_lowered\": 2";
+  REQUIRE(damaged.find(field) != std::string::npos);
+  damaged.replace(damaged.find(field), field.size(), "\"gloo_loops_lowered\": \"two\"");
+  const std::string why = test::error_of([&] { runtime::rank_from_json(damaged, "rank-3.json"); });
+  CHECK_THAT(why, Catch::StartsWith("rank-3.json: not a rank measurement") && Catch::Contains("number"));
 }
 
 TEST_CASE("the machine probe: the slowest rank's over the profile's (Note [Machine probe])", "[runtime][validate]") {
