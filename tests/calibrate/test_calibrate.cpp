@@ -1791,6 +1791,41 @@ TEST_CASE("collectives timed as a step meets them: parsed, kept, and priced for 
   CHECK_THAT(calib::profile_to_json(q), Catch::Contains("\"comm_in_step\": [") && Catch::Contains("\"stall_frac\": 0.4"));
 }
 
+TEST_CASE("a profile says how long a notice waits for a busy sender, as its Gloo loops ran (Notes [Quiet sender], "
+          "[Gloo's event loop])",
+          "[calibrate]") {
+  Profile p = sample_profile();
+  p.info["gloo.api"] = "c10d ProcessGroupGloo";
+  // Loops at the lowest priority: until the sender's pass ends.
+  p.info["gloo.gloo_loop"] = "lowest priority (Note [Gloo's event loop])";
+  const auto waits = [](const Profile& q) {
+    return ProfileCommModel(std::make_shared<const ProfileCosts>(q), test::round_cluster(1, 2), nullptr).send_waits_for_core();
+  };
+  CHECK(waits(p) == kUntilPassEnds);
+  // As Gloo starts them, or a profile from before the record: the tick.
+  p.info["gloo.gloo_loop"] = "as Gloo starts it";
+  CHECK(waits(p) == kSchedulerTick);
+  p.info.erase("gloo.gloo_loop");
+  CHECK(waits(p) == kSchedulerTick);
+  // No Gloo timed (a GPU's profile): the device's own.
+  p.info.erase("gloo.api");
+  CHECK(!waits(p).has_value());
+  CHECK(!AnalyticCommModel(test::round_cluster(1, 2)).send_waits_for_core().has_value());
+  // Lowering hands the profile's to a CPU's pipeline stages, and a GPU's none.
+  p.info["gloo.api"] = "c10d ProcessGroupGloo";
+  ClusterSpec cpus = test::round_cluster(1, 2);
+  cpus.device.gloo_collectives = true;
+  cpus.device.comm_overlaps_compute = false;
+  cpus.device.send_waits_for_core = kUntilPassEnds;
+  const std::string plan = "dp: 1\npp: 2\nschedule: 1f1b\ngrad_accum: 2\n";
+  for (const SimRank& r : predict_graph(p, test::FakeModel(4, 1000, 0, 4), plan, cpus).graph.ranks) {
+    CHECK(r.send_waits_for_core == kSchedulerTick);
+  }
+  for (const SimRank& r : predict_graph(p, test::FakeModel(4, 1000, 0, 4), plan, test::round_cluster(1, 2)).graph.ranks) {
+    CHECK(r.send_waits_for_core == 0);
+  }
+}
+
 TEST_CASE("the computing after an in-step collective's wait: parsed, kept, shown and handed to the ranks (Note [Resuming "
           "after a wait])",
           "[calibrate]") {

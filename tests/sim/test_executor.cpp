@@ -418,6 +418,70 @@ TEST_CASE("a CPU rank's pipeline send waits for its core: its receiver's notice 
   }
 }
 
+TEST_CASE("a quiet sender's core: a notice waits for the sender's pass to end, or a send it issues, after the "
+          "notice's own latency (Note [Quiet sender])",
+          "[executor]") {
+  // busy_sender: a (0-2 ms) then b on rank 0's compute stream; the notice
+  // comes as a ends; the send (1 ms on the wire) then c (1 ms) on rank 1.
+  SECTION("no bound, b runs 10 ms in a's pass: held until the stream is idle at 12, the send ends at 13") {
+    const ExecResult r = execute(busy_sender(10 * kNsPerMs, kUntilPassEnds));
+    CHECK(r.spans[2].slowed == 10 * kNsPerMs);
+    CHECK(r.spans[3].end == 13 * kNsPerMs);
+    CHECK(r.spans[4].end == 14 * kNsPerMs);
+  }
+  // d (5 ms) follows b (3 ms, 2-5) on the compute stream, so the stream is
+  // busy 0-10.
+  const auto with_d = [](std::int32_t d_micro, Phase d_phase) {
+    TaskGraph g = busy_sender(3 * kNsPerMs, kUntilPassEnds);
+    g.tasks[0].micro = g.tasks[1].micro = 0;
+    Task d = compute("d", 5 * kNsPerMs);
+    d.micro = d_micro;
+    d.phase = d_phase;
+    g.add(d);
+    return g;
+  };
+  SECTION("d is the next micro-batch's: b ends a pass at 5, the notice is handled then, the send ends at 6") {
+    const ExecResult r = execute(with_d(1, Phase::kForward));
+    CHECK(r.spans[2].slowed == 3 * kNsPerMs);
+    CHECK(r.spans[3].end == 6 * kNsPerMs);
+    CHECK(r.spans[4].end == 7 * kNsPerMs);
+    CHECK(r.spans[5].end == 10 * kNsPerMs);  // d is not held up
+  }
+  SECTION("d is the same micro-batch's backward: a pass ends at 5 too") {
+    CHECK(execute(with_d(0, Phase::kBackward)).spans[3].end == 6 * kNsPerMs);
+  }
+  SECTION("d goes on with b's pass: held until the stream is idle at 10, the send ends at 11") {
+    const ExecResult r = execute(with_d(0, Phase::kForward));
+    CHECK(r.spans[2].slowed == 8 * kNsPerMs);
+    CHECK(r.spans[3].end == 11 * kNsPerMs);
+  }
+  SECTION("d goes on with b's pass, but a send waits on b: handled as b ends at 5") {
+    TaskGraph g = with_d(0, Phase::kForward);
+    Task send2 = comm("send 2", 0, 1e6, 1, {1});
+    send2.op = CollectiveOp::kSendRecv;
+    send2.axis = Axis::kPp;
+    g.add(send2);
+    const ExecResult r = execute(g);
+    CHECK(r.spans[2].slowed == 3 * kNsPerMs);
+    CHECK(r.spans[3].end == 6 * kNsPerMs);
+  }
+  SECTION("a notice of 0.5 ms latency arrives at 2.5: b (1 ms) busy, held to 3; the send then at once, to 4") {
+    TaskGraph g = busy_sender(kNsPerMs, kUntilPassEnds);
+    g.tasks[2].cost.latency = kNsPerMs / 2;
+    const ExecResult r = execute(g);
+    CHECK(r.spans[2].start == 2 * kNsPerMs);
+    CHECK(r.spans[2].slowed == kNsPerMs / 2);  // the wait for the core, not the way there
+    CHECK(r.spans[3].end == 4 * kNsPerMs);
+  }
+  SECTION("the same notice finds b (0.3 ms) done: handled as it arrives, the send runs 2.5 to 3.5") {
+    TaskGraph g = busy_sender(300 * kUs, kUntilPassEnds);
+    g.tasks[2].cost.latency = kNsPerMs / 2;
+    const ExecResult r = execute(g);
+    CHECK(r.spans[2].slowed == 0);
+    CHECK(r.spans[3].end == 3500 * kUs);
+  }
+}
+
 TEST_CASE("a CPU rank's compute that waited on a collective pays for resuming, by how long its core computed nothing "
           "(Note [Resuming after a wait])",
           "[executor]") {

@@ -663,21 +663,23 @@ TEST_CASE("advice reaches predict's warnings for an underfilled pipeline", "[pip
 }
 
 TEST_CASE("Gloo pipelines: a send waits for its receiver's notice, the sender's window and the sender's core "
-          "(Note [Gloo rendezvous], [Send window], [Busy sender])",
+          "(Note [Gloo rendezvous], [Send window], [Busy sender], [Quiet sender])",
           "[pipeline]") {
-  // GPipe, p = 2 stages of 4 layers at 0.25 ms a layer (tf = 1 ms, tb = 2
-  // ms a micro-batch), m = 4, communication free: on GPUs (m + p - 1)(tf +
-  // tb) = 15 ms.
+  // GPipe, p = 2 stages of 5 and 3 layers at 0.25 ms a layer forward, 0.5
+  // backward (stage 0: tf 1.25 ms, tb 2.5 ms a micro-batch; stage 1: 0.75
+  // and 1.5), m = 4, communication free. On GPUs (ms): stage 0's F0-F3 over
+  // 0-5, stage 1's F_k as each arrives (1.25, 2.5, 3.75, 5), its B3-B0 over
+  // 5.75-11.75, stage 0's B3-B0 over 7.25-17.25, then the ns-long step.
   const FreeComm comm;
   const TimeNs layer = kMs / 4;
-  const std::string plan = "pp: 2\nschedule: gpipe\nmicro_batches: 4\nmicro_batch: 1\n";
+  const std::string plan = "pp: 2\nschedule: gpipe\nmicro_batches: 4\nmicro_batch: 1\nstage_layers: [5, 3]\n";
   ClusterSpec gpu = round_cluster(1, 2);
   const Run g = run(kEight, plan, gpu, comm, layer);
-  CHECK(g.exec.makespan / 1000 == 15 * kMs / 1000);
+  CHECK(g.exec.makespan / 1000 == 17250);
 
   ClusterSpec cpu = gpu;
   cpu.device.gloo_collectives = true;
-  cpu.device.send_waits_for_core = 4 * kMs;
+  cpu.device.send_waits_for_core = kUntilPassEnds;
   const Run c = run(kEight, plan, cpu, comm, layer);
   const auto id = [&](const Run& r, const std::string& name) {
     for (std::size_t i = 0; i < r.graph.tasks.size(); ++i) {
@@ -689,6 +691,9 @@ TEST_CASE("Gloo pipelines: a send waits for its receiver's notice, the sender's 
   const auto waits_on = [&](const Run& r, const std::string& task, const std::string& on) {
     const auto& deps = r.graph.tasks[static_cast<std::size_t>(id(r, task))].deps;
     return std::find(deps.begin(), deps.end(), id(r, on)) != deps.end();
+  };
+  const auto slowed = [&](const Run& r, const std::string& name) {
+    return r.exec.spans[static_cast<std::size_t>(id(r, name))].slowed;
   };
   // Stage 1 posts the receive for micro-batch 1 once its forward of 0 is
   // done: its notice waits for that, and precedes the send on its stream.
@@ -703,15 +708,31 @@ TEST_CASE("Gloo pipelines: a send waits for its receiver's notice, the sender's 
   CHECK(waits_on(c, "send act chunk 0 [mb 2]", "send act chunk 0 [mb 0]"));
   CHECK(waits_on(c, "fwd chunk 0 [mb 3]", "send act chunk 0 [mb 0]"));
   CHECK_FALSE(waits_on(g, "fwd chunk 0 [mb 3]", "send act chunk 0 [mb 0]"));
-  // Then by hand (ms): stage 0 computes F0-F3 over 0-4 unbroken; act0 goes
-  // at 1 and stage 1 runs F0 1-2. The notice for act1 comes at 2, stage 0
-  // busy since 0: handled at 0 + 4, as F3 ends, so stage 1's F1 runs 4-5
-  // (2-3 on a GPU). Every later notice finds its sender idle or busy for 4
-  // ms or more: F2 5-6, F3 6-7, B3 7-9; stage 0's B3 9-11, B2 11-13, B1
-  // 13-15, B0 15-17 as stage 1's backwards end, then the ns-long step.
-  CHECK(c.exec.makespan / 1000 == 17 * kMs / 1000);
-  // The notice waited for stage 0's core 2 ms, and a trace says so.
-  CHECK(c.exec.spans[static_cast<std::size_t>(id(c, "notice act chunk 0 [mb 1]"))].slowed == 2 * kMs);
+  // Then by hand (ms). The notice for act1 comes at 2.0, as stage 1's F0
+  // ends, mid-F1 on stage 0: held to 2.5, where F1 ends and its send is
+  // issued anyway, and so act2's (3.25 to 3.75) and act3's (4.5 to 5):
+  // the forwards run as on a GPU. Stage 0's notice for grad3 comes at 5
+  // with stage 1 idle; B3 ends at 7.25, and stage 1 runs B2 7.25-8.75 and
+  // B1 8.75-10.25. The notice for grad2 comes at 9.75 as stage 0's B3 ends,
+  // mid-B1 on stage 1: held to 10.25, where B1's pass ends (Note [Quiet
+  // sender]), so stage 0's B2 runs 10.25-12.75; grad1's and grad0's
+  // notices find stage 1 done (B0 10.25-11.75): B1 12.75-15.25, B0
+  // 15.25-17.75.
+  CHECK(c.exec.makespan / 1000 == 17750);
+  CHECK(slowed(c, "notice act chunk 0 [mb 1]") == kMs / 2);  // a trace's waited_for_core
+  CHECK(slowed(c, "notice act chunk 0 [mb 3]") == kMs / 2);
+  CHECK(slowed(c, "notice grad chunk 1 [mb 2]") == kMs / 2);
+  CHECK(slowed(c, "notice grad chunk 1 [mb 3]") == 0);
+  // Held at most a tick (4 ms, Gloo's loop at the rank's priority: Note
+  // [Busy sender]): stage 1 has been busy since 5, so grad2's notice at
+  // 9.75 is past 5 + 4 and handled at once, as on a GPU; act2's at 3.25 is
+  // before 0 + 4 and still waits for F2's end at 3.75, act3's at 4.5 not.
+  cpu.device.send_waits_for_core = 4 * kMs;
+  const Run t = run(kEight, plan, cpu, comm, layer);
+  CHECK(t.exec.makespan / 1000 == 17250);
+  CHECK(slowed(t, "notice act chunk 0 [mb 2]") == kMs / 2);
+  CHECK(slowed(t, "notice act chunk 0 [mb 3]") == 0);
+  CHECK(slowed(t, "notice grad chunk 1 [mb 2]") == 0);
   PredictOptions traced;
   traced.keep_graph = true;
   const auto bilstm = models::load_model("bilstm-tiny");

@@ -182,9 +182,11 @@ std::vector<DeviceSpec> make_devices() {
   // Gloo reduces and copies on the CPU cores the ranks compute on (Note [CPU
   // collectives] in sim/src/lowering/layer_context.hpp).
   cpu.comm_overlaps_compute = false;
-  // Note [Busy sender] (engine/executor.cpp): the slice a woken compute
-  // thread keeps, checked at ticks: 4 ms at Debian's CONFIG_HZ=250.
-  cpu.send_waits_for_core = 4 * kNsPerMs;
+  // Notes [Busy sender] and [Quiet sender] (engine/executor.cpp): dtsim's
+  // runtime runs a bound rank's Gloo loops at the lowest priority, so a
+  // receiver's notice waits for the sender's pass to end (a cluster file's
+  // send_waits_for_core_ms: 4, the tick, where they run at the rank's).
+  cpu.send_waits_for_core = kUntilPassEnds;
   v.push_back(cpu);
   // CUDA compute capabilities (NVIDIA's "CUDA GPUs" table): NCCL's
   // protocol model takes its per-architecture figures from them (Note [NCCL

@@ -1313,6 +1313,13 @@ CollectiveCost ProfileCommModel::collective(CollectiveOp op, Bytes bytes, const 
   return analytic_.collective(op, bytes, group);
 }
 
+std::optional<TimeNs> ProfileCommModel::send_waits_for_core() const {
+  const auto& info = costs_->profile().info;
+  if (info.count("gloo.api") == 0) return std::nullopt;  // no Gloo timed
+  const auto loop = info.find("gloo.gloo_loop");
+  return loop != info.end() && loop->second.starts_with("lowest priority") ? kUntilPassEnds : kSchedulerTick;
+}
+
 std::vector<std::pair<TimeNs, TimeNs>> ProfileCommModel::resume_after_wait() const {
   // The all-reduces of the fewest ranks timed so (each rank count's sizes
   // are one sweep; a profile merged from several has several), one point

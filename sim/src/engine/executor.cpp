@@ -75,13 +75,43 @@
 //   0.2 ms later; one asked for 0.5 ms after the sender resumed from a wait
 //   arrived 4.1 ms later, mid-forward.
 // So the pipeline pass puts the receiver's notice (Task::collective
-// kRecvNotice, no cost) before each send on the sender's send stream, and
+// kRecvNotice, no bytes) before each send on the sender's send stream, and
 // a notice on a rank with SimRank::send_waits_for_core > 0 (W) that arrives
 // while a compute task runs on that rank's compute stream is handled once
-// none does (a rank waiting on a collective leaves its core to Gloo), or W
-// after the stream last came from idle, whichever comes first (at once if
-// that is past); the send behind it goes once it is issued. GPUs' sends
-// run on their own engines and SMs: 0.
+// none does (a rank waiting on a collective leaves its core to Gloo), or
+// the rank ends a pass (Note [Quiet sender]), or W after the stream last
+// came from idle, whichever comes first (at once if that is past); the
+// send behind it goes once it is issued. GPUs' sends run on their own
+// engines and SMs: 0. (Measured with Gloo's loop at the rank's priority,
+// as Gloo starts it; the runtime now lowers it: Note [Quiet sender].)
+//
+// Note [Quiet sender]
+// dtsim's runtime runs a bound rank's Gloo loops at the lowest priority
+// (Note [Gloo's event loop] in platform/src/process.cpp): a loop woken by a
+// notice no longer takes the core at a tick, but waits for the rank's main
+// thread to let go of it. Measured with validate --trace, bilstm-tiny, 2
+// ranks of one core each (docs/validation-cpu.md, 2026-12-04, afternoon):
+// - GPipe: each activation asked for while the sender ran a 1.6-1.8 ms
+//   forward arrived as that forward ended (held 1.2-1.5 ms), never cut at
+//   a tick;
+// - 1F1B: an activation asked for as the first stage began a 3.6-4.1 ms
+//   backward arrived 0.04-0.12 ms after that backward ended, though the
+//   first stage sends nothing after a backward.
+// So a rank lets go of its core at the end of each pass, the last task of
+// one micro-batch's forward, or backward, on its compute stream (then the
+// runtime beats its heartbeat, issues its send or posts its next receive),
+// and at any task a send of its rank waits on; a held notice is handled
+// then. A profile that records its loops at the lowest priority sets no
+// bound (W = kUntilPassEnds, DeviceSpec::send_waits_for_core, as the cpu
+// device's default); one from before that record, W = the tick
+// (ProfileCommModel::send_waits_for_core). And a notice reaches its sender
+// after the latency of the message it asks for (the same link, a message
+// as small as the sends' latency counts). In 1F1B a receiver posts its
+// next receive just after sending the gradient its sender waits on, so the
+// notice and the gradient race: the run's notices lost 5 of the step's 7
+// (held a whole backward), the simulation's win each (the notice leaves
+// as the gradient does and has no bytes to carry), so a 1F1B of short
+// passes is priced short (bilstm-tiny's by about 17%).
 //
 // Note [Resuming after a wait]
 // A CPU rank that waits on a collective leaves its core to Gloo's threads,
@@ -198,7 +228,7 @@ struct Link {
 };
 
 /// What an event asks of the executor (Note [Plain events] in engine.hpp).
-enum class Action : std::int32_t { kFinish, kStartFlow, kLinkEvent, kCoreFree };
+enum class Action : std::int32_t { kFinish, kStartFlow, kLinkEvent, kCoreFree, kNoticeArrives };
 
 class Executor {
  public:
@@ -216,6 +246,7 @@ class Executor {
         case Action::kStartFlow: start_flow(e->arg); break;
         case Action::kLinkEvent: on_link_event(e->arg); break;
         case Action::kCoreFree: release_notice(e->arg); break;
+        case Action::kNoticeArrives: notice_arrives(e->arg); break;
       }
       if (opt_.record_event_times) event_times_.push_back(q_.now());
     }
@@ -308,6 +339,32 @@ class Executor {
       }
       if (held_.empty()) held_.assign(n, 0);
       core_waits_ = true;
+    }
+    // Note [Quiet sender]: the tasks whose end lets go of their rank's core:
+    // the last of a pass on its compute stream (the next is another
+    // micro-batch's, or the other direction's, or none), and any a send of
+    // its rank waits on.
+    if (core_waits_) {
+      yields_.assign(n, 0);
+      const auto pass = [](Phase p) {
+        return p == Phase::kForward ? 0 : (p == Phase::kBackward || p == Phase::kRecompute) ? 1 : 2;
+      };
+      for (std::size_t r = 0; r < g_.ranks.size(); ++r) {
+        if (compute_stream_[r] < 0) continue;
+        const auto& list = stream_tasks_[r][static_cast<std::size_t>(compute_stream_[r])];
+        for (std::size_t k = 0; k < list.size(); ++k) {
+          const Task& t = g_.tasks[list[k]];
+          const Task* next = k + 1 < list.size() ? &g_.tasks[list[k + 1]] : nullptr;
+          if (next == nullptr || next->micro != t.micro || pass(next->phase) != pass(t.phase)) yields_[list[k]] = 1;
+        }
+      }
+      for (std::size_t i = 0; i < n; ++i) {
+        const Task& t = g_.tasks[i];
+        if (t.kind != TaskKind::kCollective || t.op != CollectiveOp::kSendRecv || t.collective == kRecvNotice) continue;
+        for (TaskId d : t.deps) {
+          if (g_.tasks[d].rank == t.rank) yields_[d] = 1;
+        }
+      }
     }
     // Note [Resuming after a wait]: by rank, when its last compute task ended.
     last_compute_end_.assign(g_.ranks.size(), -1);
@@ -408,12 +465,9 @@ class Executor {
     }
     if (t.kind == TaskKind::kCollective) {
       if (interferes(t) && comm_active_[t.rank][link_of(t)]++ == 0) rerate(t.rank);
-      if (waits_for_core(t)) {
-        // Note [Busy sender]: until the compute stream is idle, or W after
-        // it last came from idle.
-        held_[id] = 1;
-        held_notices_[t.rank].push_back(id);
-        at(later(busy_since_[t.rank], g_.ranks[t.rank].send_waits_for_core), Action::kCoreFree, id);
+      if (core_waits_ && t.collective == kRecvNotice) {
+        // Note [Quiet sender]: the notice reaches the sender after its latency.
+        at(later(q_.now(), t.cost.latency), Action::kNoticeArrives, id);
       } else {
         at(later(q_.now(), t.cost.latency), Action::kStartFlow, id);
       }
@@ -469,8 +523,25 @@ class Executor {
 
   /// Note [Busy sender]: a receiver's notice to a sender whose core is computing.
   bool waits_for_core(const Task& t) const {
-    return core_waits_ && t.collective == kRecvNotice && computing_[t.rank] >= 0 &&
-           later(busy_since_[t.rank], g_.ranks[t.rank].send_waits_for_core) > q_.now();
+    if (!core_waits_ || t.collective != kRecvNotice || computing_[t.rank] < 0) return false;
+    const TimeNs w = g_.ranks[t.rank].send_waits_for_core;
+    return w == kUntilPassEnds || later(busy_since_[t.rank], w) > q_.now();
+  }
+
+  /// Notes [Busy sender] and [Quiet sender]: a receiver's notice reaches its
+  /// sender: handled at once where the sender's core is free, else held until
+  /// its compute stream is idle or ends a pass, or W after it last came from
+  /// idle (no bound: kUntilPassEnds).
+  void notice_arrives(TaskId id) {
+    const Task& t = g_.tasks[id];
+    if (!waits_for_core(t)) {
+      start_flow(id);
+      return;
+    }
+    held_[id] = 1;
+    held_notices_[t.rank].push_back(id);
+    const TimeNs w = g_.ranks[t.rank].send_waits_for_core;
+    if (w != kUntilPassEnds) at(later(busy_since_[t.rank], w), Action::kCoreFree, id);
   }
 
   /// Note [Busy sender]: a held notice is handled (then the send behind it
@@ -480,8 +551,9 @@ class Executor {
     held_[id] = 0;
     auto& held = held_notices_[g_.tasks[id].rank];
     held.erase(std::find(held.begin(), held.end(), id));
-    spans_[id].slowed = q_.now() - spans_[id].start;  // what traces show of the wait
-    at(later(q_.now(), g_.tasks[id].cost.latency), Action::kStartFlow, id);
+    // What traces show of the wait for the core (the notice's way there apart).
+    spans_[id].slowed = q_.now() - spans_[id].start - g_.tasks[id].cost.latency;
+    start_flow(id);
   }
 
   /// Note [Interference]: a collective that slows its rank's compute.
@@ -664,9 +736,10 @@ class Executor {
         try_start_head(where_[d].rank, where_[d].stream);
       }
     }
-    // Note [Busy sender]: the core is free unless the next compute task began.
-    if (core_waits_ && computing_[t.rank] == -2) {
-      computing_[t.rank] = -1;
+    // Note [Busy sender]: the core is free unless the next compute task
+    // began; Note [Quiet sender]: or this task ended a pass.
+    if (core_waits_ && (computing_[t.rank] == -2 || yields_[id])) {
+      if (computing_[t.rank] == -2) computing_[t.rank] = -1;
       while (!held_notices_[t.rank].empty()) release_notice(held_notices_[t.rank].front());
     }
   }
@@ -791,6 +864,7 @@ class Executor {
   std::vector<TimeNs> busy_since_;  ///< by rank: when its compute stream last came from idle
   std::vector<std::vector<TaskId>> held_notices_;
   std::vector<char> held_;
+  std::vector<char> yields_;  ///< Note [Quiet sender]: by task, whether its end lets go of the core
   bool core_waits_ = false;  ///< some rank's notices wait for its core
   /// Note [Resuming after a wait]: by rank, when its last compute task
   /// ended (-1: none yet); whether any rank pays for resuming.

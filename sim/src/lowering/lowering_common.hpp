@@ -152,12 +152,13 @@ inline void set_link_capacity(SimRank& r, const ClusterSpec& c, const CommModel&
 /// HBM a byte on the link at the link class's rate (r.link_capacity, set
 /// first), at most kMaxHbmShare (task_graph.hpp) of it (hbm_slowdown in
 /// lower.cpp). A device whose comm_slowdown is 0 keeps both 0.
-/// And a CPU rank's receiver notices wait for its core (Note [Busy sender]),
+/// And a CPU rank's receiver notices wait for its core (Notes [Busy sender]
+/// and [Quiet sender]; as long as the comm model's profile says, if it does),
 /// and its compute pays for resuming after a wait where the comm model
 /// measured it (Note [Resuming after a wait]).
 inline void set_interference(SimRank& r, const ClusterSpec& c, const CommModel& comm) {
   r.comm_slowdown = c.device.comm_slowdown;
-  r.send_waits_for_core = c.device.send_waits_for_core;
+  r.send_waits_for_core = c.device.send_waits_for_core > 0 ? comm.send_waits_for_core().value_or(c.device.send_waits_for_core) : 0;
   r.resume = c.device.comm_overlaps_compute ? std::vector<std::pair<TimeNs, TimeNs>>{} : comm.resume_after_wait();
   r.hbm_slowdown = {};
   for (LinkClass k : {LinkClass::kIntraNode, LinkClass::kInterNode}) {  // host copies: copy engines (Note [Interference])

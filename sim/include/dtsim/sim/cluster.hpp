@@ -4,6 +4,7 @@
 // device and may override any of its fields.
 
 #include <cstdint>
+#include <limits>
 #include <string>
 #include <vector>
 
@@ -39,6 +40,14 @@ const char* to_string(Precision p);
 int element_bytes(Precision p);
 
 /// One accelerator (or the host CPU used as a device).
+/// DeviceSpec::send_waits_for_core: no bound, the notice waits for the
+/// sender's pass to end (Note [Quiet sender] in sim/src/engine/executor.cpp).
+inline constexpr TimeNs kUntilPassEnds = std::numeric_limits<TimeNs>::max();
+/// The host scheduler's tick on Debian's kernels (CONFIG_HZ=250): how long
+/// a woken Gloo loop at the rank's own priority waits for the core at most
+/// (Note [Busy sender] in sim/src/engine/executor.cpp).
+inline constexpr TimeNs kSchedulerTick = 4 * kNsPerMs;
+
 struct DeviceSpec {
   std::string name;                 ///< "A100-SXM4-80GB"
   Bytes memory = 0;                 ///< usable device memory
@@ -81,11 +90,14 @@ struct DeviceSpec {
   /// where the ranks are CPU cores: Gloo's threads need the same cores.
   bool comm_overlaps_compute = true;
   /// Where > 0, a receiver's notice to a pipeline's sender is handled only
-  /// once the sender's compute stream is idle, or has been busy this long
-  /// since it last came from idle (the host scheduler's slice, checked at
-  /// ticks): Gloo's thread that handles it needs the core the sender
-  /// computes on (Note [Busy sender] in sim/src/engine/executor.cpp). 0:
-  /// at once (NCCL, copy engines).
+  /// once the sender's compute stream is idle or ends a pass, or has been
+  /// busy this long since it last came from idle (the host scheduler's
+  /// slice, checked at ticks, where Gloo's loop runs at the rank's
+  /// priority; kUntilPassEnds where it runs at the lowest): Gloo's thread
+  /// that handles it needs the core the sender computes on (Notes [Busy
+  /// sender] and [Quiet sender] in sim/src/engine/executor.cpp). 0: at
+  /// once (NCCL, copy engines). A profile that records how its Gloo loops
+  /// ran decides it for the ranks it prices (CommModel::send_waits_for_core).
   TimeNs send_waits_for_core = 0;
   /// How much longer compute-bound kernels take while a collective runs
   /// beside them (0.1: at 1/1.1 of their speed): NCCL's channels take SMs

@@ -117,6 +117,11 @@ class CommModel {
   /// compute pays more after waiting on a collective, as (wait, extra)
   /// points in increasing wait (SimRank::resume); none by default.
   virtual std::vector<std::pair<TimeNs, TimeNs>> resume_after_wait() const { return {}; }
+  /// Note [Quiet sender] (engine/executor.cpp): how long a receiver's
+  /// notice waits for a busy sender's core at most, as the ranks measured
+  /// ran their Gloo loops (DeviceSpec::send_waits_for_core); nothing: the
+  /// device's.
+  virtual std::optional<TimeNs> send_waits_for_core() const { return std::nullopt; }
 };
 
 /// NCCL's ring and tree algorithms as alpha-beta per hop (Thakur et al. 2005;

@@ -296,6 +296,10 @@ class ProfileCommModel final : public CommModel {
   /// What the profile's in-step collectives measured of a rank's compute
   /// after their waits (Profile::comm_in_step's resume_s at wait_s).
   std::vector<std::pair<TimeNs, TimeNs>> resume_after_wait() const override;
+  /// Where the profile timed Gloo: kUntilPassEnds if its loops ran at the
+  /// lowest priority (its gloo.gloo_loop), else kSchedulerTick (a profile
+  /// from before that record ran them at the rank's own).
+  std::optional<TimeNs> send_waits_for_core() const override;
 
  private:
   std::shared_ptr<const ProfileCosts> costs_;

@@ -66,6 +66,7 @@ class Pipeline final : public StrategyPass {
         ctx_.b.collective(ctx_.name("send act", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendFwd), Axis::kPp,
                           CollectiveOp::kSendRecv, ch.output, ch.send_fwd, {last});
     send_f_[cell] = send;
+    notice_latency(notice_f_[cell], send);
     issued(at.rank, send, last);
     return last;
   }
@@ -84,6 +85,7 @@ class Pipeline final : public StrategyPass {
         ctx_.b.collective(ctx_.name("send grad", at.unit, at.micro), at.rank, ctx_.stream(Stream::kSendBwd), Axis::kPp,
                           CollectiveOp::kSendRecv, ch.input, ch.send_bwd, {last});
     send_b_[cell] = send;
+    notice_latency(notice_b_[cell], send);
     issued(at.rank, send, last);
     return last;
   }
@@ -122,7 +124,9 @@ class Pipeline final : public StrategyPass {
     const StreamNeighbours near = gloo ? stream_neighbours(c.g) : StreamNeighbours{};
     // Note [Gloo rendezvous]: the receiver's notice comes once the task
     // before its pass is done; one that posts at the step's start has been
-    // handled before the sender computes (an ordinary task of no cost).
+    // handled before the sender computes (an ordinary task of no cost: in
+    // a run of many steps it was posted as the receiver ended the step
+    // before, which the simulated step, starting both stages at 0, omits).
     const auto posted = [&](TaskId notice, TaskId consumer) {
       if (notice < 0) return;
       const TaskId before = near.before[static_cast<std::size_t>(consumer)];
@@ -130,6 +134,7 @@ class Pipeline final : public StrategyPass {
         c.g.tasks[notice].deps.push_back(before);
       } else {
         c.g.tasks[notice].collective = -1;
+        c.g.tasks[notice].cost.latency = 0;
       }
     };
     // Note [Send window]: a stage issues a send once the one two before it is done.
@@ -162,9 +167,10 @@ class Pipeline final : public StrategyPass {
   // megatron/core/pipeline_parallel/schedules.py), posts a receive where its
   // schedule next needs the data: once the pass before it on its compute
   // stream is done. So where collectives are Gloo's, each send has the
-  // receiver's notice before it on its stream, a task of no cost that
-  // waits for the task before the receiver's pass, and then for the
-  // sender's core (Note [Busy sender] in engine/executor.cpp). NCCL's sends
+  // receiver's notice before it on its stream, a message of no bytes that
+  // waits for the task before the receiver's pass, crosses the link at the
+  // send's latency, and then waits for the sender's core (Notes [Busy
+  // sender] and [Quiet sender] in engine/executor.cpp). NCCL's sends
   // go into the receiver's staging buffers without waiting: not there.
   //
   // Note [Send window]
@@ -185,6 +191,12 @@ class Pipeline final : public StrategyPass {
                                        CollectiveCost{}, {});
     ctx_.g.tasks[t].collective = kRecvNotice;
     return t;
+  }
+
+  /// Note [Quiet sender] (engine/executor.cpp): a notice crosses the link
+  /// its send takes, a small message at that send's latency.
+  void notice_latency(TaskId notice, TaskId send) {
+    if (notice >= 0) ctx_.g.tasks[notice].cost.latency = ctx_.g.tasks[send].cost.latency;
   }
 
   /// Note [Send window]: records a Gloo stage's send, and the task it follows.
