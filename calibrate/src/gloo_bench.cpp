@@ -809,7 +809,7 @@ void run_rank(int rank, const Options& opt, const std::string& dir, const std::v
   if (rank == 0) {
     emit_info("cpus", cpus.empty() ? "unbound" : cpus);
     emit_info("collective_wait", g_busy_wait ? "polling (Note [Busy waits])" : "blocking");
-    emit_info("gloo_loop", g_lower_loops ? "lowest priority, SCHED_IDLE (Note [Gloo's event loop])" : "as Gloo starts it");
+    emit_info("gloo_loop", g_lower_loops ? "lowest priority (Note [Gloo's event loop])" : "as Gloo starts it");
   }
 #endif
   Rendezvous rv{dir};

@@ -164,22 +164,6 @@ bool polls_collectives(const std::string& binding) {
 // DTSIM_GLOO_LOOP=normal leaves the loops as Gloo starts them. Raising a
 // nice value needs no privilege, lowering it again would: only the loop,
 // which never needs it back, is lowered.
-//
-// At nice 19 the loop could still take the core now and then: EEVDF picks
-// the eligible thread of earliest deadline, and a rank's main thread that
-// has run ahead of its share (or yields, polling) is not eligible, so the
-// loop, picked, ran until the next tick; where the main thread had been
-// stopped inside Gloo holding the pair's mutex, the loop spent that tick
-// spinning on it. nbow-tiny's 1F1B (passes of 50-80 us; 2026-12-04,
-// afternoon): `perf sched` had rank 1's loop running 35.7 ms of a 64 ms
-// window, in stretches of 2-4.4 ms begun as its main thread was switched
-// out runnable and ended at a tick, and `perf record` had it in
-// epoll_wait returning at once. So the loop also goes to SCHED_IDLE (as
-// unprivileged as nice 19, and as final), picked only when no other
-// thread of its core can run: nbow-tiny 1F1B's median step 2.41-2.52 ms
-// against 5.96-8.13 ms at nice 19, bilstm-tiny 1F1B's 59.0-60.4 ms
-// against 81.2-83.2 ms (two and three runs each way, alternating); mlp
-// and bilstm-tiny DDP and the GPipes within their runs' spread.
 std::vector<int> thread_ids() {
   std::vector<int> ids;
 #ifdef __linux__
@@ -206,11 +190,8 @@ int lower_new_threads(const std::vector<int>& before) {
 #ifdef __linux__
   for (int id : thread_ids()) {
     if (std::binary_search(before.begin(), before.end(), id)) continue;
-    // Raising a nice value, and SCHED_IDLE, need no privilege; a thread that
-    // has ended since is skipped.
-    const bool niced = ::setpriority(PRIO_PROCESS, static_cast<id_t>(id), kLowestPriority) == 0;
-    const sched_param idle{};
-    if (::sched_setscheduler(id, SCHED_IDLE, &idle) == 0 || niced) ++lowered;
+    // Raising a nice value needs no privilege; a thread that has ended since is skipped.
+    if (::setpriority(PRIO_PROCESS, static_cast<id_t>(id), kLowestPriority) == 0) ++lowered;
   }
 #else
   (void)before;

@@ -61,8 +61,8 @@ std::vector<int> thread_ids();
 inline constexpr int kLowestPriority = 19;
 
 /// Note [Gloo's event loop]: gives every thread of this process that is not
-/// in `before` (thread_ids() taken earlier) the nice value kLowestPriority
-/// and the SCHED_IDLE policy, and returns how many it lowered (0 without Linux).
+/// in `before` (thread_ids() taken earlier) the nice value kLowestPriority,
+/// and returns how many it lowered (0 without Linux).
 int lower_new_threads(const std::vector<int>& before);
 
 /// Note [Gloo's event loop]: runs `start` (what starts a Gloo device) and,
