@@ -108,10 +108,13 @@
 // after the latency of the message it asks for (the same link, a message
 // as small as the sends' latency counts). In 1F1B a receiver posts its
 // next receive just after sending the gradient its sender waits on, so the
-// notice and the gradient race: the run's notices lost 5 of the step's 7
-// (held a whole backward), the simulation's win each (the notice leaves
-// as the gradient does and has no bytes to carry), so a 1F1B of short
-// passes is priced short (bilstm-tiny's by about 17%).
+// notice and the gradient race; the simulation's notice wins (it leaves
+// as the gradient does and has no bytes to carry). The traced run lost 5
+// of the step's 7 (held a whole backward), and a 1F1B of short passes is
+// priced short (bilstm-tiny's by about 17%): mostly the loop, at nice 19,
+// picked while the main thread had run ahead and spinning for a tick on a
+// pair's mutex (docs/validation-cpu.md, 2026-12-04, afternoon: with
+// SCHED_IDLE the row ran within 6% of its price, but other rows slowed).
 //
 // Note [Resuming after a wait]
 // A CPU rank that waits on a collective leaves its core to Gloo's threads,
