@@ -412,21 +412,4 @@ inline double round_ratio(const std::vector<std::vector<double>>& step, const st
   return ratios.size() >= 2 ? summarize(std::move(ratios)).median_s : 0;
 }
 
-/// Note [A chain's median step] (torch_bench.cpp): `times[i][k]`, layer
-/// i's time in chained step k: the median over the steps of their sum over
-/// the layers, over the sum of the layers' own medians. 0 where there are
-/// no layers, fewer than three steps, or layers timed in different steps.
-inline double chain_factor(const std::vector<std::vector<double>>& times) {
-  if (times.empty() || times.front().size() < 3) return 0;
-  const std::size_t steps = times.front().size();
-  std::vector<double> sums(steps, 0.0);
-  double medians = 0;
-  for (const auto& layer : times) {
-    if (layer.size() != steps) return 0;
-    for (std::size_t k = 0; k < steps; ++k) sums[k] += layer[k];
-    medians += summarize(layer).median_s;
-  }
-  return medians > 0 ? summarize(std::move(sums)).median_s / medians : 0;
-}
-
 }  // namespace dtsim::calib::bench

@@ -288,9 +288,6 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
       const auto mean = [](double a, double b) { return a > 0 && b > 0 ? 0.5 * (a + b) : std::max(a, b); };
       s.round_ratio_forward = mean(s.round_ratio_forward, it->second->round_ratio_forward);
       s.round_ratio_backward = mean(s.round_ratio_backward, it->second->round_ratio_backward);
-      // Note [A chain's median step]: each copy's of its own steps, averaged likewise.
-      s.step_factor_forward = mean(s.step_factor_forward, it->second->step_factor_forward);
-      s.step_factor_backward = mean(s.step_factor_backward, it->second->step_factor_backward);
     }
     const bool f = slower(s.forward, it->second->forward);
     const bool b = slower(s.backward, it->second->backward);
@@ -369,9 +366,7 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
     // in a step]), and on GPUs the layer's memory (Note [Layer memory]) after them.
     // Then a step's ratio round by round (Note [A step's ratio round by
     // round] in torch_bench.cpp) after the memory, -1 where not measured.
-    // Then the chain's median step over its layers' (Note [A chain's median
-    // step] in torch_bench.cpp) after the ratios, 0 where not measured.
-    if (f.size() != 14 && f.size() != 16 && f.size() != 18 && f.size() != 20) f.expect(12);
+    if (f.size() != 14 && f.size() != 16 && f.size() != 18) f.expect(12);
     sim::LayerSample s;
     s.signature = f.str(1);
     s.precision = f.precision(2);
@@ -390,15 +385,10 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
       s.forward_transient = bytes(14);
       s.backward_rise = bytes(15);
     }
-    if (f.size() >= 18) {
+    if (f.size() == 18) {
       s.round_ratio_forward = f.num(16);
       s.round_ratio_backward = f.num(17);
       if (!(s.round_ratio_forward >= 0 && s.round_ratio_backward >= 0)) f.fail("a ratio that is not 0 or a positive number");
-    }
-    if (f.size() == 20) {
-      s.step_factor_forward = f.num(18);
-      s.step_factor_backward = f.num(19);
-      if (!(s.step_factor_forward >= 0 && s.step_factor_backward >= 0)) f.fail("a step factor that is not 0 or a positive number");
     }
     p.layers.push_back(s);
   } else if (tag == "kernel") {

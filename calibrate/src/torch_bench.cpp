@@ -891,25 +891,6 @@ class Bench {
   // taken in the same minute ("<signature>|loop", in rounds with the step's:
   // Note [Loop and step interleaved]). The simulator scales a layer's
   // loop times by the in-step over loop ratio at the nearest step shape.
-  //
-  // Note [A chain's median step]
-  // A step pays every run of its layers, the disturbed ones too, so a
-  // layer had been priced at its mean in the step (Note [A layer costs its
-  // mean in a step] in sim/src/cost/cost_profile.cpp): what a step's
-  // median converges to where it sums many layers, each disturbed now and
-  // then. A step of few layers does not: where a disturbance slows a
-  // fraction of the steps, each in one layer, the median step is an
-  // undisturbed one, while every layer's mean counts it. Seed 003's
-  // Seq2Seq is two layers, its encoder and its decoder, whose means in the
-  // step were 1.05-1.25x their medians (the seed003-quiet profile), and its
-  // rows were priced 25-27% long (docs/validation-cpu.md, 2026-12-04,
-  // afternoon). So the chain says it directly: each
-  // "|in-step" record also carries, forward and backward, the median over
-  // the chained steps of the layers' summed time, over the sum of the
-  // layers' medians in those steps (chain_factor in bench_common.hpp), and
-  // the "|in-dp-step" records the same of the steps that all-reduced. A
-  // profile with it prices a layer at its median in the step times its
-  // chain's factor, in place of its own mean over its median.
   void measure_step(const StepPoint& pt) {
     const std::string label = pt.model + (pt.tp > 1 ? " tp=" + std::to_string(pt.tp) : "") +
                               (pt.ep > 1 ? " ep=" + std::to_string(pt.ep) : "") + " step " + pt.precision +
@@ -1064,10 +1045,6 @@ class Bench {
           out[r].insert(out[r].end(), v.begin() + static_cast<std::ptrdiff_t>(a), v.begin() + static_cast<std::ptrdiff_t>(b));
         }
       };
-      // Note [A chain's median step]
-      using dtsim::calib::bench::chain_factor;
-      const std::pair<double, double> factor{chain_factor(fwd), chain_factor(bwd)};
-      const std::pair<double, double> dp_factor{chain_factor(dp_fwd), chain_factor(dp_bwd)};
       for (const auto& sig : order) {
         std::vector<std::vector<double>> step_f, step_b, loop_f, loop_b;
         for (std::size_t i = 0; i < n; ++i) {
@@ -1080,8 +1057,7 @@ class Bench {
           rounds_of(bwd[i], step_ends, i, step_b);
         }
         const double rf = dtsim::calib::bench::round_ratio(step_f, loop_f), rb = dtsim::calib::bench::round_ratio(step_b, loop_b);
-        print_layer(sig + "|in-step", pt.precision, pt.b, pt.s, stats(pooled[sig].first), stats(pooled[sig].second), -1, -1, rf, rb,
-                    factor);
+        print_layer(sig + "|in-step", pt.precision, pt.b, pt.s, stats(pooled[sig].first), stats(pooled[sig].second), -1, -1, rf, rb);
         // Note [Layers in a data-parallel step]: the same layers in the steps
         // that all-reduced, where every round ran them.
         if (dp_ends.size() != loop_ends.size() || dp_ends.size() < 2) continue;
@@ -1095,7 +1071,7 @@ class Bench {
           all_b.insert(all_b.end(), dp_bwd[i].begin(), dp_bwd[i].end());
         }
         print_layer(sig + "|in-dp-step", pt.precision, pt.b, pt.s, stats(all_f), stats(all_b), -1, -1,
-                    dtsim::calib::bench::round_ratio(dp_f, loop_f), dtsim::calib::bench::round_ratio(dp_b, loop_b), dp_factor);
+                    dtsim::calib::bench::round_ratio(dp_f, loop_f), dtsim::calib::bench::round_ratio(dp_b, loop_b));
       }
     } catch (const c10::Error& e) {
       skip(label, first_line(e.what_without_backtrace()));
@@ -1258,17 +1234,15 @@ class Bench {
 
   void print_layer(const std::string& signature, const std::string& precision, std::int64_t b, std::int64_t s, const Stats& f,
                    const Stats& g, std::int64_t forward_transient = -1, std::int64_t backward_rise = -1, double round_ratio_forward = 0,
-                   double round_ratio_backward = 0, std::pair<double, double> step_factor = {0, 0}) {
+                   double round_ratio_backward = 0) {
     std::printf("layer\t%s\t%s\t%lld\t%lld\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%.9g\t%d\t%.9g\t%.9g", signature.c_str(),
                 precision.c_str(), static_cast<long long>(b), static_cast<long long>(s), f.median, f.min, f.max, g.median, g.min,
                 g.max, f.reps, f.mean, g.mean);
-    const bool factors = step_factor.first > 0 || step_factor.second > 0;
-    const bool ratios = round_ratio_forward > 0 || round_ratio_backward > 0 || factors;
+    const bool ratios = round_ratio_forward > 0 || round_ratio_backward > 0;
     if ((forward_transient >= 0 && backward_rise >= 0) || ratios) {
       std::printf("\t%lld\t%lld", static_cast<long long>(forward_transient), static_cast<long long>(backward_rise));
     }
     if (ratios) std::printf("\t%.9g\t%.9g", round_ratio_forward, round_ratio_backward);
-    if (factors) std::printf("\t%.9g\t%.9g", step_factor.first, step_factor.second);
     std::printf("\n");
     std::fflush(stdout);
   }

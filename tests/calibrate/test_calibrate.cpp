@@ -1214,62 +1214,6 @@ TEST_CASE("a layer costs its mean in a step (Note [A layer costs its mean in a s
   CHECK(d.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.5));
 }
 
-TEST_CASE("a chain's median step over its layers' medians (Note [A chain's median step])", "[calibrate]") {
-  using calib::bench::chain_factor;
-  // Layer a is disturbed in one step of five (1 -> 3 ms) and b in none: the
-  // steps sum to 3, 3, 3, 3 and 5 ms, median 3, and the layers' medians to
-  // 1 + 2 = 3: a factor of 1, where a's mean over its median is 1.4.
-  CHECK(chain_factor({{1, 1, 1, 1, 3}, {2, 2, 2, 2, 2}}) == Approx(1.0));
-  // Each layer disturbed in two steps of five, never the same: each layer's
-  // median is undisturbed (1 and 2), yet four steps of five hold a disturbed
-  // layer and sum to 4 (the sums 4, 4, 3, 4, 4): 4 / 3.
-  CHECK(chain_factor({{1, 1, 1, 2, 2}, {3, 3, 2, 2, 2}}) == Approx(4.0 / 3.0));
-  // Not a factor: no layers, under three steps, layers timed in different steps.
-  CHECK(chain_factor({}) == 0);
-  CHECK(chain_factor({{1, 2}, {1, 2}}) == 0);
-  CHECK(chain_factor({{1, 2, 3}, {1, 2}}) == 0);
-
-  // Priced: the step of "a layer costs its mean in a step" above (fastest
-  // runs 1.25x and 1.0x the loop's, means 1.08x and 1.02x their medians)
-  // with its chain's factors, 1.12 forward and 0.97 backward: 1.25 x 1.12 =
-  // 1.4 and 1.0 x 1 (a factor under 1 counts as 1, as a mean under the
-  // median does) in place of the means' 1.35 and 1.02.
-  Profile prof = sample_profile();
-  Timing f{0.050, 0.045, 0.090, 20, 0.054}, b{0.080, 0.072, 0.100, 20, 0.0816};
-  prof.layers.push_back({"fake.layer|in-step", Precision::kFp32, 4, 1024, f, b});
-  prof.layers.back().step_factor_forward = 1.12;
-  prof.layers.back().step_factor_backward = 0.97;
-  const ProfileCosts c(prof);
-  CHECK(c.in_step_factor("fake.layer", Precision::kFp32, Pass::kForward, 4, 1024) == Approx(1.4));
-  CHECK(c.in_step_factor("fake.layer", Precision::kFp32, Pass::kBackward, 4, 1024) == Approx(1.0));
-  // Written and read back with the profile; a negative one is refused by name.
-  const std::string path = temp_path("chain-factor.h5");
-  save_profile(prof, path);
-  const Profile q = load_profile(path);
-  std::filesystem::remove(path);
-  CHECK(q.layers.back().step_factor_forward == 1.12);
-  CHECK(q.layers.back().step_factor_backward == 0.97);
-  prof.layers.back().step_factor_backward = -1;
-  const std::string bad = temp_path("chain-factor-bad.h5");
-  save_profile(prof, bad);
-  CHECK_THROWS_WITH(load_profile(bad), Catch::Contains("/layers/step_factor_backward: row 2 is not a ratio"));
-  std::filesystem::remove(bad);
-  // The bench's record: 20 fields, the factors after the round ratios.
-  Profile parsed;
-  calib::Progress prog;
-  calib::parse_bench_line("layer\tfake.layer|in-step\tfp32\t4\t1024\t0.05\t0.045\t0.09\t0.08\t0.072\t0.1\t20\t0.054\t0.0816"
-                          "\t-1\t-1\t1.1\t0.9\t1.12\t0.97",
-                          "torch", parsed, &prog);
-  REQUIRE(parsed.layers.size() == 1);
-  CHECK(parsed.layers[0].step_factor_forward == 1.12);
-  CHECK(parsed.layers[0].step_factor_backward == 0.97);
-  CHECK(error_of([&] {
-          calib::parse_bench_line("layer\tfake.layer|in-step\tfp32\t4\t1024\t0.05\t0.045\t0.09\t0.08\t0.072\t0.1\t20\t0.054\t0.0816"
-                                  "\t-1\t-1\t1.1\t0.9\t-1\t0.97",
-                                  "torch", parsed, &prog);
-        }).find("a step factor that is not 0 or a positive number") != std::string::npos);
-}
-
 TEST_CASE("layer records carry their means, and older records without them still parse", "[calibrate]") {
   Profile p;
   calib::Progress prog;

@@ -735,20 +735,14 @@ ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
       // ratio (Note [A step's ratio round by round] in
       // calibrate/src/torch_bench.cpp): the median of the rounds' is the
       // typical ratio, whatever the loop's spread.
-      // Note [A chain's median step] (calibrate/src/torch_bench.cpp): where
-      // the record has its chain's median step over its layers' medians,
-      // that factor (kept within [1, 1.5]) in place of the layer's mean.
-      const auto ratio = [](const Timing& step, const Timing& alone, double by_rounds, double chain) {
+      const auto ratio = [](const Timing& step, const Timing& alone, double by_rounds) {
         const bool fastest = step.min_s > 0 && alone.min_s > 0 && alone.median_s > 1.15 * alone.min_s;
         const double pooled = fastest ? step.min_s / alone.min_s : step.median_s / alone.median_s;
         const double typical = std::clamp(by_rounds > 0 ? by_rounds : pooled, 0.5, 3.0);
-        const double mean = chain > 0                                ? std::clamp(chain, 1.0, 1.5)
-                            : step.mean_s > 0 && step.median_s > 0 ? std::clamp(step.mean_s / step.median_s, 1.0, 1.5)
-                                                                   : 1.0;
+        const double mean = step.mean_s > 0 && step.median_s > 0 ? std::clamp(step.mean_s / step.median_s, 1.0, 1.5) : 1.0;
         return typical * mean;
       };
-      ratios.push_back({tokens(s), ratio(s.forward, loop->forward, s.round_ratio_forward, s.step_factor_forward),
-                        ratio(s.backward, loop->backward, s.round_ratio_backward, s.step_factor_backward)});
+      ratios.push_back({tokens(s), ratio(s.forward, loop->forward, s.round_ratio_forward), ratio(s.backward, loop->backward, s.round_ratio_backward)});
       break;
     }
   }

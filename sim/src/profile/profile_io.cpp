@@ -317,8 +317,6 @@ void write_all(const Profile& p, hid_t file, const Writer& w) {
     w.column(g.get(), "backward_rise_bytes", column_of(r, [](const LayerSample& x) { return static_cast<std::int64_t>(x.backward_rise); }));
     w.column(g.get(), "round_ratio_forward", column_of(r, [](const LayerSample& x) { return x.round_ratio_forward; }));
     w.column(g.get(), "round_ratio_backward", column_of(r, [](const LayerSample& x) { return x.round_ratio_backward; }));
-    w.column(g.get(), "step_factor_forward", column_of(r, [](const LayerSample& x) { return x.step_factor_forward; }));
-    w.column(g.get(), "step_factor_backward", column_of(r, [](const LayerSample& x) { return x.step_factor_backward; }));
   }
   {
     Handle g(group("kernels"), H5Gclose);
@@ -597,10 +595,8 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
       }
     }
     // Note [A step's ratio round by round] came later: a profile without it reads as 0, "not timed so".
-    // Note [A chain's median step] came later still: 0 too.
-    std::vector<double> ratio_f(sig.size(), 0), ratio_b(sig.size(), 0), factor_f(sig.size(), 0), factor_b(sig.size(), 0);
-    for (auto [name, column] : {std::pair{"round_ratio_forward", &ratio_f}, std::pair{"round_ratio_backward", &ratio_b},
-                                std::pair{"step_factor_forward", &factor_f}, std::pair{"step_factor_backward", &factor_b}}) {
+    std::vector<double> ratio_f(sig.size(), 0), ratio_b(sig.size(), 0);
+    for (auto [name, column] : {std::pair{"round_ratio_forward", &ratio_f}, std::pair{"round_ratio_backward", &ratio_b}}) {
       if (H5Lexists(g.get(), name, H5P_DEFAULT) <= 0) continue;
       *column = r.doubles(g.get(), "layers", name);
       r.same_length(sig.size(), column->size(), std::string("/layers/") + name);
@@ -612,8 +608,7 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
     }
     for (std::size_t i = 0; i < sig.size(); ++i) {
       if (b[i] <= 0 || s[i] <= 0) r.fail("/layers: row " + std::to_string(i) + " has a non-positive shape");
-      p.layers.push_back({sig[i], r.precision(prec[i], "/layers/precision"), b[i], s[i], fwd[i], bwd[i], transient[i], rise[i], ratio_f[i], ratio_b[i],
-                          factor_f[i], factor_b[i]});
+      p.layers.push_back({sig[i], r.precision(prec[i], "/layers/precision"), b[i], s[i], fwd[i], bwd[i], transient[i], rise[i], ratio_f[i], ratio_b[i]});
     }
   }
   {

@@ -47,11 +47,6 @@ struct LayerSample {
   /// over the rounds of the round's in-step median over its loop median
   /// (the copies' mean), forward and backward; 0 where not timed so.
   double round_ratio_forward = 0, round_ratio_backward = 0;
-  /// Note [A chain's median step] (calibrate/src/torch_bench.cpp), on an
-  /// "|in-step" or "|in-dp-step" record: the median over the chained steps
-  /// of the chain's summed forward (backward) over the sum of its layers'
-  /// medians in those steps; 0 where not timed so.
-  double step_factor_forward = 0, step_factor_backward = 0;
 };
 
 /// One kernel class measured at one size.
