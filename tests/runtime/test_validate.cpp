@@ -346,8 +346,9 @@ TEST_CASE("the measured trace draws every layer and every tensor-parallel wait o
   const YAML::Node events = doc.IsMap() ? doc["traceEvents"] : doc;
   std::map<std::pair<int, std::string>, int> count;  // (rank, name) -> events
   // Note [A span's CPU time] (runtime/src/trainer.cpp): each span carries its
-  // thread's CPU time, which cannot exceed its wall time (but for the clock
-  // reads' own few microseconds) and, for a layer, is mostly spent computing.
+  // thread's CPU time, of an interval within its wall time, so it cannot
+  // exceed it (but for the clocks' rounding; the 50 us allow the two clocks'
+  // rates to differ), and for a layer it is mostly spent computing.
   int computed = 0, mostly_on_core = 0;
   for (const auto& e : events) {
     if (!e["ph"] || e["ph"].as<std::string>() != "X") continue;
