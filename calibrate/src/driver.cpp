@@ -413,7 +413,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   }
 
   ProgressView view;
-  const int phases = 3;
+  const int phases = cuda ? 4 : 3;
   // Note [A calibration cut short]
   std::optional<Clock::time_point> deadline;
   if (o.time_limit_s > 0) deadline = Clock::now() + std::chrono::duration_cast<Clock::duration>(std::chrono::duration<double>(o.time_limit_s));
@@ -589,7 +589,39 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   // python3-torch); where there is none, or the probe fails, the phase is
   // skipped saying why (the profile keeps everything else), and a plan
   // with `runtime: python` is priced as the C++ loop with a warning.
-  view.phase(3, phases, "Python host cost");
+  // 3 (GPUs). Compute beside collectives (Note [Measuring interference] in
+  // interference_bench.cpp; Note [Interference fit] in fit.cpp). Optional:
+  // a failure here costs the profile these fits, not the calibration.
+  if (cuda) {
+    view.phase(3, phases, "compute beside collectives");
+    const std::string interference_bench = find_program(o, "dtsim_interference_bench");
+    if (!cut && deadline && Clock::now() >= *deadline) cut = true;
+    if (cut) {
+      view.done("skipped: --time-limit reached");
+      p.info["interference"] = "not measured: --time-limit reached";
+    } else if (interference_bench.empty()) {
+      view.done("skipped: dtsim_interference_bench was not built (CUDA toolkit, cuBLAS or NVRTC missing at configure time)");
+      p.info["interference"] = "not measured: no dtsim_interference_bench";
+    } else {
+      std::vector<std::string> iargv{interference_bench};
+      if (o.quick) iargv.push_back("--quick");
+      const std::size_t before = p.interference.size();
+      rc = run_program(sup, iargv, "interference", p, view, deadline, &cut);
+      const std::string got = std::to_string(p.interference.size() - before) + " settings";
+      if (cut) {
+        view.done("cut by --time-limit: " + got + " measured");
+      } else if (rc == 3) {
+        view.done("skipped: no CUDA device");
+        p.info["interference"] = "not measured: no CUDA device";
+      } else if (rc != 0) {
+        view.done("failed (exit status " + std::to_string(rc) + "; its message is above): " + got + " kept; the priors stand");
+        p.info["interference"] = "failed: exit status " + std::to_string(rc);
+      } else {
+        view.done(got);
+      }
+    }
+  }
+  view.phase(cuda ? 4 : 3, phases, "Python host cost");
   const std::string python = o.python == "none" ? "" : on_path(o.python);
   const std::string probe = find_program(o, "dtsim_python_probe.py");
   if (!cut && deadline && Clock::now() >= *deadline) cut = true;
@@ -725,6 +757,10 @@ std::string describe_fit(const sim::LinearFit& f, const std::map<std::string, do
       part = "per tensor " + human_s(c);
     } else if (f.features[i] == "params") {
       part = "per million parameters " + human_s(c * 1e6);
+    } else if (f.features[i] == "prior") {  // Note [Interference fit]
+      part = fmt::format("{:.2f}x the prior's slowdown by the SMs taken", c);
+    } else if (f.features[i] == "hbm_share") {
+      part = fmt::format("{:.2f}x the slowdown by the HBM share taken", c);
     } else {
       part = f.features[i] + " " + fmt::format("{:.3g} s", c);
     }
@@ -941,6 +977,23 @@ std::string format_profile(const sim::Profile& p) {
        << (c.wait_s > 0 ? fmt::format("; computing after it {:+.0f} us (Note [Resuming after a wait])", c.resume_s * 1e6) : std::string())
        << "\n";
   }
+  // Note [Measuring interference]: what the compute-bound fit means on this device.
+  if (!p.interference.empty()) {
+    const auto k = p.fits.find("interference.compute");
+    const int sms = p.interference.front().sms;
+    os << "  compute beside collectives: " << p.interference.size() << " settings";
+    if (k != p.fits.end() && sms > sim::kNvswitchNcclChannels) {
+      const double f = static_cast<double>(sim::kNvswitchNcclChannels) / sms;
+      os << fmt::format("; a GEMM beside NCCL's {} channels of {} SMs {:+.1f}% (the prior {:+.1f}%)", sim::kNvswitchNcclChannels, sms,
+                        100 * k->second.coef[0] * f / (1 - f), 100 * f / (1 - f));
+    }
+    if (const auto m = p.fits.find("interference.memory"); m != p.fits.end()) {
+      os << fmt::format("; memory-bound kernels {:.2f}x the HBM share's slowdown", m->second.coef[0]);
+    }
+    os << " (Note [Interference fit])\n";
+  } else if (const auto it = p.info.find("interference"); it != p.info.end()) {
+    os << "  compute beside collectives: " << it->second << "\n";
+  }
   for (const auto& [key, b] : p.memory) os << "  memory " << key << ": " << human_bytes(static_cast<double>(b)) << "\n";
   return os.str();
 }
@@ -960,6 +1013,7 @@ std::string profile_to_json(const sim::Profile& p) {
   j.field("kernel_samples", static_cast<std::int64_t>(p.kernels.size()));
   j.field("comm_samples", static_cast<std::int64_t>(p.comm.size()));
   j.field("copy_samples", static_cast<std::int64_t>(p.copies.size()));
+  j.field("interference_samples", static_cast<std::int64_t>(p.interference.size()));  // Note [Measuring interference]
   // Note [Collectives in a step] (gloo_bench.cpp).
   j.key("comm_in_step").begin_array();
   for (const auto& c : p.comm_in_step) {

@@ -95,6 +95,79 @@ sim::LinearFit fit_alpha_beta(const std::vector<double>& bytes, const std::vecto
   return fit_linear({"1", "bytes"}, rows, seconds);
 }
 
+// Note [Interference fit]
+// What dtsim_interference_bench measured (Note [Measuring interference])
+// becomes two numbers the simulator's Note [Interference] applies in place
+// of its priors (sim::ProfileCosts::calibrate_interference):
+//  - "interference.compute", feature "prior": k, the compute-bound
+//    kernels' slowdown over the prior's f / (1 - f), f the share of the
+//    SMs the channels take (Note [Interference prior]): the median over
+//    the "gemm" records of (beside / alone - 1) / (f / (1 - f)). A median
+//    of ratios, not a least-squares line: a GEMM loses SMs in steps (its
+//    tiles run in waves, a wave per the SMs free), so on the H200 of
+//    docs/validation-gpu.md a 4096^3 product lost 48% beside 8 channels
+//    where an 8192^3 one lost nothing, and both about a third from 12 to
+//    28; the median of the sweep is the slowdown over the channel counts
+//    NCCL runs, not any one product's wave.
+//  - "interference.memory", feature "hbm_share": m, the memory-bound
+//    kernels' slowdown over the prior's h / (1 - h), h = proxy_Bps /
+//    hbm_Bps the share of the HBM's rate the stand-in took while the
+//    kernel ran: least squares through the origin over the "stream"
+//    records (there the ratio was steady, 1.07 to 1.10).
+// Each fit's errors are those of the time beside the stand-in each record
+// predicts (alone x (1 + the slowdown)) against the time measured.
+namespace {
+
+void fit_interference(sim::Profile& p) {
+  std::vector<double> ratios;
+  std::vector<std::pair<double, double>> gemm, stream;  // (prior's ratio, slowdown measured)
+  for (const auto& x : p.interference) {
+    const double slowdown = x.beside_s / x.alone_s - 1;
+    if (x.victim == "gemm") {
+      const double f = static_cast<double>(x.channels) / x.sms;
+      gemm.push_back({f / (1 - f), slowdown});
+      ratios.push_back(slowdown / (f / (1 - f)));
+    } else {
+      const double h = x.proxy_Bps / x.hbm_Bps;
+      stream.push_back({h / (1 - h), slowdown});
+    }
+  }
+  const auto errors = [](sim::LinearFit& fit, const std::vector<std::pair<double, double>>& xy) {
+    double sum2 = 0, worst = 0;
+    for (const auto& [x, y] : xy) {
+      const double e = (1 + fit.coef[0] * x) / (1 + y) - 1;
+      sum2 += e * e;
+      worst = std::max(worst, std::abs(e));
+    }
+    fit.rms_rel_error = std::sqrt(sum2 / static_cast<double>(xy.size()));
+    fit.max_rel_error = worst;
+    fit.samples = static_cast<int>(xy.size());
+  };
+  if (!ratios.empty()) {
+    std::sort(ratios.begin(), ratios.end());
+    const std::size_t n = ratios.size();
+    sim::LinearFit fit;
+    fit.features = {"prior"};
+    fit.coef = {n % 2 ? ratios[n / 2] : 0.5 * (ratios[n / 2 - 1] + ratios[n / 2])};
+    errors(fit, gemm);
+    p.fits["interference.compute"] = fit;
+  }
+  double sxy = 0, sxx = 0;
+  for (const auto& [x, y] : stream) {
+    sxy += x * y;
+    sxx += x * x;
+  }
+  if (sxx > 0) {
+    sim::LinearFit fit;
+    fit.features = {"hbm_share"};
+    fit.coef = {std::max(0.0, sxy / sxx)};
+    errors(fit, stream);
+    p.fits["interference.memory"] = fit;
+  }
+}
+
+}  // namespace
+
 void fit_profile(sim::Profile& p) {
   p.fits.clear();
   // Kernels: per class and precision.
@@ -154,6 +227,7 @@ void fit_profile(sim::Profile& p) {
     if (v.first.size() < 3) continue;
     p.fits[sim::comm_fit_name(std::get<0>(key), std::get<1>(key), std::get<2>(key), std::get<3>(key))] = fit_alpha_beta(v.first, v.second);
   }
+  fit_interference(p);
   // Copies: per direction.
   std::map<std::string, std::pair<std::vector<double>, std::vector<double>>> copies;
   for (const auto& c : p.copies) {
@@ -446,6 +520,25 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
   } else if (tag == "copy") {
     f.expect(7);
     p.copies.push_back({f.str(1), static_cast<Bytes>(f.integer(2)), f.timing(3, 6)});
+  } else if (tag == "interference") {
+    // Note [Measuring interference] (interference_bench.cpp).
+    f.expect(9);
+    sim::InterferenceSample x;
+    x.victim = f.str(1);
+    const auto count = [&](std::size_t i) {
+      const std::int64_t v = f.integer(i);
+      if (v < 0 || v > (std::int64_t{1} << 30)) f.fail("field " + std::to_string(i + 1) + " '" + f.str(i) + "' is not a count in 0..2^30");
+      return static_cast<int>(v);
+    };
+    x.channels = count(2);
+    x.sms = count(3);
+    x.proxy_Bps = f.num(4);
+    x.hbm_Bps = f.num(5);
+    x.alone_s = f.num(6);
+    x.beside_s = f.num(7);
+    x.reps = count(8);
+    if (const std::string bad = sim::check_interference(x); !bad.empty()) f.fail(bad);
+    p.interference.push_back(x);
   } else if (tag == "memory") {
     f.expect(3);
     p.memory[f.str(1)] = static_cast<Bytes>(f.integer(2));
@@ -453,7 +546,7 @@ bool parse_bench_line(const std::string& line, const std::string& source, sim::P
     auto& skipped = p.info[source + ".skipped"];
     skipped += (skipped.empty() ? "" : "; ") + line.substr(5);
   } else {
-    f.fail("unknown record '" + tag + "' (valid: info, progress, layer, kernel, comm, comm_step, copy, memory, skip)");
+    f.fail("unknown record '" + tag + "' (valid: info, progress, layer, kernel, comm, comm_step, copy, interference, memory, skip)");
   }
   return false;
 }

@@ -147,6 +147,7 @@ DeviceSpec read_device(const ConfigMap& c) {
     d.runtime_reserved = static_cast<Bytes>(m->get_double("runtime_reserved_GiB", static_cast<double>(d.runtime_reserved) / kGiB, 0, kMaxGB) * kGiB);
     d.comm_slowdown = m->get_double("comm_slowdown", d.comm_slowdown, 0, 10);
     d.comm_hbm_traffic = m->get_double("comm_hbm_traffic", d.comm_hbm_traffic, 0, 10);
+    d.comm_hbm_contention = m->get_double("comm_hbm_contention", d.comm_hbm_contention, 0, 10);
     if (m->has("send_waits_for_core_ms")) {
       d.send_waits_for_core = seconds_to_ns(m->get_double("send_waits_for_core_ms", 0, 0, 1e6) * 1e-3);
     }

@@ -225,14 +225,19 @@ std::vector<DeviceSpec> make_devices() {
   // 35%, and a node's single 25 GB/s NIC 4%. Both priors stay below
   // nccl#1428's figures, at the low end of the published range. MI300X and the older
   // parts have no cited figure (over PCIe NCCL takes 2 SMs) and keep 0; a
-  // cluster's device mapping sets comm_slowdown (dtsim calibrate does not
-  // measure it yet: issue 28, on a GPU machine). Note [Interference] in
-  // sim/src/engine/executor.cpp applies it.
+  // cluster's device mapping sets comm_slowdown. dtsim calibrate measures
+  // both halves on a GPU (Note [Measuring interference] in
+  // calibrate/src/interference_bench.cpp) and a profile that has them
+  // replaces these priors (Note [Interference fit] in calibrate/src/fit.cpp):
+  // on an H200 a GEMM beside 24 channels' SMs lost 33-36%, 1.57x this
+  // prior, and memory-bound kernels slowed 1.09x h / (1 - h)
+  // (docs/validation-gpu.md). Note [Interference] in
+  // sim/src/engine/executor.cpp applies them.
   for (auto& d : v) {
     const bool nvswitch = d.name.rfind("A100", 0) == 0 || d.name.rfind("H100", 0) == 0 || d.name == "H200" || d.name == "B200" ||
                          d.name == "GB200" || d.name == "GB300";
     if (nvswitch) {
-      const double f = 24.0 / d.compute_units;
+      const double f = static_cast<double>(kNvswitchNcclChannels) / d.compute_units;
       d.comm_slowdown = f / (1 - f);
     }
   }

@@ -608,6 +608,22 @@ MeasuredCollective::Split MeasuredCollective::at(double bytes) const {
   return s;
 }
 
+void ProfileCosts::calibrate_interference(DeviceSpec& d) const {
+  // Note [Interference fit]: k scales the prior's f / (1 - f), f the share
+  // of the SMs NCCL's channels take (Note [Interference prior]); a device
+  // whose collectives slow nothing (comm_slowdown 0) stays so.
+  const auto& fits = profile_.fits;
+  const auto coef = [&](const char* name) -> double {
+    const auto it = fits.find(name);
+    return it != fits.end() && it->second.coef.size() == 1 && std::isfinite(it->second.coef[0]) ? it->second.coef[0] : -1;
+  };
+  if (const double k = coef("interference.compute"); k >= 0 && d.comm_slowdown > 0 && d.compute_units > kNvswitchNcclChannels) {
+    const double f = static_cast<double>(kNvswitchNcclChannels) / d.compute_units;
+    d.comm_slowdown = std::min(10.0, k * f / (1 - f));
+  }
+  if (const double m = coef("interference.memory"); m >= 0) d.comm_hbm_contention = std::min(10.0, m);
+}
+
 ProfileCosts::ProfileCosts(Profile profile) : profile_(std::move(profile)) {
   if (const auto it = profile_.info.find("device_kind"); it != profile_.info.end()) gpu_ = it->second == "cuda";
   const auto find = [&](const std::string& name) -> const LinearFit* {

@@ -13,6 +13,9 @@
 //                  (optional, absent where none was timed: Note [Collectives in a step]
 //                  in calibrate/src/gloo_bench.cpp)
 //   /copies/{direction, bytes, median_s, min_s, max_s, reps}
+//   /interference/{victim, channels, sms, proxy_Bps, hbm_Bps, alone_s, beside_s, reps}
+//                  (optional, absent where none was measured: Note [Measuring
+//                  interference] in calibrate/src/interference_bench.cpp)
 //   /memory/{key, bytes}
 //   /fits/<name>      float64 coefficients; attributes features (";"-joined),
 //                     rms_rel_error, max_rel_error, samples
@@ -373,6 +376,18 @@ void write_all(const Profile& p, hid_t file, const Writer& w) {
     write_timing(w, g.get(), "", t);
     w.column(g.get(), "reps", reps_of(t));
   }
+  if (!p.interference.empty()) {
+    Handle g(group("interference"), H5Gclose);
+    const auto& r = p.interference;
+    w.column(g.get(), "victim", column_of(r, [](const InterferenceSample& x) { return x.victim; }));
+    w.column(g.get(), "channels", column_of(r, [](const InterferenceSample& x) { return static_cast<std::int64_t>(x.channels); }));
+    w.column(g.get(), "sms", column_of(r, [](const InterferenceSample& x) { return static_cast<std::int64_t>(x.sms); }));
+    w.column(g.get(), "proxy_Bps", column_of(r, [](const InterferenceSample& x) { return x.proxy_Bps; }));
+    w.column(g.get(), "hbm_Bps", column_of(r, [](const InterferenceSample& x) { return x.hbm_Bps; }));
+    w.column(g.get(), "alone_s", column_of(r, [](const InterferenceSample& x) { return x.alone_s; }));
+    w.column(g.get(), "beside_s", column_of(r, [](const InterferenceSample& x) { return x.beside_s; }));
+    w.column(g.get(), "reps", column_of(r, [](const InterferenceSample& x) { return static_cast<std::int64_t>(x.reps); }));
+  }
   {
     Handle g(group("memory"), H5Gclose);
     std::vector<std::string> keys;
@@ -718,6 +733,32 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
       p.comm_in_step.push_back(c);
     }
   }
+  if (H5Lexists(file, "interference", H5P_DEFAULT) > 0) {
+    // Note [Measuring interference]: later than the rest, absent before and off GPUs.
+    Handle g = open_group(r, file, "interference");
+    const char* gn = "interference";
+    const auto victim = r.strings(g.get(), gn, "victim");
+    const auto channels = r.ints(g.get(), gn, "channels");
+    const auto sms = r.ints(g.get(), gn, "sms");
+    const auto proxy = r.doubles(g.get(), gn, "proxy_Bps");
+    const auto hbm = r.doubles(g.get(), gn, "hbm_Bps");
+    const auto alone = r.doubles(g.get(), gn, "alone_s");
+    const auto beside = r.doubles(g.get(), gn, "beside_s");
+    const auto reps = r.ints(g.get(), gn, "reps");
+    for (const auto& [n, name] : {std::pair{channels.size(), "channels"}, {sms.size(), "sms"}, {proxy.size(), "proxy_Bps"},
+                                  {hbm.size(), "hbm_Bps"}, {alone.size(), "alone_s"}, {beside.size(), "beside_s"},
+                                  {reps.size(), "reps"}}) {
+      r.same_length(victim.size(), n, std::string("/interference/") + name);
+    }
+    for (std::size_t i = 0; i < victim.size(); ++i) {
+      InterferenceSample x{victim[i], static_cast<int>(channels[i]), static_cast<int>(sms[i]), proxy[i], hbm[i],
+                           alone[i], beside[i], static_cast<int>(reps[i])};
+      if (const std::string bad = check_interference(x); !bad.empty()) {
+        r.fail("/interference: row " + std::to_string(i) + ": " + bad);
+      }
+      p.interference.push_back(x);
+    }
+  }
   {
     Handle g = open_group(r, file, "copies");
     const auto dir = r.strings(g.get(), "copies", "direction");
@@ -756,6 +797,20 @@ Profile read_all(const Reader& r, hid_t file, int version_seen) {
 }
 
 }  // namespace
+
+std::string check_interference(const InterferenceSample& x) {
+  if (x.victim != "gemm" && x.victim != "stream") return "victim '" + x.victim + "' is not gemm or stream";
+  if (x.sms < 2 || x.sms > 1'000'000 || x.channels < 1 || x.channels >= x.sms) {
+    return "channels " + std::to_string(x.channels) + " of " + std::to_string(x.sms) + " SMs: not 1..SMs - 1";
+  }
+  const auto positive = [](double v, double most) { return std::isfinite(v) && v > 0 && v < most; };
+  if (!positive(x.alone_s, 1e4) || !positive(x.beside_s, 1e4)) return "a time that is not a positive number of seconds";
+  if (!positive(x.hbm_Bps, 1e16) || !(std::isfinite(x.proxy_Bps) && x.proxy_Bps >= 0 && x.proxy_Bps < x.hbm_Bps)) {
+    return "rates not 0 <= proxy_Bps < hbm_Bps (bytes a second)";
+  }
+  if (x.reps < 1 || x.reps > (1 << 30)) return "reps not in 1..2^30";
+  return "";
+}
 
 void save_profile(const Profile& p, const std::string& path) {
   namespace fs = std::filesystem;

@@ -156,6 +156,7 @@ class Pricing {
       }
       if (model.runs_cublas()) cluster_.device.runtime_reserved += workspaces;
     }
+    options.profile->calibrate_interference(cluster_.device);  // Note [Interference fit]
     compute_ = std::make_unique<ProfileComputeModel>(options.profile, cluster_.device, sources);
     comm_ = std::make_unique<ProfileCommModel>(options.profile, cluster_, sources);
     python_host(runtime, options, warnings);

@@ -818,8 +818,13 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
   return {static_cast<TimeNs>(time * (1 - 1e-9)), peak + cluster.device.runtime_reserved};
 }
 
-SearchResult search(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
+SearchResult search(const Model& model, const ClusterSpec& given_cluster, const SearchOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
+  // The bounds slow compute beside collectives as the predictions do: by a
+  // profile's measurement where it has one (Note [Interference fit]; each
+  // prediction applies it again, to the same result).
+  ClusterSpec cluster = given_cluster;
+  if (o.profile) o.profile->calibrate_interference(cluster.device);
   SearchResult r;
   r.model_name = model.name();
   r.cluster_name = cluster.name;

@@ -48,6 +48,11 @@ inline constexpr TimeNs kUntilPassEnds = std::numeric_limits<TimeNs>::max();
 /// (Note [Busy sender] in sim/src/engine/executor.cpp).
 inline constexpr TimeNs kSchedulerTick = 4 * kNsPerMs;
 
+/// The channels NCCL runs a ring collective on inside an NVSwitch node, a
+/// thread block and an SM each (Note [Interference prior] in
+/// sim/src/config/device_db.cpp).
+inline constexpr int kNvswitchNcclChannels = 24;
+
 struct DeviceSpec {
   std::string name;                 ///< "A100-SXM4-80GB"
   Bytes memory = 0;                 ///< usable device memory
@@ -109,6 +114,10 @@ struct DeviceSpec {
   /// slows the memory-bound kernels beside it (Note [Interference prior];
   /// 3, "at least 2x ... it can be 3x", NVIDIA/nccl #1428). 0: not counted.
   double comm_hbm_traffic = 3.0;
+  /// How much more the memory-bound kernels slow than the HBM share the
+  /// collectives take says (h / (1 - h)): 1 by the prior; a profile's
+  /// measurement (Note [Interference fit] in calibrate/src/fit.cpp) sets it.
+  double comm_hbm_contention = 1.0;
   /// Under fp8, how the casts to FP8 find their scales: the plan's
   /// fp8_recipe, which the pricing of a plan sets on its copy of the device
   /// (Note [FP8 training] in sim/src/cost/cost_compute.cpp: what each cast

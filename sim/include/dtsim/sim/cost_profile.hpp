@@ -126,6 +126,11 @@ class ProfileCosts {
   /// steps of both (kernels "python_ops", "host_ops", "python_step",
   /// "host_step"); none where calibration did not time them.
   std::optional<PythonHostCost> python_host() const { return python_host_; }
+  /// Note [Interference fit] (calibrate/src/fit.cpp): the measured
+  /// slowdowns of compute beside collectives in place of `d`'s priors, where
+  /// the profile has them: comm_slowdown (unless 0, off) and
+  /// comm_hbm_contention. The same `d` twice gives the same result.
+  void calibrate_interference(DeviceSpec& d) const;
 
   /// Measured layer samples of one signature and precision, by tokens.
   const std::vector<const LayerSample*>* layer_samples(const std::string& signature, Precision p) const;

@@ -92,6 +92,24 @@ struct StepCommSample {
   double resume_s = 0, wait_s = 0;
 };
 
+/// A kernel timed alone and beside a stand-in for a collective's channels
+/// (Note [Measuring interference] in calibrate/src/interference_bench.cpp).
+struct InterferenceSample {
+  std::string victim;     ///< "gemm" (compute-bound) or "stream" (memory-bound)
+  int channels = 0;       ///< the stand-in's thread blocks, an SM each
+  int sms = 0;            ///< the device's SMs
+  double proxy_Bps = 0;   ///< the HBM bytes a second (read + written) the stand-in moved
+  double hbm_Bps = 0;     ///< the HBM rate the memory-bound kernel reached alone
+  double alone_s = 0;     ///< the kernel's median time alone
+  double beside_s = 0;    ///< and beside the stand-in
+  int reps = 0;
+};
+
+/// "" where `x` is a measurement that can be, else what is wrong with it
+/// (a victim not gemm or stream, channels not in 1..sms - 1, a time or rate
+/// not positive and finite, the stand-in faster than the HBM).
+std::string check_interference(const InterferenceSample& x);
+
 /// One host<->device copy.
 struct CopySample {
   std::string direction;  ///< "h2d", "d2h", "d2d"
@@ -126,6 +144,9 @@ struct Profile {
   /// a step]); apart from `comm`, which the fits and measured sizes read.
   std::vector<StepCommSample> comm_in_step;
   std::vector<CopySample> copies;
+  /// Compute beside collectives (optional; Note [Interference fit] in
+  /// calibrate/src/fit.cpp makes the fits the simulator reads).
+  std::vector<InterferenceSample> interference;
   std::map<std::string, Bytes> memory;       ///< runtime overheads: "cuda_context_bytes", ...
   /// Fitted models by name: "kernel.gemm.fp32", "comm.gloo.all_reduce.2", "copy.h2d".
   std::map<std::string, LinearFit> fits;
