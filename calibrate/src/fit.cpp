@@ -105,15 +105,16 @@ sim::LinearFit fit_alpha_beta(const std::vector<double>& bytes, const std::vecto
 //    the "gemm" records of (beside / alone - 1) / (f / (1 - f)). A median
 //    of ratios, not a least-squares line: a GEMM loses SMs in steps (its
 //    tiles run in waves, a wave per the SMs free), so on the H200 of
-//    docs/validation-gpu.md a 4096^3 product lost 48% beside 8 channels
-//    where an 8192^3 one lost nothing, and both about a third from 12 to
-//    28; the median of the sweep is the slowdown over the channel counts
-//    NCCL runs, not any one product's wave.
+//    docs/validation-gpu.md a 4096^3 product lost 42% beside 8 channels
+//    where an 8192^3 one lost 23%, both about a third from 12 to 28, and
+//    the 8192^3 one 93% beside 48; the median of the sweep is the
+//    slowdown over the channel counts NCCL runs, not any one product's
+//    wave, nor the line the 48-channel points would pull.
 //  - "interference.memory", feature "hbm_share": m, the memory-bound
 //    kernels' slowdown over the prior's h / (1 - h), h = proxy_Bps /
 //    hbm_Bps the share of the HBM's rate the stand-in took while the
 //    kernel ran: least squares through the origin over the "stream"
-//    records (there the ratio was steady, 1.07 to 1.10).
+//    records (there the ratio was steady, 1.05 to 1.08).
 // Each fit's errors are those of the time beside the stand-in each record
 // predicts (alone x (1 + the slowdown)) against the time measured.
 namespace {

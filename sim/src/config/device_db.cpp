@@ -229,8 +229,8 @@ std::vector<DeviceSpec> make_devices() {
   // both halves on a GPU (Note [Measuring interference] in
   // calibrate/src/interference_bench.cpp) and a profile that has them
   // replaces these priors (Note [Interference fit] in calibrate/src/fit.cpp):
-  // on an H200 a GEMM beside 24 channels' SMs lost 33-36%, 1.57x this
-  // prior, and memory-bound kernels slowed 1.09x h / (1 - h)
+  // on an H200 a GEMM beside 24 channels' SMs lost 33-35%, 1.57x this
+  // prior, and memory-bound kernels slowed 1.07x h / (1 - h)
   // (docs/validation-gpu.md). Note [Interference] in
   // sim/src/engine/executor.cpp applies them.
   for (auto& d : v) {
