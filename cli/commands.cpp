@@ -490,6 +490,15 @@ int run_import_layers(const Options& o) {
   return 0;
 }
 
+int run_import_interference(const Options& o) {
+  if (o.positional.size() != 1) {
+    throw ConfigError("dtsim profile import-interference: one BENCH.txt is required; usage: dtsim profile import-interference "
+                      "BENCH.txt --out FILE.h5 [--into EXISTING.h5]");
+  }
+  std::cout << calib::import_interference_command(o.positional.front(), import_options(o, "import-interference", o.positional));
+  return 0;
+}
+
 int run_import_trace(const Options& o) {
   if (o.positional.size() != 1) {
     throw ConfigError("dtsim profile import-trace: one TRACE.json is required; usage: dtsim profile import-trace TRACE.json --out FILE.h5");
@@ -543,13 +552,16 @@ Command add_profile(CLI::App& root) {
              "TRACE.json", "torch.profiler's export_chrome_trace output", false, run_import_trace);
   import_sub("import-layers", "Add the layers an earlier calibration of the same device measured and --into's lacks",
              "OLDER.h5", "the earlier calibration's profile", false, run_import_layers, false);
+  import_sub("import-interference", "Take compute-beside-collectives measurements dtsim_interference_bench printed into a profile",
+             "BENCH.txt", "dtsim_interference_bench's output (scripts/gpu-probes' interference.txt)", false, run_import_interference,
+             false);
   return {app, [app, subs] {
             for (const Sub& s : *subs) {
               if (s.app->parsed()) return s.run(*s.options);
             }
             std::string valid;
             for (const Sub& s : *subs) valid += (valid.empty() ? "" : ", ") + s.app->get_name();
-            throw ConfigError("dtsim profile: a command is required; valid: " + valid + " (usage: dtsim profile show FILE.h5 [--json] | upgrade FILE.h5 | import-nccl-tests LOG... --out F.h5 | import-trace TRACE.json --out F.h5 | import-layers OLDER.h5 --into NEWER.h5 --out F.h5)");
+            throw ConfigError("dtsim profile: a command is required; valid: " + valid + " (usage: dtsim profile show FILE.h5 [--json] | upgrade FILE.h5 | import-nccl-tests LOG... --out F.h5 | import-trace TRACE.json --out F.h5 | import-layers OLDER.h5 --into NEWER.h5 --out F.h5 | import-interference BENCH.txt --out F.h5)");
           }};
 }
 

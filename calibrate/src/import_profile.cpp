@@ -75,6 +75,7 @@ void refit(sim::Profile& p, const std::set<std::string>& names, bool drop_stale,
   fitted.kernels = p.kernels;
   fitted.comm = p.comm;
   fitted.copies = p.copies;
+  fitted.interference = p.interference;
   fit_profile(fitted);
   for (const auto& name : names) {
     const auto it = fitted.fits.find(name);

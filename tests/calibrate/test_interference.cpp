@@ -11,6 +11,7 @@
 #include <unistd.h>
 
 #include "dtsim/calibrate/calibrate.hpp"
+#include "dtsim/calibrate/import.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/lowering.hpp"
@@ -192,4 +193,64 @@ TEST_CASE("the H200's measurement of 2026-12-04 fits as its records say (docs/va
   const double m = p.fits.at("interference.memory").coef.at(0);
   CHECK(m > 1.05);
   CHECK(m < 1.08);
+}
+
+namespace {
+
+std::string write_temp(const std::string& name, const std::string& text) {
+  const std::string path = (std::filesystem::temp_directory_path() / (name + "." + std::to_string(::getpid()))).string();
+  std::ofstream(path) << text;
+  return path;
+}
+
+}  // namespace
+
+TEST_CASE("import-interference puts the bench's records in a profile of the same GPU, and fits them (Note [Importing interference])",
+          "[calibrate][import]") {
+  // Two GEMM records on 100 SMs: 20 channels +50% (ratio 2 to the prior's
+  // 0.25) and 50 channels +100% (ratio 1): k = the median, 1.5.
+  const std::string bench = write_temp("dtsim_bench.txt",
+                                       "info\tdevice\tNVIDIA H200\n"
+                                       "progress\t1\t2\tgemm alone\n"
+                                       "interference\tgemm\t20\t100\t300\t1000\t1.0\t1.5\t30\n"
+                                       "\n"
+                                       "interference\tgemm\t50\t100\t600\t1000\t1.0\t2.0\t30\n");
+  // Into a profile of the same GPU holding a kernel fit and older records.
+  Profile into;
+  into.info["device"] = "NVIDIA H200";
+  into.info["device_kind"] = "cuda";
+  into.interference = {{"gemm", 24, 132, 1e12, 4e12, 1.0, 1.1, 30}, {"stream", 24, 132, 1e12, 4e12, 1.0, 1.3, 30}};
+  LinearFit gemm;
+  gemm.features = {"1", "flops"};
+  gemm.coef = {1e-5, 1e-15};
+  gemm.samples = 9;
+  into.fits["kernel.gemm.bf16"] = gemm;
+  into.fits["interference.memory"] = LinearFit{{"hbm_share"}, {3.0}, 0, 0, 1};
+  calib::ImportResult r = calib::import_interference(bench, into);
+  CHECK(r.samples == 2);
+  CHECK(r.replaced == 2);
+  REQUIRE(into.interference.size() == 2);
+  CHECK(into.interference[1].channels == 50);
+  CHECK(into.fits.at("interference.compute").coef.at(0) == Approx(1.5));
+  CHECK(into.fits.count("interference.memory") == 0);  // no triad among the new records: the old fit goes with its records
+  CHECK(into.fits.at("kernel.gemm.bf16").samples == 9);  // untouched
+  CHECK(into.info.at("import.interference.files").find("dtsim_bench.txt") == 0);
+  CHECK(into.info.at("import.interference.device") == "NVIDIA H200");
+  // Another GPU's profile is refused, naming both.
+  Profile h100;
+  h100.path = "h100.h5";
+  h100.info["device"] = "NVIDIA H100 80GB HBM3";
+  h100.info["device_kind"] = "cuda";
+  const std::string other = error_of([&] { calib::import_interference(bench, h100); });
+  CHECK(other.find("NVIDIA H100 80GB HBM3") != std::string::npos);
+  CHECK(other.find("NVIDIA H200") != std::string::npos);
+  CHECK(h100.interference.empty());
+  // A line that is not the protocol names the file and line; a file of none says so.
+  const std::string bad = write_temp("dtsim_bad.txt", "info\tdevice\tNVIDIA H200\nnot a record\n");
+  Profile fresh;
+  CHECK(error_of([&] { calib::import_interference(bad, fresh); }).find(bad + ":2: ") == 0);
+  const std::string empty = write_temp("dtsim_empty.txt", "info\tdevice\tNVIDIA H200\n");
+  CHECK(error_of([&] { calib::import_interference(empty, fresh); }).find("no interference records") != std::string::npos);
+  CHECK_THROWS_AS(calib::import_interference(bench + ".missing", fresh), IoError);
+  for (const auto& p : {bench, bad, empty}) std::filesystem::remove(p);
 }

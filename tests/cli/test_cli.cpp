@@ -645,7 +645,8 @@ std::string complete(const std::string& line) {
 
 TEST_CASE("every subcommand's --help and -h print its usage and exit 0", "[cli][conventions]") {
   std::vector<std::string> subs = kSubcommands;
-  for (const char* sub : {"profile show", "profile upgrade", "profile import-nccl-tests", "profile import-trace", "profile import-layers"}) {
+  for (const char* sub : {"profile show", "profile upgrade", "profile import-nccl-tests", "profile import-trace", "profile import-layers",
+                          "profile import-interference"}) {
     subs.push_back(sub);
   }
   for (const auto& sub : subs) {

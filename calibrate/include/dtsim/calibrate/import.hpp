@@ -94,6 +94,13 @@ ImportResult import_kineto_trace(const std::string& path, sim::Profile& profile,
 /// where not, IoError / CalibrationError for an unreadable file.
 ImportResult import_layers(const std::string& older, sim::Profile& profile, const ImportOptions& options = {});
 
+/// Puts the `interference` records dtsim_interference_bench printed (the
+/// file at `path`) in place of `profile`'s and fits them again (Note
+/// [Importing interference] in src/import_interference.cpp); the bench's
+/// device must be the profile's. Throws ConfigError naming the file (and
+/// line), IoError where it cannot be read.
+ImportResult import_interference(const std::string& path, sim::Profile& profile, const ImportOptions& options = {});
+
 /// `dtsim profile import-nccl-tests LOG... --out FILE.h5 [--into EXISTING.h5]
 /// [--cluster C] [--in-place]`: loads --into (or starts a profile), imports,
 /// writes --out atomically; returns the summary to print.
@@ -104,5 +111,7 @@ std::string import_trace_command(const std::string& trace, const ImportOptions& 
 /// `dtsim profile import-layers OLDER.h5 --into NEWER.h5 --out FILE.h5`:
 /// NEWER with OLDER's layers it lacks, written atomically to --out.
 std::string import_layers_command(const std::string& older, const ImportOptions& options);
+/// `dtsim profile import-interference BENCH.txt --out FILE.h5 [--into EXISTING.h5]`.
+std::string import_interference_command(const std::string& path, const ImportOptions& options);
 
 }  // namespace dtsim::calib
