@@ -755,7 +755,7 @@ TEST_CASE("an option given twice is refused, naming both values", "[cli][convent
 TEST_CASE("the bash completion completes subcommands, options and built-in names", "[cli][conventions][completion]") {
   CHECK(complete("dtsim pre") == "predict\n");
   CHECK(complete("dtsim predict --mo") == "--model\n");
-  CHECK(complete("dtsim profile ") == "show\nupgrade\nimport-nccl-tests\nimport-trace\nimport-layers\n");
+  CHECK(complete("dtsim profile ") == "show\nupgrade\nimport-nccl-tests\nimport-trace\nimport-layers\nimport-interference\n");
   CHECK(complete("dtsim profile import-n") == "import-nccl-tests\n");
   CHECK(complete("dtsim list cl") == "clusters\n");
   // Names come from `dtsim list`: gpt2-x completes to the one built-in GPT-2 XL.
