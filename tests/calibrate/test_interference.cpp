@@ -109,6 +109,13 @@ TEST_CASE("interference records survive the HDF5 round trip; a profile without t
   plain.info["device"] = "test";
   save_profile(plain, path);
   CHECK(load_profile(path).interference.empty());
+  // A record no bench could print (more channels than SMs) is refused on
+  // reading, naming the group, the row and what is wrong.
+  Profile bad = hand_profile();
+  bad.interference[1].channels = 100;
+  save_profile(bad, path);
+  const std::string e = error_of([&] { load_profile(path); });
+  CHECK(e.find("/interference: row 1: channels 100 of 100 SMs: not 1..SMs - 1") != std::string::npos);
   std::filesystem::remove(path);
 }
 
