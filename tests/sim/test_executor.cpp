@@ -323,6 +323,16 @@ TEST_CASE("compute runs slower while a collective of its rank runs (Note [Interf
     CHECK(r.spans[0].end == 130 * kUs);
     h.ranks[0].hbm_slowdown = {1.0, 1.0, 0};
     CHECK(execute(h).spans[0].end == 132 * kUs);
+    // Contention m = 2 (Note [Interference fit]) multiplies the slowdown of
+    // the added and capped share, not each class's: intra and inter at h =
+    // 0.5 and 0.25 add to 0.75, 2 x 3 = slowdown 6, 1/7 of its speed: 40/7
+    // us of work by 40 us, ending at 40 + 100 - 40/7 = 134.29 us. Each
+    // class's slowdown doubled first (2 and 2/3: shares 2/3 and 0.4, capped
+    // at 0.8: slowdown 4) would end at 132 us.
+    h.ranks[0].hbm_slowdown = {1.0, 1.0 / 3, 0};
+    h.ranks[0].hbm_contention = 2;
+    CHECK(execute(h).spans[0].end == 134286);  // ns: 140 us - 40/7 us, rounded up
+    h.ranks[0].hbm_contention = 1;
     // A rank whose compute does not slow (comm_slowdown 0) ignores both.
     h.ranks[0].comm_slowdown = 0;
     CHECK(execute(h).spans[0].end == 100 * kUs);

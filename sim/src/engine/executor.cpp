@@ -40,11 +40,13 @@
 // memory-bound kernels' share, from the cost model's kernels): while any
 // of its rank's collectives is between its start and its end, the
 // compute-bound part runs 1 + comm_slowdown times as long, and the
-// memory-bound part 1 / (1 - h) times, h the HBM share the running
+// memory-bound part 1 + m h / (1 - h) times, h the HBM share the running
 // collectives take: for each link class with one running, the traffic of
 // a flow at that class's rate (SimRank::hbm_slowdown, set by lowering:
 // about 3 bytes of HBM a byte on the link, Jeaugey in NVIDIA/nccl #1428),
-// added over the classes and at most kMaxHbmShare. So the same kernel beside an
+// added over the classes and at most kMaxHbmShare; m is the device's
+// comm_hbm_contention (SimRank::hbm_contention: 1, or as a profile
+// measured it, Note [Interference fit]). So the same kernel beside an
 // NVLink all-gather (h 0.43 on an A100) slows more than beside a
 // reduction across nodes, and a GEMM the same by either. Host copies run on
 // copy engines, and a pipeline's sends on a channel or two (no
@@ -581,7 +583,7 @@ class Executor {
     }
     if (!any) return 1.0;
     hbm = std::min(hbm, kMaxHbmShare);
-    return 1.0 / (1.0 + (1 - share) * slowdown_[r] + share * hbm / (1 - hbm));
+    return 1.0 / (1.0 + (1 - share) * slowdown_[r] + share * g_.ranks[r].hbm_contention * hbm / (1 - hbm));
   }
 
   /// A running compute task's end: its work left at its rate, and not

@@ -132,7 +132,7 @@ double hbm_slowdown(const DeviceSpec& device, BytesPerSec link_rate) {
   const double hbm = device.memory_bandwidth * device.memory_efficiency;
   if (device.comm_slowdown <= 0 || hbm <= 0 || link_rate <= 0) return 0;
   const double h = std::min(kMaxHbmShare, device.comm_hbm_traffic * link_rate / hbm);
-  return device.comm_hbm_contention * h / (1 - h);
+  return h / (1 - h);  // comm_hbm_contention: applied by the executor, after the classes' shares add
 }
 
 void check_graph_size(const ResolvedPlan& plan) {

@@ -161,6 +161,7 @@ inline void set_interference(SimRank& r, const ClusterSpec& c, const CommModel& 
   r.send_waits_for_core = c.device.send_waits_for_core > 0 ? comm.send_waits_for_core().value_or(c.device.send_waits_for_core) : 0;
   r.resume = c.device.comm_overlaps_compute ? std::vector<std::pair<TimeNs, TimeNs>>{} : comm.resume_after_wait();
   r.hbm_slowdown = {};
+  r.hbm_contention = c.device.comm_hbm_contention;
   for (LinkClass k : {LinkClass::kIntraNode, LinkClass::kInterNode}) {  // host copies: copy engines (Note [Interference])
     const auto i = static_cast<std::size_t>(k);
     r.hbm_slowdown[i] = hbm_slowdown(c.device, r.link_capacity[i]);

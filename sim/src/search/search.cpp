@@ -570,7 +570,7 @@ TimeNs interference_time_bound(const ResolvedPlan& p, std::int64_t dense_params,
     const BytesPerSec rate = link == LinkClass::kIntraNode
                                  ? cluster.intra_node.rate()
                                  : cluster.inter_node.rate() * cluster.nics_per_node / std::max(1, per_node);
-    hbm = std::min(hbm, hbm_slowdown(cluster.device, rate));
+    hbm = std::min(hbm, cluster.device.comm_hbm_contention * hbm_slowdown(cluster.device, rate));
   };
   auto cost = [&](CollectiveOp op, Bytes bytes, const CommGroup& g) {
     if (bytes <= 0) return 0.0;

@@ -37,8 +37,10 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std:
 
 /// How much longer a memory-bound kernel takes on `device` beside a
 /// collective whose flow runs at `link_rate` bytes a second (Note
-/// [Interference] in engine/executor.cpp; SimRank::hbm_slowdown): 0 where
-/// the device's compute does not slow beside collectives (comm_slowdown 0).
+/// [Interference] in engine/executor.cpp; SimRank::hbm_slowdown): h / (1 -
+/// h), h the HBM share the flow's traffic takes, before the executor adds
+/// the classes' shares and applies comm_hbm_contention; 0 where the
+/// device's compute does not slow beside collectives (comm_slowdown 0).
 double hbm_slowdown(const DeviceSpec& device, BytesPerSec link_rate);
 
 /// The most tasks a graph may have: 2^25, about 9 GB with their spans and

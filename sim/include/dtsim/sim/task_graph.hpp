@@ -172,6 +172,9 @@ struct SimRank {
   /// each link class (indexed by LinkClass) runs, for the HBM bandwidth the
   /// collective's traffic takes (Note [Interference]).
   std::array<double, 3> hbm_slowdown{};
+  /// How much more than h / (1 - h) its memory-bound kernels slow, h the
+  /// running classes' shares added (DeviceSpec::comm_hbm_contention).
+  double hbm_contention = 1;
   /// Note [Busy sender] in executor.cpp: a receiver's notice to this rank
   /// is handled once its compute stream is idle, or has been busy this long
   /// since it last came from idle (DeviceSpec::send_waits_for_core); 0: at once.
