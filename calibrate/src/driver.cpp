@@ -606,9 +606,19 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       std::vector<std::string> iargv{interference_bench};
       if (o.quick) iargv.push_back("--quick");
       const std::size_t before = p.interference.size();
-      rc = run_program(sup, iargv, "interference", p, view, deadline, &cut);
+      std::string refused;
+      try {
+        rc = run_program(sup, iargv, "interference", p, view, deadline, &cut);
+      } catch (const CalibrationError& e) {  // a record the parser refused: the sweep is not kept
+        p.interference.resize(before);
+        refused = e.what();
+        rc = -1;
+      }
       const std::string got = std::to_string(p.interference.size() - before) + " settings";
-      if (cut) {
+      if (!refused.empty()) {
+        view.done("failed: " + refused + "; the priors stand");
+        p.info["interference"] = "failed: " + refused;
+      } else if (cut) {
         view.done("cut by --time-limit: " + got + " measured");
       } else if (rc == 3) {
         view.done("skipped: no CUDA device");

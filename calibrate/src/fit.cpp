@@ -128,8 +128,9 @@ void fit_interference(sim::Profile& p) {
       const double f = static_cast<double>(x.channels) / x.sms;
       gemm.push_back({f / (1 - f), slowdown});
       ratios.push_back(slowdown / (f / (1 - f)));
-    } else {
-      const double h = x.proxy_Bps / x.hbm_Bps;
+    } else if (const double h = x.proxy_Bps / x.hbm_Bps; h < 0.9) {
+      // (A stand-in that moved about as much as the triad alone reached is
+      // past what h / (1 - h) can say; left out.)
       stream.push_back({h / (1 - h), slowdown});
     }
   }

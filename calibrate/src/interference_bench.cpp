@@ -360,6 +360,7 @@ class Bench {
     int* stop = flags_;
     int* started = flags_ + 1;
     DTSIM_CHECK(cudaMemset(flags_, 0, 2 * sizeof(int)));
+    DTSIM_CHECK(cudaDeviceSynchronize());  // the memset (legacy stream) before the non-blocking streams' kernels
     void* rargs[] = {&stop, &raised_};
     launch(raise_flag_, 1, 1, 0, victim_, rargs);  // stop = 1: the proxy below runs one chunk
     DTSIM_CHECK(cudaStreamSynchronize(victim_));
@@ -448,6 +449,10 @@ class Bench {
     DTSIM_CHECK(cudaDeviceSynchronize());
     unsigned long long raised = 0;
     DTSIM_CHECK(cudaMemcpy(&raised, raised_, sizeof raised, cudaMemcpyDeviceToHost));
+    int flags[2] = {0, 0};
+    DTSIM_CHECK(cudaMemcpy(flags, flags_, sizeof flags, cudaMemcpyDeviceToHost));
+    // wait_started gives up after a second: then the kernels ran alone.
+    if (flags[1] == 0) fail(__FILE__, __LINE__, "time_beside", "the stand-in never started: not measured beside it");
     std::vector<unsigned long long> out(3 * static_cast<std::size_t>(channels));
     DTSIM_CHECK(cudaMemcpy(out.data(), out_, out.size() * sizeof(unsigned long long), cudaMemcpyDeviceToHost));
     unsigned long long bytes = 0, first = ~0ull, last = 0;

@@ -107,7 +107,7 @@ struct InterferenceSample {
 
 /// "" where `x` is a measurement that can be, else what is wrong with it
 /// (a victim not gemm or stream, channels not in 1..sms - 1, a time or rate
-/// not positive and finite, the stand-in faster than the HBM).
+/// not positive and finite).
 std::string check_interference(const InterferenceSample& x);
 
 /// One host<->device copy.
