@@ -76,6 +76,9 @@ TEST_CASE("caching allocator: freed blocks merge within a segment, never across 
   a.allocate(20 * kMiB);
   CHECK(a.reserved() == 20 * kMiB);
   CHECK(a.segments() == 1);
+  // No free block is left behind by the merges: 3 MiB more opens a segment.
+  a.allocate(3 * kMiB);
+  CHECK(a.reserved() == 40 * kMiB);
   // Two 10 MiB segments freed cannot hold 20 MiB together: a third segment.
   CachingAllocator b;
   const auto p = b.allocate(10 * kMiB);
@@ -87,6 +90,34 @@ TEST_CASE("caching allocator: freed blocks merge within a segment, never across 
   CHECK(b.allocated() == 20 * kMiB);
   CHECK(b.peak_allocated() == 20 * kMiB);
   CHECK(b.peak_reserved() == 40 * kMiB);
+}
+
+TEST_CASE("caching allocator: the smallest free block that fits, not the first", "[allocator]") {
+  // A 20 MiB segment holds 4 and 16, a 12 MiB one 12; the 16 and the 12
+  // are freed, the 16 at the lower address. 11 MiB takes the 12 (1 MiB
+  // left: not split), so 16 still fits the 16: 32 MiB reserved. First fit
+  // by address would have split the 16 for the 11 and opened a segment for
+  // the 16 (48 MiB).
+  CachingAllocator a;
+  a.allocate(4 * kMiB);
+  const auto sixteen = a.allocate(16 * kMiB);
+  const auto twelve = a.allocate(12 * kMiB);
+  CHECK(a.reserved() == 32 * kMiB);
+  a.free(sixteen);
+  a.free(twelve);
+  a.allocate(11 * kMiB);
+  CHECK(a.allocated() == 16 * kMiB);  // 4 + the whole 12
+  a.allocate(16 * kMiB);
+  CHECK(a.reserved() == 32 * kMiB);
+  // A rest of exactly 1 MiB stays with the block; 512 bytes more is split off.
+  CachingAllocator b;
+  const auto h = b.allocate(12 * kMiB);
+  b.free(h);
+  const auto g = b.allocate(11 * kMiB);
+  CHECK(b.allocated() == 12 * kMiB);
+  b.free(g);
+  b.allocate(11 * kMiB - 512);
+  CHECK(b.allocated() == 11 * kMiB - 512);
 }
 
 TEST_CASE("caching allocator: a double free or a negative size is refused", "[allocator][bad-input]") {
