@@ -3,6 +3,7 @@
 // loading the profile, checking it was measured on the same kind of device,
 // refitting only what an import touched, provenance, and writing.
 
+#include <functional>
 #include <set>
 #include <string>
 
@@ -41,6 +42,12 @@ sim::Profile start_profile(const ImportOptions& o);
 
 /// Checks --out, writes `p` there atomically, returns the summary with a last line naming it.
 std::string finish(sim::Profile& p, const ImportOptions& o, ImportResult& result);
+
+/// What every `dtsim profile import-*` does around its import: --out
+/// required (`example` is a path to suggest) and checked first, --into's
+/// profile or a new one, `import` on it, written atomically; the summary.
+std::string import_command(const ImportOptions& o, const std::string& example,
+                           const std::function<ImportResult(sim::Profile&)>& import);
 
 /// A duration for a summary: "8.04 ms", "10.4 us".
 std::string human_seconds(double s);

@@ -64,11 +64,7 @@ ImportResult import_interference(const std::string& path, sim::Profile& profile,
 }
 
 std::string import_interference_command(const std::string& path, const ImportOptions& o) {
-  if (o.out.empty()) throw ConfigError("--out: a profile path is required (e.g. --out configs/profiles/my-gpu.h5)");
-  check_output(o.out);  // Note [Check the output first]
-  sim::Profile p = detail::start_profile(o);
-  ImportResult r = import_interference(path, p, o);
-  return detail::finish(p, o, r);
+  return detail::import_command(o, "configs/profiles/my-gpu.h5", [&](sim::Profile& p) { return import_interference(path, p, o); });
 }
 
 }  // namespace dtsim::calib

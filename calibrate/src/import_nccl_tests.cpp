@@ -428,11 +428,7 @@ ImportResult import_nccl_tests(const std::vector<std::string>& logs, sim::Profil
 }
 
 std::string import_nccl_tests_command(const std::vector<std::string>& logs, const ImportOptions& o) {
-  if (o.out.empty()) throw ConfigError("--out: a profile path is required (e.g. --out configs/profiles/my-cluster.h5)");
-  check_output(o.out);  // Note [Check the output first]
-  sim::Profile p = detail::start_profile(o);
-  ImportResult r = import_nccl_tests(logs, p, o);
-  return detail::finish(p, o, r);
+  return detail::import_command(o, "configs/profiles/my-cluster.h5", [&](sim::Profile& p) { return import_nccl_tests(logs, p, o); });
 }
 
 }  // namespace dtsim::calib

@@ -117,6 +117,15 @@ std::string finish(sim::Profile& p, const ImportOptions& o, ImportResult& result
   return result.summary();
 }
 
+std::string import_command(const ImportOptions& o, const std::string& example,
+                           const std::function<ImportResult(sim::Profile&)>& import) {
+  if (o.out.empty()) throw ConfigError("--out: a profile path is required (e.g. --out " + example + ")");
+  check_output(o.out);  // Note [Check the output first]
+  sim::Profile p = start_profile(o);
+  ImportResult r = import(p);
+  return finish(p, o, r);
+}
+
 std::string human_seconds(double s) {
   char buf[48];
   if (s >= 1) {

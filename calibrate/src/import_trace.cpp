@@ -757,12 +757,11 @@ ImportResult import_kineto_trace(const std::string& path, sim::Profile& p, const
 }
 
 std::string import_trace_command(const std::string& trace, const ImportOptions& o) {
-  if (o.out.empty()) throw ConfigError("--out: a profile path is required (e.g. --out configs/profiles/my-cluster.h5)");
-  check_output(o.out);  // Note [Check the output first]
-  sim::Profile p = detail::start_profile(o);
-  ImportResult r = import_kineto_trace(trace, p, o);
-  if (r.samples == 0) throw ConfigError(trace + ": nothing in it dtsim could use (" + r.lines.back() + "); nothing was written");
-  return detail::finish(p, o, r);
+  return detail::import_command(o, "configs/profiles/my-cluster.h5", [&](sim::Profile& p) {
+    ImportResult r = import_kineto_trace(trace, p, o);
+    if (r.samples == 0) throw ConfigError(trace + ": nothing in it dtsim could use (" + r.lines.back() + "); nothing was written");
+    return r;
+  });
 }
 
 }  // namespace dtsim::calib
