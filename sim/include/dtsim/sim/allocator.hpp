@@ -33,11 +33,6 @@ class CachingAllocator {
   Bytes peak_allocated() const { return peak_allocated_; }
   Bytes peak_reserved() const { return peak_reserved_; }
   int segments() const { return segments_; }           ///< segments taken so far (none is given back)
-  /// Starts new peaks from the present (torch.cuda.reset_peak_memory_stats).
-  void reset_peaks() {
-    peak_allocated_ = allocated_;
-    peak_reserved_ = reserved_;
-  }
 
   /// The size a request of `size` bytes is rounded to (512-byte multiples).
   static Bytes round_size(Bytes size);
