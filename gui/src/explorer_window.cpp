@@ -170,6 +170,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
     {"limit_all_gathers", "plan.limit_all_gathers: PyTorch FSDP limit_all_gathers (True by default): a unit's "
                           "all-gather waits until the unit two before it has freed its parameters, so at most two "
                           "units are gathered at once. FSDP full or hybrid shard only."},
+    {"fsdp_version", "plan.fsdp_version: 2 is PyTorch FSDP2 (fully_shard, torchtitan's), whose backward waits for "
+                     "the unit before's reduce-scatter before issuing the next: two units' gradients in flight "
+                     "however slow the network. Off: FSDP1 (FullyShardedDataParallel), which never waits. FSDP "
+                     "full, shard-grad-op or hybrid shard only."},
     {"stage3_prefetch_bucket_size", "plan.stage3_prefetch_bucket_size: DeepSpeed zero_optimization."
                                     "stage3_prefetch_bucket_size, in elements (default 5e7): the parameters of the "
                                     "modules ahead that ZeRO-3 gathers before they are used. DeepSpeed ZeRO-3 only."},
@@ -577,7 +581,7 @@ struct ExplorerWindow::Impl {
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
-            *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr;
+            *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr, *fsdp2 = nullptr;
   QComboBox* nccl_proto = nullptr;
 
   // Output.
@@ -821,6 +825,8 @@ struct ExplorerWindow::Impl {
     fsdp_wrap->addItem("torchtitan", static_cast<int>(sim::FsdpWrap::kTorchtitan));
     limit_ag = new QCheckBox("limit all-gathers");
     limit_ag->setObjectName("limit_all_gathers");
+    fsdp2 = new QCheckBox("FSDP2");
+    fsdp2->setObjectName("fsdp_version");
     // DeepSpeed's element counts: up to 1e12, whole elements.
     z3_prefetch = new QDoubleSpinBox;
     z3_prefetch->setObjectName("stage3_prefetch_bucket_size");
@@ -850,6 +856,7 @@ struct ExplorerWindow::Impl {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(limit_ag);
+      row->addWidget(fsdp2);
       row->addWidget(contig);
       row->addStretch(1);
       mf->addRow("", row);
@@ -1226,6 +1233,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(scatter, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(fsdp2, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nvls, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(nccl_proto, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
   }
@@ -1291,6 +1299,7 @@ struct ExplorerWindow::Impl {
     kernels_box->setCurrentIndex(std::max(0, kernels_box->findData(static_cast<int>(p.kernels))));
     fp8_recipe->setCurrentIndex(std::max(0, fp8_recipe->findData(static_cast<int>(p.fp8_recipe))));
     limit_ag->setChecked(p.limit_all_gathers);
+    fsdp2->setChecked(p.fsdp_version == 2);
     z3_prefetch->setValue(p.stage3_prefetch_bucket_size);
     z3_live->setValue(p.stage3_max_live_parameters);
     refresh_choices(p.tp, pipeline, p.dp, p.cp);
@@ -1370,6 +1379,8 @@ struct ExplorerWindow::Impl {
     // under a pipeline]): its units and their limit do not matter there.
     fsdp_wrap->setEnabled(fsdp_params && !piped);
     limit_ag->setEnabled(fsdp_params && !piped);
+    // Note [FSDP2's reduce-scatter wait]: where FSDP shards gradients, one stage.
+    fsdp2->setEnabled((fsdp_params || z == 10 + static_cast<int>(sim::FsdpMode::kShardGradOp)) && !piped);
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     rc_layers->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kFull));
@@ -1487,6 +1498,7 @@ struct ExplorerWindow::Impl {
     const bool fsdp_params = p.fsdp == sim::FsdpMode::kFullShard || p.fsdp == sim::FsdpMode::kHybridShard;
     p.fsdp_wrap = fsdp_params ? static_cast<sim::FsdpWrap>(fsdp_wrap->currentData().toInt()) : sim::FsdpWrap::kBlocks;
     p.limit_all_gathers = !fsdp_params || limit_ag->isChecked();
+    p.fsdp_version = (fsdp_params || p.fsdp == sim::FsdpMode::kShardGradOp) && p.pp == 1 && fsdp2->isChecked() ? 2 : 1;
     if (moved(z3_prefetch, before.stage3_prefetch_bucket_size)) p.stage3_prefetch_bucket_size = z3_prefetch->value();
     if (moved(z3_live, before.stage3_max_live_parameters)) p.stage3_max_live_parameters = z3_live->value();
     mark(p.tp != before.tp, "tp");
@@ -1529,6 +1541,7 @@ struct ExplorerWindow::Impl {
     mark(p.fp8_recipe != before.fp8_recipe, "fp8_recipe");
     mark(p.fsdp_wrap != before.fsdp_wrap, "fsdp_wrap");
     mark(p.limit_all_gathers != before.limit_all_gathers, "limit_all_gathers");
+    mark(p.fsdp_version != before.fsdp_version, "fsdp_version");
     mark(p.stage3_prefetch_bucket_size != before.stage3_prefetch_bucket_size, "stage3_prefetch_bucket_size");
     mark(p.stage3_max_live_parameters != before.stage3_max_live_parameters, "stage3_max_live_parameters");
 

@@ -164,7 +164,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 51);  // 23 combo boxes, 16 spin boxes (3 on the search tab), 12 check boxes
+  CHECK(knobs == 52);  // 23 combo boxes, 16 spin boxes (3 on the search tab), 13 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
@@ -176,6 +176,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"sync_batchnorm", {"convert_sync_batchnorm"}},
       {"fsdp_wrap", {"transformer_auto_wrap_policy", "apply_fsdp"}},
       {"limit_all_gathers", {"limit_all_gathers"}},
+      {"fsdp_version", {"fully_shard", "FullyShardedDataParallel"}},
       {"recompute_num_layers", {"--recompute-method block", "--recompute-num-layers"}},
       {"cpu_offloading_num_layers", {"--cpu-offloading-num-layers", "Transformer Engine"}},
       {"stage3_prefetch_bucket_size", {"stage3_prefetch_bucket_size"}},
@@ -907,6 +908,17 @@ TEST_CASE("the FSDP, ZeRO-3 and NVLink SHARP knobs reach the plan", "[gui][windo
   REQUIRE(f.wait_for_result(kWaitMs));
   REQUIRE(f.outcome().ok());
   CHECK_FALSE(f.outcome().prediction->plan.limit_all_gathers);
+  // FSDP1 unless asked (Note [FSDP2's reduce-scatter wait]).
+  auto* v2 = f.findChild<QCheckBox*>("fsdp_version");
+  REQUIRE(v2 != nullptr);
+  CHECK(v2->isEnabled());
+  CHECK_FALSE(v2->isChecked());
+  CHECK(f.outcome().prediction->plan.fsdp_version == 1);
+  v2->setChecked(true);
+  REQUIRE(f.wait_for_result(kWaitMs));
+  REQUIRE(f.outcome().ok());
+  CHECK(f.outcome().prediction->plan.fsdp_version == 2);
+  CHECK(f.scenario().plan.origins.of("plan.fsdp_version") == "explorer: fsdp_version");
 
   // FSDP2 stages under a pipeline (Note [FSDP under a pipeline]): each
   // stage gathered whole once a step, so its units and their limit are off.
@@ -919,6 +931,7 @@ TEST_CASE("the FSDP, ZeRO-3 and NVLink SHARP knobs reach the plan", "[gui][windo
   CHECK(pp.outcome().prediction->plan.pp == 2);
   CHECK_FALSE(pp.findChild<QComboBox*>("fsdp_wrap")->isEnabled());
   CHECK_FALSE(pp.findChild<QCheckBox*>("limit_all_gathers")->isEnabled());
+  CHECK_FALSE(pp.findChild<QCheckBox*>("fsdp_version")->isEnabled());
 
   // DeepSpeed's ZeRO-3: its coordinator's knobs, not FSDP's.
   ExplorerWindow z;

@@ -394,6 +394,8 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
   // apply_fsdp wraps tok_embeddings, each block and [norm, output], the
   // last not resharded after its forward (Note [FSDP's root unit]).
   CHECK(k["plan.fsdp_wrap"] == "torchtitan");
+  // fully_shard: FSDP2 (Note [FSDP2's reduce-scatter wait]).
+  CHECK(k["plan.fsdp_version"] == "2");
   CHECK(k["plan.dp"] == "null");
   CHECK(k["plan.tp"] == "1");
   CHECK(k["plan.micro_batch"] == "1");
@@ -412,6 +414,7 @@ TEST_CASE("torchtitan: Llama 3 8B job", "[framework]") {
   CHECK(r.zero_stage == 3);
   CHECK(r.fsdp);
   CHECK(r.fsdp_wrap == FsdpWrap::kTorchtitan);
+  CHECK(r.fsdp_version == 2);
   CHECK(r.recompute == Recompute::kOp);
   CHECK(r.global_batch == 8);
   // With tensor parallelism the op policy reruns its all-gathers, which

@@ -491,10 +491,49 @@ TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradien
   CHECK(peak_grads("dp: 2\nprecision: fp32\nzero_stage: 2\n") == shard + 2 * layer);
   // FSDP's SHARD_GRAD_OP does not wait: all eight pile up behind the network.
   CHECK(peak_grads("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\n") == shard + 8 * layer);
+  // FSDP2 (fully_shard) does (Note [FSDP2's reduce-scatter wait]): layer
+  // i's post_backward waits for layer i+1's reduce-scatter, whose input it
+  // then frees; two layers' gradients in flight, as DeepSpeed's.
+  CHECK(peak_grads("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\nfsdp_version: 2\n") == shard + 2 * layer);
   // And the iteration: eight reduce-scatters of 1 ms, one after the other,
   // then the parameters' all-gather (1 ms): at least 9 ms either way.
   const test::PlanRun r = test::run_plan(m, "dp: 2\nprecision: fp16\nzero_stage: 2\n", c, slow, 1000);
   CHECK(r.exec.makespan >= 9'000'000);
+  // Where the backward waits: FSDP1's forward (8 x 1 us) and backward
+  // (8 x 2 us) end at 24 us; FSDP2's layer i waits for layer i+2's
+  // reduce-scatter, the (6 - i)-th of the 1 ms ones queued back to back
+  // from layer 7's backward's end (10 us), so layer 0's runs from 6.010 ms.
+  const auto backward_end = [&](const std::string& yaml) {
+    const test::PlanRun run = test::run_plan(m, yaml, c, slow, 1000);
+    TimeNs end = 0;
+    for (std::size_t t = 0; t < run.graph.tasks.size(); ++t) {
+      const Task& k = run.graph.tasks[t];
+      if (k.kind == TaskKind::kCompute && k.phase == Phase::kBackward && k.duration > 0) end = std::max(end, run.exec.spans[t].end);
+    }
+    return end;
+  };
+  CHECK(backward_end("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\n") == 24'000);
+  CHECK(backward_end("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\nfsdp_version: 2\n") == 6'012'000);
+}
+
+TEST_CASE("FSDP2's FULL_SHARD: its waits are the gathers' already; its reduce-scatter inputs live until the next unit's wait",
+          "[lowering][memory]") {
+  // Note [FSDP2's reduce-scatter wait], Note [One process group]: layer
+  // i-1's backward needs its gather, queued behind layer i+1's
+  // reduce-scatter on the one stream, so FSDP2's wait for that
+  // reduce-scatter moves no task; the gradients it holds longer do move
+  // the peak, never down. Eight 20M-parameter layers, every collective 1 ms.
+  const test::FakeModel m(8, 20'000'000, 10);
+  const ClusterSpec c = round_cluster();
+  const test::FixedComm slow(1'000'000);
+  const test::PlanRun v1 = test::run_plan(m, "dp: 2\nprecision: fp32\nfsdp: full_shard\n", c, slow, 1000);
+  const test::PlanRun v2 = test::run_plan(m, "dp: 2\nprecision: fp32\nfsdp: full_shard\nfsdp_version: 2\n", c, slow, 1000);
+  CHECK(v2.exec.makespan == v1.exec.makespan);
+  // A wait after each of layers 6..0 (layer 7 has none before it) and one
+  // at the backward's end.
+  CHECK(v2.graph.tasks.size() == v1.graph.tasks.size() + 8);
+  const auto grads = [](const test::PlanRun& r) { return r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kGradients)]; };
+  CHECK(grads(v2) >= grads(v1));
 }
 
 TEST_CASE("DeepSpeed's ZeRO-2 holds its gradients in reduce_bucket_size buffers, one without overlap_comm (Note [ZeRO-2's buffers])",

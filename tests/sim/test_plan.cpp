@@ -92,6 +92,32 @@ TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]")
                  Catch::Contains("valid only with fsdp: full_shard or hybrid_shard (the plan has zero_stage 3)"));
   CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: shard_grad_op\nlimit_all_gathers: false\n", "p.yaml"), kModel, eight()); }),
              Catch::Contains("(the plan has fsdp: shard_grad_op)"));
+  // DeepSpeed's names for the bucket and the overlap (Note [DeepSpeed's knob
+  // names]): 1.25e7 fp16 elements are 25 MB, fp32 ones 50 MB; DeepSpeed's
+  // 5e8 default in bf16 is 1 GB.
+  CHECK(resolve(parse_plan("zero_stage: 2\nprecision: fp16\nreduce_bucket_size: 1.25e7\n", "p"), kModel, eight()).bucket_bytes == 25'000'000);
+  CHECK(resolve(parse_plan("zero_stage: 2\nprecision: fp32\nreduce_bucket_size: 1.25e7\n", "p"), kModel, eight()).bucket_bytes == 50'000'000);
+  CHECK(resolve(parse_plan("zero_stage: 2\nprecision: bf16\nreduce_bucket_size: 5e8\n", "p"), kModel, eight()).bucket_bytes == 1'000'000'000);
+  CHECK_FALSE(resolve(parse_plan("zero_stage: 2\noverlap_comm: false\n", "p"), kModel, eight()).overlap);
+  CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 2\nbucket_mb: 25\nreduce_bucket_size: 5e8\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:3: plan.reduce_bucket_size: set with bucket_mb"));
+  CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 2\noverlap: true\noverlap_comm: false\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:3: plan.overlap_comm: set with overlap"));
+  // A --set of one name overrides a file's other.
+  CHECK(resolve(parse_plan("zero_stage: 2\nprecision: fp16\nbucket_mb: 25\n", "p", {parse_override("plan.reduce_bucket_size=5e7")}), kModel,
+                eight())
+            .bucket_bytes == 100'000'000);
+  // Which FSDP (Note [FSDP2's reduce-scatter wait]): 1 by default; 2 only
+  // where FSDP2 shards gradients (it has no NO_SHARD); 1 or 2.
+  CHECK(resolve(parse_plan("fsdp: full_shard\n", "p"), kModel, eight()).fsdp_version == 1);
+  CHECK(resolve(parse_plan("fsdp: shard_grad_op\nfsdp_version: 2\n", "p"), kModel, eight()).fsdp_version == 2);
+  CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 2\nfsdp_version: 2\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:2: plan.fsdp_version: 2 is PyTorch FSDP2 (fully_shard)") &&
+                 Catch::Contains("(the plan has zero_stage 2)"));
+  CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: no_shard\nfsdp_version: 2\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("(the plan has fsdp: no_shard, which FSDP2 does not have; replicate() is DDP's)"));
+  CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: full_shard\nfsdp_version: 3\n", "p.yaml"), kModel, eight()); }),
+             Catch::StartsWith("p.yaml:2: plan.fsdp_version") && Catch::Contains("1, 2"));
   // FSDP's units (Note [FSDP's root unit]): blocks by default, layers on request; FSDP's only.
   CHECK(resolve(parse_plan("fsdp: full_shard\n", "p"), kModel, eight()).fsdp_wrap == FsdpWrap::kBlocks);
   CHECK(resolve(parse_plan("fsdp: full_shard\nfsdp_wrap: layers\n", "p"), kModel, eight()).fsdp_wrap == FsdpWrap::kLayers);

@@ -358,6 +358,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   }
   p.limit_all_gathers = c.get_bool("limit_all_gathers", true);
   p.fsdp_reduce_fp32 = c.get_enum("reduce_dtype", false, {{"param", false}, {"fp32", true}});
+  p.fsdp_version = c.get_enum("fsdp_version", 1, {{"1", 1}, {"2", 2}});
   p.fsdp_wrap = c.get_enum("fsdp_wrap", FsdpWrap::kBlocks, {{"blocks", FsdpWrap::kBlocks}, {"layers", FsdpWrap::kLayers}, {"torchtitan", FsdpWrap::kTorchtitan}});
   p.stage3_prefetch_bucket_size = c.get_double("stage3_prefetch_bucket_size", 5e7, 0, 1e15);
   p.stage3_max_live_parameters = c.get_double("stage3_max_live_parameters", 1e9, 0, 1e15);
@@ -370,7 +371,23 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.recompute_method = c.get_enum("recompute_method", RecomputeMethod::kUniform, {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}});
   p.recompute_num_layers = static_cast<int>(c.get_int("recompute_num_layers", 0, 1, 1 << 20));
   p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);
+  // Note [DeepSpeed's knob names]
+  // A DeepSpeed user knows the bucket as zero_optimization.reduce_bucket_size,
+  // in elements (default 5e8), and the overlap as overlap_comm (zero/config.py);
+  // a PyTorch user as DDP's bucket_cap_mb and dtsim's overlap. A plan takes
+  // either name. Where a file has one and a --set (or a framework's config)
+  // gives the other, the override wins; the same level giving both is refused.
+  const auto one_of = [&c](const char* deepspeed, const char* ours) {
+    if (!c.has(deepspeed)) return false;
+    if (!c.has(ours)) return true;
+    if (c.overridden(deepspeed) == c.overridden(ours)) {
+      c.fail(deepspeed, std::string("set with ") + ours + ", DeepSpeed's name for the same knob; set one of them");
+    }
+    return c.overridden(deepspeed);
+  };
+  if (one_of("reduce_bucket_size", "bucket_mb")) p.reduce_bucket_size = c.get_double("reduce_bucket_size", 5e8, 1, 1e15);
   p.overlap = c.get_bool("overlap", true);
+  if (one_of("overlap_comm", "overlap")) p.overlap = c.get_bool("overlap_comm", true);
   p.contiguous_gradients = c.get_bool("contiguous_gradients", true);
   p.reduce_scatter = c.get_bool("reduce_scatter", true);
   p.overlap_param_gather = c.get_bool("overlap_param_gather", false);

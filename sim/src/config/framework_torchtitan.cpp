@@ -239,6 +239,10 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
     if (reshard == "default") out.plan("fsdp_wrap", "torchtitan", fsdp_from);  // as above
     if (reshard == "always") out.plan("fsdp_wrap", "layers", fsdp_from);      // the last unit resharded too
   }
+  // torchtitan shards with fully_shard: FSDP2 (Note [FSDP2's reduce-scatter
+  // wait] in sim/src/lowering/passes/data_parallel.cpp). Under a pipeline
+  // the stage's pass is FSDP2's already (fsdp_pipeline.cpp).
+  if (shard != 1 && pp == 1) out.plan("fsdp_version", "2", fsdp_from);
   if (par.get_bool("enable_compiled_autograd", false)) unmodelled(par, "enable_compiled_autograd");
   // With TP the output projection's logits stay sharded and the loss is
   // DTensor's loss_parallel unless disable_loss_parallel (train.py); a

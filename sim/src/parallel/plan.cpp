@@ -512,6 +512,15 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                              (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   r.fsdp_wrap = s.fsdp_wrap;
+  // Note [FSDP2's reduce-scatter wait] (lowering/passes/data_parallel.cpp).
+  if (s.fsdp_version == 2 && !(r.fsdp && r.zero_stage >= 2)) {
+    bad.add("fsdp_version", std::string("2 is PyTorch FSDP2 (fully_shard), which shards gradients; valid only with fsdp: "
+                                        "full_shard, shard_grad_op or hybrid_shard (the plan has ") +
+                                (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) + ", which FSDP2 does not have; replicate() is DDP's"
+                                        : "zero_stage " + std::to_string(r.zero_stage)) +
+                                ")");
+  }
+  r.fsdp_version = s.fsdp_version;
   if (s.fsdp_reduce_fp32 && !(r.fsdp && r.zero_stage == 3)) {
     bad.add("reduce_dtype", std::string("fp32 is FSDP's MixedPrecision reduce_dtype, modelled for fsdp: full_shard or hybrid_shard (the plan has ") +
                                 (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) +
@@ -672,6 +681,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.partition_activations = s.partition_activations && r.tp > 1;
   r.cpu_checkpointing = s.cpu_checkpointing;
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
+  // Note [DeepSpeed's knob names] (config_io.cpp): elements of the gradients' type.
+  if (s.reduce_bucket_size > 0) r.bucket_bytes = static_cast<Bytes>(s.reduce_bucket_size * (r.precision == Precision::kFp32 ? 4 : 2));
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;
   r.contiguous_gradients = s.contiguous_gradients;

@@ -52,7 +52,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   os << to_string(p.optimizer)
      << (is_sgd(p.optimizer) ? fmt::format(" momentum={:g}", p.sgd_momentum) : "") << " zero_stage=" << p.zero_stage;
   if (p.fsdp) {
-    os << " (fsdp " << to_string(p.spec.fsdp) << (p.limit_all_gathers ? "" : ", limit_all_gathers false")
+    os << " (fsdp " << to_string(p.spec.fsdp) << (p.fsdp_version == 2 ? ", FSDP2" : "") << (p.limit_all_gathers ? "" : ", limit_all_gathers false")
        << (p.zero_stage == 3 && p.fsdp_wrap == FsdpWrap::kLayers       ? ", a unit per layer"
            : p.zero_stage == 3 && p.fsdp_wrap == FsdpWrap::kTorchtitan ? ", a unit per layer, [norm, output] kept to its backward"
                                                                         : "")
@@ -114,6 +114,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("fsdp", to_string(p.spec.fsdp));
   j.field("limit_all_gathers", p.limit_all_gathers);
   j.field("fsdp_wrap", to_string(p.fsdp_wrap));
+  j.field("fsdp_version", p.fsdp_version);
   j.field("reduce_dtype", p.fsdp_reduce_fp32 ? "fp32" : "param");
   j.field("z3_leaf_layers", p.z3_leaf_layers);
   j.field("stage3_prefetch_bucket_size", p.stage3_prefetch_bucket_size);

@@ -218,6 +218,13 @@ struct PlanSpec {
   bool limit_all_gathers = true;
   /// FSDP's units: Note [FSDP's root unit]. Only with fsdp full_shard or hybrid_shard.
   FsdpWrap fsdp_wrap = FsdpWrap::kBlocks;
+  /// Which PyTorch FSDP (Accelerate's `fsdp_version`): 1, the
+  /// FullyShardedDataParallel wrapper; 2, fully_shard, whose backward makes
+  /// the compute stream wait for the unit before's reduce-scatter before it
+  /// issues the next (Note [FSDP2's reduce-scatter wait] in
+  /// sim/src/lowering/passes/data_parallel.cpp). Only with fsdp full_shard,
+  /// shard_grad_op or hybrid_shard (FSDP2 has no NO_SHARD).
+  int fsdp_version = 1;
   /// FSDP's MixedPrecision reduce_dtype (FSDP2's MixedPrecisionPolicy,
   /// torchtitan's mixed_precision_reduce): false reduce-scatters gradients
   /// in the working precision (PyTorch's default, reduce_dtype None); true
@@ -277,7 +284,12 @@ struct PlanSpec {
   /// outputs] in sim/src/lowering/passes/pipeline.cpp). Pipelines only.
   bool deallocate_pipeline_outputs = false;
   double bucket_mb = 25;          ///< DDP bucket (PyTorch default 25 MB)
-  bool overlap = true;            ///< overlap gradient communication with backward
+  /// The bucket in DeepSpeed's name and unit, zero_optimization.
+  /// reduce_bucket_size: elements of the gradients' type (2 bytes in
+  /// fp16/bf16, 4 in fp32); 0: bucket_mb says (Note [DeepSpeed's knob
+  /// names] in sim/src/config/config_io.cpp).
+  double reduce_bucket_size = 0;
+  bool overlap = true;            ///< overlap gradient communication with backward (DeepSpeed's overlap_comm)
   /// DeepSpeed ZeRO-2's contiguous_gradients (default true): each gradient
   /// is copied into a preallocated buffer of reduce_bucket_size elements,
   /// two with overlap (Note [ZeRO-2's buffers] in
@@ -349,6 +361,7 @@ struct ResolvedPlan {
   /// ahead; module by module, its coordinator's prefetch).
   bool limit_all_gathers = true;
   FsdpWrap fsdp_wrap = FsdpWrap::kBlocks;  ///< PlanSpec's (meaningful with fsdp at stage 3)
+  int fsdp_version = 1;           ///< PlanSpec's (2 only with fsdp at stage 2 or 3)
   bool fsdp_reduce_fp32 = false;  ///< PlanSpec's (fsdp at stage 3 only)
   /// PlanSpec's, as whole elements.
   std::int64_t stage3_prefetch_bucket_size = 50000000, stage3_max_live_parameters = 1000000000,

@@ -27,7 +27,36 @@
 // the backward goes on only once the bucket before is reduced: at most two
 // buckets of gradients are in flight however slow the network, and where
 // the reductions are slower than the backward, the backward waits for them
-// instead of piling gradients up. PyTorch's DDP and FSDP have no such wait.
+// instead of piling gradients up. PyTorch's DDP and FSDP1 have no such
+// wait; FSDP2 has one of its own (Note [FSDP2's reduce-scatter wait]).
+//
+// Note [FSDP2's reduce-scatter wait]
+// PyTorch's FSDP2 (fully_shard; plan.fsdp_version 2) keeps the last
+// reduce-scatter it issued, with its input and an event, in the state its
+// units share (FSDPCommContext.reduce_scatter_state), and a unit's
+// post_backward first makes the current stream, the backward's, wait for
+// that event, then drops the state and issues its own (_fsdp_param_group.py,
+// post_backward, "FSDP::post_backward_reduce"); the root's final callback
+// waits for the last one. So where the reduce-scatters are slower than the
+// backward, the backward of the unit after the next waits for them, and
+// the gradients in flight are two units' however slow the network; the
+// reduce-scatter's input, a copy of the unit's gradients in the reduce
+// dtype, lives until the next unit's post_backward has waited for it.
+// FSDP1 (FullyShardedDataParallel, plan.fsdp_version 1) frees each
+// unsharded gradient once its reduce-scatter is issued, the caching
+// allocator keeping the block until the collective ends (record_stream),
+// and never waits: its gradients pile up behind a slow network. Here, as
+// for DeepSpeed, a zero-time task after each unit's backward waits for the
+// reduce-scatter issued after the unit before, and holds the gradients it
+// reduced; the last is waited for, and freed, when the backward ends. A
+// unit is a bucket of the data-parallel pass under shard_grad_op (the
+// layers of at least bucket_mb) and a layer or the root unit under
+// full_shard and hybrid_shard (passes/sharded_parameters.cpp), where the
+// gathers queued behind the reduce-scatters (Note [One process group])
+// hold the backward back already and the wait adds the input's lifetime.
+// Under a pipeline (torch.distributed.pipelining, which needs FSDP2) a
+// stage's chunks reduce-scatter once a step after their last backwards
+// (passes/fsdp_pipeline.cpp), which this wait does not change.
 //
 // Note [ZeRO-2's buffers]
 // DeepSpeed's ZeRO-2 (stage_1_and_2.py) allocates, at the start of every
@@ -210,7 +239,10 @@ class LayerBuckets final : public StrategyPass {
       // Note [ZeRO-2's buffers]: DeepSpeed's gradients already sit in its
       // buffers; without overlap_comm it reduces on the compute stream.
       MemOps freed{{MemCategory::kBuffers, -recv}};
-      if (!in_buffer(bucket)) freed.push_back({MemCategory::kGradients, -b});
+      // Note [FSDP2's reduce-scatter wait]: FSDP2's input is held until the next unit's wait.
+      // (Without overlap every reduction waits for the backward's end: nothing to wait for within it.)
+      const bool fsdp2 = c.plan.fsdp && c.plan.fsdp_version == 2 && c.plan.overlap;
+      if (!in_buffer(bucket) && !fsdp2) freed.push_back({MemCategory::kGradients, -b});
       const bool inline_reduce = deepspeed_ && !c.plan.overlap;
       const TaskId rs = c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
                                      inline_reduce ? Stream::kCompute : Stream::kGradComm, deps,
@@ -220,9 +252,13 @@ class LayerBuckets final : public StrategyPass {
       if (deepspeed_) reductions_.push_back(rs);
       if (inline_reduce) return rs;  // the backward goes on once it is done
       // Note [Two buckets in flight]: the backward goes on once the bucket
-      // before this one is reduced.
+      // before this one is reduced (DeepSpeed's ZeRO-2, and FSDP2: Note
+      // [FSDP2's reduce-scatter wait]).
       TaskId waited = last;
-      if (c.plan.overlap && !c.plan.fsdp && previous_ >= 0) {
+      if (fsdp2) {
+        if (previous_ >= 0) waited = c.compute(c.tag(m, "wait ", name), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
+        held_ = {{MemCategory::kGradients, -b}};
+      } else if (c.plan.overlap && !c.plan.fsdp && previous_ >= 0) {
         waited = c.compute(c.tag(m, "wait ", name), Phase::kBackward, 0, {last, previous_});
       }
       previous_ = rs;
@@ -243,6 +279,11 @@ class LayerBuckets final : public StrategyPass {
   }
 
   void end_backward(const At& at, TaskId last) override {
+    if (!held_.empty()) {
+      // Note [FSDP2's reduce-scatter wait]: the root's final callback waits for the last.
+      ctx_.compute(ctx_.tag(at.micro, "wait last reduce_scatter"), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
+      held_.clear();
+    }
     previous_ = -1;
     if (deepspeed_) {
       // Note [ZeRO-2's buffers]: the epilogue waits for the reductions and
@@ -359,6 +400,7 @@ class LayerBuckets final : public StrategyPass {
   std::vector<PendingCopy> copies_out_;  ///< this backward's buckets, to copy back at its end
   std::vector<TaskId> unordered_;        ///< reductions that wait for the backward's end (no overlap)
   TaskId previous_ = -1;                 ///< ZeRO-2: this backward's last bucket reduction so far
+  MemOps held_;                          ///< FSDP2: the last reduce-scatter's input, freed by the next wait
   bool deepspeed_ = false;               ///< DeepSpeed's ZeRO-2 over more than one rank (Note [ZeRO-2's buffers])
   Bytes ipg_bytes_ = 0;                  ///< its buffers, where contiguous_gradients
   std::vector<TaskId> reductions_;       ///< this backward's reduce-scatters (DeepSpeed's ZeRO-2)

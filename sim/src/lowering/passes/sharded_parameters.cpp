@@ -183,17 +183,37 @@ class ShardedParameters final : public StrategyPass {
     const int rw = fsdp_reduce_element_bytes(c.plan);
     const Bytes rb = params * rw, cast = rw != c.gw ? rb : 0;
     const Bytes recv = c.receive_bytes(rb);
+    // Note [FSDP2's reduce-scatter wait] (passes/data_parallel.cpp): FSDP2
+    // holds the reduce-scatter's input until the next unit's wait.
+    const bool fsdp2 = c.plan.fsdp_version == 2;
+    MemOps freed{{MemCategory::kBuffers, -recv - cast}};
+    if (!fsdp2) freed.push_back({MemCategory::kGradients, -b});
     TaskId rs = c.collective(c.tag(m, "reduce_scatter ", unit), CollectiveOp::kReduceScatter, rb, c.shard_group,
                              one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv + cast}},
-                             {{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv - cast}},
-                             root ? 0 : L.expert_params * rw);
+                             std::move(freed), root ? 0 : L.expert_params * rw);
+    const TaskId scattered = rs;
     if (c.replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
       rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(rb, c.n),
                         c.replica_group, Stream::kGradComm, {rs});
     }
     c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
-    return last;
+    if (!fsdp2) return last;
+    // The backward goes on once the unit before's reduce-scatter (not its
+    // all-reduce across replicas) is done.
+    TaskId waited = last;
+    if (previous_ >= 0) waited = c.compute(c.tag(m, "wait ", unit), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
+    held_ = {{MemCategory::kGradients, -b}};
+    previous_ = scattered;
+    return waited;
+  }
+
+  void end_backward(const At& at, TaskId last) override {
+    if (held_.empty()) return;
+    // Note [FSDP2's reduce-scatter wait]: the root's final callback waits for the last.
+    ctx_.compute(ctx_.tag(at.micro, "wait last reduce_scatter"), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
+    held_.clear();
+    previous_ = -1;
   }
 
   void after_step(int, TaskId step) override { gather_persistent(ctx_, persistent_, step); }
@@ -282,6 +302,8 @@ class ShardedParameters final : public StrategyPass {
   /// Gathers wait for the layer two back (FSDP's limit_all_gathers; ZeRO-3's prefetch).
   bool limit_ = ctx_.plan.limit_all_gathers;
   std::vector<TaskId> bwd_gather_;  ///< this backward's gathers, by layer (-1: not yet)
+  TaskId previous_ = -1;  ///< FSDP2: this backward's last reduce-scatter (Note [FSDP2's reduce-scatter wait])
+  MemOps held_;           ///< FSDP2: its input, freed by the next wait
   // Note [FSDP's root unit] (empty in_root_: no root unit).
   std::vector<bool> in_root_;      ///< by layer
   std::int64_t root_first_ = -1;   ///< its first layer, whose backward is its last
