@@ -170,6 +170,9 @@ const std::vector<Case>& shipped_pipelines() {
       {"gpt2-xl", "dgx-a100", 1, "1f1b", {"plan.pp=4", "plan.schedule=zb-h1"}, 0, true},
       {"bert-large", "dgx-a100", 1, "1f1b", {"plan.pp=4", "plan.schedule=zb-h1", "plan.recompute=full", "plan.zero_stage=1"}, 0, true},
       {"mixtral-8x7b", "dgx-h100", 4, "1f1b", {"plan.pp=4", "plan.ep=8", "plan.schedule=zb-h1", "plan.seq_len=4096"}, 0, true},
+      // Megatron-Core's mixture of experts as shipped: ep 8 within a node,
+      // 4 interleaved stages of 8 chunks (one block each), dp 8 over 32 GPUs.
+      {"mixtral-8x7b", "dgx-h100", 4, "megatron-moe", {}, 8, true},
       // FSDP2 stages (Note [FSDP under a pipeline]): a gather before each
       // chunk's first forward, a reduce-scatter after its last backward.
       {"gpt2-xl", "dgx-a100", 1, "fsdp-pp", {"plan.pp=4"}, 0, true},
