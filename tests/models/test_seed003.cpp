@@ -67,6 +67,40 @@ TEST_CASE("seed 003's models have the published parameter counts", "[models][see
   }
 }
 
+TEST_CASE("the shipped VGG model files are the built-ins they say they are", "[models][seed003]") {
+  // Each file says which built-in and --set it equals (its comment);
+  // compared layer by layer: the same signatures and parameters.
+  struct Shipped {
+    const char* file;
+    const char* builtin;
+    std::vector<const char*> sets;
+  };
+  const std::vector<Shipped> shipped = {
+      {"vgg11-cifar10.yaml", "vgg11", {"model.image_size=32", "model.classes=10"}},
+      {"vgg11-bn-cifar10.yaml", "vgg11-bn", {"model.image_size=32", "model.classes=10"}},
+      {"vgg11-bn-tiny.yaml", "vgg11-tiny", {"model.batch_norm=true"}},
+  };
+  for (const Shipped& s : shipped) {
+    INFO(s.file);
+    std::vector<sim::Override> o;
+    for (const char* kv : s.sets) o.push_back(sim::parse_override(kv));
+    const auto file = load_model(std::string(DTSIM_CONFIG_DIR_FOR_TESTS) + "/models/" + s.file);
+    const auto builtin = load_model(s.builtin, o);
+    CHECK(file->parameters() == builtin->parameters());
+    const auto a = file->layers(shape(2, 1, 4));
+    const auto b = builtin->layers(shape(2, 1, 4));
+    REQUIRE(a.size() == b.size());
+    for (std::size_t i = 0; i < a.size(); ++i) {
+      CHECK(a[i].signature == b[i].signature);
+      CHECK(a[i].params == b[i].params);
+    }
+  }
+  // torchvision's vgg11_bn on CIFAR-10: 128,812,810 weights and biases of
+  // vgg11 at 10 classes (128,807,306) plus 2 x 2,752 of batch norm's scales
+  // and shifts, over 2,752 channels (64 + 128 + 256 x 2 + 512 x 4).
+  CHECK(load_model(std::string(DTSIM_CONFIG_DIR_FOR_TESTS) + "/models/vgg11-bn-cifar10.yaml")->parameters() == 128'807'306 + 2 * 2'752);
+}
+
 TEST_CASE("a convolution's FLOPs and saved bytes, by hand", "[models][seed003]") {
   // cnn's first layer on b = 4 CIFAR images in fp32: conv(3 -> 6, 5 x 5) on
   // 32 x 32 gives 28 x 28, ReLU, 2 x 2 max pool to 14 x 14.
