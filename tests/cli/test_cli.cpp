@@ -887,6 +887,27 @@ TEST_CASE("a framework's config does not combine with --plan or another, one lin
   CHECK(r.err.find("looks like a DeepSpeed config; pass it as --deepspeed") != std::string::npos);
 }
 
+// Issue 23: batch norm measured on a CPU. configs/profiles/local-cpu-bn.h5
+// prices every layer of vgg11-bn-tiny from its measurements: its 8
+// convolutions with batch norm, the average pool and 3 linear layers, a
+// forward and a backward each.
+TEST_CASE("the shipped batch-norm profile prices vgg11-bn-tiny's layers from measurements", "[cli][seed003]") {
+  const std::string src = DTSIM_SOURCE_DIR;
+  const Result r = dtsim("predict --model " + src + "/configs/models/vgg11-bn-tiny.yaml --cluster local-cpu --plan ddp --set plan.precision=fp32 "
+                         "--profile " + src + "/configs/profiles/local-cpu-bn.h5 --json");
+  REQUIRE(r.status == 0);
+  const YAML::Node sources = YAML::Load(r.out)["simulation"]["cost_sources"];
+  CHECK(sources["layers_measured"].as<int>() == 24);
+  CHECK(sources["layers_interpolated"].as<int>() == 0);
+  CHECK(sources["layers_other_precision"].as<int>() == 0);
+  CHECK(sources["layers_fitted"].as<int>() == 0);
+  CHECK(sources["layers_analytic"].as<int>() == 0);
+  // And `profile show` lists the batch-norm convolutions it measured.
+  const Result show = dtsim("profile show " + src + "/configs/profiles/local-cpu-bn.h5");
+  REQUIRE(show.status == 0);
+  CHECK(show.out.find("conv.layer:ci=3,co=8,k=3,s=1,p=1,hw=32,bn=1") != std::string::npos);
+}
+
 // docs/json.md: every --json output starts with schema_version and dtsim_version.
 TEST_CASE("profile show --json carries schema_version and dtsim_version", "[cli][json]") {
   const Result r = dtsim("profile show " + std::string(DTSIM_SOURCE_DIR) + "/configs/profiles/local-cpu-moe.h5 --json");
