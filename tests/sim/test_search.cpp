@@ -239,6 +239,39 @@ TEST_CASE("search: on a B200 fp4 is walked too, and pruning keeps the top ten", 
   CHECK(count(Precision::kFp16) == 0);  // bf16 is there: no fp16
 }
 
+// Issue 26: pruning never drops a plan of the top ten, for a mixture of
+// experts too, whose bounds price each expert layout's all-to-alls.
+TEST_CASE("search: a mixture of experts' plans, pruned, keep the top ten of simulating every plan", "[search][moe]") {
+  const auto model = models::load_model("moe-tiny");  // 4 experts: ep 1, 2 or 4
+  const ClusterSpec cluster = load_cluster("dgx-h100");
+  SearchOptions o = fp16_adam(64);
+  o.top = 10;  // the time bound drops what cannot rank among these
+  o.threads = 1;
+  const SearchResult pruned = search(*model, cluster, o);
+  o.prune_by_time = false;
+  o.prune_by_memory = false;
+  o.top = 1000000;  // and every plan, for the walk's check below
+  const SearchResult all = search(*model, cluster, o);
+  CHECK(all.pruned_time + all.pruned_memory == 0);
+  CHECK(pruned.pruned_time > 0);
+  CHECK(pruned.enumerated == all.enumerated);
+  REQUIRE(pruned.top.size() == 10);
+  REQUIRE(all.top.size() >= 10);
+  for (std::size_t i = 0; i < 10; ++i) {
+    INFO("entry " << i);
+    CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+    CHECK(pruned.top[i].peak == all.top[i].peak);
+    CHECK(pruned.top[i].plan.spec.ep == all.top[i].plan.spec.ep);
+    CHECK(pruned.top[i].plan.spec.etp == all.top[i].plan.spec.etp);
+  }
+  // Expert parallelism was walked: plans at ep 2 and 4 were simulated.
+  const auto at_ep = [&](int ep) {
+    return std::count_if(all.top.begin(), all.top.end(), [&](const SearchEntry& e) { return e.plan.spec.ep == ep; });
+  };
+  CHECK(at_ep(2) > 0);
+  CHECK(at_ep(4) > 0);
+}
+
 TEST_CASE("search: one plan under two names is ranked once, its other names beside it (Note [Search twins])", "[search]") {
   // gpt2 on one DGX A100: a pipeline's placements tp,pp,dp and tp,dp,pp put
   // the same eight GPUs of one NVSwitch together, so they are one plan.
