@@ -848,7 +848,16 @@ struct ExplorerWindow::Impl {
       row->addStretch(1);
       mf->addRow("", row);
     }
-    mf->addRow("FSDP units", fsdp_wrap);
+    {
+      // FSDP's units and which FSDP on one row: beside the limit and
+      // ZeRO-2's box it widened the panel past what the charts can give
+      // (Note [Chart sizes]).
+      auto* row = new QHBoxLayout;
+      row->setContentsMargins(0, 0, 0, 0);
+      row->addWidget(fsdp_wrap, 1);
+      row->addWidget(fsdp2);
+      mf->addRow("FSDP units", row);
+    }
     {
       // FSDP's limit and ZeRO-2's buffers, never both enabled, on one row
       // (Note [Chart sizes]: a row more of knobs takes the charts' height
@@ -856,7 +865,6 @@ struct ExplorerWindow::Impl {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(limit_ag);
-      row->addWidget(fsdp2);
       row->addWidget(contig);
       row->addStretch(1);
       mf->addRow("", row);
@@ -1378,7 +1386,7 @@ struct ExplorerWindow::Impl {
     // Under a pipeline a stage is gathered whole once a step (Note [FSDP
     // under a pipeline]): its units and their limit do not matter there.
     fsdp_wrap->setEnabled(fsdp_params && !piped);
-    limit_ag->setEnabled(fsdp_params && !piped);
+    limit_ag->setEnabled(fsdp_params && !piped && !fsdp2->isChecked());
     // Note [FSDP2's reduce-scatter wait]: where FSDP shards gradients, one stage.
     fsdp2->setEnabled((fsdp_params || z == 10 + static_cast<int>(sim::FsdpMode::kShardGradOp)) && !piped);
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
@@ -1497,8 +1505,9 @@ struct ExplorerWindow::Impl {
     // there they take FSDP's defaults (the boxes keep what they show).
     const bool fsdp_params = p.fsdp == sim::FsdpMode::kFullShard || p.fsdp == sim::FsdpMode::kHybridShard;
     p.fsdp_wrap = fsdp_params ? static_cast<sim::FsdpWrap>(fsdp_wrap->currentData().toInt()) : sim::FsdpWrap::kBlocks;
-    p.limit_all_gathers = !fsdp_params || limit_ag->isChecked();
-    p.fsdp_version = (fsdp_params || p.fsdp == sim::FsdpMode::kShardGradOp) && p.pp == 1 && fsdp2->isChecked() ? 2 : 1;
+    p.fsdp_version = (fsdp_params || p.fsdp == sim::FsdpMode::kShardGradOp) && fsdp2->isChecked() ? 2 : 1;
+    // FSDP2 has no limit_all_gathers (resolve refuses it off there).
+    p.limit_all_gathers = !fsdp_params || p.fsdp_version == 2 || limit_ag->isChecked();
     if (moved(z3_prefetch, before.stage3_prefetch_bucket_size)) p.stage3_prefetch_bucket_size = z3_prefetch->value();
     if (moved(z3_live, before.stage3_max_live_parameters)) p.stage3_max_live_parameters = z3_live->value();
     mark(p.tp != before.tp, "tp");

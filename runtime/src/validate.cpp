@@ -353,6 +353,13 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "forward (" + s.spec.origins.of("plan.overlap_param_gather") + ")");
     s.spec.overlap_param_gather = false;
   }
+  if (s.spec.fsdp_version == 2) {
+    // Note [FSDP2's reduce-scatter wait] (sim/src/lowering/passes/data_parallel.cpp):
+    // the runtime's FSDP reduces as FSDP1 does, never waiting; predict what runs.
+    s.notes.push_back("fsdp_version -> 1: the runtime's FSDP never waits for the reduce-scatter before, as FSDP1 (" +
+                      s.spec.origins.of("plan.fsdp_version") + ")");
+    s.spec.fsdp_version = 1;
+  }
   if (s.spec.fsdp != sim::FsdpMode::kNone && s.spec.fsdp_wrap != sim::FsdpWrap::kLayers) {
     // Note [FSDP's root unit] (sim/src/lowering/passes/sharded_parameters.cpp):
     // the runtime makes every layer a unit, the embedding and the head too,

@@ -656,12 +656,16 @@ TEST_CASE("llama-tiny trains as one process does, context parallelism included (
     check_same(losses_of(validate("--model llama-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.cp=2 --set plan.cp_comm=all_gather")),
                want1);
   }
-  SECTION("fsdp, cp 2 (every layer a unit, and the report says so: Note [FSDP's root unit])") {
-    const Run r = validate("--model llama-tiny --plan fsdp --procs 2" + kCommon + shape + " --set plan.cp=2");
+  SECTION("fsdp, cp 2 (every layer a unit, and the report says so: Note [FSDP's root unit]; FSDP1's reductions likewise)") {
+    const Run r = validate("--model llama-tiny --plan fsdp --procs 2" + kCommon + shape + " --set plan.cp=2 --set plan.fsdp_version=2");
     check_same(losses_of(r), want1);
-    bool noted = false;
-    for (const auto& n : YAML::Load(r.out)["notes"]) noted = noted || n.as<std::string>().find("fsdp_wrap -> layers") == 0;
+    bool noted = false, fsdp1 = false;
+    for (const auto& n : YAML::Load(r.out)["notes"]) {
+      noted = noted || n.as<std::string>().find("fsdp_wrap -> layers") == 0;
+      fsdp1 = fsdp1 || n.as<std::string>().find("fsdp_version -> 1: the runtime's FSDP never waits") == 0;
+    }
     CHECK(noted);
+    CHECK(fsdp1);
   }
   SECTION("ddp, cp 4 on the ring") {
     check_same(losses_of(validate("--model llama-tiny --plan ddp --procs 4" + kCommon + shape + " --set plan.cp=4")), want1);

@@ -492,9 +492,17 @@ TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradien
   // FSDP's SHARD_GRAD_OP does not wait: all eight pile up behind the network.
   CHECK(peak_grads("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\n") == shard + 8 * layer);
   // FSDP2 (fully_shard) does (Note [FSDP2's reduce-scatter wait]): layer
-  // i's post_backward waits for layer i+1's reduce-scatter, whose input it
-  // then frees; two layers' gradients in flight, as DeepSpeed's.
-  CHECK(peak_grads("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\nfsdp_version: 2\n") == shard + 2 * layer);
+  // i's post_backward waits for layer i+1's reduce-scatter, frees its
+  // input, and copies layer i's gradients into its own: two layers in
+  // flight, as DeepSpeed's, one as gradients (the layer being computed),
+  // one as the running reduce-scatter's input (a buffer), beside its
+  // receive buffer (the rank's half, NCCL's: layer / 2).
+  {
+    const test::PlanRun r = test::run_plan(m, "dp: 2\nprecision: fp32\nfsdp: shard_grad_op\nfsdp_version: 2\n", c, slow, 1000);
+    const auto& at = r.exec.memory[0].at_peak.bytes;
+    CHECK(at[static_cast<int>(MemCategory::kGradients)] == shard + layer);
+    CHECK(at[static_cast<int>(MemCategory::kBuffers)] == layer + layer / 2);
+  }
   // And the iteration: eight reduce-scatters of 1 ms, one after the other,
   // then the parameters' all-gather (1 ms): at least 9 ms either way.
   const test::PlanRun r = test::run_plan(m, "dp: 2\nprecision: fp16\nzero_stage: 2\n", c, slow, 1000);
@@ -529,11 +537,15 @@ TEST_CASE("FSDP2's FULL_SHARD: its waits are the gathers' already; its reduce-sc
   const test::PlanRun v1 = test::run_plan(m, "dp: 2\nprecision: fp32\nfsdp: full_shard\n", c, slow, 1000);
   const test::PlanRun v2 = test::run_plan(m, "dp: 2\nprecision: fp32\nfsdp: full_shard\nfsdp_version: 2\n", c, slow, 1000);
   CHECK(v2.exec.makespan == v1.exec.makespan);
-  // A wait after each of layers 6..0 (layer 7 has none before it) and one
-  // at the backward's end.
-  CHECK(v2.graph.tasks.size() == v1.graph.tasks.size() + 8);
-  const auto grads = [](const test::PlanRun& r) { return r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kGradients)]; };
-  CHECK(grads(v2) >= grads(v1));
+  // A post_backward after each of the 8 layers (layer 7's waits for
+  // nothing, but copies its gradients in) and one wait at the backward's end.
+  CHECK(v2.graph.tasks.size() == v1.graph.tasks.size() + 9);
+  // FSDP2's input is a buffer; FSDP1's gradients wait in their category.
+  const auto kept = [](const test::PlanRun& r) {
+    const auto& at = r.exec.memory[0].at_peak.bytes;
+    return at[static_cast<int>(MemCategory::kGradients)] + at[static_cast<int>(MemCategory::kBuffers)];
+  };
+  CHECK(kept(v2) >= kept(v1));
 }
 
 TEST_CASE("DeepSpeed's ZeRO-2 holds its gradients in reduce_bucket_size buffers, one without overlap_comm (Note [ZeRO-2's buffers])",

@@ -100,10 +100,19 @@ TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]")
   CHECK(resolve(parse_plan("zero_stage: 2\nprecision: bf16\nreduce_bucket_size: 5e8\n", "p"), kModel, eight()).bucket_bytes == 1'000'000'000);
   CHECK_FALSE(resolve(parse_plan("zero_stage: 2\noverlap_comm: false\n", "p"), kModel, eight()).overlap);
   CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 2\nbucket_mb: 25\nreduce_bucket_size: 5e8\n", "p.yaml"), kModel, eight()); }),
-             Catch::StartsWith("p.yaml:3: plan.reduce_bucket_size: set with bucket_mb"));
+             Catch::StartsWith("p.yaml:3: plan.reduce_bucket_size: set with bucket_mb, the same knob under dtsim's name"));
   CHECK_THAT(error_of([] { resolve(parse_plan("zero_stage: 2\noverlap: true\noverlap_comm: false\n", "p.yaml"), kModel, eight()); }),
              Catch::StartsWith("p.yaml:3: plan.overlap_comm: set with overlap"));
-  // A --set of one name overrides a file's other.
+  // A --set of one name overrides a file's other, and a framework config's (as --deepspeed gives).
+  {
+    Override ds = parse_override("plan.bucket_mb=1000");
+    ds.from = "ds_config.json:7";
+    CHECK(resolve(parse_plan("zero_stage: 2\nprecision: fp16\n", "p", {ds, parse_override("plan.reduce_bucket_size=5e7")}), kModel,
+                  eight())
+              .bucket_bytes == 100'000'000);
+    CHECK(resolve(parse_plan("zero_stage: 2\nprecision: fp16\nreduce_bucket_size: 5e7\n", "p", {ds}), kModel, eight()).bucket_bytes ==
+          1'000'000'000);
+  }
   CHECK(resolve(parse_plan("zero_stage: 2\nprecision: fp16\nbucket_mb: 25\n", "p", {parse_override("plan.reduce_bucket_size=5e7")}), kModel,
                 eight())
             .bucket_bytes == 100'000'000);
@@ -116,6 +125,10 @@ TEST_CASE("FSDP strategies map onto ZeRO stages as PyTorch documents", "[plan]")
                  Catch::Contains("(the plan has zero_stage 2)"));
   CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: no_shard\nfsdp_version: 2\n", "p.yaml"), kModel, eight()); }),
              Catch::Contains("(the plan has fsdp: no_shard, which FSDP2 does not have; replicate() is DDP's)"));
+  CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: shard_grad_op\nfsdp_version: 2\noverlap: false\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("plan.fsdp_version: 2 with overlap: false"));
+  CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: full_shard\nfsdp_version: 2\nlimit_all_gathers: false\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("plan.fsdp_version: 2 with limit_all_gathers: false: FSDP2 (fully_shard) has no such knob"));
   CHECK_THAT(error_of([] { resolve(parse_plan("fsdp: full_shard\nfsdp_version: 3\n", "p.yaml"), kModel, eight()); }),
              Catch::StartsWith("p.yaml:2: plan.fsdp_version") && Catch::Contains("1, 2"));
   // FSDP's units (Note [FSDP's root unit]): blocks by default, layers on request; FSDP's only.

@@ -239,6 +239,30 @@ TEST_CASE("search: on a B200 fp4 is walked too, and pruning keeps the top ten", 
   CHECK(count(Precision::kFp16) == 0);  // bf16 is there: no fp16
 }
 
+// The explorer searches from its scenario's plan: FSDP's own knobs there
+// (FSDP2, its units, its reduce dtype) go back to their defaults in the
+// candidates that are not FSDP's, which resolve would refuse otherwise.
+TEST_CASE("search: a base plan's FSDP knobs keep the candidates that are not FSDP's", "[search]") {
+  const auto model = models::load_model("gpt2");
+  const ClusterSpec cluster = load_cluster("dgx-a100");
+  SearchOptions o = fp16_adam(64);
+  o.threads = 1;
+  const SearchResult plain = search(*model, cluster, o);
+  o.base.fsdp_version = 2;
+  o.base.fsdp_wrap = FsdpWrap::kLayers;
+  o.base.fsdp_reduce_fp32 = true;
+  const SearchResult fsdp2 = search(*model, cluster, o);
+  const auto without_fsdp = [](const SearchResult& r) {
+    return std::count_if(r.top.begin(), r.top.end(), [](const SearchEntry& e) { return e.plan.spec.fsdp == FsdpMode::kNone; });
+  };
+  REQUIRE(without_fsdp(plain) > 0);
+  CHECK(without_fsdp(fsdp2) == without_fsdp(plain));
+  // And the FSDP2 candidates are FSDP2's.
+  for (const SearchEntry& e : fsdp2.top) {
+    if (e.plan.spec.fsdp == FsdpMode::kFullShard || e.plan.spec.fsdp == FsdpMode::kShardGradOp) CHECK(e.plan.fsdp_version == 2);
+  }
+}
+
 // Issue 26: pruning never drops a plan of the top ten, for a mixture of
 // experts too, whose bounds price each expert layout's all-to-alls.
 TEST_CASE("search: a mixture of experts' plans, pruned, keep the top ten of simulating every plan", "[search][moe]") {

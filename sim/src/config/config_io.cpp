@@ -375,15 +375,19 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   // A DeepSpeed user knows the bucket as zero_optimization.reduce_bucket_size,
   // in elements (default 5e8), and the overlap as overlap_comm (zero/config.py);
   // a PyTorch user as DDP's bucket_cap_mb and dtsim's overlap. A plan takes
-  // either name. Where a file has one and a --set (or a framework's config)
-  // gives the other, the override wins; the same level giving both is refused.
-  const auto one_of = [&c](const char* deepspeed, const char* ours) {
+  // either name. Where both are given, the later level wins: a framework's
+  // config (--deepspeed, --megatron-args) over the plan file, a --set over
+  // both; the same level giving both is refused.
+  const auto level = [&c](const char* key) {
+    if (!c.overridden(key)) return 0;
+    return c.where(key).rfind("--set ", 0) == 0 ? 2 : 1;
+  };
+  const auto one_of = [&](const char* deepspeed, const char* ours) {
     if (!c.has(deepspeed)) return false;
     if (!c.has(ours)) return true;
-    if (c.overridden(deepspeed) == c.overridden(ours)) {
-      c.fail(deepspeed, std::string("set with ") + ours + ", DeepSpeed's name for the same knob; set one of them");
-    }
-    return c.overridden(deepspeed);
+    const int a = level(deepspeed), b = level(ours);
+    if (a == b) c.fail(deepspeed, std::string("set with ") + ours + ", the same knob under dtsim's name; set one of them");
+    return a > b;
   };
   if (one_of("reduce_bucket_size", "bucket_mb")) p.reduce_bucket_size = c.get_double("reduce_bucket_size", 5e8, 1, 1e15);
   p.overlap = c.get_bool("overlap", true);

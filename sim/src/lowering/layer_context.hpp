@@ -120,6 +120,18 @@ std::unique_ptr<StrategyPass> sharded_parameters_pass(LayerContext& ctx);
 std::unique_ptr<StrategyPass> zero3_modules_pass(LayerContext& ctx);
 /// Elements of DeepSpeed ZeRO-3's gradient bucket (reduce_bucket_size).
 std::int64_t zero3_bucket_elements(const ResolvedPlan& plan);
+/// Note [FSDP2's reduce-scatter wait] (passes/data_parallel.cpp): FSDP2's
+/// post_backward of a unit whose backward ended with `last`, as a
+/// zero-time task: after the reduce-scatter before (`previous`, -1 for
+/// none), freeing what `held` holds of its input; then this unit's `grads`
+/// bytes of gradients copied into `input` bytes of the next reduce-scatter's
+/// input, held (in `held`) until the next one. What follows on the compute
+/// stream waits for the task returned.
+TaskId fsdp2_post_backward(LayerContext& ctx, std::int64_t micro, const std::string& unit, TaskId last, Bytes grads, Bytes input,
+                           TaskId previous, MemOps& held);
+/// The root's final callback: the last reduce-scatter waited for and its
+/// input freed (nothing where `held` is empty).
+void fsdp2_end_backward(LayerContext& ctx, const At& at, TaskId last, TaskId previous, MemOps& held);
 /// ZeRO-Offload: gradients down, the step on the host, parameters up
 /// (passes/offload.cpp).
 std::unique_ptr<StrategyPass> offload_pass(LayerContext& ctx);

@@ -520,6 +520,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                         : "zero_stage " + std::to_string(r.zero_stage)) +
                                 ")");
   }
+  if (s.fsdp_version == 2 && !s.overlap) {
+    bad.add("fsdp_version", "2 with overlap: false: FSDP2 always reduce-scatters beside the backward; valid with overlap false: 1");
+  } else if (s.fsdp_version == 2 && !s.limit_all_gathers) {
+    bad.add("fsdp_version", "2 with limit_all_gathers: false: FSDP2 (fully_shard) has no such knob, it prefetches one unit ahead; "
+                            "valid with limit_all_gathers false: 1");
+  }
   r.fsdp_version = s.fsdp_version;
   if (s.fsdp_reduce_fp32 && !(r.fsdp && r.zero_stage == 3)) {
     bad.add("reduce_dtype", std::string("fp32 is FSDP's MixedPrecision reduce_dtype, modelled for fsdp: full_shard or hybrid_shard (the plan has ") +
@@ -681,8 +687,6 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.partition_activations = s.partition_activations && r.tp > 1;
   r.cpu_checkpointing = s.cpu_checkpointing;
   r.bucket_bytes = static_cast<Bytes>(s.bucket_mb * 1e6);
-  // Note [DeepSpeed's knob names] (config_io.cpp): elements of the gradients' type.
-  if (s.reduce_bucket_size > 0) r.bucket_bytes = static_cast<Bytes>(s.reduce_bucket_size * (r.precision == Precision::kFp32 ? 4 : 2));
   if (r.bucket_bytes < 1) bad.add("bucket_mb", "must be positive");
   r.overlap = s.overlap;
   r.contiguous_gradients = s.contiguous_gradients;
@@ -712,6 +716,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                               "all-reduces every bucket; valid there: false");
   }
   r.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32;
+  // Note [DeepSpeed's knob names] (config_io.cpp): elements of the gradients' type.
+  if (s.reduce_bucket_size > 0) r.bucket_bytes = static_cast<Bytes>(s.reduce_bucket_size * gradient_element_bytes(r));
   // Megatron-LM sets it for every run; it "does nothing when pipeline
   // parallel is not used" (model_parallel_config.py).
   r.deallocate_pipeline_outputs = s.deallocate_pipeline_outputs;

@@ -506,6 +506,15 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.global_batch = 0;
                     p.zero_stage = sh.zero;
                     p.fsdp = sh.fsdp;
+                    // FSDP's own knobs, a base plan's (the explorer's scenario),
+                    // back to their defaults where the candidate has no use for
+                    // them: resolve would refuse every such candidate.
+                    if (sh.fsdp != FsdpMode::kFullShard && sh.fsdp != FsdpMode::kHybridShard) {
+                      p.fsdp_wrap = FsdpWrap::kBlocks;
+                      p.fsdp_reduce_fp32 = false;
+                      p.limit_all_gathers = true;
+                      if (sh.fsdp != FsdpMode::kShardGradOp) p.fsdp_version = 1;
+                    }
                     p.offload_optimizer = opt;
                     p.offload_params = par;
                     p.overlap_param_gather = gather;

@@ -39,16 +39,20 @@
 // post_backward, "FSDP::post_backward_reduce"); the root's final callback
 // waits for the last one. So where the reduce-scatters are slower than the
 // backward, the backward of the unit after the next waits for them, and
-// the gradients in flight are two units' however slow the network; the
-// reduce-scatter's input, a copy of the unit's gradients in the reduce
-// dtype, lives until the next unit's post_backward has waited for it.
+// the gradients in flight are two units' however slow the network: the
+// unit being computed, and the reduce-scatter's input, a copy of the unit
+// before's gradients in the reduce dtype (foreach_reduce copies them in and
+// drops them), which lives until the next unit's post_backward has waited.
 // FSDP1 (FullyShardedDataParallel, plan.fsdp_version 1) frees each
 // unsharded gradient once its reduce-scatter is issued, the caching
 // allocator keeping the block until the collective ends (record_stream),
 // and never waits: its gradients pile up behind a slow network. Here, as
 // for DeepSpeed, a zero-time task after each unit's backward waits for the
-// reduce-scatter issued after the unit before, and holds the gradients it
-// reduced; the last is waited for, and freed, when the backward ends. A
+// reduce-scatter issued after the unit before and frees its input; then
+// the unit's copy-in and reduce-scatter follow it (the reduce-scatter
+// stream waits for the backward's, _fsdp_collectives.py), taking the
+// input (buffers) in place of the gradients; the last is waited for, and
+// its input freed, when the backward ends. A
 // unit is a bucket of the data-parallel pass under shard_grad_op (the
 // layers of at least bucket_mb) and a layer or the root unit under
 // full_shard and hybrid_shard (passes/sharded_parameters.cpp), where the
@@ -233,15 +237,19 @@ class LayerBuckets final : public StrategyPass {
         if (at.last_backward) c.reduced(at, keep, b);
         return last;
       }
+      // Note [FSDP2's reduce-scatter wait]: FSDP2's post_backward first waits
+      // for the reduce-scatter before (freeing its input), then copies this
+      // unit's gradients into its own input, held until the next wait.
+      // (Without overlap every reduction waits for the backward's end: nothing to wait for within it.)
+      const bool fsdp2 = c.plan.fsdp && c.plan.fsdp_version == 2 && c.plan.overlap;
+      TaskId waited = last;
+      if (fsdp2) waited = post_backward(m, name, last, b, b);
       // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
-      deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {last}));
+      deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {waited}));
       const Bytes recv = c.receive_bytes(b);
       // Note [ZeRO-2's buffers]: DeepSpeed's gradients already sit in its
       // buffers; without overlap_comm it reduces on the compute stream.
       MemOps freed{{MemCategory::kBuffers, -recv}};
-      // Note [FSDP2's reduce-scatter wait]: FSDP2's input is held until the next unit's wait.
-      // (Without overlap every reduction waits for the backward's end: nothing to wait for within it.)
-      const bool fsdp2 = c.plan.fsdp && c.plan.fsdp_version == 2 && c.plan.overlap;
       if (!in_buffer(bucket) && !fsdp2) freed.push_back({MemCategory::kGradients, -b});
       const bool inline_reduce = deepspeed_ && !c.plan.overlap;
       const TaskId rs = c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
@@ -251,14 +259,13 @@ class LayerBuckets final : public StrategyPass {
       c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
       if (deepspeed_) reductions_.push_back(rs);
       if (inline_reduce) return rs;  // the backward goes on once it is done
-      // Note [Two buckets in flight]: the backward goes on once the bucket
-      // before this one is reduced (DeepSpeed's ZeRO-2, and FSDP2: Note
-      // [FSDP2's reduce-scatter wait]).
-      TaskId waited = last;
       if (fsdp2) {
-        if (previous_ >= 0) waited = c.compute(c.tag(m, "wait ", name), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
-        held_ = {{MemCategory::kGradients, -b}};
-      } else if (c.plan.overlap && !c.plan.fsdp && previous_ >= 0) {
+        previous_ = rs;
+        return waited;
+      }
+      // Note [Two buckets in flight]: the backward goes on once the bucket
+      // before this one is reduced.
+      if (c.plan.overlap && !c.plan.fsdp && previous_ >= 0) {
         waited = c.compute(c.tag(m, "wait ", name), Phase::kBackward, 0, {last, previous_});
       }
       previous_ = rs;
@@ -279,11 +286,7 @@ class LayerBuckets final : public StrategyPass {
   }
 
   void end_backward(const At& at, TaskId last) override {
-    if (!held_.empty()) {
-      // Note [FSDP2's reduce-scatter wait]: the root's final callback waits for the last.
-      ctx_.compute(ctx_.tag(at.micro, "wait last reduce_scatter"), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
-      held_.clear();
-    }
+    fsdp2_end_backward(ctx_, at, last, previous_, held_);
     previous_ = -1;
     if (deepspeed_) {
       // Note [ZeRO-2's buffers]: the epilogue waits for the reductions and
@@ -386,6 +389,11 @@ class LayerBuckets final : public StrategyPass {
       bk.expert_params += L.expert_params;
       if (ctx_.plan.fp8_param_gather) bk.fp8_weights += fp8_gemms(L, ctx_.plan.precision).weight_elements;
     }
+  }
+
+  /// Note [FSDP2's reduce-scatter wait]: a unit's post_backward.
+  TaskId post_backward(std::int64_t m, const std::string& unit, TaskId last, Bytes grads, Bytes input) {
+    return fsdp2_post_backward(ctx_, m, unit, last, grads, input, previous_, held_);
   }
 
   /// Note [ZeRO-2's buffers]: whether bucket k's gradients are copied into
@@ -605,6 +613,23 @@ std::unique_ptr<StrategyPass> data_parallel_pass(LayerContext& ctx) { return std
 
 std::unique_ptr<StrategyPass> chunk_data_parallel_pass(ChunkContext& ctx) {
   return std::make_unique<ChunkBuckets>(ctx);
+}
+
+TaskId fsdp2_post_backward(LayerContext& ctx, std::int64_t micro, const std::string& unit, TaskId last, Bytes grads, Bytes input,
+                           TaskId previous, MemOps& held) {
+  TaskDeps deps{last};
+  if (previous >= 0) deps.push_back(previous);
+  MemOps ops = std::move(held);
+  ops.push_back({MemCategory::kBuffers, input});
+  ops.push_back({MemCategory::kGradients, -grads});
+  held = {{MemCategory::kBuffers, -input}};
+  return ctx.compute(ctx.tag(micro, "post_backward ", unit), Phase::kBackward, 0, std::move(deps), {}, std::move(ops));
+}
+
+void fsdp2_end_backward(LayerContext& ctx, const At& at, TaskId last, TaskId previous, MemOps& held) {
+  if (held.empty()) return;
+  ctx.compute(ctx.tag(at.micro, "wait last reduce_scatter"), Phase::kBackward, 0, {last, previous}, {}, std::move(held));
+  held.clear();
 }
 
 }  // namespace dtsim::sim::detail

@@ -176,21 +176,27 @@ class ShardedParameters final : public StrategyPass {
       return last;
     }
     const std::string unit = root ? std::string("root") : L.name;
-    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in ", unit), static_cast<double>(params),
-                                    root ? root_tensors_ : std::max(1, L.param_tensors), false, {last});
+    // Note [FSDP2's reduce-scatter wait] (passes/data_parallel.cpp): FSDP2's
+    // post_backward first waits for the unit before's reduce-scatter (freeing
+    // its input), then copies this unit's gradients into its own input, in
+    // the reduce dtype, held until the next unit's wait.
+    const bool fsdp2 = c.plan.fsdp_version == 2;
     // Note [FSDP's reduce dtype]: what the reduce-scatter moves, and the
     // fp32 copy it reduces from.
     const int rw = fsdp_reduce_element_bytes(c.plan);
     const Bytes rb = params * rw, cast = rw != c.gw ? rb : 0;
     const Bytes recv = c.receive_bytes(rb);
-    // Note [FSDP2's reduce-scatter wait] (passes/data_parallel.cpp): FSDP2
-    // holds the reduce-scatter's input until the next unit's wait.
-    const bool fsdp2 = c.plan.fsdp_version == 2;
-    MemOps freed{{MemCategory::kBuffers, -recv - cast}};
-    if (!fsdp2) freed.push_back({MemCategory::kGradients, -b});
+    const TaskId waited = fsdp2 ? fsdp2_post_backward(c, m, unit, last, b, rb, previous_, held_) : last;
+    const TaskId in = c.bucket_copy(c.tag(m, "copy grads in ", unit), static_cast<double>(params),
+                                    root ? root_tensors_ : std::max(1, L.param_tensors), false, {waited});
+    MemOps taken{{MemCategory::kBuffers, recv + cast}}, freed{{MemCategory::kGradients, -b}, {MemCategory::kBuffers, -recv - cast}};
+    if (fsdp2) {
+      taken = {{MemCategory::kBuffers, recv}};
+      freed = {{MemCategory::kBuffers, -recv}};
+    }
     TaskId rs = c.collective(c.tag(m, "reduce_scatter ", unit), CollectiveOp::kReduceScatter, rb, c.shard_group,
-                             one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, {{MemCategory::kBuffers, recv + cast}},
-                             std::move(freed), root ? 0 : L.expert_params * rw);
+                             one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, std::move(taken), std::move(freed),
+                             root ? 0 : L.expert_params * rw);
     const TaskId scattered = rs;
     if (c.replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
@@ -199,20 +205,13 @@ class ShardedParameters final : public StrategyPass {
     }
     c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
     if (!fsdp2) return last;
-    // The backward goes on once the unit before's reduce-scatter (not its
-    // all-reduce across replicas) is done.
-    TaskId waited = last;
-    if (previous_ >= 0) waited = c.compute(c.tag(m, "wait ", unit), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
-    held_ = {{MemCategory::kGradients, -b}};
+    // The next unit's wait is for this reduce-scatter, not the all-reduce across replicas.
     previous_ = scattered;
     return waited;
   }
 
   void end_backward(const At& at, TaskId last) override {
-    if (held_.empty()) return;
-    // Note [FSDP2's reduce-scatter wait]: the root's final callback waits for the last.
-    ctx_.compute(ctx_.tag(at.micro, "wait last reduce_scatter"), Phase::kBackward, 0, {last, previous_}, {}, std::move(held_));
-    held_.clear();
+    fsdp2_end_backward(ctx_, at, last, previous_, held_);
     previous_ = -1;
   }
 
