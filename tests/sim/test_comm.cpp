@@ -143,6 +143,9 @@ TEST_CASE("busbw at 1 GiB on the shipped clusters against the cited figures (Not
   // 2^30 / t x 2 x 7 / 8 (docs/comm.md); NCCL's own model caps an Ampere
   // ring at 235 GB/s (src/graph/tuning.cc). Within 5%.
   CHECK(busbw("dgx-a100", 1, CollectiveOp::kAllReduce) == Approx(230).epsilon(0.05));
+  // MI300X: 7 xGMI links of 64 GB/s a direction, about 48 of them usable
+  // (AMD's ROCm blog on RCCL and xGMI, 2025-03-02): 7 x 48 = 336 GB/s.
+  CHECK(busbw("mi300x", 1, CollectiveOp::kAllReduce) == Approx(336).epsilon(0.05));
   // DGX H100, a ring collective (all-gather; the all-reduce takes NVLS, below):
   // "an effective NVLink bandwidth of 370GB/s" (NVIDIA/nccl-tests #212).
   CHECK(busbw("dgx-h100", 1, CollectiveOp::kAllGather) == Approx(370).epsilon(0.05));
