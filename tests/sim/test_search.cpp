@@ -29,6 +29,20 @@ SearchOptions fp16_adam(std::int64_t global_batch) {
   return o;
 }
 
+/// A pruned search's first ten entries against an unpruned one's: the same
+/// time and peak, and whatever `also` checks of each pair.
+template <typename F>
+void same_first_ten(const SearchResult& pruned, const SearchResult& all, F also) {
+  REQUIRE(pruned.top.size() >= 10);
+  REQUIRE(all.top.size() >= 10);
+  for (std::size_t i = 0; i < 10; ++i) {
+    INFO("entry " << i);
+    CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+    CHECK(pruned.top[i].peak == all.top[i].peak);
+    also(pruned.top[i], all.top[i]);
+  }
+}
+
 /// `spec` predicted on its own against the search's `e`: the same time and
 /// the same peak on the fullest GPU.
 void check_same_as(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const SearchEntry& e) {
@@ -222,14 +236,7 @@ TEST_CASE("search: on a B200 fp4 is walked too, and pruning keeps the top ten", 
   const SearchResult all = search(*model, cluster, o);
   CHECK(all.pruned_time + all.pruned_memory == 0);
   CHECK(pruned.pruned_time + pruned.pruned_memory > 0);
-  REQUIRE(pruned.top.size() >= 10);
-  REQUIRE(all.top.size() >= 10);
-  for (std::size_t i = 0; i < 10; ++i) {
-    INFO("entry " << i);
-    CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
-    CHECK(pruned.top[i].peak == all.top[i].peak);
-    CHECK(pruned.top[i].plan.spec.precision == all.top[i].plan.spec.precision);
-  }
+  same_first_ten(pruned, all, [](const SearchEntry& a, const SearchEntry& b) { CHECK(a.plan.spec.precision == b.plan.spec.precision); });
   const auto count = [&](Precision p) {
     return std::count_if(all.top.begin(), all.top.end(), [&](const SearchEntry& e) { return e.plan.spec.precision == p; });
   };
@@ -279,15 +286,11 @@ TEST_CASE("search: a mixture of experts' plans, pruned, keep the top ten of simu
   CHECK(all.pruned_time + all.pruned_memory == 0);
   CHECK(pruned.pruned_time > 0);
   CHECK(pruned.enumerated == all.enumerated);
-  REQUIRE(pruned.top.size() == 10);
-  REQUIRE(all.top.size() >= 10);
-  for (std::size_t i = 0; i < 10; ++i) {
-    INFO("entry " << i);
-    CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
-    CHECK(pruned.top[i].peak == all.top[i].peak);
-    CHECK(pruned.top[i].plan.spec.ep == all.top[i].plan.spec.ep);
-    CHECK(pruned.top[i].plan.spec.etp == all.top[i].plan.spec.etp);
-  }
+  CHECK(pruned.top.size() == 10);
+  same_first_ten(pruned, all, [](const SearchEntry& a, const SearchEntry& b) {
+    CHECK(a.plan.spec.ep == b.plan.spec.ep);
+    CHECK(a.plan.spec.etp == b.plan.spec.etp);
+  });
   // Expert parallelism was walked: plans at ep 2 and 4 were simulated.
   const auto at_ep = [&](int ep) {
     return std::count_if(all.top.begin(), all.top.end(), [&](const SearchEntry& e) { return e.plan.spec.ep == ep; });
