@@ -1388,7 +1388,8 @@ struct ExplorerWindow::Impl {
     fsdp_wrap->setEnabled(fsdp_params && !piped);
     limit_ag->setEnabled(fsdp_params && !piped && !fsdp2->isChecked());
     // Note [FSDP2's reduce-scatter wait]: where FSDP shards gradients, one stage.
-    fsdp2->setEnabled((fsdp_params || z == 10 + static_cast<int>(sim::FsdpMode::kShardGradOp)) && !piped);
+    fsdp2->setEnabled(z >= 10 && !piped &&
+                      sim::PlanRules::fsdp_versions(static_cast<sim::FsdpMode>(z - 10), plan_now.overlap, true).back() == 2);
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     rc_layers->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kFull));
@@ -1505,7 +1506,7 @@ struct ExplorerWindow::Impl {
     // there they take FSDP's defaults (the boxes keep what they show).
     const bool fsdp_params = p.fsdp == sim::FsdpMode::kFullShard || p.fsdp == sim::FsdpMode::kHybridShard;
     p.fsdp_wrap = fsdp_params ? static_cast<sim::FsdpWrap>(fsdp_wrap->currentData().toInt()) : sim::FsdpWrap::kBlocks;
-    p.fsdp_version = (fsdp_params || p.fsdp == sim::FsdpMode::kShardGradOp) && fsdp2->isChecked() ? 2 : 1;
+    p.fsdp_version = fsdp2->isChecked() && sim::PlanRules::fsdp_versions(p.fsdp, p.overlap, true).back() == 2 ? 2 : 1;
     // FSDP2 has no limit_all_gathers (resolve refuses it off there).
     p.limit_all_gathers = !fsdp_params || p.fsdp_version == 2 || limit_ag->isChecked();
     if (moved(z3_prefetch, before.stage3_prefetch_bucket_size)) p.stage3_prefetch_bucket_size = z3_prefetch->value();

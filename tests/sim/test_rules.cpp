@@ -35,6 +35,15 @@ TEST_CASE("the rules table: gpt2 on a DGX A100", "[rules]") {
   CHECK(rules.overlap_param_gather_values(1, true, true, Runtime::kLibtorch) == V{false});
   CHECK(rules.overlap_param_gather_values(1, false, false, Runtime::kLibtorch) == V{false});
   CHECK(rules.overlap_param_gather_values(1, false, true, Runtime::kPython) == V{false});
+  // FSDP2 where fully_shard has the strategy (Note [FSDP2's reduce-scatter
+  // wait]): full, shard-grad-op and hybrid shard; never NO_SHARD or ZeRO,
+  // nor without the overlap and the all-gather limit it always has.
+  using I = std::vector<int>;
+  for (FsdpMode f : {FsdpMode::kFullShard, FsdpMode::kShardGradOp, FsdpMode::kHybridShard}) CHECK(PlanRules::fsdp_versions(f, true, true) == I{1, 2});
+  CHECK(PlanRules::fsdp_versions(FsdpMode::kNoShard, true, true) == I{1});
+  CHECK(PlanRules::fsdp_versions(FsdpMode::kNone, true, true) == I{1});
+  CHECK(PlanRules::fsdp_versions(FsdpMode::kFullShard, false, true) == I{1});
+  CHECK(PlanRules::fsdp_versions(FsdpMode::kFullShard, true, false) == I{1});
   // Transformer Engine's TP overlap needs sequence parallelism (tp > 1).
   CHECK(PlanRules::tp_comm_overlap_values(2, true) == V{false, true});
   CHECK(PlanRules::tp_comm_overlap_values(2, false) == V{false});

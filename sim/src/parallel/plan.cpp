@@ -512,19 +512,21 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                              (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   r.fsdp_wrap = s.fsdp_wrap;
-  // Note [FSDP2's reduce-scatter wait] (lowering/passes/data_parallel.cpp).
-  if (s.fsdp_version == 2 && !(r.fsdp && r.zero_stage >= 2)) {
-    bad.add("fsdp_version", std::string("2 is PyTorch FSDP2 (fully_shard), which shards gradients; valid only with fsdp: "
-                                        "full_shard, shard_grad_op or hybrid_shard (the plan has ") +
-                                (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) + ", which FSDP2 does not have; replicate() is DDP's"
-                                        : "zero_stage " + std::to_string(r.zero_stage)) +
-                                ")");
-  }
-  if (s.fsdp_version == 2 && !s.overlap) {
-    bad.add("fsdp_version", "2 with overlap: false: FSDP2 always reduce-scatters beside the backward; valid with overlap false: 1");
-  } else if (s.fsdp_version == 2 && !s.limit_all_gathers) {
-    bad.add("fsdp_version", "2 with limit_all_gathers: false: FSDP2 (fully_shard) has no such knob, it prefetches one unit ahead; "
-                            "valid with limit_all_gathers false: 1");
+  // Note [FSDP2's reduce-scatter wait] (lowering/passes/data_parallel.cpp):
+  // the rules table says where 2 is valid, the messages why not.
+  if (!contains(PlanRules::fsdp_versions(s.fsdp, s.overlap, s.limit_all_gathers), s.fsdp_version)) {
+    if (!(r.fsdp && r.zero_stage >= 2)) {
+      bad.add("fsdp_version", std::string("2 is PyTorch FSDP2 (fully_shard), which shards gradients; valid only with fsdp: "
+                                          "full_shard, shard_grad_op or hybrid_shard (the plan has ") +
+                                  (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) + ", which FSDP2 does not have; replicate() is DDP's"
+                                          : "zero_stage " + std::to_string(r.zero_stage)) +
+                                  ")");
+    } else if (!s.overlap) {
+      bad.add("fsdp_version", "2 with overlap: false: FSDP2 always reduce-scatters beside the backward; valid with overlap false: 1");
+    } else {
+      bad.add("fsdp_version", "2 with limit_all_gathers: false: FSDP2 (fully_shard) has no such knob, it prefetches one unit ahead; "
+                              "valid with limit_all_gathers false: 1");
+    }
   }
   r.fsdp_version = s.fsdp_version;
   if (s.fsdp_reduce_fp32 && !(r.fsdp && r.zero_stage == 3)) {

@@ -156,6 +156,12 @@ std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
   return {FsdpMode::kFullShard, FsdpMode::kShardGradOp, FsdpMode::kNoShard, FsdpMode::kHybridShard};
 }
 
+std::vector<int> PlanRules::fsdp_versions(FsdpMode f, bool overlap, bool limit_all_gathers) {
+  const bool sharded = f == FsdpMode::kFullShard || f == FsdpMode::kShardGradOp || f == FsdpMode::kHybridShard;
+  if (!sharded || !overlap || !limit_all_gathers) return {1};
+  return {1, 2};
+}
+
 std::vector<bool> PlanRules::overlap_param_gather_values(int zero_stage, bool fsdp, bool overlap, Runtime runtime) {
   if (zero_stage != 1 || fsdp || !overlap || runtime == Runtime::kPython) return {false};
   return {false, true};

@@ -93,6 +93,12 @@ class PlanRules {
   /// fully_shard stages, and NO_SHARD (Note [FSDP under a pipeline] in
   /// lowering/passes/fsdp_pipeline.cpp).
   std::vector<FsdpMode> fsdp_modes(int pp) const;
+  /// Which PyTorch FSDP may run sharding `f` (PlanSpec::fsdp_version; Note
+  /// [FSDP2's reduce-scatter wait] in lowering/passes/data_parallel.cpp): 1
+  /// wherever FSDP is; 2 only where FSDP2 has the strategy (it shards
+  /// gradients: full, shard-grad-op or hybrid shard), with the overlapped
+  /// reductions and the all-gather limit it always has.
+  static std::vector<int> fsdp_versions(FsdpMode f, bool overlap, bool limit_all_gathers);
   /// Megatron-LM's overlapped parameter gather (overlap_param_gather) with
   /// ZeRO stage z, FSDP or not, overlapped reduction or not, under `runtime`:
   /// true only for the distributed optimizer (zero_stage 1, no FSDP) with
