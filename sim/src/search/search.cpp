@@ -513,7 +513,10 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                       p.fsdp_wrap = FsdpWrap::kBlocks;
                       p.fsdp_reduce_fp32 = false;
                       p.limit_all_gathers = true;
-                      if (sh.fsdp != FsdpMode::kShardGradOp) p.fsdp_version = 1;
+                    }
+                    if (const auto v = PlanRules::fsdp_versions(sh.fsdp, p.overlap, p.limit_all_gathers);
+                        std::find(v.begin(), v.end(), p.fsdp_version) == v.end()) {
+                      p.fsdp_version = 1;
                     }
                     p.offload_optimizer = opt;
                     p.offload_params = par;

@@ -243,7 +243,7 @@ class LayerBuckets final : public StrategyPass {
       // (Without overlap every reduction waits for the backward's end: nothing to wait for within it.)
       const bool fsdp2 = c.plan.fsdp && c.plan.fsdp_version == 2 && c.plan.overlap;
       TaskId waited = last;
-      if (fsdp2) waited = post_backward(m, name, last, b, b);
+      if (fsdp2) waited = fsdp2_post_backward(c, m, name, last, b, b, previous_, held_);
       // The bucket is filled once complete, overlap or not (Note [Gradient buckets]).
       deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {waited}));
       const Bytes recv = c.receive_bytes(b);
@@ -389,11 +389,6 @@ class LayerBuckets final : public StrategyPass {
       bk.expert_params += L.expert_params;
       if (ctx_.plan.fp8_param_gather) bk.fp8_weights += fp8_gemms(L, ctx_.plan.precision).weight_elements;
     }
-  }
-
-  /// Note [FSDP2's reduce-scatter wait]: a unit's post_backward.
-  TaskId post_backward(std::int64_t m, const std::string& unit, TaskId last, Bytes grads, Bytes input) {
-    return fsdp2_post_backward(ctx_, m, unit, last, grads, input, previous_, held_);
   }
 
   /// Note [ZeRO-2's buffers]: whether bucket k's gradients are copied into
