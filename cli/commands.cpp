@@ -378,7 +378,7 @@ Command add_calibrate(CLI::App& root, const std::string& command_line) {
   value(app, *o, "bin-dir", "DIR", "Where the measurement programs are (default: beside dtsim)");
   flag(app, *o, "quick", "Fewer sizes and repetitions: about a minute");
   value(app, *o, "time-limit", "S", "Stop measuring after S seconds and write what was measured (a GPU keeps each layer done)");
-  value(app, *o, "python", "PATH", "The Python whose training loop's host cost to time (default python3; none skips)");
+  value(app, *o, "python", "PATH", "The Python whose training loop's host cost to time (default python3, else /usr/bin/python3 where the first lacks torch; none skips)");
   app->footer("\nExample:\n  dtsim calibrate --device cpu --out configs/profiles/local-cpu.h5 --quick");
   return {app, [o, command_line] { return run_calibrate(*o, command_line); }};
 }
@@ -392,6 +392,7 @@ int run_calibrate(const Options& o, const std::string& command_line) {
   c.quick = o.flag("quick");
   c.bin_dir = o.get("bin-dir").value_or("");
   c.python = o.get("python").value_or("python3");
+  c.python_fallback = !o.get("python");  // Note [Debian's Python]
   if (c.python.empty()) throw ConfigError("--python: empty; name a Python (e.g. --python /usr/bin/python3) or none");
   if (const auto t = o.get("time-limit")) {
     std::size_t used = 0;
@@ -490,6 +491,15 @@ int run_import_layers(const Options& o) {
   return 0;
 }
 
+int run_import_python_host(const Options& o) {
+  if (o.positional.size() != 1) {
+    throw ConfigError("dtsim profile import-python-host: one OTHER.h5 is required; usage: dtsim profile import-python-host OTHER.h5 "
+                      "--into PROFILE.h5 --out FILE.h5");
+  }
+  std::cout << calib::import_python_host_command(o.positional.front(), import_options(o, "import-python-host", o.positional));
+  return 0;
+}
+
 int run_import_interference(const Options& o) {
   if (o.positional.size() != 1) {
     throw ConfigError("dtsim profile import-interference: one BENCH.txt is required; usage: dtsim profile import-interference "
@@ -552,6 +562,8 @@ Command add_profile(CLI::App& root) {
              "TRACE.json", "torch.profiler's export_chrome_trace output", false, run_import_trace);
   import_sub("import-layers", "Add the layers an earlier calibration of the same device measured and --into's lacks",
              "OLDER.h5", "the earlier calibration's profile", false, run_import_layers, false);
+  import_sub("import-python-host", "Take the Python loop's host cost another calibration of the same machine timed into a profile",
+             "OTHER.h5", "the calibration whose Python host probes to take", false, run_import_python_host, false);
   import_sub("import-interference", "Take compute-beside-collectives measurements dtsim_interference_bench printed into a profile",
              "BENCH.txt", "dtsim_interference_bench's output (scripts/gpu-probes' interference.txt)", false, run_import_interference,
              false);
@@ -561,7 +573,7 @@ Command add_profile(CLI::App& root) {
             }
             std::string valid;
             for (const Sub& s : *subs) valid += (valid.empty() ? "" : ", ") + s.app->get_name();
-            throw ConfigError("dtsim profile: a command is required; valid: " + valid + " (usage: dtsim profile show FILE.h5 [--json] | upgrade FILE.h5 | import-nccl-tests LOG... --out F.h5 | import-trace TRACE.json --out F.h5 | import-layers OLDER.h5 --into NEWER.h5 --out F.h5 | import-interference BENCH.txt --out F.h5)");
+            throw ConfigError("dtsim profile: a command is required; valid: " + valid + " (usage: dtsim profile show FILE.h5 [--json] | upgrade FILE.h5 | import-nccl-tests LOG... --out F.h5 | import-trace TRACE.json --out F.h5 | import-layers OLDER.h5 --into NEWER.h5 --out F.h5 | import-python-host OTHER.h5 --into P.h5 --out F.h5 | import-interference BENCH.txt --out F.h5)");
           }};
 }
 

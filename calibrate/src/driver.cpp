@@ -632,7 +632,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     }
   }
   view.phase(cuda ? 4 : 3, phases, "Python host cost");
-  const std::string python = o.python == "none" ? "" : on_path(o.python);
+  std::string python = o.python == "none" ? "" : on_path(o.python);
   const std::string probe = find_program(o, "dtsim_python_probe.py");
   if (!cut && deadline && Clock::now() >= *deadline) cut = true;
   if (cut) {
@@ -648,30 +648,61 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     view.done("skipped: dtsim_python_probe.py is not beside the measurement programs");
     p.info["python"] = "not measured: no dtsim_python_probe.py";
   } else {
-    std::vector<std::string> pargv{python, probe, "--device", o.device};
-    if (!cuda) {
-      pargv.push_back("--threads");
-      pargv.push_back(std::to_string(o.threads));
-    }
-    if (o.quick) {
-      pargv.push_back("--budget");
-      pargv.push_back("0.05");
-    }
-    std::vector<pid_t> copies;
-    if (!cuda) {
-      for (int i = 1; i < o.procs; ++i) copies.push_back(start_copy(sup, pargv, "/dev/null"));
-    }
     std::string failed;  // why the probe's records are not to be used
     sim::Profile probed;
-    try {
-      rc = run_program(sup, pargv, "python", probed, view, deadline, &cut);
-      if (rc != 0) failed = "the probe failed (exit status " + std::to_string(rc) + "; its message is above)";
-    } catch (const InterruptedError&) {
-      throw;
-    } catch (const Error& e) {
-      failed = std::string("the probe's output: ") + e.what();
+    const auto run_probe = [&](const std::string& interpreter) {
+      std::vector<std::string> pargv{interpreter, probe, "--device", o.device};
+      if (!cuda) {
+        pargv.push_back("--threads");
+        pargv.push_back(std::to_string(o.threads));
+      }
+      if (o.quick) {
+        pargv.push_back("--budget");
+        pargv.push_back("0.05");
+      }
+      std::vector<pid_t> copies;
+      if (!cuda) {
+        for (int i = 1; i < o.procs; ++i) copies.push_back(start_copy(sup, pargv, "/dev/null"));
+      }
+      failed.clear();
+      probed = sim::Profile();
+      try {
+        rc = run_program(sup, pargv, "python", probed, view, deadline, &cut);
+        if (rc != 0) failed = "the probe failed (exit status " + std::to_string(rc) + "; its message is above)";
+      } catch (const InterruptedError&) {
+        for (const pid_t pid : copies) sup.stop_now(pid);
+        throw;
+      } catch (const Error& e) {
+        failed = std::string("the probe's output: ") + e.what();
+      }
+      for (const pid_t pid : copies) sup.stop_now(pid);
+    };
+    run_probe(python);
+    // Note [Debian's Python] The default `python3` is the first on PATH,
+    // which may be a pyenv, conda or venv Python without torch while
+    // Debian's python3-torch sits beside /usr/bin/python3 (it did on the
+    // machine the shipped CPU profiles were made on). Where --python was
+    // not given and the first cannot import torch, /usr/bin/python3 is
+    // tried before the phase is skipped.
+    const auto torch_missing = [&] {
+      const auto it = probed.info.find("python.skipped");
+      return it != probed.info.end() && it->second.find("torch cannot be imported") != std::string::npos;
+    };
+    if (o.python_fallback && failed.empty() && !cut && torch_missing()) {
+      const std::string debian = "/usr/bin/python3";
+      std::error_code ec1, ec2;
+      const auto a = std::filesystem::canonical(python, ec1), b = std::filesystem::canonical(debian, ec2);
+      if (!ec2 && (ec1 || a != b) && ::access(debian.c_str(), X_OK) == 0) {
+        const sim::Profile first = probed;
+        run_probe(debian);
+        if (failed.empty() && !cut && !torch_missing()) {
+          python = debian;
+        } else {  // the first one's reason stands
+          failed.clear();
+          probed = first;
+        }
+      }
     }
-    for (const pid_t pid : copies) sup.stop_now(pid);
     // Its records join the profile only whole.
     if (failed.empty() && !cut) {
       for (const auto& [key, value] : probed.info) {

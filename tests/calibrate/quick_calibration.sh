@@ -39,9 +39,16 @@ grep -q '"torch.step_rounds": "1"' <<<"$("$dtsim" profile show --json "$out")" |
 # Note [Python host probe]: where python3 imports torch (Debian's
 # python3-torch, which scripts/setup installs), a Python loop's host cost
 # was timed against the C++ loop's, and a plan run from Python pays it.
-if python3 -c "import torch" 2>/dev/null; then
+# Note [Debian's Python]: where the python3 on PATH lacks torch (a pyenv,
+# a venv), /usr/bin/python3 is tried.
+debian_torch=no
+[[ -x /usr/bin/python3 ]] && /usr/bin/python3 -c "import torch" 2>/dev/null && debian_torch=yes
+if python3 -c "import torch" 2>/dev/null || [[ $debian_torch == yes ]]; then
   grep -q "python loop: .* us an op, .* us a tensor's step beyond the C++ loop's" <<<"$show" ||
     fail "the Python loop's host cost was not timed: $show"
+  if ! python3 -c "import torch" 2>/dev/null; then
+    grep -q "python loop: /usr/bin/python3 " <<<"$show" || fail "python3 lacks torch and /usr/bin/python3 was not tried: $show"
+  fi
   t_cpp=$("$dtsim" predict --model gpt2-tiny --cluster local-cpu --plan ddp --profile "$out" --json |
           grep -o '"iteration_time_s": [0-9.e+-]*' | awk '{print $2}') || fail "no iteration time for the C++ loop"
   t_py=$("$dtsim" predict --model gpt2-tiny --cluster local-cpu --plan ddp --profile "$out" --set plan.runtime=python --json |
@@ -73,10 +80,22 @@ json=$("$dtsim" predict --model gpt2 --cluster local-cpu --plan megatron-tp --pr
 # priced from the all_to_all fit.
 moe=${out%.h5}-moe.h5
 rm -f "$moe"
-"$dtsim" calibrate --device cpu --procs 2 --quick --models moe-tiny --out "$moe" >/dev/null 2>"$moe.stderr" ||
+# This calibration's python3 is one without torch (site-packages off), so
+# that Note [Debian's Python]'s fallback is seen on every machine that
+# has Debian's python3-torch.
+fake=$(mktemp -d)
+trap 'rm -rf "$fake"' EXIT
+printf '#!/bin/sh\nexec /usr/bin/python3 -S "$@"\n' >"$fake/python3"
+chmod +x "$fake/python3"
+PATH="$fake:$PATH" "$dtsim" calibrate --device cpu --procs 2 --quick --models moe-tiny --out "$moe" >/dev/null 2>"$moe.stderr" ||
   fail "moe-tiny calibration failed: $(cat "$moe.stderr")"
 rm -f "$moe.stderr"
 show=$("$dtsim" profile show "$moe")
+if [[ $debian_torch == yes ]]; then
+  grep -q "python loop: /usr/bin/python3 " <<<"$show" || fail "python3 without torch: /usr/bin/python3 was not tried: $show"
+else
+  grep -q "python loop: not measured: " <<<"$show" || fail "python3 without torch: no word of the probe: $show"
+fi
 grep -q "moe.block:h=128,.*,qkn=0 fp32" <<<"$show" || fail "profile has no moe-tiny block: $show"
 grep -q "moe.block:h=128,.*,qkn=0,ep=2 fp32" <<<"$show" || fail "profile has no ep=2 share of moe-tiny's block: $show"
 json=$("$dtsim" predict --model moe-tiny --cluster local-cpu --plan ddp --profile "$moe" --set plan.ep=2 \

@@ -461,6 +461,78 @@ TEST_CASE("trace: the CLI function writes a profile with the trace's fits and pr
   CHECK(p.info.at("import.trace.files") == "gpt_2layers_dgx-a100_bf16.json");
 }
 
+TEST_CASE("import-python-host: the four probes come from one calibration, nothing else changes", "[import]") {
+  // Note [Importing the Python host cost]. PROFILE has a C++ probe of its
+  // own (2 us an op) and no Python one; OTHER timed both: 64 ops in 448 us
+  // from Python (7 us an op) and 192 us from C++ (3 us), AdamW steps of 1
+  // and 16 tensors in 30 and 330 us from Python, 10 and 160 us from C++.
+  // Note [Python host cost]: an op 7 - 3 = 4 us (not 7 - 2, PROFILE's own
+  // C++ probe); a tensor ((330 - 160) - (30 - 10)) / (16 - 1) = 10 us.
+  const auto timing = [](double s) { return Timing{s, s, s, 9}; };
+  Profile into;
+  into.info["device"] = "AMD EPYC";
+  into.info["device_kind"] = "cpu";
+  into.info["created"] = "2026-11-23T13:46:41Z";
+  into.info["python"] = "not measured: torch cannot be imported by /opt/pyenv/python3";
+  into.layers.push_back({"block", Precision::kFp32, 1, 64, timing(0.01), timing(0.02), 100, 200});
+  into.kernels.push_back({"gemm", Precision::kFp32, 64, 64, 64, 1, 2.0 * 64 * 64 * 64, 3.0 * 4 * 64 * 64, timing(1e-4)});
+  into.kernels.push_back({"host_ops", Precision::kFp32, 64, 1, 1, 1, 0, 0, timing(64 * 2e-6)});
+  Profile other = into;
+  other.info["created"] = "2026-12-04T23:31:51Z";
+  other.info["python"] = "/usr/bin/python3";
+  other.info["python.python"] = "3.11.2";
+  other.info["python.torch"] = "1.13.0a0";
+  other.layers.clear();
+  other.kernels = {{"gemm", Precision::kFp32, 64, 64, 64, 1, 2.0 * 64 * 64 * 64, 3.0 * 4 * 64 * 64, timing(5e-4)},
+                   {"host_ops", Precision::kFp32, 64, 1, 1, 1, 0, 0, timing(192e-6)},
+                   {"python_ops", Precision::kFp32, 64, 1, 1, 1, 0, 0, timing(448e-6)},
+                   {"host_step", Precision::kFp32, 64, 1, 1, 1, 0, 0, timing(10e-6)},
+                   {"host_step", Precision::kFp32, 16 * 64, 16, 1, 1, 0, 0, timing(160e-6)},
+                   {"python_step", Precision::kFp32, 64, 1, 1, 1, 0, 0, timing(30e-6)},
+                   {"python_step", Precision::kFp32, 16 * 64, 16, 1, 1, 0, 0, timing(330e-6)}};
+  REQUIRE_FALSE(python_host_cost(into));
+  const std::string i = temp_file("into.h5"), o = temp_file("other.h5"), out = temp_file("with-python.h5");
+  save_profile(into, i);
+  save_profile(other, o);
+  calib::ImportOptions opt;
+  opt.into = i;
+  opt.out = out;
+  const std::string summary = calib::import_python_host_command(o, opt);
+  CHECK(summary.find("6 probes; Python 3.11.2, torch 1.13.0a0, calibrated 2026-12-04T23:31:51Z") != std::string::npos);
+  const Profile p = load_profile(out);
+  const auto cost = python_host_cost(p);
+  REQUIRE(cost);
+  CHECK(cost->per_op_s == Approx(4e-6));
+  CHECK(cost->per_tensor_s == Approx(10e-6));
+  int host_ops = 0, gemms = 0;
+  for (const auto& k : p.kernels) {
+    host_ops += k.kind == "host_ops" ? 1 : 0;
+    if (k.kind == "gemm") {
+      ++gemms;
+      CHECK(k.time.median_s == 1e-4);  // PROFILE's, not OTHER's
+    }
+  }
+  CHECK(host_ops == 1);
+  CHECK(gemms == 1);
+  CHECK(p.layers.size() == 1);
+  CHECK(p.info.at("python") == "/usr/bin/python3");
+  CHECK(p.info.at("import.python.created") == "2026-12-04T23:31:51Z");
+  CHECK(p.info.at("created") == "2026-11-23T13:46:41Z");
+  // A profile without a Python host cost has none to give.
+  opt.out = temp_file("never.h5");
+  const std::string none = error_of([&] { calib::import_python_host_command(i, opt); });
+  CHECK(none.find("no Python host cost to import (not measured: torch cannot be imported") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(opt.out));
+  // Another device: refused naming both.
+  other.info["device"] = "Intel Xeon";
+  save_profile(other, o);
+  const std::string device = error_of([&] { calib::import_python_host_command(o, opt); });
+  CHECK(device.find("'Intel Xeon'") != std::string::npos);
+  CHECK(device.find("'AMD EPYC'") != std::string::npos);
+  CHECK_FALSE(std::filesystem::exists(opt.out));
+  for (const auto& f : {i, o, out}) std::filesystem::remove(f);
+}
+
 TEST_CASE("import-layers: an earlier calibration's layers the newer lacks are added, nothing else", "[import]") {
   // Note [Importing layers]: NEWER measured block in fp16 at b 1; OLDER block
   // in fp16 at b 1 and 2, block in fp32 at b 1, embed in fp16 at b 1 and 4.

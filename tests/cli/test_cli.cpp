@@ -646,7 +646,7 @@ std::string complete(const std::string& line) {
 TEST_CASE("every subcommand's --help and -h print its usage and exit 0", "[cli][conventions]") {
   std::vector<std::string> subs = kSubcommands;
   for (const char* sub : {"profile show", "profile upgrade", "profile import-nccl-tests", "profile import-trace", "profile import-layers",
-                          "profile import-interference"}) {
+                          "profile import-python-host", "profile import-interference"}) {
     subs.push_back(sub);
   }
   for (const auto& sub : subs) {
@@ -755,7 +755,7 @@ TEST_CASE("an option given twice is refused, naming both values", "[cli][convent
 TEST_CASE("the bash completion completes subcommands, options and built-in names", "[cli][conventions][completion]") {
   CHECK(complete("dtsim pre") == "predict\n");
   CHECK(complete("dtsim predict --mo") == "--model\n");
-  CHECK(complete("dtsim profile ") == "show\nupgrade\nimport-nccl-tests\nimport-trace\nimport-layers\nimport-interference\n");
+  CHECK(complete("dtsim profile ") == "show\nupgrade\nimport-nccl-tests\nimport-trace\nimport-layers\nimport-python-host\nimport-interference\n");
   CHECK(complete("dtsim profile import-n") == "import-nccl-tests\n");
   CHECK(complete("dtsim list cl") == "clusters\n");
   // Names come from `dtsim list`: gpt2-x completes to the one built-in GPT-2 XL.
@@ -765,7 +765,8 @@ TEST_CASE("the bash completion completes subcommands, options and built-in names
 
 TEST_CASE("the bash completion offers every option each subcommand's --help lists", "[cli][conventions][completion]") {
   std::vector<std::string> subs = kSubcommands;
-  for (const char* sub : {"profile show", "profile upgrade", "profile import-nccl-tests", "profile import-trace", "profile import-layers"}) {
+  for (const char* sub : {"profile show", "profile upgrade", "profile import-nccl-tests", "profile import-trace", "profile import-layers",
+                          "profile import-python-host"}) {
     subs.push_back(sub);
   }
   for (const auto& sub : subs) {
@@ -998,5 +999,20 @@ TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from
   CHECK(r.status == 2);
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("--into NEWER.h5 is required") != std::string::npos);
+  CHECK_FALSE(fs::exists(out));
+  // import-python-host (Note [Importing the Python host cost]): the H100
+  // profile timed no Python loop, so it has none to give; no OTHER, or no
+  // --into: one line each, nothing written.
+  r = dtsim("profile import-python-host " + h100 + " --into " + h100 + " --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("no Python host cost to import") != std::string::npos);
+  r = dtsim("profile import-python-host --into " + h100 + " --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  r = dtsim("profile import-python-host " + h100 + " --out " + out.string());
+  CHECK(r.status == 2);
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("--into PROFILE.h5 is required") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
 }

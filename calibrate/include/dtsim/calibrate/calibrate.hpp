@@ -80,6 +80,10 @@ struct CalibrateOptions {
   /// The Python whose loop's host cost is timed (Note [Python host probe]
   /// in src/driver.cpp): a path or a name looked up on PATH; "none" skips it.
   std::string python = "python3";
+  /// Where `python` cannot import torch, try /usr/bin/python3 (Debian's
+  /// python3-torch) before skipping; the CLI sets it false when --python
+  /// names one (Note [Debian's Python] in src/driver.cpp).
+  bool python_fallback = true;
 };
 
 /// Calibration was stopped by SIGINT or SIGTERM (Note [Stopping calibration]

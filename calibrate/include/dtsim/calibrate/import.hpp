@@ -94,6 +94,13 @@ ImportResult import_kineto_trace(const std::string& path, sim::Profile& profile,
 /// where not, IoError / CalibrationError for an unreadable file.
 ImportResult import_layers(const std::string& older, sim::Profile& profile, const ImportOptions& options = {});
 
+/// Puts in `profile` the Python loop's host cost the calibration at
+/// `other` timed (its python_ops, python_step, host_ops and host_step
+/// probes, in place of `profile`'s; Note [Importing the Python host cost]
+/// in src/import_layers.cpp); nothing else changes. Throws ConfigError
+/// where `other` has none or another device measured it.
+ImportResult import_python_host(const std::string& other, sim::Profile& profile, const ImportOptions& options = {});
+
 /// Puts the `interference` records dtsim_interference_bench printed (the
 /// file at `path`) in place of `profile`'s and fits them again (Note
 /// [Importing interference] in src/import_interference.cpp); the bench's
@@ -111,6 +118,8 @@ std::string import_trace_command(const std::string& trace, const ImportOptions& 
 /// `dtsim profile import-layers OLDER.h5 --into NEWER.h5 --out FILE.h5`:
 /// NEWER with OLDER's layers it lacks, written atomically to --out.
 std::string import_layers_command(const std::string& older, const ImportOptions& options);
+/// `dtsim profile import-python-host OTHER.h5 --into PROFILE.h5 --out FILE.h5`.
+std::string import_python_host_command(const std::string& other, const ImportOptions& options);
 /// `dtsim profile import-interference BENCH.txt --out FILE.h5 [--into EXISTING.h5]`.
 std::string import_interference_command(const std::string& path, const ImportOptions& options);
 
