@@ -152,6 +152,12 @@ TEST_CASE("busbw at 1 GiB on the shipped clusters against the cited figures (Not
   // Two DGX A100 nodes: the ring crosses eight HDR NICs, 8 x 25 GB/s x 0.96
   // (96 of 100 GB/s over four HDR NICs, NVIDIA/nccl-tests #119) = 192 GB/s.
   CHECK(busbw("dgx-a100", 2, CollectiveOp::kAllReduce) == Approx(192).epsilon(0.05));
+  // 8 V100-SXM2s in DGX-1's hybrid cube-mesh: all_gather_perf -g 8, 129.05
+  // GB/s busbw at 4 GiB (NVIDIA/nccl-tests issue 37).
+  CHECK(busbw("8xv100-16g", 1, CollectiveOp::kAllGather) == Approx(129).epsilon(0.05));
+  // Two A100-SXM4s joined by 4 NVLink3 links, each "~20GB/s effective" of
+  // its 25 (NCCL's maintainer, NVIDIA/nccl-tests issue 149): 4 x 20 = 80.
+  CHECK(busbw("2xa100-80g", 1, CollectiveOp::kAllReduce) == Approx(80).epsilon(0.05));
   // And the line rate is the efficiency's business alone: 300 x 0.783.
   const ClusterSpec a100 = load_cluster("dgx-a100");
   CHECK(a100.intra_node.bandwidth == Approx(300e9));
