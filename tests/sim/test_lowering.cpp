@@ -538,14 +538,66 @@ TEST_CASE("FSDP2's FULL_SHARD: its waits are the gathers' already; its reduce-sc
   const test::PlanRun v2 = test::run_plan(m, "dp: 2\nprecision: fp32\nfsdp: full_shard\nfsdp_version: 2\n", c, slow, 1000);
   CHECK(v2.exec.makespan == v1.exec.makespan);
   // A post_backward after each of the 8 layers (layer 7's waits for
-  // nothing, but copies its gradients in) and one wait at the backward's end.
-  CHECK(v2.graph.tasks.size() == v1.graph.tasks.size() + 9);
+  // nothing, but copies its gradients in) and one wait at the backward's
+  // end; a copy-out after each of the 16 gathers (Note [FSDP2's copy-out],
+  // free under FixedCompute, which prices FLOPs alone).
+  CHECK(v2.graph.tasks.size() == v1.graph.tasks.size() + 9 + 16);
   // FSDP2's input is a buffer; FSDP1's gradients wait in their category.
   const auto kept = [](const test::PlanRun& r) {
     const auto& at = r.exec.memory[0].at_peak.bytes;
     return at[static_cast<int>(MemCategory::kGradients)] + at[static_cast<int>(MemCategory::kBuffers)];
   };
   CHECK(kept(v2) >= kept(v1));
+}
+
+TEST_CASE("FSDP2 copies each gathered unit out of its flat buffer on the compute stream, FSDP1 does not (Note [FSDP2's copy-out])",
+          "[lowering][memory]") {
+  // Eight layers of 20M fp32 parameters on 2 ranks, FULL_SHARD: each
+  // gather brings 80 MB. A kernel takes 1 ms a GFLOP plus its bytes at 1 TB/s
+  // (a layer's forward 1 ms, its backward 2 ms), every collective 1 us, so
+  // the gathers are always ready and the compute stream is the whole step.
+  // FSDP2's copy-out reads and writes the 80 MB: 160 MB / 1 TB/s = 160 us,
+  // 16 of them (8 gathers in the forward, 8 in the backward) in line with
+  // the layers: 2.56 ms more.
+  struct BytesCompute final : ComputeModel {
+    TimeNs kernel_time(const Kernel& k, Precision) const override {
+      return static_cast<TimeNs>(k.flops / 1e9 * 1e6 + static_cast<double>(k.bytes) / 1e12 * 1e9);
+    }
+  };
+  const test::FakeModel m(8, 20'000'000, 10);
+  const ClusterSpec c = round_cluster();
+  const test::FixedComm fast(1'000);
+  const BytesCompute compute;
+  const auto run = [&](const std::string& yaml) {
+    test::PlanRun r;
+    r.plan = resolve(parse_plan(yaml, "test.yaml"), m, c);
+    partition(r.plan, m, c, compute, fast);
+    r.graph = lower(m, r.plan, c, CostModels{&compute, &fast});
+    r.exec = execute(r.graph, ExecOptions{});
+    return r;
+  };
+  const test::PlanRun v1 = run("dp: 2\nprecision: fp32\nfsdp: full_shard\n");
+  const test::PlanRun v2 = run("dp: 2\nprecision: fp32\nfsdp: full_shard\nfsdp_version: 2\n");
+  int copies = 0;
+  for (const Task& t : v2.graph.tasks) {
+    if (t.name.rfind("copy out ", 0) != 0) continue;
+    ++copies;
+    CHECK(t.duration == 160'000);
+    CHECK(t.memory_share == 1);
+  }
+  CHECK(copies == 16);
+  for (const Task& t : v1.graph.tasks) CHECK(t.name.rfind("copy out ", 0) != 0);
+  CHECK(v2.exec.makespan - v1.exec.makespan == 16 * 160'000);
+  // SHARD_GRAD_OP keeps the parameters whole from step to step: one gather
+  // of all 8 x 80 MB after the step, one copy-out of 1.28 GB, 1.28 ms.
+  const test::PlanRun sgo = run("dp: 2\nprecision: fp32\nfsdp: shard_grad_op\nfsdp_version: 2\n");
+  copies = 0;
+  for (const Task& t : sgo.graph.tasks) {
+    if (t.name != "copy out params") continue;
+    ++copies;
+    CHECK(t.duration == 1'280'000);
+  }
+  CHECK(copies == 1);
 }
 
 TEST_CASE("DeepSpeed's ZeRO-2 holds its gradients in reduce_bucket_size buffers, one without overlap_comm (Note [ZeRO-2's buffers])",

@@ -132,6 +132,13 @@ TaskId fsdp2_post_backward(LayerContext& ctx, std::int64_t micro, const std::str
 /// The root's final callback: the last reduce-scatter waited for and its
 /// input freed (nothing where `held` is empty).
 void fsdp2_end_backward(LayerContext& ctx, const At& at, TaskId last, TaskId previous, MemOps& held);
+/// Note [FSDP2's copy-out] (passes/sharded_parameters.cpp): `full` gathered
+/// bytes copied out of the flat buffer after `gathered`, on the compute
+/// stream; it takes `on_start` and frees the flat buffer (`full` buffer
+/// bytes) as it ends.
+TaskId fsdp2_copy_out(LayerContext& ctx, const std::string& name, Phase phase, Bytes full, TaskId gathered, MemOps on_start = {});
+/// Its time: a kernel reading and writing the `full` bytes.
+TimeNs fsdp2_copy_out_time(const StageContext& ctx, Bytes full);
 /// ZeRO-Offload: gradients down, the step on the host, parameters up
 /// (passes/offload.cpp).
 std::unique_ptr<StrategyPass> offload_pass(LayerContext& ctx);

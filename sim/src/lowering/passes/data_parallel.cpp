@@ -344,8 +344,15 @@ class LayerBuckets final : public StrategyPass {
     MemOps on_start, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
-    c.collective("all_gather params", CollectiveOp::kAllGather, all, c.shard_group, Stream::kGradComm, {step},
-                 std::move(on_start), std::move(on_end), std::min(all, c.expert_params * c.w));
+    // Note [FSDP2's copy-out] (passes/sharded_parameters.cpp): FSDP2
+    // gathers into a flat buffer and copies it out on the compute stream;
+    // SHARD_GRAD_OP's parameters, whole here from step to step, are
+    // gathered once, so copied out once.
+    const bool copy_out = c.plan.fsdp_version == 2;
+    if (copy_out) add_bytes(on_start, MemCategory::kBuffers, all);
+    const TaskId g = c.collective("all_gather params", CollectiveOp::kAllGather, all, c.shard_group, Stream::kGradComm, {step},
+                                  std::move(on_start), std::move(on_end), std::min(all, c.expert_params * c.w));
+    if (copy_out) fsdp2_copy_out(c, "copy out params", Phase::kOptimizer, all, g);
   }
 
  private:

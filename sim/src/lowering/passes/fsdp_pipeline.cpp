@@ -51,11 +51,15 @@
 // stages in a window of three (_add_unshard_reshard, max_active_stages=3),
 // which gathers again within a step where a rank holds more than three
 // chunks; reshard_after_forward "always" (gathered again for each backward).
+// Each gather lands in FSDP2's flat buffer, copied out into the parameters
+// on the compute stream before the chunk's first forward (Note [FSDP2's
+// copy-out] in passes/sharded_parameters.cpp).
 #include <algorithm>
 #include <string>
 #include <vector>
 
 #include "lowering/chunk_context.hpp"
+#include "lowering/layer_context.hpp"
 #include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim::detail {
@@ -77,10 +81,15 @@ class FsdpPipeline final : public StrategyPass {
     // (FSDP2's prefetch of the next unit); the stage's first, at the start.
     TaskDeps after;
     if (last_forward_[static_cast<std::size_t>(at.rank)] >= 0) after.push_back(last_forward_[static_cast<std::size_t>(at.rank)]);
-    gather_[at.unit] = c.b.collective(c.named ? "all_gather params chunk " + std::to_string(at.unit) : std::string(), at.rank,
-                                      c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, bytes,
-                                      c.grad_cost(CollectiveOp::kAllGather, bytes, std::min(bytes, ch.expert_params * c.w), c.dp_group),
-                                      std::move(after), {{MemCategory::kParameters, bytes}});
+    const TaskId g = c.b.collective(c.named ? "all_gather params chunk " + std::to_string(at.unit) : std::string(), at.rank,
+                                    c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, bytes,
+                                    c.grad_cost(CollectiveOp::kAllGather, bytes, std::min(bytes, ch.expert_params * c.w), c.dp_group),
+                                    std::move(after), {{MemCategory::kBuffers, bytes}});
+    // Note [FSDP2's copy-out]: the flat buffer copied into the parameters.
+    gather_[at.unit] = c.b.compute(c.named ? "copy out params chunk " + std::to_string(at.unit) : std::string(), at.rank,
+                                   c.stream(Stream::kCompute), Phase::kForward, fsdp2_copy_out_time(c, bytes), {g},
+                                   {{MemCategory::kParameters, bytes}}, {{MemCategory::kBuffers, -bytes}});
+    c.g.tasks[gather_[at.unit]].memory_share = 1;  // a copy (Note [Interference] in engine/executor.cpp)
     deps.push_back(gather_[at.unit]);
   }
 

@@ -90,6 +90,23 @@
 // gathered in FP8, 1 byte an element (torchao's
 // Float8LinearConfig.enable_fsdp_float8_all_gather, Megatron-LM's
 // --fp8-param-gather; Note [FP8 memory] in lowering/emitter.hpp).
+//
+// Note [FSDP2's copy-out]
+// FSDP2 (fully_shard) all-gathers a unit's shards into one flat buffer on
+// its all-gather stream; the unit's pre-forward, and again its
+// pre-backward, then waits for it on the compute stream, allocates each
+// parameter's unsharded tensor and copies the flat buffer out into them
+// (FSDPParamGroup.wait_for_unshard -> foreach_all_gather_copy_out,
+// split_with_sizes_copy; torch/distributed/fsdp/_fully_shard/
+// _fsdp_collectives.py), and the flat buffer is freed. FSDP1 gathers
+// straight into its FlatParameter's padded unsharded storage, whose views
+// the parameters are (flat_param.py, _all_gather_flat_param): no copy.
+// So under fsdp_version 2 every gather of a unit (the root's too) costs
+// the compute stream, right before the pass that needs it, one kernel
+// that reads and writes the unit's gathered bytes, priced as the cost
+// model prices an elementwise kernel (the HBM's bandwidth on the
+// datasheet); the flat buffer is held (as a buffer) from the gather's
+// start to the copy's end, the unsharded parameters from the copy's start.
 #include <algorithm>
 #include <string>
 
@@ -119,7 +136,10 @@ class ShardedParameters final : public StrategyPass {
 
   void before_forward(const At& at, TaskDeps& deps) override {
     const std::size_t l = at.unit;
-    if (l == 0 && root_first_ >= 0) root_gather_ = gather_root(at.micro);  // Note [FSDP's root unit]: the root's pre-forward
+    if (l == 0 && root_first_ >= 0) {  // Note [FSDP's root unit]: the root's pre-forward
+      root_gather_ = gather_root(at.micro);
+      if (copy_out_) root_gather_ = copy_out(at.micro, "fwd", "root", root_gathered_, root_gather_);
+    }
     if (in_root(l)) {
       deps.push_back(root_gather_);
       return;
@@ -128,7 +148,7 @@ class ShardedParameters final : public StrategyPass {
     // Prefetch one layer ahead: gather l may start once l-2 has run.
     std::vector<TaskId> after;
     if (l >= 2 && limit_) after.push_back(ctx_.fwd[l - 2]);
-    deps.push_back(gather(at.micro, l, "fwd", std::move(after)));
+    deps.push_back(unsharded(at.micro, l, "fwd", gather(at.micro, l, "fwd", std::move(after))));
   }
 
   void forward_memory(const At& at, MemOps&, MemOps& on_end) override {
@@ -140,7 +160,7 @@ class ShardedParameters final : public StrategyPass {
     // Note [FSDP's root unit]: torchtitan's last unit is still whole.
     const bool own = unit_gathered(i) && !kept_after_forward(i);
     if (!one_group_) {
-      if (own) deps.push_back(backward_gather(at.micro, i));
+      if (own) deps.push_back(unsharded(at.micro, i, "bwd", backward_gather(at.micro, i)));
       return;
     }
     // Note [One process group]: layer i's gather (where not prefetched),
@@ -149,7 +169,7 @@ class ShardedParameters final : public StrategyPass {
     if (i + 1 == ctx_.layers.size()) bwd_gather_.assign(ctx_.layers.size(), -1);
     if (own) {
       if (bwd_gather_[i] < 0) bwd_gather_[i] = backward_gather(at.micro, i);
-      deps.push_back(bwd_gather_[i]);
+      deps.push_back(unsharded(at.micro, i, "bwd", bwd_gather_[i]));
     }
     if (i >= 1 && unit_gathered(i - 1)) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
   }
@@ -265,6 +285,20 @@ class ShardedParameters final : public StrategyPass {
   /// The root unit's gather, before micro-batch m's forward (Note [FSDP's root unit]).
   TaskId gather_root(std::int64_t m) { return gather_unit(m, "fwd", "root", root_gathered_, root_params_ * ctx_.w, 0, {}); }
 
+  /// What layer l's pass `pass` waits for: its gather, or under FSDP2 the
+  /// copy-out after it (Note [FSDP2's copy-out]).
+  TaskId unsharded(std::int64_t m, std::size_t l, const char* pass, TaskId gathered) {
+    if (!copy_out_) return gathered;
+    return copy_out(m, pass, ctx_.layers[l].name, ctx_.gathered_param_bytes(ctx_.layers[l]), gathered);
+  }
+
+  /// Note [FSDP2's copy-out]: `full` gathered bytes of unit `unit` copied
+  /// out of the flat buffer on the compute stream, after `gathered`.
+  TaskId copy_out(std::int64_t m, const char* pass, const std::string& unit, Bytes full, TaskId gathered) {
+    return fsdp2_copy_out(ctx_, ctx_.tag(m, std::string("copy out ") + pass + " " + unit),
+                          pass[0] == 'f' ? Phase::kForward : Phase::kBackward, full, gathered, {{MemCategory::kParameters, full}});
+  }
+
   /// The all-gather of unit `unit` for pass `pass`: `full` bytes gathered,
   /// `stored` bytes as its parameters' type, `expert` of them the routed experts'.
   TaskId gather_unit(std::int64_t m, const char* pass, const std::string& unit, Bytes full, Bytes stored, Bytes expert,
@@ -277,7 +311,8 @@ class ShardedParameters final : public StrategyPass {
       deps.push_back(c.copy(c.tag(m, "h2d params ", unit), shard, Stream::kH2D, deps));
     }
     const Bytes buffers = c.gather_bytes(full);
-    MemOps on_start{{MemCategory::kParameters, full}}, on_end;
+    // Note [FSDP2's copy-out]: FSDP2 gathers into a flat buffer the copy-out frees.
+    MemOps on_start{{copy_out_ ? MemCategory::kBuffers : MemCategory::kParameters, full}}, on_end;
     add_bytes(on_start, MemCategory::kBuffers, buffers);
     add_bytes(on_end, MemCategory::kBuffers, -buffers);
     const std::string name = std::string("all_gather ") + pass + " " + unit;
@@ -300,6 +335,8 @@ class ShardedParameters final : public StrategyPass {
   bool one_group_ = ctx_.cluster.device.comm_overlaps_compute;
   /// Gathers wait for the layer two back (FSDP's limit_all_gathers; ZeRO-3's prefetch).
   bool limit_ = ctx_.plan.limit_all_gathers;
+  /// Note [FSDP2's copy-out]: each gather copied out on the compute stream.
+  bool copy_out_ = ctx_.plan.fsdp_version == 2;
   std::vector<TaskId> bwd_gather_;  ///< this backward's gathers, by layer (-1: not yet)
   TaskId previous_ = -1;  ///< FSDP2: this backward's last reduce-scatter (Note [FSDP2's reduce-scatter wait])
   MemOps held_;           ///< FSDP2: its input, freed by the next wait
@@ -331,6 +368,20 @@ void gather_persistent(LayerContext& ctx, std::int64_t persistent, TaskId step) 
   const Bytes all = persistent * ctx.w, buffers = all + ctx.gather_bytes(all);
   ctx.collective("all_gather persistent params", CollectiveOp::kAllGather, all, ctx.shard_group, Stream::kGradComm, {step},
                  {{MemCategory::kBuffers, buffers}}, {{MemCategory::kBuffers, -buffers}});
+}
+
+TimeNs fsdp2_copy_out_time(const StageContext& c, Bytes full) {
+  Kernel k;
+  k.name = "fsdp.copy_out";
+  k.kind = KernelKind::kElementwise;
+  k.bytes = 2 * full;  // read the flat buffer, write the parameters
+  return c.compute_model.kernel_time(k, c.plan.precision);
+}
+
+TaskId fsdp2_copy_out(LayerContext& c, const std::string& name, Phase phase, Bytes full, TaskId gathered, MemOps on_start) {
+  const TaskId id = c.compute(name, phase, fsdp2_copy_out_time(c, full), {gathered}, std::move(on_start), {{MemCategory::kBuffers, -full}});
+  c.g.tasks[id].memory_share = 1;  // a copy (Note [Interference] in engine/executor.cpp)
+  return id;
 }
 
 std::unique_ptr<StrategyPass> sharded_parameters_pass(LayerContext& ctx) {
