@@ -231,6 +231,7 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     const Bytes scores = b * heads * sq * s;
     auto& k = c.forward;
     k.push_back(gemm("attn.scores", sq, s, d, e, b * heads, KernelKind::kAttention));
+    const std::size_t scores_gemm = k.size() - 1;
     // Gemma 2's soft cap: a division, a tanh and a multiplication, each a pass over the scores.
     if (softcap) k.push_back(memory_op("attn.softcap", KernelKind::kElementwise, 3 * e * scores, 3 * e * scores, 3.0 * scores));
     // gpt-oss's sinks (eager_attention_forward in modeling_gpt_oss.py): the
@@ -242,6 +243,30 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     k.push_back(memory_op("attn.softmax", KernelKind::kNorm, e * wide, e * wide, 5.0 * wide));
     if (dropout) k.push_back(memory_op("attn.dropout", KernelKind::kElementwise, e * scores, (e + 1) * scores, scores));
     k.push_back(gemm("attn.av", sq, dv, s, e, b * heads, KernelKind::kAttention));
+    // Note [Model FLOPs of local attention]
+    // MFU's model FLOPs count attention whole, as eager attention computes
+    // it: every query against every key, the causal half a fused kernel
+    // skips too (Korthikanti et al. 2022, Eq. 7; Megatron-LM, torchtitan,
+    // llm-foundry). A key beyond a sliding window (Mistral, Gemma, gpt-oss)
+    // or outside its attention chunk (Llama 4) is not the model's: eager
+    // attention masks it, a fused kernel never computes it. Counted whole,
+    // llama-4-scout at its 262,144 tokens (chunks of 8,192 in three layers
+    // of four) showed an MFU of 246%. So for the model FLOPs a local layer
+    // counts each query against the keys of its window, w of them (s x w
+    // where w < s), or of its chunk (s = q c + r: q c^2 + r^2), the causal
+    // half within them counted whole as elsewhere.
+    if (shape.model_flops) {
+      double seen = 1;
+      if (window > 0 && window < s) {
+        seen = static_cast<double>(window) / static_cast<double>(s);
+      } else if (chunk > 0 && chunk < s) {
+        const double n = static_cast<double>(s), cc = static_cast<double>(chunk), q = static_cast<double>(s / chunk),
+                     r = static_cast<double>(s % chunk);
+        seen = (q * cc * cc + r * r) / (n * n);
+      }
+      k[scores_gemm].flops *= seen;
+      k.back().flops *= seen;
+    }
     c.backward = backward_of(c.forward);
     // Kept: the softmax's output (for its backward; an fp32 softmax's own
     // 4 bytes beside the e-byte cast the next op reads), and what the

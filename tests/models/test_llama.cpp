@@ -1167,3 +1167,30 @@ TEST_CASE("Llama 4's config.json keys dtsim does not model, and contradictions, 
   CHECK_THAT(error_of([] { load_model("llama-tiny", {sim::parse_override("model.attn_temperature=true")}); }),
              Catch::Contains("model.attn_temperature") && Catch::Contains("nope_global"));
 }
+
+TEST_CASE("model FLOPs count no key beyond a sliding window or outside an attention chunk (Note [Model FLOPs of local attention])",
+          "[llama][attention]") {
+  // Eager attention computes every query against every key: 2 b a s s d
+  // for the scores and as much for the weighted values, a layer's forward.
+  // The model FLOPs (3 x the forward's, predict's MFU) count s x w of them
+  // for a window w < s, and q c^2 + r^2 of the s^2 for chunks of c (s = q c + r).
+  const auto flops = [](const sim::Model& m, std::int64_t s, bool model_flops) {
+    sim::WorkloadShape shape;
+    shape.seq_len = s;
+    shape.act_bytes = 2;
+    shape.model_flops = model_flops;
+    return m.model_flops(shape);
+  };
+  // Mistral 7B: 32 layers of 32 heads of 128, every layer local, window 4096.
+  const auto mistral = load_model("mistral-7b");
+  const double s = 8192, whole = 4 * 32 * 128 * s * s;  // scores and values, one layer, b = 1
+  CHECK(flops(*mistral, 8192, false) - flops(*mistral, 8192, true) == Approx(3 * 32 * whole * (1 - 4096 / s)).epsilon(1e-9));
+  // Llama 4 Scout: 48 layers of 40 heads of 128, chunks of 8192 in the 36
+  // that are not every 4th (global); s = 2 x 8192 + 4096.
+  const auto scout = load_model("llama-4-scout");
+  const double n = 20480, chunked = 4 * 40 * 128 * n * n;
+  const double seen = (2 * 8192.0 * 8192 + 4096.0 * 4096) / (n * n);
+  CHECK(flops(*scout, 20480, false) - flops(*scout, 20480, true) == Approx(3 * 36 * chunked * (1 - seen)).epsilon(1e-9));
+  // A window as long as the sequence leaves every key in view.
+  CHECK(flops(*mistral, 4096, false) == Approx(flops(*mistral, 4096, true)).epsilon(1e-12));
+}

@@ -423,8 +423,11 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   // grad_accum micro-batches through the whole model. They count attention
   // whole, as eager attention computes it (the causal half a fused kernel
   // skips still counts: Korthikanti et al. 2022, Eq. 7, and the MFU of
-  // Megatron-LM, torchtitan and llm-foundry count it so).
+  // Megatron-LM, torchtitan and llm-foundry count it so), but no key beyond
+  // a local layer's window or chunk (Note [Model FLOPs of local attention]
+  // in models/src/layers.cpp).
   WorkloadShape shape;
+  shape.model_flops = true;
   shape.micro_batch = p.plan.micro_batch;
   shape.seq_len = p.plan.seq_len;
   shape.act_bytes = element_bytes(p.plan.precision);

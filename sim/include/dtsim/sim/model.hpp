@@ -82,6 +82,12 @@ struct WorkloadShape {
   /// mask skips the blocks above the diagonal. False: eager attention, which
   /// keeps the scores and the softmax (Note [Activation memory]).
   bool flash_attention = false;
+  /// Describe the attention as the model FLOPs of MFU count it (Note [Model
+  /// FLOPs of local attention] in models/src/layers.cpp): eager, each query
+  /// against every key its layer lets it see, the causal half counted
+  /// whole, but no key beyond a sliding window or outside an attention
+  /// chunk. Only predict's MFU asks for it.
+  bool model_flops = false;
   /// Context-parallel degree: each sequence of `seq_len` tokens is split over
   /// cp ranks, which exchange keys and values for attention (Note [Context
   /// parallelism] in models/src/layers.cpp). `seq_len` stays the whole sequence.
