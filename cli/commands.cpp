@@ -119,7 +119,11 @@ Command add_predict(CLI::App& root) {
 int run_predict(const Options& o) {
   const std::string cluster_name = require(o, "cluster", "predict", "e.g. --cluster dgx-a100 (see dtsim list clusters)");
   const ResolvedScenario rs = resolve_scenario(o.scenario, "ddp");
-  if (rs.model.empty()) throw ConfigError("dtsim predict: --model is required; e.g. --model gpt2 (see dtsim list models)");
+  if (rs.model.empty()) {
+    // A framework config that names a model dtsim lacks says which (its warning).
+    throw ConfigError("dtsim predict: --model is required; e.g. --model gpt2 (see dtsim list models)" +
+                      (rs.warning.empty() ? std::string() : "; " + rs.warning));
+  }
   const auto& ov = rs.overrides;
   const std::string& model_name = rs.model;
   const std::string& plan_name = rs.plan;
@@ -170,7 +174,7 @@ Command add_search(CLI::App& root) {
   auto o = options_of(app);
   add_scenario_options(*app, o->scenario, kModel | kCluster | kProfile | kSet);
   value(app, *o, "gpus", "N", "Use N of the cluster's GPUs (default: all)");
-  value(app, *o, "global-batch", "B", "Samples per iteration (default: the model's)");
+  value(app, *o, "global-batch", "B", "Samples per iteration (default: 4 a GPU; at most 16,384 a GPU)");
   value(app, *o, "top", "K", "Show the K fastest plans (default 10)");
   value(app, *o, "threads", "T", "Simulate on T threads (default: every core)");
   flag(app, *o, "json", "Print the ranking as JSON");
@@ -241,6 +245,14 @@ Command add_comm(CLI::App& root) {
 
 int run_comm(const Options& o) {
   const auto ov = overrides(o);
+  // A collective is priced on a cluster alone: a model's or a plan's key
+  // would be ignored without a word.
+  for (const auto& x : ov) {
+    if (x.section != "cluster") {
+      throw ConfigError("--set " + x.section + "." + x.path + "=" + x.value +
+                        ": comm prices collectives on a cluster; only cluster keys apply (e.g. --set cluster.nodes=4)");
+    }
+  }
   const std::string cluster_name = require(o, "cluster", "comm", "e.g. --cluster dgx-a100");
   const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
   sim::CollectiveOp op = sim::CollectiveOp::kAllReduce;

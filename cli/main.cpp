@@ -1,5 +1,6 @@
 // dtsim: predict distributed-training time and memory before spending a GPU-hour.
 #include <algorithm>
+#include <cerrno>
 #include <csignal>
 #include <cstring>
 #include <cstdio>
@@ -108,6 +109,7 @@ int main(int argc, char** argv) {
   app.footer(kFooter);  // after the subcommands: they would inherit it
   if (args.empty()) {
     std::cout << app.help();
+    std::cerr << "dtsim: a command is required; valid: predict, search, comm, list, calibrate, profile, validate, help\n";
     return 2;
   }
   try {
@@ -143,7 +145,16 @@ int main(int argc, char** argv) {
       if (!c.app->parsed()) continue;
       const std::string name = c.app->get_name();
       if (name != "calibrate" && name != "validate") handle_interrupts(name);  // Note [Interrupted commands]
-      return c.run();
+      const int rc = c.run();
+      // What was printed must have reached stdout (a full disk, /dev/full,
+      // a closed descriptor): a table half written is not a success.
+      errno = 0;
+      std::cout.flush();
+      if (!std::cout || std::fflush(stdout) != 0) {
+        const int err = errno;
+        throw IoError(std::string("standard output: the output could not be written") + (err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string()));
+      }
+      return rc;
     }
     throw ConfigError("dtsim: a command is required; valid: predict, search, comm, list, calibrate, profile, validate, help (see dtsim --help)");
   } catch (const InternalError& e) {

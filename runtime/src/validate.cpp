@@ -167,7 +167,12 @@ std::function<ValidateOptions()> add_validate_options(CLI::App& app) {
     if (auto x = get("steps")) o.steps = static_cast<int>(parse_int("steps", *x, 1, 1000000));
     if (auto x = get("warmup")) o.warmup = static_cast<int>(parse_int("warmup", *x, 0, 1000000));
     if (auto x = get("seed")) o.seed = static_cast<std::uint64_t>(parse_int("seed", *x, 0, std::int64_t{1} << 62));
-    if (auto x = get("timeout")) o.timeout_s = parse_positive("timeout", *x);
+    if (auto x = get("timeout")) {
+      o.timeout_s = parse_positive("timeout", *x);
+      // A week: beyond it Gloo's store timeout (milliseconds in 64 bits) and
+      // the watchdog's clock overflow; no rank is silent that long and well.
+      if (o.timeout_s > 604800) throw ConfigError("dtsim validate: --timeout " + *x + ": expected at most 604800 seconds (a week)");
+    }
     if (auto x = get("lr")) o.lr = parse_positive("lr", *x);
     if (auto x = get("mem-limit")) o.mem_limit = parse_int("mem-limit", *x, 1, std::int64_t{1} << 60);
     if (auto x = get("fault")) {

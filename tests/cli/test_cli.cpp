@@ -572,6 +572,44 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
   }
 }
 
+TEST_CASE("what a review's bad input found: each one line and exit 2, never ignored, never a hang", "[cli][bad-input]") {
+  namespace fs = std::filesystem;
+  const fs::path dir = fs::temp_directory_path() / ("dtsim_bad_" + std::to_string(::getpid()));
+  fs::create_directories(dir);
+  const auto one_line = [](const Result& r, const std::string& says) {
+    INFO(r.err);
+    CHECK(r.status == 2);
+    CHECK(lines(r.err) == 1);
+    CHECK(r.err.find(says) != std::string::npos);
+  };
+  // comm prices a collective on a cluster: a plan's or a model's key is refused, not ignored.
+  one_line(dtsim("comm --cluster dgx-a100 --set plan.tp=2"), "only cluster keys apply");
+  one_line(dtsim("comm --cluster dgx-a100 --set model.layers=abc"), "--set model.layers=abc");
+  // Output that cannot be written is a failure (a full disk: /dev/full).
+  one_line(dtsim("list clusters >/dev/full"), "standard output: the output could not be written");
+  one_line(dtsim("predict --model gpt2 --cluster dgx-a100 >/dev/full"), "standard output");
+  // No command at all: its one line on stderr beside the help.
+  one_line(dtsim(""), "a command is required");
+  // --megatron-args: one word that is no flag is a file, whatever is wrong with it.
+  one_line(dtsim("predict --cluster dgx-a100 --megatron-args " + dir.string()), "is a directory");
+  one_line(dtsim("predict --cluster dgx-a100 --megatron-args /nonexistent/gpt.sh"), "/nonexistent/gpt.sh: no such file");
+  one_line(dtsim("predict --cluster dgx-a100 --megatron-args /dev/zero"), "/dev/zero: larger than a config may be");
+  {
+    std::ofstream(dir / "nul.sh", std::ios::binary) << std::string("--micro-batch-size 1\0\0", 22);
+    one_line(dtsim("predict --cluster dgx-a100 --megatron-args " + (dir / "nul.sh").string()), "a binary file");
+  }
+  // A torchtitan model dtsim does not have: the file, the key and what is built in.
+  {
+    std::ofstream(dir / "tt.toml") << "[model]\nname = \"llama3\"\nflavor = \"999B\"\n[training]\nlocal_batch_size = 1\nseq_len = 2048\n";
+    const Result r = dtsim("predict --cluster dgx-h100 --torchtitan " + (dir / "tt.toml").string());
+    one_line(r, "--model is required");
+    CHECK(r.err.find("tt.toml") != std::string::npos);
+    CHECK(r.err.find("flavor=999B") != std::string::npos);
+    CHECK(r.err.find("llama3 8B, 70B, 405B") != std::string::npos);
+  }
+  fs::remove_all(dir);
+}
+
 TEST_CASE("a plan's problems are all reported, one 'dtsim:' line each, exit status 2", "[cli][bad-input]") {
   // gpt2 has 12 heads (tp 5 cannot split them) and 1024 positions; a V100 has no bf16.
   const Result r = dtsim("predict --model gpt2 --cluster 8xv100-16g --set plan.tp=5 --set plan.seq_len=4096 --set plan.precision=bf16");

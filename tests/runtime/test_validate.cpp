@@ -241,6 +241,10 @@ TEST_CASE("validate options are checked with what would be valid", "[runtime][va
             .find("expected cpu or cuda") != std::string::npos);
   CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--fault", "boom@1"}); })
             .find("crash|hang|stop|oom|error@RANK") != std::string::npos);
+  // 1e30 s overflowed Gloo's store timeout (milliseconds in 64 bits) into a negative one.
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--timeout", "1e30"}); })
+            .find("--timeout 1e30: expected at most 604800 seconds") != std::string::npos);
+  CHECK(runtime::parse_validate_args({"--model", "gpt2-tiny", "--timeout", "604800"}).timeout_s == 604800);
   const auto o = runtime::parse_validate_args({"--model", "gpt2-tiny", "--procs=4", "--set", "plan.micro_batch=2", "--json"});
   CHECK(o.procs == 4);
   CHECK(o.json);

@@ -158,6 +158,19 @@ TEST_CASE("search: a global batch no data-parallel degree divides is refused", "
   SearchOptions o = fp16_adam(0);
   o.gpus = 3;
   CHECK_THROWS_AS(search(*model, cluster, o), ConfigError);
+  // A split the held keys forbid names them: 32 samples on 8 GPUs with
+  // micro-batches of 1,000,000 (a review found "give a multiple of the GPU
+  // count" said of 32, which is one).
+  o = fp16_adam(32);
+  o.base = search_base_plan(cluster, {parse_override("plan.micro_batch=1000000")});
+  CHECK_THROWS_WITH(search(*model, cluster, o),
+                    "--global-batch 32: no plan of 8 GPUs splits it with what is held (plan.micro_batch); give a multiple of the "
+                    "GPU count or hold fewer keys");
+  // 2^40 samples on 8 GPUs: 2^37 a GPU, over the 2^14 searched; refused at
+  // once (it had walked 2^37 micro-batch sizes one by one).
+  o = fp16_adam(std::int64_t{1} << 40);
+  CHECK_THROWS_WITH(search(*model, cluster, o), "--global-batch 1099511627776: 137438953472 samples a GPU a step, more than dtsim "
+                                                "searches (16384); valid: up to 131072 on 8 GPUs (dtsim predict prices any plan)");
 }
 
 TEST_CASE("search: a shape knob fixed by --set holds every candidate; a degree the rules never allow is refused", "[search]") {
@@ -181,6 +194,10 @@ TEST_CASE("search: a shape knob fixed by --set holds every candidate; a degree t
   o.base = search_base_plan(cluster, {parse_override("plan.tp=1000")});
   CHECK_THROWS_WITH(enumerate_plans(*model, cluster, o),
                     "--set plan.tp: 1000 is not a tensor-parallel degree gpt2 on 8 GPUs allows; valid: 1, 2, 4");
+  // A precision the device lacks (fp8 on an A100) is refused as predict
+  // refuses it; it had searched nothing and said "no plan fits".
+  o.base = search_base_plan(cluster, {parse_override("plan.precision=fp8")});
+  CHECK_THROWS_WITH(enumerate_plans(*model, cluster, o), "--set plan.precision: fp8 is not a precision A100-SXM4-80GB runs; valid: fp32, fp16, bf16");
 }
 
 TEST_CASE("search: pruning by the time bound keeps the ranking and the Pareto front of simulating every plan", "[search]") {

@@ -42,10 +42,20 @@ std::string read_config_text(const std::string& path) {
     throw ConfigError(path + ": " + std::to_string(size) + " bytes, larger than a config may be (limit " +
                       std::to_string(kMaxConfigBytes >> 20) + " MiB)");
   }
+  // Read at most one byte past the limit: a device or a pipe (/dev/zero)
+  // has no size to check first and may never end.
   std::ifstream in(path, std::ios::binary);
-  std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
-  if (!in.good() && !in.eof()) throw IoError(path + ": cannot be read");
-  if (text.size() > kMaxConfigBytes) throw ConfigError(path + ": larger than a config may be");
+  std::string text;
+  char buf[65536];
+  while (in && text.size() <= kMaxConfigBytes) {
+    in.read(buf, sizeof buf);
+    text.append(buf, static_cast<std::size_t>(in.gcount()));
+  }
+  if (in.bad()) throw IoError(path + ": cannot be read");
+  if (text.size() > kMaxConfigBytes) {
+    throw ConfigError(path + ": larger than a config may be (limit " + std::to_string(kMaxConfigBytes >> 20) + " MiB)");
+  }
+  if (text.find('\0') != std::string::npos) throw ConfigError(path + ": a binary file (it holds NUL bytes), not a config's text");
   return text;
 }
 
@@ -129,7 +139,10 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     // A file of flags (a launch script's), or the flags themselves.
     std::error_code ec;
     const bool is_file = source.rfind("--", 0) != 0 && std::filesystem::is_regular_file(source, ec);
-    return is_file ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
+    // One word that is no flag names a file, even one that is missing or
+    // no regular file: read_megatron_args says what is wrong with it.
+    const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
+    return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
   throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, torchtitan");
 }

@@ -102,6 +102,11 @@ std::optional<std::string> builtin_model(const std::string& name, const std::str
   return std::nullopt;
 }
 
+/// The name/flavor pairs builtin_model knows, for a message.
+std::string builtin_models() {
+  return "llama3 8B, 70B, 405B; qwen3 8B, 30B-A3B, 235B-A22B; deepseek_v3 671B; llama4 17bx16e, 17bx128e";
+}
+
 bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
 }  // namespace
@@ -337,7 +342,10 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
   if (mo.has("name")) {
     const std::string name = mo.get_string("name", ""), flavor = mo.get_string("flavor", "");
     fc.model = builtin_model(name, flavor);
-    if (!fc.model) fc.unmodelled.push_back("model.name=" + name + " flavor=" + flavor + " (no built-in; pass --model)");
+    if (!fc.model) {
+      fc.unmodelled.push_back("model.name=" + name + " flavor=" + flavor + " (no built-in; built in: " + builtin_models() +
+                              "; or pass --model)");
+    }
     if (fc.model && name == "llama4") {
       // torchtitan's Llama 4 (torchtitan/models/llama4/model.py) has no q/k
       // norms and no attention temperature (Note [Llama 4] in

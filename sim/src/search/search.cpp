@@ -350,6 +350,18 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   std::vector<Attention> attentions{o.base.attention};
   if (!set("attention") && rules.attentions().size() > 1) attentions = {Attention::kEager, Attention::kFlash};
   std::vector<Precision> precisions{o.base.precision};
+  if (set("precision")) {
+    // Note [Fixed knobs]: a precision the device cannot run is refused with
+    // those it can, as predict refuses it, not searched into an empty ranking.
+    const std::vector<Precision> valid = rules.precisions();
+    if (std::find(valid.begin(), valid.end(), o.base.precision) == valid.end()) {
+      std::string names;
+      for (Precision p : valid) names += (names.empty() ? "" : ", ") + std::string(to_string(p));
+      const std::string& where = o.base.origins.where.at("plan.precision");  // "--set plan.precision" or "p.yaml:3"
+      throw ConfigError(where + (where.rfind("--set ", 0) == 0 ? ": " : ": plan.precision: ") + std::string(to_string(o.base.precision)) +
+                        " is not a precision " + cluster.device.name + " runs; valid: " + names);
+    }
+  }
   if (!set("precision")) {
     precisions.clear();
     for (Precision p : rules.precisions()) {
@@ -411,8 +423,17 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
       const int dp = gpus / (tp * pp * cp);
       if (batch % dp != 0) continue;
       const std::int64_t per_replica = batch / dp;
-      for (std::int64_t mb = 1; mb <= per_replica; ++mb) {
-        if (per_replica % mb != 0) continue;
+      // The micro-batch sizes that divide a replica's batch, in ascending
+      // order: found up to its square root, not counted to it (a batch of
+      // 2^40 samples would take 10^11 steps).
+      std::vector<std::int64_t> mbs, large;
+      for (std::int64_t d = 1; d <= per_replica / d; ++d) {
+        if (per_replica % d != 0) continue;
+        mbs.push_back(d);
+        if (d != per_replica / d) large.push_back(per_replica / d);
+      }
+      mbs.insert(mbs.end(), large.rbegin(), large.rend());
+      for (const std::int64_t mb : mbs) {
         const std::int64_t m = per_replica / mb;
         struct Sched {
           Schedule s;
@@ -844,6 +865,18 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
   r.global_batch = o.global_batch == 0 ? 4LL * r.gpus : o.global_batch;
   r.capacity = cluster.device.memory;
   r.model_attention = attends(model);
+  // A search's cost grows with the micro-batches of its candidates (their
+  // schedules are walked and simulated micro-batch by micro-batch where no
+  // steady state shortens them): gpt2 on 8 A100s took 24 s at 4,096
+  // samples a GPU and 83 s at 16,384; 2^37 walked micro-batch sizes for
+  // days. So more than 16,384 samples a GPU a step, which no plan trains,
+  // is refused at once, of the batch (dtsim predict prices any one plan).
+  constexpr std::int64_t kMaxPerGpu = std::int64_t{1} << 14;
+  if (r.global_batch / r.gpus > kMaxPerGpu) {
+    throw ConfigError("--global-batch " + std::to_string(r.global_batch) + ": " + std::to_string(r.global_batch / r.gpus) +
+                      " samples a GPU a step, more than dtsim searches (" + std::to_string(kMaxPerGpu) + "); valid: up to " +
+                      std::to_string(kMaxPerGpu * r.gpus) + " on " + std::to_string(r.gpus) + " GPUs (dtsim predict prices any plan)");
+  }
   std::vector<PlanSpec> candidates = enumerate_plans(model, cluster, o);
   r.enumerated = candidates.size();
   // A knob set on that the rules gave no plan (enumerate_plans holds it
@@ -875,8 +908,15 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
     }
   }
   if (candidates.empty()) {
-    throw ConfigError("--global-batch " + std::to_string(r.global_batch) + ": no data-parallel degree of " +
-                      std::to_string(r.gpus) + " GPUs divides it; give a multiple of the GPU count");
+    // The keys the base plan holds fixed narrow the split: name them too.
+    std::string held;
+    for (const char* key : {"plan.dp", "plan.tp", "plan.pp", "plan.cp", "plan.ep", "plan.etp", "plan.micro_batch", "plan.grad_accum",
+                            "plan.schedule", "plan.virtual_stages", "plan.seq_len"}) {
+      if (o.base.origins.where.count(key)) held += (held.empty() ? "" : ", ") + std::string(key);
+    }
+    throw ConfigError("--global-batch " + std::to_string(r.global_batch) + ": no plan of " + std::to_string(r.gpus) +
+                      " GPUs splits it" + (held.empty() ? std::string() : " with what is held (" + held + ")") +
+                      "; give a multiple of the GPU count" + (held.empty() ? std::string() : " or hold fewer keys"));
   }
 
   // Memory pruning by a lower bound of the peak (Note [Search]).
@@ -890,6 +930,7 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
   // The threads that bound the plans (Note [Bounds in parallel]) and simulate them.
   const unsigned bound_threads = o.threads > 0 ? static_cast<unsigned>(o.threads) : std::max(1u, std::thread::hardware_concurrency());
   OnceMap<std::tuple<std::int64_t, int, bool, Recompute, int, Attention, Precision>, Bytes> kept_cache;
+  constexpr Bytes kNoFit = std::numeric_limits<Bytes>::max();  ///< a bound no GPU meets
   auto kept_per_micro = [&](const PlanSpec& s) {
     const auto key = std::make_tuple(s.micro_batch, s.tp, s.sequence_parallel, s.recompute, s.cp, s.attention, s.precision);
     return kept_cache.get(key, [&] {
@@ -908,8 +949,15 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
       shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
       shape.fused_kernels = s.kernels == Kernels::kFused;  // the base plan's, for every candidate
       Bytes kept = 0;
-      const LayerList layers = model.shared_layers(shape);
-      for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);
+      try {
+        const LayerList layers = model.shared_layers(shape);
+        for (std::size_t l = 0; l < layers.size(); ++l) kept += detail::kept_bytes(layers, l, s.recompute);
+      } catch (const ConfigError&) {
+        // A micro-batch the model cannot describe (a layer's activations
+        // past 100 TB, Note [Model size bound]): no GPU holds it, so the
+        // plan is pruned by memory, not the search stopped.
+        return kNoFit;
+      }
       return kept;
     });
   };
@@ -1061,7 +1109,9 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
     const std::int64_t rank_experts = expert_params / (static_cast<std::int64_t>(s.ep) * etp * s.pp);
     const ModelStates ms =
         model_states(lb, (params - expert_params) / (static_cast<std::int64_t>(s.tp) * s.pp) + rank_experts, rank_experts);
-    return peak_lower_bound(ms.total(), kept_per_micro(s), s.pp, s.grad_accum, s.schedule) + cluster.device.runtime_reserved;
+    const Bytes kept = kept_per_micro(s);
+    if (kept == kNoFit) return kNoFit;
+    return peak_lower_bound(ms.total(), kept, s.pp, s.grad_accum, s.schedule) + cluster.device.runtime_reserved;
   };
   // Note [Search recompute]: Megatron's block method only where the same
   // plan without recompute cannot fit by its bounds and with every block
