@@ -347,12 +347,15 @@ class LayerBuckets final : public StrategyPass {
     // Note [FSDP2's copy-out] (passes/sharded_parameters.cpp): FSDP2
     // gathers into a flat buffer and copies it out on the compute stream;
     // SHARD_GRAD_OP's parameters, whole here from step to step, are
-    // gathered once, so copied out once.
-    const bool copy_out = c.plan.fsdp_version == 2;
-    if (copy_out) add_bytes(on_start, MemCategory::kBuffers, all);
+    // gathered once, so copied out once. FSDP gathers unit by unit, so its
+    // flat buffer is a unit's at a time, not the model's: its time is
+    // counted here, its memory (a unit beside whole parameters) is not.
     const TaskId g = c.collective("all_gather params", CollectiveOp::kAllGather, all, c.shard_group, Stream::kGradComm, {step},
                                   std::move(on_start), std::move(on_end), std::min(all, c.expert_params * c.w));
-    if (copy_out) fsdp2_copy_out(c, "copy out params", Phase::kOptimizer, all, g);
+    if (c.plan.fsdp_version == 2) {
+      const TaskId copy = c.compute("copy out params", Phase::kOptimizer, fsdp2_copy_out_time(c, all), {g});
+      c.g.tasks[copy].memory_share = 1;  // a copy (Note [Interference] in engine/executor.cpp)
+    }
   }
 
  private:

@@ -51,9 +51,10 @@
 // stages in a window of three (_add_unshard_reshard, max_active_stages=3),
 // which gathers again within a step where a rank holds more than three
 // chunks; reshard_after_forward "always" (gathered again for each backward).
-// Each gather lands in FSDP2's flat buffer, copied out into the parameters
+// Each gather lands in FSDP2's flat buffers, copied out into the parameters
 // on the compute stream before the chunk's first forward (Note [FSDP2's
-// copy-out] in passes/sharded_parameters.cpp).
+// copy-out] in passes/sharded_parameters.cpp): its time, not the one
+// block's buffer it holds beside them.
 #include <algorithm>
 #include <string>
 #include <vector>
@@ -84,11 +85,13 @@ class FsdpPipeline final : public StrategyPass {
     const TaskId g = c.b.collective(c.named ? "all_gather params chunk " + std::to_string(at.unit) : std::string(), at.rank,
                                     c.stream(Stream::kGradComm), Axis::kDp, CollectiveOp::kAllGather, bytes,
                                     c.grad_cost(CollectiveOp::kAllGather, bytes, std::min(bytes, ch.expert_params * c.w), c.dp_group),
-                                    std::move(after), {{MemCategory::kBuffers, bytes}});
+                                    std::move(after), {{MemCategory::kParameters, bytes}});
     // Note [FSDP2's copy-out]: the flat buffer copied into the parameters.
+    // FSDP gathers a block at a time, so the flat buffer is a block's, not
+    // the chunk's this pass gathers at once: its time is counted, its
+    // memory (one block beside the chunk's parameters) is not.
     gather_[at.unit] = c.b.compute(c.named ? "copy out params chunk " + std::to_string(at.unit) : std::string(), at.rank,
-                                   c.stream(Stream::kCompute), Phase::kForward, fsdp2_copy_out_time(c, bytes), {g},
-                                   {{MemCategory::kParameters, bytes}}, {{MemCategory::kBuffers, -bytes}});
+                                   c.stream(Stream::kCompute), Phase::kForward, fsdp2_copy_out_time(c, bytes), {g});
     c.g.tasks[gather_[at.unit]].memory_share = 1;  // a copy (Note [Interference] in engine/executor.cpp)
     deps.push_back(gather_[at.unit]);
   }
