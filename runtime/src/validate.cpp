@@ -181,6 +181,21 @@ std::function<ValidateOptions()> add_validate_options(CLI::App& app) {
       if (at == std::string::npos || (kind != "crash" && kind != "hang" && kind != "stop" && kind != "oom" && kind != "error")) {
         throw ConfigError("dtsim validate: --fault " + *x + ": expected crash|hang|stop|oom|error@RANK[:STEP]");
       }
+      // RANK and STEP as the worker reads them (std::stoi): whole numbers, the
+      // rank one of the ranks started where --procs says how many.
+      const auto colon = x->find(':', at);
+      const std::string rank_text = x->substr(at + 1, colon == std::string::npos ? std::string::npos : colon - at - 1);
+      const std::string step_text = colon == std::string::npos ? "0" : x->substr(colon + 1);
+      const auto whole = [](const std::string& t) {
+        return !t.empty() && t.size() <= 6 && std::all_of(t.begin(), t.end(), [](char c) { return c >= '0' && c <= '9'; });
+      };
+      if (!whole(rank_text) || !whole(step_text)) {
+        throw ConfigError("dtsim validate: --fault " + *x + ": RANK and STEP are whole numbers from 0 (crash|hang|stop|oom|error@RANK[:STEP])");
+      }
+      if (o.procs > 0 && std::stoi(rank_text) >= o.procs) {
+        throw ConfigError("dtsim validate: --fault " + *x + ": rank " + rank_text + " of --procs " + std::to_string(o.procs) +
+                          "; valid: 0 to " + std::to_string(o.procs - 1));
+      }
       o.fault = *x;
     }
     return o;

@@ -241,6 +241,14 @@ TEST_CASE("validate options are checked with what would be valid", "[runtime][va
             .find("expected cpu or cuda") != std::string::npos);
   CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--fault", "boom@1"}); })
             .find("crash|hang|stop|oom|error@RANK") != std::string::npos);
+  // The rank and step the worker reads as whole numbers, the rank one started.
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--fault", "crash@-1"}); })
+            .find("RANK and STEP are whole numbers from 0") != std::string::npos);
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--fault", "crash@0:x"}); })
+            .find("RANK and STEP are whole numbers from 0") != std::string::npos);
+  CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--procs", "2", "--fault", "crash@99"}); })
+            .find("--fault crash@99: rank 99 of --procs 2; valid: 0 to 1") != std::string::npos);
+  CHECK(runtime::parse_validate_args({"--model", "gpt2-tiny", "--procs", "2", "--fault", "hang@1:3"}).fault == "hang@1:3");
   // 1e30 s overflowed Gloo's store timeout (milliseconds in 64 bits) into a negative one.
   CHECK(test::error_of([] { runtime::parse_validate_args({"--model", "gpt2-tiny", "--timeout", "1e30"}); })
             .find("--timeout 1e30: expected at most 604800 seconds") != std::string::npos);
