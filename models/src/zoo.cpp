@@ -635,8 +635,10 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
   // A mixture's experts (under `experts_key`) and num_experts_per_tok, no
   // more of these than of those (`what` names the experts in the error).
   auto routing = [&](const char* experts_key, std::int64_t experts, std::int64_t top_k, const char* what) {
-    ours["experts"] = c.get_int(experts_key, experts, 2, kBig);
-    ours["top_k"] = c.get_int("num_experts_per_tok", top_k, 1, kBig);
+    // The bounds the model's own keys take (experts, top_k: 2^20), so that a
+    // config's value is refused at its line, once, with the range that holds.
+    ours["experts"] = c.get_int(experts_key, experts, 2, 1 << 20);
+    ours["top_k"] = c.get_int("num_experts_per_tok", top_k, 1, 1 << 20);
     if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
       c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
                                         std::to_string(ours["experts"].as<std::int64_t>()) + " " + what);

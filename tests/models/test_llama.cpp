@@ -891,6 +891,11 @@ TEST_CASE("bad gpt-oss input: one line naming the key and what is valid", "[llam
   auto with = [&](const std::string& from, const std::string& to) { return edited_hf(dir, "gpt-oss-20b", from, to); };
   CHECK_THAT(error_of([&] { load_model(with("\"num_experts_per_tok\": 4", "\"num_experts_per_tok\": 40")); }),
              Catch::Contains("config.num_experts_per_tok: 40 exceeds the 32 local experts"));
+  // The config's range is the model's (2^20 experts): refused at its line,
+  // where 2,000,000 had passed the config's check and failed the model's
+  // under another key with another range.
+  CHECK_THAT(error_of([&] { load_model(with("\"num_local_experts\": 32", "\"num_local_experts\": 2000000")); }),
+             Catch::Contains("config.num_local_experts: 2000000 is out of range; valid: 2 to 1048576"));
   CHECK_THAT(error_of([&] { load_model(with("\"GptOssForCausalLM\"", "\"GptOssModel\"")); }), Catch::Contains("valid: GptOssForCausalLM"));
   // Layer 2 global where every other layer is: not a pattern dtsim models.
   CHECK_THAT(error_of([&] { load_model(with("\"full_attention\",\n    \"sliding_attention\"", "\"full_attention\",\n    \"full_attention\"")); }),
