@@ -644,6 +644,20 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
                                         std::to_string(ours["experts"].as<std::int64_t>()) + " " + what);
     }
   };
+  // Group-limited routing (DeepSeek-V3's, GLM-4.5's): the router views the
+  // routed experts' scores as n_group groups of equal size
+  // (DeepseekV3TopkRouter, scores.view(-1, n_group, n_routed_experts //
+  // n_group)) and keeps topk_group of them; one group is none.
+  auto group_routing = [&](std::int64_t groups_default, std::int64_t topk_default) {
+    const std::int64_t groups = c.get_int("n_group", groups_default, 1, 1 << 20);
+    if (groups <= 1) return;
+    const std::int64_t experts = ours["experts"].as<std::int64_t>();
+    if (experts % groups != 0) {
+      c.fail("n_group", std::to_string(groups) + " does not divide the " + std::to_string(experts) +
+                            " routed experts (the router splits them into n_group groups of equal size)");
+    }
+    ours["route_nodes"] = c.get_int("topk_group", std::min(topk_default, groups), 1, groups);
+  };
   // Which layers attend to every key among sliding-window ones: every
   // `fallback`-th, or as the config's layer_types list them (transformers
   // >= 4.53), which must be sliding_attention layers with a full_attention
@@ -1014,7 +1028,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // Glm4MoeDecoderLayer: experts where layer_idx >= first_k_dense_replace.
     ours["first_dense"] = c.get_int("first_k_dense_replace", 1, 0, 10000);
     // Group-limited routing as DeepSeek-V3's (1 group: none).
-    if (c.get_int("n_group", 1, 1, 1 << 20) > 1) ours["route_nodes"] = c.get_int("topk_group", 1, 1, 1 << 20);
+    group_routing(1, 1);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" || type == "kimi_k2") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,
     // Qwen3MoeConfig and DeepseekV3Config (transformers), their layers as
@@ -1074,7 +1088,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
       ours["first_dense"] = c.get_int("first_k_dense_replace", 3, 0, 10000);
       // Node-limited routing: a token's experts come from topk_group of the
       // n_group groups (transformers' DeepseekV3Config defaults 8 and 4).
-      if (c.get_int("n_group", 8, 1, 1 << 20) > 1) ours["route_nodes"] = c.get_int("topk_group", 4, 1, 1 << 20);
+      group_routing(8, 4);
       // DeepseekV3DecoderLayer puts experts where layer_idx >= first_k_dense_replace.
       if (c.get_int("moe_layer_freq", 1, 1, 10000) != 1) c.fail("moe_layer_freq", "only 1 is modelled (every layer after the dense ones)");
       if (hf["q_lora_rank"] && hf["q_lora_rank"].IsNull()) {

@@ -1199,3 +1199,16 @@ TEST_CASE("model FLOPs count no key beyond a sliding window or outside an attent
   // A window as long as the sequence leaves every key in view.
   CHECK(flops(*mistral, 4096, false) == Approx(flops(*mistral, 4096, true)).epsilon(1e-12));
 }
+
+TEST_CASE("group-limited routing: n_group divides the routed experts and topk_group is one of the groups", "[llama][moe]") {
+  // DeepseekV3TopkRouter views the 256 routed experts' scores as n_group
+  // groups of equal size and keeps topk_group of them: 7 groups of 256 do
+  // not exist, and 9 of 8 cannot be kept.
+  test::TempDir dir("deepseek-groups");
+  auto with = [&](const std::string& from, const std::string& to) { return edited_hf(dir, "deepseek-v3", from, to); };
+  CHECK_THAT(error_of([&] { load_model(with("\"n_group\": 8", "\"n_group\": 7")); }),
+             Catch::Contains("config.n_group: 7 does not divide the 256 routed experts"));
+  CHECK_THAT(error_of([&] { load_model(with("\"topk_group\": 4", "\"topk_group\": 9")); }),
+             Catch::Contains("config.topk_group: 9 is out of range; valid: 1 to 8"));
+  CHECK(load_model(with("\"n_group\": 8", "\"n_group\": 16"))->parameters() == load_model(hf("deepseek-v3"))->parameters());
+}
