@@ -152,7 +152,8 @@ int main(int argc, char** argv) {
       std::cout.flush();
       if (!std::cout || std::fflush(stdout) != 0) {
         const int err = errno;
-        throw IoError(std::string("standard output: the output could not be written") + (err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string()));
+        throw IoError(std::string("standard output: the output could not be written") +
+                      (err != 0 ? std::string(" (") + std::strerror(err) + ")" : std::string()));
       }
       return rc;
     }

@@ -52,7 +52,6 @@ void check_same_device(const sim::Profile& other, const std::string& other_path,
 
 ImportResult import_layers(const std::string& older_path, sim::Profile& profile, const ImportOptions& /*options*/) {
   const sim::Profile older = sim::load_profile(older_path);
-  const auto info = info_of;
   const std::string into = profile.path.empty() ? std::string("the profile") : profile.path;
   check_same_device(older, older_path, profile, "layers are");
   std::set<std::pair<std::string, sim::Precision>> have;
@@ -67,10 +66,10 @@ ImportResult import_layers(const std::string& older_path, sim::Profile& profile,
   }
   if (r.samples == 0) return r;
   detail::append_info(profile, "import.layers.files", detail::base_name(older_path));
-  detail::append_info(profile, "import.layers.created", info(older, "created"));
+  detail::append_info(profile, "import.layers.created", info_of(older, "created"));
   detail::append_info(profile, "import.layers.signatures", std::to_string(added.size()));
   r.lines.push_back(older_path + ": " + std::to_string(added.size()) + " layer signatures and precisions (" + std::to_string(r.samples) +
-                    " shapes) that " + into + " did not measure, calibrated " + info(older, "created"));
+                    " shapes) that " + into + " did not measure, calibrated " + info_of(older, "created"));
   return r;
 }
 
