@@ -1468,6 +1468,8 @@ struct ExplorerWindow::Impl {
     p.offload_optimizer = offload->currentData().toInt() >= 1 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.offload_params = offload->currentData().toInt() >= 2 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.recompute = static_cast<sim::Recompute>(recompute->currentData().toInt());
+    // A file's recompute_modules go with selective recompute only.
+    p.recompute_modules_set = p.recompute_modules_set && p.recompute == sim::Recompute::kSelective;
     // Megatron's block method where the box counts blocks; resolve refuses
     // it without full recompute, so elsewhere every block (the box keeps what it shows).
     const bool block = p.recompute == sim::Recompute::kFull && rc_layers->value() > 0;

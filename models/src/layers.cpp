@@ -450,6 +450,13 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   const Bytes split = (th / tp) * 3 * e + shape.saved_gemm_input(th / tp) + e * tf + shape.saved_gemm_input(tf);  // 24 sbh / t
   l.saved_bytes = replicated + split + core.saved;
   l.attention_core_bytes = core.recomputable ? core.saved : 0;
+  // Of Megatron's recompute modules (Note [Recompute modules] in
+  // model.hpp) this block describes the attention core alone.
+  l.recompute_described = core.recomputable ? sim::kRecomputeCoreAttn : 0;
+  if ((shape.recompute_modules & sim::kRecomputeCoreAttn) == 0) {
+    l.attention_core_bytes = 0;
+    l.attention_core.clear();
+  }
   l.output_bytes = e * tn;
   // Attention and MLP: one column/row pair each, forward and backward.
   l.tp_forward = tp_pairs(shape, e * th, 2);

@@ -93,6 +93,43 @@ using namespace detail;
 // tensor-parallel all-gathers, which it does not save and so reruns, and
 // ring attention's are not); elsewhere a block leaves op_recompute empty
 // and resolve refuses the plan.
+// Note [Megatron's recompute modules]
+// Megatron-Core's selective recompute of the modules --recompute-modules
+// names (Note [Recompute modules] in sim/include/dtsim/sim/model.hpp), as
+// its Transformer Engine layer spec builds a block
+// (megatron/core/models/gpt/gpt_layer_specs.py): a standard block's input
+// norm is fused into the QKV projection (TELayerNormColumnParallelLinear)
+// and a dense block's pre-MLP norm into fc1, so only an MLA block's input
+// norm and a MoE block's pre-MLP norm are modules of their own. Each part
+// frees what this family counts it keeping beyond its input (which the
+// checkpoint keeps) and reruns its forward kernels before the backward:
+//   core_attn       the attention core, where it is not fused (its
+//                   saved scores and softmax; attention.py)
+//   layernorm       each such norm (transformer_layer.py,
+//                   CheckpointWithoutOutput): what the norm keeps beyond
+//                   its input, and the GEMM input it feeds (its output),
+//                   freed once consumed; the norm reruns
+//   moe_act         the experts' activation (experts.py): everything its
+//                   SwiGLU keeps but fc1's output, fc2's input with it;
+//                   the activation reruns
+//   mla_up_proj     MLA's up-projections with their fused latent norms
+//                   and RoPE (multi_latent_attention.py,
+//                   qkv_up_proj_and_rope_apply): the norms' keeps beyond
+//                   the latents, the up-projections' inputs, and Q, K and V,
+//                   freed once the core has run; q_b_proj, kv_b_proj,
+//                   their norms and rotary rerun
+//   mlp             a dense block's MLP (checkpoint of the whole module,
+//                   its fused pre-MLP norm with it): the norm's keeps
+//                   beyond its input, fc1's input and the SwiGLU's; the
+//                   norm and the three kernels rerun
+//   shared_experts  a MoE block's shared experts (shared_experts.py): their
+//                   SwiGLU's keeps, their gate's product; their kernels
+// The tensor-parallel collectives of a rerun MLP (sequence parallelism's
+// all-gather before fc1) are not priced, nor Transformer Engine's
+// requantisation of an FP8 GEMM input kept in 16 bits under layernorm and
+// moe_act (set_save_original_input). Gemma's and OLMo 2's norms are not
+// Megatron's: their blocks describe no layernorm part, and their mlp part
+// without the norm.
 // Note [Multi-head latent attention]
 // DeepSeek-V2/V3 (modeling_deepseek_v3.py, DeepseekV3Attention) compress
 // queries and keys/values through low-rank latents: q_a_proj (h -> q_lora),
@@ -715,7 +752,16 @@ class Llama final : public ZooModel {
     // Gemma's keeps its fp32 output for the product with 1 + weight (Note [Gemma]).
     const Bytes block_norm_kept = fp32_norm_out() && !fused ? 8 * tn + 4 * (tn / h) : norm_kept(tn, tn / h);
     std::vector<sim::Kernel> pre, post;
+    // The parts Megatron's recompute modules rerun (Note [Megatron's
+    // recompute modules]): MLA's up-projections, the norms that are
+    // modules of their own, a dense MLP with its fused norm.
+    std::vector<sim::Kernel> up_kernels, norm_kernels, mlp_kernels;
+    Bytes up_bytes = 0, mlp_bytes = 0;
+    const bool megatron_norms = !c_.gemma_norms && !c_.olmo2_norms;
+    // What a norm frees under layernorm: its keeps beyond its input, and the GEMM input it feeds.
+    const Bytes norm_part = block_norm_kept - e * tn + shape.saved_gemm_input(tn);
     if (!c_.olmo2_norms) pre.push_back(norm("input_layernorm", tn));  // Note [OLMo 2]: none before attention
+    if (megatron_norms && mla()) norm_kernels.push_back(pre.back());
     AttentionCore core;
     Bytes attention = 0;  // saved by the attention beyond the norms and its core
     // Fused attention, or the p2p ring's block-by-block attention (Note [Ring
@@ -725,20 +771,29 @@ class Llama final : public ZooModel {
     if (mla()) {
       // Note [Multi-head latent attention]
       const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, qr = c_.q_lora_rank, kvr = c_.kv_lora_rank, v = c_.v_head_dim;
+      // mla_up_proj (Note [Megatron's recompute modules]): the latents stay.
       if (qr > 0) {
         pre.push_back(gemm("attn.q_a_proj", t, qr, h, e));
         pre.push_back(norm("attn.q_a_layernorm", t * qr));
+        up_kernels.push_back(pre.back());
         pre.push_back(gemm("attn.q_b_proj", t, al * qk, qr, e));
+        up_kernels.push_back(pre.back());
         attention += norm_kept(t * qr, t) + shape.saved_gemm_input(t * qr);
+        up_bytes += norm_kept(t * qr, t) + shape.saved_gemm_input(t * qr) - e * t * qr;
       } else {
         pre.push_back(gemm("attn.q_proj", t, al * qk, h, e));
+        up_kernels.push_back(pre.back());
       }
       pre.push_back(gemm("attn.kv_a_proj", t, kvr + c_.qk_rope_dim, h, e));
       pre.push_back(norm("attn.kv_a_layernorm", t * kvr));
+      up_kernels.push_back(pre.back());
       pre.push_back(gemm("attn.kv_b_proj", t, al * (c_.qk_nope_dim + v), kvr, e));
+      up_kernels.push_back(pre.back());
       attention += norm_kept(t * kvr, t) + shape.saved_gemm_input(t * kvr);
+      up_bytes += norm_kept(t * kvr, t) + shape.saved_gemm_input(t * kvr) - e * t * kvr + e * t * al * (2 * qk + v);
       const Bytes rope = t * al * c_.qk_rope_dim + t * c_.qk_rope_dim;
       pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * rope, e * rope, 3.0 * static_cast<double>(rope)));
+      up_kernels.push_back(pre.back());
       core = attention_core(shape, al, al, qk, true, c_.attention_dropout > 0, 0, true, v);
       // Q, K (nope and rope joined) and V for the core; o_proj's input.
       attention += e * t * al * (2 * qk + v) + shape.saved_gemm_input(t * al * v) + core.saved;
@@ -785,10 +840,16 @@ class Llama final : public ZooModel {
     if (c_.residual_multiplier > 0) post.push_back(scale_op("attn.residual_scale", e, tn));  // Note [Granite]
     post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     if (!c_.olmo2_norms) post.push_back(norm(c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
+    if (megatron_norms && moe) norm_kernels.push_back(post.back());
+    if (megatron_norms && !moe) {
+      mlp_kernels.push_back(post.back());  // fused into fc1: the mlp module reruns it
+      mlp_bytes += norm_part;
+    }
     Bytes mlp = 0;
     std::vector<sim::LayerComm> tp_extra;
+    MoeParts moe_parts;
     if (moe) {
-      mlp = moe_mlp(shape, l, post, tp_extra);
+      mlp = moe_mlp(shape, l, post, tp_extra, moe_parts);
     } else {
       const std::int64_t fl = c_.intermediate / tp;
       const Bytes tf = t * fl;
@@ -799,6 +860,8 @@ class Llama final : public ZooModel {
       post.push_back(glu(c_.gelu ? "mlp.geglu" : "mlp.swiglu", tf, shape));
       post.push_back(gemm("mlp.down", t, h, fl, e));
       mlp = glu_kept(tf, shape);
+      mlp_kernels.insert(mlp_kernels.end(), post.end() - 3, post.end());
+      mlp_bytes += mlp;
     }
     if (post_norms) post.push_back(norm("post_feedforward_layernorm", tn));
     if (c_.residual_multiplier > 0) post.push_back(scale_op("mlp.residual_scale", e, tn));  // Note [Granite]
@@ -814,8 +877,24 @@ class Llama final : public ZooModel {
     // (Gemma's post-norms feed residuals, which keep nothing).
     const Bytes norms = (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * shape.saved_gemm_input(tn);
     l.saved_bytes = norms + attention + mlp;
-    l.attention_core_bytes = core.recomputable ? core.saved : 0;
     l.output_bytes = e * tn;
+    // Note [Megatron's recompute modules]: the parts the shape's modules
+    // name, together selective recompute's.
+    l.attention_core_bytes = 0;
+    l.attention_core.clear();
+    l.recompute_described = 0;
+    const auto part = [&](std::uint8_t module, Bytes bytes, const std::vector<sim::Kernel>& kernels) {
+      l.recompute_described = static_cast<std::uint8_t>(l.recompute_described | module);
+      if ((shape.recompute_modules & module) == 0) return;
+      l.attention_core_bytes += bytes;
+      l.attention_core.insert(l.attention_core.end(), kernels.begin(), kernels.end());
+    };
+    if (core.recomputable) part(sim::kRecomputeCoreAttn, core.saved, core.forward);
+    if (!norm_kernels.empty()) part(sim::kRecomputeLayernorm, static_cast<Bytes>(norm_kernels.size()) * norm_part, norm_kernels);
+    if (mla()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
+    if (!moe) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
+    if (!moe_parts.act_kernels.empty()) part(sim::kRecomputeMoeAct, moe_parts.act, moe_parts.act_kernels);
+    if (!moe_parts.shared_kernels.empty()) part(sim::kRecomputeSharedExperts, moe_parts.shared, moe_parts.shared_kernels);
     if (op_described) {
       // Note [Op-level recompute]: at tp 1, q and kv elements as above.
       const std::int64_t kvl = c_.kv_heads, fl = c_.intermediate;
@@ -906,8 +985,16 @@ class Llama final : public ZooModel {
   // unbalanced. A hub kernel (use_kernel_forward_from_hub("Llama4TextMoe"))
   // can replace it; Megatron-Core and torchtitan route (grouped, the
   // default). Priced, not run: the LibTorch twin routes.
+  /// A MoE block's recompute parts (Note [Megatron's recompute modules]):
+  /// the experts' activation and the shared experts.
+  struct MoeParts {
+    Bytes act = 0;
+    std::vector<sim::Kernel> act_kernels;
+    Bytes shared = 0;
+    std::vector<sim::Kernel> shared_kernels;
+  };
   Bytes moe_mlp(const sim::WorkloadShape& shape, sim::Layer& l, std::vector<sim::Kernel>& post,
-                std::vector<sim::LayerComm>& tp_extra) const {
+                std::vector<sim::LayerComm>& tp_extra, MoeParts& parts) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, etp = shape.etp, E = c_.experts, k = c_.top_k;
     const int e = shape.act_bytes;
@@ -935,6 +1022,11 @@ class Llama final : public ZooModel {
     }
     post.push_back(gemm("moe.experts.gate_up", per_expert, 2 * fe, h, e, el));
     post.push_back(glu("moe.experts.swiglu", rows * fe, shape));
+    if (!dense) {
+      // moe_act: all the activation keeps but fc1's output (gate and up).
+      parts.act = glu_kept(rows * fe, shape) - 2 * e * rows * fe;
+      parts.act_kernels = {post.back()};
+    }
     post.push_back(gemm("moe.experts.down", per_expert, h, fe, e, el));
     if (dense) {
       post.push_back(memory_op("moe.sum", KernelKind::kElementwise, e * rows * h, e * tr * h, 1.0 * static_cast<double>(rows * h)));
@@ -948,14 +1040,17 @@ class Llama final : public ZooModel {
                         : 4 * tr * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h;
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
+      const std::size_t first = post.size();
       post.push_back(gemm("moe.shared.gate_up", t, 2 * fs, h, e));
       post.push_back(glu("moe.shared.swiglu", t * fs, shape));
       post.push_back(gemm("moe.shared.down", t, h, fs, e));
-      saved += glu_kept(t * fs, shape);
+      parts.shared = glu_kept(t * fs, shape);
       if (c_.shared_expert_gate) {
         post.push_back(gemm("moe.shared.gate", t, 1, h, e));
-        saved += e * t * h + 4 * t;  // the shared output and the sigmoid, kept by their product
+        parts.shared += e * t * h + 4 * t;  // the shared output and the sigmoid, kept by their product
       }
+      saved += parts.shared;
+      parts.shared_kernels.assign(post.begin() + static_cast<std::ptrdiff_t>(first), post.end());
     }
     l.expert_params = el * expert_params_each(etp);
     l.params += l.expert_params;

@@ -299,6 +299,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": recompute op is not run: the runtime recomputes the attention core (selective) or whole "
                            "blocks (full); use selective or full");
   }
+  if (s.spec.recompute == sim::Recompute::kSelective && s.spec.recompute_modules != sim::kRecomputeModulesDefault) {
+    // Note [Recompute modules] (sim/include/dtsim/sim/model.hpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.recompute_modules") + ": recompute_modules " +
+                           sim::recompute_modules_string(s.spec.recompute_modules) +
+                           " is not run: the runtime's selective recompute reruns the attention core alone; use core_attn");
+  }
   if (s.spec.recompute == sim::Recompute::kFull && s.spec.recompute_method == sim::RecomputeMethod::kUniform &&
       s.spec.recompute_num_layers > 1) {
     // Note [Block recompute]: the runtime checkpoints each block alone.

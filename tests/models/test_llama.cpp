@@ -1212,3 +1212,111 @@ TEST_CASE("group-limited routing: n_group divides the routed experts and topk_gr
              Catch::Contains("config.topk_group: 9 is out of range; valid: 1 to 8"));
   CHECK(load_model(with("\"n_group\": 8", "\"n_group\": 16"))->parameters() == load_model(hf("deepseek-v3"))->parameters());
 }
+
+TEST_CASE("Megatron's recompute modules free what each part keeps beyond its input (Note [Megatron's recompute modules])",
+          "[llama][recompute][memory]") {
+  // A small DeepSeek-shaped model: MLA (q_lora 32, kv_lora 16, nope 8, rope
+  // 4, v 8, 4 heads), one dense block (f 256), then a MoE block (4 experts
+  // of fe 32, top-2, one shared expert of 48), h 64.
+  LlamaConfig c;
+  c.name = "mla-moe-test";
+  c.layers = 2;
+  c.hidden = 64;
+  c.heads = 4;
+  c.intermediate = 256;
+  c.vocab = 100;
+  c.seq_len = 16;
+  c.experts = 4;
+  c.top_k = 2;
+  c.expert_intermediate = 32;
+  c.shared_intermediate = 48;
+  c.first_dense = 1;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_nope_dim = 8;
+  c.qk_rope_dim = 4;
+  c.v_head_dim = 8;
+  const auto m = make_llama(c);
+  // bf16 (e 2), Megatron's fused norms and SwiGLU, fused attention (its core
+  // keeps nothing to recompute): t = 16 tokens, 16 rows for the norms.
+  auto w = shape(1, 16, 2);
+  w.fused_kernels = true;
+  w.flash_attention = true;
+  const std::int64_t t = 16, h = 64, e = 2;
+  auto blocks_with = [&](std::uint8_t modules) {
+    w.recompute_modules = modules;
+    std::vector<sim::Layer> out;
+    for (const auto& l : m->layers(w)) {
+      if (l.is_block()) out.push_back(l);
+    }
+    REQUIRE(out.size() == 2);
+    return out;
+  };
+  // A fused RMSNorm keeps its input and rsigma (e t h + 4 t); under
+  // layernorm only its input stays: it frees rsigma and the GEMM input it
+  // feeds (e t h): 64 + 2,048 = 2,112 a norm.
+  const std::int64_t norm = 4 * t + e * t * h;
+  // mla_up_proj: each latent's norm keeps beyond its input rsigma (4 t),
+  // its up-projection's input (e t r), and Q, K at nope + rope = 12 and V
+  // at 8 for 4 heads: 2 x 16 x 4 x (2 x 12 + 8) = 4,096.
+  const std::int64_t up = (4 * t + e * t * 32) + (4 * t + e * t * 16) + e * t * 4 * (2 * 12 + 8);
+  // mlp: the pre-MLP norm fused into fc1 (its 2,112) and the SwiGLU's
+  // gate, up (2 e t f) and down's input (e t f), f 256.
+  const std::int64_t mlp = norm + 3 * e * t * 256;
+  // moe_act: of the activation's keeps (gate, up, and fc2's input over
+  // k t = 32 rows of fe 32) all but fc1's output: fc2's input.
+  const std::int64_t act = e * 32 * 32;
+  // shared_experts: their SwiGLU's three tensors over t x 48.
+  const std::int64_t shared = 3 * e * t * 48;
+  CHECK(up == 5760);
+  CHECK(mlp == 26688);
+
+  const auto none = blocks_with(0);
+  CHECK(none[0].attention_core_bytes == 0);
+  CHECK(none[0].attention_core.empty());
+  CHECK(none[0].recompute_described == (sim::kRecomputeLayernorm | sim::kRecomputeMlaUpProj | sim::kRecomputeMlp));
+  CHECK(none[1].recompute_described ==
+        (sim::kRecomputeLayernorm | sim::kRecomputeMlaUpProj | sim::kRecomputeMoeAct | sim::kRecomputeSharedExperts));
+  // Megatron's default, the attention core, frees nothing from a fused kernel.
+  CHECK(blocks_with(sim::kRecomputeModulesDefault)[0].attention_core_bytes == 0);
+
+  auto names = [](const sim::Layer& l) {
+    std::vector<std::string> out;
+    for (const auto& k : l.attention_core) out.push_back(k.name);
+    return out;
+  };
+  // layernorm: the dense block's input norm (an MLA block's own module);
+  // the MoE block's pre-MLP norm too (a dense block's is fc1's).
+  const auto ln = blocks_with(sim::kRecomputeLayernorm);
+  CHECK(ln[0].attention_core_bytes == norm);
+  CHECK(ln[1].attention_core_bytes == 2 * norm);
+  CHECK(names(ln[1]) == std::vector<std::string>{"input_layernorm", "post_attention_layernorm"});
+  const auto mla = blocks_with(sim::kRecomputeMlaUpProj);
+  CHECK(mla[0].attention_core_bytes == up);
+  CHECK(mla[1].attention_core_bytes == up);
+  CHECK(names(mla[0]) ==
+        std::vector<std::string>{"attn.q_a_layernorm", "attn.q_b_proj", "attn.kv_a_layernorm", "attn.kv_b_proj", "attn.rotary"});
+  const auto dense = blocks_with(sim::kRecomputeMlp);
+  CHECK(dense[0].attention_core_bytes == mlp);
+  CHECK(names(dense[0]) == std::vector<std::string>{"post_attention_layernorm", "mlp.gate_up", "mlp.swiglu", "mlp.down"});
+  CHECK(dense[1].attention_core_bytes == 0);  // a MoE block has no dense MLP
+  const auto moe = blocks_with(sim::kRecomputeMoeAct | sim::kRecomputeSharedExperts);
+  CHECK(moe[0].attention_core_bytes == 0);
+  CHECK(moe[1].attention_core_bytes == act + shared);
+  CHECK(names(moe[1]) == std::vector<std::string>{"moe.experts.swiglu", "moe.shared.gate_up", "moe.shared.swiglu", "moe.shared.down"});
+  // The parts add, and each is a part of what the block keeps.
+  const auto all = blocks_with(0x3F);
+  CHECK(all[0].attention_core_bytes == norm + up + mlp);
+  CHECK(all[1].attention_core_bytes == 2 * norm + up + act + shared);
+  CHECK(all[1].attention_core_bytes < all[1].saved_bytes);
+  CHECK(all[1].saved_bytes == none[1].saved_bytes);
+
+  // Eager attention: the core is recomputable, core_attn its part alone.
+  w.flash_attention = false;
+  const auto core = blocks_with(sim::kRecomputeModulesDefault);
+  const auto core_ln = blocks_with(sim::kRecomputeCoreAttn | sim::kRecomputeLayernorm);
+  CHECK(core[0].attention_core_bytes > 0);
+  CHECK(core[0].recompute_described == (sim::kRecomputeCoreAttn | sim::kRecomputeLayernorm | sim::kRecomputeMlaUpProj | sim::kRecomputeMlp));
+  CHECK(core_ln[0].attention_core_bytes == core[0].attention_core_bytes + norm);
+  CHECK(blocks_with(sim::kRecomputeLayernorm)[0].attention_core_bytes == norm);
+}

@@ -800,6 +800,12 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(std::count(groups.err.begin(), groups.err.end(), '\n') == 1);
   CHECK(groups.err.find("--set plan.recompute_num_layers: recompute_num_layers 2 with recompute_method uniform (groups under one "
                         "checkpoint) is not run") != std::string::npos);
+  // Note [Recompute modules]: Megatron-Core's modules beyond the core are priced, not run.
+  const Run modules = validate("--model llama-tiny --plan ddp --procs 2 --set plan.recompute=selective --set plan.recompute_modules=mlp");
+  CHECK(modules.status == 2);
+  CHECK(std::count(modules.err.begin(), modules.err.end(), '\n') == 1);
+  CHECK(modules.err.find("--set plan.recompute_modules: recompute_modules mlp is not run: the runtime's selective recompute "
+                         "reruns the attention core alone; use core_attn") != std::string::npos);
   // Note [Attention dropout]: priced, not run by the twins.
   const Run drop = validate("--model llama-tiny --plan ddp --procs 2 --set model.attention_dropout=0.1");
   CHECK(drop.status == 2);

@@ -366,6 +366,19 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
     CHECK(keys(groups)["plan.recompute_num_layers"] == "4");
     CHECK(groups.unmodelled.empty());
   }
+  {
+    // Note [Recompute modules]: --recompute-modules (nargs '*') under
+    // selective; under full Megatron reads none of them.
+    const FrameworkConfig modules = parse_megatron_args(
+        "--micro-batch-size 1 --recompute-granularity selective --recompute-modules layernorm moe_act\n--bf16", "cmd");
+    CHECK(keys(modules)["plan.recompute"] == "selective");
+    CHECK(keys(modules)["plan.recompute_modules"] == "[layernorm moe_act]");
+    CHECK(keys(modules)["plan.precision"] == "bf16");
+    CHECK(parse_plan("recompute_modules: [layernorm moe_act]\n", "p").recompute_modules == (kRecomputeLayernorm | kRecomputeMoeAct));
+    const FrameworkConfig full =
+        parse_megatron_args("--micro-batch-size 1 --recompute-granularity full --recompute-modules mlp", "cmd");
+    CHECK(keys(full)["plan.recompute_modules"] == "null");
+  }
   CHECK(error_of([] { parse_megatron_args("--recompute-granularity partial", "cmd"); }) ==
         "cmd:1: --recompute-granularity: 'partial' is not one of full, selective");
   CHECK(error_of([] { parse_megatron_args("--tokenizer-model 'abc", "cmd"); }).rfind("cmd:1: unterminated single quote", 0) == 0);

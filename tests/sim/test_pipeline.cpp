@@ -739,3 +739,52 @@ TEST_CASE("Gloo pipelines: a send waits for its receiver's notice, the sender's 
   const std::string trace = to_chrome_trace(predict(*bilstm, load_plan("1f1b"), load_cluster("local-cpu"), traced));
   CHECK(trace.find("\"waited_for_core\"") != std::string::npos);
 }
+
+TEST_CASE("Megatron's recompute modules through a pipeline: the parts dropped, rebuilt before each backward (Note [Recompute modules])",
+          "[recompute][memory]") {
+  const auto moe = models::load_model("moe-tiny");
+  const ClusterSpec c = round_cluster(1, 2);
+  const std::string base = "pp: 2\nmicro_batches: 4\nmicro_batch: 2\nseq_len: 128\nprecision: fp16\nattention: flash\n"
+                           "kernels: fused\nrecompute: ";
+  auto pred = [&](const std::string& r) { return predict(*moe, parse_plan(base + r + "\n", "t.yaml"), c); };
+  // Fused attention leaves the core nothing to drop: selective recompute of
+  // it, or of no module, is no recompute at all.
+  const Prediction none = pred("none"), core = pred("selective"), nothing = pred("selective\nrecompute_modules: []");
+  for (const Prediction* p : {&core, &nothing}) {
+    CHECK(p->iteration_time == none.iteration_time);
+    CHECK(p->ranks[0].activations == none.ranks[0].activations);
+  }
+  // The norms and the experts' activation: kept bytes down, their
+  // kernels rerun before each backward.
+  const Prediction parts = pred("selective\nrecompute_modules: [layernorm, moe_act]");
+  // What a block drops (the model's sum of the two parts, tested by hand
+  // in test_llama.cpp) at b 2, s 128, fp16, fused kernels.
+  WorkloadShape w;
+  w.micro_batch = 2;
+  w.seq_len = 128;
+  w.act_bytes = 2;
+  w.flash_attention = true;
+  w.fused_kernels = true;
+  w.recompute_modules = kRecomputeLayernorm | kRecomputeMoeAct;
+  const Layer block = moe->layers(w)[1];
+  REQUIRE(block.is_block());
+  REQUIRE(block.attention_core_bytes > 0);
+  // Each stage holds one block (stage_layers [2, 2]); a chunk's backward
+  // holds its kept bytes and one layer's rebuilt part at once
+  // (chunk_stage.cpp). Under 1F1B stage 0 holds 2 micro-batches at its
+  // peak: the one in flight keeps a block's part less; stage 1 holds one,
+  // whose part comes back before its backward.
+  CHECK(none.ranks[0].activations - parts.ranks[0].activations == block.attention_core_bytes);
+  CHECK(parts.ranks[1].activations == none.ranks[1].activations);
+  CHECK(parts.iteration_time > none.iteration_time);
+  // HFU counts the rerun kernels: each block's, for 4 micro-batches, a
+  // GPU's share of a replica of 2 stages.
+  double rerun = 0;
+  for (const Layer& l : moe->layers(w)) {
+    for (const Kernel& k : l.attention_core) rerun += k.flops * static_cast<double>(k.repeat);
+  }
+  REQUIRE(rerun > 0);
+  CHECK(none.hfu == none.mfu);
+  CHECK(parts.hfu - parts.mfu ==
+        Approx(rerun * 4 / 2 / ns_to_seconds(parts.iteration_time) / c.device.peak_for(Precision::kFp16)).epsilon(1e-9));
+}

@@ -4,6 +4,7 @@
 
 #include <functional>
 
+#include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/plan.hpp"
@@ -200,4 +201,45 @@ TEST_CASE("optimizer state bytes per parameter (ZeRO paper section 3.1)", "[plan
   CHECK(effective_optimizer(Optimizer::kSgd, 0) == Optimizer::kSgdPlain);
   CHECK(effective_optimizer(Optimizer::kSgd, 0.9) == Optimizer::kSgd);
   CHECK(effective_optimizer(Optimizer::kAdam, 0) == Optimizer::kAdam);
+}
+
+TEST_CASE("Megatron-Core's recompute_modules: its names, under selective recompute, where the model has them (Note [Recompute modules])",
+          "[plan][recompute][bad-input]") {
+  CHECK(parse_plan("recompute: selective\nrecompute_modules: [layernorm, moe_act]\n", "p").recompute_modules ==
+        (kRecomputeLayernorm | kRecomputeMoeAct));
+  // One string, as a --set or Megatron's nargs write it; [] reruns nothing.
+  CHECK(parse_plan("recompute_modules: mla_up_proj mlp\n", "p").recompute_modules == (kRecomputeMlaUpProj | kRecomputeMlp));
+  CHECK(parse_plan("recompute_modules: []\n", "p").recompute_modules == 0);
+  CHECK(parse_plan("recompute: selective\n", "p").recompute_modules == kRecomputeCoreAttn);  // Megatron-Core's default
+  CHECK(error_of([] { parse_plan("recompute: selective\nrecompute_modules: [layernorm, moe_actt]\n", "p.yaml"); }) ==
+        "p.yaml:2: plan.recompute_modules: 'moe_actt' is not one of Megatron-Core's modules (did you mean 'moe_act'?); valid: "
+        "core_attn, layernorm, moe_act, mla_up_proj, mlp, shared_experts, moe");
+  CHECK_THAT(error_of([] { parse_plan("recompute_modules: {a: 1}\n", "p.yaml"); }),
+             Catch::StartsWith("p.yaml:1: plan.recompute_modules: expected a list of names"));
+
+  ClusterSpec fp8 = eight();
+  fp8.device.peak_fp8 = 2e12;
+  auto err = [&](const std::string& model, const std::string& yaml) {
+    const auto m = models::load_model(model);
+    return error_of([&] { resolve(parse_plan(yaml, "p.yaml"), *m, fp8); });
+  };
+  CHECK(err("llama-tiny", "recompute_modules: [mlp]\n") ==
+        "p.yaml:1: plan.recompute_modules: applies to recompute: selective (Megatron-Core's --recompute-granularity "
+        "selective), not none; remove it or set recompute: selective");
+  // A dense Llama block's norms are fused into the next GEMM in Megatron's
+  // Transformer Engine spec: its modules are the core and the MLP.
+  CHECK(err("llama-tiny", "recompute: selective\nrecompute_modules: [moe_act]\n") ==
+        "p.yaml:2: plan.recompute_modules: moe_act needs a mixture-of-experts model (Megatron-Core raises without grouped "
+        "experts); valid for llama-tiny: core_attn, mlp");
+  CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [mla_up_proj]\n") ==
+        "p.yaml:2: plan.recompute_modules: mla_up_proj needs multi-latent attention (Megatron-Core raises without it); valid "
+        "for moe-tiny: core_attn, layernorm, moe_act");
+  CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe]\n") ==
+        "p.yaml:2: plan.recompute_modules: moe (the whole MoE layer rerun, its all-to-alls with it) is not modelled; valid "
+        "for moe-tiny: core_attn, layernorm, moe_act");
+  CHECK_THAT(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe_act]\nprecision: fp8\n"),
+             Catch::Contains("moe_act and layernorm under fp8 need a recipe other than delayed"));
+  CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe_act]\nprecision: fp8\nfp8_recipe: tensorwise\n") ==
+        "(no error)");
+  CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [layernorm, moe_act]\n") == "(no error)");
 }

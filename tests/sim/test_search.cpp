@@ -877,3 +877,33 @@ TEST_CASE("search: the interference term by hand, cheapest overlap first (Note [
   work.serial_comm_ns = 60 * us;
   CHECK(static_cast<double>(interference_time_bound(p, m.parameters(), m.layer_count(), c, comm, work)) == Approx(12.5 * us).margin(1));
 }
+
+TEST_CASE("search: selective candidates keep the plan's recompute modules, the others drop them (Note [Recompute modules])",
+          "[search][recompute]") {
+  const auto model = models::load_model("llama-tiny");
+  const ClusterSpec cluster = load_cluster("dgx-a100", {});
+  SearchOptions o = fp16_adam(64);
+  o.base = search_base_plan(cluster, {parse_override("plan.recompute_modules=[mlp]"), parse_override("plan.precision=fp16")});
+  int selective = 0;
+  for (const PlanSpec& p : enumerate_plans(*model, cluster, o)) {
+    if (p.recompute == Recompute::kSelective) {
+      ++selective;
+      CHECK(p.recompute_modules == kRecomputeMlp);
+      CHECK(p.recompute_modules_set);
+    } else {
+      CHECK_FALSE(p.recompute_modules_set);  // resolve would refuse them otherwise
+    }
+  }
+  CHECK(selective > 0);
+  // Each selective plan the search returns, predicted on its own: the same
+  // time and peak (its memory bound dropped what the modules drop).
+  o.top = 1000000;
+  const SearchResult r = search(*model, cluster, o);
+  int checked = 0;
+  for (const SearchEntry& e : r.top) {
+    if (e.plan.spec.recompute != Recompute::kSelective || checked == 5) continue;
+    ++checked;
+    check_same_as(*model, e.plan.spec, cluster, e);
+  }
+  CHECK(checked == 5);
+}

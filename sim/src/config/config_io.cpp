@@ -368,6 +368,22 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.offload_optimizer = c.get_enum("offload_optimizer", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.offload_params = c.get_enum("offload_params", Offload::kNone, {{"none", Offload::kNone}, {"cpu", Offload::kCpu}});
   p.recompute = c.get_enum("recompute", Recompute::kNone, {{"none", Recompute::kNone}, {"selective", Recompute::kSelective}, {"full", Recompute::kFull}, {"op", Recompute::kOp}});
+  if (c.has("recompute_modules")) {
+    // Megatron-Core's --recompute-modules (Note [Recompute modules] in
+    // model.hpp): its names, a list or one string; [] reruns nothing.
+    p.recompute_modules = 0;
+    p.recompute_modules_set = true;
+    const auto& names = recompute_module_names();
+    for (const std::string& w : c.get_word_list("recompute_modules")) {
+      const auto it = std::find(names.begin(), names.end(), w);
+      if (it == names.end()) {
+        const std::string hint = did_you_mean(w, names);
+        c.fail("recompute_modules", "'" + w + "' is not one of Megatron-Core's modules" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
+                                        "; valid: " + recompute_modules_string(0x7F));
+      }
+      p.recompute_modules = static_cast<std::uint8_t>(p.recompute_modules | (1U << (it - names.begin())));
+    }
+  }
   p.recompute_method = c.get_enum("recompute_method", RecomputeMethod::kUniform, {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}});
   p.recompute_num_layers = static_cast<int>(c.get_int("recompute_num_layers", 0, 1, 1 << 20));
   p.bucket_mb = c.get_double("bucket_mb", 25, 0.001, 1e6);

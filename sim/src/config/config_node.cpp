@@ -516,6 +516,35 @@ std::vector<std::int64_t> ConfigMap::get_int_list(const std::string& key) const 
   return out;
 }
 
+std::vector<std::string> ConfigMap::get_word_list(const std::string& key) const {
+  used_.insert(key);
+  std::vector<std::string> out;
+  if (!has(key)) return out;
+  const YAML::Node n = node_[key];
+  auto split = [&out](const std::string& text) {
+    std::string word;
+    for (const char ch : text) {
+      if (ch == ',' || ch == ' ' || ch == '\t') {
+        if (!word.empty()) out.push_back(word);
+        word.clear();
+      } else {
+        word += ch;
+      }
+    }
+    if (!word.empty()) out.push_back(word);
+  };
+  if (n.IsScalar()) {
+    split(n.Scalar());
+    return out;
+  }
+  if (!n.IsSequence()) fail(key, "expected a list of names like [layernorm, moe_act], got " + describe_node(n));
+  for (const auto& item : n) {
+    if (!item.IsScalar()) fail(key, "expected a list of names, found " + describe_node(item));
+    split(item.Scalar());
+  }
+  return out;
+}
+
 std::vector<std::string> ConfigMap::keys() const {
   std::vector<std::string> out;
   if (!node_ || !node_.IsMap()) return out;

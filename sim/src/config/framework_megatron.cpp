@@ -115,7 +115,7 @@ void tokenize(const std::string& text, const std::string& file, int first_line, 
   end_word();
 }
 
-enum class Kind { kInt, kBool, kString, kFloat };
+enum class Kind { kInt, kBool, kString, kFloat, kWords };
 
 /// The flags read, with what each takes (argparse's type or store_true).
 const std::map<std::string, Kind>& known_flags() {
@@ -124,7 +124,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"num-layers-per-virtual-pipeline-stage", Kind::kInt}, {"virtual-pipeline-model-parallel-size", Kind::kInt},
       {"context-parallel-size", Kind::kInt}, {"cp-comm-type", Kind::kString}, {"expert-model-parallel-size", Kind::kInt},
       {"expert-tensor-parallel-size", Kind::kInt}, {"sequence-parallel", Kind::kBool}, {"tp-comm-overlap", Kind::kBool},
-      {"recompute-granularity", Kind::kString}, {"recompute-method", Kind::kString}, {"recompute-num-layers", Kind::kInt},
+      {"recompute-granularity", Kind::kString}, {"recompute-modules", Kind::kWords}, {"recompute-method", Kind::kString}, {"recompute-num-layers", Kind::kInt},
       {"recompute-activations", Kind::kBool}, {"micro-batch-size", Kind::kInt}, {"global-batch-size", Kind::kInt},
       {"use-distributed-optimizer", Kind::kBool}, {"overlap-grad-reduce", Kind::kBool}, {"overlap-param-gather", Kind::kBool}, {"ddp-bucket-size", Kind::kInt},
       {"accumulate-allreduce-grads-in-fp32", Kind::kBool}, {"grad-reduce-in-bf16", Kind::kBool}, {"bf16", Kind::kBool}, {"fp16", Kind::kBool},
@@ -265,6 +265,16 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
       given[name] = {"true", t.line};
       continue;
     }
+    if (it->second == Kind::kWords) {
+      // argparse's nargs='*' (--recompute-modules core_attn mlp): the
+      // words after it on its line.
+      std::string v = inline_value ? *inline_value : "";
+      while (!inline_value && i + 1 < tokens.size() && tokens[i + 1].text.compare(0, 2, "--") != 0 && tokens[i + 1].line == t.line) {
+        v += (v.empty() ? "" : " ") + tokens[++i].text;
+      }
+      given[name] = {v, t.line};
+      continue;
+    }
     const auto v = next_value();
     if (!v) {
       const char* what = it->second == Kind::kInt ? "an integer" : it->second == Kind::kFloat ? "a number" : "a value";
@@ -371,6 +381,12 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   if (has("recompute-granularity")) {
     const std::string g = choice("recompute-granularity", {"full", "selective"});
     out.plan("recompute", g, at("recompute-granularity"));
+    // --recompute-modules (nargs '*', default core_attn) under selective:
+    // Note [Recompute modules] in sim/include/dtsim/sim/model.hpp. The
+    // plan reader checks the names; under full Megatron reads none.
+    if (g == "selective" && has("recompute-modules")) {
+      out.plan("recompute_modules", "[" + text("recompute-modules", "") + "]", at("recompute-modules"));
+    }
     if (g == "full") {
       const std::string method = has("recompute-method") ? choice("recompute-method", {"uniform", "block"}) : "uniform";
       const std::int64_t n = num("recompute-num-layers", 1);

@@ -92,6 +92,24 @@ const char* to_string(LayerKind kind) {
   return "?";
 }
 
+const std::vector<std::string>& recompute_module_names() {
+  // Megatron-Core's names (TransformerConfig.recompute_modules), in the
+  // order of RecomputeModule's bits.
+  static const std::vector<std::string> names = {"core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts", "moe"};
+  return names;
+}
+
+std::string recompute_modules_string(std::uint8_t modules) {
+  std::string out;
+  const auto& names = recompute_module_names();
+  for (std::size_t i = 0; i < names.size(); ++i) {
+    if ((modules & (1U << i)) == 0) continue;
+    if (!out.empty()) out += ", ";
+    out += names[i];
+  }
+  return out;
+}
+
 Flops Layer::forward_flops() const {
   Flops f = 0;
   for (const auto& k : forward) f += k.flops * static_cast<double>(k.repeat);

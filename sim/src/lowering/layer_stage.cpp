@@ -164,7 +164,9 @@ class LayerStage final : public detail::StageEmitter {
       } else if (const Bytes drop = detail::partially_recomputed_bytes(L, c.recompute[l]); drop > 0) {
         // Selective recompute drops the attention core and rebuilds it; the
         // op-level policy what it does not save (Note [Op-level recompute]).
-        const char* label = c.plan.recompute == Recompute::kOp ? "recompute ops" : "recompute attention";
+        const char* label = c.plan.recompute == Recompute::kOp                             ? "recompute ops"
+                            : c.plan.recompute_modules == kRecomputeModulesDefault ? "recompute attention"
+                                                                                     : "recompute modules";
         u.recompute = {true, label, c.core_time[l], 0, drop, 0};
         u.recompute.memory_share = static_cast<float>(
             c.compute_model.memory_share(detail::partially_recomputed_kernels(L, c.recompute[l]), kernel_precision(L, c.plan.precision)));

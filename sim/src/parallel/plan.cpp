@@ -594,6 +594,28 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                            (r.flash_attention ? "" : ", eager attention") + ") need one of none, selective, full");
     }
   }
+  // Note [Recompute modules] (model.hpp): Megatron-Core's recompute_modules
+  // as its transformer_config.py checks them, and "moe", not modelled.
+  r.recompute_modules = s.recompute_modules;
+  if (s.recompute_modules_set && r.recompute != Recompute::kSelective) {
+    bad.add("recompute_modules", std::string("applies to recompute: selective (Megatron-Core's --recompute-granularity selective), not ") +
+                                     to_string(r.recompute) + "; remove it or set recompute: selective");
+  } else if (r.recompute == Recompute::kSelective) {
+    const std::uint8_t described = rules.recompute_modules_described();
+    const std::string valid = "; valid for " + rules.model_name() + ": " + recompute_modules_string(described);
+    if ((r.recompute_modules & kRecomputeMoe) != 0) {
+      bad.add("recompute_modules", "moe (the whole MoE layer rerun, its all-to-alls with it) is not modelled" + valid);
+    } else if ((r.recompute_modules & kRecomputeMoeAct) != 0 && (described & kRecomputeMoeAct) == 0) {
+      bad.add("recompute_modules", "moe_act needs a mixture-of-experts model (Megatron-Core raises without grouped experts)" + valid);
+    } else if ((r.recompute_modules & kRecomputeMlaUpProj) != 0 && (described & kRecomputeMlaUpProj) == 0) {
+      bad.add("recompute_modules", "mla_up_proj needs multi-latent attention (Megatron-Core raises without it)" + valid);
+    } else if ((r.recompute_modules & (kRecomputeMoeAct | kRecomputeLayernorm)) != 0 && r.precision == Precision::kFp8 &&
+               r.fp8_recipe == Fp8Recipe::kDelayed) {
+      bad.add("recompute_modules", "moe_act and layernorm under fp8 need a recipe other than delayed (Megatron-Core: \"Delayed "
+                                   "scaling does not support moe_act and layernorm recompute for fp8\"); set plan.fp8_recipe or "
+                                   "drop them");
+    }
+  }
   // Note [Expert-parallel overlap] (lowering/layer_stage.cpp): what
   // Megatron-Core's transformer_config.py asserts, and not beside dtsim's
   // sharded parameters (DeepSpeed's ZeRO-3, PyTorch's FSDP).

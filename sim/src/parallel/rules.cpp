@@ -228,6 +228,17 @@ bool PlanRules::op_recompute_allowed(int tp, int cp, bool flash) const {
   return described;
 }
 
+std::uint8_t PlanRules::recompute_modules_described() const {
+  if (!modules_described_) {
+    std::uint8_t m = 0;
+    for (const Layer& l : model_.shared_layers(WorkloadShape{})) m = static_cast<std::uint8_t>(m | l.recompute_described);
+    modules_described_ = m;
+  }
+  return *modules_described_;
+}
+
+std::string PlanRules::model_name() const { return model_.name(); }
+
 std::vector<bool> PlanRules::sequence_parallel_values(int tp) const {
   if (tp > 1) return {false, true};
   return {false};

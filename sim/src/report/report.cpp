@@ -72,6 +72,9 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.offload_optimizer == Offload::kCpu) os << " offload_optimizer=cpu";
   if (p.offload_params == Offload::kCpu) os << " offload_params=cpu";
   if (p.recompute != Recompute::kNone) os << " recompute=" << to_string(p.recompute);
+  if (p.recompute == Recompute::kSelective && p.recompute_modules != kRecomputeModulesDefault) {
+    os << " (" << (p.recompute_modules == 0 ? "no modules" : recompute_modules_string(p.recompute_modules)) << ")";
+  }
   if (p.recompute_blocks > 0) os << " (block, the first " << p.recompute_blocks << " blocks of each chunk)";
   if (p.recompute_group > 1) os << " (uniform, groups of " << p.recompute_group << " blocks)";
   if (p.cpu_offloading_num_layers > 0) os << " cpu_offloading_num_layers=" << p.cpu_offloading_num_layers;
@@ -125,6 +128,12 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("offload_optimizer", to_string(p.offload_optimizer));
   j.field("offload_params", to_string(p.offload_params));
   j.field("recompute", to_string(p.recompute));
+  // Note [Recompute modules]: under selective recompute, the modules it reruns.
+  j.key("recompute_modules").begin_array();
+  for (std::size_t i = 0; p.recompute == Recompute::kSelective && i < recompute_module_names().size(); ++i) {
+    if ((p.recompute_modules & (1U << i)) != 0) j.value(recompute_module_names()[i]);
+  }
+  j.end_array();
   j.field("recompute_blocks", p.recompute_blocks).field("recompute_group", p.recompute_group);
   j.field("cpu_offloading_num_layers", p.cpu_offloading_num_layers);
   j.field("partition_activations", p.partition_activations).field("cpu_checkpointing", p.cpu_checkpointing);

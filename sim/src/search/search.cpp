@@ -493,8 +493,12 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                   if (dp_inner && (pp == 1 || dp == 1)) continue;
                   for (bool sp : rules.sequence_parallel_values(tp)) {
                    for (Attention at : attentions) {
-                    // Selective recompute of fused attention drops nothing.
-                    if (at == Attention::kFlash && rc == Recompute::kSelective) continue;
+                    // Selective recompute of fused attention drops nothing,
+                    // unless the plan names modules beyond the core.
+                    if (at == Attention::kFlash && rc == Recompute::kSelective &&
+                        (o.base.recompute_modules & ~kRecomputeCoreAttn) == 0) {
+                      continue;
+                    }
                    for (Precision pr : precisions) {
                     if (!set("attention") && at == Attention::kEager && rules.flash_attention(Attention::kAuto, pr)) continue;
                     // torchtitan's op-level policy where it is described.
@@ -543,6 +547,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.offload_params = par;
                     p.overlap_param_gather = gather;
                     p.recompute = rc;
+                    // The base plan's modules go with selective recompute only.
+                    p.recompute_modules_set = p.recompute_modules_set && rc == Recompute::kSelective;
                     // Note [Expert-parallel overlap]: as the base plan says, where the rules allow it.
                     p.overlap_moe_expert_parallel_comm =
                         PlanRules::ep_overlap_values(ep, pp, sc.s, rc, pr, std::max(sh.zero, zero_stage_of(sh.fsdp)) == 3).back() &&
@@ -948,6 +954,8 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
       shape.cp_all_gather = s.cp_comm == CpComm::kAllGather;
       shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
       shape.fused_kernels = s.kernels == Kernels::kFused;  // the base plan's, for every candidate
+      // The base plan's modules too (Note [Recompute modules]): what selective recompute drops.
+      shape.recompute_modules = s.recompute == Recompute::kSelective ? s.recompute_modules : kRecomputeModulesDefault;
       Bytes kept = 0;
       try {
         const LayerList layers = model.shared_layers(shape);
@@ -1119,6 +1127,7 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
   {
     const auto with = [](PlanSpec s, Recompute rc) {
       s.recompute = rc;
+      s.recompute_modules_set = s.recompute_modules_set && rc == Recompute::kSelective;
       s.recompute_method = RecomputeMethod::kUniform;
       s.recompute_num_layers = 0;
       return s;

@@ -110,6 +110,9 @@ class ConfigMap {
   ConfigMap sub(const std::string& key) const;
   /// A list of integers.
   std::vector<std::int64_t> get_int_list(const std::string& key) const;
+  /// A list of words: a YAML list of strings, or one string of words
+  /// separated by commas or spaces (as a --set writes them); empty if absent.
+  std::vector<std::string> get_word_list(const std::string& key) const;
 
   /// Throws ConfigError for the first key that was never read.
   void finish(const std::vector<std::string>& also_allowed = {}) const;

@@ -57,6 +57,38 @@ struct Kernel {
   bool fused = false;
 };
 
+// Note [Recompute modules]
+// Megatron-Core's selective recompute reruns the modules its
+// --recompute-modules lists (TransformerConfig.recompute_modules, default
+// ["core_attn"]; megatron/core/transformer/transformer_config.py). Each
+// wraps a part of a block in CheckpointWithoutOutput or checkpoint: the
+// part's input stays (the checkpoint keeps it), what the part's autograd
+// would save is not kept, and its output's storage is freed once the next
+// module has consumed it (discard_output_and_register_recompute), to be
+// refilled by running the part again just before the backward needs it.
+// dtsim prices each as a part of Layer::attention_core and
+// attention_core_bytes (the bytes it frees, the forward kernels it reruns),
+// as the models describe them (Note [Megatron's recompute modules] in
+// models/src/llama.cpp). "moe", the whole MoE layer with its all-to-alls,
+// is refused: a rerun's collectives are not priced by partial recompute.
+
+/// Megatron-Core's recompute_modules, as bits of a mask.
+enum RecomputeModule : std::uint8_t {
+  kRecomputeCoreAttn = 1,        ///< "core_attn": the attention core (Korthikanti et al. 2022)
+  kRecomputeLayernorm = 2,       ///< "layernorm": the norms Megatron's TE spec keeps as modules
+  kRecomputeMoeAct = 4,          ///< "moe_act": the experts' activation
+  kRecomputeMlaUpProj = 8,       ///< "mla_up_proj": MLA's up-projections and RoPE
+  kRecomputeMlp = 16,            ///< "mlp": a dense block's whole MLP
+  kRecomputeSharedExperts = 32,  ///< "shared_experts": the shared experts' MLP
+  kRecomputeMoe = 64,            ///< "moe": the whole MoE layer (refused: not modelled)
+};
+/// Megatron-Core's default: the attention core alone.
+inline constexpr std::uint8_t kRecomputeModulesDefault = kRecomputeCoreAttn;
+/// Every module's name, in the bits' order ("core_attn", "layernorm", ...).
+const std::vector<std::string>& recompute_module_names();
+/// "core_attn, moe_act" for a mask; "" for none.
+std::string recompute_modules_string(std::uint8_t modules);
+
 /// The shape of the work a layer is asked to describe.
 struct WorkloadShape {
   std::int64_t micro_batch = 1;  ///< sequences per micro-batch (b)
@@ -145,6 +177,9 @@ struct WorkloadShape {
   /// as timed in steps that all-reduce (Note [Layers in a data-parallel
   /// step] in sim/src/cost/cost_profile.cpp). The models read nothing of it.
   bool dp_step = false;
+  /// The modules selective recompute reruns (Note [Recompute modules]): a
+  /// mask of RecomputeModule, which Layer::attention_core describes.
+  std::uint8_t recompute_modules = kRecomputeModulesDefault;
 
   bool operator==(const WorkloadShape&) const = default;
 };
@@ -258,8 +293,13 @@ struct Layer {
   /// core (QK^T, softmax, its dropout, attention over V) is not kept but
   /// recomputed in backward. These are the bytes of `saved_bytes` it frees
   /// and the forward kernels it re-runs; zero / empty for other layers.
+  /// With WorkloadShape::recompute_modules other than the default, the
+  /// modules it names together (Note [Recompute modules]).
   Bytes attention_core_bytes = 0;
   std::vector<Kernel> attention_core;
+  /// The recompute modules this layer has (a mask of RecomputeModule),
+  /// whichever WorkloadShape::recompute_modules asked for.
+  std::uint8_t recompute_described = 0;
   /// Op-level recompute (torchtitan's selective_ac_option "op", Note
   /// [Op-level recompute] in models/src/llama.cpp): the bytes of
   /// `saved_bytes` its policy does not keep, and the forward kernels its

@@ -253,6 +253,13 @@ struct PlanSpec {
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
   Recompute recompute = Recompute::kNone;
+  /// Megatron-Core's recompute_modules under selective recompute: a mask of
+  /// RecomputeModule (Note [Recompute modules] in model.hpp); its default,
+  /// the attention core.
+  std::uint8_t recompute_modules = kRecomputeModulesDefault;
+  /// recompute_modules was written (a plan that does not recompute
+  /// selectively is refused one).
+  bool recompute_modules_set = false;
   /// Megatron-Core's recompute_method under full recompute: uniform (every
   /// block rerun from its own input) or block (only the first
   /// recompute_num_layers blocks of each model chunk; Note [Block
@@ -371,6 +378,8 @@ struct ResolvedPlan {
   Offload offload_optimizer = Offload::kNone;
   Offload offload_params = Offload::kNone;
   Recompute recompute = Recompute::kNone;
+  /// Under selective recompute, the modules it reruns (PlanSpec's).
+  std::uint8_t recompute_modules = kRecomputeModulesDefault;
   /// Under full recompute, Megatron's block method: the first this many
   /// blocks of each model chunk are rerun, the others keep their
   /// activations; 0: every block (Note [Block recompute]).

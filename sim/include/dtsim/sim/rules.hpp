@@ -131,6 +131,11 @@ class PlanRules {
   /// is described for every block of the model at tensor- and context-parallel
   /// degrees tp and cp, with fused attention or not.
   bool op_recompute_allowed(int tp, int cp, bool flash) const;
+  /// The recompute modules the model's layers have (a mask of
+  /// RecomputeModule; Note [Recompute modules] in model.hpp).
+  std::uint8_t recompute_modules_described() const;
+  /// The model's name, for messages.
+  std::string model_name() const;
   /// Sequence parallelism (Korthikanti et al. 2022) needs tp > 1.
   std::vector<bool> sequence_parallel_values(int tp) const;
   /// Transformer Engine's overlap of sequence parallelism's collectives
@@ -169,6 +174,8 @@ class PlanRules {
   mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
   /// op_recompute_allowed's answers, by (tp, cp, flash), built when first asked.
   mutable std::map<std::tuple<int, int, bool>, bool> op_recompute_;
+  /// recompute_modules_described's answer, built when first asked.
+  mutable std::optional<std::uint8_t> modules_described_;
 };
 
 /// The divisors of n, ascending (1 .. n).
