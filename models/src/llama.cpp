@@ -8,6 +8,7 @@
 #include <cmath>
 #include <memory>
 #include <optional>
+#include <utility>
 
 #include "dtsim/models/models.hpp"
 #include "layers.hpp"
@@ -130,6 +131,30 @@ using namespace detail;
 // moe_act (set_save_original_input). Gemma's and OLMo 2's norms are not
 // Megatron's: their blocks describe no layernorm part, and their mlp part
 // without the norm.
+// Note [Multi-token prediction]
+// DeepSeek-V3 trains D multi-token prediction depths beside the model
+// (DeepSeek-AI 2024, "DeepSeek-V3 Technical Report", section 2.2), as
+// Megatron-Core's --mtp-num-layers runs them
+// (megatron/core/transformer/multi_token_prediction.py): depth k embeds the
+// tokens shifted by k with the shared embedding table, normalises that
+// (enorm) and the hidden state it takes (hnorm: the main model's last
+// block's output, then the depth before's), concatenates the two and
+// projects 2h -> h (eh_proj, column-parallel: its input all-gathered under
+// sequence parallelism, its output gathered over tp), runs one transformer
+// block (a MoE block where the model has experts), its final norm, and the
+// shared output head with its own cross-entropy. As Megatron's pipeline
+// layouts split them ("mL": the depths, then the loss), each depth up to
+// its final norm is a layer of its own after the blocks (mtp.k, passing
+// the model's hidden state and its own on), and the head layer runs the
+// shared head and loss over each; a pipeline counted in blocks puts them
+// on the last stage with the head, as Megatron does by default. The
+// embedding table is the copy a stage other than the first keeps
+// (Layer::borrowed_params), the block's recompute parts go with the depth.
+// Full recompute does not rerun a depth here, and under FP8 its block is
+// priced in bf16 as layers other than blocks are (kernel_precision in
+// sim): its GEMMs slower than Transformer Engine runs them. HuggingFace's model
+// skips the checkpoint's MTP layers, so model.mtp_layers is 0 unless set
+// (--megatron-args reads --mtp-num-layers).
 // Note [Multi-head latent attention]
 // DeepSeek-V2/V3 (modeling_deepseek_v3.py, DeepseekV3Attention) compress
 // queries and keys/values through low-rank latents: q_a_proj (h -> q_lora),
@@ -356,7 +381,7 @@ class Llama final : public ZooModel {
   }
   std::string name() const override { return c_.name; }
   int blocks() const override { return c_.layers; }
-  int layer_count() const override { return c_.layers + 2; }  // embedding, blocks, head
+  int layer_count() const override { return c_.layers + c_.mtp_layers + 2; }  // embedding, blocks, MTP depths, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   int experts() const override { return c_.experts; }
   bool grouped_kv_sdpa() const override {
@@ -398,7 +423,7 @@ class Llama final : public ZooModel {
     const std::int64_t tn = sp ? t / tp : t;
     const std::string tps = tp > 1 ? ",tp=" + std::to_string(tp) : "";
     std::vector<sim::Layer> out;
-    out.reserve(static_cast<std::size_t>(c_.layers) + 2);
+    out.reserve(static_cast<std::size_t>(c_.layers + c_.mtp_layers) + 2);
 
     sim::Layer emb;
     emb.name = "embed_tokens";
@@ -491,6 +516,9 @@ class Llama final : public ZooModel {
       out.back().name = "layers." + std::to_string(i);
     }
 
+    // Note [Multi-token prediction]: each depth, then the head over all.
+    for (int k = 0; k < c_.mtp_layers; ++k) out.push_back(mtp_layer(shape, k));
+
     sim::Layer head;
     head.name = "norm+lm_head";
     head.kind = sim::LayerKind::kLmHead;
@@ -528,6 +556,8 @@ class Llama final : public ZooModel {
       head.backward = backward_of(head.forward);
       scaled_backward(head.backward);
     }
+    for (int k = 0; k < c_.mtp_layers; ++k) add_mtp_loss(head, shape);
+    if (c_.mtp_layers > 0) head.signature += ",mtp=" + std::to_string(c_.mtp_layers);
     out.push_back(std::move(head));
     return out;
   }
@@ -575,8 +605,96 @@ class Llama final : public ZooModel {
       const BlockParams p = block_params(1, is_moe(i));
       blocks += p.split + p.replicated + (is_moe(i) ? routed * expert_params_each(1) : 0);
     }
+    // Note [Multi-token prediction]: each depth's block, eh_proj and three
+    // norms (the embedding and the head are shared).
+    const bool mtp_moe = c_.experts > 0;
+    const BlockParams mp = block_params(1, mtp_moe);
+    blocks += static_cast<std::int64_t>(c_.mtp_layers) *
+              (mp.split + mp.replicated + (mtp_moe ? routed * expert_params_each(1) : 0) + 2 * h * h + 3 * h);
     // embed_tokens V h, the blocks, the final norm h, lm_head V h (untied).
     return c_.vocab * h + blocks + h + (c_.tied_head ? 0 : c_.vocab * h);
+  }
+
+  /// One multi-token prediction depth up to its final norm (Note
+  /// [Multi-token prediction]); the shared head's pass over it is the
+  /// head layer's (add_mtp_loss).
+  sim::Layer mtp_layer(const sim::WorkloadShape& shape, int depth) const {
+    using sim::KernelKind;
+    const std::int64_t h = c_.hidden, tp = shape.tp;
+    const int e = shape.act_bytes;
+    const bool sp = shape.sequence_parallel && tp > 1;
+    const std::int64_t t = local_tokens(shape), tn = sp ? t / tp : t;
+    const std::int64_t v = (c_.vocab + tp - 1) / tp;
+    const bool fused = shape.fused_kernels;
+    const Bytes norm_io = (fused ? e : e + 8) * tn * h;
+    auto norm = [&](const char* name) { return memory_op(name, KernelKind::kNorm, norm_io, norm_io, 4.0 * tn * h); };
+    // What an RMSNorm keeps (Note [Llama activations]; fused: its input and rsigma).
+    const Bytes norm_kept = (fused ? e : 4 + e) * tn * h + 4 * tn;
+    const sim::Layer block = block_layer(shape, c_.experts > 0, false);
+    sim::Layer l;
+    l.name = "mtp." + std::to_string(depth);
+    l.kind = sim::LayerKind::kOther;
+    l.signature = "llama.mtp:" + block.signature.substr(block.signature.find(':') + 1);
+    const std::vector<sim::Kernel> pre = {norm("mtp.enorm"), norm("mtp.hnorm"),
+                                          memory_op("mtp.concat", KernelKind::kElementwise, 2 * e * tn * h, 2 * e * tn * h),
+                                          gemm("mtp.eh_proj", t, h / tp, 2 * h, e)};
+    const sim::Kernel final_norm = norm("mtp.final_layernorm");
+    l.forward.push_back(memory_op("mtp.embed", KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
+    l.forward.insert(l.forward.end(), pre.begin(), pre.end());
+    l.forward.insert(l.forward.end(), block.forward.begin(), block.forward.end());
+    l.forward.push_back(final_norm);
+    l.backward = backward_of({final_norm});
+    l.backward.insert(l.backward.end(), block.backward.begin(), block.backward.end());
+    const auto pre_backward = backward_of(pre);
+    l.backward.insert(l.backward.end(), pre_backward.begin(), pre_backward.end());
+    l.backward.push_back(memory_op("mtp.embed.scatter_add", KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
+    // Kept: the two norms', eh_proj's input, the block's and the final norm's.
+    l.saved_bytes = 2 * norm_kept + shape.saved_gemm_input(2 * tn * h) + block.saved_bytes + norm_kept;
+    // On to the head: the model's hidden state and this depth's.
+    l.output_bytes = 2 * e * tn * h;
+    l.params = 3 * h + 2 * h * h / tp + block.params;
+    l.expert_params = block.expert_params;
+    l.param_tensors = 4 + block.param_tensors;
+    l.largest_param_tensor = std::max(2 * h * h / tp, block.largest_param_tensor);
+    l.borrowed_params = v * h;  // the embedding table: a copy where this is not the first stage
+    l.tp_forward = block.tp_forward;
+    l.tp_backward = block.tp_backward;
+    if (tp > 1) {
+      // The vocab-parallel embedding's sum, eh_proj's input gathered (under
+      // sequence parallelism) and its output gathered; backward, its
+      // input's gradient summed.
+      l.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+      if (sp) l.tp_forward.push_back({sim::CollectiveOp::kAllGather, 2 * e * t * h, 1});
+      l.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
+      l.tp_backward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, 2 * e * t * h, 1});
+    }
+    l.ep_forward = block.ep_forward;
+    l.ep_backward = block.ep_backward;
+    l.ep_route = block.ep_route;
+    l.cp_forward = block.cp_forward;
+    l.cp_backward = block.cp_backward;
+    l.attention_core_bytes = block.attention_core_bytes;
+    l.attention_core = block.attention_core;
+    l.recompute_described = block.recompute_described;
+    return l;
+  }
+
+  /// The shared head's pass over each depth's hidden state, with its own
+  /// cross-entropy (Note [Multi-token prediction]).
+  void add_mtp_loss(sim::Layer& head, const sim::WorkloadShape& shape) const {
+    const std::int64_t h = c_.hidden, tp = shape.tp;
+    const int e = shape.act_bytes;
+    const bool sp = shape.sequence_parallel && tp > 1;
+    const std::int64_t t = local_tokens(shape), tn = sp ? t / tp : t;
+    const std::int64_t v = (c_.vocab + tp - 1) / tp;
+    sim::Layer lm;
+    detail::add_lm_loss(lm, shape, "mtp.lm_head", t, v, h);
+    head.forward.insert(head.forward.end(), lm.forward.begin(), lm.forward.end());
+    head.backward.insert(head.backward.begin(), lm.backward.begin(), lm.backward.end());
+    head.saved_bytes += e * tn * h + 4 * t * v;  // the GEMM's input and the fp32 log-softmax
+    head.backward_workspace_bytes = std::max(head.backward_workspace_bytes, lm.backward_workspace_bytes);
+    head.tp_forward.insert(head.tp_forward.end(), lm.tp_forward.begin(), lm.tp_forward.end());
+    head.tp_backward.insert(head.tp_backward.end(), lm.tp_backward.begin(), lm.tp_backward.end());
   }
 
   /// One routed expert's SwiGLU (gate, up, down) on one of etp ranks.

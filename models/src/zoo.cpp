@@ -395,6 +395,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   l.first_dense = static_cast<int>(c.get_int("first_dense", 0, 0, 10000));
   l.moe_step = static_cast<int>(c.get_int("moe_step", 1, 1, 10000));
   l.route_nodes = static_cast<int>(c.get_int("route_nodes", 0, 0, 1 << 20));
+  l.mtp_layers = static_cast<int>(c.get_int("mtp_layers", 0, 0, 64));  // Note [Multi-token prediction] in llama.cpp
   if (l.experts == 1) c.fail("experts", "1: a mixture needs at least 2 routed experts (0: a dense model)");
   if (l.experts > 0 && l.top_k > l.experts) {
     c.fail("top_k", std::to_string(l.top_k) + " exceeds the " + std::to_string(l.experts) +
@@ -425,7 +426,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
   const double mlp = l.experts > 0 ? static_cast<double>(l.experts) * static_cast<double>(l.expert_intermediate) +
                                          static_cast<double>(l.shared_intermediate) + static_cast<double>(l.intermediate)
                                    : static_cast<double>(l.intermediate);
-  check_parameters(c, "layers", l.layers * (h * d * static_cast<double>(2 * l.heads + 2 * l.kv_heads) + 3 * h * mlp) +
+  check_parameters(c, "layers", (l.layers + l.mtp_layers) * (h * d * static_cast<double>(2 * l.heads + 2 * l.kv_heads) + 3 * h * mlp) +
                                     2 * static_cast<double>(l.vocab) * h);
   c.finish({"name", "family", "description"});
   return make_llama(l);

@@ -1320,3 +1320,73 @@ TEST_CASE("Megatron's recompute modules free what each part keeps beyond its inp
   CHECK(core_ln[0].attention_core_bytes == core[0].attention_core_bytes + norm);
   CHECK(blocks_with(sim::kRecomputeLayernorm)[0].attention_core_bytes == norm);
 }
+
+TEST_CASE("multi-token prediction: each depth a layer before the head, which runs the shared head over it (Note [Multi-token prediction])",
+          "[llama][mtp]") {
+  // The MLA + MoE shape of the recompute-modules test: h 64, 4 heads, one
+  // dense block and one MoE block, vocab 100.
+  LlamaConfig c;
+  c.name = "mtp-test";
+  c.layers = 2;
+  c.hidden = 64;
+  c.heads = 4;
+  c.intermediate = 256;
+  c.vocab = 100;
+  c.seq_len = 16;
+  c.experts = 4;
+  c.top_k = 2;
+  c.expert_intermediate = 32;
+  c.shared_intermediate = 48;
+  c.first_dense = 1;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_nope_dim = 8;
+  c.qk_rope_dim = 4;
+  c.v_head_dim = 8;
+  const auto plain = make_llama(c);
+  c.mtp_layers = 1;
+  const auto mtp = make_llama(c);
+  auto w = shape(1, 16, 2);
+  w.fused_kernels = true;
+  w.flash_attention = true;
+  const std::int64_t t = 16, h = 64, e = 2, v = 100;
+  const auto a = plain->layers(w), b = mtp->layers(w);
+  REQUIRE(b.size() == a.size() + 1);
+  CHECK(mtp->layer_count() == static_cast<int>(b.size()));
+  const sim::Layer& depth = b[b.size() - 2];
+  const sim::Layer& moe_block = a[2];
+  CHECK(depth.name == "mtp.0");
+  CHECK_FALSE(depth.is_block());  // a pipeline counted in blocks puts it with the head
+  // enorm, hnorm and the final norm (h each), eh_proj (2h x h) and a MoE block.
+  CHECK(depth.params == 3 * h + 2 * h * h + moe_block.params);
+  CHECK(depth.expert_params == moe_block.expert_params);
+  CHECK(mtp->parameters() - plain->parameters() == depth.params);
+  CHECK(depth.borrowed_params == v * h);  // the embedding table
+  // Three fused norms keep their input and rsigma (e t h + 4 t), eh_proj
+  // its 2h-wide input, and the block what a MoE block keeps.
+  CHECK(depth.saved_bytes == 3 * (e * t * h + 4 * t) + e * t * 2 * h + moe_block.saved_bytes);
+  CHECK(depth.output_bytes == 2 * e * t * h);
+  double proj = 0;
+  for (const auto& k : depth.forward) {
+    if (k.name == "mtp.eh_proj") proj = k.flops;
+  }
+  CHECK(proj == 2.0 * t * 2 * h * h);
+  CHECK(depth.forward_flops() == Approx(moe_block.forward_flops() + proj + 4.0 * t * h * 3).epsilon(1e-12));  // the norms 4 an element; embedding and concat move bytes
+  // The head runs the shared head and a cross-entropy over the depth too:
+  // its GEMM's input and the fp32 log-softmax kept, the same kernels again.
+  CHECK(b.back().saved_bytes - a.back().saved_bytes == e * t * h + 4 * t * v);
+  CHECK(b.back().params == a.back().params);
+  CHECK(b.back().forward.size() == a.back().forward.size() + 3);
+  CHECK(b.back().forward_flops() - a.back().forward_flops() ==
+        Approx(a.back().forward_flops() - a.back().forward.front().flops).epsilon(1e-12));  // all but the final norm
+  CHECK(b.back().signature == a.back().signature + ",mtp=1");
+  // DeepSeek-V3 with its one depth: 11.61 B more (DeepSeek-V3's card: 671 B
+  // and 14 B of MTP, which counts its copies of the embedding and the head).
+  const std::int64_t H = 7168;
+  const std::int64_t mla = H * 1536 + 1536 + 1536 * 128 * 192 + H * 576 + 512 + 512 * 128 * 256 + 128 * 128 * H;
+  const std::int64_t block = mla + 2 * H + H * 256 + 3 * H * 2048 + 256 * 3 * H * 2048;
+  CHECK(load_model("deepseek-v3", {sim::parse_override("model.mtp_layers=1")})->parameters() -
+            load_model("deepseek-v3")->parameters() ==
+        block + 2 * H * H + 3 * H);
+  CHECK(block + 2 * H * H + 3 * H == 11610067968);
+}

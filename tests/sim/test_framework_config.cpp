@@ -379,6 +379,16 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
         parse_megatron_args("--micro-batch-size 1 --recompute-granularity full --recompute-modules mlp", "cmd");
     CHECK(keys(full)["plan.recompute_modules"] == "null");
   }
+  {
+    // Note [Multi-token prediction]: --mtp-num-layers, the llama family's.
+    const FrameworkConfig mtp = parse_megatron_args("--micro-batch-size 1 --mtp-num-layers 1", "cmd");
+    CHECK(keys(mtp)["model.mtp_layers"] == "1");
+    const FrameworkConfig gpt =
+        parse_megatron_args("--micro-batch-size 1 --num-layers 2 --hidden-size 64 --num-attention-heads 4 --mtp-num-layers 1", "cmd");
+    CHECK(keys(gpt).count("model.mtp_layers") == 0);
+    CHECK(std::find(gpt.unmodelled.begin(), gpt.unmodelled.end(),
+                    "--mtp-num-layers 1 (multi-token prediction is the llama family's; add --swiglu)") != gpt.unmodelled.end());
+  }
   CHECK(error_of([] { parse_megatron_args("--recompute-granularity partial", "cmd"); }) ==
         "cmd:1: --recompute-granularity: 'partial' is not one of full, selective");
   CHECK(error_of([] { parse_megatron_args("--tokenizer-model 'abc", "cmd"); }).rfind("cmd:1: unterminated single quote", 0) == 0);

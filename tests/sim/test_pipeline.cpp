@@ -788,3 +788,22 @@ TEST_CASE("Megatron's recompute modules through a pipeline: the parts dropped, r
   CHECK(parts.hfu - parts.mfu ==
         Approx(rerun * 4 / 2 / ns_to_seconds(parts.iteration_time) / c.device.peak_for(Precision::kFp16)).epsilon(1e-9));
 }
+
+TEST_CASE("multi-token prediction joins the head on the last stage where stages count blocks (Note [Multi-token prediction])",
+          "[pipeline][mtp]") {
+  const auto m = models::load_model("moe-tiny", {parse_override("model.mtp_layers=1")});
+  const ClusterSpec c = round_cluster(1, 2);
+  // The embedding and layers.0 | layers.1, mtp.0 and the head.
+  const ResolvedPlan r = resolve(parse_plan("pp: 2\nstage_layers: [1, 1]\nmicro_batches: 2\n", "t"), *m, c);
+  CHECK(r.stage_layers == std::vector<int>{2, 3});
+  // The depth keeps a copy of the embedding table on the last stage, as a
+  // tied head does: the last stage's parameters grow by it and the depth.
+  const auto plain = models::load_model("moe-tiny");
+  const Prediction with = predict(*m, parse_plan("pp: 2\nstage_layers: [1, 1]\nmicro_batches: 2\n", "t"), c);
+  const Prediction without = predict(*plain, parse_plan("pp: 2\nstage_layers: [1, 1]\nmicro_batches: 2\n", "t"), c);
+  const auto layers = m->layers(WorkloadShape{});
+  const Layer& depth = layers[layers.size() - 2];
+  REQUIRE(depth.name == "mtp.0");
+  CHECK(with.ranks[0].parameters == without.ranks[0].parameters);
+  CHECK(with.ranks[1].parameters - without.ranks[1].parameters == (depth.params + depth.borrowed_params) * 4);  // fp32
+}

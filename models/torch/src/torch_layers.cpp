@@ -1848,6 +1848,11 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0, micro("em")));
   }
   if (k == "llama.head") {
+    if (s.get_or("mtp", 0) > 0) {
+      // Note [Multi-token prediction] (models/src/llama.cpp).
+      throw UnsupportedError("layer signature '" + signature +
+                             "': multi-token prediction (model.mtp_layers) is priced, not built; set model.mtp_layers: 0 to run it");
+    }
     return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0, s.get_or("gn", 0) != 0,
                                                                         static_cast<double>(s.get_or("fsc", 0)), micro("ls"), s.get_or("fnw", 0) != 0),
                                             s.get("h"));

@@ -140,7 +140,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-shared-expert-intermediate-size", Kind::kInt}, {"moe-expert-capacity-factor", Kind::kFloat},
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
-      {"moe-router-force-load-balancing", Kind::kBool}, {"sgd-momentum", Kind::kFloat},
+      {"moe-router-force-load-balancing", Kind::kBool}, {"mtp-num-layers", Kind::kInt}, {"sgd-momentum", Kind::kFloat},
       {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}, {"cpu-offloading", Kind::kBool},
       {"cpu-offloading-num-layers", Kind::kInt}, {"fp4-format", Kind::kString}, {"fp4-recipe", Kind::kString},
       {"fp4-param-gather", Kind::kBool}, {"first-last-layers-bf16", Kind::kBool},
@@ -630,6 +630,15 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     }
   }
 
+  // Note [Multi-token prediction] (models/src/llama.cpp): the depths
+  // trained beside the model, the Llama family's.
+  if (has("mtp-num-layers")) {
+    if (has("num-layers") && has("hidden-size") && has("num-attention-heads") && !has("swiglu")) {
+      note("mtp-num-layers", "multi-token prediction is the llama family's; add --swiglu");
+    } else {
+      out.model("mtp_layers", given.at("mtp-num-layers").text, at("mtp-num-layers"));
+    }
+  }
   for (const auto& n : order) {
     const Value& v = unknown.at(n);
     fc.unmodelled.push_back("--" + n + (v.text.empty() ? "" : " " + v.text));

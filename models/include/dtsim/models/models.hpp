@@ -91,6 +91,11 @@ struct LlamaConfig {
   /// topk_group of n_group expert groups, a group a node; 0: no limit),
   /// which DeepEP's pricing uses (Note [DeepEP] in sim/src/cost/cost_comm.cpp).
   int route_nodes = 0;
+  /// Multi-token prediction depths trained beside the model (Megatron-Core's
+  /// --mtp-num-layers; DeepSeek-V3's num_nextn_predict_layers, which
+  /// HuggingFace's model skips, so 0 by default): Note [Multi-token
+  /// prediction] in models/src/llama.cpp.
+  int mtp_layers = 0;
 
   // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: none).
   std::int64_t q_lora_rank = 0;    ///< q_lora_rank (0: a full q_proj)
