@@ -28,12 +28,14 @@
 #include <QHeaderView>
 #include <QHorizontalStackedBarSeries>
 #include <QLabel>
+#include <QLineEdit>
 #include <QLegendMarker>
 #include <QLineSeries>
 #include <QMenuBar>
 #include <QPixmap>
 #include <QProgressBar>
 #include <QPushButton>
+#include <QRegularExpressionValidator>
 #include <QSaveFile>
 #include <QScatterSeries>
 #include <QScreen>
@@ -213,6 +215,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                   "activation_checkpointing, torchtitan mode = \"full\"). op: torchtitan's activation_checkpoint."
                   "mode = \"selective\" with selective_ac_option = \"op\": every other GEMM's output and attention's "
                   "kept, the rest rerun (Llama-family blocks at tp 1)."},
+    {"recompute_modules", "plan.recompute_modules: under selective recompute, the modules rerun, as Megatron-Core's "
+                          "--recompute-modules names them: core_attn, layernorm (an MLA block's input norm, a MoE "
+                          "block's pre-MLP norm), moe_act, mla_up_proj, mlp, shared_experts; each frees what its part "
+                          "keeps beyond its input. Empty: core_attn, Megatron's default (Note [Recompute modules])."},
     {"recompute_num_layers", "Blocks rerun under full recompute. N: plan.recompute_method block with "
                              "plan.recompute_num_layers N, only the first N blocks of each model chunk rerun, the others "
                              "keep their activations (Megatron --recompute-method block --recompute-num-layers N; "
@@ -578,6 +584,7 @@ struct ExplorerWindow::Impl {
             *batch_mode = nullptr, *fsdp_wrap = nullptr;
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr, *rc_layers = nullptr, *act_offload = nullptr;
+  QLineEdit* rc_modules = nullptr;  ///< Megatron-Core's recompute_modules, under selective
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
@@ -792,6 +799,12 @@ struct ExplorerWindow::Impl {
     rc_layers->setObjectName("recompute_num_layers");
     rc_layers->setRange(0, 999);
     rc_layers->setSpecialValueText("all");  // blocks; N: the first N of each chunk (the tooltip says so)
+    // Note [Recompute modules]: only Megatron-Core's names, by commas or spaces.
+    rc_modules = new QLineEdit;
+    rc_modules->setObjectName("recompute_modules");
+    rc_modules->setPlaceholderText("core_attn");
+    rc_modules->setValidator(new QRegularExpressionValidator(
+        QRegularExpression("^\\s*((core_attn|layernorm|moe_act|mla_up_proj|mlp|shared_experts)[\\s,]*)*$"), rc_modules));
     // Megatron-Core's CPU offloading (Note [Activation offload]): layers whose activations go to the host.
     act_offload = new QSpinBox;
     act_offload->setObjectName("cpu_offloading_num_layers");
@@ -880,6 +893,7 @@ struct ExplorerWindow::Impl {
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(recompute, 1);
       row->addWidget(rc_layers);
+      row->addWidget(rc_modules, 1);
       mf->addRow("Recompute", row);
     }
     // The kernels and the FP8 recipe beside attention and precision, not
@@ -1230,6 +1244,7 @@ struct ExplorerWindow::Impl {
     for (QDoubleSpinBox* s : {moe_imbalance, intra_bw, inter_bw, z3_prefetch, z3_live}) {
       QObject::connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
+    QObject::connect(rc_modules, &QLineEdit::editingFinished, w, [this] { knobs_changed(); });
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(tp_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(ep_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1292,6 +1307,7 @@ struct ExplorerWindow::Impl {
     offload->setCurrentIndex(p.offload_params == sim::Offload::kCpu ? 2 : p.offload_optimizer == sim::Offload::kCpu ? 1 : 0);
     recompute->setCurrentIndex(recompute->findData(static_cast<int>(p.recompute)));
     rc_layers->setValue(p.recompute_method == sim::RecomputeMethod::kBlock ? p.recompute_num_layers : 0);
+    rc_modules->setText(p.recompute_modules_set ? QString::fromStdString(sim::recompute_modules_string(p.recompute_modules)) : QString());
     act_offload->setValue(p.cpu_offloading_num_layers);
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
@@ -1393,6 +1409,7 @@ struct ExplorerWindow::Impl {
     z3_prefetch->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     z3_live->setEnabled(z == 3 && !scenario.plan.z3_leaf_layers);
     rc_layers->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kFull));
+    rc_modules->setEnabled(recompute->currentData().toInt() == static_cast<int>(sim::Recompute::kSelective));
     // The rules table's: one stage, no recompute, a GPU (Note [Activation offload]).
     act_offload->setEnabled(sim::PlanRules(*scenario.model, scenario.cluster)
                                 .cpu_offloading_max(cur_pp, static_cast<sim::Recompute>(recompute->currentData().toInt())) > 0);
@@ -1468,8 +1485,19 @@ struct ExplorerWindow::Impl {
     p.offload_optimizer = offload->currentData().toInt() >= 1 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.offload_params = offload->currentData().toInt() >= 2 ? sim::Offload::kCpu : sim::Offload::kNone;
     p.recompute = static_cast<sim::Recompute>(recompute->currentData().toInt());
-    // A file's recompute_modules go with selective recompute only.
-    p.recompute_modules_set = p.recompute_modules_set && p.recompute == sim::Recompute::kSelective;
+    // Note [Recompute modules]: the box's names under selective recompute
+    // (empty: Megatron's default, the core); elsewhere none.
+    p.recompute_modules = sim::kRecomputeModulesDefault;
+    p.recompute_modules_set = false;
+    if (p.recompute == sim::Recompute::kSelective && !rc_modules->text().trimmed().isEmpty()) {
+      p.recompute_modules = 0;
+      p.recompute_modules_set = true;
+      const auto& names = sim::recompute_module_names();
+      for (const QString& word : rc_modules->text().split(QRegularExpression("[\\s,]+"), Qt::SkipEmptyParts)) {
+        const auto it = std::find(names.begin(), names.end(), word.toStdString());
+        if (it != names.end()) p.recompute_modules = static_cast<std::uint8_t>(p.recompute_modules | (1U << (it - names.begin())));
+      }
+    }
     // Megatron's block method where the box counts blocks; resolve refuses
     // it without full recompute, so elsewhere every block (the box keeps what it shows).
     const bool block = p.recompute == sim::Recompute::kFull && rc_layers->value() > 0;

@@ -20,6 +20,7 @@
 #include <QChart>
 #include <QCheckBox>
 #include <QComboBox>
+#include <QLineEdit>
 #include <QCoreApplication>
 #include <QDoubleSpinBox>
 #include <QElapsedTimer>
@@ -178,6 +179,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"limit_all_gathers", {"limit_all_gathers"}},
       {"fsdp_version", {"fully_shard", "FullyShardedDataParallel"}},
       {"recompute_num_layers", {"--recompute-method block", "--recompute-num-layers"}},
+      {"recompute_modules", {"--recompute-modules", "mla_up_proj"}},
       {"cpu_offloading_num_layers", {"--cpu-offloading-num-layers", "Transformer Engine"}},
       {"stage3_prefetch_bucket_size", {"stage3_prefetch_bucket_size"}},
       {"stage3_max_live_parameters", {"stage3_max_live_parameters"}},
@@ -1422,6 +1424,36 @@ TEST_CASE("Megatron's block recompute from the explorer (Note [Block recompute])
   layers->setValue(0);
   REQUIRE(w.wait_for_result(kWaitMs));
   CHECK(w.outcome().prediction->iteration_time == full);
+}
+
+TEST_CASE("Megatron-Core's recompute modules from the explorer (Note [Recompute modules])", "[gui][window]") {
+  // moe-tiny under ddp with fused attention: selective recompute of the
+  // core alone drops nothing; of the norms and the experts' activation it
+  // drops what each block keeps of them.
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("moe-tiny", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  auto* box = w.findChild<QLineEdit*>("recompute_modules");
+  REQUIRE(box != nullptr);
+  CHECK_FALSE(box->isEnabled());  // without selective recompute
+  const Bytes none = w.outcome().prediction->ranks[0].activations;
+  auto* rc = w.findChild<QComboBox*>("recompute");
+  rc->setCurrentIndex(rc->findData(static_cast<int>(sim::Recompute::kSelective)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK(box->isEnabled());
+  CHECK(w.outcome().prediction->plan.recompute_modules == sim::kRecomputeModulesDefault);
+  CHECK(w.outcome().prediction->ranks[0].activations == none);
+  box->setText("layernorm, moe_act");
+  emit box->editingFinished();
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().prediction);
+  CHECK(w.outcome().prediction->plan.recompute_modules == (sim::kRecomputeLayernorm | sim::kRecomputeMoeAct));
+  CHECK(w.outcome().prediction->ranks[0].activations < none);
+  // A name Megatron-Core does not have cannot be typed.
+  int pos = 0;
+  QString bad = "moe";
+  CHECK(box->validator()->validate(bad, pos) != QValidator::Acceptable);
 }
 
 TEST_CASE("Megatron-Core's CPU offloading from the explorer (Note [Activation offload])", "[gui][window]") {
