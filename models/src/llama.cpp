@@ -150,9 +150,9 @@ using namespace detail;
 // on the last stage with the head, as Megatron does by default. The
 // embedding table is the copy a stage other than the first keeps
 // (Layer::borrowed_params), the block's recompute parts go with the depth.
-// Full recompute does not rerun a depth here, and under FP8 its block is
-// priced in bf16 as layers other than blocks are (kernel_precision in
-// sim): its GEMMs slower than Transformer Engine runs them. HuggingFace's model
+// Full recompute does not rerun a depth here; under FP8 its GEMMs run in
+// FP8 as a block's (Layer::fp8_as_block), the head's pass in bf16 as the
+// head's. HuggingFace's model
 // skips the checkpoint's MTP layers, so model.mtp_layers is 0 unless set
 // (--megatron-args reads --mtp-num-layers).
 // Note [Multi-head latent attention]
@@ -634,6 +634,7 @@ class Llama final : public ZooModel {
     sim::Layer l;
     l.name = "mtp." + std::to_string(depth);
     l.kind = sim::LayerKind::kOther;
+    l.fp8_as_block = true;  // Transformer Engine's Linears, eh_proj's and the block's
     l.signature = "llama.mtp:" + block.signature.substr(block.signature.find(':') + 1);
     const std::vector<sim::Kernel> pre = {norm("mtp.enorm"), norm("mtp.hnorm"),
                                           memory_op("mtp.concat", KernelKind::kElementwise, 2 * e * tn * h, 2 * e * tn * h),

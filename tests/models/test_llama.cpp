@@ -9,6 +9,7 @@
 #include <fstream>
 
 #include "dtsim/models/models.hpp"
+#include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/error.hpp"
 
 using namespace dtsim;
@@ -1380,6 +1381,10 @@ TEST_CASE("multi-token prediction: each depth a layer before the head, which run
   CHECK(b.back().forward_flops() - a.back().forward_flops() ==
         Approx(a.back().forward_flops() - a.back().forward.front().flops).epsilon(1e-12));  // all but the final norm
   CHECK(b.back().signature == a.back().signature + ",mtp=1");
+  // Under FP8 the depth's GEMMs run in FP8 as a block's (Transformer
+  // Engine's Linears); the head's pass over it in bf16 as the head's.
+  CHECK(sim::kernel_precision(depth, sim::Precision::kFp8) == sim::Precision::kFp8);
+  CHECK(sim::kernel_precision(b.back(), sim::Precision::kFp8) == sim::Precision::kBf16);
   // DeepSeek-V3 with its one depth: 11.61 B more (DeepSeek-V3's card: 671 B
   // and 14 B of MTP, which counts its copies of the embedding and the head).
   const std::int64_t H = 7168;

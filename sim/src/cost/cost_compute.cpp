@@ -133,7 +133,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 }  // namespace
 
 Precision kernel_precision(const Layer& layer, Precision p) {
-  return quantized_gemms(p) && layer.kind != LayerKind::kTransformer ? Precision::kBf16 : p;
+  return quantized_gemms(p) && layer.kind != LayerKind::kTransformer && !layer.fp8_as_block ? Precision::kBf16 : p;
 }
 
 double fp8_copy_bytes(Fp8Recipe recipe, int compute_capability) {

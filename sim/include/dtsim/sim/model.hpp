@@ -306,6 +306,11 @@ struct Layer {
   /// backward reruns; zero / empty where a layer does not describe it.
   Bytes op_recompute_bytes = 0;
   std::vector<Kernel> op_recompute;
+  /// Its GEMMs run quantised under fp8 or fp4 as a transformer block's do,
+  /// though it is not one (a multi-token prediction depth, Note
+  /// [Multi-token prediction] in models/src/llama.cpp); the other layers
+  /// that are not blocks run theirs in bf16 (kernel_precision in cost.hpp).
+  bool fp8_as_block = false;
   /// A repeated block (transformer or LSTM layer): what full recompute
   /// checkpoints and `stage_layers` counts in blocks.
   bool is_block() const { return kind == LayerKind::kTransformer || kind == LayerKind::kLstm; }
