@@ -893,8 +893,9 @@ struct ExplorerWindow::Impl {
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(recompute, 1);
       row->addWidget(rc_layers);
-      row->addWidget(rc_modules, 1);
       mf->addRow("Recompute", row);
+      // A row of its own, as "Acts to CPU" (Note [Chart sizes]).
+      mf->addRow("Modules", rc_modules);
     }
     // The kernels and the FP8 recipe beside attention and precision, not
     // rows of their own (Note [Chart sizes]).
