@@ -125,6 +125,10 @@ using namespace detail;
 //                   norm and the three kernels rerun
 //   shared_experts  a MoE block's shared experts (shared_experts.py): their
 //                   SwiGLU's keeps, their gate's product; their kernels
+//   moe             the whole MoE layer (moe_layer.py, checkpoint): all it
+//                   keeps beyond its input; its kernels and its forward
+//                   all-to-alls rerun (Layer::recompute_ep); moe_act and
+//                   shared_experts inside it are not counted again
 // The tensor-parallel collectives of a rerun MLP (sequence parallelism's
 // all-gather before fc1) are not priced, nor Transformer Engine's
 // requantisation of an FP8 GEMM input kept in 16 bits under layernorm and
@@ -677,6 +681,7 @@ class Llama final : public ZooModel {
     l.attention_core_bytes = block.attention_core_bytes;
     l.attention_core = block.attention_core;
     l.recompute_described = block.recompute_described;
+    l.recompute_ep = block.recompute_ep;
     return l;
   }
 
@@ -967,8 +972,11 @@ class Llama final : public ZooModel {
     Bytes mlp = 0;
     std::vector<sim::LayerComm> tp_extra;
     MoeParts moe_parts;
+    std::vector<sim::Kernel> moe_kernels;  // the whole MoE layer's, for "moe"
     if (moe) {
+      const std::size_t first = post.size();
       mlp = moe_mlp(shape, l, post, tp_extra, moe_parts);
+      moe_kernels.assign(post.begin() + static_cast<std::ptrdiff_t>(first), post.end());
     } else {
       const std::int64_t fl = c_.intermediate / tp;
       const Bytes tf = t * fl;
@@ -1012,8 +1020,20 @@ class Llama final : public ZooModel {
     if (!norm_kernels.empty()) part(sim::kRecomputeLayernorm, static_cast<Bytes>(norm_kernels.size()) * norm_part, norm_kernels);
     if (mla()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
     if (!moe) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
-    if (!moe_parts.act_kernels.empty()) part(sim::kRecomputeMoeAct, moe_parts.act, moe_parts.act_kernels);
-    if (!moe_parts.shared_kernels.empty()) part(sim::kRecomputeSharedExperts, moe_parts.shared, moe_parts.shared_kernels);
+    if (moe) {
+      // "moe" reruns the whole layer, its all-to-alls too; the parts inside
+      // it are then rerun with it, not twice.
+      part(sim::kRecomputeMoe, mlp, moe_kernels);
+      l.recompute_ep = (shape.recompute_modules & sim::kRecomputeMoe) != 0;
+    }
+    const bool whole_moe = (shape.recompute_modules & sim::kRecomputeMoe) != 0;
+    const auto inner = [&](std::uint8_t module, Bytes bytes, const std::vector<sim::Kernel>& kernels) {
+      if (kernels.empty()) return;
+      if (!whole_moe) return part(module, bytes, kernels);
+      l.recompute_described = static_cast<std::uint8_t>(l.recompute_described | module);
+    };
+    inner(sim::kRecomputeMoeAct, moe_parts.act, moe_parts.act_kernels);
+    inner(sim::kRecomputeSharedExperts, moe_parts.shared, moe_parts.shared_kernels);
     if (op_described) {
       // Note [Op-level recompute]: at tp 1, q and kv elements as above.
       const std::int64_t kvl = c_.kv_heads, fl = c_.intermediate;

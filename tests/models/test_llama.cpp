@@ -1276,8 +1276,8 @@ TEST_CASE("Megatron's recompute modules free what each part keeps beyond its inp
   CHECK(none[0].attention_core_bytes == 0);
   CHECK(none[0].attention_core.empty());
   CHECK(none[0].recompute_described == (sim::kRecomputeLayernorm | sim::kRecomputeMlaUpProj | sim::kRecomputeMlp));
-  CHECK(none[1].recompute_described ==
-        (sim::kRecomputeLayernorm | sim::kRecomputeMlaUpProj | sim::kRecomputeMoeAct | sim::kRecomputeSharedExperts));
+  CHECK(none[1].recompute_described == (sim::kRecomputeLayernorm | sim::kRecomputeMlaUpProj | sim::kRecomputeMoeAct |
+                                        sim::kRecomputeSharedExperts | sim::kRecomputeMoe));
   // Megatron's default, the attention core, frees nothing from a fused kernel.
   CHECK(blocks_with(sim::kRecomputeModulesDefault)[0].attention_core_bytes == 0);
 
@@ -1305,6 +1305,20 @@ TEST_CASE("Megatron's recompute modules free what each part keeps beyond its inp
   CHECK(moe[0].attention_core_bytes == 0);
   CHECK(moe[1].attention_core_bytes == act + shared);
   CHECK(names(moe[1]) == std::vector<std::string>{"moe.experts.swiglu", "moe.shared.gate_up", "moe.shared.swiglu", "moe.shared.down"});
+  // moe: the whole MoE layer, all it keeps beyond its input: the router's
+  // fp32 probabilities (4 t E) and weights (4 t k), the experts' input
+  // (e k t h), their SwiGLU (act's and fc1's output), their outputs for the
+  // weighted sum (e k t h) and the shared experts'; its all-to-alls rerun
+  // too. moe_act and shared_experts inside it are not counted twice.
+  const std::int64_t whole = 4 * t * 4 + 4 * t * 2 + e * 32 * h + (act + 2 * e * 32 * 32) + e * 32 * h + shared;
+  CHECK(whole == 19328);
+  const auto layer = blocks_with(sim::kRecomputeMoe | sim::kRecomputeMoeAct | sim::kRecomputeSharedExperts);
+  CHECK(layer[1].attention_core_bytes == whole);
+  CHECK(layer[1].recompute_ep);
+  CHECK_FALSE(moe[1].recompute_ep);
+  CHECK(names(layer[1]) == std::vector<std::string>{"moe.router", "moe.topk", "moe.permute", "moe.experts.gate_up", "moe.experts.swiglu",
+                                                     "moe.experts.down", "moe.unpermute", "moe.shared.gate_up", "moe.shared.swiglu",
+                                                     "moe.shared.down"});
   // The parts add, and each is a part of what the block keeps.
   const auto all = blocks_with(0x3F);
   CHECK(all[0].attention_core_bytes == norm + up + mlp);

@@ -630,3 +630,42 @@ TEST_CASE("overlap_moe_expert_parallel_comm in an interleaved pipeline: one more
   CHECK_THAT(format_table(a), Catch::Contains(" a2a-overlap"));
   CHECK_THAT(to_json(a), Catch::Contains("\"overlap_moe_expert_parallel_comm\": true"));
 }
+
+TEST_CASE("recompute_modules moe reruns the MoE layer's all-to-alls with its kernels (Note [Recompute modules])", "[moe][recompute]") {
+  const auto m = models::load_model("moe-tiny");
+  const ClusterSpec c = test::round_cluster(1, 4);
+  const test::FixedCompute compute(1'000'000);
+  const FixedComm comm(10'000);
+  auto plan = [&](const std::string& modules) {
+    return resolve(parse_plan("ep: 4\nmicro_batch: 1\nseq_len: 128\nprecision: fp16\nattention: flash\nrecompute: selective\n"
+                              "recompute_modules: " + modules + "\n", "p.yaml"),
+                   *m, c);
+  };
+  auto kernels = [&](const Layer& l) {
+    TimeNs t = 0;
+    for (const Kernel& k : l.attention_core) t += compute.kernel_time(k, Precision::kFp16) * k.repeat;
+    return t;
+  };
+  const ResolvedPlan whole_plan = plan("[moe]"), act_plan = plan("[moe_act]");
+  const PricedLayers whole = price_layers(*m, whole_plan, c, compute, comm), act = price_layers(*m, act_plan, c, compute, comm);
+  const Layer& block = whole.layers[1];
+  REQUIRE(block.is_block());
+  REQUIRE(block.recompute_ep);
+  // The layer's kernels and its forward's three all-to-alls (the counts,
+  // dispatch, combine), 10 us each; moe_act reruns its activation alone.
+  CHECK(whole.recompute[1] == kernels(block) + 3 * 10'000);
+  CHECK_FALSE(act.layers[1].recompute_ep);
+  CHECK(act.recompute[1] == kernels(act.layers[1]));
+  CHECK(kernels(act.layers[1]) < kernels(block));
+  // The lowering's recompute task, one a block and micro-batch, lasts as long.
+  ResolvedPlan p = whole_plan;
+  partition(p, *m, c, compute, comm);
+  const TaskGraph g = lower(*m, p, c, CostModels{&compute, &comm});
+  int tasks = 0;
+  for (const Task& t : g.tasks) {
+    if (t.name.find("recompute") == std::string::npos || t.name.find("layers.0") == std::string::npos) continue;
+    ++tasks;
+    CHECK(t.duration == kernels(block) + 3 * 10'000);
+  }
+  CHECK(tasks == 1);
+}

@@ -233,10 +233,14 @@ TEST_CASE("Megatron-Core's recompute_modules: its names, under selective recompu
         "experts); valid for llama-tiny: core_attn, mlp");
   CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [mla_up_proj]\n") ==
         "p.yaml:2: plan.recompute_modules: mla_up_proj needs multi-latent attention (Megatron-Core raises without it); valid "
-        "for moe-tiny: core_attn, layernorm, moe_act");
-  CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe]\n") ==
-        "p.yaml:2: plan.recompute_modules: moe (the whole MoE layer rerun, its all-to-alls with it) is not modelled; valid "
-        "for moe-tiny: core_attn, layernorm, moe_act");
+        "for moe-tiny: core_attn, layernorm, moe_act, moe");
+  CHECK(err("llama-tiny", "recompute: selective\nrecompute_modules: [moe]\n") ==
+        "p.yaml:2: plan.recompute_modules: moe needs a mixture-of-experts model (the whole MoE layer rerun); valid for "
+        "llama-tiny: core_attn, mlp");
+  CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe]\nep: 2\noverlap_moe_expert_parallel_comm: true\n"
+                        "precision: bf16\n") ==
+        "p.yaml:2: plan.recompute_modules: moe with overlap_moe_expert_parallel_comm: Megatron-Core asserts \"disable moe in "
+        "recompute_modules when enabling overlap_moe_expert_parallel_comm\"; drop one");
   CHECK_THAT(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe_act]\nprecision: fp8\n"),
              Catch::Contains("moe_act and layernorm under fp8 need a recipe other than delayed"));
   CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe_act]\nprecision: fp8\nfp8_recipe: tensorwise\n") ==

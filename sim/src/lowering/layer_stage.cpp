@@ -167,9 +167,14 @@ class LayerStage final : public detail::StageEmitter {
         const char* label = c.plan.recompute == Recompute::kOp                             ? "recompute ops"
                             : c.plan.recompute_modules == kRecomputeModulesDefault ? "recompute attention"
                                                                                      : "recompute modules";
-        u.recompute = {true, label, c.core_time[l], 0, drop, 0};
-        u.recompute.memory_share = static_cast<float>(
-            c.compute_model.memory_share(detail::partially_recomputed_kernels(L, c.recompute[l]), kernel_precision(L, c.plan.precision)));
+        // Megatron's "moe" reruns the layer's all-to-alls on the compute
+        // stream too (Note [Recompute modules]).
+        const TimeNs a2a = L.recompute_ep && c.recompute[l] == Recompute::kSelective ? u.ep_forward_cost.total() : 0;
+        u.recompute = {true, label, c.core_time[l] + a2a, 0, drop, 0};
+        const double share =
+            c.compute_model.memory_share(detail::partially_recomputed_kernels(L, c.recompute[l]), kernel_precision(L, c.plan.precision));
+        u.recompute.memory_share =
+            static_cast<float>(a2a > 0 ? share * static_cast<double>(c.core_time[l]) / static_cast<double>(c.core_time[l] + a2a) : share);
         u.forward_drop = drop;
       }
       c.units.push_back(std::move(u));

@@ -83,6 +83,8 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     if (rc == Recompute::kFull && L.is_block()) rec = fwd + tpf;
     if (detail::partially_recomputed_bytes(L, rc) > 0) {
       rec = compute.recompute_time(L, detail::partially_recomputed_kernels(L, rc), plan.precision, shape);
+      // Megatron's "moe" reruns the layer's all-to-alls (Note [Recompute modules]).
+      if (L.recompute_ep && rc == Recompute::kSelective) rec += a2af;
     }
     out.forward.push_back(fwd);
     out.backward.push_back(compute.layer_time(L, Pass::kBackward, plan.precision, shape));
@@ -94,6 +96,7 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
       rec_memory = fwd_memory * static_cast<double>(fwd) / static_cast<double>(rec);
     } else if (rec > 0) {
       rec_memory = compute.memory_share(detail::partially_recomputed_kernels(L, rc), kernel_precision(L, plan.precision));
+      if (L.recompute_ep && rc == Recompute::kSelective) rec_memory *= static_cast<double>(rec - a2af) / static_cast<double>(rec);
     }
     out.recompute_memory.push_back(static_cast<float>(rec_memory));
     if (split_weights) {

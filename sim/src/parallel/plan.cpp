@@ -603,8 +603,11 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   } else if (r.recompute == Recompute::kSelective) {
     const std::uint8_t described = rules.recompute_modules_described();
     const std::string valid = "; valid for " + rules.model_name() + ": " + recompute_modules_string(described);
-    if ((r.recompute_modules & kRecomputeMoe) != 0) {
-      bad.add("recompute_modules", "moe (the whole MoE layer rerun, its all-to-alls with it) is not modelled" + valid);
+    if ((r.recompute_modules & kRecomputeMoe) != 0 && (described & kRecomputeMoe) == 0) {
+      bad.add("recompute_modules", "moe needs a mixture-of-experts model (the whole MoE layer rerun)" + valid);
+    } else if ((r.recompute_modules & kRecomputeMoe) != 0 && s.overlap_moe_expert_parallel_comm) {
+      bad.add("recompute_modules", "moe with overlap_moe_expert_parallel_comm: Megatron-Core asserts \"disable moe in "
+                                   "recompute_modules when enabling overlap_moe_expert_parallel_comm\"; drop one");
     } else if ((r.recompute_modules & kRecomputeMoeAct) != 0 && (described & kRecomputeMoeAct) == 0) {
       bad.add("recompute_modules", "moe_act needs a mixture-of-experts model (Megatron-Core raises without grouped experts)" + valid);
     } else if ((r.recompute_modules & kRecomputeMlaUpProj) != 0 && (described & kRecomputeMlaUpProj) == 0) {

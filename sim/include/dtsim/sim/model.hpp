@@ -69,8 +69,10 @@ struct Kernel {
 // dtsim prices each as a part of Layer::attention_core and
 // attention_core_bytes (the bytes it frees, the forward kernels it reruns),
 // as the models describe them (Note [Megatron's recompute modules] in
-// models/src/llama.cpp). "moe", the whole MoE layer with its all-to-alls,
-// is refused: a rerun's collectives are not priced by partial recompute.
+// models/src/llama.cpp). "moe" reruns the whole MoE layer, its
+// expert-parallel all-to-alls with it (Layer::recompute_ep), serial on the
+// compute stream as the forward's are; Megatron-Core refuses it beside
+// --overlap-moe-expert-parallel-comm, and so does dtsim.
 
 /// Megatron-Core's recompute_modules, as bits of a mask.
 enum RecomputeModule : std::uint8_t {
@@ -80,7 +82,7 @@ enum RecomputeModule : std::uint8_t {
   kRecomputeMlaUpProj = 8,       ///< "mla_up_proj": MLA's up-projections and RoPE
   kRecomputeMlp = 16,            ///< "mlp": a dense block's whole MLP
   kRecomputeSharedExperts = 32,  ///< "shared_experts": the shared experts' MLP
-  kRecomputeMoe = 64,            ///< "moe": the whole MoE layer (refused: not modelled)
+  kRecomputeMoe = 64,            ///< "moe": the whole MoE layer, its all-to-alls with it
 };
 /// Megatron-Core's default: the attention core alone.
 inline constexpr std::uint8_t kRecomputeModulesDefault = kRecomputeCoreAttn;
@@ -300,6 +302,10 @@ struct Layer {
   /// The recompute modules this layer has (a mask of RecomputeModule),
   /// whichever WorkloadShape::recompute_modules asked for.
   std::uint8_t recompute_described = 0;
+  /// Selective recompute reruns the layer's expert-parallel all-to-alls
+  /// too (Megatron-Core's "moe" module: the whole MoE layer; Note
+  /// [Recompute modules]).
+  bool recompute_ep = false;
   /// Op-level recompute (torchtitan's selective_ac_option "op", Note
   /// [Op-level recompute] in models/src/llama.cpp): the bytes of
   /// `saved_bytes` its policy does not keep, and the forward kernels its
