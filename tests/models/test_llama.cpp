@@ -40,6 +40,31 @@ sim::WorkloadShape shape(std::int64_t b, std::int64_t s, int e) {
   return w;
 }
 
+/// A small DeepSeek-shaped model: MLA (q_lora 32, kv_lora 16, nope 8, rope
+/// 4, v 8, 4 heads), one dense block (f 256), then a MoE block (4 experts of
+/// fe 32, top-2, one shared expert of 48), h 64, vocab 100.
+LlamaConfig mla_moe_config() {
+  LlamaConfig c;
+  c.name = "mla-moe-test";
+  c.layers = 2;
+  c.hidden = 64;
+  c.heads = 4;
+  c.intermediate = 256;
+  c.vocab = 100;
+  c.seq_len = 16;
+  c.experts = 4;
+  c.top_k = 2;
+  c.expert_intermediate = 32;
+  c.shared_intermediate = 48;
+  c.first_dense = 1;
+  c.q_lora_rank = 32;
+  c.kv_lora_rank = 16;
+  c.qk_nope_dim = 8;
+  c.qk_rope_dim = 4;
+  c.v_head_dim = 8;
+  return c;
+}
+
 }  // namespace
 
 TEST_CASE("Llama-family parameter counts equal HuggingFace's, from config.json and built in", "[llama]") {
@@ -1216,28 +1241,7 @@ TEST_CASE("group-limited routing: n_group divides the routed experts and topk_gr
 
 TEST_CASE("Megatron's recompute modules free what each part keeps beyond its input (Note [Megatron's recompute modules])",
           "[llama][recompute][memory]") {
-  // A small DeepSeek-shaped model: MLA (q_lora 32, kv_lora 16, nope 8, rope
-  // 4, v 8, 4 heads), one dense block (f 256), then a MoE block (4 experts
-  // of fe 32, top-2, one shared expert of 48), h 64.
-  LlamaConfig c;
-  c.name = "mla-moe-test";
-  c.layers = 2;
-  c.hidden = 64;
-  c.heads = 4;
-  c.intermediate = 256;
-  c.vocab = 100;
-  c.seq_len = 16;
-  c.experts = 4;
-  c.top_k = 2;
-  c.expert_intermediate = 32;
-  c.shared_intermediate = 48;
-  c.first_dense = 1;
-  c.q_lora_rank = 32;
-  c.kv_lora_rank = 16;
-  c.qk_nope_dim = 8;
-  c.qk_rope_dim = 4;
-  c.v_head_dim = 8;
-  const auto m = make_llama(c);
+  const auto m = make_llama(mla_moe_config());
   // bf16 (e 2), Megatron's fused norms and SwiGLU, fused attention (its core
   // keeps nothing to recompute): t = 16 tokens, 16 rows for the norms.
   auto w = shape(1, 16, 2);
@@ -1338,26 +1342,7 @@ TEST_CASE("Megatron's recompute modules free what each part keeps beyond its inp
 
 TEST_CASE("multi-token prediction: each depth a layer before the head, which runs the shared head over it (Note [Multi-token prediction])",
           "[llama][mtp]") {
-  // The MLA + MoE shape of the recompute-modules test: h 64, 4 heads, one
-  // dense block and one MoE block, vocab 100.
-  LlamaConfig c;
-  c.name = "mtp-test";
-  c.layers = 2;
-  c.hidden = 64;
-  c.heads = 4;
-  c.intermediate = 256;
-  c.vocab = 100;
-  c.seq_len = 16;
-  c.experts = 4;
-  c.top_k = 2;
-  c.expert_intermediate = 32;
-  c.shared_intermediate = 48;
-  c.first_dense = 1;
-  c.q_lora_rank = 32;
-  c.kv_lora_rank = 16;
-  c.qk_nope_dim = 8;
-  c.qk_rope_dim = 4;
-  c.v_head_dim = 8;
+  LlamaConfig c = mla_moe_config();
   const auto plain = make_llama(c);
   c.mtp_layers = 1;
   const auto mtp = make_llama(c);
