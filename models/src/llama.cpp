@@ -520,8 +520,16 @@ class Llama final : public ZooModel {
       out.back().name = "layers." + std::to_string(i);
     }
 
-    // Note [Multi-token prediction]: each depth, then the head over all.
-    for (int k = 0; k < c_.mtp_layers; ++k) out.push_back(mtp_layer(shape, k));
+    // Note [Multi-token prediction]: each depth, then the head over all;
+    // a depth's signature carries its block's keys.
+    if (c_.mtp_layers > 0) {
+      const std::string block_sig = c_.experts > 0 ? moe_signature(common) : dense_sig;
+      const std::string mtp_sig = "llama.mtp:" + block_sig.substr(block_sig.find(':') + 1);
+      for (int k = 0; k < c_.mtp_layers; ++k) {
+        out.push_back(mtp_layer(shape, k));
+        out.back().signature = mtp_sig;
+      }
+    }
 
     sim::Layer head;
     head.name = "norm+lm_head";
@@ -639,7 +647,6 @@ class Llama final : public ZooModel {
     l.name = "mtp." + std::to_string(depth);
     l.kind = sim::LayerKind::kOther;
     l.fp8_as_block = true;  // Transformer Engine's Linears, eh_proj's and the block's
-    l.signature = "llama.mtp:" + block.signature.substr(block.signature.find(':') + 1);
     const std::vector<sim::Kernel> pre = {norm("mtp.enorm"), norm("mtp.hnorm"),
                                           memory_op("mtp.concat", KernelKind::kElementwise, 2 * e * tn * h, 2 * e * tn * h),
                                           gemm("mtp.eh_proj", t, h / tp, 2 * h, e)};

@@ -270,6 +270,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                              ": attention dropout is not run: the LibTorch twins have none (the simulator prices it); "
                              "use model.attention_dropout=0");
     }
+    // Note [Multi-token prediction] (models/src/llama.cpp): priced, not run.
+    if (std::any_of(layers.begin(), layers.end(), [](const sim::Layer& l) { return l.signature.rfind("llama.mtp:", 0) == 0; })) {
+      throw UnsupportedError("dtsim validate: " + o.model +
+                             ": multi-token prediction is not run: the LibTorch twins have no MTP depth (the simulator prices "
+                             "it); use model.mtp_layers=0");
+    }
   }
   if (s.spec.moe_experts == sim::MoeExperts::kDense) {
     // Note [Dense experts] (models/src/llama.cpp): priced, not run.

@@ -1356,6 +1356,7 @@ TEST_CASE("multi-token prediction: each depth a layer before the head, which run
   const sim::Layer& depth = b[b.size() - 2];
   const sim::Layer& moe_block = a[2];
   CHECK(depth.name == "mtp.0");
+  CHECK(depth.signature == "llama.mtp:" + moe_block.signature.substr(moe_block.signature.find(':') + 1));
   CHECK_FALSE(depth.is_block());  // a pipeline counted in blocks puts it with the head
   // enorm, hnorm and the final norm (h each), eh_proj (2h x h) and a MoE block.
   CHECK(depth.params == 3 * h + 2 * h * h + moe_block.params);

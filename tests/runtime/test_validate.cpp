@@ -806,6 +806,12 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(std::count(modules.err.begin(), modules.err.end(), '\n') == 1);
   CHECK(modules.err.find("--set plan.recompute_modules: recompute_modules mlp is not run: the runtime's selective recompute "
                          "reruns the attention core alone; use core_attn") != std::string::npos);
+  // Note [Multi-token prediction]: priced, not run by the twins.
+  const Run mtp = validate("--model llama-tiny --plan ddp --procs 2 --set model.mtp_layers=1");
+  CHECK(mtp.status == 2);
+  CHECK(std::count(mtp.err.begin(), mtp.err.end(), '\n') == 1);
+  CHECK(mtp.err.find("llama-tiny: multi-token prediction is not run: the LibTorch twins have no MTP depth (the simulator prices "
+                     "it); use model.mtp_layers=0") != std::string::npos);
   // Note [Attention dropout]: priced, not run by the twins.
   const Run drop = validate("--model llama-tiny --plan ddp --procs 2 --set model.attention_dropout=0.1");
   CHECK(drop.status == 2);
