@@ -1494,10 +1494,8 @@ struct ExplorerWindow::Impl {
     if (p.recompute == sim::Recompute::kSelective && !rc_modules->text().trimmed().isEmpty()) {
       p.recompute_modules = 0;
       p.recompute_modules_set = true;
-      const auto& names = sim::recompute_module_names();
       for (const QString& word : rc_modules->text().split(QRegularExpression("[\\s,]+"), Qt::SkipEmptyParts)) {
-        const auto it = std::find(names.begin(), names.end(), word.toStdString());
-        if (it != names.end()) p.recompute_modules = static_cast<std::uint8_t>(p.recompute_modules | (1U << (it - names.begin())));
+        p.recompute_modules = static_cast<std::uint8_t>(p.recompute_modules | sim::recompute_module_of(word.toStdString()));
       }
     }
     // Megatron's block method where the box counts blocks; resolve refuses

@@ -373,15 +373,14 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     // model.hpp): its names, a list or one string; [] reruns nothing.
     p.recompute_modules = 0;
     p.recompute_modules_set = true;
-    const auto& names = recompute_module_names();
     for (const std::string& w : c.get_word_list("recompute_modules")) {
-      const auto it = std::find(names.begin(), names.end(), w);
-      if (it == names.end()) {
-        const std::string hint = did_you_mean(w, names);
+      const std::uint8_t bit = recompute_module_of(w);
+      if (bit == 0) {
+        const std::string hint = did_you_mean(w, recompute_module_names());
         c.fail("recompute_modules", "'" + w + "' is not one of Megatron-Core's modules" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
                                         "; valid: " + recompute_modules_string(0x7F));
       }
-      p.recompute_modules = static_cast<std::uint8_t>(p.recompute_modules | (1U << (it - names.begin())));
+      p.recompute_modules = static_cast<std::uint8_t>(p.recompute_modules | bit);
     }
   }
   p.recompute_method = c.get_enum("recompute_method", RecomputeMethod::kUniform, {{"uniform", RecomputeMethod::kUniform}, {"block", RecomputeMethod::kBlock}});

@@ -110,6 +110,12 @@ std::string recompute_modules_string(std::uint8_t modules) {
   return out;
 }
 
+std::uint8_t recompute_module_of(const std::string& name) {
+  const auto& names = recompute_module_names();
+  const auto it = std::find(names.begin(), names.end(), name);
+  return it == names.end() ? 0 : static_cast<std::uint8_t>(1U << (it - names.begin()));
+}
+
 Flops Layer::forward_flops() const {
   Flops f = 0;
   for (const auto& k : forward) f += k.flops * static_cast<double>(k.repeat);

@@ -67,9 +67,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.megatron_loss = p.loss_parallel != LossParallel::kDtensor;
   shape.fused_kernels = p.kernels == Kernels::kFused;
   shape.dp_step = p.dp * p.cp > 1;
-  // Only selective recompute reads them: any other plan shares the
-  // default's layers (Note [Layer memo]).
-  shape.recompute_modules = p.recompute == Recompute::kSelective ? p.recompute_modules : kRecomputeModulesDefault;
+  shape.recompute_modules = effective_recompute_modules(p.recompute == Recompute::kSelective, p.recompute_modules);
   return shape;
 }
 

@@ -456,7 +456,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     rs.flash_attention = p.plan.flash_attention;
     rs.moe_dense = dense_experts;
     // Megatron's recompute modules rerun their parts (Note [Recompute modules]).
-    rs.recompute_modules = p.plan.recompute == Recompute::kSelective ? p.plan.recompute_modules : kRecomputeModulesDefault;
+    rs.recompute_modules = effective_recompute_modules(p.plan.recompute == Recompute::kSelective, p.plan.recompute_modules);
     const LayerList layers = model.shared_layers(rs);
     const std::vector<Recompute> recomputes = layer_recomputes(p.plan, layers);
     for (std::size_t i = 0; i < layers.size(); ++i) {

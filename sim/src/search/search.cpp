@@ -955,7 +955,7 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
       shape.flash_attention = lb_rules.flash_attention(s.attention, s.precision);
       shape.fused_kernels = s.kernels == Kernels::kFused;  // the base plan's, for every candidate
       // The base plan's modules too (Note [Recompute modules]): what selective recompute drops.
-      shape.recompute_modules = s.recompute == Recompute::kSelective ? s.recompute_modules : kRecomputeModulesDefault;
+      shape.recompute_modules = effective_recompute_modules(s.recompute == Recompute::kSelective, s.recompute_modules);
       Bytes kept = 0;
       try {
         const LayerList layers = model.shared_layers(shape);

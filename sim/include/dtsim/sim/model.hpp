@@ -90,6 +90,8 @@ inline constexpr std::uint8_t kRecomputeModulesDefault = kRecomputeCoreAttn;
 const std::vector<std::string>& recompute_module_names();
 /// "core_attn, moe_act" for a mask; "" for none.
 std::string recompute_modules_string(std::uint8_t modules);
+/// The bit of a module Megatron-Core names ("moe_act"); 0 for any other word.
+std::uint8_t recompute_module_of(const std::string& name);
 
 /// The shape of the work a layer is asked to describe.
 struct WorkloadShape {

@@ -28,6 +28,13 @@ inline Optimizer effective_optimizer(Optimizer o, double sgd_momentum) {
   return is_sgd(o) ? (sgd_momentum > 0 ? Optimizer::kSgd : Optimizer::kSgdPlain) : o;
 }
 enum class Offload { kNone, kCpu };
+/// The modules a plan's layers are described with (WorkloadShape::
+/// recompute_modules): its own under selective recompute, which alone reads
+/// them; the default otherwise, so other plans share its layers (Note
+/// [Layer memo] in model.hpp).
+inline std::uint8_t effective_recompute_modules(bool selective, std::uint8_t modules) {
+  return selective ? modules : kRecomputeModulesDefault;
+}
 /// Activation recompute: none; selective (Megatron's: the attention core);
 /// full (each block's input kept, its forward rerun); op (torchtitan's
 /// selective_ac_option "op": every other GEMM's output and attention's
