@@ -1394,4 +1394,7 @@ TEST_CASE("multi-token prediction: each depth a layer before the head, which run
             load_model("deepseek-v3")->parameters() ==
         block + 2 * H * H + 3 * H);
   CHECK(block + 2 * H * H + 3 * H == 11610067968);
+  // Bad input: one line naming the key and the range.
+  CHECK(error_of([] { load_model("deepseek-v3", {sim::parse_override("model.mtp_layers=65")}); }) ==
+        "--set model.mtp_layers: 65 is out of range; valid: 0 to 64");
 }

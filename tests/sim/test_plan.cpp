@@ -216,6 +216,8 @@ TEST_CASE("Megatron-Core's recompute_modules: its names, under selective recompu
         "core_attn, layernorm, moe_act, mla_up_proj, mlp, shared_experts, moe");
   CHECK_THAT(error_of([] { parse_plan("recompute_modules: {a: 1}\n", "p.yaml"); }),
              Catch::StartsWith("p.yaml:1: plan.recompute_modules: expected a list of names"));
+  CHECK(error_of([] { parse_plan("recompute_modules: [[mlp]]\n", "p.yaml"); }) ==
+        "p.yaml:1: plan.recompute_modules: expected a list of names, found a list");
 
   ClusterSpec fp8 = eight();
   fp8.device.peak_fp8 = 2e12;
