@@ -1,10 +1,13 @@
 #pragma once
-// What the three framework importers share (framework_config.hpp): reading a
+// What the framework importers share (framework_config.hpp): reading a
 // bounded file, and the list of overrides each builds.
 
 #include <cstdint>
+#include <functional>
+#include <map>
 #include <set>
 #include <string>
+#include <vector>
 
 #include "dtsim/sim/framework_config.hpp"
 
@@ -36,5 +39,32 @@ class OverrideList {
 
 /// `v` as the shortest decimal that reads back the same ("1000", "0.5").
 std::string format_number(double v);
+
+/// Megatron's arguments, read from a command line (framework_megatron.cpp)
+/// or from Megatron-Bridge's YAML (framework_megatron_bridge.cpp), keyed by
+/// Megatron-LM's flag names without their dashes ("tensor-model-parallel-size").
+/// A switch given holds "true"; every other value is already checked against
+/// the kind the flag takes (an integer >= 1, a number, a word).
+struct MegatronArgs {
+  struct Arg {
+    std::string text;
+    int line = 0;
+  };
+  std::string framework;  ///< "Megatron-LM", "Megatron-Bridge"
+  std::string file;
+  std::map<std::string, Arg> given;
+  /// What the file set that dtsim does not read, as the file writes it, in order.
+  std::vector<std::string> unknown;
+  /// How the file names a flag in messages ("--micro-batch-size",
+  /// "train.micro_batch_size"); unset: Megatron-LM's spelling.
+  std::function<std::string(const std::string&)> spell;
+  /// Between a name and its value in messages: " " on a command line, "=" in YAML.
+  std::string value_sep = " ";
+  std::string spelled(const std::string& flag) const;
+};
+
+/// Megatron's arguments as dtsim's plan and model keys, as arguments.py
+/// reads them (the rules in framework_megatron.cpp).
+FrameworkConfig interpret_megatron(const MegatronArgs& args);
 
 }  // namespace dtsim::sim::detail

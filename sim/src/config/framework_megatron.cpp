@@ -211,10 +211,6 @@ constexpr KnownShape kKnownShapes[] = {
 
 FrameworkConfig parse_megatron_args(const std::string& args, const std::string& file) {
   if (args.size() > kMaxConfigBytes) throw ConfigError(file + ": larger than a config may be");
-  FrameworkConfig fc;
-  fc.framework = "Megatron-LM";
-  fc.file = file;
-  detail::OverrideList out(fc);
   std::vector<Token> tokens;
   tokenize(args, file, 1, tokens);
 
@@ -308,12 +304,35 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     given[name] = {*v, t.line};
   }
 
+  detail::MegatronArgs a;
+  a.framework = "Megatron-LM";
+  a.file = file;
+  for (const auto& [name, v] : given) a.given[name] = {v.text, v.line};
+  for (const auto& n : order) {
+    const Value& v = unknown.at(n);
+    a.unknown.push_back("--" + n + (v.text.empty() ? "" : " " + v.text));
+  }
+  return detail::interpret_megatron(a);
+}
+
+namespace detail {
+
+std::string MegatronArgs::spelled(const std::string& flag) const { return spell ? spell(flag) : "--" + flag; }
+
+FrameworkConfig interpret_megatron(const MegatronArgs& a) {
+  const std::string& file = a.file;
+  const auto& given = a.given;
+  FrameworkConfig fc;
+  fc.framework = a.framework;
+  fc.file = file;
+  detail::OverrideList out(fc);
+  auto flag = [&](const std::string& n) { return a.spelled(n); };
   auto has = [&](const std::string& n) { return given.count(n) > 0; };
-  auto at = [&](const std::string& n) { return file + ":" + std::to_string(given.at(n).line) + " (--" + n + ")"; };
+  auto at = [&](const std::string& n) { return file + ":" + std::to_string(given.at(n).line) + " (" + flag(n) + ")"; };
   auto num = [&](const std::string& n, std::int64_t fallback) { return has(n) ? std::stoll(given.at(n).text) : fallback; };
   auto text = [&](const std::string& n, const std::string& fallback) { return has(n) ? given.at(n).text : fallback; };
   auto fail = [&](const std::string& n, const std::string& message) -> void {
-    throw ConfigError(file + ":" + std::to_string(given.at(n).line) + ": --" + n + ": " + message);
+    throw ConfigError(file + ":" + std::to_string(given.at(n).line) + ": " + flag(n) + ": " + message);
   };
   auto choice = [&](const std::string& n, std::initializer_list<const char*> valid) {
     const std::string v = text(n, "");
@@ -326,8 +345,8 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     return v;
   };
   auto note = [&](const std::string& n, const std::string& why) {
-    const std::string v = has(n) && given.at(n).text != "true" ? " " + given.at(n).text : "";
-    fc.unmodelled.push_back("--" + n + v + (why.empty() ? "" : " (" + why + ")"));
+    const std::string v = has(n) && given.at(n).text != "true" ? a.value_sep + given.at(n).text : "";
+    fc.unmodelled.push_back(flag(n) + v + (why.empty() ? "" : " (" + why + ")"));
   };
   auto set_int = [&](const std::string& key, const std::string& n) {
     if (has(n)) out.plan(key, given.at(n).text, at(n));
@@ -354,7 +373,7 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   std::int64_t vpp = 0;
   std::string vpp_from;
   if (has("num-layers-per-virtual-pipeline-stage")) {
-    if (!has("num-layers")) fail("num-layers-per-virtual-pipeline-stage", "needs --num-layers to count the model chunks");
+    if (!has("num-layers")) fail("num-layers-per-virtual-pipeline-stage", "needs " + flag("num-layers") + " to count the model chunks");
     const std::int64_t layers = num("num-layers", 1), per = num("num-layers-per-virtual-pipeline-stage", 1);
     if (layers % pp != 0 || (layers / pp) % per != 0) {
       fail("num-layers-per-virtual-pipeline-stage", std::to_string(per) + " does not divide the " + std::to_string(layers) + " / " +
@@ -414,8 +433,8 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   // --micro-batch-size has no default: validate_args asserts it is given
   // (megatron/training/arguments.py).
   if (!has("micro-batch-size")) {
-    throw ConfigError(file + ": --micro-batch-size is missing; Megatron-LM has no default for it (validate_args asserts it): add "
-                             "e.g. --micro-batch-size 1");
+    throw ConfigError(file + ": " + flag("micro-batch-size") + " is missing; Megatron-LM has no default for it (validate_args asserts it): add e.g. " +
+                      flag("micro-batch-size") + a.value_sep + "1");
   }
   set_int("micro_batch", "micro-batch-size");
   set_int("global_batch", "global-batch-size");
@@ -423,7 +442,7 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   set_int("seq_len", "seq-length");
 
   // Precision and optimizer.
-  if (has("fp16") && has("bf16")) fail("bf16", "given with --fp16; Megatron refuses both");
+  if (has("fp16") && has("bf16")) fail("bf16", "given with " + flag("fp16") + "; Megatron refuses both");
   std::string precision = has("bf16") ? "bf16" : has("fp16") ? "fp16" : "fp32";
   std::string precision_from = has("bf16") ? at("bf16") : has("fp16") ? at("fp16") : file;
   if (has("fp8-format")) {
@@ -433,7 +452,7 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   }
   if (has("fp4-format")) {
     // Note [NVFP4 training]: arguments.py refuses FP4 beside FP8.
-    if (has("fp8-format")) fail("fp4-format", "given with --fp8-format; Megatron refuses both");
+    if (has("fp8-format")) fail("fp4-format", "given with " + flag("fp8-format") + "; Megatron refuses both");
     choice("fp4-format", {"e2m1"});
     precision = "fp4";
     precision_from = at("fp4-format");
@@ -562,8 +581,8 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     if (!llama && norm != "LayerNorm") note("normalization", "the gpt family's is LayerNorm");
     if (llama && positions != "rope") note("position-embedding-type", "the llama family's is rope");
     if (!llama && positions != "learned_absolute") note("position-embedding-type", "the gpt family learns its positions");
-    if (!llama && has("group-query-attention")) note("group-query-attention", "the gpt family has one key/value head per head; add --swiglu for a llama");
-    if (!llama && has("num-experts")) note("num-experts", "dtsim's experts are the llama family's; add --swiglu");
+    if (!llama && has("group-query-attention")) note("group-query-attention", "the gpt family has one key/value head per head; add " + flag("swiglu") + " for a llama");
+    if (!llama && has("num-experts")) note("num-experts", "dtsim's experts are the llama family's; add " + flag("swiglu"));
     if (!llama && !bias) note("disable-bias-linear", "the gpt family has biases");
     // --kv-channels defaults to hidden / heads (arguments.py).
     const bool head_dim_default = !has("kv-channels") || num("kv-channels", 1) * heads == hidden;
@@ -592,7 +611,7 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
       for (const auto& k : kKnownShapes) {
         if (k.name == *fc.model) kept = k.vocab;
       }
-      fc.unmodelled.push_back((tokenizer.empty() ? std::string("the tokenizer's vocabulary") : "--tokenizer-type " + tokenizer) +
+      fc.unmodelled.push_back((tokenizer.empty() ? std::string("the tokenizer's vocabulary") : flag("tokenizer-type") + a.value_sep + tokenizer) +
                               " (vocabulary not known from the flags; kept " + *fc.model + "'s " + std::to_string(kept) +
                               ": --set model.vocab=N)");
     }
@@ -626,7 +645,7 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
     }
   } else {
     for (const char* n : {"num-layers", "hidden-size", "num-attention-heads"}) {
-      if (has(n)) note(n, "the model needs --num-layers, --hidden-size and --num-attention-heads; pass --model");
+      if (has(n)) note(n, "the model needs " + flag("num-layers") + ", " + flag("hidden-size") + " and " + flag("num-attention-heads") + "; pass --model");
     }
   }
 
@@ -634,19 +653,18 @@ FrameworkConfig parse_megatron_args(const std::string& args, const std::string& 
   // trained beside the model, the Llama family's.
   if (has("mtp-num-layers")) {
     if (has("num-layers") && has("hidden-size") && has("num-attention-heads") && !has("swiglu")) {
-      note("mtp-num-layers", "multi-token prediction is the llama family's; add --swiglu");
+      note("mtp-num-layers", "multi-token prediction is the llama family's; add " + flag("swiglu"));
     } else {
       out.model("mtp_layers", given.at("mtp-num-layers").text, at("mtp-num-layers"));
     }
   }
-  for (const auto& n : order) {
-    const Value& v = unknown.at(n);
-    fc.unmodelled.push_back("--" + n + (v.text.empty() ? "" : " " + v.text));
-  }
+  for (const auto& u : a.unknown) fc.unmodelled.push_back(u);
   fc.plan = pp > 1 ? "megatron-3d" : tp > 1 ? "megatron-tp" : "ddp";
   out.finish();
   return fc;
 }
+
+}  // namespace detail
 
 FrameworkConfig read_megatron_args(const std::string& path) {
   return parse_megatron_args(detail::read_config_text(path), path);
