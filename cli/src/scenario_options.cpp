@@ -41,6 +41,9 @@ void add_scenario_options(CLI::App& app, ScenarioOptions& s, unsigned which) {
     app.add_option("--megatron-args", s.megatron_args,
                    "Megatron-LM's command-line flags (or a file of them) as the plan and, with no --model, the model")
         ->type_name("\"FLAGS\"");
+    app.add_option("--megatron-bridge", s.megatron_bridge,
+                   "A Megatron-Bridge config (run_config.yaml) as the plan and, with no --model, the model")
+        ->type_name("FILE");
     app.add_option("--torchtitan", s.torchtitan, "A torchtitan job TOML as the plan and, with no --model, the model")
         ->type_name("FILE");
   }
@@ -54,20 +57,32 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
   r.model = s.model;
   r.plan = s.plan.empty() ? default_plan : s.plan;
   const std::vector<sim::Override> user = s.overrides();
-  const int given = !s.deepspeed.empty() + !s.megatron_args.empty() + !s.torchtitan.empty();
+  const std::pair<const char*, const std::string*> options[] = {
+      {"deepspeed", &s.deepspeed}, {"megatron", &s.megatron_args}, {"megatron-bridge", &s.megatron_bridge}, {"torchtitan", &s.torchtitan}};
+  const char* kind = nullptr;
+  int given = 0;
+  for (const auto& [k, v] : options) {
+    if (!v->empty()) {
+      kind = kind ? kind : k;
+      ++given;
+    }
+  }
   if (given == 0) {
     r.overrides = user;
     return r;
   }
-  const char* which = !s.deepspeed.empty() ? "--deepspeed" : !s.megatron_args.empty() ? "--megatron-args" : "--torchtitan";
-  if (given > 1) throw ConfigError("--deepspeed, --megatron-args and --torchtitan each describe the whole plan; give one");
-  if (!s.plan.empty()) {
-    throw ConfigError(std::string("--plan ") + s.plan + " and " + which +
-                      " both describe the plan; give one (change single keys with --set plan.KEY=VALUE)");
+  if (given > 1) {
+    throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge and --torchtitan each describe the whole plan; give one");
   }
-  const sim::FrameworkConfig fc = !s.deepspeed.empty()  ? sim::read_framework_config("deepspeed", s.deepspeed)
-                                  : !s.torchtitan.empty() ? sim::read_framework_config("torchtitan", s.torchtitan)
-                                                          : sim::read_framework_config("megatron", s.megatron_args);
+  const std::string which = std::string(kind) == "megatron" ? "--megatron-args" : "--" + std::string(kind);
+  if (!s.plan.empty()) {
+    throw ConfigError("--plan " + s.plan + " and " + which + " both describe the plan; give one (change single keys with --set plan.KEY=VALUE)");
+  }
+  std::string source;
+  for (const auto& [k, v] : options) {
+    if (std::string(k) == kind) source = *v;
+  }
+  const sim::FrameworkConfig fc = sim::read_framework_config(kind, source);
   sim::FrameworkScenario f = sim::apply_framework_config(fc, s.model, user);
   r.model = f.model;
   if (!f.plan.empty()) r.plan = f.plan;

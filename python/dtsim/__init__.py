@@ -80,32 +80,37 @@ def _int(value, what, default):
 
 
 def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False, deepspeed=None, megatron_args=None,
-            torchtitan=None):
+            torchtitan=None, megatron_bridge=None):
     """One plan's iteration time, throughput, MFU and per-GPU memory.
 
     model: a built-in name (``dtsim.models()``), a YAML or HuggingFace
     config.json path, or a dict (transformers-style with ``model_type``, or
-    dtsim's YAML keys with ``family``); None where ``megatron_args`` or
-    ``torchtitan`` names one. cluster, plan: a shipped name
+    dtsim's YAML keys with ``family``); None where ``megatron_args``,
+    ``megatron_bridge`` or ``torchtitan`` names one. cluster, plan: a shipped name
     (``dtsim.clusters()``, ``dtsim.plans()``), a YAML path or a dict of its
     keys; plan None: ``ddp``. set: ``{"plan.tp": 8}`` or ``["plan.tp=8"]``,
     as ``--set`` (it wins over a framework's config). profile: a calibration
-    profile (.h5). deepspeed, torchtitan: a DeepSpeed config JSON or a
-    torchtitan job TOML (a path) as the plan; megatron_args: Megatron-LM's
-    flags (a string, or a file of them) as the plan and, with no model, the
-    model; at most one, instead of plan, as the CLI's ``--deepspeed``,
-    ``--megatron-args`` and ``--torchtitan``. What such a config sets that
+    profile (.h5). deepspeed: a DeepSpeed config JSON (a path) as the plan;
+    megatron_args: Megatron-LM's flags (a string, or a file of them);
+    megatron_bridge, torchtitan: a Megatron-Bridge config YAML
+    (run_config.yaml) or a torchtitan job TOML (a path); the last three as
+    the plan and, with no model, the model; at most one, instead of plan, as
+    the CLI's ``--deepspeed``, ``--megatron-args``, ``--megatron-bridge`` and
+    ``--torchtitan``. What such a config sets that
     dtsim does not model is one ``UserWarning``. Returns ``dtsim predict --json``.
     """
-    frameworks = [(k, v) for k, v in (("deepspeed", deepspeed), ("megatron", megatron_args), ("torchtitan", torchtitan))
+    options = {"deepspeed": "deepspeed", "megatron": "megatron_args", "megatron-bridge": "megatron_bridge",
+               "torchtitan": "torchtitan"}
+    frameworks = [(k, v) for k, v in (("deepspeed", deepspeed), ("megatron", megatron_args),
+                                      ("megatron-bridge", megatron_bridge), ("torchtitan", torchtitan))
                   if v is not None]
     if len(frameworks) > 1:
-        raise ConfigError("deepspeed, megatron_args and torchtitan each describe the whole plan; give one")
+        raise ConfigError("deepspeed, megatron_args, megatron_bridge and torchtitan each describe the whole plan; give one")
     kind, source = frameworks[0] if frameworks else ("", "")
     if kind:
-        source = _path(source, "megatron_args" if kind == "megatron" else kind)
+        source = _path(source, options[kind])
         if not source:
-            raise ConfigError(f"{'megatron_args' if kind == 'megatron' else kind}: empty; give a file path")
+            raise ConfigError(f"{options[kind]}: empty; give a file path")
     text, warning = _core.predict_json(_source(model, "model") if model is not None else _core.Source("", False),
                                        _source(cluster, "cluster"),
                                        _source(plan, "plan") if plan is not None else _core.Source("", False),

@@ -66,9 +66,10 @@ std::shared_ptr<const sim::ProfileCosts> load_costs(const std::string& profile) 
 
 /// `dtsim predict --json`, and the warning line of what a framework's
 /// config sets that dtsim does not model ("" if none). framework_kind:
-/// "" or deepspeed, megatron, torchtitan (with framework_source its file,
-/// or Megatron's flags), folded in as the CLI's --deepspeed,
-/// --megatron-args and --torchtitan are (Note [Framework options]); an
+/// "" or deepspeed, megatron, megatron-bridge, torchtitan (with
+/// framework_source its file, or Megatron's flags), folded in as the CLI's
+/// --deepspeed, --megatron-args, --megatron-bridge and --torchtitan are
+/// (Note [Framework options]); an
 /// empty model or plan text: none given.
 std::pair<std::string, std::string> predict_json(const Source& model, const Source& cluster, const Source& plan,
                                                  const std::vector<std::string>& sets, const std::string& profile,
@@ -78,7 +79,10 @@ std::pair<std::string, std::string> predict_json(const Source& model, const Sour
   Source model_source = model, plan_source = plan;
   std::string warning;
   if (!framework_kind.empty()) {
-    const char* option = framework_kind == "megatron" ? "megatron_args" : framework_kind == "deepspeed" ? "deepspeed" : "torchtitan";
+    const char* option = framework_kind == "megatron"          ? "megatron_args"
+                         : framework_kind == "megatron-bridge" ? "megatron_bridge"
+                         : framework_kind == "deepspeed"       ? "deepspeed"
+                                                               : "torchtitan";
     if (!plan.text.empty()) {
       throw ConfigError(std::string("plan and ") + option + " both describe the plan; give one (change single keys with set)");
     }

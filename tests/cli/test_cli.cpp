@@ -909,6 +909,38 @@ TEST_CASE("predict reads a DeepSpeed config, a Megatron command line and a torch
   }
 }
 
+// Note [Megatron-Bridge configs]: deepseek_v3_run_config.yaml, Bridge's
+// recipe for 1,024 H100s (tp 2, pp 16, ep 64, global batch 4096 of 1): on
+// 128 DGX H100s dp = 1024 / (2 x 16) = 32 and 4096 / (1 x 32) = 128
+// micro-batches; its layout's 4 decoders a stage, the embedding joining the
+// first and the MTP depth and head the last.
+TEST_CASE("predict reads Megatron-Bridge's run_config.yaml as the plan and the model", "[cli][frameworks]") {
+  const std::string file = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/megatron-bridge/deepseek_v3_run_config.yaml";
+  const Result r = dtsim("predict --cluster dgx-h100 --set cluster.nodes=128 --json --megatron-bridge " + file);
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out.substr(0, r.out.size() - r.err.size()));
+  CHECK(j["model"]["name"].as<std::string>() == "megatron-DeepSeekV3");
+  CHECK(j["plan"]["dp"].as<int>() == 32);
+  CHECK(j["plan"]["ep"].as<int>() == 64);
+  CHECK(j["plan"]["grad_accum"].as<int>() == 128);
+  CHECK(j["plan"]["stage_layers"][0].as<int>() == 5);
+  CHECK(j["plan"]["stage_layers"][15].as<int>() == 3);
+  CHECK(j["plan"]["moe_dispatcher"].as<std::string>() == "deepep");
+  // One warning line: what the recipe sets that dtsim does not model.
+  CHECK(lines(r.err) == 1);
+  CHECK(r.err.find("optimizer.use_precision_aware_optimizer=true") != std::string::npos);
+  // A field of the wrong type: its file, line and key, exit 2.
+  const std::string bad_file = temp_file("dtsim_cli_bridge_bad.yaml", "train:\n  micro_batch_size: one\nmodel:\n  num_layers: 2\n");
+  const Result bad = dtsim("predict --cluster dgx-h100 --megatron-bridge " + bad_file);
+  CHECK(bad.status == 2);
+  CHECK(lines(bad.err) == 1);
+  CHECK(bad.err.find(bad_file + ":2: train.micro_batch_size: expected an integer, got 'one'") != std::string::npos);
+  std::filesystem::remove(bad_file);
+  const Result missing = dtsim("predict --cluster dgx-h100 --megatron-bridge " + bad_file);
+  CHECK(missing.status == 2);
+  CHECK(lines(missing.err) == 1);
+}
+
 TEST_CASE("a framework's config does not combine with --plan or another, one line, exit 2", "[cli][frameworks][bad-input]") {
   const std::string dir = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/";
   Result r = dtsim("predict --model gpt2 --cluster dgx-a100 --plan zero2 --deepspeed " + dir + "deepspeed/zero3.json");

@@ -108,13 +108,21 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
         dtsim.predict("llama-3-8b", "dgx-h100", deepspeed=str(auto), set={"plan.seq_len": 2048})
     tt = os.path.join(frameworks, "torchtitan", "llama3_8b.toml")
     assert dtsim.predict(None, "dgx-h100", torchtitan=tt) == cli("predict", "--cluster", "dgx-h100", "--torchtitan", tt)
+    # Megatron-Bridge's run_config.yaml names the plan and the model, as --megatron-bridge.
+    mb = os.path.join(frameworks, "megatron-bridge", "llama3_8b_run_config.yaml")
+    got = dtsim.predict(None, "dgx-h100", megatron_bridge=mb)
+    assert got == cli("predict", "--cluster", "dgx-h100", "--megatron-bridge", mb)
+    # The recipe: cp 2 on 8 GPUs leaves dp 4; 512 sequences of 1 in 4 ranks: 128 micro-steps.
+    assert (got["plan"]["cp"], got["plan"]["dp"], got["plan"]["grad_accum"]) == (2, 4, 128)
+    with pytest.raises(dtsim.ConfigError, match="^plan and megatron_bridge both describe the plan"):
+        dtsim.predict(None, "dgx-h100", "ddp", megatron_bridge=mb)
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)
     assert (got["plan"]["tp"], got["plan"]["micro_batch"], got["plan"]["global_batch"]) == (2, 2, 64)
     with pytest.raises(dtsim.ConfigError, match="^plan and deepspeed both describe the plan"):
         dtsim.predict("gpt2", "dgx-a100", "zero2", deepspeed=ds)
-    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args and torchtitan each describe the whole plan"):
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge and torchtitan each describe the whole plan"):
         dtsim.predict("gpt2", "dgx-a100", deepspeed=ds, torchtitan=tt)
     with pytest.raises(dtsim.ConfigError, match="^model: none given"):
         dtsim.predict(None, "dgx-a100", "ddp")

@@ -704,3 +704,206 @@ TEST_CASE("SGD's momentum as each framework sets it (Note [SGD momentum])", "[fr
                                  "ds.json");
         }) == "ds.json:2: optimizer.params.momentum: 2 is out of range; valid: 0 to 1");
 }
+
+// Megatron-LM's latent attention and MoE flags (arguments.py): MLA's
+// defaults --kv-lora-rank 32, --qk-head-dim 128, --qk-pos-emb-head-dim 64,
+// --v-head-dim 128 and no query compression; moe_freq_type's list
+// expressions; group-limited routing as the model's route_nodes.
+TEST_CASE("Megatron-LM: DeepSeek-V3's latent attention, layer pattern and grouped routing", "[framework]") {
+  const std::string shape =
+      "--micro-batch-size 1 --num-layers 61 --hidden-size 7168 --ffn-hidden-size 18432 --num-attention-heads 128 --swiglu "
+      "--normalization RMSNorm --position-embedding-type rope --untie-embeddings-and-output-weights --disable-bias-linear "
+      "--multi-latent-attention --q-lora-rank 1536 --kv-lora-rank 512 --qk-head-dim 128 --qk-pos-emb-head-dim 64 --v-head-dim 128 "
+      "--qk-layernorm --num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 2048 --moe-shared-expert-intermediate-size 2048 "
+      "--moe-layer-freq \"([0]*3+[1]*58)\" --moe-router-num-groups 8 --moe-router-group-topk 4 --max-position-embeddings 163840 "
+      "--padded-vocab-size 129280 --mtp-num-layers 1";
+  const FrameworkConfig fc = parse_megatron_args(shape, "cmd");
+  auto k = keys(fc);
+  CHECK(k["model.q_lora_rank"] == "1536");
+  CHECK(k["model.kv_lora_rank"] == "512");
+  CHECK(k["model.qk_nope_dim"] == "128");
+  CHECK(k["model.qk_rope_dim"] == "64");
+  CHECK(k["model.v_head_dim"] == "128");
+  CHECK(k["model.kv_heads"] == "128");
+  CHECK(k.count("model.qk_norm") == 0);  // under MLA the latents' norms, which MLA has anyway
+  CHECK(k["model.first_dense"] == "3");  // three 0s, then 58 1s
+  CHECK(k["model.route_nodes"] == "4");
+  CHECK(k["model.mtp_layers"] == "1");
+  CHECK(fc.unmodelled.empty());
+  // The same model as the built-in, whose shape comes from HuggingFace's config.json.
+  const auto from_flags = models::load_model(*fc.model, section(fc, "model"));
+  const auto built_in = models::load_model("deepseek-v3", {{"model", "mtp_layers", "1"}});
+  CHECK(from_flags->parameters() == built_in->parameters());
+
+  // Arguments.py's defaults where the flags are left out, and q/k norms without MLA.
+  const auto defaults = keys(parse_megatron_args(
+      "--micro-batch-size 1 --num-layers 2 --hidden-size 256 --num-attention-heads 4 --swiglu --multi-latent-attention", "cmd"));
+  CHECK(defaults.at("model.q_lora_rank") == "0");
+  CHECK(defaults.at("model.kv_lora_rank") == "32");
+  CHECK(defaults.at("model.qk_nope_dim") == "128");
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1 --num-layers 2 --hidden-size 256 --num-attention-heads 4 --swiglu --qk-layernorm",
+                                 "cmd"))
+            .at("model.qk_norm") == "true");
+  // Patterns: interleaved dense layers are said; malformed ones refused at their line.
+  const std::string four = "--micro-batch-size 1 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --swiglu --num-experts 4 ";
+  const auto alternate = parse_megatron_args(four + "--moe-layer-freq [1,0]*2", "cmd");
+  CHECK(listed(alternate, "--moe-layer-freq [1,0]*2 (dense layers after the first MoE one: every layer after the first dense ones priced as MoE)"));
+  CHECK(keys(parse_megatron_args(four + "--moe-layer-freq [0,1,1,1]", "cmd")).at("model.first_dense") == "1");
+  CHECK(keys(parse_megatron_args(four + "--moe-layer-freq 1", "cmd")).count("model.first_dense") == 0);
+  CHECK(error_of([&] { parse_megatron_args(four + "--moe-layer-freq [0]*3+[1]*2", "cmd"); }) ==
+        "cmd:1: --moe-layer-freq: lists 5 layers where the model has 4 (Megatron asserts one entry a layer)");
+  CHECK(error_of([&] { parse_megatron_args(four + "--moe-layer-freq '[0,2,1,1]'", "cmd"); }) ==
+        "cmd:1: --moe-layer-freq: '[0,2,1,1]': 2 in a list; each layer is 0 (dense) or 1 (MoE)");
+  CHECK(error_of([&] { parse_megatron_args(four + "--moe-layer-freq '([0]*3'", "cmd"); }) ==
+        "cmd:1: --moe-layer-freq: '([0]*3': a parenthesis is not closed; valid: an integer >= 1, or a list expression of 0s and 1s "
+        "such as \"([0]*3+[1]*58)\"");
+  CHECK(error_of([&] { parse_megatron_args(four + "--moe-layer-freq '[1]*99999999'", "cmd"); }).find("is not understood") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(four + "--moe-layer-freq '[1]*9999999'", "cmd"); }) ==
+        "cmd:1: --moe-layer-freq: '[1]*9999999' lists more layers than a model may have");
+  CHECK(error_of([&] { parse_megatron_args(four + "--moe-router-num-groups 3 --moe-router-group-topk 1", "cmd"); }) ==
+        "cmd:1: --moe-router-num-groups: 3 does not divide the 4 experts");
+  CHECK(error_of([&] {
+          parse_megatron_args("--micro-batch-size 1 --num-layers 2 --hidden-size 256 --num-attention-heads 4 --swiglu "
+                              "--group-query-attention --num-query-groups 2 --multi-latent-attention",
+                              "cmd");
+        }) == "cmd:1: --multi-latent-attention: given with --group-query-attention; Megatron refuses both");
+}
+
+// Note [Megatron-Bridge configs]: the recipe's run_config.yaml gives what
+// the same run's Megatron-LM flags give (mixed_precision bf16_mixed: bf16,
+// grad_reduce_in_fp32 true), each key from its line of the YAML.
+TEST_CASE("Megatron-Bridge: Llama 3 8B's run_config.yaml is its Megatron-LM flags", "[framework]") {
+  const std::string file = sample("megatron-bridge/llama3_8b_run_config.yaml");
+  const FrameworkConfig fc = read_megatron_bridge_config(file);
+  CHECK(fc.framework == "Megatron-Bridge");
+  CHECK(fc.plan == std::optional<std::string>("ddp"));
+  CHECK(fc.model == std::optional<std::string>("llama-3-8b"));  // the built-in of its shape (vocabulary 128,256, unpadded)
+  CHECK(fc.unmodelled.empty());
+  CHECK(fc.global_batch == std::optional<std::int64_t>(512));
+  const FrameworkConfig flags = parse_megatron_args(
+      "--tensor-model-parallel-size 1 --pipeline-model-parallel-size 1 --expert-model-parallel-size 1 "
+      "--context-parallel-size 2 --use-distributed-optimizer --overlap-grad-reduce --overlap-param-gather "
+      "--num-layers 32 --hidden-size 4096 --ffn-hidden-size 14336 --num-attention-heads 32 --group-query-attention "
+      "--num-query-groups 8 --kv-channels 128 --seq-length 8192 --position-embedding-type rope --normalization RMSNorm --swiglu "
+      "--untie-embeddings-and-output-weights --disable-bias-linear --padded-vocab-size 128256 --make-vocab-size-divisible-by 128 "
+      "--micro-batch-size 1 --global-batch-size 512 --bf16 --accumulate-allreduce-grads-in-fp32 --tokenizer-type NullTokenizer "
+      "--optimizer adam",
+      "cmd");
+  auto mine = keys(fc), theirs = keys(flags);
+  for (const auto& [key, value] : theirs) CHECK(key + "=" + mine[key] == key + "=" + value);
+  CHECK(mine.size() == theirs.size());
+  CHECK(from_of(fc, "plan.cp") == file + ":55 (model.context_parallel_size)");
+  CHECK(from_of(fc, "plan.micro_batch") == file + ":125 (train.micro_batch_size)");
+  CHECK(from_of(fc, "plan.precision") == file + ":38 (mixed_precision.bf16)");
+  // 8 GPUs: dp = 8 / cp 2 = 4; 512 / (1 x 4) = 128 micro-steps.
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(r.dp == 4);
+  CHECK(r.cp == 2);
+  CHECK(r.grad_accum == 128);
+}
+
+// deepseek_v3_pretrain_1024gpu_h100_bf16_config: its layout of 16 stages
+// (the embedding and 4 decoders, 14 x 4, then 1 decoder, the MTP depth and
+// the loss), HybridEP under the flex dispatcher, and a MixedPrecisionConfig
+// of bf16 with bf16 gradients; CommOverlapConfig's overlap and 128
+// Mi-element buckets (2 bytes an element: 268.435456 MB).
+TEST_CASE("Megatron-Bridge: DeepSeek-V3's recipe, its layout, dispatcher and precision", "[framework]") {
+  const std::string file = sample("megatron-bridge/deepseek_v3_run_config.yaml");
+  const FrameworkConfig fc = read_megatron_bridge_config(file);
+  auto k = keys(fc);
+  CHECK(fc.plan == std::optional<std::string>("megatron-3d"));
+  CHECK(k["plan.tp"] == "2");
+  CHECK(k["plan.pp"] == "16");
+  CHECK(k["plan.ep"] == "64");
+  CHECK(k["plan.etp"] == "1");
+  CHECK(k["plan.sequence_parallel"] == "true");
+  CHECK(k["plan.stage_layers"] == "[4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,1]");
+  CHECK(from_of(fc, "plan.stage_layers") == file + ":140 (model.pipeline_model_parallel_layout)");
+  CHECK(k["plan.moe_dispatcher"] == "deepep");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "false");
+  CHECK(k["plan.overlap"] == "true");
+  CHECK(k["plan.overlap_param_gather"] == "true");
+  CHECK(k["plan.bucket_mb"] == "268.435456");
+  CHECK(k["plan.zero_stage"] == "1");
+  CHECK(k["model.name"] == "megatron-DeepSeekV3");
+  CHECK(k["model.first_dense"] == "3");
+  CHECK(k["model.route_nodes"] == "4");
+  CHECK(k["model.mtp_layers"] == "1");
+  CHECK(k["model.vocab"] == "129280");  // should_pad_vocab false: as written
+  CHECK(fc.unmodelled ==
+        std::vector<std::string>{"optimizer.use_precision_aware_optimizer=true (optimizer states priced in fp32)"});
+  // The blocks counted: the embedding joins the first stage, the MTP depth
+  // and the head (norm and output layer) the last.
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 128);
+  CHECK(r.stage_layers == std::vector<int>{5, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3});
+  CHECK(r.dp == 32);
+  CHECK(models::load_model(*fc.model, section(fc, "model"))->parameters() ==
+        models::load_model("deepseek-v3", {{"model", "mtp_layers", "1"}})->parameters());
+}
+
+TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad fields named at their line", "[framework]") {
+  const std::string base = "train:\n  micro_batch_size: 1\nmodel:\n  tensor_model_parallel_size: 2\n";
+  auto parse = [&](const std::string& more) { return parse_megatron_bridge_config(base + more, "rc.yaml"); };
+  // mixed_precision.py's recipes by name, with underscores or hyphens.
+  const FrameworkConfig cs = parse("mixed_precision: bf16_with_fp8_current_scaling_mixed\n");
+  CHECK(keys(cs)["plan.precision"] == "fp8");
+  CHECK(keys(cs)["plan.fp8_recipe"] == "tensorwise");
+  CHECK(keys(cs)["plan.fp8_param_gather"] == "true");
+  CHECK(cs.unmodelled == std::vector<std::string>{"mixed_precision.first_last_layers_bf16 (every block priced in the quantised precision)"});
+  CHECK(keys(parse("mixed_precision: bf16-with-mxfp8-mixed\n"))["plan.fp8_recipe"] == "mxfp8");
+  const FrameworkConfig fp4 = parse("mixed_precision: bf16_with_nvfp4_mixed\n");
+  CHECK(keys(fp4)["plan.precision"] == "fp4");
+  CHECK(keys(fp4)["plan.fp8_param_gather"] == "true");
+  const FrameworkConfig fp16 = parse("mixed_precision: fp16_mixed\n");
+  CHECK(keys(fp16)["plan.precision"] == "fp16");
+  CHECK(keys(fp16)["plan.accumulate_allreduce_grads_in_fp32"] == "false");
+  // Its fields win over the model's (update_config_with_precision_overrides).
+  const FrameworkConfig fields = parse("  fp8: e4m3\n  bf16: true\nmixed_precision:\n  bf16: true\n  fp8: hybrid\n  fp8_recipe: delayed\n");
+  CHECK(keys(fields)["plan.precision"] == "fp8");
+  CHECK(keys(fields)["plan.fp8_recipe"] == "delayed");
+  CHECK(from_of(fields, "plan.fp8_recipe") == "rc.yaml:10 (mixed_precision.fp8_recipe)");
+  CHECK(keys(parse("  fp8: hybrid\n  fp8_recipe: mxfp8\n"))["plan.fp8_recipe"] == "mxfp8");
+  CHECK(keys(parse("  fp8: null\n  fp8_recipe: mxfp8\n"))["plan.fp8_recipe"] == "null");  // a recipe without FP8 is no FP8
+  CHECK(error_of([&] { parse("mixed_precision: bf32_mixed\n"); }).rfind("rc.yaml:5: mixed_precision: 'bf32_mixed' is not one of Megatron-Bridge's recipes: bf16_mixed, fp16_mixed,", 0) == 0);
+  // CommOverlapConfig: overlap with the distributed optimizer, tensor-parallel overlap only with sequence parallelism.
+  const FrameworkConfig co = parse("ddp:\n  use_distributed_optimizer: true\ncomm_overlap:\n  tp_comm_overlap: true\n");
+  CHECK(keys(co)["plan.overlap"] == "true");
+  CHECK(keys(co)["plan.overlap_param_gather"] == "true");
+  CHECK(keys(co)["plan.tp_comm_overlap"] == "null");  // no sequence parallelism: Bridge turns it off
+  CHECK(keys(co)["plan.bucket_mb"] == "536.870912");   // 128 Mi elements, fp32 gradients under Megatron-LM's rule
+  const FrameworkConfig sp = parse("  sequence_parallel: true\ncomm_overlap:\n  tp_comm_overlap: true\n  overlap_grad_reduce: false\n");
+  CHECK(keys(sp)["plan.tp_comm_overlap"] == "true");
+  CHECK(keys(sp)["plan.overlap"] == "false");
+  CHECK(keys(sp)["plan.overlap_param_gather"] == "false");  // without the distributed optimizer
+  // What dtsim does not model, said once; what it cannot read, refused at its line.
+  const FrameworkConfig said = parse(
+      "  cuda_graph_impl: full_iteration\n  num_layers_in_first_pipeline_stage: 3\n  gated_linear_unit: true\n  activation_func:\n"
+      "    _target_: torch.nn.functional.gelu\n    _call_: false\npeft:\n  _target_: megatron.bridge.peft.lora.LoRA\n");
+  CHECK(said.unmodelled == std::vector<std::string>{
+                               "model.activation_func=torch.nn.functional.gelu (a gated unit priced as SwiGLU)",
+                               "model.num_layers_in_first_pipeline_stage=3 (stages split as dtsim splits them; plan.stage_layers sets them)",
+                               "model.cuda_graph_impl=full_iteration (kernel launches priced as eager)",
+                               "peft=megatron.bridge.peft.lora.LoRA (adapters priced as training the whole model)"});
+  CHECK(parse("  pipeline_model_parallel_size: 2\n  pipeline_model_parallel_layout: [[embedding], [decoder, loss]]\n").unmodelled.size() == 1);
+  CHECK(error_of([&] { parse("  pipeline_model_parallel_size: two\n"); }) ==
+        "rc.yaml:5: model.pipeline_model_parallel_size: expected an integer, got 'two'");
+  CHECK(error_of([&] { parse("  sequence_parallel: 1.5\n"); }) == "rc.yaml:5: model.sequence_parallel: expected true or false, got '1.5'");
+  CHECK(error_of([&] { parse("  context_parallel_size: 0\n"); }) ==
+        "rc.yaml:5: model.context_parallel_size: 0 is below 1; valid: an integer >= 1");
+  CHECK(error_of([&] { parse("  seq_length: 4096\ndataset:\n  seq_length: 8192\n"); }) ==
+        "rc.yaml:7: dataset.seq_length: 8192 differs from model.seq_length 4096 (Megatron-Bridge asserts they match)");
+  CHECK(error_of([&] { parse_megatron_bridge_config("model:\n  num_layers: 2\n", "rc.yaml"); }) ==
+        "rc.yaml: train.micro_batch_size is missing; Megatron-LM has no default for it (validate_args asserts it): add e.g. "
+        "train.micro_batch_size=1");
+  CHECK(error_of([&] { parse_megatron_bridge_config("train: [1, 2]\n", "rc.yaml"); }) ==
+        "rc.yaml:1: train: expected a mapping of its fields, got a list");
+  CHECK(error_of([&] { parse_megatron_bridge_config("- model\n", "rc.yaml"); }) ==
+        "rc.yaml: not a Megatron-Bridge config: its top level must be a mapping of sections (model:, train:, ddp:, ...)");
+  CHECK(error_of([&] { parse("  recompute_granularity: partial\n"); }) ==
+        "rc.yaml:5: model.recompute_granularity: 'partial' is not one of full, selective");
+  // Given where a plan goes, it names the option that reads it.
+  const std::string mb = sample("megatron-bridge/llama3_8b_run_config.yaml");
+  CHECK(error_of([&] { load_plan(mb); }) == mb + " looks like a Megatron-Bridge config; pass it as --megatron-bridge " + mb);
+  CHECK(framework_of(base, "x.yaml") == "megatron-bridge");
+}

@@ -425,16 +425,24 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
 // malformed YAML. Such files are recognised (framework_of) and refused with
 // the option that reads them.
 [[noreturn]] void refuse_framework_config(const std::string& kind, const std::string& file) {
-  const char* option = kind == "deepspeed" ? "--deepspeed" : kind == "torchtitan" ? "--torchtitan" : "--megatron-args";
-  const char* name = kind == "deepspeed" ? "DeepSpeed config" : kind == "torchtitan" ? "torchtitan TOML" : "Megatron-LM command line";
+  const char* option = kind == "deepspeed" ? "--deepspeed" : kind == "torchtitan" ? "--torchtitan" : kind == "megatron-bridge" ? "--megatron-bridge" : "--megatron-args";
+  const char* name = kind == "deepspeed"         ? "DeepSpeed config"
+                     : kind == "torchtitan"      ? "torchtitan TOML"
+                     : kind == "megatron-bridge" ? "Megatron-Bridge config"
+                                                 : "Megatron-LM command line";
   throw ConfigError(file + " looks like a " + name + "; pass it as " + option + " " + file);
 }
 
-/// DeepSpeed's top-level keys (deepspeed/runtime/constants.py), which no plan has.
-void refuse_deepspeed_keys(const YAML::Node& root, const std::string& file) {
+/// DeepSpeed's top-level keys (deepspeed/runtime/constants.py) and
+/// Megatron-Bridge's sections (a model: mapping beside train:, ddp: or
+/// optimizer:), which no plan has.
+void refuse_framework_keys(const YAML::Node& root, const std::string& file) {
   if (!root.IsMap()) return;
   for (const char* key : {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu"}) {
     if (root[key]) refuse_framework_config("deepspeed", file);
+  }
+  if (root["model"] && root["model"].IsMap() && (root["train"] || root["ddp"] || root["optimizer"])) {
+    refuse_framework_config("megatron-bridge", file);
   }
 }
 
@@ -452,7 +460,7 @@ YAML::Node plan_tree(const std::string& text, const std::string& file, bool json
   if (root && !root.IsMap() && !root.IsNull()) {
     if (const std::string kind = framework_of(text, file); !kind.empty()) refuse_framework_config(kind, file);
   }
-  refuse_deepspeed_keys(root, file);
+  refuse_framework_keys(root, file);
   return root;
 }
 
@@ -492,7 +500,7 @@ PlanSpec load_plan(const std::string& name_or_path, const std::vector<Override>&
     throw;
   }
   if (root && !root.IsMap() && !root.IsNull()) sniff();
-  refuse_deepspeed_keys(root, path);
+  refuse_framework_keys(root, path);
   return read_plan(root, path, overrides);
 }
 

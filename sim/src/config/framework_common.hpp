@@ -60,6 +60,8 @@ struct MegatronArgs {
   std::function<std::string(const std::string&)> spell;
   /// Between a name and its value in messages: " " on a command line, "=" in YAML.
   std::string value_sep = " ";
+  /// The model's name where the shape matches no built-in; "" names it after the file.
+  std::string model_name;
   std::string spelled(const std::string& flag) const;
 };
 

@@ -135,6 +135,7 @@ std::string unmodelled_warning(const FrameworkConfig& fc) {
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source) {
   if (kind == "deepspeed") return read_deepspeed_config(source);
   if (kind == "torchtitan") return read_torchtitan_config(source);
+  if (kind == "megatron-bridge") return read_megatron_bridge_config(source);
   if (kind == "megatron") {
     // A file of flags (a launch script's), or the flags themselves.
     std::error_code ec;
@@ -144,7 +145,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
     return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
-  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, torchtitan");
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan");
 }
 
 // Note [Framework options]
@@ -235,6 +236,13 @@ std::string framework_of(const std::string& text, const std::string& path) {
     start = end + 1;
   }
   if (header && assignment) return "torchtitan";
+  // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a
+  // ConfigContainer's class written by its to_yaml.
+  if (text.find("_target_: megatron.bridge.training.config.ConfigContainer") != std::string::npos) return "megatron-bridge";
+  if ((text.rfind("model:", 0) == 0 || text.find("\nmodel:") != std::string::npos) &&
+      (text.find(" tensor_model_parallel_size:") != std::string::npos || text.find(" num_layers:") != std::string::npos)) {
+    return "megatron-bridge";
+  }
   if (text.find("--tensor-model-parallel-size") != std::string::npos ||
       text.find("--pipeline-model-parallel-size") != std::string::npos) {
     return "megatron";

@@ -6,8 +6,10 @@
 #include <algorithm>
 #include <cmath>
 #include <filesystem>
+#include <functional>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/framework_config.hpp"
@@ -115,6 +117,86 @@ void tokenize(const std::string& text, const std::string& file, int first_line, 
   end_word();
 }
 
+/// moe_freq_type's value: an integer N >= 1 alone ({N}), or a Python list
+/// expression of 0s and 1s built with [..], +, * and parentheses
+/// ("([0]*3+[1]*58)", "[1,1,0]*2"), expanded. Throws ConfigError (message
+/// without a location) for anything else.
+std::vector<int> layer_pattern(const std::string& text) {
+  std::string s;
+  for (char ch : text) {
+    if (ch != ' ' && ch != '\t') s += ch;
+  }
+  constexpr std::size_t kMost = 1 << 20;
+  const std::string valid = "valid: an integer >= 1, or a list expression of 0s and 1s such as \"([0]*3+[1]*58)\"";
+  std::size_t i = 0;
+  auto integer = [&]() -> std::int64_t {
+    std::size_t j = i;
+    while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+    if (j == i || j - i > 7) throw ConfigError("'" + text + "' is not understood; " + valid);
+    const std::int64_t v = std::stoll(s.substr(i, j - i));
+    i = j;
+    return v;
+  };
+  std::function<std::vector<int>()> expr;
+  auto atom = [&]() -> std::vector<int> {
+    std::vector<int> v;
+    if (i < s.size() && s[i] == '(') {
+      ++i;
+      v = expr();
+      if (i >= s.size() || s[i] != ')') throw ConfigError("'" + text + "': a parenthesis is not closed; " + valid);
+      ++i;
+      return v;
+    }
+    if (i >= s.size() || s[i] != '[') throw ConfigError("'" + text + "' is not understood; " + valid);
+    ++i;
+    while (true) {
+      const std::int64_t x = integer();
+      if (x > 1) throw ConfigError("'" + text + "': " + std::to_string(x) + " in a list; each layer is 0 (dense) or 1 (MoE)");
+      v.push_back(static_cast<int>(x));
+      if (i < s.size() && s[i] == ',') {
+        ++i;
+        if (i < s.size() && s[i] == ']') break;  // a trailing comma
+        continue;
+      }
+      break;
+    }
+    if (i >= s.size() || s[i] != ']') throw ConfigError("'" + text + "': a list is not closed; " + valid);
+    ++i;
+    return v;
+  };
+  auto term = [&]() {
+    std::vector<int> v = atom();
+    while (i < s.size() && s[i] == '*') {
+      ++i;
+      const std::int64_t n = integer();
+      if (n < 0 || static_cast<std::size_t>(n) * v.size() > kMost) throw ConfigError("'" + text + "' lists more layers than a model may have");
+      std::vector<int> r;
+      for (std::int64_t k = 0; k < n; ++k) r.insert(r.end(), v.begin(), v.end());
+      v = std::move(r);
+    }
+    return v;
+  };
+  expr = [&]() {
+    std::vector<int> v = term();
+    while (i < s.size() && s[i] == '+') {
+      ++i;
+      const std::vector<int> w = term();
+      if (v.size() + w.size() > kMost) throw ConfigError("'" + text + "' lists more layers than a model may have");
+      v.insert(v.end(), w.begin(), w.end());
+    }
+    return v;
+  };
+  if (!s.empty() && std::all_of(s.begin(), s.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
+    const std::int64_t n = integer();
+    if (n < 1) throw ConfigError("'" + text + "': " + valid);
+    return {static_cast<int>(n)};
+  }
+  std::vector<int> v = expr();
+  if (i != s.size()) throw ConfigError("'" + text + "' is not understood at '" + s.substr(i, 20) + "'; " + valid);
+  if (v.empty()) throw ConfigError("'" + text + "' lists no layers; " + valid);
+  return v;
+}
+
 enum class Kind { kInt, kBool, kString, kFloat, kWords };
 
 /// The flags read, with what each takes (argparse's type or store_true).
@@ -139,12 +221,15 @@ const std::map<std::string, Kind>& known_flags() {
       {"num-experts", Kind::kInt}, {"moe-router-topk", Kind::kInt}, {"moe-ffn-hidden-size", Kind::kInt},
       {"moe-shared-expert-intermediate-size", Kind::kInt}, {"moe-expert-capacity-factor", Kind::kFloat},
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
-      {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kInt},
+      {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kString},
       {"moe-router-force-load-balancing", Kind::kBool}, {"mtp-num-layers", Kind::kInt}, {"sgd-momentum", Kind::kFloat},
       {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}, {"cpu-offloading", Kind::kBool},
       {"cpu-offloading-num-layers", Kind::kInt}, {"fp4-format", Kind::kString}, {"fp4-recipe", Kind::kString},
       {"fp4-param-gather", Kind::kBool}, {"first-last-layers-bf16", Kind::kBool},
-      {"overlap-moe-expert-parallel-comm", Kind::kBool}, {"delay-wgrad-compute", Kind::kBool}};
+      {"overlap-moe-expert-parallel-comm", Kind::kBool}, {"delay-wgrad-compute", Kind::kBool},
+      {"multi-latent-attention", Kind::kBool}, {"q-lora-rank", Kind::kInt}, {"kv-lora-rank", Kind::kInt},
+      {"qk-head-dim", Kind::kInt}, {"qk-pos-emb-head-dim", Kind::kInt}, {"v-head-dim", Kind::kInt},
+      {"qk-layernorm", Kind::kBool}, {"moe-router-num-groups", Kind::kInt}, {"moe-router-group-topk", Kind::kInt}};
   return flags;
 }
 
@@ -391,6 +476,11 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   } else if (pp > 1) {
     out.plan("schedule", "1f1b", at("pipeline-model-parallel-size"));
   }
+  // Megatron-Bridge's layout as decoder layers a model chunk (read in
+  // framework_megatron_bridge.cpp): the plan's stage_layers.
+  if (has("pipeline-model-parallel-layout")) {
+    out.plan("stage_layers", "[" + text("pipeline-model-parallel-layout", "") + "]", at("pipeline-model-parallel-layout"));
+  }
   // arguments.py: "Disabling sequence parallelism because tensor model parallelism is not enabled".
   if (has("sequence-parallel") && tp > 1) out.plan("sequence_parallel", "true", at("sequence-parallel"));
   if (has("tp-comm-overlap")) out.plan("tp_comm_overlap", "true", at("tp-comm-overlap"));
@@ -532,7 +622,36 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       note("moe-token-dispatcher-type", "priced as alltoall");
     }
   }
-  if (has("moe-layer-freq") && num("moe-layer-freq", 1) != 1) note("moe-layer-freq", "every layer priced as MoE");
+  // --moe-layer-freq (moe_freq_type in arguments.py): N, one MoE layer in
+  // N (layer i is one where i % N == 0), or a Python list expression of 0s
+  // and 1s, one a layer ("([0]*3+[1]*58)": DeepSeek-V3's three dense layers
+  // first). Dense layers first, then MoE, is the model's first_dense.
+  int first_dense = 0;
+  if (has("moe-layer-freq")) {
+    const std::string f = text("moe-layer-freq", "1");
+    std::vector<int> pattern;
+    try {
+      pattern = layer_pattern(f);
+    } catch (const ConfigError& e) {
+      fail("moe-layer-freq", e.what());
+    }
+    if (pattern.size() == 1 && f.find('[') == std::string::npos) {
+      if (pattern[0] != 1) note("moe-layer-freq", "every layer priced as MoE");
+    } else {
+      const std::int64_t layers = num("num-layers", static_cast<std::int64_t>(pattern.size()));
+      if (static_cast<std::int64_t>(pattern.size()) != layers) {
+        fail("moe-layer-freq", "lists " + std::to_string(pattern.size()) + " layers where the model has " + std::to_string(layers) +
+                                   " (Megatron asserts one entry a layer)");
+      }
+      const auto first_moe = std::find(pattern.begin(), pattern.end(), 1);
+      if (std::find(first_moe, pattern.end(), 0) == pattern.end()) {
+        first_dense = static_cast<int>(first_moe - pattern.begin());
+      } else {
+        note("moe-layer-freq", "dense layers after the first MoE one: every layer after the first dense ones priced as MoE");
+        first_dense = static_cast<int>(first_moe - pattern.begin());
+      }
+    }
+  }
   // Note [Expert-parallel overlap] (lowering/layer_stage.cpp).
   if (has("overlap-moe-expert-parallel-comm")) {
     out.plan("overlap_moe_expert_parallel_comm", "true", at("overlap-moe-expert-parallel-comm"));
@@ -593,14 +712,14 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     for (const auto& k : kKnownShapes) {
       if (k.llama == llama && k.layers == layers && k.hidden == hidden && k.heads == heads && k.kv_heads == groups &&
           k.ffn == ffn && k.seq == max_pos && k.tied == tied && (!vocab || *vocab == k.vocab) && bias == !llama &&
-          !has("num-experts") && head_dim_default && !has("add-qkv-bias")) {
+          !has("num-experts") && head_dim_default && !has("add-qkv-bias") && !has("multi-latent-attention") && !has("qk-layernorm")) {
         match = &k;
       }
     }
     fc.model = match ? match->name : llama ? "llama-3-8b" : "gpt-1.7b";
     if (!match) {
       // Named after the launch script, or after its shape where the flags came inline.
-      const std::string stem = std::filesystem::path(file).stem().string();
+      const std::string stem = a.model_name.empty() ? std::filesystem::path(file).stem().string() : a.model_name;
       const std::string name = stem.empty() || stem[0] == '-'
                                    ? std::string(llama ? "llama" : "gpt") + "-" + std::to_string(layers) + "l-" + std::to_string(hidden) + "h"
                                    : stem;
@@ -631,7 +750,43 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       out.model("qkv_bias", bias || has("add-qkv-bias") ? "true" : "false", has("add-qkv-bias") ? at("add-qkv-bias") : bias_from);
       out.model("o_bias", bias ? "true" : "false", bias_from);
       out.model("mlp_bias", bias ? "true" : "false", bias_from);
+      // --qk-layernorm: RMSNorms on each head's query and key; under MLA the
+      // norms of its latents, which the latent attention has anyway.
+      if (has("qk-layernorm") && !has("multi-latent-attention")) out.model("qk_norm", "true", at("qk-layernorm"));
+      if (has("multi-latent-attention")) {
+        // Multi-head latent attention (Note [Multi-head latent attention] in
+        // models/src/llama.cpp), with arguments.py's defaults: no query
+        // compression (--q-lora-rank None), --kv-lora-rank 32,
+        // --qk-head-dim 128, --qk-pos-emb-head-dim 64, --v-head-dim 128.
+        if (has("group-query-attention")) fail("multi-latent-attention", "given with " + flag("group-query-attention") + "; Megatron refuses both");
+        const std::string mla = at("multi-latent-attention");
+        out.model("kv_heads", std::to_string(heads), mla);
+        out.model("head_dim", "null", mla);
+        out.model("q_lora_rank", has("q-lora-rank") ? text("q-lora-rank", "") : "0", has("q-lora-rank") ? at("q-lora-rank") : mla);
+        for (const auto& [key, name, fallback] : {std::tuple{"kv_lora_rank", "kv-lora-rank", 32}, std::tuple{"qk_nope_dim", "qk-head-dim", 128},
+                                                   std::tuple{"qk_rope_dim", "qk-pos-emb-head-dim", 64}, std::tuple{"v_head_dim", "v-head-dim", 128}}) {
+          out.model(key, std::to_string(num(name, fallback)), has(name) ? at(name) : mla);
+        }
+      } else {
+        for (const char* n : {"q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim"}) {
+          if (has(n)) note(n, "read only with " + flag("multi-latent-attention"));
+        }
+      }
       if (has("num-experts")) {
+        if (first_dense > 0) out.model("first_dense", std::to_string(first_dense), at("moe-layer-freq"));
+        // Group-limited routing (--moe-router-num-groups groups of experts,
+        // a token's top-k drawn from --moe-router-group-topk of them): with
+        // a group a node, as DeepSeek-V3 places them, the model's route_nodes.
+        if (has("moe-router-group-topk") && num("moe-router-num-groups", 1) > 1) {
+          const std::int64_t groups = num("moe-router-num-groups", 1), experts = num("num-experts", 1);
+          if (experts % groups != 0) {
+            fail("moe-router-num-groups", std::to_string(groups) + " does not divide the " + std::to_string(experts) + " experts");
+          }
+          if (num("moe-router-group-topk", 1) > groups) {
+            fail("moe-router-group-topk", text("moe-router-group-topk", "") + " exceeds the " + std::to_string(groups) + " groups");
+          }
+          out.model("route_nodes", text("moe-router-group-topk", ""), at("moe-router-group-topk"));
+        }
         out.model("experts", given.at("num-experts").text, at("num-experts"));
         out.model("top_k", std::to_string(num("moe-router-topk", 2)), has("moe-router-topk") ? at("moe-router-topk") : at("num-experts"));
         out.model("expert_intermediate", std::to_string(num("moe-ffn-hidden-size", ffn)),

@@ -34,6 +34,7 @@ struct ScenarioOptions {
   std::string deepspeed;          ///< --deepspeed FILE: a DeepSpeed config JSON as the plan
   std::string megatron_args;      ///< --megatron-args "STRING" (or a file of them): Megatron-LM's flags as plan and model
   std::string torchtitan;         ///< --torchtitan FILE: a torchtitan job TOML as plan (and model)
+  std::string megatron_bridge;    ///< --megatron-bridge FILE: a Megatron-Bridge config YAML as plan (and model)
 
   /// The --set values parsed (ConfigError "expected SECTION.KEY=VALUE" for a bad one).
   std::vector<sim::Override> overrides() const;
@@ -49,7 +50,7 @@ struct ResolvedScenario {
   std::string warning;                       ///< one line naming what the config sets that dtsim does not model; "" if none
 };
 
-/// Folds --deepspeed, --megatron-args or --torchtitan (at most one) into the
+/// Folds --deepspeed, --megatron-args, --megatron-bridge or --torchtitan (at most one) into the
 /// scenario; `default_plan` is the plan when none is named.
 ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& default_plan);
 
@@ -62,7 +63,7 @@ enum Scenario : unsigned {
   kSet = 1u << 4,
   /// Everything that names a model, cluster and plan: predict, validate, the GUI.
   kScenario = kModel | kCluster | kPlan | kProfile | kSet,
-  /// --deepspeed, --megatron-args, --torchtitan: predict, search, the GUI (not
+  /// --deepspeed, --megatron-args, --megatron-bridge, --torchtitan: predict, search, the GUI (not
   /// validate, whose workers get its arguments as they are).
   kFramework = 1u << 5,
 };

@@ -1,7 +1,8 @@
 #pragma once
 // Plans as users already write them: a DeepSpeed config JSON, a Megatron-LM
-// command line, a torchtitan job TOML. Each importer reads the knobs dtsim
-// models into `--set`-style overrides on dtsim's own keys (plan.*, model.*),
+// command line, a Megatron-Bridge config YAML, a torchtitan job TOML. Each
+// importer reads the knobs dtsim models into `--set`-style overrides on
+// dtsim's own keys (plan.*, model.*),
 // names a shipped plan to start from, and lists the knobs it read but dtsim
 // does not model, so nothing is dropped silently (Note [Framework configs]
 // in sim/src/config/framework_config.cpp). A front end wires one in a few
@@ -24,7 +25,7 @@ namespace dtsim::sim {
 
 /// What a framework's config says, in dtsim's terms.
 struct FrameworkConfig {
-  std::string framework;                      ///< "DeepSpeed", "Megatron-LM" or "torchtitan"
+  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge" or "torchtitan"
   std::string file;                           ///< the file read, as given
   std::optional<std::string> plan;            ///< the shipped plan to start from ("zero2"), or none
   /// plan.* (and model.* for a Megatron command line) in the order read,
@@ -51,6 +52,15 @@ FrameworkConfig read_megatron_args(const std::string& path);
 /// The same for a command line already read; `file` names it in errors.
 FrameworkConfig parse_megatron_args(const std::string& args, const std::string& file);
 
+/// Reads Megatron-Bridge's ConfigContainer YAML (the run_config.yaml of its
+/// checkpoints, logger.save_config_filepath, or a file of the same sections):
+/// its model, train, optimizer, ddp, mixed_precision and comm_overlap fields
+/// by the rules of Megatron-LM's flags (Note [Megatron-Bridge configs] in
+/// sim/src/config/framework_megatron_bridge.cpp).
+FrameworkConfig read_megatron_bridge_config(const std::string& path);
+/// The same for text already read; `file` names it in errors.
+FrameworkConfig parse_megatron_bridge_config(const std::string& yaml_text, const std::string& file);
+
 /// Reads a torchtitan job TOML (torchtitan/config/job_config.py).
 FrameworkConfig read_torchtitan_config(const std::string& path);
 /// The same for text already read; `file` names it in errors.
@@ -63,10 +73,10 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 /// a=1, b=2", or "" when there are none.
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
-/// A framework's config as a front end gives it: `kind` "deepspeed" or
-/// "torchtitan" with a file's path, or "megatron" with a file of flags or
-/// the flags themselves (a `source` starting "--"; errors then name it
-/// `--megatron-args`). Throws ConfigError naming the valid kinds.
+/// A framework's config as a front end gives it: `kind` "deepspeed",
+/// "megatron-bridge" or "torchtitan" with a file's path, or "megatron" with
+/// a file of flags or the flags themselves (a `source` starting "--"; errors
+/// then name it `--megatron-args`). Throws ConfigError naming the valid kinds.
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source);
 
 /// A scenario with a framework's config folded in (Note [Framework
@@ -89,7 +99,7 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 /// location) naming the valid ones.
 FsdpMode parse_fsdp_mode(const std::string& name);
 
-/// "deepspeed", "torchtitan" or "megatron" when `text` (a file named `path`)
+/// "deepspeed", "torchtitan", "megatron" or "megatron-bridge" when `text` (a file named `path`)
 /// is that framework's config rather than a dtsim plan, else "".
 std::string framework_of(const std::string& text, const std::string& path);
 
