@@ -900,6 +900,14 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
         "rc.yaml:1: train: expected a mapping of its fields, got a list");
   CHECK(error_of([&] { parse_megatron_bridge_config("- model\n", "rc.yaml"); }) ==
         "rc.yaml: not a Megatron-Bridge config: its top level must be a mapping of sections (model:, train:, ddp:, ...)");
+  // Absurd sizes are refused before the vocabulary is padded with them.
+  CHECK(error_of([&] { parse("  vocab_size: 99999999999\n  should_pad_vocab: true\n"); }) ==
+        "rc.yaml:5: model.vocab_size: 99999999999 is absurd; valid: 1 to 1073741824");
+  CHECK(error_of([] {
+          parse_megatron_args("--micro-batch-size 1 --num-layers 2 --hidden-size 64 --num-attention-heads 4 --vocab-size 100 "
+                              "--make-vocab-size-divisible-by 4611686018427387904 --tensor-model-parallel-size 4",
+                              "cmd");
+        }) == "cmd:1: --make-vocab-size-divisible-by: 4611686018427387904 is absurd; valid: 1 to 1073741824");
   CHECK(error_of([&] { parse("  recompute_granularity: partial\n"); }) ==
         "rc.yaml:5: model.recompute_granularity: 'partial' is not one of full, selective");
   // Given where a plan goes, it names the option that reads it.

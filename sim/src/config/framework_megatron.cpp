@@ -689,6 +689,10 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         vocab_from = at("tokenizer-type");
       }
       if (raw) {
+        // Both bounded first, so that the product and the rounding stay in range.
+        for (const char* n : {"make-vocab-size-divisible-by", "tensor-model-parallel-size", "vocab-size"}) {
+          if (num(n, 1) > (std::int64_t{1} << 30)) fail(n, text(n, "") + " is absurd; valid: 1 to " + std::to_string(std::int64_t{1} << 30));
+        }
         const std::int64_t multiple = num("make-vocab-size-divisible-by", 128) * tp;
         vocab = (*raw + multiple - 1) / multiple * multiple;
       }

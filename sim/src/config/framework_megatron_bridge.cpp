@@ -451,6 +451,12 @@ class Reader {
     if (a_.given.count("padded-vocab-size")) {
       const YAML::Node pad = model["should_pad_vocab"];
       if (!null(pad) && boolean(pad, "model.should_pad_vocab")) {
+        for (const char* flag : {"padded-vocab-size", "make-vocab-size-divisible-by", "tensor-model-parallel-size"}) {
+          if (a_.given.count(flag) && std::stoll(a_.given[flag].text) > (std::int64_t{1} << 30)) {
+            throw ConfigError(file_ + ":" + std::to_string(a_.given[flag].line) + ": " + spelled_[flag] + ": " + a_.given[flag].text +
+                              " is absurd; valid: 1 to " + std::to_string(std::int64_t{1} << 30));
+          }
+        }
         const std::int64_t raw = std::stoll(a_.given["padded-vocab-size"].text);
         const std::int64_t multiple = (a_.given.count("make-vocab-size-divisible-by") ? std::stoll(a_.given["make-vocab-size-divisible-by"].text) : 128) *
                                       (a_.given.count("tensor-model-parallel-size") ? std::stoll(a_.given["tensor-model-parallel-size"].text) : 1);

@@ -1,0 +1,35 @@
+// Fuzz target: a framework's config (a DeepSpeed JSON, a Megatron-LM command
+// line, a Megatron-Bridge YAML, a torchtitan TOML), read by each importer in
+// turn as `--deepspeed`, `--megatron-args`, `--megatron-bridge` and
+// `--torchtitan` read a file; what one accepts is folded into a scenario
+// (apply_framework_config), its plan and model loaded, and the plan resolved
+// and partitioned on a DGX A100 as `dtsim predict` does.
+#include <cstddef>
+#include <cstdint>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "fuzz_util.hpp"
+
+namespace {
+
+void scenario(const dtsim::sim::FrameworkConfig& fc) {
+  static const dtsim::sim::ClusterSpec cluster = dtsim::sim::load_cluster("dgx-a100");
+  const dtsim::sim::FrameworkScenario s = dtsim::sim::apply_framework_config(fc, "", {});
+  const dtsim::sim::ModelPtr model = dtsim::models::load_model(s.model.empty() ? "gpt2-tiny" : s.model, s.overrides);
+  const dtsim::sim::PlanSpec plan = dtsim::sim::load_plan(s.plan.empty() ? "ddp" : s.plan, s.overrides);
+  (void)dtsim::sim::plan_for(*model, plan, cluster);
+}
+
+}  // namespace
+
+extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size) {
+  const std::string text = dtsim::fuzz::text_of(data, size);
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_deepspeed_config(text, "fuzz-ds.json")); });
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_megatron_args(text, "fuzz-args.sh")); });
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_megatron_bridge_config(text, "fuzz-run_config.yaml")); });
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_torchtitan_config(text, "fuzz-job.toml")); });
+  return 0;
+}
