@@ -21,6 +21,7 @@
 #include "dtsim/sim/cost_profile.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/file_io.hpp"
+#include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/json_writer.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/profile.hpp"
@@ -172,7 +173,7 @@ std::int64_t int_option(const Options& o, const std::string& key, std::int64_t f
 Command add_search(CLI::App& root) {
   CLI::App* app = subcommand(root, "search", "Rank every valid plan of a model on a cluster by iteration time, with the Pareto front");
   auto o = options_of(app);
-  add_scenario_options(*app, o->scenario, kModel | kCluster | kProfile | kSet);
+  add_scenario_options(*app, o->scenario, kModel | kCluster | kProfile | kSet | kFramework);
   value(app, *o, "gpus", "N", "Use N of the cluster's GPUs (default: all)");
   value(app, *o, "global-batch", "B", "Samples per iteration (default: 4 a GPU; at most 16,384 a GPU)");
   value(app, *o, "top", "K", "Show the K fastest plans (default 10)");
@@ -181,21 +182,35 @@ Command add_search(CLI::App& root) {
   flag(app, *o, "csv", "Print the ranking as CSV");
   app->footer(
       "\n--set plan.KEY=VALUE fixes a knob (e.g. plan.precision=bf16, plan.tp=2); the search walks the others.\n"
-      "Example:\n  dtsim search --model gpt2-xl --cluster dgx-a100 --global-batch 512 --top 5");
+      "A framework's config (--megatron-bridge, --megatron-args, --deepspeed, --torchtitan) gives the model, the batch,\n"
+      "the sequence and the numerics, and its plan is ranked beside the search's.\n"
+      "Examples:\n  dtsim search --model gpt2-xl --cluster dgx-a100 --global-batch 512 --top 5\n"
+      "  dtsim search --cluster dgx-h100 --megatron-bridge configs/frameworks/megatron-bridge/llama3_8b_run_config.yaml");
   return {app, [o] { return run_search(*o); }};
 }
 
 int run_search(const Options& o) {
   if (o.flag("json") && o.flag("csv")) throw ConfigError("dtsim search: --json and --csv exclude each other; pick one");
-  const auto ov = overrides(o);
-  const std::string model_name = require(o, "model", "search", "e.g. --model gpt2-xl (see dtsim list models)");
+  const ResolvedScenario rs = resolve_scenario(o.scenario, "ddp");
+  const bool framework = !rs.framework.empty();
+  if (rs.model.empty()) {
+    throw ConfigError("dtsim search: --model is required; e.g. --model gpt2-xl (see dtsim list models)" +
+                      (rs.warning.empty() ? std::string() : "; " + rs.warning));
+  }
   const std::string cluster_name = require(o, "cluster", "search", "e.g. --cluster dgx-a100 (see dtsim list clusters)");
-  const sim::ModelPtr model = models::load_model(model_name, ov);
+  const auto& ov = rs.overrides;
+  const sim::ModelPtr model = models::load_model(rs.model, ov);
   const sim::ClusterSpec cluster = sim::load_cluster(cluster_name, ov);
   sim::SearchOptions so;
   // Fixed knobs: --set plan.precision=bf16 and the like, over the search's
-  // defaults (the Python package asks the same function).
-  so.base = sim::search_base_plan(cluster, ov);
+  // defaults (the Python package asks the same function); from a
+  // framework's config, its numerics (Note [Search from a framework
+  // config] in sim/src/config/framework_config.cpp).
+  so.base = sim::search_base_plan(cluster, framework ? sim::search_fixed_overrides(ov, ov.size() - rs.framework_overrides) : ov);
+  if (framework) {
+    so.compare = sim::load_plan(rs.plan, ov);
+    so.compare_name = rs.framework;
+  }
   so.gpus = static_cast<int>(int_option(o, "gpus", 0, 1, 1 << 24));
   so.global_batch = int_option(o, "global-batch", 0, 1, std::int64_t{1} << 40);
   so.top = static_cast<int>(int_option(o, "top", 10, 1, 1 << 20));
@@ -216,6 +231,7 @@ int run_search(const Options& o) {
   }
   platform::prepare_simulator_heap();  // Note [Freed memory stays], Note [Huge pages]
   const sim::SearchResult r = sim::search(*model, cluster, so);
+  if (!rs.warning.empty()) std::cerr << "dtsim search: warning: " << rs.warning << "\n";
   if (o.flag("json")) {
     std::cout << sim::search_to_json(r);
   } else if (o.flag("csv")) {

@@ -89,6 +89,8 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
   r.overrides = std::move(f.overrides);
   r.global_batch = f.global_batch;
   r.warning = std::move(f.warning);
+  r.framework = fc.file + " (" + fc.framework + ")";
+  r.framework_overrides = r.overrides.size() - user.size();
   return r;
 }
 

@@ -79,6 +79,23 @@ def _int(value, what, default):
     return value
 
 
+def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan):
+    """(kind, source) of the one framework config given, or ("", "")."""
+    options = {"deepspeed": "deepspeed", "megatron": "megatron_args", "megatron-bridge": "megatron_bridge",
+               "torchtitan": "torchtitan"}
+    frameworks = [(k, v) for k, v in (("deepspeed", deepspeed), ("megatron", megatron_args),
+                                      ("megatron-bridge", megatron_bridge), ("torchtitan", torchtitan))
+                  if v is not None]
+    if len(frameworks) > 1:
+        raise ConfigError("deepspeed, megatron_args, megatron_bridge and torchtitan each describe the whole plan; give one")
+    kind, source = frameworks[0] if frameworks else ("", "")
+    if kind:
+        source = _path(source, options[kind])
+        if not source:
+            raise ConfigError(f"{options[kind]}: empty; give a file path")
+    return kind, source
+
+
 def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False, deepspeed=None, megatron_args=None,
             torchtitan=None, megatron_bridge=None):
     """One plan's iteration time, throughput, MFU and per-GPU memory.
@@ -99,18 +116,7 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
     ``--torchtitan``. What such a config sets that
     dtsim does not model is one ``UserWarning``. Returns ``dtsim predict --json``.
     """
-    options = {"deepspeed": "deepspeed", "megatron": "megatron_args", "megatron-bridge": "megatron_bridge",
-               "torchtitan": "torchtitan"}
-    frameworks = [(k, v) for k, v in (("deepspeed", deepspeed), ("megatron", megatron_args),
-                                      ("megatron-bridge", megatron_bridge), ("torchtitan", torchtitan))
-                  if v is not None]
-    if len(frameworks) > 1:
-        raise ConfigError("deepspeed, megatron_args, megatron_bridge and torchtitan each describe the whole plan; give one")
-    kind, source = frameworks[0] if frameworks else ("", "")
-    if kind:
-        source = _path(source, options[kind])
-        if not source:
-            raise ConfigError(f"{options[kind]}: empty; give a file path")
+    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan)
     text, warning = _core.predict_json(_source(model, "model") if model is not None else _core.Source("", False),
                                        _source(cluster, "cluster"),
                                        _source(plan, "plan") if plan is not None else _core.Source("", False),
@@ -121,17 +127,26 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
 
 
 def search(model, cluster, global_batch=None, gpus=None, top=10, set=None, profile=None, threads=None,
-           frame=False):
+           frame=False, deepspeed=None, megatron_args=None, megatron_bridge=None, torchtitan=None):
     """Every valid plan simulated and ranked; ``dtsim search --json``.
 
     global_batch: sequences per iteration (default 4 per GPU); gpus: GPUs to
     use (default the whole cluster); top: plans ranked; set: fixed knobs
-    (``{"plan.precision": "bf16"}``). frame=True returns the ranking as a
-    pandas DataFrame (:func:`search_frame`).
+    (``{"plan.precision": "bf16"}``). deepspeed, megatron_args,
+    megatron_bridge, torchtitan (at most one, as for :func:`predict`): the
+    model (where model is None), the global batch, the sequence and the
+    numerics come from that config, and its own plan is ranked beside the
+    search's (``result["compared"]``); what it sets that dtsim does not model
+    is one ``UserWarning``. frame=True returns the ranking as a pandas
+    DataFrame (:func:`search_frame`).
     """
-    text = _core.search_json(_source(model, "model"), _source(cluster, "cluster"), _sets(set),
-                             _int(gpus, "gpus", 0), _int(global_batch, "global_batch", 0), _int(top, "top", 10),
-                             _int(threads, "threads", 0), _path(profile, "profile"))
+    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan)
+    text, warning = _core.search_json(_source(model, "model") if model is not None else _core.Source("", False),
+                                      _source(cluster, "cluster"), _sets(set),
+                                      _int(gpus, "gpus", 0), _int(global_batch, "global_batch", 0), _int(top, "top", 10),
+                                      _int(threads, "threads", 0), _path(profile, "profile"), kind, source)
+    if warning:
+        _warnings.warn(warning, stacklevel=2)
     result = _json.loads(text)
     return _frame(result) if frame else result
 

@@ -106,12 +106,29 @@ std::pair<std::string, std::string> predict_json(const Source& model, const Sour
   return {sim::to_json(sim::predict(*m, p, c, po)), warning};
 }
 
-/// `dtsim search --json`; 0 for gpus, global_batch and threads: the CLI's defaults.
-std::string search_json(const Source& model, const Source& cluster, const std::vector<std::string>& sets,
-                        std::int64_t gpus, std::int64_t global_batch, std::int64_t top, std::int64_t threads,
-                        const std::string& profile) {
-  const auto ov = overrides(sets);
-  const sim::ModelPtr m = load_model(model, ov);
+/// `dtsim search --json`, and the framework config's warning line; 0 for
+/// gpus, global_batch and threads: the CLI's defaults. framework_kind as
+/// predict_json's: its model, numerics and batch, its plan ranked beside
+/// the search's (Note [Search from a framework config]).
+std::pair<std::string, std::string> search_json(const Source& model, const Source& cluster, const std::vector<std::string>& sets,
+                                                std::int64_t gpus, std::int64_t global_batch, std::int64_t top,
+                                                std::int64_t threads, const std::string& profile,
+                                                const std::string& framework_kind, const std::string& framework_source) {
+  std::vector<sim::Override> ov = overrides(sets);
+  const std::size_t user_count = ov.size();
+  Source model_source = model;
+  std::string warning, compare_plan, compare_name;
+  if (!framework_kind.empty()) {
+    const sim::FrameworkConfig fc = sim::read_framework_config(framework_kind, framework_source);
+    sim::FrameworkScenario f = sim::apply_framework_config(fc, model.is_inline ? std::string("<model dict>") : model.text, ov);
+    if (model.text.empty()) model_source = Source{f.model, false};
+    compare_plan = f.plan.empty() ? std::string("ddp") : f.plan;
+    compare_name = fc.file + " (" + fc.framework + ")";
+    ov = std::move(f.overrides);
+    warning = std::move(f.warning);
+  }
+  if (model_source.text.empty()) throw ConfigError("model: none given; give a built-in name, a file path or a dict");
+  const sim::ModelPtr m = load_model(model_source, ov);
   const sim::ClusterSpec c = load_cluster(cluster, ov);
   auto check = [](const char* key, std::int64_t v, std::int64_t lo, std::int64_t hi) {
     if (v < lo || v > hi) {
@@ -120,7 +137,11 @@ std::string search_json(const Source& model, const Source& cluster, const std::v
     }
   };
   sim::SearchOptions so;
-  so.base = sim::search_base_plan(c, ov);
+  so.base = sim::search_base_plan(c, framework_kind.empty() ? ov : sim::search_fixed_overrides(ov, user_count));
+  if (!framework_kind.empty()) {
+    so.compare = sim::load_plan(compare_plan, ov);
+    so.compare_name = compare_name;
+  }
   if (gpus != 0) check("gpus", gpus, 1, 1 << 24);
   if (global_batch != 0) check("global_batch", global_batch, 1, std::int64_t{1} << 40);
   check("top", top, 1, 1 << 20);
@@ -131,7 +152,7 @@ std::string search_json(const Source& model, const Source& cluster, const std::v
   so.threads = static_cast<int>(threads);
   so.profile = load_costs(profile);
   py::gil_scoped_release unlocked;
-  return sim::search_to_json(sim::search(*m, c, so));
+  return {sim::search_to_json(sim::search(*m, c, so)), warning};
 }
 
 /// `dtsim comm --json` (datasheet links, or `profile`'s fits where it has
@@ -208,7 +229,8 @@ PYBIND11_MODULE(_core, m) {
         py::arg("profile"), py::arg("unabridged"), py::arg("framework_kind"), py::arg("framework_source"),
         "dtsim predict --json, and the framework config's warning line");
   m.def("search_json", &python::search_json, py::arg("model"), py::arg("cluster"), py::arg("sets"), py::arg("gpus"),
-        py::arg("global_batch"), py::arg("top"), py::arg("threads"), py::arg("profile"), "dtsim search --json");
+        py::arg("global_batch"), py::arg("top"), py::arg("threads"), py::arg("profile"), py::arg("framework_kind"),
+        py::arg("framework_source"), "dtsim search --json, and the framework config's warning line");
   m.def("comm_json", &python::comm_json, py::arg("cluster"), py::arg("op"), py::arg("ranks"), py::arg("ranks_per_node"),
         py::arg("min_bytes"), py::arg("max_bytes"), py::arg("sets"), py::arg("profile"), "dtsim comm --json");
   m.def(

@@ -140,6 +140,42 @@ TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
   CHECK(twins.out.find(",placement tp-dp-pp,0,") != std::string::npos);
 }
 
+// Note [Search from a framework config]: llama3_8b_run_config.yaml gives the
+// model (its shape is the built-in llama-3-8b), the global batch (512), the
+// sequence (8192) and bf16; its own plan (cp 2, so dp 4 on 8 GPUs) is
+// predicted at that batch and ranked beside the search's.
+TEST_CASE("search from a Megatron-Bridge config ranks its plan beside the search's", "[cli][search][frameworks]") {
+  const std::string file = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/megatron-bridge/llama3_8b_run_config.yaml";
+  const Result r = dtsim("search --cluster dgx-h100 --top 3 --json --megatron-bridge " + file);
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out);
+  CHECK(j["model"].as<std::string>() == "llama-3-8b");
+  CHECK(j["global_batch"].as<int>() == 512);
+  REQUIRE(j["top"].size() == 3);
+  for (const auto& e : j["top"]) CHECK(e["plan"]["precision"].as<std::string>() == "bf16");  // the config's, held
+  const YAML::Node c = j["compared"];
+  CHECK(c["name"].as<std::string>() == file + " (Megatron-Bridge)");
+  CHECK(c["error"].as<std::string>().empty());
+  CHECK(c["entry"]["plan"]["cp"].as<int>() == 2);
+  CHECK(c["entry"]["plan"]["dp"].as<int>() == 4);
+  CHECK(c["entry"]["plan"]["micro_batches"].as<int>() == 128);  // 512 / (1 x dp 4)
+  // Its rank is 1 + the listed plans faster than it (0: it does not fit, or all three are).
+  const double mine = c["entry"]["iteration_time_s"].as<double>();
+  int faster = 0;
+  for (const auto& e : j["top"]) faster += e["iteration_time_s"].as<double>() < mine;
+  const int expected = !c["entry"]["fits"].as<bool>() || faster == 3 ? 0 : faster + 1;
+  CHECK(c["rank"].as<int>() == expected);
+  // Without a config, no plan of the user's: null.
+  const Result plain = dtsim("search --model gpt2 --cluster 2xa100-80g --global-batch 16 --top 3 --json");
+  REQUIRE(plain.status == 0);
+  CHECK(YAML::Load(plain.out)["compared"].IsNull());
+  // A table for people says it in words.
+  const Result table = dtsim("search --cluster dgx-h100 --top 3 --megatron-bridge " + file);
+  REQUIRE(table.status == 0);
+  CHECK(table.out.find("  your plan: " + file + " (Megatron-Bridge)\n") != std::string::npos);
+  CHECK(table.out.find("    you ") != std::string::npos);
+}
+
 TEST_CASE("a GPipe plan with a given balance reports every stage", "[cli][pipeline]") {
   // The issue's example: gpt2-xl's 48 blocks as [30, 18]; the embedding
   // joins the first stage and the head the last, so 31 and 19 layers.
@@ -750,7 +786,7 @@ TEST_CASE("a bad option is one line naming the subcommand and what is valid, exi
   const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
   CHECK(r.err ==
         "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
-        "--gpus, --global-batch, --top, --threads, --json, --csv\n");
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --gpus, --global-batch, --top, --threads, --json, --csv\n");
   const Result missing = dtsim("predict --cluster dgx-a100 --model");
   CHECK(missing.status == 2);
   CHECK(missing.err == "dtsim predict: --model: missing value\n");

@@ -22,6 +22,20 @@ def test_search_equals_cli(cli):
     assert len(got["top"]) == 3
 
 
+def test_search_from_a_framework_config(cli):
+    # Note [Search from a framework config]: the config's model, batch and
+    # numerics, its own plan ranked beside the search's, as the CLI does.
+    mb = os.path.join(os.environ["DTSIM_SOURCE_DIR"], "configs", "frameworks", "megatron-bridge", "llama3_8b_run_config.yaml")
+    got = dtsim.search(None, "dgx-h100", top=3, threads=1, megatron_bridge=mb)
+    expected = cli("search", "--cluster", "dgx-h100", "--top", "3", "--threads", "1", "--megatron-bridge", mb)
+    assert without_timing(got) == without_timing(expected)
+    assert got["global_batch"] == 512  # train.global_batch_size
+    assert got["compared"]["name"] == mb + " (Megatron-Bridge)"
+    assert got["compared"]["entry"]["plan"]["cp"] == 2
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge and torchtitan"):
+        dtsim.search(None, "dgx-h100", megatron_bridge=mb, megatron_args="--micro-batch-size 1")
+
+
 def test_search_frame():
     pd = pytest.importorskip("pandas")
     df = dtsim.search_frame("gpt2", "dgx-a100", global_batch=64, top=4)

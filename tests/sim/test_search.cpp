@@ -907,3 +907,67 @@ TEST_CASE("search: selective candidates keep the plan's recompute modules, the o
   }
   CHECK(checked == 5);
 }
+
+// Note [Your plan]: a plan given beside the search is predicted as written
+// and placed among the ranked plans, 1 + the listed plans faster than it.
+TEST_CASE("search: a plan of the user's ranked beside the search's (Note [Your plan])", "[search]") {
+  const auto model = models::load_model("gpt2-xl");
+  const ClusterSpec cluster = load_cluster("8xv100-16g");
+  SearchOptions o = fp16_adam(64);
+  o.top = 5;
+  const SearchResult plain = search(*model, cluster, o);
+  REQUIRE(plain.top.size() == 5);
+  CHECK_FALSE(plain.compared);
+  CHECK(plain.compared_error.empty());
+  // The search's own third plan, given back, ranks third at its own time;
+  // its winner ranks first.
+  for (std::size_t k : {std::size_t{0}, std::size_t{2}}) {
+    o.compare = plain.top[k].plan.spec;
+    o.compare_name = "mine";
+    const SearchResult r = search(*model, cluster, o);
+    REQUIRE(r.compared);
+    CHECK(r.compared_name == "mine");
+    CHECK(r.compared->iteration_time == plain.top[k].iteration_time);
+    CHECK(r.compared_rank == static_cast<int>(k) + 1);
+    CHECK(r.top.size() == plain.top.size());
+  }
+  // Top 2: the third is outside the listed ones (rank 0); the text says so.
+  o.top = 2;
+  o.compare = plain.top[2].plan.spec;
+  SearchResult r = search(*model, cluster, o);
+  REQUIRE(r.compared);
+  CHECK(r.compared_rank == 0);
+  CHECK(format_search(r).find("slower than the 2 listed") != std::string::npos);
+  // Plain DDP holds 1.56B x 16 B = 25 GB of model states on a 16 GB GPU:
+  // predicted, said not to fit, unranked.
+  o.compare = load_plan("ddp", {{"plan", "precision", "fp16"}});
+  r = search(*model, cluster, o);
+  REQUIRE(r.compared);
+  CHECK_FALSE(r.compared->fits);
+  CHECK(r.compared_rank == 0);
+  CHECK(format_search(r).find("it does not fit") != std::string::npos);
+  // The search's batch is the plan's unless asked another: 8 GPUs of DDP at
+  // micro-batch 2 and 4 micro-steps is 64 sequences; asked 128, the plan
+  // is predicted at 128 (8 micro-steps).
+  o.global_batch = 0;
+  o.compare = load_plan("ddp", {{"plan", "precision", "fp16"}, {"plan", "micro_batch", "2"}, {"plan", "grad_accum", "4"}});
+  r = search(*model, cluster, o);
+  CHECK(r.global_batch == 64);
+  o.global_batch = 128;
+  r = search(*model, cluster, o);
+  CHECK(r.global_batch == 128);
+  REQUIRE(r.compared);
+  CHECK(r.compared->plan.global_batch == 128);
+  CHECK(r.compared->plan.grad_accum == 8);
+  // No plan on this cluster (tp 16 on 8 GPUs), or on a part of it: why, in its place.
+  o.compare = load_plan("ddp", {{"plan", "tp", "16"}});
+  r = search(*model, cluster, o);
+  CHECK_FALSE(r.compared);
+  CHECK(r.compared_error.find("plan.tp") != std::string::npos);
+  CHECK(format_search(r).find("not a plan here: ") != std::string::npos);
+  o.gpus = 4;
+  o.global_batch = 64;
+  o.compare = plain.top[0].plan.spec;
+  r = search(*model, cluster, o);
+  CHECK(r.compared_error == "the search uses 4 of the cluster's 8 GPUs, the plan all of them; set the cluster's size instead");
+}

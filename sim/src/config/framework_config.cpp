@@ -173,6 +173,36 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
   return r;
 }
 
+// Note [Search from a framework config]
+// `dtsim search --megatron-bridge FILE` (or --megatron-args, --deepspeed,
+// --torchtitan; Python's search(megatron_bridge=...)) asks which plan would
+// train what the config trains faster: the config's model (its model.*
+// keys) and, as fixed knobs, what decides the numbers it trains with
+// (kFixedFromConfig: sequence, precision and its FP8 recipe, optimizer,
+// gradient and master-weight types, kernels, the experts' routing); every
+// parallel and memory knob is the search's. Its global batch is the
+// config's unless another is asked, and the config's own plan is predicted
+// and ranked beside the search's (Note [Your plan] in
+// sim/src/search/search.cpp). The user's --set fix knobs as always.
+namespace {
+constexpr const char* kFixedFromConfig[] = {
+    "seq_len", "precision", "fp8_recipe", "fp8_param_gather", "optimizer", "sgd_momentum", "master_weights",
+    "accumulate_allreduce_grads_in_fp32", "reduce_dtype", "kernels", "attention", "runtime", "moe_dispatcher",
+    "moe_capacity_factor", "moe_pad", "moe_force_load_balance", "moe_experts"};
+}  // namespace
+
+std::vector<Override> search_fixed_overrides(const std::vector<Override>& overrides, std::size_t user_count) {
+  std::vector<Override> fixed;
+  const std::size_t config_count = overrides.size() - std::min(user_count, overrides.size());
+  for (std::size_t i = 0; i < overrides.size(); ++i) {
+    const Override& v = overrides[i];
+    const bool numerics = v.section == "plan" && v.value != "null" &&
+                          std::any_of(std::begin(kFixedFromConfig), std::end(kFixedFromConfig), [&](const char* k) { return v.path == k; });
+    if (i >= config_count || v.section == "model" || numerics) fixed.push_back(v);
+  }
+  return fixed;
+}
+
 FsdpMode parse_fsdp_mode(const std::string& name) {
   std::string n;
   for (char ch : name) n += static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));

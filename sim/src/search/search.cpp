@@ -857,7 +857,88 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
   return {static_cast<TimeNs>(time * (1 - 1e-9)), peak + cluster.device.runtime_reserved};
 }
 
-SearchResult search(const Model& model, const ClusterSpec& given_cluster, const SearchOptions& o) {
+namespace {
+
+SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, const SearchOptions& o);
+
+/// A fitting entry's place among the ranked plans, each listed once
+/// (Note [Your plan]): 1 + the listed plans faster than it, or 0 where every
+/// one of the `top_k` listed is faster.
+int rank_among(const SearchEntry& e, const std::vector<SearchEntry>& top, std::size_t top_k) {
+  if (!e.fits) return 0;
+  std::size_t faster = 0;
+  while (faster < top.size() && top[faster].iteration_time < e.iteration_time) ++faster;
+  return faster == top.size() && top.size() >= top_k ? 0 : static_cast<int>(faster) + 1;
+}
+
+}  // namespace
+
+// Note [Your plan]
+// A search given a plan of the user's (SearchOptions::compare: `dtsim
+// search --megatron-bridge FILE` and the other framework options) answers
+// "how good is the plan I have?": that plan is predicted as written, on the
+// same cluster and at the same global batch as every candidate (the
+// search's batch is the plan's unless --global-batch asks another, which
+// the plan is then predicted at), and placed among the fitting plans by
+// time. The pruning keeps its guarantee: a plan dropped by its time bound
+// is slower than the top K, so a rank within K counts every faster plan.
+// The search's fixed knobs are the front end's to choose (the CLI holds the
+// config's numerics: precision, optimizer, sequence; Note [Search from a
+// framework config] in cli/commands.cpp).
+SearchResult search(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
+  if (!o.compare) return search_plans(model, cluster, o);
+  SearchOptions so = o;
+  so.compare.reset();
+  PlanSpec mine = *o.compare;
+  std::string error;
+  const int gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
+  if (gpus != cluster.gpus()) {
+    error = fmt::format("the search uses {} of the cluster's {} GPUs, the plan all of them; set the cluster's size instead", gpus,
+                        cluster.gpus());
+  } else if (o.global_batch == 0) {
+    try {
+      so.global_batch = resolve(mine, model, cluster).global_batch;
+    } catch (const ConfigError& e) {
+      error = e.what();
+    } catch (const UnsupportedError& e) {
+      error = e.what();
+    }
+  } else {
+    // The search's batch: micro-steps derived again from it.
+    mine.global_batch = o.global_batch;
+    mine.grad_accum = 0;
+    mine.origins.where["plan.global_batch"] = "--global-batch";
+  }
+  SearchResult r = search_plans(model, cluster, so);
+  r.compared_name = o.compare_name;
+  if (error.empty()) {
+    try {
+      PredictOptions po;
+      po.profile = o.profile;
+      po.advise = false;
+      const Prediction p = predict(model, mine, cluster, po);
+      SearchEntry e;
+      e.plan = p.plan;
+      e.iteration_time = p.iteration_time;
+      e.tokens_per_s = p.tokens_per_s;
+      e.mfu = p.mfu;
+      for (const auto& rm : p.ranks) e.peak = std::max(e.peak, rm.peak);
+      e.fits = p.fits;
+      r.compared = e;
+    } catch (const ConfigError& e) {
+      error = e.what();
+    } catch (const UnsupportedError& e) {
+      error = e.what();
+    }
+  }
+  r.compared_error = error;
+  if (r.compared) r.compared_rank = rank_among(*r.compared, r.top, static_cast<std::size_t>(std::max(0, o.top)));
+  return r;
+}
+
+namespace {
+
+SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, const SearchOptions& o) {
   const auto t0 = std::chrono::steady_clock::now();
   // The bounds slow compute beside collectives as the predictions do: by a
   // profile's measurement where it has one (Note [Interference fit]; each
@@ -1368,6 +1449,8 @@ SearchResult search(const Model& model, const ClusterSpec& given_cluster, const 
   return r;
 }
 
+}  // namespace
+
 namespace {
 
 /// The recompute column: Megatron's block method as the blocks a chunk reruns.
@@ -1375,7 +1458,7 @@ std::string recompute_text(const ResolvedPlan& p) {
   return p.recompute_blocks > 0 ? fmt::format("block {}", p.recompute_blocks) : std::string(to_string(p.recompute));
 }
 
-void table(std::string& out, const std::vector<SearchEntry>& es, bool attention) {
+void table(std::string& out, const std::vector<SearchEntry>& es, bool attention, const std::string& label = "") {
   // An ep column where a plan spreads experts (mixtures of experts only).
   const bool ep = std::any_of(es.begin(), es.end(), [](const SearchEntry& e) { return e.plan.ep > 1; });
   // "+": its all-to-alls beside the other micro-batch (Note [Expert-parallel overlap]).
@@ -1389,7 +1472,7 @@ void table(std::string& out, const std::vector<SearchEntry>& es, bool attention)
   for (const auto& e : es) {
     const ResolvedPlan& p = e.plan;
     const double t = ns_to_seconds(e.iteration_time);
-    out += "    " + pad(std::to_string(i++), 4) + pad(t >= 1 ? fmt::format("{:.3f} s", t) : fmt::format("{:.1f} ms", t * 1e3), 11) +
+    out += "    " + pad(label.empty() ? std::to_string(i++) : label, 4) + pad(t >= 1 ? fmt::format("{:.3f} s", t) : fmt::format("{:.1f} ms", t * 1e3), 11) +
            pad(fmt::format("{:.0f}", e.tokens_per_s), 11) + pad(fmt::format("{:.1f}%", e.mfu * 100), 7) +
            pad(fmt::format("{:.2f}", static_cast<double>(e.peak) / kGiB), 10) + pad(std::to_string(p.dp), 5) +
            pad(std::to_string(p.tp), 4) + pad(std::to_string(p.cp), 4) +
@@ -1435,6 +1518,34 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   j.end_object();
 }
 
+/// The plan the search was given, beside the ranking (Note [Your plan]).
+void compared_block(std::string& out, const SearchResult& r) {
+  if (!r.compared && r.compared_error.empty()) return;
+  auto o = std::back_inserter(out);
+  fmt::format_to(o, "\n  your plan: {}\n", r.compared_name.empty() ? "as given" : r.compared_name);
+  if (!r.compared) {
+    fmt::format_to(o, "    not a plan here: {}\n", r.compared_error);
+    return;
+  }
+  const SearchEntry& e = *r.compared;
+  table(out, {e}, r.model_attention, "you");
+  const auto gib = [](Bytes b) { return static_cast<double>(b) / kGiB; };
+  if (!e.fits) {
+    fmt::format_to(o, "    it does not fit: {:.2f} GiB at its peak, over the {:.2f} GiB a GPU has\n", gib(e.peak), gib(r.capacity));
+  } else if (r.compared_rank > 0) {
+    fmt::format_to(o, "    rank {} of the plans above{}\n", r.compared_rank,
+                   r.compared_rank == 1 ? ": none found is faster" : "");
+  } else {
+    fmt::format_to(o, "    slower than the {} listed\n", r.top.size());
+  }
+  if (!r.top.empty() && r.top.front().iteration_time < e.iteration_time) {
+    fmt::format_to(o, "    the fastest plan that fits takes {:.3f} s: {:.2f}x as fast, at {:.2f} GiB against {:.2f}\n",
+                   ns_to_seconds(r.top.front().iteration_time),
+                   static_cast<double>(e.iteration_time) / static_cast<double>(r.top.front().iteration_time), gib(r.top.front().peak),
+                   gib(e.peak));
+  }
+}
+
 }  // namespace
 
 std::string format_search(const SearchResult& r) {
@@ -1450,6 +1561,7 @@ std::string format_search(const SearchResult& r) {
   out += "\n";
   if (r.top.empty()) {
     out += "  no plan fits: try more GPUs, a smaller global batch, or a larger device\n";
+    compared_block(out, r);
     return out;
   }
   fmt::format_to(o, "  fastest {} plans that fit\n", r.top.size());
@@ -1461,6 +1573,7 @@ std::string format_search(const SearchResult& r) {
     out += "    (also: the same plan under another name, or its GPUs and tokens split another way between dp and cp,\n"
            "     with the same time and peak: listed once)\n";
   }
+  compared_block(out, r);
   out += "\n  Pareto front: time against peak memory (no other plan is both faster and smaller)\n";
   table(out, r.pareto, r.model_attention);
   return out;
@@ -1488,6 +1601,22 @@ std::string search_to_json(const SearchResult& r) {
   j.key("pareto").begin_array();
   for (const auto& e : r.pareto) entry_json(j, e);
   j.end_array();
+  // Note [Your plan]: null when the search was given none.
+  j.key("compared");
+  if (!r.compared && r.compared_error.empty()) {
+    j.null();
+  } else {
+    j.begin_object();
+    j.field("name", r.compared_name);
+    j.key("entry");
+    if (r.compared) {
+      entry_json(j, *r.compared);
+    } else {
+      j.null();
+    }
+    j.field("rank", r.compared_rank).field("error", r.compared_error);
+    j.end_object();
+  }
   j.end_object();
   return j.str() + "\n";
 }

@@ -48,6 +48,10 @@ struct ResolvedScenario {
   std::vector<sim::Override> overrides;      ///< the config's keys, then the user's --set (which win)
   std::optional<std::int64_t> global_batch;  ///< the config's global batch, for the search
   std::string warning;                       ///< one line naming what the config sets that dtsim does not model; "" if none
+  /// The framework's config, "FILE (Megatron-Bridge)"; "" where none is given.
+  std::string framework;
+  /// How many of `overrides` come from the config (the user's follow them).
+  std::size_t framework_overrides = 0;
 };
 
 /// Folds --deepspeed, --megatron-args, --megatron-bridge or --torchtitan (at most one) into the
@@ -63,7 +67,8 @@ enum Scenario : unsigned {
   kSet = 1u << 4,
   /// Everything that names a model, cluster and plan: predict, validate, the GUI.
   kScenario = kModel | kCluster | kPlan | kProfile | kSet,
-  /// --deepspeed, --megatron-args, --megatron-bridge, --torchtitan: predict, search, the GUI (not
+  /// --deepspeed, --megatron-args, --megatron-bridge, --torchtitan: predict,
+  /// search (which ranks the config's plan beside its own), the GUI (not
   /// validate, whose workers get its arguments as they are).
   kFramework = 1u << 5,
 };

@@ -93,6 +93,12 @@ struct FrameworkScenario {
 /// names one (`model` non-empty: the config's model.* keys are dropped).
 FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::string& model, const std::vector<Override>& user);
 
+/// The fixed knobs of a search from a framework's config (Note [Search
+/// from a framework config] in framework_config.cpp): of `overrides` (the
+/// config's first, then `user_count` of the user's), the config's numerics
+/// and model keys, and every one of the user's.
+std::vector<Override> search_fixed_overrides(const std::vector<Override>& overrides, std::size_t user_count);
+
 /// PyTorch FSDP's ShardingStrategy names (FULL_SHARD, SHARD_GRAD_OP,
 /// NO_SHARD, HYBRID_SHARD) and dtsim's (full_shard, ...) in any case, with
 /// or without "ShardingStrategy."; throws ConfigError (message without a

@@ -8,6 +8,7 @@
 
 #include <cstdint>
 #include <functional>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -39,6 +40,12 @@ struct SearchOptions {
   bool prune_by_memory = true;
   /// Called now and then from the calling thread with plans done and total.
   std::function<void(std::size_t done, std::size_t total)> progress;
+  /// A plan to rank beside the search's own, as given (a framework's
+  /// config: Note [Your plan] in search.cpp), and what to call it. Its
+  /// global batch is the search's: with global_batch 0 the search takes
+  /// this plan's; otherwise the plan is predicted at the search's.
+  std::optional<PlanSpec> compare;
+  std::string compare_name;
 };
 
 /// One simulated plan.
@@ -86,6 +93,13 @@ struct SearchResult {
   /// searched, with what it needs (e.g. plan.tp_comm_overlap where no plan
   /// has sequence parallelism).
   std::vector<std::string> warnings;
+  /// SearchOptions::compare predicted: its entry (unset where it is no plan
+  /// on this cluster: compared_error says why), its name, and its place
+  /// among the fitting plans by time (1: the fastest; 0: it does not fit,
+  /// or more than `top` plans are faster).
+  std::optional<SearchEntry> compared;
+  std::string compared_name, compared_error;
+  int compared_rank = 0;
 };
 
 /// The fixed knobs of a search (SearchOptions::base) as `dtsim search`
