@@ -1981,6 +1981,31 @@ struct ExplorerWindow::Impl {
 
   // ---- search ----------------------------------------------------------------
 
+  /// Where the plan shown ranks among the rows (Note [Your plan]), in words.
+  QString compared_text(const sim::SearchResult& r) const {
+    if (!r.compared) {
+      return r.compared_error.empty() ? QString() : "The plan shown is no plan at this batch and GPU count: " + qs(r.compared_error) + ".";
+    }
+    const sim::SearchEntry& e = *r.compared;
+    QString text = "The plan shown takes " + fmt_time(e.iteration_time);
+    if (!e.fits) {
+      text += QString(" but does not fit (%1 GiB at its peak).").arg(gib(e.peak), 0, 'f', 2);
+    } else {
+      std::size_t faster = 0;
+      for (std::size_t i : s_rows) faster += r.top[i].iteration_time < e.iteration_time;
+      if (faster == s_rows.size() && s_rows.size() >= s_keep) {
+        text += QString(": slower than the %1 listed.").arg(s_rows.size());
+      } else {
+        text += QString(": it would rank %1.").arg(faster + 1);
+      }
+    }
+    if (!r.top.empty() && r.top.front().iteration_time < e.iteration_time) {
+      text += QString(" The fastest is %1x as fast.")
+                  .arg(static_cast<double>(e.iteration_time) / static_cast<double>(r.top.front().iteration_time), 0, 'f', 2);
+    }
+    return text;
+  }
+
   void search_done() {
     s_running = false;
     s_run->setEnabled(true);
@@ -2023,6 +2048,7 @@ struct ExplorerWindow::Impl {
     }
     // A knob of the current plan the rules allowed in no plan searched.
     for (const std::string& warning : r.warnings) s_status->setText(s_status->text() + " Note: " + qs(warning) + ".");
+    s_status->setText(s_status->text() + " " + compared_text(r));
     s_table->setRowCount(static_cast<int>(s_rows.size()));
     for (std::size_t row = 0; row < s_rows.size(); ++row) {
       const std::size_t i = s_rows[row];
@@ -2233,6 +2259,9 @@ void ExplorerWindow::start_search() {
   d_->s_keep = static_cast<std::size_t>(d_->s_top->value());
   so.top = d_->s_top->value();
   so.base = d_->scenario.plan;
+  // The plan shown, ranked beside the search's at its batch (Note [Your plan]).
+  so.compare = d_->scenario.plan;
+  so.compare_name = "the plan shown";
   so.profile = d_->scenario.profile;
   QProgressBar* bar = d_->s_progress;
   auto clock = std::make_shared<QElapsedTimer>();  // read on the search's thread only

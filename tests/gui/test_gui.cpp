@@ -1544,11 +1544,18 @@ TEST_CASE("the search tab finds the planner's best plans and loads one", "[gui][
   for (std::size_t row = 0; row < shown.size(); ++row) {
     CHECK(table->item(static_cast<int>(row), 0)->text().toStdString() == gui::plan_label(direct.top[shown[row]].plan));
   }
+  // The plan shown (DDP at a batch of 8) is ranked beside them, in words (Note [Your plan]).
+  auto* status = w.findChild<QLabel*>("s_status");
+  CHECK(status->text().contains("The plan shown takes "));
   REQUIRE(w.load_search_entry(0));
   REQUIRE(w.wait_for_result(kWaitMs));
   REQUIRE(w.outcome().ok());
   CHECK(w.outcome().prediction->iteration_time == direct.top[0].iteration_time);
   CHECK(gui::plan_label(w.outcome().prediction->plan) == gui::plan_label(direct.top[0].plan));
+  // The best plan loaded and searched again ranks first.
+  w.start_search();
+  REQUIRE(w.wait_for_search(120000));
+  CHECK(status->text().contains("it would rank 1."));
 }
 
 TEST_CASE("the search tab says which knob of the plan applies to no plan searched", "[gui][window]") {
