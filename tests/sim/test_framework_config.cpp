@@ -730,6 +730,9 @@ TEST_CASE("Megatron-LM: DeepSeek-V3's latent attention, layer pattern and groupe
   CHECK(k["model.route_nodes"] == "4");
   CHECK(k["model.mtp_layers"] == "1");
   CHECK(fc.unmodelled.empty());
+  // Note [Pipeline layout]: the flag as the plan's key, checked when the plan is read.
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1 --pipeline-model-parallel-layout \"Et|(tt|)*30mL\"", "cmd"))
+            .at("plan.pipeline_layout") == "\"Et|(tt|)*30mL\"");
   // The same model as the built-in, whose shape comes from HuggingFace's config.json.
   const auto from_flags = models::load_model(*fc.model, section(fc, "model"));
   const auto built_in = models::load_model("deepseek-v3", {{"model", "mtp_layers", "1"}});
@@ -817,8 +820,9 @@ TEST_CASE("Megatron-Bridge: DeepSeek-V3's recipe, its layout, dispatcher and pre
   CHECK(k["plan.ep"] == "64");
   CHECK(k["plan.etp"] == "1");
   CHECK(k["plan.sequence_parallel"] == "true");
-  CHECK(k["plan.stage_layers"] == "[4,4,4,4,4,4,4,4,4,4,4,4,4,4,4,1]");
-  CHECK(from_of(fc, "plan.stage_layers") == file + ":140 (model.pipeline_model_parallel_layout)");
+  // The layout's 16 stages as Megatron's string (Note [Pipeline layout]).
+  CHECK(k["plan.pipeline_layout"] == "\"Etttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tttt|tmL\"");
+  CHECK(from_of(fc, "plan.pipeline_layout") == file + ":140 (model.pipeline_model_parallel_layout)");
   CHECK(k["plan.moe_dispatcher"] == "deepep");
   CHECK(k["plan.precision"] == "bf16");
   CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "false");
@@ -885,7 +889,12 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
                                "model.num_layers_in_first_pipeline_stage=3 (stages split as dtsim splits them; plan.stage_layers sets them)",
                                "model.cuda_graph_impl=full_iteration (kernel launches priced as eager)",
                                "peft=megatron.bridge.peft.lora.LoRA (adapters priced as training the whole model)"});
-  CHECK(parse("  pipeline_model_parallel_size: 2\n  pipeline_model_parallel_layout: [[embedding], [decoder, loss]]\n").unmodelled.size() == 1);
+  // A layout as Megatron's string, or as stages of layer types; an embedding-only first stage is a chunk of one layer.
+  CHECK(keys(parse("  pipeline_model_parallel_size: 2\n  pipeline_model_parallel_layout: [[embedding], [decoder, loss]]\n"))
+            .at("plan.pipeline_layout") == "\"E|tL\"");
+  CHECK(keys(parse("  pipeline_model_parallel_layout: Et*3|t*3L\n")).at("plan.pipeline_layout") == "\"Et*3|t*3L\"");
+  CHECK(error_of([&] { parse("  pipeline_model_parallel_layout: [[embedding, attention]]\n"); }) ==
+        "rc.yaml:5: model.pipeline_model_parallel_layout: stage 1: 'attention' is not a layer type; valid: embedding, decoder, mtp, loss");
   CHECK(error_of([&] { parse("  pipeline_model_parallel_size: two\n"); }) ==
         "rc.yaml:5: model.pipeline_model_parallel_size: expected an integer, got 'two'");
   CHECK(error_of([&] { parse("  sequence_parallel: 1.5\n"); }) == "rc.yaml:5: model.sequence_parallel: expected true or false, got '1.5'");

@@ -8,6 +8,7 @@
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/predict.hpp"
 #include "fake_model.hpp"
 
 using namespace dtsim;
@@ -248,4 +249,54 @@ TEST_CASE("Megatron-Core's recompute_modules: its names, under selective recompu
   CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [moe_act]\nprecision: fp8\nfp8_recipe: tensorwise\n") ==
         "(no error)");
   CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [layernorm, moe_act]\n") == "(no error)");
+}
+
+// Note [Pipeline layout]: Megatron-Core's layout string, unrolled as
+// PipelineParallelLayerLayout.parse_str_to_list does: commas dropped,
+// "(X)*n" then "c*n" repeated, stages split at '|'.
+TEST_CASE("Megatron's pipeline layout: parsed, checked, and read as each chunk's layers", "[plan][pipeline]") {
+  // DeepSeek-V3's recipe on 32 chunks: the embedding and a block, 30 x two
+  // blocks, the MTP depth and the loss.
+  const auto v3 = parse_pipeline_layout("Et|(tt|)*30mL");
+  REQUIRE(v3.size() == 32);
+  CHECK(v3.front() == "Et");
+  CHECK(v3[1] == "tt");
+  CHECK(v3.back() == "mL");
+  // The docstring's example: "Ettt|(tt|)*29,m|L" -> [E,t,t,t] + [t,t] x 29 + [m] + [L].
+  const auto doc = parse_pipeline_layout("Ettt|(tt|)*29,m|L");
+  REQUIRE(doc.size() == 32);
+  CHECK(doc[0] == "Ettt");
+  CHECK(doc[29] == "tt");
+  CHECK(doc[30] == "m");
+  CHECK(doc[31] == "L");
+  CHECK(parse_pipeline_layout("Et*3|t*2,tL") == std::vector<std::string>{"Ettt", "tttL"});
+  // Megatron's own asserts, and dtsim's need of a layer in every chunk; one line each.
+  CHECK(error_of([] { parse_pipeline_layout("t|EL"); }) == "'t|EL': the embedding (E) must come first and once (Megatron asserts it)");
+  CHECK(error_of([] { parse_pipeline_layout("Et|Lt"); }) == "'Et|Lt': the loss (L) must come last and once (Megatron asserts it)");
+  CHECK(error_of([] { parse_pipeline_layout("Em|tL"); }) ==
+        "'Em|tL': a block (t) after an MTP depth (m); blocks come first (Megatron asserts it)");
+  CHECK(error_of([] { parse_pipeline_layout("Et|t*0|tL"); }) == "'Et|t*0|tL': chunk 2 of 3 has no layer; dtsim needs one in each");
+  CHECK(error_of([] { parse_pipeline_layout("Ex|L"); }).rfind("'Ex|L': 'x' is not a layer; valid: stages of E (the embedding)", 0) == 0);
+  CHECK(error_of([] { parse_pipeline_layout("E(t|)*99999999L"); }) == "'E(t|)*99999999L' unrolls to more layers than a model may have");
+
+  // As a plan key: each chunk's count of symbols is its count of layers
+  // (gpt2: the embedding, 12 blocks, the head), the same split as
+  // stage_layers [7, 7], so the same prediction.
+  const auto gpt2 = models::load_model("gpt2");
+  const ClusterSpec a100 = load_cluster("dgx-a100");
+  const PlanSpec layout = load_plan("ddp", {{"plan", "pp", "2"}, {"plan", "micro_batches", "8"}, {"plan", "pipeline_layout", "Et*6|t*6L"}});
+  CHECK(layout.stage_layers == std::vector<int>{7, 7});
+  CHECK(layout.pipeline_layout == "Et*6|t*6L");
+  const PlanSpec counts = load_plan("ddp", {{"plan", "pp", "2"}, {"plan", "micro_batches", "8"}, {"plan", "stage_layers", "[7, 7]"}});
+  CHECK(predict(*gpt2, layout, a100).iteration_time == predict(*gpt2, counts, a100).iteration_time);
+  // Its blocks and MTP depths are the model's, as validate_layer_layout asserts.
+  CHECK(error_of([&] {
+          resolve(load_plan("ddp", {{"plan", "pp", "2"}, {"plan", "micro_batches", "8"}, {"plan", "pipeline_layout", "Et*6|t*5L"}}), *gpt2,
+                  a100);
+        }) == "--set plan.pipeline_layout: 'Et*6|t*5L' lays out 11 blocks and 0 MTP depths; gpt2 has 12 blocks and 0 MTP depths "
+              "(model.mtp_layers)");
+  CHECK(error_of([] { load_plan("ddp", {{"plan", "pipeline_layout", "Et|tL"}, {"plan", "stage_layers", "[2, 2]"}}); })
+            .find("given with stage_layers; both split the layers: give one") != std::string::npos);
+  CHECK(error_of([] { load_plan("ddp", {{"plan", "pipeline_layout", "Et|Lt"}}); }) ==
+        "--set plan.pipeline_layout: 'Et|Lt': the loss (L) must come last and once (Megatron asserts it)");
 }

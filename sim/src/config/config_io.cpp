@@ -315,6 +315,18 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     if (v < 1 || v > (1 << 20)) c.fail("stage_layers", std::to_string(v) + " layers in a stage; valid: 1 or more each");
     p.stage_layers.push_back(static_cast<int>(v));
   }
+  // Megatron-Core's layout (Note [Pipeline layout] in plan.cpp): each chunk's layers.
+  p.pipeline_layout = c.get_string("pipeline_layout", "");
+  if (!p.pipeline_layout.empty()) {
+    if (c.has("stage_layers")) c.fail("pipeline_layout", "given with stage_layers; both split the layers: give one");
+    std::vector<std::string> chunks;
+    try {
+      chunks = parse_pipeline_layout(p.pipeline_layout);
+    } catch (const ConfigError& e) {
+      c.fail("pipeline_layout", e.what());
+    }
+    for (const auto& chunk : chunks) p.stage_layers.push_back(static_cast<int>(chunk.size()));
+  }
   p.sequence_parallel = c.get_bool("sequence_parallel", false);
   p.sync_batchnorm = c.get_bool("sync_batchnorm", false);
   p.tp_comm_overlap = c.get_bool("tp_comm_overlap", false);
@@ -413,6 +425,8 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   c.finish();
   p.origins.file = file.empty() ? "<built-in>" : file;
   for (const auto& k : c.keys()) p.origins.where["plan." + k] = c.where(k);
+  // A layout's chunks are named by it where resolve speaks of stage_layers.
+  if (!p.pipeline_layout.empty()) p.origins.where["plan.stage_layers"] = c.where("pipeline_layout");
   return p;
 }
 

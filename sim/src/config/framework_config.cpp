@@ -88,7 +88,7 @@ void OverrideList::finish() {
       "dp", "tp", "pp", "cp", "cp_comm", "attention", "ep", "etp", "moe_imbalance", "moe_force_load_balance",
       "moe_capacity_factor", "moe_pad", "moe_dispatcher", "overlap_moe_expert_parallel_comm", "moe_experts", "loss_parallel", "runtime", "kernels", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
       "sync_batchnorm",
-      "tp_comm_overlap", "placement", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
+      "tp_comm_overlap", "placement", "pipeline_layout", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
       "precision", "fp8_param_gather", "fp8_recipe", "optimizer", "sgd_momentum", "zero_stage", "fsdp", "limit_all_gathers", "fsdp_wrap", "fsdp_version", "reduce_dtype", "stage3_prefetch_bucket_size",
       "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "z3_leaf_layers",
       "offload_optimizer", "offload_params", "recompute", "recompute_modules", "recompute_method", "recompute_num_layers", "bucket_mb", "reduce_bucket_size", "overlap", "overlap_comm", "contiguous_gradients", "reduce_scatter", "overlap_param_gather", "accumulate_allreduce_grads_in_fp32", "master_weights", "deallocate_pipeline_outputs", "cpu_offloading_num_layers", "partition_activations", "cpu_checkpointing"};

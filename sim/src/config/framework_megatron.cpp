@@ -229,7 +229,8 @@ const std::map<std::string, Kind>& known_flags() {
       {"overlap-moe-expert-parallel-comm", Kind::kBool}, {"delay-wgrad-compute", Kind::kBool},
       {"multi-latent-attention", Kind::kBool}, {"q-lora-rank", Kind::kInt}, {"kv-lora-rank", Kind::kInt},
       {"qk-head-dim", Kind::kInt}, {"qk-pos-emb-head-dim", Kind::kInt}, {"v-head-dim", Kind::kInt},
-      {"qk-layernorm", Kind::kBool}, {"moe-router-num-groups", Kind::kInt}, {"moe-router-group-topk", Kind::kInt}};
+      {"qk-layernorm", Kind::kBool}, {"moe-router-num-groups", Kind::kInt}, {"moe-router-group-topk", Kind::kInt},
+      {"pipeline-model-parallel-layout", Kind::kString}};
   return flags;
 }
 
@@ -476,10 +477,12 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   } else if (pp > 1) {
     out.plan("schedule", "1f1b", at("pipeline-model-parallel-size"));
   }
-  // Megatron-Bridge's layout as decoder layers a model chunk (read in
-  // framework_megatron_bridge.cpp): the plan's stage_layers.
+  // --pipeline-model-parallel-layout (Note [Pipeline layout] in
+  // sim/src/parallel/plan.cpp), checked by the plan reader.
   if (has("pipeline-model-parallel-layout")) {
-    out.plan("stage_layers", "[" + text("pipeline-model-parallel-layout", "") + "]", at("pipeline-model-parallel-layout"));
+    std::string quoted = "\"";
+    for (char ch : text("pipeline-model-parallel-layout", "")) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
+    out.plan("pipeline_layout", quoted + "\"", at("pipeline-model-parallel-layout"));
   }
   // arguments.py: "Disabling sequence parallelism because tensor model parallelism is not enabled".
   if (has("sequence-parallel") && tp > 1) out.plan("sequence_parallel", "true", at("sequence-parallel"));

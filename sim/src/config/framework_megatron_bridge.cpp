@@ -24,6 +24,8 @@
 //   (unpadded; padded to make_vocab_size_divisible_by x tp only under
 //   should_pad_vocab, GPTModelProvider.provide). position_embedding_type
 //   yarn and mrope are rotary positions, priced as rope.
+//   pipeline_model_parallel_layout (a string, or a list of stages of layer
+//   types) is Megatron's layout (Note [Pipeline layout]).
 // - train: micro_batch_size, global_batch_size. optimizer: optimizer,
 //   sgd_momentum, use_distributed_optimizer. ddp: use_distributed_optimizer,
 //   overlap_grad_reduce, overlap_param_gather, grad_reduce_in_fp32,
@@ -482,38 +484,32 @@ class Reader {
                                                " (Megatron-Bridge asserts they match)");
       }
     }
-    // pipeline_model_parallel_layout as a list of stages (pp x vp of them,
-    // in chunk order), each a list of "embedding", "decoder", "mtp", "loss"
-    // (PipelineParallelLayerLayout): the decoders of each are the plan's
-    // stage_layers, counted in blocks (the embedding joins the first chunk,
-    // the MTP depths and the head the last).
+    // pipeline_model_parallel_layout: Megatron's string, or a list of
+    // stages (pp x vp of them, in chunk order), each a list of "embedding",
+    // "decoder", "mtp", "loss" (PipelineParallelLayerLayout), written as the
+    // string (Note [Pipeline layout] in sim/src/parallel/plan.cpp).
     if (const YAML::Node l = model["pipeline_model_parallel_layout"]; !null(l)) {
       const std::string name = "model.pipeline_model_parallel_layout";
-      std::string counts;
-      bool ok = l.IsSequence() && l.size() > 0;
-      for (std::size_t i = 0; ok && i < l.size(); ++i) {
-        ok = l[i].IsSequence();
-        int decoders = 0;
-        for (std::size_t j = 0; ok && j < l[i].size(); ++j) {
-          const std::string part = l[i][j].IsScalar() ? l[i][j].Scalar() : "";
-          if (part == "decoder") {
-            ++decoders;
-          } else if (part == "mtp" || part == "loss") {
-            ok = i + 1 == l.size();  // the last chunk's, where dtsim puts them
-          } else if (part == "embedding") {
-            ok = i == 0;
-          } else {
-            ok = false;
+      std::string layout;
+      if (l.IsScalar()) {
+        layout = l.Scalar();
+      } else if (l.IsSequence()) {
+        for (std::size_t i = 0; i < l.size(); ++i) {
+          if (!l[i].IsSequence()) fail(l, name, "expected a list of stages, each a list of layer types; stage " + std::to_string(i + 1) + " is " + kind(l[i]));
+          if (i > 0) layout += '|';
+          for (const auto& e : l[i]) {
+            const std::string part = e.IsScalar() ? e.Scalar() : "";
+            const char symbol = part == "embedding" ? 'E' : part == "decoder" ? 't' : part == "mtp" ? 'm' : part == "loss" ? 'L' : '?';
+            if (symbol == '?') {
+              fail(l, name, "stage " + std::to_string(i + 1) + ": " + kind(e) + " is not a layer type; valid: embedding, decoder, mtp, loss");
+            }
+            layout += symbol;
           }
         }
-        ok = ok && decoders > 0;
-        counts += (i ? "," : "") + std::to_string(decoders);
-      }
-      if (ok) {
-        give("pipeline-model-parallel-layout", counts, l, name);
       } else {
-        note(name, text(l), "a stage without a decoder layer, or the embedding, MTP or loss elsewhere than dtsim puts them: stages split by cost");
+        fail(l, name, "expected Megatron's layout string or a list of stages, got " + kind(l));
       }
+      give("pipeline-model-parallel-layout", layout, l, name);
     }
     // Optimizers beyond Adam and SGD (Muon, ...) are priced as Adam.
     if (a_.given.count("optimizer")) {

@@ -165,6 +165,115 @@ int zero_stage_of(FsdpMode f) {
 // inputs already failed is skipped (a wrong tp makes dp's divisibility
 // meaningless), so one mistake is never reported twice. Every valid value
 // comes from the rules table (rules.hpp).
+// Note [Pipeline layout]
+// Megatron-Core places layers on pipeline chunks by a layout where one is
+// given (--pipeline-model-parallel-layout; Megatron-Bridge's
+// pipeline_model_parallel_layout, which DeepSeek-V3's recipes set:
+// "Et|(tt|)*30mL" puts the embedding and one block on the first of 32
+// chunks, two blocks on each of the next 30, and the MTP depth and the loss
+// on the last). PipelineParallelLayerLayout.parse_str_to_list drops commas,
+// unrolls "(X)*n" (X without a closing parenthesis), then "c*n", and splits
+// the stages at '|'; chunk k is stage k mod pp, as dtsim's stage_layers
+// counts them. dtsim's layers are the same in the same order (the
+// embedding, the blocks, the MTP depths, the output layer with the loss),
+// so a chunk's count of symbols is its count of layers, and resolve checks
+// the blocks and depths against the model as validate_layer_layout does.
+namespace {
+
+/// One regex pass of parse_str_to_list, by hand (std::regex recurses per
+/// character): at each place, `match(i, &group, &count, &end)` says whether
+/// the pattern matches there; the group is written `count` times.
+template <typename Match>
+std::string unroll(const std::string& s, Match match, const std::string& text) {
+  constexpr std::size_t kMost = std::size_t{1} << 20;
+  std::string out;
+  for (std::size_t i = 0; i < s.size();) {
+    std::string group;
+    std::size_t count = 0, end = 0;
+    if (match(i, &group, &count, &end)) {
+      if (count > kMost || out.size() + group.size() * count > kMost) {
+        throw ConfigError("'" + text + "' unrolls to more layers than a model may have");
+      }
+      for (std::size_t k = 0; k < count; ++k) out += group;
+      i = end;
+    } else {
+      out += s[i++];
+    }
+    if (out.size() > kMost) throw ConfigError("'" + text + "' unrolls to more layers than a model may have");
+  }
+  return out;
+}
+
+/// The decimal digits at `i` of `s` (at most 7), their value and end.
+bool digits_at(const std::string& s, std::size_t i, std::size_t* value, std::size_t* end) {
+  std::size_t j = i;
+  while (j < s.size() && std::isdigit(static_cast<unsigned char>(s[j]))) ++j;
+  if (j == i) return false;
+  *value = j - i > 7 ? std::size_t{10000000} : static_cast<std::size_t>(std::stoul(s.substr(i, j - i)));
+  *end = j;
+  return true;
+}
+
+}  // namespace
+
+std::vector<std::string> parse_pipeline_layout(const std::string& text) {
+  const std::string valid = "valid: stages of E (the embedding), t (a block), m (an MTP depth) and L (the loss) split by |, "
+                            "with (X)*n and c*n to repeat, e.g. \"Et|(tt|)*30mL\"";
+  std::string s;
+  for (char ch : text) {
+    if (ch != ',') s += ch;  // purely cosmetic (parse_str_to_list)
+  }
+  // \(([^)]+)\)\*(\d+)
+  s = unroll(
+      s,
+      [&](std::size_t i, std::string* group, std::size_t* count, std::size_t* end) {
+        if (s[i] != '(') return false;
+        std::size_t k = i + 1;
+        while (k < s.size() && s[k] != ')') ++k;
+        if (k == i + 1 || k + 1 >= s.size() || s[k + 1] != '*' || !digits_at(s, k + 2, count, end)) return false;
+        *group = s.substr(i + 1, k - i - 1);
+        return true;
+      },
+      text);
+  // (.)\*(\d+)
+  s = unroll(
+      s,
+      [&](std::size_t i, std::string* group, std::size_t* count, std::size_t* end) {
+        if (s[i] == '\n' || i + 1 >= s.size() || s[i + 1] != '*' || !digits_at(s, i + 2, count, end)) return false;
+        *group = std::string(1, s[i]);
+        return true;
+      },
+      text);
+  std::vector<std::string> chunks(1);
+  for (char ch : s) {
+    if (ch == '|') {
+      chunks.emplace_back();
+    } else if (ch == 'E' || ch == 't' || ch == 'm' || ch == 'L') {
+      chunks.back() += ch;
+    } else if (ch != ' ') {
+      throw ConfigError("'" + text + "': '" + std::string(1, ch) + "' is not a layer; " + valid);
+    }
+  }
+  std::string flat;
+  for (std::size_t k = 0; k < chunks.size(); ++k) {
+    if (chunks[k].empty()) {
+      throw ConfigError("'" + text + "': chunk " + std::to_string(k + 1) + " of " + std::to_string(chunks.size()) +
+                        " has no layer; dtsim needs one in each");
+    }
+    flat += chunks[k];
+  }
+  if (flat.front() != 'E' || std::count(flat.begin(), flat.end(), 'E') != 1) {
+    throw ConfigError("'" + text + "': the embedding (E) must come first and once (Megatron asserts it)");
+  }
+  if (flat.back() != 'L' || std::count(flat.begin(), flat.end(), 'L') != 1) {
+    throw ConfigError("'" + text + "': the loss (L) must come last and once (Megatron asserts it)");
+  }
+  if (const auto m = flat.find('m'); m != std::string::npos && flat.find('t', m) != std::string::npos) {
+    throw ConfigError("'" + text + "': a block (t) after an MTP depth (m); blocks come first (Megatron asserts it)");
+  }
+  return chunks;
+}
+
 ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& cluster) {
   ResolvedPlan r;
   r.spec = s;
@@ -405,7 +514,31 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
         }
       }
       const int blocks = first_block < 0 ? 0 : last_block - first_block + 1;
-      if (static_cast<int>(s.stage_layers.size()) != chunks) {
+      bool layout_ok = true;
+      if (!s.pipeline_layout.empty()) {
+        // Note [Pipeline layout]: its blocks and MTP depths are the model's
+        // (validate_layer_layout), and the model is laid out as Megatron's.
+        int t = 0, m = 0;
+        for (const auto& chunk : parse_pipeline_layout(s.pipeline_layout)) {
+          t += static_cast<int>(std::count(chunk.begin(), chunk.end(), 't'));
+          m += static_cast<int>(std::count(chunk.begin(), chunk.end(), 'm'));
+        }
+        const int depths = n - last_block - 2;  // after the blocks: the depths, then the output layer
+        auto count = [](int k, const char* what) { return fmt::format("{} {}{}", k, what, k == 1 ? "" : "s"); };
+        if (first_block != 1) {
+          layout_ok = false;
+          bad.add("pipeline_layout", fmt::format("{} is not laid out as Megatron's GPT (an embedding, blocks, MTP depths, then the "
+                                                 "output layer); give stage_layers instead", model.name()));
+        } else if (t != blocks || m != depths) {
+          layout_ok = false;
+          bad.add("pipeline_layout", fmt::format("'{}' lays out {} and {}; {} has {} and {} (model.mtp_layers)", s.pipeline_layout,
+                                                 count(t, "block"), count(m, "MTP depth"), model.name(), count(blocks, "block"),
+                                                 count(depths, "MTP depth")));
+        }
+      }
+      if (!layout_ok) {
+        // Said above, in the layout's terms.
+      } else if (static_cast<int>(s.stage_layers.size()) != chunks) {
         bad.add("stage_layers", std::to_string(s.stage_layers.size()) + " entries; need one per model chunk: pp x virtual_stages = " +
                                     std::to_string(chunks));
       } else if (!each_ok) {

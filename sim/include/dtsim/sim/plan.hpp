@@ -187,6 +187,10 @@ struct PlanSpec {
   Schedule schedule = Schedule::k1f1b;
   int virtual_stages = 0;         ///< model chunks per GPU (interleaved; 0: 2)
   std::vector<int> stage_layers;  ///< layers per stage (empty: balanced by cost)
+  /// Megatron-Core's --pipeline-model-parallel-layout ("Et|(tt|)*30mL"), as
+  /// given; stage_layers holds its chunks' layer counts (Note [Pipeline
+  /// layout]); "" where none was given.
+  std::string pipeline_layout;
   bool sequence_parallel = false; ///< Korthikanti et al. 2022 (needs tp > 1)
   /// Batch norm over the whole data-parallel batch, as
   /// torch.nn.SyncBatchNorm.convert_sync_batchnorm makes it: each batch
@@ -440,6 +444,15 @@ struct ResolvedPlan {
 /// Checks `spec` against model and cluster; throws ConfigError on the first
 /// problem with the key's origin and what would be valid.
 ResolvedPlan resolve(const PlanSpec& spec, const Model& model, const ClusterSpec& cluster);
+
+/// Megatron-Core's pipeline layout (PipelineParallelLayerLayout
+/// .parse_str_to_list) unrolled: each model chunk's layers in order, in
+/// chunk order, as 'E' (embedding), 't' (a decoder block), 'm' (an MTP
+/// depth) and 'L' (the loss and output layer). Checked as Megatron checks
+/// it (validate_layer_layout): E first and once, L last and once, no block
+/// after an MTP depth; dtsim also needs a layer in every chunk. Throws
+/// ConfigError (message without a location) naming what is valid.
+std::vector<std::string> parse_pipeline_layout(const std::string& text);
 
 /// Bytes per parameter of optimizer state kept by the optimizer, including the
 /// fp32 master copy under mixed precision (ZeRO paper section 3.1: K = 12 for
