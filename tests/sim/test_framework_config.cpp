@@ -730,6 +730,33 @@ TEST_CASE("Megatron-LM: DeepSeek-V3's latent attention, layer pattern and groupe
   CHECK(k["model.route_nodes"] == "4");
   CHECK(k["model.mtp_layers"] == "1");
   CHECK(fc.unmodelled.empty());
+  // Note [Megatron's split]: a pipeline without a layout splits the blocks
+  // evenly, the embedding and the loss counted where asked; the virtual
+  // stages from --num-layers-per-virtual-pipeline-stage count them too
+  // ((94 + 2) / pp 8 = 12 a rank, / 3 = 4), or come from the layout's stages.
+  {
+    const auto qwen = keys(parse_megatron_args(
+        "--micro-batch-size 1 --pipeline-model-parallel-size 8 --num-layers 94 --hidden-size 4096 --num-attention-heads 64 --swiglu "
+        "--account-for-embedding-in-pipeline-split --account-for-loss-in-pipeline-split --num-layers-per-virtual-pipeline-stage 3",
+        "cmd"));
+    CHECK(qwen.at("plan.pipeline_split") == "megatron");
+    CHECK(qwen.at("plan.account_for_embedding_in_pipeline_split") == "true");
+    CHECK(qwen.at("plan.account_for_loss_in_pipeline_split") == "true");
+    CHECK(qwen.at("plan.virtual_stages") == "4");
+    const auto uneven = keys(parse_megatron_args(
+        "--micro-batch-size 1 --pipeline-model-parallel-size 16 --decoder-first-pipeline-num-layers 4 --decoder-last-pipeline-num-layers 1 "
+        "--num-virtual-stages-per-pipeline-rank 2", "cmd"));
+    CHECK(uneven.at("plan.num_layers_in_first_pipeline_stage") == "4");
+    CHECK(uneven.at("plan.num_layers_in_last_pipeline_stage") == "1");
+    CHECK(uneven.at("plan.virtual_stages") == "2");
+    const auto laid = keys(parse_megatron_args("--micro-batch-size 1 --pipeline-model-parallel-size 8 --pipeline-model-parallel-layout "
+                                               "\"Et|(tt|)*30mL\"", "cmd"));
+    CHECK(laid.at("plan.virtual_stages") == "4");  // 32 stages / pp 8
+    CHECK(laid.at("plan.pipeline_split") == "null");
+    CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --pipeline-model-parallel-size 3 --pipeline-model-parallel-layout 'Et|tL'", "cmd"); }) ==
+          "cmd:1: --pipeline-model-parallel-layout: 2 stages do not divide over --pipeline-model-parallel-size 3 (Megatron asserts it)");
+    CHECK(keys(parse_megatron_args("--micro-batch-size 1", "cmd")).at("plan.pipeline_split") == "null");  // no pipeline
+  }
   // Note [Pipeline layout]: the flag as the plan's key, checked when the plan is read.
   CHECK(keys(parse_megatron_args("--micro-batch-size 1 --pipeline-model-parallel-layout \"Et|(tt|)*30mL\"", "cmd"))
             .at("plan.pipeline_layout") == "\"Et|(tt|)*30mL\"");
@@ -882,13 +909,19 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
   CHECK(keys(sp)["plan.overlap_param_gather"] == "false");  // without the distributed optimizer
   // What dtsim does not model, said once; what it cannot read, refused at its line.
   const FrameworkConfig said = parse(
-      "  cuda_graph_impl: full_iteration\n  num_layers_in_first_pipeline_stage: 3\n  gated_linear_unit: true\n  activation_func:\n"
+      "  cuda_graph_impl: full_iteration\n  pipeline_model_parallel_size: 2\n  num_layers_in_first_pipeline_stage: 3\n  gated_linear_unit: true\n  activation_func:\n"
       "    _target_: torch.nn.functional.gelu\n    _call_: false\npeft:\n  _target_: megatron.bridge.peft.lora.LoRA\n");
+  CHECK(keys(said).at("plan.num_layers_in_first_pipeline_stage") == "3");  // modelled (Note [Megatron's split])
   CHECK(said.unmodelled == std::vector<std::string>{
                                "model.activation_func=torch.nn.functional.gelu (a gated unit priced as SwiGLU)",
-                               "model.num_layers_in_first_pipeline_stage=3 (stages split as dtsim splits them; plan.stage_layers sets them)",
                                "model.cuda_graph_impl=full_iteration (kernel launches priced as eager)",
                                "peft=megatron.bridge.peft.lora.LoRA (adapters priced as training the whole model)"});
+  // Megatron's split knobs (Note [Megatron's split]).
+  const auto acc = keys(parse("  pipeline_model_parallel_size: 8\n  account_for_embedding_in_pipeline_split: true\n"
+                              "  num_layers_in_last_pipeline_stage: null\n"));
+  CHECK(acc.at("plan.pipeline_split") == "megatron");
+  CHECK(acc.at("plan.account_for_embedding_in_pipeline_split") == "true");
+  CHECK(acc.at("plan.num_layers_in_last_pipeline_stage") == "null");
   // A layout as Megatron's string, or as stages of layer types; an embedding-only first stage is a chunk of one layer.
   CHECK(keys(parse("  pipeline_model_parallel_size: 2\n  pipeline_model_parallel_layout: [[embedding], [decoder, loss]]\n"))
             .at("plan.pipeline_layout") == "\"E|tL\"");

@@ -300,3 +300,50 @@ TEST_CASE("Megatron's pipeline layout: parsed, checked, and read as each chunk's
   CHECK(error_of([] { load_plan("ddp", {{"plan", "pipeline_layout", "Et|Lt"}}); }) ==
         "--set plan.pipeline_layout: 'Et|Lt': the loss (L) must come last and once (Megatron asserts it)");
 }
+
+// Note [Megatron's split]: transformer_block.get_num_layers_to_build's rules,
+// worked by hand on gpt2 (an embedding, 12 blocks, the head: 14 layers).
+TEST_CASE("Megatron's even split of the blocks, its knobs and its asserts", "[plan][pipeline]") {
+  const auto gpt2 = models::load_model("gpt2");
+  const ClusterSpec a100 = load_cluster("dgx-a100");
+  // On a node of pp GPUs (dp 1).
+  auto split = [&](std::vector<Override> more) {
+    std::vector<Override> o = {{"plan", "micro_batches", "8"}, {"plan", "pipeline_split", "megatron"}};
+    o.insert(o.end(), more.begin(), more.end());
+    const std::string pp = more.front().value;
+    return resolve(load_plan("ddp", o), *gpt2, load_cluster("dgx-a100", {{"cluster", "gpus_per_node", pp}})).stage_layers;
+  };
+  // 12 blocks / pp 2 = 6 a rank; the embedding joins the first, the head the last.
+  CHECK(split({{"plan", "pp", "2"}}) == std::vector<int>{7, 7});
+  // Interleaved, pp 2 x vp 3: 6 a rank, 2 a chunk; chunk c is rank c % 2.
+  CHECK(split({{"plan", "pp", "2"}, {"plan", "schedule", "interleaved"}, {"plan", "virtual_stages", "3"}}) ==
+        std::vector<int>{3, 2, 2, 2, 2, 3});
+  // The embedding and the loss counted as blocks: (12 + 2) / pp 7 = 2 a chunk,
+  // the first and the last building one block less beside them.
+  CHECK(split({{"plan", "pp", "7"}, {"plan", "account_for_embedding_in_pipeline_split", "true"},
+               {"plan", "account_for_loss_in_pipeline_split", "true"}}) == std::vector<int>{2, 2, 2, 2, 2, 2, 2});
+  // The first and last ranks given: 2 and 2, the 8 left on the rank between.
+  CHECK(split({{"plan", "pp", "3"}, {"plan", "num_layers_in_first_pipeline_stage", "2"}, {"plan", "num_layers_in_last_pipeline_stage", "2"}}) ==
+        std::vector<int>{3, 8, 3});
+  // Megatron's asserts, each one line naming its key.
+  CHECK(error_of([&] { split({{"plan", "pp", "5"}}); }).rfind(
+            "--set plan.pipeline_split: megatron: 12 blocks do not split evenly over pp 5 (Megatron asserts it;", 0) == 0);
+  CHECK(error_of([&] { split({{"plan", "pp", "4"}, {"plan", "schedule", "interleaved"}, {"plan", "virtual_stages", "2"}}); }) ==
+        "--set plan.pipeline_split: pipeline rank 0's 3 blocks do not split over its 2 virtual stages (Megatron asserts it)");
+  CHECK(error_of([&] {
+          split({{"plan", "pp", "2"}, {"plan", "num_layers_in_first_pipeline_stage", "4"}, {"plan", "account_for_loss_in_pipeline_split", "true"}});
+        }) == "--set plan.num_layers_in_first_pipeline_stage: given with account_for_embedding_in_pipeline_split or "
+              "account_for_loss_in_pipeline_split; Megatron refuses both");
+  CHECK(error_of([&] { split({{"plan", "pp", "4"}, {"plan", "num_layers_in_first_pipeline_stage", "3"}, {"plan", "num_layers_in_last_pipeline_stage", "4"}}); }) ==
+        "--set plan.num_layers_in_first_pipeline_stage: leaves 5 of the 12 blocks for the 2 ranks between; Megatron asserts they divide evenly");
+  // A knob alone asks for the split; beside pipeline_split: cost it is refused.
+  CHECK(load_plan("ddp", {{"plan", "account_for_loss_in_pipeline_split", "true"}}).pipeline_split == PipelineSplit::kMegatron);
+  CHECK(error_of([] { load_plan("ddp", {{"plan", "pipeline_split", "cost"}, {"plan", "num_layers_in_last_pipeline_stage", "2"}}); }) ==
+        "--set plan.num_layers_in_last_pipeline_stage: is Megatron's split; it needs pipeline_split: megatron, not cost");
+  // dtsim's own split balances priced cost, and a model not laid out as a GPT has no Megatron split.
+  CHECK(load_plan("ddp").pipeline_split == PipelineSplit::kCost);
+  CHECK(error_of([&] {
+          resolve(load_plan("ddp", {{"plan", "pp", "2"}, {"plan", "micro_batches", "4"}, {"plan", "pipeline_split", "megatron"}}),
+                  *models::load_model("bilstm"), a100);
+        }).find("is not laid out as Megatron's GPT") != std::string::npos);
+}

@@ -315,6 +315,22 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     if (v < 1 || v > (1 << 20)) c.fail("stage_layers", std::to_string(v) + " layers in a stage; valid: 1 or more each");
     p.stage_layers.push_back(static_cast<int>(v));
   }
+  // Megatron-Core's even split and its knobs (Note [Megatron's split] in
+  // plan.cpp); a knob alone asks for the split.
+  p.pipeline_split = c.get_enum("pipeline_split", PipelineSplit::kCost, {{"cost", PipelineSplit::kCost}, {"megatron", PipelineSplit::kMegatron}});
+  p.account_for_embedding_in_pipeline_split = c.get_bool("account_for_embedding_in_pipeline_split", false);
+  p.account_for_loss_in_pipeline_split = c.get_bool("account_for_loss_in_pipeline_split", false);
+  p.num_layers_in_first_pipeline_stage = static_cast<int>(c.get_int("num_layers_in_first_pipeline_stage", 0, 1, 1 << 20));
+  p.num_layers_in_last_pipeline_stage = static_cast<int>(c.get_int("num_layers_in_last_pipeline_stage", 0, 1, 1 << 20));
+  for (const char* key : {"account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split",
+                          "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage"}) {
+    if (!c.has(key)) continue;
+    if (!c.has("pipeline_split")) {
+      p.pipeline_split = PipelineSplit::kMegatron;
+    } else if (p.pipeline_split == PipelineSplit::kCost) {
+      c.fail(key, "is Megatron's split; it needs pipeline_split: megatron, not cost");
+    }
+  }
   // Megatron-Core's layout (Note [Pipeline layout] in plan.cpp): each chunk's layers.
   p.pipeline_layout = c.get_string("pipeline_layout", "");
   if (!p.pipeline_layout.empty()) {

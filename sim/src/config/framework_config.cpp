@@ -88,7 +88,8 @@ void OverrideList::finish() {
       "dp", "tp", "pp", "cp", "cp_comm", "attention", "ep", "etp", "moe_imbalance", "moe_force_load_balance",
       "moe_capacity_factor", "moe_pad", "moe_dispatcher", "overlap_moe_expert_parallel_comm", "moe_experts", "loss_parallel", "runtime", "kernels", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
       "sync_batchnorm",
-      "tp_comm_overlap", "placement", "pipeline_layout", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
+      "tp_comm_overlap", "placement", "pipeline_layout", "pipeline_split", "account_for_embedding_in_pipeline_split",
+      "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
       "precision", "fp8_param_gather", "fp8_recipe", "optimizer", "sgd_momentum", "zero_stage", "fsdp", "limit_all_gathers", "fsdp_wrap", "fsdp_version", "reduce_dtype", "stage3_prefetch_bucket_size",
       "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "z3_leaf_layers",
       "offload_optimizer", "offload_params", "recompute", "recompute_modules", "recompute_method", "recompute_num_layers", "bucket_mb", "reduce_bucket_size", "overlap", "overlap_comm", "contiguous_gradients", "reduce_scatter", "overlap_param_gather", "accumulate_allreduce_grads_in_fp32", "master_weights", "deallocate_pipeline_outputs", "cpu_offloading_num_layers", "partition_activations", "cpu_checkpointing"};
@@ -179,8 +180,10 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 // train what the config trains faster: the config's model (its model.*
 // keys) and, as fixed knobs, what decides the numbers it trains with
 // (kFixedFromConfig: sequence, precision and its FP8 recipe, optimizer,
-// gradient and master-weight types, kernels, the experts' routing); every
-// parallel and memory knob is the search's. Its global batch is the
+// gradient and master-weight types, kernels, the experts' routing) and how
+// its framework splits a pipeline (Note [Megatron's split]: a Megatron
+// config's candidates are the pipelines Megatron can split); every parallel
+// and memory knob is the search's. Its global batch is the
 // config's unless another is asked, and the config's own plan is predicted
 // and ranked beside the search's (Note [Your plan] in
 // sim/src/search/search.cpp). The user's --set fix knobs as always.
@@ -188,7 +191,8 @@ namespace {
 constexpr const char* kFixedFromConfig[] = {
     "seq_len", "precision", "fp8_recipe", "fp8_param_gather", "optimizer", "sgd_momentum", "master_weights",
     "accumulate_allreduce_grads_in_fp32", "reduce_dtype", "kernels", "attention", "runtime", "moe_dispatcher",
-    "moe_capacity_factor", "moe_pad", "moe_force_load_balance", "moe_experts"};
+    "moe_capacity_factor", "moe_pad", "moe_force_load_balance", "moe_experts", "pipeline_split",
+    "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"};
 }  // namespace
 
 std::vector<Override> search_fixed_overrides(const std::vector<Override>& overrides, std::size_t user_count) {

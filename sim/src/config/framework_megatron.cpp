@@ -13,6 +13,7 @@
 
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/plan.hpp"
 #include "framework_common.hpp"
 
 namespace dtsim::sim {
@@ -230,7 +231,9 @@ const std::map<std::string, Kind>& known_flags() {
       {"multi-latent-attention", Kind::kBool}, {"q-lora-rank", Kind::kInt}, {"kv-lora-rank", Kind::kInt},
       {"qk-head-dim", Kind::kInt}, {"qk-pos-emb-head-dim", Kind::kInt}, {"v-head-dim", Kind::kInt},
       {"qk-layernorm", Kind::kBool}, {"moe-router-num-groups", Kind::kInt}, {"moe-router-group-topk", Kind::kInt},
-      {"pipeline-model-parallel-layout", Kind::kString}};
+      {"pipeline-model-parallel-layout", Kind::kString}, {"account-for-embedding-in-pipeline-split", Kind::kBool},
+      {"account-for-loss-in-pipeline-split", Kind::kBool}, {"decoder-first-pipeline-num-layers", Kind::kInt},
+      {"decoder-last-pipeline-num-layers", Kind::kInt}, {"num-virtual-stages-per-pipeline-rank", Kind::kInt}};
   return flags;
 }
 
@@ -454,18 +457,39 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       note("cp-comm-type", "priced as p2p");
     }
   }
-  // Interleaving: arguments.py sets virtual_pipeline_model_parallel_size =
-  // (num_layers / pp) / num_layers_per_virtual_pipeline_stage.
+  // Interleaving (arguments.py): the layout's stages / pp where a layout
+  // is given; else --num-virtual-stages-per-pipeline-rank, or
+  // virtual_pipeline_model_parallel_size = (num_layers [+ 1 for an
+  // embedding, + 1 for a loss counted in the split] / pp) /
+  // num_layers_per_virtual_pipeline_stage.
+  const std::int64_t counted = num("num-layers", 0) + (has("account-for-embedding-in-pipeline-split") ? 1 : 0) +
+                               (has("account-for-loss-in-pipeline-split") ? 1 : 0);
   std::int64_t vpp = 0;
   std::string vpp_from;
-  if (has("num-layers-per-virtual-pipeline-stage")) {
+  if (has("pipeline-model-parallel-layout")) {
+    std::size_t stages = 0;
+    try {
+      stages = parse_pipeline_layout(text("pipeline-model-parallel-layout", "")).size();
+    } catch (const ConfigError& e) {
+      fail("pipeline-model-parallel-layout", e.what());
+    }
+    if (static_cast<std::int64_t>(stages) % pp != 0) {
+      fail("pipeline-model-parallel-layout", std::to_string(stages) + " stages do not divide over " +
+                                                 flag("pipeline-model-parallel-size") + " " + std::to_string(pp) + " (Megatron asserts it)");
+    }
+    vpp = static_cast<std::int64_t>(stages) / pp;
+    vpp_from = at("pipeline-model-parallel-layout");
+  } else if (has("num-virtual-stages-per-pipeline-rank")) {
+    vpp = num("num-virtual-stages-per-pipeline-rank", 1);
+    vpp_from = at("num-virtual-stages-per-pipeline-rank");
+  } else if (has("num-layers-per-virtual-pipeline-stage")) {
     if (!has("num-layers")) fail("num-layers-per-virtual-pipeline-stage", "needs " + flag("num-layers") + " to count the model chunks");
-    const std::int64_t layers = num("num-layers", 1), per = num("num-layers-per-virtual-pipeline-stage", 1);
-    if (layers % pp != 0 || (layers / pp) % per != 0) {
-      fail("num-layers-per-virtual-pipeline-stage", std::to_string(per) + " does not divide the " + std::to_string(layers) + " / " +
+    const std::int64_t per = num("num-layers-per-virtual-pipeline-stage", 1);
+    if (counted % pp != 0 || (counted / pp) % per != 0) {
+      fail("num-layers-per-virtual-pipeline-stage", std::to_string(per) + " does not divide the " + std::to_string(counted) + " / " +
                                                         std::to_string(pp) + " layers of a pipeline stage (Megatron asserts it)");
     }
-    vpp = layers / pp / per;
+    vpp = counted / pp / per;
     vpp_from = at("num-layers-per-virtual-pipeline-stage");
   } else if (has("virtual-pipeline-model-parallel-size")) {
     vpp = num("virtual-pipeline-model-parallel-size", 1);
@@ -477,12 +501,23 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   } else if (pp > 1) {
     out.plan("schedule", "1f1b", at("pipeline-model-parallel-size"));
   }
-  // --pipeline-model-parallel-layout (Note [Pipeline layout] in
-  // sim/src/parallel/plan.cpp), checked by the plan reader.
+  // The layers over the chunks: a layout (Note [Pipeline layout] in
+  // sim/src/parallel/plan.cpp), else Megatron's even split in blocks with
+  // its knobs (Note [Megatron's split]).
   if (has("pipeline-model-parallel-layout")) {
     std::string quoted = "\"";
     for (char ch : text("pipeline-model-parallel-layout", "")) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
     out.plan("pipeline_layout", quoted + "\"", at("pipeline-model-parallel-layout"));
+  } else if (pp > 1) {
+    out.plan("pipeline_split", "megatron", at("pipeline-model-parallel-size") + " (Megatron-Core's even split)");
+    for (const auto& [key, name] : {std::pair{"account_for_embedding_in_pipeline_split", "account-for-embedding-in-pipeline-split"},
+                                    std::pair{"account_for_loss_in_pipeline_split", "account-for-loss-in-pipeline-split"}}) {
+      if (has(name)) out.plan(key, "true", at(name));
+    }
+    for (const auto& [key, name] : {std::pair{"num_layers_in_first_pipeline_stage", "decoder-first-pipeline-num-layers"},
+                                    std::pair{"num_layers_in_last_pipeline_stage", "decoder-last-pipeline-num-layers"}}) {
+      set_int(key, name);
+    }
   }
   // arguments.py: "Disabling sequence parallelism because tensor model parallelism is not enabled".
   if (has("sequence-parallel") && tp > 1) out.plan("sequence_parallel", "true", at("sequence-parallel"));

@@ -45,8 +45,7 @@
 // - dataset.seq_length must equal model.seq_length (Bridge asserts it).
 // A dump holds every field of those dataclasses (about 370 in model alone).
 // Those that change time or memory and that dtsim does not model (CUDA
-// graphs, uneven pipeline stages, FP8 attention, sliding windows, a Mamba
-// hybrid, LoRA) are listed in the one warning when they are on; the rest
+// graphs, FP8 attention, sliding windows, a Mamba hybrid, LoRA) are listed in the one warning when they are on; the rest
 // (initialisation, epsilons, fusions dtsim prices as on, logging, paths)
 // are skipped, as the flags of framework_megatron.cpp's skipped_flag are.
 #include <algorithm>
@@ -126,6 +125,10 @@ constexpr Field kFields[] = {
     {"model", "qk_pos_emb_head_dim", "qk-pos-emb-head-dim", Type::kInt},
     {"model", "v_head_dim", "v-head-dim", Type::kInt},
     {"model", "qk_layernorm", "qk-layernorm", Type::kBool},
+    {"model", "account_for_embedding_in_pipeline_split", "account-for-embedding-in-pipeline-split", Type::kBool},
+    {"model", "account_for_loss_in_pipeline_split", "account-for-loss-in-pipeline-split", Type::kBool},
+    {"model", "num_layers_in_first_pipeline_stage", "decoder-first-pipeline-num-layers", Type::kIntOrOff},
+    {"model", "num_layers_in_last_pipeline_stage", "decoder-last-pipeline-num-layers", Type::kIntOrOff},
     {"model", "cpu_offloading", "cpu-offloading", Type::kBool},
     {"model", "cpu_offloading_num_layers", "cpu-offloading-num-layers", Type::kIntOrOff},
     {"model", "bf16", "bf16", Type::kBool},
@@ -153,10 +156,6 @@ constexpr Field kFields[] = {
 /// Fields that change time or memory and that dtsim does not model: listed
 /// in the warning when on (not null, false, 0, "none" or empty).
 constexpr std::pair<const char*, const char*> kUnmodelled[] = {
-    {"model.num_layers_in_first_pipeline_stage", "stages split as dtsim splits them; plan.stage_layers sets them"},
-    {"model.num_layers_in_last_pipeline_stage", "stages split as dtsim splits them; plan.stage_layers sets them"},
-    {"model.account_for_embedding_in_pipeline_split", "stages split as dtsim splits them"},
-    {"model.account_for_loss_in_pipeline_split", "stages split as dtsim splits them"},
     {"model.cuda_graph_impl", "kernel launches priced as eager"},
     {"model.enable_cuda_graph", "kernel launches priced as eager"},
     {"model.external_cuda_graph", "kernel launches priced as eager"},

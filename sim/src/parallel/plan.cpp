@@ -47,6 +47,8 @@ bool contains(const std::vector<T>& v, T x) {
 
 }  // namespace
 
+const char* to_string(PipelineSplit s) { return s == PipelineSplit::kMegatron ? "megatron" : "cost"; }
+
 const char* to_string(Schedule s) {
   switch (s) {
     case Schedule::kGpipe: return "gpipe";
@@ -273,6 +275,75 @@ std::vector<std::string> parse_pipeline_layout(const std::string& text) {
   }
   return chunks;
 }
+
+// Note [Megatron's split]
+// Without a layout Megatron-Core splits the blocks evenly
+// (transformer_block.get_num_layers_to_build): num_layers / pp blocks a
+// pipeline rank, asserted whole, then / vp a model chunk, asserted whole;
+// account_for_embedding_in_pipeline_split and
+// account_for_loss_in_pipeline_split count the embedding and the loss as
+// a block each (num_layers + 1 or 2), the first chunk (pp rank 0, vp 0) and
+// the last (the last rank's last vp chunk) building one block less;
+// num_layers_in_first_pipeline_stage and ..._last_... give the first and
+// last ranks their blocks (divided over their vp chunks) and split the rest
+// evenly over the ranks between, asserted whole, and Megatron refuses them
+// beside the account_for knobs. Chunk c is vp chunk c / pp of rank c % pp.
+// The embedding joins the first chunk and the MTP depths and the output
+// layer the last, as Megatron places them. dtsim's own split balances the
+// chunks by priced cost instead, which Megatron does not do: a Megatron run
+// (--megatron-args, --megatron-bridge) is split as Megatron splits it.
+namespace {
+
+/// Each chunk's blocks under Megatron's rules, or the rule that fails.
+std::vector<int> megatron_blocks(const PlanSpec& s, int blocks, int pp, int vp, std::string* key, std::string* error) {
+  const bool uneven = s.num_layers_in_first_pipeline_stage > 0 || s.num_layers_in_last_pipeline_stage > 0;
+  const int acc_emb = s.account_for_embedding_in_pipeline_split ? 1 : 0, acc_loss = s.account_for_loss_in_pipeline_split ? 1 : 0;
+  std::vector<int> per_rank(static_cast<std::size_t>(pp), 0);
+  if (uneven) {
+    *key = s.num_layers_in_first_pipeline_stage > 0 ? "num_layers_in_first_pipeline_stage" : "num_layers_in_last_pipeline_stage";
+    if (acc_emb + acc_loss > 0) {
+      *error = "given with account_for_embedding_in_pipeline_split or account_for_loss_in_pipeline_split; Megatron refuses both";
+      return {};
+    }
+    int rest = blocks, ranks = pp;
+    if (s.num_layers_in_first_pipeline_stage > 0) rest -= s.num_layers_in_first_pipeline_stage, --ranks;
+    if (s.num_layers_in_last_pipeline_stage > 0) rest -= s.num_layers_in_last_pipeline_stage, --ranks;
+    if (rest < 0 || (ranks == 0 && rest != 0) || (ranks > 0 && rest % ranks != 0)) {
+      *error = fmt::format("leaves {} of the {} blocks for the {} ranks between; Megatron asserts they divide evenly", rest, blocks, ranks);
+      return {};
+    }
+    for (int p = 0; p < pp; ++p) {
+      per_rank[static_cast<std::size_t>(p)] = p == 0 && s.num_layers_in_first_pipeline_stage > 0 ? s.num_layers_in_first_pipeline_stage
+                                              : p == pp - 1 && s.num_layers_in_last_pipeline_stage > 0 ? s.num_layers_in_last_pipeline_stage
+                                              : ranks > 0 ? rest / ranks : 0;
+    }
+  } else {
+    *key = acc_emb + acc_loss > 0 ? (acc_emb ? "account_for_embedding_in_pipeline_split" : "account_for_loss_in_pipeline_split")
+                                  : "pipeline_split";
+    const int total = blocks + acc_emb + acc_loss;
+    if (total % pp != 0) {
+      *error = fmt::format("megatron: {} blocks{} do not split evenly over pp {} (Megatron asserts it; count the embedding or the "
+                           "loss as a block with account_for_embedding_in_pipeline_split, account_for_loss_in_pipeline_split, or "
+                           "give pipeline_layout)", blocks, acc_emb + acc_loss > 0 ? fmt::format(" and {} counted", acc_emb + acc_loss) : "", pp);
+      return {};
+    }
+    std::fill(per_rank.begin(), per_rank.end(), total / pp);
+  }
+  std::vector<int> out;
+  for (int c = 0; c < pp * vp; ++c) {
+    const int rank_blocks = per_rank[static_cast<std::size_t>(c % pp)];
+    if (rank_blocks % vp != 0) {
+      *error = fmt::format("pipeline rank {}'s {} blocks do not split over its {} virtual stages (Megatron asserts it)", c % pp, rank_blocks, vp);
+      return {};
+    }
+    out.push_back(rank_blocks / vp);
+  }
+  out.front() -= acc_emb;
+  out.back() -= acc_loss;
+  return out;
+}
+
+}  // namespace
 
 ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& cluster) {
   ResolvedPlan r;
@@ -553,6 +624,34 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       } else {
         bad.add("stage_layers", "the entries sum to " + std::to_string(sum) + "; valid: " + std::to_string(blocks) +
                                     " (the blocks of " + model.name() + ") or " + std::to_string(n) + " (all its layers)");
+      }
+    } else if (s.pipeline_split == PipelineSplit::kMegatron && r.pp > 1) {
+      // Note [Megatron's split].
+      const LayerList layers = model.shared_layers(WorkloadShape{});
+      int first_block = -1, last_block = -1;
+      for (int i = 0; i < n; ++i) {
+        if (layers[i].is_block()) {
+          if (first_block < 0) first_block = i;
+          last_block = i;
+        }
+      }
+      std::string key, error;
+      if (first_block != 1) {
+        bad.add("pipeline_split", fmt::format("megatron: {} is not laid out as Megatron's GPT (an embedding, blocks, MTP depths, then "
+                                              "the output layer); valid: cost", model.name()));
+      } else if (std::vector<int> chunks_blocks = megatron_blocks(s, last_block - first_block + 1, r.pp, r.virtual_stages, &key, &error);
+                 !error.empty()) {
+        bad.add(key, error);
+      } else {
+        chunks_blocks.front() += first_block;
+        chunks_blocks.back() += n - 1 - last_block;
+        const auto empty = std::find(chunks_blocks.begin(), chunks_blocks.end(), 0);
+        if (empty != chunks_blocks.end()) {
+          bad.add(key, fmt::format("megatron: model chunk {} of {} would hold no layer; dtsim needs one in each",
+                                   empty - chunks_blocks.begin() + 1, chunks_blocks.size()));
+        } else {
+          r.stage_layers = std::move(chunks_blocks);
+        }
       }
     }
   }

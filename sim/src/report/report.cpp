@@ -150,7 +150,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.key("stage_layers").begin_array();
   for (int n : p.stage_layers) j.value(n);
   j.end_array();
-  j.field("pipeline_layout", p.spec.pipeline_layout);
+  j.field("pipeline_layout", p.spec.pipeline_layout).field("pipeline_split", to_string(p.spec.pipeline_split));
   j.end_object();
 }
 

@@ -54,6 +54,10 @@ enum class RecomputeMethod { kUniform, kBlock };
 /// s of its W passes into the bubble at the end (Note [Zero bubble] in
 /// lowering/lower.cpp).
 enum class Schedule { kGpipe, k1f1b, kInterleaved, kNaive, kZbH1 };
+/// How a pipeline's layers are split over its model chunks where
+/// stage_layers does not say: balanced by priced cost (dtsim's), or as
+/// Megatron-Core splits them, evenly in blocks (Note [Megatron's split]).
+enum class PipelineSplit { kCost, kMegatron };
 /// PyTorch FSDP sharding strategies; each maps onto a ZeRO stage
 /// (FULL_SHARD = 3, SHARD_GRAD_OP = 2, NO_SHARD = 0 i.e. DDP, HYBRID_SHARD = 3
 /// within a node and replication across nodes).
@@ -122,6 +126,7 @@ const char* to_string(FsdpMode f);
 int zero_stage_of(FsdpMode f);
 const char* to_string(FsdpWrap w);
 const char* to_string(Schedule s);
+const char* to_string(PipelineSplit s);
 const char* to_string(Attention a);
 const char* to_string(CpComm c);
 const char* to_string(MoeDispatcher d);
@@ -191,6 +196,14 @@ struct PlanSpec {
   /// given; stage_layers holds its chunks' layer counts (Note [Pipeline
   /// layout]); "" where none was given.
   std::string pipeline_layout;
+  PipelineSplit pipeline_split = PipelineSplit::kCost;
+  /// Megatron-Core's split knobs (Note [Megatron's split]): the embedding
+  /// and the loss counted as a block each, or the first and last pipeline
+  /// stages' blocks (0: split evenly with the rest).
+  bool account_for_embedding_in_pipeline_split = false;
+  bool account_for_loss_in_pipeline_split = false;
+  int num_layers_in_first_pipeline_stage = 0;
+  int num_layers_in_last_pipeline_stage = 0;
   bool sequence_parallel = false; ///< Korthikanti et al. 2022 (needs tp > 1)
   /// Batch norm over the whole data-parallel batch, as
   /// torch.nn.SyncBatchNorm.convert_sync_batchnorm makes it: each batch
