@@ -757,6 +757,22 @@ TEST_CASE("Megatron-LM: DeepSeek-V3's latent attention, layer pattern and groupe
           "cmd:1: --pipeline-model-parallel-layout: 2 stages do not divide over --pipeline-model-parallel-size 3 (Megatron asserts it)");
     CHECK(keys(parse_megatron_args("--micro-batch-size 1", "cmd")).at("plan.pipeline_split") == "null");  // no pipeline
   }
+  // Megatron-FSDP: arguments.py's default strategy shards parameters,
+  // gradients and states (FSDP's FULL_SHARD), its gradients reduced in
+  // their buffer's type; optim_grads is ZeRO-2.
+  {
+    const auto fsdp = keys(parse_megatron_args("--micro-batch-size 1 --bf16 --use-megatron-fsdp --use-distributed-optimizer", "cmd"));
+    CHECK(fsdp.at("plan.fsdp") == "full_shard");
+    CHECK(fsdp.at("plan.zero_stage") == "null");
+    CHECK(fsdp.at("plan.accumulate_allreduce_grads_in_fp32") == "false");
+    CHECK(fsdp.at("plan.reduce_dtype") == "fp32");  // bf16: Megatron's fp32 gradient buffer
+    CHECK(keys(parse_megatron_args("--micro-batch-size 1 --bf16 --grad-reduce-in-bf16 --use-megatron-fsdp", "cmd")).at("plan.reduce_dtype") ==
+          "param");
+    CHECK(keys(parse_megatron_args("--micro-batch-size 1 --use-megatron-fsdp --data-parallel-sharding-strategy optim_grads", "cmd"))
+              .at("plan.zero_stage") == "2");
+    CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --use-megatron-fsdp --data-parallel-sharding-strategy all", "cmd"); }) ==
+          "cmd:1: --data-parallel-sharding-strategy: 'all' is not one of no_shard, optim, optim_grads, optim_grads_params");
+  }
   // Note [Pipeline layout]: the flag as the plan's key, checked when the plan is read.
   CHECK(keys(parse_megatron_args("--micro-batch-size 1 --pipeline-model-parallel-layout \"Et|(tt|)*30mL\"", "cmd"))
             .at("plan.pipeline_layout") == "\"Et|(tt|)*30mL\"");
@@ -916,6 +932,10 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
                                "model.activation_func=torch.nn.functional.gelu (a gated unit priced as SwiGLU)",
                                "model.cuda_graph_impl=full_iteration (kernel launches priced as eager)",
                                "peft=megatron.bridge.peft.lora.LoRA (adapters priced as training the whole model)"});
+  // Megatron-FSDP as the flags.
+  const auto mfsdp = keys(parse("ddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: optim_grads_params\n"));
+  CHECK(mfsdp.at("plan.fsdp") == "full_shard");
+  CHECK(keys(parse("ddp:\n  use_megatron_fsdp: false\n  data_parallel_sharding_strategy: optim_grads_params\n")).at("plan.fsdp") == "null");
   // Megatron's split knobs (Note [Megatron's split]).
   const auto acc = keys(parse("  pipeline_model_parallel_size: 8\n  account_for_embedding_in_pipeline_split: true\n"
                               "  num_layers_in_last_pipeline_stage: null\n"));

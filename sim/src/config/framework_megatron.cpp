@@ -233,7 +233,8 @@ const std::map<std::string, Kind>& known_flags() {
       {"qk-layernorm", Kind::kBool}, {"moe-router-num-groups", Kind::kInt}, {"moe-router-group-topk", Kind::kInt},
       {"pipeline-model-parallel-layout", Kind::kString}, {"account-for-embedding-in-pipeline-split", Kind::kBool},
       {"account-for-loss-in-pipeline-split", Kind::kBool}, {"decoder-first-pipeline-num-layers", Kind::kInt},
-      {"decoder-last-pipeline-num-layers", Kind::kInt}, {"num-virtual-stages-per-pipeline-rank", Kind::kInt}};
+      {"decoder-last-pipeline-num-layers", Kind::kInt}, {"num-virtual-stages-per-pipeline-rank", Kind::kInt},
+      {"use-megatron-fsdp", Kind::kBool}, {"data-parallel-sharding-strategy", Kind::kString}};
   return flags;
 }
 
@@ -639,6 +640,29 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
            has("accumulate-allreduce-grads-in-fp32") ? at("accumulate-allreduce-grads-in-fp32")
            : has("grad-reduce-in-bf16")              ? at("grad-reduce-in-bf16")
                                                      : precision_from + " (Megatron-LM's gradient buffer)");
+  // Megatron-FSDP (--use-megatron-fsdp; megatron/core/distributed/fsdp):
+  // data parallelism sharded as --data-parallel-sharding-strategy says
+  // (arguments.py's default optim_grads_params): parameters, gradients and
+  // optimizer states (priced as dtsim's FSDP FULL_SHARD, a unit a block,
+  // which gathers ahead as Megatron-FSDP does), gradients and states
+  // (ZeRO-2), the states alone (ZeRO-1), or none.
+  if (has("use-megatron-fsdp")) {
+    const std::string strategy = has("data-parallel-sharding-strategy")
+                                     ? choice("data-parallel-sharding-strategy", {"no_shard", "optim", "optim_grads", "optim_grads_params"})
+                                     : "optim_grads_params";
+    const std::string from = has("data-parallel-sharding-strategy") ? at("data-parallel-sharding-strategy") : at("use-megatron-fsdp");
+    if (strategy == "optim_grads_params") {
+      out.plan("fsdp", "full_shard", from);
+      out.plan("zero_stage", "null", from);
+      out.plan("overlap_param_gather", "false", from);
+      // Its gradients reduce-scattered in their buffer's type: fp32 where
+      // Megatron's gradient buffer is (dtsim's FSDP reduce_dtype).
+      out.plan("accumulate_allreduce_grads_in_fp32", "false", from);
+      out.plan("reduce_dtype", fp32_grads ? "fp32" : "param", from);
+    } else {
+      out.plan("zero_stage", strategy == "optim_grads" ? "2" : strategy == "optim" ? "1" : "0", from);
+    }
+  }
   if (has("ddp-bucket-size")) {
     // Elements of the gradient buffer, in its type.
     out.plan("bucket_mb", detail::format_number(static_cast<double>(num("ddp-bucket-size", 1)) * (fp32_grads ? 4 : 2) / 1e6),

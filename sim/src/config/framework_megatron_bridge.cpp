@@ -29,7 +29,7 @@
 // - train: micro_batch_size, global_batch_size. optimizer: optimizer,
 //   sgd_momentum, use_distributed_optimizer. ddp: use_distributed_optimizer,
 //   overlap_grad_reduce, overlap_param_gather, grad_reduce_in_fp32,
-//   bucket_size.
+//   bucket_size, use_megatron_fsdp with data_parallel_sharding_strategy.
 // - mixed_precision: a recipe's name (mixed_precision.py's registered
 //   recipes, bf16_mixed, bf16_with_fp8_current_scaling_mixed, ...) or its
 //   fields. MixedPrecisionConfig.setup writes every field it has over the
@@ -150,6 +150,8 @@ constexpr Field kFields[] = {
     {"ddp", "overlap_param_gather", "overlap-param-gather", Type::kBool},
     {"ddp", "grad_reduce_in_fp32", "accumulate-allreduce-grads-in-fp32", Type::kBool},
     {"ddp", "bucket_size", "ddp-bucket-size", Type::kIntOrOff},
+    {"ddp", "use_megatron_fsdp", "use-megatron-fsdp", Type::kBool},
+    {"ddp", "data_parallel_sharding_strategy", "data-parallel-sharding-strategy", Type::kString},
     {"tokenizer", "tokenizer_type", "tokenizer-type", Type::kString},
 };
 
@@ -168,7 +170,6 @@ constexpr std::pair<const char*, const char*> kUnmodelled[] = {
     {"model.heterogeneous_layers_config_path", "every layer priced alike"},
     {"optimizer.optimizer_cpu_offload", "optimizer priced on the GPU"},
     {"optimizer.use_precision_aware_optimizer", "optimizer states priced in fp32"},
-    {"ddp.use_megatron_fsdp", "priced as the distributed optimizer, parameters kept whole"},
     {"peft", "adapters priced as training the whole model"},
 };
 
