@@ -861,6 +861,18 @@ namespace {
 
 SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, const SearchOptions& o);
 
+/// A plan's prediction as the ranking holds it: its time, rate, MFU and fullest GPU.
+SearchEntry entry_of(const Prediction& p) {
+  SearchEntry e;
+  e.plan = p.plan;
+  e.iteration_time = p.iteration_time;
+  e.tokens_per_s = p.tokens_per_s;
+  e.mfu = p.mfu;
+  for (const auto& rm : p.ranks) e.peak = std::max(e.peak, rm.peak);
+  e.fits = p.fits;
+  return e;
+}
+
 /// A fitting entry's place among the ranked plans, each listed once
 /// (Note [Your plan]): 1 + the listed plans faster than it, or 0 where every
 /// one of the `top_k` listed is faster.
@@ -916,15 +928,7 @@ SearchResult search(const Model& model, const ClusterSpec& cluster, const Search
       PredictOptions po;
       po.profile = o.profile;
       po.advise = false;
-      const Prediction p = predict(model, mine, cluster, po);
-      SearchEntry e;
-      e.plan = p.plan;
-      e.iteration_time = p.iteration_time;
-      e.tokens_per_s = p.tokens_per_s;
-      e.mfu = p.mfu;
-      for (const auto& rm : p.ranks) e.peak = std::max(e.peak, rm.peak);
-      e.fits = p.fits;
-      r.compared = e;
+      r.compared = entry_of(predict(model, mine, cluster, po));
     } catch (const ConfigError& e) {
       error = e.what();
     } catch (const UnsupportedError& e) {
@@ -1360,14 +1364,8 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
         continue;
       }
       try {
-        const Prediction p = predict(model, candidates[todo[k]], cluster, po);
         SearchEntry& e = entries[k];
-        e.plan = p.plan;
-        e.iteration_time = p.iteration_time;
-        e.tokens_per_s = p.tokens_per_s;
-        e.mfu = p.mfu;
-        for (const auto& rm : p.ranks) e.peak = std::max(e.peak, rm.peak);
-        e.fits = p.fits;
+        e = entry_of(predict(model, candidates[todo[k]], cluster, po));
         ok[k] = 1;
         if (e.fits) found(k);
       } catch (const ConfigError&) {
