@@ -565,25 +565,31 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (chunks_ok && (r.pp > 1 || !s.stage_layers.empty())) {
     const int n = rules.layers();
     const int chunks = r.pp * r.virtual_stages;
+    // The model's first and last block (-1 without any), read only where a
+    // split given or Megatron's needs them.
+    auto block_span = [&] {
+      const LayerList layers = model.shared_layers(WorkloadShape{});
+      std::pair<int, int> span{-1, -1};
+      for (int i = 0; i < n; ++i) {
+        if (layers[i].is_block()) {
+          if (span.first < 0) span.first = i;
+          span.second = i;
+        }
+      }
+      return span;
+    };
     if (chunks > n) {
       bad.add(r.virtual_stages > 1 ? "virtual_stages" : "pp",
               std::to_string(chunks) + " model chunks for the " + std::to_string(n) + " layers of " + model.name() +
                   "; every chunk needs a layer, valid pp x virtual_stages: 1 to " + std::to_string(n));
     } else if (!s.stage_layers.empty()) {
-      const LayerList layers = model.shared_layers(WorkloadShape{});
       int sum = 0;
       bool each_ok = true;
       for (int c : s.stage_layers) {
         each_ok = each_ok && c >= 1;
         sum += c;
       }
-      int first_block = -1, last_block = -1;
-      for (int i = 0; i < n; ++i) {
-        if (layers[i].is_block()) {
-          if (first_block < 0) first_block = i;
-          last_block = i;
-        }
-      }
+      const auto [first_block, last_block] = block_span();
       const int blocks = first_block < 0 ? 0 : last_block - first_block + 1;
       bool layout_ok = true;
       if (!s.pipeline_layout.empty()) {
@@ -627,14 +633,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       }
     } else if (s.pipeline_split == PipelineSplit::kMegatron && r.pp > 1) {
       // Note [Megatron's split].
-      const LayerList layers = model.shared_layers(WorkloadShape{});
-      int first_block = -1, last_block = -1;
-      for (int i = 0; i < n; ++i) {
-        if (layers[i].is_block()) {
-          if (first_block < 0) first_block = i;
-          last_block = i;
-        }
-      }
+      const auto [first_block, last_block] = block_span();
       std::string key, error;
       if (first_block != 1) {
         bad.add("pipeline_split", fmt::format("megatron: {} is not laid out as Megatron's GPT (an embedding, blocks, MTP depths, then "
