@@ -581,11 +581,11 @@ sim::Profile calibrate(const CalibrateOptions& o) {
   // What a Python training loop's host adds to dtsim's C++ loop (Note
   // [Python host cost] in sim/src/cost/cost_python.cpp): the probe, a
   // Python script beside the measurement programs, times from Python the
-  // tiny forward and optimizer steps dtsim_torch_bench timed from C++ in
-  // phase 1 (kernels host_ops, host_step), with its intra-op threads, and
-  // on a CPU beside procs - 1 copies of itself, as the C++ side was timed
-  // beside its copies (its own time, not the slower copy's: fit.cpp,
-  // keep_slowest). It needs only a Python that imports torch (Debian's
+  // tiny forward and optimizer steps `dtsim_torch_bench --host-probe` times
+  // from C++ (kernels host_ops, host_step), in rounds with it (Note [Probe
+  // and loop interleaved]), with its intra-op threads, and on a CPU each
+  // beside procs - 1 copies of itself (its own time, not the slower
+  // copy's). It needs only a Python that imports torch (Debian's
   // python3-torch); where there is none, or the probe fails, the phase is
   // skipped saying why (the profile keeps everything else), and a plan
   // with `runtime: python` is priced as the C++ loop with a warning.
@@ -648,18 +648,25 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     view.done("skipped: dtsim_python_probe.py is not beside the measurement programs");
     p.info["python"] = "not measured: no dtsim_python_probe.py";
   } else {
+    // Note [Probe and loop interleaved]
+    // The Python loop's host cost is the difference between two loops'
+    // times (Note [Python host cost] in sim/src/cost/cost_python.cpp),
+    // some 1.6x apart on the CI machine (the probe's forward 338 us against
+    // the C++ loop's 216). The C++ side had been timed in the layer sweep
+    // and the Python side minutes later; on a machine whose speed moves
+    // between levels for minutes at a time (Note [A pass at the machine's
+    // usual speed] in torch_bench.cpp) one CI calibration timed the Python
+    // loop no slower than the C++ one, and its profile priced `runtime:
+    // python` at nothing. So the two are timed here, in kProbeRounds
+    // rounds in the order P C, C P, P C (a drift over the phase slows each
+    // side alike), each run beside procs - 1 copies of itself (on a CPU),
+    // and each point's time is the median of its rounds' medians
+    // (pool_rounds): one round that meets a slow spell on one side does
+    // not decide the difference.
+    constexpr int kProbeRounds = 3;
     std::string failed;  // why the probe's records are not to be used
-    sim::Profile probed;
-    const auto run_probe = [&](const std::string& interpreter) {
-      std::vector<std::string> pargv{interpreter, probe, "--device", o.device};
-      if (!cuda) {
-        pargv.push_back("--threads");
-        pargv.push_back(std::to_string(o.threads));
-      }
-      if (o.quick) {
-        pargv.push_back("--budget");
-        pargv.push_back("0.05");
-      }
+    sim::Profile probed;  // the last run's records
+    const auto run_side = [&](const std::vector<std::string>& pargv, const std::string& source, const std::string& what) {
       std::vector<pid_t> copies;
       if (!cuda) {
         for (int i = 1; i < o.procs; ++i) copies.push_back(start_copy(sup, pargv, "/dev/null"));
@@ -667,17 +674,35 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       failed.clear();
       probed = sim::Profile();
       try {
-        rc = run_program(sup, pargv, "python", probed, view, deadline, &cut);
-        if (rc != 0) failed = "the probe failed (exit status " + std::to_string(rc) + "; its message is above)";
+        rc = run_program(sup, pargv, source, probed, view, deadline, &cut);
+        if (rc != 0) failed = what + " failed (exit status " + std::to_string(rc) + "; its message is above)";
       } catch (const InterruptedError&) {
         for (const pid_t pid : copies) sup.stop_now(pid);
         throw;
       } catch (const Error& e) {
-        failed = std::string("the probe's output: ") + e.what();
+        failed = std::string("the ") + what + "'s output: " + e.what();
       }
       for (const pid_t pid : copies) sup.stop_now(pid);
     };
-    run_probe(python);
+    const auto python_argv = [&](const std::string& interpreter) {
+      std::vector<std::string> pargv{interpreter, probe, "--device", o.device};
+      if (!cuda) {
+        pargv.push_back("--threads");
+        pargv.push_back(std::to_string(o.threads));
+      }
+      if (o.quick) {
+        pargv.push_back("--budget");
+        pargv.push_back("0.05");  // dtsim_torch_bench's quick kernel budget
+      }
+      return pargv;
+    };
+    std::vector<std::string> host_argv{torch_bench, "--device", o.device, "--host-probe"};
+    if (!cuda && o.threads > 0) {
+      host_argv.push_back("--threads");
+      host_argv.push_back(std::to_string(o.threads));
+    }
+    if (o.quick) host_argv.push_back("--quick");
+    run_side(python_argv(python), "python", "the probe");
     // Note [Debian's Python] The default `python3` is the first on PATH,
     // which may be a pyenv, conda or venv Python without torch while
     // Debian's python3-torch sits beside /usr/bin/python3 (it did on the
@@ -694,7 +719,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       const auto a = std::filesystem::canonical(python, ec1), b = std::filesystem::canonical(debian, ec2);
       if (!ec2 && (ec1 || a != b) && ::access(debian.c_str(), X_OK) == 0) {
         const sim::Profile first = probed;
-        run_probe(debian);
+        run_side(python_argv(debian), "python", "the probe");
         if (failed.empty() && !cut && !torch_missing()) {
           python = debian;
         } else {  // the first one's reason stands
@@ -703,12 +728,44 @@ sim::Profile calibrate(const CalibrateOptions& o) {
         }
       }
     }
+    // The rounds, where the first probe timed its loop.
+    const bool timed = failed.empty() && !cut && probed.info.count("python.skipped") == 0;
+    std::vector<sim::Profile> python_runs, host_runs;
+    if (timed) {
+      const sim::Profile first = probed;
+      python_runs.push_back(first);
+      // P (above) C, C P, P C.
+      static_assert(kProbeRounds == 3, "the order below is three rounds'");
+      for (const bool host : {true, true, false, false, true}) {
+        if (host) {
+          if (torch_bench.empty()) {
+            failed = "dtsim_torch_bench is not beside dtsim";
+          } else {
+            run_side(host_argv, "torch", "dtsim_torch_bench --host-probe");
+          }
+        } else {
+          run_side(python_argv(python), "python", "the probe");
+        }
+        if (!failed.empty() || cut) break;
+        (host ? host_runs : python_runs).push_back(probed);
+      }
+      probed = first;  // its info: the interpreter's and torch's versions
+    }
     // Its records join the profile only whole.
     if (failed.empty() && !cut) {
       for (const auto& [key, value] : probed.info) {
         if (key.rfind("python.", 0) == 0) p.info[key] = value;
       }
-      p.kernels.insert(p.kernels.end(), probed.kernels.begin(), probed.kernels.end());
+      if (timed) {
+        std::erase_if(p.kernels, [](const sim::KernelSample& k) {
+          return k.kind == "python_ops" || k.kind == "python_step" || k.kind == "host_ops" || k.kind == "host_step";
+        });
+        for (const auto* runs : {&python_runs, &host_runs}) {
+          for (const sim::KernelSample& k : pool_rounds(*runs)) p.kernels.push_back(k);
+        }
+        p.info["python.rounds"] = std::to_string(python_runs.size()) + " Python, " + std::to_string(host_runs.size()) +
+                                  " C++, interleaved (Note [Probe and loop interleaved])";
+      }
     }
     const auto skipped = p.info.find("python.skipped");
     if (cut) {
@@ -720,6 +777,13 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       view.done("skipped: " + failed);
       p.info["python"] = "not measured: " + failed;
     } else if (const auto cost = sim::python_host_cost(p)) {
+      if (!(cost->per_op_s > 0)) {
+        std::fprintf(stderr,
+                     "calibrate: warning: the Python loop's ops timed no slower than the C++ loop's over %d interleaved rounds: "
+                     "this machine's noise exceeds their difference, and plans with runtime: python pay no host cost an op; "
+                     "calibrate again on a quieter machine\n",
+                     kProbeRounds);
+      }
       view.done(fmt::format("Python {}, torch {}: {:.1f} us an op, {:.1f} us a tensor's step beyond the C++ loop's",
                             p.info["python.python"], p.info["python.torch"], cost->per_op_s * 1e6, cost->per_tensor_s * 1e6));
       p.info["python"] = python;

@@ -402,6 +402,40 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other) {
   return taken;
 }
 
+std::vector<sim::KernelSample> pool_rounds(const std::vector<sim::Profile>& rounds) {
+  using Key = std::tuple<std::string, sim::Precision, std::int64_t, std::int64_t, std::int64_t, std::int64_t>;
+  std::vector<Key> order;
+  std::map<Key, std::vector<const sim::KernelSample*>> of;
+  for (const sim::Profile& r : rounds) {
+    for (const sim::KernelSample& k : r.kernels) {
+      const Key key{k.kind, k.precision, k.m, k.n, k.k, k.batch};
+      auto& list = of[key];
+      if (list.empty()) order.push_back(key);
+      list.push_back(&k);
+    }
+  }
+  std::vector<sim::KernelSample> out;
+  for (const Key& key : order) {
+    const auto& list = of[key];
+    sim::KernelSample pooled = *list.front();
+    std::vector<double> medians;
+    for (const sim::KernelSample* k : list) {
+      medians.push_back(k->time.median_s);
+      if (k != list.front()) {
+        pooled.time.min_s = std::min(pooled.time.min_s, k->time.min_s);
+        pooled.time.max_s = std::max(pooled.time.max_s, k->time.max_s);
+        pooled.time.reps += k->time.reps;
+      }
+    }
+    std::sort(medians.begin(), medians.end());
+    const std::size_t n = medians.size();
+    pooled.time.median_s = n % 2 == 1 ? medians[n / 2] : (medians[n / 2 - 1] + medians[n / 2]) / 2;
+    pooled.time.mean_s = 0;  // the rounds' runs' means are not one series'
+    out.push_back(pooled);
+  }
+  return out;
+}
+
 std::int64_t eviction_bytes(std::int64_t cache_bytes) {
   constexpr std::int64_t kMiB = std::int64_t{1} << 20;
   if (cache_bytes <= 0) return 256 * kMiB;

@@ -137,6 +137,7 @@ struct Options {
   int passes = 0;  // of the layer sweep (Note [Sweep passes]); 0: 3 on a CPU's full sweep, else 1
   std::string lockstep_dir;  // Note [Copies in lockstep]; empty: alone
   int lockstep_rank = 0, lockstep_n = 1;
+  bool host_probe = false;  // Note [Probe and loop interleaved] (driver.cpp): the host kinds alone
 };
 
 [[noreturn]] void usage_error(const std::string& why) {
@@ -198,6 +199,7 @@ Options parse(int argc, char** argv) {
   value("cp", "n,m", "Context-parallel degrees, 2..64");
   value("passes", "N", "Passes over every point, 1..10");
   value("lockstep", "DIR,RANK,N", "Start every point together with N-1 copies (Note [Copies in lockstep])");
+  app.add_flag("--host-probe", o.host_probe, "Time only the C++ side of the Python host probe (host_ops, host_step)");
   if (const int status = dtsim::cli::parse_main(app, argc, argv); status >= 0) std::exit(status);
   auto given = [&](const std::string& name) -> std::optional<std::string> {
     if (app.count("--" + name) == 0) return std::nullopt;
@@ -1364,6 +1366,16 @@ class Bench {
     std::int64_t m, n, k, batch;
   };
 
+  /// Note [Python host probe] (driver.cpp): this loop's side of what a
+  /// Python loop adds, the same work as calibrate/src/python_host_probe.py;
+  /// timed with `--host-probe` alone, in rounds with the Python probe's
+  /// (Note [Probe and loop interleaved]), not in the sweep.
+  static std::vector<KernelPoint> host_probe_points() {
+    std::vector<KernelPoint> out{{"host_ops", "fp32", kProbeRepeats * 4, 1, 1, 1}};
+    for (std::int64_t tensors : {1, 16}) out.push_back({"host_step", "fp32", kProbeElements * tensors, tensors, 1, 1});
+    return out;
+  }
+
   std::vector<KernelPoint> kernel_points() const {
     std::vector<KernelPoint> out;
     std::vector<std::int64_t> squares;
@@ -1414,10 +1426,6 @@ class Bench {
         for (std::int64_t tensors : {1, 16}) out.push_back({opt, "fp32", n, tensors, 1, 1});
       }
     }
-    // Note [Python host probe] (driver.cpp): this loop's side of what a
-    // Python loop adds, the same work as calibrate/src/python_host_probe.py.
-    out.push_back({"host_ops", "fp32", kProbeRepeats * 4, 1, 1, 1});
-    for (std::int64_t tensors : {1, 16}) out.push_back({"host_step", "fp32", kProbeElements * tensors, tensors, 1, 1});
     if (cuda_) {
       // Mixed precision: 16-bit parameters stepped through fp32 masters
       // (Note [Mixed-precision step] in models/torch), which launch more
@@ -1800,6 +1808,13 @@ class Bench {
     if (!cuda_) dtsim::platform::retain_freed_memory();  // as the runtime's ranks do
     torch::manual_seed(0);
     info();
+    if (o_.host_probe) {
+      const auto kernels = host_probe_points();
+      total_ = static_cast<int>(kernels.size());
+      for (const auto& k : kernels) measure_kernel(k);
+      std::printf("progress\t%d\t%d\tdone\n", total_, total_);
+      return;
+    }
     memory_records();
     std::vector<StepPoint> steps;
     const auto layers = layer_points(&steps);

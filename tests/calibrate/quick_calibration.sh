@@ -46,6 +46,9 @@ debian_torch=no
 if python3 -c "import torch" 2>/dev/null || [[ $debian_torch == yes ]]; then
   grep -q "python loop: .* us an op, .* us a tensor's step beyond the C++ loop's" <<<"$show" ||
     fail "the Python loop's host cost was not timed: $show"
+  # Note [Probe and loop interleaved]: both sides timed in three rounds.
+  grep -q '"python.rounds": "3 Python, 3 C++, interleaved' <<<"$("$dtsim" profile show --json "$out")" ||
+    fail "the Python probe and the C++ loop were not timed in three interleaved rounds"
   if ! python3 -c "import torch" 2>/dev/null; then
     grep -q "python loop: /usr/bin/python3 " <<<"$show" || fail "python3 lacks torch and /usr/bin/python3 was not tried: $show"
   fi

@@ -9,6 +9,7 @@
 #include <tuple>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 
 #include <unistd.h>
 
@@ -512,6 +513,33 @@ TEST_CASE("the Python probe's records and the C++ loop's price a Python loop (No
   none.info["python"] = "not measured: torch cannot be imported";
   CHECK_THAT(calib::format_profile(none), Catch::Contains("python loop: not measured: torch cannot be imported"));
   CHECK_THAT(calib::profile_to_json(none), Catch::Contains("\"python_host\": null"));
+}
+
+TEST_CASE("the probe's and the C++ loop's rounds are pooled point by point (Note [Probe and loop interleaved])", "[calibrate]") {
+  // Three rounds of the C++ side: host_ops at 0.20, 0.40 (a slow spell) and
+  // 0.22 ms; host_step of 1 tensor in the first and third only.
+  const auto run = [](double ops_ms, std::optional<double> step_us) {
+    Profile r;
+    r.kernels.push_back({"host_ops", Precision::kFp32, 64, 1, 1, 1, 0, 0, Timing{ops_ms * 1e-3, ops_ms * 0.9e-3, ops_ms * 2e-3, 100, 0}});
+    if (step_us) r.kernels.push_back({"host_step", Precision::kFp32, 64, 1, 1, 1, 0, 0, Timing{*step_us * 1e-6, *step_us * 0.5e-6, *step_us * 3e-6, 10, 0}});
+    return r;
+  };
+  const auto pooled = calib::pool_rounds({run(0.20, 18.0), run(0.40, std::nullopt), run(0.22, 22.0)});
+  REQUIRE(pooled.size() == 2);
+  // host_ops: the median of 0.20, 0.40, 0.22 is 0.22 ms (the spell's round
+  // dropped); its min 0.9 x 0.20, its max 2 x 0.40; 300 repetitions.
+  CHECK(pooled[0].kind == "host_ops");
+  CHECK(pooled[0].time.median_s == Approx(0.22e-3));
+  CHECK(pooled[0].time.min_s == Approx(0.18e-3));
+  CHECK(pooled[0].time.max_s == Approx(0.80e-3));
+  CHECK(pooled[0].time.reps == 300);
+  // host_step: two rounds timed it, 18 and 22 us: their mean, 20 us.
+  CHECK(pooled[1].kind == "host_step");
+  CHECK(pooled[1].time.median_s == Approx(20e-6));
+  CHECK(pooled[1].time.min_s == Approx(9e-6));
+  CHECK(pooled[1].time.max_s == Approx(66e-6));
+  CHECK(pooled[1].time.reps == 20);
+  CHECK(calib::pool_rounds({}).empty());
 }
 
 TEST_CASE("a profile from another kind of device is flagged", "[calibrate]") {

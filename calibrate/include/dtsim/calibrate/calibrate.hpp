@@ -45,6 +45,14 @@ int keep_slowest(sim::Profile& p, const sim::Profile& other);
 /// were not equally free while calibrating.
 double median_time_ratio(const sim::Profile& p, const sim::Profile& other);
 
+/// Note [Probe and loop interleaved] (driver.cpp): the kernels of several
+/// rounds' runs pooled, one sample per (kind, precision, m, n, k, batch)
+/// any round timed: its median the median of the rounds' medians (the
+/// middle two's mean for an even count), its min and max over all, its
+/// repetitions summed; in the order first timed. A round's run that lacks a
+/// point leaves the others' to decide it.
+std::vector<sim::KernelSample> pool_rounds(const std::vector<sim::Profile>& rounds);
+
 /// Note [Cold optimizer step] (torch_bench.cpp): the bytes an optimizer
 /// point's rotating sets fill, so that a last-level cache of `cache_bytes`
 /// holds none of the set a run updates: twice the cache,
