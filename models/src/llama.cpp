@@ -172,6 +172,18 @@ using namespace detail;
 // composite ops keep them: each latent's norm ((4 + e) per element) and its
 // up-projection's input, Q and K at 192 and V at 128 per head, o_proj's
 // input, and the core.
+// Note [DeepSeek-V2]
+// DeepSeek-V2 and V2-Lite (DeepSeek-AI 2024, "DeepSeek-V2", section 2 and
+// appendix B: 236B and 15.7B parameters, 21B and 2.4B active;
+// modeling_deepseek_v2.py) are DeepSeek-V3's layers with three
+// differences, none of which changes the work priced: the router is a
+// softmax, not a sigmoid (one pass over t x E either way); V2-Lite has no
+// query latent (q_lora_rank null: a full q_proj, q_lora_rank 0 here); and
+// V2 limits each token's experts to topk_group = 3 of n_group = 8 groups
+// (topk_method group_limited_greedy, the paper's device-limited routing,
+// M = 3), route_nodes here, where V2-Lite routes greedily over all 64.
+// Neither checkpoint has a multi-token prediction layer. torchtitan's
+// deepseek_v3 flavors 16B and 236B are these shapes.
 // Note [Phi-3]
 // Microsoft's Phi-3 and Phi-4 as HuggingFace writes them (modeling_phi3.py,
 // model_type phi3; Abdin et al. 2024, "Phi-3 Technical Report", section 2)

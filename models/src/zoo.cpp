@@ -69,6 +69,15 @@ const Builtin kBuiltins[] = {
      "family: gpt\nlayers: 105\nhidden: 20480\nheads: 128\nvocab: 51200\nseq_len: 2048\n"},
     {"gpt-1t", "Megatron GPT 1T: 128 layers, hidden 25600, 160 heads, seq 2048",
      "family: gpt\nlayers: 128\nhidden: 25600\nheads: 160\nvocab: 51200\nseq_len: 2048\n"},
+    // Note [More built-ins]: each of the entries below has its hub
+    // checkpoint's parameter total (tests/data/hf/PARAMS.md); their shapes
+    // are their config.json's (and, for Qwen3, torchtitan's qwen3_configs).
+    {"llama-2-7b", "Meta Llama 2 7B (meta-llama/Llama-2-7b-hf config.json): 32 layers, hidden 4096, 32 heads, SwiGLU 11008, vocab 32000, seq 4096",
+     "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 32\nintermediate: 11008\nvocab: 32000\nseq_len: 4096\n"},
+    {"llama-2-13b", "Meta Llama 2 13B: 40 layers, hidden 5120, 40 heads, SwiGLU 13824, vocab 32000, seq 4096",
+     "family: llama\nlayers: 40\nhidden: 5120\nheads: 40\nkv_heads: 40\nintermediate: 13824\nvocab: 32000\nseq_len: 4096\n"},
+    {"llama-2-70b", "Meta Llama 2 70B: 80 layers, hidden 8192, 64 heads, 8 KV heads, SwiGLU 28672, vocab 32000, seq 4096",
+     "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 28672\nvocab: 32000\nseq_len: 4096\n"},
     {"llama-3-8b", "Meta Llama 3 8B (meta-llama/Meta-Llama-3-8B config.json): 32 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocab 128256, seq 8192",
      "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 128256\nseq_len: 8192\n"},
     {"llama-3.2-1b", "Meta Llama 3.2 1B (meta-llama/Llama-3.2-1B config.json): 16 layers, hidden 2048, 32 heads of 64, 8 KV heads, SwiGLU 8192, vocab 128256, tied head, seq 131072",
@@ -77,10 +86,39 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 28672\nvocab: 128256\nseq_len: 8192\n"},
     {"llama-3.1-405b", "Meta Llama 3.1 405B: 126 layers, hidden 16384, 128 heads, 8 KV heads, SwiGLU 53248, vocab 128256, seq 131072",
      "family: llama\nlayers: 126\nhidden: 16384\nheads: 128\nkv_heads: 8\nintermediate: 53248\nvocab: 128256\nseq_len: 131072\n"},
+    {"llama-3.1-8b", "Meta Llama 3.1 8B (meta-llama/Llama-3.1-8B config.json): Llama 3 8B's shape, seq 131072",
+     "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 128256\nseq_len: 131072\n"},
+    {"llama-3.1-70b", "Meta Llama 3.1 70B: Llama 3 70B's shape (80 layers, hidden 8192, 64 heads, 8 KV heads, SwiGLU 28672), seq 131072",
+     "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 28672\nvocab: 128256\nseq_len: 131072\n"},
+    {"llama-3.3-70b", "Meta Llama 3.3 70B: Llama 3.1 70B's shape, seq 131072",
+     "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 28672\nvocab: 128256\nseq_len: 131072\n"},
+    {"llama-3.2-3b", "Meta Llama 3.2 3B: 28 layers, hidden 3072, 24 heads of 128, 8 KV heads, SwiGLU 8192, vocab 128256, tied head, seq 131072",
+     "family: llama\nlayers: 28\nhidden: 3072\nheads: 24\nkv_heads: 8\nhead_dim: 128\nintermediate: 8192\nvocab: 128256\nseq_len: 131072\ntied_head: true\n"},
+    {"mistral-nemo-12b", "Mistral NeMo 12B (mistralai/Mistral-Nemo-Base-2407): 40 layers, hidden 5120, 32 heads of 128, 8 KV heads, SwiGLU 14336, vocab 131072, seq 1024000",
+     "family: llama\nlayers: 40\nhidden: 5120\nheads: 32\nkv_heads: 8\nhead_dim: 128\nintermediate: 14336\nvocab: 131072\nseq_len: 1024000\n"},
     {"mistral-7b", "Mistral 7B v0.1: 32 layers, hidden 4096, 32 heads, 8 KV heads, SwiGLU 14336, vocab 32000, sliding window 4096, seq 32768",
      "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 32000\nseq_len: 32768\nsliding_window: 4096\n"},
     {"qwen3-8b", "Qwen3 8B: 36 layers, hidden 4096, 32 heads of 128, 8 KV heads, q/k norms, SwiGLU 12288, vocab 151936, seq 40960",
      "family: llama\nlayers: 36\nhidden: 4096\nheads: 32\nkv_heads: 8\nhead_dim: 128\nintermediate: 12288\nvocab: 151936\nseq_len: 40960\nqk_norm: true\n"},
+    {"qwen3-0.6b", "Qwen3 0.6B: 28 layers, hidden 1024, 16 heads of 128, 8 KV heads, q/k norms, SwiGLU 3072, vocab 151936, tied head, seq 40960",
+     "family: llama\nlayers: 28\nhidden: 1024\nheads: 16\nkv_heads: 8\nhead_dim: 128\nintermediate: 3072\nvocab: 151936\nseq_len: 40960\nqk_norm: true\ntied_head: true\n"},
+    {"qwen3-1.7b", "Qwen3 1.7B: 28 layers, hidden 2048, 16 heads of 128, 8 KV heads, q/k norms, SwiGLU 6144, vocab 151936, tied head, seq 40960",
+     "family: llama\nlayers: 28\nhidden: 2048\nheads: 16\nkv_heads: 8\nhead_dim: 128\nintermediate: 6144\nvocab: 151936\nseq_len: 40960\nqk_norm: true\ntied_head: true\n"},
+    {"qwen3-4b", "Qwen3 4B: 36 layers, hidden 2560, 32 heads of 128, 8 KV heads, q/k norms, SwiGLU 9728, vocab 151936, tied head, seq 40960",
+     "family: llama\nlayers: 36\nhidden: 2560\nheads: 32\nkv_heads: 8\nhead_dim: 128\nintermediate: 9728\nvocab: 151936\nseq_len: 40960\nqk_norm: true\ntied_head: true\n"},
+    {"qwen3-14b", "Qwen3 14B: 40 layers, hidden 5120, 40 heads of 128, 8 KV heads, q/k norms, SwiGLU 17408, vocab 151936, seq 40960",
+     "family: llama\nlayers: 40\nhidden: 5120\nheads: 40\nkv_heads: 8\nhead_dim: 128\nintermediate: 17408\nvocab: 151936\nseq_len: 40960\nqk_norm: true\n"},
+    {"qwen3-32b", "Qwen3 32B: 64 layers, hidden 5120, 64 heads of 128, 8 KV heads, q/k norms, SwiGLU 25600, vocab 151936, seq 40960",
+     "family: llama\nlayers: 64\nhidden: 5120\nheads: 64\nkv_heads: 8\nhead_dim: 128\nintermediate: 25600\nvocab: 151936\nseq_len: 40960\nqk_norm: true\n"},
+    // Qwen2.5 (Qwen2ForCausalLM: q/k/v with biases, o_proj without).
+    {"qwen2.5-7b", "Qwen2.5 7B: 28 layers, hidden 3584, 28 heads, 4 KV heads, q/k/v biases, SwiGLU 18944, vocab 152064, seq 131072",
+     "family: llama\nlayers: 28\nhidden: 3584\nheads: 28\nkv_heads: 4\nintermediate: 18944\nvocab: 152064\nseq_len: 131072\nqkv_bias: true\n"},
+    {"qwen2.5-14b", "Qwen2.5 14B: 48 layers, hidden 5120, 40 heads, 8 KV heads, q/k/v biases, SwiGLU 13824, vocab 152064, seq 131072",
+     "family: llama\nlayers: 48\nhidden: 5120\nheads: 40\nkv_heads: 8\nintermediate: 13824\nvocab: 152064\nseq_len: 131072\nqkv_bias: true\n"},
+    {"qwen2.5-32b", "Qwen2.5 32B: 64 layers, hidden 5120, 40 heads, 8 KV heads, q/k/v biases, SwiGLU 27648, vocab 152064, seq 131072",
+     "family: llama\nlayers: 64\nhidden: 5120\nheads: 40\nkv_heads: 8\nintermediate: 27648\nvocab: 152064\nseq_len: 131072\nqkv_bias: true\n"},
+    {"qwen2.5-72b", "Qwen2.5 72B: 80 layers, hidden 8192, 64 heads, 8 KV heads, q/k/v biases, SwiGLU 29568, vocab 152064, seq 131072",
+     "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 29568\nvocab: 152064\nseq_len: 131072\nqkv_bias: true\n"},
     // Note [Phi-3] (llama.cpp): microsoft/Phi-3-mini-4k-instruct's and
     // Phi-3-medium-4k-instruct's config.json.
     {"phi-3-mini", "Microsoft Phi-3-mini (4k): 32 layers, hidden 3072, 32 heads, SwiGLU 8192, vocab 32064, sliding window 2047, seq 4096",
@@ -133,6 +171,16 @@ const Builtin kBuiltins[] = {
     {"deepseek-v3", "DeepSeek-V3 671B: 61 layers (3 dense), hidden 7168, 128 heads of latent attention, 256 routed experts of SwiGLU 2048 + 1 shared, top-8, vocab 129280, seq 163840",
      "family: llama\nlayers: 61\nhidden: 7168\nheads: 128\nkv_heads: 128\nintermediate: 18432\nvocab: 129280\nseq_len: 163840\n"
      "experts: 256\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 3\nroute_nodes: 4\n"
+     "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
+    // Note [DeepSeek-V2] (llama.cpp): deepseek-ai/DeepSeek-V2-Lite's and
+    // DeepSeek-V2's config.json (torchtitan's deepseek_v3 flavors 16B and 236B).
+    {"deepseek-v2-lite", "DeepSeek-V2-Lite 15.7B: 27 layers (1 dense), hidden 2048, 16 heads of latent attention (no q compression), 64 routed experts of SwiGLU 1408 + 2 shared, top-6, vocab 102400, seq 163840",
+     "family: llama\nlayers: 27\nhidden: 2048\nheads: 16\nkv_heads: 16\nintermediate: 10944\nvocab: 102400\nseq_len: 163840\n"
+     "experts: 64\ntop_k: 6\nexpert_intermediate: 1408\nshared_intermediate: 2816\nfirst_dense: 1\n"
+     "q_lora_rank: 0\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
+    {"deepseek-v2", "DeepSeek-V2 236B: 60 layers (1 dense), hidden 5120, 128 heads of latent attention, 160 routed experts of SwiGLU 1536 + 2 shared, top-6 from 3 of 8 groups, vocab 102400, seq 163840",
+     "family: llama\nlayers: 60\nhidden: 5120\nheads: 128\nkv_heads: 128\nintermediate: 12288\nvocab: 102400\nseq_len: 163840\n"
+     "experts: 160\ntop_k: 6\nexpert_intermediate: 1536\nshared_intermediate: 3072\nfirst_dense: 1\nroute_nodes: 3\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
     // Note [gpt-oss] (llama.cpp): openai/gpt-oss-20b's and gpt-oss-120b's config.json.
     {"gpt-oss-20b", "OpenAI gpt-oss-20b: 24 layers, hidden 2880, 64 heads of 64, 8 KV heads, attention sinks, 32 experts of clamped SwiGLU 2880, top-4, biases, window 128 and global attention alternating, vocab 201088, seq 131072",
@@ -562,7 +610,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1030,21 +1078,25 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     ours["first_dense"] = c.get_int("first_k_dense_replace", 1, 0, 10000);
     // Group-limited routing as DeepSeek-V3's (1 group: none).
     group_routing(1, 1);
-  } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" || type == "kimi_k2") {
+  } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" || type == "kimi_k2" ||
+             type == "deepseek_v2") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,
     // Qwen3MoeConfig and DeepseekV3Config (transformers), their layers as
     // modeling_mixtral.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py and
     // modeling_deepseek_v3.py build them (Note [Mixture of experts]).
     // Kimi K2's config (model_type kimi_k2) is DeepSeek-V3's architecture and keys.
-    const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", qwen3 = type == "qwen3_moe",
-               deepseek = type == "deepseek_v3" || type == "kimi_k2";
-    require_arch({mixtral ? "MixtralForCausalLM" : qwen2 ? "Qwen2MoeForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" : "DeepseekV3ForCausalLM"});
+    // Note [DeepSeek-V2]: deepseek_v2 is the same layers with
+    // DeepseekV2Config's defaults and its router's topk_method.
+    const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", qwen3 = type == "qwen3_moe", v2 = type == "deepseek_v2",
+               deepseek = type == "deepseek_v3" || type == "kimi_k2" || v2;
+    require_arch({mixtral ? "MixtralForCausalLM" : qwen2 ? "Qwen2MoeForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" :
+                  v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM"});
     ours["family"] = "llama";
-    copy_int("num_hidden_layers", "layers", mixtral ? 32 : deepseek ? 61 : 24);
-    copy_int("hidden_size", "hidden", mixtral ? 4096 : deepseek ? 7168 : 2048);
-    copy_int("num_attention_heads", "heads", mixtral ? 32 : qwen2 ? 16 : qwen3 ? 32 : 128);
+    copy_int("num_hidden_layers", "layers", mixtral ? 32 : v2 ? 32 : deepseek ? 61 : 24);
+    copy_int("hidden_size", "hidden", mixtral ? 4096 : v2 ? 4096 : deepseek ? 7168 : 2048);
+    copy_int("num_attention_heads", "heads", mixtral ? 32 : qwen2 ? 16 : qwen3 ? 32 : v2 ? 32 : 128);
     const std::int64_t heads = ours["heads"].as<std::int64_t>();
-    copy_int("num_key_value_heads", "kv_heads", mixtral ? 8 : qwen2 ? 16 : qwen3 ? 4 : 128);
+    copy_int("num_key_value_heads", "kv_heads", mixtral ? 8 : qwen2 ? 16 : qwen3 ? 4 : v2 ? heads : 128);
     if (!deepseek) check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
     if (c.has("head_dim") && !deepseek) {
       copy_int("head_dim", "head_dim", 0);
@@ -1054,16 +1106,22 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
       c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " +
                                         std::to_string(ours["hidden"].as<std::int64_t>()) + " and no head_dim is given");
     }
-    copy_int("intermediate_size", "intermediate", mixtral ? 14336 : qwen2 ? 5632 : qwen3 ? 6144 : 18432);
-    copy_int("vocab_size", "vocab", mixtral ? 32000 : deepseek ? 129280 : 151936);
-    copy_int("max_position_embeddings", "seq_len", mixtral ? 131072 : deepseek ? 4096 : 32768);
+    copy_int("intermediate_size", "intermediate", mixtral ? 14336 : qwen2 ? 5632 : qwen3 ? 6144 : v2 ? 11008 : 18432);
+    copy_int("vocab_size", "vocab", mixtral ? 32000 : v2 ? 32000 : deepseek ? 129280 : 151936);
+    copy_int("max_position_embeddings", "seq_len", mixtral ? 131072 : v2 ? 2048 : deepseek ? 4096 : 32768);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
-    routing(mixtral ? "num_local_experts" : deepseek ? "n_routed_experts" : "num_experts", mixtral ? 8 : qwen2 ? 60 : qwen3 ? 128 : 256,
-            mixtral ? 2 : qwen2 ? 4 : 8, "routed experts");
+    // DeepseekV2Config's num_experts_per_tok defaults to None, which its
+    // router cannot run: a V2 config names it.
+    if (v2 && !c.has("num_experts_per_tok")) {
+      c.fail("num_experts_per_tok", "missing (DeepseekV2Config's default, None, routes no token); valid: 1 to n_routed_experts "
+                                    "(6 in DeepSeek-V2 and V2-Lite)");
+    }
+    routing(mixtral ? "num_local_experts" : deepseek ? "n_routed_experts" : "num_experts",
+            mixtral ? 8 : qwen2 ? 60 : qwen3 ? 128 : v2 ? 64 : 256, mixtral ? 2 : qwen2 ? 4 : 8, "routed experts");
     if (mixtral) {
       ours["expert_intermediate"] = ours["intermediate"];  // Mixtral's experts are intermediate_size wide
     } else {
-      copy_int("moe_intermediate_size", "expert_intermediate", qwen2 ? 1408 : qwen3 ? 768 : 2048);
+      copy_int("moe_intermediate_size", "expert_intermediate", qwen2 ? 1408 : qwen3 ? 768 : v2 ? 1407 : 2048);
     }
     if (qwen2) {
       // Qwen2MoeSparseMoeBlock: one shared expert with its sigmoid gate.
@@ -1084,12 +1142,26 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
       ours["o_bias"] = bias;
     }
     if (deepseek) {
-      const std::int64_t shared = c.get_int("n_shared_experts", 1, 0, kBig);
+      const std::int64_t shared = c.get_int("n_shared_experts", v2 ? 2 : 1, 0, kBig);
       ours["shared_intermediate"] = shared * ours["expert_intermediate"].as<std::int64_t>();
-      ours["first_dense"] = c.get_int("first_k_dense_replace", 3, 0, 10000);
-      // Node-limited routing: a token's experts come from topk_group of the
-      // n_group groups (transformers' DeepseekV3Config defaults 8 and 4).
-      group_routing(8, 4);
+      ours["first_dense"] = c.get_int("first_k_dense_replace", v2 ? 0 : 3, 0, 10000);
+      if (!v2) {
+        // Node-limited routing: a token's experts come from topk_group of the
+        // n_group groups (transformers' DeepseekV3Config defaults 8 and 4).
+        group_routing(8, 4);
+      } else if (const std::string method = c.get_string("topk_method", "greedy"); method == "group_limited_greedy") {
+        // DeepseekV2Moe: the best expert of each of n_group groups ranks
+        // the groups, topk_group of them are kept (DeepSeek-V2's
+        // device-limited routing, M = 3 of 8); DeepseekV2Config has no
+        // default for either.
+        if (!c.has("n_group") || !c.has("topk_group")) {
+          c.fail(c.has("n_group") ? "topk_group" : "n_group",
+                 "missing: topk_method group_limited_greedy routes within n_group groups, keeping topk_group of them");
+        }
+        group_routing(1, 1);
+      } else if (method != "greedy") {
+        c.fail("topk_method", "'" + method + "'; valid: greedy, group_limited_greedy (DeepseekV2Moe's)");
+      }
       // DeepseekV3DecoderLayer puts experts where layer_idx >= first_k_dense_replace.
       if (c.get_int("moe_layer_freq", 1, 1, 10000) != 1) c.fail("moe_layer_freq", "only 1 is modelled (every layer after the dense ones)");
       if (hf["q_lora_rank"] && hf["q_lora_rank"].IsNull()) {

@@ -109,6 +109,33 @@ TEST_CASE("Llama-family parameter counts equal HuggingFace's, from config.json a
   CHECK(load_model(hf("bert-base-mlm"))->parameters() == 109'514'298);
 }
 
+TEST_CASE("the more built-ins have their checkpoints' parameter totals (Note [More built-ins])", "[llama]") {
+  // The published totals (tests/data/hf/PARAMS.md, "More built-ins"): the
+  // hub's safetensors totals, and for Qwen3 0.6B and 1.7B (tied heads)
+  // their model cards' counts without the embedding, 0.44B and 1.4B.
+  CHECK(load_model("llama-2-7b")->parameters() == 6'738'415'616);
+  CHECK(load_model("llama-2-13b")->parameters() == 13'015'864'320);
+  CHECK(load_model("llama-2-70b")->parameters() == 68'976'648'192);
+  CHECK(load_model("llama-3.1-8b")->parameters() == 8'030'261'248);
+  CHECK(load_model("llama-3.1-70b")->parameters() == 70'553'706'496);
+  CHECK(load_model("llama-3.3-70b")->parameters() == 70'553'706'496);
+  CHECK(load_model("llama-3.2-3b")->parameters() == 3'212'749'824);
+  CHECK(load_model("mistral-nemo-12b")->parameters() == 12'247'782'400);
+  CHECK(load_model("qwen3-0.6b")->parameters() - 151'936LL * 1024 == 440'467'456);
+  CHECK(load_model("qwen3-1.7b")->parameters() - 151'936LL * 2048 == 1'409'410'048);
+  CHECK(load_model("qwen3-4b")->parameters() == 4'022'468'096);
+  CHECK(load_model("qwen3-14b")->parameters() == 14'768'307'200);
+  CHECK(load_model("qwen3-32b")->parameters() == 32'762'123'264);
+  CHECK(load_model("qwen2.5-7b")->parameters() == 7'615'616'512);
+  CHECK(load_model("qwen2.5-14b")->parameters() == 14'770'033'664);
+  CHECK(load_model("qwen2.5-32b")->parameters() == 32'763'876'352);
+  CHECK(load_model("qwen2.5-72b")->parameters() == 72'706'203'648);
+  // The 3.1 models are Llama 3's shapes at a longer context.
+  CHECK(load_model("llama-3.1-8b")->max_seq_len() == 131072);
+  CHECK(load_model("llama-3-8b")->max_seq_len() == 8192);
+  CHECK(load_model("llama-2-70b")->max_seq_len() == 4096);
+}
+
 TEST_CASE("a config.json is named from _name_or_path or its folder, not 'config'", "[llama]") {
   CHECK(load_model(hf("llama-3-8b"))->name() == "llama-3-8b");
   CHECK(load_model(hf("qwen3-8b"))->name() != "config");
@@ -1237,6 +1264,51 @@ TEST_CASE("group-limited routing: n_group divides the routed experts and topk_gr
   CHECK_THAT(error_of([&] { load_model(with("\"topk_group\": 4", "\"topk_group\": 9")); }),
              Catch::Contains("config.topk_group: 9 is out of range; valid: 1 to 8"));
   CHECK(load_model(with("\"n_group\": 8", "\"n_group\": 16"))->parameters() == load_model(hf("deepseek-v3"))->parameters());
+}
+
+TEST_CASE("DeepSeek-V2 and V2-Lite: V3's layers with DeepseekV2Config's defaults and topk_method (Note [DeepSeek-V2])",
+          "[llama][moe]") {
+  // tests/data/hf/PARAMS.md: V2-Lite 15,706,484,224 (15.7B), V2 235,741,434,880 (236B).
+  CHECK(load_model(hf("deepseek-v2-lite"))->parameters() == 15'706'484'224);
+  CHECK(load_model("deepseek-v2-lite")->parameters() == 15'706'484'224);
+  CHECK(load_model("deepseek-v2")->parameters() == 235'741'434'880);
+  // The hub file and the built-in price the same layers.
+  auto w = shape(1, 4096, 2);
+  w.ep = 8;  // the all-to-all's routes are a layer's under expert parallelism, DeepEP's dispatcher
+  w.moe_deepep = true;
+  const auto file = load_model(hf("deepseek-v2-lite"))->layers(w), built = load_model("deepseek-v2-lite")->layers(w);
+  REQUIRE(file.size() == built.size());
+  REQUIRE(file.size() == 29);  // embedding, 27 blocks, head
+  for (std::size_t i = 0; i < file.size(); ++i) CHECK(file[i].signature == built[i].signature);
+  // No query latent (q_lora_rank null), 6 of 64 experts from any group.
+  CHECK(file[2].signature.find(",qr=0,") != std::string::npos);
+  CHECK(file[2].ep_route.top_k == 6);
+  CHECK(file[2].ep_route.experts == 64);
+  CHECK(file[2].ep_route.node_limit == 0);
+  // DeepSeek-V2's device-limited routing: 3 of 8 groups.
+  CHECK(load_model("deepseek-v2")->layers(w)[2].ep_route.node_limit == 3);
+  test::TempDir dir("deepseek-v2");
+  // The hub file with each (from, to) replaced.
+  auto with = [&](std::vector<std::pair<std::string, std::string>> edits) {
+    std::string text = slurp(hf("deepseek-v2-lite"));
+    for (const auto& [from, to] : edits) {
+      REQUIRE(text.find(from) != std::string::npos);
+      text.replace(text.find(from), from.size(), to);
+    }
+    return write_json(dir, text);
+  };
+  const std::pair<std::string, std::string> group_limited{"\"topk_method\": \"greedy\"", "\"topk_method\": \"group_limited_greedy\""};
+  const auto limited =
+      load_model(with({group_limited, {"\"n_group\": 1", "\"n_group\": 8"}, {"\"topk_group\": 1", "\"topk_group\": 3"}}));
+  CHECK(limited->layers(w)[2].ep_route.node_limit == 3);
+  // Refused, each at its key: V3's router method, a missing top-k (the
+  // class's default is None), a group-limited router without its groups.
+  CHECK_THAT(error_of([&] { load_model(with({{"\"topk_method\": \"greedy\"", "\"topk_method\": \"noaux_tc\""}})); }),
+             Catch::Contains("topk_method: 'noaux_tc'; valid: greedy, group_limited_greedy"));
+  CHECK_THAT(error_of([&] { load_model(with({{"\"num_experts_per_tok\": 6,", ""}})); }),
+             Catch::Contains("num_experts_per_tok: missing"));
+  CHECK_THAT(error_of([&] { load_model(with({group_limited, {"\"n_group\": 1,", ""}})); }),
+             Catch::Contains("n_group: missing: topk_method group_limited_greedy routes within n_group groups"));
 }
 
 TEST_CASE("Megatron's recompute modules free what each part keeps beyond its input (Note [Megatron's recompute modules])",

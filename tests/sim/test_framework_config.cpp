@@ -496,6 +496,34 @@ TEST_CASE("torchtitan: Llama 4 Scout's preset, as torchtitan's model has it", "[
   CHECK(keys(mav)["model.attn_temperature"] == "false");
 }
 
+// torchtitan/models/qwen3/__init__.py, qwen3_configs: the dense flavors
+// 0.6B to 32B; 0.6B, 1.7B and 4B tie the head (enable_weight_tying=True).
+TEST_CASE("torchtitan: Qwen3's dense flavors are the built-ins of their shapes", "[framework]") {
+  const std::pair<const char*, const char*> flavors[] = {
+      {"0.6B", "qwen3-0.6b"}, {"1.7B", "qwen3-1.7b"}, {"4B", "qwen3-4b"}, {"14B", "qwen3-14b"}, {"32B", "qwen3-32b"}};
+  for (const auto& [flavor, name] : flavors) {
+    INFO(flavor);
+    const FrameworkConfig fc =
+        parse_torchtitan_config(std::string("[model]\nname = \"qwen3\"\nflavor = \"") + flavor + "\"\n", "t.toml");
+    CHECK(fc.model == std::optional<std::string>(name));
+  }
+  // 0.6B: dim 1024, 28 layers, 16 heads of 128, 8 KV heads, hidden 3072,
+  // tied: 28 x 15,730,944 + 151,936 x 1024 + 1024 = 596,049,920.
+  CHECK(models::load_model("qwen3-0.6b")->parameters() == 596'049'920);
+  // A flavor it lacks: no model, and the list of those it has.
+  const FrameworkConfig none = parse_torchtitan_config("[model]\nname = \"qwen3\"\nflavor = \"2B\"\n", "t.toml");
+  CHECK_FALSE(none.model.has_value());
+  CHECK(std::count_if(none.unmodelled.begin(), none.unmodelled.end(), [](const std::string& u) {
+          return u.find("model.name=qwen3 flavor=2B (no built-in; built in: llama3 8B, 70B, 405B; qwen3 0.6B, 1.7B, 4B, 8B, 14B, "
+                        "32B, 30B-A3B, 235B-A22B; deepseek_v3 16B, 236B, 671B;") == 0;
+        }) == 1);
+  // torchtitan's DeepSeek flavors 16B and 236B are DeepSeek-V2-Lite's and V2's shapes (Note [DeepSeek-V2]).
+  const FrameworkConfig lite = parse_torchtitan_config("[model]\nname = \"deepseek_v3\"\nflavor = \"16B\"\n", "t.toml");
+  CHECK(lite.model == std::optional<std::string>("deepseek-v2-lite"));
+  const FrameworkConfig v2 = parse_torchtitan_config("[model]\nname = \"deepseek_v3\"\nflavor = \"236B\"\n", "t.toml");
+  CHECK(v2.model == std::optional<std::string>("deepseek-v2"));
+}
+
 // Float8 training (model.converters) with FSDP's float8 all-gather; async TP
 // over sequence parallelism; global 64 = 2 x 8 micro-steps x dp 4 on 32 GPUs.
 TEST_CASE("torchtitan: Llama 3 70B with float8 and async tensor parallelism", "[framework]") {

@@ -533,6 +533,25 @@ TEST_CASE("the partition step: a resolved plan is split before lowering, as pred
   CHECK(split.stage_layers == predict(*gpt, spec, c4).plan.stage_layers);
 }
 
+TEST_CASE("advice: a sequence left to default to a long context says so (Note [A long default sequence])", "[advice]") {
+  const ClusterSpec h100 = load_cluster("dgx-h100");
+  const auto l31 = models::load_model("llama-3.1-8b"), l3 = models::load_model("llama-3-8b");
+  Prediction p;
+  p.fits = true;
+  p.plan.seq_len = 131072;  // llama-3.1-8b's max_position_embeddings, none given
+  auto said = advice(p, *l31, h100);
+  REQUIRE(said.size() == 1);
+  CHECK(said[0] == "plan.seq_len is llama-3.1-8b's whole context, 131072 tokens, as none was given; set plan.seq_len to "
+                   "your run's sequence length (pretraining typically runs 4096 or 8192)");
+  // Given, however long: nothing to say.
+  p.plan.spec.seq_len = 131072;
+  CHECK(advice(p, *l31, h100).empty());
+  // Llama 3 8B's default is its 8,192: a pretraining length.
+  p.plan.spec.seq_len = 0;
+  p.plan.seq_len = 8192;
+  CHECK(advice(p, *l3, h100).empty());
+}
+
 TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds most of (Note [Advice])", "[pipeline][advice]") {
   // Issue 21's 405B example as a user first writes it: 2048 nodes at tp 8,
   // pp 16, cp 2 leave dp = 16384 / 256 = 64, and its global batch of 256
@@ -547,6 +566,7 @@ TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds m
   p.plan.grad_accum = 1;
   p.plan.global_batch = 256;
   p.plan.seq_len = 131072;
+  p.plan.spec.seq_len = 131072;  // given (Note [A long default sequence] has nothing to say)
   p.plan.schedule = Schedule::k1f1b;
   p.iteration_time = 16 * kMs;
   p.breakdown.bubble = 15 * kMs;  // one micro-batch through 16 equal stages: each busy 1/16 of the step

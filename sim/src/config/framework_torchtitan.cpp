@@ -91,8 +91,12 @@ std::optional<std::string> builtin_model(const std::string& name, const std::str
   };
   static const Entry kModels[] = {
       {"llama3", "8B", "llama-3-8b"},          {"llama3", "70B", "llama-3-70b"},
-      {"llama3", "405B", "llama-3.1-405b"},    {"qwen3", "8B", "qwen3-8b"},
+      {"llama3", "405B", "llama-3.1-405b"},    {"qwen3", "0.6B", "qwen3-0.6b"},
+      {"qwen3", "1.7B", "qwen3-1.7b"},         {"qwen3", "4B", "qwen3-4b"},
+      {"qwen3", "8B", "qwen3-8b"},             {"qwen3", "14B", "qwen3-14b"},
+      {"qwen3", "32B", "qwen3-32b"},
       {"qwen3", "30B-A3B", "qwen3-30b-a3b"},   {"qwen3", "235B-A22B", "qwen3-235b-a22b"},
+      {"deepseek_v3", "16B", "deepseek-v2-lite"}, {"deepseek_v3", "236B", "deepseek-v2"},
       {"deepseek_v3", "671B", "deepseek-v3"},   {"llama4", "17bx16e", "llama-4-scout"},
       {"llama4", "17bx128e", "llama-4-maverick"},
   };
@@ -104,7 +108,7 @@ std::optional<std::string> builtin_model(const std::string& name, const std::str
 
 /// The name/flavor pairs builtin_model knows, for a message.
 std::string builtin_models() {
-  return "llama3 8B, 70B, 405B; qwen3 8B, 30B-A3B, 235B-A22B; deepseek_v3 671B; llama4 17bx16e, 17bx128e";
+  return "llama3 8B, 70B, 405B; qwen3 0.6B, 1.7B, 4B, 8B, 14B, 32B, 30B-A3B, 235B-A22B; deepseek_v3 16B, 236B, 671B; llama4 17bx16e, 17bx128e";
 }
 
 bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }

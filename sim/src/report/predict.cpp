@@ -282,6 +282,9 @@ TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const C
 //     it goes, not recompute where the model has no blocks to rerun
 //     (Layer::is_block: VGG11's convolutions), not ZeRO where gradients
 //     are reduced over one rank.
+/// Note [A long default sequence]: a default sequence longer than this is advised against.
+constexpr std::int64_t kLongDefaultSequence = 8192;
+
 std::vector<std::string> advice(const Prediction& p, const Model& model, const ClusterSpec& cluster) {
   std::vector<std::string> out;
   const ResolvedPlan& plan = p.plan;
@@ -290,6 +293,16 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
         "plan.attention=flash: in {} PyTorch's SDPA runs this grouped-query model on its math path, which keeps the "
         "probabilities as eager attention does, and it is priced so (FlashAttention takes fp16 and bf16; bf16 runs it)",
         to_string(plan.precision)));
+  }
+  // Note [A long default sequence]: a plan without seq_len runs the model's
+  // whole context, which for today's models (128k tokens and more) is their
+  // long-context stage's, not the pretraining most runs are (Llama 3.1
+  // 405B trained at 8,192 tokens before its context was extended; Dubey et
+  // al. 2024, section 3.4), and at such lengths activations swamp the rest.
+  if (plan.spec.seq_len == 0 && plan.seq_len > kLongDefaultSequence) {
+    out.push_back(fmt::format("plan.seq_len is {}'s whole context, {} tokens, as none was given; set plan.seq_len to your "
+                              "run's sequence length (pretraining typically runs 4096 or 8192)",
+                              model.name(), plan.seq_len));
   }
   if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
     const double idle = 100.0 * static_cast<double>(p.breakdown.bubble) / static_cast<double>(p.iteration_time);
