@@ -812,6 +812,32 @@ TEST_CASE("search: ZeRO-1 gathers in the forward where the rules allow it, in th
   CHECK(slower > 0);
 }
 
+TEST_CASE("search: the header names the tokens a sample, and a long default context is said (Note [A long default sequence])",
+          "[search][advice]") {
+  // llama-3.2-1b's context is 131,072 tokens; on 8 H100s, global batch 8.
+  const auto model = models::load_model("llama-3.2-1b");
+  const ClusterSpec cluster = load_cluster("dgx-h100");
+  SearchOptions o;
+  o.global_batch = 8;
+  o.top = 1;
+  o.base = search_base_plan(cluster, {parse_override("plan.seq_len=4096")});
+  const SearchResult given = search(*model, cluster, o);
+  CHECK(given.seq_len == 4096);
+  CHECK(given.warnings.empty());
+  CHECK(format_search(given).rfind("dtsim search: llama-3.2-1b on 8 GPUs of dgx-h100, global batch 8 of 4096 tokens (capacity", 0) == 0);
+  CHECK(search_to_json(given).find("\"seq_len\": 4096") != std::string::npos);
+  o.base = search_base_plan(cluster, {});
+  const SearchResult whole = search(*model, cluster, o);
+  CHECK(whole.seq_len == 131072);
+  CHECK(whole.warnings == std::vector<std::string>{"plan.seq_len is llama-3.2-1b's whole context, 131072 tokens, as none was "
+                                                   "given; set plan.seq_len to your run's sequence length (pretraining "
+                                                   "typically runs 4096 or 8192)"});
+  // A model without a sequence says no tokens.
+  o.base = search_base_plan(load_cluster("dgx-a100"), {});
+  const SearchResult mlp = search(*models::load_model("mlp"), load_cluster("dgx-a100"), o);
+  CHECK(format_search(mlp).find("global batch 8 (capacity") != std::string::npos);
+}
+
 TEST_CASE("search: sequence parallelism's collectives overlap the GEMMs where set so and the rules allow it (Note [TP comm overlap])", "[search]") {
   // gpt2-large (20 heads: tp 2 and 4) on 16 A100s: with
   // plan.tp_comm_overlap set, every plan with sequence parallelism overlaps

@@ -285,6 +285,13 @@ TimeNs micro_batch_compute(const Model& model, const ResolvedPlan& plan, const C
 /// Note [A long default sequence]: a default sequence longer than this is advised against.
 constexpr std::int64_t kLongDefaultSequence = 8192;
 
+std::string long_default_sequence(const Model& model, std::int64_t given_seq_len) {
+  if (given_seq_len != 0 || model.max_seq_len() <= kLongDefaultSequence) return "";
+  return fmt::format("plan.seq_len is {}'s whole context, {} tokens, as none was given; set plan.seq_len to your run's "
+                     "sequence length (pretraining typically runs 4096 or 8192)",
+                     model.name(), model.max_seq_len());
+}
+
 std::vector<std::string> advice(const Prediction& p, const Model& model, const ClusterSpec& cluster) {
   std::vector<std::string> out;
   const ResolvedPlan& plan = p.plan;
@@ -299,10 +306,8 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
   // long-context stage's, not the pretraining most runs are (Llama 3.1
   // 405B trained at 8,192 tokens before its context was extended; Dubey et
   // al. 2024, section 3.4), and at such lengths activations swamp the rest.
-  if (plan.spec.seq_len == 0 && plan.seq_len > kLongDefaultSequence) {
-    out.push_back(fmt::format("plan.seq_len is {}'s whole context, {} tokens, as none was given; set plan.seq_len to your "
-                              "run's sequence length (pretraining typically runs 4096 or 8192)",
-                              model.name(), plan.seq_len));
+  if (plan.spec.seq_len == 0) {
+    if (std::string w = long_default_sequence(model, 0); !w.empty()) out.push_back(std::move(w));
   }
   if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
     const double idle = 100.0 * static_cast<double>(p.breakdown.bubble) / static_cast<double>(p.iteration_time);

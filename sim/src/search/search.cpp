@@ -954,6 +954,8 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
   r.cluster_name = cluster.name;
   r.gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
   r.global_batch = o.global_batch == 0 ? 4LL * r.gpus : o.global_batch;
+  r.seq_len = o.base.seq_len == 0 ? model.max_seq_len() : o.base.seq_len;
+  if (std::string w = long_default_sequence(model, o.base.seq_len); !w.empty()) r.warnings.push_back(std::move(w));
   r.capacity = cluster.device.memory;
   r.model_attention = attends(model);
   // A search's cost grows with the micro-batches of its candidates (their
@@ -1549,8 +1551,9 @@ void compared_block(std::string& out, const SearchResult& r) {
 std::string format_search(const SearchResult& r) {
   std::string out;
   auto o = std::back_inserter(out);
-  fmt::format_to(o, "dtsim search: {} on {} GPUs of {}, global batch {} (capacity {:.2f} GiB per GPU)\n", r.model_name, r.gpus,
-                 r.cluster_name, r.global_batch, static_cast<double>(r.capacity) / kGiB);
+  fmt::format_to(o, "dtsim search: {} on {} GPUs of {}, global batch {}{} (capacity {:.2f} GiB per GPU)\n", r.model_name, r.gpus,
+                 r.cluster_name, r.global_batch, r.seq_len > 1 ? fmt::format(" of {} tokens", r.seq_len) : std::string(),
+                 static_cast<double>(r.capacity) / kGiB);
   fmt::format_to(o,
                  "  tried {} distinct plans: {} pruned by memory and {} by time before simulating, {} simulated, {} of "
                  "those did not fit; {:.2f} s on {} thread(s)\n",
@@ -1583,6 +1586,7 @@ std::string search_to_json(const SearchResult& r) {
   j.header();
   j.field("model", r.model_name).field("cluster", r.cluster_name).field("gpus", r.gpus);
   j.field("global_batch", static_cast<std::int64_t>(r.global_batch));
+  j.field("seq_len", static_cast<std::int64_t>(r.seq_len));
   j.field("capacity_bytes", static_cast<std::int64_t>(r.capacity));
   j.field("enumerated", static_cast<std::int64_t>(r.enumerated));
   j.field("pruned_memory", static_cast<std::int64_t>(r.pruned_memory));

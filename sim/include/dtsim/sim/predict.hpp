@@ -113,6 +113,11 @@ struct Prediction {
 /// on `cluster`.
 std::vector<std::string> advice(const Prediction& p, const Model& model, const ClusterSpec& cluster);
 
+/// Note [A long default sequence] (report/predict.cpp): where no seq_len was
+/// given (`given_seq_len` 0) and `model`'s context is longer than a
+/// pretraining sequence, what that means and how to set it; empty otherwise.
+std::string long_default_sequence(const Model& model, std::int64_t given_seq_len);
+
 /// The time breakdown of a pipeline's busiest stage, the bubble being the
 /// time it idles (Note [Pipeline breakdown] in predict.cpp); sums to the makespan.
 TimeBreakdown stage_breakdown(const TaskGraph& graph, const ExecResult& exec);

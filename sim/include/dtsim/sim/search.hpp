@@ -72,6 +72,7 @@ struct SearchResult {
   std::string model_name, cluster_name;
   int gpus = 0;
   std::int64_t global_batch = 0;
+  std::int64_t seq_len = 0;  ///< tokens a sample, as searched (1: a model without a sequence)
   Bytes capacity = 0;
   std::size_t enumerated = 0;       ///< distinct valid plans
   std::size_t pruned_memory = 0;    ///< dropped before simulating: model states alone exceed memory
