@@ -550,6 +550,16 @@ TEST_CASE("advice: a sequence left to default to a long context says so (Note [A
   p.plan.spec.seq_len = 0;
   p.plan.seq_len = 8192;
   CHECK(advice(p, *l3, h100).empty());
+  // Mistral NeMo's 1,024,000 tokens at fp32 (eager attention): the scores
+  // of one layer, 32 heads x 1,024,000^2 x 4 bytes, are past the 100 TB
+  // any shape may price, and the refusal says where the length came from.
+  const auto nemo = models::load_model("mistral-nemo-12b");
+  PlanSpec spec;
+  CHECK_THROWS_WITH(predict(*nemo, spec, h100),
+                    "plan.micro_batch x plan.seq_len: the attention scores of one layer would exceed 100 TB; use a smaller "
+                    "micro_batch or seq_len (plan.seq_len was not given: it is mistral-nemo-12b's whole context, 1024000 tokens)");
+  spec.seq_len = 1024000;
+  CHECK_THROWS_WITH(predict(*nemo, spec, h100), Catch::EndsWith("use a smaller micro_batch or seq_len"));
 }
 
 TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds most of (Note [Advice])", "[pipeline][advice]") {

@@ -368,7 +368,28 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
   return out;
 }
 
+namespace {
+
+Prediction predict_plan(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options);
+
+}  // namespace
+
 Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
+  try {
+    return predict_plan(model, spec, cluster, options);
+  } catch (const ConfigError& e) {
+    // Note [A long default sequence]: a shape too large to price, from a
+    // length nobody gave, says where the length came from.
+    const std::string what = e.what();
+    if (spec.seq_len != 0 || model.max_seq_len() <= 1 || what.rfind("plan.micro_batch x plan.seq_len", 0) != 0) throw;
+    throw ConfigError(what + " (plan.seq_len was not given: it is " + model.name() + "'s whole context, " +
+                      std::to_string(model.max_seq_len()) + " tokens)");
+  }
+}
+
+namespace {
+
+Prediction predict_plan(const Model& model, const PlanSpec& spec, const ClusterSpec& cluster, const PredictOptions& options) {
   Prediction p;
   p.plan = resolve(spec, model, cluster);
   p.model_name = model.name();
@@ -540,5 +561,7 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
   }
   return p;
 }
+
+}  // namespace
 
 }  // namespace dtsim::sim
