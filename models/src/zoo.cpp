@@ -2,8 +2,13 @@
 // that family's keys) and HuggingFace config.json (GPT-2 and BERT families).
 // Every route ends in the same YAML mapping, so `--set model.KEY=VALUE`
 // overrides and validation behave the same whatever the source.
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
+#include <fstream>
+#include <optional>
 #include <sstream>
 
 #include "dtsim/models/models.hpp"
@@ -1203,6 +1208,104 @@ sim::ModelPtr from_huggingface_named(const YAML::Node& root, const std::string& 
   return parse_ours(from_huggingface(root, file), file, name, overrides);
 }
 
+// Note [HuggingFace cache]
+// Users name models as the hub does ("meta-llama/Llama-3.1-8B") and keep
+// them in the hub's cache, or in a folder of their own (save_pretrained's,
+// config.json inside). dtsim reads no network, so `--model ORG/NAME` is
+// the cached snapshot's config.json, where huggingface_hub would find it
+// offline (huggingface_hub/constants.py and file_download.py): the cache
+// is HF_HUB_CACHE, else HUGGINGFACE_HUB_CACHE, else HF_HOME/hub, else
+// XDG_CACHE_HOME/huggingface/hub, else ~/.cache/huggingface/hub; the repo
+// is its models--ORG--NAME folder, the snapshot the commit refs/main
+// names (or the one snapshot there is). A folder given as --model is read
+// as the config.json in it.
+
+/// `path` with a leading "~" as HOME, as os.path.expanduser does.
+std::string expand_home(const std::string& path) {
+  if (path == "~" || path.rfind("~/", 0) == 0) {
+    const char* home = std::getenv("HOME");
+    return std::string(home != nullptr ? home : "") + path.substr(1);
+  }
+  return path;
+}
+
+std::string env_or_empty(const char* key) {
+  const char* v = std::getenv(key);
+  return v != nullptr ? std::string(v) : std::string();
+}
+
+}  // namespace
+
+std::string huggingface_hub_cache() {
+  for (const char* key : {"HF_HUB_CACHE", "HUGGINGFACE_HUB_CACHE"}) {
+    if (const std::string v = env_or_empty(key); !v.empty()) return expand_home(v);
+  }
+  std::string hf_home = env_or_empty("HF_HOME");
+  if (hf_home.empty()) {
+    const std::string xdg = env_or_empty("XDG_CACHE_HOME");
+    hf_home = (xdg.empty() ? expand_home("~/.cache") : xdg) + "/huggingface";
+  }
+  return expand_home(hf_home) + "/hub";
+}
+
+namespace {
+
+/// "ORG/NAME" as the hub spells a repository: two parts of letters,
+/// digits, '-', '_' and '.', neither starting with '.'.
+bool repo_id(const std::string& s) {
+  const auto slash = s.find('/');
+  if (slash == std::string::npos || s.find('/', slash + 1) != std::string::npos) return false;
+  const std::string parts[] = {s.substr(0, slash), s.substr(slash + 1)};
+  for (const std::string& part : parts) {
+    if (part.empty() || part.front() == '.' || part.size() > 96) return false;
+    for (const unsigned char c : part) {
+      if (std::isalnum(c) == 0 && c != '-' && c != '_' && c != '.') return false;
+    }
+  }
+  return true;
+}
+
+/// The cached snapshot's config.json of repository `repo` (Note
+/// [HuggingFace cache]); throws ConfigError saying where it looked.
+std::string cached_config(const std::string& repo) {
+  namespace fs = std::filesystem;
+  const std::string cache = huggingface_hub_cache();
+  const std::string org = repo.substr(0, repo.find('/')), name = repo.substr(repo.find('/') + 1);
+  const fs::path folder = fs::path(cache) / ("models--" + org + "--" + name);
+  std::error_code ec;
+  std::string hint = sim::did_you_mean([&] {
+    std::string lower = name;
+    std::transform(lower.begin(), lower.end(), lower.begin(), [](unsigned char c) { return static_cast<char>(std::tolower(c)); });
+    return lower;
+  }(), builtin_names());
+  hint = hint.empty() ? "" : ", or the built-in '" + hint + "'";
+  if (!fs::is_directory(folder, ec)) {
+    throw ConfigError("--model " + repo + ": not in the HuggingFace cache (" + cache + " has no " + folder.filename().string() +
+                      ") and dtsim reads no network; `huggingface-cli download " + repo +
+                      " config.json` puts its config.json there, or give a config.json's path" + hint);
+  }
+  std::string commit;
+  {
+    std::ifstream ref(folder / "refs" / "main");
+    std::getline(ref, commit);
+    while (!commit.empty() && std::isspace(static_cast<unsigned char>(commit.back())) != 0) commit.pop_back();
+  }
+  if (!commit.empty() && commit.find('/') == std::string::npos) {
+    const fs::path config = folder / "snapshots" / commit / "config.json";
+    if (fs::is_regular_file(config, ec)) return config.string();
+  }
+  std::vector<fs::path> found;
+  for (fs::directory_iterator it(folder / "snapshots", ec), end; !ec && it != end; it.increment(ec)) {
+    const fs::path config = it->path() / "config.json";
+    if (fs::is_regular_file(config, ec)) found.push_back(config);
+  }
+  if (found.size() == 1) return found.front().string();
+  throw ConfigError("--model " + repo + ": " + folder.string() +
+                    (found.empty() ? " holds no snapshot with a config.json"
+                                   : " holds " + std::to_string(found.size()) + " snapshots with a config.json and refs/main names none of them") +
+                    "; `huggingface-cli download " + repo + " config.json` fetches the main one, or give a config.json's path" + hint);
+}
+
 }  // namespace
 
 std::vector<std::string> builtin_names() {
@@ -1224,8 +1327,26 @@ sim::ModelPtr load_model(const std::string& name_or_path, const std::vector<sim:
   const bool is_json = ends_with(name_or_path, ".json");
   const bool is_yaml = ends_with(name_or_path, ".yaml") || ends_with(name_or_path, ".yml");
   if (!is_json && !is_yaml) {
+    // Note [HuggingFace cache]: a model's folder, or a repository in the hub's cache.
+    std::error_code ec;
+    if (fs::is_directory(name_or_path, ec)) {
+      const fs::path config = fs::path(name_or_path) / "config.json";
+      if (!fs::is_regular_file(config, ec)) {
+        throw ConfigError("--model " + name_or_path + ": a folder without a config.json; valid: a model's folder as "
+                          "HuggingFace saves it, a config.json, a .yaml file or a built-in name");
+      }
+      std::string folder = fs::absolute(fs::path(name_or_path)).lexically_normal().filename().string();
+      if (folder.empty()) folder = fs::absolute(fs::path(name_or_path)).lexically_normal().parent_path().filename().string();
+      return from_huggingface_named(sim::load_yaml_file(config.string()), config.string(), folder, overrides);
+    }
+    if (repo_id(name_or_path) && !fs::exists(name_or_path, ec)) {
+      const std::string config = cached_config(name_or_path);
+      return from_huggingface_named(sim::load_yaml_file(config), config, name_or_path.substr(name_or_path.find('/') + 1),
+                                    overrides);
+    }
     if (name_or_path.find('/') != std::string::npos) {
-      throw ConfigError("--model " + name_or_path + ": expected a built-in name, a .yaml file or a HuggingFace config.json");
+      throw ConfigError("--model " + name_or_path + ": expected a built-in name, a .yaml file, a HuggingFace config.json or "
+                        "model folder, or a hub repository (ORG/NAME) in the HuggingFace cache");
     }
     const auto names = builtin_names();
     const std::string hint = sim::did_you_mean(name_or_path, names);

@@ -7,6 +7,8 @@
 
 #include <algorithm>
 #include <fstream>
+#include <optional>
+#include <cstdlib>
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/cost.hpp"
@@ -134,6 +136,79 @@ TEST_CASE("the more built-ins have their checkpoints' parameter totals (Note [Mo
   CHECK(load_model("llama-3.1-8b")->max_seq_len() == 131072);
   CHECK(load_model("llama-3-8b")->max_seq_len() == 8192);
   CHECK(load_model("llama-2-70b")->max_seq_len() == 4096);
+}
+
+namespace {
+
+/// Sets an environment variable for a scope, restoring it after.
+struct ScopedEnv {
+  std::string key;
+  std::optional<std::string> old;
+  ScopedEnv(std::string k, const std::optional<std::string>& value) : key(std::move(k)) {
+    if (const char* v = std::getenv(key.c_str())) old = v;
+    if (value) {
+      ::setenv(key.c_str(), value->c_str(), 1);
+    } else {
+      ::unsetenv(key.c_str());
+    }
+  }
+  ~ScopedEnv() {
+    if (old) {
+      ::setenv(key.c_str(), old->c_str(), 1);
+    } else {
+      ::unsetenv(key.c_str());
+    }
+  }
+};
+
+}  // namespace
+
+TEST_CASE("a hub repository is read from the HuggingFace cache, a model's folder from its config.json (Note [HuggingFace cache])",
+          "[llama][hf]") {
+  test::TempDir dir("hf-cache");
+  namespace fs = std::filesystem;
+  // huggingface_hub's precedence: HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub, XDG_CACHE_HOME/huggingface/hub, ~/.cache/huggingface/hub.
+  {
+    ScopedEnv a("HF_HUB_CACHE", std::nullopt), b("HUGGINGFACE_HUB_CACHE", std::nullopt), c("HF_HOME", std::nullopt),
+        d("XDG_CACHE_HOME", std::nullopt), home("HOME", "/home/u");
+    CHECK(models::huggingface_hub_cache() == "/home/u/.cache/huggingface/hub");
+    ScopedEnv xdg("XDG_CACHE_HOME", "/x");
+    CHECK(models::huggingface_hub_cache() == "/x/huggingface/hub");
+    ScopedEnv hf_home("HF_HOME", "~/hf");
+    CHECK(models::huggingface_hub_cache() == "/home/u/hf/hub");
+    ScopedEnv legacy("HUGGINGFACE_HUB_CACHE", "/legacy");
+    CHECK(models::huggingface_hub_cache() == "/legacy");
+    ScopedEnv now("HF_HUB_CACHE", "/now");
+    CHECK(models::huggingface_hub_cache() == "/now");
+  }
+  ScopedEnv cache("HF_HUB_CACHE", dir.str());
+  // models--ORG--NAME/refs/main names the snapshot; an older one beside it is not read.
+  const fs::path repo = dir.path / "models--meta-llama--Llama-3.1-8B";
+  fs::create_directories(repo / "refs");
+  fs::create_directories(repo / "snapshots" / "0123abcd");
+  fs::create_directories(repo / "snapshots" / "old");
+  std::ofstream(repo / "refs" / "main") << "0123abcd\n";
+  fs::copy_file(hf("llama-3-8b"), repo / "snapshots" / "0123abcd" / "config.json");
+  fs::copy_file(hf("llama-3.2-1b"), repo / "snapshots" / "old" / "config.json");
+  const auto m = load_model("meta-llama/Llama-3.1-8B");
+  CHECK(m->name() == "Llama-3.1-8B");
+  CHECK(m->parameters() == 8'030'261'248);  // llama-3-8b's config.json (tests/data/hf/PARAMS.md)
+  // Without refs/main, two snapshots are one too many; one is the one.
+  fs::remove(repo / "refs" / "main");
+  CHECK_THAT(error_of([] { load_model("meta-llama/Llama-3.1-8B"); }),
+             Catch::Contains("holds 2 snapshots with a config.json and refs/main names none of them"));
+  fs::remove_all(repo / "snapshots" / "old");
+  CHECK(load_model("meta-llama/Llama-3.1-8B")->parameters() == 8'030'261'248);
+  // Not cached: where it looked, how to fetch it, and the built-in of that name.
+  CHECK(error_of([] { load_model("Qwen/Qwen2.5-7B"); }) ==
+        "--model Qwen/Qwen2.5-7B: not in the HuggingFace cache (" + dir.str() +
+            " has no models--Qwen--Qwen2.5-7B) and dtsim reads no network; `huggingface-cli download Qwen/Qwen2.5-7B "
+            "config.json` puts its config.json there, or give a config.json's path, or the built-in 'qwen2.5-7b'");
+  // A model's folder: its config.json, named by the folder.
+  CHECK(load_model(fs::path(hf("qwen3-8b")).parent_path().string())->name() == "qwen3-8b");
+  CHECK_THAT(error_of([&] { load_model(dir.str()); }), Catch::Contains(": a folder without a config.json; valid: a model's folder"));
+  // Neither a repository nor a file.
+  CHECK_THAT(error_of([] { load_model("a/b/c"); }), Catch::Contains("--model a/b/c: expected a built-in name"));
 }
 
 TEST_CASE("a config.json is named from _name_or_path or its folder, not 'config'", "[llama]") {

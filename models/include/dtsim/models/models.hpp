@@ -209,13 +209,19 @@ sim::ModelPtr make_bilstm(const BiLstmConfig& c);
 /// Built-in names: gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base,
 /// bert-large, bilstm, and the tiny ones for CPU validation.
 std::vector<std::string> builtin_names();
+/// The HuggingFace hub's cache folder, as huggingface_hub finds it
+/// offline: HF_HUB_CACHE, HUGGINGFACE_HUB_CACHE, HF_HOME/hub,
+/// XDG_CACHE_HOME/huggingface/hub or ~/.cache/huggingface/hub.
+std::string huggingface_hub_cache();
 /// One-line description of a built-in model ("GPT-2 124M: 12 layers, h=768").
 std::string describe_builtin(const std::string& name);
 
 /// Loads a model: a built-in name, a YAML file (`family: gpt|gpt2|bert|bilstm`
-/// plus that family's keys), or a HuggingFace config.json (model_type gpt2 or
-/// bert). `--set model.KEY=VALUE` overrides apply to any of them. Throws
-/// ConfigError / IoError with file, line and key.
+/// plus that family's keys), a HuggingFace config.json (of the model_types
+/// models/README.md lists), a model's folder holding one, or a hub
+/// repository ("ORG/NAME") in the HuggingFace cache (Note [HuggingFace
+/// cache] in src/zoo.cpp). `--set model.KEY=VALUE` overrides apply to any
+/// of them. Throws ConfigError / IoError with file, line and key.
 sim::ModelPtr load_model(const std::string& name_or_path,
                          const std::vector<sim::Override>& overrides = {});
 
