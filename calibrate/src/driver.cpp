@@ -664,9 +664,11 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     // (pool_rounds): one round that meets a slow spell on one side does
     // not decide the difference.
     constexpr int kProbeRounds = 3;
-    std::string failed;  // why the probe's records are not to be used
-    sim::Profile probed;  // the last run's records
+    std::string failed;     // why the probe's records are not to be used
+    std::string failed_by;  // the program whose run that was
+    sim::Profile probed;    // the last run's records
     const auto run_side = [&](const std::vector<std::string>& pargv, const std::string& source, const std::string& what) {
+      failed_by = pargv.size() > 1 ? pargv[0] + " " + pargv[1] : pargv.front();
       std::vector<pid_t> copies;
       if (!cuda) {
         for (int i = 1; i < o.procs; ++i) copies.push_back(start_copy(sup, pargv, "/dev/null"));
@@ -680,7 +682,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
         for (const pid_t pid : copies) sup.stop_now(pid);
         throw;
       } catch (const Error& e) {
-        failed = std::string("the ") + what + "'s output: " + e.what();
+        failed = what + "'s output: " + e.what();
       }
       for (const pid_t pid : copies) sup.stop_now(pid);
     };
@@ -731,6 +733,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
     // The rounds, where the first probe timed its loop.
     const bool timed = failed.empty() && !cut && probed.info.count("python.skipped") == 0;
     std::vector<sim::Profile> python_runs, host_runs;
+    std::string short_by;  // why the rounds stopped short, where they did after a run of each side
     if (timed) {
       const sim::Profile first = probed;
       python_runs.push_back(first);
@@ -738,11 +741,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       static_assert(kProbeRounds == 3, "the order below is three rounds'");
       for (const bool host : {true, true, false, false, true}) {
         if (host) {
-          if (torch_bench.empty()) {
-            failed = "dtsim_torch_bench is not beside dtsim";
-          } else {
-            run_side(host_argv, "torch", "dtsim_torch_bench --host-probe");
-          }
+          run_side(host_argv, "torch", "dtsim_torch_bench --host-probe");
         } else {
           run_side(python_argv(python), "python", "the probe");
         }
@@ -750,9 +749,16 @@ sim::Profile calibrate(const CalibrateOptions& o) {
         (host ? host_runs : python_runs).push_back(probed);
       }
       probed = first;  // its info: the interpreter's and torch's versions
+      // A later run that fails or meets --time-limit leaves the rounds
+      // done, once each side has timed its loop: they are a difference
+      // taken in the same minutes, as the three would have been.
+      if ((!failed.empty() || cut) && !host_runs.empty()) {
+        short_by = cut ? "--time-limit reached" : failed_by + ": " + failed;
+        failed.clear();
+      }
     }
-    // Its records join the profile only whole.
-    if (failed.empty() && !cut) {
+    // Its records join the profile only whole: a run of each side.
+    if (failed.empty() && (!cut || !short_by.empty())) {
       for (const auto& [key, value] : probed.info) {
         if (key.rfind("python.", 0) == 0) p.info[key] = value;
       }
@@ -764,19 +770,24 @@ sim::Profile calibrate(const CalibrateOptions& o) {
           for (const sim::KernelSample& k : pool_rounds(*runs)) p.kernels.push_back(k);
         }
         p.info["python.rounds"] = std::to_string(python_runs.size()) + " Python, " + std::to_string(host_runs.size()) +
-                                  " C++, interleaved (Note [Probe and loop interleaved])";
+                                  " C++, interleaved (Note [Probe and loop interleaved])" +
+                                  (short_by.empty() ? "" : "; stopped short: " + short_by);
       }
     }
     const auto skipped = p.info.find("python.skipped");
-    if (cut) {
+    if (cut && short_by.empty()) {
       view.done("cut by --time-limit");
       p.info["python"] = "not measured: --time-limit reached";
     } else if (!failed.empty()) {
-      std::fprintf(stderr, "calibrate: warning: %s %s: %s; the profile has no Python host cost (--python none skips it)\n",
-                   python.c_str(), probe.c_str(), failed.c_str());
+      std::fprintf(stderr, "calibrate: warning: %s: %s; the profile has no Python host cost (--python none skips it)\n",
+                   failed_by.c_str(), failed.c_str());
       view.done("skipped: " + failed);
       p.info["python"] = "not measured: " + failed;
     } else if (const auto cost = sim::python_host_cost(p)) {
+      if (!short_by.empty()) {
+        std::fprintf(stderr, "calibrate: warning: the Python host cost's rounds stopped short (%s): it is priced from the %zu Python and %zu C++ runs done\n",
+                     short_by.c_str(), python_runs.size(), host_runs.size());
+      }
       if (!(cost->per_op_s > 0)) {
         std::fprintf(stderr,
                      "calibrate: warning: the Python loop's ops timed no slower than the C++ loop's over %d interleaved rounds: "

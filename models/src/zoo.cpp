@@ -1280,8 +1280,8 @@ std::string cached_config(const std::string& repo) {
   }(), builtin_names());
   hint = hint.empty() ? "" : ", or the built-in '" + hint + "'";
   if (!fs::is_directory(folder, ec)) {
-    throw ConfigError("--model " + repo + ": not in the HuggingFace cache (" + cache + " has no " + folder.filename().string() +
-                      ") and dtsim reads no network; `huggingface-cli download " + repo +
+    throw ConfigError("--model " + repo + ": no such file or folder here, nor in the HuggingFace cache (" + cache + " has no " +
+                      folder.filename().string() + ") and dtsim reads no network; `huggingface-cli download " + repo +
                       " config.json` puts its config.json there, or give a config.json's path" + hint);
   }
   std::string commit;
@@ -1290,9 +1290,16 @@ std::string cached_config(const std::string& repo) {
     std::getline(ref, commit);
     while (!commit.empty() && std::isspace(static_cast<unsigned char>(commit.back())) != 0) commit.pop_back();
   }
-  if (!commit.empty() && commit.find('/') == std::string::npos) {
+  if (fs::exists(folder / "refs" / "main", ec)) {
+    // huggingface_hub writes the commit's hash there; its snapshot is the
+    // one it reads offline, and no other.
+    const bool hash = !commit.empty() && commit.size() <= 64 &&
+                      std::all_of(commit.begin(), commit.end(), [](unsigned char c) { return std::isxdigit(c) != 0; });
     const fs::path config = folder / "snapshots" / commit / "config.json";
-    if (fs::is_regular_file(config, ec)) return config.string();
+    if (hash && fs::is_regular_file(config, ec)) return config.string();
+    throw ConfigError("--model " + repo + ": " + (folder / "refs" / "main").string() +
+                      (hash ? " names snapshot " + commit + ", which holds no config.json" : " holds no commit hash") +
+                      "; `huggingface-cli download " + repo + " config.json` fetches it, or give a config.json's path" + hint);
   }
   std::vector<fs::path> found;
   for (fs::directory_iterator it(folder / "snapshots", ec), end; !ec && it != end; it.increment(ec)) {
@@ -1302,7 +1309,7 @@ std::string cached_config(const std::string& repo) {
   if (found.size() == 1) return found.front().string();
   throw ConfigError("--model " + repo + ": " + folder.string() +
                     (found.empty() ? " holds no snapshot with a config.json"
-                                   : " holds " + std::to_string(found.size()) + " snapshots with a config.json and refs/main names none of them") +
+                                   : " holds " + std::to_string(found.size()) + " snapshots with a config.json and no refs/main to choose one") +
                     "; `huggingface-cli download " + repo + " config.json` fetches the main one, or give a config.json's path" + hint);
 }
 
@@ -1335,8 +1342,10 @@ sim::ModelPtr load_model(const std::string& name_or_path, const std::vector<sim:
         throw ConfigError("--model " + name_or_path + ": a folder without a config.json; valid: a model's folder as "
                           "HuggingFace saves it, a config.json, a .yaml file or a built-in name");
       }
-      std::string folder = fs::absolute(fs::path(name_or_path)).lexically_normal().filename().string();
-      if (folder.empty()) folder = fs::absolute(fs::path(name_or_path)).lexically_normal().parent_path().filename().string();
+      const fs::path whole = fs::absolute(fs::path(name_or_path), ec).lexically_normal();
+      std::string folder = whole.filename().string();
+      if (folder.empty()) folder = whole.parent_path().filename().string();
+      if (folder.empty()) folder = "model";
       return from_huggingface_named(sim::load_yaml_file(config.string()), config.string(), folder, overrides);
     }
     if (repo_id(name_or_path) && !fs::exists(name_or_path, ec)) {

@@ -193,15 +193,20 @@ TEST_CASE("a hub repository is read from the HuggingFace cache, a model's folder
   const auto m = load_model("meta-llama/Llama-3.1-8B");
   CHECK(m->name() == "Llama-3.1-8B");
   CHECK(m->parameters() == 8'030'261'248);  // llama-3-8b's config.json (tests/data/hf/PARAMS.md)
+  // refs/main naming no snapshot with a config.json, or no hash, is refused, not another snapshot read.
+  std::ofstream(repo / "refs" / "main") << "deadbeef\n";
+  CHECK_THAT(error_of([] { load_model("meta-llama/Llama-3.1-8B"); }), Catch::Contains("names snapshot deadbeef, which holds no config.json"));
+  std::ofstream(repo / "refs" / "main") << "..\n";
+  CHECK_THAT(error_of([] { load_model("meta-llama/Llama-3.1-8B"); }), Catch::Contains("refs/main holds no commit hash"));
   // Without refs/main, two snapshots are one too many; one is the one.
   fs::remove(repo / "refs" / "main");
   CHECK_THAT(error_of([] { load_model("meta-llama/Llama-3.1-8B"); }),
-             Catch::Contains("holds 2 snapshots with a config.json and refs/main names none of them"));
+             Catch::Contains("holds 2 snapshots with a config.json and no refs/main to choose one"));
   fs::remove_all(repo / "snapshots" / "old");
   CHECK(load_model("meta-llama/Llama-3.1-8B")->parameters() == 8'030'261'248);
   // Not cached: where it looked, how to fetch it, and the built-in of that name.
   CHECK(error_of([] { load_model("Qwen/Qwen2.5-7B"); }) ==
-        "--model Qwen/Qwen2.5-7B: not in the HuggingFace cache (" + dir.str() +
+        "--model Qwen/Qwen2.5-7B: no such file or folder here, nor in the HuggingFace cache (" + dir.str() +
             " has no models--Qwen--Qwen2.5-7B) and dtsim reads no network; `huggingface-cli download Qwen/Qwen2.5-7B "
             "config.json` puts its config.json there, or give a config.json's path, or the built-in 'qwen2.5-7b'");
   // A model's folder: its config.json, named by the folder.

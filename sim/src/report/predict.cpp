@@ -381,7 +381,9 @@ Prediction predict(const Model& model, const PlanSpec& spec, const ClusterSpec& 
     // Note [A long default sequence]: a shape too large to price, from a
     // length nobody gave, says where the length came from.
     const std::string what = e.what();
-    if (spec.seq_len != 0 || model.max_seq_len() <= 1 || what.rfind("plan.micro_batch x plan.seq_len", 0) != 0) throw;
+    if (spec.seq_len != 0 || model.max_seq_len() <= kLongDefaultSequence || what.rfind("plan.micro_batch x plan.seq_len", 0) != 0) {
+      throw;
+    }
     throw ConfigError(what + " (plan.seq_len was not given: it is " + model.name() + "'s whole context, " +
                       std::to_string(model.max_seq_len()) + " tokens)");
   }
