@@ -754,6 +754,7 @@ sim::Profile calibrate(const CalibrateOptions& o) {
       // taken in the same minutes, as the three would have been.
       if ((!failed.empty() || cut) && !host_runs.empty()) {
         short_by = cut ? "--time-limit reached" : failed_by + ": " + failed;
+        if (const auto at = short_by.find("; its message is above"); at != std::string::npos) short_by.erase(at, 22);
         failed.clear();
       }
     }
@@ -985,6 +986,8 @@ std::string format_profile(const sim::Profile& p) {
                       "loop's; plans with runtime: python pay them\n",
                       version("python"), version("python.python"), version("python.torch"), cost->per_op_s * 1e6,
                       cost->per_tensor_s * 1e6);
+    // Note [Probe and loop interleaved]: how the two sides were timed.
+    if (const auto it = p.info.find("python.rounds"); it != p.info.end()) os << "    timed: " << it->second << "\n";
   } else if (const auto it = p.info.find("python"); it != p.info.end()) {
     os << "  python loop: " << it->second << "\n";
   }

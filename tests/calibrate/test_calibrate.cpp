@@ -504,6 +504,10 @@ TEST_CASE("the Python probe's records and the C++ loop's price a Python loop (No
   p.info["python"] = "/usr/bin/python3";
   CHECK_THAT(calib::format_profile(p),
              Catch::Contains("python loop: /usr/bin/python3 (Python 3.11.2, torch 1.13.1): 18.8 us an op, 30.0 us a tensor's step"));
+  // Note [Probe and loop interleaved]: the rounds, where calibration recorded them.
+  CHECK_THAT(calib::format_profile(p), !Catch::Contains("    timed: "));
+  p.info["python.rounds"] = "3 Python, 3 C++, interleaved (Note [Probe and loop interleaved])";
+  CHECK_THAT(calib::format_profile(p), Catch::Contains("pay them\n    timed: 3 Python, 3 C++, interleaved"));
   CHECK_THAT(calib::profile_to_json(p), Catch::Contains("\"python_host\": {"));
   // A probe that could not import torch: its reason, and no cost.
   Profile none;
