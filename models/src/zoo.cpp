@@ -615,7 +615,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, olmo3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -856,13 +856,27 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     ours["embedding_multiplier"] = c.get_double("embedding_multiplier", 1.0, 1e-6, 1e6);
     ours["residual_multiplier"] = c.get_double("residual_multiplier", 1.0, 1e-6, 1e6);
     ours["logits_scaling"] = c.get_double("logits_scaling", 1.0, 1e-6, 1e6);
-  } else if (type == "olmo2") {
+  } else if (type == "olmo2" || type == "olmo3") {
     // Note [OLMo 2] (llama.cpp): Ai2's OLMo 2 (Olmo2ForCausalLM); the
     // defaults of Olmo2Config (transformers' configuration_olmo2.py).
-    require_arch({"Olmo2ForCausalLM"});
+    // OLMo 3 (Olmo3ForCausalLM, configuration_olmo3.py) is OLMo 2's block
+    // with sliding-window attention (sliding_window, 4096 by default) on
+    // every layer but each 4th (layer_types' default, as (i + 1) % 4); its
+    // full layers' YaRN rotary changes values, not work.
+    const bool olmo3 = type == "olmo3";
+    require_arch({olmo3 ? "Olmo3ForCausalLM" : "Olmo2ForCausalLM"});
     whole_heads_decoder(50304);
     ours["qk_norm"] = true;
     ours["olmo2_norms"] = true;
+    if (olmo3) {
+      if (hf["sliding_window"] && hf["sliding_window"].IsNull()) {
+        c.fail("sliding_window", "null, which Olmo3Model's sliding_attention layers cannot run; valid: a positive integer (4096 in its releases)");
+      }
+      ours["sliding_window"] = c.get_int("sliding_window", 4096, 1, kBig);
+      const std::int64_t every = global_every(4);
+      if (every > 1) ours["global_every"] = every;
+      if (every == 1) ours.remove("sliding_window");  // every layer global
+    }
   } else if (type == "gemma2" || type == "gemma3_text") {
     // Note [Gemma] (llama.cpp): the defaults of Gemma2Config and
     // Gemma3TextConfig (transformers), which are Gemma 2 2B's and Gemma 3

@@ -717,6 +717,44 @@ TEST_CASE("OLMo 2's parameters equal HuggingFace's, from config.json and built i
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
 }
 
+TEST_CASE("OLMo 3: OLMo 2's block with a full-attention layer every 4th, the others in a window", "[llama][olmo2]") {
+  // Olmo3Config (configuration_olmo3.py): sliding_window 4096 and
+  // layer_types with (i + 1) % 4 == 0 full by default. A small one: 8
+  // layers, h 512, 8 heads of 64, 2 KV heads, f 1024, V 1000, window 64.
+  // Per layer 512^2 (q) + 2 x 512 x 128 (k, v) + 512^2 (o) + 3 x 512 x 1024
+  // + 2 x 512 (norms) + 8 x 64 + 2 x 64 (q/k norms) = 2,229,888; 8 layers,
+  // the embedding and the untied head 2 x 512,000, the final norm 512:
+  // 18,863,616.
+  test::TempDir dir("olmo3");
+  const std::string keys = R"("architectures": ["Olmo3ForCausalLM"], "model_type": "olmo3", "hidden_size": 512,
+    "intermediate_size": 1024, "num_attention_heads": 8, "num_hidden_layers": 8, "num_key_value_heads": 2,
+    "max_position_embeddings": 1024, "vocab_size": 1000, "tie_word_embeddings": false, "sliding_window": 64)";
+  const auto m = load_model(write_json(dir, "{" + keys + "}"));
+  CHECK(m->parameters() == 18'863'616);
+  CHECK(m->parameters() == [] {
+    return llama_params(8, 512, 8, 2, 64, 1024, 1000, false) + 8 * (8 + 2) * 64;
+  }());
+  const auto layers = m->layers(shape(1, 256, 2));
+  REQUIRE(layers.size() == 10);
+  for (int i = 0; i < 8; ++i) {
+    INFO("layer " << i);
+    const bool full = (i + 1) % 4 == 0;
+    CHECK((layers[static_cast<std::size_t>(i) + 1].signature.find(",sw=64") == std::string::npos) == full);
+  }
+  // layer_types as the releases list them say the same; another pattern is refused at its key.
+  const std::string listed = R"(, "layer_types": ["sliding_attention", "sliding_attention", "sliding_attention", "full_attention",
+    "sliding_attention", "sliding_attention", "sliding_attention", "full_attention"])";
+  const auto same = load_model(write_json(dir, "{" + keys + listed + "}"))->layers(shape(1, 256, 2));
+  for (std::size_t i = 0; i < layers.size(); ++i) CHECK(same[i].signature == layers[i].signature);
+  std::string odd = listed;
+  odd.replace(odd.rfind("\"full_attention\""), 16, "\"sliding_attention\"");  // layer 7: full every 4th no longer
+  CHECK_THAT(error_of([&] { load_model(write_json(dir, "{" + keys + odd + "}")); }), Catch::Contains("layer_types"));
+  CHECK_THAT(error_of([&] {
+               load_model(write_json(dir, "{" + keys.substr(0, keys.find(", \"sliding_window\"")) + ", \"sliding_window\": null}"));
+             }),
+             Catch::Contains("sliding_window: null"));
+}
+
 TEST_CASE("OLMo 2's block moves its norms, not its work: the q/k-normed Llama block's bytes, FLOPs and kept tensors", "[llama][olmo2]") {
   // Llama's block norms its input and the residual stream (keeping both and
   // the two normed GEMM inputs); OLMo 2's norms the attention's and the MLP's
