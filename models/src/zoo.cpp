@@ -741,6 +741,20 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     }
     return every;
   };
+  // Sliding-window layers with a full one every n-th (`every_default`, or
+  // as layer_types list them): gpt-oss's and OLMo 3's. HF's sliding mask
+  // needs a window (create_sliding_window_causal_mask refuses none).
+  auto windowed = [&](const std::string& model_class, std::int64_t window_default, const std::string& released,
+                      std::int64_t every_default) {
+    if (hf["sliding_window"] && hf["sliding_window"].IsNull()) {
+      c.fail("sliding_window", "null, which " + model_class + "'s sliding_attention layers cannot run; valid: a positive integer (" +
+                                   released + ")");
+    }
+    ours["sliding_window"] = c.get_int("sliding_window", window_default, 1, kBig);
+    const std::int64_t every = global_every(every_default);
+    if (every > 1) ours["global_every"] = every;
+    if (every == 1) ours.remove("sliding_window");  // every layer global
+  };
   if (type == "gpt2") {
     require_arch({"GPT2LMHeadModel", "GPT2Model"});
     ours["family"] = "gpt2";
@@ -868,15 +882,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     whole_heads_decoder(50304);
     ours["qk_norm"] = true;
     ours["olmo2_norms"] = true;
-    if (olmo3) {
-      if (hf["sliding_window"] && hf["sliding_window"].IsNull()) {
-        c.fail("sliding_window", "null, which Olmo3Model's sliding_attention layers cannot run; valid: a positive integer (4096 in its releases)");
-      }
-      ours["sliding_window"] = c.get_int("sliding_window", 4096, 1, kBig);
-      const std::int64_t every = global_every(4);
-      if (every > 1) ours["global_every"] = every;
-      if (every == 1) ours.remove("sliding_window");  // every layer global
-    }
+    if (olmo3) windowed("Olmo3Model", 4096, "4096 in its releases", 4);
   } else if (type == "gemma2" || type == "gemma3_text") {
     // Note [Gemma] (llama.cpp): the defaults of Gemma2Config and
     // Gemma3TextConfig (transformers), which are Gemma 2 2B's and Gemma 3
@@ -1065,15 +1071,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     ours["swiglu_limit"] = c.get_double("swiglu_limit", 7.0, 1e-6, 1e6);
     (void)c.get_double("swiglu_alpha", 1.702, 0, 1e6);
     // Sliding layers see sliding_window keys, every other layer all of them
-    // (layer 0 sliding), or as layer_types lists them. HF's sliding mask
-    // needs a window (create_sliding_window_causal_mask refuses none).
-    if (hf["sliding_window"] && hf["sliding_window"].IsNull()) {
-      c.fail("sliding_window", "null, which GptOssModel's sliding_attention layers cannot run; valid: a positive integer (128 in both releases)");
-    }
-    ours["sliding_window"] = c.get_int("sliding_window", 128, 1, kBig);
-    const std::int64_t every = global_every(2);
-    if (every > 1) ours["global_every"] = every;
-    if (every == 1) ours.remove("sliding_window");  // every layer global
+    // (layer 0 sliding), or as layer_types lists them.
+    windowed("GptOssModel", 128, "128 in both releases", 2);
   } else if (type == "glm4_moe") {
     // Note [GLM-4.5] (llama.cpp): Zhipu's GLM-4.5, 4.6 and 4.7 and GLM-4.5-Air
     // (Glm4MoeForCausalLM); the defaults of Glm4MoeConfig (transformers'
