@@ -184,6 +184,13 @@ using namespace detail;
 // M = 3), route_nodes here, where V2-Lite routes greedily over all 64.
 // Neither checkpoint has a multi-token prediction layer. torchtitan's
 // deepseek_v3 flavors 16B and 236B are these shapes.
+// Note [SmolLM3]
+// Hugging Face's SmolLM3 (modeling_smollm3.py; SmolLM3-3B, 3.08B
+// parameters) is the Llama block, grouped-query attention and a tied head,
+// with no rotary embedding on every no_rope_layer_interval-th layer (4: its
+// NoPE layers), which otherwise attend as every layer does. Here those are
+// the "global" layers (global_every, nope_global) with no window or chunks
+// on the others: the same kernels, less the NoPE layers' rotary.
 // Note [Phi-3]
 // Microsoft's Phi-3 and Phi-4 as HuggingFace writes them (modeling_phi3.py,
 // model_type phi3; Abdin et al. 2024, "Phi-3 Technical Report", section 2)

@@ -124,6 +124,10 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 64\nhidden: 5120\nheads: 40\nkv_heads: 8\nintermediate: 27648\nvocab: 152064\nseq_len: 131072\nqkv_bias: true\n"},
     {"qwen2.5-72b", "Qwen2.5 72B: 80 layers, hidden 8192, 64 heads, 8 KV heads, q/k/v biases, SwiGLU 29568, vocab 152064, seq 131072",
      "family: llama\nlayers: 80\nhidden: 8192\nheads: 64\nkv_heads: 8\nintermediate: 29568\nvocab: 152064\nseq_len: 131072\nqkv_bias: true\n"},
+    // Note [SmolLM3] (llama.cpp): HuggingFaceTB/SmolLM3-3B's config.json.
+    {"smollm3-3b", "Hugging Face SmolLM3 3B: 36 layers, hidden 2048, 16 heads, 4 KV heads, SwiGLU 11008, vocab 128256, tied head, no rotary on every 4th layer (NoPE), seq 65536",
+     "family: llama\nlayers: 36\nhidden: 2048\nheads: 16\nkv_heads: 4\nintermediate: 11008\nvocab: 128256\nseq_len: 65536\ntied_head: true\n"
+     "global_every: 4\nnope_global: true\n"},
     // Note [Phi-3] (llama.cpp): microsoft/Phi-3-mini-4k-instruct's and
     // Phi-3-medium-4k-instruct's config.json.
     {"phi-3-mini", "Microsoft Phi-3-mini (4k): 32 layers, hidden 3072, 32 heads, SwiGLU 8192, vocab 32064, sliding window 2047, seq 4096",
@@ -615,7 +619,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, olmo3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -870,6 +874,59 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     ours["embedding_multiplier"] = c.get_double("embedding_multiplier", 1.0, 1e-6, 1e6);
     ours["residual_multiplier"] = c.get_double("residual_multiplier", 1.0, 1e-6, 1e6);
     ours["logits_scaling"] = c.get_double("logits_scaling", 1.0, 1e-6, 1e6);
+  } else if (type == "smollm3") {
+    // Note [SmolLM3] (llama.cpp): Hugging Face's SmolLM3 (SmolLM3ForCausalLM);
+    // the defaults of SmolLM3Config (configuration_smollm3.py), which are
+    // SmolLM3-3B's.
+    require_arch({"SmolLM3ForCausalLM"});
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", 36);
+    copy_int("hidden_size", "hidden", 2048);
+    copy_int("num_attention_heads", "heads", 16);
+    const std::int64_t heads = ours["heads"].as<std::int64_t>(), layers = ours["layers"].as<std::int64_t>();
+    copy_int("num_key_value_heads", "kv_heads", 4);
+    check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    if (ours["hidden"].as<std::int64_t>() % heads != 0) {
+      c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(ours["hidden"].as<std::int64_t>()));
+    }
+    copy_int("intermediate_size", "intermediate", 11008);
+    copy_int("vocab_size", "vocab", 128256);
+    copy_int("max_position_embeddings", "seq_len", 32768);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
+    const bool bias = c.get_bool("attention_bias", false);
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
+    ours["mlp_bias"] = c.get_bool("mlp_bias", false);
+    // no_rope_layers (1: rotary), by default 0 on every
+    // no_rope_layer_interval-th layer: those are the NoPE layers.
+    const std::int64_t interval = c.get_int("no_rope_layer_interval", 4, 1, 10000);
+    std::vector<std::int64_t> pattern;
+    for (std::int64_t i = 0; i < layers; ++i) pattern.push_back((i + 1) % interval != 0 ? 1 : 0);
+    if (c.has("no_rope_layers") && !hf["no_rope_layers"].IsNull()) {
+      if (!hf["no_rope_layers"].IsSequence()) c.fail("no_rope_layers", "expected a list of 0 and 1, one a layer");
+      std::vector<std::int64_t> listed = c.get_int_list("no_rope_layers");
+      if (static_cast<std::int64_t>(listed.size()) > layers) listed.resize(static_cast<std::size_t>(layers));  // "at least" as long
+      if (listed != pattern) {
+        c.fail("no_rope_layers", "differs from 0 on every " + std::to_string(interval) + "-th layer and 1 elsewhere (no_rope_layer_interval " +
+                                     std::to_string(interval) + "), which is what dtsim models");
+      }
+    }
+    // Every layer attends to every key before it unless use_sliding_window
+    // puts the NoPE layers in a window, which dtsim does not model.
+    if (c.get_bool("use_sliding_window", false) && c.has("sliding_window") && !hf["sliding_window"].IsNull()) {
+      c.fail("use_sliding_window", "true with a sliding_window: SmolLM3's windowed NoPE layers are not modelled; valid: false (its releases)");
+    }
+    if (c.has("layer_types") && hf["layer_types"].IsSequence()) {
+      for (std::size_t i = 0; i < hf["layer_types"].size(); ++i) {
+        if (!hf["layer_types"][i].IsScalar() || hf["layer_types"][i].Scalar() != "full_attention") {
+          c.fail("layer_types", "layer " + std::to_string(i) + " is not 'full_attention', the only kind dtsim models for SmolLM3");
+        }
+      }
+    }
+    if (interval <= layers) {
+      ours["global_every"] = interval;
+      ours["nope_global"] = true;
+    }
   } else if (type == "olmo2" || type == "olmo3") {
     // Note [OLMo 2] (llama.cpp): Ai2's OLMo 2 (Olmo2ForCausalLM); the
     // defaults of Olmo2Config (transformers' configuration_olmo2.py).

@@ -532,7 +532,7 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model bert-tiny --cluster dgx-h100 --set plan.cp=2", "plan.cp: 2: this model has no context-parallel split"},
       {"predict --model llama-tiny --cluster dgx-h100 --set model.kv_heads=3", "model.kv_heads: 3 does not divide the 4 attention heads"},
       {"predict --model " + neox + " --cluster dgx-h100",
-       neox + ":1: config.model_type: 'gpt_neox' is not supported; valid: gpt2, bert, llama, mistral, qwen2, qwen3, phi3, granite, olmo2, olmo3, gemma2, gemma3_text, mixtral"},
+       neox + ":1: config.model_type: 'gpt_neox' is not supported; valid: gpt2, bert, llama, mistral, qwen2, qwen3, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3_text, mixtral"},
       {"predict --model " + kv5 + " --cluster dgx-h100",
        kv5 + ":2: config.num_key_value_heads: 5 does not divide the 32 attention heads"},
       {"predict --model llama-tiny --cluster dgx-h100 --set plan.attention=fast", "plan.attention: 'fast' is not one of auto, eager, flash"},

@@ -716,6 +716,43 @@ TEST_CASE("OLMo 2's parameters equal HuggingFace's, from config.json and built i
   for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
 }
 
+TEST_CASE("SmolLM3: the Llama block without rotary on every 4th layer (Note [SmolLM3])", "[llama]") {
+  // SmolLM3-3B's shape: 36 layers, h 2048, 16 heads of 128, 4 KV heads,
+  // f 11008, V 128256, tied: 36 x (2048^2 x 2 + 2 x 2048 x 512 + 3 x 2048 x
+  // 11008 + 2 x 2048) + 128256 x 2048 + 2048 = 3,075,098,624 (the card's 3.08B).
+  CHECK(llama_params(36, 2048, 16, 4, 128, 11008, 128256, true) == 3'075'098'624);
+  CHECK(load_model("smollm3-3b")->parameters() == 3'075'098'624);
+  test::TempDir dir("smollm3");
+  const std::string keys = R"("architectures": ["SmolLM3ForCausalLM"], "model_type": "smollm3", "hidden_size": 2048,
+    "intermediate_size": 11008, "num_attention_heads": 16, "num_hidden_layers": 36, "num_key_value_heads": 4,
+    "max_position_embeddings": 65536, "vocab_size": 128256, "tie_word_embeddings": true, "use_sliding_window": false,
+    "no_rope_layer_interval": 4)";
+  const auto m = load_model(write_json(dir, "{" + keys + "}"));
+  CHECK(m->parameters() == 3'075'098'624);
+  const auto layers = m->layers(shape(1, 4096, 2)), built = load_model("smollm3-3b")->layers(shape(1, 4096, 2));
+  REQUIRE(layers.size() == 38);
+  for (std::size_t i = 0; i < layers.size(); ++i) CHECK(layers[i].signature == built[i].signature);
+  // Layers 3, 7, ..., 35 turn nothing: no rotary kernel, and "nope=1" in their signature; none has a window.
+  for (int i = 0; i < 36; ++i) {
+    INFO("layer " << i);
+    const sim::Layer& l = layers[static_cast<std::size_t>(i) + 1];
+    const bool nope = (i + 1) % 4 == 0;
+    CHECK((l.signature.find(",nope=1") != std::string::npos) == nope);
+    CHECK(l.signature.find(",sw=") == std::string::npos);
+    CHECK(std::any_of(l.forward.begin(), l.forward.end(), [](const sim::Kernel& k) { return k.name == "attn.rotary"; }) == !nope);
+  }
+  // A listed no_rope_layers of that pattern is the same model; another is refused, as a sliding window is.
+  std::string listed = ", \"no_rope_layers\": [";
+  for (int i = 0; i < 36; ++i) listed += std::string(i == 0 ? "" : ", ") + ((i + 1) % 4 != 0 ? "1" : "0");
+  CHECK(load_model(write_json(dir, "{" + keys + listed + "]}"))->layers(shape(1, 4096, 2))[4].signature == layers[4].signature);
+  std::string other = listed;
+  other.replace(other.find('1'), 1, "0");
+  CHECK_THAT(error_of([&] { load_model(write_json(dir, "{" + keys + other + "]}")); }), Catch::Contains("config.no_rope_layers: differs from 0 on every 4-th layer"));
+  std::string windowed = keys;
+  windowed.replace(windowed.find("\"use_sliding_window\": false"), 27, "\"use_sliding_window\": true, \"sliding_window\": 4096");
+  CHECK_THAT(error_of([&] { load_model(write_json(dir, "{" + windowed + "}")); }), Catch::Contains("use_sliding_window: true with a sliding_window"));
+}
+
 TEST_CASE("OLMo 3: OLMo 2's block with a full-attention layer every 4th, the others in a window", "[llama][olmo2]") {
   // Olmo3Config (configuration_olmo3.py): sliding_window 4096 and
   // layer_types with (i + 1) % 4 == 0 full by default. A small one: 8
