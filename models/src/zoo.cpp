@@ -759,6 +759,25 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     if (every > 1) ours["global_every"] = every;
     if (every == 1) ours.remove("sliding_window");  // every layer global
   };
+  // NoPE layers (Llama 4's, SmolLM3's): no_rope_layers (1: rotary) is by
+  // default 0 on every no_rope_layer_interval-th layer, and a listed one
+  // must be that pattern (SmolLM3Config takes one "at least" as long as the
+  // layers, `longer`). Returns the interval.
+  auto nope_interval = [&](std::int64_t layers, bool longer) {
+    const std::int64_t interval = c.get_int("no_rope_layer_interval", 4, 1, 10000);
+    if (!c.has("no_rope_layers") || hf["no_rope_layers"].IsNull()) return interval;
+    if (!hf["no_rope_layers"].IsSequence()) c.fail("no_rope_layers", "expected a list of 0 and 1, one a layer");
+    if (hf["no_rope_layers"].size() == 0) return interval;
+    std::vector<std::int64_t> listed = c.get_int_list("no_rope_layers");
+    if (longer && static_cast<std::int64_t>(listed.size()) > layers) listed.resize(static_cast<std::size_t>(layers));
+    std::vector<std::int64_t> pattern;
+    for (std::int64_t i = 0; i < layers; ++i) pattern.push_back((i + 1) % interval != 0 ? 1 : 0);
+    if (listed != pattern) {
+      c.fail("no_rope_layers", "differs from 0 on every " + std::to_string(interval) + "-th layer and 1 elsewhere (no_rope_layer_interval " +
+                                   std::to_string(interval) + "), which is what dtsim models");
+    }
+    return interval;
+  };
   if (type == "gpt2") {
     require_arch({"GPT2LMHeadModel", "GPT2Model"});
     ours["family"] = "gpt2";
@@ -897,20 +916,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     ours["qkv_bias"] = bias;
     ours["o_bias"] = bias;
     ours["mlp_bias"] = c.get_bool("mlp_bias", false);
-    // no_rope_layers (1: rotary), by default 0 on every
-    // no_rope_layer_interval-th layer: those are the NoPE layers.
-    const std::int64_t interval = c.get_int("no_rope_layer_interval", 4, 1, 10000);
-    std::vector<std::int64_t> pattern;
-    for (std::int64_t i = 0; i < layers; ++i) pattern.push_back((i + 1) % interval != 0 ? 1 : 0);
-    if (c.has("no_rope_layers") && !hf["no_rope_layers"].IsNull()) {
-      if (!hf["no_rope_layers"].IsSequence()) c.fail("no_rope_layers", "expected a list of 0 and 1, one a layer");
-      std::vector<std::int64_t> listed = c.get_int_list("no_rope_layers");
-      if (static_cast<std::int64_t>(listed.size()) > layers) listed.resize(static_cast<std::size_t>(layers));  // "at least" as long
-      if (listed != pattern) {
-        c.fail("no_rope_layers", "differs from 0 on every " + std::to_string(interval) + "-th layer and 1 elsewhere (no_rope_layer_interval " +
-                                     std::to_string(interval) + "), which is what dtsim models");
-      }
-    }
+    const std::int64_t interval = nope_interval(layers, true);  // its NoPE layers
     // Every layer attends to every key before it unless use_sliding_window
     // puts the NoPE layers in a window, which dtsim does not model.
     if (c.get_bool("use_sliding_window", false) && c.has("sliding_window") && !hf["sliding_window"].IsNull()) {
@@ -1038,17 +1044,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // no_rope_layers (1: rotary), by default 0 on every
     // no_rope_layer_interval-th layer; layer_types make those full_attention
     // and the others chunked_attention of attention_chunk_size (null: none).
-    const std::int64_t interval = c.get_int("no_rope_layer_interval", 4, 1, 10000);
-    if (c.has("no_rope_layers") && !hf["no_rope_layers"].IsSequence()) c.fail("no_rope_layers", "expected a list of 0 and 1, one a layer");
-    if (c.has("no_rope_layers") && hf["no_rope_layers"].size() > 0) {
-      const std::vector<std::int64_t> listed = c.get_int_list("no_rope_layers");
-      std::vector<std::int64_t> pattern;
-      for (std::int64_t i = 0; i < layers; ++i) pattern.push_back((i + 1) % interval != 0 ? 1 : 0);
-      if (listed != pattern) {
-        c.fail("no_rope_layers", "differs from 0 on every " + std::to_string(interval) + "-th layer and 1 elsewhere (no_rope_layer_interval " +
-                                     std::to_string(interval) + "), which is what dtsim models");
-      }
-    }
+    const std::int64_t interval = nope_interval(layers, false);
     if (c.has("layer_types")) {
       const YAML::Node types = hf["layer_types"];
       if (!types.IsSequence() || static_cast<std::int64_t>(types.size()) != layers) {
