@@ -679,13 +679,19 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
   // (the Llama sizes, 2048 positions, an untied head, attention_bias on q,
   // k, v and o_proj alike; `vocab` theirs); their attention takes head_dim
   // = hidden_size / num_heads, which must divide.
-  auto whole_heads_decoder = [&](std::int64_t vocab) {
-    const std::int64_t heads = decoder_shape(32, 4096, 32), hidden = ours["hidden"].as<std::int64_t>();
+  // A config class's defaults for whole_heads_decoder (LlamaConfig's shape unless said).
+  struct DecoderDefaults {
+    std::int64_t vocab;
+    std::int64_t layers = 32, hidden = 4096, heads = 32, kv_heads = 0, seq_len = 2048;
+    bool tied = false;
+  };
+  auto whole_heads_decoder = [&](const DecoderDefaults& d) {
+    const std::int64_t heads = decoder_shape(d.layers, d.hidden, d.heads, d.kv_heads), hidden = ours["hidden"].as<std::int64_t>();
     if (hidden % heads != 0) c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(hidden));
     copy_int("intermediate_size", "intermediate", 11008);
-    copy_int("vocab_size", "vocab", vocab);
-    copy_int("max_position_embeddings", "seq_len", 2048);
-    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    copy_int("vocab_size", "vocab", d.vocab);
+    copy_int("max_position_embeddings", "seq_len", d.seq_len);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", d.tied);
     const bool bias = c.get_bool("attention_bias", false);
     ours["qkv_bias"] = bias;
     ours["o_bias"] = bias;
@@ -884,7 +890,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // the Llama block with four scalars; the defaults of GraniteConfig
     // (transformers' configuration_granite.py).
     require_arch({"GraniteForCausalLM"});
-    whole_heads_decoder(32000);
+    whole_heads_decoder({32000});
     ours["mlp_bias"] = c.get_bool("mlp_bias", false);
     // GraniteModel and GraniteDecoderLayer multiply by these whatever their
     // value (1.0 included), and GraniteForCausalLM divides its logits:
@@ -898,23 +904,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // the defaults of SmolLM3Config (configuration_smollm3.py), which are
     // SmolLM3-3B's.
     require_arch({"SmolLM3ForCausalLM"});
-    ours["family"] = "llama";
-    copy_int("num_hidden_layers", "layers", 36);
-    copy_int("hidden_size", "hidden", 2048);
-    copy_int("num_attention_heads", "heads", 16);
-    const std::int64_t heads = ours["heads"].as<std::int64_t>(), layers = ours["layers"].as<std::int64_t>();
-    copy_int("num_key_value_heads", "kv_heads", 4);
-    check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
-    if (ours["hidden"].as<std::int64_t>() % heads != 0) {
-      c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(ours["hidden"].as<std::int64_t>()));
-    }
-    copy_int("intermediate_size", "intermediate", 11008);
-    copy_int("vocab_size", "vocab", 128256);
-    copy_int("max_position_embeddings", "seq_len", 32768);
-    ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
-    const bool bias = c.get_bool("attention_bias", false);
-    ours["qkv_bias"] = bias;
-    ours["o_bias"] = bias;
+    whole_heads_decoder({.vocab = 128256, .layers = 36, .hidden = 2048, .heads = 16, .kv_heads = 4, .seq_len = 32768, .tied = true});
+    const std::int64_t layers = ours["layers"].as<std::int64_t>();
     ours["mlp_bias"] = c.get_bool("mlp_bias", false);
     const std::int64_t interval = nope_interval(layers, true);  // its NoPE layers
     // Every layer attends to every key before it unless use_sliding_window
@@ -942,7 +933,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // full layers' YaRN rotary changes values, not work.
     const bool olmo3 = type == "olmo3";
     require_arch({olmo3 ? "Olmo3ForCausalLM" : "Olmo2ForCausalLM"});
-    whole_heads_decoder(50304);
+    whole_heads_decoder({50304});
     ours["qk_norm"] = true;
     ours["olmo2_norms"] = true;
     if (olmo3) windowed("Olmo3Model", 4096, "4096 in its releases", 4);
