@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <optional>
+#include <random>
 #include <sstream>
 
 #include <arpa/inet.h>
@@ -240,21 +241,38 @@ void stop_all(std::vector<Rank>& ranks, Clock::time_point t0) {
 }  // namespace
 
 int free_local_port() {
-  const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
-  if (fd < 0) throw IoError(std::string("cannot open a socket for MASTER_PORT: ") + std::strerror(errno));
-  sockaddr_in addr{};
-  addr.sin_family = AF_INET;
-  addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
-  addr.sin_port = 0;
-  socklen_t len = sizeof addr;
-  if (::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) != 0 ||
-      ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) != 0) {
-    const std::string why = std::strerror(errno);
+  // Note [A port outside the ephemeral range]
+  // A port found free is not held, so the one returned should be one the
+  // kernel will not hand out meanwhile: bind(0) and connect() take theirs
+  // from ip_local_port_range (32768-60999 by default), so the port is
+  // drawn below it, from 20000 up, and tried; only when that range is
+  // empty or full does the kernel pick (bind to port 0).
+  const auto try_bind = [](int port) -> int {
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    if (fd < 0) throw IoError(std::string("cannot open a socket for MASTER_PORT: ") + std::strerror(errno));
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(port));
+    socklen_t len = sizeof addr;
+    const bool ok = ::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0 &&
+                    ::getsockname(fd, reinterpret_cast<sockaddr*>(&addr), &len) == 0;
+    const int err = errno;
     ::close(fd);
-    throw IoError("cannot find a free port on 127.0.0.1: " + why);
+    if (!ok && port == 0) throw IoError(std::string("cannot find a free port on 127.0.0.1: ") + std::strerror(err));
+    return ok ? ntohs(addr.sin_port) : -1;
+  };
+  constexpr int kFirst = 20000;
+  int ephemeral = 32768;
+  if (std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range"); in) in >> ephemeral;
+  if (ephemeral > kFirst + 1) {
+    std::mt19937 draw(std::random_device{}());
+    std::uniform_int_distribution<int> port(kFirst, ephemeral - 1);
+    for (int tries = 0; tries < 64; ++tries) {
+      if (const int p = try_bind(port(draw)); p > 0) return p;
+    }
   }
-  ::close(fd);
-  return ntohs(addr.sin_port);
+  return try_bind(0);
 }
 
 LaunchResult launch(const LaunchSpec& spec) {
@@ -272,6 +290,9 @@ LaunchResult launch(const LaunchSpec& spec) {
   for (int k = 0; k < spec.procs; ++k) {
     for (const char* ext : {"heartbeat", "error", "json", "stderr"}) fs::remove(rank_file(spec.run_dir, k, ext), ec);
   }
+  // A store a killed run left behind would hand this run its keys.
+  const std::string store = fs::absolute(fs::path(spec.run_dir) / "rendezvous").string();
+  fs::remove(store, ec);
 
   // The environment: the caller's, then ours, then spec.env (which wins).
   std::map<std::string, std::string> base;
@@ -281,8 +302,19 @@ LaunchResult launch(const LaunchSpec& spec) {
     if (eq != std::string::npos) base[kv.substr(0, eq)] = kv.substr(eq + 1);
   }
   base["WORLD_SIZE"] = base["LOCAL_WORLD_SIZE"] = std::to_string(spec.procs);
+  // Note [Local rendezvous]
+  // The ranks of a local run meet in a c10d FileStore in the run directory
+  // (Note [Rendezvous] in src/worker_main.cpp), not a TCPStore on a port
+  // picked here. A port found free is not held: until rank 0 binds it,
+  // which takes a worker the second it needs to load LibTorch, any socket
+  // the kernel binds to an ephemeral port may take it (Gloo's pairs bind
+  // one each), and rank 0 then failed with "The server socket has failed
+  // to listen on any local network address" (a CI run, with Gloo tests
+  // running beside it). A file in our own directory cannot be taken. MASTER_PORT in spec.env still asks for a TCPStore on that port.
   base["MASTER_ADDR"] = "127.0.0.1";
-  if (!spec.env.count("MASTER_PORT")) base["MASTER_PORT"] = std::to_string(free_local_port());
+  base.erase("MASTER_PORT");
+  base.erase("DTSIM_RENDEZVOUS");
+  if (!spec.env.count("MASTER_PORT")) base["DTSIM_RENDEZVOUS"] = "file:" + store;
   base["DTSIM_RUN_DIR"] = spec.run_dir;
 
   platform::StopSignals stop_signals;  // Note [Stop signals] (platform/src/child.cpp)

@@ -92,8 +92,9 @@ std::string trace_json(const std::vector<TraceEvent>& events, int rank, int stag
 //     a FileStore named after the job in the working directory, which a
 //     cluster's ranks share (mpirun gives no address that rank 0 can bind:
 //     it may run on a login node);
-//  4. otherwise (one node, or our own launcher): 127.0.0.1:29500, or
-//     MASTER_PORT.
+//  4. otherwise (one node): 127.0.0.1:29500, or MASTER_PORT.
+// Our own launcher sets DTSIM_RENDEZVOUS to a file in the run directory
+// (Note [Local rendezvous] in src/launcher.cpp).
 Comm::Rendezvous rendezvous_from_env() {
   Comm::Rendezvous where;
   const std::string file = env_or("DTSIM_RENDEZVOUS", "");

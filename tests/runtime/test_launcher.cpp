@@ -6,6 +6,7 @@
 #include <atomic>
 #include <cerrno>
 #include <chrono>
+#include <cstdlib>
 #include <csignal>
 #include <filesystem>
 #include <fstream>
@@ -13,6 +14,9 @@
 #include <string>
 #include <thread>
 
+#include <arpa/inet.h>
+#include <netinet/in.h>
+#include <sys/socket.h>
 #include <sys/wait.h>
 #include <unistd.h>
 
@@ -65,46 +69,74 @@ TEST_CASE("launch: three ranks that succeed see the torchrun environment", "[run
   TempDir dir("ok");
   auto spec = sh_spec(dir, 3, kBeat +
                                   "beat \"1 1 done\"; "
-                                  "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR $MASTER_PORT "
-                                  "$DTSIM_TEST_EXTRA\" > \"$DTSIM_RUN_DIR/env-$RANK.txt\"");
+                                  "echo \"$RANK $WORLD_SIZE $LOCAL_RANK $LOCAL_WORLD_SIZE $MASTER_ADDR port=$MASTER_PORT "
+                                  "rv=$DTSIM_RENDEZVOUS $DTSIM_TEST_EXTRA\" > \"$DTSIM_RUN_DIR/env-$RANK.txt\"");
   spec.env["DTSIM_TEST_EXTRA"] = "extra";
+  // The caller's own rendezvous variables are not the local run's.
+  const char* saved_port = std::getenv("MASTER_PORT");
+  const std::string saved = saved_port ? saved_port : "";
+  ::setenv("MASTER_PORT", "1234", 1);
+  const auto env_of = [&](int k) { return slurp(dir.path / ("env-" + std::to_string(k) + ".txt")); };
+  const std::string store = fs::absolute(dir.path / "rendezvous").string();
 
-  SECTION("a free port is picked when MASTER_PORT is not given") {
+  SECTION("the ranks meet through a file in the run directory (Note [Local rendezvous])") {
+    {
+      std::ofstream stale(store);  // a killed run's store would hand out its keys
+      stale << "stale";
+    }
     const LaunchResult res = dtsim::runtime::launch(spec);
     REQUIRE(res.ok);
     CHECK(res.summary.empty());
     REQUIRE(res.ranks.size() == 3);
-    std::string port;
+    CHECK_FALSE(fs::exists(store));
     for (int k = 0; k < 3; ++k) {
       CHECK(res.ranks[k].rank == k);
       CHECK(res.ranks[k].kind == Kind::kOk);
       CHECK(res.ranks[k].cause.empty());
-      std::istringstream in(slurp(dir.path / ("env-" + std::to_string(k) + ".txt")));
-      std::string rank, world, local, local_world, addr, p, extra;
-      in >> rank >> world >> local >> local_world >> addr >> p >> extra;
-      CHECK(rank == std::to_string(k));
-      CHECK(world == "3");
-      CHECK(local == std::to_string(k));
-      CHECK(local_world == "3");
-      CHECK(addr == "127.0.0.1");
-      CHECK(extra == "extra");
-      CHECK(std::stoi(p) > 0);
-      CHECK(std::stoi(p) < 65536);
-      if (k == 0) port = p;
-      CHECK(p == port);  // every rank rendezvouses on the same port
-      CHECK(slurp(dir.path / ("rank-" + std::to_string(k) + ".heartbeat")) == "1 1 done\n");
+      const std::string r = std::to_string(k);
+      CHECK(env_of(k) == r + " 3 " + r + " 3 127.0.0.1 port= rv=file:" + store + " extra\n");
+      CHECK(slurp(dir.path / ("rank-" + r + ".heartbeat")) == "1 1 done\n");
     }
   }
-  SECTION("spec.env sets MASTER_PORT") {
+  SECTION("spec.env sets MASTER_PORT: a TCPStore there") {
     spec.env["MASTER_PORT"] = "29517";
+    ::setenv("DTSIM_RENDEZVOUS", "file:/elsewhere", 1);
     const LaunchResult res = dtsim::runtime::launch(spec);
+    ::unsetenv("DTSIM_RENDEZVOUS");
     REQUIRE(res.ok);
     for (int k = 0; k < 3; ++k) {
-      CHECK(slurp(dir.path / ("env-" + std::to_string(k) + ".txt")) ==
-            std::to_string(k) + " 3 " + std::to_string(k) + " 3 127.0.0.1 29517 extra\n");
+      const std::string r = std::to_string(k);
+      CHECK(env_of(k) == r + " 3 " + r + " 3 127.0.0.1 port=29517 rv= extra\n");
     }
   }
+  if (saved_port) {
+    ::setenv("MASTER_PORT", saved.c_str(), 1);
+  } else {
+    ::unsetenv("MASTER_PORT");
+  }
   CHECK(no_children());
+}
+
+TEST_CASE("free_local_port: a bindable port below the kernel's ephemeral range (Note [A port outside the ephemeral range])",
+          "[runtime][launcher]") {
+  int first = 32768;  // Linux's default ip_local_port_range starts here
+  if (std::ifstream in("/proc/sys/net/ipv4/ip_local_port_range"); in) in >> first;
+  for (int i = 0; i < 20; ++i) {
+    const int p = dtsim::runtime::free_local_port();
+    if (first > 20001) {
+      CHECK(p >= 20000);
+      CHECK(p < first);
+    }
+    // Free: a listening socket can be opened on it.
+    const int fd = ::socket(AF_INET, SOCK_STREAM | SOCK_CLOEXEC, 0);
+    REQUIRE(fd >= 0);
+    sockaddr_in addr{};
+    addr.sin_family = AF_INET;
+    addr.sin_addr.s_addr = htonl(INADDR_LOOPBACK);
+    addr.sin_port = htons(static_cast<std::uint16_t>(p));
+    CHECK(::bind(fd, reinterpret_cast<sockaddr*>(&addr), sizeof addr) == 0);
+    ::close(fd);
+  }
 }
 
 TEST_CASE("launch: a rank that fails stops the others at once", "[runtime][launcher]") {

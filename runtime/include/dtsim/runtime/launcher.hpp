@@ -2,7 +2,9 @@
 // Starting and supervising the local worker processes of `dtsim validate
 // --procs N`: one process per rank, each in its own process group, with the
 // torchrun-style environment (RANK, WORLD_SIZE, LOCAL_RANK, LOCAL_WORLD_SIZE,
-// MASTER_ADDR, MASTER_PORT) and DTSIM_RUN_DIR. A rank that exits non-zero, dies
+// MASTER_ADDR), DTSIM_RUN_DIR, and DTSIM_RENDEZVOUS=file:RUN_DIR/rendezvous,
+// where the ranks meet (Note [Local rendezvous] in src/launcher.cpp; a
+// MASTER_PORT in LaunchSpec::env asks for a TCPStore instead). A rank that exits non-zero, dies
 // of a signal, or stops beating its heartbeat ends the whole run: the others
 // are terminated (SIGTERM, then SIGKILL), so no process is left behind, and
 // the result names the first rank that failed and why.
@@ -79,7 +81,9 @@ struct LaunchResult {
   int stop_signal = 0;
 };
 
-/// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT).
+/// A TCP port on 127.0.0.1 that was free a moment ago (for MASTER_PORT),
+/// below the kernel's ephemeral range where it can (Note [A port outside
+/// the ephemeral range] in src/launcher.cpp).
 int free_local_port();
 
 /// Starts `procs` ranks and supervises them until all have ended. Throws
