@@ -19,27 +19,24 @@ a collective". Debian's python3-torch (no PyPI):
 import argparse
 import json
 import os
-import socket
+import shutil
 import statistics
 import sys
+import tempfile
 import threading
 import time
 
 
-def free_port():
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def rank_main(rank, world, port, args, out):
+def rank_main(rank, world, store, args, out):
     import torch
     import torch.distributed as dist
 
     cpus = sorted(os.sched_getaffinity(0))
     os.sched_setaffinity(0, {cpus[rank % len(cpus)]})
     torch.set_num_threads(1)
-    dist.init_process_group("gloo", init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=world)
+    # A file, not a port found free: another socket may take a port before
+    # rank 0 binds it (Note [Local rendezvous] in runtime/src/launcher.cpp).
+    dist.init_process_group("gloo", init_method=f"file://{store}", rank=rank, world_size=world)
     a, b = torch.rand(64, 64), torch.rand(64, 64)
 
     def unit_alone():
@@ -113,7 +110,8 @@ def main():
     if args.reps < 1 or args.max_mib < 1:
         print(f"cpu-interference.py: --reps {args.reps} --max-mib {args.max_mib}: each must be at least 1", file=sys.stderr)
         sys.exit(2)
-    port = free_port()
+    tmp = tempfile.mkdtemp(prefix="dtsim-interference-")
+    store = os.path.join(tmp, "rendezvous")
     r, w = os.pipe()
     pids = []
     for rank in range(2):
@@ -123,7 +121,7 @@ def main():
             code = 0
             try:
                 with os.fdopen(w, "w") as out:
-                    rank_main(rank, 2, port, args, out)
+                    rank_main(rank, 2, store, args, out)
             except BaseException as e:  # one line, then the exit status
                 print(f"cpu-interference.py: rank {rank}: {e}", file=sys.stderr)
                 code = 1
@@ -133,6 +131,7 @@ def main():
     with os.fdopen(r) as f:
         text = f.read()
     status = [os.waitpid(pid, 0)[1] for pid in pids]
+    shutil.rmtree(tmp, ignore_errors=True)
     if any(status) or not text:
         print("cpu-interference.py: a rank failed (its line above says why)", file=sys.stderr)
         sys.exit(2)

@@ -10,9 +10,10 @@ It measures what such a user pays a step, Python included, so the suite
 can set dtsim's prediction for a Python runtime beside it.
 
   bench/python-reference.py --model gpt2-tiny --plan ddp --procs 2
-starts its ranks itself with torchrun's variables (RANK, WORLD_SIZE,
-MASTER_ADDR, MASTER_PORT; Debian 12's torchrun fails under Python 3.11 in
-its elastic agent), or joins a job whose launcher set them.
+starts its ranks itself with torchrun's variables (RANK, WORLD_SIZE;
+Debian 12's torchrun fails under Python 3.11 in its elastic agent) and
+DTSIM_RENDEZVOUS=file:PATH, or joins a job whose launcher set RANK,
+WORLD_SIZE, MASTER_ADDR and MASTER_PORT.
 Prints one JSON line: the step's median over the measured steps of the
 slowest rank's time, each rank's median, the parameter count and the
 loss, as `dtsim validate` reports its runs.
@@ -28,10 +29,11 @@ import json
 import math
 import os
 import signal
-import socket
+import shutil
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 
 import torch
@@ -193,14 +195,17 @@ def launch(procs):
     """Starts `procs` copies of this script as ranks 0..procs-1 on this host
     and waits for them; a failed rank stops the others (nothing is left
     running). Returns the exit status."""
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    # The ranks meet through a file, not a port found free: another socket
+    # may take a port before rank 0 binds it (Note [Local rendezvous] in
+    # runtime/src/launcher.cpp).
+    tmp = tempfile.mkdtemp(prefix="dtsim-python-reference-")
     children = []
     try:
         for r in range(procs):
             env = dict(os.environ, RANK=str(r), LOCAL_RANK=str(r), WORLD_SIZE=str(procs), LOCAL_WORLD_SIZE=str(procs),
-                       MASTER_ADDR="127.0.0.1", MASTER_PORT=str(port), OMP_NUM_THREADS="1")
+                       MASTER_ADDR="127.0.0.1", DTSIM_RENDEZVOUS="file:" + os.path.join(tmp, "rendezvous"),
+                       OMP_NUM_THREADS="1")
+            env.pop("MASTER_PORT", None)
             children.append(subprocess.Popen([sys.executable, os.path.abspath(__file__)] + sys.argv[1:], env=env))
         rc = 0
         while children and rc == 0:
@@ -218,6 +223,7 @@ def launch(procs):
                 c.wait(5)
             except subprocess.TimeoutExpired:
                 c.kill()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main():
@@ -248,7 +254,11 @@ def main():
         model.apply(init_weights)
     params = sum(p.numel() for p in model.parameters())
     if world > 1:
-        dist.init_process_group("gloo")
+        rendezvous = os.environ.get("DTSIM_RENDEZVOUS", "")
+        if rendezvous.startswith("file:"):  # as dtsim_worker reads it (Note [Rendezvous])
+            dist.init_process_group("gloo", init_method="file://" + rendezvous[5:], rank=rank, world_size=world)
+        else:
+            dist.init_process_group("gloo")
         model = nn.parallel.DistributedDataParallel(model)  # bucket_cap_mb 25, as the plans' bucket_mb
     if a.plan == "zero1":
         from torch.distributed.optim import ZeroRedundancyOptimizer
