@@ -469,10 +469,13 @@ class Llama final : public ZooModel {
     if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
     out.push_back(std::move(emb));
 
-    const std::string attention = mla() ? "mla:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
+    // Note [Multi-head latent attention]: mla=1 and the latents' ranks and
+    // head widths (dn, dr: a query or key head's parts without and with
+    // rotary; dv: a value head), where other blocks have kv and d.
+    const std::string attention = mla() ? "mla=1,h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                                               ",qr=" + std::to_string(c_.q_lora_rank) + ",kvr=" + std::to_string(c_.kv_lora_rank) +
-                                              ",nope=" + std::to_string(c_.qk_nope_dim) + ",rope=" + std::to_string(c_.qk_rope_dim) +
-                                              ",v=" + std::to_string(c_.v_head_dim)
+                                              ",dn=" + std::to_string(c_.qk_nope_dim) + ",dr=" + std::to_string(c_.qk_rope_dim) +
+                                              ",dv=" + std::to_string(c_.v_head_dim)
                                         : "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                                               ",kv=" + std::to_string(c_.kv_heads) + ",d=" + std::to_string(c_.head_dim);
     // The keys of a local layer, or of a global one (Note [Gemma]).

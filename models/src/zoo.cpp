@@ -235,6 +235,12 @@ const Builtin kBuiltins[] = {
      "qk_norm: true\nsliding_window: 64\nglobal_every: 2\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
     {"moe-tiny", "Tiny mixture of experts for CPU validation: 2 layers, hidden 128, 4 heads, 2 KV heads, 4 experts of SwiGLU 176, top-2, vocab 1024, seq 128",
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nintermediate: 352\nvocab: 1024\nseq_len: 128\nexperts: 4\ntop_k: 2\nexpert_intermediate: 176\n"},
+    // Note [Multi-head latent attention] (llama.cpp): DeepSeek-V3's layers at
+    // moe-tiny's size, for dtsim validate and calibration on CPUs.
+    {"deepseek-tiny", "Tiny DeepSeek for CPU validation: 2 layers (1 dense), hidden 128, 4 heads of latent attention (query latent 64, key-value latent 32, heads 32 + 16 rotary, values 32), 4 experts of SwiGLU 176 + 1 shared, top-2, vocab 1024, seq 128",
+     "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 4\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
+     "experts: 4\ntop_k: 2\nexpert_intermediate: 176\nshared_intermediate: 176\nfirst_dense: 1\n"
+     "q_lora_rank: 64\nkv_lora_rank: 32\nqk_nope_dim: 32\nqk_rope_dim: 16\nv_head_dim: 32\n"},
     {"gpt-oss-tiny", "Tiny gpt-oss for CPU validation: 2 layers (a sliding one of window 64, then a global one), hidden 128, 4 heads of 32, 2 KV heads, attention sinks, 4 experts of clamped SwiGLU 176, top-2, biases, vocab 1024, seq 128",
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 176\nvocab: 1024\nseq_len: 128\n"
      "experts: 4\ntop_k: 2\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 64\nglobal_every: 2\n"

@@ -454,6 +454,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
         throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism is run for the GPT-2 and Llama families only, not " +
                                s.model->name() + " (the simulator predicts it)");
       }
+      if (layer.signature.find("mla=1") != std::string::npos) {
+        // Note [Multi-head latent attention] (models/src/llama.cpp): its keys
+        // and values differ in width, which the twin's exchanges send as one.
+        throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism of latent attention (" +
+                               s.model->name() + "'s) is not run; use cp 1 (the simulator predicts it)");
+      }
     }
   }
   if (p.ep > 1 && p.tp > 1) {

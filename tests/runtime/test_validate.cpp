@@ -64,7 +64,7 @@ const std::string kCommon = " --json --quiet --warmup 0 --steps 3 --lr 0.01 --se
 std::string no_dropout(const std::string& model) {
   // Seed 003's autoencoder and bag of words have none either; the CNN and
   // the MLP have no dropout by default but the key, VGG and Seq2Seq have it.
-  const bool none = model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 || model.rfind("moe", 0) == 0 || model.rfind("gemma", 0) == 0 ||
+  const bool none = model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 || model.rfind("moe", 0) == 0 || model.rfind("gemma", 0) == 0 || model.rfind("deepseek", 0) == 0 ||
                     model.rfind("conv-autoencoder", 0) == 0 || model.rfind("nbow", 0) == 0;
   return none ? "" : " --set model.dropout=false ";
 }
@@ -647,6 +647,39 @@ TEST_CASE("llama4-tiny trains as one process does: chunks, NoPE and L2 norms und
     const std::string across = dense + " --set model.attention_chunk=12 ";
     check_same(losses_of(validate("--model llama4-tiny --plan ddp --procs 2" + kCommon + across + " --set plan.cp=2")),
                reference("llama4-tiny", across, 1));
+  }
+}
+
+TEST_CASE("deepseek-tiny trains as one process does: latent attention under data, pipeline, expert and tensor parallelism "
+          "(Note [Multi-head latent attention])",
+          "[runtime][validate][slow][mla]") {
+  // Its dense first layer and its MoE second one (4 experts, top-2, a
+  // shared one), both with DeepSeek-V3's query and key-value latents: the
+  // same steps as one process's under every split the runtime runs.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  SECTION("ddp, dp 2") {
+    check_same(losses_of(validate("--model deepseek-tiny --plan ddp --procs 2" + kCommon + shape)), reference("deepseek-tiny", shape, 2));
+  }
+  SECTION("1f1b over 2 stages (the dense layer on one, the MoE layer on the other), 4 micro-batches") {
+    check_same(losses_of(validate("--model deepseek-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.grad_accum=4")),
+               reference("deepseek-tiny", shape, 4));
+  }
+  SECTION("dp 2, ep 2") {
+    check_same(losses_of(validate("--model deepseek-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.ep=2")),
+               reference("deepseek-tiny", shape, 2));
+  }
+  SECTION("megatron-tp (tp 2: the latents replicated, the heads split), dense") {
+    // lr 0.05: at 0.01 two Adam steps move this loss by less than 1e-3.
+    const std::string dense = shape + " --set model.experts=0 ";
+    const std::string faster = " --json --quiet --warmup 0 --steps 3 --lr 0.05 --set plan.optimizer=adam ";
+    check_same(losses_of(validate("--model deepseek-tiny --plan megatron-tp --procs 2" + faster + dense)),
+               reference("deepseek-tiny", dense, 1, faster));
+  }
+  SECTION("context parallelism is refused in one line") {
+    const Run r = validate("--model deepseek-tiny --plan ddp --procs 2 --set plan.cp=2");
+    CHECK(r.status == 2);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    CHECK(r.err.find("plan.cp 2: context parallelism of latent attention (deepseek-tiny's) is not run; use cp 1") != std::string::npos);
   }
 }
 

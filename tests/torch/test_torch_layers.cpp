@@ -76,7 +76,7 @@ TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
   // analytic Layer::output_bytes / 4 (a head's output is its scalar loss,
   // 4 bytes at any batch).
   constexpr std::int64_t kBatch = 2, kSeq = 8;
-  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "gemma-tiny", "moe-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "gemma-tiny", "moe-tiny", "deepseek-tiny"}) {
     const auto model = models::load_model(name);
     for (const auto& layer : model->layers(small_shape(*model))) {
       INFO(name << " " << layer.signature);
@@ -885,6 +885,166 @@ TEST_CASE("Llama 4's twin: chunked attention, NoPE layers and L2 q/k norms as HF
   // Note [Dense experts]: priced, not run; the twin routes.
   CHECK(test::error_of([] { models::make_torch_layer("moe.block:h=32,a=4,kv=2,d=8,E=4,k=1,fe=16,fs=16,sg=0,qkvb=0,ob=0,mb=0,qkn=0,dense=1"); })
             .find("HuggingFace's dense experts (every token through every expert) are not run by the LibTorch twin") != std::string::npos);
+}
+
+namespace {
+
+/// deepseek-tiny's dense block (models/src/zoo.cpp): h 128, 4 heads, a
+/// query latent of 64, a key-value latent of 32, heads of 32 + 16 rotary
+/// (queries and keys) and 32 (values), SwiGLU 352.
+const std::string kMlaBlock = "llama.block:mla=1,h=128,a=4,qr=64,kvr=32,dn=32,dr=16,dv=32,f=352,qkvb=0,ob=0,mb=0,qkn=0";
+
+/// Rotary as HF's apply_rotary_pos_emb with the twins' theta (500,000) of
+/// x [b, s, heads, d] at positions 0..s-1, written out apart from the twin.
+torch::Tensor rope_ref(const torch::Tensor& x) {
+  const auto s = x.size(1), d = x.size(3);
+  const auto inv = 1.0 / torch::pow(500000.0, torch::arange(0, d, 2, torch::kFloat) / static_cast<double>(d));
+  const auto ang = torch::outer(torch::arange(s, torch::kFloat), inv);  // [s, d/2]
+  const auto cos = torch::cat({ang, ang}, -1).cos().view({1, s, 1, d}), sin = torch::cat({ang, ang}, -1).sin().view({1, s, 1, d});
+  const auto half = torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1);
+  return x * cos + half * sin;
+}
+
+/// An all-reduce between two threads (sum), each rank's calls matched by order.
+struct Bus {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, std::vector<torch::Tensor>> posted;
+  torch::Tensor sum(int& calls, const torch::Tensor& t) {
+    const int k = calls++;
+    std::unique_lock<std::mutex> lock(mu);
+    posted[k].push_back(t.detach().clone());
+    cv.notify_all();
+    cv.wait(lock, [&] { return posted[k].size() == 2; });
+    return posted[k][0] + posted[k][1];
+  }
+};
+
+/// Megatron's f: the identity forward, its gradient summed over the ranks.
+struct SumGradient : torch::autograd::Function<SumGradient> {
+  static inline Bus* bus = nullptr;
+  static inline int calls[2] = {0, 0};
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t rank) {
+    ctx->saved_data["rank"] = rank;
+    return x.clone();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    return {bus->sum(calls[ctx->saved_data["rank"].toInt()], g[0]), torch::Tensor()};
+  }
+};
+
+}  // namespace
+
+TEST_CASE("DeepSeek's twin: latent attention as DeepseekV3Attention computes it (Note [Multi-head latent attention])", "[torch][llama][mla]") {
+  // Parameters by hand: two norms 2 x 128; q_a_proj 128 x 64, its norm 64,
+  // q_b_proj 64 x 4 x 48; kv_a_proj_with_mqa 128 x (32 + 16), its norm 32,
+  // kv_b_proj 32 x 4 x (32 + 32); o_proj 4 x 32 x 128; the MLP 3 x 128 x 352.
+  CHECK(count(kMlaBlock) == 256 + 8'192 + 64 + 12'288 + 6'144 + 32 + 8'192 + 16'384 + 135'168);
+  // DeepSeek-V2-Lite's: no query latent, a full q_proj of 128 x 4 x 48.
+  std::string no_latent = kMlaBlock;
+  no_latent.replace(no_latent.find("qr=64"), 5, "qr=0");
+  CHECK(count(no_latent) == 186'720 - 8'192 - 64 - 12'288 + 24'576);
+  CHECK(models::make_torch_layer(no_latent)->module().named_parameters().contains("q_proj.weight"));
+
+  // The block's output against the formula written out here from its own
+  // weights: each head's score is its unrotated parts' product plus its
+  // rotated query part's product with the one rotated key part every head
+  // shares, over sqrt(dn + dr); causal; values of 32 a head.
+  torch::manual_seed(5);
+  auto layer = models::make_torch_layer(kMlaBlock);
+  const std::int64_t b = 2, s = 6, a = 4;
+  const auto x = torch::randn({b, s, 128});
+  const auto y = layer->forward({x});
+  auto p = layer->module().named_parameters();
+  const auto rms = [](const torch::Tensor& t, const torch::Tensor& w) { return w * (t * torch::rsqrt(t.pow(2).mean(-1, true) + 1e-5)); };
+  const auto lin = [&](const torch::Tensor& t, const char* name) { return torch::matmul(t, p[std::string(name) + ".weight"].t()); };
+  torch::NoGradGuard no_grad;
+  const auto xn = rms(x, p["input_layernorm.weight"]);
+  const auto q = lin(rms(lin(xn, "q_a_proj"), p["q_a_layernorm.weight"]), "q_b_proj").view({b, s, a, 48});
+  const auto ckv = lin(xn, "kv_a_proj_with_mqa");
+  const auto kv = lin(rms(ckv.narrow(-1, 0, 32), p["kv_a_layernorm.weight"]), "kv_b_proj").view({b, s, a, 64});
+  const auto q_pe = rope_ref(q.narrow(-1, 32, 16)), k_pe = rope_ref(ckv.narrow(-1, 32, 16).view({b, s, 1, 16}));
+  auto scores = (torch::einsum("bihd,bjhd->bhij", {q.narrow(-1, 0, 32), kv.narrow(-1, 0, 32)}) +
+                 torch::einsum("bihd,bjd->bhij", {q_pe, k_pe.squeeze(2)})) / std::sqrt(48.0);
+  scores = scores.masked_fill(torch::ones({s, s}).triu(1).to(torch::kBool), -std::numeric_limits<double>::infinity());
+  const auto ctx = torch::einsum("bhij,bjhd->bihd", {torch::softmax(scores, -1), kv.narrow(-1, 32, 32)}).reshape({b, s, a * 32});
+  const auto h1 = x + lin(ctx, "o_proj");
+  const auto z = rms(h1, p["post_attention_layernorm.weight"]);
+  const auto want = h1 + lin(torch::silu(lin(z, "gate_proj")) * lin(z, "up_proj"), "down_proj");
+  CHECK(torch::allclose(y, want, 1e-4, 1e-5));
+
+  // Refused: what DeepSeek's layers never combine with latent attention, and context parallelism.
+  CHECK(test::error_of([] { models::make_torch_layer("llama.block:mla=1,h=128,a=4,qr=64,kvr=32,dn=32,dr=16,dv=32,f=352,qkvb=0,ob=0,mb=0,qkn=1"); })
+            .find("qkn=1 with latent attention (mla=1)") != std::string::npos);
+  CHECK(test::error_of([] { models::make_torch_layer("llama.block:mla=1,h=128,a=4,qr=64,kvr=32,dn=32,dr=15,dv=32,f=352,qkvb=0,ob=0,mb=0,qkn=0"); })
+            .find("dr must be even") != std::string::npos);
+  models::ContextParallel cp;
+  cp.size = 2;
+  cp.gather = [](const torch::Tensor& t, std::int64_t) { return t; };
+  CHECK(test::error_of([&] { models::make_torch_layer(kMlaBlock + ",cp=2", local_tp(0, 1), cp); })
+            .find("latent attention (DeepSeek's) is not run under context parallelism") != std::string::npos);
+}
+
+TEST_CASE("DeepSeek's twin at tp 2: replicated latents, heads split, every gradient the unsplit block's (Note [Multi-head latent attention])",
+          "[torch][llama][mla][tp]") {
+  // Per rank: the down-projections and norms whole (256 + 8,192 + 64 +
+  // 6,144 + 32 = 14,688), half of q_b_proj, kv_b_proj, o_proj and the MLP
+  // ((12,288 + 8,192 + 16,384 + 135,168) / 2 = 86,016).
+  CHECK(models::make_torch_layer(kMlaBlock + ",tp=2", local_tp(1, 2))->parameter_count() == 14'688 + 86'016);
+  // Two ranks, a thread each: g sums the outputs, f sums the gradients
+  // (SumGradient); each rank must compute the unsplit block's output and
+  // input gradient, its replicated weights' gradients whole, its split
+  // weights' gradients the unsplit ones' rows (column-parallel) or columns
+  // (row-parallel).
+  torch::manual_seed(7);
+  auto whole = models::make_torch_layer(kMlaBlock);
+  const auto x = torch::randn({2, 5, 128});
+  const auto xw = x.clone().requires_grad_(true);
+  const auto yw = whole->forward({xw});
+  const auto dy = torch::randn(yw.sizes());
+  yw.backward(dy);
+  Bus bus, gradients;  // g's calls and f's, numbered apart
+  SumGradient::bus = &gradients;
+  SumGradient::calls[0] = SumGradient::calls[1] = 0;
+  std::vector<int> exits(2, 0);
+  std::vector<std::unique_ptr<models::TorchLayer>> shares;
+  for (int r = 0; r < 2; ++r) {
+    auto tp = local_tp(r, 2);
+    // g: the sum forward, the identity backward.
+    tp.exit = [&, r](const torch::Tensor& t) { return t + (bus.sum(exits[r], t) - t).detach(); };
+    tp.enter = [r](const torch::Tensor& t) { return SumGradient::apply(t, r); };
+    torch::manual_seed(7);
+    shares.push_back(models::make_torch_layer(kMlaBlock + ",tp=2", tp));
+  }
+  std::vector<torch::Tensor> ys(2), xs(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      xs[r] = x.clone().requires_grad_(true);
+      ys[r] = shares[r]->forward({xs[r]});
+      ys[r].backward(dy);
+    });
+  }
+  for (auto& t : threads) t.join();
+  auto named = whole->module().named_parameters();
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(torch::allclose(ys[r], yw, 1e-4, 1e-5));
+    CHECK(torch::allclose(xs[r].grad(), xw.grad(), 1e-4, 1e-5));
+    for (const auto& mine : shares[r]->module().named_parameters()) {
+      INFO(mine.key());
+      const torch::Tensor full = named[mine.key()].grad(), got = mine.value().grad();
+      REQUIRE(got.defined());
+      if (got.sizes() == full.sizes()) {
+        CHECK(torch::allclose(got, full, 1e-4, 1e-5));  // replicated
+      } else if (got.size(0) != full.size(0)) {
+        CHECK(torch::allclose(got, full.narrow(0, r * got.size(0), got.size(0)), 1e-4, 1e-5));  // column-parallel rows
+      } else {
+        CHECK(torch::allclose(got, full.narrow(1, r * got.size(1), got.size(1)), 1e-4, 1e-5));  // row-parallel columns
+      }
+    }
+  }
+  SumGradient::bus = nullptr;
 }
 
 TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {

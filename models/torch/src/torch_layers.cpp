@@ -42,9 +42,9 @@ struct Signature {
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
     const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru" ||
                       key == "gn" || key == "gelu" || key == "es" || key == "on" || key == "sink" || key == "fnw" || key == "rb" ||
-                      key == "nope" || key == "tt" || key == "l2qk" || key == "dense";
-    // A width that may be absent (a MoE block's shared experts).
-    if (key == "fs" && it->second == 0) return 0;
+                      key == "nope" || key == "tt" || key == "l2qk" || key == "dense" || key == "mla";
+    // A width that may be absent (a MoE block's shared experts, DeepSeek-V2-Lite's query latent).
+    if ((key == "fs" || key == "qr") && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
     if (!flag && it->second <= 0) throw ConfigError("layer signature '" + text + "': " + key + " must be positive");
     return it->second;
@@ -802,6 +802,13 @@ struct LlamaShape {
   // shared experts fs wide (0: none), Qwen2-MoE's gate.
   std::int64_t experts = 0, local = 0, first = 0, top_k = 0, fe = 0, fs = 0;
   bool shared_gate = false;
+  // Multi-head latent attention (mla=1; Note [Multi-head latent attention]
+  // in models/src/llama.cpp): the query latent's rank (0: a full q_proj),
+  // the key-value latent's, and a head's widths: dn + dr for queries and
+  // keys (dr of it rotated, one key part shared by every head), dv for values.
+  bool mla = false;
+  std::int64_t q_lora = 0, kv_lora = 0, d_nope = 0, d_rope = 0, d_v = 0;
+  std::int64_t qk() const { return d_nope + d_rope; }
 };
 
 /// A gated MLP's activation of its gate and up outputs: SiLU's SwiGLU,
@@ -1033,14 +1040,27 @@ struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
       : input_layernorm(s.olmo2_norms ? nullptr
                                       : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms, s.fp32_norm_weight))),
-        q_proj(register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * s.d).bias(s.qkv_bias)))),
-        k_proj(register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        v_proj(register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        o_proj(register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * s.d, s.h).bias(s.o_bias)))),
+        q_proj(s.mla && s.q_lora > 0 ? nn::Linear(nullptr)
+                                     : register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * (s.mla ? s.qk() : s.d)).bias(s.qkv_bias)))),
+        k_proj(s.mla ? nn::Linear(nullptr) : register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        v_proj(s.mla ? nn::Linear(nullptr) : register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        o_proj(register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * (s.mla ? s.d_v : s.d), s.h).bias(s.o_bias)))),
         post_attention_layernorm(register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms, s.fp32_norm_weight))),
         shape(s) {
     // gpt-oss's sinks (GptOssAttention.sinks), drawn as HF initialises them.
     if (s.sinks) sinks = register_parameter("sinks", torch::randn({s.a}) * 0.02);
+    if (s.mla) {
+      // DeepseekV3Attention's (modeling_deepseek_v3.py), no biases.
+      const auto linear = [](std::int64_t in, std::int64_t out) { return nn::Linear(nn::LinearOptions(in, out).bias(false)); };
+      if (s.q_lora > 0) {
+        q_a_proj = register_module("q_a_proj", linear(s.h, s.q_lora));
+        q_a_layernorm = register_module("q_a_layernorm", std::make_shared<RmsNorm>(s.q_lora));
+        q_b_proj = register_module("q_b_proj", linear(s.q_lora, s.a * s.qk()));
+      }
+      kv_a_proj_with_mqa = register_module("kv_a_proj_with_mqa", linear(s.h, s.kv_lora + s.d_rope));
+      kv_a_layernorm = register_module("kv_a_layernorm", std::make_shared<RmsNorm>(s.kv_lora));
+      kv_b_proj = register_module("kv_b_proj", linear(s.kv_lora, s.a * (s.d_nope + s.d_v)));
+    }
     if (s.gemma_norms) {
       // Gemma 2 and 3's sandwich: post_attention_layernorm normalises the
       // attention's output, these the MLP's input and output.
@@ -1063,6 +1083,7 @@ struct LlamaBlock : nn::Module {
   }
   /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
   torch::Tensor forward(const torch::Tensor& x) {
+    if (shape.mla) return forward_mla(x);
     const TensorParallel* t = tp.get();
     const auto b = x.size(0), sl = x.size(1), d = shape.d;
     const std::int64_t heads = t ? shape.a / t->size : shape.a, kv_heads = t ? shape.kv / t->size : shape.kv;
@@ -1106,6 +1127,38 @@ struct LlamaBlock : nn::Module {
                          : gqa_core(q, all.k, all.v, qpos, kpos, shape.span(), shape.flash, causal, shape.softcap, sinks);
     return finish(x, ctx, b, sl, heads * d, t);
   }
+  /// Multi-head latent attention as DeepseekV3Attention computes it
+  /// (modeling_deepseek_v3.py; Note [Multi-head latent attention] in
+  /// models/src/llama.cpp): queries through their latent (q_a_proj, its
+  /// RMSNorm, q_b_proj) or q_proj; keys and values through theirs
+  /// (kv_a_proj_with_mqa, whose last dr columns are the one rotary key part
+  /// every head shares, the RMSNorm on the latent, kv_b_proj); each head's
+  /// query and key its dn columns and its rotated dr ones; softmax(q k^T /
+  /// sqrt(dn + dr)) v over heads of dv; o_proj. Under tensor parallelism
+  /// (Megatron-Core's MLASelfAttention) the down-projections and their norms
+  /// are replicated and the up-projections split by heads, so f enters
+  /// after the latents' norms (and before q_proj): the replicated weights
+  /// then see every head's gradient.
+  torch::Tensor forward_mla(const torch::Tensor& x) {
+    const TensorParallel* t = tp.get();
+    const auto b = x.size(0), sl = x.size(1);
+    const std::int64_t heads = t ? shape.a / t->size : shape.a, dn = shape.d_nope, dr = shape.d_rope, dv = shape.d_v;
+    const auto xi = input_layernorm->forward(x);
+    auto q = shape.q_lora > 0 ? q_b_proj(enter(q_a_layernorm->forward(q_a_proj(xi)), t)) : q_proj(enter(xi, t));
+    q = q.view({b, sl, heads, dn + dr}).transpose(1, 2);
+    const auto ckv = kv_a_proj_with_mqa(xi);  // [b, s, kv_lora + dr]
+    const auto kv = kv_b_proj(enter(kv_a_layernorm->forward(ckv.narrow(-1, 0, shape.kv_lora)), t)).view({b, sl, heads, dn + dv}).transpose(1, 2);
+    const auto ids = torch::TensorOptions().dtype(torch::kLong).device(x.device());
+    const torch::Tensor pos = torch::arange(sl, ids);
+    const auto k_pe = rotary(enter(ckv.narrow(-1, shape.kv_lora, dr), t).view({b, sl, 1, dr}).transpose(1, 2), pos);
+    const auto query = torch::cat({q.narrow(-1, 0, dn), rotary(q.narrow(-1, dn, dr), pos)}, -1);
+    const auto key = torch::cat({kv.narrow(-1, 0, dn), k_pe.expand({b, heads, sl, dr})}, -1);
+    const auto value = kv.narrow(-1, dn, dv);
+    const auto ctx = recompute_core && torch::GradMode::is_enabled()
+                         ? RecomputedGqa::apply(query, key, value, pos, pos, shape.span(), shape.flash, true, shape.softcap, torch::empty({0}))
+                         : gqa_core(query, key, value, pos, pos, shape.span(), shape.flash, true, shape.softcap);
+    return finish(x, ctx, b, sl, heads * dv, t);
+  }
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
   torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& ctx, std::int64_t b, std::int64_t sl, std::int64_t width,
                        const TensorParallel* t) {
@@ -1135,7 +1188,9 @@ struct LlamaBlock : nn::Module {
   /// by g; the norms (qk-norms included: per head) replicated.
   void split(const TensorParallel& t) {
     tp = std::make_shared<TensorParallel>(t);
-    for (auto* l : {&q_proj, &k_proj, &v_proj, &gate_proj, &up_proj}) split_column(*l, 1, t);
+    for (auto* l : {&q_proj, &k_proj, &v_proj, &q_b_proj, &kv_b_proj, &gate_proj, &up_proj}) {
+      if (*l) split_column(*l, 1, t);
+    }
     split_row(o_proj, t);
     split_row(down_proj, t);
     if (sinks.defined()) {
@@ -1151,6 +1206,9 @@ struct LlamaBlock : nn::Module {
   std::shared_ptr<MoeMlp> moe;              // null in a llama.block
   std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without qk-norm
   torch::Tensor sinks;                      // gpt-oss's; undefined without
+  // Multi-head latent attention's (null without; q_proj null with a query latent, k_proj and v_proj with either).
+  nn::Linear q_a_proj{nullptr}, q_b_proj{nullptr}, kv_a_proj_with_mqa{nullptr}, kv_b_proj{nullptr};
+  std::shared_ptr<RmsNorm> q_a_layernorm, kv_a_layernorm;
   LlamaShape shape;
   bool recompute_core = false;                // TorchLayer::set_recompute_attention
   std::shared_ptr<const TensorParallel> tp;   // null: unsplit
@@ -1707,7 +1765,8 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
   if (s.kind == "moe.block") throw UnsupportedError(at + "the LibTorch MoE block has no tensor-parallel split yet (tp must be 1)");
   if (s.kind == "llama.block") {
     if (s.get_or("on", 0) != 0) throw UnsupportedError(at + "OLMo 2's block runs dense, with its q/k norms, at tp 1");
-    if (s.get("a") % tp.size != 0 || s.get("kv") % tp.size != 0 || s.get("f") % tp.size != 0) {
+    const bool mla = s.get_or("mla", 0) != 0;  // latent attention's heads are whole
+    if (s.get("a") % tp.size != 0 || (!mla && s.get("kv") % tp.size != 0) || s.get("f") % tp.size != 0) {
       throw ConfigError(at + "heads, key-value heads and f must be multiples of tp " + std::to_string(tp.size));
     }
     dynamic_cast<LlamaBlockLayer&>(layer).block().split(tp);
@@ -1747,6 +1806,10 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
   if (cp.shift && s.get_or("sc", 0) > 0) {
     // Note [Gemma]: the ring's hand-written backward has no soft cap.
     throw UnsupportedError(at + "Gemma 2's attention soft cap is not run on the p2p ring by the LibTorch twin; set plan.cp_comm=all_gather");
+  }
+  if (s.get_or("mla", 0) != 0) {
+    // Its keys and values differ in width, which the gather and the ring send as one tensor.
+    throw UnsupportedError(at + "latent attention (DeepSeek's) is not run under context parallelism by the LibTorch twin (plan.cp must be 1)");
   }
   if (cp.shift && s.get_or("sink", 0) != 0) {
     // Note [gpt-oss]: nor are attention sinks.
@@ -1858,9 +1921,28 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
                                             s.get("h"));
   }
   if (k == "llama.block" || k == "moe.block") {
-    const bool moe = k == "moe.block";
-    LlamaShape shape{s.get("h"),         s.get("a"),       s.get("kv"),       s.get("d"),         moe ? 0 : s.get("f"),
-                     s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0, s.get("qkn") != 0, s.get_or("flash", 0) != 0};
+    const bool moe = k == "moe.block", mla = s.get_or("mla", 0) != 0;
+    // Latent attention's heads are whole (kv = a); d is a query or key head's width.
+    LlamaShape shape{s.get("h"),         s.get("a"),       mla ? s.get("a") : s.get("kv"), mla ? s.get("dn") + s.get("dr") : s.get("d"),
+                     moe ? 0 : s.get("f"),
+                     s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0,           s.get("qkn") != 0,
+                     s.get_or("flash", 0) != 0};
+    if (mla) {
+      // Note [Multi-head latent attention] (models/src/llama.cpp).
+      shape.mla = true;
+      shape.q_lora = s.get("qr");
+      shape.kv_lora = s.get("kvr");
+      shape.d_nope = s.get("dn");
+      shape.d_rope = s.get("dr");
+      shape.d_v = s.get("dv");
+      if (shape.d_rope % 2 != 0) throw ConfigError("layer signature '" + signature + "': dr must be even (rotary embedding)");
+      for (const char* key : {"qkvb", "ob", "qkn", "on", "gn", "nope", "tt", "l2qk", "sink"}) {
+        if (s.get_or(key, 0) != 0) {
+          throw UnsupportedError("layer signature '" + signature + "': " + key +
+                                 "=1 with latent attention (mla=1), which DeepSeek's layers do not combine and the LibTorch twin does not run");
+        }
+      }
+    }
     shape.window = s.get_or("sw", 0);
     shape.chunk = s.get_or("chunk", 0);
     shape.nope = s.get_or("nope", 0) != 0;
@@ -1917,7 +1999,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       if (shape.shared_gate && shape.fs == 0) throw ConfigError("layer signature '" + signature + "': sg=1 needs a shared expert (fs > 0)");
     }
     if (shape.a % shape.kv != 0) throw ConfigError("layer signature '" + signature + "': a must be a multiple of kv (grouped-query attention)");
-    if (shape.d % 2 != 0) throw ConfigError("layer signature '" + signature + "': d must be even (rotary embedding)");
+    if (!mla && shape.d % 2 != 0) throw ConfigError("layer signature '" + signature + "': d must be even (rotary embedding)");
 #if TORCH_VERSION_MAJOR < 2
     if (shape.flash) {
       throw UnsupportedError("layer signature '" + signature + "': flash=1 needs at::scaled_dot_product_attention (LibTorch >= 2.0); this LibTorch is " +
