@@ -470,6 +470,19 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            std::to_string(p.tp) + " is not run (the MoE block has no tensor-parallel split); with ep > 1 use tp 1 "
                            "(the simulator predicts it)");
   }
+  if (p.tp > 1) {
+    // Note [Expert parallelism] (models/torch): nor at ep 1.
+    sim::WorkloadShape shape;
+    shape.seq_len = p.seq_len;
+    shape.tp = p.tp;
+    for (const auto& layer : s.model->layers(shape)) {
+      if (layer.signature.rfind("moe.block:", 0) == 0) {
+        throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
+                               s.model->name() + "'s MoE layers is not run (the MoE block has no tensor-parallel split); use tp 1, "
+                               "or model.experts=0 for its dense twin (the simulator predicts it)");
+      }
+    }
+  }
   if (p.ep > 1 && p.zero_stage >= 3) {
     // Note [Expert gradients] (trainer.cpp): ZeRO-3 and FSDP gather each
     // layer as one flat unit sharded over the dp x cp group; a MoE layer's

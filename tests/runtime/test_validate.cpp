@@ -816,6 +816,13 @@ TEST_CASE("validate refuses expert parallelism with ZeRO-3, FSDP or tensor paral
   CHECK(std::count(tp.err.begin(), tp.err.end(), '\n') == 1);
   CHECK(tp.err.find("--set plan.ep: plan.ep 2 with plan.tp 2 is not run (the MoE block has no tensor-parallel split); with ep > 1 use tp 1") !=
         std::string::npos);
+  // Nor at ep 1: refused before any rank starts, naming the plan's line.
+  const Run tp1 = validate("--model moe-tiny --plan megatron-tp --procs 2");
+  CHECK(tp1.status == 2);
+  CHECK(std::count(tp1.err.begin(), tp1.err.end(), '\n') == 1);
+  CHECK(tp1.err.find("megatron-tp.yaml:") != std::string::npos);
+  CHECK(tp1.err.find(": plan.tp 2 with moe-tiny's MoE layers is not run (the MoE block has no tensor-parallel split); use tp 1, or "
+                     "model.experts=0 for its dense twin") != std::string::npos);
 }
 
 // Note [Op-level recompute] (models/src/llama.cpp) and Note [FP8 training]:
