@@ -6,8 +6,15 @@
 // host memory (allocated inside a HostScope: offloaded optimizer state), keeps
 // atomic current and peak counters for both, and refuses an allocation that
 // would take device memory past the limit, as a GPU would run out.
+// The block comes from malloc, 64 bytes more than it needs so the data can
+// start on a 64-byte boundary, not from c10::alloc_cpu's posix_memalign:
+// glibc serves a memalign by carving a larger chunk and freeing its tail
+// into a small bin, so a freed block is too small for the next memalign of
+// the same size and the heap (never trimmed: Note [Freed memory stays])
+// grew by every temporary of a model's initialisation. deepseek-v2-lite's
+// rank held 20.3 GiB at 11.4 GiB of tensors; a malloc of the same size
+// takes the freed block back.
 #include <c10/core/CPUAllocator.h>
-#include <c10/core/impl/alloc_cpu.h>
 #include <torch/version.h>
 
 #if defined(DTSIM_WORKER_CUDA)
@@ -17,8 +24,14 @@
 #include <cuda_runtime_api.h>
 #endif
 
+#include <algorithm>
 #include <atomic>
+#include <cerrno>
+#include <cstdint>
+#include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>
@@ -29,15 +42,18 @@ namespace dtsim::runtime {
 namespace {
 
 constexpr std::size_t kHeader = 64;  // keeps the 64-byte alignment LibTorch expects
+constexpr std::size_t kAlign = 64;
 
 struct Header {
   std::size_t bytes;
   bool host;
+  void* block;  // what malloc returned
 };
 
 std::atomic<std::int64_t> g_current[2];
 std::atomic<std::int64_t> g_peak[2];
 std::int64_t g_limit = 0;
+std::string g_limit_what;  // where the limit came from, for the message (empty: --mem-limit)
 std::mutex g_oom_mutex;
 std::string g_oom;
 thread_local bool t_host = false;
@@ -54,7 +70,7 @@ void release(void* data) {
   void* base = static_cast<char*>(data) - kHeader;
   const auto* h = static_cast<const Header*>(base);
   g_current[h->host ? 1 : 0].fetch_sub(static_cast<std::int64_t>(h->bytes), std::memory_order_relaxed);
-  c10::free_cpu(base);
+  std::free(h->block);
 }
 
 std::string mib(std::int64_t b) { return std::to_string((b + (1 << 19)) >> 20) + " MiB"; }
@@ -76,7 +92,7 @@ class CountingAllocator final : public c10::Allocator {
     if (k == 0 && g_limit > 0 && now > g_limit) {
       g_current[k].fetch_sub(bytes, std::memory_order_relaxed);
       std::string msg = "out of memory: tried to allocate " + mib(bytes) + " with " + mib(now - bytes) + " in use of the " +
-                        mib(g_limit) + " limit";
+                        mib(g_limit) + " limit" + (g_limit_what.empty() ? "" : " (" + g_limit_what + ")");
       {
         std::lock_guard<std::mutex> lock(g_oom_mutex);
         if (g_oom.empty()) g_oom = msg;
@@ -84,10 +100,17 @@ class CountingAllocator final : public c10::Allocator {
       throw c10::Error({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)}, "dtsim: " + msg);
     }
     raise_peak(k, now);
-    void* base = c10::alloc_cpu(n + kHeader);
+    void* block = std::malloc(n + kHeader + kAlign);
+    if (block == nullptr) {
+      g_current[k].fetch_sub(bytes, std::memory_order_relaxed);
+      throw c10::Error({__func__, __FILE__, static_cast<std::uint32_t>(__LINE__)},
+                       "dtsim: out of memory: the host refused " + mib(bytes) + " (" + std::strerror(ENOMEM) + ")");
+    }
+    void* base = reinterpret_cast<void*>((reinterpret_cast<std::uintptr_t>(block) + kAlign - 1) & ~std::uintptr_t{kAlign - 1});
     auto* h = static_cast<Header*>(base);
     h->bytes = n;
     h->host = k == 1;
+    h->block = block;
     void* data = static_cast<char*>(base) + kHeader;
     return {data, data, &release, c10::Device(c10::DeviceType::CPU)};
   }
@@ -101,11 +124,35 @@ CountingAllocator g_allocator;
 
 }  // namespace
 
-void install_counting_allocator(std::int64_t limit) {
+void install_counting_allocator(std::int64_t limit, const std::string& what) {
   g_limit = limit;
+  g_limit_what = what;
   // Priority above the default's, so nothing replaces ours later.
   c10::SetCPUAllocator(&g_allocator, /*priority=*/100);
 }
+
+std::int64_t host_memory_available() {
+  std::int64_t avail = 0;
+  std::ifstream info("/proc/meminfo");
+  for (std::string key; info >> key;) {
+    std::int64_t kb = 0;
+    info >> kb;
+    info.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    if (key == "MemAvailable:") {
+      avail = kb * 1024;
+      break;
+    }
+  }
+  // A container's cgroup may allow less than the host has free.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  std::int64_t max = 0, current = 0;
+  if ((max_file >> max) && (current_file >> current) && max > current) {  // "max" (no limit) reads as nothing
+    avail = avail > 0 ? std::min(avail, max - current) : max - current;
+  }
+  return avail;
+}
+
+std::int64_t cpu_memory_limit() { return g_limit; }
 
 std::int64_t cpu_current_bytes(bool host) { return g_current[host ? 1 : 0].load(); }
 std::int64_t cpu_peak_bytes(bool host) { return g_peak[host ? 1 : 0].load(); }

@@ -510,6 +510,7 @@ class Trainer {
     if (c_.device.is_cuda()) m.reserved_peak_bytes = std::max(reserved_peak_, cuda_reserved_peak());
 #endif
     m.host_peak_bytes = cpu_peak_bytes(true);
+    m.mem_limit_bytes = c_.device.is_cuda() ? c_.options.mem_limit : cpu_memory_limit();
     // The probe again: a slow spell that began during the steps shows here.
     if (!c_.device.is_cuda()) {
       comm_.barrier("probe end");

@@ -129,7 +129,7 @@ std::function<ValidateOptions()> add_validate_options(CLI::App& app) {
   value("measured", "DIR", "Report a kept --run-dir against this build's prediction, running nothing");
   value("seed", "N", "Seed of the weights and synthetic data (default 1234)");
   value("lr", "X", "Learning rate (default 1e-3)");
-  value("mem-limit", "BYTES", "Memory per rank (default: the device's on cuda, none on cpu)");
+  value("mem-limit", "BYTES", "Memory per rank (default: the device's on cuda; on cpu 3/4 of the host's available memory over its local ranks)");
   value("fault", "KIND@RANK[:STEP]", "Inject crash|hang|stop|oom|error at a rank (testing)");
   app.add_flag("--json", g->json, "Print the report as JSON (the explorer overlays it)");
   app.add_flag("--quiet", g->quiet, "No progress line");
@@ -540,6 +540,7 @@ std::string rank_to_json(const RankMeasurement& m) {
   w.end_array();
   w.field("forward_s", m.forward_s).field("backward_s", m.backward_s).field("optimizer_s", m.optimizer_s).field("wait_s", m.wait_s);
   w.field("peak_bytes", m.peak_bytes).field("reserved_peak_bytes", m.reserved_peak_bytes).field("host_peak_bytes", m.host_peak_bytes);
+  w.field("mem_limit_bytes", m.mem_limit_bytes);
   w.key("losses").begin_array();
   for (double x : m.losses) w.value(x);
   w.end_array();
@@ -578,6 +579,7 @@ RankMeasurement rank_from_json(const std::string& text, const std::string& sourc
     m.peak_bytes = n.at("peak_bytes").get<std::int64_t>();
     m.host_peak_bytes = n.at("host_peak_bytes").get<std::int64_t>();
     if (n.contains("reserved_peak_bytes")) m.reserved_peak_bytes = n["reserved_peak_bytes"].get<std::int64_t>();
+    if (n.contains("mem_limit_bytes")) m.mem_limit_bytes = n["mem_limit_bytes"].get<std::int64_t>();
     for (const auto& x : n.at("losses")) m.losses.push_back(x.get<double>());
     if (n.contains("probe_s")) m.probe_s = n["probe_s"].get<double>();
     if (n.contains("probe_end_s")) m.probe_end_s = n["probe_end_s"].get<double>();
@@ -810,7 +812,7 @@ std::string report_json(const ValidateOptions& o, const RunSetup& s, const sim::
   for (const auto& r : m.ranks) {
     w.begin_object();
     w.field("rank", r.rank).field("stage", r.stage).field("peak_bytes", r.peak_bytes).field("reserved_peak_bytes", r.reserved_peak_bytes);
-    w.field("host_peak_bytes", r.host_peak_bytes);
+    w.field("host_peak_bytes", r.host_peak_bytes).field("mem_limit_bytes", r.mem_limit_bytes);
     w.field("forward_s", r.forward_s).field("backward_s", r.backward_s).field("wait_s", r.wait_s).field("optimizer_s", r.optimizer_s);
     w.field("cpus", r.cpus).field("gloo_loops_lowered", r.gloo_loops_lowered);
     w.end_object();

@@ -25,8 +25,15 @@ namespace dtsim::runtime {
 /// Installs the counting CPU allocator (c10::SetCPUAllocator): every CPU
 /// tensor byte is counted as device memory, or as host memory inside a
 /// HostScope (offloaded optimizer state). `limit` > 0 makes an allocation
-/// beyond it fail as out of memory.
-void install_counting_allocator(std::int64_t limit);
+/// beyond it fail as out of memory; `what` says where the limit came from
+/// in that message (empty: --mem-limit).
+void install_counting_allocator(std::int64_t limit, const std::string& what = "");
+/// Bytes this process may still take: the kernel's MemAvailable, or less
+/// where its cgroup (v2) allows less (memory.max less memory.current);
+/// 0 where neither can be read.
+std::int64_t host_memory_available();
+/// The counting allocator's limit (0: none).
+std::int64_t cpu_memory_limit();
 /// Bytes allocated now / at the peak since the last reset, device or host.
 std::int64_t cpu_current_bytes(bool host = false);
 std::int64_t cpu_peak_bytes(bool host = false);

@@ -162,8 +162,10 @@ TEST_CASE("a rank's measurements survive their JSON", "[runtime][validate]") {
   m.wait_s = 0.025;
   m.peak_bytes = 123456789;
   m.host_peak_bytes = 42;
+  m.mem_limit_bytes = 17'000'000'000;
   m.losses = {7.5};
   const auto back = runtime::rank_from_json(runtime::rank_to_json(m), "test");
+  CHECK(back.mem_limit_bytes == 17'000'000'000);
   CHECK(back.rank == 3);
   CHECK(back.stage == 1);
   CHECK(back.step_s == m.step_s);
@@ -798,6 +800,36 @@ TEST_CASE("moe-tiny trains as one process does under expert parallelism, ZeRO-1/
     const auto want = reference("moe-tiny", shape, 4, sgd);
     check_same(losses_of(validate("--model moe-tiny --plan zero2 --procs 4" + sgd + shape + " --set plan.ep=2")), want, 1e-6);
     check_same(losses_of(validate("--model moe-tiny --plan ddp --procs 4" + sgd + shape + " --set plan.ep=4")), want, 1e-6);
+  }
+}
+
+TEST_CASE("a CPU rank's allocations run under --mem-limit, or 3/4 of the host's available memory over its local ranks (Note [A CPU rank's memory limit])",
+          "[runtime][validate]") {
+  const std::string run = "--model llama-tiny --plan ddp --procs 2 --json --quiet --warmup 0 --steps 1 --set plan.micro_batch=2 --set plan.seq_len=32";
+  const auto limits = [](const Run& r) {
+    INFO(r.err);
+    REQUIRE(r.status == 0);
+    std::vector<double> out;
+    for (const auto& rank : YAML::Load(r.out)["measured"]["ranks"]) out.push_back(rank["mem_limit_bytes"].as<double>());
+    return out;
+  };
+  CHECK(limits(validate(run + " --mem-limit 1000000000")) == std::vector<double>{1e9, 1e9});
+  // Without it: MemAvailable x 3/4 / 2 as the rank started, which lies
+  // below MemTotal x 3/8 and, unless the host lost half its free memory
+  // meanwhile, above MemAvailable now x 3/16.
+  double total = 0, available = 0;
+  std::ifstream info("/proc/meminfo");
+  for (std::string key; info >> key;) {
+    double kb = 0;
+    info >> kb;
+    info.ignore(1 << 10, '\n');
+    if (key == "MemTotal:") total = kb * 1024;
+    if (key == "MemAvailable:") available = kb * 1024;
+  }
+  REQUIRE(total > 0);
+  for (const double limit : limits(validate(run))) {
+    CHECK(limit <= total * 3 / 8);
+    CHECK(limit >= available * 3 / 16);
   }
 }
 

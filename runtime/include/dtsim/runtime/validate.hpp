@@ -47,7 +47,7 @@ struct ValidateOptions {
   std::uint64_t seed = 1234;         ///< --seed for weights and synthetic data
   double timeout_s = 300;            ///< --timeout: a silent rank is hung after this
   double lr = 1e-3;                  ///< --lr of the optimizer
-  std::int64_t mem_limit = 0;        ///< --mem-limit BYTES per rank (0: the device's capacity on cuda, none on cpu)
+  std::int64_t mem_limit = 0;        ///< --mem-limit BYTES per rank (0: the device's capacity on cuda; on cpu 3/4 of the host's available memory over its local ranks)
   std::string fault;                 ///< --fault crash|hang|stop|oom|error@RANK[:STEP] (testing; Note [Injected faults] in trainer.cpp)
   bool json = false;                 ///< --json
   bool quiet = false;                ///< --quiet: no progress line
@@ -112,6 +112,11 @@ struct RankMeasurement {
   std::int64_t peak_bytes = 0;       ///< device peak during the measured steps (on CUDA: the caching allocator's allocated bytes)
   std::int64_t reserved_peak_bytes = 0;  ///< CUDA: the peak of what the caching allocator held from the driver; 0 on CPU
   std::int64_t host_peak_bytes = 0;  ///< offloaded host memory peak (0 without offload)
+  /// The limit its device allocations ran under: --mem-limit, or on a CPU
+  /// without it 3/4 of the host's available memory shared by its local
+  /// ranks (Note [A CPU rank's memory limit] in src/worker_main.cpp); 0:
+  /// none, or a GPU's own capacity.
+  std::int64_t mem_limit_bytes = 0;
   std::vector<double> losses;        ///< each step's loss (warm-up included), on ranks that compute it
   double probe_s = 0;                ///< Note [Machine probe]: the reference workload before the run (CPU); 0: not run
   double probe_end_s = 0;            ///< the same after the measured steps; 0: not run
