@@ -14,12 +14,14 @@
 #include <CLI/CLI.hpp>
 
 #include "dtsim/cli/parse.hpp"
+#include "dtsim/platform/process.hpp"
 #include "dtsim/runtime/launcher.hpp"
 #include "dtsim/runtime/validate.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/file_io.hpp"
 #include "dtsim/sim/profile.hpp"
+#include "dtsim/sim/units.hpp"
 
 namespace dtsim::cli {
 namespace {
@@ -153,6 +155,24 @@ int run_validate(const runtime::ValidateOptions& o, const Args& args) {
     throw IoError("--data " + o.data + ": no such file (scripts/make-sample-data writes a sample)");
   }
   runtime::check_run_data(o, setup);  // a file the model cannot read: one line, before any rank starts
+  if (o.device != "cuda" && o.mem_limit == 0) {
+    // Note [A CPU rank's memory limit] (platform/src/process.cpp): a plan
+    // predicted at over twice a rank's share of this host would only run out.
+    const long long available = platform::host_memory_available();
+    const long long share = platform::cpu_rank_memory_share(available, procs);
+    const sim::RankMemory* worst = nullptr;
+    for (const auto& r : prediction.ranks) {
+      if (worst == nullptr || r.peak > worst->peak) worst = &r;
+    }
+    if (share > 0 && worst != nullptr && static_cast<double>(worst->peak) > 2.0 * static_cast<double>(share)) {
+      throw ConfigError("dtsim validate: rank " + std::to_string(worst->rank) + "'s predicted peak, " +
+                        human_bytes(static_cast<double>(worst->peak)) + ", is over twice what this host gives a CPU rank (" +
+                        human_bytes(static_cast<double>(share)) + ": 3/4 of its available " +
+                        human_bytes(static_cast<double>(available)) + " over " + std::to_string(procs) + " local rank" +
+                        (procs == 1 ? "" : "s") + "), so the run could only run out of memory; use a smaller plan.seq_len or "
+                        "plan.micro_batch, more ranks, or --mem-limit BYTES to run against a limit of your own");
+    }
+  }
 
   const bool keep_dir = !o.run_dir.empty();
   std::string run_dir = o.run_dir;

@@ -17,6 +17,8 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
+#include <fstream>
+#include <string>
 
 namespace dtsim::platform {
 
@@ -103,6 +105,44 @@ void advise_huge_pages(std::size_t bytes) {
 void prepare_simulator_heap() {
   retain_freed_memory();
   advise_huge_pages(std::size_t{512} << 20);
+}
+
+long long host_memory_available() {
+  long long avail = 0;
+  std::ifstream info("/proc/meminfo");
+  for (std::string key; info >> key;) {
+    long long kb = 0;
+    info >> kb;
+    info.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
+    if (key == "MemAvailable:") {
+      avail = kb * 1024;
+      break;
+    }
+  }
+  // A container's cgroup may allow less than the host has free.
+  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
+  long long max = 0, current = 0;
+  if ((max_file >> max) && (current_file >> current) && max > current) {  // "max" (no limit) reads as nothing
+    avail = avail > 0 ? std::min(avail, max - current) : max - current;
+  }
+  return avail;
+}
+
+// Note [A CPU rank's memory limit]
+// A CPU has no device memory to run out of: a plan too large for the host
+// (a model's whole context, a checkpoint's size) would have dtsim
+// validate's ranks page and then meet the kernel's OOM killer, which may
+// take another program (deepseek-v2-lite on this 24 GiB VM: two minutes of
+// paging, then SIGKILL at 24.4 GB resident). Without --mem-limit each rank
+// may take its share of what the host (or its cgroup) has available as it
+// starts, and an allocation past it fails as a GPU's would: "out of
+// memory" in one line, the run stopped, nothing else touched. Three
+// quarters of it: the rest of a rank is not tensors (its libraries, Gloo's
+// buffers, the heap's freed blocks). dtsim validate refuses before any
+// rank starts a plan whose predicted peak is over twice that share: it
+// would only run out.
+long long cpu_rank_memory_share(long long available, int local_ranks) {
+  return available <= 0 ? 0 : available / 4 * 3 / std::max(1, local_ranks);
 }
 
 // Note [A rank's own cores]

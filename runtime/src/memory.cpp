@@ -131,27 +131,6 @@ void install_counting_allocator(std::int64_t limit, const std::string& what) {
   c10::SetCPUAllocator(&g_allocator, /*priority=*/100);
 }
 
-std::int64_t host_memory_available() {
-  std::int64_t avail = 0;
-  std::ifstream info("/proc/meminfo");
-  for (std::string key; info >> key;) {
-    std::int64_t kb = 0;
-    info >> kb;
-    info.ignore(std::numeric_limits<std::streamsize>::max(), '\n');
-    if (key == "MemAvailable:") {
-      avail = kb * 1024;
-      break;
-    }
-  }
-  // A container's cgroup may allow less than the host has free.
-  std::ifstream max_file("/sys/fs/cgroup/memory.max"), current_file("/sys/fs/cgroup/memory.current");
-  std::int64_t max = 0, current = 0;
-  if ((max_file >> max) && (current_file >> current) && max > current) {  // "max" (no limit) reads as nothing
-    avail = avail > 0 ? std::min(avail, max - current) : max - current;
-  }
-  return avail;
-}
-
 std::int64_t cpu_memory_limit() { return g_limit; }
 
 std::int64_t cpu_current_bytes(bool host) { return g_current[host ? 1 : 0].load(); }

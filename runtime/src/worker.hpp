@@ -28,10 +28,7 @@ namespace dtsim::runtime {
 /// beyond it fail as out of memory; `what` says where the limit came from
 /// in that message (empty: --mem-limit).
 void install_counting_allocator(std::int64_t limit, const std::string& what = "");
-/// Bytes this process may still take: the kernel's MemAvailable, or less
-/// where its cgroup (v2) allows less (memory.max less memory.current);
-/// 0 where neither can be read.
-std::int64_t host_memory_available();
+
 /// The counting allocator's limit (0: none).
 std::int64_t cpu_memory_limit();
 /// Bytes allocated now / at the peak since the last reset, device or host.

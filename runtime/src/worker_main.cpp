@@ -146,22 +146,12 @@ int run(const ValidateOptions& o, int& rank_out, std::string& run_dir_out) {
     throw UnsupportedError("--device cuda: this dtsim_worker was built against a CPU-only LibTorch");
 #endif
   } else {
-    // Note [A CPU rank's memory limit]
-    // A CPU has no device memory to run out of: a plan too large for the
-    // host (a model's whole context, a checkpoint's size) would have its
-    // ranks page and then meet the kernel's OOM killer, which may take
-    // another program. Without --mem-limit each rank may take its share of
-    // what the host (or its cgroup) has available as it starts, and an
-    // allocation past it fails as a GPU's would: "out of memory" in one
-    // line, the run stopped, nothing else touched. Three quarters of it:
-    // the rest of a rank is not tensors (its libraries, Gloo's buffers, and
-    // the heap's freed blocks, which retain_freed_memory keeps): at 20.6 GiB
-    // of tensors deepseek-v2-lite's rank held 23.2 GiB.
+    // Note [A CPU rank's memory limit] (platform/src/process.cpp).
     const int local_ranks = std::max(1, env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(world));
     std::string what;
     if (limit == 0) {
-      if (const std::int64_t avail = host_memory_available(); avail > 0) {
-        limit = avail / 4 * 3 / local_ranks;
+      if (const std::int64_t avail = platform::host_memory_available(); avail > 0) {
+        limit = platform::cpu_rank_memory_share(avail, local_ranks);
         what = "3/4 of this host's available " + std::to_string((avail + (1 << 29)) >> 30) + " GiB, shared by " + std::to_string(local_ranks) +
                " local rank" + (local_ranks == 1 ? "" : "s") + "; --mem-limit BYTES sets another";
       }

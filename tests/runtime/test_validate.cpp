@@ -833,6 +833,33 @@ TEST_CASE("a CPU rank's allocations run under --mem-limit, or 3/4 of the host's 
   }
 }
 
+TEST_CASE("validate refuses a CPU plan predicted at over twice a rank's share of the host, before any rank starts (Note [A CPU rank's memory limit])",
+          "[runtime][validate]") {
+  // DeepSeek-V3 in fp32 on one rank: 671B parameters, their gradients and
+  // Adam's two moments, 16 bytes each: 9,999 GiB predicted (9.76 TiB).
+  double available = 0;
+  std::ifstream info("/proc/meminfo");
+  for (std::string key; info >> key;) {
+    double kb = 0;
+    info >> kb;
+    info.ignore(1 << 10, '\n');
+    if (key == "MemAvailable:") available = kb * 1024;
+  }
+  if (available * 3 / 4 * 2 >= 9999.0 * (1 << 30)) {
+    WARN("this host has " << available << " bytes available: DeepSeek-V3 would not be refused");
+    return;
+  }
+  const Run one = validate("--model deepseek-v3 --plan single --procs 1 --set plan.seq_len=128");
+  CHECK(one.status == 2);
+  CHECK(std::count(one.err.begin(), one.err.end(), '\n') == 1);
+  CHECK(one.err.find("dtsim validate: rank 0's predicted peak, 9.76 TiB, is over twice what this host gives a CPU rank (") == 0);
+  CHECK(one.err.find(" over 1 local rank), so the run could only run out of memory; use a smaller plan.seq_len or plan.micro_batch, "
+                     "more ranks, or --mem-limit BYTES to run against a limit of your own") != std::string::npos);
+  const Run two = validate("--model deepseek-v3 --plan ddp --procs 2 --set plan.seq_len=128");
+  CHECK(two.status == 2);
+  CHECK(two.err.find(" over 2 local ranks), so the run could only run out of memory") != std::string::npos);
+}
+
 TEST_CASE("validate refuses expert parallelism with ZeRO-3, FSDP or tensor parallelism in one line", "[runtime][validate][ep]") {
   const Run zero3 = validate("--model moe-tiny --plan zero3 --procs 2 --set plan.ep=2");
   CHECK(zero3.status == 2);

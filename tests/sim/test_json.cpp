@@ -18,6 +18,7 @@
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/json_writer.hpp"
+#include "dtsim/sim/units.hpp"
 #include "dtsim/sim/report.hpp"
 #include "dtsim/sim/search.hpp"
 #include "dtsim/sim/version.hpp"
@@ -206,6 +207,18 @@ TEST_CASE("json: the writer's numbers are exact and its strings escaped", "[json
   JsonWriter u(false);
   u.value(std::string("x\xff"));
   CHECK(u.str() == "\"x\xef\xbf\xbd\"");
+}
+
+TEST_CASE("units: human_bytes keeps three figures in the largest unit under a thousand", "[units]") {
+  constexpr double GiB = 1024.0 * 1024 * 1024;
+  CHECK(human_bytes(512) == "512 B");
+  CHECK(human_bytes(1.5 * 1024 * 1024) == "1.5 MiB");
+  CHECK(human_bytes(999 * GiB) == "999 GiB");
+  // 1000 GiB is 1000 / 1024 = 0.977 TiB; DeepSeek-V3 in one fp32 process,
+  // 9,999.09 GiB, is 9.76 TiB (it printed "1e+04 GiB").
+  CHECK(human_bytes(1000 * GiB) == "0.977 TiB");
+  CHECK(human_bytes(9999.09 * GiB) == "9.76 TiB");
+  CHECK(human_bytes(5.0 * 1024 * 1024 * GiB) == "5 PiB");
 }
 
 TEST_CASE("json: predict, search, comm and list JSON carry schema_version and dtsim_version", "[json]") {

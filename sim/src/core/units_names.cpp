@@ -116,6 +116,11 @@ const char* to_string(FsdpMode f) {
 namespace dtsim {
 
 std::string human_bytes(double b) {
+  // Three significant figures in the largest unit that keeps them under a
+  // thousand ("1e+04 GiB" said 9,999 GiB before the larger units).
+  constexpr double kTiB = 1024.0 * kGiB, kPiB = 1024.0 * kTiB;
+  if (b >= 1000 * kTiB) return fmt::format("{:.3g} PiB", b / kPiB);
+  if (b >= 1000.0 * kGiB) return fmt::format("{:.3g} TiB", b / kTiB);
   if (b >= kGiB) return fmt::format("{:.3g} GiB", b / kGiB);
   if (b >= kMiB) return fmt::format("{:.3g} MiB", b / kMiB);
   if (b >= kKiB) return fmt::format("{:.3g} KiB", b / kKiB);

@@ -23,6 +23,16 @@ void advise_huge_pages(std::size_t bytes);
 /// benches): retain_freed_memory(), then advise_huge_pages(512 MiB).
 void prepare_simulator_heap();
 
+/// Bytes this process may still take: the kernel's MemAvailable, or less
+/// where its cgroup (v2) allows less (memory.max less memory.current);
+/// 0 where neither can be read.
+long long host_memory_available();
+
+/// Note [A CPU rank's memory limit] (src/process.cpp): what each of
+/// `local_ranks` CPU ranks of dtsim validate may allocate without
+/// --mem-limit, 3/4 of `available` over them; 0 where `available` is 0.
+long long cpu_rank_memory_share(long long available, int local_ranks);
+
 }  // namespace dtsim::platform
 
 #include <string>

@@ -114,7 +114,7 @@ struct RankMeasurement {
   std::int64_t host_peak_bytes = 0;  ///< offloaded host memory peak (0 without offload)
   /// The limit its device allocations ran under: --mem-limit, or on a CPU
   /// without it 3/4 of the host's available memory shared by its local
-  /// ranks (Note [A CPU rank's memory limit] in src/worker_main.cpp); 0:
+  /// ranks (Note [A CPU rank's memory limit] in platform/src/process.cpp); 0:
   /// none, or a GPU's own capacity.
   std::int64_t mem_limit_bytes = 0;
   std::vector<double> losses;        ///< each step's loss (warm-up included), on ranks that compute it
