@@ -187,3 +187,17 @@ TEST_CASE("lowers_event_loops: a bound rank, unless DTSIM_GLOO_LOOP=normal", "[p
   CHECK_FALSE(lowers_event_loops("cpu 1"));
   ::unsetenv("DTSIM_GLOO_LOOP");
 }
+
+TEST_CASE("a CPU rank's share of the host: 3/4 of what is available over its local ranks (Note [A CPU rank's memory limit])",
+          "[platform][process]") {
+  constexpr long long GiB = 1LL << 30;
+  CHECK(dtsim::platform::cpu_rank_memory_share(16 * GiB, 2) == 6 * GiB);  // 16 x 3/4 / 2
+  CHECK(dtsim::platform::cpu_rank_memory_share(16 * GiB, 1) == 12 * GiB);
+  CHECK(dtsim::platform::cpu_rank_memory_share(16 * GiB, 0) == 12 * GiB);  // no rank count: one
+  CHECK(dtsim::platform::cpu_rank_memory_share(0, 2) == 0);                // nothing known: no limit
+  // What the kernel says is free: more than nothing, less than the machine.
+  const long long avail = dtsim::platform::host_memory_available();
+  const long long pages = ::sysconf(_SC_PHYS_PAGES), page = ::sysconf(_SC_PAGE_SIZE);
+  CHECK(avail > 0);
+  CHECK(avail <= pages * page);
+}
