@@ -88,8 +88,18 @@ std::vector<double> reference(const std::string& model, const std::string& shape
                             " --set plan.grad_accum=" + std::to_string(micro_steps)));
 }
 
+void check_same(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-4);
+
+/// `dtsim validate --model MODEL --plan PLAN` (PLAN: the plan and its
+/// options, --procs included) trains as the single process does over
+/// `micro_steps` micro-steps of the same shape.
+void check_as_one_process(const std::string& model, const std::string& plan, const std::string& shape, int micro_steps,
+                          const std::string& common = kCommon) {
+  check_same(losses_of(validate("--model " + model + " --plan " + plan + common + shape)), reference(model, shape, micro_steps, common));
+}
+
 /// `tolerance`: relative; 1e-4 unless a test needs a finer one.
-void check_same(const std::vector<double>& got, const std::vector<double>& want, double tolerance = 1e-4) {
+void check_same(const std::vector<double>& got, const std::vector<double>& want, double tolerance) {
   REQUIRE(got.size() == want.size());
   REQUIRE(got.size() == 3);
   for (std::size_t i = 0; i < got.size(); ++i) {
@@ -635,16 +645,11 @@ TEST_CASE("llama4-tiny trains as one process does: chunks, NoPE and L2 norms und
   // parallelism]), so those run it dense (experts 0).
   const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 --set model.attention_chunk=8 ";
   const std::string dense = shape + " --set model.experts=0 ";
-  SECTION("ddp, dp 2") {
-    check_same(losses_of(validate("--model llama4-tiny --plan ddp --procs 2" + kCommon + shape)), reference("llama4-tiny", shape, 2));
-  }
+  SECTION("ddp, dp 2") { check_as_one_process("llama4-tiny", "ddp --procs 2", shape, 2); }
   SECTION("1f1b over 2 stages (two layers each), 4 micro-batches") {
-    check_same(losses_of(validate("--model llama4-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.grad_accum=4")),
-               reference("llama4-tiny", shape, 4));
+    check_as_one_process("llama4-tiny", "1f1b --procs 2 --set plan.grad_accum=4", shape, 4);
   }
-  SECTION("megatron-tp (tp 2), dense") {
-    check_same(losses_of(validate("--model llama4-tiny --plan megatron-tp --procs 2" + kCommon + dense)), reference("llama4-tiny", dense, 1));
-  }
+  SECTION("megatron-tp (tp 2), dense") { check_as_one_process("llama4-tiny", "megatron-tp --procs 2", dense, 1); }
   SECTION("ddp, cp 2 on the ring, dense: chunks of 12 cut across the ranks' blocks of 8, masked by global positions") {
     const std::string across = dense + " --set model.attention_chunk=12 ";
     check_same(losses_of(validate("--model llama4-tiny --plan ddp --procs 2" + kCommon + across + " --set plan.cp=2")),
@@ -659,23 +664,16 @@ TEST_CASE("deepseek-tiny trains as one process does: latent attention under data
   // shared one), both with DeepSeek-V3's query and key-value latents: the
   // same steps as one process's under every split the runtime runs.
   const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
-  SECTION("ddp, dp 2") {
-    check_same(losses_of(validate("--model deepseek-tiny --plan ddp --procs 2" + kCommon + shape)), reference("deepseek-tiny", shape, 2));
-  }
+  SECTION("ddp, dp 2") { check_as_one_process("deepseek-tiny", "ddp --procs 2", shape, 2); }
   SECTION("1f1b over 2 stages (the dense layer on one, the MoE layer on the other), 4 micro-batches") {
-    check_same(losses_of(validate("--model deepseek-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.grad_accum=4")),
-               reference("deepseek-tiny", shape, 4));
+    check_as_one_process("deepseek-tiny", "1f1b --procs 2 --set plan.grad_accum=4", shape, 4);
   }
-  SECTION("dp 2, ep 2") {
-    check_same(losses_of(validate("--model deepseek-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.ep=2")),
-               reference("deepseek-tiny", shape, 2));
-  }
+  SECTION("dp 2, ep 2") { check_as_one_process("deepseek-tiny", "ddp --procs 2 --set plan.ep=2", shape, 2); }
   SECTION("megatron-tp (tp 2: the latents replicated, the heads split), dense") {
     // lr 0.05: at 0.01 two Adam steps move this loss by less than 1e-3.
     const std::string dense = shape + " --set model.experts=0 ";
     const std::string faster = " --json --quiet --warmup 0 --steps 3 --lr 0.05 --set plan.optimizer=adam ";
-    check_same(losses_of(validate("--model deepseek-tiny --plan megatron-tp --procs 2" + faster + dense)),
-               reference("deepseek-tiny", dense, 1, faster));
+    check_as_one_process("deepseek-tiny", "megatron-tp --procs 2", dense, 1, faster);
   }
   SECTION("context parallelism is refused in one line") {
     const Run r = validate("--model deepseek-tiny --plan ddp --procs 2 --set plan.cp=2");
