@@ -21,6 +21,7 @@
 #include <set>
 #include <sstream>
 
+#include "dtsim/platform/process.hpp"
 #include "dtsim/runtime/launcher.hpp"
 #include "dtsim/runtime/validate.hpp"
 #include "dtsim/sim/cost_profile.hpp"
@@ -812,18 +813,18 @@ TEST_CASE("a CPU rank's allocations run under --mem-limit, or 3/4 of the host's 
     return out;
   };
   CHECK(limits(validate(run + " --mem-limit 1000000000")) == std::vector<double>{1e9, 1e9});
-  // Without it: MemAvailable x 3/4 / 2 as the rank started, which lies
-  // below MemTotal x 3/8 and, unless the host lost half its free memory
-  // meanwhile, above MemAvailable now x 3/16.
-  double total = 0, available = 0;
+  // Without it: what the host (or its cgroup) had available x 3/4 / 2 as
+  // the rank started, which lies below MemTotal x 3/8 and, unless the host
+  // lost half its free memory meanwhile, above what it has now x 3/16.
+  double total = 0;
   std::ifstream info("/proc/meminfo");
   for (std::string key; info >> key;) {
     double kb = 0;
     info >> kb;
     info.ignore(1 << 10, '\n');
     if (key == "MemTotal:") total = kb * 1024;
-    if (key == "MemAvailable:") available = kb * 1024;
   }
+  const double available = static_cast<double>(platform::host_memory_available());
   REQUIRE(total > 0);
   for (const double limit : limits(validate(run))) {
     CHECK(limit <= total * 3 / 8);
@@ -835,14 +836,7 @@ TEST_CASE("validate refuses a CPU plan predicted at over twice a rank's share of
           "[runtime][validate]") {
   // DeepSeek-V3 in fp32 on one rank: 671B parameters, their gradients and
   // Adam's two moments, 16 bytes each: 9,999 GiB predicted (9.76 TiB).
-  double available = 0;
-  std::ifstream info("/proc/meminfo");
-  for (std::string key; info >> key;) {
-    double kb = 0;
-    info >> kb;
-    info.ignore(1 << 10, '\n');
-    if (key == "MemAvailable:") available = kb * 1024;
-  }
+  const double available = static_cast<double>(platform::host_memory_available());
   if (available * 3 / 4 * 2 >= 9999.0 * (1 << 30)) {
     WARN("this host has " << available << " bytes available: DeepSeek-V3 would not be refused");
     return;
