@@ -310,7 +310,8 @@ LaunchResult launch(const LaunchSpec& spec) {
   // the kernel binds to an ephemeral port may take it (Gloo's pairs bind
   // one each), and rank 0 then failed with "The server socket has failed
   // to listen on any local network address" (a CI run, with Gloo tests
-  // running beside it). A file in our own directory cannot be taken. MASTER_PORT in spec.env still asks for a TCPStore on that port.
+  // running beside it). A file in our own directory cannot be taken.
+  // MASTER_PORT in spec.env still asks for a TCPStore on that port.
   base["MASTER_ADDR"] = "127.0.0.1";
   base.erase("MASTER_PORT");
   base.erase("DTSIM_RENDEZVOUS");

@@ -30,8 +30,6 @@
 #include <cstdint>
 #include <cstdlib>
 #include <cstring>
-#include <fstream>
-#include <limits>
 #include <mutex>
 #include <stdexcept>
 #include <string>

@@ -146,8 +146,9 @@ int run(const ValidateOptions& o, int& rank_out, std::string& run_dir_out) {
     throw UnsupportedError("--device cuda: this dtsim_worker was built against a CPU-only LibTorch");
 #endif
   } else {
+    const int local_world = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(world);
     // Note [A CPU rank's memory limit] (platform/src/process.cpp).
-    const int local_ranks = std::max(1, env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(world));
+    const int local_ranks = std::max(1, local_world);
     std::string what;
     if (limit == 0) {
       if (const std::int64_t avail = platform::host_memory_available(); avail > 0) {
@@ -160,7 +161,6 @@ int run(const ValidateOptions& o, int& rank_out, std::string& run_dir_out) {
     platform::retain_freed_memory();
     // Note [A rank's own cores] (platform/src/process.cpp): local rank i of n on
     // the i-th share of this host's CPUs, before any thread starts.
-    const int local_world = env_int({"LOCAL_WORLD_SIZE", "OMPI_COMM_WORLD_LOCAL_SIZE", "MPI_LOCALNRANKS"}).value_or(world);
     cpus = platform::bind_cpu_share(local_rank, local_world);
     // One core per rank, as the local-cpu cluster and calibration's
     // --threads 1 have it (DTSIM_THREADS overrides).
