@@ -55,6 +55,38 @@ TEST_CASE("any two batch figures determine the third (DeepSpeed's rule)", "[plan
   CHECK(only_global.grad_accum == 1);
 }
 
+// Note [A batch key given way to] (config_io.cpp): a file's key gives way
+// to an override of another. dp 4 throughout, so global = micro x accum x 4.
+TEST_CASE("an override of one batch figure re-derives one the file gave", "[plan]") {
+  const std::string file = "dp: 4\nmicro_batch: 4\ngrad_accum: 1\n";  // as fsdp.yaml writes them: global 16
+  auto with = [&](std::vector<Override> o) { return resolve(parse_plan(file, "p.yaml", o), kModel, eight()); };
+  // The global batch set: the file's grad_accum derived, 128 / (4 x 4) = 8.
+  const ResolvedPlan g = with({{"plan", "global_batch", "128"}});
+  CHECK(g.micro_batch == 4);
+  CHECK(g.grad_accum == 8);
+  // With the micro-batch set too: 128 / (2 x 4) = 16.
+  CHECK(with({{"plan", "global_batch", "128"}, {"plan", "micro_batch", "2"}}).grad_accum == 16);
+  // With grad_accum set instead, the file's micro-batch gives way: 128 / (2 x 4) = 16.
+  const ResolvedPlan a = with({{"plan", "global_batch", "128"}, {"plan", "grad_accum", "2"}});
+  CHECK(a.micro_batch == 16);
+  CHECK(a.grad_accum == 2);
+  // Megatron's micro_batches (GPipe's chunks) counts as grad_accum.
+  CHECK(with({{"plan", "global_batch", "128"}, {"plan", "micro_batches", "4"}}).micro_batch == 8);
+  // A file that gives the global batch keeps it: micro_batch set, 64 / (8 x 4) = 2 micro-steps;
+  // grad_accum set, 64 / (8 x 4) = 2 a micro-batch.
+  const std::string global = "dp: 4\nmicro_batch: 4\ngrad_accum: 4\nglobal_batch: 64\n";
+  CHECK(resolve(parse_plan(global, "g.yaml", {{"plan", "micro_batch", "8"}}), kModel, eight()).grad_accum == 2);
+  CHECK(resolve(parse_plan(global, "g.yaml", {{"plan", "grad_accum", "8"}}), kModel, eight()).micro_batch == 2);
+  // The derived figure must still divide, and three set at once must agree.
+  CHECK(error_of([&] { with({{"plan", "global_batch", "100"}}); }) ==
+        "--set plan.global_batch: 100 is not a multiple of micro_batch x dp = 16");
+  CHECK_THAT(error_of([&] { with({{"plan", "global_batch", "128"}, {"plan", "micro_batch", "2"}, {"plan", "grad_accum", "2"}}); }),
+             Catch::Contains("128 != micro_batch x grad_accum x dp = 2 x 2 x 4"));
+  // Nothing overridden: a file's three that disagree are still refused.
+  CHECK_THAT(error_of([] { resolve(parse_plan("dp: 4\nmicro_batch: 4\ngrad_accum: 1\nglobal_batch: 128\n", "p.yaml"), kModel, eight()); }),
+             Catch::Contains("128 != micro_batch x grad_accum x dp = 4 x 1 x 4"));
+}
+
 TEST_CASE("inconsistent batches are named", "[plan][bad-input]") {
   CHECK(error_of([] { resolve(parse_plan("dp: 4\nglobal_batch: 63\nmicro_batch: 2\n", "p.yaml"), kModel, eight()); }) ==
         "p.yaml:2: plan.global_batch: 63 is not a multiple of micro_batch x dp = 8");

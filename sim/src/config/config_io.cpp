@@ -362,6 +362,33 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
     if (!ga_set || m_set) p.grad_accum = m;
   }
   p.global_batch = c.get_int("global_batch", 0, 1, kBig);
+  {
+    // Note [A batch key given way to]
+    // global_batch = micro_batch x grad_accum x dp, and a shipped plan
+    // writes two of the three (fsdp.yaml: micro_batch 4, grad_accum 1). A
+    // user who then sets the global batch (--set plan.global_batch=128, or
+    // a framework's config that gives it) means it, as Megatron-LM derives
+    // its micro-batches from --global-batch-size and --micro-batch-size
+    // (megatron/core/num_microbatches_calculator.py): where all three are
+    // given and an override set some of them, one the file alone gave is
+    // dropped and derived again, grad_accum first, then micro_batch, then
+    // global_batch (so setting micro_batch or grad_accum keeps the file's
+    // global batch). Only where the overrides set all three can they
+    // disagree (resolve() says so, one line).
+    const bool ga_set = (c.has("grad_accum") && c.overridden("grad_accum")) ||
+                        (c.has("micro_batches") && c.overridden("micro_batches"));
+    const bool mb_set = c.has("micro_batch") && c.overridden("micro_batch");
+    const bool gb_set = c.has("global_batch") && c.overridden("global_batch");
+    if (p.micro_batch != 0 && p.grad_accum != 0 && p.global_batch != 0 && (ga_set || mb_set || gb_set)) {
+      if (!ga_set) {
+        p.grad_accum = 0;
+      } else if (!mb_set) {
+        p.micro_batch = 0;
+      } else if (!gb_set) {
+        p.global_batch = 0;
+      }
+    }
+  }
   p.seq_len = c.get_int("seq_len", 0, 1, kBig);
   p.precision = c.get_enum("precision", Precision::kFp32,
                            {{"fp32", Precision::kFp32}, {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16},
