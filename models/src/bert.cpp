@@ -53,14 +53,17 @@ class Bert final : public ZooModel {
     if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
     emb.params = (vp + c_.max_positions + c_.type_vocab) * h + 2 * h;
     emb.param_tensors = 5;  // word, position and type embeddings; LayerNorm weight and bias
+    emb.sp_params = sp ? 2 * h : 0;  // the LayerNorm, on the rank's tokens
     emb.forward.push_back(memory_op("word.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
-    emb.forward.push_back(memory_op("pos+type.add", sim::KernelKind::kElementwise, 3 * e * tn * h, e * tn * h, 2.0 * tn * h));
+    // Note [Sequence parallel embeddings] (layers.cpp): added to every token, then split.
+    emb.forward.push_back(memory_op("pos+type.add", sim::KernelKind::kElementwise, 3 * e * t * h, e * t * h, 2.0 * t * h));
     emb.forward.push_back(memory_op("ln", sim::KernelKind::kNorm, e * tn * h, e * tn * h, 5.0 * tn * h));
     if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * tn * h, (e + 1) * tn * h, 1.0 * tn * h));
     emb.backward = backward_of(emb.forward);
     emb.saved_bytes = e * tn * h + (c_.dropout ? shape.mask_bytes * tn * h : 0);  // LayerNorm input, dropout mask
     emb.output_bytes = e * tn * h;
-    if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+    if (tp > 1) emb.tp_forward.push_back({sim::CollectiveOp::kAllReduce, e * t * h, 1});
+    if (sp) emb.tp_backward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
     out.push_back(std::move(emb));
 
     const std::string layer = "bert.layer:h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +

@@ -50,21 +50,25 @@ class Gpt final : public ZooModel {
     // The signature names the whole vocabulary; tp= says it is split.
     emb.signature = "gpt2.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",p=" + std::to_string(c_.seq_len) +
                     ",drop=" + (c_.dropout ? "1" : "0");
-    if (tp > 1) emb.signature += ",tp=" + std::to_string(tp);
+    if (tp > 1) emb.signature += ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "");
     emb.params = v * h + c_.seq_len * h;
     emb.param_tensors = 2;  // wte, wpe
     emb.modules = {{"wte.gather", {v * h}, ""}, {"wpe.add", {c_.seq_len * h}, ""}};
     emb.forward.push_back(memory_op("wte.gather", sim::KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
-    emb.forward.push_back(memory_op("wpe.add", sim::KernelKind::kElementwise, 2 * e * tn * h, e * tn * h, 1.0 * tn * h));
+    // Note [Sequence parallel embeddings]: the positions are added to every token, then split.
+    emb.forward.push_back(memory_op("wpe.add", sim::KernelKind::kElementwise, 2 * e * t * h, e * t * h, 1.0 * t * h));
     if (c_.dropout) emb.forward.push_back(memory_op("drop", sim::KernelKind::kElementwise, e * tn * h, (e + 1) * tn * h, 1.0 * tn * h));
     // Backward: scatter-add into the embedding gradients.
     emb.backward.push_back(memory_op("wte.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
-    emb.backward.push_back(memory_op("wpe.reduce", sim::KernelKind::kElementwise, e * tn * h, e * s * h, 1.0 * tn * h));
+    emb.backward.push_back(memory_op("wpe.reduce", sim::KernelKind::kElementwise, e * t * h, e * s * h, 1.0 * t * h));
     emb.saved_bytes = c_.dropout ? shape.mask_bytes * tn * h : 0;  // the dropout mask
     emb.output_bytes = e * tn * h;
     if (tp > 1) {
-      // The partial lookups are summed (reduce-scattered over the sequence with sp).
-      emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+      // The partial lookups are summed; under sequence parallelism each
+      // rank then keeps its tokens, and their gradient is all-gathered
+      // (Note [Sequence parallel embeddings] in layers.cpp).
+      emb.tp_forward.push_back({sim::CollectiveOp::kAllReduce, e * t * h, 1});
+      if (sp) emb.tp_backward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
     }
     out.push_back(std::move(emb));
 
@@ -83,8 +87,9 @@ class Gpt final : public ZooModel {
     head.name = "ln_f+lm_head";
     head.kind = sim::LayerKind::kLmHead;
     head.signature = "gpt2.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + ",tied=" + (c_.tied_head ? "1" : "0") +
-                     (tp > 1 ? ",tp=" + std::to_string(tp) : "");
+                     (tp > 1 ? ",tp=" + std::to_string(tp) + (sp ? ",sp=1" : "") : "");
     head.params = 2 * h + (c_.tied_head ? 0 : v * h);
+    head.sp_params = sp ? 2 * h : 0;  // ln_f
     head.param_tensors = c_.tied_head ? 2 : 3;  // ln_f weight and bias (and an untied output weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.modules = {{"ln_f", {h, h}, ""}, {"lm_head", {v * h}, c_.tied_head ? "wte.gather" : ""}};

@@ -119,6 +119,21 @@ std::string transformer_tp_error(int tp, std::int64_t heads, std::int64_t ffn) {
   return "";
 }
 
+// Note [Sequence parallel embeddings]
+// Under sequence parallelism a rank keeps 1/tp of the tokens from the
+// embedding on. Megatron-Core's LanguageModelEmbedding reduce-scatters the
+// vocab-parallel lookup straight onto the ranks' tokens only where nothing
+// is added to it (reduce_scatter_embeddings = not add_position_embedding
+// and no token types and sequence_parallel: Llama, whose gradient is then
+// all-gathered back). Where position embeddings (GPT-2) or token types
+// (BERT) are added, the lookup is all-reduced as without it, the positions
+// added to every token, and scatter_to_sequence_parallel_region keeps the
+// rank's part (no communication forward, an all-gather of the gradient
+// backward); the dropout runs on the part
+// (megatron/core/models/common/embeddings/language_model_embedding.py;
+// legacy megatron/model/language_model.py the same). The LibTorch twins do
+// the same (Note [Sequence parallelism] in models/torch).
+
 std::vector<sim::LayerComm> tp_pairs(const sim::WorkloadShape& shape, Bytes bytes, int pairs) {
   if (shape.tp <= 1) return {};
   if (shape.sequence_parallel) {
@@ -420,6 +435,7 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   l.name = name;
   l.kind = sim::LayerKind::kTransformer;
   l.params = (4 * h * h + 2 * h * f + 3 * h + f) / tp + 6 * h;
+  l.sp_params = sp ? 6 * h : 0;  // the two LayerNorms' weights and biases, the two row-parallel biases
   // Two LayerNorms, the fused QKV, the attention output and the two MLP
   // linears, each a weight and a bias.
   l.param_tensors = 12;

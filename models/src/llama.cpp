@@ -452,7 +452,7 @@ class Llama final : public ZooModel {
     emb.name = "embed_tokens";
     emb.kind = sim::LayerKind::kEmbedding;
     emb.signature = "llama.embed:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) + (c_.embed_scale ? ",es=1" : "") +
-                    micro(",em=", c_.embedding_multiplier) + tps;
+                    micro(",em=", c_.embedding_multiplier) + tps + (sp ? ",sp=1" : "");
     emb.params = v * h;
     emb.param_tensors = 1;
     emb.modules = {{"embed.gather", {v * h}, ""}};
@@ -460,13 +460,16 @@ class Llama final : public ZooModel {
     if (c_.embed_scale || c_.embedding_multiplier > 0) {
       // Gemma: times sqrt(hidden) (a constant tensor: nothing kept), and its
       // gradient likewise; Granite: times embedding_multiplier (Note [Granite]).
-      const sim::Kernel scale = memory_op("embed.scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h);
+      const sim::Kernel scale = memory_op("embed.scale", sim::KernelKind::kElementwise, e * tn * h, e * tn * h, 1.0 * tn * h);  // after the reduce-scatter
       emb.forward.push_back(scale);
       emb.backward.push_back(scale);
     }
     emb.backward.push_back(memory_op("embed.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
     emb.output_bytes = e * tn * h;
+    // Note [Sequence parallel embeddings] (layers.cpp): without position
+    // embeddings the lookup is reduce-scattered, its gradient all-gathered.
     if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
+    if (sp) emb.tp_backward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
     out.push_back(std::move(emb));
 
     // Note [Multi-head latent attention]: mla=1 and the latents' ranks and
@@ -559,9 +562,10 @@ class Llama final : public ZooModel {
     head.signature = "llama.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) +
                      ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") + (c_.fp32_norm_weight ? ",fnw=1" : "") +
                      (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") +
-                     micro(",ls=", c_.logits_scaling) + tps +
+                     micro(",ls=", c_.logits_scaling) + tps + (sp ? ",sp=1" : "") +
                      (shape.fused_kernels ? ",fk=1" : "");
     head.params = h + (c_.tied_head ? 0 : v * h);
+    head.sp_params = sp ? h : 0;  // the final norm
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.modules = {{"norm", {h}, ""}, {"lm_head", {v * h}, c_.tied_head ? "embed.gather" : ""}};
@@ -687,6 +691,7 @@ class Llama final : public ZooModel {
     // On to the head: the model's hidden state and this depth's.
     l.output_bytes = 2 * e * tn * h;
     l.params = 3 * h + 2 * h * h / tp + block.params;
+    l.sp_params = sp ? 3 * h + block.sp_params : 0;  // its three norms and its block's
     l.expert_params = block.expert_params;
     l.param_tensors = 4 + block.param_tensors;
     l.largest_param_tensor = std::max(2 * h * h / tp, block.largest_param_tensor);
@@ -740,6 +745,10 @@ class Llama final : public ZooModel {
   struct BlockParams {
     std::int64_t split = 0;       ///< this tensor-parallel rank's share of the split weights
     std::int64_t replicated = 0;  ///< weights every tensor-parallel rank holds whole
+    /// Of them, those used on a rank's tokens only under sequence
+    /// parallelism (Layer::sp_params): all but per-head q/k norms, which
+    /// run after the gather.
+    std::int64_t sequence_parallel = 0;
     int tensors = 0;
   };
   /// One block's parameters on one of tp ranks, routed experts apart: the
@@ -793,6 +802,7 @@ class Llama final : public ZooModel {
     }
     p.split = split / tp;
     p.replicated = replicated;
+    p.sequence_parallel = replicated - (c_.qk_norm && !c_.olmo2_norms ? 2 * d : 0);
     p.tensors = tensors;
     return p;
   }
@@ -860,6 +870,7 @@ class Llama final : public ZooModel {
     l.kind = sim::LayerKind::kTransformer;
     const BlockParams bp = block_params(tp, moe);
     l.params = bp.split + bp.replicated;
+    l.sp_params = sp ? bp.sequence_parallel : 0;
     l.param_tensors = bp.tensors;
     if (!mla() && !moe) {
       // HuggingFace's modules as DeepSpeed's ZeRO-3 gathers them (Note

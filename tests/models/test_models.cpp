@@ -336,3 +336,58 @@ TEST_CASE("every model counts its layers without building them, as layers() buil
   CHECK(bert->layer_count() == 4);
   CHECK(bert->layers(sim::WorkloadShape{}).size() == 4);
 }
+
+TEST_CASE("under sequence parallelism the embeddings communicate as Megatron-Core's LanguageModelEmbedding (Note [Sequence parallel embeddings])",
+          "[models][tp][sp]") {
+  sim::WorkloadShape shape;
+  shape.micro_batch = 2;
+  shape.seq_len = 128;
+  shape.act_bytes = 2;
+  shape.tp = 2;
+  shape.sequence_parallel = true;
+  const std::int64_t t = 2 * 128;
+  const auto ops = [](const std::vector<sim::LayerComm>& l) {
+    std::vector<std::pair<sim::CollectiveOp, Bytes>> out;
+    for (const auto& c : l) out.emplace_back(c.op, c.bytes * c.count);
+    return out;
+  };
+  using Op = sim::CollectiveOp;
+  using Ops = std::vector<std::pair<Op, Bytes>>;
+  // GPT-2 (h 768): position embeddings are added to the summed lookup, so it
+  // is all-reduced as without sequence parallelism, then split; backward
+  // all-gathers the split's gradient. The positions' add runs on every token.
+  const auto gpt2 = models::load_model("gpt2")->layers(shape);
+  CHECK(ops(gpt2.front().tp_forward) == Ops{{Op::kAllReduce, 2 * t * 768}});
+  CHECK(ops(gpt2.front().tp_backward) == Ops{{Op::kAllGather, 2 * t * 768}});
+  const auto add = std::find_if(gpt2.front().forward.begin(), gpt2.front().forward.end(), [](const sim::Kernel& k) { return k.name == "wpe.add"; });
+  REQUIRE(add != gpt2.front().forward.end());
+  CHECK(add->flops == Approx(1.0 * t * 768));
+  CHECK(gpt2.front().signature.find(",tp=2,sp=1") != std::string::npos);
+  CHECK(gpt2.back().signature.find(",tp=2,sp=1") != std::string::npos);
+  // BERT's token types likewise.
+  const auto bert = models::load_model("bert-base")->layers(shape);
+  CHECK(ops(bert.front().tp_forward) == Ops{{Op::kAllReduce, 2 * t * 768}});
+  CHECK(ops(bert.front().tp_backward) == Ops{{Op::kAllGather, 2 * t * 768}});
+  // Llama (h 4096) adds nothing: the lookup is reduce-scattered, its gradient all-gathered.
+  const auto llama = models::load_model("llama-3-8b")->layers(shape);
+  CHECK(ops(llama.front().tp_forward) == Ops{{Op::kReduceScatter, 2 * t * 4096}});
+  CHECK(ops(llama.front().tp_backward) == Ops{{Op::kAllGather, 2 * t * 4096}});
+  CHECK(llama.front().signature.find(",tp=2,sp=1") != std::string::npos);
+
+  // Layer::sp_params: what runs on a rank's tokens only (Note
+  // [Sequence-parallel gradients]). GPT-2's block 6 h, its head's ln_f 2 h;
+  // Llama's block its two RMSNorms, 2 h, its head's norm h; Qwen3's per-head
+  // q/k norms run after the gather and are not counted (2 x 4096 for
+  // qwen3-8b); Mixtral's router runs on the rank's tokens (4096 x 8 more).
+  CHECK(gpt2[1].sp_params == 6 * 768);
+  CHECK(gpt2.back().sp_params == 2 * 768);
+  CHECK(llama[1].sp_params == 2 * 4096);
+  CHECK(llama.back().sp_params == 4096);
+  CHECK(models::load_model("qwen3-8b")->layers(shape)[1].sp_params == 2 * 4096);
+  shape.ep = 1;
+  CHECK(models::load_model("mixtral-8x7b")->layers(shape)[1].sp_params == 2 * 4096 + 4096 * 8);
+  // Nothing without sequence parallelism.
+  shape.sequence_parallel = false;
+  for (const auto& l : models::load_model("llama-3-8b")->layers(shape)) CHECK(l.sp_params == 0);
+  CHECK(models::load_model("gpt2")->layers(shape).front().tp_backward.empty());
+}

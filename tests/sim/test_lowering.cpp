@@ -1097,3 +1097,40 @@ TEST_CASE("a rank whose gradients are reduced over a data-parallel group is shap
   CHECK_FALSE(shaped("pp: 2\ndp: 1\nmicro_batches: 4\n"));
   CHECK(shaped("pp: 2\nmicro_batches: 4\n"));  // the other two GPUs: dp 2
 }
+
+TEST_CASE("sequence parallelism sums its norms' gradients over tp once a step, after the reductions (Note [Sequence-parallel gradients])",
+          "[lowering][tp][sp]") {
+  // gpt2 (h 768, 12 blocks): a block's two LayerNorms and two row-parallel
+  // biases, 6 h, and ln_f, 2 h: 12 x 4,608 + 1,536 = 56,832 elements, in
+  // 16-bit gradients 113,664 bytes over the tp group.
+  const auto gpt2 = models::load_model("gpt2");
+  const auto sp_tasks = [&](const std::string& yaml) {
+    const Run r = run(*gpt2, yaml, round_cluster(1, 8), 1000);
+    std::vector<TaskId> out;
+    for (std::size_t i = 0; i < r.graph.tasks.size(); ++i) {
+      if (r.graph.tasks[i].name == "all_reduce sequence-parallel grads") out.push_back(static_cast<TaskId>(i));
+    }
+    return std::make_pair(r, out);
+  };
+  const auto [one, ids] = sp_tasks("tp: 2\nsequence_parallel: true\nprecision: fp16\nmicro_batch: 1\n");
+  REQUIRE(ids.size() == 1);
+  const Task& t = one.graph.tasks[ids[0]];
+  CHECK(t.bytes == 113'664);
+  CHECK(t.op == CollectiveOp::kAllReduce);
+  CHECK(t.axis == std::optional<Axis>(Axis::kTp));
+  // After every data-parallel reduction, before the step.
+  for (std::size_t i = 0; i < one.graph.tasks.size(); ++i) {
+    const Task& u = one.graph.tasks[i];
+    if (u.kind == TaskKind::kCollective && u.axis == std::optional<Axis>(Axis::kDp)) {
+      CHECK(one.exec.spans[i].end <= one.exec.spans[ids[0]].start);
+    }
+    if (u.phase == Phase::kOptimizer) CHECK(one.exec.spans[i].start >= one.exec.spans[ids[0]].end);
+  }
+  // Two stages each sum their own; Megatron's fp32 main gradients, 4 bytes an element.
+  const auto [two, stage_ids] =
+      sp_tasks("tp: 2\npp: 2\nschedule: 1f1b\nmicro_batches: 4\nsequence_parallel: true\nprecision: fp16\naccumulate_allreduce_grads_in_fp32: true\n");
+  REQUIRE(stage_ids.size() == 2);
+  CHECK(two.graph.tasks[stage_ids[0]].bytes + two.graph.tasks[stage_ids[1]].bytes == 56'832 * 4);
+  // None without sequence parallelism.
+  CHECK(sp_tasks("tp: 2\nprecision: fp16\nmicro_batch: 1\n").second.empty());
+}

@@ -75,6 +75,7 @@ class ChunkStage final : public detail::StageEmitter {
     // Note [FSDP under a pipeline]: FULL_SHARD stages gather and reduce in
     // place of the buckets.
     passes_.add(c.fsdp ? detail::fsdp_pipeline_pass(c) : detail::chunk_data_parallel_pass(c));
+    passes_.add(detail::sequence_parallel_pass(c));  // after the reductions, before the step
     passes_.add(detail::pipeline_pass(c));
     passes_.add(detail::recompute_pass(c));
     passes_.add(detail::context_parallel_pass(c));
@@ -150,6 +151,7 @@ class ChunkStage final : public detail::StageEmitter {
       if (layers[l].kind == LayerKind::kEmbedding) embedding_chunk = 0;  // the first chunk always starts at layer 0
     }
     int first = 0;
+    c.sp_params.assign(static_cast<std::size_t>(pp), 0);
     for (int vs = 0; vs < C; ++vs) {
       detail::Chunk ch;
       ch.first = first;
@@ -182,6 +184,7 @@ class ChunkStage final : public detail::StageEmitter {
         ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
         ch.params += L.params;
         ch.expert_params += L.expert_params;
+        c.sp_params[static_cast<std::size_t>(ch.rank)] += L.sp_params;
         ch.fp8 += detail::fp8_gemms(L, c.plan.precision);
         // The chunk's first layer runs its backward last: its gradients
         // come after the deeper layers' peak.

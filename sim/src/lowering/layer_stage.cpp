@@ -58,6 +58,8 @@ class LayerStage final : public detail::StageEmitter {
       c.params += L.params;
       c.expert_params += L.expert_params;
     }
+    c.sp_params.assign(1, 0);
+    for (const auto& L : c.layers) c.sp_params[0] += L.sp_params;
     overlap_ = p.overlap_moe_expert_parallel_comm && p.ep > 1;
     make_units();
     make_rank();
@@ -66,6 +68,7 @@ class LayerStage final : public detail::StageEmitter {
     // before recompute's rematerialisation; the tensor-parallel collectives
     // sit right after the kernels.
     if (c.zero < 3) passes_.add(detail::data_parallel_pass(c));
+    passes_.add(detail::sequence_parallel_pass(c));  // after the reductions, before the step
     passes_.add(detail::offload_pass(c));
     if (c.plan.zero3_modules()) {
       passes_.add(detail::zero3_modules_pass(c));

@@ -135,6 +135,9 @@ struct StageContext {
     return resident_grads ? 0 : compute_model.bucket_copy_time(params, tensors, out);
   }
   CommGroup tp_group;
+  /// By stage (the simulated rank): its layers' Layer::sp_params, a tied
+  /// copy's none (Note [Sequence-parallel gradients] in passes/sequence_parallel.cpp).
+  std::vector<std::int64_t> sp_params;
   CommGroup cp_group;  ///< the context-parallel axis's group (one rank where cp = 1)
   /// The expert-parallel group and the expert data-parallel group (Note
   /// [Expert mesh] in cost_comm.cpp); one rank each for a dense model.
@@ -319,6 +322,7 @@ std::unique_ptr<StrategyPass> expert_parallel_pass(StageContext& ctx);
 /// SyncBatchNorm's collectives (passes/sync_batch_norm.cpp); none unless a
 /// unit has Layer::dp_forward or dp_backward.
 std::unique_ptr<StrategyPass> sync_batch_norm_pass(StageContext& ctx);
+std::unique_ptr<StrategyPass> sequence_parallel_pass(StageContext& ctx);
 /// The tensor-parallel collectives after a unit's forward and backward
 /// kernels (passes/tensor_parallel.cpp).
 std::unique_ptr<StrategyPass> tensor_parallel_pass(StageContext& ctx);

@@ -240,6 +240,13 @@ struct Layer {
   /// expert-parallel and expert-tensor-parallel split): their gradients are
   /// reduced, and ZeRO shards them, over the expert data-parallel group.
   std::int64_t expert_params = 0;
+  /// Of `params`, under sequence parallelism those used on a rank's tokens
+  /// only (the norms, the biases added after a reduce-scatter, a latent
+  /// attention's down-projections, a router): each tensor-parallel rank
+  /// holds part of their gradient, which Megatron-Core sums over the group
+  /// once a step (Note [Sequence-parallel gradients] in
+  /// sim/src/lowering/passes/sequence_parallel.cpp). 0 without it.
+  std::int64_t sp_params = 0;
   /// Parameter tensors owned (weights and biases apart): an optimizer that
   /// steps tensor by tensor pays a launch for each (0: unknown, counted as 1).
   int param_tensors = 0;
