@@ -169,6 +169,64 @@ struct ExitTp : torch::autograd::Function<ExitTp> {
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) { return {g[0]}; }
 };
 
+// ---- sequence parallelism: the sequence over the tp group (Note [Sequence parallelism] in models/torch) ----
+
+/// All-gather of x's dimension 1 over the tp group, in rank order, contiguous.
+torch::Tensor tp_gather_seq(const torch::Tensor& x) {
+  const int n = g_tp->size;
+  const torch::Tensor in = x.contiguous();
+  torch::Tensor out = torch::empty({n * in.numel()}, in.options());
+  const double t0 = now_us();
+  all_gather(*g_tp, in.view({-1}), out, *g_tp_clock);
+  if (g_tp_trace) g_tp_trace("tp all_gather", t0);
+  std::vector<std::int64_t> parts = in.sizes().vec(), whole = in.sizes().vec();
+  parts.insert(parts.begin(), n);
+  whole[1] *= n;
+  return out.view(parts).transpose(0, 1).reshape(whole);  // [b, n, s/n, ...]: one copy
+}
+
+/// Reduce-scatter of `parts` [n, b, s/n, ...] (models::sequence_parts) over
+/// the tp group: every rank's summed, this rank's [b, s/n, ...].
+torch::Tensor tp_reduce_scatter_seq(const torch::Tensor& parts) {
+  torch::Tensor out = torch::empty({parts.numel() / parts.size(0)}, parts.options());
+  const double t0 = now_us();
+  reduce_scatter(*g_tp, parts.view({-1}), out, *g_tp_clock);
+  if (g_tp_trace) g_tp_trace("tp reduce_scatter", t0);
+  return out.view(parts.sizes().slice(1));
+}
+
+/// This rank's 1/n of x's dimension 1.
+torch::Tensor tp_split_seq(const torch::Tensor& x) {
+  const std::int64_t part = x.size(1) / g_tp->size;
+  return x.narrow(1, g_tp->rank * part, part);
+}
+
+/// gather_from_sequence_parallel_region: all-gather forward, reduce-scatter backward.
+struct GatherSeqTp : torch::autograd::Function<GatherSeqTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return tp_gather_seq(x); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+    return {tp_reduce_scatter_seq(models::sequence_parts(g[0], g_tp->size))};
+  }
+};
+
+/// reduce_scatter_to_sequence_parallel_region: reduce-scatter forward, all-gather backward.
+struct ReduceScatterSeqTp : torch::autograd::Function<ReduceScatterSeqTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
+    return tp_reduce_scatter_seq(models::sequence_parts(x, g_tp->size));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+    return {tp_gather_seq(g[0])};
+  }
+};
+
+/// scatter_to_sequence_parallel_region: this rank's tokens forward, all-gather backward.
+struct SplitSeqTp : torch::autograd::Function<SplitSeqTp> {
+  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return tp_split_seq(x).contiguous(); }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
+    return {tp_gather_seq(g[0])};
+  }
+};
+
 // ---- context parallelism: K/V over the cp group ------------------------------------
 
 Group* g_cp = nullptr;  // this rank's context-parallel group
@@ -572,6 +630,7 @@ class Trainer {
     shape.micro_batch = p.micro_batch;
     shape.seq_len = p.seq_len;
     shape.tp = p.tp;  // the layers the simulator prices: blocks, embeddings and the head split over tp
+    shape.sequence_parallel = p.sequence_parallel;  // ... and the tokens between them (Note [Sequence parallelism] in models/torch)
     shape.cp = p.cp;  // ... and blocks attending over the context-parallel group
     shape.cp_all_gather = p.cp_comm == sim::CpComm::kAllGather;
     shape.flash_attention = p.flash_attention;
@@ -592,6 +651,16 @@ class Trainer {
     tp.enter = [](const torch::Tensor& x) { return EnterTp::apply(x); };
     tp.exit = [](const torch::Tensor& x) { return ExitTp::apply(x); };
     tp.max = [](torch::Tensor& x) { tp_wait(all_reduce(*g_tp, x, c10d::ReduceOp::MAX), "tp all_reduce max"); };
+    if (p.sequence_parallel && p.tp > 1) {
+      tp.sequence_parallel = true;
+      tp.copy = tp.enter;
+      tp.sum = tp.exit;
+      tp.enter = [](const torch::Tensor& x) { return GatherSeqTp::apply(x); };
+      tp.exit = [](const torch::Tensor& x) { return ReduceScatterSeqTp::apply(x); };
+      tp.split = [](const torch::Tensor& x) { return SplitSeqTp::apply(x); };
+      tp.gather = tp_gather_seq;
+      tp.reduce_scatter = tp_reduce_scatter_seq;
+    }
     models::ContextParallel cp;
     cp.rank = cp_rank_;
     cp.size = p.cp;
@@ -652,6 +721,7 @@ class Trainer {
         return std::any_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(t); });
       };
       for (auto& t : u.layer->module().parameters()) (is_expert(t) ? u.expert : u.params).push_back(t);
+      for (auto& t : u.layer->sequence_parallel_parameters()) sp_params_.push_back(t);  // Note [Sequence-parallel gradients]
       units_.push_back(std::move(u));
     }
     // A tied LM head borrows the token embedding (GPT-2). On another stage
@@ -1448,6 +1518,7 @@ class Trainer {
       wait(all_reduce(emb_, g), "embedding all_reduce");
       emb_weight_.mutable_grad() = g;
     }
+    sum_sequence_parallel_grads();
     const double t0 = now_us();
     PhaseTimer ph(*this, opt_s_);
     if (zero_ == 0) {
@@ -1488,6 +1559,60 @@ class Trainer {
       return;
     }
     event("optimizer", "optimizer", t0);
+  }
+
+  // Note [Sequence-parallel gradients]
+  // Under sequence parallelism the norms (and the biases added after a
+  // reduce-scatter, a latent attention's down-projections) see only this
+  // rank's tokens, so each tp rank holds part of their gradient
+  // (TorchLayer::sequence_parallel_parameters). Megatron-Core sums them
+  // over the tensor-parallel group once a step, after the data-parallel
+  // reduction, in one coalesced all-reduce (finalize_model_grads'
+  // _allreduce_non_tensor_model_parallel_grads): so here, before the
+  // optimizer. Where ZeRO keeps the reduced gradients in shards, the parts
+  // of those parameters inside this rank's shard are summed; the tp ranks
+  // of one dp rank lay their parameters out alike, so they hold the same
+  // parts. The simulator prices the all-reduce (Note [Sequence-parallel
+  // gradients] in sim/src/lowering/passes/).
+  void sum_sequence_parallel_grads() {
+    if (sp_params_.empty() || tp_.size == 1) return;
+    const auto is_sp = [&](const torch::Tensor& t) {
+      return std::any_of(sp_params_.begin(), sp_params_.end(), [&](const torch::Tensor& q) { return q.is_same(t); });
+    };
+    std::vector<torch::Tensor> parts;
+    // The parts of the sequence-parallel parameters among `params`, laid
+    // out in order from 0, inside [lo, lo + grad.numel()), as views of grad.
+    const auto shard_parts = [&](const std::vector<torch::Tensor>& params, const torch::Tensor& grad, std::int64_t lo) {
+      std::int64_t at = 0;
+      const std::int64_t hi = lo + grad.numel();
+      for (const auto& param : params) {
+        const std::int64_t a = std::max(at, lo), z = std::min(at + param.numel(), hi);
+        if (z > a && is_sp(param)) parts.push_back(grad.narrow(0, a - lo, z - a));
+        at += param.numel();
+      }
+    };
+    if (zero_ <= 1) {
+      for (auto& t : sp_params_) {
+        if (t.grad().defined()) parts.push_back(t.mutable_grad().view({-1}));
+      }
+    } else if (zero_ == 2) {
+      for (int k : {kDense, kExpert}) {
+        Space& sp = spaces_[k];
+        if (sp.total > 0) shard_parts(sp.params, sp.grad_shard, sp.group->rank * sp.shard);
+      }
+    } else {
+      for (auto& u : units_) {
+        if (u.numel > 0) shard_parts(u.params, u.grad_shard, dp_.rank * u.grad_shard.numel());
+      }
+    }
+    if (parts.empty()) return;
+    torch::Tensor flat = torch::cat(parts);
+    wait(all_reduce(tp_, flat), "sequence-parallel grads all_reduce");
+    std::int64_t at = 0;
+    for (auto& v : parts) {
+      v.copy_(flat.narrow(0, at, v.numel()));
+      at += v.numel();
+    }
   }
 
   /// ZeRO-1/2: steps this rank's shard of space `sp` at step t.
@@ -1648,6 +1773,7 @@ class Trainer {
   Group ep_, edp_;                 ///< expert parallel and expert data parallel (size 1 unless ep > 1)
   std::vector<sim::Layer> layers_;
   std::vector<Unit> units_;
+  std::vector<torch::Tensor> sp_params_;  ///< Note [Sequence-parallel gradients]
   torch::Tensor tied_;          ///< the LM head's borrowed embedding (undefined: untied)
   bool tied_copy_ = false;      ///< tied_ is this stage's copy (pipeline)
   torch::Tensor emb_weight_;    ///< the tied weight this rank sums over emb_ (pipeline)

@@ -476,6 +476,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     shape.seq_len = p.seq_len;
     shape.tp = p.tp;
     for (const auto& layer : s.model->layers(shape)) {
+      if (p.sequence_parallel && layer.signature.rfind("bert.", 0) == 0) {
+        // Note [Sequence parallelism] (models/torch): built for GPT-2 and the Llama family.
+        throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.sequence_parallel") + ": sequence parallelism of " +
+                               s.model->name() + " (BERT) is not run; set plan.sequence_parallel=false (the simulator predicts it)");
+      }
       if (layer.signature.rfind("moe.block:", 0) == 0) {
         throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
                                s.model->name() + "'s MoE layers is not run (the MoE block has no tensor-parallel split); use tp 1, "
@@ -705,7 +710,9 @@ std::vector<ReportRow> report_rows(const sim::Prediction& p, const Measured& m) 
 std::string format_report(const ValidateOptions& o, const RunSetup& s, const sim::Prediction& p, const Measured& m) {
   std::ostringstream out;
   const auto& pl = s.plan;
-  out << "dtsim validate: " << s.model->name() << ", plan " << s.spec.name << " (dp " << pl.dp << ", tp " << pl.tp << ", pp " << pl.pp;
+  out << "dtsim validate: " << s.model->name() << ", plan " << s.spec.name << " (dp " << pl.dp << ", tp " << pl.tp;
+  if (pl.sequence_parallel) out << " sequence parallel";
+  out << ", pp " << pl.pp;
   if (pl.cp > 1) out << ", cp " << pl.cp << " (" << sim::to_string(pl.cp_comm) << ")";
   if (pl.zero_stage) out << ", zero " << pl.zero_stage;
   if (pl.pp > 1) out << ", " << sim::to_string(pl.schedule) << " x" << pl.grad_accum;

@@ -1047,6 +1047,195 @@ TEST_CASE("DeepSeek's twin at tp 2: replicated latents, heads split, every gradi
   SumGradient::bus = nullptr;
 }
 
+namespace {
+
+/// Two threads' tensors exchanged, each rank's calls matched by order, in rank order.
+struct SeqBus {
+  std::mutex mu;
+  std::condition_variable cv;
+  std::map<int, std::map<int, torch::Tensor>> posted;
+  int calls[2] = {0, 0};
+  std::vector<torch::Tensor> exchange(int rank, const torch::Tensor& t) {
+    const int k = calls[rank]++;
+    std::unique_lock<std::mutex> lock(mu);
+    posted[k][rank] = t.detach().clone();
+    cv.notify_all();
+    cv.wait(lock, [&] { return posted[k].size() == 2; });
+    return {posted[k][0], posted[k][1]};
+  }
+  torch::Tensor gather(int rank, const torch::Tensor& t) { return torch::cat(exchange(rank, t), 1); }
+  /// `parts` [2, b, s/2, ...] (models::sequence_parts).
+  torch::Tensor reduce_scatter(int rank, const torch::Tensor& parts) {
+    const auto both = exchange(rank, parts);
+    return (both[0] + both[1])[rank].contiguous();
+  }
+  static inline SeqBus* bus = nullptr;
+};
+
+/// gather_from_sequence_parallel_region between the two threads.
+struct GatherSeq : torch::autograd::Function<GatherSeq> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t rank) {
+    ctx->saved_data["rank"] = rank;
+    return SeqBus::bus->gather(static_cast<int>(rank), x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    return {SeqBus::bus->reduce_scatter(static_cast<int>(ctx->saved_data["rank"].toInt()), models::sequence_parts(g[0], 2)), torch::Tensor()};
+  }
+};
+
+/// reduce_scatter_to_sequence_parallel_region.
+struct ReduceScatterSeq : torch::autograd::Function<ReduceScatterSeq> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t rank) {
+    ctx->saved_data["rank"] = rank;
+    return SeqBus::bus->reduce_scatter(static_cast<int>(rank), models::sequence_parts(x, 2));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    return {SeqBus::bus->gather(static_cast<int>(ctx->saved_data["rank"].toInt()), g[0]), torch::Tensor()};
+  }
+};
+
+/// Note [Sequence parallelism] in models/torch: a tp 2 share of model `name`'s
+/// layer `index`, run by two threads on their halves of the sequence, gives
+/// the unsplit layer's output and input gradient at its tokens; its split
+/// weights' gradients are the unsplit ones' rows or columns, its replicated
+/// weights' the unsplit ones whole, and its sequence-parallel parameters'
+/// (TorchLayer::sequence_parallel_parameters) summed over the two ranks
+/// (what the runtime's all-reduce does once a step), which are
+/// Layer::sp_params elements.
+void check_sequence_parallel_block(const std::string& name, std::size_t index) {
+  INFO(name << " layer " << index);
+  const auto model = models::load_model(name);
+  sim::WorkloadShape shape;
+  shape.micro_batch = 2;
+  shape.seq_len = 8;
+  shape.act_bytes = 4;
+  // Without dropout (GPT-2's), whose masks no two processes share.
+  const auto no_dropout = [](sim::Layer l) {
+    if (const auto at = l.signature.find("drop=1"); at != std::string::npos) l.signature.replace(at, 6, "drop=0");
+    return l;
+  };
+  const sim::Layer one = no_dropout(model->layers(shape).at(index));
+  shape.tp = 2;
+  shape.sequence_parallel = true;
+  const sim::Layer split = no_dropout(model->layers(shape).at(index));
+  REQUIRE(split.signature.find(",sp=1") != std::string::npos);
+  torch::manual_seed(11);
+  auto whole = models::make_torch_layer(one.signature);
+  const std::int64_t h = whole->make_inputs(2, 8, torch::kFloat)[0].size(2);
+  const auto x = torch::randn({2, 8, h});
+  const auto xw = x.clone().requires_grad_(true);
+  const auto yw = whole->forward({xw});
+  const auto dy = torch::randn(yw.sizes());
+  yw.backward(dy);
+  SeqBus seq;
+  Bus sums;
+  std::vector<int> sum_calls(2, 0);
+  SeqBus::bus = &seq;
+  SumGradient::bus = &sums;  // f's all-reduces (a q/k norm's weight) share the bus with g's, numbered apart
+  SumGradient::calls[0] = SumGradient::calls[1] = 0;
+  Bus f_bus;
+  SumGradient::bus = &f_bus;
+  std::vector<std::unique_ptr<models::TorchLayer>> shares;
+  for (int r = 0; r < 2; ++r) {
+    models::TensorParallel tp = local_tp(r, 2);
+    tp.sequence_parallel = true;
+    tp.enter = [r](const torch::Tensor& t) { return GatherSeq::apply(t, r); };
+    tp.exit = [r](const torch::Tensor& t) { return ReduceScatterSeq::apply(t, r); };
+    tp.copy = [r](const torch::Tensor& t) { return SumGradient::apply(t, r); };
+    tp.sum = [&, r](const torch::Tensor& t) { return t + (sums.sum(sum_calls[r], t) - t).detach(); };
+    tp.split = [r](const torch::Tensor& t) { return t.narrow(1, r * t.size(1) / 2, t.size(1) / 2); };
+    tp.gather = [&seq, r](const torch::Tensor& t) { return seq.gather(r, t); };
+    tp.reduce_scatter = [&seq, r](const torch::Tensor& t) { return seq.reduce_scatter(r, t); };
+    torch::manual_seed(11);
+    shares.push_back(models::make_torch_layer(split.signature, tp));
+    REQUIRE(shares.back()->make_inputs(2, 8, torch::kFloat)[0].size(1) == 4);  // this rank's half of the tokens
+  }
+  std::vector<torch::Tensor> ys(2), xs(2);
+  std::vector<std::thread> threads;
+  for (int r = 0; r < 2; ++r) {
+    threads.emplace_back([&, r] {
+      xs[r] = x.narrow(1, 4 * r, 4).clone().requires_grad_(true);
+      ys[r] = shares[r]->forward({xs[r]});
+      ys[r].backward(dy.narrow(1, 4 * r, 4));
+    });
+  }
+  for (auto& t : threads) t.join();
+  SeqBus::bus = nullptr;
+  SumGradient::bus = nullptr;
+  auto named = whole->module().named_parameters();
+  std::vector<std::map<std::string, torch::Tensor>> grads(2);
+  std::set<std::string> sp_names;
+  std::int64_t sp_elements = 0;
+  for (int r = 0; r < 2; ++r) {
+    INFO("rank " << r);
+    CHECK(torch::allclose(ys[r], yw.narrow(1, 4 * r, 4), 1e-4, 1e-5));
+    CHECK(torch::allclose(xs[r].grad(), xw.grad().narrow(1, 4 * r, 4), 1e-4, 1e-5));
+    for (const auto& p : shares[r]->module().named_parameters()) grads[r][p.key()] = p.value().grad();
+    const auto listed = shares[r]->sequence_parallel_parameters();
+    for (const auto& p : shares[r]->module().named_parameters()) {
+      if (std::any_of(listed.begin(), listed.end(), [&](const torch::Tensor& t) { return t.is_same(p.value()); })) {
+        sp_names.insert(p.key());
+        if (r == 0) sp_elements += p.value().numel();
+      }
+    }
+  }
+  CHECK(sp_elements == split.sp_params);
+  CHECK_FALSE(sp_names.empty());
+  for (const auto& [key, got] : grads[0]) {
+    INFO(key);
+    const torch::Tensor full = named[key].grad();
+    REQUIRE(got.defined());
+    if (sp_names.count(key)) {
+      CHECK(torch::allclose(got + grads[1][key], full, 1e-4, 1e-5));  // each rank's tokens' part
+      CHECK_FALSE(torch::allclose(got, full, 1e-4, 1e-5));
+    } else if (got.sizes() == full.sizes()) {
+      CHECK(torch::allclose(got, full, 1e-4, 1e-5));  // replicated, used on every token
+    } else if (got.size(0) != full.size(0)) {
+      // Rank 0's column-parallel rows: the first half of each of q, k and v in GPT-2's fused c_attn.
+      const std::int64_t parts = key.rfind("c_attn", 0) == 0 ? 3 : 1, n = got.size(0) / parts;
+      std::vector<torch::Tensor> rows;
+      for (std::int64_t k = 0; k < parts; ++k) rows.push_back(full.narrow(0, k * 2 * n, n));
+      CHECK(torch::allclose(got, torch::cat(rows), 1e-4, 1e-5));
+    } else {
+      CHECK(torch::allclose(got, full.narrow(1, 0, got.size(1)), 1e-4, 1e-5));  // rank 0's row-parallel columns
+    }
+  }
+}
+
+}  // namespace
+
+TEST_CASE("sequence-parallel blocks compute the unsplit block at their tokens, their norms' gradients in parts (Note [Sequence parallelism])",
+          "[torch][tp][sp]") {
+  // GPT-2's block: two LayerNorms (weight, bias) and the two row-parallel
+  // biases run on a rank's tokens, 6 h = 6 x 128 for gpt2-tiny.
+  check_sequence_parallel_block("gpt2-tiny", 1);
+  // Llama's: its two RMSNorms, 2 h; DeepSeek's latent attention: the two
+  // norms, the down-projections and their norms.
+  check_sequence_parallel_block("llama-tiny", 1);
+  check_sequence_parallel_block("deepseek-tiny", 1);
+  // The hand counts of the analytic side (Layer::sp_params).
+  sim::WorkloadShape shape;
+  shape.micro_batch = 2;
+  shape.seq_len = 8;
+  shape.tp = 2;
+  shape.sequence_parallel = true;
+  CHECK(models::load_model("gpt2-tiny")->layers(shape).at(1).sp_params == 6 * 128);
+  // deepseek-tiny (h 128, qr 64, kvr 32, dr 16): 2 x 128 + 128 x 64 + 64 + 128 x (32 + 16) + 32.
+  CHECK(models::load_model("deepseek-tiny")->layers(shape).at(1).sp_params == 256 + 8'192 + 64 + 6'144 + 32);
+  // The twin refuses what the group and the signature disagree on, and BERT.
+  const std::string block = models::load_model("gpt2-tiny")->layers(shape).at(1).signature;
+  CHECK(test::error_of([&] { models::make_torch_layer(block, local_tp(0, 2)); }).find("sp=1 but the tensor-parallel group does not run") !=
+        std::string::npos);
+  shape.sequence_parallel = false;
+  auto sp_tp = local_tp(0, 2);
+  sp_tp.sequence_parallel = true;
+  sp_tp.copy = sp_tp.sum = sp_tp.split = sp_tp.enter;
+  CHECK(test::error_of([&] { models::make_torch_layer(models::load_model("gpt2-tiny")->layers(shape).at(1).signature, sp_tp); })
+            .find("no sp=1 but the tensor-parallel group runs") != std::string::npos);
+  CHECK(test::error_of([&] { models::make_torch_layer(models::load_model("bert-tiny")->layers(shape).at(1).signature, sp_tp); })
+            .find("BERT under sequence parallelism is priced, not run") != std::string::npos);
+}
+
 TEST_CASE("context-parallel ranks compute the whole block's output at their tokens (Note [Context parallelism])", "[torch][llama][cp]") {
   // Load-balanced chunks of a 16-token sequence over cp 2: 4 chunks of 4,
   // rank 0 holds chunks 0 and 3, rank 1 chunks 1 and 2.

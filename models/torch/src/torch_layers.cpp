@@ -211,6 +211,105 @@ torch::Tensor row_parallel(nn::Linear& l, const torch::Tensor& x, const TensorPa
 
 torch::Tensor enter(const torch::Tensor& x, const TensorParallel* tp) { return tp == nullptr ? x : tp->enter(x); }
 
+/// f and g proper (Note [Sequence parallelism]): enter and exit, unless the
+/// group runs sequence parallelism.
+torch::Tensor tp_copy(const torch::Tensor& x, const TensorParallel* tp) {
+  if (tp == nullptr) return x;
+  return tp->sequence_parallel ? tp->copy(x) : tp->enter(x);
+}
+torch::Tensor tp_sum(const torch::Tensor& x, const TensorParallel* tp) {
+  if (tp == nullptr) return x;
+  return tp->sequence_parallel ? tp->sum(x) : tp->exit(x);
+}
+
+/// The ranks a sequence's tokens are split over between the
+/// tensor-parallel regions (Note [Sequence parallelism]): 1 without it.
+std::int64_t sequence_shards(const TensorParallel* tp) { return tp != nullptr && tp->sequence_parallel ? tp->size : 1; }
+
+// Note [Sequence-parallel linears]
+// Megatron's column-parallel linear under sequence parallelism
+// (LinearWithGradAccumulationAndAsyncCommunication in
+// megatron/core/tensor_parallel/layers.py) all-gathers its input's tokens,
+// multiplies, and keeps for backward only this rank's tokens: backward
+// gathers them again for the weights' gradients and reduce-scatters the
+// input's gradient. Autograd's own linear after the gather would keep the
+// gathered input, tp times as much (Korthikanti et al. 2022 count the
+// shard: 34 sbh / t a layer). So the linears that read one gathered input
+// (q, k and v; gate and up; GPT-2's c_attn and c_fc; the LM head; a latent
+// attention's up-projections) run as one function that gathers once each
+// way, as Transformer Engine's fused QKV does.
+struct SpColumnLinears : torch::autograd::Function<SpColumnLinears> {
+  /// Up to three (weight, bias) pairs; an empty bias stands for none
+  /// (a custom function takes no undefined tensor), n of them used.
+  static torch::autograd::variable_list forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w0,
+                                                const torch::Tensor& b0, const torch::Tensor& w1, const torch::Tensor& b1,
+                                                const torch::Tensor& w2, const torch::Tensor& b2, std::int64_t n, std::int64_t tp) {
+    const auto* t = reinterpret_cast<const TensorParallel*>(tp);
+    const torch::Tensor total = t->gather(x);
+    ctx->save_for_backward({x, w0, b0, w1, b1, w2, b2});
+    ctx->saved_data["n"] = n;
+    ctx->saved_data["tp"] = tp;
+    const torch::Tensor* w[] = {&w0, &w1, &w2};
+    const torch::Tensor* b[] = {&b0, &b1, &b2};
+    torch::autograd::variable_list out;
+    for (std::int64_t i = 0; i < n; ++i) out.push_back(F::linear(total, *w[i], b[i]->numel() > 0 ? *b[i] : torch::Tensor()));
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const auto saved = ctx->get_saved_variables();
+    const std::int64_t n = ctx->saved_data["n"].toInt();
+    const auto* t = reinterpret_cast<const TensorParallel*>(ctx->saved_data["tp"].toInt());
+    const auto rows = [](const torch::Tensor& y) { return y.reshape({-1, y.size(-1)}); };
+    torch::autograd::variable_list grads(9);
+    {
+      // The weights' gradients from this rank's tokens gathered again,
+      // which go before the input's gradient is made (the two are the
+      // backward's transient; Megatron's share its global buffer).
+      const torch::Tensor total = t->gather(saved[0]);
+      for (std::int64_t i = 0; i < n; ++i) {
+        if (!g[i].defined()) continue;
+        grads[1 + 2 * i] = rows(g[i]).t().matmul(rows(total));
+        if (saved[2 + 2 * i].numel() > 0) grads[2 + 2 * i] = rows(g[i]).sum(0);
+      }
+    }
+    torch::Tensor input;
+    for (std::int64_t i = 0; i < n; ++i) {
+      if (!g[i].defined()) continue;
+      const torch::Tensor part = g[i].matmul(saved[1 + 2 * i]);
+      input = input.defined() ? input + part : part;
+    }
+    torch::Tensor parts = sequence_parts(input, t->size);
+    input = torch::Tensor();
+    grads[0] = t->reduce_scatter(parts);
+    return grads;
+  }
+};
+
+/// The column-parallel linears `wb` (weight, bias: undefined for none) on
+/// x: under sequence parallelism one SpColumnLinears; otherwise f, then each.
+std::vector<torch::Tensor> column_parallel(const TensorParallel* tp, const torch::Tensor& x,
+                                           std::initializer_list<std::pair<torch::Tensor, torch::Tensor>> wb) {
+  std::vector<torch::Tensor> out;
+  if (sequence_shards(tp) == 1) {
+    const torch::Tensor xi = enter(x, tp);
+    for (const auto& [w, b] : wb) out.push_back(F::linear(xi, w, b));
+    return out;
+  }
+  std::vector<torch::Tensor> args;
+  for (const auto& [w, b] : wb) {
+    args.push_back(w);
+    args.push_back(b.defined() ? b : torch::empty({0}, w.options()));
+  }
+  const auto n = static_cast<std::int64_t>(args.size() / 2);
+  while (args.size() < 6) args.push_back(torch::empty({0}, x.options()));
+  auto y = SpColumnLinears::apply(x, args[0], args[1], args[2], args[3], args[4], args[5], n, reinterpret_cast<std::int64_t>(tp));
+  y.resize(static_cast<std::size_t>(n));
+  return y;
+}
+torch::Tensor column_parallel(const TensorParallel* tp, const torch::Tensor& x, nn::Linear& l) {
+  return column_parallel(tp, x, {{l->weight, l->bias}})[0];
+}
+
 /// A vocab-parallel share of a token embedding: rows [first, first + rows),
 /// ceil(V / tp) a rank (the simulator's count), the last rank the rest. Megatron
 /// pads the vocabulary instead; rows that are never a label would change the
@@ -242,12 +341,14 @@ struct VocabShard {
   /// Ids outside this rank's rows.
   torch::Tensor outside(const torch::Tensor& ids) const { return (ids < first) | (ids >= first + rows); }
   /// Megatron's VocabParallelEmbedding: the rows this rank holds, zeros for
-  /// the others, summed over the ranks by g.
-  torch::Tensor lookup(nn::Embedding& e, const torch::Tensor& ids) const {
-    if (!tp) return e(ids);
+  /// the others (to be summed over the ranks).
+  torch::Tensor partial(nn::Embedding& e, const torch::Tensor& ids) const {
     const auto out = outside(ids);
-    return tp->exit(e((ids - first).masked_fill(out, 0)).masked_fill(out.unsqueeze(-1), 0.0));
+    return e((ids - first).masked_fill(out, 0)).masked_fill(out.unsqueeze(-1), 0.0);
   }
+  /// The lookup summed by g, or under sequence parallelism reduce-scattered
+  /// to this rank's tokens (reduce_scatter_embeddings: Note [Sequence parallelism]).
+  torch::Tensor lookup(nn::Embedding& e, const torch::Tensor& ids) const { return tp ? tp->exit(partial(e, ids)) : e(ids); }
   /// Mean cross-entropy of [n, V/tp] fp32 logits against full-vocabulary
   /// labels: Megatron's vocab-parallel cross-entropy (Note [Vocab-parallel
   /// cross-entropy]).
@@ -283,8 +384,8 @@ struct VocabParallelCe : torch::autograd::Function<VocabParallelCe> {
     auto target = x.gather(1, index.unsqueeze(1)).squeeze(1).masked_fill_(out, 0.0);
     x.exp_();
     auto sum_exp = x.sum(-1);
-    target = shard->tp->exit(target);
-    sum_exp = shard->tp->exit(sum_exp);
+    target = tp_sum(target, shard->tp.get());
+    sum_exp = tp_sum(sum_exp, shard->tp.get());
     x.div_(sum_exp.unsqueeze(-1));
     // Saved as variables, released once backward has run (saved_data
     // would keep the softmax until the whole graph is gone).
@@ -332,12 +433,12 @@ struct Gpt2Block : nn::Module {
         dropout(dropout) {}
   torch::Tensor forward(const torch::Tensor& x) {
     const TensorParallel* t = tp.get();
-    const auto qkv = c_attn(enter(ln_1(x), t)).chunk(3, -1);
+    const auto qkv = column_parallel(t, ln_1(x), c_attn).chunk(3, -1);
     const CpAttention kv(cp.get(), qkv[1], qkv[2], 1);
     const auto ctx = attention(qkv[0], kv.k, kv.v, t ? heads / t->size : heads, true, dropout, is_training(), recompute_core, kv.qpos, kv.kpos);
     auto y = x + drop(row_parallel(c_proj, ctx, t), dropout, is_training());
     // GPT-2's "gelu_new" is the tanh approximation.
-    const auto mlp = row_parallel(mlp_proj, F::gelu(c_fc(enter(ln_2(y), t)), F::GELUFuncOptions().approximate("tanh")), t);
+    const auto mlp = row_parallel(mlp_proj, F::gelu(column_parallel(t, ln_2(y), c_fc), F::GELUFuncOptions().approximate("tanh")), t);
     return y + drop(mlp, dropout, is_training());
   }
   /// Megatron's split: heads of c_attn (q, k, v alike) and c_fc columns per
@@ -369,6 +470,7 @@ struct Gpt2Head : nn::Module {
     if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
   }
   torch::Tensor final_norm(const torch::Tensor& x) { return ln_f(x); }
+  std::vector<torch::Tensor> final_norm_parameters() { return {ln_f->weight, ln_f->bias}; }
   nn::LayerNorm ln_f;
   torch::Tensor weight;  // [V, h]; undefined when tied
   std::int64_t vocab;
@@ -468,9 +570,9 @@ struct RmsNorm : nn::Module {
   torch::Tensor forward(const torch::Tensor& x, const TensorParallel* tp = nullptr) {
     const auto xf = x.to(torch::kFloat);
     const auto mean_sq = xf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(x.size(-1)));
-    if (gemma) return ((xf * torch::rsqrt(mean_sq + kRmsEps)) * (1.0 + enter(weight, tp).to(torch::kFloat))).to(x.scalar_type());
-    if (fp32_weight) return (enter(weight, tp).to(torch::kFloat) * (xf * torch::rsqrt(mean_sq + kRmsEps))).to(x.scalar_type());
-    return enter(weight, tp) * (xf * torch::rsqrt(mean_sq + kRmsEps)).to(x.scalar_type());
+    if (gemma) return ((xf * torch::rsqrt(mean_sq + kRmsEps)) * (1.0 + tp_copy(weight, tp).to(torch::kFloat))).to(x.scalar_type());
+    if (fp32_weight) return (tp_copy(weight, tp).to(torch::kFloat) * (xf * torch::rsqrt(mean_sq + kRmsEps))).to(x.scalar_type());
+    return tp_copy(weight, tp) * (xf * torch::rsqrt(mean_sq + kRmsEps)).to(x.scalar_type());
   }
   torch::Tensor weight;
   bool gemma, fp32_weight;
@@ -1085,18 +1187,19 @@ struct LlamaBlock : nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {
     if (shape.mla) return forward_mla(x);
     const TensorParallel* t = tp.get();
-    const auto b = x.size(0), sl = x.size(1), d = shape.d;
+    const auto b = x.size(0), sl = x.size(1) * sequence_shards(t), d = shape.d;  // sl: every token of this rank's sequence, once gathered
     const std::int64_t heads = t ? shape.a / t->size : shape.a, kv_heads = t ? shape.kv / t->size : shape.kv;
-    const auto xi = enter(input_layernorm ? input_layernorm->forward(x) : x, t);
-    auto q = q_proj(xi);
-    auto k = k_proj(xi);
+    const auto qkv = column_parallel(t, input_layernorm ? input_layernorm->forward(x) : x,
+                                     {{q_proj->weight, q_proj->bias}, {k_proj->weight, k_proj->bias}, {v_proj->weight, v_proj->bias}});
+    auto q = qkv[0];
+    auto k = qkv[1];
     if (shape.olmo2_norms) {  // OLMo 2: over the whole projections, before the heads are split (tp 1 only)
       q = q_norm->forward(q);
       k = k_norm->forward(k);
     }
     q = q.view({b, sl, heads, d});
     k = k.view({b, sl, kv_heads, d});
-    auto v = v_proj(xi).view({b, sl, kv_heads, d}).transpose(1, 2);
+    auto v = qkv[2].view({b, sl, kv_heads, d}).transpose(1, 2);
     if (q_norm && !shape.olmo2_norms) {  // Qwen3: per head, before the rotation; each tp rank's heads add to the weights' gradients
       q = q_norm->forward(q, t);
       k = k_norm->forward(k, t);
@@ -1141,13 +1244,13 @@ struct LlamaBlock : nn::Module {
   /// then see every head's gradient.
   torch::Tensor forward_mla(const torch::Tensor& x) {
     const TensorParallel* t = tp.get();
-    const auto b = x.size(0), sl = x.size(1);
+    const auto b = x.size(0), sl = x.size(1) * sequence_shards(t);  // the latents are gathered whole (Note [Sequence parallelism])
     const std::int64_t heads = t ? shape.a / t->size : shape.a, dn = shape.d_nope, dr = shape.d_rope, dv = shape.d_v;
     const auto xi = input_layernorm->forward(x);
-    auto q = shape.q_lora > 0 ? q_b_proj(enter(q_a_layernorm->forward(q_a_proj(xi)), t)) : q_proj(enter(xi, t));
+    auto q = shape.q_lora > 0 ? column_parallel(t, q_a_layernorm->forward(q_a_proj(xi)), q_b_proj) : column_parallel(t, xi, q_proj);
     q = q.view({b, sl, heads, dn + dr}).transpose(1, 2);
     const auto ckv = kv_a_proj_with_mqa(xi);  // [b, s, kv_lora + dr]
-    const auto kv = kv_b_proj(enter(kv_a_layernorm->forward(ckv.narrow(-1, 0, shape.kv_lora)), t)).view({b, sl, heads, dn + dv}).transpose(1, 2);
+    const auto kv = column_parallel(t, kv_a_layernorm->forward(ckv.narrow(-1, 0, shape.kv_lora)), kv_b_proj).view({b, sl, heads, dn + dv}).transpose(1, 2);
     const auto ids = torch::TensorOptions().dtype(torch::kLong).device(x.device());
     const torch::Tensor pos = torch::arange(sl, ids);
     const auto k_pe = rotary(enter(ckv.narrow(-1, shape.kv_lora, dr), t).view({b, sl, 1, dr}).transpose(1, 2), pos);
@@ -1166,8 +1269,8 @@ struct LlamaBlock : nn::Module {
     if (pre_feedforward_layernorm) {
       // Gemma2DecoderLayer / Gemma3DecoderLayer: normalised before each residual.
       const auto y = x + post_attention_layernorm->forward(attn);
-      const auto z = enter(pre_feedforward_layernorm->forward(y), t);
-      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, gated(gate_proj(z), up_proj(z), shape), t));
+      const auto gu = column_parallel(t, pre_feedforward_layernorm->forward(y), {{gate_proj->weight, gate_proj->bias}, {up_proj->weight, up_proj->bias}});
+      return y + post_feedforward_layernorm->forward(row_parallel(down_proj, gated(gu[0], gu[1], shape), t));
     }
     if (shape.olmo2_norms) {
       // Olmo2DecoderLayer: each output normed before its residual, the MLP's input the residual stream itself.
@@ -1175,9 +1278,9 @@ struct LlamaBlock : nn::Module {
       return y + post_feedforward_layernorm->forward(row_parallel(down_proj, gated(gate_proj(y), up_proj(y), shape), t));
     }
     const auto y = x + residual_scaled(attn);
-    const auto z = enter(post_attention_layernorm->forward(y), t);
-    if (moe) return y + residual_scaled(moe->forward(z));
-    return y + residual_scaled(row_parallel(down_proj, gated(gate_proj(z), up_proj(z), shape), t));
+    if (moe) return y + residual_scaled(moe->forward(enter(post_attention_layernorm->forward(y), t)));
+    const auto gu = column_parallel(t, post_attention_layernorm->forward(y), {{gate_proj->weight, gate_proj->bias}, {up_proj->weight, up_proj->bias}});
+    return y + residual_scaled(row_parallel(down_proj, gated(gu[0], gu[1], shape), t));
   }
   /// GraniteDecoderLayer: hidden_states * residual_multiplier before each residual.
   torch::Tensor residual_scaled(const torch::Tensor& out) const {
@@ -1226,6 +1329,7 @@ struct LlamaHead : nn::Module {
     if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
   }
   torch::Tensor final_norm(const torch::Tensor& x) { return norm->forward(x); }
+  std::vector<torch::Tensor> final_norm_parameters() { return {norm->weight}; }
   std::shared_ptr<RmsNorm> norm;
   torch::Tensor weight;  // [V, h]; undefined when tied
   std::int64_t vocab;
@@ -1258,6 +1362,10 @@ class Gpt2EmbedLayer final : public Wrapped<Gpt2Embed> {
     const auto s = in[0].size(1);
     const auto& cp = m_->cp;
     const auto pos = cp ? cp_positions(s * cp->size, cp->rank, cp->size).to(in[0].device()) : torch::arange(s, in[0].options());
+    if (const TensorParallel* t = m_->shard.tp.get(); t && t->sequence_parallel) {
+      // Note [Sequence parallelism]: summed, the positions added, then this rank's tokens.
+      return drop(t->split(t->sum(m_->shard.partial(m_->wte, in[0])) + m_->wpe(pos)), m_->dropout, m_->is_training());
+    }
     return drop(m_->shard.lookup(m_->wte, in[0]) + m_->wpe(pos), m_->dropout, m_->is_training());
   }
 };
@@ -1266,12 +1374,18 @@ class Gpt2BlockLayer final : public Wrapped<Gpt2Block> {
  public:
   Gpt2Block& block() { return *m_; }
   Gpt2BlockLayer(std::shared_ptr<Gpt2Block> m, std::int64_t h) : Wrapped(std::move(m)), h_(h) {}
-  /// [b, s/cp, h]: this context-parallel rank's tokens of sequences of s.
+  /// [b, s/cp, h]: this context-parallel rank's tokens of sequences of s
+  /// (of them, 1/tp under sequence parallelism).
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    return {float_input({b, m_->cp ? s / m_->cp->size : s, h_}, o)};
+    return {float_input({b, (m_->cp ? s / m_->cp->size : s) / sequence_shards(m_->tp.get()), h_}, o)};
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
   void set_recompute_attention(bool on) override { m_->recompute_core = on; }
+  /// The two LayerNorms and the biases added after the reduce-scatters.
+  std::vector<torch::Tensor> sequence_parallel_parameters() override {
+    if (sequence_shards(m_->tp.get()) == 1) return {};
+    return {m_->ln_1->weight, m_->ln_1->bias, m_->ln_2->weight, m_->ln_2->bias, m_->c_proj->bias, m_->mlp_proj->bias};
+  }
 
  private:
   std::int64_t h_;
@@ -1286,15 +1400,17 @@ class LmHeadLayer final : public Wrapped<Head> {
   /// [b, s, h] hidden states, [b, s] labels, and when tied the borrowed
   /// [V, h] embedding weight, which receives a gradient as in training but is
   /// not this layer's parameter (sim::Layer::borrowed_params).
+  /// (The hidden states of this rank's 1/tp of the tokens under sequence
+  /// parallelism; the labels of all.)
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    std::vector<torch::Tensor> in{float_input({b, s, h_}, o), ids(b, s, m_->vocab, o)};
+    std::vector<torch::Tensor> in{float_input({b, s / sequence_shards(m_->shard.tp.get()), h_}, o), ids(b, s, m_->vocab, o)};
     const std::int64_t rows = m_->shard.tp ? m_->shard.rows : m_->vocab;
     if (m_->tied) in.push_back((torch::randn({rows, h_}, o.requires_grad(false)) * 0.02).requires_grad_(true));
     return in;
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto& weight = m_->tied ? in.at(2) : m_->weight;
-    auto logits = F::linear(enter(m_->final_norm(in[0]), m_->shard.tp.get()), weight);
+    auto logits = column_parallel(m_->shard.tp.get(), m_->final_norm(in[0]), {{weight, torch::Tensor()}})[0];
     if constexpr (requires { m_->softcap; }) {
       // Gemma 2 (Gemma2ForCausalLM.forward): cap tanh(logits / cap), in the logits' type.
       if (m_->softcap > 0) logits = torch::tanh(logits / m_->softcap) * m_->softcap;
@@ -1307,6 +1423,11 @@ class LmHeadLayer final : public Wrapped<Head> {
     return m_->shard.cross_entropy(logits.view({-1, weight.size(0)}).to(torch::kFloat), in[1].view({-1}));
   }
   Head& head() { return *m_; }
+  /// The final norm's, which runs on this rank's tokens.
+  std::vector<torch::Tensor> sequence_parallel_parameters() override {
+    if (sequence_shards(m_->shard.tp.get()) == 1) return {};
+    return m_->final_norm_parameters();
+  }
 
  private:
   using Wrapped<Head>::m_;
@@ -1334,9 +1455,28 @@ class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
  public:
   using Wrapped::Wrapped;
   LlamaBlock& block() { return *m_; }
-  /// [b, s/cp, h]: this context-parallel rank's tokens of sequences of s.
+  /// [b, s/cp, h]: this context-parallel rank's tokens of sequences of s
+  /// (of them, 1/tp under sequence parallelism).
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    return {float_input({b, m_->cp ? s / m_->cp->size : s, m_->shape.h}, o)};
+    return {float_input({b, (m_->cp ? s / m_->cp->size : s) / sequence_shards(m_->tp.get()), m_->shape.h}, o)};
+  }
+  /// The norms on this rank's tokens, the biases added after the
+  /// reduce-scatters, and latent attention's down-projections and their norms.
+  std::vector<torch::Tensor> sequence_parallel_parameters() override {
+    if (sequence_shards(m_->tp.get()) == 1) return {};
+    std::vector<torch::Tensor> out;
+    const LlamaBlock& k = *m_;
+    for (const auto& n : {k.input_layernorm, k.post_attention_layernorm, k.pre_feedforward_layernorm, k.post_feedforward_layernorm,
+                          k.q_a_layernorm, k.kv_a_layernorm}) {
+      if (n) out.push_back(n->weight);
+    }
+    for (const auto* l : {&k.q_a_proj, &k.kv_a_proj_with_mqa}) {
+      if (*l) out.push_back((*l)->weight);
+    }
+    for (const auto* l : {&k.o_proj, &k.down_proj}) {
+      if (*l && (*l)->bias.defined()) out.push_back((*l)->bias);
+    }
+    return out;
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
   void set_recompute_attention(bool on) override { m_->recompute_core = on; }
@@ -1753,7 +1893,20 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
   if (!tp.enter || !tp.exit || !tp.max || tp.rank < 0 || tp.rank >= tp.size) {
     throw ConfigError(at + "tensor parallelism needs a rank in [0, size) and all three operators");
   }
-  if (s.get_or("sp", 0) != 0) throw ConfigError(at + "sequence parallelism is not built (only the simulator prices it)");
+  // Note [Sequence parallelism]: the signature says so where the layer runs it.
+  const bool sp = s.get_or("sp", 0) != 0;
+  if (s.kind.rfind("bert.", 0) == 0 && (sp || tp.sequence_parallel)) {
+    throw UnsupportedError(at + "BERT under sequence parallelism is priced, not run by the LibTorch twin; set plan.sequence_parallel=false");
+  }
+  const bool split_kind = s.kind == "gpt2.block" || s.kind == "gpt2.embed" || s.kind == "gpt2.head" || s.kind == "llama.block" ||
+                          s.kind == "llama.embed" || s.kind == "llama.head";
+  if (split_kind && sp != tp.sequence_parallel) {
+    throw ConfigError(at + (sp ? "sp=1 but the tensor-parallel group does not run" : "no sp=1 but the tensor-parallel group runs") +
+                      " sequence parallelism");
+  }
+  if (tp.sequence_parallel && (!tp.copy || !tp.sum || !tp.split || !tp.gather || !tp.reduce_scatter)) {
+    throw ConfigError(at + "sequence parallelism needs the copy, sum, split, gather and reduce_scatter operators too");
+  }
   if (s.kind == "gpt2.block" || s.kind == "bert.layer") {
     if (s.get("a") % tp.size != 0 || s.get("f") % tp.size != 0) {
       throw ConfigError(at + "heads and f must be multiples of tp " + std::to_string(tp.size));
@@ -1828,6 +1981,13 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
   if (auto* b = dynamic_cast<Gpt2BlockLayer*>(&layer)) b->block().cp = shared;
 }
 
+torch::Tensor sequence_parts(const torch::Tensor& x, int n) {
+  std::vector<std::int64_t> shape = x.sizes().vec();
+  shape[1] /= n;
+  shape.insert(shape.begin() + 1, n);
+  return x.reshape(shape).transpose(0, 1).contiguous();
+}
+
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
   auto layer = make_full_layer(signature);
   const auto tp = parse_signature(signature).get_or("tp", 1);
@@ -1846,12 +2006,26 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature) {
     place_cp(*layer, signature, local);
   }
   if (tp > 1) {
-    // Rank 0's share with local operators: its computation without collectives.
+    // Rank 0's share with local operators: its computation without
+    // collectives; under sequence parallelism the gather repeats its
+    // tokens tp times and the reduce-scatter and split keep the first
+    // 1/tp, the shapes and work of one rank's.
     TensorParallel local;
     local.size = static_cast<int>(tp);
-    local.enter = [](const torch::Tensor& x) { return x; };
-    local.exit = [](const torch::Tensor& x) { return x; };
+    const auto same = [](const torch::Tensor& x) { return x; };
+    local.enter = same;
+    local.exit = same;
     local.max = [](torch::Tensor&) {};
+    if (parse_signature(signature).get_or("sp", 0) != 0) {
+      local.sequence_parallel = true;
+      local.copy = same;
+      local.sum = same;
+      local.enter = [tp](const torch::Tensor& x) { return torch::cat(std::vector<torch::Tensor>(tp, x), 1); };
+      local.exit = [tp](const torch::Tensor& x) { return x.narrow(1, 0, x.size(1) / tp); };
+      local.split = local.exit;
+      local.gather = local.enter;
+      local.reduce_scatter = [](const torch::Tensor& parts) { return parts[0].contiguous(); };
+    }
     split_layer(*layer, signature, local);
   }
   return layer;

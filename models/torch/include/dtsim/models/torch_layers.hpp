@@ -48,6 +48,12 @@ class TorchLayer {
   /// Makes the layer's batch norms SyncBatchNorms over `sync`'s group
   /// (Note [SyncBatchNorm] below); layers without batch norm ignore it.
   virtual void set_sync_batch_norm(const SyncBatchNorm& /*sync*/) {}
+  /// Under sequence parallelism (Note [Sequence parallelism]), the
+  /// parameters used on this rank's tokens only (the norms, the biases
+  /// added after a reduce-scatter, a latent attention's down-projections):
+  /// each rank's gradient is a part, summed over the tensor-parallel group
+  /// once a step. Empty otherwise.
+  virtual std::vector<torch::Tensor> sequence_parallel_parameters() { return {}; }
 };
 
 /// Note [SyncBatchNorm]
@@ -89,12 +95,50 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature);
 /// linear layer and `exit` (g: all-reduce forward, identity backward) after a
 /// row-parallel one, and `max`, an in-place all-reduce of the maximum outside
 /// autograd (the vocab-parallel cross-entropy's shift).
+///
+/// Note [Sequence parallelism]
+/// Megatron's sequence parallelism (Korthikanti et al. 2022, section 4.2.2;
+/// megatron/core/tensor_parallel/mappings.py): between the tensor-parallel
+/// regions each rank holds 1/size of the sequence, [b, s/size, h] (dimension
+/// 1; Megatron's [s, b, h] splits its dimension 0, the same tokens), and
+/// runs the norms, dropouts and residuals on those tokens only. Then `enter`
+/// is gather_from_sequence_parallel_region (all-gather of dimension 1
+/// forward, reduce-scatter of the gradient backward) and `exit`
+/// reduce_scatter_to_sequence_parallel_region (the other way round), and
+/// three more are given: `copy` and `sum`, f and g proper (what enter and
+/// exit are without it: the vocab-parallel cross-entropy's sums, a q/k
+/// norm's weight shared by the heads), and `split`,
+/// scatter_to_sequence_parallel_region (this rank's tokens forward, an
+/// all-gather of the gradient backward), which GPT-2's embedding takes after
+/// its positions are added, and `gather` and `reduce_scatter`, the
+/// collectives alone, with which a column-parallel linear keeps only this
+/// rank's tokens for its backward (LanguageModelEmbedding reduce-scatters its
+/// lookup only where there are no position embeddings, Llama's). The
+/// parameters used on a rank's tokens get part of their gradient on each
+/// rank (TorchLayer::sequence_parallel_parameters), which the runtime sums
+/// over the group once a step, as finalize_model_grads does
+/// (_allreduce_non_tensor_model_parallel_grads).
 struct TensorParallel {
   int rank = 0;
   int size = 1;
+  bool sequence_parallel = false;
   std::function<torch::Tensor(const torch::Tensor&)> enter, exit;
   std::function<void(torch::Tensor&)> max;
+  /// Under sequence parallelism only (null otherwise: enter and exit are they).
+  std::function<torch::Tensor(const torch::Tensor&)> copy, sum, split;
+  /// Under sequence parallelism: the collectives themselves, outside
+  /// autograd, for the column-parallel linears that keep only this rank's
+  /// tokens (Note [Sequence-parallel linears] in src/torch_layers.cpp).
+  /// `gather`: every rank's [b, s/size, ...] into a contiguous [b, s, ...];
+  /// `reduce_scatter`: every rank's parts [size, b, s/size, ...]
+  /// (sequence_parts) summed, this rank's [b, s/size, ...].
+  std::function<torch::Tensor(const torch::Tensor&)> gather, reduce_scatter;
 };
+
+/// x [b, s, ...] as its `n` parts along dimension 1, rank-major and
+/// contiguous, [n, b, s/n, ...]: what a reduce-scatter sends (Megatron's
+/// [s, b, h] has them in place; the twins' [b, s, h] copies once).
+torch::Tensor sequence_parts(const torch::Tensor& x, int n);
 
 /// As make_torch_layer, then split for tensor parallelism when tp.size > 1,
 /// cut from the full layer the same seed would build, so the tp ranks
