@@ -778,10 +778,11 @@ class Bench {
       // Shares of tp x cp ranks up to the most ranks a degree asks for.
       const int most = std::max(*std::max_element(o_.tp.begin(), o_.tp.end()), *std::max_element(o_.cp.begin(), o_.cp.end()));
       // One share's layers (those not swept yet) and its whole-model steps.
-      const auto share = [&](int tp, int cp, int ep) {
+      const auto share = [&](int tp, int cp, int ep, bool sp = false) {
         shape.tp = tp;
         shape.cp = cp;
         shape.ep = ep;
+        shape.sequence_parallel = sp;
         std::vector<std::string> chain;
         bool fresh = false;
         // Every precision and shape of a signature not swept yet; false if it was.
@@ -826,8 +827,8 @@ class Bench {
         // its profiles price the step by Note [Host launch] instead of
         // in-step ratios (sim/src/cost/cost_profile.cpp), and the steps took a
         // minute of the H100's calibration.
-        // No whole-model steps of context-parallel shares: a step record names its tp only.
-        if (!fresh || steps == nullptr || cuda_ || cp > 1) return;
+        // No whole-model steps of context- or sequence-parallel shares: a step record names its tp only.
+        if (!fresh || steps == nullptr || cuda_ || cp > 1 || sp) return;
         // Note [Small steps]
         // Where the sweep's micro-batches span more than a factor of four
         // (seed 003's image models: 4 to 64 images), the smallest too. A
@@ -847,10 +848,25 @@ class Bench {
           }
         }
       };
+      // Note [Sequence-parallel shares]: a tensor-parallel share's layers
+      // under sequence parallelism too (sp=1: the norms and residuals on
+      // s/tp tokens, the column-parallel linears gathering theirs), where
+      // the twins run it (GPT-2 and the Llama family's dense blocks).
+      const auto sp_runs = [&](int tp) {
+        dtsim::sim::WorkloadShape probe = shape;
+        probe.tp = tp;
+        probe.cp = probe.ep = 1;
+        for (const auto& layer : model->layers(probe)) {
+          const auto& sig = layer.signature;
+          if (sig.rfind("gpt2.", 0) != 0 && sig.rfind("llama.", 0) != 0) return false;
+        }
+        return true;
+      };
       for (const auto& [tp, cp] : degrees(o_.tp, o_.cp, most)) {
         if (!model->tp_error(tp).empty()) continue;  // the Bi-LSTM has no tensor-parallel split
         if (!model->cp_error(cp).empty()) continue;  // nor a context-parallel one
         share(tp, cp, 1);
+        if (tp > 1 && cp == 1 && sp_runs(tp)) share(tp, 1, 1, true);
       }
       // Note [Expert-parallel shares]
       // A MoE block at ep=k is one rank's share: the rows of its E/k experts

@@ -21,6 +21,8 @@ grep -q "gpt2.block:h=768,a=12,f=3072,drop=1 fp32" <<<"$show" || fail "profile h
 grep -q "kernel.gemm.fp32" <<<"$show" || fail "profile has no GEMM fit"
 grep -q "comm.gloo.all_reduce.2" <<<"$show" || fail "profile has no Gloo all-reduce fit"
 grep -q "gpt2.block:h=768,a=12,f=3072,drop=1,tp=2 fp32" <<<"$show" || fail "profile has no tensor-parallel GPT-2 block share"
+# Note [Sequence-parallel shares]: and its sequence-parallel share.
+grep -q "gpt2.block:h=768,a=12,f=3072,drop=1,tp=2,sp=1 fp32" <<<"$show" || fail "profile has no sequence-parallel GPT-2 block share"
 grep -q "gloo.api: c10d ProcessGroupGloo" <<<"$show" || fail "the collectives were not measured through c10d: $show"
 grep -q "layers_measured_with: 2 concurrent ranks, in lockstep" <<<"$show" || fail "the layers were not timed beside a copy in lockstep: $show"
 # Note [Waiting receiver]: send_recv timed to a receiver that waited, as in a pipeline.
