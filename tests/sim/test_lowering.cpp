@@ -1134,3 +1134,22 @@ TEST_CASE("sequence parallelism sums its norms' gradients over tp once a step, a
   // None without sequence parallelism.
   CHECK(sp_tasks("tp: 2\nprecision: fp16\nmicro_batch: 1\n").second.empty());
 }
+
+TEST_CASE("where collectives take the ranks' cores, a sequence-parallel backward pays its re-gathers (Note [Sequence-parallel re-gather])",
+          "[lowering][tp][sp]") {
+  // gpt2-tiny (h 128), 4 x 128 tokens in fp32: each of a block's all-gathers
+  // and reduce-scatters moves 4 x 512 x 128 = 262,144 bytes. Backward, two
+  // of each (tp_pairs); on a CPU (Gloo) also the two column-parallel inputs
+  // gathered again, which a GPU hides behind the input-gradient GEMM.
+  const auto m = models::load_model("gpt2-tiny");
+  const std::string plan = "tp: 2\nsequence_parallel: true\nprecision: fp32\nmicro_batch: 4\nseq_len: 128\n";
+  const auto block_backward = [&](const ClusterSpec& c) {
+    const Run r = run(*m, plan, c, 1000);
+    for (const Task& t : r.graph.tasks) {
+      if (t.name.rfind("tp bwd h.0", 0) == 0) return t.bytes;
+    }
+    return Bytes{-1};
+  };
+  CHECK(block_backward(load_cluster("local-cpu")) == 6 * 262'144);
+  CHECK(block_backward(round_cluster(1, 2)) == 4 * 262'144);
+}

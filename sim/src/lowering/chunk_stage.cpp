@@ -181,7 +181,8 @@ class ChunkStage final : public detail::StageEmitter {
           ch.w_hold += detail::weight_grad_hold(L);
         }
         ch.tp_fwd_ops.insert(ch.tp_fwd_ops.end(), L.tp_forward.begin(), L.tp_forward.end());
-        ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), L.tp_backward.begin(), L.tp_backward.end());
+        const auto bwd_ops = detail::tp_backward_ops(L, c.plan, c.cluster.device);
+        ch.tp_bwd_ops.insert(ch.tp_bwd_ops.end(), bwd_ops.begin(), bwd_ops.end());
         ch.params += L.params;
         ch.expert_params += L.expert_params;
         c.sp_params[static_cast<std::size_t>(ch.rank)] += L.sp_params;
@@ -276,7 +277,7 @@ class ChunkStage final : public detail::StageEmitter {
         const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
         detail::add_flow(u.tp_forward_cost, detail::tp_exposed_cost(detail::sum_costs(L.tp_forward, c.tp_group, c.comm), L,
                                                                      Pass::kForward, c.plan, c.compute_model));
-        detail::add_flow(u.tp_backward_cost, detail::tp_exposed_cost(detail::sum_costs(L.tp_backward, c.tp_group, c.comm), L,
+        detail::add_flow(u.tp_backward_cost, detail::tp_exposed_cost(detail::sum_costs(detail::tp_backward_ops(L, c.plan, c.cluster.device), c.tp_group, c.comm), L,
                                                                       Pass::kBackward, c.plan, c.compute_model));
       }
       for (int l = ch.first; c.plan.cp > 1 && l < ch.first + ch.count; ++l) {

@@ -21,6 +21,7 @@ struct LayerContext : StageContext {
   std::vector<TimeNs> fwd_launch, bwd_launch;         ///< per layer: Note [Host launch] (executor.cpp)
   std::vector<float> fwd_memory, bwd_memory;          ///< per layer: Task::memory_share of its passes
   std::vector<CollectiveCost> tp_fwd, tp_bwd;         ///< per layer, one micro-batch
+  std::vector<std::vector<LayerComm>> tp_bwd_ops;     ///< per layer: tp_backward_ops (Note [Sequence-parallel re-gather])
   std::vector<std::optional<LayerMemory>> memory;     ///< per layer: Note [Layer memory], where measured
   std::vector<Recompute> recompute;                   ///< per layer: what it reruns (layer_recomputes)
   std::vector<int> recompute_group;                   ///< per layer: its rerun group's first block (recompute_groups)

@@ -54,7 +54,8 @@ class LayerStage final : public detail::StageEmitter {
       c.bwd_memory.push_back(static_cast<float>(cm.memory_share(L, Pass::kBackward, p.precision)));
       c.bwd_launch.push_back(cm.layer_launch_time(L, Pass::kBackward, p.precision));
       c.tp_fwd.push_back(detail::sum_costs(L.tp_forward, c.tp_group, c.comm));
-      c.tp_bwd.push_back(detail::sum_costs(L.tp_backward, c.tp_group, c.comm));
+      c.tp_bwd_ops.push_back(detail::tp_backward_ops(L, p, c.cluster.device));
+      c.tp_bwd.push_back(detail::sum_costs(c.tp_bwd_ops.back(), c.tp_group, c.comm));
       c.params += L.params;
       c.expert_params += L.expert_params;
     }
@@ -126,7 +127,7 @@ class LayerStage final : public detail::StageEmitter {
       detail::Unit u;
       u.name = L.name;
       u.tp_forward = &L.tp_forward;
-      u.tp_backward = &L.tp_backward;
+      u.tp_backward = &c.tp_bwd_ops[l];
       u.tp_forward_cost = detail::tp_exposed_cost(c.tp_fwd[l], L, Pass::kForward, c.plan, c.compute_model);
       u.tp_backward_cost = detail::tp_exposed_cost(c.tp_bwd[l], L, Pass::kBackward, c.plan, c.compute_model);
       if (c.plan.cp > 1) {

@@ -212,6 +212,26 @@ inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommG
   return out;
 }
 
+// Note [Sequence-parallel re-gather]
+// Under sequence parallelism a column-parallel linear keeps only its rank's
+// tokens and all-gathers them again in backward for its weight's gradient
+// (Megatron's LinearWithGradAccumulationAndAsyncCommunication; the twins'
+// Note [Sequence-parallel linears] in models/torch). Megatron starts that
+// all-gather asynchronously and computes the input's gradient meanwhile,
+// so on a GPU it hides behind that GEMM and a layer's backward pays its
+// tp_backward alone. Where a rank's collectives take its cores (Gloo on a
+// CPU: DeviceSpec::comm_overlaps_compute false) nothing hides it: the
+// backward pays the forward's all-gathers again (a block's two, the head's
+// one; docs/validation-cpu.md, "Sequence parallelism in the runtime").
+inline std::vector<LayerComm> tp_backward_ops(const Layer& L, const ResolvedPlan& p, const DeviceSpec& d) {
+  std::vector<LayerComm> out = L.tp_backward;
+  if (!p.sequence_parallel || p.tp <= 1 || d.comm_overlaps_compute) return out;
+  for (const auto& c : L.tp_forward) {
+    if (c.op == CollectiveOp::kAllGather) out.push_back(c);
+  }
+  return out;
+}
+
 /// Adds `one` to `into` as one flow (as sum_costs does).
 void add_flow(CollectiveCost& into, const CollectiveCost& one);
 
