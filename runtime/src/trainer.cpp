@@ -171,19 +171,21 @@ struct ExitTp : torch::autograd::Function<ExitTp> {
 
 // ---- sequence parallelism: the sequence over the tp group (Note [Sequence parallelism] in models/torch) ----
 
-/// All-gather of x's dimension 1 over the tp group, in rank order, contiguous.
-torch::Tensor tp_gather_seq(const torch::Tensor& x) {
-  const int n = g_tp->size;
+/// All-gather of x over group `g` along `dim`, in rank order: one copy out
+/// of Gloo's rank-major buffer (`what` names the wait in the trace).
+torch::Tensor gather_along(Group& g, const torch::Tensor& x, std::int64_t dim, const char* what) {
   const torch::Tensor in = x.contiguous();
-  torch::Tensor out = torch::empty({n * in.numel()}, in.options());
+  torch::Tensor out = torch::empty({g.size * in.numel()}, in.options());
   const double t0 = now_us();
-  all_gather(*g_tp, in.view({-1}), out, *g_tp_clock);
-  if (g_tp_trace) g_tp_trace("tp all_gather", t0);
-  std::vector<std::int64_t> parts = in.sizes().vec(), whole = in.sizes().vec();
-  parts.insert(parts.begin(), n);
-  whole[1] *= n;
-  return out.view(parts).transpose(0, 1).reshape(whole);  // [b, n, s/n, ...]: one copy
+  all_gather(g, in.view({-1}), out, *g_tp_clock);
+  if (g_tp_trace) g_tp_trace(what, t0);
+  std::vector<std::int64_t> shape{g.size};
+  for (auto k : in.sizes()) shape.push_back(k);
+  return torch::cat(out.view(shape).unbind(0), dim);
 }
+
+/// All-gather of x's dimension 1 over the tp group, in rank order, contiguous.
+torch::Tensor tp_gather_seq(const torch::Tensor& x) { return gather_along(*g_tp, x, 1, "tp all_gather"); }
 
 /// Reduce-scatter of `parts` [n, b, s/n, ...] (models::sequence_parts) over
 /// the tp group: every rank's summed, this rank's [b, s/n, ...].
@@ -256,15 +258,7 @@ std::function<torch::Tensor()> cp_shift(const torch::Tensor& x, bool forward) {
 struct GatherCp : torch::autograd::Function<GatherCp> {
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t dim) {
     ctx->saved_data["dim"] = dim;
-    const int n = g_cp->size;
-    const torch::Tensor in = x.contiguous();
-    torch::Tensor out = torch::empty({n * in.numel()}, in.options());
-    const double t0 = now_us();
-    all_gather(*g_cp, in.view({-1}), out, *g_tp_clock);
-    if (g_tp_trace) g_tp_trace("cp all_gather", t0);
-    std::vector<std::int64_t> shape{n};
-    for (auto k : in.sizes()) shape.push_back(k);
-    return torch::cat(out.view(shape).unbind(0), dim);
+    return gather_along(*g_cp, x, dim, "cp all_gather");
   }
   static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
     const std::int64_t dim = ctx->saved_data["dim"].toInt();
