@@ -83,7 +83,7 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
   c.kernels = rules.kernels();
   c.fp8_recipes = rules.fp8_recipes(precision);
   c.max_virtual_stages = std::max(1, rules.layers() / std::max(1, pp));
-  c.sequence_parallel = rules.sequence_parallel_values(tp).size() > 1;
+  c.sequence_parallel = rules.sequence_parallel_values(tp, std::max(1, cp), seq_len).size() > 1;
   c.sync_batchnorm = rules.sync_batchnorm_allowed();
   for (sim::Recompute r : rules.recomputes()) {
     if (r != sim::Recompute::kOp ||

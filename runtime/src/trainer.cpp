@@ -1600,7 +1600,8 @@ class Trainer {
       }
     }
     if (parts.empty()) return;
-    torch::Tensor flat = torch::cat(parts);
+    // On the group's device (an offloaded ZeRO-2 shard lives on the host).
+    torch::Tensor flat = torch::cat(parts).to(c_.device);
     wait(all_reduce(tp_, flat), "sequence-parallel grads all_reduce");
     std::int64_t at = 0;
     for (auto& v : parts) {

@@ -476,6 +476,22 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     shape.seq_len = p.seq_len;
     shape.tp = p.tp;
     for (const auto& layer : s.model->layers(shape)) {
+      if (p.sequence_parallel && p.zero_stage >= 2 && layer.kind == sim::LayerKind::kEmbedding) {
+        // Note [Sequence-parallel gradients] (trainer.cpp): under ZeRO-2/3
+        // the norms' parts are summed inside each rank's shard, which the
+        // tp ranks must lay out alike; a vocabulary tp does not divide
+        // gives the ranks embeddings of different sizes (Megatron pads it:
+        // --make-vocab-size-divisible-by; the twins do not, which would
+        // change the loss).
+        const auto v = layer.signature.find(",v=");
+        const long long vocab = v == std::string::npos ? 0 : std::atoll(layer.signature.c_str() + v + 3);
+        if (vocab % p.tp != 0) {
+          throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.sequence_parallel") + ": sequence parallelism under ZeRO-" +
+                                 std::to_string(p.zero_stage) + " needs a vocabulary tp divides (" + s.model->name() + "'s " +
+                                 std::to_string(vocab) + " over tp " + std::to_string(p.tp) + "); set model.vocab to a multiple of " +
+                                 std::to_string(p.tp) + " or zero_stage 0 or 1 (the simulator predicts it)");
+        }
+      }
       if (p.sequence_parallel && layer.signature.rfind("bert.", 0) == 0) {
         // Note [Sequence parallelism] (models/torch): built for GPT-2 and the Llama family.
         throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.sequence_parallel") + ": sequence parallelism of " +

@@ -626,11 +626,16 @@ TEST_CASE("sequence parallelism trains as one process does, its norms' gradients
                             " --set plan.precision=fp32 --set plan.sequence_parallel=true");
     CHECK(g.measured == Approx(g.predicted).epsilon(0.02));
   }
-  SECTION("BERT is refused before any rank starts") {
+  SECTION("BERT, and ZeRO-2/3 over tp ranks whose embeddings differ in size, are refused before any rank starts") {
     const Run r = validate("--model bert-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp);
     CHECK(r.status == 2);
     CHECK(r.err.find("sequence parallelism of bert-tiny (BERT) is not run; set plan.sequence_parallel=false") != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+    // Note [Sequence-parallel gradients]: the tp ranks' shards must hold the same parameters.
+    const Run z = validate("--model gpt2-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp + " --set plan.zero_stage=2 --set model.vocab=1023");
+    CHECK(z.status == 2);
+    CHECK(z.err.find("sequence parallelism under ZeRO-2 needs a vocabulary tp divides (gpt2-tiny's 1023 over tp 2)") != std::string::npos);
+    CHECK(std::count(z.err.begin(), z.err.end(), '\n') == 1);
   }
 }
 

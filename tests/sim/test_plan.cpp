@@ -6,6 +6,7 @@
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/predict.hpp"
@@ -85,6 +86,21 @@ TEST_CASE("an override of one batch figure re-derives one the file gave", "[plan
   // Nothing overridden: a file's three that disagree are still refused.
   CHECK_THAT(error_of([] { resolve(parse_plan("dp: 4\nmicro_batch: 4\ngrad_accum: 1\nglobal_batch: 128\n", "p.yaml"), kModel, eight()); }),
              Catch::Contains("128 != micro_batch x grad_accum x dp = 4 x 1 x 4"));
+}
+
+TEST_CASE("sequence parallelism splits each rank's tokens evenly over tp, or is refused (Megatron asserts it)", "[plan][bad-input]") {
+  // The rules table: 32 tokens over tp 2, yes; 33, no; under cp 2, each
+  // rank's 4104 / 2 = 2052 tokens over tp 4 (513 each), yes; over tp 8, no.
+  const PlanRules rules(kModel, eight());
+  CHECK(rules.sequence_parallel_values(2, 1, 32) == std::vector<bool>{false, true});
+  CHECK(rules.sequence_parallel_values(2, 1, 33) == std::vector<bool>{false});
+  CHECK(rules.sequence_parallel_values(4, 2, 4104) == std::vector<bool>{false, true});
+  CHECK(rules.sequence_parallel_values(8, 2, 4104) == std::vector<bool>{false});
+  CHECK(rules.sequence_parallel_values(1, 1, 32) == std::vector<bool>{false});
+  const auto gpt2 = models::load_model("gpt2");
+  CHECK(error_of([&] { resolve(parse_plan("tp: 2\nsequence_parallel: true\nseq_len: 33\n", "p.yaml"), *gpt2, eight()); }) ==
+        "p.yaml:2: plan.sequence_parallel: true splits each rank's 33 tokens of a sequence over tp 2, which does not divide them; "
+        "set seq_len to a multiple of 2 or sequence_parallel: false");
 }
 
 TEST_CASE("inconsistent batches are named", "[plan][bad-input]") {

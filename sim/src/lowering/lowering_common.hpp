@@ -221,13 +221,18 @@ inline CollectiveCost sum_costs(const std::vector<LayerComm>& comms, const CommG
 // so on a GPU it hides behind that GEMM and a layer's backward pays its
 // tp_backward alone. Where a rank's collectives take its cores (Gloo on a
 // CPU: DeviceSpec::comm_overlaps_compute false) nothing hides it: the
-// backward pays the forward's all-gathers again (a block's two, the head's
-// one; docs/validation-cpu.md, "Sequence parallelism in the runtime").
+// backward pays the forward's gathers of column-parallel inputs again, a
+// block's or a head's first all-gather (tp_pairs': a block's two, the
+// head's one; a MoE block's token gather after them is no linear's input;
+// docs/validation-cpu.md, "Sequence parallelism in the runtime").
 inline std::vector<LayerComm> tp_backward_ops(const Layer& L, const ResolvedPlan& p, const DeviceSpec& d) {
   std::vector<LayerComm> out = L.tp_backward;
   if (!p.sequence_parallel || p.tp <= 1 || d.comm_overlaps_compute) return out;
+  if (L.kind != LayerKind::kTransformer && L.kind != LayerKind::kLmHead) return out;
   for (const auto& c : L.tp_forward) {
-    if (c.op == CollectiveOp::kAllGather) out.push_back(c);
+    if (c.op != CollectiveOp::kAllGather) continue;
+    out.push_back(c);
+    break;
   }
   return out;
 }

@@ -666,6 +666,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     bad.add("cp", std::to_string(r.cp) + " does not split seq_len " + std::to_string(r.seq_len) +
                       ": context parallelism cuts a sequence into 2 x cp = " + std::to_string(2 * r.cp) +
                       " equal chunks; valid cp: " + join_values(rules.cp_values(r.tp, r.seq_len)));
+  } else if (r.sequence_parallel && r.tp > 1 && degrees_ok && rules.sequence_parallel_values(r.tp, r.cp, r.seq_len).size() < 2) {
+    bad.add("sequence_parallel", "true splits each rank's " + std::to_string(r.seq_len / r.cp) + " tokens of a sequence over tp " +
+                                     std::to_string(r.tp) + ", which does not divide them; set seq_len to a multiple of " +
+                                     std::to_string(r.tp * r.cp) + " or sequence_parallel: false");
   }
 
   r.precision = s.precision;

@@ -239,8 +239,9 @@ std::uint8_t PlanRules::recompute_modules_described() const {
 
 std::string PlanRules::model_name() const { return model_.name(); }
 
-std::vector<bool> PlanRules::sequence_parallel_values(int tp) const {
-  if (tp > 1) return {false, true};
+std::vector<bool> PlanRules::sequence_parallel_values(int tp, int cp, std::int64_t seq_len) const {
+  const std::int64_t s = seq_len > 0 ? seq_len : max_seq_len();
+  if (tp > 1 && cp >= 1 && (s / cp) % tp == 0) return {false, true};
   return {false};
 }
 

@@ -491,7 +491,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                 // exist) dp, so a stage's data-parallel peers share a node.
                 for (const bool dp_inner : {false, true}) {
                   if (dp_inner && (pp == 1 || dp == 1)) continue;
-                  for (bool sp : rules.sequence_parallel_values(tp)) {
+                  for (bool sp : rules.sequence_parallel_values(tp, cp, seq)) {
                    for (Attention at : attentions) {
                     // Selective recompute of fused attention drops nothing,
                     // unless the plan names modules beyond the core.

@@ -136,8 +136,11 @@ class PlanRules {
   std::uint8_t recompute_modules_described() const;
   /// The model's name, for messages.
   std::string model_name() const;
-  /// Sequence parallelism (Korthikanti et al. 2022) needs tp > 1.
-  std::vector<bool> sequence_parallel_values(int tp) const;
+  /// Sequence parallelism (Korthikanti et al. 2022) needs tp > 1, and each
+  /// rank's tokens of a sequence of seq_len (0: the model's longest), its
+  /// seq_len / cp under context parallelism, split evenly over the tp ranks
+  /// (Megatron's scatter_to_sequence_parallel_region asserts it).
+  std::vector<bool> sequence_parallel_values(int tp, int cp = 1, std::int64_t seq_len = 0) const;
   /// Transformer Engine's overlap of sequence parallelism's collectives
   /// with the GEMMs beside them (tp_comm_overlap, Megatron-LM's
   /// --tp-comm-overlap; Note [TP comm overlap]) needs sequence parallelism
