@@ -197,38 +197,6 @@ torch::Tensor tp_reduce_scatter_seq(const torch::Tensor& parts) {
   return out.view(parts.sizes().slice(1));
 }
 
-/// This rank's 1/n of x's dimension 1.
-torch::Tensor tp_split_seq(const torch::Tensor& x) {
-  const std::int64_t part = x.size(1) / g_tp->size;
-  return x.narrow(1, g_tp->rank * part, part);
-}
-
-/// gather_from_sequence_parallel_region: all-gather forward, reduce-scatter backward.
-struct GatherSeqTp : torch::autograd::Function<GatherSeqTp> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return tp_gather_seq(x); }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
-    return {tp_reduce_scatter_seq(models::sequence_parts(g[0], g_tp->size))};
-  }
-};
-
-/// reduce_scatter_to_sequence_parallel_region: reduce-scatter forward, all-gather backward.
-struct ReduceScatterSeqTp : torch::autograd::Function<ReduceScatterSeqTp> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) {
-    return tp_reduce_scatter_seq(models::sequence_parts(x, g_tp->size));
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
-    return {tp_gather_seq(g[0])};
-  }
-};
-
-/// scatter_to_sequence_parallel_region: this rank's tokens forward, all-gather backward.
-struct SplitSeqTp : torch::autograd::Function<SplitSeqTp> {
-  static torch::Tensor forward(torch::autograd::AutogradContext*, const torch::Tensor& x) { return tp_split_seq(x).contiguous(); }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext*, torch::autograd::variable_list g) {
-    return {tp_gather_seq(g[0])};
-  }
-};
-
 // ---- context parallelism: K/V over the cp group ------------------------------------
 
 Group* g_cp = nullptr;  // this rank's context-parallel group
@@ -646,14 +614,9 @@ class Trainer {
     tp.exit = [](const torch::Tensor& x) { return ExitTp::apply(x); };
     tp.max = [](torch::Tensor& x) { tp_wait(all_reduce(*g_tp, x, c10d::ReduceOp::MAX), "tp all_reduce max"); };
     if (p.sequence_parallel && p.tp > 1) {
-      tp.sequence_parallel = true;
-      tp.copy = tp.enter;
-      tp.sum = tp.exit;
-      tp.enter = [](const torch::Tensor& x) { return GatherSeqTp::apply(x); };
-      tp.exit = [](const torch::Tensor& x) { return ReduceScatterSeqTp::apply(x); };
-      tp.split = [](const torch::Tensor& x) { return SplitSeqTp::apply(x); };
       tp.gather = tp_gather_seq;
       tp.reduce_scatter = tp_reduce_scatter_seq;
+      models::use_sequence_parallelism(tp);
     }
     models::ContextParallel cp;
     cp.rank = cp_rank_;

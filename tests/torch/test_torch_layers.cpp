@@ -1069,29 +1069,6 @@ struct SeqBus {
     const auto both = exchange(rank, parts);
     return (both[0] + both[1])[rank].contiguous();
   }
-  static inline SeqBus* bus = nullptr;
-};
-
-/// gather_from_sequence_parallel_region between the two threads.
-struct GatherSeq : torch::autograd::Function<GatherSeq> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t rank) {
-    ctx->saved_data["rank"] = rank;
-    return SeqBus::bus->gather(static_cast<int>(rank), x);
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
-    return {SeqBus::bus->reduce_scatter(static_cast<int>(ctx->saved_data["rank"].toInt()), models::sequence_parts(g[0], 2)), torch::Tensor()};
-  }
-};
-
-/// reduce_scatter_to_sequence_parallel_region.
-struct ReduceScatterSeq : torch::autograd::Function<ReduceScatterSeq> {
-  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t rank) {
-    ctx->saved_data["rank"] = rank;
-    return SeqBus::bus->reduce_scatter(static_cast<int>(rank), models::sequence_parts(x, 2));
-  }
-  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
-    return {SeqBus::bus->gather(static_cast<int>(ctx->saved_data["rank"].toInt()), g[0]), torch::Tensor()};
-  }
 };
 
 /// Note [Sequence parallelism] in models/torch: a tp 2 share of model `name`'s
@@ -1130,7 +1107,6 @@ void check_sequence_parallel_block(const std::string& name, std::size_t index) {
   SeqBus seq;
   Bus sums;
   std::vector<int> sum_calls(2, 0);
-  SeqBus::bus = &seq;
   SumGradient::bus = &sums;  // f's all-reduces (a q/k norm's weight) share the bus with g's, numbered apart
   SumGradient::calls[0] = SumGradient::calls[1] = 0;
   Bus f_bus;
@@ -1138,14 +1114,11 @@ void check_sequence_parallel_block(const std::string& name, std::size_t index) {
   std::vector<std::unique_ptr<models::TorchLayer>> shares;
   for (int r = 0; r < 2; ++r) {
     models::TensorParallel tp = local_tp(r, 2);
-    tp.sequence_parallel = true;
-    tp.enter = [r](const torch::Tensor& t) { return GatherSeq::apply(t, r); };
-    tp.exit = [r](const torch::Tensor& t) { return ReduceScatterSeq::apply(t, r); };
-    tp.copy = [r](const torch::Tensor& t) { return SumGradient::apply(t, r); };
-    tp.sum = [&, r](const torch::Tensor& t) { return t + (sums.sum(sum_calls[r], t) - t).detach(); };
-    tp.split = [r](const torch::Tensor& t) { return t.narrow(1, r * t.size(1) / 2, t.size(1) / 2); };
+    tp.enter = [r](const torch::Tensor& t) { return SumGradient::apply(t, r); };                     // f
+    tp.exit = [&, r](const torch::Tensor& t) { return t + (sums.sum(sum_calls[r], t) - t).detach(); };  // g
     tp.gather = [&seq, r](const torch::Tensor& t) { return seq.gather(r, t); };
     tp.reduce_scatter = [&seq, r](const torch::Tensor& t) { return seq.reduce_scatter(r, t); };
+    models::use_sequence_parallelism(tp);
     torch::manual_seed(11);
     shares.push_back(models::make_torch_layer(split.signature, tp));
     REQUIRE(shares.back()->make_inputs(2, 8, torch::kFloat)[0].size(1) == 4);  // this rank's half of the tokens
@@ -1160,7 +1133,6 @@ void check_sequence_parallel_block(const std::string& name, std::size_t index) {
     });
   }
   for (auto& t : threads) t.join();
-  SeqBus::bus = nullptr;
   SumGradient::bus = nullptr;
   auto named = whole->module().named_parameters();
   std::vector<std::map<std::string, torch::Tensor>> grads(2);

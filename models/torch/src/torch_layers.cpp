@@ -1981,6 +1981,64 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
   if (auto* b = dynamic_cast<Gpt2BlockLayer*>(&layer)) b->block().cp = shared;
 }
 
+namespace {
+/// The collectives Megatron's sequence mappings are built on (use_sequence_parallelism).
+struct SequenceCollectives {
+  std::function<torch::Tensor(const torch::Tensor&)> gather, reduce_scatter;
+  int rank = 0, size = 1;
+};
+const SequenceCollectives& collectives(std::int64_t id) { return *reinterpret_cast<const SequenceCollectives*>(id); }
+
+/// gather_from_sequence_parallel_region: all-gather forward, reduce-scatter backward.
+struct GatherSeq : torch::autograd::Function<GatherSeq> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t id) {
+    ctx->saved_data["id"] = id;
+    return collectives(id).gather(x);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    const auto& c = collectives(ctx->saved_data["id"].toInt());
+    return {c.reduce_scatter(sequence_parts(g[0], c.size)), torch::Tensor()};
+  }
+};
+
+/// reduce_scatter_to_sequence_parallel_region: reduce-scatter forward, all-gather backward.
+struct ReduceScatterSeq : torch::autograd::Function<ReduceScatterSeq> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t id) {
+    ctx->saved_data["id"] = id;
+    const auto& c = collectives(id);
+    return c.reduce_scatter(sequence_parts(x, c.size));
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    return {collectives(ctx->saved_data["id"].toInt()).gather(g[0]), torch::Tensor()};
+  }
+};
+
+/// scatter_to_sequence_parallel_region: this rank's tokens forward, all-gather backward.
+struct SplitSeq : torch::autograd::Function<SplitSeq> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, std::int64_t id) {
+    ctx->saved_data["id"] = id;
+    const auto& c = collectives(id);
+    const std::int64_t part = x.size(1) / c.size;
+    return x.narrow(1, c.rank * part, part).contiguous();
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list g) {
+    return {collectives(ctx->saved_data["id"].toInt()).gather(g[0]), torch::Tensor()};
+  }
+};
+}  // namespace
+
+void use_sequence_parallelism(TensorParallel& tp) {
+  // The collectives live as long as any copy of tp's operators does.
+  const auto c = std::make_shared<const SequenceCollectives>(SequenceCollectives{tp.gather, tp.reduce_scatter, tp.rank, tp.size});
+  const auto id = reinterpret_cast<std::int64_t>(c.get());
+  tp.sequence_parallel = true;
+  tp.copy = tp.enter;
+  tp.sum = tp.exit;
+  tp.enter = [c, id](const torch::Tensor& x) { return GatherSeq::apply(x, id); };
+  tp.exit = [c, id](const torch::Tensor& x) { return ReduceScatterSeq::apply(x, id); };
+  tp.split = [c, id](const torch::Tensor& x) { return SplitSeq::apply(x, id); };
+}
+
 torch::Tensor sequence_parts(const torch::Tensor& x, int n) {
   std::vector<std::int64_t> shape = x.sizes().vec();
   shape[1] /= n;

@@ -135,6 +135,12 @@ struct TensorParallel {
   std::function<torch::Tensor(const torch::Tensor&)> gather, reduce_scatter;
 };
 
+/// Turns `tp` (its enter and exit f and g, its gather and reduce_scatter
+/// given) into sequence parallelism's (Note [Sequence parallelism]): copy
+/// and sum take f and g, enter, exit and split become Megatron's three
+/// sequence mappings built on the two collectives.
+void use_sequence_parallelism(TensorParallel& tp);
+
 /// x [b, s, ...] as its `n` parts along dimension 1, rank-major and
 /// contiguous, [n, b, s/n, ...]: what a reduce-scatter sends (Megatron's
 /// [s, b, h] has them in place; the twins' [b, s, h] copies once).
