@@ -1091,10 +1091,9 @@ class Llama final : public ZooModel {
       l.op_recompute.push_back(gemm("mlp.up_proj", t, fl, h, e));
       l.op_recompute.push_back(glu("mlp.swiglu", tf, shape));
     }
-    // Attention's column/row pair, and the MLP's where its input is
-    // gathered over tp (a dense or shared MLP, or experts split over tp
-    // without expert parallelism).
-    const bool mlp_pair = !moe || (shape.etp > 1 && shape.ep == 1) || c_.shared_intermediate > 0;
+    // Attention's column/row pair, and a dense or shared MLP's; the routed
+    // experts' exchanges over tp follow (moe_mlp's tp_extra).
+    const bool mlp_pair = !moe || c_.shared_intermediate > 0;
     l.tp_forward = tp_pairs(shape, e * th, mlp_pair ? 2 : 1);
     l.tp_backward = tp_pairs(shape, e * th, mlp_pair ? 2 : 1);
     for (auto* list : {&l.tp_forward, &l.tp_backward}) list->insert(list->end(), tp_extra.begin(), tp_extra.end());
@@ -1121,7 +1120,14 @@ class Llama final : public ZooModel {
   //   dispatch    all-to-all over the ep ranks (each keeps 1/ep of its rows)
   //   gather      with expert tensor parallelism (etp = tp > 1, ep > 1) the
   //               received rows all-gathered over the etp ranks, and
-  //               reduce-scattered after the experts
+  //               reduce-scattered after the experts; without expert
+  //               parallelism (ep 1) the allgather dispatcher's exchanges
+  //               instead: the rank's tokens (e t h) and their fp32
+  //               probabilities (4 t E) gathered after the router, the
+  //               experts' parts of every token reduce-scattered (without
+  //               sequence parallelism, all-reduced); the shared experts
+  //               gather and reduce-scatter their own (Note [Experts under
+  //               tensor parallelism] in models/torch)
   //   experts     a grouped GEMM per matrix over this rank's E / ep experts,
   //               each of width fe / etp: gate and up, SwiGLU, down
   //   combine     all-to-all back, then unpermute: the k outputs of each
@@ -1179,10 +1185,14 @@ class Llama final : public ZooModel {
     const int e = shape.act_bytes;
     const bool sp = shape.sequence_parallel && tp > 1;
     const std::int64_t t = local_tokens(shape);
-    // Tokens this rank routes: its sequence shard, or with experts split
-    // over tp and no expert parallelism all t, gathered first as the dense
-    // MLP gathers them (Megatron-Core's allgather dispatcher).
-    const std::int64_t tr = sp && !(etp > 1 && shape.ep == 1) ? t / tp : t;
+    // Tokens this rank routes: its sequence shard (tl). With experts split
+    // over tp and no expert parallelism, their rows are all t's (tr),
+    // gathered with their probabilities after the router (Megatron-Core's
+    // allgather dispatcher: Note [Experts under tensor parallelism] in
+    // models/torch).
+    const bool allgather = etp > 1 && shape.ep == 1;
+    const std::int64_t tl = sp ? t / tp : t;
+    const std::int64_t tr = sp && !allgather ? t / tp : t;
     const std::int64_t el = E / shape.ep;     // experts on this rank
     const double load = moe_load(shape);
     const bool gather = etp > 1 && sp && shape.ep > 1;  // rows gathered over the etp ranks
@@ -1190,8 +1200,8 @@ class Llama final : public ZooModel {
     const auto rows = dense ? tr * E : static_cast<std::int64_t>(std::ceil(static_cast<double>(tr * k * (gather ? etp : 1)) * load));
     const std::int64_t fe = c_.expert_intermediate / etp, per_expert = dense ? tr : (rows + el - 1) / el;
     check_size(static_cast<double>(rows) * static_cast<double>(std::max(h, fe)) * e, "expert activations");
-    post.push_back(gemm("moe.router", tr, E, h, e));
-    post.push_back(memory_op("moe.topk", KernelKind::kNorm, e * tr * E, 4 * tr * E + 12 * tr * k, 5.0 * static_cast<double>(tr * E)));
+    post.push_back(gemm("moe.router", tl, E, h, e));
+    post.push_back(memory_op("moe.topk", KernelKind::kNorm, e * tl * E, 4 * tl * E + 12 * tr * k, 5.0 * static_cast<double>(tl * E)));
     if (dense) {
       // The tokens repeated for every expert, then times each one's score.
       post.push_back(memory_op("moe.repeat", KernelKind::kElementwise, e * tr * h, e * rows * h));
@@ -1215,8 +1225,8 @@ class Llama final : public ZooModel {
     }
     // Dense: the sigmoid's fp32 output, the scores and the repeated tokens
     // the product keeps, its output (the bmm's input) and the SwiGLU's.
-    Bytes saved = dense ? 4 * tr * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape)
-                        : 4 * tr * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h;
+    Bytes saved = dense ? 4 * tl * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape)
+                        : 4 * tl * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h;
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
       const std::size_t first = post.size();
@@ -1245,6 +1255,14 @@ class Llama final : public ZooModel {
       // The dispatched rows gathered over the expert tensor-parallel ranks
       // and reduce-scattered back (the tensor-parallel group: etp = tp).
       tp_extra = {{sim::CollectiveOp::kAllGather, e * rows * h, 1}, {sim::CollectiveOp::kReduceScatter, e * rows * h, 1}};
+    } else if (allgather && tp > 1) {
+      // The tokens and their fp32 probabilities over all E gathered, each
+      // rank's experts' parts reduce-scattered back (summed without
+      // sequence parallelism: every rank holds every token and routes it).
+      tp_extra = sp ? std::vector<sim::LayerComm>{{sim::CollectiveOp::kAllGather, e * t * h, 1},
+                                                  {sim::CollectiveOp::kAllGather, 4 * t * E, 1},
+                                                  {sim::CollectiveOp::kReduceScatter, e * t * h, 1}}
+                    : std::vector<sim::LayerComm>{{sim::CollectiveOp::kAllReduce, e * t * h, 1}};
     }
     return saved;
   }

@@ -337,6 +337,50 @@ TEST_CASE("every model counts its layers without building them, as layers() buil
   CHECK(bert->layers(sim::WorkloadShape{}).size() == 4);
 }
 
+TEST_CASE("experts split over tp exchange as Megatron-Core's allgather dispatcher (Note [Experts under tensor parallelism])",
+          "[models][tp][sp][moe]") {
+  sim::WorkloadShape shape;
+  shape.micro_batch = 2;
+  shape.seq_len = 128;
+  shape.act_bytes = 2;
+  shape.tp = 2;
+  shape.etp = 2;
+  shape.sequence_parallel = true;
+  const std::int64_t t = 2 * 128;
+  const auto ops = [](const std::vector<sim::LayerComm>& l) {
+    std::vector<std::pair<sim::CollectiveOp, Bytes>> out;
+    for (const auto& c : l) out.emplace_back(c.op, c.bytes * c.count);
+    return out;
+  };
+  using Op = sim::CollectiveOp;
+  using Ops = std::vector<std::pair<Op, Bytes>>;
+  // Mixtral (h 4096, E 8, no shared expert): attention's gather and
+  // reduce-scatter of 2 t h bytes, then the dispatcher's: the tokens (2 t h),
+  // their fp32 probabilities over the 8 experts (4 t 8), the experts' parts
+  // reduce-scattered (2 t h). Backward runs the reverse of each, the same bytes.
+  const auto mixtral = models::load_model("mixtral-8x7b")->layers(shape);
+  const std::int64_t th = 2 * t * 4096;
+  const Ops want{{Op::kAllGather, th}, {Op::kReduceScatter, th}, {Op::kAllGather, th}, {Op::kAllGather, 4 * t * 8}, {Op::kReduceScatter, th}};
+  CHECK(ops(mixtral[1].tp_forward) == want);
+  CHECK(ops(mixtral[1].tp_backward) == want);
+  // The router runs on the rank's t / tp tokens: 2 x 128 x 8 x 4096 FLOPs.
+  const auto router = std::find_if(mixtral[1].forward.begin(), mixtral[1].forward.end(), [](const sim::Kernel& k) { return k.name == "moe.router"; });
+  REQUIRE(router != mixtral[1].forward.end());
+  CHECK(router->flops == Approx(2.0 * 128 * 8 * 4096));
+  // DeepSeek-V3 (h 7168, E 256; layer 4 is its first MoE layer): its
+  // shared expert gathers and reduce-scatters its own (the pair counted
+  // twice with attention's), then the dispatcher's exchanges.
+  const auto v3 = models::load_model("deepseek-v3")->layers(shape);
+  REQUIRE(v3[4].signature.rfind("moe.block:", 0) == 0);
+  const std::int64_t th3 = 2 * t * 7168;
+  CHECK(ops(v3[4].tp_forward) ==
+        Ops{{Op::kAllGather, 2 * th3}, {Op::kReduceScatter, 2 * th3}, {Op::kAllGather, th3}, {Op::kAllGather, 4 * t * 256}, {Op::kReduceScatter, th3}});
+  // Without sequence parallelism every rank routes every token: one
+  // all-reduce of the experts' parts.
+  shape.sequence_parallel = false;
+  CHECK(ops(models::load_model("mixtral-8x7b")->layers(shape)[1].tp_forward) == Ops{{Op::kAllReduce, th}, {Op::kAllReduce, th}});
+}
+
 TEST_CASE("under sequence parallelism the embeddings communicate as Megatron-Core's LanguageModelEmbedding (Note [Sequence parallel embeddings])",
           "[models][tp][sp]") {
   sim::WorkloadShape shape;
