@@ -780,6 +780,7 @@ class Bench {
       // One share's layers (those not swept yet) and its whole-model steps.
       const auto share = [&](int tp, int cp, int ep, bool sp = false) {
         shape.tp = tp;
+        shape.etp = tp;  // a MoE block's experts split over tp: Megatron-Core's default, the plans' (etp 0)
         shape.cp = cp;
         shape.ep = ep;
         shape.sequence_parallel = sp;
@@ -851,14 +852,18 @@ class Bench {
       // Note [Sequence-parallel shares]: a tensor-parallel share's layers
       // under sequence parallelism too (sp=1: the norms and residuals on
       // s/tp tokens, the column-parallel linears gathering theirs), where
-      // the twins run it (GPT-2 and the Llama family's dense blocks).
+      // the twins run it (GPT-2 and the Llama family; MoE blocks with
+      // their experts split over tp, Note [Experts under tensor
+      // parallelism] in models/torch, but not gpt-oss's, whose experts
+      // have biases).
       const auto sp_runs = [&](int tp) {
         dtsim::sim::WorkloadShape probe = shape;
-        probe.tp = tp;
+        probe.tp = probe.etp = tp;
         probe.cp = probe.ep = 1;
         for (const auto& layer : model->layers(probe)) {
           const auto& sig = layer.signature;
-          if (sig.rfind("gpt2.", 0) != 0 && sig.rfind("llama.", 0) != 0) return false;
+          const bool moe = sig.rfind("moe.block:", 0) == 0 && sig.find(",mb=1") == std::string::npos;
+          if (sig.rfind("gpt2.", 0) != 0 && sig.rfind("llama.", 0) != 0 && !moe) return false;
         }
         return true;
       };
@@ -1237,7 +1242,8 @@ class Bench {
       skip(label, "out of host memory");
     } catch (const dtsim::UnsupportedError& e) {
       // A layer the LibTorch twins cannot build in this share (a moe.block
-      // split over tp): the simulator prices it from its kernels.
+      // split over tp without sequence parallelism, or with etp 1): the
+      // simulator prices it from its kernels.
       out.failed = true;
       skip(label, e.what());
     }

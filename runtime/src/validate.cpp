@@ -463,12 +463,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     }
   }
   if (p.ep > 1 && p.tp > 1) {
-    // Note [Expert parallelism] (models/torch): the LibTorch MoE block has no
-    // tensor-parallel split, and Megatron-Core's ep x tp needs sequence
-    // parallelism, which the runtime does not run.
+    // Note [Experts under tensor parallelism] (models/torch): the twin's
+    // all-to-all and its tensor-parallel gather are not composed.
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.ep") + ": plan.ep " + std::to_string(p.ep) + " with plan.tp " +
-                           std::to_string(p.tp) + " is not run (the MoE block has no tensor-parallel split); with ep > 1 use tp 1 "
-                           "(the simulator predicts it)");
+                           std::to_string(p.tp) + " is not run (the twin splits experts over tp or spreads them over ep, not both); "
+                           "use tp 1 or ep 1 (the simulator predicts it)");
   }
   if (p.tp > 1) {
     // Note [Expert parallelism] (models/torch): nor at ep 1.
@@ -498,9 +497,21 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                                s.model->name() + " (BERT) is not run; set plan.sequence_parallel=false (the simulator predicts it)");
       }
       if (layer.signature.rfind("moe.block:", 0) == 0) {
-        throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
-                               s.model->name() + "'s MoE layers is not run (the MoE block has no tensor-parallel split); use tp 1, "
-                               "or model.experts=0 for its dense twin (the simulator predicts it)");
+        // Note [Experts under tensor parallelism] (models/torch).
+        if (!p.sequence_parallel) {
+          throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) +
+                                 " with " + s.model->name() + "'s MoE layers is run with sequence parallelism only, as Megatron-Core "
+                                 "trains it; set plan.sequence_parallel=true (the simulator predicts both)");
+        }
+        if (p.etp != p.tp) {
+          throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.etp") + ": plan.etp " + std::to_string(p.etp) +
+                                 " (experts whole on every tensor-parallel rank) is not run; leave plan.etp at tp " + std::to_string(p.tp) +
+                                 " (the simulator predicts it)");
+        }
+        if (layer.signature.find(",mb=1") != std::string::npos) {
+          throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
+                                 s.model->name() + "'s expert biases is not run; use tp 1 (the simulator predicts it)");
+        }
       }
     }
   }

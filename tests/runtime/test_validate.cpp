@@ -611,6 +611,19 @@ TEST_CASE("sequence parallelism trains as one process does, its norms' gradients
                  reference("gpt2-tiny", shape, 2));
     }
   }
+  SECTION("tp 2 with experts split over tp: Mixtral's (moe-tiny) and DeepSeek's (latent attention and a shared expert)") {
+    // Note [Experts under tensor parallelism] (models/torch): each rank
+    // routes its tokens, gathers them and their probabilities, runs its
+    // columns of every expert and reduce-scatters; the router's gradient
+    // summed over tp once a step. Routed round-robin, every rank's experts
+    // see as many rows as balanced routing gives (the simulator's load).
+    for (const std::string model : {"moe-tiny", "deepseek-tiny"}) {
+      INFO(model);
+      check_same(losses_of(validate("--model " + model + " --plan megatron-tp --procs 2" + kCommon + shape + sp)), reference(model, shape, 1));
+    }
+    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp + " --set plan.moe_force_load_balance=true")),
+               reference("moe-tiny", shape + " --set plan.moe_force_load_balance=true ", 1));
+  }
   SECTION("tp 2 x pp 2: the stages send their ranks' tokens") {
     check_same(losses_of(validate("--model gpt2-tiny --plan gpipe --procs 4" + kCommon + no_dropout("gpt2-tiny") + shape + sp +
                                   " --set plan.tp=2 --set plan.micro_batches=2")),
@@ -909,15 +922,24 @@ TEST_CASE("validate refuses expert parallelism with ZeRO-3, FSDP or tensor paral
   const Run tp = validate("--model moe-tiny --plan megatron-tp --procs 4 --set plan.ep=2 --set plan.sequence_parallel=true");
   CHECK(tp.status == 2);
   CHECK(std::count(tp.err.begin(), tp.err.end(), '\n') == 1);
-  CHECK(tp.err.find("--set plan.ep: plan.ep 2 with plan.tp 2 is not run (the MoE block has no tensor-parallel split); with ep > 1 use tp 1") !=
-        std::string::npos);
-  // Nor at ep 1: refused before any rank starts, naming the plan's line.
+  CHECK(tp.err.find("--set plan.ep: plan.ep 2 with plan.tp 2 is not run (the twin splits experts over tp or spreads them over ep, not "
+                    "both); use tp 1 or ep 1") != std::string::npos);
+  // At ep 1 tp 2 runs, with sequence parallelism only (Megatron-Core's
+  // MoELayer refuses to train without it): refused before any rank starts,
+  // naming the plan's line.
   const Run tp1 = validate("--model moe-tiny --plan megatron-tp --procs 2");
   CHECK(tp1.status == 2);
   CHECK(std::count(tp1.err.begin(), tp1.err.end(), '\n') == 1);
-  CHECK(tp1.err.find("megatron-tp.yaml:") != std::string::npos);
-  CHECK(tp1.err.find(": plan.tp 2 with moe-tiny's MoE layers is not run (the MoE block has no tensor-parallel split); use tp 1, or "
-                     "model.experts=0 for its dense twin") != std::string::npos);
+  CHECK(tp1.err.find("megatron-tp.yaml:3: plan.tp 2 with moe-tiny's MoE layers is run with sequence parallelism only, as Megatron-Core "
+                     "trains it; set plan.sequence_parallel=true") != std::string::npos);
+  // Experts whole on each tp rank, and gpt-oss's expert biases, are priced only.
+  const Run etp = validate("--model moe-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true --set plan.etp=1");
+  CHECK(etp.status == 2);
+  CHECK(etp.err.find("--set plan.etp: plan.etp 1 (experts whole on every tensor-parallel rank) is not run; leave plan.etp at tp 2") !=
+        std::string::npos);
+  const Run bias = validate("--model gpt-oss-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true");
+  CHECK(bias.status == 2);
+  CHECK(bias.err.find("plan.tp 2 with gpt-oss-tiny's expert biases is not run; use tp 1") != std::string::npos);
 }
 
 // Note [Op-level recompute] (models/src/llama.cpp) and Note [FP8 training]:

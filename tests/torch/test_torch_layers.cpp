@@ -1093,6 +1093,7 @@ void check_sequence_parallel_block(const std::string& name, std::size_t index) {
   };
   const sim::Layer one = no_dropout(model->layers(shape).at(index));
   shape.tp = 2;
+  shape.etp = 2;  // a MoE block's experts split over tp (Megatron-Core's default)
   shape.sequence_parallel = true;
   const sim::Layer split = no_dropout(model->layers(shape).at(index));
   REQUIRE(split.signature.find(",sp=1") != std::string::npos);
@@ -1185,6 +1186,11 @@ TEST_CASE("sequence-parallel blocks compute the unsplit block at their tokens, t
   // norms, the down-projections and their norms.
   check_sequence_parallel_block("llama-tiny", 1);
   check_sequence_parallel_block("deepseek-tiny", 1);
+  // Note [Experts under tensor parallelism]: Mixtral's MoE block (its
+  // norms and router, 2 h + h E = 256 + 512) and DeepSeek's (latent
+  // attention's as above, the router, a shared expert split as a dense MLP).
+  check_sequence_parallel_block("moe-tiny", 1);
+  check_sequence_parallel_block("deepseek-tiny", 2);
   // The hand counts of the analytic side (Layer::sp_params).
   sim::WorkloadShape shape;
   shape.micro_batch = 2;
@@ -1194,6 +1200,35 @@ TEST_CASE("sequence-parallel blocks compute the unsplit block at their tokens, t
   CHECK(models::load_model("gpt2-tiny")->layers(shape).at(1).sp_params == 6 * 128);
   // deepseek-tiny (h 128, qr 64, kvr 32, dr 16): 2 x 128 + 128 x 64 + 64 + 128 x (32 + 16) + 32.
   CHECK(models::load_model("deepseek-tiny")->layers(shape).at(1).sp_params == 256 + 8'192 + 64 + 6'144 + 32);
+  shape.etp = 2;
+  CHECK(models::load_model("moe-tiny")->layers(shape).at(1).sp_params == 256 + 128 * 4);
+  CHECK(models::load_model("deepseek-tiny")->layers(shape).at(2).sp_params == 256 + 8'192 + 64 + 6'144 + 32 + 128 * 4);
+  // A MoE block's twin under tp runs sequence parallelism only, with its
+  // experts split (etp = tp), and not beside expert parallelism.
+  const std::string moe = models::load_model("moe-tiny")->layers(shape).at(1).signature;
+  auto plain = local_tp(0, 2);
+  CHECK(test::error_of([&] { models::make_torch_layer(moe, plain); }).find("sp=1 but the tensor-parallel group does not run") != std::string::npos);
+  shape.sequence_parallel = false;
+  CHECK(test::error_of([&] { models::make_torch_layer(models::load_model("moe-tiny")->layers(shape).at(1).signature, plain); })
+            .find("is run with sequence parallelism only, as Megatron-Core trains it") != std::string::npos);
+  shape.sequence_parallel = true;
+  shape.etp = 1;
+  const std::string whole_experts = models::load_model("moe-tiny")->layers(shape).at(1).signature;
+  REQUIRE(whole_experts.find(",etp=1") != std::string::npos);
+  auto seq_tp = local_tp(0, 2);
+  seq_tp.gather = seq_tp.reduce_scatter = seq_tp.enter;
+  models::use_sequence_parallelism(seq_tp);
+  CHECK(test::error_of([&] { models::make_torch_layer(whole_experts, seq_tp); }).find("experts whole on every tensor-parallel rank (etp=1)") !=
+        std::string::npos);
+  shape.etp = 2;
+  shape.ep = 2;
+  models::ExpertParallel ep;
+  ep.rank = 0;
+  ep.size = 2;
+  ep.all_to_all = [](const torch::Tensor& x, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) { return x; };
+  CHECK(test::error_of([&] { models::make_torch_layer(models::load_model("moe-tiny")->layers(shape).at(1).signature, seq_tp, models::ContextParallel{}, ep); })
+            .find("expert parallelism with tensor parallelism is priced, not run") != std::string::npos);
+  shape.ep = 1;
   // The twin refuses what the group and the signature disagree on, and BERT.
   const std::string block = models::load_model("gpt2-tiny")->layers(shape).at(1).signature;
   CHECK(test::error_of([&] { models::make_torch_layer(block, local_tp(0, 2)); }).find("sp=1 but the tensor-parallel group does not run") !=

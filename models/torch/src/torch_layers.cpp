@@ -998,27 +998,60 @@ struct MoeMlp : nn::Module {
     }
     if (s.shared_gate) shared_expert_gate = register_module("shared_expert_gate", nn::Linear(nn::LinearOptions(s.h, 1).bias(false)));
   }
-  /// z: [b, s, h] after the post-attention norm.
+  /// z: [b, s, h] after the post-attention norm (under tensor
+  /// parallelism this rank's [b, s/tp, h]: Note [Experts under tensor
+  /// parallelism]).
   torch::Tensor forward(const torch::Tensor& z) {
+    const TensorParallel* t = tp.get();
     const auto flat = z.reshape({-1, shape.h});
-    const auto probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
+    torch::Tensor probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
+    torch::Tensor x = flat;
+    if (t != nullptr) {
+      // Routed on this rank's tokens; its tokens and their probabilities
+      // gathered over tp (gather_from_sequence_parallel_region, whose
+      // backward reduce-scatters: each rank's experts give a part).
+      x = t->enter(z).reshape({-1, shape.h});
+      probs = t->enter(probs.view({z.size(0), z.size(1), shape.experts})).reshape({-1, shape.experts});
+    }
     auto [weights, chosen] = probs.topk(shape.top_k, -1);
     if (force_balance) {
       // Note [Forced balance].
-      const std::int64_t t = flat.size(0);
-      chosen = torch::arange(t * shape.top_k, torch::TensorOptions().dtype(torch::kLong).device(flat.device()))
-                   .reshape({t, shape.top_k})
+      const std::int64_t n = x.size(0);
+      chosen = torch::arange(n * shape.top_k, torch::TensorOptions().dtype(torch::kLong).device(x.device()))
+                   .reshape({n, shape.top_k})
                    .remainder(shape.experts);
       weights = probs.gather(1, chosen);
     }
     weights = (weights / weights.sum(-1, /*keepdim=*/true)).to(z.scalar_type());
-    auto out = routed(flat, weights, chosen);
+    auto out = routed(x, weights, chosen);
+    // Each rank's experts' part of every gathered token, summed and split
+    // back to this rank's tokens (reduce_scatter_to_sequence_parallel_region).
+    out = t != nullptr ? t->exit(out.view({z.size(0), -1, shape.h})) : out.view_as(z);
     if (shared_down_proj) {
-      auto shared = shared_down_proj(gated(shared_gate_proj(flat), shared_up_proj(flat), shape));
-      if (shared_expert_gate) shared = torch::sigmoid(shared_expert_gate(flat)) * shared;
+      // Megatron-Core's SharedExpertMLP: a dense MLP, its own gather and reduce-scatter.
+      const auto gu = column_parallel(t, z, {{shared_gate_proj->weight, shared_gate_proj->bias}, {shared_up_proj->weight, shared_up_proj->bias}});
+      auto shared = row_parallel(shared_down_proj, gated(gu[0], gu[1], shape), t);
+      if (shared_expert_gate) shared = torch::sigmoid(shared_expert_gate(z)) * shared;
       out = out + shared;
     }
-    return out.view_as(z);
+    return out;
+  }
+  /// Note [Experts under tensor parallelism]: this rank's columns of every
+  /// expert's gate and up, rows of its down; the shared experts' as the
+  /// dense MLP's.
+  void split(const TensorParallel& t) {
+    tp = std::make_shared<TensorParallel>(t);
+    torch::NoGradGuard no_grad;
+    for (std::size_t e = 0; e < w1.size(); ++e) {
+      w1[e].set_data(rows_of(w1[e], 1, t));
+      w3[e].set_data(rows_of(w3[e], 1, t));
+      w2[e].set_data(cols_of(w2[e], t));
+    }
+    if (shared_down_proj) {
+      split_column(shared_gate_proj, 1, t);
+      split_column(shared_up_proj, 1, t);
+      split_row(shared_down_proj, t);
+    }
   }
   /// Local expert e (a gated MLP, with its biases where it has them) on rows x [n, h].
   torch::Tensor expert(const torch::Tensor& x, std::int64_t e) {
@@ -1125,6 +1158,7 @@ struct MoeMlp : nn::Module {
   std::vector<torch::Tensor> w1, w2, w3;
   std::vector<torch::Tensor> b1, b2, b3;     ///< the experts' biases (mb=1), empty without
   std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (ep 1), or rank 0's share alone (loopback)
+  std::shared_ptr<const TensorParallel> tp;  ///< null: unsplit (Note [Experts under tensor parallelism])
   bool force_balance = false;                ///< round-robin routing (Note [Forced balance])
   nn::Linear shared_gate_proj{nullptr}, shared_up_proj{nullptr}, shared_down_proj{nullptr}, shared_expert_gate{nullptr};
   LlamaShape shape;
@@ -1278,7 +1312,7 @@ struct LlamaBlock : nn::Module {
       return y + post_feedforward_layernorm->forward(row_parallel(down_proj, gated(gate_proj(y), up_proj(y), shape), t));
     }
     const auto y = x + residual_scaled(attn);
-    if (moe) return y + residual_scaled(moe->forward(enter(post_attention_layernorm->forward(y), t)));
+    if (moe) return y + residual_scaled(moe->forward(post_attention_layernorm->forward(y)));  // its own gathers
     const auto gu = column_parallel(t, post_attention_layernorm->forward(y), {{gate_proj->weight, gate_proj->bias}, {up_proj->weight, up_proj->bias}});
     return y + residual_scaled(row_parallel(down_proj, gated(gu[0], gu[1], shape), t));
   }
@@ -1295,7 +1329,8 @@ struct LlamaBlock : nn::Module {
       if (*l) split_column(*l, 1, t);
     }
     split_row(o_proj, t);
-    split_row(down_proj, t);
+    if (down_proj) split_row(down_proj, t);
+    if (moe) moe->split(t);
     if (sinks.defined()) {
       torch::NoGradGuard no_grad;
       sinks.set_data(rows_of(sinks, 1, t));  // a logit per head: this rank's heads'
@@ -1475,6 +1510,15 @@ class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
     }
     for (const auto* l : {&k.o_proj, &k.down_proj}) {
       if (*l && (*l)->bias.defined()) out.push_back((*l)->bias);
+    }
+    if (k.moe) {
+      // The router, and Qwen2-MoE's shared-expert gate, on this rank's tokens
+      // (Megatron-Core's TopKRouter marks its weight sequence_parallel).
+      for (const auto* l : {&k.moe->gate, &k.moe->shared_expert_gate}) {
+        if (!*l) continue;
+        out.push_back((*l)->weight);
+        if ((*l)->bias.defined()) out.push_back((*l)->bias);
+      }
     }
     return out;
   }
@@ -1899,7 +1943,7 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
     throw UnsupportedError(at + "BERT under sequence parallelism is priced, not run by the LibTorch twin; set plan.sequence_parallel=false");
   }
   const bool split_kind = s.kind == "gpt2.block" || s.kind == "gpt2.embed" || s.kind == "gpt2.head" || s.kind == "llama.block" ||
-                          s.kind == "llama.embed" || s.kind == "llama.head";
+                          s.kind == "moe.block" || s.kind == "llama.embed" || s.kind == "llama.head";
   if (split_kind && sp != tp.sequence_parallel) {
     throw ConfigError(at + (sp ? "sp=1 but the tensor-parallel group does not run" : "no sp=1 but the tensor-parallel group runs") +
                       " sequence parallelism");
@@ -1915,11 +1959,27 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
     if (auto* b = dynamic_cast<BertLayerLayer*>(&layer)) b->block().split(tp);
     return;
   }
-  if (s.kind == "moe.block") throw UnsupportedError(at + "the LibTorch MoE block has no tensor-parallel split yet (tp must be 1)");
-  if (s.kind == "llama.block") {
+  if (s.kind == "moe.block") {
+    // Note [Experts under tensor parallelism].
+    if (!tp.sequence_parallel) {
+      throw UnsupportedError(at + "a MoE block under tensor parallelism is run with sequence parallelism only, as Megatron-Core trains it "
+                                  "(MoELayer.forward refuses it without); set plan.sequence_parallel=true");
+    }
+    if (s.get_or("etp", tp.size) != tp.size) {
+      throw UnsupportedError(at + "experts whole on every tensor-parallel rank (etp=" + std::to_string(s.get("etp")) +
+                             ") are priced, not run by the LibTorch twin; leave plan.etp at tp");
+    }
+    if (s.get_or("mb", 0) != 0) {
+      throw UnsupportedError(at + "experts' biases (gpt-oss's) under tensor parallelism are priced, not run by the LibTorch twin (plan.tp must be 1)");
+    }
+    if (s.get("fe") % tp.size != 0 || s.get("fs") % tp.size != 0) {
+      throw ConfigError(at + "the experts' widths fe and fs must be multiples of tp " + std::to_string(tp.size));
+    }
+  }
+  if (s.kind == "llama.block" || s.kind == "moe.block") {
     if (s.get_or("on", 0) != 0) throw UnsupportedError(at + "OLMo 2's block runs dense, with its q/k norms, at tp 1");
     const bool mla = s.get_or("mla", 0) != 0;  // latent attention's heads are whole
-    if (s.get("a") % tp.size != 0 || (!mla && s.get("kv") % tp.size != 0) || s.get("f") % tp.size != 0) {
+    if (s.get("a") % tp.size != 0 || (!mla && s.get("kv") % tp.size != 0) || s.get_or("f", 0) % tp.size != 0) {
       throw ConfigError(at + "heads, key-value heads and f must be multiples of tp " + std::to_string(tp.size));
     }
     dynamic_cast<LlamaBlockLayer&>(layer).block().split(tp);
@@ -2269,6 +2329,12 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
   }
   if (ep.size > 1 && (!ep.all_to_all || ep.rank < 0 || ep.rank >= ep.size)) {
     throw ConfigError(at + "expert parallelism needs a rank in [0, size) and an all_to_all");
+  }
+  if (ep.size > 1 && tp.size > 1) {
+    // Note [Experts under tensor parallelism]: the experts' all-to-all and
+    // the tensor-parallel gather are not composed in the twin.
+    throw UnsupportedError(at + "expert parallelism with tensor parallelism is priced, not run by the LibTorch twin (ep " +
+                           std::to_string(ep.size) + " x tp " + std::to_string(tp.size) + "); use tp 1 or ep 1");
   }
   auto layer = make_full_layer(signature, ep.size > 1 ? ep.rank : 0);
   place_cp(*layer, signature, cp);

@@ -211,6 +211,29 @@ torch::Tensor cp_positions(std::int64_t seq, int rank, int size);
 /// collective.
 std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const TensorParallel& tp, const ContextParallel& cp);
 
+/// Note [Experts under tensor parallelism]
+/// Megatron-Core's MoE layer under tensor parallelism, with each expert
+/// split over the tp ranks (--expert-tensor-parallel-size, whose default is
+/// tp) and no expert parallelism: sequence parallelism is on (training
+/// without it is refused: MoELayer.forward in megatron/core/transformer/moe/
+/// moe_layer.py), so each rank routes its own 1/tp of the tokens with the
+/// replicated router, then its allgather token dispatcher
+/// (MoEAllGatherTokenDispatcher in token_dispatcher.py) gathers the tokens
+/// and their probabilities over tp (gather_from_sequence_parallel_region,
+/// whose backward reduce-scatters), every rank runs every expert on every
+/// token with its columns of gate and up and its rows of down, weights and
+/// sums them as without tp, and reduce-scatters the parts back to its
+/// tokens (reduce_scatter_to_sequence_parallel_region). Shared experts are
+/// a dense MLP with its own gather and reduce-scatter (SharedExpertMLP).
+/// The twin gathers the router's probabilities over all E experts and takes
+/// the top-k of the gathered rows (Megatron-Core takes them first and
+/// gathers the E-wide sparse probabilities and the routing map: the same
+/// bytes, the same choices), so every token is routed as in one process.
+/// The router's and a shared-expert gate's gradients come from a rank's
+/// own tokens: sequence-parallel parameters (Megatron-Core's TopKRouter
+/// marks its weight so), summed over tp once a step. Priced, not run: the
+/// experts whole on each rank (etp 1), experts' biases (gpt-oss), and
+/// expert parallelism with tp > 1.
 /// Note [Expert parallelism]
 /// Megatron-Core's expert parallelism (--expert-model-parallel-size) with its
 /// alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py):
