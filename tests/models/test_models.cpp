@@ -337,23 +337,32 @@ TEST_CASE("every model counts its layers without building them, as layers() buil
   CHECK(bert->layers(sim::WorkloadShape{}).size() == 4);
 }
 
-TEST_CASE("experts split over tp exchange as Megatron-Core's allgather dispatcher (Note [Experts under tensor parallelism])",
-          "[models][tp][sp][moe]") {
+namespace {
+/// Two sequences of 128 tokens in 16 bits at tp 2 with sequence parallelism.
+sim::WorkloadShape sp_shape() {
   sim::WorkloadShape shape;
   shape.micro_batch = 2;
   shape.seq_len = 128;
   shape.act_bytes = 2;
   shape.tp = 2;
-  shape.etp = 2;
   shape.sequence_parallel = true;
+  return shape;
+}
+using Op = sim::CollectiveOp;
+using Ops = std::vector<std::pair<Op, Bytes>>;
+/// A layer's collectives as (op, bytes x count).
+Ops ops(const std::vector<sim::LayerComm>& l) {
+  Ops out;
+  for (const auto& c : l) out.emplace_back(c.op, c.bytes * c.count);
+  return out;
+}
+}  // namespace
+
+TEST_CASE("experts split over tp exchange as Megatron-Core's allgather dispatcher (Note [Experts under tensor parallelism])",
+          "[models][tp][sp][moe]") {
+  sim::WorkloadShape shape = sp_shape();
+  shape.etp = 2;
   const std::int64_t t = 2 * 128;
-  const auto ops = [](const std::vector<sim::LayerComm>& l) {
-    std::vector<std::pair<sim::CollectiveOp, Bytes>> out;
-    for (const auto& c : l) out.emplace_back(c.op, c.bytes * c.count);
-    return out;
-  };
-  using Op = sim::CollectiveOp;
-  using Ops = std::vector<std::pair<Op, Bytes>>;
   // Mixtral (h 4096, E 8, no shared expert): attention's gather and
   // reduce-scatter of 2 t h bytes, then the dispatcher's: the tokens (2 t h),
   // their fp32 probabilities over the 8 experts (4 t 8), the experts' parts
@@ -383,20 +392,8 @@ TEST_CASE("experts split over tp exchange as Megatron-Core's allgather dispatche
 
 TEST_CASE("under sequence parallelism the embeddings communicate as Megatron-Core's LanguageModelEmbedding (Note [Sequence parallel embeddings])",
           "[models][tp][sp]") {
-  sim::WorkloadShape shape;
-  shape.micro_batch = 2;
-  shape.seq_len = 128;
-  shape.act_bytes = 2;
-  shape.tp = 2;
-  shape.sequence_parallel = true;
+  sim::WorkloadShape shape = sp_shape();
   const std::int64_t t = 2 * 128;
-  const auto ops = [](const std::vector<sim::LayerComm>& l) {
-    std::vector<std::pair<sim::CollectiveOp, Bytes>> out;
-    for (const auto& c : l) out.emplace_back(c.op, c.bytes * c.count);
-    return out;
-  };
-  using Op = sim::CollectiveOp;
-  using Ops = std::vector<std::pair<Op, Bytes>>;
   // GPT-2 (h 768): position embeddings are added to the summed lookup, so it
   // is all-reduced as without sequence parallelism, then split; backward
   // all-gathers the split's gradient. The positions' add runs on every token.
