@@ -462,13 +462,6 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
       }
     }
   }
-  if (p.ep > 1 && p.tp > 1) {
-    // Note [Experts under tensor parallelism] (models/torch): the twin's
-    // all-to-all and its tensor-parallel gather are not composed.
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.ep") + ": plan.ep " + std::to_string(p.ep) + " with plan.tp " +
-                           std::to_string(p.tp) + " is not run (the twin splits experts over tp or spreads them over ep, not both); "
-                           "use tp 1 or ep 1 (the simulator predicts it)");
-  }
   if (p.tp > 1) {
     // Note [Expert parallelism] (models/torch): nor at ep 1.
     sim::WorkloadShape shape;

@@ -1204,7 +1204,7 @@ TEST_CASE("sequence-parallel blocks compute the unsplit block at their tokens, t
   CHECK(models::load_model("moe-tiny")->layers(shape).at(1).sp_params == 256 + 128 * 4);
   CHECK(models::load_model("deepseek-tiny")->layers(shape).at(2).sp_params == 256 + 8'192 + 64 + 6'144 + 32 + 128 * 4);
   // A MoE block's twin under tp runs sequence parallelism only, with its
-  // experts split (etp = tp), and not beside expert parallelism.
+  // experts split (etp = tp).
   const std::string moe = models::load_model("moe-tiny")->layers(shape).at(1).signature;
   auto plain = local_tp(0, 2);
   CHECK(test::error_of([&] { models::make_torch_layer(moe, plain); }).find("sp=1 but the tensor-parallel group does not run") != std::string::npos);
@@ -1221,14 +1221,6 @@ TEST_CASE("sequence-parallel blocks compute the unsplit block at their tokens, t
   CHECK(test::error_of([&] { models::make_torch_layer(whole_experts, seq_tp); }).find("experts whole on every tensor-parallel rank (etp=1)") !=
         std::string::npos);
   shape.etp = 2;
-  shape.ep = 2;
-  models::ExpertParallel ep;
-  ep.rank = 0;
-  ep.size = 2;
-  ep.all_to_all = [](const torch::Tensor& x, const std::vector<std::int64_t>&, const std::vector<std::int64_t>&) { return x; };
-  CHECK(test::error_of([&] { models::make_torch_layer(models::load_model("moe-tiny")->layers(shape).at(1).signature, seq_tp, models::ContextParallel{}, ep); })
-            .find("expert parallelism with tensor parallelism is priced, not run") != std::string::npos);
-  shape.ep = 1;
   // The twin refuses what the group and the signature disagree on, and BERT.
   const std::string block = models::load_model("gpt2-tiny")->layers(shape).at(1).signature;
   CHECK(test::error_of([&] { models::make_torch_layer(block, local_tp(0, 2)); }).find("sp=1 but the tensor-parallel group does not run") !=

@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <numeric>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -1003,10 +1004,13 @@ struct MoeMlp : nn::Module {
   /// parallelism]).
   torch::Tensor forward(const torch::Tensor& z) {
     const TensorParallel* t = tp.get();
+    // Without expert parallelism the tokens are gathered before the
+    // dispatch; with it, the rows each rank receives (routed()).
+    const bool gathered = t != nullptr && !ep;
     const auto flat = z.reshape({-1, shape.h});
     torch::Tensor probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
     torch::Tensor x = flat;
-    if (t != nullptr) {
+    if (gathered) {
       // Routed on this rank's tokens; its tokens and their probabilities
       // gathered over tp (gather_from_sequence_parallel_region, whose
       // backward reduce-scatters: each rank's experts give a part).
@@ -1026,7 +1030,7 @@ struct MoeMlp : nn::Module {
     auto out = routed(x, weights, chosen);
     // Each rank's experts' part of every gathered token, summed and split
     // back to this rank's tokens (reduce_scatter_to_sequence_parallel_region).
-    out = t != nullptr ? t->exit(out.view({z.size(0), -1, shape.h})) : out.view_as(z);
+    out = gathered ? t->exit(out.view({z.size(0), -1, shape.h})) : out.view_as(z);
     if (shared_down_proj) {
       // Megatron-Core's SharedExpertMLP: a dense MLP, its own gather and reduce-scatter.
       const auto gu = column_parallel(t, z, {{shared_gate_proj->weight, shared_gate_proj->bias}, {shared_up_proj->weight, shared_up_proj->bias}});
@@ -1089,13 +1093,33 @@ struct MoeMlp : nn::Module {
       x = exchange(permuted, d.send, recv);  // [R, h]: by source rank, each rank's by expert
     }
     got = got.to(torch::kCPU).contiguous();
-    const std::vector<std::int64_t> sizes(got.data_ptr<std::int64_t>(), got.data_ptr<std::int64_t>() + n * local);
+    std::vector<std::int64_t> sizes(got.data_ptr<std::int64_t>(), got.data_ptr<std::int64_t>() + n * local);
+    // Note [Experts under tensor parallelism]: beside expert parallelism,
+    // the rows every tp rank received gathered over tp (their counts first),
+    // each padded to the most any rank received for the gather.
+    const TensorParallel* t = ep ? tp.get() : nullptr;
+    int sources = n;
+    std::vector<std::int64_t> tp_rows;
+    std::int64_t most = x.size(0);
+    if (t != nullptr) {
+      const torch::Tensor every = t->gather(got.to(torch::kDouble).view({1, 1, n * local})).view({-1}).to(torch::kLong).contiguous();
+      sizes.assign(every.data_ptr<std::int64_t>(), every.data_ptr<std::int64_t>() + every.numel());
+      for (int q = 0; q < t->size; ++q) {
+        tp_rows.push_back(std::accumulate(sizes.begin() + q * n * local, sizes.begin() + (q + 1) * n * local, std::int64_t{0}));
+      }
+      most = *std::max_element(tp_rows.begin(), tp_rows.end());
+      const torch::Tensor all = t->enter(pad_rows(x, most).unsqueeze(0)).squeeze(0);  // [tp most, h]
+      std::vector<torch::Tensor> parts;
+      for (int q = 0; q < t->size; ++q) parts.push_back(all.narrow(0, q * most, tp_rows[q]));
+      x = torch::cat(parts);
+      sources = n * t->size;
+    }
     // Megatron-Core's sort_chunks_by_idxs: the rows by local expert (split
     // and cat, which keep nothing for backward), the experts on contiguous
     // rows, their outputs put back in source-rank order the same way.
-    const auto by_expert = reorder(x, sizes, n, local);
+    const auto by_expert = reorder(x, sizes, sources, local);
     std::vector<std::int64_t> per_expert(local, 0);
-    for (int s = 0; s < n; ++s) {
+    for (int s = 0; s < sources; ++s) {
       for (std::int64_t j = 0; j < local; ++j) per_expert[j] += sizes[s * local + j];
     }
     std::vector<torch::Tensor> outs;
@@ -1113,14 +1137,26 @@ struct MoeMlp : nn::Module {
     if (zero.defined()) y = y + zero;
     std::vector<std::int64_t> expert_major;
     for (std::int64_t j = 0; j < local; ++j) {
-      for (int s = 0; s < n; ++s) expert_major.push_back(sizes[s * local + j]);
+      for (int s = 0; s < sources; ++s) expert_major.push_back(sizes[s * local + j]);
     }
-    y = reorder(y, expert_major, static_cast<int>(local), n);
+    y = reorder(y, expert_major, static_cast<int>(local), sources);
+    if (t != nullptr) {
+      // Each tp rank's rows, every rank's part of them summed and this
+      // rank's kept (reduce_scatter_to_sequence_parallel_region).
+      std::vector<torch::Tensor> parts;
+      for (const auto& part : y.split_with_sizes(tp_rows)) parts.push_back(pad_rows(part, most));
+      y = t->exit(torch::cat(parts).unsqueeze(0)).squeeze(0).narrow(0, 0, tp_rows[static_cast<std::size_t>(t->rank)]);
+    }
     const torch::Tensor back = n > 1 ? exchange(y, recv, d.send) : y;  // [T k, h], in d.order
     // Megatron-Core's unpermute: weighted by the router, summed per token
     // by scatter_add (its backward gathers; it keeps only the index).
     const torch::Tensor w = weights.reshape({-1}).index_select(0, d.order).unsqueeze(1);
     return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, h}), back * w);
+  }
+  /// x [r, h] with zero rows after it up to `rows`.
+  static torch::Tensor pad_rows(const torch::Tensor& x, std::int64_t rows) {
+    if (x.size(0) == rows) return x;
+    return torch::cat({x, torch::zeros({rows - x.size(0), x.size(1)}, x.options())});
   }
   /// Rows x in `major` x `minor` chunks of `sizes` (major-first) -> minor-first.
   static torch::Tensor reorder(const torch::Tensor& x, const std::vector<std::int64_t>& sizes, int major, std::int64_t minor) {
@@ -2329,12 +2365,6 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
   }
   if (ep.size > 1 && (!ep.all_to_all || ep.rank < 0 || ep.rank >= ep.size)) {
     throw ConfigError(at + "expert parallelism needs a rank in [0, size) and an all_to_all");
-  }
-  if (ep.size > 1 && tp.size > 1) {
-    // Note [Experts under tensor parallelism]: the experts' all-to-all and
-    // the tensor-parallel gather are not composed in the twin.
-    throw UnsupportedError(at + "expert parallelism with tensor parallelism is priced, not run by the LibTorch twin (ep " +
-                           std::to_string(ep.size) + " x tp " + std::to_string(tp.size) + "); use tp 1 or ep 1");
   }
   auto layer = make_full_layer(signature, ep.size > 1 ? ep.rank : 0);
   place_cp(*layer, signature, cp);

@@ -231,9 +231,16 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
 /// bytes, the same choices), so every token is routed as in one process.
 /// The router's and a shared-expert gate's gradients come from a rank's
 /// own tokens: sequence-parallel parameters (Megatron-Core's TopKRouter
-/// marks its weight so), summed over tp once a step. Priced, not run: the
-/// experts whole on each rank (etp 1), experts' biases (gpt-oss), and
-/// expert parallelism with tp > 1.
+/// marks its weight so), summed over tp once a step. With expert
+/// parallelism too (ep > 1, its alltoall dispatcher,
+/// MoEAlltoAllTokenDispatcher), each rank routes and permutes its own
+/// tokens, the rows go to the experts' ep ranks by all-to-all (Note [Expert
+/// parallelism]), and the rows each tp rank of the experts' group received
+/// are gathered over tp (dispatch_postprocess: counts first, then rows,
+/// each rank's padded to the most any received, as the twin's equal-part
+/// gather needs), run through every local expert's part, reduce-scattered
+/// back (combine_preprocess) and returned by all-to-all. Priced, not run:
+/// the experts whole on each rank (etp 1) and experts' biases (gpt-oss).
 /// Note [Expert parallelism]
 /// Megatron-Core's expert parallelism (--expert-model-parallel-size) with its
 /// alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py):
