@@ -387,6 +387,39 @@ TEST_CASE("ep: each MoE layer's dispatch and combine are one task a pass", "[moe
   CHECK(tasks == 2 * 2);  // two MoE layers, forward and backward
 }
 
+TEST_CASE("experts whole on each tp rank are reduced over their tp ranks where dp is 1 (Note [Experts alone in a bucket])", "[moe]") {
+  // moe-tiny at tp 2, etp 1, dp 1: the edp group is the tp pair. Its two
+  // MoE layers' experts, 2 x 4 x 3 x 128 x 176 = 540,672 parameters, 2
+  // bytes each in fp16: 1,081,344 bytes all-reduced a step and held once
+  // more as DDP's bucket copy; the dense gradients stay on their rank.
+  const auto m = models::load_model("moe-tiny");
+  const ClusterSpec c = test::round_cluster(1, 2);
+  const test::FixedCompute compute(1'000'000);
+  const FixedComm comm(10'000);
+  const auto reduced = [&](const std::string& etp, Bytes* buffers) {
+    ResolvedPlan p = resolve(parse_plan("tp: 2\netp: " + etp + "\nsequence_parallel: true\nmicro_batch: 1\nseq_len: 128\nprecision: fp16\n", "p.yaml"),
+                             *m, c);
+    partition(p, *m, c, compute, comm);
+    const TaskGraph g = lower(*m, p, c, CostModels{&compute, &comm});
+    Bytes bytes = 0;
+    for (const Task& t : g.tasks) {
+      if (t.name.rfind("all_reduce bucket", 0) == 0) bytes += t.bytes;
+    }
+    *buffers = 0;
+    for (const MemOp& op : g.ranks.at(0).resident) {
+      if (op.category == MemCategory::kBuffers) *buffers += op.bytes;
+    }
+    *buffers -= c.device.runtime_reserved;
+    return bytes;
+  };
+  Bytes buffers = 0;
+  CHECK(reduced("1", &buffers) == 1'081'344);
+  CHECK(buffers == 1'081'344);
+  // Split over tp (etp 2) the experts are each rank's own shares: nothing to reduce.
+  CHECK(reduced("2", &buffers) == 0);
+  CHECK(buffers == 0);
+}
+
 TEST_CASE("search walks ep where the model has experts", "[moe][search]") {
   const auto m = models::load_model("moe-tiny");
   const ClusterSpec c = test::round_cluster(1, 4);

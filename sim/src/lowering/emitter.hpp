@@ -256,6 +256,10 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});
   r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
   if (plan.zero_stage == 0 && plan.grad_group() > 1 && !megatron_buffer) r.resident.push_back({MemCategory::kBuffers, params * w});
+  // Note [Experts alone in a bucket] (passes/data_parallel.cpp).
+  if (plan.zero_stage == 0 && plan.grad_group() == 1 && plan.edp > 1 && !megatron_buffer) {
+    r.resident.push_back({MemCategory::kBuffers, expert_params * w});
+  }
   r.resident.push_back({MemCategory::kBuffers, cluster.device.runtime_reserved});
 }
 

@@ -17,6 +17,17 @@
 // after its all-reduce costs time on the compute stream (Note [Gradient
 // buckets] in models/torch), priced where a profile timed it.
 //
+// Note [Experts alone in a bucket]
+// With experts whole on every tensor-parallel rank (etp 1) the expert
+// data-parallel group is made of tp ranks as well as dp ranks (Note
+// [Expert mesh] in cost_comm.cpp), so where dp x cp is 1 the dense
+// gradients are the rank's alone and the experts' are not:
+// Megatron-Core's DistributedDataParallel still all-reduces its expert
+// buffer over that group, and dtsim's runtime buckets and reduces the
+// expert space alone (Note [Expert gradients] in runtime/src/trainer.cpp),
+// so its buckets hold and reduce only the experts' gradients, and DDP's
+// resident copy (add_resident) is theirs alone.
+//
 // Note [Two buckets in flight]
 // DeepSpeed's ZeRO-2 copies each gradient into one of two contiguous
 // buffers of reduce_bucket_size elements (with overlap_comm; one without)
@@ -271,17 +282,24 @@ class LayerBuckets final : public StrategyPass {
       previous_ = rs;
       return waited;
     }
-    if (!at.last_backward || c.dp_group.ranks == 1) return last;  // no_sync / local accumulation / nothing to sync
-    deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), bk.params, bk.tensors, false, {last}));
+    // Note [Experts alone in a bucket]: with no other data-parallel rank
+    // (dp x cp 1) only the routed experts' gradients go, over an edp group
+    // of tp ranks (etp 1).
+    const bool experts_only = c.dp_group.ranks == 1;
+    if (!at.last_backward || (experts_only && c.edp_group.ranks == 1)) return last;  // no_sync / local accumulation / nothing to sync
+    const Bytes rb = experts_only ? bk.expert_bytes : b;
+    const double params = experts_only ? static_cast<double>(bk.expert_params) : bk.params;
+    if (rb == 0) return last;
+    deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), params, bk.tensors, false, {last}));
     // Note [ZeRO-1's reduction]: scattered to the shards' owners, or all-reduced.
-    const TaskId ar = c.plan.zero1_reduce_scatters() ? c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, b, c.shard_group,
+    const TaskId ar = c.plan.zero1_reduce_scatters() ? c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, rb, c.shard_group,
                                              Stream::kGradComm, deps, {}, {}, bk.expert_bytes)
-                              : c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, b, c.dp_group,
+                              : c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, rb, c.dp_group,
                                              Stream::kGradComm, deps, {}, {}, bk.expert_bytes);
     if (!c.plan.overlap) unordered_.push_back(ar);
     // The reduced bucket back into the gradients, divided by the group
     // size, after the backward (end_backward).
-    copies_out_.push_back({c.tag(m, "copy grads out ", name), bucket, ar, c.zero == 1 ? LayerContext::ceil_div(b, c.n) : b});
+    copies_out_.push_back({c.tag(m, "copy grads out ", name), bucket, ar, c.zero == 1 ? LayerContext::ceil_div(rb, c.n) : rb, params});
     return last;
   }
 
@@ -307,7 +325,7 @@ class LayerBuckets final : public StrategyPass {
     // behind their all-reduces.
     for (const PendingCopy& p : copies_out_) {
       const Bucket& bk = buckets_[p.bucket];
-      const TaskId out = ctx_.bucket_copy(p.name, bk.params, bk.tensors, true, {p.reduce, last});
+      const TaskId out = ctx_.bucket_copy(p.name, p.params, bk.tensors, true, {p.reduce, last});
       ctx_.reduced(at, out, p.shard_bytes);
     }
     copies_out_.clear();
@@ -374,6 +392,7 @@ class LayerBuckets final : public StrategyPass {
     int bucket = 0;
     TaskId reduce = -1;
     Bytes shard_bytes = 0;
+    double params = 0;  ///< the parameters copied (Note [Experts alone in a bucket])
   };
 
   /// Buckets in reverse layer order (Note [DDP buckets]).
