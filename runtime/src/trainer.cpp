@@ -389,6 +389,11 @@ struct PendingReduce {
   Unit* unit = nullptr;
 };
 
+/// The routed experts are laid out apart from the dense parameters (Note
+/// [Expert gradients]): spread over ep ranks, or whole on every tp rank
+/// (etp 1 at tp > 1).
+bool experts_apart(const sim::ResolvedPlan& p) { return p.ep > 1 || p.etp != p.tp; }
+
 // Note [Expert gradients]
 // Under expert parallelism (Note [Expert parallelism] in models/torch) a
 // rank's routed experts are not the other data-parallel ranks': their
@@ -565,7 +570,7 @@ class Trainer {
     tp_ = comm_.group("tp-p" + at_pp + "-d" + at_dp + "-c" + at_cp, tp);
     pp_ = comm_.group("pp-t" + at_tp + "-d" + at_dp + "-c" + at_cp, pp);
     cp_ = comm_.group("cp-t" + at_tp + "-p" + at_pp + "-d" + at_dp, cp);
-    if (plan_->ep > 1) {
+    if (experts_apart(*plan_)) {
       // Note [Expert mesh] (sim/src/cost/cost_comm.cpp): the ep and edp
       // groups refold a stage's tp x cp x dp ranks, named by their members.
       const auto named = [](const char* what, const std::vector<int>& ranks) {
@@ -672,8 +677,8 @@ class Trainer {
       u.layer->set_recompute_attention(p.recompute == sim::Recompute::kSelective);
       u.layer->set_sync_batch_norm(sync);
       u.recompute = recomputes[static_cast<std::size_t>(i)] == sim::Recompute::kFull && L.is_block();
-      // Note [Expert gradients]: under ep > 1 the routed experts form a space of their own.
-      const std::vector<torch::Tensor> experts = p.ep > 1 ? u.layer->expert_parameters() : std::vector<torch::Tensor>{};
+      // Note [Expert gradients]: under ep > 1 (or etp 1 at tp > 1) the routed experts form a space of their own.
+      const std::vector<torch::Tensor> experts = experts_apart(p) ? u.layer->expert_parameters() : std::vector<torch::Tensor>{};
       const auto is_expert = [&](const torch::Tensor& t) {
         return std::any_of(experts.begin(), experts.end(), [&](const torch::Tensor& e) { return e.is_same(t); });
       };
@@ -799,7 +804,7 @@ class Trainer {
     // Buckets in reverse layer order: 1 MB first under DDP, then bucket_mb
     // (PyTorch DDP), closed by DDP's rule or, under ZeRO-2, DeepSpeed's
     // (Note [Bucket rules]), as the simulator plans them (sim/buckets.hpp).
-    if (zero_ <= 2 && n_ > 1) {
+    if (zero_ <= 2 && reduces()) {
       const std::int64_t elem = units_.front().params.empty() ? 4 : units_.front().params.front().element_size();
       const int units = static_cast<int>(units_.size());
       std::vector<Bytes> bytes;  // backward order
@@ -820,7 +825,7 @@ class Trainer {
       if (zero_ == 0) {
         for (auto& b : buckets_) {
           for (int sp : {kDense, kExpert}) {
-            if (b.end[sp] > b.begin[sp]) b.buffer[sp] = torch::zeros({b.end[sp] - b.begin[sp]}, units_.front().params.front().options());
+            if (b.end[sp] > b.begin[sp] && !alone(sp)) b.buffer[sp] = torch::zeros({b.end[sp] - b.begin[sp]}, units_.front().params.front().options());
           }
         }
       }
@@ -1323,7 +1328,7 @@ class Trainer {
       launch_reduce_scatter(flat, u.grad_shard, &u);
       return;
     }
-    if (n_ == 1) return;
+    if (!reduces()) return;
     if (zero_ <= 1 && !last_micro) return;  // no_sync: accumulate locally
     Bucket& b = buckets_[unit_bucket_[i]];
     if (++b.ready < static_cast<int>(b.units.size())) return;
@@ -1352,7 +1357,7 @@ class Trainer {
       pending_.clear();
     }
     for (int k : {kDense, kExpert}) {
-      if (b.end[k] == b.begin[k]) continue;
+      if (b.end[k] == b.begin[k] || alone(k)) continue;
       Group& g = *spaces_[k].group;
       PendingReduce r;
       r.bucket = bi;
@@ -1728,7 +1733,14 @@ class Trainer {
   const sim::ResolvedPlan* plan_ = nullptr;
   int tp_rank_ = 0, stage_ = 0, dp_rank_ = 0, cp_rank_ = 0, zero_ = 0, n_ = 1;
   Group dp_, tp_, pp_, cp_, emb_;  ///< dp_: the data- and context-parallel ranks (make_groups)
-  Group ep_, edp_;                 ///< expert parallel and expert data parallel (size 1 unless ep > 1)
+  Group ep_, edp_;                 ///< expert parallel and expert data parallel (size 1 unless experts_apart)
+  /// Some space's gradients are summed over other ranks: the dense ones
+  /// over dp x cp, or the experts' over an edp group that tp ranks make up
+  /// (etp 1 at tp > 1: Note [Expert gradients]) where dp is 1.
+  bool reduces() const { return n_ > 1 || edp_.size > 1; }
+  /// Space k's gradients are this rank's alone, as they are (divided by a
+  /// dp x cp size of 1): no bucket, no copy.
+  bool alone(int k) const { return n_ == 1 && spaces_[k].group->size == 1; }
   std::vector<sim::Layer> layers_;
   std::vector<Unit> units_;
   std::vector<torch::Tensor> sp_params_;  ///< Note [Sequence-parallel gradients]

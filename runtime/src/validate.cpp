@@ -496,11 +496,6 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                                  " with " + s.model->name() + "'s MoE layers is run with sequence parallelism only, as Megatron-Core "
                                  "trains it; set plan.sequence_parallel=true (the simulator predicts both)");
         }
-        if (p.etp != p.tp) {
-          throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.etp") + ": plan.etp " + std::to_string(p.etp) +
-                                 " (experts whole on every tensor-parallel rank) is not run; leave plan.etp at tp " + std::to_string(p.tp) +
-                                 " (the simulator predicts it)");
-        }
         if (layer.signature.find(",mb=1") != std::string::npos) {
           throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
                                  s.model->name() + "'s expert biases is not run; use tp 1 (the simulator predicts it)");

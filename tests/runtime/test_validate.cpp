@@ -629,6 +629,15 @@ TEST_CASE("sequence parallelism trains as one process does, its norms' gradients
     check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 4" + kCommon + shape + sp + " --set plan.ep=2")),
                reference("moe-tiny", shape, 2));
   }
+  SECTION("experts whole on each tp rank (etp 1): at ep 1 their gradients summed over tp; at tp 2 x ep 2 the ep group is the tp pair") {
+    // Note [Experts under tensor parallelism]: each rank's experts see its
+    // own tokens (ep 1) or its ep group's rows; the expert data-parallel
+    // group (tp x dp / ep ranks) sums their gradients.
+    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp + " --set plan.etp=1")),
+               reference("moe-tiny", shape, 1));
+    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 4" + kCommon + shape + sp + " --set plan.etp=1 --set plan.ep=2")),
+               reference("moe-tiny", shape, 2));
+  }
   SECTION("tp 2 x pp 2: the stages send their ranks' tokens") {
     check_same(losses_of(validate("--model gpt2-tiny --plan gpipe --procs 4" + kCommon + no_dropout("gpt2-tiny") + shape + sp +
                                   " --set plan.tp=2 --set plan.micro_batches=2")),
@@ -936,11 +945,7 @@ TEST_CASE("validate refuses expert parallelism with ZeRO-3 or FSDP, and MoE at t
   CHECK(std::count(tp1.err.begin(), tp1.err.end(), '\n') == 1);
   CHECK(tp1.err.find("megatron-tp.yaml:3: plan.tp 2 with moe-tiny's MoE layers is run with sequence parallelism only, as Megatron-Core "
                      "trains it; set plan.sequence_parallel=true") != std::string::npos);
-  // Experts whole on each tp rank, and gpt-oss's expert biases, are priced only.
-  const Run etp = validate("--model moe-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true --set plan.etp=1");
-  CHECK(etp.status == 2);
-  CHECK(etp.err.find("--set plan.etp: plan.etp 1 (experts whole on every tensor-parallel rank) is not run; leave plan.etp at tp 2") !=
-        std::string::npos);
+  // gpt-oss's expert biases are priced only.
   const Run bias = validate("--model gpt-oss-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true");
   CHECK(bias.status == 2);
   CHECK(bias.err.find("plan.tp 2 with gpt-oss-tiny's expert biases is not run; use tp 1") != std::string::npos);

@@ -1004,9 +1004,11 @@ struct MoeMlp : nn::Module {
   /// parallelism]).
   torch::Tensor forward(const torch::Tensor& z) {
     const TensorParallel* t = tp.get();
-    // Without expert parallelism the tokens are gathered before the
-    // dispatch; with it, the rows each rank receives (routed()).
-    const bool gathered = t != nullptr && !ep;
+    // With the experts split over tp (etp = tp): without expert
+    // parallelism the tokens are gathered before the dispatch; with it, the
+    // rows each rank receives (routed()). Whole experts (etp 1) see only
+    // this rank's tokens, or the rows its ep group sends it.
+    const bool gathered = t != nullptr && split_experts && !ep;
     const auto flat = z.reshape({-1, shape.h});
     torch::Tensor probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
     torch::Tensor x = flat;
@@ -1041,12 +1043,13 @@ struct MoeMlp : nn::Module {
     return out;
   }
   /// Note [Experts under tensor parallelism]: this rank's columns of every
-  /// expert's gate and up, rows of its down; the shared experts' as the
-  /// dense MLP's.
-  void split(const TensorParallel& t) {
+  /// expert's gate and up, rows of its down (`experts` false: etp 1, every
+  /// expert whole); the shared experts' as the dense MLP's.
+  void split(const TensorParallel& t, bool experts) {
     tp = std::make_shared<TensorParallel>(t);
+    split_experts = experts;
     torch::NoGradGuard no_grad;
-    for (std::size_t e = 0; e < w1.size(); ++e) {
+    for (std::size_t e = 0; e < (experts ? w1.size() : 0); ++e) {
       w1[e].set_data(rows_of(w1[e], 1, t));
       w3[e].set_data(rows_of(w3[e], 1, t));
       w2[e].set_data(cols_of(w2[e], t));
@@ -1097,7 +1100,7 @@ struct MoeMlp : nn::Module {
     // Note [Experts under tensor parallelism]: beside expert parallelism,
     // the rows every tp rank received gathered over tp (their counts first),
     // each padded to the most any rank received for the gather.
-    const TensorParallel* t = ep ? tp.get() : nullptr;
+    const TensorParallel* t = ep && split_experts ? tp.get() : nullptr;
     int sources = n;
     std::vector<std::int64_t> tp_rows;
     std::int64_t most = x.size(0);
@@ -1195,6 +1198,7 @@ struct MoeMlp : nn::Module {
   std::vector<torch::Tensor> b1, b2, b3;     ///< the experts' biases (mb=1), empty without
   std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (ep 1), or rank 0's share alone (loopback)
   std::shared_ptr<const TensorParallel> tp;  ///< null: unsplit (Note [Experts under tensor parallelism])
+  bool split_experts = false;                ///< under tp: each expert split over it (etp = tp), or whole (etp 1)
   bool force_balance = false;                ///< round-robin routing (Note [Forced balance])
   nn::Linear shared_gate_proj{nullptr}, shared_up_proj{nullptr}, shared_down_proj{nullptr}, shared_expert_gate{nullptr};
   LlamaShape shape;
@@ -1366,7 +1370,7 @@ struct LlamaBlock : nn::Module {
     }
     split_row(o_proj, t);
     if (down_proj) split_row(down_proj, t);
-    if (moe) moe->split(t);
+    if (moe) moe->split(t, expert_tp == 0 || expert_tp == t.size);
     if (sinks.defined()) {
       torch::NoGradGuard no_grad;
       sinks.set_data(rows_of(sinks, 1, t));  // a logit per head: this rank's heads'
@@ -1378,6 +1382,7 @@ struct LlamaBlock : nn::Module {
   std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma's (post_feedforward also OLMo 2's); null otherwise
   nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // null in a moe.block
   std::shared_ptr<MoeMlp> moe;              // null in a llama.block
+  int expert_tp = 0;                        // a moe.block's etp (split_layer sets it); 0: tp
   std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without qk-norm
   torch::Tensor sinks;                      // gpt-oss's; undefined without
   // Multi-head latent attention's (null without; q_proj null with a query latent, k_proj and v_proj with either).
@@ -2001,16 +2006,16 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
       throw UnsupportedError(at + "a MoE block under tensor parallelism is run with sequence parallelism only, as Megatron-Core trains it "
                                   "(MoELayer.forward refuses it without); set plan.sequence_parallel=true");
     }
-    if (s.get_or("etp", tp.size) != tp.size) {
-      throw UnsupportedError(at + "experts whole on every tensor-parallel rank (etp=" + std::to_string(s.get("etp")) +
-                             ") are priced, not run by the LibTorch twin; leave plan.etp at tp");
+    if (s.get_or("etp", tp.size) != tp.size && s.get("etp") != 1) {
+      throw ConfigError(at + "etp=" + std::to_string(s.get("etp")) + ": experts split over 1 or tp " + std::to_string(tp.size) + " ranks");
     }
     if (s.get_or("mb", 0) != 0) {
       throw UnsupportedError(at + "experts' biases (gpt-oss's) under tensor parallelism are priced, not run by the LibTorch twin (plan.tp must be 1)");
     }
-    if (s.get("fe") % tp.size != 0 || s.get("fs") % tp.size != 0) {
+    if ((s.get_or("etp", tp.size) != 1 && s.get("fe") % tp.size != 0) || s.get("fs") % tp.size != 0) {
       throw ConfigError(at + "the experts' widths fe and fs must be multiples of tp " + std::to_string(tp.size));
     }
+    dynamic_cast<LlamaBlockLayer&>(layer).block().expert_tp = static_cast<int>(s.get_or("etp", tp.size));
   }
   if (s.kind == "llama.block" || s.kind == "moe.block") {
     if (s.get_or("on", 0) != 0) throw UnsupportedError(at + "OLMo 2's block runs dense, with its q/k norms, at tp 1");

@@ -239,8 +239,13 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
 /// are gathered over tp (dispatch_postprocess: counts first, then rows,
 /// each rank's padded to the most any received, as the twin's equal-part
 /// gather needs), run through every local expert's part, reduce-scattered
-/// back (combine_preprocess) and returned by all-to-all. Priced, not run:
-/// the experts whole on each rank (etp 1) and experts' biases (gpt-oss).
+/// back (combine_preprocess) and returned by all-to-all. With the experts
+/// whole on each rank (--expert-tensor-parallel-size 1, as Megatron-Core's
+/// MoE recipes set it) nothing is gathered: each rank's experts see its own
+/// tokens, or the rows its ep group sends, and the expert data-parallel
+/// group (tp x dp / ep ranks, Note [Expert mesh]: the runtime's expert
+/// space, Note [Expert gradients] in runtime/src/trainer.cpp) sums their
+/// gradients. Priced, not run: experts' biases (gpt-oss).
 /// Note [Expert parallelism]
 /// Megatron-Core's expert parallelism (--expert-model-parallel-size) with its
 /// alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py):
