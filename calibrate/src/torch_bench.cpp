@@ -801,6 +801,16 @@ class Bench {
           chain.push_back(layer.signature);
           if (sweep(layer.signature)) fresh = true;
         }
+        // A sequence-parallel share's MoE blocks with their experts whole
+        // on each rank too (etp=1, as Megatron-Core's MoE recipes run them:
+        // Note [Experts under tensor parallelism] in models/torch).
+        if (sp && tp > 1) {
+          dtsim::sim::WorkloadShape whole = shape;
+          whole.etp = 1;
+          for (const auto& layer : model->layers(whole)) {
+            if (layer.signature.rfind("moe.block:", 0) == 0) sweep(layer.signature);
+          }
+        }
         // Note [GPU sweep]: on a GPU the Llama family's blocks also as SDPA
         // runs them (flash=1: what a 16-bit plan runs there by default); the
         // GPT-2 and BERT twins run eager attention only.
