@@ -562,6 +562,28 @@ TEST_CASE("advice: a sequence left to default to a long context says so (Note [A
   CHECK_THROWS_WITH(predict(*nemo, spec, h100), Catch::EndsWith("use a smaller micro_batch or seq_len"));
 }
 
+TEST_CASE("advice: a mixture of experts at tp > 1 without sequence parallelism, which Megatron-Core refuses to train", "[advice][moe]") {
+  const ClusterSpec h100 = load_cluster("dgx-h100");
+  Prediction p;
+  p.fits = true;
+  p.plan.tp = 2;
+  p.plan.seq_len = 4096;
+  p.plan.spec.seq_len = 4096;
+  const auto mixtral = models::load_model("mixtral-8x7b");
+  auto said = advice(p, *mixtral, h100);
+  REQUIRE(said.size() == 1);
+  CHECK(said[0] == "plan.tp=2 with mixtral-8x7b's mixture of experts and no sequence parallelism: Megatron-Core refuses to train it "
+                   "(MoELayer.forward); set plan.sequence_parallel=true as its MoE recipes do");
+  // With it, at tp 1, or for a dense model: nothing to say.
+  p.plan.sequence_parallel = true;
+  CHECK(advice(p, *mixtral, h100).empty());
+  p.plan.sequence_parallel = false;
+  p.plan.tp = 1;
+  CHECK(advice(p, *mixtral, h100).empty());
+  p.plan.tp = 2;
+  CHECK(advice(p, *models::load_model("llama-3-8b"), h100).empty());
+}
+
 TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds most of (Note [Advice])", "[pipeline][advice]") {
   // Issue 21's 405B example as a user first writes it: 2048 nodes at tp 8,
   // pp 16, cp 2 leave dp = 16384 / 256 = 64, and its global batch of 256

@@ -309,6 +309,16 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
   if (plan.spec.seq_len == 0) {
     if (std::string w = long_default_sequence(model, 0); !w.empty()) out.push_back(std::move(w));
   }
+  // Note [Experts under tensor parallelism] (models/torch): Megatron-Core
+  // refuses to train a mixture of experts under tensor parallelism without
+  // sequence parallelism (MoELayer.forward in megatron/core/transformer/
+  // moe/moe_layer.py); dtsim prices it, as other frameworks may run it.
+  if (model.experts() > 0 && plan.tp > 1 && !plan.sequence_parallel) {
+    out.push_back(fmt::format(
+        "plan.tp={} with {}'s mixture of experts and no sequence parallelism: Megatron-Core refuses to train it "
+        "(MoELayer.forward); set plan.sequence_parallel=true as its MoE recipes do",
+        plan.tp, model.name()));
+  }
   if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
     const double idle = 100.0 * static_cast<double>(p.breakdown.bubble) / static_cast<double>(p.iteration_time);
     out.push_back(fmt::format(
