@@ -945,6 +945,11 @@ TEST_CASE("validate refuses expert parallelism with ZeRO-3 or FSDP, and MoE at t
   CHECK(std::count(tp1.err.begin(), tp1.err.end(), '\n') == 1);
   CHECK(tp1.err.find("megatron-tp.yaml:3: plan.tp 2 with moe-tiny's MoE layers is run with sequence parallelism only, as Megatron-Core "
                      "trains it; set plan.sequence_parallel=true") != std::string::npos);
+  // Nor ZeRO-3 with experts whole on each tp rank (their edp group holds tp ranks).
+  const Run z3 = validate("--model moe-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true --set plan.etp=1 --set plan.zero_stage=3");
+  CHECK(z3.status == 2);
+  CHECK(std::count(z3.err.begin(), z3.err.end(), '\n') == 1);
+  CHECK(z3.err.find("--set plan.zero_stage: ZeRO-3 with plan.etp 1 at tp 2 is not run") != std::string::npos);
   // gpt-oss's expert biases are priced only.
   const Run bias = validate("--model gpt-oss-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true");
   CHECK(bias.status == 2);

@@ -8,11 +8,11 @@
 #include <torch/version.h>
 
 #include <algorithm>
-#include <numeric>
 #include <chrono>
 #include <cmath>
 #include <limits>
 #include <map>
+#include <numeric>
 #include <sstream>
 
 #include "dtsim/sim/error.hpp"
