@@ -503,21 +503,18 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
       }
     }
   }
-  if (p.ep > 1 && p.zero_stage >= 3) {
+  if (p.zero_stage >= 3 && (p.ep > 1 || (p.etp != p.tp && s.model->experts() > 0))) {
     // Note [Expert gradients] (trainer.cpp): ZeRO-3 and FSDP gather each
     // layer as one flat unit sharded over the dp x cp group; a MoE layer's
-    // experts would need a second unit sharded over the edp group.
+    // experts would need a second unit sharded over the edp group (spread
+    // over ep ranks, or whole on each tp rank: an edp group of tp ranks).
+    const bool ep = p.ep > 1;
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of(p.fsdp ? "plan.fsdp" : "plan.zero_stage") + ": " +
-                           (p.fsdp ? std::string("FSDP") : "ZeRO-3") + " with plan.ep " + std::to_string(p.ep) +
-                           " is not run (its per-layer units do not split the experts over the expert data-parallel group); "
-                           "with ep > 1 use zero_stage 0, 1 or 2 (the simulator predicts it)");
-  }
-  if (p.ep == 1 && p.etp != p.tp && s.model->experts() > 0 && p.zero_stage >= 3) {
-    // The same with experts whole on each tp rank: their edp group holds tp ranks.
-    throw UnsupportedError("dtsim validate: " + s.spec.origins.of(p.fsdp ? "plan.fsdp" : "plan.zero_stage") + ": " +
-                           (p.fsdp ? std::string("FSDP") : "ZeRO-3") + " with plan.etp 1 at tp " + std::to_string(p.tp) +
-                           " is not run (its per-layer units do not split the experts over the expert data-parallel group); "
-                           "use zero_stage 0, 1 or 2, or leave plan.etp at tp (the simulator predicts it)");
+                           (p.fsdp ? std::string("FSDP") : "ZeRO-3") +
+                           (ep ? " with plan.ep " + std::to_string(p.ep) : " with plan.etp 1 at tp " + std::to_string(p.tp)) +
+                           " is not run (its per-layer units do not split the experts over the expert data-parallel group); " +
+                           (ep ? "with ep > 1 use zero_stage 0, 1 or 2" : "use zero_stage 0, 1 or 2, or leave plan.etp at tp") +
+                           " (the simulator predicts it)");
   }
   if (p.hybrid_shard) {
     throw UnsupportedError("dtsim validate: FSDP hybrid_shard is not run; use full_shard or shard_grad_op");

@@ -1362,15 +1362,16 @@ struct LlamaBlock : nn::Module {
   }
   /// Megatron's split: this rank's query heads of q_proj, key-value heads of
   /// k_proj and v_proj, gate and up columns; o_proj and down_proj rows summed
-  /// by g; the norms (qk-norms included: per head) replicated.
-  void split(const TensorParallel& t) {
+  /// by g; the norms (qk-norms included: per head) replicated; a MoE
+  /// block's experts split too unless `experts_whole` (etp 1).
+  void split(const TensorParallel& t, bool experts_whole = false) {
     tp = std::make_shared<TensorParallel>(t);
     for (auto* l : {&q_proj, &k_proj, &v_proj, &q_b_proj, &kv_b_proj, &gate_proj, &up_proj}) {
       if (*l) split_column(*l, 1, t);
     }
     split_row(o_proj, t);
     if (down_proj) split_row(down_proj, t);
-    if (moe) moe->split(t, expert_tp == 0 || expert_tp == t.size);
+    if (moe) moe->split(t, !experts_whole);
     if (sinks.defined()) {
       torch::NoGradGuard no_grad;
       sinks.set_data(rows_of(sinks, 1, t));  // a logit per head: this rank's heads'
@@ -1382,7 +1383,6 @@ struct LlamaBlock : nn::Module {
   std::shared_ptr<RmsNorm> pre_feedforward_layernorm, post_feedforward_layernorm;  // Gemma's (post_feedforward also OLMo 2's); null otherwise
   nn::Linear gate_proj{nullptr}, up_proj{nullptr}, down_proj{nullptr};  // null in a moe.block
   std::shared_ptr<MoeMlp> moe;              // null in a llama.block
-  int expert_tp = 0;                        // a moe.block's etp (split_layer sets it); 0: tp
   std::shared_ptr<RmsNorm> q_norm, k_norm;  // null without qk-norm
   torch::Tensor sinks;                      // gpt-oss's; undefined without
   // Multi-head latent attention's (null without; q_proj null with a query latent, k_proj and v_proj with either).
@@ -2015,7 +2015,6 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
     if ((s.get_or("etp", tp.size) != 1 && s.get("fe") % tp.size != 0) || s.get("fs") % tp.size != 0) {
       throw ConfigError(at + "the experts' widths fe and fs must be multiples of tp " + std::to_string(tp.size));
     }
-    dynamic_cast<LlamaBlockLayer&>(layer).block().expert_tp = static_cast<int>(s.get_or("etp", tp.size));
   }
   if (s.kind == "llama.block" || s.kind == "moe.block") {
     if (s.get_or("on", 0) != 0) throw UnsupportedError(at + "OLMo 2's block runs dense, with its q/k norms, at tp 1");
@@ -2023,7 +2022,7 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
     if (s.get("a") % tp.size != 0 || (!mla && s.get("kv") % tp.size != 0) || s.get_or("f", 0) % tp.size != 0) {
       throw ConfigError(at + "heads, key-value heads and f must be multiples of tp " + std::to_string(tp.size));
     }
-    dynamic_cast<LlamaBlockLayer&>(layer).block().split(tp);
+    dynamic_cast<LlamaBlockLayer&>(layer).block().split(tp, s.get_or("etp", tp.size) == 1);
     return;
   }
   const auto split_head = [&](auto& head, std::int64_t v) {

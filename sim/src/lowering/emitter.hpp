@@ -255,10 +255,12 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   const bool megatron_buffer = plan.accumulate_allreduce_grads_in_fp32;
   if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});
   r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
-  if (plan.zero_stage == 0 && plan.grad_group() > 1 && !megatron_buffer) r.resident.push_back({MemCategory::kBuffers, params * w});
-  // Note [Experts alone in a bucket] (passes/data_parallel.cpp).
-  if (plan.zero_stage == 0 && plan.grad_group() == 1 && plan.edp > 1 && !megatron_buffer) {
-    r.resident.push_back({MemCategory::kBuffers, expert_params * w});
+  if (plan.zero_stage == 0 && !megatron_buffer) {
+    // DDP's copy of the gradients it reduces: all of them, or the experts'
+    // alone where only they have peers (Note [Experts alone in a bucket] in
+    // passes/data_parallel.cpp).
+    const std::int64_t copied = plan.grad_group() > 1 ? params : plan.edp > 1 ? expert_params : 0;
+    if (copied > 0) r.resident.push_back({MemCategory::kBuffers, copied * w});
   }
   r.resident.push_back({MemCategory::kBuffers, cluster.device.runtime_reserved});
 }
