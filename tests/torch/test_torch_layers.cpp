@@ -1223,6 +1223,15 @@ TEST_CASE("sequence-parallel blocks compute the unsplit block at their tokens, t
   CHECK(models::make_torch_layer(whole_experts, seq_tp)->parameter_count() -
             models::make_torch_layer(models::load_model("moe-tiny")->layers(shape).at(1).signature, seq_tp)->parameter_count() ==
         4 * 3 * 128 * 88);
+  // A hand-written signature whose experts split over neither 1 nor tp, or
+  // whose experts' width tp does not divide: one line naming it.
+  std::string three = whole_experts;
+  three.replace(three.find(",etp=1"), 6, ",etp=3");
+  CHECK(test::error_of([&] { models::make_torch_layer(three, seq_tp); }).find("etp=3: experts split over 1 or tp 2 ranks") != std::string::npos);
+  std::string odd = models::load_model("moe-tiny")->layers(shape).at(1).signature;
+  odd.replace(odd.find(",fe=176"), 7, ",fe=175");
+  CHECK(test::error_of([&] { models::make_torch_layer(odd, seq_tp); }).find("the experts' widths fe and fs must be multiples of tp 2") !=
+        std::string::npos);
   // The twin refuses what the group and the signature disagree on, and BERT.
   const std::string block = models::load_model("gpt2-tiny")->layers(shape).at(1).signature;
   CHECK(test::error_of([&] { models::make_torch_layer(block, local_tp(0, 2)); }).find("sp=1 but the tensor-parallel group does not run") !=
