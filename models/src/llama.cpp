@@ -515,7 +515,9 @@ class Llama final : public ZooModel {
              ",fe=" + std::to_string(c_.expert_intermediate) + ",fs=" + std::to_string(c_.shared_intermediate) +
              ",sg=" + (c_.shared_expert_gate ? "1" : "0") + (c_.router_bias ? ",rb=1" : "") + common_keys +
              (shape.ep > 1 ? ",ep=" + std::to_string(shape.ep) : "") + (shape.etp != tp ? ",etp=" + std::to_string(shape.etp) : "") +
-             (load != 1000 ? ",load=" + std::to_string(load) : "") + (shape.moe_dense ? ",dense=1" : "");
+             (load != 1000 ? ",load=" + std::to_string(load) : "") + (shape.moe_dense ? ",dense=1" : "") +
+             // Megatron-Core's allgather dispatcher, where it gathers (Note [Mixture of experts])
+             (shape.moe_allgather && !shape.moe_dense && shape.etp * shape.ep > 1 ? ",ag=1" : "");
     };
     for (int i = 0; i < c_.layers; ++i) {
       // Note [Gemma]: a layer that attends globally among sliding ones (a
@@ -1010,12 +1012,12 @@ class Llama final : public ZooModel {
       mlp_bytes += norm_part;
     }
     Bytes mlp = 0;
-    std::vector<sim::LayerComm> tp_extra;
+    std::vector<sim::LayerComm> tp_extra, tp_extra_backward;
     MoeParts moe_parts;
     std::vector<sim::Kernel> moe_kernels;  // the whole MoE layer's, for "moe"
     if (moe) {
       const std::size_t first = post.size();
-      mlp = moe_mlp(shape, l, post, tp_extra, moe_parts);
+      mlp = moe_mlp(shape, l, post, tp_extra, tp_extra_backward, moe_parts);
       moe_kernels.assign(post.begin() + static_cast<std::ptrdiff_t>(first), post.end());
     } else {
       const std::int64_t fl = c_.intermediate / tp;
@@ -1096,7 +1098,8 @@ class Llama final : public ZooModel {
     const bool mlp_pair = !moe || c_.shared_intermediate > 0;
     l.tp_forward = tp_pairs(shape, e * th, mlp_pair ? 2 : 1);
     l.tp_backward = tp_pairs(shape, e * th, mlp_pair ? 2 : 1);
-    for (auto* list : {&l.tp_forward, &l.tp_backward}) list->insert(list->end(), tp_extra.begin(), tp_extra.end());
+    l.tp_forward.insert(l.tp_forward.end(), tp_extra.begin(), tp_extra.end());
+    l.tp_backward.insert(l.tp_backward.end(), tp_extra_backward.begin(), tp_extra_backward.end());
     return l;
   }
 
@@ -1118,13 +1121,12 @@ class Llama final : public ZooModel {
   //               442 us, is 2.6x the all-to-all's, 172 us, where the
   //               runtime's count exchange measured 155 us)
   //   dispatch    all-to-all over the ep ranks (each keeps 1/ep of its rows)
-  //   gather      with expert tensor parallelism (etp = tp > 1, ep > 1) the
-  //               received rows all-gathered over the etp ranks, and
-  //               reduce-scattered after the experts; without expert
-  //               parallelism (ep 1) the allgather dispatcher's exchanges
-  //               instead: the rank's tokens (e t h) and their fp32
-  //               probabilities (4 t E) gathered after the router, the
-  //               experts' parts of every token reduce-scattered (without
+  //   gather      with expert tensor parallelism (etp = tp > 1) the
+  //               received rows all-gathered over the etp ranks (their
+  //               counts first, 8 E bytes a rank), and reduce-scattered
+  //               after the experts in the probabilities' fp32
+  //               (combine_preprocess: hidden_states.to(self.probs.dtype)),
+  //               at ep 1 too, where the all-to-all moves nothing (without
   //               sequence parallelism, all-reduced); the shared experts
   //               gather and reduce-scatter their own (Note [Experts under
   //               tensor parallelism] in models/torch)
@@ -1134,8 +1136,18 @@ class Llama final : public ZooModel {
   //               token weighted by their router probabilities and summed
   //   shared      shared experts, a dense SwiGLU split over tp (and Qwen2-
   //               MoE's sigmoid gate), on the tokens as the dense MLP sees them
-  // Balanced routing gives each rank k t rows (k t tp with etp = tp > 1 and
-  // sequence parallelism); the simulated rank is the one holding the busiest
+  // The allgather dispatcher (plan.moe_dispatcher allgather, Megatron-Core's
+  // default; MoEAllGatherTokenDispatcher) exchanges no rows and no counts:
+  // over the etp x ep ranks (its tp_ep group: the tensor-parallel group at
+  // ep 1, the lowering's expert dispatch group otherwise, Note [Expert
+  // mesh]) it gathers each rank's routing map (a bool a token and expert),
+  // fp32 probabilities (4 E a token) and tokens (e h a token), each rank
+  // picks its experts' rows from every gathered token, runs them, scatters
+  // them weighted into a buffer of every gathered token and reduce-scatters
+  // it in fp32 (token_combine); backward reduce-scatters the tokens' and
+  // probabilities' gradients and gathers the parts' in fp32.
+  // Balanced routing gives each rank k t rows (k t etp with experts split
+  // over etp > 1 and sequence parallelism, either dispatcher); the simulated rank is the one holding the busiest
   // expert, which receives factor x as many (moe_load: the hot expert at
   // moe_imbalance x its share, the others sharing the rest, each capped at
   // moe_capacity_factor x its share when tokens are dropped, or padded to
@@ -1179,33 +1191,43 @@ class Llama final : public ZooModel {
     std::vector<sim::Kernel> shared_kernels;
   };
   Bytes moe_mlp(const sim::WorkloadShape& shape, sim::Layer& l, std::vector<sim::Kernel>& post,
-                std::vector<sim::LayerComm>& tp_extra, MoeParts& parts) const {
+                std::vector<sim::LayerComm>& tp_extra, std::vector<sim::LayerComm>& tp_extra_backward, MoeParts& parts) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, etp = shape.etp, E = c_.experts, k = c_.top_k;
     const int e = shape.act_bytes;
     const bool sp = shape.sequence_parallel && tp > 1;
     const std::int64_t t = local_tokens(shape);
-    // Tokens this rank routes: its sequence shard (tl). With experts split
-    // over tp and no expert parallelism, their rows are all t's (tr),
-    // gathered with their probabilities after the router (Megatron-Core's
-    // allgather dispatcher: Note [Experts under tensor parallelism] in
-    // models/torch).
-    const bool allgather = etp > 1 && shape.ep == 1;
+    // Tokens this rank routes: its sequence shard (tl). Under the
+    // allgather dispatcher every rank's tokens are gathered over the etp x
+    // ep ranks (tx of them) and this rank's experts take their rows; under
+    // the alltoall dispatcher its own tokens' rows go to their experts'
+    // ranks and, with the experts split over etp > 1, the rows the etp
+    // ranks received are gathered (Note [Mixture of experts]).
+    const std::int64_t g = etp * shape.ep;  // Megatron-Core's tp_ep group
     const std::int64_t tl = sp ? t / tp : t;
-    const std::int64_t tr = sp && !allgather ? t / tp : t;
+    const bool dense = shape.moe_dense;  // Note [Dense experts]: every token, every expert (ep 1), gathered as allgather's
+    const bool allgather = (shape.moe_allgather || dense) && g > 1 && (sp || tp == 1);
+    const std::int64_t tx = allgather ? tl * g : tl;
+    const std::int64_t tr = tl;
     const std::int64_t el = E / shape.ep;     // experts on this rank
     const double load = moe_load(shape);
-    const bool gather = etp > 1 && sp && shape.ep > 1;  // rows gathered over the etp ranks
-    const bool dense = shape.moe_dense;                  // Note [Dense experts]: every token, every expert (ep 1)
-    const auto rows = dense ? tr * E : static_cast<std::int64_t>(std::ceil(static_cast<double>(tr * k * (gather ? etp : 1)) * load));
-    const std::int64_t fe = c_.expert_intermediate / etp, per_expert = dense ? tr : (rows + el - 1) / el;
+    const bool gather = etp > 1 && sp && !allgather;  // rows gathered over the etp ranks (alltoall)
+    // Rows this rank's experts see: its ep group's tl k / ep each of g / ep
+    // ranks under allgather, of ep ranks and then etp of those gathered under
+    // alltoall: tl k etp either way, balanced.
+    const auto rows = dense ? tx * E
+                            : static_cast<std::int64_t>(std::ceil(static_cast<double>(tr * k * (gather || allgather ? etp : 1)) * load));
+    const std::int64_t fe = c_.expert_intermediate / etp, per_expert = dense ? tx : (rows + el - 1) / el;
     check_size(static_cast<double>(rows) * static_cast<double>(std::max(h, fe)) * e, "expert activations");
     post.push_back(gemm("moe.router", tl, E, h, e));
     post.push_back(memory_op("moe.topk", KernelKind::kNorm, e * tl * E, 4 * tl * E + 12 * tr * k, 5.0 * static_cast<double>(tl * E)));
     if (dense) {
       // The tokens repeated for every expert, then times each one's score.
-      post.push_back(memory_op("moe.repeat", KernelKind::kElementwise, e * tr * h, e * rows * h));
+      post.push_back(memory_op("moe.repeat", KernelKind::kElementwise, e * tx * h, e * rows * h));
       post.push_back(memory_op("moe.scale", KernelKind::kElementwise, e * rows * h + e * rows, e * rows * h, 1.0 * static_cast<double>(rows * h)));
+    } else if (allgather) {
+      // This rank's experts' rows picked from the gathered tokens.
+      post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * rows * h, e * rows * h));
     } else {
       post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * tr * h, e * tr * k * h));
     }
@@ -1218,15 +1240,21 @@ class Llama final : public ZooModel {
     }
     post.push_back(gemm("moe.experts.down", per_expert, h, fe, e, el));
     if (dense) {
-      post.push_back(memory_op("moe.sum", KernelKind::kElementwise, e * rows * h, e * tr * h, 1.0 * static_cast<double>(rows * h)));
+      post.push_back(memory_op("moe.sum", KernelKind::kElementwise, e * rows * h, e * tx * h, 1.0 * static_cast<double>(rows * h)));
+    } else if (allgather) {
+      // Weighted and scattered into every gathered token's row (zero where
+      // none of this rank's experts took it).
+      post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * rows * h + 4 * rows, e * tx * h,
+                               2.0 * static_cast<double>(rows * h)));
     } else {
       post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * tr * k * h + 4 * tr * k, e * tr * h,
                                2.0 * static_cast<double>(tr * k * h)));
     }
     // Dense: the sigmoid's fp32 output, the scores and the repeated tokens
     // the product keeps, its output (the bmm's input) and the SwiGLU's.
-    Bytes saved = dense ? 4 * tl * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape)
-                        : 4 * tl * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h;
+    Bytes saved = dense       ? 4 * tl * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape)
+                  : allgather ? 4 * tl * E + 4 * rows + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h
+                              : 4 * tl * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h;
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
       const std::size_t first = post.size();
@@ -1244,6 +1272,37 @@ class Llama final : public ZooModel {
     l.expert_params = el * expert_params_each(etp);
     l.params += l.expert_params;
     l.param_tensors += static_cast<int>(std::min<std::int64_t>(el * (c_.mlp_bias ? 6 : 3), 1 << 20));  // with gpt-oss's biases, six
+    // Megatron-Core reduce-scatters the experts' parts in the router
+    // probabilities' dtype, fp32 (token_combine's and combine_preprocess's
+    // hidden_states.to(probs.dtype)), and gathers their gradients so.
+    const Bytes part = 4 * h;
+    if (allgather && !dense) {
+      // The allgather dispatcher over the etp x ep ranks: the routing map
+      // (bool) and the fp32 probabilities over all E, then the tokens, each
+      // rank's parts of every token reduce-scattered back; in backward the
+      // tokens' and the probabilities' gradients reduce-scattered and the
+      // parts' gathered. No counts are exchanged: each rank counts its
+      // experts' rows from the gathered map.
+      std::vector<sim::LayerComm> fwd = {{sim::CollectiveOp::kAllGather, tx * E, 1},
+                                         {sim::CollectiveOp::kAllGather, 4 * tx * E, 1},
+                                         {sim::CollectiveOp::kAllGather, e * tx * h, 1},
+                                         {sim::CollectiveOp::kReduceScatter, part * tx, 1}};
+      std::vector<sim::LayerComm> bwd = {{sim::CollectiveOp::kReduceScatter, e * tx * h, 1},
+                                         {sim::CollectiveOp::kReduceScatter, 4 * tx * E, 1},
+                                         {sim::CollectiveOp::kAllGather, part * tx, 1}};
+      if (shape.ep > 1) {
+        // Over the expert group the lowering prices (Note [Expert mesh]: the
+        // tp_ep group where the dispatcher gathers).
+        for (auto& c : fwd) c.axis = sim::Axis::kEp;
+        for (auto& c : bwd) c.axis = sim::Axis::kEp;
+        l.ep_forward = std::move(fwd);
+        l.ep_backward = std::move(bwd);
+      } else {
+        tp_extra = std::move(fwd);
+        tp_extra_backward = std::move(bwd);
+      }
+      return saved;
+    }
     if (shape.ep > 1) {
       const Bytes a2a = static_cast<Bytes>(std::ceil(static_cast<double>(e * tr * k * h) * load));
       l.ep_forward.push_back({sim::CollectiveOp::kAllToAll, 8 * E, 1, sim::Axis::kEp});  // the counts
@@ -1252,17 +1311,27 @@ class Llama final : public ZooModel {
       if (shape.moe_deepep) l.ep_route = {static_cast<int>(k), static_cast<int>(E), c_.route_nodes};
     }
     if (gather) {
-      // The dispatched rows gathered over the expert tensor-parallel ranks
-      // and reduce-scattered back (the tensor-parallel group: etp = tp).
-      tp_extra = {{sim::CollectiveOp::kAllGather, e * rows * h, 1}, {sim::CollectiveOp::kReduceScatter, e * rows * h, 1}};
-    } else if (allgather && tp > 1) {
-      // The tokens and their fp32 probabilities over all E gathered, each
-      // rank's experts' parts reduce-scattered back (summed without
-      // sequence parallelism: every rank holds every token and routes it).
-      tp_extra = sp ? std::vector<sim::LayerComm>{{sim::CollectiveOp::kAllGather, e * t * h, 1},
-                                                  {sim::CollectiveOp::kAllGather, 4 * t * E, 1},
-                                                  {sim::CollectiveOp::kReduceScatter, e * t * h, 1}}
-                    : std::vector<sim::LayerComm>{{sim::CollectiveOp::kAllReduce, e * t * h, 1}};
+      // The alltoall dispatcher's rows received by the expert tensor-
+      // parallel ranks gathered over them (their counts first), and the
+      // parts reduce-scattered back in fp32 (the tensor-parallel group:
+      // etp = tp); backward the reverse.
+      tp_extra = {{sim::CollectiveOp::kAllGather, 8 * E * etp, 1},
+                  {sim::CollectiveOp::kAllGather, e * rows * h, 1},
+                  {sim::CollectiveOp::kReduceScatter, part * rows, 1}};
+      tp_extra_backward = {{sim::CollectiveOp::kReduceScatter, e * rows * h, 1}, {sim::CollectiveOp::kAllGather, part * rows, 1}};
+    } else if (allgather) {
+      // Dense experts (HF's bmm) split over tp: the tokens and their fp32
+      // probabilities gathered, the parts reduce-scattered.
+      tp_extra = {{sim::CollectiveOp::kAllGather, e * tx * h, 1},
+                  {sim::CollectiveOp::kAllGather, 4 * tx * E, 1},
+                  {sim::CollectiveOp::kReduceScatter, e * tx * h, 1}};
+      tp_extra_backward = tp_extra;
+    } else if (etp > 1 && tp > 1 && !sp && shape.ep == 1) {
+      // Without sequence parallelism every rank holds every token and
+      // routes it: each rank's experts' parts summed (Megatron-Core refuses
+      // to train so; predict warns).
+      tp_extra = {{sim::CollectiveOp::kAllReduce, e * t * h, 1}};
+      tp_extra_backward = tp_extra;
     }
     return saved;
   }

@@ -358,36 +358,98 @@ Ops ops(const std::vector<sim::LayerComm>& l) {
 }
 }  // namespace
 
-TEST_CASE("experts split over tp exchange as Megatron-Core's allgather dispatcher (Note [Experts under tensor parallelism])",
+TEST_CASE("experts split over tp exchange as Megatron-Core's allgather and alltoall dispatchers (Note [Mixture of experts])",
           "[models][tp][sp][moe]") {
   sim::WorkloadShape shape = sp_shape();
   shape.etp = 2;
+  shape.moe_allgather = true;
   const std::int64_t t = 2 * 128;
-  // Mixtral (h 4096, E 8, no shared expert): attention's gather and
-  // reduce-scatter of 2 t h bytes, then the dispatcher's: the tokens (2 t h),
-  // their fp32 probabilities over the 8 experts (4 t 8), the experts' parts
-  // reduce-scattered (2 t h). Backward runs the reverse of each, the same bytes.
+  // Mixtral (h 4096, E 8, top-2, no shared expert): attention's gather and
+  // reduce-scatter of 2 t h bytes, then the allgather dispatcher's over the
+  // 2 tp ranks (MoEAllGatherTokenDispatcher.token_dispatch): the routing
+  // map (a bool a token and expert, t 8), the fp32 probabilities (4 t 8),
+  // the tokens (2 t h); the experts' parts reduce-scattered in the
+  // probabilities' fp32 (token_combine: 4 t h). Backward: the tokens' and
+  // probabilities' gradients reduce-scattered, the parts' gathered in fp32.
   const auto mixtral = models::load_model("mixtral-8x7b")->layers(shape);
   const std::int64_t th = 2 * t * 4096;
-  const Ops want{{Op::kAllGather, th}, {Op::kReduceScatter, th}, {Op::kAllGather, th}, {Op::kAllGather, 4 * t * 8}, {Op::kReduceScatter, th}};
-  CHECK(ops(mixtral[1].tp_forward) == want);
-  CHECK(ops(mixtral[1].tp_backward) == want);
-  // The router runs on the rank's t / tp tokens: 2 x 128 x 8 x 4096 FLOPs.
-  const auto router = std::find_if(mixtral[1].forward.begin(), mixtral[1].forward.end(), [](const sim::Kernel& k) { return k.name == "moe.router"; });
-  REQUIRE(router != mixtral[1].forward.end());
-  CHECK(router->flops == Approx(2.0 * 128 * 8 * 4096));
+  CHECK(ops(mixtral[1].tp_forward) ==
+        Ops{{Op::kAllGather, th}, {Op::kReduceScatter, th}, {Op::kAllGather, t * 8}, {Op::kAllGather, 4 * t * 8}, {Op::kAllGather, th}, {Op::kReduceScatter, 2 * th}});
+  CHECK(ops(mixtral[1].tp_backward) ==
+        Ops{{Op::kAllGather, th}, {Op::kReduceScatter, th}, {Op::kReduceScatter, th}, {Op::kReduceScatter, 4 * t * 8}, {Op::kAllGather, 2 * th}});
+  CHECK(mixtral[1].signature.find(",ag=1") != std::string::npos);
+  // The router runs on the rank's t / tp tokens: 2 x 128 x 8 x 4096 FLOPs;
+  // each of the 8 experts' columns on its share of every token's 2 rows,
+  // 2 t / 8 = 64 rows: gate and up 2 x 64 x (2 x 14336 / 2) x 4096.
+  const auto kernel = [](const sim::Layer& l, const char* name) {
+    const auto k = std::find_if(l.forward.begin(), l.forward.end(), [&](const sim::Kernel& x) { return x.name == name; });
+    REQUIRE(k != l.forward.end());
+    return k->flops;
+  };
+  CHECK(kernel(mixtral[1], "moe.router") == Approx(2.0 * 128 * 8 * 4096));
+  CHECK(kernel(mixtral[1], "moe.experts.gate_up") == Approx(8 * 2.0 * 64 * 14336 * 4096));
   // DeepSeek-V3 (h 7168, E 256; layer 4 is its first MoE layer): its
   // shared expert gathers and reduce-scatters its own (the pair counted
   // twice with attention's), then the dispatcher's exchanges.
   const auto v3 = models::load_model("deepseek-v3")->layers(shape);
   REQUIRE(v3[4].signature.rfind("moe.block:", 0) == 0);
   const std::int64_t th3 = 2 * t * 7168;
-  CHECK(ops(v3[4].tp_forward) ==
-        Ops{{Op::kAllGather, 2 * th3}, {Op::kReduceScatter, 2 * th3}, {Op::kAllGather, th3}, {Op::kAllGather, 4 * t * 256}, {Op::kReduceScatter, th3}});
+  CHECK(ops(v3[4].tp_forward) == Ops{{Op::kAllGather, 2 * th3},
+                                     {Op::kReduceScatter, 2 * th3},
+                                     {Op::kAllGather, t * 256},
+                                     {Op::kAllGather, 4 * t * 256},
+                                     {Op::kAllGather, th3},
+                                     {Op::kReduceScatter, 2 * th3}});
+  // The alltoall dispatcher at ep 1 (MoEAlltoAllTokenDispatcher: the
+  // all-to-all over one rank moves nothing): each rank permutes its own 128
+  // tokens' 2 rows, then the 2 tp ranks' rows are gathered, their counts
+  // first (8 bytes an expert a rank: 8 x 8 x 2), 2 x 128 x 2 = 512 rows of
+  // 2 h bytes, and the parts reduce-scattered in fp32 (4 h a row).
+  shape.moe_allgather = false;
+  const auto a2a = models::load_model("mixtral-8x7b")->layers(shape);
+  const std::int64_t rows = 512;
+  CHECK(ops(a2a[1].tp_forward) == Ops{{Op::kAllGather, th},
+                                      {Op::kReduceScatter, th},
+                                      {Op::kAllGather, 8 * 8 * 2},
+                                      {Op::kAllGather, 2 * rows * 4096},
+                                      {Op::kReduceScatter, 4 * rows * 4096}});
+  CHECK(ops(a2a[1].tp_backward) ==
+        Ops{{Op::kAllGather, th}, {Op::kReduceScatter, th}, {Op::kReduceScatter, 2 * rows * 4096}, {Op::kAllGather, 4 * rows * 4096}});
+  CHECK(a2a[1].signature.find(",ag=1") == std::string::npos);
+  CHECK(kernel(a2a[1], "moe.experts.gate_up") == Approx(8 * 2.0 * 64 * 14336 * 4096));
   // Without sequence parallelism every rank routes every token: one
-  // all-reduce of the experts' parts.
+  // all-reduce of the experts' parts, either dispatcher.
   shape.sequence_parallel = false;
-  CHECK(ops(models::load_model("mixtral-8x7b")->layers(shape)[1].tp_forward) == Ops{{Op::kAllReduce, th}, {Op::kAllReduce, th}});
+  for (const bool allgather : {false, true}) {
+    shape.moe_allgather = allgather;
+    CHECK(ops(models::load_model("mixtral-8x7b")->layers(shape)[1].tp_forward) == Ops{{Op::kAllReduce, th}, {Op::kAllReduce, th}});
+  }
+}
+
+TEST_CASE("the allgather dispatcher at ep > 1 gathers every token over the etp x ep ranks (Note [Mixture of experts])", "[models][moe][ep]") {
+  // Mixtral at tp 2 with sequence parallelism, experts whole (etp 1) over
+  // ep 2: the tp_ep group is the 2 ep ranks, each holding 128 of the 256
+  // tokens; gathered, 256 tokens, of whose 512 rows this rank's 4 experts
+  // take half, 256, 64 an expert. No counts are exchanged (each rank counts
+  // its experts' rows in the gathered map) and nothing over tp.
+  sim::WorkloadShape shape = sp_shape();
+  shape.etp = 1;
+  shape.ep = 2;
+  shape.moe_allgather = true;
+  const auto l = models::load_model("mixtral-8x7b")->layers(shape)[1];
+  const std::int64_t tx = 256, th = 2 * tx * 4096;
+  CHECK(ops(l.ep_forward) == Ops{{Op::kAllGather, tx * 8}, {Op::kAllGather, 4 * tx * 8}, {Op::kAllGather, th}, {Op::kReduceScatter, 2 * th}});
+  CHECK(ops(l.ep_backward) == Ops{{Op::kReduceScatter, th}, {Op::kReduceScatter, 4 * tx * 8}, {Op::kAllGather, 2 * th}});
+  const auto gate_up = std::find_if(l.forward.begin(), l.forward.end(), [](const sim::Kernel& k) { return k.name == "moe.experts.gate_up"; });
+  REQUIRE(gate_up != l.forward.end());
+  CHECK(gate_up->flops == Approx(4 * 2.0 * 64 * (2 * 14336) * 4096));
+  // Only attention's pair over tp: the experts are whole.
+  CHECK(ops(l.tp_forward) == Ops{{Op::kAllGather, 2 * 256 * 4096}, {Op::kReduceScatter, 2 * 256 * 4096}});
+  // The alltoall dispatcher instead: the counts (8 E) and each rank's 256
+  // rows (2 h bytes each) there and back, no gather.
+  shape.moe_allgather = false;
+  const auto a = models::load_model("mixtral-8x7b")->layers(shape)[1];
+  CHECK(ops(a.ep_forward) == Ops{{Op::kAllToAll, 8 * 8}, {Op::kAllToAll, 2 * 2 * 256 * 4096}});
 }
 
 TEST_CASE("under sequence parallelism the embeddings communicate as Megatron-Core's LanguageModelEmbedding (Note [Sequence parallel embeddings])",

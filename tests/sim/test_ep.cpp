@@ -253,7 +253,7 @@ TEST_CASE("moe_dispatcher: deepep routes DeepSeek-V3's tokens to at most topk_gr
     if (!L.ep_forward.empty()) CHECK((L.ep_route.top_k == 2 && L.ep_route.experts == 8 && L.ep_route.node_limit == 0));
   }
   CHECK_THAT(error_of([] { parse_plan("moe_dispatcher: nvshmem\n", "p.yaml"); }),
-             Catch::Contains("p.yaml:1") && Catch::Contains("moe_dispatcher") && Catch::Contains("alltoall, deepep"));
+             Catch::Contains("p.yaml:1") && Catch::Contains("moe_dispatcher") && Catch::Contains("alltoall, allgather, deepep"));
 }
 
 TEST_CASE("the expert view of a hand-drawn mesh (Note [Expert mesh])", "[moe]") {
@@ -282,6 +282,16 @@ TEST_CASE("the expert view of a hand-drawn mesh (Note [Expert mesh])", "[moe]") 
   CHECK(ep.ranks == 4);
   CHECK(ep.ranks_per_node == 2);
   CHECK(expert_group(mesh, 2, 4, Axis::kDp, 8).ranks == 1);
+  // The allgather dispatcher gathers over etp x ep (Megatron-Core's tp_ep
+  // group): at etp 2, ep 4 the stage's 8 ranks j 0..7 = ranks 0, 1, 4, 5, 8,
+  // 9, 12, 13, four on node 0, whose 8 ranks hold one such group of each of
+  // the 2 stages; the alltoall dispatcher's is the ep group above.
+  const CommGroup tp_ep = expert_dispatch_group(mesh, 2, 4, MoeDispatcher::kAllGather, 8);
+  CHECK(tp_ep.ranks == 8);
+  CHECK(tp_ep.ranks_per_node == 4);
+  CHECK(tp_ep.groups_per_node == 2);
+  CHECK(expert_dispatch_group(mesh, 2, 4, MoeDispatcher::kAllToAll, 8).ranks == 4);
+  CHECK(expert_dispatch_group(mesh, 1, 4, MoeDispatcher::kAllGather, 8).ranks == 4);  // etp 1: the ep group
 }
 
 TEST_CASE("ep: resolve carves experts out of tp x cp x dp and checks them", "[moe]") {

@@ -672,6 +672,23 @@ TEST_CASE("the user's --set wins over a framework's config", "[framework]") {
 }
 
 // Forced balance (Note [Forced balance] in models/torch/src/torch_layers.cpp):
+// Megatron-Core's token dispatcher: --moe-token-dispatcher-type, whose
+// default is allgather (TransformerConfig.moe_token_dispatcher_type in
+// megatron/core/transformer/transformer_config.py), so a MoE run that does
+// not name one is priced with Megatron-Core's gathers; flex is DeepEP's
+// only with --moe-enable-deepep; a dense run gets no dispatcher.
+TEST_CASE("Megatron-LM's token dispatcher, allgather where the flag is absent", "[framework][plan][moe]") {
+  const FrameworkConfig none = parse_megatron_args("--micro-batch-size 1 --num-experts 8", "cmd");
+  CHECK(keys(none)["plan.moe_dispatcher"] == "allgather");
+  CHECK(from_of(none, "plan.moe_dispatcher") == "cmd:1 (--num-experts) (Megatron-Core's default --moe-token-dispatcher-type)");
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1 --num-experts 8 --moe-token-dispatcher-type alltoall", "cmd"))["plan.moe_dispatcher"] ==
+        "alltoall");
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1 --num-experts 8 --moe-token-dispatcher-type flex --moe-enable-deepep", "cmd"))["plan.moe_dispatcher"] == "deepep");
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1", "cmd"))["plan.moe_dispatcher"] == "null");
+  CHECK_THAT(error_of([] { parse_megatron_args("--micro-batch-size 1 --num-experts 8 --moe-token-dispatcher-type ring", "cmd"); }),
+             Catch::Contains("moe-token-dispatcher-type") && Catch::Contains("allgather") && Catch::Contains("alltoall"));
+}
+
 // Megatron-Core's --moe-router-force-load-balancing (store_true,
 // megatron/training/arguments.py), torchtitan's [debug]
 // moe_force_load_balance and, in older releases, [training]

@@ -584,6 +584,30 @@ TEST_CASE("advice: a mixture of experts at tp > 1 without sequence parallelism, 
   CHECK(advice(p, *models::load_model("llama-3-8b"), h100).empty());
 }
 
+TEST_CASE("advice: the allgather dispatcher under expert parallelism gathers over etp x ep ranks", "[advice][moe]") {
+  const ClusterSpec h100 = load_cluster("dgx-h100");
+  Prediction p;
+  p.fits = true;
+  p.plan.tp = 2;
+  p.plan.sequence_parallel = true;
+  p.plan.seq_len = p.plan.spec.seq_len = 4096;
+  p.plan.ep = 8;
+  p.plan.etp = 2;
+  p.plan.moe_dispatcher = MoeDispatcher::kAllGather;
+  const auto mixtral = models::load_model("mixtral-8x7b");
+  auto said = advice(p, *mixtral, h100);
+  REQUIRE(said.size() == 1);
+  CHECK(said[0] == "plan.moe_dispatcher=allgather at ep 8: every rank gathers the tokens of all 16 etp x ep ranks and reduce-scatters "
+                   "its experts' parts of them (Megatron-Core's default dispatcher); its MoE recipes dispatch by all-to-all: "
+                   "plan.moe_dispatcher=alltoall (--moe-token-dispatcher-type alltoall)");
+  // At ep 1 (megatron-tp's case) or under alltoall: nothing to say.
+  p.plan.ep = 1;
+  CHECK(advice(p, *mixtral, h100).empty());
+  p.plan.ep = 8;
+  p.plan.moe_dispatcher = MoeDispatcher::kAllToAll;
+  CHECK(advice(p, *mixtral, h100).empty());
+}
+
 TEST_CASE("advice: a pipeline that never fills, and what the fullest GPU holds most of (Note [Advice])", "[pipeline][advice]") {
   // Issue 21's 405B example as a user first writes it: 2048 nodes at tp 8,
   // pp 16, cp 2 leave dp = 16384 / 256 = 64, and its global batch of 256

@@ -297,7 +297,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.moe_capacity_factor = c.get_double("moe_capacity_factor", 0, 0, 1e6);
   p.moe_pad = c.get_bool("moe_pad", false);
   p.moe_dispatcher = c.get_enum("moe_dispatcher", MoeDispatcher::kAllToAll,
-                                {{"alltoall", MoeDispatcher::kAllToAll}, {"deepep", MoeDispatcher::kDeepEp}});
+                                {{"alltoall", MoeDispatcher::kAllToAll}, {"allgather", MoeDispatcher::kAllGather}, {"deepep", MoeDispatcher::kDeepEp}});
   p.overlap_moe_expert_parallel_comm = c.get_bool("overlap_moe_expert_parallel_comm", false);
   p.moe_experts = c.get_enum("moe_experts", MoeExperts::kGrouped, {{"grouped", MoeExperts::kGrouped}, {"dense", MoeExperts::kDense}});
   p.loss_parallel = c.get_enum("loss_parallel", LossParallel::kAuto,

@@ -676,13 +676,21 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   // Random router logits (moe_utils.apply_random_logits): balanced in
   // expectation, which is what dtsim prices; validate routes round-robin.
   if (has("moe-router-force-load-balancing")) out.plan("moe_force_load_balance", "true", at("moe-router-force-load-balancing"));
+  // The token dispatcher: allgather unless the flag says otherwise
+  // (TransformerConfig.moe_token_dispatcher_type's default), so a MoE run
+  // without the flag is priced as Megatron-Core runs it; flex without
+  // DeepEP's kernels as alltoall.
   if (has("moe-token-dispatcher-type")) {
     const std::string d = choice("moe-token-dispatcher-type", {"allgather", "alltoall", "flex"});
     if (d == "flex" && has("moe-enable-deepep")) {
       out.plan("moe_dispatcher", "deepep", at("moe-enable-deepep"));
-    } else if (d != "alltoall") {
-      note("moe-token-dispatcher-type", "priced as alltoall");
+    } else if (d == "flex") {
+      note("moe-token-dispatcher-type", "flex without --moe-enable-deepep priced as alltoall");
+    } else {
+      out.plan("moe_dispatcher", d, at("moe-token-dispatcher-type"));
     }
+  } else if (has("num-experts")) {
+    out.plan("moe_dispatcher", "allgather", at("num-experts") + " (Megatron-Core's default --moe-token-dispatcher-type)");
   }
   // --moe-layer-freq (moe_freq_type in arguments.py): N, one MoE layer in
   // N (layer i is one where i % N == 0), or a Python list expression of 0s

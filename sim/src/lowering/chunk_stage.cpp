@@ -58,7 +58,7 @@ class ChunkStage final : public detail::StageEmitter {
     c.tp_group = axis_group(c.plan.mesh, Axis::kTp, c.cluster.gpus_per_node);
     c.cp_group = axis_group(c.plan.mesh, Axis::kCp, c.cluster.gpus_per_node);
     c.dp_group = data_group(c.plan.mesh, c.cluster.gpus_per_node);
-    c.ep_group = expert_group(c.plan.mesh, c.plan.etp, c.plan.ep, Axis::kEp, c.cluster.gpus_per_node);
+    c.ep_group = expert_dispatch_group(c.plan.mesh, c.plan.etp, c.plan.ep, c.plan.moe_dispatcher, c.cluster.gpus_per_node);
     c.edp_group = expert_group(c.plan.mesh, c.plan.etp, c.plan.ep, Axis::kDp, c.cluster.gpus_per_node);
     overlap_ = c.plan.overlap_moe_expert_parallel_comm && c.plan.ep > 1;
     place_chunks();

@@ -36,7 +36,7 @@ class LayerStage final : public detail::StageEmitter {
     c.tp_group = axis_group(p.mesh, Axis::kTp, c.cluster.gpus_per_node);
     c.cp_group = axis_group(p.mesh, Axis::kCp, c.cluster.gpus_per_node);
     c.dp_group = data_group(p.mesh, c.cluster.gpus_per_node);
-    c.ep_group = expert_group(p.mesh, p.etp, p.ep, Axis::kEp, c.cluster.gpus_per_node);
+    c.ep_group = expert_dispatch_group(p.mesh, p.etp, p.ep, p.moe_dispatcher, c.cluster.gpus_per_node);
     c.edp_group = expert_group(p.mesh, p.etp, p.ep, Axis::kDp, c.cluster.gpus_per_node);
     // Every micro-step repeats the same layer work: price each layer once.
     const ComputeModel& cm = c.compute_model;

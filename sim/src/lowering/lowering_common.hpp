@@ -63,6 +63,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.moe_capacity_factor = p.moe_capacity_factor;
   shape.moe_pad = p.moe_pad;
   shape.moe_deepep = p.moe_dispatcher == MoeDispatcher::kDeepEp;
+  shape.moe_allgather = p.moe_dispatcher == MoeDispatcher::kAllGather;
   shape.moe_dense = p.moe_experts == MoeExperts::kDense;
   shape.megatron_loss = p.loss_parallel != LossParallel::kDtensor;
   shape.fused_kernels = p.kernels == Kernels::kFused;

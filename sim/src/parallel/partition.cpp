@@ -50,7 +50,7 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
   out.layers = model.shared_layers(shape);
   const CommGroup tp_group = axis_group(plan.mesh, Axis::kTp, cluster.gpus_per_node);
   const CommGroup dp_group = data_group(plan.mesh, cluster.gpus_per_node);
-  const CommGroup ep_group = plan.ep > 1 ? expert_group(plan.mesh, plan.etp, plan.ep, Axis::kEp, cluster.gpus_per_node) : CommGroup{};
+  const CommGroup ep_group = plan.ep > 1 ? expert_dispatch_group(plan.mesh, plan.etp, plan.ep, plan.moe_dispatcher, cluster.gpus_per_node) : CommGroup{};
   const std::size_t n = out.layers.size();
   out.forward.reserve(n);
   out.backward.reserve(n);

@@ -69,7 +69,16 @@ const char* to_string(Attention a) {
   return "?";
 }
 
-const char* to_string(MoeDispatcher d) { return d == MoeDispatcher::kDeepEp ? "deepep" : "alltoall"; }
+const char* to_string(MoeDispatcher d) {
+  switch (d) {
+    case MoeDispatcher::kAllGather:
+      return "allgather";
+    case MoeDispatcher::kDeepEp:
+      return "deepep";
+    default:
+      return "alltoall";
+  }
+}
 const char* to_string(MoeExperts e) { return e == MoeExperts::kDense ? "dense" : "grouped"; }
 const char* to_string(LossParallel l) {
   return l == LossParallel::kAuto ? "auto" : l == LossParallel::kDtensor ? "dtensor" : "megatron";
@@ -448,7 +457,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     if (r.ep > 1) bad.add("moe_experts", "dense runs every expert on every rank's tokens (HuggingFace's bmm); it has no expert parallelism: set ep: 1 or moe_experts: grouped");
     if (r.moe_capacity_factor > 0) bad.add("moe_experts", "dense computes every expert on every token: there is no capacity to drop at; set moe_capacity_factor: 0");
     if (r.moe_imbalance != 1.0) bad.add("moe_experts", "dense gives every expert every token: moe_imbalance must be 1");
-    if (r.moe_dispatcher != MoeDispatcher::kAllToAll) bad.add("moe_experts", "dense dispatches nothing: moe_dispatcher deepep does not apply");
+    if (r.moe_dispatcher != MoeDispatcher::kAllToAll) bad.add("moe_experts", "dense dispatches nothing: moe_dispatcher " + std::string(to_string(r.moe_dispatcher)) + " does not apply; valid: alltoall (the default)");
   }
   r.sequence_parallel = s.sequence_parallel;
   if (r.sequence_parallel && r.tp == 1) bad.add("sequence_parallel", "true needs tp > 1 (it splits what tensor parallelism replicates)");

@@ -319,6 +319,19 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
         "(MoELayer.forward); set plan.sequence_parallel=true as its MoE recipes do",
         plan.tp, model.name()));
   }
+  // Note [Mixture of experts] (models/src/llama.cpp): the allgather
+  // dispatcher (Megatron-Core's default, megatron-tp's and megatron-3d's)
+  // gathers every token over the etp x ep ranks; with expert parallelism
+  // that group spans the dispatch, where the alltoall dispatcher sends only
+  // each token's k rows to its experts (Megatron-Core's MoE guide advises
+  // alltoall once ep > 1).
+  if (model.experts() > 0 && plan.ep > 1 && plan.moe_dispatcher == MoeDispatcher::kAllGather) {
+    out.push_back(fmt::format(
+        "plan.moe_dispatcher=allgather at ep {}: every rank gathers the tokens of all {} etp x ep ranks and reduce-scatters "
+        "its experts' parts of them (Megatron-Core's default dispatcher); its MoE recipes dispatch by all-to-all: "
+        "plan.moe_dispatcher=alltoall (--moe-token-dispatcher-type alltoall)",
+        plan.ep, plan.ep * plan.etp));
+  }
   if (plan.pp > 1 && plan.grad_accum < plan.pp && plan.schedule != Schedule::kNaive && p.iteration_time > 0) {
     const double idle = 100.0 * static_cast<double>(p.breakdown.bubble) / static_cast<double>(p.iteration_time);
     out.push_back(fmt::format(

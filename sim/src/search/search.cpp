@@ -1144,7 +1144,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
       try {
         ResolvedPlan r = resolve(s, model, cluster);
         r.recompute_blocks = 0;  // every block rerun, the same for every N: plan_bounds applies the block method
-        const CommGroup g = experts ? expert_group(r.mesh, r.etp, r.ep, Axis::kEp, cluster.gpus_per_node) : CommGroup{};
+        const CommGroup g = experts ? expert_dispatch_group(r.mesh, r.etp, r.ep, r.moe_dispatcher, cluster.gpus_per_node) : CommGroup{};
         const auto shape = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
                                            s.recompute, std::get<8>(key), s.ep, s.etp, s.sync_batchnorm ? s.dp : 0, g.ranks,
                                            g.ranks_per_node, g.groups_per_node);

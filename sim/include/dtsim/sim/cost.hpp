@@ -56,6 +56,10 @@ CommGroup data_group(const Mesh& mesh, int per_node);
 /// as etp x ep x edp, innermost first; `axis` is Axis::kTp (the expert
 /// tensor-parallel group), kEp or kDp (the expert data-parallel group).
 CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node);
+/// The group a MoE layer's dispatcher exchanges tokens over at ep > 1: the
+/// ep group (alltoall, DeepEP), or the etp x ep ranks together, Megatron-
+/// Core's tp_ep group (allgather).
+CommGroup expert_dispatch_group(const Mesh& mesh, int etp, int ep, MoeDispatcher dispatcher, int per_node);
 
 /// A collective's time alone on its link: its latency, then its wire bytes
 /// at `rate` (CollectiveCost::total, TaskCost::total).

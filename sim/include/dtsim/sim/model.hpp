@@ -165,6 +165,11 @@ struct WorkloadShape {
   /// their experts, then over NVLink (Note [DeepEP] in cost_comm.cpp); false:
   /// NCCL's all-to-all (the alltoall dispatcher, Megatron-Core's default).
   bool moe_deepep = false;
+  /// Megatron-Core's allgather dispatcher: each rank's tokens gathered over
+  /// the etp x ep group, its experts run on the rows routed to them, the
+  /// parts reduce-scattered back (Note [Mixture of experts] in
+  /// models/src/llama.cpp); false: the alltoall dispatcher.
+  bool moe_allgather = false;
   /// Every token through every expert, the unchosen weighted by 0
   /// (HuggingFace's Llama4TextExperts; plan.moe_experts dense).
   bool moe_dense = false;

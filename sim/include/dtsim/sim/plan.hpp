@@ -81,9 +81,12 @@ enum class Attention { kAuto, kEager, kFlash };
 /// all-gather (the Llama 3 paper, section 3.3.2).
 enum class CpComm { kP2p, kAllGather };
 /// How a mixture of experts sends tokens to their experts' ranks:
-/// Megatron-Core's alltoall dispatcher (NCCL's all-to-all, its default) or
-/// DeepEP (its flex dispatcher with --moe-enable-deepep; WorkloadShape::moe_deepep).
-enum class MoeDispatcher { kAllToAll, kDeepEp };
+/// Megatron-Core's alltoall dispatcher (NCCL's all-to-all: --moe-token-
+/// dispatcher-type alltoall, dtsim's default), its allgather dispatcher
+/// (every token gathered over the expert tensor- and expert-parallel
+/// ranks: Megatron-Core's default; WorkloadShape::moe_allgather) or DeepEP
+/// (its flex dispatcher with --moe-enable-deepep; WorkloadShape::moe_deepep).
+enum class MoeDispatcher { kAllToAll, kAllGather, kDeepEp };
 /// How a mixture's experts compute (Note [Dense experts] in models/src/llama.cpp):
 /// each on the tokens routed to it (a grouped GEMM: Megatron-Core,
 /// torchtitan), or every token through every expert, the unchosen weighted
