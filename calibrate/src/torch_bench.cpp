@@ -784,6 +784,11 @@ class Bench {
         shape.cp = cp;
         shape.ep = ep;
         shape.sequence_parallel = sp;
+        // Note [Dispatchers swept]: a tp share's chain as megatron-tp runs a
+        // MoE block (Megatron-Core's allgather dispatcher), an ep share's as
+        // megatron-moe does (alltoall); the other dispatcher's blocks swept
+        // beside them.
+        shape.moe_allgather = sp && tp > 1;
         std::vector<std::string> chain;
         bool fresh = false;
         // Every precision and shape of a signature not swept yet; false if it was.
@@ -808,6 +813,19 @@ class Bench {
           dtsim::sim::WorkloadShape whole = shape;
           whole.etp = 1;
           for (const auto& layer : model->layers(whole)) {
+            if (layer.signature.rfind("moe.block:", 0) == 0) sweep(layer.signature);
+          }
+        }
+        // Note [Dispatchers swept]
+        // A MoE block's work differs by dispatcher where it gathers (etp x ep
+        // > 1): the allgather dispatcher's experts pick their rows from every
+        // gathered token and scatter into a buffer of all of them, the
+        // alltoall dispatcher's permute the rank's own (models/src/llama.cpp,
+        // Note [Mixture of experts]); each signature names its own (ag=1).
+        if (model->experts() > 0 && ((sp && tp > 1) || ep > 1)) {
+          dtsim::sim::WorkloadShape other = shape;
+          other.moe_allgather = !shape.moe_allgather;
+          for (const auto& layer : model->layers(other)) {
             if (layer.signature.rfind("moe.block:", 0) == 0) sweep(layer.signature);
           }
         }

@@ -188,14 +188,17 @@ torch::Tensor gather_along(Group& g, const torch::Tensor& x, std::int64_t dim, c
 torch::Tensor tp_gather_seq(const torch::Tensor& x) { return gather_along(*g_tp, x, 1, "tp all_gather"); }
 
 /// Reduce-scatter of `parts` [n, b, s/n, ...] (models::sequence_parts) over
-/// the tp group: every rank's summed, this rank's [b, s/n, ...].
-torch::Tensor tp_reduce_scatter_seq(const torch::Tensor& parts) {
+/// group `g`: every rank's summed, this rank's [b, s/n, ...].
+torch::Tensor reduce_scatter_over(Group& g, const torch::Tensor& parts, const char* what) {
   torch::Tensor out = torch::empty({parts.numel() / parts.size(0)}, parts.options());
   const double t0 = now_us();
-  reduce_scatter(*g_tp, parts.view({-1}), out, *g_tp_clock);
-  if (g_tp_trace) g_tp_trace("tp reduce_scatter", t0);
+  reduce_scatter(g, parts.view({-1}), out, *g_tp_clock);
+  if (g_tp_trace) g_tp_trace(what, t0);
   return out.view(parts.sizes().slice(1));
 }
+
+/// The same over the tp group.
+torch::Tensor tp_reduce_scatter_seq(const torch::Tensor& parts) { return reduce_scatter_over(*g_tp, parts, "tp reduce_scatter"); }
 
 // ---- context parallelism: K/V over the cp group ------------------------------------
 
@@ -582,6 +585,16 @@ class Trainer {
       const std::vector<int> edp = mesh.expert_group(plan_->etp, plan_->ep, sim::Axis::kDp, me);
       ep_ = comm_.group(named("ep", ep), ep);
       edp_ = comm_.group(named("edp", edp), edp);
+      if (plan_->moe_dispatcher == sim::MoeDispatcher::kAllGather && plan_->ep > 1) {
+        // Megatron-Core's tp_ep group, where its allgather dispatcher
+        // gathers: each ep member's expert tensor-parallel ranks, in the
+        // order of a stage's index (Note [Expert mesh]).
+        std::vector<int> tp_ep;
+        for (const int r : ep) {
+          for (const int q : mesh.expert_group(plan_->etp, plan_->ep, sim::Axis::kTp, r)) tp_ep.push_back(q);
+        }
+        tp_ep_ = comm_.group(named("tpep", tp_ep), tp_ep);
+      }
     }
     g_tp = &tp_;
     g_cp = &cp_;
@@ -636,6 +649,12 @@ class Trainer {
       // The counts need no gradient; the rows do.
       return x.requires_grad() ? AllToAllEp::apply(x, send, recv) : ep_exchange(x, send, recv);
     };
+    if (tp_ep_.size > 1) {
+      ep.tp_ep.rank = tp_ep_.rank;
+      ep.tp_ep.size = tp_ep_.size;
+      ep.tp_ep.gather = [this](const torch::Tensor& x) { return gather_along(tp_ep_, x, 1, "tp_ep all_gather"); };
+      ep.tp_ep.reduce_scatter = [this](const torch::Tensor& parts) { return reduce_scatter_over(tp_ep_, parts, "tp_ep reduce_scatter"); };
+    }
     // Note [SyncBatchNorm] (models/torch): batch norm's statistics over the
     // data-parallel group, drawn as the other in-layer waits are.
     models::SyncBatchNorm sync;
@@ -1734,6 +1753,7 @@ class Trainer {
   int tp_rank_ = 0, stage_ = 0, dp_rank_ = 0, cp_rank_ = 0, zero_ = 0, n_ = 1;
   Group dp_, tp_, pp_, cp_, emb_;  ///< dp_: the data- and context-parallel ranks (make_groups)
   Group ep_, edp_;                 ///< expert parallel and expert data parallel (size 1 unless experts_apart)
+  Group tp_ep_;                    ///< the allgather dispatcher's etp x ep ranks (size 1 unless it gathers at ep > 1)
   /// Some space's gradients are summed over other ranks: the dense ones
   /// over dp x cp, or the experts' over an edp group that tp ranks make up
   /// (etp 1 at tp > 1: Note [Expert gradients]) where dp is 1.

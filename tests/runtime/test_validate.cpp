@@ -613,21 +613,31 @@ TEST_CASE("sequence parallelism trains as one process does, its norms' gradients
   }
   SECTION("tp 2 with experts split over tp (moe-tiny; deepseek-tiny's in its own test case)") {
     // Note [Experts under tensor parallelism] (models/torch): each rank
-    // routes its tokens, gathers them and their probabilities, runs its
-    // columns of every expert and reduce-scatters; the router's gradient
-    // summed over tp once a step. Routed round-robin, every rank's experts
-    // see as many rows as balanced routing gives (the simulator's load).
+    // routes its tokens; megatron-tp's allgather dispatcher gathers them and
+    // their probabilities, runs its columns of every expert and
+    // reduce-scatters; the alltoall dispatcher gathers each rank's rows
+    // instead. The router's gradient summed over tp once a step. Routed
+    // round-robin, every rank's experts see as many rows as balanced
+    // routing gives (the simulator's load).
     check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp)), reference("moe-tiny", shape, 1));
     check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp + " --set plan.moe_force_load_balance=true")),
                reference("moe-tiny", shape + " --set plan.moe_force_load_balance=true ", 1));
+    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp + " --set plan.moe_dispatcher=alltoall")),
+               reference("moe-tiny", shape, 1));
   }
-  SECTION("tp 2 x ep 2 (dp 2): Megatron-Core's alltoall dispatch, then the received rows gathered over tp and reduce-scattered back") {
+  SECTION("tp 2 x ep 2 (dp 2): the allgather dispatcher over all 4 ranks, or the alltoall dispatch with the received rows gathered over tp") {
     // Note [Experts under tensor parallelism]: each ep rank holds 2 of
-    // moe-tiny's 4 experts, split over its tp pair; the experts' gradients
-    // are summed over the expert data-parallel group (edp 1 here: tp 2 x
-    // dp 2 = etp 2 x ep 2).
-    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 4" + kCommon + shape + sp + " --set plan.ep=2")),
-               reference("moe-tiny", shape, 2));
+    // moe-tiny's 4 experts, split over its tp pair; the allgather
+    // dispatcher (megatron-tp's) gathers every token over the etp x ep = 4
+    // ranks and reduce-scatters the parts; the alltoall dispatcher sends
+    // each rank's rows to their experts' ep rank, then gathers them over tp.
+    // The experts' gradients are summed over the expert data-parallel group
+    // (edp 1 here: tp 2 x dp 2 = etp 2 x ep 2).
+    const auto want = reference("moe-tiny", shape, 2);
+    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 4" + kCommon + shape + sp + " --set plan.ep=2")), want);
+    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 4" + kCommon + shape + sp +
+                                  " --set plan.ep=2 --set plan.moe_dispatcher=alltoall")),
+               want);
   }
   SECTION("experts whole on each tp rank (etp 1): at ep 1 their gradients summed over tp; at tp 2 x ep 2 the ep group is the tp pair") {
     // Note [Experts under tensor parallelism]: each rank's experts see its
@@ -635,8 +645,14 @@ TEST_CASE("sequence parallelism trains as one process does, its norms' gradients
     // group (tp x dp / ep ranks) sums their gradients.
     check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 2" + kCommon + shape + sp + " --set plan.etp=1")),
                reference("moe-tiny", shape, 1));
-    check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 4" + kCommon + shape + sp + " --set plan.etp=1 --set plan.ep=2")),
-               reference("moe-tiny", shape, 2));
+    // The allgather dispatcher (megatron-tp's) over the ep group, which is
+    // the tp pair; the alltoall dispatcher's all-to-all over it.
+    for (const std::string d : {"allgather", "alltoall"}) {
+      INFO(d);
+      check_same(losses_of(validate("--model moe-tiny --plan megatron-tp --procs 4" + kCommon + shape + sp +
+                                    " --set plan.etp=1 --set plan.ep=2 --set plan.moe_dispatcher=" + d)),
+                 reference("moe-tiny", shape, 2));
+    }
   }
   SECTION("tp 2 x pp 2: the stages send their ranks' tokens") {
     check_same(losses_of(validate("--model gpt2-tiny --plan gpipe --procs 4" + kCommon + no_dropout("gpt2-tiny") + shape + sp +

@@ -245,6 +245,121 @@ TEST_CASE("expert-parallel ranks compute the whole MoE block, forward and backwa
   }
 }
 
+namespace {
+/// An all-gather and a reduce-scatter along the sequence between threads:
+/// the allgather dispatcher's etp x ep group (ExpertParallel::tp_ep).
+struct SequenceGroup {
+  explicit SequenceGroup(int ranks) : n(ranks), sync(ranks), box(ranks), gathers(ranks, 0), scatters(ranks, 0) {}
+  torch::Tensor gather(int me, const torch::Tensor& x) {
+    box[me] = x.contiguous();
+    sync.arrive_and_wait();
+    torch::Tensor out = torch::cat(box, 1).clone();
+    sync.arrive_and_wait();
+    ++gathers[me];
+    return out;
+  }
+  /// parts [n, b, s/n, ...]: every rank's part `me`, summed in rank order.
+  torch::Tensor reduce_scatter(int me, const torch::Tensor& parts) {
+    box[me] = parts.contiguous();
+    sync.arrive_and_wait();
+    torch::Tensor out = box[0][me].clone();
+    for (int r = 1; r < n; ++r) out += box[r][me];
+    sync.arrive_and_wait();
+    ++scatters[me];
+    return out;
+  }
+  int n;
+  std::barrier<> sync;
+  std::vector<torch::Tensor> box;
+  std::vector<int> gathers, scatters;
+};
+}  // namespace
+
+TEST_CASE("the allgather dispatcher's ranks compute the whole MoE block: every token gathered, each rank's experts' parts reduce-scattered "
+          "(Note [Experts under tensor parallelism])",
+          "[torch][llama][ep]") {
+  // As above, each rank of ep 2 and 4 runs its own 2 sequences of 8 tokens;
+  // under Megatron-Core's allgather dispatcher (ag=1) a rank gathers every
+  // rank's tokens and probabilities over the etp x ep group (here the ep
+  // ranks: etp 1), runs its experts on the rows routed to them, and
+  // reduce-scatters its parts of every token back. No all-to-all runs;
+  // forward gathers twice and reduce-scatters once, backward the reverse.
+  const std::string sig = "moe.block:h=32,a=4,kv=2,d=8,E=8,k=2,fe=16,fs=16,sg=1,qkvb=0,ob=0,mb=0,qkn=0";
+  constexpr std::int64_t kSeqs = 2, kTokens = 8, kExperts = 8;
+  for (const int n : {2, 4}) {
+    INFO("ep " << n);
+    const int local = static_cast<int>(kExperts) / n;
+    torch::manual_seed(7);
+    std::vector<torch::Tensor> xs, cots;
+    for (int r = 0; r < n; ++r) {
+      xs.push_back(torch::randn({kSeqs, kTokens, 32}));
+      cots.push_back(torch::randn({kSeqs, kTokens, 32}));
+    }
+    torch::manual_seed(1);
+    auto whole = models::make_torch_layer(sig);
+    const auto x_all = torch::cat(xs, 0).requires_grad_(true);
+    const auto y_all = whole->forward({x_all});
+    (y_all * torch::cat(cots, 0)).sum().backward();
+    const auto want = whole->module().named_parameters();
+
+    Exchange exchange(n);
+    SequenceGroup group(n);
+    std::vector<std::unique_ptr<models::TorchLayer>> layers;
+    for (int r = 0; r < n; ++r) {
+      models::ExpertParallel ep = fake_ep(r, n);
+      ep.tp_ep.rank = r;
+      ep.tp_ep.size = n;
+      ep.tp_ep.gather = [&group, r](const torch::Tensor& x) { return group.gather(r, x); };
+      ep.tp_ep.reduce_scatter = [&group, r](const torch::Tensor& x) { return group.reduce_scatter(r, x); };
+      torch::manual_seed(1);
+      layers.push_back(models::make_torch_layer(sig + ",ep=" + std::to_string(n) + ",ag=1", no_tp(), {}, ep));
+    }
+    std::vector<torch::Tensor> outs(n), grads(n);
+    std::vector<std::thread> threads;
+    for (int r = 0; r < n; ++r) {
+      threads.emplace_back([&, r] {
+        t_exchange = &exchange;
+        t_rank = r;
+        const auto x = xs[r].clone().requires_grad_(true);
+        const auto y = layers[r]->forward({x});
+        (y * cots[r]).sum().backward();
+        outs[r] = y.detach();
+        grads[r] = x.grad();
+      });
+    }
+    for (auto& t : threads) t.join();
+    std::map<std::string, torch::Tensor> dense_sum;
+    for (int r = 0; r < n; ++r) {
+      INFO("rank " << r);
+      CHECK(exchange.calls[r].empty());
+      CHECK(group.gathers[r] == 3);
+      CHECK(group.scatters[r] == 3);
+      CHECK(torch::allclose(outs[r], y_all.detach().narrow(0, r * kSeqs, kSeqs), 1e-4, 1e-6));
+      CHECK(torch::allclose(grads[r], x_all.grad().narrow(0, r * kSeqs, kSeqs), 1e-4, 1e-6));
+      for (const auto& p : layers[r]->module().named_parameters()) {
+        INFO(p.key());
+        REQUIRE(p.value().grad().defined());
+        if (p.key().find("experts_") != std::string::npos) {
+          CHECK(torch::allclose(p.value().grad(), want[whole_name(p.key(), r, local)].grad(), 1e-4, 1e-6));
+        } else {
+          auto& sum = dense_sum[p.key()];
+          sum = sum.defined() ? sum + p.value().grad() : p.value().grad().clone();
+        }
+      }
+    }
+    for (const auto& [name, sum] : dense_sum) {
+      INFO(name);
+      CHECK(torch::allclose(sum, want[name].grad(), 1e-4, 1e-5));
+    }
+  }
+  // A group of another size than etp x ep is refused in one line.
+  models::ExpertParallel ep = fake_ep(0, 2);
+  ep.tp_ep.size = 4;
+  ep.tp_ep.gather = ep.tp_ep.reduce_scatter = [](const torch::Tensor& x) { return x; };
+  CHECK(test::error_of([&] { models::make_torch_layer(sig + ",ep=2,ag=1", no_tp(), {}, ep); })
+            .find("the allgather dispatcher gathers over 2 ranks (etp x ep), but the expert group given has 4") != std::string::npos);
+}
+
 TEST_CASE("an ep share built alone takes its own rows from every rank (calibration's loopback)", "[torch][llama][ep]") {
   // Two experts, top-2: every token goes to both, so rank 0 of ep 2 (expert
   // 0) sends each token once to itself and once to rank 1. Built alone, its

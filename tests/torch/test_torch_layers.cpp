@@ -1079,7 +1079,7 @@ struct SeqBus {
 /// (TorchLayer::sequence_parallel_parameters) summed over the two ranks
 /// (what the runtime's all-reduce does once a step), which are
 /// Layer::sp_params elements.
-void check_sequence_parallel_block(const std::string& name, std::size_t index) {
+void check_sequence_parallel_block(const std::string& name, std::size_t index, bool allgather = false) {
   INFO(name << " layer " << index);
   const auto model = models::load_model(name);
   sim::WorkloadShape shape;
@@ -1095,8 +1095,10 @@ void check_sequence_parallel_block(const std::string& name, std::size_t index) {
   shape.tp = 2;
   shape.etp = 2;  // a MoE block's experts split over tp (Megatron-Core's default)
   shape.sequence_parallel = true;
+  shape.moe_allgather = allgather;  // a MoE block's dispatcher: allgather (ag=1) or alltoall
   const sim::Layer split = no_dropout(model->layers(shape).at(index));
   REQUIRE(split.signature.find(",sp=1") != std::string::npos);
+  REQUIRE((split.signature.find(",ag=1") != std::string::npos) == (allgather && split.signature.rfind("moe.block:", 0) == 0));
   torch::manual_seed(11);
   auto whole = models::make_torch_layer(one.signature);
   const std::int64_t h = whole->make_inputs(2, 8, torch::kFloat)[0].size(2);
@@ -1188,9 +1190,14 @@ TEST_CASE("sequence-parallel blocks compute the unsplit block at their tokens, t
   check_sequence_parallel_block("deepseek-tiny", 1);
   // Note [Experts under tensor parallelism]: Mixtral's MoE block (its
   // norms and router, 2 h + h E = 256 + 512) and DeepSeek's (latent
-  // attention's as above, the router, a shared expert split as a dense MLP).
-  check_sequence_parallel_block("moe-tiny", 1);
-  check_sequence_parallel_block("deepseek-tiny", 2);
+  // attention's as above, the router, a shared expert split as a dense MLP),
+  // each under the alltoall dispatcher (each rank's rows gathered over tp)
+  // and the allgather dispatcher (its tokens gathered).
+  for (const bool allgather : {false, true}) {
+    INFO("allgather " << allgather);
+    check_sequence_parallel_block("moe-tiny", 1, allgather);
+    check_sequence_parallel_block("deepseek-tiny", 2, allgather);
+  }
   // The hand counts of the analytic side (Layer::sp_params).
   sim::WorkloadShape shape;
   shape.micro_batch = 2;

@@ -905,6 +905,10 @@ struct LlamaShape {
   // shared experts fs wide (0: none), Qwen2-MoE's gate.
   std::int64_t experts = 0, local = 0, first = 0, top_k = 0, fe = 0, fs = 0;
   bool shared_gate = false;
+  // ag=1: Megatron-Core's allgather dispatcher over `gather_ranks` (etp x
+  // ep) ranks (Note [Experts under tensor parallelism]).
+  bool allgather = false;
+  std::int64_t gather_ranks = 1;
   // Multi-head latent attention (mla=1; Note [Multi-head latent attention]
   // in models/src/llama.cpp): the query latent's rank (0: a full q_proj),
   // the key-value latent's, and a head's widths: dn + dr for queries and
@@ -998,26 +1002,46 @@ struct MoeMlp : nn::Module {
       shared_down_proj = register_module("shared_expert_down_proj", nn::Linear(nn::LinearOptions(s.fs, s.h).bias(false)));
     }
     if (s.shared_gate) shared_expert_gate = register_module("shared_expert_gate", nn::Linear(nn::LinearOptions(s.h, 1).bias(false)));
+    if (s.allgather) {
+      // Rank 0's share alone until the runtime gives the group: its tokens
+      // gathered as gather_ranks copies, its own part kept (the shapes and
+      // work of one rank's; Note [Expert parallelism]'s loopback).
+      const std::int64_t n = s.gather_ranks;
+      TensorParallel local;
+      local.size = static_cast<int>(n);
+      local.gather = [n](const torch::Tensor& x) { return torch::cat(std::vector<torch::Tensor>(n, x), 1); };
+      local.reduce_scatter = [](const torch::Tensor& parts) { return parts[0].contiguous(); };
+      gather_over(local);
+    }
+  }
+  /// The allgather dispatcher's group (its gather and reduce_scatter along
+  /// the sequence): the etp x ep ranks.
+  void gather_over(TensorParallel g) {
+    g.enter = g.exit = [](const torch::Tensor& x) { return x; };
+    use_sequence_parallelism(g);
+    group = std::make_shared<const TensorParallel>(std::move(g));
   }
   /// z: [b, s, h] after the post-attention norm (under tensor
   /// parallelism this rank's [b, s/tp, h]: Note [Experts under tensor
   /// parallelism]).
   torch::Tensor forward(const torch::Tensor& z) {
     const TensorParallel* t = tp.get();
-    // With the experts split over tp (etp = tp): without expert
-    // parallelism the tokens are gathered before the dispatch; with it, the
-    // rows each rank receives (routed()). Whole experts (etp 1) see only
-    // this rank's tokens, or the rows its ep group sends it.
-    const bool gathered = t != nullptr && split_experts && !ep;
+    // The allgather dispatcher gathers every token of the etp x ep ranks
+    // and runs this rank's experts on theirs (gathered_experts()); the
+    // alltoall dispatcher sends this rank's rows to their experts' ranks
+    // and, with the experts split over tp, gathers the rows each rank
+    // received (routed()). Whole experts (etp 1) without expert parallelism
+    // see only this rank's tokens.
+    const TensorParallel* g = shape.allgather ? group.get() : nullptr;
     const auto flat = z.reshape({-1, shape.h});
     torch::Tensor probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
     torch::Tensor x = flat;
-    if (gathered) {
+    if (g != nullptr) {
       // Routed on this rank's tokens; its tokens and their probabilities
-      // gathered over tp (gather_from_sequence_parallel_region, whose
-      // backward reduce-scatters: each rank's experts give a part).
-      x = t->enter(z).reshape({-1, shape.h});
-      probs = t->enter(probs.view({z.size(0), z.size(1), shape.experts})).reshape({-1, shape.experts});
+      // gathered (gather_from_sequence_parallel_region, whose backward
+      // reduce-scatters: each rank's experts give a part).
+      x = g->enter(z).reshape({-1, shape.h});
+      probs = g->enter(probs.view({z.size(0), z.size(1), shape.experts})).reshape({-1, shape.experts});
     }
     auto [weights, chosen] = probs.topk(shape.top_k, -1);
     if (force_balance) {
@@ -1029,10 +1053,10 @@ struct MoeMlp : nn::Module {
       weights = probs.gather(1, chosen);
     }
     weights = (weights / weights.sum(-1, /*keepdim=*/true)).to(z.scalar_type());
-    auto out = routed(x, weights, chosen);
+    auto out = g != nullptr ? gathered_experts(x, weights, chosen) : routed(x, weights, chosen);
     // Each rank's experts' part of every gathered token, summed and split
     // back to this rank's tokens (reduce_scatter_to_sequence_parallel_region).
-    out = gathered ? t->exit(out.view({z.size(0), -1, shape.h})) : out.view_as(z);
+    out = g != nullptr ? g->exit(out.view({z.size(0), -1, shape.h})) : out.view_as(z);
     if (shared_down_proj) {
       // Megatron-Core's SharedExpertMLP: a dense MLP, its own gather and reduce-scatter.
       const auto gu = column_parallel(t, z, {{shared_gate_proj->weight, shared_gate_proj->bias}, {shared_up_proj->weight, shared_up_proj->bias}});
@@ -1048,6 +1072,8 @@ struct MoeMlp : nn::Module {
   void split(const TensorParallel& t, bool experts) {
     tp = std::make_shared<TensorParallel>(t);
     split_experts = experts;
+    // Without expert parallelism the allgather dispatcher's group is tp.
+    if (shape.allgather && experts && shape.local == shape.experts) group = tp;
     torch::NoGradGuard no_grad;
     for (std::size_t e = 0; e < (experts ? w1.size() : 0); ++e) {
       w1[e].set_data(rows_of(w1[e], 1, t));
@@ -1100,7 +1126,7 @@ struct MoeMlp : nn::Module {
     // Note [Experts under tensor parallelism]: beside expert parallelism,
     // the rows every tp rank received gathered over tp (their counts first),
     // each padded to the most any rank received for the gather.
-    const TensorParallel* t = ep && split_experts ? tp.get() : nullptr;
+    const TensorParallel* t = split_experts ? tp.get() : nullptr;
     int sources = n;
     std::vector<std::int64_t> tp_rows;
     std::int64_t most = x.size(0);
@@ -1156,6 +1182,38 @@ struct MoeMlp : nn::Module {
     const torch::Tensor w = weights.reshape({-1}).index_select(0, d.order).unsqueeze(1);
     return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, h}), back * w);
   }
+  /// The allgather dispatcher's experts (MoEAllGatherTokenDispatcher's
+  /// dispatch_postprocess and combine_preprocess): of every gathered token
+  /// `flat` [T, h], the (token, slot) pairs routed to this rank's experts,
+  /// sorted by expert (permute), each local expert on its rows, weighted
+  /// and summed into a [T, h] of every gathered token (unpermute: zero
+  /// where none of this rank's experts took it).
+  torch::Tensor gathered_experts(const torch::Tensor& flat, const torch::Tensor& weights, const torch::Tensor& chosen) {
+    const torch::Tensor pairs_expert = chosen.reshape({-1});
+    const torch::Tensor mine = ((pairs_expert >= shape.first) & (pairs_expert < shape.first + shape.local)).nonzero().view({-1});
+    const torch::Tensor expert_of = pairs_expert.index_select(0, mine) - shape.first;
+    const torch::Tensor order = std::get<1>(torch::sort(expert_of, /*stable=*/true, /*dim=*/0, /*descending=*/false));
+    const torch::Tensor pairs = mine.index_select(0, order);
+    const torch::Tensor rows = pairs.div(shape.top_k, "floor");
+    const torch::Tensor x = flat.index_select(0, rows);
+    const torch::Tensor counts = torch::bincount(expert_of, {}, shape.local).to(torch::kCPU).contiguous();
+    std::vector<torch::Tensor> outs;
+    torch::Tensor zero;  // the unused experts' zero gradients
+    std::int64_t at = 0;
+    for (std::int64_t j = 0; j < shape.local; ++j) {
+      const std::int64_t n = counts[j].item<std::int64_t>();
+      if (n == 0) {
+        zero = zero.defined() ? zero + unused(j) : unused(j);
+        continue;
+      }
+      outs.push_back(expert(x.narrow(0, at, n), j));
+      at += n;
+    }
+    torch::Tensor y = outs.empty() ? torch::zeros_like(x) : torch::cat(outs);
+    if (zero.defined()) y = y + zero;
+    const torch::Tensor w = weights.reshape({-1}).index_select(0, pairs).unsqueeze(1);
+    return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, shape.h}), y * w);
+  }
   /// x [r, h] with zero rows after it up to `rows`.
   static torch::Tensor pad_rows(const torch::Tensor& x, std::int64_t rows) {
     if (x.size(0) == rows) return x;
@@ -1198,6 +1256,7 @@ struct MoeMlp : nn::Module {
   std::vector<torch::Tensor> b1, b2, b3;     ///< the experts' biases (mb=1), empty without
   std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (ep 1), or rank 0's share alone (loopback)
   std::shared_ptr<const TensorParallel> tp;  ///< null: unsplit (Note [Experts under tensor parallelism])
+  std::shared_ptr<const TensorParallel> group;  ///< the allgather dispatcher's etp x ep ranks (shape.allgather)
   bool split_experts = false;                ///< under tp: each expert split over it (etp = tp), or whole (etp 1)
   bool force_balance = false;                ///< round-robin routing (Note [Forced balance])
   nn::Linear shared_gate_proj{nullptr}, shared_up_proj{nullptr}, shared_down_proj{nullptr}, shared_expert_gate{nullptr};
@@ -2323,6 +2382,8 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       }
       shape.local = shape.experts / ep;
       shape.first = ep_rank * shape.local;
+      shape.gather_ranks = s.get_or("etp", s.get_or("tp", 1)) * ep;
+      shape.allgather = s.get_or("ag", 0) != 0 && shape.gather_ranks > 1;
       shape.top_k = s.get("k");
       if (shape.top_k < 1 || shape.top_k > shape.experts) throw ConfigError("layer signature '" + signature + "': k must be 1 to E");
       shape.fe = s.get("fe");
@@ -2375,6 +2436,15 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
   split_layer(*layer, signature, tp);
   auto& moe = *dynamic_cast<LlamaBlockLayer&>(*layer).block().moe;
   if (ep.size > 1) moe.ep = std::make_shared<ExpertParallel>(ep);
+  if (moe.shape.allgather && ep.size > 1) {
+    // Note [Experts under tensor parallelism]: the allgather dispatcher over
+    // the runtime's etp x ep group.
+    if (ep.tp_ep.size != moe.shape.gather_ranks || !ep.tp_ep.gather || !ep.tp_ep.reduce_scatter) {
+      throw ConfigError(at + "the allgather dispatcher gathers over " + std::to_string(moe.shape.gather_ranks) +
+                        " ranks (etp x ep), but the expert group given has " + std::to_string(ep.tp_ep.size));
+    }
+    moe.gather_over(ep.tp_ep);
+  }
   moe.force_balance = ep.force_balance;
   return layer;
 }

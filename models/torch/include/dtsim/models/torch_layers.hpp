@@ -223,7 +223,8 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
 /// whose backward reduce-scatters), every rank runs every expert on every
 /// token with its columns of gate and up and its rows of down, weights and
 /// sums them as without tp, and reduce-scatters the parts back to its
-/// tokens (reduce_scatter_to_sequence_parallel_region). Shared experts are
+/// tokens (reduce_scatter_to_sequence_parallel_region; in fp32 in
+/// Megatron-Core, in the run's dtype here). Shared experts are
 /// a dense MLP with its own gather and reduce-scatter (SharedExpertMLP).
 /// The twin gathers the router's probabilities over all E experts and takes
 /// the top-k of the gathered rows (Megatron-Core takes them first and
@@ -245,7 +246,17 @@ std::unique_ptr<TorchLayer> make_torch_layer(const std::string& signature, const
 /// tokens, or the rows its ep group sends, and the expert data-parallel
 /// group (tp x dp / ep ranks, Note [Expert mesh]: the runtime's expert
 /// space, Note [Expert gradients] in runtime/src/trainer.cpp) sums their
-/// gradients. Priced, not run: experts' biases (gpt-oss).
+/// gradients. Which dispatcher runs is the plan's (plan.moe_dispatcher, a
+/// signature's ag=1 for allgather): the alltoall dispatcher at ep 1 with
+/// experts split routes each rank's own tokens and gathers the rows over tp
+/// as above (its all-to-all over one rank moves nothing); the allgather
+/// dispatcher at ep > 1 gathers every token, its probabilities too, over
+/// the etp x ep ranks (Megatron-Core's tp_ep group: ExpertParallel::tp_ep),
+/// each rank's experts take the rows routed to them, and the parts of every
+/// gathered token are reduce-scattered back (token_combine). Megatron-Core
+/// gathers the sparse probabilities and a routing map; the twin gathers
+/// the router's probabilities and takes the top-k after, the same choices
+/// with one collective fewer. Priced, not run: experts' biases (gpt-oss).
 /// Note [Expert parallelism]
 /// Megatron-Core's expert parallelism (--expert-model-parallel-size) with its
 /// alltoall token dispatcher (megatron/core/transformer/moe/token_dispatcher.py):
@@ -272,6 +283,12 @@ struct ExpertParallel {
   /// src/torch_layers.cpp).
   bool force_balance = false;
   std::function<torch::Tensor(const torch::Tensor&, const std::vector<std::int64_t>& send, const std::vector<std::int64_t>& recv)> all_to_all;
+  /// The etp x ep ranks over which Megatron-Core's allgather dispatcher
+  /// (a signature's ag=1) gathers tokens and reduce-scatters the experts'
+  /// parts: its rank, size, `gather` and `reduce_scatter` along the
+  /// sequence as TensorParallel's under sequence parallelism (Note
+  /// [Experts under tensor parallelism]); unused by the alltoall dispatcher.
+  TensorParallel tp_ep;
 };
 
 /// The dispatch's bookkeeping (Note [Expert parallelism]) for `chosen`
