@@ -336,6 +336,16 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("plan.accumulate_allreduce_grads_in_fp32") + ")");
     s.spec.accumulate_allreduce_grads_in_fp32 = false;
   }
+  if (s.spec.moe_dispatcher == sim::MoeDispatcher::kDeepEp) {
+    // Note [DeepEP] (sim/src/cost/cost_comm.cpp): DeepEP's kernels (NVSHMEM
+    // between GPUs) are not in the runtime, whose alltoall dispatcher moves
+    // the same rows by NCCL's or Gloo's all-to-all; predict what runs.
+    if (s.model->experts() > 0) {
+      s.notes.push_back("moe_dispatcher -> alltoall: the runtime dispatches by all-to-all, not DeepEP's kernels (" +
+                        s.spec.origins.of("plan.moe_dispatcher") + ")");
+    }
+    s.spec.moe_dispatcher = sim::MoeDispatcher::kAllToAll;
+  }
   if (s.spec.kernels == sim::Kernels::kFused) {
     // Note [Fused kernels] (models/src/llama.cpp): the LibTorch twins run
     // PyTorch's composite norms and SwiGLU; predict what runs, and say so

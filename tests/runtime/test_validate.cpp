@@ -298,6 +298,19 @@ TEST_CASE("setup_run refuses a plan that does not fit the ranks, and adapts prec
   bool composite_noted = false;
   for (const auto& n : sk.notes) composite_noted = composite_noted || n.find("kernels -> composite") == 0;
   CHECK(composite_noted);
+  // DeepEP's kernels are not in the runtime (Note [DeepEP]): a MoE plan
+  // asking them is predicted and run with the alltoall dispatcher, and
+  // says so; a dense model's plan changes silently (nothing dispatches).
+  auto deepep = runtime::parse_validate_args({"--model", "moe-tiny", "--plan", "ddp", "--set", "plan.ep=2", "--set", "plan.moe_dispatcher=deepep"});
+  const auto se = runtime::setup_run(deepep, 2);
+  CHECK(se.plan.moe_dispatcher == sim::MoeDispatcher::kAllToAll);
+  const auto noted = [](const std::vector<std::string>& notes) {
+    return std::count(notes.begin(), notes.end(),
+                      "moe_dispatcher -> alltoall: the runtime dispatches by all-to-all, not DeepEP's kernels (--set plan.moe_dispatcher)");
+  };
+  CHECK(noted(se.notes) == 1);
+  auto dense_deepep = runtime::parse_validate_args({"--model", "llama-tiny", "--set", "plan.moe_dispatcher=deepep"});
+  CHECK(noted(runtime::setup_run(dense_deepep, 2).notes) == 0);
   auto fused = runtime::parse_validate_args({"--model", "llama-tiny", "--set", "plan.loss_parallel=fused"});
   CHECK(test::error_of([&] { runtime::setup_run(fused, 2); })
             .find("auto, megatron, dtensor") != std::string::npos);
