@@ -407,6 +407,7 @@ class Llama final : public ZooModel {
   int layer_count() const override { return c_.layers + c_.mtp_layers + 2; }  // embedding, blocks, MTP depths, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   int experts() const override { return c_.experts; }
+  int top_k() const override { return c_.experts > 0 ? c_.top_k : 0; }
   bool grouped_kv_sdpa() const override {
     return !mla() && c_.kv_heads < c_.heads && c_.sliding_window == 0 && c_.attention_chunk == 0;
   }

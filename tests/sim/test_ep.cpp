@@ -518,6 +518,8 @@ TEST_CASE("moe_experts dense: every token through every expert, as HuggingFace's
   const PlanRules rules(*m, test::round_cluster(1, 4));
   CHECK(rules.ep_values(1, 1, 4, 1) == std::vector<int>{1, 2, 4});
   CHECK(rules.ep_values(1, 1, 4, 1, MoeExperts::kDense) == std::vector<int>{1});
+  // Nor a choice of dispatcher (it dispatches nothing).
+  CHECK(rules.dispatcher_values(1, 2, MoeExperts::kDense) == std::vector<MoeDispatcher>{MoeDispatcher::kAllToAll});
   // What dense rules out, one line each.
   const ClusterSpec four = test::round_cluster(1, 4);
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 2\nmoe_experts: dense\n", "p.yaml"), *m, four); }),

@@ -11,6 +11,7 @@
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/search.hpp"
 #include "fake_model.hpp"
 
@@ -314,6 +315,38 @@ TEST_CASE("search: a mixture of experts' plans, pruned, keep the top ten of simu
   };
   CHECK(at_ep(2) > 0);
   CHECK(at_ep(4) > 0);
+  // moe-tiny routes top-2: where only the expert tensor-parallel ranks
+  // exchange (ep 1, etp > 1) the allgather dispatcher moves less, alltoall
+  // everywhere else (PlanRules::dispatcher_values).
+  const auto with = [&](MoeDispatcher d, bool split_ep1) {
+    return std::count_if(all.top.begin(), all.top.end(), [&](const SearchEntry& e) {
+      const bool ep1_split = e.plan.ep == 1 && e.plan.etp > 1;
+      return e.plan.spec.moe_dispatcher == d && ep1_split == split_ep1;
+    });
+  };
+  CHECK(with(MoeDispatcher::kAllGather, true) > 0);
+  CHECK(with(MoeDispatcher::kAllToAll, true) == 0);
+  CHECK(with(MoeDispatcher::kAllGather, false) == 0);
+}
+
+TEST_CASE("rules: a MoE model's token dispatcher, allgather where only the expert tensor-parallel ranks exchange a top-2 router's tokens",
+          "[rules][moe]") {
+  const ClusterSpec c = load_cluster("dgx-h100");
+  // The rules keep a reference to the model.
+  const auto mixtral = models::load_model("mixtral-8x7b"), llama = models::load_model("llama-3-8b"), scout = models::load_model("llama-4-scout");
+  const PlanRules moe(*mixtral, c);
+  using D = std::vector<MoeDispatcher>;
+  // Mixtral (top-2, E 8, h 4096) at tp 8, bf16, per token: alltoall gathers
+  // 2 rows of 2 h bytes and reduce-scatters 2 fp32 parts, 2 (2 + 4) h =
+  // 49,152 B; allgather the token (2 h), probabilities and map (5 x 8) and
+  // one fp32 part (4 h), 24,616 B.
+  CHECK(moe.dispatcher_values(1, 8) == D{MoeDispatcher::kAllGather});
+  // Llama 4 Scout routes top-1: its one row is the token, alltoall moves no more.
+  CHECK(PlanRules(*scout, c).dispatcher_values(1, 8) == D{MoeDispatcher::kAllToAll});
+  CHECK(moe.dispatcher_values(8, 1) == D{MoeDispatcher::kAllToAll});
+  CHECK(moe.dispatcher_values(2, 4) == D{MoeDispatcher::kAllToAll});
+  CHECK(moe.dispatcher_values(1, 1) == D{MoeDispatcher::kAllToAll});
+  CHECK(PlanRules(*llama, c).dispatcher_values(1, 8) == D{MoeDispatcher::kAllToAll});
 }
 
 TEST_CASE("search: one plan under two names is ranked once, its other names beside it (Note [Search twins])", "[search]") {

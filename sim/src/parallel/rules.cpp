@@ -75,6 +75,11 @@ std::vector<int> PlanRules::etp_values(int tp) const {
   return {1, tp};
 }
 
+std::vector<MoeDispatcher> PlanRules::dispatcher_values(int ep, int etp, MoeExperts experts) const {
+  if (model_.experts() <= 0 || experts == MoeExperts::kDense || ep > 1 || etp <= 1) return {MoeDispatcher::kAllToAll};
+  return {model_.top_k() >= 2 ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll};
+}
+
 std::vector<LossParallel> PlanRules::loss_parallels(int tp) const {
   if (tp <= 1) return {LossParallel::kAuto};
   return {LossParallel::kAuto, LossParallel::kMegatron, LossParallel::kDtensor};

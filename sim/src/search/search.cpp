@@ -560,18 +560,25 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.cpu_offloading_num_layers = 0;
                     p.partition_activations = false;  // nor DeepSpeed's (Note [DeepSpeed checkpoints])
                     p.cpu_checkpointing = false;
-                    if (rc == Recompute::kFull) {
-                      // Note [Block recompute]: Megatron's block method at a
-                      // quarter, half and three quarters of a chunk's blocks,
-                      // between no recompute and every block.
-                      for (int n : block_recompute_counts(model.blocks(), pp * std::max(1, sc.v))) {
-                        PlanSpec q = p;
-                        q.recompute_method = RecomputeMethod::kBlock;
-                        q.recompute_num_layers = n;
-                        if (fixed(q)) out.push_back(std::move(q));
+                    // The token dispatcher for this ep and etp, or the base plan's.
+                    const std::vector<MoeDispatcher> dispatchers =
+                        set("moe_dispatcher") ? std::vector<MoeDispatcher>{o.base.moe_dispatcher} : rules.dispatcher_values(ep, etp, o.base.moe_experts);
+                    for (const MoeDispatcher d : dispatchers) {
+                      PlanSpec pd = p;
+                      pd.moe_dispatcher = d;
+                      if (rc == Recompute::kFull) {
+                        // Note [Block recompute]: Megatron's block method at a
+                        // quarter, half and three quarters of a chunk's blocks,
+                        // between no recompute and every block.
+                        for (int n : block_recompute_counts(model.blocks(), pp * std::max(1, sc.v))) {
+                          PlanSpec q = pd;
+                          q.recompute_method = RecomputeMethod::kBlock;
+                          q.recompute_num_layers = n;
+                          if (fixed(q)) out.push_back(std::move(q));
+                        }
                       }
+                      if (fixed(pd)) out.push_back(std::move(pd));
                     }
-                    if (fixed(p)) out.push_back(std::move(p));
                    }
                    }
                    }
@@ -1137,7 +1144,9 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     // 2,048 H100s: 35,532 layouts priced 7,389 times, not 35,532).
     const bool experts = s.ep > 1;
     const auto key = std::make_tuple(s.micro_batch, s.seq_len, s.tp, s.sequence_parallel, s.cp, s.attention, s.precision,
-                                     s.recompute, (s.tp_comm_overlap ? 1 : 0) + (s.overlap_moe_expert_parallel_comm ? 2 : 0), s.ep, s.etp,
+                                     s.recompute,
+                                     (s.tp_comm_overlap ? 1 : 0) + (s.overlap_moe_expert_parallel_comm ? 2 : 0) + 4 * static_cast<int>(s.moe_dispatcher),
+                                     s.ep, s.etp,
                                      s.sync_batchnorm || experts ? s.dp : 0, experts ? s.pp : 0,
                                      experts ? s.placement : std::string());
     Priced* const found = priced_cache.get(key, [&]() -> Priced* {

@@ -424,6 +424,8 @@ class Model {
   virtual std::int64_t active_parameters() const { return parameters(); }
   /// Routed experts per mixture-of-experts layer (0: a dense model).
   virtual int experts() const { return 0; }
+  /// Routed experts a token goes to (0: a dense model).
+  virtual int top_k() const { return 0; }
   /// Whether HF hands PyTorch's SDPA this model's key/value heads grouped,
   /// unexpanded (enable_gqa: fewer key/value heads than query heads, no
   /// sliding window, no latent attention): Note [SDPA in fp32] in rules.cpp.

@@ -59,6 +59,19 @@ class PlanRules {
   /// Expert tensor-parallel degrees with tensor-parallel degree tp: 1 and
   /// tp (Megatron-Core's default is tp); {tp} for a dense model.
   std::vector<int> etp_values(int tp) const;
+  /// The token dispatcher the search gives a plan at ep and etp (Note
+  /// [Mixture of experts] in models/src/llama.cpp): where only the expert
+  /// tensor-parallel ranks exchange (ep 1, etp > 1) the one moving fewer
+  /// bytes: the alltoall dispatcher gathers each token's k rows (k e h
+  /// bytes) and reduce-scatters their fp32 parts (4 k h), the allgather
+  /// dispatcher the token once with its probabilities and routing map (e h
+  /// + 5 E) and one fp32 part (4 h), fewer for k >= 2 wherever 5 E < (k -
+  /// 1)(e + 4) h (every shipped model), more at top-1; beside expert
+  /// parallelism alltoall (allgather would gather every token of the etp x
+  /// ep ranks; Megatron-Core's MoE recipes dispatch by all-to-all);
+  /// alltoall for a dense model and for dense experts (nothing dispatched:
+  /// Note [Dense experts]). One value, so the search walks no more plans.
+  std::vector<MoeDispatcher> dispatcher_values(int ep, int etp, MoeExperts experts = MoeExperts::kGrouped) const;
   /// Ways K/V reach the context-parallel ranks (none to choose when cp = 1).
   std::vector<CpComm> cp_comms(int cp) const;
   /// Whose vocab-parallel cross-entropy a tensor-parallel LM head runs
