@@ -1523,7 +1523,7 @@ struct ExplorerWindow::Impl {
     p.overlap_moe_expert_parallel_comm =
         ep_overlap->isChecked() &&
         sim::PlanRules::ep_overlap_values(p.ep, p.pp, p.pp > 1 ? p.schedule : sim::Schedule::k1f1b, p.recompute, p.precision,
-                                          std::max(p.zero_stage, sim::zero_stage_of(p.fsdp)) == 3)
+                                          std::max(p.zero_stage, sim::zero_stage_of(p.fsdp)) == 3, p.moe_dispatcher)
             .back();
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
     p.master_weights = masters->isChecked() ||

@@ -587,11 +587,18 @@ TEST_CASE("overlap_moe_expert_parallel_comm hides each all-to-all under the othe
              Catch::Contains("recompute: full"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp32\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
              Catch::Contains("16-bit"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: bf16\nmoe_dispatcher: allgather\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
+             Catch::Contains("plan.overlap_moe_expert_parallel_comm") && Catch::Contains("alltoall or deepep dispatcher"));
   CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kSelective, Precision::kFp8, false) == std::vector<bool>{false, true});
   CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::k1f1b, Recompute::kNone, Precision::kBf16, false) == std::vector<bool>{false});
   CHECK(PlanRules::ep_overlap_values(4, 2, Schedule::kInterleaved, Recompute::kNone, Precision::kBf16, false) ==
         std::vector<bool>{false, true});
   CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kNone, Precision::kBf16, true) == std::vector<bool>{false});
+  // Megatron-Core asserts the alltoall or flex dispatcher (transformer_config.py).
+  CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kNone, Precision::kBf16, false, MoeDispatcher::kAllGather) ==
+        std::vector<bool>{false});
+  CHECK(PlanRules::ep_overlap_values(4, 1, Schedule::k1f1b, Recompute::kNone, Precision::kBf16, false, MoeDispatcher::kDeepEp) ==
+        std::vector<bool>{false, true});
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp16\nzero_stage: 3\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),
              Catch::Contains("sharded parameters"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 4\nprecision: fp16\nfsdp: full_shard\noverlap_moe_expert_parallel_comm: true\n", "p.yaml"), *m, c); }),

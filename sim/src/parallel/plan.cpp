@@ -868,10 +868,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // sharded parameters (DeepSpeed's ZeRO-3, PyTorch's FSDP).
   r.overlap_moe_expert_parallel_comm = s.overlap_moe_expert_parallel_comm;
   if (r.overlap_moe_expert_parallel_comm &&
-      !PlanRules::ep_overlap_values(r.ep, r.pp, r.schedule, r.recompute, r.precision, r.zero_stage == 3).back()) {
+      !PlanRules::ep_overlap_values(r.ep, r.pp, r.schedule, r.recompute, r.precision, r.zero_stage == 3, r.moe_dispatcher).back()) {
     std::string why;
     if (r.ep <= 1) {
       why = "needs experts split over ranks (ep > 1; ep is " + std::to_string(r.ep) + ")";
+    } else if (r.moe_dispatcher == MoeDispatcher::kAllGather) {
+      why = "needs the alltoall or deepep dispatcher (Megatron-Core asserts alltoall or flex; moe_dispatcher is allgather)";
     } else if (r.pp > 1) {
       why = "with a pipeline needs schedule: interleaved (Megatron-Core asserts virtual stages; the schedule is " +
             std::string(to_string(r.schedule)) + ")";

@@ -256,9 +256,9 @@ std::vector<bool> PlanRules::tp_comm_overlap_values(int tp, bool sequence_parall
 }
 
 std::vector<bool> PlanRules::ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision,
-                                               bool sharded) {
+                                               bool sharded, MoeDispatcher dispatcher) {
   if (ep > 1 && (pp == 1 || schedule == Schedule::kInterleaved) && recompute != Recompute::kFull &&
-      precision != Precision::kFp32 && !sharded) {
+      precision != Precision::kFp32 && !sharded && dispatcher != MoeDispatcher::kAllGather) {
     return {false, true};
   }
   return {false};

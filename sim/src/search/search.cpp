@@ -566,6 +566,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     for (const MoeDispatcher d : dispatchers) {
                       PlanSpec pd = p;
                       pd.moe_dispatcher = d;
+                      // Megatron-Core overlaps expert-parallel exchanges under alltoall and flex only.
+                      pd.overlap_moe_expert_parallel_comm = p.overlap_moe_expert_parallel_comm && d != MoeDispatcher::kAllGather;
                       if (rc == Recompute::kFull) {
                         // Note [Block recompute]: Megatron's block method at a
                         // quarter, half and three quarters of a chunk's blocks,

@@ -162,11 +162,12 @@ class PlanRules {
   /// Megatron-Core's --overlap-moe-expert-parallel-comm (Note
   /// [Expert-parallel overlap] in lowering/layer_stage.cpp) needs experts
   /// split (ep > 1), with a pipeline its interleaved schedule, no full
-  /// recompute and a 16-bit model (its transformer_config.py asserts each);
-  /// not beside dtsim's sharded parameters (`sharded`: ZeRO-3 or FSDP,
+  /// recompute, a 16-bit model and the alltoall or flex dispatcher (its
+  /// transformer_config.py asserts each; flex is dtsim's deepep); not
+  /// beside dtsim's sharded parameters (`sharded`: ZeRO-3 or FSDP,
   /// DeepSpeed's and PyTorch's, which do not run Megatron's schedule).
   static std::vector<bool> ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision,
-                                             bool sharded);
+                                             bool sharded, MoeDispatcher dispatcher = MoeDispatcher::kAllToAll);
   /// Precisions the device runs (bf16 needs bfloat16 support).
   std::vector<Precision> precisions() const;
   /// Orders of the mesh axes a placement may give, innermost first.
