@@ -96,6 +96,85 @@ std::string whole_name(const std::string& name, int r, int local) {
   return name.substr(0, at + tag.size()) + std::to_string(r * local + j) + name.substr(end);
 }
 
+
+constexpr std::int64_t kSeqs = 2, kTokens = 8;
+
+/// The whole block, seeded as the shares are, run on every rank's
+/// sequences at once: each rank's inputs and output cotangents, the
+/// concatenated input, output and parameters (with their gradients).
+struct Whole {
+  std::vector<torch::Tensor> xs, cots;
+  torch::Tensor x_all, y_all;
+  torch::OrderedDict<std::string, torch::Tensor> want;
+  std::unique_ptr<models::TorchLayer> layer;
+};
+Whole run_whole(const std::string& sig, int n) {
+  Whole w;
+  torch::manual_seed(7);
+  for (int r = 0; r < n; ++r) {
+    w.xs.push_back(torch::randn({kSeqs, kTokens, 32}));
+    w.cots.push_back(torch::randn({kSeqs, kTokens, 32}));
+  }
+  torch::manual_seed(1);
+  w.layer = models::make_torch_layer(sig);
+  w.x_all = torch::cat(w.xs, 0).requires_grad_(true);
+  w.y_all = w.layer->forward({w.x_all});
+  (w.y_all * torch::cat(w.cots, 0)).sum().backward();
+  w.want = w.layer->module().named_parameters();
+  return w;
+}
+
+/// Each rank's share on a thread of its own over `exchange`, its own
+/// sequences through it: the outputs and input gradients.
+std::pair<std::vector<torch::Tensor>, std::vector<torch::Tensor>> run_shares(std::vector<std::unique_ptr<models::TorchLayer>>& layers,
+                                                                           const Whole& w, Exchange& exchange) {
+  const std::size_t n = layers.size();
+  std::vector<torch::Tensor> outs(n), grads(n);
+  std::vector<std::thread> threads;
+  for (std::size_t r = 0; r < n; ++r) {
+    threads.emplace_back([&, r] {
+      t_exchange = &exchange;
+      t_rank = static_cast<int>(r);
+      const auto x = w.xs[r].clone().requires_grad_(true);
+      const auto y = layers[r]->forward({x});
+      (y * w.cots[r]).sum().backward();
+      outs[r] = y.detach();
+      grads[r] = x.grad();
+    });
+  }
+  for (auto& t : threads) t.join();
+  return {outs, grads};
+}
+
+/// Rank r's outputs and input gradients are the whole block's at its
+/// sequences, its experts' gradients the whole block's for those experts
+/// (`local` a rank), and every other parameter's gradients, summed over the
+/// ranks, the whole block's.
+void check_shares(const std::vector<std::unique_ptr<models::TorchLayer>>& layers, Whole& w, const std::vector<torch::Tensor>& outs,
+                  const std::vector<torch::Tensor>& grads, int local) {
+  std::map<std::string, torch::Tensor> dense_sum;
+  for (std::size_t r = 0; r < layers.size(); ++r) {
+    INFO("rank " << r);
+    const auto at = static_cast<std::int64_t>(r) * kSeqs;
+    CHECK(torch::allclose(outs[r], w.y_all.detach().narrow(0, at, kSeqs), 1e-4, 1e-6));
+    CHECK(torch::allclose(grads[r], w.x_all.grad().narrow(0, at, kSeqs), 1e-4, 1e-6));
+    for (const auto& p : layers[r]->module().named_parameters()) {
+      INFO(p.key());
+      REQUIRE(p.value().grad().defined());
+      if (p.key().find("experts_") != std::string::npos) {
+        CHECK(torch::allclose(p.value().grad(), w.want[whole_name(p.key(), static_cast<int>(r), local)].grad(), 1e-4, 1e-6));
+      } else {
+        auto& sum = dense_sum[p.key()];
+        sum = sum.defined() ? sum + p.value().grad() : p.value().grad().clone();
+      }
+    }
+  }
+  for (const auto& [name, sum] : dense_sum) {
+    INFO(name);
+    CHECK(torch::allclose(sum, w.want[name].grad(), 1e-4, 1e-5));
+  }
+}
+
 }  // namespace
 
 TEST_CASE("the dispatch sorts (token, slot) pairs by expert and counts each rank's rows, by hand", "[torch][ep]") {
@@ -160,23 +239,11 @@ TEST_CASE("expert-parallel ranks compute the whole MoE block, forward and backwa
   // the combine's backward), and the other parameters' gradients, summed
   // over the ranks, the whole block's.
   const std::string sig = "moe.block:h=32,a=4,kv=2,d=8,E=8,k=2,fe=16,fs=16,sg=1,qkvb=0,ob=0,mb=0,qkn=0";
-  constexpr std::int64_t kSeqs = 2, kTokens = 8, kTopK = 2, kExperts = 8;
+  constexpr std::int64_t kTopK = 2, kExperts = 8;
   for (const int n : {2, 4}) {
     INFO("ep " << n);
     const int local = static_cast<int>(kExperts) / n;
-    torch::manual_seed(7);
-    std::vector<torch::Tensor> xs, cots;
-    for (int r = 0; r < n; ++r) {
-      xs.push_back(torch::randn({kSeqs, kTokens, 32}));
-      cots.push_back(torch::randn({kSeqs, kTokens, 32}));
-    }
-    torch::manual_seed(1);
-    auto whole = models::make_torch_layer(sig);
-    const auto x_all = torch::cat(xs, 0).requires_grad_(true);
-    const auto y_all = whole->forward({x_all});
-    (y_all * torch::cat(cots, 0)).sum().backward();
-    const auto want = whole->module().named_parameters();
-
+    Whole w = run_whole(sig, n);
     Exchange exchange(n);
     std::vector<std::unique_ptr<models::TorchLayer>> layers;
     for (int r = 0; r < n; ++r) {
@@ -185,26 +252,12 @@ TEST_CASE("expert-parallel ranks compute the whole MoE block, forward and backwa
       // Rank r holds experts [r E/n, (r+1) E/n) of the whole block and every other tensor.
       for (const auto& p : layers[r]->module().named_parameters()) {
         INFO(p.key());
-        REQUIRE(want.contains(whole_name(p.key(), r, local)));
-        CHECK(torch::equal(p.value(), want[whole_name(p.key(), r, local)]));
+        REQUIRE(w.want.contains(whole_name(p.key(), r, local)));
+        CHECK(torch::equal(p.value(), w.want[whole_name(p.key(), r, local)]));
       }
     }
-    std::vector<torch::Tensor> outs(n), grads(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        t_exchange = &exchange;
-        t_rank = r;
-        const auto x = xs[r].clone().requires_grad_(true);
-        const auto y = layers[r]->forward({x});
-        (y * cots[r]).sum().backward();
-        outs[r] = y.detach();
-        grads[r] = x.grad();
-      });
-    }
-    for (auto& t : threads) t.join();
+    const auto [outs, grads] = run_shares(layers, w, exchange);
     CHECK_FALSE(exchange.mismatch.load());
-    std::map<std::string, torch::Tensor> dense_sum;
     for (int r = 0; r < n; ++r) {
       INFO("rank " << r);
       // The counts go first, E / n to each rank; then each rank's T k = 2 x
@@ -222,26 +275,9 @@ TEST_CASE("expert-parallel ranks compute the whole MoE block, forward and backwa
       std::int64_t returned = 0;
       for (const auto k : calls[2]) returned += k;
       CHECK(returned == received);  // the combine returns every row it got
-      CHECK(torch::allclose(outs[r], y_all.detach().narrow(0, r * kSeqs, kSeqs), 1e-4, 1e-6));
-      CHECK(torch::allclose(grads[r], x_all.grad().narrow(0, r * kSeqs, kSeqs), 1e-4, 1e-6));
-      const auto experts = layers[r]->expert_parameters();
-      CHECK(static_cast<int>(experts.size()) == 3 * local);
-      for (const auto& p : layers[r]->module().named_parameters()) {
-        INFO(p.key());
-        REQUIRE(p.value().grad().defined());
-        const bool expert = p.key().find("experts_") != std::string::npos;
-        if (expert) {
-          CHECK(torch::allclose(p.value().grad(), want[whole_name(p.key(), r, local)].grad(), 1e-4, 1e-6));
-        } else {
-          auto& sum = dense_sum[p.key()];
-          sum = sum.defined() ? sum + p.value().grad() : p.value().grad().clone();
-        }
-      }
+      CHECK(static_cast<int>(layers[r]->expert_parameters().size()) == 3 * local);
     }
-    for (const auto& [name, sum] : dense_sum) {
-      INFO(name);
-      CHECK(torch::allclose(sum, want[name].grad(), 1e-4, 1e-5));
-    }
+    check_shares(layers, w, outs, grads, local);
   }
 }
 
@@ -285,23 +321,10 @@ TEST_CASE("the allgather dispatcher's ranks compute the whole MoE block: every t
   // reduce-scatters its parts of every token back. No all-to-all runs;
   // forward gathers twice and reduce-scatters once, backward the reverse.
   const std::string sig = "moe.block:h=32,a=4,kv=2,d=8,E=8,k=2,fe=16,fs=16,sg=1,qkvb=0,ob=0,mb=0,qkn=0";
-  constexpr std::int64_t kSeqs = 2, kTokens = 8, kExperts = 8;
+  constexpr std::int64_t kExperts = 8;
   for (const int n : {2, 4}) {
     INFO("ep " << n);
-    const int local = static_cast<int>(kExperts) / n;
-    torch::manual_seed(7);
-    std::vector<torch::Tensor> xs, cots;
-    for (int r = 0; r < n; ++r) {
-      xs.push_back(torch::randn({kSeqs, kTokens, 32}));
-      cots.push_back(torch::randn({kSeqs, kTokens, 32}));
-    }
-    torch::manual_seed(1);
-    auto whole = models::make_torch_layer(sig);
-    const auto x_all = torch::cat(xs, 0).requires_grad_(true);
-    const auto y_all = whole->forward({x_all});
-    (y_all * torch::cat(cots, 0)).sum().backward();
-    const auto want = whole->module().named_parameters();
-
+    Whole w = run_whole(sig, n);
     Exchange exchange(n);
     SequenceGroup group(n);
     std::vector<std::unique_ptr<models::TorchLayer>> layers;
@@ -314,43 +337,14 @@ TEST_CASE("the allgather dispatcher's ranks compute the whole MoE block: every t
       torch::manual_seed(1);
       layers.push_back(models::make_torch_layer(sig + ",ep=" + std::to_string(n) + ",ag=1", no_tp(), {}, ep));
     }
-    std::vector<torch::Tensor> outs(n), grads(n);
-    std::vector<std::thread> threads;
-    for (int r = 0; r < n; ++r) {
-      threads.emplace_back([&, r] {
-        t_exchange = &exchange;
-        t_rank = r;
-        const auto x = xs[r].clone().requires_grad_(true);
-        const auto y = layers[r]->forward({x});
-        (y * cots[r]).sum().backward();
-        outs[r] = y.detach();
-        grads[r] = x.grad();
-      });
-    }
-    for (auto& t : threads) t.join();
-    std::map<std::string, torch::Tensor> dense_sum;
+    const auto [outs, grads] = run_shares(layers, w, exchange);
     for (int r = 0; r < n; ++r) {
       INFO("rank " << r);
       CHECK(exchange.calls[r].empty());
       CHECK(group.gathers[r] == 3);
       CHECK(group.scatters[r] == 3);
-      CHECK(torch::allclose(outs[r], y_all.detach().narrow(0, r * kSeqs, kSeqs), 1e-4, 1e-6));
-      CHECK(torch::allclose(grads[r], x_all.grad().narrow(0, r * kSeqs, kSeqs), 1e-4, 1e-6));
-      for (const auto& p : layers[r]->module().named_parameters()) {
-        INFO(p.key());
-        REQUIRE(p.value().grad().defined());
-        if (p.key().find("experts_") != std::string::npos) {
-          CHECK(torch::allclose(p.value().grad(), want[whole_name(p.key(), r, local)].grad(), 1e-4, 1e-6));
-        } else {
-          auto& sum = dense_sum[p.key()];
-          sum = sum.defined() ? sum + p.value().grad() : p.value().grad().clone();
-        }
-      }
     }
-    for (const auto& [name, sum] : dense_sum) {
-      INFO(name);
-      CHECK(torch::allclose(sum, want[name].grad(), 1e-4, 1e-5));
-    }
+    check_shares(layers, w, outs, grads, static_cast<int>(kExperts) / n);
   }
   // A group of another size than etp x ep is refused in one line.
   models::ExpertParallel ep = fake_ep(0, 2);
