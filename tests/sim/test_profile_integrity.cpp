@@ -2,6 +2,7 @@
 // [Profile integrity] in sim/src/profile/profile_io.cpp).
 #include <catch2/catch.hpp>
 
+#include <csignal>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
@@ -149,5 +150,18 @@ TEST_CASE("a damaged format-1 profile is refused in one line, never a crash or a
     CHECK(why.rfind(path + ": a damaged format-1 profile (format 1 has no checksum): ", 0) == 0);
     CHECK(why.find('\n') == std::string::npos);
   }
+  // The child dies of its crash even where the host program handles
+  // SIGSEGV (a test framework, Python's faulthandler): its handlers are
+  // reset in the child, which would otherwise run this one and exit 77.
+  std::string bad = good;
+  bad[8879] = '\x9d';
+  write_bytes(path, bad);
+  struct sigaction mine {}, before {};
+  mine.sa_handler = [](int) { ::_exit(77); };
+  sigemptyset(&mine.sa_mask);
+  REQUIRE(::sigaction(SIGSEGV, &mine, &before) == 0);
+  const std::string why = load_error(path);
+  ::sigaction(SIGSEGV, &before, nullptr);
+  CHECK(why.find("libhdf5 crashed reading it (Segmentation fault)") != std::string::npos);
   std::remove(path.c_str());
 }

@@ -872,7 +872,10 @@ Profile read_profile_file(const std::string& path, const std::string& integrity)
 // checksummed format-2 file (what `dtsim profile upgrade` writes); the
 // parent reads that, checked. A child that dies, runs out of time or of
 // memory is one line naming the file, exit status 2. Flips that leave a
-// well-formed file are read as they are: format 1 cannot tell them.
+// well-formed file are read as they are: format 1 cannot tell them. The
+// child dies of a crash as the kernel delivers it: the handlers a host
+// program installed (a test framework's, Python's faulthandler) are reset,
+// or they would report the child's crash as their own on the shared output.
 constexpr rlim_t kChildCpuSeconds = 30;
 constexpr rlim_t kChildMemoryBytes = rlim_t{4} << 30;
 
@@ -897,6 +900,7 @@ Profile read_format1_in_child(const std::string& path) {
   }
   if (child == 0) {
     ::close(pipe_fd[0]);
+    for (const int sig : {SIGSEGV, SIGBUS, SIGFPE, SIGILL, SIGABRT, SIGXCPU}) ::signal(sig, SIG_DFL);
     const struct rlimit cpu {kChildCpuSeconds, kChildCpuSeconds};
     ::setrlimit(RLIMIT_CPU, &cpu);
 // A sanitizer's shadow memory is terabytes of address space (GCC says so
