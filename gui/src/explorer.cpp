@@ -76,6 +76,7 @@ KnobChoices knob_choices(const sim::Model& model, const sim::ClusterSpec& cluste
   c.ep = rules.ep_values(tp, cp > 0 ? cp : 1, replicas, etp > 0 ? etp : tp);
   if (c.ep.empty()) c.ep = {1};
   c.experts = model.experts() > 0;
+  c.dispatchers = rules.dispatchers();
   c.cp_comms = rules.cp_comms(cp);
   c.loss_parallels = rules.loss_parallels(tp);
   c.attentions = rules.attentions();

@@ -118,6 +118,10 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
            "DeepSpeed MoE ep_size, torchtitan expert_parallel_degree. Dense models: 1."},
     {"etp", "plan.etp, tensor parallelism inside each expert: 1 or tp. "
             "Megatron --expert-tensor-parallel-size (default: tp)."},
+    {"moe_dispatcher", "plan.moe_dispatcher, how tokens reach their experts: alltoall (each token's k rows sent to "
+                       "their experts' ranks), allgather (every token gathered over the etp x ep ranks, Megatron-Core's "
+                       "default) or deepep (DeepEP's kernels: once to each node of its experts). "
+                       "Megatron --moe-token-dispatcher-type."},
     {"overlap_moe_expert_parallel_comm",
      "plan.overlap_moe_expert_parallel_comm: after the first micro-batch's forward, each next forward runs layer by "
      "layer beside the backward of the one before, each one's all-to-alls under the other's layer. Megatron "
@@ -579,7 +583,7 @@ struct ExplorerWindow::Impl {
   // Pickers and knobs.
   QComboBox *model = nullptr, *cluster = nullptr, *plan = nullptr, *profile = nullptr;
   QComboBox *dp = nullptr, *tp = nullptr, *pp = nullptr, *cp = nullptr, *cp_comm = nullptr, *loss_parallel = nullptr, *ep = nullptr,
-            *etp = nullptr, *schedule = nullptr,
+            *etp = nullptr, *moe_dispatcher = nullptr, *schedule = nullptr,
             *zero = nullptr, *offload = nullptr, *recompute = nullptr, *attention = nullptr, *precision = nullptr,
             *kernels_box = nullptr, *fp8_recipe = nullptr,
             *batch_mode = nullptr, *fsdp_wrap = nullptr;
@@ -705,6 +709,8 @@ struct ExplorerWindow::Impl {
     ep->setObjectName("ep");
     etp = new QComboBox;
     etp->setObjectName("etp");
+    moe_dispatcher = new QComboBox;
+    moe_dispatcher->setObjectName("moe_dispatcher");
     moe_imbalance = new QDoubleSpinBox;
     moe_imbalance->setObjectName("moe_imbalance");
     moe_imbalance->setRange(1.0, 8.0);
@@ -735,6 +741,7 @@ struct ExplorerWindow::Impl {
     pf->addRow("Vocab-parallel loss", loss_parallel);
     pf->addRow("Expert parallel", ep);
     pf->addRow("Expert tensor parallel", etp);
+    pf->addRow("Token dispatcher", moe_dispatcher);
     pf->addRow("Load imbalance", moe_imbalance);
     pf->addRow("", ep_overlap);
     pf->addRow("Schedule", schedule);
@@ -1236,7 +1243,7 @@ struct ExplorerWindow::Impl {
       if (!s.startsWith("__")) w->open_plan(s);
     });
     picker(profile, [this](const QString& s) { w->open_profile(s); });
-    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, loss_parallel, ep, etp, schedule, zero, offload, recompute, attention, precision, batch_mode,
+    for (QComboBox* b : {dp, tp, pp, cp, cp_comm, loss_parallel, ep, etp, moe_dispatcher, schedule, zero, offload, recompute, attention, precision, batch_mode,
                          fsdp_wrap, kernels_box, fp8_recipe}) {
       QObject::connect(b, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     }
@@ -1354,6 +1361,8 @@ struct ExplorerWindow::Impl {
     set_int_choices(etp, ch.etp, plan_now.etp == 0 ? cur_tp : plan_now.etp);
     ep->setEnabled(ch.experts || ep->count() > 1);
     etp->setEnabled(ch.experts || etp->count() > 1);
+    set_enum_choices(moe_dispatcher, ch.dispatchers, plan_now.moe_dispatcher, " (invalid here)");
+    moe_dispatcher->setEnabled(ch.experts || moe_dispatcher->count() > 1);
     moe_imbalance->setEnabled(ch.experts);
     set_enum_choices(attention, ch.attentions, scenario.plan.attention, " (invalid here)");
     // The rules table's modes (PlanRules::recomputes); op only where described.
@@ -1375,7 +1384,8 @@ struct ExplorerWindow::Impl {
     ep_overlap->setEnabled(sim::PlanRules::ep_overlap_values(ep->currentData().toInt(), cur_pp,
                                                              interleaved ? sim::Schedule::kInterleaved : sim::Schedule::k1f1b,
                                                              static_cast<sim::Recompute>(recompute->currentData().toInt()), cur_prec,
-                                                             zero_stage_of_box(zero->currentData().toInt()) == 3)
+                                                             zero_stage_of_box(zero->currentData().toInt()) == 3,
+                                                             static_cast<sim::MoeDispatcher>(moe_dispatcher->currentData().toInt()))
                                .back());
     vstages->setEnabled(interleaved);
     dealloc->setEnabled(piped);
@@ -1458,6 +1468,7 @@ struct ExplorerWindow::Impl {
     const int e = etp->currentData().toInt();
     if (e != (before.etp == 0 ? before.tp : before.etp)) p.etp = e == p.tp ? 0 : e;
     if (moved(moe_imbalance, before.moe_imbalance)) p.moe_imbalance = moe_imbalance->value();
+    if (moe_dispatcher->count() > 0) p.moe_dispatcher = static_cast<sim::MoeDispatcher>(moe_dispatcher->currentData().toInt());
     // Virtual stages belong to the interleaved schedule: the box's value
     // while it runs; cleared (the box keeps it) when the user leaves it;
     // otherwise as loaded, where resolve says what is wrong with it.
@@ -1551,6 +1562,7 @@ struct ExplorerWindow::Impl {
     mark(p.dp != before.dp, "dp");
     mark(p.ep != before.ep, "ep");
     mark(p.etp != before.etp, "etp");
+    mark(p.moe_dispatcher != before.moe_dispatcher, "moe_dispatcher");
     mark(p.moe_imbalance != before.moe_imbalance, "moe_imbalance");
     mark(p.virtual_stages != before.virtual_stages, "virtual_stages");
     mark(p.sequence_parallel != before.sequence_parallel, "sequence_parallel");

@@ -80,6 +80,11 @@ std::vector<MoeDispatcher> PlanRules::dispatcher_values(int ep, int etp, MoeExpe
   return {model_.top_k() >= 2 ? MoeDispatcher::kAllGather : MoeDispatcher::kAllToAll};
 }
 
+std::vector<MoeDispatcher> PlanRules::dispatchers(MoeExperts experts) const {
+  if (model_.experts() <= 0 || experts == MoeExperts::kDense) return {MoeDispatcher::kAllToAll};
+  return {MoeDispatcher::kAllToAll, MoeDispatcher::kAllGather, MoeDispatcher::kDeepEp};
+}
+
 std::vector<LossParallel> PlanRules::loss_parallels(int tp) const {
   if (tp <= 1) return {LossParallel::kAuto};
   return {LossParallel::kAuto, LossParallel::kMegatron, LossParallel::kDtensor};

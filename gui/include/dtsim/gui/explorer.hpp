@@ -62,7 +62,8 @@ struct KnobChoices {
   std::vector<int> cp;          ///< divisors of GPUs / tp cutting a sequence into 2 cp chunks ({1} if the model cannot)
   std::vector<int> ep;          ///< divisors of the routed experts whose ep x etp divides tp * cp * dp ({1}: dense)
   std::vector<int> etp;         ///< 1 and tp for a mixture of experts ({tp}: dense, or tp 1)
-  bool experts = false;         ///< the model has routed experts (ep, etp and the load imbalance apply)
+  bool experts = false;         ///< the model has routed experts (ep, etp, the dispatcher and the load imbalance apply)
+  std::vector<sim::MoeDispatcher> dispatchers;  ///< alltoall, allgather and deepep with routed experts ({alltoall}: dense)
   std::vector<sim::CpComm> cp_comms;       ///< how K/V move with the current cp (only p2p at cp 1)
   std::vector<sim::LossParallel> loss_parallels;  ///< whose cross-entropy a tp head runs (only auto at tp 1)
   std::vector<sim::Attention> attentions;  ///< auto, and eager and flash where the model has attention

@@ -72,6 +72,10 @@ class PlanRules {
   /// alltoall for a dense model and for dense experts (nothing dispatched:
   /// Note [Dense experts]). One value, so the search walks no more plans.
   std::vector<MoeDispatcher> dispatcher_values(int ep, int etp, MoeExperts experts = MoeExperts::kGrouped) const;
+  /// Every token dispatcher a plan may name: alltoall, allgather and
+  /// deepep for a mixture of grouped experts; {alltoall} for a dense model
+  /// and for dense experts (resolve refuses the others there).
+  std::vector<MoeDispatcher> dispatchers(MoeExperts experts = MoeExperts::kGrouped) const;
   /// Ways K/V reach the context-parallel ranks (none to choose when cp = 1).
   std::vector<CpComm> cp_comms(int cp) const;
   /// Whose vocab-parallel cross-entropy a tensor-parallel LM head runs
