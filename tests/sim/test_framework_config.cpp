@@ -621,6 +621,17 @@ TEST_CASE("torchtitan: HSDP, DDP, pipelines and bad lines", "[framework]") {
         "t.toml:2: parallelism.tensor_parallel_degree: expected an integer, got \"8\" (a string)");
   CHECK(error_of([] { parse_torchtitan_config("[activation_checkpoint]\nmode = \"half\"\n", "t.toml"); }) ==
         "t.toml:2: activation_checkpoint.mode: 'half' is not one of none, selective, full");
+  // Note [Non-ASCII outside strings]: where TOML takes no non-ASCII
+  // character toml++ would reach undefined behaviour deciding whether it is
+  // whitespace (scripts/fuzz: a Greek capital kappa, U+039A, for a number);
+  // refused first, naming the line and column. In strings and comments it is TOML.
+  CHECK(error_of([] { parse_torchtitan_config("[optimizer]\neps = \xce\x9a-8\n", "t.toml"); }) ==
+        "t.toml:2:7: a non-ASCII character outside a string or comment; TOML takes one only inside strings and comments");
+  CHECK(error_of([] { parse_torchtitan_config("[job]\ndescription = \"\"\"a \\\n  \xce\x9a\"\"\"\n", "t.toml"); })
+            .rfind("t.toml:3:3: a non-ASCII character after a line-ending backslash", 0) == 0);
+  const FrameworkConfig greek = parse_torchtitan_config(
+      "# \xce\x9a\n[job]\ndescription = \"\xce\x9a\"\nnotes = '\xce\x9a'\nmore = \"\"\"\n\xce\x9a\"\"\"\n[parallelism]\ntensor_parallel_degree = 2\n", "g.toml");
+  CHECK(keys(greek)["plan.tp"] == "2");
 }
 
 // torch/distributed/fsdp/api.py, ShardingStrategy: FULL_SHARD is ZeRO-3,

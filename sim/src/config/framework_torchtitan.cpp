@@ -9,6 +9,7 @@
 #include <toml++/toml.h>
 
 #include <algorithm>
+#include <cctype>
 #include <optional>
 
 #include "dtsim/sim/error.hpp"
@@ -113,10 +114,97 @@ std::string builtin_models() {
 
 bool contains(const std::vector<std::string>& v, const std::string& x) { return std::find(v.begin(), v.end(), x) != v.end(); }
 
+// Note [Non-ASCII outside strings]
+// toml++ 3.3 (Debian's) decides whether a character is whitespace with
+// is_non_ascii_horizontal_whitespace, which reaches TOML_UNREACHABLE
+// (undefined behaviour) for most code points from U+00A1 to U+0499: found
+// by scripts/fuzz as "eps = \u039a-8" (a Greek capital kappa where a number
+// was). It asks only where TOML allows no such character: outside strings
+// and comments, and in a multi-line basic string right after a line-ending
+// backslash (and the whitespace it skips) or as an escape. So those are
+// refused first, in one line naming the line and column.
+void check_non_ascii(const std::string& text, const std::string& file) {
+  enum class In { kCode, kComment, kBasic, kLiteral, kMultiBasic, kMultiLiteral } in = In::kCode;
+  std::size_t line = 1, col = 1;
+  bool skipping = false;  // in a multi-line basic string, after a line-ending backslash
+  const auto bad = [&](const char* where) {
+    throw ConfigError(file + ":" + std::to_string(line) + ":" + std::to_string(col) + ": a non-ASCII character " + where +
+                      "; TOML takes one only inside strings and comments");
+  };
+  for (std::size_t i = 0; i < text.size(); ++i) {
+    const auto c = static_cast<unsigned char>(text[i]);
+    const auto starts = [&](const char* three) { return text.compare(i, 3, three) == 0; };
+    std::size_t skip = 0;  // bytes taken with this one
+    switch (in) {
+      case In::kCode:
+        if (c == '#') {
+          in = In::kComment;
+        } else if (starts("\"\"\"")) {
+          in = In::kMultiBasic;
+          skip = 2;
+        } else if (starts("'''")) {
+          in = In::kMultiLiteral;
+          skip = 2;
+        } else if (c == '"') {
+          in = In::kBasic;
+        } else if (c == '\'') {
+          in = In::kLiteral;
+        } else if (c >= 0x80) {
+          bad("outside a string or comment");
+        }
+        break;
+      case In::kComment:
+        if (c == '\n') in = In::kCode;
+        break;
+      case In::kBasic:
+        if (c == '\\') {
+          skip = 1;
+        } else if (c == '"' || c == '\n') {
+          in = In::kCode;
+        }
+        break;
+      case In::kLiteral:
+        if (c == '\'' || c == '\n') in = In::kCode;
+        break;
+      case In::kMultiBasic:
+        if (c == '\\') {
+          if (i + 1 < text.size() && static_cast<unsigned char>(text[i + 1]) >= 0x80) bad("escaped in a multi-line string");
+          skipping = i + 1 < text.size() && std::isspace(static_cast<unsigned char>(text[i + 1])) != 0;
+          if (!skipping) skip = 1;
+        } else if (starts("\"\"\"")) {
+          in = In::kCode;
+          skipping = false;
+          skip = 2;
+        } else if (c >= 0x80 && skipping) {
+          bad("after a line-ending backslash");
+        } else if (std::isspace(c) == 0) {
+          skipping = false;
+        }
+        break;
+      case In::kMultiLiteral:
+        if (starts("'''")) {
+          in = In::kCode;
+          skip = 2;
+        }
+        break;
+    }
+    for (std::size_t k = 0; k <= skip && i < text.size(); ++k) {
+      if (k > 0) ++i;
+      if (text[i] == '\n') {
+        ++line;
+        col = 1;
+      } else {
+        ++col;
+      }
+    }
+  }
+}
+
 }  // namespace
 
 FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const std::string& file) {
   if (toml_text_in.size() > kMaxConfigBytes) throw ConfigError(file + ": larger than a config may be");
+  check_non_ascii(toml_text_in, file);  // Note [Non-ASCII outside strings]
   toml::table root;
   try {
     root = toml::parse(toml_text_in, file);
