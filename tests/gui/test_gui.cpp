@@ -998,16 +998,22 @@ void show_mixtral(ExplorerWindow& w) {
   REQUIRE(w.outcome().ok());
 }
 
+/// The window's knob of that object name, which must be there.
+template <class Knob>
+Knob* knob(ExplorerWindow& w, const char* name) {
+  auto* k = w.findChild<Knob*>(name);
+  INFO(name);
+  REQUIRE(k != nullptr);
+  return k;
+}
+
 TEST_CASE("the expert-parallel knobs follow the rules table and reach the plan", "[gui][window]") {
   app();
   ExplorerWindow w;
   show_mixtral(w);
-  auto* ep = w.findChild<QComboBox*>("ep");
-  auto* etp = w.findChild<QComboBox*>("etp");
-  auto* imbalance = w.findChild<QDoubleSpinBox*>("moe_imbalance");
-  REQUIRE(ep != nullptr);
-  REQUIRE(etp != nullptr);
-  REQUIRE(imbalance != nullptr);
+  auto* ep = knob<QComboBox>(w, "ep");
+  auto* etp = knob<QComboBox>(w, "etp");
+  auto* imbalance = knob<QDoubleSpinBox>(w, "moe_imbalance");
   // megatron-moe: ep 8, etp 1, pp 4, tp 1 (unset), dp left to resolve. On
   // 4 nodes x 8 = 32 GPUs, dp = 32 / (tp 1 x pp 4 x cp 1) = 8, so a stage
   // has tp x cp x dp = 8 ranks. ep must divide the 8 experts and, times etp
@@ -1096,10 +1102,8 @@ TEST_CASE("the token dispatcher: the rules table's three for a mixture of expert
   app();
   ExplorerWindow w;
   show_mixtral(w);
-  auto* dispatcher = w.findChild<QComboBox*>("moe_dispatcher");
-  auto* overlap = w.findChild<QCheckBox*>("overlap_moe_expert_parallel_comm");
-  REQUIRE(dispatcher != nullptr);
-  REQUIRE(overlap != nullptr);
+  auto* dispatcher = knob<QComboBox>(w, "moe_dispatcher");
+  auto* overlap = knob<QCheckBox>(w, "overlap_moe_expert_parallel_comm");
   CHECK(dispatcher->isEnabled());
   REQUIRE(dispatcher->count() == 3);  // PlanRules::dispatchers
   CHECK(dispatcher->itemText(0) == "alltoall");
