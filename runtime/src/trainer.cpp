@@ -587,12 +587,9 @@ class Trainer {
       edp_ = comm_.group(named("edp", edp), edp);
       if (plan_->moe_dispatcher == sim::MoeDispatcher::kAllGather && plan_->ep > 1) {
         // Megatron-Core's tp_ep group, where its allgather dispatcher
-        // gathers: each ep member's expert tensor-parallel ranks, in the
-        // order of a stage's index (Note [Expert mesh]).
-        std::vector<int> tp_ep;
-        for (const int r : ep) {
-          for (const int q : mesh.expert_group(plan_->etp, plan_->ep, sim::Axis::kTp, r)) tp_ep.push_back(q);
-        }
+        // gathers: the etp x ep ranks, in the order of a stage's index
+        // (Note [Expert mesh]; as sim::expert_dispatch_group takes them).
+        const std::vector<int> tp_ep = mesh.expert_group(plan_->etp * plan_->ep, 1, sim::Axis::kTp, me);
         tp_ep_ = comm_.group(named("tpep", tp_ep), tp_ep);
       }
     }

@@ -1151,19 +1151,7 @@ struct MoeMlp : nn::Module {
     for (int s = 0; s < sources; ++s) {
       for (std::int64_t j = 0; j < local; ++j) per_expert[j] += sizes[s * local + j];
     }
-    std::vector<torch::Tensor> outs;
-    torch::Tensor zero;  // the unused experts' zero gradients
-    std::int64_t at = 0;
-    for (std::int64_t j = 0; j < local; ++j) {
-      if (per_expert[j] == 0) {
-        zero = zero.defined() ? zero + unused(j) : unused(j);
-        continue;
-      }
-      outs.push_back(expert(by_expert.narrow(0, at, per_expert[j]), j));
-      at += per_expert[j];
-    }
-    torch::Tensor y = outs.empty() ? torch::zeros_like(x) : torch::cat(outs);
-    if (zero.defined()) y = y + zero;
+    torch::Tensor y = run_experts(by_expert, per_expert);
     std::vector<std::int64_t> expert_major;
     for (std::int64_t j = 0; j < local; ++j) {
       for (int s = 0; s < sources; ++s) expert_major.push_back(sizes[s * local + j]);
@@ -1182,6 +1170,25 @@ struct MoeMlp : nn::Module {
     const torch::Tensor w = weights.reshape({-1}).index_select(0, d.order).unsqueeze(1);
     return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, h}), back * w);
   }
+  /// Each local expert j on its per_expert[j] rows of x, which come in
+  /// expert order; the experts no row reached give their zero gradients.
+  torch::Tensor run_experts(const torch::Tensor& x, const std::vector<std::int64_t>& per_expert) {
+    std::vector<torch::Tensor> outs;
+    torch::Tensor zero;  // the unused experts' zero gradients
+    std::int64_t at = 0;
+    for (std::size_t j = 0; j < per_expert.size(); ++j) {
+      const auto e = static_cast<std::int64_t>(j);
+      if (per_expert[j] == 0) {
+        zero = zero.defined() ? zero + unused(e) : unused(e);
+        continue;
+      }
+      outs.push_back(expert(x.narrow(0, at, per_expert[j]), e));
+      at += per_expert[j];
+    }
+    torch::Tensor y = outs.empty() ? torch::zeros_like(x) : torch::cat(outs);
+    if (zero.defined()) y = y + zero;
+    return y;
+  }
   /// The allgather dispatcher's experts (MoEAllGatherTokenDispatcher's
   /// dispatch_postprocess and combine_preprocess): of every gathered token
   /// `flat` [T, h], the (token, slot) pairs routed to this rank's experts,
@@ -1197,20 +1204,7 @@ struct MoeMlp : nn::Module {
     const torch::Tensor rows = pairs.div(shape.top_k, "floor");
     const torch::Tensor x = flat.index_select(0, rows);
     const torch::Tensor counts = torch::bincount(expert_of, {}, shape.local).to(torch::kCPU).contiguous();
-    std::vector<torch::Tensor> outs;
-    torch::Tensor zero;  // the unused experts' zero gradients
-    std::int64_t at = 0;
-    for (std::int64_t j = 0; j < shape.local; ++j) {
-      const std::int64_t n = counts[j].item<std::int64_t>();
-      if (n == 0) {
-        zero = zero.defined() ? zero + unused(j) : unused(j);
-        continue;
-      }
-      outs.push_back(expert(x.narrow(0, at, n), j));
-      at += n;
-    }
-    torch::Tensor y = outs.empty() ? torch::zeros_like(x) : torch::cat(outs);
-    if (zero.defined()) y = y + zero;
+    const torch::Tensor y = run_experts(x, std::vector<std::int64_t>(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + shape.local));
     const torch::Tensor w = weights.reshape({-1}).index_select(0, pairs).unsqueeze(1);
     return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, shape.h}), y * w);
   }

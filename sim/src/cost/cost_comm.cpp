@@ -645,10 +645,12 @@ CommGroup data_group(const Mesh& mesh, int per_node) {
 // group's ranks, from which dtsim validate's runtime builds its ep and edp
 // process groups); a group's members on rank 0's node and the groups that
 // share that node come from enumerating it.
-namespace {
-
-/// The group of `members` expert ranks `jstride` apart in a stage's index.
-CommGroup expert_members(const Mesh& mesh, int members, int jstride, int per_node) {
+CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node) {
+  const int stage_ranks = mesh.ranks() / mesh.size(Axis::kPp);
+  DTSIM_ASSERT(etp >= 1 && ep >= 1 && stage_ranks % (etp * ep) == 0, "expert mesh does not fold the stage's ranks");
+  const int edp = stage_ranks / (etp * ep);
+  const int members = axis == Axis::kTp ? etp : axis == Axis::kEp ? ep : edp;
+  const int jstride = axis == Axis::kTp ? 1 : axis == Axis::kEp ? etp : etp * ep;
   CommGroup g;
   g.ranks = members;
   if (members <= 1) return g;
@@ -666,22 +668,11 @@ CommGroup expert_members(const Mesh& mesh, int members, int jstride, int per_nod
   return g;
 }
 
-}  // namespace
-
-CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node) {
-  const int stage_ranks = mesh.ranks() / mesh.size(Axis::kPp);
-  DTSIM_ASSERT(etp >= 1 && ep >= 1 && stage_ranks % (etp * ep) == 0, "expert mesh does not fold the stage's ranks");
-  const int edp = stage_ranks / (etp * ep);
-  const int members = axis == Axis::kTp ? etp : axis == Axis::kEp ? ep : edp;
-  const int jstride = axis == Axis::kTp ? 1 : axis == Axis::kEp ? etp : etp * ep;
-  return expert_members(mesh, members, jstride, per_node);
-}
-
 CommGroup expert_dispatch_group(const Mesh& mesh, int etp, int ep, MoeDispatcher dispatcher, int per_node) {
-  if (dispatcher != MoeDispatcher::kAllGather) return expert_group(mesh, etp, ep, Axis::kEp, per_node);
-  const int stage_ranks = mesh.ranks() / mesh.size(Axis::kPp);
-  DTSIM_ASSERT(etp >= 1 && ep >= 1 && stage_ranks % (etp * ep) == 0, "expert mesh does not fold the stage's ranks");
-  return expert_members(mesh, etp * ep, 1, per_node);
+  // The etp x ep ranks are the expert tensor-parallel group of a mesh whose
+  // experts split etp x ep ways over one expert-parallel rank.
+  if (dispatcher == MoeDispatcher::kAllGather) return expert_group(mesh, etp * ep, 1, Axis::kTp, per_node);
+  return expert_group(mesh, etp, ep, Axis::kEp, per_node);
 }
 
 }  // namespace dtsim::sim
