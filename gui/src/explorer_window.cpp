@@ -142,8 +142,9 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                           "over the tp group, all-reduces become all-gather + reduce-scatter (Korthikanti et al. "
                           "2022). Megatron --sequence-parallel; torchtitan's TP plan (SequenceParallel). Needs tp > 1."},
     {"tp_comm_overlap", "plan.tp_comm_overlap: sequence parallelism's all-gathers and reduce-scatters pipelined "
-                        "with the GEMMs beside them. Megatron --tp-comm-overlap (Transformer Engine userbuffers), "
-                        "torchtitan enable_async_tensor_parallel. Needs sequence parallel."},
+                        "with the GEMMs beside them, each GEMM run as tp chunks of its rows (fewer rows, emptier "
+                        "waves: a loss for short sequences). Megatron --tp-comm-overlap (Transformer Engine "
+                        "userbuffers), torchtitan enable_async_tensor_parallel. Needs sequence parallel."},
     {"deallocate_pipeline_outputs",
      "plan.deallocate_pipeline_outputs: each stage frees its output's data once sent and keeps only its "
      "autograd graph, as Megatron-LM always does (deallocate_output_tensor); off, the output stays until its "

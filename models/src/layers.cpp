@@ -1,6 +1,7 @@
 #include "layers.hpp"
 
 #include <algorithm>
+#include <set>
 #include <string>
 
 #include "dtsim/sim/error.hpp"
@@ -459,6 +460,7 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   post.push_back(gemm("mlp.fc2", t, h, fp, e));
   post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, (e + (dropout ? 1 : 0)) * tn, 2.0 * tn));
   join_kernels(l, pre, core, post);
+  split_for_tp_overlap(l, shape);
   // Note [Activation memory]
   const Bytes mask = dropout ? shape.mask_bytes : 0;
   // A saved GEMM input takes shape.saved_gemm_input() (Note [FP8 activations]).
@@ -478,6 +480,52 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   l.tp_forward = tp_pairs(shape, e * th, 2);
   l.tp_backward = tp_pairs(shape, e * th, 2);
   return l;
+}
+
+// Note [Userbuffers' chunks]
+// Megatron-Core's --tp-comm-overlap hands sequence parallelism's
+// collectives to Transformer Engine's userbuffers, which overlap each with
+// the GEMM beside it by splitting the GEMM
+// (transformer_engine/common/comm_gemm_overlap/comm_gemm_overlap.cpp):
+//   - ring exchange (CommOverlapP2PBase::split_overlap_ag and
+//     split_overlap_rs): tp GEMMs, each of one rank's m / tp rows against
+//     the whole weight, issued one after another while the next chunk moves
+//     to the neighbouring rank;
+//   - pipeline (CommOverlapBase::split_overlap_rs): num_splits (4) GEMMs,
+//     each chunk's output reduce-scattered as the next multiplies;
+//   - bulk: the GEMM whole, an unrelated collective beside it.
+// Which layer takes which is TE's `initialize_ub` default
+// (transformer_engine/pytorch/module/base.py: ring exchange for qkv_fprop,
+// fc1_fprop, proj_dgrad and fc2_dgrad; pipeline for proj_fprop and
+// fc2_fprop; bulk for qkv and fc1's dgrad and wgrad) or the recipe's
+// TransformerLayerTPOverlapCfg; Megatron-Bridge's FP8 configurations on H100
+// and B200 (src/megatron/bridge/training/comm_overlap.py, e.g.
+// userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192, which Llama 3.1
+// 405B's recipe runs) use the ring exchange for proj_fprop and fc2_fprop too,
+// with one SM for the exchange. dtsim prices that: the four forward GEMMs
+// beside a collective and the row-parallel layers' dgrad as tp chunks of m /
+// tp rows (Kernel::splits), each at the efficiency of its own shape, the
+// FP8 cast of the input once; the bulk GEMMs whole. A chunk of few rows
+// fills the SMs in fewer, emptier waves: Llama 3.1 405B at tp 8 and cp 2
+// multiplies chunks of 4096 / 8 = 512 tokens, Llama 3 70B at tp 4 chunks of
+// 2048. The pipeline method's four splits and the SMs a recipe's BF16
+// configuration keeps for its collectives are not priced. torchtitan's
+// AsyncTP (torch.distributed._symmetric_memory's fused all-gather and
+// reduce-scatter matmuls) splits the same GEMMs into tp chunks; that it
+// splits the column-parallel dgrads too is not priced.
+void split_for_tp_overlap(sim::Layer& l, const sim::WorkloadShape& shape) {
+  if (!shape.tp_comm_overlap || shape.tp <= 1) return;
+  static const std::set<std::string> forward = {"attn.qkv", "mlp.fc1", "mlp.gate_up", "attn.proj", "attn.o_proj", "mlp.fc2", "mlp.down"};
+  static const std::set<std::string> backward = {"attn.proj.dgrad", "attn.o_proj.dgrad", "mlp.fc2.dgrad", "mlp.down.dgrad"};
+  const auto split = [&](std::vector<sim::Kernel>& ks, const std::set<std::string>& names) {
+    for (sim::Kernel& k : ks) {
+      if (k.kind == sim::KernelKind::kGemm && names.contains(k.name)) k.splits = shape.tp;
+    }
+  };
+  split(l.forward, forward);
+  split(l.backward, backward);
+  split(l.attention_core, forward);
+  split(l.op_recompute, forward);
 }
 
 void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const AttentionCore& core,

@@ -1094,6 +1094,7 @@ class Llama final : public ZooModel {
       l.op_recompute.push_back(gemm("mlp.up_proj", t, fl, h, e));
       l.op_recompute.push_back(glu("mlp.swiglu", tf, shape));
     }
+    split_for_tp_overlap(l, shape);  // Note [Userbuffers' chunks] in layers.cpp
     // Attention's column/row pair, and a dense or shared MLP's; the routed
     // experts' exchanges over tp follow (moe_mlp's tp_extra).
     const bool mlp_pair = !moe || c_.shared_intermediate > 0;

@@ -289,6 +289,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": cpu_offloading_num_layers is not run: dtsim's runtime keeps every activation on its device "
                            "(the simulator prices Transformer Engine's offload); use cpu_offloading_num_layers: 0");
   }
+  if (s.spec.tp_comm_overlap) {
+    // Note [Userbuffers' chunks] (models/src/layers.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp_comm_overlap") +
+                           ": tp_comm_overlap is not run: dtsim's runtime runs its tensor-parallel collectives between the "
+                           "GEMMs (the simulator prices Transformer Engine's userbuffers); use tp_comm_overlap: false");
+  }
   for (const auto& [key, on] : {std::pair<const char*, bool>{"partition_activations", s.spec.partition_activations},
                                 std::pair<const char*, bool>{"cpu_checkpointing", s.spec.cpu_checkpointing}}) {
     // Note [DeepSpeed checkpoints] (sim/src/lowering/passes/deepspeed_checkpointing.cpp): priced, not run.

@@ -5,6 +5,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <map>
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/error.hpp"
@@ -493,4 +494,49 @@ TEST_CASE("under sequence parallelism the embeddings communicate as Megatron-Cor
   shape.sequence_parallel = false;
   for (const auto& l : models::load_model("llama-3-8b")->layers(shape)) CHECK(l.sp_params == 0);
   CHECK(models::load_model("gpt2")->layers(shape).front().tp_backward.empty());
+}
+
+TEST_CASE("under --tp-comm-overlap the GEMMs beside sequence parallelism's collectives run as tp chunks (Note [Userbuffers' chunks])",
+          "[models][tp][sp][tp_overlap]") {
+  sim::WorkloadShape shape = sp_shape();  // tp 2, sequence parallel, 2 x 128 tokens
+  shape.tp_comm_overlap = true;
+  const auto splits = [](const std::vector<sim::Kernel>& ks) {
+    std::map<std::string, std::int64_t> out;
+    for (const auto& k : ks) {
+      if (k.kind == sim::KernelKind::kGemm) out[k.name] = k.splits;
+    }
+    return out;
+  };
+  using Splits = std::map<std::string, std::int64_t>;
+  // TE's ring exchange (the recipes' FP8 configurations): the column-parallel
+  // GEMMs after the all-gather and the row-parallel ones before the
+  // reduce-scatter forward, the row-parallel ones' dgrad (the gradient
+  // all-gathered); the column-parallel dgrads and every wgrad whole (bulk).
+  const auto llama = models::load_model("llama-3-8b")->layers(shape);
+  CHECK(splits(llama[1].forward) == Splits{{"attn.qkv", 2}, {"attn.o_proj", 2}, {"mlp.gate_up", 2}, {"mlp.down", 2}});
+  CHECK(splits(llama[1].backward) == Splits{{"attn.qkv.dgrad", 1},
+                                            {"attn.qkv.wgrad", 1},
+                                            {"attn.o_proj.dgrad", 2},
+                                            {"attn.o_proj.wgrad", 1},
+                                            {"mlp.gate_up.dgrad", 1},
+                                            {"mlp.gate_up.wgrad", 1},
+                                            {"mlp.down.dgrad", 2},
+                                            {"mlp.down.wgrad", 1}});
+  const auto gpt2 = models::load_model("gpt2")->layers(shape);
+  CHECK(splits(gpt2[1].forward) == Splits{{"attn.qkv", 2}, {"attn.proj", 2}, {"mlp.fc1", 2}, {"mlp.fc2", 2}});
+  CHECK(splits(gpt2[1].backward)["attn.proj.dgrad"] == 2);
+  CHECK(splits(gpt2[1].backward)["mlp.fc2.dgrad"] == 2);
+  CHECK(splits(gpt2[1].backward)["mlp.fc1.dgrad"] == 1);
+  // The embedding and the head are not split (their collectives are not a
+  // GEMM's neighbour in userbuffers).
+  for (const auto& k : llama.back().forward) CHECK(k.splits == 1);
+  // Split or not, a chunked GEMM's total FLOPs are the whole GEMM's.
+  shape.tp_comm_overlap = false;
+  const auto plain = models::load_model("llama-3-8b")->layers(shape);
+  for (std::size_t i = 0; i < plain[1].forward.size(); ++i) {
+    CHECK(plain[1].forward[i].splits == 1);
+    CHECK(plain[1].forward[i].flops == llama[1].forward[i].flops);
+    CHECK(plain[1].forward[i].m == llama[1].forward[i].m);
+  }
+  for (const auto& k : plain[1].backward) CHECK(k.splits == 1);
 }

@@ -1028,6 +1028,11 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(offload.status == 2);
   CHECK(std::count(offload.err.begin(), offload.err.end(), '\n') == 1);
   CHECK(offload.err.find("--set plan.cpu_offloading_num_layers: cpu_offloading_num_layers is not run") != std::string::npos);
+  // Note [Userbuffers' chunks]: Transformer Engine's overlap is priced, not run.
+  const Run ub = validate("--model llama-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true --set plan.tp_comm_overlap=true");
+  CHECK(ub.status == 2);
+  CHECK(std::count(ub.err.begin(), ub.err.end(), '\n') == 1);
+  CHECK(ub.err.find("--set plan.tp_comm_overlap: tp_comm_overlap is not run") != std::string::npos);
   // Note [DeepSpeed checkpoints]: DeepSpeed's checkpoint copies are priced, not run.
   const Run ds = validate("--model llama-tiny --plan ddp --procs 2 --set plan.recompute=full --set plan.cpu_checkpointing=true");
   CHECK(ds.status == 2);

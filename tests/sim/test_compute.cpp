@@ -97,3 +97,66 @@ TEST_CASE("a pass's memory-bound share weighs its kernels by their time (Note [I
   l.backward = {add, norm};
   CHECK(m.memory_share(l, Pass::kBackward, Precision::kFp32) == Approx(1.0));
 }
+
+TEST_CASE("a GEMM Transformer Engine's userbuffers split runs as its chunks, its FP8 cast once (Note [Userbuffers' chunks])",
+          "[compute][tp_overlap]") {
+  const RooflineComputeModel m(round_device());
+  // 4096 x 12800 output, k 4800, in 8 chunks of 512 rows: each 4 x 100
+  // tiles, 4 full waves of the 100 units (the whole GEMM: 32 full waves);
+  // each chunk's time is its FLOPs at the same efficiency, 0.8 x 4800 /
+  // 4848, plus its launch. A chunk reads the whole weight again (2 x 4800 x
+  // 12800 bytes) and its share of the rest: 140.9 MB, 282 us at 0.5 TB/s,
+  // below its 794 us of compute.
+  Kernel k;
+  k.name = "attn.qkv";
+  k.kind = KernelKind::kGemm;
+  k.m = 4096;
+  k.n = 12800;
+  k.k = 4800;
+  k.flops = 2.0 * 4096 * 12800 * 4800;
+  k.bytes = 2 * (4096LL * 4800 + 4800LL * 12800 + 4096LL * 12800);
+  const double eff = 0.8 * 4800.0 / 4848.0;
+  CHECK(m.kernel_time(k, Precision::kFp16) == seconds_to_ns(k.flops / (100e12 * eff)) + 5 * kNsPerUs);
+  k.splits = 8;
+  const TimeNs chunk = seconds_to_ns(k.flops / 8 / (100e12 * eff)) + 5 * kNsPerUs;
+  CHECK(m.kernel_time(k, Precision::kFp16) == 8 * chunk);
+  const Kernel c = gemm_chunk(k);
+  CHECK(c.m == 512);
+  CHECK(c.splits == 1);
+  CHECK(c.flops == Approx(2.0 * 512 * 12800 * 4800));
+  CHECK(c.bytes == 2 * (512LL * 4800 + 4800LL * 12800 + 512LL * 12800));
+  // 100 rows in 8 chunks: 13 rows a chunk (the last one shorter in the
+  // run; priced as the others).
+  Kernel odd = k;
+  odd.m = 100;
+  CHECK(gemm_chunk(odd).m == 13);
+
+  // Narrow: 4096 x 1280 whole is 32 x 10 = 320 tiles, 4 waves of which
+  // the last is a fifth full (320 / 400 = 0.8); a chunk of 512 rows is 40
+  // tiles, 0.4 of one wave. Each chunk runs at half the whole GEMM's
+  // efficiency: 8 chunks take twice its compute, and 8 launches.
+  Kernel narrow = k;
+  narrow.splits = 1;
+  narrow.n = 1280;
+  narrow.flops = 2.0 * 4096 * 1280 * 4800;
+  narrow.bytes = 2 * (4096LL * 4800 + 4800LL * 1280 + 4096LL * 1280);
+  CHECK(m.gemm_efficiency(4096, 1280, 4800) == Approx(0.8 * 0.8 * 4800.0 / 4848.0));
+  CHECK(m.gemm_efficiency(512, 1280, 4800) == Approx(0.8 * 0.4 * 4800.0 / 4848.0));
+  narrow.splits = 8;
+  const TimeNs narrow_chunk = seconds_to_ns(narrow.flops / 8 / (100e12 * 0.8 * 0.4 * 4800.0 / 4848.0)) + 5 * kNsPerUs;
+  CHECK(m.kernel_time(narrow, Precision::kFp16) == 8 * narrow_chunk);
+
+  // Under FP8 the input is cast once, before the exchange, not once a
+  // chunk (Note [FP8 casts]).
+  DeviceSpec fp8 = round_device();
+  fp8.peak_fp8 = 200e12;
+  fp8.compute_capability = 90;
+  const RooflineComputeModel f(fp8);
+  Kernel one = k;
+  one.splits = 1;
+  const TimeNs cast = fp8_cast_time(one, Precision::kFp8, fp8);
+  REQUIRE(cast > 0);
+  CHECK(fp8_cast_time(k, Precision::kFp8, fp8) == cast);
+  const TimeNs fp8_chunk = seconds_to_ns(k.flops / 8 / (200e12 * eff)) + 5 * kNsPerUs;
+  CHECK(f.kernel_time(k, Precision::kFp8) == 8 * fp8_chunk + cast);
+}

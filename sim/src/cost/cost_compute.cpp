@@ -278,7 +278,29 @@ double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std
   return device_.gemm_efficiency * wave_util * k_util;
 }
 
+Kernel gemm_chunk(const Kernel& k) {
+  Kernel c = k;
+  c.splits = 1;
+  if (k.splits <= 1 || k.m <= 0) return c;
+  // Note [Userbuffers' chunks] (models/src/layers.cpp): each chunk is m /
+  // splits rows of the input against the whole weight, so it reads the
+  // weight again and a share of the rest.
+  c.m = ceil_div(k.m, k.splits);
+  c.flops = k.flops / static_cast<double>(k.splits);
+  const double n = static_cast<double>(k.n), kk = static_cast<double>(k.k), m = static_cast<double>(k.m),
+               mc = static_cast<double>(c.m);
+  const double whole = m * kk + kk * n + m * n;
+  if (whole > 0) c.bytes = static_cast<Bytes>(std::llround(static_cast<double>(k.bytes) * (mc * kk + kk * n + mc * n) / whole));
+  return c;
+}
+
 TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
+  if (k.splits > 1 && k.kind == KernelKind::kGemm) {
+    // Note [Userbuffers' chunks]: the chunks one after another, the input's
+    // FP8 cast once.
+    const Kernel c = gemm_chunk(k);
+    return (kernel_time(c, p) - fp8_cast_time(c, p, device_)) * k.splits + fp8_cast_time(k, p, device_);
+  }
   const double mem_s = static_cast<double>(k.bytes) / (device_.memory_bandwidth * device_.memory_efficiency);
   double compute_s = 0;
   switch (k.kind) {

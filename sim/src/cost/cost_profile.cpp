@@ -892,6 +892,14 @@ ProfileComputeModel::ProfileComputeModel(std::shared_ptr<const ProfileCosts> cos
     : costs_(std::move(costs)), roofline_(device), device_(device), sources_(sources) {}
 
 bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const {
+  if (k.splits > 1 && k.kind == KernelKind::kGemm) {
+    // Note [Userbuffers' chunks] (models/src/layers.cpp), as the roofline prices them.
+    const Kernel c = gemm_chunk(k);
+    TimeNs one = 0;
+    if (!fitted_kernel_time(c, p, &one)) return false;
+    *out = (one - fp8_cast_time(c, p, device_)) * k.splits + fp8_cast_time(k, p, device_);
+    return true;
+  }
   // Under fp8 only GEMMs run in FP8: the other kernels take bf16's fits
   // (Note [FP8 training] in cost_compute.cpp); an FP8 GEMM takes an fp8 fit
   // where the profile has one, else the roofline (no bf16 fit scaled).

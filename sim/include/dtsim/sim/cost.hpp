@@ -227,6 +227,12 @@ struct LayerMemory {
   Bytes backward_rise = 0;
 };
 
+/// One of the chunks `k` runs as (Kernel::splits; Note [Userbuffers'
+/// chunks] in models/src/layers.cpp): m / splits rows, its share of the
+/// FLOPs, the whole weight and its share of the input and output; `k`
+/// itself (splits 1) where it is one GEMM.
+Kernel gemm_chunk(const Kernel& k);
+
 /// Prices kernels on one device.
 class ComputeModel {
  public:

@@ -49,6 +49,12 @@ struct Kernel {
   Flops flops = 0;               ///< floating-point ops of one launch
   Bytes bytes = 0;               ///< bytes read + written by one launch
   std::int64_t repeat = 1;       ///< sequential launches (LSTM time steps)
+  /// A GEMM that Transformer Engine's userbuffers run as `splits` GEMMs of
+  /// m / splits rows, one after another, each chunk's rows moving over the
+  /// tensor-parallel group while the one before multiplies (Note
+  /// [Userbuffers' chunks] in models/src/layers.cpp): priced as that many
+  /// chunks, its FP8 cast once. 1: one GEMM.
+  std::int64_t splits = 1;
   /// Part of the attention a context-parallel ring overlaps its K/V
   /// exchange with (Layer::cp_forward, cp_backward).
   bool cp_overlap = false;
@@ -189,6 +195,12 @@ struct WorkloadShape {
   /// The modules selective recompute reruns (Note [Recompute modules]): a
   /// mask of RecomputeModule, which Layer::attention_core describes.
   std::uint8_t recompute_modules = kRecomputeModulesDefault;
+  /// Sequence parallelism's all-gathers and reduce-scatters run through
+  /// Transformer Engine's userbuffers beside the GEMMs (PlanSpec::
+  /// tp_comm_overlap, at tp > 1 with sequence parallelism), which split
+  /// those GEMMs into chunks (Note [Userbuffers' chunks] in
+  /// models/src/layers.cpp).
+  bool tp_comm_overlap = false;
 
   bool operator==(const WorkloadShape&) const = default;
 };
