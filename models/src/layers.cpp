@@ -512,7 +512,8 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
 // configuration keeps for its collectives are not priced. torchtitan's
 // AsyncTP (torch.distributed._symmetric_memory's fused all-gather and
 // reduce-scatter matmuls) splits the same GEMMs into tp chunks; that it
-// splits the column-parallel dgrads too is not priced.
+// splits the column-parallel dgrads too is not priced. A layer a profile
+// measured is priced as measured, whole (calibration runs no userbuffers).
 void split_for_tp_overlap(sim::Layer& l, const sim::WorkloadShape& shape) {
   if (!shape.tp_comm_overlap || shape.tp <= 1) return;
   static const std::set<std::string> forward = {"attn.qkv", "mlp.fc1", "mlp.gate_up", "attn.proj", "attn.o_proj", "mlp.fc2", "mlp.down"};

@@ -1,8 +1,11 @@
 #include <catch2/catch.hpp>
 
 #include <cmath>
+#include <memory>
 
 #include "dtsim/sim/cost.hpp"
+#include "dtsim/sim/cost_profile.hpp"
+#include "dtsim/sim/profile.hpp"
 
 using namespace dtsim;
 using namespace dtsim::sim;
@@ -159,4 +162,30 @@ TEST_CASE("a GEMM Transformer Engine's userbuffers split runs as its chunks, its
   CHECK(fp8_cast_time(k, Precision::kFp8, fp8) == cast);
   const TimeNs fp8_chunk = seconds_to_ns(k.flops / 8 / (200e12 * eff)) + 5 * kNsPerUs;
   CHECK(f.kernel_time(k, Precision::kFp8) == 8 * fp8_chunk + cast);
+}
+
+TEST_CASE("a profile's GEMM fit prices userbuffers' chunks one by one (Note [Userbuffers' chunks])", "[compute][profile][tp_overlap]") {
+  // kernel.gemm.bf16 as calibration stores it: 20 us + 1e-15 s a FLOP +
+  // 1e-12 s an output element.
+  Profile p;
+  p.info["device_kind"] = "cuda";
+  LinearFit fit;
+  fit.features = {"1", "flops", "mn"};
+  fit.coef = {20e-6, 1e-15, 1e-12};
+  p.fits["kernel.gemm.bf16"] = fit;
+  const ProfileComputeModel m(std::make_shared<const ProfileCosts>(p), round_device(), nullptr);
+  Kernel k;
+  k.name = "mlp.fc1";
+  k.kind = KernelKind::kGemm;
+  k.m = 4096;
+  k.n = 12800;
+  k.k = 4800;
+  k.flops = 2.0 * 4096 * 12800 * 4800;
+  k.bytes = 2 * (4096LL * 4800 + 4800LL * 12800 + 4096LL * 12800);
+  // Whole: 20 us + 503.3 us + 52.4 us.
+  CHECK(m.kernel_time(k, Precision::kBf16) == seconds_to_ns(20e-6 + 1e-15 * k.flops + 1e-12 * 4096.0 * 12800));
+  // 4 chunks of 1,024 rows: each 20 us + a quarter of the rest; the fit's
+  // constant paid four times.
+  k.splits = 4;
+  CHECK(m.kernel_time(k, Precision::kBf16) == 4 * seconds_to_ns(20e-6 + 1e-15 * k.flops / 4 + 1e-12 * 1024.0 * 12800));
 }
