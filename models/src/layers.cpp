@@ -493,40 +493,76 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
 //     to the neighbouring rank;
 //   - pipeline (CommOverlapBase::split_overlap_rs): num_splits (4) GEMMs,
 //     each chunk's output reduce-scattered as the next multiplies;
-//   - bulk: the GEMM whole, an unrelated collective beside it.
-// Which layer takes which is TE's `initialize_ub` default
-// (transformer_engine/pytorch/module/base.py: ring exchange for qkv_fprop,
-// fc1_fprop, proj_dgrad and fc2_dgrad; pipeline for proj_fprop and
-// fc2_fprop; bulk for qkv and fc1's dgrad and wgrad) or the recipe's
-// TransformerLayerTPOverlapCfg; Megatron-Bridge's FP8 configurations on H100
-// and B200 (src/megatron/bridge/training/comm_overlap.py, e.g.
-// userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192, which Llama 3.1
-// 405B's recipe runs) use the ring exchange for proj_fprop and fc2_fprop too,
-// with one SM for the exchange. dtsim prices that: the four forward GEMMs
-// beside a collective and the row-parallel layers' dgrad as tp chunks of m /
-// tp rows (Kernel::splits), each at the efficiency of its own shape, the
-// FP8 cast of the input once; the bulk GEMMs whole. A chunk of few rows
-// fills the SMs in fewer, emptier waves: Llama 3.1 405B at tp 8 and cp 2
-// multiplies chunks of 4096 / 8 = 512 tokens, Llama 3 70B at tp 4 chunks of
-// 2048. The pipeline method's four splits and the SMs a recipe's BF16
-// configuration keeps for its collectives are not priced. torchtitan's
-// AsyncTP (torch.distributed._symmetric_memory's fused all-gather and
-// reduce-scatter matmuls) splits the same GEMMs into tp chunks; that it
-// splits the column-parallel dgrads too is not priced. A layer a profile
-// measured is priced as measured, whole (calibration runs no userbuffers).
+//   - bulk: the GEMM whole, an unrelated collective beside it;
+// and where a layer's configuration says set_sm_margin, its GEMMs run on
+// the SMs its collective's num_sm leave (CommOverlapCore::_math_sms).
+// Which layer takes which, PlanSpec::tp_comm_overlap_cfg:
+//   - `te`: Transformer Engine's `initialize_ub` defaults
+//     (transformer_engine/pytorch/module/base.py), what Megatron-LM's
+//     --tp-comm-overlap runs without --tp-comm-overlap-cfg: ring exchange
+//     for qkv_fprop, fc1_fprop, proj_dgrad and fc2_dgrad; pipeline for
+//     proj_fprop and fc2_fprop, beside 16 SMs; bulk for qkv and fc1's dgrad
+//     and wgrad, beside 16 SMs (non-ring methods default to num_sm 16 and
+//     set_sm_margin); proj and fc2's wgrad whole;
+//   - `ring` (the default): Megatron-Bridge's FP8 configurations on H100
+//     and B200 (src/megatron/bridge/training/comm_overlap.py, e.g.
+//     userbuffers_fp8_h100_h16384_tp8_cp2_mbs1_seqlen8192, which Llama 3.1
+//     405B's recipe runs): ring exchange for proj_fprop and fc2_fprop too,
+//     with one SM for it, and the bulk overlaps without a margin;
+//   - `async_tp`: torch's AsyncTP (torchtitan's enable_async_tensor_parallel,
+//     torch/_inductor/fx_passes/micro_pipeline_tp.py), which fuses every
+//     all-gather feeding a matmul and every matmul feeding a reduce-scatter
+//     into tp chunks: the four forward GEMMs, the row-parallel dgrads (the
+//     gradient all-gathered) and the column-parallel dgrads (reduce-
+//     scattered); the wgrads whole.
+// dtsim prices a chunked GEMM as its chunks of m / splits rows, each at the
+// efficiency of its own shape (Kernel::splits), the FP8 cast of the input
+// once, and a GEMM beside a margin on the SMs left (Kernel::sm_margin). A
+// chunk of few rows fills the SMs in fewer, emptier waves: Llama 3.1 405B
+// at tp 8 and cp 2 multiplies chunks of 4096 / 8 = 512 tokens, Llama 3 70B
+// at tp 4 chunks of 2048. Megatron-Bridge's BF16 configurations (pipeline
+// beside 8-32 SMs, bulk without a margin) are none of the three. A layer a
+// profile measured is priced as measured, whole (calibration runs no
+// userbuffers).
 void split_for_tp_overlap(sim::Layer& l, const sim::WorkloadShape& shape) {
   if (!shape.tp_comm_overlap || shape.tp <= 1) return;
-  static const std::set<std::string> forward = {"attn.qkv", "mlp.fc1", "mlp.gate_up", "attn.proj", "attn.o_proj", "mlp.fc2", "mlp.down"};
-  static const std::set<std::string> backward = {"attn.proj.dgrad", "attn.o_proj.dgrad", "mlp.fc2.dgrad", "mlp.down.dgrad"};
-  const auto split = [&](std::vector<sim::Kernel>& ks, const std::set<std::string>& names) {
+  static const std::set<std::string> column = {"attn.qkv", "mlp.fc1", "mlp.gate_up"};
+  static const std::set<std::string> row = {"attn.proj", "attn.o_proj", "mlp.fc2", "mlp.down"};
+  const sim::TpOverlapCfg cfg = shape.tp_overlap_cfg;
+  constexpr int kTeSms = 16;       // TE's num_sm for its pipeline and bulk overlaps
+  constexpr int kTeSplits = 4;     // and its pipeline's num_splits
+  const auto apply = [&](std::vector<sim::Kernel>& ks, bool forward) {
     for (sim::Kernel& k : ks) {
-      if (k.kind == sim::KernelKind::kGemm && names.contains(k.name)) k.splits = shape.tp;
+      if (k.kind != sim::KernelKind::kGemm) continue;
+      std::string name = k.name;
+      const bool dgrad = !forward && name.ends_with(".dgrad");
+      const bool wgrad = !forward && name.ends_with(".wgrad");
+      if (!forward) {
+        if (!dgrad && !wgrad) continue;
+        name.resize(name.size() - 6);
+      }
+      const bool is_column = column.contains(name), is_row = row.contains(name);
+      if (!is_column && !is_row) continue;
+      if (forward) {
+        if (is_row && cfg == sim::TpOverlapCfg::kTe) {
+          k.splits = kTeSplits;
+          k.sm_margin = kTeSms;
+        } else {
+          k.splits = shape.tp;
+        }
+      } else if (dgrad && is_row) {
+        k.splits = shape.tp;
+      } else if (dgrad && cfg == sim::TpOverlapCfg::kAsyncTp) {
+        k.splits = shape.tp;
+      } else if (is_column && cfg == sim::TpOverlapCfg::kTe) {
+        k.sm_margin = kTeSms;  // bulk beside 16 SMs: the dgrad and the wgrad
+      }
     }
   };
-  split(l.forward, forward);
-  split(l.backward, backward);
-  split(l.attention_core, forward);
-  split(l.op_recompute, forward);
+  apply(l.forward, true);
+  apply(l.backward, false);
+  apply(l.attention_core, true);
+  apply(l.op_recompute, true);
 }
 
 void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const AttentionCore& core,

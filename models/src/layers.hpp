@@ -57,9 +57,10 @@ std::string transformer_tp_error(int tp, std::int64_t heads, std::int64_t ffn);
 /// Note [Userbuffers' chunks] (layers.cpp): under shape.tp_comm_overlap,
 /// the GEMMs beside sequence parallelism's all-gathers and reduce-scatters
 /// (the column-parallel "attn.qkv", "mlp.fc1" or "mlp.gate_up" and the
-/// row-parallel "attn.proj", "attn.o_proj", "mlp.fc2" or "mlp.down"
-/// forward, the row-parallel ones' dgrad) become tp chunks, in the layer's
-/// passes and in the kernels its recompute reruns. Nothing otherwise.
+/// row-parallel "attn.proj", "attn.o_proj", "mlp.fc2" or "mlp.down", and
+/// their dgrads and wgrads) split and keep SMs as shape.tp_overlap_cfg
+/// says, in the layer's passes and in the kernels its recompute reruns.
+/// Nothing otherwise.
 void split_for_tp_overlap(sim::Layer& l, const sim::WorkloadShape& shape);
 /// The collectives one tensor-parallel pass needs around a column- then a
 /// row-parallel linear pair on activations of `bytes` (Megatron-LM's f and g

@@ -540,3 +540,46 @@ TEST_CASE("under --tp-comm-overlap the GEMMs beside sequence parallelism's colle
   }
   for (const auto& k : plain[1].backward) CHECK(k.splits == 1);
 }
+
+TEST_CASE("Transformer Engine's defaults and torch's AsyncTP split and keep SMs as their sources say (Note [Userbuffers' chunks])",
+          "[models][tp][sp][tp_overlap]") {
+  sim::WorkloadShape shape = sp_shape();
+  shape.tp = 4;
+  shape.tp_comm_overlap = true;
+  using Cut = std::map<std::string, std::pair<std::int64_t, int>>;  // splits, SMs kept
+  const auto cuts = [](const std::vector<sim::Kernel>& ks) {
+    Cut out;
+    for (const auto& k : ks) {
+      if (k.kind == sim::KernelKind::kGemm) out[k.name] = {k.splits, k.sm_margin};
+    }
+    return out;
+  };
+  // TE's initialize_ub defaults: ring exchange (tp chunks) for qkv_fprop,
+  // fc1_fprop, proj_dgrad, fc2_dgrad; pipeline (4 chunks beside 16 SMs)
+  // for proj_fprop and fc2_fprop; bulk beside 16 SMs for qkv's and fc1's
+  // dgrad and wgrad; the row-parallel wgrads whole.
+  shape.tp_overlap_cfg = sim::TpOverlapCfg::kTe;
+  const auto te = models::load_model("llama-3-8b")->layers(shape);
+  CHECK(cuts(te[1].forward) == Cut{{"attn.qkv", {4, 0}}, {"attn.o_proj", {4, 16}}, {"mlp.gate_up", {4, 0}}, {"mlp.down", {4, 16}}});
+  CHECK(cuts(te[1].backward) == Cut{{"attn.qkv.dgrad", {1, 16}},
+                                    {"attn.qkv.wgrad", {1, 16}},
+                                    {"attn.o_proj.dgrad", {4, 0}},
+                                    {"attn.o_proj.wgrad", {1, 0}},
+                                    {"mlp.gate_up.dgrad", {1, 16}},
+                                    {"mlp.gate_up.wgrad", {1, 16}},
+                                    {"mlp.down.dgrad", {4, 0}},
+                                    {"mlp.down.wgrad", {1, 0}}});
+  // torch's AsyncTP: every all-gather into a matmul and every matmul into a
+  // reduce-scatter fused in tp chunks; no SMs kept.
+  shape.tp_overlap_cfg = sim::TpOverlapCfg::kAsyncTp;
+  const auto async = models::load_model("llama-3-8b")->layers(shape);
+  CHECK(cuts(async[1].forward) == Cut{{"attn.qkv", {4, 0}}, {"attn.o_proj", {4, 0}}, {"mlp.gate_up", {4, 0}}, {"mlp.down", {4, 0}}});
+  CHECK(cuts(async[1].backward) == Cut{{"attn.qkv.dgrad", {4, 0}},
+                                       {"attn.qkv.wgrad", {1, 0}},
+                                       {"attn.o_proj.dgrad", {4, 0}},
+                                       {"attn.o_proj.wgrad", {1, 0}},
+                                       {"mlp.gate_up.dgrad", {4, 0}},
+                                       {"mlp.gate_up.wgrad", {1, 0}},
+                                       {"mlp.down.dgrad", {4, 0}},
+                                       {"mlp.down.wgrad", {1, 0}}});
+}

@@ -189,3 +189,33 @@ TEST_CASE("a profile's GEMM fit prices userbuffers' chunks one by one (Note [Use
   k.splits = 4;
   CHECK(m.kernel_time(k, Precision::kBf16) == 4 * seconds_to_ns(20e-6 + 1e-15 * k.flops / 4 + 1e-12 * 1024.0 * 12800));
 }
+
+TEST_CASE("a GEMM beside a collective's SMs runs its waves on the rest (Note [Userbuffers' chunks])", "[compute][tp_overlap]") {
+  const RooflineComputeModel m(round_device());  // 100 units
+  // 12800 x 12800: 10,000 tiles. On 84 units (16 kept): 120 waves, the
+  // last 4/84 full: 10000 / (120 x 84); and at 84/100 of the peak.
+  Kernel k;
+  k.name = "attn.o_proj";
+  k.kind = KernelKind::kGemm;
+  k.m = 12800;
+  k.n = 12800;
+  k.k = 4800;
+  k.flops = 2.0 * 12800 * 12800 * 4800;
+  k.bytes = 2 * (12800LL * 4800 * 2 + 12800LL * 12800);
+  k.sm_margin = 16;
+  const double util = 10000.0 / (120.0 * 84.0);
+  CHECK(m.gemm_efficiency(12800, 12800, 4800, 16) == Approx(0.8 * util * 4800.0 / 4848.0));
+  CHECK(m.sm_share(k) == Approx(0.84));
+  const TimeNs expect = seconds_to_ns(k.flops / (100e12 * 0.84 * 0.8 * util * 4800.0 / 4848.0)) + 5 * kNsPerUs;
+  CHECK(m.kernel_time(k, Precision::kFp16) == expect);
+  // A profile's fit: its time on all the SMs over the share left, 0.84.
+  Profile p;
+  p.info["device_kind"] = "cuda";
+  LinearFit fit;
+  fit.features = {"1", "flops"};
+  fit.coef = {20e-6, 1e-15};
+  p.fits["kernel.gemm.fp16"] = fit;
+  const ProfileComputeModel f(std::make_shared<const ProfileCosts>(p), round_device(), nullptr);
+  const TimeNs all = seconds_to_ns(20e-6 + 1e-15 * k.flops);
+  CHECK(f.kernel_time(k, Precision::kFp16) == static_cast<TimeNs>(std::llround(static_cast<double>(all) / 0.84)));
+}

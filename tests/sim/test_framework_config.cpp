@@ -979,6 +979,14 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
   CHECK(keys(sp)["plan.tp_comm_overlap"] == "true");
   CHECK(keys(sp)["plan.overlap"] == "false");
   CHECK(keys(sp)["plan.overlap_param_gather"] == "false");  // without the distributed optimizer
+  // No configuration named: Transformer Engine's defaults; a recipe's
+  // named one: the ring exchange (Note [Userbuffers' chunks]).
+  CHECK(keys(sp)["plan.tp_comm_overlap_cfg"] == "te");
+  const FrameworkConfig named =
+      parse("  sequence_parallel: true\ncomm_overlap:\n  tp_comm_overlap: true\n  tp_comm_overlap_cfg:\n    qkv_fprop:\n      method: ring_exchange\n");
+  CHECK(keys(named)["plan.tp_comm_overlap_cfg"] == "ring");
+  CHECK(named.unmodelled ==
+        std::vector<std::string>{"comm_overlap.tp_comm_overlap_cfg=given (its layers priced as Transformer Engine's ring exchange)"});
   // What dtsim does not model, said once; what it cannot read, refused at its line.
   const FrameworkConfig said = parse(
       "  cuda_graph_impl: full_iteration\n  pipeline_model_parallel_size: 2\n  num_layers_in_first_pipeline_stage: 3\n  gated_linear_unit: true\n  activation_func:\n"
@@ -1032,4 +1040,30 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
   const std::string mb = sample("megatron-bridge/llama3_8b_run_config.yaml");
   CHECK(error_of([&] { load_plan(mb); }) == mb + " looks like a Megatron-Bridge config; pass it as --megatron-bridge " + mb);
   CHECK(framework_of(base, "x.yaml") == "megatron-bridge");
+}
+
+// Note [Userbuffers' chunks] (models/src/layers.cpp): Megatron-LM's
+// --tp-comm-overlap without --tp-comm-overlap-cfg runs Transformer Engine's
+// defaults; a file's per-layer methods are not read (the ring exchange,
+// said); Megatron-Bridge's recipes name theirs (the ring exchange), none
+// TE's defaults; torchtitan's async TP is torch's AsyncTP.
+TEST_CASE("the tensor-parallel overlap's configuration from Megatron-LM, Megatron-Bridge and torchtitan", "[framework][tp_overlap]") {
+  const std::string base = "--micro-batch-size 1 --tensor-model-parallel-size 2 --sequence-parallel --tp-comm-overlap";
+  const FrameworkConfig te = parse_megatron_args(base, "cmd");
+  CHECK(keys(te)["plan.tp_comm_overlap"] == "true");
+  CHECK(keys(te)["plan.tp_comm_overlap_cfg"] == "te");
+  CHECK(te.unmodelled.empty());
+  const FrameworkConfig file = parse_megatron_args(base + " --tp-comm-overlap-cfg ub.yaml", "cmd");
+  CHECK(keys(file)["plan.tp_comm_overlap_cfg"] == "ring");
+  CHECK(file.unmodelled ==
+        std::vector<std::string>{"--tp-comm-overlap-cfg ub.yaml (its layers priced as Transformer Engine's ring exchange)"});
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1", "cmd"))["plan.tp_comm_overlap_cfg"] == "null");
+  const FrameworkConfig tt = read_torchtitan_config(sample("torchtitan/llama3_70b.toml"));
+  CHECK(keys(tt)["plan.tp_comm_overlap_cfg"] == "async_tp");
+  // The plan's key: one of three, refused otherwise in one line.
+  CHECK(parse_plan("name: t\ntp_comm_overlap_cfg: te\n", "t.yaml").tp_comm_overlap_cfg == TpOverlapCfg::kTe);
+  CHECK(parse_plan("name: t\n", "t.yaml").tp_comm_overlap_cfg == TpOverlapCfg::kRing);
+  CHECK_THAT(error_of([] { parse_plan("name: t\ntp_comm_overlap_cfg: bulk\n", "t.yaml"); }),
+             Catch::Contains("t.yaml:2") && Catch::Contains("tp_comm_overlap_cfg") && Catch::Contains("ring") &&
+                 Catch::Contains("async_tp"));
 }

@@ -346,6 +346,8 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.sequence_parallel = c.get_bool("sequence_parallel", false);
   p.sync_batchnorm = c.get_bool("sync_batchnorm", false);
   p.tp_comm_overlap = c.get_bool("tp_comm_overlap", false);
+  p.tp_comm_overlap_cfg = c.get_enum("tp_comm_overlap_cfg", TpOverlapCfg::kRing,
+                                     {{"ring", TpOverlapCfg::kRing}, {"te", TpOverlapCfg::kTe}, {"async_tp", TpOverlapCfg::kAsyncTp}});
   p.placement = c.get_string("placement", "tp,pp,dp");
   p.micro_batch = c.get_int("micro_batch", 0, 1, std::int64_t{1} << 24);
   p.grad_accum = c.get_int("grad_accum", 0, 1, kBig);

@@ -88,7 +88,7 @@ void OverrideList::finish() {
       "dp", "tp", "pp", "cp", "cp_comm", "attention", "ep", "etp", "moe_imbalance", "moe_force_load_balance",
       "moe_capacity_factor", "moe_pad", "moe_dispatcher", "overlap_moe_expert_parallel_comm", "moe_experts", "loss_parallel", "runtime", "kernels", "model_parallel", "schedule", "virtual_stages", "stage_layers", "sequence_parallel",
       "sync_batchnorm",
-      "tp_comm_overlap", "placement", "pipeline_layout", "pipeline_split", "account_for_embedding_in_pipeline_split",
+      "tp_comm_overlap", "tp_comm_overlap_cfg", "placement", "pipeline_layout", "pipeline_split", "account_for_embedding_in_pipeline_split",
       "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len",
       "precision", "fp8_param_gather", "fp8_recipe", "optimizer", "sgd_momentum", "zero_stage", "fsdp", "limit_all_gathers", "fsdp_wrap", "fsdp_version", "reduce_dtype", "stage3_prefetch_bucket_size",
       "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "z3_leaf_layers",

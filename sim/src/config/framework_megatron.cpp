@@ -207,6 +207,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"num-layers-per-virtual-pipeline-stage", Kind::kInt}, {"virtual-pipeline-model-parallel-size", Kind::kInt},
       {"context-parallel-size", Kind::kInt}, {"cp-comm-type", Kind::kString}, {"expert-model-parallel-size", Kind::kInt},
       {"expert-tensor-parallel-size", Kind::kInt}, {"sequence-parallel", Kind::kBool}, {"tp-comm-overlap", Kind::kBool},
+      {"tp-comm-overlap-cfg", Kind::kString},
       {"recompute-granularity", Kind::kString}, {"recompute-modules", Kind::kWords}, {"recompute-method", Kind::kString}, {"recompute-num-layers", Kind::kInt},
       {"recompute-activations", Kind::kBool}, {"micro-batch-size", Kind::kInt}, {"global-batch-size", Kind::kInt},
       {"use-distributed-optimizer", Kind::kBool}, {"overlap-grad-reduce", Kind::kBool}, {"overlap-param-gather", Kind::kBool}, {"ddp-bucket-size", Kind::kInt},
@@ -522,7 +523,19 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   }
   // arguments.py: "Disabling sequence parallelism because tensor model parallelism is not enabled".
   if (has("sequence-parallel") && tp > 1) out.plan("sequence_parallel", "true", at("sequence-parallel"));
-  if (has("tp-comm-overlap")) out.plan("tp_comm_overlap", "true", at("tp-comm-overlap"));
+  if (has("tp-comm-overlap")) {
+    out.plan("tp_comm_overlap", "true", at("tp-comm-overlap"));
+    // Note [Userbuffers' chunks] (models/src/layers.cpp): without a
+    // configuration file Transformer Engine overlaps each layer its own
+    // way (initialize_ub's defaults); a file's per-layer methods are not
+    // read, and priced as the ring exchange.
+    if (has("tp-comm-overlap-cfg")) {
+      out.plan("tp_comm_overlap_cfg", "ring", at("tp-comm-overlap-cfg"));
+      note("tp-comm-overlap-cfg", "its layers priced as Transformer Engine's ring exchange");
+    } else {
+      out.plan("tp_comm_overlap_cfg", "te", at("tp-comm-overlap"));
+    }
+  }
 
   // Activation recomputation.
   if (has("recompute-activations")) out.plan("recompute", "selective", at("recompute-activations"));  // arguments.py: = selective

@@ -621,6 +621,12 @@ class Reader {
     // overlap only at tp >= 2 with sequence parallelism.
     const std::int64_t tp = a_.given.count("tensor-model-parallel-size") ? std::stoll(a_.given["tensor-model-parallel-size"].text) : 1;
     set("tp-comm-overlap", field("tp_comm_overlap", false) && tp >= 2 && a_.given.count("sequence-parallel"), "tp_comm_overlap");
+    // Note [Userbuffers' chunks] (models/src/layers.cpp): a recipe's named
+    // configuration (its FP8 ones the ring exchange), or without one
+    // Transformer Engine's defaults, as Megatron-LM's flags say them.
+    if (a_.given.count("tp-comm-overlap") && !null(co["tp_comm_overlap_cfg"])) {
+      give("tp-comm-overlap-cfg", "given", co["tp_comm_overlap_cfg"], name + ".tp_comm_overlap_cfg");
+    }
     for (const auto& [flag, key] : {std::pair{"overlap-moe-expert-parallel-comm", "overlap_moe_expert_parallel_comm"},
                                     std::pair{"delay-wgrad-compute", "delay_wgrad_compute"}}) {
       if (!null(co[key])) set(flag, field(key, false), key);

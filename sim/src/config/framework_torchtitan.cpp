@@ -266,6 +266,7 @@ FrameworkConfig parse_torchtitan_config(const std::string& toml_text_in, const s
   if (tp > 1) out.plan("sequence_parallel", "true", par.from("tensor_parallel_degree"));
   if (par.get_bool("enable_async_tensor_parallel", false) && tp > 1) {
     out.plan("tp_comm_overlap", "true", par.from("enable_async_tensor_parallel"));
+    out.plan("tp_comm_overlap_cfg", "async_tp", par.from("enable_async_tensor_parallel"));  // Note [Userbuffers' chunks]
   }
   if (cp > 1) {
     // context_parallel_rotate_method: "allgather" (the default) or "alltoall".

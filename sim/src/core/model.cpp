@@ -70,6 +70,15 @@ const char* to_string(KernelKind kind) {
   return "?";
 }
 
+const char* to_string(TpOverlapCfg c) {
+  switch (c) {
+    case TpOverlapCfg::kRing: return "ring";
+    case TpOverlapCfg::kTe: return "te";
+    case TpOverlapCfg::kAsyncTp: return "async_tp";
+  }
+  return "?";
+}
+
 bool attends(const Model& model) {
   for (const Layer& L : model.shared_layers(WorkloadShape{})) {
     for (const Kernel& k : L.forward) {

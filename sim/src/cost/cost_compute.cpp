@@ -268,14 +268,19 @@ TimeNs ComputeModel::host_optimizer_time(double params, Optimizer o, Precision /
 // cluster file may set attention_efficiency for another kernel.
 RooflineComputeModel::RooflineComputeModel(const DeviceSpec& device) : device_(device) {}
 
-double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const {
+double RooflineComputeModel::gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k, int sm_margin) const {
   if (m <= 0 || n <= 0 || k <= 0) return device_.gemm_efficiency;
   const double tiles = static_cast<double>(ceil_div(m, kTile) * ceil_div(n, kTile));
-  const double units = std::max(1, device_.compute_units);
+  const double units = std::max(1, device_.compute_units - std::max(0, sm_margin));
   const double waves = std::ceil(tiles / units);
   const double wave_util = tiles / (waves * units);
   const double k_util = static_cast<double>(k) / (static_cast<double>(k) + kShortK);
   return device_.gemm_efficiency * wave_util * k_util;
+}
+
+double RooflineComputeModel::sm_share(const Kernel& k) const {
+  const int units = std::max(1, device_.compute_units);
+  return static_cast<double>(std::max(1, units - std::max(0, k.sm_margin))) / units;
 }
 
 Kernel gemm_chunk(const Kernel& k) {
@@ -308,7 +313,9 @@ TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
     case KernelKind::kAttention:
     case KernelKind::kRecurrent: {
       // Batched GEMMs: the batch multiplies the tiles available to fill waves.
-      double eff = gemm_efficiency(k.m * std::max<std::int64_t>(1, k.batch), k.n, k.k);
+      double eff = gemm_efficiency(k.m * std::max<std::int64_t>(1, k.batch), k.n, k.k, k.sm_margin);
+      // Note [Userbuffers' chunks]: on the SMs a collective leaves it.
+      if (k.sm_margin > 0) eff *= sm_share(k);
       // Note [Fused attention]
       if (k.fused && device_.attention_efficiency > 0) eff = device_.attention_efficiency;
       // Under fp8 only the Linear layers' GEMMs run in FP8 (Note [FP8 training]).

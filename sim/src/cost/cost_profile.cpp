@@ -900,6 +900,17 @@ bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeN
     *out = (one - fp8_cast_time(c, p, device_)) * k.splits + fp8_cast_time(k, p, device_);
     return true;
   }
+  if (k.sm_margin > 0 && k.kind == KernelKind::kGemm) {
+    // Note [Userbuffers' chunks]: the fit's time on all the SMs, stretched
+    // to the share a collective leaves it.
+    Kernel whole = k;
+    whole.sm_margin = 0;
+    TimeNs t = 0;
+    if (!fitted_kernel_time(whole, p, &t)) return false;
+    const TimeNs cast = fp8_cast_time(whole, p, device_);
+    *out = static_cast<TimeNs>(std::llround(static_cast<double>(t - cast) / roofline_.sm_share(k))) + cast;
+    return true;
+  }
   // Under fp8 only GEMMs run in FP8: the other kernels take bf16's fits
   // (Note [FP8 training] in cost_compute.cpp); an FP8 GEMM takes an fp8 fit
   // where the profile has one, else the roofline (no bf16 fit scaled).

@@ -467,6 +467,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                               "(or a model with batch norm, e.g. vgg11-bn or --set model.batch_norm=true)");
   }
   r.tp_comm_overlap = s.tp_comm_overlap;
+  r.tp_comm_overlap_cfg = s.tp_comm_overlap_cfg;
   if (!contains(PlanRules::tp_comm_overlap_values(r.tp, r.sequence_parallel), r.tp_comm_overlap)) {
     bad.add("tp_comm_overlap", "true needs sequence_parallel: true and tp > 1 (Transformer Engine overlaps sequence "
                                "parallelism's all-gathers and reduce-scatters with the GEMMs beside them)");

@@ -372,7 +372,12 @@ class RooflineComputeModel final : public ComputeModel {
   explicit RooflineComputeModel(const DeviceSpec& device);
   TimeNs kernel_time(const Kernel& k, Precision p) const override;
   /// The efficiency (0..1] the model assumes for a GEMM of this shape.
-  double gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k) const;
+  /// `sm_margin` SMs kept for a collective beside it (Kernel::sm_margin):
+  /// its waves over the rest.
+  double gemm_efficiency(std::int64_t m, std::int64_t n, std::int64_t k, int sm_margin = 0) const;
+  /// The share of the device's SMs `k` runs on (Kernel::sm_margin kept
+  /// for a collective; Note [Userbuffers' chunks]): 1 for most kernels.
+  double sm_share(const Kernel& k) const;
 
  private:
   DeviceSpec device_;

@@ -40,6 +40,20 @@ const char* to_string(LayerKind kind);
 /// The name of a kernel kind ("gemm", "attention", ...).
 const char* to_string(KernelKind kind);
 
+/// How sequence parallelism's collectives overlap the GEMMs beside them
+/// where PlanSpec::tp_comm_overlap is on (PlanSpec::tp_comm_overlap_cfg;
+/// Note [Userbuffers' chunks] in models/src/layers.cpp): `ring`, every such
+/// GEMM as tp chunks on all SMs (Transformer Engine's ring exchange, as
+/// Megatron-Bridge's FP8 configurations run it); `te`, Transformer Engine's
+/// own defaults (Megatron-LM's --tp-comm-overlap without
+/// --tp-comm-overlap-cfg): the output projections in 4 pipelined chunks and
+/// the bulk overlaps beside 16 SMs kept for the collectives; `async_tp`,
+/// torch's AsyncTP (torchtitan): the dgrads of the column-parallel GEMMs in
+/// chunks too.
+enum class TpOverlapCfg { kRing, kTe, kAsyncTp };
+/// "ring", "te", "async_tp".
+const char* to_string(TpOverlapCfg c);
+
 /// One kernel (or `repeat` identical back-to-back launches of it).
 struct Kernel {
   std::string name;              ///< e.g. "attn.qkv", "mlp.fc1"
@@ -55,6 +69,9 @@ struct Kernel {
   /// [Userbuffers' chunks] in models/src/layers.cpp): priced as that many
   /// chunks, its FP8 cast once. 1: one GEMM.
   std::int64_t splits = 1;
+  /// SMs kept from a GEMM for the collectives beside it (Transformer
+  /// Engine's set_sm_margin): it runs on the rest. 0: all of them.
+  int sm_margin = 0;
   /// Part of the attention a context-parallel ring overlaps its K/V
   /// exchange with (Layer::cp_forward, cp_backward).
   bool cp_overlap = false;
@@ -201,6 +218,9 @@ struct WorkloadShape {
   /// those GEMMs into chunks (Note [Userbuffers' chunks] in
   /// models/src/layers.cpp).
   bool tp_comm_overlap = false;
+  /// Which GEMMs that overlap splits, and what it keeps from them
+  /// (PlanSpec::tp_comm_overlap_cfg).
+  TpOverlapCfg tp_overlap_cfg = TpOverlapCfg::kRing;
 
   bool operator==(const WorkloadShape&) const = default;
 };

@@ -218,6 +218,10 @@ struct PlanSpec {
   /// sequence parallelism's all-gathers and reduce-scatters pipelined with
   /// the GEMMs beside them (needs sequence_parallel).
   bool tp_comm_overlap = false;
+  /// How it splits those GEMMs (TpOverlapCfg; read only where
+  /// tp_comm_overlap is on): Megatron-Bridge's FP8 configurations' ring
+  /// exchange, Transformer Engine's defaults, or torch's AsyncTP.
+  TpOverlapCfg tp_comm_overlap_cfg = TpOverlapCfg::kRing;
   std::string placement = "tp,pp,dp";  ///< rank order, innermost first
   std::int64_t micro_batch = 0;   ///< sequences per GPU per micro-step
   std::int64_t grad_accum = 0;    ///< micro-steps per iteration (= micro_batches of a pipeline)
@@ -433,6 +437,7 @@ struct ResolvedPlan {
   bool sequence_parallel = false;
   bool sync_batchnorm = false;    ///< PlanSpec::sync_batchnorm
   bool tp_comm_overlap = false;
+  TpOverlapCfg tp_comm_overlap_cfg = TpOverlapCfg::kRing;  ///< PlanSpec's
   /// Layers per stage as given, or as lowering balanced them (one entry per
   /// model chunk: pp x virtual_stages). Counts every layer of Model::layers.
   std::vector<int> stage_layers;
