@@ -13,8 +13,21 @@
 #include <vector>
 
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/model.hpp"
 
 namespace dtsim::test {
+
+/// A GEMM of (m, k) x (k, n) in 2-byte elements, as models/ describes one.
+inline sim::Kernel gemm_kernel(std::int64_t m, std::int64_t n, std::int64_t k, sim::KernelKind kind = sim::KernelKind::kGemm) {
+  sim::Kernel g;
+  g.kind = kind;
+  g.m = m;
+  g.n = n;
+  g.k = k;
+  g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
+  g.bytes = 2 * (m * k + k * n + m * n);
+  return g;
+}
 
 /// The message of the dtsim::Error `f` throws, or "(no error)".
 inline std::string error_of(const std::function<void()>& f) {

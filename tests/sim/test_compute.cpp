@@ -1,7 +1,10 @@
 #include <catch2/catch.hpp>
 
+#include "test_util.hpp"
+
 #include <cmath>
 #include <memory>
+#include <string>
 
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/cost_profile.hpp"
@@ -23,6 +26,13 @@ DeviceSpec round_device() {
   d.memory_efficiency = 0.5;
   d.kernel_launch = 5 * kNsPerUs;
   return d;
+}
+
+/// A named GEMM (m,k) x (k,n) in 2-byte elements.
+Kernel gemm_of(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k) {
+  Kernel g = test::gemm_kernel(m, n, k);
+  g.name = name;
+  return g;
 }
 }  // namespace
 
@@ -110,14 +120,7 @@ TEST_CASE("a GEMM Transformer Engine's userbuffers split runs as its chunks, its
   // 4848, plus its launch. A chunk reads the whole weight again (2 x 4800 x
   // 12800 bytes) and its share of the rest: 140.9 MB, 282 us at 0.5 TB/s,
   // below its 794 us of compute.
-  Kernel k;
-  k.name = "attn.qkv";
-  k.kind = KernelKind::kGemm;
-  k.m = 4096;
-  k.n = 12800;
-  k.k = 4800;
-  k.flops = 2.0 * 4096 * 12800 * 4800;
-  k.bytes = 2 * (4096LL * 4800 + 4800LL * 12800 + 4096LL * 12800);
+  Kernel k = gemm_of("attn.qkv", 4096, 12800, 4800);
   const double eff = 0.8 * 4800.0 / 4848.0;
   CHECK(m.kernel_time(k, Precision::kFp16) == seconds_to_ns(k.flops / (100e12 * eff)) + 5 * kNsPerUs);
   k.splits = 8;
@@ -138,11 +141,7 @@ TEST_CASE("a GEMM Transformer Engine's userbuffers split runs as its chunks, its
   // the last is a fifth full (320 / 400 = 0.8); a chunk of 512 rows is 40
   // tiles, 0.4 of one wave. Each chunk runs at half the whole GEMM's
   // efficiency: 8 chunks take twice its compute, and 8 launches.
-  Kernel narrow = k;
-  narrow.splits = 1;
-  narrow.n = 1280;
-  narrow.flops = 2.0 * 4096 * 1280 * 4800;
-  narrow.bytes = 2 * (4096LL * 4800 + 4800LL * 1280 + 4096LL * 1280);
+  Kernel narrow = gemm_of("attn.qkv", 4096, 1280, 4800);
   CHECK(m.gemm_efficiency(4096, 1280, 4800) == Approx(0.8 * 0.8 * 4800.0 / 4848.0));
   CHECK(m.gemm_efficiency(512, 1280, 4800) == Approx(0.8 * 0.4 * 4800.0 / 4848.0));
   narrow.splits = 8;
@@ -174,14 +173,7 @@ TEST_CASE("a profile's GEMM fit prices userbuffers' chunks one by one (Note [Use
   fit.coef = {20e-6, 1e-15, 1e-12};
   p.fits["kernel.gemm.bf16"] = fit;
   const ProfileComputeModel m(std::make_shared<const ProfileCosts>(p), round_device(), nullptr);
-  Kernel k;
-  k.name = "mlp.fc1";
-  k.kind = KernelKind::kGemm;
-  k.m = 4096;
-  k.n = 12800;
-  k.k = 4800;
-  k.flops = 2.0 * 4096 * 12800 * 4800;
-  k.bytes = 2 * (4096LL * 4800 + 4800LL * 12800 + 4096LL * 12800);
+  Kernel k = gemm_of("mlp.fc1", 4096, 12800, 4800);
   // Whole: 20 us + 503.3 us + 52.4 us.
   CHECK(m.kernel_time(k, Precision::kBf16) == seconds_to_ns(20e-6 + 1e-15 * k.flops + 1e-12 * 4096.0 * 12800));
   // 4 chunks of 1,024 rows: each 20 us + a quarter of the rest; the fit's
@@ -194,14 +186,7 @@ TEST_CASE("a GEMM beside a collective's SMs runs its waves on the rest (Note [Us
   const RooflineComputeModel m(round_device());  // 100 units
   // 12800 x 12800: 10,000 tiles. On 84 units (16 kept): 120 waves, the
   // last 4/84 full: 10000 / (120 x 84); and at 84/100 of the peak.
-  Kernel k;
-  k.name = "attn.o_proj";
-  k.kind = KernelKind::kGemm;
-  k.m = 12800;
-  k.n = 12800;
-  k.k = 4800;
-  k.flops = 2.0 * 12800 * 12800 * 4800;
-  k.bytes = 2 * (12800LL * 4800 * 2 + 12800LL * 12800);
+  Kernel k = gemm_of("attn.o_proj", 12800, 12800, 4800);
   k.sm_margin = 16;
   const double util = 10000.0 / (120.0 * 84.0);
   CHECK(m.gemm_efficiency(12800, 12800, 4800, 16) == Approx(0.8 * util * 4800.0 / 4848.0));

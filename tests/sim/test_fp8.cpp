@@ -5,6 +5,8 @@
 // device_db.cpp cites, or from the formulas of those notes.
 #include <catch2/catch.hpp>
 
+#include "test_util.hpp"
+
 #include <algorithm>
 #include <functional>
 #include <memory>
@@ -33,16 +35,7 @@ const DeviceSpec& device(const char* name) {
 }
 
 /// A GEMM of (m, k) x (k, n), as models/ describes one in bf16.
-Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, KernelKind kind = KernelKind::kGemm) {
-  Kernel g;
-  g.kind = kind;
-  g.m = m;
-  g.n = n;
-  g.k = k;
-  g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
-  g.bytes = 2 * (m * k + k * n + m * n);
-  return g;
-}
+Kernel gemm(std::int64_t m, std::int64_t n, std::int64_t k, KernelKind kind = KernelKind::kGemm) { return test::gemm_kernel(m, n, k, kind); }
 
 /// `blocks` transformer blocks, each one Linear of k x n = `weights`
 /// elements (its only parameters), after an embedding of `embedding`
