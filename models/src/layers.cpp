@@ -1,8 +1,10 @@
 #include "layers.hpp"
 
 #include <algorithm>
+#include <functional>
 #include <set>
 #include <string>
+#include <string_view>
 
 #include "dtsim/sim/error.hpp"
 
@@ -526,20 +528,20 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
 // userbuffers).
 void split_for_tp_overlap(sim::Layer& l, const sim::WorkloadShape& shape) {
   if (!shape.tp_comm_overlap || shape.tp <= 1) return;
-  static const std::set<std::string> column = {"attn.qkv", "mlp.fc1", "mlp.gate_up"};
-  static const std::set<std::string> row = {"attn.proj", "attn.o_proj", "mlp.fc2", "mlp.down"};
+  static const std::set<std::string, std::less<>> column = {"attn.qkv", "mlp.fc1", "mlp.gate_up"};
+  static const std::set<std::string, std::less<>> row = {"attn.proj", "attn.o_proj", "mlp.fc2", "mlp.down"};
   const sim::TpOverlapCfg cfg = shape.tp_overlap_cfg;
   constexpr int kTeSms = 16;       // TE's num_sm for its pipeline and bulk overlaps
   constexpr int kTeSplits = 4;     // and its pipeline's num_splits
   const auto apply = [&](std::vector<sim::Kernel>& ks, bool forward) {
     for (sim::Kernel& k : ks) {
       if (k.kind != sim::KernelKind::kGemm) continue;
-      std::string name = k.name;
+      // A backward GEMM is its forward's name with ".dgrad" or ".wgrad".
+      std::string_view name = k.name;
       const bool dgrad = !forward && name.ends_with(".dgrad");
-      const bool wgrad = !forward && name.ends_with(".wgrad");
       if (!forward) {
-        if (!dgrad && !wgrad) continue;
-        name.resize(name.size() - 6);
+        if (!dgrad && !name.ends_with(".wgrad")) continue;
+        name.remove_suffix(6);
       }
       const bool is_column = column.contains(name), is_row = row.contains(name);
       if (!is_column && !is_row) continue;
