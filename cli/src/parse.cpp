@@ -1,6 +1,7 @@
 #include "dtsim/cli/parse.hpp"
 
 #include <algorithm>
+#include <cctype>
 #include <iostream>
 
 #include "dtsim/sim/config_node.hpp"
@@ -122,7 +123,16 @@ void check_parsed(const CLI::App& root) {
       throw ConfigError(name + ": unknown command '" + a + "'" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
                         "; valid: " + join(subs, "") + " (see " + name + " --help)");
     }
-    throw ConfigError(name + ": unexpected argument '" + a + "'");
+    // `dtsim predict llama-3-8b dgx-h100`: options name their values.
+    std::string named;
+    const auto names = long_names(app);
+    for (const char* o : {"model", "cluster", "plan"}) {
+      if (std::find(names.begin(), names.end(), o) != names.end()) {
+        named += std::string(named.empty() ? "" : ", ") + "--" + o + " " + static_cast<char>(std::toupper(static_cast<unsigned char>(o[0])));
+      }
+    }
+    throw ConfigError(name + ": unexpected argument '" + a + "'" +
+                      (named.empty() ? "" : "; options name their values (" + named + ", see " + name + " --help)"));
   }
 }
 
