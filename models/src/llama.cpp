@@ -403,6 +403,7 @@ class Llama final : public ZooModel {
     if (c_.experts > 0 && c_.expert_intermediate == 0) c_.expert_intermediate = c_.intermediate;
   }
   std::string name() const override { return c_.name; }
+  std::vector<std::string> notes() const override { return c_.notes; }
   int blocks() const override { return c_.layers; }
   int layer_count() const override { return c_.layers + c_.mtp_layers + 2; }  // embedding, blocks, MTP depths, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }

@@ -379,9 +379,10 @@ void check_kv_heads(const sim::ConfigMap& c, const char* key, std::int64_t heads
   }
 }
 
-sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name) {
+sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std::vector<std::string> notes) {
   LlamaConfig l;
   l.name = name;
+  l.notes = std::move(notes);
   l.layers = static_cast<int>(c.get_int("layers", 32, 1, 10000));
   l.hidden = c.get_int("hidden", 4096, 1, kBig);
   l.heads = c.get_int("heads", 32, 1, kBig);
@@ -605,8 +606,10 @@ sim::ModelPtr parse_seq2seq(const sim::ConfigMap& c, const std::string& name) {
   return make_seq2seq(n);
 }
 
+/// `notes`: what the file holds beyond the model read from it (a HuggingFace
+/// config's vision tower), for sim::Model::notes.
 sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::string& default_name,
-                         const std::vector<sim::Override>& overrides) {
+                         const std::vector<sim::Override>& overrides, std::vector<std::string> notes = {}) {
   const sim::ConfigMap c = sim::ConfigMap::open(root, file, "model", overrides);
   const std::string name = c.get_string("name", default_name);
   c.get_string("description", "");
@@ -619,13 +622,13 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
   if (family == "nbow") return parse_nbow(c, name);
   if (family == "seq2seq") return parse_seq2seq(c, name);
   if (family == "bert") return parse_bert(c, name);
-  if (family == "llama") return parse_llama(c, name);
+  if (family == "llama") return parse_llama(c, name, std::move(notes));
   if (family == "bilstm") return parse_bilstm(c, name);
   return parse_gpt(c, name);
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -635,9 +638,10 @@ constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, qwen2, qwen3, smol
 /// configuration_bert.py); `architectures` picks the head.
 /// `prefix` names the mapping's keys in errors ("config", or
 /// "config.text_config" for Llama 4's language model); `as_type`, where
-/// given, is its model_type (a text_config may leave it out).
-YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const std::string& prefix = "config",
-                            const std::string& as_type = "") {
+/// given, is its model_type (a text_config may leave it out). What the
+/// config holds beyond the language model read goes to `notes`.
+YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::vector<std::string>& notes,
+                            const std::string& prefix = "config", const std::string& as_type = "") {
   const sim::ConfigMap c(hf, file, prefix);
   YAML::Node ours(YAML::NodeType::Map);
   const std::string type = as_type.empty() ? c.get_string("model_type", "") : as_type;
@@ -651,13 +655,53 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     if (a.IsSequence() && a.size() > 0 && a[0].IsScalar()) arch = a[0].Scalar();
   }
   auto require_arch = [&](const std::vector<std::string>& valid) {
-    if (arch.empty()) return;
+    if (arch.empty() || !as_type.empty()) return;  // a wrapper's language model (Note [Image-and-text configs])
     for (const auto& v : valid) {
       if (arch == v) return;
     }
     std::string list;
     for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
     c.fail("architectures", "'" + arch + "' is not a head dtsim models for model_type " + type + "; valid: " + list);
+  };
+  // Note [Image-and-text configs]
+  // A multimodal checkpoint's config.json (Gemma3ForConditionalGeneration,
+  // Llama4ForConditionalGeneration, Mistral3ForConditionalGeneration,
+  // Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration,
+  // Qwen3VLMoeForConditionalGeneration) holds its language model's keys in
+  // text_config, a config of a text model_type (`inner`) that dtsim reads
+  // as the text-only family it is (`read_as`: the same blocks and tensors).
+  // What is predicted is that language model trained on text: the vision
+  // encoder and its projector (`left_out`) are not modelled, and a note
+  // (sim::Model::notes) says so with every prediction. Where text_config
+  // is absent or null the config class builds its default (`absent`; none
+  // for Llama 4), and Qwen2.5-VL's released files keep the text keys at the
+  // top level (Qwen2_5_VLConfig reads them there, "for BC"). Keys a
+  // text_config leaves out take the text-only class's defaults; the head
+  // is tied as the text_config says, else as the wrapper does (Qwen3VLConfig
+  // carries tie_word_embeddings at both levels). A language model read this
+  // way has no head of its own to check (`architectures` names the wrapper's).
+  auto language_model = [&](const std::string& cls, const std::string& inner, const std::string& read_as, const std::string& left_out,
+                            const YAML::Node* absent) {
+    const YAML::Node given = hf["text_config"];
+    const bool missing = !given || given.IsNull();
+    if (missing && absent == nullptr) c.fail("text_config", "missing; " + cls + "'s config holds the language model's keys there");
+    const YAML::Node text = missing ? *absent : given;
+    const bool flat = missing && absent == &hf;
+    if (!text.IsMap()) c.fail("text_config", "not a mapping; " + cls + "'s config holds the language model's keys there");
+    const std::string at = flat ? prefix : prefix + ".text_config";
+    if (!flat) {
+      const sim::ConfigMap t(text, file, at);
+      if (const std::string got = t.get_string("model_type", inner); got != inner) {
+        t.fail("model_type", "'" + got + "'; valid: " + inner + " (" + cls + "'s language model)");
+      }
+    }
+    notes.push_back(file + ": " + cls + "'s language model (" + (flat ? "its text keys" : at) + ") is what is predicted; " + left_out +
+                    " are not modelled, as in text-only training");
+    YAML::Node read = from_huggingface(text, file, notes, at, read_as);
+    if (!missing && !given["tie_word_embeddings"] && c.has("tie_word_embeddings")) {
+      read["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    }
+    return read;
   };
   // A Llama-family decoder's depth, width and heads (Phi3Config's,
   // GraniteConfig's and Olmo2Config's keys and defaults): num_key_value_heads null or absent
@@ -994,15 +1038,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // llama4_text) is the language model dtsim models, the vision encoder
     // and projector (0.87 B parameters in Scout) left out.
     require_arch({"Llama4ForConditionalGeneration"});
-    if (!hf["text_config"] || !hf["text_config"].IsMap()) {
-      c.fail("text_config", "missing or not a mapping; Llama4Config holds the language model's keys there");
-    }
-    const YAML::Node text = hf["text_config"];
-    const sim::ConfigMap t(text, file, prefix + ".text_config");
-    if (const std::string inner = t.get_string("model_type", "llama4_text"); inner != "llama4_text") {
-      t.fail("model_type", "'" + inner + "'; valid: llama4_text");
-    }
-    return from_huggingface(text, file, prefix + ".text_config", "llama4_text");
+    return language_model("Llama4ForConditionalGeneration", "llama4_text", "llama4_text", "its vision encoder and projector", nullptr);
   } else if (type == "llama4_text") {
     // Note [Llama 4] (llama.cpp): the defaults of Llama4TextConfig
     // (transformers' configuration_llama4.py), which are Scout's.
@@ -1083,10 +1119,47 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, const
     // Llama4TextL2Norm on the rotary layers' q and k (Scout's; not Maverick's).
     // null is off, as in HF (an absent key is Llama4TextConfig's true).
     ours["l2_qk_norm"] = !(hf["use_qk_norm"] && hf["use_qk_norm"].IsNull()) && c.get_bool("use_qk_norm", true);
-  } else if (type == "gemma3" || type == "gemma") {
-    c.fail("model_type", type == "gemma3" ? "'gemma3' is Gemma 3's image-and-text model, whose vision tower dtsim does not model; "
-                                            "its text_config (model_type gemma3_text) is the language model, as a config.json of its own"
-                                          : "'gemma' (Gemma 1) is not supported; valid: " + std::string(kHfTypes));
+  } else if (type == "gemma3") {
+    // Gemma3ForConditionalGeneration (google/gemma-3-{4,12,27}b-*): the
+    // language model is its text_config (Gemma3Config's default: a
+    // Gemma3TextConfig's), beside a SigLIP vision tower and projector.
+    require_arch({"Gemma3ForConditionalGeneration"});
+    const YAML::Node defaults(YAML::NodeType::Map);  // Gemma3TextConfig's
+    return language_model("Gemma3ForConditionalGeneration", "gemma3_text", "gemma3_text", "its SigLIP vision tower and projector", &defaults);
+  } else if (type == "qwen2_5_vl") {
+    // Note [Image-and-text configs]: Qwen2.5-VL's language model is Qwen2's
+    // decoder (Qwen2_5_VLAttention: q/k/v with bias, o_proj without; its
+    // multimodal rotary costs as rotary does on text).
+    require_arch({"Qwen2_5_VLForConditionalGeneration"});
+    return language_model("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl_text", "qwen2", "its vision encoder and merger", &hf);
+  } else if (type == "qwen3_vl" || type == "qwen3_vl_moe") {
+    // Note [Image-and-text configs]: Qwen3-VL's language model is Qwen3's
+    // decoder (q/k norms), its MoE variant Qwen3-MoE's; the vision
+    // features it adds to its first layers' hidden states (deepstack) are
+    // the vision tower's, absent from text.
+    const bool moe = type == "qwen3_vl_moe";
+    const std::string cls = moe ? "Qwen3VLMoeForConditionalGeneration" : "Qwen3VLForConditionalGeneration";
+    require_arch({cls});
+    const YAML::Node defaults(YAML::NodeType::Map);
+    return language_model(cls, moe ? "qwen3_vl_moe_text" : "qwen3_vl_text", moe ? "qwen3_moe" : "qwen3", "its vision encoder and merger",
+                          &defaults);
+  } else if (type == "mistral3") {
+    // Mistral3ForConditionalGeneration (Mistral Small 3.1 and 3.2, Magistral
+    // and Devstral Small): the language model is its text_config, a
+    // MistralConfig (transformers' configuration_mistral3.py; its default is
+    // Mistral Small 3.1's shape, which is this reader's where text_config
+    // leaves a key out), beside a Pixtral vision encoder and projector.
+    require_arch({"Mistral3ForConditionalGeneration"});
+    YAML::Node small_3_1(YAML::NodeType::Map);
+    for (const auto& [key, value] : {std::pair{"head_dim", 128}, {"hidden_size", 5120}, {"intermediate_size", 32768},
+                                     {"max_position_embeddings", 131072}, {"num_attention_heads", 32}, {"num_hidden_layers", 40},
+                                     {"num_key_value_heads", 8}, {"vocab_size", 131072}}) {
+      small_3_1[key] = value;
+    }
+    small_3_1["sliding_window"] = YAML::Node(YAML::NodeType::Null);
+    return language_model("Mistral3ForConditionalGeneration", "mistral", "mistral", "its Pixtral vision encoder and projector", &small_3_1);
+  } else if (type == "gemma") {
+    c.fail("model_type", "'gemma' (Gemma 1) is not supported; valid: " + std::string(kHfTypes));
   } else if (type == "gpt_oss") {
     // Note [gpt-oss] (llama.cpp): OpenAI's gpt-oss (GptOssForCausalLM); the
     // defaults of GptOssConfig (transformers' configuration_gpt_oss.py),
@@ -1268,7 +1341,9 @@ sim::ModelPtr from_huggingface_named(const YAML::Node& root, const std::string& 
     name = std::filesystem::path(root["_name_or_path"].Scalar()).filename().string();
     if (name.empty()) name = fallback;
   }
-  return parse_ours(from_huggingface(root, file), file, name, overrides);
+  std::vector<std::string> notes;
+  YAML::Node ours = from_huggingface(root, file, notes);
+  return parse_ours(ours, file, name, overrides, std::move(notes));
 }
 
 // Note [HuggingFace cache]

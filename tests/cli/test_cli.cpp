@@ -448,6 +448,30 @@ TEST_CASE("a HuggingFace config.json is a model", "[cli]") {
   CHECK(YAML::Load(r.out)["model"]["parameters"].as<std::int64_t>() == 124439808);
 }
 
+TEST_CASE("an image-and-text config.json is its language model, and predict and search say what is left out", "[cli][hf]") {
+  // Gemma 3's wrapper around gemma-3-1b's keys: the prediction carries the
+  // note among its warnings, in the table and in JSON, as does the search.
+  const std::string file = temp_file("dtsim_gemma3_config.json",
+                                     "{\"architectures\": [\"Gemma3ForConditionalGeneration\"], \"model_type\": \"gemma3\",\n"
+                                     " \"text_config\": {\"model_type\": \"gemma3_text\", \"hidden_size\": 1152, \"intermediate_size\": 6912,"
+                                     " \"num_attention_heads\": 4, \"num_hidden_layers\": 26, \"num_key_value_heads\": 1, \"head_dim\": 256,"
+                                     " \"vocab_size\": 262144, \"sliding_window\": 512}}\n");
+  const std::string note = file + ": Gemma3ForConditionalGeneration's language model (config.text_config) is what is predicted";
+  const Result table = dtsim("predict --model " + file + " --cluster dgx-a100 --set plan.seq_len=1024");
+  REQUIRE(table.status == 0);
+  CHECK_THAT(table.out, Catch::Contains("warning: " + note));
+  const Result json = dtsim("predict --model " + file + " --cluster dgx-a100 --set plan.seq_len=1024 --json");
+  REQUIRE(json.status == 0);
+  const YAML::Node p = YAML::Load(json.out);
+  // gemma-3-1b's count (test_llama.cpp: gemma_params(26, 1152, 4, 1, 256, 6912, 262144, tied)).
+  CHECK(p["model"]["parameters"].as<std::int64_t>() == 999'885'952);
+  REQUIRE(p["simulation"]["warnings"].size() >= 1);
+  CHECK(p["simulation"]["warnings"][0].as<std::string>().rfind(note, 0) == 0);
+  const Result search = dtsim("search --model " + file + " --cluster dgx-a100 --set plan.seq_len=1024 --top 1");
+  REQUIRE(search.status == 0);
+  CHECK_THAT(search.out, Catch::Contains("warning: " + note));
+}
+
 TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad-input]") {
   struct Case {
     std::string args;
@@ -508,7 +532,9 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model gpt2 --cluster dgx-a100 --plan " + huge, huge + ": 10485761 bytes, larger than a config may be (limit 10 MiB)"},
       {"predict --model gpt2 --cluster dgx-a100 --plan ddp --plan zero3", "dtsim predict: --plan given twice ('ddp' and 'zero3'); give it once"},
       {"predict --model gpt2 --cluster dgx-a100 --json --json", "dtsim predict: --json given twice"},
-      {"comm --cluster dgx-a100 extra", "dtsim comm: unexpected argument 'extra'"},
+      {"comm --cluster dgx-a100 extra", "dtsim comm: unexpected argument 'extra'; options name their values (--cluster C, see dtsim comm --help)"},
+      {"predict llama-3-8b dgx-h100", "dtsim predict: unexpected argument 'llama-3-8b'; options name their values (--model M, --cluster C, --plan P, "
+                                      "see dtsim predict --help)"},
       // 10,000 layers of 12 h^2 with h = 2^24: 3.38e19 parameters (the embeddings add 1e12).
       {"predict --model gpt2 --cluster dgx-a100 --set model.hidden=16777216 --set model.heads=16 --set model.layers=10000",
        "model.layers: with the other sizes gives 3.38e+19 parameters, more than dtsim models (limit 1e15)"},
@@ -532,7 +558,8 @@ TEST_CASE("bad input: one line naming what and where, exit status 2", "[cli][bad
       {"predict --model bert-tiny --cluster dgx-h100 --set plan.cp=2", "plan.cp: 2: this model has no context-parallel split"},
       {"predict --model llama-tiny --cluster dgx-h100 --set model.kv_heads=3", "model.kv_heads: 3 does not divide the 4 attention heads"},
       {"predict --model " + neox + " --cluster dgx-h100",
-       neox + ":1: config.model_type: 'gpt_neox' is not supported; valid: gpt2, bert, llama, mistral, qwen2, qwen3, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3_text, mixtral"},
+       neox + ":1: config.model_type: 'gpt_neox' is not supported; valid: gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, "
+               "granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral"},
       {"predict --model " + kv5 + " --cluster dgx-h100",
        kv5 + ":2: config.num_key_value_heads: 5 does not divide the 32 attention heads"},
       {"predict --model llama-tiny --cluster dgx-h100 --set plan.attention=fast", "plan.attention: 'fast' is not one of auto, eager, flash"},

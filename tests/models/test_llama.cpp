@@ -516,7 +516,7 @@ TEST_CASE("bad Llama-family input: one line naming file, key and what is valid",
              Catch::Contains("kv.json:3") && Catch::Contains("config.num_key_value_heads: 6 does not divide the 32 attention heads"));
   const std::string type = write("t.json", "{\"model_type\": \"mamba\"}\n");
   CHECK_THAT(error_of([&] { load_model(type); }),
-             Catch::Contains("'mamba' is not supported; valid: gpt2, bert, llama, mistral, qwen2, qwen3"));
+             Catch::Contains("'mamba' is not supported; valid: gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3"));
   const std::string arch = write("a.json", "{\"model_type\": \"llama\", \"architectures\": [\"LlamaForSequenceClassification\"]}\n");
   CHECK_THAT(error_of([&] { load_model(arch); }), Catch::Contains("valid: LlamaForCausalLM"));
 }
@@ -960,9 +960,16 @@ TEST_CASE("Gemma's norms, GeGLU and soft caps: kernels and saved bytes by formul
 TEST_CASE("Gemma configs dtsim cannot model are one line each", "[llama][gemma]") {
   test::TempDir dir("gemma-bad");
   const std::string g2 = slurp(hf("gemma-2-9b"));
+  // Gemma 2's keys at the top of an image-and-text config: its head is no
+  // Gemma3ForConditionalGeneration; Gemma 1 is not read.
   std::string mm = g2;
   mm.replace(mm.find("\"gemma2\""), 8, "\"gemma3\"");
-  CHECK(error_of([&] { load_model(write_json(dir, mm)); }).find("'gemma3' is Gemma 3's image-and-text model") != std::string::npos);
+  CHECK(error_of([&] { load_model(write_json(dir, mm)); })
+            .find("config.architectures: 'Gemma2ForCausalLM' is not a head dtsim models for model_type gemma3; valid: "
+                  "Gemma3ForConditionalGeneration") != std::string::npos);
+  std::string g1 = g2;
+  g1.replace(g1.find("\"gemma2\""), 8, "\"gemma\"");
+  CHECK(error_of([&] { load_model(write_json(dir, g1)); }).find("config.model_type: 'gemma' (Gemma 1) is not supported") != std::string::npos);
   std::string relu = g2;
   relu.replace(relu.find("\"hidden_activation\": \"gelu_pytorch_tanh\""), std::string("\"hidden_activation\": \"gelu_pytorch_tanh\"").size(),
                "\"hidden_activation\": \"relu\"");
@@ -1623,4 +1630,177 @@ TEST_CASE("multi-token prediction: each depth a layer before the head, which run
   // Bad input: one line naming the key and the range.
   CHECK(error_of([] { load_model("deepseek-v3", {sim::parse_override("model.mtp_layers=65")}); }) ==
         "--set model.mtp_layers: 65 is out of range; valid: 0 to 64");
+}
+
+TEST_CASE("Image-and-text configs are read as their language model, with a note of what is left out", "[llama][gemma][hf]") {
+  test::TempDir dir("multimodal");
+  // Gemma 3 4B-27B's config.json (Gemma3ForConditionalGeneration): the
+  // language model is text_config, here gemma-3-27b-pt's keys as the hub
+  // file has them (vocab_size left to Gemma3TextConfig's 262208).
+  const std::string g27 = write_json(dir, R"({
+  "architectures": ["Gemma3ForConditionalGeneration"],
+  "boi_token_index": 255999,
+  "eoi_token_index": 256000,
+  "image_token_index": 262144,
+  "model_type": "gemma3",
+  "text_config": {
+    "head_dim": 128,
+    "hidden_size": 5376,
+    "intermediate_size": 21504,
+    "model_type": "gemma3_text",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 62,
+    "num_key_value_heads": 16,
+    "query_pre_attn_scalar": 168,
+    "rope_scaling": {"factor": 8.0, "rope_type": "linear"},
+    "sliding_window": 1024
+  },
+  "vision_config": {"hidden_size": 1152, "image_size": 896, "model_type": "siglip_vision_model", "num_hidden_layers": 27}
+})");
+  const auto gemma = load_model(g27);
+  CHECK(gemma->parameters() == gemma_params(62, 5376, 32, 16, 128, 21504, 262208, true));
+  REQUIRE(gemma->notes().size() == 1);
+  CHECK(gemma->notes()[0] == g27 + ": Gemma3ForConditionalGeneration's language model (config.text_config) is what is predicted; its SigLIP "
+                                   "vision tower and projector are not modelled, as in text-only training");
+  // The same blocks as the built-in: 5 local layers of 1024 to one global.
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  const auto a = gemma->layers(w), b = load_model("gemma-3-27b")->layers(w);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+  CHECK(load_model("gemma-3-27b")->notes().empty());
+  CHECK(load_model(hf("gemma-3-1b"))->notes().empty());
+
+  // Mistral Small 3.1 (Mistral3ForConditionalGeneration): its text_config a
+  // MistralConfig. HF's count by hand (PARAMS.md's decoder formula, h 5120,
+  // 40 layers, 32 heads and 8 KV heads of 128, I 32768, V 131072, untied):
+  // a layer 5120 x 4096 x 2 + 5120 x 1024 x 2 + 3 x 5120 x 32768 + 2 x 5120
+  // = 555,755,520; x 40 = 22,230,220,800; + 2 x 131072 x 5120 + 5120 =
+  // 23,572,403,200, the "24B" of its card less the vision encoder.
+  const std::string text = R"("text_config": {
+    "head_dim": 128,
+    "hidden_act": "silu",
+    "hidden_size": 5120,
+    "intermediate_size": 32768,
+    "max_position_embeddings": 131072,
+    "model_type": "mistral",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 40,
+    "num_key_value_heads": 8,
+    "rms_norm_eps": 1e-05,
+    "rope_theta": 1000000000.0,
+    "sliding_window": null,
+    "vocab_size": 131072
+  },)";
+  auto mistral3 = [&](const std::string& text_config) {
+    return write_json(dir, R"({
+  "architectures": ["Mistral3ForConditionalGeneration"],
+  "image_token_index": 10,
+  "model_type": "mistral3",
+  "multimodal_projector_bias": false,
+  "projector_hidden_act": "gelu",
+  "spatial_merge_size": 2,
+  )" + text_config + R"(
+  "vision_config": {"head_dim": 64, "hidden_size": 1024, "image_size": 1540, "model_type": "pixtral", "num_hidden_layers": 24, "patch_size": 14}
+})");
+  };
+  const auto small = load_model(mistral3(text));
+  CHECK(small->parameters() == 23'572'403'200);
+  REQUIRE(small->notes().size() == 1);
+  CHECK(small->notes()[0].find("Mistral3ForConditionalGeneration's language model (config.text_config) is what is predicted; its Pixtral "
+                               "vision encoder and projector are not modelled") != std::string::npos);
+  // No sliding window (null), so no sliding-window term in any block.
+  for (const auto& l : small->layers(w)) CHECK(l.signature.find(",sw=") == std::string::npos);
+  // Without a text_config, Mistral3Config's default is Mistral Small 3.1's.
+  CHECK(load_model(mistral3(""))->parameters() == 23'572'403'200);
+  // A text_config of another kind (Ministral 3's) is one line, at its key.
+  std::string ministral = text;
+  ministral.replace(ministral.find("\"model_type\": \"mistral\""), 23, "\"model_type\": \"ministral3\"");
+  CHECK(error_of([&] { load_model(mistral3(ministral)); })
+            .find("config.text_config.model_type: 'ministral3'; valid: mistral (Mistral3ForConditionalGeneration's language model)") !=
+        std::string::npos);
+  CHECK(error_of([&] { load_model(mistral3(R"("text_config": [1, 2],)")); })
+            .find("config.text_config: not a mapping; Mistral3ForConditionalGeneration's config holds the language model's keys there") !=
+        std::string::npos);
+  // Llama 4's released configs (Llama4ForConditionalGeneration) say so too.
+  const auto scout = load_model(hf("llama-4-scout"));
+  REQUIRE(scout->notes().size() == 1);
+  CHECK(scout->notes()[0].find("Llama4ForConditionalGeneration's language model (config.text_config) is what is predicted; its vision encoder") !=
+        std::string::npos);
+  CHECK(load_model("llama-4-scout")->notes().empty());
+}
+
+TEST_CASE("Qwen2.5-VL's and Qwen3-VL's configs are read as their language models", "[llama][hf]") {
+  test::TempDir dir("qwen-vl");
+  // Qwen2.5-VL-7B-Instruct's config.json keeps its text keys at the top
+  // level (Qwen2_5_VLConfig reads them there): Qwen2's decoder, q/k/v
+  // biased, untied; by hand as Qwen2-7B's above, whose shape it has:
+  // llama_params(28, 3584, 28, 4, 128, 18944, 152064, untied, q/k/v bias).
+  const std::string q25 = write_json(dir, R"({
+  "architectures": ["Qwen2_5_VLForConditionalGeneration"],
+  "hidden_act": "silu",
+  "hidden_size": 3584,
+  "intermediate_size": 18944,
+  "max_position_embeddings": 128000,
+  "max_window_layers": 28,
+  "model_type": "qwen2_5_vl",
+  "num_attention_heads": 28,
+  "num_hidden_layers": 28,
+  "num_key_value_heads": 4,
+  "rms_norm_eps": 1e-06,
+  "rope_theta": 1000000.0,
+  "sliding_window": 32768,
+  "tie_word_embeddings": false,
+  "use_sliding_window": false,
+  "vision_config": {"depth": 32, "hidden_size": 1280, "out_hidden_size": 3584},
+  "rope_scaling": {"type": "mrope", "mrope_section": [16, 24, 24]},
+  "vocab_size": 152064
+})");
+  const auto vl = load_model(q25);
+  CHECK(vl->parameters() == llama_params(28, 3584, 28, 4, 128, 18944, 152064, false, false, true));
+  CHECK(vl->max_seq_len() == 128000);
+  REQUIRE(vl->notes().size() == 1);
+  CHECK(vl->notes()[0] == q25 + ": Qwen2_5_VLForConditionalGeneration's language model (its text keys) is what is predicted; its vision "
+                                "encoder and merger are not modelled, as in text-only training");
+  // Qwen3-VL-8B-Instruct: a Qwen3 decoder in text_config (Qwen3-8B's shape:
+  // q8 above, llama_params(36, 4096, 32, 8, 128, 12288, 151936, untied, q/k norms)).
+  auto qwen3_vl = [&](const std::string& type, const std::string& text, const std::string& top) {
+    return write_json(dir, R"({
+  "architectures": [")" + std::string(type == "qwen3_vl" ? "Qwen3VLForConditionalGeneration" : "Qwen3VLMoeForConditionalGeneration") +
+                               R"("],
+  "image_token_id": 151655,
+  "model_type": ")" + type + R"(",
+  "text_config": {)" + text + R"(},
+  )" + top + R"("vision_config": {"depth": 27, "hidden_size": 1152, "model_type": "qwen3_vl", "out_hidden_size": 4096}
+})");
+  };
+  const std::string q3_8b = R"("head_dim": 128, "hidden_size": 4096, "intermediate_size": 12288, "max_position_embeddings": 262144,
+    "model_type": "qwen3_vl_text", "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8,
+    "tie_word_embeddings": false, "vocab_size": 151936)";
+  const auto v8 = load_model(qwen3_vl("qwen3_vl", q3_8b, R"("tie_word_embeddings": false, )"));
+  CHECK(v8->parameters() == 8'190'735'360);
+  CHECK(v8->parameters() == llama_params(36, 4096, 32, 8, 128, 12288, 151936, false, true));
+  CHECK(v8->max_seq_len() == 262144);
+  // The 4B's head tied by the wrapper's key where text_config has none
+  // (Qwen3-4B's shape, tied: llama_params(36, 2560, 32, 8, 128, 9728, 151936, tied, q/k norms)).
+  const std::string q3_4b = R"("head_dim": 128, "hidden_size": 2560, "intermediate_size": 9728, "model_type": "qwen3_vl_text",
+    "num_attention_heads": 32, "num_hidden_layers": 36, "num_key_value_heads": 8, "vocab_size": 151936)";
+  CHECK(load_model(qwen3_vl("qwen3_vl", q3_4b, R"("tie_word_embeddings": true, )"))->parameters() ==
+        llama_params(36, 2560, 32, 8, 128, 9728, 151936, true, true));
+  CHECK(load_model(qwen3_vl("qwen3_vl", q3_4b, ""))->parameters() == llama_params(36, 2560, 32, 8, 128, 9728, 151936, false, true));
+  // Qwen3-VL-30B-A3B: Qwen3-MoE's decoder, Qwen3-30B-A3B's shape
+  // (PARAMS.md: 30,532,122,624; 128 experts of 768, 8 a token).
+  const auto moe = load_model(qwen3_vl("qwen3_vl_moe", R"("decoder_sparse_step": 1, "head_dim": 128, "hidden_size": 2048,
+    "intermediate_size": 6144, "mlp_only_layers": [], "model_type": "qwen3_vl_moe_text", "moe_intermediate_size": 768,
+    "norm_topk_prob": true, "num_attention_heads": 32, "num_experts": 128, "num_experts_per_tok": 8, "num_hidden_layers": 48,
+    "num_key_value_heads": 4, "tie_word_embeddings": false, "vocab_size": 151936)", ""));
+  CHECK(moe->parameters() == 30'532'122'624);
+  CHECK(moe->experts() == 128);
+  CHECK(moe->top_k() == 8);
+  REQUIRE(moe->notes().size() == 1);
+  CHECK(moe->notes()[0].find("Qwen3VLMoeForConditionalGeneration's language model (config.text_config)") != std::string::npos);
+  // The dense wrapper around a MoE text_config is refused at its key.
+  CHECK(error_of([&] { load_model(qwen3_vl("qwen3_vl", R"("model_type": "qwen3_vl_moe_text")", "")); })
+            .find("config.text_config.model_type: 'qwen3_vl_moe_text'; valid: qwen3_vl_text (Qwen3VLForConditionalGeneration's language "
+                  "model)") != std::string::npos);
 }

@@ -964,6 +964,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
   r.gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
   r.global_batch = o.global_batch == 0 ? 4LL * r.gpus : o.global_batch;
   r.seq_len = o.base.seq_len == 0 ? model.max_seq_len() : o.base.seq_len;
+  for (std::string& n : model.notes()) r.warnings.push_back(std::move(n));
   if (std::string w = long_default_sequence(model, o.base.seq_len); !w.empty()) r.warnings.push_back(std::move(w));
   r.capacity = cluster.device.memory;
   r.model_attention = attends(model);

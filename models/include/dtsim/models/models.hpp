@@ -31,6 +31,9 @@ struct GptConfig {
 /// positions, grouped-query attention, SwiGLU MLP, no biases by default.
 struct LlamaConfig {
   std::string name = "llama";
+  /// What the config it was read from holds beyond the language model
+  /// (sim::Model::notes): a multimodal config's vision tower.
+  std::vector<std::string> notes;
   int layers = 32;                 ///< num_hidden_layers
   std::int64_t hidden = 4096;      ///< hidden_size (h)
   std::int64_t heads = 32;         ///< num_attention_heads (a)

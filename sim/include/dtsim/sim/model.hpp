@@ -437,6 +437,10 @@ class Model {
   /// allocator (Note [Library workspaces] in sim/src/report/predict.cpp).
   /// Convolutions run through cuDNN, which takes its workspace per call.
   virtual bool runs_cublas() const { return true; }
+  /// What the model as read leaves out of the model as released (a
+  /// multimodal config's vision tower), one sentence each; predict and the
+  /// search add them to their warnings.
+  virtual std::vector<std::string> notes() const { return {}; }
   /// Layers, first to last, for one micro-batch of the given shape.
   virtual std::vector<Layer> layers(const WorkloadShape& shape) const = 0;
   /// How many layers layers() returns, whatever the shape; models answer
