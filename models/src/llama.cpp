@@ -293,6 +293,28 @@ using namespace detail;
 // The release's MXFP4 expert weights are an inference format; training
 // runs them in bf16 (the model card's own training precision), as dtsim
 // prices them. YaRN's rotary scaling changes values, not work.
+// Note [MiniMax-M2]
+// MiniMax's MiniMax-M2 as HuggingFace writes it (modeling_minimax_m2.py,
+// model_type minimax_m2) is this family's mixture of experts with one
+// thing new: MiniMaxM2Attention (FlexOlmoAttention's) norms q and k over
+// their whole projections (q_norm of num_heads x head_dim, k_norm of
+// num_key_value_heads x head_dim), as OLMo 2 does, but keeps the Llama
+// block's norms before attention and the MLP (whole_qk_norm without
+// olmo2_norms). The work and the kept tensors are the per-head norms'
+// (the same q + kv elements, Note [OLMo 2]); the weights are (a + kv) d,
+// and, as for OLMo 2, a tensor-parallel rank holding some heads cannot
+// take their statistics alone, so dtsim models it at tp 1 (its experts
+// spread over ep). The rest is Mixtral's: 256 routed experts of
+// intermediate_size, 8 a token, no shared expert, no dense layer; the
+// router a sigmoid whose correction bias (e_score_correction_bias) is a
+// buffer, priced as the family's router. Its rotary turns 64 of each
+// head's 128 (rotary_dim, the remote code's; partial rotary costs the
+// same bytes, Note [Phi-3]); the released checkpoint's multi-token
+// prediction modules are not built by HF's class, nor trained here.
+// Parameters: 62 layers of 44,040,192 (attention) + 7,168 (q/k norms) +
+// 6,144 (norms) + 786,432 (router) + 256 x 3 x 3072 x 1536 (experts) =
+// 3,668,718,592, with the untied embedding and head (2 x 200,064 x 3072)
+// and the final norm: 228,689,748,992 (the card's 229B).
 // Note [GLM-4.5]
 // Zhipu's GLM-4.5, GLM-4.6, GLM-4.7 and GLM-4.5-Air as HuggingFace writes
 // them (modeling_glm4_moe.py, model_type glm4_moe; GLM-4.5 Team 2025,
@@ -413,10 +435,12 @@ class Llama final : public ZooModel {
     return !mla() && c_.kv_heads < c_.heads && c_.sliding_window == 0 && c_.attention_chunk == 0;
   }
   std::string tp_error(int tp) const override {
-    if (c_.olmo2_norms && tp > 1) {
-      // Note [OLMo 2]: its q/k norms' statistics span every head.
-      return "OLMo 2's q and k norms each take their statistics over all heads at once (Olmo2Attention), which a tensor-parallel "
-             "rank holding some of the heads cannot compute alone; dtsim models it at tp=1";
+    if (whole_qk() && tp > 1) {
+      // Note [OLMo 2], Note [MiniMax-M2]: their q/k norms' statistics span every head.
+      return std::string(c_.olmo2_norms ? "OLMo 2's q and k norms each take their statistics over all heads at once (Olmo2Attention)"
+                                        : "q and k norms over all heads (whole_qk_norm) each take their statistics over all heads at once "
+                                          "(MiniMax-M2's FlexOlmoAttention)") +
+             ", which a tensor-parallel rank holding some of the heads cannot compute alone; dtsim models it at tp=1";
     }
     if (!mla() && c_.kv_heads % tp != 0) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
@@ -493,7 +517,8 @@ class Llama final : public ZooModel {
              (chunk > 0 ? ",chunk=" + std::to_string(chunk) : "") + (!global && c_.l2_qk_norm ? ",l2qk=1" : "") +
              (global && c_.nope_global ? ",nope=1" : "") + (global && c_.attn_temperature ? ",tt=1" : "") +
              // Note [Gemma]: its norms, GeGLU and soft cap (signatures hold integers)
-             (c_.gemma_norms ? ",gn=1" : "") + (c_.olmo2_norms ? ",on=1" : "") + (c_.gelu ? ",gelu=1" : "") +
+             (c_.gemma_norms ? ",gn=1" : "") + (c_.olmo2_norms ? ",on=1" : "") + (c_.whole_qk_norm && !c_.olmo2_norms ? ",qkw=1" : "") +
+             (c_.gelu ? ",gelu=1" : "") +
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
@@ -786,9 +811,9 @@ class Llama final : public ZooModel {
       tensors += 4;
       if (c_.qkv_bias) split += (a + 2 * kv) * d, tensors += 3;
       if (c_.o_bias) replicated += h, tensors += 1;
-      // Qwen3's and Gemma 3's q/k norms are per head (d each); OLMo 2's span
-      // the whole projections (a d and kv d: Note [OLMo 2]).
-      if (c_.qk_norm) replicated += c_.olmo2_norms ? (a + kv) * d : 2 * d, tensors += 2;
+      // Qwen3's and Gemma 3's q/k norms are per head (d each); OLMo 2's and
+      // MiniMax-M2's span the whole projections (a d and kv d: Note [OLMo 2]).
+      if (c_.qk_norm) replicated += whole_qk() ? (a + kv) * d : 2 * d, tensors += 2;
       if (c_.attention_sinks) split += a, tensors += 1;  // a logit per head, split with the heads (Note [gpt-oss])
     }
     if (!moe) {
@@ -806,7 +831,7 @@ class Llama final : public ZooModel {
     }
     p.split = split / tp;
     p.replicated = replicated;
-    p.sequence_parallel = replicated - (c_.qk_norm && !c_.olmo2_norms ? 2 * d : 0);
+    p.sequence_parallel = replicated - (c_.qk_norm && !whole_qk() ? 2 * d : 0);
     p.tensors = tensors;
     return p;
   }
@@ -854,6 +879,8 @@ class Llama final : public ZooModel {
     if (shape.fused_kernels) return 2 * e * n + shape.saved_gemm_input(n);
     return (c_.swiglu_limit > 0 ? 6 : 3) * e * n + shape.saved_gemm_input(n);
   }
+  /// q and k normed over their whole projections (Note [OLMo 2], Note [MiniMax-M2]).
+  bool whole_qk() const { return c_.olmo2_norms || c_.whole_qk_norm; }
   /// The norms keep their fp32 output for the weight's product (Gemma's,
   /// and gpt-oss's: Note [gpt-oss]).
   bool fp32_norm_out() const { return c_.gemma_norms || c_.fp32_norm_weight; }
@@ -891,7 +918,7 @@ class Llama final : public ZooModel {
       l.modules.insert(l.modules.end(), {linear("attn.qkv", h, a * d, c_.qkv_bias, true), linear("attn.k_proj", h, kv * d, c_.qkv_bias, true),
                                          linear("attn.v_proj", h, kv * d, c_.qkv_bias, true)});
       if (c_.qk_norm) {
-        const std::int64_t qn = c_.olmo2_norms ? a * d : d, kn = c_.olmo2_norms ? kv * d : d;
+        const std::int64_t qn = whole_qk() ? a * d : d, kn = whole_qk() ? kv * d : d;
         l.modules.insert(l.modules.end(), {{"attn.q_norm", {qn}, ""}, {"attn.k_norm", {kn}, ""}});
       }
       if (c_.attention_sinks) l.modules.push_back({"attn.sinks", {a / tp}, ""});

@@ -202,6 +202,9 @@ const Builtin kBuiltins[] = {
      "attention_sinks: true\nswiglu_limit: 7\nfp32_norm_weight: true\n"},
     // Note [GLM-4.5] (llama.cpp): zai-org/GLM-4.5-Air's and GLM-4.5's
     // config.json (GLM-4.6 and GLM-4.7 have GLM-4.5's shape).
+    {"minimax-m2", "MiniMax-M2: 62 layers, hidden 3072, 48 heads of 128, 8 KV heads, q/k norms over all heads, 256 experts of SwiGLU 1536, top-8, vocab 200064, seq 196608",
+     "family: llama\nlayers: 62\nhidden: 3072\nheads: 48\nkv_heads: 8\nhead_dim: 128\nintermediate: 1536\nvocab: 200064\nseq_len: 196608\n"
+     "qk_norm: true\nwhole_qk_norm: true\nexperts: 256\ntop_k: 8\nexpert_intermediate: 1536\n"},
     {"glm-4.5-air", "Zhipu GLM-4.5-Air: 46 layers (1 dense), hidden 4096, 96 heads of 128, 8 KV heads, q/k/v biases, 128 experts of SwiGLU 1408 + 1 shared, top-8, vocab 151552, seq 131072",
      "family: llama\nlayers: 46\nhidden: 4096\nheads: 96\nkv_heads: 8\nhead_dim: 128\nintermediate: 10944\nvocab: 151552\nseq_len: 131072\n"
      "qkv_bias: true\nexperts: 128\ntop_k: 8\nexpert_intermediate: 1408\nshared_intermediate: 1408\nfirst_dense: 1\n"},
@@ -403,6 +406,8 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.gemma_norms = c.get_bool("gemma_norms", false);
   l.olmo2_norms = c.get_bool("olmo2_norms", false);
   if (l.olmo2_norms && !l.qk_norm) c.fail("olmo2_norms", "true needs qk_norm: true (OLMo 2 norms q and k over all heads)");
+  l.whole_qk_norm = c.get_bool("whole_qk_norm", false);
+  if (l.whole_qk_norm && !l.qk_norm) c.fail("whole_qk_norm", "true needs qk_norm: true (the norms it spans over all heads)");
   if (l.olmo2_norms && l.gemma_norms) c.fail("olmo2_norms", "true contradicts gemma_norms: true (OLMo 2's two norms against Gemma's four); set only one");
   l.gelu = c.get_bool("gelu", false);
   l.embed_scale = c.get_bool("embed_scale", false);
@@ -472,6 +477,9 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   for (const auto& [key, on] : {std::pair{"attention_chunk", l.attention_chunk > 0}, std::pair{"nope_global", l.nope_global},
                                  std::pair{"l2_qk_norm", l.l2_qk_norm}}) {
     if (on && l.kv_lora_rank > 0) c.fail(key, "is Llama 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  }
+  if (l.whole_qk_norm && l.kv_lora_rank > 0) {
+    c.fail("whole_qk_norm", "true is grouped-query attention's q/k norms; latent attention (kv_lora_rank) has none modelled");
   }
   if (l.olmo2_norms && (l.experts > 0 || l.kv_lora_rank > 0)) {
     c.fail("olmo2_norms", std::string("true is OLMo 2's dense block; it contradicts ") + (l.experts > 0 ? "experts" : "kv_lora_rank") +
@@ -628,7 +636,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1196,6 +1204,27 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // Sliding layers see sliding_window keys, every other layer all of them
     // (layer 0 sliding), or as layer_types lists them.
     windowed("GptOssModel", 128, "128 in both releases", 2);
+  } else if (type == "minimax_m2") {
+    // Note [MiniMax-M2] (llama.cpp): the defaults of MiniMaxM2Config
+    // (transformers' configuration_minimax_m2.py), which are MiniMax-M2's.
+    require_arch({"MiniMaxM2ForCausalLM"});
+    decoder_shape(62, 3072, 48, 8);
+    copy_int("head_dim", "head_dim", 128);
+    // MixtralExperts of intermediate_size each; no dense layer, no shared expert.
+    copy_int("intermediate_size", "expert_intermediate", 1536);
+    ours["intermediate"] = ours["expert_intermediate"];
+    if (const std::int64_t shared = c.get_int("shared_intermediate_size", 0, 0, kBig); shared > 0) {
+      c.fail("shared_intermediate_size", std::to_string(shared) + ", a shared expert's width; MiniMaxM2ForCausalLM builds none; valid: 0");
+    }
+    routing(c.has("num_local_experts") || !c.has("num_experts") ? "num_local_experts" : "num_experts", 256, 8, "local experts");
+    copy_int("vocab_size", "vocab", 200064);
+    copy_int("max_position_embeddings", "seq_len", 196608);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    // MiniMaxM2Attention (FlexOlmoAttention's) always norms q and k over the
+    // whole projections; the released file's use_qk_norm and qk_norm_type
+    // are its remote code's, read by nothing in transformers.
+    ours["qk_norm"] = true;
+    ours["whole_qk_norm"] = true;
   } else if (type == "glm4_moe") {
     // Note [GLM-4.5] (llama.cpp): Zhipu's GLM-4.5, 4.6 and 4.7 and GLM-4.5-Air
     // (Glm4MoeForCausalLM); the defaults of Glm4MoeConfig (transformers'

@@ -1804,3 +1804,74 @@ TEST_CASE("Qwen2.5-VL's and Qwen3-VL's configs are read as their language models
             .find("config.text_config.model_type: 'qwen3_vl_moe_text'; valid: qwen3_vl_text (Qwen3VLForConditionalGeneration's language "
                   "model)") != std::string::npos);
 }
+
+TEST_CASE("MiniMax-M2: q/k norms over all heads in a mixture of experts, its parameters by hand (Note [MiniMax-M2])", "[llama][moe][hf]") {
+  // HF's count (modeling_minimax_m2.py): a layer's q, k, v, o (3072 x 6144,
+  // 3072 x 1024 twice, 6144 x 3072), q_norm 48 x 128 and k_norm 8 x 128,
+  // two RMSNorms of 3072, the router 3072 x 256 and 256 experts of 3 x 3072
+  // x 1536; the untied embedding and head 200064 x 3072 each, a final norm.
+  const std::int64_t h = 3072, a = 48, kv = 8, d = 128, e = 256, f = 1536, v = 200064;
+  const std::int64_t layer = h * a * d + 2 * h * kv * d + a * d * h + (a + kv) * d + 2 * h + h * e + e * 3 * h * f;
+  CHECK(layer == 3'668'718'592);
+  const std::int64_t total = 62 * layer + 2 * v * h + h;
+  CHECK(total == 228'689'748'992);
+  const auto m2 = load_model("minimax-m2");
+  CHECK(m2->parameters() == total);
+  CHECK(m2->experts() == 256);
+  CHECK(m2->top_k() == 8);
+  // Its config.json (the hub file's keys HF reads, and some it does not).
+  test::TempDir dir("minimax");
+  const std::string config = R"({
+  "architectures": ["MiniMaxM2ForCausalLM"],
+  "head_dim": 128,
+  "hidden_act": "silu",
+  "hidden_size": 3072,
+  "intermediate_size": 1536,
+  "max_position_embeddings": 196608,
+  "model_type": "minimax_m2",
+  "num_attention_heads": 48,
+  "num_experts_per_tok": 8,
+  "num_hidden_layers": 62,
+  "num_key_value_heads": 8,
+  "num_local_experts": 256,
+  "num_mtp_modules": 3,
+  "qk_norm_type": "per_layer",
+  "rotary_dim": 64,
+  "scoring_func": "sigmoid",
+  "shared_intermediate_size": 0,
+  "tie_word_embeddings": false,
+  "use_qk_norm": true,
+  "use_routing_bias": true,
+  "vocab_size": 200064
+})";
+  const auto read = load_model(write_json(dir, config));
+  CHECK(read->parameters() == total);
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  const auto a_layers = read->layers(w), b_layers = m2->layers(w);
+  REQUIRE(a_layers.size() == b_layers.size());
+  for (std::size_t i = 0; i < a_layers.size(); ++i) CHECK(a_layers[i].signature == b_layers[i].signature);
+  // Every block a MoE block with whole q/k norms, and the Llama block's pre-norms.
+  for (int i = 1; i <= 62; ++i) {
+    const std::string& sig = b_layers[static_cast<std::size_t>(i)].signature;
+    INFO(sig);
+    CHECK(sig.rfind("moe.block:", 0) == 0);
+    CHECK(sig.find(",qkn=1,") != std::string::npos);
+    CHECK(sig.find(",qkw=1") != std::string::npos);
+    CHECK(sig.find(",on=1") == std::string::npos);
+  }
+  // Its norms span the heads: at tp 2 no rank has their statistics.
+  CHECK(m2->tp_error(2).find("q and k norms over all heads (whole_qk_norm) each take their statistics over all heads at once") !=
+        std::string::npos);
+  CHECK(m2->tp_error(1).empty());
+  // Qwen3's per-head norms of the same shape would weigh 2 d a layer, not (a + kv) d.
+  std::vector<sim::Override> per_head{sim::parse_override("model.whole_qk_norm=false")};
+  CHECK(load_model("minimax-m2", per_head)->parameters() == total - 62 * ((a + kv) * d - 2 * d));
+  // A shared expert is no MiniMaxM2ForCausalLM; whole norms need the norms.
+  std::string shared = config;
+  shared.replace(shared.find("\"shared_intermediate_size\": 0"), 29, "\"shared_intermediate_size\": 1536");
+  CHECK(error_of([&] { load_model(write_json(dir, shared)); })
+            .find("config.shared_intermediate_size: 1536, a shared expert's width; MiniMaxM2ForCausalLM builds none; valid: 0") != std::string::npos);
+  std::vector<sim::Override> no_norms{sim::parse_override("model.qk_norm=false")};
+  CHECK(error_of([&] { load_model("minimax-m2", no_norms); }).find("model.whole_qk_norm: true needs qk_norm: true") != std::string::npos);
+}

@@ -670,6 +670,52 @@ TEST_CASE("OLMo 2's twin: outputs normed before their residuals, q/k norms over 
             .find("OLMo 2's block runs dense, with its q/k norms, at tp 1") != std::string::npos);
 }
 
+TEST_CASE("MiniMax-M2's twin: q/k norms over all heads beside the Llama block's pre-norms (Note [MiniMax-M2])", "[torch][llama][moe]") {
+  torch::manual_seed(17);
+  torch::NoGradGuard no_grad;
+  // h 32, 4 heads of 8, 2 KV heads, f 64: q/o 32 x 32 each, k/v 32 x 16
+  // each, MLP 3 x 32 x 64, input and post-attention norms 2 x 32, q_norm
+  // 4 x 8 = 32 and k_norm 2 x 8 = 16: 8,288, OLMo 2's count with its two
+  // norms where OLMo 2 has its own two.
+  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,qkw=1");
+  CHECK(layer->parameter_count() == 2 * 32 * 32 + 2 * 32 * 16 + 3 * 32 * 64 + 2 * 32 + 32 + 16);
+  auto p = layer->module().named_parameters();
+  CHECK(p.contains("input_layernorm.weight"));
+  CHECK(p["q_norm.weight"].numel() == 32);
+  CHECK(p["k_norm.weight"].numel() == 16);
+  CHECK_FALSE(p.contains("post_feedforward_layernorm.weight"));
+  // One head's q rows scaled change the others' normalised q (a per-head
+  // norm undoes it: the same block with qkw=0 barely moves).
+  const auto x = torch::randn({2, 8, 32});
+  auto moved = [&](const std::string& signature) {
+    auto l = models::make_torch_layer(signature);
+    for (auto& item : l->module().named_parameters()) {
+      if (item.key().find("norm") != std::string::npos) item.value().uniform_(0.5, 1.5);
+    }
+    const auto base = l->forward({x});
+    l->module().named_parameters()["q_proj.weight"].narrow(0, 0, 8).mul_(5);
+    return (l->forward({x}) - base).abs().max().item<double>();
+  };
+  const double whole = moved("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,qkw=1");
+  const double per_head = moved("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1");
+  CHECK(per_head < 1e-2);
+  CHECK(whole > 100 * per_head);
+  // moe-tiny with whole q/k norms: its analytic layers and their twins own
+  // the same parameters, and a MoE block runs forward and backward.
+  std::vector<sim::Override> overrides{sim::parse_override("model.qk_norm=true"), sim::parse_override("model.whole_qk_norm=true")};
+  const auto model = models::load_model("moe-tiny", overrides);
+  sim::WorkloadShape w;
+  w.micro_batch = 2;
+  w.seq_len = 16;
+  for (const auto& l : model->layers(w)) {
+    INFO(l.signature);
+    CHECK(models::make_torch_layer(l.signature)->parameter_count() == l.params);
+  }
+  using dtsim::test::error_of;
+  CHECK(error_of([] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,qkw=1,tp=2"); })
+            .find("q/k norms over all heads (qkw=1) need qkn=1 and run at tp 1") != std::string::npos);
+}
+
 TEST_CASE("gpt-oss's twin: the clamped SwiGLU, the experts' and the router's biases, as GptOssExperts computes them (Note [gpt-oss])",
           "[torch][llama][gpt-oss]") {
   torch::manual_seed(17);

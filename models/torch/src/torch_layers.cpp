@@ -891,6 +891,7 @@ struct LlamaShape {
   std::int64_t span() const { return chunk > 0 ? -chunk : window; }
   bool gemma_norms = false;  ///< gn=1: Gemma's norms, four a block (Note [Gemma] in models/src/llama.cpp)
   bool olmo2_norms = false;  ///< on=1: OLMo 2's: outputs normed, q/k norms over all heads (Note [OLMo 2])
+  bool whole_qk = false;     ///< on=1 or qkw=1: q/k norms over the whole projections (Note [MiniMax-M2])
   bool gelu = false;         ///< gelu=1: GeGLU (tanh GELU on the gate)
   double softcap = 0;        ///< sc=: Gemma 2's attention soft cap (0: none; eager attention only)
   double residual_multiplier = 0;  ///< rm=: Granite's, on each output before its residual (0: none)
@@ -1305,8 +1306,8 @@ struct LlamaBlock : nn::Module {
     }
     if (s.qk_norm) {
       // Olmo2Attention's norms span the projections (num_heads x head_dim, num_key_value_heads x head_dim).
-      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.a * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
-      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.olmo2_norms ? s.kv * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
+      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.whole_qk ? s.a * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
+      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.whole_qk ? s.kv * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
     }
     if (s.olmo2_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(s.h));
   }
@@ -1320,14 +1321,14 @@ struct LlamaBlock : nn::Module {
                                      {{q_proj->weight, q_proj->bias}, {k_proj->weight, k_proj->bias}, {v_proj->weight, v_proj->bias}});
     auto q = qkv[0];
     auto k = qkv[1];
-    if (shape.olmo2_norms) {  // OLMo 2: over the whole projections, before the heads are split (tp 1 only)
+    if (shape.whole_qk) {  // OLMo 2, MiniMax-M2: over the whole projections, before the heads are split (tp 1 only)
       q = q_norm->forward(q);
       k = k_norm->forward(k);
     }
     q = q.view({b, sl, heads, d});
     k = k.view({b, sl, kv_heads, d});
     auto v = qkv[2].view({b, sl, kv_heads, d}).transpose(1, 2);
-    if (q_norm && !shape.olmo2_norms) {  // Qwen3: per head, before the rotation; each tp rank's heads add to the weights' gradients
+    if (q_norm && !shape.whole_qk) {  // Qwen3: per head, before the rotation; each tp rank's heads add to the weights' gradients
       q = q_norm->forward(q, t);
       k = k_norm->forward(k, t);
     }
@@ -2338,6 +2339,10 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     shape.olmo2_norms = s.get_or("on", 0) != 0;
     if (shape.olmo2_norms && (moe || !shape.qk_norm || s.get_or("tp", 1) > 1)) {
       throw UnsupportedError("layer signature '" + signature + "': OLMo 2's block runs dense, with its q/k norms, at tp 1");
+    }
+    shape.whole_qk = shape.olmo2_norms || s.get_or("qkw", 0) != 0;
+    if (shape.whole_qk && (!shape.qk_norm || s.get_or("tp", 1) > 1)) {
+      throw UnsupportedError("layer signature '" + signature + "': q/k norms over all heads (qkw=1) need qkn=1 and run at tp 1");
     }
     shape.gelu = s.get_or("gelu", 0) != 0;
     shape.softcap = static_cast<double>(s.get_or("sc", 0));

@@ -64,6 +64,10 @@ struct LlamaConfig {
   /// MLP's outputs normed before their residuals, no norm before either,
   /// and the q/k norms (qk_norm) over all heads at once.
   bool olmo2_norms = false;
+  /// q and k normed over their whole projections (a d and kv d weights)
+  /// rather than each head apart: MiniMax-M2's (Note [MiniMax-M2] in
+  /// llama.cpp); OLMo 2's norms are so without this.
+  bool whole_qk_norm = false;
   // Granite's scalars (Note [Granite] in llama.cpp); 0: the op is not there.
   double embedding_multiplier = 0;  ///< the embeddings times this
   double residual_multiplier = 0;   ///< each attention and MLP output times this before its residual
