@@ -293,6 +293,18 @@ using namespace detail;
 // The release's MXFP4 expert weights are an inference format; training
 // runs them in bf16 (the model card's own training precision), as dtsim
 // prices them. YaRN's rotary scaling changes values, not work.
+// Note [Ministral 3]
+// Mistral's Ministral 3 (Ministral3ForCausalLM, the text_config of its
+// Mistral3ForConditionalGeneration checkpoints; modeling_ministral3.py) is
+// Mistral's block with one op more: Ministral3Attention multiplies every
+// layer's queries, after rotary, by 1 + beta log(1 + floor(p /
+// original_max_position_embeddings)) (_get_llama_4_attn_scale, beta the
+// rope parameters' llama_4_scaling_beta, 0.1 and 16384 in
+// Ministral3Config's default), cast to the queries' dtype first: one
+// elementwise pass over q (q_scaling_beta, q_scaling_length), autograd
+// keeping only the scales. Llama 4 scales only its NoPE layers' queries,
+// in fp32 (Note [Llama 4]); the two are not combined. Its yarn rotary
+// costs as rotary does.
 // Note [MiniMax-M2]
 // MiniMax's MiniMax-M2 as HuggingFace writes it (modeling_minimax_m2.py,
 // model_type minimax_m2) is this family's mixture of experts with one
@@ -516,6 +528,8 @@ class Llama final : public ZooModel {
              // Note [Llama 4]: chunks and L2 q/k norms on local layers, NoPE and its temperature on global ones
              (chunk > 0 ? ",chunk=" + std::to_string(chunk) : "") + (!global && c_.l2_qk_norm ? ",l2qk=1" : "") +
              (global && c_.nope_global ? ",nope=1" : "") + (global && c_.attn_temperature ? ",tt=1" : "") +
+             // Note [Ministral 3]: every layer's queries scaled (beta in millionths)
+             micro(",qs=", c_.q_scaling_beta) + (c_.q_scaling_beta > 0 ? ",qsl=" + std::to_string(c_.q_scaling_length) : "") +
              // Note [Gemma]: its norms, GeGLU and soft cap (signatures hold integers)
              (c_.gemma_norms ? ",gn=1" : "") + (c_.olmo2_norms ? ",on=1" : "") + (c_.whole_qk_norm && !c_.olmo2_norms ? ",qkw=1" : "") +
              (c_.gelu ? ",gelu=1" : "") +
@@ -1013,6 +1027,11 @@ class Llama final : public ZooModel {
         pre.push_back(norm("attn.qk_l2norm", q + kv));
         attention += fused ? norm_kept(q + kv, t * (al + kvl)) : 4 * (q + kv) + 4 * t * (al + kvl);
       }
+      if (c_.q_scaling_beta > 0) {
+        // Note [Ministral 3]: q times a scale a position, cast to q's
+        // dtype first: one pass, nothing kept but the scales.
+        pre.push_back(memory_op("attn.q_scale", KernelKind::kElementwise, e * q, e * q, 1.0 * static_cast<double>(q)));
+      }
       if (global && c_.attn_temperature) {
         // Note [Llama 4]: q times an fp32 scale per position, then cast
         // back: two passes as composite ops, nothing kept but the scales.
@@ -1069,7 +1088,7 @@ class Llama final : public ZooModel {
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
     const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms &&
                               !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight && c_.attention_chunk == 0 &&
-                              !c_.nope_global && !c_.l2_qk_norm;
+                              !c_.nope_global && !c_.l2_qk_norm && c_.q_scaling_beta == 0;
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).

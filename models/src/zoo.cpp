@@ -444,6 +444,14 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.attention_chunk = c.get_int("attention_chunk", 0, 0, kBig);
   l.nope_global = c.get_bool("nope_global", false);
   l.attn_temperature = c.get_bool("attn_temperature", false);
+  // Ministral 3 (Note [Ministral 3] in llama.cpp); the signatures carry beta in millionths.
+  l.q_scaling_beta = c.get_double("q_scaling_beta", 0, 0, 1e6);
+  l.q_scaling_length = c.get_int("q_scaling_length", l.q_scaling_beta > 0 ? 16384 : 0, 0, kBig);
+  if (l.q_scaling_beta > 0 && l.q_scaling_beta < 1e-6) c.fail("q_scaling_beta", "below 1e-6; valid: 0 (none) or 1e-6 to 1e6");
+  if (l.q_scaling_beta > 0 && l.q_scaling_length == 0) c.fail("q_scaling_length", "0; valid: the positions a step of the scale spans, 1 or more");
+  if (l.q_scaling_beta > 0 && l.attn_temperature) {
+    c.fail("q_scaling_beta", "is Ministral 3's scaling of every query; it contradicts attn_temperature (Llama 4's, on its NoPE layers); set only one");
+  }
   l.l2_qk_norm = c.get_bool("l2_qk_norm", false);
   if (l.attention_chunk > 0 && l.sliding_window > 0) {
     c.fail("attention_chunk", "contradicts sliding_window: a local layer attends within a window or within chunks; set only one");
@@ -473,6 +481,9 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   // Multi-head latent attention (DeepSeek).
   l.q_lora_rank = c.get_int("q_lora_rank", 0, 0, kBig);
   l.kv_lora_rank = c.get_int("kv_lora_rank", 0, 0, kBig);
+  if (l.q_scaling_beta > 0 && l.kv_lora_rank > 0) {
+    c.fail("q_scaling_beta", "is Ministral 3's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  }
   if (l.attention_sinks && l.kv_lora_rank > 0) c.fail("attention_sinks", "true is gpt-oss's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
   for (const auto& [key, on] : {std::pair{"attention_chunk", l.attention_chunk > 0}, std::pair{"nope_global", l.nope_global},
                                  std::pair{"l2_qk_norm", l.l2_qk_norm}}) {
@@ -636,7 +647,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -689,7 +700,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
   // carries tie_word_embeddings at both levels). A language model read this
   // way has no head of its own to check (`architectures` names the wrapper's).
   auto language_model = [&](const std::string& cls, const std::string& inner, const std::string& read_as, const std::string& left_out,
-                            const YAML::Node* absent) {
+                            const YAML::Node* absent, const std::string& valid = "") {
     const YAML::Node given = hf["text_config"];
     const bool missing = !given || given.IsNull();
     if (missing && absent == nullptr) c.fail("text_config", "missing; " + cls + "'s config holds the language model's keys there");
@@ -700,7 +711,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     if (!flat) {
       const sim::ConfigMap t(text, file, at);
       if (const std::string got = t.get_string("model_type", inner); got != inner) {
-        t.fail("model_type", "'" + got + "'; valid: " + inner + " (" + cls + "'s language model)");
+        t.fail("model_type", "'" + got + "'; valid: " + (valid.empty() ? inner : valid) + " (" + cls + "'s language model)");
       }
     }
     notes.push_back(file + ": " + cls + "'s language model (" + (flat ? "its text keys" : at) + ") is what is predicted; " + left_out +
@@ -1165,7 +1176,13 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
       small_3_1[key] = value;
     }
     small_3_1["sliding_window"] = YAML::Node(YAML::NodeType::Null);
-    return language_model("Mistral3ForConditionalGeneration", "mistral", "mistral", "its Pixtral vision encoder and projector", &small_3_1);
+    // Ministral 3's checkpoints hold a Ministral3Config there (Note [Ministral 3]).
+    const YAML::Node text = hf["text_config"];
+    const bool ministral = text && text.IsMap() && text["model_type"] && text["model_type"].IsScalar() &&
+                           text["model_type"].Scalar() == "ministral3";
+    const std::string inner = ministral ? "ministral3" : "mistral";
+    return language_model("Mistral3ForConditionalGeneration", inner, inner, "its Pixtral vision encoder and projector", &small_3_1,
+                          "mistral, ministral3");
   } else if (type == "gemma") {
     c.fail("model_type", "'gemma' (Gemma 1) is not supported; valid: " + std::string(kHfTypes));
   } else if (type == "gpt_oss") {
@@ -1204,6 +1221,36 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // Sliding layers see sliding_window keys, every other layer all of them
     // (layer 0 sliding), or as layer_types lists them.
     windowed("GptOssModel", 128, "128 in both releases", 2);
+  } else if (type == "ministral3") {
+    // Note [Ministral 3] (llama.cpp): the defaults of Ministral3Config
+    // (transformers' configuration_ministral3.py), which are Ministral 3 8B's.
+    require_arch({"Ministral3ForCausalLM"});
+    decoder_shape(34, 4096, 32, 8);
+    copy_int("head_dim", "head_dim", 128);
+    copy_int("intermediate_size", "intermediate", 14336);
+    copy_int("vocab_size", "vocab", 131072);
+    copy_int("max_position_embeddings", "seq_len", 262144);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    if (c.has("sliding_window")) ours["sliding_window"] = c.get_int("sliding_window", 0, 1, kBig);  // null: none
+    // The queries' scale: the rope parameters' (rope_scaling before
+    // transformers 5), else Ministral3Config's default yarn block's.
+    double beta = 0.1;
+    std::int64_t length = 16384;
+    const char* rope = hf["rope_parameters"] ? "rope_parameters" : "rope_scaling";
+    if (hf[rope] && !hf[rope].IsNull()) {
+      if (!hf[rope].IsMap()) c.fail(rope, "not a mapping; Ministral3Attention reads llama_4_scaling_beta from it");
+      const sim::ConfigMap r(hf[rope], file, prefix + "." + rope);
+      if (!r.has("llama_4_scaling_beta")) r.fail("llama_4_scaling_beta", "missing; Ministral3Attention scales every query by it");
+      if (!r.has("original_max_position_embeddings")) {
+        r.fail("original_max_position_embeddings", "missing; Ministral3Attention's query scale steps every that many positions");
+      }
+      beta = r.get_double("llama_4_scaling_beta", 0.1, 0, 1e6);
+      length = r.get_int("original_max_position_embeddings", 16384, 1, kBig);
+    }
+    if (beta > 0) {
+      ours["q_scaling_beta"] = beta;
+      ours["q_scaling_length"] = length;
+    }
   } else if (type == "minimax_m2") {
     // Note [MiniMax-M2] (llama.cpp): the defaults of MiniMaxM2Config
     // (transformers' configuration_minimax_m2.py), which are MiniMax-M2's.

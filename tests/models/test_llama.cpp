@@ -1713,11 +1713,11 @@ TEST_CASE("Image-and-text configs are read as their language model, with a note 
   for (const auto& l : small->layers(w)) CHECK(l.signature.find(",sw=") == std::string::npos);
   // Without a text_config, Mistral3Config's default is Mistral Small 3.1's.
   CHECK(load_model(mistral3(""))->parameters() == 23'572'403'200);
-  // A text_config of another kind (Ministral 3's) is one line, at its key.
-  std::string ministral = text;
-  ministral.replace(ministral.find("\"model_type\": \"mistral\""), 23, "\"model_type\": \"ministral3\"");
-  CHECK(error_of([&] { load_model(mistral3(ministral)); })
-            .find("config.text_config.model_type: 'ministral3'; valid: mistral (Mistral3ForConditionalGeneration's language model)") !=
+  // A text_config of another kind is one line, at its key.
+  std::string llama = text;
+  llama.replace(llama.find("\"model_type\": \"mistral\""), 23, "\"model_type\": \"llama\"");
+  CHECK(error_of([&] { load_model(mistral3(llama)); })
+            .find("config.text_config.model_type: 'llama'; valid: mistral, ministral3 (Mistral3ForConditionalGeneration's language model)") !=
         std::string::npos);
   CHECK(error_of([&] { load_model(mistral3(R"("text_config": [1, 2],)")); })
             .find("config.text_config: not a mapping; Mistral3ForConditionalGeneration's config holds the language model's keys there") !=
@@ -1874,4 +1874,76 @@ TEST_CASE("MiniMax-M2: q/k norms over all heads in a mixture of experts, its par
             .find("config.shared_intermediate_size: 1536, a shared expert's width; MiniMaxM2ForCausalLM builds none; valid: 0") != std::string::npos);
   std::vector<sim::Override> no_norms{sim::parse_override("model.qk_norm=false")};
   CHECK(error_of([&] { load_model("minimax-m2", no_norms); }).find("model.whole_qk_norm: true needs qk_norm: true") != std::string::npos);
+}
+
+TEST_CASE("Ministral 3: Mistral's block with every layer's queries scaled by position (Note [Ministral 3])", "[llama][hf]") {
+  // Ministral-3-8B's language model, in its Mistral3ForConditionalGeneration
+  // wrapper: 34 layers, h 4096, 32 heads and 8 KV heads of 128, I 14336,
+  // V 131072, untied (PARAMS.md's decoder formula): a layer 4096 x 4096 x 2
+  // + 4096 x 1024 x 2 + 3 x 4096 x 14336 + 2 x 4096 = 218,112,000; x 34 =
+  // 7,415,808,000; + 2 x 131072 x 4096 + 4096 = 8,489,553,920.
+  test::TempDir dir("ministral3");
+  auto wrapper = [&](const std::string& rope) {
+    return write_json(dir, R"({
+  "architectures": ["Mistral3ForConditionalGeneration"],
+  "model_type": "mistral3",
+  "text_config": {
+    "head_dim": 128,
+    "hidden_size": 4096,
+    "intermediate_size": 14336,
+    "max_position_embeddings": 262144,
+    "model_type": "ministral3",
+    "num_attention_heads": 32,
+    "num_hidden_layers": 34,
+    "num_key_value_heads": 8,
+    )" + rope + R"(
+    "sliding_window": null,
+    "tie_word_embeddings": false,
+    "vocab_size": 131072
+  },
+  "vision_config": {"hidden_size": 1024, "model_type": "pixtral", "num_hidden_layers": 24}
+})");
+  };
+  const std::string file = wrapper(R"("rope_parameters": {"beta_fast": 32.0, "beta_slow": 1.0, "factor": 16.0, "llama_4_scaling_beta": 0.1,
+      "original_max_position_embeddings": 16384, "rope_theta": 1000000.0, "rope_type": "yarn"},)");
+  const auto m = load_model(file);
+  CHECK(m->parameters() == 8'489'553'920);
+  REQUIRE(m->notes().size() == 1);
+  CHECK(m->notes()[0].find("Mistral3ForConditionalGeneration's language model (config.text_config)") != std::string::npos);
+  // Every block carries the scale (0.1 in millionths, steps of 16384) and
+  // prices it as one pass over q: 2 bytes read and written an element of
+  // t a d = 4096 x 32 x 128, one multiply each.
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  const auto layers = m->layers(w);
+  const std::int64_t q = 4096LL * 32 * 128;
+  for (int i = 1; i <= 34; ++i) {
+    const auto& l = layers[static_cast<std::size_t>(i)];
+    INFO(l.signature);
+    CHECK(l.signature.find(",qs=100000,qsl=16384") != std::string::npos);
+    int found = 0;
+    for (const auto& k : l.forward) {
+      if (k.name != "attn.q_scale") continue;
+      ++found;
+      CHECK(k.bytes == 2 * 2 * q);
+      CHECK(k.flops == static_cast<double>(q));
+    }
+    CHECK(found == 1);
+  }
+  // Mistral Small 3.1's block, the same shape, has no such pass.
+  for (const auto& k : load_model("mistral-7b")->layers(w)[1].forward) CHECK(k.name != "attn.q_scale");
+  // rope_scaling (transformers 4's name) is read the same; a block without
+  // the beta is refused where HF's attention would fail on it.
+  CHECK(load_model(wrapper(R"("rope_scaling": {"llama_4_scaling_beta": 0.1, "original_max_position_embeddings": 16384, "type": "yarn"},)"))
+            ->layers(w)[1].signature == layers[1].signature);
+  CHECK(error_of([&] { load_model(wrapper(R"("rope_parameters": {"rope_theta": 1000000.0, "rope_type": "yarn", "original_max_position_embeddings": 16384},)")); })
+            .find("config.text_config.rope_parameters.llama_4_scaling_beta: missing; Ministral3Attention scales every query by it") !=
+        std::string::npos);
+  // Without a rope block: Ministral3Config's default (0.1, 16384).
+  CHECK(load_model(wrapper(""))->layers(w)[1].signature == layers[1].signature);
+  // Not with Llama 4's temperature.
+  std::vector<sim::Override> both{sim::parse_override("model.q_scaling_beta=0.1"), sim::parse_override("model.attn_temperature=true"),
+                                  sim::parse_override("model.nope_global=true"), sim::parse_override("model.global_every=4")};
+  CHECK(error_of([&] { load_model("llama-tiny", both); }).find("model.q_scaling_beta: is Ministral 3's scaling of every query; it contradicts "
+                                                               "attn_temperature") != std::string::npos);
 }

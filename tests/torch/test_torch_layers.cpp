@@ -716,6 +716,36 @@ TEST_CASE("MiniMax-M2's twin: q/k norms over all heads beside the Llama block's 
             .find("q/k norms over all heads (qkw=1) need qkn=1 and run at tp 1") != std::string::npos);
 }
 
+TEST_CASE("Ministral 3's twin scales each query by 1 + beta log(1 + floor(p / length)) after rotary (Note [Ministral 3])", "[torch][llama]") {
+  torch::manual_seed(19);
+  torch::NoGradGuard no_grad;
+  // With steps of 4 positions and beta 0.5, positions 0-3 are scaled by 1
+  // (the unscaled block's output there), 4-7 by 1 + 0.5 ln 2 (different).
+  const std::string plain = "llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0";
+  auto a = models::make_torch_layer(plain);
+  auto b = models::make_torch_layer(plain + ",qs=500000,qsl=4");
+  CHECK(b->parameter_count() == a->parameter_count());
+  // Weights of unit scale, so that the scores (and a scale of them) matter.
+  auto pa = a->module().named_parameters(), pb = b->module().named_parameters();
+  for (const auto& item : pa) {
+    item.value().uniform_(-1, 1);
+    pb[item.key()].copy_(item.value());
+  }
+  const auto x = torch::randn({2, 8, 32});
+  const auto ya = a->forward({x}), yb = b->forward({x});
+  CHECK(torch::allclose(ya.narrow(1, 0, 4), yb.narrow(1, 0, 4), 1e-6, 1e-6));
+  CHECK_FALSE(torch::allclose(ya.narrow(1, 4, 4), yb.narrow(1, 4, 4), 1e-2, 1e-2));
+  // Position 4's output is the unscaled block's with its query times 1 +
+  // 0.5 ln 2: scaling q_proj's weight by that reproduces it there.
+  auto c = models::make_torch_layer(plain);
+  auto pc = c->module().named_parameters();
+  for (const auto& item : pa) pc[item.key()].copy_(item.value());
+  pc["q_proj.weight"].mul_(1.0 + 0.5 * std::log(2.0));
+  CHECK(torch::allclose(c->forward({x}).narrow(1, 4, 4), yb.narrow(1, 4, 4), 1e-4, 1e-4));
+  using dtsim::test::error_of;
+  CHECK(error_of([&] { models::make_torch_layer(plain + ",qs=500000"); }).find("qs (Ministral 3's query scaling) needs qsl") != std::string::npos);
+}
+
 TEST_CASE("gpt-oss's twin: the clamped SwiGLU, the experts' and the router's biases, as GptOssExperts computes them (Note [gpt-oss])",
           "[torch][llama][gpt-oss]") {
   torch::manual_seed(17);

@@ -885,6 +885,8 @@ struct LlamaShape {
   std::int64_t chunk = 0;    ///< chunk=: chunked attention, chunks of this many tokens (0: none)
   bool nope = false;         ///< nope=1: no rotary positions
   bool temperature = false;  ///< tt=1: queries scaled by their position's temperature
+  double q_scale_beta = 0;         ///< qs=: Ministral 3's query scaling, beta (0: none; Note [Ministral 3])
+  std::int64_t q_scale_length = 0;  ///< qsl=: the positions a step of that scale spans
   bool l2_qk_norm = false;   ///< l2qk=1: q and k L2-normalised, no weight
   /// The keys a query sees beyond causality, as gqa_core takes it: a
   /// window (> 0), chunks (< 0) or none.
@@ -1343,6 +1345,11 @@ struct LlamaBlock : nn::Module {
       k = l2_norm(k);
     }
     if (shape.temperature) q = (q * attention_temperature(qpos).view({1, 1, -1, 1})).to(q.scalar_type());
+    if (shape.q_scale_beta > 0) {  // Note [Ministral 3]: the scale cast to q's dtype, then the product
+      const auto p = qpos.to(torch::kFloat);
+      const auto scale = torch::log(torch::floor(p / static_cast<double>(shape.q_scale_length)) + 1.0) * shape.q_scale_beta + 1.0;
+      q = q * scale.to(q.scalar_type()).view({1, 1, -1, 1});
+    }
     if (cp && cp->shift) {
       // Note [Ring attention]: the keys and values go round the cp ranks; it keeps no scores, so nothing to recompute.
       const auto ctx = ring::RingGqa::apply(q, k, v.contiguous(), qpos, shape.span(), reinterpret_cast<std::int64_t>(cp.get()));
@@ -2333,6 +2340,11 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     shape.chunk = s.get_or("chunk", 0);
     shape.nope = s.get_or("nope", 0) != 0;
     shape.temperature = s.get_or("tt", 0) != 0;
+    shape.q_scale_beta = micro("qs");
+    shape.q_scale_length = s.get_or("qsl", 0);
+    if (shape.q_scale_beta > 0 && shape.q_scale_length <= 0) {
+      throw ConfigError("layer signature '" + signature + "': qs (Ministral 3's query scaling) needs qsl, the positions a step spans, 1 or more");
+    }
     shape.l2_qk_norm = s.get_or("l2qk", 0) != 0;
     if (shape.window > 0 && shape.chunk > 0) throw ConfigError("layer signature '" + signature + "': sw and chunk contradict each other; set one");
     shape.gemma_norms = s.get_or("gn", 0) != 0;

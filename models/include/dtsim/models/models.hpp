@@ -82,6 +82,12 @@ struct LlamaConfig {
   std::int64_t attention_chunk = 0;
   bool nope_global = false;        ///< the global layers have no rotary positions (no_rope_layers)
   bool attn_temperature = false;   ///< those layers scale each query by a temperature of its position (attn_temperature_tuning)
+  /// Ministral 3's query scaling (Note [Ministral 3] in llama.cpp): every
+  /// layer's queries times 1 + beta log(1 + floor(p / length)), in their
+  /// own dtype (rope_parameters' llama_4_scaling_beta and
+  /// original_max_position_embeddings; 0: none).
+  double q_scaling_beta = 0;
+  std::int64_t q_scaling_length = 0;
   bool l2_qk_norm = false;         ///< q and k L2-normalised, no weight, on the local layers (use_qk_norm)
 
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
