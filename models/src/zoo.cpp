@@ -200,11 +200,13 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 36\nhidden: 2880\nheads: 64\nkv_heads: 8\nhead_dim: 64\nintermediate: 2880\nvocab: 201088\nseq_len: 131072\n"
      "experts: 128\ntop_k: 4\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 128\nglobal_every: 2\n"
      "attention_sinks: true\nswiglu_limit: 7\nfp32_norm_weight: true\n"},
-    // Note [GLM-4.5] (llama.cpp): zai-org/GLM-4.5-Air's and GLM-4.5's
-    // config.json (GLM-4.6 and GLM-4.7 have GLM-4.5's shape).
+    // Note [MiniMax-M2] (llama.cpp): MiniMaxAI/MiniMax-M2's config.json as
+    // MiniMaxM2Config reads it.
     {"minimax-m2", "MiniMax-M2: 62 layers, hidden 3072, 48 heads of 128, 8 KV heads, q/k norms over all heads, 256 experts of SwiGLU 1536, top-8, vocab 200064, seq 196608",
      "family: llama\nlayers: 62\nhidden: 3072\nheads: 48\nkv_heads: 8\nhead_dim: 128\nintermediate: 1536\nvocab: 200064\nseq_len: 196608\n"
      "qk_norm: true\nwhole_qk_norm: true\nexperts: 256\ntop_k: 8\nexpert_intermediate: 1536\n"},
+    // Note [GLM-4.5] (llama.cpp): zai-org/GLM-4.5-Air's and GLM-4.5's
+    // config.json (GLM-4.6 and GLM-4.7 have GLM-4.5's shape).
     {"glm-4.5-air", "Zhipu GLM-4.5-Air: 46 layers (1 dense), hidden 4096, 96 heads of 128, 8 KV heads, q/k/v biases, 128 experts of SwiGLU 1408 + 1 shared, top-8, vocab 151552, seq 131072",
      "family: llama\nlayers: 46\nhidden: 4096\nheads: 96\nkv_heads: 8\nhead_dim: 128\nintermediate: 10944\nvocab: 151552\nseq_len: 131072\n"
      "qkv_bias: true\nexperts: 128\ntop_k: 8\nexpert_intermediate: 1408\nshared_intermediate: 1408\nfirst_dense: 1\n"},
@@ -1164,10 +1166,10 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
                           &defaults);
   } else if (type == "mistral3") {
     // Mistral3ForConditionalGeneration (Mistral Small 3.1 and 3.2, Magistral
-    // and Devstral Small): the language model is its text_config, a
-    // MistralConfig (transformers' configuration_mistral3.py; its default is
-    // Mistral Small 3.1's shape, which is this reader's where text_config
-    // leaves a key out), beside a Pixtral vision encoder and projector.
+    // and Devstral Small, Ministral 3): the language model is its
+    // text_config, a MistralConfig or a Ministral3Config, beside a Pixtral
+    // vision encoder and projector; without one, Mistral3Config builds
+    // Mistral Small 3.1's (transformers' configuration_mistral3.py).
     require_arch({"Mistral3ForConditionalGeneration"});
     YAML::Node small_3_1(YAML::NodeType::Map);
     for (const auto& [key, value] : {std::pair{"head_dim", 128}, {"hidden_size", 5120}, {"intermediate_size", 32768},
