@@ -1930,8 +1930,9 @@ TEST_CASE("Ministral 3: Mistral's block with every layer's queries scaled by pos
     }
     CHECK(found == 1);
   }
-  // Mistral Small 3.1's block, the same shape, has no such pass.
-  for (const auto& k : load_model("mistral-7b")->layers(w)[1].forward) CHECK(k.name != "attn.q_scale");
+  // Mistral 7B's block, the same shape, has no such pass.
+  const auto mistral = load_model("mistral-7b")->layers(w);
+  for (const auto& k : mistral[1].forward) CHECK(k.name != "attn.q_scale");
   // rope_scaling (transformers 4's name) is read the same; a block without
   // the beta is refused where HF's attention would fail on it.
   CHECK(load_model(wrapper(R"("rope_scaling": {"llama_4_scaling_beta": 0.1, "original_max_position_embeddings": 16384, "type": "yarn"},)"))
