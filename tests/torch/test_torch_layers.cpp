@@ -33,6 +33,21 @@ sim::WorkloadShape small_shape(const sim::Model& m) {
   return s;
 }
 
+/// A built-in with `sets` (model.KEY=VALUE): each of its layers' twins owns
+/// the analytic parameters (two sequences of 16 tokens).
+void check_twins_own_params(const std::string& name, const std::vector<std::string>& sets) {
+  std::vector<sim::Override> overrides;
+  for (const auto& o : sets) overrides.push_back(sim::parse_override(o));
+  const auto model = models::load_model(name, overrides);
+  sim::WorkloadShape w;
+  w.micro_batch = 2;
+  w.seq_len = 16;
+  for (const auto& l : model->layers(w)) {
+    INFO(name << ": " << l.signature);
+    CHECK(models::make_torch_layer(l.signature)->parameter_count() == l.params);
+  }
+}
+
 }  // namespace
 
 TEST_CASE("every built-in's LibTorch layers own exactly the analytic parameters", "[torch]") {
@@ -635,19 +650,8 @@ TEST_CASE("OLMo 2's twin: outputs normed before their residuals, q/k norms over 
   CHECK_FALSE(torch::allclose(out, want, 1e-5, 1e-5));  // the attention did add something before
   // The analytic layers of a tiny OLMo 2 and a tiny Granite (llama-tiny's
   // shape) and their twins own the same parameters.
-  for (const auto& set : {std::vector<std::string>{"model.qk_norm=true", "model.olmo2_norms=true"},
-                          std::vector<std::string>{"model.embedding_multiplier=12", "model.residual_multiplier=0.22", "model.logits_scaling=16"}}) {
-    std::vector<sim::Override> overrides;
-    for (const auto& o : set) overrides.push_back(sim::parse_override(o));
-    const auto model = models::load_model("llama-tiny", overrides);
-    sim::WorkloadShape w;
-    w.micro_batch = 2;
-    w.seq_len = 16;
-    for (const auto& l : model->layers(w)) {
-      INFO(l.signature);
-      CHECK(models::make_torch_layer(l.signature)->parameter_count() == l.params);
-    }
-  }
+  check_twins_own_params("llama-tiny", {"model.qk_norm=true", "model.olmo2_norms=true"});
+  check_twins_own_params("llama-tiny", {"model.embedding_multiplier=12", "model.residual_multiplier=0.22", "model.logits_scaling=16"});
   // Its q/k norms span all heads: scaling q_proj's rows of one head
   // changes every head's normalised q (a per-head norm would undo it, and
   // scaling every row is undone either way).
@@ -701,16 +705,8 @@ TEST_CASE("MiniMax-M2's twin: q/k norms over all heads beside the Llama block's 
   CHECK(per_head < 1e-2);
   CHECK(whole > 100 * per_head);
   // moe-tiny with whole q/k norms: its analytic layers and their twins own
-  // the same parameters, and a MoE block runs forward and backward.
-  std::vector<sim::Override> overrides{sim::parse_override("model.qk_norm=true"), sim::parse_override("model.whole_qk_norm=true")};
-  const auto model = models::load_model("moe-tiny", overrides);
-  sim::WorkloadShape w;
-  w.micro_batch = 2;
-  w.seq_len = 16;
-  for (const auto& l : model->layers(w)) {
-    INFO(l.signature);
-    CHECK(models::make_torch_layer(l.signature)->parameter_count() == l.params);
-  }
+  // the same parameters.
+  check_twins_own_params("moe-tiny", {"model.qk_norm=true", "model.whole_qk_norm=true"});
   using dtsim::test::error_of;
   CHECK(error_of([] { models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=1,qkw=1,tp=2"); })
             .find("q/k norms over all heads (qkw=1) need qkn=1 and run at tp 1") != std::string::npos);
