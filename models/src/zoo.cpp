@@ -649,7 +649,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -686,11 +686,12 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
   };
   // Note [Image-and-text configs]
   // A multimodal checkpoint's config.json (Gemma3ForConditionalGeneration,
-  // Llama4ForConditionalGeneration, Mistral3ForConditionalGeneration,
+  // Llama4ForConditionalGeneration, LLaVA's three, Mistral3ForConditionalGeneration,
   // Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration,
   // Qwen3VLMoeForConditionalGeneration) holds its language model's keys in
-  // text_config, a config of a text model_type (`inner`) that dtsim reads
-  // as the text-only family it is (`read_as`: the same blocks and tensors).
+  // text_config, a config of a text model_type (one of `kinds`, each with
+  // the text-only family dtsim reads it as: the same blocks and tensors;
+  // the first where text_config names none).
   // What is predicted is that language model trained on text: the vision
   // encoder and its projector (`left_out`) are not modelled, and a note
   // (sim::Model::notes) says so with every prediction. Where text_config
@@ -701,8 +702,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
   // is tied as the text_config says, else as the wrapper does (Qwen3VLConfig
   // carries tie_word_embeddings at both levels). A language model read this
   // way has no head of its own to check (`architectures` names the wrapper's).
-  auto language_model = [&](const std::string& cls, const std::string& inner, const std::string& read_as, const std::string& left_out,
-                            const YAML::Node* absent, const std::string& valid = "") {
+  using Kinds = std::vector<std::pair<std::string, std::string>>;  // a text_config's model_type, and what dtsim reads it as
+  auto language_model = [&](const std::string& cls, const Kinds& kinds, const std::string& left_out, const YAML::Node* absent) {
     const YAML::Node given = hf["text_config"];
     const bool missing = !given || given.IsNull();
     if (missing && absent == nullptr) c.fail("text_config", "missing; " + cls + "'s config holds the language model's keys there");
@@ -710,11 +711,17 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     const bool flat = missing && absent == &hf;
     if (!text.IsMap()) c.fail("text_config", "not a mapping; " + cls + "'s config holds the language model's keys there");
     const std::string at = flat ? prefix : prefix + ".text_config";
+    std::string read_as = kinds.front().second;
     if (!flat) {
       const sim::ConfigMap t(text, file, at);
-      if (const std::string got = t.get_string("model_type", inner); got != inner) {
-        t.fail("model_type", "'" + got + "'; valid: " + (valid.empty() ? inner : valid) + " (" + cls + "'s language model)");
+      const std::string got = t.get_string("model_type", kinds.front().first);
+      const auto kind = std::find_if(kinds.begin(), kinds.end(), [&](const auto& k) { return k.first == got; });
+      if (kind == kinds.end()) {
+        std::string valid;
+        for (const auto& k : kinds) valid += (valid.empty() ? "" : ", ") + k.first;
+        t.fail("model_type", "'" + got + "'; valid: " + valid + " (" + cls + "'s language model)");
       }
+      read_as = kind->second;
     }
     notes.push_back(file + ": " + cls + "'s language model (" + (flat ? "its text keys" : at) + ") is what is predicted; " + left_out +
                     " are not modelled, as in text-only training");
@@ -1059,7 +1066,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // llama4_text) is the language model dtsim models, the vision encoder
     // and projector (0.87 B parameters in Scout) left out.
     require_arch({"Llama4ForConditionalGeneration"});
-    return language_model("Llama4ForConditionalGeneration", "llama4_text", "llama4_text", "its vision encoder and projector", nullptr);
+    return language_model("Llama4ForConditionalGeneration", {{"llama4_text", "llama4_text"}}, "its vision encoder and projector", nullptr);
   } else if (type == "llama4_text") {
     // Note [Llama 4] (llama.cpp): the defaults of Llama4TextConfig
     // (transformers' configuration_llama4.py), which are Scout's.
@@ -1146,13 +1153,13 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // Gemma3TextConfig's), beside a SigLIP vision tower and projector.
     require_arch({"Gemma3ForConditionalGeneration"});
     const YAML::Node defaults(YAML::NodeType::Map);  // Gemma3TextConfig's
-    return language_model("Gemma3ForConditionalGeneration", "gemma3_text", "gemma3_text", "its SigLIP vision tower and projector", &defaults);
+    return language_model("Gemma3ForConditionalGeneration", {{"gemma3_text", "gemma3_text"}}, "its SigLIP vision tower and projector", &defaults);
   } else if (type == "qwen2_5_vl") {
     // Note [Image-and-text configs]: Qwen2.5-VL's language model is Qwen2's
     // decoder (Qwen2_5_VLAttention: q/k/v with bias, o_proj without; its
     // multimodal rotary costs as rotary does on text).
     require_arch({"Qwen2_5_VLForConditionalGeneration"});
-    return language_model("Qwen2_5_VLForConditionalGeneration", "qwen2_5_vl_text", "qwen2", "its vision encoder and merger", &hf);
+    return language_model("Qwen2_5_VLForConditionalGeneration", {{"qwen2_5_vl_text", "qwen2"}}, "its vision encoder and merger", &hf);
   } else if (type == "qwen3_vl" || type == "qwen3_vl_moe") {
     // Note [Image-and-text configs]: Qwen3-VL's language model is Qwen3's
     // decoder (q/k norms), its MoE variant Qwen3-MoE's; the vision
@@ -1162,8 +1169,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     const std::string cls = moe ? "Qwen3VLMoeForConditionalGeneration" : "Qwen3VLForConditionalGeneration";
     require_arch({cls});
     const YAML::Node defaults(YAML::NodeType::Map);
-    return language_model(cls, moe ? "qwen3_vl_moe_text" : "qwen3_vl_text", moe ? "qwen3_moe" : "qwen3", "its vision encoder and merger",
-                          &defaults);
+    return language_model(cls, {moe ? std::pair<std::string, std::string>{"qwen3_vl_moe_text", "qwen3_moe"} : std::pair<std::string, std::string>{"qwen3_vl_text", "qwen3"}},
+                          "its vision encoder and merger", &defaults);
   } else if (type == "mistral3") {
     // Mistral3ForConditionalGeneration (Mistral Small 3.1 and 3.2, Magistral
     // and Devstral Small, Ministral 3): the language model is its
@@ -1179,12 +1186,22 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     }
     small_3_1["sliding_window"] = YAML::Node(YAML::NodeType::Null);
     // Ministral 3's checkpoints hold a Ministral3Config there (Note [Ministral 3]).
-    const YAML::Node text = hf["text_config"];
-    const bool ministral = text && text.IsMap() && text["model_type"] && text["model_type"].IsScalar() &&
-                           text["model_type"].Scalar() == "ministral3";
-    const std::string inner = ministral ? "ministral3" : "mistral";
-    return language_model("Mistral3ForConditionalGeneration", inner, inner, "its Pixtral vision encoder and projector", &small_3_1,
-                          "mistral, ministral3");
+    return language_model("Mistral3ForConditionalGeneration", {{"mistral", "mistral"}, {"ministral3", "ministral3"}},
+                          "its Pixtral vision encoder and projector", &small_3_1);
+  } else if (type == "llava" || type == "llava_next" || type == "llava_onevision") {
+    // LLaVA 1.5, LLaVA-NeXT and LLaVA-OneVision (LlavaConfig,
+    // LlavaNextConfig, LlavaOnevisionConfig): a CLIP or SigLIP vision tower
+    // and a projector before any decoder as text_config (a LlamaConfig by
+    // default; Qwen2's in OneVision's releases).
+    const std::string cls = type == "llava" ? "LlavaForConditionalGeneration"
+                            : type == "llava_next" ? "LlavaNextForConditionalGeneration"
+                                                   : "LlavaOnevisionForConditionalGeneration";
+    require_arch({cls});
+    YAML::Node defaults(YAML::NodeType::Map);
+    defaults["model_type"] = type == "llava_onevision" ? "qwen2" : "llama";  // the class's default text_config
+    Kinds kinds{{"llama", "llama"}, {"mistral", "mistral"}, {"qwen2", "qwen2"}};
+    if (type == "llava_onevision") std::swap(kinds[0], kinds[2]);
+    return language_model(cls, kinds, "its vision tower and projector", &defaults);
   } else if (type == "gemma") {
     c.fail("model_type", "'gemma' (Gemma 1) is not supported; valid: " + std::string(kHfTypes));
   } else if (type == "gpt_oss") {

@@ -1948,3 +1948,47 @@ TEST_CASE("Ministral 3: Mistral's block with every layer's queries scaled by pos
   CHECK(error_of([&] { load_model("llama-tiny", both); }).find("model.q_scaling_beta: is Ministral 3's scaling of every query; it contradicts "
                                                                "attn_temperature") != std::string::npos);
 }
+
+TEST_CASE("LLaVA's configs are read as their language model: Vicuna's Llama, Mistral or Qwen2 (Note [Image-and-text configs])", "[llama][hf]") {
+  test::TempDir dir("llava");
+  // llava-hf/llava-1.5-7b-hf: a text_config of Vicuna 7B that names only
+  // what differs from LlamaConfig's defaults (Llama 2 7B's shape: 32 layers,
+  // h 4096, 32 heads of 128, I 11008), here a vocabulary of 32064: by hand
+  // llama_params(32, 4096, 32, 32, 128, 11008, 32064, untied).
+  const std::string llava = write_json(dir, R"({
+  "architectures": ["LlavaForConditionalGeneration"],
+  "ignore_index": -100,
+  "image_token_index": 32000,
+  "model_type": "llava",
+  "projector_hidden_act": "gelu",
+  "text_config": {
+    "_name_or_path": "lmsys/vicuna-7b-v1.5",
+    "architectures": ["LlamaForCausalLM"],
+    "max_position_embeddings": 4096,
+    "model_type": "llama",
+    "rms_norm_eps": 1e-05,
+    "torch_dtype": "float16",
+    "vocab_size": 32064
+  },
+  "vision_config": {"hidden_size": 1024, "image_size": 336, "model_type": "clip_vision_model", "num_hidden_layers": 24},
+  "vision_feature_layer": -2,
+  "vision_feature_select_strategy": "default"
+})");
+  const auto m = load_model(llava);
+  CHECK(m->parameters() == llama_params(32, 4096, 32, 32, 128, 11008, 32064, false));
+  CHECK(m->parameters() == 6'738'939'904);
+  REQUIRE(m->notes().size() == 1);
+  CHECK(m->notes()[0].find("LlavaForConditionalGeneration's language model (config.text_config) is what is predicted; its vision tower and "
+                           "projector are not modelled") != std::string::npos);
+  // LLaVA-OneVision's text_config is Qwen2's (Qwen2-7B's shape: q2 above);
+  // a Gemma text_config is none LLaVA dtsim reads.
+  auto onevision = [&](const std::string& type) {
+    return write_json(dir, R"({"architectures": ["LlavaOnevisionForConditionalGeneration"], "model_type": "llava_onevision",
+  "text_config": {"hidden_size": 3584, "intermediate_size": 18944, "max_position_embeddings": 32768, "model_type": ")" + type +
+                               R"(", "num_attention_heads": 28, "num_hidden_layers": 28, "num_key_value_heads": 4, "vocab_size": 152064}})");
+  };
+  CHECK(load_model(onevision("qwen2"))->parameters() == llama_params(28, 3584, 28, 4, 128, 18944, 152064, false, false, true));
+  CHECK(error_of([&] { load_model(onevision("gemma2")); })
+            .find("config.text_config.model_type: 'gemma2'; valid: qwen2, mistral, llama (LlavaOnevisionForConditionalGeneration's language "
+                  "model)") != std::string::npos);
+}
