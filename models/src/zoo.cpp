@@ -649,7 +649,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -686,8 +686,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
   };
   // Note [Image-and-text configs]
   // A multimodal checkpoint's config.json (Gemma3ForConditionalGeneration,
-  // Llama4ForConditionalGeneration, LLaVA's three, Mistral3ForConditionalGeneration,
-  // Qwen2_5_VLForConditionalGeneration, Qwen3VLForConditionalGeneration,
+  // Llama4ForConditionalGeneration, LLaVA's three, InternVL's, Mistral3ForConditionalGeneration,
+  // Qwen2 and 2.5-VL's, Qwen3VLForConditionalGeneration,
   // Qwen3VLMoeForConditionalGeneration) holds its language model's keys in
   // text_config, a config of a text model_type (one of `kinds`, each with
   // the text-only family dtsim reads it as: the same blocks and tensors;
@@ -696,8 +696,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
   // encoder and its projector (`left_out`) are not modelled, and a note
   // (sim::Model::notes) says so with every prediction. Where text_config
   // is absent or null the config class builds its default (`absent`; none
-  // for Llama 4), and Qwen2.5-VL's released files keep the text keys at the
-  // top level (Qwen2_5_VLConfig reads them there, "for BC"). Keys a
+  // for Llama 4), and Qwen2-VL's and Qwen2.5-VL's released files keep the
+  // text keys at the top level (Qwen2_5_VLConfig reads them there, "for BC"). Keys a
   // text_config leaves out take the text-only class's defaults; the head
   // is tied as the text_config says, else as the wrapper does (Qwen3VLConfig
   // carries tie_word_embeddings at both levels). A language model read this
@@ -1154,12 +1154,25 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     require_arch({"Gemma3ForConditionalGeneration"});
     const YAML::Node defaults(YAML::NodeType::Map);  // Gemma3TextConfig's
     return language_model("Gemma3ForConditionalGeneration", {{"gemma3_text", "gemma3_text"}}, "its SigLIP vision tower and projector", &defaults);
-  } else if (type == "qwen2_5_vl") {
-    // Note [Image-and-text configs]: Qwen2.5-VL's language model is Qwen2's
-    // decoder (Qwen2_5_VLAttention: q/k/v with bias, o_proj without; its
-    // multimodal rotary costs as rotary does on text).
-    require_arch({"Qwen2_5_VLForConditionalGeneration"});
-    return language_model("Qwen2_5_VLForConditionalGeneration", {{"qwen2_5_vl_text", "qwen2"}}, "its vision encoder and merger", &hf);
+  } else if (type == "qwen2_5_vl" || type == "qwen2_vl") {
+    // Note [Image-and-text configs]: Qwen2-VL's and Qwen2.5-VL's language
+    // model is Qwen2's decoder (Qwen2_5_VLAttention: q/k/v with bias, o_proj
+    // without; its multimodal rotary costs as rotary does on text).
+    const bool v25 = type == "qwen2_5_vl";
+    const std::string cls = v25 ? "Qwen2_5_VLForConditionalGeneration" : "Qwen2VLForConditionalGeneration";
+    require_arch({cls});
+    return language_model(cls, {{v25 ? "qwen2_5_vl_text" : "qwen2_vl_text", "qwen2"}}, "its vision encoder and merger", &hf);
+  } else if (type == "internvl") {
+    // InternVL 3 and 3.5 as transformers writes them (InternVLConfig): an
+    // InternViT tower and projector before any decoder as text_config,
+    // Qwen2's where it names none (InternVL3), Qwen3's, Qwen3-MoE's or
+    // gpt-oss's in InternVL3.5's releases.
+    require_arch({"InternVLForConditionalGeneration"});
+    YAML::Node defaults(YAML::NodeType::Map);
+    defaults["model_type"] = "qwen2";
+    return language_model("InternVLForConditionalGeneration",
+                          {{"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"qwen3_moe", "qwen3_moe"}, {"llama", "llama"}, {"gpt_oss", "gpt_oss"}},
+                          "its vision tower and projector", &defaults);
   } else if (type == "qwen3_vl" || type == "qwen3_vl_moe") {
     // Note [Image-and-text configs]: Qwen3-VL's language model is Qwen3's
     // decoder (q/k norms), its MoE variant Qwen3-MoE's; the vision

@@ -1992,3 +1992,23 @@ TEST_CASE("LLaVA's configs are read as their language model: Vicuna's Llama, Mis
             .find("config.text_config.model_type: 'gemma2'; valid: qwen2, mistral, llama (LlavaOnevisionForConditionalGeneration's language "
                   "model)") != std::string::npos);
 }
+
+TEST_CASE("InternVL's and Qwen2-VL's configs are read as their language models (Note [Image-and-text configs])", "[llama][hf]") {
+  test::TempDir dir("internvl");
+  // InternVL3.5-8B as transformers writes it: a Qwen3 text_config of
+  // Qwen3-8B's shape (8,190,735,360 by hand, q8 above).
+  const auto internvl = load_model(write_json(dir, R"({"architectures": ["InternVLForConditionalGeneration"], "model_type": "internvl",
+  "text_config": {"head_dim": 128, "hidden_size": 4096, "intermediate_size": 12288, "model_type": "qwen3", "num_attention_heads": 32,
+    "num_hidden_layers": 36, "num_key_value_heads": 8, "tie_word_embeddings": false, "vocab_size": 151936},
+  "vision_config": {"hidden_size": 1024, "model_type": "internvl_vision"}})"));
+  CHECK(internvl->parameters() == llama_params(36, 4096, 32, 8, 128, 12288, 151936, false, true));
+  REQUIRE(internvl->notes().size() == 1);
+  CHECK(internvl->notes()[0].find("InternVLForConditionalGeneration's language model") != std::string::npos);
+  // Qwen2-VL-7B-Instruct: its text keys at the top level, Qwen2-7B's shape.
+  const auto qwen2_vl = load_model(write_json(dir, R"({"architectures": ["Qwen2VLForConditionalGeneration"], "model_type": "qwen2_vl",
+  "hidden_size": 3584, "intermediate_size": 18944, "max_position_embeddings": 32768, "num_attention_heads": 28, "num_hidden_layers": 28,
+  "num_key_value_heads": 4, "tie_word_embeddings": false, "use_sliding_window": false, "vocab_size": 152064,
+  "vision_config": {"depth": 32, "embed_dim": 1280}})"));
+  CHECK(qwen2_vl->parameters() == llama_params(28, 3584, 28, 4, 128, 18944, 152064, false, false, true));
+  CHECK(qwen2_vl->notes()[0].find("Qwen2VLForConditionalGeneration's language model (its text keys)") != std::string::npos);
+}
