@@ -1168,8 +1168,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // Qwen2's where it names none (InternVL3), Qwen3's, Qwen3-MoE's or
     // gpt-oss's in InternVL3.5's releases.
     require_arch({"InternVLForConditionalGeneration"});
-    YAML::Node defaults(YAML::NodeType::Map);
-    defaults["model_type"] = "qwen2";
+    const YAML::Node defaults(YAML::NodeType::Map);  // the first kind's
     return language_model("InternVLForConditionalGeneration",
                           {{"qwen2", "qwen2"}, {"qwen3", "qwen3"}, {"qwen3_moe", "qwen3_moe"}, {"llama", "llama"}, {"gpt_oss", "gpt_oss"}},
                           "its vision tower and projector", &defaults);
@@ -1182,8 +1181,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     const std::string cls = moe ? "Qwen3VLMoeForConditionalGeneration" : "Qwen3VLForConditionalGeneration";
     require_arch({cls});
     const YAML::Node defaults(YAML::NodeType::Map);
-    return language_model(cls, {moe ? std::pair<std::string, std::string>{"qwen3_vl_moe_text", "qwen3_moe"} : std::pair<std::string, std::string>{"qwen3_vl_text", "qwen3"}},
-                          "its vision encoder and merger", &defaults);
+    return language_model(cls, {{moe ? "qwen3_vl_moe_text" : "qwen3_vl_text", moe ? "qwen3_moe" : "qwen3"}}, "its vision encoder and merger",
+                          &defaults);
   } else if (type == "mistral3") {
     // Mistral3ForConditionalGeneration (Mistral Small 3.1 and 3.2, Magistral
     // and Devstral Small, Ministral 3): the language model is its
@@ -1210,8 +1209,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
                             : type == "llava_next" ? "LlavaNextForConditionalGeneration"
                                                    : "LlavaOnevisionForConditionalGeneration";
     require_arch({cls});
-    YAML::Node defaults(YAML::NodeType::Map);
-    defaults["model_type"] = type == "llava_onevision" ? "qwen2" : "llama";  // the class's default text_config
+    const YAML::Node defaults(YAML::NodeType::Map);  // the first kind's: the class's default text_config
     Kinds kinds{{"llama", "llama"}, {"mistral", "mistral"}, {"qwen2", "qwen2"}};
     if (type == "llava_onevision") std::swap(kinds[0], kinds[2]);
     return language_model(cls, kinds, "its vision tower and projector", &defaults);

@@ -449,7 +449,11 @@ Prediction predict_plan(const Model& model, const PlanSpec& spec, const ClusterS
     p.warnings.push_back("plan.runtime python: a GPU pipeline's host issue is not modelled, so its Python host cost is "
                          "left out (it is priced without a pipeline, or on a CPU)");
   }
-  for (std::string& n : model.notes()) p.warnings.push_back(std::move(n));
+  if (options.advise) {
+    // What the model's reader left out, for the person reading (the search
+    // says it once for all its plans).
+    for (std::string& n : model.notes()) p.warnings.push_back(std::move(n));
+  }
   if (options.profile) {
     p.cost_source = "profile:" + options.profile->profile().path;
     if (auto w = profile_device_mismatch(options.profile->profile(), cluster.device); !w.empty()) p.warnings.push_back(w);
