@@ -429,6 +429,71 @@ using namespace detail;
 // 107,769,861,120 and Maverick 400,711,848,960 for the language models
 // (the cards' 109B and 400B count the vision encoder too), 17.2B active
 // each; the vision encoder and projector are not modelled.
+// Note [Gated DeltaNet]
+// Qwen3-Next and Qwen3.5 as HuggingFace writes them (modeling_qwen3_next.py,
+// modeling_qwen3_5.py; model_type qwen3_next, qwen3_5_text,
+// qwen3_5_moe_text) interleave softmax attention with Gated DeltaNet linear
+// attention (Yang, Kautz and Hatamizadeh 2025, "Gated Delta Networks",
+// arXiv 2412.06464): every full_attention_interval-th layer (4) attends,
+// the others mix tokens through a recurrent state of kh key heads of dk by
+// vh value heads of dv (full_attention_interval, linear_*). A GDN layer
+// (Qwen3NextGatedDeltaNet, which Megatron-Core's GatedDeltaNet,
+// megatron/core/ssm/gated_delta_net/gdn.py, splits by heads over tp) runs
+//   in_proj     one GEMM h -> q, k (kh dk each), v and the output gate z
+//               (vh dv each) and b, a (vh each): "attn.qkv", its column-
+//               parallel half (Qwen3.5's four Linears are the same GEMM cut
+//               four ways; Qwen3-Next's in_proj_qkvz and in_proj_ba)
+//   conv1d      a causal depthwise convolution of conv_kernel taps over the
+//               q, k, v channels and SiLU (causal_conv1d_fn: one kernel,
+//               keeping its input)
+//   gates       beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
+//               in fp32: a few passes over t vh, keeping the sigmoid's
+//               output, the softplus input and output
+//   repeat      q and k repeated to the value heads where vh > kh
+//               (repeat_interleave)
+//   core        FLA's chunk_gated_delta_rule with the L2 norms of q and k
+//               inside (chunks of 64): per token and value head, forward
+//               2 C (3 dk + 2 dv) + 6 dk dv FLOPs (the chunk's k k^T, its
+//               WY factors w and u, the inter-chunk states, q k^T within
+//               the chunk and the output: chunk_scaled_dot_kkt_fwd,
+//               recompute_w_u_fwd, chunk_gated_delta_rule_fwd_h,
+//               chunk_fwd_o) and the states of every chunk written and
+//               read (dk dv a chunk in 16 bits); backward, which computes
+//               w, u and the states again (chunk_gated_delta_rule_bwd),
+//               C (12 dk + 10 dv) + 18 dk dv and the states and their
+//               gradients. It keeps (ChunkGatedDeltaRuleFunction's
+//               save_for_backward) the normed q and k, v, the fp32 gate
+//               cumsum and norms' rstd, beta and the triangular factor A (C
+//               a token and head, in q's dtype). Priced as a fused
+//               attention kernel (KernelKind::kAttention, fused).
+//   norm        Qwen3NextRMSNormGated on each value head, times silu(z):
+//               composite ops (the LibTorch twin's, HF's without FLA)
+//               keeping the fp32 input, rsqrt, the normed output in q's
+//               dtype, the fp32 gate and its silu; FLA's FusedRMSNormGated
+//               under plan.kernels fused keeps its two inputs and rstd
+//   out_proj    vh dv -> h, row-parallel: "attn.o_proj"
+// so a GDN layer has h (2 kh dk + 2 vh dv + 2 vh) + (2 kh dk + vh dv) conv
+// + 2 vh + dv + vh dv h weights. The attention layers have a gated output
+// (attn_output_gate: q_proj writes each head's query and a gate, 2 a d
+// wide, and the output times sigmoid(gate) before o_proj, keeping the
+// output and the sigmoid) and per-head q/k norms; all norms are
+// Qwen3NextRMSNorm, Gemma 3's fp32 norm times 1 + weight (zero_centered_norms,
+// two a block). Partial rotary (a quarter of each head) costs as rotary
+// does (Note [Phi-3]); the MoE layers are Qwen2-MoE's (a shared expert with
+// its sigmoid gate). The recurrence runs over the whole sequence, so dtsim
+// models GDN layers at cp 1 (Megatron-Core's all-to-all of heads over cp is
+// not modelled), and the LibTorch twin runs them at tp 1 (its chunked rule
+// is HF's torch fallback, torch_chunk_gated_delta_rule, in fp32). The
+// checkpoints' multi-token prediction layer is skipped by HF's class
+// (_keys_to_ignore_on_load_unexpected) and not trained here.
+// Parameters: Qwen3-Next-80B-A3B's 12 attention layers of 27,263,488
+// (q_proj 2048 x 8192, k and v 2048 x 512 each, o_proj 4096 x 2048, q/k
+// norms 512) and 36 GDN layers of 33,718,464 (in_proj 2048 x 12,352, conv
+// 8192 x 4, 64 gates, norm 128, out_proj 4096 x 2048), each with 4,096 of
+// norms and a MoE of 1,614,809,088 (router 2048 x 512, 512 experts of 3 x
+// 2048 x 512, shared expert 3 x 2048 x 512 and its 2,048 gate), untied
+// embedding and head (2 x 151,936 x 2048) and the final norm:
+// 79,674,391,296 (the card's 80B; the hub's 81.3B counts the MTP layer).
 class Llama final : public ZooModel {
  public:
   explicit Llama(LlamaConfig c) : c_(std::move(c)) {
@@ -454,6 +519,12 @@ class Llama final : public ZooModel {
                                           "(MiniMax-M2's FlexOlmoAttention)") +
              ", which a tensor-parallel rank holding some of the heads cannot compute alone; dtsim models it at tp=1";
     }
+    if (linear_layers() > 0 && (c_.linear_key_heads % tp != 0 || c_.linear_value_heads % tp != 0)) {
+      // Note [Gated DeltaNet]: Megatron-Core's GatedDeltaNet splits its key and value heads over tp.
+      return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
+             " value heads of linear attention (linear_num_key_heads, linear_num_value_heads) are not both divisible by tp=" +
+             std::to_string(tp);
+    }
     if (!mla() && c_.kv_heads % tp != 0) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
     }
@@ -463,7 +534,14 @@ class Llama final : public ZooModel {
     }
     return transformer_tp_error(tp, c_.heads, c_.expert_intermediate);
   }
-  std::string cp_error(int) const override { return ""; }
+  std::string cp_error(int cp) const override {
+    if (cp > 1 && linear_layers() > 0) {
+      // Note [Gated DeltaNet]
+      return "Gated DeltaNet layers (full_attention_interval " + std::to_string(c_.full_attention_interval) +
+             ") carry a state along the whole sequence; dtsim models them at cp=1 (Megatron-Core's all-to-all of heads over cp is not modelled)";
+    }
+    return "";
+  }
   std::string ep_error(int ep) const override {
     if (ep == 1) return "";
     if (c_.experts == 0) return Model::ep_error(ep);
@@ -532,6 +610,8 @@ class Llama final : public ZooModel {
              micro(",qs=", c_.q_scaling_beta) + (c_.q_scaling_beta > 0 ? ",qsl=" + std::to_string(c_.q_scaling_length) : "") +
              // Note [Gemma]: its norms, GeGLU and soft cap (signatures hold integers)
              (c_.gemma_norms ? ",gn=1" : "") + (c_.olmo2_norms ? ",on=1" : "") + (c_.whole_qk_norm && !c_.olmo2_norms ? ",qkw=1" : "") +
+             // Note [Gated DeltaNet]: Qwen3-Next's norms and gated attention output
+             (c_.zero_centered_norms ? ",zc=1" : "") + (c_.attn_output_gate ? ",og=1" : "") +
              (c_.gelu ? ",gelu=1" : "") +
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
@@ -546,13 +626,18 @@ class Llama final : public ZooModel {
     // Note [Gemma]: layers that attend globally among sliding-window ones.
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
     const std::string global_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common_of(true);
-    std::optional<sim::Layer> dense, global, moe, moe_global;
+    // Note [Gated DeltaNet]: a linear-attention layer's heads and widths.
+    const std::string linear_attention = "gdn=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_key_heads) +
+                                         ",vh=" + std::to_string(c_.linear_value_heads) + ",dk=" + std::to_string(c_.linear_key_dim) +
+                                         ",dv=" + std::to_string(c_.linear_value_dim) + ",ck=" + std::to_string(c_.linear_conv_kernel);
+    const std::string linear_sig = "llama.block:" + linear_attention + ",f=" + std::to_string(c_.intermediate) + common;
+    std::optional<sim::Layer> dense, global, moe, moe_global, linear, moe_linear;
     // A MoE block's signature with the common keys of its window.
-    auto moe_signature = [&](const std::string& common_keys) {
+    auto moe_signature = [&](const std::string& common_keys, const std::string& mixer) {
       // The busiest rank's load in thousandths of the balanced one
       // (signatures hold integers).
       const long long load = std::llround(moe_load(shape) * 1000);
-      return "moe.block:" + attention + ",E=" + std::to_string(c_.experts) + ",k=" + std::to_string(c_.top_k) +
+      return "moe.block:" + mixer + ",E=" + std::to_string(c_.experts) + ",k=" + std::to_string(c_.top_k) +
              ",fe=" + std::to_string(c_.expert_intermediate) + ",fs=" + std::to_string(c_.shared_intermediate) +
              ",sg=" + (c_.shared_expert_gate ? "1" : "0") + (c_.router_bias ? ",rb=1" : "") + common_keys +
              (shape.ep > 1 ? ",ep=" + std::to_string(shape.ep) : "") + (shape.etp != tp ? ",etp=" + std::to_string(shape.etp) : "") +
@@ -564,16 +649,26 @@ class Llama final : public ZooModel {
       // Note [Gemma]: a layer that attends globally among sliding ones (a
       // MoE layer too: gpt-oss's, Note [gpt-oss]).
       const bool is_global = global_layer(i);
-      if (is_moe(i) && is_global) {
+      if (is_linear(i) && is_moe(i)) {
+        if (!moe_linear) {
+          moe_linear = block_layer(shape, true, false, true);
+          moe_linear->signature = moe_signature(common, linear_attention);
+        }
+        out.push_back(*moe_linear);
+      } else if (is_linear(i)) {
+        if (!linear) linear = block_layer(shape, false, false, true);
+        out.push_back(*linear);
+        out.back().signature = linear_sig;
+      } else if (is_moe(i) && is_global) {
         if (!moe_global) {
           moe_global = block_layer(shape, true, true);
-          moe_global->signature = moe_signature(common_of(true));
+          moe_global->signature = moe_signature(common_of(true), attention);
         }
         out.push_back(*moe_global);
       } else if (is_moe(i)) {
         if (!moe) {
           moe = block_layer(shape, true, false);
-          moe->signature = moe_signature(common);
+          moe->signature = moe_signature(common, attention);
         }
         out.push_back(*moe);
       } else if (is_global) {
@@ -591,7 +686,7 @@ class Llama final : public ZooModel {
     // Note [Multi-token prediction]: each depth, then the head over all;
     // a depth's signature carries its block's keys.
     if (c_.mtp_layers > 0) {
-      const std::string block_sig = c_.experts > 0 ? moe_signature(common) : dense_sig;
+      const std::string block_sig = c_.experts > 0 ? moe_signature(common, attention) : dense_sig;
       const std::string mtp_sig = "llama.mtp:" + block_sig.substr(block_sig.find(':') + 1);
       for (int k = 0; k < c_.mtp_layers; ++k) {
         out.push_back(mtp_layer(shape, k));
@@ -603,7 +698,8 @@ class Llama final : public ZooModel {
     head.name = "norm+lm_head";
     head.kind = sim::LayerKind::kLmHead;
     head.signature = "llama.head:h=" + std::to_string(h) + ",v=" + std::to_string(c_.vocab) +
-                     ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms ? ",gn=1" : "") + (c_.fp32_norm_weight ? ",fnw=1" : "") +
+                     ",tied=" + (c_.tied_head ? "1" : "0") + (c_.gemma_norms || c_.zero_centered_norms ? ",gn=1" : "") +
+                     (c_.fp32_norm_weight ? ",fnw=1" : "") +
                      (c_.final_softcap > 0 ? ",fsc=" + std::to_string(std::max<long long>(1, std::llround(c_.final_softcap))) : "") +
                      micro(",ls=", c_.logits_scaling) + tps + (sp ? ",sp=1" : "") +
                      (shape.fused_kernels ? ",fk=1" : "");
@@ -671,6 +767,15 @@ class Llama final : public ZooModel {
   /// Layer i has a mixture of experts for its MLP (HF Qwen2MoeDecoderLayer:
   /// (i + 1) % decoder_sparse_step == 0; DeepSeek: i >= first_k_dense_replace).
   bool is_moe(int i) const { return c_.experts > 0 && i >= c_.first_dense && (i + 1) % c_.moe_step == 0; }
+  /// Layer i is Gated DeltaNet linear attention (Note [Gated DeltaNet]):
+  /// all but every full_attention_interval-th (HF's layer_types default,
+  /// "linear_attention" where (i + 1) % interval).
+  bool is_linear(int i) const { return c_.full_attention_interval > 0 && (i + 1) % c_.full_attention_interval != 0; }
+  int linear_layers() const {
+    int n = 0;
+    for (int i = 0; i < c_.layers; ++i) n += is_linear(i) ? 1 : 0;
+    return n;
+  }
   int dense_layers() const {
     int n = 0;
     for (int i = 0; i < c_.layers; ++i) n += is_moe(i) ? 0 : 1;
@@ -683,7 +788,7 @@ class Llama final : public ZooModel {
     const std::int64_t h = c_.hidden;
     std::int64_t blocks = 0;
     for (int i = 0; i < c_.layers; ++i) {
-      const BlockParams p = block_params(1, is_moe(i));
+      const BlockParams p = block_params(1, is_moe(i), is_linear(i));
       blocks += p.split + p.replicated + (is_moe(i) ? routed * expert_params_each(1) : 0);
     }
     // Note [Multi-token prediction]: each depth's block, eh_proj and three
@@ -798,14 +903,23 @@ class Llama final : public ZooModel {
   /// column- and row-parallel weights and column biases split, the norms,
   /// o_proj's and down_proj's biases, MLA's down-projections and the router
   /// replicated (Megatron-LM's and Megatron-Core's split).
-  BlockParams block_params(std::int64_t tp, bool moe) const {
+  BlockParams block_params(std::int64_t tp, bool moe, bool linear = false) const {
     const std::int64_t h = c_.hidden, a = c_.heads, kv = c_.kv_heads, d = c_.head_dim, f = c_.intermediate;
     BlockParams p;
     // Input and post-attention RMSNorms; Gemma's pre- and post-feedforward ones too.
     const int norms = c_.gemma_norms ? 4 : 2;
     std::int64_t split = 0, replicated = norms * h;
     int tensors = norms;
-    if (mla()) {
+    if (linear) {
+      // Note [Gated DeltaNet]: in_proj (q, k, v, z, b, a), the q/k/v
+      // convolution, dt_bias and A_log split by heads; the gated norm's
+      // weight (one value head's width) replicated; out_proj.
+      const std::int64_t kd = c_.linear_key_heads * c_.linear_key_dim, vd = c_.linear_value_heads * c_.linear_value_dim;
+      const std::int64_t vh = c_.linear_value_heads;
+      split += h * (2 * kd + 2 * vd + 2 * vh) + (2 * kd + vd) * c_.linear_conv_kernel + 2 * vh + vd * h;
+      replicated += c_.linear_value_dim;
+      tensors += 7;  // in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, norm, out_proj
+    } else if (mla()) {
       // DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (or q_proj),
       // kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; no biases.
       const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, qr = c_.q_lora_rank, kvr = c_.kv_lora_rank;
@@ -822,6 +936,7 @@ class Llama final : public ZooModel {
       tensors += 4;
     } else {
       split += h * (a + 2 * kv) * d + a * d * h;
+      if (c_.attn_output_gate) split += h * a * d;  // Note [Gated DeltaNet]: q_proj's gate half
       tensors += 4;
       if (c_.qkv_bias) split += (a + 2 * kv) * d, tensors += 3;
       if (c_.o_bias) replicated += h, tensors += 1;
@@ -845,7 +960,8 @@ class Llama final : public ZooModel {
     }
     p.split = split / tp;
     p.replicated = replicated;
-    p.sequence_parallel = replicated - (c_.qk_norm && !whole_qk() ? 2 * d : 0);
+    // Per-head norms run after the gather: the q/k norms and GDN's gated norm.
+    p.sequence_parallel = replicated - (linear ? c_.linear_value_dim : c_.qk_norm && !whole_qk() ? 2 * d : 0);
     p.tensors = tensors;
     return p;
   }
@@ -897,10 +1013,10 @@ class Llama final : public ZooModel {
   bool whole_qk() const { return c_.olmo2_norms || c_.whole_qk_norm; }
   /// The norms keep their fp32 output for the weight's product (Gemma's,
   /// and gpt-oss's: Note [gpt-oss]).
-  bool fp32_norm_out() const { return c_.gemma_norms || c_.fp32_norm_weight; }
+  bool fp32_norm_out() const { return c_.gemma_norms || c_.fp32_norm_weight || c_.zero_centered_norms; }
 
   /// A block, global (every key) or local (the window or chunks).
-  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global) const {
+  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global, bool gdn = false) const {
     using sim::KernelKind;
     const std::int64_t h = c_.hidden, tp = shape.tp, d = c_.head_dim;
     const int e = shape.act_bytes;
@@ -913,7 +1029,7 @@ class Llama final : public ZooModel {
 
     sim::Layer l;
     l.kind = sim::LayerKind::kTransformer;
-    const BlockParams bp = block_params(tp, moe);
+    const BlockParams bp = block_params(tp, moe, gdn);
     l.params = bp.split + bp.replicated;
     l.sp_params = sp ? bp.sequence_parallel : 0;
     l.param_tensors = bp.tensors;
@@ -929,14 +1045,25 @@ class Llama final : public ZooModel {
         return m;
       };
       if (!c_.olmo2_norms) l.modules.push_back({"input_layernorm", {h}, ""});
-      l.modules.insert(l.modules.end(), {linear("attn.qkv", h, a * d, c_.qkv_bias, true), linear("attn.k_proj", h, kv * d, c_.qkv_bias, true),
-                                         linear("attn.v_proj", h, kv * d, c_.qkv_bias, true)});
-      if (c_.qk_norm) {
-        const std::int64_t qn = whole_qk() ? a * d : d, kn = whole_qk() ? kv * d : d;
-        l.modules.insert(l.modules.end(), {{"attn.q_norm", {qn}, ""}, {"attn.k_norm", {kn}, ""}});
+      if (gdn) {
+        // Note [Gated DeltaNet]: Qwen3NextGatedDeltaNet's, each named by the kernel that first uses it.
+        const std::int64_t kd = c_.linear_key_heads * c_.linear_key_dim, vd = c_.linear_value_heads * c_.linear_value_dim;
+        const std::int64_t vh = c_.linear_value_heads;
+        l.modules.push_back({"attn.qkv", {h * (2 * kd + 2 * vd) / tp, h * 2 * vh / tp}, ""});  // in_proj_qkvz, in_proj_ba
+        l.modules.push_back({"gdn.conv1d", {(2 * kd + vd) * c_.linear_conv_kernel / tp}, ""});
+        l.modules.push_back({"gdn.gates", {vh / tp, vh / tp}, ""});  // dt_bias, A_log
+        l.modules.push_back({"gdn.norm", {c_.linear_value_dim}, ""});
+        l.modules.push_back(linear("attn.o_proj", vd, h, false, false));
+      } else {
+        l.modules.insert(l.modules.end(), {linear("attn.qkv", h, a * d * (c_.attn_output_gate ? 2 : 1), c_.qkv_bias, true),
+                                           linear("attn.k_proj", h, kv * d, c_.qkv_bias, true), linear("attn.v_proj", h, kv * d, c_.qkv_bias, true)});
+        if (c_.qk_norm) {
+          const std::int64_t qn = whole_qk() ? a * d : d, kn = whole_qk() ? kv * d : d;
+          l.modules.insert(l.modules.end(), {{"attn.q_norm", {qn}, ""}, {"attn.k_norm", {kn}, ""}});
+        }
+        if (c_.attention_sinks) l.modules.push_back({"attn.sinks", {a / tp}, ""});
+        l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
       }
-      if (c_.attention_sinks) l.modules.push_back({"attn.sinks", {a / tp}, ""});
-      l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
       l.modules.push_back({"post_attention_layernorm", {h}, ""});
       if (c_.gemma_norms) {
         l.modules.push_back({"pre_feedforward_layernorm", {h}, ""});
@@ -977,7 +1104,49 @@ class Llama final : public ZooModel {
     // attention] in models/torch/src/torch_layers.cpp): no scores kept.
     const bool blockwise = shape.flash_attention || (shape.cp > 1 && !shape.cp_all_gather);
     std::int64_t o_in = 0;  // o_proj's input width on this rank
-    if (mla()) {
+    if (gdn) {
+      // Note [Gated DeltaNet]: this rank's kh / tp key and vh / tp value heads.
+      const std::int64_t khl = c_.linear_key_heads / tp, vhl = c_.linear_value_heads / tp;
+      const std::int64_t dk = c_.linear_key_dim, dv = c_.linear_value_dim, C = 64;  // FLA's chunk
+      const Bytes kd = t * khl * dk, vd = t * vhl * dv, conv = 2 * kd + vd;  // elements of q (or k), of v (or z), of q, k, v
+      const Bytes qh = t * vhl * dk, rows = t * vhl;  // q (or k) repeated to the value heads; a value head's rows
+      pre.push_back(gemm("attn.qkv", t, (2 * khl * dk + 2 * vhl * dv + 2 * vhl), h, e));
+      pre.push_back(memory_op("gdn.conv1d", KernelKind::kElementwise, e * conv, e * conv,
+                              (2.0 * static_cast<double>(c_.linear_conv_kernel) + 4.0) * static_cast<double>(conv)));
+      pre.push_back(memory_op("gdn.gates", KernelKind::kElementwise, (2 * e + 16) * rows, (e + 16) * rows, 10.0 * static_cast<double>(rows)));
+      if (vhl > khl) pre.push_back(memory_op("gdn.repeat", KernelKind::kElementwise, 2 * e * kd, 2 * e * qh));
+      // The chunked rule, forward and backward, with each chunk's dk x dv
+      // state written and read (and in backward computed again, with its
+      // gradient).
+      const double r = static_cast<double>(rows), fk = static_cast<double>(dk), fv = static_cast<double>(dv), fc = static_cast<double>(C);
+      const Bytes states = rows * dk * dv / C * e;
+      sim::Kernel fwd;
+      fwd.name = "gdn.core";
+      fwd.kind = KernelKind::kAttention;
+      fwd.fused = true;
+      fwd.flops = r * (2 * fc * (3 * fk + 2 * fv) + 6 * fk * fv);
+      fwd.bytes = e * (2 * qh + vd) + (4 + e) * rows + e * vd + e * rows * C + 8 * rows + 2 * states;
+      sim::Kernel bwd = fwd;
+      bwd.name = "gdn.core.bwd";
+      bwd.flops = r * (fc * (12 * fk + 10 * fv) + 18 * fk * fv);
+      bwd.bytes = 2 * e * (2 * qh + vd) + (8 + 2 * e) * rows + e * vd + e * rows * C + 8 * rows + 4 * states;
+      core.forward = {fwd};
+      core.backward = {bwd};
+      // Kept by the rule: the normed q and k, v, the fp32 cumsum and rstds, beta, A.
+      core.saved = e * (2 * qh + vd) + 12 * rows + e * rows + e * rows * C;
+      // The convolution's input; the gates' sigmoid output, softplus input and output.
+      attention += e * conv + (e + 8) * rows;
+      // The gated norm, then out_proj ("attn.o_proj" below) on its output.
+      if (fused) {
+        post.push_back(memory_op("gdn.norm", KernelKind::kNorm, 2 * e * vd, e * vd, 8.0 * static_cast<double>(vd)));
+        attention += 2 * e * vd + 4 * rows;
+      } else {
+        post.push_back(memory_op("gdn.norm", KernelKind::kNorm, (2 * e + 16) * vd, (e + 16) * vd, 10.0 * static_cast<double>(vd)));
+        attention += (12 + 2 * e) * vd + 4 * rows;
+      }
+      attention += shape.saved_gemm_input(vd) + core.saved;
+      o_in = vhl * dv;
+    } else if (mla()) {
       // Note [Multi-head latent attention]
       const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, qr = c_.q_lora_rank, kvr = c_.kv_lora_rank, v = c_.v_head_dim;
       // mla_up_proj (Note [Megatron's recompute modules]): the latents stay.
@@ -1014,7 +1183,8 @@ class Llama final : public ZooModel {
       const std::int64_t window = global ? 0 : c_.sliding_window, chunk = global ? 0 : c_.attention_chunk;
       core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0, c_.attention_sinks,
                             chunk);
-      pre.push_back(gemm("attn.qkv", t, (al + 2 * kvl) * d, h, e));
+      // Note [Gated DeltaNet]: a gated output's q_proj writes each head's gate too.
+      pre.push_back(gemm("attn.qkv", t, (al * (c_.attn_output_gate ? 2 : 1) + 2 * kvl) * d, h, e));
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
       // Note [Llama 4]: its NoPE layers turn nothing.
       if (!(global && c_.nope_global)) {
@@ -1044,6 +1214,13 @@ class Llama final : public ZooModel {
       attention += e * q + (local_kv ? 2 * e * kv : 0) + shape.saved_gemm_input(q) + core.saved;
       if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
       if (c_.qk_norm) attention += (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
+      if (c_.attn_output_gate) {
+        // Note [Gated DeltaNet]: output times sigmoid(gate), a sigmoid and
+        // a product, keeping the output (o_proj's input before) and the
+        // sigmoid's; o_proj's input is now the product.
+        post.push_back(memory_op("attn.gate", KernelKind::kElementwise, 3 * e * q, 2 * e * q, 5.0 * static_cast<double>(q)));
+        attention += 2 * e * q;
+      }
       o_in = al * d;
     }
     post.push_back(gemm("attn.o_proj", t, h, o_in, e));
@@ -1088,7 +1265,8 @@ class Llama final : public ZooModel {
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
     const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms &&
                               !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight && c_.attention_chunk == 0 &&
-                              !c_.nope_global && !c_.l2_qk_norm && c_.q_scaling_beta == 0;
+                              !c_.nope_global && !c_.l2_qk_norm && c_.q_scaling_beta == 0 && !gdn && !c_.attn_output_gate &&
+                              !c_.zero_centered_norms;
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).

@@ -213,6 +213,20 @@ const Builtin kBuiltins[] = {
     {"glm-4.5", "Zhipu GLM-4.5 (and 4.6, 4.7): 92 layers (3 dense), hidden 5120, 96 heads of 128, 8 KV heads, q/k/v biases, q/k norms, 160 experts of SwiGLU 1536 + 1 shared, top-8, vocab 151552, seq 131072",
      "family: llama\nlayers: 92\nhidden: 5120\nheads: 96\nkv_heads: 8\nhead_dim: 128\nintermediate: 12288\nvocab: 151552\nseq_len: 131072\n"
      "qkv_bias: true\nqk_norm: true\nexperts: 160\ntop_k: 8\nexpert_intermediate: 1536\nshared_intermediate: 1536\nfirst_dense: 3\n"},
+    // Note [Gated DeltaNet] (llama.cpp): Qwen/Qwen3-Next-80B-A3B-Instruct's
+    // config.json, and Qwen/Qwen3.5-35B-A3B's language model (its
+    // text_config; THUDM/slime's scripts/models/qwen3.5-35B-A3B.sh gives the
+    // same shape as Megatron arguments).
+    {"qwen3-next-80b-a3b", "Qwen3-Next-80B-A3B: 48 layers (36 Gated DeltaNet, every 4th attention), hidden 2048, 16 heads of 256, 2 KV heads, gated output, 512 experts of SwiGLU 512 + 1 gated shared, top-10, vocab 151936, seq 262144",
+     "family: llama\nlayers: 48\nhidden: 2048\nheads: 16\nkv_heads: 2\nhead_dim: 256\nintermediate: 5120\nvocab: 151936\nseq_len: 262144\n"
+     "qk_norm: true\nzero_centered_norms: true\nattn_output_gate: true\nfull_attention_interval: 4\n"
+     "linear_key_heads: 16\nlinear_value_heads: 32\nlinear_key_dim: 128\nlinear_value_dim: 128\nlinear_conv_kernel: 4\n"
+     "experts: 512\ntop_k: 10\nexpert_intermediate: 512\nshared_intermediate: 512\nshared_expert_gate: true\n"},
+    {"qwen3.5-35b-a3b", "Qwen3.5-35B-A3B's language model: 40 layers (30 Gated DeltaNet, every 4th attention), hidden 2048, 16 heads of 256, 2 KV heads, gated output, 256 experts of SwiGLU 512 + 1 gated shared, top-8, vocab 248320, seq 262144",
+     "family: llama\nlayers: 40\nhidden: 2048\nheads: 16\nkv_heads: 2\nhead_dim: 256\nintermediate: 512\nvocab: 248320\nseq_len: 262144\n"
+     "qk_norm: true\nzero_centered_norms: true\nattn_output_gate: true\nfull_attention_interval: 4\n"
+     "linear_key_heads: 16\nlinear_value_heads: 32\nlinear_key_dim: 128\nlinear_value_dim: 128\nlinear_conv_kernel: 4\n"
+     "experts: 256\ntop_k: 8\nexpert_intermediate: 512\nshared_intermediate: 512\nshared_expert_gate: true\n"},
     // moonshotai/Kimi-K2-Base's config.json (model_type kimi_k2, DeepSeek-V3's
     // architecture: DeepseekV3ForCausalLM): 64 heads, 384 experts, 1 dense layer.
     {"kimi-k2", "Moonshot Kimi K2 1T: 61 layers (1 dense), hidden 7168, 64 heads of latent attention, 384 routed experts of SwiGLU 2048 + 1 shared, top-8, vocab 163840, seq 131072",
@@ -455,6 +469,28 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
     c.fail("q_scaling_beta", "is Ministral 3's scaling of every query; it contradicts attn_temperature (Llama 4's, on its NoPE layers); set only one");
   }
   l.l2_qk_norm = c.get_bool("l2_qk_norm", false);
+  // Qwen3-Next and Qwen3.5 (Note [Gated DeltaNet] in llama.cpp).
+  l.full_attention_interval = static_cast<int>(c.get_int("full_attention_interval", 0, 0, 10000));
+  l.linear_key_heads = c.get_int("linear_key_heads", 16, 1, 1 << 20);
+  l.linear_value_heads = c.get_int("linear_value_heads", 32, 1, 1 << 20);
+  l.linear_key_dim = c.get_int("linear_key_dim", 128, 1, 1 << 20);
+  l.linear_value_dim = c.get_int("linear_value_dim", 128, 1, 1 << 20);
+  l.linear_conv_kernel = c.get_int("linear_conv_kernel", 4, 1, 1024);
+  l.attn_output_gate = c.get_bool("attn_output_gate", false);
+  l.zero_centered_norms = c.get_bool("zero_centered_norms", false);
+  if (l.linear_value_heads % l.linear_key_heads != 0) {
+    c.fail("linear_value_heads", std::to_string(l.linear_value_heads) + " is not a multiple of linear_key_heads " +
+                                     std::to_string(l.linear_key_heads) + " (each key head serves an equal share of value heads)");
+  }
+  if (l.full_attention_interval > 0) {
+    for (const auto& [key, on] : {std::pair{"sliding_window", l.sliding_window > 0}, std::pair{"attention_chunk", l.attention_chunk > 0},
+                                   std::pair{"global_every", l.global_every > 0}}) {
+      if (on) c.fail(key, "contradicts full_attention_interval (Gated DeltaNet layers among full attention ones); set only one");
+    }
+  }
+  if (l.zero_centered_norms && (l.gemma_norms || l.olmo2_norms || l.fp32_norm_weight)) {
+    c.fail("zero_centered_norms", "true is Qwen3-Next's two norms a block; it contradicts gemma_norms, olmo2_norms and fp32_norm_weight (set only one)");
+  }
   if (l.attention_chunk > 0 && l.sliding_window > 0) {
     c.fail("attention_chunk", "contradicts sliding_window: a local layer attends within a window or within chunks; set only one");
   }
@@ -490,6 +526,9 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   for (const auto& [key, on] : {std::pair{"attention_chunk", l.attention_chunk > 0}, std::pair{"nope_global", l.nope_global},
                                  std::pair{"l2_qk_norm", l.l2_qk_norm}}) {
     if (on && l.kv_lora_rank > 0) c.fail(key, "is Llama 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  }
+  for (const auto& [key, on] : {std::pair{"full_attention_interval", l.full_attention_interval > 0}, std::pair{"attn_output_gate", l.attn_output_gate}}) {
+    if (on && l.kv_lora_rank > 0) c.fail(key, "is Qwen3-Next's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
   }
   if (l.whole_qk_norm && l.kv_lora_rank > 0) {
     c.fail("whole_qk_norm", "true is grouped-query attention's q/k norms; latent attention (kv_lora_rank) has none modelled");
@@ -649,7 +688,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1325,6 +1364,85 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     ours["first_dense"] = c.get_int("first_k_dense_replace", 1, 0, 10000);
     // Group-limited routing as DeepSeek-V3's (1 group: none).
     group_routing(1, 1);
+  } else if (type == "qwen3_next" || type == "qwen3_5_text" || type == "qwen3_5_moe_text") {
+    // Note [Gated DeltaNet] (llama.cpp): Qwen3NextConfig's, Qwen3_5TextConfig's
+    // and Qwen3_5MoeTextConfig's keys and defaults; Qwen3.5's is dense,
+    // the other two mixtures with a gated shared expert (Qwen2-MoE's).
+    const bool next = type == "qwen3_next", dense = type == "qwen3_5_text";
+    require_arch({next ? "Qwen3NextForCausalLM" : dense ? "Qwen3_5ForCausalLM" : "Qwen3_5MoeForCausalLM"});
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", next ? 48 : dense ? 32 : 40);
+    copy_int("hidden_size", "hidden", dense ? 4096 : 2048);
+    copy_int("num_attention_heads", "heads", 16);
+    copy_int("num_key_value_heads", "kv_heads", dense ? 4 : 2);
+    check_kv_heads(c, "num_key_value_heads", ours["heads"].as<std::int64_t>(), ours["kv_heads"].as<std::int64_t>());
+    copy_int("head_dim", "head_dim", 256);
+    copy_int("vocab_size", "vocab", next ? 151936 : 248320);
+    copy_int("max_position_embeddings", "seq_len", 32768);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    const bool bias = c.get_bool("attention_bias", false);
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
+    ours["qk_norm"] = true;
+    ours["zero_centered_norms"] = true;
+    ours["attn_output_gate"] = true;
+    copy_int("linear_num_key_heads", "linear_key_heads", 16);
+    copy_int("linear_num_value_heads", "linear_value_heads", 32);
+    copy_int("linear_key_head_dim", "linear_key_dim", 128);
+    copy_int("linear_value_head_dim", "linear_value_dim", 128);
+    copy_int("linear_conv_kernel_dim", "linear_conv_kernel", 4);
+    // Which layers attend: layer_types where the config lists them, else
+    // every full_attention_interval-th (4), the others linear_attention.
+    const std::int64_t layers = ours["layers"].as<std::int64_t>();
+    std::int64_t interval = c.get_int("full_attention_interval", 4, 1, 10000);
+    if (c.has("layer_types") && !hf["layer_types"].IsNull()) {
+      const YAML::Node types = hf["layer_types"];
+      if (!types.IsSequence() || static_cast<std::int64_t>(types.size()) != layers) {
+        c.fail("layer_types", "expected a list of one token mixer a layer, " + std::to_string(layers) + " (num_hidden_layers)");
+      }
+      interval = 0;
+      for (std::size_t i = 0; i < types.size() && interval == 0; ++i) {
+        if (types[i].IsScalar() && types[i].Scalar() == "full_attention") interval = static_cast<std::int64_t>(i) + 1;
+      }
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const bool full = interval > 0 && (static_cast<std::int64_t>(i) + 1) % interval == 0;
+        if (!types[i].IsScalar() || types[i].Scalar() != (full ? "full_attention" : "linear_attention")) {
+          c.fail("layer_types", "layer " + std::to_string(i) + " is not '" + (full ? "full_attention" : "linear_attention") +
+                                    "'; dtsim models linear_attention layers with a full_attention one every n-th" +
+                                    (interval > 0 ? " (here n = " + std::to_string(interval) + ")" : ""));
+        }
+      }
+      if (interval == 0) c.fail("layer_types", "lists no full_attention layer; dtsim models linear_attention layers with a full_attention one every n-th");
+    }
+    ours["full_attention_interval"] = interval;
+    if (dense) {
+      copy_int("intermediate_size", "intermediate", 12288);
+    } else {
+      routing("num_experts", next ? 512 : 256, next ? 10 : 8, "routed experts");
+      copy_int("moe_intermediate_size", "expert_intermediate", 512);
+      // Qwen3.5-MoE has no dense layer (nor an intermediate_size); Qwen3-Next's
+      // dense layers (decoder_sparse_step) are intermediate_size wide.
+      copy_int(next ? "intermediate_size" : "moe_intermediate_size", "intermediate", next ? 5632 : 512);
+      ours["shared_intermediate"] = c.get_int("shared_expert_intermediate_size", 512, 0, kBig);
+      ours["shared_expert_gate"] = true;
+      if (next) {
+        ours["moe_step"] = c.get_int("decoder_sparse_step", 1, 1, 10000);
+        if (hf["mlp_only_layers"] && hf["mlp_only_layers"].IsSequence() && hf["mlp_only_layers"].size() > 0) {
+          c.fail("mlp_only_layers", "dense layers listed by index are not modelled; valid: [] (decoder_sparse_step sets a stride)");
+        }
+      }
+    }
+  } else if (type == "qwen3_5" || type == "qwen3_5_moe") {
+    // Note [Image-and-text configs]: Qwen3.5's checkpoints are
+    // Qwen3_5ForConditionalGeneration and Qwen3_5MoeForConditionalGeneration,
+    // their language model a Qwen3_5TextConfig or Qwen3_5MoeTextConfig
+    // (Note [Gated DeltaNet] in llama.cpp); without one, its defaults.
+    const bool moe = type == "qwen3_5_moe";
+    const std::string cls = moe ? "Qwen3_5MoeForConditionalGeneration" : "Qwen3_5ForConditionalGeneration";
+    require_arch({cls});
+    const YAML::Node defaults(YAML::NodeType::Map);
+    const std::string text = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
+    return language_model(cls, {{text, text}}, "its vision encoder and merger", &defaults);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" || type == "kimi_k2" ||
              type == "deepseek_v2") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,

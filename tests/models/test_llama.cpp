@@ -2012,3 +2012,171 @@ TEST_CASE("InternVL's and Qwen2-VL's configs are read as their language models (
   CHECK(qwen2_vl->parameters() == llama_params(28, 3584, 28, 4, 128, 18944, 152064, false, false, true));
   CHECK(qwen2_vl->notes()[0].find("Qwen2VLForConditionalGeneration's language model (its text keys)") != std::string::npos);
 }
+
+TEST_CASE("Gated DeltaNet layers: parameters, memory and FLOPs of a small hybrid by hand (Note [Gated DeltaNet])", "[llama][gdn]") {
+  // Two layers: a GDN layer (2 key heads serving 4 value heads, each 16
+  // wide, 4 taps), then an attention layer with a gated output (4 heads
+  // of 16, 2 KV heads, q/k norms); Qwen3-Next's zero-centered norms.
+  test::TempDir dir("gdn");
+  const std::string yaml = dir.file("hybrid.yaml");
+  std::ofstream(yaml) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\nvocab: 256\n"
+                         "seq_len: 256\nqk_norm: true\nzero_centered_norms: true\nattn_output_gate: true\nfull_attention_interval: 2\n"
+                         "linear_key_heads: 2\nlinear_value_heads: 4\nlinear_key_dim: 16\nlinear_value_dim: 16\nlinear_conv_kernel: 4\n";
+  const auto m = load_model(yaml);
+  // GDN: in_proj 64 x (2 x 32 + 2 x 64 + 2 x 4), conv 128 x 4, dt_bias and
+  // A_log 4 each, the gated norm 16, out_proj 64 x 64; attention: q_proj
+  // 64 x 128 (queries and gates), k and v 64 x 32, o_proj 64 x 64, q/k
+  // norms 16 each; each layer two norms of 64 and a SwiGLU 3 x 64 x 128;
+  // embedding and head 256 x 64, final norm 64.
+  const std::int64_t gdn = 64 * 200 + 512 + 8 + 16 + 4096, attention = 8192 + 2 * 2048 + 4096 + 32, rest = 128 + 3 * 64 * 128;
+  CHECK(gdn == 17'432);
+  CHECK(m->parameters() == gdn + attention + 2 * rest + 2 * 256 * 64 + 64);
+  CHECK(m->parameters() == 116'088);
+  const auto layers = m->layers(shape(1, 128, 2));
+  REQUIRE(layers.size() == 4);
+  CHECK(layers[1].signature.rfind("llama.block:gdn=1,h=64,kh=2,vh=4,dk=16,dv=16,ck=4,f=128,", 0) == 0);
+  CHECK(layers[2].signature.rfind("llama.block:h=64,a=4,kv=2,d=16,f=128,", 0) == 0);
+  CHECK(layers[2].signature.find(",zc=1,og=1") != std::string::npos);
+  CHECK(layers[1].params == gdn + rest);
+  CHECK(layers[2].params == attention + rest);
+  // What autograd keeps in the GDN layer, 128 tokens of 2 bytes (composite
+  // ops, HF's without FLA's fused norm, and FLA's chunked rule):
+  //   input norm, zero-centered: x.float() and the fp32 normed x (8 x 8192)
+  //     and rsqrt a row (4 x 128)                                 66,048
+  //   in_proj's input (2 x 8192)                                  16,384
+  //   the convolution's input, q, k and v (2 x 128 x 128)         32,768
+  //   gates: sigmoid(b) (2 x 512), softplus' input and output
+  //     (4 + 4 x 512) over 128 tokens x 4 value heads              5,120
+  //   the rule (ChunkGatedDeltaRuleFunction.save_for_backward):
+  //     normed q and k repeated to 4 heads (2 x 2 x 8192), v
+  //     (2 x 8192), g's fp32 cumsum and two rstds (12 x 512),
+  //     beta (2 x 512), A (2 x 512 x 64)                         121,856
+  //   gated norm: o.float(), z.float() and silu's output (4 x 8192
+  //     each), the normed o in 2 bytes and its product with the weight
+  //     (2 x 8192 each), rsqrt a row (4 x 512)                   133,120
+  //   out_proj's input (2 x 8192)                                 16,384
+  //   post-attention norm and gate_up's input               66,048 + 16,384
+  //   SwiGLU: gate, up, silu's output, down's input (8 x 128 x 128) 131,072
+  CHECK(layers[1].saved_bytes == 605'184);
+  // The rule's forward FLOPs: 512 rows (token and value head) of
+  // 2 x 64 x (3 x 16 + 2 x 16) + 6 x 16 x 16 (Note [Gated DeltaNet]).
+  const auto core = std::find_if(layers[1].forward.begin(), layers[1].forward.end(), [](const sim::Kernel& k) { return k.name == "gdn.core"; });
+  REQUIRE(core != layers[1].forward.end());
+  CHECK(core->flops == Approx(512.0 * (2 * 64 * 80 + 6 * 256)));
+  CHECK(core->flops == Approx(6'029'312.0));
+  // The gated output keeps the attention's output and the sigmoid beside
+  // o_proj's input: 2 x 2 x (128 x 64) more than without it.
+  std::vector<sim::Override> ungated{sim::parse_override("model.attn_output_gate=false")};
+  CHECK(layers[2].saved_bytes - load_model(yaml, ungated)->layers(shape(1, 128, 2))[2].saved_bytes == 2 * 2 * 128 * 64);
+  // tp splits the linear heads as Megatron-Core's GatedDeltaNet does; cp does not run them.
+  CHECK(m->tp_error(2).empty());
+  CHECK(m->tp_error(4).find("2 key and 4 value heads of linear attention (linear_num_key_heads, linear_num_value_heads) are not both "
+                            "divisible by tp=4") != std::string::npos);
+  CHECK(m->cp_error(2).find("Gated DeltaNet layers (full_attention_interval 2) carry a state along the whole sequence; dtsim models them at "
+                            "cp=1") != std::string::npos);
+  CHECK(m->cp_error(1).empty());
+  // Bad values are refused at their key.
+  std::vector<sim::Override> uneven{sim::parse_override("model.linear_value_heads=3")};
+  CHECK(error_of([&] { load_model(yaml, uneven); }).find("model.linear_value_heads: 3 is not a multiple of linear_key_heads 2") != std::string::npos);
+  std::vector<sim::Override> window{sim::parse_override("model.sliding_window=64")};
+  CHECK(error_of([&] { load_model(yaml, window); }).find("model.sliding_window: contradicts full_attention_interval") != std::string::npos);
+}
+
+TEST_CASE("Qwen3-Next and Qwen3.5 read from their config.json: parameters by hand (Note [Gated DeltaNet])", "[llama][moe][hf][gdn]") {
+  // Qwen3-Next-80B-A3B (the Note's count): 12 attention layers, 36 GDN
+  // layers, every layer's MoE and two norms, untied embedding and head.
+  const std::int64_t attention = 2048 * 8192 + 2 * 2048 * 512 + 4096 * 2048 + 512;
+  const std::int64_t gdn = 2048 * 12352 + 8192 * 4 + 64 + 128 + 4096 * 2048;
+  const std::int64_t moe = 2048 * 512 + 512LL * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048;
+  CHECK(attention == 27'263'488);
+  CHECK(gdn == 33'718'464);
+  CHECK(moe == 1'614'809'088);
+  const std::int64_t total = 12 * attention + 36 * gdn + 48 * (moe + 4096) + 2LL * 151936 * 2048 + 2048;
+  CHECK(total == 79'674'391'296);
+  const auto next = load_model("qwen3-next-80b-a3b");
+  CHECK(next->parameters() == total);
+  CHECK(next->experts() == 512);
+  CHECK(next->top_k() == 10);
+  // Its config.json (the hub file's keys HF reads, and some it does not).
+  test::TempDir dir("qwen3-next");
+  const std::string config = R"({
+  "architectures": ["Qwen3NextForCausalLM"],
+  "decoder_sparse_step": 1,
+  "full_attention_interval": 4,
+  "head_dim": 256,
+  "hidden_size": 2048,
+  "intermediate_size": 5120,
+  "linear_conv_kernel_dim": 4,
+  "linear_key_head_dim": 128,
+  "linear_num_key_heads": 16,
+  "linear_num_value_heads": 32,
+  "linear_value_head_dim": 128,
+  "max_position_embeddings": 262144,
+  "mlp_only_layers": [],
+  "model_type": "qwen3_next",
+  "moe_intermediate_size": 512,
+  "norm_topk_prob": true,
+  "num_attention_heads": 16,
+  "num_experts": 512,
+  "num_experts_per_tok": 10,
+  "num_hidden_layers": 48,
+  "num_key_value_heads": 2,
+  "partial_rotary_factor": 0.25,
+  "rope_theta": 10000000,
+  "shared_expert_intermediate_size": 512,
+  "tie_word_embeddings": false,
+  "vocab_size": 151936
+})";
+  const auto read = load_model(write_json(dir, config));
+  CHECK(read->parameters() == total);
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  const auto a_layers = read->layers(w), b_layers = next->layers(w);
+  REQUIRE(a_layers.size() == b_layers.size());
+  for (std::size_t i = 0; i < a_layers.size(); ++i) CHECK(a_layers[i].signature == b_layers[i].signature);
+  for (int i = 1; i <= 48; ++i) {
+    const std::string& sig = b_layers[static_cast<std::size_t>(i)].signature;
+    INFO(sig);
+    CHECK(sig.rfind(i % 4 == 0 ? "moe.block:h=2048,a=16,kv=2,d=256," : "moe.block:gdn=1,h=2048,kh=16,vh=32,dk=128,dv=128,ck=4,", 0) == 0);
+  }
+  // layer_types, where listed, must be that pattern.
+  std::string types = config;
+  std::string list = "\"layer_types\": [";
+  for (int i = 0; i < 48; ++i) list += std::string(i ? ", " : "") + ((i + 1) % 4 == 0 ? "\"full_attention\"" : "\"linear_attention\"");
+  types.insert(types.find("\"linear_conv_kernel_dim\""), list + "],\n  ");
+  CHECK(load_model(write_json(dir, types))->parameters() == total);
+  std::string swapped = types;
+  swapped.replace(swapped.find("\"linear_attention\""), 18, "\"full_attention\"");
+  CHECK(error_of([&] { load_model(write_json(dir, swapped)); })
+            .find("config.layer_types: layer 1 is not 'full_attention'; dtsim models linear_attention layers with a full_attention one every "
+                  "n-th (here n = 1)") != std::string::npos);
+  CHECK(next->tp_error(32).find("16 key and 32 value heads of linear attention") != std::string::npos);
+  // Qwen3.5-35B-A3B as released: the Qwen3_5MoeForConditionalGeneration
+  // wrapper with its language model in text_config; 10 attention and 30 GDN
+  // layers, 256 experts of 512 and a gated shared expert, vocab 248320.
+  const std::int64_t moe35 = 2048 * 256 + 256LL * 3 * 2048 * 512 + 3 * 2048 * 512 + 2048;
+  const std::int64_t total35 = 10 * attention + 30 * gdn + 40 * (moe35 + 4096) + 2LL * 248320 * 2048 + 2048;
+  CHECK(load_model("qwen3.5-35b-a3b")->parameters() == total35);
+  const auto wrapped = load_model(write_json(dir, R"({
+  "architectures": ["Qwen3_5MoeForConditionalGeneration"],
+  "model_type": "qwen3_5_moe",
+  "text_config": {"model_type": "qwen3_5_moe_text", "hidden_size": 2048, "num_hidden_layers": 40, "num_experts": 256,
+                  "num_experts_per_tok": 8, "max_position_embeddings": 262144, "full_attention_interval": 4},
+  "vision_config": {"depth": 27, "hidden_size": 1152}
+})"));
+  CHECK(wrapped->parameters() == total35);
+  REQUIRE(wrapped->notes().size() == 1);
+  CHECK(wrapped->notes()[0].find("Qwen3_5MoeForConditionalGeneration's language model (config.text_config) is what is predicted") !=
+        std::string::npos);
+  // Qwen3.5's dense text model with Qwen3_5TextConfig's defaults: 32
+  // layers of 4096 (8 attention of 16 heads of 256 and 4 KV heads, 24 GDN),
+  // SwiGLU 12288, vocab 248320.
+  const std::int64_t attn_d = 4096 * 8192 + 2 * 4096 * 1024 + 4096 * 4096 + 512;
+  const std::int64_t gdn_d = 4096 * 12352 + 8192 * 4 + 64 + 128 + 4096 * 4096;
+  const std::int64_t total_d = 8 * attn_d + 24 * gdn_d + 32 * (3LL * 4096 * 12288 + 8192) + 2LL * 248320 * 4096 + 4096;
+  const auto dense = load_model(write_json(dir, R"({"architectures": ["Qwen3_5ForConditionalGeneration"], "model_type": "qwen3_5"})"));
+  CHECK(dense->parameters() == total_d);
+  CHECK(dense->experts() == 0);
+  CHECK(error_of([&] { load_model(write_json(dir, R"({"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_moe_text"}})")); })
+            .find("config.text_config.model_type: 'qwen3_5_moe_text'; valid: qwen3_5_text") != std::string::npos);
+}

@@ -89,6 +89,21 @@ struct LlamaConfig {
   double q_scaling_beta = 0;
   std::int64_t q_scaling_length = 0;
   bool l2_qk_norm = false;         ///< q and k L2-normalised, no weight, on the local layers (use_qk_norm)
+  // Qwen3-Next and Qwen3.5 (Note [Gated DeltaNet] in models/src/llama.cpp).
+  /// Every full_attention_interval-th layer attends (softmax attention) and
+  /// the others are Gated DeltaNet linear attention (0: no such layers).
+  int full_attention_interval = 0;
+  std::int64_t linear_key_heads = 16;    ///< linear_num_key_heads
+  std::int64_t linear_value_heads = 32;  ///< linear_num_value_heads
+  std::int64_t linear_key_dim = 128;     ///< linear_key_head_dim
+  std::int64_t linear_value_dim = 128;   ///< linear_value_head_dim
+  std::int64_t linear_conv_kernel = 4;   ///< linear_conv_kernel_dim
+  /// The attention layers' q_proj also writes a gate a head: the output
+  /// times sigmoid(gate) before o_proj (Qwen3NextAttention).
+  bool attn_output_gate = false;
+  /// RMSNorms computed in fp32 and scaled by 1 + weight, two a block
+  /// (Qwen3NextRMSNorm, Gemma 3's norm without Gemma's four).
+  bool zero_centered_norms = false;
 
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
   // experts: a dense model. Note [Mixture of experts] in models/src/llama.cpp.
