@@ -1665,3 +1665,97 @@ TEST_CASE("seed 003's layer signatures refuse what cannot run", "[torch][seed003
                     Catch::Contains("k <= hw + 2p"));
   CHECK_THROWS_WITH(models::make_torch_layer("s2s.encoder:v=8,e=4,hs=4,l=0,drop=0"), Catch::Contains("l must be positive"));
 }
+
+TEST_CASE("Gated DeltaNet's twin: the chunked rule equals the recurrence, causal, and owns the analytic parameters (Note [Gated DeltaNet])",
+          "[torch][llama][gdn]") {
+  torch::manual_seed(3);
+  // 2 key heads serving 4 value heads of 8, 4 taps, chunks of 64 over 70
+  // tokens (two chunks, the second padded).
+  const std::int64_t h = 32, kh = 2, vh = 4, dk = 8, dv = 8, ck = 4, b = 2, s = 70;
+  auto layer = models::make_torch_layer("llama.block:gdn=1,h=32,kh=2,vh=4,dk=8,dv=8,ck=4,f=64,qkvb=0,ob=0,mb=0,qkn=1,zc=1,og=1");
+  // in_proj (q, k, v, z; b, a), conv, dt_bias and A_log, the gated norm,
+  // out_proj; two norms; the MLP.
+  const std::int64_t kd = kh * dk, vd = vh * dv, channels = 2 * kd + vd;
+  CHECK(layer->parameter_count() == h * (2 * kd + 2 * vd) + h * 2 * vh + channels * ck + 2 * vh + dv + vd * h + 2 * h + 3 * h * 64);
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& item : layer->module().named_parameters()) p[item.key()] = item.value();
+  for (const char* name : {"q_proj.weight", "k_proj.weight", "o_proj.weight", "q_norm.weight"}) CHECK(p.count(name) == 0);
+  {
+    torch::NoGradGuard no_grad;
+    p["down_proj.weight"].zero_();  // the block is then x + GDN(norm(x))
+    p["linear_attn.norm"].uniform_(0.5, 1.5);
+    p["linear_attn.dt_bias"].uniform_(-1, 1);
+  }
+  const auto x = torch::randn({b, s, h});
+  const auto y = layer->forward({x});
+  // The reference: Qwen3NextRMSNorm (weight 0, so times 1) in fp32, the
+  // projections and convolution, then HF's recurrent form
+  // (torch_recurrent_gated_delta_rule), token by token.
+  torch::NoGradGuard no_grad;
+  const auto xn = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5);
+  const auto qkvz = torch::matmul(xn, p["linear_attn.in_proj_qkvz.weight"].t());
+  const auto ba = torch::matmul(xn, p["linear_attn.in_proj_ba.weight"].t());
+  const auto conv = torch::conv1d(qkvz.narrow(-1, 0, channels).transpose(1, 2), p["linear_attn.conv1d"], {}, 1, ck - 1, 1, channels)
+                        .narrow(-1, 0, s);
+  const auto mixed = torch::silu(conv).transpose(1, 2);
+  const auto l2 = [](const torch::Tensor& t) { return t / torch::sqrt((t * t).sum(-1, true) + 1e-6); };
+  const auto q = l2(mixed.narrow(-1, 0, kd).reshape({b, s, kh, dk})).repeat_interleave(vh / kh, 2) / std::sqrt(8.0);
+  const auto k = l2(mixed.narrow(-1, kd, kd).reshape({b, s, kh, dk})).repeat_interleave(vh / kh, 2);
+  const auto v = mixed.narrow(-1, 2 * kd, vd).reshape({b, s, vh, dv});
+  const auto z = qkvz.narrow(-1, channels, vd).reshape({b, s, vh, dv});
+  const auto beta = torch::sigmoid(ba.narrow(-1, 0, vh));
+  const auto g = -p["linear_attn.A_log"].exp() * torch::softplus(ba.narrow(-1, vh, vh) + p["linear_attn.dt_bias"]);
+  auto state = torch::zeros({b, vh, dk, dv});
+  std::vector<torch::Tensor> outs;
+  for (std::int64_t i = 0; i < s; ++i) {
+    state = state * g.select(1, i).exp().view({b, vh, 1, 1});
+    const auto ki = k.select(1, i), vi = v.select(1, i), qi = q.select(1, i);
+    const auto memory = (state * ki.unsqueeze(-1)).sum(-2);
+    const auto delta = (vi - memory) * beta.select(1, i).unsqueeze(-1);
+    state = state + ki.unsqueeze(-1) * delta.unsqueeze(-2);
+    outs.push_back((state * qi.unsqueeze(-1)).sum(-2));
+  }
+  const auto o = torch::stack(outs, 1);  // [b, s, vh, dv]
+  const auto normed = o * torch::rsqrt(o.pow(2).mean(-1, true) + 1e-6) * p["linear_attn.norm"] * torch::silu(z);
+  const auto want = x + torch::matmul(normed.reshape({b, s, vd}), p["linear_attn.out_proj.weight"].t());
+  CHECK(torch::allclose(y, want, 1e-4, 1e-4));
+  // Causal: a change at token 50 leaves tokens 0-49 as they were, and moves 50-69.
+  auto x2 = x.clone();
+  x2.select(1, 50).add_(1.0);
+  const auto y2 = layer->forward({x2});
+  CHECK(torch::equal(y2.narrow(1, 0, 50), y.narrow(1, 0, 50)));
+  CHECK((y2.narrow(1, 50, 20) - y.narrow(1, 50, 20)).abs().max().item<double>() > 1e-3);
+  // tiny models with GDN layers (every other layer) own the analytic parameters, dense and MoE.
+  const std::vector<std::string> gdn{"model.full_attention_interval=2", "model.linear_key_heads=2", "model.linear_value_heads=4",
+                                     "model.linear_key_dim=8", "model.linear_value_dim=16", "model.zero_centered_norms=true",
+                                     "model.attn_output_gate=true", "model.qk_norm=true"};
+  check_twins_own_params("llama-tiny", gdn);
+  check_twins_own_params("moe-tiny", gdn);
+  // Split over tp it does not run here (the analytic model splits its heads).
+  CHECK_THROWS_WITH(models::make_torch_layer("llama.block:gdn=1,h=32,kh=2,vh=4,dk=8,dv=8,ck=4,f=64,qkvb=0,ob=0,mb=0,qkn=1,zc=1,tp=2"),
+                    Catch::Contains("Gated DeltaNet layers run at tp 1 and cp 1 in the LibTorch twin"));
+}
+
+TEST_CASE("a gated attention output multiplies each head by sigmoid of its gate before o_proj (Note [Gated DeltaNet])", "[torch][llama][gdn]") {
+  torch::manual_seed(4);
+  auto layer = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,og=1");
+  auto plain = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0");
+  // q_proj writes, per head, its 8 query rows then its 8 gate rows.
+  CHECK(layer->parameter_count() == plain->parameter_count() + 32 * 32);
+  std::map<std::string, torch::Tensor> a, c;
+  for (const auto& item : layer->module().named_parameters()) a[item.key()] = item.value();
+  for (const auto& item : plain->module().named_parameters()) c[item.key()] = item.value();
+  torch::NoGradGuard no_grad;
+  for (auto& [name, w] : c) {
+    if (name != "q_proj.weight") w.copy_(a[name]);
+  }
+  const auto qg = a["q_proj.weight"].view({4, 2, 8, 32});
+  c["q_proj.weight"].copy_(qg.select(1, 0).reshape({32, 32}));
+  // Zero gate rows make every gate sigmoid(0) = 1/2: o_proj's input
+  // halved, which the plain block with o_proj halved computes too.
+  const auto x = torch::randn({2, 8, 32});
+  qg.select(1, 1).zero_();
+  const auto half = layer->forward({x});
+  c["o_proj.weight"].mul_(0.5);
+  CHECK(torch::allclose(half, plain->forward({x}), 1e-5, 1e-5));
+}

@@ -888,6 +888,11 @@ struct LlamaShape {
   double q_scale_beta = 0;         ///< qs=: Ministral 3's query scaling, beta (0: none; Note [Ministral 3])
   std::int64_t q_scale_length = 0;  ///< qsl=: the positions a step of that scale spans
   bool l2_qk_norm = false;   ///< l2qk=1: q and k L2-normalised, no weight
+  // Qwen3-Next and Qwen3.5 (Note [Gated DeltaNet] in models/src/llama.cpp).
+  bool gdn = false;          ///< gdn=1: a Gated DeltaNet layer in place of attention
+  std::int64_t kh = 0, vh = 0, dk = 0, dv = 0, ck = 0;  ///< its key and value heads and widths, conv taps
+  bool output_gate = false;  ///< og=1: attention's output times sigmoid(gate), the gate from q_proj
+  bool zero_centered = false;  ///< zc=1: Qwen3NextRMSNorm (fp32, 1 + weight), two a block
   /// The keys a query sees beyond causality, as gqa_core takes it: a
   /// window (> 0), chunks (< 0) or none.
   std::int64_t span() const { return chunk > 0 ? -chunk : window; }
@@ -1267,18 +1272,128 @@ torch::Tensor l2_norm(const torch::Tensor& x) {
   return (f * torch::rsqrt(f.pow(2).mean(-1, /*keepdim=*/true) + 1e-5)).to(x.scalar_type());
 }
 
+// Note [The twin's gated delta rule]
+// The chunked gated delta rule as HuggingFace's torch fallback computes it
+// (torch_chunk_gated_delta_rule in modeling_qwen3_next.py; Yang et al.
+// 2025, "Gated Delta Networks", section 3), in fp32: q and k L2-normalised,
+// q scaled by 1/sqrt(dk), the sequence padded to chunks of 64; within a
+// chunk the gates' cumulative sum g gives the decays exp(g_i - g_j), and
+// the WY factor T = (I - N)^-1 with N = -(k beta k^T decay) strictly below
+// the diagonal (HF's row-by-row loop; here one triangular solve) turns
+// beta v and beta exp(g) k into u and w; then chunk by chunk the state S
+// (dk x dv a head) gives out = (q exp(g)) S + (q k^T decay) (u - w S) and
+// becomes S exp(g_last) + (k exp(g_last - g))^T (u - w S). Autograd
+// differentiates it as written (FLA's fused kernels, which dtsim prices,
+// recompute instead of keeping every chunk's state).
+torch::Tensor gated_delta_rule(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor g, torch::Tensor beta) {
+  constexpr std::int64_t C = 64;
+  const auto dtype = v.scalar_type();
+  const auto l2 = [](const torch::Tensor& x) { return x * torch::rsqrt((x * x).sum(-1, /*keepdim=*/true) + 1e-6); };
+  // [b, s, H, d] -> [b, H, s, d] in fp32.
+  q = l2(q.to(torch::kFloat)).transpose(1, 2);
+  k = l2(k.to(torch::kFloat)).transpose(1, 2);
+  v = v.to(torch::kFloat).transpose(1, 2);
+  g = g.to(torch::kFloat).transpose(1, 2);
+  beta = beta.to(torch::kFloat).transpose(1, 2);
+  const auto b = q.size(0), H = q.size(1), s = q.size(2), dk = q.size(3), dv = v.size(3);
+  const auto pad = (C - s % C) % C, n = (s + pad) / C;
+  q = F::pad(q, F::PadFuncOptions({0, 0, 0, pad})) * (1.0 / std::sqrt(static_cast<double>(dk)));
+  k = F::pad(k, F::PadFuncOptions({0, 0, 0, pad}));
+  v = F::pad(v, F::PadFuncOptions({0, 0, 0, pad}));
+  beta = F::pad(beta, F::PadFuncOptions({0, pad}));
+  g = F::pad(g, F::PadFuncOptions({0, pad})).view({b, H, n, C}).cumsum(-1);
+  const auto kb = (k * beta.unsqueeze(-1)).view({b, H, n, C, dk});
+  const auto vb = (v * beta.unsqueeze(-1)).view({b, H, n, C, dv});
+  q = q.view({b, H, n, C, dk});
+  k = k.view({b, H, n, C, dk});
+  const auto opts = q.options();
+  const auto decay = (g.unsqueeze(-1) - g.unsqueeze(-2)).tril().exp().tril();  // [b, H, n, C, C]
+  const auto strict = torch::ones({C, C}, opts.dtype(torch::kBool)).triu();  // on and above the diagonal
+  const auto N = -(torch::matmul(kb, k.transpose(-1, -2)) * decay).masked_fill(strict, 0);
+  const auto eye = torch::eye(C, opts);
+  const auto T = torch::linalg_solve_triangular(eye - N, eye.expand_as(N), /*upper=*/false);
+  const auto u = torch::matmul(T, vb);
+  const auto w = torch::matmul(T, kb * g.exp().unsqueeze(-1));
+  auto S = torch::zeros({b, H, dk, dv}, opts);
+  std::vector<torch::Tensor> out;
+  out.reserve(static_cast<std::size_t>(n));
+  for (std::int64_t i = 0; i < n; ++i) {
+    const auto qi = q.select(2, i), ki = k.select(2, i), gi = g.select(2, i);
+    const auto attn = torch::matmul(qi, ki.transpose(-1, -2)) * decay.select(2, i);
+    const auto fresh = u.select(2, i) - torch::matmul(w.select(2, i), S);
+    out.push_back(torch::matmul(qi * gi.exp().unsqueeze(-1), S) + torch::matmul(attn, fresh));
+    const auto last = gi.narrow(-1, C - 1, 1);  // [b, H, 1]
+    S = S * last.exp().unsqueeze(-1) + torch::matmul((ki * (last - gi).exp().unsqueeze(-1)).transpose(-1, -2), fresh);
+  }
+  return torch::cat(out, 2).narrow(2, 0, s).transpose(1, 2).to(dtype);  // [b, s, H, dv]
+}
+
+/// Qwen3NextGatedDeltaNet (modeling_qwen3_next.py; Note [Gated DeltaNet] in
+/// models/src/llama.cpp): in_proj_qkvz and in_proj_ba (here q, k, v, z
+/// and b, a contiguous, HF's grouping by key head being a permutation of
+/// the same weights), the causal depthwise convolution and SiLU over q, k
+/// and v, beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias) in fp32,
+/// q and k repeated to the value heads, the gated delta rule, the gated
+/// RMSNorm of each value head (Qwen3NextRMSNormGated: weight times the
+/// normed output in its dtype, times silu(z) in fp32) and out_proj.
+struct GatedDeltaNet : nn::Module {
+  GatedDeltaNet(std::int64_t h, std::int64_t kh, std::int64_t vh, std::int64_t dk, std::int64_t dv, std::int64_t ck)
+      : in_proj_qkvz(register_module("in_proj_qkvz", nn::Linear(nn::LinearOptions(h, 2 * kh * dk + 2 * vh * dv).bias(false)))),
+        in_proj_ba(register_module("in_proj_ba", nn::Linear(nn::LinearOptions(h, 2 * vh).bias(false)))),
+        out_proj(register_module("out_proj", nn::Linear(nn::LinearOptions(vh * dv, h).bias(false)))),
+        kh(kh), vh(vh), dk(dk), dv(dv), ck(ck) {
+    // nn.Conv1d's default draw (uniform within 1/sqrt(fan_in), fan_in the
+    // taps of a depthwise channel), HF's dt_bias of ones and log(A), A in (0, 16].
+    const std::int64_t channels = 2 * kh * dk + vh * dv;
+    conv = register_parameter("conv1d", (torch::rand({channels, 1, ck}) * 2 - 1) / std::sqrt(static_cast<double>(ck)));
+    dt_bias = register_parameter("dt_bias", torch::ones({vh}));
+    A_log = register_parameter("A_log", torch::log(torch::rand({vh}) * 15 + 1));
+    norm = register_parameter("norm", torch::ones({dv}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {  // [b, s, h]
+    const auto b = x.size(0), s = x.size(1), kd = kh * dk, vd = vh * dv, channels = 2 * kd + vd;
+    const auto qkvz = in_proj_qkvz(x), ba = in_proj_ba(x);
+    const auto mixed = F::conv1d(qkvz.narrow(-1, 0, channels).transpose(1, 2), conv,
+                                 F::Conv1dFuncOptions().padding(ck - 1).groups(channels))
+                           .narrow(-1, 0, s);
+    const auto qkv = F::silu(mixed).transpose(1, 2);  // [b, s, channels]
+    auto q = qkv.narrow(-1, 0, kd).reshape({b, s, kh, dk});
+    auto k = qkv.narrow(-1, kd, kd).reshape({b, s, kh, dk});
+    const auto v = qkv.narrow(-1, 2 * kd, vd).reshape({b, s, vh, dv});
+    const auto z = qkvz.narrow(-1, channels, vd).reshape({b, s, vh, dv});
+    const auto beta = torch::sigmoid(ba.narrow(-1, 0, vh));
+    const auto g = -A_log.to(torch::kFloat).exp() * F::softplus(ba.narrow(-1, vh, vh).to(torch::kFloat) + dt_bias);
+    if (vh > kh) {
+      q = q.repeat_interleave(vh / kh, 2);
+      k = k.repeat_interleave(vh / kh, 2);
+    }
+    const auto o = gated_delta_rule(q, k, v, g, beta);  // [b, s, vh, dv]
+    const auto of = o.to(torch::kFloat);
+    const auto normed = (of * torch::rsqrt(of.pow(2).mean(-1, /*keepdim=*/true) + 1e-6)).to(o.scalar_type());
+    const auto gated = ((norm * normed) * F::silu(z.to(torch::kFloat))).to(o.scalar_type());
+    return out_proj(gated.reshape({b, s, vd}));
+  }
+  nn::Linear in_proj_qkvz, in_proj_ba, out_proj;
+  torch::Tensor conv, dt_bias, A_log, norm;
+  std::int64_t kh, vh, dk, dv, ck;
+};
+
 /// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
 struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
       : input_layernorm(s.olmo2_norms ? nullptr
-                                      : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms, s.fp32_norm_weight))),
-        q_proj(s.mla && s.q_lora > 0 ? nn::Linear(nullptr)
-                                     : register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * (s.mla ? s.qk() : s.d)).bias(s.qkv_bias)))),
-        k_proj(s.mla ? nn::Linear(nullptr) : register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        v_proj(s.mla ? nn::Linear(nullptr) : register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        o_proj(register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * (s.mla ? s.d_v : s.d), s.h).bias(s.o_bias)))),
-        post_attention_layernorm(register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms, s.fp32_norm_weight))),
+                                      : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
+        // Note [Gated DeltaNet]: a gated output's q_proj writes each head's query, then its gate.
+        q_proj((s.mla && s.q_lora > 0) || s.gdn
+                   ? nn::Linear(nullptr)
+                   : register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * (s.mla ? s.qk() : s.d) * (s.output_gate ? 2 : 1)).bias(s.qkv_bias)))),
+        k_proj(s.mla || s.gdn ? nn::Linear(nullptr) : register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        v_proj(s.mla || s.gdn ? nn::Linear(nullptr) : register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        o_proj(s.gdn ? nn::Linear(nullptr) : register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * (s.mla ? s.d_v : s.d), s.h).bias(s.o_bias)))),
+        post_attention_layernorm(
+            register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
         shape(s) {
+    if (s.gdn) linear_attn = register_module("linear_attn", std::make_shared<GatedDeltaNet>(s.h, s.kh, s.vh, s.dk, s.dv, s.ck));
     // gpt-oss's sinks (GptOssAttention.sinks), drawn as HF initialises them.
     if (s.sinks) sinks = register_parameter("sinks", torch::randn({s.a}) * 0.02);
     if (s.mla) {
@@ -1306,16 +1421,18 @@ struct LlamaBlock : nn::Module {
       up_proj = register_module("up_proj", nn::Linear(nn::LinearOptions(s.h, s.f).bias(s.mlp_bias)));
       down_proj = register_module("down_proj", nn::Linear(nn::LinearOptions(s.f, s.h).bias(s.mlp_bias)));
     }
-    if (s.qk_norm) {
+    if (s.qk_norm && !s.gdn) {
       // Olmo2Attention's norms span the projections (num_heads x head_dim, num_key_value_heads x head_dim).
-      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.whole_qk ? s.a * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
-      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.whole_qk ? s.kv * s.d : s.d, s.gemma_norms, s.fp32_norm_weight));
+      const bool zero_centered = s.gemma_norms || s.zero_centered;
+      q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.whole_qk ? s.a * s.d : s.d, zero_centered, s.fp32_norm_weight));
+      k_norm = register_module("k_norm", std::make_shared<RmsNorm>(s.whole_qk ? s.kv * s.d : s.d, zero_centered, s.fp32_norm_weight));
     }
     if (s.olmo2_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(s.h));
   }
   /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
   torch::Tensor forward(const torch::Tensor& x) {
     if (shape.mla) return forward_mla(x);
+    if (shape.gdn) return after_attention(x, linear_attn->forward(input_layernorm->forward(x)), nullptr);
     const TensorParallel* t = tp.get();
     const auto b = x.size(0), sl = x.size(1) * sequence_shards(t), d = shape.d;  // sl: every token of this rank's sequence, once gathered
     const std::int64_t heads = t ? shape.a / t->size : shape.a, kv_heads = t ? shape.kv / t->size : shape.kv;
@@ -1323,6 +1440,12 @@ struct LlamaBlock : nn::Module {
                                      {{q_proj->weight, q_proj->bias}, {k_proj->weight, k_proj->bias}, {v_proj->weight, v_proj->bias}});
     auto q = qkv[0];
     auto k = qkv[1];
+    torch::Tensor gate;  // Qwen3NextAttention's: each head's query, then its gate
+    if (shape.output_gate) {
+      const auto qg = q.view({b, sl, heads, 2 * d});
+      gate = qg.narrow(-1, d, d).reshape({b, sl, heads * d});
+      q = qg.narrow(-1, 0, d).reshape({b, sl, heads * d});
+    }
     if (shape.whole_qk) {  // OLMo 2, MiniMax-M2: over the whole projections, before the heads are split (tp 1 only)
       q = q_norm->forward(q);
       k = k_norm->forward(k);
@@ -1353,7 +1476,7 @@ struct LlamaBlock : nn::Module {
     if (cp && cp->shift) {
       // Note [Ring attention]: the keys and values go round the cp ranks; it keeps no scores, so nothing to recompute.
       const auto ctx = ring::RingGqa::apply(q, k, v.contiguous(), qpos, shape.span(), reinterpret_cast<std::int64_t>(cp.get()));
-      return finish(x, ctx, b, sl, heads * d, t);
+      return finish(x, ctx, b, sl, heads * d, t, gate);
     }
     // Note [Context parallelism]: every rank's keys and values [b, kv_heads, s, d], in cp-rank order.
     const CpAttention all(cp.get(), k, v, 2);
@@ -1363,7 +1486,7 @@ struct LlamaBlock : nn::Module {
                          ? RecomputedGqa::apply(q, all.k, all.v, qpos, kpos, shape.span(), shape.flash, causal, shape.softcap,
                                                 sinks.defined() ? sinks : torch::empty({0}))
                          : gqa_core(q, all.k, all.v, qpos, kpos, shape.span(), shape.flash, causal, shape.softcap, sinks);
-    return finish(x, ctx, b, sl, heads * d, t);
+    return finish(x, ctx, b, sl, heads * d, t, gate);
   }
   /// Multi-head latent attention as DeepseekV3Attention computes it
   /// (modeling_deepseek_v3.py; Note [Multi-head latent attention] in
@@ -1398,9 +1521,15 @@ struct LlamaBlock : nn::Module {
     return finish(x, ctx, b, sl, heads * dv, t);
   }
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
+  /// `gate` (a gated output's, [b, s, width]) multiplies the output, through a sigmoid, before o_proj.
   torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& ctx, std::int64_t b, std::int64_t sl, std::int64_t width,
-                       const TensorParallel* t) {
-    const auto attn = row_parallel(o_proj, ctx.transpose(1, 2).reshape({b, sl, width}), t);
+                       const TensorParallel* t, const torch::Tensor& gate = {}) {
+    auto out = ctx.transpose(1, 2).reshape({b, sl, width});
+    if (gate.defined()) out = out * torch::sigmoid(gate);
+    return after_attention(x, row_parallel(o_proj, out, t), t);
+  }
+  /// The residual and the MLP after the token mixer's output `attn`.
+  torch::Tensor after_attention(const torch::Tensor& x, const torch::Tensor& attn, const TensorParallel* t) {
     if (pre_feedforward_layernorm) {
       // Gemma2DecoderLayer / Gemma3DecoderLayer: normalised before each residual.
       const auto y = x + post_attention_layernorm->forward(attn);
@@ -1449,6 +1578,7 @@ struct LlamaBlock : nn::Module {
   // Multi-head latent attention's (null without; q_proj null with a query latent, k_proj and v_proj with either).
   nn::Linear q_a_proj{nullptr}, q_b_proj{nullptr}, kv_a_proj_with_mqa{nullptr}, kv_b_proj{nullptr};
   std::shared_ptr<RmsNorm> q_a_layernorm, kv_a_layernorm;
+  std::shared_ptr<GatedDeltaNet> linear_attn;  // null but in a Gated DeltaNet layer (gdn=1)
   LlamaShape shape;
   bool recompute_core = false;                // TorchLayer::set_recompute_attention
   std::shared_ptr<const TensorParallel> tp;   // null: unsplit
@@ -2079,6 +2209,10 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
   }
   if (s.kind == "llama.block" || s.kind == "moe.block") {
     if (s.get_or("on", 0) != 0) throw UnsupportedError(at + "OLMo 2's block runs dense, with its q/k norms, at tp 1");
+    if (s.get_or("gdn", 0) != 0) {
+      // Note [Gated DeltaNet] (models/src/llama.cpp): the analytic model splits its heads; the twin does not.
+      throw UnsupportedError(at + "Gated DeltaNet layers run at tp 1 in the LibTorch twin (plan.tp must be 1)");
+    }
     const bool mla = s.get_or("mla", 0) != 0;  // latent attention's heads are whole
     if (s.get("a") % tp.size != 0 || (!mla && s.get("kv") % tp.size != 0) || s.get_or("f", 0) % tp.size != 0) {
       throw ConfigError(at + "heads, key-value heads and f must be multiples of tp " + std::to_string(tp.size));
@@ -2137,6 +2271,7 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
   if (s.kind != "llama.block" && s.kind != "gpt2.block") {
     throw UnsupportedError(at + "context parallelism is built for the GPT-2 and Llama families only");
   }
+  if (s.get_or("gdn", 0) != 0) throw UnsupportedError(at + "Gated DeltaNet layers run at cp 1 (Note [Gated DeltaNet] in models/src/llama.cpp)");
   if (!s.values.count("cp")) throw ConfigError(at + "no cp= but the context-parallel group has " + std::to_string(cp.size) + " ranks");
   if (auto* b = dynamic_cast<LlamaBlockLayer*>(&layer)) b->block().cp = shared;
   if (auto* b = dynamic_cast<Gpt2BlockLayer*>(&layer)) b->block().cp = shared;
@@ -2314,9 +2449,13 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
                                             s.get("h"));
   }
   if (k == "llama.block" || k == "moe.block") {
-    const bool moe = k == "moe.block", mla = s.get_or("mla", 0) != 0;
-    // Latent attention's heads are whole (kv = a); d is a query or key head's width.
-    LlamaShape shape{s.get("h"),         s.get("a"),       mla ? s.get("a") : s.get("kv"), mla ? s.get("dn") + s.get("dr") : s.get("d"),
+    const bool moe = k == "moe.block", mla = s.get_or("mla", 0) != 0, gdn = s.get_or("gdn", 0) != 0;
+    // Latent attention's heads are whole (kv = a); d is a query or key head's
+    // width. A Gated DeltaNet layer has no attention heads (a, kv, d unused).
+    LlamaShape shape{s.get("h"),
+                     gdn ? 1 : s.get("a"),
+                     gdn ? 1 : mla ? s.get("a") : s.get("kv"),
+                     gdn ? 2 : mla ? s.get("dn") + s.get("dr") : s.get("d"),
                      moe ? 0 : s.get("f"),
                      s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0,           s.get("qkn") != 0,
                      s.get_or("flash", 0) != 0};
@@ -2346,6 +2485,26 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       throw ConfigError("layer signature '" + signature + "': qs (Ministral 3's query scaling) needs qsl, the positions a step spans, 1 or more");
     }
     shape.l2_qk_norm = s.get_or("l2qk", 0) != 0;
+    shape.zero_centered = s.get_or("zc", 0) != 0;
+    shape.output_gate = s.get_or("og", 0) != 0 && !gdn;
+    if (gdn) {
+      // Note [Gated DeltaNet] (models/src/llama.cpp).
+      shape.gdn = true;
+      shape.kh = s.get("kh");
+      shape.vh = s.get("vh");
+      shape.dk = s.get("dk");
+      shape.dv = s.get("dv");
+      shape.ck = s.get("ck");
+      if (shape.kh < 1 || shape.vh % shape.kh != 0 || shape.dk < 1 || shape.dv < 1 || shape.ck < 1) {
+        throw ConfigError("layer signature '" + signature + "': vh must be a multiple of kh, and kh, dk, dv and ck positive");
+      }
+      if (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1) {
+        throw UnsupportedError("layer signature '" + signature + "': Gated DeltaNet layers run at tp 1 and cp 1 in the LibTorch twin");
+      }
+      if (shape.gemma_norms || shape.olmo2_norms || mla) {
+        throw UnsupportedError("layer signature '" + signature + "': a Gated DeltaNet layer with gn, on or mla is not a block any model has");
+      }
+    }
     if (shape.window > 0 && shape.chunk > 0) throw ConfigError("layer signature '" + signature + "': sw and chunk contradict each other; set one");
     shape.gemma_norms = s.get_or("gn", 0) != 0;
     shape.olmo2_norms = s.get_or("on", 0) != 0;
