@@ -1067,3 +1067,42 @@ TEST_CASE("the tensor-parallel overlap's configuration from Megatron-LM, Megatro
              Catch::Contains("t.yaml:2") && Catch::Contains("tp_comm_overlap_cfg") && Catch::Contains("ring") &&
                  Catch::Contains("async_tp"));
 }
+
+// Note [Gated DeltaNet] (models/src/llama.cpp): Megatron-Core's GatedDeltaNet
+// layers (TransformerConfig's experimental_attention_variant "gdn", its
+// linear_* fields and their defaults: 4 taps, heads of 128, 16 key and 32
+// value heads), the gated attention output and the shared expert's gate,
+// as a Qwen3.5-35B-A3B launch line spells them.
+TEST_CASE("Megatron-LM: Qwen3.5's Gated DeltaNet layers, gated output and gated shared expert", "[framework][gdn]") {
+  const std::string qwen =
+      "--micro-batch-size 1 --num-layers 40 --hidden-size 2048 --num-attention-heads 16 --group-query-attention --num-query-groups 2 "
+      "--kv-channels 256 --swiglu --normalization RMSNorm --apply-layernorm-1p --position-embedding-type rope --rotary-percent 0.25 "
+      "--untie-embeddings-and-output-weights --disable-bias-linear --vocab-size 248320 --qk-layernorm --max-position-embeddings 262144 "
+      "--num-experts 256 --moe-router-topk 8 --moe-ffn-hidden-size 512 --moe-shared-expert-intermediate-size 512 --moe-shared-expert-gate "
+      "--attention-output-gate --experimental-attention-variant gdn --linear-attention-freq 4 --linear-num-value-heads 32";
+  const FrameworkConfig fc = parse_megatron_args(qwen, "cmd");
+  auto k = keys(fc);
+  CHECK(k["model.full_attention_interval"] == "4");
+  CHECK(k["model.linear_key_heads"] == "16");  // TransformerConfig's default
+  CHECK(k["model.linear_value_heads"] == "32");
+  CHECK(k["model.linear_key_dim"] == "128");
+  CHECK(k["model.linear_conv_kernel"] == "4");
+  CHECK(k["model.attn_output_gate"] == "true");
+  CHECK(k["model.shared_expert_gate"] == "true");
+  CHECK(fc.unmodelled.empty());
+  // The built-in's parameters (its shape from the checkpoint's config.json).
+  const auto from_flags = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(from_flags->parameters() == models::load_model("qwen3.5-35b-a3b")->parameters());
+  // Without the variant Megatron-LM builds attention layers: the flags are said, not modelled.
+  const std::string plain = "--micro-batch-size 1 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --swiglu ";
+  const auto unread = parse_megatron_args(plain + "--linear-attention-freq 4", "cmd");
+  CHECK(keys(unread).count("model.full_attention_interval") == 0);
+  CHECK(listed(unread, "--linear-attention-freq 4 (read only with --experimental-attention-variant gdn; a custom --spec that builds them needs it too)"));
+  CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant dsa", "cmd"); }) ==
+        "cmd:1: --experimental-attention-variant: 'dsa' is not one of gdn, gated_delta_net");
+  CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant gdn", "cmd"); }) ==
+        "cmd:1: --experimental-attention-variant: gdn needs --linear-attention-freq (TransformerConfig asserts it)");
+  CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant gdn --linear-attention-freq '([1]*3+[0])*1'", "cmd"); }) ==
+        "cmd:1: --linear-attention-freq: '([1]*3+[0])*1'; dtsim models an integer N from 1 to 999999 (N - 1 linear attention layers, then "
+        "one attention layer)");
+}

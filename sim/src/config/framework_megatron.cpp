@@ -235,7 +235,11 @@ const std::map<std::string, Kind>& known_flags() {
       {"pipeline-model-parallel-layout", Kind::kString}, {"account-for-embedding-in-pipeline-split", Kind::kBool},
       {"account-for-loss-in-pipeline-split", Kind::kBool}, {"decoder-first-pipeline-num-layers", Kind::kInt},
       {"decoder-last-pipeline-num-layers", Kind::kInt}, {"num-virtual-stages-per-pipeline-rank", Kind::kInt},
-      {"use-megatron-fsdp", Kind::kBool}, {"data-parallel-sharding-strategy", Kind::kString}};
+      {"use-megatron-fsdp", Kind::kBool}, {"data-parallel-sharding-strategy", Kind::kString},
+      {"experimental-attention-variant", Kind::kString}, {"linear-attention-freq", Kind::kString},
+      {"linear-conv-kernel-dim", Kind::kInt}, {"linear-key-head-dim", Kind::kInt}, {"linear-value-head-dim", Kind::kInt},
+      {"linear-num-key-heads", Kind::kInt}, {"linear-num-value-heads", Kind::kInt}, {"attention-output-gate", Kind::kBool},
+      {"moe-shared-expert-gate", Kind::kBool}};
   return flags;
 }
 
@@ -789,6 +793,9 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     if (!llama && positions != "learned_absolute") note("position-embedding-type", "the gpt family learns its positions");
     if (!llama && has("group-query-attention")) note("group-query-attention", "the gpt family has one key/value head per head; add " + flag("swiglu") + " for a llama");
     if (!llama && has("num-experts")) note("num-experts", "dtsim's experts are the llama family's; add " + flag("swiglu"));
+    for (const char* n : {"experimental-attention-variant", "attention-output-gate"}) {
+      if (!llama && has(n)) note(n, "Gated DeltaNet layers and gated outputs are the llama family's; add " + flag("swiglu"));
+    }
     if (!llama && !bias) note("disable-bias-linear", "the gpt family has biases");
     // --kv-channels defaults to hidden / heads (arguments.py).
     const bool head_dim_default = !has("kv-channels") || num("kv-channels", 1) * heads == hidden;
@@ -857,6 +864,44 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       } else {
         for (const char* n : {"q-lora-rank", "kv-lora-rank", "qk-head-dim", "qk-pos-emb-head-dim", "v-head-dim"}) {
           if (has(n)) note(n, "read only with " + flag("multi-latent-attention"));
+        }
+      }
+      // Note [Gated DeltaNet] (models/src/llama.cpp): Megatron-Core's
+      // GatedDeltaNet layers (--experimental-attention-variant gdn, its
+      // deprecated alias gated_delta_net), --linear-attention-freq N of them
+      // N - 1 linear attention layers for each attention one, and
+      // TransformerConfig's linear_* defaults; Qwen3-Next's gated output.
+      const char* const kLinear[] = {"linear-attention-freq", "linear-conv-kernel-dim", "linear-key-head-dim", "linear-value-head-dim",
+                                     "linear-num-key-heads", "linear-num-value-heads"};
+      if (has("experimental-attention-variant")) {
+        const std::string variant = choice("experimental-attention-variant", {"gdn", "gated_delta_net"});
+        if (!has("linear-attention-freq")) {
+          fail("experimental-attention-variant", variant + " needs " + flag("linear-attention-freq") + " (TransformerConfig asserts it)");
+        }
+        const std::string freq = text("linear-attention-freq", "");
+        if (freq.empty() || freq.size() > 6 || !std::all_of(freq.begin(), freq.end(), [](char ch) { return ch >= '0' && ch <= '9'; }) ||
+            std::stoll(freq) < 1) {
+          fail("linear-attention-freq", "'" + freq + "'; dtsim models an integer N from 1 to 999999 (N - 1 linear attention layers, then one attention layer)");
+        }
+        out.model("full_attention_interval", freq, at("linear-attention-freq"));
+        for (const auto& [key, name, fallback] : {std::tuple{"linear_conv_kernel", "linear-conv-kernel-dim", 4},
+                                                   std::tuple{"linear_key_dim", "linear-key-head-dim", 128},
+                                                   std::tuple{"linear_value_dim", "linear-value-head-dim", 128},
+                                                   std::tuple{"linear_key_heads", "linear-num-key-heads", 16},
+                                                   std::tuple{"linear_value_heads", "linear-num-value-heads", 32}}) {
+          out.model(key, std::to_string(num(name, fallback)), has(name) ? at(name) : at("experimental-attention-variant"));
+        }
+      } else {
+        for (const char* n : kLinear) {
+          if (has(n)) note(n, "read only with " + flag("experimental-attention-variant") + " gdn; a custom --spec that builds them needs it too");
+        }
+      }
+      if (has("attention-output-gate")) out.model("attn_output_gate", "true", at("attention-output-gate"));
+      if (has("moe-shared-expert-gate")) {
+        if (has("moe-shared-expert-intermediate-size")) {
+          out.model("shared_expert_gate", "true", at("moe-shared-expert-gate"));
+        } else {
+          note("moe-shared-expert-gate", "no shared expert (" + flag("moe-shared-expert-intermediate-size") + ") to gate");
         }
       }
       if (has("num-experts")) {
