@@ -500,6 +500,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                                  std::to_string(p.tp) + " or zero_stage 0 or 1 (the simulator predicts it)");
         }
       }
+      if (layer.signature.find(":gdn=1,") != std::string::npos) {
+        // Note [Gated DeltaNet] (models/src/llama.cpp): the analytic model splits its heads; the twin does not.
+        throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
+                               s.model->name() + "'s Gated DeltaNet layers is not run: they run at tp 1 in the LibTorch twin (the simulator "
+                               "predicts it)");
+      }
       if (p.sequence_parallel && layer.signature.rfind("bert.", 0) == 0) {
         // Note [Sequence parallelism] (models/torch): built for GPT-2 and the Llama family.
         throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.sequence_parallel") + ": sequence parallelism of " +

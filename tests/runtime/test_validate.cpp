@@ -1442,3 +1442,27 @@ TEST_CASE("the recorded H100 runs stay predicted as docs/validation-gpu.md says 
   CHECK(median(memory_errors) <= 0.005);
   CHECK(std::count_if(memory_errors.begin(), memory_errors.end(), [](double e) { return e <= 0.04; }) >= 85);
 }
+
+TEST_CASE("a Gated DeltaNet hybrid trains as one process does: data and pipeline parallelism, ZeRO-2 over experts (Note [Gated DeltaNet])",
+          "[runtime][validate][slow][gdn]") {
+  // llama-tiny's and moe-tiny's blocks as Qwen3-Next's: every other layer
+  // Gated DeltaNet (2 key heads, 4 value heads of 16), the attention layers'
+  // gated output, zero-centered norms, over 40 tokens (a chunk of 64,
+  // padded): the same steps as one process's.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=40 --set model.full_attention_interval=2 "
+                            "--set model.linear_key_heads=2 --set model.linear_value_heads=4 --set model.linear_key_dim=16 "
+                            "--set model.linear_value_dim=16 --set model.zero_centered_norms=true --set model.attn_output_gate=true "
+                            "--set model.qk_norm=true ";
+  SECTION("ddp, dp 2") { check_as_one_process("llama-tiny", "ddp --procs 2", shape, 2); }
+  SECTION("1f1b over 2 stages, 4 micro-batches") {
+    check_same(losses_of(validate("--model llama-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.grad_accum=4")),
+               reference("llama-tiny", shape, 4));
+  }
+  SECTION("moe-tiny under ZeRO-2 at ep 2") { check_as_one_process("moe-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
+  SECTION("tensor parallelism is refused before any rank starts") {
+    const Run r = validate("--model llama-tiny --plan megatron-tp --procs 2" + kCommon + shape);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("plan.tp 2 with llama-tiny's Gated DeltaNet layers is not run: they run at tp 1 in the LibTorch twin") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}

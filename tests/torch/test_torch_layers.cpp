@@ -1686,12 +1686,11 @@ TEST_CASE("Gated DeltaNet's twin: the chunked rule equals the recurrence, causal
     p["linear_attn.norm"].uniform_(0.5, 1.5);
     p["linear_attn.dt_bias"].uniform_(-1, 1);
   }
-  const auto x = torch::randn({b, s, h});
+  const auto x = torch::randn({b, s, h}).requires_grad_(true);
   const auto y = layer->forward({x});
   // The reference: Qwen3NextRMSNorm (weight 0, so times 1) in fp32, the
   // projections and convolution, then HF's recurrent form
-  // (torch_recurrent_gated_delta_rule), token by token.
-  torch::NoGradGuard no_grad;
+  // (torch_recurrent_gated_delta_rule), token by token, with autograd.
   const auto xn = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5);
   const auto qkvz = torch::matmul(xn, p["linear_attn.in_proj_qkvz.weight"].t());
   const auto ba = torch::matmul(xn, p["linear_attn.in_proj_ba.weight"].t());
@@ -1719,6 +1718,19 @@ TEST_CASE("Gated DeltaNet's twin: the chunked rule equals the recurrence, causal
   const auto normed = o * torch::rsqrt(o.pow(2).mean(-1, true) + 1e-6) * p["linear_attn.norm"] * torch::silu(z);
   const auto want = x + torch::matmul(normed.reshape({b, s, vd}), p["linear_attn.out_proj.weight"].t());
   CHECK(torch::allclose(y, want, 1e-4, 1e-4));
+  // Backward (Note [The twin's gated delta rule]: what FLA keeps, the rest
+  // recomputed, A's gradient by hand) gives autograd's gradients through
+  // the recurrence: the input's and every GDN parameter's.
+  const auto weight = torch::randn({b, s, h});
+  const std::vector<torch::Tensor> wrt{x, p["linear_attn.in_proj_qkvz.weight"], p["linear_attn.in_proj_ba.weight"], p["linear_attn.conv1d"],
+                                       p["linear_attn.dt_bias"], p["linear_attn.A_log"], p["linear_attn.norm"]};
+  const auto got = torch::autograd::grad({(y * weight).sum()}, wrt);
+  const auto expected = torch::autograd::grad({(want * weight).sum()}, wrt);
+  for (std::size_t i = 0; i < wrt.size(); ++i) {
+    INFO("gradient " << i);
+    CHECK(torch::allclose(got[i], expected[i], 1e-3, 1e-4));
+  }
+  torch::NoGradGuard no_grad;
   // Causal: a change at token 50 leaves tokens 0-49 as they were, and moves 50-69.
   auto x2 = x.clone();
   x2.select(1, 50).add_(1.0);

@@ -1278,55 +1278,113 @@ torch::Tensor l2_norm(const torch::Tensor& x) {
 // 2025, "Gated Delta Networks", section 3), in fp32: q and k L2-normalised,
 // q scaled by 1/sqrt(dk), the sequence padded to chunks of 64; within a
 // chunk the gates' cumulative sum g gives the decays exp(g_i - g_j), and
-// the WY factor T = (I - N)^-1 with N = -(k beta k^T decay) strictly below
+// the WY factor A = (I - N)^-1 with N = -(k beta k^T decay) strictly below
 // the diagonal (HF's row-by-row loop; here one triangular solve) turns
 // beta v and beta exp(g) k into u and w; then chunk by chunk the state S
 // (dk x dv a head) gives out = (q exp(g)) S + (q k^T decay) (u - w S) and
-// becomes S exp(g_last) + (k exp(g_last - g))^T (u - w S). Autograd
-// differentiates it as written (FLA's fused kernels, which dtsim prices,
-// recompute instead of keeping every chunk's state).
-torch::Tensor gated_delta_rule(torch::Tensor q, torch::Tensor k, torch::Tensor v, torch::Tensor g, torch::Tensor beta) {
-  constexpr std::int64_t C = 64;
-  const auto dtype = v.scalar_type();
-  const auto l2 = [](const torch::Tensor& x) { return x * torch::rsqrt((x * x).sum(-1, /*keepdim=*/true) + 1e-6); };
-  // [b, s, H, d] -> [b, H, s, d] in fp32.
-  q = l2(q.to(torch::kFloat)).transpose(1, 2);
-  k = l2(k.to(torch::kFloat)).transpose(1, 2);
-  v = v.to(torch::kFloat).transpose(1, 2);
-  g = g.to(torch::kFloat).transpose(1, 2);
-  beta = beta.to(torch::kFloat).transpose(1, 2);
-  const auto b = q.size(0), H = q.size(1), s = q.size(2), dk = q.size(3), dv = v.size(3);
-  const auto pad = (C - s % C) % C, n = (s + pad) / C;
-  q = F::pad(q, F::PadFuncOptions({0, 0, 0, pad})) * (1.0 / std::sqrt(static_cast<double>(dk)));
-  k = F::pad(k, F::PadFuncOptions({0, 0, 0, pad}));
-  v = F::pad(v, F::PadFuncOptions({0, 0, 0, pad}));
-  beta = F::pad(beta, F::PadFuncOptions({0, pad}));
-  g = F::pad(g, F::PadFuncOptions({0, pad})).view({b, H, n, C}).cumsum(-1);
-  const auto kb = (k * beta.unsqueeze(-1)).view({b, H, n, C, dk});
-  const auto vb = (v * beta.unsqueeze(-1)).view({b, H, n, C, dv});
-  q = q.view({b, H, n, C, dk});
-  k = k.view({b, H, n, C, dk});
-  const auto opts = q.options();
-  const auto decay = (g.unsqueeze(-1) - g.unsqueeze(-2)).tril().exp().tril();  // [b, H, n, C, C]
-  const auto strict = torch::ones({C, C}, opts.dtype(torch::kBool)).triu();  // on and above the diagonal
-  const auto N = -(torch::matmul(kb, k.transpose(-1, -2)) * decay).masked_fill(strict, 0);
-  const auto eye = torch::eye(C, opts);
-  const auto T = torch::linalg_solve_triangular(eye - N, eye.expand_as(N), /*upper=*/false);
-  const auto u = torch::matmul(T, vb);
-  const auto w = torch::matmul(T, kb * g.exp().unsqueeze(-1));
-  auto S = torch::zeros({b, H, dk, dv}, opts);
+// becomes S exp(g_last) + (k exp(g_last - g))^T (u - w S).
+// As FLA's ChunkGatedDeltaRuleFunction, which dtsim prices (Note [Gated
+// DeltaNet] in models/src/llama.cpp), it keeps for backward the normed q
+// and k with their rstd, v, the gates' cumsum, beta and A, and recomputes
+// the rest: backward runs the chunks again from those (autograd through
+// them, A held as given) and takes A's own gradient as FLA's
+// prepare_wy_repr_bwd does, dN = A^T dA A^T below the diagonal, then the
+// norms' (dx = rstd (dy - y (y . dy))) and the cumsum's (a reversed cumsum).
+namespace delta {
+
+constexpr std::int64_t kChunk = 64;
+
+/// [b, s, H, d] (or [b, s, H] with d = 0) -> [b, H, n, C(, d)], zero-padded to chunks.
+torch::Tensor chunked(const torch::Tensor& x, bool vector) {
+  const auto t = x.transpose(1, 2);
+  const auto s = t.size(2), pad = (kChunk - s % kChunk) % kChunk, n = (s + pad) / kChunk;
+  if (vector) return F::pad(t, F::PadFuncOptions({0, 0, 0, pad})).reshape({t.size(0), t.size(1), n, kChunk, t.size(3)});
+  return F::pad(t, F::PadFuncOptions({0, pad})).reshape({t.size(0), t.size(1), n, kChunk});
+}
+
+/// The strictly lower N of the WY factor A = (I - N)^-1 from the chunked
+/// normed keys, beta and the gates' cumsum; and the decays.
+std::pair<torch::Tensor, torch::Tensor> wy_system(const torch::Tensor& k, const torch::Tensor& beta, const torch::Tensor& gcum) {
+  const auto decay = (gcum.unsqueeze(-1) - gcum.unsqueeze(-2)).tril().exp().tril();  // [b, H, n, C, C]
+  const auto upper = torch::ones({kChunk, kChunk}, k.options().dtype(torch::kBool)).triu();  // on and above the diagonal
+  return {-(torch::matmul(k * beta.unsqueeze(-1), k.transpose(-1, -2)) * decay).masked_fill(upper, 0), decay};
+}
+
+/// The rule's output [b, s, H, dv] in fp32 from the chunked fp32 inputs
+/// and A, for s tokens.
+torch::Tensor run(const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v, const torch::Tensor& beta, const torch::Tensor& gcum,
+                  const torch::Tensor& decay, const torch::Tensor& A, std::int64_t s) {
+  const auto b = q.size(0), H = q.size(1), n = q.size(2), dk = q.size(4), dv = v.size(4);
+  const auto qs = q * (1.0 / std::sqrt(static_cast<double>(dk)));
+  const auto u = torch::matmul(A, v * beta.unsqueeze(-1));
+  const auto w = torch::matmul(A, k * (beta * gcum.exp()).unsqueeze(-1));
+  auto S = torch::zeros({b, H, dk, dv}, q.options());
   std::vector<torch::Tensor> out;
   out.reserve(static_cast<std::size_t>(n));
   for (std::int64_t i = 0; i < n; ++i) {
-    const auto qi = q.select(2, i), ki = k.select(2, i), gi = g.select(2, i);
+    const auto qi = qs.select(2, i), ki = k.select(2, i), gi = gcum.select(2, i);
     const auto attn = torch::matmul(qi, ki.transpose(-1, -2)) * decay.select(2, i);
     const auto fresh = u.select(2, i) - torch::matmul(w.select(2, i), S);
     out.push_back(torch::matmul(qi * gi.exp().unsqueeze(-1), S) + torch::matmul(attn, fresh));
-    const auto last = gi.narrow(-1, C - 1, 1);  // [b, H, 1]
+    const auto last = gi.narrow(-1, kChunk - 1, 1);  // [b, H, 1]
     S = S * last.exp().unsqueeze(-1) + torch::matmul((ki * (last - gi).exp().unsqueeze(-1)).transpose(-1, -2), fresh);
   }
-  return torch::cat(out, 2).narrow(2, 0, s).transpose(1, 2).to(dtype);  // [b, s, H, dv]
+  return torch::cat(out, 2).narrow(2, 0, s).transpose(1, 2);
 }
+
+/// q, k [b, s, H, dk] and v [b, s, H, dv] in the activations' dtype, g
+/// (log-space gates) [b, s, H] in fp32, beta [b, s, H]: the output [b, s, H, dv].
+struct Rule : torch::autograd::Function<Rule> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& q, const torch::Tensor& k, const torch::Tensor& v,
+                               const torch::Tensor& g, const torch::Tensor& beta) {
+    const auto dtype = v.scalar_type();
+    const auto qf = q.to(torch::kFloat), kf = k.to(torch::kFloat);
+    const auto q_rstd = torch::rsqrt((qf * qf).sum(-1, /*keepdim=*/true) + 1e-6), k_rstd = torch::rsqrt((kf * kf).sum(-1, /*keepdim=*/true) + 1e-6);
+    const auto qn = qf * q_rstd, kn = kf * k_rstd;
+    const auto kc = chunked(kn, true), bc = chunked(beta.to(torch::kFloat), false);
+    const auto gcum = chunked(g.to(torch::kFloat), false).cumsum(-1);
+    const auto [N, decay] = wy_system(kc, bc, gcum);
+    const auto eye = torch::eye(kChunk, N.options());
+    const auto A = torch::linalg_solve_triangular(eye - N, eye.expand_as(N), /*upper=*/false);
+    const auto out = run(chunked(qn, true), kc, chunked(v.to(torch::kFloat), true), bc, gcum, decay, A, q.size(1));
+    ctx->save_for_backward({qn.to(dtype), q_rstd, kn.to(dtype), k_rstd, v, gcum, beta, A.to(dtype)});
+    return out.to(dtype);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const auto leaf = [](const torch::Tensor& t) { return t.to(torch::kFloat).detach().requires_grad_(true); };
+    const auto qn = leaf(saved[0]), kn = leaf(saved[2]), v = leaf(saved[4]), gcum = leaf(saved[5]), beta = leaf(saved[6]), A = leaf(saved[7]);
+    const auto s = qn.size(1);
+    torch::autograd::variable_list first, second;
+    {
+      torch::AutoGradMode grad_mode(true);
+      const auto kc = chunked(kn, true), bc = chunked(beta, false);
+      const auto [N, decay] = wy_system(kc, bc, gcum);
+      const auto out = run(chunked(qn, true), kc, chunked(v, true), bc, gcum, decay, A, s);
+      first = torch::autograd::grad({out}, {qn, kn, v, gcum, beta, A}, {grad[0].to(torch::kFloat)}, /*retain_graph=*/true,
+                                    /*create_graph=*/false, /*allow_unused=*/true);
+      // A = (I - N)^-1: dN = A^T dA A^T, N strictly lower.
+      const auto At = A.detach().transpose(-1, -2);
+      const auto strict = torch::ones({kChunk, kChunk}, N.options().dtype(torch::kBool)).tril(-1);
+      const auto dN = torch::matmul(torch::matmul(At, first[5]), At) * strict;
+      second = torch::autograd::grad({N}, {kn, gcum, beta}, {dN}, /*retain_graph=*/false, /*create_graph=*/false, /*allow_unused=*/true);
+    }
+    const auto sum = [](const torch::Tensor& a, const torch::Tensor& b) { return b.defined() ? a + b : a; };
+    // The L2 norms' backward, then the cumsum's (reversed, chunk by chunk).
+    const auto norm_back = [](const torch::Tensor& y, const torch::Tensor& rstd, const torch::Tensor& dy) {
+      return rstd * (dy - y * (y * dy).sum(-1, /*keepdim=*/true));
+    };
+    const auto dq = norm_back(qn.detach(), saved[1], first[0]);
+    const auto dk = norm_back(kn.detach(), saved[3], sum(first[1], second[0]));
+    const auto dgcum = sum(first[3], second[1]);
+    const auto dg = dgcum.flip(-1).cumsum(-1).flip(-1).reshape({dgcum.size(0), dgcum.size(1), -1}).narrow(2, 0, s).transpose(1, 2);
+    const auto dbeta = sum(first[4], second[2]);
+    return {dq.to(saved[0].scalar_type()), dk.to(saved[2].scalar_type()), first[2].to(saved[4].scalar_type()), dg.contiguous(),
+            dbeta.to(saved[6].scalar_type())};
+  }
+};
+
+}  // namespace delta
 
 /// Qwen3NextGatedDeltaNet (modeling_qwen3_next.py; Note [Gated DeltaNet] in
 /// models/src/llama.cpp): in_proj_qkvz and in_proj_ba (here q, k, v, z
@@ -1367,7 +1425,7 @@ struct GatedDeltaNet : nn::Module {
       q = q.repeat_interleave(vh / kh, 2);
       k = k.repeat_interleave(vh / kh, 2);
     }
-    const auto o = gated_delta_rule(q, k, v, g, beta);  // [b, s, vh, dv]
+    const auto o = delta::Rule::apply(q, k, v, g, beta);  // [b, s, vh, dv] (Note [The twin's gated delta rule])
     const auto of = o.to(torch::kFloat);
     const auto normed = (of * torch::rsqrt(of.pow(2).mean(-1, /*keepdim=*/true) + 1e-6)).to(o.scalar_type());
     const auto gated = ((norm * normed) * F::silu(z.to(torch::kFloat))).to(o.scalar_type());
