@@ -447,8 +447,8 @@ using namespace detail;
 //               q, k, v channels and SiLU (causal_conv1d_fn: one kernel,
 //               keeping its input)
 //   gates       beta = sigmoid(b), g = -exp(A_log) softplus(a + dt_bias)
-//               in fp32: a few passes over t vh, keeping the sigmoid's
-//               output, the softplus input and output
+//               in fp32: a few passes over t vh, keeping the softplus'
+//               input and output (the sigmoid's output is the rule's beta)
 //   repeat      q and k repeated to the value heads where vh > kh
 //               (repeat_interleave)
 //   core        FLA's chunk_gated_delta_rule with the L2 norms of q and k
@@ -493,7 +493,7 @@ using namespace detail;
 // norms and a MoE of 1,614,809,088 (router 2048 x 512, 512 experts of 3 x
 // 2048 x 512, shared expert 3 x 2048 x 512 and its 2,048 gate), untied
 // embedding and head (2 x 151,936 x 2048) and the final norm:
-// 79,674,391,296 (the card's 80B; the hub's 81.3B counts the MTP layer).
+// 79,674,391,296 (the card's 80B, its MTP layer not counted).
 class Llama final : public ZooModel {
  public:
   explicit Llama(LlamaConfig c) : c_(std::move(c)) {
@@ -1134,8 +1134,9 @@ class Llama final : public ZooModel {
       core.backward = {bwd};
       // Kept by the rule: the normed q and k, v, the fp32 cumsum and rstds, beta, A.
       core.saved = e * (2 * qh + vd) + 12 * rows + e * rows + e * rows * C;
-      // The convolution's input; the gates' sigmoid output, softplus input and output.
-      attention += e * conv + (e + 8) * rows;
+      // The convolution's input; the softplus' input and output (the
+      // sigmoid's output is the rule's beta, counted there).
+      attention += e * conv + 8 * rows;
       // The gated norm, then out_proj ("attn.o_proj" below) on its output.
       if (fused) {
         post.push_back(memory_op("gdn.norm", KernelKind::kNorm, 2 * e * vd, e * vd, 8.0 * static_cast<double>(vd)));
@@ -1145,6 +1146,9 @@ class Llama final : public ZooModel {
         attention += (12 + 2 * e) * vd + 4 * rows;
       }
       attention += shape.saved_gemm_input(vd) + core.saved;
+      // What the rule's backward allocates while it runs (chunk_gated_delta_rule_bwd):
+      // w and u again, the states and their gradients, v_new and dv, dq, dk and dw.
+      l.backward_workspace_bytes = e * (rows * (dk + dv) + 2 * rows * dk * dv / C + 2 * vd + 3 * qh);
       o_in = vhl * dv;
     } else if (mla()) {
       // Note [Multi-head latent attention]

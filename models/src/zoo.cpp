@@ -268,6 +268,12 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 4\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
      "experts: 4\ntop_k: 1\nexpert_intermediate: 176\nshared_intermediate: 176\nmoe_step: 2\n"
      "attention_chunk: 64\nglobal_every: 4\nnope_global: true\nattn_temperature: true\nl2_qk_norm: true\n"},
+    // Note [Gated DeltaNet] (llama.cpp): Qwen3-Next's blocks at llama-tiny's scale.
+    {"qwen3-next-tiny", "Tiny Qwen3-Next for CPU validation: 4 layers (three Gated DeltaNet of 2 key and 4 value heads of 32, then gated attention), hidden 128, 4 heads of 32, 2 KV heads, q/k norms, 4 experts of SwiGLU 176 + 1 gated shared, top-2, vocab 1024, seq 128",
+     "family: llama\nlayers: 4\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 176\nvocab: 1024\nseq_len: 128\n"
+     "qk_norm: true\nzero_centered_norms: true\nattn_output_gate: true\nfull_attention_interval: 4\n"
+     "linear_key_heads: 2\nlinear_value_heads: 4\nlinear_key_dim: 32\nlinear_value_dim: 32\nlinear_conv_kernel: 4\n"
+     "experts: 4\ntop_k: 2\nexpert_intermediate: 176\nshared_intermediate: 176\nshared_expert_gate: true\n"},
     // Seed 003's six models (the report states no shapes: the textbook ones,
     // examples/README.md says which). vgg11 is torchvision's vgg11 (132,863,336
     // parameters at 1000 classes); cnn is PyTorch's CIFAR-10 tutorial network;

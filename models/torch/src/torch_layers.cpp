@@ -1285,8 +1285,10 @@ torch::Tensor l2_norm(const torch::Tensor& x) {
 // becomes S exp(g_last) + (k exp(g_last - g))^T (u - w S).
 // As FLA's ChunkGatedDeltaRuleFunction, which dtsim prices (Note [Gated
 // DeltaNet] in models/src/llama.cpp), it keeps for backward the normed q
-// and k with their rstd, v, the gates' cumsum, beta and A, and recomputes
-// the rest: backward runs the chunks again from those (autograd through
+// and k with their rstd, v (a contiguous copy, as FLA's input_guard makes
+// it), the gates' cumsum, beta and A, and recomputes the rest; the causal
+// convolution and its SiLU keep only their input (CausalConv, as
+// causal_conv1d_fn). Backward runs the chunks again from those (autograd through
 // them, A held as given) and takes A's own gradient as FLA's
 // prepare_wy_repr_bwd does, dN = A^T dA A^T below the diagonal, then the
 // norms' (dx = rstd (dy - y (y . dy))) and the cumsum's (a reversed cumsum).
@@ -1384,6 +1386,31 @@ struct Rule : torch::autograd::Function<Rule> {
   }
 };
 
+/// The causal depthwise convolution of k taps and its SiLU as one op, as
+/// causal_conv1d_fn runs them (the causal-conv1d package HF calls): it
+/// keeps only its input and weight and recomputes the rest in backward.
+/// x [b, channels, s] -> [b, channels, s].
+struct CausalConv : torch::autograd::Function<CausalConv> {
+  static torch::Tensor run(const torch::Tensor& x, const torch::Tensor& w) {
+    const auto s = x.size(2), taps = w.size(2);
+    return F::silu(F::conv1d(x, w, F::Conv1dFuncOptions().padding(taps - 1).groups(x.size(1))).narrow(-1, 0, s));
+  }
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& x, const torch::Tensor& w) {
+    ctx->save_for_backward({x, w});
+    return run(x, w);  // autograd is off in here
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const auto x = saved[0].detach().requires_grad_(true), w = saved[1].detach().requires_grad_(true);
+    torch::Tensor out;
+    {
+      torch::AutoGradMode grad_mode(true);
+      out = run(x, w);
+    }
+    return torch::autograd::grad({out}, {x, w}, {grad[0]});
+  }
+};
+
 }  // namespace delta
 
 /// Qwen3NextGatedDeltaNet (modeling_qwen3_next.py; Note [Gated DeltaNet] in
@@ -1411,13 +1438,12 @@ struct GatedDeltaNet : nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {  // [b, s, h]
     const auto b = x.size(0), s = x.size(1), kd = kh * dk, vd = vh * dv, channels = 2 * kd + vd;
     const auto qkvz = in_proj_qkvz(x), ba = in_proj_ba(x);
-    const auto mixed = F::conv1d(qkvz.narrow(-1, 0, channels).transpose(1, 2), conv,
-                                 F::Conv1dFuncOptions().padding(ck - 1).groups(channels))
-                           .narrow(-1, 0, s);
-    const auto qkv = F::silu(mixed).transpose(1, 2);  // [b, s, channels]
+    // As causal_conv1d_fn and FLA run them (Note [The twin's gated delta
+    // rule]): the convolution keeps its input, the rule a contiguous v.
+    const auto qkv = delta::CausalConv::apply(qkvz.narrow(-1, 0, channels).transpose(1, 2), conv).transpose(1, 2);  // [b, s, channels]
     auto q = qkv.narrow(-1, 0, kd).reshape({b, s, kh, dk});
     auto k = qkv.narrow(-1, kd, kd).reshape({b, s, kh, dk});
-    const auto v = qkv.narrow(-1, 2 * kd, vd).reshape({b, s, vh, dv});
+    const auto v = qkv.narrow(-1, 2 * kd, vd).reshape({b, s, vh, dv}).contiguous();
     const auto z = qkvz.narrow(-1, channels, vd).reshape({b, s, vh, dv});
     const auto beta = torch::sigmoid(ba.narrow(-1, 0, vh));
     const auto g = -A_log.to(torch::kFloat).exp() * F::softplus(ba.narrow(-1, vh, vh).to(torch::kFloat) + dt_bias);
