@@ -897,7 +897,7 @@ class Bench {
       };
       for (const auto& [tp, cp] : degrees(o_.tp, o_.cp, most)) {
         if (!model->tp_error(tp).empty()) continue;  // the Bi-LSTM has no tensor-parallel split
-        if (!model->cp_error(cp).empty()) continue;  // nor a context-parallel one
+        if (!model->cp_error(cp, tp).empty()) continue;  // nor a context-parallel one
         share(tp, cp, 1);
         if (tp > 1 && cp == 1 && sp_runs(tp)) share(tp, 1, 1, true);
       }

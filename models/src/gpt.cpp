@@ -21,7 +21,7 @@ class Gpt final : public ZooModel {
   int layer_count() const override { return c_.layers + 2; }  // embedding, blocks, head
   std::int64_t max_seq_len() const override { return c_.seq_len; }
   std::string tp_error(int tp) const override { return transformer_tp_error(tp, c_.heads, c_.ffn_hidden); }
-  std::string cp_error(int) const override { return ""; }
+  std::string cp_error(int, int = 1) const override { return ""; }
 
   std::int64_t parameters() const override {
     // HuggingFace counts: wte V h + wpe P h + blocks + ln_f 2h (+ an untied head V h).

@@ -480,10 +480,17 @@ using namespace detail;
 // Qwen3NextRMSNorm, Gemma 3's fp32 norm times 1 + weight (zero_centered_norms,
 // two a block). Partial rotary (a quarter of each head) costs as rotary
 // does (Note [Phi-3]); the MoE layers are Qwen2-MoE's (a shared expert with
-// its sigmoid gate). The recurrence runs over the whole sequence, so dtsim
-// models GDN layers at cp 1 (Megatron-Core's all-to-all of heads over cp is
-// not modelled), and the LibTorch twin runs them at tp 1 (its chunked rule
-// is HF's torch fallback, torch_chunk_gated_delta_rule, in fp32). The
+// its sigmoid gate). The recurrence runs along the whole sequence, so
+// under context parallelism Megatron-Core's GatedDeltaNet moves heads, not
+// tokens (a2a_cp_to_hp, a2a_hp_to_cp): each cp rank projects its own
+// tokens, an all-to-all over cp hands it 1 / cp of the heads for the whole
+// sequence, it convolves, gates and runs the rule on those, and a second
+// all-to-all returns the gated norm's output to the tokens' ranks for
+// out_proj; backward, the same two for the gradients. Both are exposed
+// (nothing overlaps them), the same work and kept bytes a rank as at cp 1,
+// and the heads must divide over tp x cp (cp_error). The LibTorch twin runs
+// GDN layers at tp 1 and cp 1 (its chunked rule is HF's torch fallback,
+// torch_chunk_gated_delta_rule, in fp32). The
 // checkpoints' multi-token prediction layer is skipped by HF's class
 // (_keys_to_ignore_on_load_unexpected) and not trained here.
 // Parameters: Qwen3-Next-80B-A3B's 12 attention layers of 27,263,488
@@ -534,11 +541,13 @@ class Llama final : public ZooModel {
     }
     return transformer_tp_error(tp, c_.heads, c_.expert_intermediate);
   }
-  std::string cp_error(int cp) const override {
-    if (cp > 1 && linear_layers() > 0) {
-      // Note [Gated DeltaNet]
-      return "Gated DeltaNet layers (full_attention_interval " + std::to_string(c_.full_attention_interval) +
-             ") carry a state along the whole sequence; dtsim models them at cp=1 (Megatron-Core's all-to-all of heads over cp is not modelled)";
+  std::string cp_error(int cp, int tp = 1) const override {
+    const std::int64_t ranks = static_cast<std::int64_t>(cp) * tp;
+    if (cp > 1 && linear_layers() > 0 && (c_.linear_key_heads % ranks != 0 || c_.linear_value_heads % ranks != 0)) {
+      // Note [Gated DeltaNet]: its heads go to the cp ranks by all-to-all, each tp rank's share.
+      return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
+             " value heads of linear attention are not both divisible by tp x cp = " + std::to_string(ranks) +
+             " (Megatron-Core's GatedDeltaNet gives each context-parallel rank whole heads of the sequence)";
     }
     return "";
   }
@@ -1105,12 +1114,26 @@ class Llama final : public ZooModel {
     const bool blockwise = shape.flash_attention || (shape.cp > 1 && !shape.cp_all_gather);
     std::int64_t o_in = 0;  // o_proj's input width on this rank
     if (gdn) {
-      // Note [Gated DeltaNet]: this rank's kh / tp key and vh / tp value heads.
-      const std::int64_t khl = c_.linear_key_heads / tp, vhl = c_.linear_value_heads / tp;
+      // Note [Gated DeltaNet]: this rank's kh / tp key and vh / tp value
+      // heads project its t tokens; under context parallelism each cp rank
+      // then mixes 1 / cp of those heads over the whole sequence (tm
+      // tokens), its all-to-alls moving the projections there and the
+      // gated norm's output back.
+      const std::int64_t cpn = shape.cp, khl = c_.linear_key_heads / (tp * cpn), vhl = c_.linear_value_heads / (tp * cpn);
       const std::int64_t dk = c_.linear_key_dim, dv = c_.linear_value_dim, C = 64;  // FLA's chunk
-      const Bytes kd = t * khl * dk, vd = t * vhl * dv, conv = 2 * kd + vd;  // elements of q (or k), of v (or z), of q, k, v
-      const Bytes qh = t * vhl * dk, rows = t * vhl;  // q (or k) repeated to the value heads; a value head's rows
-      pre.push_back(gemm("attn.qkv", t, (2 * khl * dk + 2 * vhl * dv + 2 * vhl), h, e));
+      const std::int64_t tm = t * cpn;  // tokens the mixer sees
+      const Bytes kd = tm * khl * dk, vd = tm * vhl * dv, conv = 2 * kd + vd;  // elements of q (or k), of v (or z), of q, k, v
+      const Bytes qh = tm * vhl * dk, rows = tm * vhl;  // q (or k) repeated to the value heads; a value head's rows
+      const std::int64_t projected = cpn * (2 * khl * dk + 2 * vhl * dv + 2 * vhl);  // in_proj's columns on this tp rank
+      pre.push_back(gemm("attn.qkv", t, projected, h, e));
+      if (cpn > 1) {
+        // Megatron-Core's a2a_cp_to_hp before the convolution and
+        // a2a_hp_to_cp after the gated norm; backward, their gradients.
+        const std::vector<sim::LayerComm> exchange{{sim::CollectiveOp::kAllToAll, e * t * projected, 1, sim::Axis::kCp},
+                                                   {sim::CollectiveOp::kAllToAll, e * t * cpn * vhl * dv, 1, sim::Axis::kCp}};
+        core.cp_forward = exchange;
+        core.cp_backward = exchange;
+      }
       pre.push_back(memory_op("gdn.conv1d", KernelKind::kElementwise, e * conv, e * conv,
                               (2.0 * static_cast<double>(c_.linear_conv_kernel) + 4.0) * static_cast<double>(conv)));
       pre.push_back(memory_op("gdn.gates", KernelKind::kElementwise, (2 * e + 16) * rows, (e + 16) * rows, 10.0 * static_cast<double>(rows)));
@@ -1149,7 +1172,7 @@ class Llama final : public ZooModel {
       // What the rule's backward allocates while it runs (chunk_gated_delta_rule_bwd):
       // w and u again, the states and their gradients, v_new and dv, dq, dk and dw.
       l.backward_workspace_bytes = e * (rows * (dk + dv) + 2 * rows * dk * dv / C + 2 * vd + 3 * qh);
-      o_in = vhl * dv;
+      o_in = cpn * vhl * dv;  // this tp rank's value heads, its own tokens again
     } else if (mla()) {
       // Note [Multi-head latent attention]
       const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, qr = c_.q_lora_rank, kvr = c_.kv_lora_rank, v = c_.v_head_dim;

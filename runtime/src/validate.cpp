@@ -470,6 +470,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
         throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism is run for the GPT-2 and Llama families only, not " +
                                s.model->name() + " (the simulator predicts it)");
       }
+      if (layer.signature.find(":gdn=1,") != std::string::npos) {
+        // Note [Gated DeltaNet] (models/src/llama.cpp): the simulator's all-to-all of heads; the twin runs cp 1.
+        throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism of " + s.model->name() +
+                               "'s Gated DeltaNet layers is not run: they run at cp 1 in the LibTorch twin (the simulator predicts it)");
+      }
       if (layer.signature.find("mla=1") != std::string::npos) {
         // Note [Multi-head latent attention] (models/src/llama.cpp): its keys
         // and values differ in width, which the twin's exchanges send as one.

@@ -2068,13 +2068,38 @@ TEST_CASE("Gated DeltaNet layers: parameters, memory and FLOPs of a small hybrid
   // o_proj's input: 2 x 2 x (128 x 64) more than without it.
   std::vector<sim::Override> ungated{sim::parse_override("model.attn_output_gate=false")};
   CHECK(layers[2].saved_bytes - load_model(yaml, ungated)->layers(shape(1, 128, 2))[2].saved_bytes == 2 * 2 * 128 * 64);
-  // tp splits the linear heads as Megatron-Core's GatedDeltaNet does; cp does not run them.
+  // tp splits the linear heads as Megatron-Core's GatedDeltaNet does, and
+  // cp hands each rank whole heads of the sequence: tp x cp must divide them.
   CHECK(m->tp_error(2).empty());
   CHECK(m->tp_error(4).find("2 key and 4 value heads of linear attention (linear_num_key_heads, linear_num_value_heads) are not both "
                             "divisible by tp=4") != std::string::npos);
-  CHECK(m->cp_error(2).find("Gated DeltaNet layers (full_attention_interval 2) carry a state along the whole sequence; dtsim models them at "
-                            "cp=1") != std::string::npos);
   CHECK(m->cp_error(1).empty());
+  CHECK(m->cp_error(2).empty());
+  CHECK(m->cp_error(2, 2).find("2 key and 4 value heads of linear attention are not both divisible by tp x cp = 4") != std::string::npos);
+  // At cp 2 a rank projects its 64 tokens (in_proj 64 x 200), sends them by
+  // all-to-all (2 x 64 x 200 bytes) for 1 key and 2 value heads of all 128
+  // tokens, and returns the gated norm's output (2 x 128 x 2 x 16 bytes):
+  // half the rule's rows, half every kept byte.
+  sim::WorkloadShape cp2 = shape(1, 128, 2);
+  cp2.cp = 2;
+  const auto halves = m->layers(cp2);
+  CHECK(halves[1].saved_bytes == 604'160 / 2);
+  const auto gdn_core = std::find_if(halves[1].forward.begin(), halves[1].forward.end(), [](const sim::Kernel& k) { return k.name == "gdn.core"; });
+  REQUIRE(gdn_core != halves[1].forward.end());
+  CHECK(gdn_core->flops == Approx(6'029'312.0 / 2));
+  const auto in_proj = std::find_if(halves[1].forward.begin(), halves[1].forward.end(), [](const sim::Kernel& k) { return k.name == "attn.qkv"; });
+  REQUIRE(in_proj != halves[1].forward.end());
+  CHECK(in_proj->m == 64);
+  CHECK(in_proj->n == 200);
+  REQUIRE(halves[1].cp_forward.size() == 2);
+  CHECK(halves[1].cp_forward[0].op == sim::CollectiveOp::kAllToAll);
+  CHECK(halves[1].cp_forward[0].bytes == 2 * 64 * 200);
+  CHECK(halves[1].cp_forward[1].bytes == 2 * 128 * 2 * 16);
+  CHECK(halves[1].cp_backward.size() == 2);
+  const auto o_proj = std::find_if(halves[1].forward.begin(), halves[1].forward.end(), [](const sim::Kernel& k) { return k.name == "attn.o_proj"; });
+  REQUIRE(o_proj != halves[1].forward.end());
+  CHECK(o_proj->m == 64);  // its own tokens again, all 64 of its value columns
+  CHECK(o_proj->k == 64);
   // Bad values are refused at their key.
   std::vector<sim::Override> uneven{sim::parse_override("model.linear_value_heads=3")};
   CHECK(error_of([&] { load_model(yaml, uneven); }).find("model.linear_value_heads: 3 is not a multiple of linear_key_heads 2") != std::string::npos);
@@ -2151,6 +2176,8 @@ TEST_CASE("Qwen3-Next and Qwen3.5 read from their config.json: parameters by han
             .find("config.layer_types: layer 1 is not 'full_attention'; dtsim models linear_attention layers with a full_attention one every "
                   "n-th (here n = 1)") != std::string::npos);
   CHECK(next->tp_error(32).find("16 key and 32 value heads of linear attention") != std::string::npos);
+  CHECK(next->cp_error(4, 4).empty());
+  CHECK(next->cp_error(8, 4).find("not both divisible by tp x cp = 32") != std::string::npos);
   // Qwen3.5-35B-A3B as released: the Qwen3_5MoeForConditionalGeneration
   // wrapper with its language model in text_config; 10 attention and 30 GDN
   // layers, 256 experts of 512 and a gated shared expert, vocab 248320.

@@ -1459,6 +1459,13 @@ TEST_CASE("a Gated DeltaNet hybrid trains as one process does: data and pipeline
                reference("llama-tiny", shape, 4));
   }
   SECTION("moe-tiny under ZeRO-2 at ep 2") { check_as_one_process("moe-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
+  SECTION("context parallelism is refused before any rank starts") {
+    const Run r = validate("--model llama-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.cp=2");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("plan.cp 2: context parallelism of llama-tiny's Gated DeltaNet layers is not run: they run at cp 1 in the LibTorch "
+                     "twin") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
   SECTION("tensor parallelism is refused before any rank starts") {
     const Run r = validate("--model llama-tiny --plan megatron-tp --procs 2" + kCommon + shape);
     CHECK(r.status == 2);

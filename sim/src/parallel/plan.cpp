@@ -389,7 +389,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   r.cp = s.cp;
   r.cp_comm = s.cp_comm;
   if (r.cp > 1) {
-    if (const std::string why = model.cp_error(r.cp); !why.empty()) {
+    if (const std::string why = model.cp_error(r.cp, r.tp); !why.empty()) {
       bad.add("cp", std::to_string(r.cp) + ": " + why + "; valid: 1");
       degrees_ok = false;
     }

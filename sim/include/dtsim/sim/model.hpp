@@ -450,9 +450,12 @@ class Model {
   /// Why tensor parallelism of degree `tp` is impossible for this model
   /// ("12 heads are not divisible by 5"), or "" if it is possible.
   virtual std::string tp_error(int tp) const = 0;
-  /// Why context parallelism of degree `cp` is impossible for this model,
-  /// or "" if it is possible (decoders split their sequences; others not).
-  virtual std::string cp_error(int cp) const {
+  /// Why context parallelism of degree `cp` is impossible for this model
+  /// beside tensor parallelism of degree `tp` (a layer that splits its heads
+  /// over both needs tp x cp of them: Note [Gated DeltaNet] in
+  /// models/src/llama.cpp), or "" if it is possible (decoders split their
+  /// sequences; others not). Overrides keep the default tp of 1.
+  virtual std::string cp_error(int cp, int /*tp*/ = 1) const {
     return cp == 1 ? "" : "this model has no context-parallel split (only decoders of the GPT and Llama families)";
   }
   /// Parameters one token passes through (a mixture of experts' top-k routed
