@@ -947,7 +947,7 @@ class Llama final : public ZooModel {
       split += h * (a + 2 * kv) * d + a * d * h;
       if (c_.attn_output_gate) split += h * a * d;  // Note [Gated DeltaNet]: q_proj's gate half
       tensors += 4;
-      if (c_.qkv_bias) split += (a + 2 * kv) * d, tensors += 3;
+      if (c_.qkv_bias) split += (a * (c_.attn_output_gate ? 2 : 1) + 2 * kv) * d, tensors += 3;  // a gated q_proj's bias is 2 a d
       if (c_.o_bias) replicated += h, tensors += 1;
       // Qwen3's and Gemma 3's q/k norms are per head (d each); OLMo 2's and
       // MiniMax-M2's span the whole projections (a d and kv d: Note [OLMo 2]).

@@ -490,7 +490,8 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   }
   if (l.full_attention_interval > 0) {
     for (const auto& [key, on] : {std::pair{"sliding_window", l.sliding_window > 0}, std::pair{"attention_chunk", l.attention_chunk > 0},
-                                   std::pair{"global_every", l.global_every > 0}}) {
+                                   std::pair{"global_every", l.global_every > 0}, std::pair{"gemma_norms", l.gemma_norms},
+                                   std::pair{"olmo2_norms", l.olmo2_norms}}) {
       if (on) c.fail(key, "contradicts full_attention_interval (Gated DeltaNet layers among full attention ones); set only one");
     }
   }

@@ -2105,6 +2105,11 @@ TEST_CASE("Gated DeltaNet layers: parameters, memory and FLOPs of a small hybrid
   CHECK(error_of([&] { load_model(yaml, uneven); }).find("model.linear_value_heads: 3 is not a multiple of linear_key_heads 2") != std::string::npos);
   std::vector<sim::Override> window{sim::parse_override("model.sliding_window=64")};
   CHECK(error_of([&] { load_model(yaml, window); }).find("model.sliding_window: contradicts full_attention_interval") != std::string::npos);
+  std::vector<sim::Override> olmo{sim::parse_override("model.zero_centered_norms=false"), sim::parse_override("model.olmo2_norms=true")};
+  CHECK(error_of([&] { load_model(yaml, olmo); }).find("model.olmo2_norms: contradicts full_attention_interval") != std::string::npos);
+  // q, k and v with biases: the gated q_proj's is 2 x 4 x 16 wide, k's and v's 2 x 16 each.
+  std::vector<sim::Override> biased{sim::parse_override("model.qkv_bias=true")};
+  CHECK(load_model(yaml, biased)->parameters() == m->parameters() + 128 + 2 * 32);
 }
 
 TEST_CASE("Qwen3-Next and Qwen3.5 read from their config.json: parameters by hand (Note [Gated DeltaNet])", "[llama][moe][hf][gdn]") {

@@ -1089,6 +1089,7 @@ TEST_CASE("Megatron-LM: Qwen3.5's Gated DeltaNet layers, gated output and gated 
   CHECK(k["model.linear_conv_kernel"] == "4");
   CHECK(k["model.attn_output_gate"] == "true");
   CHECK(k["model.shared_expert_gate"] == "true");
+  CHECK(k["model.zero_centered_norms"] == "true");  // --apply-layernorm-1p on RMSNorm
   CHECK(fc.unmodelled.empty());
   // The built-in's parameters (its shape from the checkpoint's config.json).
   const auto from_flags = models::load_model(*fc.model, section(fc, "model"));

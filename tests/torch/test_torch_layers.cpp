@@ -1743,6 +1743,13 @@ TEST_CASE("Gated DeltaNet's twin: the chunked rule equals the recurrence, causal
                                      "model.attn_output_gate=true", "model.qk_norm=true"};
   check_twins_own_params("llama-tiny", gdn);
   check_twins_own_params("moe-tiny", gdn);
+  // With biases on q, k and v: a gated q_proj's bias is 2 a d wide.
+  std::vector<std::string> biased = gdn;
+  biased.push_back("model.qkv_bias=true");
+  check_twins_own_params("llama-tiny", biased);
+  // OLMo 2's and Gemma's norms are no GDN block's (its input norm is the block's).
+  CHECK_THROWS_WITH(models::make_torch_layer("llama.block:gdn=1,h=32,kh=2,vh=4,dk=8,dv=8,ck=4,f=64,qkvb=0,ob=0,mb=0,qkn=1,on=1"),
+                    Catch::Contains("a Gated DeltaNet layer with gn, on or mla is not a block any model has"));
   // Split over tp it does not run here (the analytic model splits its heads).
   CHECK_THROWS_WITH(models::make_torch_layer("llama.block:gdn=1,h=32,kh=2,vh=4,dk=8,dv=8,ck=4,f=64,qkvb=0,ob=0,mb=0,qkn=1,zc=1,tp=2"),
                     Catch::Contains("Gated DeltaNet layers run at tp 1 and cp 1 in the LibTorch twin"));

@@ -1428,7 +1428,8 @@ struct GatedDeltaNet : nn::Module {
         out_proj(register_module("out_proj", nn::Linear(nn::LinearOptions(vh * dv, h).bias(false)))),
         kh(kh), vh(vh), dk(dk), dv(dv), ck(ck) {
     // nn.Conv1d's default draw (uniform within 1/sqrt(fan_in), fan_in the
-    // taps of a depthwise channel), HF's dt_bias of ones and log(A), A in (0, 16].
+    // taps of a depthwise channel), HF's dt_bias of ones and log(A), A in
+    // [1, 16) (HF draws it in (0, 16); the floor keeps log(A) finite).
     const std::int64_t channels = 2 * kh * dk + vh * dv;
     conv = register_parameter("conv1d", (torch::rand({channels, 1, ck}) * 2 - 1) / std::sqrt(static_cast<double>(ck)));
     dt_bias = register_parameter("dt_bias", torch::ones({vh}));
@@ -1438,13 +1439,15 @@ struct GatedDeltaNet : nn::Module {
   torch::Tensor forward(const torch::Tensor& x) {  // [b, s, h]
     const auto b = x.size(0), s = x.size(1), kd = kh * dk, vd = vh * dv, channels = 2 * kd + vd;
     const auto qkvz = in_proj_qkvz(x), ba = in_proj_ba(x);
-    // As causal_conv1d_fn and FLA run them (Note [The twin's gated delta
-    // rule]): the convolution keeps its input, the rule a contiguous v.
-    const auto qkv = delta::CausalConv::apply(qkvz.narrow(-1, 0, channels).transpose(1, 2), conv).transpose(1, 2);  // [b, s, channels]
+    // As HF, causal_conv1d_fn and FLA run them (Note [The twin's gated
+    // delta rule]): the convolution keeps its input, a copy of q, k and v
+    // (HF's torch.cat), the rule a contiguous v; z is copied too, so that
+    // nothing holds in_proj's output whole.
+    const auto qkv = delta::CausalConv::apply(qkvz.narrow(-1, 0, channels).contiguous().transpose(1, 2), conv).transpose(1, 2);  // [b, s, channels]
     auto q = qkv.narrow(-1, 0, kd).reshape({b, s, kh, dk});
     auto k = qkv.narrow(-1, kd, kd).reshape({b, s, kh, dk});
     const auto v = qkv.narrow(-1, 2 * kd, vd).reshape({b, s, vh, dv}).contiguous();
-    const auto z = qkvz.narrow(-1, channels, vd).reshape({b, s, vh, dv});
+    const auto z = qkvz.narrow(-1, channels, vd).reshape({b, s, vh, dv}).contiguous();
     const auto beta = torch::sigmoid(ba.narrow(-1, 0, vh));
     const auto g = -A_log.to(torch::kFloat).exp() * F::softplus(ba.narrow(-1, vh, vh).to(torch::kFloat) + dt_bias);
     if (vh > kh) {
@@ -2223,6 +2226,9 @@ static void init_llama_like_hf(nn::Module& m) {
     const std::string& name = p.key();
     auto& t = p.value();
     if (name.find("norm") != std::string::npos) continue;
+    // Qwen3NextPreTrainedModel._init_weights: dt_bias 1 and log(A), the
+    // convolution nn.Conv1d's own draw, as GatedDeltaNet starts them.
+    if (name.find("linear_attn.") == 0 && name.find("_proj") == std::string::npos) continue;
     if (name.size() >= 4 && name.substr(name.size() - 4) == "bias") {
       t.zero_();
     } else {
@@ -2585,7 +2591,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       if (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1) {
         throw UnsupportedError("layer signature '" + signature + "': Gated DeltaNet layers run at tp 1 and cp 1 in the LibTorch twin");
       }
-      if (shape.gemma_norms || shape.olmo2_norms || mla) {
+      if (s.get_or("gn", 0) != 0 || s.get_or("on", 0) != 0 || mla) {
         throw UnsupportedError("layer signature '" + signature + "': a Gated DeltaNet layer with gn, on or mla is not a block any model has");
       }
     }

@@ -239,7 +239,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"experimental-attention-variant", Kind::kString}, {"linear-attention-freq", Kind::kString},
       {"linear-conv-kernel-dim", Kind::kInt}, {"linear-key-head-dim", Kind::kInt}, {"linear-value-head-dim", Kind::kInt},
       {"linear-num-key-heads", Kind::kInt}, {"linear-num-value-heads", Kind::kInt}, {"attention-output-gate", Kind::kBool},
-      {"moe-shared-expert-gate", Kind::kBool}};
+      {"moe-shared-expert-gate", Kind::kBool}, {"apply-layernorm-1p", Kind::kBool}};
   return flags;
 }
 
@@ -256,7 +256,7 @@ bool skipped_flag(const std::string& name) {
       "min-loss-scale", "hysteresis", "mock-data", "override-opt_param-scheduler", "use-checkpoint-opt_param-scheduler",
       "use-checkpoint-args", "finetune", "pretrained-checkpoint", "eod-mask-loss", "reset-position-ids",
       "reset-attention-mask", "use-dist-ckpt", "async-save", "dist-ckpt", "use-rotary-position-embeddings",
-      "no-rope-fusion", "apply-layernorm-1p", "norm-epsilon", "layernorm-epsilon", "profile", "use-pytorch-profiler",
+      "no-rope-fusion", "norm-epsilon", "layernorm-epsilon", "profile", "use-pytorch-profiler",
       "num-dataset-builder-threads", "object-storage-cache-path", "no-mmap-bin-files", "wall-clock-breakdown",
       // torchrun's own (the launcher's line shares the script)
       "nproc_per_node", "nproc-per-node", "nnodes", "node_rank", "node-rank", "master_addr", "master-addr",
@@ -847,6 +847,10 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       // --qk-layernorm: RMSNorms on each head's query and key; under MLA the
       // norms of its latents, which the latent attention has anyway.
       if (has("qk-layernorm") && !has("multi-latent-attention")) out.model("qk_norm", "true", at("qk-layernorm"));
+      // --apply-layernorm-1p (layernorm_zero_centered_gamma): RMSNorms that
+      // scale by 1 + weight, Qwen3-Next's and Qwen3.5's (Note [Gated DeltaNet]
+      // in models/src/llama.cpp); a zero-centered LayerNorm costs as LayerNorm.
+      if (has("apply-layernorm-1p") && norm == "RMSNorm") out.model("zero_centered_norms", "true", at("apply-layernorm-1p"));
       if (has("multi-latent-attention")) {
         // Multi-head latent attention (Note [Multi-head latent attention] in
         // models/src/llama.cpp), with arguments.py's defaults: no query

@@ -52,7 +52,7 @@ std::vector<int> PlanRules::dp_values(int tp, int pp, int cp) const {
 
 std::vector<int> PlanRules::cp_values(int tp, std::int64_t seq_len) const {
   std::vector<int> out{1};
-  if (tp < 1 || gpus_ % tp != 0 || !model_.cp_error(2).empty()) return out;
+  if (tp < 1 || gpus_ % tp != 0) return out;
   for (int c : divisors(gpus_ / tp)) {
     if (c > 1 && seq_len % (2 * c) == 0 && model_.cp_error(c, tp).empty()) out.push_back(c);
   }
