@@ -526,7 +526,7 @@ class Llama final : public ZooModel {
                                           "(MiniMax-M2's FlexOlmoAttention)") +
              ", which a tensor-parallel rank holding some of the heads cannot compute alone; dtsim models it at tp=1";
     }
-    if (linear_layers() > 0 && (c_.linear_key_heads % tp != 0 || c_.linear_value_heads % tp != 0)) {
+    if (has_linear() && (c_.linear_key_heads % tp != 0 || c_.linear_value_heads % tp != 0)) {
       // Note [Gated DeltaNet]: Megatron-Core's GatedDeltaNet splits its key and value heads over tp.
       return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
              " value heads of linear attention (linear_num_key_heads, linear_num_value_heads) are not both divisible by tp=" +
@@ -543,7 +543,7 @@ class Llama final : public ZooModel {
   }
   std::string cp_error(int cp, int tp = 1) const override {
     const std::int64_t ranks = static_cast<std::int64_t>(cp) * tp;
-    if (cp > 1 && linear_layers() > 0 && (c_.linear_key_heads % ranks != 0 || c_.linear_value_heads % ranks != 0)) {
+    if (cp > 1 && has_linear() && (c_.linear_key_heads % ranks != 0 || c_.linear_value_heads % ranks != 0)) {
       // Note [Gated DeltaNet]: its heads go to the cp ranks by all-to-all, each tp rank's share.
       return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
              " value heads of linear attention are not both divisible by tp x cp = " + std::to_string(ranks) +
@@ -636,10 +636,12 @@ class Llama final : public ZooModel {
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
     const std::string global_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common_of(true);
     // Note [Gated DeltaNet]: a linear-attention layer's heads and widths.
-    const std::string linear_attention = "gdn=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_key_heads) +
-                                         ",vh=" + std::to_string(c_.linear_value_heads) + ",dk=" + std::to_string(c_.linear_key_dim) +
-                                         ",dv=" + std::to_string(c_.linear_value_dim) + ",ck=" + std::to_string(c_.linear_conv_kernel);
-    const std::string linear_sig = "llama.block:" + linear_attention + ",f=" + std::to_string(c_.intermediate) + common;
+    const std::string linear_attention = !has_linear() ? std::string()
+                                                       : "gdn=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_key_heads) +
+                                                             ",vh=" + std::to_string(c_.linear_value_heads) +
+                                                             ",dk=" + std::to_string(c_.linear_key_dim) + ",dv=" + std::to_string(c_.linear_value_dim) +
+                                                             ",ck=" + std::to_string(c_.linear_conv_kernel);
+    const std::string linear_sig = !has_linear() ? std::string() : "llama.block:" + linear_attention + ",f=" + std::to_string(c_.intermediate) + common;
     std::optional<sim::Layer> dense, global, moe, moe_global, linear, moe_linear;
     // A MoE block's signature with the common keys of its window.
     auto moe_signature = [&](const std::string& common_keys, const std::string& mixer) {
@@ -780,11 +782,8 @@ class Llama final : public ZooModel {
   /// all but every full_attention_interval-th (HF's layer_types default,
   /// "linear_attention" where (i + 1) % interval).
   bool is_linear(int i) const { return c_.full_attention_interval > 0 && (i + 1) % c_.full_attention_interval != 0; }
-  int linear_layers() const {
-    int n = 0;
-    for (int i = 0; i < c_.layers; ++i) n += is_linear(i) ? 1 : 0;
-    return n;
-  }
+  /// Some layer is: layer 0 is, unless every layer attends (an interval of 1).
+  bool has_linear() const { return c_.full_attention_interval > 1; }
   int dense_layers() const {
     int n = 0;
     for (int i = 0; i < c_.layers; ++i) n += is_moe(i) ? 0 : 1;
