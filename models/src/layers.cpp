@@ -528,7 +528,7 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
 // userbuffers).
 void split_for_tp_overlap(sim::Layer& l, const sim::WorkloadShape& shape) {
   if (!shape.tp_comm_overlap || shape.tp <= 1) return;
-  static const std::set<std::string, std::less<>> column = {"attn.qkv", "mlp.fc1", "mlp.gate_up"};
+  static const std::set<std::string, std::less<>> column = {"attn.qkv", "mlp.fc1", "mlp.gate_up", "mlp.up"};
   static const std::set<std::string, std::less<>> row = {"attn.proj", "attn.o_proj", "mlp.fc2", "mlp.down"};
   const sim::TpOverlapCfg cfg = shape.tp_overlap_cfg;
   constexpr int kTeSms = 16;       // TE's num_sm for its pipeline and bulk overlaps

@@ -6,6 +6,7 @@
 // and an LM head (tied to the embedding or not).
 #include <algorithm>
 #include <cmath>
+#include <map>
 #include <memory>
 #include <optional>
 #include <utility>
@@ -501,12 +502,80 @@ using namespace detail;
 // 2048 x 512, shared expert 3 x 2048 x 512 and its 2,048 gate), untied
 // embedding and head (2 x 151,936 x 2048) and the final norm:
 // 79,674,391,296 (the card's 80B, its MTP layer not counted).
+// Note [Mamba-2]
+// NVIDIA's Nemotron-H family (Nemotron-H 8B and 56B, Nemotron Nano 2,
+// Nemotron 3 Nano) is a hybrid of Mamba-2 state-space layers (Dao and Gu
+// 2024, "Transformers are SSMs", arXiv 2405.21060), a few attention layers
+// and MLPs, as Megatron-Core builds it (megatron/core/models/hybrid/:
+// --hybrid-layer-pattern, hybrid_layer_allocation.py) and HuggingFace
+// writes it (modeling_nemotron_h.py, model_type nemotron_h): each layer is
+// ONE part with its own pre-norm and residual, named by a letter of the
+// pattern (hybrid_pattern): M a Mamba-2 mixer, * attention (no rotary:
+// position_embedding_type none, NemotronHAttention), - the MLP, E the MoE.
+// dtsim's blocks split so (Llama::Part): a layer is the token mixer half of
+// a block (input norm, mixer, residual) or its MLP half (its norm, the MLP
+// or MoE, residual), one tensor-parallel pair of collectives each. The
+// MLPs and experts are up, squared ReLU (relu then pow), down: two GEMMs,
+// no gate (squared_relu; Megatron-LM's --squared-relu, HF's relu2); the
+// experts' router is a sigmoid with a correction bias (a buffer). A Mamba
+// layer of H heads of P (inner width di = H P), G groups of state N, conv
+// kernel k, chunk Q (MambaMixer, megatron/core/ssm/mamba_mixer.py; its
+// heads 2 h / P where --mamba-num-heads is not given) runs
+//   in_proj     h -> z (di), x (di), B and C (G N each), dt (H): one GEMM,
+//               "attn.qkv", column-parallel by heads and groups
+//   split scan  mamba_split_conv1d_scan_combined (mamba_ssm's
+//               ssd_combined.py), one autograd function: the causal
+//               depthwise convolution of k taps and SiLU over x, B, C
+//               ("mamba.conv1d"), then the chunked scan with dt =
+//               softplus(dt + dt_bias), A = -exp(A_log), D's skip and the
+//               gate y silu(z) ("mamba.core", a fused kernel priced at the
+//               attention efficiency): per token and head, forward 4 N P
+//               (each chunk's state, and the states read by C) + Q P (the
+//               causal product within the chunk) + 10 P, per token and
+//               group 2 Q N (C B^T); backward, which computes the
+//               convolution, C B^T and the states again
+//               (_mamba_chunk_scan_combined_bwd), 10 N P + 3 Q P + 20 P and
+//               6 Q N, and the states in fp32 written and read. It keeps
+//               (MambaSplitConv1dScanCombinedFn.save_for_backward) in_proj's
+//               output and the ungated output out_x; the rest is recomputed
+//   norm        the RMSNorm of each group of the gated output (Megatron-Core
+//               calls the norm with z None after the gated scan): its input
+//               and rstd a token and group (fused), or the composite ops'
+//   out_proj    di -> h, row-parallel: "attn.o_proj"
+// so a Mamba layer has h (2 di + 2 G N + H) + (di + 2 G N)(k + 1) + 3 H +
+// di + di h weights (the convolution has a bias, the projections none).
+// Megatron-LM's own FLOPs (num_floating_point_operations's
+// mamba_layer_flops) counts 7 N di a token for the scan and 2h(2 d_in) for
+// in_proj with d_in = 2h whatever the heads; dtsim counts the kernels as
+// they run (its MFU counts GEMMs and the fused core). Context parallelism
+// moves heads as for Gated DeltaNet (MambaContextParallel,
+// megatron/core/ssm/mamba_context_parallel.py): five all-to-alls (z, x, B,
+// C, dt; B and C repeated where a tp rank's groups are fewer than cp)
+// before the scan and one after, exposed; each cp rank then scans whole
+// heads over the whole sequence; heads must divide over tp x cp and groups
+// over tp (cp_error, tp_error). Parameters: Nemotron-H 8B 8,100,852,736
+// (24 Mamba layers of 109,640,064, 24 MLPs of 176,164,864, 4 attention
+// layers of 41,947,136, untied 131,072 x 4096 twice); Nemotron 3 Nano
+// 31,577,937,344 and 3,580,073,408 active (the card's 31.6B and 3.6B with
+// embeddings): tests/models/test_llama.cpp derives both. Multi-token
+// prediction patterns ("/") and the pattern's G, D and + layers are not
+// modelled; "|" segments become the pipeline layout. The LibTorch twin
+// runs Mamba-2 layers at tp 1 and cp 1 (Note [The twin's Mamba-2 scan] in
+// models/torch).
 class Llama final : public ZooModel {
+  /// What a layer holds (Note [Mamba-2]): a whole block (token mixer, then
+  /// the MLP), or one of the two with its own pre-norm and residual.
+  enum class Part { kBlock, kMixer, kMlp };
+  /// How a layer mixes tokens: softmax attention (MLA too), Gated DeltaNet
+  /// (Note [Gated DeltaNet]) or a Mamba-2 state space (Note [Mamba-2]).
+  enum class Mixer { kAttention, kGdn, kMamba };
+
  public:
   explicit Llama(LlamaConfig c) : c_(std::move(c)) {
     if (c_.kv_heads == 0) c_.kv_heads = c_.heads;
     if (c_.head_dim == 0) c_.head_dim = c_.hidden / c_.heads;
     if (c_.experts > 0 && c_.expert_intermediate == 0) c_.expert_intermediate = c_.intermediate;
+    if (c_.mamba_heads == 0) c_.mamba_heads = 2 * c_.hidden / c_.mamba_head_dim;  // Megatron-Core: expand 2
   }
   std::string name() const override { return c_.name; }
   std::vector<std::string> notes() const override { return c_.notes; }
@@ -532,6 +601,11 @@ class Llama final : public ZooModel {
              " value heads of linear attention (linear_num_key_heads, linear_num_value_heads) are not both divisible by tp=" +
              std::to_string(tp);
     }
+    if (has_mamba() && (c_.mamba_heads % tp != 0 || c_.mamba_groups % tp != 0)) {
+      // Note [Mamba-2]: Megatron-Core's MambaMixer splits its heads and groups over tp.
+      return std::to_string(c_.mamba_heads) + " Mamba heads and " + std::to_string(c_.mamba_groups) +
+             " groups (mamba_num_heads, n_groups) are not both divisible by tp=" + std::to_string(tp);
+    }
     if (!mla() && c_.kv_heads % tp != 0) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
     }
@@ -548,6 +622,19 @@ class Llama final : public ZooModel {
       return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
              " value heads of linear attention are not both divisible by tp x cp = " + std::to_string(ranks) +
              " (Megatron-Core's GatedDeltaNet gives each context-parallel rank whole heads of the sequence)";
+    }
+    if (cp > 1 && has_mamba()) {
+      // Note [Mamba-2]: MambaContextParallel gives each cp rank whole heads
+      // of its tp rank's, and whole groups or one repeated.
+      const std::int64_t g = c_.mamba_groups / tp;
+      if (c_.mamba_heads % ranks != 0) {
+        return std::to_string(c_.mamba_heads) + " Mamba heads (mamba_num_heads) are not divisible by tp x cp = " + std::to_string(ranks) +
+               " (Megatron-Core's MambaContextParallel gives each context-parallel rank whole heads of the sequence)";
+      }
+      if (g % cp != 0 && cp % g != 0) {
+        return "the " + std::to_string(g) + " Mamba groups a tp rank holds neither divide over nor divide cp=" + std::to_string(cp) +
+               " (Megatron-Core's MambaContextParallel gives each context-parallel rank whole groups, or one repeated)";
+      }
     }
     return "";
   }
@@ -614,7 +701,7 @@ class Llama final : public ZooModel {
              (window > 0 ? ",sw=" + std::to_string(window) : "") +
              // Note [Llama 4]: chunks and L2 q/k norms on local layers, NoPE and its temperature on global ones
              (chunk > 0 ? ",chunk=" + std::to_string(chunk) : "") + (!global && c_.l2_qk_norm ? ",l2qk=1" : "") +
-             (global && c_.nope_global ? ",nope=1" : "") + (global && c_.attn_temperature ? ",tt=1" : "") +
+             ((global && c_.nope_global) || !c_.rotary ? ",nope=1" : "") + (global && c_.attn_temperature ? ",tt=1" : "") +
              // Note [Ministral 3]: every layer's queries scaled (beta in millionths)
              micro(",qs=", c_.q_scaling_beta) + (c_.q_scaling_beta > 0 ? ",qsl=" + std::to_string(c_.q_scaling_length) : "") +
              // Note [Gemma]: its norms, GeGLU and soft cap (signatures hold integers)
@@ -634,15 +721,18 @@ class Llama final : public ZooModel {
     const std::string common = common_of(false);
     // Note [Gemma]: layers that attend globally among sliding-window ones.
     const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
-    const std::string global_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common_of(true);
     // Note [Gated DeltaNet]: a linear-attention layer's heads and widths.
     const std::string linear_attention = !has_linear() ? std::string()
                                                        : "gdn=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_key_heads) +
                                                              ",vh=" + std::to_string(c_.linear_value_heads) +
                                                              ",dk=" + std::to_string(c_.linear_key_dim) + ",dv=" + std::to_string(c_.linear_value_dim) +
                                                              ",ck=" + std::to_string(c_.linear_conv_kernel);
-    const std::string linear_sig = !has_linear() ? std::string() : "llama.block:" + linear_attention + ",f=" + std::to_string(c_.intermediate) + common;
-    std::optional<sim::Layer> dense, global, moe, moe_global, linear, moe_linear;
+    // Note [Mamba-2]: a Mamba-2 layer's heads, widths and chunk.
+    const std::string mamba_mixer = !has_mamba() ? std::string()
+                                                 : "mamba=1,h=" + std::to_string(h) + ",mh=" + std::to_string(c_.mamba_heads) +
+                                                       ",mp=" + std::to_string(c_.mamba_head_dim) + ",mn=" + std::to_string(c_.mamba_state) +
+                                                       ",mg=" + std::to_string(c_.mamba_groups) + ",ck=" + std::to_string(c_.mamba_conv_kernel) +
+                                                       ",mq=" + std::to_string(c_.mamba_chunk);
     // A MoE block's signature with the common keys of its window.
     auto moe_signature = [&](const std::string& common_keys, const std::string& mixer) {
       // The busiest rank's load in thousandths of the balanced one
@@ -656,41 +746,28 @@ class Llama final : public ZooModel {
              // Megatron-Core's allgather dispatcher, where it gathers (Note [Mixture of experts])
              (shape.moe_allgather && !shape.moe_dense && shape.etp * shape.ep > 1 ? ",ag=1" : "");
     };
+    // Each kind of layer is made once, by (mixer, part, MoE, global).
+    std::map<int, sim::Layer> made;
     for (int i = 0; i < c_.layers; ++i) {
+      const Part piece = part_of(i);
+      const Mixer mixer = piece == Part::kMlp ? Mixer::kAttention : mixer_of(i);
+      const bool moe = is_moe(i);
       // Note [Gemma]: a layer that attends globally among sliding ones (a
       // MoE layer too: gpt-oss's, Note [gpt-oss]).
-      const bool is_global = global_layer(i);
-      if (is_linear(i) && is_moe(i)) {
-        if (!moe_linear) {
-          moe_linear = block_layer(shape, true, false, true);
-          moe_linear->signature = moe_signature(common, linear_attention);
-        }
-        out.push_back(*moe_linear);
-      } else if (is_linear(i)) {
-        if (!linear) linear = block_layer(shape, false, false, true);
-        out.push_back(*linear);
-        out.back().signature = linear_sig;
-      } else if (is_moe(i) && is_global) {
-        if (!moe_global) {
-          moe_global = block_layer(shape, true, true);
-          moe_global->signature = moe_signature(common_of(true), attention);
-        }
-        out.push_back(*moe_global);
-      } else if (is_moe(i)) {
-        if (!moe) {
-          moe = block_layer(shape, true, false);
-          moe->signature = moe_signature(common, attention);
-        }
-        out.push_back(*moe);
-      } else if (is_global) {
-        if (!global) global = block_layer(shape, false, true);
-        out.push_back(*global);
-        out.back().signature = global_sig;
-      } else {
-        if (!dense) dense = block_layer(shape, false, false);
-        out.push_back(*dense);
-        out.back().signature = dense_sig;
+      const bool is_global = global_layer(i) && mixer == Mixer::kAttention;
+      const int kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0);
+      auto it = made.find(kind);
+      if (it == made.end()) {
+        sim::Layer l = block_layer(shape, moe, is_global, mixer, piece);
+        const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : attention;
+        // Note [Mamba-2]: a hybrid pattern's part, its activation.
+        const std::string extra = std::string(c_.squared_relu ? ",relu2=1" : "") +
+                                  (piece == Part::kMixer ? ",part=1" : piece == Part::kMlp ? ",part=2" : "");
+        l.signature = moe ? moe_signature(common_of(is_global) + extra, keys)
+                          : "llama.block:" + keys + ",f=" + std::to_string(c_.intermediate) + common_of(is_global) + extra;
+        it = made.emplace(kind, std::move(l)).first;
       }
+      out.push_back(it->second);
       out.back().name = "layers." + std::to_string(i);
     }
 
@@ -775,18 +852,36 @@ class Llama final : public ZooModel {
     }
   }
   bool mla() const { return c_.kv_lora_rank > 0; }
+  /// Layer i's letter in the hybrid pattern (Note [Mamba-2]), or 0 without one.
+  char pattern_at(int i) const { return c_.hybrid_pattern.empty() ? '\0' : c_.hybrid_pattern[static_cast<std::size_t>(i)]; }
+  /// What layer i holds: a whole block, or under a hybrid pattern its token
+  /// mixer (M, *) or its MLP (-, E) alone (Note [Mamba-2]).
+  Part part_of(int i) const {
+    const char p = pattern_at(i);
+    return p == '\0' ? Part::kBlock : p == 'M' || p == '*' ? Part::kMixer : Part::kMlp;
+  }
+  /// How layer i mixes its tokens (the MLP parts of a hybrid pattern: none, kAttention).
+  Mixer mixer_of(int i) const { return pattern_at(i) == 'M' ? Mixer::kMamba : is_linear(i) ? Mixer::kGdn : Mixer::kAttention; }
+  bool has_mamba() const { return c_.hybrid_pattern.find('M') != std::string::npos; }
   /// Layer i has a mixture of experts for its MLP (HF Qwen2MoeDecoderLayer:
-  /// (i + 1) % decoder_sparse_step == 0; DeepSeek: i >= first_k_dense_replace).
-  bool is_moe(int i) const { return c_.experts > 0 && i >= c_.first_dense && (i + 1) % c_.moe_step == 0; }
+  /// (i + 1) % decoder_sparse_step == 0; DeepSeek: i >= first_k_dense_replace;
+  /// a hybrid pattern's E).
+  bool is_moe(int i) const {
+    if (!c_.hybrid_pattern.empty()) return pattern_at(i) == 'E';
+    return c_.experts > 0 && i >= c_.first_dense && (i + 1) % c_.moe_step == 0;
+  }
+  /// The MLP's first GEMM writes gate and up (2), or up alone (1: squared ReLU).
+  std::int64_t up_width() const { return c_.squared_relu ? 1 : 2; }
   /// Layer i is Gated DeltaNet linear attention (Note [Gated DeltaNet]):
   /// all but every full_attention_interval-th (HF's layer_types default,
   /// "linear_attention" where (i + 1) % interval).
   bool is_linear(int i) const { return c_.full_attention_interval > 0 && (i + 1) % c_.full_attention_interval != 0; }
   /// Some layer is: layer 0 is, unless every layer attends (an interval of 1).
   bool has_linear() const { return c_.full_attention_interval > 1; }
+  /// Layers with a dense MLP.
   int dense_layers() const {
     int n = 0;
-    for (int i = 0; i < c_.layers; ++i) n += is_moe(i) ? 0 : 1;
+    for (int i = 0; i < c_.layers; ++i) n += is_moe(i) || part_of(i) == Part::kMixer ? 0 : 1;
     return n;
   }
 
@@ -796,7 +891,7 @@ class Llama final : public ZooModel {
     const std::int64_t h = c_.hidden;
     std::int64_t blocks = 0;
     for (int i = 0; i < c_.layers; ++i) {
-      const BlockParams p = block_params(1, is_moe(i), is_linear(i));
+      const BlockParams p = block_params(1, is_moe(i), mixer_of(i), part_of(i));
       blocks += p.split + p.replicated + (is_moe(i) ? routed * expert_params_each(1) : 0);
     }
     // Note [Multi-token prediction]: each depth's block, eh_proj and three
@@ -893,9 +988,11 @@ class Llama final : public ZooModel {
     head.tp_backward.insert(head.tp_backward.end(), lm.tp_backward.begin(), lm.tp_backward.end());
   }
 
-  /// One routed expert's SwiGLU (gate, up, down) on one of etp ranks.
+  /// One routed expert's SwiGLU (gate, up, down), or squared ReLU MLP (up,
+  /// down), on one of etp ranks.
   std::int64_t expert_params_each(std::int64_t etp) const {
-    return 3 * c_.hidden * c_.expert_intermediate / etp + (c_.mlp_bias ? (2 * c_.expert_intermediate) / etp + c_.hidden : 0);
+    const std::int64_t up = up_width();  // SwiGLU's gate and up, or squared ReLU's up
+    return (up + 1) * c_.hidden * c_.expert_intermediate / etp + (c_.mlp_bias ? (up * c_.expert_intermediate) / etp + c_.hidden : 0);
   }
 
   struct BlockParams {
@@ -911,14 +1008,26 @@ class Llama final : public ZooModel {
   /// column- and row-parallel weights and column biases split, the norms,
   /// o_proj's and down_proj's biases, MLA's down-projections and the router
   /// replicated (Megatron-LM's and Megatron-Core's split).
-  BlockParams block_params(std::int64_t tp, bool moe, bool linear = false) const {
+  BlockParams block_params(std::int64_t tp, bool moe, Mixer mixer = Mixer::kAttention, Part part = Part::kBlock) const {
     const std::int64_t h = c_.hidden, a = c_.heads, kv = c_.kv_heads, d = c_.head_dim, f = c_.intermediate;
+    const bool linear = mixer == Mixer::kGdn;
     BlockParams p;
-    // Input and post-attention RMSNorms; Gemma's pre- and post-feedforward ones too.
-    const int norms = c_.gemma_norms ? 4 : 2;
+    // Input and post-attention RMSNorms; Gemma's pre- and post-feedforward
+    // ones too; a hybrid pattern's part has its pre-norm alone.
+    const int norms = part != Part::kBlock ? 1 : c_.gemma_norms ? 4 : 2;
     std::int64_t split = 0, replicated = norms * h;
     int tensors = norms;
-    if (linear) {
+    if (part == Part::kMlp) {
+      // No token mixer.
+    } else if (mixer == Mixer::kMamba) {
+      // Note [Mamba-2]: in_proj (z, x, B, C, dt), the depthwise convolution
+      // over x, B and C with its bias, dt_bias, A_log and D a head, the
+      // gated norm over the inner width, out_proj: all split by heads
+      // (and B, C by groups) over tp.
+      const std::int64_t di = c_.mamba_heads * c_.mamba_head_dim, bc = 2 * c_.mamba_groups * c_.mamba_state;
+      split += h * (2 * di + bc + c_.mamba_heads) + (di + bc) * (c_.mamba_conv_kernel + 1) + 3 * c_.mamba_heads + di + di * h;
+      tensors += 8;  // in_proj, conv1d weight and bias, dt_bias, A_log, D, norm, out_proj
+    } else if (linear) {
       // Note [Gated DeltaNet]: in_proj (q, k, v, z, b, a), the q/k/v
       // convolution, dt_bias and A_log split by heads; the gated norm's
       // weight (one value head's width) replicated; out_proj.
@@ -953,16 +1062,19 @@ class Llama final : public ZooModel {
       if (c_.qk_norm) replicated += whole_qk() ? (a + kv) * d : 2 * d, tensors += 2;
       if (c_.attention_sinks) split += a, tensors += 1;  // a logit per head, split with the heads (Note [gpt-oss])
     }
-    if (!moe) {
-      split += 3 * h * f;
-      tensors += 3;
-      if (c_.mlp_bias) split += 2 * f, replicated += h, tensors += 3;
+    const std::int64_t up = up_width();  // the MLP's first GEMM: gate and up, or up alone
+    if (part == Part::kMixer) {
+      // No MLP.
+    } else if (!moe) {
+      split += (up + 1) * h * f;
+      tensors += static_cast<int>(up) + 1;
+      if (c_.mlp_bias) split += up * f, replicated += h, tensors += static_cast<int>(up) + 1;
     } else {
       replicated += h * c_.experts + (c_.router_bias ? c_.experts : 0);  // the router (gate)
       tensors += c_.router_bias ? 2 : 1;
       if (c_.shared_intermediate > 0) {
-        split += 3 * h * c_.shared_intermediate;
-        tensors += 3;
+        split += (up + 1) * h * c_.shared_intermediate;
+        tensors += static_cast<int>(up) + 1;
       }
       if (c_.shared_expert_gate) replicated += h, tensors += 1;
     }
@@ -995,9 +1107,14 @@ class Llama final : public ZooModel {
   /// The gated MLP's activation over n elements of its intermediate: the
   /// composite ops write the activation's output and the product, a fused
   /// kernel the product alone (Note [Fused kernels]); GeGLU's tanh GELU
-  /// costs a few more operations an element than SiLU.
-  sim::Kernel glu(const char* name, Bytes n, const sim::WorkloadShape& shape) const {
+  /// costs a few more operations an element than SiLU. Squared ReLU (Note
+  /// [Mamba-2]): relu, then pow(x, 2), or fused one pass.
+  sim::Kernel act(const char* name, Bytes n, const sim::WorkloadShape& shape) const {
     const int e = shape.act_bytes;
+    if (c_.squared_relu) {
+      const Bytes passes = shape.fused_kernels ? 1 : 2;
+      return memory_op(name, sim::KernelKind::kElementwise, passes * e * n, passes * e * n, 2.0 * static_cast<double>(n));
+    }
     if (c_.swiglu_limit > 0 && !shape.fused_kernels) {
       // gpt-oss's clamped SwiGLU as its composite ops run (Note [gpt-oss]):
       // two clamps, gate x alpha, its sigmoid, their product, up + 1, the
@@ -1012,8 +1129,11 @@ class Llama final : public ZooModel {
   /// fused the first two (2e + g); gpt-oss's composite clamped SwiGLU keeps
   /// gate and up (the clamps' inputs), the clamped gate, the sigmoid, up + 1
   /// and their gated product (6e + g: Note [gpt-oss]).
-  Bytes glu_kept(Bytes n, const sim::WorkloadShape& shape) const {
+  /// Squared ReLU keeps relu's output (which pow saves as its input) or,
+  /// fused, its input, and down's input (e + g).
+  Bytes act_kept(Bytes n, const sim::WorkloadShape& shape) const {
     const int e = shape.act_bytes;
+    if (c_.squared_relu) return e * n + shape.saved_gemm_input(n);
     if (shape.fused_kernels) return 2 * e * n + shape.saved_gemm_input(n);
     return (c_.swiglu_limit > 0 ? 6 : 3) * e * n + shape.saved_gemm_input(n);
   }
@@ -1024,8 +1144,12 @@ class Llama final : public ZooModel {
   bool fp32_norm_out() const { return c_.gemma_norms || c_.fp32_norm_weight || c_.zero_centered_norms; }
 
   /// A block, global (every key) or local (the window or chunks).
-  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global, bool gdn = false) const {
+  sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global, Mixer mixer = Mixer::kAttention,
+                         Part piece = Part::kBlock) const {
     using sim::KernelKind;
+    const bool gdn = mixer == Mixer::kGdn, mamba = mixer == Mixer::kMamba;
+    // Note [Mamba-2]: a hybrid pattern's layer is a block's token mixer or its MLP alone.
+    const bool has_mixer = piece != Part::kMlp, has_mlp = piece != Part::kMixer;
     const std::int64_t h = c_.hidden, tp = shape.tp, d = c_.head_dim;
     const int e = shape.act_bytes;
     const bool sp = shape.sequence_parallel && tp > 1;
@@ -1037,7 +1161,7 @@ class Llama final : public ZooModel {
 
     sim::Layer l;
     l.kind = sim::LayerKind::kTransformer;
-    const BlockParams bp = block_params(tp, moe, gdn);
+    const BlockParams bp = block_params(tp, moe, mixer, piece);
     l.params = bp.split + bp.replicated;
     l.sp_params = sp ? bp.sequence_parallel : 0;
     l.param_tensors = bp.tensors;
@@ -1053,7 +1177,17 @@ class Llama final : public ZooModel {
         return m;
       };
       if (!c_.olmo2_norms) l.modules.push_back({"input_layernorm", {h}, ""});
-      if (gdn) {
+      if (!has_mixer) {
+        // The MLP's pre-norm is the layer's input norm.
+      } else if (mamba) {
+        // Note [Mamba-2]: NemotronHMamba2Mixer's, each named by the kernel that first uses it.
+        const std::int64_t nh = c_.mamba_heads, di = nh * c_.mamba_head_dim, bc = 2 * c_.mamba_groups * c_.mamba_state;
+        l.modules.push_back({"attn.qkv", {h * (2 * di + bc + nh) / tp}, ""});  // in_proj
+        l.modules.push_back({"mamba.conv1d", {(di + bc) * c_.mamba_conv_kernel / tp, (di + bc) / tp}, ""});
+        l.modules.push_back({"mamba.core", {nh / tp, nh / tp, nh / tp}, ""});  // dt_bias, A_log, D
+        l.modules.push_back({"mamba.norm", {di / tp}, ""});
+        l.modules.push_back(linear("attn.o_proj", di, h, false, false));
+      } else if (gdn) {
         // Note [Gated DeltaNet]: Qwen3NextGatedDeltaNet's, each named by the kernel that first uses it.
         const std::int64_t kd = c_.linear_key_heads * c_.linear_key_dim, vd = c_.linear_value_heads * c_.linear_value_dim;
         const std::int64_t vh = c_.linear_value_heads;
@@ -1072,14 +1206,20 @@ class Llama final : public ZooModel {
         if (c_.attention_sinks) l.modules.push_back({"attn.sinks", {a / tp}, ""});
         l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
       }
-      l.modules.push_back({"post_attention_layernorm", {h}, ""});
+      if (piece == Part::kBlock) l.modules.push_back({"post_attention_layernorm", {h}, ""});
       if (c_.gemma_norms) {
         l.modules.push_back({"pre_feedforward_layernorm", {h}, ""});
         l.modules.push_back({"post_feedforward_layernorm", {h}, ""});
       }
-      l.modules.push_back(linear("mlp.gate_up", h, f, c_.mlp_bias, true));
-      l.modules.push_back(linear("mlp.up_proj", h, f, c_.mlp_bias, true));
-      l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
+      if (has_mlp && c_.squared_relu) {
+        // Note [Mamba-2]: NemotronHMLP's up_proj and down_proj.
+        l.modules.push_back(linear("mlp.up", h, f, c_.mlp_bias, true));
+        l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
+      } else if (has_mlp) {
+        l.modules.push_back(linear("mlp.gate_up", h, f, c_.mlp_bias, true));
+        l.modules.push_back(linear("mlp.up_proj", h, f, c_.mlp_bias, true));
+        l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
+      }
       if (c_.olmo2_norms) l.modules.push_back({"post_feedforward_layernorm", {h}, ""});
     }
     // A composite RMSNorm reads and writes fp32 copies beside the input; a
@@ -1104,15 +1244,89 @@ class Llama final : public ZooModel {
     const bool megatron_norms = !c_.gemma_norms && !c_.olmo2_norms;
     // What a norm frees under layernorm: its keeps beyond its input, and the GEMM input it feeds.
     const Bytes norm_part = block_norm_kept - e * tn + shape.saved_gemm_input(tn);
-    if (!c_.olmo2_norms) pre.push_back(norm("input_layernorm", tn));  // Note [OLMo 2]: none before attention
-    if (megatron_norms && mla()) norm_kernels.push_back(pre.back());
+    if (!c_.olmo2_norms && has_mixer) pre.push_back(norm("input_layernorm", tn));  // Note [OLMo 2]: none before attention
+    if (megatron_norms && mla() && has_mixer) norm_kernels.push_back(pre.back());
     AttentionCore core;
     Bytes attention = 0;  // saved by the attention beyond the norms and its core
     // Fused attention, or the p2p ring's block-by-block attention (Note [Ring
     // attention] in models/torch/src/torch_layers.cpp): no scores kept.
     const bool blockwise = shape.flash_attention || (shape.cp > 1 && !shape.cp_all_gather);
     std::int64_t o_in = 0;  // o_proj's input width on this rank
-    if (gdn) {
+    if (!has_mixer) {
+      // Note [Mamba-2]: an MLP layer of a hybrid pattern.
+    } else if (mamba) {
+      // Note [Mamba-2]: this rank's nh / tp heads (and groups) project its
+      // t tokens; under context parallelism each cp rank then scans 1 / cp
+      // of those heads over the whole sequence (tm tokens).
+      const std::int64_t cpn = shape.cp, P = c_.mamba_head_dim, N = c_.mamba_state, Q = c_.mamba_chunk;
+      const std::int64_t nht = c_.mamba_heads / tp, gt = c_.mamba_groups / tp;  // this tp rank's heads and groups
+      const std::int64_t hl = nht / cpn;                                          // the heads it scans
+      // Groups it scans: fewer groups than cp ranks are repeated so that
+      // each cp rank holds one (MambaContextParallel's group_repeat_count).
+      const std::int64_t gl = gt >= cpn ? gt / cpn : 1, repeat = gt >= cpn ? 1 : cpn / gt;
+      const std::int64_t tm = t * cpn;
+      const std::int64_t dil = hl * P;                        // inner width it scans
+      const std::int64_t projected = 2 * nht * P + 2 * gt * N + nht;  // in_proj's columns on this tp rank: z, x, B, C, dt
+      const Bytes xbc = tm * (dil + 2 * gl * N);              // the convolution's elements
+      const Bytes zxbcdt = tm * (2 * dil + 2 * gl * N + hl);  // in_proj's output as the scan sees it
+      const Bytes rows = tm * hl, y = tm * dil;               // a head's rows; the scan's output elements
+      const Bytes states = (tm + Q - 1) / Q * hl * P * N;     // a P x N state a chunk and head
+      const Bytes cb = tm * gl * Q;                           // C B^T a chunk and group, Q x Q
+      pre.push_back(gemm("attn.qkv", t, projected, h, e));
+      if (cpn > 1) {
+        // MambaContextParallel: five all-to-alls (z, x, B, C, dt) before the
+        // scan, B and C repeated where groups are fewer than cp ranks, one
+        // after (its output); backward, their gradients.
+        const std::vector<sim::LayerComm> exchange{
+            {sim::CollectiveOp::kAllToAll, e * t * (2 * nht * P + 2 * gt * N * repeat + nht), 1, sim::Axis::kCp},
+            {sim::CollectiveOp::kAllToAll, e * t * nht * P, 1, sim::Axis::kCp}};
+        core.cp_forward = exchange;
+        core.cp_backward = exchange;
+      }
+      // mamba_split_conv1d_scan_combined: the causal convolution and SiLU
+      // over x, B and C, then the chunked scan with D's skip and the gate
+      // y silu(z), in one autograd function.
+      pre.push_back(memory_op("mamba.conv1d", KernelKind::kElementwise, e * xbc, e * xbc,
+                              (2.0 * static_cast<double>(c_.mamba_conv_kernel) + 4.0) * static_cast<double>(xbc)));
+      const double r = static_cast<double>(rows), fp = static_cast<double>(P), fn = static_cast<double>(N), fq = static_cast<double>(Q);
+      const double groups = static_cast<double>(tm * gl);
+      sim::Kernel fwd;
+      fwd.name = "mamba.core";
+      fwd.kind = KernelKind::kAttention;
+      fwd.fused = true;
+      // Each chunk's state (2PN a token and head), C B^T (2QN a token and
+      // group), the states' contribution C h (2PN) and the causal
+      // intra-chunk product (QP), then D x and the gate (10 an element).
+      fwd.flops = r * (4 * fn * fp + fq * fp + 10 * fp) + groups * 2 * fq * fn;
+      // x, B, C, dt and z read; the output before and after the gate
+      // written; the fp32 cumsum, the states in fp32 and in x's dtype,
+      // C B^T in fp32, each written and read.
+      fwd.bytes = e * (xbc + rows + y) + 2 * e * y + 8 * rows + (8 + 2 * e) * states + 8 * cb;
+      sim::Kernel bwd = fwd;
+      bwd.name = "mamba.core.bwd";
+      // _mamba_chunk_scan_combined_bwd: the convolution, cumsum, C B^T,
+      // states and their passing again, then the gradients of the states,
+      // x (two products), B, C and C B^T (and the two products from it).
+      bwd.flops = r * (10 * fn * fp + 3 * fq * fp + 20 * fp) + groups * 6 * fq * fn +
+                  (2.0 * static_cast<double>(c_.mamba_conv_kernel) + 4.0) * static_cast<double>(xbc);
+      bwd.bytes = 2 * e * (xbc + rows + y) + 2 * e * y + 16 * rows + (16 + 4 * e) * states + 16 * cb;
+      core.forward = {fwd};
+      core.backward = {bwd};
+      // MambaSplitConv1dScanCombinedFn keeps in_proj's output and the
+      // scan's ungated output (out_x), and computes the rest again.
+      core.saved = e * (zxbcdt + y);
+      // The grouped RMSNorm on the gated output (Megatron-Core's norm with
+      // z=None after the gated scan), after the all-to-all back: its input
+      // and rstd a group, or the composite ops' (Note [Llama activations]).
+      const Bytes normed = t * nht * P;
+      post.push_back(norm("mamba.norm", normed));
+      attention += core.saved + norm_kept(normed, t * gt) + shape.saved_gemm_input(normed);
+      // What the backward allocates while it runs: in_proj's gradient, x,
+      // B and C again, the states and their gradients, C B^T and its
+      // gradient in fp32.
+      l.backward_workspace_bytes = e * (zxbcdt + xbc) + 8 * states + 8 * cb;
+      o_in = nht * P;
+    } else if (gdn) {
       // Note [Gated DeltaNet]: this rank's kh / tp key and vh / tp value
       // heads project its t tokens; under context parallelism each cp rank
       // then mixes 1 / cp of those heads over the whole sequence (tm
@@ -1213,7 +1427,7 @@ class Llama final : public ZooModel {
       pre.push_back(gemm("attn.qkv", t, (al * (c_.attn_output_gate ? 2 : 1) + 2 * kvl) * d, h, e));
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
       // Note [Llama 4]: its NoPE layers turn nothing.
-      if (!(global && c_.nope_global)) {
+      if (!(global && c_.nope_global) && c_.rotary) {
         pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
       }
       if (!global && c_.l2_qk_norm) {
@@ -1249,54 +1463,63 @@ class Llama final : public ZooModel {
       }
       o_in = al * d;
     }
-    post.push_back(gemm("attn.o_proj", t, h, o_in, e));
     // Gemma normalises the attention's output before the residual, and the
     // MLP's input after it (Note [Gemma]).
     const bool post_norms = c_.gemma_norms || c_.olmo2_norms;
-    if (post_norms) post.push_back(norm("post_attention_layernorm", tn));
-    if (c_.residual_multiplier > 0) post.push_back(scale_op("attn.residual_scale", e, tn));  // Note [Granite]
-    post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
-    if (!c_.olmo2_norms) post.push_back(norm(c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
-    if (megatron_norms && moe) norm_kernels.push_back(post.back());
-    if (megatron_norms && !moe) {
-      mlp_kernels.push_back(post.back());  // fused into fc1: the mlp module reruns it
-      mlp_bytes += norm_part;
+    if (has_mixer) {
+      post.push_back(gemm("attn.o_proj", t, h, o_in, e));
+      if (post_norms) post.push_back(norm("post_attention_layernorm", tn));
+      if (c_.residual_multiplier > 0) post.push_back(scale_op("attn.residual_scale", e, tn));  // Note [Granite]
+      post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     }
     Bytes mlp = 0;
     std::vector<sim::LayerComm> tp_extra, tp_extra_backward;
     MoeParts moe_parts;
     std::vector<sim::Kernel> moe_kernels;  // the whole MoE layer's, for "moe"
-    if (moe) {
-      const std::size_t first = post.size();
-      mlp = moe_mlp(shape, l, post, tp_extra, tp_extra_backward, moe_parts);
-      moe_kernels.assign(post.begin() + static_cast<std::ptrdiff_t>(first), post.end());
-    } else {
-      const std::int64_t fl = c_.intermediate / tp;
-      const Bytes tf = t * fl;
-      post.push_back(gemm("mlp.gate_up", t, 2 * fl, h, e));
-      // GeGLU's tanh GELU costs a few more operations an element than SiLU;
-      // both keep the same tensors (the gate's output, the activation's and
-      // up's outputs, down's input).
-      post.push_back(glu(c_.gelu ? "mlp.geglu" : "mlp.swiglu", tf, shape));
-      post.push_back(gemm("mlp.down", t, h, fl, e));
-      mlp = glu_kept(tf, shape);
-      mlp_kernels.insert(mlp_kernels.end(), post.end() - 3, post.end());
-      mlp_bytes += mlp;
+    if (has_mlp) {
+      // A hybrid pattern's MLP layer: its own input norm (Note [Mamba-2]).
+      if (!c_.olmo2_norms) {
+        post.push_back(norm(piece == Part::kMlp ? "input_layernorm" : c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
+      }
+      if (megatron_norms && moe) norm_kernels.push_back(post.back());
+      if (megatron_norms && !moe) {
+        mlp_kernels.push_back(post.back());  // fused into fc1: the mlp module reruns it
+        mlp_bytes += norm_part;
+      }
+      if (moe) {
+        const std::size_t first = post.size();
+        mlp = moe_mlp(shape, l, post, tp_extra, tp_extra_backward, moe_parts);
+        moe_kernels.assign(post.begin() + static_cast<std::ptrdiff_t>(first), post.end());
+      } else {
+        const std::int64_t fl = c_.intermediate / tp;
+        const Bytes tf = t * fl;
+        post.push_back(gemm(c_.squared_relu ? "mlp.up" : "mlp.gate_up", t, up_width() * fl, h, e));
+        // GeGLU's tanh GELU costs a few more operations an element than SiLU;
+        // both keep the same tensors (the gate's output, the activation's and
+        // up's outputs, down's input).
+        post.push_back(act(c_.squared_relu ? "mlp.relu2" : c_.gelu ? "mlp.geglu" : "mlp.swiglu", tf, shape));
+        post.push_back(gemm("mlp.down", t, h, fl, e));
+        mlp = act_kept(tf, shape);
+        mlp_kernels.insert(mlp_kernels.end(), post.end() - 3, post.end());
+        mlp_bytes += mlp;
+      }
+      if (post_norms) post.push_back(norm("post_feedforward_layernorm", tn));
+      if (c_.residual_multiplier > 0) post.push_back(scale_op("mlp.residual_scale", e, tn));  // Note [Granite]
+      post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     }
-    if (post_norms) post.push_back(norm("post_feedforward_layernorm", tn));
-    if (c_.residual_multiplier > 0) post.push_back(scale_op("mlp.residual_scale", e, tn));  // Note [Granite]
-    post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     join_kernels(l, pre, core, post);
     scaled_backward(l.backward);
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
     const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms &&
                               !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight && c_.attention_chunk == 0 &&
                               !c_.nope_global && !c_.l2_qk_norm && c_.q_scaling_beta == 0 && !gdn && !c_.attn_output_gate &&
-                              !c_.zero_centered_norms;
+                              !c_.zero_centered_norms && piece == Part::kBlock && !mamba && !c_.squared_relu && c_.rotary;
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).
-    const Bytes norms = (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * shape.saved_gemm_input(tn);
+    // A hybrid pattern's part has one norm and one GEMM input of them (Note [Mamba-2]).
+    const Bytes norms = piece != Part::kBlock ? block_norm_kept + shape.saved_gemm_input(tn)
+                                             : (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * shape.saved_gemm_input(tn);
     l.saved_bytes = norms + attention + mlp;
     l.output_bytes = e * tn;
     // Note [Megatron's recompute modules]: the parts the shape's modules
@@ -1313,8 +1536,8 @@ class Llama final : public ZooModel {
     if (core.recomputable) part(sim::kRecomputeCoreAttn, core.saved, core.forward);
     if (!norm_kernels.empty()) part(sim::kRecomputeLayernorm, static_cast<Bytes>(norm_kernels.size()) * norm_part, norm_kernels);
     if (mla()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
-    if (!moe) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
-    if (moe) {
+    if (!moe && has_mlp) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
+    if (moe && has_mlp) {
       // "moe" reruns the whole layer, its all-to-alls too; the parts inside
       // it are then rerun with it, not twice.
       part(sim::kRecomputeMoe, mlp, moe_kernels);
@@ -1343,14 +1566,18 @@ class Llama final : public ZooModel {
       l.op_recompute.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
       l.op_recompute.push_back(norm("post_attention_layernorm", tn));
       l.op_recompute.push_back(gemm("mlp.up_proj", t, fl, h, e));
-      l.op_recompute.push_back(glu("mlp.swiglu", tf, shape));
+      l.op_recompute.push_back(act("mlp.swiglu", tf, shape));
     }
     split_for_tp_overlap(l, shape);  // Note [Userbuffers' chunks] in layers.cpp
     // Attention's column/row pair, and a dense or shared MLP's; the routed
     // experts' exchanges over tp follow (moe_mlp's tp_extra).
-    const bool mlp_pair = !moe || c_.shared_intermediate > 0;
-    l.tp_forward = tp_pairs(shape, e * th, mlp_pair ? 2 : 1);
-    l.tp_backward = tp_pairs(shape, e * th, mlp_pair ? 2 : 1);
+    // A hybrid pattern's part has one pair or none (Note [Mamba-2]).
+    const bool mlp_pair = has_mlp && (!moe || c_.shared_intermediate > 0);
+    const int pairs = (has_mixer ? 1 : 0) + (mlp_pair ? 1 : 0);
+    if (pairs > 0) {
+      l.tp_forward = tp_pairs(shape, e * th, pairs);
+      l.tp_backward = tp_pairs(shape, e * th, pairs);
+    }
     l.tp_forward.insert(l.tp_forward.end(), tp_extra.begin(), tp_extra.end());
     l.tp_backward.insert(l.tp_backward.end(), tp_extra_backward.begin(), tp_extra_backward.end());
     return l;
@@ -1484,11 +1711,12 @@ class Llama final : public ZooModel {
     } else {
       post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * tr * h, e * tr * k * h));
     }
-    post.push_back(gemm("moe.experts.gate_up", per_expert, 2 * fe, h, e, el));
-    post.push_back(glu("moe.experts.swiglu", rows * fe, shape));
+    const bool relu2 = c_.squared_relu;  // Note [Mamba-2]: up, squared ReLU, down
+    post.push_back(gemm(relu2 ? "moe.experts.up" : "moe.experts.gate_up", per_expert, up_width() * fe, h, e, el));
+    post.push_back(act(relu2 ? "moe.experts.relu2" : "moe.experts.swiglu", rows * fe, shape));
     if (!dense) {
-      // moe_act: all the activation keeps but fc1's output (gate and up).
-      parts.act = glu_kept(rows * fe, shape) - 2 * e * rows * fe;
+      // moe_act: all the activation keeps but fc1's output (gate and up, or up).
+      parts.act = act_kept(rows * fe, shape) - up_width() * e * rows * fe;
       parts.act_kernels = {post.back()};
     }
     post.push_back(gemm("moe.experts.down", per_expert, h, fe, e, el));
@@ -1505,16 +1733,16 @@ class Llama final : public ZooModel {
     }
     // Dense: the sigmoid's fp32 output, the scores and the repeated tokens
     // the product keeps, its output (the bmm's input) and the SwiGLU's.
-    Bytes saved = dense       ? 4 * tl * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape)
-                  : allgather ? 4 * tl * E + 4 * rows + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h
-                              : 4 * tl * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + glu_kept(rows * fe, shape) + e * rows * h;
+    Bytes saved = dense       ? 4 * tl * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + act_kept(rows * fe, shape)
+                  : allgather ? 4 * tl * E + 4 * rows + shape.saved_gemm_input(rows * h) + act_kept(rows * fe, shape) + e * rows * h
+                              : 4 * tl * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + act_kept(rows * fe, shape) + e * rows * h;
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
       const std::size_t first = post.size();
-      post.push_back(gemm("moe.shared.gate_up", t, 2 * fs, h, e));
-      post.push_back(glu("moe.shared.swiglu", t * fs, shape));
+      post.push_back(gemm(relu2 ? "moe.shared.up" : "moe.shared.gate_up", t, up_width() * fs, h, e));
+      post.push_back(act(relu2 ? "moe.shared.relu2" : "moe.shared.swiglu", t * fs, shape));
       post.push_back(gemm("moe.shared.down", t, h, fs, e));
-      parts.shared = glu_kept(t * fs, shape);
+      parts.shared = act_kept(t * fs, shape);
       if (c_.shared_expert_gate) {
         post.push_back(gemm("moe.shared.gate", t, 1, h, e));
         parts.shared += e * t * h + 4 * t;  // the shared output and the sigmoid, kept by their product

@@ -227,6 +227,27 @@ const Builtin kBuiltins[] = {
      "qk_norm: true\nzero_centered_norms: true\nattn_output_gate: true\nfull_attention_interval: 4\n"
      "linear_key_heads: 16\nlinear_value_heads: 32\nlinear_key_dim: 128\nlinear_value_dim: 128\nlinear_conv_kernel: 4\n"
      "experts: 256\ntop_k: 8\nexpert_intermediate: 512\nshared_intermediate: 512\nshared_expert_gate: true\n"},
+    // Note [Mamba-2] (llama.cpp): the shapes of NVIDIA's Megatron-Bridge
+    // providers (nemotron_h_provider.py) and Megatron-LM's launch scripts
+    // (examples/post_training/modelopt/conf/nvidia/Nemotron-H-8B-Base-8K.sh,
+    // Nemotron-3-Nano's --hybrid-layer-pattern), the hub's vocabulary.
+    {"nemotron-h-8b", "NVIDIA Nemotron-H 8B: 52 layers (24 Mamba-2 of 128 heads of 64, state 128, 8 groups; 4 attention, 32 heads of 128, 8 KV heads, no rotary; 24 squared-ReLU MLPs 21504), hidden 4096, vocab 131072, seq 8192",
+     "family: llama\nhybrid_pattern: M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-\nhidden: 4096\nheads: 32\nkv_heads: 8\nhead_dim: 128\n"
+     "intermediate: 21504\nvocab: 131072\nseq_len: 8192\nsquared_relu: true\nrotary: false\n"
+     "mamba_heads: 128\nmamba_head_dim: 64\nmamba_state: 128\nmamba_groups: 8\n"},
+    {"nemotron-h-56b", "NVIDIA Nemotron-H 56B: 118 layers (54 Mamba-2 of 256 heads of 64, state 256, 8 groups; 10 attention, 64 heads of 128, 8 KV heads, no rotary; 54 squared-ReLU MLPs 32768), hidden 8192, vocab 131072, seq 8192",
+     "family: llama\nhybrid_pattern: M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-\n"
+     "hidden: 8192\nheads: 64\nkv_heads: 8\nhead_dim: 128\nintermediate: 32768\nvocab: 131072\nseq_len: 8192\nsquared_relu: true\nrotary: false\n"
+     "mamba_heads: 256\nmamba_head_dim: 64\nmamba_state: 256\nmamba_groups: 8\n"},
+    {"nemotron-nano-9b-v2", "NVIDIA Nemotron Nano 9B v2: 56 layers (27 Mamba-2 of 128 heads of 80, state 128, 8 groups; 4 attention, 40 heads of 128, 8 KV heads, no rotary; 25 squared-ReLU MLPs 15680), hidden 4480, vocab 131072, seq 131072",
+     "family: llama\nhybrid_pattern: M-M-M-MM-M-M-M*-M-M-M*-M-M-M-M*-M-M-M-M*-M-MM-M-M-M-M-M-\nhidden: 4480\nheads: 40\nkv_heads: 8\nhead_dim: 128\n"
+     "intermediate: 15680\nvocab: 131072\nseq_len: 131072\nsquared_relu: true\nrotary: false\n"
+     "mamba_heads: 128\nmamba_head_dim: 80\nmamba_state: 128\nmamba_groups: 8\n"},
+    {"nemotron-3-nano-30b-a3b", "NVIDIA Nemotron 3 Nano 30B-A3B: 52 layers (23 Mamba-2 of 64 heads of 64, state 128, 8 groups; 6 attention, 32 heads of 128, 2 KV heads, no rotary; 23 MoE of 128 squared-ReLU experts 1856 + 1 shared 3712, top-6), hidden 2688, vocab 131072, seq 262144",
+     "family: llama\nhybrid_pattern: MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME\nhidden: 2688\nheads: 32\nkv_heads: 2\nhead_dim: 128\n"
+     "intermediate: 1856\nvocab: 131072\nseq_len: 262144\nsquared_relu: true\nrotary: false\n"
+     "mamba_heads: 64\nmamba_head_dim: 64\nmamba_state: 128\nmamba_groups: 8\n"
+     "experts: 128\ntop_k: 6\nexpert_intermediate: 1856\nshared_intermediate: 3712\n"},
     // moonshotai/Kimi-K2-Base's config.json (model_type kimi_k2, DeepSeek-V3's
     // architecture: DeepseekV3ForCausalLM): 64 heads, 384 experts, 1 dense layer.
     {"kimi-k2", "Moonshot Kimi K2 1T: 61 layers (1 dense), hidden 7168, 64 heads of latent attention, 384 routed experts of SwiGLU 2048 + 1 shared, top-8, vocab 163840, seq 131072",
@@ -274,6 +295,11 @@ const Builtin kBuiltins[] = {
      "qk_norm: true\nzero_centered_norms: true\nattn_output_gate: true\nfull_attention_interval: 4\n"
      "linear_key_heads: 2\nlinear_value_heads: 4\nlinear_key_dim: 32\nlinear_value_dim: 32\nlinear_conv_kernel: 4\n"
      "experts: 4\ntop_k: 2\nexpert_intermediate: 176\nshared_intermediate: 176\nshared_expert_gate: true\n"},
+    // Note [Mamba-2] (llama.cpp): Nemotron-H's four layer kinds at llama-tiny's scale.
+    {"nemotron-h-tiny", "Tiny Nemotron-H for CPU validation: 6 layers (two Mamba-2 of 8 heads of 32, state 16, 2 groups, chunks of 32; attention of 4 heads of 32, 2 KV heads, no rotary; a squared-ReLU MLP 352; a MoE of 4 experts 176 + 1 shared, top-2), hidden 128, vocab 1024, seq 128",
+     "family: llama\nhybrid_pattern: M-*ME-\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
+     "squared_relu: true\nrotary: false\nmamba_heads: 8\nmamba_head_dim: 32\nmamba_state: 16\nmamba_groups: 2\nmamba_chunk: 32\n"
+     "experts: 4\ntop_k: 2\nexpert_intermediate: 176\nshared_intermediate: 176\n"},
     // Seed 003's six models (the report states no shapes: the textbook ones,
     // examples/README.md says which). vgg11 is torchvision's vgg11 (132,863,336
     // parameters at 1000 classes); cnn is PyTorch's CIFAR-10 tutorial network;
@@ -507,6 +533,58 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   if (l.nope_global && l.global_every == 0) c.fail("nope_global", "true needs global_every (which layers are global)");
   if (l.attn_temperature && !l.nope_global) c.fail("attn_temperature", "true is Llama 4's tuning of its NoPE layers; it needs nope_global: true");
   if (l.l2_qk_norm && l.qk_norm) c.fail("l2_qk_norm", "contradicts qk_norm: true (an L2 norm without weights against an RMSNorm with); set only one");
+  // Mamba-2 hybrids (Note [Mamba-2] in llama.cpp).
+  l.hybrid_pattern = c.get_string("hybrid_pattern", "");
+  l.mamba_head_dim = c.get_int("mamba_head_dim", 64, 1, 1 << 20);
+  l.mamba_heads = c.get_int("mamba_heads", 0, 0, 1 << 20);
+  l.mamba_state = c.get_int("mamba_state", 128, 1, 1 << 20);
+  l.mamba_groups = c.get_int("mamba_groups", 8, 1, 1 << 20);
+  l.mamba_conv_kernel = c.get_int("mamba_conv_kernel", 4, 1, 1024);
+  l.mamba_chunk = c.get_int("mamba_chunk", 128, 1, 1 << 20);
+  l.squared_relu = c.get_bool("squared_relu", false);
+  l.rotary = c.get_bool("rotary", true);
+  if (l.squared_relu && (l.gelu || l.swiglu_limit > 0)) {
+    c.fail("squared_relu", std::string("true is an ungated MLP; it contradicts ") + (l.gelu ? "gelu: true (GeGLU)" : "swiglu_limit (gpt-oss's SwiGLU)") +
+                               "; set only one");
+  }
+  if (!l.rotary && (l.nope_global || l.attn_temperature)) c.fail("rotary", "false already leaves every layer without rotary; drop nope_global and attn_temperature");
+  const bool mamba_layers = l.hybrid_pattern.find('M') != std::string::npos;
+  if (mamba_layers && l.mamba_heads == 0 && (2 * l.hidden) % l.mamba_head_dim != 0) {
+    c.fail("mamba_head_dim", std::to_string(l.mamba_head_dim) + " does not divide 2 x hidden = " + std::to_string(2 * l.hidden) +
+                                 " (mamba_heads 0 takes Megatron-Core's 2 hidden / mamba_head_dim heads); set mamba_heads");
+  }
+  const std::int64_t mamba_heads = l.mamba_heads > 0 ? l.mamba_heads : 2 * l.hidden / l.mamba_head_dim;
+  if (mamba_layers && mamba_heads % l.mamba_groups != 0) {
+    c.fail("mamba_groups", std::to_string(l.mamba_groups) + " does not divide the " + std::to_string(mamba_heads) +
+                               " Mamba heads (each group's B and C serve a whole number of heads); valid: " + divisors_of(mamba_heads));
+  }
+  if (!l.hybrid_pattern.empty()) {
+    for (std::size_t i = 0; i < l.hybrid_pattern.size(); ++i) {
+      const char ch = l.hybrid_pattern[i];
+      if (ch != 'M' && ch != '*' && ch != '-' && ch != 'E') {
+        c.fail("hybrid_pattern", std::string("letter ") + std::to_string(i + 1) + " is '" + ch +
+                                     "'; valid: M (Mamba-2), * (attention), - (MLP), E (mixture of experts), a letter a layer");
+      }
+    }
+    const auto n = static_cast<std::int64_t>(l.hybrid_pattern.size());
+    if (c.has("layers") && l.layers != n) {
+      c.fail("layers", std::to_string(l.layers) + " contradicts hybrid_pattern's " + std::to_string(n) + " layers (a letter a layer); drop layers");
+    }
+    if (n > 10000) c.fail("hybrid_pattern", std::to_string(n) + " layers; valid: 1 to 10000");
+    l.layers = static_cast<int>(n);
+    for (const auto& [key, on] : {std::pair{"full_attention_interval", l.full_attention_interval > 0}, std::pair{"gemma_norms", l.gemma_norms},
+                                   std::pair{"olmo2_norms", l.olmo2_norms}, std::pair{"kv_lora_rank", c.get_int("kv_lora_rank", 0, 0, kBig) > 0},
+                                   std::pair{"first_dense", c.get_int("first_dense", 0, 0, 10000) > 0},
+                                   std::pair{"moe_step", c.get_int("moe_step", 1, 1, 10000) > 1},
+                                   std::pair{"mtp_layers", c.get_int("mtp_layers", 0, 0, 64) > 0}}) {
+      if (on) c.fail(key, "is not modelled with a hybrid_pattern (Megatron-Core's hybrid layers: M, *, - and E alone); drop one");
+    }
+  }
+  if (!mamba_layers) {
+    for (const char* key : {"mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv_kernel", "mamba_chunk"}) {
+      if (c.has(key)) c.fail(key, "is read only with a hybrid_pattern holding Mamba-2 layers (M)");
+    }
+  }
   // Mixture of experts (Note [Mixture of experts] in llama.cpp).
   l.experts = static_cast<int>(c.get_int("experts", 0, 0, 1 << 20));
   l.top_k = static_cast<int>(c.get_int("top_k", l.experts > 0 ? 2 : 1, 1, 1 << 20));
@@ -519,6 +597,11 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.route_nodes = static_cast<int>(c.get_int("route_nodes", 0, 0, 1 << 20));
   l.mtp_layers = static_cast<int>(c.get_int("mtp_layers", 0, 0, 64));  // Note [Multi-token prediction] in llama.cpp
   if (l.experts == 1) c.fail("experts", "1: a mixture needs at least 2 routed experts (0: a dense model)");
+  if (!l.hybrid_pattern.empty() && (l.hybrid_pattern.find('E') != std::string::npos) != (l.experts > 0)) {
+    c.fail(l.experts > 0 ? "experts" : "hybrid_pattern",
+           l.experts > 0 ? "given, but hybrid_pattern has no E layer to hold them; set experts: 0 or add E layers"
+                         : "has E layers but experts is 0; set experts (2 or more routed experts)");
+  }
   if (l.experts > 0 && l.top_k > l.experts) {
     c.fail("top_k", std::to_string(l.top_k) + " exceeds the " + std::to_string(l.experts) +
                         " routed experts; valid: 1 to " + std::to_string(l.experts));
@@ -695,7 +778,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1437,6 +1520,94 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
         if (hf["mlp_only_layers"] && hf["mlp_only_layers"].IsSequence() && hf["mlp_only_layers"].size() > 0) {
           c.fail("mlp_only_layers", "dense layers listed by index are not modelled; valid: [] (decoder_sparse_step sets a stride)");
         }
+      }
+    }
+  } else if (type == "nemotron_h") {
+    // Note [Mamba-2] (llama.cpp): NemotronHConfig's keys and defaults
+    // (configuration_nemotron_h.py), its layers as modeling_nemotron_h.py
+    // builds them: each layer one mixer (Mamba-2, attention without
+    // rotary, the squared-ReLU MLP or the MoE) with its pre-norm.
+    require_arch({"NemotronHForCausalLM"});
+    ours["family"] = "llama";
+    // The pattern: hybrid_override_pattern, or layers_block_type (the
+    // newer config's list, legacy names too); else the class's (Nemotron-H 8B's).
+    std::string pattern = "M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M*-M-M-M-M-M-";
+    if (c.has("hybrid_override_pattern") && !hf["hybrid_override_pattern"].IsNull()) {
+      pattern = c.get_string("hybrid_override_pattern", pattern);
+    } else if (c.has("layers_block_type") && !hf["layers_block_type"].IsNull()) {
+      const YAML::Node types = hf["layers_block_type"];
+      if (!types.IsSequence() || types.size() == 0) c.fail("layers_block_type", "expected a list of one block type a layer");
+      pattern.clear();
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const std::string t = types[i].IsScalar() ? types[i].Scalar() : "";
+        const char letter = t == "mamba" || t == "linear_attention" ? 'M' : t == "attention" || t == "full_attention" ? '*'
+                            : t == "mlp" ? '-' : t == "moe" ? 'E' : '\0';
+        if (letter == '\0') {
+          c.fail("layers_block_type", "layer " + std::to_string(i) + " is '" + t + "'; valid: mamba (linear_attention), attention (full_attention), mlp, moe");
+        }
+        pattern += letter;
+      }
+    }
+    for (std::size_t i = 0; i < pattern.size(); ++i) {
+      if (std::string_view("M*-E").find(pattern[i]) == std::string_view::npos) {
+        c.fail(c.has("hybrid_override_pattern") ? "hybrid_override_pattern" : "layers_block_type",
+               std::string("letter ") + std::to_string(i + 1) + " is '" + pattern[i] + "'; valid: M (Mamba-2), * (attention), - (MLP), E (MoE)");
+      }
+    }
+    if (pattern.empty()) c.fail("hybrid_override_pattern", "is empty; valid: a letter a layer (M, *, -, E)");
+    // num_hidden_layers, where given, must count the pattern's layers (the class asserts it).
+    if (c.has("num_hidden_layers") && !hf["num_hidden_layers"].IsNull() &&
+        c.get_int("num_hidden_layers", 1, 1, 10000) != static_cast<std::int64_t>(pattern.size())) {
+      c.fail("num_hidden_layers", "contradicts the pattern's " + std::to_string(pattern.size()) + " layers");
+    }
+    ours["hybrid_pattern"] = pattern;
+    copy_int("hidden_size", "hidden", 4096);
+    copy_int("num_attention_heads", "heads", 32);
+    copy_int("num_key_value_heads", "kv_heads", 8);
+    check_kv_heads(c, "num_key_value_heads", ours["heads"].as<std::int64_t>(), ours["kv_heads"].as<std::int64_t>());
+    copy_int("head_dim", "head_dim", 128);
+    copy_int("intermediate_size", "intermediate", 21504);
+    copy_int("vocab_size", "vocab", 131072);
+    copy_int("max_position_embeddings", "seq_len", 4096);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    const bool bias = c.get_bool("attention_bias", false);
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
+    ours["mlp_bias"] = c.get_bool("mlp_bias", false);
+    ours["rotary"] = false;  // NemotronHAttention applies no rotary
+    ours["squared_relu"] = true;
+    if (const std::string act = c.get_string("mlp_hidden_act", "relu2"); act != "relu2") {
+      c.fail("mlp_hidden_act", "'" + act + "'; dtsim models relu2 (squared ReLU), the one Nemotron-H trains with");
+    }
+    if (const std::string act = c.get_string("mamba_hidden_act", "silu"); act != "silu") {
+      c.fail("mamba_hidden_act", "'" + act + "'; dtsim models silu, the convolution's activation in mamba_split_conv1d_scan_combined");
+    }
+    // Legacy names first where the config uses them (NemotronHConfig's attribute_map).
+    auto alias = [&](const char* name, const char* legacy) { return c.has(name) || !c.has(legacy) ? name : legacy; };
+    copy_int("mamba_num_heads", "mamba_heads", 128);
+    copy_int("mamba_head_dim", "mamba_head_dim", 64);
+    copy_int("ssm_state_size", "mamba_state", 128);
+    copy_int(alias("n_groups", "mamba_n_groups"), "mamba_groups", 8);
+    copy_int(alias("conv_kernel", "mamba_d_conv"), "mamba_conv_kernel", 4);
+    copy_int(alias("chunk_size", "mamba_chunk_size"), "mamba_chunk", 128);
+    // Biases the model does not carry: in_proj's and out_proj's (use_bias,
+    // mamba_proj_bias); the convolution's is counted (use_conv_bias).
+    for (const char* key : {"use_bias", "mamba_proj_bias"}) {
+      if (c.get_bool(key, false)) c.fail(key, "true: Mamba-2 projections with biases are not modelled; valid: false (every Nemotron-H checkpoint's)");
+    }
+    if (!c.get_bool(alias("use_conv_bias", "mamba_conv_bias"), true)) {
+      c.fail(alias("use_conv_bias", "mamba_conv_bias"), "false: a convolution without its bias is not modelled; valid: true (every Nemotron-H checkpoint's)");
+    }
+    if (pattern.find('E') != std::string::npos) {
+      // NemotronHMoE: a sigmoid router (its correction bias a buffer),
+      // routed experts and one shared expert, each up, squared ReLU, down.
+      routing("n_routed_experts", 8, 2, "routed experts");
+      copy_int("moe_intermediate_size", "expert_intermediate", 7688);
+      const std::int64_t shared = c.get_int("n_shared_experts", 1, 0, 1 << 20);
+      ours["shared_intermediate"] = shared > 0 ? c.get_int("moe_shared_expert_intermediate_size", 7688, 1, kBig) : 0;
+      group_routing(1, 1);
+      if (c.has("moe_latent_size") && !hf["moe_latent_size"].IsNull()) {
+        c.fail("moe_latent_size", "set: the experts' latent projections are not modelled; valid: null");
       }
     }
   } else if (type == "qwen3_5" || type == "qwen3_5_moe") {

@@ -2212,3 +2212,219 @@ TEST_CASE("Qwen3-Next and Qwen3.5 read from their config.json: parameters by han
   CHECK(error_of([&] { load_model(write_json(dir, R"({"model_type": "qwen3_5", "text_config": {"model_type": "qwen3_5_moe_text"}})")); })
             .find("config.text_config.model_type: 'qwen3_5_moe_text'; valid: qwen3_5_text") != std::string::npos);
 }
+
+TEST_CASE("Mamba-2 hybrids: parameters, memory and FLOPs of a small hybrid pattern by hand (Note [Mamba-2])", "[llama][mamba]") {
+  // Four layers, Megatron-Core's letters M - * E: a Mamba-2 mixer (4 heads
+  // of 32, 2 groups, state 16, 4 taps, chunks of 32), a squared-ReLU MLP,
+  // attention without rotary (4 heads of 16, 2 KV heads), a MoE (4 experts
+  // of 64, top-2, one shared of 64); hidden 64, each layer its own norm.
+  test::TempDir dir("mamba");
+  const std::string yaml = dir.file("hybrid.yaml");
+  std::ofstream(yaml) << "family: llama\nhybrid_pattern: M-*E\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\n"
+                         "vocab: 256\nseq_len: 256\nsquared_relu: true\nrotary: false\nmamba_head_dim: 32\nmamba_state: 16\nmamba_groups: 2\n"
+                         "mamba_chunk: 32\nexperts: 4\ntop_k: 2\nexpert_intermediate: 64\nshared_intermediate: 64\n";
+  const auto m = load_model(yaml);
+  // Mamba (its heads 2 x 64 / 32 = 4, inner width 128, B and C 2 x 2 x 16):
+  // in_proj 64 x (2 x 128 + 64 + 4), the convolution over 128 + 64
+  // channels with its bias (x 5), dt_bias, A_log and D 4 each, the gated
+  // norm 128, out_proj 128 x 64, its norm 64.
+  const std::int64_t mamba = 64 * 324 + 192 * 5 + 12 + 128 + 128 * 64 + 64;
+  CHECK(mamba == 30'092);
+  const std::int64_t mlp = 2 * 64 * 128 + 64;                            // up and down, no gate; the norm
+  const std::int64_t attention = 64 * 64 + 2 * 64 * 32 + 64 * 64 + 64;  // q, k, v, o, the norm
+  const std::int64_t moe = 4 * 64 + 4 * 2 * 64 * 64 + 2 * 64 * 64 + 64;  // router, experts, shared, the norm
+  CHECK(m->parameters() == mamba + mlp + attention + moe + 2 * 256 * 64 + 64);
+  CHECK(m->parameters() == 133'004);
+  CHECK(m->active_parameters() == 133'004 - 2 * 2 * 64 * 64);  // two of the four experts
+  const auto layers = m->layers(shape(1, 128, 2));
+  REQUIRE(layers.size() == 6);
+  CHECK(layers[1].signature.rfind("llama.block:mamba=1,h=64,mh=4,mp=32,mn=16,mg=2,ck=4,mq=32,f=128,", 0) == 0);
+  CHECK(layers[1].signature.ends_with(",relu2=1,part=1"));
+  CHECK(layers[2].signature.ends_with(",relu2=1,part=2"));
+  CHECK(layers[3].signature.find(",nope=1") != std::string::npos);
+  CHECK(layers[3].signature.ends_with(",part=1"));
+  CHECK(layers[4].signature.rfind("moe.block:", 0) == 0);
+  CHECK(layers[4].signature.find(",part=2") != std::string::npos);
+  CHECK(layers[1].params == mamba);
+  CHECK(layers[2].params == mlp);
+  CHECK(layers[3].params == attention);
+  // What the Mamba layer keeps, 128 tokens of 2 bytes, composite norms:
+  //   its norm: x.float() (4 x 8192), the normed x in 2 bytes (2 x
+  //     8192), rsqrt a row (4 x 128)                                49,664
+  //   in_proj's input (2 x 8192)                                    16,384
+  //   mamba_split_conv1d_scan_combined: in_proj's output z, x, B, C,
+  //     dt (2 x 128 x 324) and the ungated output (2 x 128 x 128)  115,712
+  //   the grouped norm of the gated output: its fp32 copy (4 x
+  //     16,384), the normed output in 2 bytes (2 x 16,384), rsqrt a
+  //     token and group (4 x 256)                                   99,328
+  //   out_proj's input (2 x 16,384)                                 32,768
+  CHECK(layers[1].saved_bytes == 313'856);
+  // The MLP layer: its norm and up's input (49,664 + 16,384), relu's
+  // output, which pow keeps too, and down's input (2 x 2 x 16,384).
+  CHECK(layers[2].saved_bytes == 131'584);
+  // The attention layer turns nothing: no rotary kernel.
+  CHECK(std::none_of(layers[3].forward.begin(), layers[3].forward.end(), [](const sim::Kernel& k) { return k.name == "attn.rotary"; }));
+  // The scan's forward FLOPs: 512 rows (token and head) of 4 x 16 x 32
+  // (the chunk's state and its contribution) + 32 x 32 (within the chunk)
+  // + 10 x 32 (D and the gate), and 256 rows (token and group) of
+  // 2 x 32 x 16 (C B^T).
+  const auto named = [](const std::vector<sim::Kernel>& ks, const char* name) {
+    return std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
+  };
+  const auto core = named(layers[1].forward, "mamba.core");
+  REQUIRE(core != layers[1].forward.end());
+  CHECK(core->flops == Approx(512.0 * (2048 + 1024 + 320) + 256.0 * 1024));
+  CHECK(core->flops == Approx(1'998'848.0));
+  const auto up = named(layers[2].forward, "mlp.up");
+  REQUIRE(up != layers[2].forward.end());
+  CHECK(up->n == 128);  // up alone, no gate
+  // tp splits heads and groups; cp gives each rank whole heads, and whole
+  // groups or one repeated.
+  CHECK(m->tp_error(2).empty());
+  CHECK(m->tp_error(4).find("4 Mamba heads and 2 groups (mamba_num_heads, n_groups) are not both divisible by tp=4") != std::string::npos);
+  CHECK(m->cp_error(2).empty());
+  CHECK(m->cp_error(4).empty());  // one head each, the 2 groups repeated to 4
+  CHECK(m->cp_error(3).find("4 Mamba heads (mamba_num_heads) are not divisible by tp x cp = 3") != std::string::npos);
+  CHECK(m->cp_error(4, 2).find("not divisible by tp x cp = 8") != std::string::npos);
+  // At cp 2 a rank projects its 64 tokens (in_proj 64 x 324), sends them by
+  // all-to-all (2 x 64 x 324 bytes) for 2 heads and 1 group of all 128
+  // tokens, and sends the output back (2 x 64 x 128): half of every kept
+  // byte and of the scan's FLOPs.
+  sim::WorkloadShape cp2 = shape(1, 128, 2);
+  cp2.cp = 2;
+  const auto halves = m->layers(cp2);
+  CHECK(halves[1].saved_bytes == 313'856 / 2);
+  const auto half_core = named(halves[1].forward, "mamba.core");
+  REQUIRE(half_core != halves[1].forward.end());
+  CHECK(half_core->flops == Approx(1'998'848.0 / 2));
+  const auto in_proj = named(halves[1].forward, "attn.qkv");
+  REQUIRE(in_proj != halves[1].forward.end());
+  CHECK(in_proj->m == 64);
+  CHECK(in_proj->n == 324);
+  REQUIRE(halves[1].cp_forward.size() == 2);
+  CHECK(halves[1].cp_forward[0].op == sim::CollectiveOp::kAllToAll);
+  CHECK(halves[1].cp_forward[0].bytes == 2 * 64 * 324);
+  CHECK(halves[1].cp_forward[1].bytes == 2 * 64 * 128);
+  CHECK(halves[1].cp_backward.size() == 2);
+  // At cp 4 each rank holds 1 head; the 2 groups are repeated to 4, so the
+  // first all-to-all carries B and C twice: 2 x 32 x (256 + 2 x 2 x 16 x 2 + 4).
+  sim::WorkloadShape cp4 = shape(1, 128, 2);
+  cp4.cp = 4;
+  CHECK(m->layers(cp4)[1].cp_forward[0].bytes == 2 * 32 * (256 + 128 + 4));
+  // Under tp 2 each part exchanges one pair of collectives; the MoE
+  // without a shared expert none of its own.
+  sim::WorkloadShape tp2 = shape(1, 128, 2);
+  tp2.tp = 2;
+  tp2.etp = 2;
+  const auto split = m->layers(tp2);
+  REQUIRE(split[1].tp_forward.size() == 1);
+  CHECK(split[1].tp_forward[0].count == 1);
+  CHECK(split[2].tp_forward[0].count == 1);
+  CHECK(split[3].tp_forward[0].count == 1);
+  CHECK(split[4].tp_forward[0].count == 1);  // the shared expert's pair
+  // Bad values are refused at their key.
+  std::vector<sim::Override> letter{sim::parse_override("model.hybrid_pattern=M-G*")};
+  CHECK(error_of([&] { load_model(yaml, letter); }).find("model.hybrid_pattern: letter 3 is 'G'; valid: M (Mamba-2), * (attention)") != std::string::npos);
+  std::vector<sim::Override> count{sim::parse_override("model.layers=3")};
+  CHECK(error_of([&] { load_model(yaml, count); }).find("model.layers: 3 contradicts hybrid_pattern's 4 layers") != std::string::npos);
+  std::vector<sim::Override> no_moe{sim::parse_override("model.hybrid_pattern=M-*-")};
+  CHECK(error_of([&] { load_model(yaml, no_moe); }).find("model.experts: given, but hybrid_pattern has no E layer") != std::string::npos);
+  std::vector<sim::Override> groups{sim::parse_override("model.mamba_groups=3")};
+  CHECK(error_of([&] { load_model(yaml, groups); }).find("model.mamba_groups: 3 does not divide the 4 Mamba heads") != std::string::npos);
+  std::vector<sim::Override> gdn{sim::parse_override("model.full_attention_interval=2")};
+  CHECK(error_of([&] { load_model(yaml, gdn); }).find("model.full_attention_interval: is not modelled with a hybrid_pattern") != std::string::npos);
+}
+
+TEST_CASE("Nemotron-H and Nemotron 3 Nano: built-ins, config.json and parameters by hand (Note [Mamba-2])", "[llama][mamba]") {
+  // Nemotron-H 8B: 24 Mamba layers of 128 heads of 64 (inner 8192), 8
+  // groups of state 128: in_proj 4096 x (2 x 8192 + 2048 + 128), conv
+  // (8192 + 2048) x 5, 3 x 128, the norm 8192, out_proj 8192 x 4096, its
+  // norm 4096; 24 MLPs 2 x 4096 x 21504 + 4096; 4 attention layers
+  // 4096 x 4096 + 2 x 4096 x 1024 + 4096 x 4096 + 4096; untied 131072 x 4096
+  // twice; the final norm.
+  const std::int64_t m8 = 4096LL * 18560 + 10240 * 5 + 384 + 8192 + 8192LL * 4096 + 4096;
+  const std::int64_t total8 = 24 * m8 + 24 * (2LL * 4096 * 21504 + 4096) + 4 * (2LL * 4096 * 4096 + 2LL * 4096 * 1024 + 4096) +
+                              2LL * 131072 * 4096 + 4096;
+  CHECK(total8 == 8'100'852'736);  // the card's 8B
+  CHECK(load_model("nemotron-h-8b")->parameters() == total8);
+  // Nemotron 3 Nano 30B-A3B: 23 Mamba layers (64 heads of 64, inner 4096),
+  // 23 MoE layers (router 128 x 2688, 128 experts of 2 x 2688 x 1856, the
+  // shared 2 x 2688 x 3712), 6 attention layers (32 heads of 128, 2 KV
+  // heads), hidden 2688, untied 131072 x 2688 twice: the card's 31.6B
+  // total and 3.6B active with embeddings.
+  const std::int64_t mamba = 2688LL * (8192 + 2048 + 64) + 6144 * 5 + 192 + 4096 + 4096LL * 2688 + 2688;
+  const std::int64_t expert = 2LL * 2688 * 1856;
+  const std::int64_t moe_rest = 128LL * 2688 + 2LL * 2688 * 3712 + 2688;
+  const std::int64_t attention = 2688LL * 4096 + 2LL * 2688 * 256 + 4096LL * 2688 + 2688;
+  const std::int64_t outer = 2LL * 131072 * 2688 + 2688;
+  const std::int64_t total = 23 * mamba + 23 * (moe_rest + 128 * expert) + 6 * attention + outer;
+  const std::int64_t active = 23 * mamba + 23 * (moe_rest + 6 * expert) + 6 * attention + outer;
+  CHECK(total == 31'577'937'344);
+  CHECK(active == 3'580'073'408);
+  const auto nano = load_model("nemotron-3-nano-30b-a3b");
+  CHECK(nano->parameters() == total);
+  CHECK(nano->active_parameters() == active);
+  // Its config.json (the hub file's keys, NemotronHConfig's names).
+  test::TempDir dir("nemotron-h");
+  const std::string config = R"({
+  "architectures": ["NemotronHForCausalLM"],
+  "model_type": "nemotron_h",
+  "hybrid_override_pattern": "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME",
+  "num_hidden_layers": 52,
+  "hidden_size": 2688,
+  "num_attention_heads": 32,
+  "num_key_value_heads": 2,
+  "head_dim": 128,
+  "intermediate_size": 1856,
+  "mamba_num_heads": 64,
+  "mamba_head_dim": 64,
+  "ssm_state_size": 128,
+  "n_groups": 8,
+  "conv_kernel": 4,
+  "chunk_size": 128,
+  "mlp_hidden_act": "relu2",
+  "mamba_hidden_act": "silu",
+  "n_routed_experts": 128,
+  "num_experts_per_tok": 6,
+  "moe_intermediate_size": 1856,
+  "moe_shared_expert_intermediate_size": 3712,
+  "n_shared_experts": 1,
+  "n_group": 1,
+  "topk_group": 1,
+  "norm_topk_prob": true,
+  "routed_scaling_factor": 2.5,
+  "moe_latent_size": null,
+  "use_conv_bias": true,
+  "use_bias": false,
+  "tie_word_embeddings": false,
+  "max_position_embeddings": 262144,
+  "vocab_size": 131072
+})";
+  const auto read = load_model(write_json(dir, config));
+  CHECK(read->parameters() == total);
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  const auto a_layers = read->layers(w), b_layers = nano->layers(w);
+  REQUIRE(a_layers.size() == b_layers.size());
+  for (std::size_t i = 0; i < a_layers.size(); ++i) CHECK(a_layers[i].signature == b_layers[i].signature);
+  // The newer config's list of block types reads the same.
+  std::string listed = config;
+  const std::string pattern = "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME";
+  std::string types = "[";
+  for (char ch : pattern) {
+    types += std::string(types.size() > 1 ? ", " : "") + (ch == 'M' ? "\"mamba\"" : ch == 'E' ? "\"moe\"" : "\"attention\"");
+  }
+  listed.replace(listed.find("\"" + pattern + "\""), pattern.size() + 2, "null,\n  \"layers_block_type\": " + types + "]");
+  CHECK(load_model(write_json(dir, listed))->parameters() == total);
+  // What dtsim does not model is refused at its key.
+  std::string latent = config;
+  latent.replace(latent.find("\"moe_latent_size\": null"), 23, "\"moe_latent_size\": 1024");
+  CHECK(error_of([&] { load_model(write_json(dir, latent)); }).find("config.moe_latent_size: set: the experts' latent projections are not modelled") !=
+        std::string::npos);
+  std::string gelu = config;
+  gelu.replace(gelu.find("\"relu2\""), 7, "\"gelu\"");
+  CHECK(error_of([&] { load_model(write_json(dir, gelu)); }).find("config.mlp_hidden_act: 'gelu'; dtsim models relu2") != std::string::npos);
+  std::string layers = config;
+  layers.replace(layers.find("\"num_hidden_layers\": 52"), 23, "\"num_hidden_layers\": 50");
+  CHECK(error_of([&] { load_model(write_json(dir, layers)); }).find("config.num_hidden_layers: contradicts the pattern's 52 layers") != std::string::npos);
+}

@@ -1107,3 +1107,49 @@ TEST_CASE("Megatron-LM: Qwen3.5's Gated DeltaNet layers, gated output and gated 
         "cmd:1: --linear-attention-freq: '([1]*3+[0])*1'; dtsim models an integer N from 1 to 999999 (N - 1 linear attention layers, then "
         "one attention layer)");
 }
+
+TEST_CASE("Megatron-LM: a Mamba-2 hybrid's layer pattern, its segments and Nemotron 3 Nano's launch line", "[framework][mamba]") {
+  // Megatron-LM's Nemotron-3-Nano-30B-A3B flags (--hybrid-layer-pattern, the
+  // Mamba heads, squared ReLU, no positions) with the hub's vocabulary.
+  const std::string nano =
+      "--micro-batch-size 1 --hidden-size 2688 --num-attention-heads 32 --group-query-attention --num-query-groups 2 --kv-channels 128 "
+      "--hybrid-layer-pattern MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME --mamba-num-heads 64 --mamba-head-dim 64 "
+      "--ffn-hidden-size 1856 --num-experts 128 --moe-router-topk 6 --moe-ffn-hidden-size 1856 --moe-shared-expert-intermediate-size 3712 "
+      "--squared-relu --position-embedding-type none --normalization RMSNorm --disable-bias-linear --untie-embeddings-and-output-weights "
+      "--padded-vocab-size 131072 --max-position-embeddings 262144 "
+      "--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec";
+  const FrameworkConfig fc = parse_megatron_args(nano, "cmd");
+  auto k = keys(fc);
+  CHECK(k["model.hybrid_pattern"] == "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME");
+  CHECK(k["model.layers"] == "52");  // the pattern's letters: num_layers is taken from it
+  CHECK(k["model.mamba_heads"] == "64");
+  CHECK(k["model.mamba_state"] == "128");  // TransformerConfig's defaults
+  CHECK(k["model.mamba_groups"] == "8");
+  CHECK(k["model.squared_relu"] == "true");
+  CHECK(k["model.rotary"] == "false");
+  CHECK(fc.unmodelled.empty());  // the hybrid spec is what the pattern says
+  const auto from_flags = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(from_flags->parameters() == models::load_model("nemotron-3-nano-30b-a3b")->parameters());
+  // "|" splits the pipeline's segments: a layout, segments / pp virtual stages.
+  const std::string small = "--micro-batch-size 1 --hidden-size 256 --num-attention-heads 4 --pipeline-model-parallel-size 2 ";
+  const auto segmented = parse_megatron_args(small + "--hybrid-layer-pattern 'M-|M*|-M|E-' --num-experts 4", "cmd");
+  auto s = keys(segmented);
+  CHECK(s["plan.pipeline_layout"] == "\"Ett|tt|tt|ttL\"");
+  CHECK(s["plan.virtual_stages"] == "2");
+  CHECK(s["plan.schedule"] == "interleaved");
+  CHECK(s["model.hybrid_pattern"] == "M-M*-ME-");
+  // Megatron's default GELU MLP is priced as squared ReLU, and said.
+  CHECK(s["model.squared_relu"] == "true");
+  CHECK(listed(segmented, "--hybrid-layer-pattern M-|M*|-M|E- (the MLP's default GELU priced as squared ReLU: the same two GEMMs and one pass)"));
+  CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-|M*|-M'", "cmd"); }) ==
+        "cmd:1: --hybrid-layer-pattern: 3 segments do not divide over --pipeline-model-parallel-size 2 (Megatron asserts it)");
+  CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-G*'", "cmd"); })
+            .find("--hybrid-layer-pattern: 'M-G*' has 'G'; dtsim models M (Mamba-2), * (attention), - (MLP), E (MoE)") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-M*/MM'", "cmd"); })
+            .find("has multi-token prediction depths after '/'") != std::string::npos);
+  // The deprecated name reads the same; the Mamba flags without a pattern are said, not modelled.
+  CHECK(keys(parse_megatron_args(small + "--hybrid-override-pattern 'M-M*-M'", "cmd"))["model.hybrid_pattern"] == "M-M*-M");
+  const auto unread = parse_megatron_args(small + "--num-layers 4 --swiglu --mamba-state-dim 64", "cmd");
+  CHECK(keys(unread).count("model.mamba_state") == 0);
+  CHECK(listed(unread, "--mamba-state-dim 64 (read only with --hybrid-layer-pattern)"));
+}

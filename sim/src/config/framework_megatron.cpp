@@ -237,6 +237,9 @@ const std::map<std::string, Kind>& known_flags() {
       {"decoder-last-pipeline-num-layers", Kind::kInt}, {"num-virtual-stages-per-pipeline-rank", Kind::kInt},
       {"use-megatron-fsdp", Kind::kBool}, {"data-parallel-sharding-strategy", Kind::kString},
       {"experimental-attention-variant", Kind::kString}, {"linear-attention-freq", Kind::kString},
+      {"hybrid-layer-pattern", Kind::kString}, {"hybrid-override-pattern", Kind::kString}, {"is-hybrid-model", Kind::kBool},
+      {"mamba-state-dim", Kind::kInt}, {"mamba-head-dim", Kind::kInt}, {"mamba-num-groups", Kind::kInt}, {"mamba-num-heads", Kind::kInt},
+      {"squared-relu", Kind::kBool}, {"use-rotary-position-embeddings", Kind::kBool}, {"spec", Kind::kWords},
       {"linear-conv-kernel-dim", Kind::kInt}, {"linear-key-head-dim", Kind::kInt}, {"linear-value-head-dim", Kind::kInt},
       {"linear-num-key-heads", Kind::kInt}, {"linear-num-value-heads", Kind::kInt}, {"attention-output-gate", Kind::kBool},
       {"moe-shared-expert-gate", Kind::kBool}, {"apply-layernorm-1p", Kind::kBool}};
@@ -255,7 +258,7 @@ bool skipped_flag(const std::string& name) {
       "use-mcore-models", "transformer-impl", "attention-softmax-in-fp32", "loss-scale", "initial-loss-scale",
       "min-loss-scale", "hysteresis", "mock-data", "override-opt_param-scheduler", "use-checkpoint-opt_param-scheduler",
       "use-checkpoint-args", "finetune", "pretrained-checkpoint", "eod-mask-loss", "reset-position-ids",
-      "reset-attention-mask", "use-dist-ckpt", "async-save", "dist-ckpt", "use-rotary-position-embeddings",
+      "reset-attention-mask", "use-dist-ckpt", "async-save", "dist-ckpt",
       "no-rope-fusion", "norm-epsilon", "layernorm-epsilon", "profile", "use-pytorch-profiler",
       "num-dataset-builder-threads", "object-storage-cache-path", "no-mmap-bin-files", "wall-clock-breakdown",
       // torchrun's own (the launcher's line shares the script)
@@ -463,6 +466,47 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       note("cp-comm-type", "priced as p2p");
     }
   }
+  // Note [Mamba-2] (models/src/llama.cpp): a hybrid model's layers, a
+  // letter each (--hybrid-layer-pattern; --hybrid-override-pattern, its
+  // deprecated name), "|" between pipeline segments (segment k on chunk k:
+  // vpp = segments / pp) and "/" before multi-token prediction depths
+  // (hybrid_layer_allocation.py); num_layers is the letters' count.
+  const std::string hybrid_flag = has("hybrid-layer-pattern") ? "hybrid-layer-pattern" : "hybrid-override-pattern";
+  const bool hybrid = has(hybrid_flag);
+  std::string hybrid_pattern;                 // the letters, without separators
+  std::vector<std::int64_t> hybrid_segments;  // layers a segment, where "|" splits them
+  if (hybrid) {
+    const std::string given_pattern = text(hybrid_flag, "");
+    const std::string main = given_pattern.substr(0, given_pattern.find('/'));
+    if (main.size() != given_pattern.size()) {
+      fail(hybrid_flag, "'" + given_pattern + "' has multi-token prediction depths after '/', which dtsim does not model for hybrid models; drop them");
+    }
+    std::int64_t in_segment = 0;
+    for (char ch : main) {
+      if (ch == '|') {
+        hybrid_segments.push_back(in_segment);
+        in_segment = 0;
+      } else if (ch == 'M' || ch == '*' || ch == '-' || ch == 'E') {
+        hybrid_pattern += ch;
+        ++in_segment;
+      } else {
+        fail(hybrid_flag, "'" + given_pattern + "' has '" + std::string(1, ch) +
+                              "'; dtsim models M (Mamba-2), * (attention), - (MLP), E (MoE) and | between pipeline segments "
+                              "(G, D and + layers are not modelled)");
+      }
+    }
+    if (hybrid_pattern.empty()) fail(hybrid_flag, "has no layers; valid: a letter a layer (M, *, -, E)");
+    if (!hybrid_segments.empty()) {
+      hybrid_segments.push_back(in_segment);
+      if (static_cast<std::int64_t>(hybrid_segments.size()) % pp != 0) {
+        fail(hybrid_flag, std::to_string(hybrid_segments.size()) + " segments do not divide over " + flag("pipeline-model-parallel-size") +
+                              " " + std::to_string(pp) + " (Megatron asserts it)");
+      }
+    }
+  }
+  // --spec names the module that builds the layers: a hybrid model's
+  // (hybrid_stack_spec) is what the pattern says; any other is not read.
+  if (has("spec") && !hybrid) note("spec", "a custom layer spec; priced as the layers the other flags describe");
   // Interleaving (arguments.py): the layout's stages / pp where a layout
   // is given; else --num-virtual-stages-per-pipeline-rank, or
   // virtual_pipeline_model_parallel_size = (num_layers [+ 1 for an
@@ -485,6 +529,9 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     }
     vpp = static_cast<std::int64_t>(stages) / pp;
     vpp_from = at("pipeline-model-parallel-layout");
+  } else if (hybrid_segments.size() > 1) {
+    vpp = static_cast<std::int64_t>(hybrid_segments.size()) / pp;
+    vpp_from = at(hybrid_flag);
   } else if (has("num-virtual-stages-per-pipeline-rank")) {
     vpp = num("num-virtual-stages-per-pipeline-rank", 1);
     vpp_from = at("num-virtual-stages-per-pipeline-rank");
@@ -514,6 +561,14 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     std::string quoted = "\"";
     for (char ch : text("pipeline-model-parallel-layout", "")) quoted += (ch == '"' || ch == '\\') ? std::string("\\") + ch : std::string(1, ch);
     out.plan("pipeline_layout", quoted + "\"", at("pipeline-model-parallel-layout"));
+  } else if (hybrid_segments.size() > 1) {
+    // A hybrid pattern's segments as a layout: the embedding on the first,
+    // the loss on the last (Note [Pipeline layout] in sim/src/parallel/plan.cpp).
+    std::string layout = "E";
+    for (std::size_t k = 0; k < hybrid_segments.size(); ++k) {
+      layout += (k > 0 ? "|" : "") + std::string(static_cast<std::size_t>(hybrid_segments[k]), 't');
+    }
+    out.plan("pipeline_layout", "\"" + layout + "L\"", at(hybrid_flag));
   } else if (pp > 1) {
     out.plan("pipeline_split", "megatron", at("pipeline-model-parallel-size") + " (Megatron-Core's even split)");
     for (const auto& [key, name] : {std::pair{"account_for_embedding_in_pipeline_split", "account-for-embedding-in-pipeline-split"},
@@ -746,12 +801,17 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   if (has("delay-wgrad-compute")) note("delay-wgrad-compute", "the experts' weight gradients priced in their layer's backward");
 
   // The model, when the command line describes one.
-  if (has("num-layers") && has("hidden-size") && has("num-attention-heads")) {
-    const bool llama = has("swiglu");
-    const std::int64_t layers = num("num-layers", 1), hidden = num("hidden-size", 1), heads = num("num-attention-heads", 1);
+  if ((has("num-layers") || hybrid) && has("hidden-size") && has("num-attention-heads")) {
+    // A hybrid model is a llama (Note [Mamba-2] in models/src/llama.cpp).
+    const bool llama = has("swiglu") || hybrid;
+    const std::int64_t layers = hybrid ? static_cast<std::int64_t>(hybrid_pattern.size()) : num("num-layers", 1);
+    const std::int64_t hidden = num("hidden-size", 1), heads = num("num-attention-heads", 1);
+    if (hybrid && has("num-layers") && num("num-layers", 1) != layers) {
+      note("num-layers", "the hybrid pattern's " + std::to_string(layers) + " layers are the model's, as Megatron takes them");
+    }
     // arguments.py: ffn_hidden_size defaults to 4h, or int(4h x 2/3 / 64) x 64 with --swiglu.
     const std::int64_t ffn = has("ffn-hidden-size") ? num("ffn-hidden-size", 1)
-                             : llama ? static_cast<std::int64_t>(4.0 * static_cast<double>(hidden) * 2 / 3 / 64) * 64
+                             : has("swiglu") ? static_cast<std::int64_t>(4.0 * static_cast<double>(hidden) * 2 / 3 / 64) * 64
                                      : 4 * hidden;
     const std::int64_t groups = has("group-query-attention") ? num("num-query-groups", 1) : heads;
     const std::int64_t max_pos = num("max-position-embeddings", num("seq-length", 0));
@@ -785,11 +845,14 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       }
     }
     const std::string norm = has("normalization") ? choice("normalization", {"LayerNorm", "RMSNorm"}) : "LayerNorm";
-    const std::string positions = has("position-embedding-type") ? choice("position-embedding-type", {"learned_absolute", "rope", "none"})
-                                                                 : "learned_absolute";
+    // --use-rotary-position-embeddings makes it rope (arguments.py).
+    const std::string positions = has("use-rotary-position-embeddings") ? "rope"
+                                  : has("position-embedding-type")      ? choice("position-embedding-type", {"learned_absolute", "rope", "none"})
+                                                                        : "learned_absolute";
     if (llama && norm != "RMSNorm") note("normalization", "the llama family's is RMSNorm");
     if (!llama && norm != "LayerNorm") note("normalization", "the gpt family's is LayerNorm");
-    if (llama && positions != "rope") note("position-embedding-type", "the llama family's is rope");
+    // HybridModel builds rotary embeddings for rope alone, no learned ones.
+    if (llama && !hybrid && positions != "rope") note("position-embedding-type", "the llama family's is rope");
     if (!llama && positions != "learned_absolute") note("position-embedding-type", "the gpt family learns its positions");
     if (!llama && has("group-query-attention")) note("group-query-attention", "the gpt family has one key/value head per head; add " + flag("swiglu") + " for a llama");
     if (!llama && has("num-experts")) note("num-experts", "dtsim's experts are the llama family's; add " + flag("swiglu"));
@@ -805,7 +868,7 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     const KnownShape* match = nullptr;
     for (const auto& k : kKnownShapes) {
       if (k.llama == llama && k.layers == layers && k.hidden == hidden && k.heads == heads && k.kv_heads == groups &&
-          k.ffn == ffn && k.seq == max_pos && k.tied == tied && (!vocab || *vocab == k.vocab) && bias == !llama &&
+          k.ffn == ffn && k.seq == max_pos && k.tied == tied && (!vocab || *vocab == k.vocab) && bias == !llama && !hybrid &&
           !has("num-experts") && head_dim_default && !has("add-qkv-bias") && !has("multi-latent-attention") && !has("qk-layernorm")) {
         match = &k;
       }
@@ -828,9 +891,10 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
                               " (vocabulary not known from the flags; kept " + *fc.model + "'s " + std::to_string(kept) +
                               ": --set model.vocab=N)");
     }
-    const std::string from_layers = at("num-layers");
-    out.model("family", llama ? "llama" : "gpt", has("swiglu") ? at("swiglu") : file + " (no --swiglu)");
+    const std::string from_layers = hybrid ? at(hybrid_flag) : at("num-layers");
+    out.model("family", llama ? "llama" : "gpt", has("swiglu") ? at("swiglu") : hybrid ? at(hybrid_flag) : file + " (no --swiglu)");
     out.model("layers", std::to_string(layers), from_layers);
+    if (hybrid) out.model("hybrid_pattern", hybrid_pattern, at(hybrid_flag));
     out.model("hidden", std::to_string(hidden), at("hidden-size"));
     out.model("heads", std::to_string(heads), at("num-attention-heads"));
     out.model(llama ? "intermediate" : "ffn_hidden", std::to_string(ffn), has("ffn-hidden-size") ? at("ffn-hidden-size") : at("hidden-size"));
@@ -901,6 +965,42 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         }
       }
       if (has("attention-output-gate")) out.model("attn_output_gate", "true", at("attention-output-gate"));
+      // Note [Mamba-2] (models/src/llama.cpp): TransformerConfig's mamba_*
+      // (state 128, heads of 64, 8 groups; heads 2 hidden / head dim where
+      // --mamba-num-heads is not given), squared ReLU where asked, and
+      // rotary positions only under rope (HybridModel builds no others).
+      const char* const kMamba[] = {"mamba-state-dim", "mamba-head-dim", "mamba-num-groups", "mamba-num-heads"};
+      if (hybrid) {
+        if (has("experimental-attention-variant")) {
+          fail("experimental-attention-variant", "given with " + flag(hybrid_flag) + "; a hybrid model's Gated DeltaNet layers are its G letters, "
+                                                 "which dtsim does not model");
+        }
+        if (hybrid_pattern.find('M') != std::string::npos) {
+          for (const auto& [key, name, fallback] : {std::tuple{"mamba_state", "mamba-state-dim", 128}, std::tuple{"mamba_head_dim", "mamba-head-dim", 64},
+                                                     std::tuple{"mamba_groups", "mamba-num-groups", 8}}) {
+            out.model(key, std::to_string(num(name, fallback)), has(name) ? at(name) : at(hybrid_flag));
+          }
+          if (has("mamba-num-heads")) out.model("mamba_heads", given.at("mamba-num-heads").text, at("mamba-num-heads"));
+        } else {
+          for (const char* n : kMamba) {
+            if (has(n)) note(n, "the pattern has no Mamba layer (M)");
+          }
+        }
+        if (positions != "rope") out.model("rotary", "false", has("position-embedding-type") ? at("position-embedding-type") : at(hybrid_flag));
+        if (has("squared-relu")) {
+          if (has("swiglu")) fail("squared-relu", "given with " + flag("swiglu") + "; Megatron refuses both");
+          out.model("squared_relu", "true", at("squared-relu"));
+        } else if (!has("swiglu")) {
+          // Megatron-LM's default activation, GELU, ungated: the same two GEMMs.
+          out.model("squared_relu", "true", at(hybrid_flag));
+          note(hybrid_flag, "the MLP's default GELU priced as squared ReLU: the same two GEMMs and one pass");
+        }
+      } else {
+        for (const char* n : kMamba) {
+          if (has(n)) note(n, "read only with " + flag("hybrid-layer-pattern"));
+        }
+        if (has("squared-relu")) note("squared-relu", "read only with " + flag("hybrid-layer-pattern") + "; the llama family's MLP is SwiGLU");
+      }
       if (has("moe-shared-expert-gate")) {
         if (has("moe-shared-expert-intermediate-size")) {
           out.model("shared_expert_gate", "true", at("moe-shared-expert-gate"));

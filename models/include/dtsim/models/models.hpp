@@ -104,6 +104,25 @@ struct LlamaConfig {
   /// RMSNorms computed in fp32 and scaled by 1 + weight, two a block
   /// (Qwen3NextRMSNorm, Gemma 3's norm without Gemma's four).
   bool zero_centered_norms = false;
+  // Mamba-2 hybrids (Note [Mamba-2] in models/src/llama.cpp).
+  /// Megatron-Core's hybrid layer pattern (NemotronHConfig's
+  /// hybrid_override_pattern), a letter a layer, each layer one part with
+  /// its own pre-norm and residual: M a Mamba-2 mixer, * attention, - the
+  /// MLP, E the mixture of experts. Empty: every layer a block (attention,
+  /// then the MLP).
+  std::string hybrid_pattern;
+  std::int64_t mamba_heads = 0;        ///< mamba_num_heads (0: 2 hidden / mamba_head_dim)
+  std::int64_t mamba_head_dim = 64;    ///< mamba_head_dim (P)
+  std::int64_t mamba_state = 128;      ///< ssm_state_size (N)
+  std::int64_t mamba_groups = 8;       ///< n_groups (G): B and C are shared by the heads of a group
+  std::int64_t mamba_conv_kernel = 4;  ///< conv_kernel
+  std::int64_t mamba_chunk = 128;      ///< chunk_size of the chunked scan (Q)
+  /// The MLPs and experts are up, squared ReLU, down, without a gate
+  /// (mlp_hidden_act relu2; Megatron-LM's --squared-relu).
+  bool squared_relu = false;
+  /// Rotary positions on the attention layers; false: none at all
+  /// (Nemotron-H's attention, Megatron-LM's --position-embedding-type none).
+  bool rotary = true;
 
   // Mixture of experts (Mixtral, Qwen2-MoE, Qwen3-MoE, DeepSeek-V3); 0
   // experts: a dense model. Note [Mixture of experts] in models/src/llama.cpp.
