@@ -470,10 +470,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
         throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism is run for the GPT-2 and Llama families only, not " +
                                s.model->name() + " (the simulator predicts it)");
       }
-      if (layer.signature.find(":gdn=1,") != std::string::npos) {
-        // Note [Gated DeltaNet] (models/src/llama.cpp): the simulator's all-to-all of heads; the twin runs cp 1.
-        throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism of " + s.model->name() +
-                               "'s Gated DeltaNet layers is not run: they run at cp 1 in the LibTorch twin (the simulator predicts it)");
+      if (layer.signature.find(":gdn=1,") != std::string::npos || layer.signature.find(":mamba=1,") != std::string::npos) {
+        // Note [Gated DeltaNet], Note [Mamba-2] (models/src/llama.cpp): the simulator's all-to-all of heads; the twin runs cp 1.
+        const char* what = layer.signature.find(":gdn=1,") != std::string::npos ? "Gated DeltaNet" : "Mamba-2";
+        throw UnsupportedError("dtsim validate: plan.cp " + std::to_string(p.cp) + ": context parallelism of " + s.model->name() + "'s " + what +
+                               " layers is not run: they run at cp 1 in the LibTorch twin (the simulator predicts it)");
       }
       if (layer.signature.find("mla=1") != std::string::npos) {
         // Note [Multi-head latent attention] (models/src/llama.cpp): its keys
@@ -505,10 +506,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                                  std::to_string(p.tp) + " or zero_stage 0 or 1 (the simulator predicts it)");
         }
       }
-      if (layer.signature.find(":gdn=1,") != std::string::npos) {
-        // Note [Gated DeltaNet] (models/src/llama.cpp): the analytic model splits its heads; the twin does not.
+      if (layer.signature.find(":gdn=1,") != std::string::npos || layer.signature.find(":mamba=1,") != std::string::npos) {
+        // Note [Gated DeltaNet], Note [Mamba-2] (models/src/llama.cpp): the analytic model splits their heads; the twin does not.
+        const char* what = layer.signature.find(":gdn=1,") != std::string::npos ? "Gated DeltaNet" : "Mamba-2";
         throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
-                               s.model->name() + "'s Gated DeltaNet layers is not run: they run at tp 1 in the LibTorch twin (the simulator "
+                               s.model->name() + "'s " + what + " layers is not run: they run at tp 1 in the LibTorch twin (the simulator "
                                "predicts it)");
       }
       if (p.sequence_parallel && layer.signature.rfind("bert.", 0) == 0) {

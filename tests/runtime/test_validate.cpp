@@ -61,11 +61,11 @@ Run validate(const std::string& args, const std::string& env = "") {
 /// lr 1e-2 so three steps visibly move the loss of random tokens.
 const std::string kCommon = " --json --quiet --warmup 0 --steps 3 --lr 0.01 --set plan.optimizer=adam ";
 
-/// The Bi-LSTM and the Llama family (moe-tiny included) have no dropout (attention_dropout 0).
+/// The Bi-LSTM and the Llama family (moe-tiny and Nemotron-H included) have no dropout (attention_dropout 0).
 std::string no_dropout(const std::string& model) {
   // Seed 003's autoencoder and bag of words have none either; the CNN and
   // the MLP have no dropout by default but the key, VGG and Seq2Seq have it.
-  const bool none = model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 || model.rfind("moe", 0) == 0 || model.rfind("gemma", 0) == 0 || model.rfind("deepseek", 0) == 0 ||
+  const bool none = model.rfind("bilstm", 0) == 0 || model.rfind("llama", 0) == 0 || model.rfind("moe", 0) == 0 || model.rfind("gemma", 0) == 0 || model.rfind("deepseek", 0) == 0 || model.rfind("nemotron", 0) == 0 ||
                     model.rfind("conv-autoencoder", 0) == 0 || model.rfind("nbow", 0) == 0;
   return none ? "" : " --set model.dropout=false ";
 }
@@ -1470,6 +1470,33 @@ TEST_CASE("a Gated DeltaNet hybrid trains as one process does: data and pipeline
     const Run r = validate("--model llama-tiny --plan megatron-tp --procs 2" + kCommon + shape);
     CHECK(r.status == 2);
     CHECK(r.err.find("plan.tp 2 with llama-tiny's Gated DeltaNet layers is not run: they run at tp 1 in the LibTorch twin") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+}
+
+TEST_CASE("a Mamba-2 hybrid trains as one process does: data and pipeline parallelism, ZeRO-2 over experts (Note [Mamba-2])",
+          "[runtime][validate][slow][mamba]") {
+  // nemotron-h-tiny's six layers (Mamba-2, the squared-ReLU MLP, attention
+  // without rotary, Mamba-2, the MoE, the MLP) over 40 tokens (two chunks
+  // of 32, the second padded): the same steps as one process's.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=40 ";
+  SECTION("ddp, dp 2") { check_as_one_process("nemotron-h-tiny", "ddp --procs 2", shape, 2); }
+  SECTION("1f1b over 2 stages, 4 micro-batches") {
+    check_same(losses_of(validate("--model nemotron-h-tiny --plan 1f1b --procs 2" + kCommon + shape + " --set plan.grad_accum=4")),
+               reference("nemotron-h-tiny", shape, 4));
+  }
+  SECTION("ZeRO-2 at ep 2") { check_as_one_process("nemotron-h-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
+  SECTION("context parallelism is refused before any rank starts") {
+    const Run r = validate("--model nemotron-h-tiny --plan ddp --procs 2" + kCommon + shape + " --set plan.cp=2");
+    CHECK(r.status == 2);
+    CHECK(r.err.find("plan.cp 2: context parallelism of nemotron-h-tiny's Mamba-2 layers is not run: they run at cp 1 in the LibTorch "
+                     "twin") != std::string::npos);
+    CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
+  }
+  SECTION("tensor parallelism is refused before any rank starts") {
+    const Run r = validate("--model nemotron-h-tiny --plan megatron-tp --procs 2" + kCommon + shape);
+    CHECK(r.status == 2);
+    CHECK(r.err.find("plan.tp 2 with nemotron-h-tiny's Mamba-2 layers is not run: they run at tp 1 in the LibTorch twin") != std::string::npos);
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
 }

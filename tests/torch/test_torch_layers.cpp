@@ -1778,3 +1778,90 @@ TEST_CASE("a gated attention output multiplies each head by sigmoid of its gate 
   c["o_proj.weight"].mul_(0.5);
   CHECK(torch::allclose(half, plain->forward({x}), 1e-5, 1e-5));
 }
+
+TEST_CASE("Mamba-2's twin: the chunked scan equals the recurrence, causal, and owns the analytic parameters (Note [Mamba-2])",
+          "[torch][llama][mamba]") {
+  torch::manual_seed(5);
+  // 4 heads of 8 in 2 groups of state 4, 4 taps, chunks of 16 over 40
+  // tokens (three chunks, the last padded); the mixer alone (part=1).
+  const std::int64_t h = 32, H = 4, P = 8, N = 4, G = 2, ck = 4, b = 2, s = 40;
+  auto layer = models::make_torch_layer("llama.block:mamba=1,h=32,mh=4,mp=8,mn=4,mg=2,ck=4,mq=16,f=64,qkvb=0,ob=0,mb=0,qkn=0,relu2=1,part=1");
+  // in_proj (z, x, B, C, dt), the convolution with its bias, dt_bias, A_log
+  // and D, the gated norm, out_proj; the layer's norm; no MLP.
+  const std::int64_t di = H * P, channels = di + 2 * G * N;
+  CHECK(layer->parameter_count() == h * (2 * di + 2 * G * N + H) + channels * (ck + 1) + 3 * H + di + di * h + h);
+  std::map<std::string, torch::Tensor> p;
+  for (const auto& item : layer->module().named_parameters()) p[item.key()] = item.value();
+  for (const char* name : {"q_proj.weight", "up_proj.weight", "post_attention_layernorm.weight"}) CHECK(p.count(name) == 0);
+  {
+    torch::NoGradGuard no_grad;
+    p["mixer.norm"].uniform_(0.5, 1.5);
+    p["mixer.D"].uniform_(0.5, 1.5);
+  }
+  const auto x = torch::randn({b, s, h}).requires_grad_(true);
+  const auto y = layer->forward({x});
+  // The reference: the RMSNorm, in_proj, the causal convolution and SiLU
+  // over x, B and C, dt = softplus(dt + dt_bias), then the recurrence token
+  // by token (each head's P x N state decays by exp(dt A), takes dt x B^T,
+  // and is read by C), D's skip, the gate silu(z), the grouped RMSNorm
+  // (16 channels a group), out_proj and the residual.
+  const auto xn = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5);
+  const auto zxbcdt = torch::matmul(xn, p["mixer.in_proj.weight"].t());
+  const auto conv = torch::conv1d(zxbcdt.narrow(-1, di, channels).transpose(1, 2), p["mixer.conv1d_weight"], p["mixer.conv1d_bias"], 1, ck - 1,
+                                  1, channels)
+                        .narrow(-1, 0, s);
+  const auto mixed = torch::silu(conv).transpose(1, 2);
+  const auto xs = mixed.narrow(-1, 0, di).reshape({b, s, H, P});
+  const auto B = mixed.narrow(-1, di, G * N).reshape({b, s, G, N}).repeat_interleave(H / G, 2);
+  const auto C = mixed.narrow(-1, di + G * N, G * N).reshape({b, s, G, N}).repeat_interleave(H / G, 2);
+  const auto dt = torch::softplus(zxbcdt.narrow(-1, 2 * di + 2 * G * N, H) + p["mixer.dt_bias"]);
+  const auto A = -p["mixer.A_log"].exp();
+  auto state = torch::zeros({b, H, P, N});
+  std::vector<torch::Tensor> outs;
+  for (std::int64_t i = 0; i < s; ++i) {
+    const auto dti = dt.select(1, i);  // [b, H]
+    state = state * (dti * A).exp().view({b, H, 1, 1}) +
+            (dti.unsqueeze(-1) * xs.select(1, i)).unsqueeze(-1) * B.select(1, i).unsqueeze(-2);
+    outs.push_back((state * C.select(1, i).unsqueeze(-2)).sum(-1) + p["mixer.D"].view({1, H, 1}) * xs.select(1, i));
+  }
+  const auto gated = torch::stack(outs, 1).reshape({b, s, di}) * torch::silu(zxbcdt.narrow(-1, 0, di));
+  const auto grouped = gated.view({b, s, G, di / G});
+  const auto normed = (grouped * torch::rsqrt(grouped.pow(2).mean(-1, true) + 1e-5)).view({b, s, di}) * p["mixer.norm"];
+  const auto want = x + torch::matmul(normed, p["mixer.out_proj.weight"].t());
+  CHECK(torch::allclose(y, want, 1e-4, 1e-4));
+  // Backward (Note [The twin's Mamba-2 scan]: in_proj's output and y kept,
+  // the rest recomputed) gives autograd's gradients through the recurrence.
+  const auto weight = torch::randn({b, s, h});
+  const std::vector<torch::Tensor> wrt{x, p["mixer.in_proj.weight"], p["mixer.conv1d_weight"], p["mixer.conv1d_bias"], p["mixer.dt_bias"],
+                                       p["mixer.A_log"], p["mixer.D"], p["mixer.norm"], p["mixer.out_proj.weight"]};
+  const auto got = torch::autograd::grad({(y * weight).sum()}, wrt);
+  const auto expected = torch::autograd::grad({(want * weight).sum()}, wrt);
+  for (std::size_t i = 0; i < wrt.size(); ++i) {
+    INFO("gradient " << i);
+    CHECK(torch::allclose(got[i], expected[i], 1e-3, 1e-4));
+  }
+  torch::NoGradGuard no_grad;
+  // Causal: a change at token 25 leaves tokens 0-24 as they were, and moves 25-39.
+  auto x2 = x.clone();
+  x2.select(1, 25).add_(1.0);
+  const auto y2 = layer->forward({x2});
+  CHECK(torch::equal(y2.narrow(1, 0, 25), y.narrow(1, 0, 25)));
+  CHECK((y2.narrow(1, 25, 15) - y.narrow(1, 25, 15)).abs().max().item<double>() > 1e-3);
+  // The MLP alone (part=2): its norm, then down(relu(up(x))^2), no gate.
+  auto mlp = models::make_torch_layer("llama.block:h=32,a=4,kv=2,d=8,f=64,qkvb=0,ob=0,mb=0,qkn=0,nope=1,relu2=1,part=2");
+  CHECK(mlp->parameter_count() == h + 2 * h * 64);
+  std::map<std::string, torch::Tensor> q;
+  for (const auto& item : mlp->module().named_parameters()) q[item.key()] = item.value();
+  const auto z = torch::randn({b, 8, h});
+  const auto zn = z * torch::rsqrt(z.pow(2).mean(-1, true) + 1e-5);
+  const auto up = torch::relu(torch::matmul(zn, q["up_proj.weight"].t()));
+  CHECK(torch::allclose(mlp->forward({z}), z + torch::matmul(up * up, q["down_proj.weight"].t()), 1e-5, 1e-5));
+  // nemotron-h-tiny's twins own the analytic parameters: Mamba, the MLP,
+  // attention without rotary, the MoE of squared-ReLU experts.
+  check_twins_own_params("nemotron-h-tiny", {});
+  // Split over tp it does not run here (the analytic model splits its heads).
+  CHECK_THROWS_WITH(models::make_torch_layer("llama.block:mamba=1,h=32,mh=4,mp=8,mn=4,mg=2,ck=4,mq=16,f=64,qkvb=0,ob=0,mb=0,qkn=0,part=1,tp=2"),
+                    Catch::Contains("Mamba-2 layers run at tp 1 and cp 1 in the LibTorch twin"));
+  CHECK_THROWS_WITH(models::make_torch_layer("llama.block:mamba=1,h=32,mh=4,mp=8,mn=4,mg=3,ck=4,mq=16,f=64,qkvb=0,ob=0,mb=0,qkn=0,part=1"),
+                    Catch::Contains("mh must be a multiple of mg"));
+}

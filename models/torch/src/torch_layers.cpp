@@ -893,6 +893,11 @@ struct LlamaShape {
   std::int64_t kh = 0, vh = 0, dk = 0, dv = 0, ck = 0;  ///< its key and value heads and widths, conv taps
   bool output_gate = false;  ///< og=1: attention's output times sigmoid(gate), the gate from q_proj
   bool zero_centered = false;  ///< zc=1: Qwen3NextRMSNorm (fp32, 1 + weight), two a block
+  // Mamba-2 hybrids (Note [Mamba-2] in models/src/llama.cpp).
+  bool mamba = false;          ///< mamba=1: a Mamba-2 mixer in place of attention
+  std::int64_t mh = 0, mp = 0, mn = 0, mg = 0, mq = 0;  ///< its heads, head width, state, groups, chunk (taps: ck)
+  int part = 0;                ///< part=1: the token mixer alone; part=2: the MLP (or MoE) alone; 0: the block
+  bool relu2 = false;          ///< relu2=1: the MLPs up, squared ReLU, down, without a gate
   /// The keys a query sees beyond causality, as gqa_core takes it: a
   /// window (> 0), chunks (< 0) or none.
   std::int64_t span() const { return chunk > 0 ? -chunk : window; }
@@ -925,6 +930,9 @@ struct LlamaShape {
   std::int64_t q_lora = 0, kv_lora = 0, d_nope = 0, d_rope = 0, d_v = 0;
   std::int64_t qk() const { return d_nope + d_rope; }
 };
+
+/// Squared ReLU (Megatron-LM's squared_relu, HF's relu2): relu, then pow.
+torch::Tensor squared_relu(const torch::Tensor& up) { return torch::pow(torch::relu(up), 2); }
 
 /// A gated MLP's activation of its gate and up outputs: SiLU's SwiGLU,
 /// GeGLU (tanh GELU, HF's gelu_pytorch_tanh), or gpt-oss's clamped SwiGLU
@@ -994,18 +1002,19 @@ struct MoeMlp : nn::Module {
       auto a = torch::randn({s.fe, s.h}) * 0.02, b = torch::randn({s.h, s.fe}) * 0.02, c = torch::randn({s.fe, s.h}) * 0.02;
       if (e < s.first || e >= s.first + s.local) continue;
       const std::string n = "experts_" + std::to_string(e - s.first) + "_";
+      // Squared ReLU's experts have no gate: w1 is their up, w3 none (Note [Mamba-2]).
       w1.push_back(register_parameter(n + "w1", a));
       w2.push_back(register_parameter(n + "w2", b));
-      w3.push_back(register_parameter(n + "w3", c));
+      if (!s.relu2) w3.push_back(register_parameter(n + "w3", c));
       if (s.mlp_bias) {
         // gpt-oss's expert biases (gate_up_proj_bias, down_proj_bias), zero as HF initialises them.
         b1.push_back(register_parameter(n + "b1", torch::zeros({s.fe})));
         b2.push_back(register_parameter(n + "b2", torch::zeros({s.h})));
-        b3.push_back(register_parameter(n + "b3", torch::zeros({s.fe})));
+        if (!s.relu2) b3.push_back(register_parameter(n + "b3", torch::zeros({s.fe})));
       }
     }
     if (s.fs > 0) {
-      shared_gate_proj = register_module("shared_expert_gate_proj", nn::Linear(nn::LinearOptions(s.h, s.fs).bias(false)));
+      if (!s.relu2) shared_gate_proj = register_module("shared_expert_gate_proj", nn::Linear(nn::LinearOptions(s.h, s.fs).bias(false)));
       shared_up_proj = register_module("shared_expert_up_proj", nn::Linear(nn::LinearOptions(s.h, s.fs).bias(false)));
       shared_down_proj = register_module("shared_expert_down_proj", nn::Linear(nn::LinearOptions(s.fs, s.h).bias(false)));
     }
@@ -1067,8 +1076,13 @@ struct MoeMlp : nn::Module {
     out = g != nullptr ? g->exit(out.view({z.size(0), -1, shape.h})) : out.view_as(z);
     if (shared_down_proj) {
       // Megatron-Core's SharedExpertMLP: a dense MLP, its own gather and reduce-scatter.
-      const auto gu = column_parallel(t, z, {{shared_gate_proj->weight, shared_gate_proj->bias}, {shared_up_proj->weight, shared_up_proj->bias}});
-      auto shared = row_parallel(shared_down_proj, gated(gu[0], gu[1], shape), t);
+      torch::Tensor shared;
+      if (shape.relu2) {
+        shared = row_parallel(shared_down_proj, squared_relu(column_parallel(t, z, {{shared_up_proj->weight, shared_up_proj->bias}})[0]), t);
+      } else {
+        const auto gu = column_parallel(t, z, {{shared_gate_proj->weight, shared_gate_proj->bias}, {shared_up_proj->weight, shared_up_proj->bias}});
+        shared = row_parallel(shared_down_proj, gated(gu[0], gu[1], shape), t);
+      }
       if (shared_expert_gate) shared = torch::sigmoid(shared_expert_gate(z)) * shared;
       out = out + shared;
     }
@@ -1085,11 +1099,11 @@ struct MoeMlp : nn::Module {
     torch::NoGradGuard no_grad;
     for (std::size_t e = 0; e < (experts ? w1.size() : 0); ++e) {
       w1[e].set_data(rows_of(w1[e], 1, t));
-      w3[e].set_data(rows_of(w3[e], 1, t));
+      if (!w3.empty()) w3[e].set_data(rows_of(w3[e], 1, t));
       w2[e].set_data(cols_of(w2[e], t));
     }
     if (shared_down_proj) {
-      split_column(shared_gate_proj, 1, t);
+      if (shared_gate_proj) split_column(shared_gate_proj, 1, t);
       split_column(shared_up_proj, 1, t);
       split_row(shared_down_proj, t);
     }
@@ -1097,13 +1111,16 @@ struct MoeMlp : nn::Module {
   /// Local expert e (a gated MLP, with its biases where it has them) on rows x [n, h].
   torch::Tensor expert(const torch::Tensor& x, std::int64_t e) {
     const auto bias = [&](const std::vector<torch::Tensor>& b) { return b.empty() ? torch::Tensor() : b[e]; };
+    if (shape.relu2) return F::linear(squared_relu(F::linear(x, w1[e], bias(b1))), w2[e], bias(b2));
     return F::linear(gated(F::linear(x, w1[e], bias(b1)), F::linear(x, w3[e], bias(b3)), shape), w2[e], bias(b2));
   }
   /// A zero that gives local expert e a (zero) gradient when no row reached
   /// it, as a grouped GEMM does, so data parallelism reduces every tensor.
   torch::Tensor unused(std::int64_t e) {
-    auto z = w1[e].sum() + w2[e].sum() + w3[e].sum();
-    if (!b1.empty()) z = z + b1[e].sum() + b2[e].sum() + b3[e].sum();
+    auto z = w1[e].sum() + w2[e].sum();
+    if (!w3.empty()) z = z + w3[e].sum();
+    if (!b1.empty()) z = z + b1[e].sum() + b2[e].sum();
+    if (!b3.empty()) z = z + b3[e].sum();
     return 0 * z;
   }
   /// Note [Expert parallelism]: the routed experts' sum for rows `flat`
@@ -1465,22 +1482,184 @@ struct GatedDeltaNet : nn::Module {
   std::int64_t kh, vh, dk, dv, ck;
 };
 
-/// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm).
+// Note [The twin's Mamba-2 scan]
+// Megatron-Core's MambaMixer trains through mamba_split_conv1d_scan_combined
+// (mamba_ssm/ops/triton/ssd_combined.py; Note [Mamba-2] in
+// models/src/llama.cpp): one autograd function from in_proj's output z, x,
+// B, C, dt to the gated output y silu(z). The twin's SplitScan is that
+// function in LibTorch ops, in fp32 within: the causal depthwise
+// convolution and SiLU over x, B and C; dt = softplus(dt + dt_bias), A =
+// -exp(A_log); then the state-space duality's chunked scan (Dao and Gu
+// 2024, "Transformers are SSMs", section 6; HF's torch_forward in
+// modeling_mamba2.py): the sequence padded to chunks of Q, within a chunk
+// y_i = sum_{j <= i} (C_i . B_j) exp(a_i - a_j) dt_j x_j with a the
+// cumulative sum of dt A, each chunk's state sum_j exp(a_last - a_j) dt_j
+// x_j B_j^T handed on chunk by chunk (S <- S exp(a_last) + state) and read
+// by the next chunk's C exp(a_i); then y + D x, times silu(z). As the
+// Triton function it keeps in_proj's output and the ungated y (out_x) and
+// recomputes the rest in backward: autograd through the same ops from
+// those inputs.
+namespace ssd {
+
+/// The convolution's and scan's inputs from in_proj's output zxbcdt [b, s,
+/// 2 di + 2 G N + H]: z [b, s, di], x [b, s, H, P], B and C [b, s, G, N],
+/// dt [b, s, H] in fp32 after softplus.
+struct Parts {
+  torch::Tensor z, x, B, C, dt;
+};
+
+struct Dims {
+  std::int64_t heads, head_dim, state, groups, chunk;
+  std::int64_t inner() const { return heads * head_dim; }
+};
+
+Parts split(const torch::Tensor& zxbcdt, const torch::Tensor& conv_w, const torch::Tensor& conv_b, const torch::Tensor& dt_bias,
+            const Dims& d) {
+  const auto b = zxbcdt.size(0), s = zxbcdt.size(1), di = d.inner(), gn = d.groups * d.state;
+  const auto xbc = zxbcdt.narrow(-1, di, di + 2 * gn).transpose(1, 2);  // [b, channels, s]
+  const auto taps = conv_w.size(2);
+  const auto conv = F::silu(F::conv1d(xbc, conv_w, F::Conv1dFuncOptions().bias(conv_b).padding(taps - 1).groups(xbc.size(1))).narrow(-1, 0, s))
+                        .transpose(1, 2);  // [b, s, channels]
+  Parts p;
+  p.z = zxbcdt.narrow(-1, 0, di);
+  p.x = conv.narrow(-1, 0, di).reshape({b, s, d.heads, d.head_dim});
+  p.B = conv.narrow(-1, di, gn).reshape({b, s, d.groups, d.state});
+  p.C = conv.narrow(-1, di + gn, gn).reshape({b, s, d.groups, d.state});
+  p.dt = F::softplus(zxbcdt.narrow(-1, 2 * di + 2 * gn, d.heads).to(torch::kFloat) + dt_bias.to(torch::kFloat));
+  return p;
+}
+
+/// The chunked scan of x [b, s, H, P] with dt [b, s, H], A [H], B and C
+/// [b, s, G, N], in fp32: y [b, s, H, P] without D's skip.
+torch::Tensor scan(const torch::Tensor& x, const torch::Tensor& dt, const torch::Tensor& A, const torch::Tensor& B, const torch::Tensor& C,
+                   const Dims& d) {
+  const auto b = x.size(0), s = x.size(1), H = d.heads, Q = d.chunk, pad = (Q - s % Q) % Q, n = (s + pad) / Q;
+  const auto rep = H / d.groups;
+  // [b, s, ...] -> [b, H, n, Q, ...], zero-padded (a zero dt adds nothing and decays nothing).
+  const auto chunks = [&](const torch::Tensor& t) {  // t [b, s, H, k]
+    return F::pad(t.to(torch::kFloat).transpose(1, 2), F::PadFuncOptions({0, 0, 0, pad})).reshape({b, H, n, Q, t.size(3)});
+  };
+  const auto xc = chunks(x * dt.unsqueeze(-1));  // dt_j x_j
+  const auto Bc = chunks(B.repeat_interleave(rep, 2)), Cc = chunks(C.repeat_interleave(rep, 2));
+  const auto a = F::pad((dt * A.to(torch::kFloat)).transpose(1, 2), F::PadFuncOptions({0, pad})).reshape({b, H, n, Q}).cumsum(-1);
+  // Within a chunk: (C_i . B_j) exp(a_i - a_j) for j <= i.
+  const auto upper = torch::ones({Q, Q}, x.options().dtype(torch::kBool)).triu(1);
+  const auto decay = (a.unsqueeze(-1) - a.unsqueeze(-2)).masked_fill(upper, -std::numeric_limits<float>::infinity()).exp();
+  const auto y_diag = torch::matmul(torch::matmul(Cc, Bc.transpose(-1, -2)) * decay, xc);  // [b, H, n, Q, P]
+  // Each chunk's own state, then handed on: S_k, the state entering chunk k.
+  const auto last = a.narrow(-1, Q - 1, 1);                                                          // [b, H, n, 1]
+  const auto states = torch::matmul((Bc * (last - a).exp().unsqueeze(-1)).transpose(-1, -2), xc);  // [b, H, n, N, P]
+  std::vector<torch::Tensor> off;
+  auto S = torch::zeros({b, H, d.state, d.head_dim}, xc.options());
+  for (std::int64_t k = 0; k < n; ++k) {
+    off.push_back(torch::matmul(Cc.select(2, k) * a.select(2, k).exp().unsqueeze(-1), S));  // [b, H, Q, P]
+    S = S * last.select(2, k).exp().unsqueeze(-1) + states.select(2, k);
+  }
+  const auto y = y_diag + torch::stack(off, 2);
+  return y.reshape({b, H, n * Q, d.head_dim}).narrow(2, 0, s).transpose(1, 2);  // [b, s, H, P]
+}
+
+/// The gated output y silu(z) [b, s, di] and the ungated y.
+std::pair<torch::Tensor, torch::Tensor> run(const torch::Tensor& zxbcdt, const torch::Tensor& conv_w, const torch::Tensor& conv_b,
+                                            const torch::Tensor& dt_bias, const torch::Tensor& A_log, const torch::Tensor& D, const Dims& d) {
+  const auto p = split(zxbcdt, conv_w, conv_b, dt_bias, d);
+  const auto A = -A_log.to(torch::kFloat).exp();
+  const auto y = scan(p.x, p.dt, A, p.B, p.C, d) + D.to(torch::kFloat).view({1, 1, -1, 1}) * p.x.to(torch::kFloat);
+  const auto flat = y.reshape({y.size(0), y.size(1), d.inner()});
+  return {(flat * F::silu(p.z.to(torch::kFloat))).to(zxbcdt.scalar_type()), flat.to(zxbcdt.scalar_type())};
+}
+
+/// mamba_split_conv1d_scan_combined without its norm (Megatron-Core's).
+struct SplitScan : torch::autograd::Function<SplitScan> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& zxbcdt, const torch::Tensor& conv_w,
+                               const torch::Tensor& conv_b, const torch::Tensor& dt_bias, const torch::Tensor& A_log, const torch::Tensor& D,
+                               std::int64_t heads, std::int64_t head_dim, std::int64_t state, std::int64_t groups, std::int64_t chunk) {
+    const Dims d{heads, head_dim, state, groups, chunk};
+    auto [gated, y] = run(zxbcdt, conv_w, conv_b, dt_bias, A_log, D, d);
+    ctx->save_for_backward({zxbcdt, conv_w, conv_b, dt_bias, A_log, D, y});
+    ctx->saved_data["dims"] = std::vector<std::int64_t>{heads, head_dim, state, groups, chunk};
+    return gated;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const auto v = ctx->saved_data["dims"].toIntVector();
+    const Dims d{v[0], v[1], v[2], v[3], v[4]};
+    torch::autograd::variable_list in;
+    for (std::size_t i = 0; i < 6; ++i) in.push_back(saved[i].detach().requires_grad_(true));
+    torch::autograd::variable_list g;
+    {
+      torch::AutoGradMode grad_mode(true);
+      const auto out = run(in[0], in[1], in[2], in[3], in[4], in[5], d).first;
+      g = torch::autograd::grad({out}, in, {grad[0]});
+    }
+    g.resize(11);  // nothing for the sizes
+    return g;
+  }
+};
+
+}  // namespace ssd
+
+/// Megatron-Core's MambaMixer (megatron/core/ssm/mamba_mixer.py; HF's
+/// NemotronHMamba2Mixer holds the same tensors; Note [Mamba-2] in
+/// models/src/llama.cpp): in_proj to z, x, B, C and dt, the fused
+/// convolution and scan with the gate (Note [The twin's Mamba-2 scan]),
+/// the RMSNorm of each group of the gated output (ExtendedRMSNorm with z
+/// None: its composite ops here), out_proj. No biases but the convolution's.
+struct Mamba2Mixer : nn::Module {
+  Mamba2Mixer(std::int64_t h, const ssd::Dims& d, std::int64_t taps)
+      : in_proj(register_module("in_proj", nn::Linear(nn::LinearOptions(h, 2 * d.inner() + 2 * d.groups * d.state + d.heads).bias(false)))),
+        out_proj(register_module("out_proj", nn::Linear(nn::LinearOptions(d.inner(), h).bias(false)))),
+        dims(d) {
+    // nn.Conv1d's default draw (fan_in the taps of a depthwise channel);
+    // MambaMixer's dt_bias, the inverse softplus of dt drawn log-uniform in
+    // [0.001, 0.1]; A in [1, 16); D ones; the norm's weight ones.
+    const std::int64_t channels = d.inner() + 2 * d.groups * d.state;
+    const double bound = 1 / std::sqrt(static_cast<double>(taps));
+    conv_weight = register_parameter("conv1d_weight", (torch::rand({channels, 1, taps}) * 2 - 1) * bound);
+    conv_bias = register_parameter("conv1d_bias", (torch::rand({channels}) * 2 - 1) * bound);
+    const auto dt = torch::exp(torch::rand({d.heads}) * (std::log(0.1) - std::log(0.001)) + std::log(0.001));
+    dt_bias = register_parameter("dt_bias", dt + torch::log(-torch::expm1(-dt)));
+    A_log = register_parameter("A_log", torch::log(torch::rand({d.heads}) * 15 + 1));
+    D = register_parameter("D", torch::ones({d.heads}));
+    norm = register_parameter("norm", torch::ones({d.inner()}));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {  // [b, s, h]
+    const auto b = x.size(0), s = x.size(1);
+    const auto y = ssd::SplitScan::apply(in_proj(x), conv_weight, conv_bias, dt_bias, A_log, D, dims.heads, dims.head_dim, dims.state,
+                                         dims.groups, dims.chunk);  // [b, s, di], gated
+    // The grouped RMSNorm as composite ops (RmsNorm's, a row a group).
+    const auto yf = y.view({b, s, dims.groups, -1}).to(torch::kFloat);
+    const auto mean_sq = yf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(yf.size(-1)));
+    const auto normed = (yf * torch::rsqrt(mean_sq + kRmsEps)).to(y.scalar_type()).view({b, s, dims.inner()});
+    return out_proj(norm * normed);
+  }
+  nn::Linear in_proj, out_proj;
+  torch::Tensor conv_weight, conv_bias, dt_bias, A_log, D, norm;
+  ssd::Dims dims;
+};
+
+/// HF's LlamaDecoderLayer (Qwen3DecoderLayer with qk_norm); a hybrid
+/// pattern's layer holds its token mixer or its MLP alone, each with its
+/// own norm (NemotronHBlock; Note [Mamba-2] in models/src/llama.cpp):
+/// input_layernorm before the mixer, post_attention_layernorm before the MLP.
 struct LlamaBlock : nn::Module {
   explicit LlamaBlock(const LlamaShape& s)
-      : input_layernorm(s.olmo2_norms ? nullptr
-                                      : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
+      : input_layernorm(s.olmo2_norms || s.part == 2
+                            ? nullptr
+                            : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
         // Note [Gated DeltaNet]: a gated output's q_proj writes each head's query, then its gate.
-        q_proj((s.mla && s.q_lora > 0) || s.gdn
+        q_proj((s.mla && s.q_lora > 0) || !attends(s)
                    ? nn::Linear(nullptr)
                    : register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * (s.mla ? s.qk() : s.d) * (s.output_gate ? 2 : 1)).bias(s.qkv_bias)))),
-        k_proj(s.mla || s.gdn ? nn::Linear(nullptr) : register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        v_proj(s.mla || s.gdn ? nn::Linear(nullptr) : register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        o_proj(s.gdn ? nn::Linear(nullptr) : register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * (s.mla ? s.d_v : s.d), s.h).bias(s.o_bias)))),
+        k_proj(s.mla || !attends(s) ? nn::Linear(nullptr) : register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        v_proj(s.mla || !attends(s) ? nn::Linear(nullptr) : register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        o_proj(!attends(s) ? nn::Linear(nullptr) : register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * (s.mla ? s.d_v : s.d), s.h).bias(s.o_bias)))),
         post_attention_layernorm(
-            register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
+            s.part == 1 ? nullptr
+                        : register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
         shape(s) {
     if (s.gdn) linear_attn = register_module("linear_attn", std::make_shared<GatedDeltaNet>(s.h, s.kh, s.vh, s.dk, s.dv, s.ck));
+    if (s.mamba && s.part != 2) mixer = register_module("mixer", std::make_shared<Mamba2Mixer>(s.h, ssd::Dims{s.mh, s.mp, s.mn, s.mg, s.mq}, s.ck));
     // gpt-oss's sinks (GptOssAttention.sinks), drawn as HF initialises them.
     if (s.sinks) sinks = register_parameter("sinks", torch::randn({s.a}) * 0.02);
     if (s.mla) {
@@ -1501,14 +1680,20 @@ struct LlamaBlock : nn::Module {
       pre_feedforward_layernorm = register_module("pre_feedforward_layernorm", std::make_shared<RmsNorm>(s.h, true));
       post_feedforward_layernorm = register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(s.h, true));
     }
-    if (s.experts > 0) {
+    if (s.part == 1) {
+      // The token mixer alone.
+    } else if (s.experts > 0) {
       moe = register_module("block_sparse_moe", std::make_shared<MoeMlp>(s));
+    } else if (s.relu2) {
+      // NemotronHMLP: up_proj, squared ReLU, down_proj.
+      up_proj = register_module("up_proj", nn::Linear(nn::LinearOptions(s.h, s.f).bias(s.mlp_bias)));
+      down_proj = register_module("down_proj", nn::Linear(nn::LinearOptions(s.f, s.h).bias(s.mlp_bias)));
     } else {
       gate_proj = register_module("gate_proj", nn::Linear(nn::LinearOptions(s.h, s.f).bias(s.mlp_bias)));
       up_proj = register_module("up_proj", nn::Linear(nn::LinearOptions(s.h, s.f).bias(s.mlp_bias)));
       down_proj = register_module("down_proj", nn::Linear(nn::LinearOptions(s.f, s.h).bias(s.mlp_bias)));
     }
-    if (s.qk_norm && !s.gdn) {
+    if (s.qk_norm && attends(s)) {
       // Olmo2Attention's norms span the projections (num_heads x head_dim, num_key_value_heads x head_dim).
       const bool zero_centered = s.gemma_norms || s.zero_centered;
       q_norm = register_module("q_norm", std::make_shared<RmsNorm>(s.whole_qk ? s.a * s.d : s.d, zero_centered, s.fp32_norm_weight));
@@ -1516,10 +1701,15 @@ struct LlamaBlock : nn::Module {
     }
     if (s.olmo2_norms) post_feedforward_layernorm = register_module("post_feedforward_layernorm", std::make_shared<RmsNorm>(s.h));
   }
+  /// The layer has softmax attention's projections (not GDN's or Mamba's
+  /// mixer, nor a hybrid pattern's MLP alone).
+  static bool attends(const LlamaShape& s) { return !s.gdn && !s.mamba && s.part != 2; }
   /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
   torch::Tensor forward(const torch::Tensor& x) {
+    if (shape.part == 2) return x + residual_scaled(mlp(post_attention_layernorm->forward(x), tp.get()));  // Note [Mamba-2]
     if (shape.mla) return forward_mla(x);
     if (shape.gdn) return after_attention(x, linear_attn->forward(input_layernorm->forward(x)), nullptr);
+    if (shape.mamba) return after_attention(x, mixer->forward(input_layernorm->forward(x)), nullptr);
     const TensorParallel* t = tp.get();
     const auto b = x.size(0), sl = x.size(1) * sequence_shards(t), d = shape.d;  // sl: every token of this rank's sequence, once gathered
     const std::int64_t heads = t ? shape.a / t->size : shape.a, kv_heads = t ? shape.kv / t->size : shape.kv;
@@ -1617,6 +1807,7 @@ struct LlamaBlock : nn::Module {
   }
   /// The residual and the MLP after the token mixer's output `attn`.
   torch::Tensor after_attention(const torch::Tensor& x, const torch::Tensor& attn, const TensorParallel* t) {
+    if (shape.part == 1) return x + residual_scaled(attn);  // a hybrid pattern's mixer alone (Note [Mamba-2])
     if (pre_feedforward_layernorm) {
       // Gemma2DecoderLayer / Gemma3DecoderLayer: normalised before each residual.
       const auto y = x + post_attention_layernorm->forward(attn);
@@ -1629,9 +1820,14 @@ struct LlamaBlock : nn::Module {
       return y + post_feedforward_layernorm->forward(row_parallel(down_proj, gated(gate_proj(y), up_proj(y), shape), t));
     }
     const auto y = x + residual_scaled(attn);
-    if (moe) return y + residual_scaled(moe->forward(post_attention_layernorm->forward(y)));  // its own gathers
-    const auto gu = column_parallel(t, post_attention_layernorm->forward(y), {{gate_proj->weight, gate_proj->bias}, {up_proj->weight, up_proj->bias}});
-    return y + residual_scaled(row_parallel(down_proj, gated(gu[0], gu[1], shape), t));
+    return y + residual_scaled(mlp(post_attention_layernorm->forward(y), t));
+  }
+  /// The MLP (or the MoE, with its own gathers) on the normed z.
+  torch::Tensor mlp(const torch::Tensor& z, const TensorParallel* t) {
+    if (moe) return moe->forward(z);
+    if (shape.relu2) return row_parallel(down_proj, squared_relu(column_parallel(t, z, {{up_proj->weight, up_proj->bias}})[0]), t);
+    const auto gu = column_parallel(t, z, {{gate_proj->weight, gate_proj->bias}, {up_proj->weight, up_proj->bias}});
+    return row_parallel(down_proj, gated(gu[0], gu[1], shape), t);
   }
   /// GraniteDecoderLayer: hidden_states * residual_multiplier before each residual.
   torch::Tensor residual_scaled(const torch::Tensor& out) const {
@@ -1646,7 +1842,7 @@ struct LlamaBlock : nn::Module {
     for (auto* l : {&q_proj, &k_proj, &v_proj, &q_b_proj, &kv_b_proj, &gate_proj, &up_proj}) {
       if (*l) split_column(*l, 1, t);
     }
-    split_row(o_proj, t);
+    if (o_proj) split_row(o_proj, t);
     if (down_proj) split_row(down_proj, t);
     if (moe) moe->split(t, !experts_whole);
     if (sinks.defined()) {
@@ -1666,6 +1862,7 @@ struct LlamaBlock : nn::Module {
   nn::Linear q_a_proj{nullptr}, q_b_proj{nullptr}, kv_a_proj_with_mqa{nullptr}, kv_b_proj{nullptr};
   std::shared_ptr<RmsNorm> q_a_layernorm, kv_a_layernorm;
   std::shared_ptr<GatedDeltaNet> linear_attn;  // null but in a Gated DeltaNet layer (gdn=1)
+  std::shared_ptr<Mamba2Mixer> mixer;          // null but in a Mamba-2 layer (mamba=1)
   LlamaShape shape;
   bool recompute_core = false;                // TorchLayer::set_recompute_attention
   std::shared_ptr<const TensorParallel> tp;   // null: unsplit
@@ -1847,7 +2044,10 @@ class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
     std::vector<torch::Tensor> out;
     if (!m_->moe) return out;
     const auto& m = *m_->moe;
-    for (std::size_t e = 0; e < m.w1.size(); ++e) out.insert(out.end(), {m.w1[e], m.w2[e], m.w3[e]});
+    for (std::size_t e = 0; e < m.w1.size(); ++e) {
+      out.insert(out.end(), {m.w1[e], m.w2[e]});
+      if (!m.w3.empty()) out.push_back(m.w3[e]);  // none for squared ReLU's experts
+    }
     return out;
   }
 };
@@ -2303,6 +2503,10 @@ static void split_layer(TorchLayer& layer, const std::string& signature, const T
       // Note [Gated DeltaNet] (models/src/llama.cpp): the analytic model splits its heads; the twin does not.
       throw UnsupportedError(at + "Gated DeltaNet layers run at tp 1 in the LibTorch twin (plan.tp must be 1)");
     }
+    if (s.get_or("mamba", 0) != 0) {
+      // Note [Mamba-2] (models/src/llama.cpp): likewise.
+      throw UnsupportedError(at + "Mamba-2 layers run at tp 1 in the LibTorch twin (plan.tp must be 1)");
+    }
     const bool mla = s.get_or("mla", 0) != 0;  // latent attention's heads are whole
     if (s.get("a") % tp.size != 0 || (!mla && s.get("kv") % tp.size != 0) || s.get_or("f", 0) % tp.size != 0) {
       throw ConfigError(at + "heads, key-value heads and f must be multiples of tp " + std::to_string(tp.size));
@@ -2362,6 +2566,7 @@ static void place_cp(TorchLayer& layer, const std::string& signature, const Cont
     throw UnsupportedError(at + "context parallelism is built for the GPT-2 and Llama families only");
   }
   if (s.get_or("gdn", 0) != 0) throw UnsupportedError(at + "Gated DeltaNet layers run at cp 1 (Note [Gated DeltaNet] in models/src/llama.cpp)");
+  if (s.get_or("mamba", 0) != 0) throw UnsupportedError(at + "Mamba-2 layers run at cp 1 in the LibTorch twin (Note [Mamba-2] in models/src/llama.cpp)");
   if (!s.values.count("cp")) throw ConfigError(at + "no cp= but the context-parallel group has " + std::to_string(cp.size) + " ranks");
   if (auto* b = dynamic_cast<LlamaBlockLayer*>(&layer)) b->block().cp = shared;
   if (auto* b = dynamic_cast<Gpt2BlockLayer*>(&layer)) b->block().cp = shared;
@@ -2539,13 +2744,14 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
                                             s.get("h"));
   }
   if (k == "llama.block" || k == "moe.block") {
-    const bool moe = k == "moe.block", mla = s.get_or("mla", 0) != 0, gdn = s.get_or("gdn", 0) != 0;
+    const bool moe = k == "moe.block", mla = s.get_or("mla", 0) != 0, gdn = s.get_or("gdn", 0) != 0, mamba = s.get_or("mamba", 0) != 0;
     // Latent attention's heads are whole (kv = a); d is a query or key head's
-    // width. A Gated DeltaNet layer has no attention heads (a, kv, d unused).
+    // width. A Gated DeltaNet or Mamba-2 layer has no attention heads (a, kv, d unused).
+    const bool no_heads = gdn || mamba;
     LlamaShape shape{s.get("h"),
-                     gdn ? 1 : s.get("a"),
-                     gdn ? 1 : mla ? s.get("a") : s.get("kv"),
-                     gdn ? 2 : mla ? s.get("dn") + s.get("dr") : s.get("d"),
+                     no_heads ? 1 : s.get("a"),
+                     no_heads ? 1 : mla ? s.get("a") : s.get("kv"),
+                     no_heads ? 2 : mla ? s.get("dn") + s.get("dr") : s.get("d"),
                      moe ? 0 : s.get("f"),
                      s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0,           s.get("qkn") != 0,
                      s.get_or("flash", 0) != 0};
@@ -2594,6 +2800,34 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       if (s.get_or("gn", 0) != 0 || s.get_or("on", 0) != 0 || mla) {
         throw UnsupportedError("layer signature '" + signature + "': a Gated DeltaNet layer with gn, on or mla is not a block any model has");
       }
+    }
+    if (mamba) {
+      // Note [Mamba-2] (models/src/llama.cpp).
+      shape.mamba = true;
+      shape.mh = s.get("mh");
+      shape.mp = s.get("mp");
+      shape.mn = s.get("mn");
+      shape.mg = s.get("mg");
+      shape.mq = s.get("mq");
+      shape.ck = s.get("ck");
+      if (shape.mg < 1 || shape.mh % shape.mg != 0 || shape.mp < 1 || shape.mn < 1 || shape.mq < 1 || shape.ck < 1) {
+        throw ConfigError("layer signature '" + signature + "': mh must be a multiple of mg, and mg, mp, mn, mq and ck positive");
+      }
+      if (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1) {
+        throw UnsupportedError("layer signature '" + signature + "': Mamba-2 layers run at tp 1 and cp 1 in the LibTorch twin");
+      }
+      if (gdn || mla || s.get_or("gn", 0) != 0 || s.get_or("on", 0) != 0) {
+        throw UnsupportedError("layer signature '" + signature + "': a Mamba-2 layer with gdn, mla, gn or on is not a block any model has");
+      }
+    }
+    shape.part = static_cast<int>(s.get_or("part", 0));
+    if (shape.part < 0 || shape.part > 2) throw ConfigError("layer signature '" + signature + "': part must be 0 (a block), 1 (its mixer) or 2 (its MLP)");
+    if (shape.part != 0 && (s.get_or("gn", 0) != 0 || s.get_or("on", 0) != 0)) {
+      throw UnsupportedError("layer signature '" + signature + "': a hybrid pattern's part with Gemma's or OLMo 2's norms is not a layer any model has");
+    }
+    shape.relu2 = s.get_or("relu2", 0) != 0;
+    if (shape.relu2 && (s.get_or("gelu", 0) != 0 || s.get_or("swl", 0) != 0)) {
+      throw ConfigError("layer signature '" + signature + "': relu2 (squared ReLU, ungated) contradicts gelu and swl");
     }
     if (shape.window > 0 && shape.chunk > 0) throw ConfigError("layer signature '" + signature + "': sw and chunk contradict each other; set one");
     shape.gemma_norms = s.get_or("gn", 0) != 0;
