@@ -1752,7 +1752,10 @@ class Llama final : public ZooModel {
     }
     l.expert_params = el * expert_params_each(etp);
     l.params += l.expert_params;
-    l.param_tensors += static_cast<int>(std::min<std::int64_t>(el * (c_.mlp_bias ? 6 : 3), 1 << 20));  // with gpt-oss's biases, six
+    // Each expert's weights: gate, up and down (squared ReLU's up and down),
+    // with gpt-oss's biases twice as many.
+    const std::int64_t per_expert_tensors = (up_width() + 1) * (c_.mlp_bias ? 2 : 1);
+    l.param_tensors += static_cast<int>(std::min<std::int64_t>(el * per_expert_tensors, 1 << 20));
     // Megatron-Core reduce-scatters the experts' parts in the router
     // probabilities' dtype, fp32 (token_combine's and combine_preprocess's
     // hidden_states.to(probs.dtype)), and gathers their gradients so.

@@ -1153,3 +1153,24 @@ TEST_CASE("Megatron-LM: a Mamba-2 hybrid's layer pattern, its segments and Nemot
   CHECK(keys(unread).count("model.mamba_state") == 0);
   CHECK(listed(unread, "--mamba-state-dim 64 (read only with --hybrid-layer-pattern)"));
 }
+
+// Note [Mamba-2] (models/src/llama.cpp): HybridModelProvider's fields are
+// the hybrid flags; Nemotron's activation_func squared_relu is --squared-relu.
+TEST_CASE("Megatron-Bridge: Nemotron 3 Nano's run_config.yaml is its Megatron-LM hybrid flags", "[framework][mamba]") {
+  const std::string file = sample("megatron-bridge/nemotron_3_nano_run_config.yaml");
+  const FrameworkConfig fc = read_megatron_bridge_config(file);
+  auto k = keys(fc);
+  CHECK(k["model.hybrid_pattern"] == "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME");
+  CHECK(k["model.layers"] == "52");
+  CHECK(k["model.mamba_heads"] == "64");
+  CHECK(k["model.mamba_head_dim"] == "64");
+  CHECK(k["model.squared_relu"] == "true");
+  CHECK(k["model.rotary"] == "false");
+  CHECK(k["plan.ep"] == "8");
+  CHECK(k["plan.moe_dispatcher"] == "deepep");
+  CHECK(from_of(fc, "model.hybrid_pattern").find("(model.hybrid_override_pattern)") != std::string::npos);
+  CHECK(from_of(fc, "model.squared_relu").find("(model.activation_func)") != std::string::npos);
+  CHECK(fc.unmodelled.empty());
+  const auto from_yaml = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(from_yaml->parameters() == models::load_model("nemotron-3-nano-30b-a3b")->parameters());
+}

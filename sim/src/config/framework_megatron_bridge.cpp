@@ -25,7 +25,10 @@
 //   should_pad_vocab, GPTModelProvider.provide). position_embedding_type
 //   yarn and mrope are rotary positions, priced as rope.
 //   pipeline_model_parallel_layout (a string, or a list of stages of layer
-//   types) is Megatron's layout (Note [Pipeline layout]).
+//   types) is Megatron's layout (Note [Pipeline layout]). HybridModelProvider's
+//   hybrid_layer_pattern or hybrid_override_pattern and mamba_* are the
+//   hybrid flags, activation_func squared_relu --squared-relu (Note [Mamba-2]
+//   in models/src/llama.cpp).
 // - train: micro_batch_size, global_batch_size. optimizer: optimizer,
 //   sgd_momentum, use_distributed_optimizer. ddp: use_distributed_optimizer,
 //   overlap_grad_reduce, overlap_param_gather, grad_reduce_in_fp32,
@@ -45,13 +48,15 @@
 // - dataset.seq_length must equal model.seq_length (Bridge asserts it).
 // A dump holds every field of those dataclasses (about 370 in model alone).
 // Those that change time or memory and that dtsim does not model (CUDA
-// graphs, FP8 attention, sliding windows, a Mamba hybrid, LoRA) are listed in the one warning when they are on; the rest
+// graphs, FP8 attention, sliding windows, a hybrid's MTP pattern, LoRA) are listed in the one warning when they are on; the rest
 // (initialisation, epsilons, fusions dtsim prices as on, logging, paths)
 // are skipped, as the flags of framework_megatron.cpp's skipped_flag are.
 #include <algorithm>
 #include <map>
 #include <optional>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include "dtsim/sim/config_node.hpp"
 #include "dtsim/sim/error.hpp"
@@ -125,6 +130,13 @@ constexpr Field kFields[] = {
     {"model", "qk_pos_emb_head_dim", "qk-pos-emb-head-dim", Type::kInt},
     {"model", "v_head_dim", "v-head-dim", Type::kInt},
     {"model", "qk_layernorm", "qk-layernorm", Type::kBool},
+    // HybridModelProvider's (Note [Mamba-2] in models/src/llama.cpp).
+    {"model", "hybrid_layer_pattern", "hybrid-layer-pattern", Type::kString},
+    {"model", "hybrid_override_pattern", "hybrid-override-pattern", Type::kString},
+    {"model", "mamba_state_dim", "mamba-state-dim", Type::kInt},
+    {"model", "mamba_head_dim", "mamba-head-dim", Type::kInt},
+    {"model", "mamba_num_groups", "mamba-num-groups", Type::kInt},
+    {"model", "mamba_num_heads", "mamba-num-heads", Type::kIntOrOff},
     {"model", "account_for_embedding_in_pipeline_split", "account-for-embedding-in-pipeline-split", Type::kBool},
     {"model", "account_for_loss_in_pipeline_split", "account-for-loss-in-pipeline-split", Type::kBool},
     {"model", "num_layers_in_first_pipeline_stage", "decoder-first-pipeline-num-layers", Type::kIntOrOff},
@@ -166,7 +178,7 @@ constexpr std::pair<const char*, const char*> kUnmodelled[] = {
     {"model.fp8_multi_head_attention", "attention priced in bf16"},
     {"model.hierarchical_context_parallel_sizes", "context parallelism priced as one level"},
     {"model.window_size", "every layer priced as attending to every earlier key"},
-    {"model.hybrid_override_pattern", "a Mamba hybrid, priced as a transformer"},
+    {"model.mtp_hybrid_override_pattern", "a hybrid's multi-token prediction depths are not modelled"},
     {"model.heterogeneous_layers_config_path", "every layer priced alike"},
     {"optimizer.optimizer_cpu_offload", "optimizer priced on the GPU"},
     {"optimizer.use_precision_aware_optimizer", "optimizer states priced in fp32"},
@@ -427,6 +439,23 @@ class Reader {
         note("model.activation_func", act, "a gated unit priced as SwiGLU");
       }
     }
+    // Note [Mamba-2] (models/src/llama.cpp): Nemotron-H's providers set
+    // activation_func squared_relu; a chunk other than Megatron-Core's 128
+    // changes the scan's work a little, which dtsim prices at 128 here.
+    const bool hybrid = a_.given.count("hybrid-layer-pattern") || a_.given.count("hybrid-override-pattern");
+    if (hybrid && !a_.given.count("swiglu")) {
+      const YAML::Node f = model["activation_func"];
+      if (!null(f) && text(f).find("squared_relu") != std::string::npos) give("squared-relu", "true", f, "model.activation_func");
+    }
+    if (const YAML::Node q = model["mamba_chunk_size"]; hybrid && !null(q) && text(q) != "128") {
+      note("model.mamba_chunk_size", text(q), "the scan priced in chunks of 128");
+    }
+    for (const char* ratio : {"hybrid_attention_ratio", "hybrid_mlp_ratio"}) {
+      const YAML::Node r = model[ratio];
+      if (!hybrid && !null(r) && text(r) != "0" && text(r) != "0.0") {
+        note(std::string("model.") + ratio, text(r), "a hybrid built from ratios is not modelled; give hybrid_layer_pattern");
+      }
+    }
     // Rotary variants cost as rotary positions.
     if (a_.given.count("position-embedding-type")) {
       std::string& p = a_.given["position-embedding-type"].text;
@@ -646,7 +675,10 @@ class Reader {
     // The model's class: a GPT is what dtsim prices.
     if (const YAML::Node t = get("model", "_target_"); !null(t) && t.IsScalar()) {
       const std::string cls = t.Scalar();
-      for (const char* other : {"Mamba", "Hybrid", "T5", "MIMO", "Mimo"}) {
+      // A hybrid with its pattern is modelled (Note [Mamba-2]).
+      const bool hybrid = a_.given.count("hybrid-layer-pattern") || a_.given.count("hybrid-override-pattern");
+      for (const char* other : {"Mamba", "Hybrid", "NemotronH", "T5", "MIMO", "Mimo"}) {
+        if (hybrid && std::string_view(other) != "T5" && std::string_view(other) != "MIMO" && std::string_view(other) != "Mimo") continue;
         if (cls.find(other) != std::string::npos) {
           note("model._target_", cls, "priced as a GPT");
           break;
