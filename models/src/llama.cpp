@@ -559,9 +559,14 @@ using namespace detail;
 // 31,577,937,344 and 3,580,073,408 active (the card's 31.6B and 3.6B with
 // embeddings): tests/models/test_llama.cpp derives both. Multi-token
 // prediction patterns ("/") and the pattern's G, D and + layers are not
-// modelled; "|" segments become the pipeline layout. The LibTorch twin
-// runs Mamba-2 layers at tp 1 and cp 1 (Note [The twin's Mamba-2 scan] in
-// models/torch).
+// modelled; "|" segments become the pipeline layout. IBM's Granite 4.0-H
+// (modeling_granitemoehybrid.py, model_type granitemoehybrid) keeps whole
+// blocks instead: each block's mixer is Mamba-2 or attention as its
+// layer_types list (layer_mixers, M or *), then Granite's shared SwiGLU MLP
+// beside its experts (Note [Granite]'s scalars; its Mamba-2 of one group,
+// inner width mamba_expand x hidden); dtsim prices its Mamba mixer as
+// Megatron-Core's. The LibTorch twin runs Mamba-2 layers at tp 1 and cp 1
+// (Note [The twin's Mamba-2 scan] in models/torch).
 class Llama final : public ZooModel {
   /// What a layer holds (Note [Mamba-2]): a whole block (token mixer, then
   /// the MLP), or one of the two with its own pre-norm and residual.
@@ -861,8 +866,13 @@ class Llama final : public ZooModel {
     return p == '\0' ? Part::kBlock : p == 'M' || p == '*' ? Part::kMixer : Part::kMlp;
   }
   /// How layer i mixes its tokens (the MLP parts of a hybrid pattern: none, kAttention).
-  Mixer mixer_of(int i) const { return pattern_at(i) == 'M' ? Mixer::kMamba : is_linear(i) ? Mixer::kGdn : Mixer::kAttention; }
-  bool has_mamba() const { return c_.hybrid_pattern.find('M') != std::string::npos; }
+  Mixer mixer_of(int i) const {
+    const bool mamba_block = !c_.layer_mixers.empty() && c_.layer_mixers[static_cast<std::size_t>(i)] == 'M';  // Granite 4.0-H's
+    return pattern_at(i) == 'M' || mamba_block ? Mixer::kMamba : is_linear(i) ? Mixer::kGdn : Mixer::kAttention;
+  }
+  bool has_mamba() const {
+    return c_.hybrid_pattern.find('M') != std::string::npos || c_.layer_mixers.find('M') != std::string::npos;
+  }
   /// Layer i has a mixture of experts for its MLP (HF Qwen2MoeDecoderLayer:
   /// (i + 1) % decoder_sparse_step == 0; DeepSeek: i >= first_k_dense_replace;
   /// a hybrid pattern's E).

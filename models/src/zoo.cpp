@@ -548,7 +548,27 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
                                "; set only one");
   }
   if (!l.rotary && (l.nope_global || l.attn_temperature)) c.fail("rotary", "false already leaves every layer without rotary; drop nope_global and attn_temperature");
-  const bool mamba_layers = l.hybrid_pattern.find('M') != std::string::npos;
+  // Granite 4.0-H's blocks, each mixing through Mamba-2 (M) or attention (*).
+  l.layer_mixers = c.get_string("layer_mixers", "");
+  for (std::size_t i = 0; i < l.layer_mixers.size(); ++i) {
+    if (l.layer_mixers[i] != 'M' && l.layer_mixers[i] != '*') {
+      c.fail("layer_mixers", std::string("letter ") + std::to_string(i + 1) + " is '" + l.layer_mixers[i] +
+                                 "'; valid: M (a Mamba-2 block) or * (an attention block), a letter a layer");
+    }
+  }
+  if (!l.layer_mixers.empty() && !l.hybrid_pattern.empty()) {
+    c.fail("layer_mixers", "contradicts hybrid_pattern (blocks against single parts); set only one");
+  }
+  if (!l.layer_mixers.empty() && static_cast<std::int64_t>(l.layer_mixers.size()) != l.layers) {
+    c.fail("layer_mixers", std::to_string(l.layer_mixers.size()) + " letters for the " + std::to_string(l.layers) + " layers; valid: one a layer");
+  }
+  if (!l.layer_mixers.empty()) {
+    for (const auto& [key, on] : {std::pair{"full_attention_interval", l.full_attention_interval > 0}, std::pair{"gemma_norms", l.gemma_norms},
+                                   std::pair{"olmo2_norms", l.olmo2_norms}, std::pair{"kv_lora_rank", c.get_int("kv_lora_rank", 0, 0, kBig) > 0}}) {
+      if (on) c.fail(key, "is not modelled with layer_mixers (Granite 4.0-H's Mamba-2 and attention blocks); drop one");
+    }
+  }
+  const bool mamba_layers = l.hybrid_pattern.find('M') != std::string::npos || l.layer_mixers.find('M') != std::string::npos;
   if (mamba_layers && l.mamba_heads == 0 && (2 * l.hidden) % l.mamba_head_dim != 0) {
     c.fail("mamba_head_dim", std::to_string(l.mamba_head_dim) + " does not divide 2 x hidden = " + std::to_string(2 * l.hidden) +
                                  " (mamba_heads 0 takes Megatron-Core's 2 hidden / mamba_head_dim heads); set mamba_heads");
@@ -582,7 +602,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   }
   if (!mamba_layers) {
     for (const char* key : {"mamba_heads", "mamba_head_dim", "mamba_state", "mamba_groups", "mamba_conv_kernel", "mamba_chunk"}) {
-      if (c.has(key)) c.fail(key, "is read only with a hybrid_pattern holding Mamba-2 layers (M)");
+      if (c.has(key)) c.fail(key, "is read only with a hybrid_pattern or layer_mixers holding Mamba-2 layers (M)");
     }
   }
   // Mixture of experts (Note [Mixture of experts] in llama.cpp).
@@ -778,7 +798,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1609,6 +1629,79 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
       if (c.has("moe_latent_size") && !hf["moe_latent_size"].IsNull()) {
         c.fail("moe_latent_size", "set: the experts' latent projections are not modelled; valid: null");
       }
+    }
+  } else if (type == "granitemoehybrid") {
+    // Note [Mamba-2] (llama.cpp): IBM's Granite 4.0-H
+    // (GraniteMoeHybridForCausalLM; configuration_granitemoehybrid.py's
+    // keys and defaults): Granite's blocks and scalars (Note [Granite]),
+    // each block's mixer Mamba-2 or attention as layer_types lists them
+    // (all Mamba where it is absent: the class's layers_block_type), then a
+    // shared SwiGLU MLP of shared_intermediate_size beside a mixture of
+    // num_local_experts SwiGLU experts of intermediate_size (the shared MLP
+    // alone where there are none).
+    require_arch({"GraniteMoeHybridForCausalLM"});
+    const std::int64_t heads = decoder_shape(32, 4096, 32), hidden = ours["hidden"].as<std::int64_t>();
+    if (hidden % heads != 0) c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(hidden));
+    copy_int("vocab_size", "vocab", 32000);
+    copy_int("max_position_embeddings", "seq_len", 2048);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    const bool bias = c.get_bool("attention_bias", false);
+    ours["qkv_bias"] = bias;
+    ours["o_bias"] = bias;
+    if (const std::string act = c.get_string("hidden_act", "silu"); act != "silu") {
+      c.fail("hidden_act", "'" + act + "'; dtsim models silu (SwiGLU), Granite 4.0's");
+    }
+    ours["embedding_multiplier"] = c.get_double("embedding_multiplier", 1.0, 1e-6, 1e6);
+    ours["residual_multiplier"] = c.get_double("residual_multiplier", 1.0, 1e-6, 1e6);
+    ours["logits_scaling"] = c.get_double("logits_scaling", 1.0, 1e-6, 1e6);
+    // Rotary positions only where position_embedding_type is rope.
+    const YAML::Node pe = hf["position_embedding_type"];
+    ours["rotary"] = pe && !pe.IsNull() && pe.IsScalar() && pe.Scalar() == "rope";
+    const std::int64_t layers = ours["layers"].as<std::int64_t>();
+    std::string mixers(static_cast<std::size_t>(layers), 'M');
+    const std::string types_key = c.has("layer_types") || !c.has("layers_block_type") ? "layer_types" : "layers_block_type";
+    if (c.has(types_key) && !hf[types_key].IsNull()) {
+      const YAML::Node types = hf[types_key];
+      if (!types.IsSequence() || static_cast<std::int64_t>(types.size()) != layers) {
+        c.fail(types_key, "expected a list of one block type a layer, " + std::to_string(layers) + " (num_hidden_layers)");
+      }
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const std::string t = types[i].IsScalar() ? types[i].Scalar() : "";
+        if (t != "mamba" && t != "attention") c.fail(types_key, "layer " + std::to_string(i) + " is '" + t + "'; valid: mamba, attention");
+        mixers[i] = t == "mamba" ? 'M' : '*';
+      }
+    }
+    ours["layer_mixers"] = mixers;
+    if (mixers.find('M') != std::string::npos) {
+      // mamba_d_head "auto": mamba_expand x hidden / mamba_n_heads, which must divide it.
+      const std::int64_t expand = c.get_int("mamba_expand", 2, 1, 1 << 10), n_heads = c.get_int("mamba_n_heads", 128, 1, 1 << 20);
+      const std::int64_t inner = expand * hidden;
+      if (inner % n_heads != 0) c.fail("mamba_n_heads", std::to_string(n_heads) + " does not divide mamba_expand x hidden_size = " + std::to_string(inner));
+      const YAML::Node dh = hf["mamba_d_head"];
+      const std::int64_t d_head = !dh || dh.IsNull() || (dh.IsScalar() && dh.Scalar() == "auto") ? inner / n_heads : c.get_int("mamba_d_head", 1, 1, 1 << 20);
+      if (d_head * n_heads != inner) {
+        c.fail("mamba_d_head", std::to_string(d_head) + " x mamba_n_heads " + std::to_string(n_heads) + " is not mamba_expand x hidden_size = " +
+                                   std::to_string(inner) + " (the class refuses it)");
+      }
+      ours["mamba_heads"] = n_heads;
+      ours["mamba_head_dim"] = d_head;
+      copy_int("mamba_n_groups", "mamba_groups", 1);
+      copy_int("mamba_d_state", "mamba_state", 256);
+      copy_int("mamba_d_conv", "mamba_conv_kernel", 4);
+      copy_int("mamba_chunk_size", "mamba_chunk", 256);
+      if (c.get_bool("mamba_proj_bias", false)) c.fail("mamba_proj_bias", "true: Mamba-2 projections with biases are not modelled; valid: false");
+      if (!c.get_bool("mamba_conv_bias", true)) c.fail("mamba_conv_bias", "false: a convolution without its bias is not modelled; valid: true");
+    }
+    // The shared MLP beside the experts; alone where there are none.
+    const std::int64_t shared = c.get_int("shared_intermediate_size", 1024, 1, kBig);
+    const std::int64_t experts = c.get_int("num_local_experts", 8, 0, 1 << 20);
+    if (experts == 0) {
+      ours["intermediate"] = shared;
+    } else {
+      routing("num_local_experts", 8, 2, "local experts");
+      copy_int("intermediate_size", "expert_intermediate", 11008);
+      ours["intermediate"] = ours["expert_intermediate"];
+      ours["shared_intermediate"] = shared;
     }
   } else if (type == "qwen3_5" || type == "qwen3_5_moe") {
     // Note [Image-and-text configs]: Qwen3.5's checkpoints are

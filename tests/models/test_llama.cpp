@@ -2428,3 +2428,62 @@ TEST_CASE("Nemotron-H and Nemotron 3 Nano: built-ins, config.json and parameters
   layers.replace(layers.find("\"num_hidden_layers\": 52"), 23, "\"num_hidden_layers\": 50");
   CHECK(error_of([&] { load_model(write_json(dir, layers)); }).find("config.num_hidden_layers: contradicts the pattern's 52 layers") != std::string::npos);
 }
+
+TEST_CASE("Granite 4.0-H: blocks whose mixer is Mamba-2 or attention, from config.json by hand (Note [Mamba-2])", "[llama][mamba]") {
+  // Three blocks (mamba, attention, mamba) of hidden 64, each with Granite's
+  // shared SwiGLU MLP of 48 beside 4 SwiGLU experts of 32 (top-2); Mamba-2
+  // of 4 heads of 32 (mamba_expand 2 x 64 / 4), one group, state 16; 4
+  // attention heads of 16, 2 KV heads, no positions; a tied embedding.
+  test::TempDir dir("granite-h");
+  const std::string config = R"({
+  "architectures": ["GraniteMoeHybridForCausalLM"],
+  "model_type": "granitemoehybrid",
+  "hidden_size": 64, "num_hidden_layers": 3, "num_attention_heads": 4, "num_key_value_heads": 2,
+  "intermediate_size": 32, "shared_intermediate_size": 48, "num_local_experts": 4, "num_experts_per_tok": 2,
+  "vocab_size": 256, "max_position_embeddings": 256, "tie_word_embeddings": true,
+  "embedding_multiplier": 12.0, "residual_multiplier": 0.22, "logits_scaling": 6.0, "attention_multiplier": 0.0625,
+  "position_embedding_type": "nope", "layer_types": ["mamba", "attention", "mamba"],
+  "mamba_n_heads": 4, "mamba_d_head": "auto", "mamba_n_groups": 1, "mamba_d_state": 16, "mamba_d_conv": 4, "mamba_expand": 2,
+  "mamba_chunk_size": 32, "mamba_conv_bias": true, "mamba_proj_bias": false
+})";
+  const auto m = load_model(write_json(dir, config));
+  // Mamba: in_proj 64 x (2 x 128 + 2 x 16 + 4), the convolution over 128 +
+  // 32 channels with its bias (x 5), 3 x 4, the norm 128, out_proj 128 x 64;
+  // attention: q 64 x 64, k and v 64 x 32, o 64 x 64; each block two norms
+  // of 64, the router 4 x 64, the experts 4 x 3 x 64 x 32, the shared MLP
+  // 3 x 64 x 48; the embedding 256 x 64, tied; the final norm.
+  const std::int64_t mamba = 64 * 292 + 160 * 5 + 12 + 128 + 128 * 64, attention = 64 * 64 + 2 * 64 * 32 + 64 * 64;
+  const std::int64_t rest = 128 + 4 * 64 + 4 * 3 * 64 * 32 + 3 * 64 * 48;
+  CHECK(mamba == 27'820);
+  CHECK(attention == 12'288);
+  CHECK(m->parameters() == 2 * (mamba + rest) + attention + rest + 256 * 64 + 64);
+  CHECK(m->parameters() == 186'904);
+  CHECK(m->active_parameters() == 186'904 - 3 * 2 * 3 * 64 * 32);
+  const auto layers = m->layers(shape(1, 64, 2));
+  REQUIRE(layers.size() == 5);
+  CHECK(layers[1].signature.rfind("moe.block:mamba=1,h=64,mh=4,mp=32,mn=16,mg=1,ck=4,mq=32,E=4,k=2,fe=32,fs=48,", 0) == 0);
+  CHECK(layers[1].signature.find(",part=") == std::string::npos);  // whole blocks
+  CHECK(layers[2].signature.rfind("moe.block:h=64,a=4,kv=2,d=16,", 0) == 0);
+  CHECK(layers[2].signature.find(",nope=1") != std::string::npos);
+  CHECK(layers[2].signature.find(",rm=220000") != std::string::npos);
+  // Without layer_types every block is Mamba (the class's layers_block_type).
+  std::string all_mamba = config;
+  all_mamba.replace(all_mamba.find("\"layer_types\""), std::string("\"layer_types\": [\"mamba\", \"attention\", \"mamba\"],").size(), "");
+  CHECK(load_model(write_json(dir, all_mamba))->parameters() == 3 * (mamba + rest) + 256 * 64 + 64);
+  // What it does not hold is refused at its key.
+  std::string moe_type = config;
+  moe_type.replace(moe_type.find("\"attention\", \"mamba\"]"), 11, "\"moe\"");
+  CHECK(error_of([&] { load_model(write_json(dir, moe_type)); }).find("config.layer_types: layer 1 is 'moe'; valid: mamba, attention") !=
+        std::string::npos);
+  std::string heads = config;
+  heads.replace(heads.find("\"mamba_n_heads\": 4"), 18, "\"mamba_n_heads\": 5");
+  CHECK(error_of([&] { load_model(write_json(dir, heads)); }).find("config.mamba_n_heads: 5 does not divide mamba_expand x hidden_size = 128") !=
+        std::string::npos);
+  // A dense Granite 4.0-H (no experts) has the shared MLP alone.
+  std::string dense = config;
+  dense.replace(dense.find("\"num_local_experts\": 4"), 22, "\"num_local_experts\": 0");
+  CHECK(load_model(write_json(dir, dense))->parameters() == 2 * mamba + attention + 3 * (128 + 3 * 64 * 48) + 256 * 64 + 64);
+  // layer_mixers in our YAML: refused beside a hybrid pattern.
+  std::vector<sim::Override> both{sim::parse_override("model.layer_mixers=M*"), sim::parse_override("model.hybrid_pattern=M-")};
+  CHECK(error_of([&] { load_model("llama-tiny", both); }).find("model.layer_mixers: contradicts hybrid_pattern") != std::string::npos);
+}

@@ -1500,3 +1500,14 @@ TEST_CASE("a Mamba-2 hybrid trains as one process does: data and pipeline parall
     CHECK(std::count(r.err.begin(), r.err.end(), '\n') == 1);
   }
 }
+
+TEST_CASE("a Granite 4.0-H hybrid (Mamba-2 blocks with experts) trains as one process does (Note [Mamba-2])", "[runtime][validate][slow][mamba]") {
+  // moe-tiny's blocks as Granite 4.0-H's: a Mamba-2 block, then an
+  // attention block without positions, both with a shared MLP beside the
+  // experts, over 40 tokens (two chunks of 32).
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=40 --set model.layer_mixers=M* --set model.mamba_head_dim=64 "
+                            "--set model.mamba_groups=1 --set model.mamba_state=16 --set model.mamba_chunk=32 --set model.rotary=false "
+                            "--set model.shared_intermediate=96 --set model.residual_multiplier=0.5 ";
+  SECTION("ddp, dp 2") { check_as_one_process("moe-tiny", "ddp --procs 2", shape, 2); }
+  SECTION("ZeRO-2 at ep 2") { check_as_one_process("moe-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
+}

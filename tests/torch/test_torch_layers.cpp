@@ -1865,3 +1865,31 @@ TEST_CASE("Mamba-2's twin: the chunked scan equals the recurrence, causal, and o
   CHECK_THROWS_WITH(models::make_torch_layer("llama.block:mamba=1,h=32,mh=4,mp=8,mn=4,mg=3,ck=4,mq=16,f=64,qkvb=0,ob=0,mb=0,qkn=0,part=1"),
                     Catch::Contains("mh must be a multiple of mg"));
 }
+
+TEST_CASE("Granite 4.0-H's twin: a block whose mixer is Mamba-2, then the experts, owns the analytic parameters (Note [Mamba-2])",
+          "[torch][llama][mamba]") {
+  // moe-tiny's two blocks as Granite 4.0-H's: the first mixing through
+  // Mamba-2 (4 heads of 64, one group of state 16), the second attending
+  // without positions; Granite's scalars; SwiGLU experts and a shared MLP.
+  const std::vector<std::string> granite{"model.layer_mixers=M*", "model.mamba_head_dim=64", "model.mamba_groups=1",
+                                         "model.mamba_state=16", "model.mamba_chunk=32", "model.rotary=false",
+                                         "model.shared_intermediate=96", "model.residual_multiplier=0.5",
+                                         "model.embedding_multiplier=2", "model.logits_scaling=2"};
+  check_twins_own_params("moe-tiny", granite);
+  std::vector<sim::Override> overrides;
+  for (const auto& o : granite) overrides.push_back(sim::parse_override(o));
+  const auto model = models::load_model("moe-tiny", overrides);
+  sim::WorkloadShape w;
+  w.micro_batch = 2;
+  w.seq_len = 40;
+  const auto block = model->layers(w)[1];
+  REQUIRE(block.signature.rfind("moe.block:mamba=1,", 0) == 0);
+  // The block runs: its input norm, the mixer, the residual, then the norm and the MoE.
+  auto twin = models::make_torch_layer(block.signature);
+  torch::manual_seed(6);
+  const auto x = torch::randn({2, 40, 128}).requires_grad_(true);
+  const auto y = twin->forward({x});
+  CHECK(y.sizes() == x.sizes());
+  y.sum().backward();
+  CHECK(x.grad().abs().sum().item<double>() > 0);
+}

@@ -111,6 +111,10 @@ struct LlamaConfig {
   /// MLP, E the mixture of experts. Empty: every layer a block (attention,
   /// then the MLP).
   std::string hybrid_pattern;
+  /// Which blocks mix their tokens through Mamba-2 rather than attention, a
+  /// letter a layer, M or * (Granite 4.0-H's layer_types), each a whole
+  /// block with its MLP after; empty: none.
+  std::string layer_mixers;
   std::int64_t mamba_heads = 0;        ///< mamba_num_heads (0: 2 hidden / mamba_head_dim)
   std::int64_t mamba_head_dim = 64;    ///< mamba_head_dim (P)
   std::int64_t mamba_state = 128;      ///< ssm_state_size (N)
