@@ -1640,14 +1640,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // num_local_experts SwiGLU experts of intermediate_size (the shared MLP
     // alone where there are none).
     require_arch({"GraniteMoeHybridForCausalLM"});
-    const std::int64_t heads = decoder_shape(32, 4096, 32), hidden = ours["hidden"].as<std::int64_t>();
-    if (hidden % heads != 0) c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " + std::to_string(hidden));
-    copy_int("vocab_size", "vocab", 32000);
-    copy_int("max_position_embeddings", "seq_len", 2048);
-    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
-    const bool bias = c.get_bool("attention_bias", false);
-    ours["qkv_bias"] = bias;
-    ours["o_bias"] = bias;
+    whole_heads_decoder({32000});  // GraniteMoeHybridConfig's shape defaults are LlamaConfig's
+    const std::int64_t hidden = ours["hidden"].as<std::int64_t>();
     if (const std::string act = c.get_string("hidden_act", "silu"); act != "silu") {
       c.fail("hidden_act", "'" + act + "'; dtsim models silu (SwiGLU), Granite 4.0's");
     }
