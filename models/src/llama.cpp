@@ -611,14 +611,16 @@ class Llama final : public ZooModel {
       return std::to_string(c_.mamba_heads) + " Mamba heads and " + std::to_string(c_.mamba_groups) +
              " groups (mamba_num_heads, n_groups) are not both divisible by tp=" + std::to_string(tp);
     }
-    if (!mla() && c_.kv_heads % tp != 0) {
+    // Attention's heads, where some layer attends (a hybrid pattern may have none: Note [Mamba-2]).
+    const bool attends = attention_layers() > 0;
+    if (attends && !mla() && c_.kv_heads % tp != 0) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
     }
-    if (dense_layers() > 0) return transformer_tp_error(tp, c_.heads, c_.intermediate);
+    if (dense_layers() > 0) return transformer_tp_error(tp, attends ? c_.heads : tp, c_.intermediate);
     if (c_.shared_intermediate % tp != 0) {
       return "the shared experts' width " + std::to_string(c_.shared_intermediate) + " is not divisible by tp=" + std::to_string(tp);
     }
-    return transformer_tp_error(tp, c_.heads, c_.expert_intermediate);
+    return transformer_tp_error(tp, attends ? c_.heads : tp, c_.expert_intermediate);
   }
   std::string cp_error(int cp, int tp = 1) const override {
     const std::int64_t ranks = static_cast<std::int64_t>(cp) * tp;
@@ -888,6 +890,12 @@ class Llama final : public ZooModel {
   bool is_linear(int i) const { return c_.full_attention_interval > 0 && (i + 1) % c_.full_attention_interval != 0; }
   /// Some layer is: layer 0 is, unless every layer attends (an interval of 1).
   bool has_linear() const { return c_.full_attention_interval > 1; }
+  /// Layers whose token mixer is softmax attention.
+  int attention_layers() const {
+    int n = 0;
+    for (int i = 0; i < c_.layers; ++i) n += part_of(i) != Part::kMlp && mixer_of(i) == Mixer::kAttention ? 1 : 0;
+    return n;
+  }
   /// Layers with a dense MLP.
   int dense_layers() const {
     int n = 0;
@@ -1090,8 +1098,10 @@ class Llama final : public ZooModel {
     }
     p.split = split / tp;
     p.replicated = replicated;
-    // Per-head norms run after the gather: the q/k norms and GDN's gated norm.
-    p.sequence_parallel = replicated - (linear ? c_.linear_value_dim : c_.qk_norm && !whole_qk() ? 2 * d : 0);
+    // Per-head norms run after the gather: the q/k norms (attention's, where
+    // the layer attends) and GDN's gated norm.
+    const bool attends = part != Part::kMlp && mixer == Mixer::kAttention;
+    p.sequence_parallel = replicated - (linear ? c_.linear_value_dim : attends && c_.qk_norm && !whole_qk() ? 2 * d : 0);
     p.tensors = tensors;
     return p;
   }
@@ -1280,6 +1290,9 @@ class Llama final : public ZooModel {
       const Bytes xbc = tm * (dil + 2 * gl * N);              // the convolution's elements
       const Bytes zxbcdt = tm * (2 * dil + 2 * gl * N + hl);  // in_proj's output as the scan sees it
       const Bytes rows = tm * hl, y = tm * dil;               // a head's rows; the scan's output elements
+      check_size(static_cast<double>(tm) * static_cast<double>(2 * dil + 2 * gl * N + hl) * e, "Mamba-2 projections");
+      check_size(static_cast<double>((tm + Q - 1) / Q) * static_cast<double>(hl) * static_cast<double>(P) * static_cast<double>(N) * 4,
+                 "Mamba-2 chunk states");
       const Bytes states = (tm + Q - 1) / Q * hl * P * N;     // a P x N state a chunk and head
       const Bytes cb = tm * gl * Q;                           // C B^T a chunk and group, Q x Q
       pre.push_back(gemm("attn.qkv", t, projected, h, e));

@@ -540,7 +540,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.mamba_state = c.get_int("mamba_state", 128, 1, 1 << 20);
   l.mamba_groups = c.get_int("mamba_groups", 8, 1, 1 << 20);
   l.mamba_conv_kernel = c.get_int("mamba_conv_kernel", 4, 1, 1024);
-  l.mamba_chunk = c.get_int("mamba_chunk", 128, 1, 1 << 20);
+  l.mamba_chunk = c.get_int("mamba_chunk", 128, 1, 4096);  // mamba_ssm's chunks are 64 to 256 tokens
   l.squared_relu = c.get_bool("squared_relu", false);
   l.rotary = c.get_bool("rotary", true);
   if (l.squared_relu && (l.gelu || l.swiglu_limit > 0)) {
@@ -548,6 +548,9 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
                                "; set only one");
   }
   if (!l.rotary && (l.nope_global || l.attn_temperature)) c.fail("rotary", "false already leaves every layer without rotary; drop nope_global and attn_temperature");
+  if (!l.rotary && c.get_int("kv_lora_rank", 0, 0, kBig) > 0) {
+    c.fail("rotary", "false with latent attention (kv_lora_rank), whose decoupled rotary part every head shares; set rotary: true");
+  }
   // Granite 4.0-H's blocks, each mixing through Mamba-2 (M) or attention (*).
   l.layer_mixers = c.get_string("layer_mixers", "");
   for (std::size_t i = 0; i < l.layer_mixers.size(); ++i) {
@@ -564,7 +567,8 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   }
   if (!l.layer_mixers.empty()) {
     for (const auto& [key, on] : {std::pair{"full_attention_interval", l.full_attention_interval > 0}, std::pair{"gemma_norms", l.gemma_norms},
-                                   std::pair{"olmo2_norms", l.olmo2_norms}, std::pair{"kv_lora_rank", c.get_int("kv_lora_rank", 0, 0, kBig) > 0}}) {
+                                   std::pair{"olmo2_norms", l.olmo2_norms}, std::pair{"kv_lora_rank", c.get_int("kv_lora_rank", 0, 0, kBig) > 0},
+                                   std::pair{"attention_sinks", l.attention_sinks}}) {
       if (on) c.fail(key, "is not modelled with layer_mixers (Granite 4.0-H's Mamba-2 and attention blocks); drop one");
     }
   }
@@ -596,7 +600,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
                                    std::pair{"olmo2_norms", l.olmo2_norms}, std::pair{"kv_lora_rank", c.get_int("kv_lora_rank", 0, 0, kBig) > 0},
                                    std::pair{"first_dense", c.get_int("first_dense", 0, 0, 10000) > 0},
                                    std::pair{"moe_step", c.get_int("moe_step", 1, 1, 10000) > 1},
-                                   std::pair{"mtp_layers", c.get_int("mtp_layers", 0, 0, 64) > 0}}) {
+                                   std::pair{"mtp_layers", c.get_int("mtp_layers", 0, 0, 64) > 0}, std::pair{"attention_sinks", l.attention_sinks}}) {
       if (on) c.fail(key, "is not modelled with a hybrid_pattern (Megatron-Core's hybrid layers: M, *, - and E alone); drop one");
     }
   }
@@ -660,7 +664,13 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   const double mlp = l.experts > 0 ? static_cast<double>(l.experts) * static_cast<double>(l.expert_intermediate) +
                                          static_cast<double>(l.shared_intermediate) + static_cast<double>(l.intermediate)
                                    : static_cast<double>(l.intermediate);
-  check_parameters(c, "layers", (l.layers + l.mtp_layers) * (h * d * static_cast<double>(2 * l.heads + 2 * l.kv_heads) + 3 * h * mlp) +
+  // Note [Mamba-2]: a Mamba layer's projections and convolution, bounded as a whole.
+  const double di = static_cast<double>(mamba_heads) * static_cast<double>(l.mamba_head_dim);
+  const double bc = 2.0 * static_cast<double>(l.mamba_groups) * static_cast<double>(l.mamba_state);
+  const double mamba = mamba_layers ? h * (2 * di + bc + static_cast<double>(mamba_heads)) + di * h +
+                                          (di + bc) * static_cast<double>(l.mamba_conv_kernel + 1)
+                                    : 0.0;
+  check_parameters(c, "layers", (l.layers + l.mtp_layers) * (h * d * static_cast<double>(2 * l.heads + 2 * l.kv_heads) + 3 * h * mlp + mamba) +
                                     2 * static_cast<double>(l.vocab) * h);
   c.finish({"name", "family", "description"});
   return make_llama(l);
@@ -1604,12 +1614,14 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     }
     // Legacy names first where the config uses them (NemotronHConfig's attribute_map).
     auto alias = [&](const char* name, const char* legacy) { return c.has(name) || !c.has(legacy) ? name : legacy; };
-    copy_int("mamba_num_heads", "mamba_heads", 128);
-    copy_int("mamba_head_dim", "mamba_head_dim", 64);
-    copy_int("ssm_state_size", "mamba_state", 128);
-    copy_int(alias("n_groups", "mamba_n_groups"), "mamba_groups", 8);
-    copy_int(alias("conv_kernel", "mamba_d_conv"), "mamba_conv_kernel", 4);
-    copy_int(alias("chunk_size", "mamba_chunk_size"), "mamba_chunk", 128);
+    if (pattern.find('M') != std::string::npos) {  // our mamba_* keys are read only with Mamba layers
+      copy_int("mamba_num_heads", "mamba_heads", 128);
+      copy_int("mamba_head_dim", "mamba_head_dim", 64);
+      copy_int("ssm_state_size", "mamba_state", 128);
+      copy_int(alias("n_groups", "mamba_n_groups"), "mamba_groups", 8);
+      copy_int(alias("conv_kernel", "mamba_d_conv"), "mamba_conv_kernel", 4);
+      copy_int(alias("chunk_size", "mamba_chunk_size"), "mamba_chunk", 128);
+    }
     // Biases the model does not carry: in_proj's and out_proj's (use_bias,
     // mamba_proj_bias); the convolution's is counted (use_conv_bias).
     for (const char* key : {"use_bias", "mamba_proj_bias"}) {

@@ -2333,6 +2333,37 @@ TEST_CASE("Mamba-2 hybrids: parameters, memory and FLOPs of a small hybrid patte
   CHECK(error_of([&] { load_model(yaml, groups); }).find("model.mamba_groups: 3 does not divide the 4 Mamba heads") != std::string::npos);
   std::vector<sim::Override> gdn{sim::parse_override("model.full_attention_interval=2")};
   CHECK(error_of([&] { load_model(yaml, gdn); }).find("model.full_attention_interval: is not modelled with a hybrid_pattern") != std::string::npos);
+  std::vector<sim::Override> chunk{sim::parse_override("model.mamba_chunk=8192")};
+  CHECK(error_of([&] { load_model(yaml, chunk); }).find("model.mamba_chunk") != std::string::npos);
+  std::vector<sim::Override> sinks{sim::parse_override("model.attention_sinks=true")};
+  CHECK(error_of([&] { load_model(yaml, sinks); }).find("model.attention_sinks: is not modelled with a hybrid_pattern") != std::string::npos);
+  // Absurd Mamba widths are refused as parameters, not overflowed.
+  std::vector<sim::Override> huge{sim::parse_override("model.mamba_head_dim=1048576"), sim::parse_override("model.mamba_heads=1048576"),
+                                  sim::parse_override("model.mamba_groups=1"), sim::parse_override("model.hidden=4096")};
+  // (4 layers of in_proj 4096 x 2^41 and out_proj 2^40 x 4096 alone: 5.41e16.)
+  CHECK(error_of([&] { load_model(yaml, huge); }).find("model.layers: with the other sizes gives 5.41e+16 parameters, more than dtsim models") !=
+        std::string::npos);
+  // Absurd chunk states for one micro-batch are refused as such.
+  std::vector<sim::Override> states{sim::parse_override("model.mamba_head_dim=65536"), sim::parse_override("model.mamba_heads=65536"),
+                                    sim::parse_override("model.mamba_state=65536"), sim::parse_override("model.mamba_groups=1")};
+  CHECK(error_of([&] { load_model(yaml, states)->layers(shape(1, 256, 2)); }).find("the Mamba-2 chunk states of one layer would exceed 100 TB") !=
+        std::string::npos);
+  // Latent attention keeps its rotary part: rotary false is refused with it.
+  std::vector<sim::Override> latent{sim::parse_override("model.rotary=false"), sim::parse_override("model.kv_lora_rank=16")};
+  CHECK(error_of([&] { load_model("llama-tiny", latent); }).find("model.rotary: false with latent attention") != std::string::npos);
+  // Without attention layers tp asks nothing of the attention heads
+  // (2 KV heads), and a part without attention has no q/k norms to keep
+  // out of sequence parallelism: its norm alone is sequence-parallel.
+  std::vector<sim::Override> no_attention{sim::parse_override("model.hybrid_pattern=M-ME"), sim::parse_override("model.qk_norm=true"),
+                                          sim::parse_override("model.head_dim=64"), sim::parse_override("model.mamba_heads=8"),
+                                          sim::parse_override("model.mamba_head_dim=16"), sim::parse_override("model.mamba_groups=4")};
+  const auto mamba_only = load_model(yaml, no_attention);
+  CHECK(mamba_only->tp_error(4).empty());
+  sim::WorkloadShape sp = shape(1, 128, 2);
+  sp.tp = 4;
+  sp.etp = 4;
+  sp.sequence_parallel = true;
+  CHECK(mamba_only->layers(sp)[2].sp_params == 64);
 }
 
 TEST_CASE("Nemotron-H and Nemotron 3 Nano: built-ins, config.json and parameters by hand (Note [Mamba-2])", "[llama][mamba]") {
@@ -2424,6 +2455,11 @@ TEST_CASE("Nemotron-H and Nemotron 3 Nano: built-ins, config.json and parameters
   std::string gelu = config;
   gelu.replace(gelu.find("\"relu2\""), 7, "\"gelu\"");
   CHECK(error_of([&] { load_model(write_json(dir, gelu)); }).find("config.mlp_hidden_act: 'gelu'; dtsim models relu2") != std::string::npos);
+  // A pattern without Mamba layers reads too (the mamba_* keys are then not ours to set).
+  std::string attention_only = config;
+  attention_only.replace(attention_only.find("\"MEMEM*EMEMEM"), 2 + pattern.size(), "\"*E*E\"");
+  attention_only.replace(attention_only.find("\"num_hidden_layers\": 52"), 23, "\"num_hidden_layers\": 4");
+  CHECK(load_model(write_json(dir, attention_only))->layers(w).size() == 6);
   std::string layers = config;
   layers.replace(layers.find("\"num_hidden_layers\": 52"), 23, "\"num_hidden_layers\": 50");
   CHECK(error_of([&] { load_model(write_json(dir, layers)); }).find("config.num_hidden_layers: contradicts the pattern's 52 layers") != std::string::npos);

@@ -1120,7 +1120,7 @@ TEST_CASE("Megatron-LM: a Mamba-2 hybrid's layer pattern, its segments and Nemot
       "--spec megatron.core.models.hybrid.hybrid_layer_specs hybrid_stack_spec";
   const FrameworkConfig fc = parse_megatron_args(nano, "cmd");
   auto k = keys(fc);
-  CHECK(k["model.hybrid_pattern"] == "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME");
+  CHECK(k["model.hybrid_pattern"] == "\"MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME\"");
   CHECK(k["model.layers"] == "52");  // the pattern's letters: num_layers is taken from it
   CHECK(k["model.mamba_heads"] == "64");
   CHECK(k["model.mamba_state"] == "128");  // TransformerConfig's defaults
@@ -1137,7 +1137,7 @@ TEST_CASE("Megatron-LM: a Mamba-2 hybrid's layer pattern, its segments and Nemot
   CHECK(s["plan.pipeline_layout"] == "\"Ett|tt|tt|ttL\"");
   CHECK(s["plan.virtual_stages"] == "2");
   CHECK(s["plan.schedule"] == "interleaved");
-  CHECK(s["model.hybrid_pattern"] == "M-M*-ME-");
+  CHECK(s["model.hybrid_pattern"] == "\"M-M*-ME-\"");
   // Megatron's default GELU MLP is priced as squared ReLU, and said.
   CHECK(s["model.squared_relu"] == "true");
   CHECK(listed(segmented, "--hybrid-layer-pattern M-|M*|-M|E- (the MLP's default GELU priced as squared ReLU: the same two GEMMs and one pass)"));
@@ -1148,7 +1148,20 @@ TEST_CASE("Megatron-LM: a Mamba-2 hybrid's layer pattern, its segments and Nemot
   CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-M*/MM'", "cmd"); })
             .find("has multi-token prediction depths after '/'") != std::string::npos);
   // The deprecated name reads the same; the Mamba flags without a pattern are said, not modelled.
-  CHECK(keys(parse_megatron_args(small + "--hybrid-override-pattern 'M-M*-M'", "cmd"))["model.hybrid_pattern"] == "M-M*-M");
+  CHECK(keys(parse_megatron_args(small + "--hybrid-override-pattern 'M-M*-M'", "cmd"))["model.hybrid_pattern"] == "\"M-M*-M\"");
+  // A pattern may open with attention or an MLP (quoted for YAML, which reads '*' as an alias).
+  const auto star = parse_megatron_args(small + "--hybrid-layer-pattern '*-M-' --position-embedding-type none", "cmd");
+  CHECK(models::load_model("llama-tiny", section(star, "model"))->blocks() == 4);
+  // Megatron-LM's default positions are a learned table, which is said, not modelled.
+  CHECK(listed(parse_megatron_args(small + "--hybrid-layer-pattern 'M-*-'", "cmd"),
+               "--hybrid-layer-pattern M-*- (learned_absolute positions (Megatron-LM's default): their table of max positions x hidden is not modelled"));
+  CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-||*-'", "cmd"); }) ==
+        "cmd:1: --hybrid-layer-pattern: 'M-||*-': pipeline segment 2 has no layers");
+  const std::string one = "--micro-batch-size 1 --hidden-size 256 --num-attention-heads 4 ";
+  CHECK(error_of([&] { parse_megatron_args(one + "--hybrid-layer-pattern 'M-|*-'", "cmd"); })
+            .find("splits pipeline segments with '|' but --pipeline-model-parallel-size is 1") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(one + "--hybrid-layer-pattern 'M-*-' --mtp-num-layers 1", "cmd"); })
+            .find("--mtp-num-layers: given with --hybrid-layer-pattern; a hybrid model's multi-token prediction") != std::string::npos);
   const auto unread = parse_megatron_args(small + "--num-layers 4 --swiglu --mamba-state-dim 64", "cmd");
   CHECK(keys(unread).count("model.mamba_state") == 0);
   CHECK(listed(unread, "--mamba-state-dim 64 (read only with --hybrid-layer-pattern)"));
@@ -1160,7 +1173,7 @@ TEST_CASE("Megatron-Bridge: Nemotron 3 Nano's run_config.yaml is its Megatron-LM
   const std::string file = sample("megatron-bridge/nemotron_3_nano_run_config.yaml");
   const FrameworkConfig fc = read_megatron_bridge_config(file);
   auto k = keys(fc);
-  CHECK(k["model.hybrid_pattern"] == "MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME");
+  CHECK(k["model.hybrid_pattern"] == "\"MEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME\"");
   CHECK(k["model.layers"] == "52");
   CHECK(k["model.mamba_heads"] == "64");
   CHECK(k["model.mamba_head_dim"] == "64");

@@ -43,7 +43,7 @@ struct Signature {
     if (it == values.end()) throw ConfigError("layer signature '" + text + "': missing '" + key + "='");
     const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru" ||
                       key == "gn" || key == "gelu" || key == "es" || key == "on" || key == "sink" || key == "fnw" || key == "rb" ||
-                      key == "nope" || key == "tt" || key == "l2qk" || key == "dense" || key == "mla";
+                      key == "nope" || key == "tt" || key == "l2qk" || key == "dense" || key == "mla" || key == "mamba" || key == "relu2";
     // A width that may be absent (a MoE block's shared experts, DeepSeek-V2-Lite's query latent).
     if ((key == "fs" || key == "qr") && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");

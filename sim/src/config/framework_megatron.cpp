@@ -498,6 +498,13 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     if (hybrid_pattern.empty()) fail(hybrid_flag, "has no layers; valid: a letter a layer (M, *, -, E)");
     if (!hybrid_segments.empty()) {
       hybrid_segments.push_back(in_segment);
+      for (std::size_t k = 0; k < hybrid_segments.size(); ++k) {
+        if (hybrid_segments[k] == 0) fail(hybrid_flag, "'" + given_pattern + "': pipeline segment " + std::to_string(k + 1) + " has no layers");
+      }
+      if (pp == 1) {
+        fail(hybrid_flag, "'" + given_pattern + "' splits pipeline segments with '|' but " + flag("pipeline-model-parallel-size") +
+                              " is 1; drop the '|' or set a pipeline");
+      }
       if (static_cast<std::int64_t>(hybrid_segments.size()) % pp != 0) {
         fail(hybrid_flag, std::to_string(hybrid_segments.size()) + " segments do not divide over " + flag("pipeline-model-parallel-size") +
                               " " + std::to_string(pp) + " (Megatron asserts it)");
@@ -851,8 +858,15 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
                                                                         : "learned_absolute";
     if (llama && norm != "RMSNorm") note("normalization", "the llama family's is RMSNorm");
     if (!llama && norm != "LayerNorm") note("normalization", "the gpt family's is LayerNorm");
-    // HybridModel builds rotary embeddings for rope alone, no learned ones.
     if (llama && !hybrid && positions != "rope") note("position-embedding-type", "the llama family's is rope");
+    // HybridModel passes the type to LanguageModelEmbedding: learned_absolute
+    // (Megatron-LM's default) adds a table of positions, which dtsim's hybrids
+    // do not have (Nemotron-H's scripts pass none).
+    if (hybrid && positions == "learned_absolute") {
+      note(has("position-embedding-type") ? "position-embedding-type" : hybrid_flag,
+           "learned_absolute positions (Megatron-LM's default): their table of max positions x hidden is not modelled; "
+           "Nemotron-H's launch scripts pass --position-embedding-type none");
+    }
     if (!llama && positions != "learned_absolute") note("position-embedding-type", "the gpt family learns its positions");
     if (!llama && has("group-query-attention")) note("group-query-attention", "the gpt family has one key/value head per head; add " + flag("swiglu") + " for a llama");
     if (!llama && has("num-experts")) note("num-experts", "dtsim's experts are the llama family's; add " + flag("swiglu"));
@@ -894,7 +908,8 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     const std::string from_layers = hybrid ? at(hybrid_flag) : at("num-layers");
     out.model("family", llama ? "llama" : "gpt", has("swiglu") ? at("swiglu") : hybrid ? at(hybrid_flag) : file + " (no --swiglu)");
     out.model("layers", std::to_string(layers), from_layers);
-    if (hybrid) out.model("hybrid_pattern", hybrid_pattern, at(hybrid_flag));
+    // Quoted: a pattern may start with '*' or '-', which YAML would read as an alias or a list.
+    if (hybrid) out.model("hybrid_pattern", "\"" + hybrid_pattern + "\"", at(hybrid_flag));
     out.model("hidden", std::to_string(hidden), at("hidden-size"));
     out.model("heads", std::to_string(heads), at("num-attention-heads"));
     out.model(llama ? "intermediate" : "ffn_hidden", std::to_string(ffn), has("ffn-hidden-size") ? at("ffn-hidden-size") : at("hidden-size"));
@@ -968,7 +983,7 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       // Note [Mamba-2] (models/src/llama.cpp): TransformerConfig's mamba_*
       // (state 128, heads of 64, 8 groups; heads 2 hidden / head dim where
       // --mamba-num-heads is not given), squared ReLU where asked, and
-      // rotary positions only under rope (HybridModel builds no others).
+      // rotary positions only under rope (learned ones are said above).
       const char* const kMamba[] = {"mamba-state-dim", "mamba-head-dim", "mamba-num-groups", "mamba-num-heads"};
       if (hybrid) {
         if (has("experimental-attention-variant")) {
@@ -1009,7 +1024,12 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         }
       }
       if (has("num-experts")) {
-        if (first_dense > 0) out.model("first_dense", std::to_string(first_dense), at("moe-layer-freq"));
+        if (first_dense > 0 && hybrid) {
+          // The hybrid stack places its MoE layers by the pattern's E letters.
+          note("moe-layer-freq", "a hybrid model's MoE layers are its pattern's E letters");
+        } else if (first_dense > 0) {
+          out.model("first_dense", std::to_string(first_dense), at("moe-layer-freq"));
+        }
         // Group-limited routing (--moe-router-num-groups groups of experts,
         // a token's top-k drawn from --moe-router-group-topk of them): with
         // a group a node, as DeepSeek-V3 places them, the model's route_nodes.
@@ -1043,6 +1063,9 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   // Note [Multi-token prediction] (models/src/llama.cpp): the depths
   // trained beside the model, the Llama family's.
   if (has("mtp-num-layers")) {
+    if (hybrid) {
+      fail("mtp-num-layers", "given with " + flag(hybrid_flag) + "; a hybrid model's multi-token prediction (its pattern after '/') is not modelled");
+    }
     if (has("num-layers") && has("hidden-size") && has("num-attention-heads") && !has("swiglu")) {
       note("mtp-num-layers", "multi-token prediction is the llama family's; add " + flag("swiglu"));
     } else {
