@@ -569,11 +569,18 @@ struct RmsNorm : nn::Module {
   /// `tp`: the weight is shared by heads split over the tensor-parallel
   /// ranks (qk-norm), so its gradient is summed over them by f.
   torch::Tensor forward(const torch::Tensor& x, const TensorParallel* tp = nullptr) {
+    if (!gemma && !fp32_weight) return tp_copy(weight, tp) * normed(x);
     const auto xf = x.to(torch::kFloat);
     const auto mean_sq = xf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(x.size(-1)));
     if (gemma) return ((xf * torch::rsqrt(mean_sq + kRmsEps)) * (1.0 + tp_copy(weight, tp).to(torch::kFloat))).to(x.scalar_type());
-    if (fp32_weight) return (tp_copy(weight, tp).to(torch::kFloat) * (xf * torch::rsqrt(mean_sq + kRmsEps))).to(x.scalar_type());
-    return tp_copy(weight, tp) * (xf * torch::rsqrt(mean_sq + kRmsEps)).to(x.scalar_type());
+    return (tp_copy(weight, tp).to(torch::kFloat) * (xf * torch::rsqrt(mean_sq + kRmsEps))).to(x.scalar_type());
+  }
+  /// x over its last dimension's RMS, in x's dtype, as HF's LlamaRMSNorm
+  /// computes it before the weight (fp32 within).
+  static torch::Tensor normed(const torch::Tensor& x) {
+    const auto xf = x.to(torch::kFloat);
+    const auto mean_sq = xf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(x.size(-1)));
+    return (xf * torch::rsqrt(mean_sq + kRmsEps)).to(x.scalar_type());
   }
   torch::Tensor weight;
   bool gemma, fp32_weight;
@@ -1628,10 +1635,7 @@ struct Mamba2Mixer : nn::Module {
     const auto y = ssd::SplitScan::apply(in_proj(x), conv_weight, conv_bias, dt_bias, A_log, D, dims.heads, dims.head_dim, dims.state,
                                          dims.groups, dims.chunk);  // [b, s, di], gated
     // The grouped RMSNorm as composite ops (RmsNorm's, a row a group).
-    const auto yf = y.view({b, s, dims.groups, -1}).to(torch::kFloat);
-    const auto mean_sq = yf.pow(2).sum(-1, /*keepdim=*/true).div(static_cast<double>(yf.size(-1)));
-    const auto normed = (yf * torch::rsqrt(mean_sq + kRmsEps)).to(y.scalar_type()).view({b, s, dims.inner()});
-    return out_proj(norm * normed);
+    return out_proj(norm * RmsNorm::normed(y.view({b, s, dims.groups, -1})).view({b, s, dims.inner()}));
   }
   nn::Linear in_proj, out_proj;
   torch::Tensor conv_weight, conv_bias, dt_bias, A_log, D, norm;
