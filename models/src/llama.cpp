@@ -5,6 +5,7 @@
 // query attention with rotary positions and a SwiGLU MLP, a final RMSNorm
 // and an LM head (tied to the embedding or not).
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <map>
 #include <memory>
@@ -185,6 +186,62 @@ using namespace detail;
 // M = 3), route_nodes here, where V2-Lite routes greedily over all 64.
 // Neither checkpoint has a multi-token prediction layer. torchtitan's
 // deepseek_v3 flavors 16B and 236B are these shapes.
+// Note [DeepSeek Sparse Attention]
+// DeepSeek-V3.2 (DeepSeek-AI 2025, "DeepSeek-V3.2", section 2; config
+// model_type deepseek_v32) and GLM-5 (glm_moe_dsa) keep DeepSeek-V3's
+// latent attention but let each query attend to index_topk (2048) keys
+// chosen by a lightning indexer. dtsim prices it as Megatron-Core runs it
+// (megatron/core/transformer/experimental_attention_variant/dsa.py,
+// absorbed_mla.py, ops/):
+//   indexer   from the layer's normed input x and the normed query latent,
+//             both detached: q = wq_b(latent) (index_n_heads x
+//             index_head_dim), k = LayerNorm(wk(x)) (one head, shared),
+//             w = weights_proj(x) a head; rotary on their first
+//             qk_rope_head_dim channels and a Hadamard rotation; the score
+//             of key j for query i is sum over heads of w ReLU(q . k_j),
+//             the causal half computed by the fused kernels (all s^2 by
+//             the dense path's einsum, which writes an fp32 [s, b, heads,
+//             s] product); torch.topk picks min(topk, s) keys. Its weights
+//             are whole on every tp rank (parallel_mode "duplicated", their
+//             gradients averaged over tp) and it runs on the whole sequence
+//             (x and the latent all-gathered under sequence parallelism).
+//             Parameters a layer: H d q_lora + d h + 2 d + H h (13,959,424
+//             for DeepSeek-V3.2). A layer of indexer_layers' S (GLM-5's
+//             "shared", Megatron's dsa_indexer_topk_freq) has none and
+//             reuses the last indexer's keys.
+//   attention absorbed (AbsorbedMLASelfAttention): q_nope times W_UK gives
+//             a 512-wide latent query joined to its 64 rotary channels
+//             (576), each head against the shared key [s, 576] whose first
+//             512 channels are the value; the output times W_UV goes to
+//             o_proj. The absorption's two batched GEMMs have kv_b_proj's
+//             FLOPs. The sparse kernel (TileLang's SparseMLA, FlashMLA's)
+//             computes every one of the topk slots of each query, heads
+//             padded to a power of two and at least 16: 2 t H' k (576 +
+//             512) forward, and backward runs the forward again and five
+//             GEMMs, 2 t H' k (4 x 576 + 3 x 512). It keeps the padded
+//             query's copy, the key, int32 indices and the output. Under
+//             context parallelism the key and the indexer's k are
+//             all-gathered (Megatron-Core asserts cp_comm_type allgather;
+//             a plan's cp_comm is all_gather: cp_all_gather_only).
+//             With dsa_kernels: dense (Megatron-Core's default backend
+//             "none") every key is scored in fp32 and the unselected
+//             masked: eager attention over all s^2 pairs, no causal skip.
+//   loss      KL from the main attention's probabilities summed over heads
+//             (all-reduced over tp) to the indexer's softmax, trained into
+//             the indexer alone (its inputs detached). index_loss sparse
+//             (DeepSeek-V3.2's sparse training stage, Megatron's
+//             --dsa-indexer-use-sparse-loss) takes both over the selected
+//             keys: t H k (2 x 576 + 5) forward, the indexer's backward
+//             three times its scores at those keys; dense over every key
+//             (an fp32 bmm, recomputed by backward, the scores' einsum
+//             twice and dq, dk); none (no --dsa-indexer-loss-coeff) runs
+//             the indexer under no_grad: forward only. The indexer's
+//             projections get weight gradients alone.
+// What the kernels keep beyond that is listed in dsa_core. MFU's model
+// FLOPs count the sparse kernels' work whichever kernels run. Not
+// modelled: DeepSeek's FP8 indexer (DeepGEMM's fp8 logits; Megatron-Core's
+// run in bf16), the dense warm-up stage (indexer alone trained, the model
+// frozen), and the recompute module mla_up_proj on DSA layers (refused).
 // Note [SmolLM3]
 // Hugging Face's SmolLM3 (modeling_smollm3.py; SmolLM3-3B, 3.08B
 // parameters) is the Llama block, grouped-query attention and a tied head,
@@ -645,6 +702,7 @@ class Llama final : public ZooModel {
     }
     return "";
   }
+  bool cp_all_gather_only() const override { return dsa(); }  // Note [DeepSeek Sparse Attention]
   std::string ep_error(int ep) const override {
     if (ep == 1) return "";
     if (c_.experts == 0) return Model::ep_error(ep);
@@ -691,13 +749,21 @@ class Llama final : public ZooModel {
     if (sp) emb.tp_backward.push_back({sim::CollectiveOp::kAllGather, e * t * h, 1});
     out.push_back(std::move(emb));
 
+    // Note [DeepSeek Sparse Attention]: the keys a query gets, the
+    // indexer's heads and width, its loss (1 sparse, 2 dense, 0 none) and
+    // the kernels (dk=1: masked dense attention).
+    const std::string dsa_keys = !dsa() ? std::string()
+                                        : ",dsa=" + std::to_string(c_.index_topk) + ",ih=" + std::to_string(c_.index_heads) +
+                                              ",id=" + std::to_string(c_.index_head_dim) +
+                                              ",il=" + (c_.index_loss == 'S' ? "1" : c_.index_loss == 'D' ? "2" : "0") +
+                                              (c_.dsa_dense ? ",dk=1" : "");
     // Note [Multi-head latent attention]: mla=1 and the latents' ranks and
     // head widths (dn, dr: a query or key head's parts without and with
     // rotary; dv: a value head), where other blocks have kv and d.
     const std::string attention = mla() ? "mla=1,h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                                               ",qr=" + std::to_string(c_.q_lora_rank) + ",kvr=" + std::to_string(c_.kv_lora_rank) +
                                               ",dn=" + std::to_string(c_.qk_nope_dim) + ",dr=" + std::to_string(c_.qk_rope_dim) +
-                                              ",dv=" + std::to_string(c_.v_head_dim)
+                                              ",dv=" + std::to_string(c_.v_head_dim) + dsa_keys
                                         : "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                                               ",kv=" + std::to_string(c_.kv_heads) + ",d=" + std::to_string(c_.head_dim);
     // The keys of a local layer, or of a global one (Note [Gemma]).
@@ -762,14 +828,16 @@ class Llama final : public ZooModel {
       // Note [Gemma]: a layer that attends globally among sliding ones (a
       // MoE layer too: gpt-oss's, Note [gpt-oss]).
       const bool is_global = global_layer(i) && mixer == Mixer::kAttention;
-      const int kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0);
+      // Note [DeepSeek Sparse Attention]: a layer reusing an earlier one's top-k.
+      const bool reuses = dsa() && !has_indexer(i);
+      const int kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0) + (reuses ? 64 : 0);
       auto it = made.find(kind);
       if (it == made.end()) {
-        sim::Layer l = block_layer(shape, moe, is_global, mixer, piece);
+        sim::Layer l = block_layer(shape, moe, is_global, mixer, piece, !reuses);
         const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : attention;
         // Note [Mamba-2]: a hybrid pattern's part, its activation.
         const std::string extra = std::string(c_.squared_relu ? ",relu2=1" : "") +
-                                  (piece == Part::kMixer ? ",part=1" : piece == Part::kMlp ? ",part=2" : "");
+                                  (piece == Part::kMixer ? ",part=1" : piece == Part::kMlp ? ",part=2" : "") + (reuses ? ",ix=0" : "");
         l.signature = moe ? moe_signature(common_of(is_global) + extra, keys)
                           : "llama.block:" + keys + ",f=" + std::to_string(c_.intermediate) + common_of(is_global) + extra;
         it = made.emplace(kind, std::move(l)).first;
@@ -859,6 +927,12 @@ class Llama final : public ZooModel {
     }
   }
   bool mla() const { return c_.kv_lora_rank > 0; }
+  /// DeepSeek Sparse Attention (Note [DeepSeek Sparse Attention]).
+  bool dsa() const { return c_.index_topk > 0; }
+  /// Layer i runs its own indexer (or, under DSA, reuses an earlier layer's top-k).
+  bool has_indexer(int i) const {
+    return dsa() && (c_.indexer_layers.empty() || c_.indexer_layers[static_cast<std::size_t>(i)] == 'F');
+  }
   /// Layer i's letter in the hybrid pattern (Note [Mamba-2]), or 0 without one.
   char pattern_at(int i) const { return c_.hybrid_pattern.empty() ? '\0' : c_.hybrid_pattern[static_cast<std::size_t>(i)]; }
   /// What layer i holds: a whole block, or under a hybrid pattern its token
@@ -909,7 +983,7 @@ class Llama final : public ZooModel {
     const std::int64_t h = c_.hidden;
     std::int64_t blocks = 0;
     for (int i = 0; i < c_.layers; ++i) {
-      const BlockParams p = block_params(1, is_moe(i), mixer_of(i), part_of(i));
+      const BlockParams p = block_params(1, is_moe(i), mixer_of(i), part_of(i), has_indexer(i));
       blocks += p.split + p.replicated + (is_moe(i) ? routed * expert_params_each(1) : 0);
     }
     // Note [Multi-token prediction]: each depth's block, eh_proj and three
@@ -1026,7 +1100,8 @@ class Llama final : public ZooModel {
   /// column- and row-parallel weights and column biases split, the norms,
   /// o_proj's and down_proj's biases, MLA's down-projections and the router
   /// replicated (Megatron-LM's and Megatron-Core's split).
-  BlockParams block_params(std::int64_t tp, bool moe, Mixer mixer = Mixer::kAttention, Part part = Part::kBlock) const {
+  BlockParams block_params(std::int64_t tp, bool moe, Mixer mixer = Mixer::kAttention, Part part = Part::kBlock,
+                           bool indexer = true) const {
     const std::int64_t h = c_.hidden, a = c_.heads, kv = c_.kv_heads, d = c_.head_dim, f = c_.intermediate;
     const bool linear = mixer == Mixer::kGdn;
     BlockParams p;
@@ -1069,6 +1144,14 @@ class Llama final : public ZooModel {
       replicated += h * (kvr + c_.qk_rope_dim) + kvr;
       split += kvr * a * (c_.qk_nope_dim + c_.v_head_dim) + a * c_.v_head_dim * h;
       tensors += 4;
+      if (dsa() && indexer) {
+        // Note [DeepSeek Sparse Attention]: the indexer's wq_b, wk, k_norm
+        // (a LayerNorm: weight and bias) and weights_proj, whole on every
+        // tp rank.
+        const std::int64_t hi = c_.index_heads, di = c_.index_head_dim;
+        replicated += hi * di * (qr > 0 ? qr : h) + di * h + 2 * di + hi * h;
+        tensors += 5;
+      }
     } else {
       split += h * (a + 2 * kv) * d + a * d * h;
       if (c_.attn_output_gate) split += h * a * d;  // Note [Gated DeltaNet]: q_proj's gate half
@@ -1165,7 +1248,7 @@ class Llama final : public ZooModel {
 
   /// A block, global (every key) or local (the window or chunks).
   sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global, Mixer mixer = Mixer::kAttention,
-                         Part piece = Part::kBlock) const {
+                         Part piece = Part::kBlock, bool indexer = true) const {
     using sim::KernelKind;
     const bool gdn = mixer == Mixer::kGdn, mamba = mixer == Mixer::kMamba;
     // Note [Mamba-2]: a hybrid pattern's layer is a block's token mixer or its MLP alone.
@@ -1181,7 +1264,7 @@ class Llama final : public ZooModel {
 
     sim::Layer l;
     l.kind = sim::LayerKind::kTransformer;
-    const BlockParams bp = block_params(tp, moe, mixer, piece);
+    const BlockParams bp = block_params(tp, moe, mixer, piece, indexer);
     l.params = bp.split + bp.replicated;
     l.sp_params = sp ? bp.sequence_parallel : 0;
     l.param_tensors = bp.tensors;
@@ -1268,6 +1351,7 @@ class Llama final : public ZooModel {
     if (megatron_norms && mla() && has_mixer) norm_kernels.push_back(pre.back());
     AttentionCore core;
     Bytes attention = 0;  // saved by the attention beyond the norms and its core
+    std::vector<sim::LayerComm> dsa_tp_forward, dsa_tp_backward;  // Note [DeepSeek Sparse Attention]
     // Fused attention, or the p2p ring's block-by-block attention (Note [Ring
     // attention] in models/torch/src/torch_layers.cpp): no scores kept.
     const bool blockwise = shape.flash_attention || (shape.cp > 1 && !shape.cp_all_gather);
@@ -1411,7 +1495,7 @@ class Llama final : public ZooModel {
       o_in = cpn * vhl * dv;  // this tp rank's value heads, its own tokens again
     } else if (mla()) {
       // Note [Multi-head latent attention]
-      const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, qr = c_.q_lora_rank, kvr = c_.kv_lora_rank, v = c_.v_head_dim;
+      const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, qr = c_.q_lora_rank, kvr = c_.kv_lora_rank;
       // mla_up_proj (Note [Megatron's recompute modules]): the latents stay.
       if (qr > 0) {
         pre.push_back(gemm("attn.q_a_proj", t, qr, h, e));
@@ -1428,6 +1512,26 @@ class Llama final : public ZooModel {
       pre.push_back(gemm("attn.kv_a_proj", t, kvr + c_.qk_rope_dim, h, e));
       pre.push_back(norm("attn.kv_a_layernorm", t * kvr));
       up_kernels.push_back(pre.back());
+    }
+    if (has_mixer && mla() && dsa()) {
+      // Note [DeepSeek Sparse Attention]: absorbed into the latent, each
+      // query meets the keys its indexer selected.
+      const std::int64_t kvr = c_.kv_lora_rank, v = c_.v_head_dim, dn = c_.qk_nope_dim;
+      const Bytes rope = t * al * c_.qk_rope_dim + t * c_.qk_rope_dim;
+      pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * rope, e * rope, 3.0 * static_cast<double>(rope)));
+      pre.push_back(gemm("attn.q_absorb", t, kvr, dn, e, al));  // q_nope times W_UK, each head
+      DsaCore d = dsa_core(shape, indexer);
+      core = std::move(d.core);
+      post.push_back(gemm("attn.v_up", t, v, kvr, e, al));  // the latent output times W_UV, each head
+      // The kv latent's norm, q_absorb's input, the core's and the
+      // indexer's keeps, o_proj's input.
+      attention += norm_kept(t * kvr, t) + e * t * al * dn + d.saved + shape.saved_gemm_input(t * al * v);
+      l.backward_workspace_bytes = d.workspace;
+      dsa_tp_forward = std::move(d.tp_forward);
+      dsa_tp_backward = std::move(d.tp_backward);
+      o_in = al * v;
+    } else if (has_mixer && mla()) {
+      const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, kvr = c_.kv_lora_rank, v = c_.v_head_dim;
       pre.push_back(gemm("attn.kv_b_proj", t, al * (c_.qk_nope_dim + v), kvr, e));
       up_kernels.push_back(pre.back());
       attention += norm_kept(t * kvr, t) + shape.saved_gemm_input(t * kvr);
@@ -1440,7 +1544,7 @@ class Llama final : public ZooModel {
       attention += e * t * al * (2 * qk + v) + shape.saved_gemm_input(t * al * v) + core.saved;
       if (blockwise) attention += e * t * al * v;  // O, kept by the fused kernel
       o_in = al * v;
-    } else {
+    } else if (has_mixer && !mamba && !gdn) {
       const std::int64_t kvl = c_.kv_heads / tp;
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
       const std::int64_t window = global ? 0 : c_.sliding_window, chunk = global ? 0 : c_.attention_chunk;
@@ -1558,7 +1662,7 @@ class Llama final : public ZooModel {
     };
     if (core.recomputable) part(sim::kRecomputeCoreAttn, core.saved, core.forward);
     if (!norm_kernels.empty()) part(sim::kRecomputeLayernorm, static_cast<Bytes>(norm_kernels.size()) * norm_part, norm_kernels);
-    if (mla()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
+    if (mla() && !dsa()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
     if (!moe && has_mlp) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
     if (moe && has_mlp) {
       // "moe" reruns the whole layer, its all-to-alls too; the parts inside
@@ -1603,7 +1707,179 @@ class Llama final : public ZooModel {
     }
     l.tp_forward.insert(l.tp_forward.end(), tp_extra.begin(), tp_extra.end());
     l.tp_backward.insert(l.tp_backward.end(), tp_extra_backward.begin(), tp_extra_backward.end());
+    l.tp_forward.insert(l.tp_forward.end(), dsa_tp_forward.begin(), dsa_tp_forward.end());
+    l.tp_backward.insert(l.tp_backward.end(), dsa_tp_backward.begin(), dsa_tp_backward.end());
     return l;
+  }
+
+  /// What a DSA layer's core adds (Note [DeepSeek Sparse Attention]).
+  struct DsaCore {
+    AttentionCore core;
+    Bytes saved = 0;      ///< kept for backward: the core's and the indexer's
+    Bytes workspace = 0;  ///< backward's transient bytes
+    std::vector<sim::LayerComm> tp_forward, tp_backward;
+  };
+  /// Note [DeepSeek Sparse Attention]: the indexer (where the layer runs
+  /// one), its loss, and the absorbed latent attention over the selected
+  /// keys, for this rank's al heads and t tokens.
+  DsaCore dsa_core(const sim::WorkloadShape& shape, bool indexer) const {
+    using sim::KernelKind;
+    const std::int64_t b = shape.micro_batch, s = shape.seq_len, cp = shape.cp, sq = s / cp, t = b * sq, tp = shape.tp;
+    const std::int64_t h = c_.hidden, al = c_.heads / tp, kvr = c_.kv_lora_rank;
+    const std::int64_t dqk = kvr + c_.qk_rope_dim, dv = kvr;  // the absorbed query and key (576), value (512)
+    const std::int64_t kp = std::min(c_.index_topk, s);     // keys a query gets, the padding too
+    const std::int64_t hi = c_.index_heads, di = c_.index_head_dim, rq = c_.q_lora_rank > 0 ? c_.q_lora_rank : h;
+    const int e = shape.act_bytes;
+    const bool sp = shape.sequence_parallel && tp > 1;
+    // The sparse kernels where MFU's model FLOPs are counted: the keys the model attends.
+    const bool dense = c_.dsa_dense && !shape.model_flops;
+    const char loss = c_.index_loss;
+    check_size(static_cast<double>(b) * static_cast<double>(sq) * static_cast<double>(s) * 4, "DSA index scores");
+    check_size(static_cast<double>(t) * static_cast<double>(kp) * static_cast<double>(dqk) * e, "DSA selected keys");
+    const auto n = [](std::int64_t x) { return static_cast<double>(x); };
+    DsaCore out;
+    AttentionCore& c = out.core;
+    // The fraction of the sq x s index scores computed: the causal half
+    // (and its diagonal) by the fused kernels, all of them by the einsum.
+    const double seen = dense ? 1.0 : (n(s) + 1) / (2 * n(s));
+    const double pairs = n(b) * n(sq) * n(s) * seen;
+    std::vector<sim::Kernel> index_backward;
+    if (indexer) {
+      // The projections from the detached inputs (gathered to the whole
+      // sequence under sequence parallelism), k's LayerNorm, rotary and
+      // the Hadamard rotation on q and k.
+      const std::vector<sim::Kernel> proj = {gemm("dsa.index_q", t, hi * di, rq, e), gemm("dsa.index_k", t, di, h, e),
+                                             gemm("dsa.index_weights", t, hi, h, e)};
+      c.forward.insert(c.forward.end(), proj.begin(), proj.end());
+      const sim::Kernel k_norm = memory_op("dsa.index_k_norm", KernelKind::kNorm, e * t * di, e * t * di, 5.0 * n(t * di));
+      const Bytes qk = t * (hi + 1) * di;
+      const sim::Kernel rotate = memory_op("dsa.index_rotate", KernelKind::kElementwise, 2 * e * qk, 2 * e * qk,
+                                           (std::log2(n(di)) + 3) * n(qk));
+      c.forward.push_back(k_norm);
+      c.forward.push_back(rotate);
+      // sum over heads of weight x ReLU(q . k), each query against the keys.
+      sim::Kernel scores;
+      scores.name = "dsa.index_scores";
+      scores.kind = KernelKind::kAttention;
+      scores.fused = !dense;
+      scores.m = sq;
+      scores.n = s;
+      scores.k = di;
+      scores.batch = b * hi;
+      scores.flops = pairs * n(hi) * (2 * n(di) + 3);
+      scores.bytes = e * (t * hi * di + b * s * di + t * hi) + static_cast<Bytes>(4 * pairs);  // fp32 logits written
+      if (dense) scores.bytes += 4 * b * hi * sq * s;  // the einsum's fp32 [s, b, heads, s] product
+      c.forward.push_back(scores);
+      if (dense) {
+        c.forward.push_back(memory_op("dsa.index_relu_sum", KernelKind::kElementwise, 4 * b * hi * sq * s, 4 * b * sq * s, 3.0 * n(hi) * pairs));
+      }
+      c.forward.push_back(memory_op("dsa.topk", KernelKind::kElementwise, static_cast<Bytes>(4 * pairs), 8 * t * kp, pairs));
+      if (sp) out.tp_forward.push_back({sim::CollectiveOp::kAllGather, e * t * (h + rq), 1});
+      if (cp > 1) c.cp_forward.push_back({sim::CollectiveOp::kAllGather, e * b * s * di, 1, sim::Axis::kCp});
+      if (loss != 'N') {
+        // The loss's gradient reaches the indexer alone: its weights'
+        // gradients (no input gradient: the inputs are detached), the
+        // scores' backward over the selected keys or over all of them.
+        sim::Kernel back = scores;
+        back.name = "dsa.index_scores.bwd";
+        if (loss == 'S') {
+          const double sel = n(t) * n(kp);  // recomputed at the selected keys, then dq, dk and the weights
+          back.flops = 3 * sel * n(hi) * (2 * n(di) + 3);
+          back.bytes = e * (2 * t * hi * di + t * kp * di + 2 * t * hi + 2 * b * s * di) + 8 * t * kp;
+        } else {
+          back.flops = 4 * pairs * n(hi) * 2 * n(di);  // the score einsum twice, then dq and dk
+          back.bytes = 2 * scores.bytes;
+        }
+        index_backward.push_back(back);
+        index_backward.push_back(backward_of({rotate}).front());
+        index_backward.push_back(backward_of({k_norm}).front());
+        for (auto it = proj.rbegin(); it != proj.rend(); ++it) index_backward.push_back(backward_of({*it}).back());  // wgrad
+        if (cp > 1) c.cp_backward.push_back({sim::CollectiveOp::kReduceScatter, e * b * s * di, 1, sim::Axis::kCp});
+        // Kept: q, the weights and k (the whole sequence's under cp), k's
+        // norm input and statistics, the int64 indices; under sequence
+        // parallelism the gathered inputs of the projections.
+        out.saved += e * (t * hi * di + t * hi + b * s * di + t * di) + 8 * t + 8 * t * kp + (sp ? e * t * (h + rq) : 0);
+      }
+    }
+    // The loss's target: the main attention's probabilities summed over
+    // heads, over the selected keys or over every key.
+    std::vector<sim::Kernel> target_backward;
+    if (indexer && loss == 'S') {
+      sim::Kernel target;
+      target.name = "dsa.loss_target";
+      target.kind = KernelKind::kAttention;
+      target.fused = true;
+      target.m = sq;
+      target.n = kp;
+      target.k = dqk;
+      target.batch = b * al;
+      target.flops = n(t) * n(al) * n(kp) * (2 * n(dqk) + 5);
+      target.bytes = e * (t * al * dqk + t * kp * dqk) + 12 * t * kp;
+      c.forward.push_back(target);
+      if (tp > 1) out.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t * kp, 1});
+    } else if (indexer && loss == 'D') {
+      const Bytes sc = b * al * sq * s;
+      const std::vector<sim::Kernel> target = {
+          gemm("dsa.loss_target", sq, s, dqk, 4, b * al, KernelKind::kAttention),
+          memory_op("dsa.loss_softmax", KernelKind::kNorm, 4 * sc, 4 * sc + 4 * b * sq * s, 6.0 * n(sc)),
+          memory_op("dsa.index_kl", KernelKind::kElementwise, 8 * b * sq * s, 4 * b * sq * s, 5.0 * n(b * sq * s))};
+      c.forward.insert(c.forward.end(), target.begin(), target.end());
+      target_backward = target;  // recomputed by the loss's backward
+      if (tp > 1) {
+        out.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * b * sq * s, 1});
+        out.tp_backward.push_back({sim::CollectiveOp::kAllReduce, 4 * b * sq * s, 1});
+      }
+      out.workspace = 4 * b * sq * s * (2 * al + hi);
+    }
+    // The attention itself over this rank's al heads: q [t, al, 576]
+    // against the selected rows of the shared key [s, 576], whose first
+    // 512 channels are the value.
+    if (dense) {
+      // Megatron-Core's dsa_kernel_backend none: every key scored in fp32,
+      // the others masked by the indices (_unfused_absorbed_dsa_fn).
+      sim::WorkloadShape eager = shape;
+      eager.flash_attention = false;
+      eager.cp_all_gather = true;
+      const AttentionCore a = attention_core(eager, al, 1, dqk, false, false, 0, true, dv);
+      c.forward.insert(c.forward.end(), a.forward.begin(), a.forward.end());
+      c.backward.insert(c.backward.end(), a.backward.begin(), a.backward.end());
+      c.cp_forward.insert(c.cp_forward.end(), a.cp_forward.begin(), a.cp_forward.end());
+      c.cp_backward.insert(c.cp_backward.end(), a.cp_backward.begin(), a.cp_backward.end());
+      // Its keeps, the masked fp32 probabilities and the mask beside them.
+      out.saved += a.saved + 4 * b * al * sq * s + b * sq * s + e * t * al * dqk + e * b * s * dqk;
+    } else {
+      // FlashMLA's or TileLang's sparse kernel, the heads padded to a power
+      // of two and at least 16; every one of the kp slots is computed.
+      const std::int64_t hp = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(al, 16))));
+      sim::Kernel f;
+      f.name = "attn.sparse_mla";
+      f.kind = KernelKind::kAttention;
+      f.fused = true;
+      f.m = sq;
+      f.n = kp;
+      f.k = dqk;
+      f.batch = b * hp;
+      f.flops = 2 * n(t) * n(hp) * n(kp) * n(dqk + dv);
+      // Q, O and the log-sum-exp; the indices; each query's selected keys.
+      f.bytes = e * t * hp * (dqk + dv) + 4 * t * hp + 4 * t * kp + e * t * kp * dqk;
+      sim::Kernel g = f;
+      g.name = "attn.sparse_mla.bwd";
+      g.flops = 2 * n(t) * n(hp) * n(kp) * n(4 * dqk + 3 * dv);  // the forward again, then five GEMMs
+      g.bytes = 2 * f.bytes + 4 * b * s * dqk;                    // and the key's fp32 gradient
+      c.forward.push_back(f);
+      c.backward.push_back(g);
+      if (cp > 1) {
+        // Megatron-Core gathers the key for the context-parallel ranks' queries.
+        c.cp_forward.push_back({sim::CollectiveOp::kAllGather, e * b * s * dqk, 1, sim::Axis::kCp});
+        c.cp_backward.push_back({sim::CollectiveOp::kReduceScatter, e * b * s * dqk, 1, sim::Axis::kCp});
+      }
+      // Kept: the padded query's copy, the key, the int32 indices and the
+      // output (the value up-projection's input).
+      out.saved += e * t * hp * dqk + e * b * s * dqk + 4 * t * kp + e * t * al * dv;
+    }
+    c.backward.insert(c.backward.end(), target_backward.begin(), target_backward.end());
+    c.backward.insert(c.backward.end(), index_backward.begin(), index_backward.end());
+    return out;
   }
 
   // Note [Mixture of experts]

@@ -181,6 +181,19 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 61\nhidden: 7168\nheads: 128\nkv_heads: 128\nintermediate: 18432\nvocab: 129280\nseq_len: 163840\n"
      "experts: 256\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 3\nroute_nodes: 4\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
+    // Note [DeepSeek Sparse Attention] (llama.cpp): deepseek-ai/DeepSeek-V3.2's
+    // config.json (DeepSeek-V3's shape and the indexer's keys), and
+    // GlmMoeDsaConfig's defaults, zai-org/GLM-5's shape.
+    {"deepseek-v3.2", "DeepSeek-V3.2 671B: DeepSeek-V3's layers with DeepSeek Sparse Attention (a 64-head indexer of 128 picks 2048 keys a query), seq 163840",
+     "family: llama\nlayers: 61\nhidden: 7168\nheads: 128\nkv_heads: 128\nintermediate: 18432\nvocab: 129280\nseq_len: 163840\n"
+     "experts: 256\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 3\nroute_nodes: 4\n"
+     "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"
+     "index_topk: 2048\nindex_heads: 64\nindex_head_dim: 128\n"},
+    {"glm-5", "Zhipu GLM-5 744B: 78 layers (3 dense), hidden 6144, 64 heads of latent attention (query 192 + 64, value 256) with DeepSeek Sparse Attention (a 32-head indexer picks 2048 keys), 256 routed experts of SwiGLU 2048 + 1 shared, top-8, vocab 154880, seq 202752",
+     "family: llama\nlayers: 78\nhidden: 6144\nheads: 64\nkv_heads: 64\nintermediate: 12288\nvocab: 154880\nseq_len: 202752\n"
+     "experts: 256\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 3\n"
+     "q_lora_rank: 2048\nkv_lora_rank: 512\nqk_nope_dim: 192\nqk_rope_dim: 64\nv_head_dim: 256\n"
+     "index_topk: 2048\nindex_heads: 32\nindex_head_dim: 128\n"},
     // Note [DeepSeek-V2] (llama.cpp): deepseek-ai/DeepSeek-V2-Lite's and
     // DeepSeek-V2's config.json (torchtitan's deepseek_v3 flavors 16B and 236B).
     {"deepseek-v2-lite", "DeepSeek-V2-Lite 15.7B: 27 layers (1 dense), hidden 2048, 16 heads of latent attention (no q compression), 64 routed experts of SwiGLU 1408 + 2 shared, top-6, vocab 102400, seq 163840",
@@ -657,6 +670,40 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   if (l.kv_lora_rank > 0 && (l.qk_nope_dim + l.qk_rope_dim == 0 || l.v_head_dim == 0)) {
     c.fail("kv_lora_rank", "latent attention needs qk_nope_dim + qk_rope_dim > 0 and v_head_dim > 0");
   }
+  // DeepSeek Sparse Attention (Note [DeepSeek Sparse Attention] in llama.cpp).
+  l.index_topk = c.get_int("index_topk", 0, 0, 1 << 24);
+  l.index_heads = c.get_int("index_heads", 64, 1, 4096);
+  l.index_head_dim = c.get_int("index_head_dim", 128, 1, 4096);
+  l.indexer_layers = c.get_string("indexer_layers", "");
+  l.index_loss = c.get_enum<char>("index_loss", 'S', {{"sparse", 'S'}, {"dense", 'D'}, {"none", 'N'}});
+  l.dsa_dense = c.get_enum<bool>("dsa_kernels", false, {{"sparse", false}, {"dense", true}});
+  if (l.index_topk == 0) {
+    for (const char* key : {"index_heads", "index_head_dim", "indexer_layers", "index_loss", "dsa_kernels"}) {
+      if (c.has(key)) c.fail(key, "is read only with index_topk (DeepSeek Sparse Attention's keys a query, 1 or more)");
+    }
+  } else {
+    if (l.kv_lora_rank == 0) {
+      c.fail("index_topk", "needs latent attention (kv_lora_rank): DeepSeek Sparse Attention selects keys of MLA's shared latent");
+    }
+    if (l.qk_rope_dim > l.index_head_dim) {
+      c.fail("index_head_dim", std::to_string(l.index_head_dim) + " is narrower than qk_rope_dim " + std::to_string(l.qk_rope_dim) +
+                                   " (the indexer's rotary part); valid: qk_rope_dim or more");
+    }
+    for (std::size_t i = 0; i < l.indexer_layers.size(); ++i) {
+      const char ch = l.indexer_layers[i];
+      if (ch != 'F' && ch != 'S') {
+        c.fail("indexer_layers", std::string("letter ") + std::to_string(i + 1) + " is '" + ch +
+                                     "'; valid: F (the layer runs its indexer) or S (it reuses the last F layer's top-k), a letter a layer");
+      }
+    }
+    if (!l.indexer_layers.empty() && static_cast<std::int64_t>(l.indexer_layers.size()) != l.layers) {
+      c.fail("indexer_layers", std::to_string(l.indexer_layers.size()) + " letters for the " + std::to_string(l.layers) +
+                                   " layers; valid: one a layer");
+    }
+    if (!l.indexer_layers.empty() && l.indexer_layers.front() != 'F') {
+      c.fail("indexer_layers", "starts with S, but the first layer has no earlier top-k to reuse; valid: F first");
+    }
+  }
   if (l.head_dim == 0 && l.kv_lora_rank == 0) check_heads(c, l.hidden, l.heads);
   if (l.kv_lora_rank == 0) check_kv_heads(c, "kv_heads", l.heads, l.kv_heads);
   const double h = static_cast<double>(l.hidden);
@@ -808,7 +855,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, kimi_k2, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1721,7 +1768,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     const std::string text = moe ? "qwen3_5_moe_text" : "qwen3_5_text";
     return language_model(cls, {{text, text}}, "its vision encoder and merger", &defaults);
   } else if (type == "mixtral" || type == "qwen2_moe" || type == "qwen3_moe" || type == "deepseek_v3" || type == "kimi_k2" ||
-             type == "deepseek_v2") {
+             type == "deepseek_v2" || type == "deepseek_v32" || type == "glm_moe_dsa") {
     // Mixtures of experts: the defaults of MixtralConfig, Qwen2MoeConfig,
     // Qwen3MoeConfig and DeepseekV3Config (transformers), their layers as
     // modeling_mixtral.py, modeling_qwen2_moe.py, modeling_qwen3_moe.py and
@@ -1729,16 +1776,20 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // Kimi K2's config (model_type kimi_k2) is DeepSeek-V3's architecture and keys.
     // Note [DeepSeek-V2]: deepseek_v2 is the same layers with
     // DeepseekV2Config's defaults and its router's topk_method.
+    // Note [DeepSeek Sparse Attention] (llama.cpp): DeepSeek-V3.2's
+    // (DeepseekV32Config: DeepseekV3Config's keys and the indexer's) and
+    // GLM-5's (GlmMoeDsaConfig, its own defaults: GLM-5's shape).
     const bool mixtral = type == "mixtral", qwen2 = type == "qwen2_moe", qwen3 = type == "qwen3_moe", v2 = type == "deepseek_v2",
-               deepseek = type == "deepseek_v3" || type == "kimi_k2" || v2;
+               glm5 = type == "glm_moe_dsa", dsa = glm5 || type == "deepseek_v32",
+               deepseek = type == "deepseek_v3" || type == "kimi_k2" || v2 || dsa;
     require_arch({mixtral ? "MixtralForCausalLM" : qwen2 ? "Qwen2MoeForCausalLM" : qwen3 ? "Qwen3MoeForCausalLM" :
-                  v2 ? "DeepseekV2ForCausalLM" : "DeepseekV3ForCausalLM"});
+                  v2 ? "DeepseekV2ForCausalLM" : glm5 ? "GlmMoeDsaForCausalLM" : dsa ? "DeepseekV32ForCausalLM" : "DeepseekV3ForCausalLM"});
     ours["family"] = "llama";
-    copy_int("num_hidden_layers", "layers", mixtral ? 32 : v2 ? 32 : deepseek ? 61 : 24);
-    copy_int("hidden_size", "hidden", mixtral ? 4096 : v2 ? 4096 : deepseek ? 7168 : 2048);
-    copy_int("num_attention_heads", "heads", mixtral ? 32 : qwen2 ? 16 : qwen3 ? 32 : v2 ? 32 : 128);
+    copy_int("num_hidden_layers", "layers", mixtral ? 32 : v2 ? 32 : glm5 ? 78 : deepseek ? 61 : 24);
+    copy_int("hidden_size", "hidden", mixtral ? 4096 : v2 ? 4096 : glm5 ? 6144 : deepseek ? 7168 : 2048);
+    copy_int("num_attention_heads", "heads", mixtral ? 32 : qwen2 ? 16 : qwen3 ? 32 : v2 ? 32 : glm5 ? 64 : 128);
     const std::int64_t heads = ours["heads"].as<std::int64_t>();
-    copy_int("num_key_value_heads", "kv_heads", mixtral ? 8 : qwen2 ? 16 : qwen3 ? 4 : v2 ? heads : 128);
+    copy_int("num_key_value_heads", "kv_heads", mixtral ? 8 : qwen2 ? 16 : qwen3 ? 4 : v2 || glm5 ? heads : 128);
     if (!deepseek) check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
     if (c.has("head_dim") && !deepseek) {
       copy_int("head_dim", "head_dim", 0);
@@ -1748,9 +1799,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
       c.fail("num_attention_heads", std::to_string(heads) + " does not divide hidden_size " +
                                         std::to_string(ours["hidden"].as<std::int64_t>()) + " and no head_dim is given");
     }
-    copy_int("intermediate_size", "intermediate", mixtral ? 14336 : qwen2 ? 5632 : qwen3 ? 6144 : v2 ? 11008 : 18432);
-    copy_int("vocab_size", "vocab", mixtral ? 32000 : v2 ? 32000 : deepseek ? 129280 : 151936);
-    copy_int("max_position_embeddings", "seq_len", mixtral ? 131072 : v2 ? 2048 : deepseek ? 4096 : 32768);
+    copy_int("intermediate_size", "intermediate", mixtral ? 14336 : qwen2 ? 5632 : qwen3 ? 6144 : v2 ? 11008 : glm5 ? 12288 : 18432);
+    copy_int("vocab_size", "vocab", mixtral ? 32000 : v2 ? 32000 : glm5 ? 154880 : deepseek ? 129280 : 151936);
+    copy_int("max_position_embeddings", "seq_len", mixtral ? 131072 : v2 ? 2048 : glm5 ? 202752 : deepseek ? 4096 : 32768);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
     // DeepseekV2Config's num_experts_per_tok defaults to None, which its
     // router cannot run: a V2 config names it.
@@ -1787,7 +1838,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
       const std::int64_t shared = c.get_int("n_shared_experts", v2 ? 2 : 1, 0, kBig);
       ours["shared_intermediate"] = shared * ours["expert_intermediate"].as<std::int64_t>();
       ours["first_dense"] = c.get_int("first_k_dense_replace", v2 ? 0 : 3, 0, 10000);
-      if (!v2) {
+      if (glm5) {
+        group_routing(1, 1);  // GlmMoeDsaConfig's n_group and topk_group: one group
+      } else if (!v2) {
         // Node-limited routing: a token's experts come from topk_group of the
         // n_group groups (transformers' DeepseekV3Config defaults 8 and 4).
         group_routing(8, 4);
@@ -1809,12 +1862,64 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
       if (hf["q_lora_rank"] && hf["q_lora_rank"].IsNull()) {
         ours["q_lora_rank"] = 0;
       } else {
-        ours["q_lora_rank"] = c.get_int("q_lora_rank", 1536, 0, kBig);
+        ours["q_lora_rank"] = c.get_int("q_lora_rank", glm5 ? 2048 : 1536, 0, kBig);
       }
       copy_int("kv_lora_rank", "kv_lora_rank", 512);
-      copy_int("qk_nope_head_dim", "qk_nope_dim", 128);
+      copy_int("qk_nope_head_dim", "qk_nope_dim", glm5 ? 192 : 128);
       copy_int("qk_rope_head_dim", "qk_rope_dim", 64);
-      copy_int("v_head_dim", "v_head_dim", 128);
+      copy_int("v_head_dim", "v_head_dim", glm5 ? 256 : 128);
+    }
+    if (glm5 && hf["mlp_layer_types"] && hf["mlp_layer_types"].IsSequence()) {
+      // GlmMoeDsaConfig's mlp_layer_types: dense layers first, then MoE ones.
+      const YAML::Node types = hf["mlp_layer_types"];
+      std::int64_t dense = 0;
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const std::string kind = types[i].IsScalar() ? types[i].Scalar() : "";
+        if (kind != "dense" && kind != "sparse") c.fail("mlp_layer_types", "entry " + std::to_string(i + 1) + " is '" + kind + "'; valid: dense, sparse");
+        if (kind == "dense" && dense != static_cast<std::int64_t>(i)) {
+          c.fail("mlp_layer_types", "dense layer " + std::to_string(i + 1) + " after a sparse one; dtsim models the dense layers first (first_k_dense_replace)");
+        }
+        if (kind == "dense") ++dense;
+      }
+      if (static_cast<std::int64_t>(types.size()) != ours["layers"].as<std::int64_t>()) {
+        c.fail("mlp_layer_types", "lists " + std::to_string(types.size()) + " layers; valid: one for each of the " +
+                                      std::to_string(ours["layers"].as<std::int64_t>()) + " (num_hidden_layers)");
+      }
+      ours["first_dense"] = dense;
+    }
+    if (dsa) {
+      // The indexer: its heads, width and keys; which layers run one
+      // (GLM-5's indexer_types, index_topk_pattern, or index_topk_freq
+      // from index_skip_topk_offset as GlmMoeDsaConfig derives them).
+      ours["index_topk"] = c.get_int("index_topk", 2048, 1, 1 << 24);
+      ours["index_heads"] = c.get_int("index_n_heads", glm5 ? 32 : 64, 1, 4096);
+      ours["index_head_dim"] = c.get_int("index_head_dim", 128, 1, 4096);
+      const std::int64_t layers = ours["layers"].as<std::int64_t>();
+      std::string pattern;
+      if (hf["indexer_types"] && hf["indexer_types"].IsSequence()) {
+        const YAML::Node types = hf["indexer_types"];
+        for (std::size_t i = 0; i < types.size(); ++i) {
+          const std::string kind = types[i].IsScalar() ? types[i].Scalar() : "";
+          if (kind != "full" && kind != "shared") c.fail("indexer_types", "entry " + std::to_string(i + 1) + " is '" + kind + "'; valid: full, shared");
+          pattern += kind == "full" ? 'F' : 'S';
+        }
+        if (static_cast<std::int64_t>(pattern.size()) != layers) {
+          c.fail("indexer_types", "lists " + std::to_string(pattern.size()) + " layers; valid: one for each of the " + std::to_string(layers) +
+                                      " (num_hidden_layers)");
+        }
+      } else if (c.has("index_topk_pattern")) {
+        pattern = c.get_string("index_topk_pattern", "");
+        if (static_cast<std::int64_t>(pattern.size()) != layers || pattern.find_first_not_of("FS") != std::string::npos) {
+          c.fail("index_topk_pattern", "'" + pattern + "'; valid: F (full) or S (shared), one letter for each of the " + std::to_string(layers) + " layers");
+        }
+      } else if (glm5) {
+        const std::int64_t freq = c.get_int("index_topk_freq", 1, 1, 10000), offset = c.get_int("index_skip_topk_offset", 2, 0, 10000);
+        for (std::int64_t i = 0; i < layers; ++i) pattern += std::max<std::int64_t>(i - offset + 1, 0) % freq == 0 ? 'F' : 'S';
+      }
+      if (pattern.find('S') != std::string::npos) {
+        if (pattern.front() != 'F') c.fail(hf["indexer_types"] ? "indexer_types" : "index_topk_pattern", "starts shared; the first layer has no earlier top-k to reuse");
+        ours["indexer_layers"] = pattern;
+      }
     }
   } else {
     c.fail("model_type", type.empty() ? std::string("missing; dtsim reads HuggingFace configs of model_type ") + kHfTypes

@@ -2523,3 +2523,192 @@ TEST_CASE("Granite 4.0-H: blocks whose mixer is Mamba-2 or attention, from confi
   std::vector<sim::Override> both{sim::parse_override("model.layer_mixers=M*"), sim::parse_override("model.hybrid_pattern=M-")};
   CHECK(error_of([&] { load_model("llama-tiny", both); }).find("model.layer_mixers: contradicts hybrid_pattern") != std::string::npos);
 }
+
+namespace {
+
+/// A small latent-attention model (4 heads; q_lora 32, kv_lora 16, nope 8,
+/// rope 4, v 8; two dense SwiGLU layers of 256, hidden 64, vocab 100),
+/// with DeepSeek Sparse Attention's `dsa` keys appended where given.
+std::string dsa_yaml(const test::TempDir& dir, const std::string& name, const std::string& dsa) {
+  const std::string path = dir.file(name + ".yaml");
+  std::ofstream(path) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nintermediate: 256\nvocab: 100\nseq_len: 16\n"
+                         "q_lora_rank: 32\nkv_lora_rank: 16\nqk_nope_dim: 8\nqk_rope_dim: 4\nv_head_dim: 8\n"
+                      << dsa;
+  return path;
+}
+
+const sim::Kernel* find_kernel(const std::vector<sim::Kernel>& ks, const std::string& name) {
+  const auto it = std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
+  return it == ks.end() ? nullptr : &*it;
+}
+
+}  // namespace
+
+TEST_CASE("DeepSeek Sparse Attention: parameters, kept bytes, FLOPs and collectives of a small model by hand "
+          "(Note [DeepSeek Sparse Attention])",
+          "[llama][dsa]") {
+  test::TempDir dir("dsa");
+  const std::string indexer = "index_topk: 4\nindex_heads: 2\nindex_head_dim: 8\n";
+  const auto dsa = load_model(dsa_yaml(dir, "dsa", indexer));
+  const auto mla = load_model(dsa_yaml(dir, "mla", ""));
+  // A layer's latent attention: q_a 64 x 32, its norm 32, q_b 32 x 4 x 12,
+  // kv_a 64 x 20, its norm 16, kv_b 16 x 4 x 16, o_proj 32 x 64 = 7,984;
+  // the indexer: wq_b 32 x 2 x 8, wk 64 x 8, k_norm's weight and bias 16,
+  // weights_proj 64 x 2 = 1,168; the MLP 3 x 64 x 256, two norms 128.
+  const std::int64_t attention = 2048 + 32 + 1536 + 1280 + 16 + 1024 + 2048, index = 512 + 512 + 16 + 128;
+  CHECK(attention == 7'984);
+  CHECK(index == 1'168);
+  const std::int64_t layer = attention + index + 3 * 64 * 256 + 128;
+  CHECK(dsa->parameters() == 2 * layer + 2 * 100 * 64 + 64);
+  CHECK(dsa->parameters() == 129'728);
+  CHECK(dsa->parameters() - mla->parameters() == 2 * index);
+
+  sim::WorkloadShape w = shape(1, 16, 2);
+  w.flash_attention = true;
+  const auto l = dsa->layers(w), m = mla->layers(w);
+  REQUIRE(l.size() == 4);
+  CHECK(l[1].params == layer);
+  CHECK(l[1].signature.find(",dsa=4,ih=2,id=8,il=1,") != std::string::npos);
+  // Kept beyond what both layers keep (the norms, the query latent, the MLP),
+  // 16 tokens of 2 bytes:
+  //   MLA with a fused kernel: the kv latent's norm (6 x 256 + 4 x 16) and
+  //     kv_b_proj's input (2 x 256), Q, K and V (2 x 16 x 4 x 32), o_proj's
+  //     input (1,024), the log-sum-exp (4 x 4 x 16), O (1,024):     12,672
+  //   DSA: the kv latent's norm 1,600, q_absorb's input q_nope (2 x 16 x 4
+  //     x 8), o_proj's input 1,024; the indexer's q (2 x 16 x 2 x 8), its
+  //     weights (2 x 32), k and k's norm input (2 x 2 x 128), k's norm
+  //     statistics (8 x 16), the int64 indices (8 x 16 x 4): 1,728; the
+  //     sparse kernel's query copy padded to 16 heads (2 x 16 x 16 x 20), the
+  //     key (2 x 16 x 20), the int32 indices (4 x 64), the latent output
+  //     (2 x 16 x 4 x 16): 13,184                                    22,720
+  CHECK(l[1].saved_bytes - m[1].saved_bytes == 22'720 - 12'672);
+  // FLOPs: the sparse kernel, 16 queries x 16 padded heads x 4 keys x (20 +
+  // 16) twice; backward the forward again and five GEMMs, 4 x 20 + 3 x 16.
+  const sim::Kernel* core = find_kernel(l[1].forward, "attn.sparse_mla");
+  REQUIRE(core != nullptr);
+  CHECK(core->flops == Approx(2.0 * 16 * 16 * 4 * 36));
+  const sim::Kernel* core_back = find_kernel(l[1].backward, "attn.sparse_mla.bwd");
+  REQUIRE(core_back != nullptr);
+  CHECK(core_back->flops == Approx(2.0 * 16 * 16 * 4 * 128));
+  // The index scores: the causal half with its diagonal, 16 x 17 / 2 = 136
+  // pairs, each 2 heads of a product of 8 twice, ReLU, weight and sum (3).
+  const sim::Kernel* scores = find_kernel(l[1].forward, "dsa.index_scores");
+  REQUIRE(scores != nullptr);
+  CHECK(scores->flops == Approx(136.0 * 2 * (2 * 8 + 3)));
+  // The loss's target: each token's 4 heads against its 4 keys at 20, then
+  // the softmax and the sum (5); its gradient: the 4 selected scores again,
+  // then dq, dk and the weights: 3 x 16 x 4 x 2 x 19.
+  CHECK(find_kernel(l[1].forward, "dsa.loss_target")->flops == Approx(16.0 * 4 * 4 * 45));
+  REQUIRE(find_kernel(l[1].backward, "dsa.index_scores.bwd") != nullptr);
+  CHECK(find_kernel(l[1].backward, "dsa.index_scores.bwd")->flops == Approx(3.0 * 16 * 4 * 2 * 19));
+  // The absorption's GEMMs do kv_b_proj's work: 2 x 16 x 4 x 8 x 16 each.
+  CHECK(find_kernel(l[1].forward, "attn.q_absorb")->flops + find_kernel(l[1].forward, "attn.v_up")->flops ==
+        Approx(find_kernel(m[1].forward, "attn.kv_b_proj")->flops));
+  CHECK(find_kernel(l[1].forward, "attn.kv_b_proj") == nullptr);
+  // The indexer's projections get weight gradients alone (detached inputs).
+  CHECK(find_kernel(l[1].backward, "dsa.index_q.wgrad") != nullptr);
+  CHECK(find_kernel(l[1].backward, "dsa.index_q.dgrad") == nullptr);
+
+  SECTION("without a loss the indexer runs forward only and keeps nothing") {
+    const auto none = load_model(dsa_yaml(dir, "none", indexer + "index_loss: none\n"))->layers(w);
+    CHECK(l[1].saved_bytes - none[1].saved_bytes == 1'728);
+    CHECK(find_kernel(none[1].backward, "dsa.index_scores.bwd") == nullptr);
+    CHECK(find_kernel(none[1].backward, "dsa.index_q.wgrad") == nullptr);
+    CHECK(find_kernel(none[1].forward, "dsa.loss_target") == nullptr);
+    CHECK(none[1].signature.find(",il=0") != std::string::npos);
+  }
+  SECTION("the dense loss and Megatron-Core's dense kernels score every key") {
+    const auto dense = load_model(dsa_yaml(dir, "dense", indexer + "index_loss: dense\ndsa_kernels: dense\n"))->layers(w);
+    // The target: an fp32 bmm of 16 x 16 pairs for 4 heads at 20; backward
+    // holds fp32 [16, 16] for twice the heads and the indexer's 2.
+    CHECK(find_kernel(dense[1].forward, "dsa.loss_target")->flops == Approx(2.0 * 16 * 16 * 20 * 4));
+    CHECK(dense[1].backward_workspace_bytes == 4 * 256 * (2 * 4 + 2));
+    // Every pair scored (no causal skip): 256 x 2 x 19; the masked attention
+    // over all 16 x 16 pairs at 20.
+    CHECK(find_kernel(dense[1].forward, "dsa.index_scores")->flops == Approx(256.0 * 2 * 19));
+    CHECK(find_kernel(dense[1].forward, "attn.scores")->flops == Approx(2.0 * 16 * 16 * 20 * 4));
+    CHECK(find_kernel(dense[1].forward, "attn.sparse_mla") == nullptr);
+    CHECK(dense[1].signature.find(",il=2,dk=1") != std::string::npos);
+  }
+  SECTION("tensor and context parallelism: the gathers it adds") {
+    sim::WorkloadShape t2 = w;
+    t2.tp = 2;
+    t2.sequence_parallel = true;
+    const auto tp = dsa->layers(t2);
+    // x and the query latent gathered for the indexer, 2 x 16 x (64 + 32);
+    // the target's fp32 [16, 4] summed over tp.
+    const auto has = [](const std::vector<sim::LayerComm>& cs, sim::CollectiveOp op, Bytes bytes) {
+      return std::any_of(cs.begin(), cs.end(), [&](const sim::LayerComm& c) { return c.op == op && c.bytes == bytes; });
+    };
+    CHECK(has(tp[1].tp_forward, sim::CollectiveOp::kAllGather, 3'072));
+    CHECK(has(tp[1].tp_forward, sim::CollectiveOp::kAllReduce, 256));
+    // The indexer whole on each rank, its gradients reduced over tp.
+    CHECK(tp[1].sp_params >= index);
+    sim::WorkloadShape c2 = w;
+    c2.cp = 2;
+    const auto cp = dsa->layers(c2);
+    // The key (2 x 16 x 20) and the indexer's k (2 x 16 x 8) gathered; their
+    // gradients reduce-scattered.
+    CHECK(has(cp[1].cp_forward, sim::CollectiveOp::kAllGather, 640));
+    CHECK(has(cp[1].cp_forward, sim::CollectiveOp::kAllGather, 256));
+    CHECK(has(cp[1].cp_backward, sim::CollectiveOp::kReduceScatter, 640));
+    CHECK(has(cp[1].cp_backward, sim::CollectiveOp::kReduceScatter, 256));
+  }
+  SECTION("a layer reusing the last indexer's keys has none") {
+    const auto shared = load_model(dsa_yaml(dir, "shared", indexer + "indexer_layers: FS\n"));
+    CHECK(shared->parameters() == 129'728 - index);
+    const auto s = shared->layers(w);
+    CHECK(s[2].params == layer - index);
+    CHECK(s[2].signature.ends_with(",ix=0"));
+    CHECK(find_kernel(s[2].forward, "dsa.index_q") == nullptr);
+    CHECK(find_kernel(s[2].forward, "attn.sparse_mla") != nullptr);
+  }
+  SECTION("refused in one line at the key") {
+    CHECK_THAT(error_of([&] { load_model(dsa_yaml(dir, "bad", indexer + "indexer_layers: FX\n")); }),
+               Catch::Contains("indexer_layers: letter 2 is 'X'; valid: F"));
+    CHECK_THAT(error_of([&] { load_model(dsa_yaml(dir, "bad", indexer + "indexer_layers: SF\n")); }),
+               Catch::Contains("indexer_layers: starts with S"));
+    CHECK_THAT(error_of([&] { load_model(dsa_yaml(dir, "bad", indexer + "indexer_layers: F\n")); }),
+               Catch::Contains("indexer_layers: 1 letters for the 2 layers"));
+    CHECK_THAT(error_of([&] { load_model(dsa_yaml(dir, "bad", "index_heads: 4\n")); }),
+               Catch::Contains("index_heads: is read only with index_topk"));
+    CHECK_THAT(error_of([&] { load_model(dsa_yaml(dir, "bad", indexer + "index_loss: kl\n")); }), Catch::Contains("index_loss"));
+    CHECK_THAT(error_of([&] { load_model("llama-tiny", {sim::parse_override("model.index_topk=8")}); }),
+               Catch::Contains("index_topk: needs latent attention (kv_lora_rank)"));
+  }
+}
+
+TEST_CASE("DeepSeek-V3.2 and GLM-5: config.json, built-ins and parameters by hand (Note [DeepSeek Sparse Attention])",
+          "[llama][dsa]") {
+  // tests/data/hf/PARAMS.md: DeepSeek-V3's 671,026,404,352 and 61 indexers
+  // of 13,959,424; active 37,552,282,624 + the indexers.
+  const auto file = load_model(hf("deepseek-v3.2")), built = load_model("deepseek-v3.2");
+  CHECK(file->parameters() == 671'877'929'216);
+  CHECK(built->parameters() == 671'877'929'216);
+  CHECK(built->active_parameters() == 38'403'807'488);
+  auto w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  w.ep = 8;
+  const auto a = file->layers(w), b = built->layers(w);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) CHECK(a[i].signature == b[i].signature);
+  // GLM-5: GlmMoeDsaConfig's defaults, 743,911,199,232 and 41,784,709,632 active.
+  const auto glm = load_model("glm-5");
+  CHECK(glm->parameters() == 743'911'199'232);
+  CHECK(glm->active_parameters() == 41'784'709'632);
+  test::TempDir dir("glm5");
+  CHECK(load_model(write_json(dir, R"({"architectures": ["GlmMoeDsaForCausalLM"], "model_type": "glm_moe_dsa"})"))->parameters() ==
+        743'911'199'232);
+  // indexer_types' shared layers have no indexer: 9,371,904 each fewer.
+  std::string types = "\"full\"";
+  for (int i = 1; i < 78; ++i) types += i % 2 == 1 ? ", \"shared\"" : ", \"full\"";
+  const auto shared = load_model(write_json(dir, R"({"model_type": "glm_moe_dsa", "indexer_types": [)" + types + "]}"));
+  CHECK(shared->parameters() == 743'911'199'232 - 39 * 9'371'904);
+  // GlmMoeDsaConfig's index_topk_freq 2 from offset 2: layers 0, 1, 3, 5, ... run one (i - 1 even).
+  const auto freq = load_model(write_json(dir, R"({"model_type": "glm_moe_dsa", "index_topk_freq": 2})"));
+  CHECK(freq->parameters() == 743'911'199'232 - 38 * 9'371'904);
+  CHECK_THAT(error_of([&] { load_model(write_json(dir, R"({"model_type": "glm_moe_dsa", "indexer_types": ["shared"]})")); }),
+             Catch::Contains("indexer_types: lists 1 layers"));
+  CHECK_THAT(error_of([&] { load_model(write_json(dir, R"({"model_type": "deepseek_v32", "index_topk": 0})")); }),
+             Catch::Contains("index_topk"));
+}

@@ -13,6 +13,7 @@
 #include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/rules.hpp"
 #include "dtsim/sim/search.hpp"
 #include "fake_model.hpp"
 #include "test_util.hpp"
@@ -72,6 +73,13 @@ TEST_CASE("cp: resolve places the axis, checks the sequence and the model", "[cp
              Catch::Contains("tp x cp x pp = 16 does not divide the 8 GPUs"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("cp: 2\nfsdp: hybrid_shard\n", "p.yaml"), *llama, c); }),
              Catch::Contains("hybrid_shard with cp > 1 is not modelled"));
+  // DeepSeek Sparse Attention gathers its keys (Megatron-Core asserts
+  // cp_comm_type allgather): the rules offer nothing else and resolve takes it.
+  const auto dsa = models::load_model("llama-tiny", {parse_override("model.kv_lora_rank=16"), parse_override("model.index_topk=8")});
+  CHECK(resolve(parse_plan("cp: 2\n", "p.yaml"), *dsa, c).cp_comm == CpComm::kAllGather);
+  CHECK(resolve(parse_plan("cp: 2\n", "p.yaml"), *llama, c).cp_comm == CpComm::kP2p);
+  CHECK(PlanRules(*dsa, c).cp_comms(2) == std::vector<CpComm>{CpComm::kAllGather});
+  CHECK(PlanRules(*llama, c).cp_comms(2).size() == 2);
 }
 
 TEST_CASE("cp: the ring exposes what its steps take beyond attention's (Note [Context-parallel exchange])", "[cp]") {

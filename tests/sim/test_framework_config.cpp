@@ -1099,8 +1099,8 @@ TEST_CASE("Megatron-LM: Qwen3.5's Gated DeltaNet layers, gated output and gated 
   const auto unread = parse_megatron_args(plain + "--linear-attention-freq 4", "cmd");
   CHECK(keys(unread).count("model.full_attention_interval") == 0);
   CHECK(listed(unread, "--linear-attention-freq 4 (read only with --experimental-attention-variant gdn; a custom --spec that builds them needs it too)"));
-  CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant dsa", "cmd"); }) ==
-        "cmd:1: --experimental-attention-variant: 'dsa' is not one of gdn, gated_delta_net");
+  CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant kda", "cmd"); }) ==
+        "cmd:1: --experimental-attention-variant: 'kda' is not one of gdn, gated_delta_net, dsa");
   CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant gdn", "cmd"); }) ==
         "cmd:1: --experimental-attention-variant: gdn needs --linear-attention-freq (TransformerConfig asserts it)");
   CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant gdn --linear-attention-freq '([1]*3+[0])*1'", "cmd"); }) ==
@@ -1186,4 +1186,52 @@ TEST_CASE("Megatron-Bridge: Nemotron 3 Nano's run_config.yaml is its Megatron-LM
   CHECK(fc.unmodelled.empty());
   const auto from_yaml = models::load_model(*fc.model, section(fc, "model"));
   CHECK(from_yaml->parameters() == models::load_model("nemotron-3-nano-30b-a3b")->parameters());
+}
+
+TEST_CASE("Megatron-LM: DeepSeek Sparse Attention's flags (Note [DeepSeek Sparse Attention])", "[framework][dsa]") {
+  // Megatron-LM's functional test gpt3_mcore_te_tp2_pp2_dsa's model flags,
+  // with a loss coefficient and the sparse loss, and a top-k shared by pairs of layers.
+  const std::string flags =
+      "--micro-batch-size 4 --num-layers 4 --hidden-size 512 --num-attention-heads 8 --multi-latent-attention --q-lora-rank 192 "
+      "--kv-lora-rank 64 --qk-head-dim 16 --qk-pos-emb-head-dim 8 --v-head-dim 16 --experimental-attention-variant dsa "
+      "--disable-bias-linear --dsa-indexer-n-heads 64 --dsa-indexer-head-dim 128 --dsa-indexer-topk 2048 --dsa-indexer-loss-coeff 0.01 "
+      "--seq-length 1024 --max-position-embeddings 1024 --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights ";
+  auto k = keys(parse_megatron_args(flags + "--dsa-indexer-use-sparse-loss --dsa-kernel-backend tilelang --dsa-indexer-topk-freq 2", "cmd"));
+  CHECK(k["model.index_topk"] == "2048");
+  CHECK(k["model.index_heads"] == "64");
+  CHECK(k["model.index_head_dim"] == "128");
+  CHECK(k["model.index_loss"] == "sparse");
+  CHECK(k["model.dsa_kernels"] == "sparse");
+  // dsa.py's is_dsa_skip_topk_layer, offset 0 taken as 1: layers 2 and 4 reuse.
+  CHECK(k["model.indexer_layers"] == "FSFS");
+  // Megatron-Core's defaults: the dense KL loss, the backend "none" (masked
+  // dense attention); no coefficient, no loss.
+  auto d = keys(parse_megatron_args(flags, "cmd"));
+  CHECK(d["model.index_loss"] == "dense");
+  CHECK(d["model.dsa_kernels"] == "dense");
+  CHECK(d.count("model.indexer_layers") == 0);
+  std::string no_loss = flags;
+  no_loss.replace(no_loss.find("--dsa-indexer-loss-coeff 0.01 "), 30, "");
+  CHECK(keys(parse_megatron_args(no_loss, "cmd"))["model.index_loss"] == "none");
+  // The model the flags describe loads and has the indexer's parameters.
+  const FrameworkConfig fc = parse_megatron_args(flags, "cmd");
+  const auto model = models::load_model(*fc.model, section(fc, "model"));
+  std::string plain = flags;
+  plain.replace(plain.find("--experimental-attention-variant dsa "), 37, "");
+  for (const char* f : {"--dsa-indexer-n-heads 64 ", "--dsa-indexer-head-dim 128 ", "--dsa-indexer-topk 2048 ", "--dsa-indexer-loss-coeff 0.01 "}) {
+    plain.replace(plain.find(f), std::string(f).size(), "");
+  }
+  const FrameworkConfig pc = parse_megatron_args(plain, "cmd");
+  // Four indexers: wq_b 192 x 64 x 128, wk 512 x 128, k_norm 256, weights_proj 512 x 64.
+  CHECK(model->parameters() - models::load_model(*pc.model, section(pc, "model"))->parameters() ==
+        4 * (192 * 64 * 128 + 512 * 128 + 256 + 512 * 64));
+  // Refused at the flag: no latent attention, no indexer shape, an unknown backend.
+  std::string gqa = flags;
+  gqa.replace(gqa.find("--multi-latent-attention "), 25, "");
+  CHECK_THAT(error_of([&] { parse_megatron_args(gqa, "cmd"); }), Catch::Contains("dsa needs --multi-latent-attention"));
+  std::string no_topk = flags;
+  no_topk.replace(no_topk.find("--dsa-indexer-topk 2048 "), 24, "");
+  CHECK_THAT(error_of([&] { parse_megatron_args(no_topk, "cmd"); }), Catch::Contains("dsa needs --dsa-indexer-topk"));
+  CHECK_THAT(error_of([&] { parse_megatron_args(flags + "--dsa-kernel-backend flash", "cmd"); }),
+             Catch::Contains("--dsa-kernel-backend: 'flash' is not one of none, tilelang, cudnn"));
 }

@@ -242,7 +242,10 @@ const std::map<std::string, Kind>& known_flags() {
       {"squared-relu", Kind::kBool}, {"use-rotary-position-embeddings", Kind::kBool}, {"spec", Kind::kWords},
       {"linear-conv-kernel-dim", Kind::kInt}, {"linear-key-head-dim", Kind::kInt}, {"linear-value-head-dim", Kind::kInt},
       {"linear-num-key-heads", Kind::kInt}, {"linear-num-value-heads", Kind::kInt}, {"attention-output-gate", Kind::kBool},
-      {"moe-shared-expert-gate", Kind::kBool}, {"apply-layernorm-1p", Kind::kBool}};
+      {"moe-shared-expert-gate", Kind::kBool}, {"apply-layernorm-1p", Kind::kBool},
+      {"dsa-indexer-n-heads", Kind::kInt}, {"dsa-indexer-head-dim", Kind::kInt}, {"dsa-indexer-topk", Kind::kInt},
+      {"dsa-indexer-topk-freq", Kind::kInt}, {"dsa-indexer-skip-topk-offset", Kind::kInt}, {"dsa-indexer-loss-coeff", Kind::kFloat},
+      {"dsa-indexer-use-sparse-loss", Kind::kBool}, {"dsa-kernel-backend", Kind::kString}};
   return flags;
 }
 
@@ -956,8 +959,48 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       // TransformerConfig's linear_* defaults; Qwen3-Next's gated output.
       const char* const kLinear[] = {"linear-attention-freq", "linear-conv-kernel-dim", "linear-key-head-dim", "linear-value-head-dim",
                                      "linear-num-key-heads", "linear-num-value-heads"};
-      if (has("experimental-attention-variant")) {
-        const std::string variant = choice("experimental-attention-variant", {"gdn", "gated_delta_net"});
+      const char* const kDsa[] = {"dsa-indexer-n-heads", "dsa-indexer-head-dim", "dsa-indexer-topk", "dsa-indexer-topk-freq",
+                                  "dsa-indexer-skip-topk-offset", "dsa-indexer-loss-coeff", "dsa-indexer-use-sparse-loss", "dsa-kernel-backend"};
+      const bool dsa = has("experimental-attention-variant") && text("experimental-attention-variant", "") == "dsa";
+      if (dsa) {
+        // Note [DeepSeek Sparse Attention] (models/src/llama.cpp):
+        // Megatron-Core's DSAttention within its absorbed MLA. The
+        // indexer's shape has no default (TransformerConfig's None), the
+        // loss trains the indexer only with a coefficient, and the kernels
+        // are dsa_kernel_backend's (none: masked dense attention).
+        const std::string variant = at("experimental-attention-variant");
+        if (!has("multi-latent-attention")) fail("experimental-attention-variant", "dsa needs " + flag("multi-latent-attention") + " (Megatron-Core asserts it)");
+        for (const auto& [key, name] : {std::pair{"index_heads", "dsa-indexer-n-heads"}, std::pair{"index_head_dim", "dsa-indexer-head-dim"},
+                                        std::pair{"index_topk", "dsa-indexer-topk"}}) {
+          if (!has(name)) fail("experimental-attention-variant", std::string("dsa needs ") + a.spelled(name) + " (TransformerConfig has no default)");
+          out.model(key, given.at(name).text, at(name));
+        }
+        const double coeff = has("dsa-indexer-loss-coeff") ? std::stod(given.at("dsa-indexer-loss-coeff").text) : 0.0;
+        const bool sparse_loss = has("dsa-indexer-use-sparse-loss");
+        out.model("index_loss", coeff > 0 ? (sparse_loss ? "sparse" : "dense") : "none",
+                  has("dsa-indexer-loss-coeff") ? at("dsa-indexer-loss-coeff") : variant);
+        if (sparse_loss && coeff <= 0) note("dsa-indexer-use-sparse-loss", "no loss without " + flag("dsa-indexer-loss-coeff") + " above 0");
+        const std::string backend = has("dsa-kernel-backend") ? choice("dsa-kernel-backend", {"none", "tilelang", "cudnn"}) : "none";
+        out.model("dsa_kernels", backend == "none" ? "dense" : "sparse", has("dsa-kernel-backend") ? at("dsa-kernel-backend") : variant);
+        // dsa.py's is_dsa_skip_topk_layer: layer L (from 1) reuses the top-k
+        // where max(L - max(offset, 1), 0) % freq != 0.
+        const std::int64_t freq = num("dsa-indexer-topk-freq", 1), offset = std::max<std::int64_t>(num("dsa-indexer-skip-topk-offset", 0), 1);
+        if (freq < 1) fail("dsa-indexer-topk-freq", std::to_string(freq) + "; valid: 1 or more (Megatron-Core's dsa.py)");
+        if (freq > 1) {
+          if (!has("num-layers")) fail("dsa-indexer-topk-freq", "needs " + flag("num-layers") + " to say which layers run the indexer");
+          const std::int64_t layers = num("num-layers", 1);
+          if (layers > 10000) fail("num-layers", std::to_string(layers) + "; valid: 1 to 10000");
+          std::string pattern;
+          for (std::int64_t l = 1; l <= layers; ++l) pattern += std::max<std::int64_t>(l - offset, 0) % freq != 0 ? 'S' : 'F';
+          out.model("indexer_layers", pattern, at("dsa-indexer-topk-freq"));
+        }
+      } else {
+        for (const char* n : kDsa) {
+          if (has(n)) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
+        }
+      }
+      if (has("experimental-attention-variant") && !dsa) {
+        const std::string variant = choice("experimental-attention-variant", {"gdn", "gated_delta_net", "dsa"});
         if (!has("linear-attention-freq")) {
           fail("experimental-attention-variant", variant + " needs " + flag("linear-attention-freq") + " (TransformerConfig asserts it)");
         }

@@ -388,6 +388,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // Context parallelism (Note [Context parallelism] in models/src/layers.cpp).
   r.cp = s.cp;
   r.cp_comm = s.cp_comm;
+  if (r.cp > 1 && model.cp_all_gather_only()) r.cp_comm = CpComm::kAllGather;
   if (r.cp > 1) {
     if (const std::string why = model.cp_error(r.cp, r.tp); !why.empty()) {
       bad.add("cp", std::to_string(r.cp) + ": " + why + "; valid: 1");

@@ -115,6 +115,7 @@ bool PlanRules::masters_optional(Precision p, bool fp32_gradients, Offload optim
 
 std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   if (cp <= 1) return {CpComm::kP2p};
+  if (model_.cp_all_gather_only()) return {CpComm::kAllGather};
   return {CpComm::kP2p, CpComm::kAllGather};
 }
 

@@ -154,6 +154,23 @@ struct LlamaConfig {
   std::int64_t qk_nope_dim = 0;    ///< qk_nope_head_dim
   std::int64_t qk_rope_dim = 0;    ///< qk_rope_head_dim
   std::int64_t v_head_dim = 0;     ///< v_head_dim
+  // DeepSeek Sparse Attention (DeepSeek-V3.2, GLM-5; Note [DeepSeek Sparse
+  // Attention] in models/src/llama.cpp): a lightning indexer picks each
+  // query's index_topk keys of its latent attention (0: dense attention).
+  std::int64_t index_topk = 0;      ///< index_topk
+  std::int64_t index_heads = 64;    ///< index_n_heads
+  std::int64_t index_head_dim = 128;  ///< index_head_dim
+  /// Which layers run their own indexer (F) and which reuse the top-k of the
+  /// last layer that did (S), a letter a layer; empty: every layer runs one
+  /// (GLM-5's indexer_types, Megatron-Core's dsa_indexer_topk_freq).
+  std::string indexer_layers;
+  /// How the indexer trains: 'S' against the main attention over the
+  /// selected keys (DeepSeek-V3.2's sparse stage), 'D' over every key
+  /// (Megatron-Core's dense KL loss), 'N' not at all (no loss coefficient).
+  char index_loss = 'S';
+  /// The kernels: sparse (FlashMLA's, TileLang's: the selected keys alone)
+  /// or Megatron-Core's dsa_kernel_backend none (masked dense attention).
+  bool dsa_dense = false;
 };
 
 /// A BERT encoder (post-LayerNorm), with the pooler as HuggingFace's BertModel.

@@ -458,6 +458,11 @@ class Model {
   virtual std::string cp_error(int cp, int /*tp*/ = 1) const {
     return cp == 1 ? "" : "this model has no context-parallel split (only decoders of the GPT and Llama families)";
   }
+  /// Its attention splits a sequence over cp ranks by all-gathering the
+  /// keys alone, never by the p2p ring (Megatron-Core's DSAttention asserts
+  /// cp_comm_type allgather: Note [DeepSeek Sparse Attention] in
+  /// models/src/llama.cpp); a plan's cp_comm is then all_gather.
+  virtual bool cp_all_gather_only() const { return false; }
   /// Parameters one token passes through (a mixture of experts' top-k routed
   /// and shared experts, every dense weight); parameters() for dense models.
   virtual std::int64_t active_parameters() const { return parameters(); }
