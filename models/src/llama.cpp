@@ -1523,9 +1523,10 @@ class Llama final : public ZooModel {
       DsaCore d = dsa_core(shape, indexer);
       core = std::move(d.core);
       post.push_back(gemm("attn.v_up", t, v, kvr, e, al));  // the latent output times W_UV, each head
-      // The kv latent's norm, q_absorb's input, the core's and the
+      // The kv latent's norm, q_absorb's input (q_nope, a view that keeps
+      // q_b_proj's whole output, the rotary part too), the core's and the
       // indexer's keeps, o_proj's input.
-      attention += norm_kept(t * kvr, t) + e * t * al * dn + d.saved + shape.saved_gemm_input(t * al * v);
+      attention += norm_kept(t * kvr, t) + e * t * al * (dn + c_.qk_rope_dim) + d.saved + shape.saved_gemm_input(t * al * v);
       l.backward_workspace_bytes = d.workspace;
       dsa_tp_forward = std::move(d.tp_forward);
       dsa_tp_backward = std::move(d.tp_backward);

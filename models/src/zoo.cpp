@@ -294,6 +294,13 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 4\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
      "experts: 4\ntop_k: 2\nexpert_intermediate: 176\nshared_intermediate: 176\nfirst_dense: 1\n"
      "q_lora_rank: 64\nkv_lora_rank: 32\nqk_nope_dim: 32\nqk_rope_dim: 16\nv_head_dim: 32\n"},
+    // Note [DeepSeek Sparse Attention] (llama.cpp): deepseek-tiny's layers
+    // with an indexer of 2 heads of 16 choosing 32 of the 128 keys.
+    {"deepseek-v3.2-tiny", "Tiny DeepSeek-V3.2 for CPU validation: deepseek-tiny's layers with DeepSeek Sparse Attention (an indexer of 2 heads of 16 picks 32 keys a query), seq 128",
+     "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 4\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
+     "experts: 4\ntop_k: 2\nexpert_intermediate: 176\nshared_intermediate: 176\nfirst_dense: 1\n"
+     "q_lora_rank: 64\nkv_lora_rank: 32\nqk_nope_dim: 32\nqk_rope_dim: 16\nv_head_dim: 32\n"
+     "index_topk: 32\nindex_heads: 2\nindex_head_dim: 16\n"},
     {"gpt-oss-tiny", "Tiny gpt-oss for CPU validation: 2 layers (a sliding one of window 64, then a global one), hidden 128, 4 heads of 32, 2 KV heads, attention sinks, 4 experts of clamped SwiGLU 176, top-2, biases, vocab 1024, seq 128",
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 2\nhead_dim: 32\nintermediate: 176\nvocab: 1024\nseq_len: 128\n"
      "experts: 4\ntop_k: 2\nqkv_bias: true\no_bias: true\nmlp_bias: true\nrouter_bias: true\nsliding_window: 64\nglobal_every: 2\n"

@@ -482,6 +482,9 @@ class Trainer {
     // as Megatron-LM's --loss-scale sets one (bf16 has fp32's range: none).
     if (c.device.is_cuda() && p.precision == sim::Precision::kFp16) loss_scale_ = 1024;
     adam_.grad_scale = loss_scale_;
+    // A layer's own loss (DeepSeek Sparse Attention's indexer: Note [The
+    // twin's sparse attention] in models/torch) is scaled as the model's is.
+    for (auto& u : units_) u.layer->set_aux_loss_scale(loss_scale_ / static_cast<double>(p.grad_accum));
 #if defined(DTSIM_WORKER_CUDA)
     if (c.device.is_cuda()) gpu_marks_ = std::make_unique<GpuMarks>();
 #endif

@@ -461,6 +461,23 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.offload_params") +
                            ": parameter offload is not run; optimizer offload (offload_optimizer: cpu) is");
   }
+  {
+    // Note [The twin's sparse attention] (models/torch): what it does not run.
+    sim::WorkloadShape shape;
+    shape.seq_len = p.seq_len;
+    for (const auto& layer : s.model->layers(shape)) {
+      const std::string& sig = layer.signature;
+      if (sig.find(",dsa=") == std::string::npos) continue;
+      if (sig.find(",dk=1") != std::string::npos) {
+        throw UnsupportedError("dtsim validate: model.dsa_kernels dense (Megatron-Core's masked dense DSA kernels) is not run by the LibTorch "
+                               "twin; set model.dsa_kernels=sparse (the simulator predicts it)");
+      }
+      if (sig.find(",ix=0") != std::string::npos) {
+        throw UnsupportedError("dtsim validate: model.indexer_layers: a layer reusing another layer's top-k (S) is not run by the LibTorch "
+                               "twin; set every layer to F (the simulator predicts it)");
+      }
+    }
+  }
   if (p.cp > 1) {
     sim::WorkloadShape shape;
     shape.seq_len = p.seq_len;
@@ -512,6 +529,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
         throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
                                s.model->name() + "'s " + what + " layers is not run: they run at tp 1 in the LibTorch twin (the simulator "
                                "predicts it)");
+      }
+      if (layer.signature.find(",dsa=") != std::string::npos) {
+        // Note [The twin's sparse attention] (models/torch): the twin runs DeepSeek Sparse Attention at tp 1.
+        throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp") + ": plan.tp " + std::to_string(p.tp) + " with " +
+                               s.model->name() + "'s DeepSeek Sparse Attention is not run: it runs at tp 1 in the LibTorch twin (the "
+                               "simulator predicts it)");
       }
       if (p.sequence_parallel && layer.signature.rfind("bert.", 0) == 0) {
         // Note [Sequence parallelism] (models/torch): built for GPT-2 and the Llama family.

@@ -789,6 +789,33 @@ TEST_CASE("deepseek-tiny trains as one process does: latent attention under data
   }
 }
 
+TEST_CASE("deepseek-v3.2-tiny trains as one process does: sparse attention and its indexer's loss under data, pipeline and expert "
+          "parallelism (Note [The twin's sparse attention])",
+          "[runtime][validate][slow][dsa]") {
+  // 32 tokens, each query attending to its indexer's 32 best: with top-k 8
+  // a query past the eighth sees a chosen subset. The indexer trains by its
+  // KL loss, so the keys chosen move with training: the same steps as one
+  // process's whatever the split.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 --set model.index_topk=8 ";
+  SECTION("ddp, dp 2") { check_as_one_process("deepseek-v3.2-tiny", "ddp --procs 2", shape, 2); }
+  SECTION("1f1b over 2 stages, 4 micro-batches") {
+    check_as_one_process("deepseek-v3.2-tiny", "1f1b --procs 2 --set plan.grad_accum=4", shape, 4);
+  }
+  SECTION("ZeRO-2 at ep 2") { check_as_one_process("deepseek-v3.2-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
+  SECTION("what the twin does not run is refused in one line") {
+    const Run tp = validate("--model deepseek-v3.2-tiny --plan megatron-tp --procs 2" + kCommon + shape);
+    CHECK(tp.status == 2);
+    CHECK(std::count(tp.err.begin(), tp.err.end(), '\n') == 1);
+    CHECK(tp.err.find("plan.tp 2 with deepseek-v3.2-tiny's DeepSeek Sparse Attention is not run: it runs at tp 1") != std::string::npos);
+    const Run masked = validate("--model deepseek-v3.2-tiny --plan ddp --procs 2" + kCommon + shape + " --set model.dsa_kernels=dense");
+    CHECK(masked.status == 2);
+    CHECK(masked.err.find("model.dsa_kernels dense (Megatron-Core's masked dense DSA kernels) is not run") != std::string::npos);
+    const Run shared = validate("--model deepseek-v3.2-tiny --plan ddp --procs 2" + kCommon + shape + " --set model.indexer_layers=FS");
+    CHECK(shared.status == 2);
+    CHECK(shared.err.find("model.indexer_layers: a layer reusing another layer's top-k (S) is not run") != std::string::npos);
+  }
+}
+
 TEST_CASE("llama-tiny trains as one process does, context parallelism included (Note [Context parallelism])", "[runtime][validate][slow]") {
   // Each cp rank holds 2 of the 2 cp chunks of every sequence of 32 tokens,
   // attends with every rank's keys and values at their global positions, and

@@ -91,7 +91,7 @@ TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
   // analytic Layer::output_bytes / 4 (a head's output is its scalar loss,
   // 4 bytes at any batch).
   constexpr std::int64_t kBatch = 2, kSeq = 8;
-  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "gemma-tiny", "moe-tiny", "deepseek-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "gemma-tiny", "moe-tiny", "deepseek-tiny", "deepseek-v3.2-tiny"}) {
     const auto model = models::load_model(name);
     for (const auto& layer : model->layers(small_shape(*model))) {
       INFO(name << " " << layer.signature);
@@ -1892,4 +1892,104 @@ TEST_CASE("Granite 4.0-H's twin: a block whose mixer is Mamba-2, then the expert
   CHECK(y.sizes() == x.sizes());
   y.sum().backward();
   CHECK(x.grad().abs().sum().item<double>() > 0);
+}
+
+TEST_CASE("DeepSeek-V3.2's twin: the indexer's choice and the absorbed attention over it, by hand (Note [The twin's sparse attention])",
+          "[torch][llama][dsa]") {
+  // deepseek-tiny's dense block with an indexer of 2 heads of 16 picking 4 keys.
+  const std::string sig = "llama.block:mla=1,h=128,a=4,qr=64,kvr=32,dn=32,dr=16,dv=32,dsa=4,ih=2,id=16,il=1,f=352,qkvb=0,ob=0,mb=0,qkn=0";
+  // The indexer: wq_b 64 x 2 x 16, wk 128 x 16, k_norm 2 x 16, weights_proj 128 x 2.
+  CHECK(count(sig) == count(kMlaBlock) + 2'048 + 2'048 + 32 + 256);
+  torch::manual_seed(11);
+  auto layer = models::make_torch_layer(sig);
+  const std::int64_t b = 2, s = 7, a = 4;
+  const auto x = torch::randn({b, s, 128}).requires_grad_(true);
+  const auto y = layer->forward({x});
+  auto p = layer->module().named_parameters();
+  const auto rms = [](const torch::Tensor& t, const torch::Tensor& w) { return w * (t * torch::rsqrt(t.pow(2).mean(-1, true) + 1e-5)); };
+  const auto lin = [&](const torch::Tensor& t, const std::string& name) { return torch::matmul(t, p[name + ".weight"].t()); };
+  // The reference, from the weights: the indexer's scores (rotary on its
+  // first 16 channels, which are all of them here, then the orthonormal
+  // Hadamard matrix of 16), the 4 best earlier keys of each query, then
+  // DeepseekV3Attention's scores masked to them (the unabsorbed form: the
+  // absorption must change nothing).
+  const auto xr = x.detach().clone().requires_grad_(true);
+  const auto xn = rms(xr, p["input_layernorm.weight"]);
+  const auto ql = rms(lin(xn, "q_a_proj"), p["q_a_layernorm.weight"]);
+  torch::Tensor keep;
+  {
+    torch::NoGradGuard no_grad;
+    auto hd = torch::ones({1, 1});
+    while (hd.size(0) < 16) hd = torch::cat({torch::cat({hd, hd}, 1), torch::cat({hd, -hd}, 1)}, 0);
+    hd = hd / 4.0;
+    const auto iq = torch::matmul(rope_ref(lin(ql, "indexer.wq_b").view({b, s, 2, 16})), hd);
+    const auto kn = torch::layer_norm(lin(xn, "indexer.wk"), {16}, p["indexer.k_norm.weight"], p["indexer.k_norm.bias"]);
+    const auto ik = torch::matmul(rope_ref(kn.view({b, s, 1, 16})).squeeze(2), hd);
+    const auto iw = lin(xn, "indexer.weights_proj") / std::sqrt(32.0);
+    auto scores = (torch::relu(torch::einsum("bihd,bjd->bihj", {iq, ik})) * iw.unsqueeze(-1)).sum(2);  // [b, s, s]
+    const auto future = torch::ones({s, s}).triu(1).to(torch::kBool);
+    scores = scores.masked_fill(future, -std::numeric_limits<double>::infinity());
+    const auto top = std::get<1>(scores.topk(4, -1));
+    keep = torch::zeros({b, s, s}, torch::kBool).scatter(2, top, true).logical_and(future.logical_not());
+  }
+  // Each query attends to min(4, its position + 1) keys.
+  CHECK(keep.sum().item<std::int64_t>() == b * (1 + 2 + 3 + 4 + 4 + 4 + 4));
+  const auto q = lin(ql, "q_b_proj").view({b, s, a, 48});
+  const auto ckv = lin(xn, "kv_a_proj_with_mqa");
+  const auto kv = lin(rms(ckv.narrow(-1, 0, 32), p["kv_a_layernorm.weight"]), "kv_b_proj").view({b, s, a, 64});
+  const auto q_pe = rope_ref(q.narrow(-1, 32, 16)), k_pe = rope_ref(ckv.narrow(-1, 32, 16).view({b, s, 1, 16}));
+  auto att = (torch::einsum("bihd,bjhd->bhij", {q.narrow(-1, 0, 32), kv.narrow(-1, 0, 32)}) +
+              torch::einsum("bihd,bjd->bhij", {q_pe, k_pe.squeeze(2)})) / std::sqrt(48.0);
+  att = att.masked_fill(keep.logical_not().unsqueeze(1), -std::numeric_limits<double>::infinity());
+  const auto ctx = torch::einsum("bhij,bjhd->bihd", {torch::softmax(att, -1), kv.narrow(-1, 32, 32)}).reshape({b, s, a * 32});
+  const auto h1 = xr + lin(ctx, "o_proj");
+  const auto z = rms(h1, p["post_attention_layernorm.weight"]);
+  const auto want = h1 + lin(torch::silu(lin(z, "gate_proj")) * lin(z, "up_proj"), "down_proj");
+  CHECK(torch::allclose(y, want, 1e-4, 1e-5));
+  // Backward through SparseMla's recomputation equals autograd's through
+  // the reference (the indexer's loss reaches the indexer alone).
+  const auto g = torch::randn_like(y);
+  y.backward(g);
+  const auto ref = torch::autograd::grad({want}, {xr, p["kv_b_proj.weight"], p["q_a_proj.weight"]}, {g});
+  CHECK(torch::allclose(x.grad(), ref[0], 1e-4, 1e-5));
+  CHECK(torch::allclose(p["kv_b_proj.weight"].grad(), ref[1], 1e-4, 1e-5));
+  CHECK(torch::allclose(p["q_a_proj.weight"].grad(), ref[2], 1e-4, 1e-5));
+  // The loss trained the indexer: its weights have gradients.
+  for (const char* w : {"indexer.wq_b.weight", "indexer.wk.weight", "indexer.weights_proj.weight", "indexer.k_norm.weight"}) {
+    INFO(w);
+    REQUIRE(p[w].grad().defined());
+    CHECK(p[w].grad().abs().sum().item<double>() > 0);
+  }
+  // Without a loss (il=0) nothing reaches them; with every key chosen
+  // (topk >= s) the layer is DeepSeek-V3's dense one with the same weights.
+  std::string none = sig;
+  none.replace(none.find("il=1"), 4, "il=0");
+  auto quiet = models::make_torch_layer(none);
+  auto dense = models::make_torch_layer(kMlaBlock);
+  {
+    torch::NoGradGuard no_grad;
+    auto from = layer->module().named_parameters();
+    for (auto& item : quiet->module().named_parameters()) item.value().copy_(from[item.key()]);
+    for (auto& item : dense->module().named_parameters()) item.value().copy_(from[item.key()]);
+  }
+  const auto xq = torch::randn({b, s, 128});
+  quiet->forward({xq}).sum().backward();
+  CHECK_FALSE(quiet->module().named_parameters()["indexer.wq_b.weight"].grad().defined());
+  std::string all = sig;
+  all.replace(all.find("dsa=4"), 5, "dsa=7");
+  auto wide = models::make_torch_layer(all);
+  {
+    torch::NoGradGuard no_grad;
+    auto from = layer->module().named_parameters();
+    for (auto& item : wide->module().named_parameters()) item.value().copy_(from[item.key()]);
+    CHECK(torch::allclose(wide->forward({xq}), dense->forward({xq}), 1e-4, 1e-5));
+  }
+  // What it does not run, or cannot.
+  std::string shared = sig + ",ix=0";
+  CHECK_THROWS_WITH(models::make_torch_layer(shared), Catch::Contains("ix=0, a layer reusing another layer's top-k, is priced, not run"));
+  std::string masked = sig + ",dk=1";
+  CHECK_THROWS_WITH(models::make_torch_layer(masked), Catch::Contains("dk=1, Megatron-Core's dense DSA kernels, is priced, not run"));
+  std::string odd = sig;
+  odd.replace(odd.find("id=16"), 5, "id=24");
+  CHECK_THROWS_WITH(models::make_torch_layer(odd), Catch::Contains("id must be a power of two"));
 }

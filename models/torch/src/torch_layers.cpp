@@ -8,6 +8,7 @@
 #include <torch/version.h>
 
 #include <algorithm>
+#include <bit>
 #include <chrono>
 #include <cmath>
 #include <limits>
@@ -936,6 +937,10 @@ struct LlamaShape {
   bool mla = false;
   std::int64_t q_lora = 0, kv_lora = 0, d_nope = 0, d_rope = 0, d_v = 0;
   std::int64_t qk() const { return d_nope + d_rope; }
+  // DeepSeek Sparse Attention on it (dsa=K; Note [The twin's sparse
+  // attention]): the keys a query gets (0: dense), the indexer's heads and
+  // width, its loss (0 none, 1 over the selected keys, 2 over all).
+  std::int64_t dsa_topk = 0, dsa_heads = 0, dsa_dim = 0, dsa_loss = 0;
 };
 
 /// Squared ReLU (Megatron-LM's squared_relu, HF's relu2): relu, then pow.
@@ -1606,6 +1611,213 @@ struct SplitScan : torch::autograd::Function<SplitScan> {
 
 }  // namespace ssd
 
+// Note [The twin's sparse attention]
+// DeepSeek Sparse Attention (Note [DeepSeek Sparse Attention] in
+// models/src/llama.cpp) as the twin runs it, at tp 1 and cp 1: the
+// indexer (wq_b, wk, a LayerNorm on k, weights_proj; rotary on the first
+// dr channels of its q and k, then the orthonormal Hadamard rotation)
+// scores every earlier key by the sum over its heads of weight x ReLU(q .
+// k), and torch.topk keeps min(topk, s) of them. The absorbed attention
+// (q_nope times W_UK, joined to the rotated q_pe; the shared key is the
+// kv latent joined to the rotated k_pe, its first kv_lora channels the
+// value) runs in SparseMla, one autograd function as TileLang's SparseMLA
+// is: it gathers each query's selected keys, keeps a copy of the query
+// padded to a power of two and at least 16 heads, the key and int32
+// indices, and recomputes the rest in backward. The indexer's loss
+// (IndexerLoss) is the KL from the main attention's probabilities over the
+// selected keys (or all of them), summed over heads and normalised, to the
+// indexer's softmax over them; its inputs are detached so it trains the
+// indexer alone, and AttachLoss hands its gradient (times 0.01, Megatron's
+// functional test's coefficient, and the model loss's scale over the step's
+// micro-batches: TorchLayer::set_aux_loss_scale) to backward beside the
+// layer's output, as Megatron-Core's DSAIndexerLossAutoScaler does. A layer reusing another's
+// top-k (ix=0) and the dense kernels (dk=1) are not run.
+namespace dsa {
+
+constexpr double kLossCoeff = 0.01;
+
+/// key [b, s, d] rows at `indices` [b, s, k]: [b, s, k, d].
+torch::Tensor gather_rows(const torch::Tensor& key, const torch::Tensor& indices) {
+  const auto b = key.size(0), s = key.size(1), d = key.size(2), k = indices.size(2);
+  const auto offset = (torch::arange(b, indices.options()) * s).view({b, 1, 1});
+  return key.reshape({b * s, d}).index_select(0, (indices + offset).reshape({-1})).view({b, s, k, d});
+}
+
+/// The attention of query [b, s, heads, d] over each query's selected rows
+/// of key [b, s, d] (valid [b, s, k] false: a slot beyond the causal keys),
+/// the values the first `c` channels: [b, s, heads, c].
+torch::Tensor attend(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& indices, const torch::Tensor& valid,
+                     double scale, std::int64_t c) {
+  const auto rows = gather_rows(key, indices);
+  auto scores = torch::einsum("bshd,bskd->bshk", {query, rows}) * scale;
+  scores = scores.masked_fill(valid.logical_not().unsqueeze(2), -std::numeric_limits<double>::infinity());
+  return torch::einsum("bshk,bskc->bshc", {torch::softmax(scores, -1), rows.narrow(-1, 0, c)});
+}
+
+struct SparseMla : torch::autograd::Function<SparseMla> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& query, const torch::Tensor& key,
+                               const torch::Tensor& indices, const torch::Tensor& valid, double scale, std::int64_t c) {
+    const auto heads = query.size(2);
+    const auto padded = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(heads, 16))));
+    auto q = torch::zeros({query.size(0), query.size(1), padded, query.size(3)}, query.options());
+    q.narrow(2, 0, heads).copy_(query);
+    const auto out = attend(q, key, indices, valid, scale, c).narrow(2, 0, heads).contiguous();
+    ctx->save_for_backward({q, key, indices.to(torch::kInt), valid});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["c"] = c;
+    ctx->saved_data["heads"] = heads;
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const auto heads = ctx->saved_data["heads"].toInt();
+    auto q = saved[0].detach().requires_grad_(true), key = saved[1].detach().requires_grad_(true);
+    torch::autograd::variable_list g;
+    {
+      torch::AutoGradMode grad_mode(true);
+      const auto out = attend(q, key, saved[2].to(torch::kLong), saved[3], ctx->saved_data["scale"].toDouble(), ctx->saved_data["c"].toInt());
+      g = torch::autograd::grad({out.narrow(2, 0, heads)}, {q, key}, {grad[0]});
+    }
+    return {g[0].narrow(2, 0, heads), g[1], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+  }
+};
+
+/// The main attention's probabilities over the slots, summed over heads
+/// and normalised: [b, s, k], no gradient.
+torch::Tensor target(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& indices, const torch::Tensor& valid,
+                     double scale) {
+  torch::NoGradGuard no_grad;
+  const auto rows = gather_rows(key, indices);
+  auto scores = torch::einsum("bshd,bskd->bshk", {query, rows}) * scale;
+  scores = scores.masked_fill(valid.logical_not().unsqueeze(2), -std::numeric_limits<double>::infinity());
+  const auto p = torch::softmax(scores.to(torch::kFloat), -1).sum(2);
+  return p / p.sum(-1, true);
+}
+
+/// The indexer's scores [b, s, k] of each query's slots: the sum over heads
+/// of weight x ReLU(q . k); q [b, s, H, D], w [b, s, H], k [b, s, D].
+torch::Tensor slot_scores(const torch::Tensor& iq, const torch::Tensor& iw, const torch::Tensor& ik, const torch::Tensor& indices) {
+  return (torch::relu(torch::einsum("bshd,bskd->bshk", {iq, gather_rows(ik, indices)})) * iw.unsqueeze(-1)).sum(2);
+}
+
+/// KL(target || softmax of the indexer's slot scores), averaged over tokens.
+torch::Tensor kl(const torch::Tensor& p, const torch::Tensor& iq, const torch::Tensor& iw, const torch::Tensor& ik, const torch::Tensor& indices,
+                 const torch::Tensor& valid) {
+  const auto scores = slot_scores(iq, iw, ik, indices).masked_fill(valid.logical_not(), -std::numeric_limits<double>::infinity());
+  const auto logq = torch::log_softmax(scores.to(torch::kFloat), -1).masked_fill(valid.logical_not(), 0);
+  return (torch::xlogy(p, p) - p * logq).sum() / static_cast<double>(p.size(0) * p.size(1));
+}
+
+struct IndexerLoss : torch::autograd::Function<IndexerLoss> {
+  /// Over the selected slots; `dense`: over every key (the slots then all
+  /// keys), the target recomputed in backward rather than kept.
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& iq, const torch::Tensor& iw, const torch::Tensor& ik,
+                               const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& indices, const torch::Tensor& valid,
+                               double scale, bool dense) {
+    const auto p = target(query, key, indices, valid, scale);
+    ctx->save_for_backward(dense ? torch::autograd::variable_list{iq, iw, ik, indices, valid, query, key}
+                                 : torch::autograd::variable_list{iq, iw, ik, indices, valid, p});
+    ctx->saved_data["scale"] = scale;
+    ctx->saved_data["dense"] = dense;
+    return kl(p, iq, iw, ik, indices, valid);
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    const auto saved = ctx->get_saved_variables();
+    const auto p = ctx->saved_data["dense"].toBool() ? target(saved[5], saved[6], saved[3], saved[4], ctx->saved_data["scale"].toDouble()) : saved[5];
+    torch::autograd::variable_list in;
+    for (std::size_t i = 0; i < 3; ++i) in.push_back(saved[i].detach().requires_grad_(true));
+    torch::autograd::variable_list g;
+    {
+      torch::AutoGradMode grad_mode(true);
+      g = torch::autograd::grad({kl(p, in[0], in[1], in[2], saved[3], saved[4])}, in, {grad[0]});
+    }
+    g.resize(9);  // nothing for the attention's tensors, the slots and the flags
+    return g;
+  }
+};
+
+/// Returns `out` as it is; backward hands `loss` a gradient of `scale`
+/// beside out's (Megatron-Core's DSAIndexerLossAutoScaler: the loss scale
+/// over the step's micro-batches, as the model's loss has).
+struct AttachLoss : torch::autograd::Function<AttachLoss> {
+  static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& out, const torch::Tensor& loss, double scale) {
+    ctx->save_for_backward({loss});
+    ctx->saved_data["scale"] = scale;
+    return out;
+  }
+  static torch::autograd::variable_list backward(torch::autograd::AutogradContext* ctx, torch::autograd::variable_list grad) {
+    return {grad[0], torch::full_like(ctx->get_saved_variables()[0], ctx->saved_data["scale"].toDouble()), torch::Tensor()};
+  }
+};
+
+/// The orthonormal Hadamard matrix of order n, a power of two (Sylvester's).
+torch::Tensor hadamard(std::int64_t n) {
+  auto m = torch::ones({1, 1});
+  while (m.size(0) < n) m = torch::cat({torch::cat({m, m}, 1), torch::cat({m, -m}, 1)}, 0);
+  return m / std::sqrt(static_cast<double>(n));
+}
+
+/// The lightning indexer (DeepSeek's Indexer, Megatron-Core's DSAIndexer).
+struct Indexer : nn::Module {
+  Indexer(std::int64_t h, std::int64_t q_in, std::int64_t heads, std::int64_t dim, std::int64_t rope)
+      : wq_b(register_module("wq_b", nn::Linear(nn::LinearOptions(q_in, heads * dim).bias(false)))),
+        wk(register_module("wk", nn::Linear(nn::LinearOptions(h, dim).bias(false)))),
+        k_norm(register_module("k_norm", nn::LayerNorm(nn::LayerNormOptions({dim})))),
+        weights_proj(register_module("weights_proj", nn::Linear(nn::LinearOptions(h, heads).bias(false)))),
+        rotation(register_buffer("rotation", hadamard(dim))),
+        heads(heads),
+        dim(dim),
+        rope(rope) {}
+  struct Choice {
+    torch::Tensor indices, valid, loss;
+  };
+  /// Each query's topk keys from the normed input x and the query latent
+  /// ql (both detached), and, where `loss` is 1 (the selected keys) or 2
+  /// (all), the indexer's loss against the attention's query and key.
+  Choice select(const torch::Tensor& x, const torch::Tensor& ql, const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& pos,
+                std::int64_t topk, double scale, std::int64_t loss) {
+    const auto b = x.size(0), s = x.size(1);
+    torch::Tensor iq, ik, iw;
+    {
+      torch::AutoGradMode grad_mode(loss > 0 && torch::GradMode::is_enabled());
+      iq = turn(wq_b(ql).view({b, s, heads, dim}).transpose(1, 2), pos).transpose(1, 2);  // [b, s, H, D]
+      ik = turn(k_norm(wk(x)).view({b, 1, s, dim}), pos).view({b, s, dim});
+      iw = weights_proj(x) * (1 / std::sqrt(static_cast<double>(heads * dim)));
+    }
+    Choice c;
+    {
+      torch::NoGradGuard no_grad;
+      auto scores = (torch::relu(torch::einsum("bshd,btd->bsht", {iq, ik})) * iw.unsqueeze(-1)).sum(2);  // [b, s, s]
+      scores = scores.masked_fill(hidden_keys(pos.view({s, 1}), pos.view({1, s}), 0), -std::numeric_limits<double>::infinity());
+      const auto [values, indices] = scores.topk(std::min(topk, s), -1);
+      c.indices = indices;
+      c.valid = torch::isfinite(values);
+    }
+    if (loss == 0 || !torch::GradMode::is_enabled()) return c;
+    if (loss == 2) {
+      // Every key a slot, the future ones invalid.
+      const auto all = pos.view({1, 1, s}).expand({b, s, s}).contiguous();
+      c.loss = IndexerLoss::apply(iq, iw, ik, query, key, all, hidden_keys(pos.view({s, 1}), pos.view({1, s}), 0).logical_not().expand({b, s, s}),
+                                  scale, true) * kLossCoeff;
+    } else {
+      c.loss = IndexerLoss::apply(iq, iw, ik, query, key, c.indices, c.valid, scale, false) * kLossCoeff;
+    }
+    return c;
+  }
+  /// Rotary on the first `rope` channels of x [b, heads, s, D], then the rotation.
+  torch::Tensor turn(const torch::Tensor& x, const torch::Tensor& pos) const {
+    const auto turned = torch::cat({rotary(x.narrow(-1, 0, rope), pos), x.narrow(-1, rope, dim - rope)}, -1);
+    return torch::matmul(turned, rotation.to(turned.scalar_type()));
+  }
+  nn::Linear wq_b, wk;
+  nn::LayerNorm k_norm;
+  nn::Linear weights_proj;
+  torch::Tensor rotation;
+  std::int64_t heads, dim, rope;
+};
+
+}  // namespace dsa
+
 /// Megatron-Core's MambaMixer (megatron/core/ssm/mamba_mixer.py; HF's
 /// NemotronHMamba2Mixer holds the same tensors; Note [Mamba-2] in
 /// models/src/llama.cpp): in_proj to z, x, B, C and dt, the fused
@@ -1677,6 +1889,9 @@ struct LlamaBlock : nn::Module {
       kv_a_proj_with_mqa = register_module("kv_a_proj_with_mqa", linear(s.h, s.kv_lora + s.d_rope));
       kv_a_layernorm = register_module("kv_a_layernorm", std::make_shared<RmsNorm>(s.kv_lora));
       kv_b_proj = register_module("kv_b_proj", linear(s.kv_lora, s.a * (s.d_nope + s.d_v)));
+      if (s.dsa_topk > 0) {
+        indexer = register_module("indexer", std::make_shared<dsa::Indexer>(s.h, s.q_lora > 0 ? s.q_lora : s.h, s.dsa_heads, s.dsa_dim, s.d_rope));
+      }
     }
     if (s.gemma_norms) {
       // Gemma 2 and 3's sandwich: post_attention_layernorm normalises the
@@ -1711,7 +1926,7 @@ struct LlamaBlock : nn::Module {
   /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
   torch::Tensor forward(const torch::Tensor& x) {
     if (shape.part == 2) return x + residual_scaled(mlp(post_attention_layernorm->forward(x), tp.get()));  // Note [Mamba-2]
-    if (shape.mla) return forward_mla(x);
+    if (shape.mla) return shape.dsa_topk > 0 ? forward_dsa(x) : forward_mla(x);
     if (shape.gdn) return after_attention(x, linear_attn->forward(input_layernorm->forward(x)), nullptr);
     if (shape.mamba) return after_attention(x, mixer->forward(input_layernorm->forward(x)), nullptr);
     const TensorParallel* t = tp.get();
@@ -1801,6 +2016,30 @@ struct LlamaBlock : nn::Module {
                          : gqa_core(query, key, value, pos, pos, shape.span(), shape.flash, true, shape.softcap);
     return finish(x, ctx, b, sl, heads * dv, t);
   }
+  /// DeepSeek Sparse Attention (Note [The twin's sparse attention]): the
+  /// absorbed latent attention over the keys the indexer selects, at tp 1
+  /// and cp 1.
+  torch::Tensor forward_dsa(const torch::Tensor& x) {
+    const auto b = x.size(0), sl = x.size(1);
+    const std::int64_t heads = shape.a, dn = shape.d_nope, dr = shape.d_rope, dv = shape.d_v, c = shape.kv_lora;
+    const auto xi = input_layernorm->forward(x);
+    const auto ql = shape.q_lora > 0 ? q_a_layernorm->forward(q_a_proj(xi)) : xi;
+    const auto q = (shape.q_lora > 0 ? q_b_proj(ql) : q_proj(xi)).view({b, sl, heads, dn + dr});
+    const auto ckv = kv_a_proj_with_mqa(xi);  // [b, s, c + dr]
+    const torch::Tensor pos = torch::arange(sl, torch::TensorOptions().dtype(torch::kLong).device(x.device()));
+    const auto k_pe = rotary(ckv.narrow(-1, c, dr).view({b, 1, sl, dr}), pos).view({b, sl, dr});
+    const auto w = kv_b_proj->weight.view({heads, dn + dv, c});  // W_UK, then W_UV, a head
+    const auto q_abs = torch::einsum("bshd,hdc->bshc", {q.narrow(-1, 0, dn), w.narrow(1, 0, dn)});
+    const auto q_pe = rotary(q.narrow(-1, dn, dr).transpose(1, 2), pos).transpose(1, 2);
+    const auto query = torch::cat({q_abs, q_pe}, -1);                                      // [b, s, heads, c + dr]
+    const auto key = torch::cat({kv_a_layernorm->forward(ckv.narrow(-1, 0, c)), k_pe}, -1);  // [b, s, c + dr]
+    const double scale = 1 / std::sqrt(static_cast<double>(dn + dr));
+    const auto choice = indexer->select(xi.detach(), ql.detach(), query.detach(), key.detach(), pos, shape.dsa_topk, scale, shape.dsa_loss);
+    auto out = dsa::SparseMla::apply(query, key, choice.indices, choice.valid, scale, c);  // [b, s, heads, c]
+    if (choice.loss.defined()) out = dsa::AttachLoss::apply(out, choice.loss, aux_loss_scale);
+    const auto ctx = torch::einsum("bshc,hdc->bshd", {out, w.narrow(1, dn, dv)}).reshape({b, sl, heads * dv});
+    return after_attention(x, o_proj(ctx), nullptr);
+  }
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
   /// `gate` (a gated output's, [b, s, width]) multiplies the output, through a sigmoid, before o_proj.
   torch::Tensor finish(const torch::Tensor& x, const torch::Tensor& ctx, std::int64_t b, std::int64_t sl, std::int64_t width,
@@ -1867,6 +2106,8 @@ struct LlamaBlock : nn::Module {
   std::shared_ptr<RmsNorm> q_a_layernorm, kv_a_layernorm;
   std::shared_ptr<GatedDeltaNet> linear_attn;  // null but in a Gated DeltaNet layer (gdn=1)
   std::shared_ptr<Mamba2Mixer> mixer;          // null but in a Mamba-2 layer (mamba=1)
+  std::shared_ptr<dsa::Indexer> indexer;       // null but under DeepSeek Sparse Attention (dsa=K)
+  double aux_loss_scale = 1;                   // TorchLayer::set_aux_loss_scale
   LlamaShape shape;
   bool recompute_core = false;                // TorchLayer::set_recompute_attention
   std::shared_ptr<const TensorParallel> tp;   // null: unsplit
@@ -2044,6 +2285,7 @@ class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override { return m_->forward(in[0]); }
   void set_recompute_attention(bool on) override { m_->recompute_core = on; }
+  void set_aux_loss_scale(double scale) override { m_->aux_loss_scale = scale; }
   std::vector<torch::Tensor> expert_parameters() override {
     std::vector<torch::Tensor> out;
     if (!m_->moe) return out;
@@ -2768,6 +3010,23 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       shape.d_rope = s.get("dr");
       shape.d_v = s.get("dv");
       if (shape.d_rope % 2 != 0) throw ConfigError("layer signature '" + signature + "': dr must be even (rotary embedding)");
+      if (s.get_or("dsa", 0) > 0) {
+        // Note [The twin's sparse attention].
+        shape.dsa_topk = s.get("dsa");
+        shape.dsa_heads = s.get("ih");
+        shape.dsa_dim = s.get("id");
+        shape.dsa_loss = s.values.count("il") != 0 ? s.values.at("il") : 0;
+        if (shape.dsa_loss < 0 || shape.dsa_loss > 2) throw ConfigError("layer signature '" + signature + "': il must be 0 (no loss), 1 (sparse) or 2 (dense)");
+        if (shape.dsa_dim < shape.d_rope || !std::has_single_bit(static_cast<std::uint64_t>(shape.dsa_dim))) {
+          throw ConfigError("layer signature '" + signature + "': id must be a power of two (the Hadamard rotation) and at least dr");
+        }
+        if (s.get_or("dk", 0) != 0) {
+          throw UnsupportedError("layer signature '" + signature + "': dk=1, Megatron-Core's dense DSA kernels, is priced, not run by the LibTorch twin");
+        }
+        if (s.values.count("ix") != 0 && s.values.at("ix") == 0) {
+          throw UnsupportedError("layer signature '" + signature + "': ix=0, a layer reusing another layer's top-k, is priced, not run by the LibTorch twin");
+        }
+      }
       for (const char* key : {"qkvb", "ob", "qkn", "on", "gn", "nope", "tt", "l2qk", "sink"}) {
         if (s.get_or(key, 0) != 0) {
           throw UnsupportedError("layer signature '" + signature + "': " + key +

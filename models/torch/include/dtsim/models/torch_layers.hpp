@@ -40,6 +40,11 @@ class TorchLayer {
   /// forward's random state (Note [Recompute]). Layers without an attention
   /// core ignore it.
   virtual void set_recompute_attention(bool /*on*/) {}
+  /// The factor a layer's own loss (DeepSeek Sparse Attention's indexer
+  /// loss) is scaled by in backward, the model loss's: the fp16 loss scale
+  /// over the micro-batches a step accumulates (Megatron-Core's aux-loss
+  /// scalers; Note [The twin's sparse attention]). Others ignore it.
+  virtual void set_aux_loss_scale(double /*scale*/) {}
   /// The routed experts' parameters of a MoE block, a subset of
   /// module().parameters() (empty for other layers): under expert
   /// parallelism their gradients are reduced over the expert data-parallel
