@@ -1989,6 +1989,7 @@ TEST_CASE("DeepSeek-V3.2's twin: the indexer's choice and the absorbed attention
   CHECK_THROWS_WITH(models::make_torch_layer(shared), Catch::Contains("ix=0, a layer reusing another layer's top-k, is priced, not run"));
   std::string masked = sig + ",dk=1";
   CHECK_THROWS_WITH(models::make_torch_layer(masked), Catch::Contains("dk=1, Megatron-Core's dense DSA kernels, is priced, not run"));
+  CHECK_THROWS_WITH(models::make_torch_layer(sig + ",tp=2,sp=1"), Catch::Contains("DeepSeek Sparse Attention runs at tp 1 and cp 1"));
   std::string odd = sig;
   odd.replace(odd.find("id=16"), 5, "id=24");
   CHECK_THROWS_WITH(models::make_torch_layer(odd), Catch::Contains("id must be a power of two"));

@@ -3023,6 +3023,9 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
         if (s.get_or("dk", 0) != 0) {
           throw UnsupportedError("layer signature '" + signature + "': dk=1, Megatron-Core's dense DSA kernels, is priced, not run by the LibTorch twin");
         }
+        if (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1) {
+          throw UnsupportedError("layer signature '" + signature + "': DeepSeek Sparse Attention runs at tp 1 and cp 1 in the LibTorch twin");
+        }
         if (s.values.count("ix") != 0 && s.values.at("ix") == 0) {
           throw UnsupportedError("layer signature '" + signature + "': ix=0, a layer reusing another layer's top-k, is priced, not run by the LibTorch twin");
         }
