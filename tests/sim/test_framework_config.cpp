@@ -1235,3 +1235,38 @@ TEST_CASE("Megatron-LM: DeepSeek Sparse Attention's flags (Note [DeepSeek Sparse
   CHECK_THAT(error_of([&] { parse_megatron_args(flags + "--dsa-kernel-backend flash", "cmd"); }),
              Catch::Contains("--dsa-kernel-backend: 'flash' is not one of none, tilelang, cudnn"));
 }
+
+TEST_CASE("Megatron-Bridge: GLM-5.1's long-context recipe reads its DSA fields (Note [DeepSeek Sparse Attention])", "[framework][dsa]") {
+  const std::string file = sample("megatron-bridge/glm5_1_run_config.yaml");
+  const FrameworkConfig fc = read_megatron_bridge_config(file);
+  auto k = keys(fc);
+  CHECK(k["model.index_topk"] == "2048");
+  CHECK(k["model.index_heads"] == "32");
+  CHECK(k["model.index_head_dim"] == "128");
+  CHECK(k["model.index_loss"] == "sparse");  // GLM5Bridge: coefficient 0.001, the sparse loss
+  CHECK(k["model.dsa_kernels"] == "sparse");  // cudnn
+  CHECK(k.count("model.indexer_layers") == 0);  // topk_freq 1: every layer its own indexer
+  CHECK(k["model.mtp_layers"] == "1");
+  CHECK(k["plan.cp"] == "32");
+  CHECK(k["plan.cp_comm"] == "all_gather");
+  CHECK(k["plan.pp"] == "13");
+  CHECK(k["plan.virtual_stages"] == "2");
+  CHECK(k["plan.ep"] == "32");
+  CHECK(from_of(fc, "model.index_topk").find("(model.dsa_indexer_topk)") != std::string::npos);
+  // Its model is GLM-5's with one MTP depth: a MoE block with the indexer,
+  // eh_proj 2 x 6144^2 and three norms.
+  const auto from_yaml = models::load_model(*fc.model, section(fc, "model"));
+  const std::int64_t moe_layer = 9'877'404'416;  // tests/data/hf/PARAMS.md
+  CHECK(from_yaml->parameters() == models::load_model("glm-5")->parameters() + moe_layer + 2 * 6144LL * 6144 + 3 * 6144);
+  // A dump's DSA and Gated DeltaNet fields at their defaults say nothing for another model.
+  const std::string plain = "--micro-batch-size 1 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --swiglu "
+                            "--dsa-indexer-topk-freq 1 --dsa-kernel-backend none --linear-conv-kernel-dim 4 --linear-num-value-heads 32 ";
+  const FrameworkConfig quiet = parse_megatron_args(plain, "cmd");
+  for (const char* f : {"--dsa-indexer-topk-freq", "--dsa-kernel-backend", "--linear-conv-kernel-dim", "--linear-num-value-heads"}) {
+    INFO(f);
+    CHECK_FALSE(listed(quiet, f));
+  }
+  const std::string shared = "--micro-batch-size 1 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --swiglu ";
+  CHECK(listed(parse_megatron_args(shared + "--dsa-indexer-topk-freq 4", "cmd"),
+               "--dsa-indexer-topk-freq 4 (read only with --experimental-attention-variant dsa)"));
+}

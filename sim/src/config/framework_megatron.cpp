@@ -995,8 +995,12 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
           out.model("indexer_layers", pattern, at("dsa-indexer-topk-freq"));
         }
       } else {
+        // At their defaults (a Megatron-Bridge dump holds every field) they say nothing.
+        const std::map<std::string, std::string> defaults{{"dsa-indexer-topk-freq", "1"}, {"dsa-indexer-skip-topk-offset", "0"},
+                                                          {"dsa-kernel-backend", "none"}, {"dsa-indexer-loss-coeff", "0"}};
         for (const char* n : kDsa) {
-          if (has(n)) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
+          const auto d = defaults.find(n);
+          if (has(n) && (d == defaults.end() || text(n, "") != d->second)) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
         }
       }
       if (has("experimental-attention-variant") && !dsa) {
@@ -1018,8 +1022,15 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
           out.model(key, std::to_string(num(name, fallback)), has(name) ? at(name) : at("experimental-attention-variant"));
         }
       } else {
+        // At TransformerConfig's defaults (a Megatron-Bridge dump holds every field) they say nothing.
+        const std::map<std::string, std::string> defaults{{"linear-conv-kernel-dim", "4"}, {"linear-key-head-dim", "128"},
+                                                          {"linear-value-head-dim", "128"}, {"linear-num-key-heads", "16"},
+                                                          {"linear-num-value-heads", "32"}};
         for (const char* n : kLinear) {
-          if (has(n)) note(n, "read only with " + flag("experimental-attention-variant") + " gdn; a custom --spec that builds them needs it too");
+          const auto d = defaults.find(n);
+          if (has(n) && (d == defaults.end() || text(n, "") != d->second)) {
+            note(n, "read only with " + flag("experimental-attention-variant") + " gdn; a custom --spec that builds them needs it too");
+          }
         }
       }
       if (has("attention-output-gate")) out.model("attn_output_gate", "true", at("attention-output-gate"));

@@ -28,7 +28,10 @@
 //   types) is Megatron's layout (Note [Pipeline layout]). HybridModelProvider's
 //   hybrid_layer_pattern or hybrid_override_pattern and mamba_* are the
 //   hybrid flags, activation_func squared_relu --squared-relu (Note [Mamba-2]
-//   in models/src/llama.cpp).
+//   in models/src/llama.cpp). experimental_attention_variant dsa with the
+//   dsa_* fields is DeepSeek Sparse Attention's flags (GLM-5's and
+//   DeepSeek-V3.2's MLAModelProvider; Note [DeepSeek Sparse Attention]),
+//   gated_delta_net with the linear_* fields Gated DeltaNet's (Qwen3-Next's).
 // - train: micro_batch_size, global_batch_size. optimizer: optimizer,
 //   sgd_momentum, use_distributed_optimizer. ddp: use_distributed_optimizer,
 //   overlap_grad_reduce, overlap_param_gather, grad_reduce_in_fp32,
@@ -130,6 +133,26 @@ constexpr Field kFields[] = {
     {"model", "qk_pos_emb_head_dim", "qk-pos-emb-head-dim", Type::kInt},
     {"model", "v_head_dim", "v-head-dim", Type::kInt},
     {"model", "qk_layernorm", "qk-layernorm", Type::kBool},
+    // DeepSeek Sparse Attention's (MLAModelProvider from GLM-5's and
+    // DeepSeek-V3.2's configs; Note [DeepSeek Sparse Attention] in
+    // models/src/llama.cpp).
+    {"model", "experimental_attention_variant", "experimental-attention-variant", Type::kString},
+    {"model", "dsa_indexer_n_heads", "dsa-indexer-n-heads", Type::kIntOrOff},
+    {"model", "dsa_indexer_head_dim", "dsa-indexer-head-dim", Type::kIntOrOff},
+    {"model", "dsa_indexer_topk", "dsa-indexer-topk", Type::kIntOrOff},
+    {"model", "dsa_indexer_topk_freq", "dsa-indexer-topk-freq", Type::kIntOrOff},
+    {"model", "dsa_indexer_skip_topk_offset", "dsa-indexer-skip-topk-offset", Type::kIntOrOff},
+    {"model", "dsa_indexer_loss_coeff", "dsa-indexer-loss-coeff", Type::kFloat},
+    {"model", "dsa_indexer_use_sparse_loss", "dsa-indexer-use-sparse-loss", Type::kBool},
+    {"model", "dsa_kernel_backend", "dsa-kernel-backend", Type::kString},
+    // Gated DeltaNet's (Qwen3-Next's and Qwen3.5's providers; Note [Gated DeltaNet]).
+    {"model", "linear_attention_freq", "linear-attention-freq", Type::kFreq},
+    {"model", "linear_conv_kernel_dim", "linear-conv-kernel-dim", Type::kIntOrOff},
+    {"model", "linear_key_head_dim", "linear-key-head-dim", Type::kIntOrOff},
+    {"model", "linear_value_head_dim", "linear-value-head-dim", Type::kIntOrOff},
+    {"model", "linear_num_key_heads", "linear-num-key-heads", Type::kIntOrOff},
+    {"model", "linear_num_value_heads", "linear-num-value-heads", Type::kIntOrOff},
+    {"model", "attention_output_gate", "attention-output-gate", Type::kBool},
     // HybridModelProvider's (Note [Mamba-2] in models/src/llama.cpp).
     {"model", "hybrid_layer_pattern", "hybrid-layer-pattern", Type::kString},
     {"model", "hybrid_override_pattern", "hybrid-override-pattern", Type::kString},
