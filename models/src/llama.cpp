@@ -1767,7 +1767,7 @@ class Llama final : public ZooModel {
       scores.n = s;
       scores.k = di;
       scores.batch = b * hi;
-      scores.flops = pairs * n(hi) * (2 * n(di) + 3);
+      scores.flops = pairs * n(hi) * (2 * n(di) + (dense ? 0 : 3));  // the einsum alone on the dense path
       scores.bytes = e * (t * hi * di + b * s * di + t * hi) + static_cast<Bytes>(4 * pairs);  // fp32 logits written
       if (dense) scores.bytes += 4 * b * hi * sq * s;  // the einsum's fp32 [s, b, heads, s] product
       c.forward.push_back(scores);

@@ -2624,9 +2624,11 @@ TEST_CASE("DeepSeek Sparse Attention: parameters, kept bytes, FLOPs and collecti
     // holds fp32 [16, 16] for twice the heads and the indexer's 2.
     CHECK(find_kernel(dense[1].forward, "dsa.loss_target")->flops == Approx(2.0 * 16 * 16 * 20 * 4));
     CHECK(dense[1].backward_workspace_bytes == 4 * 256 * (2 * 4 + 2));
-    // Every pair scored (no causal skip): 256 x 2 x 19; the masked attention
-    // over all 16 x 16 pairs at 20.
-    CHECK(find_kernel(dense[1].forward, "dsa.index_scores")->flops == Approx(256.0 * 2 * 19));
+    // Every pair scored (no causal skip) by the einsum, 256 x 2 heads x 16,
+    // then ReLU, weight and sum (3 each) as a pass of their own; the masked
+    // attention over all 16 x 16 pairs at 20.
+    CHECK(find_kernel(dense[1].forward, "dsa.index_scores")->flops == Approx(256.0 * 2 * 16));
+    CHECK(find_kernel(dense[1].forward, "dsa.index_relu_sum")->flops == Approx(256.0 * 2 * 3));
     CHECK(find_kernel(dense[1].forward, "attn.scores")->flops == Approx(2.0 * 16 * 16 * 20 * 4));
     CHECK(find_kernel(dense[1].forward, "attn.sparse_mla") == nullptr);
     CHECK(dense[1].signature.find(",il=2,dk=1") != std::string::npos);
