@@ -225,7 +225,9 @@ using namespace detail;
 //             a plan's cp_comm is all_gather: cp_all_gather_only).
 //             With dsa_kernels: dense (Megatron-Core's default backend
 //             "none") every key is scored in fp32 and the unselected
-//             masked: eager attention over all s^2 pairs, no causal skip.
+//             masked: eager attention over all s^2 pairs, no causal skip,
+//             keeping the fp32 q and key, the fp32 softmax and its cast,
+//             the mask, the key as the value.
 //   loss      KL from the main attention's probabilities summed over heads
 //             (all-reduced over tp) to the indexer's softmax, trained into
 //             the indexer alone (its inputs detached). index_loss sparse
@@ -238,7 +240,10 @@ using namespace detail;
 //             the indexer under no_grad: forward only. The indexer's
 //             projections get weight gradients alone.
 // What the kernels keep beyond that is listed in dsa_core. MFU's model
-// FLOPs count the sparse kernels' work whichever kernels run. Not
+// FLOPs count the sparse kernels' work whichever kernels run. GLM-5's
+// indexer turns the Hadamard rotation off (GLM5Bridge's
+// dsa_indexer_rotate_activation false); both it and the ReLU are priced,
+// a pass over q and k and three FLOPs a score. Not
 // modelled: DeepSeek's FP8 indexer (DeepGEMM's fp8 logits; Megatron-Core's
 // run in bf16), the dense warm-up stage (indexer alone trained, the model
 // frozen), and the recompute module mla_up_proj on DSA layers (refused).
@@ -1737,7 +1742,27 @@ class Llama final : public ZooModel {
     const char loss = c_.index_loss;
     check_size(static_cast<double>(b) * static_cast<double>(sq) * static_cast<double>(s) * 4, "DSA index scores");
     check_size(static_cast<double>(t) * static_cast<double>(kp) * static_cast<double>(dqk) * e, "DSA selected keys");
+    if (c_.dsa_dense || loss == 'D') {
+      // The dense path's fp32 [s, b, heads, s] einsum, the dense loss's fp32 probabilities.
+      check_size(static_cast<double>(b) * static_cast<double>(sq) * static_cast<double>(s) * 4 * static_cast<double>(std::max(hi, al)),
+                 "DSA dense index scores");
+    }
     const auto n = [](std::int64_t x) { return static_cast<double>(x); };
+    // A fused kernel of `batch` (m, k) x (k, n) products, priced at the device's attention efficiency.
+    const auto fused_kernel = [](const char* name, std::int64_t m, std::int64_t nn, std::int64_t k, std::int64_t batch, double flops,
+                                 Bytes bytes) {
+      sim::Kernel f;
+      f.name = name;
+      f.kind = KernelKind::kAttention;
+      f.fused = true;
+      f.m = m;
+      f.n = nn;
+      f.k = k;
+      f.batch = batch;
+      f.flops = flops;
+      f.bytes = bytes;
+      return f;
+    };
     DsaCore out;
     AttentionCore& c = out.core;
     // The fraction of the sq x s index scores computed: the causal half
@@ -1759,17 +1784,11 @@ class Llama final : public ZooModel {
       c.forward.push_back(k_norm);
       c.forward.push_back(rotate);
       // sum over heads of weight x ReLU(q . k), each query against the keys.
-      sim::Kernel scores;
-      scores.name = "dsa.index_scores";
-      scores.kind = KernelKind::kAttention;
+      // The einsum alone on the dense path; the fp32 logits written (and
+      // there the einsum's fp32 [s, b, heads, s] product).
+      sim::Kernel scores = fused_kernel("dsa.index_scores", sq, s, di, b * hi, pairs * n(hi) * (2 * n(di) + (dense ? 0 : 3)),
+                                        e * (t * hi * di + b * s * di + t * hi) + static_cast<Bytes>(4 * pairs) + (dense ? 4 * b * hi * sq * s : 0));
       scores.fused = !dense;
-      scores.m = sq;
-      scores.n = s;
-      scores.k = di;
-      scores.batch = b * hi;
-      scores.flops = pairs * n(hi) * (2 * n(di) + (dense ? 0 : 3));  // the einsum alone on the dense path
-      scores.bytes = e * (t * hi * di + b * s * di + t * hi) + static_cast<Bytes>(4 * pairs);  // fp32 logits written
-      if (dense) scores.bytes += 4 * b * hi * sq * s;  // the einsum's fp32 [s, b, heads, s] product
       c.forward.push_back(scores);
       if (dense) {
         c.forward.push_back(memory_op("dsa.index_relu_sum", KernelKind::kElementwise, 4 * b * hi * sq * s, 4 * b * sq * s, 3.0 * n(hi) * pairs));
@@ -1806,17 +1825,8 @@ class Llama final : public ZooModel {
     // heads, over the selected keys or over every key.
     std::vector<sim::Kernel> target_backward;
     if (indexer && loss == 'S') {
-      sim::Kernel target;
-      target.name = "dsa.loss_target";
-      target.kind = KernelKind::kAttention;
-      target.fused = true;
-      target.m = sq;
-      target.n = kp;
-      target.k = dqk;
-      target.batch = b * al;
-      target.flops = n(t) * n(al) * n(kp) * (2 * n(dqk) + 5);
-      target.bytes = e * (t * al * dqk + t * kp * dqk) + 12 * t * kp;
-      c.forward.push_back(target);
+      c.forward.push_back(fused_kernel("dsa.loss_target", sq, kp, dqk, b * al, n(t) * n(al) * n(kp) * (2 * n(dqk) + 5),
+                                       e * (t * al * dqk + t * kp * dqk) + 12 * t * kp));
       if (tp > 1) out.tp_forward.push_back({sim::CollectiveOp::kAllReduce, 4 * t * kp, 1});
     } else if (indexer && loss == 'D') {
       const Bytes sc = b * al * sq * s;
@@ -1835,45 +1845,42 @@ class Llama final : public ZooModel {
     // The attention itself over this rank's al heads: q [t, al, 576]
     // against the selected rows of the shared key [s, 576], whose first
     // 512 channels are the value.
+    if (cp > 1) {
+      // Megatron-Core gathers the key for the context-parallel ranks' queries.
+      c.cp_forward.push_back({sim::CollectiveOp::kAllGather, e * b * s * dqk, 1, sim::Axis::kCp});
+      c.cp_backward.push_back({sim::CollectiveOp::kReduceScatter, e * b * s * dqk, 1, sim::Axis::kCp});
+    }
     if (dense) {
-      // Megatron-Core's dsa_kernel_backend none: every key scored in fp32,
-      // the others masked by the indices (_unfused_absorbed_dsa_fn).
-      sim::WorkloadShape eager = shape;
-      eager.flash_attention = false;
-      eager.cp_all_gather = true;
-      const AttentionCore a = attention_core(eager, al, 1, dqk, false, false, 0, true, dv);
-      c.forward.insert(c.forward.end(), a.forward.begin(), a.forward.end());
-      c.backward.insert(c.backward.end(), a.backward.begin(), a.backward.end());
-      c.cp_forward.insert(c.cp_forward.end(), a.cp_forward.begin(), a.cp_forward.end());
-      c.cp_backward.insert(c.cp_backward.end(), a.cp_backward.begin(), a.cp_backward.end());
-      // Its keeps, the masked fp32 probabilities and the mask beside them.
-      out.saved += a.saved + 4 * b * al * sq * s + b * sq * s + e * t * al * dqk + e * b * s * dqk;
+      // Megatron-Core's dsa_kernel_backend none (_unfused_absorbed_dsa_fn):
+      // every key scored in fp32 (q and the one shared key cast, the key
+      // broadcast over the heads), the unselected masked, an fp32 softmax
+      // cast back, then the product with the value (the key's first 512
+      // channels). It keeps the fp32 q and key, the fp32 softmax and its
+      // cast, the mask, and the bf16 key as the value.
+      const Bytes sc = b * al * sq * s;  // scores on this rank
+      check_size(static_cast<double>(sc) * (8 + e), "DSA dense attention scores");
+      const std::vector<sim::Kernel> eager = {
+          gemm("attn.scores", sq, s, dqk, 4, b * al, KernelKind::kAttention),
+          memory_op("attn.mask", KernelKind::kElementwise, 4 * sc + b * sq * s, 4 * sc, n(sc)),
+          memory_op("attn.softmax", KernelKind::kNorm, 4 * sc, (4 + e) * sc, 5.0 * n(sc)),
+          gemm("attn.av", sq, dv, s, e, b * al, KernelKind::kAttention)};
+      c.forward.insert(c.forward.end(), eager.begin(), eager.end());
+      const auto back = backward_of(eager);
+      c.backward.insert(c.backward.end(), back.begin(), back.end());
+      out.saved += 4 * t * al * dqk + 4 * b * s * dqk + (4 + e) * sc + b * sq * s + e * b * s * dqk;
     } else {
       // FlashMLA's or TileLang's sparse kernel, the heads padded to a power
       // of two and at least 16; every one of the kp slots is computed.
       const std::int64_t hp = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(al, 16))));
-      sim::Kernel f;
-      f.name = "attn.sparse_mla";
-      f.kind = KernelKind::kAttention;
-      f.fused = true;
-      f.m = sq;
-      f.n = kp;
-      f.k = dqk;
-      f.batch = b * hp;
-      f.flops = 2 * n(t) * n(hp) * n(kp) * n(dqk + dv);
       // Q, O and the log-sum-exp; the indices; each query's selected keys.
-      f.bytes = e * t * hp * (dqk + dv) + 4 * t * hp + 4 * t * kp + e * t * kp * dqk;
+      const sim::Kernel f = fused_kernel("attn.sparse_mla", sq, kp, dqk, b * hp, 2 * n(t) * n(hp) * n(kp) * n(dqk + dv),
+                                         e * t * hp * (dqk + dv) + 4 * t * hp + 4 * t * kp + e * t * kp * dqk);
       sim::Kernel g = f;
       g.name = "attn.sparse_mla.bwd";
       g.flops = 2 * n(t) * n(hp) * n(kp) * n(4 * dqk + 3 * dv);  // the forward again, then five GEMMs
       g.bytes = 2 * f.bytes + 4 * b * s * dqk;                    // and the key's fp32 gradient
       c.forward.push_back(f);
       c.backward.push_back(g);
-      if (cp > 1) {
-        // Megatron-Core gathers the key for the context-parallel ranks' queries.
-        c.cp_forward.push_back({sim::CollectiveOp::kAllGather, e * b * s * dqk, 1, sim::Axis::kCp});
-        c.cp_backward.push_back({sim::CollectiveOp::kReduceScatter, e * b * s * dqk, 1, sim::Axis::kCp});
-      }
       // Kept: the padded query's copy, the key, the int32 indices and the
       // output (the value up-projection's input).
       out.saved += e * t * hp * dqk + e * b * s * dqk + 4 * t * kp + e * t * al * dv;

@@ -1924,7 +1924,10 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
         for (std::int64_t i = 0; i < layers; ++i) pattern += std::max<std::int64_t>(i - offset + 1, 0) % freq == 0 ? 'F' : 'S';
       }
       if (pattern.find('S') != std::string::npos) {
-        if (pattern.front() != 'F') c.fail(hf["indexer_types"] ? "indexer_types" : "index_topk_pattern", "starts shared; the first layer has no earlier top-k to reuse");
+        if (pattern.front() != 'F') {
+          c.fail(hf["indexer_types"] ? "indexer_types" : c.has("index_topk_pattern") ? "index_topk_pattern" : "index_skip_topk_offset",
+                 "starts shared; the first layer has no earlier top-k to reuse");
+        }
         ours["indexer_layers"] = pattern;
       }
     }

@@ -2631,6 +2631,11 @@ TEST_CASE("DeepSeek Sparse Attention: parameters, kept bytes, FLOPs and collecti
     CHECK(find_kernel(dense[1].forward, "dsa.index_relu_sum")->flops == Approx(256.0 * 2 * 3));
     CHECK(find_kernel(dense[1].forward, "attn.scores")->flops == Approx(2.0 * 16 * 16 * 20 * 4));
     CHECK(find_kernel(dense[1].forward, "attn.sparse_mla") == nullptr);
+    // Kept by the masked attention: the fp32 q (4 x 16 x 4 x 20) and key
+    // (4 x 16 x 20), the fp32 softmax and its cast (6 x 1,024 scores), the
+    // mask (256), the key as the value (2 x 16 x 20): 13,440, where the
+    // sparse kernel keeps 13,184; the indexer keeps the same.
+    CHECK(dense[1].saved_bytes - l[1].saved_bytes == 13'440 - 13'184);
     CHECK(dense[1].signature.find(",il=2,dk=1") != std::string::npos);
   }
   SECTION("tensor and context parallelism: the gathers it adds") {

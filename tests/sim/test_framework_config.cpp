@@ -1234,6 +1234,8 @@ TEST_CASE("Megatron-LM: DeepSeek Sparse Attention's flags (Note [DeepSeek Sparse
   CHECK_THAT(error_of([&] { parse_megatron_args(no_topk, "cmd"); }), Catch::Contains("dsa needs --dsa-indexer-topk"));
   CHECK_THAT(error_of([&] { parse_megatron_args(flags + "--dsa-kernel-backend flash", "cmd"); }),
              Catch::Contains("--dsa-kernel-backend: 'flash' is not one of none, tilelang, cudnn"));
+  CHECK_THAT(error_of([&] { parse_megatron_args(flags + "--context-parallel-size 2 --cp-comm-type p2p", "cmd"); }),
+             Catch::Contains("--cp-comm-type: 'p2p' with --experimental-attention-variant dsa; valid: allgather"));
 }
 
 TEST_CASE("Megatron-Bridge: GLM-5.1's long-context recipe reads its DSA fields (Note [DeepSeek Sparse Attention])", "[framework][dsa]") {
@@ -1260,9 +1262,11 @@ TEST_CASE("Megatron-Bridge: GLM-5.1's long-context recipe reads its DSA fields (
   CHECK(from_yaml->parameters() == models::load_model("glm-5")->parameters() + moe_layer + 2 * 6144LL * 6144 + 3 * 6144);
   // A dump's DSA and Gated DeltaNet fields at their defaults say nothing for another model.
   const std::string plain = "--micro-batch-size 1 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --swiglu "
-                            "--dsa-indexer-topk-freq 1 --dsa-kernel-backend none --linear-conv-kernel-dim 4 --linear-num-value-heads 32 ";
+                            "--dsa-indexer-topk-freq 1 --dsa-kernel-backend none --dsa-indexer-loss-coeff 0.0 --linear-conv-kernel-dim 4 "
+                            "--linear-num-value-heads 32 ";
   const FrameworkConfig quiet = parse_megatron_args(plain, "cmd");
-  for (const char* f : {"--dsa-indexer-topk-freq", "--dsa-kernel-backend", "--linear-conv-kernel-dim", "--linear-num-value-heads"}) {
+  for (const char* f : {"--dsa-indexer-topk-freq", "--dsa-kernel-backend", "--dsa-indexer-loss-coeff", "--linear-conv-kernel-dim",
+                        "--linear-num-value-heads"}) {
     INFO(f);
     CHECK_FALSE(listed(quiet, f));
   }

@@ -982,6 +982,10 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         if (sparse_loss && coeff <= 0) note("dsa-indexer-use-sparse-loss", "no loss without " + flag("dsa-indexer-loss-coeff") + " above 0");
         const std::string backend = has("dsa-kernel-backend") ? choice("dsa-kernel-backend", {"none", "tilelang", "cudnn"}) : "none";
         out.model("dsa_kernels", backend == "none" ? "dense" : "sparse", has("dsa-kernel-backend") ? at("dsa-kernel-backend") : variant);
+        if (has("cp-comm-type") && text("cp-comm-type", "") != "allgather" && num("context-parallel-size", 1) > 1) {
+          fail("cp-comm-type", "'" + text("cp-comm-type", "") + "' with " + flag("experimental-attention-variant") +
+                                   " dsa; valid: allgather (Megatron-Core's DSAttention asserts it)");
+        }
         // dsa.py's is_dsa_skip_topk_layer: layer L (from 1) reuses the top-k
         // where max(L - max(offset, 1), 0) % freq != 0.
         const std::int64_t freq = num("dsa-indexer-topk-freq", 1), offset = std::max<std::int64_t>(num("dsa-indexer-skip-topk-offset", 0), 1);
@@ -1000,7 +1004,9 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
                                                           {"dsa-kernel-backend", "none"}, {"dsa-indexer-loss-coeff", "0"}};
         for (const char* n : kDsa) {
           const auto d = defaults.find(n);
-          if (has(n) && (d == defaults.end() || text(n, "") != d->second)) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
+          bool at_default = d != defaults.end() && has(n) && text(n, "") == d->second;
+          if (std::string(n) == "dsa-indexer-loss-coeff" && has(n)) at_default = std::stod(text(n, "0")) == 0;
+          if (has(n) && !at_default) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
         }
       }
       if (has("experimental-attention-variant") && !dsa) {

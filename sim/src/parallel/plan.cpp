@@ -857,7 +857,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     } else if ((r.recompute_modules & kRecomputeMoeAct) != 0 && (described & kRecomputeMoeAct) == 0) {
       bad.add("recompute_modules", "moe_act needs a mixture-of-experts model (Megatron-Core raises without grouped experts)" + valid);
     } else if ((r.recompute_modules & kRecomputeMlaUpProj) != 0 && (described & kRecomputeMlaUpProj) == 0) {
-      bad.add("recompute_modules", "mla_up_proj needs multi-latent attention (Megatron-Core raises without it)" + valid);
+      bad.add("recompute_modules", "mla_up_proj needs multi-latent attention whose up-projections the model describes (Megatron-Core raises "
+                                   "without MLA; DeepSeek Sparse Attention's absorbed layers are not described)" + valid);
     } else if ((r.recompute_modules & (kRecomputeMoeAct | kRecomputeLayernorm)) != 0 && r.precision == Precision::kFp8 &&
                r.fp8_recipe == Fp8Recipe::kDelayed) {
       bad.add("recompute_modules", "moe_act and layernorm under fp8 need a recipe other than delayed (Megatron-Core: \"Delayed "
