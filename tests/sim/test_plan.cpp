@@ -283,8 +283,11 @@ TEST_CASE("Megatron-Core's recompute_modules: its names, under selective recompu
         "p.yaml:2: plan.recompute_modules: moe_act needs a mixture-of-experts model (Megatron-Core raises without grouped "
         "experts); valid for llama-tiny: core_attn, mlp");
   CHECK(err("moe-tiny", "recompute: selective\nrecompute_modules: [mla_up_proj]\n") ==
-        "p.yaml:2: plan.recompute_modules: mla_up_proj needs multi-latent attention (Megatron-Core raises without it); valid "
+        "p.yaml:2: plan.recompute_modules: mla_up_proj needs multi-latent attention whose up-projections the model describes "
+        "(Megatron-Core raises without MLA; DeepSeek Sparse Attention's absorbed layers are not described); valid "
         "for moe-tiny: core_attn, layernorm, moe_act, moe");
+  CHECK_THAT(err("deepseek-v3.2-tiny", "recompute: selective\nrecompute_modules: [mla_up_proj]\n"),
+             Catch::Contains("DeepSeek Sparse Attention's absorbed layers are not described); valid for deepseek-v3.2-tiny: "));
   CHECK(err("llama-tiny", "recompute: selective\nrecompute_modules: [moe]\n") ==
         "p.yaml:2: plan.recompute_modules: moe needs a mixture-of-experts model (the whole MoE layer rerun); valid for "
         "llama-tiny: core_attn, mlp");
