@@ -24,6 +24,21 @@ sim::Kernel gemm(const std::string& name, std::int64_t m, std::int64_t n, std::i
   return g;
 }
 
+sim::Kernel fused_kernel(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, Flops flops,
+                         Bytes bytes) {
+  sim::Kernel f;
+  f.name = name;
+  f.kind = sim::KernelKind::kAttention;
+  f.fused = true;
+  f.m = m;
+  f.n = n;
+  f.k = k;
+  f.batch = batch;
+  f.flops = flops;
+  f.bytes = bytes;
+  return f;
+}
+
 sim::Kernel memory_op(const std::string& name, sim::KernelKind kind, Bytes read, Bytes written, Flops flops) {
   sim::Kernel k;
   k.name = name;
@@ -205,19 +220,13 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
                    r = static_cast<double>(s % chunk);
       skip = (q * c * (c + 1) / 2 + r * (r + 1) / 2) / (n * n);
     }
-    sim::Kernel f;
-    f.name = "attn.flash";
-    f.kind = KernelKind::kAttention;
-    f.fused = true;
-    f.m = sq;
-    f.n = s;
-    f.k = d;
-    f.batch = b * heads;
-    f.flops = 2.0 * static_cast<double>(b * heads) * static_cast<double>(sq) * static_cast<double>(s) *
-              static_cast<double>(d + dv) * skip;
     const Bytes q = e * b * sq * heads * d, o = e * b * sq * heads * dv, kv = e * b * s * kv_heads * (d + dv),
                 lse = 4 * b * heads * sq;
-    f.bytes = q + o + kv + lse;  // read Q, K, V; write O and the log-sum-exp
+    // Read Q, K, V; write O and the log-sum-exp.
+    const sim::Kernel f = fused_kernel("attn.flash", sq, s, d, b * heads,
+                                       2.0 * static_cast<double>(b * heads) * static_cast<double>(sq) * static_cast<double>(s) *
+                                           static_cast<double>(d + dv) * skip,
+                                       q + o + kv + lse);
     sim::Kernel g = f;
     g.name = "attn.flash.bwd";
     g.flops = 2.5 * f.flops;

@@ -13,6 +13,11 @@ namespace dtsim::models::detail {
 /// 2mnk FLOPs, e(mk + kn + mn) bytes per matrix.
 sim::Kernel gemm(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, int e,
                  std::int64_t batch = 1, sim::KernelKind kind = sim::KernelKind::kGemm);
+/// A fused attention-like kernel (FlashAttention, a sparse or scan kernel)
+/// of `batch` (m, k) x (k, n) products doing `flops` and moving `bytes`,
+/// priced at the device's attention efficiency (Kernel::fused).
+sim::Kernel fused_kernel(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, Flops flops,
+                         Bytes bytes);
 /// A memory-bound op that reads `read` and writes `written` bytes and does
 /// `flops` arithmetic.
 sim::Kernel memory_op(const std::string& name, sim::KernelKind kind, Bytes read, Bytes written, Flops flops = 0);

@@ -1748,21 +1748,6 @@ class Llama final : public ZooModel {
                  "DSA dense index scores");
     }
     const auto n = [](std::int64_t x) { return static_cast<double>(x); };
-    // A fused kernel of `batch` (m, k) x (k, n) products, priced at the device's attention efficiency.
-    const auto fused_kernel = [](const char* name, std::int64_t m, std::int64_t nn, std::int64_t k, std::int64_t batch, double flops,
-                                 Bytes bytes) {
-      sim::Kernel f;
-      f.name = name;
-      f.kind = KernelKind::kAttention;
-      f.fused = true;
-      f.m = m;
-      f.n = nn;
-      f.k = k;
-      f.batch = batch;
-      f.flops = flops;
-      f.bytes = bytes;
-      return f;
-    };
     DsaCore out;
     AttentionCore& c = out.core;
     // The fraction of the sq x s index scores computed: the causal half

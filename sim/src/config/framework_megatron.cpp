@@ -5,6 +5,7 @@
 // megatron/training/tokenizer/tokenizer.py.
 #include <algorithm>
 #include <cmath>
+#include <cstdlib>
 #include <filesystem>
 #include <functional>
 #include <map>
@@ -959,6 +960,23 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       // TransformerConfig's linear_* defaults; Qwen3-Next's gated output.
       const char* const kLinear[] = {"linear-attention-freq", "linear-conv-kernel-dim", "linear-key-head-dim", "linear-value-head-dim",
                                      "linear-num-key-heads", "linear-num-value-heads"};
+      // TransformerConfig's defaults of the attention variants' fields: a
+      // Megatron-Bridge dump holds every field, so one at its default says
+      // nothing; `unread` is a given flag that differs (as a number where it is one).
+      const std::map<std::string, std::string> variant_defaults{
+          {"dsa-indexer-topk-freq", "1"}, {"dsa-indexer-skip-topk-offset", "0"}, {"dsa-kernel-backend", "none"},
+          {"dsa-indexer-loss-coeff", "0"}, {"linear-conv-kernel-dim", "4"}, {"linear-key-head-dim", "128"},
+          {"linear-value-head-dim", "128"}, {"linear-num-key-heads", "16"}, {"linear-num-value-heads", "32"}};
+      const auto unread = [&](const char* n) {
+        if (!has(n)) return false;
+        const auto d = variant_defaults.find(n);
+        if (d == variant_defaults.end()) return true;
+        const std::string v = text(n, "");
+        char* end = nullptr;
+        const double x = std::strtod(v.c_str(), &end);
+        if (end != v.c_str() && *end == '\0') return x != std::strtod(d->second.c_str(), nullptr);
+        return v != d->second;
+      };
       const char* const kDsa[] = {"dsa-indexer-n-heads", "dsa-indexer-head-dim", "dsa-indexer-topk", "dsa-indexer-topk-freq",
                                   "dsa-indexer-skip-topk-offset", "dsa-indexer-loss-coeff", "dsa-indexer-use-sparse-loss", "dsa-kernel-backend"};
       const bool dsa = has("experimental-attention-variant") && text("experimental-attention-variant", "") == "dsa";
@@ -999,14 +1017,8 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
           out.model("indexer_layers", pattern, at("dsa-indexer-topk-freq"));
         }
       } else {
-        // At their defaults (a Megatron-Bridge dump holds every field) they say nothing.
-        const std::map<std::string, std::string> defaults{{"dsa-indexer-topk-freq", "1"}, {"dsa-indexer-skip-topk-offset", "0"},
-                                                          {"dsa-kernel-backend", "none"}, {"dsa-indexer-loss-coeff", "0"}};
         for (const char* n : kDsa) {
-          const auto d = defaults.find(n);
-          bool at_default = d != defaults.end() && has(n) && text(n, "") == d->second;
-          if (std::string(n) == "dsa-indexer-loss-coeff" && has(n)) at_default = std::stod(text(n, "0")) == 0;
-          if (has(n) && !at_default) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
+          if (unread(n)) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
         }
       }
       if (has("experimental-attention-variant") && !dsa) {
@@ -1028,15 +1040,8 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
           out.model(key, std::to_string(num(name, fallback)), has(name) ? at(name) : at("experimental-attention-variant"));
         }
       } else {
-        // At TransformerConfig's defaults (a Megatron-Bridge dump holds every field) they say nothing.
-        const std::map<std::string, std::string> defaults{{"linear-conv-kernel-dim", "4"}, {"linear-key-head-dim", "128"},
-                                                          {"linear-value-head-dim", "128"}, {"linear-num-key-heads", "16"},
-                                                          {"linear-num-value-heads", "32"}};
         for (const char* n : kLinear) {
-          const auto d = defaults.find(n);
-          if (has(n) && (d == defaults.end() || text(n, "") != d->second)) {
-            note(n, "read only with " + flag("experimental-attention-variant") + " gdn; a custom --spec that builds them needs it too");
-          }
+          if (unread(n)) note(n, "read only with " + flag("experimental-attention-variant") + " gdn; a custom --spec that builds them needs it too");
         }
       }
       if (has("attention-output-gate")) out.model("attn_output_gate", "true", at("attention-output-gate"));
