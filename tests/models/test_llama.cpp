@@ -2683,6 +2683,10 @@ TEST_CASE("DeepSeek Sparse Attention: parameters, kept bytes, FLOPs and collecti
     CHECK_THAT(error_of([&] { load_model(dsa_yaml(dir, "bad", indexer + "index_loss: kl\n")); }), Catch::Contains("index_loss"));
     CHECK_THAT(error_of([&] { load_model("llama-tiny", {sim::parse_override("model.index_topk=8")}); }),
                Catch::Contains("index_topk: needs latent attention (kv_lora_rank)"));
+    // Absurd sizes: 8 x 163,840 queries each of 163,840 keys of 576 x 2
+    // bytes is 247 TB a layer, past the bound of Note [Model size bound].
+    const auto huge = load_model("deepseek-v3.2", {sim::parse_override("model.index_topk=16777216")});
+    CHECK_THAT(error_of([&] { huge->layers(shape(8, 163840, 2)); }), Catch::Contains("DSA selected keys"));
   }
 }
 
