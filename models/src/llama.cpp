@@ -160,7 +160,16 @@ using namespace detail;
 // FP8 as a block's (Layer::fp8_as_block), the head's pass in bf16 as the
 // head's. HuggingFace's model
 // skips the checkpoint's MTP layers, so model.mtp_layers is 0 unless set
-// (--megatron-args reads --mtp-num-layers).
+// (--megatron-args reads --mtp-num-layers). A hybrid's depth (Megatron-
+// Core's unified pattern "main/*E/*E", hybrid_layer_allocation.py; the
+// legacy mtp_hybrid_override_pattern) is one attention layer and one MoE
+// (or MLP) layer, each with its norm: the block this depth runs, since
+// hybrid attention has no rotary positions either. Under
+// mtp_use_repeated_layer (model.mtp_repeated; Nemotron 3 Super's and
+// Ultra's recipes) one depth's weights run every depth
+// (MultiTokenPredictionBlock builds one layer), so depths after the first
+// own no parameters; their gradients add into the first's. The embedding
+// table a stage other than the first keeps is one copy for all depths.
 // Note [Multi-head latent attention]
 // DeepSeek-V2/V3 (modeling_deepseek_v3.py, DeepseekV3Attention) compress
 // queries and keys/values through low-rank latents: q_a_proj (h -> q_lora),
@@ -619,9 +628,11 @@ using namespace detail;
 // (24 Mamba layers of 109,640,064, 24 MLPs of 176,164,864, 4 attention
 // layers of 41,947,136, untied 131,072 x 4096 twice); Nemotron 3 Nano
 // 31,577,937,344 and 3,580,073,408 active (the card's 31.6B and 3.6B with
-// embeddings): tests/models/test_llama.cpp derives both. Multi-token
-// prediction patterns ("/") and the pattern's G, D and + layers are not
-// modelled; "|" segments become the pipeline layout. IBM's Granite 4.0-H
+// embeddings): tests/models/test_llama.cpp derives both. A pattern's
+// multi-token prediction depths ("/*E", Megatron-Core's unified pattern)
+// are model.mtp_layers, each attention then the MoE (Note [Multi-token
+// prediction]); the pattern's G, D and + layers are not modelled; "|"
+// segments become the pipeline layout. IBM's Granite 4.0-H
 // (modeling_granitemoehybrid.py, model_type granitemoehybrid) keeps whole
 // blocks instead: each block's mixer is Mamba-2 or attention as its
 // layer_types list (layer_mixers, M or *), then Granite's shared SwiGLU MLP
@@ -818,7 +829,8 @@ class Llama final : public ZooModel {
       const long long load = std::llround(moe_load(shape) * 1000);
       return "moe.block:" + mixer + ",E=" + std::to_string(c_.experts) + ",k=" + std::to_string(c_.top_k) +
              ",fe=" + std::to_string(c_.expert_intermediate) + ",fs=" + std::to_string(c_.shared_intermediate) +
-             ",sg=" + (c_.shared_expert_gate ? "1" : "0") + (c_.router_bias ? ",rb=1" : "") + common_keys +
+             ",sg=" + (c_.shared_expert_gate ? "1" : "0") + (c_.router_bias ? ",rb=1" : "") +
+             (c_.moe_latent > 0 ? ",ml=" + std::to_string(c_.moe_latent) : "") + common_keys +
              (shape.ep > 1 ? ",ep=" + std::to_string(shape.ep) : "") + (shape.etp != tp ? ",etp=" + std::to_string(shape.etp) : "") +
              (load != 1000 ? ",load=" + std::to_string(load) : "") + (shape.moe_dense ? ",dense=1" : "") +
              // Megatron-Core's allgather dispatcher, where it gathers (Note [Mixture of experts])
@@ -858,7 +870,9 @@ class Llama final : public ZooModel {
       const std::string mtp_sig = "llama.mtp:" + block_sig.substr(block_sig.find(':') + 1);
       for (int k = 0; k < c_.mtp_layers; ++k) {
         out.push_back(mtp_layer(shape, k));
-        out.back().signature = mtp_sig;
+        // Depths after the first differ from it by the embedding's copy,
+        // and by their weights where they repeat it.
+        out.back().signature = mtp_sig + (k == 0 ? "" : c_.mtp_repeated ? ",depth=r" : ",depth=n");
       }
     }
 
@@ -995,7 +1009,8 @@ class Llama final : public ZooModel {
     // norms (the embedding and the head are shared).
     const bool mtp_moe = c_.experts > 0;
     const BlockParams mp = block_params(1, mtp_moe);
-    blocks += static_cast<std::int64_t>(c_.mtp_layers) *
+    // One set of weights where the depths repeat one layer.
+    blocks += static_cast<std::int64_t>(c_.mtp_repeated ? std::min(c_.mtp_layers, 1) : c_.mtp_layers) *
               (mp.split + mp.replicated + (mtp_moe ? routed * expert_params_each(1) : 0) + 2 * h * h + 3 * h);
     // embed_tokens V h, the blocks, the final norm h, lm_head V h (untied).
     return c_.vocab * h + blocks + h + (c_.tied_head ? 0 : c_.vocab * h);
@@ -1043,7 +1058,16 @@ class Llama final : public ZooModel {
     l.expert_params = block.expert_params;
     l.param_tensors = 4 + block.param_tensors;
     l.largest_param_tensor = std::max(2 * h * h / tp, block.largest_param_tensor);
-    l.borrowed_params = v * h;  // the embedding table: a copy where this is not the first stage
+    // The embedding table: one copy where this is not the first stage,
+    // however many depths use it.
+    l.borrowed_params = depth == 0 ? v * h : 0;
+    if (c_.mtp_repeated && depth > 0) {
+      // mtp_use_repeated_layer: depth 0's weights run again; their
+      // gradients accumulate there.
+      l.params = l.sp_params = l.expert_params = 0;
+      l.param_tensors = 0;
+      l.largest_param_tensor = 0;
+    }
     l.tp_forward = block.tp_forward;
     l.tp_backward = block.tp_backward;
     if (tp > 1) {
@@ -1089,8 +1113,12 @@ class Llama final : public ZooModel {
   /// down), on one of etp ranks.
   std::int64_t expert_params_each(std::int64_t etp) const {
     const std::int64_t up = up_width();  // SwiGLU's gate and up, or squared ReLU's up
-    return (up + 1) * c_.hidden * c_.expert_intermediate / etp + (c_.mlp_bias ? (up * c_.expert_intermediate) / etp + c_.hidden : 0);
+    return (up + 1) * expert_width() * c_.expert_intermediate / etp + (c_.mlp_bias ? (up * c_.expert_intermediate) / etp + expert_width() : 0);
   }
+
+  /// The routed experts' input and output width: the latent one, or the
+  /// hidden size (Note [Latent MoE]).
+  std::int64_t expert_width() const { return c_.moe_latent > 0 ? c_.moe_latent : c_.hidden; }
 
   struct BlockParams {
     std::int64_t split = 0;       ///< this tensor-parallel rank's share of the split weights
@@ -1178,6 +1206,8 @@ class Llama final : public ZooModel {
     } else {
       replicated += h * c_.experts + (c_.router_bias ? c_.experts : 0);  // the router (gate)
       tensors += c_.router_bias ? 2 : 1;
+      // Note [Latent MoE]: fc1_latent_proj and fc2_latent_proj, duplicated.
+      if (c_.moe_latent > 0) replicated += 2 * h * c_.moe_latent, tensors += 2;
       if (c_.shared_intermediate > 0) {
         split += (up + 1) * h * c_.shared_intermediate;
         tensors += static_cast<int>(up) + 1;
@@ -1954,6 +1984,26 @@ class Llama final : public ZooModel {
   // unbalanced. A hub kernel (use_kernel_forward_from_hub("Llama4TextMoe"))
   // can replace it; Megatron-Core and torchtitan route (grouped, the
   // default). Priced, not run: the LibTorch twin routes.
+  // Note [Latent MoE]
+  // NVIDIA's LatentMoE (Nemotron 3 Super and Ultra; Megatron-Core's
+  // --moe-latent-size, megatron/core/transformer/moe/moe_layer.py; HF's
+  // NemotronHConfig.moe_latent_size) routes each token on its hidden state
+  // (the router reads h), then projects it down to the latent width L
+  // (fc1_latent_proj, h x L) before the dispatcher, runs the routed experts
+  // on L (their fc1 L -> fe, fc2 fe -> L: experts.py and mlp.py take
+  // moe_latent_size as their input size), combines at L and projects back
+  // (fc2_latent_proj, L x h) before the shared experts' output, which run
+  // on h, is added. The all-to-alls, permutes and the experts' kept inputs
+  // and outputs are L wide where they were h: the point of it, h / L = 4
+  // fewer bytes a token through the dispatcher on both models. The two
+  // projections are TELinear with parallel_mode "duplicated": whole on
+  // every tp rank, on its own tokens (its sequence shard), their gradients
+  // reduced over tp under sequence parallelism (the sequence_parallel
+  // attribute, extensions/transformer_engine.py), as the norms'. So a MoE
+  // layer has 2 h L more weights, the experts (gates and) up and down on L,
+  // as Megatron-LM's theoretical_memory_usage.py counts them; fc2's input
+  // (the combined L-wide rows) is kept for its backward, fc1's input is the
+  // router's (the norm's output, kept once).
   /// A MoE block's recompute parts (Note [Megatron's recompute modules]):
   /// the experts' activation and the shared experts.
   struct MoeParts {
@@ -1990,44 +2040,55 @@ class Llama final : public ZooModel {
     const auto rows = dense ? tx * E
                             : static_cast<std::int64_t>(std::ceil(static_cast<double>(tr * k * (gather || allgather ? etp : 1)) * load));
     const std::int64_t fe = c_.expert_intermediate / etp, per_expert = dense ? tx : (rows + el - 1) / el;
-    check_size(static_cast<double>(rows) * static_cast<double>(std::max(h, fe)) * e, "expert activations");
+    // Note [Latent MoE]: the width the routed experts, the dispatcher and
+    // the combine see.
+    const std::int64_t w = expert_width();
+    check_size(static_cast<double>(rows) * static_cast<double>(std::max(w, fe)) * e, "expert activations");
     post.push_back(gemm("moe.router", tl, E, h, e));
     post.push_back(memory_op("moe.topk", KernelKind::kNorm, e * tl * E, 4 * tl * E + 12 * tr * k, 5.0 * static_cast<double>(tl * E)));
+    // Note [Latent MoE]: fc1_latent_proj, duplicated over tp, on this
+    // rank's tokens.
+    if (c_.moe_latent > 0) post.push_back(gemm("moe.latent.fc1", tl, w, h, e));
     if (dense) {
       // The tokens repeated for every expert, then times each one's score.
-      post.push_back(memory_op("moe.repeat", KernelKind::kElementwise, e * tx * h, e * rows * h));
-      post.push_back(memory_op("moe.scale", KernelKind::kElementwise, e * rows * h + e * rows, e * rows * h, 1.0 * static_cast<double>(rows * h)));
+      post.push_back(memory_op("moe.repeat", KernelKind::kElementwise, e * tx * w, e * rows * w));
+      post.push_back(memory_op("moe.scale", KernelKind::kElementwise, e * rows * w + e * rows, e * rows * w, 1.0 * static_cast<double>(rows * w)));
     } else if (allgather) {
       // This rank's experts' rows picked from the gathered tokens.
-      post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * rows * h, e * rows * h));
+      post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * rows * w, e * rows * w));
     } else {
-      post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * tr * h, e * tr * k * h));
+      post.push_back(memory_op("moe.permute", KernelKind::kElementwise, e * tr * w, e * tr * k * w));
     }
     const bool relu2 = c_.squared_relu;  // Note [Mamba-2]: up, squared ReLU, down
-    post.push_back(gemm(relu2 ? "moe.experts.up" : "moe.experts.gate_up", per_expert, up_width() * fe, h, e, el));
+    post.push_back(gemm(relu2 ? "moe.experts.up" : "moe.experts.gate_up", per_expert, up_width() * fe, w, e, el));
     post.push_back(act(relu2 ? "moe.experts.relu2" : "moe.experts.swiglu", rows * fe, shape));
     if (!dense) {
       // moe_act: all the activation keeps but fc1's output (gate and up, or up).
       parts.act = act_kept(rows * fe, shape) - up_width() * e * rows * fe;
       parts.act_kernels = {post.back()};
     }
-    post.push_back(gemm("moe.experts.down", per_expert, h, fe, e, el));
+    post.push_back(gemm("moe.experts.down", per_expert, w, fe, e, el));
     if (dense) {
-      post.push_back(memory_op("moe.sum", KernelKind::kElementwise, e * rows * h, e * tx * h, 1.0 * static_cast<double>(rows * h)));
+      post.push_back(memory_op("moe.sum", KernelKind::kElementwise, e * rows * w, e * tx * w, 1.0 * static_cast<double>(rows * w)));
     } else if (allgather) {
       // Weighted and scattered into every gathered token's row (zero where
       // none of this rank's experts took it).
-      post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * rows * h + 4 * rows, e * tx * h,
-                               2.0 * static_cast<double>(rows * h)));
+      post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * rows * w + 4 * rows, e * tx * w,
+                               2.0 * static_cast<double>(rows * w)));
     } else {
-      post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * tr * k * h + 4 * tr * k, e * tr * h,
-                               2.0 * static_cast<double>(tr * k * h)));
+      post.push_back(memory_op("moe.unpermute", KernelKind::kElementwise, e * tr * k * w + 4 * tr * k, e * tr * w,
+                               2.0 * static_cast<double>(tr * k * w)));
     }
+    // Note [Latent MoE]: fc2_latent_proj back to the hidden width, keeping
+    // its input.
+    if (c_.moe_latent > 0) post.push_back(gemm("moe.latent.fc2", tl, h, w, e));
+    const Bytes latent_kept = c_.moe_latent > 0 ? shape.saved_gemm_input(tl * w) : 0;
     // Dense: the sigmoid's fp32 output, the scores and the repeated tokens
     // the product keeps, its output (the bmm's input) and the SwiGLU's.
-    Bytes saved = dense       ? 4 * tl * E + e * rows + e * rows * h + shape.saved_gemm_input(rows * h) + act_kept(rows * fe, shape)
-                  : allgather ? 4 * tl * E + 4 * rows + shape.saved_gemm_input(rows * h) + act_kept(rows * fe, shape) + e * rows * h
-                              : 4 * tl * E + 4 * tr * k + shape.saved_gemm_input(rows * h) + act_kept(rows * fe, shape) + e * rows * h;
+    Bytes saved = latent_kept +
+                  (dense       ? 4 * tl * E + e * rows + e * rows * w + shape.saved_gemm_input(rows * w) + act_kept(rows * fe, shape)
+                   : allgather ? 4 * tl * E + 4 * rows + shape.saved_gemm_input(rows * w) + act_kept(rows * fe, shape) + e * rows * w
+                               : 4 * tl * E + 4 * tr * k + shape.saved_gemm_input(rows * w) + act_kept(rows * fe, shape) + e * rows * w);
     if (c_.shared_intermediate > 0) {
       const std::int64_t fs = c_.shared_intermediate / tp;
       const std::size_t first = post.size();
@@ -2051,7 +2112,7 @@ class Llama final : public ZooModel {
     // Megatron-Core reduce-scatters the experts' parts in the router
     // probabilities' dtype, fp32 (token_combine's and combine_preprocess's
     // hidden_states.to(probs.dtype)), and gathers their gradients so.
-    const Bytes part = 4 * h;
+    const Bytes part = 4 * w;
     if (allgather && !dense) {
       // The allgather dispatcher over the etp x ep ranks: the routing map
       // (bool) and the fp32 probabilities over all E, then the tokens, each
@@ -2061,9 +2122,9 @@ class Llama final : public ZooModel {
       // experts' rows from the gathered map.
       std::vector<sim::LayerComm> fwd = {{sim::CollectiveOp::kAllGather, tx * E, 1},
                                          {sim::CollectiveOp::kAllGather, 4 * tx * E, 1},
-                                         {sim::CollectiveOp::kAllGather, e * tx * h, 1},
+                                         {sim::CollectiveOp::kAllGather, e * tx * w, 1},
                                          {sim::CollectiveOp::kReduceScatter, part * tx, 1}};
-      std::vector<sim::LayerComm> bwd = {{sim::CollectiveOp::kReduceScatter, e * tx * h, 1},
+      std::vector<sim::LayerComm> bwd = {{sim::CollectiveOp::kReduceScatter, e * tx * w, 1},
                                          {sim::CollectiveOp::kReduceScatter, 4 * tx * E, 1},
                                          {sim::CollectiveOp::kAllGather, part * tx, 1}};
       if (shape.ep > 1) {
@@ -2080,7 +2141,7 @@ class Llama final : public ZooModel {
       return saved;
     }
     if (shape.ep > 1) {
-      const Bytes a2a = static_cast<Bytes>(std::ceil(static_cast<double>(e * tr * k * h) * load));
+      const Bytes a2a = static_cast<Bytes>(std::ceil(static_cast<double>(e * tr * k * w) * load));
       l.ep_forward.push_back({sim::CollectiveOp::kAllToAll, 8 * E, 1, sim::Axis::kEp});  // the counts
       l.ep_forward.push_back({sim::CollectiveOp::kAllToAll, a2a, 2, sim::Axis::kEp});
       l.ep_backward.push_back({sim::CollectiveOp::kAllToAll, a2a, 2, sim::Axis::kEp});
@@ -2092,9 +2153,9 @@ class Llama final : public ZooModel {
       // parts reduce-scattered back in fp32 (the tensor-parallel group:
       // etp = tp); backward the reverse.
       tp_extra = {{sim::CollectiveOp::kAllGather, 8 * E * etp, 1},
-                  {sim::CollectiveOp::kAllGather, e * rows * h, 1},
+                  {sim::CollectiveOp::kAllGather, e * rows * w, 1},
                   {sim::CollectiveOp::kReduceScatter, part * rows, 1}};
-      tp_extra_backward = {{sim::CollectiveOp::kReduceScatter, e * rows * h, 1}, {sim::CollectiveOp::kAllGather, part * rows, 1}};
+      tp_extra_backward = {{sim::CollectiveOp::kReduceScatter, e * rows * w, 1}, {sim::CollectiveOp::kAllGather, part * rows, 1}};
     } else if (allgather) {
       // Dense experts (HF's bmm) split over tp: the tokens and their fp32
       // probabilities gathered, the parts reduce-scattered.

@@ -261,6 +261,22 @@ const Builtin kBuiltins[] = {
      "intermediate: 1856\nvocab: 131072\nseq_len: 262144\nsquared_relu: true\nrotary: false\n"
      "mamba_heads: 64\nmamba_head_dim: 64\nmamba_state: 128\nmamba_groups: 8\n"
      "experts: 128\ntop_k: 6\nexpert_intermediate: 1856\nshared_intermediate: 3712\n"},
+    // Note [Latent MoE] (llama.cpp): Megatron-LM's launch scripts for the
+    // two (examples/post_training/modelopt/conf/nvidia/NVIDIA-Nemotron-3-
+    // Super-120B-A12B-BF16.sh and -Ultra-550B-A55B-BF16.sh), Megatron-Core's
+    // Mamba defaults (8 groups, state 128) where they name none, the hub's
+    // vocabulary; their multi-token prediction layer, which HuggingFace's
+    // model skips, as model.mtp_layers.
+    {"nemotron-3-super-120b-a12b", "NVIDIA Nemotron 3 Super 120B-A12B: 88 layers (40 Mamba-2 of 128 heads of 64, state 128, 8 groups; 8 attention, 32 heads of 128, 2 KV heads, no rotary; 40 LatentMoE of 512 squared-ReLU experts 2688 on a latent 1024 + 1 shared 5376, top-22), hidden 4096, vocab 131072, seq 262144",
+     "family: llama\nhybrid_pattern: MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME\n"
+     "hidden: 4096\nheads: 32\nkv_heads: 2\nhead_dim: 128\nintermediate: 2688\nvocab: 131072\nseq_len: 262144\nsquared_relu: true\nrotary: false\n"
+     "mamba_heads: 128\nmamba_head_dim: 64\nmamba_state: 128\nmamba_groups: 8\n"
+     "experts: 512\ntop_k: 22\nexpert_intermediate: 2688\nshared_intermediate: 5376\nmoe_latent: 1024\n"},
+    {"nemotron-3-ultra-550b-a55b", "NVIDIA Nemotron 3 Ultra 550B-A55B: 108 layers (48 Mamba-2 of 256 heads of 64, state 128, 8 groups; 12 attention, 64 heads of 128, 2 KV heads, no rotary; 48 LatentMoE of 512 squared-ReLU experts 5120 on a latent 2048 + 1 shared 10240, top-22), hidden 8192, vocab 131072, seq 262144",
+     "family: llama\nhybrid_pattern: MEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEM*EMEMEM*EMEMEMEM*EMEMEMEME\n"
+     "hidden: 8192\nheads: 64\nkv_heads: 2\nhead_dim: 128\nintermediate: 5120\nvocab: 131072\nseq_len: 262144\nsquared_relu: true\nrotary: false\n"
+     "mamba_heads: 256\nmamba_head_dim: 64\nmamba_state: 128\nmamba_groups: 8\n"
+     "experts: 512\ntop_k: 22\nexpert_intermediate: 5120\nshared_intermediate: 10240\nmoe_latent: 2048\n"},
     // moonshotai/Kimi-K2-Base's config.json (model_type kimi_k2, DeepSeek-V3's
     // architecture: DeepseekV3ForCausalLM): 64 heads, 384 experts, 1 dense layer.
     {"kimi-k2", "Moonshot Kimi K2 1T: 61 layers (1 dense), hidden 7168, 64 heads of latent attention, 384 routed experts of SwiGLU 2048 + 1 shared, top-8, vocab 163840, seq 131072",
@@ -619,8 +635,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
     for (const auto& [key, on] : {std::pair{"full_attention_interval", l.full_attention_interval > 0}, std::pair{"gemma_norms", l.gemma_norms},
                                    std::pair{"olmo2_norms", l.olmo2_norms}, std::pair{"kv_lora_rank", c.get_int("kv_lora_rank", 0, 0, kBig) > 0},
                                    std::pair{"first_dense", c.get_int("first_dense", 0, 0, 10000) > 0},
-                                   std::pair{"moe_step", c.get_int("moe_step", 1, 1, 10000) > 1},
-                                   std::pair{"mtp_layers", c.get_int("mtp_layers", 0, 0, 64) > 0}, std::pair{"attention_sinks", l.attention_sinks}}) {
+                                   std::pair{"moe_step", c.get_int("moe_step", 1, 1, 10000) > 1}, std::pair{"attention_sinks", l.attention_sinks}}) {
       if (on) c.fail(key, "is not modelled with a hybrid_pattern (Megatron-Core's hybrid layers: M, *, - and E alone); drop one");
     }
   }
@@ -640,6 +655,10 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.moe_step = static_cast<int>(c.get_int("moe_step", 1, 1, 10000));
   l.route_nodes = static_cast<int>(c.get_int("route_nodes", 0, 0, 1 << 20));
   l.mtp_layers = static_cast<int>(c.get_int("mtp_layers", 0, 0, 64));  // Note [Multi-token prediction] in llama.cpp
+  l.mtp_repeated = c.get_bool("mtp_repeated", false);
+  if (c.has("mtp_repeated") && l.mtp_layers == 0) c.fail("mtp_repeated", "is read only with mtp_layers (1 or more depths to repeat one layer over)");
+  l.moe_latent = c.get_int("moe_latent", 0, 0, kBig);  // Note [Latent MoE] in llama.cpp
+  if (l.moe_latent > 0 && l.experts == 0) c.fail("moe_latent", "is the routed experts' width; it needs experts (2 or more)");
   if (l.experts == 1) c.fail("experts", "1: a mixture needs at least 2 routed experts (0: a dense model)");
   if (!l.hybrid_pattern.empty() && (l.hybrid_pattern.find('E') != std::string::npos) != (l.experts > 0)) {
     c.fail(l.experts > 0 ? "experts" : "hybrid_pattern",
@@ -715,7 +734,9 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   if (l.kv_lora_rank == 0) check_kv_heads(c, "kv_heads", l.heads, l.kv_heads);
   const double h = static_cast<double>(l.hidden);
   const double d = static_cast<double>(l.head_dim == 0 ? l.hidden / l.heads : l.head_dim);
-  const double mlp = l.experts > 0 ? static_cast<double>(l.experts) * static_cast<double>(l.expert_intermediate) +
+  // Note [Latent MoE]: the experts' width, the hidden one or narrower.
+  const double mlp = l.experts > 0 ? static_cast<double>(l.experts) * static_cast<double>(l.expert_intermediate) *
+                                             (l.moe_latent > 0 ? static_cast<double>(l.moe_latent) / static_cast<double>(l.hidden) : 1.0) +
                                          static_cast<double>(l.shared_intermediate) + static_cast<double>(l.intermediate)
                                    : static_cast<double>(l.intermediate);
   // Note [Mamba-2]: a Mamba layer's projections and convolution, bounded as a whole.
@@ -1692,9 +1713,9 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
       const std::int64_t shared = c.get_int("n_shared_experts", 1, 0, 1 << 20);
       ours["shared_intermediate"] = shared > 0 ? c.get_int("moe_shared_expert_intermediate_size", 7688, 1, kBig) : 0;
       group_routing(1, 1);
-      if (c.has("moe_latent_size") && !hf["moe_latent_size"].IsNull()) {
-        c.fail("moe_latent_size", "set: the experts' latent projections are not modelled; valid: null");
-      }
+      // Note [Latent MoE] (llama.cpp): Nemotron 3 Super's and Ultra's
+      // routed experts on a narrower width (null: the hidden size).
+      if (c.has("moe_latent_size") && !hf["moe_latent_size"].IsNull()) ours["moe_latent"] = c.get_int("moe_latent_size", 1, 1, kBig);
     }
   } else if (type == "granitemoehybrid") {
     // Note [Mamba-2] (llama.cpp): IBM's Granite 4.0-H

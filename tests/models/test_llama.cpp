@@ -2447,11 +2447,12 @@ TEST_CASE("Nemotron-H and Nemotron 3 Nano: built-ins, config.json and parameters
   }
   listed.replace(listed.find("\"" + pattern + "\""), pattern.size() + 2, "null,\n  \"layers_block_type\": " + types + "]");
   CHECK(load_model(write_json(dir, listed))->parameters() == total);
-  // What dtsim does not model is refused at its key.
+  // A latent width (Note [Latent MoE]) narrows the 23 MoE layers' 128
+  // experts from 2 x 2688 x 1856 to 2 x 1024 x 1856 each and adds their
+  // projections, 2 x 2688 x 1024 a layer.
   std::string latent = config;
   latent.replace(latent.find("\"moe_latent_size\": null"), 23, "\"moe_latent_size\": 1024");
-  CHECK(error_of([&] { load_model(write_json(dir, latent)); }).find("config.moe_latent_size: set: the experts' latent projections are not modelled") !=
-        std::string::npos);
+  CHECK(load_model(write_json(dir, latent))->parameters() == total - 23LL * 128 * 2 * (2688 - 1024) * 1856 + 23LL * 2 * 2688 * 1024);
   std::string gelu = config;
   gelu.replace(gelu.find("\"relu2\""), 7, "\"gelu\"");
   CHECK(error_of([&] { load_model(write_json(dir, gelu)); }).find("config.mlp_hidden_act: 'gelu'; dtsim models relu2") != std::string::npos);
@@ -2463,6 +2464,166 @@ TEST_CASE("Nemotron-H and Nemotron 3 Nano: built-ins, config.json and parameters
   std::string layers = config;
   layers.replace(layers.find("\"num_hidden_layers\": 52"), 23, "\"num_hidden_layers\": 50");
   CHECK(error_of([&] { load_model(write_json(dir, layers)); }).find("config.num_hidden_layers: contradicts the pattern's 52 layers") != std::string::npos);
+}
+
+TEST_CASE("LatentMoE: a small hybrid's experts on a latent width, by hand (Note [Latent MoE])", "[llama][mamba][latent]") {
+  // The Mamba-2 test's four layers M - * E (hidden 64; 4 experts of 64,
+  // top-2, one shared of 64) with the experts on a latent of 16.
+  test::TempDir dir("latent");
+  const std::string plain_yaml = dir.file("plain.yaml"), latent_yaml = dir.file("latent.yaml");
+  const std::string body = "family: llama\nhybrid_pattern: M-*E\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\n"
+                           "vocab: 256\nseq_len: 256\nsquared_relu: true\nrotary: false\nmamba_head_dim: 32\nmamba_state: 16\nmamba_groups: 2\n"
+                           "mamba_chunk: 32\nexperts: 4\ntop_k: 2\nexpert_intermediate: 64\nshared_intermediate: 64\n";
+  std::ofstream(plain_yaml) << body;
+  std::ofstream(latent_yaml) << body << "moe_latent: 16\n";
+  const auto plain = load_model(plain_yaml), m = load_model(latent_yaml);
+  // The MoE layer: the router 64 x 4, fc1_latent_proj 64 x 16 and
+  // fc2_latent_proj 16 x 64, four experts' up 16 x 64 and down 64 x 16, the
+  // shared expert 2 x 64 x 64 on the hidden width, its norm 64.
+  const std::int64_t moe = 4 * 64 + 2 * 64 * 16 + 4 * 2 * 16 * 64 + 2 * 64 * 64 + 64;
+  CHECK(moe == 18'752);
+  CHECK(m->parameters() == 133'004 - 41'280 + moe);  // the Mamba-2 test's total and MoE layer
+  CHECK(m->active_parameters() == m->parameters() - 2 * 2 * 16 * 64);  // two of the four experts
+  const auto layers = m->layers(shape(1, 128, 2)), plain_layers = plain->layers(shape(1, 128, 2));
+  const sim::Layer& l = layers[4];
+  CHECK(l.params == moe);
+  CHECK(l.signature.find(",ml=16") != std::string::npos);
+  CHECK(plain_layers[4].signature.find(",ml=") == std::string::npos);
+  const auto named = [](const std::vector<sim::Kernel>& ks, const char* name) {
+    const auto it = std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
+    REQUIRE(it != ks.end());
+    return *it;
+  };
+  // 128 tokens: the router on h (128 x 4 x 64), fc1 down to 16, the
+  // experts' 256 rows (64 an expert) up from 16 to 64 and down, fc2 back.
+  CHECK(named(l.forward, "moe.router").flops == Approx(2.0 * 128 * 4 * 64));
+  CHECK(named(l.forward, "moe.latent.fc1").flops == Approx(2.0 * 128 * 16 * 64));
+  CHECK(named(l.forward, "moe.experts.up").flops == Approx(2.0 * 256 * 64 * 16));
+  CHECK(named(l.forward, "moe.experts.down").flops == Approx(2.0 * 256 * 16 * 64));
+  CHECK(named(l.forward, "moe.latent.fc2").flops == Approx(2.0 * 128 * 64 * 16));
+  CHECK(named(l.forward, "moe.shared.up").flops == Approx(2.0 * 128 * 64 * 64));
+  // Kept, against the plain layer: fc2's input (2 x 128 x 16 bytes) more;
+  // the experts' 256 input rows and their 256 output rows for the
+  // weighted sum at 16 wide, not 64 (2 x 2 x 256 x 48 fewer).
+  CHECK(l.saved_bytes == plain_layers[4].saved_bytes + 2 * 128 * 16 - 2 * 2 * 256 * 48);
+  // Under ep 2 the rows go by all-to-all at 16 wide: 2 x 128 x 2 x 16
+  // bytes each way, where the plain layer sends 64 wide.
+  sim::WorkloadShape ep2 = shape(1, 128, 2);
+  ep2.ep = 2;
+  const auto sent = [](const sim::Layer& x) {
+    for (const auto& c : x.ep_forward) {
+      if (c.op == sim::CollectiveOp::kAllToAll && c.count == 2) return c.bytes;
+    }
+    return Bytes{-1};
+  };
+  CHECK(sent(m->layers(ep2)[4]) == 2 * 128 * 2 * 16);
+  CHECK(sent(plain->layers(ep2)[4]) == 2 * 128 * 2 * 64);
+  // At tp 2 with sequence parallelism the projections, whole on every
+  // rank, are reduced over tp as the norm and the router are.
+  sim::WorkloadShape tp2 = shape(1, 128, 2);
+  tp2.tp = 2;
+  tp2.sequence_parallel = true;
+  CHECK(m->layers(tp2)[4].sp_params - plain->layers(tp2)[4].sp_params == 2 * 64 * 16);
+  // The width needs experts; a yaml without them is refused at the key.
+  const std::string bad = dir.file("bad.yaml");
+  std::ofstream(bad) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 256\nmoe_latent: 16\n";
+  CHECK(error_of([&] { load_model(bad); }).find("moe_latent: is the routed experts' width; it needs experts (2 or more)") != std::string::npos);
+}
+
+TEST_CASE("a hybrid's multi-token prediction depths: attention then the MoE, one layer's weights where they repeat it (Note [Multi-token prediction])",
+          "[llama][mamba][mtp]") {
+  test::TempDir dir("mtp");
+  const std::string yaml = dir.file("hybrid.yaml");
+  const std::string body = "family: llama\nhybrid_pattern: M-*E\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\n"
+                           "vocab: 256\nseq_len: 256\nsquared_relu: true\nrotary: false\nmamba_head_dim: 32\nmamba_state: 16\nmamba_groups: 2\n"
+                           "mamba_chunk: 32\nexperts: 4\ntop_k: 2\nexpert_intermediate: 64\nshared_intermediate: 64\nmtp_layers: 2\n";
+  std::ofstream(yaml) << body;
+  const std::string repeated = dir.file("repeated.yaml");
+  std::ofstream(repeated) << body << "mtp_repeated: true\n";
+  // A depth: attention (q and o 64 x 64, k and v 64 x 32) and the MoE
+  // (router 64 x 4, experts 4 x 2 x 64 x 64, shared 2 x 64 x 64) with
+  // their two norms, eh_proj 2 x 64 x 64, enorm, hnorm and its final norm.
+  const std::int64_t depth = 2 * 64 * 64 + 2 * 64 * 32 + 4 * 64 + 4 * 2 * 64 * 64 + 2 * 64 * 64 + 2 * 64 + 2 * 64 * 64 + 3 * 64;
+  CHECK(depth == 62'016);
+  CHECK(load_model(yaml)->parameters() == 133'004 + 2 * depth);  // the Mamba-2 test's model, two depths
+  const auto m = load_model(repeated);
+  CHECK(m->parameters() == 133'004 + depth);
+  const auto layers = m->layers(shape(1, 128, 2));
+  REQUIRE(layers.size() == 8);  // the embedding, four layers, two depths, the head
+  CHECK(layers[5].name == "mtp.0");
+  CHECK(layers[5].params == depth);
+  CHECK(layers[6].name == "mtp.1");
+  CHECK(layers[6].params == 0);  // depth 0's weights, run again
+  CHECK(layers[6].signature == layers[5].signature + ",depth=r");
+  // The same work: a depth runs an attention and a MoE layer over every token.
+  double f0 = 0, f1 = 0;
+  for (const auto& k : layers[5].forward) f0 += k.flops;
+  for (const auto& k : layers[6].forward) f1 += k.flops;
+  CHECK(f0 == Approx(f1));
+  // mtp_repeated needs depths.
+  std::ofstream(dir.file("alone.yaml")) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 256\nmtp_repeated: true\n";
+  CHECK(error_of([&] { load_model(dir.file("alone.yaml")); }).find("mtp_repeated: is read only with mtp_layers") != std::string::npos);
+}
+
+TEST_CASE("Nemotron 3 Super and Ultra: LatentMoE built-ins, parameters by hand (Note [Latent MoE])", "[llama][mamba][latent]") {
+  // tests/data/hf/PARAMS.md derives both.
+  const auto super = load_model("nemotron-3-super-120b-a12b"), ultra = load_model("nemotron-3-ultra-550b-a55b");
+  CHECK(super->parameters() == 120'668'687'360);
+  CHECK(super->active_parameters() == 12'770'216'960);
+  CHECK(ultra->parameters() == 549'308'968'960);
+  CHECK(ultra->active_parameters() == 56'058'818'560);
+  // A config.json with the hub's keys (NemotronHConfig's names) reads as the built-in.
+  test::TempDir dir("super");
+  const std::string config = R"({
+  "architectures": ["NemotronHForCausalLM"],
+  "model_type": "nemotron_h",
+  "hybrid_override_pattern": "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME",
+  "num_hidden_layers": 88,
+  "hidden_size": 4096,
+  "num_attention_heads": 32,
+  "num_key_value_heads": 2,
+  "head_dim": 128,
+  "mamba_num_heads": 128,
+  "mamba_head_dim": 64,
+  "ssm_state_size": 128,
+  "n_groups": 8,
+  "conv_kernel": 4,
+  "chunk_size": 128,
+  "mlp_hidden_act": "relu2",
+  "n_routed_experts": 512,
+  "num_experts_per_tok": 22,
+  "intermediate_size": 21504,
+  "moe_intermediate_size": 2688,
+  "moe_latent_size": 1024,
+  "moe_shared_expert_intermediate_size": 5376,
+  "n_shared_experts": 1,
+  "n_group": 1,
+  "topk_group": 1,
+  "routed_scaling_factor": 5.0,
+  "norm_topk_prob": true,
+  "num_nextn_predict_layers": 1,
+  "mtp_hybrid_override_pattern": "*E",
+  "tie_word_embeddings": false,
+  "max_position_embeddings": 262144,
+  "vocab_size": 131072
+})";
+  const auto read = load_model(write_json(dir, config));
+  CHECK(read->parameters() == 120'668'687'360);  // HuggingFace's model skips the MTP layer
+  // Layer by layer the same work and memory (intermediate_size, NemotronHConfig's
+  // 21504, sizes no layer here: the pattern has no dense MLP).
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  const auto a = read->layers(w), b = super->layers(w);
+  REQUIRE(a.size() == b.size());
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    INFO(b[i].name);
+    CHECK(a[i].params == b[i].params);
+    CHECK(a[i].saved_bytes == b[i].saved_bytes);
+    double fa = 0, fb = 0;
+    for (const auto& k : a[i].forward) fa += k.flops;
+    for (const auto& k : b[i].forward) fb += k.flops;
+    CHECK(fa == Approx(fb));
+  }
 }
 
 TEST_CASE("Granite 4.0-H: blocks whose mixer is Mamba-2 or attention, from config.json by hand (Note [Mamba-2])", "[llama][mamba]") {

@@ -1528,6 +1528,16 @@ TEST_CASE("a Mamba-2 hybrid trains as one process does: data and pipeline parall
   }
 }
 
+TEST_CASE("a LatentMoE hybrid trains as one process does: data parallelism and ZeRO-2 over experts (Note [Latent MoE])",
+          "[runtime][validate][slow][mamba][latent]") {
+  // nemotron-h-tiny with its experts on a latent of 64 (Nemotron 3 Super's
+  // quarter of the hidden size): fc1_latent_proj before the dispatch,
+  // fc2_latent_proj after the combine, both replicated and reduced over dp.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=40 --set model.moe_latent=64 ";
+  SECTION("ddp, dp 2") { check_as_one_process("nemotron-h-tiny", "ddp --procs 2", shape, 2); }
+  SECTION("ZeRO-2 at ep 2") { check_as_one_process("nemotron-h-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
+}
+
 TEST_CASE("a Granite 4.0-H hybrid (Mamba-2 blocks with experts) trains as one process does (Note [Mamba-2])", "[runtime][validate][slow][mamba]") {
   // moe-tiny's blocks as Granite 4.0-H's: a Mamba-2 block, then an
   // attention block without positions, both with a shared MLP beside the

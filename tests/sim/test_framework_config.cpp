@@ -1145,8 +1145,22 @@ TEST_CASE("Megatron-LM: a Mamba-2 hybrid's layer pattern, its segments and Nemot
         "cmd:1: --hybrid-layer-pattern: 3 segments do not divide over --pipeline-model-parallel-size 2 (Megatron asserts it)");
   CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-G*'", "cmd"); })
             .find("--hybrid-layer-pattern: 'M-G*' has 'G'; dtsim models M (Mamba-2), * (attention), - (MLP), E (MoE)") != std::string::npos);
+  // Multi-token prediction depths after '/' (hybrid_layer_allocation.py):
+  // each the same pattern, dtsim's attention then the MoE or the MLP.
   CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-M*/MM'", "cmd"); })
-            .find("has multi-token prediction depths after '/'") != std::string::npos);
+            .find("--hybrid-layer-pattern: 'M-M*/MM': a multi-token prediction depth of 'MM' is not modelled; valid: *E (attention, then the "
+                  "MoE) or *- (attention, then the MLP)") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-M*/*-/*E'", "cmd"); })
+            .find("multi-token prediction depths '*-' and '*E' differ (Megatron requires them identical)") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(small + "--hybrid-layer-pattern 'M-M*/*E'", "cmd"); })
+            .find("a multi-token prediction depth of '*E' where the model's MLPs are dense; dtsim's depth is '*-'") != std::string::npos);
+  const auto depths = parse_megatron_args(small + "--hybrid-layer-pattern 'M-M*/*-/*-' --mtp-use-repeated-layer", "cmd");
+  CHECK(keys(depths)["model.hybrid_pattern"] == "\"M-M*\"");
+  CHECK(keys(depths)["model.mtp_layers"] == "2");
+  CHECK(keys(depths)["model.mtp_repeated"] == "true");
+  // arguments.py takes the pattern's depths over --mtp-num-layers, and says so.
+  CHECK(listed(parse_megatron_args(small + "--hybrid-layer-pattern 'M-M*/*-/*-' --mtp-num-layers 1", "cmd"),
+               "--mtp-num-layers 1 (conflicts with the 2 depths of --hybrid-layer-pattern; Megatron uses the pattern's)"));
   // The deprecated name reads the same; the Mamba flags without a pattern are said, not modelled.
   CHECK(keys(parse_megatron_args(small + "--hybrid-override-pattern 'M-M*-M'", "cmd"))["model.hybrid_pattern"] == "\"M-M*-M\"");
   // A pattern may open with attention or an MLP (quoted for YAML, which reads '*' as an alias).
@@ -1161,10 +1175,44 @@ TEST_CASE("Megatron-LM: a Mamba-2 hybrid's layer pattern, its segments and Nemot
   CHECK(error_of([&] { parse_megatron_args(one + "--hybrid-layer-pattern 'M-|*-'", "cmd"); })
             .find("splits pipeline segments with '|' but --pipeline-model-parallel-size is 1") != std::string::npos);
   CHECK(error_of([&] { parse_megatron_args(one + "--hybrid-layer-pattern 'M-*-' --mtp-num-layers 1", "cmd"); })
-            .find("--mtp-num-layers: given with --hybrid-layer-pattern; a hybrid model's multi-token prediction") != std::string::npos);
+            .find("--mtp-num-layers: given with --hybrid-layer-pattern but the pattern has no multi-token prediction depths") != std::string::npos);
   const auto unread = parse_megatron_args(small + "--num-layers 4 --swiglu --mamba-state-dim 64", "cmd");
   CHECK(keys(unread).count("model.mamba_state") == 0);
   CHECK(listed(unread, "--mamba-state-dim 64 (read only with --hybrid-layer-pattern)"));
+}
+
+TEST_CASE("Megatron-LM: Nemotron 3 Super's launch line, its latent experts and repeated prediction depths (Note [Latent MoE])", "[framework][mamba]") {
+  // Megatron-LM's NVIDIA-Nemotron-3-Super-120B-A12B-BF16.sh model flags with
+  // the release test's two prediction depths (nemotron3_super_release_gb200).
+  const std::string pattern = "MEMEMEM*EMEMEMEM*EMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEMEM*EMEMEMEM*EMEMEMEME";
+  const std::string super =
+      "--micro-batch-size 1 --num-experts 512 --moe-router-topk 22 --moe-shared-expert-intermediate-size 5376 --moe-latent-size 1024 "
+      "--is-hybrid-model --mamba-num-heads 128 --mamba-head-dim 64 --hybrid-layer-pattern '" + pattern + "/*E/*E' --mtp-num-layers 2 "
+      "--mtp-use-repeated-layer --untie-embeddings-and-output-weights --disable-bias-linear --position-embedding-type none --squared-relu "
+      "--hidden-size 4096 --num-attention-heads 32 --group-query-attention --num-query-groups 2 --ffn-hidden-size 2688 --kv-channels 128 "
+      "--normalization RMSNorm --seq-length 8192 --max-position-embeddings 8192 --padded-vocab-size 131072";
+  const FrameworkConfig fc = parse_megatron_args(super, "cmd");
+  auto k = keys(fc);
+  CHECK(k["model.hybrid_pattern"] == "\"" + pattern + "\"");
+  CHECK(k["model.moe_latent"] == "1024");
+  CHECK(k["model.mtp_layers"] == "2");
+  CHECK(k["model.mtp_repeated"] == "true");
+  CHECK(k["model.expert_intermediate"] == "2688");  // --moe-ffn-hidden-size unset: --ffn-hidden-size
+  const auto from_flags = models::load_model(*fc.model, section(fc, "model"));
+  // The built-in's 120,668,687,360 (tests/data/hf/PARAMS.md) and one
+  // prediction depth's weights, run twice: attention (4096 x 4096 twice,
+  // 4096 x 256 twice), its two norms, the router 4096 x 512, the latent
+  // projections 2 x 4096 x 1024, 512 experts of 2 x 1024 x 2688, the shared
+  // expert 2 x 4096 x 5376; eh_proj 2 x 4096 x 4096 and three norms.
+  const std::int64_t depth = 2 * 4096 * 4096 + 2 * 4096 * 256 + 2 * 4096 + 4096 * 512 + 2 * 4096 * 1024 + 512LL * 2 * 1024 * 2688 +
+                             2 * 4096 * 5376 + 2 * 4096 * 4096 + 3 * 4096;
+  CHECK(depth == 2'942'324'736);
+  CHECK(from_flags->parameters() == 120'668'687'360 + depth);
+  // Without --mtp-use-repeated-layer each depth has its own.
+  const std::string separate = super.substr(0, super.find("--mtp-use-repeated-layer")) + super.substr(super.find("--untie"));
+  CHECK(models::load_model(*fc.model, section(parse_megatron_args(separate, "cmd"), "model"))->parameters() == 120'668'687'360 + 2 * depth);
+  CHECK(listed(parse_megatron_args("--micro-batch-size 1 --hidden-size 256 --num-attention-heads 4 --moe-latent-size 64 --swiglu --num-layers 2", "cmd"),
+               "--moe-latent-size 64 (no experts (--num-experts) to project for)"));
 }
 
 // Note [Mamba-2] (models/src/llama.cpp): HybridModelProvider's fields are
@@ -1186,6 +1234,22 @@ TEST_CASE("Megatron-Bridge: Nemotron 3 Nano's run_config.yaml is its Megatron-LM
   CHECK(fc.unmodelled.empty());
   const auto from_yaml = models::load_model(*fc.model, section(fc, "model"));
   CHECK(from_yaml->parameters() == models::load_model("nemotron-3-nano-30b-a3b")->parameters());
+}
+
+TEST_CASE("Megatron-Bridge: Nemotron 3 Super's run_config.yaml, its latent experts and prediction depths (Note [Latent MoE])", "[framework][mamba]") {
+  const std::string file = sample("megatron-bridge/nemotron_3_super_run_config.yaml");
+  const FrameworkConfig fc = read_megatron_bridge_config(file);
+  auto k = keys(fc);
+  CHECK(k["model.moe_latent"] == "1024");
+  CHECK(k["model.mtp_layers"] == "2");  // mtp_hybrid_override_pattern '*E', mtp_num_layers 2
+  CHECK(k["model.mtp_repeated"] == "true");
+  CHECK(k["plan.ep"] == "64");
+  CHECK(from_of(fc, "model.moe_latent").find("(model.moe_latent_size)") != std::string::npos);
+  // The MTP layer kept in bf16 is said, not modelled.
+  CHECK(listed(fc, "model.keep_mtp_spec_in_bf16=true (the multi-token prediction layers priced in the blocks' precision)"));
+  const auto from_yaml = models::load_model(*fc.model, section(fc, "model"));
+  // The built-in's and one repeated depth's (the Megatron-LM test above).
+  CHECK(from_yaml->parameters() == 120'668'687'360 + 2'942'324'736);
 }
 
 TEST_CASE("Megatron-LM: DeepSeek Sparse Attention's flags (Note [DeepSeek Sparse Attention])", "[framework][dsa]") {

@@ -1994,3 +1994,53 @@ TEST_CASE("DeepSeek-V3.2's twin: the indexer's choice and the absorbed attention
   odd.replace(odd.find("id=16"), 5, "id=24");
   CHECK_THROWS_WITH(models::make_torch_layer(odd), Catch::Contains("id must be a power of two"));
 }
+
+TEST_CASE("LatentMoE's twin: routed on h, its experts on the latent width, projected back beside the shared expert, by hand (Note [Latent MoE])",
+          "[torch][llama][moe][latent]") {
+  check_twins_own_params("nemotron-h-tiny", {"model.moe_latent=64"});
+  const auto model = models::load_model("nemotron-h-tiny", {sim::parse_override("model.moe_latent=64")});
+  sim::WorkloadShape w;
+  w.micro_batch = 2;
+  w.seq_len = 8;
+  // nemotron-h-tiny's pattern M-*ME-: its fifth layer, after the embedding, is the MoE.
+  const auto moe = model->layers(w)[5];
+  REQUIRE(moe.signature.find(",ml=64") != std::string::npos);
+  // Its norm 128, the router 128 x 4, fc1_latent_proj 128 x 64 and
+  // fc2_latent_proj 64 x 128, four experts' up 64 x 176 and down 176 x 64,
+  // the shared expert's up 128 x 176 and down 176 x 128: 152,192.
+  CHECK(moe.params == 128 + 128 * 4 + 2 * 128 * 64 + 4 * 2 * 64 * 176 + 2 * 128 * 176);
+  CHECK(moe.params == 152'192);
+  auto twin = models::make_torch_layer(moe.signature);
+  CHECK(static_cast<int>(twin->module().parameters().size()) == moe.param_tensors);
+  std::map<std::string, torch::Tensor> p;
+  std::string norm;
+  for (const auto& item : twin->module().named_parameters()) {
+    p[item.key()] = item.value();
+    if (item.key().find("layernorm") != std::string::npos) norm = item.key();
+  }
+  REQUIRE(!norm.empty());
+  torch::manual_seed(5);
+  torch::NoGradGuard no_grad;
+  const auto x = torch::randn({2, 8, 128});
+  const auto lin = [&](const torch::Tensor& t, const std::string& name) { return torch::matmul(t, p.at(name).t()); };
+  // The reference: the norm, the router's softmax on h and its top 2 of 4
+  // renormalised, the tokens projected to 64, each chosen expert's squared
+  // ReLU MLP on them weighted, the sum projected back to 128, plus the
+  // shared expert on h and the residual.
+  const auto z = x * torch::rsqrt(x.pow(2).mean(-1, true) + 1e-5) * p.at(norm);
+  const auto probs = torch::softmax(lin(z, "block_sparse_moe.gate.weight").to(torch::kFloat), -1);
+  auto [top, chosen] = probs.topk(2, -1);
+  top = top / top.sum(-1, true);
+  const auto low = lin(z, "block_sparse_moe.fc1_latent_proj.weight");
+  REQUIRE(low.size(-1) == 64);
+  auto routed = torch::zeros_like(low);
+  for (int e = 0; e < 4; ++e) {
+    const std::string n = "block_sparse_moe.experts_" + std::to_string(e) + "_";
+    const auto y = lin(torch::relu(lin(low, n + "w1")).pow(2), n + "w2");
+    const auto weight = (top * (chosen == e).to(top.scalar_type())).sum(-1, true);  // 0 where e was not chosen
+    routed = routed + weight * y;
+  }
+  const auto shared = lin(torch::relu(lin(z, "block_sparse_moe.shared_expert_up_proj.weight")).pow(2), "block_sparse_moe.shared_expert_down_proj.weight");
+  const auto want = x + lin(routed, "block_sparse_moe.fc2_latent_proj.weight") + shared;
+  CHECK(torch::allclose(twin->forward({x}), want, 1e-4, 1e-4));
+}

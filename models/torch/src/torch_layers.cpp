@@ -926,6 +926,11 @@ struct LlamaShape {
   // shared experts fs wide (0: none), Qwen2-MoE's gate.
   std::int64_t experts = 0, local = 0, first = 0, top_k = 0, fe = 0, fs = 0;
   bool shared_gate = false;
+  /// ml=: the routed experts' latent width (Note [Latent MoE] in
+  /// models/src/llama.cpp; 0: none, the experts on h).
+  std::int64_t latent = 0;
+  /// The width the routed experts see: the latent one, or h.
+  std::int64_t expert_width() const { return latent > 0 ? latent : h; }
   // ag=1: Megatron-Core's allgather dispatcher over `gather_ranks` (etp x
   // ep) ranks (Note [Experts under tensor parallelism]).
   bool allgather = false;
@@ -1010,8 +1015,15 @@ struct MoeMlp : nn::Module {
       : gate(register_module("gate", nn::Linear(nn::LinearOptions(s.h, s.experts).bias(s.router_bias)))), shape(s) {
     // Every expert is drawn, in order, and this rank keeps its block: the
     // experts of the whole layer the same seed builds.
+    const std::int64_t w = s.expert_width();
+    if (s.latent > 0) {
+      // Note [Latent MoE]: fc1_latent_proj (h -> L) and fc2_latent_proj
+      // (L -> h), whole on every tp rank.
+      fc1_latent_proj = register_module("fc1_latent_proj", nn::Linear(nn::LinearOptions(s.h, s.latent).bias(false)));
+      fc2_latent_proj = register_module("fc2_latent_proj", nn::Linear(nn::LinearOptions(s.latent, s.h).bias(false)));
+    }
     for (std::int64_t e = 0; e < s.experts; ++e) {
-      auto a = torch::randn({s.fe, s.h}) * 0.02, b = torch::randn({s.h, s.fe}) * 0.02, c = torch::randn({s.fe, s.h}) * 0.02;
+      auto a = torch::randn({s.fe, w}) * 0.02, b = torch::randn({w, s.fe}) * 0.02, c = torch::randn({s.fe, w}) * 0.02;
       if (e < s.first || e >= s.first + s.local) continue;
       const std::string n = "experts_" + std::to_string(e - s.first) + "_";
       // Squared ReLU's experts have no gate: w1 is their up, w3 none (Note [Mamba-2]).
@@ -1021,7 +1033,7 @@ struct MoeMlp : nn::Module {
       if (s.mlp_bias) {
         // gpt-oss's expert biases (gate_up_proj_bias, down_proj_bias), zero as HF initialises them.
         b1.push_back(register_parameter(n + "b1", torch::zeros({s.fe})));
-        b2.push_back(register_parameter(n + "b2", torch::zeros({s.h})));
+        b2.push_back(register_parameter(n + "b2", torch::zeros({w})));
         if (!s.relu2) b3.push_back(register_parameter(n + "b3", torch::zeros({s.fe})));
       }
     }
@@ -1062,14 +1074,17 @@ struct MoeMlp : nn::Module {
     // received (routed()). Whole experts (etp 1) without expert parallelism
     // see only this rank's tokens.
     const TensorParallel* g = shape.allgather ? group.get() : nullptr;
+    const std::int64_t w = shape.expert_width();
     const auto flat = z.reshape({-1, shape.h});
     torch::Tensor probs = torch::softmax(gate(flat).to(torch::kFloat), -1);
-    torch::Tensor x = flat;
+    // Note [Latent MoE]: routed on h, dispatched at the latent width.
+    const torch::Tensor low = fc1_latent_proj ? fc1_latent_proj(z) : z;
+    torch::Tensor x = low.reshape({-1, w});
     if (g != nullptr) {
       // Routed on this rank's tokens; its tokens and their probabilities
       // gathered (gather_from_sequence_parallel_region, whose backward
       // reduce-scatters: each rank's experts give a part).
-      x = g->enter(z).reshape({-1, shape.h});
+      x = g->enter(low).reshape({-1, w});
       probs = g->enter(probs.view({z.size(0), z.size(1), shape.experts})).reshape({-1, shape.experts});
     }
     auto [weights, chosen] = probs.topk(shape.top_k, -1);
@@ -1085,7 +1100,8 @@ struct MoeMlp : nn::Module {
     auto out = g != nullptr ? gathered_experts(x, weights, chosen) : routed(x, weights, chosen);
     // Each rank's experts' part of every gathered token, summed and split
     // back to this rank's tokens (reduce_scatter_to_sequence_parallel_region).
-    out = g != nullptr ? g->exit(out.view({z.size(0), -1, shape.h})) : out.view_as(z);
+    out = g != nullptr ? g->exit(out.view({z.size(0), -1, w})) : out.view_as(low);
+    if (fc2_latent_proj) out = fc2_latent_proj(out);
     if (shared_down_proj) {
       // Megatron-Core's SharedExpertMLP: a dense MLP, its own gather and reduce-scatter.
       torch::Tensor shared;
@@ -1141,7 +1157,7 @@ struct MoeMlp : nn::Module {
   /// Megatron-Core's]): permute, exchange (none at ep 1), experts on
   /// contiguous rows, exchange back, unpermute.
   torch::Tensor routed(const torch::Tensor& flat, const torch::Tensor& weights, const torch::Tensor& chosen) {
-    const std::int64_t local = shape.local, h = shape.h;
+    const std::int64_t local = shape.local, h = shape.expert_width();
     const int n = static_cast<int>(shape.experts / local);  // ep ranks
     const MoeDispatch d = moe_dispatch(chosen, shape.experts, n);
     const torch::Tensor rows = d.order.div(shape.top_k, "floor");  // each pair's token
@@ -1243,7 +1259,7 @@ struct MoeMlp : nn::Module {
     const torch::Tensor counts = torch::bincount(expert_of, {}, shape.local).to(torch::kCPU).contiguous();
     const torch::Tensor y = run_experts(x, std::vector<std::int64_t>(counts.data_ptr<std::int64_t>(), counts.data_ptr<std::int64_t>() + shape.local));
     const torch::Tensor w = weights.reshape({-1}).index_select(0, pairs).unsqueeze(1);
-    return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, shape.h}), y * w);
+    return torch::zeros_like(flat).scatter_add(0, rows.unsqueeze(1).expand({-1, shape.expert_width()}), y * w);
   }
   /// x [r, h] with zero rows after it up to `rows`.
   static torch::Tensor pad_rows(const torch::Tensor& x, std::int64_t rows) {
@@ -1283,6 +1299,7 @@ struct MoeMlp : nn::Module {
     return torch::cat(parts);
   }
   nn::Linear gate;
+  nn::Linear fc1_latent_proj{nullptr}, fc2_latent_proj{nullptr};  ///< Note [Latent MoE]; null without
   std::vector<torch::Tensor> w1, w2, w3;
   std::vector<torch::Tensor> b1, b2, b3;     ///< the experts' biases (mb=1), empty without
   std::shared_ptr<const ExpertParallel> ep;  ///< null: no exchange (ep 1), or rank 0's share alone (loopback)
@@ -2275,7 +2292,9 @@ class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
     if (k.moe) {
       // The router, and Qwen2-MoE's shared-expert gate, on this rank's tokens
       // (Megatron-Core's TopKRouter marks its weight sequence_parallel).
-      for (const auto* l : {&k.moe->gate, &k.moe->shared_expert_gate}) {
+      // The latent projections too: duplicated, on this rank's tokens
+      // (Note [Latent MoE]).
+      for (const auto* l : {&k.moe->gate, &k.moe->shared_expert_gate, &k.moe->fc1_latent_proj, &k.moe->fc2_latent_proj}) {
         if (!*l) continue;
         out.push_back((*l)->weight);
         if ((*l)->bias.defined()) out.push_back((*l)->bias);
@@ -3149,6 +3168,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       shape.fe = s.get("fe");
       shape.fs = s.get("fs");
       shape.shared_gate = s.get("sg") != 0;
+      shape.latent = s.get_or("ml", 0);
       if (shape.shared_gate && shape.fs == 0) throw ConfigError("layer signature '" + signature + "': sg=1 needs a shared expert (fs > 0)");
     }
     if (shape.a % shape.kv != 0) throw ConfigError("layer signature '" + signature + "': a must be a multiple of kv (grouped-query attention)");

@@ -226,6 +226,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-pad-expert-input-to-capacity", Kind::kBool}, {"moe-token-dispatcher-type", Kind::kString},
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kString},
       {"moe-router-force-load-balancing", Kind::kBool}, {"mtp-num-layers", Kind::kInt}, {"sgd-momentum", Kind::kFloat},
+      {"moe-latent-size", Kind::kInt}, {"mtp-use-repeated-layer", Kind::kBool},
       {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}, {"cpu-offloading", Kind::kBool},
       {"cpu-offloading-num-layers", Kind::kInt}, {"fp4-format", Kind::kString}, {"fp4-recipe", Kind::kString},
       {"fp4-param-gather", Kind::kBool}, {"first-last-layers-bf16", Kind::kBool},
@@ -479,11 +480,31 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   const bool hybrid = has(hybrid_flag);
   std::string hybrid_pattern;                 // the letters, without separators
   std::vector<std::int64_t> hybrid_segments;  // layers a segment, where "|" splits them
+  std::string mtp_pattern;                    // a multi-token prediction depth's letters, after '/'
+  int mtp_depths = 0;                         // how many '/' depths (parse_hybrid_pattern's mtp_num_depths)
   if (hybrid) {
     const std::string given_pattern = text(hybrid_flag, "");
     const std::string main = given_pattern.substr(0, given_pattern.find('/'));
     if (main.size() != given_pattern.size()) {
-      fail(hybrid_flag, "'" + given_pattern + "' has multi-token prediction depths after '/', which dtsim does not model for hybrid models; drop them");
+      // Note [Multi-token prediction]: each depth after '/' repeats one
+      // pattern (Megatron raises where they differ); dtsim's depth is
+      // attention, then the MoE or the MLP.
+      std::size_t at_slash = main.size();
+      while (at_slash != std::string::npos) {
+        const std::size_t next = given_pattern.find('/', at_slash + 1);
+        const std::string depth = given_pattern.substr(at_slash + 1, next == std::string::npos ? std::string::npos : next - at_slash - 1);
+        if (mtp_depths > 0 && depth != mtp_pattern) {
+          fail(hybrid_flag, "'" + given_pattern + "': multi-token prediction depths '" + mtp_pattern + "' and '" + depth +
+                                "' differ (Megatron requires them identical)");
+        }
+        mtp_pattern = depth;
+        ++mtp_depths;
+        at_slash = next;
+      }
+      if (mtp_pattern != "*E" && mtp_pattern != "*-") {
+        fail(hybrid_flag, "'" + given_pattern + "': a multi-token prediction depth of '" + mtp_pattern +
+                              "' is not modelled; valid: *E (attention, then the MoE) or *- (attention, then the MLP)");
+      }
     }
     std::int64_t in_segment = 0;
     for (char ch : main) {
@@ -1115,8 +1136,11 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         if (has("moe-shared-expert-intermediate-size")) {
           out.model("shared_intermediate", given.at("moe-shared-expert-intermediate-size").text, at("moe-shared-expert-intermediate-size"));
         }
+        // Note [Latent MoE] (models/src/llama.cpp).
+        if (has("moe-latent-size")) out.model("moe_latent", given.at("moe-latent-size").text, at("moe-latent-size"));
       } else {
         out.model("experts", "0", file + " (no --num-experts)");
+        if (has("moe-latent-size")) note("moe-latent-size", "no experts (" + flag("num-experts") + ") to project for");
       }
     }
   } else {
@@ -1127,14 +1151,33 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
 
   // Note [Multi-token prediction] (models/src/llama.cpp): the depths
   // trained beside the model, the Llama family's.
-  if (has("mtp-num-layers")) {
+  if (mtp_depths > 0) {
+    // arguments.py infers --mtp-num-layers from the pattern's depths, and
+    // uses them where the flag says otherwise.
+    if (has("mtp-num-layers") && num("mtp-num-layers", 0) != mtp_depths) {
+      note("mtp-num-layers", "conflicts with the " + std::to_string(mtp_depths) + " depths of " + flag(hybrid_flag) + "; Megatron uses the pattern's");
+    }
+    const std::string want = hybrid_pattern.find('E') != std::string::npos ? "*E" : "*-";
+    if (mtp_pattern != want) {
+      fail(hybrid_flag, "a multi-token prediction depth of '" + mtp_pattern + "' where the model's " +
+                            (want == "*E" ? "MLPs are experts" : "MLPs are dense") + "; dtsim's depth is '" + want + "'");
+    }
+    out.model("mtp_layers", std::to_string(mtp_depths), at(hybrid_flag));
+  } else if (has("mtp-num-layers")) {
     if (hybrid) {
-      fail("mtp-num-layers", "given with " + flag(hybrid_flag) + "; a hybrid model's multi-token prediction (its pattern after '/') is not modelled");
+      fail("mtp-num-layers", "given with " + flag(hybrid_flag) + " but the pattern has no multi-token prediction depths ('/' and its layers, e.g. /*E)");
     }
     if (has("num-layers") && has("hidden-size") && has("num-attention-heads") && !has("swiglu")) {
       note("mtp-num-layers", "multi-token prediction is the llama family's; add " + flag("swiglu"));
     } else {
       out.model("mtp_layers", given.at("mtp-num-layers").text, at("mtp-num-layers"));
+    }
+  }
+  if (has("mtp-use-repeated-layer")) {
+    if (mtp_depths > 0 || has("mtp-num-layers")) {
+      out.model("mtp_repeated", "true", at("mtp-use-repeated-layer"));
+    } else {
+      note("mtp-use-repeated-layer", "no multi-token prediction depths to repeat");
     }
   }
   for (const auto& u : a.unknown) fc.unmodelled.push_back(u);

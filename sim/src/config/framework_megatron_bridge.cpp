@@ -28,7 +28,10 @@
 //   types) is Megatron's layout (Note [Pipeline layout]). HybridModelProvider's
 //   hybrid_layer_pattern or hybrid_override_pattern and mamba_* are the
 //   hybrid flags, activation_func squared_relu --squared-relu (Note [Mamba-2]
-//   in models/src/llama.cpp). experimental_attention_variant dsa with the
+//   in models/src/llama.cpp); a hybrid's mtp_hybrid_override_pattern, one
+//   multi-token prediction depth, becomes the pattern's "/" depths, one a
+//   layer of mtp_num_layers (Nemotron 3 Super's and Ultra's providers).
+//   moe_latent_size is --moe-latent-size (Note [Latent MoE]). experimental_attention_variant dsa with the
 //   dsa_* fields is DeepSeek Sparse Attention's flags (GLM-5's and
 //   DeepSeek-V3.2's MLAModelProvider; Note [DeepSeek Sparse Attention]),
 //   gated_delta_net with the linear_* fields Gated DeltaNet's (Qwen3-Next's).
@@ -123,6 +126,8 @@ constexpr Field kFields[] = {
     {"model", "moe_router_num_groups", "moe-router-num-groups", Type::kIntOrOff},
     {"model", "moe_router_group_topk", "moe-router-group-topk", Type::kIntOrOff},
     {"model", "mtp_num_layers", "mtp-num-layers", Type::kIntOrOff},
+    {"model", "mtp_use_repeated_layer", "mtp-use-repeated-layer", Type::kBool},
+    {"model", "moe_latent_size", "moe-latent-size", Type::kIntOrOff},
     {"model", "overlap_moe_expert_parallel_comm", "overlap-moe-expert-parallel-comm", Type::kBool},
     {"model", "delay_wgrad_compute", "delay-wgrad-compute", Type::kBool},
     {"model", "bias_activation_fusion", "no-bias-swiglu-fusion", Type::kNotBool},
@@ -201,8 +206,8 @@ constexpr std::pair<const char*, const char*> kUnmodelled[] = {
     {"model.fp8_multi_head_attention", "attention priced in bf16"},
     {"model.hierarchical_context_parallel_sizes", "context parallelism priced as one level"},
     {"model.window_size", "every layer priced as attending to every earlier key"},
-    {"model.mtp_hybrid_override_pattern", "a hybrid's multi-token prediction depths are not modelled"},
     {"model.heterogeneous_layers_config_path", "every layer priced alike"},
+    {"model.keep_mtp_spec_in_bf16", "the multi-token prediction layers priced in the blocks' precision"},
     {"optimizer.optimizer_cpu_offload", "optimizer priced on the GPU"},
     {"optimizer.use_precision_aware_optimizer", "optimizer states priced in fp32"},
     {"peft", "adapters priced as training the whole model"},
@@ -472,6 +477,21 @@ class Reader {
     }
     if (const YAML::Node q = model["mamba_chunk_size"]; hybrid && !null(q) && text(q) != "128") {
       note("model.mamba_chunk_size", text(q), "the scan priced in chunks of 128");
+    }
+    // A hybrid's multi-token prediction depths (Note [Multi-token
+    // prediction]): the legacy mtp_hybrid_override_pattern, one depth's
+    // layers, run mtp_num_layers times, as the unified pattern's "/" depths.
+    if (const YAML::Node m = model["mtp_hybrid_override_pattern"]; !null(m)) {
+      const std::string depth = text(m);
+      const std::int64_t depths = a_.given.count("mtp-num-layers") ? std::stoll(a_.given["mtp-num-layers"].text) : 0;
+      if (!hybrid) {
+        note("model.mtp_hybrid_override_pattern", depth, "read only with hybrid_layer_pattern");
+      } else if (depths > 0 && a_.given.count(a_.given.count("hybrid-layer-pattern") ? "hybrid-layer-pattern" : "hybrid-override-pattern")) {
+        std::string& pattern = a_.given[a_.given.count("hybrid-layer-pattern") ? "hybrid-layer-pattern" : "hybrid-override-pattern"].text;
+        if (pattern.find('/') == std::string::npos) {
+          for (std::int64_t k = 0; k < depths && k < 64; ++k) pattern += "/" + depth;
+        }
+      }
     }
     for (const char* ratio : {"hybrid_attention_ratio", "hybrid_mlp_ratio"}) {
       const YAML::Node r = model[ratio];

@@ -142,11 +142,19 @@ struct LlamaConfig {
   /// topk_group of n_group expert groups, a group a node; 0: no limit),
   /// which DeepEP's pricing uses (Note [DeepEP] in sim/src/cost/cost_comm.cpp).
   int route_nodes = 0;
+  /// The routed experts' width (Megatron-Core's moe_latent_size, Nemotron
+  /// 3 Super's and Ultra's LatentMoE; 0: hidden): each token is projected
+  /// down to it before dispatch and back after combine (Note [Latent MoE]
+  /// in models/src/llama.cpp).
+  std::int64_t moe_latent = 0;
   /// Multi-token prediction depths trained beside the model (Megatron-Core's
   /// --mtp-num-layers; DeepSeek-V3's num_nextn_predict_layers, which
   /// HuggingFace's model skips, so 0 by default): Note [Multi-token
   /// prediction] in models/src/llama.cpp.
   int mtp_layers = 0;
+  /// The depths share one layer's weights, run mtp_layers times
+  /// (Megatron-Core's mtp_use_repeated_layer: Nemotron 3 Super's).
+  bool mtp_repeated = false;
 
   // Multi-head latent attention (DeepSeek-V2/V3; kv_lora_rank 0: none).
   std::int64_t q_lora_rank = 0;    ///< q_lora_rank (0: a full q_proj)
