@@ -325,8 +325,6 @@ TEST_CASE("ep: resolve carves experts out of tp x cp x dp and checks them", "[mo
              Catch::Contains("model.top_k: 5 exceeds the 4 routed experts; valid: 1 to 4"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("moe_pad: true\n", "p.yaml"), *m, c); }),
              Catch::Contains("p.yaml:1: plan.moe_pad: true needs moe_capacity_factor > 0"));
-  CHECK_THAT(error_of([&] { resolve(parse_plan("ep: 2\nfsdp: hybrid_shard\n", "p.yaml"), *m, c); }),
-             Catch::Contains("plan.fsdp: hybrid_shard with ep > 1 is not modelled"));
   CHECK_THAT(error_of([&] { models::load_model("moe-tiny", {parse_override("model.experts=1")}); }),
              Catch::Contains("model.experts: 1: a mixture needs at least 2 routed experts"));
   CHECK_THAT(error_of([&] { models::load_model("moe-tiny", {parse_override("model.route_nodes=-1")}); }),
@@ -369,6 +367,55 @@ TEST_CASE("ep: expert states shard over the expert data-parallel group", "[moe]"
   CHECK(s.parameters == 1000 * 2);
   p.zero_stage = 3;
   CHECK(model_states(p, 1000, 600).parameters == 350 * 2);
+}
+
+TEST_CASE("hybrid_shard with experts: the dense and the expert shards within a node, their replicas across (Note [Hybrid sharding])",
+          "[moe][fsdp]") {
+  const auto m = models::load_model("moe-tiny");
+  // 4 nodes of 8: dp 32; shards of the dense parameters over a node's 8
+  // ranks; at ep 4 the 8 expert data-parallel ranks (32 / 4) hold 2 on a
+  // node (8 / 4), so the experts' shards are halves, replicated 4 times.
+  const ClusterSpec c = test::round_cluster(4, 8);
+  ResolvedPlan p = resolve(parse_plan("ep: 4\nfsdp: hybrid_shard\nmicro_batch: 1\nseq_len: 128\nprecision: fp16\n", "p.yaml"), *m, c);
+  CHECK(p.dp == 32);
+  CHECK(p.edp == 8);
+  CHECK(p.shard_group == 8);
+  CHECK(p.expert_shard_group == 2);
+  // At tp 2 a node holds 4 data-parallel ranks: the dense shards over 4;
+  // the 8 expert data-parallel ranks (2 x 16 / 4) hold 2 on a node (8 / (4 x 1)).
+  const ResolvedPlan t = resolve(parse_plan("ep: 4\ntp: 2\netp: 1\nsequence_parallel: true\nfsdp: hybrid_shard\n", "p.yaml"), *m, c);
+  CHECK(t.dp == 16);
+  CHECK(t.shard_group == 4);
+  CHECK(t.edp == 8);
+  CHECK(t.expert_shard_group == 2);
+  // ep 8 fills a node: the experts stay whole in it (Megatron-FSDP's HSDP at ep 64 on a domain of 64).
+  CHECK(resolve(parse_plan("ep: 4\nfsdp: hybrid_shard\n", "p.yaml"), *models::load_model("moe-tiny", {parse_override("model.experts=8")}),
+                c).expert_shard_group == 2);
+  CHECK(resolve(parse_plan("ep: 8\nfsdp: hybrid_shard\n", "p.yaml"), *models::load_model("moe-tiny", {parse_override("model.experts=8")}), c)
+            .expert_shard_group == 1);
+  // The step's all-reduce of a MoE layer's shard across the replicas: its
+  // dense part's eighth and its experts' half, in fp16 bytes.
+  const test::FixedCompute compute(1'000'000);
+  const AnalyticCommModel comm(c);
+  partition(p, *m, c, compute, comm);
+  const TaskGraph g = lower(*m, p, c, CostModels{&compute, &comm});
+  WorkloadShape w;
+  w.micro_batch = 1;
+  w.seq_len = 128;
+  w.act_bytes = 2;
+  w.ep = 4;
+  const Layer block = m->layers(w)[1];
+  REQUIRE(block.expert_params > 0);
+  const Bytes want = (2 * (block.params - block.expert_params) + 7) / 8 + (2 * block.expert_params + 1) / 2;
+  int shards = 0;
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::kCollective || t.name.find("all_reduce shard layers.0") == std::string::npos) continue;
+    ++shards;
+    CHECK(t.op == CollectiveOp::kAllReduce);
+    CHECK(t.bytes == want);
+    CHECK(t.cost.link == LinkClass::kInterNode);  // both replica groups span the 4 nodes
+  }
+  CHECK(shards == 1);
 }
 
 TEST_CASE("ep: each MoE layer's dispatch and combine are one task a pass", "[moe]") {

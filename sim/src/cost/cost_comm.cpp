@@ -645,12 +645,14 @@ CommGroup data_group(const Mesh& mesh, int per_node) {
 // group's ranks, from which dtsim validate's runtime builds its ep and edp
 // process groups); a group's members on rank 0's node and the groups that
 // share that node come from enumerating it.
-CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node) {
+CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node, int sub_members, int step) {
   const int stage_ranks = mesh.ranks() / mesh.size(Axis::kPp);
   DTSIM_ASSERT(etp >= 1 && ep >= 1 && stage_ranks % (etp * ep) == 0, "expert mesh does not fold the stage's ranks");
   const int edp = stage_ranks / (etp * ep);
-  const int members = axis == Axis::kTp ? etp : axis == Axis::kEp ? ep : edp;
-  const int jstride = axis == Axis::kTp ? 1 : axis == Axis::kEp ? etp : etp * ep;
+  const int axis_members = axis == Axis::kTp ? etp : axis == Axis::kEp ? ep : edp;
+  DTSIM_ASSERT(step >= 1 && sub_members >= 0 && (sub_members == 0 || sub_members * step <= axis_members), "expert sub-group outside its axis");
+  const int members = sub_members == 0 ? axis_members : sub_members;
+  const int jstride = (axis == Axis::kTp ? 1 : axis == Axis::kEp ? etp : etp * ep) * step;
   CommGroup g;
   g.ranks = members;
   if (members <= 1) return g;

@@ -30,6 +30,9 @@ struct LayerContext : StageContext {
   int zero = 0;                                       ///< the plan's ZeRO stage
   int n = 1;                                          ///< ranks a shard is split over (plan.shard_group)
   CommGroup shard_group, replica_group;               ///< Note [ZeRO] in passes/sharded_parameters.cpp
+  /// HYBRID_SHARD's replicas of the experts' shards (Note [Hybrid sharding]
+  /// in parallel/plan.cpp; edp_group is then the shards' own group).
+  CommGroup expert_replica_group;
   std::vector<TaskId> fwd;                            ///< this micro-batch's forward exits, by layer
   std::vector<TaskId> bwd;                            ///< this micro-batch's backward exits, by layer
   /// The forward exits of the micro-batch whose backward is being emitted,
@@ -64,7 +67,7 @@ struct LayerContext : StageContext {
   /// `expert` of the `bytes` are routed experts' (StageContext::grad_cost).
   TaskId collective(const std::string& name, CollectiveOp op, Bytes bytes, const CommGroup& group, Stream s,
                     TaskDeps deps, MemOps on_start = {}, MemOps on_end = {},
-                    Bytes expert = 0) {
+                    Bytes expert = 0, const CommGroup* expert_over = nullptr) {
     // Note [CPU collectives]: where ranks are CPU cores, a gradient collective
     // runs on the cores the ranks compute on and cannot overlap their compute.
     // Parameter gathers keep their stream: they are issued a layer ahead
@@ -76,7 +79,7 @@ struct LayerContext : StageContext {
     // queue ahead of the backward they depend on).
     const bool serial = !cluster.device.comm_overlaps_compute && s != Stream::kParamComm && plan.overlap;
     return b.collective(name, 0, stream(serial ? Stream::kCompute : s), Axis::kDp, op, bytes,
-                        grad_cost(op, bytes, expert, group), std::move(deps), std::move(on_start), std::move(on_end));
+                        grad_cost(op, bytes, expert, group, expert_over), std::move(deps), std::move(on_start), std::move(on_end));
   }
 
   /// A copy between host and device over PCIe.

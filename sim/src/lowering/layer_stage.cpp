@@ -236,6 +236,16 @@ class LayerStage final : public detail::StageEmitter {
       c.replica_group = axis_group(c.plan.mesh, Axis::kDp, per_node, c.plan.dp / c.n, c.n);
       inter_groups = c.replica_group.groups_per_node;
     }
+    if (c.plan.hybrid_shard && c.plan.ep > 1) {
+      // Note [Hybrid sharding] (parallel/plan.cpp): the experts' shards over
+      // the expert data-parallel ranks of a node, their replicas across.
+      const int ne = std::max(1, c.plan.expert_shard_group);
+      c.edp_group = expert_group(c.plan.mesh, c.plan.etp, c.plan.ep, Axis::kDp, per_node, ne, 1);
+      if (c.plan.edp > ne) {
+        c.expert_replica_group = expert_group(c.plan.mesh, c.plan.etp, c.plan.ep, Axis::kDp, per_node, c.plan.edp / ne, ne);
+        inter_groups = std::max(inter_groups, c.expert_replica_group.groups_per_node);
+      }
+    }
     detail::set_link_capacity(rank, c.cluster, c.comm, inter_groups);
     detail::set_interference(rank, c.cluster, c.comm);
   }

@@ -151,11 +151,14 @@ struct StageContext {
   /// `group`, of which `expert` bytes are routed experts': those go over the
   /// expert data-parallel group instead, as Megatron-Core reduces and shards
   /// its expert buffers; the two priced as one flow.
-  CollectiveCost grad_cost(CollectiveOp op, Bytes bytes, Bytes expert, const CommGroup& group) const {
+  /// `expert_over`: another group for the experts' bytes (Note [Hybrid
+  /// sharding]'s replicas of the expert shards).
+  CollectiveCost grad_cost(CollectiveOp op, Bytes bytes, Bytes expert, const CommGroup& group, const CommGroup* expert_over = nullptr) const {
     if (expert <= 0) return comm.collective(op, bytes, group);
+    const CommGroup& eg = expert_over != nullptr ? *expert_over : edp_group;
     CollectiveCost out;
     if (bytes > expert) out = comm.collective(op, bytes - expert, group);
-    if (edp_group.ranks > 1) add_flow(out, comm.collective(op, expert, edp_group));
+    if (eg.ranks > 1) add_flow(out, comm.collective(op, expert, eg));
     return out;
   }
   /// The index of stream `s` on this emitter's ranks (each emitter has its own list).

@@ -807,15 +807,37 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                 ": sharding gradients or parameters breaks the pipeline's gradient accumulation (DeepSpeed refuses it too); "
                 "valid with pp > 1: zero_stage 0 or 1, or fsdp: full_shard (torch.distributed.pipelining's FSDP2)");
   }
+  // Note [Hybrid sharding]
+  // PyTorch FSDP's HYBRID_SHARD (and HSDP, a 2-D device mesh of replicas by
+  // shards) shards a unit's parameters, gradients and optimizer state over
+  // the data-parallel ranks of one node and replicates the shards across
+  // nodes: gathers and reduce-scatters stay on NVLink, and each shard's
+  // gradient is all-reduced over its replicas once reduce-scattered. Under
+  // tensor parallelism a node holds gpus_per_node / tp of the data-parallel
+  // ranks (tp innermost), so the shard group is the largest divisor of dp
+  // up to that. Megatron-FSDP's HSDP (num_distributed_optimizer_instances
+  // > 1, one instance an NVLink domain: Megatron-Bridge's Nemotron 3 Ultra
+  // recipe) does the same over the expert data-parallel ranks for the
+  // routed experts: the largest divisor of edp up to gpus_per_node / (ep
+  // etp), their expert-parallel group filling the rest of the node, often
+  // 1 (ep 64 on a domain of 64): the experts then stay whole in the domain
+  // and their gradients are all-reduced over the domains. Its outer
+  // optimizer-state sharding across the instances
+  // (outer_dp_sharding_strategy optim) is not modelled: the state is
+  // counted as the inner shards hold it.
   r.shard_group = r.zero_stage == 0 ? 1 : r.dp * r.cp;  // Megatron-Core and torchtitan shard over dp x cp
   r.expert_shard_group = r.zero_stage == 0 ? 1 : r.edp;
-  if (r.hybrid_shard && r.ep > 1) {
-    bad.add("fsdp", "hybrid_shard with ep > 1 is not modelled; valid with expert parallelism: full_shard, shard_grad_op, no_shard");
-  } else if (r.hybrid_shard && r.cp > 1) {
+  if (r.hybrid_shard && r.cp > 1) {
     bad.add("fsdp", "hybrid_shard with cp > 1 is not modelled; valid with context parallelism: full_shard, shard_grad_op, no_shard");
   } else if (r.hybrid_shard) {
-    r.shard_group = std::min(r.dp, cluster.gpus_per_node);
-    while (r.dp % r.shard_group != 0) --r.shard_group;
+    // Note [Hybrid sharding]: the shards within a node, the replicas across.
+    const auto within = [](int ranks, int fit) {
+      int n = std::max(1, std::min(ranks, fit));
+      while (ranks % n != 0) --n;
+      return n;
+    };
+    r.shard_group = within(r.dp, cluster.gpus_per_node / r.tp);
+    if (r.ep > 1) r.expert_shard_group = within(r.edp, cluster.gpus_per_node / (r.ep * r.etp));
   }
 
   r.offload_optimizer = s.offload_optimizer;

@@ -55,7 +55,9 @@ CommGroup data_group(const Mesh& mesh, int per_node);
 /// cost_comm.cpp): each stage's tp x cp x dp ranks refolded, in rank order,
 /// as etp x ep x edp, innermost first; `axis` is Axis::kTp (the expert
 /// tensor-parallel group), kEp or kDp (the expert data-parallel group).
-CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node);
+/// `members` and `step` pick a sub-group of the expert data-parallel axis,
+/// as axis_group does (HYBRID_SHARD's expert shards and their replicas).
+CommGroup expert_group(const Mesh& mesh, int etp, int ep, Axis axis, int per_node, int members = 0, int step = 1);
 /// The group a MoE layer's dispatcher exchanges tokens over at ep > 1: the
 /// ep group (alltoall, DeepEP), or the etp x ep ranks together, Megatron-
 /// Core's tp_ep group (allgather).

@@ -218,12 +218,18 @@ class ShardedParameters final : public StrategyPass {
                              one_group_ ? Stream::kParamComm : Stream::kGradComm, {in}, std::move(taken), std::move(freed),
                              root ? 0 : L.expert_params * rw);
     const TaskId scattered = rs;
-    if (c.replica_group.ranks > 1) {
+    // Note [Hybrid sharding]: the dense shard over n ranks, the experts'
+    // over ne (the whole experts where ne is 1).
+    const Bytes expert_rb = root ? 0 : L.expert_params * rw;
+    const std::int64_t ne = std::max(1, c.plan.expert_shard_group);
+    const Bytes shard_rb = LayerContext::ceil_div(rb - expert_rb, c.n) + LayerContext::ceil_div(expert_rb, ne);
+    if (c.replica_group.ranks > 1 || c.expert_replica_group.ranks > 1) {
       // HYBRID_SHARD: the shards all-reduced across the replicas.
-      rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, LayerContext::ceil_div(rb, c.n),
-                        c.replica_group, Stream::kGradComm, {rs});
+      rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, shard_rb, c.replica_group, Stream::kGradComm, {rs}, {}, {},
+                        LayerContext::ceil_div(expert_rb, ne), &c.expert_replica_group);
     }
-    c.reduced(at, rs, LayerContext::ceil_div(b, c.n));
+    c.reduced(at, rs, root ? LayerContext::ceil_div(b, c.n) : LayerContext::ceil_div(b - L.expert_params * c.gw, c.n) +
+                                                                  LayerContext::ceil_div(L.expert_params * c.gw, ne));
     if (!fsdp2) return last;
     // The next unit's wait is for this reduce-scatter, not the all-reduce across replicas.
     previous_ = scattered;
