@@ -12,6 +12,7 @@
 #include <memory>
 #include <string>
 
+#include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/cost.hpp"
 #include "dtsim/sim/cost_profile.hpp"
@@ -556,4 +557,55 @@ TEST_CASE("fp4: NVFP4's weight copies and its gathers (Note [NVFP4 training])", 
   CHECK(g.resident(MemCategory::kParameters) == 2 * 1'000'000 + 4'500'000);
   CHECK(g.gathered() == 2'000'000 + 2'250'000);
   CHECK(lower_plan(m, zero1, b200).gathered() == 10'000'000);
+}
+
+TEST_CASE("fp8: first_last_layers_bf16 keeps the first and last blocks out of FP8 (Note [BF16 layers])", "[fp8][compute]") {
+  // llama-tiny at 4 blocks, FP8 with current scaling: TransformerConfig's
+  // 1 block first, and 2 last here.
+  const auto m = models::load_model("llama-tiny", {parse_override("model.layers=4")});
+  const ClusterSpec c = cluster_of(device("H100-SXM"));
+  const std::string fp8 = "precision: fp8\nfp8_recipe: tensorwise\nseq_len: 128\n";
+  const ResolvedPlan p = resolve(parse_plan(fp8 + "first_last_layers_bf16: true\nnum_layers_at_end_in_bf16: 2\n", "p.yaml"), *m, c);
+  CHECK(p.bf16_layers_start == 1);
+  CHECK(p.bf16_layers_end == 2);
+  WorkloadShape w;
+  w.micro_batch = 1;
+  w.seq_len = 128;
+  w.act_bytes = 2;
+  w.fp8 = true;
+  WorkloadShape kept = w;
+  kept.bf16_start = 1;
+  kept.bf16_end = 2;
+  WorkloadShape plain = w;
+  plain.fp8 = false;
+  const LayerList a = m->shared_layers(kept), f = m->shared_layers(w), b = m->shared_layers(plain);
+  REQUIRE(a.size() == 6);  // the embedding, 4 blocks, the head
+  for (int i = 1; i <= 4; ++i) {
+    INFO("block " << i - 1);
+    const bool bf16 = i == 1 || i >= 3;
+    CHECK(a[i].bf16_gemms == bf16);
+    CHECK(a[i].signature == f[i].signature + (bf16 ? ",bf16=1" : ""));
+    // Their GEMM inputs kept in bf16, 2 bytes, where FP8 keeps 1.
+    CHECK(a[i].saved_bytes == (bf16 ? b[i].saved_bytes : f[i].saved_bytes));
+    CHECK(kernel_precision(a[i], Precision::kFp8) == (bf16 ? Precision::kBf16 : Precision::kFp8));
+  }
+  CHECK(b[1].saved_bytes > f[1].saved_bytes);
+  // Priced: the kept blocks as the bf16 plan's, the others as FP8's.
+  const PricedLayers with = price_plan_layers(*m, p, c, {});
+  const PricedLayers all_fp8 = price_plan_layers(*m, resolve(parse_plan(fp8, "p.yaml"), *m, c), c, {});
+  const PricedLayers all_bf16 = price_plan_layers(*m, resolve(parse_plan("precision: bf16\nseq_len: 128\n", "p.yaml"), *m, c), c, {});
+  CHECK(with.forward[1] == all_bf16.forward[1]);
+  CHECK(with.backward[4] == all_bf16.backward[4]);
+  CHECK(with.forward[2] == all_fp8.forward[2]);
+  // (At llama-tiny's size FP8's casts cost more than its GEMMs save: the two differ.)
+  CHECK(all_fp8.forward[2] != all_bf16.forward[2]);
+  // In bf16 every layer is so already: the flag changes nothing.
+  const ResolvedPlan bf16 = resolve(parse_plan("precision: bf16\nfirst_last_layers_bf16: true\n", "p.yaml"), *m, c);
+  CHECK(bf16.bf16_layers_start + bf16.bf16_layers_end == 0);
+  // TransformerConfig's refusals, in its words.
+  CHECK(error_of([&] { resolve(parse_plan("precision: fp8\nfirst_last_layers_bf16: true\n", "p.yaml"), *m, c); }) ==
+        "p.yaml:2: plan.first_last_layers_bf16: true with fp8_recipe delayed: Megatron-Core refuses it (\"Delayed scaling does not support "
+        "first / last layer in BF16\"); valid with it: fp8_recipe tensorwise or mxfp8");
+  CHECK(error_of([&] { resolve(parse_plan(fp8 + "first_last_layers_bf16: true\nnum_layers_at_end_in_bf16: 5\n", "p.yaml"), *m, c); }) ==
+        "p.yaml:5: plan.num_layers_at_end_in_bf16: 5 must be between 0 and the layers of a pipeline stage, 4 (Megatron-Core refuses more)");
 }

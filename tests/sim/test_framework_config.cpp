@@ -335,8 +335,14 @@ TEST_CASE("Megatron-LM: shell words, and flags missing or malformed", "[framewor
   CHECK(keys(fp4)["plan.precision"] == "fp4");
   CHECK(keys(fp4)["plan.fp8_param_gather"] == "true");
   CHECK(fp4.unmodelled.empty());
-  CHECK(parse_megatron_args("--micro-batch-size 1 --fp4-format e2m1 --first-last-layers-bf16\n", "cmd").unmodelled ==
-        std::vector<std::string>{"--first-last-layers-bf16 (every block priced in the quantised precision)"});
+  // --first-last-layers-bf16 (Note [BF16 layers]): TransformerConfig's counts, 1 each unless given.
+  const auto kept = parse_megatron_args("--micro-batch-size 1 --fp4-format e2m1 --first-last-layers-bf16 --num-layers-at-end-in-bf16 14\n", "cmd");
+  CHECK(kept.unmodelled.empty());
+  CHECK(keys(kept)["plan.first_last_layers_bf16"] == "true");
+  CHECK(keys(kept)["plan.num_layers_at_start_in_bf16"] == "1");
+  CHECK(keys(kept)["plan.num_layers_at_end_in_bf16"] == "14");
+  CHECK(parse_megatron_args("--micro-batch-size 1 --fp4-format e2m1 --num-layers-at-start-in-bf16 2\n", "cmd").unmodelled ==
+        std::vector<std::string>{"--num-layers-at-start-in-bf16 2 (read only with --first-last-layers-bf16)"});
   CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --fp8-format e4m3 --fp4-format e2m1\n", "cmd"); }) ==
         "cmd:1: --fp4-format: given with --fp8-format; Megatron refuses both");
   CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --fp4-format e3m0\n", "cmd"); }) ==
@@ -953,7 +959,21 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
   CHECK(keys(cs)["plan.precision"] == "fp8");
   CHECK(keys(cs)["plan.fp8_recipe"] == "tensorwise");
   CHECK(keys(cs)["plan.fp8_param_gather"] == "true");
-  CHECK(cs.unmodelled == std::vector<std::string>{"mixed_precision.first_last_layers_bf16 (every block priced in the quantised precision)"});
+  // The current-scaling recipes keep a block first and last in bf16;
+  // Nemotron 3 Super's NVFP4 recipe its last 14 (Note [BF16 layers]).
+  CHECK(cs.unmodelled.empty());
+  CHECK(keys(cs)["plan.first_last_layers_bf16"] == "true");
+  CHECK(keys(cs)["plan.num_layers_at_start_in_bf16"] == "1");
+  CHECK(keys(cs)["plan.num_layers_at_end_in_bf16"] == "1");
+  const FrameworkConfig super = parse("mixed_precision: nemotron_3_super_bf16_with_nvfp4_mixed\n");
+  CHECK(keys(super)["plan.precision"] == "fp4");
+  CHECK(keys(super)["plan.num_layers_at_start_in_bf16"] == "0");
+  CHECK(keys(super)["plan.num_layers_at_end_in_bf16"] == "14");
+  // A mapping's counts default to MixedPrecisionConfig's 0.
+  const FrameworkConfig counted = parse("mixed_precision:\n  bf16: true\n  fp8: hybrid\n  fp8_recipe: tensorwise\n  first_last_layers_bf16: true\n"
+                                        "  num_layers_at_end_in_bf16: 3\n");
+  CHECK(keys(counted)["plan.num_layers_at_start_in_bf16"] == "0");
+  CHECK(keys(counted)["plan.num_layers_at_end_in_bf16"] == "3");
   CHECK(keys(parse("mixed_precision: bf16-with-mxfp8-mixed\n"))["plan.fp8_recipe"] == "mxfp8");
   const FrameworkConfig fp4 = parse("mixed_precision: bf16_with_nvfp4_mixed\n");
   CHECK(keys(fp4)["plan.precision"] == "fp4");

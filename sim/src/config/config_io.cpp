@@ -292,6 +292,9 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
   p.deallocate_pipeline_outputs = c.get_bool("deallocate_pipeline_outputs", false);
   p.cpu_offloading_num_layers = static_cast<int>(c.get_int("cpu_offloading_num_layers", 0, 0, 1 << 20));
+  p.first_last_layers_bf16 = c.get_bool("first_last_layers_bf16", false);
+  p.num_layers_at_start_in_bf16 = static_cast<int>(c.get_int("num_layers_at_start_in_bf16", 1, 0, 1 << 20));
+  p.num_layers_at_end_in_bf16 = static_cast<int>(c.get_int("num_layers_at_end_in_bf16", 1, 0, 1 << 20));
   p.partition_activations = c.get_bool("partition_activations", false);
   p.cpu_checkpointing = c.get_bool("cpu_checkpointing", false);
   p.moe_capacity_factor = c.get_double("moe_capacity_factor", 0, 0, 1e6);

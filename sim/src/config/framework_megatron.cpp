@@ -227,6 +227,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-enable-deepep", Kind::kBool}, {"moe-layer-freq", Kind::kString},
       {"moe-router-force-load-balancing", Kind::kBool}, {"mtp-num-layers", Kind::kInt}, {"sgd-momentum", Kind::kFloat},
       {"moe-latent-size", Kind::kInt}, {"mtp-use-repeated-layer", Kind::kBool},
+      {"num-layers-at-start-in-bf16", Kind::kInt}, {"num-layers-at-end-in-bf16", Kind::kInt},
       {"no-bias-swiglu-fusion", Kind::kBool}, {"fp8-recipe", Kind::kString}, {"cpu-offloading", Kind::kBool},
       {"cpu-offloading-num-layers", Kind::kInt}, {"fp4-format", Kind::kString}, {"fp4-recipe", Kind::kString},
       {"fp4-param-gather", Kind::kBool}, {"first-last-layers-bf16", Kind::kBool},
@@ -698,7 +699,20 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   if (has("fp8-param-gather")) out.plan("fp8_param_gather", "true", at("fp8-param-gather"));
   // --fp4-param-gather: NVFP4 primary weights, gathered at 0.5625 bytes (plan.fp8_param_gather under fp4).
   if (has("fp4-param-gather")) out.plan("fp8_param_gather", "true", at("fp4-param-gather"));
-  if (has("first-last-layers-bf16")) note("first-last-layers-bf16", "every block priced in the quantised precision");
+  // Note [BF16 layers] (sim/src/core/model.cpp): TransformerConfig's
+  // counts default to 1 each.
+  if (has("first-last-layers-bf16")) {
+    out.plan("first_last_layers_bf16", "true", at("first-last-layers-bf16"));
+    for (const char* n : {"num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16"}) {
+      std::string key = n;
+      std::replace(key.begin(), key.end(), '-', '_');
+      out.plan(key, std::to_string(num(n, 1)), has(n) ? at(n) : at("first-last-layers-bf16"));
+    }
+  } else {
+    for (const char* n : {"num-layers-at-start-in-bf16", "num-layers-at-end-in-bf16"}) {
+      if (has(n)) note(n, "read only with " + flag("first-last-layers-bf16"));
+    }
+  }
   if (has("fp8-recipe")) {
     // arguments.py: delayed (the default), tensorwise, mxfp8, blockwise.
     const std::string recipe = choice("fp8-recipe", {"delayed", "tensorwise", "mxfp8", "blockwise"});

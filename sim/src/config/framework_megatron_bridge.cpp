@@ -180,6 +180,8 @@ constexpr Field kFields[] = {
     {"model", "fp4_recipe", "fp4-recipe", Type::kString},
     {"model", "fp4_param", "fp4-param-gather", Type::kBool},
     {"model", "first_last_layers_bf16", "first-last-layers-bf16", Type::kBool},
+    {"model", "num_layers_at_start_in_bf16", "num-layers-at-start-in-bf16", Type::kInt},
+    {"model", "num_layers_at_end_in_bf16", "num-layers-at-end-in-bf16", Type::kInt},
     {"train", "micro_batch_size", "micro-batch-size", Type::kInt},
     {"train", "global_batch_size", "global-batch-size", Type::kInt},
     {"optimizer", "optimizer", "optimizer", Type::kString},
@@ -223,6 +225,9 @@ struct Recipe {
   bool param_gather;       ///< fp8_param_gather, or fp4_param_gather under fp4
   bool first_last_bf16;
   bool fp4;
+  /// num_layers_at_start_in_bf16 and num_layers_at_end_in_bf16 where
+  /// first_last_bf16 (Note [BF16 layers]; MixedPrecisionConfig's 0 unset).
+  int bf16_start = 0, bf16_end = 0;
 };
 constexpr Recipe kRecipes[] = {
     {"bf16_mixed", false, "", "tensorwise", false, false, false},
@@ -231,19 +236,20 @@ constexpr Recipe kRecipes[] = {
     {"fp16_with_fp8_delayed_scaling_mixed", true, "hybrid", "delayed", true, false, false},
     {"bf16_with_mxfp8_mixed", false, "e4m3", "mxfp8", true, false, false},
     {"fp16_with_mxfp8_mixed", true, "e4m3", "mxfp8", true, false, false},
-    {"bf16_with_fp8_current_scaling_mixed", false, "hybrid", "tensorwise", true, true, false},
-    {"nemotron_h_bf16_with_fp8_current_scaling_mixed", false, "hybrid", "tensorwise", true, true, false},
-    {"nanov2_bf16_with_fp8_current_scaling_mixed", false, "hybrid", "blockwise", true, true, false},
-    {"fp16_with_fp8_current_scaling_mixed", true, "hybrid", "tensorwise", true, true, false},
+    {"bf16_with_fp8_current_scaling_mixed", false, "hybrid", "tensorwise", true, true, false, 1, 1},
+    {"nemotron_h_bf16_with_fp8_current_scaling_mixed", false, "hybrid", "tensorwise", true, true, false, 2, 2},
+    {"nanov2_bf16_with_fp8_current_scaling_mixed", false, "hybrid", "blockwise", true, true, false, 2, 2},
+    {"fp16_with_fp8_current_scaling_mixed", true, "hybrid", "tensorwise", true, true, false, 1, 1},
     {"bf16_with_fp8_subchannel_scaling_mixed", false, "hybrid", "blockwise", false, false, false},
     {"fp16_with_fp8_subchannel_scaling_mixed", true, "hybrid", "blockwise", false, false, false},
     {"bf16_with_nvfp4_mixed", false, "", "tensorwise", true, false, true},
-    {"nemotron_3_super_bf16_with_nvfp4_mixed", false, "", "tensorwise", true, true, true},
+    {"nemotron_3_super_bf16_with_nvfp4_mixed", false, "", "tensorwise", true, true, true, 0, 14},
 };
 
 /// The precision flags MixedPrecisionConfig decides where it is given.
 constexpr const char* kPrecisionFlags[] = {"bf16", "fp16", "fp8-format", "fp8-recipe", "fp8-param-gather", "fp4-format",
-                                           "fp4-recipe", "fp4-param-gather", "first-last-layers-bf16",
+                                           "fp4-recipe", "fp4-param-gather", "first-last-layers-bf16", "num-layers-at-start-in-bf16",
+                                           "num-layers-at-end-in-bf16",
                                            "accumulate-allreduce-grads-in-fp32", "grad-reduce-in-bf16"};
 
 class Reader {
@@ -624,7 +630,11 @@ class Reader {
         set("fp4-recipe", "nvfp4", "fp4_recipe");
         if (r->param_gather) set("fp4-param-gather", "true", "fp4_param_gather");
       }
-      if (r->first_last_bf16) set("first-last-layers-bf16", "true", "first_last_layers_bf16");
+      if (r->first_last_bf16) {
+        set("first-last-layers-bf16", "true", "first_last_layers_bf16");
+        set("num-layers-at-start-in-bf16", std::to_string(r->bf16_start), "num_layers_at_start_in_bf16");
+        set("num-layers-at-end-in-bf16", std::to_string(r->bf16_end), "num_layers_at_end_in_bf16");
+      }
       return;
     }
     if (!mp.IsMap()) fail(mp, name, "expected a recipe's name or a mapping of MixedPrecisionConfig's fields, got " + kind(mp));
@@ -657,7 +667,16 @@ class Reader {
       if (const auto recipe = word("fp4_recipe")) give("fp4-recipe", recipe->first, recipe->second, name + ".fp4_recipe");
       if (on("fp4_param_gather") || on("fp4_param")) give("fp4-param-gather", "true", mp, name + ".fp4_param_gather");
     }
-    if (on("first_last_layers_bf16")) give("first-last-layers-bf16", "true", mp["first_last_layers_bf16"], name + ".first_last_layers_bf16");
+    if (on("first_last_layers_bf16")) {
+      // Note [BF16 layers]: MixedPrecisionConfig's counts default to 0.
+      give("first-last-layers-bf16", "true", mp["first_last_layers_bf16"], name + ".first_last_layers_bf16");
+      for (const char* key : {"num_layers_at_start_in_bf16", "num_layers_at_end_in_bf16"}) {
+        std::string flag = key;
+        std::replace(flag.begin(), flag.end(), '_', '-');
+        const YAML::Node n = mp[key];
+        give(flag, null(n) ? "0" : text(n), null(n) ? mp["first_last_layers_bf16"] : n, name + "." + key);
+      }
+    }
   }
 
   /// comm_overlap: CommOverlapConfig.setup's defaults under data

@@ -6,6 +6,8 @@
 #include <mutex>
 #include <utility>
 
+#include "dtsim/sim/error.hpp"
+
 namespace dtsim::sim {
 
 namespace {
@@ -33,6 +35,42 @@ Model& Model::operator=(const Model& o) {
 }
 Model::~Model() = default;
 
+// Note [BF16 layers]
+// Megatron-Core's first_last_layers_bf16 (fp8_utils.py,
+// is_first_last_bf16_layer; fp4_utils.py alike) runs the first
+// num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16
+// transformer layers, by their global index among num_layers (a hybrid
+// pattern's letters, each a layer; multi-token prediction depths not
+// among them), outside the FP8 or NVFP4 autocast: their GEMMs in bf16,
+// their saved GEMM inputs in bf16, no casts. NVIDIA's FP8 and NVFP4
+// recipes keep a few layers so for stability (Nemotron 3 Super's NVFP4
+// run: the last 14 of 88). Those blocks are the model's layers at the
+// same shape without fp8 and fp4, flagged (Layer::bf16_gemms, which
+// kernel_precision reads) and named apart in their signature. Their
+// weights are still counted as the others' (fp8_param_gather's FP8 copies
+// for all), which Megatron keeps in bf16 for them: a small overcount.
+std::vector<Layer> Model::with_bf16_layers(const WorkloadShape& shape) const {
+  std::vector<Layer> out = layers(shape);
+  if (shape.bf16_start + shape.bf16_end <= 0 || !shape.fp8) return out;
+  WorkloadShape plain = shape;
+  plain.fp8 = plain.fp4 = false;
+  plain.bf16_start = plain.bf16_end = 0;
+  const std::vector<Layer> bf16 = layers(plain);
+  DTSIM_ASSERT(bf16.size() == out.size(), "a model's layers change in number with their precision");
+  const auto blocks = static_cast<int>(std::count_if(out.begin(), out.end(), [](const Layer& l) { return l.kind == LayerKind::kTransformer; }));
+  int index = 0;
+  for (std::size_t i = 0; i < out.size(); ++i) {
+    if (out[i].kind != LayerKind::kTransformer) continue;
+    if (index < shape.bf16_start || index >= blocks - shape.bf16_end) {
+      out[i] = bf16[i];
+      out[i].bf16_gemms = true;
+      out[i].signature += ",bf16=1";
+    }
+    ++index;
+  }
+  return out;
+}
+
 LayerList Model::shared_layers(const WorkloadShape& shape) const {
   {
     std::lock_guard<std::mutex> lock(memo_->mu);
@@ -45,7 +83,7 @@ LayerList Model::shared_layers(const WorkloadShape& shape) const {
     }
   }
   // Built outside the lock (two threads may build the same list; either is kept).
-  auto built = std::make_shared<const std::vector<Layer>>(layers(shape));
+  auto built = std::make_shared<const std::vector<Layer>>(with_bf16_layers(shape));
   std::lock_guard<std::mutex> lock(memo_->mu);
   auto& kept = memo_->kept;
   if (kept.size() >= kLayerMemo) kept.erase(kept.begin());

@@ -133,6 +133,7 @@ std::int64_t ceil_div(std::int64_t a, std::int64_t b) { return (a + b - 1) / b; 
 }  // namespace
 
 Precision kernel_precision(const Layer& layer, Precision p) {
+  if (quantized_gemms(p) && layer.bf16_gemms) return Precision::kBf16;  // Note [BF16 layers] in core/model.cpp
   return quantized_gemms(p) && layer.kind != LayerKind::kTransformer && !layer.fp8_as_block ? Precision::kBf16 : p;
 }
 

@@ -48,6 +48,8 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.act_bytes = element_bytes(p.precision);
   shape.fp8 = quantized_gemms(p.precision);
   shape.fp4 = p.precision == Precision::kFp4;
+  shape.bf16_start = p.bf16_layers_start;
+  shape.bf16_end = p.bf16_layers_end;
   shape.mask_bytes = device.dropout_mask_bytes > 0 ? device.dropout_mask_bytes : shape.act_bytes;
   shape.fused_rnn = device.fused_rnn;
   shape.tp = p.tp;

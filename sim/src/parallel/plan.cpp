@@ -965,6 +965,25 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                                " (Megatron-Core offloads only layers less than num_layers)");
     }
   }
+  // Note [BF16 layers] (core/model.cpp): TransformerConfig's checks, in its
+  // words; in bf16 or fp16 every layer is so already (as in Megatron-Core,
+  // the flag then changes nothing).
+  if (s.first_last_layers_bf16 && quantized_gemms(r.precision)) {
+    const int per_stage = rules.transformer_layers() / std::max(1, r.pp);
+    if (r.precision == Precision::kFp8 && r.fp8_recipe == Fp8Recipe::kDelayed) {
+      bad.add("first_last_layers_bf16", "true with fp8_recipe delayed: Megatron-Core refuses it (\"Delayed scaling does not support first / "
+                                        "last layer in BF16\"); valid with it: fp8_recipe tensorwise or mxfp8");
+    } else if (s.num_layers_at_start_in_bf16 > per_stage) {
+      bad.add("num_layers_at_start_in_bf16", std::to_string(s.num_layers_at_start_in_bf16) + " must be between 0 and the layers of a pipeline stage, " +
+                                                 std::to_string(per_stage) + " (Megatron-Core refuses more)");
+    } else if (s.num_layers_at_end_in_bf16 > per_stage) {
+      bad.add("num_layers_at_end_in_bf16", std::to_string(s.num_layers_at_end_in_bf16) + " must be between 0 and the layers of a pipeline stage, " +
+                                               std::to_string(per_stage) + " (Megatron-Core refuses more)");
+    } else {
+      r.bf16_layers_start = s.num_layers_at_start_in_bf16;
+      r.bf16_layers_end = s.num_layers_at_end_in_bf16;
+    }
+  }
   // Note [DeepSpeed checkpoints] (lowering/passes/deepspeed_checkpointing.cpp).
   for (const auto& [key, on] : {std::pair<const char*, bool>{"partition_activations", s.partition_activations},
                                 std::pair<const char*, bool>{"cpu_checkpointing", s.cpu_checkpointing}}) {

@@ -161,6 +161,9 @@ struct WorkloadShape {
   bool fp8 = false;
   /// ... and in NVFP4 (precision fp4; fp8 is set too): 9/16 of a byte.
   bool fp4 = false;
+  /// Of the blocks, the first and the last this many run in bf16 all the
+  /// same (Note [BF16 layers] in sim/src/core/model.cpp).
+  int bf16_start = 0, bf16_end = 0;
   /// Bytes `elements` of a Linear's saved input take: act_bytes; 1 under
   /// fp8 (the FP8 copy wgrad reads); under fp4 NVFP4's column-wise copy,
   /// half a byte and a scale byte for each 16 (Note [NVFP4 training]).
@@ -363,6 +366,9 @@ struct Layer {
   /// [Multi-token prediction] in models/src/llama.cpp); the other layers
   /// that are not blocks run theirs in bf16 (kernel_precision in cost.hpp).
   bool fp8_as_block = false;
+  /// A block kept in bf16 under fp8 or fp4 (Note [BF16 layers] in
+  /// sim/src/core/model.cpp): its GEMMs run in bf16.
+  bool bf16_gemms = false;
   /// A repeated block (transformer or LSTM layer): what full recompute
   /// checkpoints and `stage_layers` counts in blocks.
   bool is_block() const { return kind == LayerKind::kTransformer || kind == LayerKind::kLstm; }
@@ -417,6 +423,9 @@ class Model {
   /// layers(shape), built once for each of the last few shapes asked and
   /// then shared (Note [Layer memo]); thread-safe.
   LayerList shared_layers(const WorkloadShape& shape) const;
+  /// layers(shape) with the blocks Note [BF16 layers] keeps in bf16 (those
+  /// of the same shape without fp8), as shared_layers hands them out.
+  std::vector<Layer> with_bf16_layers(const WorkloadShape& shape) const;
   /// Name shown in reports ("gpt2-xl").
   virtual std::string name() const = 0;
   /// Total trainable parameters, counted as HuggingFace does (tied weights once).

@@ -307,6 +307,13 @@ struct PlanSpec {
   /// sim/src/lowering/passes/activation_offload.cpp). One stage, no
   /// recompute, fewer than the model's blocks, as Megatron-Core requires.
   int cpu_offloading_num_layers = 0;
+  /// Megatron-Core's first_last_layers_bf16 under fp8 or fp4: the first
+  /// num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16
+  /// transformer layers run their GEMMs in bf16, outside the FP8 autocast
+  /// (Note [BF16 layers] in sim/src/core/model.cpp).
+  bool first_last_layers_bf16 = false;
+  int num_layers_at_start_in_bf16 = 1;  ///< TransformerConfig's default
+  int num_layers_at_end_in_bf16 = 1;    ///< TransformerConfig's default
   /// DeepSpeed's activation_checkpointing.partition_activations and
   /// cpu_checkpointing under full recompute: each block's checkpoint (its
   /// input) kept split over the tensor-parallel ranks, all-gathered before
@@ -420,6 +427,9 @@ struct ResolvedPlan {
   /// from its own input; Note [Block recompute]).
   int recompute_group = 1;
   int cpu_offloading_num_layers = 0;  ///< PlanSpec's (Note [Activation offload])
+  /// The transformer layers first and last kept in bf16 (Note [BF16
+  /// layers]); 0 each unless first_last_layers_bf16 under fp8 or fp4.
+  int bf16_layers_start = 0, bf16_layers_end = 0;
   bool partition_activations = false; ///< PlanSpec's, where tp > 1 (Note [DeepSpeed checkpoints])
   bool cpu_checkpointing = false;     ///< PlanSpec's (Note [DeepSpeed checkpoints])
   Bytes bucket_bytes = 25 * 1000 * 1000;
