@@ -1233,6 +1233,8 @@ TEST_CASE("Megatron-LM: Nemotron 3 Super's launch line, its latent experts and r
   CHECK(models::load_model(*fc.model, section(parse_megatron_args(separate, "cmd"), "model"))->parameters() == 120'668'687'360 + 2 * depth);
   CHECK(listed(parse_megatron_args("--micro-batch-size 1 --hidden-size 256 --num-attention-heads 4 --moe-latent-size 64 --swiglu --num-layers 2", "cmd"),
                "--moe-latent-size 64 (no experts (--num-experts) to project for)"));
+  CHECK(error_of([&] { parse_megatron_args(super + " --moe-latent-size 0", "cmd"); }) ==
+        "cmd:1: --moe-latent-size: '0' is not positive; valid: an integer >= 1");
 }
 
 // Note [Mamba-2] (models/src/llama.cpp): HybridModelProvider's fields are
