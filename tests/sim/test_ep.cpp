@@ -416,6 +416,44 @@ TEST_CASE("hybrid_shard with experts: the dense and the expert shards within a n
     CHECK(t.cost.link == LinkClass::kInterNode);  // both replica groups span the 4 nodes
   }
   CHECK(shards == 1);
+
+  // Megatron-FSDP's outer_dp_sharding_strategy optim: the shard's gradients
+  // reduce-scattered over the 4 replicas, the optimizer state of a quarter
+  // of each shard (the dense over all 32, the experts' over all 8), the
+  // updated shards gathered back after the step.
+  ResolvedPlan o = resolve(parse_plan("ep: 4\nfsdp: hybrid_shard\nouter_dp_sharding_strategy: optim\nmicro_batch: 1\nseq_len: 128\n"
+                                      "precision: fp16\n", "p.yaml"), *m, c);
+  CHECK(o.outer_optim);
+  // This rank's parameters: every layer's at ep 4 (its one expert a MoE layer).
+  std::int64_t mine = 0, mine_expert = 0;
+  for (const Layer& l : m->layers(w)) mine += l.params, mine_expert += l.expert_params;
+  REQUIRE(mine_expert == 2 * block.expert_params);
+  const std::int64_t k = optimizer_state_bytes_per_param(o.optimizer, o.precision, o.master_weights);
+  CHECK(model_states(o, mine, mine_expert).optimizer == ((mine - mine_expert + 31) / 32 + (mine_expert + 7) / 8) * k);
+  CHECK(model_states(p, mine, mine_expert).optimizer == ((mine - mine_expert + 7) / 8 + (mine_expert + 1) / 2) * k);
+  partition(o, *m, c, compute, comm);
+  const TaskGraph go = lower(*m, o, c, CostModels{&compute, &comm});
+  int scattered = 0, gathered = 0;
+  for (const Task& t : go.tasks) {
+    if (t.kind != TaskKind::kCollective) continue;
+    if (t.name.find("all_reduce shard") != std::string::npos) FAIL("an all-reduce of shards where they are reduce-scattered: " << t.name);
+    if (t.name.find("reduce_scatter shard layers.0") != std::string::npos) {
+      ++scattered;
+      CHECK(t.op == CollectiveOp::kReduceScatter);
+      CHECK(t.bytes == want);
+    }
+    if (t.name == "all_gather outer shards") {
+      ++gathered;
+      CHECK(t.op == CollectiveOp::kAllGather);
+      // Every layer's shard in fp16: the dense parameters' eighth and the experts' half.
+      CHECK(t.bytes == 2 * ((mine - mine_expert + 7) / 8 + (mine_expert + 1) / 2));
+    }
+  }
+  CHECK(scattered == 1);
+  CHECK(gathered == 1);
+  CHECK(error_of([&] { resolve(parse_plan("ep: 4\nfsdp: full_shard\nouter_dp_sharding_strategy: optim\n", "p.yaml"), *m, c); }) ==
+        "p.yaml:3: plan.outer_dp_sharding_strategy: optim shards the optimizer state across HSDP's replicas; valid only with fsdp: "
+        "hybrid_shard (valid here: no_shard)");
 }
 
 TEST_CASE("ep: each MoE layer's dispatch and combine are one task a pass", "[moe]") {

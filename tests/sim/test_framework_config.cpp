@@ -834,6 +834,23 @@ TEST_CASE("Megatron-LM: DeepSeek-V3's latent attention, layer pattern and groupe
               .at("plan.zero_stage") == "2");
     CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --use-megatron-fsdp --data-parallel-sharding-strategy all", "cmd"); }) ==
           "cmd:1: --data-parallel-sharding-strategy: 'all' is not one of no_shard, optim, optim_grads, optim_grads_params");
+    // HSDP (Note [Hybrid sharding]): more than one optimizer instance, the
+    // state sharded across them too where the outer strategy says optim.
+    const auto hsdp = keys(parse_megatron_args("--micro-batch-size 1 --use-megatron-fsdp --num-distributed-optimizer-instances 4 "
+                                               "--outer-dp-sharding-strategy optim", "cmd"));
+    CHECK(hsdp.at("plan.fsdp") == "hybrid_shard");
+    CHECK(hsdp.at("plan.outer_dp_sharding_strategy") == "optim");
+    CHECK(listed(parse_megatron_args("--micro-batch-size 1 --use-distributed-optimizer --num-distributed-optimizer-instances 2", "cmd"),
+                 "--num-distributed-optimizer-instances 2 (the distributed optimizer's copies priced as one, sharded over all of data parallelism)"));
+    CHECK(error_of([] { parse_megatron_args("--micro-batch-size 1 --use-megatron-fsdp --num-distributed-optimizer-instances 2 "
+                                            "--outer-dp-sharding-strategy grads", "cmd"); }) ==
+          "cmd:1: --outer-dp-sharding-strategy: 'grads' is not one of no_shard, optim");
+    // Megatron-Bridge's ddp fields are the same flags.
+    const auto bridge = keys(parse_megatron_bridge_config("train:\n  micro_batch_size: 1\nddp:\n  use_megatron_fsdp: true\n"
+                                                          "  data_parallel_sharding_strategy: optim_grads_params\n"
+                                                          "  num_distributed_optimizer_instances: 4\n  outer_dp_sharding_strategy: optim\n", "rc.yaml"));
+    CHECK(bridge.at("plan.fsdp") == "hybrid_shard");
+    CHECK(bridge.at("plan.outer_dp_sharding_strategy") == "optim");
   }
   // Note [Pipeline layout]: the flag as the plan's key, checked when the plan is read.
   CHECK(keys(parse_megatron_args("--micro-batch-size 1 --pipeline-model-parallel-layout \"Et|(tt|)*30mL\"", "cmd"))

@@ -419,6 +419,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.limit_all_gathers = c.get_bool("limit_all_gathers", true);
   p.fsdp_reduce_fp32 = c.get_enum("reduce_dtype", false, {{"param", false}, {"fp32", true}});
   p.fsdp_version = c.get_enum("fsdp_version", 1, {{"1", 1}, {"2", 2}});
+  p.outer_optim = c.get_enum("outer_dp_sharding_strategy", false, {{"no_shard", false}, {"optim", true}});
   p.fsdp_wrap = c.get_enum("fsdp_wrap", FsdpWrap::kBlocks, {{"blocks", FsdpWrap::kBlocks}, {"layers", FsdpWrap::kLayers}, {"torchtitan", FsdpWrap::kTorchtitan}});
   p.stage3_prefetch_bucket_size = c.get_double("stage3_prefetch_bucket_size", 5e7, 0, 1e15);
   p.stage3_max_live_parameters = c.get_double("stage3_max_live_parameters", 1e9, 0, 1e15);

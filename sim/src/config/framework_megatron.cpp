@@ -239,6 +239,7 @@ const std::map<std::string, Kind>& known_flags() {
       {"account-for-loss-in-pipeline-split", Kind::kBool}, {"decoder-first-pipeline-num-layers", Kind::kInt},
       {"decoder-last-pipeline-num-layers", Kind::kInt}, {"num-virtual-stages-per-pipeline-rank", Kind::kInt},
       {"use-megatron-fsdp", Kind::kBool}, {"data-parallel-sharding-strategy", Kind::kString},
+      {"outer-dp-sharding-strategy", Kind::kString}, {"num-distributed-optimizer-instances", Kind::kInt},
       {"experimental-attention-variant", Kind::kString}, {"linear-attention-freq", Kind::kString},
       {"hybrid-layer-pattern", Kind::kString}, {"hybrid-override-pattern", Kind::kString}, {"is-hybrid-model", Kind::kBool},
       {"mamba-state-dim", Kind::kInt}, {"mamba-head-dim", Kind::kInt}, {"mamba-num-groups", Kind::kInt}, {"mamba-num-heads", Kind::kInt},
@@ -769,8 +770,17 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
                                      ? choice("data-parallel-sharding-strategy", {"no_shard", "optim", "optim_grads", "optim_grads_params"})
                                      : "optim_grads_params";
     const std::string from = has("data-parallel-sharding-strategy") ? at("data-parallel-sharding-strategy") : at("use-megatron-fsdp");
+    // HSDP (--num-distributed-optimizer-instances > 1): sharded within an
+    // instance, replicated across (dtsim's hybrid_shard shards within a
+    // node: an NVLink domain of an NVL72, as the recipes size instances),
+    // the optimizer state sharded across them too under
+    // --outer-dp-sharding-strategy optim (Note [Hybrid sharding]).
+    const bool hsdp = num("num-distributed-optimizer-instances", 1) > 1;
     if (strategy == "optim_grads_params") {
-      out.plan("fsdp", "full_shard", from);
+      out.plan("fsdp", hsdp ? "hybrid_shard" : "full_shard", hsdp ? at("num-distributed-optimizer-instances") : from);
+      if (hsdp && has("outer-dp-sharding-strategy")) {
+        out.plan("outer_dp_sharding_strategy", choice("outer-dp-sharding-strategy", {"no_shard", "optim"}), at("outer-dp-sharding-strategy"));
+      }
       out.plan("zero_stage", "null", from);
       out.plan("overlap_param_gather", "false", from);
       // Its gradients reduce-scattered in their buffer's type: fp32 where
@@ -779,6 +789,12 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       out.plan("reduce_dtype", fp32_grads ? "fp32" : "param", from);
     } else {
       out.plan("zero_stage", strategy == "optim_grads" ? "2" : strategy == "optim" ? "1" : "0", from);
+      if (hsdp) note("num-distributed-optimizer-instances", "HSDP priced only under " + flag("data-parallel-sharding-strategy") + " optim_grads_params");
+    }
+  } else {
+    if (has("outer-dp-sharding-strategy")) note("outer-dp-sharding-strategy", "read only with " + flag("use-megatron-fsdp"));
+    if (num("num-distributed-optimizer-instances", 1) > 1) {
+      note("num-distributed-optimizer-instances", "the distributed optimizer's copies priced as one, sharded over all of data parallelism");
     }
   }
   if (has("ddp-bucket-size")) {

@@ -194,6 +194,8 @@ constexpr Field kFields[] = {
     {"ddp", "bucket_size", "ddp-bucket-size", Type::kIntOrOff},
     {"ddp", "use_megatron_fsdp", "use-megatron-fsdp", Type::kBool},
     {"ddp", "data_parallel_sharding_strategy", "data-parallel-sharding-strategy", Type::kString},
+    {"ddp", "outer_dp_sharding_strategy", "outer-dp-sharding-strategy", Type::kString},
+    {"ddp", "num_distributed_optimizer_instances", "num-distributed-optimizer-instances", Type::kInt},
     {"tokenizer", "tokenizer_type", "tokenizer-type", Type::kString},
 };
 

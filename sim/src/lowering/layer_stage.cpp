@@ -372,7 +372,8 @@ class LayerStage final : public detail::StageEmitter {
 
   void optimizer_step() {
     detail::LayerContext& c = ctx_;
-    const std::int64_t shard_params = c.zero >= 1 ? detail::shard_of(c.plan, c.params, c.expert_params) : c.params;
+    // Note [Hybrid sharding]: under the outer optimizer sharding a rank steps its part of its shard.
+    const std::int64_t shard_params = c.zero >= 1 ? detail::optimizer_shard_of(c.plan, c.params, c.expert_params) : c.params;
     TaskDeps deps = c.reductions;
     deps.push_back(c.last_bwd);
     MemOps frees, on_start;
@@ -417,6 +418,15 @@ class LayerStage final : public detail::StageEmitter {
       c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);
       c.g.tasks[step].memory_share = 1;  // streams its states (Note [Optimizer step] in cost_compute.cpp)
     }
+    if (c.plan.outer_optim && (c.replica_group.ranks > 1 || c.expert_replica_group.ranks > 1)) {
+      // Note [Hybrid sharding]: the updated parts of each shard gathered
+      // back over the replicas (the dense over replica_group, the experts'
+      // over theirs), in the parameters' type.
+      const std::int64_t expert_shard = detail::LayerContext::ceil_div(c.expert_params, std::max(1, c.plan.expert_shard_group));
+      const std::int64_t shard = detail::LayerContext::ceil_div(c.params - c.expert_params, std::max(1, c.n)) + expert_shard;
+      step = c.collective("all_gather outer shards", CollectiveOp::kAllGather, shard * c.w, c.replica_group, Stream::kParamComm, {step}, {}, {},
+                          expert_shard * c.w, &c.expert_replica_group);
+    }
     passes_.after_step(0, step);
   }
 
@@ -440,7 +450,7 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std:
   if (plan.offload_params == Offload::kCpu) s.parameters = 0;
   const Bytes gw = gradient_element_bytes(plan);
   s.gradients = plan.zero_stage >= 2 ? shard * gw : psi * gw;
-  s.optimizer = plan.zero_stage >= 1 ? shard * k : psi * k;
+  s.optimizer = plan.zero_stage >= 1 ? detail::optimizer_shard_of(plan, parameters, expert_parameters) * k : psi * k;
   // Note [Offload]: the optimizer's states live on the host, and under
   // ZeRO-2 so does the reduced gradient partition (DeepSpeed copies each
   // reduced bucket down as the backward makes it); the device holds only

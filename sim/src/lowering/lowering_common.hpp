@@ -321,6 +321,16 @@ inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::in
   return (params - expert + n - 1) / n + (expert + ne - 1) / ne;
 }
 
+/// The parameters whose optimizer state a rank holds and steps: its shard,
+/// or under HSDP's outer optimizer sharding (Note [Hybrid sharding] in
+/// parallel/plan.cpp) its 1 / replicas of it: the dense parameters over all
+/// dp, the experts' over all edp.
+inline std::int64_t optimizer_shard_of(const ResolvedPlan& p, std::int64_t params, std::int64_t expert) {
+  if (!p.outer_optim) return shard_of(p, params, expert);
+  const std::int64_t n = std::max(1, p.dp), ne = std::max(1, p.edp);
+  return (params - expert + n - 1) / n + (expert + ne - 1) / ne;
+}
+
 // Note [fp32 gradient partition]
 // DeepSpeed's ZeRO-1/2 step (stage_1_and_2.py, step) takes each parameter
 // group in turn: it frees the gradients of the parameters outside the

@@ -821,10 +821,13 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // routed experts: the largest divisor of edp up to gpus_per_node / (ep
   // etp), their expert-parallel group filling the rest of the node, often
   // 1 (ep 64 on a domain of 64): the experts then stay whole in the domain
-  // and their gradients are all-reduced over the domains. Its outer
-  // optimizer-state sharding across the instances
-  // (outer_dp_sharding_strategy optim) is not modelled: the state is
-  // counted as the inner shards hold it.
+  // and their gradients are all-reduced over the domains. Megatron-FSDP's
+  // outer_dp_sharding_strategy optim (the Ultra recipe's) shards the
+  // optimizer state across the instances too: each shard's gradients are
+  // reduce-scattered over the replicas instead of all-reduced, each rank
+  // steps its 1 / replicas of the shard's state (the state sharded over
+  // all dp, and all edp for the experts), and the updated parameters are
+  // all-gathered back over the replicas after the step.
   r.shard_group = r.zero_stage == 0 ? 1 : r.dp * r.cp;  // Megatron-Core and torchtitan shard over dp x cp
   r.expert_shard_group = r.zero_stage == 0 ? 1 : r.edp;
   if (r.hybrid_shard && r.cp > 1) {
@@ -839,6 +842,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.shard_group = within(r.dp, cluster.gpus_per_node / r.tp);
     if (r.ep > 1) r.expert_shard_group = within(r.edp, cluster.gpus_per_node / (r.ep * r.etp));
   }
+  if (s.outer_optim && !r.hybrid_shard) {
+    bad.add("outer_dp_sharding_strategy", "optim shards the optimizer state across HSDP's replicas; valid only with fsdp: hybrid_shard (valid here: no_shard)");
+  }
+  r.outer_optim = s.outer_optim && r.hybrid_shard;
 
   r.offload_optimizer = s.offload_optimizer;
   r.offload_params = s.offload_params;

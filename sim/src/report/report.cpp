@@ -79,6 +79,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.recompute_group > 1) os << " (uniform, groups of " << p.recompute_group << " blocks)";
   if (p.cpu_offloading_num_layers > 0) os << " cpu_offloading_num_layers=" << p.cpu_offloading_num_layers;
   if (p.bf16_layers_start + p.bf16_layers_end > 0) os << " bf16_layers=" << p.bf16_layers_start << "+" << p.bf16_layers_end;
+  if (p.outer_optim) os << " outer_dp_sharding_strategy=optim";
   if (p.partition_activations) os << " partition_activations";
   if (p.cpu_checkpointing) os << " cpu_checkpointing";
   if (!p.overlap) os << " overlap=false";
@@ -138,6 +139,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("recompute_blocks", p.recompute_blocks).field("recompute_group", p.recompute_group);
   j.field("cpu_offloading_num_layers", p.cpu_offloading_num_layers);
   j.field("bf16_layers_start", p.bf16_layers_start).field("bf16_layers_end", p.bf16_layers_end);
+  j.field("outer_dp_sharding_strategy", p.outer_optim ? "optim" : "no_shard");
   j.field("partition_activations", p.partition_activations).field("cpu_checkpointing", p.cpu_checkpointing);
   j.field("bucket_mb", static_cast<double>(p.bucket_bytes) / 1e6);
   j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients).field("reduce_scatter", p.reduce_scatter)

@@ -256,6 +256,11 @@ struct PlanSpec {
   /// sim/src/lowering/passes/data_parallel.cpp). Only with fsdp full_shard,
   /// shard_grad_op or hybrid_shard (FSDP2 has no NO_SHARD).
   int fsdp_version = 1;
+  /// Megatron-FSDP's outer_dp_sharding_strategy under hybrid_shard (HSDP):
+  /// false ("no_shard") replicates each shard's optimizer state across the
+  /// nodes; true ("optim") shards it across them too (Note [Hybrid
+  /// sharding] in sim/src/parallel/plan.cpp).
+  bool outer_optim = false;
   /// FSDP's MixedPrecision reduce_dtype (FSDP2's MixedPrecisionPolicy,
   /// torchtitan's mixed_precision_reduce): false reduce-scatters gradients
   /// in the working precision (PyTorch's default, reduce_dtype None); true
@@ -407,6 +412,7 @@ struct ResolvedPlan {
   bool limit_all_gathers = true;
   FsdpWrap fsdp_wrap = FsdpWrap::kBlocks;  ///< PlanSpec's (meaningful with fsdp at stage 3)
   int fsdp_version = 1;           ///< PlanSpec's (2 only with fsdp at stage 2 or 3)
+  bool outer_optim = false;       ///< PlanSpec's (only with hybrid_shard)
   bool fsdp_reduce_fp32 = false;  ///< PlanSpec's (fsdp at stage 3 only)
   /// PlanSpec's, as whole elements.
   std::int64_t stage3_prefetch_bucket_size = 50000000, stage3_max_live_parameters = 1000000000,

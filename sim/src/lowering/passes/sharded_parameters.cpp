@@ -224,8 +224,11 @@ class ShardedParameters final : public StrategyPass {
     const std::int64_t ne = std::max(1, c.plan.expert_shard_group);
     const Bytes shard_rb = LayerContext::ceil_div(rb - expert_rb, c.n) + LayerContext::ceil_div(expert_rb, ne);
     if (c.replica_group.ranks > 1 || c.expert_replica_group.ranks > 1) {
-      // HYBRID_SHARD: the shards all-reduced across the replicas.
-      rs = c.collective(c.tag(m, "all_reduce shard ", unit), CollectiveOp::kAllReduce, shard_rb, c.replica_group, Stream::kGradComm, {rs}, {}, {},
+      // HYBRID_SHARD: the shards all-reduced across the replicas; reduce-
+      // scattered where the optimizer state is sharded across them too.
+      const bool outer = c.plan.outer_optim;
+      rs = c.collective(c.tag(m, outer ? "reduce_scatter shard " : "all_reduce shard ", unit),
+                        outer ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce, shard_rb, c.replica_group, Stream::kGradComm, {rs}, {}, {},
                         LayerContext::ceil_div(expert_rb, ne), &c.expert_replica_group);
     }
     c.reduced(at, rs, root ? LayerContext::ceil_div(b, c.n) : LayerContext::ceil_div(b - L.expert_params * c.gw, c.n) +
