@@ -26,14 +26,9 @@ sim::Kernel gemm(const std::string& name, std::int64_t m, std::int64_t n, std::i
 
 sim::Kernel fused_kernel(const std::string& name, std::int64_t m, std::int64_t n, std::int64_t k, std::int64_t batch, Flops flops,
                          Bytes bytes) {
-  sim::Kernel f;
-  f.name = name;
-  f.kind = sim::KernelKind::kAttention;
+  // A GEMM's shape, priced by the work and traffic the caller counts.
+  sim::Kernel f = gemm(name, m, n, k, 0, batch, sim::KernelKind::kAttention);
   f.fused = true;
-  f.m = m;
-  f.n = n;
-  f.k = k;
-  f.batch = batch;
   f.flops = flops;
   f.bytes = bytes;
   return f;

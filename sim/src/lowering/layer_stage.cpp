@@ -423,7 +423,7 @@ class LayerStage final : public detail::StageEmitter {
       // back over the replicas (the dense over replica_group, the experts'
       // over theirs), in the parameters' type.
       const std::int64_t expert_shard = detail::LayerContext::ceil_div(c.expert_params, std::max(1, c.plan.expert_shard_group));
-      const std::int64_t shard = detail::LayerContext::ceil_div(c.params - c.expert_params, std::max(1, c.n)) + expert_shard;
+      const std::int64_t shard = detail::shard_of(c.plan, c.params, c.expert_params);
       step = c.collective("all_gather outer shards", CollectiveOp::kAllGather, shard * c.w, c.replica_group, Stream::kParamComm, {step}, {}, {},
                           expert_shard * c.w, &c.expert_replica_group);
     }
