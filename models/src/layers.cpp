@@ -481,6 +481,21 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
     l.attention_core_bytes = 0;
     l.attention_core.clear();
   }
+  // Note [Offload modules]: Megatron-Core's GPT block under Transformer
+  // Engine (its norms fused into the next linears, so no norm module):
+  // linear_qkv keeps the norm's input and its output; the core, Q, K and V
+  // and its own keeps (none where it is recomputed, which Megatron-Core
+  // then runs outside the group); linear_proj its input.
+  const std::size_t core_first = pre.size(), core_end = pre.size() + core.forward.size();
+  add_offload_group(l, shape, sim::kOffloadQkvLinear, 0, core_first, {{tn, e * tn}, {tn, shape.saved_gemm_input(tn)}});
+  if ((shape.recompute_modules & sim::kRecomputeCoreAttn) == 0 || !core.recomputable) {
+    const std::int64_t qe = th / tp;
+    add_offload_group(l, shape, sim::kOffloadCoreAttn, core_first, core_end,
+                      {{qe, e * qe}, {qe, e * qe}, {qe, e * qe}, {core.saved / e, core.saved}});
+  } else {
+    l.offload_described = static_cast<std::uint16_t>(l.offload_described | sim::kOffloadCoreAttn);
+  }
+  add_offload_group(l, shape, sim::kOffloadAttnProj, core_end, core_end + 1, {{th / tp, shape.saved_gemm_input(th / tp)}});
   l.output_bytes = e * tn;
   // Attention and MLP: one column/row pair each, forward and backward.
   l.tp_forward = tp_pairs(shape, e * th, 2);
@@ -569,6 +584,22 @@ void split_for_tp_overlap(sim::Layer& l, const sim::WorkloadShape& shape) {
   apply(l.backward, false);
   apply(l.attention_core, true);
   apply(l.op_recompute, true);
+}
+
+void add_offload_group(sim::Layer& l, const sim::WorkloadShape& shape, std::uint16_t module, std::size_t first, std::size_t end,
+                       std::vector<sim::SavedTensor> tensors) {
+  l.offload_described = static_cast<std::uint16_t>(l.offload_described | module);
+  if ((shape.offload_modules & module) == 0) return;
+  std::erase_if(tensors, [](const sim::SavedTensor& t) { return t.bytes <= 0 || t.elements <= 0; });
+  l.offload_groups.push_back({module, first, end, std::move(tensors)});
+  // Groups in the order the forward runs them (their last kernels').
+  std::stable_sort(l.offload_groups.begin(), l.offload_groups.end(),
+                   [](const sim::OffloadGroup& a, const sim::OffloadGroup& b) { return a.end < b.end; });
+}
+
+std::size_t kernel_index(const sim::Layer& l, const std::string& name) {
+  const auto it = std::find_if(l.forward.begin(), l.forward.end(), [&](const sim::Kernel& k) { return k.name == name; });
+  return static_cast<std::size_t>(it - l.forward.begin());
 }
 
 void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const AttentionCore& core,

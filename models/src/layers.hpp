@@ -117,6 +117,13 @@ struct AttentionCore {
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
                              bool causal, bool dropout, std::int64_t window = 0, bool fp32_softmax = false,
                              std::int64_t dv = 0, bool softcap = false, bool sinks = false, std::int64_t chunk = 0);
+/// Note [Offload modules] (model.hpp): marks `module` as one `l` has and,
+/// where `shape` asks for it, adds its group: the forward kernels [first,
+/// end) and what autograd saves inside it (empty tensors dropped).
+void add_offload_group(sim::Layer& l, const sim::WorkloadShape& shape, std::uint16_t module, std::size_t first, std::size_t end,
+                       std::vector<sim::SavedTensor> tensors);
+/// The index of the first forward kernel of `l` named `name` (its forward's size if none).
+std::size_t kernel_index(const sim::Layer& l, const std::string& name);
 /// A layer's kernels: `pre`, the attention core, then `post`; backward in
 /// reverse (the core's own backward in its place); the core's recompute
 /// kernels and context-parallel exchange.

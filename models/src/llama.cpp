@@ -1088,6 +1088,13 @@ class Llama final : public ZooModel {
     l.attention_core = block.attention_core;
     l.recompute_described = block.recompute_described;
     l.recompute_ep = block.recompute_ep;
+    // Note [Offload modules]: the block's groups, past the kernels before it.
+    l.offload_described = block.offload_described;
+    l.offload_groups = block.offload_groups;
+    for (sim::OffloadGroup& g : l.offload_groups) {
+      g.first += 1 + pre.size();
+      g.end += 1 + pre.size();
+    }
     return l;
   }
 
@@ -1391,6 +1398,12 @@ class Llama final : public ZooModel {
     // attention] in models/torch/src/torch_layers.cpp): no scores kept.
     const bool blockwise = shape.flash_attention || (shape.cp > 1 && !shape.cp_all_gather);
     std::int64_t o_in = 0;  // o_proj's input width on this rank
+    // Note [Offload modules]: what the attention's qkv_linear and core_attn
+    // groups save, where Megatron-Core wraps them (its self-attention and
+    // multi-latent attention; not Mamba's or Gated DeltaNet's mixers, nor
+    // DeepSeek Sparse Attention's absorbed core).
+    std::vector<sim::SavedTensor> qkv_saved, core_saved;
+    bool attention_groups = false;
     if (!has_mixer) {
       // Note [Mamba-2]: an MLP layer of a hybrid pattern.
     } else if (mamba) {
@@ -1580,6 +1593,23 @@ class Llama final : public ZooModel {
       attention += e * t * al * (2 * qk + v) + shape.saved_gemm_input(t * al * v) + core.saved;
       if (blockwise) attention += e * t * al * v;  // O, kept by the fused kernel
       o_in = al * v;
+      // get_query_key_value_tensors: the down-projections' input, each
+      // latent's norm and up-projection input, or under mla_up_proj only the
+      // latents its checkpoint keeps (and Q, K, V, rebuilt, are not kept).
+      attention_groups = true;
+      const bool up_rerun = (shape.recompute_modules & sim::kRecomputeMlaUpProj) != 0;
+      qkv_saved = {{tn, shape.saved_gemm_input(tn)}};
+      for (const std::int64_t r : {c_.q_lora_rank, kvr}) {
+        if (r == 0) continue;
+        if (up_rerun) {
+          qkv_saved.push_back({t * r, e * t * r});
+        } else {
+          qkv_saved.insert(qkv_saved.end(), {{t * r, norm_kept(t * r, t) - 4 * t}, {t, 4 * t}, {t * r, shape.saved_gemm_input(t * r)}});
+        }
+      }
+      if (!up_rerun) core_saved = {{t * al * qk, e * t * al * qk}, {t * al * qk, e * t * al * qk}, {t * al * v, e * t * al * v}};
+      if (blockwise) core_saved.push_back({t * al * v, e * t * al * v});
+      core_saved.push_back({core.saved / e, core.saved});
     } else if (has_mixer && !mamba && !gdn) {
       const std::int64_t kvl = c_.kv_heads / tp;
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
@@ -1617,6 +1647,16 @@ class Llama final : public ZooModel {
       attention += e * q + (local_kv ? 2 * e * kv : 0) + shape.saved_gemm_input(q) + core.saved;
       if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
       if (c_.qk_norm) attention += (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
+      // linear_qkv (Transformer Engine's, the input norm fused into it):
+      // the norm's input, rsigma and output, and the q and k norms
+      // get_query_key_value_tensors runs; the core's Q, K, V, O and keeps.
+      attention_groups = true;
+      qkv_saved = {{tn, block_norm_kept - 4 * (tn / h)}, {tn / h, 4 * (tn / h)}, {tn, shape.saved_gemm_input(tn)}};
+      if (c_.qk_norm) qkv_saved.push_back({q + kv, (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv)});
+      core_saved = {{q, e * q}};
+      if (local_kv) core_saved.insert(core_saved.end(), {{kv, e * kv}, {kv, e * kv}});
+      if (blockwise) core_saved.push_back({q, e * q});
+      core_saved.push_back({core.saved / e, core.saved});
       if (c_.attn_output_gate) {
         // Note [Gated DeltaNet]: output times sigmoid(gate), a sigmoid and
         // a product, keeping the output (o_proj's input before) and the
@@ -1714,6 +1754,8 @@ class Llama final : public ZooModel {
     };
     inner(sim::kRecomputeMoeAct, moe_parts.act, moe_parts.act_kernels);
     inner(sim::kRecomputeSharedExperts, moe_parts.shared, moe_parts.shared_kernels);
+    offload_groups(l, shape, pre.size(), core, piece, mla() && megatron_norms && has_mixer, block_norm_kept, tn, attention_groups,
+                   std::move(qkv_saved), std::move(core_saved), o_in * t, moe && has_mlp && megatron_norms, moe_parts);
     if (op_described) {
       // Note [Op-level recompute]: at tp 1, q and kv elements as above.
       const std::int64_t kvl = c_.kv_heads, fl = c_.intermediate;
@@ -2011,7 +2053,66 @@ class Llama final : public ZooModel {
     std::vector<sim::Kernel> act_kernels;
     Bytes shared = 0;
     std::vector<sim::Kernel> shared_kernels;
+    /// The rows the routed experts see, their input width and each
+    /// expert's intermediate width on this rank (0 for HF's dense experts):
+    /// Note [Offload modules]'s expert groups.
+    std::int64_t rows = 0, width = 0, fe = 0;
   };
+
+  /// Note [Offload modules]: the groups of Megatron-Core's fine-grained
+  /// activation offloading a block has, over its forward kernels (`pre`
+  /// of them before the core): the attention's input norm where it is a
+  /// module of its own (`attn_norm`, multi-latent attention's), qkv_linear
+  /// and core_attn as the attention described them (`qkv_saved`,
+  /// `core_saved`; none where the core is recomputed, which Megatron-Core
+  /// runs outside the group), linear_proj's input (`o_elements`), the MoE
+  /// layer's norm (`mlp_norm`) and the routed experts' fc1 input, their
+  /// activation's keeps (under moe_act recompute the fc1 output its
+  /// checkpoint keeps) and the fused grouped MLP's whole (TE's op fuser:
+  /// fc1's input, its output, fc2's input unless moe_act is rerun, the
+  /// probabilities). The moe_act group commits after fc2 (experts.py), so
+  /// it spans fc2's kernel too.
+  void offload_groups(sim::Layer& l, const sim::WorkloadShape& shape, std::size_t pre, const AttentionCore& core, Part piece,
+                      bool attn_norm, Bytes block_norm_kept, std::int64_t tn, bool attention_groups,
+                      std::vector<sim::SavedTensor> qkv_saved, std::vector<sim::SavedTensor> core_saved, std::int64_t o_elements,
+                      bool mlp_norm, const MoeParts& moe) const {
+    const int e = shape.act_bytes;
+    const std::int64_t rows = tn / c_.hidden;
+    const bool layernorm_rerun = (shape.recompute_modules & sim::kRecomputeLayernorm) != 0;
+    // A norm module's input and rsigma, or under layernorm recompute its input alone.
+    const std::vector<sim::SavedTensor> norm_saved =
+        layernorm_rerun ? std::vector<sim::SavedTensor>{{tn, e * tn}}
+                        : std::vector<sim::SavedTensor>{{tn, block_norm_kept - 4 * rows}, {rows, 4 * rows}};
+    const std::size_t core_first = pre, core_end = pre + core.forward.size();
+    if (attn_norm) add_offload_group(l, shape, sim::kOffloadAttnNorm, 0, 1, norm_saved);
+    if (attention_groups && piece != Part::kMlp) {
+      add_offload_group(l, shape, sim::kOffloadQkvLinear, attn_norm ? 1 : 0, core_first, std::move(qkv_saved));
+      if ((shape.recompute_modules & sim::kRecomputeCoreAttn) != 0 && core.recomputable) {
+        l.offload_described = static_cast<std::uint16_t>(l.offload_described | sim::kOffloadCoreAttn);
+      } else {
+        add_offload_group(l, shape, sim::kOffloadCoreAttn, core_first, core_end, std::move(core_saved));
+      }
+      const std::size_t proj = kernel_index(l, "attn.o_proj");
+      add_offload_group(l, shape, sim::kOffloadAttnProj, proj, proj + 1, {{o_elements, shape.saved_gemm_input(o_elements)}});
+    }
+    if (mlp_norm) {
+      const std::size_t router = kernel_index(l, "moe.router");
+      add_offload_group(l, shape, sim::kOffloadMlpNorm, router - 1, router, norm_saved);
+    }
+    if (moe.rows == 0) return;
+    const std::int64_t n = moe.rows * moe.fe, fc1_out = up_width() * n;
+    const std::size_t up = kernel_index(l, c_.squared_relu ? "moe.experts.up" : "moe.experts.gate_up");
+    const std::size_t down = kernel_index(l, "moe.experts.down");
+    const bool act_rerun = (shape.recompute_modules & sim::kRecomputeMoeAct) != 0;
+    const sim::SavedTensor fc1_in{moe.rows * moe.width, shape.saved_gemm_input(moe.rows * moe.width)}, probs{moe.rows, 4 * moe.rows};
+    // What the activation keeps (its input among it), and fc2's input.
+    const sim::SavedTensor act = act_rerun ? sim::SavedTensor{fc1_out, e * fc1_out} : sim::SavedTensor{fc1_out, act_kept(n, shape) - shape.saved_gemm_input(n)};
+    add_offload_group(l, shape, sim::kOffloadExpertFc1, up, up + 1, {fc1_in});
+    add_offload_group(l, shape, sim::kOffloadMoeAct, up + 1, down + 1, {act, probs});
+    std::vector<sim::SavedTensor> fused = {fc1_in, act, probs};
+    if (!act_rerun) fused.push_back({n, shape.saved_gemm_input(n)});
+    add_offload_group(l, shape, sim::kOffloadFusedGroupMlp, up, down + 1, std::move(fused));
+  }
   Bytes moe_mlp(const sim::WorkloadShape& shape, sim::Layer& l, std::vector<sim::Kernel>& post,
                 std::vector<sim::LayerComm>& tp_extra, std::vector<sim::LayerComm>& tp_extra_backward, MoeParts& parts) const {
     using sim::KernelKind;
@@ -2066,6 +2167,9 @@ class Llama final : public ZooModel {
       // moe_act: all the activation keeps but fc1's output (gate and up, or up).
       parts.act = act_kept(rows * fe, shape) - up_width() * e * rows * fe;
       parts.act_kernels = {post.back()};
+      parts.rows = rows;
+      parts.width = w;
+      parts.fe = fe;
     }
     post.push_back(gemm("moe.experts.down", per_expert, w, fe, e, el));
     if (dense) {

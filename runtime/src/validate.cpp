@@ -289,6 +289,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": cpu_offloading_num_layers is not run: dtsim's runtime keeps every activation on its device "
                            "(the simulator prices Transformer Engine's offload); use cpu_offloading_num_layers: 0");
   }
+  if (s.spec.fine_grained_activation_offloading) {
+    // Note [Fine-grained offload] (sim/src/lowering/passes/fine_grained_offload.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.fine_grained_activation_offloading") +
+                           ": fine_grained_activation_offloading is not run: dtsim's runtime keeps every activation on its "
+                           "device (the simulator prices Megatron-Core's offload groups); use fine_grained_activation_offloading: false");
+  }
   if (s.spec.tp_comm_overlap) {
     // Note [Userbuffers' chunks] (models/src/layers.cpp): priced, not run.
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.tp_comm_overlap") +

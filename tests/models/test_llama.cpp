@@ -2885,3 +2885,91 @@ TEST_CASE("DeepSeek-V3.2 and GLM-5: config.json, built-ins and parameters by han
   CHECK_THAT(error_of([&] { load_model(write_json(dir, R"({"model_type": "deepseek_v32", "index_topk": 0})")); }),
              Catch::Contains("index_topk"));
 }
+
+TEST_CASE("Megatron's fine-grained offload groups hold what each module saves (Note [Offload modules])", "[llama][offload][memory]") {
+  const auto m = make_llama(mla_moe_config());
+  // bf16 (e 2), fused norms and SwiGLU, fused attention: t = 16 tokens, h 64.
+  auto w = shape(1, 16, 2);
+  w.fused_kernels = true;
+  w.flash_attention = true;
+  w.offload_modules = 0x1FF;  // every module
+  auto blocks = [&](std::uint8_t recompute) {
+    w.recompute_modules = recompute;
+    std::vector<sim::Layer> out;
+    for (const auto& l : m->layers(w)) {
+      if (l.is_block()) out.push_back(l);
+    }
+    REQUIRE(out.size() == 2);
+    return out;
+  };
+  using T = std::vector<std::pair<std::int64_t, Bytes>>;
+  auto tensors = [](const sim::Layer& l, std::uint16_t module) {
+    T out;
+    for (const auto& g : l.offload_groups) {
+      if (g.module != module) continue;
+      for (const auto& t : g.tensors) out.emplace_back(t.elements, t.bytes);
+    }
+    return out;
+  };
+  const auto none = blocks(0);
+  // Multi-latent attention's input norm is a module of its own (TENorm):
+  // its input (t h = 1,024 elements) and rsigma (16 fp32).
+  CHECK(tensors(none[1], sim::kOffloadAttnNorm) == T{{1024, 2048}, {16, 64}});
+  // qkv_linear: the down-projections' input (the norm's output), then each
+  // latent's norm (its input, rsigma) and its up-projection's input: the
+  // query latent of 32 (t x 32 = 512), the key-value latent of 16 (256).
+  CHECK(tensors(none[1], sim::kOffloadQkvLinear) ==
+        T{{1024, 2048}, {512, 1024}, {16, 64}, {512, 1024}, {256, 512}, {16, 64}, {256, 512}});
+  // core_attn: Q and K at 4 heads of 12 (768), V and O at 8 (512), and the
+  // fused kernel's own keeps (its log-sum-exp) last.
+  const T core = tensors(none[1], sim::kOffloadCoreAttn);
+  REQUIRE(core.size() == 5);
+  CHECK(T(core.begin(), core.begin() + 4) == T{{768, 1536}, {768, 1536}, {512, 1024}, {512, 1024}});
+  CHECK(tensors(none[1], sim::kOffloadAttnProj) == T{{512, 1024}});
+  // The MoE layer's norm (TENorm, the router's): as the attention's.
+  CHECK(tensors(none[1], sim::kOffloadMlpNorm) == T{{1024, 2048}, {16, 64}});
+  CHECK(tensors(none[0], sim::kOffloadMlpNorm).empty());  // fused into the dense block's fc1
+  // The routed experts see k t = 32 rows of h 64: fc1's input 2,048; its
+  // output (gate and up) 2 x 32 x 32; the probabilities, fp32; fc2's input 32 x 32.
+  CHECK(tensors(none[1], sim::kOffloadExpertFc1) == T{{2048, 4096}});
+  CHECK(tensors(none[1], sim::kOffloadMoeAct) == T{{2048, 4096}, {32, 128}});
+  CHECK(tensors(none[1], sim::kOffloadFusedGroupMlp) == T{{2048, 4096}, {2048, 4096}, {32, 128}, {1024, 2048}});
+  CHECK(none[0].offload_described == (sim::kOffloadAttnNorm | sim::kOffloadQkvLinear | sim::kOffloadCoreAttn | sim::kOffloadAttnProj));
+  CHECK(none[1].offload_described == 0xFF);  // all but gdp_qkv
+  // Groups in forward order, each over its own kernels.
+  for (const auto& l : none) {
+    for (std::size_t i = 0; i < l.offload_groups.size(); ++i) {
+      const auto& g = l.offload_groups[i];
+      CHECK(g.first < g.end);
+      CHECK(g.end <= l.forward.size());
+      if (i > 0) CHECK(l.offload_groups[i - 1].end <= g.end);
+    }
+  }
+  // The groups that do not overlap hold no more than the block keeps.
+  Bytes disjoint = 0;
+  for (const auto& g : none[1].offload_groups) {
+    if (g.module == sim::kOffloadExpertFc1 || g.module == sim::kOffloadMoeAct) continue;  // inside fused_group_mlp
+    for (const auto& t : g.tensors) disjoint += t.bytes;
+  }
+  CHECK(disjoint <= none[1].saved_bytes);
+
+  // Under mla_up_proj the up-projections' checkpoint keeps the latents
+  // alone, and Q, K, V are rebuilt, not kept; under moe_act the
+  // activation's checkpoint keeps fc1's output, and fc2's input goes.
+  const auto rerun = blocks(sim::kRecomputeMlaUpProj | sim::kRecomputeMoeAct);
+  CHECK(tensors(rerun[1], sim::kOffloadQkvLinear) == T{{1024, 2048}, {512, 1024}, {256, 512}});
+  const T rerun_core = tensors(rerun[1], sim::kOffloadCoreAttn);
+  REQUIRE(rerun_core.size() == 2);
+  CHECK(rerun_core[0] == std::pair<std::int64_t, Bytes>{512, 1024});
+  CHECK(tensors(rerun[1], sim::kOffloadMoeAct) == T{{2048, 4096}, {32, 128}});
+  CHECK(tensors(rerun[1], sim::kOffloadFusedGroupMlp) == T{{2048, 4096}, {2048, 4096}, {32, 128}});
+  // A recomputed core runs outside its group (Megatron-Core's checkpointed
+  // attention): none, though the model has it.
+  w.flash_attention = false;
+  const auto eager = blocks(sim::kRecomputeCoreAttn);
+  CHECK(tensors(eager[1], sim::kOffloadCoreAttn).empty());
+  CHECK((eager[1].offload_described & sim::kOffloadCoreAttn) != 0);
+  // Nothing asked, no groups.
+  w.offload_modules = 0;
+  CHECK(blocks(0)[1].offload_groups.empty());
+}

@@ -1055,6 +1055,12 @@ TEST_CASE("validate refuses op-level recompute and fp8 in one line, naming the o
   CHECK(offload.status == 2);
   CHECK(std::count(offload.err.begin(), offload.err.end(), '\n') == 1);
   CHECK(offload.err.find("--set plan.cpu_offloading_num_layers: cpu_offloading_num_layers is not run") != std::string::npos);
+  // Note [Fine-grained offload]: Megatron-Core's offload groups are priced, not run.
+  const Run fine = validate("--model llama-tiny --plan ddp --procs 2 --set plan.fine_grained_activation_offloading=true "
+                             "--set plan.offload_modules=core_attn");
+  CHECK(fine.status == 2);
+  CHECK(std::count(fine.err.begin(), fine.err.end(), '\n') == 1);
+  CHECK(fine.err.find("--set plan.fine_grained_activation_offloading: fine_grained_activation_offloading is not run") != std::string::npos);
   // Note [Userbuffers' chunks]: Transformer Engine's overlap is priced, not run.
   const Run ub = validate("--model llama-tiny --plan megatron-tp --procs 2 --set plan.sequence_parallel=true --set plan.tp_comm_overlap=true");
   CHECK(ub.status == 2);

@@ -292,6 +292,25 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
   p.deallocate_pipeline_outputs = c.get_bool("deallocate_pipeline_outputs", false);
   p.cpu_offloading_num_layers = static_cast<int>(c.get_int("cpu_offloading_num_layers", 0, 0, 1 << 20));
+  p.fine_grained_activation_offloading = c.get_bool("fine_grained_activation_offloading", false);
+  if (c.has("offload_modules")) {
+    // Megatron-Core's --offload-modules (Note [Offload modules] in
+    // model.hpp): its names, a list or one string.
+    for (const std::string& w : c.get_word_list("offload_modules")) {
+      const std::uint16_t bit = offload_module_of(w);
+      if (bit == 0) {
+        const std::string hint = did_you_mean(w, offload_module_names());
+        c.fail("offload_modules", "'" + w + "' is not one of Megatron-Core's offload modules" +
+                                      (hint.empty() ? "" : " (did you mean '" + hint + "'?)") + "; valid: " + offload_modules_string(0x1FF));
+      }
+      p.offload_modules = static_cast<std::uint16_t>(p.offload_modules | bit);
+    }
+  }
+  p.min_offloaded_tensor_size = c.get_int("min_offloaded_tensor_size", 1024 * 1024, 0, std::int64_t{1} << 50);
+  p.activation_offload_fraction = c.get_double("activation_offload_fraction", 1.0, 0.0, 1.0);
+  p.delta_offload_bytes_across_pp_ranks = c.get_int("delta_offload_bytes_across_pp_ranks", 0, 0, std::int64_t{1} << 60);
+  // null (None): no cap, as TransformerConfig's default.
+  p.fine_grained_offloading_max_inflight_offloads = static_cast<int>(c.get_int("fine_grained_offloading_max_inflight_offloads", -1, 0, 1 << 20));
   p.first_last_layers_bf16 = c.get_bool("first_last_layers_bf16", false);
   p.num_layers_at_start_in_bf16 = static_cast<int>(c.get_int("num_layers_at_start_in_bf16", 1, 0, 1 << 20));
   p.num_layers_at_end_in_bf16 = static_cast<int>(c.get_int("num_layers_at_end_in_bf16", 1, 0, 1 << 20));

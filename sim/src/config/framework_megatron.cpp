@@ -249,7 +249,10 @@ const std::map<std::string, Kind>& known_flags() {
       {"moe-shared-expert-gate", Kind::kBool}, {"apply-layernorm-1p", Kind::kBool},
       {"dsa-indexer-n-heads", Kind::kInt}, {"dsa-indexer-head-dim", Kind::kInt}, {"dsa-indexer-topk", Kind::kInt},
       {"dsa-indexer-topk-freq", Kind::kInt}, {"dsa-indexer-skip-topk-offset", Kind::kInt}, {"dsa-indexer-loss-coeff", Kind::kFloat},
-      {"dsa-indexer-use-sparse-loss", Kind::kBool}, {"dsa-kernel-backend", Kind::kString}};
+      {"dsa-indexer-use-sparse-loss", Kind::kBool}, {"dsa-kernel-backend", Kind::kString},
+      {"fine-grained-activation-offloading", Kind::kBool}, {"offload-modules", Kind::kWords},
+      {"min-offloaded-tensor-size", Kind::kInt}, {"activation-offload-fraction", Kind::kFloat},
+      {"delta-offload-bytes-across-pp-ranks", Kind::kInt}, {"fine-grained-offloading-max-inflight-offloads", Kind::kInt}};
   return flags;
 }
 
@@ -662,6 +665,34 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   if (has("cpu-offloading-num-layers")) {
     const std::int64_t n = num("cpu-offloading-num-layers", 0);
     if (n > 0) out.plan("cpu_offloading_num_layers", std::to_string(n), at("cpu-offloading-num-layers"));
+  }
+
+  // Fine-grained activation offloading (Note [Fine-grained offload] in
+  // sim/src/lowering/passes/fine_grained_offload.cpp): TransformerConfig's
+  // fields as ArgumentGroupFactory makes flags of them; the modules and
+  // knobs are read only where the switch is on, as Megatron-Core reads them.
+  if (has("fine-grained-activation-offloading")) {
+    out.plan("fine_grained_activation_offloading", "true", at("fine-grained-activation-offloading"));
+    if (has("offload-modules")) out.plan("offload_modules", "[" + text("offload-modules", "") + "]", at("offload-modules"));
+    if (has("min-offloaded-tensor-size")) {
+      out.plan("min_offloaded_tensor_size", std::to_string(num("min-offloaded-tensor-size", 0)), at("min-offloaded-tensor-size"));
+    }
+    if (has("activation-offload-fraction")) {
+      out.plan("activation_offload_fraction", text("activation-offload-fraction", "1"), at("activation-offload-fraction"));
+    }
+    if (has("delta-offload-bytes-across-pp-ranks")) {
+      out.plan("delta_offload_bytes_across_pp_ranks", std::to_string(num("delta-offload-bytes-across-pp-ranks", 0)),
+               at("delta-offload-bytes-across-pp-ranks"));
+    }
+    if (has("fine-grained-offloading-max-inflight-offloads")) {
+      out.plan("fine_grained_offloading_max_inflight_offloads", std::to_string(num("fine-grained-offloading-max-inflight-offloads", 0)),
+               at("fine-grained-offloading-max-inflight-offloads"));
+    }
+  } else {
+    for (const char* n : {"offload-modules", "min-offloaded-tensor-size", "activation-offload-fraction", "delta-offload-bytes-across-pp-ranks",
+                          "fine-grained-offloading-max-inflight-offloads"}) {
+      if (has(n)) note(n, "read only with " + flag("fine-grained-activation-offloading"));
+    }
   }
 
   // Batch: global = micro x accumulation x dp (Megatron's num_microbatches).

@@ -146,21 +146,42 @@ const std::vector<std::string>& recompute_module_names() {
   return names;
 }
 
-std::string recompute_modules_string(std::uint8_t modules) {
+namespace {
+// A mask of module bits as their names, and back (Megatron-Core's
+// recompute_modules and offload_modules).
+std::string mask_names(const std::vector<std::string>& names, unsigned mask) {
   std::string out;
-  const auto& names = recompute_module_names();
   for (std::size_t i = 0; i < names.size(); ++i) {
-    if ((modules & (1U << i)) == 0) continue;
+    if ((mask & (1U << i)) == 0) continue;
     if (!out.empty()) out += ", ";
     out += names[i];
   }
   return out;
 }
+unsigned bit_of(const std::vector<std::string>& names, const std::string& name) {
+  const auto it = std::find(names.begin(), names.end(), name);
+  return it == names.end() ? 0 : 1U << (it - names.begin());
+}
+}  // namespace
+
+std::string recompute_modules_string(std::uint8_t modules) { return mask_names(recompute_module_names(), modules); }
 
 std::uint8_t recompute_module_of(const std::string& name) {
-  const auto& names = recompute_module_names();
-  const auto it = std::find(names.begin(), names.end(), name);
-  return it == names.end() ? 0 : static_cast<std::uint8_t>(1U << (it - names.begin()));
+  return static_cast<std::uint8_t>(bit_of(recompute_module_names(), name));
+}
+
+const std::vector<std::string>& offload_module_names() {
+  // Megatron-Core's names (TransformerConfig.offload_modules), in the order
+  // of OffloadModule's bits.
+  static const std::vector<std::string> names = {"attn_norm", "qkv_linear", "core_attn",        "attn_proj", "mlp_norm",
+                                                 "expert_fc1", "moe_act",   "fused_group_mlp", "gdp_qkv"};
+  return names;
+}
+
+std::string offload_modules_string(std::uint16_t modules) { return mask_names(offload_module_names(), modules); }
+
+std::uint16_t offload_module_of(const std::string& name) {
+  return static_cast<std::uint16_t>(bit_of(offload_module_names(), name));
 }
 
 Flops Layer::forward_flops() const {

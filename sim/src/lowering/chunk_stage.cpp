@@ -43,6 +43,7 @@
 #include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "lowering/chunk_context.hpp"
+#include "lowering/fine_grained_offload.hpp"
 #include "lowering/lowering_common.hpp"
 
 namespace dtsim::sim {
@@ -78,13 +79,19 @@ class ChunkStage final : public detail::StageEmitter {
     passes_.add(detail::sequence_parallel_pass(c));  // after the reductions, before the step
     passes_.add(detail::pipeline_pass(c));
     passes_.add(detail::recompute_pass(c));
+    {
+      // Note [Fine-grained offload]: a chunk a model chunk.
+      detail::OffloadUnits units{c.priced.layers, c.priced.forward, c.priced.backward, {}, false};
+      for (const detail::Chunk& ch : c.chunks) units.units.emplace_back(ch.first, ch.count);
+      passes_.add(detail::fine_grained_offload_pass(c, units));
+    }
     passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::expert_parallel_pass(c));
     passes_.add(detail::sync_batch_norm_pass(c));
     passes_.add(detail::tensor_parallel_pass(c));
   }
 
-  void begin_stage(int, const std::vector<PipeStep>& order) override {
+  void begin_stage(int s, const std::vector<PipeStep>& order) override {
     const auto v = static_cast<std::size_t>(ctx_.plan.virtual_stages);
     grads_.assign(v, false);
     final_b_.assign(v, 0);  // each chunk's last backward
@@ -94,6 +101,7 @@ class ChunkStage final : public detail::StageEmitter {
     ctx_.reductions.clear();
     last_ = -1;
     last_forward_ = false;
+    passes_.begin_stage(s, order);
   }
 
   void step(int s, std::size_t j, const PipeStep& st) override {
@@ -315,6 +323,8 @@ class ChunkStage final : public detail::StageEmitter {
     // Note [Expert-parallel overlap] (layer_stage.cpp): the all-to-alls' own stream.
     std::vector<Stream> streams = {Stream::kCompute, Stream::kGradComm, Stream::kSendFwd, Stream::kSendBwd};
     if (overlap_) streams.push_back(Stream::kEpComm);
+    // Note [Fine-grained offload]: the copies down and up.
+    if (c.plan.offload_modules != 0) streams.insert(streams.end(), {Stream::kD2H, Stream::kH2D});
     for (int s = 0; s < c.plan.pp; ++s) {
       SimRank r;
       r.rank = c.plan.mesh.with_coord(0, Axis::kPp, s);

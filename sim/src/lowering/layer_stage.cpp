@@ -17,6 +17,7 @@
 #include "dtsim/sim/buckets.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/partition.hpp"
+#include "lowering/fine_grained_offload.hpp"
 #include "lowering/layer_context.hpp"
 #include "lowering/lowering_common.hpp"
 
@@ -83,13 +84,19 @@ class LayerStage final : public detail::StageEmitter {
     // Its copies follow the block's forward, tensor-parallel collectives
     // included (Note [Activation offload]).
     passes_.add(detail::activation_offload_pass(c));
+    {
+      // Note [Fine-grained offload]: one model chunk, a layer a unit.
+      detail::OffloadUnits units{c.layers, c.fwd_time, c.bwd_time, {}, true};
+      for (std::size_t l = 0; l < c.layers.size(); ++l) units.units.emplace_back(l, 1);
+      passes_.add(detail::fine_grained_offload_pass(c, units));
+    }
     passes_.add(detail::context_parallel_pass(c));
     passes_.add(detail::expert_parallel_pass(c));
     passes_.add(detail::sync_batch_norm_pass(c));
     passes_.add(detail::tensor_parallel_pass(c));
   }
 
-  void begin_stage(int, const std::vector<PipeStep>&) override {}
+  void begin_stage(int s, const std::vector<PipeStep>& order) override { passes_.begin_stage(s, order); }
   void step(int, std::size_t, const PipeStep& st) override {
     // One stage, one chunk: forward and backward of each micro-batch in turn.
     const std::int64_t m = st.micro, last = ctx_.plan.grad_accum - 1;

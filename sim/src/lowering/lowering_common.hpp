@@ -71,6 +71,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.fused_kernels = p.kernels == Kernels::kFused;
   shape.dp_step = p.dp * p.cp > 1;
   shape.recompute_modules = effective_recompute_modules(p.recompute == Recompute::kSelective, p.recompute_modules);
+  shape.offload_modules = p.offload_modules;
   shape.tp_comm_overlap = p.tp_comm_overlap && p.tp > 1 && p.sequence_parallel;
   shape.tp_overlap_cfg = shape.tp_comm_overlap ? p.tp_comm_overlap_cfg : TpOverlapCfg::kRing;
   return shape;

@@ -190,6 +190,8 @@ struct StageContext {
 class StrategyPass {
  public:
   virtual ~StrategyPass() = default;
+  /// Stage `stage` is about to be emitted, its steps in `order`.
+  virtual void begin_stage(int /*stage*/, const std::vector<PipeStep>& /*order*/) {}
   virtual void before_forward(const At&, TaskDeps& /*deps*/) {}
   virtual void forward_memory(const At&, MemOps& /*on_start*/, MemOps& /*on_end*/) {}
   /// Returns the unit's forward exit: `last`, or a task this pass adds after it.
@@ -242,6 +244,9 @@ class PassList {
   PassList& operator=(const PassList&) = delete;
   void add(std::unique_ptr<StrategyPass> p) {
     if (p) list_.push_back(std::move(p));
+  }
+  void begin_stage(int stage, const std::vector<PipeStep>& order) {
+    for (auto& p : list_) p->begin_stage(stage, order);
   }
   void before_forward(const At& at, TaskDeps& deps) {
     for (auto& p : list_) p->before_forward(at, deps);

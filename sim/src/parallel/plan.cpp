@@ -45,6 +45,67 @@ bool contains(const std::vector<T>& v, T x) {
   return std::find(v.begin(), v.end(), x) != v.end();
 }
 
+/// Note [Fine-grained offload] (lowering/passes/fine_grained_offload.cpp):
+/// Megatron-Core's checks of fine_grained_activation_offloading
+/// (TransformerConfig.__post_init__), in its words, and where dtsim does not
+/// model it. Sets r's offload fields where the plan may offload.
+void resolve_fine_grained_offload(const PlanSpec& s, ResolvedPlan& r, const PlanRules& rules, const ClusterSpec& cluster, Problems& bad) {
+  const std::uint16_t m = s.offload_modules;
+  if (!s.fine_grained_activation_offloading) {
+    if (m != 0) {
+      bad.add("offload_modules", offload_modules_string(m) + " is read only with fine_grained_activation_offloading: true (as "
+                                 "Megatron-Core reads it); set that, or remove offload_modules");
+    }
+    return;
+  }
+  const std::uint16_t described = rules.offload_modules_described();
+  const std::string valid = "; valid for " + rules.model_name() + ": " + (described == 0 ? "none" : offload_modules_string(described));
+  const std::uint16_t moe_parts = kOffloadExpertFc1 | kOffloadMoeAct | kOffloadFusedGroupMlp;
+  if (m == 0) {
+    bad.add("fine_grained_activation_offloading", "true needs offload_modules (Megatron-Core asserts a non-empty list)" + valid);
+  } else if (s.cpu_offloading_num_layers > 0) {
+    bad.add("fine_grained_activation_offloading", "true with cpu_offloading_num_layers " + std::to_string(s.cpu_offloading_num_layers) +
+                                                      ": Megatron-Core asserts \"fine_grained_activation_offloading cannot be enabled "
+                                                      "with cpu_offloading\"; drop one");
+  } else if ((m & kOffloadAttnProj) != 0 && (m & kOffloadCoreAttn) == 0) {
+    bad.add("offload_modules", "attn_proj without core_attn: Megatron-Core raises (\"the input of attn_proj is the output of core_attn, "
+                               "which is needed in core_attn.backward()\"); add core_attn");
+  } else if ((m & kOffloadFusedGroupMlp) != 0 && (m & (kOffloadExpertFc1 | kOffloadMoeAct)) != 0) {
+    bad.add("offload_modules", "fused_group_mlp with " + offload_modules_string(m & (kOffloadExpertFc1 | kOffloadMoeAct)) +
+                                   ": Megatron-Core raises (the fused grouped MLP is offloaded whole); drop one");
+  } else if ((m & moe_parts) != 0 && r.recompute == Recompute::kSelective && (r.recompute_modules & kRecomputeMoe) != 0) {
+    bad.add("offload_modules", offload_modules_string(m & moe_parts) + " with recompute_modules moe: Megatron-Core asserts (the whole "
+                                   "MoE layer is rerun, nothing inside it is kept to offload); drop one");
+  } else if ((m & ~described) != 0) {
+    const std::uint16_t missing = m & static_cast<std::uint16_t>(~described);
+    bad.add("offload_modules", offload_modules_string(missing) + ": " + rules.model_name() + " has no such module" +
+                                   ((missing & moe_parts) != 0 ? " (the expert modules need a mixture-of-experts model)" : "") +
+                                   ((missing & (kOffloadAttnNorm | kOffloadMlpNorm)) != 0
+                                        ? " (a norm is its own module only where Transformer Engine does not fuse it into the "
+                                          "next linear: multi-latent attention's, a MoE layer's)"
+                                        : "") +
+                                   valid);
+  } else if (r.recompute == Recompute::kFull) {
+    bad.add("fine_grained_activation_offloading", "true with recompute full: a rerun block keeps only its input, which dtsim does "
+                                                      "not model offloading; valid with it: recompute none or selective");
+  } else if (r.schedule == Schedule::kZbH1) {
+    bad.add("fine_grained_activation_offloading", "true with schedule zb-h1: Megatron-Core has no zero-bubble schedule, and what its "
+                                                      "weight passes read back is not modelled; valid with it: 1f1b, interleaved, gpipe");
+  } else if (r.zero3_modules()) {
+    bad.add("fine_grained_activation_offloading", "true with DeepSpeed's ZeRO-3, which gathers module by module: Megatron-Core offloads "
+                                                      "under its own data parallelism or Megatron-FSDP; use fsdp: full_shard, or false here");
+  } else if (cluster.device.gloo_collectives) {
+    bad.add("fine_grained_activation_offloading", "true on " + cluster.device.name + ": a CPU's activations are in host memory already; "
+                                                      "valid: false");
+  } else {
+    r.offload_modules = m;
+    r.min_offloaded_tensor_size = s.min_offloaded_tensor_size;
+    r.activation_offload_fraction = s.activation_offload_fraction;
+    r.delta_offload_bytes_across_pp_ranks = s.delta_offload_bytes_across_pp_ranks;
+    r.fine_grained_offloading_max_inflight_offloads = s.fine_grained_offloading_max_inflight_offloads;
+  }
+}
+
 }  // namespace
 
 const char* to_string(PipelineSplit s) { return s == PipelineSplit::kMegatron ? "megatron" : "cost"; }
@@ -972,6 +1033,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                                " (Megatron-Core offloads only layers less than num_layers)");
     }
   }
+  // Note [Fine-grained offload] (lowering/passes/fine_grained_offload.cpp):
+  // TransformerConfig.__post_init__'s checks, in its words, and what dtsim
+  // does not model.
+  resolve_fine_grained_offload(s, r, rules, cluster, bad);
   // Note [BF16 layers] (core/model.cpp): TransformerConfig's checks, in its
   // words; in bf16 or fp16 every layer is so already (as in Megatron-Core,
   // the flag then changes nothing).

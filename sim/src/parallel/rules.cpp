@@ -248,6 +248,15 @@ std::uint8_t PlanRules::recompute_modules_described() const {
   return *modules_described_;
 }
 
+std::uint16_t PlanRules::offload_modules_described() const {
+  if (!offload_described_) {
+    std::uint16_t m = 0;
+    for (const Layer& l : model_.shared_layers(WorkloadShape{})) m = static_cast<std::uint16_t>(m | l.offload_described);
+    offload_described_ = m;
+  }
+  return *offload_described_;
+}
+
 std::string PlanRules::model_name() const { return model_.name(); }
 
 std::vector<bool> PlanRules::sequence_parallel_values(int tp, int cp, std::int64_t seq_len) const {

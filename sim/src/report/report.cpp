@@ -78,6 +78,18 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.recompute_blocks > 0) os << " (block, the first " << p.recompute_blocks << " blocks of each chunk)";
   if (p.recompute_group > 1) os << " (uniform, groups of " << p.recompute_group << " blocks)";
   if (p.cpu_offloading_num_layers > 0) os << " cpu_offloading_num_layers=" << p.cpu_offloading_num_layers;
+  if (p.offload_modules != 0) {
+    // Note [Fine-grained offload]: the modules, and the knobs off their defaults.
+    std::string mods = offload_modules_string(p.offload_modules);
+    mods.erase(std::remove(mods.begin(), mods.end(), ' '), mods.end());
+    os << " offload_modules=" << mods;
+    if (p.min_offloaded_tensor_size != 1024 * 1024) os << " min_offloaded_tensor_size=" << p.min_offloaded_tensor_size;
+    if (p.activation_offload_fraction != 1.0) os << " activation_offload_fraction=" << p.activation_offload_fraction;
+    if (p.delta_offload_bytes_across_pp_ranks > 0) os << " delta_offload_bytes_across_pp_ranks=" << p.delta_offload_bytes_across_pp_ranks;
+    if (p.fine_grained_offloading_max_inflight_offloads >= 0) {
+      os << " fine_grained_offloading_max_inflight_offloads=" << p.fine_grained_offloading_max_inflight_offloads;
+    }
+  }
   if (p.bf16_layers_start + p.bf16_layers_end > 0) os << " bf16_layers=" << p.bf16_layers_start << "+" << p.bf16_layers_end;
   if (p.outer_optim) os << " outer_dp_sharding_strategy=optim";
   if (p.partition_activations) os << " partition_activations";
@@ -138,6 +150,16 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.end_array();
   j.field("recompute_blocks", p.recompute_blocks).field("recompute_group", p.recompute_group);
   j.field("cpu_offloading_num_layers", p.cpu_offloading_num_layers);
+  // Note [Fine-grained offload]: the modules offloaded ([] where it is off) and its knobs.
+  j.key("offload_modules").begin_array();
+  for (std::size_t i = 0; i < offload_module_names().size(); ++i) {
+    if ((p.offload_modules & (1U << i)) != 0) j.value(offload_module_names()[i]);
+  }
+  j.end_array();
+  j.field("min_offloaded_tensor_size", p.min_offloaded_tensor_size);
+  j.field("activation_offload_fraction", p.activation_offload_fraction);
+  j.field("delta_offload_bytes_across_pp_ranks", p.delta_offload_bytes_across_pp_ranks);
+  j.field("fine_grained_offloading_max_inflight_offloads", p.fine_grained_offloading_max_inflight_offloads);
   j.field("bf16_layers_start", p.bf16_layers_start).field("bf16_layers_end", p.bf16_layers_end);
   j.field("outer_dp_sharding_strategy", p.outer_optim ? "optim" : "no_shard");
   j.field("partition_activations", p.partition_activations).field("cpu_checkpointing", p.cpu_checkpointing);

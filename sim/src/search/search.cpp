@@ -558,6 +558,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     // Not searched (Note [Activation offload]): its memory
                     // is not in the bound that prunes.
                     p.cpu_offloading_num_layers = 0;
+                    p.fine_grained_activation_offloading = false;  // nor fine-grained (Note [Fine-grained offload])
+                    p.offload_modules = 0;
                     p.partition_activations = false;  // nor DeepSpeed's (Note [DeepSpeed checkpoints])
                     p.cpu_checkpointing = false;
                     // The token dispatcher for this ep and etp, or the base plan's.
@@ -1002,6 +1004,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
   // Off in every candidate (enumerate_plans): said once each.
   const std::pair<const char*, std::string> not_searched[] = {
       {"cpu_offloading_num_layers", o.base.cpu_offloading_num_layers > 0 ? std::to_string(o.base.cpu_offloading_num_layers) : ""},
+      {"fine_grained_activation_offloading", o.base.fine_grained_activation_offloading ? "true" : ""},
       {"partition_activations", o.base.partition_activations ? "true" : ""},
       {"cpu_checkpointing", o.base.cpu_checkpointing ? "true" : ""}};
   for (const auto& [key, value] : not_searched) {

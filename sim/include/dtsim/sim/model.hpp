@@ -116,6 +116,49 @@ std::string recompute_modules_string(std::uint8_t modules);
 /// The bit of a module Megatron-Core names ("moe_act"); 0 for any other word.
 std::uint8_t recompute_module_of(const std::string& name);
 
+// Note [Offload modules]
+// Megatron-Core's fine-grained activation offloading (TransformerConfig.
+// fine_grained_activation_offloading, offload_modules; megatron/core/
+// pipeline_parallel/fine_grained_activation_offload.py) wraps parts of a
+// block in offload groups: what autograd saves inside a group (parameters
+// apart, and tensors of fewer than min_offloaded_tensor_size elements) is
+// copied to pinned host memory as the group ends and back before its
+// backward. A model describes, for each group its layers have, the
+// tensors saved inside it and the forward kernels it spans
+// (Layer::offload_groups); the lowering decides which groups go (Note
+// [Fine-grained offload] in sim/src/lowering/passes/fine_grained_offload.cpp).
+
+/// Megatron-Core's offload_modules, as bits of a mask.
+enum OffloadModule : std::uint16_t {
+  kOffloadAttnNorm = 1,         ///< "attn_norm": the attention's input norm, where it is a module of its own
+  kOffloadQkvLinear = 2,        ///< "qkv_linear": the QKV projection (its fused norm with it)
+  kOffloadCoreAttn = 4,         ///< "core_attn": the attention core
+  kOffloadAttnProj = 8,         ///< "attn_proj": the output projection
+  kOffloadMlpNorm = 16,         ///< "mlp_norm": the MLP's input norm, where it is a module of its own
+  kOffloadExpertFc1 = 32,       ///< "expert_fc1": the routed experts' first GEMM
+  kOffloadMoeAct = 64,          ///< "moe_act": the routed experts' activation
+  kOffloadFusedGroupMlp = 128,  ///< "fused_group_mlp": the routed experts' fused MLP
+  kOffloadGdpQkv = 256,         ///< "gdp_qkv": a GatedDeltaProduct mixer's convolution and QKV
+};
+/// Every module's name, in the bits' order ("attn_norm", "qkv_linear", ...).
+const std::vector<std::string>& offload_module_names();
+/// "core_attn, attn_proj" for a mask; "" for none.
+std::string offload_modules_string(std::uint16_t modules);
+/// The bit of a module Megatron-Core names; 0 for any other word.
+std::uint16_t offload_module_of(const std::string& name);
+
+/// A tensor autograd saves: its elements and bytes.
+struct SavedTensor {
+  std::int64_t elements = 0;
+  Bytes bytes = 0;
+};
+/// One of a layer's fine-grained offload groups (Note [Offload modules]).
+struct OffloadGroup {
+  std::uint16_t module = 0;          ///< an OffloadModule bit
+  std::size_t first = 0, end = 0;    ///< the forward kernels it spans: Layer::forward[first, end)
+  std::vector<SavedTensor> tensors;  ///< what is saved inside it, per micro-batch
+};
+
 /// The shape of the work a layer is asked to describe.
 struct WorkloadShape {
   std::int64_t micro_batch = 1;  ///< sequences per micro-batch (b)
@@ -215,6 +258,10 @@ struct WorkloadShape {
   /// The modules selective recompute reruns (Note [Recompute modules]): a
   /// mask of RecomputeModule, which Layer::attention_core describes.
   std::uint8_t recompute_modules = kRecomputeModulesDefault;
+  /// The modules fine-grained activation offloading names (Note [Offload
+  /// modules]): a mask of OffloadModule, which Layer::offload_groups
+  /// describes; 0: none.
+  std::uint16_t offload_modules = 0;
   /// Sequence parallelism's all-gathers and reduce-scatters run through
   /// Transformer Engine's userbuffers beside the GEMMs (PlanSpec::
   /// tp_comm_overlap, at tp > 1 with sequence parallelism), which split
@@ -369,6 +416,12 @@ struct Layer {
   /// A block kept in bf16 under fp8 or fp4 (Note [BF16 layers] in
   /// sim/src/core/model.cpp): its GEMMs run in bf16.
   bool bf16_gemms = false;
+  /// The groups of WorkloadShape::offload_modules this layer has, in the
+  /// order its forward runs them (Note [Offload modules]).
+  std::vector<OffloadGroup> offload_groups;
+  /// The offload modules this layer has (a mask of OffloadModule),
+  /// whichever WorkloadShape::offload_modules asked for.
+  std::uint16_t offload_described = 0;
   /// A repeated block (transformer or LSTM layer): what full recompute
   /// checkpoints and `stage_layers` counts in blocks.
   bool is_block() const { return kind == LayerKind::kTransformer || kind == LayerKind::kLstm; }

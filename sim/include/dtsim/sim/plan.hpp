@@ -312,6 +312,24 @@ struct PlanSpec {
   /// sim/src/lowering/passes/activation_offload.cpp). One stage, no
   /// recompute, fewer than the model's blocks, as Megatron-Core requires.
   int cpu_offloading_num_layers = 0;
+  /// Megatron-Core's fine-grained activation offloading
+  /// (fine_grained_activation_offloading with offload_modules, a mask of
+  /// OffloadModule; Note [Fine-grained offload] in
+  /// sim/src/lowering/passes/fine_grained_offload.cpp): what the named
+  /// modules save for backward goes to pinned host memory after their
+  /// forward and comes back before their backward, tensors of fewer than
+  /// min_offloaded_tensor_size elements apart; activation_offload_fraction
+  /// of each chunk's groups (the first in forward order), and stage s keeps
+  /// s x delta_offload_bytes_across_pp_ranks bytes of them on the device.
+  bool fine_grained_activation_offloading = false;
+  std::uint16_t offload_modules = 0;
+  std::int64_t min_offloaded_tensor_size = 1024 * 1024;  ///< TransformerConfig's default
+  double activation_offload_fraction = 1.0;              ///< TransformerConfig's default
+  std::int64_t delta_offload_bytes_across_pp_ranks = 0;  ///< TransformerConfig's default
+  /// TransformerConfig.fine_grained_offloading_max_inflight_offloads: as a
+  /// group commits, the compute stream waits for its module's copies down
+  /// but the last this many of its chunk; -1 (None, the default): never.
+  int fine_grained_offloading_max_inflight_offloads = -1;
   /// Megatron-Core's first_last_layers_bf16 under fp8 or fp4: the first
   /// num_layers_at_start_in_bf16 and the last num_layers_at_end_in_bf16
   /// transformer layers run their GEMMs in bf16, outside the FP8 autocast
@@ -433,6 +451,13 @@ struct ResolvedPlan {
   /// from its own input; Note [Block recompute]).
   int recompute_group = 1;
   int cpu_offloading_num_layers = 0;  ///< PlanSpec's (Note [Activation offload])
+  /// PlanSpec's offload_modules where fine_grained_activation_offloading is
+  /// on, else 0, and its three knobs (Note [Fine-grained offload]).
+  std::uint16_t offload_modules = 0;
+  std::int64_t min_offloaded_tensor_size = 1024 * 1024;
+  double activation_offload_fraction = 1.0;
+  std::int64_t delta_offload_bytes_across_pp_ranks = 0;
+  int fine_grained_offloading_max_inflight_offloads = -1;
   /// The transformer layers first and last kept in bf16 (Note [BF16
   /// layers]); 0 each unless first_last_layers_bf16 under fp8 or fp4.
   int bf16_layers_start = 0, bf16_layers_end = 0;

@@ -151,6 +151,9 @@ class PlanRules {
   /// The recompute modules the model's layers have (a mask of
   /// RecomputeModule; Note [Recompute modules] in model.hpp).
   std::uint8_t recompute_modules_described() const;
+  /// The offload modules the model's layers have (a mask of OffloadModule;
+  /// Note [Offload modules] in model.hpp).
+  std::uint16_t offload_modules_described() const;
   /// The model's name, for messages.
   std::string model_name() const;
   /// Sequence parallelism (Korthikanti et al. 2022) needs tp > 1, and each
@@ -197,6 +200,7 @@ class PlanRules {
   mutable std::map<std::tuple<int, int, bool>, bool> op_recompute_;
   /// recompute_modules_described's answer, built when first asked.
   mutable std::optional<std::uint8_t> modules_described_;
+  mutable std::optional<std::uint16_t> offload_described_;
 };
 
 /// The divisors of n, ascending (1 .. n).
