@@ -234,6 +234,11 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                                   "host memory after their forward and come back for their backward (Megatron "
                                   "--cpu-offloading --cpu-offloading-num-layers N, Transformer Engine's CPU offload); "
                                   "one stage, no recompute, fewer than the model's layers."},
+    {"offload_modules", "plan.offload_modules with plan.fine_grained_activation_offloading: what the named modules "
+                        "save for backward goes to host memory as each module's forward ends and comes back before its "
+                        "backward (Megatron --fine-grained-activation-offloading --offload-modules ...): attn_norm, "
+                        "qkv_linear, core_attn, attn_proj, mlp_norm, expert_fc1, moe_act, fused_group_mlp. Empty: off "
+                        "(Note [Fine-grained offload])."},
     {"attention", "plan.attention. auto: flash on a GPU in fp16, bf16 or fp8, eager otherwise. eager: the "
                   "S x S scores kept (HuggingFace attn_implementation=\"eager\"). flash: FlashAttention / SDPA "
                   "(attn_implementation=\"flash_attention_2\" or \"sdpa\", Megatron --use-flash-attn)."},
@@ -591,6 +596,7 @@ struct ExplorerWindow::Impl {
   QSpinBox *vstages = nullptr, *micro_batch = nullptr, *batch_value = nullptr, *seq_len = nullptr, *nodes = nullptr,
            *gpus_per_node = nullptr, *rc_layers = nullptr, *act_offload = nullptr;
   QLineEdit* rc_modules = nullptr;  ///< Megatron-Core's recompute_modules, under selective
+  QLineEdit* offload_mods = nullptr;  ///< Megatron-Core's offload_modules (fine-grained activation offloading)
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
@@ -820,6 +826,13 @@ struct ExplorerWindow::Impl {
     act_offload->setRange(0, 999);
     act_offload->setSpecialValueText("none");
     act_offload->setSuffix(" layers");
+    // Note [Fine-grained offload]: Megatron-Core's offload_modules, by commas or spaces.
+    offload_mods = new QLineEdit;
+    offload_mods->setObjectName("offload_modules");
+    offload_mods->setPlaceholderText("or modules");
+    offload_mods->setValidator(new QRegularExpressionValidator(
+        QRegularExpression("^\\s*((attn_norm|qkv_linear|core_attn|attn_proj|mlp_norm|expert_fc1|moe_act|fused_group_mlp)[\\s,]*)*$"),
+        offload_mods));
     attention = new QComboBox;
     attention->setObjectName("attention");
     precision = new QComboBox;
@@ -896,7 +909,14 @@ struct ExplorerWindow::Impl {
     mf->addRow("Offload", offload);
     // A row of its own: beside the offload box it would widen the panel
     // past what 1280 x 800 leaves the charts (Note [Chart sizes]).
-    mf->addRow("Acts to CPU", act_offload);
+    {
+      // Whole layers, or Megatron-Core's modules, beside them.
+      auto* row = new QHBoxLayout;
+      row->setContentsMargins(0, 0, 0, 0);
+      row->addWidget(act_offload);
+      row->addWidget(offload_mods, 1);
+      mf->addRow("Acts to CPU", row);
+    }
     {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
@@ -1255,6 +1275,7 @@ struct ExplorerWindow::Impl {
       QObject::connect(s, qOverload<double>(&QDoubleSpinBox::valueChanged), w, [this] { knobs_changed(); });
     }
     QObject::connect(rc_modules, &QLineEdit::editingFinished, w, [this] { knobs_changed(); });
+    QObject::connect(offload_mods, &QLineEdit::editingFinished, w, [this] { knobs_changed(); });
     QObject::connect(sp, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(tp_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(ep_overlap, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1319,6 +1340,7 @@ struct ExplorerWindow::Impl {
     rc_layers->setValue(p.recompute_method == sim::RecomputeMethod::kBlock ? p.recompute_num_layers : 0);
     rc_modules->setText(p.recompute_modules_set ? QString::fromStdString(sim::recompute_modules_string(p.recompute_modules)) : QString());
     act_offload->setValue(p.cpu_offloading_num_layers);
+    offload_mods->setText(p.fine_grained_activation_offloading ? QString::fromStdString(sim::offload_modules_string(p.offload_modules)) : QString());
     sp->setChecked(p.sequence_parallel);
     tp_overlap->setChecked(p.tp_comm_overlap);
     ep_overlap->setChecked(p.overlap_moe_expert_parallel_comm);
@@ -1426,6 +1448,10 @@ struct ExplorerWindow::Impl {
     // The rules table's: one stage, no recompute, a GPU (Note [Activation offload]).
     act_offload->setEnabled(sim::PlanRules(*scenario.model, scenario.cluster)
                                 .cpu_offloading_max(cur_pp, static_cast<sim::Recompute>(recompute->currentData().toInt())) > 0);
+    // Note [Fine-grained offload]: a model with such modules, on a GPU, without full recompute.
+    offload_mods->setEnabled(sim::PlanRules(*scenario.model, scenario.cluster).offload_modules_described() != 0 &&
+                             !scenario.cluster.device.gloo_collectives &&
+                             recompute->currentData().toInt() != static_cast<int>(sim::Recompute::kFull));
     // The rules table's: fused where the model's blocks change with it; a
     // recipe to choose under fp8 only (resolve refuses tensorwise elsewhere).
     kernels_box->setEnabled(ch.kernels.size() > 1);
@@ -1519,6 +1545,15 @@ struct ExplorerWindow::Impl {
     p.recompute_num_layers = block ? rc_layers->value() : groups ? before.recompute_num_layers : 0;
     // Where the rules refuse it (a pipeline, recompute, a CPU): off (the box keeps what it shows).
     p.cpu_offloading_num_layers = act_offload->isEnabled() ? act_offload->value() : 0;
+    // Note [Fine-grained offload]: the box's modules, where it is on; its other knobs as the plan has them.
+    p.fine_grained_activation_offloading = false;
+    p.offload_modules = 0;
+    if (offload_mods->isEnabled()) {
+      for (const QString& word : offload_mods->text().split(QRegularExpression("[\\s,]+"), Qt::SkipEmptyParts)) {
+        p.offload_modules = static_cast<std::uint16_t>(p.offload_modules | sim::offload_module_of(word.toStdString()));
+      }
+      p.fine_grained_activation_offloading = p.offload_modules != 0;
+    }
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     // Elsewhere the plan keeps its own (the box keeps what it shows).
@@ -1588,6 +1623,8 @@ struct ExplorerWindow::Impl {
     mark(p.recompute_method != before.recompute_method, "recompute_method");
     mark(p.recompute_num_layers != before.recompute_num_layers, "recompute_num_layers");
     mark(p.cpu_offloading_num_layers != before.cpu_offloading_num_layers, "cpu_offloading_num_layers");
+    mark(p.offload_modules != before.offload_modules || p.fine_grained_activation_offloading != before.fine_grained_activation_offloading,
+         "offload_modules");
     mark(p.attention != before.attention, "attention");
     mark(p.precision != before.precision, "precision");
     mark(p.kernels != before.kernels, "kernels");

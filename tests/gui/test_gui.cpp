@@ -182,6 +182,7 @@ void check_knob_tooltips(ExplorerWindow& w) {
       {"recompute_num_layers", {"--recompute-method block", "--recompute-num-layers"}},
       {"recompute_modules", {"--recompute-modules", "mla_up_proj"}},
       {"cpu_offloading_num_layers", {"--cpu-offloading-num-layers", "Transformer Engine"}},
+      {"offload_modules", {"--offload-modules", "--fine-grained-activation-offloading"}},
       {"stage3_prefetch_bucket_size", {"stage3_prefetch_bucket_size"}},
       {"stage3_max_live_parameters", {"stage3_max_live_parameters"}},
       {"nvls", {"NCCL_NVLS_ENABLE"}},
@@ -1510,6 +1511,34 @@ TEST_CASE("Megatron-Core's CPU offloading from the explorer (Note [Activation of
   REQUIRE(w.wait_for_result(kWaitMs));
   CHECK_FALSE(box->isEnabled());
   CHECK(w.outcome().prediction->plan.cpu_offloading_num_layers == 0);
+}
+
+TEST_CASE("Megatron-Core's fine-grained offloading from the explorer (Note [Fine-grained offload])", "[gui][window]") {
+  // gpt2 under ddp: its blocks' attention cores and projections to the
+  // host lower the peak; under full recompute the box is off and so is the
+  // offload; a model without such modules (the LSTM) leaves it off.
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", ""));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  const Bytes kept = w.outcome().prediction->ranks[0].activations;
+  auto* box = w.findChild<QLineEdit*>("offload_modules");
+  REQUIRE(box != nullptr);
+  CHECK(box->isEnabled());
+  box->setText("core_attn, attn_proj");
+  emit box->editingFinished();
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK(w.outcome().prediction->plan.offload_modules == (sim::kOffloadCoreAttn | sim::kOffloadAttnProj));
+  CHECK(w.outcome().prediction->ranks[0].activations < kept);
+  auto* rc = w.findChild<QComboBox*>("recompute");
+  rc->setCurrentIndex(rc->findData(static_cast<int>(sim::Recompute::kFull)));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  CHECK_FALSE(box->isEnabled());
+  CHECK(w.outcome().prediction->plan.offload_modules == 0);
+  // Only Megatron-Core's names are typed.
+  QString bad = "core_atn";
+  int pos = 0;
+  CHECK(box->validator()->validate(bad, pos) != QValidator::Acceptable);
 }
 
 TEST_CASE("pinning, the comparison chart and the exports", "[gui][window]") {
