@@ -14,6 +14,7 @@
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/plan.hpp"
+#include "dtsim/sim/predict.hpp"
 
 using namespace dtsim;
 using namespace dtsim::sim;
@@ -1289,6 +1290,36 @@ TEST_CASE("Megatron-Bridge: Nemotron 3 Super's run_config.yaml, its latent exper
   const auto from_yaml = models::load_model(*fc.model, section(fc, "model"));
   // The built-in's and one repeated depth's (the Megatron-LM test above).
   CHECK(from_yaml->parameters() == 120'668'687'360 + 2'942'324'736);
+}
+
+TEST_CASE("Megatron-Bridge: Nemotron 3 Ultra's run_config.yaml, HSDP and its offloaded expert activations (Note [Fine-grained offload])",
+          "[framework][mamba][offload]") {
+  const std::string file = sample("megatron-bridge/nemotron_3_ultra_run_config.yaml");
+  const FrameworkConfig fc = read_megatron_bridge_config(file);
+  auto k = keys(fc);
+  CHECK(k["plan.fine_grained_activation_offloading"] == "true");
+  CHECK(k["plan.offload_modules"] == "[fused_group_mlp]");
+  CHECK(k["plan.min_offloaded_tensor_size"] == "500000000");
+  CHECK(k["plan.fsdp"] == "hybrid_shard");
+  CHECK(k["plan.outer_dp_sharding_strategy"] == "optim");
+  CHECK(k["plan.recompute_modules"] == "[moe_act]");
+  // 256 GB300s, the experts over each NVLink domain of 64: one stage, so
+  // each micro-batch's backward follows its forward and the last group
+  // (the second multi-token prediction depth's) stays; the other 49 MoE
+  // layers' fused grouped MLPs go, of which only fc1's output (the
+  // activation's input, moe_act being rerun) is 500M elements or more:
+  // 8,192 tokens x top-22 rows x 5,120 = 923M in bf16 (fc1's input, 22 x
+  // 8,192 x the 2,048 latent = 369M, stays). The peak, as the head's
+  // backward begins, falls by all 49.
+  const auto model = models::load_model(*fc.model, section(fc, "model"));
+  const ClusterSpec c = load_cluster("gb300-nvl72", {parse_override("cluster.gpus_per_node=64"), parse_override("cluster.nodes=4")});
+  const Prediction off = predict(*model, load_plan(*fc.plan, with_user_overrides(fc, {})), c);
+  const Prediction kept = predict(*model, load_plan(*fc.plan, with_user_overrides(fc, {parse_override("plan.fine_grained_activation_offloading=false"),
+                                                                                          parse_override("plan.offload_modules=null")})),
+                                  c);
+  CHECK(kept.ranks[0].peak - off.ranks[0].peak == 49LL * 8192 * 22 * 5120 * 2);
+  CHECK(off.fits);
+  CHECK_FALSE(kept.fits);
 }
 
 TEST_CASE("Megatron-LM: DeepSeek Sparse Attention's flags (Note [DeepSeek Sparse Attention])", "[framework][dsa]") {
