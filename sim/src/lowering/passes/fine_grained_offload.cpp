@@ -161,6 +161,7 @@ class FineGrainedOffload final : public StrategyPass {
     const std::size_t cells = chunks_.size() * static_cast<std::size_t>(std::max<std::int64_t>(1, p.grad_accum));
     choice_.assign(cells, -1);
     down_task_.assign(units.units.size() * static_cast<std::size_t>(std::max<std::int64_t>(1, p.grad_accum)), -1);
+    fwd_seq_.assign(down_task_.size(), 0);
   }
 
   void begin_stage(int stage, const std::vector<PipeStep>& order) override {
@@ -172,6 +173,7 @@ class FineGrainedOffload final : public StrategyPass {
     kept_.clear();
     first_ = -1;
     last_backward_ = last_forward_ = last_offload_backward_ = -1;
+    seq_ = backward_seq_ = offload_backward_seq_ = 0;
     last_slack_ = 0;
     auto chunk_of = [&](const PipeStep& st) -> std::size_t {
       return chunks_.size() == 1 ? 0 : static_cast<std::size_t>(st.chunk * pp + stage);
@@ -217,8 +219,13 @@ class FineGrainedOffload final : public StrategyPass {
   }
 
   TaskId after_forward(const At& at, TaskId last) override {
+    ++seq_;
     const UnitPlan* u = plan_of(at);
-    if (u == nullptr) return last;
+    if (u == nullptr) {
+      last_forward_ = last;
+      return last;
+    }
+    fwd_seq_[unit_cell(at)] = seq_;
     if (const int inflight = ctx_.plan.fine_grained_offloading_max_inflight_offloads; inflight >= 0) {
       // fine_grained_offloading_max_inflight_offloads: the compute stream
       // waits for the copies `inflight` groups back of each of its
@@ -265,16 +272,20 @@ class FineGrainedOffload final : public StrategyPass {
     const UnitPlan* u = plan_of(at);
     if (u == nullptr) return;
     // As the previous offloading unit's first group ends its backward (that
-    // unit's `slack` before the unit's end), or where none did yet, after
-    // the rank's latest backward or forward (Megatron-Core starts it
-    // within this backward).
+    // unit's `slack` before the unit's end), where that came after this
+    // unit's forward (Megatron-Core pre-loads a chunk's last group only if
+    // its forward is done); else after the rank's latest backward since
+    // (a group kept above it) or its latest forward.
     TaskDeps up_deps{down_task_[unit_cell(at)]};
     TimeNs hidden = 0;
-    if (last_offload_backward_ >= 0) {
+    const std::int64_t forward = fwd_seq_[unit_cell(at)];
+    if (last_offload_backward_ >= 0 && offload_backward_seq_ > forward) {
       up_deps.push_back(last_offload_backward_);
       hidden = last_slack_;
-    } else if (const TaskId trigger = last_backward_ >= 0 ? last_backward_ : last_forward_; trigger >= 0) {
-      up_deps.push_back(trigger);
+    } else if (last_backward_ >= 0 && backward_seq_ > forward) {
+      up_deps.push_back(last_backward_);
+    } else if (last_forward_ >= 0) {
+      up_deps.push_back(last_forward_);
     }
     const TaskId up = ctx_.b.compute(ctx_.tag(at.micro, "h2d activations ", ctx_.units[at.unit].name), at.rank,
                                      ctx_.stream(Stream::kH2D), Phase::kOffload, std::max<TimeNs>(0, u->first_up - hidden), std::move(up_deps),
@@ -303,8 +314,10 @@ class FineGrainedOffload final : public StrategyPass {
 
   TaskId after_backward(const At& at, TaskId last) override {
     last_backward_ = last;
+    backward_seq_ = ++seq_;
     if (const UnitPlan* u = plan_of(at)) {
       last_offload_backward_ = last;
+      offload_backward_seq_ = seq_;
       last_slack_ = u->slack;
     }
     return last;
@@ -447,8 +460,11 @@ class FineGrainedOffload final : public StrategyPass {
   std::vector<TaskId> down_task_;            ///< by unit and micro-batch: what its copies up wait for
   std::int64_t first_ = -1;                  ///< the cell whose backward runs first on the stage
   TaskId last_backward_ = -1;                ///< the stage's latest backward
-  TaskId last_forward_ = -1;                 ///< ... and forward, of a unit that offloads
+  TaskId last_forward_ = -1;                 ///< ... and forward
   TaskId last_offload_backward_ = -1;        ///< ... and backward of a unit that brought some back
+  /// The order of the stage's passes: each forward's and backward's place.
+  std::int64_t seq_ = 0, backward_seq_ = 0, offload_backward_seq_ = 0;
+  std::vector<std::int64_t> fwd_seq_;        ///< by unit and micro-batch: its forward's place
   TimeNs last_slack_ = 0;                    ///< that unit's UnitPlan::slack
   bool whole_stage_ = false;                 ///< OffloadUnits::whole_stage
   /// A one-stage plan's copies down of the micro-batch in hand, by module,
