@@ -118,6 +118,7 @@ class FineGrainedOffload final : public StrategyPass {
     // prices them.
     chunk_of_unit_.assign(units.units.size(), 0);
     chunks_.assign(units.whole_stage ? 1 : units.units.size(), {});
+    std::map<std::string, std::vector<double>> starts;  // by layer signature
     for (std::size_t u = 0; u < units.units.size(); ++u) {
       const auto [first, count] = units.units[u];
       const std::size_t c = units.whole_stage ? 0 : u;
@@ -128,10 +129,17 @@ class FineGrainedOffload final : public StrategyPass {
         const Layer& L = units.layers[l];
         bwd_after -= units.backward[l];
         if (!L.offload_groups.empty()) {
-          std::vector<double> at(L.forward.size() + 1, 0.0);  // kernel k's start, in the layer's forward time
-          for (std::size_t k = 0; k < L.forward.size(); ++k) {
-            at[k + 1] = at[k] + static_cast<double>(ctx.compute_model.kernel_time(L.forward[k], p.precision)) *
-                                    static_cast<double>(std::max<std::int64_t>(1, L.forward[k].repeat));
+          // Kernel k's start in the layer's forward time; layers of one
+          // signature run the same kernels (priced once: a 126-block model
+          // has thousands).
+          auto [it, fresh] = starts.try_emplace(L.signature);
+          std::vector<double>& at = it->second;
+          if (fresh || L.signature.empty()) {
+            at.assign(L.forward.size() + 1, 0.0);
+            for (std::size_t k = 0; k < L.forward.size(); ++k) {
+              at[k + 1] = at[k] + static_cast<double>(ctx.compute_model.kernel_time(L.forward[k], p.precision)) *
+                                      static_cast<double>(std::max<std::int64_t>(1, L.forward[k].repeat));
+            }
           }
           const double all = at.back() > 0 ? at.back() : 1.0;
           for (const OffloadGroup& og : L.offload_groups) {
