@@ -291,6 +291,11 @@ TEST_CASE("fine-grained offload is read from Megatron-LM's flags and Megatron-Br
   CHECK(keys(bridge)["plan.fine_grained_activation_offloading"] == "true");
   CHECK(keys(bridge)["plan.offload_modules"] == "[fused_group_mlp]");
   CHECK(keys(bridge)["plan.min_offloaded_tensor_size"] == "500000000");
+  // What Megatron-Core does beside it that dtsim does not model is said.
+  const FrameworkConfig beside = parse_megatron_bridge_config(
+      "train:\n  micro_batch_size: 1\nmodel:\n  delay_offload_until_cuda_graph: true\n  moe_paged_stash: true\n", "run_config.yaml");
+  CHECK(beside.unmodelled == std::vector<std::string>{"model.delay_offload_until_cuda_graph=true (offload copies issued as eager)",
+                                                       "model.moe_paged_stash=true (the experts' activations priced as kept at their rows)"});
   // The plan reads a list of names or one string.
   const PlanSpec p = load_plan("ddp", {parse_override("plan.fine_grained_activation_offloading=true"),
                                        parse_override("plan.offload_modules=core_attn,attn_proj")});

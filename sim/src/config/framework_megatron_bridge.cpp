@@ -218,6 +218,8 @@ constexpr std::pair<const char*, const char*> kUnmodelled[] = {
     {"model.window_size", "every layer priced as attending to every earlier key"},
     {"model.heterogeneous_layers_config_path", "every layer priced alike"},
     {"model.keep_mtp_spec_in_bf16", "the multi-token prediction layers priced in the blocks' precision"},
+    {"model.delay_offload_until_cuda_graph", "offload copies issued as eager"},
+    {"model.moe_paged_stash", "the experts' activations priced as kept at their rows"},
     {"optimizer.optimizer_cpu_offload", "optimizer priced on the GPU"},
     {"optimizer.use_precision_aware_optimizer", "optimizer states priced in fp32"},
     {"peft", "adapters priced as training the whole model"},
