@@ -484,16 +484,14 @@ sim::Layer transformer_layer(const std::string& name, const sim::WorkloadShape& 
   // Note [Offload modules]: Megatron-Core's GPT block under Transformer
   // Engine (its norms fused into the next linears, so no norm module):
   // linear_qkv keeps the norm's input and its output; the core, Q, K and V
-  // and its own keeps (none where it is recomputed, which Megatron-Core
-  // then runs outside the group); linear_proj its input.
+  // and its own keeps; linear_proj its input.
   const std::size_t core_first = pre.size(), core_end = pre.size() + core.forward.size();
   add_offload_group(l, shape, sim::kOffloadQkvLinear, 0, core_first, {{tn, e * tn}, {tn, shape.saved_gemm_input(tn)}});
-  if ((shape.recompute_modules & sim::kRecomputeCoreAttn) == 0 || !core.recomputable) {
+  {
     const std::int64_t qe = th / tp;
+    const std::int64_t per = shape.flash_attention ? 4 : e;  // a fused core keeps its fp32 log-sum-exp
     add_offload_group(l, shape, sim::kOffloadCoreAttn, core_first, core_end,
-                      {{qe, e * qe}, {qe, e * qe}, {qe, e * qe}, {core.saved / e, core.saved}});
-  } else {
-    l.offload_described = static_cast<std::uint16_t>(l.offload_described | sim::kOffloadCoreAttn);
+                      {{qe, e * qe}, {qe, e * qe}, {qe, e * qe}, {core.saved / per, core.saved}});
   }
   add_offload_group(l, shape, sim::kOffloadAttnProj, core_end, core_end + 1, {{th / tp, shape.saved_gemm_input(th / tp)}});
   l.output_bytes = e * tn;

@@ -1609,7 +1609,7 @@ class Llama final : public ZooModel {
       }
       if (!up_rerun) core_saved = {{t * al * qk, e * t * al * qk}, {t * al * qk, e * t * al * qk}, {t * al * v, e * t * al * v}};
       if (blockwise) core_saved.push_back({t * al * v, e * t * al * v});
-      core_saved.push_back({core.saved / e, core.saved});
+      core_saved.push_back({core.saved / (blockwise ? 4 : e), core.saved});  // a fused core's fp32 log-sum-exp
     } else if (has_mixer && !mamba && !gdn) {
       const std::int64_t kvl = c_.kv_heads / tp;
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
@@ -1656,7 +1656,7 @@ class Llama final : public ZooModel {
       core_saved = {{q, e * q}};
       if (local_kv) core_saved.insert(core_saved.end(), {{kv, e * kv}, {kv, e * kv}});
       if (blockwise) core_saved.push_back({q, e * q});
-      core_saved.push_back({core.saved / e, core.saved});
+      core_saved.push_back({core.saved / (blockwise ? 4 : e), core.saved});  // a fused core's fp32 log-sum-exp
       if (c_.attn_output_gate) {
         // Note [Gated DeltaNet]: output times sigmoid(gate), a sigmoid and
         // a product, keeping the output (o_proj's input before) and the
@@ -2064,8 +2064,7 @@ class Llama final : public ZooModel {
   /// of them before the core): the attention's input norm where it is a
   /// module of its own (`attn_norm`, multi-latent attention's), qkv_linear
   /// and core_attn as the attention described them (`qkv_saved`,
-  /// `core_saved`; none where the core is recomputed, which Megatron-Core
-  /// runs outside the group), linear_proj's input (`o_elements`), the MoE
+  /// `core_saved`), linear_proj's input (`o_elements`), the MoE
   /// layer's norm (`mlp_norm`) and the routed experts' fc1 input, their
   /// activation's keeps (under moe_act recompute the fc1 output its
   /// checkpoint keeps) and the fused grouped MLP's whole (TE's op fuser:
@@ -2084,20 +2083,21 @@ class Llama final : public ZooModel {
         layernorm_rerun ? std::vector<sim::SavedTensor>{{tn, e * tn}}
                         : std::vector<sim::SavedTensor>{{tn, block_norm_kept - 4 * rows}, {rows, 4 * rows}};
     const std::size_t core_first = pre, core_end = pre + core.forward.size();
-    if (attn_norm) add_offload_group(l, shape, sim::kOffloadAttnNorm, 0, 1, norm_saved);
+    // A norm's group commits after its sublayer's residual add
+    // (transformer_layer.py: group_offload after self_attn_bda, mlp_bda).
+    if (attn_norm) add_offload_group(l, shape, sim::kOffloadAttnNorm, 0, kernel_index(l, "attn.residual") + 1, norm_saved);
     if (attention_groups && piece != Part::kMlp) {
       add_offload_group(l, shape, sim::kOffloadQkvLinear, attn_norm ? 1 : 0, core_first, std::move(qkv_saved));
-      if ((shape.recompute_modules & sim::kRecomputeCoreAttn) != 0 && core.recomputable) {
-        l.offload_described = static_cast<std::uint16_t>(l.offload_described | sim::kOffloadCoreAttn);
-      } else {
-        add_offload_group(l, shape, sim::kOffloadCoreAttn, core_first, core_end, std::move(core_saved));
-      }
+      // (Under selective recompute of core_attn Megatron-Core runs the core
+      // outside its group; the lowering drops the group then: Note
+      // [Fine-grained offload].)
+      add_offload_group(l, shape, sim::kOffloadCoreAttn, core_first, core_end, std::move(core_saved));
       const std::size_t proj = kernel_index(l, "attn.o_proj");
       add_offload_group(l, shape, sim::kOffloadAttnProj, proj, proj + 1, {{o_elements, shape.saved_gemm_input(o_elements)}});
     }
     if (mlp_norm) {
       const std::size_t router = kernel_index(l, "moe.router");
-      add_offload_group(l, shape, sim::kOffloadMlpNorm, router - 1, router, norm_saved);
+      add_offload_group(l, shape, sim::kOffloadMlpNorm, router - 1, kernel_index(l, "mlp.residual") + 1, norm_saved);
     }
     if (moe.rows == 0) return;
     const std::int64_t n = moe.rows * moe.fe, fc1_out = up_width() * n;

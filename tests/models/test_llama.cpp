@@ -2925,6 +2925,7 @@ TEST_CASE("Megatron's fine-grained offload groups hold what each module saves (N
   const T core = tensors(none[1], sim::kOffloadCoreAttn);
   REQUIRE(core.size() == 5);
   CHECK(T(core.begin(), core.begin() + 4) == T{{768, 1536}, {768, 1536}, {512, 1024}, {512, 1024}});
+  CHECK(core[4].second == 4 * core[4].first);  // the log-sum-exp, fp32
   CHECK(tensors(none[1], sim::kOffloadAttnProj) == T{{512, 1024}});
   // The MoE layer's norm (TENorm, the router's): as the attention's.
   CHECK(tensors(none[1], sim::kOffloadMlpNorm) == T{{1024, 2048}, {16, 64}});
@@ -2963,12 +2964,12 @@ TEST_CASE("Megatron's fine-grained offload groups hold what each module saves (N
   CHECK(rerun_core[0] == std::pair<std::int64_t, Bytes>{512, 1024});
   CHECK(tensors(rerun[1], sim::kOffloadMoeAct) == T{{2048, 4096}, {32, 128}});
   CHECK(tensors(rerun[1], sim::kOffloadFusedGroupMlp) == T{{2048, 4096}, {2048, 4096}, {32, 128}});
-  // A recomputed core runs outside its group (Megatron-Core's checkpointed
-  // attention): none, though the model has it.
-  w.flash_attention = false;
-  const auto eager = blocks(sim::kRecomputeCoreAttn);
-  CHECK(tensors(eager[1], sim::kOffloadCoreAttn).empty());
-  CHECK((eager[1].offload_described & sim::kOffloadCoreAttn) != 0);
+  // A norm's group commits after its sublayer's residual add: its copy
+  // starts once the attention (or the MoE layer) is done.
+  for (const auto& g : none[1].offload_groups) {
+    if (g.module == sim::kOffloadAttnNorm) CHECK(none[1].forward[g.end - 1].name == "attn.residual");
+    if (g.module == sim::kOffloadMlpNorm) CHECK(none[1].forward[g.end - 1].name == "mlp.residual");
+  }
   // Nothing asked, no groups.
   w.offload_modules = 0;
   CHECK(blocks(0)[1].offload_groups.empty());

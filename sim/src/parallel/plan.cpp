@@ -76,15 +76,6 @@ void resolve_fine_grained_offload(const PlanSpec& s, ResolvedPlan& r, const Plan
   } else if ((m & moe_parts) != 0 && r.recompute == Recompute::kSelective && (r.recompute_modules & kRecomputeMoe) != 0) {
     bad.add("offload_modules", offload_modules_string(m & moe_parts) + " with recompute_modules moe: Megatron-Core asserts (the whole "
                                    "MoE layer is rerun, nothing inside it is kept to offload); drop one");
-  } else if ((m & ~described) != 0) {
-    const std::uint16_t missing = m & static_cast<std::uint16_t>(~described);
-    bad.add("offload_modules", offload_modules_string(missing) + ": " + rules.model_name() + " has no such module" +
-                                   ((missing & moe_parts) != 0 ? " (the expert modules need a mixture-of-experts model)" : "") +
-                                   ((missing & (kOffloadAttnNorm | kOffloadMlpNorm)) != 0
-                                        ? " (a norm is its own module only where Transformer Engine does not fuse it into the "
-                                          "next linear: multi-latent attention's, a MoE layer's)"
-                                        : "") +
-                                   valid);
   } else if (r.recompute == Recompute::kFull) {
     bad.add("fine_grained_activation_offloading", "true with recompute full: a rerun block keeps only its input, which dtsim does "
                                                       "not model offloading; valid with it: recompute none or selective");
@@ -98,7 +89,9 @@ void resolve_fine_grained_offload(const PlanSpec& s, ResolvedPlan& r, const Plan
     bad.add("fine_grained_activation_offloading", "true on " + cluster.device.name + ": a CPU's activations are in host memory already; "
                                                       "valid: false");
   } else {
-    r.offload_modules = m;
+    // A module the model has not is skipped, as Megatron-Core's layers skip
+    // it (advice() says so).
+    r.offload_modules = static_cast<std::uint16_t>(m & described);
     r.min_offloaded_tensor_size = s.min_offloaded_tensor_size;
     r.activation_offload_fraction = s.activation_offload_fraction;
     r.delta_offload_bytes_across_pp_ranks = s.delta_offload_bytes_across_pp_ranks;

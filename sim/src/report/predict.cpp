@@ -341,6 +341,26 @@ std::vector<std::string> advice(const Prediction& p, const Model& model, const C
         plan.pp, plan.grad_accum, plan.grad_accum == 1 ? "" : "es", plan.global_batch, plan.micro_batch, plan.dp, idle,
         plan.pp, plan.pp, plan.pp * plan.micro_batch * plan.dp, plan.micro_batch > 1 ? ", or a smaller plan.micro_batch" : ""));
   }
+  // Note [Fine-grained offload]: modules the model has not, skipped as
+  // Megatron-Core's layers skip them.
+  if (const std::uint16_t missing = plan.spec.fine_grained_activation_offloading
+                                        ? static_cast<std::uint16_t>(plan.spec.offload_modules & ~plan.offload_modules)
+                                        : std::uint16_t{0};
+      missing != 0 && plan.offload_modules != 0) {
+    out.push_back(fmt::format("plan.offload_modules: {}: {} has no such module, nothing of it is offloaded (as Megatron-Core skips "
+                              "it){}{}",
+                              offload_modules_string(missing), model.name(),
+                              (missing & (kOffloadExpertFc1 | kOffloadMoeAct | kOffloadFusedGroupMlp)) != 0
+                                  ? "; the expert modules need a mixture-of-experts model"
+                                  : "",
+                              (missing & (kOffloadAttnNorm | kOffloadMlpNorm)) != 0
+                                  ? "; a norm is its own module only where Transformer Engine does not fuse it into the next linear "
+                                    "(multi-latent attention's, a MoE layer's)"
+                                  : ""));
+  } else if (missing != 0) {
+    out.push_back(fmt::format("plan.offload_modules: {}: {} has none of them, nothing is offloaded (as Megatron-Core skips them)",
+                              offload_modules_string(missing), model.name()));
+  }
   if (p.fits || p.ranks.empty()) return out;
   const RankMemory& full = *std::max_element(p.ranks.begin(), p.ranks.end(),
                                              [](const RankMemory& a, const RankMemory& b) { return a.peak < b.peak; });

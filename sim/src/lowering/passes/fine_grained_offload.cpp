@@ -29,7 +29,10 @@
 // - pipeline rank s keeps s x delta_offload_bytes_across_pp_ranks bytes of
 //   groups, the first in backward order, whole groups until that is spent;
 // - of each chunk's groups that still go, the last (1 - activation_offload_
-//   fraction) of them, rounded down, stay.
+//   fraction) of them, rounded down, stay (groups with nothing to copy
+//   count where a module's last group is picked, not in the fraction);
+// - under selective recompute of core_attn the core runs checkpointed,
+//   outside its group (attention.py), so core_attn offloads nothing.
 // dtsim prices that per unit (a layer of a one-stage plan, a chunk of a
 // pipeline) from each group's place in its layer's kernels (priced by the
 // compute model; its backward runs them in reverse): the copies down run
@@ -143,14 +146,22 @@ class FineGrainedOffload final : public StrategyPass {
           }
           const double all = at.back() > 0 ? at.back() : 1.0;
           for (const OffloadGroup& og : L.offload_groups) {
+            // Selective recompute of core_attn runs the core checkpointed,
+            // outside its group (attention.py's _checkpointed_attention_
+            // forward, fused or not): nothing to offload there.
+            if (og.module == kOffloadCoreAttn && p.recompute == Recompute::kSelective &&
+                (p.recompute_modules & kRecomputeCoreAttn) != 0) {
+              continue;
+            }
             Group g;
             g.unit = u;
             g.module = og.module;
             for (const SavedTensor& t : og.tensors) {
               if (t.elements >= p.min_offloaded_tensor_size) g.bytes += t.bytes;
             }
-            if (g.bytes <= 0) continue;  // nothing to copy: not eligible either
-            g.copy = ctx.comm.host_copy(g.bytes).total();
+            // A group with nothing to copy still counts where Megatron-Core
+            // picks each module's last group; it copies nothing.
+            g.copy = g.bytes > 0 ? ctx.comm.host_copy(g.bytes).total() : 0;
             const double s = at[std::min(og.first, L.forward.size())] / all, e = at[std::min(og.end, L.forward.size())] / all;
             const auto scale = [](TimeNs t, double f) { return static_cast<TimeNs>(std::llround(static_cast<double>(t) * f)); };
             g.fwd_end = fwd_before + scale(units.forward[l], e);
@@ -380,10 +391,13 @@ class FineGrainedOffload final : public StrategyPass {
       for (std::size_t g = 0; g < on.size(); ++g) on[g] = on[g] && !k->second[g];
     }
     // activation_offload_fraction: of those that go, the last stay.
-    std::size_t eligible = static_cast<std::size_t>(std::count(on.begin(), on.end(), true));
+    // activation_offload_fraction counts the groups with bytes to copy.
+    const auto& groups = chunks_[c];
+    std::size_t eligible = 0;
+    for (std::size_t g = 0; g < on.size(); ++g) eligible += on[g] && groups[g].bytes > 0 ? 1 : 0;
     auto drop = static_cast<std::size_t>(static_cast<double>(eligible) * (1.0 - ctx_.plan.activation_offload_fraction));
     for (std::size_t g = on.size(); g-- > 0 && drop > 0;) {
-      if (on[g]) on[g] = false, --drop;
+      if (on[g] && groups[g].bytes > 0) on[g] = false, --drop;
     }
     if (immediate_[at]) drop_last_of_each(c, on);
     const auto it = std::find(choices_.begin(), choices_.end(), on);
@@ -408,7 +422,7 @@ class FineGrainedOffload final : public StrategyPass {
   UnitPlan price(std::size_t u, std::size_t c, const std::vector<bool>& on) const {
     std::vector<const Group*> go;
     for (std::size_t g = 0; g < on.size(); ++g) {
-      if (on[g] && chunks_[c][g].unit == u) go.push_back(&chunks_[c][g]);
+      if (on[g] && chunks_[c][g].unit == u && chunks_[c][g].bytes > 0) go.push_back(&chunks_[c][g]);
     }
     UnitPlan out;
     if (go.empty()) return out;
