@@ -70,6 +70,7 @@
 #include <algorithm>
 #include <cmath>
 #include <map>
+#include <tuple>
 #include <string>
 #include <utility>
 #include <vector>
@@ -181,6 +182,7 @@ class FineGrainedOffload final : public StrategyPass {
     choice_.assign(cells, -1);
     down_task_.assign(units.units.size() * static_cast<std::size_t>(std::max<std::int64_t>(1, p.grad_accum)), -1);
     fwd_seq_.assign(down_task_.size(), 0);
+    plan_cell_.assign(down_task_.size(), nullptr);
   }
 
   void begin_stage(int stage, const std::vector<PipeStep>& order) override {
@@ -192,6 +194,7 @@ class FineGrainedOffload final : public StrategyPass {
     kept_.clear();
     first_ = -1;
     last_backward_ = last_forward_ = last_offload_backward_ = -1;
+    backlog_ = 0;
     seq_ = backward_seq_ = offload_backward_seq_ = 0;
     last_slack_ = 0;
     auto chunk_of = [&](const PipeStep& st) -> std::size_t {
@@ -231,7 +234,9 @@ class FineGrainedOffload final : public StrategyPass {
   }
 
   void forward_memory(const At& at, MemOps& on_start, MemOps& on_end) override {
-    const UnitPlan* u = plan_of(at);
+    // Priced here, with the copies still running from the forwards before
+    // it (`backlog_`), and kept for the unit's other hooks.
+    const UnitPlan* u = plan_cell_[unit_cell(at)] = plan_of(at, backlog_);
     if (u == nullptr) return;
     fold(on_start, u->resident - u->down);
     add_bytes(on_end, MemCategory::kActivations, -(u->resident - u->after));
@@ -239,7 +244,10 @@ class FineGrainedOffload final : public StrategyPass {
 
   TaskId after_forward(const At& at, TaskId last) override {
     ++seq_;
-    const UnitPlan* u = plan_of(at);
+    const UnitPlan* u = plan_cell_[unit_cell(at)];
+    const TimeNs backlog = backlog_;
+    // The d2h stream's work left as this forward ends, for the next.
+    backlog_ = u != nullptr ? u->tail : std::max<TimeNs>(0, backlog_ - fwd_[at.unit]);
     if (u == nullptr) {
       last_forward_ = last;
       return last;
@@ -270,8 +278,12 @@ class FineGrainedOffload final : public StrategyPass {
     if (u->tail > 0 || u->after > 0) {
       MemOps on_end;
       add_bytes(on_end, MemCategory::kActivations, -u->after);
+      // The stream runs the copies before it first (the task before it on
+      // "d2h", `backlog` from this forward's start): its own part is what
+      // is left after those and after the forward.
+      const TimeNs own = std::max<TimeNs>(0, u->tail - std::max<TimeNs>(0, backlog - fwd_[at.unit]));
       const TaskId t = ctx_.b.compute(ctx_.tag(at.micro, "d2h activations ", ctx_.units[at.unit].name), at.rank,
-                                      ctx_.stream(Stream::kD2H), Phase::kOffload, u->tail, {last}, {}, std::move(on_end), true);
+                                      ctx_.stream(Stream::kD2H), Phase::kOffload, own, {last}, {}, std::move(on_end), true);
       ctx_.g.tasks[t].kind = TaskKind::kCompute;
       ctx_.g.tasks[t].bytes = u->down;
       down_task_[unit_cell(at)] = t;
@@ -288,7 +300,7 @@ class FineGrainedOffload final : public StrategyPass {
   }
 
   void before_backward(const At& at, TaskDeps& deps) override {
-    const UnitPlan* u = plan_of(at);
+    const UnitPlan* u = plan_cell_[unit_cell(at)];
     if (u == nullptr) return;
     // As the previous offloading unit's first group ends its backward (that
     // unit's `slack` before the unit's end), where that came after this
@@ -328,13 +340,14 @@ class FineGrainedOffload final : public StrategyPass {
   void backward_memory(const At& at, MemOps&, MemOps& on_end) override {
     // The backward frees all the unit kept, of which those come back and go
     // again as it runs.
-    if (const UnitPlan* u = plan_of(at)) fold(on_end, u->down - u->first - u->second);
+    if (const UnitPlan* u = plan_cell_[unit_cell(at)]) fold(on_end, u->down - u->first - u->second);
   }
 
   TaskId after_backward(const At& at, TaskId last) override {
     last_backward_ = last;
     backward_seq_ = ++seq_;
-    if (const UnitPlan* u = plan_of(at)) {
+    backlog_ = 0;  // a backward between forwards: their copies down are done (taken so)
+    if (const UnitPlan* u = plan_cell_[unit_cell(at)]) {
       last_offload_backward_ = last;
       offload_backward_seq_ = seq_;
       last_slack_ = u->slack;
@@ -407,19 +420,22 @@ class FineGrainedOffload final : public StrategyPass {
     return id;
   }
 
-  /// What unit `at.unit` does for micro-batch `at.micro`, or null where it copies nothing.
-  const UnitPlan* plan_of(const At& at) {
+  /// What unit `at.unit` does for micro-batch `at.micro` where the d2h
+  /// stream has `backlog` of copies left as its forward starts, or null
+  /// where it copies nothing.
+  const UnitPlan* plan_of(const At& at, TimeNs backlog) {
     const std::size_t c = chunk_of_unit_[at.unit];
     if (chunks_[c].empty()) return nullptr;
     const int id = choose(c, at.micro);
-    const auto key = std::make_pair(at.unit, id);
+    const auto key = std::make_tuple(at.unit, id, backlog);
     auto it = plans_.find(key);
-    if (it == plans_.end()) it = plans_.emplace(key, price(at.unit, c, choices_[static_cast<std::size_t>(id)])).first;
+    if (it == plans_.end()) it = plans_.emplace(key, price(at.unit, c, choices_[static_cast<std::size_t>(id)], backlog)).first;
     return it->second.down > 0 ? &it->second : nullptr;
   }
 
-  /// Note [Fine-grained offload]'s queue of copies for unit u's groups `on` of chunk c.
-  UnitPlan price(std::size_t u, std::size_t c, const std::vector<bool>& on) const {
+  /// Note [Fine-grained offload]'s queue of copies for unit u's groups `on`
+  /// of chunk c, the d2h stream busy for `backlog` as the forward starts.
+  UnitPlan price(std::size_t u, std::size_t c, const std::vector<bool>& on, TimeNs backlog) const {
     std::vector<const Group*> go;
     for (std::size_t g = 0; g < on.size(); ++g) {
       if (on[g] && chunks_[c][g].unit == u && chunks_[c][g].bytes > 0) go.push_back(&chunks_[c][g]);
@@ -428,7 +444,7 @@ class FineGrainedOffload final : public StrategyPass {
     if (go.empty()) return out;
     const int inflight = ctx_.plan.fine_grained_offloading_max_inflight_offloads;
     std::vector<TimeNs> done(go.size()), ends(go.size());
-    TimeNs free = 0;  // when the d2h stream is free
+    TimeNs free = backlog;  // when the d2h stream is free
     for (std::size_t i = 0; i < go.size(); ++i) {
       ends[i] = go[i]->fwd_end + out.wait;
       free = std::max(free, ends[i]) + go[i]->copy;
@@ -476,7 +492,9 @@ class FineGrainedOffload final : public StrategyPass {
   std::vector<std::vector<Group>> chunks_;   ///< each model chunk's groups, in forward order
   std::vector<int> choice_;                  ///< by cell: an index into choices_, or -1
   std::vector<std::vector<bool>> choices_;   ///< the distinct choices of groups made
-  std::map<std::pair<std::size_t, int>, UnitPlan> plans_;  ///< by (unit, choice)
+  std::map<std::tuple<std::size_t, int, TimeNs>, UnitPlan> plans_;  ///< by (unit, choice, backlog)
+  std::vector<const UnitPlan*> plan_cell_;   ///< by unit and micro-batch: its plan as its forward priced it
+  TimeNs backlog_ = 0;                       ///< copies down left as the next forward starts
   std::vector<bool> immediate_;              ///< by cell: its backward comes next after its forward
   std::map<std::size_t, std::vector<bool>> kept_;  ///< by cell: the groups the stage keeps by delta
   std::vector<TaskId> down_task_;            ///< by unit and micro-batch: what its copies up wait for
