@@ -14,6 +14,7 @@
 
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/model.hpp"
+#include "dtsim/sim/task_graph.hpp"
 
 namespace dtsim::test {
 
@@ -27,6 +28,20 @@ inline sim::Kernel gemm_kernel(std::int64_t m, std::int64_t n, std::int64_t k, s
   g.flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);
   g.bytes = 2 * (m * k + k * n + m * n);
   return g;
+}
+
+/// The task of `name` in a kept graph, or -1.
+inline sim::TaskId task_named(const sim::TaskGraph& g, const std::string& name) {
+  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
+    if (g.tasks[i].name == name) return static_cast<sim::TaskId>(i);
+  }
+  return -1;
+}
+
+/// Whether task `t` of `g` waits for `dep` directly.
+inline bool waits_for(const sim::TaskGraph& g, sim::TaskId t, sim::TaskId dep) {
+  const auto& deps = g.tasks[static_cast<std::size_t>(t)].deps;
+  return std::find(deps.begin(), deps.end(), dep) != deps.end();
 }
 
 /// The message of the dtsim::Error `f` throws, or "(no error)".

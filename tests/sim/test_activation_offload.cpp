@@ -40,20 +40,8 @@ PlanSpec plan(const std::vector<std::string>& sets) {
   return load_plan("ddp", o);
 }
 
-/// The task of `name` in a kept graph, or -1.
-TaskId task(const TaskGraph& g, const std::string& name) {
-  for (std::size_t i = 0; i < g.tasks.size(); ++i) {
-    if (g.tasks[i].name == name) return static_cast<TaskId>(i);
-  }
-  return -1;
-}
-
-bool waits_for(const TaskGraph& g, TaskId t, TaskId dep) {
-  for (TaskId d : g.tasks[static_cast<std::size_t>(t)].deps) {
-    if (d == dep) return true;
-  }
-  return false;
-}
+TaskId task(const TaskGraph& g, const std::string& name) { return dtsim::test::task_named(g, name); }
+using dtsim::test::waits_for;
 
 /// What one GPT-2 block keeps for backward at that shape.
 Bytes block_saved() {
