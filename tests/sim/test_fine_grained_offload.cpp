@@ -250,6 +250,9 @@ TEST_CASE("fine-grained offload is refused where Megatron-Core refuses it, in on
              Catch::Contains("plan.fine_grained_activation_offloading: true with cpu_offloading_num_layers 2: Megatron-Core asserts"));
   CHECK_THAT(error_of([&] { predict(*gpt2, plan({on, "plan.offload_modules=[core_attn]", "plan.recompute=full"}), c); }),
              Catch::Contains("plan.fine_grained_activation_offloading: true with recompute full"));
+  CHECK_THAT(error_of([&] { predict(*models::load_model("llama-tiny"), plan({on, "plan.offload_modules=[core_attn]", "plan.recompute=op"}), c); }),
+             Catch::Contains("plan.fine_grained_activation_offloading: true with recompute op: torchtitan's op-level policy, not "
+                             "Megatron-Core's; valid with it: recompute none or selective"));
   CHECK_THAT(error_of([&] { predict(*gpt2, plan({on, "plan.offload_modules=[core_attn]", "plan.pp=2", "plan.dp=4", "plan.schedule=zb-h1"}), c); }),
              Catch::Contains("plan.fine_grained_activation_offloading: true with schedule zb-h1: Megatron-Core has no zero-bubble schedule"));
   CHECK_THAT(error_of([&] { predict(*gpt2, plan({on, "plan.offload_modules=[core_attn]"}), load_cluster("local-cpu")); }),

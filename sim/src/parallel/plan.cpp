@@ -76,9 +76,12 @@ void resolve_fine_grained_offload(const PlanSpec& s, ResolvedPlan& r, const Plan
   } else if ((m & moe_parts) != 0 && r.recompute == Recompute::kSelective && (r.recompute_modules & kRecomputeMoe) != 0) {
     bad.add("offload_modules", offload_modules_string(m & moe_parts) + " with recompute_modules moe: Megatron-Core asserts (the whole "
                                    "MoE layer is rerun, nothing inside it is kept to offload); drop one");
-  } else if (r.recompute == Recompute::kFull) {
-    bad.add("fine_grained_activation_offloading", "true with recompute full: a rerun block keeps only its input, which dtsim does "
-                                                      "not model offloading; valid with it: recompute none or selective");
+  } else if (r.recompute == Recompute::kFull || r.recompute == Recompute::kOp) {
+    bad.add("fine_grained_activation_offloading", std::string("true with recompute ") + to_string(r.recompute) +
+                                                      (r.recompute == Recompute::kFull
+                                                           ? ": a rerun block keeps only its input, which dtsim does not model offloading"
+                                                           : ": torchtitan's op-level policy, not Megatron-Core's") +
+                                                      "; valid with it: recompute none or selective");
   } else if (r.schedule == Schedule::kZbH1) {
     bad.add("fine_grained_activation_offloading", "true with schedule zb-h1: Megatron-Core has no zero-bubble schedule, and what its "
                                                       "weight passes read back is not modelled; valid with it: 1f1b, interleaved, gpipe");
