@@ -239,21 +239,24 @@ bool PlanRules::op_recompute_allowed(int tp, int cp, bool flash) const {
   return described;
 }
 
+namespace {
+/// The union over a model's layers of a mask each describes (the Megatron
+/// modules it has), at the default shape.
+template <typename Mask>
+Mask described_by(const Model& model, Mask Layer::*field) {
+  Mask m = 0;
+  for (const Layer& l : model.shared_layers(WorkloadShape{})) m = static_cast<Mask>(m | l.*field);
+  return m;
+}
+}  // namespace
+
 std::uint8_t PlanRules::recompute_modules_described() const {
-  if (!modules_described_) {
-    std::uint8_t m = 0;
-    for (const Layer& l : model_.shared_layers(WorkloadShape{})) m = static_cast<std::uint8_t>(m | l.recompute_described);
-    modules_described_ = m;
-  }
+  if (!modules_described_) modules_described_ = described_by(model_, &Layer::recompute_described);
   return *modules_described_;
 }
 
 std::uint16_t PlanRules::offload_modules_described() const {
-  if (!offload_described_) {
-    std::uint16_t m = 0;
-    for (const Layer& l : model_.shared_layers(WorkloadShape{})) m = static_cast<std::uint16_t>(m | l.offload_described);
-    offload_described_ = m;
-  }
+  if (!offload_described_) offload_described_ = described_by(model_, &Layer::offload_described);
   return *offload_described_;
 }
 
