@@ -42,15 +42,17 @@
 // for backward its activations less what went, and holds besides, during
 // its forward, the most of what went that was on the device at once. Its
 // first copy up is a task on "h2d" after its own copy down and after the
-// backward of the unit whose groups came back last (less the part of that
-// backward after its first group's), else the rank's latest pass; only
-// the part not hidden before the group's backward begins is priced. It
-// brings that group back; the others come back one at a time as the
-// backward frees what it is done with, counted as the largest of them
-// beside the first from the backward's start, and what their copies leave
-// exposed (each copy up less the backward between its group and the next)
-// is one wait on the compute stream before the unit's backward, after
-// the first copy up. Under fine_grained_offloading_max_inflight_offloads N
+// backward of the previous unit with groups (kept ones too: Megatron-Core
+// runs bulk_reload as every group's backward ends), less the part of that
+// backward after its first group's, where that backward came after this
+// unit's forward, else the rank's latest pass; only the part not hidden
+// before the group's backward begins is priced. It brings that group
+// back; the others come back one at a time as the backward frees what it
+// is done with, counted as the largest of them beside the first from the
+// backward's start, and what their copies leave exposed (each copy up less
+// the backward between its group and the next group in the unit, kept or
+// not) is one wait on the compute stream before the unit's backward,
+// after the first copy up. Under fine_grained_offloading_max_inflight_offloads N
 // the compute stream waits, as each group commits, for the copy of its
 // module's group N before it in the chunk (its own at N = 0; ChunkOffload
 // Handler._drain_offload_pending leaves N in flight): within a unit priced from
@@ -101,9 +103,6 @@ struct UnitPlan {
   Bytes first = 0;       ///< the group copied up first (its last offloaded)
   Bytes second = 0;      ///< the largest of the others: back beside it as the backward goes
   TimeNs first_up = 0;   ///< that copy's part not hidden by the unit's own backward
-  /// The unit's backward after its last copy up was asked for (its first
-  /// group's backward ended then): the next unit's first copy up runs beside it.
-  TimeNs slack = 0;
   TimeNs stall = 0;      ///< the other copies up's parts not hidden
   /// Under fine_grained_offloading_max_inflight_offloads, how long its
   /// forward waits for its own copies down (a wait on the compute stream
@@ -183,6 +182,12 @@ class FineGrainedOffload final : public StrategyPass {
     down_task_.assign(units.units.size() * static_cast<std::size_t>(std::max<std::int64_t>(1, p.grad_accum)), -1);
     fwd_seq_.assign(down_task_.size(), 0);
     plan_cell_.assign(down_task_.size(), nullptr);
+    slack_.assign(units.units.size(), -1);
+    for (const auto& groups : chunks_) {
+      for (const Group& g : groups) {
+        if (slack_[g.unit] < 0) slack_[g.unit] = std::max<TimeNs>(0, bwd_[g.unit] - g.bwd_end);  // the unit's first group
+      }
+    }
   }
 
   void begin_stage(int stage, const std::vector<PipeStep>& order) override {
@@ -193,9 +198,9 @@ class FineGrainedOffload final : public StrategyPass {
     immediate_.assign(choice_.size(), false);
     kept_.clear();
     first_ = -1;
-    last_backward_ = last_forward_ = last_offload_backward_ = -1;
+    last_backward_ = last_forward_ = last_group_backward_ = -1;
     backlog_ = 0;
-    seq_ = backward_seq_ = offload_backward_seq_ = 0;
+    seq_ = backward_seq_ = group_backward_seq_ = 0;
     last_slack_ = 0;
     auto chunk_of = [&](const PipeStep& st) -> std::size_t {
       return chunks_.size() == 1 ? 0 : static_cast<std::size_t>(st.chunk * pp + stage);
@@ -302,16 +307,16 @@ class FineGrainedOffload final : public StrategyPass {
   void before_backward(const At& at, TaskDeps& deps) override {
     const UnitPlan* u = plan_cell_[unit_cell(at)];
     if (u == nullptr) return;
-    // As the previous offloading unit's first group ends its backward (that
-    // unit's `slack` before the unit's end), where that came after this
+    // As the previous unit with groups ends its first group's backward
+    // (that unit's slack before its end), where that came after this
     // unit's forward (Megatron-Core pre-loads a chunk's last group only if
-    // its forward is done); else after the rank's latest backward since
-    // (a group kept above it) or its latest forward.
+    // its forward is done); else after the rank's latest backward since or
+    // its latest forward.
     TaskDeps up_deps{down_task_[unit_cell(at)]};
     TimeNs hidden = 0;
     const std::int64_t forward = fwd_seq_[unit_cell(at)];
-    if (last_offload_backward_ >= 0 && offload_backward_seq_ > forward) {
-      up_deps.push_back(last_offload_backward_);
+    if (last_group_backward_ >= 0 && group_backward_seq_ > forward) {
+      up_deps.push_back(last_group_backward_);
       hidden = last_slack_;
     } else if (last_backward_ >= 0 && backward_seq_ > forward) {
       up_deps.push_back(last_backward_);
@@ -347,10 +352,10 @@ class FineGrainedOffload final : public StrategyPass {
     last_backward_ = last;
     backward_seq_ = ++seq_;
     backlog_ = 0;  // a backward between forwards: their copies down are done (taken so)
-    if (const UnitPlan* u = plan_cell_[unit_cell(at)]) {
-      last_offload_backward_ = last;
-      offload_backward_seq_ = seq_;
-      last_slack_ = u->slack;
+    if (slack_[at.unit] >= 0) {  // a unit with groups, kept or not: their backward asks for the next copy up
+      last_group_backward_ = last;
+      group_backward_seq_ = seq_;
+      last_slack_ = slack_[at.unit];
     }
     return last;
   }
@@ -478,10 +483,18 @@ class FineGrainedOffload final : public StrategyPass {
     out.tail = std::max<TimeNs>(0, free - end);
     out.first = go.back()->bytes;
     for (std::size_t i = 0; i + 1 < go.size(); ++i) out.second = std::max(out.second, go[i]->bytes);
-    out.first_up = std::max<TimeNs>(0, go.back()->copy - go.back()->bwd_start);
-    out.slack = std::max<TimeNs>(0, bwd_[u] - go.front()->bwd_end);
-    for (std::size_t i = 0; i + 1 < go.size(); ++i) {
-      out.stall += std::max<TimeNs>(0, go[i]->copy - (go[i]->bwd_start - go[i + 1]->bwd_end));
+    // Each copy up starts as the backward of the group after it (any of
+    // the chunk's groups, kept ones too: bulk_reload runs at each group's
+    // backward end) is done, and is hidden by the backward between; a
+    // unit's last group's comes from the unit before (the trigger).
+    const auto& groups = chunks_[c];
+    for (const Group* g : go) {
+      const auto at = static_cast<std::size_t>(g - groups.data());
+      if (at + 1 < groups.size() && groups[at + 1].unit == u) {
+        out.stall += std::max<TimeNs>(0, g->copy - (g->bwd_start - groups[at + 1].bwd_end));
+      } else {
+        out.first_up = std::max<TimeNs>(0, g->copy - g->bwd_start);
+      }
     }
     return out;
   }
@@ -501,11 +514,14 @@ class FineGrainedOffload final : public StrategyPass {
   std::int64_t first_ = -1;                  ///< the cell whose backward runs first on the stage
   TaskId last_backward_ = -1;                ///< the stage's latest backward
   TaskId last_forward_ = -1;                 ///< ... and forward
-  TaskId last_offload_backward_ = -1;        ///< ... and backward of a unit that brought some back
+  TaskId last_group_backward_ = -1;          ///< ... and backward of a unit with groups
   /// The order of the stage's passes: each forward's and backward's place.
-  std::int64_t seq_ = 0, backward_seq_ = 0, offload_backward_seq_ = 0;
+  std::int64_t seq_ = 0, backward_seq_ = 0, group_backward_seq_ = 0;
+  /// By unit: its backward after its first group's (any, kept too) ends,
+  /// beside which the next unit's first copy up runs; -1 without groups.
+  std::vector<TimeNs> slack_;
   std::vector<std::int64_t> fwd_seq_;        ///< by unit and micro-batch: its forward's place
-  TimeNs last_slack_ = 0;                    ///< that unit's UnitPlan::slack
+  TimeNs last_slack_ = 0;                    ///< that unit's slack_
   bool whole_stage_ = false;                 ///< OffloadUnits::whole_stage
   /// A one-stage plan's copies down of the micro-batch in hand, by module,
   /// for fine_grained_offloading_max_inflight_offloads.
