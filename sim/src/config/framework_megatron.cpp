@@ -674,19 +674,14 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   if (has("fine-grained-activation-offloading")) {
     out.plan("fine_grained_activation_offloading", "true", at("fine-grained-activation-offloading"));
     if (has("offload-modules")) out.plan("offload_modules", "[" + text("offload-modules", "") + "]", at("offload-modules"));
-    if (has("min-offloaded-tensor-size")) {
-      out.plan("min_offloaded_tensor_size", std::to_string(num("min-offloaded-tensor-size", 0)), at("min-offloaded-tensor-size"));
-    }
     if (has("activation-offload-fraction")) {
       out.plan("activation_offload_fraction", text("activation-offload-fraction", "1"), at("activation-offload-fraction"));
     }
-    if (has("delta-offload-bytes-across-pp-ranks")) {
-      out.plan("delta_offload_bytes_across_pp_ranks", std::to_string(num("delta-offload-bytes-across-pp-ranks", 0)),
-               at("delta-offload-bytes-across-pp-ranks"));
-    }
-    if (has("fine-grained-offloading-max-inflight-offloads")) {
-      out.plan("fine_grained_offloading_max_inflight_offloads", std::to_string(num("fine-grained-offloading-max-inflight-offloads", 0)),
-               at("fine-grained-offloading-max-inflight-offloads"));
+    for (const char* n : {"min-offloaded-tensor-size", "delta-offload-bytes-across-pp-ranks", "fine-grained-offloading-max-inflight-offloads"}) {
+      if (!has(n)) continue;
+      std::string key = n;
+      std::replace(key.begin(), key.end(), '-', '_');
+      out.plan(key, std::to_string(num(n, 0)), at(n));
     }
   } else {
     for (const char* n : {"offload-modules", "min-offloaded-tensor-size", "activation-offload-fraction", "delta-offload-bytes-across-pp-ranks",

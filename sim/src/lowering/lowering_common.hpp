@@ -317,9 +317,15 @@ inline ZeroRedundancyShare zero_redundancy_share(std::vector<std::int64_t> sizes
   });
 }
 
+/// A rank's part of `params` of which `expert` are routed experts': the
+/// others split over n ranks, the experts' over ne, each rounded up.
+inline std::int64_t split_over(std::int64_t params, std::int64_t expert, int n, int ne) {
+  const std::int64_t a = std::max(1, n), b = std::max(1, ne);
+  return (params - expert + a - 1) / a + (expert + b - 1) / b;
+}
+
 inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::int64_t expert) {
-  const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
-  return (params - expert + n - 1) / n + (expert + ne - 1) / ne;
+  return split_over(params, expert, p.shard_group, p.expert_shard_group);
 }
 
 /// The parameters whose optimizer state a rank holds and steps: its shard,
@@ -327,9 +333,7 @@ inline std::int64_t shard_of(const ResolvedPlan& p, std::int64_t params, std::in
 /// parallel/plan.cpp) its 1 / replicas of it: the dense parameters over all
 /// dp, the experts' over all edp.
 inline std::int64_t optimizer_shard_of(const ResolvedPlan& p, std::int64_t params, std::int64_t expert) {
-  if (!p.outer_optim) return shard_of(p, params, expert);
-  const std::int64_t n = std::max(1, p.dp), ne = std::max(1, p.edp);
-  return (params - expert + n - 1) / n + (expert + ne - 1) / ne;
+  return p.outer_optim ? split_over(params, expert, p.dp, p.edp) : shard_of(p, params, expert);
 }
 
 // Note [fp32 gradient partition]

@@ -126,8 +126,9 @@ class FineGrainedOffload final : public StrategyPass {
       const auto [first, count] = units.units[u];
       const std::size_t c = units.whole_stage ? 0 : u;
       chunk_of_unit_[u] = c;
-      TimeNs fwd_before = 0, bwd_after = 0;
+      TimeNs fwd_before = 0, bwd_after = 0;  // the unit's forward before layer l, its backward after it
       for (std::size_t l = first; l < first + count; ++l) bwd_after += units.backward[l];
+      bwd_[u] = bwd_after;
       for (std::size_t l = first; l < first + count; ++l) {
         const Layer& L = units.layers[l];
         bwd_after -= units.backward[l];
@@ -174,8 +175,6 @@ class FineGrainedOffload final : public StrategyPass {
         fwd_before += units.forward[l];
       }
       fwd_[u] = fwd_before;
-      bwd_[u] = 0;
-      for (std::size_t l = first; l < first + count; ++l) bwd_[u] += units.backward[l];
     }
     const std::size_t cells = chunks_.size() * static_cast<std::size_t>(std::max<std::int64_t>(1, p.grad_accum));
     choice_.assign(cells, -1);
@@ -408,8 +407,7 @@ class FineGrainedOffload final : public StrategyPass {
     if (const auto k = kept_.find(at); k != kept_.end()) {
       for (std::size_t g = 0; g < on.size(); ++g) on[g] = on[g] && !k->second[g];
     }
-    // activation_offload_fraction: of those that go, the last stay.
-    // activation_offload_fraction counts the groups with bytes to copy.
+    // activation_offload_fraction: of those that go with bytes to copy, the last stay.
     const auto& groups = chunks_[c];
     std::size_t eligible = 0;
     for (std::size_t g = 0; g < on.size(); ++g) eligible += on[g] && groups[g].bytes > 0 ? 1 : 0;
