@@ -256,6 +256,94 @@ using namespace detail;
 // modelled: DeepSeek's FP8 indexer (DeepGEMM's fp8 logits; Megatron-Core's
 // run in bf16), the dense warm-up stage (indexer alone trained, the model
 // frozen), and the recompute module mla_up_proj on DSA layers (refused).
+// Note [DeepSeek-V4]
+// DeepSeek-V4 (DeepSeek-AI 2026; config model_type deepseek_v4; Flash:
+// 284B parameters, 13B active, 43 layers of h 4096) attends in one head
+// of head_dim 512 that is both key and value, each query to a window of
+// its own tokens and to compressed entries of the sequence, a ratio a
+// layer (compress_ratios). dtsim prices it as Megatron-Core trains it
+// (experimental_attention_variant dsv4_hybrid, Megatron-Bridge 26.08's
+// DeepSeekV4Bridge; megatron/core/transformer/experimental_attention_variant/
+// deepseek_v4_hybrid_attention.py and csa.py on Megatron-LM's dev branch):
+//   projections  q = wq_b(RMSNorm(wq_a(x))), H heads of d, each head
+//             normed without a weight by composite ops (_q_rms_norm keeps
+//             q and its rsqrt); kv = RMSNorm(wkv(x)), one head of d;
+//             rotary (fused, in place) on the last qk_rope_head_dim
+//             channels of both.
+//   keys      query i sees the sliding_window w of its own tokens up to
+//             itself and compressed entries: at ratio 4 the top index_topk
+//             of its (i + 1) / 4 chosen by an indexer, at ratio 128 all of
+//             its (i + 1) / 128, at 0 none. A compressor pools each ratio
+//             tokens of x: wkv and wgate project x to coff d each (coff 2
+//             at ratio 4, whose entries overlap by half, 1 at 128), a
+//             softmax over the tokens in fp32 weighs them, then RMSNorm
+//             and rotary. Its GEMMs, and the indexer's weights_proj, run
+//             in bf16 under FP8 (get_fp8_disabled_context): priced as bf16
+//             matmuls.
+//   indexer   (ratio 4) DeepSeek Sparse Attention's (Note [DeepSeek Sparse
+//             Attention]) over the compressed keys: q = wq_b(the normed
+//             query latent), index_n_heads of index_head_dim, its own
+//             compressor (coff 2, a Hadamard rotation) for k, weights from
+//             x, scores over each query's causal (i + 1) / 4 entries, top-k;
+//             trained by the sparse KL loss (Bridge's recipes set
+//             dsa_indexer_use_sparse_loss) against the main attention at
+//             the selected entries, its backward run inside the forward
+//             (FusedCSAIndexerSparseAttnFunc): priced as DSA's.
+//   core      FlashMLA's sparse kernel (dsa_kernel_backend cudnn, what
+//             Megatron-LM's arguments resolve for dsv4_hybrid): q [t, H, d]
+//             against the one kv joined to the compressed entries. The
+//             lists of ratio 0 and 128 are not compacted: w and w + s / 128
+//             slots padded to a multiple of 64 (SM100's), each computed;
+//             ratio 4's are compacted to each query's valid entries
+//             (topk_length): min(w, i + 1) + min(k, (i + 1) / 4) averaged
+//             over the sequence. Forward 2 t H n 2d, backward 2 t H n 7d
+//             (DSA's kernel, d wide keys and values). A learned sink a
+//             head joins the softmax's denominator (free). It keeps q, the
+//             joined kv, int32 indices, O and the fp32 log-sum-exp.
+//   output    the inverse rotary on O out of place (the kernel keeps O),
+//             wo_a an einsum of o_groups groups, each H d / g to
+//             o_lora_rank (torch's: bf16 under FP8, its input kept whole),
+//             then wo_b (linear_proj) from g o_lora_rank to h.
+// A layer's attention parameters: wq_a (h q_lora), q_layernorm (q_lora),
+// wq_b (q_lora H d), wkv (h d), kv_layernorm (d), wo_a (g o_lora x H d /
+// g), wo_b (g o_lora x h) and the sinks (H); the
+// compressor's 2 coff d h, its ape (ratio x coff d) and norm (d); the
+// indexer's wq_b (H_i d_i q_lora), weights_proj (H_i h) and compressor
+// (2 x 2 d_i h, 4 x 2 d_i, d_i): 106,956,352 + 8,393,216 + 10,749,056 for
+// Flash's ratio-4 layers. Every MLP is a mixture of experts; the first
+// num_hash_layers route by a table of token ids, where Megatron-Core still
+// runs the router's GEMM and its loss: priced as routed layers. The
+// experts' clamped SwiGLU (swiglu_limit) is DeepSeek's clamp inside
+// Megatron's fused SwiGLU: priced as SwiGLU, not gpt-oss's (Note
+// [gpt-oss]). Recompute module mla_up_proj reruns wq_b, the head norm,
+// wkv, kv's norm and rotary (qkv_up_proj_and_rope_apply under
+// CheckpointWithoutOutput): q, kv and their norms' inputs are not kept.
+// Megatron-Core runs this attention at tp 1, and under context
+// parallelism only on packed (THD) contiguous partitions: dtsim models tp
+// 1 and cp 1. Not modelled: the YaRN base of the compressed layers (a
+// table), FP8 in the indexer.
+// Note [Hyper-connections]
+// DeepSeek-V4's residual is hc_mult (4) streams of h, mixed around each
+// sublayer by manifold-constrained hyper-connections (Xie et al. 2025,
+// "mHC"; Megatron-Core's hyper_connection.py, enable_hyper_connections,
+// num_residual_streams): a GEMM of the streams' n h (fp32) to n^2 + 2n
+// gates scaled by their RMS, H_pre and H_post through sigmoids, H_res
+// made doubly stochastic by hc_sinkhorn_iters Sinkhorn iterations; the
+// sublayer's input is sum_j H_pre_j x_j, and its output y goes back as
+// x'_i = sum_j H_res_ji x_j + H_post_i y (h_post_bda). Priced as
+// Megatron's fused kernels (use_fused_mhc, on for Blackwell in the
+// bridge): the gates one pass over the streams, the Sinkhorn one kernel,
+// the aggregate a pass, h_post_bda a pass reading n + 1 and writing n.
+// Kept for backward, a sublayer: the streams (n h), y, and the fp32
+// gates. The embedding's output is expanded to n copies (input_expand);
+// the head contracts them (learned_output_contract: hc_head_fn's GEMM,
+// its sigmoid weights, the weighted sum) before the final norm; a
+// multi-token prediction depth takes the streams, norms each (hnorm),
+// adds h_proj of each to e_proj of its embedding, and contracts its own.
+// Between pipeline stages the streams travel: n h a token. A sublayer's
+// parameters: (n^2 + 2n) n h + (n^2 + 2n) + 3; the head's n n h + n + 1.
+// Recompute module mhc (Megatron's, off in Bridge's recipes) is not
+// modelled.
 // Note [SmolLM3]
 // Hugging Face's SmolLM3 (modeling_smollm3.py; SmolLM3-3B, 3.08B
 // parameters) is the Llama block, grouped-query attention and a tied head,
@@ -666,6 +754,11 @@ class Llama final : public ZooModel {
     return !mla() && c_.kv_heads < c_.heads && c_.sliding_window == 0 && c_.attention_chunk == 0;
   }
   std::string tp_error(int tp) const override {
+    if (v4() && tp > 1) {
+      // Note [DeepSeek-V4]
+      return "DeepSeek-V4's attention (Megatron-Core's dsv4_hybrid) runs at tp 1; dtsim models it at tp=1 (its experts may still split: "
+             "expert_tensor_parallel, ep)";
+    }
     if (whole_qk() && tp > 1) {
       // Note [OLMo 2], Note [MiniMax-M2]: their q/k norms' statistics span every head.
       return std::string(c_.olmo2_norms ? "OLMo 2's q and k norms each take their statistics over all heads at once (Olmo2Attention)"
@@ -697,6 +790,11 @@ class Llama final : public ZooModel {
   }
   std::string cp_error(int cp, int tp = 1) const override {
     const std::int64_t ranks = static_cast<std::int64_t>(cp) * tp;
+    if (cp > 1 && v4()) {
+      // Note [DeepSeek-V4]
+      return "DeepSeek-V4's attention takes context parallelism only on packed (THD) sequences split contiguously "
+             "(Megatron-Core's cp_partition_mode contiguous), which dtsim does not model; valid: cp=1";
+    }
     if (cp > 1 && has_linear() && (c_.linear_key_heads % ranks != 0 || c_.linear_value_heads % ranks != 0)) {
       // Note [Gated DeltaNet]: its heads go to the cp ranks by all-to-all, each tp rank's share.
       return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
@@ -759,6 +857,16 @@ class Llama final : public ZooModel {
     }
     emb.backward.push_back(memory_op("embed.scatter_add", sim::KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
     emb.output_bytes = e * tn * h;
+    if (streams() > 1) {
+      // Note [Hyper-connections]: input_expand copies the embedding to each
+      // stream; backward sums the streams' gradients.
+      const std::int64_t ns = streams();
+      emb.forward.push_back(memory_op("embed.hc_expand", sim::KernelKind::kElementwise, e * tn * h, e * tn * ns * h));
+      emb.backward.insert(emb.backward.begin(),
+                          memory_op("embed.hc_expand.bwd", sim::KernelKind::kElementwise, e * tn * ns * h, e * tn * h, 1.0 * tn * ns * h));
+      emb.output_bytes *= ns;
+      emb.signature += ",hc=" + std::to_string(ns);
+    }
     // Note [Sequence parallel embeddings] (layers.cpp): without position
     // embeddings the lookup is reduce-scattered, its gradient all-gathered.
     if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
@@ -782,6 +890,14 @@ class Llama final : public ZooModel {
                                               ",dv=" + std::to_string(c_.v_head_dim) + dsa_keys
                                         : "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
                                               ",kv=" + std::to_string(c_.kv_heads) + ",d=" + std::to_string(c_.head_dim);
+    // Note [DeepSeek-V4]: a layer's attention at its ratio (the indexer's
+    // keys at 4); Note [Hyper-connections]: the streams.
+    const std::string hc_keys = streams() > 1 ? ",hc=" + std::to_string(streams()) + ",hs=" + std::to_string(c_.hc_sinkhorn_iters) : "";
+    auto v4_attention = [&](int ratio) {
+      return "v4=1,h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) + ",qr=" + std::to_string(c_.q_lora_rank) +
+             ",d=" + std::to_string(c_.head_dim) + ",dr=" + std::to_string(c_.qk_rope_dim) + ",cr=" + std::to_string(ratio) +
+             ",og=" + std::to_string(c_.o_groups) + ",or=" + std::to_string(c_.o_lora_rank) + (ratio == 4 ? dsa_keys : std::string());
+    };
     // The keys of a local layer, or of a global one (Note [Gemma]).
     auto common_of = [&](bool global) {
       const std::int64_t window = global ? 0 : c_.sliding_window, chunk = global ? 0 : c_.attention_chunk;
@@ -805,7 +921,7 @@ class Llama final : public ZooModel {
              // Note [gpt-oss]: sinks, the clamped SwiGLU (millionths), fp32 norm products
              (c_.attention_sinks ? ",sink=1" : "") + micro(",swl=", c_.swiglu_limit) + (c_.fp32_norm_weight ? ",fnw=1" : "") +
              (tp > 1 ? tps + (sp ? ",sp=1" : "") : "") + attention_signature(shape) +
-             (shape.fused_kernels ? ",fk=1" : "");  // Note [Fused kernels]
+             (shape.fused_kernels ? ",fk=1" : "") + hc_keys;  // Note [Fused kernels]
     };
     const std::string common = common_of(false);
     // Note [Gemma]: layers that attend globally among sliding-window ones.
@@ -847,11 +963,14 @@ class Llama final : public ZooModel {
       const bool is_global = global_layer(i) && mixer == Mixer::kAttention;
       // Note [DeepSeek Sparse Attention]: a layer reusing an earlier one's top-k.
       const bool reuses = dsa() && !has_indexer(i);
-      const int kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0) + (reuses ? 64 : 0);
+      // Note [DeepSeek-V4]: its ratio.
+      const int ratio = ratio_of(i);
+      const int kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0) + (reuses ? 64 : 0) +
+                       (ratio == 4 ? 128 : ratio > 0 ? 256 : 0);
       auto it = made.find(kind);
       if (it == made.end()) {
-        sim::Layer l = block_layer(shape, moe, is_global, mixer, piece, !reuses);
-        const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : attention;
+        sim::Layer l = block_layer(shape, moe, is_global, mixer, piece, !reuses, ratio);
+        const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : v4() ? v4_attention(ratio) : attention;
         // Note [Mamba-2]: a hybrid pattern's part, its activation.
         const std::string extra = std::string(c_.squared_relu ? ",relu2=1" : "") +
                                   (piece == Part::kMixer ? ",part=1" : piece == Part::kMlp ? ",part=2" : "") + (reuses ? ",ix=0" : "");
@@ -866,9 +985,11 @@ class Llama final : public ZooModel {
     // Note [Multi-token prediction]: each depth, then the head over all;
     // a depth's signature carries its block's keys.
     if (c_.mtp_layers > 0) {
-      const std::string block_sig = c_.experts > 0 ? moe_signature(common, attention) : dense_sig;
-      const std::string mtp_sig = "llama.mtp:" + block_sig.substr(block_sig.find(':') + 1);
       for (int k = 0; k < c_.mtp_layers; ++k) {
+        // Note [DeepSeek-V4]: a depth's block attends at its own ratio.
+        const std::string keys = v4() ? v4_attention(ratio_of(c_.layers + k)) : attention;
+        const std::string block_sig = c_.experts > 0 ? moe_signature(common, keys) : "llama.block:" + keys + ",f=" + std::to_string(c_.intermediate) + common;
+        const std::string mtp_sig = "llama.mtp:" + block_sig.substr(block_sig.find(':') + 1);
         out.push_back(mtp_layer(shape, k));
         // Depths after the first differ from it by the embedding's copy,
         // and by their weights where they repeat it.
@@ -890,18 +1011,28 @@ class Llama final : public ZooModel {
     head.param_tensors = c_.tied_head ? 1 : 2;  // the norm's weight (and an untied lm_head weight)
     head.borrowed_params = c_.tied_head ? v * h : 0;
     head.modules = {{"norm", {h}, ""}, {"lm_head", {v * h}, c_.tied_head ? "embed.gather" : ""}};
+    // Note [Hyper-connections]: the streams contracted first.
+    if (streams() > 1) head.forward = contraction("hc_head", tn, e);
     // The final norm, composite or fused (Note [Fused kernels]).
     const Bytes norm_io = (shape.fused_kernels ? e : e + 8) * tn * h;
     head.forward.push_back(memory_op("norm", sim::KernelKind::kNorm, norm_io, norm_io, 4.0 * tn * h));
+    const std::size_t before_loss = head.forward.size();
     add_lm_loss(head, shape, "lm_head", t, v, h);
     // The norm (Note [Llama activations]; Gemma's keeps its fp32 output:
     // Note [Gemma]), the head GEMM's input (in bf16 under FP8:
     // kernel_precision in sim) and the fp32 log-softmax.
     head.saved_bytes = (shape.fused_kernels ? e : fp32_norm_out() ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
+    if (streams() > 1) {
+      head.saved_bytes += contraction_kept(tn, e);
+      head.params += contraction_params();
+      head.param_tensors += 3;  // hc_head_fn, its base and scale
+      head.modules.insert(head.modules.begin(), {"hc_head", {streams() * streams() * h, streams(), 1}, ""});
+      head.signature += hc_keys;
+    }
     if (c_.final_softcap > 0) {
       // Gemma 2's final soft cap on the logits before the loss: a division,
       // a tanh (its output kept) and a multiplication.
-      const auto at = head.forward.begin() + 2;  // after the norm and the head GEMM
+      const auto at = head.forward.begin() + static_cast<std::ptrdiff_t>(before_loss) + 1;  // after the norm and the head GEMM
       head.forward.insert(at, memory_op("logits.softcap", sim::KernelKind::kElementwise, 3 * e * t * v, 3 * e * t * v, 3.0 * t * v));
       head.backward = backward_of(head.forward);
       head.saved_bytes += e * t * v;
@@ -910,7 +1041,7 @@ class Llama final : public ZooModel {
       // Granite divides the logits by logits_scaling before the loss (Note
       // [Granite]): a pass over them, nothing kept; its backward divides the
       // logits' gradient likewise.
-      const auto at = head.forward.begin() + 2;  // after the norm and the head GEMM
+      const auto at = head.forward.begin() + static_cast<std::ptrdiff_t>(before_loss) + 1;  // after the norm and the head GEMM
       head.forward.insert(at, scale_op("logits.scale", e, t * v));
       head.backward = backward_of(head.forward);
       scaled_backward(head.backward);
@@ -948,6 +1079,20 @@ class Llama final : public ZooModel {
   bool mla() const { return c_.kv_lora_rank > 0; }
   /// DeepSeek Sparse Attention (Note [DeepSeek Sparse Attention]).
   bool dsa() const { return c_.index_topk > 0; }
+  /// DeepSeek-V4's attention (Note [DeepSeek-V4]).
+  bool v4() const { return !c_.compress_ratios.empty(); }
+  /// Layer i's compression ratio (MTP depth k's at layers + k; 0 past the list).
+  int ratio_of(int i) const {
+    return static_cast<std::size_t>(i) < c_.compress_ratios.size() ? c_.compress_ratios[static_cast<std::size_t>(i)] : 0;
+  }
+  /// The residual's streams (Note [Hyper-connections]); 1: a plain residual.
+  std::int64_t streams() const { return c_.hc_mult > 1 ? c_.hc_mult : 1; }
+  /// What the head's (and a depth's) contraction of the streams holds:
+  /// hc_head_fn, its base and scale (Note [Hyper-connections]).
+  std::int64_t contraction_params() const {
+    const std::int64_t n = streams();
+    return n > 1 ? n * n * c_.hidden + n + 1 : 0;
+  }
   /// Layer i runs its own indexer (or, under DSA, reuses an earlier layer's top-k).
   bool has_indexer(int i) const {
     return dsa() && (c_.indexer_layers.empty() || c_.indexer_layers[static_cast<std::size_t>(i)] == 'F');
@@ -1002,18 +1147,22 @@ class Llama final : public ZooModel {
     const std::int64_t h = c_.hidden;
     std::int64_t blocks = 0;
     for (int i = 0; i < c_.layers; ++i) {
-      const BlockParams p = block_params(1, is_moe(i), mixer_of(i), part_of(i), has_indexer(i));
+      const BlockParams p = block_params(1, is_moe(i), mixer_of(i), part_of(i), has_indexer(i), ratio_of(i));
       blocks += p.split + p.replicated + (is_moe(i) ? routed * expert_params_each(1) : 0);
     }
     // Note [Multi-token prediction]: each depth's block, eh_proj and three
-    // norms (the embedding and the head are shared).
+    // norms (the embedding and the head are shared), and its contraction
+    // of the streams (Note [Hyper-connections]).
     const bool mtp_moe = c_.experts > 0;
-    const BlockParams mp = block_params(1, mtp_moe);
     // One set of weights where the depths repeat one layer.
-    blocks += static_cast<std::int64_t>(c_.mtp_repeated ? std::min(c_.mtp_layers, 1) : c_.mtp_layers) *
-              (mp.split + mp.replicated + (mtp_moe ? routed * expert_params_each(1) : 0) + 2 * h * h + 3 * h);
-    // embed_tokens V h, the blocks, the final norm h, lm_head V h (untied).
-    return c_.vocab * h + blocks + h + (c_.tied_head ? 0 : c_.vocab * h);
+    const int depths = c_.mtp_repeated ? std::min(c_.mtp_layers, 1) : c_.mtp_layers;
+    for (int k = 0; k < depths; ++k) {
+      const BlockParams mp = block_params(1, mtp_moe, Mixer::kAttention, Part::kBlock, true, ratio_of(c_.layers + k));
+      blocks += mp.split + mp.replicated + (mtp_moe ? routed * expert_params_each(1) : 0) + 2 * h * h + 3 * h + contraction_params();
+    }
+    // embed_tokens V h, the blocks, the head's contraction of the streams,
+    // the final norm h, lm_head V h (untied).
+    return c_.vocab * h + blocks + contraction_params() + h + (c_.tied_head ? 0 : c_.vocab * h);
   }
 
   /// One multi-token prediction depth up to its final norm (Note
@@ -1031,32 +1180,45 @@ class Llama final : public ZooModel {
     auto norm = [&](const char* name) { return memory_op(name, KernelKind::kNorm, norm_io, norm_io, 4.0 * tn * h); };
     // What an RMSNorm keeps (Note [Llama activations]; fused: its input and rsigma).
     const Bytes norm_kept = (fused ? e : 4 + e) * tn * h + 4 * tn;
-    const sim::Layer block = block_layer(shape, c_.experts > 0, false);
+    // Note [DeepSeek-V4]: the depth's block attends at its own ratio.
+    const sim::Layer block = block_layer(shape, c_.experts > 0, false, Mixer::kAttention, Part::kBlock, true, ratio_of(c_.layers + depth));
+    const std::int64_t ns = streams();
     sim::Layer l;
     l.name = "mtp." + std::to_string(depth);
     l.kind = sim::LayerKind::kOther;
     l.fp8_as_block = true;  // Transformer Engine's Linears, eh_proj's and the block's
-    const std::vector<sim::Kernel> pre = {norm("mtp.enorm"), norm("mtp.hnorm"),
+    // Note [Hyper-connections]: with streams, hnorm over each of them,
+    // e_proj of the embedding added to h_proj of each; the depth's own
+    // contraction before its final norm.
+    const std::vector<sim::Kernel> pre =
+        ns > 1 ? std::vector<sim::Kernel>{norm("mtp.enorm"),
+                                          memory_op("mtp.hnorm", KernelKind::kNorm, ns * norm_io, ns * norm_io, 4.0 * static_cast<double>(ns * tn * h)),
+                                          gemm("mtp.e_proj", t, h, h, e), gemm("mtp.h_proj", ns * t, h, h, e),
+                                          memory_op("mtp.combine", KernelKind::kElementwise, e * tn * (ns + 1) * h, e * tn * ns * h, 1.0 * tn * ns * h)}
+               : std::vector<sim::Kernel>{norm("mtp.enorm"), norm("mtp.hnorm"),
                                           memory_op("mtp.concat", KernelKind::kElementwise, 2 * e * tn * h, 2 * e * tn * h),
                                           gemm("mtp.eh_proj", t, h / tp, 2 * h, e)};
-    const sim::Kernel final_norm = norm("mtp.final_layernorm");
+    std::vector<sim::Kernel> tail = ns > 1 ? contraction("mtp.hc_head", tn, e) : std::vector<sim::Kernel>{};
+    tail.push_back(norm("mtp.final_layernorm"));
     l.forward.push_back(memory_op("mtp.embed", KernelKind::kEmbedding, e * t * h + 8 * t, e * t * h));
     l.forward.insert(l.forward.end(), pre.begin(), pre.end());
     l.forward.insert(l.forward.end(), block.forward.begin(), block.forward.end());
-    l.forward.push_back(final_norm);
-    l.backward = backward_of({final_norm});
+    l.forward.insert(l.forward.end(), tail.begin(), tail.end());
+    l.backward = backward_of(tail);
     l.backward.insert(l.backward.end(), block.backward.begin(), block.backward.end());
     const auto pre_backward = backward_of(pre);
     l.backward.insert(l.backward.end(), pre_backward.begin(), pre_backward.end());
     l.backward.push_back(memory_op("mtp.embed.scatter_add", KernelKind::kEmbedding, 2 * e * t * h, e * t * h));
-    // Kept: the two norms', eh_proj's input, the block's and the final norm's.
-    l.saved_bytes = 2 * norm_kept + shape.saved_gemm_input(2 * tn * h) + block.saved_bytes + norm_kept;
-    // On to the head: the model's hidden state and this depth's.
-    l.output_bytes = 2 * e * tn * h;
-    l.params = 3 * h + 2 * h * h / tp + block.params;
+    // Kept: the two norms', eh_proj's input (e_proj's and h_proj's), the
+    // block's, the contraction's and the final norm's.
+    l.saved_bytes = (1 + ns) * norm_kept + shape.saved_gemm_input((1 + ns) * tn * h) + block.saved_bytes + norm_kept +
+                    (ns > 1 ? contraction_kept(tn, e) : 0);
+    // On to the head: the model's hidden state (its streams) and this depth's.
+    l.output_bytes = e * tn * h * (ns + 1);
+    l.params = 3 * h + 2 * h * h / tp + block.params + contraction_params();
     l.sp_params = sp ? 3 * h + block.sp_params : 0;  // its three norms and its block's
     l.expert_params = block.expert_params;
-    l.param_tensors = 4 + block.param_tensors;
+    l.param_tensors = (ns > 1 ? 8 : 4) + block.param_tensors;  // with streams: e_proj, h_proj and the contraction's three
     l.largest_param_tensor = std::max(2 * h * h / tp, block.largest_param_tensor);
     // The embedding table: one copy where this is not the first stage,
     // however many depths use it.
@@ -1141,7 +1303,7 @@ class Llama final : public ZooModel {
   /// o_proj's and down_proj's biases, MLA's down-projections and the router
   /// replicated (Megatron-LM's and Megatron-Core's split).
   BlockParams block_params(std::int64_t tp, bool moe, Mixer mixer = Mixer::kAttention, Part part = Part::kBlock,
-                           bool indexer = true) const {
+                           bool indexer = true, int ratio = 0) const {
     const std::int64_t h = c_.hidden, a = c_.heads, kv = c_.kv_heads, d = c_.head_dim, f = c_.intermediate;
     const bool linear = mixer == Mixer::kGdn;
     BlockParams p;
@@ -1169,6 +1331,25 @@ class Llama final : public ZooModel {
       split += h * (2 * kd + 2 * vd + 2 * vh) + (2 * kd + vd) * c_.linear_conv_kernel + 2 * vh + vd * h;
       replicated += c_.linear_value_dim;
       tensors += 7;  // in_proj_qkvz, in_proj_ba, conv1d, dt_bias, A_log, norm, out_proj
+    } else if (v4()) {
+      // Note [DeepSeek-V4]: wq_a, q_layernorm, wq_b, wkv, kv_layernorm,
+      // wo_a, wo_b and the sinks; the compressor's wkv, wgate, ape and
+      // norm; a ratio-4 layer's indexer (wq_b, weights_proj and its own
+      // compressor). Megatron-Core runs them at tp 1.
+      const std::int64_t qr = c_.q_lora_rank;
+      split += h * qr + qr * a * d + h * d + c_.o_lora_rank * a * d + c_.o_groups * c_.o_lora_rank * h + a;
+      replicated += qr + d;
+      tensors += 8;
+      if (ratio > 0) {
+        const std::int64_t coff = ratio == 4 ? 2 : 1;
+        split += 2 * coff * d * h + ratio * coff * d + d;
+        tensors += 4;
+      }
+      if (ratio == 4 && indexer) {
+        const std::int64_t hi = c_.index_heads, di = c_.index_head_dim;
+        split += hi * di * qr + hi * h + 2 * 2 * di * h + 4 * 2 * di + di;
+        tensors += 6;
+      }
     } else if (mla()) {
       // DeepseekV3Attention: q_a_proj, q_a_layernorm, q_b_proj (or q_proj),
       // kv_a_proj_with_mqa, kv_a_layernorm, kv_b_proj, o_proj; no biases.
@@ -1220,6 +1401,14 @@ class Llama final : public ZooModel {
         tensors += static_cast<int>(up) + 1;
       }
       if (c_.shared_expert_gate) replicated += h, tensors += 1;
+    }
+    if (streams() > 1) {
+      // Note [Hyper-connections]: each sublayer's mapping_proj (weight and
+      // bias) and its three scalars.
+      const std::int64_t n = streams(), g = n * n + 2 * n;
+      const int sublayers = part == Part::kBlock ? 2 : 1;
+      replicated += sublayers * (g * n * h + g + 3);
+      tensors += sublayers * 5;
     }
     p.split = split / tp;
     p.replicated = replicated;
@@ -1290,7 +1479,7 @@ class Llama final : public ZooModel {
 
   /// A block, global (every key) or local (the window or chunks).
   sim::Layer block_layer(const sim::WorkloadShape& shape, bool moe, bool global, Mixer mixer = Mixer::kAttention,
-                         Part piece = Part::kBlock, bool indexer = true) const {
+                         Part piece = Part::kBlock, bool indexer = true, int ratio = 0) const {
     using sim::KernelKind;
     const bool gdn = mixer == Mixer::kGdn, mamba = mixer == Mixer::kMamba;
     // Note [Mamba-2]: a hybrid pattern's layer is a block's token mixer or its MLP alone.
@@ -1306,7 +1495,7 @@ class Llama final : public ZooModel {
 
     sim::Layer l;
     l.kind = sim::LayerKind::kTransformer;
-    const BlockParams bp = block_params(tp, moe, mixer, piece, indexer);
+    const BlockParams bp = block_params(tp, moe, mixer, piece, indexer, ratio);
     l.params = bp.split + bp.replicated;
     l.sp_params = sp ? bp.sequence_parallel : 0;
     l.param_tensors = bp.tensors;
@@ -1389,8 +1578,16 @@ class Llama final : public ZooModel {
     const bool megatron_norms = !c_.gemma_norms && !c_.olmo2_norms;
     // What a norm frees under layernorm: its keeps beyond its input, and the GEMM input it feeds.
     const Bytes norm_part = block_norm_kept - e * tn + shape.saved_gemm_input(tn);
+    // Note [Hyper-connections]: the streams' gates and the sublayer's input.
+    const bool hc = streams() > 1;
+    Bytes hc_bytes = 0;
+    if (hc && has_mixer) {
+      const auto in = hc_in("attn", tn / h, e);
+      pre.insert(pre.end(), in.begin(), in.end());
+      hc_bytes += hc_kept(tn / h, e);
+    }
     if (!c_.olmo2_norms && has_mixer) pre.push_back(norm("input_layernorm", tn));  // Note [OLMo 2]: none before attention
-    if (megatron_norms && mla() && has_mixer) norm_kernels.push_back(pre.back());
+    if (megatron_norms && (mla() || v4()) && has_mixer) norm_kernels.push_back(pre.back());
     AttentionCore core;
     Bytes attention = 0;  // saved by the attention beyond the norms and its core
     std::vector<sim::LayerComm> dsa_tp_forward, dsa_tp_backward;  // Note [DeepSeek Sparse Attention]
@@ -1561,7 +1758,46 @@ class Llama final : public ZooModel {
       pre.push_back(norm("attn.kv_a_layernorm", t * kvr));
       up_kernels.push_back(pre.back());
     }
-    if (has_mixer && mla() && dsa()) {
+    if (has_mixer && v4()) {
+      // Note [DeepSeek-V4]: the projections (mla_up_proj reruns wq_b to
+      // the rotary), then the compressor, the indexer and the core.
+      const std::int64_t qr = c_.q_lora_rank, a = c_.heads;
+      const Bytes q = t * a * d;  // elements of q, and of the core's output
+      pre.push_back(gemm("attn.q_a_proj", t, qr, h, e));
+      pre.push_back(norm("attn.q_a_layernorm", t * qr));
+      const std::size_t up_first = pre.size();
+      pre.push_back(gemm("attn.q_b_proj", t, a * d, qr, e));
+      // _q_rms_norm's composite ops: square, mean and the product read q
+      // (the square's output too); the square and the product write it.
+      pre.push_back(memory_op("attn.q_norm", KernelKind::kNorm, 3 * e * q, 2 * e * q + 2 * e * t * a, 4.0 * static_cast<double>(q)));
+      pre.push_back(gemm("attn.kv_proj", t, d, h, e));
+      pre.push_back(norm("attn.kv_layernorm", t * d));
+      const Bytes rope = t * (a + 1) * c_.qk_rope_dim;
+      pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * rope, e * rope, 3.0 * static_cast<double>(rope)));
+      up_kernels.assign(pre.begin() + static_cast<std::ptrdiff_t>(up_first), pre.end());
+      DsaCore dc = v4_core(shape, ratio, indexer);
+      core = std::move(dc.core);
+      l.backward_workspace_bytes = dc.workspace;
+      // The inverse rotary on O, out of place; wo_a's einsum, each group.
+      post.push_back(memory_op("attn.rotary_out", KernelKind::kElementwise, e * q, e * q, 3.0 * static_cast<double>(t * a * c_.qk_rope_dim)));
+      post.push_back(gemm("attn.o_group_proj", t, c_.o_lora_rank, a * d / c_.o_groups, e, c_.o_groups, KernelKind::kAttention));
+      o_in = c_.o_groups * c_.o_lora_rank;
+      // Kept: q_layernorm's and wq_b's input; the head norm's input and
+      // rsqrt; kv's norm; the core's (q, the joined kv, indices, O, the
+      // log-sum-exp) and the compressor's and indexer's; wo_a's input, in
+      // bf16; wo_b's. Where the GEMMs keep FP8 copies, wkv keeps its own
+      // of x, and the bf16 compressor keeps x itself.
+      const Bytes x_copies = shape.saved_gemm_input(tn) != e * tn ? shape.saved_gemm_input(tn) + (ratio > 0 ? e * tn : 0) : 0;
+      const Bytes head_norm = e * q + e * t * a;
+      attention += norm_kept(t * qr, t) + shape.saved_gemm_input(t * qr) + head_norm + norm_kept(t * d, t) + dc.saved + e * q +
+                   shape.saved_gemm_input(t * o_in) + x_copies;
+      // Under mla_up_proj the checkpoint keeps the query latent (in bf16)
+      // and x, not wq_b's input copy nor wkv's; q and, where no compressed
+      // entries are joined to it, kv (the core's) are discarded.
+      const Bytes x_held = ratio > 0 ? 0 : e * tn;
+      up_bytes = head_norm + norm_kept(t * d, t) + e * q + (ratio == 0 ? e * t * d : 0) + shape.saved_gemm_input(t * qr) - e * t * qr +
+                 (x_copies > 0 ? shape.saved_gemm_input(tn) - x_held : 0);
+    } else if (has_mixer && mla() && dsa()) {
       // Note [DeepSeek Sparse Attention]: absorbed into the latent, each
       // query meets the keys its indexer selected.
       const std::int64_t kvr = c_.kv_lora_rank, v = c_.v_head_dim, dn = c_.qk_nope_dim;
@@ -1673,13 +1909,18 @@ class Llama final : public ZooModel {
       post.push_back(gemm("attn.o_proj", t, h, o_in, e));
       if (post_norms) post.push_back(norm("post_attention_layernorm", tn));
       if (c_.residual_multiplier > 0) post.push_back(scale_op("attn.residual_scale", e, tn));  // Note [Granite]
-      post.push_back(memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
+      post.push_back(hc ? hc_out("attn", tn / h, e) : memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     }
     Bytes mlp = 0;
     std::vector<sim::LayerComm> tp_extra, tp_extra_backward;
     MoeParts moe_parts;
     std::vector<sim::Kernel> moe_kernels;  // the whole MoE layer's, for "moe"
     if (has_mlp) {
+      if (hc) {
+        const auto in = hc_in("mlp", tn / h, e);  // Note [Hyper-connections]
+        post.insert(post.end(), in.begin(), in.end());
+        hc_bytes += hc_kept(tn / h, e);
+      }
       // A hybrid pattern's MLP layer: its own input norm (Note [Mamba-2]).
       if (!c_.olmo2_norms) {
         post.push_back(norm(piece == Part::kMlp ? "input_layernorm" : c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
@@ -1708,7 +1949,7 @@ class Llama final : public ZooModel {
       }
       if (post_norms) post.push_back(norm("post_feedforward_layernorm", tn));
       if (c_.residual_multiplier > 0) post.push_back(scale_op("mlp.residual_scale", e, tn));  // Note [Granite]
-      post.push_back(memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
+      post.push_back(hc ? hc_out("mlp", tn / h, e) : memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
     }
     join_kernels(l, pre, core, post);
     scaled_backward(l.backward);
@@ -1716,15 +1957,15 @@ class Llama final : public ZooModel {
     const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms &&
                               !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight && c_.attention_chunk == 0 &&
                               !c_.nope_global && !c_.l2_qk_norm && c_.q_scaling_beta == 0 && !gdn && !c_.attn_output_gate &&
-                              !c_.zero_centered_norms && piece == Part::kBlock && !mamba && !c_.squared_relu && c_.rotary;
+                              !c_.zero_centered_norms && piece == Part::kBlock && !mamba && !c_.squared_relu && c_.rotary && !v4() && !hc;
 
     // Note [Llama activations]: each norm, and the two GEMM inputs they feed
     // (Gemma's post-norms feed residuals, which keep nothing).
     // A hybrid pattern's part has one norm and one GEMM input of them (Note [Mamba-2]).
     const Bytes norms = piece != Part::kBlock ? block_norm_kept + shape.saved_gemm_input(tn)
                                              : (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * shape.saved_gemm_input(tn);
-    l.saved_bytes = norms + attention + mlp;
-    l.output_bytes = e * tn;
+    l.saved_bytes = norms + attention + mlp + hc_bytes;
+    l.output_bytes = e * tn * streams();  // Note [Hyper-connections]: the streams
     // Note [Megatron's recompute modules]: the parts the shape's modules
     // name, together selective recompute's.
     l.attention_core_bytes = 0;
@@ -1738,7 +1979,7 @@ class Llama final : public ZooModel {
     };
     if (core.recomputable) part(sim::kRecomputeCoreAttn, core.saved, core.forward);
     if (!norm_kernels.empty()) part(sim::kRecomputeLayernorm, static_cast<Bytes>(norm_kernels.size()) * norm_part, norm_kernels);
-    if (mla() && !dsa()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
+    if ((mla() && !dsa()) || v4()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
     if (!moe && has_mlp) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
     if (moe && has_mlp) {
       // "moe" reruns the whole layer, its all-to-alls too; the parts inside
@@ -1754,7 +1995,7 @@ class Llama final : public ZooModel {
     };
     inner(sim::kRecomputeMoeAct, moe_parts.act, moe_parts.act_kernels);
     inner(sim::kRecomputeSharedExperts, moe_parts.shared, moe_parts.shared_kernels);
-    offload_groups(l, shape, pre.size(), core, piece, mla() && megatron_norms && has_mixer, block_norm_kept, tn, attention_groups,
+    offload_groups(l, shape, pre.size(), core, piece, (mla() || v4()) && megatron_norms && has_mixer, block_norm_kept, tn, attention_groups,
                    std::move(qkv_saved), std::move(core_saved), o_in * t, moe && has_mlp && megatron_norms, moe_parts);
     if (op_described) {
       // Note [Op-level recompute]: at tp 1, q and kv elements as above.
@@ -1944,6 +2185,140 @@ class Llama final : public ZooModel {
     }
     c.backward.insert(c.backward.end(), target_backward.begin(), target_backward.end());
     c.backward.insert(c.backward.end(), index_backward.begin(), index_backward.end());
+    return out;
+  }
+
+  /// Note [Hyper-connections]: before a sublayer (`part`: attn or mlp)
+  /// of t tokens, the gates from the streams (fused with their RMS), the
+  /// Sinkhorn iterations on H_res, and the sublayer's input from the
+  /// streams.
+  std::vector<sim::Kernel> hc_in(const std::string& part, std::int64_t t, int e) const {
+    const std::int64_t n = streams(), h = c_.hidden, g = n * n + 2 * n;
+    const double x = static_cast<double>(t * n * h);
+    return {memory_op(part + ".hc_gates", sim::KernelKind::kElementwise, e * t * n * h, 4 * t * g, 2.0 * static_cast<double>(g) * x + 3.0 * x),
+            memory_op(part + ".hc_sinkhorn", sim::KernelKind::kElementwise, 4 * t * g, 4 * t * g,
+                      6.0 * c_.hc_sinkhorn_iters * static_cast<double>(t * n * n)),
+            memory_op(part + ".hc_aggregate", sim::KernelKind::kElementwise, e * t * n * h + 4 * t * n, e * t * h, 2.0 * x)};
+  }
+  /// h_post_bda: each stream the streams mixed by H_res plus H_post times
+  /// the sublayer's output; named as the residual add it replaces.
+  sim::Kernel hc_out(const std::string& part, std::int64_t t, int e) const {
+    const std::int64_t n = streams(), h = c_.hidden;
+    return memory_op(part + ".residual", sim::KernelKind::kElementwise, e * t * (n + 1) * h + 4 * t * (n * n + n), e * t * n * h,
+                     (2.0 * static_cast<double>(n) + 2.0) * static_cast<double>(t * n * h));
+  }
+  /// learned_output_contract over t tokens: the n gates from the streams
+  /// (an fp32 GEMM scaled by their RMS, fused), sigmoid, the weighted sum.
+  std::vector<sim::Kernel> contraction(const std::string& name, std::int64_t t, int e) const {
+    const std::int64_t n = streams(), h = c_.hidden;
+    const double x = static_cast<double>(t * n * h);
+    return {memory_op(name + ".gates", sim::KernelKind::kElementwise, e * t * n * h, 4 * t * n, 2.0 * static_cast<double>(n) * x + 3.0 * x),
+            memory_op(name + ".sum", sim::KernelKind::kElementwise, e * t * n * h + 4 * t * n, e * t * h, 2.0 * x)};
+  }
+  /// What it keeps: the streams, the fp32 gates and weights, the RMS.
+  Bytes contraction_kept(std::int64_t t, int e) const { return e * t * streams() * c_.hidden + 4 * t * (2 * streams() + 1); }
+  /// What a sublayer's hyper-connections keep: the streams, the sublayer's
+  /// output, the fp32 projection and gates, the RMS.
+  Bytes hc_kept(std::int64_t t, int e) const {
+    const std::int64_t n = streams(), h = c_.hidden;
+    return e * t * n * h + e * t * h + 4 * t * (2 * (n * n + 2 * n) + 1);
+  }
+
+  /// Query-key slots over one sequence of s tokens: sum over queries i of
+  /// min(w, i + 1) (the window) and, at ratio r with k selected, of
+  /// min(k, (i + 1) / r) (Note [DeepSeek-V4]).
+  static double window_slots(std::int64_t s, std::int64_t w) {
+    const double fs = static_cast<double>(s), fw = static_cast<double>(std::min(w, s));
+    return fw * (fw + 1) / 2 + (fs - fw) * fw;
+  }
+  static double compressed_slots(std::int64_t s, std::int64_t r, std::int64_t k) {
+    // sum_{j=1}^{M} floor(j / r) = r q (q - 1) / 2 + q (M - q r + 1), q = floor(M / r).
+    const auto floors = [r](std::int64_t m) {
+      const double q = static_cast<double>(m / r);
+      return static_cast<double>(r) * q * (q - 1) / 2 + q * static_cast<double>(m - (m / r) * r + 1);
+    };
+    const std::int64_t full = k * r;  // from j = k r on, each query has its k
+    return s < full ? floors(s) : floors(full - 1) + static_cast<double>(k) * static_cast<double>(s - full + 1);
+  }
+
+  /// Note [DeepSeek-V4]: a layer's compressor (ratio > 0), indexer (ratio
+  /// 4) and sparse core over each query's window and compressed entries,
+  /// for b sequences of s tokens at tp 1 and cp 1.
+  DsaCore v4_core(const sim::WorkloadShape& shape, int ratio, bool indexer) const {
+    using sim::KernelKind;
+    const std::int64_t b = shape.micro_batch, s = shape.seq_len, t = b * s;
+    const std::int64_t h = c_.hidden, a = c_.heads, d = c_.head_dim, qr = c_.q_lora_rank;
+    const std::int64_t w = std::min(c_.sliding_window, s), k = c_.index_topk, hi = c_.index_heads, di = c_.index_head_dim;
+    const std::int64_t m = ratio > 0 ? s / ratio : 0;  // compressed entries (the tail of s mod ratio dropped)
+    const int e = shape.act_bytes;
+    const auto n = [](std::int64_t x) { return static_cast<double>(x); };
+    // The index lists' width: the window, then the selected or all entries.
+    const std::int64_t width = w + (ratio == 4 ? std::min(k, m) : m);
+    check_size(n(t) * n(width) * 4, "DeepSeek-V4 attention indices");
+    check_size(n(b) * n(s) * n(m) * 4, "DeepSeek-V4 index scores");
+    DsaCore out;
+    AttentionCore& c = out.core;
+    std::vector<sim::Kernel> back;  // the indexer's and compressor's backward, after the core's
+    // A compressor of coff x `wide` channels a token: its two bf16 GEMMs,
+    // the softmax-weighted pooling (fp32 weights), the entries' norm and
+    // rotary; it keeps the kv half, the weights and the norm's input.
+    const auto compressor = [&](const std::string& name, std::int64_t coff, std::int64_t wide) {
+      const std::int64_t cw = coff * wide, entries = b * m;
+      const std::vector<sim::Kernel> ks = {
+          gemm(name, t, 2 * cw, h, e, 1, KernelKind::kAttention),
+          memory_op(name + "_pool", KernelKind::kElementwise, (2 * e + 12) * t * cw, 12 * t * cw + e * entries * wide, 8.0 * n(t * cw)),
+          memory_op(name + "_norm", KernelKind::kNorm, e * entries * wide, e * entries * wide, 7.0 * n(entries * wide))};
+      c.forward.insert(c.forward.end(), ks.begin(), ks.end());
+      const auto bk = backward_of(ks);
+      back.insert(back.end(), bk.begin(), bk.end());
+      out.saved += (e + 4) * t * cw + e * entries * wide + 4 * entries;
+    };
+    if (ratio > 0) compressor("attn.compress", ratio == 4 ? 2 : 1, d);
+    const double slots = ratio == 4 ? n(b) * (window_slots(s, w) + compressed_slots(s, ratio, k))
+                                    : n(t) * n((width + 63) / 64 * 64);  // padded for SM100, every slot computed
+    if (ratio == 4 && indexer) {
+      // The indexer: from the detached query latent and x, its scores over
+      // each query's causal entries written in fp32 (b, s, s / 4), top-k;
+      // the sparse loss's target at the selected entries; its backward
+      // inside the forward, keeping the gradients of q, the weights and k.
+      const std::vector<sim::Kernel> proj = {gemm("dsa.index_q", t, hi * di, qr, e),
+                                             gemm("dsa.index_weights", t, hi, h, e, 1, KernelKind::kAttention)};
+      c.forward.insert(c.forward.end(), proj.begin(), proj.end());
+      compressor("dsa.index_compress", 2, di);
+      const Bytes qk = t * hi * di + b * m * di;
+      const sim::Kernel rotate = memory_op("dsa.index_rotate", KernelKind::kElementwise, 2 * e * qk, 2 * e * qk, (std::log2(n(di)) + 3) * n(qk));
+      c.forward.push_back(rotate);
+      const double pairs = n(b) * compressed_slots(s, ratio, m);
+      c.forward.push_back(fused_kernel("dsa.index_scores", s, m, di, b * hi, pairs * n(hi) * (2 * n(di) + 3),
+                                       e * (t * hi * di + b * m * di + t * hi) + 4 * b * s * m));
+      c.forward.push_back(memory_op("dsa.topk", KernelKind::kElementwise, 4 * b * s * m, 4 * t * width, n(b * s * m)));
+      const double sel = n(b) * compressed_slots(s, ratio, k);
+      c.forward.push_back(fused_kernel("dsa.loss_target", s, k, d, b * a, sel * n(a) * (2 * n(d) + 5), e * (t * a * d + t * k * d) + 12 * t * k));
+      sim::Kernel grads = c.forward.back();
+      grads.name = "dsa.index_scores.bwd";
+      grads.flops = 3 * sel * n(hi) * (2 * n(di) + 3);
+      grads.bytes = e * (2 * t * hi * di + t * k * di + 2 * t * hi + 2 * b * m * di) + 8 * t * k;
+      c.forward.push_back(grads);
+      back.push_back(backward_of({rotate}).front());
+      for (auto it = proj.rbegin(); it != proj.rend(); ++it) back.push_back(backward_of({*it}).back());  // wgrad alone
+      out.saved += e * (t * hi * di + t * hi + b * m * di) +
+                   (shape.saved_gemm_input(t * qr) != e * t * qr ? shape.saved_gemm_input(t * qr) : 0);  // wq_b's FP8 copy
+    }
+    // The core: q [t, H, d] against the kv joined to the entries, the
+    // heads padded to a power of two and at least 16.
+    const std::int64_t hp = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(a, 16))));
+    const Bytes kv = b * (s + m) * d;
+    sim::Kernel f = fused_kernel("attn.sparse_mla", s, width, d, b * hp, 2 * slots * n(hp) * n(2 * d),
+                                 e * t * hp * 2 * d + 4 * t * hp + 4 * t * width + static_cast<Bytes>(e * slots * n(d)));
+    sim::Kernel g = f;
+    g.name = "attn.sparse_mla.bwd";
+    g.flops = 2 * slots * n(hp) * n(7 * d);
+    g.bytes = 2 * f.bytes + 4 * kv;
+    c.forward.push_back(f);
+    c.backward.push_back(g);
+    c.backward.insert(c.backward.end(), back.begin(), back.end());
+    // Kept: q, the joined kv, the int32 indices and lengths, O and the log-sum-exp.
+    out.saved += e * t * a * d + e * kv + 4 * t * width + 4 * t + e * t * a * d + 4 * t * a;
     return out;
   }
 

@@ -283,6 +283,15 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 61\nhidden: 7168\nheads: 64\nkv_heads: 64\nintermediate: 18432\nvocab: 163840\nseq_len: 131072\n"
      "experts: 384\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 1\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
+    // Note [DeepSeek-V4] (llama.cpp): deepseek-ai/DeepSeek-V4-Flash's
+    // config.json (model_type deepseek_v4, revision 60d8d70, the one
+    // Megatron-Bridge's verification card names); its multi-token
+    // prediction layer, which HuggingFace's model skips, as model.mtp_layers.
+    {"deepseek-v4-flash", "DeepSeek-V4-Flash 284B-A13B: 43 layers (2 window-only, 21 compressed sparse of ratio 4 picking 512 entries, 20 heavily compressed of ratio 128), hidden 4096, 64 heads of 512 on one shared key-value head, window 128, 256 routed experts of SwiGLU 2048 + 1 shared, top-6, 4 hyper-connection streams, vocab 129280, seq 1048576",
+     "family: llama\nlayers: 43\nhidden: 4096\nheads: 64\nkv_heads: 1\nhead_dim: 512\nintermediate: 2048\nvocab: 129280\nseq_len: 1048576\n"
+     "experts: 256\ntop_k: 6\nexpert_intermediate: 2048\nshared_intermediate: 2048\n"
+     "q_lora_rank: 1024\nqk_rope_dim: 64\no_groups: 8\no_lora_rank: 1024\nsliding_window: 128\n"
+     "compress_ratios: [0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4]\nindex_topk: 512\nindex_heads: 64\nindex_head_dim: 128\nhc_mult: 4\n"},
     // Note [Llama 4] (llama.cpp): the text_config of meta-llama/Llama-4-Scout-17B-16E's
     // and Llama-4-Maverick-17B-128E's config.json (their language models).
     {"llama-4-scout", "Meta Llama 4 Scout 17B-16E (language model): 48 layers, hidden 5120, 40 heads of 128, 8 KV heads, 16 experts of SwiGLU 8192 + 1 shared, top-1, chunked attention (8192) with a NoPE global layer every 4th, L2 q/k norms, vocab 202048, seq 262144",
@@ -703,10 +712,58 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.indexer_layers = c.get_string("indexer_layers", "");
   l.index_loss = c.get_enum<char>("index_loss", 'S', {{"sparse", 'S'}, {"dense", 'D'}, {"none", 'N'}});
   l.dsa_dense = c.get_enum<bool>("dsa_kernels", false, {{"sparse", false}, {"dense", true}});
+  // DeepSeek-V4 (Note [DeepSeek-V4] in llama.cpp) and its hyper-connections (Note [Hyper-connections]).
+  const std::vector<std::int64_t> ratios = c.get_int_list("compress_ratios");
+  const bool v4 = c.has("compress_ratios");
+  l.o_groups = c.get_int("o_groups", v4 ? 8 : 0, 0, 1 << 20);
+  l.o_lora_rank = c.get_int("o_lora_rank", v4 ? 1024 : 0, 0, kBig);
+  l.hc_mult = static_cast<int>(c.get_int("hc_mult", 0, 0, 64));
+  l.hc_sinkhorn_iters = static_cast<int>(c.get_int("hc_sinkhorn_iters", 20, 1, 10000));
+  if (c.has("hc_sinkhorn_iters") && l.hc_mult < 2) c.fail("hc_sinkhorn_iters", "is read only with hc_mult (2 or more residual streams)");
+  if (!v4) {
+    for (const char* key : {"o_groups", "o_lora_rank"}) {
+      if (c.has(key)) c.fail(key, "is read only with compress_ratios (DeepSeek-V4's attention)");
+    }
+  } else {
+    if (ratios.empty()) c.fail("compress_ratios", "is empty; valid: one ratio a layer (0, 4 or 128), then one a multi-token prediction depth");
+    for (std::size_t i = 0; i < ratios.size(); ++i) {
+      const std::int64_t r = ratios[i];
+      l.compress_ratios.push_back(static_cast<int>(r == 4 || r == 128 ? r : 0));
+      if (r != 0 && r != 4 && r != 128) {
+        c.fail("compress_ratios", "entry " + std::to_string(i + 1) + " is " + std::to_string(r) +
+                                      "; valid: 0 (the window alone), 4 (compressed sparse) or 128 (heavily compressed), as Megatron-Core's dsv4_hybrid takes");
+      }
+    }
+    if (static_cast<std::int64_t>(l.compress_ratios.size()) < l.layers) {
+      c.fail("compress_ratios", std::to_string(l.compress_ratios.size()) + " ratios for the " + std::to_string(l.layers) +
+                                    " layers; valid: one a layer (then one a multi-token prediction depth, 0 where missing)");
+    }
+    for (const auto& [key, on] : {std::pair{"kv_lora_rank", l.kv_lora_rank > 0}, std::pair{"hybrid_pattern", !l.hybrid_pattern.empty()},
+                                   std::pair{"layer_mixers", !l.layer_mixers.empty()}, std::pair{"full_attention_interval", l.full_attention_interval > 0},
+                                   std::pair{"global_every", l.global_every > 0}, std::pair{"attention_chunk", l.attention_chunk > 0},
+                                   std::pair{"gemma_norms", l.gemma_norms}, std::pair{"olmo2_norms", l.olmo2_norms},
+                                   std::pair{"attention_sinks", l.attention_sinks}, std::pair{"indexer_layers", c.has("indexer_layers")}}) {
+      if (on) c.fail(key, "is not modelled with compress_ratios (DeepSeek-V4's attention, whose own keys describe it); drop one");
+    }
+    if (l.q_lora_rank == 0) c.fail("q_lora_rank", "0; DeepSeek-V4's query comes through a latent (wq_a, wq_b): valid 1 or more (1024 in Flash)");
+    if (l.head_dim == 0) c.fail("head_dim", "missing: DeepSeek-V4's one key-value head and its query heads are head_dim wide (512)");
+    if (l.qk_rope_dim == 0 || l.qk_rope_dim >= l.head_dim) {
+      c.fail("qk_rope_dim", std::to_string(l.qk_rope_dim) + "; valid: 1 to head_dim - 1 (the rotary channels of each head: 64)");
+    }
+    if (l.o_groups == 0 || l.heads % l.o_groups != 0) {
+      c.fail("o_groups", std::to_string(l.o_groups) + " does not divide the " + std::to_string(l.heads) + " heads; valid: " + divisors_of(l.heads));
+    }
+    if (l.o_lora_rank == 0) c.fail("o_lora_rank", "0; valid: each output group's rank, 1 or more (1024)");
+    if (l.sliding_window == 0) c.fail("sliding_window", "0; DeepSeek-V4's every query sees a window of its own tokens: valid 1 or more (128)");
+    const bool csa = std::find(l.compress_ratios.begin(), l.compress_ratios.end(), 4) != l.compress_ratios.end();
+    if (csa && l.index_topk == 0) c.fail("index_topk", "0, but compress_ratios has ratio-4 layers, whose indexer picks index_topk entries (512)");
+  }
   if (l.index_topk == 0) {
     for (const char* key : {"index_heads", "index_head_dim", "indexer_layers", "index_loss", "dsa_kernels"}) {
       if (c.has(key)) c.fail(key, "is read only with index_topk (DeepSeek Sparse Attention's keys a query, 1 or more)");
     }
+  } else if (v4) {
+    if (l.dsa_dense) c.fail("dsa_kernels", "dense is DeepSeek-V3.2's masked attention; DeepSeek-V4's is priced as its sparse kernels run");
   } else {
     if (l.kv_lora_rank == 0) {
       c.fail("index_topk", "needs latent attention (kv_lora_rank): DeepSeek Sparse Attention selects keys of MLA's shared latent");
@@ -883,7 +940,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid, deepseek_v4";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1952,6 +2009,67 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
         ours["indexer_layers"] = pattern;
       }
     }
+  } else if (type == "deepseek_v4") {
+    // Note [DeepSeek-V4] (llama.cpp): DeepseekV4Config's keys (transformers
+    // 5.12, and DeepSeek's own config.json; Megatron-Bridge's
+    // DeepSeekV4Bridge reads the same), Flash's values by default. The
+    // ratios are compress_ratios, or layer_types with compress_rates as
+    // transformers' native config writes them; the multi-token prediction
+    // layer (num_nextn_predict_layers), which HuggingFace's model skips, is
+    // model.mtp_layers, its ratio the list's next.
+    require_arch({"DeepseekV4ForCausalLM"});
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", 43);
+    copy_int("hidden_size", "hidden", 4096);
+    copy_int("num_attention_heads", "heads", 64);
+    if (c.get_int("num_key_value_heads", 1, 1, kBig) != 1) {
+      c.fail("num_key_value_heads", std::to_string(c.get_int("num_key_value_heads", 1, 1, kBig)) +
+                                        "; DeepSeek-V4 attends in one key-value head shared by all: valid 1");
+    }
+    ours["kv_heads"] = 1;
+    copy_int("head_dim", "head_dim", 512);
+    copy_int("qk_rope_head_dim", "qk_rope_dim", 64);
+    copy_int("q_lora_rank", "q_lora_rank", 1024);
+    copy_int("o_groups", "o_groups", 8);
+    copy_int("o_lora_rank", "o_lora_rank", 1024);
+    copy_int("sliding_window", "sliding_window", 128);
+    copy_int("vocab_size", "vocab", 129280);
+    copy_int("max_position_embeddings", "seq_len", 1048576);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    routing("n_routed_experts", 256, 6, "routed experts");
+    copy_int("moe_intermediate_size", "expert_intermediate", 2048);
+    ours["intermediate"] = ours["expert_intermediate"];
+    ours["shared_intermediate"] = c.get_int("n_shared_experts", 1, 0, kBig) * ours["expert_intermediate"].as<std::int64_t>();
+    // Hash-routed layers still run the router's GEMM in Megatron-Core:
+    // priced as routed ones; the SwiGLU clamp as SwiGLU (Note [DeepSeek-V4]).
+    c.get_int("num_hash_layers", 0, 0, 10000);
+    c.get_double("swiglu_limit", 0, 0, 1e9);
+    ours["index_topk"] = c.get_int("index_topk", 512, 1, 1 << 24);
+    ours["index_heads"] = c.get_int("index_n_heads", 64, 1, 4096);
+    ours["index_head_dim"] = c.get_int("index_head_dim", 128, 1, 4096);
+    ours["hc_mult"] = c.get_int("hc_mult", 4, 0, 64);
+    if (ours["hc_mult"].as<std::int64_t>() > 1) ours["hc_sinkhorn_iters"] = c.get_int("hc_sinkhorn_iters", 20, 1, 10000);
+    YAML::Node ratios(YAML::NodeType::Sequence);
+    if (c.has("compress_ratios")) {
+      for (const std::int64_t r : c.get_int_list("compress_ratios")) ratios.push_back(r);
+    } else if (hf["layer_types"] && hf["layer_types"].IsSequence()) {
+      const YAML::Node types = hf["layer_types"], rates = hf["compress_rates"];
+      for (std::size_t i = 0; i < types.size(); ++i) {
+        const std::string kind = types[i].IsScalar() ? types[i].Scalar() : "";
+        if (kind == "sliding_attention") {
+          ratios.push_back(0);
+        } else if (kind == "compressed_sparse_attention" || kind == "heavily_compressed_attention") {
+          const std::int64_t fallback = kind == "compressed_sparse_attention" ? 4 : 128;
+          ratios.push_back(rates && rates.IsMap() && rates[kind] ? rates[kind].as<std::int64_t>(fallback) : fallback);
+        } else {
+          c.fail("layer_types", "entry " + std::to_string(i + 1) + " is '" + kind +
+                                    "'; valid: sliding_attention, compressed_sparse_attention, heavily_compressed_attention");
+        }
+      }
+    } else {
+      c.fail("compress_ratios", "missing (and no layer_types): DeepSeek-V4 needs each layer's compression ratio");
+    }
+    ours["compress_ratios"] = ratios;
   } else {
     c.fail("model_type", type.empty() ? std::string("missing; dtsim reads HuggingFace configs of model_type ") + kHfTypes
                                       : "'" + type + "' is not supported; valid: " + kHfTypes);

@@ -2974,3 +2974,160 @@ TEST_CASE("Megatron's fine-grained offload groups hold what each module saves (N
   w.offload_modules = 0;
   CHECK(blocks(0)[1].offload_groups.empty());
 }
+
+TEST_CASE("DeepSeek-V4-Flash: config.json, built-in and parameters by hand (Note [DeepSeek-V4], Note [Hyper-connections])",
+          "[llama][dsv4]") {
+  // Per layer, from the weights' shapes (h 4096, 64 heads of 512, q_lora
+  // 1024, 8 output groups of rank 1024, one kv head):
+  //   attention: wq_a 4096 x 1024, q_layernorm 1024, wq_b 1024 x 32768, wkv
+  //     4096 x 512, kv_layernorm 512, wo_a 8 x 1024 x 4096, wo_b 8192 x
+  //     4096, the sinks 64                                       106,956,352
+  //   compressor at ratio 4 (coff 2): wkv and wgate 2 x 1024 x 4096, ape 4 x
+  //     1024, norm 512: 8,393,216; at ratio 128 (coff 1): 2 x 512 x 4096,
+  //     ape 128 x 512, norm 512: 4,260,352
+  //   indexer (ratio 4): wq_b 1024 x 64 x 128, weights_proj 4096 x 64, its
+  //     compressor 2 x 256 x 4096 + 4 x 256 + 128                 10,749,056
+  //   hyper-connections, two sublayers: (16 + 8) x 4 x 4096 + 24 + 3 each
+  //                                                                  786,486
+  //   experts: 257 x 3 x 4096 x 2048 (one shared), router 256 x 4096
+  //                                                             6,468,665,344
+  //   two norms                                                        8,192
+  const std::int64_t attention = 4'194'304 + 1'024 + 33'554'432 + 2'097'152 + 512 + 33'554'432 + 33'554'432 + 64;
+  CHECK(attention == 106'956'352);
+  const std::int64_t hc = 2 * ((16 + 8) * 4 * 4096 + 24 + 3), experts = 257LL * 3 * 4096 * 2048 + 256 * 4096;
+  CHECK(hc == 786'486);
+  const std::int64_t r0 = attention + hc + experts + 8192, r4 = r0 + 8'393'216 + 10'749'056, r128 = r0 + 4'260'352;
+  CHECK(r0 == 6'576'416'374);
+  // 2 window-only layers, 21 of ratio 4, 20 of ratio 128; the embedding and
+  // the untied head 129280 x 4096 each, the final norm, the head's
+  // contraction of the streams 4 x 4 x 4096 + 4 + 1: 284,332,230,231, the
+  // model card's 284B.
+  const std::int64_t total = 2 * r0 + 21 * r4 + 20 * r128 + 2 * 129280LL * 4096 + 4096 + 65'541;
+  CHECK(total == 284'332'230'231);
+  const auto from_hf = load_model(hf("deepseek-v4-flash"));
+  CHECK(from_hf->parameters() == total);
+  CHECK(load_model("deepseek-v4-flash")->parameters() == total);
+  // Active: 6 routed experts and the shared one: 12,740,490,834 in the layers.
+  const std::int64_t moe_active = 7LL * 3 * 4096 * 2048 + 256 * 4096;
+  const std::int64_t active = 2 * (r0 - experts + moe_active) + 21 * (r4 - experts + moe_active) + 20 * (r128 - experts + moe_active);
+  CHECK(active == 12'740'490'834);
+  CHECK(from_hf->active_parameters() == active + 2 * 129280LL * 4096 + 4096 + 65'541);
+  // The MTP depth (ratio 0, the list's 44th): its block, e_proj and h_proj
+  // 4096 x 4096 each, three norms, its own contraction.
+  const auto mtp = load_model("deepseek-v4-flash", {sim::parse_override("model.mtp_layers=1")});
+  CHECK(mtp->parameters() == total + r0 + 2 * 4096LL * 4096 + 3 * 4096 + 65'541);
+
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  w.fused_kernels = true;
+  const auto l = from_hf->layers(w);
+  REQUIRE(l.size() == 45);
+  CHECK(l[1].params == r0);
+  CHECK(l[3].params == r4);
+  CHECK(l[4].params == r128);
+  CHECK(l[3].signature.find("v4=1,h=4096,a=64,qr=1024,d=512,dr=64,cr=4,og=8,or=1024,dsa=512,ih=64,id=128,il=1,") != std::string::npos);
+  CHECK(l[4].signature.find(",cr=128,og=8,or=1024,E=256") != std::string::npos);
+  CHECK(l[4].signature.find(",hc=4,hs=20") != std::string::npos);
+  // The streams between layers: 4 x 4096 x 4096 x 2 bytes, from the embedding on.
+  CHECK(l[0].output_bytes == 4LL * 4096 * 4096 * 2);
+  CHECK(l[1].output_bytes == 4LL * 4096 * 4096 * 2);
+  // The sparse core's slots over the 4096 queries: ratio 0 the window of
+  // 128; ratio 128 the window and 4096 / 128 = 32 entries, padded to 192;
+  // ratio 4 compacted: sum of min(128, i + 1) = 128 x 129 / 2 + 3968 x 128
+  // = 516,160, and of min(512, (i + 1) / 4) = 523,264 (to i = 2046) + 512 x
+  // 2049 = 1,572,352: 2,088,512 (509.9 a query). Each slot 2 x 64 heads x
+  // (512 + 512) forward, 2 x 64 x 7 x 512 backward.
+  const auto core = [&](int layer) { return find_kernel(l[static_cast<std::size_t>(layer)].forward, "attn.sparse_mla")->flops; };
+  CHECK(core(1) == Approx(2.0 * 4096 * 128 * 64 * 1024));
+  CHECK(core(4) == Approx(2.0 * 4096 * 192 * 64 * 1024));
+  CHECK(core(3) == Approx(2.0 * 2'088'512 * 64 * 1024));
+  CHECK(find_kernel(l[3].backward, "attn.sparse_mla.bwd")->flops == Approx(2.0 * 2'088'512 * 64 * 7 * 512));
+  // The indexer's scores over each query's causal entries: sum of
+  // min(1024, (i + 1) / 4) = floor sums to 4096: 2,096,128 pairs, each 64
+  // heads x (2 x 128 + 3).
+  CHECK(find_kernel(l[3].forward, "dsa.index_scores")->flops == Approx(2'096'128.0 * 64 * 259));
+  // wo_a's einsum: 8 groups of 4096 x 1024 x 4096, in bf16 (not a Linear).
+  const sim::Kernel* wo_a = find_kernel(l[1].forward, "attn.o_group_proj");
+  REQUIRE(wo_a != nullptr);
+  CHECK(wo_a->kind == sim::KernelKind::kAttention);
+  CHECK(wo_a->flops == Approx(2.0 * 8 * 4096 * 1024 * 4096));
+  CHECK(find_kernel(l[1].forward, "attn.compress") == nullptr);
+  CHECK(find_kernel(l[4].forward, "attn.compress")->flops == Approx(2.0 * 4096 * 1024 * 4096));  // wkv and wgate, 512 each
+  CHECK(find_kernel(l[4].forward, "dsa.index_q") == nullptr);
+}
+
+TEST_CASE("DeepSeek-V4: mla_up_proj frees q, kv and their norms' inputs; hyper-connections keep the streams, by hand",
+          "[llama][dsv4]") {
+  sim::WorkloadShape w = shape(1, 4096, 2);
+  w.flash_attention = true;
+  w.fused_kernels = true;
+  w.recompute_modules = sim::kRecomputeMlaUpProj;
+  const auto l = load_model("deepseek-v4-flash")->layers(w);
+  // A window-only layer, 4096 tokens in bf16: the head norm's input q (64 x
+  // 512 a token) and rsqrt (64), kv's norm (its input 512 and rsigma, 4
+  // bytes), q and kv as the core kept them: 268,435,456 + 524,288 +
+  // 4,210,688 + 268,435,456 + 4,194,304.
+  CHECK(l[1].recompute_described & sim::kRecomputeMlaUpProj);
+  CHECK(l[1].attention_core_bytes == 268'435'456 + 524'288 + 4'210'688 + 268'435'456 + 4'194'304);
+  // With compressed entries the core keeps kv joined to them instead.
+  CHECK(l[4].attention_core_bytes == 268'435'456 + 524'288 + 4'210'688 + 268'435'456);
+  // Rerun: wq_b, the head norm, wkv, kv's norm, the rotary.
+  std::vector<std::string> names;
+  for (const auto& k : l[1].attention_core) names.push_back(k.name);
+  CHECK(names == std::vector<std::string>{"attn.q_b_proj", "attn.q_norm", "attn.kv_proj", "attn.kv_layernorm", "attn.rotary"});
+
+  // Without hyper-connections a layer keeps, per sublayer, 4 x 4096 x 4096
+  // x 2 (the streams) + 4096 x 4096 x 2 (the output) + 4096 x 4 x (2 x 24 +
+  // 1) (the fp32 gates and RMS) less: 168,574,976 a sublayer.
+  w.recompute_modules = 0;
+  const auto plain = load_model("deepseek-v4-flash", {sim::parse_override("model.hc_mult=0")})->layers(w);
+  const auto wide = load_model("deepseek-v4-flash")->layers(w);
+  CHECK(wide[3].saved_bytes - plain[3].saved_bytes == 2 * 168'574'976LL);
+  CHECK(wide[3].params - plain[3].params == 786'486);
+  CHECK(plain[3].output_bytes == 4096LL * 4096 * 2);
+  CHECK(find_kernel(plain[3].forward, "attn.hc_gates") == nullptr);
+  CHECK(find_kernel(wide[3].forward, "attn.hc_gates") != nullptr);
+  CHECK(find_kernel(wide.back().forward, "hc_head.sum") != nullptr);
+}
+
+TEST_CASE("DeepSeek-V4: bad configs and plans are refused in one line naming the key", "[llama][dsv4][bad-input]") {
+  using sim::parse_override;
+  CHECK(error_of([] { load_model("deepseek-v4-flash", {parse_override("model.compress_ratios=[0, 5]")}); })
+            .find("compress_ratios: entry 2 is 5; valid: 0 (the window alone), 4 (compressed sparse) or 128") != std::string::npos);
+  CHECK(error_of([] { load_model("deepseek-v4-flash", {parse_override("model.compress_ratios=[0, 4]")}); })
+            .find("compress_ratios: 2 ratios for the 43 layers") != std::string::npos);
+  CHECK(error_of([] { load_model("deepseek-v4-flash", {parse_override("model.o_groups=3")}); })
+            .find("o_groups: 3 does not divide the 64 heads") != std::string::npos);
+  CHECK(error_of([] { load_model("deepseek-v4-flash", {parse_override("model.index_topk=0")}); })
+            .find("index_topk: 0, but compress_ratios has ratio-4 layers") != std::string::npos);
+  CHECK(error_of([] { load_model("deepseek-v4-flash", {parse_override("model.kv_lora_rank=512")}); })
+            .find("kv_lora_rank: is not modelled with compress_ratios") != std::string::npos);
+  CHECK(error_of([] { load_model("llama-3-8b", {parse_override("model.o_groups=8")}); })
+            .find("o_groups: is read only with compress_ratios") != std::string::npos);
+  CHECK(error_of([] { load_model("llama-3-8b", {parse_override("model.hc_sinkhorn_iters=5")}); })
+            .find("hc_sinkhorn_iters: is read only with hc_mult") != std::string::npos);
+  const auto m = load_model("deepseek-v4-flash");
+  CHECK(m->tp_error(2).find("DeepSeek-V4's attention (Megatron-Core's dsv4_hybrid) runs at tp 1") != std::string::npos);
+  CHECK(m->tp_error(1).empty());
+  CHECK(m->cp_error(2).find("valid: cp=1") != std::string::npos);
+  CHECK(m->ep_error(64).empty());
+}
+
+TEST_CASE("DeepSeek-V4's config.json in transformers' native form: layer_types with compress_rates", "[llama][dsv4]") {
+  test::TempDir dir("dsv4-native");
+  std::string text = slurp(hf("deepseek-v4-flash"));
+  // compress_ratios replaced by layer_types (the MTP's dropped: 43 entries) and compress_rates.
+  const auto at = text.find("\"compress_ratios\"");
+  REQUIRE(at != std::string::npos);
+  std::string types = "\"layer_types\": [\"sliding_attention\", \"sliding_attention\"";
+  for (int i = 0; i < 20; ++i) types += ", \"compressed_sparse_attention\", \"heavily_compressed_attention\"";
+  types += ", \"compressed_sparse_attention\"], \"compress_rates\": {\"compressed_sparse_attention\": 4, \"heavily_compressed_attention\": 128}\n}\n";
+  text = text.substr(0, at) + types;
+  const std::string path = (dir.path / "config.json").string();
+  std::ofstream(path) << text;
+  CHECK(load_model(path)->parameters() == load_model(hf("deepseek-v4-flash"))->parameters());
+  std::string bad = text;
+  bad.replace(bad.find("heavily_compressed_attention\""), 28, "global_attention");
+  std::ofstream(path) << bad;
+  CHECK(error_of([&] { load_model(path); }).find("layer_types: entry 4 is 'global_attention'; valid: sliding_attention") != std::string::npos);
+}

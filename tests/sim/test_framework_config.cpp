@@ -6,6 +6,7 @@
 #include "test_util.hpp"
 
 #include <algorithm>
+#include <fstream>
 #include <map>
 #include <string>
 
@@ -1138,7 +1139,7 @@ TEST_CASE("Megatron-LM: Qwen3.5's Gated DeltaNet layers, gated output and gated 
   CHECK(keys(unread).count("model.full_attention_interval") == 0);
   CHECK(listed(unread, "--linear-attention-freq 4 (read only with --experimental-attention-variant gdn; a custom --spec that builds them needs it too)"));
   CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant kda", "cmd"); }) ==
-        "cmd:1: --experimental-attention-variant: 'kda' is not one of gdn, gated_delta_net, dsa");
+        "cmd:1: --experimental-attention-variant: 'kda' is not one of gdn, gated_delta_net, dsa, dsv4_hybrid");
   CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant gdn", "cmd"); }) ==
         "cmd:1: --experimental-attention-variant: gdn needs --linear-attention-freq (TransformerConfig asserts it)");
   CHECK(error_of([&] { parse_megatron_args(plain + "--experimental-attention-variant gdn --linear-attention-freq '([1]*3+[0])*1'", "cmd"); }) ==
@@ -1407,4 +1408,80 @@ TEST_CASE("Megatron-Bridge: GLM-5.1's long-context recipe reads its DSA fields (
   const std::string shared = "--micro-batch-size 1 --num-layers 4 --hidden-size 256 --num-attention-heads 4 --swiglu ";
   CHECK(listed(parse_megatron_args(shared + "--dsa-indexer-topk-freq 4", "cmd"),
                "--dsa-indexer-topk-freq 4 (read only with --experimental-attention-variant dsa)"));
+}
+
+TEST_CASE("Megatron-LM: DeepSeek-V4's flags, its ratios as a Python list expression (Note [DeepSeek-V4])", "[framework][dsv4]") {
+  // Megatron-LM's dsv4_hybrid geometry: the MLA flags give the head's width
+  // (v-head-dim), its rotary part and the query latent; the ratios come as
+  // the expression arguments.py's compress_ratios_type evaluates.
+  const std::string flags =
+      "--micro-batch-size 1 --num-layers 15 --hidden-size 512 --num-attention-heads 8 --multi-latent-attention --q-lora-rank 64 "
+      "--qk-pos-emb-head-dim 16 --v-head-dim 128 --experimental-attention-variant dsv4_hybrid --disable-bias-linear "
+      "--dsa-indexer-n-heads 4 --dsa-indexer-head-dim 32 --dsa-indexer-topk 64 --dsa-indexer-loss-coeff 0.01 --dsa-indexer-use-sparse-loss "
+      "--seq-length 1024 --max-position-embeddings 1024 --swiglu --normalization RMSNorm --untie-embeddings-and-output-weights "
+      "--o-groups 4 --o-lora-rank 64 --csa-window-size 64 --enable-hyper-connections --num-residual-streams 2 ";
+  auto k = keys(parse_megatron_args(flags + "--csa-compress-ratios \"([0]+[4,128]*2)*3\"", "cmd"));
+  CHECK(k["model.compress_ratios"] == "[0, 4, 128, 4, 128, 0, 4, 128, 4, 128, 0, 4, 128, 4, 128]");
+  CHECK(k["model.head_dim"] == "128");
+  CHECK(k["model.qk_rope_dim"] == "16");
+  CHECK(k["model.q_lora_rank"] == "64");
+  CHECK(k["model.kv_heads"] == "1");
+  CHECK(k["model.sliding_window"] == "64");
+  CHECK(k["model.o_groups"] == "4");
+  CHECK(k["model.o_lora_rank"] == "64");
+  CHECK(k["model.index_topk"] == "64");
+  CHECK(k["model.index_loss"] == "sparse");
+  CHECK(k["model.hc_mult"] == "2");
+  CHECK(k["model.hc_sinkhorn_iters"] == "20");
+  CHECK(k.count("model.kv_lora_rank") == 0);
+  // A Megatron-Bridge list reaches the same rule as words.
+  CHECK(keys(parse_megatron_args(flags + "--csa-compress-ratios 0,4,128,4,128,0,4,128,4,128,0,4,128,4,128", "cmd"))["model.compress_ratios"] ==
+        k["model.compress_ratios"]);
+  const FrameworkConfig fc = parse_megatron_args(flags + "--csa-compress-ratios \"([0]+[4,128]*2)*3\"", "cmd");
+  const auto model = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(model->layers(sim::WorkloadShape{}).at(2).signature.find("v4=1,h=512,a=8,qr=64,d=128,dr=16,cr=4,og=4,or=64,dsa=64,ih=4,id=32,il=1") !=
+        std::string::npos);
+
+  using dtsim::test::error_of;
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios [0,4,5]", "cmd"); })
+            .find("--csa-compress-ratios: has 5; valid: 0, 4 or 128") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios '([0]+[4)*3'", "cmd"); })
+            .find("valid: a list of 0, 4 and 128, one a layer, like [0,0,4,128] or \"([0]+[4,128]*2)*3\"") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios [0]*99999999", "cmd"); })
+            .find("valid: a list of 0, 4 and 128") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios [0,4] --dsa-kernel-backend none", "cmd"); })
+            .find("--dsa-kernel-backend: dsv4_hybrid's unfused attention") != std::string::npos);
+  const std::string no_indexer = flags.substr(0, flags.find("--dsa-indexer-n-heads")) + flags.substr(flags.find("--dsa-indexer-loss-coeff"));
+  CHECK(error_of([&] { parse_megatron_args(no_indexer + "--dsa-indexer-topk 64 --csa-compress-ratios [0,4]", "cmd"); })
+            .find("--csa-compress-ratios: has ratio-4 layers, whose indexer needs --dsa-indexer-n-heads") != std::string::npos);
+}
+
+TEST_CASE("Megatron-Bridge: DeepSeek-V4-Flash's run_config.yaml, the 26.08 perf recipe on 128 GB300s (Note [DeepSeek-V4])",
+          "[framework][dsv4]") {
+  const std::string file = sample("megatron-bridge/deepseek_v4_flash_run_config.yaml");
+  const FrameworkConfig fc = read_megatron_bridge_config(file);
+  auto k = keys(fc);
+  CHECK(k["model.hc_mult"] == "4");
+  CHECK(k["model.o_groups"] == "8");
+  CHECK(k["model.o_lora_rank"] == "1024");
+  CHECK(k["model.head_dim"] == "512");
+  CHECK(k["model.q_lora_rank"] == "1024");
+  CHECK(k["model.index_topk"] == "512");
+  CHECK(k["model.sliding_window"] == "128");
+  CHECK(k["plan.recompute_modules"] == "[mla_up_proj]");
+  CHECK(k["plan.ep"] == "64");
+  CHECK(k["model.compress_ratios"].find("[0, 0, 4, 128, 4, 128,") == 0);
+  // The model DeepSeekV4Bridge provides is the HF config's, its MTP depth too.
+  const auto model = models::load_model(*fc.model, section(fc, "model"));
+  const auto hf = models::load_model(std::string(DTSIM_TEST_DATA) + "/hf/deepseek-v4-flash/config.json",
+                                     {parse_override("model.mtp_layers=1")});
+  CHECK(model->parameters() == hf->parameters());
+  // apply_dsa_kernel_fusion false picks the unfused path, refused.
+  test::TempDir dir("dsv4-bridge");
+  std::string text = test::slurp(file);
+  text.replace(text.find("apply_dsa_kernel_fusion: true"), 29, "apply_dsa_kernel_fusion: false");
+  const std::string path = (dir.path / "run_config.yaml").string();
+  std::ofstream(path) << text;
+  CHECK(test::error_of([&] { read_megatron_bridge_config(path); }).find("model.apply_dsa_kernel_fusion: dsv4_hybrid's unfused attention") !=
+        std::string::npos);
 }

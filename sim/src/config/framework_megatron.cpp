@@ -20,6 +20,7 @@
 namespace dtsim::sim {
 namespace {
 
+
 struct Token {
   std::string text;
   int line = 1;
@@ -119,17 +120,17 @@ void tokenize(const std::string& text, const std::string& file, int first_line, 
   end_word();
 }
 
-/// moe_freq_type's value: an integer N >= 1 alone ({N}), or a Python list
-/// expression of 0s and 1s built with [..], +, * and parentheses
-/// ("([0]*3+[1]*58)", "[1,1,0]*2"), expanded. Throws ConfigError (message
-/// without a location) for anything else.
-std::vector<int> layer_pattern(const std::string& text) {
+/// A Python list expression of non-negative integers built with [..], +,
+/// * and parentheses ("([0]*3+[1]*58)", "[0,0,4,128]", "([0]+[4,128]*2)*3"),
+/// expanded, as Megatron-LM's moe_freq_type and compress_ratios_type
+/// evaluate theirs. Throws ConfigError (message without a location, ending
+/// with `valid`) for anything else, or for more than 2^20 entries.
+std::vector<std::int64_t> list_expression(const std::string& text, const std::string& valid) {
   std::string s;
   for (char ch : text) {
     if (ch != ' ' && ch != '\t') s += ch;
   }
   constexpr std::size_t kMost = 1 << 20;
-  const std::string valid = "valid: an integer >= 1, or a list expression of 0s and 1s such as \"([0]*3+[1]*58)\"";
   std::size_t i = 0;
   auto integer = [&]() -> std::int64_t {
     std::size_t j = i;
@@ -139,9 +140,9 @@ std::vector<int> layer_pattern(const std::string& text) {
     i = j;
     return v;
   };
-  std::function<std::vector<int>()> expr;
-  auto atom = [&]() -> std::vector<int> {
-    std::vector<int> v;
+  std::function<std::vector<std::int64_t>()> expr;
+  auto atom = [&]() -> std::vector<std::int64_t> {
+    std::vector<std::int64_t> v;
     if (i < s.size() && s[i] == '(') {
       ++i;
       v = expr();
@@ -152,9 +153,7 @@ std::vector<int> layer_pattern(const std::string& text) {
     if (i >= s.size() || s[i] != '[') throw ConfigError("'" + text + "' is not understood; " + valid);
     ++i;
     while (true) {
-      const std::int64_t x = integer();
-      if (x > 1) throw ConfigError("'" + text + "': " + std::to_string(x) + " in a list; each layer is 0 (dense) or 1 (MoE)");
-      v.push_back(static_cast<int>(x));
+      v.push_back(integer());
       if (i < s.size() && s[i] == ',') {
         ++i;
         if (i < s.size() && s[i] == ']') break;  // a trailing comma
@@ -167,36 +166,52 @@ std::vector<int> layer_pattern(const std::string& text) {
     return v;
   };
   auto term = [&]() {
-    std::vector<int> v = atom();
+    std::vector<std::int64_t> v = atom();
     while (i < s.size() && s[i] == '*') {
       ++i;
       const std::int64_t n = integer();
       if (n < 0 || static_cast<std::size_t>(n) * v.size() > kMost) throw ConfigError("'" + text + "' lists more layers than a model may have");
-      std::vector<int> r;
+      std::vector<std::int64_t> r;
       for (std::int64_t k = 0; k < n; ++k) r.insert(r.end(), v.begin(), v.end());
       v = std::move(r);
     }
     return v;
   };
   expr = [&]() {
-    std::vector<int> v = term();
+    std::vector<std::int64_t> v = term();
     while (i < s.size() && s[i] == '+') {
       ++i;
-      const std::vector<int> w = term();
+      const std::vector<std::int64_t> w = term();
       if (v.size() + w.size() > kMost) throw ConfigError("'" + text + "' lists more layers than a model may have");
       v.insert(v.end(), w.begin(), w.end());
     }
     return v;
   };
-  if (!s.empty() && std::all_of(s.begin(), s.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
-    const std::int64_t n = integer();
-    if (n < 1) throw ConfigError("'" + text + "': " + valid);
-    return {static_cast<int>(n)};
-  }
-  std::vector<int> v = expr();
+  std::vector<std::int64_t> v = expr();
   if (i != s.size()) throw ConfigError("'" + text + "' is not understood at '" + s.substr(i, 20) + "'; " + valid);
   if (v.empty()) throw ConfigError("'" + text + "' lists no layers; " + valid);
   return v;
+}
+
+/// moe_freq_type's value: an integer N >= 1 alone ({N}), or a list
+/// expression of 0s and 1s ("([0]*3+[1]*58)", "[1,1,0]*2"), expanded.
+/// Throws ConfigError (message without a location) for anything else.
+std::vector<int> layer_pattern(const std::string& text) {
+  const std::string valid = "valid: an integer >= 1, or a list expression of 0s and 1s such as \"([0]*3+[1]*58)\"";
+  std::string s;
+  for (char ch : text) {
+    if (ch != ' ' && ch != '\t') s += ch;
+  }
+  if (!s.empty() && std::all_of(s.begin(), s.end(), [](char ch) { return std::isdigit(static_cast<unsigned char>(ch)); })) {
+    if (s.size() > 7 || std::stoll(s) < 1) throw ConfigError("'" + text + "': " + valid);
+    return {static_cast<int>(std::stoll(s))};
+  }
+  std::vector<int> out;
+  for (const std::int64_t x : list_expression(text, valid)) {
+    if (x > 1) throw ConfigError("'" + text + "': " + std::to_string(x) + " in a list; each layer is 0 (dense) or 1 (MoE)");
+    out.push_back(static_cast<int>(x));
+  }
+  return out;
 }
 
 enum class Kind { kInt, kBool, kString, kFloat, kWords };
@@ -252,7 +267,10 @@ const std::map<std::string, Kind>& known_flags() {
       {"dsa-indexer-use-sparse-loss", Kind::kBool}, {"dsa-kernel-backend", Kind::kString},
       {"fine-grained-activation-offloading", Kind::kBool}, {"offload-modules", Kind::kWords},
       {"min-offloaded-tensor-size", Kind::kInt}, {"activation-offload-fraction", Kind::kFloat},
-      {"delta-offload-bytes-across-pp-ranks", Kind::kInt}, {"fine-grained-offloading-max-inflight-offloads", Kind::kInt}};
+      {"delta-offload-bytes-across-pp-ranks", Kind::kInt}, {"fine-grained-offloading-max-inflight-offloads", Kind::kInt},
+      {"csa-compress-ratios", Kind::kString}, {"csa-window-size", Kind::kInt}, {"o-groups", Kind::kInt}, {"o-lora-rank", Kind::kInt},
+      {"no-dsa-kernel-fusion", Kind::kBool}, {"enable-hyper-connections", Kind::kBool}, {"num-residual-streams", Kind::kInt},
+      {"mhc-sinkhorn-iterations", Kind::kInt}, {"moe-n-hash-layers", Kind::kInt}};
   return flags;
 }
 
@@ -1011,7 +1029,73 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       // scale by 1 + weight, Qwen3-Next's and Qwen3.5's (Note [Gated DeltaNet]
       // in models/src/llama.cpp); a zero-centered LayerNorm costs as LayerNorm.
       if (has("apply-layernorm-1p") && norm == "RMSNorm") out.model("zero_centered_norms", "true", at("apply-layernorm-1p"));
-      if (has("multi-latent-attention")) {
+      const bool dsv4 = has("experimental-attention-variant") && text("experimental-attention-variant", "") == "dsv4_hybrid";
+      if (dsv4) {
+        // Note [DeepSeek-V4] (models/src/llama.cpp): Megatron-Core's
+        // dsv4_hybrid attention, its geometry in the MLA flags (the head's
+        // width --v-head-dim, its rotary part --qk-pos-emb-head-dim, the
+        // query latent --q-lora-rank), the ratios a layer, the window, the
+        // grouped output; the indexer's shape (no default) where a layer
+        // has ratio 4; the fused kernels unless --dsa-kernel-backend none
+        // (or the deprecated --no-dsa-kernel-fusion) picks the unfused path.
+        const std::string variant = at("experimental-attention-variant");
+        if (!has("csa-compress-ratios")) fail("experimental-attention-variant", "dsv4_hybrid needs " + flag("csa-compress-ratios") + " (TransformerConfig asserts it)");
+        // arguments.py's compress_ratios_type evaluates a list expression; a
+        // Megatron-Bridge dump's list arrives as its words.
+        const std::string given_ratios = text("csa-compress-ratios", "");
+        std::vector<std::int64_t> ratios;
+        const std::string valid = "valid: a list of 0, 4 and 128, one a layer, like [0,0,4,128] or \"([0]+[4,128]*2)*3\"";
+        if (given_ratios.find_first_of("[(") == std::string::npos) {
+          std::string word;
+          for (const char ch : given_ratios + " ") {
+            if (ch != ' ' && ch != ',') {
+              word += ch;
+            } else if (!word.empty()) {
+              if (word.size() > 7 || word.find_first_not_of("0123456789") != std::string::npos) fail("csa-compress-ratios", "'" + word + "'; " + valid);
+              ratios.push_back(std::stoll(word));
+              word.clear();
+            }
+          }
+          if (ratios.empty()) fail("csa-compress-ratios", "is empty; " + valid);
+        } else {
+          try {
+            ratios = list_expression(given_ratios, valid);
+          } catch (const ConfigError& e) {
+            fail("csa-compress-ratios", e.what());
+          }
+        }
+        std::string list;
+        for (const std::int64_t r : ratios) {
+          if (r != 0 && r != 4 && r != 128) fail("csa-compress-ratios", "has " + std::to_string(r) + "; valid: 0, 4 or 128 (TransformerConfig asserts it)");
+          list += (list.empty() ? "" : ", ") + std::to_string(r);
+        }
+        out.model("compress_ratios", "[" + list + "]", at("csa-compress-ratios"));
+        out.model("kv_heads", "1", variant);
+        out.model("head_dim", std::to_string(num("v-head-dim", 128)), has("v-head-dim") ? at("v-head-dim") : variant);
+        out.model("qk_rope_dim", std::to_string(num("qk-pos-emb-head-dim", 64)), has("qk-pos-emb-head-dim") ? at("qk-pos-emb-head-dim") : variant);
+        if (!has("q-lora-rank")) fail("experimental-attention-variant", "dsv4_hybrid needs " + flag("q-lora-rank") + " (its query comes through a latent)");
+        out.model("q_lora_rank", text("q-lora-rank", ""), at("q-lora-rank"));
+        out.model("sliding_window", std::to_string(num("csa-window-size", 128)), has("csa-window-size") ? at("csa-window-size") : variant);
+        out.model("o_groups", std::to_string(num("o-groups", 8)), has("o-groups") ? at("o-groups") : variant);
+        out.model("o_lora_rank", std::to_string(num("o-lora-rank", 1024)), has("o-lora-rank") ? at("o-lora-rank") : variant);
+        if (std::find(ratios.begin(), ratios.end(), 4) != ratios.end()) {
+          for (const auto& [key, name] : {std::pair{"index_heads", "dsa-indexer-n-heads"}, std::pair{"index_head_dim", "dsa-indexer-head-dim"},
+                                          std::pair{"index_topk", "dsa-indexer-topk"}}) {
+            if (!has(name)) fail("csa-compress-ratios", std::string("has ratio-4 layers, whose indexer needs ") + a.spelled(name) + " (TransformerConfig has no default)");
+            out.model(key, given.at(name).text, at(name));
+          }
+          const double coeff = has("dsa-indexer-loss-coeff") ? std::stod(given.at("dsa-indexer-loss-coeff").text) : 0.0;
+          out.model("index_loss", coeff > 0 ? (has("dsa-indexer-use-sparse-loss") ? "sparse" : "dense") : "none",
+                    has("dsa-indexer-loss-coeff") ? at("dsa-indexer-loss-coeff") : variant);
+        }
+        const bool unfused = has("no-dsa-kernel-fusion") || (has("dsa-kernel-backend") && text("dsa-kernel-backend", "") == "none");
+        if (unfused) {
+          fail(has("no-dsa-kernel-fusion") ? "no-dsa-kernel-fusion" : "dsa-kernel-backend",
+               "dsv4_hybrid's unfused attention (every query's keys gathered in fp32) is not modelled; valid: cudnn or tilelang "
+               "(what Megatron-LM resolves for dsv4_hybrid when the flag is omitted)");
+        }
+        if (has("dsa-kernel-backend")) choice("dsa-kernel-backend", {"none", "tilelang", "cudnn"});
+      } else if (has("multi-latent-attention")) {
         // Multi-head latent attention (Note [Multi-head latent attention] in
         // models/src/llama.cpp), with arguments.py's defaults: no query
         // compression (--q-lora-rank None), --kv-lora-rank 32,
@@ -1057,7 +1141,9 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
       const char* const kDsa[] = {"dsa-indexer-n-heads", "dsa-indexer-head-dim", "dsa-indexer-topk", "dsa-indexer-topk-freq",
                                   "dsa-indexer-skip-topk-offset", "dsa-indexer-loss-coeff", "dsa-indexer-use-sparse-loss", "dsa-kernel-backend"};
       const bool dsa = has("experimental-attention-variant") && text("experimental-attention-variant", "") == "dsa";
-      if (dsa) {
+      if (dsv4) {
+        // Read with the variant above.
+      } else if (dsa) {
         // Note [DeepSeek Sparse Attention] (models/src/llama.cpp):
         // Megatron-Core's DSAttention within its absorbed MLA. The
         // indexer's shape has no default (TransformerConfig's None), the
@@ -1098,8 +1184,8 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
           if (unread(n)) note(n, "read only with " + flag("experimental-attention-variant") + " dsa");
         }
       }
-      if (has("experimental-attention-variant") && !dsa) {
-        const std::string variant = choice("experimental-attention-variant", {"gdn", "gated_delta_net", "dsa"});
+      if (has("experimental-attention-variant") && !dsa && !dsv4) {
+        const std::string variant = choice("experimental-attention-variant", {"gdn", "gated_delta_net", "dsa", "dsv4_hybrid"});
         if (!has("linear-attention-freq")) {
           fail("experimental-attention-variant", variant + " needs " + flag("linear-attention-freq") + " (TransformerConfig asserts it)");
         }
@@ -1122,6 +1208,27 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         }
       }
       if (has("attention-output-gate")) out.model("attn_output_gate", "true", at("attention-output-gate"));
+      // Note [Hyper-connections] (models/src/llama.cpp): TransformerConfig's
+      // enable_hyper_connections with its streams (4) and Sinkhorn
+      // iterations (20). Hash-routed layers (--moe-n-hash-layers) are priced
+      // as routed ones (Note [DeepSeek-V4]).
+      if (has("enable-hyper-connections")) {
+        const std::string hc = at("enable-hyper-connections");
+        out.model("hc_mult", std::to_string(num("num-residual-streams", 4)), has("num-residual-streams") ? at("num-residual-streams") : hc);
+        out.model("hc_sinkhorn_iters", std::to_string(num("mhc-sinkhorn-iterations", 20)), has("mhc-sinkhorn-iterations") ? at("mhc-sinkhorn-iterations") : hc);
+      } else {
+        for (const char* n : {"num-residual-streams", "mhc-sinkhorn-iterations"}) {
+          if (has(n) && text(n, "") != (std::string(n) == "num-residual-streams" ? "4" : "20")) note(n, "read only with " + flag("enable-hyper-connections"));
+        }
+      }
+      if (!dsv4) {
+        for (const char* n : {"csa-compress-ratios", "csa-window-size", "o-groups", "o-lora-rank", "no-dsa-kernel-fusion"}) {
+          if (has(n) && !(std::string(n) == "csa-window-size" && text(n, "") == "128") && !(std::string(n) == "o-groups" && text(n, "") == "8") &&
+              !(std::string(n) == "o-lora-rank" && text(n, "") == "1024")) {
+            note(n, "read only with " + flag("experimental-attention-variant") + " dsv4_hybrid");
+          }
+        }
+      }
       // Note [Mamba-2] (models/src/llama.cpp): TransformerConfig's mamba_*
       // (state 128, heads of 64, 8 groups; heads 2 hidden / head dim where
       // --mamba-num-heads is not given), squared ReLU where asked, and

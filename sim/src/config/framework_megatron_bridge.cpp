@@ -34,6 +34,10 @@
 //   moe_latent_size is --moe-latent-size (Note [Latent MoE]). experimental_attention_variant dsa with the
 //   dsa_* fields is DeepSeek Sparse Attention's flags (GLM-5's and
 //   DeepSeek-V3.2's MLAModelProvider; Note [DeepSeek Sparse Attention]),
+//   dsv4_hybrid with csa_*, o_groups, o_lora_rank and the dsa_* fields
+//   DeepSeek-V4's (DeepSeekV4Bridge; Note [DeepSeek-V4]: apply_dsa_kernel_fusion
+//   false is --no-dsa-kernel-fusion), enable_hyper_connections with
+//   num_residual_streams and mhc_sinkhorn_iterations its hyper-connections,
 //   gated_delta_net with the linear_* fields Gated DeltaNet's (Qwen3-Next's).
 // - train: micro_batch_size, global_batch_size. optimizer: optimizer,
 //   sgd_momentum, use_distributed_optimizer. ddp: use_distributed_optimizer,
@@ -150,6 +154,17 @@ constexpr Field kFields[] = {
     {"model", "dsa_indexer_loss_coeff", "dsa-indexer-loss-coeff", Type::kFloat},
     {"model", "dsa_indexer_use_sparse_loss", "dsa-indexer-use-sparse-loss", Type::kBool},
     {"model", "dsa_kernel_backend", "dsa-kernel-backend", Type::kString},
+    // DeepSeek-V4's (DeepSeekV4Bridge's provider; Note [DeepSeek-V4] and
+    // Note [Hyper-connections] in models/src/llama.cpp).
+    {"model", "csa_compress_ratios", "csa-compress-ratios", Type::kWords},
+    {"model", "csa_window_size", "csa-window-size", Type::kIntOrOff},
+    {"model", "o_groups", "o-groups", Type::kIntOrOff},
+    {"model", "o_lora_rank", "o-lora-rank", Type::kIntOrOff},
+    {"model", "apply_dsa_kernel_fusion", "no-dsa-kernel-fusion", Type::kNotBool},
+    {"model", "enable_hyper_connections", "enable-hyper-connections", Type::kBool},
+    {"model", "num_residual_streams", "num-residual-streams", Type::kIntOrOff},
+    {"model", "mhc_sinkhorn_iterations", "mhc-sinkhorn-iterations", Type::kIntOrOff},
+    {"model", "moe_n_hash_layers", "moe-n-hash-layers", Type::kIntOrOff},
     // Gated DeltaNet's (Qwen3-Next's and Qwen3.5's providers; Note [Gated DeltaNet]).
     {"model", "linear_attention_freq", "linear-attention-freq", Type::kFreq},
     {"model", "linear_conv_kernel_dim", "linear-conv-kernel-dim", Type::kIntOrOff},

@@ -179,6 +179,21 @@ struct LlamaConfig {
   /// The kernels: sparse (FlashMLA's, TileLang's: the selected keys alone)
   /// or Megatron-Core's dsa_kernel_backend none (masked dense attention).
   bool dsa_dense = false;
+
+  // DeepSeek-V4 (Note [DeepSeek-V4] in models/src/llama.cpp): each layer
+  // attends, in one head of head_dim shared by keys and values, to a
+  // sliding_window of its own tokens and to compressed entries of its
+  // sequence; the indexer (index_*) picks those of the ratio-4 layers.
+  /// compress_ratios: each layer's, then each MTP depth's: 0 (the window
+  /// alone), 4 (compressed sparse attention) or 128 (heavily compressed
+  /// attention); empty: not DeepSeek-V4's attention.
+  std::vector<int> compress_ratios;
+  std::int64_t o_groups = 0;       ///< o_groups: the output's grouped low-rank projection (wo_a) has this many groups
+  std::int64_t o_lora_rank = 0;    ///< o_lora_rank: each group's rank
+  /// hc_mult: residual streams of the manifold-constrained hyper-connections
+  /// (Note [Hyper-connections] in models/src/llama.cpp); 0: a plain residual.
+  int hc_mult = 0;
+  int hc_sinkhorn_iters = 20;      ///< hc_sinkhorn_iters: the Sinkhorn iterations making each H_res doubly stochastic
 };
 
 /// A BERT encoder (post-LayerNorm), with the pooler as HuggingFace's BertModel.
