@@ -756,8 +756,7 @@ class Llama final : public ZooModel {
   std::string tp_error(int tp) const override {
     if (v4() && tp > 1) {
       // Note [DeepSeek-V4]
-      return "DeepSeek-V4's attention (Megatron-Core's dsv4_hybrid) runs at tp 1; dtsim models it at tp=1 (its experts may still split: "
-             "expert_tensor_parallel, ep)";
+      return "DeepSeek-V4's attention (Megatron-Core's dsv4_hybrid) runs at tp 1; dtsim models it at tp=1 (its experts spread over ep)";
     }
     if (whole_qk() && tp > 1) {
       // Note [OLMo 2], Note [MiniMax-M2]: their q/k norms' statistics span every head.
@@ -793,7 +792,7 @@ class Llama final : public ZooModel {
     if (cp > 1 && v4()) {
       // Note [DeepSeek-V4]
       return "DeepSeek-V4's attention takes context parallelism only on packed (THD) sequences split contiguously "
-             "(Megatron-Core's cp_partition_mode contiguous), which dtsim does not model; valid: cp=1";
+             "(Megatron-Core's cp_partition_mode contiguous), which dtsim does not model";
     }
     if (cp > 1 && has_linear() && (c_.linear_key_heads % ranks != 0 || c_.linear_value_heads % ranks != 0)) {
       // Note [Gated DeltaNet]: its heads go to the cp ranks by all-to-all, each tp rank's share.

@@ -319,6 +319,13 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 2\nhidden: 128\nheads: 4\nkv_heads: 4\nintermediate: 352\nvocab: 1024\nseq_len: 128\n"
      "experts: 4\ntop_k: 2\nexpert_intermediate: 176\nshared_intermediate: 176\nfirst_dense: 1\n"
      "q_lora_rank: 64\nkv_lora_rank: 32\nqk_nope_dim: 32\nqk_rope_dim: 16\nv_head_dim: 32\n"},
+    // Note [DeepSeek-V4] (llama.cpp): DeepSeek-V4-Flash's layers small, one
+    // of each ratio, for dtsim validate and calibration on CPUs.
+    {"deepseek-v4-tiny", "Tiny DeepSeek-V4 for CPU validation: 3 layers (window-only, compressed sparse of ratio 4 picking 2 entries, heavily compressed of ratio 128), hidden 128, 4 heads of 32 on one shared key-value head, window 4, 4 experts of SwiGLU 64 + 1 shared, top-2, 4 hyper-connection streams, vocab 1024, seq 128",
+     "family: llama\nlayers: 3\nhidden: 128\nheads: 4\nkv_heads: 1\nhead_dim: 32\nintermediate: 64\nvocab: 1024\nseq_len: 128\n"
+     "experts: 4\ntop_k: 2\nexpert_intermediate: 64\nshared_intermediate: 64\n"
+     "q_lora_rank: 32\nqk_rope_dim: 8\no_groups: 2\no_lora_rank: 16\nsliding_window: 4\n"
+     "compress_ratios: [0, 4, 128]\nindex_topk: 2\nindex_heads: 2\nindex_head_dim: 16\nhc_mult: 4\n"},
     // Note [DeepSeek Sparse Attention] (llama.cpp): deepseek-tiny's layers
     // with an indexer of 2 heads of 16 choosing 32 of the 128 keys.
     {"deepseek-v3.2-tiny", "Tiny DeepSeek-V3.2 for CPU validation: deepseek-tiny's layers with DeepSeek Sparse Attention (an indexer of 2 heads of 16 picks 32 keys a query), seq 128",

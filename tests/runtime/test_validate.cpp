@@ -816,6 +816,26 @@ TEST_CASE("deepseek-v3.2-tiny trains as one process does: sparse attention and i
   }
 }
 
+TEST_CASE("deepseek-v4-tiny trains as one process does: compressed attention, its indexer and hyper-connections under data, pipeline "
+          "and expert parallelism (Note [The twin's DeepSeek-V4])",
+          "[runtime][validate][slow][dsv4]") {
+  // 32 tokens: 8 entries at ratio 4 (the indexer picks 2 a query), none at
+  // ratio 128 (the window alone there); the streams travel between the
+  // pipeline's stages.
+  const std::string shape = " --set plan.micro_batch=2 --set plan.seq_len=32 ";
+  SECTION("ddp, dp 2") { check_as_one_process("deepseek-v4-tiny", "ddp --procs 2", shape, 2); }
+  SECTION("1f1b over 2 stages, 4 micro-batches") {
+    check_as_one_process("deepseek-v4-tiny", "1f1b --procs 2 --set plan.grad_accum=4", shape, 4);
+  }
+  SECTION("ZeRO-2 at ep 2") { check_as_one_process("deepseek-v4-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
+  SECTION("tensor parallelism is refused in one line, as Megatron-Core runs the attention at tp 1") {
+    const Run tp = validate("--model deepseek-v4-tiny --plan megatron-tp --procs 2" + kCommon + shape);
+    CHECK(tp.status == 2);
+    CHECK(std::count(tp.err.begin(), tp.err.end(), '\n') == 1);
+    CHECK(tp.err.find("DeepSeek-V4's attention (Megatron-Core's dsv4_hybrid) runs at tp 1") != std::string::npos);
+  }
+}
+
 TEST_CASE("llama-tiny trains as one process does, context parallelism included (Note [Context parallelism])", "[runtime][validate][slow]") {
   // Each cp rank holds 2 of the 2 cp chunks of every sequence of 32 tokens,
   // attends with every rank's keys and values at their global positions, and

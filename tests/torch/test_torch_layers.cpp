@@ -91,7 +91,7 @@ TEST_CASE("the tiny models' layers run forward and backward", "[torch]") {
   // analytic Layer::output_bytes / 4 (a head's output is its scalar loss,
   // 4 bytes at any batch).
   constexpr std::int64_t kBatch = 2, kSeq = 8;
-  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "gemma-tiny", "moe-tiny", "deepseek-tiny", "deepseek-v3.2-tiny"}) {
+  for (const char* name : {"gpt2-tiny", "bert-tiny", "bilstm-tiny", "llama-tiny", "gemma-tiny", "moe-tiny", "deepseek-tiny", "deepseek-v3.2-tiny", "deepseek-v4-tiny"}) {
     const auto model = models::load_model(name);
     for (const auto& layer : model->layers(small_shape(*model))) {
       INFO(name << " " << layer.signature);
@@ -2043,4 +2043,136 @@ TEST_CASE("LatentMoE's twin: routed on h, its experts on the latent width, proje
   const auto shared = lin(torch::relu(lin(z, "block_sparse_moe.shared_expert_up_proj.weight")).pow(2), "block_sparse_moe.shared_expert_down_proj.weight");
   const auto want = x + lin(routed, "block_sparse_moe.fc2_latent_proj.weight") + shared;
   CHECK(torch::allclose(twin->forward({x}), want, 1e-4, 1e-4));
+}
+
+namespace {
+/// Rotary of x [b, n, heads, d] at positions `pos` [n] (as rope_ref, any positions).
+torch::Tensor rope_at(const torch::Tensor& x, const torch::Tensor& pos) {
+  const auto n = x.size(1), d = x.size(3);
+  const auto inv = 1.0 / torch::pow(500000.0, torch::arange(0, d, 2, torch::kFloat) / static_cast<double>(d));
+  const auto ang = torch::outer(pos.to(torch::kFloat), inv);
+  const auto cos = torch::cat({ang, ang}, -1).cos().view({1, n, 1, d}), sin = torch::cat({ang, ang}, -1).sin().view({1, n, 1, d});
+  return x * cos + torch::cat({-x.narrow(-1, d / 2, d / 2), x.narrow(-1, 0, d / 2)}, -1) * sin;
+}
+/// Rotary on the last r channels of x [b, n, heads, d].
+torch::Tensor rope_tail(const torch::Tensor& x, const torch::Tensor& pos, std::int64_t r) {
+  const auto d = x.size(3);
+  return torch::cat({x.narrow(-1, 0, d - r), rope_at(x.narrow(-1, d - r, r), pos)}, -1);
+}
+}  // namespace
+
+TEST_CASE("DeepSeek-V4's twin: the window, the compressed entries, the sink and the grouped output against a reference from the weights "
+          "(Note [The twin's DeepSeek-V4])",
+          "[torch][llama][dsv4]") {
+  // A dense block (the MLP SwiGLU 64) of deepseek-v4-tiny's attention at
+  // ratio 128: h 128, 4 heads of 32 (8 rotary), q latent 32, window 4, 2
+  // output groups of rank 16.
+  const std::string sig = "llama.block:v4=1,h=128,a=4,qr=32,d=32,dr=8,cr=128,og=2,or=16,f=64,qkvb=0,ob=0,mb=0,qkn=0,sw=4";
+  // wq_a 128 x 32, q_layernorm 32, wq_b 32 x 128, wkv 128 x 32, kv_layernorm
+  // 32, wo_a 2 x 16 x 64, wo_b 32 x 128, sinks 4; the compressor's wkv and
+  // wgate 128 x 32 each, ape 128 x 32, norm 32; the MLP 3 x 128 x 64, two norms.
+  CHECK(count(sig) == 4'096 + 32 + 4'096 + 4'096 + 32 + 2'048 + 4'096 + 4 + 8'192 + 4'096 + 32 + 3 * 8'192 + 256);
+  torch::manual_seed(5);
+  auto layer = models::make_torch_layer(sig);
+  auto p = layer->module().named_parameters();
+  {
+    torch::NoGradGuard no_grad;
+    p["attn_sink"].normal_(0.0, 1.0);  // a sink that matters
+  }
+  // 260 tokens: entries of tokens 0-127 and 128-255 (the last 4 dropped),
+  // seen from queries 127 and 255 on.
+  const std::int64_t b = 1, s = 260, a = 4, d = 32, m = 2;
+  const auto x = torch::randn({b, s, 128}).requires_grad_(true);
+  const auto y = layer->forward({x});
+  const auto rms = [](const torch::Tensor& t, const torch::Tensor& w, double eps) { return w * (t * torch::rsqrt(t.pow(2).mean(-1, true) + eps)); };
+  const auto lin = [&](const torch::Tensor& t, const std::string& name) { return torch::matmul(t, p[name + ".weight"].t()); };
+  const auto xr = x.detach().clone().requires_grad_(true);
+  const auto pos = torch::arange(s);
+  const auto xn = rms(xr, p["input_layernorm.weight"], 1e-5);
+  auto q = lin(rms(lin(xn, "q_a_proj"), p["q_a_layernorm.weight"], 1e-5), "q_b_proj").view({b, s, a, d});
+  q = rope_tail(q * torch::rsqrt(q.pow(2).mean(-1, true) + 1e-6), pos, 8);
+  const auto kv = rope_tail(rms(lin(xn, "wkv"), p["kv_a_layernorm.weight"], 1e-5).view({b, s, 1, d}), pos, 8).view({b, s, d});
+  // The compressor: each 128 tokens weighted by softmax(wgate + ape) over
+  // them, channel by channel; normed; rotary at the entry's first token.
+  const auto ck = lin(xn, "compressor.wkv").narrow(1, 0, m * 128).view({b, m, 128, d});
+  const auto cw = torch::softmax((lin(xn, "compressor.wgate").narrow(1, 0, m * 128).view({b, m, 128, d}) + p["compressor.ape"]), 2);
+  const auto entries = rope_tail(rms((ck * cw).sum(2), p["compressor.norm.weight"], 1e-5).view({b, m, 1, d}), torch::arange(m) * 128, 8).view({b, m, d});
+  const auto key = torch::cat({kv, entries}, 1);  // [b, s + m, d], keys and values
+  // Query i sees tokens i - 3 to i and entries j with (j + 1) x 128 <= i + 1.
+  const auto i = pos.view({s, 1});
+  const auto raw = torch::arange(s).view({1, s}), entry = torch::arange(m).view({1, m});
+  const auto seen = torch::cat({(raw <= i) & (raw > i - 4), (entry + 1) * 128 <= i + 1}, 1);  // [s, s + m]
+  auto att = torch::einsum("bihd,bjd->bhij", {q, key}) / std::sqrt(static_cast<double>(d));
+  att = att.masked_fill(seen.logical_not(), -std::numeric_limits<double>::infinity());
+  // The sink: a column of each head's logit in the softmax, then dropped.
+  const auto with_sink = torch::cat({att, p["attn_sink"].view({1, a, 1, 1}).expand({b, a, s, 1})}, -1);
+  const auto probs = torch::softmax(with_sink, -1).narrow(-1, 0, s + m);
+  auto out = torch::einsum("bhij,bjd->bihd", {probs, key});
+  out = rope_tail(out, -pos, 8);  // the inverse rotary
+  const auto grouped = torch::einsum("bsgd,grd->bsgr", {out.reshape({b, s, 2, 64}), p["wo_a"].view({2, 16, 64})}).reshape({b, s, 32});
+  const auto h1 = xr + lin(grouped, "o_proj");
+  const auto z = rms(h1, p["post_attention_layernorm.weight"], 1e-5);
+  const auto want = h1 + lin(torch::silu(lin(z, "gate_proj")) * lin(z, "up_proj"), "down_proj");
+  CHECK(torch::allclose(y, want, 1e-4, 1e-5));
+  // The sink takes some of each row's weight: the kept probabilities sum below 1.
+  CHECK(probs.sum(-1).max().item<double>() < 1.0);
+  const auto g = torch::randn_like(y);
+  y.backward(g);
+  const auto ref = torch::autograd::grad({want}, {xr, p["attn_sink"], p["compressor.wgate.weight"], p["wo_a"]}, {g});
+  CHECK(torch::allclose(x.grad(), ref[0], 1e-4, 1e-5));
+  CHECK(torch::allclose(p["attn_sink"].grad(), ref[1], 1e-4, 1e-5));
+  CHECK(torch::allclose(p["compressor.wgate.weight"].grad(), ref[2], 1e-4, 1e-5));
+  CHECK(torch::allclose(p["wo_a"].grad(), ref[3], 1e-4, 1e-5));
+
+  // Refused: a ratio Megatron-Core has not, and what the twin runs at tp 1 alone.
+  CHECK(test::error_of([&] { models::make_torch_layer(sig.substr(0, sig.find("cr=")) + "cr=8" + sig.substr(sig.find(",og="))); })
+            .find("cr must be 0, 4 or 128") != std::string::npos);
+  CHECK(test::error_of([&] { models::make_torch_layer(sig + ",tp=2"); }).find("DeepSeek-V4's attention runs at tp 1 and cp 1") != std::string::npos);
+  CHECK(test::error_of([] { models::make_torch_layer("llama.block:h=64,a=4,kv=4,d=16,f=128,qkvb=0,ob=0,mb=0,qkn=0,hc=4"); })
+            .find("hyper-connections (hc=) are run with DeepSeek-V4's blocks (v4=1) alone") != std::string::npos);
+}
+
+TEST_CASE("DeepSeek-V4's twin: hyper-connections as a plain residual where their gates are zero, and H_res conserving the streams "
+          "(Note [Hyper-connections])",
+          "[torch][llama][dsv4]") {
+  const std::string plain = "llama.block:v4=1,h=128,a=4,qr=32,d=32,dr=8,cr=0,og=2,or=16,f=64,qkvb=0,ob=0,mb=0,qkn=0,sw=4";
+  const std::string wide = plain + ",hc=4,hs=20";
+  // Each sublayer's mapping_proj (24 x 512 and 24) and three scalars.
+  CHECK(count(wide) - count(plain) == 2 * (24 * 512 + 24 + 3));
+  torch::manual_seed(3);
+  auto a = models::make_torch_layer(plain), b = models::make_torch_layer(wide);
+  auto pa = a->module().named_parameters(), pb = b->module().named_parameters();
+  {
+    torch::NoGradGuard no_grad;
+    for (const auto& kv : pa) pb[kv.key()].copy_(kv.value());
+    for (auto& kv : pb) {
+      if (kv.key().rfind("hc_", 0) == 0) kv.value().zero_();
+    }
+  }
+  // Zero gates: H_pre 1/2 (+1e-6), H_post 1, H_res all 1/4. On four copies
+  // of x each sublayer sees 2x, which its RMSNorm makes x's input, and
+  // returns each stream as the mean of the four plus its output: the plain
+  // block's residual, on every stream.
+  const auto x = torch::randn({2, 8, 128});
+  const auto streams = x.unsqueeze(2).expand({2, 8, 4, 128}).reshape({2, 8, 512});
+  const auto ya = a->forward({x}), yb = b->forward({streams}).view({2, 8, 4, 128});
+  for (int k = 0; k < 4; ++k) CHECK(torch::allclose(yb.select(2, k), ya, 1e-4, 1e-5));
+  // With gates drawn and the sublayers' outputs zero (wo_b and the MLP's
+  // down projection), x'_i = sum_j H_res_ji x_j. Sinkhorn's last step makes
+  // each H_res column sum to 1: four copies of x stay x exactly; its rows
+  // sum to 1 once it has converged (20 iterations of gentle gates): distinct
+  // streams keep their sum, each stream moved.
+  {
+    torch::NoGradGuard no_grad;
+    for (auto& kv : pb) {
+      if (kv.key().rfind("hc_", 0) == 0) kv.value().normal_(0.0, 0.1);
+    }
+    pb["o_proj.weight"].zero_();
+    pb["down_proj.weight"].zero_();
+  }
+  for (int k = 0; k < 4; ++k) CHECK(torch::allclose(b->forward({streams}).view({2, 8, 4, 128}).select(2, k), x, 1e-5, 1e-6));
+  const auto mixed = torch::randn({2, 8, 512});
+  const auto out = b->forward({mixed}).view({2, 8, 4, 128});
+  CHECK(torch::allclose(out.sum(2), mixed.view({2, 8, 4, 128}).sum(2), 1e-4, 1e-4));
+  CHECK_FALSE(torch::allclose(out.select(2, 0), mixed.view({2, 8, 4, 128}).select(2, 0), 1e-3, 1e-3));
 }

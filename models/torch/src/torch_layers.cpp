@@ -45,8 +45,9 @@ struct Signature {
     const bool flag = key == "drop" || key == "tied" || key == "qkvb" || key == "ob" || key == "mb" || key == "qkn" || key == "flash" || key == "sg" || key == "cpag" || key == "gru" ||
                       key == "gn" || key == "gelu" || key == "es" || key == "on" || key == "sink" || key == "fnw" || key == "rb" ||
                       key == "nope" || key == "tt" || key == "l2qk" || key == "dense" || key == "mla" || key == "mamba" || key == "relu2";
-    // A width that may be absent (a MoE block's shared experts, DeepSeek-V2-Lite's query latent).
-    if ((key == "fs" || key == "qr") && it->second == 0) return 0;
+    // A width that may be absent (a MoE block's shared experts, DeepSeek-V2-Lite's query latent,
+    // DeepSeek-V4's window-only layers' compression).
+    if ((key == "fs" || key == "qr" || key == "cr") && it->second == 0) return 0;
     if (flag && it->second != 0 && it->second != 1) throw ConfigError("layer signature '" + text + "': " + key + " must be 0 or 1");
     if (!flag && it->second <= 0) throw ConfigError("layer signature '" + text + "': " + key + " must be positive");
     return it->second;
@@ -872,13 +873,15 @@ struct RingGqa : torch::autograd::Function<RingGqa> {
 }  // namespace ring
 
 struct LlamaEmbed : nn::Module {
-  LlamaEmbed(std::int64_t h, std::int64_t v, bool scale = false, double multiplier = 0)
+  LlamaEmbed(std::int64_t h, std::int64_t v, bool scale = false, double multiplier = 0, std::int64_t streams = 1)
       : embed_tokens(register_module("embed_tokens", nn::Embedding(v, h))),
         vocab(v),
         scale(scale ? std::sqrt(static_cast<double>(h)) : 0),
-        multiplier(multiplier) {}
+        multiplier(multiplier),
+        streams(streams) {}
   nn::Embedding embed_tokens;
   std::int64_t vocab;
+  std::int64_t streams;  ///< hc=: copied to this many residual streams (Note [Hyper-connections]); 1: none
   double scale;       ///< es=1: Gemma's sqrt(h), as a tensor of the activations' type (HF's normalizer); 0: none
   double multiplier;  ///< em=: Granite's embedding_multiplier, a Python float (0: none)
   VocabShard shard;  // empty: unsplit
@@ -946,6 +949,14 @@ struct LlamaShape {
   // attention]): the keys a query gets (0: dense), the indexer's heads and
   // width, its loss (0 none, 1 over the selected keys, 2 over all).
   std::int64_t dsa_topk = 0, dsa_heads = 0, dsa_dim = 0, dsa_loss = 0;
+  // DeepSeek-V4's attention (v4=1; Note [The twin's DeepSeek-V4]): d the one
+  // shared head's width and the query heads', q_lora and d_rope as MLA's,
+  // the compression ratio (cr), the output's groups and rank (og, or); the
+  // indexer's keys as DSA's.
+  bool v4 = false;
+  std::int64_t ratio = 0, o_groups = 0, o_lora = 0;
+  // Hyper-connections (hc=N, hs=iterations; Note [Hyper-connections]): 1, a plain residual.
+  std::int64_t hc = 1, hc_iters = 20;
 };
 
 /// Squared ReLU (Megatron-LM's squared_relu, HF's relu2): relu, then pow.
@@ -1653,33 +1664,47 @@ namespace dsa {
 
 constexpr double kLossCoeff = 0.01;
 
-/// key [b, s, d] rows at `indices` [b, s, k]: [b, s, k, d].
+/// key [b, n, d] rows at `indices` [b, s, k] (each below n): [b, s, k, d].
 torch::Tensor gather_rows(const torch::Tensor& key, const torch::Tensor& indices) {
-  const auto b = key.size(0), s = key.size(1), d = key.size(2), k = indices.size(2);
-  const auto offset = (torch::arange(b, indices.options()) * s).view({b, 1, 1});
-  return key.reshape({b * s, d}).index_select(0, (indices + offset).reshape({-1})).view({b, s, k, d});
+  const auto b = key.size(0), n = key.size(1), d = key.size(2), s = indices.size(1), k = indices.size(2);
+  const auto offset = (torch::arange(b, indices.options()) * n).view({b, 1, 1});
+  return key.reshape({b * n, d}).index_select(0, (indices + offset).reshape({-1})).view({b, s, k, d});
 }
 
 /// The attention of query [b, s, heads, d] over each query's selected rows
-/// of key [b, s, d] (valid [b, s, k] false: a slot beyond the causal keys),
-/// the values the first `c` channels: [b, s, heads, c].
+/// of key [b, n, d] (valid [b, s, k] false: a slot beyond the causal keys),
+/// the values the first `c` channels: [b, s, heads, c]. `sink` (not empty:
+/// DeepSeek-V4's, a logit a head) joins each row's softmax denominator.
 torch::Tensor attend(const torch::Tensor& query, const torch::Tensor& key, const torch::Tensor& indices, const torch::Tensor& valid,
-                     double scale, std::int64_t c) {
+                     double scale, std::int64_t c, const torch::Tensor& sink = torch::empty({0})) {
   const auto rows = gather_rows(key, indices);
   auto scores = torch::einsum("bshd,bskd->bshk", {query, rows}) * scale;
   scores = scores.masked_fill(valid.logical_not().unsqueeze(2), -std::numeric_limits<double>::infinity());
-  return torch::einsum("bshk,bskc->bshc", {torch::softmax(scores, -1), rows.narrow(-1, 0, c)});
+  torch::Tensor p;
+  if (sink.numel() > 0) {
+    const auto heads = query.size(2);
+    const auto column = sink.narrow(0, 0, std::min<std::int64_t>(heads, sink.size(0))).to(scores.scalar_type());
+    const auto padded = heads > sink.size(0) ? torch::cat({column, torch::full({heads - sink.size(0)}, -1e30, scores.options())}) : column;
+    const auto all = torch::cat({scores, padded.view({1, 1, heads, 1}).expand({scores.size(0), scores.size(1), heads, 1})}, -1);
+    p = torch::softmax(all, -1).narrow(-1, 0, scores.size(-1));
+  } else {
+    p = torch::softmax(scores, -1);
+  }
+  return torch::einsum("bshk,bskc->bshc", {p, rows.narrow(-1, 0, c)});
 }
 
 struct SparseMla : torch::autograd::Function<SparseMla> {
+  /// `sink` (not empty: DeepSeek-V4's): a logit a head in each softmax's
+  /// denominator, trained (an autograd Function takes no undefined tensor).
   static torch::Tensor forward(torch::autograd::AutogradContext* ctx, const torch::Tensor& query, const torch::Tensor& key,
-                               const torch::Tensor& indices, const torch::Tensor& valid, double scale, std::int64_t c) {
+                               const torch::Tensor& indices, const torch::Tensor& valid, double scale, std::int64_t c,
+                               const torch::Tensor& sink) {
     const auto heads = query.size(2);
     const auto padded = static_cast<std::int64_t>(std::bit_ceil(static_cast<std::uint64_t>(std::max<std::int64_t>(heads, 16))));
     auto q = torch::zeros({query.size(0), query.size(1), padded, query.size(3)}, query.options());
     q.narrow(2, 0, heads).copy_(query);
-    const auto out = attend(q, key, indices, valid, scale, c).narrow(2, 0, heads).contiguous();
-    ctx->save_for_backward({q, key, indices.to(torch::kInt), valid});
+    const auto out = attend(q, key, indices, valid, scale, c, sink).narrow(2, 0, heads).contiguous();
+    ctx->save_for_backward({q, key, indices.to(torch::kInt), valid, sink});
     ctx->saved_data["scale"] = scale;
     ctx->saved_data["c"] = c;
     ctx->saved_data["heads"] = heads;
@@ -1689,13 +1714,16 @@ struct SparseMla : torch::autograd::Function<SparseMla> {
     const auto saved = ctx->get_saved_variables();
     const auto heads = ctx->saved_data["heads"].toInt();
     auto q = saved[0].detach().requires_grad_(true), key = saved[1].detach().requires_grad_(true);
+    const bool has_sink = saved[4].numel() > 0;
+    auto sink = has_sink ? saved[4].detach().requires_grad_(true) : saved[4];
     torch::autograd::variable_list g;
     {
       torch::AutoGradMode grad_mode(true);
-      const auto out = attend(q, key, saved[2].to(torch::kLong), saved[3], ctx->saved_data["scale"].toDouble(), ctx->saved_data["c"].toInt());
-      g = torch::autograd::grad({out.narrow(2, 0, heads)}, {q, key}, {grad[0]});
+      const auto out = attend(q, key, saved[2].to(torch::kLong), saved[3], ctx->saved_data["scale"].toDouble(), ctx->saved_data["c"].toInt(), sink);
+      g = torch::autograd::grad({out.narrow(2, 0, heads)}, has_sink ? torch::autograd::variable_list{q, key, sink} : torch::autograd::variable_list{q, key},
+                                {grad[0]});
     }
-    return {g[0].narrow(2, 0, heads), g[1], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor()};
+    return {g[0].narrow(2, 0, heads), g[1], torch::Tensor(), torch::Tensor(), torch::Tensor(), torch::Tensor(), has_sink ? g[2] : torch::Tensor()};
   }
 };
 
@@ -1705,10 +1733,13 @@ torch::Tensor target(const torch::Tensor& query, const torch::Tensor& key, const
                      double scale) {
   torch::NoGradGuard no_grad;
   const auto rows = gather_rows(key, indices);
+  // A query with no valid slot (DeepSeek-V4's early tokens, before their
+  // first compressed entry) has no target: its row is 0.
+  const auto any = valid.any(-1, true);
   auto scores = torch::einsum("bshd,bskd->bshk", {query, rows}) * scale;
-  scores = scores.masked_fill(valid.logical_not().unsqueeze(2), -std::numeric_limits<double>::infinity());
+  scores = scores.masked_fill((valid.logical_not() & any).unsqueeze(2), -std::numeric_limits<double>::infinity());
   const auto p = torch::softmax(scores.to(torch::kFloat), -1).sum(2);
-  return p / p.sum(-1, true);
+  return p / p.sum(-1, true) * any.to(p.scalar_type());
 }
 
 /// The indexer's scores [b, s, k] of each query's slots: the sum over heads
@@ -1720,7 +1751,8 @@ torch::Tensor slot_scores(const torch::Tensor& iq, const torch::Tensor& iw, cons
 /// KL(target || softmax of the indexer's slot scores), averaged over tokens.
 torch::Tensor kl(const torch::Tensor& p, const torch::Tensor& iq, const torch::Tensor& iw, const torch::Tensor& ik, const torch::Tensor& indices,
                  const torch::Tensor& valid) {
-  const auto scores = slot_scores(iq, iw, ik, indices).masked_fill(valid.logical_not(), -std::numeric_limits<double>::infinity());
+  // Rows with no valid slot stay finite (their target is 0), so no NaN reaches backward.
+  const auto scores = slot_scores(iq, iw, ik, indices).masked_fill(valid.logical_not() & valid.any(-1, true), -std::numeric_limits<double>::infinity());
   const auto logq = torch::log_softmax(scores.to(torch::kFloat), -1).masked_fill(valid.logical_not(), 0);
   return (torch::xlogy(p, p) - p * logq).sum() / static_cast<double>(p.size(0) * p.size(1));
 }
@@ -1835,6 +1867,175 @@ struct Indexer : nn::Module {
 
 }  // namespace dsa
 
+// Note [The twin's DeepSeek-V4]
+// DeepSeek-V4's attention (Note [DeepSeek-V4] in models/src/llama.cpp) as
+// the twin runs it, at tp 1 and cp 1, after Megatron-Core's
+// deepseek_v4_hybrid_attention.py and csa.py: q = wq_b(RMSNorm(wq_a(x))),
+// each head normed without a weight; kv = RMSNorm(wkv(x)), one head of d;
+// rotary on the last dr channels of both. A compressor (ratio > 0) pools
+// each ratio tokens: wkv and wgate to coff d (coff 2 at ratio 4, the
+// entry's first d channels from the group before), a softmax in fp32 over
+// the tokens of the gate plus ape, the weighted sum, RMSNorm, rotary at
+// the entry's first token. Query i attends to the window [i - w + 1, i] of
+// kv and to compressed entries j < (i + 1) / ratio: all of them at ratio
+// 128, the indexer's top-k at ratio 4 (its q from the query latent, its
+// weights from x, its k its own compressor's entries of di channels, rotary
+// and the Hadamard rotation; trained, its inputs detached, by the KL to the
+// main attention at the selected entries: dsa::IndexerLoss); keys and
+// values are the same rows, and a learned sink a head joins the softmax's
+// denominator, in dsa::SparseMla (kept: the padded query, the joined kv,
+// the indices). O gets the inverse rotary, then wo_a's einsum over o_groups
+// groups and wo_b. The residual is hc streams where the signature says so
+// (Note [Hyper-connections]): HyperConnection gates them, Sinkhorn makes
+// H_res doubly stochastic, the sublayer sees sum_j H_pre_j x_j and returns
+// x'_i = sum_j H_res_ji x_j + H_post_i y; the embedding copies itself to
+// each stream, the head contracts them before its norm.
+namespace dsv4 {
+
+/// Rotary on the last `rope` channels of x [b, heads, n, d] at `pos` [n].
+torch::Tensor rotary_tail(const torch::Tensor& x, const torch::Tensor& pos, std::int64_t rope) {
+  const auto d = x.size(-1);
+  return torch::cat({x.narrow(-1, 0, d - rope), rotary(x.narrow(-1, d - rope, rope), pos)}, -1);
+}
+
+/// Megatron-Core's Compressor: entries [b, s / ratio, d] of x [b, s, h].
+struct Compressor : nn::Module {
+  Compressor(std::int64_t h, std::int64_t d, std::int64_t ratio, std::int64_t rope, bool rotate)
+      : coff(ratio == 4 ? 2 : 1),
+        wkv(register_module("wkv", nn::Linear(nn::LinearOptions(h, coff * d).bias(false)))),
+        wgate(register_module("wgate", nn::Linear(nn::LinearOptions(h, coff * d).bias(false)))),
+        ape(register_parameter("ape", torch::randn({ratio, coff * d}) * 0.02)),
+        norm(register_module("norm", std::make_shared<RmsNorm>(d))),
+        d(d),
+        ratio(ratio),
+        rope(rope) {
+    if (rotate) rotation = register_buffer("rotation", dsa::hadamard(d));
+  }
+  torch::Tensor forward(const torch::Tensor& x) {
+    // (No entry where the sequence is shorter than a group: an empty
+    // result, through the same ops, so each weight still gets its gradient.)
+    const auto b = x.size(0), m = x.size(1) / ratio;
+    auto kv = wkv(x).narrow(1, 0, m * ratio).view({b, m, ratio, coff * d});
+    auto score = (wgate(x).narrow(1, 0, m * ratio).view({b, m, ratio, coff * d}) + ape.to(x.scalar_type())).to(torch::kFloat);
+    if (coff == 2 && m == 0) {
+      kv = torch::cat({kv.narrow(-1, 0, d), kv.narrow(-1, d, d)}, 2);
+      score = torch::cat({score.narrow(-1, 0, d), score.narrow(-1, d, d)}, 2);
+    } else if (coff == 2) {
+      // Entry j: its first d channels from group j - 1 (none before 0), the rest from group j.
+      const auto none_kv = torch::zeros({b, 1, ratio, d}, kv.options());
+      const auto none_score = torch::full({b, 1, ratio, d}, -std::numeric_limits<double>::infinity(), score.options());
+      kv = torch::cat({torch::cat({none_kv, kv.narrow(1, 0, m - 1).narrow(-1, 0, d)}, 1), kv.narrow(-1, d, d)}, 2);
+      score = torch::cat({torch::cat({none_score, score.narrow(1, 0, m - 1).narrow(-1, 0, d)}, 1), score.narrow(-1, d, d)}, 2);
+    }
+    const auto pooled = (kv * torch::softmax(score, 2).to(kv.scalar_type())).sum(2);  // [b, m, d]
+    const auto pos = torch::arange(m, torch::TensorOptions().dtype(torch::kLong).device(x.device())) * ratio;
+    auto out = rotary_tail(norm->forward(pooled).unsqueeze(1), pos, rope).squeeze(1);
+    if (rotation.defined()) out = torch::matmul(out, rotation.to(out.scalar_type()));
+    return out;
+  }
+  std::int64_t coff;
+  nn::Linear wkv, wgate;
+  torch::Tensor ape;
+  std::shared_ptr<RmsNorm> norm;
+  torch::Tensor rotation;  // the indexer's: the Hadamard rotation
+  std::int64_t d, ratio, rope;
+};
+
+/// The ratio-4 layers' indexer: wq_b from the query latent, weights_proj
+/// from x, its own compressor of di channels.
+struct Indexer : nn::Module {
+  Indexer(std::int64_t h, std::int64_t q_in, std::int64_t heads, std::int64_t dim, std::int64_t rope)
+      : wq_b(register_module("wq_b", nn::Linear(nn::LinearOptions(q_in, heads * dim).bias(false)))),
+        weights_proj(register_module("weights_proj", nn::Linear(nn::LinearOptions(h, heads).bias(false)))),
+        compressor(register_module("compressor", std::make_shared<Compressor>(h, dim, 4, rope, true))),
+        rotation(register_buffer("rotation", dsa::hadamard(dim))),
+        heads(heads),
+        dim(dim),
+        rope(rope) {}
+  /// Each query's top-k entries among those before it, and the loss
+  /// (`loss` 1) against the main attention's query and the entries.
+  dsa::Indexer::Choice select(const torch::Tensor& x, const torch::Tensor& ql, const torch::Tensor& query, const torch::Tensor& entries,
+                              const torch::Tensor& pos, std::int64_t topk, double scale, std::int64_t loss) {
+    const auto b = x.size(0), s = x.size(1);
+    torch::Tensor iq, ik, iw;
+    {
+      torch::AutoGradMode grad_mode(loss > 0 && torch::GradMode::is_enabled());
+      const auto q = rotary_tail(wq_b(ql).view({b, s, heads, dim}).transpose(1, 2), pos, rope);
+      iq = torch::matmul(q, rotation.to(q.scalar_type())).transpose(1, 2);  // [b, s, H, D]
+      ik = compressor->forward(x);                                                          // [b, m, D]
+      iw = weights_proj(x) * (1 / std::sqrt(static_cast<double>(heads * dim)));
+    }
+    const auto m = ik.size(1);
+    dsa::Indexer::Choice c;
+    {
+      torch::NoGradGuard no_grad;
+      auto scores = (torch::relu(torch::einsum("bshd,btd->bsht", {iq, ik})) * iw.unsqueeze(-1)).sum(2);  // [b, s, m]
+      const auto seen = torch::div(pos + 1, 4, "floor").view({s, 1});
+      scores = scores.masked_fill(torch::arange(m, pos.options()).view({1, m}) >= seen, -std::numeric_limits<double>::infinity());
+      const auto [values, indices] = scores.topk(std::min(topk, m), -1);
+      c.indices = indices;
+      c.valid = torch::isfinite(values);
+    }
+    if (loss > 0 && torch::GradMode::is_enabled()) {
+      c.loss = dsa::IndexerLoss::apply(iq, iw, ik, query, entries, c.indices, c.valid, scale, false) * dsa::kLossCoeff;
+    }
+    return c;
+  }
+  nn::Linear wq_b, weights_proj;
+  std::shared_ptr<Compressor> compressor;
+  torch::Tensor rotation;
+  std::int64_t heads, dim, rope;
+};
+
+/// A sublayer's hyper-connections (Megatron-Core's HyperConnectionModule).
+struct HyperConnection : nn::Module {
+  HyperConnection(std::int64_t n, std::int64_t h, std::int64_t iterations)
+      : weight(register_parameter("mapping_proj_weight", torch::randn({n * n + 2 * n, n * h}) * 0.02)),
+        bias(register_parameter("mapping_proj_bias", torch::zeros({n * n + 2 * n}))),
+        alpha_pre(register_parameter("alpha_pre", torch::full({1}, 0.01))),
+        alpha_post(register_parameter("alpha_post", torch::full({1}, 0.01))),
+        alpha_res(register_parameter("alpha_res", torch::full({1}, 0.01))),
+        n(n),
+        iterations(iterations) {}
+  struct Gates {
+    torch::Tensor post, res;  // [b, s, n], [b, s, n, n] (fp32)
+  };
+  /// The sublayer's input from the streams x [b, s, n, h], and the gates to finish with.
+  std::pair<torch::Tensor, Gates> enter(const torch::Tensor& x) {
+    const auto b = x.size(0), s = x.size(1);
+    const auto flat = x.reshape({b, s, -1}).to(torch::kFloat);
+    const auto proj = F::linear(flat, weight) * torch::rsqrt(flat.pow(2).mean(-1, true) + 1e-6);
+    const auto pre = torch::sigmoid(proj.narrow(-1, 0, n) * alpha_pre + bias.narrow(0, 0, n)) + 1e-6;
+    Gates g;
+    g.post = 2 * torch::sigmoid(proj.narrow(-1, n, n) * alpha_post + bias.narrow(0, n, n));
+    auto m = torch::softmax((proj.narrow(-1, 2 * n, n * n) * alpha_res + bias.narrow(0, 2 * n, n * n)).view({b, s, n, n}), -1);
+    m = m / m.sum(-2, true);
+    for (std::int64_t k = 1; k < iterations; ++k) {
+      m = m / m.sum(-1, true);
+      m = m / m.sum(-2, true);
+    }
+    g.res = m;
+    return {(pre.unsqueeze(-1) * x.to(torch::kFloat)).sum(2).to(x.scalar_type()), g};
+  }
+  /// h_post_bda: the streams mixed by H_res, plus H_post times the output y [b, s, h].
+  torch::Tensor finish(const torch::Tensor& x, const Gates& g, const torch::Tensor& y) {
+    const auto mixed = torch::einsum("bsji,bsjh->bsih", {g.res, x.to(torch::kFloat)}) + g.post.unsqueeze(-1) * y.to(torch::kFloat).unsqueeze(2);
+    return mixed.to(x.scalar_type());
+  }
+  torch::Tensor weight, bias, alpha_pre, alpha_post, alpha_res;
+  std::int64_t n, iterations;
+};
+
+/// learned_output_contract: the streams x [b, s, n h] to [b, s, h].
+torch::Tensor contract(const torch::Tensor& x, const torch::Tensor& fn, const torch::Tensor& base, const torch::Tensor& scale, std::int64_t n) {
+  const auto b = x.size(0), s = x.size(1);
+  const auto flat = x.to(torch::kFloat);
+  const auto g = torch::sigmoid(F::linear(flat, fn) * torch::rsqrt(flat.pow(2).mean(-1, true) + 1e-6) * scale + base) + 1e-6;  // [b, s, n]
+  return (g.unsqueeze(-1) * flat.view({b, s, n, -1})).sum(2).to(x.scalar_type());
+}
+
+}  // namespace dsv4
+
 /// Megatron-Core's MambaMixer (megatron/core/ssm/mamba_mixer.py; HF's
 /// NemotronHMamba2Mixer holds the same tensors; Note [Mamba-2] in
 /// models/src/llama.cpp): in_proj to z, x, B, C and dt, the fused
@@ -1881,12 +2082,14 @@ struct LlamaBlock : nn::Module {
                             ? nullptr
                             : register_module("input_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
         // Note [Gated DeltaNet]: a gated output's q_proj writes each head's query, then its gate.
-        q_proj((s.mla && s.q_lora > 0) || !attends(s)
+        q_proj((s.mla && s.q_lora > 0) || s.v4 || !attends(s)
                    ? nn::Linear(nullptr)
                    : register_module("q_proj", nn::Linear(nn::LinearOptions(s.h, s.a * (s.mla ? s.qk() : s.d) * (s.output_gate ? 2 : 1)).bias(s.qkv_bias)))),
-        k_proj(s.mla || !attends(s) ? nn::Linear(nullptr) : register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        v_proj(s.mla || !attends(s) ? nn::Linear(nullptr) : register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
-        o_proj(!attends(s) ? nn::Linear(nullptr) : register_module("o_proj", nn::Linear(nn::LinearOptions(s.a * (s.mla ? s.d_v : s.d), s.h).bias(s.o_bias)))),
+        k_proj(s.mla || s.v4 || !attends(s) ? nn::Linear(nullptr) : register_module("k_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        v_proj(s.mla || s.v4 || !attends(s) ? nn::Linear(nullptr) : register_module("v_proj", nn::Linear(nn::LinearOptions(s.h, s.kv * s.d).bias(s.qkv_bias)))),
+        // DeepSeek-V4's wo_b reads the grouped output (Note [The twin's DeepSeek-V4]).
+        o_proj(!attends(s) ? nn::Linear(nullptr)
+                           : register_module("o_proj", nn::Linear(nn::LinearOptions(s.v4 ? s.o_groups * s.o_lora : s.a * (s.mla ? s.d_v : s.d), s.h).bias(s.o_bias)))),
         post_attention_layernorm(
             s.part == 1 ? nullptr
                         : register_module("post_attention_layernorm", std::make_shared<RmsNorm>(s.h, s.gemma_norms || s.zero_centered, s.fp32_norm_weight))),
@@ -1909,6 +2112,28 @@ struct LlamaBlock : nn::Module {
       if (s.dsa_topk > 0) {
         indexer = register_module("indexer", std::make_shared<dsa::Indexer>(s.h, s.q_lora > 0 ? s.q_lora : s.h, s.dsa_heads, s.dsa_dim, s.d_rope));
       }
+    }
+    if (s.v4) {
+      // Note [The twin's DeepSeek-V4]: wq_a, q_layernorm, wq_b, wkv,
+      // kv_layernorm, wo_a, the sinks (wo_b is o_proj); the compressor and
+      // a ratio-4 layer's indexer.
+      const auto linear = [](std::int64_t in, std::int64_t out) { return nn::Linear(nn::LinearOptions(in, out).bias(false)); };
+      q_a_proj = register_module("q_a_proj", linear(s.h, s.q_lora));
+      q_a_layernorm = register_module("q_a_layernorm", std::make_shared<RmsNorm>(s.q_lora));
+      q_b_proj = register_module("q_b_proj", linear(s.q_lora, s.a * s.d));
+      wkv = register_module("wkv", linear(s.h, s.d));
+      kv_a_layernorm = register_module("kv_a_layernorm", std::make_shared<RmsNorm>(s.d));
+      wo_a = register_parameter("wo_a", torch::randn({s.o_groups * s.o_lora, s.a * s.d / s.o_groups}) * 0.02);
+      attn_sink = register_parameter("attn_sink", torch::zeros({s.a}));
+      if (s.ratio > 0) compressor = register_module("compressor", std::make_shared<dsv4::Compressor>(s.h, s.d, s.ratio, s.d_rope, false));
+      if (s.ratio == 4) {
+        v4_indexer = register_module("indexer", std::make_shared<dsv4::Indexer>(s.h, s.q_lora, s.dsa_heads, s.dsa_dim, s.d_rope));
+      }
+    }
+    if (s.hc > 1) {
+      // Note [Hyper-connections]: each sublayer's.
+      hc_attn = register_module("hc_attn", std::make_shared<dsv4::HyperConnection>(s.hc, s.h, s.hc_iters));
+      hc_mlp = register_module("hc_mlp", std::make_shared<dsv4::HyperConnection>(s.hc, s.h, s.hc_iters));
     }
     if (s.gemma_norms) {
       // Gemma 2 and 3's sandwich: post_attention_layernorm normalises the
@@ -1943,6 +2168,8 @@ struct LlamaBlock : nn::Module {
   /// x: this rank's [b, s/cp, h] (the whole [b, s, h] without context parallelism).
   torch::Tensor forward(const torch::Tensor& x) {
     if (shape.part == 2) return x + residual_scaled(mlp(post_attention_layernorm->forward(x), tp.get()));  // Note [Mamba-2]
+    if (shape.hc > 1) return forward_streams(x);
+    if (shape.v4) return after_attention(x, v4_attention(input_layernorm->forward(x)), nullptr);
     if (shape.mla) return shape.dsa_topk > 0 ? forward_dsa(x) : forward_mla(x);
     if (shape.gdn) return after_attention(x, linear_attn->forward(input_layernorm->forward(x)), nullptr);
     if (shape.mamba) return after_attention(x, mixer->forward(input_layernorm->forward(x)), nullptr);
@@ -2052,10 +2279,60 @@ struct LlamaBlock : nn::Module {
     const auto key = torch::cat({kv_a_layernorm->forward(ckv.narrow(-1, 0, c)), k_pe}, -1);  // [b, s, c + dr]
     const double scale = 1 / std::sqrt(static_cast<double>(dn + dr));
     const auto choice = indexer->select(xi.detach(), ql.detach(), query.detach(), key.detach(), pos, shape.dsa_topk, scale, shape.dsa_loss);
-    auto out = dsa::SparseMla::apply(query, key, choice.indices, choice.valid, scale, c);  // [b, s, heads, c]
+    auto out = dsa::SparseMla::apply(query, key, choice.indices, choice.valid, scale, c, torch::empty({0}));  // [b, s, heads, c]
     if (choice.loss.defined()) out = dsa::AttachLoss::apply(out, choice.loss, aux_loss_scale);
     const auto ctx = torch::einsum("bshc,hdc->bshd", {out, w.narrow(1, dn, dv)}).reshape({b, sl, heads * dv});
     return after_attention(x, o_proj(ctx), nullptr);
+  }
+  /// Note [Hyper-connections]: x [b, s, n h], the n streams; each sublayer
+  /// sees their gated sum and returns through h_post_bda (DeepSeek-V4's blocks).
+  torch::Tensor forward_streams(const torch::Tensor& x) {
+    const auto b = x.size(0), sl = x.size(1), h = shape.h, n = shape.hc;
+    const auto xs = x.view({b, sl, n, h});
+    const auto [a_in, a_gates] = hc_attn->enter(xs);
+    const auto x1 = hc_attn->finish(xs, a_gates, v4_attention(input_layernorm->forward(a_in)));
+    const auto [m_in, m_gates] = hc_mlp->enter(x1);
+    return hc_mlp->finish(x1, m_gates, mlp(post_attention_layernorm->forward(m_in), nullptr)).reshape({b, sl, n * h});
+  }
+  /// DeepSeek-V4's attention of the normed xi [b, s, h] (Note [The twin's
+  /// DeepSeek-V4]), to wo_b's output.
+  torch::Tensor v4_attention(const torch::Tensor& xi) {
+    const auto b = xi.size(0), sl = xi.size(1);
+    const std::int64_t heads = shape.a, d = shape.d, dr = shape.d_rope, w = shape.window;
+    const auto ids = torch::TensorOptions().dtype(torch::kLong).device(xi.device());
+    const torch::Tensor pos = torch::arange(sl, ids);
+    const double scale = 1 / std::sqrt(static_cast<double>(d));
+    const auto ql = q_a_layernorm->forward(q_a_proj(xi));
+    auto q = q_b_proj(ql).view({b, sl, heads, d});
+    q = q * torch::rsqrt(q.pow(2).mean(-1, true) + 1e-6);  // _q_rms_norm: each head, no weight
+    const auto query = dsv4::rotary_tail(q.transpose(1, 2), pos, dr).transpose(1, 2);               // [b, s, heads, d]
+    const auto kv = dsv4::rotary_tail(kv_a_layernorm->forward(wkv(xi)).unsqueeze(1), pos, dr).squeeze(1);  // [b, s, d]
+    // The window's slots, i - w + 1 to i; then the compressed entries'.
+    const auto window = pos.view({sl, 1}) - (w - 1) + torch::arange(w, ids).view({1, w});
+    std::vector<torch::Tensor> slots{window.clamp_min(0).unsqueeze(0).expand({b, sl, w})}, valid{(window >= 0).unsqueeze(0).expand({b, sl, w})};
+    torch::Tensor key = kv, loss;
+    if (compressor) {
+      const auto entries = compressor->forward(xi);  // [b, m, d]
+      const auto m = entries.size(1);
+      key = torch::cat({kv, entries}, 1);
+      if (v4_indexer) {
+        const auto choice = v4_indexer->select(xi.detach(), ql.detach(), query.detach(), entries.detach(), pos, shape.dsa_topk, scale, shape.dsa_loss);
+        slots.push_back(choice.indices + sl);
+        valid.push_back(choice.valid);
+        loss = choice.loss;
+      } else if (m > 0) {
+        const auto all = torch::arange(m, ids).view({1, m});
+        slots.push_back((all + sl).unsqueeze(0).expand({b, sl, m}));
+        valid.push_back((all < torch::div(pos + 1, shape.ratio, "floor").view({sl, 1})).unsqueeze(0).expand({b, sl, m}));
+      }
+    }
+    auto out = dsa::SparseMla::apply(query, key, torch::cat(slots, -1).contiguous(), torch::cat(valid, -1).contiguous(), scale, d, attn_sink);
+    if (loss.defined()) out = dsa::AttachLoss::apply(out, loss, aux_loss_scale);
+    // The inverse rotary (at the negated positions), wo_a's groups, wo_b.
+    out = dsv4::rotary_tail(out.transpose(1, 2), -pos, dr).transpose(1, 2);
+    const std::int64_t g = shape.o_groups, width = heads * d / g;
+    const auto grouped = torch::einsum("bsgd,grd->bsgr", {out.reshape({b, sl, g, width}), wo_a.view({g, shape.o_lora, width})});
+    return o_proj(grouped.reshape({b, sl, g * shape.o_lora}));
   }
   /// The output projection and the MLP after attention's ctx [b, heads, s, d].
   /// `gate` (a gated output's, [b, s, width]) multiplies the output, through a sigmoid, before o_proj.
@@ -2124,6 +2401,12 @@ struct LlamaBlock : nn::Module {
   std::shared_ptr<GatedDeltaNet> linear_attn;  // null but in a Gated DeltaNet layer (gdn=1)
   std::shared_ptr<Mamba2Mixer> mixer;          // null but in a Mamba-2 layer (mamba=1)
   std::shared_ptr<dsa::Indexer> indexer;       // null but under DeepSeek Sparse Attention (dsa=K)
+  // DeepSeek-V4's (v4=1; q_a_proj, q_a_layernorm, q_b_proj and kv_a_layernorm too): null or undefined without.
+  nn::Linear wkv{nullptr};
+  torch::Tensor wo_a, attn_sink;
+  std::shared_ptr<dsv4::Compressor> compressor;
+  std::shared_ptr<dsv4::Indexer> v4_indexer;
+  std::shared_ptr<dsv4::HyperConnection> hc_attn, hc_mlp;  // hc > 1
   double aux_loss_scale = 1;                   // TorchLayer::set_aux_loss_scale
   LlamaShape shape;
   bool recompute_core = false;                // TorchLayer::set_recompute_attention
@@ -2132,16 +2415,25 @@ struct LlamaBlock : nn::Module {
 };
 
 struct LlamaHead : nn::Module {
-  LlamaHead(std::int64_t h, std::int64_t v, bool tied, bool gemma = false, double softcap = 0, double logits_scaling = 0, bool fp32_norm_weight = false)
+  LlamaHead(std::int64_t h, std::int64_t v, bool tied, bool gemma = false, double softcap = 0, double logits_scaling = 0, bool fp32_norm_weight = false,
+            std::int64_t streams = 1)
       : norm(register_module("norm", std::make_shared<RmsNorm>(h, gemma, fp32_norm_weight))),
         vocab(v),
         tied(tied),
         softcap(softcap),
-        logits_scaling(logits_scaling) {
+        logits_scaling(logits_scaling),
+        streams(streams) {
     // As Gpt2Head: untied, lm_head [V, h] without bias; tied, embed_tokens' weight comes in as an input.
     if (!tied) weight = register_parameter("lm_head", torch::randn({v, h}) * 0.02);
+    if (streams > 1) {
+      // Note [Hyper-connections]: learned_output_contract's hc_head_fn, base and scale.
+      hc_fn = register_parameter("hc_head_fn", torch::randn({streams, streams * h}) * 0.02);
+      hc_base = register_parameter("hc_head_base", torch::zeros({streams}));
+      hc_scale = register_parameter("hc_head_scale", torch::ones({1}));
+    }
   }
-  torch::Tensor final_norm(const torch::Tensor& x) { return norm->forward(x); }
+  /// The final norm of x [b, s, h], or of the contracted streams [b, s, n h].
+  torch::Tensor final_norm(const torch::Tensor& x) { return norm->forward(streams > 1 ? dsv4::contract(x, hc_fn, hc_base, hc_scale, streams) : x); }
   std::vector<torch::Tensor> final_norm_parameters() { return {norm->weight}; }
   std::shared_ptr<RmsNorm> norm;
   torch::Tensor weight;  // [V, h]; undefined when tied
@@ -2149,6 +2441,8 @@ struct LlamaHead : nn::Module {
   bool tied;
   double softcap;         ///< fsc=: Gemma 2's final soft cap on the logits (0: none)
   double logits_scaling;  ///< ls=: Granite's divisor of the logits (0: none)
+  std::int64_t streams;   ///< hc=: the residual streams it contracts (1: none)
+  torch::Tensor hc_fn, hc_base, hc_scale;
   VocabShard shard;  // empty: unsplit
 };
 
@@ -2216,7 +2510,9 @@ class LmHeadLayer final : public Wrapped<Head> {
   /// (The hidden states of this rank's 1/tp of the tokens under sequence
   /// parallelism; the labels of all.)
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    std::vector<torch::Tensor> in{float_input({b, s / sequence_shards(m_->shard.tp.get()), h_}, o), ids(b, s, m_->vocab, o)};
+    std::int64_t width = h_;
+    if constexpr (requires { m_->streams; }) width *= m_->streams;  // Note [Hyper-connections]: the streams come in
+    std::vector<torch::Tensor> in{float_input({b, s / sequence_shards(m_->shard.tp.get()), width}, o), ids(b, s, m_->vocab, o)};
     const std::int64_t rows = m_->shard.tp ? m_->shard.rows : m_->vocab;
     if (m_->tied) in.push_back((torch::randn({rows, h_}, o.requires_grad(false)) * 0.02).requires_grad_(true));
     return in;
@@ -2259,8 +2555,11 @@ class LlamaEmbedLayer final : public Wrapped<LlamaEmbed> {
   }
   torch::Tensor forward(const std::vector<torch::Tensor>& in) override {
     const auto x = m_->shard.lookup(m_->embed_tokens, in[0]);
-    if (m_->multiplier > 0) return x * m_->multiplier;  // GraniteModel: inputs_embeds * embedding_multiplier
-    return m_->scale > 0 ? x * torch::tensor(m_->scale, x.options().requires_grad(false)) : x;
+    // GraniteModel: inputs_embeds * embedding_multiplier; Gemma: times sqrt(h).
+    const auto y = m_->multiplier > 0 ? x * m_->multiplier : m_->scale > 0 ? x * torch::tensor(m_->scale, x.options().requires_grad(false)) : x;
+    if (m_->streams == 1) return y;
+    // Note [Hyper-connections]: input_expand, a copy a stream.
+    return y.unsqueeze(2).expand({y.size(0), y.size(1), m_->streams, y.size(2)}).reshape({y.size(0), y.size(1), -1});
   }
 };
 
@@ -2271,7 +2570,7 @@ class LlamaBlockLayer final : public Wrapped<LlamaBlock> {
   /// [b, s/cp, h]: this context-parallel rank's tokens of sequences of s
   /// (of them, 1/tp under sequence parallelism).
   std::vector<torch::Tensor> make_inputs(std::int64_t b, std::int64_t s, const torch::TensorOptions& o) override {
-    return {float_input({b, (m_->cp ? s / m_->cp->size : s) / sequence_shards(m_->tp.get()), m_->shape.h}, o)};
+    return {float_input({b, (m_->cp ? s / m_->cp->size : s) / sequence_shards(m_->tp.get()), m_->shape.h * m_->shape.hc}, o)};
   }
   /// The norms on this rank's tokens, the biases added after the
   /// reduce-scatters, and latent attention's down-projections and their norms.
@@ -2996,7 +3295,11 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
   // Granite's scalars come in millionths (Note [Granite] in models/src/llama.cpp).
   auto micro = [&](const char* key) { return static_cast<double>(s.get_or(key, 0)) / 1e6; };
   if (k == "llama.embed") {
-    return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0, micro("em")));
+    const std::int64_t streams = std::max<std::int64_t>(1, s.get_or("hc", 1));  // Note [Hyper-connections]
+    if (streams > 1 && (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1)) {
+      throw UnsupportedError("layer signature '" + signature + "': hyper-connections (hc=) run at tp 1 and cp 1 in the LibTorch twin");
+    }
+    return std::make_unique<LlamaEmbedLayer>(std::make_shared<LlamaEmbed>(s.get("h"), s.get("v"), s.get_or("es", 0) != 0, micro("em"), streams));
   }
   if (k == "llama.head") {
     if (s.get_or("mtp", 0) > 0) {
@@ -3004,18 +3307,24 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
       throw UnsupportedError("layer signature '" + signature +
                              "': multi-token prediction (model.mtp_layers) is priced, not built; set model.mtp_layers: 0 to run it");
     }
+    const std::int64_t streams = std::max<std::int64_t>(1, s.get_or("hc", 1));  // Note [Hyper-connections]
+    if (streams > 1 && (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1)) {
+      throw UnsupportedError("layer signature '" + signature + "': hyper-connections (hc=) run at tp 1 and cp 1 in the LibTorch twin");
+    }
     return std::make_unique<LlamaHeadLayer>(std::make_shared<LlamaHead>(s.get("h"), s.get("v"), s.get("tied") != 0, s.get_or("gn", 0) != 0,
-                                                                        static_cast<double>(s.get_or("fsc", 0)), micro("ls"), s.get_or("fnw", 0) != 0),
+                                                                        static_cast<double>(s.get_or("fsc", 0)), micro("ls"), s.get_or("fnw", 0) != 0,
+                                                                        streams),
                                             s.get("h"));
   }
   if (k == "llama.block" || k == "moe.block") {
     const bool moe = k == "moe.block", mla = s.get_or("mla", 0) != 0, gdn = s.get_or("gdn", 0) != 0, mamba = s.get_or("mamba", 0) != 0;
+    const bool v4 = s.get_or("v4", 0) != 0;  // Note [The twin's DeepSeek-V4]: one shared key-value head of d
     // Latent attention's heads are whole (kv = a); d is a query or key head's
     // width. A Gated DeltaNet or Mamba-2 layer has no attention heads (a, kv, d unused).
     const bool no_heads = gdn || mamba;
     LlamaShape shape{s.get("h"),
                      no_heads ? 1 : s.get("a"),
-                     no_heads ? 1 : mla ? s.get("a") : s.get("kv"),
+                     no_heads ? 1 : mla ? s.get("a") : v4 ? 1 : s.get("kv"),
                      no_heads ? 2 : mla ? s.get("dn") + s.get("dr") : s.get("d"),
                      moe ? 0 : s.get("f"),
                      s.get("qkvb") != 0, s.get("ob") != 0, s.get("mb") != 0,           s.get("qkn") != 0,
@@ -3055,6 +3364,37 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
                                  "=1 with latent attention (mla=1), which DeepSeek's layers do not combine and the LibTorch twin does not run");
         }
       }
+    }
+    if (v4) {
+      // Note [The twin's DeepSeek-V4].
+      shape.v4 = true;
+      shape.q_lora = s.get("qr");
+      shape.d_rope = s.get("dr");
+      shape.ratio = s.get_or("cr", -1);
+      shape.o_groups = s.get("og");
+      shape.o_lora = s.get("or");
+      if (shape.ratio != 0 && shape.ratio != 4 && shape.ratio != 128) throw ConfigError("layer signature '" + signature + "': cr must be 0, 4 or 128");
+      if (shape.d_rope % 2 != 0 || shape.d_rope >= shape.d || shape.o_groups < 1 || shape.a % shape.o_groups != 0 || shape.o_lora < 1 ||
+          shape.q_lora < 1 || s.get_or("sw", 0) < 1) {
+        throw ConfigError("layer signature '" + signature + "': dr must be even and below d, og divide a, and or, qr and sw be positive");
+      }
+      if (shape.ratio == 4) {
+        shape.dsa_topk = s.get("dsa");
+        shape.dsa_heads = s.get("ih");
+        shape.dsa_dim = s.get("id");
+        shape.dsa_loss = s.values.count("il") != 0 ? s.values.at("il") : 0;
+        if (shape.dsa_loss < 0 || shape.dsa_loss > 1 || !std::has_single_bit(static_cast<std::uint64_t>(shape.dsa_dim)) || shape.dsa_dim <= shape.d_rope) {
+          throw ConfigError("layer signature '" + signature + "': il must be 0 or 1 (sparse), id a power of two above dr");
+        }
+      }
+      if (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1) {
+        throw UnsupportedError("layer signature '" + signature + "': DeepSeek-V4's attention runs at tp 1 and cp 1, as Megatron-Core runs it");
+      }
+    }
+    shape.hc = std::max<std::int64_t>(1, s.get_or("hc", 1));
+    shape.hc_iters = s.get_or("hs", 20);
+    if (shape.hc > 1 && (!v4 || shape.hc_iters < 1)) {
+      throw UnsupportedError("layer signature '" + signature + "': hyper-connections (hc=) are run with DeepSeek-V4's blocks (v4=1) alone, hs >= 1");
     }
     shape.window = s.get_or("sw", 0);
     shape.chunk = s.get_or("chunk", 0);
