@@ -292,6 +292,15 @@ const Builtin kBuiltins[] = {
      "experts: 256\ntop_k: 6\nexpert_intermediate: 2048\nshared_intermediate: 2048\n"
      "q_lora_rank: 1024\nqk_rope_dim: 64\no_groups: 8\no_lora_rank: 1024\nsliding_window: 128\n"
      "compress_ratios: [0, 0, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4]\nindex_topk: 512\nindex_heads: 64\nindex_head_dim: 128\nhc_mult: 4\n"},
+    // deepseek-ai/DeepSeek-V4-Pro's config.json as public copies of it give
+    // it (61 layers, no window-only one: 31 of ratio 128, 30 of ratio 4
+    // picking 1,024; 16 output groups; 384 experts of 3,072), the MTP
+    // depth's ratio (0) last.
+    {"deepseek-v4-pro", "DeepSeek-V4-Pro 1.6T-A49B: 61 layers (31 heavily compressed of ratio 128, 30 compressed sparse of ratio 4 picking 1024 entries), hidden 7168, 128 heads of 512 on one shared key-value head, window 128, 384 routed experts of SwiGLU 3072 + 1 shared, top-6, 4 hyper-connection streams, vocab 129280, seq 1048576",
+     "family: llama\nlayers: 61\nhidden: 7168\nheads: 128\nkv_heads: 1\nhead_dim: 512\nintermediate: 3072\nvocab: 129280\nseq_len: 1048576\n"
+     "experts: 384\ntop_k: 6\nexpert_intermediate: 3072\nshared_intermediate: 3072\n"
+     "q_lora_rank: 1536\nqk_rope_dim: 64\no_groups: 16\no_lora_rank: 1024\nsliding_window: 128\n"
+     "compress_ratios: [128, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 128, 4, 0]\nindex_topk: 1024\nindex_heads: 64\nindex_head_dim: 128\nhc_mult: 4\n"},
     // Note [Llama 4] (llama.cpp): the text_config of meta-llama/Llama-4-Scout-17B-16E's
     // and Llama-4-Maverick-17B-128E's config.json (their language models).
     {"llama-4-scout", "Meta Llama 4 Scout 17B-16E (language model): 48 layers, hidden 5120, 40 heads of 128, 8 KV heads, 16 experts of SwiGLU 8192 + 1 shared, top-1, chunked attention (8192) with a NoPE global layer every 4th, L2 q/k norms, vocab 202048, seq 262144",

@@ -3056,6 +3056,27 @@ TEST_CASE("DeepSeek-V4-Flash: config.json, built-in and parameters by hand (Note
   CHECK(find_kernel(l[4].forward, "dsa.index_q") == nullptr);
 }
 
+TEST_CASE("DeepSeek-V4-Pro: parameters by hand, the card's 1.6T total and 49B active (Note [DeepSeek-V4])", "[llama][dsv4]") {
+  // h 7168, 128 heads of 512, q_lora 1536, 16 output groups of rank 1024:
+  // attention 7168 x 1536 + 1536 + 1536 x 65536 + 7168 x 512 + 512 + 1024 x
+  // 65536 + 16 x 1024 x 7168 + 128; hyper-connections 2 x (24 x 28672 + 27);
+  // 385 experts of 3 x 7168 x 3072 and the router 384 x 7168; two norms.
+  const std::int64_t attention = 11'010'048 + 1'536 + 100'663'296 + 3'670'016 + 512 + 67'108'864 + 117'440'512 + 128;
+  const std::int64_t base = attention + 2 * (24 * 28'672 + 27) + 385LL * 3 * 7168 * 3072 + 384 * 7168 + 2 * 7168;
+  // Ratio 4: the compressor 2 x 1024 x 7168 + 4 x 1024 + 512 and the
+  // indexer 64 x 128 x 1536 + 64 x 7168 + 2 x 256 x 7168 + 4 x 256 + 128;
+  // ratio 128: 2 x 512 x 7168 + 128 x 512 + 512. 30 and 31 of them.
+  const std::int64_t r4 = base + 14'680'064 + 4'096 + 512 + 12'582'912 + 458'752 + 3'670'016 + 1'024 + 128;
+  const std::int64_t r128 = base + 7'340'032 + 65'536 + 512;
+  const std::int64_t total = 30 * r4 + 31 * r128 + 2 * 129280LL * 7168 + 7168 + 4 * 4 * 7168 + 4 + 1;
+  CHECK(total == 1'572'997'179'491);
+  const auto m = load_model("deepseek-v4-pro");
+  CHECK(m->parameters() == total);
+  // Active: 6 of the 384 routed experts.
+  CHECK(m->active_parameters() == total - 61 * 378LL * 3 * 7168 * 3072);
+  CHECK(m->active_parameters() == 49'779'058'787);
+}
+
 TEST_CASE("DeepSeek-V4: mla_up_proj frees q, kv and their norms' inputs; hyper-connections keep the streams, by hand",
           "[llama][dsv4]") {
   sim::WorkloadShape w = shape(1, 4096, 2);
