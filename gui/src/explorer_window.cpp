@@ -223,7 +223,7 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
     {"recompute_modules", "plan.recompute_modules: under selective recompute, the modules rerun, as Megatron-Core's "
                           "--recompute-modules names them: core_attn, layernorm (an MLA block's input norm, a MoE "
                           "block's pre-MLP norm), moe_act, mla_up_proj, mlp, shared_experts, moe (the whole MoE layer, its "
-                          "all-to-alls rerun too); each frees what its part "
+                          "all-to-alls rerun too), mhc (hyper-connections' aggregates, norms and streams); each frees what its part "
                           "keeps beyond its input. Empty: core_attn, Megatron's default (Note [Recompute modules])."},
     {"recompute_num_layers", "Blocks rerun under full recompute. N: plan.recompute_method block with "
                              "plan.recompute_num_layers N, only the first N blocks of each model chunk rerun, the others "
@@ -819,7 +819,7 @@ struct ExplorerWindow::Impl {
     rc_modules->setObjectName("recompute_modules");
     rc_modules->setPlaceholderText("core_attn");
     rc_modules->setValidator(new QRegularExpressionValidator(
-        QRegularExpression("^\\s*((core_attn|layernorm|moe_act|mla_up_proj|mlp|shared_experts|moe)[\\s,]*)*$"), rc_modules));
+        QRegularExpression("^\\s*((core_attn|layernorm|moe_act|mla_up_proj|mlp|shared_experts|moe|mhc)[\\s,]*)*$"), rc_modules));
     // Megatron-Core's CPU offloading (Note [Activation offload]): layers whose activations go to the host.
     act_offload = new QSpinBox;
     act_offload->setObjectName("cpu_offloading_num_layers");

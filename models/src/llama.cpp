@@ -342,8 +342,14 @@ using namespace detail;
 // adds h_proj of each to e_proj of its embedding, and contracts its own.
 // Between pipeline stages the streams travel: n h a token. A sublayer's
 // parameters: (n^2 + 2n) n h + (n^2 + 2n) + 3; the head's n n h + n + 1.
-// Recompute module mhc (Megatron's, off in Bridge's recipes) is not
-// modelled.
+// Recompute module mhc (recompute_modules, off in Bridge's recipes though
+// Megatron-Core warns to turn it on) checkpoints the aggregates, the norms
+// after them and h_post_bda (MHCCheckpointManager, transformer_block.py):
+// a layer frees its two aggregates, the norms' outputs where a bf16 GEMM
+// keeps them, and the two stream tensors it keeps, and reruns those six
+// kernels before its backward. Megatron keeps the last layer of each group
+// (mhc_recompute_layer_num; None: the stage) its output, which dtsim frees
+// too: one layer's n h a token of a stage, under 1% of its activations.
 // Note [SmolLM3]
 // Hugging Face's SmolLM3 (modeling_smollm3.py; SmolLM3-3B, 3.08B
 // parameters) is the Llama block, grouped-query attention and a tied head,
@@ -1580,12 +1586,15 @@ class Llama final : public ZooModel {
     // Note [Hyper-connections]: the streams' gates and the sublayer's input.
     const bool hc = streams() > 1;
     Bytes hc_bytes = 0;
+    std::vector<sim::Kernel> mhc_kernels;  // what recompute module mhc reruns
     if (hc && has_mixer) {
       const auto in = hc_in("attn", tn / h, e);
       pre.insert(pre.end(), in.begin(), in.end());
       hc_bytes += hc_kept(tn / h, e);
+      mhc_kernels.push_back(in.back());
     }
     if (!c_.olmo2_norms && has_mixer) pre.push_back(norm("input_layernorm", tn));  // Note [OLMo 2]: none before attention
+    if (hc && has_mixer) mhc_kernels.push_back(pre.back());
     if (megatron_norms && (mla() || v4()) && has_mixer) norm_kernels.push_back(pre.back());
     AttentionCore core;
     Bytes attention = 0;  // saved by the attention beyond the norms and its core
@@ -1909,6 +1918,7 @@ class Llama final : public ZooModel {
       if (post_norms) post.push_back(norm("post_attention_layernorm", tn));
       if (c_.residual_multiplier > 0) post.push_back(scale_op("attn.residual_scale", e, tn));  // Note [Granite]
       post.push_back(hc ? hc_out("attn", tn / h, e) : memory_op("attn.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
+      if (hc) mhc_kernels.push_back(post.back());
     }
     Bytes mlp = 0;
     std::vector<sim::LayerComm> tp_extra, tp_extra_backward;
@@ -1919,12 +1929,14 @@ class Llama final : public ZooModel {
         const auto in = hc_in("mlp", tn / h, e);  // Note [Hyper-connections]
         post.insert(post.end(), in.begin(), in.end());
         hc_bytes += hc_kept(tn / h, e);
+        mhc_kernels.push_back(in.back());
       }
       // A hybrid pattern's MLP layer: its own input norm (Note [Mamba-2]).
       if (!c_.olmo2_norms) {
         post.push_back(norm(piece == Part::kMlp ? "input_layernorm" : c_.gemma_norms ? "pre_feedforward_layernorm" : "post_attention_layernorm", tn));
       }
       if (megatron_norms && moe) norm_kernels.push_back(post.back());
+      if (hc) mhc_kernels.push_back(post.back());
       if (megatron_norms && !moe) {
         mlp_kernels.push_back(post.back());  // fused into fc1: the mlp module reruns it
         mlp_bytes += norm_part;
@@ -1949,6 +1961,7 @@ class Llama final : public ZooModel {
       if (post_norms) post.push_back(norm("post_feedforward_layernorm", tn));
       if (c_.residual_multiplier > 0) post.push_back(scale_op("mlp.residual_scale", e, tn));  // Note [Granite]
       post.push_back(hc ? hc_out("mlp", tn / h, e) : memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
+      if (hc) mhc_kernels.push_back(post.back());
     }
     join_kernels(l, pre, core, post);
     scaled_backward(l.backward);
@@ -1979,6 +1992,13 @@ class Llama final : public ZooModel {
     if (core.recomputable) part(sim::kRecomputeCoreAttn, core.saved, core.forward);
     if (!norm_kernels.empty()) part(sim::kRecomputeLayernorm, static_cast<Bytes>(norm_kernels.size()) * norm_part, norm_kernels);
     if ((mla() && !dsa()) || v4()) part(sim::kRecomputeMlaUpProj, up_bytes, up_kernels);
+    if (hc && megatron_norms && piece == Part::kBlock) {
+      // Note [Hyper-connections]: mhc frees each sublayer's aggregate (its
+      // norm's input), the norm's output where a bf16 GEMM keeps it as its
+      // input, and the streams h_post_bda wrote (each sublayer's stream input).
+      const Bytes normed = shape.saved_gemm_input(tn) == e * tn ? e * tn : 0;
+      part(sim::kRecomputeMhc, 2 * (e * tn + normed + e * tn * streams()), mhc_kernels);
+    }
     if (!moe && has_mlp) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
     if (moe && has_mlp) {
       // "moe" reruns the whole layer, its all-to-alls too; the parts inside

@@ -3097,6 +3097,20 @@ TEST_CASE("DeepSeek-V4: mla_up_proj frees q, kv and their norms' inputs; hyper-c
   for (const auto& k : l[1].attention_core) names.push_back(k.name);
   CHECK(names == std::vector<std::string>{"attn.q_b_proj", "attn.q_norm", "attn.kv_proj", "attn.kv_layernorm", "attn.rotary"});
 
+  // mhc (bf16: the norms' outputs are the GEMMs' kept inputs): each
+  // sublayer's aggregate, its norm's output and the streams, 4096 x 4096 x
+  // 2 x (1 + 1 + 4), twice; rerun: the aggregates, norms and h_post_bda.
+  w.recompute_modules = sim::kRecomputeMhc;
+  const auto mhc = load_model("deepseek-v4-flash")->layers(w);
+  CHECK(mhc[4].attention_core_bytes == 2 * 4096LL * 4096 * 2 * 6);
+  std::vector<std::string> rerun;
+  for (const auto& k : mhc[4].attention_core) rerun.push_back(k.name);
+  CHECK(rerun == std::vector<std::string>{"attn.hc_aggregate", "input_layernorm", "attn.residual", "mlp.hc_aggregate", "post_attention_layernorm",
+                                          "mlp.residual"});
+  w.recompute_modules = sim::kRecomputeMhc | sim::kRecomputeMlaUpProj;
+  CHECK(load_model("deepseek-v4-flash")->layers(w)[4].attention_core_bytes ==
+        2 * 4096LL * 4096 * 2 * 6 + 268'435'456 + 524'288 + 4'210'688 + 268'435'456);
+
   // Without hyper-connections a layer keeps, per sublayer, 4 x 4096 x 4096
   // x 2 (the streams) + 4096 x 4096 x 2 (the output) + 4096 x 4 x (2 x 24 +
   // 1) (the fp32 gates and RMS) less: 168,574,976 a sublayer.

@@ -262,7 +262,7 @@ TEST_CASE("Megatron-Core's recompute_modules: its names, under selective recompu
   CHECK(parse_plan("recompute: selective\n", "p").recompute_modules == kRecomputeCoreAttn);  // Megatron-Core's default
   CHECK(error_of([] { parse_plan("recompute: selective\nrecompute_modules: [layernorm, moe_actt]\n", "p.yaml"); }) ==
         "p.yaml:2: plan.recompute_modules: 'moe_actt' is not one of Megatron-Core's modules (did you mean 'moe_act'?); valid: "
-        "core_attn, layernorm, moe_act, mla_up_proj, mlp, shared_experts, moe");
+        "core_attn, layernorm, moe_act, mla_up_proj, mlp, shared_experts, moe, mhc");
   CHECK_THAT(error_of([] { parse_plan("recompute_modules: {a: 1}\n", "p.yaml"); }),
              Catch::StartsWith("p.yaml:1: plan.recompute_modules: expected a list of names"));
   CHECK(error_of([] { parse_plan("recompute_modules: [[mlp]]\n", "p.yaml"); }) ==
@@ -288,6 +288,18 @@ TEST_CASE("Megatron-Core's recompute_modules: its names, under selective recompu
         "for moe-tiny: core_attn, layernorm, moe_act, moe");
   CHECK_THAT(err("deepseek-v3.2-tiny", "recompute: selective\nrecompute_modules: [mla_up_proj]\n"),
              Catch::Contains("DeepSeek Sparse Attention's absorbed layers are not described); valid for deepseek-v3.2-tiny: "));
+  // Note [Hyper-connections]: mhc where the model has streams, not beside mlp.
+  CHECK(err("llama-tiny", "recompute: selective\nrecompute_modules: [mhc]\n") ==
+        "p.yaml:2: plan.recompute_modules: mhc needs hyper-connections (Megatron-Core raises \"'mhc' in recompute_modules "
+        "requires enable_hyper_connections=True\"); valid for llama-tiny: core_attn, mlp");
+  CHECK(err("deepseek-v4-tiny", "recompute: selective\nrecompute_modules: [mhc, mlp]\n") ==
+        "p.yaml:2: plan.recompute_modules: mhc with mlp: Megatron-Core raises (\"They use different checkpoint mechanisms that "
+        "may conflict\"); drop one");
+  CHECK_THAT(err("deepseek-v4-tiny", "recompute: selective\nrecompute_modules: [mhc]\nfine_grained_activation_offloading: true\n"
+                                     "offload_modules: [attn_norm]\nprecision: bf16\n"),
+             Catch::Contains("plan.offload_modules: attn_norm with recompute_modules mhc: Megatron-Core raises"));
+  CHECK_NOTHROW(resolve(parse_plan("recompute: selective\nrecompute_modules: [mhc, mla_up_proj]\n", "p.yaml"),
+                        *models::load_model("deepseek-v4-tiny"), fp8));
   CHECK(err("llama-tiny", "recompute: selective\nrecompute_modules: [moe]\n") ==
         "p.yaml:2: plan.recompute_modules: moe needs a mixture-of-experts model (the whole MoE layer rerun); valid for "
         "llama-tiny: core_attn, mlp");

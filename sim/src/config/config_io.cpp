@@ -458,7 +458,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
       if (bit == 0) {
         const std::string hint = did_you_mean(w, recompute_module_names());
         c.fail("recompute_modules", "'" + w + "' is not one of Megatron-Core's modules" + (hint.empty() ? "" : " (did you mean '" + hint + "'?)") +
-                                        "; valid: " + recompute_modules_string(0x7F));
+                                        "; valid: " + recompute_modules_string(0xFF));
       }
       p.recompute_modules = static_cast<std::uint8_t>(p.recompute_modules | bit);
     }

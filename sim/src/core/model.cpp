@@ -142,7 +142,7 @@ const char* to_string(LayerKind kind) {
 const std::vector<std::string>& recompute_module_names() {
   // Megatron-Core's names (TransformerConfig.recompute_modules), in the
   // order of RecomputeModule's bits.
-  static const std::vector<std::string> names = {"core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts", "moe"};
+  static const std::vector<std::string> names = {"core_attn", "layernorm", "moe_act", "mla_up_proj", "mlp", "shared_experts", "moe", "mhc"};
   return names;
 }
 

@@ -76,6 +76,11 @@ void resolve_fine_grained_offload(const PlanSpec& s, ResolvedPlan& r, const Plan
   } else if ((m & moe_parts) != 0 && r.recompute == Recompute::kSelective && (r.recompute_modules & kRecomputeMoe) != 0) {
     bad.add("offload_modules", offload_modules_string(m & moe_parts) + " with recompute_modules moe: Megatron-Core asserts (the whole "
                                    "MoE layer is rerun, nothing inside it is kept to offload); drop one");
+  } else if ((m & (kOffloadAttnNorm | kOffloadMlpNorm)) != 0 && r.recompute == Recompute::kSelective &&
+             (r.recompute_modules & kRecomputeMhc) != 0) {
+    bad.add("offload_modules", offload_modules_string(m & (kOffloadAttnNorm | kOffloadMlpNorm)) +
+                                   " with recompute_modules mhc: Megatron-Core raises (mHC's checkpoints wrap the norms inside "
+                                   "those offload groups); drop one");
   } else if (r.recompute == Recompute::kFull || r.recompute == Recompute::kOp) {
     bad.add("fine_grained_activation_offloading", std::string("true with recompute ") + to_string(r.recompute) +
                                                       (r.recompute == Recompute::kFull
@@ -945,6 +950,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     } else if ((r.recompute_modules & kRecomputeMlaUpProj) != 0 && (described & kRecomputeMlaUpProj) == 0) {
       bad.add("recompute_modules", "mla_up_proj needs multi-latent attention whose up-projections the model describes (Megatron-Core raises "
                                    "without MLA; DeepSeek Sparse Attention's absorbed layers are not described)" + valid);
+    } else if ((r.recompute_modules & kRecomputeMhc) != 0 && (described & kRecomputeMhc) == 0) {
+      bad.add("recompute_modules", "mhc needs hyper-connections (Megatron-Core raises \"'mhc' in recompute_modules requires "
+                                   "enable_hyper_connections=True\")" + valid);
+    } else if ((r.recompute_modules & kRecomputeMhc) != 0 && (r.recompute_modules & kRecomputeMlp) != 0) {
+      bad.add("recompute_modules", "mhc with mlp: Megatron-Core raises (\"They use different checkpoint mechanisms that may "
+                                   "conflict\"); drop one");
     } else if ((r.recompute_modules & (kRecomputeMoeAct | kRecomputeLayernorm)) != 0 && r.precision == Precision::kFp8 &&
                r.fp8_recipe == Fp8Recipe::kDelayed) {
       bad.add("recompute_modules", "moe_act and layernorm under fp8 need a recipe other than delayed (Megatron-Core: \"Delayed "

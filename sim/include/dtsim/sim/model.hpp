@@ -106,6 +106,9 @@ enum RecomputeModule : std::uint8_t {
   kRecomputeMlp = 16,            ///< "mlp": a dense block's whole MLP
   kRecomputeSharedExperts = 32,  ///< "shared_experts": the shared experts' MLP
   kRecomputeMoe = 64,            ///< "moe": the whole MoE layer, its all-to-alls with it
+  /// "mhc": the hyper-connections' aggregates, the norms after them and
+  /// h_post_bda's streams (Note [Hyper-connections] in models/src/llama.cpp)
+  kRecomputeMhc = 128,
 };
 /// Megatron-Core's default: the attention core alone.
 inline constexpr std::uint8_t kRecomputeModulesDefault = kRecomputeCoreAttn;
