@@ -266,8 +266,9 @@ using namespace detail;
 // DeepSeekV4Bridge; megatron/core/transformer/experimental_attention_variant/
 // deepseek_v4_hybrid_attention.py and csa.py on Megatron-LM's dev branch):
 //   projections  q = wq_b(RMSNorm(wq_a(x))), H heads of d, each head
-//             normed without a weight by composite ops (_q_rms_norm keeps
-//             q and its rsqrt); kv = RMSNorm(wkv(x)), one head of d;
+//             normed without a weight (_q_rms_norm, one kernel under
+//             torch.compile, keeping q and its rsqrt); kv = RMSNorm(wkv(x)),
+//             one head of d;
 //             rotary (fused, in place) on the last qk_rope_head_dim
 //             channels of both.
 //   keys      query i sees the sliding_window w of its own tokens up to
@@ -285,10 +286,12 @@ using namespace detail;
 //             query latent), index_n_heads of index_head_dim, its own
 //             compressor (coff 2, a Hadamard rotation) for k, weights from
 //             x, scores over each query's causal (i + 1) / 4 entries, top-k;
-//             trained by the sparse KL loss (Bridge's recipes set
-//             dsa_indexer_use_sparse_loss) against the main attention at
-//             the selected entries, its backward run inside the forward
-//             (FusedCSAIndexerSparseAttnFunc): priced as DSA's.
+//             trained by the KL loss (index_loss: sparse at the selected
+//             entries, as Bridge's recipes set dsa_indexer_use_sparse_loss;
+//             dense at every causal entry; none without a coefficient)
+//             against the main attention, its backward run inside the
+//             forward (FusedCSAIndexerSparseAttnFunc), its own compressor
+//             getting weight gradients alone (its input detached).
 //   core      FlashMLA's sparse kernel (dsa_kernel_backend cudnn, what
 //             Megatron-LM's arguments resolve for dsv4_hybrid): q [t, H, d]
 //             against the one kv joined to the compressed entries. The
@@ -296,8 +299,9 @@ using namespace detail;
 //             slots padded to a multiple of 64 (SM100's), each computed;
 //             ratio 4's are compacted to each query's valid entries
 //             (topk_length): min(w, i + 1) + min(k, (i + 1) / 4) averaged
-//             over the sequence. Forward 2 t H n 2d, backward 2 t H n 7d
-//             (DSA's kernel, d wide keys and values). A learned sink a
+//             over the sequence. Forward 2 t H n 2d; backward 2 t H n 5d
+//             (cuDNN's FlashAttention-style sparse backward: QK^T again,
+//             dV, dP, dQ, dK, keys and values the same rows). A learned sink a
 //             head joins the softmax's denominator (free). It keeps q, the
 //             joined kv, int32 indices, O and the fp32 log-sum-exp.
 //   output    the inverse rotary on O out of place (the kernel keeps O),
@@ -332,8 +336,10 @@ using namespace detail;
 // sublayer's input is sum_j H_pre_j x_j, and its output y goes back as
 // x'_i = sum_j H_res_ji x_j + H_post_i y (h_post_bda). Priced as
 // Megatron's fused kernels (use_fused_mhc, on for Blackwell in the
-// bridge): the gates one pass over the streams, the Sinkhorn one kernel,
-// the aggregate a pass, h_post_bda a pass reading n + 1 and writing n.
+// bridge): the gates' projection a bf16 GEMM on the tensor cores, the
+// Sinkhorn one kernel, the aggregate a pass, h_post_bda a pass reading n
+// + 1 and writing n. Not priced: its backward's fused_add_3 accumulating
+// the streams' gradient (a further pass over 4 n h a sublayer).
 // Kept for backward, a sublayer: the streams (n h), y, and the fp32
 // gates. The embedding's output is expanded to n copies (input_expand);
 // the head contracts them (learned_output_contract: hc_head_fn's GEMM,
@@ -342,8 +348,8 @@ using namespace detail;
 // adds h_proj of each to e_proj of its embedding, and contracts its own.
 // Between pipeline stages the streams travel: n h a token. A sublayer's
 // parameters: (n^2 + 2n) n h + (n^2 + 2n) + 3; the head's n n h + n + 1.
-// Recompute module mhc (recompute_modules, off in Bridge's recipes though
-// Megatron-Core warns to turn it on) checkpoints the aggregates, the norms
+// Recompute module mhc (recompute_modules: on in Bridge's Flash bf16 and Pro
+// recipes, off in Flash's MXFP8 one) checkpoints the aggregates, the norms
 // after them and h_post_bda (MHCCheckpointManager, transformer_block.py):
 // a layer frees its two aggregates, the norms' outputs where a bf16 GEMM
 // keeps them, and the two stream tensors it keeps, and reruns those six
@@ -1775,9 +1781,8 @@ class Llama final : public ZooModel {
       pre.push_back(norm("attn.q_a_layernorm", t * qr));
       const std::size_t up_first = pre.size();
       pre.push_back(gemm("attn.q_b_proj", t, a * d, qr, e));
-      // _q_rms_norm's composite ops: square, mean and the product read q
-      // (the square's output too); the square and the product write it.
-      pre.push_back(memory_op("attn.q_norm", KernelKind::kNorm, 3 * e * q, 2 * e * q + 2 * e * t * a, 4.0 * static_cast<double>(q)));
+      // _q_rms_norm, one kernel under torch.compile: q read, q written.
+      pre.push_back(memory_op("attn.q_norm", KernelKind::kNorm, e * q, e * q, 4.0 * static_cast<double>(q)));
       pre.push_back(gemm("attn.kv_proj", t, d, h, e));
       pre.push_back(norm("attn.kv_layernorm", t * d));
       const Bytes rope = t * (a + 1) * c_.qk_rope_dim;
@@ -1793,12 +1798,14 @@ class Llama final : public ZooModel {
       // Kept: q_layernorm's and wq_b's input; the head norm's input and
       // rsqrt; kv's norm; the core's (q, the joined kv, indices, O, the
       // log-sum-exp) and the compressor's and indexer's; wo_a's input, in
-      // bf16; wo_b's. Where the GEMMs keep FP8 copies, wkv keeps its own
-      // of x, and the bf16 compressor keeps x itself.
+      // bf16; wo_b's, in bf16 too (under FP8 and FP4 Megatron-Core has
+      // linear_proj save its original input: set_save_original_input, all
+      // but the delayed recipe). Where the GEMMs keep FP8 copies, wkv keeps
+      // its own of x, and the bf16 compressor keeps x itself.
       const Bytes x_copies = shape.saved_gemm_input(tn) != e * tn ? shape.saved_gemm_input(tn) + (ratio > 0 ? e * tn : 0) : 0;
       const Bytes head_norm = e * q + e * t * a;
-      attention += norm_kept(t * qr, t) + shape.saved_gemm_input(t * qr) + head_norm + norm_kept(t * d, t) + dc.saved + e * q +
-                   shape.saved_gemm_input(t * o_in) + x_copies;
+      attention += norm_kept(t * qr, t) + shape.saved_gemm_input(t * qr) + head_norm + norm_kept(t * d, t) + dc.saved + e * q + e * t * o_in +
+                   x_copies;
       // Under mla_up_proj the checkpoint keeps the query latent (in bf16)
       // and x, not wq_b's input copy nor wkv's; q and, where no compressed
       // entries are joined to it, kv (the core's) are discarded.
@@ -1996,8 +2003,11 @@ class Llama final : public ZooModel {
       // Note [Hyper-connections]: mhc frees each sublayer's aggregate (its
       // norm's input), the norm's output where a bf16 GEMM keeps it as its
       // input, and the streams h_post_bda wrote (each sublayer's stream input).
-      const Bytes normed = shape.saved_gemm_input(tn) == e * tn ? e * tn : 0;
-      part(sim::kRecomputeMhc, 2 * (e * tn + normed + e * tn * streams()), mhc_kernels);
+      // (DeepSeek-V4's bf16 compressor and mla_up_proj's checkpoint keep
+      // the attention norm's bf16 output under FP8 too: mhc frees it.)
+      const bool bf16 = shape.saved_gemm_input(tn) == e * tn;
+      const bool attn_x_kept = bf16 || (v4() && (ratio > 0 || (shape.recompute_modules & sim::kRecomputeMlaUpProj) != 0));
+      part(sim::kRecomputeMhc, 2 * (e * tn + e * tn * streams()) + (attn_x_kept ? e * tn : 0) + (bf16 ? e * tn : 0), mhc_kernels);
     }
     if (!moe && has_mlp) part(sim::kRecomputeMlp, mlp_bytes, mlp_kernels);
     if (moe && has_mlp) {
@@ -2214,7 +2224,9 @@ class Llama final : public ZooModel {
   std::vector<sim::Kernel> hc_in(const std::string& part, std::int64_t t, int e) const {
     const std::int64_t n = streams(), h = c_.hidden, g = n * n + 2 * n;
     const double x = static_cast<double>(t * n * h);
-    return {memory_op(part + ".hc_gates", sim::KernelKind::kElementwise, e * t * n * h, 4 * t * g, 2.0 * static_cast<double>(g) * x + 3.0 * x),
+    // The gates' projection on the tensor cores (the fused kernel's mma),
+    // bf16 whatever the plan's precision.
+    return {gemm(part + ".hc_gates", t, g, n * h, e, 1, sim::KernelKind::kAttention),
             memory_op(part + ".hc_sinkhorn", sim::KernelKind::kElementwise, 4 * t * g, 4 * t * g,
                       6.0 * c_.hc_sinkhorn_iters * static_cast<double>(t * n * n)),
             memory_op(part + ".hc_aggregate", sim::KernelKind::kElementwise, e * t * n * h + 4 * t * n, e * t * h, 2.0 * x)};
@@ -2231,7 +2243,7 @@ class Llama final : public ZooModel {
   std::vector<sim::Kernel> contraction(const std::string& name, std::int64_t t, int e) const {
     const std::int64_t n = streams(), h = c_.hidden;
     const double x = static_cast<double>(t * n * h);
-    return {memory_op(name + ".gates", sim::KernelKind::kElementwise, e * t * n * h, 4 * t * n, 2.0 * static_cast<double>(n) * x + 3.0 * x),
+    return {gemm(name + ".gates", t, n, n * h, e, 1, sim::KernelKind::kAttention),
             memory_op(name + ".sum", sim::KernelKind::kElementwise, e * t * n * h + 4 * t * n, e * t * h, 2.0 * x)};
   }
   /// What it keeps: the streams, the fp32 gates and weights, the RMS.
@@ -2279,31 +2291,42 @@ class Llama final : public ZooModel {
     AttentionCore& c = out.core;
     std::vector<sim::Kernel> back;  // the indexer's and compressor's backward, after the core's
     // A compressor of coff x `wide` channels a token: its two bf16 GEMMs,
-    // the softmax-weighted pooling (fp32 weights), the entries' norm and
-    // rotary; it keeps the kv half, the weights and the norm's input.
-    const auto compressor = [&](const std::string& name, std::int64_t coff, std::int64_t wide) {
+    // the pooling as the eager SBHD path runs it (score + ape into fp32;
+    // at coff 2 the overlap transform of kv and of the score, each a fill
+    // and a copy; the fp32 softmax, its cast, kv times the weights, the
+    // sum), the entries' norm and rotary. It keeps kv, the fp32 softmax and
+    // its cast, and the norm's input. `detached`: the indexer's, whose
+    // input is detached: no gradient for x.
+    const auto compressor = [&](const std::string& name, std::int64_t coff, std::int64_t wide, bool detached) {
       const std::int64_t cw = coff * wide, entries = b * m;
+      const Bytes read = coff == 2 ? 5 * e + 12 : 4 * e + 8, written = coff == 2 ? 4 * e + 16 : 2 * e + 8;
       const std::vector<sim::Kernel> ks = {
           gemm(name, t, 2 * cw, h, e, 1, KernelKind::kAttention),
-          memory_op(name + "_pool", KernelKind::kElementwise, (2 * e + 12) * t * cw, 12 * t * cw + e * entries * wide, 8.0 * n(t * cw)),
+          memory_op(name + "_pool", KernelKind::kElementwise, read * t * cw, written * t * cw + e * entries * wide, 8.0 * n(t * cw)),
           memory_op(name + "_norm", KernelKind::kNorm, e * entries * wide, e * entries * wide, 7.0 * n(entries * wide))};
       c.forward.insert(c.forward.end(), ks.begin(), ks.end());
-      const auto bk = backward_of(ks);
-      back.insert(back.end(), bk.begin(), bk.end());
-      out.saved += (e + 4) * t * cw + e * entries * wide + 4 * entries;
+      for (const sim::Kernel& k : backward_of(ks)) {
+        if (!detached || k.name != name + ".dgrad") back.push_back(k);
+      }
+      out.saved += (2 * e + 4) * t * cw + e * entries * wide + 4 * entries;
     };
-    if (ratio > 0) compressor("attn.compress", ratio == 4 ? 2 : 1, d);
+    if (ratio > 0) compressor("attn.compress", ratio == 4 ? 2 : 1, d, false);
     const double slots = ratio == 4 ? n(b) * (window_slots(s, w) + compressed_slots(s, ratio, k))
                                     : n(t) * n((width + 63) / 64 * 64);  // padded for SM100, every slot computed
     if (ratio == 4 && indexer) {
       // The indexer: from the detached query latent and x, its scores over
       // each query's causal entries written in fp32 (b, s, s / 4), top-k;
-      // the sparse loss's target at the selected entries; its backward
-      // inside the forward, keeping the gradients of q, the weights and k.
+      // then, as index_loss says (Megatron-Core's dsa_indexer_loss_coeff
+      // and dsa_indexer_use_sparse_loss): sparse, the loss's target at the
+      // selected entries; dense, at every causal entry; either way its
+      // backward inside the forward (FusedCSAIndexerSparseAttnFunc),
+      // keeping the gradients of q, the weights and k; none, the indexer
+      // alone, untrained.
+      const char loss = c_.index_loss;
       const std::vector<sim::Kernel> proj = {gemm("dsa.index_q", t, hi * di, qr, e),
                                              gemm("dsa.index_weights", t, hi, h, e, 1, KernelKind::kAttention)};
       c.forward.insert(c.forward.end(), proj.begin(), proj.end());
-      compressor("dsa.index_compress", 2, di);
+      compressor("dsa.index_compress", 2, di, true);
       const Bytes qk = t * hi * di + b * m * di;
       const sim::Kernel rotate = memory_op("dsa.index_rotate", KernelKind::kElementwise, 2 * e * qk, 2 * e * qk, (std::log2(n(di)) + 3) * n(qk));
       c.forward.push_back(rotate);
@@ -2311,17 +2334,24 @@ class Llama final : public ZooModel {
       c.forward.push_back(fused_kernel("dsa.index_scores", s, m, di, b * hi, pairs * n(hi) * (2 * n(di) + 3),
                                        e * (t * hi * di + b * m * di + t * hi) + 4 * b * s * m));
       c.forward.push_back(memory_op("dsa.topk", KernelKind::kElementwise, 4 * b * s * m, 4 * t * width, n(b * s * m)));
-      const double sel = n(b) * compressed_slots(s, ratio, k);
-      c.forward.push_back(fused_kernel("dsa.loss_target", s, k, d, b * a, sel * n(a) * (2 * n(d) + 5), e * (t * a * d + t * k * d) + 12 * t * k));
-      sim::Kernel grads = c.forward.back();
-      grads.name = "dsa.index_scores.bwd";
-      grads.flops = 3 * sel * n(hi) * (2 * n(di) + 3);
-      grads.bytes = e * (2 * t * hi * di + t * k * di + 2 * t * hi + 2 * b * m * di) + 8 * t * k;
-      c.forward.push_back(grads);
-      back.push_back(backward_of({rotate}).front());
-      for (auto it = proj.rbegin(); it != proj.rend(); ++it) back.push_back(backward_of({*it}).back());  // wgrad alone
-      out.saved += e * (t * hi * di + t * hi + b * m * di) +
-                   (shape.saved_gemm_input(t * qr) != e * t * qr ? shape.saved_gemm_input(t * qr) : 0);  // wq_b's FP8 copy
+      if (loss == 'N') {
+        back.clear();  // an untrained indexer's compressor has no backward
+      } else {
+        // The target's entries a query: the selected, or every causal one.
+        const std::int64_t kt = loss == 'S' ? k : m;
+        const double sel = n(b) * compressed_slots(s, ratio, kt);
+        c.forward.push_back(
+            fused_kernel("dsa.loss_target", s, kt, d, b * a, sel * n(a) * (2 * n(d) + 5), e * (t * a * d + t * kt * d) + 12 * t * kt));
+        sim::Kernel grads = c.forward.back();
+        grads.name = "dsa.index_scores.bwd";
+        grads.flops = 3 * sel * n(hi) * (2 * n(di) + 3);
+        grads.bytes = e * (2 * t * hi * di + t * kt * di + 2 * t * hi + 2 * b * m * di) + 8 * t * kt;
+        c.forward.push_back(grads);
+        back.push_back(backward_of({rotate}).front());
+        for (auto it = proj.rbegin(); it != proj.rend(); ++it) back.push_back(backward_of({*it}).back());  // wgrad alone
+        out.saved += e * (t * hi * di + t * hi + b * m * di) +
+                     (shape.saved_gemm_input(t * qr) != e * t * qr ? shape.saved_gemm_input(t * qr) : 0);  // wq_b's FP8 copy
+      }
     }
     // The core: q [t, H, d] against the kv joined to the entries, the
     // heads padded to a power of two and at least 16.
@@ -2331,7 +2361,7 @@ class Llama final : public ZooModel {
                                  e * t * hp * 2 * d + 4 * t * hp + 4 * t * width + static_cast<Bytes>(e * slots * n(d)));
     sim::Kernel g = f;
     g.name = "attn.sparse_mla.bwd";
-    g.flops = 2 * slots * n(hp) * n(7 * d);
+    g.flops = 2 * slots * n(hp) * n(5 * d);  // QK^T again, dV, dP, dQ, dK: keys and values the same rows
     g.bytes = 2 * f.bytes + 4 * kv;
     c.forward.push_back(f);
     c.backward.push_back(g);

@@ -3036,12 +3036,12 @@ TEST_CASE("DeepSeek-V4-Flash: config.json, built-in and parameters by hand (Note
   // ratio 4 compacted: sum of min(128, i + 1) = 128 x 129 / 2 + 3968 x 128
   // = 516,160, and of min(512, (i + 1) / 4) = 523,264 (to i = 2046) + 512 x
   // 2049 = 1,572,352: 2,088,512 (509.9 a query). Each slot 2 x 64 heads x
-  // (512 + 512) forward, 2 x 64 x 7 x 512 backward.
+  // (512 + 512) forward, 2 x 64 x 5 x 512 backward (QK^T again, dV, dP, dQ, dK).
   const auto core = [&](int layer) { return find_kernel(l[static_cast<std::size_t>(layer)].forward, "attn.sparse_mla")->flops; };
   CHECK(core(1) == Approx(2.0 * 4096 * 128 * 64 * 1024));
   CHECK(core(4) == Approx(2.0 * 4096 * 192 * 64 * 1024));
   CHECK(core(3) == Approx(2.0 * 2'088'512 * 64 * 1024));
-  CHECK(find_kernel(l[3].backward, "attn.sparse_mla.bwd")->flops == Approx(2.0 * 2'088'512 * 64 * 7 * 512));
+  CHECK(find_kernel(l[3].backward, "attn.sparse_mla.bwd")->flops == Approx(2.0 * 2'088'512 * 64 * 5 * 512));
   // The indexer's scores over each query's causal entries: sum of
   // min(1024, (i + 1) / 4) = floor sums to 4096: 2,096,128 pairs, each 64
   // heads x (2 x 128 + 3).
@@ -3054,6 +3054,19 @@ TEST_CASE("DeepSeek-V4-Flash: config.json, built-in and parameters by hand (Note
   CHECK(find_kernel(l[1].forward, "attn.compress") == nullptr);
   CHECK(find_kernel(l[4].forward, "attn.compress")->flops == Approx(2.0 * 4096 * 1024 * 4096));  // wkv and wgate, 512 each
   CHECK(find_kernel(l[4].forward, "dsa.index_q") == nullptr);
+  // The indexer's own compressor takes the detached x: a weight gradient, no dgrad.
+  CHECK(find_kernel(l[3].backward, "dsa.index_compress.wgrad") != nullptr);
+  CHECK(find_kernel(l[3].backward, "dsa.index_compress.dgrad") == nullptr);
+  CHECK(find_kernel(l[3].backward, "attn.compress.dgrad") != nullptr);
+  // index_loss none (no dsa_indexer_loss_coeff): no target, no indexer
+  // backward; dense: the target at every causal entry, 2,096,128 pairs (as the scores').
+  const auto none = load_model(hf("deepseek-v4-flash"), {sim::parse_override("model.index_loss=none")})->layers(w);
+  CHECK(find_kernel(none[3].forward, "dsa.loss_target") == nullptr);
+  CHECK(find_kernel(none[3].backward, "dsa.index_q.wgrad") == nullptr);
+  CHECK(none[3].saved_bytes < l[3].saved_bytes);
+  const auto dense = load_model(hf("deepseek-v4-flash"), {sim::parse_override("model.index_loss=dense")})->layers(w);
+  CHECK(find_kernel(dense[3].forward, "dsa.loss_target")->flops == Approx(2'096'128.0 * 64 * (2 * 512 + 5)));
+  CHECK(find_kernel(l[3].forward, "dsa.loss_target")->flops == Approx(1'572'352.0 * 64 * (2 * 512 + 5)));
 }
 
 TEST_CASE("DeepSeek-V4-Pro: parameters by hand, the card's 1.6T total and 49B active (Note [DeepSeek-V4])", "[llama][dsv4]") {

@@ -1449,10 +1449,21 @@ TEST_CASE("Megatron-LM: DeepSeek-V4's flags, its ratios as a Python list express
             .find("valid: a list of 0, 4 and 128, one a layer, like [0,0,4,128] or \"([0]+[4,128]*2)*3\"") != std::string::npos);
   CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios [0]*99999999", "cmd"); })
             .find("valid: a list of 0, 4 and 128") != std::string::npos);
-  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios [0,4] --dsa-kernel-backend none", "cmd"); })
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios \"[0,4]*8\" --dsa-kernel-backend none", "cmd"); })
             .find("--dsa-kernel-backend: dsv4_hybrid's unfused attention") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios \"[0,4]*8\" --dsa-kernel-backend tilelang", "cmd"); })
+            .find("--dsa-kernel-backend: tilelang with dsv4_hybrid: TransformerConfig raises") != std::string::npos);
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios \"[0,4]*8\" --no-dsa-kernel-fusion", "cmd"); })
+            .find("--no-dsa-kernel-fusion: dsv4_hybrid's unfused attention") != std::string::npos);
+  // TransformerConfig's asserts: a ratio a layer and an MTP depth, latent attention.
+  CHECK(error_of([&] { parse_megatron_args(flags + "--csa-compress-ratios \"[0,4]*8\" --mtp-num-layers 2", "cmd"); })
+            .find("--csa-compress-ratios: 16 ratios; TransformerConfig asserts at least num_layers + mtp_num_layers = 17") != std::string::npos);
+  std::string no_mla = flags;
+  no_mla.erase(no_mla.find("--multi-latent-attention "), 25);
+  CHECK(error_of([&] { parse_megatron_args(no_mla + "--csa-compress-ratios \"[0,4]*8\"", "cmd"); })
+            .find("dsv4_hybrid needs --multi-latent-attention (TransformerConfig asserts it)") != std::string::npos);
   const std::string no_indexer = flags.substr(0, flags.find("--dsa-indexer-n-heads")) + flags.substr(flags.find("--dsa-indexer-loss-coeff"));
-  CHECK(error_of([&] { parse_megatron_args(no_indexer + "--dsa-indexer-topk 64 --csa-compress-ratios [0,4]", "cmd"); })
+  CHECK(error_of([&] { parse_megatron_args(no_indexer + "--dsa-indexer-topk 64 --csa-compress-ratios \"[0,4]*8\"", "cmd"); })
             .find("--csa-compress-ratios: has ratio-4 layers, whose indexer needs --dsa-indexer-n-heads") != std::string::npos);
 }
 
@@ -1476,12 +1487,23 @@ TEST_CASE("Megatron-Bridge: DeepSeek-V4-Flash's run_config.yaml, the 26.08 perf 
   const auto hf = models::load_model(std::string(DTSIM_TEST_DATA) + "/hf/deepseek-v4-flash/config.json",
                                      {parse_override("model.mtp_layers=1")});
   CHECK(model->parameters() == hf->parameters());
-  // apply_dsa_kernel_fusion false picks the unfused path, refused.
+  // The deprecated apply_dsa_kernel_fusion as TransformerConfig maps it:
+  // true over a backend left at none is cudnn (the recipe sets it so);
+  // false is the unfused path, refused; true beside tilelang conflicts.
   test::TempDir dir("dsv4-bridge");
-  std::string text = test::slurp(file);
-  text.replace(text.find("apply_dsa_kernel_fusion: true"), 29, "apply_dsa_kernel_fusion: false");
-  const std::string path = (dir.path / "run_config.yaml").string();
-  std::ofstream(path) << text;
+  const std::string text = test::slurp(file), path = (dir.path / "run_config.yaml").string();
+  const auto with = [&](const std::string& apply, const std::string& backend) {
+    std::string t = text;
+    t.replace(t.find("apply_dsa_kernel_fusion: true"), 29, "apply_dsa_kernel_fusion: " + apply);
+    t.replace(t.find("dsa_kernel_backend: cudnn"), 25, "dsa_kernel_backend: " + backend);
+    std::ofstream(path) << t;
+  };
+  with("true", "none");
+  CHECK(keys(read_megatron_bridge_config(path))["model.compress_ratios"] == k["model.compress_ratios"]);
+  with("false", "none");
   CHECK(test::error_of([&] { read_megatron_bridge_config(path); }).find("model.apply_dsa_kernel_fusion: dsv4_hybrid's unfused attention") !=
         std::string::npos);
+  with("true", "tilelang");
+  CHECK(test::error_of([&] { read_megatron_bridge_config(path); })
+            .find("model.dsa_kernel_backend: 'tilelang' conflicts with model.apply_dsa_kernel_fusion") != std::string::npos);
 }

@@ -270,7 +270,10 @@ const std::map<std::string, Kind>& known_flags() {
       {"delta-offload-bytes-across-pp-ranks", Kind::kInt}, {"fine-grained-offloading-max-inflight-offloads", Kind::kInt},
       {"csa-compress-ratios", Kind::kString}, {"csa-window-size", Kind::kInt}, {"o-groups", Kind::kInt}, {"o-lora-rank", Kind::kInt},
       {"no-dsa-kernel-fusion", Kind::kBool}, {"enable-hyper-connections", Kind::kBool}, {"num-residual-streams", Kind::kInt},
-      {"mhc-sinkhorn-iterations", Kind::kInt}, {"moe-n-hash-layers", Kind::kInt}};
+      {"mhc-sinkhorn-iterations", Kind::kInt}, {"moe-n-hash-layers", Kind::kInt}, {"csa-dense-mode", Kind::kBool},
+      // Megatron-Bridge's apply_dsa_kernel_fusion as it is (true or false);
+      // Megatron-LM spells only its negation, --no-dsa-kernel-fusion.
+      {"apply-dsa-kernel-fusion", Kind::kString}};
   return flags;
 }
 
@@ -1039,6 +1042,9 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         // has ratio 4; the fused kernels unless --dsa-kernel-backend none
         // (or the deprecated --no-dsa-kernel-fusion) picks the unfused path.
         const std::string variant = at("experimental-attention-variant");
+        if (!has("multi-latent-attention")) {
+          fail("experimental-attention-variant", "dsv4_hybrid needs " + flag("multi-latent-attention") + " (TransformerConfig asserts it)");
+        }
         if (!has("csa-compress-ratios")) fail("experimental-attention-variant", "dsv4_hybrid needs " + flag("csa-compress-ratios") + " (TransformerConfig asserts it)");
         // arguments.py's compress_ratios_type evaluates a list expression; a
         // Megatron-Bridge dump's list arrives as its words.
@@ -1069,6 +1075,12 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
           if (r != 0 && r != 4 && r != 128) fail("csa-compress-ratios", "has " + std::to_string(r) + "; valid: 0, 4 or 128 (TransformerConfig asserts it)");
           list += (list.empty() ? "" : ", ") + std::to_string(r);
         }
+        // TransformerConfig asserts a ratio for each layer and each MTP depth.
+        const std::int64_t wanted = num("num-layers", 0) + num("mtp-num-layers", 0);
+        if (static_cast<std::int64_t>(ratios.size()) < wanted) {
+          fail("csa-compress-ratios", std::to_string(ratios.size()) + " ratios; TransformerConfig asserts at least num_layers + mtp_num_layers = " +
+                                          std::to_string(wanted));
+        }
         out.model("compress_ratios", "[" + list + "]", at("csa-compress-ratios"));
         out.model("kv_heads", "1", variant);
         out.model("head_dim", std::to_string(num("v-head-dim", 128)), has("v-head-dim") ? at("v-head-dim") : variant);
@@ -1088,13 +1100,37 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
           out.model("index_loss", coeff > 0 ? (has("dsa-indexer-use-sparse-loss") ? "sparse" : "dense") : "none",
                     has("dsa-indexer-loss-coeff") ? at("dsa-indexer-loss-coeff") : variant);
         }
-        const bool unfused = has("no-dsa-kernel-fusion") || (has("dsa-kernel-backend") && text("dsa-kernel-backend", "") == "none");
-        if (unfused) {
-          fail(has("no-dsa-kernel-fusion") ? "no-dsa-kernel-fusion" : "dsa-kernel-backend",
-               "dsv4_hybrid's unfused attention (every query's keys gathered in fp32) is not modelled; valid: cudnn or tilelang "
-               "(what Megatron-LM resolves for dsv4_hybrid when the flag is omitted)");
+        // The kernels: TransformerConfig maps the deprecated
+        // apply_dsa_kernel_fusion (Bridge's field; --no-dsa-kernel-fusion
+        // its false) to cudnn or none over a backend left at none, and
+        // raises where they conflict; Megatron-LM resolves an omitted
+        // backend to cudnn for dsv4_hybrid; tilelang it refuses.
+        const std::string given_backend = has("dsa-kernel-backend") ? choice("dsa-kernel-backend", {"none", "tilelang", "cudnn"}) : "";
+        std::string legacy, legacy_from;
+        if (has("no-dsa-kernel-fusion")) {
+          legacy = "none", legacy_from = "no-dsa-kernel-fusion";
+        } else if (has("apply-dsa-kernel-fusion")) {
+          const std::string v = text("apply-dsa-kernel-fusion", "");
+          legacy = v == "true" || v == "True" ? "cudnn" : "none", legacy_from = "apply-dsa-kernel-fusion";
         }
-        if (has("dsa-kernel-backend")) choice("dsa-kernel-backend", {"none", "tilelang", "cudnn"});
+        std::string backend = given_backend.empty() ? "cudnn" : given_backend;
+        if (!legacy.empty()) {
+          if (!given_backend.empty() && given_backend != "none" && given_backend != legacy) {
+            fail("dsa-kernel-backend", "'" + given_backend + "' conflicts with " + flag(legacy_from) + " (TransformerConfig raises: \"Conflicting "
+                                           "DSA kernel controls\"); drop one");
+          }
+          backend = legacy;
+        }
+        const std::string backend_from = !legacy.empty() ? legacy_from : "dsa-kernel-backend";
+        if (backend == "tilelang") {
+          fail(backend_from, "tilelang with dsv4_hybrid: TransformerConfig raises (\"dsv4_hybrid does not support "
+                             "dsa_kernel_backend='tilelang'\"); valid: cudnn");
+        }
+        if (backend == "none") {
+          fail(backend_from, "dsv4_hybrid's unfused attention (every query's keys gathered in fp32) is not modelled; valid: cudnn "
+                             "(what Megatron-LM resolves for dsv4_hybrid when the flag is omitted)");
+        }
+        if (has("csa-dense-mode")) note("csa-dense-mode", "the indexer off, each ratio-4 layer attending every entry: priced as its indexer's top-k");
       } else if (has("multi-latent-attention")) {
         // Multi-head latent attention (Note [Multi-head latent attention] in
         // models/src/llama.cpp), with arguments.py's defaults: no query

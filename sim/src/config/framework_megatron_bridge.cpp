@@ -35,8 +35,8 @@
 //   dsa_* fields is DeepSeek Sparse Attention's flags (GLM-5's and
 //   DeepSeek-V3.2's MLAModelProvider; Note [DeepSeek Sparse Attention]),
 //   dsv4_hybrid with csa_*, o_groups, o_lora_rank and the dsa_* fields
-//   DeepSeek-V4's (DeepSeekV4Bridge; Note [DeepSeek-V4]: apply_dsa_kernel_fusion
-//   false is --no-dsa-kernel-fusion), enable_hyper_connections with
+//   DeepSeek-V4's (DeepSeekV4Bridge; Note [DeepSeek-V4]: the deprecated
+//   apply_dsa_kernel_fusion as TransformerConfig maps it), enable_hyper_connections with
 //   num_residual_streams and mhc_sinkhorn_iterations its hyper-connections,
 //   gated_delta_net with the linear_* fields Gated DeltaNet's (Qwen3-Next's).
 // - train: micro_batch_size, global_batch_size. optimizer: optimizer,
@@ -160,7 +160,8 @@ constexpr Field kFields[] = {
     {"model", "csa_window_size", "csa-window-size", Type::kIntOrOff},
     {"model", "o_groups", "o-groups", Type::kIntOrOff},
     {"model", "o_lora_rank", "o-lora-rank", Type::kIntOrOff},
-    {"model", "apply_dsa_kernel_fusion", "no-dsa-kernel-fusion", Type::kNotBool},
+    {"model", "apply_dsa_kernel_fusion", "apply-dsa-kernel-fusion", Type::kString},
+    {"model", "csa_dense_mode", "csa-dense-mode", Type::kBool},
     {"model", "enable_hyper_connections", "enable-hyper-connections", Type::kBool},
     {"model", "num_residual_streams", "num-residual-streams", Type::kIntOrOff},
     {"model", "mhc_sinkhorn_iterations", "mhc-sinkhorn-iterations", Type::kIntOrOff},
