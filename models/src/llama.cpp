@@ -338,8 +338,9 @@ using namespace detail;
 // Megatron's fused kernels (use_fused_mhc, on for Blackwell in the
 // bridge): the gates' projection a bf16 GEMM on the tensor cores, the
 // Sinkhorn one kernel, the aggregate a pass, h_post_bda a pass reading n
-// + 1 and writing n. Not priced: its backward's fused_add_3 accumulating
-// the streams' gradient (a further pass over 4 n h a sublayer).
+// + 1 and writing n; backward sums the three gradients of the streams
+// (the gates', the aggregate's and h_post_bda's: BroadcastTensorFused's
+// fused_add_3), reading 3 n h and writing n h a sublayer.
 // Kept for backward, a sublayer: the streams (n h), y, and the fp32
 // gates. The embedding's output is expanded to n copies (input_expand);
 // the head contracts them (learned_output_contract: hc_head_fn's GEMM,
@@ -1972,6 +1973,19 @@ class Llama final : public ZooModel {
     }
     join_kernels(l, pre, core, post);
     scaled_backward(l.backward);
+    if (hc) {
+      // Note [Hyper-connections]: each sublayer's streams feed three
+      // consumers (the gates, the aggregate, h_post_bda); backward sums
+      // their three gradients in one pass (BroadcastTensorFused's
+      // fused_add_3), after the gates' backward.
+      for (const char* sub : {"attn", "mlp"}) {
+        const std::string gates = std::string(sub) + ".hc_gates.dgrad";
+        const auto it = std::find_if(l.backward.begin(), l.backward.end(), [&](const sim::Kernel& k) { return k.name == gates; });
+        if (it == l.backward.end()) continue;
+        l.backward.insert(it + 1, memory_op(std::string(sub) + ".hc_grad_sum", KernelKind::kElementwise, 3 * e * tn * streams(), e * tn * streams(),
+                                            2.0 * static_cast<double>(tn * streams())));
+      }
+    }
     // torchtitan's op-level recompute is described for its Llama block, not Gemma's.
     const bool op_described = !moe && !mla() && tp == 1 && shape.cp == 1 && shape.flash_attention && !c_.gemma_norms && !c_.olmo2_norms &&
                               !c_.attention_sinks && c_.swiglu_limit == 0 && !c_.fp32_norm_weight && c_.attention_chunk == 0 &&

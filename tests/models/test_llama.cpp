@@ -3135,6 +3135,10 @@ TEST_CASE("DeepSeek-V4: mla_up_proj frees q, kv and their norms' inputs; hyper-c
   CHECK(plain[3].output_bytes == 4096LL * 4096 * 2);
   CHECK(find_kernel(plain[3].forward, "attn.hc_gates") == nullptr);
   CHECK(find_kernel(wide[3].forward, "attn.hc_gates") != nullptr);
+  // Backward sums the streams' three gradients: 3 read and 1 written, 4 x 4096 x 4096 x 2 bytes each.
+  REQUIRE(find_kernel(wide[3].backward, "mlp.hc_grad_sum") != nullptr);
+  CHECK(find_kernel(wide[3].backward, "mlp.hc_grad_sum")->bytes == 4 * 4LL * 4096 * 4096 * 2);
+  CHECK(find_kernel(plain[3].backward, "mlp.hc_grad_sum") == nullptr);
   CHECK(find_kernel(wide.back().forward, "hc_head.sum") != nullptr);
 }
 
