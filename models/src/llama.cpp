@@ -936,8 +936,6 @@ class Llama final : public ZooModel {
              (shape.fused_kernels ? ",fk=1" : "") + hc_keys;  // Note [Fused kernels]
     };
     const std::string common = common_of(false);
-    // Note [Gemma]: layers that attend globally among sliding-window ones.
-    const std::string dense_sig = "llama.block:" + attention + ",f=" + std::to_string(c_.intermediate) + common;
     // Note [Gated DeltaNet]: a linear-attention layer's heads and widths.
     const std::string linear_attention = !has_linear() ? std::string()
                                                        : "gdn=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_key_heads) +
