@@ -1051,24 +1051,16 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
         const std::string given_ratios = text("csa-compress-ratios", "");
         std::vector<std::int64_t> ratios;
         const std::string valid = "valid: a list of 0, 4 and 128, one a layer, like [0,0,4,128] or \"([0]+[4,128]*2)*3\"";
-        if (given_ratios.find_first_of("[(") == std::string::npos) {
-          std::string word;
-          for (const char ch : given_ratios + " ") {
-            if (ch != ' ' && ch != ',') {
-              word += ch;
-            } else if (!word.empty()) {
-              if (word.size() > 7 || word.find_first_not_of("0123456789") != std::string::npos) fail("csa-compress-ratios", "'" + word + "'; " + valid);
-              ratios.push_back(std::stoll(word));
-              word.clear();
-            }
-          }
-          if (ratios.empty()) fail("csa-compress-ratios", "is empty; " + valid);
-        } else {
-          try {
-            ratios = list_expression(given_ratios, valid);
-          } catch (const ConfigError& e) {
-            fail("csa-compress-ratios", e.what());
-          }
+        // A Megatron-Bridge dump's words read as the list they were.
+        std::string expression = given_ratios;
+        if (expression.find_first_of("[(") == std::string::npos) {
+          if (expression.find(',') == std::string::npos) std::replace(expression.begin(), expression.end(), ' ', ',');
+          expression = "[" + expression + "]";
+        }
+        try {
+          ratios = list_expression(expression, valid);
+        } catch (const ConfigError& e) {
+          fail("csa-compress-ratios", e.what());
         }
         std::string list;
         for (const std::int64_t r : ratios) {
