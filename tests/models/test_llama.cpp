@@ -3182,4 +3182,11 @@ TEST_CASE("DeepSeek-V4's config.json in transformers' native form: layer_types w
   bad.replace(bad.find("heavily_compressed_attention\""), 28, "global_attention");
   std::ofstream(path) << bad;
   CHECK(error_of([&] { load_model(path); }).find("layer_types: entry 4 is 'global_attention'; valid: sliding_attention") != std::string::npos);
+  // Neither form of the ratios; more than one key-value head.
+  std::ofstream(path) << text.substr(0, at) + "\"initializer_cutoff\": 0\n}\n";
+  CHECK(error_of([&] { load_model(path); }).find("compress_ratios: missing (and no layer_types)") != std::string::npos);
+  std::string heads = slurp(hf("deepseek-v4-flash"));
+  heads.replace(heads.find("\"num_key_value_heads\": 1"), 24, "\"num_key_value_heads\": 8");
+  std::ofstream(path) << heads;
+  CHECK(error_of([&] { load_model(path); }).find("num_key_value_heads: 8; DeepSeek-V4 attends in one key-value head") != std::string::npos);
 }
