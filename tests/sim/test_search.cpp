@@ -657,11 +657,21 @@ TEST_CASE("search: the peak's lower bound, by hand (Note [Search])", "[search]")
   CHECK(peak_lower_bound(10 * G, 1 * G, 4, 8, Schedule::k1f1b) == 10 * G + G / 4);
   // Interleaving keeps the average.
   CHECK(peak_lower_bound(10 * G, 40 * G, 4, 8, Schedule::kInterleaved) == 20 * G);
+  // One micro-batch, 4 of the 10 the gradients its backward makes: they
+  // and the 40 it kept never all coexist: 6 + 40; at the step, the 10.
+  CHECK(peak_lower_bound(10 * G, 40 * G, 1, 1, Schedule::k1f1b, 4 * G) == 46 * G);
+  CHECK(peak_lower_bound(10 * G, 1 * G, 1, 1, Schedule::k1f1b, 4 * G) == 10 * G);
+  // With two they do: the first micro-batch's gradients beside the second's activations.
+  CHECK(peak_lower_bound(10 * G, 40 * G, 1, 2, Schedule::k1f1b, 4 * G) == 50 * G);
 }
 
 TEST_CASE("search: pruning by the memory bound drops only plans that do not fit", "[search]") {
-  // gpt2-xl on 8 V100-16GB: many pipelines and micro-batches that overflow 16 GB.
-  const auto model = models::load_model("gpt2-xl");
+  // gpt2-xl on 8 V100-16GB: many pipelines and micro-batches that overflow
+  // 16 GB; gpt-3.6b, among them ZeRO-1 plans of one micro-batch that fit
+  // only because their gradients come as their activations go.
+  const std::string name = GENERATE(as<std::string>{}, "gpt2-xl", "gpt-3.6b");
+  INFO(name);
+  const auto model = models::load_model(name);
   const ClusterSpec cluster = load_cluster("8xv100-16g");
   SearchOptions o = fp16_adam(64);
   o.top = 10;

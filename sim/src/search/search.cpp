@@ -32,6 +32,12 @@
 // Before simulating, a plan whose model states alone (ZeRO
 // paper accounting of the fewest parameters a GPU can hold, total / (tp x
 // pp)) exceed the device is dropped: that bound never drops a plan that fits.
+// With them it counts what a micro-batch keeps (peak_lower_bound), beside
+// every state but, with one micro-batch, the gradients DDP and ZeRO-1 make
+// in the backward: those appear only as the activations go (gpt-3.6b on
+// 8 V100-16GB at dp 4, tp 2, micro-batch 16, ZeRO-1 offloaded, full
+// recompute peaked 14.5 GiB of 16: the bound, counting its 3.3 GiB of
+// gradients beside the activations, had dropped it).
 // The rest are simulated in parallel, each prediction independent
 // (sim::Model is immutable), and kept only if every GPU's simulated peak fits.
 //
@@ -717,9 +723,14 @@ std::int64_t zero3_persistent_elements(const Model& model, const ResolvedPlan& p
   return detail::persistent_elements(parameter_layers(model, plan), plan.stage3_param_persistence_threshold);
 }
 
-Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule) {
+Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule, Bytes made_in_backward) {
   // Note [Search].
   const std::int64_t stages = std::max(1, pp), micro = std::max<std::int64_t>(1, m);
+  if (micro == 1 && made_in_backward > 0) {
+    // One micro-batch: a stage's gradients appear only in its one backward,
+    // as what its forward kept goes; the states whole are held at the step.
+    return std::max(peak_lower_bound(stage_states - made_in_backward, kept, pp, m, schedule), stage_states);
+  }
   const Bytes in_flight = stages > 1 && schedule == Schedule::kGpipe ? micro : 1;
   const Bytes average = stage_states + kept * in_flight / stages;
   if (stages == 1 || (schedule != Schedule::k1f1b && schedule != Schedule::kZbH1)) return average;
@@ -1221,7 +1232,10 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
         model_states(lb, (params - expert_params) / (static_cast<std::int64_t>(s.tp) * s.pp) + rank_experts, rank_experts);
     const Bytes kept = kept_per_micro(s);
     if (kept == kNoFit) return kNoFit;
-    return peak_lower_bound(ms.total(), kept, s.pp, s.grad_accum, s.schedule) + cluster.device.runtime_reserved;
+    // The gradients DDP and ZeRO-1 make in the backward (not Megatron's
+    // buffer, not ZeRO-2's and -3's partitions, allocated from the start).
+    const bool made = lb.zero_stage <= 1 && !lb.accumulate_allreduce_grads_in_fp32;
+    return peak_lower_bound(ms.total(), kept, s.pp, s.grad_accum, s.schedule, made ? ms.gradients : 0) + cluster.device.runtime_reserved;
   };
   // Note [Search recompute]: Megatron's block method only where the same
   // plan without recompute cannot fit by its bounds and with every block

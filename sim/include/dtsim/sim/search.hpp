@@ -148,7 +148,10 @@ std::function<TimeNs(std::int64_t)> step_gather_bound(const ResolvedPlan& plan, 
 /// states of the average stage (`stage_states`) and what one micro-batch
 /// keeps over the whole model (`kept`), for `pp` stages running `m`
 /// micro-batches under `schedule` (the runtime's reservation not included).
-Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule);
+/// `made_in_backward`: the part of stage_states that gradients made by the
+/// backward itself take (DDP's and ZeRO-1's, not kept from the start); with
+/// one micro-batch none of them coexists with the activations it frees.
+Bytes peak_lower_bound(Bytes stage_states, Bytes kept, int pp, std::int64_t m, Schedule schedule, Bytes made_in_backward = 0);
 
 /// Note [Search]: how a schedule's stages take their micro-batches. Per
 /// stage: the moments it may hold the most (the start of its first
