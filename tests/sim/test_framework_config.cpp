@@ -747,6 +747,63 @@ TEST_CASE("Megatron-LM: the gradient buffer's type follows arguments.py", "[fram
   CHECK(fp32_grads("--fp16 --accumulate-allreduce-grads-in-fp32") == "true");
 }
 
+// Megatron-LM's arguments.py: --use-precision-aware-optimizer with its four
+// dtype flags (choices fp32/bf16, fp32/fp16, and fp32/fp16/bf16/fp8 for the
+// moments); --main-grads-dtype bf16 keeps the gradient buffer in bf16, as
+// it only turns accumulate_allreduce_grads_in_fp32 on while that is fp32.
+TEST_CASE("Megatron-LM: the precision-aware optimizer's flags (Note [Precision-aware optimizer])", "[framework]") {
+  const std::string base = "--micro-batch-size 1 --bf16 --use-distributed-optimizer ";
+  const FrameworkConfig fc = parse_megatron_args(
+      base + "--use-precision-aware-optimizer --main-grads-dtype bf16 --exp-avg-dtype bf16 --exp-avg-sq-dtype fp8", "cmd");
+  auto k = keys(fc);
+  CHECK(k["plan.use_precision_aware_optimizer"] == "true");
+  CHECK(k["plan.exp_avg_dtype"] == "bf16");
+  CHECK(k["plan.exp_avg_sq_dtype"] == "fp8");
+  CHECK(k["plan.main_params_dtype"] == "null");  // Megatron's fp32, the plan's default
+  CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "false");
+  CHECK(fc.unmodelled.empty());
+  // The remainder of the bf16 parameter (2), a bf16 and an fp8 moment.
+  const ResolvedPlan r = resolve_with(fc, "gpt2-xl", "dgx-a100", 1);
+  CHECK(optimizer_state_bytes_per_param(r) == 2 + 2 + 1);
+  CHECK(keys(parse_megatron_args(base + "--use-precision-aware-optimizer", "cmd"))["plan.accumulate_allreduce_grads_in_fp32"] == "true");
+  // Its checks, each in one line naming the flag.
+  CHECK_THROWS_WITH(parse_megatron_args(base + "--exp-avg-dtype bf16", "cmd"),
+                    "cmd:1: --exp-avg-dtype: 'bf16' needs --use-precision-aware-optimizer (Megatron-Core's OptimizerConfig allows only "
+                    "fp32 without it); valid without it: fp32");
+  CHECK_THROWS_WITH(parse_megatron_args(base + "--use-precision-aware-optimizer --main-params-dtype bf16", "cmd"),
+                    "cmd:1: --main-params-dtype: 'bf16' is not one of fp32, fp16");
+  CHECK_THROWS_WITH(parse_megatron_args("--micro-batch-size 1 --bf16 --use-precision-aware-optimizer", "cmd"),
+                    "cmd:1: --use-precision-aware-optimizer: needs --use-distributed-optimizer (\"only supported with distributed optimizer\")");
+  CHECK_THROWS_WITH(parse_megatron_args(base + "--use-precision-aware-optimizer --optimizer sgd", "cmd"),
+                    Catch::Contains("--use-precision-aware-optimizer: needs --optimizer adam"));
+  CHECK_THROWS_WITH(parse_megatron_args(base + "--use-precision-aware-optimizer --main-grads-dtype bf16 --accumulate-allreduce-grads-in-fp32", "cmd"),
+                    Catch::Contains("--main-grads-dtype: 'bf16' with --accumulate-allreduce-grads-in-fp32"));
+}
+
+// Megatron-Bridge dumps a torch dtype as {_call_: false, _target_:
+// torch.bfloat16}; store_param_remainders false is Megatron-LM's missing
+// negation.
+TEST_CASE("Megatron-Bridge: the optimizer's dtypes and remainders (Note [Precision-aware optimizer])", "[framework]") {
+  const std::string base = "train:\n  micro_batch_size: 1\nmodel:\n  bf16: true\nddp:\n  use_distributed_optimizer: true\noptimizer:\n";
+  const FrameworkConfig fc = parse_megatron_bridge_config(
+      base + "  use_precision_aware_optimizer: true\n  exp_avg_dtype:\n    _call_: false\n    _target_: torch.bfloat16\n"
+             "  main_params_dtype: torch.float16\n  store_param_remainders: false\n",
+      "rc.yaml");
+  auto k = keys(fc);
+  CHECK(k["plan.use_precision_aware_optimizer"] == "true");
+  CHECK(k["plan.exp_avg_dtype"] == "bf16");
+  CHECK(k["plan.main_params_dtype"] == "fp16");
+  CHECK(k["plan.store_param_remainders"] == "false");
+  CHECK(from_of(fc, "plan.exp_avg_dtype") == "rc.yaml:9 (optimizer.exp_avg_dtype)");
+  CHECK(fc.unmodelled.empty());
+  CHECK_THROWS_WITH(parse_megatron_bridge_config(base + "  use_precision_aware_optimizer: true\n  exp_avg_dtype: torch.int32\n", "rc.yaml"),
+                    "rc.yaml:9: optimizer.exp_avg_dtype: expected a torch dtype (torch.float32, torch.float16, torch.bfloat16 or "
+                    "torch.uint8), got 'torch.int32'");
+  // Without the flag MCore's OptimizerConfig refuses a narrow state.
+  CHECK_THROWS_WITH(parse_megatron_bridge_config(base + "  exp_avg_sq_dtype: torch.bfloat16\n", "rc.yaml"),
+                    Catch::StartsWith("rc.yaml:8: optimizer.exp_avg_sq_dtype: 'bf16' needs optimizer.use_precision_aware_optimizer"));
+}
+
 TEST_CASE("SGD's momentum as each framework sets it (Note [SGD momentum])", "[framework]") {
   // Megatron-LM: --sgd-momentum, 0.9 by default (megatron/training/arguments.py);
   // read only for --optimizer sgd.
@@ -959,13 +1016,22 @@ TEST_CASE("Megatron-Bridge: DeepSeek-V3's recipe, its layout, dispatcher and pre
   CHECK(k["model.route_nodes"] == "4");
   CHECK(k["model.mtp_layers"] == "1");
   CHECK(k["model.vocab"] == "129280");  // should_pad_vocab false: as written
-  CHECK(fc.unmodelled ==
-        std::vector<std::string>{"optimizer.use_precision_aware_optimizer=true (optimizer states priced in fp32)"});
+  // Its precision-aware optimizer with bf16 moments (the recipe's
+  // main_grads_dtype bf16 is ddp.grad_reduce_in_fp32 false's buffer):
+  // per parameter of a shard, the bf16 parameter's 16-bit remainder and two
+  // bf16 moments, 2 + 2 + 2 bytes (Note [Precision-aware optimizer]).
+  CHECK(fc.unmodelled.empty());
+  CHECK(k["plan.use_precision_aware_optimizer"] == "true");
+  CHECK(k["plan.exp_avg_dtype"] == "bf16");
+  CHECK(k["plan.exp_avg_sq_dtype"] == "bf16");
+  CHECK(from_of(fc, "plan.exp_avg_dtype") == file + ":224 (optimizer.exp_avg_dtype)");
   // The blocks counted: the embedding joins the first stage, the MTP depth
   // and the head (norm and output layer) the last.
   const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 128);
   CHECK(r.stage_layers == std::vector<int>{5, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 4, 3});
   CHECK(r.dp == 32);
+  CHECK(optimizer_state_bytes_per_param(r) == 6);
+  CHECK(optimizer_step_copy_bytes_per_param(r) == 8);
   CHECK(models::load_model(*fc.model, section(fc, "model"))->parameters() ==
         models::load_model("deepseek-v3", {{"model", "mtp_layers", "1"}})->parameters());
 }

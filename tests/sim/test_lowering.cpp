@@ -467,6 +467,116 @@ TEST_CASE("without master weights Adam keeps 4 bytes a parameter and streams 14 
       Catch::Contains("plan.master_weights: false contradicts accumulate_allreduce_grads_in_fp32: true"));
 }
 
+TEST_CASE("Megatron's precision-aware optimizer: states in their own types, fp32 copies while it steps, more bytes streamed "
+          "(Note [Precision-aware optimizer])",
+          "[lowering][memory]") {
+  // Per parameter of a shard (transformer_engine/pytorch/optimizers/
+  // fused_adam.py): the master, exp_avg and exp_avg_sq.
+  ResolvedPlan p;
+  p.precision = Precision::kBf16;
+  p.optimizer = Optimizer::kAdam;
+  p.zero_stage = 1;
+  CHECK(optimizer_state_bytes_per_param(p) == 12);  // without it: 4 + 4 + 4
+  p.use_precision_aware_optimizer = true;
+  CHECK(optimizer_state_bytes_per_param(p) == 10);  // the bf16 parameter's 16-bit remainder, 2 + 4 + 4
+  CHECK(optimizer_step_copy_bytes_per_param(p) == 0);
+  p.store_param_remainders = false;
+  CHECK(optimizer_state_bytes_per_param(p) == 12);
+  p.store_param_remainders = true;
+  p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kBf16;
+  CHECK(optimizer_state_bytes_per_param(p) == 2 + 2 + 2);
+  CHECK(optimizer_step_copy_bytes_per_param(p) == 4 + 4);  // each moment copied to fp32
+  p.precision = Precision::kFp16;  // fp16 parameters keep a whole fp32 master
+  CHECK(optimizer_state_bytes_per_param(p) == 4 + 2 + 2);
+  p.precision = Precision::kFp8;
+  p.fp8_recipe = Fp8Recipe::kMxfp8;  // Megatron-Core's own fp32 master (no_fp8_or_ds_fp8 false)
+  CHECK_FALSE(p.te_master_weights());
+  CHECK(optimizer_state_bytes_per_param(p) == 4 + 2 + 2);
+  p.fp8_recipe = Fp8Recipe::kDelayed;  // FusedAdam's, of the bf16 parameters
+  CHECK(p.te_master_weights());
+  CHECK(optimizer_state_bytes_per_param(p) == 2 + 2 + 2);
+  p.fp8_param_gather = true;  // FP8 primary weights: no remainder
+  CHECK(optimizer_state_bytes_per_param(p) == 4 + 2 + 2);
+  p.precision = Precision::kBf16;
+  p.fp8_param_gather = false;
+  p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp8;
+  CHECK(optimizer_state_bytes_per_param(p) == 2 + 1 + 1);
+  p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp32;
+  p.main_params_dtype = StateDtype::kFp16;  // an fp16 master, copied to fp32 for the step
+  CHECK(optimizer_state_bytes_per_param(p) == 2 + 4 + 4);
+  CHECK(optimizer_step_copy_bytes_per_param(p) == 4);
+  p.main_params_dtype = StateDtype::kFp32;
+  p.precision = Precision::kFp32;  // the parameters are the masters
+  p.exp_avg_dtype = StateDtype::kBf16;
+  CHECK(optimizer_state_bytes_per_param(p) == 2 + 4);
+  // The step's bytes (Note [Precision-aware step]): the gradient from its
+  // buffer, the fp32 moments read and written (16), the remainder and the
+  // bf16 parameter read and written (8); a bf16 moment 16 more, an fp8 14.
+  p.precision = Precision::kBf16;
+  p.exp_avg_dtype = StateDtype::kFp32;
+  p.accumulate_allreduce_grads_in_fp32 = true;
+  CHECK(update_bytes_per_param(p) == 4 + 16 + 8);
+  p.accumulate_allreduce_grads_in_fp32 = false;
+  CHECK(update_bytes_per_param(p) == 2 + 16 + 8);
+  p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kBf16;
+  CHECK(update_bytes_per_param(p) == 2 + 16 + 8 + 2 * 16);
+  p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp8;
+  CHECK(update_bytes_per_param(p) == 2 + 16 + 8 + 2 * 14);
+  p.precision = Precision::kFp8;
+  p.fp8_recipe = Fp8Recipe::kMxfp8;  // the mixed step's 28, with the moments' copies
+  p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kBf16;
+  CHECK(update_bytes_per_param(p) == 28 + 2 * 16);
+
+  // Simulated: 4 layers of 10M parameters on 2 ranks, bf16, the
+  // distributed optimizer and Megatron's fp32 gradient buffer; the step
+  // streams 1 TB/s (FixedCompute), so the plain one takes 20M x 28 B = 560 us.
+  const test::FakeModel m(4, 10'000'000, 10);
+  const std::int64_t shard = 20'000'000;
+  ClusterSpec bf16 = round_cluster();
+  bf16.device.peak_bf16 = 1e12;
+  const std::string base = "dp: 2\nprecision: bf16\noptimizer: adam\nzero_stage: 1\naccumulate_allreduce_grads_in_fp32: true\n";
+  const Run plain = run(m, base, bf16, 500'000);
+  const Run aware = run(m, base + "use_precision_aware_optimizer: true\n", bf16, 500'000);
+  const Run narrow = run(m, base + "use_precision_aware_optimizer: true\nexp_avg_dtype: bf16\nexp_avg_sq_dtype: bf16\n", bf16, 500'000);
+  auto optimizer_at_peak = [](const Run& r) { return r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kOptimizer)]; };
+  CHECK(optimizer_at_peak(plain) == 12 * shard);
+  CHECK(optimizer_at_peak(aware) == 10 * shard);
+  // bf16 moments: 6 bytes kept, and at the step (where this peaks) 8 more.
+  CHECK(optimizer_at_peak(narrow) == (6 + 8) * shard);
+  CHECK(plain.phase(Phase::kOptimizer) == 560'000);
+  CHECK(aware.phase(Phase::kOptimizer) == 560'000);
+  CHECK(narrow.phase(Phase::kOptimizer) == 1'200'000);  // 20M x 60 B
+  // With bf16 gradients the plain step copies its shard's to fp32
+  // (distrib_optimizer.py, .float(): 4 B x 20M), priced as DeepSpeed's
+  // ZeRO-1 step, which frees the gradients outside the shard as it starts
+  // (2 B x 20M; Note [fp32 gradient partition]): 40M B more than the 80M
+  // of bf16 gradients both keep until the step. FusedAdam reads them as
+  // they are: no copy.
+  const std::string bf16_grads = "dp: 2\nprecision: bf16\noptimizer: adam\nzero_stage: 1\n";
+  const Run copied = run(m, bf16_grads, bf16, 500'000);
+  const Run decoupled = run(m, bf16_grads + "use_precision_aware_optimizer: true\n", bf16, 500'000);
+  auto grads_at_peak = [](const Run& r) { return r.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kGradients)]; };
+  CHECK(grads_at_peak(decoupled) == 2 * 2 * shard);
+  CHECK(grads_at_peak(copied) - grads_at_peak(decoupled) == (4 - 2) * shard);
+
+  // As Megatron-Core asserts, one line each.
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nprecision: bf16\nuse_precision_aware_optimizer: true\n", "p.yaml"), m, bf16),
+                    "p.yaml:3: plan.use_precision_aware_optimizer: true needs zero_stage 1, Megatron-Core's distributed optimizer "
+                    "(\"only supported with distributed optimizer\"); with zero_stage 0 valid: false");
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nprecision: bf16\noptimizer: sgd\nzero_stage: 1\nuse_precision_aware_optimizer: true\n", "p.yaml"),
+                            m, bf16),
+                    "p.yaml:5: plan.use_precision_aware_optimizer: true needs optimizer adam or adamw (Transformer Engine's FusedAdam); "
+                    "with sgd valid: false");
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nprecision: bf16\nzero_stage: 1\nexp_avg_dtype: bf16\n", "p.yaml"), m, bf16),
+                    "p.yaml:4: plan.exp_avg_dtype: bf16 needs use_precision_aware_optimizer: true (Megatron-Core asserts \"exp_avg_dtype "
+                    "can only be fp32 when not using precision-aware optimizer\"); valid without it: fp32");
+  CHECK_THROWS_WITH(
+      resolve(parse_plan("dp: 2\nprecision: bf16\nzero_stage: 1\nuse_precision_aware_optimizer: true\nmaster_weights: false\n", "p.yaml"), m,
+              bf16),
+      "p.yaml:5: plan.master_weights: false contradicts use_precision_aware_optimizer: true (its FusedAdam keeps masters); set only one");
+  CHECK_THROWS_WITH(parse_plan("main_params_dtype: bf16\n", "p.yaml"), Catch::StartsWith("p.yaml:1: plan.main_params_dtype: 'bf16' is not one of fp32, fp16"));
+}
+
 TEST_CASE("ZeRO-2's backward waits for the bucket before: two buckets of gradients in flight (Note [Two buckets in flight])",
           "[lowering][memory]") {
   // 8 layers of 20M fp32 parameters (80 MB of gradients each, over the

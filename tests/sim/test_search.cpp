@@ -690,6 +690,38 @@ TEST_CASE("search: pruning by the memory bound drops only plans that do not fit"
   for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
 }
 
+TEST_CASE("search: under the precision-aware optimizer the memory bound counts its narrow states (Note [Precision-aware optimizer])",
+          "[search]") {
+  // gpt-3.6b on 8 V100-16GB with bf16 moments: 4 + 2 + 2 bytes of state a
+  // parameter of the shard, not 12. A bound that counted 12 would drop
+  // plans that fit. The candidates without the distributed optimizer keep
+  // fp32 states, as resolve asks.
+  const auto model = models::load_model("gpt-3.6b");
+  const ClusterSpec cluster = load_cluster("8xv100-16g");
+  SearchOptions o = fp16_adam(64);
+  o.base.use_precision_aware_optimizer = true;
+  o.base.exp_avg_dtype = o.base.exp_avg_sq_dtype = StateDtype::kBf16;
+  o.top = 10;
+  o.threads = 1;
+  o.prune_by_time = false;
+  const SearchResult pruned = search(*model, cluster, o);
+  o.prune_by_memory = false;
+  const SearchResult all = search(*model, cluster, o);
+  CHECK(pruned.pruned_memory > 0);
+  CHECK(all.not_fitting - pruned.not_fitting == pruned.pruned_memory);
+  CHECK(pruned.simulated - pruned.not_fitting == all.simulated - all.not_fitting);
+  CHECK(pruned.simulated + pruned.pruned_memory == all.simulated);
+  REQUIRE(pruned.top.size() == all.top.size());
+  REQUIRE_FALSE(all.top.empty());
+  for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+  bool aware = false;
+  for (const auto& e : all.top) {
+    CHECK(e.plan.use_precision_aware_optimizer == (e.plan.zero_stage == 1 && !e.plan.fsdp));
+    aware = aware || e.plan.use_precision_aware_optimizer;
+  }
+  CHECK(aware);
+}
+
 TEST_CASE("search: under fused kernels the memory bound still drops only plans that do not fit (Note [Fused kernels])", "[search]") {
   // A Llama at 4k tokens on 8 V100-16GB, its norms and SwiGLU as
   // Megatron-Core runs them: the bound's activations must be the fused

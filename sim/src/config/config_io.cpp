@@ -290,6 +290,14 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.moe_force_load_balance = c.get_bool("moe_force_load_balance", false);
   p.accumulate_allreduce_grads_in_fp32 = c.get_bool("accumulate_allreduce_grads_in_fp32", false);
   p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
+  // Note [Precision-aware optimizer] (plan.cpp): Megatron-Core's knobs, its words.
+  p.use_precision_aware_optimizer = c.get_bool("use_precision_aware_optimizer", false);
+  p.main_params_dtype = c.get_enum("main_params_dtype", StateDtype::kFp32, {{"fp32", StateDtype::kFp32}, {"fp16", StateDtype::kFp16}});
+  for (auto [key, field] : {std::pair{"exp_avg_dtype", &p.exp_avg_dtype}, std::pair{"exp_avg_sq_dtype", &p.exp_avg_sq_dtype}}) {
+    *field = c.get_enum(key, StateDtype::kFp32,
+                        {{"fp32", StateDtype::kFp32}, {"fp16", StateDtype::kFp16}, {"bf16", StateDtype::kBf16}, {"fp8", StateDtype::kFp8}});
+  }
+  p.store_param_remainders = c.get_bool("store_param_remainders", true);
   p.deallocate_pipeline_outputs = c.get_bool("deallocate_pipeline_outputs", false);
   p.cpu_offloading_num_layers = static_cast<int>(c.get_int("cpu_offloading_num_layers", 0, 0, 1 << 20));
   p.fine_grained_activation_offloading = c.get_bool("fine_grained_activation_offloading", false);

@@ -271,6 +271,11 @@ const std::map<std::string, Kind>& known_flags() {
       {"csa-compress-ratios", Kind::kString}, {"csa-window-size", Kind::kInt}, {"o-groups", Kind::kInt}, {"o-lora-rank", Kind::kInt},
       {"no-dsa-kernel-fusion", Kind::kBool}, {"enable-hyper-connections", Kind::kBool}, {"num-residual-streams", Kind::kInt},
       {"mhc-sinkhorn-iterations", Kind::kInt}, {"moe-n-hash-layers", Kind::kInt}, {"csa-dense-mode", Kind::kBool},
+      {"use-precision-aware-optimizer", Kind::kBool}, {"main-grads-dtype", Kind::kString}, {"main-params-dtype", Kind::kString},
+      {"exp-avg-dtype", Kind::kString}, {"exp-avg-sq-dtype", Kind::kString},
+      // Megatron-Bridge's OptimizerConfig.store_param_remainders false;
+      // Megatron-LM has no flag for it (true).
+      {"no-store-param-remainders", Kind::kBool},
       // Megatron-Bridge's apply_dsa_kernel_fusion as it is (true or false);
       // Megatron-LM spells only its negation, --no-dsa-kernel-fusion.
       {"apply-dsa-kernel-fusion", Kind::kString}};
@@ -801,10 +806,51 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
   // asked, and under bf16 unless --grad-reduce-in-bf16 (arguments.py forces
   // accumulate_allreduce_grads_in_fp32 there); in fp32 training it is fp32
   // anyway. Only fp16 keeps 16-bit gradients by default.
-  const bool fp32_grads = (precision != "fp16" && !has("grad-reduce-in-bf16")) || has("accumulate-allreduce-grads-in-fp32");
+  // Note [Precision-aware optimizer] (sim/src/parallel/plan.cpp): the
+  // flags' words as arguments.py's choices take them, and its checks.
+  const bool precision_aware = has("use-precision-aware-optimizer");
+  const std::string main_grads = has("main-grads-dtype") ? choice("main-grads-dtype", {"fp32", "bf16"}) : "fp32";
+  for (const char* n : {"main-grads-dtype", "main-params-dtype", "exp-avg-dtype", "exp-avg-sq-dtype"}) {
+    if (!has(n)) continue;
+    const std::string v = std::string(n) == "main-grads-dtype"    ? main_grads
+                          : std::string(n) == "main-params-dtype" ? choice(n, {"fp32", "fp16"})
+                                                                  : choice(n, {"fp32", "fp16", "bf16", "fp8"});
+    if (!precision_aware && v != "fp32") {
+      fail(n, "'" + v + "' needs " + flag("use-precision-aware-optimizer") +
+                  " (Megatron-Core's OptimizerConfig allows only fp32 without it); valid without it: fp32");
+    }
+  }
+  if (main_grads == "bf16" && has("accumulate-allreduce-grads-in-fp32")) {
+    fail("main-grads-dtype", "'bf16' with " + flag("accumulate-allreduce-grads-in-fp32") +
+                                 ", which keeps the gradients in fp32 (arguments.py asserts); drop one");
+  }
+  if (precision_aware) {
+    if (text("optimizer", "adam") != "adam") {
+      fail("use-precision-aware-optimizer", "needs " + flag("optimizer") + " adam (Transformer Engine's FusedAdam; Megatron-Core asserts it)");
+    }
+    if (!has("use-distributed-optimizer") && !has("use-megatron-fsdp")) {
+      fail("use-precision-aware-optimizer", "needs " + flag("use-distributed-optimizer") + " (\"only supported with distributed optimizer\")");
+    }
+    if (has("use-megatron-fsdp")) {
+      note("use-precision-aware-optimizer", "Megatron-FSDP's optimizer states priced in fp32");
+    } else {
+      out.plan("use_precision_aware_optimizer", "true", at("use-precision-aware-optimizer"));
+      for (const auto& [n, key] : {std::pair{"main-params-dtype", "main_params_dtype"}, std::pair{"exp-avg-dtype", "exp_avg_dtype"},
+                                   std::pair{"exp-avg-sq-dtype", "exp_avg_sq_dtype"}}) {
+        if (has(n)) out.plan(key, text(n, "fp32"), at(n));
+      }
+      if (has("no-store-param-remainders")) out.plan("store_param_remainders", "false", at("no-store-param-remainders"));
+    }
+  }
+  // --main-grads-dtype bf16 keeps the buffer in bf16 as --grad-reduce-in-bf16
+  // does: arguments.py turns accumulate_allreduce_grads_in_fp32 on under
+  // bf16 only while main_grads_dtype is fp32.
+  const bool fp32_grads =
+      (precision != "fp16" && !has("grad-reduce-in-bf16") && main_grads == "fp32") || has("accumulate-allreduce-grads-in-fp32");
   out.plan("accumulate_allreduce_grads_in_fp32", fp32_grads ? "true" : "false",
            has("accumulate-allreduce-grads-in-fp32") ? at("accumulate-allreduce-grads-in-fp32")
            : has("grad-reduce-in-bf16")              ? at("grad-reduce-in-bf16")
+           : main_grads == "bf16"                    ? at("main-grads-dtype")
                                                      : precision_from + " (Megatron-LM's gradient buffer)");
   // Megatron-FSDP (--use-megatron-fsdp; megatron/core/distributed/fsdp):
   // data parallelism sharded as --data-parallel-sharding-strategy says

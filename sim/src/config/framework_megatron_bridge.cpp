@@ -40,7 +40,11 @@
 //   num_residual_streams and mhc_sinkhorn_iterations its hyper-connections,
 //   gated_delta_net with the linear_* fields Gated DeltaNet's (Qwen3-Next's).
 // - train: micro_batch_size, global_batch_size. optimizer: optimizer,
-//   sgd_momentum, use_distributed_optimizer. ddp: use_distributed_optimizer,
+//   sgd_momentum, use_distributed_optimizer, use_precision_aware_optimizer
+//   with main_params_dtype, exp_avg_dtype, exp_avg_sq_dtype (torch dtypes,
+//   dumped as {_target_: torch.bfloat16}) and store_param_remainders (Note
+//   [Precision-aware optimizer]; main_grads_dtype is not read: Megatron-Core
+//   keeps the gradients in ddp.grad_reduce_in_fp32's type). ddp: use_distributed_optimizer,
 //   overlap_grad_reduce, overlap_param_gather, grad_reduce_in_fp32,
 //   bucket_size, use_megatron_fsdp with data_parallel_sharding_strategy.
 // - mixed_precision: a recipe's name (mixed_precision.py's registered
@@ -76,7 +80,7 @@
 namespace dtsim::sim {
 namespace {
 
-enum class Type { kInt, kIntOrOff, kBool, kNotBool, kString, kFloat, kWords, kFreq };
+enum class Type { kInt, kIntOrOff, kBool, kNotBool, kString, kFloat, kWords, kFreq, kDtype };
 
 /// A field read: its section, its name there, the flag it is, and what it holds.
 struct Field {
@@ -87,7 +91,8 @@ struct Field {
 };
 
 // kIntOrOff: 0 or null is off (the flag absent). kNotBool: the flag is the
-// field's negation (false gives it).
+// field's negation (false gives it). kDtype: a torch dtype, given as the
+// flag's word (fp32, fp16, bf16, fp8).
 constexpr Field kFields[] = {
     {"model", "tensor_model_parallel_size", "tensor-model-parallel-size", Type::kInt},
     {"model", "pipeline_model_parallel_size", "pipeline-model-parallel-size", Type::kInt},
@@ -209,6 +214,11 @@ constexpr Field kFields[] = {
     {"optimizer", "optimizer", "optimizer", Type::kString},
     {"optimizer", "sgd_momentum", "sgd-momentum", Type::kFloat},
     {"optimizer", "use_distributed_optimizer", "use-distributed-optimizer", Type::kBool},
+    {"optimizer", "use_precision_aware_optimizer", "use-precision-aware-optimizer", Type::kBool},
+    {"optimizer", "main_params_dtype", "main-params-dtype", Type::kDtype},
+    {"optimizer", "exp_avg_dtype", "exp-avg-dtype", Type::kDtype},
+    {"optimizer", "exp_avg_sq_dtype", "exp-avg-sq-dtype", Type::kDtype},
+    {"optimizer", "store_param_remainders", "no-store-param-remainders", Type::kNotBool},
     {"ddp", "use_distributed_optimizer", "use-distributed-optimizer", Type::kBool},
     {"ddp", "overlap_grad_reduce", "overlap-grad-reduce", Type::kBool},
     {"ddp", "overlap_param_gather", "overlap-param-gather", Type::kBool},
@@ -237,7 +247,6 @@ constexpr std::pair<const char*, const char*> kUnmodelled[] = {
     {"model.delay_offload_until_cuda_graph", "offload copies issued as eager"},
     {"model.moe_paged_stash", "the experts' activations priced as kept at their rows"},
     {"optimizer.optimizer_cpu_offload", "optimizer priced on the GPU"},
-    {"optimizer.use_precision_aware_optimizer", "optimizer states priced in fp32"},
     {"peft", "adapters priced as training the whole model"},
 };
 
@@ -458,6 +467,20 @@ class Reader {
           fail(n, name, "expected a list of names, got " + kind(n));
         }
         give(f.flag, words, n, name);
+        break;
+      }
+      case Type::kDtype: {
+        // torch.float32 and the like, or the flag's own word.
+        std::string v = text(n);
+        if (v.rfind("torch.", 0) == 0) v = v.substr(6);
+        static const std::map<std::string, std::string> kWords = {
+            {"float32", "fp32"}, {"float", "fp32"}, {"fp32", "fp32"}, {"float16", "fp16"}, {"half", "fp16"}, {"fp16", "fp16"},
+            {"bfloat16", "bf16"}, {"bf16", "bf16"}, {"uint8", "fp8"}, {"fp8", "fp8"}};
+        const auto it = kWords.find(v);
+        if (it == kWords.end()) {
+          fail(n, name, "expected a torch dtype (torch.float32, torch.float16, torch.bfloat16 or torch.uint8), got " + kind(n));
+        }
+        give(f.flag, it->second, n, name);
         break;
       }
       case Type::kFreq:

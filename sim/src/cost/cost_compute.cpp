@@ -218,6 +218,56 @@ double update_bytes_per_param(Optimizer o, Precision p, bool master_weights) {
   return grad + 4 + 4 * states + 4 + 4 * states + (mixed ? 2 : 0);
 }
 
+// Note [Precision-aware step]
+// Transformer Engine's FusedAdam under Megatron-Core's precision-aware
+// optimizer (Note [Precision-aware optimizer] in sim/src/parallel/plan.cpp;
+// transformer_engine/pytorch/optimizers/fused_adam.py, step) runs one fp32
+// kernel over a group's parameters: it reads the gradient and both moments
+// and writes the moments back (4 + 4 each), and updates the master: an
+// fp32 one read and written (8) and the 16-bit parameter written (2), or,
+// with store_param_remainders (multi_tensor_adam_param_remainder), the
+// bf16 parameter and its 16-bit remainder each read and written (8).
+// Where FusedAdam holds the masters it reads the gradient from its buffer
+// as it is (4 bytes in fp32, 2 in bf16); otherwise Megatron-Core hands it
+// an fp32 master as without the flag, priced as update_bytes_per_param's
+// mixed step (a 16-bit gradient). A state kept in another type is first
+// copied to fp32 (state.float(): its bytes read, 4 written) and written back
+// after (_apply_scale): bf16 through a bf16 temporary and copy_ (4 + 2,
+// then 2 + 2), 16 bytes more in all; fp16 also multiplied by its scale
+// and rescaled from its absolute maximum (2 + 4, 4 + 4, then 4, 4 + 4 and
+// 4 + 2), 32; fp8 dequantised, its maximum found and quantised (1 + 4, 4,
+// 4 + 1), 14. So Adam with bf16 moments streams 28 + 32 = 60 bytes a
+// parameter where the plain mixed step streams 28: the narrow moments save
+// memory and cost step time. The eager copies' launches (three a tensor
+// and state) are not priced.
+double update_bytes_per_param(const ResolvedPlan& plan) {
+  if (!plan.use_precision_aware_optimizer || is_sgd(plan.optimizer)) {
+    return update_bytes_per_param(plan.optimizer, plan.precision, plan.master_weights);
+  }
+  const bool mixed = plan.precision != Precision::kFp32;
+  const bool te = plan.te_master_weights();
+  const double grad = te ? gradient_element_bytes(plan) : mixed ? 2 : 4;
+  double master = 8;  // fp32 training: the parameter itself, read and written
+  if (mixed) {
+    const bool bf16_params = plan.precision == Precision::kBf16 ||
+                             ((plan.precision == Precision::kFp8 || plan.precision == Precision::kFp4) && !plan.fp8_param_gather);
+    const bool remainders = te && plan.main_params_dtype == StateDtype::kFp32 && plan.store_param_remainders && bf16_params;
+    master = remainders ? 8 : 8 + 2;
+  }
+  const auto narrowed = [](StateDtype d) {
+    switch (d) {
+      case StateDtype::kFp32: return 0.0;
+      case StateDtype::kBf16: return 16.0;
+      case StateDtype::kFp16: return 32.0;
+      case StateDtype::kFp8: return 14.0;
+    }
+    return 0.0;
+  };
+  double extra = narrowed(plan.exp_avg_dtype) + narrowed(plan.exp_avg_sq_dtype);
+  if (mixed && te) extra += narrowed(plan.main_params_dtype);
+  return grad + 16 + master + extra;
+}
+
 // Note [Optimizer step]
 // Without a profile, a step streams update_bytes_per_param bytes per
 // parameter at the device's achievable bandwidth and launches its kernels

@@ -470,6 +470,7 @@ class ChunkStage final : public detail::StageEmitter {
     // under a pipeline]).
     if (!c.resident_grads && !c.fsdp) frees.push_back({MemCategory::kGradients, -params * c.gw});
     detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
+    detail::add_step_state_copies(c.plan, params, c.rank_expert_params[s], on_start, frees);
     detail::add_step_temporaries(c.plan, c.cluster.device, c.plan.zero_stage == 1 ? shard : largest, on_start, frees);
     const TaskId step = c.add("optimizer step", s, Phase::kOptimizer,
                               detail::step_time(c.compute_model, static_cast<double>(shard), tensors, c.plan, c.cluster.device),

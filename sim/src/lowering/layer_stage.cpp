@@ -391,6 +391,7 @@ class LayerStage final : public detail::StageEmitter {
       frees.push_back({MemCategory::kGradients, -grads});
     }
     detail::add_step_fp32_grads(c.plan, c.params, c.expert_params, shard_params, c.gw, on_start, frees);
+    detail::add_step_state_copies(c.plan, c.params, c.expert_params, on_start, frees);
     {
       // Note [Unfused step]: the largest tensor it steps, a flat shard under ZeRO.
       std::int64_t largest = 0;
@@ -447,7 +448,7 @@ class LayerStage final : public detail::StageEmitter {
 
 ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std::int64_t expert_parameters) {
   const Bytes w = element_bytes(plan.precision);
-  const Bytes k = optimizer_state_bytes_per_param(plan.optimizer, plan.precision, plan.master_weights);
+  const Bytes k = optimizer_state_bytes_per_param(plan);
   const Bytes psi = parameters;
   // Dense parameters shard over shard_group, routed experts' over the
   // expert data-parallel group (Note [Expert mesh] in cost_comm.cpp).

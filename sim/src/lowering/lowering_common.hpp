@@ -359,8 +359,10 @@ inline std::int64_t optimizer_shard_of(const ResolvedPlan& p, std::int64_t param
 /// free of the rank's whole gradients, which keeps only the shard's).
 inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std::int64_t expert, std::int64_t shard,
                                 Bytes gw, MemOps& on_start, MemOps& frees) {
+  // Note [Precision-aware optimizer] (plan.cpp): FusedAdam reads the
+  // 16-bit gradients as they are.
   if (p.zero_stage < 1 || (p.zero_stage > 2 && !p.zero3_modules()) || p.fsdp || p.precision == Precision::kFp32 ||
-      p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu) {
+      p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu || p.te_master_weights()) {
     return;
   }
   const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
@@ -377,6 +379,20 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
   frees.push_back({MemCategory::kGradients, -g32});
 }
 
+/// Adds Note [Precision-aware optimizer]'s fp32 copies of the states kept
+/// in other types (sim/src/parallel/plan.cpp) to the step of a rank holding
+/// `params` parameters, `expert` of them routed experts': a parameter
+/// group's at a time, the largest being the dense or the experts' shard
+/// (Megatron-Core steps them as two optimizers).
+inline void add_step_state_copies(const ResolvedPlan& p, std::int64_t params, std::int64_t expert, MemOps& on_start, MemOps& frees) {
+  const int per = optimizer_step_copy_bytes_per_param(p);
+  if (per == 0 || p.offload_optimizer == Offload::kCpu) return;
+  const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
+  const Bytes copies = per * std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+  on_start.push_back({MemCategory::kOptimizer, copies});
+  frees.push_back({MemCategory::kOptimizer, -copies});
+}
+
 /// An optimizer step of `params` parameters in `tensors` updates as the
 /// compute model prices it; without master weights (Note [No master
 /// weights] in sim/src/parallel/plan.cpp) the same step streams fewer bytes,
@@ -385,9 +401,10 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
 /// mixed step's time (Adam in bf16: 14 of 28 bytes).
 inline TimeNs step_time(const ComputeModel& m, double params, int tensors, const ResolvedPlan& p, const DeviceSpec& device) {
   const TimeNs t = m.optimizer_time(params, tensors, p.optimizer, p.precision, device);
-  if (p.master_weights || p.precision == Precision::kFp32) return t;
-  const double mixed = update_bytes_per_param(p.optimizer, p.precision), pure = update_bytes_per_param(p.optimizer, p.precision, false);
-  return mixed > 0 ? static_cast<TimeNs>(std::llround(static_cast<double>(t) * pure / mixed)) : t;
+  // The step's bytes as the plan keeps its states (no masters, or Note
+  // [Precision-aware optimizer]'s types) against those it was priced at.
+  const double priced = update_bytes_per_param(p.optimizer, p.precision), streamed = update_bytes_per_param(p);
+  return priced > 0 && streamed != priced ? static_cast<TimeNs>(std::llround(static_cast<double>(t) * streamed / priced)) : t;
 }
 
 /// Adds Note [Unfused step]'s temporaries (sim/cost.hpp) to a step whose

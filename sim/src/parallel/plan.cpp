@@ -165,6 +165,26 @@ const char* to_string(Fp8Recipe r) {
   return "?";
 }
 
+const char* to_string(StateDtype d) {
+  switch (d) {
+    case StateDtype::kFp32: return "fp32";
+    case StateDtype::kFp16: return "fp16";
+    case StateDtype::kBf16: return "bf16";
+    case StateDtype::kFp8: return "fp8";
+  }
+  return "?";
+}
+
+int state_bytes(StateDtype d) {
+  switch (d) {
+    case StateDtype::kFp32: return 4;
+    case StateDtype::kFp16:
+    case StateDtype::kBf16: return 2;
+    case StateDtype::kFp8: return 1;
+  }
+  return 4;
+}
+
 const char* to_string(FsdpWrap w) {
   switch (w) {
     case FsdpWrap::kBlocks: return "blocks";
@@ -219,6 +239,55 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
   // Note [No master weights]: the states in the parameters' bytes, no master.
   if (mixed && !master_weights) return buffers * element_bytes(p);
   return 4 * buffers + (mixed ? 4 : 0);
+}
+
+// Note [Precision-aware optimizer]
+// Megatron-Core's --use-precision-aware-optimizer (OptimizerConfig's
+// use_precision_aware_optimizer; every Megatron-Bridge bf16 Adam
+// performance run turns it on, scripts/performance/run_script.py) hands
+// the states to Transformer Engine's FusedAdam (transformer_engine/pytorch/
+// optimizers/fused_adam.py), each in its own type: exp_avg_dtype and
+// exp_avg_sq_dtype (fp32, fp16, bf16, or fp8 with a scale a tensor) and
+// main_params_dtype (fp32 or fp16). Who holds the master weights depends
+// on the recipe (optimizer_config.py, use_precision_aware_optimizer_no_fp8
+// _or_ds_fp8): FusedAdam does, unless the run is FP8 with a recipe other
+// than delayed scaling and fp32 masters (then Megatron-Core keeps an fp32
+// copy as without the flag, distrib_optimizer.py). FusedAdam keeps an fp32
+// master of a bf16 parameter as its low 16 bits where store_param_remainders
+// (true by default, TE >= 2.1): the bf16 parameter is the high half. So
+// per parameter of a rank's shard the states take master + exp_avg +
+// exp_avg_sq bytes: 4 + 4 + 4 = 12 without the flag, 2 + 4 + 4 = 10 with it
+// and its defaults in bf16, 4 + 2 + 2 = 8 for DeepSeek-V4's MXFP8 recipes
+// (bf16 moments). A step does not run on the narrow states: for each it
+// makes an fp32 copy of every parameter's in the group (get_unscaled_state,
+// state.float()), runs the fp32 kernel on the copies and writes them back
+// (_apply_scale), freeing the copies as the group ends: 4 bytes an element
+// of the largest group for each state not in fp32, while the step runs
+// (optimizer_step_copy_bytes_per_param). Where FusedAdam holds the masters
+// it reads the gradient from its buffer as it is (.decoupled_grad): no fp32
+// copy of a bf16 gradient shard. The step's traffic is in
+// update_bytes_per_param (cost_compute.cpp). dtsim prices an NVFP4 run's
+// masters as FusedAdam's (Megatron-LM's fp8_recipe default is delayed).
+int optimizer_state_bytes_per_param(const ResolvedPlan& plan) {
+  if (!plan.use_precision_aware_optimizer || is_sgd(plan.optimizer)) {
+    return optimizer_state_bytes_per_param(plan.optimizer, plan.precision, plan.master_weights);
+  }
+  const int moments = state_bytes(plan.exp_avg_dtype) + state_bytes(plan.exp_avg_sq_dtype);
+  if (plan.precision == Precision::kFp32) return moments;  // the parameters are their own master
+  if (!plan.te_master_weights()) return moments + 4;       // Megatron-Core's fp32 copy
+  if (plan.main_params_dtype != StateDtype::kFp32) return moments + state_bytes(plan.main_params_dtype);
+  // FusedAdam's remainders: only of bf16 parameters (fp16 ones, and FP8
+  // primary weights, keep a whole fp32 master).
+  const bool bf16_params = plan.precision == Precision::kBf16 ||
+                           ((plan.precision == Precision::kFp8 || plan.precision == Precision::kFp4) && !plan.fp8_param_gather);
+  return moments + (plan.store_param_remainders && bf16_params ? 2 : 4);
+}
+
+int optimizer_step_copy_bytes_per_param(const ResolvedPlan& plan) {
+  if (!plan.use_precision_aware_optimizer || is_sgd(plan.optimizer)) return 0;
+  int copies = (plan.exp_avg_dtype != StateDtype::kFp32) + (plan.exp_avg_sq_dtype != StateDtype::kFp32);
+  if (plan.precision != Precision::kFp32 && plan.te_master_weights() && plan.main_params_dtype != StateDtype::kFp32) ++copies;
+  return 4 * copies;
 }
 
 int zero_stage_of(FsdpMode f) {
@@ -1138,6 +1207,35 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (r.accumulate_allreduce_grads_in_fp32 && r.offload_optimizer == Offload::kCpu) {
     bad.add("accumulate_allreduce_grads_in_fp32", "true with offload_optimizer cpu is not modelled (Megatron-Core keeps its "
                                                   "gradient buffer on the GPU); valid: false");
+  }
+  // Note [Precision-aware optimizer]: as Megatron-Core's OptimizerConfig
+  // and get_megatron_optimizer assert.
+  r.use_precision_aware_optimizer = s.use_precision_aware_optimizer;
+  r.main_params_dtype = s.main_params_dtype;
+  r.exp_avg_dtype = s.exp_avg_dtype;
+  r.exp_avg_sq_dtype = s.exp_avg_sq_dtype;
+  r.store_param_remainders = s.store_param_remainders;
+  if (r.use_precision_aware_optimizer) {
+    if (!PlanRules::precision_aware_allowed(r.zero_stage, r.fsdp, r.optimizer)) {
+      bad.add("use_precision_aware_optimizer",
+              is_sgd(r.optimizer) ? std::string("true needs optimizer adam or adamw (Transformer Engine's FusedAdam); with sgd valid: false")
+                                  : "true needs zero_stage 1, Megatron-Core's distributed optimizer (\"only supported with distributed "
+                                    "optimizer\"); with " + (r.fsdp ? std::string("fsdp") : "zero_stage " + std::to_string(r.zero_stage)) +
+                                        " valid: false");
+    } else if (!r.master_weights && PlanRules::masters_optional(r.precision, r.accumulate_allreduce_grads_in_fp32, r.offload_optimizer)) {
+      // (Where masters are not optional, the check above said so.)
+      bad.add("master_weights", "false contradicts use_precision_aware_optimizer: true (its FusedAdam keeps masters); set only one");
+    } else if (r.runtime == Runtime::kPython) {
+      bad.add("use_precision_aware_optimizer", "true with runtime: python, whose optimizer is torch.optim's; valid there: false");
+    }
+  } else {
+    for (const auto& [key, d] : {std::pair{"main_params_dtype", r.main_params_dtype}, std::pair{"exp_avg_dtype", r.exp_avg_dtype},
+                                 std::pair{"exp_avg_sq_dtype", r.exp_avg_sq_dtype}}) {
+      if (d != StateDtype::kFp32) {
+        bad.add(key, std::string(to_string(d)) + " needs use_precision_aware_optimizer: true (Megatron-Core asserts \"" + key +
+                         " can only be fp32 when not using precision-aware optimizer\"); valid without it: fp32");
+      }
+    }
   }
   bad.raise();
   return r;

@@ -113,6 +113,10 @@ bool PlanRules::masters_optional(Precision p, bool fp32_gradients, Offload optim
   return (p == Precision::kFp16 || p == Precision::kBf16) && !fp32_gradients && optimizer != Offload::kCpu;
 }
 
+bool PlanRules::precision_aware_allowed(int zero_stage, bool fsdp, Optimizer o) {
+  return zero_stage == 1 && !fsdp && !is_sgd(o);
+}
+
 std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   if (cp <= 1) return {CpComm::kP2p};
   if (model_.cp_all_gather_only()) return {CpComm::kAllGather};

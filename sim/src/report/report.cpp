@@ -100,6 +100,14 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.overlap_param_gather) os << " overlap-param-gather";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   if (!p.master_weights) os << " no-master-weights";
+  if (p.use_precision_aware_optimizer) {
+    // Note [Precision-aware optimizer]: the types not left at fp32.
+    os << " precision-aware";
+    if (p.exp_avg_dtype != StateDtype::kFp32) os << " exp_avg=" << to_string(p.exp_avg_dtype);
+    if (p.exp_avg_sq_dtype != StateDtype::kFp32) os << " exp_avg_sq=" << to_string(p.exp_avg_sq_dtype);
+    if (p.main_params_dtype != StateDtype::kFp32) os << " main_params=" << to_string(p.main_params_dtype);
+    if (!p.store_param_remainders) os << " store_param_remainders=false";
+  }
   if (p.deallocate_pipeline_outputs) os << " outputs-freed";
   if (p.sync_batchnorm) os << " sync_batchnorm";
   return os.str();
@@ -168,6 +176,10 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
       .field("overlap_param_gather", p.overlap_param_gather);
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
   j.field("master_weights", p.master_weights);
+  j.field("use_precision_aware_optimizer", p.use_precision_aware_optimizer);
+  j.field("main_params_dtype", to_string(p.main_params_dtype)).field("exp_avg_dtype", to_string(p.exp_avg_dtype))
+      .field("exp_avg_sq_dtype", to_string(p.exp_avg_sq_dtype));
+  j.field("store_param_remainders", p.store_param_remainders);
   j.field("deallocate_pipeline_outputs", p.deallocate_pipeline_outputs);
   j.field("schedule", p.pp > 1 ? to_string(p.schedule) : "none");
   j.field("virtual_stages", p.virtual_stages);

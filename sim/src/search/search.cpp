@@ -545,6 +545,13 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                       p.fsdp_reduce_fp32 = false;
                       p.limit_all_gathers = true;
                     }
+                    // Megatron-Core's precision-aware optimizer, the base
+                    // plan's, where the candidate has the distributed
+                    // optimizer; fp32 states elsewhere, as resolve asks.
+                    if (!PlanRules::precision_aware_allowed(sh.zero, sh.fsdp != FsdpMode::kNone, effective_optimizer(p.optimizer, p.sgd_momentum))) {
+                      p.use_precision_aware_optimizer = false;
+                      p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp32;
+                    }
                     if (const auto v = PlanRules::fsdp_versions(sh.fsdp, p.overlap, p.limit_all_gathers);
                         std::find(v.begin(), v.end(), p.fsdp_version) == v.end()) {
                       p.fsdp_version = 1;
@@ -1216,6 +1223,12 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     lb.offload_params = s.offload_params;
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
     lb.master_weights = s.master_weights;
+    // Note [Precision-aware optimizer]: its states, where resolve allows it.
+    lb.use_precision_aware_optimizer = s.use_precision_aware_optimizer && PlanRules::precision_aware_allowed(lb.zero_stage, s.fsdp != FsdpMode::kNone, lb.optimizer);
+    lb.main_params_dtype = s.main_params_dtype;
+    lb.exp_avg_dtype = s.exp_avg_dtype;
+    lb.exp_avg_sq_dtype = s.exp_avg_sq_dtype;
+    lb.store_param_remainders = s.store_param_remainders;
     lb.recompute_blocks = s.recompute_method == RecomputeMethod::kBlock ? s.recompute_num_layers : 0;
     // Note [FSDP under a pipeline]: what the stage bounds add for it (plan_bounds).
     lb.fsdp = s.pp > 1 && s.fsdp == FsdpMode::kFullShard;

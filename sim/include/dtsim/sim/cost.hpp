@@ -324,6 +324,10 @@ Bytes unfused_step_bytes(std::int64_t largest, Optimizer o, Precision p, bool fu
 /// (multi-tensor Adam: read grad, master, m, v; write master, m, v, and the
 /// working copy under mixed precision; momentum SGD drops v).
 double update_bytes_per_param(Optimizer o, Precision p, bool master_weights = true);
+/// The same for a plan: without master weights as above, and under
+/// use_precision_aware_optimizer as Transformer Engine's FusedAdam streams
+/// its states (Note [Precision-aware step] in cost_compute.cpp).
+double update_bytes_per_param(const ResolvedPlan& plan);
 
 /// What a Python training loop's host adds to dtsim's C++ loop for the
 /// same work (Note [Python host cost] in cost_python.cpp), as calibration

@@ -116,6 +116,12 @@ enum class Runtime { kLibtorch, kPython };
 /// Apex's RMSNorm under --transformer-impl transformer_engine or local,
 /// and --bias-swiglu-fusion, both Megatron-LM's defaults).
 enum class Kernels { kComposite, kFused };
+/// The type a precision-aware optimizer keeps one of its states in
+/// (Megatron-Core's OptimizerConfig main_params_dtype, exp_avg_dtype and
+/// exp_avg_sq_dtype; Note [Precision-aware optimizer] in
+/// sim/src/parallel/plan.cpp): fp8 is Transformer Engine's E4M3 with a
+/// scale a tensor (Megatron-LM's "fp8", torch.uint8).
+enum class StateDtype { kFp32, kFp16, kBf16, kFp8 };
 // Fp8Recipe (how FP8 training scales a tensor before its cast) is in cluster.hpp:
 // the pricing of a plan sets it on its copy of the device.
 
@@ -142,6 +148,10 @@ LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp);
 const char* to_string(Runtime r);
 const char* to_string(Kernels k);
 const char* to_string(Fp8Recipe r);
+/// "fp32", "fp16", "bf16", "fp8".
+const char* to_string(StateDtype d);
+/// Bytes an element of a state in `d` takes: 4, 2, 2, 1.
+int state_bytes(StateDtype d);
 
 /// Where each key of a plan came from ("configs/plans/ddp.yaml:4" or
 /// "--set plan.dp"), so late checks can still point at the source.
@@ -393,6 +403,22 @@ struct PlanSpec {
   /// torch_dtype=bfloat16, NeMo Automodel; Note [No master weights] in
   /// sim/src/parallel/plan.cpp).
   bool master_weights = true;
+  /// Megatron-Core's use_precision_aware_optimizer (--use-precision-aware-
+  /// optimizer; every Megatron-Bridge bf16 Adam performance run turns it
+  /// on): Transformer Engine's FusedAdam keeps the states, each in its own
+  /// type below, and, outside FP8 recipes other than delayed scaling, the
+  /// master weights, as 16-bit remainders of the bf16 parameters where
+  /// store_param_remainders (Note [Precision-aware optimizer] in
+  /// sim/src/parallel/plan.cpp). Needs zero_stage 1 (the distributed
+  /// optimizer) and Adam, as Megatron-Core asserts; the types other than
+  /// fp32 need it.
+  bool use_precision_aware_optimizer = false;
+  StateDtype main_params_dtype = StateDtype::kFp32;  ///< fp32 or fp16
+  StateDtype exp_avg_dtype = StateDtype::kFp32;      ///< Adam's first moment
+  StateDtype exp_avg_sq_dtype = StateDtype::kFp32;   ///< Adam's second moment
+  /// OptimizerConfig's store_param_remainders (true by default): an fp32
+  /// master of a bf16 parameter kept as its low 16 bits.
+  bool store_param_remainders = true;
   Origins origins;
 };
 
@@ -472,6 +498,11 @@ struct ResolvedPlan {
   bool overlap_param_gather = false;                ///< PlanSpec's (zero_stage 1 only)
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
   bool master_weights = true;                       ///< PlanSpec's (false only under fp16/bf16)
+  bool use_precision_aware_optimizer = false;       ///< PlanSpec's (zero_stage 1 and Adam only)
+  /// PlanSpec's; each fp32 without use_precision_aware_optimizer.
+  StateDtype main_params_dtype = StateDtype::kFp32, exp_avg_dtype = StateDtype::kFp32,
+             exp_avg_sq_dtype = StateDtype::kFp32;
+  bool store_param_remainders = true;               ///< PlanSpec's
   bool deallocate_pipeline_outputs = false;          ///< PlanSpec's
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
   int virtual_stages = 1;         ///< model chunks per pipeline rank
@@ -501,6 +532,15 @@ struct ResolvedPlan {
   /// ZeRO-1's parameters gathered in the next forward over more than one
   /// rank (Note [Overlapped parameter gather]); after the step otherwise.
   bool zero1_gathers_in_forward() const { return zero_stage == 1 && overlap_param_gather && shard_group > 1; }
+  /// Note [Precision-aware optimizer]: Transformer Engine's FusedAdam, not
+  /// Megatron-Core, holds the master weights and reads the gradients from
+  /// their buffer as they are (OptimizerConfig's
+  /// use_precision_aware_optimizer_no_fp8_or_ds_fp8).
+  bool te_master_weights() const {
+    return use_precision_aware_optimizer &&
+           (main_params_dtype != StateDtype::kFp32 || offload_optimizer == Offload::kCpu ||
+            !((precision == Precision::kFp8 || precision == Precision::kFp4) && fp8_recipe != Fp8Recipe::kDelayed));
+  }
 };
 
 /// Checks `spec` against model and cluster; throws ConfigError on the first
@@ -521,6 +561,14 @@ std::vector<std::string> parse_pipeline_layout(const std::string& text);
 /// mixed-precision Adam); without master weights, the states in the
 /// parameters' 16 bits (Adam: 4).
 int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weights = true);
+/// Bytes per parameter of optimizer state a plan keeps: as above, or
+/// under use_precision_aware_optimizer its master and moments each in its
+/// own type (Note [Precision-aware optimizer]).
+int optimizer_state_bytes_per_param(const ResolvedPlan& plan);
+/// Bytes per parameter of its shard that a precision-aware step holds
+/// while it runs: an fp32 copy of each state kept in another type
+/// (Note [Precision-aware optimizer]); 0 otherwise.
+int optimizer_step_copy_bytes_per_param(const ResolvedPlan& plan);
 
 /// Bytes of a gradient element: 4 under accumulate_allreduce_grads_in_fp32,
 /// else the parameters' (element_bytes of the precision).

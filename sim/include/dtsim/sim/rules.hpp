@@ -93,6 +93,11 @@ class PlanRules {
   /// false; Note [No master weights] in plan.cpp): in fp16 or bf16, without
   /// Megatron's fp32 gradient buffer and with the optimizer on the device.
   static bool masters_optional(Precision p, bool fp32_gradients, Offload optimizer);
+  /// Whether a plan may use Megatron-Core's precision-aware optimizer
+  /// (PlanSpec::use_precision_aware_optimizer; Note [Precision-aware
+  /// optimizer] in plan.cpp): Adam under the distributed optimizer
+  /// (zero_stage 1, not FSDP), as Megatron-Core asserts.
+  static bool precision_aware_allowed(int zero_stage, bool fsdp, Optimizer o);
   /// Whether attention `a` runs fused in precision p: `auto` is what the
   /// device would run (PyTorch's SDPA and Megatron-Core pick a fused kernel
   /// on a GPU in 16- and 8-bit training; eager on CPUs and in fp32).
