@@ -195,6 +195,14 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                              "in the Megatron-Bridge and NeMo recipes): the distributed optimizer's parameters "
                              "all-gathered bucket by bucket as the next forward reaches them, one ahead, instead of "
                              "all after the step. ZeRO-1 only (Note [Overlapped parameter gather])."},
+    {"precision_aware", "plan.use_precision_aware_optimizer: Megatron-Core's --use-precision-aware-optimizer (on in "
+                        "every Megatron-Bridge bf16 Adam performance run): Transformer Engine's FusedAdam keeps "
+                        "the states, the master of a bf16 parameter as its 16-bit remainder, 10 bytes a parameter "
+                        "of the shard instead of 12; each state kept narrower is copied to fp32 while the step runs "
+                        "(Note [Precision-aware optimizer]). Adam under the distributed optimizer (ZeRO-1) only."},
+    {"exp_avg_dtype", "plan.exp_avg_dtype and exp_avg_sq_dtype: the type the precision-aware optimizer keeps Adam's "
+                      "moments in (--exp-avg-dtype, --exp-avg-sq-dtype; bf16 in DeepSeek-V3's and -V4's Bridge "
+                      "recipes): fp32, bf16, fp16 or fp8, 4, 2, 2 or 1 byte each."},
     {"master_weights", "plan.master_weights: an fp32 master copy of the parameters in the optimizer, as mixed "
                        "precision keeps one (Megatron, DeepSpeed's bf16.enabled, autocast over fp32 parameters): "
                        "Adam's 12 bytes a parameter. Off: a model loaded in bf16 and stepped by torch.optim "
@@ -600,8 +608,9 @@ struct ExplorerWindow::Impl {
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
-            *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr, *fsdp2 = nullptr;
+            *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr, *fsdp2 = nullptr, *precision_aware = nullptr;
   QComboBox* nccl_proto = nullptr;
+  QComboBox* moments = nullptr;  ///< the precision-aware optimizer's Adam moments
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -849,6 +858,13 @@ struct ExplorerWindow::Impl {
     param_gather->setObjectName("overlap_param_gather");
     masters = new QCheckBox("fp32 masters");
     masters->setObjectName("master_weights");
+    precision_aware = new QCheckBox("precision-aware");
+    precision_aware->setObjectName("precision_aware");
+    moments = new QComboBox;
+    moments->setObjectName("exp_avg_dtype");
+    for (sim::StateDtype d : {sim::StateDtype::kFp32, sim::StateDtype::kBf16, sim::StateDtype::kFp16, sim::StateDtype::kFp8}) {
+      moments->addItem(QString("moments ") + sim::to_string(d), static_cast<int>(d));
+    }
     contig = new QCheckBox("contiguous");
     contig->setObjectName("contiguous_gradients");
     scatter = new QCheckBox("reduce-scatter");
@@ -875,7 +891,8 @@ struct ExplorerWindow::Impl {
     mf->addRow("Sharding", zero);
     // Two check boxes a row, not a row each (Note [Chart sizes]): the
     // optimizer's states, then ZeRO-1's reduction and gather.
-    for (auto [left, right] : {std::pair{fp32_grads, masters}, std::pair{scatter, param_gather}}) {
+    for (auto [left, right] : {std::pair<QWidget*, QWidget*>{fp32_grads, masters}, std::pair<QWidget*, QWidget*>{precision_aware, moments},
+                               std::pair<QWidget*, QWidget*>{scatter, param_gather}}) {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(left);
@@ -1284,6 +1301,8 @@ struct ExplorerWindow::Impl {
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(param_gather, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(masters, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(precision_aware, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(moments, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(scatter, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1349,6 +1368,8 @@ struct ExplorerWindow::Impl {
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
     param_gather->setChecked(p.overlap_param_gather);
     masters->setChecked(p.master_weights);
+    precision_aware->setChecked(p.use_precision_aware_optimizer);
+    moments->setCurrentIndex(std::max(0, moments->findData(static_cast<int>(p.exp_avg_dtype))));
     contig->setChecked(p.contiguous_gradients);
     scatter->setChecked(p.reduce_scatter);
     fsdp_wrap->setCurrentIndex(std::max(0, fsdp_wrap->findData(static_cast<int>(p.fsdp_wrap))));
@@ -1421,6 +1442,9 @@ struct ExplorerWindow::Impl {
     fp32_grads->setEnabled(zero->currentData().toInt() <= 1 && offload->currentData().toInt() == 0);
     // Note [No master weights]: without them only in 16 bits, beside neither of those.
     masters->setEnabled(sixteen_bit_masters());
+    // Note [Precision-aware optimizer]: Adam under the distributed optimizer.
+    precision_aware->setEnabled(precision_aware_allowed());
+    moments->setEnabled(precision_aware_allowed() && precision_aware->isChecked());
     // FSDP's units and its limit with a sharded FSDP; DeepSpeed's
     // coordinator knobs with its ZeRO-3 (resolve ignores them otherwise).
     const int z = zero->currentData().toInt();
@@ -1575,6 +1599,17 @@ struct ExplorerWindow::Impl {
     // resolve refuses them off elsewhere (Note [No master weights]): there, on.
     p.master_weights = masters->isChecked() ||
                        !sim::PlanRules::masters_optional(p.precision, p.accumulate_allreduce_grads_in_fp32, p.offload_optimizer);
+    // Note [Precision-aware optimizer]: where the rules allow it (it keeps
+    // masters); elsewhere off with fp32 states (the boxes keep what they
+    // show). The box's moments, both, where it changed them.
+    p.use_precision_aware_optimizer = precision_aware->isChecked() && precision_aware_allowed();
+    if (p.use_precision_aware_optimizer) {
+      p.master_weights = true;
+      const auto m = static_cast<sim::StateDtype>(moments->currentData().toInt());
+      if (m != before.exp_avg_dtype || !before.use_precision_aware_optimizer) p.exp_avg_dtype = p.exp_avg_sq_dtype = m;
+    } else {
+      p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = sim::StateDtype::kFp32;
+    }
     p.kernels = static_cast<sim::Kernels>(kernels_box->currentData().toInt());
     // Under fp8 only; elsewhere delayed, the default (the box keeps what it shows).
     p.fp8_recipe = p.precision == sim::Precision::kFp8 ? static_cast<sim::Fp8Recipe>(fp8_recipe->currentData().toInt())
@@ -1611,6 +1646,9 @@ struct ExplorerWindow::Impl {
     mark(p.reduce_scatter != before.reduce_scatter, "reduce_scatter");
     mark(p.overlap_param_gather != before.overlap_param_gather, "overlap_param_gather");
     mark(p.master_weights != before.master_weights, "master_weights");
+    mark(p.use_precision_aware_optimizer != before.use_precision_aware_optimizer, "use_precision_aware_optimizer");
+    mark(p.exp_avg_dtype != before.exp_avg_dtype, "exp_avg_dtype");
+    mark(p.exp_avg_sq_dtype != before.exp_avg_sq_dtype, "exp_avg_sq_dtype");
     mark(p.micro_batch != before.micro_batch, "micro_batch");
     mark(p.global_batch != before.global_batch, "global_batch");
     mark(p.grad_accum != before.grad_accum, "grad_accum");
@@ -1648,12 +1686,20 @@ struct ExplorerWindow::Impl {
   /// Whether the plan may go without fp32 masters (Note [No master weights]
   /// in sim/src/parallel/plan.cpp): fp16 or bf16, and neither Megatron's
   /// fp32 gradients nor the optimizer offloaded.
+  bool precision_aware_allowed() const {
+    const int z = zero->currentData().toInt();
+    const sim::PlanSpec& b = scenario.plan;
+    return sim::PlanRules::precision_aware_allowed(z < 10 ? z : 0, z >= 10, sim::effective_optimizer(b.optimizer, b.sgd_momentum)) &&
+           b.runtime != sim::Runtime::kPython;
+  }
+
   bool sixteen_bit_masters() const {
     const sim::Precision pr =
         precision->count() > 0 ? static_cast<sim::Precision>(precision->currentData().toInt()) : scenario.plan.precision;
     const bool offloaded = offload->currentData().toInt() != 0;
     const bool fp32g = fp32_grads->isChecked() && zero->currentData().toInt() <= 1 && !offloaded;
-    return sim::PlanRules::masters_optional(pr, fp32g, offloaded ? sim::Offload::kCpu : sim::Offload::kNone);
+    return sim::PlanRules::masters_optional(pr, fp32g, offloaded ? sim::Offload::kCpu : sim::Offload::kNone) &&
+           !(precision_aware->isChecked() && precision_aware_allowed());
   }
 
   void knobs_changed() {

@@ -348,6 +348,15 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                       "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("plan.accumulate_allreduce_grads_in_fp32") + ")");
     s.spec.accumulate_allreduce_grads_in_fp32 = false;
   }
+  if (s.spec.use_precision_aware_optimizer) {
+    // Note [Precision-aware optimizer] (sim/src/parallel/plan.cpp): the
+    // runtime's Adam keeps fp32 masters and moments, not Transformer
+    // Engine's FusedAdam's; predict what runs.
+    s.notes.push_back("use_precision_aware_optimizer -> false: the runtime's Adam keeps its states in fp32, not Transformer "
+                      "Engine's FusedAdam's types (" + s.spec.origins.of("plan.use_precision_aware_optimizer") + ")");
+    s.spec.use_precision_aware_optimizer = false;
+    s.spec.main_params_dtype = s.spec.exp_avg_dtype = s.spec.exp_avg_sq_dtype = sim::StateDtype::kFp32;
+  }
   if (s.spec.moe_dispatcher == sim::MoeDispatcher::kDeepEp) {
     // Note [DeepEP] (sim/src/cost/cost_comm.cpp): DeepEP's kernels (NVSHMEM
     // between GPUs) are not in the runtime, whose alltoall dispatcher moves

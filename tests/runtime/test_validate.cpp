@@ -291,6 +291,16 @@ TEST_CASE("setup_run refuses a plan that does not fit the ranks, and adapts prec
   REQUIRE(sd.notes.size() == 2);
   CHECK(sd.notes[1].find("loss_parallel dtensor -> megatron") != std::string::npos);
   CHECK(sd.notes[1].find("--set plan.loss_parallel") != std::string::npos);
+  // Megatron-Core's precision-aware optimizer is not the runtime's Adam:
+  // predicted as what runs, fp32 states, and said.
+  auto aware = runtime::parse_validate_args({"--model", "gpt2-tiny", "--plan", "zero1", "--set", "plan.use_precision_aware_optimizer=true",
+                                             "--set", "plan.exp_avg_dtype=bf16"});
+  const auto sa = runtime::setup_run(aware, 2);
+  CHECK_FALSE(sa.plan.use_precision_aware_optimizer);
+  CHECK(sa.plan.exp_avg_dtype == sim::StateDtype::kFp32);
+  bool aware_noted = false;
+  for (const auto& n : sa.notes) aware_noted = aware_noted || n.find("use_precision_aware_optimizer -> false") == 0;
+  CHECK(aware_noted);
   // The twins run PyTorch's composite norms and SwiGLU (Note [Fused kernels]).
   auto kernels = runtime::parse_validate_args({"--model", "llama-tiny", "--set", "plan.kernels=fused"});
   const auto sk = runtime::setup_run(kernels, 2);
