@@ -5,6 +5,7 @@
 #include <filesystem>
 #include <map>
 #include <optional>
+#include <tuple>
 
 #include <QAreaSeries>
 #include <QBarCategoryAxis>
@@ -195,14 +196,14 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                              "in the Megatron-Bridge and NeMo recipes): the distributed optimizer's parameters "
                              "all-gathered bucket by bucket as the next forward reaches them, one ahead, instead of "
                              "all after the step. ZeRO-1 only (Note [Overlapped parameter gather])."},
-    {"precision_aware", "plan.use_precision_aware_optimizer: Megatron-Core's --use-precision-aware-optimizer (on in "
-                        "every Megatron-Bridge bf16 Adam performance run): Transformer Engine's FusedAdam keeps "
-                        "the states, the master of a bf16 parameter as its 16-bit remainder, 10 bytes a parameter "
-                        "of the shard instead of 12; each state kept narrower is copied to fp32 while the step runs "
-                        "(Note [Precision-aware optimizer]). Adam under the distributed optimizer (ZeRO-1) only."},
-    {"exp_avg_dtype", "plan.exp_avg_dtype and exp_avg_sq_dtype: the type the precision-aware optimizer keeps Adam's "
-                      "moments in (--exp-avg-dtype, --exp-avg-sq-dtype; bf16 in DeepSeek-V3's and -V4's Bridge "
-                      "recipes): fp32, bf16, fp16 or fp8, 4, 2, 2 or 1 byte each."},
+    {"optimizer_states", "plan.use_precision_aware_optimizer with exp_avg_dtype and exp_avg_sq_dtype: Megatron-Core's "
+                         "--use-precision-aware-optimizer (on in every Megatron-Bridge bf16 Adam performance run), "
+                         "Transformer Engine's FusedAdam keeping the states, the master of a bf16 parameter as its "
+                         "16-bit remainder, 10 bytes a parameter of the shard instead of 12, and Adam's moments in "
+                         "the type named (--exp-avg-dtype, --exp-avg-sq-dtype; bf16 in DeepSeek-V3's and -V4's Bridge "
+                         "recipes: 6 bytes); each state kept narrower is copied to fp32 while the step runs (Note "
+                         "[Precision-aware optimizer]). fp32: without it; TE: with it. Adam under the distributed "
+                         "optimizer (ZeRO-1) only."},
     {"master_weights", "plan.master_weights: an fp32 master copy of the parameters in the optimizer, as mixed "
                        "precision keeps one (Megatron, DeepSpeed's bf16.enabled, autocast over fp32 parameters): "
                        "Adam's 12 bytes a parameter. Off: a model loaded in bf16 and stepped by torch.optim "
@@ -608,9 +609,13 @@ struct ExplorerWindow::Impl {
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
-            *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr, *fsdp2 = nullptr, *precision_aware = nullptr;
+            *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr, *fsdp2 = nullptr;
   QComboBox* nccl_proto = nullptr;
-  QComboBox* moments = nullptr;  ///< the precision-aware optimizer's Adam moments
+  /// The precision-aware optimizer with its moments' type, or -1 for none.
+  QComboBox* states = nullptr;
+  /// The plan's Megatron-Core 16-bit gradient buffer as loaded: kept where
+  /// the rules allow it (no knob of its own; Note [Megatron's gradient buffer]).
+  bool grad_buffer = false;
 
   // Output.
   QLabel *error_line = nullptr, *h_time = nullptr, *h_tokens = nullptr, *h_mfu = nullptr, *h_mem = nullptr,
@@ -858,13 +863,16 @@ struct ExplorerWindow::Impl {
     param_gather->setObjectName("overlap_param_gather");
     masters = new QCheckBox("fp32 masters");
     masters->setObjectName("master_weights");
-    precision_aware = new QCheckBox("precision-aware");
-    precision_aware->setObjectName("precision_aware");
-    moments = new QComboBox;
-    moments->setObjectName("exp_avg_dtype");
+    states = new QComboBox;
+    states->setObjectName("optimizer_states");
+    // Short words, and no wider than they need (Note [Chart sizes]): "TE"
+    // is Transformer Engine's FusedAdam, its moments' type after it.
+    states->addItem("fp32", -1);
     for (sim::StateDtype d : {sim::StateDtype::kFp32, sim::StateDtype::kBf16, sim::StateDtype::kFp16, sim::StateDtype::kFp8}) {
-      moments->addItem(QString("moments ") + sim::to_string(d), static_cast<int>(d));
+      states->addItem(QString("TE ") + sim::to_string(d), static_cast<int>(d));
     }
+    states->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+    states->setMinimumContentsLength(6);
     contig = new QCheckBox("contiguous");
     contig->setObjectName("contiguous_gradients");
     scatter = new QCheckBox("reduce-scatter");
@@ -888,11 +896,21 @@ struct ExplorerWindow::Impl {
       b->setDecimals(0);
       b->setSingleStep(1e7);
     }
-    mf->addRow("Sharding", zero);
+    {
+      // The optimizer's states beside the sharding, sharing its width: a
+      // row more would take the charts' height at 1280 x 800, a third box
+      // beside the masters their width (Note [Chart sizes]).
+      zero->setSizeAdjustPolicy(QComboBox::AdjustToMinimumContentsLengthWithIcon);
+      zero->setMinimumContentsLength(9);
+      auto* row = new QHBoxLayout;
+      row->setContentsMargins(0, 0, 0, 0);
+      row->addWidget(zero, 2);
+      row->addWidget(states, 1);
+      mf->addRow("Sharding", row);
+    }
     // Two check boxes a row, not a row each (Note [Chart sizes]): the
     // optimizer's states, then ZeRO-1's reduction and gather.
-    for (auto [left, right] : {std::pair<QWidget*, QWidget*>{fp32_grads, masters}, std::pair<QWidget*, QWidget*>{precision_aware, moments},
-                               std::pair<QWidget*, QWidget*>{scatter, param_gather}}) {
+    for (auto [left, right] : {std::pair{fp32_grads, masters}, std::pair{scatter, param_gather}}) {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(left);
@@ -1301,8 +1319,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(param_gather, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(masters, &QCheckBox::toggled, w, [this] { knobs_changed(); });
-    QObject::connect(precision_aware, &QCheckBox::toggled, w, [this] { knobs_changed(); });
-    QObject::connect(moments, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
+    QObject::connect(states, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(scatter, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(limit_ag, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1366,10 +1383,10 @@ struct ExplorerWindow::Impl {
     dealloc->setChecked(p.deallocate_pipeline_outputs);
     sync_bn->setChecked(p.sync_batchnorm);
     fp32_grads->setChecked(p.accumulate_allreduce_grads_in_fp32);
+    grad_buffer = p.megatron_grad_buffer;
     param_gather->setChecked(p.overlap_param_gather);
     masters->setChecked(p.master_weights);
-    precision_aware->setChecked(p.use_precision_aware_optimizer);
-    moments->setCurrentIndex(std::max(0, moments->findData(static_cast<int>(p.exp_avg_dtype))));
+    states->setCurrentIndex(p.use_precision_aware_optimizer ? std::max(0, states->findData(static_cast<int>(p.exp_avg_dtype))) : 0);
     contig->setChecked(p.contiguous_gradients);
     scatter->setChecked(p.reduce_scatter);
     fsdp_wrap->setCurrentIndex(std::max(0, fsdp_wrap->findData(static_cast<int>(p.fsdp_wrap))));
@@ -1443,8 +1460,7 @@ struct ExplorerWindow::Impl {
     // Note [No master weights]: without them only in 16 bits, beside neither of those.
     masters->setEnabled(sixteen_bit_masters());
     // Note [Precision-aware optimizer]: Adam under the distributed optimizer.
-    precision_aware->setEnabled(precision_aware_allowed());
-    moments->setEnabled(precision_aware_allowed() && precision_aware->isChecked());
+    states->setEnabled(precision_aware_allowed());
     // FSDP's units and its limit with a sharded FSDP; DeepSpeed's
     // coordinator knobs with its ZeRO-3 (resolve ignores them otherwise).
     const int z = zero->currentData().toInt();
@@ -1580,6 +1596,7 @@ struct ExplorerWindow::Impl {
     }
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
+    p.megatron_grad_buffer = grad_buffer && z <= 1 && offload->currentData().toInt() == 0;
     // Elsewhere the plan keeps its own (the box keeps what it shows).
     if (z == 2) p.contiguous_gradients = contig->isChecked();
     if (z == 1) p.reduce_scatter = scatter->isChecked();
@@ -1602,10 +1619,10 @@ struct ExplorerWindow::Impl {
     // Note [Precision-aware optimizer]: where the rules allow it (it keeps
     // masters); elsewhere off with fp32 states (the boxes keep what they
     // show). The box's moments, both, where it changed them.
-    p.use_precision_aware_optimizer = precision_aware->isChecked() && precision_aware_allowed();
+    p.use_precision_aware_optimizer = states->currentData().toInt() >= 0 && precision_aware_allowed();
     if (p.use_precision_aware_optimizer) {
       p.master_weights = true;
-      const auto m = static_cast<sim::StateDtype>(moments->currentData().toInt());
+      const auto m = static_cast<sim::StateDtype>(states->currentData().toInt());
       if (m != before.exp_avg_dtype || !before.use_precision_aware_optimizer) p.exp_avg_dtype = p.exp_avg_sq_dtype = m;
     } else {
       p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = sim::StateDtype::kFp32;
@@ -1646,6 +1663,7 @@ struct ExplorerWindow::Impl {
     mark(p.reduce_scatter != before.reduce_scatter, "reduce_scatter");
     mark(p.overlap_param_gather != before.overlap_param_gather, "overlap_param_gather");
     mark(p.master_weights != before.master_weights, "master_weights");
+    mark(p.megatron_grad_buffer != before.megatron_grad_buffer, "megatron_grad_buffer");
     mark(p.use_precision_aware_optimizer != before.use_precision_aware_optimizer, "use_precision_aware_optimizer");
     mark(p.exp_avg_dtype != before.exp_avg_dtype, "exp_avg_dtype");
     mark(p.exp_avg_sq_dtype != before.exp_avg_sq_dtype, "exp_avg_sq_dtype");
@@ -1699,7 +1717,7 @@ struct ExplorerWindow::Impl {
     const bool offloaded = offload->currentData().toInt() != 0;
     const bool fp32g = fp32_grads->isChecked() && zero->currentData().toInt() <= 1 && !offloaded;
     return sim::PlanRules::masters_optional(pr, fp32g, offloaded ? sim::Offload::kCpu : sim::Offload::kNone) &&
-           !(precision_aware->isChecked() && precision_aware_allowed());
+           !(states->currentData().toInt() >= 0 && precision_aware_allowed());
   }
 
   void knobs_changed() {

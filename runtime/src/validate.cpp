@@ -347,7 +347,11 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
     s.notes.push_back("accumulate_allreduce_grads_in_fp32 -> false: the runtime keeps PyTorch's gradients in the parameters' "
                       "type, not Megatron-Core's fp32 buffer (" + s.spec.origins.of("plan.accumulate_allreduce_grads_in_fp32") + ")");
     s.spec.accumulate_allreduce_grads_in_fp32 = false;
+  } else if (s.spec.megatron_grad_buffer) {
+    s.notes.push_back("megatron_grad_buffer -> false: the runtime keeps PyTorch's gradients, made by the backward and freed by "
+                      "the step, not Megatron-Core's buffer (" + s.spec.origins.of("plan.megatron_grad_buffer") + ")");
   }
+  s.spec.megatron_grad_buffer = false;
   if (s.spec.use_precision_aware_optimizer) {
     // Note [Precision-aware optimizer] (sim/src/parallel/plan.cpp): the
     // runtime's Adam keeps fp32 masters and moments, not Transformer

@@ -165,13 +165,12 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 55);  // 25 combo boxes, 16 spin boxes (3 on the search tab), 14 check boxes
+  CHECK(knobs == 54);  // 25 combo boxes, 16 spin boxes (3 on the search tab), 13 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
       {"master_weights", {"torch_dtype=bfloat16", "bf16.enabled", "training.dtype"}},
-      {"precision_aware", {"--use-precision-aware-optimizer", "16-bit remainder"}},
-      {"exp_avg_dtype", {"--exp-avg-dtype", "--exp-avg-sq-dtype"}},
+      {"optimizer_states", {"--use-precision-aware-optimizer", "16-bit remainder", "--exp-avg-dtype"}},
       {"contiguous_gradients", {"zero_optimization.contiguous_gradients", "overlap_comm"}},
       {"overlap_param_gather", {"--overlap-param-gather", "overlap_param_gather"}},
       {"reduce_scatter", {"--use-distributed-optimizer", "zero_optimization.reduce_scatter", "ZeroRedundancyOptimizer"}},
@@ -747,29 +746,25 @@ TEST_CASE("the master-weights knob shows the plan's and reaches it, in 16 bits o
 // Adam's 12 bytes a parameter of the shard into 10 (the master as the bf16
 // parameter's remainder), and bf16 moments into 6; it keeps the masters
 // box on; where resolve refuses it (ZeRO-2) it is off the plan.
-TEST_CASE("the precision-aware optimizer's knobs reach the plan, under the distributed optimizer only", "[gui][window]") {
+TEST_CASE("the precision-aware optimizer's knob reaches the plan, under the distributed optimizer only", "[gui][window]") {
   app();
   ExplorerWindow w;
   w.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero1", "", {sim::parse_override("plan.precision=bf16")}));
   REQUIRE(w.wait_for_result(kWaitMs));
   REQUIRE(w.outcome().ok());
-  auto* box = w.findChild<QCheckBox*>("precision_aware");
-  auto* moments = w.findChild<QComboBox*>("exp_avg_dtype");
+  auto* box = w.findChild<QComboBox*>("optimizer_states");
   REQUIRE(box != nullptr);
-  REQUIRE(moments != nullptr);
-  CHECK_FALSE(box->isChecked());
+  CHECK(box->currentData().toInt() == -1);
   CHECK(box->isEnabled());
-  CHECK_FALSE(moments->isEnabled());
   const double plain = static_cast<double>(w.outcome().prediction->ranks.front().optimizer);
-  box->setChecked(true);
+  box->setCurrentIndex(box->findData(static_cast<int>(sim::StateDtype::kFp32)));
   REQUIRE(w.wait_for_result(kWaitMs));
   REQUIRE(w.outcome().ok());
   CHECK(w.outcome().prediction->plan.use_precision_aware_optimizer);
   CHECK(static_cast<double>(w.outcome().prediction->ranks.front().optimizer) == Approx(plain * 10 / 12).epsilon(1e-9));
   CHECK(w.scenario().plan.origins.of("plan.use_precision_aware_optimizer") == "explorer: use_precision_aware_optimizer");
   CHECK_FALSE(w.findChild<QCheckBox*>("master_weights")->isEnabled());
-  CHECK(moments->isEnabled());
-  moments->setCurrentIndex(moments->findData(static_cast<int>(sim::StateDtype::kBf16)));
+  box->setCurrentIndex(box->findData(static_cast<int>(sim::StateDtype::kBf16)));
   REQUIRE(w.wait_for_result(kWaitMs));
   REQUIRE(w.outcome().ok());
   CHECK(w.outcome().prediction->plan.exp_avg_sq_dtype == sim::StateDtype::kBf16);
@@ -779,9 +774,9 @@ TEST_CASE("the precision-aware optimizer's knobs reach the plan, under the distr
   z2.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero2", "", {sim::parse_override("plan.precision=bf16")}));
   REQUIRE(z2.wait_for_result(kWaitMs));
   REQUIRE(z2.outcome().ok());
-  auto* off = z2.findChild<QCheckBox*>("precision_aware");
+  auto* off = z2.findChild<QComboBox*>("optimizer_states");
   CHECK_FALSE(off->isEnabled());
-  off->setChecked(true);  // a click the disabled box would not take: still not in the plan
+  off->setCurrentIndex(off->findData(static_cast<int>(sim::StateDtype::kBf16)));  // a choice the disabled box would not take
   QCoreApplication::processEvents();
   CHECK_FALSE(z2.scenario().plan.use_precision_aware_optimizer);
 }

@@ -301,6 +301,13 @@ TEST_CASE("setup_run refuses a plan that does not fit the ranks, and adapts prec
   bool aware_noted = false;
   for (const auto& n : sa.notes) aware_noted = aware_noted || n.find("use_precision_aware_optimizer -> false") == 0;
   CHECK(aware_noted);
+  // Nor Megatron-Core's gradient buffer: PyTorch's gradients run.
+  auto buffer = runtime::parse_validate_args({"--model", "gpt2-tiny", "--plan", "zero1", "--set", "plan.megatron_grad_buffer=true"});
+  const auto sb = runtime::setup_run(buffer, 2);
+  CHECK_FALSE(sb.plan.megatron_grad_buffer);
+  bool buffer_noted = false;
+  for (const auto& n : sb.notes) buffer_noted = buffer_noted || n.find("megatron_grad_buffer -> false") == 0;
+  CHECK(buffer_noted);
   // The twins run PyTorch's composite norms and SwiGLU (Note [Fused kernels]).
   auto kernels = runtime::parse_validate_args({"--model", "llama-tiny", "--set", "plan.kernels=fused"});
   const auto sk = runtime::setup_run(kernels, 2);

@@ -745,6 +745,10 @@ TEST_CASE("Megatron-LM: the gradient buffer's type follows arguments.py", "[fram
   CHECK(fp32_grads("--bf16 --grad-reduce-in-bf16") == "false");
   CHECK(fp32_grads("--fp16") == "false");
   CHECK(fp32_grads("--fp16 --accumulate-allreduce-grads-in-fp32") == "true");
+  // In 16 bits the buffer is there all the same (Note [Megatron's gradient
+  // buffer]); Megatron-FSDP has its own.
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1 --bf16 --grad-reduce-in-bf16", "cmd"))["plan.megatron_grad_buffer"] == "true");
+  CHECK(keys(parse_megatron_args("--micro-batch-size 1 --bf16 --use-megatron-fsdp", "cmd"))["plan.megatron_grad_buffer"] == "false");
 }
 
 // Megatron-LM's arguments.py: --use-precision-aware-optimizer with its four
@@ -1007,6 +1011,7 @@ TEST_CASE("Megatron-Bridge: DeepSeek-V3's recipe, its layout, dispatcher and pre
   CHECK(k["plan.moe_dispatcher"] == "deepep");
   CHECK(k["plan.precision"] == "bf16");
   CHECK(k["plan.accumulate_allreduce_grads_in_fp32"] == "false");
+  CHECK(k["plan.megatron_grad_buffer"] == "true");  // in bf16
   CHECK(k["plan.overlap"] == "true");
   CHECK(k["plan.overlap_param_gather"] == "true");
   CHECK(k["plan.bucket_mb"] == "268.435456");

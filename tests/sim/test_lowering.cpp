@@ -467,6 +467,38 @@ TEST_CASE("without master weights Adam keeps 4 bytes a parameter and streams 14 
       Catch::Contains("plan.master_weights: false contradicts accumulate_allreduce_grads_in_fp32: true"));
 }
 
+// Note [Megatron's gradient buffer] in 16 bits: 4 layers of 10M bf16
+// parameters on 2 ranks. The buffer holds every gradient (2 B x 40M = 80M
+// B) from the start; under the distributed optimizer the step adds an
+// fp32 copy of the rank's shard (4 B x 20M = 80M), where DeepSpeed's ZeRO-1
+// (no buffer) frees the 40M B outside the shard first (Note [fp32 gradient
+// partition]): 160M against 120M at the step, where both peak. DDP keeps
+// no bucket copy beside the buffer (2 B x 40M without it).
+TEST_CASE("Megatron's 16-bit gradient buffer: resident, reduced where it lies, its shard copied to fp32 at the step",
+          "[lowering][memory]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const std::int64_t all = 40'000'000, shard = 20'000'000;
+  ClusterSpec bf16 = round_cluster();
+  bf16.device.peak_bf16 = 1e12;
+  auto at_peak = [](const Run& r, MemCategory c) { return r.exec.memory[0].at_peak.bytes[static_cast<int>(c)]; };
+  const std::string zero1 = "dp: 2\nprecision: bf16\noptimizer: adam\nzero_stage: 1\n";
+  const Run deepspeed = run(m, zero1, bf16, 500'000);
+  const Run megatron = run(m, zero1 + "megatron_grad_buffer: true\n", bf16, 500'000);
+  const Run aware = run(m, zero1 + "megatron_grad_buffer: true\nuse_precision_aware_optimizer: true\n", bf16, 500'000);
+  CHECK(at_peak(deepspeed, MemCategory::kGradients) == 2 * all - 2 * shard + 4 * shard);
+  CHECK(at_peak(megatron, MemCategory::kGradients) == 2 * all + 4 * shard);
+  CHECK(at_peak(aware, MemCategory::kGradients) == 2 * all);  // FusedAdam reads the bf16 shard as it is
+  const std::string ddp = "dp: 2\nprecision: bf16\noptimizer: adam\n";
+  const Run buckets = run(m, ddp, bf16, 500'000);
+  const Run in_place = run(m, ddp + "megatron_grad_buffer: true\n", bf16, 500'000);
+  CHECK(at_peak(buckets, MemCategory::kBuffers) == 2 * all);
+  CHECK(at_peak(in_place, MemCategory::kBuffers) == 0);
+  CHECK(at_peak(in_place, MemCategory::kGradients) == 2 * all);
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nprecision: bf16\nzero_stage: 2\nmegatron_grad_buffer: true\n", "p.yaml"), m, bf16),
+                    "p.yaml:4: plan.megatron_grad_buffer: true is Megatron-Core's DistributedDataParallel buffer, under its "
+                    "distributed optimizer (zero_stage 1) or without one; with zero_stage 2 valid: false");
+}
+
 TEST_CASE("Megatron's precision-aware optimizer: states in their own types, fp32 copies while it steps, more bytes streamed "
           "(Note [Precision-aware optimizer])",
           "[lowering][memory]") {

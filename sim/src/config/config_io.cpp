@@ -290,6 +290,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.moe_force_load_balance = c.get_bool("moe_force_load_balance", false);
   p.accumulate_allreduce_grads_in_fp32 = c.get_bool("accumulate_allreduce_grads_in_fp32", false);
   p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
+  p.megatron_grad_buffer = c.get_bool("megatron_grad_buffer", false);  // Note [Megatron's gradient buffer]
   // Note [Precision-aware optimizer] (plan.cpp): Megatron-Core's knobs, its words.
   p.use_precision_aware_optimizer = c.get_bool("use_precision_aware_optimizer", false);
   p.main_params_dtype = c.get_enum("main_params_dtype", StateDtype::kFp32, {{"fp32", StateDtype::kFp32}, {"fp16", StateDtype::kFp16}});

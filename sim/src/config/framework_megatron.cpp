@@ -852,6 +852,9 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
            : has("grad-reduce-in-bf16")              ? at("grad-reduce-in-bf16")
            : main_grads == "bf16"                    ? at("main-grads-dtype")
                                                      : precision_from + " (Megatron-LM's gradient buffer)");
+  // Whatever its type, Megatron-Core's DistributedDataParallel keeps every
+  // gradient in its buffer (Note [Megatron's gradient buffer]).
+  out.plan("megatron_grad_buffer", "true", file + " (Megatron-Core's DistributedDataParallel)");
   // Megatron-FSDP (--use-megatron-fsdp; megatron/core/distributed/fsdp):
   // data parallelism sharded as --data-parallel-sharding-strategy says
   // (arguments.py's default optim_grads_params): parameters, gradients and
@@ -869,6 +872,8 @@ FrameworkConfig interpret_megatron(const MegatronArgs& a) {
     // the optimizer state sharded across them too under
     // --outer-dp-sharding-strategy optim (Note [Hybrid sharding]).
     const bool hsdp = num("num-distributed-optimizer-instances", 1) > 1;
+    // Megatron-FSDP's own buffers, priced as dtsim's sharding's.
+    out.plan("megatron_grad_buffer", "false", from);
     if (strategy == "optim_grads_params") {
       out.plan("fsdp", hsdp ? "hybrid_shard" : "full_shard", hsdp ? at("num-distributed-optimizer-instances") : from);
       if (hsdp && has("outer-dp-sharding-strategy")) {

@@ -228,7 +228,14 @@ inline constexpr Bytes kFp8ScalingBytesPerGemm = (1024 + 2) * 5 * 4;
 // 12 bytes of state and the 2-byte bf16 parameters that is Megatron's own
 // 18 bytes a parameter, or 6 + 12/dp with the distributed optimizer
 // (megatron/training/theoretical_memory_usage.py; Korthikanti et al. 2022,
-// Figure 1); the reductions move 4 bytes a gradient.
+// Figure 1); the reductions move 4 bytes a gradient. The buffer is there
+// in 16 bits too (grad_dtype is the parameters' where grad_reduce_in_fp32
+// is off: Megatron-Bridge's performance recipes, --grad-reduce-in-bf16,
+// fp16), plan.megatron_grad_buffer: the same residency at 2 bytes, and
+// the distributed optimizer's .float() makes an fp32 copy of every
+// parameter's shard of it at once, kept from the step's start to its end
+// (add_step_fp32_grads), where FusedAdam does not read the 16 bits itself
+// (Note [Precision-aware optimizer]).
 
 /// The memory a rank holding `params` parameters has before the iteration
 /// starts: its model states (ZeRO paper accounting, model_states()), the
@@ -252,7 +259,7 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
     const Bytes primary = plan.fp8_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) ? w * fp8.weight_elements : 0;
     r.resident.push_back({MemCategory::kParameters, copies + scaling - primary});
   }
-  const bool megatron_buffer = plan.accumulate_allreduce_grads_in_fp32;
+  const bool megatron_buffer = plan.grad_buffer();
   if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});
   r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
   if (plan.zero_stage == 0 && !megatron_buffer) {

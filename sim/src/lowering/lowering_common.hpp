@@ -359,6 +359,17 @@ inline std::int64_t optimizer_shard_of(const ResolvedPlan& p, std::int64_t param
 /// free of the rank's whole gradients, which keeps only the shard's).
 inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std::int64_t expert, std::int64_t shard,
                                 Bytes gw, MemOps& on_start, MemOps& frees) {
+  if (p.megatron_grad_buffer && !p.accumulate_allreduce_grads_in_fp32 && p.zero_stage == 1 && p.precision != Precision::kFp32 &&
+      p.offload_optimizer != Offload::kCpu && !p.te_master_weights()) {
+    // Note [Megatron's gradient buffer]: Megatron-Core's copy, every
+    // parameter's shard at once (distrib_optimizer.py,
+    // _copy_model_grads_to_main_grads), the buffer kept whole.
+    const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
+    const Bytes g32 = 4 * ((params - expert + n - 1) / n + (expert + ne - 1) / ne);
+    on_start.push_back({MemCategory::kGradients, g32});
+    frees.push_back({MemCategory::kGradients, -g32});
+    return;
+  }
   // Note [Precision-aware optimizer] (plan.cpp): FusedAdam reads the
   // 16-bit gradients as they are.
   if (p.zero_stage < 1 || (p.zero_stage > 2 && !p.zero3_modules()) || p.fsdp || p.precision == Precision::kFp32 ||

@@ -108,7 +108,7 @@ struct StageContext {
   explicit StageContext(const LoweringInputs& in)
       : model(in.model), plan(in.plan), cluster(in.cluster), compute_model(in.compute), comm(in.comm), named(in.named),
         b(in.named), w(element_bytes(in.plan.precision)), gw(gradient_element_bytes(in.plan)),
-        resident_grads(in.plan.accumulate_allreduce_grads_in_fp32) {
+        resident_grads(in.plan.grad_buffer()) {
     streams.fill(-1);
   }
   StageContext(const StageContext&) = delete;

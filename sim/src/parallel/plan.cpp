@@ -1208,6 +1208,16 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     bad.add("accumulate_allreduce_grads_in_fp32", "true with offload_optimizer cpu is not modelled (Megatron-Core keeps its "
                                                   "gradient buffer on the GPU); valid: false");
   }
+  // Note [Megatron's gradient buffer]: in 16 bits as in fp32.
+  r.megatron_grad_buffer = s.megatron_grad_buffer;
+  if (r.megatron_grad_buffer && (r.zero_stage >= 2 || r.fsdp)) {
+    bad.add("megatron_grad_buffer", "true is Megatron-Core's DistributedDataParallel buffer, under its distributed optimizer "
+                                    "(zero_stage 1) or without one; with " +
+                                        (r.fsdp ? std::string("fsdp") : "zero_stage " + std::to_string(r.zero_stage)) + " valid: false");
+  } else if (r.megatron_grad_buffer && r.offload_optimizer == Offload::kCpu) {
+    bad.add("megatron_grad_buffer", "true with offload_optimizer cpu is not modelled (Megatron-Core keeps its gradient buffer on "
+                                    "the GPU); valid: false");
+  }
   // Note [Precision-aware optimizer]: as Megatron-Core's OptimizerConfig
   // and get_megatron_optimizer assert.
   r.use_precision_aware_optimizer = s.use_precision_aware_optimizer;

@@ -99,6 +99,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.zero_stage == 1 && !p.reduce_scatter && p.shard_group > 1) os << " reduce_scatter=false";
   if (p.overlap_param_gather) os << " overlap-param-gather";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
+  else if (p.megatron_grad_buffer) os << " grad-buffer";
   if (!p.master_weights) os << " no-master-weights";
   if (p.use_precision_aware_optimizer) {
     // Note [Precision-aware optimizer]: the types not left at fp32.
@@ -175,6 +176,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("overlap", p.overlap).field("contiguous_gradients", p.contiguous_gradients).field("reduce_scatter", p.reduce_scatter)
       .field("overlap_param_gather", p.overlap_param_gather);
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
+  j.field("megatron_grad_buffer", p.grad_buffer());
   j.field("master_weights", p.master_weights);
   j.field("use_precision_aware_optimizer", p.use_precision_aware_optimizer);
   j.field("main_params_dtype", to_string(p.main_params_dtype)).field("exp_avg_dtype", to_string(p.exp_avg_dtype))

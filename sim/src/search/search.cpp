@@ -548,6 +548,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     // Megatron-Core's precision-aware optimizer, the base
                     // plan's, where the candidate has the distributed
                     // optimizer; fp32 states elsewhere, as resolve asks.
+                    // Megatron-Core's 16-bit gradient buffer likewise, to ZeRO-1.
+                    p.megatron_grad_buffer = p.megatron_grad_buffer && sh.zero <= 1 && sh.fsdp == FsdpMode::kNone && opt == Offload::kNone;
                     if (!PlanRules::precision_aware_allowed(sh.zero, sh.fsdp != FsdpMode::kNone, effective_optimizer(p.optimizer, p.sgd_momentum))) {
                       p.use_precision_aware_optimizer = false;
                       p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp32;
@@ -826,8 +828,8 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
   }
   const double m = static_cast<double>(std::max<std::int64_t>(1, plan.grad_accum));
   const Bytes w = element_bytes(plan.precision);
-  const bool resident_grads = plan.zero_stage >= 2 || plan.accumulate_allreduce_grads_in_fp32;
-  const bool ddp_buckets = plan.zero_stage == 0 && plan.grad_group() > 1 && !plan.accumulate_allreduce_grads_in_fp32;
+  const bool resident_grads = plan.zero_stage >= 2 || plan.grad_buffer();
+  const bool ddp_buckets = plan.zero_stage == 0 && plan.grad_group() > 1 && !plan.grad_buffer();
   // Note [ZeRO-2's buffers]: DeepSpeed's, allocated as the backward starts,
   // beside everything the forwards held.
   const Bytes ipg = zero2_buffer_bytes(plan);
@@ -1222,6 +1224,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     lb.offload_optimizer = s.offload_optimizer;
     lb.offload_params = s.offload_params;
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
+    lb.megatron_grad_buffer = s.megatron_grad_buffer && lb.zero_stage <= 1 && s.fsdp == FsdpMode::kNone && s.offload_optimizer == Offload::kNone;
     lb.master_weights = s.master_weights;
     // Note [Precision-aware optimizer]: its states, where resolve allows it.
     lb.use_precision_aware_optimizer = s.use_precision_aware_optimizer && PlanRules::precision_aware_allowed(lb.zero_stage, s.fsdp != FsdpMode::kNone, lb.optimizer);
@@ -1247,7 +1250,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     if (kept == kNoFit) return kNoFit;
     // The gradients DDP and ZeRO-1 make in the backward (not Megatron's
     // buffer, not ZeRO-2's and -3's partitions, allocated from the start).
-    const bool made = lb.zero_stage <= 1 && !lb.accumulate_allreduce_grads_in_fp32;
+    const bool made = lb.zero_stage <= 1 && !lb.grad_buffer();
     return peak_lower_bound(ms.total(), kept, s.pp, s.grad_accum, s.schedule, made ? ms.gradients : 0) + cluster.device.runtime_reserved;
   };
   // Note [Search recompute]: Megatron's block method only where the same

@@ -397,6 +397,15 @@ struct PlanSpec {
   /// [Megatron's gradient buffer] in sim/src/lowering/emitter.hpp). Needs
   /// zero_stage 0 or 1 (the distributed optimizer).
   bool accumulate_allreduce_grads_in_fp32 = false;
+  /// Megatron-Core's gradient buffer in the gradients' own type (16 bits:
+  /// --grad-reduce-in-bf16, Megatron-Bridge's grad_reduce_in_fp32 false,
+  /// or fp16 training): allocated with the model and kept for the whole
+  /// run, reduced where it lies, as with accumulate_allreduce_grads_in_fp32,
+  /// which implies it (Note [Megatron's gradient buffer] in
+  /// sim/src/lowering/emitter.hpp). false: PyTorch's and DeepSpeed's
+  /// gradients, made by the first backward and freed by the step. Needs
+  /// zero_stage 0 or 1 and the optimizer on the device.
+  bool megatron_grad_buffer = false;
   /// false: no fp32 master copy under fp16/bf16: the optimizer updates the
   /// 16-bit parameters in place and keeps its states in 16 bits (a model
   /// loaded in bf16 and trained without autocast: HF Trainer or TRL with
@@ -497,6 +506,7 @@ struct ResolvedPlan {
   bool reduce_scatter = true;
   bool overlap_param_gather = false;                ///< PlanSpec's (zero_stage 1 only)
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
+  bool megatron_grad_buffer = false;                ///< PlanSpec's (grad_buffer() adds the above)
   bool master_weights = true;                       ///< PlanSpec's (false only under fp16/bf16)
   bool use_precision_aware_optimizer = false;       ///< PlanSpec's (zero_stage 1 and Adam only)
   /// PlanSpec's; each fp32 without use_precision_aware_optimizer.
@@ -532,6 +542,10 @@ struct ResolvedPlan {
   /// ZeRO-1's parameters gathered in the next forward over more than one
   /// rank (Note [Overlapped parameter gather]); after the step otherwise.
   bool zero1_gathers_in_forward() const { return zero_stage == 1 && overlap_param_gather && shard_group > 1; }
+  /// Megatron-Core's gradient buffer, in fp32 or in the gradients' type
+  /// (Note [Megatron's gradient buffer]): every gradient resident for the
+  /// whole run, reduced where it lies.
+  bool grad_buffer() const { return accumulate_allreduce_grads_in_fp32 || megatron_grad_buffer; }
   /// Note [Precision-aware optimizer]: Transformer Engine's FusedAdam, not
   /// Megatron-Core, holds the master weights and reads the gradients from
   /// their buffer as they are (OptimizerConfig's
