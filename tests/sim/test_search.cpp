@@ -20,6 +20,29 @@ using namespace dtsim::sim;
 
 namespace {
 
+/// A search of `o` pruned by its memory bound against the same search
+/// simulating every plan (Note [Search]): the bound dropped plans, and only
+/// plans the simulation finds do not fit (each dropped one simulated
+/// without it and over capacity); the ranking is the same. Returns the
+/// unpruned search.
+SearchResult check_memory_bound(const Model& model, const ClusterSpec& cluster, SearchOptions o) {
+  o.top = 10;
+  o.threads = 1;
+  o.prune_by_time = false;  // every plan left is simulated: the counts compare
+  const SearchResult pruned = search(model, cluster, o);
+  o.prune_by_memory = false;
+  SearchResult all = search(model, cluster, o);
+  CHECK(all.pruned_memory == 0);
+  CHECK(pruned.pruned_memory > 0);
+  CHECK(pruned.enumerated == all.enumerated);
+  CHECK(pruned.simulated - pruned.not_fitting == all.simulated - all.not_fitting);
+  CHECK(all.not_fitting - pruned.not_fitting == pruned.pruned_memory);
+  REQUIRE(pruned.top.size() == all.top.size());
+  REQUIRE_FALSE(all.top.empty());
+  for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+  return all;
+}
+
 SearchOptions fp16_adam(std::int64_t global_batch) {
   SearchOptions o;
   o.global_batch = global_batch;
@@ -671,23 +694,7 @@ TEST_CASE("search: pruning by the memory bound drops only plans that do not fit"
   // only because their gradients come as their activations go.
   const std::string name = GENERATE(as<std::string>{}, "gpt2-xl", "gpt-3.6b");
   INFO(name);
-  const auto model = models::load_model(name);
-  const ClusterSpec cluster = load_cluster("8xv100-16g");
-  SearchOptions o = fp16_adam(64);
-  o.top = 10;
-  o.threads = 1;
-  o.prune_by_time = false;  // every plan left is simulated: the counts compare
-  const SearchResult pruned = search(*model, cluster, o);
-  o.prune_by_memory = false;
-  const SearchResult all = search(*model, cluster, o);
-  CHECK(all.pruned_memory == 0);
-  CHECK(pruned.pruned_memory > 0);
-  CHECK(pruned.enumerated == all.enumerated);
-  // Every plan the bound dropped was simulated without it and did not fit.
-  CHECK(pruned.simulated - pruned.not_fitting == all.simulated - all.not_fitting);
-  CHECK(all.not_fitting - pruned.not_fitting == pruned.pruned_memory);
-  REQUIRE(pruned.top.size() == all.top.size());
-  for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+  check_memory_bound(*models::load_model(name), load_cluster("8xv100-16g"), fp16_adam(64));
 }
 
 TEST_CASE("search: under the precision-aware optimizer the memory bound counts its narrow states (Note [Precision-aware optimizer])",
@@ -696,24 +703,10 @@ TEST_CASE("search: under the precision-aware optimizer the memory bound counts i
   // parameter of the shard, not 12. A bound that counted 12 would drop
   // plans that fit. The candidates without the distributed optimizer keep
   // fp32 states, as resolve asks.
-  const auto model = models::load_model("gpt-3.6b");
-  const ClusterSpec cluster = load_cluster("8xv100-16g");
   SearchOptions o = fp16_adam(64);
   o.base.use_precision_aware_optimizer = true;
   o.base.exp_avg_dtype = o.base.exp_avg_sq_dtype = StateDtype::kBf16;
-  o.top = 10;
-  o.threads = 1;
-  o.prune_by_time = false;
-  const SearchResult pruned = search(*model, cluster, o);
-  o.prune_by_memory = false;
-  const SearchResult all = search(*model, cluster, o);
-  CHECK(pruned.pruned_memory > 0);
-  CHECK(all.not_fitting - pruned.not_fitting == pruned.pruned_memory);
-  CHECK(pruned.simulated - pruned.not_fitting == all.simulated - all.not_fitting);
-  CHECK(pruned.simulated + pruned.pruned_memory == all.simulated);
-  REQUIRE(pruned.top.size() == all.top.size());
-  REQUIRE_FALSE(all.top.empty());
-  for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+  const SearchResult all = check_memory_bound(*models::load_model("gpt-3.6b"), load_cluster("8xv100-16g"), o);
   bool aware = false;
   for (const auto& e : all.top) {
     CHECK(e.plan.use_precision_aware_optimizer == (e.plan.zero_stage == 1 && !e.plan.fsdp));
@@ -726,22 +719,10 @@ TEST_CASE("search: under fused kernels the memory bound still drops only plans t
   // A Llama at 4k tokens on 8 V100-16GB, its norms and SwiGLU as
   // Megatron-Core runs them: the bound's activations must be the fused
   // ones the simulation keeps, or it would drop plans that fit.
-  const auto model = models::load_model("llama-3.2-1b");
-  const ClusterSpec cluster = load_cluster("8xv100-16g");
   SearchOptions o = fp16_adam(32);
   o.base.seq_len = 4096;
   o.base.kernels = Kernels::kFused;
-  o.top = 10;
-  o.threads = 1;
-  o.prune_by_time = false;
-  const SearchResult pruned = search(*model, cluster, o);
-  o.prune_by_memory = false;
-  const SearchResult all = search(*model, cluster, o);
-  CHECK(pruned.pruned_memory > 0);
-  CHECK(all.not_fitting - pruned.not_fitting == pruned.pruned_memory);
-  REQUIRE(pruned.top.size() == all.top.size());
-  REQUIRE_FALSE(all.top.empty());
-  for (std::size_t i = 0; i < all.top.size(); ++i) CHECK(pruned.top[i].iteration_time == all.top[i].iteration_time);
+  const SearchResult all = check_memory_bound(*models::load_model("llama-3.2-1b"), load_cluster("8xv100-16g"), o);
   CHECK(all.top.front().plan.kernels == Kernels::kFused);
 }
 
