@@ -247,13 +247,9 @@ double update_bytes_per_param(const ResolvedPlan& plan) {
   const bool mixed = plan.precision != Precision::kFp32;
   const bool te = plan.te_master_weights();
   const double grad = te ? gradient_element_bytes(plan) : mixed ? 2 : 4;
-  double master = 8;  // fp32 training: the parameter itself, read and written
-  if (mixed) {
-    const bool bf16_params = plan.precision == Precision::kBf16 ||
-                             ((plan.precision == Precision::kFp8 || plan.precision == Precision::kFp4) && !plan.fp8_param_gather);
-    const bool remainders = te && plan.main_params_dtype == StateDtype::kFp32 && plan.store_param_remainders && bf16_params;
-    master = remainders ? 8 : 8 + 2;
-  }
+  // The master read and written (in fp32 training the parameter itself),
+  // and the 16-bit parameter written unless the remainders' 8 hold it.
+  const double master = mixed && !plan.param_remainders() ? 8 + 2 : 8;
   const auto narrowed = [](StateDtype d) {
     switch (d) {
       case StateDtype::kFp32: return 0.0;

@@ -336,6 +336,14 @@ inline std::int64_t optimizer_shard_of(const ResolvedPlan& p, std::int64_t param
   return p.outer_optim ? split_over(params, expert, p.dp, p.edp) : shard_of(p, params, expert);
 }
 
+/// The larger of a rank's two shards, the dense parameters' and the
+/// routed experts': what an optimizer stepping them as two groups, one
+/// after the other, holds at once.
+inline std::int64_t largest_group_of(const ResolvedPlan& p, std::int64_t params, std::int64_t expert) {
+  const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
+  return std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+}
+
 // Note [fp32 gradient partition]
 // DeepSpeed's ZeRO-1/2 step (stage_1_and_2.py, step) takes each parameter
 // group in turn: it frees the gradients of the parameters outside the
@@ -364,8 +372,7 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
     // Note [Megatron's gradient buffer]: Megatron-Core's copy, every
     // parameter's shard at once (distrib_optimizer.py,
     // _copy_model_grads_to_main_grads), the buffer kept whole.
-    const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
-    const Bytes g32 = 4 * ((params - expert + n - 1) / n + (expert + ne - 1) / ne);
+    const Bytes g32 = 4 * shard;
     on_start.push_back({MemCategory::kGradients, g32});
     frees.push_back({MemCategory::kGradients, -g32});
     return;
@@ -376,9 +383,8 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
       p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu || p.te_master_weights()) {
     return;
   }
-  const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
   constexpr std::int64_t kSubGroup = 1000000000;  // DeepSpeed's sub_group_size default
-  std::int64_t elements = std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+  std::int64_t elements = largest_group_of(p, params, expert);
   if (p.zero_stage == 3) elements = std::min(elements, kSubGroup);
   const Bytes g32 = 4 * elements;
   if (p.zero_stage == 1) {
@@ -398,8 +404,7 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
 inline void add_step_state_copies(const ResolvedPlan& p, std::int64_t params, std::int64_t expert, MemOps& on_start, MemOps& frees) {
   const int per = optimizer_step_copy_bytes_per_param(p);
   if (per == 0 || p.offload_optimizer == Offload::kCpu) return;
-  const std::int64_t n = std::max(1, p.shard_group), ne = std::max(1, p.expert_shard_group);
-  const Bytes copies = per * std::max((params - expert + n - 1) / n, (expert + ne - 1) / ne);
+  const Bytes copies = per * largest_group_of(p, params, expert);
   on_start.push_back({MemCategory::kOptimizer, copies});
   frees.push_back({MemCategory::kOptimizer, -copies});
 }

@@ -276,11 +276,7 @@ int optimizer_state_bytes_per_param(const ResolvedPlan& plan) {
   if (plan.precision == Precision::kFp32) return moments;  // the parameters are their own master
   if (!plan.te_master_weights()) return moments + 4;       // Megatron-Core's fp32 copy
   if (plan.main_params_dtype != StateDtype::kFp32) return moments + state_bytes(plan.main_params_dtype);
-  // FusedAdam's remainders: only of bf16 parameters (fp16 ones, and FP8
-  // primary weights, keep a whole fp32 master).
-  const bool bf16_params = plan.precision == Precision::kBf16 ||
-                           ((plan.precision == Precision::kFp8 || plan.precision == Precision::kFp4) && !plan.fp8_param_gather);
-  return moments + (plan.store_param_remainders && bf16_params ? 2 : 4);
+  return moments + (plan.param_remainders() ? 2 : 4);
 }
 
 int optimizer_step_copy_bytes_per_param(const ResolvedPlan& plan) {

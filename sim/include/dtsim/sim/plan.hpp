@@ -555,6 +555,15 @@ struct ResolvedPlan {
            (main_params_dtype != StateDtype::kFp32 || offload_optimizer == Offload::kCpu ||
             !((precision == Precision::kFp8 || precision == Precision::kFp4) && fp8_recipe != Fp8Recipe::kDelayed));
   }
+  /// FusedAdam keeps the fp32 masters as the 16-bit remainders of bf16
+  /// parameters (store_param_remainders): where it holds fp32 masters and
+  /// the parameters are bf16 (fp16 ones, and FP8 primary weights, keep a
+  /// whole fp32 master).
+  bool param_remainders() const {
+    const bool bf16_params = precision == Precision::kBf16 ||
+                             ((precision == Precision::kFp8 || precision == Precision::kFp4) && !fp8_param_gather);
+    return te_master_weights() && main_params_dtype == StateDtype::kFp32 && store_param_remainders && bf16_params;
+  }
 };
 
 /// Checks `spec` against model and cluster; throws ConfigError on the first
