@@ -497,6 +497,10 @@ TEST_CASE("Megatron's 16-bit gradient buffer: resident, reduced where it lies, i
   CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nprecision: bf16\nzero_stage: 2\nmegatron_grad_buffer: true\n", "p.yaml"), m, bf16),
                     "p.yaml:4: plan.megatron_grad_buffer: true is Megatron-Core's DistributedDataParallel buffer, under its "
                     "distributed optimizer (zero_stage 1) or without one; with zero_stage 2 valid: false");
+  CHECK_THROWS_WITH(
+      resolve(parse_plan("dp: 2\nprecision: bf16\nzero_stage: 1\noffload_optimizer: cpu\nmegatron_grad_buffer: true\n", "p.yaml"), m, bf16),
+      "p.yaml:5: plan.megatron_grad_buffer: true with offload_optimizer cpu is not modelled (Megatron-Core keeps its gradient "
+      "buffer on the GPU); valid: false");
 }
 
 TEST_CASE("Megatron's precision-aware optimizer: states in their own types, fp32 copies while it steps, more bytes streamed "
@@ -606,6 +610,11 @@ TEST_CASE("Megatron's precision-aware optimizer: states in their own types, fp32
       resolve(parse_plan("dp: 2\nprecision: bf16\nzero_stage: 1\nuse_precision_aware_optimizer: true\nmaster_weights: false\n", "p.yaml"), m,
               bf16),
       "p.yaml:5: plan.master_weights: false contradicts use_precision_aware_optimizer: true (its FusedAdam keeps masters); set only one");
+  CHECK_THROWS_WITH(
+      resolve(parse_plan("dp: 2\nprecision: bf16\nzero_stage: 1\nruntime: python\nreduce_scatter: false\nuse_precision_aware_optimizer: true\n",
+                         "p.yaml"),
+              m, bf16),
+      "p.yaml:6: plan.use_precision_aware_optimizer: true with runtime: python, whose optimizer is torch.optim's; valid there: false");
   CHECK_THROWS_WITH(parse_plan("main_params_dtype: bf16\n", "p.yaml"), Catch::StartsWith("p.yaml:1: plan.main_params_dtype: 'bf16' is not one of fp32, fp16"));
 }
 
