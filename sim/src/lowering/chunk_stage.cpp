@@ -242,14 +242,18 @@ class ChunkStage final : public detail::StageEmitter {
         freed += rises[r].kept;
       }
       ch.forward_transient = std::max<Bytes>(0, ch.forward_transient - ch.kept);
-      ch.input = first == 0 ? 0 : layers[first - 1].output_bytes;
-      ch.output = layers[first + ch.count - 1].output_bytes;
+      ch.input = first == 0 ? 0 : layers[first - 1].sent_bytes();
+      ch.output = layers[first + ch.count - 1].sent_bytes();
       if (first > 0) {
         // The input comes from another stage (Layer::stage_input_bytes).
-        const Bytes extra = layers[first].stage_input_bytes;
-        const bool kept_whole =
-            detail::kept_bytes(layers, static_cast<std::size_t>(first), recomputes[first], groups[first]) == layers[first].saved_bytes;
+        const Layer& L = layers[first];
+        const Bytes extra = L.stage_input_bytes;
+        const Bytes checkpoint = detail::kept_bytes(layers, static_cast<std::size_t>(first), recomputes[first], groups[first]);
+        const bool kept_whole = checkpoint == L.saved_bytes;
         (kept_whole ? ch.kept : ch.peak_extra) += extra;
+        // What the stage keeps of the tensor it received (Layer::entry_kept_bytes).
+        const bool full = recomputes[first] == Recompute::kFull && L.is_block();
+        ch.kept += full ? (L.entry_checkpoint_bytes > 0 ? L.entry_checkpoint_bytes - checkpoint : 0) : L.entry_kept_bytes;
       }
       if (vs + 1 < C) {
         const bool view = layers[first + ch.count - 1].strided_output;

@@ -368,6 +368,21 @@ struct Layer {
   /// The output is a transposed view (a batch-first LSTM's): sending it to
   /// the next stage first copies it to a contiguous buffer.
   bool strided_output = false;
+  /// What a pipeline stage ending after this layer sends the next per
+  /// micro-batch, and the gradient it gets back (0: output_bytes): Kimi
+  /// K3's Block Attention Residuals send the running sum and the bank of
+  /// earlier blocks' snapshots (Note [Attention residuals] in
+  /// models/src/llama.cpp).
+  Bytes boundary_bytes = 0;
+  /// When this layer starts a pipeline stage, what the stage keeps per
+  /// micro-batch of the tensor it received beyond its layers' own saved
+  /// bytes (entry_kept_bytes), or, under full recompute, in place of the
+  /// first checkpoint (entry_checkpoint_bytes); 0: nothing beyond (the
+  /// received tensor is the first layer's input, which it keeps).
+  Bytes entry_kept_bytes = 0;
+  Bytes entry_checkpoint_bytes = 0;
+  /// The bytes sent to the next pipeline stage (boundary_bytes or output_bytes).
+  Bytes sent_bytes() const { return boundary_bytes > 0 ? boundary_bytes : output_bytes; }
   /// Tensor-parallel collectives (empty when tp = 1), serial with the
   /// layer's kernels as Megatron-LM runs them.
   std::vector<LayerComm> tp_forward, tp_backward;
