@@ -674,6 +674,93 @@ using namespace detail;
 // 2048 x 512, shared expert 3 x 2048 x 512 and its 2,048 gate), untied
 // embedding and head (2 x 151,936 x 2048) and the final norm:
 // 79,674,391,296 (the card's 80B, its MTP layer not counted).
+// Note [Kimi Delta Attention]
+// Moonshot's Kimi Linear (KimiLinearForCausalLM, model_type kimi_linear)
+// and Kimi K3 interleave latent attention with Kimi Delta Attention (KDA:
+// Kimi Team 2025, "Kimi Linear", arXiv 2510.26692), Gated DeltaNet's rule
+// (Note [Gated DeltaNet]) with a decay a channel rather than a head. Which
+// layers are KDA the config lists (linear_attn_config.kda_layers, 1-indexed:
+// model.layer_mixers' L); the others are latent attention without rotary
+// positions (Note [Kimi K3]). A KDA layer as Megatron-Bridge builds it
+// (KimiK3Attention._init_kda, kimi_k3_layers.py; FLA's chunk_kda):
+//   q_proj, k_proj, v_proj   h -> P each (P = num_heads x head_dim),
+//               column-parallel: "attn.qkv"
+//   b_proj      h -> a beta a head; sigmoid in fp32
+//   f_a_proj    h -> head_dim, duplicated on every tp rank; f_b_proj
+//               head_dim -> P: the decay's input a channel
+//   conv1d      three causal depthwise convolutions of short_conv_kernel_size
+//               taps and SiLU over q, k, v (fp32 weights)
+//   core        chunk_kda with the L2 norms of q and k, the gate (lower_bound
+//               sigmoid(exp(A_log) (f + dt_bias)), safe_gate) and its chunk
+//               cumsum in the kernel (use_gate_in_kernel): priced as Gated
+//               DeltaNet's chunked rule with d-wide keys and values, reading
+//               the fp32 decay a channel forward and writing its gradient
+//               backward; it keeps q, k, v, the raw decay and its fp32
+//               cumsum, the rstds and beta in fp32, and the intra-chunk Aqk
+//               and Akk (C a token and head each)
+//   output gate g_proj h -> P (K3), or g_a_proj h -> head_dim and g_b_proj
+//               head_dim -> P (Kimi Linear: model.kda_gate_rank)
+//   o_norm      FLA's FusedRMSNormGated with a sigmoid gate over head_dim,
+//               keeping its two inputs and rstd
+//   o_proj      P -> h, row-parallel
+// so a KDA layer has h (4P + head_dim + H) + head_dim P + 3 P kernel + H +
+// P + head_dim + P h weights (K3's output gate; Kimi Linear's h r + r P
+// for h P), with A_log a head and dt_bias a channel. KimiK3Attention
+// refuses context parallelism on KDA layers: cp_error does too. Bridge's
+// flop counter (flop_utils.py) counts the rule as 4 H d^2 a token, the
+// model FLOPs; dtsim prices the kernels' work. Parameters (tests/models):
+// Kimi-Linear-48B-A3B's 20 KDA layers of 39,514,272 and 7 latent ones of
+// 29,114,880 (q_proj 2304 x 6144, kv_a 2304 x 576 and its norm, kv_b 512 x
+// 8192, o_proj 4096 x 2304), a dense SwiGLU 9216 on layer 1 and 26 MoE of
+// 256 experts of 1024 with a shared one (1,819,607,040 each), untied
+// vocabularies of 163,840: 49,122,675,072, 3,484,453,248 active.
+// Note [Kimi K3]
+// Kimi K3's language model (KimiK3ForConditionalGeneration; its text_config
+// read as Megatron-Bridge's KimiK3Bridge reads it, the vision tower left
+// out) is Kimi Linear's layout at 93 layers (69 KDA; latent attention on
+// every 4th and the last) with four changes Bridge's modules make:
+//   - its latent attention multiplies the core's output by sigmoid(g_proj(x))
+//     (h -> heads x v_head_dim) before o_proj: attn_output_gate with latent
+//     attention, keeping the sigmoid and the output;
+//   - the MLP's and experts' activation is SiTU (hidden_act situ:
+//     SiTUAndMul, 4 tanh(g / 4) sigmoid(g) times 25 tanh(u / 25)), composite
+//     ops in fp32 whatever the plan's kernels: ten passes over the width,
+//     keeping six fp32 tensors (24 bytes an element) where a fused SwiGLU
+//     keeps its 16-bit input (model.situ);
+//   - the experts are Latent MoE's (Note [Latent MoE]: routed_expert_hidden_size
+//     3584), the combined latent RMS-normed before fc2_latent_proj
+//     (KimiK3MoELayer.routed_expert_norm, KimiRMSNorm's composite fp32 ops:
+//     model.latent_norm);
+//   - Block Attention Residuals replace the residual (Note [Attention residuals]).
+// Its 896 routed experts of 3072 (top 16, two shared) hold 29.6B a layer:
+// 2,779,484,393,568 parameters, 105,363,935,328 active (tests/models). The
+// checkpoint's experts are MXFP4; Bridge dequantises them to bf16 to train,
+// as dtsim prices them. No training recipe ships for K3 in Bridge (26.08);
+// its layer spec refuses virtual pipeline stages (dtsim prices them as for
+// any model) and KimiK3Attention cp on KDA layers (refused here too).
+// Note [Attention residuals]
+// Block Attention Residuals (Kimi Team, "Attention Residuals"; Kimi K3's
+// attn_res_block_size, 12) replace each sublayer's residual input by a
+// softmax-weighted mix of the block snapshots so far: every block_size-th
+// layer (layer_idx % block_size == 0) writes its running sum into a bank,
+// and the attention's and the MLP's inputs, and the last layer's output,
+// are attn_res_aggregate over the bank and the running sum (R rows): an
+// RMS norm of each row in fp32, a score a row (the norm's weight times a
+// learned h x 1 projection), a softmax over the rows, the weighted sum, cast
+// back, then the sublayer's own norm (KimiK3TransformerLayer,
+// kimi_k3_ops.py). As Bridge runs it, eagerly, an aggregate is about ten
+// passes over R tn h elements in fp32 (dtsim's "attn_res.*" kernels,
+// backward twice the forward) and keeps the fp32 rows and the normed rows,
+// 8 R bytes an element, and each row's rsqrt and weight: at layer 90 of K3,
+// with 8 snapshots, its two aggregates keep 1 MB a token, a third of the
+// layer's activations. A writing layer's new bank (cat) is its output with
+// the sum, which the next layers' checkpoints keep under full recompute;
+// between pipeline stages Bridge sends the sum and the bank as one tensor
+// (pack_stage_boundary: (1 + snapshots) h a token, Layer::boundary_bytes),
+// which the receiving stage keeps for its gradient and, under full
+// recompute, as its first checkpoint with the bank it unpacks
+// (Layer::entry_kept_bytes, entry_checkpoint_bytes). Its weights: two
+// norms and two projections of h a layer, the last layer's output pair.
 // Note [Mamba-2]
 // NVIDIA's Nemotron-H family (Nemotron-H 8B and 56B, Nemotron Nano 2,
 // Nemotron 3 Nano) is a hybrid of Mamba-2 state-space layers (Dao and Gu
@@ -807,6 +894,11 @@ class Llama final : public ZooModel {
       return "DeepSeek-V4's attention takes context parallelism only on packed (THD) sequences split contiguously "
              "(Megatron-Core's cp_partition_mode contiguous), which dtsim does not model";
     }
+    if (cp > 1 && has_linear() && c_.kda) {
+      // Note [Kimi Delta Attention]
+      return "Kimi Delta Attention takes no context parallelism in Megatron-Bridge (KimiK3Attention: \"KDA context parallelism is not "
+             "supported yet\"); dtsim models it at cp=1";
+    }
     if (cp > 1 && has_linear() && (c_.linear_key_heads % ranks != 0 || c_.linear_value_heads % ranks != 0)) {
       // Note [Gated DeltaNet]: its heads go to the cp ranks by all-to-all, each tp rank's share.
       return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
@@ -925,7 +1017,7 @@ class Llama final : public ZooModel {
              (c_.gemma_norms ? ",gn=1" : "") + (c_.olmo2_norms ? ",on=1" : "") + (c_.whole_qk_norm && !c_.olmo2_norms ? ",qkw=1" : "") +
              // Note [Gated DeltaNet]: Qwen3-Next's norms and gated attention output
              (c_.zero_centered_norms ? ",zc=1" : "") + (c_.attn_output_gate ? ",og=1" : "") +
-             (c_.gelu ? ",gelu=1" : "") +
+             (c_.gelu ? ",gelu=1" : "") + (c_.situ ? ",situ=1" : "") +  // Note [Kimi K3]
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
@@ -938,7 +1030,10 @@ class Llama final : public ZooModel {
     const std::string common = common_of(false);
     // Note [Gated DeltaNet]: a linear-attention layer's heads and widths.
     const std::string linear_attention = !has_linear() ? std::string()
-                                                       : "gdn=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_key_heads) +
+                                         : c_.kda ? "kda=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_value_heads) +
+                                                        ",dk=" + std::to_string(c_.linear_value_dim) + ",ck=" + std::to_string(c_.linear_conv_kernel) +
+                                                        (c_.kda_gate_rank > 0 ? ",gr=" + std::to_string(c_.kda_gate_rank) : "")
+                                                  : "gdn=1,h=" + std::to_string(h) + ",kh=" + std::to_string(c_.linear_key_heads) +
                                                              ",vh=" + std::to_string(c_.linear_value_heads) +
                                                              ",dk=" + std::to_string(c_.linear_key_dim) + ",dv=" + std::to_string(c_.linear_value_dim) +
                                                              ",ck=" + std::to_string(c_.linear_conv_kernel);
@@ -956,7 +1051,7 @@ class Llama final : public ZooModel {
       return "moe.block:" + mixer + ",E=" + std::to_string(c_.experts) + ",k=" + std::to_string(c_.top_k) +
              ",fe=" + std::to_string(c_.expert_intermediate) + ",fs=" + std::to_string(c_.shared_intermediate) +
              ",sg=" + (c_.shared_expert_gate ? "1" : "0") + (c_.router_bias ? ",rb=1" : "") +
-             (c_.moe_latent > 0 ? ",ml=" + std::to_string(c_.moe_latent) : "") + common_keys +
+             (c_.moe_latent > 0 ? ",ml=" + std::to_string(c_.moe_latent) : "") + (c_.latent_norm ? ",lnorm=1" : "") + common_keys +
              (shape.ep > 1 ? ",ep=" + std::to_string(shape.ep) : "") + (shape.etp != tp ? ",etp=" + std::to_string(shape.etp) : "") +
              (load != 1000 ? ",load=" + std::to_string(load) : "") + (shape.moe_dense ? ",dense=1" : "") +
              // Megatron-Core's allgather dispatcher, where it gathers (Note [Mixture of experts])
@@ -975,17 +1070,24 @@ class Llama final : public ZooModel {
       const bool reuses = dsa() && !has_indexer(i);
       // Note [DeepSeek-V4]: its ratio.
       const int ratio = ratio_of(i);
+      // Note [Attention residuals]: the bank it reads, whether it writes a
+      // snapshot, whether it is the last.
+      const int res = c_.attn_res_block > 0 ? 1 + 4 * res_rows_in(i) + (i % c_.attn_res_block == 0 ? 2 : 0) + (i + 1 == c_.layers ? 1 : 0) : 0;
       const int kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0) + (reuses ? 64 : 0) +
-                       (ratio == 4 ? 128 : ratio > 0 ? 256 : 0);
+                       (ratio == 4 ? 128 : ratio > 0 ? 256 : 0) + 512 * res;
       auto it = made.find(kind);
       if (it == made.end()) {
         sim::Layer l = block_layer(shape, moe, is_global, mixer, piece, !reuses, ratio);
+        if (res > 0) attention_residuals(l, i, shape);
         const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : v4() ? v4_attention(ratio) : attention;
         // Note [Mamba-2]: a hybrid pattern's part, its activation.
         const std::string extra = std::string(c_.squared_relu ? ",relu2=1" : "") +
                                   (piece == Part::kMixer ? ",part=1" : piece == Part::kMlp ? ",part=2" : "") + (reuses ? ",ix=0" : "");
-        l.signature = moe ? moe_signature(common_of(is_global) + extra, keys)
-                          : "llama.block:" + keys + ",f=" + std::to_string(c_.intermediate) + common_of(is_global) + extra;
+        const std::string res_keys = res > 0 ? ",ar=" + std::to_string(c_.attn_res_block) + ",arr=" + std::to_string(res_rows_in(i)) +
+                                                   (i % c_.attn_res_block == 0 ? ",arw=1" : "") + (i + 1 == c_.layers ? ",arl=1" : "")
+                                             : std::string();
+        l.signature = moe ? moe_signature(common_of(is_global) + extra + res_keys, keys)
+                          : "llama.block:" + keys + ",f=" + std::to_string(c_.intermediate) + common_of(is_global) + extra + res_keys;
         it = made.emplace(kind, std::move(l)).first;
       }
       out.push_back(it->second);
@@ -1087,6 +1189,81 @@ class Llama final : public ZooModel {
     }
   }
   bool mla() const { return c_.kv_lora_rank > 0; }
+  /// The snapshots in the bank layer i reads (Note [Attention residuals]):
+  /// one a block begun before it (Megatron-Bridge's bank_num_rows).
+  int res_rows_in(int i) const { return i <= 0 ? 0 : (i + c_.attn_res_block - 1) / c_.attn_res_block; }
+  /// Block Attention Residuals on layer i's copy of its kind (Note
+  /// [Attention residuals]): the aggregates, their weights and what they
+  /// keep, and what the layer hands on.
+  void attention_residuals(sim::Layer& l, int i, const sim::WorkloadShape& shape) const {
+    using sim::KernelKind;
+    const std::int64_t h = c_.hidden, tp = shape.tp;
+    const int e = shape.act_bytes;
+    const bool sp = shape.sequence_parallel && tp > 1;
+    const std::int64_t t = local_tokens(shape), tn = sp ? t / tp : t;  // the residual's tokens on this rank
+    const bool write = i % c_.attn_res_block == 0, last = i + 1 == c_.layers;
+    const std::int64_t in = res_rows_in(i), after = in + (write ? 1 : 0);
+    // One aggregate over R rows (the bank and the running sum) of tn x h:
+    // the cat, the fp32 copy, its square and mean, the normed rows and
+    // their scores, the softmax's weights times the rows, the sum, the
+    // cast back: composite ops (attn_res_aggregate).
+    auto aggregate = [&](const std::string& name, std::int64_t rows) {
+      const Bytes n = rows * tn * h, out = tn * h;
+      return memory_op(name, KernelKind::kElementwise, (2 * e + 28) * n + 4 * out, (e + 20) * n + (4 + e) * out, 8.0 * static_cast<double>(n));
+    };
+    // It keeps the fp32 rows and the normed rows, and each row's rsqrt and weight.
+    auto kept = [&](std::int64_t rows) { return 8 * rows * tn * h + 8 * rows * tn; };
+    auto bwd = [](sim::Kernel k) {
+      k.name += ".bwd";
+      k.bytes *= 2;
+      k.flops *= 2;
+      return k;
+    };
+    auto at = [](std::vector<sim::Kernel>& ks, const std::string& name) {
+      return std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
+    };
+    // Before the attention's norm (the first layer's input is the sum alone).
+    if (in > 0) {
+      const sim::Kernel f = aggregate("attn_res.attn", in + 1);
+      l.forward.insert(l.forward.begin(), f);
+      l.backward.push_back(bwd(f));
+      l.saved_bytes += kept(in + 1);
+    }
+    // Before the MLP's norm, over the bank with this layer's snapshot.
+    {
+      const sim::Kernel f = aggregate("attn_res.mlp", after + 1);
+      l.forward.insert(at(l.forward, "post_attention_layernorm"), f);
+      const auto it = at(l.backward, "post_attention_layernorm.bwd");
+      l.backward.insert(it == l.backward.end() ? l.backward.begin() : it + 1, bwd(f));
+      l.saved_bytes += kept(after + 1);
+    }
+    // The last layer's output aggregate, without a norm of its own.
+    if (last) {
+      const sim::Kernel f = aggregate("attn_res.out", after + 1);
+      l.forward.push_back(f);
+      l.backward.insert(l.backward.begin(), bwd(f));
+      l.saved_bytes += kept(after + 1);
+    }
+    // Each sublayer's score norm and projection (h each), the last's output
+    // pair too: replicated, their gradients summed over tp.
+    const std::int64_t weights = (last ? 6 : 4) * h;
+    l.params += weights;
+    l.param_tensors += last ? 6 : 4;
+    if (sp) l.sp_params += weights;
+    // The output: the running sum, and a writing layer's new bank (which
+    // the next layers' checkpoints keep under full recompute); a stage
+    // ending here sends the sum and the bank (pack_stage_boundary).
+    l.output_bytes = e * tn * h * (1 + (write ? after : 0));
+    l.boundary_bytes = e * tn * h * (1 + after);
+    if (i > 0) {
+      // A stage starting here keeps what it received for its gradient; under
+      // full recompute its checkpoint is that tensor, and the later layers'
+      // keep the bank unpack_stage_boundary copied out of it (a writing
+      // layer replaces it at once).
+      l.entry_kept_bytes = e * tn * h * (1 + in);
+      l.entry_checkpoint_bytes = e * tn * h * (1 + in + (write ? 0 : in));
+    }
+  }
   /// DeepSeek Sparse Attention (Note [DeepSeek Sparse Attention]).
   bool dsa() const { return c_.index_topk > 0; }
   /// DeepSeek-V4's attention (Note [DeepSeek-V4]).
@@ -1117,8 +1294,8 @@ class Llama final : public ZooModel {
   }
   /// How layer i mixes its tokens (the MLP parts of a hybrid pattern: none, kAttention).
   Mixer mixer_of(int i) const {
-    const bool mamba_block = !c_.layer_mixers.empty() && c_.layer_mixers[static_cast<std::size_t>(i)] == 'M';  // Granite 4.0-H's
-    return pattern_at(i) == 'M' || mamba_block ? Mixer::kMamba : is_linear(i) ? Mixer::kGdn : Mixer::kAttention;
+    const char mixer = c_.layer_mixers.empty() ? '\0' : c_.layer_mixers[static_cast<std::size_t>(i)];  // Granite 4.0-H's, Kimi's
+    return pattern_at(i) == 'M' || mixer == 'M' ? Mixer::kMamba : is_linear(i) || mixer == 'L' ? Mixer::kGdn : Mixer::kAttention;
   }
   bool has_mamba() const {
     return c_.hybrid_pattern.find('M') != std::string::npos || c_.layer_mixers.find('M') != std::string::npos;
@@ -1137,7 +1314,7 @@ class Llama final : public ZooModel {
   /// "linear_attention" where (i + 1) % interval).
   bool is_linear(int i) const { return c_.full_attention_interval > 0 && (i + 1) % c_.full_attention_interval != 0; }
   /// Some layer is: layer 0 is, unless every layer attends (an interval of 1).
-  bool has_linear() const { return c_.full_attention_interval > 1; }
+  bool has_linear() const { return c_.full_attention_interval > 1 || c_.layer_mixers.find('L') != std::string::npos; }
   /// Layers whose token mixer is softmax attention.
   int attention_layers() const {
     int n = 0;
@@ -1170,6 +1347,9 @@ class Llama final : public ZooModel {
       const BlockParams mp = block_params(1, mtp_moe, Mixer::kAttention, Part::kBlock, true, ratio_of(c_.layers + k));
       blocks += mp.split + mp.replicated + (mtp_moe ? routed * expert_params_each(1) : 0) + 2 * h * h + 3 * h + contraction_params();
     }
+    // Note [Attention residuals]: each layer's two score norms and
+    // projections, the last layer's output pair.
+    if (c_.attn_res_block > 0) blocks += 4 * h * c_.layers + 2 * h;
     // embed_tokens V h, the blocks, the head's contraction of the streams,
     // the final norm h, lm_head V h (untied).
     return c_.vocab * h + blocks + contraction_params() + h + (c_.tied_head ? 0 : c_.vocab * h);
@@ -1332,6 +1512,16 @@ class Llama final : public ZooModel {
       const std::int64_t di = c_.mamba_heads * c_.mamba_head_dim, bc = 2 * c_.mamba_groups * c_.mamba_state;
       split += h * (2 * di + bc + c_.mamba_heads) + (di + bc) * (c_.mamba_conv_kernel + 1) + 3 * c_.mamba_heads + di + di * h;
       tensors += 8;  // in_proj, conv1d weight and bias, dt_bias, A_log, D, norm, out_proj
+    } else if (linear && c_.kda) {
+      // Note [Kimi Delta Attention]: q, k, v (P = heads x head_dim each),
+      // the output gate (g_proj, or g_a and g_b), b_proj (a beta a head),
+      // f_b_proj, the q/k/v convolutions, A_log (a head) and dt_bias (a
+      // channel), o_proj split by heads; f_a_proj (h x head_dim, a
+      // duplicated TELinear), g_a_proj and o_norm's weight whole.
+      const std::int64_t H = c_.linear_value_heads, dk = c_.linear_value_dim, P = H * dk, r = c_.kda_gate_rank;
+      split += h * (3 * P + H) + dk * P + (r > 0 ? r * P : h * P) + 3 * P * c_.linear_conv_kernel + H + P + P * h;
+      replicated += h * dk + (r > 0 ? h * r : 0) + dk;
+      tensors += r > 0 ? 15 : 14;  // q, k, v, b, f_a, f_b, the gate (one or two), three convolutions, A_log, dt_bias, o_norm, o_proj
     } else if (linear) {
       // Note [Gated DeltaNet]: in_proj (q, k, v, z, b, a), the q/k/v
       // convolution, dt_bias and A_log split by heads; the gated norm's
@@ -1375,6 +1565,7 @@ class Llama final : public ZooModel {
       replicated += h * (kvr + c_.qk_rope_dim) + kvr;
       split += kvr * a * (c_.qk_nope_dim + c_.v_head_dim) + a * c_.v_head_dim * h;
       tensors += 4;
+      if (c_.attn_output_gate) split += h * a * c_.v_head_dim, tensors += 1;  // Note [Kimi K3]: g_proj
       if (dsa() && indexer) {
         // Note [DeepSeek Sparse Attention]: the indexer's wq_b, wk, k_norm
         // (a LayerNorm: weight and bias) and weights_proj, whole on every
@@ -1406,6 +1597,7 @@ class Llama final : public ZooModel {
       tensors += c_.router_bias ? 2 : 1;
       // Note [Latent MoE]: fc1_latent_proj and fc2_latent_proj, duplicated.
       if (c_.moe_latent > 0) replicated += 2 * h * c_.moe_latent, tensors += 2;
+      if (c_.latent_norm) replicated += c_.moe_latent, tensors += 1;  // Note [Kimi K3]: routed_expert_norm
       if (c_.shared_intermediate > 0) {
         split += (up + 1) * h * c_.shared_intermediate;
         tensors += static_cast<int>(up) + 1;
@@ -1425,7 +1617,9 @@ class Llama final : public ZooModel {
     // Per-head norms run after the gather: the q/k norms (attention's, where
     // the layer attends) and GDN's gated norm.
     const bool attends = part != Part::kMlp && mixer == Mixer::kAttention;
-    p.sequence_parallel = replicated - (linear ? c_.linear_value_dim : attends && c_.qk_norm && !whole_qk() ? 2 * d : 0);
+    // Kimi Delta Attention's replicated weights are all summed over tp
+    // (f_a_proj's partial gradients, o_norm marked so: Note [Kimi Delta Attention]).
+    p.sequence_parallel = replicated - (linear && !c_.kda ? c_.linear_value_dim : attends && c_.qk_norm && !whole_qk() ? 2 * d : 0);
     p.tensors = tensors;
     return p;
   }
@@ -1459,6 +1653,12 @@ class Llama final : public ZooModel {
       const Bytes passes = shape.fused_kernels ? 1 : 2;
       return memory_op(name, sim::KernelKind::kElementwise, passes * e * n, passes * e * n, 2.0 * static_cast<double>(n));
     }
+    if (c_.situ) {
+      // Kimi K3's SiTU as SiTUAndMul runs it (Note [Kimi K3]), composite
+      // ops in fp32 whatever plan.kernels: the cast of gate and up, ten
+      // passes over n fp32 elements, the cast back.
+      return memory_op(name, sim::KernelKind::kElementwise, 2 * e * n + 48 * n, 44 * n + e * n, 30.0 * static_cast<double>(n));
+    }
     if (c_.swiglu_limit > 0 && !shape.fused_kernels) {
       // gpt-oss's clamped SwiGLU as its composite ops run (Note [gpt-oss]):
       // two clamps, gate x alpha, its sigmoid, their product, up + 1, the
@@ -1478,6 +1678,9 @@ class Llama final : public ZooModel {
   Bytes act_kept(Bytes n, const sim::WorkloadShape& shape) const {
     const int e = shape.act_bytes;
     if (c_.squared_relu) return e * n + shape.saved_gemm_input(n);
+    // SiTU (Note [Kimi K3]): six fp32 tensors, the two tanh outputs, the
+    // gate's scaled tanh, its sigmoid and the two factors of the product.
+    if (c_.situ) return 24 * n + shape.saved_gemm_input(n);
     if (shape.fused_kernels) return 2 * e * n + shape.saved_gemm_input(n);
     return (c_.swiglu_limit > 0 ? 6 : 3) * e * n + shape.saved_gemm_input(n);
   }
@@ -1691,6 +1894,56 @@ class Llama final : public ZooModel {
       // gradient in fp32.
       l.backward_workspace_bytes = e * (zxbcdt + xbc) + 8 * states + 8 * cb;
       o_in = nht * P;
+    } else if (gdn && c_.kda) {
+      // Note [Kimi Delta Attention]: this rank's H / tp heads of d project
+      // its t tokens (P = H d / tp channels each of q, k, v and the gate).
+      const std::int64_t Hl = c_.linear_value_heads / tp, dk = c_.linear_value_dim, P = Hl * dk, C = 64, r = c_.kda_gate_rank;
+      const Bytes ch = t * P, rows = t * Hl;  // a projection's elements; a head's rows
+      pre.push_back(gemm("attn.qkv", t, 3 * P, h, e));  // q_proj, k_proj, v_proj
+      pre.push_back(gemm("attn.b_proj", t, Hl, h, e));
+      pre.push_back(gemm("attn.f_a_proj", t, dk, h, e));  // duplicated: every tp rank all of it
+      pre.push_back(gemm("attn.f_b_proj", t, P, dk, e));
+      pre.push_back(memory_op("kda.conv1d", KernelKind::kElementwise, 3 * e * ch, 3 * e * ch,
+                              (2.0 * static_cast<double>(c_.linear_conv_kernel) + 4.0) * static_cast<double>(3 * ch)));
+      // beta = sigmoid(b.float()); the decay a channel, lower_bound
+      // sigmoid(exp(A_log) (f + dt_bias)), and its chunk cumsum in fp32
+      // (chunk_kda's use_gate_in_kernel, safe_gate).
+      pre.push_back(memory_op("kda.gates", KernelKind::kElementwise, e * ch + (e + 4) * rows, 4 * ch + 8 * rows,
+                              8.0 * static_cast<double>(ch) + 4.0 * static_cast<double>(rows)));
+      // The chunked rule as Gated DeltaNet's (Note [Gated DeltaNet]) with
+      // d-wide keys and values, reading and writing the per-channel decay.
+      const double fr = static_cast<double>(rows), fd = static_cast<double>(dk), fc = static_cast<double>(C);
+      const Bytes states = rows * dk * dk / C * e;
+      sim::Kernel fwd;
+      fwd.name = "kda.core";
+      fwd.kind = KernelKind::kAttention;
+      fwd.fused = true;
+      fwd.flops = fr * (2 * fc * 5 * fd + 6 * fd * fd) + 4.0 * static_cast<double>(ch);
+      fwd.bytes = 3 * e * ch + 4 * ch + 8 * rows + e * ch + 2 * e * rows * C + 2 * states;
+      sim::Kernel bwd = fwd;
+      bwd.name = "kda.core.bwd";
+      bwd.flops = fr * (fc * 22 * fd + 18 * fd * fd) + 8.0 * static_cast<double>(ch);
+      bwd.bytes = 2 * 3 * e * ch + 8 * ch + 16 * rows + e * ch + 2 * e * rows * C + 4 * states;
+      core.forward = {fwd};
+      core.backward = {bwd};
+      // Kept by the rule: the normed q and k, v, the raw gate and its fp32
+      // cumsum, the rstds and beta in fp32, the intra-chunk Aqk and Akk.
+      core.saved = 3 * e * ch + (e + 4) * ch + 12 * rows + 2 * e * rows * C;
+      // The convolutions' inputs; f_b_proj's input (f_a_proj's output).
+      attention += 3 * e * ch + shape.saved_gemm_input(t * dk);
+      // The output gate, then FLA's FusedRMSNormGated (sigmoid) keeping its
+      // two inputs and rstd, then o_proj ("attn.o_proj" below).
+      if (r > 0) {
+        pre.push_back(gemm("attn.g_a_proj", t, r, h, e));
+        pre.push_back(gemm("attn.g_b_proj", t, P, r, e));
+        attention += shape.saved_gemm_input(t * r);
+      } else {
+        pre.push_back(gemm("attn.g_proj", t, P, h, e));
+      }
+      post.push_back(memory_op("kda.norm", KernelKind::kNorm, 2 * e * ch, e * ch, 8.0 * static_cast<double>(ch)));
+      attention += 2 * e * ch + 4 * rows + shape.saved_gemm_input(ch) + core.saved;
+      l.backward_workspace_bytes = e * (rows * 2 * dk + 2 * rows * dk * dk / C + 5 * ch);
+      o_in = P;
     } else if (gdn) {
       // Note [Gated DeltaNet]: this rank's kh / tp key and vh / tp value
       // heads project its t tokens; under context parallelism each cp rank
@@ -1811,7 +2064,7 @@ class Llama final : public ZooModel {
       const Bytes x_held = ratio > 0 ? 0 : e * tn;
       up_bytes = head_norm + norm_kept(t * d, t) + e * q + (ratio == 0 ? e * t * d : 0) + shape.saved_gemm_input(t * qr) - e * t * qr +
                  (x_copies > 0 ? shape.saved_gemm_input(tn) - x_held : 0);
-    } else if (has_mixer && mla() && dsa()) {
+    } else if (has_mixer && !gdn && mla() && dsa()) {
       // Note [DeepSeek Sparse Attention]: absorbed into the latent, each
       // query meets the keys its indexer selected.
       const std::int64_t kvr = c_.kv_lora_rank, v = c_.v_head_dim, dn = c_.qk_nope_dim;
@@ -1829,19 +2082,29 @@ class Llama final : public ZooModel {
       dsa_tp_forward = std::move(d.tp_forward);
       dsa_tp_backward = std::move(d.tp_backward);
       o_in = al * v;
-    } else if (has_mixer && mla()) {
+    } else if (has_mixer && !gdn && mla()) {
       const std::int64_t qk = c_.qk_nope_dim + c_.qk_rope_dim, kvr = c_.kv_lora_rank, v = c_.v_head_dim;
       pre.push_back(gemm("attn.kv_b_proj", t, al * (c_.qk_nope_dim + v), kvr, e));
       up_kernels.push_back(pre.back());
       attention += norm_kept(t * kvr, t) + shape.saved_gemm_input(t * kvr);
       up_bytes += norm_kept(t * kvr, t) + shape.saved_gemm_input(t * kvr) - e * t * kvr + e * t * al * (2 * qk + v);
       const Bytes rope = t * al * c_.qk_rope_dim + t * c_.qk_rope_dim;
-      pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * rope, e * rope, 3.0 * static_cast<double>(rope)));
-      up_kernels.push_back(pre.back());
+      if (c_.rotary) {
+        pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * rope, e * rope, 3.0 * static_cast<double>(rope)));
+        up_kernels.push_back(pre.back());
+      }
       core = attention_core(shape, al, al, qk, true, c_.attention_dropout > 0, 0, true, v);
       // Q, K (nope and rope joined) and V for the core; o_proj's input.
       attention += e * t * al * (2 * qk + v) + shape.saved_gemm_input(t * al * v) + core.saved;
       if (blockwise) attention += e * t * al * v;  // O, kept by the fused kernel
+      if (c_.attn_output_gate) {
+        // Note [Kimi K3]: O times sigmoid(g_proj(x)), keeping the sigmoid
+        // and the output its product takes.
+        const Bytes q = t * al * v;
+        pre.push_back(gemm("attn.g_proj", t, al * v, h, e));
+        post.push_back(memory_op("attn.gate", KernelKind::kElementwise, 3 * e * q, 2 * e * q, 5.0 * static_cast<double>(q)));
+        attention += 2 * e * q;
+      }
       o_in = al * v;
       // get_query_key_value_tensors: the down-projections' input, each
       // latent's norm and up-projection input, or under mla_up_proj only the
@@ -2621,8 +2884,13 @@ class Llama final : public ZooModel {
     }
     // Note [Latent MoE]: fc2_latent_proj back to the hidden width, keeping
     // its input.
+    if (c_.latent_norm) {
+      // Note [Kimi K3]: routed_expert_norm, KimiRMSNorm's composite fp32
+      // ops, keeping the fp32 input, its output before the weight and rsqrt.
+      post.push_back(memory_op("moe.latent.norm", KernelKind::kNorm, (e + 8) * tl * w, (e + 8) * tl * w, 4.0 * static_cast<double>(tl * w)));
+    }
     if (c_.moe_latent > 0) post.push_back(gemm("moe.latent.fc2", tl, h, w, e));
-    const Bytes latent_kept = c_.moe_latent > 0 ? shape.saved_gemm_input(tl * w) : 0;
+    const Bytes latent_kept = (c_.moe_latent > 0 ? shape.saved_gemm_input(tl * w) : 0) + (c_.latent_norm ? (4 + e) * tl * w + 4 * tl : 0);
     // Dense: the sigmoid's fp32 output, the scores and the repeated tokens
     // the product keeps, its output (the bmm's input) and the SwiGLU's.
     Bytes saved = latent_kept +

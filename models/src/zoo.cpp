@@ -283,6 +283,18 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 61\nhidden: 7168\nheads: 64\nkv_heads: 64\nintermediate: 18432\nvocab: 163840\nseq_len: 131072\n"
      "experts: 384\ntop_k: 8\nexpert_intermediate: 2048\nshared_intermediate: 2048\nfirst_dense: 1\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\n"},
+    // Note [Kimi K3] (llama.cpp): moonshotai/Kimi-K3's text_config as
+    // Megatron-Bridge's tests give it (tests/unit_tests/models/kimi/
+    // test_kimi_k3_bridge.py) and its 93 layers as create_hf_toy_model.py
+    // describes them: latent attention on every 4th and the last (24), Kimi
+    // Delta Attention on the other 69.
+    {"kimi-k3", "Moonshot Kimi K3 2.8T-A104B: 93 layers (69 Kimi Delta Attention of 96 heads of 128, 24 NoPE latent attention of 96 heads with an output gate; 1 dense SiTU MLP 33792, 92 latent MoE of 896 SiTU experts 3072 on a latent 3584 + 2 shared, top-16), Block Attention Residuals every 12 layers, hidden 7168, vocab 163840, seq 1048576",
+     "family: llama\nlayers: 93\nhidden: 7168\nheads: 96\nkv_heads: 96\nintermediate: 33792\nvocab: 163840\nseq_len: 1048576\n"
+     "experts: 896\ntop_k: 16\nexpert_intermediate: 3072\nshared_intermediate: 6144\nfirst_dense: 1\nmoe_latent: 3584\nlatent_norm: true\n"
+     "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\nrotary: false\nattn_output_gate: true\n"
+     "layer_mixers: LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL*LLL**\n"
+     "kda: true\nlinear_key_heads: 96\nlinear_value_heads: 96\nlinear_key_dim: 128\nlinear_value_dim: 128\nlinear_conv_kernel: 4\n"
+     "situ: true\nattn_res_block: 12\n"},
     // Note [DeepSeek-V4] (llama.cpp): deepseek-ai/DeepSeek-V4-Flash's
     // config.json (model_type deepseek_v4, revision 60d8d70, the one
     // Megatron-Bridge's verification card names); its multi-token
@@ -571,6 +583,22 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.linear_conv_kernel = c.get_int("linear_conv_kernel", 4, 1, 1024);
   l.attn_output_gate = c.get_bool("attn_output_gate", false);
   l.zero_centered_norms = c.get_bool("zero_centered_norms", false);
+  // Kimi Linear and Kimi K3 (Note [Kimi Delta Attention], Note [Attention residuals] in llama.cpp).
+  l.kda = c.get_bool("kda", false);
+  l.kda_gate_rank = c.get_int("kda_gate_rank", 0, 0, kBig);
+  l.situ = c.get_bool("situ", false);
+  l.latent_norm = c.get_bool("latent_norm", false);
+  l.attn_res_block = static_cast<int>(c.get_int("attn_res_block", 0, 0, 10000));
+  if (c.has("kda_gate_rank") && !l.kda) c.fail("kda_gate_rank", "is read only with kda: true (Kimi Delta Attention's output gate)");
+  if (l.kda && (l.linear_key_heads != l.linear_value_heads || l.linear_key_dim != l.linear_value_dim)) {
+    c.fail("kda", "true is Kimi Delta Attention, whose q, k and v have the same heads and width; valid: linear_key_heads = linear_value_heads "
+                  "and linear_key_dim = linear_value_dim (Kimi's num_heads and head_dim)");
+  }
+  if (l.situ && (l.gelu || l.swiglu_limit > 0)) {
+    c.fail("situ", std::string("true is Kimi K3's activation; it contradicts ") + (l.gelu ? "gelu: true (GeGLU)" : "swiglu_limit (gpt-oss's SwiGLU)") +
+                       "; set only one");
+  }
+  if (l.latent_norm && c.get_int("moe_latent", 0, 0, kBig) == 0) c.fail("latent_norm", "is read only with moe_latent (the latent it norms)");
   if (l.linear_value_heads % l.linear_key_heads != 0) {
     c.fail("linear_value_heads", std::to_string(l.linear_value_heads) + " is not a multiple of linear_key_heads " +
                                      std::to_string(l.linear_key_heads) + " (each key head serves an equal share of value heads)");
@@ -609,17 +637,21 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
                                "; set only one");
   }
   if (!l.rotary && (l.nope_global || l.attn_temperature)) c.fail("rotary", "false already leaves every layer without rotary; drop nope_global and attn_temperature");
-  if (!l.rotary && c.get_int("kv_lora_rank", 0, 0, kBig) > 0) {
+  if (!l.rotary && c.get_int("kv_lora_rank", 0, 0, kBig) > 0 && !l.kda) {
+    // Kimi's latent attention (mla_use_nope) keeps the shared part without rotating it.
     c.fail("rotary", "false with latent attention (kv_lora_rank), whose decoupled rotary part every head shares; set rotary: true");
   }
-  // Granite 4.0-H's blocks, each mixing through Mamba-2 (M) or attention (*).
+  // Granite 4.0-H's blocks, each mixing through Mamba-2 (M) or attention
+  // (*); Kimi's, through linear attention (L) or attention.
   l.layer_mixers = c.get_string("layer_mixers", "");
   for (std::size_t i = 0; i < l.layer_mixers.size(); ++i) {
-    if (l.layer_mixers[i] != 'M' && l.layer_mixers[i] != '*') {
+    if (l.layer_mixers[i] != 'M' && l.layer_mixers[i] != '*' && l.layer_mixers[i] != 'L') {
       c.fail("layer_mixers", std::string("letter ") + std::to_string(i + 1) + " is '" + l.layer_mixers[i] +
-                                 "'; valid: M (a Mamba-2 block) or * (an attention block), a letter a layer");
+                                 "'; valid: M (a Mamba-2 block), L (a linear-attention block) or * (an attention block), a letter a layer");
     }
   }
+  const bool linear_mixers = l.layer_mixers.find('L') != std::string::npos;
+  if (l.kda && !linear_mixers) c.fail("kda", "true needs layer_mixers with L layers (Kimi's kda_layers) for its linear attention");
   if (!l.layer_mixers.empty() && !l.hybrid_pattern.empty()) {
     c.fail("layer_mixers", "contradicts hybrid_pattern (blocks against single parts); set only one");
   }
@@ -627,10 +659,13 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
     c.fail("layer_mixers", std::to_string(l.layer_mixers.size()) + " letters for the " + std::to_string(l.layers) + " layers; valid: one a layer");
   }
   if (!l.layer_mixers.empty()) {
+    // Latent attention among linear layers is Kimi's; among Mamba-2 ones, nobody's.
+    const bool mla_ok = linear_mixers && l.layer_mixers.find('M') == std::string::npos;
     for (const auto& [key, on] : {std::pair{"full_attention_interval", l.full_attention_interval > 0}, std::pair{"gemma_norms", l.gemma_norms},
-                                   std::pair{"olmo2_norms", l.olmo2_norms}, std::pair{"kv_lora_rank", c.get_int("kv_lora_rank", 0, 0, kBig) > 0},
+                                   std::pair{"olmo2_norms", l.olmo2_norms},
+                                   std::pair{"kv_lora_rank", !mla_ok && c.get_int("kv_lora_rank", 0, 0, kBig) > 0},
                                    std::pair{"attention_sinks", l.attention_sinks}}) {
-      if (on) c.fail(key, "is not modelled with layer_mixers (Granite 4.0-H's Mamba-2 and attention blocks); drop one");
+      if (on) c.fail(key, "is not modelled with layer_mixers (Granite 4.0-H's Mamba-2 and attention blocks, Kimi's linear and attention ones); drop one");
     }
   }
   const bool mamba_layers = l.hybrid_pattern.find('M') != std::string::npos || l.layer_mixers.find('M') != std::string::npos;
@@ -705,9 +740,10 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
                                  std::pair{"l2_qk_norm", l.l2_qk_norm}}) {
     if (on && l.kv_lora_rank > 0) c.fail(key, "is Llama 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
   }
-  for (const auto& [key, on] : {std::pair{"full_attention_interval", l.full_attention_interval > 0}, std::pair{"attn_output_gate", l.attn_output_gate}}) {
-    if (on && l.kv_lora_rank > 0) c.fail(key, "is Qwen3-Next's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  if (l.full_attention_interval > 0 && l.kv_lora_rank > 0) {
+    c.fail("full_attention_interval", "is Qwen3-Next's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
   }
+
   if (l.whole_qk_norm && l.kv_lora_rank > 0) {
     c.fail("whole_qk_norm", "true is grouped-query attention's q/k norms; latent attention (kv_lora_rank) has none modelled");
   }
@@ -736,6 +772,12 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.hc_mult = static_cast<int>(c.get_int("hc_mult", 0, 0, 64));
   l.hc_sinkhorn_iters = static_cast<int>(c.get_int("hc_sinkhorn_iters", 20, 1, 10000));
   if (c.has("hc_sinkhorn_iters") && l.hc_mult < 2) c.fail("hc_sinkhorn_iters", "is read only with hc_mult (2 or more residual streams)");
+  if (l.attn_res_block > 0 && (l.hc_mult > 1 || !l.hybrid_pattern.empty() || l.mtp_layers > 0)) {
+    c.fail("attn_res_block", std::string("Block Attention Residuals replace the residual; they contradict ") +
+                                 (l.hc_mult > 1 ? "hc_mult (hyper-connections)"
+                                                : !l.hybrid_pattern.empty() ? "hybrid_pattern (single-part layers)" : "mtp_layers (not modelled with them)") +
+                                 "; set only one");
+  }
   if (!v4) {
     for (const char* key : {"o_groups", "o_lora_rank"}) {
       if (c.has(key)) c.fail(key, "is read only with compress_ratios (DeepSeek-V4's attention)");
@@ -956,7 +998,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid, deepseek_v4";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid, deepseek_v4, kimi_linear, kimi_k3";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1700,6 +1742,111 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
         }
       }
     }
+  } else if (type == "kimi_k3") {
+    // Note [Kimi K3] (llama.cpp): KimiK3ForConditionalGeneration keeps its
+    // language model in text_config (Megatron-Bridge's KimiK3Bridge reads it there).
+    require_arch({"KimiK3ForConditionalGeneration"});
+    return language_model("KimiK3ForConditionalGeneration", {{"kimi_k3_text", "kimi_k3_text"}, {"kimi_k3", "kimi_k3_text"}},
+                          "its vision tower and projector", nullptr);
+  } else if (type == "kimi_linear" || type == "kimi_k3_text") {
+    // Note [Kimi Delta Attention] (llama.cpp): Kimi Linear's config
+    // (KimiLinearForCausalLM, configuration_kimi.py) and Kimi K3's
+    // text_config, read as Megatron-Bridge's KimiK3Bridge reads them; keys
+    // left out take the released checkpoint's values (Kimi-Linear-48B-A3B,
+    // Kimi-K3).
+    const bool k3 = type == "kimi_k3_text";
+    require_arch({"KimiLinearForCausalLM"});
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", k3 ? 93 : 27);
+    copy_int("hidden_size", "hidden", k3 ? 7168 : 2304);
+    copy_int("num_attention_heads", "heads", k3 ? 96 : 32);
+    ours["kv_heads"] = ours["heads"];  // latent attention: a key and value a head
+    copy_int("intermediate_size", "intermediate", k3 ? 33792 : 9216);
+    copy_int("vocab_size", "vocab", 163840);
+    copy_int("max_position_embeddings", "seq_len", 1048576);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", false);
+    // Latent attention (DeepSeek-V3's keys) without rotary positions (K3:
+    // position_embedding_type none; Kimi Linear: mla_use_nope).
+    if (hf["q_lora_rank"] && hf["q_lora_rank"].IsNull()) {
+      ours["q_lora_rank"] = 0;
+    } else {
+      ours["q_lora_rank"] = c.get_int("q_lora_rank", k3 ? 1536 : 0, 0, kBig);
+    }
+    copy_int("kv_lora_rank", "kv_lora_rank", 512);
+    copy_int("qk_nope_head_dim", "qk_nope_dim", 128);
+    copy_int("qk_rope_head_dim", "qk_rope_dim", 64);
+    copy_int("v_head_dim", "v_head_dim", 128);
+    ours["rotary"] = k3 ? false : !c.get_bool("mla_use_nope", true);
+    if (k3) ours["attn_output_gate"] = true;  // KimiK3Attention's g_proj
+    // The mixture of experts: first_k_dense_replace dense layers, then
+    // experts on every layer (moe_layer_freq 1), num_shared_experts of
+    // moe_intermediate_size beside them.
+    ours["experts"] = c.get_int("num_experts", k3 ? 896 : 256, 2, 1 << 20);
+    ours["top_k"] = c.get_int("num_experts_per_token", k3 ? 16 : 8, 1, 1 << 20);
+    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
+      c.fail("num_experts_per_token", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
+                                          std::to_string(ours["experts"].as<std::int64_t>()) + " routed experts (num_experts)");
+    }
+    copy_int("moe_intermediate_size", "expert_intermediate", k3 ? 3072 : 1024);
+    ours["shared_intermediate"] = c.get_int("num_shared_experts", k3 ? 2 : 1, 0, 1 << 20) * ours["expert_intermediate"].as<std::int64_t>();
+    ours["first_dense"] = c.get_int("first_k_dense_replace", 1, 0, 10000);
+    if (c.get_int("moe_layer_freq", 1, 1, 10000) != 1) c.fail("moe_layer_freq", "only 1 is modelled (every layer after the dense ones)");
+    if (c.get_bool("use_grouped_topk", k3) && c.get_int("num_expert_group", 1, 1, 1 << 20) > 1) {
+      const std::int64_t groups = c.get_int("num_expert_group", 1, 1, 1 << 20);
+      if (ours["experts"].as<std::int64_t>() % groups != 0) {
+        c.fail("num_expert_group", std::to_string(groups) + " does not divide the " + std::to_string(ours["experts"].as<std::int64_t>()) +
+                                       " routed experts");
+      }
+      ours["route_nodes"] = c.get_int("topk_group", 1, 1, groups);
+    }
+    if (const std::string act = c.get_string("hidden_act", k3 ? "situ" : "silu"); act == "situ") {
+      ours["situ"] = true;
+    } else if (act != "silu") {
+      c.fail("hidden_act", "'" + act + "'; valid: silu (Kimi Linear's), situ (Kimi K3's)");
+    }
+    if (c.get_int("num_nextn_predict_layers", 0, 0, 64) > 0) {
+      notes.push_back(file + ": num_nextn_predict_layers: the multi-token prediction layer is not trained by the model's own class; not modelled");
+    }
+    if (k3) {
+      // Note [Latent MoE]: routed_expert_hidden_size, its norm; Note [Attention residuals].
+      copy_int("routed_expert_hidden_size", "moe_latent", 3584);
+      ours["latent_norm"] = c.get_bool("latent_moe_use_norm", true);
+      ours["attn_res_block"] = c.get_int("attn_res_block_size", 12, 1, 10000);
+    }
+    // linear_attn_config: which layers (1-indexed) are Kimi Delta Attention.
+    if (!hf["linear_attn_config"] || !hf["linear_attn_config"].IsMap()) {
+      c.fail("linear_attn_config", "missing or not a mapping; it lists the Kimi Delta Attention layers (kda_layers) and their heads");
+    }
+    const sim::ConfigMap la = c.sub("linear_attn_config");
+    const std::int64_t layers = ours["layers"].as<std::int64_t>();
+    const std::vector<std::int64_t> kda = la.get_int_list("kda_layers");
+    std::string mixers(static_cast<std::size_t>(layers), '*');
+    for (const std::int64_t n : kda) {
+      if (n < 1 || n > layers) la.fail("kda_layers", "holds " + std::to_string(n) + "; valid: layer numbers 1 to " + std::to_string(layers) + " (num_hidden_layers)");
+      if (mixers[static_cast<std::size_t>(n - 1)] == 'L') la.fail("kda_layers", "lists layer " + std::to_string(n) + " twice");
+      mixers[static_cast<std::size_t>(n - 1)] = 'L';
+    }
+    if (kda.empty()) la.fail("kda_layers", "missing or empty; valid: the layer numbers (1-indexed) of the Kimi Delta Attention layers");
+    if (la.has("full_attn_layers")) {
+      for (const std::int64_t n : la.get_int_list("full_attn_layers")) {
+        if (n < 1 || n > layers || mixers[static_cast<std::size_t>(n - 1)] == 'L') {
+          la.fail("full_attn_layers", "holds " + std::to_string(n) + ", which kda_layers lists or num_hidden_layers has not; valid: the other layers, 1-indexed");
+        }
+      }
+      if (static_cast<std::int64_t>(la.get_int_list("full_attn_layers").size() + kda.size()) != layers) {
+        la.fail("full_attn_layers", "with kda_layers leaves layers out; valid: the two lists together name each of the " + std::to_string(layers) + " layers once");
+      }
+    }
+    ours["layer_mixers"] = mixers;
+    ours["kda"] = true;
+    const std::int64_t heads = la.get_int("num_heads", k3 ? 96 : 32, 1, 1 << 20), dim = la.get_int("head_dim", 128, 1, 1 << 20);
+    ours["linear_key_heads"] = heads;
+    ours["linear_value_heads"] = heads;
+    ours["linear_key_dim"] = dim;
+    ours["linear_value_dim"] = dim;
+    ours["linear_conv_kernel"] = la.get_int("short_conv_kernel_size", 4, 1, 1024);
+    (void)la.get_double("gate_lower_bound", -5, -1e9, 1e9);
+    if (!k3) ours["kda_gate_rank"] = dim;  // Kimi Linear's g_a_proj, g_b_proj
   } else if (type == "nemotron_h") {
     // Note [Mamba-2] (llama.cpp): NemotronHConfig's keys and defaults
     // (configuration_nemotron_h.py), its layers as modeling_nemotron_h.py

@@ -883,3 +883,64 @@ TEST_CASE("multi-token prediction joins the head on the last stage where stages 
   CHECK(with.ranks[0].parameters == without.ranks[0].parameters);
   CHECK(with.ranks[1].parameters - without.ranks[1].parameters == (depth.params + depth.borrowed_params) * 4);  // fp32
 }
+
+TEST_CASE("Block Attention Residuals through a pipeline: the boundary sends the bank, the next stage keeps it (Note [Attention residuals])",
+          "[pipeline][memory][attn_res]") {
+  // Four Llama blocks (h 64, 4 heads, SwiGLU 128) with a snapshot every 2
+  // layers (model.attn_res_block), one sequence of 128 tokens in fp16: e t
+  // h = 16,384 bytes. The stages split after layer 1: Megatron-Bridge sends
+  // the running sum with layer 0's snapshot (pack_stage_boundary), 2 e t h,
+  // and gets its gradient back.
+  models::LlamaConfig cfg;
+  cfg.name = "attn-res";
+  cfg.layers = 4;
+  cfg.hidden = 64;
+  cfg.heads = 4;
+  cfg.kv_heads = 4;
+  cfg.intermediate = 128;
+  cfg.vocab = 256;
+  cfg.seq_len = 256;
+  cfg.attn_res_block = 2;
+  const auto m = models::make_llama(cfg);
+  cfg.attn_res_block = 0;
+  const auto plain = models::make_llama(cfg);
+  const Bytes eth = 2 * 128 * 64;
+  const std::string base = "pp: 2\nstage_layers: [3, 3]\nmicro_batch: 1\nseq_len: 128\nprecision: fp16\nschedule: gpipe\n";
+  const FreeComm comm;
+  auto sends = [](const Run& r) {
+    std::vector<Bytes> out;
+    for (const auto& t : r.graph.tasks) {
+      if (t.kind == TaskKind::kCollective && t.axis == Axis::kPp && t.op == CollectiveOp::kSendRecv && t.bytes > 0) out.push_back(t.bytes);
+    }
+    return out;
+  };
+  const Run one = run(*m, base + "micro_batches: 1\n", round_cluster(1, 2), comm, kMs);
+  REQUIRE(one.graph.stage_layers == std::vector<int>{3, 3});
+  const auto sent = sends(one);
+  CHECK_FALSE(sent.empty());
+  for (const Bytes b : sent) CHECK(b == 2 * eth);
+  for (const Bytes b : sends(run(*plain, base + "micro_batches: 1\n", round_cluster(1, 2), comm, kMs))) CHECK(b == eth);
+  // What stage 1 keeps for each micro-batch in flight, over the plain
+  // model's: under full recompute, its first checkpoint is the received
+  // tensor (2 e t h against e t h; layer 2 writes a new bank at once, so
+  // the unpacked one is not kept) and layer 3's is layer 2's sum with its
+  // new bank of 2 snapshots (3 e t h against e t h): 3 e t h more. Without
+  // recompute it keeps the received tensor, 2 e t h, which no layer's own
+  // saved bytes hold (each norm keeps its aggregate's output instead).
+  for (const bool full : {true, false}) {
+    INFO("recompute full " << full);
+    const std::string plan = base + (full ? "recompute: full\n" : "");
+    auto per_micro = [&](const Model& model) {
+      return run(model, plan + "micro_batches: 2\n", round_cluster(1, 2), comm, kMs).peak_activations(1) -
+             run(model, plan + "micro_batches: 1\n", round_cluster(1, 2), comm, kMs).peak_activations(1);
+    };
+    const Bytes plain_micro = per_micro(*plain), res_micro = per_micro(*m);
+    if (full) {
+      CHECK(res_micro - plain_micro == 3 * eth);
+    } else {
+      // The aggregates' own kept bytes (test_kimi.cpp: 5 and 9 rows of
+      // 66,560 for layers 2 and 3) and the received tensor.
+      CHECK(res_micro - plain_micro == 14 * 66'560 + 2 * eth);
+    }
+  }
+}

@@ -2176,3 +2176,22 @@ TEST_CASE("DeepSeek-V4's twin: hyper-connections as a plain residual where their
   CHECK(torch::allclose(out.sum(2), mixed.view({2, 8, 4, 128}).sum(2), 1e-4, 1e-4));
   CHECK_FALSE(torch::allclose(out.select(2, 0), mixed.view({2, 8, 4, 128}).select(2, 0), 1e-3, 1e-3));
 }
+
+TEST_CASE("Kimi K3's and Kimi Linear's parts are priced, not run: the twin says which, in one line (Note [Kimi K3])", "[torch][kda]") {
+  // The analytic model's own signatures for them (tests/models/test_kimi.cpp).
+  test::TempDir dir("kimi-twin");
+  const std::string yaml = dir.file("kimi.yaml");
+  std::ofstream(yaml) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 4\nintermediate: 128\nvocab: 256\nseq_len: 256\n"
+                         "layer_mixers: L*\nkda: true\nlinear_key_heads: 2\nlinear_value_heads: 2\nlinear_key_dim: 16\nlinear_value_dim: 16\n"
+                         "situ: true\nattn_res_block: 2\n";
+  sim::WorkloadShape w;
+  w.micro_batch = 1;
+  w.seq_len = 16;
+  w.act_bytes = 4;
+  const auto layers = models::load_model(yaml)->layers(w);
+  CHECK_THROWS_WITH(models::make_torch_layer(layers[1].signature), Catch::Contains("Kimi Delta Attention (kda=1) is priced, not run by the LibTorch twin"));
+  CHECK_THROWS_WITH(models::make_torch_layer(layers[2].signature), Catch::Contains("the SiTU activation (situ=1) is priced, not run"));
+  std::vector<sim::Override> silu{sim::parse_override("model.situ=false")};
+  CHECK_THROWS_WITH(models::make_torch_layer(models::load_model(yaml, silu)->layers(w)[2].signature),
+                    Catch::Contains("Block Attention Residuals (ar=) is priced, not run"));
+}

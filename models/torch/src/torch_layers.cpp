@@ -3319,6 +3319,12 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
   if (k == "llama.block" || k == "moe.block") {
     const bool moe = k == "moe.block", mla = s.get_or("mla", 0) != 0, gdn = s.get_or("gdn", 0) != 0, mamba = s.get_or("mamba", 0) != 0;
     const bool v4 = s.get_or("v4", 0) != 0;  // Note [The twin's DeepSeek-V4]: one shared key-value head of d
+    // Kimi K3's and Kimi Linear's parts (Note [Kimi Delta Attention], Note
+    // [Attention residuals] and Note [Kimi K3] in models/src/llama.cpp).
+    for (const auto& [key, what] : {std::pair{"kda", "Kimi Delta Attention (kda=1)"}, std::pair{"situ", "the SiTU activation (situ=1)"},
+                                    std::pair{"ar", "Block Attention Residuals (ar=)"}, std::pair{"lnorm", "latent MoE's norm (lnorm=1)"}}) {
+      if (s.get_or(key, 0) != 0) throw UnsupportedError("layer signature '" + signature + "': " + what + " is priced, not run by the LibTorch twin");
+    }
     // Latent attention's heads are whole (kv = a); d is a query or key head's
     // width. A Gated DeltaNet or Mamba-2 layer has no attention heads (a, kv, d unused).
     const bool no_heads = gdn || mamba;
@@ -3358,7 +3364,7 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
           throw UnsupportedError("layer signature '" + signature + "': ix=0, a layer reusing another layer's top-k, is priced, not run by the LibTorch twin");
         }
       }
-      for (const char* key : {"qkvb", "ob", "qkn", "on", "gn", "nope", "tt", "l2qk", "sink"}) {
+      for (const char* key : {"qkvb", "ob", "qkn", "on", "gn", "nope", "tt", "l2qk", "sink", "og"}) {
         if (s.get_or(key, 0) != 0) {
           throw UnsupportedError("layer signature '" + signature + "': " + key +
                                  "=1 with latent attention (mla=1), which DeepSeek's layers do not combine and the LibTorch twin does not run");

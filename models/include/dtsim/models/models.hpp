@@ -99,8 +99,27 @@ struct LlamaConfig {
   std::int64_t linear_value_dim = 128;   ///< linear_value_head_dim
   std::int64_t linear_conv_kernel = 4;   ///< linear_conv_kernel_dim
   /// The attention layers' q_proj also writes a gate a head: the output
-  /// times sigmoid(gate) before o_proj (Qwen3NextAttention).
+  /// times sigmoid(gate) before o_proj (Qwen3NextAttention); with latent
+  /// attention, a g_proj of its own (Kimi K3's: Note [Kimi K3]).
   bool attn_output_gate = false;
+  // Kimi Linear and Kimi K3 (Note [Kimi Delta Attention] in models/src/llama.cpp).
+  /// The linear layers are Kimi Delta Attention: q, k and v each
+  /// linear_value_heads x linear_value_dim wide, a decay a channel from a
+  /// low-rank f_a, f_b (linear_value_dim wide) rather than a head's scalar.
+  bool kda = false;
+  /// Rank of KDA's output gate (Kimi Linear's g_a_proj, g_b_proj: its
+  /// head_dim); 0: one full-width g_proj (Kimi K3's).
+  std::int64_t kda_gate_rank = 0;
+  /// The MLPs' and experts' activation is SiTU (Kimi K3's hidden_act
+  /// "situ": 4 tanh(g / 4) sigmoid(g) times 25 tanh(u / 25), in fp32 as
+  /// composite ops) rather than SiLU's.
+  bool situ = false;
+  /// Latent MoE's combined output is RMS-normed on the latent before
+  /// fc2_latent_proj (Kimi K3's latent_moe_use_norm: routed_expert_norm).
+  bool latent_norm = false;
+  /// Block Attention Residuals (Kimi K3's attn_res_block_size; 0: a plain
+  /// residual): Note [Attention residuals] in models/src/llama.cpp.
+  int attn_res_block = 0;
   /// RMSNorms computed in fp32 and scaled by 1 + weight, two a block
   /// (Qwen3NextRMSNorm, Gemma 3's norm without Gemma's four).
   bool zero_centered_norms = false;
@@ -111,9 +130,10 @@ struct LlamaConfig {
   /// MLP, E the mixture of experts. Empty: every layer a block (attention,
   /// then the MLP).
   std::string hybrid_pattern;
-  /// Which blocks mix their tokens through Mamba-2 rather than attention, a
-  /// letter a layer, M or * (Granite 4.0-H's layer_types), each a whole
-  /// block with its MLP after; empty: none.
+  /// Which blocks mix their tokens through Mamba-2 (M), linear attention
+  /// (L: Gated DeltaNet's, or Kimi Delta Attention's with kda) or attention
+  /// (*), a letter a layer (Granite 4.0-H's layer_types, Kimi's
+  /// kda_layers), each a whole block with its MLP after; empty: none.
   std::string layer_mixers;
   std::int64_t mamba_heads = 0;        ///< mamba_num_heads (0: 2 hidden / mamba_head_dim)
   std::int64_t mamba_head_dim = 64;    ///< mamba_head_dim (P)
