@@ -557,6 +557,41 @@ using namespace detail;
 // local layer, then a global one) trains under every plan as one process
 // does, with a soft cap too (tests/runtime). Parameters are HuggingFace's
 // (tests/data/hf/PARAMS.md).
+// Note [Gemma 4]
+// Google's Gemma 4 31B and 26B-A4B language models (Gemma4TextConfig,
+// model_type gemma4_text; Gemma4ForConditionalGeneration's text_config),
+// as HuggingFace's modeling_gemma4.py and Megatron-Bridge's gemma4_provider.py
+// and modeling_gemma4.py build them, are Gemma 3's decoder (Note [Gemma]:
+// four norms a block, GeGLU, embeddings times sqrt(hidden), a tied head,
+// q/k norms; five local layers of a 1024-key window to one global) with:
+//   global layers  their own head width (global_head_dim 512) and fewer
+//               key/value heads (num_global_key_value_heads: 4 in the 31B,
+//               2 in the 26B), a quarter of each head rotated; where
+//               attention_k_eq_v, no v_proj: the values are the keys'
+//               projection, normed apart (model.k_eq_v). A global layer is
+//               made by a twin of the config with those heads (its own
+//               layer signature); with fewer heads than tp ranks each rank
+//               holds a whole one, replicated, as Bridge's spec does.
+//   v_norm      an RMSNorm without a weight on every value head.
+//   the 26B's MoE every layer is a GeGLU of intermediate_size (2112: the
+//               shared expert's place) beside 128 experts of GeGLU 704,
+//               top-8, each branch between its own pre- and post-norm, their
+//               sum normed again (model.moe_branch_norms: three norms more
+//               than Gemma 3's four); the router runs on a weightless norm
+//               of the residual times a learned scale (h) and scales each
+//               chosen expert by a learned per_expert_scale (E, counted as
+//               router_bias's).
+// Not priced: the partial rotary's saving, layer_scalar (a buffer times the
+// block's output, one pass). The E2B and E4B (per-layer embeddings,
+// key-value layers shared by later ones, E2B's double-wide MLPs) are refused
+// at their keys, not modelled yet. Parameters (tests/models/test_gemma4.cpp):
+// the 31B's 50 local layers of 478,959,104
+// and 10 global of 534,009,856 (q and o 5376 x 16,384, k 5376 x 2048, no
+// v), the tied 262,144 x 5376 vocabulary and the final norm:
+// 30,697,345,280 (the card's 30.7B); the 26B's 30 layers of attention (q,
+// k, v, o of its window or global shape), the GeGLU 3 x 2816 x 2112, 128
+// experts of 3 x 2816 x 704, the router 2816 x 128 with its scales, and
+// seven norms: 25,233,141,760 (the card's 25.2B), 3,822,530,560 active.
 // Note [Llama 4]
 // Meta's Llama 4 Scout (17B-16E) and Maverick (17B-128E) language models as
 // HuggingFace writes them (modeling_llama4.py, model_type llama4_text: the
@@ -842,7 +877,20 @@ class Llama final : public ZooModel {
     if (c_.head_dim == 0) c_.head_dim = c_.hidden / c_.heads;
     if (c_.experts > 0 && c_.expert_intermediate == 0) c_.expert_intermediate = c_.intermediate;
     if (c_.mamba_heads == 0) c_.mamba_heads = 2 * c_.hidden / c_.mamba_head_dim;  // Megatron-Core: expand 2
+    if (c_.global_head_dim > 0 || c_.global_kv_heads > 0 || c_.k_eq_v) {
+      // Note [Gemma 4]: the global layers are made by a twin of this
+      // config with their own heads, their values their keys.
+      LlamaConfig g = c_;
+      g.head_dim = c_.global_head_dim > 0 ? c_.global_head_dim : c_.head_dim;
+      g.kv_heads = c_.global_kv_heads > 0 ? c_.global_kv_heads : c_.kv_heads;
+      g.global_head_dim = 0;
+      g.global_kv_heads = 0;
+      global_ = std::make_shared<Llama>(std::move(g), true);
+      c_.k_eq_v = false;  // the local layers have their values
+    }
   }
+  /// A global layers' twin (Note [Gemma 4]): k_eq_v applies to its layers.
+  Llama(LlamaConfig c, bool /*global*/) : c_(std::move(c)) {}
   std::string name() const override { return c_.name; }
   std::vector<std::string> notes() const override { return c_.notes; }
   int blocks() const override { return c_.layers; }
@@ -878,6 +926,11 @@ class Llama final : public ZooModel {
     }
     // Attention's heads, where some layer attends (a hybrid pattern may have none: Note [Mamba-2]).
     const bool attends = attention_layers() > 0;
+    if (global_ && attends && global_->c_.kv_heads % tp != 0 && tp % global_->c_.kv_heads != 0) {
+      // Note [Gemma 4]: a global layer's heads split over tp, or replicated whole.
+      return std::to_string(global_->c_.kv_heads) + " key/value heads of the global layers (num_global_key_value_heads) neither divide "
+             "nor are divisible by tp=" + std::to_string(tp);
+    }
     if (attends && !mla() && c_.kv_heads % tp != 0) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
     }
@@ -1018,6 +1071,7 @@ class Llama final : public ZooModel {
              // Note [Gated DeltaNet]: Qwen3-Next's norms and gated attention output
              (c_.zero_centered_norms ? ",zc=1" : "") + (c_.attn_output_gate ? ",og=1" : "") +
              (c_.gelu ? ",gelu=1" : "") + (c_.situ ? ",situ=1" : "") +  // Note [Kimi K3]
+             (c_.v_norm ? ",vn=1" : "") + (c_.moe_branch_norms ? ",bn=1" : "") +  // Note [Gemma 4]
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
@@ -1077,9 +1131,15 @@ class Llama final : public ZooModel {
                        (ratio == 4 ? 128 : ratio > 0 ? 256 : 0) + 512 * res;
       auto it = made.find(kind);
       if (it == made.end()) {
-        sim::Layer l = block_layer(shape, moe, is_global, mixer, piece, !reuses, ratio);
+        sim::Layer l = maker(i).block_layer(shape, moe, is_global, mixer, piece, !reuses, ratio);
         if (res > 0) attention_residuals(l, i, shape);
-        const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : v4() ? v4_attention(ratio) : attention;
+        // Note [Gemma 4]: a global layer's own heads, and its values its keys.
+        const std::string gemma4_global = is_global && global_ ? "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
+                                                                     ",kv=" + std::to_string(global_->c_.kv_heads) +
+                                                                     ",d=" + std::to_string(global_->c_.head_dim) + (global_->c_.k_eq_v ? ",kev=1" : "")
+                                                               : std::string();
+        const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : v4() ? v4_attention(ratio)
+                                 : !gemma4_global.empty() ? gemma4_global : attention;
         // Note [Mamba-2]: a hybrid pattern's part, its activation.
         const std::string extra = std::string(c_.squared_relu ? ",relu2=1" : "") +
                                   (piece == Part::kMixer ? ",part=1" : piece == Part::kMlp ? ",part=2" : "") + (reuses ? ",ix=0" : "");
@@ -1334,7 +1394,7 @@ class Llama final : public ZooModel {
     const std::int64_t h = c_.hidden;
     std::int64_t blocks = 0;
     for (int i = 0; i < c_.layers; ++i) {
-      const BlockParams p = block_params(1, is_moe(i), mixer_of(i), part_of(i), has_indexer(i), ratio_of(i));
+      const BlockParams p = maker(i).block_params(1, is_moe(i), mixer_of(i), part_of(i), has_indexer(i), ratio_of(i));
       blocks += p.split + p.replicated + (is_moe(i) ? routed * expert_params_each(1) : 0);
     }
     // Note [Multi-token prediction]: each depth's block, eh_proj and three
@@ -1500,7 +1560,7 @@ class Llama final : public ZooModel {
     // Input and post-attention RMSNorms; Gemma's pre- and post-feedforward
     // ones too; a hybrid pattern's part has its pre-norm alone.
     const int norms = part != Part::kBlock ? 1 : c_.gemma_norms ? 4 : 2;
-    std::int64_t split = 0, replicated = norms * h;
+    std::int64_t split = 0, replicated = norms * h, kv_per_rank = 0;
     int tensors = norms;
     if (part == Part::kMlp) {
       // No token mixer.
@@ -1575,9 +1635,12 @@ class Llama final : public ZooModel {
         tensors += 5;
       }
     } else {
-      split += h * (a + 2 * kv) * d + a * d * h;
+      // Note [Gemma 4]: K and V (K alone where the values are the keys),
+      // whole heads on each rank, replicated where they are fewer than tp.
+      split += h * a * d + a * d * h;
+      kv_per_rank = (c_.k_eq_v ? 1 : 2) * h * std::max<std::int64_t>(1, kv / tp) * d;
       if (c_.attn_output_gate) split += h * a * d;  // Note [Gated DeltaNet]: q_proj's gate half
-      tensors += 4;
+      tensors += c_.k_eq_v ? 3 : 4;
       if (c_.qkv_bias) split += (a * (c_.attn_output_gate ? 2 : 1) + 2 * kv) * d, tensors += 3;  // a gated q_proj's bias is 2 a d
       if (c_.o_bias) replicated += h, tensors += 1;
       // Qwen3's and Gemma 3's q/k norms are per head (d each); OLMo 2's and
@@ -1598,6 +1661,8 @@ class Llama final : public ZooModel {
       // Note [Latent MoE]: fc1_latent_proj and fc2_latent_proj, duplicated.
       if (c_.moe_latent > 0) replicated += 2 * h * c_.moe_latent, tensors += 2;
       if (c_.latent_norm) replicated += c_.moe_latent, tensors += 1;  // Note [Kimi K3]: routed_expert_norm
+      // Note [Gemma 4]: the branches' three norms, the router's scale.
+      if (c_.moe_branch_norms) replicated += 4 * h, tensors += 4;
       if (c_.shared_intermediate > 0) {
         split += (up + 1) * h * c_.shared_intermediate;
         tensors += static_cast<int>(up) + 1;
@@ -1612,7 +1677,7 @@ class Llama final : public ZooModel {
       replicated += sublayers * (g * n * h + g + 3);
       tensors += sublayers * 5;
     }
-    p.split = split / tp;
+    p.split = split / tp + kv_per_rank;
     p.replicated = replicated;
     // Per-head norms run after the gather: the q/k norms (attention's, where
     // the layer attends) and GDN's gated norm.
@@ -1744,8 +1809,12 @@ class Llama final : public ZooModel {
         l.modules.push_back({"gdn.norm", {c_.linear_value_dim}, ""});
         l.modules.push_back(linear("attn.o_proj", vd, h, false, false));
       } else {
+        // Note [Gemma 4]: fewer key/value heads than ranks replicated, no
+        // v_proj where the values are the keys.
+        const std::int64_t kv_out = std::max<std::int64_t>(kv, tp) * d;
         l.modules.insert(l.modules.end(), {linear("attn.qkv", h, a * d * (c_.attn_output_gate ? 2 : 1), c_.qkv_bias, true),
-                                           linear("attn.k_proj", h, kv * d, c_.qkv_bias, true), linear("attn.v_proj", h, kv * d, c_.qkv_bias, true)});
+                                           linear("attn.k_proj", h, kv_out, c_.qkv_bias, true)});
+        if (!c_.k_eq_v) l.modules.push_back(linear("attn.v_proj", h, kv_out, c_.qkv_bias, true));
         if (c_.qk_norm) {
           const std::int64_t qn = whole_qk() ? a * d : d, kn = whole_qk() ? kv * d : d;
           l.modules.insert(l.modules.end(), {{"attn.q_norm", {qn}, ""}, {"attn.k_norm", {kn}, ""}});
@@ -2124,14 +2193,21 @@ class Llama final : public ZooModel {
       if (blockwise) core_saved.push_back({t * al * v, e * t * al * v});
       core_saved.push_back({core.saved / (blockwise ? 4 : e), core.saved});  // a fused core's fp32 log-sum-exp
     } else if (has_mixer && !mamba && !gdn) {
-      const std::int64_t kvl = c_.kv_heads / tp;
+      // Note [Gemma 4]: fewer key/value heads than tp ranks are replicated.
+      const std::int64_t kvl = std::max<std::int64_t>(1, c_.kv_heads / tp);
       const Bytes q = t * al * d, kv = t * kvl * d;  // elements of this rank's Q, and of K (or V)
       const std::int64_t window = global ? 0 : c_.sliding_window, chunk = global ? 0 : c_.attention_chunk;
       core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0, c_.attention_sinks,
                             chunk);
       // Note [Gated DeltaNet]: a gated output's q_proj writes each head's gate too.
-      pre.push_back(gemm("attn.qkv", t, (al * (c_.attn_output_gate ? 2 : 1) + 2 * kvl) * d, h, e));
+      // Note [Gemma 4]: a layer whose values are its keys projects no V.
+      pre.push_back(gemm("attn.qkv", t, (al * (c_.attn_output_gate ? 2 : 1) + (c_.k_eq_v ? 1 : 2) * kvl) * d, h, e));
       if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
+      if (c_.v_norm) {
+        // Note [Gemma 4]: V normed without a weight, each head a row.
+        pre.push_back(norm("attn.v_norm", kv));
+        attention += norm_kept(kv, t * kvl);
+      }
       // Note [Llama 4]: its NoPE layers turn nothing.
       if (!(global && c_.nope_global) && c_.rotary) {
         pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
@@ -2213,6 +2289,16 @@ class Llama final : public ZooModel {
       if (moe) {
         const std::size_t first = post.size();
         mlp = moe_mlp(shape, l, post, tp_extra, tp_extra_backward, moe_parts);
+        if (c_.moe_branch_norms) {
+          // Note [Gemma 4]: the experts' own pre-norm, each branch's
+          // post-norm, the router's weightless norm and its scale; the
+          // experts' normed input is kept apart from the dense MLP's.
+          for (const char* n : {"pre_feedforward_layernorm_2", "post_feedforward_layernorm_1", "post_feedforward_layernorm_2", "moe.router_norm"}) {
+            post.push_back(norm(n, tn));
+          }
+          post.push_back(scale_op("moe.router_scale", e, tn));
+          mlp += 4 * block_norm_kept + shape.saved_gemm_input(tn);
+        }
         moe_kernels.assign(post.begin() + static_cast<std::ptrdiff_t>(first), post.end());
       } else {
         const std::int64_t fl = c_.intermediate / tp;
@@ -2982,6 +3068,10 @@ class Llama final : public ZooModel {
   }
 
   LlamaConfig c_;
+  /// Gemma 4's global layers (Note [Gemma 4]); null: they are this config's.
+  std::shared_ptr<const Llama> global_;
+  /// Who makes layer i's block: the global twin for a global layer.
+  const Llama& maker(int i) const { return global_ && global_layer(i) ? *global_ : *this; }
 };
 
 }  // namespace

@@ -167,6 +167,18 @@ const Builtin kBuiltins[] = {
     {"gemma-3-27b", "Google Gemma 3 27B's language model: 62 layers, hidden 5376, 32 heads of 128, 16 KV heads, q/k norms, GeGLU 21504, vocab 262208, 5 local (1024) layers to 1 global, seq 131072",
      "family: llama\nlayers: 62\nhidden: 5376\nheads: 32\nkv_heads: 16\nhead_dim: 128\nintermediate: 21504\nvocab: 262208\nseq_len: 131072\n"
      "qk_norm: true\nsliding_window: 1024\nglobal_every: 6\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    // Note [Gemma 4] (llama.cpp): google/gemma-4-31B's and -26B-A4B's text
+    // configs as public copies of them give them (their totals, 30.7B and
+    // 25.2B, are the model cards').
+    {"gemma-4-31b", "Google Gemma 4 31B's language model: 60 layers, hidden 5376, 32 heads of 256 (16 KV heads) on 50 local (1024) layers, of 512 (4 KV heads, values their keys) on 10 global, q/k/v norms, GeGLU 21504, vocab 262144, seq 262144",
+     "family: llama\nlayers: 60\nhidden: 5376\nheads: 32\nkv_heads: 16\nhead_dim: 256\nintermediate: 21504\nvocab: 262144\nseq_len: 262144\n"
+     "qk_norm: true\nv_norm: true\nsliding_window: 1024\nglobal_every: 6\nglobal_head_dim: 512\nglobal_kv_heads: 4\nk_eq_v: true\nfinal_softcap: 30\n"
+     "gemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-4-26b-a4b", "Google Gemma 4 26B-A4B's language model: 30 layers, hidden 2816, 16 heads of 256 (8 KV heads) on 25 local (1024) layers, of 512 (2 KV heads, values their keys) on 5 global; each layer a GeGLU 2112 beside 128 experts of GeGLU 704, top-8; vocab 262144, seq 262144",
+     "family: llama\nlayers: 30\nhidden: 2816\nheads: 16\nkv_heads: 8\nhead_dim: 256\nintermediate: 2112\nvocab: 262144\nseq_len: 262144\n"
+     "experts: 128\ntop_k: 8\nexpert_intermediate: 704\nshared_intermediate: 2112\nrouter_bias: true\nmoe_branch_norms: true\n"
+     "qk_norm: true\nv_norm: true\nsliding_window: 1024\nglobal_every: 6\nglobal_head_dim: 512\nglobal_kv_heads: 2\nk_eq_v: true\nfinal_softcap: 30\n"
+     "gemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
     {"mixtral-8x7b", "Mixtral 8x7B (mistralai/Mixtral-8x7B-v0.1): 32 layers, hidden 4096, 32 heads, 8 KV heads, 8 experts of SwiGLU 14336, top-2, vocab 32000, seq 32768",
      "family: llama\nlayers: 32\nhidden: 4096\nheads: 32\nkv_heads: 8\nintermediate: 14336\nvocab: 32000\nseq_len: 32768\nexperts: 8\ntop_k: 2\n"},
     {"mixtral-8x22b", "Mixtral 8x22B (mistralai/Mixtral-8x22B-v0.1): 56 layers, hidden 6144, 48 heads, 8 KV heads, 8 experts of SwiGLU 16384, top-2, vocab 32000, seq 65536",
@@ -845,6 +857,24 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
       c.fail("indexer_layers", "starts with S, but the first layer has no earlier top-k to reuse; valid: F first");
     }
   }
+  // Gemma 4 (Note [Gemma 4] in llama.cpp): the global layers' attention shape.
+  l.global_head_dim = c.get_int("global_head_dim", 0, 0, 1 << 20);
+  l.global_kv_heads = c.get_int("global_kv_heads", 0, 0, 1 << 20);
+  l.k_eq_v = c.get_bool("k_eq_v", false);
+  l.v_norm = c.get_bool("v_norm", false);
+  l.moe_branch_norms = c.get_bool("moe_branch_norms", false);
+  for (const auto& [key, on] : {std::pair{"global_head_dim", l.global_head_dim > 0}, std::pair{"global_kv_heads", l.global_kv_heads > 0},
+                                 std::pair{"k_eq_v", l.k_eq_v}}) {
+    if (on && l.global_every == 0) c.fail(key, "is the global layers' and needs global_every (which layers attend globally)");
+    if (on && l.kv_lora_rank > 0) c.fail(key, "is Gemma 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  }
+  if (l.v_norm && l.kv_lora_rank > 0) c.fail("v_norm", "is Gemma 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
+  if (l.global_kv_heads > 0 && l.heads % l.global_kv_heads != 0) {
+    c.fail("global_kv_heads", std::to_string(l.global_kv_heads) + " does not divide the " + std::to_string(l.heads) + " heads; valid: " + divisors_of(l.heads));
+  }
+  if (l.moe_branch_norms && (l.experts == 0 || l.shared_intermediate == 0)) {
+    c.fail("moe_branch_norms", "is Gemma 4's mixture beside a dense MLP; it needs experts and shared_intermediate (the dense MLP's width)");
+  }
   if (l.head_dim == 0 && l.kv_lora_rank == 0) check_heads(c, l.hidden, l.heads);
   if (l.kv_lora_rank == 0) check_kv_heads(c, "kv_heads", l.heads, l.kv_heads);
   const double h = static_cast<double>(l.hidden);
@@ -998,7 +1028,7 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.
-constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid, deepseek_v4, kimi_linear, kimi_k3";
+constexpr const char* kHfTypes = "gpt2, bert, llama, mistral, mistral3, qwen2, qwen2_5_vl, qwen3, qwen3_vl, qwen3_vl_moe, smollm3, phi3, granite, olmo2, olmo3, gemma2, gemma3, gemma3_text, mixtral, qwen2_moe, qwen3_moe, deepseek_v2, deepseek_v3, deepseek_v32, kimi_k2, glm_moe_dsa, gpt_oss, glm4_moe, llama4, llama4_text, minimax_m2, ministral3, llava, llava_next, llava_onevision, qwen2_vl, internvl, qwen3_next, qwen3_5, qwen3_5_text, qwen3_5_moe, qwen3_5_moe_text, nemotron_h, granitemoehybrid, deepseek_v4, kimi_linear, kimi_k3, gemma4, gemma4_text";
 
 /// Reads a HuggingFace config.json into our mapping (HF's many other keys are
 /// ignored), checking the keys we use where they stand in the file. The
@@ -1496,6 +1526,76 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // Llama4TextL2Norm on the rotary layers' q and k (Scout's; not Maverick's).
     // null is off, as in HF (an absent key is Llama4TextConfig's true).
     ours["l2_qk_norm"] = !(hf["use_qk_norm"] && hf["use_qk_norm"].IsNull()) && c.get_bool("use_qk_norm", true);
+  } else if (type == "gemma4") {
+    // Note [Gemma 4] (llama.cpp): Gemma4ForConditionalGeneration keeps its
+    // language model in text_config (model_type gemma4_text), beside its
+    // vision tower (and the small models' audio tower).
+    require_arch({"Gemma4ForConditionalGeneration", "Gemma4ForCausalLM"});
+    if (hf["text_config"] && !hf["text_config"].IsNull()) {
+      return language_model("Gemma4ForConditionalGeneration", {{"gemma4_text", "gemma4_text"}}, "its vision and audio towers", nullptr);
+    }
+    return from_huggingface(hf, file, notes, prefix, "gemma4_text");
+  } else if (type == "gemma4_text") {
+    // Note [Gemma 4] (llama.cpp): Gemma4TextConfig's keys as
+    // Megatron-Bridge's Gemma4Bridge reads them; keys left out take Gemma
+    // 4 31B's values.
+    require_arch({"Gemma4ForCausalLM"});
+    ours["family"] = "llama";
+    copy_int("num_hidden_layers", "layers", 60);
+    copy_int("hidden_size", "hidden", 5376);
+    copy_int("num_attention_heads", "heads", 32);
+    const std::int64_t heads = ours["heads"].as<std::int64_t>();
+    copy_int("num_key_value_heads", "kv_heads", 16);
+    check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    copy_int("head_dim", "head_dim", 256);
+    copy_int("intermediate_size", "intermediate", 21504);
+    copy_int("vocab_size", "vocab", 262144);
+    copy_int("max_position_embeddings", "seq_len", 262144);
+    ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
+    const std::string act = c.get_string("hidden_activation", c.get_string("hidden_act", "gelu_pytorch_tanh"));
+    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+      c.fail(c.has("hidden_activation") ? "hidden_activation" : "hidden_act", "'" + act + "' is not modelled; valid: gelu_pytorch_tanh");
+    }
+    ours["gelu"] = true;
+    ours["gemma_norms"] = true;
+    ours["embed_scale"] = true;
+    ours["qk_norm"] = true;
+    ours["v_norm"] = true;
+    ours["sliding_window"] = c.get_int("sliding_window", 1024, 1, kBig);
+    const std::int64_t every = global_every(6);
+    if (every > 1) ours["global_every"] = every;
+    if (every == 1) ours.remove("sliding_window");  // every layer global
+    if (every > 1) {
+      ours["global_head_dim"] = c.get_int("global_head_dim", 512, 1, 1 << 20);
+      if (c.has("num_global_key_value_heads")) ours["global_kv_heads"] = c.get_int("num_global_key_value_heads", 1, 1, 1 << 20);
+      ours["k_eq_v"] = c.get_bool("attention_k_eq_v", false);
+    }
+    if (!hf["final_logit_softcapping"] || !hf["final_logit_softcapping"].IsNull()) {
+      ours["final_softcap"] = c.get_double("final_logit_softcapping", 30.0, 0, 1e6);
+    }
+    // The small models' per-layer embeddings and shared key-value layers.
+    if (c.get_int("hidden_size_per_layer_input", 0, 0, 1 << 20) > 0) {
+      c.fail("hidden_size_per_layer_input", "Gemma 4's per-layer embeddings (E2B, E4B) are not modelled yet; valid: 0 (the 31B and 26B-A4B)");
+    }
+    if (c.get_int("num_kv_shared_layers", 0, 0, 10000) > 0) {
+      c.fail("num_kv_shared_layers", "layers reusing earlier layers' keys and values (E2B, E4B) are not modelled yet; valid: 0");
+    }
+    if (c.get_bool("use_double_wide_mlp", false)) c.fail("use_double_wide_mlp", "true (E2B's wider MLPs) is not modelled yet; valid: false");
+    if (c.get_bool("enable_moe_block", false)) {
+      // The 26B-A4B: every layer a GeGLU of intermediate_size beside the
+      // experts, each branch with its norms; the router's per-expert scale
+      // counted as router_bias's E.
+      ours["experts"] = c.get_int("num_experts", 128, 2, 1 << 20);
+      ours["top_k"] = c.get_int("top_k_experts", 8, 1, 1 << 20);
+      if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
+        c.fail("top_k_experts", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
+                                    std::to_string(ours["experts"].as<std::int64_t>()) + " experts (num_experts)");
+      }
+      copy_int("moe_intermediate_size", "expert_intermediate", 704);
+      ours["shared_intermediate"] = ours["intermediate"];
+      ours["router_bias"] = true;
+      ours["moe_branch_norms"] = true;
+    }
   } else if (type == "gemma3") {
     // Gemma3ForConditionalGeneration (google/gemma-3-{4,12,27}b-*): the
     // language model is its text_config (Gemma3Config's default: a

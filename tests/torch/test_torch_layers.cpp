@@ -2194,4 +2194,10 @@ TEST_CASE("Kimi K3's and Kimi Linear's parts are priced, not run: the twin says 
   std::vector<sim::Override> silu{sim::parse_override("model.situ=false")};
   CHECK_THROWS_WITH(models::make_torch_layer(models::load_model(yaml, silu)->layers(w)[2].signature),
                     Catch::Contains("Block Attention Residuals (ar=) is priced, not run"));
+  // Gemma 4's global layer and value norm (Note [Gemma 4]).
+  const std::string gemma4 = dir.file("gemma4.yaml");
+  std::ofstream(gemma4) << "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\nvocab: 256\n"
+                           "seq_len: 256\nqk_norm: true\nsliding_window: 8\nglobal_every: 2\nglobal_head_dim: 32\nglobal_kv_heads: 1\n"
+                           "k_eq_v: true\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n";
+  CHECK_THROWS_WITH(models::make_torch_layer(models::load_model(gemma4)->layers(w)[2].signature), Catch::Contains("Gemma 4's values as keys (kev=1)"));
 }

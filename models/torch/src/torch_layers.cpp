@@ -3321,8 +3321,11 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     const bool v4 = s.get_or("v4", 0) != 0;  // Note [The twin's DeepSeek-V4]: one shared key-value head of d
     // Kimi K3's and Kimi Linear's parts (Note [Kimi Delta Attention], Note
     // [Attention residuals] and Note [Kimi K3] in models/src/llama.cpp).
+    // Gemma 4's (Note [Gemma 4]) likewise.
     for (const auto& [key, what] : {std::pair{"kda", "Kimi Delta Attention (kda=1)"}, std::pair{"situ", "the SiTU activation (situ=1)"},
-                                    std::pair{"ar", "Block Attention Residuals (ar=)"}, std::pair{"lnorm", "latent MoE's norm (lnorm=1)"}}) {
+                                    std::pair{"ar", "Block Attention Residuals (ar=)"}, std::pair{"lnorm", "latent MoE's norm (lnorm=1)"},
+                                    std::pair{"kev", "Gemma 4's values as keys (kev=1)"}, std::pair{"vn", "Gemma 4's value norm (vn=1)"},
+                                    std::pair{"bn", "Gemma 4's MoE branch norms (bn=1)"}}) {
       if (s.get_or(key, 0) != 0) throw UnsupportedError("layer signature '" + signature + "': " + what + " is priced, not run by the LibTorch twin");
     }
     // Latent attention's heads are whole (kv = a); d is a query or key head's

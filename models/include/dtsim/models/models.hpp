@@ -76,6 +76,18 @@ struct LlamaConfig {
   bool attention_sinks = false;    ///< a learned logit per head joins every row of scores before the softmax (GptOssAttention.sinks)
   double swiglu_limit = 0;         ///< the gated MLPs' clamped SwiGLU: gate <= limit, |up| <= limit, (up + 1) gate sigmoid(1.702 gate) (0: SiLU's)
   bool fp32_norm_weight = false;   ///< the norms' weight multiplies their fp32 output before the cast back (GptOssRMSNorm)
+  // Gemma 4 (Note [Gemma 4] in models/src/llama.cpp): its global layers'
+  // own attention shape.
+  std::int64_t global_head_dim = 0;  ///< the global layers' head width (global_head_dim; 0: head_dim)
+  std::int64_t global_kv_heads = 0;  ///< their key/value heads (num_global_key_value_heads; 0: kv_heads)
+  /// The global layers' values are their keys' projection, no v_proj
+  /// (attention_k_eq_v).
+  bool k_eq_v = false;
+  bool v_norm = false;             ///< a weightless RMSNorm on every value head (Gemma 4's)
+  /// Gemma 4's MoE block: the dense MLP (shared_intermediate) and the
+  /// experts each between their own pre- and post-norms, summed and normed
+  /// again; the router on a weightless norm times a learned scale.
+  bool moe_branch_norms = false;
   // Llama 4 (Note [Llama 4] in models/src/llama.cpp).
   /// Local layers attend within chunks of this many tokens, each query to
   /// the keys of its own chunk up to itself (attention_chunk_size; 0: none).

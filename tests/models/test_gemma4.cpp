@@ -1,0 +1,169 @@
+// Gemma 4's 31B and 26B-A4B: the global layers' own heads with their
+// values their keys, the value norm and the MoE block's branches, against
+// counts derived by hand (Note [Gemma 4] in models/src/llama.cpp).
+#include <catch2/catch.hpp>
+
+#include "test_util.hpp"
+
+#include <algorithm>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_node.hpp"
+#include "dtsim/sim/error.hpp"
+
+using namespace dtsim;
+using namespace dtsim::models;
+using dtsim::test::error_of;
+
+namespace {
+
+sim::WorkloadShape tokens(std::int64_t s) {
+  sim::WorkloadShape w;
+  w.micro_batch = 1;
+  w.seq_len = s;
+  w.act_bytes = 2;
+  return w;
+}
+
+const sim::Kernel* find(const std::vector<sim::Kernel>& ks, const std::string& name) {
+  const auto it = std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
+  return it == ks.end() ? nullptr : &*it;
+}
+
+std::string write(const test::TempDir& dir, const std::string& name, const std::string& text) {
+  const std::string path = dir.file(name);
+  std::ofstream(path) << text;
+  return path;
+}
+
+// A local layer (4 heads of 16, 2 KV heads, a window of 8), then a global
+// one (4 heads of 32, 1 KV head, its values its keys); Gemma's norms and
+// GeGLU 128, h 64, vocab 256.
+const char* const kGemma4Yaml =
+    "family: llama\nlayers: 2\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\nvocab: 256\nseq_len: 256\n"
+    "qk_norm: true\nv_norm: true\nsliding_window: 8\nglobal_every: 2\nglobal_head_dim: 32\nglobal_kv_heads: 1\nk_eq_v: true\n"
+    "gemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\nfinal_softcap: 30\n";
+
+}  // namespace
+
+TEST_CASE("Gemma 4's global layers: their own heads, their values their keys, by hand (Note [Gemma 4])", "[llama][gemma4]") {
+  test::TempDir dir("gemma4");
+  const std::string yaml = write(dir, "g4.yaml", kGemma4Yaml);
+  const auto m = load_model(yaml);
+  // Local: q, k, v, o 64 x 64, 64 x 32, 64 x 32, 64 x 64; q/k norms 16
+  // each; four norms of 64; GeGLU 3 x 64 x 128. Global: q and o 64 x 128,
+  // k 64 x 32 and no v, q/k norms 32 each, the same norms and GeGLU.
+  const std::int64_t local = 4096 + 2048 + 2048 + 4096 + 32 + 256 + 24'576, global = 8192 + 2048 + 8192 + 64 + 256 + 24'576;
+  CHECK(local == 37'152);
+  CHECK(global == 43'328);
+  CHECK(m->parameters() == local + global + 256 * 64 + 64);
+  const auto layers = m->layers(tokens(128));
+  REQUIRE(layers.size() == 4);
+  CHECK(layers[1].params == local);
+  CHECK(layers[2].params == global);
+  CHECK(layers[1].signature.rfind("llama.block:h=64,a=4,kv=2,d=16,f=128,", 0) == 0);
+  CHECK(layers[2].signature.rfind("llama.block:h=64,a=4,kv=1,d=32,kev=1,f=128,", 0) == 0);
+  CHECK(layers[1].signature.find(",vn=1") != std::string::npos);
+  // One GEMM projects q, k and v: (4 + 2 x 2) x 16 columns, or the
+  // global's (4 + 1) x 32 with no values of its own.
+  CHECK(find(layers[1].forward, "attn.qkv")->n == 128);
+  CHECK(find(layers[2].forward, "attn.qkv")->n == 160);
+  // The value norm, weightless, composite: the fp32 copy and the 2-byte
+  // normed output of 128 x 2 x 16 elements and rsqrt a row (4 x 256).
+  std::vector<sim::Override> no_vn{sim::parse_override("model.v_norm=false")};
+  CHECK(layers[1].saved_bytes - load_model(yaml, no_vn)->layers(tokens(128))[1].saved_bytes == 6 * 4096 + 4 * 256);
+  CHECK(m->parameters() == load_model(yaml, no_vn)->parameters());
+  // At tp 2 the global layer's one key head is replicated: q and o halved
+  // (8192), k whole (2048), the norms whole, the GeGLU halved.
+  sim::WorkloadShape tp2 = tokens(128);
+  tp2.tp = 2;
+  CHECK(m->tp_error(2).empty());
+  CHECK(m->layers(tp2)[2].params == 8192 + 2048 + 64 + 256 + 12'288);
+  // Keys that need global layers, or contradict them, are refused at theirs.
+  std::vector<sim::Override> no_global{sim::parse_override("model.global_every=0"), sim::parse_override("model.sliding_window=0")};
+  CHECK(error_of([&] { load_model(yaml, no_global); }).find("model.global_head_dim: is the global layers' and needs global_every") !=
+        std::string::npos);
+  std::vector<sim::Override> uneven{sim::parse_override("model.global_kv_heads=3")};
+  CHECK(error_of([&] { load_model(yaml, uneven); }).find("model.global_kv_heads: 3 does not divide the 4 heads") != std::string::npos);
+}
+
+TEST_CASE("Gemma 4's MoE block: a GeGLU beside the experts, each branch normed (Note [Gemma 4])", "[llama][gemma4][moe]") {
+  test::TempDir dir("gemma4-moe");
+  const std::string yaml = write(dir, "moe.yaml",
+                                 std::string(kGemma4Yaml) + "experts: 4\ntop_k: 2\nexpert_intermediate: 32\nshared_intermediate: 64\n"
+                                                            "router_bias: true\nmoe_branch_norms: true\n");
+  std::vector<sim::Override> plain{sim::parse_override("model.moe_branch_norms=false")};
+  const auto m = load_model(yaml), without = load_model(yaml, plain);
+  // Three norms more (the experts' pre-norm, each branch's post-norm) and
+  // the router's scale, 4 x 64 in each of the two layers.
+  CHECK(m->parameters() - without->parameters() == 2 * 4 * 64);
+  // Each of the four norms keeps Gemma's fp32 input and output (8 x 8192)
+  // and rsqrt a row (4 x 128); the experts' normed input is kept apart
+  // (2 x 8192).
+  const auto a = m->layers(tokens(128)), b = without->layers(tokens(128));
+  CHECK(a[1].saved_bytes - b[1].saved_bytes == 4 * (8 * 8192 + 4 * 128) + 2 * 8192);
+  CHECK(find(a[1].forward, "pre_feedforward_layernorm_2") != nullptr);
+  std::vector<sim::Override> no_dense{sim::parse_override("model.shared_intermediate=0")};
+  CHECK(error_of([&] { load_model(yaml, no_dense); }).find("model.moe_branch_norms: is Gemma 4's mixture beside a dense MLP") != std::string::npos);
+}
+
+TEST_CASE("Gemma 4 31B and 26B-A4B: parameters by hand, built in and from their config (Note [Gemma 4])", "[llama][gemma4][hf]") {
+  // 31B (h 5376, 32 heads): a local layer q, k, v, o of 256-wide heads (16
+  // KV), a global one q and o of 512 (4 KV heads, k alone); q/k norms of
+  // the head width, four norms, GeGLU 3 x 5376 x 21504; the tied 262,144 x
+  // 5376 vocabulary and the final norm.
+  const std::int64_t h = 5376, mlp = 3 * h * 21'504;
+  const std::int64_t local = h * 32 * 256 + 2 * h * 16 * 256 + 32 * 256 * h + 2 * 256 + 4 * h + mlp;
+  const std::int64_t global = h * 32 * 512 + h * 4 * 512 + 32 * 512 * h + 2 * 512 + 4 * h + mlp;
+  CHECK(local == 478'959'104);
+  CHECK(global == 534'009'856);
+  CHECK(load_model("gemma-4-31b")->parameters() == 50 * local + 10 * global + 262'144LL * h + h);
+  CHECK(load_model("gemma-4-31b")->parameters() == 30'697'345'280);
+  // 26B-A4B (h 2816, 16 heads, 8 KV, 2 on the global layers): every layer
+  // the GeGLU 3 x 2816 x 2112, 128 experts of 3 x 2816 x 704, the router
+  // 2816 x 128, its per-expert scales (128) and scale (2816), seven norms.
+  const std::int64_t g = 2816, expert = 3 * g * 704;
+  const std::int64_t l26 = g * 16 * 256 + 2 * g * 8 * 256 + 16 * 256 * g + 2 * 256, g26 = g * 16 * 512 + g * 2 * 512 + 16 * 512 * g + 2 * 512;
+  const std::int64_t moe = 3 * g * 2112 + g * 128 + 128 + g + 7 * g;
+  const std::int64_t total = 25 * l26 + 5 * g26 + 30 * (moe + 128 * expert) + 262'144LL * g + g;
+  CHECK(total == 25'233'141'760);
+  const auto a4b = load_model("gemma-4-26b-a4b");
+  CHECK(a4b->parameters() == total);
+  CHECK(a4b->active_parameters() == total - 30LL * 120 * expert);
+  CHECK(a4b->active_parameters() == 3'822'530'560);
+  // Its config.json, the language model in text_config, reads the same.
+  std::string types;
+  for (int i = 0; i < 30; ++i) types += std::string(i ? ", " : "") + ((i + 1) % 6 == 0 ? "\"full_attention\"" : "\"sliding_attention\"");
+  const std::string text = R"("model_type": "gemma4_text", "attention_k_eq_v": true, "enable_moe_block": true, "final_logit_softcapping": 30.0,
+    "global_head_dim": 512, "head_dim": 256, "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 2816,
+    "hidden_size_per_layer_input": 0, "intermediate_size": 2112, "layer_types": [)" + types + R"(], "max_position_embeddings": 262144,
+    "moe_intermediate_size": 704, "num_attention_heads": 16, "num_experts": 128, "num_global_key_value_heads": 2, "num_hidden_layers": 30,
+    "num_key_value_heads": 8, "num_kv_shared_layers": 0, "sliding_window": 1024, "tie_word_embeddings": true, "top_k_experts": 8,
+    "use_double_wide_mlp": false, "vocab_size": 262144)";
+  test::TempDir dir("gemma4-hf");
+  const std::string json = write(dir, "config.json", R"({"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+    "text_config": {)" + text + "}}");
+  const auto read = load_model(json);
+  CHECK(read->parameters() == total);
+  const auto x = read->layers(tokens(4096)), y = a4b->layers(tokens(4096));
+  REQUIRE(x.size() == y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i].signature == y[i].signature);
+  // The small models' per-layer embeddings and shared key-value layers are refused at their keys.
+  auto edited = [&](const std::string& from, const std::string& to) {
+    std::string t = test::slurp(json);
+    const auto at = t.find(from);
+    REQUIRE(at != std::string::npos);
+    t.replace(at, from.size(), to);
+    return write(dir, "edited.json", t);
+  };
+  CHECK(error_of([&] { load_model(edited("\"hidden_size_per_layer_input\": 0", "\"hidden_size_per_layer_input\": 256")); })
+            .find("config.text_config.hidden_size_per_layer_input: Gemma 4's per-layer embeddings (E2B, E4B) are not modelled yet") !=
+        std::string::npos);
+  CHECK(error_of([&] { load_model(edited("\"num_kv_shared_layers\": 0", "\"num_kv_shared_layers\": 18")); })
+            .find("config.text_config.num_kv_shared_layers: layers reusing earlier layers' keys and values") != std::string::npos);
+  CHECK(error_of([&] { load_model(edited("\"use_double_wide_mlp\": false", "\"use_double_wide_mlp\": true")); })
+            .find("use_double_wide_mlp: true (E2B's wider MLPs) is not modelled yet") != std::string::npos);
+}
