@@ -558,7 +558,7 @@ using namespace detail;
 // does, with a soft cap too (tests/runtime). Parameters are HuggingFace's
 // (tests/data/hf/PARAMS.md).
 // Note [Gemma 4]
-// Google's Gemma 4 31B and 26B-A4B language models (Gemma4TextConfig,
+// Google's Gemma 4 language models, E2B, E4B, 31B and 26B-A4B (Gemma4TextConfig,
 // model_type gemma4_text; Gemma4ForConditionalGeneration's text_config),
 // as HuggingFace's modeling_gemma4.py and Megatron-Bridge's gemma4_provider.py
 // and modeling_gemma4.py build them, are Gemma 3's decoder (Note [Gemma]:
@@ -581,10 +581,28 @@ using namespace detail;
 //               of the residual times a learned scale (h) and scales each
 //               chosen expert by a learned per_expert_scale (E, counted as
 //               router_bias's).
-// Not priced: the partial rotary's saving, layer_scalar (a buffer times the
-// block's output, one pass). The E2B and E4B (per-layer embeddings,
-// key-value layers shared by later ones, E2B's double-wide MLPs) are refused
-// at their keys, not modelled yet. Parameters (tests/models/test_gemma4.cpp):
+//   E2B, E4B    per-layer inputs (hidden_size_per_layer_input 256,
+//               model.ple_dim): a table of vocab_size_per_layer_input rows
+//               of L x 256 (times 16) plus the scaled embedding projected
+//               to L x 256 (per_layer_model_projection) and normed over each
+//               256, summed, kept the whole step; each layer, after its
+//               MLP's residual, gates its slice by GELU(per_layer_input_gate
+//               h -> 256), projects it back (per_layer_projection), norms
+//               and adds it. The last num_kv_shared_layers (20, 18) compute
+//               no keys or values (no k_proj, v_proj, k_norm: HuggingFace's
+//               modules) and attend with those of the last earlier layer of
+//               their kind, which keeps them; E2B's widen their GeGLU to
+//               twice intermediate_size (use_double_wide_mlp). Both reach
+//               across layers outside any pipeline send, and Bridge's
+//               Gemma4DenseProvider runs pp 1 only: pp_error refuses it.
+// Megatron-Bridge builds the projections HuggingFace leaves out (a global
+// layer's V as a copy of K, a sharing layer's K and V zero-filled) and runs
+// their GEMMs for nothing: h x kv x d weights more each, which dtsim, pricing
+// HuggingFace's modules, does not count. Not priced: the partial rotary's
+// saving, layer_scalar (a buffer times the block's output, one pass).
+// Parameters (tests/models/test_gemma4.cpp): E2B 4,628,569,344 and E4B
+// 7,463,013,376, 2.3B and 4.6B without the per-layer table (the cards'
+// effective sizes; their 5.1B and 8B count the audio and vision towers);
 // the 31B's 50 local layers of 478,959,104
 // and 10 global of 534,009,856 (q and o 5376 x 16,384, k 5376 x 2048, no
 // v), the tied 262,144 x 5376 vocabulary and the final norm:
@@ -877,17 +895,31 @@ class Llama final : public ZooModel {
     if (c_.head_dim == 0) c_.head_dim = c_.hidden / c_.heads;
     if (c_.experts > 0 && c_.expert_intermediate == 0) c_.expert_intermediate = c_.intermediate;
     if (c_.mamba_heads == 0) c_.mamba_heads = 2 * c_.hidden / c_.mamba_head_dim;  // Megatron-Core: expand 2
-    if (c_.global_head_dim > 0 || c_.global_kv_heads > 0 || c_.k_eq_v) {
-      // Note [Gemma 4]: the global layers are made by a twin of this
-      // config with their own heads, their values their keys.
-      LlamaConfig g = c_;
-      g.head_dim = c_.global_head_dim > 0 ? c_.global_head_dim : c_.head_dim;
-      g.kv_heads = c_.global_kv_heads > 0 ? c_.global_kv_heads : c_.kv_heads;
-      g.global_head_dim = 0;
-      g.global_kv_heads = 0;
-      global_ = std::make_shared<Llama>(std::move(g), true);
-      c_.k_eq_v = false;  // the local layers have their values
+    // Note [Gemma 4]: the global layers, and the layers reusing earlier
+    // ones' keys and values, are made by twins of this config: a global
+    // layer's own heads (its values its keys), a sharing layer's missing
+    // projections and wider MLP.
+    const bool global_twin = c_.global_head_dim > 0 || c_.global_kv_heads > 0 || c_.k_eq_v;
+    for (const bool global : {false, true}) {
+      for (const bool shared : {false, true}) {
+        if ((!global && !shared) || (global && !global_twin && !shared) || (shared && c_.kv_shared_layers == 0)) continue;
+        LlamaConfig g = c_;
+        if (global) {
+          g.head_dim = c_.global_head_dim > 0 ? c_.global_head_dim : c_.head_dim;
+          g.kv_heads = c_.global_kv_heads > 0 ? c_.global_kv_heads : c_.kv_heads;
+        } else {
+          g.k_eq_v = false;
+        }
+        g.global_head_dim = 0;
+        g.global_kv_heads = 0;
+        if (shared) {
+          g.reuses_kv = true;
+          if (c_.double_wide_mlp) g.intermediate *= 2;
+        }
+        twins_[global ? 1 : 0][shared ? 1 : 0] = std::make_shared<Llama>(std::move(g), true);
+      }
     }
+    c_.k_eq_v = false;  // the local layers have their values
   }
   /// A global layers' twin (Note [Gemma 4]): k_eq_v applies to its layers.
   Llama(LlamaConfig c, bool /*global*/) : c_(std::move(c)) {}
@@ -926,9 +958,9 @@ class Llama final : public ZooModel {
     }
     // Attention's heads, where some layer attends (a hybrid pattern may have none: Note [Mamba-2]).
     const bool attends = attention_layers() > 0;
-    if (global_ && attends && global_->c_.kv_heads % tp != 0 && tp % global_->c_.kv_heads != 0) {
+    if (const auto& g = twins_[1][0] ? twins_[1][0] : twins_[1][1]; g && attends && g->c_.kv_heads % tp != 0 && tp % g->c_.kv_heads != 0) {
       // Note [Gemma 4]: a global layer's heads split over tp, or replicated whole.
-      return std::to_string(global_->c_.kv_heads) + " key/value heads of the global layers (num_global_key_value_heads) neither divide "
+      return std::to_string(g->c_.kv_heads) + " key/value heads of the global layers (num_global_key_value_heads) neither divide "
              "nor are divisible by tp=" + std::to_string(tp);
     }
     if (attends && !mla() && c_.kv_heads % tp != 0) {
@@ -974,6 +1006,14 @@ class Llama final : public ZooModel {
     return "";
   }
   bool cp_all_gather_only() const override { return dsa(); }  // Note [DeepSeek Sparse Attention]
+  std::string pp_error(int pp) const override {
+    if (pp > 1 && (c_.ple_dim > 0 || c_.kv_shared_layers > 0)) {
+      // Note [Gemma 4]
+      return std::string(c_.ple_dim > 0 ? "per-layer inputs (ple_dim)" : "layers sharing earlier layers' keys and values (kv_shared_layers)") +
+             " reach across the blocks outside any pipeline send; Megatron-Bridge's Gemma4DenseProvider runs pp 1 only";
+    }
+    return "";
+  }
   std::string ep_error(int ep) const override {
     if (ep == 1) return "";
     if (c_.experts == 0) return Model::ep_error(ep);
@@ -1024,6 +1064,28 @@ class Llama final : public ZooModel {
       emb.output_bytes *= ns;
       emb.signature += ",hc=" + std::to_string(ns);
     }
+    if (c_.ple_dim > 0) {
+      // Note [Gemma 4]: the per-layer inputs, L P a token: the table's rows
+      // (times sqrt(P)), the scaled embedding projected (per_layer_model_projection,
+      // times h^-1/2) and normed over each P, the two summed (times 2^-1/2).
+      // Kept: the projection's input, the norm's, and the inputs themselves,
+      // which every layer reads until its backward. Table and projection
+      // are whole on every tp rank.
+      const std::int64_t lp = c_.layers * c_.ple_dim, n = t * lp;
+      const sim::Kernel proj = gemm("ple.model_proj", t, lp, h, e);
+      const std::vector<sim::Kernel> ple_fwd{memory_op("ple.gather", sim::KernelKind::kEmbedding, e * n + 8 * t, e * n), proj,
+                                             memory_op("ple.norm", sim::KernelKind::kNorm, (e + 8) * n, (e + 8) * n, 4.0 * static_cast<double>(n)),
+                                             memory_op("ple.combine", sim::KernelKind::kElementwise, 2 * e * n, e * n, 2.0 * static_cast<double>(n))};
+      emb.forward.insert(emb.forward.end(), ple_fwd.begin(), ple_fwd.end());
+      std::vector<sim::Kernel> ple_bwd = backward_of({ple_fwd[3], ple_fwd[2], proj});
+      ple_bwd.push_back(memory_op("ple.scatter_add", sim::KernelKind::kEmbedding, 2 * e * n, e * n));
+      emb.backward.insert(emb.backward.begin(), ple_bwd.begin(), ple_bwd.end());
+      emb.params += ple_rows() * lp + h * lp + c_.ple_dim;
+      emb.param_tensors += 3;
+      emb.modules.insert(emb.modules.end(), {{"ple.gather", {ple_rows() * lp}, ""}, {"ple.model_proj", {h * lp}, ""}, {"ple.norm", {c_.ple_dim}, ""}});
+      emb.saved_bytes += shape.saved_gemm_input(t * h) + (4 + e) * n + 4 * t * c_.layers + e * n;
+      emb.signature += ",ple=" + std::to_string(c_.ple_dim) + ",plv=" + std::to_string(ple_rows()) + ",L=" + std::to_string(c_.layers);
+    }
     // Note [Sequence parallel embeddings] (layers.cpp): without position
     // embeddings the lookup is reduce-scattered, its gradient all-gathered.
     if (tp > 1) emb.tp_forward.push_back({sp ? sim::CollectiveOp::kReduceScatter : sim::CollectiveOp::kAllReduce, e * t * h, 1});
@@ -1072,6 +1134,7 @@ class Llama final : public ZooModel {
              (c_.zero_centered_norms ? ",zc=1" : "") + (c_.attn_output_gate ? ",og=1" : "") +
              (c_.gelu ? ",gelu=1" : "") + (c_.situ ? ",situ=1" : "") +  // Note [Kimi K3]
              (c_.v_norm ? ",vn=1" : "") + (c_.moe_branch_norms ? ",bn=1" : "") +  // Note [Gemma 4]
+             (c_.ple_dim > 0 ? ",ple=" + std::to_string(c_.ple_dim) : "") +
              (c_.attn_softcap > 0 ? ",sc=" + std::to_string(std::max<long long>(1, std::llround(c_.attn_softcap))) : "") +
              // in thousandths (signatures hold integers)
              (c_.attention_dropout > 0 ? ",adrop=" + std::to_string(std::max<long long>(1, std::llround(c_.attention_dropout * 1000))) : "") +
@@ -1112,7 +1175,7 @@ class Llama final : public ZooModel {
              (shape.moe_allgather && !shape.moe_dense && shape.etp * shape.ep > 1 ? ",ag=1" : "");
     };
     // Each kind of layer is made once, by (mixer, part, MoE, global).
-    std::map<int, sim::Layer> made;
+    std::map<std::int64_t, sim::Layer> made;
     for (int i = 0; i < c_.layers; ++i) {
       const Part piece = part_of(i);
       const Mixer mixer = piece == Part::kMlp ? Mixer::kAttention : mixer_of(i);
@@ -1127,19 +1190,21 @@ class Llama final : public ZooModel {
       // Note [Attention residuals]: the bank it reads, whether it writes a
       // snapshot, whether it is the last.
       const int res = c_.attn_res_block > 0 ? 1 + 4 * res_rows_in(i) + (i % c_.attn_res_block == 0 ? 2 : 0) + (i + 1 == c_.layers ? 1 : 0) : 0;
-      const int kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0) + (reuses ? 64 : 0) +
-                       (ratio == 4 ? 128 : ratio > 0 ? 256 : 0) + 512 * res;
+      // Note [Gemma 4]: a layer reusing an earlier one's keys and values.
+      const std::int64_t kind = static_cast<int>(mixer) * 16 + static_cast<int>(piece) * 4 + (moe ? 2 : 0) + (is_global ? 1 : 0) + (reuses ? 64 : 0) +
+                                (ratio == 4 ? 128 : ratio > 0 ? 256 : 0) + 512LL * res + (shares_kv(i) ? (std::int64_t{1} << 40) : 0);
       auto it = made.find(kind);
       if (it == made.end()) {
         sim::Layer l = maker(i).block_layer(shape, moe, is_global, mixer, piece, !reuses, ratio);
         if (res > 0) attention_residuals(l, i, shape);
         // Note [Gemma 4]: a global layer's own heads, and its values its keys.
-        const std::string gemma4_global = is_global && global_ ? "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
-                                                                     ",kv=" + std::to_string(global_->c_.kv_heads) +
-                                                                     ",d=" + std::to_string(global_->c_.head_dim) + (global_->c_.k_eq_v ? ",kev=1" : "")
-                                                               : std::string();
+        const LlamaConfig& made_by = maker(i).c_;
+        const std::string twin_keys = &maker(i) != this ? "h=" + std::to_string(h) + ",a=" + std::to_string(c_.heads) +
+                                                                  ",kv=" + std::to_string(made_by.kv_heads) + ",d=" + std::to_string(made_by.head_dim) +
+                                                                  (made_by.k_eq_v ? ",kev=1" : "") + (made_by.reuses_kv ? ",rkv=1" : "")
+                                                            : std::string();
         const std::string keys = mixer == Mixer::kMamba ? mamba_mixer : mixer == Mixer::kGdn ? linear_attention : v4() ? v4_attention(ratio)
-                                 : !gemma4_global.empty() ? gemma4_global : attention;
+                                 : !twin_keys.empty() ? twin_keys : attention;
         // Note [Mamba-2]: a hybrid pattern's part, its activation.
         const std::string extra = std::string(c_.squared_relu ? ",relu2=1" : "") +
                                   (piece == Part::kMixer ? ",part=1" : piece == Part::kMlp ? ",part=2" : "") + (reuses ? ",ix=0" : "");
@@ -1147,7 +1212,7 @@ class Llama final : public ZooModel {
                                                    (i % c_.attn_res_block == 0 ? ",arw=1" : "") + (i + 1 == c_.layers ? ",arl=1" : "")
                                              : std::string();
         l.signature = moe ? moe_signature(common_of(is_global) + extra + res_keys, keys)
-                          : "llama.block:" + keys + ",f=" + std::to_string(c_.intermediate) + common_of(is_global) + extra + res_keys;
+                          : "llama.block:" + keys + ",f=" + std::to_string(made_by.intermediate) + common_of(is_global) + extra + res_keys;
         it = made.emplace(kind, std::move(l)).first;
       }
       out.push_back(it->second);
@@ -1410,6 +1475,8 @@ class Llama final : public ZooModel {
     // Note [Attention residuals]: each layer's two score norms and
     // projections, the last layer's output pair.
     if (c_.attn_res_block > 0) blocks += 4 * h * c_.layers + 2 * h;
+    // Note [Gemma 4]: the per-layer inputs' table, projection and norm.
+    if (c_.ple_dim > 0) blocks += (ple_rows() + h) * c_.layers * c_.ple_dim + c_.ple_dim;
     // embed_tokens V h, the blocks, the head's contraction of the streams,
     // the final norm h, lm_head V h (untied).
     return c_.vocab * h + blocks + contraction_params() + h + (c_.tied_head ? 0 : c_.vocab * h);
@@ -1638,14 +1705,19 @@ class Llama final : public ZooModel {
       // Note [Gemma 4]: K and V (K alone where the values are the keys),
       // whole heads on each rank, replicated where they are fewer than tp.
       split += h * a * d + a * d * h;
-      kv_per_rank = (c_.k_eq_v ? 1 : 2) * h * std::max<std::int64_t>(1, kv / tp) * d;
+      // A layer reusing an earlier one's keys and values has neither.
+      kv_per_rank = c_.reuses_kv ? 0 : (c_.k_eq_v ? 1 : 2) * h * std::max<std::int64_t>(1, kv / tp) * d;
       if (c_.attn_output_gate) split += h * a * d;  // Note [Gated DeltaNet]: q_proj's gate half
-      tensors += c_.k_eq_v ? 3 : 4;
+      tensors += c_.reuses_kv ? 2 : c_.k_eq_v ? 3 : 4;
       if (c_.qkv_bias) split += (a * (c_.attn_output_gate ? 2 : 1) + 2 * kv) * d, tensors += 3;  // a gated q_proj's bias is 2 a d
       if (c_.o_bias) replicated += h, tensors += 1;
       // Qwen3's and Gemma 3's q/k norms are per head (d each); OLMo 2's and
       // MiniMax-M2's span the whole projections (a d and kv d: Note [OLMo 2]).
-      if (c_.qk_norm) replicated += whole_qk() ? (a + kv) * d : 2 * d, tensors += 2;
+      if (c_.qk_norm && c_.reuses_kv) {
+        replicated += d, tensors += 1;  // Note [Gemma 4]: q_norm alone
+      } else if (c_.qk_norm) {
+        replicated += whole_qk() ? (a + kv) * d : 2 * d, tensors += 2;
+      }
       if (c_.attention_sinks) split += a, tensors += 1;  // a logit per head, split with the heads (Note [gpt-oss])
     }
     const std::int64_t up = up_width();  // the MLP's first GEMM: gate and up, or up alone
@@ -1668,6 +1740,12 @@ class Llama final : public ZooModel {
         tensors += static_cast<int>(up) + 1;
       }
       if (c_.shared_expert_gate) replicated += h, tensors += 1;
+    }
+    if (c_.ple_dim > 0 && part == Part::kBlock) {
+      // Note [Gemma 4]: the per-layer input's gate (h -> ple_dim), its
+      // projection back and the norm after it, whole on every rank.
+      replicated += 2 * h * c_.ple_dim + h;
+      tensors += 3;
     }
     if (streams() > 1) {
       // Note [Hyper-connections]: each sublayer's mapping_proj (weight and
@@ -1812,12 +1890,13 @@ class Llama final : public ZooModel {
         // Note [Gemma 4]: fewer key/value heads than ranks replicated, no
         // v_proj where the values are the keys.
         const std::int64_t kv_out = std::max<std::int64_t>(kv, tp) * d;
-        l.modules.insert(l.modules.end(), {linear("attn.qkv", h, a * d * (c_.attn_output_gate ? 2 : 1), c_.qkv_bias, true),
-                                           linear("attn.k_proj", h, kv_out, c_.qkv_bias, true)});
-        if (!c_.k_eq_v) l.modules.push_back(linear("attn.v_proj", h, kv_out, c_.qkv_bias, true));
+        l.modules.push_back(linear("attn.qkv", h, a * d * (c_.attn_output_gate ? 2 : 1), c_.qkv_bias, true));
+        if (!c_.reuses_kv) l.modules.push_back(linear("attn.k_proj", h, kv_out, c_.qkv_bias, true));
+        if (!c_.k_eq_v && !c_.reuses_kv) l.modules.push_back(linear("attn.v_proj", h, kv_out, c_.qkv_bias, true));
         if (c_.qk_norm) {
           const std::int64_t qn = whole_qk() ? a * d : d, kn = whole_qk() ? kv * d : d;
-          l.modules.insert(l.modules.end(), {{"attn.q_norm", {qn}, ""}, {"attn.k_norm", {kn}, ""}});
+          l.modules.push_back({"attn.q_norm", {qn}, ""});
+          if (!c_.reuses_kv) l.modules.push_back({"attn.k_norm", {kn}, ""});
         }
         if (c_.attention_sinks) l.modules.push_back({"attn.sinks", {a / tp}, ""});
         l.modules.push_back(linear("attn.o_proj", a * d, h, c_.o_bias, false));
@@ -1837,6 +1916,10 @@ class Llama final : public ZooModel {
         l.modules.push_back(linear("mlp.down", f, h, c_.mlp_bias, false));
       }
       if (c_.olmo2_norms) l.modules.push_back({"post_feedforward_layernorm", {h}, ""});
+      if (c_.ple_dim > 0 && piece == Part::kBlock) {
+        // Note [Gemma 4]: the per-layer input's gate, projection and norm.
+        l.modules.insert(l.modules.end(), {{"ple.gate", {h * c_.ple_dim}, ""}, {"ple.proj", {c_.ple_dim * h}, ""}, {"ple.norm", {h}, ""}});
+      }
     }
     // A composite RMSNorm reads and writes fp32 copies beside the input; a
     // fused one reads the input once and writes its output (Note [Fused
@@ -2200,17 +2283,20 @@ class Llama final : public ZooModel {
       core = attention_core(shape, al, kvl, d, true, c_.attention_dropout > 0, window, true, 0, c_.attn_softcap > 0, c_.attention_sinks,
                             chunk);
       // Note [Gated DeltaNet]: a gated output's q_proj writes each head's gate too.
-      // Note [Gemma 4]: a layer whose values are its keys projects no V.
-      pre.push_back(gemm("attn.qkv", t, (al * (c_.attn_output_gate ? 2 : 1) + (c_.k_eq_v ? 1 : 2) * kvl) * d, h, e));
-      if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv));
-      if (c_.v_norm) {
+      // Note [Gemma 4]: a layer whose values are its keys projects no V, one
+      // reusing an earlier layer's keys and values neither (kv_new: the
+      // elements of K it makes, norms and rotates).
+      const Bytes kv_new = c_.reuses_kv ? 0 : kv;
+      pre.push_back(gemm("attn.qkv", t, (al * (c_.attn_output_gate ? 2 : 1) + (c_.reuses_kv ? 0 : c_.k_eq_v ? 1 : 2) * kvl) * d, h, e));
+      if (c_.qk_norm) pre.push_back(norm("attn.qk_norm", q + kv_new));
+      if (c_.v_norm && !c_.reuses_kv) {
         // Note [Gemma 4]: V normed without a weight, each head a row.
         pre.push_back(norm("attn.v_norm", kv));
         attention += norm_kept(kv, t * kvl);
       }
       // Note [Llama 4]: its NoPE layers turn nothing.
       if (!(global && c_.nope_global) && c_.rotary) {
-        pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv), e * (q + kv), 3.0 * static_cast<double>(q + kv)));
+        pre.push_back(memory_op("attn.rotary", KernelKind::kElementwise, 2 * e * (q + kv_new), e * (q + kv_new), 3.0 * static_cast<double>(q + kv_new)));
       }
       if (!global && c_.l2_qk_norm) {
         // Note [Llama 4]: Llama4TextL2Norm on q and k after rotary, an
@@ -2232,16 +2318,17 @@ class Llama final : public ZooModel {
       }
       // Eager attention keeps the expanded (or gathered) K and V in the core
       // instead of the local ones; the ring keeps the last block it held.
-      const bool local_kv = blockwise || (al == kvl && shape.cp == 1);
+      // Note [Gemma 4]: a layer reusing another's K and V keeps them there.
+      const bool local_kv = (blockwise || (al == kvl && shape.cp == 1)) && !c_.reuses_kv;
       attention += e * q + (local_kv ? 2 * e * kv : 0) + shape.saved_gemm_input(q) + core.saved;
       if (blockwise) attention += e * q;  // O, kept by the fused kernel (or the ring) beside o_proj's input
-      if (c_.qk_norm) attention += (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv);  // Gemma 3's keep their fp32 output too
+      if (c_.qk_norm) attention += (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv_new);  // Gemma 3's keep their fp32 output too
       // linear_qkv (Transformer Engine's, the input norm fused into it):
       // the norm's input, rsigma and output, and the q and k norms
       // get_query_key_value_tensors runs; the core's Q, K, V, O and keeps.
       attention_groups = true;
       qkv_saved = {{tn, block_norm_kept - 4 * (tn / h)}, {tn / h, 4 * (tn / h)}, {tn, shape.saved_gemm_input(tn)}};
-      if (c_.qk_norm) qkv_saved.push_back({q + kv, (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv)});
+      if (c_.qk_norm) qkv_saved.push_back({q + kv_new, (fused ? e : fp32_norm_out() ? 8 : 4 + e) * (q + kv_new)});
       core_saved = {{q, e * q}};
       if (local_kv) core_saved.insert(core_saved.end(), {{kv, e * kv}, {kv, e * kv}});
       if (blockwise) core_saved.push_back({q, e * q});
@@ -2318,6 +2405,22 @@ class Llama final : public ZooModel {
       post.push_back(hc ? hc_out("mlp", tn / h, e) : memory_op("mlp.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
       if (hc) mhc_kernels.push_back(post.back());
     }
+    Bytes ple_bytes = 0;
+    if (c_.ple_dim > 0 && piece == Part::kBlock) {
+      // Note [Gemma 4]: the layer's per-layer input, gated by its output
+      // (per_layer_input_gate, GELU, times the input), projected back
+      // (per_layer_projection), normed and added; it keeps the gate's
+      // input, GELU's input and output, the projection's input and the
+      // norm's.
+      const std::int64_t rows = tn / h, P = c_.ple_dim;
+      post.push_back(gemm("ple.gate", rows, P, h, e));
+      post.push_back(memory_op("ple.gelu", KernelKind::kElementwise, e * rows * P, e * rows * P, 10.0 * static_cast<double>(rows * P)));
+      post.push_back(memory_op("ple.mul", KernelKind::kElementwise, 2 * e * rows * P, e * rows * P, 1.0 * static_cast<double>(rows * P)));
+      post.push_back(gemm("ple.proj", rows, h, P, e));
+      post.push_back(norm("ple.norm", tn));
+      post.push_back(memory_op("ple.residual", KernelKind::kElementwise, 2 * e * tn, e * tn, 1.0 * tn));
+      ple_bytes = shape.saved_gemm_input(tn) + 2 * e * rows * P + shape.saved_gemm_input(rows * P) + block_norm_kept;
+    }
     join_kernels(l, pre, core, post);
     scaled_backward(l.backward);
     if (hc) {
@@ -2344,7 +2447,7 @@ class Llama final : public ZooModel {
     // A hybrid pattern's part has one norm and one GEMM input of them (Note [Mamba-2]).
     const Bytes norms = piece != Part::kBlock ? block_norm_kept + shape.saved_gemm_input(tn)
                                              : (c_.gemma_norms ? 4 : 2) * block_norm_kept + 2 * shape.saved_gemm_input(tn);
-    l.saved_bytes = norms + attention + mlp + hc_bytes;
+    l.saved_bytes = norms + attention + mlp + hc_bytes + ple_bytes;
     l.output_bytes = e * tn * streams();  // Note [Hyper-connections]: the streams
     // Note [Megatron's recompute modules]: the parts the shape's modules
     // name, together selective recompute's.
@@ -3068,10 +3171,18 @@ class Llama final : public ZooModel {
   }
 
   LlamaConfig c_;
-  /// Gemma 4's global layers (Note [Gemma 4]); null: they are this config's.
-  std::shared_ptr<const Llama> global_;
-  /// Who makes layer i's block: the global twin for a global layer.
-  const Llama& maker(int i) const { return global_ && global_layer(i) ? *global_ : *this; }
+  /// Gemma 4's twins (Note [Gemma 4]), by [global][reuses keys and
+  /// values]; null: this config makes those layers.
+  std::shared_ptr<const Llama> twins_[2][2];
+  /// The per-layer inputs' table rows (Note [Gemma 4]).
+  std::int64_t ple_rows() const { return c_.ple_vocab > 0 ? c_.ple_vocab : c_.vocab; }
+  /// Layer i attends with an earlier layer's keys and values (Note [Gemma 4]).
+  bool shares_kv(int i) const { return c_.kv_shared_layers > 0 && i >= c_.layers - c_.kv_shared_layers; }
+  /// Who makes layer i's block: its twin, or this config.
+  const Llama& maker(int i) const {
+    const auto& twin = twins_[global_layer(i) ? 1 : 0][shares_kv(i) ? 1 : 0];
+    return twin ? *twin : *this;
+  }
 };
 
 }  // namespace

@@ -174,6 +174,17 @@ const Builtin kBuiltins[] = {
      "family: llama\nlayers: 60\nhidden: 5376\nheads: 32\nkv_heads: 16\nhead_dim: 256\nintermediate: 21504\nvocab: 262144\nseq_len: 262144\n"
      "qk_norm: true\nv_norm: true\nsliding_window: 1024\nglobal_every: 6\nglobal_head_dim: 512\nglobal_kv_heads: 4\nk_eq_v: true\nfinal_softcap: 30\n"
      "gemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    // Note [Gemma 4]: google/gemma-4-E2B's and -E4B's text configs, as
+    // Megatron-Bridge's Gemma4DenseProvider (E4B's defaults) and public
+    // copies give them.
+    {"gemma-4-e2b", "Google Gemma 4 E2B's language model: 35 layers, hidden 1536, 8 heads of 256 (1 KV head) on 28 local (512) layers, of 512 on 7 global; per-layer inputs of 256; the last 20 layers reuse earlier keys and values, their GeGLU 12288 (6144 before); vocab 262144, seq 131072",
+     "family: llama\nlayers: 35\nhidden: 1536\nheads: 8\nkv_heads: 1\nhead_dim: 256\nintermediate: 6144\nvocab: 262144\nseq_len: 131072\n"
+     "qk_norm: true\nv_norm: true\nsliding_window: 512\nglobal_every: 5\nglobal_head_dim: 512\nfinal_softcap: 30\n"
+     "ple_dim: 256\nkv_shared_layers: 20\ndouble_wide_mlp: true\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
+    {"gemma-4-e4b", "Google Gemma 4 E4B's language model: 42 layers, hidden 2560, 8 heads of 256 (2 KV heads) on 35 local (512) layers, of 512 on 7 global; per-layer inputs of 256; the last 18 layers reuse earlier keys and values; GeGLU 10240, vocab 262144, seq 131072",
+     "family: llama\nlayers: 42\nhidden: 2560\nheads: 8\nkv_heads: 2\nhead_dim: 256\nintermediate: 10240\nvocab: 262144\nseq_len: 131072\n"
+     "qk_norm: true\nv_norm: true\nsliding_window: 512\nglobal_every: 6\nglobal_head_dim: 512\nfinal_softcap: 30\n"
+     "ple_dim: 256\nkv_shared_layers: 18\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n"},
     {"gemma-4-26b-a4b", "Google Gemma 4 26B-A4B's language model: 30 layers, hidden 2816, 16 heads of 256 (8 KV heads) on 25 local (1024) layers, of 512 (2 KV heads, values their keys) on 5 global; each layer a GeGLU 2112 beside 128 experts of GeGLU 704, top-8; vocab 262144, seq 262144",
      "family: llama\nlayers: 30\nhidden: 2816\nheads: 16\nkv_heads: 8\nhead_dim: 256\nintermediate: 2112\nvocab: 262144\nseq_len: 262144\n"
      "experts: 128\ntop_k: 8\nexpert_intermediate: 704\nshared_intermediate: 2112\nrouter_bias: true\nmoe_branch_norms: true\n"
@@ -300,7 +311,7 @@ const Builtin kBuiltins[] = {
     // test_kimi_k3_bridge.py) and its 93 layers as create_hf_toy_model.py
     // describes them: latent attention on every 4th and the last (24), Kimi
     // Delta Attention on the other 69.
-    {"kimi-k3", "Moonshot Kimi K3 2.8T-A104B: 93 layers (69 Kimi Delta Attention of 96 heads of 128, 24 NoPE latent attention of 96 heads with an output gate; 1 dense SiTU MLP 33792, 92 latent MoE of 896 SiTU experts 3072 on a latent 3584 + 2 shared, top-16), Block Attention Residuals every 12 layers, hidden 7168, vocab 163840, seq 1048576",
+    {"kimi-k3", "Moonshot Kimi K3 2.8T-A105B: 93 layers (69 Kimi Delta Attention of 96 heads of 128, 24 NoPE latent attention of 96 heads with an output gate; 1 dense SiTU MLP 33792, 92 latent MoE of 896 SiTU experts 3072 on a latent 3584 + 2 shared, top-16), Block Attention Residuals every 12 layers, hidden 7168, vocab 163840, seq 1048576",
      "family: llama\nlayers: 93\nhidden: 7168\nheads: 96\nkv_heads: 96\nintermediate: 33792\nvocab: 163840\nseq_len: 1048576\n"
      "experts: 896\ntop_k: 16\nexpert_intermediate: 3072\nshared_intermediate: 6144\nfirst_dense: 1\nmoe_latent: 3584\nlatent_norm: true\n"
      "q_lora_rank: 1536\nkv_lora_rank: 512\nqk_nope_dim: 128\nqk_rope_dim: 64\nv_head_dim: 128\nrotary: false\nattn_output_gate: true\n"
@@ -871,6 +882,35 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   if (l.v_norm && l.kv_lora_rank > 0) c.fail("v_norm", "is Gemma 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled");
   if (l.global_kv_heads > 0 && l.heads % l.global_kv_heads != 0) {
     c.fail("global_kv_heads", std::to_string(l.global_kv_heads) + " does not divide the " + std::to_string(l.heads) + " heads; valid: " + divisors_of(l.heads));
+  }
+  l.ple_dim = c.get_int("ple_dim", 0, 0, 1 << 20);
+  l.ple_vocab = c.get_int("ple_vocab", 0, 0, kBig);
+  l.kv_shared_layers = static_cast<int>(c.get_int("kv_shared_layers", 0, 0, 10000));
+  l.double_wide_mlp = c.get_bool("double_wide_mlp", false);
+  if (c.has("ple_vocab") && l.ple_dim == 0) c.fail("ple_vocab", "is read only with ple_dim (the per-layer inputs' width)");
+  if (l.kv_shared_layers >= l.layers) {
+    c.fail("kv_shared_layers", std::to_string(l.kv_shared_layers) + " leaves no earlier layer to share keys and values from; valid: 0 to " +
+                                   std::to_string(l.layers - 1));
+  }
+  if (l.double_wide_mlp && l.kv_shared_layers == 0) c.fail("double_wide_mlp", "widens the kv_shared_layers' MLPs; it needs kv_shared_layers");
+  for (const auto& [key, on] : {std::pair{"ple_dim", l.ple_dim > 0}, std::pair{"kv_shared_layers", l.kv_shared_layers > 0}}) {
+    if (!on) continue;
+    if (l.kv_lora_rank > 0 || l.experts > 0 || !l.layer_mixers.empty() || !l.hybrid_pattern.empty() || l.mtp_layers > 0) {
+      c.fail(key, "is Gemma 4's dense grouped-query decoder; it is not modelled with latent attention, experts, mixed layers or MTP");
+    }
+  }
+  if (l.kv_shared_layers > 0 && l.global_every > 0) {
+    // Each sharing layer needs an earlier layer of its kind to take them from.
+    const int first = l.layers - l.kv_shared_layers;
+    bool local = false, global = false, need_local = false, need_global = false;
+    for (int i = 0; i < l.layers; ++i) {
+      const bool g = (i + 1) % l.global_every == 0;
+      ((i < first) ? (g ? global : local) : (g ? need_global : need_local)) = true;
+    }
+    if ((need_global && !global) || (need_local && !local)) {
+      c.fail("kv_shared_layers", std::to_string(l.kv_shared_layers) + " leaves a " + (need_global && !global ? "global" : "local") +
+                                     " layer with no earlier one of its kind to share keys and values from");
+    }
   }
   if (l.moe_branch_norms && (l.experts == 0 || l.shared_intermediate == 0)) {
     c.fail("moe_branch_norms", "is Gemma 4's mixture beside a dense MLP; it needs experts and shared_intermediate (the dense MLP's width)");
@@ -1573,14 +1613,14 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     if (!hf["final_logit_softcapping"] || !hf["final_logit_softcapping"].IsNull()) {
       ours["final_softcap"] = c.get_double("final_logit_softcapping", 30.0, 0, 1e6);
     }
-    // The small models' per-layer embeddings and shared key-value layers.
-    if (c.get_int("hidden_size_per_layer_input", 0, 0, 1 << 20) > 0) {
-      c.fail("hidden_size_per_layer_input", "Gemma 4's per-layer embeddings (E2B, E4B) are not modelled yet; valid: 0 (the 31B and 26B-A4B)");
+    // The small models' per-layer inputs, layers sharing keys and values,
+    // and E2B's wider MLPs on those.
+    if (const std::int64_t ple = c.get_int("hidden_size_per_layer_input", 0, 0, 1 << 20); ple > 0) {
+      ours["ple_dim"] = ple;
+      ours["ple_vocab"] = c.get_int("vocab_size_per_layer_input", ours["vocab"].as<std::int64_t>(), 1, kBig);
     }
-    if (c.get_int("num_kv_shared_layers", 0, 0, 10000) > 0) {
-      c.fail("num_kv_shared_layers", "layers reusing earlier layers' keys and values (E2B, E4B) are not modelled yet; valid: 0");
-    }
-    if (c.get_bool("use_double_wide_mlp", false)) c.fail("use_double_wide_mlp", "true (E2B's wider MLPs) is not modelled yet; valid: false");
+    if (const std::int64_t shared = c.get_int("num_kv_shared_layers", 0, 0, 10000); shared > 0) ours["kv_shared_layers"] = shared;
+    if (c.get_bool("use_double_wide_mlp", false)) ours["double_wide_mlp"] = true;
     if (c.get_bool("enable_moe_block", false)) {
       // The 26B-A4B: every layer a GeGLU of intermediate_size beside the
       // experts, each branch with its norms; the router's per-expert scale

@@ -151,19 +151,99 @@ TEST_CASE("Gemma 4 31B and 26B-A4B: parameters by hand, built in and from their 
   const auto x = read->layers(tokens(4096)), y = a4b->layers(tokens(4096));
   REQUIRE(x.size() == y.size());
   for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i].signature == y[i].signature);
-  // The small models' per-layer embeddings and shared key-value layers are refused at their keys.
-  auto edited = [&](const std::string& from, const std::string& to) {
-    std::string t = test::slurp(json);
-    const auto at = t.find(from);
-    REQUIRE(at != std::string::npos);
-    t.replace(at, from.size(), to);
-    return write(dir, "edited.json", t);
-  };
-  CHECK(error_of([&] { load_model(edited("\"hidden_size_per_layer_input\": 0", "\"hidden_size_per_layer_input\": 256")); })
-            .find("config.text_config.hidden_size_per_layer_input: Gemma 4's per-layer embeddings (E2B, E4B) are not modelled yet") !=
+  // Per-layer inputs are the dense models' (E2B, E4B): with experts they are refused at their key.
+  std::string t = test::slurp(json);
+  const std::string from = "\"hidden_size_per_layer_input\": 0";
+  REQUIRE(t.find(from) != std::string::npos);
+  t.replace(t.find(from), from.size(), "\"hidden_size_per_layer_input\": 256");
+  const std::string ple_moe = write(dir, "ple-moe.json", t);
+  CHECK(error_of([&] { load_model(ple_moe); }).find("ple_dim: is Gemma 4's dense grouped-query decoder; it is not modelled with latent attention, experts") !=
         std::string::npos);
-  CHECK(error_of([&] { load_model(edited("\"num_kv_shared_layers\": 0", "\"num_kv_shared_layers\": 18")); })
-            .find("config.text_config.num_kv_shared_layers: layers reusing earlier layers' keys and values") != std::string::npos);
-  CHECK(error_of([&] { load_model(edited("\"use_double_wide_mlp\": false", "\"use_double_wide_mlp\": true")); })
-            .find("use_double_wide_mlp: true (E2B's wider MLPs) is not modelled yet") != std::string::npos);
+}
+
+TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and values, by hand (Note [Gemma 4])", "[llama][gemma4]") {
+  // Four layers, the 2nd and 4th global (heads of 32, 2 KV heads); the last
+  // reuses layer 1's keys and values with a GeGLU twice as wide; per-layer
+  // inputs of 8.
+  test::TempDir dir("gemma4-small");
+  const std::string yaml = write(dir, "e.yaml",
+                                 "family: llama\nlayers: 4\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\nvocab: 256\n"
+                                 "seq_len: 256\nqk_norm: true\nv_norm: true\nsliding_window: 8\nglobal_every: 2\nglobal_head_dim: 32\n"
+                                 "ple_dim: 8\nkv_shared_layers: 1\ndouble_wide_mlp: true\ngemma_norms: true\ngelu: true\nembed_scale: true\n"
+                                 "tied_head: true\n");
+  const auto m = load_model(yaml);
+  // Local: q, k, v, o 4096 + 2048 + 2048 + 4096, q/k norms 32, four norms
+  // 256, GeGLU 24,576, the per-layer gate and projection 2 x 64 x 8 and
+  // their norm 64. Global: q, k, v, o of 32-wide heads 8192 + 4096 + 4096
+  // + 8192, q/k norms 64.
+  // The last (global, sharing): q and o alone, q_norm 32, GeGLU 3 x 64 x 256.
+  // Embedding 256 x 64, the per-layer table 256 x 4 x 8, its projection
+  // 64 x 32 and norm 8, the final norm.
+  const std::int64_t local = 12'288 + 32 + 256 + 24'576 + 1088, global = 24'576 + 64 + 256 + 24'576 + 1088,
+                     shared = 16'384 + 32 + 256 + 49'152 + 1088;
+  CHECK(local == 38'240);
+  CHECK(m->parameters() == 2 * local + global + shared + 16'384 + 8192 + 2048 + 8 + 64);
+  CHECK(m->parameters() == 220'648);
+  const auto layers = m->layers(tokens(128));
+  REQUIRE(layers.size() == 6);
+  CHECK(layers[4].params == shared);
+  CHECK(layers[4].signature.find(",rkv=1,f=256,") != std::string::npos);
+  // It projects queries alone: 4 x 32 columns.
+  CHECK(find(layers[4].forward, "attn.qkv")->n == 128);
+  // Without its own K it keeps neither K's norm (Gemma's fp32 output, 8 x
+  // 128 x 2 x 32) nor V's (6 x 8192 and 4 x 256 rows).
+  std::vector<sim::Override> unshared{sim::parse_override("model.kv_shared_layers=0"), sim::parse_override("model.double_wide_mlp=false")};
+  const auto own = load_model(yaml, unshared);
+  std::vector<sim::Override> narrow{sim::parse_override("model.double_wide_mlp=false")};
+  CHECK(own->layers(tokens(128))[4].saved_bytes - load_model(yaml, narrow)->layers(tokens(128))[4].saved_bytes == 8 * 8192 + 6 * 8192 + 4 * 256);
+  // A layer's per-layer part keeps the gate's input (2 x 8192), GELU's
+  // input and output (2 x 2 x 128 x 8), the projection's input (2 x 1024)
+  // and its norm's fp32 input and output (8 x 8192, 4 x 128).
+  std::vector<sim::Override> no_ple{sim::parse_override("model.ple_dim=0")};
+  const auto plain = load_model(yaml, no_ple)->layers(tokens(128));
+  CHECK(layers[1].saved_bytes - plain[1].saved_bytes == 16'384 + 4096 + 2048 + 66'048);
+  // The embedding keeps the projection's input (2 x 128 x 64), the per-layer
+  // norm's (6 x 4096 and 4 x 512 rows) and the 4096 inputs themselves.
+  CHECK(layers[0].saved_bytes - plain[0].saved_bytes == 16'384 + 6 * 4096 + 4 * 512 + 2 * 4096);
+  CHECK(find(layers[0].forward, "ple.model_proj")->n == 32);
+  // Neither crosses a pipeline send: pp is refused, as Bridge's dense provider refuses it.
+  CHECK(m->pp_error(1).empty());
+  CHECK(m->pp_error(2).find("per-layer inputs (ple_dim) reach across the blocks") != std::string::npos);
+  // A sharing layer needs an earlier one of its kind.
+  std::vector<sim::Override> all_global_shared{sim::parse_override("model.kv_shared_layers=3")};
+  CHECK(error_of([&] { load_model(yaml, all_global_shared); }).find("model.kv_shared_layers: 3 leaves a global layer with no earlier one of its kind") !=
+        std::string::npos);
+
+  // E2B and E4B built in (by the same counts at their sizes: the per-layer
+  // table 262,144 x L x 256 is most of it).
+  auto count = [](int L, std::int64_t h, std::int64_t kv, std::int64_t f, int every, int sharing, bool wide) {
+    const std::int64_t V = 262'144, P = 256;
+    std::int64_t total = V * h + V * L * P + h * L * P + P + h;
+    for (int i = 0; i < L; ++i) {
+      const bool g = (i + 1) % every == 0, s = i >= L - sharing;
+      const std::int64_t d = g ? 512 : 256, ff = s && wide ? 2 * f : f;
+      total += 2 * h * 8 * d + (s ? d : 2 * h * kv * d + 2 * d) + 4 * h + 3 * h * ff + 2 * h * P + h;
+    }
+    return total;
+  };
+  CHECK(load_model("gemma-4-e2b")->parameters() == count(35, 1536, 1, 6144, 5, 20, true));
+  CHECK(load_model("gemma-4-e2b")->parameters() == 4'628'569'344);
+  CHECK(load_model("gemma-4-e4b")->parameters() == count(42, 2560, 2, 10240, 6, 18, false));
+  CHECK(load_model("gemma-4-e4b")->parameters() == 7'463'013'376);
+  // Without the per-layer table: the cards' 2.3B and 4.5B effective.
+  CHECK(4'628'569'344 - 262'144LL * 35 * 256 == 2'279'759'104);
+  // E2B's config keys read to the built-in.
+  std::string types;
+  for (int i = 0; i < 35; ++i) types += std::string(i ? ", " : "") + ((i + 1) % 5 == 0 ? "\"full_attention\"" : "\"sliding_attention\"");
+  const std::string e2b = write(dir, "config.json", R"({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+    "attention_k_eq_v": false, "enable_moe_block": false, "final_logit_softcapping": 30.0, "global_head_dim": 512, "head_dim": 256,
+    "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1536, "hidden_size_per_layer_input": 256, "intermediate_size": 6144,
+    "layer_types": [)" + types + R"(], "max_position_embeddings": 131072, "num_attention_heads": 8, "num_global_key_value_heads": null,
+    "num_hidden_layers": 35, "num_key_value_heads": 1, "num_kv_shared_layers": 20, "sliding_window": 512, "tie_word_embeddings": true,
+    "use_double_wide_mlp": true, "vocab_size": 262144, "vocab_size_per_layer_input": 262144})");
+  const auto read = load_model(e2b), built = load_model("gemma-4-e2b");
+  CHECK(read->parameters() == built->parameters());
+  const auto x = read->layers(tokens(4096)), y = built->layers(tokens(4096));
+  REQUIRE(x.size() == y.size());
+  for (std::size_t i = 0; i < x.size(); ++i) CHECK(x[i].signature == y[i].signature);
 }

@@ -3295,6 +3295,9 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
   // Granite's scalars come in millionths (Note [Granite] in models/src/llama.cpp).
   auto micro = [&](const char* key) { return static_cast<double>(s.get_or(key, 0)) / 1e6; };
   if (k == "llama.embed") {
+    if (s.get_or("ple", 0) != 0) {
+      throw UnsupportedError("layer signature '" + signature + "': Gemma 4's per-layer inputs (ple=) are priced, not run by the LibTorch twin");
+    }
     const std::int64_t streams = std::max<std::int64_t>(1, s.get_or("hc", 1));  // Note [Hyper-connections]
     if (streams > 1 && (s.get_or("tp", 1) > 1 || s.get_or("cp", 1) > 1)) {
       throw UnsupportedError("layer signature '" + signature + "': hyper-connections (hc=) run at tp 1 and cp 1 in the LibTorch twin");
@@ -3325,7 +3328,8 @@ std::unique_ptr<TorchLayer> make_torch_layer_default_init(const std::string& sig
     for (const auto& [key, what] : {std::pair{"kda", "Kimi Delta Attention (kda=1)"}, std::pair{"situ", "the SiTU activation (situ=1)"},
                                     std::pair{"ar", "Block Attention Residuals (ar=)"}, std::pair{"lnorm", "latent MoE's norm (lnorm=1)"},
                                     std::pair{"kev", "Gemma 4's values as keys (kev=1)"}, std::pair{"vn", "Gemma 4's value norm (vn=1)"},
-                                    std::pair{"bn", "Gemma 4's MoE branch norms (bn=1)"}}) {
+                                    std::pair{"bn", "Gemma 4's MoE branch norms (bn=1)"}, std::pair{"rkv", "Gemma 4's shared keys and values (rkv=1)"},
+                                    std::pair{"ple", "Gemma 4's per-layer inputs (ple=)"}}) {
       if (s.get_or(key, 0) != 0) throw UnsupportedError("layer signature '" + signature + "': " + what + " is priced, not run by the LibTorch twin");
     }
     // Latent attention's heads are whole (kv = a); d is a query or key head's

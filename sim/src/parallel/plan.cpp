@@ -512,6 +512,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     r.pp = s.model_parallel;
     r.schedule = Schedule::kNaive;
   }
+  if (r.pp > 1) {
+    if (const std::string why = model.pp_error(r.pp); !why.empty()) {
+      bad.add(s.model_parallel > 0 ? "model_parallel" : "pp", std::to_string(r.pp) + ": " + why + "; valid: 1");
+      degrees_ok = false;
+    }
+  }
   // Context parallelism (Note [Context parallelism] in models/src/layers.cpp).
   r.cp = s.cp;
   r.cp_comm = s.cp_comm;

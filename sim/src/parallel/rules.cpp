@@ -40,7 +40,7 @@ std::vector<int> PlanRules::pp_values(int tp) const {
   std::vector<int> out;
   if (tp < 1 || gpus_ % tp != 0) return out;
   for (int p : divisors(gpus_ / tp)) {
-    if (p <= layers_) out.push_back(p);
+    if (p <= layers_ && (p == 1 || model_.pp_error(p).empty())) out.push_back(p);
   }
   return out;
 }

@@ -88,6 +88,20 @@ struct LlamaConfig {
   /// experts each between their own pre- and post-norms, summed and normed
   /// again; the router on a weightless norm times a learned scale.
   bool moe_branch_norms = false;
+  /// Gemma 4 E2B's and E4B's per-layer embeddings (hidden_size_per_layer_input;
+  /// 0: none): a ple_dim-wide input for every layer from a table of
+  /// ple_vocab rows (vocab_size_per_layer_input; 0: vocab) and a projection
+  /// of the embedding, gated into each layer's output.
+  std::int64_t ple_dim = 0;
+  std::int64_t ple_vocab = 0;
+  /// The last kv_shared_layers layers compute no keys or values: each
+  /// attends with those of the last earlier layer of its kind, local or
+  /// global (num_kv_shared_layers).
+  int kv_shared_layers = 0;
+  /// Those layers' MLPs are twice intermediate wide (use_double_wide_mlp: E2B).
+  bool double_wide_mlp = false;
+  /// Set by the model on the twin that makes those layers, not a key.
+  bool reuses_kv = false;
   // Llama 4 (Note [Llama 4] in models/src/llama.cpp).
   /// Local layers attend within chunks of this many tokens, each query to
   /// the keys of its own chunk up to itself (attention_chunk_size; 0: none).

@@ -554,6 +554,10 @@ class Model {
   /// unexpanded (enable_gqa: fewer key/value heads than query heads, no
   /// sliding window, no latent attention): Note [SDPA in fp32] in rules.cpp.
   virtual bool grouped_kv_sdpa() const { return false; }
+  /// Why the blocks cannot be split into `pp` pipeline stages, or "" if
+  /// they can (Gemma 4's small models pass tensors between layers outside
+  /// the pipeline: Note [Gemma 4] in models/src/llama.cpp).
+  virtual std::string pp_error(int /*pp*/) const { return ""; }
   /// Why expert parallelism of degree `ep` is impossible, or "".
   virtual std::string ep_error(int ep) const {
     return ep == 1 ? "" : "this model has no experts to spread (expert parallelism needs a mixture-of-experts model)";
