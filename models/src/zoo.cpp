@@ -1580,13 +1580,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // Megatron-Bridge's Gemma4Bridge reads them; keys left out take Gemma
     // 4 31B's values.
     require_arch({"Gemma4ForCausalLM"});
-    ours["family"] = "llama";
-    copy_int("num_hidden_layers", "layers", 60);
-    copy_int("hidden_size", "hidden", 5376);
-    copy_int("num_attention_heads", "heads", 32);
-    const std::int64_t heads = ours["heads"].as<std::int64_t>();
-    copy_int("num_key_value_heads", "kv_heads", 16);
-    check_kv_heads(c, "num_key_value_heads", heads, ours["kv_heads"].as<std::int64_t>());
+    decoder_shape(60, 5376, 32, 16);
     copy_int("head_dim", "head_dim", 256);
     copy_int("intermediate_size", "intermediate", 21504);
     copy_int("vocab_size", "vocab", 262144);

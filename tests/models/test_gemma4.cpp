@@ -3,7 +3,7 @@
 // counts derived by hand (Note [Gemma 4] in models/src/llama.cpp).
 #include <catch2/catch.hpp>
 
-#include "test_util.hpp"
+#include "model_test_util.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -17,27 +17,11 @@
 using namespace dtsim;
 using namespace dtsim::models;
 using dtsim::test::error_of;
+using dtsim::test::find_kernel;
+using dtsim::test::tokens;
+using dtsim::test::write_file;
 
 namespace {
-
-sim::WorkloadShape tokens(std::int64_t s) {
-  sim::WorkloadShape w;
-  w.micro_batch = 1;
-  w.seq_len = s;
-  w.act_bytes = 2;
-  return w;
-}
-
-const sim::Kernel* find(const std::vector<sim::Kernel>& ks, const std::string& name) {
-  const auto it = std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
-  return it == ks.end() ? nullptr : &*it;
-}
-
-std::string write(const test::TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.file(name);
-  std::ofstream(path) << text;
-  return path;
-}
 
 // A local layer (4 heads of 16, 2 KV heads, a window of 8), then a global
 // one (4 heads of 32, 1 KV head, its values its keys); Gemma's norms and
@@ -51,7 +35,7 @@ const char* const kGemma4Yaml =
 
 TEST_CASE("Gemma 4's global layers: their own heads, their values their keys, by hand (Note [Gemma 4])", "[llama][gemma4]") {
   test::TempDir dir("gemma4");
-  const std::string yaml = write(dir, "g4.yaml", kGemma4Yaml);
+  const std::string yaml = write_file(dir, "g4.yaml", kGemma4Yaml);
   const auto m = load_model(yaml);
   // Local: q, k, v, o 64 x 64, 64 x 32, 64 x 32, 64 x 64; q/k norms 16
   // each; four norms of 64; GeGLU 3 x 64 x 128. Global: q and o 64 x 128,
@@ -69,8 +53,8 @@ TEST_CASE("Gemma 4's global layers: their own heads, their values their keys, by
   CHECK(layers[1].signature.find(",vn=1") != std::string::npos);
   // One GEMM projects q, k and v: (4 + 2 x 2) x 16 columns, or the
   // global's (4 + 1) x 32 with no values of its own.
-  CHECK(find(layers[1].forward, "attn.qkv")->n == 128);
-  CHECK(find(layers[2].forward, "attn.qkv")->n == 160);
+  CHECK(find_kernel(layers[1].forward, "attn.qkv")->n == 128);
+  CHECK(find_kernel(layers[2].forward, "attn.qkv")->n == 160);
   // The value norm, weightless, composite: the fp32 copy and the 2-byte
   // normed output of 128 x 2 x 16 elements and rsqrt a row (4 x 256).
   std::vector<sim::Override> no_vn{sim::parse_override("model.v_norm=false")};
@@ -92,7 +76,7 @@ TEST_CASE("Gemma 4's global layers: their own heads, their values their keys, by
 
 TEST_CASE("Gemma 4's MoE block: a GeGLU beside the experts, each branch normed (Note [Gemma 4])", "[llama][gemma4][moe]") {
   test::TempDir dir("gemma4-moe");
-  const std::string yaml = write(dir, "moe.yaml",
+  const std::string yaml = write_file(dir, "moe.yaml",
                                  std::string(kGemma4Yaml) + "experts: 4\ntop_k: 2\nexpert_intermediate: 32\nshared_intermediate: 64\n"
                                                             "router_bias: true\nmoe_branch_norms: true\n");
   std::vector<sim::Override> plain{sim::parse_override("model.moe_branch_norms=false")};
@@ -105,7 +89,7 @@ TEST_CASE("Gemma 4's MoE block: a GeGLU beside the experts, each branch normed (
   // (2 x 8192).
   const auto a = m->layers(tokens(128)), b = without->layers(tokens(128));
   CHECK(a[1].saved_bytes - b[1].saved_bytes == 4 * (8 * 8192 + 4 * 128) + 2 * 8192);
-  CHECK(find(a[1].forward, "pre_feedforward_layernorm_2") != nullptr);
+  CHECK(find_kernel(a[1].forward, "pre_feedforward_layernorm_2") != nullptr);
   std::vector<sim::Override> no_dense{sim::parse_override("model.shared_intermediate=0")};
   CHECK(error_of([&] { load_model(yaml, no_dense); }).find("model.moe_branch_norms: is Gemma 4's mixture beside a dense MLP") != std::string::npos);
 }
@@ -144,7 +128,7 @@ TEST_CASE("Gemma 4 31B and 26B-A4B: parameters by hand, built in and from their 
     "num_key_value_heads": 8, "num_kv_shared_layers": 0, "sliding_window": 1024, "tie_word_embeddings": true, "top_k_experts": 8,
     "use_double_wide_mlp": false, "vocab_size": 262144)";
   test::TempDir dir("gemma4-hf");
-  const std::string json = write(dir, "config.json", R"({"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
+  const std::string json = write_file(dir, "config.json", R"({"architectures": ["Gemma4ForConditionalGeneration"], "model_type": "gemma4",
     "text_config": {)" + text + "}}");
   const auto read = load_model(json);
   CHECK(read->parameters() == total);
@@ -156,7 +140,7 @@ TEST_CASE("Gemma 4 31B and 26B-A4B: parameters by hand, built in and from their 
   const std::string from = "\"hidden_size_per_layer_input\": 0";
   REQUIRE(t.find(from) != std::string::npos);
   t.replace(t.find(from), from.size(), "\"hidden_size_per_layer_input\": 256");
-  const std::string ple_moe = write(dir, "ple-moe.json", t);
+  const std::string ple_moe = write_file(dir, "ple-moe.json", t);
   CHECK(error_of([&] { load_model(ple_moe); }).find("ple_dim: is Gemma 4's dense grouped-query decoder; it is not modelled with latent attention, experts") !=
         std::string::npos);
 }
@@ -166,7 +150,7 @@ TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and val
   // reuses layer 1's keys and values with a GeGLU twice as wide; per-layer
   // inputs of 8.
   test::TempDir dir("gemma4-small");
-  const std::string yaml = write(dir, "e.yaml",
+  const std::string yaml = write_file(dir, "e.yaml",
                                  "family: llama\nlayers: 4\nhidden: 64\nheads: 4\nkv_heads: 2\nhead_dim: 16\nintermediate: 128\nvocab: 256\n"
                                  "seq_len: 256\nqk_norm: true\nv_norm: true\nsliding_window: 8\nglobal_every: 2\nglobal_head_dim: 32\n"
                                  "ple_dim: 8\nkv_shared_layers: 1\ndouble_wide_mlp: true\ngemma_norms: true\ngelu: true\nembed_scale: true\n"
@@ -189,7 +173,7 @@ TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and val
   CHECK(layers[4].params == shared);
   CHECK(layers[4].signature.find(",rkv=1,f=256,") != std::string::npos);
   // It projects queries alone: 4 x 32 columns.
-  CHECK(find(layers[4].forward, "attn.qkv")->n == 128);
+  CHECK(find_kernel(layers[4].forward, "attn.qkv")->n == 128);
   // Without its own K it keeps neither K's norm (Gemma's fp32 output, 8 x
   // 128 x 2 x 32) nor V's (6 x 8192 and 4 x 256 rows).
   std::vector<sim::Override> unshared{sim::parse_override("model.kv_shared_layers=0"), sim::parse_override("model.double_wide_mlp=false")};
@@ -205,7 +189,7 @@ TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and val
   // The embedding keeps the projection's input (2 x 128 x 64), the per-layer
   // norm's (6 x 4096 and 4 x 512 rows) and the 4096 inputs themselves.
   CHECK(layers[0].saved_bytes - plain[0].saved_bytes == 16'384 + 6 * 4096 + 4 * 512 + 2 * 4096);
-  CHECK(find(layers[0].forward, "ple.model_proj")->n == 32);
+  CHECK(find_kernel(layers[0].forward, "ple.model_proj")->n == 32);
   // Neither crosses a pipeline send: pp is refused, as Bridge's dense provider refuses it.
   CHECK(m->pp_error(1).empty());
   CHECK(m->pp_error(2).find("per-layer inputs (ple_dim) reach across the blocks") != std::string::npos);
@@ -235,7 +219,7 @@ TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and val
   // E2B's config keys read to the built-in.
   std::string types;
   for (int i = 0; i < 35; ++i) types += std::string(i ? ", " : "") + ((i + 1) % 5 == 0 ? "\"full_attention\"" : "\"sliding_attention\"");
-  const std::string e2b = write(dir, "config.json", R"({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
+  const std::string e2b = write_file(dir, "config.json", R"({"architectures": ["Gemma4ForCausalLM"], "model_type": "gemma4_text",
     "attention_k_eq_v": false, "enable_moe_block": false, "final_logit_softcapping": 30.0, "global_head_dim": 512, "head_dim": 256,
     "hidden_activation": "gelu_pytorch_tanh", "hidden_size": 1536, "hidden_size_per_layer_input": 256, "intermediate_size": 6144,
     "layer_types": [)" + types + R"(], "max_position_embeddings": 131072, "num_attention_heads": 8, "num_global_key_value_heads": null,

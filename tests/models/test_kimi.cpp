@@ -5,7 +5,7 @@
 // in models/src/llama.cpp).
 #include <catch2/catch.hpp>
 
-#include "test_util.hpp"
+#include "model_test_util.hpp"
 
 #include <algorithm>
 #include <fstream>
@@ -19,31 +19,15 @@
 using namespace dtsim;
 using namespace dtsim::models;
 using dtsim::test::error_of;
+using dtsim::test::find_kernel;
+using dtsim::test::tokens;
+using dtsim::test::write_file;
 
 namespace {
-
-sim::WorkloadShape tokens(std::int64_t s) {
-  sim::WorkloadShape w;
-  w.micro_batch = 1;
-  w.seq_len = s;
-  w.act_bytes = 2;
-  return w;
-}
-
-const sim::Kernel* find(const std::vector<sim::Kernel>& ks, const std::string& name) {
-  const auto it = std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
-  return it == ks.end() ? nullptr : &*it;
-}
 
 std::ptrdiff_t index_of(const std::vector<sim::Kernel>& ks, const std::string& name) {
   const auto it = std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
   return it == ks.end() ? -1 : it - ks.begin();
-}
-
-std::string write(const test::TempDir& dir, const std::string& name, const std::string& text) {
-  const std::string path = dir.file(name);
-  std::ofstream(path) << text;
-  return path;
 }
 
 // Two blocks: Kimi Delta Attention (2 heads of 16, 4 taps), then attention
@@ -60,7 +44,7 @@ const char* const kResYaml =
 
 TEST_CASE("Kimi Delta Attention: parameters, kept bytes and FLOPs of a small hybrid by hand (Note [Kimi Delta Attention])", "[llama][kda]") {
   test::TempDir dir("kda");
-  const std::string yaml = write(dir, "kda.yaml", kKdaYaml);
+  const std::string yaml = write_file(dir, "kda.yaml", kKdaYaml);
   const auto m = load_model(yaml);
   // KDA (H 2, d 16, P = 32): q, k, v 3 x 64 x 32, b_proj 64 x 2, f_a_proj
   // 64 x 16, f_b_proj 16 x 32, g_proj 64 x 32, three convolutions 3 x 32
@@ -101,18 +85,18 @@ TEST_CASE("Kimi Delta Attention: parameters, kept bytes and FLOPs of a small hyb
   CHECK(layers[1].saved_bytes == 435'200);
   // The projections as the GEMMs Bridge runs: q, k, v together, beta, the
   // decay's two, the output gate.
-  const sim::Kernel* qkv = find(layers[1].forward, "attn.qkv");
+  const sim::Kernel* qkv = find_kernel(layers[1].forward, "attn.qkv");
   REQUIRE(qkv != nullptr);
   CHECK((qkv->m == 128 && qkv->n == 96 && qkv->k == 64));
-  const sim::Kernel* f_a = find(layers[1].forward, "attn.f_a_proj");
-  const sim::Kernel* f_b = find(layers[1].forward, "attn.f_b_proj");
+  const sim::Kernel* f_a = find_kernel(layers[1].forward, "attn.f_a_proj");
+  const sim::Kernel* f_b = find_kernel(layers[1].forward, "attn.f_b_proj");
   REQUIRE(f_a != nullptr);
   REQUIRE(f_b != nullptr);
   CHECK((f_a->n == 16 && f_a->k == 64 && f_b->n == 32 && f_b->k == 16));
   // The rule's forward: 256 rows (token and head) of 2 x 64 x (5 x 16) + 6
   // x 16 x 16 (Gated DeltaNet's with d-wide keys and values), and the
   // decay applied to q and k, 4 an element of 4096.
-  const sim::Kernel* core = find(layers[1].forward, "kda.core");
+  const sim::Kernel* core = find_kernel(layers[1].forward, "kda.core");
   REQUIRE(core != nullptr);
   CHECK(core->flops == Approx(256.0 * (2 * 64 * 80 + 6 * 256) + 4 * 4096));
   CHECK(core->flops == Approx(3'031'040.0));
@@ -136,7 +120,7 @@ TEST_CASE("Kimi Delta Attention: parameters, kept bytes and FLOPs of a small hyb
 TEST_CASE("Block Attention Residuals: aggregates, kept bytes, outputs and pipeline payloads by hand (Note [Attention residuals])",
           "[llama][attn_res]") {
   test::TempDir dir("attn-res");
-  const std::string yaml = write(dir, "res.yaml", kResYaml);
+  const std::string yaml = write_file(dir, "res.yaml", kResYaml);
   const auto m = load_model(yaml);
   std::vector<sim::Override> plain_res{sim::parse_override("model.attn_res_block=0")};
   const auto plain = load_model(yaml, plain_res);
@@ -160,15 +144,15 @@ TEST_CASE("Block Attention Residuals: aggregates, kept bytes, outputs and pipeli
     const sim::Layer& b = without[static_cast<std::size_t>(i + 1)];
     CHECK(a.saved_bytes - b.saved_bytes == extra[static_cast<std::size_t>(i)]);
     CHECK(a.params - b.params == (i == 3 ? 6 : 4) * 64);
-    CHECK((find(a.forward, "attn_res.attn") != nullptr) == (i > 0));
-    CHECK((find(a.forward, "attn_res.out") != nullptr) == (i == 3));
+    CHECK((find_kernel(a.forward, "attn_res.attn") != nullptr) == (i > 0));
+    CHECK((find_kernel(a.forward, "attn_res.out") != nullptr) == (i == 3));
     // The MLP's aggregate runs just before its norm, its backward after the norm's.
     CHECK(index_of(a.forward, "attn_res.mlp") + 1 == index_of(a.forward, "post_attention_layernorm"));
     CHECK(index_of(a.backward, "attn_res.mlp.bwd") == index_of(a.backward, "post_attention_layernorm.bwd") + 1);
   }
   // Layer 1's attention aggregate, R 2 over n = 16,384 elements and 8,192
   // out: reads (2 x 2 + 28) n + 4 x 8192, writes (2 + 20) n + 6 x 8192.
-  const sim::Kernel* agg = find(with[2].forward, "attn_res.attn");
+  const sim::Kernel* agg = find_kernel(with[2].forward, "attn_res.attn");
   REQUIRE(agg != nullptr);
   CHECK(agg->bytes == 32 * 16'384 + 4 * 8'192 + 22 * 16'384 + 6 * 8'192);
   // What a layer hands on (e t h = 16,384 bytes): its sum, and a writing
@@ -231,9 +215,9 @@ TEST_CASE("Kimi K3 and Kimi Linear: parameters by hand, built in and read from t
   }
   // Its attention's output gate, NoPE, SiTU and the latent's norm.
   const sim::Layer& attention = layers[4];
-  CHECK(find(attention.forward, "attn.g_proj") != nullptr);
-  CHECK(find(attention.forward, "attn.rotary") == nullptr);
-  CHECK(find(attention.forward, "moe.latent.norm") != nullptr);
+  CHECK(find_kernel(attention.forward, "attn.g_proj") != nullptr);
+  CHECK(find_kernel(attention.forward, "attn.rotary") == nullptr);
+  CHECK(find_kernel(attention.forward, "moe.latent.norm") != nullptr);
   CHECK(attention.signature.find(",situ=1") != std::string::npos);
 
   // Kimi K3's config (its text_config as Megatron-Bridge's tests hold it,
@@ -252,7 +236,7 @@ TEST_CASE("Kimi K3 and Kimi Linear: parameters by hand, built in and read from t
       "topk_group": 1, "use_grouped_topk": true, "v_head_dim": 128, "vocab_size": 163840)";
   test::TempDir dir("kimi");
   const std::string k3_json =
-      write(dir, "k3.json", R"({"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": {)" + text + "}}");
+      write_file(dir, "k3.json", R"({"architectures": ["KimiK3ForConditionalGeneration"], "model_type": "kimi_k3", "text_config": {)" + text + "}}");
   const auto read = load_model(k3_json);
   CHECK(read->parameters() == total);
   const auto read_layers = read->layers(w);
@@ -273,7 +257,7 @@ TEST_CASE("Kimi K3 and Kimi Linear: parameters by hand, built in and read from t
   CHECK(lmoe == 1'819'607'040);
   const std::int64_t linear = 20 * lkda + 7 * lmla + 3 * lh * 9216 + 26 * lmoe + 27 * 2 * lh + lh + 2LL * 163'840 * lh;
   CHECK(linear == 49'122'675'072);
-  const std::string linear_json = write(dir, "linear.json", R"({
+  const std::string linear_json = write_file(dir, "linear.json", R"({
   "architectures": ["KimiLinearForCausalLM"], "model_type": "kimi_linear", "first_k_dense_replace": 1, "head_dim": 72, "hidden_act": "silu",
   "hidden_size": 2304, "intermediate_size": 9216, "kv_lora_rank": 512,
   "linear_attn_config": {"full_attn_layers": [4, 8, 12, 16, 20, 24, 27], "head_dim": 128,
@@ -294,7 +278,7 @@ TEST_CASE("Kimi K3 and Kimi Linear: parameters by hand, built in and read from t
     const auto at = text.find(from);
     REQUIRE(at != std::string::npos);
     text.replace(at, from.size(), to);
-    return write(dir, "edited.json", text);
+    return write_file(dir, "edited.json", text);
   };
   CHECK(error_of([&] { load_model(edited("\"kda_layers\": [1,", "\"kda_layers\": [28,")); })
             .find("config.linear_attn_config.kda_layers: holds 28; valid: layer numbers 1 to 27 (num_hidden_layers)") != std::string::npos);
@@ -316,7 +300,7 @@ TEST_CASE("SiTU and the latent experts' norm keep what Kimi K3's modules keep (N
   // elements (24 bytes each) where composite SiLU keeps gate, up and silu's
   // output in 2 bytes (6): 18 bytes more an element, 128 x 128 of them.
   test::TempDir dir("situ");
-  const std::string yaml = write(dir, "situ.yaml",
+  const std::string yaml = write_file(dir, "situ.yaml",
                                  "family: llama\nlayers: 1\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 256\nseq_len: 256\nsitu: true\n");
   std::vector<sim::Override> silu{sim::parse_override("model.situ=false")};
   const auto situ = load_model(yaml)->layers(tokens(128)), plain = load_model(yaml, silu)->layers(tokens(128));
@@ -330,7 +314,7 @@ TEST_CASE("SiTU and the latent experts' norm keep what Kimi K3's modules keep (N
   CHECK(error_of([&] { load_model(yaml, geglu); }).find("model.situ: true is Kimi K3's activation; it contradicts gelu: true") != std::string::npos);
   // The latent norm: KimiRMSNorm over 128 tokens of latent 16 keeps the
   // fp32 input and its 2-byte output (6 x 2048) and rsqrt a row (4 x 128).
-  const std::string moe = write(dir, "moe.yaml",
+  const std::string moe = write_file(dir, "moe.yaml",
                                 "family: llama\nlayers: 1\nhidden: 64\nheads: 4\nintermediate: 128\nvocab: 256\nseq_len: 256\n"
                                 "experts: 4\ntop_k: 2\nexpert_intermediate: 32\nmoe_latent: 16\nlatent_norm: true\n");
   std::vector<sim::Override> unnormed{sim::parse_override("model.latent_norm=false")};
