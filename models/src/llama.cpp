@@ -963,7 +963,10 @@ class Llama final : public ZooModel {
       return std::to_string(g->c_.kv_heads) + " key/value heads of the global layers (num_global_key_value_heads) neither divide "
              "nor are divisible by tp=" + std::to_string(tp);
     }
-    if (attends && !mla() && c_.kv_heads % tp != 0) {
+    // Note [Gemma 4]: Bridge's Gemma 4 attention replicates key/value heads
+    // fewer than the tp ranks.
+    const bool replicates = twins_[1][0] || twins_[1][1];
+    if (attends && !mla() && c_.kv_heads % tp != 0 && !(replicates && tp % c_.kv_heads == 0)) {
       return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
     }
     if (dense_layers() > 0) return transformer_tp_error(tp, attends ? c_.heads : tp, c_.intermediate);

@@ -66,6 +66,14 @@ TEST_CASE("Gemma 4's global layers: their own heads, their values their keys, by
   tp2.tp = 2;
   CHECK(m->tp_error(2).empty());
   CHECK(m->layers(tp2)[2].params == 8192 + 2048 + 64 + 256 + 12'288);
+  // At tp 4 the local layers' 2 key/value heads are replicated too (q and o
+  // 4096 / 4 each, k and v 64 x 16 each, the norms, the GeGLU a quarter);
+  // tp 3 divides neither.
+  sim::WorkloadShape tp4 = tokens(128);
+  tp4.tp = 4;
+  CHECK(m->tp_error(4).empty());
+  CHECK(m->layers(tp4)[1].params == 2 * 1024 + 2 * 1024 + 32 + 256 + 6144);
+  CHECK(m->tp_error(3).find("2 key/value heads (num_key_value_heads) are not divisible by tp=3") != std::string::npos);
   // Keys that need global layers, or contradict them, are refused at theirs.
   std::vector<sim::Override> no_global{sim::parse_override("model.global_every=0"), sim::parse_override("model.sliding_window=0")};
   CHECK(error_of([&] { load_model(yaml, no_global); }).find("model.global_head_dim: is the global layers' and needs global_every") !=
