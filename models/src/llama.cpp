@@ -570,8 +570,9 @@ using namespace detail;
 //               attention_k_eq_v, no v_proj: the values are the keys'
 //               projection, normed apart (model.k_eq_v). A global layer is
 //               made by a twin of the config with those heads (its own
-//               layer signature); with fewer heads than tp ranks each rank
-//               holds a whole one, replicated, as Bridge's spec does.
+//               layer signature). On every layer, fewer key/value heads
+//               than tp ranks are replicated, each rank holding a whole
+//               one, as Bridge's Gemma 4 attention does.
 //   v_norm      an RMSNorm without a weight on every value head.
 //   the 26B's MoE every layer is a GeGLU of intermediate_size (2112: the
 //               shared expert's place) beside 128 experts of GeGLU 704,
@@ -814,6 +815,11 @@ using namespace detail;
 // recompute, as its first checkpoint with the bank it unpacks
 // (Layer::entry_kept_bytes, entry_checkpoint_bytes). Its weights: two
 // norms and two projections of h a layer, the last layer's output pair.
+// Not modelled: full recompute in groups of more than one block
+// (recompute_num_layers) keeps a bank only where a group starts right
+// after the layer that wrote it, and so counts too few banks there; the
+// aggregates' kernels are priced eager, as Bridge runs them (the paper's
+// fused implementation is cheaper).
 // Note [Mamba-2]
 // NVIDIA's Nemotron-H family (Nemotron-H 8B and 56B, Nemotron Nano 2,
 // Nemotron 3 Nano) is a hybrid of Mamba-2 state-space layers (Dao and Gu
@@ -945,6 +951,11 @@ class Llama final : public ZooModel {
                                           "(MiniMax-M2's FlexOlmoAttention)") +
              ", which a tensor-parallel rank holding some of the heads cannot compute alone; dtsim models it at tp=1";
     }
+    if (has_linear() && c_.kda && c_.linear_value_heads % tp != 0) {
+      // Note [Kimi Delta Attention]: KimiK3Attention splits its heads over tp.
+      return std::to_string(c_.linear_value_heads) + " Kimi Delta Attention heads (linear_attn_config.num_heads) are not divisible by tp=" +
+             std::to_string(tp);
+    }
     if (has_linear() && (c_.linear_key_heads % tp != 0 || c_.linear_value_heads % tp != 0)) {
       // Note [Gated DeltaNet]: Megatron-Core's GatedDeltaNet splits its key and value heads over tp.
       return std::to_string(c_.linear_key_heads) + " key and " + std::to_string(c_.linear_value_heads) +
@@ -960,14 +971,15 @@ class Llama final : public ZooModel {
     const bool attends = attention_layers() > 0;
     if (const auto& g = twins_[1][0] ? twins_[1][0] : twins_[1][1]; g && attends && g->c_.kv_heads % tp != 0 && tp % g->c_.kv_heads != 0) {
       // Note [Gemma 4]: a global layer's heads split over tp, or replicated whole.
-      return std::to_string(g->c_.kv_heads) + " key/value heads of the global layers (num_global_key_value_heads) neither divide "
-             "nor are divisible by tp=" + std::to_string(tp);
+      return std::to_string(g->c_.kv_heads) + " key/value heads of the global layers (num_global_key_value_heads, or num_key_value_heads) "
+             "neither divide nor are divisible by tp=" + std::to_string(tp);
     }
     // Note [Gemma 4]: Bridge's Gemma 4 attention replicates key/value heads
     // fewer than the tp ranks.
     const bool replicates = twins_[1][0] || twins_[1][1];
     if (attends && !mla() && c_.kv_heads % tp != 0 && !(replicates && tp % c_.kv_heads == 0)) {
-      return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp);
+      return std::to_string(c_.kv_heads) + " key/value heads (num_key_value_heads) are not divisible by tp=" + std::to_string(tp) +
+             (replicates ? " (nor divide it, to be replicated)" : "");
     }
     if (dense_layers() > 0) return transformer_tp_error(tp, attends ? c_.heads : tp, c_.intermediate);
     if (c_.shared_intermediate % tp != 0) {
@@ -1350,17 +1362,26 @@ class Llama final : public ZooModel {
     auto at = [](std::vector<sim::Kernel>& ks, const std::string& name) {
       return std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
     };
+    // A forward kernel inserted at p moves the offload groups' kernels after it.
+    auto insert_forward = [&](std::vector<sim::Kernel>::iterator where, const sim::Kernel& k) {
+      const std::size_t p = static_cast<std::size_t>(where - l.forward.begin());
+      l.forward.insert(where, k);
+      for (sim::OffloadGroup& g : l.offload_groups) {
+        if (g.first >= p) ++g.first;
+        if (g.end > p) ++g.end;
+      }
+    };
     // Before the attention's norm (the first layer's input is the sum alone).
     if (in > 0) {
       const sim::Kernel f = aggregate("attn_res.attn", in + 1);
-      l.forward.insert(l.forward.begin(), f);
+      insert_forward(l.forward.begin(), f);
       l.backward.push_back(bwd(f));
       l.saved_bytes += kept(in + 1);
     }
     // Before the MLP's norm, over the bank with this layer's snapshot.
     {
       const sim::Kernel f = aggregate("attn_res.mlp", after + 1);
-      l.forward.insert(at(l.forward, "post_attention_layernorm"), f);
+      insert_forward(at(l.forward, "post_attention_layernorm"), f);
       const auto it = at(l.backward, "post_attention_layernorm.bwd");
       l.backward.insert(it == l.backward.end() ? l.backward.begin() : it + 1, bwd(f));
       l.saved_bytes += kept(after + 1);
@@ -1381,8 +1402,9 @@ class Llama final : public ZooModel {
     // The output: the running sum, and a writing layer's new bank (which
     // the next layers' checkpoints keep under full recompute); a stage
     // ending here sends the sum and the bank (pack_stage_boundary).
-    l.output_bytes = e * tn * h * (1 + (write ? after : 0));
-    l.boundary_bytes = e * tn * h * (1 + after);
+    // The last layer hands on its output aggregate alone.
+    l.output_bytes = e * tn * h * (1 + (write && !last ? after : 0));
+    l.boundary_bytes = last ? 0 : e * tn * h * (1 + after);
     if (i > 0) {
       // A stage starting here keeps what it received for its gradient; under
       // full recompute its checkpoint is that tensor, and the later layers'
@@ -1765,7 +1787,9 @@ class Llama final : public ZooModel {
     const bool attends = part != Part::kMlp && mixer == Mixer::kAttention;
     // Kimi Delta Attention's replicated weights are all summed over tp
     // (f_a_proj's partial gradients, o_norm marked so: Note [Kimi Delta Attention]).
-    p.sequence_parallel = replicated - (linear && !c_.kda ? c_.linear_value_dim : attends && c_.qk_norm && !whole_qk() ? 2 * d : 0);
+    p.sequence_parallel = replicated - (linear && !c_.kda ? c_.linear_value_dim
+                                        : attends && c_.qk_norm && !whole_qk() ? (c_.reuses_kv ? d : 2 * d)  // Note [Gemma 4]: q_norm alone
+                                                                               : 0);
     p.tensors = tensors;
     return p;
   }
@@ -1880,6 +1904,23 @@ class Llama final : public ZooModel {
         l.modules.push_back({"mamba.core", {nh / tp, nh / tp, nh / tp}, ""});  // dt_bias, A_log, D
         l.modules.push_back({"mamba.norm", {di / tp}, ""});
         l.modules.push_back(linear("attn.o_proj", di, h, false, false));
+      } else if (gdn && c_.kda) {
+        // Note [Kimi Delta Attention]: KimiK3Attention's, each named by the kernel that first uses it.
+        const std::int64_t H = c_.linear_value_heads, dk = c_.linear_value_dim, P = H * dk, r = c_.kda_gate_rank;
+        l.modules.push_back({"attn.qkv", {h * P / tp, h * P / tp, h * P / tp}, ""});  // q_proj, k_proj, v_proj
+        l.modules.push_back({"attn.b_proj", {h * H / tp}, ""});
+        l.modules.push_back({"attn.f_a_proj", {h * dk}, ""});
+        l.modules.push_back({"attn.f_b_proj", {dk * P / tp}, ""});
+        l.modules.push_back({"kda.conv1d", {P * c_.linear_conv_kernel / tp, P * c_.linear_conv_kernel / tp, P * c_.linear_conv_kernel / tp}, ""});
+        l.modules.push_back({"kda.gates", {H / tp, P / tp}, ""});  // A_log, dt_bias
+        if (r > 0) {
+          l.modules.push_back({"attn.g_a_proj", {h * r}, ""});
+          l.modules.push_back({"attn.g_b_proj", {r * P / tp}, ""});
+        } else {
+          l.modules.push_back({"attn.g_proj", {h * P / tp}, ""});
+        }
+        l.modules.push_back({"kda.norm", {dk}, ""});
+        l.modules.push_back(linear("attn.o_proj", P, h, false, false));
       } else if (gdn) {
         // Note [Gated DeltaNet]: Qwen3NextGatedDeltaNet's, each named by the kernel that first uses it.
         const std::int64_t kd = c_.linear_key_heads * c_.linear_key_dim, vd = c_.linear_value_heads * c_.linear_value_dim;

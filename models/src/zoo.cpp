@@ -655,6 +655,7 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.mamba_chunk = c.get_int("mamba_chunk", 128, 1, 4096);  // mamba_ssm's chunks are 64 to 256 tokens
   l.squared_relu = c.get_bool("squared_relu", false);
   l.rotary = c.get_bool("rotary", true);
+  if (l.squared_relu && l.situ) c.fail("squared_relu", "true is an ungated MLP; it contradicts situ: true (Kimi K3's gated SiTU); set only one");
   if (l.squared_relu && (l.gelu || l.swiglu_limit > 0)) {
     c.fail("squared_relu", std::string("true is an ungated MLP; it contradicts ") + (l.gelu ? "gelu: true (GeGLU)" : "swiglu_limit (gpt-oss's SwiGLU)") +
                                "; set only one");
@@ -795,6 +796,13 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
   l.hc_mult = static_cast<int>(c.get_int("hc_mult", 0, 0, 64));
   l.hc_sinkhorn_iters = static_cast<int>(c.get_int("hc_sinkhorn_iters", 20, 1, 10000));
   if (c.has("hc_sinkhorn_iters") && l.hc_mult < 2) c.fail("hc_sinkhorn_iters", "is read only with hc_mult (2 or more residual streams)");
+  if (l.attn_output_gate && l.kv_lora_rank > 0 && (l.index_topk > 0 || v4)) {
+    c.fail("attn_output_gate", "with latent attention is Kimi K3's gate on dense latent attention; it is not modelled with DeepSeek's sparse attention");
+  }
+  if (l.attn_res_block > 0 && (l.gemma_norms || l.olmo2_norms)) {
+    c.fail("attn_res_block", std::string("Block Attention Residuals mix before the sublayers' pre-norms; they are not modelled with ") +
+                                 (l.gemma_norms ? "gemma_norms" : "olmo2_norms") + "' norms after them");
+  }
   if (l.attn_res_block > 0 && (l.hc_mult > 1 || !l.hybrid_pattern.empty() || l.mtp_layers > 0)) {
     c.fail("attn_res_block", std::string("Block Attention Residuals replace the residual; they contradict ") +
                                  (l.hc_mult > 1 ? "hc_mult (hyper-connections)"
@@ -911,6 +919,9 @@ sim::ModelPtr parse_llama(const sim::ConfigMap& c, const std::string& name, std:
       c.fail("kv_shared_layers", std::to_string(l.kv_shared_layers) + " leaves a " + (need_global && !global ? "global" : "local") +
                                      " layer with no earlier one of its kind to share keys and values from");
     }
+  }
+  if (l.qkv_bias && (l.global_head_dim > 0 || l.global_kv_heads > 0 || l.k_eq_v || l.kv_shared_layers > 0)) {
+    c.fail("qkv_bias", "true is not modelled with Gemma 4's attention (global_head_dim, global_kv_heads, k_eq_v, kv_shared_layers), which has no biases");
   }
   if (l.moe_branch_norms && (l.experts == 0 || l.shared_intermediate == 0)) {
     c.fail("moe_branch_norms", "is Gemma 4's mixture beside a dense MLP; it needs experts and shared_intermediate (the dense MLP's width)");

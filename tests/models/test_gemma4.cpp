@@ -78,6 +78,8 @@ TEST_CASE("Gemma 4's global layers: their own heads, their values their keys, by
   std::vector<sim::Override> no_global{sim::parse_override("model.global_every=0"), sim::parse_override("model.sliding_window=0")};
   CHECK(error_of([&] { load_model(yaml, no_global); }).find("model.global_head_dim: is the global layers' and needs global_every") !=
         std::string::npos);
+  std::vector<sim::Override> biased{sim::parse_override("model.qkv_bias=true")};
+  CHECK(error_of([&] { load_model(yaml, biased); }).find("model.qkv_bias: true is not modelled with Gemma 4's attention") != std::string::npos);
   std::vector<sim::Override> uneven{sim::parse_override("model.global_kv_heads=3")};
   CHECK(error_of([&] { load_model(yaml, uneven); }).find("model.global_kv_heads: 3 does not divide the 4 heads") != std::string::npos);
 }
@@ -179,6 +181,12 @@ TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and val
   const auto layers = m->layers(tokens(128));
   REQUIRE(layers.size() == 6);
   CHECK(layers[4].params == shared);
+  // Under sequence parallelism the norms and the per-layer parts run on a
+  // rank's tokens (4 x 64 and 1088), q_norm after the gather.
+  sim::WorkloadShape sp = tokens(128);
+  sp.tp = 2;
+  sp.sequence_parallel = true;
+  CHECK(m->layers(sp)[4].sp_params == 256 + 1088);
   CHECK(layers[4].signature.find(",rkv=1,f=256,") != std::string::npos);
   // It projects queries alone: 4 x 32 columns.
   CHECK(find_kernel(layers[4].forward, "attn.qkv")->n == 128);
@@ -222,8 +230,9 @@ TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and val
   CHECK(load_model("gemma-4-e2b")->parameters() == 4'628'569'344);
   CHECK(load_model("gemma-4-e4b")->parameters() == count(42, 2560, 2, 10240, 6, 18, false));
   CHECK(load_model("gemma-4-e4b")->parameters() == 7'463'013'376);
-  // Without the per-layer table: the cards' 2.3B and 4.5B effective.
-  CHECK(4'628'569'344 - 262'144LL * 35 * 256 == 2'279'759'104);
+  // Without the per-layer table, 2.3B and 4.6B: the cards' "effective" 2.3B and 4.5B.
+  CHECK(load_model("gemma-4-e2b")->parameters() - 262'144LL * 35 * 256 == 2'279'759'104);
+  CHECK(load_model("gemma-4-e4b")->parameters() - 262'144LL * 42 * 256 == 4'644'441'088);
   // E2B's config keys read to the built-in.
   std::string types;
   for (int i = 0; i < 35; ++i) types += std::string(i ? ", " : "") + ((i + 1) % 5 == 0 ? "\"full_attention\"" : "\"sliding_attention\"");

@@ -102,7 +102,21 @@ TEST_CASE("Kimi Delta Attention: parameters, kept bytes and FLOPs of a small hyb
   CHECK(core->flops == Approx(3'031'040.0));
   // tp splits the heads; cp is refused as KimiK3Attention refuses it.
   CHECK(m->tp_error(2).empty());
-  CHECK(m->tp_error(4).find("not both divisible by tp=4") != std::string::npos);
+  CHECK(m->tp_error(4).find("2 Kimi Delta Attention heads (linear_attn_config.num_heads) are not divisible by tp=4") != std::string::npos);
+  // ZeRO-3 gathers KimiK3Attention's modules: they hold the layer's
+  // parameters, at tp 1 and at tp 2.
+  for (const int tp : {1, 2}) {
+    sim::WorkloadShape w = tokens(128);
+    w.tp = tp;
+    const sim::Layer kl = m->layers(w)[1];
+    std::int64_t held = 0;
+    for (const auto& module : kl.modules) {
+      for (const std::int64_t n : module.tensors) held += n;
+    }
+    INFO("tp " << tp);
+    CHECK(held == kl.params);
+    CHECK(static_cast<int>(kl.modules.size()) >= 10);
+  }
   CHECK(m->cp_error(1).empty());
   CHECK(m->cp_error(2).find("Kimi Delta Attention takes no context parallelism in Megatron-Bridge") != std::string::npos);
   // Keys that contradict it are refused at their key.
@@ -161,13 +175,14 @@ TEST_CASE("Block Attention Residuals: aggregates, kept bytes, outputs and pipeli
   // tensor (1 + snapshots before it), and under full recompute the bank it
   // unpacks too unless it writes a new one at once.
   const Bytes eth = 16'384;
-  const std::vector<Bytes> output{2 * eth, eth, 3 * eth, eth}, boundary{2 * eth, 2 * eth, 3 * eth, 3 * eth},
+  // The last layer hands on its output aggregate alone (e t h).
+  const std::vector<Bytes> output{2 * eth, eth, 3 * eth, eth}, boundary{2 * eth, 2 * eth, 3 * eth, 0}, sent{2 * eth, 2 * eth, 3 * eth, eth},
       kept{0, 2 * eth, 2 * eth, 3 * eth}, checkpoint{0, 3 * eth, 2 * eth, 5 * eth};
   for (std::size_t i = 0; i < 4; ++i) {
     INFO("layer " << i);
     CHECK(with[i + 1].output_bytes == output[i]);
     CHECK(with[i + 1].boundary_bytes == boundary[i]);
-    CHECK(with[i + 1].sent_bytes() == boundary[i]);
+    CHECK(with[i + 1].sent_bytes() == sent[i]);
     CHECK(with[i + 1].entry_kept_bytes == kept[i]);
     CHECK(with[i + 1].entry_checkpoint_bytes == checkpoint[i]);
     CHECK(without[i + 1].sent_bytes() == eth);
@@ -176,6 +191,9 @@ TEST_CASE("Block Attention Residuals: aggregates, kept bytes, outputs and pipeli
   CHECK(with[4].signature.find(",ar=2,arr=2,arl=1") != std::string::npos);
   CHECK(with[3].signature.find(",ar=2,arr=1,arw=1") != std::string::npos);
   // It replaces the residual: hyper-connections and single-part layers contradict it.
+  std::vector<sim::Override> gemma{sim::parse_override("model.gemma_norms=true")};
+  CHECK(error_of([&] { load_model(yaml, gemma); }).find("model.attn_res_block: Block Attention Residuals mix before the sublayers' pre-norms") !=
+        std::string::npos);
   std::vector<sim::Override> streams{sim::parse_override("model.hc_mult=4")};
   CHECK(error_of([&] { load_model(yaml, streams); }).find("model.attn_res_block: Block Attention Residuals replace the residual; they "
                                                            "contradict hc_mult") != std::string::npos);
@@ -219,6 +237,9 @@ TEST_CASE("Kimi K3 and Kimi Linear: parameters by hand, built in and read from t
   CHECK(find_kernel(attention.forward, "attn.rotary") == nullptr);
   CHECK(find_kernel(attention.forward, "moe.latent.norm") != nullptr);
   CHECK(attention.signature.find(",situ=1") != std::string::npos);
+  // The gate on latent attention is K3's dense latent attention's, not DeepSeek's sparse one.
+  std::vector<sim::Override> sparse{sim::parse_override("model.index_topk=2048")};
+  CHECK(error_of([&] { load_model("kimi-k3", sparse); }).find("model.attn_output_gate: with latent attention is Kimi K3's gate") != std::string::npos);
 
   // Kimi K3's config (its text_config as Megatron-Bridge's tests hold it,
   // all 93 layers) reads to the same model.
@@ -310,6 +331,8 @@ TEST_CASE("SiTU and the latent experts' norm keep what Kimi K3's modules keep (N
   fused.fused_kernels = true;
   const auto situ_fused = load_model(yaml)->layers(fused), plain_fused = load_model(yaml, silu)->layers(fused);
   CHECK(situ_fused[1].saved_bytes - plain_fused[1].saved_bytes == (24 - 4) * 128 * 128);
+  std::vector<sim::Override> relu2{sim::parse_override("model.squared_relu=true")};
+  CHECK(error_of([&] { load_model(yaml, relu2); }).find("model.squared_relu: true is an ungated MLP; it contradicts situ: true") != std::string::npos);
   std::vector<sim::Override> geglu{sim::parse_override("model.gelu=true")};
   CHECK(error_of([&] { load_model(yaml, geglu); }).find("model.situ: true is Kimi K3's activation; it contradicts gelu: true") != std::string::npos);
   // The latent norm: KimiRMSNorm over 128 tokens of latent 16 keeps the
