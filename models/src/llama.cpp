@@ -1353,12 +1353,7 @@ class Llama final : public ZooModel {
     };
     // It keeps the fp32 rows and the normed rows, and each row's rsqrt and weight.
     auto kept = [&](std::int64_t rows) { return 8 * rows * tn * h + 8 * rows * tn; };
-    auto bwd = [](sim::Kernel k) {
-      k.name += ".bwd";
-      k.bytes *= 2;
-      k.flops *= 2;
-      return k;
-    };
+    auto bwd = [](const sim::Kernel& k) { return backward_of({k}).front(); };
     auto at = [](std::vector<sim::Kernel>& ks, const std::string& name) {
       return std::find_if(ks.begin(), ks.end(), [&](const sim::Kernel& k) { return k.name == name; });
     };

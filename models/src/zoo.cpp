@@ -1206,27 +1206,31 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
   };
   // A mixture's experts (under `experts_key`) and num_experts_per_tok, no
   // more of these than of those (`what` names the experts in the error).
-  auto routing = [&](const char* experts_key, std::int64_t experts, std::int64_t top_k, const char* what) {
+  // `top_k_key`: the config's name for experts a token (Kimi's
+  // num_experts_per_token, Gemma 4's top_k_experts).
+  auto routing = [&](const char* experts_key, std::int64_t experts, std::int64_t top_k, const char* what,
+                     const char* top_k_key = "num_experts_per_tok") {
     // The bounds the model's own keys take (experts, top_k: 2^20), so that a
     // config's value is refused at its line, once, with the range that holds.
     ours["experts"] = c.get_int(experts_key, experts, 2, 1 << 20);
-    ours["top_k"] = c.get_int("num_experts_per_tok", top_k, 1, 1 << 20);
+    ours["top_k"] = c.get_int(top_k_key, top_k, 1, 1 << 20);
     if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
-      c.fail("num_experts_per_tok", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
-                                        std::to_string(ours["experts"].as<std::int64_t>()) + " " + what);
+      c.fail(top_k_key, std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
+                            std::to_string(ours["experts"].as<std::int64_t>()) + " " + what);
     }
   };
   // Group-limited routing (DeepSeek-V3's, GLM-4.5's): the router views the
   // routed experts' scores as n_group groups of equal size
   // (DeepseekV3TopkRouter, scores.view(-1, n_group, n_routed_experts //
   // n_group)) and keeps topk_group of them; one group is none.
-  auto group_routing = [&](std::int64_t groups_default, std::int64_t topk_default) {
-    const std::int64_t groups = c.get_int("n_group", groups_default, 1, 1 << 20);
+  // `groups_key`: the config's name for the groups (Kimi's num_expert_group).
+  auto group_routing = [&](std::int64_t groups_default, std::int64_t topk_default, const std::string& groups_key = "n_group") {
+    const std::int64_t groups = c.get_int(groups_key, groups_default, 1, 1 << 20);
     if (groups <= 1) return;
     const std::int64_t experts = ours["experts"].as<std::int64_t>();
     if (experts % groups != 0) {
-      c.fail("n_group", std::to_string(groups) + " does not divide the " + std::to_string(experts) +
-                            " routed experts (the router splits them into n_group groups of equal size)");
+      c.fail(groups_key, std::to_string(groups) + " does not divide the " + std::to_string(experts) + " routed experts (the router splits them into " +
+                             groups_key + " groups of equal size)");
     }
     ours["route_nodes"] = c.get_int("topk_group", std::min(topk_default, groups), 1, groups);
   };
@@ -1257,6 +1261,25 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
                                   (every > 0 ? "here every " + std::to_string(every) + "th" : "none here") + ")");
       }
     }
+    return every;
+  };
+  // Gemma's decoder (Note [Gemma]): GeGLU (gelu_pytorch_tanh), four norms
+  // a block, embeddings times sqrt(hidden), q/k norms where `qk_norm`;
+  // local layers of `window` keys by default and every n-th global, n
+  // from layer_types or `every_default()`. Returns n (1: all global).
+  auto gemma_decoder = [&](bool qk_norm, std::int64_t window, const auto& every_default) {
+    const std::string act = c.get_string("hidden_activation", c.get_string("hidden_act", "gelu_pytorch_tanh"));
+    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
+      c.fail(c.has("hidden_activation") ? "hidden_activation" : "hidden_act", "'" + act + "' is not modelled; valid: gelu_pytorch_tanh");
+    }
+    ours["gelu"] = true;
+    ours["gemma_norms"] = true;
+    ours["embed_scale"] = true;
+    if (qk_norm) ours["qk_norm"] = true;
+    ours["sliding_window"] = c.get_int("sliding_window", window, 1, kBig);
+    const std::int64_t every = global_every(every_default());
+    if (every > 1) ours["global_every"] = every;
+    if (every == 1) ours.remove("sliding_window");  // every layer global
     return every;
   };
   // Sliding-window layers with a full one every n-th (`every_default`, or
@@ -1463,21 +1486,10 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     copy_int("vocab_size", "vocab", g3 ? 262208 : 256000);
     copy_int("max_position_embeddings", "seq_len", g3 ? 131072 : 8192);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
-    const std::string act = c.get_string("hidden_activation", c.get_string("hidden_act", "gelu_pytorch_tanh"));
-    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
-      c.fail(c.has("hidden_activation") ? "hidden_activation" : "hidden_act", "'" + act + "' is not modelled; valid: gelu_pytorch_tanh");
-    }
-    ours["gelu"] = true;
-    ours["gemma_norms"] = true;
-    ours["embed_scale"] = true;
-    if (g3) ours["qk_norm"] = true;
-    ours["sliding_window"] = c.get_int("sliding_window", 4096, 1, kBig);
     // Which layers attend globally: layer_types where the config lists them
     // (transformers >= 4.53), else every sliding_window_pattern-th (Gemma 3)
     // or every other (Gemma 2: is_sliding = not layer_idx % 2).
-    const std::int64_t every = global_every(g3 ? c.get_int("sliding_window_pattern", 6, 1, 10000) : 2);
-    if (every > 1) ours["global_every"] = every;
-    if (every == 1) ours.remove("sliding_window");  // every layer global
+    gemma_decoder(g3, 4096, [&] { return g3 ? c.get_int("sliding_window_pattern", 6, 1, 10000) : std::int64_t{2}; });
     // A soft cap: the config's, none where it is null, Gemma2Config's
     // default (50 and 30) where Gemma 2's config leaves it out.
     auto cap = [&](const char* from, const char* to, double gemma2_default) {
@@ -1597,19 +1609,8 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     copy_int("vocab_size", "vocab", 262144);
     copy_int("max_position_embeddings", "seq_len", 262144);
     ours["tied_head"] = c.get_bool("tie_word_embeddings", true);
-    const std::string act = c.get_string("hidden_activation", c.get_string("hidden_act", "gelu_pytorch_tanh"));
-    if (act != "gelu_pytorch_tanh" && act != "gelu_tanh") {
-      c.fail(c.has("hidden_activation") ? "hidden_activation" : "hidden_act", "'" + act + "' is not modelled; valid: gelu_pytorch_tanh");
-    }
-    ours["gelu"] = true;
-    ours["gemma_norms"] = true;
-    ours["embed_scale"] = true;
-    ours["qk_norm"] = true;
+    const std::int64_t every = gemma_decoder(true, 1024, [] { return std::int64_t{6}; });
     ours["v_norm"] = true;
-    ours["sliding_window"] = c.get_int("sliding_window", 1024, 1, kBig);
-    const std::int64_t every = global_every(6);
-    if (every > 1) ours["global_every"] = every;
-    if (every == 1) ours.remove("sliding_window");  // every layer global
     if (every > 1) {
       ours["global_head_dim"] = c.get_int("global_head_dim", 512, 1, 1 << 20);
       if (c.has("num_global_key_value_heads")) ours["global_kv_heads"] = c.get_int("num_global_key_value_heads", 1, 1, 1 << 20);
@@ -1630,12 +1631,7 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
       // The 26B-A4B: every layer a GeGLU of intermediate_size beside the
       // experts, each branch with its norms; the router's per-expert scale
       // counted as router_bias's E.
-      ours["experts"] = c.get_int("num_experts", 128, 2, 1 << 20);
-      ours["top_k"] = c.get_int("top_k_experts", 8, 1, 1 << 20);
-      if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
-        c.fail("top_k_experts", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
-                                    std::to_string(ours["experts"].as<std::int64_t>()) + " experts (num_experts)");
-      }
+      routing("num_experts", 128, 8, "experts (num_experts)", "top_k_experts");
       copy_int("moe_intermediate_size", "expert_intermediate", 704);
       ours["shared_intermediate"] = ours["intermediate"];
       ours["router_bias"] = true;
@@ -1926,24 +1922,12 @@ YAML::Node from_huggingface(const YAML::Node& hf, const std::string& file, std::
     // The mixture of experts: first_k_dense_replace dense layers, then
     // experts on every layer (moe_layer_freq 1), num_shared_experts of
     // moe_intermediate_size beside them.
-    ours["experts"] = c.get_int("num_experts", k3 ? 896 : 256, 2, 1 << 20);
-    ours["top_k"] = c.get_int("num_experts_per_token", k3 ? 16 : 8, 1, 1 << 20);
-    if (ours["top_k"].as<std::int64_t>() > ours["experts"].as<std::int64_t>()) {
-      c.fail("num_experts_per_token", std::to_string(ours["top_k"].as<std::int64_t>()) + " exceeds the " +
-                                          std::to_string(ours["experts"].as<std::int64_t>()) + " routed experts (num_experts)");
-    }
+    routing("num_experts", k3 ? 896 : 256, k3 ? 16 : 8, "routed experts (num_experts)", "num_experts_per_token");
     copy_int("moe_intermediate_size", "expert_intermediate", k3 ? 3072 : 1024);
     ours["shared_intermediate"] = c.get_int("num_shared_experts", k3 ? 2 : 1, 0, 1 << 20) * ours["expert_intermediate"].as<std::int64_t>();
     ours["first_dense"] = c.get_int("first_k_dense_replace", 1, 0, 10000);
     if (c.get_int("moe_layer_freq", 1, 1, 10000) != 1) c.fail("moe_layer_freq", "only 1 is modelled (every layer after the dense ones)");
-    if (c.get_bool("use_grouped_topk", k3) && c.get_int("num_expert_group", 1, 1, 1 << 20) > 1) {
-      const std::int64_t groups = c.get_int("num_expert_group", 1, 1, 1 << 20);
-      if (ours["experts"].as<std::int64_t>() % groups != 0) {
-        c.fail("num_expert_group", std::to_string(groups) + " does not divide the " + std::to_string(ours["experts"].as<std::int64_t>()) +
-                                       " routed experts");
-      }
-      ours["route_nodes"] = c.get_int("topk_group", 1, 1, groups);
-    }
+    if (c.get_bool("use_grouped_topk", k3)) group_routing(1, 1, "num_expert_group");
     if (const std::string act = c.get_string("hidden_act", k3 ? "situ" : "silu"); act == "situ") {
       ours["situ"] = true;
     } else if (act != "silu") {
