@@ -209,6 +209,19 @@ TEST_CASE("Gemma 4 E2B and E4B: per-layer inputs and layers sharing keys and val
   // Neither crosses a pipeline send: pp is refused, as Bridge's dense provider refuses it.
   CHECK(m->pp_error(1).empty());
   CHECK(m->pp_error(2).find("per-layer inputs (ple_dim) reach across the blocks") != std::string::npos);
+  // Keys that need another, or leave nothing to share from, are refused at theirs.
+  for (const auto& [set, message] : std::vector<std::pair<std::vector<std::string>, std::string>>{
+           {{"model.kv_shared_layers=4"}, "model.kv_shared_layers: 4 leaves no earlier layer to share keys and values from; valid: 0 to 3"},
+           {{"model.kv_shared_layers=0", "model.double_wide_mlp=true"}, "model.double_wide_mlp: widens the kv_shared_layers' MLPs"},
+           {{"model.ple_dim=0", "model.ple_vocab=64"}, "model.ple_vocab: is read only with ple_dim"},
+           {{"model.kv_lora_rank=16", "model.global_head_dim=0", "model.global_every=0", "model.sliding_window=0", "model.kv_shared_layers=0",
+             "model.double_wide_mlp=false", "model.ple_dim=0"},
+            "model.v_norm: is Gemma 4's grouped-query attention; latent attention (kv_lora_rank) has none modelled"}}) {
+    std::vector<sim::Override> overrides;
+    for (const auto& o : set) overrides.push_back(sim::parse_override(o));
+    INFO(message);
+    CHECK(error_of([&] { load_model(yaml, overrides); }).find(message) != std::string::npos);
+  }
   // A sharing layer needs an earlier one of its kind.
   std::vector<sim::Override> all_global_shared{sim::parse_override("model.kv_shared_layers=3")};
   CHECK(error_of([&] { load_model(yaml, all_global_shared); }).find("model.kv_shared_layers: 3 leaves a global layer with no earlier one of its kind") !=
