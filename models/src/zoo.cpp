@@ -1069,13 +1069,42 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
       {{"gpt", "gpt"}, {"gpt2", "gpt2"}, {"llama", "llama"}, {"bert", "bert"}, {"bilstm", "bilstm"}, {"vgg", "vgg"}, {"cnn", "cnn"},
        {"mlp", "mlp"}, {"conv-autoencoder", "conv-autoencoder"}, {"nbow", "nbow"}, {"seq2seq", "seq2seq"}});
   if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, llama, bert, bilstm, vgg, cnn, mlp, conv-autoencoder, nbow, seq2seq");
-  if (family == "vgg" || family == "cnn" || family == "mlp" || family == "conv-autoencoder") return parse_convnet(c, name, family);
-  if (family == "nbow") return parse_nbow(c, name);
-  if (family == "seq2seq") return parse_seq2seq(c, name);
-  if (family == "bert") return parse_bert(c, name);
-  if (family == "llama") return parse_llama(c, name, std::move(notes));
-  if (family == "bilstm") return parse_bilstm(c, name);
-  return parse_gpt(c, name);
+  // Note [LoRA] (peft.cpp): any family fine-tuned with adapters.
+  const bool lora = c.get_enum<bool>("peft", false, {{"none", false}, {"lora", true}});
+  LoraConfig lc;
+  if (c.has("lora_rank") || c.has("lora_targets")) {
+    if (!lora) c.fail(c.has("lora_rank") ? "lora_rank" : "lora_targets", "is LoRA's; set peft: lora with it (valid peft: none, lora)");
+    lc.rank = c.get_int("lora_rank", lc.rank, 1, 1 << 16);
+    if (c.has("lora_targets")) lc.targets = c.get_word_list("lora_targets");
+  }
+  sim::ModelPtr base;
+  if (family == "vgg" || family == "cnn" || family == "mlp" || family == "conv-autoencoder") {
+    base = parse_convnet(c, name, family);
+  } else if (family == "nbow") {
+    base = parse_nbow(c, name);
+  } else if (family == "seq2seq") {
+    base = parse_seq2seq(c, name);
+  } else if (family == "bert") {
+    base = parse_bert(c, name);
+  } else if (family == "llama") {
+    base = parse_llama(c, name, std::move(notes));
+  } else if (family == "bilstm") {
+    base = parse_bilstm(c, name);
+  } else {
+    base = parse_gpt(c, name);
+  }
+  if (!lora) return base;
+  const std::vector<std::string> valid = lora_modules(*base);
+  std::string list;
+  for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
+  if (valid.empty()) c.fail("peft", "lora: this model has no linear layer LoRA adapts (Megatron-Core's linear_qkv, linear_proj, linear_fc1, ...)");
+  if (lc.targets.empty()) c.fail("lora_targets", "is empty; valid: " + list);
+  for (const auto& t : lc.targets) {
+    if (std::find(valid.begin(), valid.end(), t) == valid.end()) {
+      c.fail("lora_targets", "'" + t + "' is not a linear layer of this model LoRA adapts; valid: " + list);
+    }
+  }
+  return make_lora(base, lc);
 }
 
 /// The model_type values of HuggingFace configs dtsim reads.

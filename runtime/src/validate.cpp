@@ -270,6 +270,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                              ": attention dropout is not run: the LibTorch twins have none (the simulator prices it); "
                              "use model.attention_dropout=0");
     }
+    // Note [LoRA] (models/src/peft.cpp): priced, not run.
+    if (s.model->trainable_parameters() < s.model->parameters()) {
+      throw UnsupportedError("dtsim validate: " + o.model +
+                             ": a LoRA fine-tune is not run: the runtime trains every parameter (the simulator prices "
+                             "the frozen base and its adapters); use model.peft=none");
+    }
     // Note [Multi-token prediction] (models/src/llama.cpp): priced, not run.
     if (std::any_of(layers.begin(), layers.end(), [](const sim::Layer& l) { return l.signature.rfind("llama.mtp:", 0) == 0; })) {
       throw UnsupportedError("dtsim validate: " + o.model +

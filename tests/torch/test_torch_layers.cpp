@@ -2201,3 +2201,14 @@ TEST_CASE("Kimi K3's and Kimi Linear's parts are priced, not run: the twin says 
                            "k_eq_v: true\ngemma_norms: true\ngelu: true\nembed_scale: true\ntied_head: true\n";
   CHECK_THROWS_WITH(models::make_torch_layer(models::load_model(gemma4)->layers(w)[2].signature), Catch::Contains("Gemma 4's values as keys (kev=1)"));
 }
+
+TEST_CASE("a LoRA fine-tune's layers are priced, not run: the twin says so in one line (Note [LoRA])", "[torch][lora]") {
+  sim::WorkloadShape w;
+  w.micro_batch = 1;
+  w.seq_len = 16;
+  w.act_bytes = 4;
+  std::vector<sim::Override> lora{sim::parse_override("model.peft=lora"), sim::parse_override("model.lora_rank=4")};
+  const auto layers = models::load_model("gpt2-tiny", lora)->layers(w);
+  CHECK_THROWS_WITH(models::make_torch_layer(layers[1].signature), Catch::Contains("a LoRA fine-tune's layer has no LibTorch twin"));
+  CHECK_NOTHROW(models::make_torch_layer(models::load_model("gpt2-tiny")->layers(w)[1].signature));
+}

@@ -163,10 +163,11 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
   r.plan = fc.plan.value_or("");
   FrameworkConfig kept = fc;
   if (!model.empty()) {
-    // The user's model wins over the shape the flags describe.
+    // The user's model wins over the shape the flags describe, not over how
+    // the config trains it (a LoRA fine-tune: Note [LoRA] in models/src/peft.cpp).
     kept.overrides.clear();
     for (const auto& o : fc.overrides) {
-      if (o.section != "model") kept.overrides.push_back(o);
+      if (o.section != "model" || o.path == "peft" || o.path.starts_with("lora_")) kept.overrides.push_back(o);
     }
   }
   r.overrides = with_user_overrides(kept, user);

@@ -59,10 +59,14 @@
 //   and applies the user's tp_comm_overlap (dropped below tp 2 or without
 //   sequence parallelism, as it warns), overlap_moe_expert_parallel_comm and
 //   delay_wgrad_compute over the model's; its fields given win.
+// - peft: Bridge's LoRA (or VLMLoRA) as model.peft lora, its dim as
+//   model.lora_rank and its target_modules as model.lora_targets (Note
+//   [LoRA] in models/src/peft.cpp); DoRA and canonical LoRA are listed as
+//   not modelled.
 // - dataset.seq_length must equal model.seq_length (Bridge asserts it).
 // A dump holds every field of those dataclasses (about 370 in model alone).
 // Those that change time or memory and that dtsim does not model (CUDA
-// graphs, FP8 attention, sliding windows, a hybrid's MTP pattern, LoRA) are listed in the one warning when they are on; the rest
+// graphs, FP8 attention, sliding windows, a hybrid's MTP pattern) are listed in the one warning when they are on; the rest
 // (initialisation, epsilons, fusions dtsim prices as on, logging, paths)
 // are skipped, as the flags of framework_megatron.cpp's skipped_flag are.
 #include <algorithm>
@@ -317,7 +321,9 @@ class Reader {
       const auto it = names.find(flag);
       return it != names.end() ? it->second : "--" + flag;
     };
-    return detail::interpret_megatron(a_);
+    FrameworkConfig fc = detail::interpret_megatron(a_);
+    peft(fc);
+    return fc;
   }
 
  private:
@@ -367,6 +373,48 @@ class Reader {
   void drop(const std::string& flag) { a_.given.erase(flag); }
   void note(const std::string& name, const std::string& value, const std::string& why) {
     a_.unknown.push_back(name + (value.empty() ? "" : "=" + value) + " (" + why + ")");
+  }
+
+  /// The peft section: Bridge's LoRA (peft/lora.py) as model.peft,
+  /// lora_rank (its dim) and lora_targets (its target_modules): Note [LoRA]
+  /// in models/src/peft.cpp. Other schemes are listed as not modelled.
+  void peft(FrameworkConfig& fc) const {
+    const YAML::Node p = root_["peft"];
+    if (null(p)) return;
+    const std::string at = where(p) + " (peft)";
+    std::string cls = p.IsScalar() ? p.Scalar() : p.IsMap() && p["_target_"] && p["_target_"].IsScalar() ? p["_target_"].Scalar() : "";
+    const std::string short_cls = cls.substr(cls.rfind('.') == std::string::npos ? 0 : cls.rfind('.') + 1);
+    if (short_cls != "LoRA" && short_cls != "VLMLoRA" && short_cls != "lora") {
+      fc.unmodelled.push_back("peft=" + (cls.empty() ? std::string("{...}") : cls) + " (only LoRA is modelled: the whole model priced as trained)");
+      return;
+    }
+    fc.overrides.push_back(Override{"model", "peft", "lora", at});
+    if (!p.IsMap()) return;
+    if (const YAML::Node d = p["dim"]; !null(d)) {
+      if (!d.IsScalar()) fail(d, "peft.dim", "expected LoRA's rank, an integer, got " + kind(d));
+      fc.overrides.push_back(Override{"model", "lora_rank", d.Scalar(), where(d) + " (peft.dim)"});
+    }
+    if (const YAML::Node t = p["target_modules"]; !null(t)) {
+      if (!t.IsSequence()) fail(t, "peft.target_modules", "expected a list of module names, got " + kind(t));
+      std::string list;
+      for (const YAML::Node& m : t) {
+        if (!m.IsScalar()) fail(m, "peft.target_modules", "expected module names, got " + kind(m));
+        std::string name = m.Scalar();
+        if (name.find('*') != std::string::npos || name.find('.') != std::string::npos) {
+          // A pattern ('*.layers.0.*.linear_qkv'): priced on every layer.
+          fc.unmodelled.push_back("peft.target_modules=" + name + " (priced as its module on every layer)");
+          name = name.substr(name.rfind('.') + 1);
+        }
+        if (list.find(name) == std::string::npos) list += (list.empty() ? "" : ", ") + name;
+      }
+      fc.overrides.push_back(Override{"model", "lora_targets", "[" + list + "]", where(t) + " (peft.target_modules)"});
+    }
+    if (const YAML::Node e = p["exclude_modules"]; !null(e) && e.IsSequence() && e.size() > 0) {
+      fc.unmodelled.push_back("peft.exclude_modules=" + text(e) + " (priced as target_modules' layers)");
+    }
+    if (const YAML::Node d = p["dropout"]; !null(d) && d.IsScalar() && d.Scalar() != "0" && d.Scalar() != "0.0") {
+      fc.unmodelled.push_back("peft.dropout=" + d.Scalar() + " (the adapters' input priced without dropout)");
+    }
   }
 
   /// A scalar's text; a mapping dumped from a Python object (torch dtypes,

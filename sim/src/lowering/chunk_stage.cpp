@@ -340,7 +340,7 @@ class ChunkStage final : public detail::StageEmitter {
       }
       detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
       detail::set_interference(r, c.cluster, c.comm);
-      std::int64_t params = 0, experts = 0;
+      std::int64_t params = 0, experts = 0, frozen = 0;
       Bytes module_buffers = 0;  // Layer::buffer_bytes
       detail::Fp8Gemms fp8;
       for (const auto& ch : c.chunks) {
@@ -348,12 +348,19 @@ class ChunkStage final : public detail::StageEmitter {
         params += ch.params;
         experts += ch.expert_params;
         fp8 += ch.fp8;
-        for (int l = ch.first; l < ch.first + ch.count; ++l) module_buffers += c.priced.layers[static_cast<std::size_t>(l)].buffer_bytes;
+        for (int l = ch.first; l < ch.first + ch.count; ++l) {
+          const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
+          module_buffers += L.buffer_bytes;
+          // Layer::frozen_params: the tied embedding's copy where the head
+          // is on another stage than the embedding, as ch.tied for trained ones.
+          frozen += L.frozen_params - (ch.rank != 0 ? 0 : L.frozen_tied);
+        }
       }
       c.rank_params.push_back(params);
       c.rank_expert_params.push_back(experts);
       c.rank_fp8.push_back(fp8);
       detail::add_resident(r, c.plan, c.cluster, params, 0, fp8, experts);
+      if (frozen > 0) r.resident.push_back({MemCategory::kParameters, frozen * c.w});
       if (module_buffers > 0) r.resident.push_back({MemCategory::kBuffers, module_buffers});
       c.g.ranks.push_back(std::move(r));
     }

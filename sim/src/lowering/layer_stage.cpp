@@ -220,7 +220,12 @@ class LayerStage final : public detail::StageEmitter {
     for (const Layer& L : c.layers) fp8 += detail::fp8_gemms(L, c.plan.precision);
     detail::add_resident(rank, c.plan, c.cluster, c.params, detail::persistent_params(c.plan, c.layers), fp8, c.expert_params);
     Bytes module_buffers = 0;  // Layer::buffer_bytes
-    for (const Layer& L : c.layers) module_buffers += L.buffer_bytes;
+    std::int64_t frozen = 0;   // Layer::frozen_params: one stage holds the tied weight once
+    for (const Layer& L : c.layers) {
+      module_buffers += L.buffer_bytes;
+      frozen += L.frozen_params - L.frozen_tied;
+    }
+    if (frozen > 0) rank.resident.push_back({MemCategory::kParameters, frozen * c.w});
     if (module_buffers > 0) rank.resident.push_back({MemCategory::kBuffers, module_buffers});
     // Note [ZeRO-3 modules]: DeepSpeed's gradient bucket, allocated whole at start.
     if (c.plan.zero3_modules()) rank.resident.push_back({MemCategory::kBuffers, detail::zero3_bucket_elements(c.plan) * c.gw});

@@ -26,6 +26,7 @@ PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
   max_seq_len_ = model.max_seq_len();
   min_seq_len_ = model.min_seq_len();
   batch_norm_ = model.has_batch_norm();
+  frozen_ = model.trainable_parameters() < model.parameters();
 }
 
 std::vector<int> PlanRules::tp_values() const {
@@ -163,10 +164,12 @@ std::vector<int> PlanRules::virtual_stage_values(int pp, std::int64_t micro_batc
 
 std::vector<int> PlanRules::zero_stages(int pp) const {
   if (pp > 1) return {0, 1};
+  if (frozen_) return {0, 1, 2};
   return {0, 1, 2, 3};
 }
 
 std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
+  if (frozen_) return pp > 1 ? std::vector<FsdpMode>{FsdpMode::kNoShard} : std::vector<FsdpMode>{FsdpMode::kShardGradOp, FsdpMode::kNoShard};
   if (pp > 1) return {FsdpMode::kFullShard, FsdpMode::kNoShard};
   return {FsdpMode::kFullShard, FsdpMode::kShardGradOp, FsdpMode::kNoShard, FsdpMode::kHybridShard};
 }

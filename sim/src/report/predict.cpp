@@ -439,6 +439,7 @@ Prediction predict_plan(const Model& model, const PlanSpec& spec, const ClusterS
   p.plan = resolve(spec, model, cluster);
   p.model_name = model.name();
   p.model_parameters = model.parameters();
+  p.trainable_parameters = model.trainable_parameters();
   p.model_layers = model.blocks();
   p.model_sequence = model.max_seq_len() > 1;
   if (options.advise) {

@@ -202,8 +202,11 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
 std::string format_table(const Prediction& p) {
   std::string out;
   auto o = std::back_inserter(out);
-  fmt::format_to(o, "dtsim: {} ({:.1f}M parameters, {} layer{}) on {} ({} x {}), plan {}\n", p.model_name,
-                 static_cast<double>(p.model_parameters) / 1e6, p.model_layers, p.model_layers == 1 ? "" : "s",
+  const std::string trained = p.trainable_parameters > 0 && p.trainable_parameters < p.model_parameters
+                                  ? fmt::format(", {:.2f}M trained", static_cast<double>(p.trainable_parameters) / 1e6)
+                                  : "";
+  fmt::format_to(o, "dtsim: {} ({:.1f}M parameters{}, {} layer{}) on {} ({} x {}), plan {}\n", p.model_name,
+                 static_cast<double>(p.model_parameters) / 1e6, trained, p.model_layers, p.model_layers == 1 ? "" : "s",
                  p.cluster_name, p.gpus, p.device_name, p.plan.spec.name);
   fmt::format_to(o, "  {}\n\n", plan_line(p.plan, p.model_attention, p.model_sequence));
   fmt::format_to(o, "  {:<19} {}\n", "iteration time", human_time(p.iteration_time));
@@ -266,7 +269,8 @@ std::string to_json(const Prediction& p) {
   j.field("other", Decimal{p.breakdown.other, 9});
   j.end_object();
   j.key("model").begin_object();
-  j.field("name", p.model_name).field("parameters", static_cast<std::int64_t>(p.model_parameters)).field("layers", p.model_layers);
+  j.field("name", p.model_name).field("parameters", static_cast<std::int64_t>(p.model_parameters));
+  j.field("trainable_parameters", static_cast<std::int64_t>(p.trainable_parameters)).field("layers", p.model_layers);
   j.end_object();
   j.key("cluster").begin_object();
   j.field("name", p.cluster_name).field("gpus", p.gpus).field("device", p.device_name);

@@ -1046,7 +1046,10 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
   }
 
   // Memory pruning by a lower bound of the peak (Note [Search]).
-  const std::int64_t params = model.parameters();
+  // The trained parameters; a LoRA fine-tune's frozen weights are held in
+  // the working precision besides (Note [Frozen weights] in models/src/peft.cpp).
+  const std::int64_t params = model.trainable_parameters();
+  const std::int64_t frozen = model.parameters() - params;
   // Routed experts' parameters, split over ep x etp ranks rather than tp.
   std::int64_t expert_params = 0;
   if (model.experts() > 0) {
@@ -1248,10 +1251,13 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
         model_states(lb, (params - expert_params) / (static_cast<std::int64_t>(s.tp) * s.pp) + rank_experts, rank_experts);
     const Bytes kept = kept_per_micro(s);
     if (kept == kNoFit) return kNoFit;
+    // Frozen weights: a rank's share is at least theirs over the widest split.
+    const Bytes frozen_bytes = frozen * element_bytes(s.precision) / (static_cast<std::int64_t>(s.pp) * std::max<std::int64_t>(s.tp, s.ep * etp));
     // The gradients DDP and ZeRO-1 make in the backward (not Megatron's
     // buffer, not ZeRO-2's and -3's partitions, allocated from the start).
     const bool made = lb.zero_stage <= 1 && !lb.grad_buffer();
-    return peak_lower_bound(ms.total(), kept, s.pp, s.grad_accum, s.schedule, made ? ms.gradients : 0) + cluster.device.runtime_reserved;
+    return peak_lower_bound(ms.total() + frozen_bytes, kept, s.pp, s.grad_accum, s.schedule, made ? ms.gradients : 0) +
+           cluster.device.runtime_reserved;
   };
   // Note [Search recompute]: Megatron's block method only where the same
   // plan without recompute cannot fit by its bounds and with every block

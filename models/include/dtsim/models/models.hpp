@@ -343,6 +343,21 @@ sim::ModelPtr make_bert(const BertConfig& c);
 sim::ModelPtr make_llama(const LlamaConfig& c);
 sim::ModelPtr make_bilstm(const BiLstmConfig& c);
 
+/// LoRA fine-tuning as Megatron-Bridge runs it (Note [LoRA] in
+/// src/peft.cpp): the base model frozen, adapters of rank `rank` beside the
+/// linear layers `targets` names (Megatron-Core's module names).
+struct LoraConfig {
+  std::int64_t rank = 32;  ///< LoRA.dim
+  /// LoRA.target_modules (its default: every linear layer of a block)
+  std::vector<std::string> targets = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
+};
+/// `base` fine-tuned with LoRA: its layers' trained parameters are the
+/// adapters', the base's frozen (sim::Layer::frozen_params).
+sim::ModelPtr make_lora(sim::ModelPtr base, const LoraConfig& c);
+/// The Megatron-Core module names LoraConfig::targets may name for `model`,
+/// in the order its first layers run them ("linear_qkv", "linear_proj", ...).
+std::vector<std::string> lora_modules(const sim::Model& model);
+
 /// Built-in names: gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base,
 /// bert-large, bilstm, and the tiny ones for CPU validation.
 std::vector<std::string> builtin_names();

@@ -337,6 +337,14 @@ struct Layer {
   /// once a step (Note [Sequence-parallel gradients] in
   /// sim/src/lowering/passes/sequence_parallel.cpp). 0 without it.
   std::int64_t sp_params = 0;
+  /// Weights the layer uses that are frozen, not in `params` (a LoRA
+  /// fine-tune's base model: Note [Frozen weights] in models/src/peft.cpp):
+  /// held whole in the working precision by every rank that runs the layer,
+  /// never reduced, stepped or sharded by the optimizer. `frozen_tied`: of
+  /// them, a tied LM head's copy of the embedding, held only where the head
+  /// runs on another pipeline stage than the embedding (as borrowed_params).
+  std::int64_t frozen_params = 0;
+  std::int64_t frozen_tied = 0;
   /// Parameter tensors owned (weights and biases apart): an optimizer that
   /// steps tensor by tensor pays a launch for each (0: unknown, counted as 1).
   int param_tensors = 0;
@@ -499,8 +507,12 @@ class Model {
   std::vector<Layer> with_bf16_layers(const WorkloadShape& shape) const;
   /// Name shown in reports ("gpt2-xl").
   virtual std::string name() const = 0;
-  /// Total trainable parameters, counted as HuggingFace does (tied weights once).
+  /// Total parameters, counted as HuggingFace does (tied weights once).
   virtual std::int64_t parameters() const = 0;
+  /// Of them, those the optimizer trains (a LoRA fine-tune's adapters:
+  /// Note [Frozen weights] in models/src/peft.cpp); parameters() for models
+  /// trained whole.
+  virtual std::int64_t trainable_parameters() const { return parameters(); }
   /// Number of repeated blocks (transformer layers, LSTM layers).
   virtual int blocks() const = 0;
   /// The longest sequence the model accepts (its default `seq_len`).

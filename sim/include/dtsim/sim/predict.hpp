@@ -61,6 +61,8 @@ struct RankMemory {
 struct Prediction {
   std::string model_name;
   std::int64_t model_parameters = 0;
+  /// Of them, those trained (Model::trainable_parameters: a LoRA fine-tune's adapters).
+  std::int64_t trainable_parameters = 0;
   int model_layers = 0;
   /// Whether the model attends (a kernel of KernelKind::kAttention; looked
   /// for under PredictOptions::advise, else taken as true) and reads

@@ -108,8 +108,12 @@ class PlanRules {
   /// `micro_batches` (Megatron-LM: a multiple of pp): 2 up to layers / pp;
   /// none where the micro-batches do not allow it.
   std::vector<int> virtual_stage_values(int pp, std::int64_t micro_batches) const;
-  /// ZeRO stages with pp stages (DeepSpeed refuses 2 and 3 with pipelines).
+  /// ZeRO stages with pp stages (DeepSpeed refuses 2 and 3 with pipelines;
+  /// a model with frozen weights has no stage 3: Note [Frozen weights] in
+  /// models/src/peft.cpp).
   std::vector<int> zero_stages(int pp) const;
+  /// The model keeps frozen weights beside those it trains (a LoRA fine-tune).
+  bool frozen_weights() const { return frozen_; }
   /// FSDP's sharding strategies with pp stages: every one on one stage;
   /// under a pipeline FULL_SHARD, as torch.distributed.pipelining runs
   /// fully_shard stages, and NO_SHARD (Note [FSDP under a pipeline] in
@@ -199,6 +203,7 @@ class PlanRules {
   std::int64_t max_seq_len_ = 1;
   std::int64_t min_seq_len_ = 1;
   bool batch_norm_ = false;
+  bool frozen_ = false;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
   mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
   /// op_recompute_allowed's answers, by (tp, cp, flash), built when first asked.

@@ -1,0 +1,335 @@
+// LoRA fine-tuning of any model dtsim describes: the base frozen, low-rank
+// adapters beside the linear layers it names (Note [LoRA]).
+//
+// Note [LoRA]
+// Megatron-Bridge's LoRA (src/megatron/bridge/peft/lora.py, LoRA; its
+// adapters in peft/utils.py, ParallelLinearAdapter) freezes every parameter
+// of the base model and wraps each linear layer of target_modules (default
+// linear_qkv, linear_proj, linear_fc1, linear_fc2; dim 32) in LoRALinear,
+// whose output is the base's plus linear_out(linear_in(x)) * alpha / dim:
+// linear_in (A) maps the layer's input to `dim` features, linear_out (B)
+// maps them to its output. dtsim prices it on the base model's own layers,
+// whatever the family (`model.peft: lora`, `lora_rank`, `lora_targets`):
+// - Which layers: a GEMM kernel is a linear layer's (a weight's: the
+//   attention core and the scans are not GEMM kernels), and its name says
+//   which of Megatron-Core's modules it is (kTargets: attn.qkv is
+//   linear_qkv, mlp.down and moe.experts.down are linear_fc2, MLA's
+//   attn.q_a_proj linear_q_down_proj, ...). An MoE layer's experts share one
+//   adapter for all the rank's local experts (share_expert_adapters, the
+//   default), each token passing through it.
+// - Tensor parallelism, as ParallelLinearAdapter splits it: beside a
+//   column-parallel layer A is column-parallel (dim / tp of its outputs, the
+//   output all-gathered: gather_output) and B column-parallel as the base;
+//   beside a row-parallel one A is row-parallel (its output all-reduced)
+//   and B column-parallel with its output all-gathered back to the whole
+//   width; beside a layer Megatron does not split (MLA's down-projections)
+//   both are whole. Under sequence parallelism the column adapters
+//   all-gather the layer's input themselves (gather_from_sequence_parallel_
+//   region: the layer's own gather is inside Transformer Engine) and keep
+//   the gathered copy for A's weight gradient; the row adapters' output is
+//   split back over the sequence, whose backward all-gathers it. Each
+//   ColumnParallelLinear all-reduces its input's gradient in the backward
+//   (A's, without sequence parallelism, where it reduce-scatters instead).
+//   Expert adapters split over the expert tensor-parallel group as their
+//   experts do; their collectives (at etp > 1) are not priced.
+// - Work: each adapter adds its four GEMMs (A and B forward, their dgrads
+//   and wgrads). A frozen base layer computes no weight gradient: its
+//   wgrad kernels go, its dgrads stay (the gradient still flows to the
+//   layers below). The embedding, frozen and first, has no backward at all.
+//   The first block's input needs no gradient either, which autograd skips
+//   for its first dgrads: dtsim keeps them (one block's, of the model's).
+// - Memory: Note [Frozen weights].
+// - Kept for backward: Transformer Engine keeps a linear layer's input only
+//   for its weight gradient (backward_needs_input in
+//   transformer_engine/pytorch/module/linear.py), so beside a targeted
+//   layer the base's saved input is replaced by what the adapter keeps: its
+//   input in the activations' precision (gathered, under sequence
+//   parallelism, for the column adapters) and A's output (tokens x dim) for
+//   B's weight gradient. An untargeted frozen layer's saved input is kept
+//   as the model counts it: where nothing else needs it (Bridge's 70B
+//   benchmark targets linear_qkv alone) that overstates what a block keeps
+//   by those inputs; under full recompute, only the block's input is kept
+//   and it does not matter.
+// - Model FLOPs (MFU's numerator): the base's, less its frozen layers'
+//   weight gradients, plus the adapters' (Megatron-Bridge's flop_utils.py
+//   counts the frozen linears at 2/3 of a trained model's for its LoRA
+//   benchmark and leaves the adapters out: 0.05% of the 70B's).
+// Dropout on the adapters' input (Bridge's default 0) and DoRA are not
+// priced.
+//
+// Note [Frozen weights]
+// A frozen parameter (requires_grad False) gets no gradient, no optimizer
+// state, no master copy and no reduction: Megatron-Core's DDP buckets and
+// distributed optimizer take only the parameters that require grad
+// (distributed_data_parallel.py, _ParamAndGradBuffer over
+// param.requires_grad). So a layer's `params` are its trained ones (the
+// adapters) and `frozen_params` the base's, which every rank running the
+// layer holds whole in the working precision (bf16 under bf16_mixed) and
+// no ZeRO stage shards: Megatron's distributed optimizer shards the
+// adapters' states and leaves the frozen weights on every rank. Sharding
+// the frozen weights too (ZeRO-3, FSDP's FULL_SHARD) is not modelled, and
+// the rules table offers neither beside frozen weights (PlanRules::
+// zero_stages, fsdp_modes).
+#include <algorithm>
+#include <map>
+#include <memory>
+#include <set>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/error.hpp"
+#include "layers.hpp"
+
+namespace dtsim::models {
+namespace {
+
+using namespace detail;
+
+/// How Megatron-Core splits a linear layer over tensor parallelism.
+enum class Split { kColumn, kRow, kWhole };
+
+/// A linear layer's kernel as Megatron-Core names its module (Note [LoRA]).
+struct Target {
+  const char* kernel;  ///< dtsim's forward GEMM ("attn.qkv")
+  const char* module;  ///< Megatron-Core's module, as target_modules names it
+  Split split;
+};
+constexpr Target kTargets[] = {
+    {"attn.qkv", "linear_qkv", Split::kColumn},
+    {"attn.q_proj", "linear_q_proj", Split::kColumn},
+    {"attn.q_a_proj", "linear_q_down_proj", Split::kWhole},
+    {"attn.q_b_proj", "linear_q_up_proj", Split::kColumn},
+    {"attn.kv_a_proj", "linear_kv_down_proj", Split::kWhole},
+    {"attn.kv_b_proj", "linear_kv_up_proj", Split::kColumn},
+    {"attn.proj", "linear_proj", Split::kRow},
+    {"attn.o_proj", "linear_proj", Split::kRow},
+    {"mlp.fc1", "linear_fc1", Split::kColumn},
+    {"mlp.gate_up", "linear_fc1", Split::kColumn},
+    {"mlp.fc2", "linear_fc2", Split::kRow},
+    {"mlp.down", "linear_fc2", Split::kRow},
+    {"moe.shared.gate_up", "linear_fc1", Split::kColumn},
+    {"moe.shared.up", "linear_fc1", Split::kColumn},
+    {"moe.shared.down", "linear_fc2", Split::kRow},
+    {"moe.experts.gate_up", "linear_fc1", Split::kColumn},
+    {"moe.experts.up", "linear_fc1", Split::kColumn},
+    {"moe.experts.down", "linear_fc2", Split::kRow},
+    {"mamba.in_proj", "in_proj", Split::kColumn},
+    {"mamba.out_proj", "out_proj", Split::kRow},
+};
+
+const Target* target_of(const std::string& kernel) {
+  for (const Target& t : kTargets) {
+    if (kernel == t.kernel) return &t;
+  }
+  return nullptr;
+}
+
+bool is_expert_kernel(const std::string& name) { return name.rfind("moe.experts.", 0) == 0; }
+
+/// Whether a backward kernel is a weight gradient of one of `gemms` (the
+/// forward GEMMs): "NAME.wgrad".
+bool is_weight_grad(const sim::Kernel& k, const std::set<std::string>& gemms) {
+  constexpr std::string_view kSuffix = ".wgrad";
+  if (k.kind != sim::KernelKind::kGemm || !k.name.ends_with(kSuffix)) return false;
+  return gemms.count(k.name.substr(0, k.name.size() - kSuffix.size())) > 0;
+}
+
+class Lora final : public sim::Model {
+ public:
+  Lora(sim::ModelPtr base, LoraConfig c) : base_(std::move(base)), c_(std::move(c)) {
+    for (const auto& t : c_.targets) targets_.insert(t);
+    // The adapters of the whole model, unsplit.
+    const sim::WorkloadShape one;
+    for (const sim::Layer& L : layers(one)) adapters_ += L.params;
+  }
+
+  std::string name() const override { return base_->name() + "+lora" + std::to_string(c_.rank); }
+  std::int64_t parameters() const override { return base_->parameters() + adapters_; }
+  std::int64_t trainable_parameters() const override { return adapters_; }
+  std::int64_t active_parameters() const override { return base_->active_parameters() + adapters_; }
+  int blocks() const override { return base_->blocks(); }
+  std::int64_t max_seq_len() const override { return base_->max_seq_len(); }
+  std::int64_t min_seq_len() const override { return base_->min_seq_len(); }
+  bool has_batch_norm() const override { return base_->has_batch_norm(); }
+  bool runs_cublas() const override { return base_->runs_cublas(); }
+  std::vector<std::string> notes() const override { return base_->notes(); }
+  int layer_count() const override { return base_->layer_count(); }
+  std::string tp_error(int tp) const override { return base_->tp_error(tp); }
+  std::string cp_error(int cp, int tp) const override { return base_->cp_error(cp, tp); }
+  bool cp_all_gather_only() const override { return base_->cp_all_gather_only(); }
+  int experts() const override { return base_->experts(); }
+  int top_k() const override { return base_->top_k(); }
+  bool grouped_kv_sdpa() const override { return base_->grouped_kv_sdpa(); }
+  std::string pp_error(int pp) const override { return base_->pp_error(pp); }
+  std::string ep_error(int ep) const override { return base_->ep_error(ep); }
+
+  Flops model_flops(const sim::WorkloadShape& shape) const override {
+    // Note [LoRA]: the base's, less the frozen weights' gradients, plus the adapters'.
+    Flops f = base_->model_flops(shape);
+    const std::vector<sim::Layer> base = base_->layers(shape);
+    for (const sim::Layer& L : base) {
+      const std::set<std::string> gemms = gemm_names(L);
+      for (const sim::Kernel& k : L.backward) {
+        if (is_weight_grad(k, gemms)) f -= k.flops * static_cast<double>(k.repeat);
+      }
+    }
+    for (const sim::Layer& L : base) {
+      for (const Adapter& a : adapters_of(L, shape)) {
+        for (const auto* ks : {&a.forward, &a.backward}) {
+          for (const sim::Kernel& k : *ks) f += k.flops * static_cast<double>(k.repeat);
+        }
+      }
+    }
+    return f;
+  }
+
+  std::vector<sim::Layer> layers(const sim::WorkloadShape& shape) const override {
+    std::vector<sim::Layer> out = base_->layers(shape);
+    for (sim::Layer& L : out) adapt(L, shape);
+    return out;
+  }
+
+ private:
+  /// One adapter beside a targeted GEMM: its kernels, what it adds to the
+  /// layer's collectives and saved bytes, and its parameters on this rank.
+  struct Adapter {
+    std::string base;  ///< the GEMM it adapts
+    std::vector<sim::Kernel> forward, backward;
+    std::vector<sim::LayerComm> tp_forward, tp_backward;
+    Bytes saved_delta = 0;
+    std::int64_t params = 0, largest = 0;
+    bool expert = false;
+  };
+
+  static std::set<std::string> gemm_names(const sim::Layer& L) {
+    std::set<std::string> out;
+    for (const sim::Kernel& k : L.forward) {
+      if (k.kind == sim::KernelKind::kGemm) out.insert(k.name);
+    }
+    return out;
+  }
+
+  std::vector<Adapter> adapters_of(const sim::Layer& L, const sim::WorkloadShape& shape) const {
+    std::vector<Adapter> out;
+    const std::int64_t r = c_.rank;
+    const int e = shape.act_bytes;
+    for (const sim::Kernel& f : L.forward) {
+      if (f.kind != sim::KernelKind::kGemm) continue;
+      const Target* t = target_of(f.name);
+      if (t == nullptr || targets_.count(t->module) == 0) continue;
+      Adapter a;
+      a.base = f.name;
+      a.expert = is_expert_kernel(f.name);
+      const std::int64_t n = a.expert ? std::max(1, shape.etp) : std::max(1, shape.tp);
+      const bool sp = shape.sequence_parallel && !a.expert && n > 1;
+      // The layer's whole input and output widths, from this rank's GEMM
+      // (m tokens: all of them after a column layer's gather).
+      const std::int64_t m = f.m, batch = f.batch;
+      const std::int64_t in = t->split == Split::kRow ? f.k * n : f.k;
+      const std::int64_t out_w = t->split == Split::kColumn ? f.n * n : f.n;
+      const std::int64_t split = t->split == Split::kWhole ? 1 : n;
+      // This rank's A (in_a x r_a) and B (r x out_b).
+      const std::int64_t in_a = t->split == Split::kRow ? in / split : in;
+      const std::int64_t r_a = t->split == Split::kColumn ? std::max<std::int64_t>(1, r / split) : r;
+      const std::int64_t out_b = t->split == Split::kWhole ? out_w : out_w / split;
+      const sim::Kernel ka = gemm(f.name + ".lora_a", m, r_a, in_a, e, batch);
+      const sim::Kernel kb = gemm(f.name + ".lora_b", m, out_b, r, e, batch);
+      a.forward = {ka, kb};
+      a.backward = backward_of(a.forward);
+      a.params = in_a * r_a + r * out_b;
+      a.largest = std::max(in_a * r_a, r * out_b);
+      // Kept: A's input and output in place of the base's saved input
+      // (Transformer Engine keeps it only for the frozen weight's gradient).
+      const std::int64_t base_rows = sp && t->split == Split::kColumn ? m / n : m;
+      a.saved_delta = static_cast<Bytes>(e) * batch * (m * in_a + m * r) - shape.saved_gemm_input(batch * base_rows * f.k);
+      if (split > 1 && !a.expert) {
+        const Bytes x = static_cast<Bytes>(e) * m * in, y = static_cast<Bytes>(e) * m * out_w, z = static_cast<Bytes>(e) * m * r;
+        using sim::CollectiveOp;
+        if (t->split == Split::kColumn) {
+          if (sp) a.tp_forward.push_back({CollectiveOp::kAllGather, x});
+          a.tp_forward.push_back({CollectiveOp::kAllGather, z});
+          a.tp_backward.push_back({CollectiveOp::kAllReduce, z});
+          a.tp_backward.push_back({sp ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce, x});
+        } else {
+          a.tp_forward.push_back({CollectiveOp::kAllReduce, z});
+          a.tp_forward.push_back({CollectiveOp::kAllGather, y});
+          a.tp_backward.push_back({CollectiveOp::kAllReduce, z});
+          if (sp) a.tp_backward.push_back({CollectiveOp::kAllGather, y});
+        }
+      }
+      out.push_back(std::move(a));
+    }
+    return out;
+  }
+
+  void adapt(sim::Layer& L, const sim::WorkloadShape& shape) const {
+    const std::vector<Adapter> adapters = adapters_of(L, shape);
+    const std::set<std::string> gemms = gemm_names(L);
+    // Note [Frozen weights]: the base's parameters, a tied head's copy too.
+    L.frozen_params = L.params + L.borrowed_params;
+    L.frozen_tied = L.borrowed_params;
+    L.params = L.expert_params = L.sp_params = L.borrowed_params = 0;
+    L.param_tensors = 0;
+    L.largest_param_tensor = 0;
+    L.modules.clear();
+    L.signature += ",lora=" + std::to_string(c_.rank);
+    for (const auto& t : c_.targets) L.signature += ":" + t;
+    if (L.kind == sim::LayerKind::kEmbedding) {
+      // Frozen and first: nothing to differentiate, nothing to reduce.
+      L.backward.clear();
+      L.tp_backward.clear();
+      L.cp_backward.clear();
+      return;
+    }
+    std::vector<sim::Kernel> backward;
+    for (const sim::Kernel& k : L.backward) {
+      if (is_weight_grad(k, gemms)) continue;
+      backward.push_back(k);
+      // The adapter's backward after its layer's dgrad.
+      for (const Adapter& a : adapters) {
+        if (k.name == a.base + ".dgrad") backward.insert(backward.end(), a.backward.begin(), a.backward.end());
+      }
+    }
+    std::vector<sim::Kernel> forward;
+    for (const sim::Kernel& k : L.forward) {
+      forward.push_back(k);
+      for (const Adapter& a : adapters) {
+        if (k.name == a.base) forward.insert(forward.end(), a.forward.begin(), a.forward.end());
+      }
+    }
+    L.forward = std::move(forward);
+    L.backward = std::move(backward);
+    for (const Adapter& a : adapters) {
+      L.params += a.params;
+      if (a.expert) L.expert_params += a.params;
+      L.param_tensors += 2;
+      L.largest_param_tensor = std::max(L.largest_param_tensor, a.largest);
+      L.saved_bytes += a.saved_delta;
+      L.tp_forward.insert(L.tp_forward.end(), a.tp_forward.begin(), a.tp_forward.end());
+      L.tp_backward.insert(L.tp_backward.end(), a.tp_backward.begin(), a.tp_backward.end());
+    }
+    L.saved_bytes = std::max<Bytes>(0, L.saved_bytes);
+  }
+
+  sim::ModelPtr base_;
+  LoraConfig c_;
+  std::set<std::string> targets_;
+  std::int64_t adapters_ = 0;
+};
+
+}  // namespace
+
+std::vector<std::string> lora_modules(const sim::Model& model) {
+  std::set<std::string> seen;
+  std::vector<std::string> out;
+  for (const sim::Layer& L : model.shared_layers(sim::WorkloadShape{})) {
+    for (const sim::Kernel& k : L.forward) {
+      const Target* t = k.kind == sim::KernelKind::kGemm ? target_of(k.name) : nullptr;
+      if (t != nullptr && seen.insert(t->module).second) out.emplace_back(t->module);
+    }
+  }
+  return out;
+}
+
+sim::ModelPtr make_lora(sim::ModelPtr base, const LoraConfig& c) { return std::make_shared<Lora>(std::move(base), c); }
+
+}  // namespace dtsim::models

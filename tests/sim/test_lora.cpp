@@ -1,0 +1,219 @@
+// LoRA fine-tuning (Note [LoRA] and Note [Frozen weights] in
+// models/src/peft.cpp): the adapters' counts, kernels, collectives and saved
+// bytes, the frozen weights' memory, the rules that keep ZeRO-3 away, and
+// Megatron-Bridge's peft section, against values derived by hand.
+#include <catch2/catch.hpp>
+
+#include <algorithm>
+#include <string>
+#include <vector>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "dtsim/sim/report.hpp"
+#include "dtsim/sim/rules.hpp"
+#include "test_util.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+using dtsim::test::error_of;
+
+namespace {
+
+std::vector<Override> sets(const std::vector<std::string>& s) {
+  std::vector<Override> o;
+  for (const auto& x : s) o.push_back(parse_override(x));
+  return o;
+}
+
+/// One sequence of 4096 tokens in bf16, flash attention, split over `tp` with sequence parallelism.
+WorkloadShape seq4096(int tp = 1) {
+  WorkloadShape w;
+  w.seq_len = 4096;
+  w.act_bytes = 2;
+  w.flash_attention = true;
+  w.tp = tp;
+  w.sequence_parallel = tp > 1;
+  return w;
+}
+
+const Kernel* kernel(const std::vector<Kernel>& ks, const std::string& name) {
+  const auto it = std::find_if(ks.begin(), ks.end(), [&](const Kernel& k) { return k.name == name; });
+  return it == ks.end() ? nullptr : &*it;
+}
+
+Flops weight_grad_flops(const Layer& l) {
+  Flops f = 0;
+  for (const Kernel& k : l.backward) {
+    if (k.kind == KernelKind::kGemm && k.name.ends_with(".wgrad")) f += k.flops;
+  }
+  return f;
+}
+
+}  // namespace
+
+TEST_CASE("LoRA's adapters: Megatron's fused modules, counted by hand (Note [LoRA])", "[lora]") {
+  const auto base = models::load_model("llama-3-8b");
+  const auto lora = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16"}));
+  // Rank 16 beside linear_qkv (4096 -> 6144), linear_proj (4096 -> 4096),
+  // linear_fc1 (4096 -> 2 x 14336) and linear_fc2 (14336 -> 4096): 16 (in
+  // + out) each, 163,840 + 131,072 + 524,288 + 294,912 = 1,114,112 a block,
+  // 32 blocks. (HuggingFace PEFT's seven unfused modules make 41,943,040.)
+  CHECK(lora->trainable_parameters() == 32 * 1'114'112);
+  CHECK(lora->trainable_parameters() == 35'651'584);
+  CHECK(lora->parameters() == base->parameters() + 35'651'584);
+  CHECK(base->trainable_parameters() == base->parameters());
+  CHECK(lora->name() == "llama-3-8b+lora16");
+  // Bridge's 70B benchmark: rank 16 on linear_qkv alone (8192 -> 10240), 80 blocks.
+  const auto qkv = models::load_model("llama-3-70b", sets({"model.peft=lora", "model.lora_rank=16", "model.lora_targets=[linear_qkv]"}));
+  CHECK(qkv->trainable_parameters() == 80 * 16 * (8192 + 10240));
+}
+
+TEST_CASE("LoRA: the frozen base computes no weight gradient, the adapters their four GEMMs (Note [LoRA])", "[lora]") {
+  const auto base = models::load_model("llama-3-8b");
+  const auto lora = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16"}));
+  const auto bl = base->layers(seq4096());
+  const auto ll = lora->layers(seq4096());
+  REQUIRE(ll.size() == bl.size());
+  // The embedding: frozen, first, no backward.
+  CHECK(ll[0].kind == LayerKind::kEmbedding);
+  CHECK(ll[0].backward.empty());
+  CHECK(ll[0].params == 0);
+  CHECK(ll[0].frozen_params == 128256LL * 4096);
+  const Layer& b = bl[1];
+  const Layer& l = ll[1];
+  CHECK(l.params == 1'114'112);
+  CHECK(l.frozen_params == b.params);
+  // A: 4096 tokens x 16 from 4096; B: 16 -> 6144.
+  const Kernel* a = kernel(l.forward, "attn.qkv.lora_a");
+  const Kernel* bk = kernel(l.forward, "attn.qkv.lora_b");
+  REQUIRE(a != nullptr);
+  REQUIRE(bk != nullptr);
+  CHECK((a->m == 4096 && a->n == 16 && a->k == 4096));
+  CHECK((bk->m == 4096 && bk->n == 6144 && bk->k == 16));
+  CHECK(kernel(l.backward, "attn.qkv.wgrad") == nullptr);
+  CHECK(kernel(l.backward, "attn.qkv.dgrad") != nullptr);
+  CHECK(kernel(l.backward, "attn.qkv.lora_a.wgrad") != nullptr);
+  CHECK(weight_grad_flops(l) == Approx(2.0 * 4096 * 16 * 69'632));  // only the adapters' dW: their forward's FLOPs
+  // The base's weight gradients: the forward GEMMs' FLOPs, 2 x 4096 x 4096
+  // x (6144 + 4096 + 28672 + 14336); the adapters' 2 x 4096 x 16 x (in +
+  // out summed: 10240 + 8192 + 32768 + 18432 = 69,632), each forward once
+  // and backward twice (dgrad and wgrad).
+  const double base_wgrad = 2.0 * 4096 * 4096 * 53'248;
+  const double adapters = 2.0 * 4096 * 16 * 69'632;
+  CHECK(weight_grad_flops(b) == Approx(base_wgrad));
+  CHECK(l.forward_flops() == Approx(b.forward_flops() + adapters));
+  CHECK(l.backward_flops() == Approx(b.backward_flops() - base_wgrad + 2 * adapters));
+  // Kept: each adapter's input replaces the base's (the same bf16 tensor
+  // without sequence parallelism) and A's output, 4096 x 16 x 2 bytes, is new.
+  CHECK(l.saved_bytes == b.saved_bytes + 4 * 4096 * 16 * 2);
+  // Its ZeRO modules go with the weights they gathered.
+  CHECK(l.modules.empty());
+  CHECK(l.signature == b.signature + ",lora=16:linear_qkv:linear_proj:linear_fc1:linear_fc2");
+  // MFU's numerator: the base's less every frozen weight gradient (the
+  // blocks' and the LM head's 2 x 4096 x 4096 x 128256), plus the adapters'
+  // three passes in each of the 32 blocks.
+  WorkloadShape mf;
+  mf.seq_len = 4096;
+  mf.model_flops = true;
+  const double head_wgrad = 2.0 * 4096 * 4096 * 128'256;
+  CHECK(lora->model_flops(mf) == Approx(base->model_flops(mf) - 32 * base_wgrad - head_wgrad + 32 * 3 * adapters));
+}
+
+TEST_CASE("LoRA under tensor and sequence parallelism: ParallelLinearAdapter's split and collectives (Note [LoRA])", "[lora]") {
+  const auto base = models::load_model("llama-3-70b");
+  const auto lora = models::load_model("llama-3-70b", sets({"model.peft=lora", "model.lora_rank=16", "model.lora_targets=[linear_qkv]"}));
+  const Layer b = base->layers(seq4096(2))[1];
+  const Layer l = lora->layers(seq4096(2))[1];
+  // Column-parallel beside linear_qkv: A 8192 x 16/2, B 16 x 10240/2 a rank.
+  CHECK(l.params == 8192 * 8 + 16 * 5120);
+  CHECK(l.frozen_params == b.params);
+  // The layer's input all-gathered (4096 x 8192 bf16) and A's output
+  // (4096 x 16); backward: B's input gradient all-reduced, the input's
+  // reduce-scattered.
+  REQUIRE(l.tp_forward.size() == b.tp_forward.size() + 2);
+  REQUIRE(l.tp_backward.size() == b.tp_backward.size() + 2);
+  const LayerComm& gx = l.tp_forward[b.tp_forward.size()];
+  const LayerComm& gz = l.tp_forward[b.tp_forward.size() + 1];
+  CHECK((gx.op == CollectiveOp::kAllGather && gx.bytes == 4096LL * 8192 * 2));
+  CHECK((gz.op == CollectiveOp::kAllGather && gz.bytes == 4096 * 16 * 2));
+  CHECK((l.tp_backward[b.tp_backward.size()].op == CollectiveOp::kAllReduce && l.tp_backward[b.tp_backward.size()].bytes == 4096 * 16 * 2));
+  CHECK((l.tp_backward[b.tp_backward.size() + 1].op == CollectiveOp::kReduceScatter &&
+         l.tp_backward[b.tp_backward.size() + 1].bytes == 4096LL * 8192 * 2));
+  // Kept: the gathered input (4096 x 8192 x 2) in place of the base's
+  // sequence shard (2048 x 8192 x 2), and A's output (4096 x 16 x 2).
+  CHECK(l.saved_bytes == b.saved_bytes + 4096LL * 8192 * 2 - 2048LL * 8192 * 2 + 4096 * 16 * 2);
+}
+
+TEST_CASE("LoRA's memory: the frozen weights whole in bf16, the optimizer's states for the adapters alone (Note [Frozen weights])", "[lora]") {
+  const auto lora = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16"}));
+  const ClusterSpec c = load_cluster("dgx-h100", sets({"cluster.gpus_per_node=1"}));
+  const auto spec = [](const std::vector<std::string>& extra) {
+    std::vector<std::string> s = {"plan.dp=1", "plan.micro_batch=1", "plan.grad_accum=1", "plan.seq_len=4096", "plan.precision=bf16"};
+    s.insert(s.end(), extra.begin(), extra.end());
+    return load_plan("ddp", sets(s));
+  };
+  const Prediction p = predict(*lora, spec({}), c);
+  REQUIRE(p.ranks.size() == 1);
+  // Every weight in bf16: the base's 8,030,261,248 and the adapters' 35,651,584.
+  CHECK(p.ranks[0].parameters == 2 * 8'065'912'832LL);
+  // Adam's mixed-precision states (an fp32 master, two fp32 moments: K = 12,
+  // Rajbhandari et al. 2020) of the adapters alone.
+  CHECK(p.ranks[0].optimizer == 12 * 35'651'584LL);
+  CHECK(p.trainable_parameters == 35'651'584);
+  CHECK(format_table(p).find("8065.9M parameters, 35.65M trained") != std::string::npos);
+  // Sharding the frozen weights is not modelled: the rules table offers
+  // no stage 3 and no FULL_SHARD, and resolve says why.
+  const PlanRules rules(*lora, c, 1);
+  CHECK(rules.zero_stages(1) == std::vector<int>{0, 1, 2});
+  CHECK(rules.fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kShardGradOp, FsdpMode::kNoShard});
+  CHECK(rules.fsdp_modes(2) == std::vector<FsdpMode>{FsdpMode::kNoShard});
+  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.zero_stage=3"}), c); }),
+             Catch::Contains("plan.zero_stage: 3: sharding a LoRA fine-tune's frozen weights is not modelled"));
+  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=full_shard"}), c); }), Catch::Contains("valid with peft: zero_stage 0, 1 or 2"));
+  const auto base = models::load_model("llama-3-8b");
+  CHECK(PlanRules(*base, c, 1).zero_stages(1) == std::vector<int>{0, 1, 2, 3});
+}
+
+TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {
+  CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.lora_rank=8"})); }),
+             Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora)"));
+  CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_targets=[linear_q_down_proj]"})); }),
+             Catch::Contains("'linear_q_down_proj' is not a linear layer of this model LoRA adapts; valid: linear_qkv, linear_proj, linear_fc1, linear_fc2"));
+  CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=dora"})); }), Catch::Contains("none, lora"));
+  CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=0"})); }), Catch::Contains("lora_rank"));
+  // MLA's projections are their own modules (DeepSeek's recipes name them).
+  const auto v3 = models::load_model("deepseek-v3", sets({"model.peft=lora", "model.lora_targets=[linear_q_down_proj,linear_kv_up_proj]"}));
+  CHECK(v3->trainable_parameters() > 0);
+}
+
+TEST_CASE("Megatron-Bridge's peft section: LoRA's dim and target_modules as the model's keys (Note [Megatron-Bridge configs])", "[lora][framework]") {
+  const std::string path = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/megatron-bridge/llama3_70b_lora_run_config.yaml";
+  const FrameworkConfig fc = read_megatron_bridge_config(path);
+  auto value = [&](const std::string& key) {
+    for (const auto& o : fc.overrides) {
+      if (o.section == "model" && o.path == key) return o.value;
+    }
+    return std::string("<absent>");
+  };
+  CHECK(value("peft") == "lora");
+  CHECK(value("lora_rank") == "16");
+  CHECK(value("lora_targets") == "[linear_qkv]");
+  for (const auto& u : fc.unmodelled) CHECK(u.rfind("peft", 0) != 0);
+  // The user's model keeps the config's fine-tune.
+  const FrameworkScenario s = apply_framework_config(fc, "llama-3-70b", {});
+  CHECK(std::count_if(s.overrides.begin(), s.overrides.end(), [](const Override& o) { return o.section == "model"; }) == 3);
+  // Other schemes are listed as not modelled.
+  const FrameworkConfig dora = parse_megatron_bridge_config(
+      "model:\n  num_layers: 2\n  hidden_size: 64\n  num_attention_heads: 4\ntrain:\n  micro_batch_size: 1\n  global_batch_size: 8\npeft:\n  _target_: megatron.bridge.peft.dora.DoRA\n  dim: 8\n",
+      "rc.yaml");
+  CHECK(std::count_if(dora.unmodelled.begin(), dora.unmodelled.end(), [](const std::string& u) {
+          return u.rfind("peft=megatron.bridge.peft.dora.DoRA (only LoRA is modelled", 0) == 0;
+        }) == 1);
+  CHECK(std::none_of(dora.overrides.begin(), dora.overrides.end(), [](const Override& o) { return o.path == "peft"; }));
+  CHECK_THAT(error_of([] { parse_megatron_bridge_config("train:\n  micro_batch_size: 1\n  global_batch_size: 8\npeft:\n  _target_: megatron.bridge.peft.lora.LoRA\n  target_modules: linear_qkv\n", "rc.yaml"); }),
+             Catch::Contains("rc.yaml:6: peft.target_modules: expected a list of module names, got 'linear_qkv'"));
+}
