@@ -192,12 +192,37 @@ namespace dtsim::models::detail {
 // step). Eager attention after the all-gather computes this rank's s/cp
 // query rows against all s keys and keeps those scores, b a (s/cp) s; the
 // ring computes block by block and keeps none (Note [Ring attention]).
+//
+// Note [Packed sequences]
+// Fine-tuning packs short documents into each sequence (Megatron-Bridge's
+// offline packing of SQuAD, TRL's packing, torchtune's PackedDataset) and
+// hands the attention their boundaries (cu_seqlens: Transformer Engine's
+// THD format, FlashAttention's varlen kernels), so a query attends to the
+// keys of its own document alone. plan.document_len says how long they are:
+// a fused kernel then computes each document's causal triangle, as Llama
+// 4's attention chunks (row i of a document sees i keys: s = q d + r,
+// q d(d+1)/2 + r(r+1)/2 of the s x s scores), or without a causal mask
+// each document's square; a sliding window no shorter than a document
+// changes nothing more. MFU's model FLOPs count each document whole, q d^2
+// + r^2 (Megatron-Bridge's flop_utils.py counts a packed batch's sum of
+// squared lengths). Eager attention masks the rest of the s x s scores but
+// computes them all, so only its model FLOPs change. The projections, the
+// MLP and every activation are the sequence's: packing changes only which
+// keys a query sees. Real documents vary in length, and a sequence's
+// causal scores are the sum of their squares over 2, where documents of
+// one length d give s d / 2: give the sum of the squared lengths over the
+// sum of the lengths (the mean length, times 1 + the squared coefficient
+// of variation).
 AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads, std::int64_t kv_heads, std::int64_t d,
                              bool causal, bool dropout, std::int64_t window, bool fp32_softmax, std::int64_t dv, bool softcap,
                              bool sinks, std::int64_t chunk) {
   using sim::KernelKind;
   if (dv == 0) dv = d;
   const std::int64_t b = shape.micro_batch, s = shape.seq_len, cp = shape.cp;
+  if (const std::int64_t doc = shape.document_len; doc > 0 && doc < s && (window == 0 || window >= doc)) {
+    chunk = chunk > 0 ? std::min(chunk, doc) : doc;
+    window = 0;
+  }
   const std::int64_t sq = s / cp;  // this rank's queries per sequence
   const int e = shape.act_bytes;
   AttentionCore c;
@@ -213,7 +238,7 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
     } else if (chunk > 0 && chunk < s) {
       const double c = static_cast<double>(chunk), n = static_cast<double>(s), q = static_cast<double>(s / chunk),
                    r = static_cast<double>(s % chunk);
-      skip = (q * c * (c + 1) / 2 + r * (r + 1) / 2) / (n * n);
+      skip = causal ? (q * c * (c + 1) / 2 + r * (r + 1) / 2) / (n * n) : (q * c * c + r * r) / (n * n);
     }
     const Bytes q = e * b * sq * heads * d, o = e * b * sq * heads * dv, kv = e * b * s * kv_heads * (d + dv),
                 lse = 4 * b * heads * sq;

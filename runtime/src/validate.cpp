@@ -283,6 +283,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                              "it); use model.mtp_layers=0");
     }
   }
+  if (s.spec.document_len > 0) {
+    // Note [Packed sequences] (models/src/layers.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.document_len") +
+                           ": packed documents are not run: the runtime attends over each whole sequence (the simulator "
+                           "prices varlen attention); use document_len: 0");
+  }
   if (s.spec.moe_experts == sim::MoeExperts::kDense) {
     // Note [Dense experts] (models/src/llama.cpp): priced, not run.
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.moe_experts") +

@@ -251,7 +251,9 @@ constexpr std::pair<const char*, const char*> kUnmodelled[] = {
     {"model.delay_offload_until_cuda_graph", "offload copies issued as eager"},
     {"model.moe_paged_stash", "the experts' activations priced as kept at their rows"},
     {"optimizer.optimizer_cpu_offload", "optimizer priced on the GPU"},
-    {"peft", "adapters priced as training the whole model"},
+    // Note [Packed sequences] (models/src/layers.cpp): the documents' lengths are the data's.
+    {"dataset.enable_offline_packing", "attention priced over each whole sequence; plan.document_len prices it within its documents"},
+    {"dataset.packed_sequence_specs", "attention priced over each whole sequence; plan.document_len prices it within its documents"},
 };
 
 /// The mixed-precision recipes of mixed_precision.py (@register): the

@@ -800,6 +800,13 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   }
 
   r.seq_len = s.seq_len == 0 ? rules.max_seq_len() : s.seq_len;
+  // Note [Packed sequences] (models/src/layers.cpp): a document as long as
+  // the sequence is the sequence.
+  r.document_len = s.document_len > 0 && s.document_len < r.seq_len ? s.document_len : 0;
+  if (s.document_len > r.seq_len) {
+    bad.add("document_len", std::to_string(s.document_len) + " exceeds seq_len " + std::to_string(r.seq_len) +
+                                ": a packed sequence holds whole documents; valid: 0 (one a sequence) to " + std::to_string(r.seq_len));
+  }
   const std::int64_t lo = rules.min_seq_len(), hi = rules.max_seq_len();
   if (r.seq_len > hi || r.seq_len < lo) {
     const std::string bound = r.seq_len < lo ? " is below " + model.name() + "'s minimum of " + std::to_string(lo)

@@ -520,6 +520,7 @@ Prediction predict_plan(const Model& model, const PlanSpec& spec, const ClusterS
   shape.model_flops = true;
   shape.micro_batch = p.plan.micro_batch;
   shape.seq_len = p.plan.seq_len;
+  shape.document_len = p.plan.document_len;
   shape.act_bytes = element_bytes(p.plan.precision);
   shape.fp8 = quantized_gemms(p.plan.precision);
   shape.fp4 = p.plan.precision == Precision::kFp4;

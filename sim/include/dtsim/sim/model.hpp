@@ -166,6 +166,10 @@ struct OffloadGroup {
 struct WorkloadShape {
   std::int64_t micro_batch = 1;  ///< sequences per micro-batch (b)
   std::int64_t seq_len = 1;      ///< tokens per sequence (s)
+  /// Tokens per document where each sequence packs documents (THD, varlen
+  /// attention: Note [Packed sequences] in models/src/layers.cpp); 0: one
+  /// document a sequence.
+  std::int64_t document_len = 0;
   int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
   /// Bytes per element of a saved dropout mask: 1 where dropout keeps a bool
   /// mask (fused CUDA kernels), the activation size where it multiplies by a

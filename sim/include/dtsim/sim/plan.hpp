@@ -237,6 +237,10 @@ struct PlanSpec {
   std::int64_t grad_accum = 0;    ///< micro-steps per iteration (= micro_batches of a pipeline)
   std::int64_t global_batch = 0;  ///< sequences per iteration over all replicas
   std::int64_t seq_len = 0;       ///< 0: the model's maximum
+  /// Each sequence packs documents of this many tokens, attention staying
+  /// within each (Note [Packed sequences] in models/src/layers.cpp); 0: one
+  /// document a sequence.
+  std::int64_t document_len = 0;
   Precision precision = Precision::kFp32;
   /// Under fp8, ZeRO-3 / FSDP gather the GEMM weights in FP8, 1 byte an
   /// element (torchao's enable_fsdp_float8_all_gather, Megatron-LM's
@@ -452,6 +456,7 @@ struct ResolvedPlan {
   CpComm cp_comm = CpComm::kP2p;
   bool flash_attention = false;   ///< Attention::kAuto resolved for the device and precision
   std::int64_t micro_batch = 1, grad_accum = 1, global_batch = 1, seq_len = 1;
+  std::int64_t document_len = 0;  ///< PlanSpec's; 0 where it is not below seq_len
   Precision precision = Precision::kFp32;
   bool fp8_param_gather = false;  ///< PlanSpec::fp8_param_gather (needs fp8)
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< PlanSpec's (tensorwise needs fp8)

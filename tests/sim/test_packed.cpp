@@ -1,0 +1,87 @@
+// Packed sequences (Note [Packed sequences] in models/src/layers.cpp): a
+// fused kernel computes each document's causal triangle, MFU counts each
+// document's square, and nothing but attention changes; by hand.
+#include <catch2/catch.hpp>
+
+#include <string>
+#include <vector>
+
+#include "dtsim/models/models.hpp"
+#include "dtsim/sim/config_io.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/predict.hpp"
+#include "test_util.hpp"
+
+using namespace dtsim;
+using namespace dtsim::sim;
+using dtsim::test::error_of;
+
+namespace {
+
+WorkloadShape packed(std::int64_t doc, bool flash = true) {
+  WorkloadShape w;
+  w.seq_len = 4096;
+  w.document_len = doc;
+  w.act_bytes = 2;
+  w.flash_attention = flash;
+  return w;
+}
+
+const Kernel& kernel(const Layer& l, const std::string& name) {
+  for (const Kernel& k : l.forward) {
+    if (k.name == name) return k;
+  }
+  FAIL("no kernel " << name);
+  return l.forward.front();
+}
+
+}  // namespace
+
+TEST_CASE("packed sequences: each document's causal triangle, nothing else changed (Note [Packed sequences])", "[packed]") {
+  const auto m = models::load_model("llama-3-8b");
+  const Layer whole = m->layers(packed(0))[1];
+  const Layer docs = m->layers(packed(512))[1];
+  // 32 heads of 128 (q.k and p.v: d + dv = 256): 2 x 32 x (scores) x 256.
+  // Whole: the causal half of 4096^2; packed: 8 documents of 512, each
+  // 512 x 513 / 2 scores.
+  const double whole_scores = 4096.0 * 4096 / 2, doc_scores = 8 * 512.0 * 513 / 2;
+  CHECK(kernel(whole, "attn.flash").flops == Approx(2.0 * 32 * whole_scores * 256));
+  CHECK(kernel(docs, "attn.flash").flops == Approx(2.0 * 32 * doc_scores * 256));
+  CHECK(kernel(docs, "attn.qkv").flops == kernel(whole, "attn.qkv").flops);
+  CHECK(docs.saved_bytes == whole.saved_bytes);
+  // A document that does not divide the sequence: 4096 = 3 x 1200 + 496.
+  const Layer odd = m->layers(packed(1200))[1];
+  CHECK(kernel(odd, "attn.flash").flops == Approx(2.0 * 32 * (3 * 1200.0 * 1201 / 2 + 496.0 * 497 / 2) * 256));
+  // Eager attention computes every score, masked or not.
+  CHECK(kernel(m->layers(packed(512, false))[1], "attn.scores").flops == kernel(m->layers(packed(0, false))[1], "attn.scores").flops);
+  // MFU's model FLOPs: each document's square, 8 x 512^2 of 4096^2 (an
+  // eighth of the whole's attention), the rest the same: the difference is
+  // 7/8 of the whole's attention, 3 passes of 2 GEMMs of 2 x 32 x 4096^2 x
+  // 128 FLOPs in each of 32 blocks.
+  WorkloadShape mf = packed(0, false), mfp = packed(512, false);
+  mf.model_flops = mfp.model_flops = true;
+  const double attention = 32 * 3 * 2 * (2.0 * 32 * 4096 * 4096 * 128);
+  CHECK(m->model_flops(mf) - m->model_flops(mfp) == Approx(attention * 7 / 8));
+}
+
+TEST_CASE("packed sequences: plan.document_len, refused past the sequence, named in the plan line", "[packed]") {
+  const auto m = models::load_model("llama-3-8b");
+  const ClusterSpec c = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=1")});
+  auto spec = [](const std::string& doc) {
+    return load_plan("ddp", {parse_override("plan.dp=1"), parse_override("plan.seq_len=4096"), parse_override("plan.precision=bf16"),
+                             parse_override("plan.recompute=full"), parse_override("plan.document_len=" + doc)});
+  };
+  const Prediction p = predict(*m, spec("512"), c), q = predict(*m, spec("0"), c);
+  CHECK(p.plan.document_len == 512);
+  CHECK(p.iteration_time < q.iteration_time);
+  CHECK(p.ranks[0].peak == q.ranks[0].peak);
+  CHECK(predict(*m, spec("4096"), c).plan.document_len == 0);  // one document a sequence
+  CHECK_THAT(error_of([&] { predict(*m, spec("8192"), c); }),
+             Catch::Contains("plan.document_len: 8192 exceeds seq_len 4096: a packed sequence holds whole documents; valid: 0 (one a sequence) to 4096"));
+  // Megatron-Bridge's offline packing is the data's: said, not guessed.
+  const FrameworkConfig fc = read_megatron_bridge_config(std::string(DTSIM_SOURCE_DIR) +
+                                                         "/configs/frameworks/megatron-bridge/llama3_70b_lora_run_config.yaml");
+  REQUIRE(fc.unmodelled.size() == 1);
+  CHECK(fc.unmodelled[0].rfind("dataset.enable_offline_packing=true (attention priced over each whole sequence", 0) == 0);
+}
