@@ -14,28 +14,41 @@
 //   attention core and the scans are not GEMM kernels), and its name says
 //   which of Megatron-Core's modules it is (kTargets: attn.qkv is
 //   linear_qkv, mlp.down and moe.experts.down are linear_fc2, MLA's
-//   attn.q_a_proj linear_q_down_proj, ...). An MoE layer's experts share one
-//   adapter for all the rank's local experts (share_expert_adapters, the
-//   default), each token passing through it.
-// - Tensor parallelism, as ParallelLinearAdapter splits it: beside a
-//   column-parallel layer A is column-parallel (dim / tp of its outputs, the
-//   output all-gathered: gather_output) and B column-parallel as the base;
-//   beside a row-parallel one A is row-parallel (its output all-reduced)
-//   and B column-parallel with its output all-gathered back to the whole
-//   width; beside a layer Megatron does not split (MLA's down-projections)
-//   both are whole. Under sequence parallelism the column adapters
-//   all-gather the layer's input themselves (gather_from_sequence_parallel_
-//   region: the layer's own gather is inside Transformer Engine) and keep
-//   the gathered copy for A's weight gradient; the row adapters' output is
-//   split back over the sequence, whose backward all-gathers it. Each
-//   ColumnParallelLinear all-reduces its input's gradient in the backward
-//   (A's, without sequence parallelism, where it reduce-scatters instead).
-//   Expert adapters split over the expert tensor-parallel group as their
-//   experts do; their collectives (at etp > 1) are not priced.
+//   attn.q_a_proj linear_q_down_proj, ...; a Mamba-2 or Gated DeltaNet
+//   mixer's projections are its in_proj and out_proj, Kimi's delta
+//   attention's Bridge's own q_proj ... o_proj, which no name here
+//   matches). As Bridge matches target_modules by name, a target the model
+//   lacks adapts nothing (a note says so); none matching is refused. An MoE
+//   layer's experts share one adapter for all the rank's local experts
+//   (share_expert_adapters, the default), each token passing through it.
+// - Tensor parallelism, as ParallelLinearAdapter splits it (its attributes
+//   from get_adapter_attributes_from_linear): beside a column-parallel
+//   layer A is column-parallel (dim / tp of its outputs, gathered:
+//   gather_output; so the rank must divide over tp) and B column-parallel
+//   as the base; beside a row-parallel one A is row-parallel (its output
+//   all-reduced) and B column-parallel, its output gathered back to the
+//   whole width; beside a layer Megatron does not split (TELinear
+//   duplicated: MLA's down-projections) A and B both column-parallel, both
+//   outputs gathered. Each ColumnParallelLinear all-reduces its input's
+//   gradient in the backward, but A under sequence parallelism
+//   (disable_grad_reduce). Under sequence parallelism a norm-fused layer
+//   (Transformer Engine's LayerNormColumnParallelLinear: linear_qkv, a
+//   dense linear_fc1, in_proj) hands A its gathered input
+//   (return_layernorm_output_gathered) unless its userbuffers gather it
+//   (tp_comm_overlap), where, as beside the other column-parallel layers,
+//   the adapter all-gathers the input itself and reduce-scatters its
+//   gradient; either way A keeps the gathered copy for its weight gradient.
+//   A row adapter's output is split back over the sequence, whose backward
+//   all-gathers it. These are plain NCCL calls, priced whole beside
+//   Transformer Engine's overlap (LayerComm::serial). Expert adapters split
+//   over the expert tensor-parallel group as their experts do; their
+//   collectives (at etp > 1) and the shared expert adapter's gradient
+//   all-reduce over expert parallelism are not priced.
 // - Work: each adapter adds its four GEMMs (A and B forward, their dgrads
 //   and wgrads). A frozen base layer computes no weight gradient: its
 //   wgrad kernels go, its dgrads stay (the gradient still flows to the
-//   layers below). The embedding, frozen and first, has no backward at all.
+//   layers below). The embedding, frozen and first, has no backward at all,
+//   and no frozen table (a multi-token prediction depth's) a scatter-add.
 //   The first block's input needs no gradient either, which autograd skips
 //   for its first dgrads: dtsim keeps them (one block's, of the model's).
 // - Memory: Note [Frozen weights].
@@ -55,7 +68,8 @@
 //   counts the frozen linears at 2/3 of a trained model's for its LoRA
 //   benchmark and leaves the adapters out: 0.05% of the 70B's).
 // Dropout on the adapters' input (Bridge's default 0) and DoRA are not
-// priced.
+// priced; Megatron's recompute modules rerun the base's kernels, not the
+// adapters', which keep what they save.
 //
 // Note [Frozen weights]
 // A frozen parameter (requires_grad False) gets no gradient, no optimizer
@@ -66,10 +80,14 @@
 // adapters) and `frozen_params` the base's, which every rank running the
 // layer holds whole in the working precision (bf16 under bf16_mixed) and
 // no ZeRO stage shards: Megatron's distributed optimizer shards the
-// adapters' states and leaves the frozen weights on every rank. Sharding
-// the frozen weights too (ZeRO-3, FSDP's FULL_SHARD) is not modelled, and
-// the rules table offers neither beside frozen weights (PlanRules::
-// zero_stages, fsdp_modes).
+// adapters' states and leaves the frozen weights on every rank (so does
+// DeepSpeed's ZeRO-1 and -2). Sharding the frozen weights (ZeRO-3) or
+// gathering them (PyTorch FSDP keeps frozen parameters in its flat
+// parameters: FULL_SHARD and SHARD_GRAD_OP gather them every forward) is
+// not modelled, and the rules table offers neither beside frozen weights
+// (PlanRules::zero_stages, fsdp_modes: FSDP's NO_SHARD alone).
+// An FP8 GEMM's frozen weight keeps its FP8 copies as a trained one does
+// (Fp8Gemms::frozen_elements in sim/src/lowering/emitter.hpp).
 #include <algorithm>
 #include <map>
 #include <memory>
@@ -92,9 +110,12 @@ struct Target {
   const char* kernel;  ///< dtsim's forward GEMM ("attn.qkv")
   const char* module;  ///< Megatron-Core's module, as target_modules names it
   Split split;
+  /// Transformer Engine's LayerNormColumnParallelLinear: under sequence
+  /// parallelism it hands the adapter its gathered input.
+  bool norm_fused = false;
 };
 constexpr Target kTargets[] = {
-    {"attn.qkv", "linear_qkv", Split::kColumn},
+    {"attn.qkv", "linear_qkv", Split::kColumn, true},
     {"attn.q_proj", "linear_q_proj", Split::kColumn},
     {"attn.q_a_proj", "linear_q_down_proj", Split::kWhole},
     {"attn.q_b_proj", "linear_q_up_proj", Split::kColumn},
@@ -102,8 +123,9 @@ constexpr Target kTargets[] = {
     {"attn.kv_b_proj", "linear_kv_up_proj", Split::kColumn},
     {"attn.proj", "linear_proj", Split::kRow},
     {"attn.o_proj", "linear_proj", Split::kRow},
-    {"mlp.fc1", "linear_fc1", Split::kColumn},
-    {"mlp.gate_up", "linear_fc1", Split::kColumn},
+    {"mlp.fc1", "linear_fc1", Split::kColumn, true},
+    {"mlp.gate_up", "linear_fc1", Split::kColumn, true},
+    {"mlp.up", "linear_fc1", Split::kColumn, true},
     {"mlp.fc2", "linear_fc2", Split::kRow},
     {"mlp.down", "linear_fc2", Split::kRow},
     {"moe.shared.gate_up", "linear_fc1", Split::kColumn},
@@ -112,11 +134,34 @@ constexpr Target kTargets[] = {
     {"moe.experts.gate_up", "linear_fc1", Split::kColumn},
     {"moe.experts.up", "linear_fc1", Split::kColumn},
     {"moe.experts.down", "linear_fc2", Split::kRow},
-    {"mamba.in_proj", "in_proj", Split::kColumn},
-    {"mamba.out_proj", "out_proj", Split::kRow},
+};
+/// A Mamba-2 or Gated DeltaNet mixer's projections (dtsim names them as
+/// attention's): Megatron-Core's in_proj, norm-fused, and out_proj.
+constexpr Target kMixerTargets[] = {
+    {"attn.qkv", "in_proj", Split::kColumn, true},
+    {"attn.o_proj", "out_proj", Split::kRow},
 };
 
-const Target* target_of(const std::string& kernel) {
+/// What a layer mixes its tokens with, as its kernels say.
+enum class Mixer { kAttention, kInOut, kUnnamed };
+Mixer mixer_of(const sim::Layer& l) {
+  for (const sim::Kernel& k : l.forward) {
+    if (k.name.rfind("mamba.", 0) == 0 || k.name.rfind("gdn.", 0) == 0) return Mixer::kInOut;
+    // Kimi's delta attention: Bridge's q_proj, k_proj, v_proj, ..., o_proj,
+    // modules of its own that Megatron-Core's names do not match.
+    if (k.name.rfind("kda.", 0) == 0) return Mixer::kUnnamed;
+  }
+  return Mixer::kAttention;
+}
+
+const Target* target_of(const std::string& kernel, Mixer mixer) {
+  if (kernel.rfind("attn.", 0) == 0 && mixer != Mixer::kAttention) {
+    if (mixer == Mixer::kUnnamed) return nullptr;
+    for (const Target& t : kMixerTargets) {
+      if (kernel == t.kernel) return &t;
+    }
+    return nullptr;
+  }
   for (const Target& t : kTargets) {
     if (kernel == t.kernel) return &t;
   }
@@ -133,6 +178,12 @@ bool is_weight_grad(const sim::Kernel& k, const std::set<std::string>& gemms) {
   return gemms.count(k.name.substr(0, k.name.size() - kSuffix.size())) > 0;
 }
 
+}  // namespace
+
+std::vector<std::string> lora_modules(const sim::Model& model);
+
+namespace {
+
 class Lora final : public sim::Model {
  public:
   Lora(sim::ModelPtr base, LoraConfig c) : base_(std::move(base)), c_(std::move(c)) {
@@ -140,6 +191,16 @@ class Lora final : public sim::Model {
     // The adapters of the whole model, unsplit.
     const sim::WorkloadShape one;
     for (const sim::Layer& L : layers(one)) adapters_ += L.params;
+    // A target no layer has adapts nothing, as Bridge's name matching finds none.
+    const std::vector<std::string> present = lora_modules(*base_);
+    std::string absent;
+    for (const auto& t : c_.targets) {
+      if (std::find(present.begin(), present.end(), t) == present.end()) absent += (absent.empty() ? "" : ", ") + t;
+    }
+    if (!absent.empty()) {
+      note_ = base_->name() + ": LoRA's " + absent + " matches no layer of the model, which adapts none there (as Megatron-Bridge's "
+              "target_modules finds none)";
+    }
   }
 
   std::string name() const override { return base_->name() + "+lora" + std::to_string(c_.rank); }
@@ -151,9 +212,21 @@ class Lora final : public sim::Model {
   std::int64_t min_seq_len() const override { return base_->min_seq_len(); }
   bool has_batch_norm() const override { return base_->has_batch_norm(); }
   bool runs_cublas() const override { return base_->runs_cublas(); }
-  std::vector<std::string> notes() const override { return base_->notes(); }
+  std::vector<std::string> notes() const override {
+    std::vector<std::string> out = base_->notes();
+    if (!note_.empty()) out.push_back(note_);
+    return out;
+  }
   int layer_count() const override { return base_->layer_count(); }
-  std::string tp_error(int tp) const override { return base_->tp_error(tp); }
+  std::string tp_error(int tp) const override {
+    if (std::string why = base_->tp_error(tp); !why.empty()) return why;
+    // ParallelLinearAdapter's column-parallel A divides the rank over tp.
+    if (tp > 1 && c_.rank % tp != 0) {
+      return "LoRA's rank " + std::to_string(c_.rank) + " does not split over " + std::to_string(tp) +
+             " ranks (Megatron-Bridge's column-parallel adapter divides it)";
+    }
+    return "";
+  }
   std::string cp_error(int cp, int tp) const override { return base_->cp_error(cp, tp); }
   bool cp_all_gather_only() const override { return base_->cp_all_gather_only(); }
   int experts() const override { return base_->experts(); }
@@ -212,25 +285,26 @@ class Lora final : public sim::Model {
     std::vector<Adapter> out;
     const std::int64_t r = c_.rank;
     const int e = shape.act_bytes;
+    const Mixer mixer = mixer_of(L);
     for (const sim::Kernel& f : L.forward) {
       if (f.kind != sim::KernelKind::kGemm) continue;
-      const Target* t = target_of(f.name);
+      const Target* t = target_of(f.name, mixer);
       if (t == nullptr || targets_.count(t->module) == 0) continue;
       Adapter a;
       a.base = f.name;
       a.expert = is_expert_kernel(f.name);
       const std::int64_t n = a.expert ? std::max(1, shape.etp) : std::max(1, shape.tp);
       const bool sp = shape.sequence_parallel && !a.expert && n > 1;
+      const bool row = t->split == Split::kRow;
       // The layer's whole input and output widths, from this rank's GEMM
       // (m tokens: all of them after a column layer's gather).
       const std::int64_t m = f.m, batch = f.batch;
-      const std::int64_t in = t->split == Split::kRow ? f.k * n : f.k;
+      const std::int64_t in = row ? f.k * n : f.k;
       const std::int64_t out_w = t->split == Split::kColumn ? f.n * n : f.n;
-      const std::int64_t split = t->split == Split::kWhole ? 1 : n;
-      // This rank's A (in_a x r_a) and B (r x out_b).
-      const std::int64_t in_a = t->split == Split::kRow ? in / split : in;
-      const std::int64_t r_a = t->split == Split::kColumn ? std::max<std::int64_t>(1, r / split) : r;
-      const std::int64_t out_b = t->split == Split::kWhole ? out_w : out_w / split;
+      // This rank's A (in_a x r_a) and B (r x out_b): A row-parallel beside
+      // a row-parallel layer, else column-parallel over the rank; B
+      // column-parallel (ParallelLinearAdapter).
+      const std::int64_t in_a = row ? in / n : in, r_a = row ? r : r / n, out_b = out_w / n;
       const sim::Kernel ka = gemm(f.name + ".lora_a", m, r_a, in_a, e, batch);
       const sim::Kernel kb = gemm(f.name + ".lora_b", m, out_b, r, e, batch);
       a.forward = {ka, kb};
@@ -238,22 +312,40 @@ class Lora final : public sim::Model {
       a.params = in_a * r_a + r * out_b;
       a.largest = std::max(in_a * r_a, r * out_b);
       // Kept: A's input and output in place of the base's saved input
-      // (Transformer Engine keeps it only for the frozen weight's gradient).
+      // (Transformer Engine keeps it only for the frozen weight's gradient);
+      // beside a column-parallel layer under sequence parallelism, A's input
+      // gathered where the base keeps its sequence shard.
       const std::int64_t base_rows = sp && t->split == Split::kColumn ? m / n : m;
       a.saved_delta = static_cast<Bytes>(e) * batch * (m * in_a + m * r) - shape.saved_gemm_input(batch * base_rows * f.k);
-      if (split > 1 && !a.expert) {
+      if (n > 1 && !a.expert) {
+        // Plain NCCL calls, serial beside whatever userbuffers overlap.
         const Bytes x = static_cast<Bytes>(e) * m * in, y = static_cast<Bytes>(e) * m * out_w, z = static_cast<Bytes>(e) * m * r;
         using sim::CollectiveOp;
+        auto fwd = [&](CollectiveOp op, Bytes b) { a.tp_forward.push_back({op, b, 1, sim::Axis::kTp, true}); };
+        auto bwd = [&](CollectiveOp op, Bytes b) { a.tp_backward.push_back({op, b, 1, sim::Axis::kTp, true}); };
         if (t->split == Split::kColumn) {
-          if (sp) a.tp_forward.push_back({CollectiveOp::kAllGather, x});
-          a.tp_forward.push_back({CollectiveOp::kAllGather, z});
-          a.tp_backward.push_back({CollectiveOp::kAllReduce, z});
-          a.tp_backward.push_back({sp ? CollectiveOp::kReduceScatter : CollectiveOp::kAllReduce, x});
+          // Under sequence parallelism Transformer Engine's norm-fused
+          // layer hands A its gathered input (return_layernorm_output_
+          // gathered) unless its userbuffers gather it; else the adapter
+          // gathers it itself (gather_from_sequence_parallel_region).
+          const bool gathers = sp && (!t->norm_fused || shape.tp_comm_overlap);
+          if (gathers) fwd(CollectiveOp::kAllGather, x);
+          fwd(CollectiveOp::kAllGather, z);  // A's gather_output
+          bwd(CollectiveOp::kAllReduce, z);  // B's input gradient
+          if (gathers) bwd(CollectiveOp::kReduceScatter, x);
+          if (!sp) bwd(CollectiveOp::kAllReduce, x);  // A's input gradient
+        } else if (row) {
+          fwd(CollectiveOp::kAllReduce, z);  // A's row-parallel output
+          fwd(CollectiveOp::kAllGather, y);  // B's gather_output
+          bwd(CollectiveOp::kAllReduce, z);
+          if (sp) bwd(CollectiveOp::kAllGather, y);  // the output split over the sequence, backward
         } else {
-          a.tp_forward.push_back({CollectiveOp::kAllReduce, z});
-          a.tp_forward.push_back({CollectiveOp::kAllGather, y});
-          a.tp_backward.push_back({CollectiveOp::kAllReduce, z});
-          if (sp) a.tp_backward.push_back({CollectiveOp::kAllGather, y});
+          // Beside a layer Megatron does not split (TELinear, duplicated):
+          // both column-parallel, both outputs gathered.
+          fwd(CollectiveOp::kAllGather, z);
+          fwd(CollectiveOp::kAllGather, y);
+          bwd(CollectiveOp::kAllReduce, z);
+          if (!sp) bwd(CollectiveOp::kAllReduce, x);
         }
       }
       out.push_back(std::move(a));
@@ -282,7 +374,9 @@ class Lora final : public sim::Model {
     }
     std::vector<sim::Kernel> backward;
     for (const sim::Kernel& k : L.backward) {
-      if (is_weight_grad(k, gemms)) continue;
+      // A frozen weight's gradient, or a frozen table's rows (a multi-token
+      // prediction depth's embedding: its scatter-add).
+      if (is_weight_grad(k, gemms) || k.kind == sim::KernelKind::kEmbedding) continue;
       backward.push_back(k);
       // The adapter's backward after its layer's dgrad.
       for (const Adapter& a : adapters) {
@@ -290,11 +384,21 @@ class Lora final : public sim::Model {
       }
     }
     std::vector<sim::Kernel> forward;
-    for (const sim::Kernel& k : L.forward) {
+    std::vector<std::size_t> moved(L.forward.size() + 1);  // each base kernel's new index
+    for (std::size_t i = 0; i < L.forward.size(); ++i) {
+      const sim::Kernel& k = L.forward[i];
+      moved[i] = forward.size();
       forward.push_back(k);
       for (const Adapter& a : adapters) {
         if (k.name == a.base) forward.insert(forward.end(), a.forward.begin(), a.forward.end());
       }
+    }
+    moved[L.forward.size()] = forward.size();
+    // An offload group spans the adapters of the layers inside it (Note
+    // [Offload modules]: its kernels by index).
+    for (sim::OffloadGroup& g : L.offload_groups) {
+      g.first = moved[std::min(g.first, L.forward.size())];
+      g.end = moved[std::min(g.end, L.forward.size())];
     }
     L.forward = std::move(forward);
     L.backward = std::move(backward);
@@ -314,6 +418,7 @@ class Lora final : public sim::Model {
   LoraConfig c_;
   std::set<std::string> targets_;
   std::int64_t adapters_ = 0;
+  std::string note_;
 };
 
 }  // namespace
@@ -322,8 +427,9 @@ std::vector<std::string> lora_modules(const sim::Model& model) {
   std::set<std::string> seen;
   std::vector<std::string> out;
   for (const sim::Layer& L : model.shared_layers(sim::WorkloadShape{})) {
+    const Mixer mixer = mixer_of(L);
     for (const sim::Kernel& k : L.forward) {
-      const Target* t = k.kind == sim::KernelKind::kGemm ? target_of(k.name) : nullptr;
+      const Target* t = k.kind == sim::KernelKind::kGemm ? target_of(k.name, mixer) : nullptr;
       if (t != nullptr && seen.insert(t->module).second) out.emplace_back(t->module);
     }
   }

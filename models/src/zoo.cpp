@@ -1099,10 +1099,14 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
   for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
   if (valid.empty()) c.fail("peft", "lora: this model has no linear layer LoRA adapts (Megatron-Core's linear_qkv, linear_proj, linear_fc1, ...)");
   if (lc.targets.empty()) c.fail("lora_targets", "is empty; valid: " + list);
-  for (const auto& t : lc.targets) {
-    if (std::find(valid.begin(), valid.end(), t) == valid.end()) {
-      c.fail("lora_targets", "'" + t + "' is not a linear layer of this model LoRA adapts; valid: " + list);
-    }
+  // As Megatron-Bridge matches target_modules by name, a target the model
+  // lacks adapts nothing (a note says so); one that matches nothing at all
+  // is refused, most likely a misspelling.
+  if (std::none_of(lc.targets.begin(), lc.targets.end(),
+                   [&](const std::string& t) { return std::find(valid.begin(), valid.end(), t) != valid.end(); })) {
+    std::string given;
+    for (const auto& t : lc.targets) given += (given.empty() ? "" : ", ") + t;
+    c.fail("lora_targets", given + " match no linear layer of this model LoRA adapts; valid: " + list);
   }
   return make_lora(base, lc);
 }

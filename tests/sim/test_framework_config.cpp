@@ -1104,8 +1104,9 @@ TEST_CASE("Megatron-Bridge: mixed-precision recipes, comm_overlap, and bad field
   CHECK(keys(said).at("plan.num_layers_in_first_pipeline_stage") == "3");  // modelled (Note [Megatron's split])
   CHECK(said.unmodelled == std::vector<std::string>{
                                "model.activation_func=torch.nn.functional.gelu (a gated unit priced as SwiGLU)",
-                               "model.cuda_graph_impl=full_iteration (kernel launches priced as eager)",
-                               "peft=megatron.bridge.peft.lora.LoRA (adapters priced as training the whole model)"});
+                               "model.cuda_graph_impl=full_iteration (kernel launches priced as eager)"});
+  // Its LoRA is read (Note [LoRA] in models/src/peft.cpp).
+  CHECK(keys(said).at("model.peft") == "lora");
   // Megatron-FSDP as the flags.
   const auto mfsdp = keys(parse("ddp:\n  use_megatron_fsdp: true\n  data_parallel_sharding_strategy: optim_grads_params\n"));
   CHECK(mfsdp.at("plan.fsdp") == "full_shard");

@@ -131,21 +131,123 @@ TEST_CASE("LoRA under tensor and sequence parallelism: ParallelLinearAdapter's s
   // Column-parallel beside linear_qkv: A 8192 x 16/2, B 16 x 10240/2 a rank.
   CHECK(l.params == 8192 * 8 + 16 * 5120);
   CHECK(l.frozen_params == b.params);
-  // The layer's input all-gathered (4096 x 8192 bf16) and A's output
-  // (4096 x 16); backward: B's input gradient all-reduced, the input's
-  // reduce-scattered.
-  REQUIRE(l.tp_forward.size() == b.tp_forward.size() + 2);
-  REQUIRE(l.tp_backward.size() == b.tp_backward.size() + 2);
-  const LayerComm& gx = l.tp_forward[b.tp_forward.size()];
-  const LayerComm& gz = l.tp_forward[b.tp_forward.size() + 1];
-  CHECK((gx.op == CollectiveOp::kAllGather && gx.bytes == 4096LL * 8192 * 2));
-  CHECK((gz.op == CollectiveOp::kAllGather && gz.bytes == 4096 * 16 * 2));
-  CHECK((l.tp_backward[b.tp_backward.size()].op == CollectiveOp::kAllReduce && l.tp_backward[b.tp_backward.size()].bytes == 4096 * 16 * 2));
-  CHECK((l.tp_backward[b.tp_backward.size() + 1].op == CollectiveOp::kReduceScatter &&
-         l.tp_backward[b.tp_backward.size() + 1].bytes == 4096LL * 8192 * 2));
+  // Transformer Engine's norm-fused layer hands A its gathered input: A's
+  // output (4096 x 16 bf16) gathered, B's input gradient all-reduced, both
+  // plain NCCL calls.
+  REQUIRE(l.tp_forward.size() == b.tp_forward.size() + 1);
+  REQUIRE(l.tp_backward.size() == b.tp_backward.size() + 1);
+  const LayerComm& gz = l.tp_forward.back();
+  CHECK((gz.op == CollectiveOp::kAllGather && gz.bytes == 4096 * 16 * 2 && gz.serial));
+  CHECK((l.tp_backward.back().op == CollectiveOp::kAllReduce && l.tp_backward.back().bytes == 4096 * 16 * 2 && l.tp_backward.back().serial));
+  CHECK(std::none_of(b.tp_forward.begin(), b.tp_forward.end(), [](const LayerComm& c) { return c.serial; }));
   // Kept: the gathered input (4096 x 8192 x 2) in place of the base's
   // sequence shard (2048 x 8192 x 2), and A's output (4096 x 16 x 2).
   CHECK(l.saved_bytes == b.saved_bytes + 4096LL * 8192 * 2 - 2048LL * 8192 * 2 + 4096 * 16 * 2);
+  // Where userbuffers gather the layer's input, the adapter gathers its own
+  // (4096 x 8192 bf16) and reduce-scatters its gradient.
+  WorkloadShape ub = seq4096(2);
+  ub.tp_comm_overlap = true;
+  const Layer bu = base->layers(ub)[1];
+  const Layer lu = lora->layers(ub)[1];
+  REQUIRE(lu.tp_forward.size() == bu.tp_forward.size() + 2);
+  REQUIRE(lu.tp_backward.size() == bu.tp_backward.size() + 2);
+  CHECK((lu.tp_forward[bu.tp_forward.size()].op == CollectiveOp::kAllGather && lu.tp_forward[bu.tp_forward.size()].bytes == 4096LL * 8192 * 2));
+  CHECK((lu.tp_backward.back().op == CollectiveOp::kReduceScatter && lu.tp_backward.back().bytes == 4096LL * 8192 * 2));
+  // Without sequence parallelism A's input gradient is all-reduced.
+  WorkloadShape nosp = seq4096(2);
+  nosp.sequence_parallel = false;
+  const Layer ln = lora->layers(nosp)[1];
+  const Layer bn = base->layers(nosp)[1];
+  REQUIRE(ln.tp_backward.size() == bn.tp_backward.size() + 2);
+  CHECK((ln.tp_backward.back().op == CollectiveOp::kAllReduce && ln.tp_backward.back().bytes == 4096LL * 8192 * 2));
+  // Beside a row-parallel layer (linear_proj: 8192 -> 8192): A 8192/2 x 16
+  // and B 16 x 8192/2 a rank; A's output all-reduced, B's gathered.
+  const auto proj = models::load_model("llama-3-70b", sets({"model.peft=lora", "model.lora_rank=16", "model.lora_targets=[linear_proj]"}));
+  const Layer lp = proj->layers(seq4096(2))[1];
+  CHECK(lp.params == 4096 * 16 + 16 * 4096);
+  REQUIRE(lp.tp_forward.size() == b.tp_forward.size() + 2);
+  CHECK((lp.tp_forward[b.tp_forward.size()].op == CollectiveOp::kAllReduce && lp.tp_forward.back().op == CollectiveOp::kAllGather &&
+         lp.tp_forward.back().bytes == 4096LL * 8192 * 2));
+  // The rank divides over tp, as Bridge's column-parallel A divides it.
+  const auto odd = models::load_model("llama-3-70b", sets({"model.peft=lora", "model.lora_rank=6"}));
+  CHECK(odd->tp_error(2).empty());
+  CHECK(odd->tp_error(4) == "LoRA's rank 6 does not split over 4 ranks (Megatron-Bridge's column-parallel adapter divides it)");
+}
+
+TEST_CASE("LoRA beside MLA's unsplit down-projections, Mamba-2's in_proj and out_proj, and targets a model lacks (Note [LoRA])", "[lora]") {
+  // DeepSeek-V3's q_a_proj (7168 -> 1536), duplicated on every tp rank:
+  // A and B column-parallel all the same, (7168 x 16 + 16 x 1536) / 2 a rank.
+  const auto v3 = models::load_model("deepseek-v3", sets({"model.peft=lora", "model.lora_rank=16", "model.lora_targets=[linear_q_down_proj]"}));
+  const Layer l = v3->layers(seq4096(2))[1];
+  CHECK(l.params == (7168 * 16 + 16 * 1536) / 2);
+  // Its multi-token prediction depth's embedding is the frozen table's: no scatter-add.
+  const auto mtp = models::load_model("deepseek-v3", sets({"model.peft=lora", "model.lora_targets=[linear_q_down_proj]", "model.mtp_layers=1"}));
+  const auto mtp_base = models::load_model("deepseek-v3", sets({"model.mtp_layers=1"}));
+  auto scatters = [](const std::vector<Layer>& ls) {
+    int n = 0;
+    for (const Layer& x : ls) n += static_cast<int>(std::count_if(x.backward.begin(), x.backward.end(), [](const Kernel& k) { return k.kind == KernelKind::kEmbedding; }));
+    return n;
+  };
+  CHECK(scatters(mtp_base->layers(seq4096())) == 2);  // the embedding's and the depth's
+  CHECK(scatters(mtp->layers(seq4096())) == 0);
+  // Nemotron 3 Nano's Mamba-2 layers: in_proj and out_proj, not linear_qkv.
+  const auto base = models::load_model("nemotron-3-nano-30b-a3b");
+  const auto mamba = models::load_model("nemotron-3-nano-30b-a3b", sets({"model.peft=lora", "model.lora_rank=8", "model.lora_targets=[in_proj]"}));
+  const auto attention = models::load_model("nemotron-3-nano-30b-a3b", sets({"model.peft=lora", "model.lora_rank=8", "model.lora_targets=[linear_qkv]"}));
+  std::int64_t in_proj = 0, qkv = 0;
+  const auto bl = base->layers(seq4096());
+  const auto ml = mamba->layers(seq4096());
+  const auto al = attention->layers(seq4096());
+  for (std::size_t i = 0; i < bl.size(); ++i) {
+    const bool is_mamba = std::any_of(bl[i].forward.begin(), bl[i].forward.end(), [](const Kernel& k) { return k.name.rfind("mamba.", 0) == 0; });
+    const Kernel* q = kernel(bl[i].forward, "attn.qkv");
+    if (q == nullptr) continue;
+    // 8 (in + out) beside each mixer's projection of h -> n columns.
+    if (is_mamba) {
+      in_proj += 8 * (q->k + q->n);
+      CHECK(ml[i].params == 8 * (q->k + q->n));
+      CHECK(al[i].params == 0);
+    } else {
+      qkv += 8 * (q->k + q->n);
+      CHECK(ml[i].params == 0);
+    }
+  }
+  CHECK(in_proj > 0);
+  CHECK(qkv > 0);
+  CHECK(mamba->trainable_parameters() == in_proj);
+  CHECK(attention->trainable_parameters() == qkv);
+  // A target the model lacks adapts nothing and says so; none matching is refused.
+  const auto partly = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_targets=[linear_qkv,linear_q_down_proj]"}));
+  REQUIRE(partly->notes().size() == 1);
+  CHECK(partly->notes()[0] == "llama-3-8b: LoRA's linear_q_down_proj matches no layer of the model, which adapts none there (as "
+                              "Megatron-Bridge's target_modules finds none)");
+  CHECK(partly->trainable_parameters() == 32 * 32 * (4096 + 6144));  // rank 32, Bridge's default dim
+}
+
+TEST_CASE("LoRA: a fine-grained offload group spans its layer's adapters (Note [Offload modules])", "[lora]") {
+  WorkloadShape w = seq4096();
+  w.fused_kernels = true;
+  w.offload_modules = kOffloadQkvLinear | kOffloadAttnProj;
+  const auto base = models::load_model("llama-3-8b");
+  const auto lora = models::load_model("llama-3-8b", sets({"model.peft=lora"}));
+  const Layer b = base->layers(w)[1];
+  const Layer l = lora->layers(w)[1];
+  REQUIRE(l.offload_groups.size() == b.offload_groups.size());
+  REQUIRE(l.offload_groups.size() == 2);
+  auto names = [&](const OffloadGroup& g) {
+    std::string out;
+    for (std::size_t i = g.first; i < g.end; ++i) out += l.forward[i].name + " ";
+    return out;
+  };
+  for (std::size_t i = 0; i < l.offload_groups.size(); ++i) {
+    const OffloadGroup& g = l.offload_groups[i];
+    // Each group spans its base kernels and, after each adapted GEMM, the
+    // adapter's two: two more kernels a group.
+    CHECK(g.end - g.first == b.offload_groups[i].end - b.offload_groups[i].first + 2);
+    const std::string n = names(g);
+    if (g.module == kOffloadQkvLinear) CHECK(n.find("attn.qkv attn.qkv.lora_a attn.qkv.lora_b") != std::string::npos);
+    if (g.module == kOffloadAttnProj) CHECK(n.find("attn.o_proj attn.o_proj.lora_a attn.o_proj.lora_b") != std::string::npos);
+  }
 }
 
 TEST_CASE("LoRA's memory: the frozen weights whole in bf16, the optimizer's states for the adapters alone (Note [Frozen weights])", "[lora]") {
@@ -165,15 +267,18 @@ TEST_CASE("LoRA's memory: the frozen weights whole in bf16, the optimizer's stat
   CHECK(p.ranks[0].optimizer == 12 * 35'651'584LL);
   CHECK(p.trainable_parameters == 35'651'584);
   CHECK(format_table(p).find("8065.9M parameters, 35.65M trained") != std::string::npos);
-  // Sharding the frozen weights is not modelled: the rules table offers
-  // no stage 3 and no FULL_SHARD, and resolve says why.
+  // Sharding or gathering the frozen weights is not modelled: the rules
+  // table offers no stage 3 and FSDP's NO_SHARD alone, and resolve says why.
   const PlanRules rules(*lora, c, 1);
   CHECK(rules.zero_stages(1) == std::vector<int>{0, 1, 2});
-  CHECK(rules.fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kShardGradOp, FsdpMode::kNoShard});
+  CHECK(rules.fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kNoShard});
   CHECK(rules.fsdp_modes(2) == std::vector<FsdpMode>{FsdpMode::kNoShard});
   CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.zero_stage=3"}), c); }),
-             Catch::Contains("plan.zero_stage: 3: sharding a LoRA fine-tune's frozen weights is not modelled"));
+             Catch::Contains("plan.zero_stage: 3: sharding or gathering a LoRA fine-tune's frozen weights is not modelled"));
   CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=full_shard"}), c); }), Catch::Contains("valid with peft: zero_stage 0, 1 or 2"));
+  // FSDP gathers frozen parameters with the rest even where it shards only gradients.
+  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=shard_grad_op"}), c); }), Catch::Contains("plan.fsdp: shard_grad_op: sharding or gathering"));
+  CHECK_NOTHROW(predict(*lora, spec({"plan.zero_stage=2"}), c));
   const auto base = models::load_model("llama-3-8b");
   CHECK(PlanRules(*base, c, 1).zero_stages(1) == std::vector<int>{0, 1, 2, 3});
 }
@@ -182,7 +287,7 @@ TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the mo
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.lora_rank=8"})); }),
              Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora)"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_targets=[linear_q_down_proj]"})); }),
-             Catch::Contains("'linear_q_down_proj' is not a linear layer of this model LoRA adapts; valid: linear_qkv, linear_proj, linear_fc1, linear_fc2"));
+             Catch::Contains("model.lora_targets: linear_q_down_proj match no linear layer of this model LoRA adapts; valid: linear_qkv, linear_proj, linear_fc1, linear_fc2"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=dora"})); }), Catch::Contains("none, lora"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=0"})); }), Catch::Contains("lora_rank"));
   // MLA's projections are their own modules (DeepSeek's recipes name them).

@@ -399,17 +399,21 @@ class Reader {
     if (const YAML::Node t = p["target_modules"]; !null(t)) {
       if (!t.IsSequence()) fail(t, "peft.target_modules", "expected a list of module names, got " + kind(t));
       std::string list;
+      std::set<std::string> seen;
       for (const YAML::Node& m : t) {
         if (!m.IsScalar()) fail(m, "peft.target_modules", "expected module names, got " + kind(m));
         std::string name = m.Scalar();
         if (name.find('*') != std::string::npos || name.find('.') != std::string::npos) {
           // A pattern ('*.layers.0.*.linear_qkv'): priced on every layer.
           fc.unmodelled.push_back("peft.target_modules=" + name + " (priced as its module on every layer)");
-          name = name.substr(name.rfind('.') + 1);
+          name = name.substr(name.rfind('.') == std::string::npos ? 0 : name.rfind('.') + 1);
+          name.erase(0, name.find_first_not_of('*'));
         }
-        if (list.find(name) == std::string::npos) list += (list.empty() ? "" : ", ") + name;
+        if (!name.empty() && seen.insert(name).second) list += (list.empty() ? "" : ", ") + name;
       }
-      fc.overrides.push_back(Override{"model", "lora_targets", "[" + list + "]", where(t) + " (peft.target_modules)"});
+      // An empty list (with exclude_modules: every linear layer but those)
+      // leaves LoRA's default targets.
+      if (!list.empty()) fc.overrides.push_back(Override{"model", "lora_targets", "[" + list + "]", where(t) + " (peft.target_modules)"});
     }
     if (const YAML::Node e = p["exclude_modules"]; !null(e) && e.IsSequence() && e.size() > 0) {
       fc.unmodelled.push_back("peft.exclude_modules=" + text(e) + " (priced as target_modules' layers)");

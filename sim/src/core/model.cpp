@@ -83,7 +83,18 @@ LayerList Model::shared_layers(const WorkloadShape& shape) const {
     }
   }
   // Built outside the lock (two threads may build the same list; either is kept).
-  auto built = std::make_shared<const std::vector<Layer>>(with_bf16_layers(shape));
+  std::vector<Layer> list = with_bf16_layers(shape);
+  if (shape.document_len > 0) {
+    // Note [Packed sequences] (models/src/layers.cpp): an attending layer
+    // over packed documents is not the layer a profile measured over whole
+    // sequences, so its signature says so and a profile prices it anew.
+    for (Layer& l : list) {
+      if (std::any_of(l.forward.begin(), l.forward.end(), [](const Kernel& k) { return k.kind == KernelKind::kAttention; })) {
+        l.signature += ",doc=" + std::to_string(shape.document_len);
+      }
+    }
+  }
+  auto built = std::make_shared<const std::vector<Layer>>(std::move(list));
   std::lock_guard<std::mutex> lock(memo_->mu);
   auto& kept = memo_->kept;
   if (kept.size() >= kLayerMemo) kept.erase(kept.begin());

@@ -287,10 +287,10 @@ class ChunkStage final : public detail::StageEmitter {
       for (int l = ch.first; c.plan.tp > 1 && c.plan.tp_comm_overlap && l < ch.first + ch.count; ++l) {
         // Note [TP comm overlap]: layer by layer, what its GEMMs leave exposed.
         const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];
-        detail::add_flow(u.tp_forward_cost, detail::tp_exposed_cost(detail::sum_costs(L.tp_forward, c.tp_group, c.comm), L,
-                                                                     Pass::kForward, c.plan, c.compute_model));
-        detail::add_flow(u.tp_backward_cost, detail::tp_exposed_cost(detail::sum_costs(detail::tp_backward_ops(L, c.plan, c.cluster.device), c.tp_group, c.comm), L,
-                                                                      Pass::kBackward, c.plan, c.compute_model));
+        detail::add_flow(u.tp_forward_cost,
+                         detail::tp_exposed_cost(L.tp_forward, c.tp_group, c.comm, L, Pass::kForward, c.plan, c.compute_model));
+        detail::add_flow(u.tp_backward_cost, detail::tp_exposed_cost(detail::tp_backward_ops(L, c.plan, c.cluster.device), c.tp_group,
+                                                                      c.comm, L, Pass::kBackward, c.plan, c.compute_model));
       }
       for (int l = ch.first; c.plan.cp > 1 && l < ch.first + ch.count; ++l) {
         const Layer& L = c.priced.layers[static_cast<std::size_t>(l)];

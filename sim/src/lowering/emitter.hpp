@@ -194,9 +194,14 @@ struct LoweringInputs {
 /// and the layer a transformer block (kernel_precision()).
 struct Fp8Gemms {
   std::int64_t weight_elements = 0;
+  /// Of the frozen weights (Layer::frozen_params), those of FP8 GEMMs:
+  /// their FP8 copies are held as the trained ones' are, but they are
+  /// neither reduced nor gathered by the optimizer.
+  std::int64_t frozen_elements = 0;
   std::int64_t gemms = 0;
   Fp8Gemms& operator+=(const Fp8Gemms& o) {
     weight_elements += o.weight_elements;
+    frozen_elements += o.frozen_elements;
     gemms += o.gemms;
     return *this;
   }
@@ -204,12 +209,14 @@ struct Fp8Gemms {
 inline Fp8Gemms fp8_gemms(const Layer& l, Precision p) {
   Fp8Gemms f;
   if (!quantized_gemms(kernel_precision(l, p))) return f;
+  std::int64_t all = 0;
   for (const Kernel& k : l.forward) {
     if (k.kind != KernelKind::kGemm) continue;
-    f.weight_elements += k.k * k.n;
+    all += k.k * k.n;
     ++f.gemms;
   }
-  f.weight_elements = std::min(f.weight_elements, l.params);
+  f.weight_elements = std::min(all, l.params);
+  f.frozen_elements = std::min(all, l.params + l.frozen_params) - f.weight_elements;
   return f;
 }
 /// TE's scaling state of one FP8 GEMM: (1024 amax + scale + scale_inv) x 5 tensors x fp32.
@@ -252,11 +259,13 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   if (persistent > 0) r.resident.push_back({MemCategory::kParameters, persistent * w});
   if (fp8.gemms > 0) {
     const double per_element = fp8_weight_copy_bytes(plan, cluster.device.compute_capability);
-    const Bytes copies = plan.zero_stage >= 3 ? 0 : static_cast<Bytes>(std::ceil(per_element * static_cast<double>(fp8.weight_elements)));
+    const Bytes copies =
+        plan.zero_stage >= 3 ? 0 : static_cast<Bytes>(std::ceil(per_element * static_cast<double>(fp8.weight_elements + fp8.frozen_elements)));
     // Note [NVFP4 training]: no amax history, a scale for each tensor.
     const Bytes scaling = plan.precision == Precision::kFp4 ? 0 : fp8.gemms * kFp8ScalingBytesPerGemm;
     // Note [FP8 memory]: FP8 primary weights, no working-precision copy.
-    const Bytes primary = plan.fp8_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) ? w * fp8.weight_elements : 0;
+    const Bytes primary =
+        plan.fp8_param_gather && (plan.zero_stage == 1 || plan.zero_stage == 2) ? w * (fp8.weight_elements + fp8.frozen_elements) : 0;
     r.resident.push_back({MemCategory::kParameters, copies + scaling - primary});
   }
   const bool megatron_buffer = plan.grad_buffer();

@@ -135,8 +135,8 @@ class LayerStage final : public detail::StageEmitter {
       u.name = L.name;
       u.tp_forward = &L.tp_forward;
       u.tp_backward = &c.tp_bwd_ops[l];
-      u.tp_forward_cost = detail::tp_exposed_cost(c.tp_fwd[l], L, Pass::kForward, c.plan, c.compute_model);
-      u.tp_backward_cost = detail::tp_exposed_cost(c.tp_bwd[l], L, Pass::kBackward, c.plan, c.compute_model);
+      u.tp_forward_cost = detail::tp_exposed_cost(L.tp_forward, c.tp_group, c.comm, L, Pass::kForward, c.plan, c.compute_model);
+      u.tp_backward_cost = detail::tp_exposed_cost(c.tp_bwd_ops[l], c.tp_group, c.comm, L, Pass::kBackward, c.plan, c.compute_model);
       if (c.plan.cp > 1) {
         u.cp_forward_cost = detail::cp_exposed_cost(L, Pass::kForward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_forward_bytes);
         u.cp_backward_cost = detail::cp_exposed_cost(L, Pass::kBackward, c.plan, c.cp_group, c.comm, c.compute_model, u.cp_backward_bytes);

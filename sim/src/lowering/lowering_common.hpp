@@ -441,10 +441,11 @@ inline void add_step_temporaries(const ResolvedPlan& p, const DeviceSpec& device
 /// passes/context_parallel.cpp). `bytes` gets what the exchange moves.
 CollectiveCost cp_exposed_cost(const Layer& layer, Pass pass, const ResolvedPlan& plan, const CommGroup& cp_group,
                                const CommModel& comm, const ComputeModel& compute, Bytes& bytes);
-/// A layer's tensor-parallel collectives under tp_comm_overlap: the part
-/// its GEMMs do not hide (Note [TP comm overlap] in
-/// passes/tensor_parallel.cpp); `cost` itself without it.
-CollectiveCost tp_exposed_cost(const CollectiveCost& cost, const Layer& layer, Pass pass, const ResolvedPlan& plan,
-                               const ComputeModel& compute);
+/// A layer's tensor-parallel collectives `ops` in `pass` over `group`:
+/// under tp_comm_overlap the part its GEMMs do not hide (Note [TP comm
+/// overlap] in passes/tensor_parallel.cpp), the serial ones whole; all of
+/// them without it.
+CollectiveCost tp_exposed_cost(const std::vector<LayerComm>& ops, const CommGroup& group, const CommModel& comm, const Layer& layer,
+                               Pass pass, const ResolvedPlan& plan, const ComputeModel& compute);
 
 }  // namespace dtsim::sim::detail

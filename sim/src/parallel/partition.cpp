@@ -114,8 +114,12 @@ PricedLayers price_layers(const Model& model, const ResolvedPlan& plan, const Cl
     out.recompute.push_back(rec);
     out.tp_forward.push_back(tpf);
     out.tp_backward.push_back(tp_bwd.total() + epb);
-    out.tp_forward_exposed.push_back(detail::tp_exposed_cost(tp_fwd, L, Pass::kForward, plan, compute).total() + epf - off_stream_f);
-    out.tp_backward_exposed.push_back(detail::tp_exposed_cost(tp_bwd, L, Pass::kBackward, plan, compute).total() + epb - off_stream_b);
+    out.tp_forward_exposed.push_back(
+        (plan.tp > 1 ? detail::tp_exposed_cost(L.tp_forward, tp_group, comm, L, Pass::kForward, plan, compute).total() : 0) + epf -
+        off_stream_f);
+    out.tp_backward_exposed.push_back(
+        (plan.tp > 1 ? detail::tp_exposed_cost(L.tp_backward, tp_group, comm, L, Pass::kBackward, plan, compute).total() : 0) + epb -
+        off_stream_b);
     if (plan.overlap_moe_expert_parallel_comm) out.ep_off_stream.push_back(off_stream_f + off_stream_b);
   }
   return out;

@@ -933,12 +933,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                           "valid only with zero_stage 3 (the plan has ") +
                                   (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
-  if (rules.frozen_weights() && r.zero_stage == 3) {
+  if (rules.frozen_weights() && (r.zero_stage == 3 || (s.fsdp != FsdpMode::kNone && s.fsdp != FsdpMode::kNoShard))) {
     // Note [Frozen weights] (models/src/peft.cpp).
     bad.add(s.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
             (s.fsdp != FsdpMode::kNone ? std::string(to_string(s.fsdp)) : "3") +
-                ": sharding a LoRA fine-tune's frozen weights is not modelled (Megatron-Bridge's LoRA keeps them whole "
-                "on every data-parallel rank); valid with peft: zero_stage 0, 1 or 2, or fsdp: shard_grad_op or no_shard");
+                ": sharding or gathering a LoRA fine-tune's frozen weights is not modelled (Megatron-Bridge's LoRA keeps "
+                "them whole on every data-parallel rank); valid with peft: zero_stage 0, 1 or 2, or fsdp: no_shard");
   } else if (s.fsdp != FsdpMode::kNone) {
     // Note [FSDP under a pipeline] (lowering/passes/fsdp_pipeline.cpp).
     const std::vector<FsdpMode> modes = rules.fsdp_modes(r.pp);

@@ -169,7 +169,7 @@ std::vector<int> PlanRules::zero_stages(int pp) const {
 }
 
 std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
-  if (frozen_) return pp > 1 ? std::vector<FsdpMode>{FsdpMode::kNoShard} : std::vector<FsdpMode>{FsdpMode::kShardGradOp, FsdpMode::kNoShard};
+  if (frozen_) return {FsdpMode::kNoShard};  // Note [Frozen weights] (models/src/peft.cpp)
   if (pp > 1) return {FsdpMode::kFullShard, FsdpMode::kNoShard};
   return {FsdpMode::kFullShard, FsdpMode::kShardGradOp, FsdpMode::kNoShard, FsdpMode::kHybridShard};
 }

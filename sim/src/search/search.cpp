@@ -803,7 +803,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
                "plan_bounds: the split or the schedule's shape does not match the plan");
   std::vector<double> fwd(chunks, 0), bwd(chunks, 0), off(chunks, 0);
   std::vector<Bytes> kept(chunks, 0), hold(chunks, 0);
-  std::vector<std::int64_t> params(chunks, 0), experts(chunks, 0);
+  std::vector<std::int64_t> params(chunks, 0), experts(chunks, 0), frozen(chunks, 0);
   std::size_t l = 0;
   for (std::size_t vs = 0; vs < chunks; ++vs) {
     int blocks = 0;  // of this chunk so far
@@ -824,6 +824,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
       hold[vs] += layers.weight_hold[l];
       params[vs] += layers.params[l];
       experts[vs] += layers.expert_params[l];
+      if (!layers.frozen_params.empty()) frozen[vs] += layers.frozen_params[l];
     }
   }
   const double m = static_cast<double>(std::max<std::int64_t>(1, plan.grad_accum));
@@ -840,13 +841,14 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     // every pass of the stage on its compute stream, the backwards of its
     // last micro-batch after its last pass.
     double work = 0, a2a = 0;
-    std::int64_t p = 0, e = 0;
+    std::int64_t p = 0, e = 0, f = 0;
     for (int k = 0; k < v; ++k) {
       const std::size_t vs = static_cast<std::size_t>(k * pp + s);
       work += fwd[vs] + bwd[vs];
       a2a += off[vs];
       p += params[vs];
       e += experts[vs];
+      f += frozen[vs];
     }
     Bytes act = 0;
     for (const ScheduleShape::Held& h : shape.held[static_cast<std::size_t>(s)]) {
@@ -882,8 +884,10 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     const bool fsdp = pp > 1 && plan.fsdp && plan.zero_stage == 3;
     const Bytes gathered = fsdp ? p * w : 0;
     const Bytes accumulated = fsdp ? p * fsdp_reduce_element_bytes(plan) : 0;
-    const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets + gathered;
-    peak = std::max({peak, ms.total() + buckets, resident + act + ipg, resident + accumulated});
+    // Note [Frozen weights]: held whole in the working precision.
+    const Bytes frozen_bytes = f * w;
+    const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets + gathered + frozen_bytes;
+    peak = std::max({peak, ms.total() + buckets + frozen_bytes, resident + act + ipg, resident + accumulated});
   }
   return {static_cast<TimeNs>(time * (1 - 1e-9)), peak + cluster.device.runtime_reserved};
 }

@@ -299,6 +299,10 @@ struct LayerComm {
   Bytes bytes = 0;
   int count = 1;
   Axis axis = Axis::kTp;  ///< the mesh axis whose group runs it
+  /// A plain NCCL call that Transformer Engine's userbuffers never hide,
+  /// even under tp_comm_overlap (a LoRA adapter's: Note [LoRA] in
+  /// models/src/peft.cpp); false: one the overlap runs beside the GEMMs.
+  bool serial = false;
 };
 
 /// A module whose own parameters DeepSpeed's ZeRO-3 gathers at its

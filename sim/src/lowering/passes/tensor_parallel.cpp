@@ -20,9 +20,10 @@ namespace dtsim::sim::detail {
 // the GEMMs, so a layer exposes
 //   T_comm / tp + (tp - 1) / tp x max(0, T_comm - T_gemm)
 // with T_comm its collectives' time and T_gemm its GEMMs' in that pass.
-CollectiveCost tp_exposed_cost(const CollectiveCost& cost, const Layer& layer, Pass pass, const ResolvedPlan& plan,
-                               const ComputeModel& compute) {
-  if (!plan.tp_comm_overlap || plan.tp <= 1) return cost;
+// A plain NCCL call beside them (LayerComm::serial: a LoRA adapter's) is
+// not the userbuffers' and stays whole.
+static CollectiveCost hidden_cost(const CollectiveCost& cost, const Layer& layer, Pass pass, const ResolvedPlan& plan,
+                           const ComputeModel& compute) {
   std::vector<Kernel> gemms;
   for (const auto& k : pass == Pass::kForward ? layer.forward : layer.backward) {
     if (k.kind == KernelKind::kGemm) gemms.push_back(k);
@@ -36,6 +37,16 @@ CollectiveCost tp_exposed_cost(const CollectiveCost& cost, const Layer& layer, P
   const double part = std::min(1.0, exposed / t_comm);
   out.latency = static_cast<TimeNs>(static_cast<double>(cost.latency) * part);
   out.wire_bytes *= part;
+  return out;
+}
+
+CollectiveCost tp_exposed_cost(const std::vector<LayerComm>& ops, const CommGroup& group, const CommModel& comm, const Layer& layer,
+                               Pass pass, const ResolvedPlan& plan, const ComputeModel& compute) {
+  if (!plan.tp_comm_overlap || plan.tp <= 1) return sum_costs(ops, group, comm);
+  std::vector<LayerComm> hidden, serial;
+  for (const LayerComm& o : ops) (o.serial ? serial : hidden).push_back(o);
+  CollectiveCost out = hidden_cost(sum_costs(hidden, group, comm), layer, pass, plan, compute);
+  if (!serial.empty()) add_flow(out, sum_costs(serial, group, comm));
   return out;
 }
 
