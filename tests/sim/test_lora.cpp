@@ -281,6 +281,14 @@ TEST_CASE("LoRA's memory: the frozen weights whole in bf16, the optimizer's stat
   CHECK_NOTHROW(predict(*lora, spec({"plan.zero_stage=2"}), c));
   const auto base = models::load_model("llama-3-8b");
   CHECK(PlanRules(*base, c, 1).zero_stages(1) == std::vector<int>{0, 1, 2, 3});
+  // Under FP8 a frozen GEMM's weight keeps its FP8 copy and transpose (2
+  // bytes an element on Hopper, Note [FP8 memory]) as a trained one does:
+  // beside the base model's, the adapters add their bf16 weights (2 bytes),
+  // their copies (2 more) and the scaling state of their 8 GEMMs a block
+  // ((1024 + 2) x 5 x 4 bytes each, 32 blocks).
+  const Prediction f8 = predict(*lora, spec({"plan.precision=fp8", "plan.recompute=full"}), c);
+  const Prediction b8 = predict(*base, spec({"plan.precision=fp8", "plan.recompute=full"}), c);
+  CHECK(f8.ranks[0].parameters - b8.ranks[0].parameters == 4 * 35'651'584LL + 32 * 8 * 20'520LL);
 }
 
 TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {

@@ -50,6 +50,12 @@ TEST_CASE("packed sequences: each document's causal triangle, nothing else chang
   CHECK(kernel(docs, "attn.flash").flops == Approx(2.0 * 32 * doc_scores * 256));
   CHECK(kernel(docs, "attn.qkv").flops == kernel(whole, "attn.qkv").flops);
   CHECK(docs.saved_bytes == whole.saved_bytes);
+  // As the simulator asks for them, an attending layer says its documents,
+  // so a profile's whole-sequence measurement does not price it; the
+  // embedding does not attend.
+  const auto shared = m->shared_layers(packed(512));
+  CHECK(shared[1].signature.ends_with(",doc=512"));
+  CHECK(shared[0].signature == m->shared_layers(packed(0))[0].signature);
   // A document that does not divide the sequence: 4096 = 3 x 1200 + 496.
   const Layer odd = m->layers(packed(1200))[1];
   CHECK(kernel(odd, "attn.flash").flops == Approx(2.0 * 32 * (3 * 1200.0 * 1201 / 2 + 496.0 * 497 / 2) * 256));
