@@ -89,12 +89,12 @@
 // An FP8 GEMM's frozen weight keeps its FP8 copies as a trained one does
 // (Fp8Gemms::frozen_elements in sim/src/lowering/emitter.hpp).
 #include <algorithm>
-#include <map>
 #include <memory>
 #include <set>
+#include <string>
+#include <string_view>
 
 #include "dtsim/models/models.hpp"
-#include "dtsim/sim/error.hpp"
 #include "layers.hpp"
 
 namespace dtsim::models {
@@ -238,14 +238,11 @@ class Lora final : public sim::Model {
   Flops model_flops(const sim::WorkloadShape& shape) const override {
     // Note [LoRA]: the base's, less the frozen weights' gradients, plus the adapters'.
     Flops f = base_->model_flops(shape);
-    const std::vector<sim::Layer> base = base_->layers(shape);
-    for (const sim::Layer& L : base) {
+    for (const sim::Layer& L : base_->layers(shape)) {
       const std::set<std::string> gemms = gemm_names(L);
       for (const sim::Kernel& k : L.backward) {
         if (is_weight_grad(k, gemms)) f -= k.flops * static_cast<double>(k.repeat);
       }
-    }
-    for (const sim::Layer& L : base) {
       for (const Adapter& a : adapters_of(L, shape)) {
         for (const auto* ks : {&a.forward, &a.backward}) {
           for (const sim::Kernel& k : *ks) f += k.flops * static_cast<double>(k.repeat);

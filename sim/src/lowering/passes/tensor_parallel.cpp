@@ -43,6 +43,10 @@ static CollectiveCost hidden_cost(const CollectiveCost& cost, const Layer& layer
 CollectiveCost tp_exposed_cost(const std::vector<LayerComm>& ops, const CommGroup& group, const CommModel& comm, const Layer& layer,
                                Pass pass, const ResolvedPlan& plan, const ComputeModel& compute) {
   if (!plan.tp_comm_overlap || plan.tp <= 1) return sum_costs(ops, group, comm);
+  // Every layer but a LoRA fine-tune's: no copies on the lowering's path.
+  if (std::none_of(ops.begin(), ops.end(), [](const LayerComm& o) { return o.serial; })) {
+    return hidden_cost(sum_costs(ops, group, comm), layer, pass, plan, compute);
+  }
   std::vector<LayerComm> hidden, serial;
   for (const LayerComm& o : ops) (o.serial ? serial : hidden).push_back(o);
   CollectiveCost out = hidden_cost(sum_costs(hidden, group, comm), layer, pass, plan, compute);
