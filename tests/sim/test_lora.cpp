@@ -329,4 +329,11 @@ TEST_CASE("Megatron-Bridge's peft section: LoRA's dim and target_modules as the 
   CHECK(std::none_of(dora.overrides.begin(), dora.overrides.end(), [](const Override& o) { return o.path == "peft"; }));
   CHECK_THAT(error_of([] { parse_megatron_bridge_config("train:\n  micro_batch_size: 1\n  global_batch_size: 8\npeft:\n  _target_: megatron.bridge.peft.lora.LoRA\n  target_modules: linear_qkv\n", "rc.yaml"); }),
              Catch::Contains("rc.yaml:6: peft.target_modules: expected a list of module names, got 'linear_qkv'"));
+  // A rank that is not an integer, named at its line.
+  const std::string head = "train:\n  micro_batch_size: 1\n  global_batch_size: 8\npeft:\n  _target_: megatron.bridge.peft.lora.LoRA\n";
+  CHECK_THAT(error_of([&] { parse_megatron_bridge_config(head + "  dim: [4]\n", "rc.yaml"); }),
+             Catch::Contains("rc.yaml:6: peft.dim: expected LoRA's rank, an integer, got a list"));
+  const FrameworkConfig word = parse_megatron_bridge_config(head + "  dim: abc\n", "rc.yaml");
+  CHECK_THAT(error_of([&] { models::load_model("llama-3-8b", word.overrides); }),
+             Catch::Contains("rc.yaml:6 (peft.dim): model.lora_rank: 'abc' is not an integer"));
 }

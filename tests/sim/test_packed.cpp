@@ -83,6 +83,7 @@ TEST_CASE("packed sequences: plan.document_len, refused past the sequence, named
   CHECK(p.iteration_time < q.iteration_time);
   CHECK(p.ranks[0].peak == q.ranks[0].peak);
   CHECK(predict(*m, spec("4096"), c).plan.document_len == 0);  // one document a sequence
+  CHECK_THAT(error_of([&] { predict(*m, spec("-5"), c); }), Catch::Contains("plan.document_len: -5 is out of range; valid: 0 to"));
   CHECK_THAT(error_of([&] { predict(*m, spec("8192"), c); }),
              Catch::Contains("plan.document_len: 8192 exceeds seq_len 4096: a packed sequence holds whole documents; valid: 0 (one a sequence) to 4096"));
   // Megatron-Bridge's offline packing is the data's: said, not guessed.
