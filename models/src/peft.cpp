@@ -81,11 +81,11 @@
 // layer holds whole in the working precision (bf16 under bf16_mixed) and
 // no ZeRO stage shards: Megatron's distributed optimizer shards the
 // adapters' states and leaves the frozen weights on every rank (so does
-// DeepSpeed's ZeRO-1 and -2). Sharding the frozen weights (ZeRO-3) or
-// gathering them (PyTorch FSDP keeps frozen parameters in its flat
-// parameters: FULL_SHARD and SHARD_GRAD_OP gather them every forward) is
-// not modelled, and the rules table offers neither beside frozen weights
-// (PlanRules::zero_stages, fsdp_modes: FSDP's NO_SHARD alone).
+// DeepSpeed's ZeRO-1 and -2). FSDP2 shards and gathers them with the
+// adapters (Note [Frozen weights under FSDP] in sim/src/lowering/passes/
+// sharded_parameters.cpp); DeepSpeed's ZeRO-3 and FSDP1 are refused beside
+// frozen weights, and the rules table offers neither (PlanRules::
+// zero_stages, fsdp_modes).
 // An FP8 GEMM's frozen weight keeps its FP8 copies as a trained one does
 // (Fp8Gemms::frozen_elements in sim/src/lowering/emitter.hpp).
 #include <algorithm>

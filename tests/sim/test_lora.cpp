@@ -5,6 +5,7 @@
 #include <catch2/catch.hpp>
 
 #include <algorithm>
+#include <map>
 #include <string>
 #include <vector>
 
@@ -12,9 +13,12 @@
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/lowering.hpp"
+#include "dtsim/sim/partition.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/report.hpp"
 #include "dtsim/sim/rules.hpp"
+#include "fake_model.hpp"
 #include "test_util.hpp"
 
 using namespace dtsim;
@@ -267,17 +271,20 @@ TEST_CASE("LoRA's memory: the frozen weights whole in bf16, the optimizer's stat
   CHECK(p.ranks[0].optimizer == 12 * 35'651'584LL);
   CHECK(p.trainable_parameters == 35'651'584);
   CHECK(format_table(p).find("8065.9M parameters, 35.65M trained") != std::string::npos);
-  // Sharding or gathering the frozen weights is not modelled: the rules
-  // table offers no stage 3 and FSDP's NO_SHARD alone, and resolve says why.
+  // DeepSpeed's ZeRO-3, FSDP1 and SHARD_GRAD_OP beside frozen weights are
+  // not modelled (Note [Frozen weights under FSDP]): the rules table offers
+  // no stage 3, FSDP2's full_shard and hybrid_shard on one stage alone, and
+  // resolve says why.
   const PlanRules rules(*lora, c, 1);
   CHECK(rules.zero_stages(1) == std::vector<int>{0, 1, 2});
-  CHECK(rules.fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kNoShard});
+  CHECK(rules.fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kFullShard, FsdpMode::kNoShard, FsdpMode::kHybridShard});
   CHECK(rules.fsdp_modes(2) == std::vector<FsdpMode>{FsdpMode::kNoShard});
   CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.zero_stage=3"}), c); }),
-             Catch::Contains("plan.zero_stage: 3: sharding or gathering a LoRA fine-tune's frozen weights is not modelled"));
-  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=full_shard"}), c); }), Catch::Contains("valid with peft: zero_stage 0, 1 or 2"));
-  // FSDP gathers frozen parameters with the rest even where it shards only gradients.
-  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=shard_grad_op"}), c); }), Catch::Contains("plan.fsdp: shard_grad_op: sharding or gathering"));
+             Catch::Contains("plan.zero_stage: 3: DeepSpeed ZeRO-3's partitioning of a LoRA fine-tune's frozen weights is not modelled"));
+  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=full_shard"}), c); }),
+             Catch::Contains("plan.fsdp_version: 1 with peft and fsdp: full_shard: FSDP1's flat parameters"));
+  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=shard_grad_op", "plan.fsdp_version=2"}), c); }),
+             Catch::Contains("plan.fsdp: shard_grad_op with peft: sharding a fine-tune's frozen weights is modelled for FSDP2's full_shard"));
   CHECK_NOTHROW(predict(*lora, spec({"plan.zero_stage=2"}), c));
   const auto base = models::load_model("llama-3-8b");
   CHECK(PlanRules(*base, c, 1).zero_stages(1) == std::vector<int>{0, 1, 2, 3});
@@ -289,6 +296,63 @@ TEST_CASE("LoRA's memory: the frozen weights whole in bf16, the optimizer's stat
   const Prediction f8 = predict(*lora, spec({"plan.precision=fp8", "plan.recompute=full"}), c);
   const Prediction b8 = predict(*base, spec({"plan.precision=fp8", "plan.recompute=full"}), c);
   CHECK(f8.ranks[0].parameters - b8.ranks[0].parameters == 4 * 35'651'584LL + 32 * 8 * 20'520LL);
+}
+
+TEST_CASE("LoRA under FSDP2: the frozen base sharded and gathered with the adapters, their gradients alone reduced (Note [Frozen weights under FSDP])",
+          "[lora][lowering]") {
+  const auto lora = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16"}));
+  const ClusterSpec c = load_cluster("dgx-h100");  // 8 GPUs
+  const auto lowered = [&](const std::string& extra) {
+    ResolvedPlan plan = resolve(parse_plan("dp: 8\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n"
+                                           "fsdp: full_shard\nfsdp_version: 2\n" + extra,
+                                           "p.yaml"),
+                                *lora, c);
+    const test::FixedCompute compute(1000);
+    const test::FixedComm comm(1000);
+    partition(plan, *lora, c, compute, comm);
+    return lower(*lora, plan, c, CostModels{&compute, &comm});
+  };
+  const TaskGraph g = lowered("");
+  // Llama-3-8B's block: q, k, v (4096 -> 6144), o (4096 -> 4096), the
+  // gated MLP (3 x 4096 x 14336) and two norms: 218,112,000 frozen weights,
+  // beside rank 16's 1,114,112 adapter weights (the first test case).
+  // Each block is a unit gathered whole in bf16 before its forward and
+  // again before its backward; the embedding, the final norm and the head
+  // (2 x 128,256 x 4096 + 4096) are the root's, gathered once.
+  const Bytes block = (218'112'000LL + 1'114'112) * 2;
+  const Bytes root = (2LL * 128'256 * 4096 + 4096) * 2;
+  std::map<std::string, Bytes> gathers, reductions;
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::kCollective || t.rank != 0) continue;
+    const std::string name = t.name.substr(0, t.name.find(" [mb"));
+    if (t.op == CollectiveOp::kAllGather) gathers[name] = t.bytes;
+    if (t.op == CollectiveOp::kReduceScatter) reductions[name] = t.bytes;
+  }
+  CHECK(gathers.size() == 1 + 2 * 32);
+  CHECK(gathers.at("all_gather fwd root") == root);
+  for (const auto& [name, bytes] : gathers) {
+    if (name != "all_gather fwd root") CHECK(bytes == block);
+  }
+  // Only the adapters have gradients: one reduce-scatter a block, of its
+  // 1,114,112 bf16 gradients (FSDP2's reduce dtype is the parameters'
+  // unless set), and none of the root, which trains nothing.
+  CHECK(reductions.size() == 32);
+  for (const auto& [name, bytes] : reductions) CHECK(bytes == 1'114'112 * 2);
+  // Each rank holds an eighth of every weight: the base's 8,030,261,248
+  // and the adapters' 35,651,584, in bf16.
+  Bytes params = 0, optimizer = 0;
+  for (const auto& m : g.ranks[0].resident) {
+    if (m.category == MemCategory::kParameters) params += m.bytes;
+    if (m.category == MemCategory::kOptimizer) optimizer += m.bytes;
+  }
+  CHECK(params == (8'030'261'248LL / 8 + 35'651'584 / 8) * 2);
+  CHECK(optimizer == 12 * (35'651'584 / 8));
+  // Offloaded, the shards live on the host (FSDP2's CPUOffloadPolicy).
+  Bytes offloaded = 0;
+  for (const auto& m : lowered("offload_params: cpu\noffload_optimizer: cpu\n").ranks[0].resident) {
+    if (m.category == MemCategory::kParameters) offloaded += m.bytes;
+  }
+  CHECK(offloaded == 0);
 }
 
 TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {

@@ -29,6 +29,8 @@ struct LayerContext : StageContext {
   std::int64_t expert_params = 0;                     ///< of them, routed experts' (Layer::expert_params)
   int zero = 0;                                       ///< the plan's ZeRO stage
   int n = 1;                                          ///< ranks a shard is split over (plan.shard_group)
+  /// FSDP2 shards the frozen weights too (resident_frozen() < frozen).
+  bool frozen_sharded = false;
   CommGroup shard_group, replica_group;               ///< Note [ZeRO] in passes/sharded_parameters.cpp
   /// HYBRID_SHARD's replicas of the experts' shards (Note [Hybrid sharding]
   /// in parallel/plan.cpp; edp_group is then the shards' own group).
@@ -44,15 +46,21 @@ struct LayerContext : StageContext {
   Bytes grad_bytes(const Layer& l) const { return l.params * gw; }
   /// Of them, the routed experts' (reduced over the expert data-parallel group).
   Bytes expert_grad_bytes(const Layer& l) const { return l.expert_params * gw; }
+  /// A layer's frozen weights that FSDP2 shards and gathers with its
+  /// trained ones (a tied copy included), 0 where they stay whole (Note
+  /// [Frozen weights under FSDP] in passes/sharded_parameters.cpp).
+  std::int64_t gathered_frozen(const Layer& l) const { return frozen_sharded ? l.frozen_params : 0; }
   /// Bytes of a layer's parameters once gathered whole (a tied copy included).
-  Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params) * w; }
+  Bytes full_param_bytes(const Layer& l) const { return (l.params + l.borrowed_params + gathered_frozen(l)) * w; }
   /// What ZeRO-3 / FSDP's all-gather of a layer moves and leaves whole: its
   /// parameters, the FP8 GEMM weights at 1 byte an element under
   /// fp8_param_gather (torchao's enable_fsdp_float8_all_gather casts the
   /// shard to FP8 before the gather, and the GEMM takes the gathered FP8
   /// weight as it is); NVFP4's at 0.5625, mxfp8's in bf16 (gathered_weight_bytes()).
   Bytes gathered_param_bytes(const Layer& l) const {
-    return gathered_bytes_of(plan, l.params + l.borrowed_params, fp8_gemms(l, plan.precision).weight_elements);
+    const Fp8Gemms fp8 = fp8_gemms(l, plan.precision);
+    return gathered_bytes_of(plan, l.params + l.borrowed_params + gathered_frozen(l),
+                             fp8.weight_elements + (frozen_sharded ? fp8.frozen_elements : 0));
   }
   static Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 

@@ -34,6 +34,7 @@ class LayerStage final : public detail::StageEmitter {
     DTSIM_ASSERT(!c.layers.empty(), "model has no layers");
     c.zero = p.zero_stage;
     c.n = p.shard_group;
+    c.frozen_sharded = shards_frozen(p);
     c.tp_group = axis_group(p.mesh, Axis::kTp, c.cluster.gpus_per_node);
     c.cp_group = axis_group(p.mesh, Axis::kCp, c.cluster.gpus_per_node);
     c.dp_group = data_group(p.mesh, c.cluster.gpus_per_node);
@@ -225,7 +226,7 @@ class LayerStage final : public detail::StageEmitter {
       module_buffers += L.buffer_bytes;
       frozen += L.frozen_params - L.frozen_tied;
     }
-    if (frozen > 0) rank.resident.push_back({MemCategory::kParameters, frozen * c.w});
+    if (frozen > 0) rank.resident.push_back({MemCategory::kParameters, resident_frozen(c.plan, frozen) * c.w});
     if (module_buffers > 0) rank.resident.push_back({MemCategory::kBuffers, module_buffers});
     // Note [ZeRO-3 modules]: DeepSpeed's gradient bucket, allocated whole at start.
     if (c.plan.zero3_modules()) rank.resident.push_back({MemCategory::kBuffers, detail::zero3_bucket_elements(c.plan) * c.gw});
@@ -475,6 +476,17 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std:
     if (plan.zero_stage >= 2) s.gradients = 0;
   }
   return s;
+}
+
+bool shards_frozen(const ResolvedPlan& plan) {
+  // Beside frozen weights resolve allows stage 3 as FSDP2's alone.
+  return plan.zero_stage == 3 && plan.shard_group > 1;
+}
+
+std::int64_t resident_frozen(const ResolvedPlan& plan, std::int64_t frozen) {
+  if (!shards_frozen(plan)) return frozen;
+  if (plan.offload_params == Offload::kCpu) return 0;
+  return (frozen + plan.shard_group - 1) / plan.shard_group;
 }
 
 std::unique_ptr<detail::StageEmitter> detail::layer_emitter(const LoweringInputs& in) {

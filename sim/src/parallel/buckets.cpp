@@ -61,7 +61,11 @@ std::vector<bool> fsdp_root_layers(const ResolvedPlan& plan, const std::vector<L
   const bool blocks = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.is_block(); });
   if (!plan.fsdp || plan.zero_stage != 3 || plan.shard_group <= 1 || plan.fsdp_wrap != FsdpWrap::kBlocks || !blocks) return {};
   std::vector<bool> root(layers.size(), false);
-  for (std::size_t l = 0; l < layers.size(); ++l) root[l] = !layers[l].is_block() && layers[l].params + layers[l].borrowed_params > 0;
+  // A fine-tune's frozen weights are in their units too (Note [Frozen weights
+  // under FSDP] in sim/src/lowering/passes/sharded_parameters.cpp).
+  for (std::size_t l = 0; l < layers.size(); ++l) {
+    root[l] = !layers[l].is_block() && layers[l].params + layers[l].borrowed_params + layers[l].frozen_params > 0;
+  }
   return root;
 }
 

@@ -933,12 +933,25 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                           "valid only with zero_stage 3 (the plan has ") +
                                   (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
-  if (rules.frozen_weights() && (r.zero_stage == 3 || (s.fsdp != FsdpMode::kNone && s.fsdp != FsdpMode::kNoShard))) {
+  const bool sharded_fsdp = s.fsdp != FsdpMode::kNone && s.fsdp != FsdpMode::kNoShard;
+  if (rules.frozen_weights() && r.zero_stage == 3 && !r.fsdp) {
     // Note [Frozen weights] (models/src/peft.cpp).
-    bad.add(s.fsdp != FsdpMode::kNone ? "fsdp" : "zero_stage",
-            (s.fsdp != FsdpMode::kNone ? std::string(to_string(s.fsdp)) : "3") +
-                ": sharding or gathering a LoRA fine-tune's frozen weights is not modelled (Megatron-Bridge's LoRA keeps "
-                "them whole on every data-parallel rank); valid with peft: zero_stage 0, 1 or 2, or fsdp: no_shard");
+    bad.add("zero_stage", "3: DeepSpeed ZeRO-3's partitioning of a LoRA fine-tune's frozen weights is not modelled; valid with "
+                          "peft: zero_stage 0, 1 or 2, or fsdp: full_shard or hybrid_shard with fsdp_version: 2");
+  } else if (rules.frozen_weights() && sharded_fsdp && (s.fsdp == FsdpMode::kShardGradOp || r.pp > 1 || r.ep > 1)) {
+    // Note [Frozen weights under FSDP] (lowering/passes/sharded_parameters.cpp).
+    bad.add("fsdp", std::string(to_string(s.fsdp)) + " with peft" +
+                        (s.fsdp == FsdpMode::kShardGradOp ? std::string()
+                         : r.pp > 1                       ? " and pp = " + std::to_string(r.pp)
+                                                          : " and ep = " + std::to_string(r.ep)) +
+                        ": sharding a fine-tune's frozen weights is modelled for FSDP2's full_shard and hybrid_shard on one "
+                        "pipeline stage without expert parallelism; valid here: no_shard" +
+                        (s.fsdp == FsdpMode::kShardGradOp ? ", full_shard or hybrid_shard" : ""));
+  } else if (rules.frozen_weights() && sharded_fsdp && r.fsdp_version != 2) {
+    bad.add("fsdp_version", std::to_string(r.fsdp_version) + " with peft and fsdp: " + to_string(s.fsdp) +
+                                ": FSDP1's flat parameters either refuse frozen and trained weights together "
+                                "(use_orig_params false) or compute and reduce the frozen ones' gradients as if trained "
+                                "(use_orig_params true), neither modelled; valid: 2 (fully_shard, as torchtune runs LoRA)");
   } else if (s.fsdp != FsdpMode::kNone) {
     // Note [FSDP under a pipeline] (lowering/passes/fsdp_pipeline.cpp).
     const std::vector<FsdpMode> modes = rules.fsdp_modes(r.pp);

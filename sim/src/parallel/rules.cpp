@@ -169,7 +169,11 @@ std::vector<int> PlanRules::zero_stages(int pp) const {
 }
 
 std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
-  if (frozen_) return {FsdpMode::kNoShard};  // Note [Frozen weights] (models/src/peft.cpp)
+  // Note [Frozen weights under FSDP] (lowering/passes/sharded_parameters.cpp):
+  // FSDP2 shards a fine-tune's frozen weights on one stage, at full_shard
+  // and hybrid_shard.
+  if (frozen_) return pp > 1 ? std::vector<FsdpMode>{FsdpMode::kNoShard}
+                             : std::vector<FsdpMode>{FsdpMode::kFullShard, FsdpMode::kNoShard, FsdpMode::kHybridShard};
   if (pp > 1) return {FsdpMode::kFullShard, FsdpMode::kNoShard};
   return {FsdpMode::kFullShard, FsdpMode::kShardGradOp, FsdpMode::kNoShard, FsdpMode::kHybridShard};
 }

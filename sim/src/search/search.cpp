@@ -558,6 +558,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                         std::find(v.begin(), v.end(), p.fsdp_version) == v.end()) {
                       p.fsdp_version = 1;
                     }
+                    // Note [Frozen weights under FSDP]: FSDP2 alone shards a fine-tune's frozen weights.
+                    if (rules.frozen_weights() && sh.fsdp == FsdpMode::kFullShard) p.fsdp_version = 2;
                     p.offload_optimizer = opt;
                     p.offload_params = par;
                     p.overlap_param_gather = gather;
@@ -884,8 +886,9 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     const bool fsdp = pp > 1 && plan.fsdp && plan.zero_stage == 3;
     const Bytes gathered = fsdp ? p * w : 0;
     const Bytes accumulated = fsdp ? p * fsdp_reduce_element_bytes(plan) : 0;
-    // Note [Frozen weights]: held whole in the working precision.
-    const Bytes frozen_bytes = f * w;
+    // Note [Frozen weights]: held whole in the working precision, or
+    // sharded by FSDP2 (Note [Frozen weights under FSDP]).
+    const Bytes frozen_bytes = resident_frozen(plan, f) * w;
     const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets + gathered + frozen_bytes;
     peak = std::max({peak, ms.total() + buckets + frozen_bytes, resident + act + ipg, resident + accumulated});
   }
@@ -1255,8 +1258,15 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
         model_states(lb, (params - expert_params) / (static_cast<std::int64_t>(s.tp) * s.pp) + rank_experts, rank_experts);
     const Bytes kept = kept_per_micro(s);
     if (kept == kNoFit) return kNoFit;
-    // Frozen weights: a rank's share is at least theirs over the widest split.
-    const Bytes frozen_bytes = frozen * element_bytes(s.precision) / (static_cast<std::int64_t>(s.pp) * std::max<std::int64_t>(s.tp, s.ep * etp));
+    // Frozen weights: a rank's share is at least theirs over the widest
+    // split, and over the data-parallel ranks too where FSDP shards them (Note
+    // [Frozen weights under FSDP]), on the host where it offloads them.
+    const bool frozen_sharded = s.fsdp == FsdpMode::kFullShard || s.fsdp == FsdpMode::kHybridShard;
+    const Bytes frozen_bytes =
+        frozen_sharded && s.offload_params == Offload::kCpu
+            ? 0
+            : frozen * element_bytes(s.precision) /
+                  (static_cast<std::int64_t>(s.pp) * std::max<std::int64_t>(s.tp, s.ep * etp) * (frozen_sharded ? std::max(1, s.dp) : 1));
     // The gradients DDP and ZeRO-1 make in the backward (not Megatron's
     // buffer, not ZeRO-2's and -3's partitions, allocated from the start).
     const bool made = lb.zero_stage <= 1 && !lb.grad_buffer();

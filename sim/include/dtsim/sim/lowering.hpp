@@ -35,6 +35,16 @@ struct ModelStates {
 /// plan.expert_shard_group rather than plan.shard_group.
 ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std::int64_t expert_parameters = 0);
 
+/// Whether `plan` shards a fine-tune's frozen weights with its trained ones:
+/// at stage 3 over more than one rank, which beside frozen weights resolve
+/// allows as FSDP2's full_shard and hybrid_shard alone (Note [Frozen weights
+/// under FSDP] in sim/src/lowering/passes/sharded_parameters.cpp).
+bool shards_frozen(const ResolvedPlan& plan);
+/// Of a rank's `frozen` parameters, those it holds on the device between
+/// passes: all of them, its shard where shards_frozen(), none where those
+/// shards are offloaded.
+std::int64_t resident_frozen(const ResolvedPlan& plan, std::int64_t frozen);
+
 /// How much longer a memory-bound kernel takes on `device` beside a
 /// collective whose flow runs at `link_rate` bytes a second (Note
 /// [Interference] in engine/executor.cpp; SimRank::hbm_slowdown): h / (1 -

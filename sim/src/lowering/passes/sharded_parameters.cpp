@@ -107,6 +107,37 @@
 // model prices an elementwise kernel (the HBM's bandwidth on the
 // datasheet); the flat buffer is held (as a buffer) from the gather's
 // start to the copy's end, the unsharded parameters from the copy's start.
+//
+// Note [Frozen weights under FSDP]
+// FSDP2 (fully_shard) shards a LoRA fine-tune's frozen base weights with the
+// adapters, each parameter on its own (torch/distributed/fsdp/_fully_shard/
+// _fsdp_param_group.py, read for this note): a unit's pre-forward and
+// pre-backward all-gather every one of its parameters, frozen or not
+// (unshard: foreach_all_gather over all fsdp_params); the unsharded frozen
+// ones keep requires_grad False, so no weight gradient is computed for
+// them; and post_backward reduce-scatters only the parameters that got a
+// gradient (fsdp_params_with_grad), returning early where none did. A unit
+// whose outputs need no gradient (a fine-tune's frozen embedding, fed token
+// ids) never has its pre-backward hook fire (_fsdp_state.py hooks outputs
+// that require grad), so it is not gathered in the backward; any other
+// frozen unit is (the backward still computes its input's gradient). So
+// under fsdp_version 2 at full_shard and hybrid_shard a rank holds its
+// shard of the frozen weights (resident_frozen(), none where parameters are
+// offloaded), gathers them with its unit's trained ones, and reduces the
+// adapters' gradients alone. This is torchtune's lora_finetune_distributed
+// recipe (training/_distributed.py, shard_model: fully_shard on each
+// layers.<i>, then on the model, the root kept whole after its forward),
+// dtsim's fsdp_wrap: blocks. FSDP1's flat parameters are not modelled beside
+// frozen weights: with use_orig_params False a FlatParameter refuses frozen
+// and trained tensors together ("Must flatten tensors with uniform
+// requires_grad"), and with it True the flat parameter requires grad
+// whenever one of its tensors does, so the forward's views all do and
+// autograd computes and reduce-scatters the frozen weights' gradients as
+// if trained (_flat_param.py, _validate_tensors_to_flatten and
+// _use_unsharded_views(as_params=False)); torchtune's old FSDP1 recipe
+// wrapped each adapter as a unit of its own instead. DeepSpeed's ZeRO-3
+// partitioning of frozen weights, SHARD_GRAD_OP, pipelines and expert
+// parallelism beside frozen weights are refused where the plan is resolved.
 #include <algorithm>
 #include <string>
 
@@ -130,7 +161,9 @@ class ShardedParameters final : public StrategyPass {
       root_params_ += layers[l].params;
       root_tensors_ += std::max(1, layers[l].param_tensors);
       // A tied head's weight is the embedding's: one copy in the root's FlatParameter.
-      root_gathered_ += ctx.gathered_param_bytes(layers[l]) - layers[l].borrowed_params * ctx.w;
+      const Bytes tied = (layers[l].borrowed_params + (ctx.frozen_sharded ? layers[l].frozen_tied : 0)) * ctx.w;
+      root_gathered_ += ctx.gathered_param_bytes(layers[l]) - tied;
+      root_stored_ += ctx.full_param_bytes(layers[l]) - tied;
     }
   }
 
@@ -157,8 +190,9 @@ class ShardedParameters final : public StrategyPass {
 
   void before_backward(const At& at, TaskDeps& deps) override {
     const std::size_t i = at.unit;
-    // Note [FSDP's root unit]: torchtitan's last unit is still whole.
-    const bool own = unit_gathered(i) && !kept_after_forward(i);
+    // Note [FSDP's root unit]: torchtitan's last unit is still whole. Note
+    // [Frozen weights under FSDP]: a unit without a backward gathers none.
+    const bool own = unit_gathered(i) && !kept_after_forward(i) && has_backward(i);
     if (!one_group_) {
       if (own) deps.push_back(unsharded(at.micro, i, "bwd", backward_gather(at.micro, i)));
       return;
@@ -171,13 +205,13 @@ class ShardedParameters final : public StrategyPass {
       if (bwd_gather_[i] < 0) bwd_gather_[i] = backward_gather(at.micro, i);
       deps.push_back(unsharded(at.micro, i, "bwd", bwd_gather_[i]));
     }
-    if (i >= 1 && unit_gathered(i - 1)) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
+    if (i >= 1 && unit_gathered(i - 1) && has_backward(i - 1)) bwd_gather_[i - 1] = backward_gather(at.micro, i - 1);
   }
 
   void backward_memory(const At& at, MemOps&, MemOps& on_end) override {
     // Note [FSDP's root unit]: the root's parameters go after its last backward.
     if (static_cast<std::int64_t>(at.unit) == root_first_) on_end.push_back({MemCategory::kParameters, -root_gathered_});
-    free_gathered(at, on_end);
+    if (has_backward(at.unit) || kept_after_forward(at.unit)) free_gathered(at, on_end);
   }
 
   TaskId after_backward(const At& at, TaskId last) override {
@@ -249,9 +283,13 @@ class ShardedParameters final : public StrategyPass {
  private:
   /// Whether a layer's parameters are gathered (Note [ZeRO]).
   bool gathered(const Layer& l) const {
-    const std::int64_t all = l.params + l.borrowed_params;
+    const std::int64_t all = l.params + l.borrowed_params + ctx_.gathered_frozen(l);
     return ctx_.n > 1 && all > 0 && !zero3_keeps_whole(ctx_.plan, all);
   }
+  /// Whether layer l runs a backward (Note [Frozen weights under FSDP]: a
+  /// fine-tune's frozen embedding has none, and FSDP2's pre-backward hook,
+  /// on outputs that need no gradient, never fires).
+  bool has_backward(std::size_t l) const { return !ctx_.layers[l].backward.empty(); }
 
   /// Whether layer l is in FSDP's root unit (Note [FSDP's root unit]).
   bool in_root(std::size_t l) const { return !in_root_.empty() && in_root_[l]; }
@@ -292,7 +330,7 @@ class ShardedParameters final : public StrategyPass {
   }
 
   /// The root unit's gather, before micro-batch m's forward (Note [FSDP's root unit]).
-  TaskId gather_root(std::int64_t m) { return gather_unit(m, "fwd", "root", root_gathered_, root_params_ * ctx_.w, 0, {}); }
+  TaskId gather_root(std::int64_t m) { return gather_unit(m, "fwd", "root", root_gathered_, root_stored_, 0, {}); }
 
   /// What layer l's pass `pass` waits for: its gather, or under FSDP2 the
   /// copy-out after it (Note [FSDP2's copy-out]).
@@ -352,9 +390,10 @@ class ShardedParameters final : public StrategyPass {
   // Note [FSDP's root unit] (empty in_root_: no root unit).
   std::vector<bool> in_root_;      ///< by layer
   std::int64_t root_first_ = -1;   ///< its first layer, whose backward is its last
-  std::int64_t root_params_ = 0;   ///< its parameters (a tied weight once)
+  std::int64_t root_params_ = 0;   ///< its trained parameters (a tied weight once)
   int root_tensors_ = 0;
   Bytes root_gathered_ = 0;        ///< its bytes once gathered
+  Bytes root_stored_ = 0;          ///< its bytes as stored (frozen ones too, where FSDP shards them)
   TaskId root_gather_ = -1;        ///< this micro-batch's gather of it
 };
 
