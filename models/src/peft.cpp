@@ -21,6 +21,26 @@
 //   lacks adapts nothing (a note says so); none matching is refused. An MoE
 //   layer's experts share one adapter for all the rank's local experts
 //   (share_expert_adapters, the default), each token passing through it.
+// - HuggingFace PEFT's names (LoraConfig.target_modules over transformers'
+//   Llama-style layers; torchtune's lora_attn_modules and
+//   apply_lora_to_mlp name the same projections: output_proj is o_proj,
+//   w1, w3, w2 gate_proj, up_proj, down_proj): q_proj, k_proj, v_proj,
+//   o_proj, gate_proj, up_proj, down_proj, each an nn.Linear of its own
+//   with its own A and B (peft/tuners/lora/layer.py, Linear.forward:
+//   result + lora_B(lora_A(dropout(x))) * scaling). Where dtsim fuses
+//   projections into one GEMM (attn.qkv, mlp.gate_up) an adapter spans its
+//   projection's outputs (the layer's module of that name says how many:
+//   Layer::modules), and the adapters over one GEMM share its input. So
+//   Llama 3 8B at rank 16 on all seven trains 41,943,040 parameters, the
+//   figure PEFT's print_trainable_parameters reports, where Megatron's four
+//   fused modules train 35,651,584. They adapt Llama-style attention (a
+//   layer with an attn.o_proj; not GPT-2's or BERT's fused c_attn, not a
+//   Mamba-2, Gated DeltaNet or Kimi delta mixer) and dense MLPs, unsplit
+//   (tp 1: PEFT's adapters are plain linears). On a mixture of experts
+//   they are refused: transformers releases differ on whether each
+//   expert's projections are modules PEFT matches (and dtsim's MoE layers
+//   do not list their attention's modules). Megatron's names and
+//   HuggingFace's are not mixed.
 // - Tensor parallelism, as ParallelLinearAdapter splits it (its attributes
 //   from get_adapter_attributes_from_linear): beside a column-parallel
 //   layer A is column-parallel (dim / tp of its outputs, gathered:
@@ -142,6 +162,32 @@ constexpr Target kMixerTargets[] = {
     {"attn.o_proj", "out_proj", Split::kRow},
 };
 
+/// HuggingFace PEFT's modules (target_modules over transformers' Llama-style
+/// layers; torchtune's lora_attn_modules and apply_lora_to_mlp name the same
+/// projections): each one projection of a GEMM dtsim fuses, or a whole one.
+struct HfTarget {
+  const char* module;  ///< as target_modules names it
+  const char* kernel;  ///< dtsim's forward GEMM it is part of
+  /// The layer's module (Layer::modules) whose first tensor is its weight,
+  /// so whose outputs it computes; "": the whole GEMM.
+  const char* part;
+  Split split;
+};
+constexpr HfTarget kHfTargets[] = {
+    {"q_proj", "attn.qkv", "attn.qkv", Split::kColumn},
+    {"k_proj", "attn.qkv", "attn.k_proj", Split::kColumn},
+    {"v_proj", "attn.qkv", "attn.v_proj", Split::kColumn},
+    {"o_proj", "attn.o_proj", "", Split::kRow},
+    {"gate_proj", "mlp.gate_up", "mlp.gate_up", Split::kColumn},
+    {"up_proj", "mlp.gate_up", "mlp.up_proj", Split::kColumn},
+    {"up_proj", "mlp.up", "", Split::kColumn},  // a squared-ReLU MLP's
+    {"down_proj", "mlp.down", "", Split::kRow},
+};
+bool is_hf_module(const std::string& name) {
+  return std::any_of(std::begin(kHfTargets), std::end(kHfTargets), [&](const HfTarget& t) { return name == t.module; });
+}
+bool is_hf_attention(const HfTarget& t) { return std::string_view(t.kernel).rfind("attn.", 0) == 0; }
+
 /// What a layer mixes its tokens with, as its kernels say.
 enum class Mixer { kAttention, kInOut, kUnnamed };
 Mixer mixer_of(const sim::Layer& l) {
@@ -166,6 +212,23 @@ const Target* target_of(const std::string& kernel, Mixer mixer) {
     if (kernel == t.kernel) return &t;
   }
   return nullptr;
+}
+
+/// The HuggingFace modules over a layer's GEMM `kernel`: its attention's
+/// where the layer attends with Llama's modules (an attn.o_proj GEMM; not
+/// GPT-2's or BERT's fused c_attn, not a Mamba-2 or linear-attention
+/// mixer), its dense MLP's.
+std::vector<const HfTarget*> hf_targets_of(const sim::Layer& L, const std::string& kernel, Mixer mixer) {
+  std::vector<const HfTarget*> out;
+  const bool llama_attention =
+      mixer == Mixer::kAttention && std::any_of(L.forward.begin(), L.forward.end(), [](const sim::Kernel& k) { return k.name == "attn.o_proj"; });
+  for (const HfTarget& t : kHfTargets) {
+    if (kernel != t.kernel || (is_hf_attention(t) && !llama_attention)) continue;
+    // A part the layer lacks (Gemma 4's shared or value-less layers) adapts nothing there.
+    if (*t.part != '\0' && std::none_of(L.modules.begin(), L.modules.end(), [&](const sim::ParamModule& m) { return m.name == t.part; })) continue;
+    out.push_back(&t);
+  }
+  return out;
 }
 
 bool is_expert_kernel(const std::string& name) { return name.rfind("moe.experts.", 0) == 0; }
@@ -220,6 +283,11 @@ class Lora final : public sim::Model {
   int layer_count() const override { return base_->layer_count(); }
   std::string tp_error(int tp) const override {
     if (std::string why = base_->tp_error(tp); !why.empty()) return why;
+    // HuggingFace PEFT's adapters are plain nn.Linear pairs, not split.
+    if (tp > 1 && std::any_of(c_.targets.begin(), c_.targets.end(), is_hf_module)) {
+      return "HuggingFace PEFT's modules (q_proj, ..., down_proj) are adapted unsplit, without tensor parallelism; valid: tp 1, "
+             "or Megatron-Core's module names (linear_qkv, linear_proj, linear_fc1, linear_fc2)";
+    }
     // ParallelLinearAdapter's column-parallel A divides the rank over tp.
     if (tp > 1 && c_.rank % tp != 0) {
       return "LoRA's rank " + std::to_string(c_.rank) + " does not split over " + std::to_string(tp) +
@@ -285,67 +353,93 @@ class Lora final : public sim::Model {
     const Mixer mixer = mixer_of(L);
     for (const sim::Kernel& f : L.forward) {
       if (f.kind != sim::KernelKind::kGemm) continue;
-      const Target* t = target_of(f.name, mixer);
-      if (t == nullptr || targets_.count(t->module) == 0) continue;
-      Adapter a;
-      a.base = f.name;
-      a.expert = is_expert_kernel(f.name);
-      const std::int64_t n = a.expert ? std::max(1, shape.etp) : std::max(1, shape.tp);
-      const bool sp = shape.sequence_parallel && !a.expert && n > 1;
-      const bool row = t->split == Split::kRow;
-      // The layer's whole input and output widths, from this rank's GEMM
-      // (m tokens: all of them after a column layer's gather).
-      const std::int64_t m = f.m, batch = f.batch;
-      const std::int64_t in = row ? f.k * n : f.k;
-      const std::int64_t out_w = t->split == Split::kColumn ? f.n * n : f.n;
-      // This rank's A (in_a x r_a) and B (r x out_b): A row-parallel beside
-      // a row-parallel layer, else column-parallel over the rank; B
-      // column-parallel (ParallelLinearAdapter).
-      const std::int64_t in_a = row ? in / n : in, r_a = row ? r : r / n, out_b = out_w / n;
-      const sim::Kernel ka = gemm(f.name + ".lora_a", m, r_a, in_a, e, batch);
-      const sim::Kernel kb = gemm(f.name + ".lora_b", m, out_b, r, e, batch);
-      a.forward = {ka, kb};
-      a.backward = backward_of(a.forward);
-      a.params = in_a * r_a + r * out_b;
-      a.largest = std::max(in_a * r_a, r * out_b);
-      // Kept: A's input and output in place of the base's saved input
-      // (Transformer Engine keeps it only for the frozen weight's gradient);
-      // beside a column-parallel layer under sequence parallelism, A's input
-      // gathered where the base keeps its sequence shard.
-      const std::int64_t base_rows = sp && t->split == Split::kColumn ? m / n : m;
-      a.saved_delta = static_cast<Bytes>(e) * batch * (m * in_a + m * r) - shape.saved_gemm_input(batch * base_rows * f.k);
-      if (n > 1 && !a.expert) {
-        // Plain NCCL calls, serial beside whatever userbuffers overlap.
-        const Bytes x = static_cast<Bytes>(e) * m * in, y = static_cast<Bytes>(e) * m * out_w, z = static_cast<Bytes>(e) * m * r;
-        using sim::CollectiveOp;
-        auto fwd = [&](CollectiveOp op, Bytes b) { a.tp_forward.push_back({op, b, 1, sim::Axis::kTp, true}); };
-        auto bwd = [&](CollectiveOp op, Bytes b) { a.tp_backward.push_back({op, b, 1, sim::Axis::kTp, true}); };
-        if (t->split == Split::kColumn) {
-          // Under sequence parallelism Transformer Engine's norm-fused
-          // layer hands A its gathered input (return_layernorm_output_
-          // gathered) unless its userbuffers gather it; else the adapter
-          // gathers it itself (gather_from_sequence_parallel_region).
-          const bool gathers = sp && (!t->norm_fused || shape.tp_comm_overlap);
-          if (gathers) fwd(CollectiveOp::kAllGather, x);
-          fwd(CollectiveOp::kAllGather, z);  // A's gather_output
-          bwd(CollectiveOp::kAllReduce, z);  // B's input gradient
-          if (gathers) bwd(CollectiveOp::kReduceScatter, x);
-          if (!sp) bwd(CollectiveOp::kAllReduce, x);  // A's input gradient
-        } else if (row) {
-          fwd(CollectiveOp::kAllReduce, z);  // A's row-parallel output
-          fwd(CollectiveOp::kAllGather, y);  // B's gather_output
-          bwd(CollectiveOp::kAllReduce, z);
-          if (sp) bwd(CollectiveOp::kAllGather, y);  // the output split over the sequence, backward
-        } else {
-          // Beside a layer Megatron does not split (TELinear, duplicated):
-          // both column-parallel, both outputs gathered.
-          fwd(CollectiveOp::kAllGather, z);
-          fwd(CollectiveOp::kAllGather, y);
-          bwd(CollectiveOp::kAllReduce, z);
-          if (!sp) bwd(CollectiveOp::kAllReduce, x);
-        }
+      // What adapts this GEMM: Megatron-Core's module, whole, or
+      // HuggingFace's, each its projection's outputs.
+      struct Spec {
+        std::string label;  ///< "" (Megatron's, the whole GEMM) or the HuggingFace module
+        Split split;
+        bool norm_fused;
+        std::int64_t out_rank;  ///< this rank's output width
+      };
+      std::vector<Spec> specs;
+      if (const Target* t = target_of(f.name, mixer); t != nullptr && targets_.count(t->module) > 0) {
+        specs.push_back({"", t->split, t->norm_fused, f.n});
       }
-      out.push_back(std::move(a));
+      for (const HfTarget* h : hf_targets_of(L, f.name, mixer)) {
+        if (targets_.count(h->module) == 0) continue;
+        std::int64_t width = f.n;
+        for (const sim::ParamModule& m : L.modules) {
+          if (*h->part != '\0' && m.name == h->part) width = m.tensors.front() / f.k;  // the part's weight: k x its outputs
+        }
+        specs.push_back({h->module, h->split, false, width});
+      }
+      bool first = true;  // the base's saved input is replaced once, by the first adapter's
+      for (const Spec& spec : specs) {
+        Adapter a;
+        a.base = f.name;
+        a.expert = is_expert_kernel(f.name);
+        const std::int64_t n = a.expert ? std::max(1, shape.etp) : std::max(1, shape.tp);
+        const bool sp = shape.sequence_parallel && !a.expert && n > 1;
+        const bool row = spec.split == Split::kRow;
+        // The layer's whole input and output widths, from this rank's GEMM
+        // (m tokens: all of them after a column layer's gather).
+        const std::int64_t m = f.m, batch = f.batch;
+        const std::int64_t in = row ? f.k * n : f.k;
+        const std::int64_t out_w = spec.split == Split::kColumn ? spec.out_rank * n : spec.out_rank;
+        // This rank's A (in_a x r_a) and B (r x out_b): A row-parallel beside
+        // a row-parallel layer, else column-parallel over the rank; B
+        // column-parallel (ParallelLinearAdapter).
+        const std::int64_t in_a = row ? in / n : in, r_a = row ? r : r / n, out_b = out_w / n;
+        const std::string name = spec.label.empty() ? f.name : f.name + "." + spec.label;
+        const sim::Kernel ka = gemm(name + ".lora_a", m, r_a, in_a, e, batch);
+        const sim::Kernel kb = gemm(name + ".lora_b", m, out_b, r, e, batch);
+        a.forward = {ka, kb};
+        a.backward = backward_of(a.forward);
+        a.params = in_a * r_a + r * out_b;
+        a.largest = std::max(in_a * r_a, r * out_b);
+        // Kept: A's input and output in place of the base's saved input
+        // (Transformer Engine keeps it only for the frozen weight's gradient,
+        // and autograd's mm saves no input for a weight that needs no
+        // gradient); beside a column-parallel layer under sequence
+        // parallelism, A's input gathered where the base keeps its sequence
+        // shard. Adapters over one GEMM's projections share its input.
+        const std::int64_t base_rows = sp && spec.split == Split::kColumn ? m / n : m;
+        a.saved_delta = static_cast<Bytes>(e) * batch * m * r;
+        if (first) a.saved_delta += static_cast<Bytes>(e) * batch * m * in_a - shape.saved_gemm_input(batch * base_rows * f.k);
+        first = false;
+        if (n > 1 && !a.expert) {
+          // Plain NCCL calls, serial beside whatever userbuffers overlap.
+          const Bytes x = static_cast<Bytes>(e) * m * in, y = static_cast<Bytes>(e) * m * out_w, z = static_cast<Bytes>(e) * m * r;
+          using sim::CollectiveOp;
+          auto fwd = [&](CollectiveOp op, Bytes b) { a.tp_forward.push_back({op, b, 1, sim::Axis::kTp, true}); };
+          auto bwd = [&](CollectiveOp op, Bytes b) { a.tp_backward.push_back({op, b, 1, sim::Axis::kTp, true}); };
+          if (spec.split == Split::kColumn) {
+            // Under sequence parallelism Transformer Engine's norm-fused
+            // layer hands A its gathered input (return_layernorm_output_
+            // gathered) unless its userbuffers gather it; else the adapter
+            // gathers it itself (gather_from_sequence_parallel_region).
+            const bool gathers = sp && (!spec.norm_fused || shape.tp_comm_overlap);
+            if (gathers) fwd(CollectiveOp::kAllGather, x);
+            fwd(CollectiveOp::kAllGather, z);  // A's gather_output
+            bwd(CollectiveOp::kAllReduce, z);  // B's input gradient
+            if (gathers) bwd(CollectiveOp::kReduceScatter, x);
+            if (!sp) bwd(CollectiveOp::kAllReduce, x);  // A's input gradient
+          } else if (row) {
+            fwd(CollectiveOp::kAllReduce, z);  // A's row-parallel output
+            fwd(CollectiveOp::kAllGather, y);  // B's gather_output
+            bwd(CollectiveOp::kAllReduce, z);
+            if (sp) bwd(CollectiveOp::kAllGather, y);  // the output split over the sequence, backward
+          } else {
+            // Beside a layer Megatron does not split (TELinear, duplicated):
+            // both column-parallel, both outputs gathered.
+            fwd(CollectiveOp::kAllGather, z);
+            fwd(CollectiveOp::kAllGather, y);
+            bwd(CollectiveOp::kAllReduce, z);
+            if (!sp) bwd(CollectiveOp::kAllReduce, x);
+          }
+        }
+        out.push_back(std::move(a));
+      }
     }
     return out;
   }
@@ -423,15 +517,23 @@ class Lora final : public sim::Model {
 std::vector<std::string> lora_modules(const sim::Model& model) {
   std::set<std::string> seen;
   std::vector<std::string> out;
+  std::vector<std::string> hf;  // HuggingFace's after Megatron-Core's
   for (const sim::Layer& L : model.shared_layers(sim::WorkloadShape{})) {
     const Mixer mixer = mixer_of(L);
     for (const sim::Kernel& k : L.forward) {
-      const Target* t = k.kind == sim::KernelKind::kGemm ? target_of(k.name, mixer) : nullptr;
+      if (k.kind != sim::KernelKind::kGemm) continue;
+      const Target* t = target_of(k.name, mixer);
       if (t != nullptr && seen.insert(t->module).second) out.emplace_back(t->module);
+      for (const HfTarget* h : hf_targets_of(L, k.name, mixer)) {
+        if (seen.insert(h->module).second) hf.emplace_back(h->module);
+      }
     }
   }
+  out.insert(out.end(), hf.begin(), hf.end());
   return out;
 }
+
+bool lora_hf_module(const std::string& module) { return is_hf_module(module); }
 
 sim::ModelPtr make_lora(sim::ModelPtr base, const LoraConfig& c) { return std::make_shared<Lora>(std::move(base), c); }
 

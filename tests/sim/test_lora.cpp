@@ -76,6 +76,57 @@ TEST_CASE("LoRA's adapters: Megatron's fused modules, counted by hand (Note [LoR
   CHECK(qkv->trainable_parameters() == 80 * 16 * (8192 + 10240));
 }
 
+TEST_CASE("LoRA on HuggingFace PEFT's modules: one adapter a projection, counted by hand (Note [LoRA])", "[lora]") {
+  const auto base = models::load_model("llama-3-8b");
+  const auto all = models::load_model(
+      "llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16", "model.lora_targets=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"}));
+  // Rank 16 beside q (4096 -> 4096), k and v (4096 -> 1024 each), o (4096
+  // -> 4096), gate and up (4096 -> 14336 each) and down (14336 -> 4096):
+  // 16 x (8192 + 5120 + 5120 + 8192 + 3 x 18432) = 1,310,720 a block, 32
+  // blocks: PEFT's print_trainable_parameters for Llama 3 8B, "trainable
+  // params: 41,943,040 || all params: 8,072,204,288".
+  CHECK(all->trainable_parameters() == 32 * 1'310'720);
+  CHECK(all->trainable_parameters() == 41'943'040);
+  CHECK(all->parameters() == 8'072'204'288);
+  // torchtune's 8B LoRA recipe: q_proj, v_proj, output_proj and the MLP at
+  // rank 8: 8 x (8192 + 5120 + 8192 + 3 x 18432) = 614,400 a block.
+  const auto tune = models::load_model(
+      "llama-3-8b", sets({"model.peft=lora", "model.lora_rank=8", "model.lora_targets=[q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"}));
+  CHECK(tune->trainable_parameters() == 32 * 614'400);
+  // Each projection its own pair of GEMMs over its share of the fused one.
+  const std::vector<Layer> ll = all->layers(seq4096()), bl = base->layers(seq4096());
+  const Layer& l = ll[1];
+  const Layer& b = bl[1];
+  const Kernel* qa = kernel(l.forward, "attn.qkv.q_proj.lora_a");
+  const Kernel* kb = kernel(l.forward, "attn.qkv.k_proj.lora_b");
+  const Kernel* ub = kernel(l.forward, "mlp.gate_up.up_proj.lora_b");
+  const Kernel* da = kernel(l.forward, "mlp.down.down_proj.lora_a");
+  REQUIRE((qa != nullptr && kb != nullptr && ub != nullptr && da != nullptr));
+  CHECK((qa->m == 4096 && qa->n == 16 && qa->k == 4096));
+  CHECK((kb->m == 4096 && kb->n == 1024 && kb->k == 16));
+  CHECK((ub->m == 4096 && ub->n == 14336 && ub->k == 16));
+  CHECK((da->m == 4096 && da->n == 16 && da->k == 14336));
+  CHECK(kernel(l.backward, "attn.qkv.v_proj.lora_b.wgrad") != nullptr);
+  CHECK(l.params == 1'310'720);
+  // Kept: q, k and v's adapters share the fused GEMM's input, which
+  // replaces the base's saved copy once; each adds A's output, 4096 x 16 x 2
+  // bytes: seven a block.
+  CHECK(l.saved_bytes == b.saved_bytes + 7 * 4096 * 16 * 2);
+  // GPT-2's fused c_attn has no q_proj; a mixture of experts, a
+  // tensor-parallel split and a mix of the two namings are refused.
+  CHECK_THAT(error_of([] { models::load_model("gpt2", sets({"model.peft=lora", "model.lora_targets=[q_proj]"})); }),
+             Catch::Contains("model.lora_targets: q_proj match no linear layer of this model LoRA adapts; valid: linear_qkv, linear_proj, linear_fc1, linear_fc2"));
+  CHECK_THAT(error_of([] { models::load_model("mixtral-8x7b", sets({"model.peft=lora", "model.lora_targets=[q_proj,v_proj]"})); }),
+             Catch::Contains("model.lora_targets: HuggingFace PEFT's names on a mixture of experts are not modelled (transformers "
+                             "releases differ on whether each expert's projections are modules PEFT matches); valid: Megatron-Core's "
+                             "linear_qkv, linear_proj, linear_fc1, linear_fc2") &&
+                 Catch::EndsWith("linear_fc2"));
+  CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_targets=[linear_qkv,q_proj]"})); }),
+             Catch::Contains("model.lora_targets: mixes Megatron-Core's module names with HuggingFace PEFT's"));
+  CHECK_THAT(all->tp_error(2), Catch::Contains("HuggingFace PEFT's modules (q_proj, ..., down_proj) are adapted unsplit"));
+  CHECK(all->tp_error(1).empty());
+}
+
 TEST_CASE("LoRA: the frozen base computes no weight gradient, the adapters their four GEMMs (Note [LoRA])", "[lora]") {
   const auto base = models::load_model("llama-3-8b");
   const auto lora = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16"}));

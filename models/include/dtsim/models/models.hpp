@@ -354,9 +354,14 @@ struct LoraConfig {
 /// `base` fine-tuned with LoRA: its layers' trained parameters are the
 /// adapters', the base's frozen (sim::Layer::frozen_params).
 sim::ModelPtr make_lora(sim::ModelPtr base, const LoraConfig& c);
-/// The Megatron-Core module names LoraConfig::targets may name for `model`,
-/// in the order its first layers run them ("linear_qkv", "linear_proj", ...).
+/// The module names LoraConfig::targets may name for `model`: Megatron-Core's
+/// in the order its first layers run them ("linear_qkv", "linear_proj", ...),
+/// then HuggingFace PEFT's where the model has Llama's projections
+/// ("q_proj", "k_proj", ..., "down_proj").
 std::vector<std::string> lora_modules(const sim::Model& model);
+/// Whether `module` is HuggingFace PEFT's name of one projection ("q_proj",
+/// ..., "down_proj") rather than Megatron-Core's of a fused module.
+bool lora_hf_module(const std::string& module);
 
 /// Built-in names: gpt2, gpt2-medium, gpt2-large, gpt2-xl, bert-base,
 /// bert-large, bilstm, and the tiny ones for CPU validation.
