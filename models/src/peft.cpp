@@ -91,6 +91,35 @@
 // priced; Megatron's recompute modules rerun the base's kernels, not the
 // adapters', which keep what they save.
 //
+// Note [QLoRA]
+// QLoRA (Dettmers et al. 2023; `peft: qlora`) is LoRA over a base whose
+// linear weights are stored in 4-bit NormalFloat with double-quantized
+// scales: bitsandbytes' Linear4bit (quant_type nf4, compress_statistics:
+// an int8 absmax a block of 64 weights, an fp32 scale a block of 256 of
+// those) as transformers loads a model with load_in_4bit, or torchao's
+// NF4Tensor (block_size 64, scaler_block_size 256) as torchtune's
+// quantize_base builds it: sim::kNf4BytesPerElement, 0.516 bytes a weight.
+// Which weights: every linear layer of the blocks, targeted or not
+// (torchtune's FrozenNF4Linear beside its NF4 LoRALinear; transformers
+// skips the output head), each GEMM kernel's k x n; the embedding, the
+// norms and the LM head stay in the working precision
+// (Layer::frozen_nf4). Work: neither library has a 4-bit GEMM for
+// training-sized batches: bitsandbytes' MatMul4Bit runs
+// F.linear(A, dequantize_4bit(B)) and in its backward grad_output @
+// dequantize_4bit(B) (autograd/_functions.py; its newer gemm_4bit falls
+// back to dequantize-and-linear past a few rows), torchao's LinearNF4
+// F.linear(input, weight.to(dtype)) and grad_output @ weight.to(dtype).
+// So each linear GEMM is preceded by a dequantization kernel that reads the
+// NF4 weight and writes it whole in the compute dtype, and so is its input
+// gradient; a recomputed forward dequantizes again. Neither saves the
+// layer's input (no weight gradient), which dtsim already drops beside
+// each adapter (Note [LoRA]). The dequantized weight, a transient of one
+// layer's size, is not counted. Tensor parallelism (the 4-bit weights are
+// whole) and 8- or 4-bit compute (the GEMMs run in bnb_4bit_compute_dtype)
+// are refused. Under FSDP2 the NF4 shards are gathered as they are stored
+// (torchao's NF4Tensor.fsdp_pre_all_gather sends its packed data and
+// scales), so a gather moves 0.516 bytes a frozen linear weight.
+//
 // Note [Frozen weights]
 // A frozen parameter (requires_grad False) gets no gradient, no optimizer
 // state, no master copy and no reduction: Megatron-Core's DDP buckets and
@@ -109,6 +138,7 @@
 // An FP8 GEMM's frozen weight keeps its FP8 copies as a trained one does
 // (Fp8Gemms::frozen_elements in sim/src/lowering/emitter.hpp).
 #include <algorithm>
+#include <map>
 #include <memory>
 #include <set>
 #include <string>
@@ -266,7 +296,7 @@ class Lora final : public sim::Model {
     }
   }
 
-  std::string name() const override { return base_->name() + "+lora" + std::to_string(c_.rank); }
+  std::string name() const override { return base_->name() + (c_.nf4 ? "+qlora" : "+lora") + std::to_string(c_.rank); }
   std::int64_t parameters() const override { return base_->parameters() + adapters_; }
   std::int64_t trainable_parameters() const override { return adapters_; }
   std::int64_t active_parameters() const override { return base_->active_parameters() + adapters_; }
@@ -283,6 +313,10 @@ class Lora final : public sim::Model {
   int layer_count() const override { return base_->layer_count(); }
   std::string tp_error(int tp) const override {
     if (std::string why = base_->tp_error(tp); !why.empty()) return why;
+    // Note [QLoRA]: bitsandbytes' Linear4bit and torchao's NF4Tensor are whole weights.
+    if (tp > 1 && c_.nf4) {
+      return "QLoRA's 4-bit base (bitsandbytes' Linear4bit, torchao's NF4Tensor) is not split over tensor parallelism; valid: tp 1";
+    }
     // HuggingFace PEFT's adapters are plain nn.Linear pairs, not split.
     if (tp > 1 && std::any_of(c_.targets.begin(), c_.targets.end(), is_hf_module)) {
       return "HuggingFace PEFT's modules (q_proj, ..., down_proj) are adapted unsplit, without tensor parallelism; valid: tp 1, "
@@ -454,7 +488,7 @@ class Lora final : public sim::Model {
     L.param_tensors = 0;
     L.largest_param_tensor = 0;
     L.modules.clear();
-    L.signature += ",lora=" + std::to_string(c_.rank);
+    L.signature += (c_.nf4 ? ",qlora=" : ",lora=") + std::to_string(c_.rank);
     for (const auto& t : c_.targets) L.signature += ":" + t;
     if (L.kind == sim::LayerKind::kEmbedding) {
       // Frozen and first: nothing to differentiate, nothing to reduce.
@@ -463,11 +497,30 @@ class Lora final : public sim::Model {
       L.cp_backward.clear();
       return;
     }
+    // Note [QLoRA]: a block's linear weights in NF4, each dequantized before
+    // its GEMM and again before its input's gradient.
+    const bool nf4 = c_.nf4 && L.kind != sim::LayerKind::kLmHead && L.kind != sim::LayerKind::kHead;
+    std::map<std::string, sim::Kernel> dequant;  // by forward GEMM
+    if (nf4) {
+      std::int64_t elements = 0;
+      for (const sim::Kernel& k : L.forward) {
+        if (k.kind != sim::KernelKind::kGemm) continue;
+        const std::int64_t w = k.k * k.n * std::max<std::int64_t>(1, k.batch);
+        elements += w;
+        const Bytes e = shape.act_bytes;
+        dequant.emplace(k.name, memory_op(k.name + ".dequant", sim::KernelKind::kElementwise, sim::frozen_weight_bytes(w, w, e),
+                                          e * w, 2.0 * static_cast<double>(w)));
+      }
+      L.frozen_nf4 = std::min(elements, L.frozen_params - L.frozen_tied);
+    }
     std::vector<sim::Kernel> backward;
     for (const sim::Kernel& k : L.backward) {
       // A frozen weight's gradient, or a frozen table's rows (a multi-token
       // prediction depth's embedding: its scatter-add).
       if (is_weight_grad(k, gemms) || k.kind == sim::KernelKind::kEmbedding) continue;
+      if (k.name.ends_with(".dgrad")) {
+        if (const auto d = dequant.find(k.name.substr(0, k.name.size() - 6)); d != dequant.end()) backward.push_back(d->second);
+      }
       backward.push_back(k);
       // The adapter's backward after its layer's dgrad.
       for (const Adapter& a : adapters) {
@@ -479,6 +532,7 @@ class Lora final : public sim::Model {
     for (std::size_t i = 0; i < L.forward.size(); ++i) {
       const sim::Kernel& k = L.forward[i];
       moved[i] = forward.size();
+      if (const auto d = dequant.find(k.name); d != dequant.end()) forward.push_back(d->second);
       forward.push_back(k);
       for (const Adapter& a : adapters) {
         if (k.name == a.base) forward.insert(forward.end(), a.forward.begin(), a.forward.end());

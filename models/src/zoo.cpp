@@ -1070,10 +1070,13 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
        {"mlp", "mlp"}, {"conv-autoencoder", "conv-autoencoder"}, {"nbow", "nbow"}, {"seq2seq", "seq2seq"}});
   if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, llama, bert, bilstm, vgg, cnn, mlp, conv-autoencoder, nbow, seq2seq");
   // Note [LoRA] (peft.cpp): any family fine-tuned with adapters.
-  const bool lora = c.get_enum<bool>("peft", false, {{"none", false}, {"lora", true}});
+  // Note [QLoRA]: qlora is LoRA over a base whose linear weights are NF4.
+  const std::string peft = c.get_enum<std::string>("peft", "none", {{"none", "none"}, {"lora", "lora"}, {"qlora", "qlora"}});
+  const bool lora = peft != "none";
   LoraConfig lc;
+  lc.nf4 = peft == "qlora";
   if (c.has("lora_rank") || c.has("lora_targets")) {
-    if (!lora) c.fail(c.has("lora_rank") ? "lora_rank" : "lora_targets", "is LoRA's; set peft: lora with it (valid peft: none, lora)");
+    if (!lora) c.fail(c.has("lora_rank") ? "lora_rank" : "lora_targets", "is LoRA's; set peft: lora with it (valid peft: none, lora, qlora)");
     lc.rank = c.get_int("lora_rank", lc.rank, 1, 1 << 16);
     if (c.has("lora_targets")) lc.targets = c.get_word_list("lora_targets");
   }

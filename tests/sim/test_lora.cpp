@@ -400,15 +400,78 @@ TEST_CASE("LoRA under FSDP2: the frozen base sharded and gathered with the adapt
   CHECK(optimizer == 12 * (35'651'584 / 8));
   // Offloaded, the shards live on the host (FSDP2's CPUOffloadPolicy).
   Bytes offloaded = 0;
-  for (const auto& m : lowered("offload_params: cpu\noffload_optimizer: cpu\n").ranks[0].resident) {
+  const TaskGraph off = lowered("offload_params: cpu\noffload_optimizer: cpu\n");
+  for (const auto& m : off.ranks[0].resident) {
     if (m.category == MemCategory::kParameters) offloaded += m.bytes;
   }
   CHECK(offloaded == 0);
 }
 
+TEST_CASE("QLoRA: the blocks' linear weights in NF4, dequantized before each GEMM and each input gradient (Note [QLoRA])", "[lora]") {
+  const std::vector<std::string> all = {"model.peft=qlora", "model.lora_rank=16",
+                                        "model.lora_targets=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"};
+  const auto q = models::load_model("llama-3-8b", sets(all));
+  CHECK(q->name() == "llama-3-8b+qlora16");
+  CHECK(q->trainable_parameters() == 41'943'040);
+  const std::vector<Layer> ql = q->layers(seq4096());
+  // A block's linear weights: q, k, v (4096 x 6144), o (4096 x 4096), gate
+  // and up (4096 x 28672), down (14336 x 4096): 218,103,808, its two norms
+  // (8,192) left in bf16; the embedding and the LM head stay bf16 too.
+  CHECK(ql[1].frozen_nf4 == 218'103'808);
+  CHECK(ql[0].frozen_nf4 == 0);
+  CHECK(ql.back().frozen_nf4 == 0);
+  // NF4 with double-quantized scales: 4 bits, an int8 absmax a block of 64
+  // and an fp32 scale a block of 256 of those: 109,051,904 + 3,407,872 +
+  // 53,248 = 112,513,024 bytes a block.
+  CHECK(frozen_weight_bytes(218'103'808, 218'103'808, 2) == 112'513'024);
+  // Each linear GEMM dequantizes its weight first: read NF4, write bf16.
+  const Kernel* d = kernel(ql[1].forward, "attn.qkv.dequant");
+  REQUIRE(d != nullptr);
+  CHECK(d->bytes == frozen_weight_bytes(25'165'824, 25'165'824, 2) + 2 * 25'165'824);
+  CHECK(d->kind == KernelKind::kElementwise);
+  const auto at = [](const std::vector<Kernel>& ks, const std::string& name) {
+    return std::find_if(ks.begin(), ks.end(), [&](const Kernel& k) { return k.name == name; }) - ks.begin();
+  };
+  CHECK(at(ql[1].forward, "attn.qkv.dequant") + 1 == at(ql[1].forward, "attn.qkv"));
+  CHECK(at(ql[1].backward, "mlp.down.dequant") + 1 == at(ql[1].backward, "mlp.down.dgrad"));
+  int dequants = 0;
+  for (const auto* ks : {&ql[1].forward, &ql[1].backward}) {
+    for (const Kernel& k : *ks) dequants += k.name.ends_with(".dequant") ? 1 : 0;
+  }
+  CHECK(dequants == 2 * 4);  // attn.qkv, attn.o_proj, mlp.gate_up, mlp.down, each twice
+  // On one GPU: 32 NF4 blocks, their norms, the embedding, final norm and
+  // head (2 x 128,256 x 4096 + 4096) and the adapters in bf16.
+  const ClusterSpec one = load_cluster("dgx-h100", sets({"cluster.gpus_per_node=1"}));
+  const std::string plan = "dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n";
+  const test::FixedCompute compute(1000);
+  const test::FixedComm comm(1000);
+  const auto resident_params = [&](const std::string& p, const ClusterSpec& c) {
+    ResolvedPlan r = resolve(parse_plan(p, "p.yaml"), *q, c);
+    partition(r, *q, c, compute, comm);
+    Bytes b = 0;
+    const TaskGraph g = lower(*q, r, c, CostModels{&compute, &comm});
+    for (const auto& m : g.ranks[0].resident) {
+      if (m.category == MemCategory::kParameters) b += m.bytes;
+    }
+    return b;
+  };
+  const Bytes blocks = 32 * (112'513'024LL + 8192 * 2), rest = (2LL * 128'256 * 4096 + 4096) * 2, adapters = 41'943'040LL * 2;
+  CHECK(resident_params(plan, one) == blocks + rest + adapters);
+  // FSDP2 shards them and gathers the NF4 bytes as they are (torchao's
+  // fsdp_pre_all_gather): an eighth each on 8 GPUs.
+  const ClusterSpec eight = load_cluster("dgx-h100");
+  CHECK(resident_params("dp: 8\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\nfsdp_version: 2\n", eight) ==
+        (blocks + rest) / 8 + adapters / 8);
+  // bitsandbytes' and torchao's 4-bit weights are whole and compute in 16 bits.
+  CHECK_THAT(q->tp_error(2), Catch::Contains("QLoRA's 4-bit base (bitsandbytes' Linear4bit, torchao's NF4Tensor) is not split"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp8\n", "p.yaml"), *q, one); }),
+             Catch::Contains("precision: fp8: QLoRA's NF4 base is dequantized to its compute dtype"));
+  CHECK_FALSE(PlanRules(*q, one, 1).precisions().back() == Precision::kFp8);
+}
+
 TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.lora_rank=8"})); }),
-             Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora)"));
+             Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora, qlora)"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_targets=[linear_q_down_proj]"})); }),
              Catch::Contains("model.lora_targets: linear_q_down_proj match no linear layer of this model LoRA adapts; valid: linear_qkv, linear_proj, linear_fc1, linear_fc2"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=dora"})); }), Catch::Contains("none, lora"));

@@ -3,6 +3,7 @@
 #include "dtsim/sim/model.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <mutex>
 #include <utility>
 
@@ -135,6 +136,10 @@ bool attends(const Model& model) {
     }
   }
   return false;
+}
+
+Bytes frozen_weight_bytes(std::int64_t frozen, std::int64_t nf4, Bytes w) {
+  return (frozen - nf4) * w + static_cast<Bytes>(std::ceil(static_cast<double>(nf4) * kNf4BytesPerElement));
 }
 
 const char* to_string(LayerKind kind) {

@@ -340,8 +340,8 @@ class ChunkStage final : public detail::StageEmitter {
       }
       detail::set_link_capacity(r, c.cluster, c.comm, inter_groups);
       detail::set_interference(r, c.cluster, c.comm);
-      std::int64_t params = 0, experts = 0, frozen = 0;
-      Bytes module_buffers = 0;  // Layer::buffer_bytes
+      std::int64_t params = 0, experts = 0;
+      Bytes module_buffers = 0, frozen = 0;  // Layer::buffer_bytes, frozen_params
       detail::Fp8Gemms fp8;
       for (const auto& ch : c.chunks) {
         if (ch.rank != s) continue;
@@ -353,14 +353,14 @@ class ChunkStage final : public detail::StageEmitter {
           module_buffers += L.buffer_bytes;
           // Layer::frozen_params: the tied embedding's copy where the head
           // is on another stage than the embedding, as ch.tied for trained ones.
-          frozen += L.frozen_params - (ch.rank != 0 ? 0 : L.frozen_tied);
+          frozen += frozen_weight_bytes(L.frozen_params - (ch.rank != 0 ? 0 : L.frozen_tied), L.frozen_nf4, c.w);
         }
       }
       c.rank_params.push_back(params);
       c.rank_expert_params.push_back(experts);
       c.rank_fp8.push_back(fp8);
       detail::add_resident(r, c.plan, c.cluster, params, 0, fp8, experts);
-      if (frozen > 0) r.resident.push_back({MemCategory::kParameters, frozen * c.w});
+      if (frozen > 0) r.resident.push_back({MemCategory::kParameters, frozen});
       if (module_buffers > 0) r.resident.push_back({MemCategory::kBuffers, module_buffers});
       c.g.ranks.push_back(std::move(r));
     }

@@ -221,12 +221,12 @@ class LayerStage final : public detail::StageEmitter {
     for (const Layer& L : c.layers) fp8 += detail::fp8_gemms(L, c.plan.precision);
     detail::add_resident(rank, c.plan, c.cluster, c.params, detail::persistent_params(c.plan, c.layers), fp8, c.expert_params);
     Bytes module_buffers = 0;  // Layer::buffer_bytes
-    std::int64_t frozen = 0;   // Layer::frozen_params: one stage holds the tied weight once
+    Bytes frozen = 0;          // Layer::frozen_params: one stage holds the tied weight once
     for (const Layer& L : c.layers) {
       module_buffers += L.buffer_bytes;
-      frozen += L.frozen_params - L.frozen_tied;
+      frozen += frozen_weight_bytes(L.frozen_params - L.frozen_tied, L.frozen_nf4, c.w);
     }
-    if (frozen > 0) rank.resident.push_back({MemCategory::kParameters, resident_frozen(c.plan, frozen) * c.w});
+    if (frozen > 0) rank.resident.push_back({MemCategory::kParameters, resident_frozen(c.plan, frozen)});
     if (module_buffers > 0) rank.resident.push_back({MemCategory::kBuffers, module_buffers});
     // Note [ZeRO-3 modules]: DeepSpeed's gradient bucket, allocated whole at start.
     if (c.plan.zero3_modules()) rank.resident.push_back({MemCategory::kBuffers, detail::zero3_bucket_elements(c.plan) * c.gw});
@@ -483,7 +483,7 @@ bool shards_frozen(const ResolvedPlan& plan) {
   return plan.zero_stage == 3 && plan.shard_group > 1;
 }
 
-std::int64_t resident_frozen(const ResolvedPlan& plan, std::int64_t frozen) {
+Bytes resident_frozen(const ResolvedPlan& plan, Bytes frozen) {
   if (!shards_frozen(plan)) return frozen;
   if (plan.offload_params == Offload::kCpu) return 0;
   return (frozen + plan.shard_group - 1) / plan.shard_group;

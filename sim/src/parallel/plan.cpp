@@ -827,7 +827,12 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (const auto ok = rules.precisions(); std::find(ok.begin(), ok.end(), r.precision) == ok.end()) {
     std::string valid;
     for (Precision p : ok) valid += (valid.empty() ? "" : ", ") + std::string(to_string(p));
-    if (r.precision == Precision::kFp8) {
+    if (quantized_gemms(r.precision) && rules.nf4_weights()) {
+      // Note [QLoRA] (models/src/peft.cpp).
+      bad.add("precision", std::string(to_string(r.precision)) +
+                               ": QLoRA's NF4 base is dequantized to its compute dtype (bnb_4bit_compute_dtype) for 16-bit "
+                               "GEMMs; valid: " + valid);
+    } else if (r.precision == Precision::kFp8) {
       bad.add("precision", "fp8 needs FP8 tensor cores (Hopper or later); " + cluster.device.name + " has none; valid: " + valid);
     } else if (r.precision == Precision::kFp4) {
       // Note [NVFP4 training]: TE trains NVFP4 on compute capability 10.x.

@@ -239,7 +239,8 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
     // What a deferred weight pass would keep; only ZB-H1's order defers one.
     out.weight_hold.push_back(detail::weight_grad_hold(priced.layers[l]));
     out.params.push_back(priced.layers[l].params);
-    out.frozen_params.push_back(priced.layers[l].frozen_params - priced.layers[l].frozen_tied);
+    const Layer& L = priced.layers[l];
+    out.frozen_bytes.push_back(frozen_weight_bytes(L.frozen_params - L.frozen_tied, L.frozen_nf4, element_bytes(plan.precision)));
     out.expert_params.push_back(priced.layers[l].expert_params);
   }
   return out;

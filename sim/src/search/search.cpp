@@ -805,7 +805,8 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
                "plan_bounds: the split or the schedule's shape does not match the plan");
   std::vector<double> fwd(chunks, 0), bwd(chunks, 0), off(chunks, 0);
   std::vector<Bytes> kept(chunks, 0), hold(chunks, 0);
-  std::vector<std::int64_t> params(chunks, 0), experts(chunks, 0), frozen(chunks, 0);
+  std::vector<std::int64_t> params(chunks, 0), experts(chunks, 0);
+  std::vector<Bytes> frozen(chunks, 0);
   std::size_t l = 0;
   for (std::size_t vs = 0; vs < chunks; ++vs) {
     int blocks = 0;  // of this chunk so far
@@ -826,7 +827,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
       hold[vs] += layers.weight_hold[l];
       params[vs] += layers.params[l];
       experts[vs] += layers.expert_params[l];
-      if (!layers.frozen_params.empty()) frozen[vs] += layers.frozen_params[l];
+      if (!layers.frozen_bytes.empty()) frozen[vs] += layers.frozen_bytes[l];
     }
   }
   const double m = static_cast<double>(std::max<std::int64_t>(1, plan.grad_accum));
@@ -843,7 +844,8 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     // every pass of the stage on its compute stream, the backwards of its
     // last micro-batch after its last pass.
     double work = 0, a2a = 0;
-    std::int64_t p = 0, e = 0, f = 0;
+    std::int64_t p = 0, e = 0;
+    Bytes f = 0;
     for (int k = 0; k < v; ++k) {
       const std::size_t vs = static_cast<std::size_t>(k * pp + s);
       work += fwd[vs] + bwd[vs];
@@ -888,7 +890,7 @@ PlanBounds plan_bounds(const LayerCosts& layers, const ScheduleShape& shape, con
     const Bytes accumulated = fsdp ? p * fsdp_reduce_element_bytes(plan) : 0;
     // Note [Frozen weights]: held whole in the working precision, or
     // sharded by FSDP2 (Note [Frozen weights under FSDP]).
-    const Bytes frozen_bytes = resident_frozen(plan, f) * w;
+    const Bytes frozen_bytes = resident_frozen(plan, f);
     const Bytes resident = ms.parameters + ms.optimizer + (resident_grads ? ms.gradients : 0) + buckets + gathered + frozen_bytes;
     peak = std::max({peak, ms.total() + buckets + frozen_bytes, resident + act + ipg, resident + accumulated});
   }
@@ -1057,10 +1059,14 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
   // the working precision besides (Note [Frozen weights] in models/src/peft.cpp).
   const std::int64_t params = model.trainable_parameters();
   const std::int64_t frozen = model.parameters() - params;
-  // Routed experts' parameters, split over ep x etp ranks rather than tp.
-  std::int64_t expert_params = 0;
-  if (model.experts() > 0) {
-    for (const Layer& L : model.shared_layers(WorkloadShape{})) expert_params += L.expert_params;
+  // Routed experts' parameters, split over ep x etp ranks rather than tp;
+  // the frozen weights stored in NF4 (Layer::frozen_nf4).
+  std::int64_t expert_params = 0, frozen_nf4 = 0;
+  if (model.experts() > 0 || frozen > 0) {
+    for (const Layer& L : model.shared_layers(WorkloadShape{})) {
+      expert_params += L.expert_params;
+      frozen_nf4 += L.frozen_nf4;
+    }
   }
   const PlanRules lb_rules(model, cluster, r.gpus);
   // The threads that bound the plans (Note [Bounds in parallel]) and simulate them.
@@ -1265,7 +1271,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     const Bytes frozen_bytes =
         frozen_sharded && s.offload_params == Offload::kCpu
             ? 0
-            : frozen * element_bytes(s.precision) /
+            : frozen_weight_bytes(frozen, frozen_nf4, element_bytes(s.precision)) /
                   (static_cast<std::int64_t>(s.pp) * std::max<std::int64_t>(s.tp, s.ep * etp) * (frozen_sharded ? std::max(1, s.dp) : 1));
     // The gradients DDP and ZeRO-1 make in the backward (not Megatron's
     // buffer, not ZeRO-2's and -3's partitions, allocated from the start).

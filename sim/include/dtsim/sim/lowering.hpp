@@ -40,10 +40,10 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std:
 /// allows as FSDP2's full_shard and hybrid_shard alone (Note [Frozen weights
 /// under FSDP] in sim/src/lowering/passes/sharded_parameters.cpp).
 bool shards_frozen(const ResolvedPlan& plan);
-/// Of a rank's `frozen` parameters, those it holds on the device between
-/// passes: all of them, its shard where shards_frozen(), none where those
-/// shards are offloaded.
-std::int64_t resident_frozen(const ResolvedPlan& plan, std::int64_t frozen);
+/// Of a rank's `frozen` bytes of frozen weights, those it holds on the device
+/// between passes: all of them, its shard where shards_frozen(), none where
+/// those shards are offloaded.
+Bytes resident_frozen(const ResolvedPlan& plan, Bytes frozen);
 
 /// How much longer a memory-bound kernel takes on `device` beside a
 /// collective whose flow runs at `link_rate` bytes a second (Note

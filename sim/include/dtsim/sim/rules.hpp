@@ -114,6 +114,8 @@ class PlanRules {
   std::vector<int> zero_stages(int pp) const;
   /// The model keeps frozen weights beside those it trains (a LoRA fine-tune).
   bool frozen_weights() const { return frozen_; }
+  /// Of them, some are stored in 4-bit NormalFloat (a QLoRA fine-tune).
+  bool nf4_weights() const { return nf4_; }
   /// FSDP's sharding strategies with pp stages: every one on one stage;
   /// under a pipeline FULL_SHARD, as torch.distributed.pipelining runs
   /// fully_shard stages, and NO_SHARD (Note [FSDP under a pipeline] in
@@ -184,7 +186,8 @@ class PlanRules {
   /// DeepSpeed's and PyTorch's, which do not run Megatron's schedule).
   static std::vector<bool> ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision,
                                              bool sharded, MoeDispatcher dispatcher = MoeDispatcher::kAllToAll);
-  /// Precisions the device runs (bf16 needs bfloat16 support).
+  /// Precisions the device runs (bf16 needs bfloat16 support); a QLoRA
+  /// fine-tune's no fp8 or fp4.
   std::vector<Precision> precisions() const;
   /// Orders of the mesh axes a placement may give, innermost first.
   std::vector<std::string> placements() const;
@@ -204,6 +207,7 @@ class PlanRules {
   std::int64_t min_seq_len_ = 1;
   bool batch_norm_ = false;
   bool frozen_ = false;
+  bool nf4_ = false;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
   mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
   /// op_recompute_allowed's answers, by (tp, cp, flash), built when first asked.
