@@ -103,7 +103,7 @@
 // (torchtune's FrozenNF4Linear beside its NF4 LoRALinear; transformers
 // skips the output head), each GEMM kernel's k x n; the embedding, the
 // norms and the LM head stay in the working precision
-// (Layer::frozen_nf4). Work: neither library has a 4-bit GEMM for
+// (Layer::frozen_nf4; dtsim's blocks, LayerKind::kTransformer). Work: neither library has a 4-bit GEMM for
 // training-sized batches: bitsandbytes' MatMul4Bit runs
 // F.linear(A, dequantize_4bit(B)) and in its backward grad_output @
 // dequantize_4bit(B) (autograd/_functions.py; its newer gemm_4bit falls
@@ -111,12 +111,14 @@
 // F.linear(input, weight.to(dtype)) and grad_output @ weight.to(dtype).
 // So each linear GEMM is preceded by a dequantization kernel that reads the
 // NF4 weight and writes it whole in the compute dtype, and so is its input
-// gradient; a recomputed forward dequantizes again. Neither saves the
+// gradient; a forward recomputed whole (full recompute: PyTorch's activation
+// checkpointing, torchtune's and PEFT's) dequantizes again, where Megatron's
+// recompute modules are priced without it. Neither saves the
 // layer's input (no weight gradient), which dtsim already drops beside
 // each adapter (Note [LoRA]). The dequantized weight, a transient of one
-// layer's size, is not counted. Tensor parallelism (the 4-bit weights are
-// whole) and 8- or 4-bit compute (the GEMMs run in bnb_4bit_compute_dtype)
-// are refused. Under FSDP2 the NF4 shards are gathered as they are stored
+// layer's size, is not counted. Tensor and expert parallelism (the 4-bit
+// weights are whole) and 8- or 4-bit compute (the GEMMs run in
+// bnb_4bit_compute_dtype) are refused. Under FSDP2 the NF4 shards are gathered as they are stored
 // (torchao's NF4Tensor.fsdp_pre_all_gather sends its packed data and
 // scales), so a gather moves 0.516 bytes a frozen linear weight.
 //
@@ -133,8 +135,8 @@
 // DeepSpeed's ZeRO-1 and -2). FSDP2 shards and gathers them with the
 // adapters (Note [Frozen weights under FSDP] in sim/src/lowering/passes/
 // sharded_parameters.cpp); DeepSpeed's ZeRO-3 and FSDP1 are refused beside
-// frozen weights, and the rules table offers neither (PlanRules::
-// zero_stages, fsdp_modes).
+// frozen weights: the rules table offers no stage 3 (PlanRules::
+// zero_stages), and the search tries FULL_SHARD as FSDP2 alone.
 // An FP8 GEMM's frozen weight keeps its FP8 copies as a trained one does
 // (Fp8Gemms::frozen_elements in sim/src/lowering/emitter.hpp).
 #include <algorithm>
@@ -335,7 +337,12 @@ class Lora final : public sim::Model {
   int top_k() const override { return base_->top_k(); }
   bool grouped_kv_sdpa() const override { return base_->grouped_kv_sdpa(); }
   std::string pp_error(int pp) const override { return base_->pp_error(pp); }
-  std::string ep_error(int ep) const override { return base_->ep_error(ep); }
+  std::string ep_error(int ep) const override {
+    if (std::string why = base_->ep_error(ep); !why.empty()) return why;
+    // Note [QLoRA]: the 4-bit experts are whole weights too.
+    if (ep > 1 && c_.nf4) return "QLoRA's 4-bit experts (bitsandbytes', torchao's) are not spread over expert parallelism; valid: ep 1";
+    return "";
+  }
 
   Flops model_flops(const sim::WorkloadShape& shape) const override {
     // Note [LoRA]: the base's, less the frozen weights' gradients, plus the adapters'.
@@ -499,7 +506,7 @@ class Lora final : public sim::Model {
     }
     // Note [QLoRA]: a block's linear weights in NF4, each dequantized before
     // its GEMM and again before its input's gradient.
-    const bool nf4 = c_.nf4 && L.kind != sim::LayerKind::kLmHead && L.kind != sim::LayerKind::kHead;
+    const bool nf4 = c_.nf4 && L.is_block();
     std::map<std::string, sim::Kernel> dequant;  // by forward GEMM
     if (nf4) {
       std::int64_t elements = 0;
@@ -583,7 +590,8 @@ std::vector<std::string> lora_modules(const sim::Model& model) {
       }
     }
   }
-  out.insert(out.end(), hf.begin(), hf.end());
+  // HuggingFace's names on a mixture of experts are not modelled (Note [LoRA]).
+  if (model.experts() == 0) out.insert(out.end(), hf.begin(), hf.end());
   return out;
 }
 

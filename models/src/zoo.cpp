@@ -1100,20 +1100,17 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
   const std::vector<std::string> valid = lora_modules(*base);
   std::string list;
   for (const auto& v : valid) list += (list.empty() ? "" : ", ") + v;
-  if (valid.empty()) c.fail("peft", "lora: this model has no linear layer LoRA adapts (Megatron-Core's linear_qkv, linear_proj, linear_fc1, ...)");
+  if (valid.empty()) c.fail("peft", peft + ": this model has no linear layer LoRA adapts (Megatron-Core's linear_qkv, linear_proj, linear_fc1, ...)");
   if (lc.targets.empty()) c.fail("lora_targets", "is empty; valid: " + list);
-  // Note [LoRA]: one naming at a time, HuggingFace PEFT's on dense MLPs alone.
+  // Note [LoRA]: one naming at a time, HuggingFace PEFT's on dense models alone.
   const auto hf = std::count_if(lc.targets.begin(), lc.targets.end(), lora_hf_module);
   if (hf > 0 && hf < static_cast<std::ptrdiff_t>(lc.targets.size())) {
-    c.fail("lora_targets", "mixes Megatron-Core's module names with HuggingFace PEFT's, which would adapt one layer twice; give one kind");
+    c.fail("lora_targets", "mixes Megatron-Core's module names with HuggingFace PEFT's, two namings of the same layers' projections; "
+                           "give one kind");
   }
   if (base->experts() > 0 && hf > 0) {
-    std::string megatron;
-    for (const auto& v : valid) {
-      if (!lora_hf_module(v)) megatron += (megatron.empty() ? "" : ", ") + v;
-    }
     c.fail("lora_targets", "HuggingFace PEFT's names on a mixture of experts are not modelled (transformers releases differ on "
-                           "whether each expert's projections are modules PEFT matches); valid: Megatron-Core's " + megatron);
+                           "whether each expert's projections are modules PEFT matches); valid: Megatron-Core's " + list);
   }
   // As Megatron-Bridge matches target_modules by name, a target the model
   // lacks adapts nothing (a note says so); one that matches nothing at all

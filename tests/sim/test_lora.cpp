@@ -12,6 +12,7 @@
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
+#include "dtsim/sim/executor.hpp"
 #include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/partition.hpp"
@@ -398,6 +399,32 @@ TEST_CASE("LoRA under FSDP2: the frozen base sharded and gathered with the adapt
   }
   CHECK(params == (8'030'261'248LL / 8 + 35'651'584 / 8) * 2);
   CHECK(optimizer == 12 * (35'651'584 / 8));
+  // A unit of its own (fsdp_wrap: layers), the frozen embedding is gathered
+  // for its forward and, fed token ids, never for a backward; every
+  // gathered unit is freed, so the step ends holding what it began with.
+  {
+    ResolvedPlan plan = resolve(parse_plan("dp: 8\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n"
+                                           "fsdp: full_shard\nfsdp_version: 2\nfsdp_wrap: layers\n",
+                                           "p.yaml"),
+                                *lora, c);
+    const test::FixedCompute compute(1000);
+    const test::FixedComm comm(1000);
+    partition(plan, *lora, c, compute, comm);
+    const TaskGraph lg = lower(*lora, plan, c, CostModels{&compute, &comm});
+    std::map<std::string, Bytes> lgathers;
+    for (const Task& t : lg.tasks) {
+      if (t.kind == TaskKind::kCollective && t.rank == 0 && t.op == CollectiveOp::kAllGather) lgathers[t.name.substr(0, t.name.find(" [mb"))] = t.bytes;
+    }
+    CHECK(lgathers.at("all_gather fwd embed_tokens") == 128'256LL * 4096 * 2);
+    CHECK(lgathers.count("all_gather bwd embed_tokens") == 0);
+    CHECK(lgathers.count("all_gather bwd norm+lm_head") == 1);
+    ExecOptions o;
+    o.record_memory_timeline = true;
+    const ExecResult r = execute(lg, o);
+    const auto& timeline = r.memory[0].timeline;
+    REQUIRE(!timeline.empty());
+    CHECK(timeline.back().bytes[static_cast<int>(MemCategory::kParameters)] == timeline.front().bytes[static_cast<int>(MemCategory::kParameters)]);
+  }
   // Offloaded, the shards live on the host (FSDP2's CPUOffloadPolicy).
   Bytes offloaded = 0;
   const TaskGraph off = lowered("offload_params: cpu\noffload_optimizer: cpu\n");
@@ -467,6 +494,9 @@ TEST_CASE("QLoRA: the blocks' linear weights in NF4, dequantized before each GEM
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp8\n", "p.yaml"), *q, one); }),
              Catch::Contains("precision: fp8: QLoRA's NF4 base is dequantized to its compute dtype"));
   CHECK_FALSE(PlanRules(*q, one, 1).precisions().back() == Precision::kFp8);
+  const auto moe = models::load_model("mixtral-8x7b", sets({"model.peft=qlora"}));
+  CHECK_THAT(moe->ep_error(2), Catch::Contains("QLoRA's 4-bit experts (bitsandbytes', torchao's) are not spread over expert parallelism"));
+  CHECK(moe->ep_error(1).empty());
 }
 
 TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {

@@ -830,8 +830,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     if (quantized_gemms(r.precision) && rules.nf4_weights()) {
       // Note [QLoRA] (models/src/peft.cpp).
       bad.add("precision", std::string(to_string(r.precision)) +
-                               ": QLoRA's NF4 base is dequantized to its compute dtype (bnb_4bit_compute_dtype) for 16-bit "
-                               "GEMMs; valid: " + valid);
+                               ": QLoRA's NF4 base is dequantized to its compute dtype (bnb_4bit_compute_dtype), in which its "
+                               "GEMMs run; valid: " + valid);
     } else if (r.precision == Precision::kFp8) {
       bad.add("precision", "fp8 needs FP8 tensor cores (Hopper or later); " + cluster.device.name + " has none; valid: " + valid);
     } else if (r.precision == Precision::kFp4) {
@@ -956,7 +956,8 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     bad.add("fsdp_version", std::to_string(r.fsdp_version) + " with peft and fsdp: " + to_string(s.fsdp) +
                                 ": FSDP1's flat parameters either refuse frozen and trained weights together "
                                 "(use_orig_params false) or compute and reduce the frozen ones' gradients as if trained "
-                                "(use_orig_params true), neither modelled; valid: 2 (fully_shard, as torchtune runs LoRA)");
+                                "(use_orig_params true), neither modelled; valid: 2 (fully_shard, as torchtune runs LoRA, with "
+                                "overlap and limit_all_gathers true, as FSDP2 always runs)");
   } else if (s.fsdp != FsdpMode::kNone) {
     // Note [FSDP under a pipeline] (lowering/passes/fsdp_pipeline.cpp).
     const std::vector<FsdpMode> modes = rules.fsdp_modes(r.pp);

@@ -554,12 +554,15 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                       p.use_precision_aware_optimizer = false;
                       p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp32;
                     }
-                    if (const auto v = PlanRules::fsdp_versions(sh.fsdp, p.overlap, p.limit_all_gathers);
-                        std::find(v.begin(), v.end(), p.fsdp_version) == v.end()) {
-                      p.fsdp_version = 1;
+                    const std::vector<int> versions = PlanRules::fsdp_versions(sh.fsdp, p.overlap, p.limit_all_gathers);
+                    if (std::find(versions.begin(), versions.end(), p.fsdp_version) == versions.end()) p.fsdp_version = 1;
+                    if (rules.frozen_weights() && sh.fsdp == FsdpMode::kFullShard) {
+                      // Note [Frozen weights under FSDP]: FSDP2 alone shards a
+                      // fine-tune's frozen weights, on one stage without experts
+                      // split (resolve refuses the rest).
+                      if (versions.back() != 2 || ep > 1) continue;
+                      p.fsdp_version = 2;
                     }
-                    // Note [Frozen weights under FSDP]: FSDP2 alone shards a fine-tune's frozen weights.
-                    if (rules.frozen_weights() && sh.fsdp == FsdpMode::kFullShard) p.fsdp_version = 2;
                     p.offload_optimizer = opt;
                     p.offload_params = par;
                     p.overlap_param_gather = gather;
@@ -1265,14 +1268,10 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     const Bytes kept = kept_per_micro(s);
     if (kept == kNoFit) return kNoFit;
     // Frozen weights: a rank's share is at least theirs over the widest
-    // split, and over the data-parallel ranks too where FSDP shards them (Note
-    // [Frozen weights under FSDP]), on the host where it offloads them.
-    const bool frozen_sharded = s.fsdp == FsdpMode::kFullShard || s.fsdp == FsdpMode::kHybridShard;
-    const Bytes frozen_bytes =
-        frozen_sharded && s.offload_params == Offload::kCpu
-            ? 0
-            : frozen_weight_bytes(frozen, frozen_nf4, element_bytes(s.precision)) /
-                  (static_cast<std::int64_t>(s.pp) * std::max<std::int64_t>(s.tp, s.ep * etp) * (frozen_sharded ? std::max(1, s.dp) : 1));
+    // split, and over the shard group too where FSDP2 shards them (Note
+    // [Frozen weights under FSDP]), none where it offloads them.
+    const Bytes frozen_bytes = resident_frozen(lb, frozen_weight_bytes(frozen, frozen_nf4, element_bytes(s.precision)) /
+                                                       (static_cast<std::int64_t>(s.pp) * std::max<std::int64_t>(s.tp, s.ep * etp)));
     // The gradients DDP and ZeRO-1 make in the backward (not Megatron's
     // buffer, not ZeRO-2's and -3's partitions, allocated from the start).
     const bool made = lb.zero_stage <= 1 && !lb.grad_buffer();
