@@ -2210,5 +2210,9 @@ TEST_CASE("a LoRA fine-tune's layers are priced, not run: the twin says so in on
   std::vector<sim::Override> lora{sim::parse_override("model.peft=lora"), sim::parse_override("model.lora_rank=4")};
   const auto layers = models::load_model("gpt2-tiny", lora)->layers(w);
   CHECK_THROWS_WITH(models::make_torch_layer(layers[1].signature), Catch::Contains("a LoRA fine-tune's layer has no LibTorch twin"));
+  // QLoRA's 4-bit base likewise (Note [QLoRA]).
+  std::vector<sim::Override> qlora{sim::parse_override("model.peft=qlora"), sim::parse_override("model.lora_rank=4")};
+  const auto q = models::load_model("gpt2-tiny", qlora)->layers(w);
+  CHECK_THROWS_WITH(models::make_torch_layer(q[1].signature), Catch::Contains("a LoRA fine-tune's layer has no LibTorch twin"));
   CHECK_NOTHROW(models::make_torch_layer(models::load_model("gpt2-tiny")->layers(w)[1].signature));
 }

@@ -65,10 +65,10 @@ Signature parse_signature(const std::string& text) {
   for (std::string item; std::getline(ss, item, ',');) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw ConfigError("layer signature '" + text + "': '" + item + "' is not key=value");
-    if (item.rfind("lora=", 0) == 0) {
-      // Note [LoRA] (models/src/peft.cpp): priced, not run.
+    if (item.rfind("lora=", 0) == 0 || item.rfind("qlora=", 0) == 0) {
+      // Note [LoRA], Note [QLoRA] (models/src/peft.cpp): priced, not run.
       throw UnsupportedError("layer signature '" + text + "': a LoRA fine-tune's layer has no LibTorch twin (the simulator prices "
-                             "its adapters); calibrate or run the base model, model.peft=none");
+                             "its adapters and any 4-bit base); calibrate or run the base model, model.peft=none");
     }
     try {
       std::size_t used = 0;
