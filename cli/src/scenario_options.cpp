@@ -46,6 +46,8 @@ void add_scenario_options(CLI::App& app, ScenarioOptions& s, unsigned which) {
         ->type_name("FILE");
     app.add_option("--torchtitan", s.torchtitan, "A torchtitan job TOML as the plan and, with no --model, the model")
         ->type_name("FILE");
+    app.add_option("--torchtune", s.torchtune, "A torchtune recipe config (YAML) as the plan and, with no --model, the model")
+        ->type_name("FILE");
   }
 }
 
@@ -58,7 +60,8 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
   r.plan = s.plan.empty() ? default_plan : s.plan;
   const std::vector<sim::Override> user = s.overrides();
   const std::pair<const char*, const std::string*> options[] = {
-      {"deepspeed", &s.deepspeed}, {"megatron", &s.megatron_args}, {"megatron-bridge", &s.megatron_bridge}, {"torchtitan", &s.torchtitan}};
+      {"deepspeed", &s.deepspeed}, {"megatron", &s.megatron_args}, {"megatron-bridge", &s.megatron_bridge}, {"torchtitan", &s.torchtitan},
+      {"torchtune", &s.torchtune}};
   const char* kind = nullptr;
   int given = 0;
   for (const auto& [k, v] : options) {
@@ -72,7 +75,7 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
     return r;
   }
   if (given > 1) {
-    throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge and --torchtitan each describe the whole plan; give one");
+    throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge, --torchtitan and --torchtune each describe the whole plan; give one");
   }
   const std::string which = std::string(kind) == "megatron" ? "--megatron-args" : "--" + std::string(kind);
   if (!s.plan.empty()) {

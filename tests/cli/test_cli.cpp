@@ -813,7 +813,7 @@ TEST_CASE("a bad option is one line naming the subcommand and what is valid, exi
   const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
   CHECK(r.err ==
         "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
-        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --gpus, --global-batch, --top, --threads, --json, --csv\n");
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --gpus, --global-batch, --top, --threads, --json, --csv\n");
   const Result missing = dtsim("predict --cluster dgx-a100 --model");
   CHECK(missing.status == 2);
   CHECK(missing.err == "dtsim predict: --model: missing value\n");

@@ -1,7 +1,7 @@
 // Fuzz target: a framework's config (a DeepSpeed JSON, a Megatron-LM command
-// line, a Megatron-Bridge YAML, a torchtitan TOML), read by each importer in
-// turn as `--deepspeed`, `--megatron-args`, `--megatron-bridge` and
-// `--torchtitan` read a file; what one accepts is folded into a scenario
+// line, a Megatron-Bridge YAML, a torchtitan TOML, a torchtune YAML), read by
+// each importer in turn as `--deepspeed`, `--megatron-args`,
+// `--megatron-bridge`, `--torchtitan` and `--torchtune` read a file; what one accepts is folded into a scenario
 // (apply_framework_config), its plan and model loaded, and the plan resolved
 // and partitioned on a DGX A100 as `dtsim predict` does.
 #include <cstddef>
@@ -31,5 +31,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_megatron_args(text, "fuzz-args.sh")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_megatron_bridge_config(text, "fuzz-run_config.yaml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_torchtitan_config(text, "fuzz-job.toml")); });
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_torchtune_config(text, "fuzz-lora.yaml")); });
   return 0;
 }

@@ -116,13 +116,20 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     assert (got["plan"]["cp"], got["plan"]["dp"], got["plan"]["grad_accum"]) == (2, 4, 128)
     with pytest.raises(dtsim.ConfigError, match="^plan and megatron_bridge both describe the plan"):
         dtsim.predict(None, "dgx-h100", "ddp", megatron_bridge=mb)
+    # A torchtune recipe config: its LoRA builder, batch and FSDP2, as --torchtune.
+    tu = os.path.join(frameworks, "torchtune", "llama3_1_70B_lora.yaml")
+    with pytest.warns(UserWarning, match="CEWithChunkedOutputLoss"):
+        got = dtsim.predict(None, "dgx-a100", torchtune=tu)
+    assert got == cli("predict", "--cluster", "dgx-a100", "--torchtune", tu)
+    assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["fsdp"]) == (8, 2, "full_shard")
+    assert got["model"]["trainable_parameters"] == 80 * 16 * (8192 + 8192 + 2 * (8192 + 1024))
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)
     assert (got["plan"]["tp"], got["plan"]["micro_batch"], got["plan"]["global_batch"]) == (2, 2, 64)
     with pytest.raises(dtsim.ConfigError, match="^plan and deepspeed both describe the plan"):
         dtsim.predict("gpt2", "dgx-a100", "zero2", deepspeed=ds)
-    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge and torchtitan each describe the whole plan"):
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan and torchtune each describe the whole plan"):
         dtsim.predict("gpt2", "dgx-a100", deepspeed=ds, torchtitan=tt)
     with pytest.raises(dtsim.ConfigError, match="^model: none given"):
         dtsim.predict(None, "dgx-a100", "ddp")

@@ -1579,3 +1579,100 @@ TEST_CASE("Megatron-Bridge: DeepSeek-V4-Flash's run_config.yaml, the 26.08 perf 
   CHECK(test::error_of([&] { read_megatron_bridge_config(path); })
             .find("model.dsa_kernel_backend: 'tilelang' conflicts with model.apply_dsa_kernel_fusion") != std::string::npos);
 }
+
+// Note [torchtune configs] (sim/src/config/framework_torchtune.cpp).
+TEST_CASE("torchtune: the 70B LoRA recipe config, FSDP2 over a frozen base", "[framework][lora]") {
+  const FrameworkConfig fc = read_torchtune_config(sample("torchtune/llama3_1_70B_lora.yaml"));
+  CHECK(fc.framework == "torchtune");
+  REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
+  CHECK(fc.model == std::optional<std::string>("llama-3.1-70b"));
+  auto k = keys(fc);
+  // lora_llama3_1_70b with lora_attn_modules [q_proj, k_proj, v_proj], rank 16.
+  CHECK(k["model.peft"] == "lora");
+  CHECK(k["model.lora_targets"] == "[q_proj,k_proj,v_proj]");
+  CHECK(k["model.lora_rank"] == "16");
+  CHECK(k["plan.micro_batch"] == "2");
+  CHECK(k["plan.grad_accum"] == "1");
+  CHECK(k["plan.seq_len"] == "2048");
+  // dtype bf16: bf16 weights stepped as they are.
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.master_weights"] == "false");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(k["plan.kernels"] == "fused");
+  CHECK(k["plan.optimizer"] == "adamw");
+  // The distributed recipe's shard_model: fully_shard on each layer and the model.
+  CHECK(k["plan.fsdp"] == "full_shard");
+  CHECK(k["plan.fsdp_version"] == "2");
+  CHECK(k["plan.dp"] == "null");
+  CHECK(from_of(fc, "plan.micro_batch").find("llama3_1_70B_lora.yaml:35 (batch_size)") != std::string::npos);
+  // Packing and the chunked loss are said, not dropped.
+  CHECK(listed(fc, "dataset.packed=True"));
+  CHECK(listed(fc, "loss=torchtune.modules.loss.CEWithChunkedOutputLoss"));
+  CHECK(fc.unmodelled.size() == 2);
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
+  CHECK(r.dp == 8);
+  CHECK(r.zero_stage == 3);
+  CHECK(r.fsdp_version == 2);
+  CHECK(r.global_batch == 16);
+}
+
+TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[framework][lora][errors]") {
+  const FrameworkConfig fc = read_torchtune_config(sample("torchtune/llama3_1_8B_qlora_single_device.yaml"));
+  REQUIRE(fc.plan == std::optional<std::string>("ddp"));
+  auto k = keys(fc);
+  CHECK(k["model.peft"] == "qlora");
+  // output_proj is HuggingFace's o_proj; apply_lora_to_mlp the MLP's three.
+  CHECK(k["model.lora_targets"] == "[q_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]");
+  CHECK(k["model.lora_rank"] == "8");
+  CHECK(k["plan.grad_accum"] == "8");
+  CHECK(k["plan.fsdp"] == "null");
+  CHECK(fc.model == std::optional<std::string>("llama-3.1-8b"));
+  // torchtune's 8B QLoRA recipe: rank 8 on q (4096 -> 4096), v (-> 1024), o,
+  // gate, up, down: 8 x (8192 + 5120 + 8192 + 3 x 18432) = 614,400 a block.
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(m->trainable_parameters() == 32 * 614'400);
+  // Builders: the instruct and base suffixes, and a model dtsim lacks.
+  CHECK(parse_torchtune_config("model:\n  _component_: torchtune.models.qwen2_5.lora_qwen2_5_7b_instruct\n  lora_attn_modules: [q_proj]\n",
+                               "t.yaml")
+            .model == std::optional<std::string>("qwen2.5-7b"));
+  const FrameworkConfig other = parse_torchtune_config("model:\n  _component_: torchtune.models.gemma.gemma_2b\n", "t.yaml");
+  CHECK(!other.model);
+  CHECK(listed(other, "model._component_=torchtune.models.gemma.gemma_2b (no built-in of its shape"));
+  CHECK(keys(other).count("model.peft") == 0);
+  // Errors name the file, the line and the key.
+  CHECK_THAT(error_of([] { parse_torchtune_config("batch_size: 2\n", "t.yaml"); }), Catch::Contains("model._component_: missing"));
+  CHECK_THAT(error_of([] { parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\nbatch_size: 0\n", "t.yaml"); }),
+             Catch::Contains("t.yaml:3: batch_size: '0'; expected an integer of at least 1"));
+  CHECK_THAT(error_of([] { parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ndtype: fp16\n", "t.yaml"); }),
+             Catch::Contains("t.yaml:3: dtype: 'fp16'; valid: bf16, fp32"));
+  CHECK_THAT(error_of([] {
+               parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n  lora_attn_modules: [w_proj]\n", "t.yaml");
+             }),
+             Catch::Contains("t.yaml:3: model.lora_attn_modules: 'w_proj'; valid: q_proj, k_proj, v_proj, output_proj"));
+  CHECK_THAT(error_of([] {
+               parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\n  lora_rank: 8\n", "t.yaml");
+             }),
+             Catch::Contains("model.lora_rank: is a LoRA builder's; torchtune.models.llama3_1.llama3_1_8b builds no adapters"));
+  CHECK_THAT(error_of([] {
+               parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ncompile: maybe\n", "t.yaml");
+             }),
+             Catch::Contains("t.yaml:3: compile: 'maybe'; expected True or False"));
+  CHECK_THAT(error_of([] { parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n", "t.yaml"); }),
+             Catch::Contains("t.yaml:2: model.lora_attn_modules: names no module and apply_lora_to_mlp is False: no adapter to train"));
+  // A key the recipes do not read is listed; FSDP's knobs as the recipe reads them.
+  const FrameworkConfig knobs = parse_torchtune_config(
+      "model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\nfsdp_cpu_offload: True\ncustom_sharded_layers: ['tok_embeddings', 'output']\n"
+      "enable_activation_offloading: True\noptimizer_in_bwd: True\nbatchsize: 4\n",
+      "t.yaml");
+  auto kk = keys(knobs);
+  CHECK(kk["plan.offload_params"] == "cpu");
+  CHECK(kk["plan.offload_optimizer"] == "cpu");
+  CHECK(kk["plan.fsdp_wrap"] == "layers");
+  CHECK(listed(knobs, "enable_activation_offloading=True"));
+  CHECK(listed(knobs, "optimizer_in_bwd=True"));
+  CHECK(listed(knobs, "batchsize (a key torchtune's"));
+  // Found as torchtune's, and refused as a plan with the option that reads it.
+  CHECK(framework_of("model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n", "x.yaml") == "torchtune");
+  CHECK_THAT(error_of([] { load_plan(sample("torchtune/llama3_1_70B_lora.yaml"), {}); }),
+             Catch::Contains("looks like a torchtune recipe config; pass it as --torchtune"));
+}

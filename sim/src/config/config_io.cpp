@@ -517,9 +517,14 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
 // malformed YAML. Such files are recognised (framework_of) and refused with
 // the option that reads them.
 [[noreturn]] void refuse_framework_config(const std::string& kind, const std::string& file) {
-  const char* option = kind == "deepspeed" ? "--deepspeed" : kind == "torchtitan" ? "--torchtitan" : kind == "megatron-bridge" ? "--megatron-bridge" : "--megatron-args";
+  const char* option = kind == "deepspeed"         ? "--deepspeed"
+                       : kind == "torchtitan"      ? "--torchtitan"
+                       : kind == "torchtune"       ? "--torchtune"
+                       : kind == "megatron-bridge" ? "--megatron-bridge"
+                                                   : "--megatron-args";
   const char* name = kind == "deepspeed"         ? "DeepSpeed config"
                      : kind == "torchtitan"      ? "torchtitan TOML"
+                     : kind == "torchtune"       ? "torchtune recipe config"
                      : kind == "megatron-bridge" ? "Megatron-Bridge config"
                                                  : "Megatron-LM command line";
   throw ConfigError(file + " looks like a " + name + "; pass it as " + option + " " + file);
@@ -533,6 +538,7 @@ void refuse_framework_keys(const YAML::Node& root, const std::string& file) {
   for (const char* key : {"zero_optimization", "train_batch_size", "train_micro_batch_size_per_gpu"}) {
     if (root[key]) refuse_framework_config("deepspeed", file);
   }
+  if (root["model"] && root["model"].IsMap() && root["model"]["_component_"]) refuse_framework_config("torchtune", file);
   if (root["model"] && root["model"].IsMap() && (root["train"] || root["ddp"] || root["optimizer"])) {
     refuse_framework_config("megatron-bridge", file);
   }

@@ -137,6 +137,7 @@ std::string unmodelled_warning(const FrameworkConfig& fc) {
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source) {
   if (kind == "deepspeed") return read_deepspeed_config(source);
   if (kind == "torchtitan") return read_torchtitan_config(source);
+  if (kind == "torchtune") return read_torchtune_config(source);
   if (kind == "megatron-bridge") return read_megatron_bridge_config(source);
   if (kind == "megatron") {
     // A file of flags (a launch script's), or the flags themselves.
@@ -147,7 +148,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
     return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
-  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan");
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune");
 }
 
 // Note [Framework options]
@@ -273,6 +274,8 @@ std::string framework_of(const std::string& text, const std::string& path) {
     start = end + 1;
   }
   if (header && assignment) return "torchtitan";
+  // torchtune's recipe configs build their model from torchtune's builders.
+  if (text.find("_component_: torchtune.models.") != std::string::npos) return "torchtune";
   // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a
   // ConfigContainer's class written by its to_yaml.
   if (text.find("_target_: megatron.bridge.training.config.ConfigContainer") != std::string::npos) return "megatron-bridge";

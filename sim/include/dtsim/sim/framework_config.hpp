@@ -25,7 +25,7 @@ namespace dtsim::sim {
 
 /// What a framework's config says, in dtsim's terms.
 struct FrameworkConfig {
-  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge" or "torchtitan"
+  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan" or "torchtune"
   std::string file;                           ///< the file read, as given
   std::optional<std::string> plan;            ///< the shipped plan to start from ("zero2"), or none
   /// plan.* (and model.* for a Megatron command line) in the order read,
@@ -66,6 +66,15 @@ FrameworkConfig read_torchtitan_config(const std::string& path);
 /// The same for text already read; `file` names it in errors.
 FrameworkConfig parse_torchtitan_config(const std::string& toml_text, const std::string& file);
 
+/// Reads a torchtune recipe config YAML (recipes/configs/*/*.yaml: its model
+/// builder, LoRA's adapters, batch, sequence, dtype, checkpointing, compile
+/// and FSDP2 knobs; Note [torchtune configs] in
+/// sim/src/config/framework_torchtune.cpp).
+FrameworkConfig read_torchtune_config(const std::string& path);
+/// The same for text already read; `file` names it in errors (and, as the
+/// recipe's, says single-device where it has "single_device").
+FrameworkConfig parse_torchtune_config(const std::string& yaml_text, const std::string& file);
+
 /// fc.overrides, then the user's own (so a user's --set wins).
 std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::vector<Override>& user);
 
@@ -74,7 +83,7 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
 /// A framework's config as a front end gives it: `kind` "deepspeed",
-/// "megatron-bridge" or "torchtitan" with a file's path, or "megatron" with
+/// "megatron-bridge", "torchtitan" or "torchtune" with a file's path, or "megatron" with
 /// a file of flags or the flags themselves (a `source` starting "--"; errors
 /// then name it `--megatron-args`). Throws ConfigError naming the valid kinds.
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source);
@@ -105,7 +114,7 @@ std::vector<Override> search_fixed_overrides(const std::vector<Override>& overri
 /// location) naming the valid ones.
 FsdpMode parse_fsdp_mode(const std::string& name);
 
-/// "deepspeed", "torchtitan", "megatron" or "megatron-bridge" when `text` (a file named `path`)
+/// "deepspeed", "torchtitan", "torchtune", "megatron" or "megatron-bridge" when `text` (a file named `path`)
 /// is that framework's config rather than a dtsim plan, else "".
 std::string framework_of(const std::string& text, const std::string& path);
 

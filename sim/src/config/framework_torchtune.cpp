@@ -1,0 +1,310 @@
+// A torchtune recipe config (recipes/configs/*/*.yaml, what `tune run
+// RECIPE --config FILE` reads) into dtsim's plan and model keys (Note
+// [Framework configs] in framework_config.cpp).
+//
+// Note [torchtune configs]
+// torchtune builds everything from its YAML (torchtune/config/_instantiate.py
+// instantiates each `_component_`); its recipes (recipes/full_finetune_*.py,
+// lora_finetune_*.py) read the rest with cfg.get and these defaults, as
+// lora_finetune_distributed.py and lora_finetune_single_device.py have
+// them (read for this note):
+// - model._component_: a model builder, torchtune.models.<family>.
+//   [lora_|qlora_]<family>_<size>[_base|_instruct]. A built-in of the same
+//   shape where dtsim has one (kBuilders); lora_ is a LoRA fine-tune
+//   (model.peft: lora), qlora_ (or quantize_base: true) the same over an
+//   NF4 base (peft: qlora). Its lora_attn_modules name HuggingFace's
+//   projections (q_proj, k_proj, v_proj, output_proj: dtsim's o_proj), and
+//   apply_lora_to_mlp adds gate_proj, up_proj, down_proj (w1, w3, w2:
+//   Note [LoRA] in models/src/peft.cpp); lora_rank is the rank; lora_alpha
+//   scales the output and costs nothing.
+// - batch_size is each rank's micro-batch, gradient_accumulation_steps the
+//   micro-batches a step; tokenizer.max_seq_len the sequence (null: each
+//   sample as long as it is, which dtsim cannot price; the plan's seq_len
+//   stays and a line says so). dataset.packed packs samples into
+//   max_seq_len tokens, each attending within itself (set plan.document_len
+//   to their length, Note [Packed sequences]).
+// - dtype bf16: the model is built in bf16 and the optimizer steps it as
+//   it is, no fp32 master (plan.master_weights false, Note [No master
+//   weights]); fp32: fp32 throughout.
+// - enable_activation_checkpointing (False): every layer's input kept, its
+//   forward rerun (plan.recompute full); compile (False): torch.compile of
+//   each layer (plan.kernels fused, Note [Fused kernels]).
+// - The distributed recipes shard with FSDP2 (training.shard_model:
+//   fully_shard on each layers.<i>, then on the model: fsdp full_shard,
+//   fsdp_version 2, fsdp_wrap blocks, Note [Frozen weights under FSDP]);
+//   fsdp_reshard_after_forward False is SHARD_GRAD_OP's behaviour,
+//   fsdp_cpu_offload its CPUOffloadPolicy (parameters, gradients and
+//   optimizer state on the host), custom_sharded_layers [tok_embeddings,
+//   output] units of their own (fsdp_wrap layers). Which recipe runs is the
+//   command's, not the file's: a file named *single_device* is read as the
+//   single-device recipes' (no FSDP), any other as the distributed ones'.
+// - optimizer._component_: torch.optim.AdamW, Adam or SGD (fused or not,
+//   the same bytes); bitsandbytes' 8-bit and paged optimizers, an optimizer
+//   stepped in the backward (optimizer_in_bwd), activation offloading and
+//   the chunked or linear cross-entropy losses are listed as not modelled.
+// Keys that set no cost (seed, checkpointer, metric_logger, output_dir,
+// lr_scheduler, ...) are read silently; any other is listed, not dropped.
+#include <algorithm>
+#include <map>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "dtsim/sim/config_node.hpp"
+#include "dtsim/sim/error.hpp"
+#include "dtsim/sim/framework_config.hpp"
+#include "framework_common.hpp"
+
+namespace dtsim::sim {
+namespace {
+
+/// torchtune's model builders (torchtune/models/*/_model_builders.py) and
+/// dtsim's built-in of each shape.
+constexpr const char* kBuilders[][2] = {
+    {"llama2_7b", "llama-2-7b"},       {"llama2_13b", "llama-2-13b"},       {"llama2_70b", "llama-2-70b"},
+    {"llama3_8b", "llama-3-8b"},       {"llama3_70b", "llama-3-70b"},       {"llama3_1_8b", "llama-3.1-8b"},
+    {"llama3_1_70b", "llama-3.1-70b"}, {"llama3_1_405b", "llama-3.1-405b"}, {"llama3_2_1b", "llama-3.2-1b"},
+    {"llama3_2_3b", "llama-3.2-3b"},   {"llama3_3_70b", "llama-3.3-70b"},   {"mistral_7b", "mistral-7b"},
+    {"qwen2_5_7b", "qwen2.5-7b"},      {"qwen2_5_14b", "qwen2.5-14b"},      {"qwen2_5_32b", "qwen2.5-32b"},
+    {"qwen2_5_72b", "qwen2.5-72b"},    {"qwen3_0_6b", "qwen3-0.6b"},        {"qwen3_1_7b", "qwen3-1.7b"},
+    {"qwen3_4b", "qwen3-4b"},          {"qwen3_8b", "qwen3-8b"},            {"qwen3_14b", "qwen3-14b"},
+    {"qwen3_32b", "qwen3-32b"},        {"gemma2_2b", "gemma-2-2b"},         {"gemma2_9b", "gemma-2-9b"},
+    {"gemma2_27b", "gemma-2-27b"},     {"phi3_mini", "phi-3-mini"},
+};
+
+/// The top-level keys the recipes read: those read above, and those that
+/// set nothing dtsim prices (the recipes' bookkeeping).
+constexpr const char* kKnown[] = {
+    "output_dir", "tokenizer", "checkpointer", "resume_from_checkpoint", "save_adapter_weights_only", "seed", "shuffle",
+    "lr_scheduler", "epochs", "max_steps_per_epoch", "metric_logger", "log_every_n_steps", "log_peak_memory_stats",
+    "log_level", "device", "profiler", "clip_grad_norm", "dataset", "dataset_val", "run_val_every_n_steps", "validation",
+    "enable_kv_cache", "cudnn_deterministic_mode", "compile", "dtype", "batch_size", "batch_size_val", "gradient_accumulation_steps",
+    "model", "optimizer", "loss", "enable_activation_checkpointing", "enable_activation_offloading", "optimizer_in_bwd",
+    "fsdp_cpu_offload", "fsdp_reshard_after_forward", "custom_sharded_layers", "tensor_parallel_dim",
+    "tensor_parallel_plan", "data_parallel_shard_dim", "data_parallel_replicate_dim", "low_cpu_ram", "fsdp"};
+
+class Reader {
+ public:
+  Reader(YAML::Node root, std::string file) : root_(std::move(root)), file_(std::move(file)) {}
+
+  FrameworkConfig read() {
+    if (!root_.IsMap()) throw ConfigError(file_ + ": a torchtune config is a mapping of its components and keys");
+    fc_.framework = "torchtune";
+    fc_.file = file_;
+    detail::OverrideList out(fc_);
+    model(out);
+    // Batch and sequence.
+    if (const YAML::Node b = root_["batch_size"]; !null(b)) out.plan("micro_batch", positive(b, "batch_size"), from(b, "batch_size"));
+    if (const YAML::Node g = root_["gradient_accumulation_steps"]; !null(g)) {
+      out.plan("grad_accum", positive(g, "gradient_accumulation_steps"), from(g, "gradient_accumulation_steps"));
+    }
+    const YAML::Node tok = root_["tokenizer"];
+    const YAML::Node len = tok && tok.IsMap() ? tok["max_seq_len"] : YAML::Node();
+    if (!null(len)) {
+      out.plan("seq_len", positive(len, "tokenizer.max_seq_len"), from(len, "tokenizer.max_seq_len"));
+    } else {
+      fc_.unmodelled.push_back("tokenizer.max_seq_len=null (each sample as long as it is; priced at plan.seq_len)");
+    }
+    const YAML::Node ds = root_["dataset"];
+    if (ds && ds.IsMap() && flag(ds["packed"], "dataset.packed", false)) {
+      fc_.unmodelled.push_back("dataset.packed=True (each sample attends within itself: set plan.document_len to their length)");
+    }
+    // Numerics and memory.
+    if (const YAML::Node d = root_["dtype"]; !null(d)) {
+      const std::string t = word(d, "dtype");
+      if (t == "bf16" || t == "bfloat16") {
+        out.plan("precision", "bf16", from(d, "dtype"));
+        out.plan("master_weights", "false", from(d, "dtype"));
+      } else if (t == "fp32" || t == "float32") {
+        out.plan("precision", "fp32", from(d, "dtype"));
+      } else {
+        fail(d, "dtype", "'" + t + "'; valid: bf16, fp32 (torchtune's training dtypes)");
+      }
+    }
+    if (const YAML::Node a = root_["enable_activation_checkpointing"]; !null(a)) {
+      out.plan("recompute", flag(a, "enable_activation_checkpointing", false) ? "full" : "none", from(a, "enable_activation_checkpointing"));
+    }
+    if (const YAML::Node c = root_["compile"]; !null(c) && flag(c, "compile", false)) out.plan("kernels", "fused", from(c, "compile"));
+    if (flag(root_["enable_activation_offloading"], "enable_activation_offloading", false)) {
+      fc_.unmodelled.push_back("enable_activation_offloading=True (torchtune's OffloadActivations: priced as kept on the GPU)");
+    }
+    optimizer(out);
+    if (const YAML::Node l = root_["loss"]; l && l.IsMap() && l["_component_"] && l["_component_"].IsScalar()) {
+      // CEWithChunkedOutputLoss, LinearCrossEntropyLoss: chunks of the logits at a time.
+      if (const std::string c = l["_component_"].Scalar(); c != "torch.nn.CrossEntropyLoss") {
+        fc_.unmodelled.push_back("loss=" + c + " (priced as one cross-entropy over the whole logits)");
+      }
+    }
+    sharding(out);
+    for (auto it = root_.begin(); it != root_.end(); ++it) {
+      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+      if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {
+        fc_.unmodelled.push_back(key + " (a key torchtune's LoRA and full fine-tuning recipes do not read)");
+      }
+    }
+    out.finish();
+    return fc_;
+  }
+
+ private:
+  static bool null(const YAML::Node& n) { return !n || n.IsNull(); }
+  std::string where(const YAML::Node& n) const {
+    return file_ + (n && n.Mark().line >= 0 ? ":" + std::to_string(n.Mark().line + 1) : std::string());
+  }
+  std::string from(const YAML::Node& n, const std::string& key) const { return where(n) + " (" + key + ")"; }
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& message) const {
+    throw ConfigError(where(n) + ": " + key + ": " + message);
+  }
+  std::string word(const YAML::Node& n, const std::string& key) const {
+    if (!n.IsScalar()) fail(n, key, "expected a word, got a " + std::string(n.IsMap() ? "mapping" : "list"));
+    return n.Scalar();
+  }
+  /// A positive integer, as written.
+  std::string positive(const YAML::Node& n, const std::string& key) const {
+    const std::string s = word(n, key);
+    const bool digits = !s.empty() && s.size() <= 12 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+    if (!digits || std::stoll(s) < 1) fail(n, key, "'" + s + "'; expected an integer of at least 1");
+    return s;
+  }
+  /// A YAML boolean (True, true, False, false), `fallback` when absent.
+  bool flag(const YAML::Node& n, const std::string& key, bool fallback) const {
+    if (null(n)) return fallback;
+    const std::string s = word(n, key);
+    if (s == "True" || s == "true") return true;
+    if (s == "False" || s == "false") return false;
+    fail(n, key, "'" + s + "'; expected True or False");
+  }
+
+  /// model: its builder, and a LoRA's adapters (Note [torchtune configs]).
+  void model(detail::OverrideList& out) {
+    const YAML::Node m = root_["model"];
+    if (null(m) || !m.IsMap() || null(m["_component_"])) {
+      throw ConfigError(where(m ? m : root_) + ": model._component_: missing; a torchtune config names its model builder "
+                                               "(torchtune.models.llama3_1.lora_llama3_1_8b)");
+    }
+    const YAML::Node comp = m["_component_"];
+    const std::string full = word(comp, "model._component_");
+    std::string name = full.substr(full.rfind('.') == std::string::npos ? 0 : full.rfind('.') + 1);
+    std::string peft = "none";
+    for (const char* prefix : {"qlora_", "lora_"}) {
+      if (name.rfind(prefix, 0) == 0) {
+        peft = std::string(prefix) == "qlora_" ? "qlora" : "lora";
+        name = name.substr(std::string(prefix).size());
+        break;
+      }
+    }
+    for (const char* suffix : {"_base", "_instruct"}) {
+      const std::string s = suffix;
+      if (name.size() > s.size() && name.compare(name.size() - s.size(), s.size(), s) == 0) name.resize(name.size() - s.size());
+    }
+    for (const auto& b : kBuilders) {
+      if (name == b[0]) fc_.model = b[1];
+    }
+    if (!fc_.model) {
+      std::string valid;
+      for (const auto& b : kBuilders) valid += (valid.empty() ? "" : ", ") + std::string(b[0]);
+      fc_.unmodelled.push_back("model._component_=" + full + " (no built-in of its shape; pass --model, built in: " + valid + ")");
+    }
+    if (flag(m["quantize_base"], "model.quantize_base", false)) peft = "qlora";
+    if (peft == "none") {
+      for (const char* k : {"lora_attn_modules", "apply_lora_to_mlp", "lora_rank"}) {
+        if (!null(m[k])) fail(m[k], std::string("model.") + k, "is a LoRA builder's; " + full + " builds no adapters");
+      }
+      return;
+    }
+    out.model("peft", peft, from(comp, "model._component_"));
+    std::vector<std::string> targets;
+    if (const YAML::Node a = m["lora_attn_modules"]; !null(a)) {
+      if (!a.IsSequence()) fail(a, "model.lora_attn_modules", "expected a list of q_proj, k_proj, v_proj, output_proj");
+      for (const YAML::Node& t : a) {
+        const std::string w = word(t, "model.lora_attn_modules");
+        if (w == "q_proj" || w == "k_proj" || w == "v_proj") {
+          targets.push_back(w);
+        } else if (w == "output_proj") {
+          targets.push_back("o_proj");
+        } else {
+          fail(t, "model.lora_attn_modules", "'" + w + "'; valid: q_proj, k_proj, v_proj, output_proj");
+        }
+      }
+    }
+    if (flag(m["apply_lora_to_mlp"], "model.apply_lora_to_mlp", false)) targets.insert(targets.end(), {"gate_proj", "up_proj", "down_proj"});
+    if (targets.empty()) fail(m, "model.lora_attn_modules", "names no module and apply_lora_to_mlp is False: no adapter to train");
+    std::string list;
+    for (const auto& t : targets) list += (list.empty() ? "" : ",") + t;
+    out.model("lora_targets", "[" + list + "]", from(m["lora_attn_modules"] ? m["lora_attn_modules"] : comp, "model.lora_attn_modules"));
+    if (const YAML::Node r = m["lora_rank"]; !null(r)) out.model("lora_rank", positive(r, "model.lora_rank"), from(r, "model.lora_rank"));
+    if (flag(m["apply_lora_to_output"], "model.apply_lora_to_output", false)) {
+      fc_.unmodelled.push_back("model.apply_lora_to_output=True (the LM head's adapter is not priced)");
+    }
+    if (flag(m["use_dora"], "model.use_dora", false)) fc_.unmodelled.push_back("model.use_dora=True (priced as LoRA)");
+    if (const YAML::Node d = m["lora_dropout"]; !null(d) && d.IsScalar() && d.Scalar() != "0" && d.Scalar() != "0.0") {
+      fc_.unmodelled.push_back("model.lora_dropout=" + d.Scalar() + " (the adapters' dropout is not priced)");
+    }
+  }
+
+  /// optimizer and optimizer_in_bwd.
+  void optimizer(detail::OverrideList& out) {
+    const YAML::Node o = root_["optimizer"];
+    if (o && o.IsMap() && o["_component_"] && o["_component_"].IsScalar()) {
+      const std::string c = o["_component_"].Scalar();
+      static const std::map<std::string, std::string> known = {
+          {"torch.optim.AdamW", "adamw"}, {"torch.optim.Adam", "adam"}, {"torch.optim.SGD", "sgd"}};
+      if (const auto it = known.find(c); it != known.end()) {
+        out.plan("optimizer", it->second, from(o["_component_"], "optimizer._component_"));
+      } else {
+        fc_.unmodelled.push_back("optimizer=" + c + " (priced as AdamW with states in the weights' type)");
+      }
+    }
+    if (flag(root_["optimizer_in_bwd"], "optimizer_in_bwd", false)) {
+      fc_.unmodelled.push_back("optimizer_in_bwd=True (each gradient stepped as it is made: priced as one step after the backward)");
+    }
+  }
+
+  /// FSDP2 in the distributed recipes (Note [torchtune configs]).
+  void sharding(detail::OverrideList& out) {
+    if (file_.find("single_device") != std::string::npos) {
+      fc_.plan = "ddp";
+      return;
+    }
+    fc_.plan = "fsdp";
+    const bool reshard = flag(root_["fsdp_reshard_after_forward"], "fsdp_reshard_after_forward", true);
+    out.plan("fsdp", reshard ? "full_shard" : "shard_grad_op", root_["fsdp_reshard_after_forward"] ? from(root_["fsdp_reshard_after_forward"], "fsdp_reshard_after_forward") : file_);
+    out.plan("fsdp_version", "2", file_ + " (torchtune's distributed recipes: FSDP2)");
+    if (flag(root_["fsdp_cpu_offload"], "fsdp_cpu_offload", false)) {
+      out.plan("offload_params", "cpu", from(root_["fsdp_cpu_offload"], "fsdp_cpu_offload"));
+      out.plan("offload_optimizer", "cpu", from(root_["fsdp_cpu_offload"], "fsdp_cpu_offload"));
+    }
+    if (const YAML::Node c = root_["custom_sharded_layers"]; !null(c)) {
+      std::set<std::string> units;
+      if (c.IsSequence()) {
+        for (const YAML::Node& u : c) units.insert(word(u, "custom_sharded_layers"));
+      }
+      if (units == std::set<std::string>{"tok_embeddings", "output"}) {
+        out.plan("fsdp_wrap", "layers", from(c, "custom_sharded_layers"));
+      } else if (!units.empty()) {
+        std::string list;
+        for (const auto& u : units) list += (list.empty() ? "" : ", ") + u;
+        fc_.unmodelled.push_back("custom_sharded_layers=[" + list + "] (units of [tok_embeddings, output] alone are modelled)");
+      }
+    }
+    if (const YAML::Node t = root_["tensor_parallel_dim"]; !null(t)) out.plan("tp", positive(t, "tensor_parallel_dim"), from(t, "tensor_parallel_dim"));
+    if (const YAML::Node r = root_["data_parallel_replicate_dim"]; !null(r) && r.IsScalar() && r.Scalar() != "1") {
+      fc_.unmodelled.push_back("data_parallel_replicate_dim=" + r.Scalar() + " (HSDP's replicas: priced as one FSDP group)");
+    }
+  }
+
+  YAML::Node root_;
+  std::string file_;
+  FrameworkConfig fc_;
+};
+
+}  // namespace
+
+FrameworkConfig parse_torchtune_config(const std::string& yaml_text, const std::string& file) {
+  if (yaml_text.size() > kMaxConfigBytes) throw ConfigError(file + ": larger than a config may be");
+  return Reader(parse_config_text(yaml_text, file, false), file).read();
+}
+
+FrameworkConfig read_torchtune_config(const std::string& path) { return parse_torchtune_config(detail::read_config_text(path), path); }
+
+}  // namespace dtsim::sim
