@@ -1670,7 +1670,25 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
   CHECK(kk["plan.fsdp_wrap"] == "layers");
   CHECK(listed(knobs, "enable_activation_offloading=True"));
   CHECK(listed(knobs, "optimizer_in_bwd=True"));
-  CHECK(listed(knobs, "batchsize (a key torchtune's"));
+  CHECK(listed(knobs, "batchsize (not read by dtsim)"));
+  // Beside a LoRA's frozen base FSDP2's SHARD_GRAD_OP is not modelled: said,
+  // and priced resharded; a compile mapping compiles the model where it says.
+  const FrameworkConfig lora = parse_torchtune_config(
+      "model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n  lora_attn_modules: [q_proj, v_proj]\n"
+      "fsdp_reshard_after_forward: False\ncompile:\n  model: True\n  loss: False\n",
+      "t.yaml");
+  auto kl = keys(lora);
+  CHECK(kl["plan.fsdp"] == "full_shard");
+  CHECK(listed(lora, "fsdp_reshard_after_forward=False (beside a LoRA's frozen base"));
+  CHECK(kl["plan.kernels"] == "fused");
+  // The builders' default rank, 8; most shipped configs leave max_seq_len
+  // null, which is said; an unpacked dataset is said.
+  CHECK(kl["model.lora_rank"] == "8");
+  CHECK(listed(lora, "tokenizer.max_seq_len unset (each sample as long as it is"));
+  CHECK(listed(lora, "dataset not packed"));
+  // A single-device recipe's config runs on one GPU, whatever the cluster.
+  CHECK(keys(fc)["plan.dp"] == "1");
+  CHECK(resolve_with(fc, *fc.model, "dgx-h100", 1).dp == 1);
   // Found as torchtune's, and refused as a plan with the option that reads it.
   CHECK(framework_of("model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n", "x.yaml") == "torchtune");
   CHECK_THAT(error_of([] { load_plan(sample("torchtune/llama3_1_70B_lora.yaml"), {}); }),

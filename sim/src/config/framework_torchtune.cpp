@@ -18,11 +18,14 @@
 //   Note [LoRA] in models/src/peft.cpp); lora_rank is the rank; lora_alpha
 //   scales the output and costs nothing.
 // - batch_size is each rank's micro-batch, gradient_accumulation_steps the
-//   micro-batches a step; tokenizer.max_seq_len the sequence (null: each
-//   sample as long as it is, which dtsim cannot price; the plan's seq_len
-//   stays and a line says so). dataset.packed packs samples into
-//   max_seq_len tokens, each attending within itself (set plan.document_len
-//   to their length, Note [Packed sequences]).
+//   micro-batches a step; tokenizer.max_seq_len the sequence (null, most
+//   shipped configs': each sample as long as it is, which dtsim cannot
+//   price: the model's longest sequence unless --set plan.seq_len, and a
+//   line says so). dataset.packed packs samples into max_seq_len tokens,
+//   each attending within itself (set plan.document_len to their length,
+//   Note [Packed sequences]); unpacked, padded_collate_sft pads each batch
+//   to its longest sample, priced at the whole sequence (said). A builder
+//   without lora_rank has rank 8, its default.
 // - dtype bf16: the model is built in bf16 and the optimizer steps it as
 //   it is, no fp32 master (plan.master_weights false, Note [No master
 //   weights]); fp32: fp32 throughout.
@@ -35,15 +38,19 @@
 //   fsdp_reshard_after_forward False is SHARD_GRAD_OP's behaviour,
 //   fsdp_cpu_offload its CPUOffloadPolicy (parameters, gradients and
 //   optimizer state on the host), custom_sharded_layers [tok_embeddings,
-//   output] units of their own (fsdp_wrap layers). Which recipe runs is the
+//   output] units of their own (fsdp_wrap layers); beside a LoRA's frozen
+//   base, or without resharding, those knobs are said, not applied (FSDP2's
+//   SHARD_GRAD_OP there is not modelled). Which recipe runs is the
 //   command's, not the file's: a file named *single_device* is read as the
-//   single-device recipes' (no FSDP), any other as the distributed ones'.
+//   single-device recipes' (one GPU, plan.dp 1, no FSDP), any other as the
+//   distributed ones'.
 // - optimizer._component_: torch.optim.AdamW, Adam or SGD (fused or not,
 //   the same bytes); bitsandbytes' 8-bit and paged optimizers, an optimizer
 //   stepped in the backward (optimizer_in_bwd), activation offloading and
 //   the chunked or linear cross-entropy losses are listed as not modelled.
 // Keys that set no cost (seed, checkpointer, metric_logger, output_dir,
-// lr_scheduler, ...) are read silently; any other is listed, not dropped.
+// lr_scheduler, ...) are read silently; any other top-level key is listed,
+// not dropped (what a known section holds beyond the keys above is not).
 #include <algorithm>
 #include <map>
 #include <set>
@@ -81,7 +88,7 @@ constexpr const char* kKnown[] = {
     "enable_kv_cache", "cudnn_deterministic_mode", "compile", "dtype", "batch_size", "batch_size_val", "gradient_accumulation_steps",
     "model", "optimizer", "loss", "enable_activation_checkpointing", "enable_activation_offloading", "optimizer_in_bwd",
     "fsdp_cpu_offload", "fsdp_reshard_after_forward", "custom_sharded_layers", "tensor_parallel_dim",
-    "tensor_parallel_plan", "data_parallel_shard_dim", "data_parallel_replicate_dim", "low_cpu_ram", "fsdp"};
+    "tensor_parallel_plan", "data_parallel_replicate_dim", "low_cpu_ram", "collate_fn", "save_every_n_steps"};
 
 class Reader {
  public:
@@ -103,11 +110,15 @@ class Reader {
     if (!null(len)) {
       out.plan("seq_len", positive(len, "tokenizer.max_seq_len"), from(len, "tokenizer.max_seq_len"));
     } else {
-      fc_.unmodelled.push_back("tokenizer.max_seq_len=null (each sample as long as it is; priced at plan.seq_len)");
+      const bool given = tok && tok.IsMap() && tok["max_seq_len"];
+      fc_.unmodelled.push_back("tokenizer.max_seq_len " + std::string(given ? "null" : "unset") +
+                               " (each sample as long as it is: priced at the model's longest sequence; give --set plan.seq_len=N)");
     }
     const YAML::Node ds = root_["dataset"];
     if (ds && ds.IsMap() && flag(ds["packed"], "dataset.packed", false)) {
       fc_.unmodelled.push_back("dataset.packed=True (each sample attends within itself: set plan.document_len to their length)");
+    } else {
+      fc_.unmodelled.push_back("dataset not packed (each batch padded to its longest sample: priced at the full sequence)");
     }
     // Numerics and memory.
     if (const YAML::Node d = root_["dtype"]; !null(d)) {
@@ -124,7 +135,11 @@ class Reader {
     if (const YAML::Node a = root_["enable_activation_checkpointing"]; !null(a)) {
       out.plan("recompute", flag(a, "enable_activation_checkpointing", false) ? "full" : "none", from(a, "enable_activation_checkpointing"));
     }
-    if (const YAML::Node c = root_["compile"]; !null(c) && flag(c, "compile", false)) out.plan("kernels", "fused", from(c, "compile"));
+    if (const YAML::Node c = root_["compile"]; !null(c)) {
+      // A bool, or (full fine-tuning) a mapping of what to compile: the model among them.
+      const bool model = c.IsMap() ? flag(c["model"], "compile.model", false) : flag(c, "compile", false);
+      if (model) out.plan("kernels", "fused", from(c, "compile"));
+    }
     if (flag(root_["enable_activation_offloading"], "enable_activation_offloading", false)) {
       fc_.unmodelled.push_back("enable_activation_offloading=True (torchtune's OffloadActivations: priced as kept on the GPU)");
     }
@@ -139,7 +154,7 @@ class Reader {
     for (auto it = root_.begin(); it != root_.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {
-        fc_.unmodelled.push_back(key + " (a key torchtune's LoRA and full fine-tuning recipes do not read)");
+        fc_.unmodelled.push_back(key + " (not read by dtsim)");
       }
     }
     out.finish();
@@ -232,7 +247,9 @@ class Reader {
     std::string list;
     for (const auto& t : targets) list += (list.empty() ? "" : ",") + t;
     out.model("lora_targets", "[" + list + "]", from(m["lora_attn_modules"] ? m["lora_attn_modules"] : comp, "model.lora_attn_modules"));
-    if (const YAML::Node r = m["lora_rank"]; !null(r)) out.model("lora_rank", positive(r, "model.lora_rank"), from(r, "model.lora_rank"));
+    // The builders' default rank is 8 (lora_llama3_1_8b's lora_rank: int = 8).
+    const YAML::Node r = m["lora_rank"];
+    out.model("lora_rank", null(r) ? "8" : positive(r, "model.lora_rank"), null(r) ? from(comp, "model._component_") : from(r, "model.lora_rank"));
     if (flag(m["apply_lora_to_output"], "model.apply_lora_to_output", false)) {
       fc_.unmodelled.push_back("model.apply_lora_to_output=True (the LM head's adapter is not priced)");
     }
@@ -263,33 +280,48 @@ class Reader {
   /// FSDP2 in the distributed recipes (Note [torchtune configs]).
   void sharding(detail::OverrideList& out) {
     if (file_.find("single_device") != std::string::npos) {
+      // One GPU, whatever the cluster has.
       fc_.plan = "ddp";
+      out.plan("dp", "1", file_ + " (a single-device recipe's config)");
       return;
     }
     fc_.plan = "fsdp";
-    const bool reshard = flag(root_["fsdp_reshard_after_forward"], "fsdp_reshard_after_forward", true);
-    out.plan("fsdp", reshard ? "full_shard" : "shard_grad_op", root_["fsdp_reshard_after_forward"] ? from(root_["fsdp_reshard_after_forward"], "fsdp_reshard_after_forward") : file_);
+    const bool peft = fc_.overrides.end() != std::find_if(fc_.overrides.begin(), fc_.overrides.end(), [](const Override& o) {
+                        return o.section == "model" && o.path == "peft";
+                      });
+    const YAML::Node ra = root_["fsdp_reshard_after_forward"];
+    bool reshard = flag(ra, "fsdp_reshard_after_forward", true);
+    if (!reshard && peft) {
+      // FSDP2's SHARD_GRAD_OP beside frozen weights is not modelled (Note [Frozen weights under FSDP]).
+      fc_.unmodelled.push_back("fsdp_reshard_after_forward=False (beside a LoRA's frozen base: priced as resharded)");
+      reshard = true;
+    }
+    out.plan("fsdp", reshard ? "full_shard" : "shard_grad_op", ra ? from(ra, "fsdp_reshard_after_forward") : file_);
     out.plan("fsdp_version", "2", file_ + " (torchtune's distributed recipes: FSDP2)");
-    if (flag(root_["fsdp_cpu_offload"], "fsdp_cpu_offload", false)) {
-      out.plan("offload_params", "cpu", from(root_["fsdp_cpu_offload"], "fsdp_cpu_offload"));
-      out.plan("offload_optimizer", "cpu", from(root_["fsdp_cpu_offload"], "fsdp_cpu_offload"));
+    if (const YAML::Node o = root_["fsdp_cpu_offload"]; flag(o, "fsdp_cpu_offload", false)) {
+      if (reshard) {
+        out.plan("offload_params", "cpu", from(o, "fsdp_cpu_offload"));
+        out.plan("offload_optimizer", "cpu", from(o, "fsdp_cpu_offload"));
+      } else {
+        fc_.unmodelled.push_back("fsdp_cpu_offload=True (with fsdp_reshard_after_forward False: priced on the GPU)");
+      }
     }
     if (const YAML::Node c = root_["custom_sharded_layers"]; !null(c)) {
       std::set<std::string> units;
       if (c.IsSequence()) {
         for (const YAML::Node& u : c) units.insert(word(u, "custom_sharded_layers"));
       }
-      if (units == std::set<std::string>{"tok_embeddings", "output"}) {
+      if (reshard && units == std::set<std::string>{"tok_embeddings", "output"}) {
         out.plan("fsdp_wrap", "layers", from(c, "custom_sharded_layers"));
-      } else if (!units.empty()) {
+      } else {
         std::string list;
         for (const auto& u : units) list += (list.empty() ? "" : ", ") + u;
-        fc_.unmodelled.push_back("custom_sharded_layers=[" + list + "] (units of [tok_embeddings, output] alone are modelled)");
+        fc_.unmodelled.push_back("custom_sharded_layers=[" + list + "] (units of [tok_embeddings, output], resharded, alone are modelled)");
       }
     }
     if (const YAML::Node t = root_["tensor_parallel_dim"]; !null(t)) out.plan("tp", positive(t, "tensor_parallel_dim"), from(t, "tensor_parallel_dim"));
-    if (const YAML::Node r = root_["data_parallel_replicate_dim"]; !null(r) && r.IsScalar() && r.Scalar() != "1") {
-      fc_.unmodelled.push_back("data_parallel_replicate_dim=" + r.Scalar() + " (HSDP's replicas: priced as one FSDP group)");
+    if (const YAML::Node r = root_["data_parallel_replicate_dim"]; !null(r) && !(r.IsScalar() && r.Scalar() == "1")) {
+      fc_.unmodelled.push_back("data_parallel_replicate_dim (HSDP's replicas: priced as one FSDP group)");
     }
   }
 
