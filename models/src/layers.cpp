@@ -349,6 +349,22 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
   return c;
 }
 
+// Note [Chunked loss]
+// torchtune's CEWithChunkedOutputLoss (torchtune/modules/loss/
+// ce_chunked_output_loss.py, num_output_chunks 8; its recipes call the
+// model's set_num_output_chunks) splits the last hidden state along the
+// sequence, projects each chunk to its logits (TransformerDecoder.
+// chunked_output) and takes each chunk's cross-entropy over its .float()
+// copy: F.cross_entropy keeps each chunk's fp32 log-softmax for its
+// backward, so what the loss keeps is the whole one's, 4 bytes a logit, but
+// its backward turns one chunk at a time into the fp32 gradients of the
+// log-softmax and of the logits and the 16-bit gradient the projection
+// takes: 8 t v / N at once where the whole loss holds 8 t v
+// (plan.loss_chunks N; the head's signature says lchunks=N, so a profile
+// that measured the whole loss does not price it). Under torch.compile
+// (its recipes' compile_loss) the compiled cross-entropy may keep less
+// than the log-softmax; that is not modelled. Megatron's vocab-parallel
+// loss (tp > 1) is not chunked (refused where the plan is resolved).
 void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
                  std::int64_t h) {
   const int e = shape.act_bytes;
@@ -365,6 +381,11 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
   // gpt2 at 4 x 1024 tokens, where 8 t v is 1,570 MiB: the 16-bit cast of
   // the logits' gradient comes once the fp32 ones are gone).
   head.backward_workspace_bytes = 8 * t * v;
+  if (const std::int64_t chunks = std::max<std::int64_t>(1, shape.loss_chunks); chunks > 1 && shape.tp <= 1) {
+    // Note [Chunked loss]: one chunk's gradients at a time.
+    head.backward_workspace_bytes = (8 * t * v + chunks - 1) / chunks;
+    head.signature += ",lchunks=" + std::to_string(chunks);
+  }
   head.output_bytes = 4;  // the scalar loss
   if (shape.tp > 1 && shape.megatron_loss) {
     // Megatron's vocab-parallel cross-entropy (cross_entropy.py, and the

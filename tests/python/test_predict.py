@@ -118,7 +118,7 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
         dtsim.predict(None, "dgx-h100", "ddp", megatron_bridge=mb)
     # A torchtune recipe config: its LoRA builder, batch and FSDP2, as --torchtune.
     tu = os.path.join(frameworks, "torchtune", "llama3_1_70B_lora.yaml")
-    with pytest.warns(UserWarning, match="CEWithChunkedOutputLoss"):
+    with pytest.warns(UserWarning, match="dataset.packed=True"):
         got = dtsim.predict(None, "dgx-a100", torchtune=tu)
     assert got == cli("predict", "--cluster", "dgx-a100", "--torchtune", tu)
     assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["fsdp"]) == (8, 2, "full_shard")

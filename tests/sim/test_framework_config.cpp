@@ -1605,10 +1605,11 @@ TEST_CASE("torchtune: the 70B LoRA recipe config, FSDP2 over a frozen base", "[f
   CHECK(k["plan.fsdp_version"] == "2");
   CHECK(k["plan.dp"] == "null");
   CHECK(from_of(fc, "plan.micro_batch").find("llama3_1_70B_lora.yaml:35 (batch_size)") != std::string::npos);
-  // Packing and the chunked loss are said, not dropped.
+  // CEWithChunkedOutputLoss: 8 chunks, its default (Note [Chunked loss]).
+  CHECK(k["plan.loss_chunks"] == "8");
+  // Packing is said, not dropped.
   CHECK(listed(fc, "dataset.packed=True"));
-  CHECK(listed(fc, "loss=torchtune.modules.loss.CEWithChunkedOutputLoss"));
-  CHECK(fc.unmodelled.size() == 2);
+  CHECK(fc.unmodelled.size() == 1);
   const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
   CHECK(r.dp == 8);
   CHECK(r.zero_stage == 3);
@@ -1626,6 +1627,7 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
   CHECK(k["model.lora_rank"] == "8");
   CHECK(k["plan.grad_accum"] == "8");
   CHECK(k["plan.fsdp"] == "null");
+  CHECK(k["plan.loss_chunks"] == "8");  // LinearCrossEntropyLoss's chunks
   CHECK(fc.model == std::optional<std::string>("llama-3.1-8b"));
   // torchtune's 8B QLoRA recipe: rank 8 on q (4096 -> 4096), v (-> 1024), o,
   // gate, up, down: 8 x (8192 + 5120 + 8192 + 3 x 18432) = 614,400 a block.

@@ -92,3 +92,44 @@ TEST_CASE("packed sequences: plan.document_len, refused past the sequence, named
   REQUIRE(fc.unmodelled.size() == 1);
   CHECK(fc.unmodelled[0].rfind("dataset.enable_offline_packing=true (attention priced over each whole sequence", 0) == 0);
 }
+
+TEST_CASE("A chunked cross-entropy holds one chunk's gradients at a time (Note [Chunked loss])", "[packed][memory]") {
+  const auto m = models::load_model("llama-3-8b");
+  WorkloadShape w = packed(0);
+  const std::vector<Layer> whole = m->layers(w);
+  w.loss_chunks = 8;
+  const std::vector<Layer> chunked = m->layers(w);
+  const Layer& a = whole.back();
+  const Layer& b = chunked.back();
+  REQUIRE(a.kind == LayerKind::kLmHead);
+  // 4096 tokens x 128,256 logits: the fp32 gradients of the log-softmax and
+  // of the logits, 8 bytes a logit, for all of them or for one chunk of 512
+  // tokens at a time; what the loss keeps (the fp32 log-softmax) and the
+  // kernels' work are the same.
+  CHECK(a.backward_workspace_bytes == 8LL * 4096 * 128'256);
+  CHECK(b.backward_workspace_bytes == 8LL * 512 * 128'256);
+  CHECK(b.saved_bytes == a.saved_bytes);
+  CHECK(b.forward_flops() == a.forward_flops());
+  CHECK(b.signature == a.signature + ",lchunks=8");
+  // Nothing but the head changes.
+  for (std::size_t i = 0; i + 1 < whole.size(); ++i) CHECK(chunked[i].signature == whole[i].signature);
+  // A LoRA fine-tune on one GPU (its optimizer step is small): the head's
+  // backward is the peak, 7 x 512 x 128,256 x 8 bytes lower with 8 chunks.
+  const ClusterSpec one = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=1")});
+  const auto lora = models::load_model("llama-3-8b", {parse_override("model.peft=lora")});
+  const auto peak = [&](const std::string& chunks) {
+    const Prediction p = predict(*lora, load_plan("ddp", {parse_override("plan.dp=1"), parse_override("plan.micro_batch=1"),
+                                                        parse_override("plan.seq_len=4096"), parse_override("plan.precision=bf16"),
+                                                        parse_override("plan.recompute=full"), parse_override("plan.loss_chunks=" + chunks)}),
+                                 one);
+    return p.ranks[0].peak;
+  };
+  CHECK(peak("1") - peak("8") == 7LL * 512 * 128'256 * 8);
+  // Chunks along the sequence: no more than its tokens, and not beside a
+  // vocab-parallel loss.
+  CHECK_THAT(error_of([&] { predict(*m, load_plan("ddp", {parse_override("plan.seq_len=16"), parse_override("plan.loss_chunks=32")}), one); }),
+             Catch::Contains("plan.loss_chunks: 32 exceeds seq_len 16"));
+  const ClusterSpec two = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=2")});
+  CHECK_THAT(error_of([&] { predict(*m, load_plan("megatron-tp", {parse_override("plan.tp=2"), parse_override("plan.loss_chunks=8")}), two); }),
+             Catch::Contains("plan.loss_chunks: 8 with tp = 2: a vocab-parallel cross-entropy is not chunked here"));
+}

@@ -2215,4 +2215,8 @@ TEST_CASE("a LoRA fine-tune's layers are priced, not run: the twin says so in on
   const auto q = models::load_model("gpt2-tiny", qlora)->layers(w);
   CHECK_THROWS_WITH(models::make_torch_layer(q[1].signature), Catch::Contains("a LoRA fine-tune's layer has no LibTorch twin"));
   CHECK_NOTHROW(models::make_torch_layer(models::load_model("gpt2-tiny")->layers(w)[1].signature));
+  // A chunked loss likewise (Note [Chunked loss]): its head's signature says so.
+  w.loss_chunks = 4;
+  const auto chunked = models::load_model("gpt2-tiny")->layers(w);
+  CHECK_THROWS_WITH(models::make_torch_layer(chunked.back().signature), Catch::Contains("a chunked cross-entropy has no LibTorch twin"));
 }

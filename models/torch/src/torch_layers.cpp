@@ -65,6 +65,11 @@ Signature parse_signature(const std::string& text) {
   for (std::string item; std::getline(ss, item, ',');) {
     const auto eq = item.find('=');
     if (eq == std::string::npos) throw ConfigError("layer signature '" + text + "': '" + item + "' is not key=value");
+    if (item.rfind("lchunks=", 0) == 0) {
+      // Note [Chunked loss] (models/src/layers.cpp): priced, not run.
+      throw UnsupportedError("layer signature '" + text + "': a chunked cross-entropy has no LibTorch twin (the simulator "
+                             "prices it); plan.loss_chunks=1");
+    }
     if (item.rfind("lora=", 0) == 0 || item.rfind("qlora=", 0) == 0) {
       // Note [LoRA], Note [QLoRA] (models/src/peft.cpp): priced, not run.
       throw UnsupportedError("layer signature '" + text + "': a LoRA fine-tune's layer has no LibTorch twin (the simulator prices "

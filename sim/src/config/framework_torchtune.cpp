@@ -47,7 +47,10 @@
 // - optimizer._component_: torch.optim.AdamW, Adam or SGD (fused or not,
 //   the same bytes); bitsandbytes' 8-bit and paged optimizers, an optimizer
 //   stepped in the backward (optimizer_in_bwd), activation offloading and
-//   the chunked or linear cross-entropy losses are listed as not modelled.
+//   other losses than CrossEntropyLoss and the chunked ones
+//   (CEWithChunkedOutputLoss, LinearCrossEntropyLoss: plan.loss_chunks,
+//   num_output_chunks, 8 by default; Note [Chunked loss]) are listed as not
+//   modelled.
 // Keys that set no cost (seed, checkpointer, metric_logger, output_dir,
 // lr_scheduler, ...) are read silently; any other top-level key is listed,
 // not dropped (what a known section holds beyond the keys above is not).
@@ -145,8 +148,14 @@ class Reader {
     }
     optimizer(out);
     if (const YAML::Node l = root_["loss"]; l && l.IsMap() && l["_component_"] && l["_component_"].IsScalar()) {
-      // CEWithChunkedOutputLoss, LinearCrossEntropyLoss: chunks of the logits at a time.
-      if (const std::string c = l["_component_"].Scalar(); c != "torch.nn.CrossEntropyLoss") {
+      // CEWithChunkedOutputLoss, LinearCrossEntropyLoss: the logits a chunk
+      // of the sequence at a time, num_output_chunks of them (8), Note
+      // [Chunked loss].
+      const std::string c = l["_component_"].Scalar();
+      if (c == "torchtune.modules.loss.CEWithChunkedOutputLoss" || c == "torchtune.modules.loss.LinearCrossEntropyLoss") {
+        const YAML::Node n = l["num_output_chunks"];
+        out.plan("loss_chunks", null(n) ? "8" : positive(n, "loss.num_output_chunks"), from(null(n) ? l["_component_"] : n, "loss"));
+      } else if (c != "torch.nn.CrossEntropyLoss") {
         fc_.unmodelled.push_back("loss=" + c + " (priced as one cross-entropy over the whole logits)");
       }
     }

@@ -46,6 +46,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.micro_batch = p.micro_batch;
   shape.seq_len = p.seq_len;
   shape.document_len = p.document_len;
+  shape.loss_chunks = p.loss_chunks;
   shape.act_bytes = element_bytes(p.precision);
   shape.fp8 = quantized_gemms(p.precision);
   shape.fp4 = p.precision == Precision::kFp4;

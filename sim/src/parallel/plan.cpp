@@ -807,6 +807,15 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     bad.add("document_len", std::to_string(s.document_len) + " exceeds seq_len " + std::to_string(r.seq_len) +
                                 ": a packed sequence holds whole documents; valid: 0 (one a sequence) to " + std::to_string(r.seq_len));
   }
+  // Note [Chunked loss] (models/src/layers.cpp): chunks of the sequence.
+  r.loss_chunks = s.loss_chunks;
+  if (s.loss_chunks > r.seq_len) {
+    bad.add("loss_chunks", std::to_string(s.loss_chunks) + " exceeds seq_len " + std::to_string(r.seq_len) +
+                               ": the logits are chunked along the sequence; valid: 1 to " + std::to_string(r.seq_len));
+  } else if (s.loss_chunks > 1 && r.tp > 1) {
+    bad.add("loss_chunks", std::to_string(s.loss_chunks) + " with tp = " + std::to_string(r.tp) +
+                               ": a vocab-parallel cross-entropy is not chunked here; valid with tp > 1: 1");
+  }
   const std::int64_t lo = rules.min_seq_len(), hi = rules.max_seq_len();
   if (r.seq_len > hi || r.seq_len < lo) {
     const std::string bound = r.seq_len < lo ? " is below " + model.name() + "'s minimum of " + std::to_string(lo)

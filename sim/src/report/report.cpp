@@ -46,6 +46,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   os << " micro_batch=" << p.micro_batch << " grad_accum=" << p.grad_accum << " global_batch=" << p.global_batch;
   if (sequence) os << " seq_len=" << p.seq_len;
   if (sequence && p.document_len > 0) os << " document_len=" << p.document_len;
+  if (p.loss_chunks > 1) os << " loss_chunks=" << p.loss_chunks;
   os << " " << to_string(p.precision) << " ";
   if (attention) os << (p.flash_attention ? "flash" : "eager") << "-attention ";
   if (p.kernels == Kernels::kFused) os << "fused-kernels ";
@@ -135,6 +136,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("global_batch", static_cast<std::int64_t>(p.global_batch));
   j.field("seq_len", static_cast<std::int64_t>(p.seq_len));
   j.field("document_len", static_cast<std::int64_t>(p.document_len));
+  j.field("loss_chunks", static_cast<std::int64_t>(p.loss_chunks));
   j.field("precision", to_string(p.precision));
   j.field("optimizer", to_string(p.optimizer));
   j.field("sgd_momentum", p.sgd_momentum);

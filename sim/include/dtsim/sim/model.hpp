@@ -180,6 +180,9 @@ struct WorkloadShape {
   /// attention: Note [Packed sequences] in models/src/layers.cpp); 0: one
   /// document a sequence.
   std::int64_t document_len = 0;
+  /// The LM head's cross-entropy over this many chunks of the sequence
+  /// (PlanSpec::loss_chunks; Note [Chunked loss] in models/src/layers.cpp).
+  std::int64_t loss_chunks = 1;
   int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
   /// Bytes per element of a saved dropout mask: 1 where dropout keeps a bool
   /// mask (fused CUDA kernels), the activation size where it multiplies by a

@@ -241,6 +241,10 @@ struct PlanSpec {
   /// within each (Note [Packed sequences] in models/src/layers.cpp); 0: one
   /// document a sequence.
   std::int64_t document_len = 0;
+  /// The LM head's cross-entropy over this many chunks of the sequence, one
+  /// at a time (torchtune's CEWithChunkedOutputLoss num_output_chunks; Note
+  /// [Chunked loss] in models/src/layers.cpp); 1: the whole logits at once.
+  std::int64_t loss_chunks = 1;
   Precision precision = Precision::kFp32;
   /// Under fp8, ZeRO-3 / FSDP gather the GEMM weights in FP8, 1 byte an
   /// element (torchao's enable_fsdp_float8_all_gather, Megatron-LM's
@@ -457,6 +461,7 @@ struct ResolvedPlan {
   bool flash_attention = false;   ///< Attention::kAuto resolved for the device and precision
   std::int64_t micro_batch = 1, grad_accum = 1, global_batch = 1, seq_len = 1;
   std::int64_t document_len = 0;  ///< PlanSpec's; 0 where it is not below seq_len
+  std::int64_t loss_chunks = 1;   ///< PlanSpec's
   Precision precision = Precision::kFp32;
   bool fp8_param_gather = false;  ///< PlanSpec::fp8_param_gather (needs fp8)
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< PlanSpec's (tensorwise needs fp8)
