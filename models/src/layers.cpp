@@ -354,17 +354,25 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 // ce_chunked_output_loss.py, num_output_chunks 8; its recipes call the
 // model's set_num_output_chunks) splits the last hidden state along the
 // sequence, projects each chunk to its logits (TransformerDecoder.
-// chunked_output) and takes each chunk's cross-entropy over its .float()
-// copy: F.cross_entropy keeps each chunk's fp32 log-softmax for its
-// backward, so what the loss keeps is the whole one's, 4 bytes a logit, but
-// its backward turns one chunk at a time into the fp32 gradients of the
-// log-softmax and of the logits and the 16-bit gradient the projection
-// takes: 8 t v / N at once where the whole loss holds 8 t v
-// (plan.loss_chunks N; the head's signature says lchunks=N, so a profile
-// that measured the whole loss does not price it). Under torch.compile
-// (its recipes' compile_loss) the compiled cross-entropy may keep less
-// than the log-softmax; that is not modelled. Megatron's vocab-parallel
-// loss (tp > 1) is not chunked (refused where the plan is resolved).
+// chunked_output, all N in the model's forward) and takes each chunk's
+// cross-entropy over its .float() copy: F.cross_entropy keeps each chunk's
+// fp32 log-softmax for its backward, so what the loss keeps is the whole
+// one's, 4 bytes a logit, but its backward turns one chunk at a time into
+// the fp32 gradients of the log-softmax and of the logits: 8 t v / N at
+// once where the whole loss holds 8 t v (plan.loss_chunks N). The 16-bit
+// gradients of the logits gather until the projections' backward (e t v,
+// below the fp32 gradients they replace), and the forward's transient (all
+// N chunks' 16-bit logits beside one chunk's fp32 copy, about 1.5 t v above
+// what is kept, in bf16 at N 8) is not priced, as no forward transient is
+// but a measured one. The head's signature says lchunks=N, so a profile
+// that measured the whole loss does not price it. Under torch.compile (its
+// recipes' compile_loss) the compiled cross-entropy may keep less than the
+// log-softmax; that is not modelled. torchtune's LinearCrossEntropyLoss
+// projects each chunk inside the loss and keeps less (its log-softmax for
+// the tokens that count alone): priced as this, above it. Megatron's
+// vocab-parallel loss (tp > 1) is not chunked (refused where the plan is
+// resolved); a BERT masked-LM, seq2seq or multi-token-prediction loss takes
+// the chunks as the LM head's does. dtsim validate does not run it.
 void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
                  std::int64_t h) {
   const int e = shape.act_bytes;

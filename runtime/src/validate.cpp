@@ -289,6 +289,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": packed documents are not run: the runtime attends over each whole sequence (the simulator "
                            "prices varlen attention); use document_len: 0");
   }
+  if (s.spec.loss_chunks > 1) {
+    // Note [Chunked loss] (models/src/layers.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.loss_chunks") +
+                           ": a chunked cross-entropy is not run: the runtime takes the loss over the whole logits (the "
+                           "simulator prices the chunks); use loss_chunks: 1");
+  }
   if (s.spec.moe_experts == sim::MoeExperts::kDense) {
     // Note [Dense experts] (models/src/llama.cpp): priced, not run.
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.moe_experts") +

@@ -1591,3 +1591,20 @@ TEST_CASE("a Granite 4.0-H hybrid (Mamba-2 blocks with experts) trains as one pr
   SECTION("ddp, dp 2") { check_as_one_process("moe-tiny", "ddp --procs 2", shape, 2); }
   SECTION("ZeRO-2 at ep 2") { check_as_one_process("moe-tiny", "zero2 --procs 2 --set plan.ep=2", shape, 2); }
 }
+
+TEST_CASE("what the simulator prices for fine-tuning is refused by validate in one line: LoRA, packed documents, a chunked loss",
+          "[runtime][validate]") {
+  // Note [LoRA], Note [Packed sequences], Note [Chunked loss]: priced, not run.
+  const Run lora = validate("--model gpt2-tiny --plan ddp --procs 1 --set model.peft=lora --set model.lora_rank=4");
+  CHECK(lora.status == 2);
+  CHECK(std::count(lora.err.begin(), lora.err.end(), '\n') == 1);
+  CHECK(lora.err.find("a LoRA fine-tune is not run") != std::string::npos);
+  const Run packed = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.seq_len=64 --set plan.document_len=16");
+  CHECK(packed.status == 2);
+  CHECK(packed.err.find("packed documents are not run") != std::string::npos);
+  const Run chunked = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.seq_len=64 --set plan.loss_chunks=4");
+  CHECK(chunked.status == 2);
+  CHECK(std::count(chunked.err.begin(), chunked.err.end(), '\n') == 1);
+  CHECK(chunked.err.find("plan.loss_chunks") != std::string::npos);
+  CHECK(chunked.err.find("a chunked cross-entropy is not run") != std::string::npos);
+}

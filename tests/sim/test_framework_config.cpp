@@ -1688,6 +1688,14 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
   CHECK(kl["model.lora_rank"] == "8");
   CHECK(listed(lora, "tokenizer.max_seq_len unset (each sample as long as it is"));
   CHECK(listed(lora, "dataset not packed"));
+  // Under tensor parallelism the loss is vocab-parallel: not chunked, said.
+  const FrameworkConfig tpc = parse_torchtune_config(
+      "model:\n  _component_: torchtune.models.llama3_3.llama3_3_70b\ntensor_parallel_dim: 8\n"
+      "loss:\n  _component_: torchtune.modules.loss.LinearCrossEntropyLoss\n",
+      "t.yaml");
+  CHECK(keys(tpc)["plan.tp"] == "8");
+  CHECK(keys(tpc)["plan.loss_chunks"] == "null");
+  CHECK(listed(tpc, "loss=torchtune.modules.loss.LinearCrossEntropyLoss (with tensor_parallel_dim"));
   // A single-device recipe's config runs on one GPU, whatever the cluster.
   CHECK(keys(fc)["plan.dp"] == "1");
   CHECK(resolve_with(fc, *fc.model, "dgx-h100", 1).dp == 1);

@@ -152,7 +152,12 @@ class Reader {
       // of the sequence at a time, num_output_chunks of them (8), Note
       // [Chunked loss].
       const std::string c = l["_component_"].Scalar();
-      if (c == "torchtune.modules.loss.CEWithChunkedOutputLoss" || c == "torchtune.modules.loss.LinearCrossEntropyLoss") {
+      const YAML::Node tpd = root_["tensor_parallel_dim"];
+      const bool tp = !null(tpd) && !(tpd.IsScalar() && tpd.Scalar() == "1");
+      if (tp && c != "torch.nn.CrossEntropyLoss") {
+        // Under TP the loss is vocab-parallel (loss_parallel): not chunked here.
+        fc_.unmodelled.push_back("loss=" + c + " (with tensor_parallel_dim: priced as one vocab-parallel cross-entropy)");
+      } else if (c == "torchtune.modules.loss.CEWithChunkedOutputLoss" || c == "torchtune.modules.loss.LinearCrossEntropyLoss") {
         const YAML::Node n = l["num_output_chunks"];
         out.plan("loss_chunks", null(n) ? "8" : positive(n, "loss.num_output_chunks"), from(null(n) ? l["_component_"] : n, "loss"));
       } else if (c != "torch.nn.CrossEntropyLoss") {
