@@ -215,9 +215,6 @@ constexpr HfTarget kHfTargets[] = {
     {"up_proj", "mlp.up", "", Split::kColumn},  // a squared-ReLU MLP's
     {"down_proj", "mlp.down", "", Split::kRow},
 };
-bool is_hf_module(const std::string& name) {
-  return std::any_of(std::begin(kHfTargets), std::end(kHfTargets), [&](const HfTarget& t) { return name == t.module; });
-}
 bool is_hf_attention(const HfTarget& t) { return std::string_view(t.kernel).rfind("attn.", 0) == 0; }
 
 /// What a layer mixes its tokens with, as its kernels say.
@@ -250,15 +247,25 @@ const Target* target_of(const std::string& kernel, Mixer mixer) {
 /// where the layer attends with Llama's modules (an attn.o_proj GEMM; not
 /// GPT-2's or BERT's fused c_attn, not a Mamba-2 or linear-attention
 /// mixer), its dense MLP's.
-std::vector<const HfTarget*> hf_targets_of(const sim::Layer& L, const std::string& kernel, Mixer mixer) {
-  std::vector<const HfTarget*> out;
+/// One HuggingFace module over a GEMM, and the elements of its part's
+/// weight (its first tensor: k x its outputs; 0 where it is the whole GEMM).
+struct HfMatch {
+  const HfTarget* target;
+  std::int64_t weight;
+};
+std::vector<HfMatch> hf_targets_of(const sim::Layer& L, const std::string& kernel, Mixer mixer) {
+  std::vector<HfMatch> out;
   const bool llama_attention =
       mixer == Mixer::kAttention && std::any_of(L.forward.begin(), L.forward.end(), [](const sim::Kernel& k) { return k.name == "attn.o_proj"; });
   for (const HfTarget& t : kHfTargets) {
     if (kernel != t.kernel || (is_hf_attention(t) && !llama_attention)) continue;
+    if (*t.part == '\0') {
+      out.push_back({&t, 0});
+      continue;
+    }
     // A part the layer lacks (Gemma 4's shared or value-less layers) adapts nothing there.
-    if (*t.part != '\0' && std::none_of(L.modules.begin(), L.modules.end(), [&](const sim::ParamModule& m) { return m.name == t.part; })) continue;
-    out.push_back(&t);
+    const auto m = std::find_if(L.modules.begin(), L.modules.end(), [&](const sim::ParamModule& p) { return p.name == t.part; });
+    if (m != L.modules.end()) out.push_back({&t, m->tensors.front()});
   }
   return out;
 }
@@ -320,7 +327,7 @@ class Lora final : public sim::Model {
       return "QLoRA's 4-bit base (bitsandbytes' Linear4bit, torchao's NF4Tensor) is not split over tensor parallelism; valid: tp 1";
     }
     // HuggingFace PEFT's adapters are plain nn.Linear pairs, not split.
-    if (tp > 1 && std::any_of(c_.targets.begin(), c_.targets.end(), is_hf_module)) {
+    if (tp > 1 && std::any_of(c_.targets.begin(), c_.targets.end(), lora_hf_module)) {
       return "HuggingFace PEFT's modules (q_proj, ..., down_proj) are adapted unsplit, without tensor parallelism; valid: tp 1, "
              "or Megatron-Core's module names (linear_qkv, linear_proj, linear_fc1, linear_fc2)";
     }
@@ -406,13 +413,9 @@ class Lora final : public sim::Model {
       if (const Target* t = target_of(f.name, mixer); t != nullptr && targets_.count(t->module) > 0) {
         specs.push_back({"", t->split, t->norm_fused, f.n});
       }
-      for (const HfTarget* h : hf_targets_of(L, f.name, mixer)) {
-        if (targets_.count(h->module) == 0) continue;
-        std::int64_t width = f.n;
-        for (const sim::ParamModule& m : L.modules) {
-          if (*h->part != '\0' && m.name == h->part) width = m.tensors.front() / f.k;  // the part's weight: k x its outputs
-        }
-        specs.push_back({h->module, h->split, false, width});
+      for (const HfMatch& h : hf_targets_of(L, f.name, mixer)) {
+        if (targets_.count(h.target->module) == 0) continue;
+        specs.push_back({h.target->module, h.target->split, false, h.weight > 0 ? h.weight / f.k : f.n});
       }
       bool first = true;  // the base's saved input is replaced once, by the first adapter's
       for (const Spec& spec : specs) {
@@ -585,8 +588,8 @@ std::vector<std::string> lora_modules(const sim::Model& model) {
       if (k.kind != sim::KernelKind::kGemm) continue;
       const Target* t = target_of(k.name, mixer);
       if (t != nullptr && seen.insert(t->module).second) out.emplace_back(t->module);
-      for (const HfTarget* h : hf_targets_of(L, k.name, mixer)) {
-        if (seen.insert(h->module).second) hf.emplace_back(h->module);
+      for (const HfMatch& h : hf_targets_of(L, k.name, mixer)) {
+        if (seen.insert(h.target->module).second) hf.emplace_back(h.target->module);
       }
     }
   }
@@ -595,7 +598,9 @@ std::vector<std::string> lora_modules(const sim::Model& model) {
   return out;
 }
 
-bool lora_hf_module(const std::string& module) { return is_hf_module(module); }
+bool lora_hf_module(const std::string& module) {
+  return std::any_of(std::begin(kHfTargets), std::end(kHfTargets), [&](const HfTarget& t) { return module == t.module; });
+}
 
 sim::ModelPtr make_lora(sim::ModelPtr base, const LoraConfig& c) { return std::make_shared<Lora>(std::move(base), c); }
 

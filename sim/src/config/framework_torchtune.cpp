@@ -242,6 +242,7 @@ class Reader {
       return;
     }
     out.model("peft", peft, from(comp, "model._component_"));
+    peft_ = true;
     std::vector<std::string> targets;
     if (const YAML::Node a = m["lora_attn_modules"]; !null(a)) {
       if (!a.IsSequence()) fail(a, "model.lora_attn_modules", "expected a list of q_proj, k_proj, v_proj, output_proj");
@@ -300,12 +301,9 @@ class Reader {
       return;
     }
     fc_.plan = "fsdp";
-    const bool peft = fc_.overrides.end() != std::find_if(fc_.overrides.begin(), fc_.overrides.end(), [](const Override& o) {
-                        return o.section == "model" && o.path == "peft";
-                      });
     const YAML::Node ra = root_["fsdp_reshard_after_forward"];
     bool reshard = flag(ra, "fsdp_reshard_after_forward", true);
-    if (!reshard && peft) {
+    if (!reshard && peft_) {
       // FSDP2's SHARD_GRAD_OP beside frozen weights is not modelled (Note [Frozen weights under FSDP]).
       fc_.unmodelled.push_back("fsdp_reshard_after_forward=False (beside a LoRA's frozen base: priced as resharded)");
       reshard = true;
@@ -342,6 +340,7 @@ class Reader {
   YAML::Node root_;
   std::string file_;
   FrameworkConfig fc_;
+  bool peft_ = false;  ///< a LoRA or QLoRA builder
 };
 
 }  // namespace
