@@ -813,7 +813,7 @@ TEST_CASE("a bad option is one line naming the subcommand and what is valid, exi
   const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
   CHECK(r.err ==
         "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
-        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --gpus, --global-batch, --top, --threads, --json, --csv\n");
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --gpus, --global-batch, --top, --threads, --json, --csv\n");
   const Result missing = dtsim("predict --cluster dgx-a100 --model");
   CHECK(missing.status == 2);
   CHECK(missing.err == "dtsim predict: --model: missing value\n");
@@ -1152,4 +1152,25 @@ TEST_CASE("profile import-nccl-tests writes a profile that comm then prices from
   CHECK(lines(r.err) == 1);
   CHECK(r.err.find("--into PROFILE.h5 is required") != std::string::npos);
   CHECK_FALSE(fs::exists(out));
+}
+
+// Note [axolotl configs]: its deepspeed: path is found beside the config
+// when the working directory does not have it, and a missing one is one line.
+TEST_CASE("predict reads an axolotl config and the DeepSpeed JSON it names", "[cli][frameworks]") {
+  const std::string dir = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/axolotl/";
+  const Result r = dtsim("predict --cluster dgx-a100 --json --axolotl " + dir + "llama-3.1-8b-fft-zero3.yaml");
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out.substr(0, r.out.size() - r.err.size()));
+  CHECK(j["model"]["name"].as<std::string>() == "llama-3.1-8b");
+  // zero3_bf16.json's stage 3; its "auto" batch is axolotl's: 1 x 2 x 8 GPUs.
+  CHECK(j["plan"]["zero_stage"].as<int>() == 3);
+  CHECK(j["plan"]["global_batch"].as<int>() == 16);
+  CHECK(r.err.find("warning: " + dir + "llama-3.1-8b-fft-zero3.yaml: axolotl settings dtsim does not model") != std::string::npos);
+  const std::string file = (std::filesystem::temp_directory_path() / ("dtsim_cli_axolotl_" + std::to_string(::getpid()) + ".yml")).string();
+  std::ofstream(file) << "base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: 1\ndeepspeed: zero9.json\n";
+  const Result missing = dtsim("predict --cluster dgx-a100 --axolotl " + file);
+  std::filesystem::remove(file);
+  CHECK(missing.status == 2);
+  CHECK(missing.err == "dtsim: " + file + ":3: deepspeed: zero9.json: no such file (looked in the working directory and beside " + file +
+                           "; `axolotl fetch deepspeed_configs` writes axolotl's own)\n");
 }

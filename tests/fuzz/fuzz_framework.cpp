@@ -1,7 +1,8 @@
 // Fuzz target: a framework's config (a DeepSpeed JSON, a Megatron-LM command
-// line, a Megatron-Bridge YAML, a torchtitan TOML, a torchtune YAML), read by
-// each importer in turn as `--deepspeed`, `--megatron-args`,
-// `--megatron-bridge`, `--torchtitan` and `--torchtune` read a file; what one accepts is folded into a scenario
+// line, a Megatron-Bridge YAML, a torchtitan TOML, a torchtune or an axolotl
+// YAML), read by each importer in turn as `--deepspeed`, `--megatron-args`,
+// `--megatron-bridge`, `--torchtitan`, `--torchtune` and `--axolotl` read a
+// file; what one accepts is folded into a scenario
 // (apply_framework_config), its plan and model loaded, and the plan resolved
 // and partitioned on a DGX A100 as `dtsim predict` does.
 #include <cstddef>
@@ -32,5 +33,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_megatron_bridge_config(text, "fuzz-run_config.yaml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_torchtitan_config(text, "fuzz-job.toml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_torchtune_config(text, "fuzz-lora.yaml")); });
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_axolotl_config(text, "fuzz-axolotl.yml")); });
   return 0;
 }

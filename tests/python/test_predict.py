@@ -123,13 +123,21 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     assert got == cli("predict", "--cluster", "dgx-a100", "--torchtune", tu)
     assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["fsdp"]) == (8, 2, "full_shard")
     assert got["model"]["trainable_parameters"] == 80 * 16 * (8192 + 8192 + 2 * (8192 + 1024))
+    # An axolotl config: its hub id as a built-in, the adapter and the batch, as --axolotl.
+    ax = os.path.join(frameworks, "axolotl", "llama-3.1-8b-lora.yml")
+    with pytest.warns(UserWarning, match="sample_packing=true"):
+        got = dtsim.predict(None, "dgx-a100", axolotl=ax)
+    assert got == cli("predict", "--cluster", "dgx-a100", "--axolotl", ax)
+    assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["grad_accum"]) == (8, 2, 4)
+    # Rank 32 on the seven linears of each of 32 blocks (Llama 3.1 8B).
+    assert got["model"]["trainable_parameters"] == 32 * 32 * (2 * (4096 + 4096) + 2 * (4096 + 1024) + 3 * (4096 + 14336))
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)
     assert (got["plan"]["tp"], got["plan"]["micro_batch"], got["plan"]["global_batch"]) == (2, 2, 64)
     with pytest.raises(dtsim.ConfigError, match="^plan and deepspeed both describe the plan"):
         dtsim.predict("gpt2", "dgx-a100", "zero2", deepspeed=ds)
-    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan and torchtune each describe the whole plan"):
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune and axolotl each describe the"):
         dtsim.predict("gpt2", "dgx-a100", deepspeed=ds, torchtitan=tt)
     with pytest.raises(dtsim.ConfigError, match="^model: none given"):
         dtsim.predict(None, "dgx-a100", "ddp")

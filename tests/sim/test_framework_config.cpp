@@ -1704,3 +1704,208 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
   CHECK_THAT(error_of([] { load_plan(sample("torchtune/llama3_1_70B_lora.yaml"), {}); }),
              Catch::Contains("looks like a torchtune recipe config; pass it as --torchtune"));
 }
+
+// Note [axolotl configs] (sim/src/config/framework_axolotl.cpp).
+TEST_CASE("axolotl: LoRA on every linear layer under DDP", "[framework][lora]") {
+  const FrameworkConfig fc = read_axolotl_config(sample("axolotl/llama-3.1-8b-lora.yml"));
+  CHECK(fc.framework == "axolotl");
+  REQUIRE(fc.plan == std::optional<std::string>("ddp"));
+  // NousResearch/Meta-Llama-3.1-8B: the organisation and "Meta-" dropped.
+  REQUIRE(fc.model == std::optional<std::string>("llama-3.1-8b"));
+  auto k = keys(fc);
+  CHECK(k["model.peft"] == "lora");
+  // lora_target_linear: find_all_linear_names, every nn.Linear but lm_head.
+  CHECK(k["model.lora_targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]");
+  CHECK(k["model.lora_rank"] == "32");
+  CHECK(k["plan.micro_batch"] == "2");
+  CHECK(k["plan.grad_accum"] == "4");
+  CHECK(k["plan.seq_len"] == "4096");
+  CHECK(k["plan.precision"] == "bf16");
+  // PEFT's adapters are fp32 (autocast_adapter_dtype): dtsim's master copies stay.
+  CHECK(k["plan.master_weights"] == "null");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(k["plan.attention"] == "null");  // flash_attention_2: dtsim's default
+  CHECK(from_of(fc, "plan.micro_batch").find("llama-3.1-8b-lora.yml:27 (micro_batch_size)") != std::string::npos);
+  CHECK(listed(fc, "sample_packing=true"));
+  CHECK(fc.unmodelled.size() == 1);
+  // Rank 32 on q (4096 -> 4096), k and v (-> 1024), o, gate, up (-> 14336)
+  // and down: 32 x (8192 + 2 x 5120 + 8192 + 3 x 18432) = 2,621,440 a block.
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(m->trainable_parameters() == 32 * 2'621'440);
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
+  CHECK(r.dp == 8);
+  CHECK(r.global_batch == 2 * 4 * 8);  // normalize_config: micro x accumulation x world
+}
+
+TEST_CASE("axolotl: QLoRA of a 70B model under FSDP1 with offload", "[framework][lora]") {
+  const FrameworkConfig fc = read_axolotl_config(sample("axolotl/llama-3-70b-qlora-fsdp.yaml"));
+  REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
+  CHECK(fc.model == std::optional<std::string>("llama-3-70b"));  // casperhansen/llama-3-70b-fp16
+  auto k = keys(fc);
+  CHECK(k["model.peft"] == "qlora");
+  CHECK(k["model.lora_rank"] == "8");
+  CHECK(k["plan.seq_len"] == "512");
+  CHECK(k["plan.micro_batch"] == "1");
+  // The fsdp_ prefixed keys read as the bare ones; accelerate runs FULL_SHARD.
+  CHECK(k["plan.fsdp"] == "full_shard");
+  CHECK(k["plan.offload_params"] == "cpu");
+  CHECK(k["plan.offload_optimizer"] == "cpu");
+  // FSDP1 beside a LoRA is priced as FSDP2, and said.
+  CHECK(k["plan.fsdp_version"] == "2");
+  CHECK(listed(fc, "fsdp_version=1 with an adapter"));
+  CHECK(k["plan.master_weights"] == "null");
+  // pad_to_sequence_len: every batch as long as sequence_len, nothing to say.
+  CHECK(fc.unmodelled.size() == 1);
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
+  CHECK(r.zero_stage == 3);
+  CHECK(r.fsdp_version == 2);
+  CHECK(r.offload_params == Offload::kCpu);
+  CHECK(r.global_batch == 1 * 4 * 8);
+}
+
+TEST_CASE("axolotl: full fine-tuning with DeepSpeed ZeRO-3, its auto filled", "[framework]") {
+  const FrameworkConfig fc = read_axolotl_config(sample("axolotl/llama-3.1-8b-fft-zero3.yaml"));
+  REQUIRE(fc.plan == std::optional<std::string>("zero3"));
+  CHECK(fc.model == std::optional<std::string>("llama-3.1-8b"));
+  auto k = keys(fc);
+  CHECK(k.count("model.peft") == 0);
+  CHECK(k["plan.zero_stage"] == "3");
+  // train_micro_batch_size_per_gpu and gradient_accumulation_steps "auto":
+  // HuggingFace fills them from micro_batch_size and gradient_accumulation_steps.
+  CHECK(k["plan.micro_batch"] == "1");
+  CHECK(k["plan.grad_accum"] == "2");
+  CHECK(from_of(fc, "plan.micro_batch").find("llama-3.1-8b-fft-zero3.yaml") != std::string::npos);
+  CHECK(k["plan.precision"] == "bf16");
+  // DeepSpeed keeps fp32 masters whatever the model was loaded in.
+  CHECK(k["plan.master_weights"] == "null");
+  // max_live_parameters is DeepSpeed's field, stage3_max_live_parameters its alias.
+  CHECK(k["plan.stage3_max_live_parameters"] == "1000000000");
+  // Liger's RMSNorm and SwiGLU together: the fused kernels.
+  CHECK(k["plan.kernels"] == "fused");
+  CHECK(listed(fc, "deepspeed zero_optimization.stage3_prefetch_bucket_size=auto"));
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
+  CHECK(r.zero_stage == 3);
+  CHECK(r.master_weights);
+  CHECK(r.global_batch == 1 * 2 * 8);
+}
+
+TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[framework][errors]") {
+  // A hub id names dtsim's built-in of the same name.
+  for (const auto& [id, name] : std::vector<std::pair<std::string, std::string>>{
+           {"meta-llama/Llama-2-7b-hf", "llama-2-7b"},
+           {"mistralai/Mistral-7B-v0.1", "mistral-7b"},
+           {"Qwen/Qwen2.5-7B-Instruct", "qwen2.5-7b"},
+           {"microsoft/Phi-3-mini-4k-instruct", "phi-3-mini"},
+           {"Qwen/Qwen3-30B-A3B-Instruct-2507", "qwen3-30b-a3b"},
+           {"google/gemma-2-9b-it", "gemma-2-9b"},
+           {"mistral-community/Mixtral-8x22B-v0.1", "mixtral-8x22b"},
+           {"unsloth/Llama-3.2-1B-Instruct-bnb-4bit", "llama-3.2-1b"},
+           {"meta-llama/Meta-Llama-3-70B", "llama-3-70b"},
+           {"TinyLlama/TinyLlama-1.1B-Chat-v1.0", ""},
+           {"Qwen/Qwen3.5-27B", ""}}) {
+    CHECK(axolotl_builtin_of(id) == name);
+  }
+  // Every name it can give is a built-in.
+  for (const std::string& b : axolotl_builtins()) CHECK_NOTHROW(models::load_model(b, {}));
+  const std::string head = "base_model: meta-llama/Llama-3.1-8B\nmicro_batch_size: 1\n";
+  const auto read = [&](const std::string& rest) { return parse_axolotl_config(head + rest, "a.yml"); };
+  // resolve_dtype: bf16 is "auto" unless given, and fp16 wins over auto.
+  auto k = keys(read(""));
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.seq_len"] == "512");  // the schema's default
+  // A full fine-tune under DDP steps its bf16 weights as loaded.
+  CHECK(k["plan.master_weights"] == "false");
+  CHECK(keys(read("fp16: true\n"))["plan.precision"] == "fp16");
+  CHECK(keys(read("bf16: false\n"))["plan.precision"] == "fp32");
+  CHECK(keys(read("bf16: false\n"))["plan.master_weights"] == "null");
+  // Under FSDP accelerate upcasts the trained weights to fp32; without
+  // autocast (bfloat16) nothing does.
+  CHECK(keys(read("fsdp_version: 2\nfsdp_config:\n  offload_params: false\n"))["plan.master_weights"] == "null");
+  CHECK(keys(read("bf16: false\nbfloat16: true\nfsdp_version: 2\nfsdp_config: {}\nfsdp: [full_shard]\n"))["plan.master_weights"] == "false");
+  // FSDP2 without an adapter keeps its version; reshard_after_forward false
+  // and another sharding strategy are not passed on by axolotl: said.
+  const FrameworkConfig f2 = read("fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: false\n  sharding_strategy: SHARD_GRAD_OP\n"
+                                  "  activation_checkpointing: true\ndp_replicate_size: 2\n");
+  auto kf = keys(f2);
+  CHECK(kf["plan.fsdp_version"] == "2");
+  CHECK(kf["plan.fsdp"] == "hybrid_shard");
+  CHECK(kf["plan.recompute"] == "full");
+  CHECK(listed(f2, "fsdp_config.reshard_after_forward=false (axolotl passes it only when true"));
+  CHECK(listed(f2, "fsdp_config.sharding_strategy=SHARD_GRAD_OP (axolotl does not pass it"));
+  CHECK(keys(read("fsdp_config:\n  fsdp_offload_params: true\n"))["plan.fsdp_version"] == "1");
+  // Kernels, attention, the loss, parallel sizes, the optimizer.
+  auto kk = keys(read("attn_implementation: eager\ntorch_compile: true\ntensor_parallel_size: 2\ncontext_parallel_size: 4\n"
+                      "optimizer: sgd\nddp_bucket_cap_mb: 100\n"));
+  CHECK(kk["plan.attention"] == "eager");
+  CHECK(kk["plan.kernels"] == "fused");
+  CHECK(kk["plan.tp"] == "2");
+  CHECK(kk["plan.cp"] == "4");
+  CHECK(kk["plan.optimizer"] == "sgd");
+  CHECK(kk["plan.bucket_mb"] == "100");
+  const FrameworkConfig said = read("optimizer: adamw_bnb_8bit\nliger_rms_norm: true\nchunked_cross_entropy: true\n"
+                                    "gradient_checkpointing: offload\nmystery_knob: 3\nwandb_project: x\nhub_model_id:\n");
+  CHECK(listed(said, "optimizer=adamw_bnb_8bit (priced as AdamW"));
+  CHECK(listed(said, "liger_rms_norm or liger_glu_activation alone"));
+  CHECK(listed(said, "chunked_cross_entropy=true"));
+  CHECK(listed(said, "gradient_checkpointing=offload"));
+  CHECK(keys(said)["plan.recompute"] == "full");
+  CHECK(listed(said, "mystery_knob=3 (not read by dtsim)"));
+  CHECK(!listed(said, "wandb_project"));
+  // An adapter's 8-bit base, a pattern of targets, names dtsim lacks.
+  const FrameworkConfig lo = read("adapter: lora\nlora_r: 16\nload_in_8bit: true\nlora_target_modules: [q_proj, v_proj, lm_head]\n"
+                                  "lora_modules_to_save: [embed_tokens]\n");
+  auto kl = keys(lo);
+  CHECK(kl["model.peft"] == "lora");
+  CHECK(kl["model.lora_targets"] == "[q_proj,v_proj]");
+  CHECK(listed(lo, "load_in_8bit=true (bitsandbytes' LLM.int8 base"));
+  CHECK(listed(lo, "lora_target_modules lm_head"));
+  CHECK(listed(lo, "lora_modules_to_save"));
+  // load_in_4bit under a lora adapter is QLoRA.
+  CHECK(keys(read("adapter: lora\nlora_r: 8\nload_in_4bit: true\nlora_target_linear: true\n"))["model.peft"] == "qlora");
+  // batch_size / micro_batch_size is the accumulation.
+  CHECK(keys(read("batch_size: 8\n"))["plan.grad_accum"] == "8");
+  // A local model directory: its config.json.
+  const dtsim::test::TempDir tmp("axolotl-local");
+  const std::string dir = tmp.str();
+  std::ofstream(tmp.file("config.json")) << "{}";
+  CHECK(parse_axolotl_config("base_model: " + dir + "\n", "a.yml").model == std::optional<std::string>(dir + "/config.json"));
+  const FrameworkConfig unknown = parse_axolotl_config("base_model: TinyLlama/TinyLlama-1.1B-Chat-v1.0\n", "a.yml");
+  CHECK(!unknown.model);
+  CHECK(listed(unknown, "base_model=TinyLlama/TinyLlama-1.1B-Chat-v1.0 (no built-in"));
+  // Errors name the file, the line and the key.
+  CHECK_THAT(error_of([] { parse_axolotl_config("micro_batch_size: 1\n", "a.yml"); }), Catch::Contains("a.yml: base_model: missing"));
+  CHECK_THAT(error_of([&] { read("adapter: lora\nlora_target_linear: true\n"); }), Catch::Contains("a.yml:3: lora_r: missing"));
+  CHECK_THAT(error_of([&] { read("adapter: llama-adapter\n"); }), Catch::Contains("a.yml:3: adapter: 'llama-adapter'; valid: lora, qlora"));
+  CHECK_THAT(error_of([&] { read("adapter: lora\nlora_r: 8\nlora_target_modules: [lm_head]\n"); }),
+             Catch::Contains("a.yml:5: lora_target_modules: names no module dtsim prices"));
+  CHECK_THAT(error_of([&] { read("lora_r: 8\n"); }), Catch::Contains("a.yml:3: lora_r: is an adapter's"));
+  CHECK_THAT(error_of([] { parse_axolotl_config("base_model: x\nmicro_batch_size: 0\n", "a.yml"); }),
+             Catch::Contains("a.yml:2: micro_batch_size: '0'; expected an integer of at least 1"));
+  CHECK_THAT(error_of([] { parse_axolotl_config("base_model: x\nbatch_size: 3\nmicro_batch_size: 2\n", "a.yml"); }),
+             Catch::Contains("a.yml:2: batch_size: 3 is not a multiple of micro_batch_size 2"));
+  CHECK_THAT(error_of([&] { read("gradient_checkpointing: sometimes\n"); }), Catch::Contains("a.yml:3: gradient_checkpointing: 'sometimes'; valid: true"));
+  CHECK_THAT(error_of([&] { read("fsdp_version: 3\nfsdp_config: {}\n"); }), Catch::Contains("a.yml:3: fsdp_version: 3; valid: 1, 2"));
+  CHECK_THAT(error_of([&] { read("deepspeed: no/such.json\n"); }),
+             Catch::Contains("a.yml:3: deepspeed: no/such.json: no such file (looked in the working directory and beside a.yml"));
+  CHECK_THAT(error_of([] { parse_axolotl_config("- a\n- b\n", "a.yml"); }), Catch::Contains("a.yml: an axolotl config is a mapping"));
+  // Found as axolotl's, and refused as a plan with the option that reads it.
+  CHECK(framework_of(head, "x.yaml") == "axolotl");
+  CHECK_THAT(error_of([] { load_plan(sample("axolotl/llama-3.1-8b-lora.yml"), {}); }),
+             Catch::Contains("looks like an axolotl config; pass it as --axolotl"));
+}
+
+TEST_CASE("deepspeed: ZeRO-3's knobs by their field names, stage3_ their aliases", "[framework][deepspeed]") {
+  // zero/config.py: max_live_parameters = Field(..., alias="stage3_max_live_parameters").
+  const FrameworkConfig fc = parse_deepspeed_config(
+      R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "max_live_parameters": 0, "prefetch_bucket_size": 2e7}})", "d.json");
+  auto k = keys(fc);
+  CHECK(k["plan.stage3_max_live_parameters"] == "0");
+  CHECK(k["plan.stage3_prefetch_bucket_size"] == "20000000");
+  CHECK(fc.unmodelled.empty());
+  CHECK_THAT(error_of([] {
+               parse_deepspeed_config(R"({"train_micro_batch_size_per_gpu": 1, "zero_optimization": {"stage": 3, "max_live_parameters": 0, )"
+                                      R"("stage3_max_live_parameters": 1}})", "d.json");
+             }),
+             Catch::Contains("max_live_parameters: given beside stage3_max_live_parameters, its alias"));
+}

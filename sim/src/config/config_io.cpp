@@ -521,14 +521,17 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
   const char* option = kind == "deepspeed"         ? "--deepspeed"
                        : kind == "torchtitan"      ? "--torchtitan"
                        : kind == "torchtune"       ? "--torchtune"
+                       : kind == "axolotl"         ? "--axolotl"
                        : kind == "megatron-bridge" ? "--megatron-bridge"
                                                    : "--megatron-args";
   const char* name = kind == "deepspeed"         ? "DeepSpeed config"
                      : kind == "torchtitan"      ? "torchtitan TOML"
                      : kind == "torchtune"       ? "torchtune recipe config"
+                     : kind == "axolotl"         ? "axolotl config"
                      : kind == "megatron-bridge" ? "Megatron-Bridge config"
                                                  : "Megatron-LM command line";
-  throw ConfigError(file + " looks like a " + name + "; pass it as " + option + " " + file);
+  const bool vowel = std::string("aeiou").find(name[0]) != std::string::npos;
+  throw ConfigError(file + " looks like " + (vowel ? "an " : "a ") + name + "; pass it as " + option + " " + file);
 }
 
 /// DeepSpeed's top-level keys (deepspeed/runtime/constants.py) and
@@ -540,6 +543,7 @@ void refuse_framework_keys(const YAML::Node& root, const std::string& file) {
     if (root[key]) refuse_framework_config("deepspeed", file);
   }
   if (root["model"] && root["model"].IsMap() && root["model"]["_component_"]) refuse_framework_config("torchtune", file);
+  if (root["base_model"]) refuse_framework_config("axolotl", file);
   if (root["model"] && root["model"].IsMap() && (root["train"] || root["ddp"] || root["optimizer"])) {
     refuse_framework_config("megatron-bridge", file);
   }

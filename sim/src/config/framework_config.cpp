@@ -138,6 +138,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
   if (kind == "deepspeed") return read_deepspeed_config(source);
   if (kind == "torchtitan") return read_torchtitan_config(source);
   if (kind == "torchtune") return read_torchtune_config(source);
+  if (kind == "axolotl") return read_axolotl_config(source);
   if (kind == "megatron-bridge") return read_megatron_bridge_config(source);
   if (kind == "megatron") {
     // A file of flags (a launch script's), or the flags themselves.
@@ -148,7 +149,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
     return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
-  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune");
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl");
 }
 
 // Note [Framework options]
@@ -276,6 +277,8 @@ std::string framework_of(const std::string& text, const std::string& path) {
   if (header && assignment) return "torchtitan";
   // torchtune's recipe configs build their model from torchtune's builders.
   if (text.find("_component_: torchtune.models.") != std::string::npos) return "torchtune";
+  // axolotl's configs name a HuggingFace model at the top level; no plan does.
+  if (text.rfind("base_model:", 0) == 0 || text.find("\nbase_model:") != std::string::npos) return "axolotl";
   // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a
   // ConfigContainer's class written by its to_yaml.
   if (text.find("_target_: megatron.bridge.training.config.ConfigContainer") != std::string::npos) return "megatron-bridge";

@@ -164,13 +164,21 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
     // ZeRO-3's coordinator, modelled as DeepSpeed runs it (Note [ZeRO-3
     // modules] in sim/src/lowering/zero3_coordinator.hpp); HuggingFace's
     // "auto" (0.9 h^2, 10 h) is left at DeepSpeed's defaults and said.
+    // DeepSpeedZeroConfig's fields are prefetch_bucket_size and the like,
+    // stage3_... their aliases (zero/config.py, Field(alias=...), populated
+    // by either name): axolotl's deepspeed_configs write max_live_parameters.
     for (const char* k : {"stage3_prefetch_bucket_size", "stage3_max_live_parameters", "stage3_max_reuse_distance",
                           "stage3_param_persistence_threshold"}) {
-      if (!z.has(k)) continue;
-      if (is_auto(z, zn, k)) {
-        unmodelled("zero_optimization." + std::string(k), zn[k], "HuggingFace's auto; DeepSpeed's default kept");
-      } else if (const auto e = elements(z, zn, k)) {
-        out.plan(k, format_number(*e), from(z, k));
+      const std::string field = std::string(k).substr(std::string("stage3_").size());
+      if (z.has(k) && z.has(field)) {
+        z.fail(field, "given beside " + std::string(k) + ", its alias (DeepSpeed's zero/config.py); give one");
+      }
+      const std::string key = z.has(k) ? k : field;
+      if (!z.has(key)) continue;
+      if (is_auto(z, zn, key)) {
+        unmodelled("zero_optimization." + key, zn[key], "HuggingFace's auto; DeepSpeed's default kept");
+      } else if (const auto e = elements(z, zn, key)) {
+        out.plan(k, format_number(*e), from(z, key));
       }
     }
     // Read but only noted when they differ from what dtsim assumes.
@@ -221,7 +229,8 @@ FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::
       bool known = false;
       for (const char* i : kIgnored) known = known || k == i;
       for (const char* i : {"allgather_bucket_size", "stage3_prefetch_bucket_size", "stage3_max_live_parameters",
-                            "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "sub_group_size",
+                            "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "prefetch_bucket_size",
+                            "max_live_parameters", "max_reuse_distance", "param_persistence_threshold", "sub_group_size",
                             "zero_hpz_partition_size", "mics_shard_size", "contiguous_gradients", "reduce_scatter",
                             "allgather_partitions", "zero_quantized_weights", "zero_quantized_gradients",
                             "zero_quantized_nontrainable_weights", "round_robin_gradients",

@@ -35,6 +35,7 @@ struct ScenarioOptions {
   std::string megatron_args;      ///< --megatron-args "STRING" (or a file of them): Megatron-LM's flags as plan and model
   std::string torchtitan;         ///< --torchtitan FILE: a torchtitan job TOML as plan (and model)
   std::string torchtune;          ///< --torchtune FILE: a torchtune recipe config as plan (and model)
+  std::string axolotl;            ///< --axolotl FILE: an axolotl config as plan (and model)
   std::string megatron_bridge;    ///< --megatron-bridge FILE: a Megatron-Bridge config YAML as plan (and model)
 
   /// The --set values parsed (ConfigError "expected SECTION.KEY=VALUE" for a bad one).

@@ -25,7 +25,7 @@ namespace dtsim::sim {
 
 /// What a framework's config says, in dtsim's terms.
 struct FrameworkConfig {
-  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan" or "torchtune"
+  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan", "torchtune" or "axolotl"
   std::string file;                           ///< the file read, as given
   std::optional<std::string> plan;            ///< the shipped plan to start from ("zero2"), or none
   /// plan.* (and model.* for a Megatron command line) in the order read,
@@ -75,6 +75,19 @@ FrameworkConfig read_torchtune_config(const std::string& path);
 /// recipe's, says single-device where it has "single_device").
 FrameworkConfig parse_torchtune_config(const std::string& yaml_text, const std::string& file);
 
+/// Reads an axolotl config YAML (`axolotl train FILE`: its base_model, adapter,
+/// batch, precision, checkpointing, kernels, DeepSpeed or FSDP and parallel
+/// sizes; Note [axolotl configs] in sim/src/config/framework_axolotl.cpp).
+FrameworkConfig read_axolotl_config(const std::string& path);
+/// The same for text already read; `file` names it in errors and is where a
+/// relative deepspeed: path or local base_model is looked for beside.
+FrameworkConfig parse_axolotl_config(const std::string& yaml_text, const std::string& file);
+/// dtsim's built-in of a HuggingFace hub id's model ("NousResearch/Meta-Llama-3.1-8B"
+/// -> "llama-3.1-8b"), or "" (Note [axolotl configs]).
+std::string axolotl_builtin_of(const std::string& hub_id);
+/// The built-ins axolotl_builtin_of can name.
+std::vector<std::string> axolotl_builtins();
+
 /// fc.overrides, then the user's own (so a user's --set wins).
 std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::vector<Override>& user);
 
@@ -83,7 +96,7 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
 /// A framework's config as a front end gives it: `kind` "deepspeed",
-/// "megatron-bridge", "torchtitan" or "torchtune" with a file's path, or "megatron" with
+/// "megatron-bridge", "torchtitan", "torchtune" or "axolotl" with a file's path, or "megatron" with
 /// a file of flags or the flags themselves (a `source` starting "--"; errors
 /// then name it `--megatron-args`). Throws ConfigError naming the valid kinds.
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source);
