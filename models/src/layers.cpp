@@ -373,10 +373,73 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 // vocab-parallel loss (tp > 1) is not chunked (refused where the plan is
 // resolved); a BERT masked-LM, seq2seq or multi-token-prediction loss takes
 // the chunks as the LM head's does. dtsim validate does not run it.
+// Note [Fused linear cross-entropy]
+// Fine-tuning frameworks replace the LM head's GEMM and F.cross_entropy by
+// one kernel that never holds the logits whole (plan.loss_kernel; axolotl's
+// liger_fused_linear_cross_entropy and cut_cross_entropy, transformers'
+// use_liger_kernel):
+// - liger_fused_linear: Liger's LigerFusedLinearCrossEntropyFunction
+//   (liger_kernel/ops/fused_linear_cross_entropy.py) makes the gradients in
+//   the forward. For each chunk of tokens it projects the chunk's logits,
+//   runs the cross-entropy kernel, which writes the logits' gradient over
+//   them in place, and multiplies it out into the input's gradient and the
+//   weight's (addmm): the forward runs the projection, a pass over the
+//   logits and both gradient GEMMs; it keeps grad_input (e t h, where the
+//   unfused head keeps the projection's input: the same bytes) and no
+//   logits, and the backward only scales those gradients by the loss's
+//   (a pass over e t h). Its chunks of next_power_of_2(ceil(t / ceil(v /
+//   h))) tokens hold e v bytes a token at once in the forward: like other
+//   forward transients, not priced.
+// - cut_cross_entropy: Apple's Cut Cross-Entropy (Wijmans et al. 2025,
+//   cut_cross_entropy/cce.py) computes the logits block by block on chip
+//   and keeps their log-sum-exp alone (4 t); its backward recomputes them
+//   block by block for both gradients: one projection more than unfused,
+//   priced whole (its gradient filtering skips blocks whose softmax is
+//   below bf16's resolution, so this is an upper bound).
+// Both keep nothing of t v, and the backward holds no fp32 logits (the 8 t v
+// of F.cross_entropy's backward). Under tensor parallelism (a vocab-
+// parallel loss) neither runs: refused where the plan is resolved. The MFU
+// counts the model's FLOPs as the unfused head's. The head's signature says
+// lk=, so a profile that measured the unfused loss does not price it; dtsim
+// validate does not run them. A head that Gemma 2 soft-caps or Granite
+// scales takes that inside the fused kernel (Liger's softcap).
+bool fused_lm_loss(const sim::WorkloadShape& shape) {
+  return shape.loss_kernel != sim::LossKernel::kCrossEntropy && !shape.model_flops && shape.tp <= 1;
+}
+
+Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_t v) {
+  if (!fused_lm_loss(shape)) return 4 * t * v;
+  return shape.loss_kernel == sim::LossKernel::kCutCrossEntropy ? 4 * t : 0;
+}
+
 void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
                  std::int64_t h) {
   const int e = shape.act_bytes;
   const bool sp = shape.sequence_parallel && shape.tp > 1;
+  if (fused_lm_loss(shape)) {
+    // Note [Fused linear cross-entropy].
+    const std::vector<sim::Kernel> before = backward_of(head.forward);
+    const bool liger = shape.loss_kernel == sim::LossKernel::kLigerFused;
+    const std::string lk = liger ? "liger" : "cce";
+    head.forward.push_back(gemm(name, t, v, h, e));
+    if (liger) {
+      head.forward.push_back(memory_op(name + ".ce", sim::KernelKind::kElementwise, e * t * v, e * t * v, 5.0 * t * v));
+      head.forward.push_back(gemm(name + ".dgrad", t, h, v, e));
+      head.forward.push_back(gemm(name + ".wgrad", v, h, t, e));
+      head.backward = {memory_op(name + ".scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h)};
+    } else {
+      head.forward.push_back(memory_op(name + ".lse", sim::KernelKind::kNorm, 0, 4 * t, 5.0 * t * v));
+      sim::Kernel again = gemm(name, t, v, h, e);
+      again.name = name + ".recompute";
+      head.backward = {again, memory_op(name + ".ce.bwd", sim::KernelKind::kElementwise, 4 * t, 0, 5.0 * t * v),
+                       gemm(name + ".dgrad", t, h, v, e), gemm(name + ".wgrad", v, h, t, e)};
+    }
+    head.backward.insert(head.backward.end(), before.begin(), before.end());
+    head.backward_workspace_bytes = 0;
+    head.signature += ",lk=" + lk;
+    head.output_bytes = 4;
+    return;
+  }
   head.forward.push_back(gemm(name, t, v, h, e));
   // Cross-entropy upcasts the logits and keeps the fp32 log-softmax.
   head.forward.push_back(memory_op("log_softmax", sim::KernelKind::kNorm, e * t * v, 4 * t * v, 5.0 * t * v));

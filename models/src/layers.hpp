@@ -133,9 +133,18 @@ void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const Atte
 /// rank's v vocabulary rows, the fp32 log-softmax and the loss (forward,
 /// after the kernels already in `head`; backward of them all), backward's
 /// fp32 workspace, the scalar output, and under tensor parallelism
-/// vocab-parallel cross-entropy's collectives. Saved bytes are the caller's.
+/// vocab-parallel cross-entropy's collectives. Saved bytes are the caller's,
+/// the loss's own from lm_loss_saved. Under a fused loss kernel (Note [Fused
+/// linear cross-entropy]) the projection and the loss are its kernels.
 void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
                  std::int64_t h);
+/// Whether the LM head's projection and loss run as one fused kernel
+/// (shape.loss_kernel, not when counting model FLOPs, not under tensor parallelism).
+bool fused_lm_loss(const sim::WorkloadShape& shape);
+/// What the loss itself keeps for the backward beside the projection's
+/// input: the fp32 log-softmax (4 t v), or a fused kernel's (Note [Fused
+/// linear cross-entropy]).
+Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_t v);
 /// A linear classifier over `rows` inputs of `in` features onto `classes`,
 /// with cross-entropy (fp32 log-softmax, as F.cross_entropy upcasts): keeps
 /// its input and the log-softmax; signature "fc.head:in=IN,c=CLASSES".

@@ -1273,7 +1273,7 @@ class Llama final : public ZooModel {
     // The norm (Note [Llama activations]; Gemma's keeps its fp32 output:
     // Note [Gemma]), the head GEMM's input (in bf16 under FP8:
     // kernel_precision in sim) and the fp32 log-softmax.
-    head.saved_bytes = (shape.fused_kernels ? e : fp32_norm_out() ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + 4 * t * v;
+    head.saved_bytes = (shape.fused_kernels ? e : fp32_norm_out() ? 8 : 4 + e) * tn * h + 4 * tn + e * tn * h + detail::lm_loss_saved(shape, t, v);
     if (streams() > 1) {
       head.saved_bytes += contraction_kept(tn, e);
       head.params += contraction_params();
@@ -1281,7 +1281,7 @@ class Llama final : public ZooModel {
       head.modules.insert(head.modules.begin(), {"hc_head", {streams() * streams() * h, streams(), 1}, ""});
       head.signature += hc_keys;
     }
-    if (c_.final_softcap > 0) {
+    if (c_.final_softcap > 0 && !detail::fused_lm_loss(shape)) {
       // Gemma 2's final soft cap on the logits before the loss: a division,
       // a tanh (its output kept) and a multiplication.
       const auto at = head.forward.begin() + static_cast<std::ptrdiff_t>(before_loss) + 1;  // after the norm and the head GEMM
@@ -1289,7 +1289,7 @@ class Llama final : public ZooModel {
       head.backward = backward_of(head.forward);
       head.saved_bytes += e * t * v;
     }
-    if (c_.logits_scaling > 0) {
+    if (c_.logits_scaling > 0 && !detail::fused_lm_loss(shape)) {
       // Granite divides the logits by logits_scaling before the loss (Note
       // [Granite]): a pass over them, nothing kept; its backward divides the
       // logits' gradient likewise.
@@ -1609,7 +1609,7 @@ class Llama final : public ZooModel {
     detail::add_lm_loss(lm, shape, "mtp.lm_head", t, v, h);
     head.forward.insert(head.forward.end(), lm.forward.begin(), lm.forward.end());
     head.backward.insert(head.backward.begin(), lm.backward.begin(), lm.backward.end());
-    head.saved_bytes += e * tn * h + 4 * t * v;  // the GEMM's input and the fp32 log-softmax
+    head.saved_bytes += e * tn * h + detail::lm_loss_saved(shape, t, v);  // the GEMM's input and the fp32 log-softmax
     head.backward_workspace_bytes = std::max(head.backward_workspace_bytes, lm.backward_workspace_bytes);
     head.tp_forward.insert(head.tp_forward.end(), lm.tp_forward.begin(), lm.tp_forward.end());
     head.tp_backward.insert(head.tp_backward.end(), lm.tp_backward.begin(), lm.tp_backward.end());

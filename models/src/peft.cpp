@@ -542,6 +542,9 @@ class Lora final : public sim::Model {
     for (std::size_t i = 0; i < L.forward.size(); ++i) {
       const sim::Kernel& k = L.forward[i];
       moved[i] = forward.size();
+      // Liger's fused loss makes the weight's gradient in the forward (Note
+      // [Fused linear cross-entropy]); a frozen head has none.
+      if (is_weight_grad(k, gemms)) continue;
       if (const auto d = dequant.find(k.name); d != dequant.end()) forward.push_back(d->second);
       forward.push_back(k);
       for (const Adapter& a : adapters) {

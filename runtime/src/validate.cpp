@@ -295,6 +295,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": a chunked cross-entropy is not run: the runtime takes the loss over the whole logits (the "
                            "simulator prices the chunks); use loss_chunks: 1");
   }
+  if (s.spec.loss_kernel != sim::LossKernel::kCrossEntropy) {
+    // Note [Fused linear cross-entropy] (models/src/layers.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.loss_kernel") + ": " + sim::to_string(s.spec.loss_kernel) +
+                           " is not run: the runtime takes PyTorch's cross-entropy over the whole logits (the simulator "
+                           "prices the fused kernel); use loss_kernel: cross_entropy");
+  }
   if (s.spec.moe_experts == sim::MoeExperts::kDense) {
     // Note [Dense experts] (models/src/llama.cpp): priced, not run.
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.moe_experts") +

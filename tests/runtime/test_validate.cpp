@@ -1607,4 +1607,9 @@ TEST_CASE("what the simulator prices for fine-tuning is refused by validate in o
   CHECK(std::count(chunked.err.begin(), chunked.err.end(), '\n') == 1);
   CHECK(chunked.err.find("plan.loss_chunks") != std::string::npos);
   CHECK(chunked.err.find("a chunked cross-entropy is not run") != std::string::npos);
+  // Note [Fused linear cross-entropy]: priced, not run.
+  const Run fused = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.loss_kernel=liger_fused_linear");
+  CHECK(fused.status == 2);
+  CHECK(std::count(fused.err.begin(), fused.err.end(), '\n') == 1);
+  CHECK(fused.err.find("liger_fused_linear is not run") != std::string::npos);
 }

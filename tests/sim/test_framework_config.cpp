@@ -1781,8 +1781,10 @@ TEST_CASE("axolotl: full fine-tuning with DeepSpeed ZeRO-3, its auto filled", "[
   CHECK(k["plan.master_weights"] == "null");
   // max_live_parameters is DeepSpeed's field, stage3_max_live_parameters its alias.
   CHECK(k["plan.stage3_max_live_parameters"] == "1000000000");
-  // Liger's RMSNorm and SwiGLU together: the fused kernels.
+  // Liger's RMSNorm and SwiGLU together: the fused kernels; its fused
+  // linear cross-entropy.
   CHECK(k["plan.kernels"] == "fused");
+  CHECK(k["plan.loss_kernel"] == "liger_fused_linear");
   CHECK(listed(fc, "deepspeed zero_optimization.stage3_prefetch_bucket_size=auto"));
   const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
   CHECK(r.zero_stage == 3);
@@ -1843,6 +1845,12 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(kk["plan.cp"] == "4");
   CHECK(kk["plan.optimizer"] == "sgd");
   CHECK(kk["plan.bucket_mb"] == "100");
+  // Liger's fused linear cross-entropy and Cut Cross-Entropy are loss kernels.
+  CHECK(keys(read("liger_fused_linear_cross_entropy: true\n"))["plan.loss_kernel"] == "liger_fused_linear");
+  CHECK(keys(read("cut_cross_entropy: true\n"))["plan.loss_kernel"] == "cut_cross_entropy");
+  const FrameworkConfig tpl = read("cut_cross_entropy: true\ntensor_parallel_size: 2\n");
+  CHECK(keys(tpl)["plan.loss_kernel"] == "null");
+  CHECK(listed(tpl, "cut_cross_entropy=true with tensor_parallel_size"));
   const FrameworkConfig said = read("optimizer: adamw_bnb_8bit\nliger_rms_norm: true\nchunked_cross_entropy: true\n"
                                     "gradient_checkpointing: offload\nmystery_knob: 3\nwandb_project: x\nhub_model_id:\n");
   CHECK(listed(said, "optimizer=adamw_bnb_8bit (priced as AdamW"));

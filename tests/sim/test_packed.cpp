@@ -133,3 +133,68 @@ TEST_CASE("A chunked cross-entropy holds one chunk's gradients at a time (Note [
   CHECK_THAT(error_of([&] { predict(*m, load_plan("megatron-tp", {parse_override("plan.tp=2"), parse_override("plan.loss_chunks=8")}), two); }),
              Catch::Contains("plan.loss_chunks: 8 with tp = 2: a vocab-parallel cross-entropy is not chunked here"));
 }
+
+TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cross-entropy])", "[packed][memory]") {
+  const auto m = models::load_model("llama-3-8b");
+  WorkloadShape w = packed(0);
+  const Layer ce = m->layers(w).back();
+  w.loss_kernel = LossKernel::kLigerFused;
+  const Layer liger = m->layers(w).back();
+  w.loss_kernel = LossKernel::kCutCrossEntropy;
+  const Layer cce = m->layers(w).back();
+  REQUIRE(ce.kind == LayerKind::kLmHead);
+  const std::int64_t t = 4096, v = 128'256, h = 4096;
+  const Flops gemm = 2.0 * t * v * h;  // the projection onto the vocabulary
+  // Liger keeps its input's gradient where the unfused head keeps the
+  // projection's input (the same e t h) and no fp32 log-softmax (4 t v);
+  // its backward holds no fp32 logits (8 t v) but scales the gradient.
+  CHECK(ce.saved_bytes - liger.saved_bytes == 4 * t * v);
+  CHECK(ce.backward_workspace_bytes == 8 * t * v);
+  CHECK(liger.backward_workspace_bytes == 0);
+  // Its forward runs the projection and both gradient GEMMs; the backward none.
+  std::vector<std::string> names;
+  for (const Kernel& k : liger.forward) names.push_back(k.name);
+  CHECK(names == std::vector<std::string>{"norm", "lm_head", "lm_head.ce", "lm_head.dgrad", "lm_head.wgrad"});
+  CHECK(liger.backward.front().name == "lm_head.scale");
+  const auto gemm_flops = [](const std::vector<Kernel>& ks) {
+    Flops f = 0;
+    for (const Kernel& k : ks) f += k.kind == KernelKind::kGemm ? k.flops * static_cast<double>(k.repeat) : 0;
+    return f;
+  };
+  CHECK(gemm_flops(liger.forward) == Approx(3 * gemm));
+  CHECK(gemm_flops(liger.backward) == 0);
+  CHECK(gemm_flops(ce.forward) + gemm_flops(ce.backward) == Approx(3 * gemm));
+  // Cut Cross-Entropy keeps the projection's input and the log-sum-exp
+  // (4 t); its backward recomputes the logits: one projection more.
+  CHECK(ce.saved_bytes - cce.saved_bytes == 4 * t * v - 4 * t);
+  CHECK(cce.backward_workspace_bytes == 0);
+  CHECK(gemm_flops(cce.forward) == Approx(gemm));
+  CHECK(gemm_flops(cce.backward) == Approx(3 * gemm));
+  CHECK(liger.signature == ce.signature + ",lk=liger");
+  CHECK(cce.signature == ce.signature + ",lk=cce");
+  // MFU counts the model's FLOPs, whichever kernel runs the loss (predict
+  // asks with model_flops set).
+  WorkloadShape counted = packed(0);
+  counted.model_flops = true;
+  const Flops base = m->model_flops(counted);
+  counted.loss_kernel = LossKernel::kLigerFused;
+  CHECK(m->model_flops(counted) == base);
+  // A LoRA's frozen head makes no weight gradient in Liger's forward either.
+  const auto lora = models::load_model("llama-3-8b", {parse_override("model.peft=lora")});
+  w.loss_kernel = LossKernel::kLigerFused;
+  const Layer frozen = lora->layers(w).back();
+  for (const Kernel& k : frozen.forward) CHECK(k.name != "lm_head.wgrad");
+  CHECK(frozen.forward.back().name == "lm_head.dgrad");
+  // Plans: the fused kernels take the whole vocabulary and chunk for themselves.
+  const ClusterSpec two = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=2")});
+  CHECK_THAT(error_of([&] { predict(*m, load_plan("megatron-tp", {parse_override("plan.tp=2"), parse_override("plan.loss_kernel=liger_fused_linear")}), two); }),
+             Catch::Contains("plan.loss_kernel: liger_fused_linear with tp = 2: the fused kernels take the whole vocabulary"));
+  CHECK_THAT(error_of([&] { predict(*m, load_plan("ddp", {parse_override("plan.loss_chunks=8"), parse_override("plan.loss_kernel=cut_cross_entropy")}), two); }),
+             Catch::Contains("plan.loss_kernel: cut_cross_entropy with loss_chunks 8: the fused kernel chunks the logits itself"));
+  CHECK_THAT(error_of([&] { load_plan("ddp", {parse_override("plan.loss_kernel=liger")}); }),
+             Catch::Contains("plan.loss_kernel"));
+  const Prediction p = predict(*lora, load_plan("ddp", {parse_override("plan.precision=bf16"), parse_override("plan.seq_len=4096"),
+                                                     parse_override("plan.loss_kernel=liger_fused_linear")}),
+                               two);
+  CHECK(p.plan.loss_kernel == LossKernel::kLigerFused);
+}

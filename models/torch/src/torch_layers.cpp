@@ -70,6 +70,11 @@ Signature parse_signature(const std::string& text) {
       throw UnsupportedError("layer signature '" + text + "': a chunked cross-entropy has no LibTorch twin (the simulator "
                              "prices it); plan.loss_chunks=1");
     }
+    if (item.rfind("lk=", 0) == 0) {
+      // Note [Fused linear cross-entropy] (models/src/layers.cpp): priced, not run.
+      throw UnsupportedError("layer signature '" + text + "': a fused linear cross-entropy (Liger's, Cut Cross-Entropy) has no "
+                             "LibTorch twin (the simulator prices it); plan.loss_kernel=cross_entropy");
+    }
     if (item.rfind("lora=", 0) == 0 || item.rfind("qlora=", 0) == 0) {
       // Note [LoRA], Note [QLoRA] (models/src/peft.cpp): priced, not run.
       throw UnsupportedError("layer signature '" + text + "': a LoRA fine-tune's layer has no LibTorch twin (the simulator prices "

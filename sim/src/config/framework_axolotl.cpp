@@ -45,9 +45,10 @@
 //   so are Liger's RMSNorm and SwiGLU together (liger_rms_norm,
 //   liger_glu_activation: they save their inputs and rstd and recompute
 //   silu, as Note [Fused kernels] has it). liger_fused_linear_cross_entropy
-//   and cut_cross_entropy never hold the logits whole, and axolotl's
-//   chunked_cross_entropy chunks the loss alone over logits made whole:
-//   all priced as one cross-entropy over the whole logits (said).
+//   and cut_cross_entropy are plan.loss_kernel liger_fused_linear and
+//   cut_cross_entropy (Note [Fused linear cross-entropy]; with
+//   tensor_parallel_size said, not applied); axolotl's chunked_cross_entropy
+//   chunks the loss alone over logits made whole: priced unchunked (said).
 // - deepspeed: a DeepSpeed JSON (a path, as axolotl resolves it from the
 //   working directory, or from the config's folder; or the mapping itself)
 //   read as --deepspeed reads it, HuggingFace's "auto" filled from the
@@ -462,9 +463,15 @@ class Reader {
     if (!liger && (flag(root_["liger_rms_norm"], "liger_rms_norm", false) || flag(root_["liger_glu_activation"], "liger_glu_activation", false))) {
       fc_.unmodelled.push_back("liger_rms_norm or liger_glu_activation alone (fused kernels are priced for the two together)");
     }
-    // The loss.
-    for (const char* k : {"liger_fused_linear_cross_entropy", "cut_cross_entropy"}) {
-      if (flag(root_[k], k, false)) fc_.unmodelled.push_back(std::string(k) + "=true (the logits never held whole: priced as one cross-entropy over them)");
+    // The loss: Liger's or Apple's fused kernel (Note [Fused linear cross-entropy]).
+    const bool tp = given("tensor_parallel_size") && positive(root_["tensor_parallel_size"], "tensor_parallel_size") > 1;
+    for (const auto& [k, kernel] : {std::pair{"liger_fused_linear_cross_entropy", "liger_fused_linear"}, std::pair{"cut_cross_entropy", "cut_cross_entropy"}}) {
+      if (!flag(root_[k], k, false)) continue;
+      if (tp) {
+        fc_.unmodelled.push_back(std::string(k) + "=true with tensor_parallel_size (priced as one cross-entropy)");
+      } else {
+        out.plan("loss_kernel", kernel, from(root_[k], k));
+      }
     }
     if (flag(root_["chunked_cross_entropy"], "chunked_cross_entropy", false)) {
       fc_.unmodelled.push_back("chunked_cross_entropy=true (the logits made whole, the loss alone chunked: priced unchunked)");

@@ -47,6 +47,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.seq_len = p.seq_len;
   shape.document_len = p.document_len;
   shape.loss_chunks = p.loss_chunks;
+  shape.loss_kernel = p.loss_kernel;
   shape.act_bytes = element_bytes(p.precision);
   shape.fp8 = quantized_gemms(p.precision);
   shape.fp4 = p.precision == Precision::kFp4;

@@ -156,6 +156,14 @@ LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp) {
 
 const char* to_string(Runtime r) { return r == Runtime::kPython ? "python" : "libtorch"; }
 const char* to_string(Kernels k) { return k == Kernels::kFused ? "fused" : "composite"; }
+const char* to_string(LossKernel k) {
+  switch (k) {
+    case LossKernel::kCrossEntropy: return "cross_entropy";
+    case LossKernel::kLigerFused: return "liger_fused_linear";
+    case LossKernel::kCutCrossEntropy: return "cut_cross_entropy";
+  }
+  return "?";
+}
 const char* to_string(Fp8Recipe r) {
   switch (r) {
     case Fp8Recipe::kDelayed: return "delayed";
@@ -815,6 +823,16 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   } else if (s.loss_chunks > 1 && r.tp > 1) {
     bad.add("loss_chunks", std::to_string(s.loss_chunks) + " with tp = " + std::to_string(r.tp) +
                                ": a vocab-parallel cross-entropy is not chunked here; valid with tp > 1: 1");
+  }
+  // Note [Fused linear cross-entropy] (models/src/layers.cpp).
+  r.loss_kernel = s.loss_kernel;
+  if (s.loss_kernel != LossKernel::kCrossEntropy && r.tp > 1) {
+    bad.add("loss_kernel", std::string(to_string(s.loss_kernel)) + " with tp = " + std::to_string(r.tp) +
+                               ": the fused kernels take the whole vocabulary (a vocab-parallel loss is Megatron's or "
+                               "DTensor's); valid with tp > 1: cross_entropy");
+  } else if (s.loss_kernel != LossKernel::kCrossEntropy && s.loss_chunks > 1) {
+    bad.add("loss_kernel", std::string(to_string(s.loss_kernel)) + " with loss_chunks " + std::to_string(s.loss_chunks) +
+                               ": the fused kernel chunks the logits itself; give one (loss_chunks: 1, or loss_kernel: cross_entropy)");
   }
   const std::int64_t lo = rules.min_seq_len(), hi = rules.max_seq_len();
   if (r.seq_len > hi || r.seq_len < lo) {

@@ -47,6 +47,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (sequence) os << " seq_len=" << p.seq_len;
   if (sequence && p.document_len > 0) os << " document_len=" << p.document_len;
   if (p.loss_chunks > 1) os << " loss_chunks=" << p.loss_chunks;
+  if (p.loss_kernel != LossKernel::kCrossEntropy) os << " loss_kernel=" << to_string(p.loss_kernel);
   os << " " << to_string(p.precision) << " ";
   if (attention) os << (p.flash_attention ? "flash" : "eager") << "-attention ";
   if (p.kernels == Kernels::kFused) os << "fused-kernels ";
@@ -137,6 +138,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("seq_len", static_cast<std::int64_t>(p.seq_len));
   j.field("document_len", static_cast<std::int64_t>(p.document_len));
   j.field("loss_chunks", static_cast<std::int64_t>(p.loss_chunks));
+  j.field("loss_kernel", to_string(p.loss_kernel));
   j.field("precision", to_string(p.precision));
   j.field("optimizer", to_string(p.optimizer));
   j.field("sgd_momentum", p.sgd_momentum);

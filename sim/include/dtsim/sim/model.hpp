@@ -31,6 +31,14 @@ enum class KernelKind {
 /// buffer to each rank).
 enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kSendRecv, kAllToAll };
 
+/// How the LM head's projection and cross-entropy run (Note [Fused linear
+/// cross-entropy] in models/src/layers.cpp): PyTorch's GEMM then
+/// F.cross_entropy over the whole logits; Liger's
+/// LigerFusedLinearCrossEntropyLoss (the gradients made chunk by chunk in
+/// the forward); Apple's Cut Cross-Entropy (no logits kept, recomputed in
+/// blocks by the backward).
+enum class LossKernel { kCrossEntropy, kLigerFused, kCutCrossEntropy };
+
 /// What a layer is, for the strategies that treat kinds apart (full
 /// recompute checkpoints blocks, a pipeline places the embedding first).
 enum class LayerKind { kOther, kEmbedding, kTransformer, kLstm, kPooler, kHead, kLmHead };
@@ -183,6 +191,9 @@ struct WorkloadShape {
   /// The LM head's cross-entropy over this many chunks of the sequence
   /// (PlanSpec::loss_chunks; Note [Chunked loss] in models/src/layers.cpp).
   std::int64_t loss_chunks = 1;
+  /// The LM head's projection and loss fused (PlanSpec::loss_kernel; Note
+  /// [Fused linear cross-entropy] in models/src/layers.cpp).
+  LossKernel loss_kernel = LossKernel::kCrossEntropy;
   int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
   /// Bytes per element of a saved dropout mask: 1 where dropout keeps a bool
   /// mask (fused CUDA kernels), the activation size where it multiplies by a

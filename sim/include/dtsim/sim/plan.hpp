@@ -147,6 +147,8 @@ const char* to_string(LossParallel l);
 LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp);
 const char* to_string(Runtime r);
 const char* to_string(Kernels k);
+/// "cross_entropy", "liger_fused_linear", "cut_cross_entropy".
+const char* to_string(LossKernel k);
 const char* to_string(Fp8Recipe r);
 /// "fp32", "fp16", "bf16", "fp8".
 const char* to_string(StateDtype d);
@@ -245,6 +247,8 @@ struct PlanSpec {
   /// at a time (torchtune's CEWithChunkedOutputLoss num_output_chunks; Note
   /// [Chunked loss] in models/src/layers.cpp); 1: the whole logits at once.
   std::int64_t loss_chunks = 1;
+  /// The LM head's projection and loss as one kernel (LossKernel).
+  LossKernel loss_kernel = LossKernel::kCrossEntropy;
   Precision precision = Precision::kFp32;
   /// Under fp8, ZeRO-3 / FSDP gather the GEMM weights in FP8, 1 byte an
   /// element (torchao's enable_fsdp_float8_all_gather, Megatron-LM's
@@ -462,6 +466,7 @@ struct ResolvedPlan {
   std::int64_t micro_batch = 1, grad_accum = 1, global_batch = 1, seq_len = 1;
   std::int64_t document_len = 0;  ///< PlanSpec's; 0 where it is not below seq_len
   std::int64_t loss_chunks = 1;   ///< PlanSpec's
+  LossKernel loss_kernel = LossKernel::kCrossEntropy;  ///< PlanSpec's
   Precision precision = Precision::kFp32;
   bool fp8_param_gather = false;  ///< PlanSpec::fp8_param_gather (needs fp8)
   Fp8Recipe fp8_recipe = Fp8Recipe::kDelayed;  ///< PlanSpec's (tensorwise needs fp8)
