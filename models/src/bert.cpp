@@ -118,7 +118,7 @@ class Bert final : public ZooModel {
       add_lm_loss(m, shape, "decoder", t, vp, h);
       // The inputs of the dense, GeLU, LayerNorm and decoder, and the fp32
       // log-softmax.
-      m.saved_bytes = 4 * e * t * h + lm_loss_saved(shape, t, vp);
+      m.saved_bytes = 4 * e * t * h + lm_loss_saved(shape, t, vp, h);
       out.push_back(std::move(m));
     }
     if (c_.num_labels > 0) {

@@ -97,7 +97,7 @@ class Gpt final : public ZooModel {
     add_lm_loss(head, shape, "lm_head", t, v, h);
     // ln_f input and output (the head GEMM's input) and the fp32
     // log-softmax saved by cross-entropy.
-    head.saved_bytes = 2 * e * tn * h + lm_loss_saved(shape, t, v);
+    head.saved_bytes = 2 * e * tn * h + lm_loss_saved(shape, t, v, h);
     out.push_back(std::move(head));
     return out;
   }

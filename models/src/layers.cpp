@@ -386,8 +386,9 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 //   weight's (addmm): the forward runs the projection, a pass over the
 //   logits and both gradient GEMMs; it keeps grad_input (e t h, where the
 //   unfused head keeps the projection's input: the same bytes) and no
-//   logits, and the backward only scales those gradients by the loss's
-//   (a pass over e t h). Its chunks of next_power_of_2(ceil(t / ceil(v /
+//   logits, and the weight's gradient (e v h, zeros_like(weight), until the
+//   backward returns it; none for a frozen head); the backward only scales
+//   both by the loss's. Its chunks of next_power_of_2(ceil(t / ceil(v /
 //   h))) tokens hold e v bytes a token at once in the forward: like other
 //   forward transients, not priced.
 // - cut_cross_entropy: Apple's Cut Cross-Entropy (Wijmans et al. 2025,
@@ -407,9 +408,11 @@ bool fused_lm_loss(const sim::WorkloadShape& shape) {
   return shape.loss_kernel != sim::LossKernel::kCrossEntropy && !shape.model_flops && shape.tp <= 1;
 }
 
-Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_t v) {
+Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_t v, std::int64_t h) {
   if (!fused_lm_loss(shape)) return 4 * t * v;
-  return shape.loss_kernel == sim::LossKernel::kCutCrossEntropy ? 4 * t : 0;
+  // Liger's weight gradient, made in the forward (a frozen head's is not:
+  // Note [Frozen weights]); Cut Cross-Entropy's log-sum-exp.
+  return shape.loss_kernel == sim::LossKernel::kCutCrossEntropy ? 4 * t : shape.act_bytes * v * h;
 }
 
 void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
@@ -426,10 +429,15 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       head.forward.push_back(memory_op(name + ".ce", sim::KernelKind::kElementwise, e * t * v, e * t * v, 5.0 * t * v));
       head.forward.push_back(gemm(name + ".dgrad", t, h, v, e));
       head.forward.push_back(gemm(name + ".wgrad", v, h, t, e));
-      head.backward = {memory_op(name + ".scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h)};
+      // Both gradients scaled by the loss's (1 / accumulation steps under
+      // transformers' Trainer: not 1).
+      head.backward = {memory_op(name + ".scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h),
+                       memory_op(name + ".wgrad.scale", sim::KernelKind::kElementwise, e * v * h, e * v * h, 1.0 * v * h)};
     } else {
+      // The logits stay on chip: the GEMMs write no t v.
+      head.forward.back().bytes -= e * t * v;
       head.forward.push_back(memory_op(name + ".lse", sim::KernelKind::kNorm, 0, 4 * t, 5.0 * t * v));
-      sim::Kernel again = gemm(name, t, v, h, e);
+      sim::Kernel again = head.forward[head.forward.size() - 2];
       again.name = name + ".recompute";
       head.backward = {again, memory_op(name + ".ce.bwd", sim::KernelKind::kElementwise, 4 * t, 0, 5.0 * t * v),
                        gemm(name + ".dgrad", t, h, v, e), gemm(name + ".wgrad", v, h, t, e)};

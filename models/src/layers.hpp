@@ -144,7 +144,7 @@ bool fused_lm_loss(const sim::WorkloadShape& shape);
 /// What the loss itself keeps for the backward beside the projection's
 /// input: the fp32 log-softmax (4 t v), or a fused kernel's (Note [Fused
 /// linear cross-entropy]).
-Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_t v);
+Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_t v, std::int64_t h);
 /// A linear classifier over `rows` inputs of `in` features onto `classes`,
 /// with cross-entropy (fp32 log-softmax, as F.cross_entropy upcasts): keeps
 /// its input and the log-softmax; signature "fc.head:in=IN,c=CLASSES".

@@ -526,8 +526,10 @@ class Lora final : public sim::Model {
     std::vector<sim::Kernel> backward;
     for (const sim::Kernel& k : L.backward) {
       // A frozen weight's gradient, or a frozen table's rows (a multi-token
-      // prediction depth's embedding: its scatter-add).
+      // prediction depth's embedding: its scatter-add); Liger's scaling of
+      // its head's weight gradient (Note [Fused linear cross-entropy]).
       if (is_weight_grad(k, gemms) || k.kind == sim::KernelKind::kEmbedding) continue;
+      if (k.name.ends_with(".wgrad.scale") && gemms.count(k.name.substr(0, k.name.size() - 12)) > 0) continue;
       if (k.name.ends_with(".dgrad")) {
         if (const auto d = dequant.find(k.name.substr(0, k.name.size() - 6)); d != dequant.end()) backward.push_back(d->second);
       }
@@ -542,9 +544,12 @@ class Lora final : public sim::Model {
     for (std::size_t i = 0; i < L.forward.size(); ++i) {
       const sim::Kernel& k = L.forward[i];
       moved[i] = forward.size();
-      // Liger's fused loss makes the weight's gradient in the forward (Note
-      // [Fused linear cross-entropy]); a frozen head has none.
-      if (is_weight_grad(k, gemms)) continue;
+      // Liger's fused loss makes the weight's gradient in the forward and
+      // keeps it (Note [Fused linear cross-entropy]); a frozen head has none.
+      if (is_weight_grad(k, gemms)) {
+        L.saved_bytes -= static_cast<Bytes>(shape.act_bytes) * k.m * k.n;
+        continue;
+      }
       if (const auto d = dequant.find(k.name); d != dequant.end()) forward.push_back(d->second);
       forward.push_back(k);
       for (const Adapter& a : adapters) {

@@ -1820,6 +1820,11 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(k["plan.master_weights"] == "false");
   CHECK(keys(read("fp16: true\n"))["plan.precision"] == "fp16");
   CHECK(keys(read("bf16: false\n"))["plan.precision"] == "fp32");
+  // bf16 written null is None (no bf16), not the schema's auto; fp32's
+  // matmuls under tf32 (auto) are said.
+  CHECK(keys(read("bf16:\n"))["plan.precision"] == "fp32");
+  CHECK(listed(read("bf16: false\n"), "tf32 (fp32 matmuls on TF32 tensor cores"));
+  CHECK(!listed(read("bf16: false\ntf32: false\n"), "tf32"));
   CHECK(keys(read("bf16: false\n"))["plan.master_weights"] == "null");
   // Under FSDP accelerate upcasts the trained weights to fp32; without
   // autocast (bfloat16) nothing does.
@@ -1836,6 +1841,18 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(listed(f2, "fsdp_config.reshard_after_forward=false (axolotl passes it only when true"));
   CHECK(listed(f2, "fsdp_config.sharding_strategy=SHARD_GRAD_OP (axolotl does not pass it"));
   CHECK(keys(read("fsdp_config:\n  fsdp_offload_params: true\n"))["plan.fsdp_version"] == "1");
+  CHECK(listed(f2, "dp_replicate_size=2 (HSDP priced as dtsim's hybrid_shard"));
+  // fsdp_version alone turns nothing on (prepare_optim_env); FSDP beside DeepSpeed is refused.
+  CHECK(read("fsdp_version: 2\n").plan == std::optional<std::string>("ddp"));
+  CHECK_THAT(error_of([&] { read("fsdp: [full_shard]\ndeepspeed: x.json\n"); }), Catch::Contains("a.yml:4: deepspeed: given beside fsdp_config"));
+  // The fsdp: list's words reach accelerate through TrainingArguments.
+  auto kw = keys(read("fsdp: [shard_grad_op, offload, auto_wrap]\n"));
+  CHECK(kw["plan.fsdp"] == "shard_grad_op");
+  CHECK(kw["plan.offload_params"] == "cpu");
+  const FrameworkConfig sgo = read("adapter: lora\nlora_r: 8\nlora_target_linear: true\nfsdp: full_shard shard_grad_op\n");
+  CHECK(keys(sgo)["plan.fsdp"] == "full_shard");
+  CHECK(listed(sgo, "fsdp shard_grad_op with an adapter (priced as full_shard)"));
+  CHECK_THAT(error_of([&] { read("fsdp: [zero3]\n"); }), Catch::Contains("a.yml:3: fsdp: 'zero3'; valid: full_shard"));
   // Kernels, attention, the loss, parallel sizes, the optimizer.
   auto kk = keys(read("attn_implementation: eager\ntorch_compile: true\ntensor_parallel_size: 2\ncontext_parallel_size: 4\n"
                       "optimizer: sgd\nddp_bucket_cap_mb: 100\n"));
@@ -1845,10 +1862,20 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(kk["plan.cp"] == "4");
   CHECK(kk["plan.optimizer"] == "sgd");
   CHECK(kk["plan.bucket_mb"] == "100");
-  // Liger's fused linear cross-entropy and Cut Cross-Entropy are loss kernels.
-  CHECK(keys(read("liger_fused_linear_cross_entropy: true\n"))["plan.loss_kernel"] == "liger_fused_linear");
-  CHECK(keys(read("cut_cross_entropy: true\n"))["plan.loss_kernel"] == "cut_cross_entropy");
-  const FrameworkConfig tpl = read("cut_cross_entropy: true\ntensor_parallel_size: 2\n");
+  // Liger's fused linear cross-entropy and Cut Cross-Entropy are loss
+  // kernels, their keys read with their plugins alone.
+  const std::string liger = "plugins: [axolotl.integrations.liger.LigerPlugin]\n";
+  const std::string cce = "plugins:\n  - axolotl.integrations.cut_cross_entropy.CutCrossEntropyPlugin\n";
+  CHECK(keys(read(liger + "liger_fused_linear_cross_entropy: true\n"))["plan.loss_kernel"] == "liger_fused_linear");
+  CHECK(keys(read(cce + "cut_cross_entropy: true\n"))["plan.loss_kernel"] == "cut_cross_entropy");
+  const FrameworkConfig bare = read("liger_fused_linear_cross_entropy: true\nliger_rms_norm: true\nliger_glu_activation: true\n");
+  CHECK(keys(bare)["plan.loss_kernel"] == "null");
+  CHECK(keys(bare)["plan.kernels"] == "null");
+  CHECK(listed(bare, "liger_fused_linear_cross_entropy=true without axolotl's LigerPlugin in plugins (not applied)"));
+  CHECK(listed(bare, "liger_rms_norm, liger_glu_activation without axolotl's LigerPlugin"));
+  CHECK_THAT(error_of([&] { read(liger + "liger_fused_linear_cross_entropy: true\ncut_cross_entropy: true\n"); }),
+             Catch::Contains("cut_cross_entropy: given beside liger_fused_linear_cross_entropy"));
+  const FrameworkConfig tpl = read(cce + "cut_cross_entropy: true\ntensor_parallel_size: 2\n");
   CHECK(keys(tpl)["plan.loss_kernel"] == "null");
   CHECK(listed(tpl, "cut_cross_entropy=true with tensor_parallel_size"));
   const FrameworkConfig said = read("optimizer: adamw_bnb_8bit\nliger_rms_norm: true\nchunked_cross_entropy: true\n"
@@ -1869,10 +1896,27 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(listed(lo, "load_in_8bit=true (bitsandbytes' LLM.int8 base"));
   CHECK(listed(lo, "lora_target_modules lm_head"));
   CHECK(listed(lo, "lora_modules_to_save"));
-  // load_in_4bit under a lora adapter is QLoRA.
-  CHECK(keys(read("adapter: lora\nlora_r: 8\nload_in_4bit: true\nlora_target_linear: true\n"))["model.peft"] == "qlora");
-  // batch_size / micro_batch_size is the accumulation.
+  // loaders/model.py quantizes to NF4 for adapter qlora alone (which needs
+  // load_in_4bit); a -bnb-4bit checkpoint is NF4 already.
+  const FrameworkConfig l4 = read("adapter: lora\nlora_r: 8\nload_in_4bit: true\nlora_target_linear: true\n");
+  CHECK(keys(l4)["model.peft"] == "lora");
+  CHECK(listed(l4, "load_in_4bit=true with adapter lora (axolotl quantizes only for qlora"));
+  CHECK(keys(parse_axolotl_config("base_model: unsloth/Meta-Llama-3.1-8B-bnb-4bit\nadapter: lora\nlora_r: 8\nlora_target_linear: true\n", "a.yml"))
+            ["model.peft"] == "qlora");
+  CHECK_THAT(error_of([&] { read("adapter: qlora\nlora_r: 8\nlora_target_linear: true\n"); }),
+             Catch::Contains("a.yml:3: adapter: qlora needs load_in_4bit: true"));
+  // batch_size // micro_batch_size is the accumulation (normalize_config).
   CHECK(keys(read("batch_size: 8\n"))["plan.grad_accum"] == "8");
+  CHECK(keys(parse_axolotl_config("base_model: x\nbatch_size: 5\nmicro_batch_size: 2\n", "a.yml"))["plan.grad_accum"] == "2");
+  // context_parallel_size wins over its older name.
+  CHECK(keys(read("sequence_parallel_degree: 2\ncontext_parallel_size: 4\n"))["plan.cp"] == "4");
+  CHECK(keys(read("context_parallel_size: 4\nsequence_parallel_degree: 2\n"))["plan.cp"] == "4");
+  // deepspeed: a mapping inline, read as its JSON would be.
+  const FrameworkConfig inl = read("deepspeed:\n  zero_optimization:\n    stage: 2\n    overlap_comm: true\n  train_micro_batch_size_per_gpu: auto\n");
+  REQUIRE(inl.plan == std::optional<std::string>("zero2"));
+  CHECK(keys(inl)["plan.zero_stage"] == "2");
+  CHECK(keys(inl)["plan.overlap"] == "true");
+  CHECK(keys(inl)["plan.micro_batch"] == "1");
   // A local model directory: its config.json.
   const dtsim::test::TempDir tmp("axolotl-local");
   const std::string dir = tmp.str();
@@ -1890,10 +1934,10 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK_THAT(error_of([&] { read("lora_r: 8\n"); }), Catch::Contains("a.yml:3: lora_r: is an adapter's"));
   CHECK_THAT(error_of([] { parse_axolotl_config("base_model: x\nmicro_batch_size: 0\n", "a.yml"); }),
              Catch::Contains("a.yml:2: micro_batch_size: '0'; expected an integer of at least 1"));
-  CHECK_THAT(error_of([] { parse_axolotl_config("base_model: x\nbatch_size: 3\nmicro_batch_size: 2\n", "a.yml"); }),
-             Catch::Contains("a.yml:2: batch_size: 3 is not a multiple of micro_batch_size 2"));
+  CHECK_THAT(error_of([] { parse_axolotl_config("base_model: x\nbatch_size: 1\nmicro_batch_size: 2\n", "a.yml"); }),
+             Catch::Contains("a.yml:2: batch_size: 1 is below micro_batch_size 2"));
   CHECK_THAT(error_of([&] { read("gradient_checkpointing: sometimes\n"); }), Catch::Contains("a.yml:3: gradient_checkpointing: 'sometimes'; valid: true"));
-  CHECK_THAT(error_of([&] { read("fsdp_version: 3\nfsdp_config: {}\n"); }), Catch::Contains("a.yml:3: fsdp_version: 3; valid: 1, 2"));
+  CHECK_THAT(error_of([&] { read("fsdp_version: 3\nfsdp: [full_shard]\n"); }), Catch::Contains("a.yml:3: fsdp_version: 3; valid: 1, 2"));
   CHECK_THAT(error_of([&] { read("deepspeed: no/such.json\n"); }),
              Catch::Contains("a.yml:3: deepspeed: no/such.json: no such file (looked in the working directory and beside a.yml"));
   CHECK_THAT(error_of([] { parse_axolotl_config("- a\n- b\n", "a.yml"); }), Catch::Contains("a.yml: an axolotl config is a mapping"));

@@ -146,16 +146,19 @@ TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cros
   const std::int64_t t = 4096, v = 128'256, h = 4096;
   const Flops gemm = 2.0 * t * v * h;  // the projection onto the vocabulary
   // Liger keeps its input's gradient where the unfused head keeps the
-  // projection's input (the same e t h) and no fp32 log-softmax (4 t v);
-  // its backward holds no fp32 logits (8 t v) but scales the gradient.
-  CHECK(ce.saved_bytes - liger.saved_bytes == 4 * t * v);
+  // projection's input (the same e t h), the weight's gradient (2 v h in
+  // bf16) and no fp32 log-softmax (4 t v); its backward holds no fp32
+  // logits (8 t v) but scales both gradients.
+  CHECK(ce.saved_bytes - liger.saved_bytes == 4 * t * v - 2 * v * h);
   CHECK(ce.backward_workspace_bytes == 8 * t * v);
   CHECK(liger.backward_workspace_bytes == 0);
   // Its forward runs the projection and both gradient GEMMs; the backward none.
   std::vector<std::string> names;
   for (const Kernel& k : liger.forward) names.push_back(k.name);
   CHECK(names == std::vector<std::string>{"norm", "lm_head", "lm_head.ce", "lm_head.dgrad", "lm_head.wgrad"});
-  CHECK(liger.backward.front().name == "lm_head.scale");
+  REQUIRE(liger.backward.size() >= 2);
+  CHECK(liger.backward[0].name == "lm_head.scale");
+  CHECK(liger.backward[1].name == "lm_head.wgrad.scale");
   const auto gemm_flops = [](const std::vector<Kernel>& ks) {
     Flops f = 0;
     for (const Kernel& k : ks) f += k.kind == KernelKind::kGemm ? k.flops * static_cast<double>(k.repeat) : 0;
@@ -172,19 +175,17 @@ TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cros
   CHECK(gemm_flops(cce.backward) == Approx(3 * gemm));
   CHECK(liger.signature == ce.signature + ",lk=liger");
   CHECK(cce.signature == ce.signature + ",lk=cce");
-  // MFU counts the model's FLOPs, whichever kernel runs the loss (predict
-  // asks with model_flops set).
-  WorkloadShape counted = packed(0);
-  counted.model_flops = true;
-  const Flops base = m->model_flops(counted);
-  counted.loss_kernel = LossKernel::kLigerFused;
-  CHECK(m->model_flops(counted) == base);
-  // A LoRA's frozen head makes no weight gradient in Liger's forward either.
+  // A LoRA's frozen head makes no weight gradient in Liger's forward, keeps
+  // none and scales none.
   const auto lora = models::load_model("llama-3-8b", {parse_override("model.peft=lora")});
+  w.loss_kernel = LossKernel::kCrossEntropy;
+  const Layer frozen_ce = lora->layers(w).back();
   w.loss_kernel = LossKernel::kLigerFused;
   const Layer frozen = lora->layers(w).back();
   for (const Kernel& k : frozen.forward) CHECK(k.name != "lm_head.wgrad");
+  for (const Kernel& k : frozen.backward) CHECK(k.name != "lm_head.wgrad.scale");
   CHECK(frozen.forward.back().name == "lm_head.dgrad");
+  CHECK(frozen_ce.saved_bytes - frozen.saved_bytes == 4 * t * v);
   // Plans: the fused kernels take the whole vocabulary and chunk for themselves.
   const ClusterSpec two = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=2")});
   CHECK_THAT(error_of([&] { predict(*m, load_plan("megatron-tp", {parse_override("plan.tp=2"), parse_override("plan.loss_kernel=liger_fused_linear")}), two); }),
@@ -197,4 +198,9 @@ TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cros
                                                      parse_override("plan.loss_kernel=liger_fused_linear")}),
                                two);
   CHECK(p.plan.loss_kernel == LossKernel::kLigerFused);
+  // MFU counts the model's FLOPs, whichever kernel runs the loss: the same
+  // FLOPs per GPU (TFLOP/s x seconds) for the fused and the unfused loss.
+  const Prediction q = predict(*lora, load_plan("ddp", {parse_override("plan.precision=bf16"), parse_override("plan.seq_len=4096")}), two);
+  CHECK(p.tflops_per_gpu * p.iteration_time == Approx(q.tflops_per_gpu * q.iteration_time).epsilon(1e-9));
+  CHECK(p.iteration_time != q.iteration_time);
 }

@@ -13,8 +13,9 @@
 //   (builtin_of: the organisation, a leading meta-, and suffixes such as
 //   -hf, -Instruct, -fp16, -v0.1, -4k dropped, then compared without - . _);
 //   a directory (or base_model_config) with a config.json is read as one.
-// - adapter: lora or qlora; load_in_4bit puts LoRA over a 4-bit NF4 base
-//   (bitsandbytes, peft: qlora). lora_r is the rank (PEFT's LoraConfig(r=),
+// - adapter: lora or qlora (qlora needs load_in_4bit, and only it is given
+//   bitsandbytes' NF4 base: peft: qlora, as is a -bnb-4bit checkpoint under
+//   lora; loaders/model.py). lora_r is the rank (PEFT's LoraConfig(r=),
 //   required: axolotl passes None through and PEFT refuses it);
 //   lora_target_linear adds every nn.Linear but the head (find_all_linear_
 //   names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj on
@@ -49,17 +50,22 @@
 //   cut_cross_entropy (Note [Fused linear cross-entropy]; with
 //   tensor_parallel_size said, not applied); axolotl's chunked_cross_entropy
 //   chunks the loss alone over logits made whole: priced unchunked (said).
-// - deepspeed: a DeepSpeed JSON (a path, as axolotl resolves it from the
-//   working directory, or from the config's folder; or the mapping itself)
+// - deepspeed: a DeepSpeed JSON (a path, which axolotl opens from the
+//   working directory and dtsim also looks for beside the config; or the
+//   mapping itself)
 //   read as --deepspeed reads it, HuggingFace's "auto" filled from the
 //   keys above (transformers' HfTrainerDeepSpeedConfig).
-// - fsdp_config (or the deprecated fsdp: list) is FSDP through accelerate:
-//   fsdp_version 1 unless 2 (top level or inside), keys with or without the
-//   fsdp_ prefix. axolotl hands accelerate no sharding strategy and sets
-//   reshard_after_forward only when true (setup_fsdp_envs), so FULL_SHARD
-//   runs whatever the file says (said); offload_params is CPUOffload
+// - fsdp_config or the deprecated fsdp: list (either turns FSDP on,
+//   prepare_optim_env; fsdp_version alone does not, and FSDP beside
+//   deepspeed is refused) is FSDP through accelerate: fsdp_version 1 unless
+//   2 (top level or inside), keys with or without the fsdp_ prefix.
+//   setup_fsdp_envs hands accelerate no sharding strategy from fsdp_config
+//   and sets reshard_after_forward only when true, so those are said; the
+//   fsdp: list's words reach it through TrainingArguments (full_shard,
+//   shard_grad_op, hybrid_shard, offload). offload_params is CPUOffload
 //   (parameters, gradients and optimizer state on the host);
-//   dp_replicate_size above 1 is HSDP. Beside a LoRA, transformers' Trainer
+//   dp_replicate_size above 1 is HSDP, priced as dtsim's hybrid_shard
+//   (within a node; said). Beside a LoRA, transformers' Trainer
 //   wraps FSDP1 with PEFT's fsdp_auto_wrap_policy (each adapter a unit of
 //   its own, the frozen base in its layer's): priced as FSDP2's
 //   per-parameter sharding of the same bytes, the adapters' small
@@ -78,7 +84,9 @@
 #include <filesystem>
 #include <map>
 #include <set>
+#include <sstream>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "dtsim/sim/config_node.hpp"
@@ -219,7 +227,12 @@ class Reader {
     fc_.framework = "axolotl";
     fc_.file = file_;
     detail::OverrideList out(fc_);
-    distributed_ = given("deepspeed") ? "deepspeed" : (given("fsdp") || given("fsdp_config") || given("fsdp_version")) ? "fsdp" : "ddp";
+    // prepare_optim_env: fsdp or fsdp_config turns FSDP on (fsdp_version alone does not), else deepspeed.
+    const bool fsdp_on = given("fsdp") || given("fsdp_config");
+    if (fsdp_on && given("deepspeed")) {
+      fail(root_["deepspeed"], "deepspeed", "given beside fsdp_config; transformers' Trainer runs one of DeepSpeed and FSDP; give one");
+    }
+    distributed_ = fsdp_on ? "fsdp" : given("deepspeed") ? "deepspeed" : "ddp";
     // DeepSpeed's JSON first: axolotl's own keys fill its "auto" and win.
     if (distributed_ == "deepspeed") deepspeed(out);
     model(out);
@@ -253,6 +266,15 @@ class Reader {
     return std::find_if(std::begin(kSilent), std::end(kSilent), [&](const char* k) { return key == k; }) != std::end(kSilent);
   }
   bool given(const char* key) const { return !unset(root_[key]); }
+  /// Whether plugins: names an axolotl plugin (axolotl.integrations.liger.LigerPlugin) by its class.
+  bool plugin_(const std::string& name) const {
+    const YAML::Node p = root_["plugins"];
+    if (!p || !p.IsSequence()) return false;
+    for (const YAML::Node& n : p) {
+      if (n.IsScalar() && (n.Scalar() == name || ends_with(n.Scalar(), "." + name))) return true;
+    }
+    return false;
+  }
   std::string where(const YAML::Node& n) const {
     return file_ + (n && n.Mark().line >= 0 ? ":" + std::to_string(n.Mark().line + 1) : std::string());
   }
@@ -278,6 +300,37 @@ class Reader {
     if (s == "true" || s == "yes" || s == "on") return true;
     if (s == "false" || s == "no" || s == "off") return false;
     fail(n, key, "'" + n.Scalar() + "'; expected true or false");
+  }
+
+  /// A YAML node written as JSON, for the DeepSpeed reader: scalars that
+  /// read as numbers, booleans or null stay bare, the rest are strings.
+  static std::string json_of(const YAML::Node& n) {
+    if (n.IsMap()) {
+      std::string s = "{";
+      for (auto it = n.begin(); it != n.end(); ++it) {
+        s += (s.size() > 1 ? ", " : "") + json_of(it->first) + ": " + json_of(it->second);
+      }
+      return s + "}";
+    }
+    if (n.IsSequence()) {
+      std::string s = "[";
+      for (const YAML::Node& e : n) s += (s.size() > 1 ? ", " : "") + json_of(e);
+      return s + "]";
+    }
+    if (!n.IsScalar()) return "null";
+    const std::string& v = n.Scalar();
+    const std::string l = lower(v);
+    if (n.Tag() != "!" && (l == "true" || l == "false" || l == "null")) return l;
+    char* end = nullptr;
+    std::strtod(v.c_str(), &end);
+    if (n.Tag() != "!" && !v.empty() && end == v.c_str() + v.size() && v.find_first_of("xXnN") == std::string::npos) return v;
+    std::string s = "\"";
+    for (char c : v) {
+      if (c == '"' || c == '\\') s += '\\';
+      if (static_cast<unsigned char>(c) < 0x20) continue;
+      s += c;
+    }
+    return s + "\"";
   }
 
   /// A path as axolotl finds it: from the working directory, else beside the config.
@@ -327,9 +380,16 @@ class Reader {
       fail(a, "adapter", "'" + adapter + "'; valid: lora, qlora (dtsim prices LoRA and QLoRA; llama-adapter and others are not modelled)");
     }
     peft_ = true;
-    const bool nf4 = adapter == "qlora" || four;
-    out.model("peft", nf4 ? "qlora" : "lora", from(four && adapter == "lora" ? root_["load_in_4bit"] : a, four && adapter == "lora" ? "load_in_4bit" : "adapter"));
-    if (eight && !nf4) fc_.unmodelled.push_back("load_in_8bit=true (bitsandbytes' LLM.int8 base: priced as a 16-bit base)");
+    // loaders/model.py: bitsandbytes' NF4 config only for adapter qlora with
+    // load_in_4bit (which the schema requires of qlora), its 8-bit one only
+    // for adapter lora with load_in_8bit; a checkpoint already quantized
+    // (a hub id ending -bnb-4bit) brings its own 4-bit config.
+    if (adapter == "qlora" && !four) fail(a, "adapter", "qlora needs load_in_4bit: true (axolotl: \"Require cfg.load_in_4bit to be True for qlora\")");
+    const bool prequantized = lower(id).size() > 9 && lower(id).compare(lower(id).size() - 9, 9, "-bnb-4bit") == 0;
+    const bool nf4 = adapter == "qlora" || prequantized;
+    out.model("peft", nf4 ? "qlora" : "lora", from(a, "adapter") + (prequantized && adapter == "lora" ? " (a -bnb-4bit checkpoint: its base in NF4)" : ""));
+    if (adapter == "lora" && four && !prequantized) fc_.unmodelled.push_back("load_in_4bit=true with adapter lora (axolotl quantizes only for qlora: a 16-bit base)");
+    if (eight && adapter == "lora") fc_.unmodelled.push_back("load_in_8bit=true (bitsandbytes' LLM.int8 base: priced as a 16-bit base)");
     const YAML::Node r = root_["lora_r"];
     if (null(r)) fail(a, "lora_r", "missing; axolotl passes it to PEFT's LoraConfig(r=), which needs a rank (8, 16, 32, ...)");
     out.model("lora_rank", std::to_string(positive(r, "lora_r")), from(r, "lora_r"));
@@ -394,8 +454,8 @@ class Reader {
       // normalize_config: gradient_accumulation_steps = batch_size // micro_batch_size.
       const std::int64_t b = positive(bs, "batch_size");
       if (micro == 0) fail(bs, "batch_size", "given without micro_batch_size; axolotl divides it by micro_batch_size");
-      if (b % micro != 0) fail(bs, "batch_size", std::to_string(b) + " is not a multiple of micro_batch_size " + std::to_string(micro));
-      out.plan("grad_accum", std::to_string(b / micro), from(bs, "batch_size"));
+      if (b < micro) fail(bs, "batch_size", std::to_string(b) + " is below micro_batch_size " + std::to_string(micro) + "; it is micro_batch_size x gradient_accumulation_steps");
+      out.plan("grad_accum", std::to_string(b / micro), from(bs, "batch_size") + " (batch_size // micro_batch_size)");
     }
     const YAML::Node sl = root_["sequence_len"];
     out.plan("seq_len", null(sl) ? "512" : std::to_string(positive(sl, "sequence_len")),
@@ -415,8 +475,9 @@ class Reader {
     YAML::Node at;  // where the precision came from (reset: assigning would write into the tree)
     std::string key = "bf16";
     bool amp = true;
-    if (null(bf) || (bf.IsScalar() && lower(bf.Scalar()) == "auto")) {
-      // bf16: auto (the schema's default) is bf16 on a GPU that has it, unless fp16.
+    if (!bf.IsDefined() || (bf.IsScalar() && !bf.IsNull() && lower(bf.Scalar()) == "auto")) {
+      // bf16 absent is "auto" (the schema's default): bf16 on a GPU that
+      // has it, unless fp16; bf16 written null is None, no bf16.
       if (!fp16) p = "bf16", at.reset(bf);
     } else if (flag(bf, "bf16", false)) {
       p = "bf16", at.reset(bf);
@@ -431,6 +492,10 @@ class Reader {
                                : p == "bf16" ? file_ + " (bf16 unset: axolotl's auto, bf16 on a GPU that has it)"
                                              : file_ + " (bf16 false, no fp16: fp32)";
     out.plan("precision", p, origin);
+    // tf32 (auto: on where the GPU has it) sets torch's fp32 matmul precision to high.
+    if (p == "fp32" && (!root_["tf32"].IsDefined() || !unset(root_["tf32"]))) {
+      fc_.unmodelled.push_back("tf32 (fp32 matmuls on TF32 tensor cores: priced on the FP32 units, PyTorch's default)");
+    }
     // Weights in the loaded type and no master copy where nothing upcasts
     // them: one GPU or DDP, a full fine-tune; or no autocast at all.
     if (p != "fp32" && ((distributed_ == "ddp" && !peft_) || !amp)) {
@@ -458,20 +523,34 @@ class Reader {
     // Kernels: torch.compile, or Liger's norm and SwiGLU together.
     const YAML::Node tc = root_["torch_compile"];
     const bool compiled = !null(tc) && (lower(word(tc, "torch_compile")) == "auto" || flag(tc, "torch_compile", false));
-    const bool liger = flag(root_["liger_rms_norm"], "liger_rms_norm", false) && flag(root_["liger_glu_activation"], "liger_glu_activation", false);
+    const bool liger_keys = flag(root_["liger_rms_norm"], "liger_rms_norm", false) && flag(root_["liger_glu_activation"], "liger_glu_activation", false);
+    const bool liger = liger_keys && plugin_("LigerPlugin");
+    if (liger_keys && !liger) fc_.unmodelled.push_back("liger_rms_norm, liger_glu_activation without axolotl's LigerPlugin in plugins (not applied)");
     if (compiled || liger) out.plan("kernels", "fused", compiled ? from(tc, "torch_compile") : from(root_["liger_rms_norm"], "liger_rms_norm"));
-    if (!liger && (flag(root_["liger_rms_norm"], "liger_rms_norm", false) || flag(root_["liger_glu_activation"], "liger_glu_activation", false))) {
+    if (!liger_keys && (flag(root_["liger_rms_norm"], "liger_rms_norm", false) || flag(root_["liger_glu_activation"], "liger_glu_activation", false))) {
       fc_.unmodelled.push_back("liger_rms_norm or liger_glu_activation alone (fused kernels are priced for the two together)");
     }
-    // The loss: Liger's or Apple's fused kernel (Note [Fused linear cross-entropy]).
+    // The loss: Liger's or Apple's fused kernel (Note [Fused linear
+    // cross-entropy]); their keys are their plugins' (integrations/config.py).
     const bool tp = given("tensor_parallel_size") && positive(root_["tensor_parallel_size"], "tensor_parallel_size") > 1;
-    for (const auto& [k, kernel] : {std::pair{"liger_fused_linear_cross_entropy", "liger_fused_linear"}, std::pair{"cut_cross_entropy", "cut_cross_entropy"}}) {
+    if (flag(root_["liger_fused_linear_cross_entropy"], "liger_fused_linear_cross_entropy", false) &&
+        flag(root_["cut_cross_entropy"], "cut_cross_entropy", false)) {
+      fail(root_["cut_cross_entropy"], "cut_cross_entropy", "given beside liger_fused_linear_cross_entropy; axolotl runs one cross-entropy "
+                                                            "optimization at a time (\"Only one cross entropy optimization can be enabled\")");
+    }
+    for (const auto& [k, kernel, plugin] : {std::tuple{"liger_fused_linear_cross_entropy", "liger_fused_linear", "LigerPlugin"},
+                                            std::tuple{"cut_cross_entropy", "cut_cross_entropy", "CutCrossEntropyPlugin"}}) {
       if (!flag(root_[k], k, false)) continue;
-      if (tp) {
+      if (!plugin_(plugin)) {
+        fc_.unmodelled.push_back(std::string(k) + "=true without axolotl's " + plugin + " in plugins (not applied)");
+      } else if (tp) {
         fc_.unmodelled.push_back(std::string(k) + "=true with tensor_parallel_size (priced as one cross-entropy)");
       } else {
         out.plan("loss_kernel", kernel, from(root_[k], k));
       }
+    }
+    if (flag(root_["liger_cross_entropy"], "liger_cross_entropy", false) && plugin_("LigerPlugin")) {
+      fc_.unmodelled.push_back("liger_cross_entropy=true (Liger's cross-entropy over the whole logits: priced as PyTorch's)");
     }
     if (flag(root_["chunked_cross_entropy"], "chunked_cross_entropy", false)) {
       fc_.unmodelled.push_back("chunked_cross_entropy=true (the logits made whole, the loss alone chunked: priced unchunked)");
@@ -502,9 +581,7 @@ class Reader {
     const YAML::Node d = root_["deepspeed"];
     FrameworkConfig ds;
     if (d.IsMap()) {
-      YAML::Emitter e;
-      e << YAML::Flow << d;
-      ds = parse_deepspeed_config(e.c_str(), where(d) + " (deepspeed)");
+      ds = parse_deepspeed_config(json_of(d), where(d) + " (deepspeed)");
     } else {
       const std::string path = word(d, "deepspeed");
       const std::string found = locate(path);
@@ -543,6 +620,41 @@ class Reader {
     const YAML::Node rep = root_["dp_replicate_size"];
     const bool hsdp = !null(rep) && positive(rep, "dp_replicate_size") > 1;
     out.plan("fsdp", hsdp ? "hybrid_shard" : "full_shard", hsdp ? from(rep, "dp_replicate_size") : file_ + " (accelerate's FULL_SHARD)");
+    if (hsdp) {
+      fc_.unmodelled.push_back("dp_replicate_size=" + rep.Scalar() + " (HSDP priced as dtsim's hybrid_shard: sharded within each node, "
+                               "replicated across nodes)");
+    }
+    // The deprecated fsdp: list goes to TrainingArguments(fsdp=...), which
+    // sets accelerate's FSDP_SHARDING_STRATEGY and FSDP_OFFLOAD_PARAMS from
+    // its words (transformers' training_args.py).
+    if (const YAML::Node l = root_["fsdp"]; !unset(l)) {
+      if (!l.IsSequence() && !l.IsScalar()) fail(l, "fsdp", "expected a list of full_shard, shard_grad_op, hybrid_shard, offload, auto_wrap");
+      std::vector<std::string> words;
+      if (l.IsScalar()) {
+        std::istringstream in(l.Scalar());
+        for (std::string w; in >> w;) words.push_back(lower(w));
+      } else {
+        for (const YAML::Node& w : l) words.push_back(lower(word(w, "fsdp")));
+      }
+      for (const std::string& w : words) {
+        if (w == "full_shard" || w == "shard_grad_op" || w == "hybrid_shard" || w == "no_shard") {
+          out.plan("fsdp", w, from(l, "fsdp"));
+        } else if (w == "offload") {
+          out.plan("offload_params", "cpu", from(l, "fsdp"));
+          out.plan("offload_optimizer", "cpu", from(l, "fsdp"));
+        } else if (w == "hybrid_shard_zero2") {
+          fc_.unmodelled.push_back("fsdp hybrid_shard_zero2 (SHARD_GRAD_OP within a node: priced as hybrid_shard)");
+          out.plan("fsdp", "hybrid_shard", from(l, "fsdp"));
+        } else if (w != "auto_wrap" && w != "true") {
+          fail(l, "fsdp", "'" + w + "'; valid: full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
+        }
+      }
+      if (peft_ && std::find(words.begin(), words.end(), "shard_grad_op") != words.end()) {
+        // Note [Frozen weights under FSDP]: SHARD_GRAD_OP beside a frozen base is not modelled.
+        out.plan("fsdp", "full_shard", from(l, "fsdp") + " (shard_grad_op beside an adapter: priced as full_shard)");
+        fc_.unmodelled.push_back("fsdp shard_grad_op with an adapter (priced as full_shard)");
+      }
+    }
     if (const YAML::Node s = key("sharding_strategy"); !null(s) && lower(word(s, "fsdp_config.sharding_strategy")) != "full_shard" &&
                                                         lower(s.Scalar()) != "1") {
       fc_.unmodelled.push_back("fsdp_config.sharding_strategy=" + s.Scalar() + " (axolotl does not pass it to accelerate: FULL_SHARD runs)");
@@ -572,7 +684,8 @@ class Reader {
   /// tensor, context and expert parallelism, DDP's buckets.
   void parallel(detail::OverrideList& out) {
     if (given("tensor_parallel_size")) out.plan("tp", std::to_string(positive(root_["tensor_parallel_size"], "tensor_parallel_size")), from(root_["tensor_parallel_size"], "tensor_parallel_size"));
-    for (const char* k : {"context_parallel_size", "sequence_parallel_degree"}) {
+    // context_parallel_size, or its older name sequence_parallel_degree where it is not given.
+    for (const char* k : {"sequence_parallel_degree", "context_parallel_size"}) {
       if (given(k)) out.plan("cp", std::to_string(positive(root_[k], k)), from(root_[k], k));
     }
     if (given("expert_parallel_size")) out.plan("ep", std::to_string(positive(root_["expert_parallel_size"], "expert_parallel_size")), from(root_["expert_parallel_size"], "expert_parallel_size"));
