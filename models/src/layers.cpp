@@ -388,9 +388,16 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 //   unfused head keeps the projection's input: the same bytes) and no
 //   logits, and the weight's gradient (e v h, zeros_like(weight), until the
 //   backward returns it; none for a frozen head); the backward only scales
-//   both by the loss's. Its chunks of next_power_of_2(ceil(t / ceil(v /
-//   h))) tokens hold e v bytes a token at once in the forward: like other
-//   forward transients, not priced.
+//   both by the loss's. A chunk is next_power_of_2(ceil(t / ceil(v / h)))
+//   tokens (liger_chunk_tokens): at once the forward holds its logits, e v
+//   a token (their gradient written over them), its input's gradient, e h
+//   a token, and for a trained head the product of its gradient and input,
+//   e v h, with that product's fp32 copy, 4 v h, added to grad_weight
+//   (grad_weight += torch.mm(...).float(): Liger since 0.6, July 2025; the
+//   fp32 addmm path is accum_dtype=fp32's alone). Dtsim prices no forward
+//   transient, so this one, the head's last, is priced as its backward's
+//   workspace, which follows it at once (the last stage's forward of a
+//   micro-batch runs straight into its backward).
 // - cut_cross_entropy: Apple's Cut Cross-Entropy (Wijmans et al. 2025,
 //   cut_cross_entropy/cce.py) computes the logits block by block on chip
 //   and keeps their log-sum-exp alone (4 t); its backward recomputes them
@@ -404,6 +411,14 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 // lk=, so a profile that measured the unfused loss does not price it; dtsim
 // validate does not run them. A head that Gemma 2 soft-caps or Granite
 // scales takes that inside the fused kernel (Liger's softcap).
+std::int64_t liger_chunk_tokens(std::int64_t t, std::int64_t v, std::int64_t h) {
+  const std::int64_t inc = (v + h - 1) / h;  // inc_factor = cdiv(V, H)
+  const std::int64_t want = (t + inc - 1) / inc;
+  std::int64_t chunk = 1;
+  while (chunk < want) chunk <<= 1;  // next_power_of_2(cdiv(BT, inc_factor))
+  return std::min(chunk, t);
+}
+
 bool fused_lm_loss(const sim::WorkloadShape& shape) {
   return shape.loss_kernel != sim::LossKernel::kCrossEntropy && !shape.model_flops && shape.tp <= 1;
 }
@@ -423,7 +438,6 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
     // Note [Fused linear cross-entropy].
     const std::vector<sim::Kernel> before = backward_of(head.forward);
     const bool liger = shape.loss_kernel == sim::LossKernel::kLigerFused;
-    const std::string lk = liger ? "liger" : "cce";
     head.forward.push_back(gemm(name, t, v, h, e));
     if (liger) {
       head.forward.push_back(memory_op(name + ".ce", sim::KernelKind::kElementwise, e * t * v, e * t * v, 5.0 * t * v));
@@ -433,6 +447,15 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       // transformers' Trainer: not 1).
       head.backward = {memory_op(name + ".scale", sim::KernelKind::kElementwise, e * t * h, e * t * h, 1.0 * t * h),
                        memory_op(name + ".wgrad.scale", sim::KernelKind::kElementwise, e * v * h, e * v * h, 1.0 * v * h)};
+      // The forward's chunk at once, priced where the head's backward
+      // follows it: its logits (their gradient in place), its input's
+      // gradient, and the weight gradient's product and fp32 copy.
+      const std::int64_t chunk = liger_chunk_tokens(t, v, h);
+      head.backward_workspace_bytes = e * chunk * (v + h) + (e + 4) * v * h;
+      head.backward.insert(head.backward.end(), before.begin(), before.end());
+      head.signature += ",lk=liger";
+      head.output_bytes = 4;
+      return;
     } else {
       // The logits stay on chip: the GEMMs write no t v.
       head.forward.back().bytes -= e * t * v;
@@ -444,7 +467,7 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
     }
     head.backward.insert(head.backward.end(), before.begin(), before.end());
     head.backward_workspace_bytes = 0;
-    head.signature += ",lk=" + lk;
+    head.signature += ",lk=cce";
     head.output_bytes = 4;
     return;
   }

@@ -138,6 +138,9 @@ void join_kernels(sim::Layer& l, const std::vector<sim::Kernel>& pre, const Atte
 /// linear cross-entropy]) the projection and the loss are its kernels.
 void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::string& name, std::int64_t t, std::int64_t v,
                  std::int64_t h);
+/// Tokens in one of Liger's fused-loss chunks of t tokens over a v x h head:
+/// next_power_of_2(ceil(t / ceil(v / h))), at most t.
+std::int64_t liger_chunk_tokens(std::int64_t t, std::int64_t v, std::int64_t h);
 /// Whether the LM head's projection and loss run as one fused kernel
 /// (shape.loss_kernel, not when counting model FLOPs, not under tensor parallelism).
 bool fused_lm_loss(const sim::WorkloadShape& shape);

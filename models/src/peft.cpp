@@ -541,13 +541,20 @@ class Lora final : public sim::Model {
     }
     std::vector<sim::Kernel> forward;
     std::vector<std::size_t> moved(L.forward.size() + 1);  // each base kernel's new index
+    bool fused_grad_out = false;
     for (std::size_t i = 0; i < L.forward.size(); ++i) {
       const sim::Kernel& k = L.forward[i];
       moved[i] = forward.size();
       // Liger's fused loss makes the weight's gradient in the forward and
       // keeps it (Note [Fused linear cross-entropy]); a frozen head has none.
       if (is_weight_grad(k, gemms)) {
+        // It keeps no gradient (e v h) and makes no product of one with its
+        // fp32 copy ((e + 4) v h of its forward's workspace).
+        // (The workspace is the largest loss's, a head's with multi-token
+        // prediction depths: taken out once.)
         L.saved_bytes -= static_cast<Bytes>(shape.act_bytes) * k.m * k.n;
+        if (!fused_grad_out) L.backward_workspace_bytes -= static_cast<Bytes>(shape.act_bytes + 4) * k.m * k.n;
+        fused_grad_out = true;
         continue;
       }
       if (const auto d = dequant.find(k.name); d != dequant.end()) forward.push_back(d->second);

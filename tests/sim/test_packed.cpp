@@ -151,7 +151,11 @@ TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cros
   // logits (8 t v) but scales both gradients.
   CHECK(ce.saved_bytes - liger.saved_bytes == 4 * t * v - 2 * v * h);
   CHECK(ce.backward_workspace_bytes == 8 * t * v);
-  CHECK(liger.backward_workspace_bytes == 0);
+  // Its forward's chunk, priced as the workspace of the backward that
+  // follows: ceil(128,256 / 4,096) = 32, so chunks of next_power_of_2(4096 /
+  // 32) = 128 tokens, their bf16 logits and input gradient, and the weight
+  // gradient's bf16 product with its fp32 copy (6 v h).
+  CHECK(liger.backward_workspace_bytes == 2 * 128 * (v + h) + 6 * v * h);
   // Its forward runs the projection and both gradient GEMMs; the backward none.
   std::vector<std::string> names;
   for (const Kernel& k : liger.forward) names.push_back(k.name);
@@ -186,6 +190,16 @@ TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cros
   for (const Kernel& k : frozen.backward) CHECK(k.name != "lm_head.wgrad.scale");
   CHECK(frozen.forward.back().name == "lm_head.dgrad");
   CHECK(frozen_ce.saved_bytes - frozen.saved_bytes == 4 * t * v);
+  CHECK(frozen.backward_workspace_bytes == 2 * 128 * (v + h));
+  // Chunks of next_power_of_2(ceil(t / ceil(v / h))) tokens: Qwen2.5 7B's
+  // head (v 152,064, h 3,584) gives ceil(v / h) = 43 and ceil(4096 / 43) =
+  // 96, so 128-token chunks; 2 x 4096 tokens, ceil(8192 / 43) = 191: 256.
+  const auto qwen = models::load_model("qwen2.5-7b", {parse_override("model.peft=lora")});
+  WorkloadShape qs = packed(0);
+  qs.loss_kernel = LossKernel::kLigerFused;
+  CHECK(qwen->layers(qs).back().backward_workspace_bytes == 2 * 128 * (152'064 + 3584));
+  qs.micro_batch = 2;
+  CHECK(qwen->layers(qs).back().backward_workspace_bytes == 2 * 256 * (152'064 + 3584));
   // Plans: the fused kernels take the whole vocabulary and chunk for themselves.
   const ClusterSpec two = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=2")});
   CHECK_THAT(error_of([&] { predict(*m, load_plan("megatron-tp", {parse_override("plan.tp=2"), parse_override("plan.loss_kernel=liger_fused_linear")}), two); }),
