@@ -103,7 +103,7 @@
 // (torchtune's FrozenNF4Linear beside its NF4 LoRALinear; transformers
 // skips the output head), each GEMM kernel's k x n; the embedding, the
 // norms and the LM head stay in the working precision
-// (Layer::frozen_nf4; dtsim's blocks, LayerKind::kTransformer). Work: neither library has a 4-bit GEMM for
+// (Layer::frozen_quantized; dtsim's blocks, LayerKind::kTransformer). Work: neither library has a 4-bit GEMM for
 // training-sized batches: bitsandbytes' MatMul4Bit runs
 // F.linear(A, dequantize_4bit(B)) and in its backward grad_output @
 // dequantize_4bit(B) (autograd/_functions.py; its newer gemm_4bit falls
@@ -121,6 +121,25 @@
 // bnb_4bit_compute_dtype) are refused. Under FSDP2 the NF4 shards are gathered as they are stored
 // (torchao's NF4Tensor.fsdp_pre_all_gather sends its packed data and
 // scales), so a gather moves 0.516 bytes a frozen linear weight.
+//
+// Note [8-bit base]
+// An 8-bit LoRA (`peft: lora_int8`; transformers' load_in_8bit, axolotl's
+// adapter lora with load_in_8bit) holds the blocks' linear weights as
+// bitsandbytes' Linear8bitLt with has_fp16_weights False (Int8Params: CB,
+// int8 out x in, and SCB, an fp32 absmax an output row; Dettmers et al.
+// 2022, LLM.int8()): 1 byte a weight and 4 an output row. Work: its
+// MatMul8bitLt quantizes the input a row at a time, multiplies in int8 with
+// the outlier columns (threshold 6) in 16 bits, and dequantizes the int32
+// product; its backward multiplies the output's gradient by the weight
+// dequantized (CB x SCB / 127) in 16 bits (autograd/_functions.py). dtsim
+// prices both as QLoRA's, a dequantization kernel reading the int8 weight
+// and its scales before a 16-bit GEMM: bitsandbytes' int8 path, with its
+// quantization passes and outliers, is not faster than 16-bit at training
+// sizes, so the price is near and not below it. What it saves for the
+// backward beyond that is not priced. The same refusals as QLoRA's (tensor
+// and expert parallelism, FP8), and FSDP's sharding: bitsandbytes' 8-bit
+// weights are not flattened or gathered by FSDP (its 4-bit ones are, in
+// bnb_4bit_quant_storage).
 //
 // Note [Frozen weights]
 // A frozen parameter (requires_grad False) gets no gradient, no optimizer
@@ -140,6 +159,7 @@
 // An FP8 GEMM's frozen weight keeps its FP8 copies as a trained one does
 // (Fp8Gemms::frozen_elements in sim/src/lowering/emitter.hpp).
 #include <algorithm>
+#include <cmath>
 #include <map>
 #include <memory>
 #include <set>
@@ -305,7 +325,10 @@ class Lora final : public sim::Model {
     }
   }
 
-  std::string name() const override { return base_->name() + (c_.nf4 ? "+qlora" : "+lora") + std::to_string(c_.rank); }
+  std::string name() const override {
+    return base_->name() + (c_.base == LoraConfig::Base::kNf4 ? "+qlora" : "+lora") + std::to_string(c_.rank) +
+           (c_.base == LoraConfig::Base::kInt8 ? "-int8" : "");
+  }
   std::int64_t parameters() const override { return base_->parameters() + adapters_; }
   std::int64_t trainable_parameters() const override { return adapters_; }
   std::int64_t active_parameters() const override { return base_->active_parameters() + adapters_; }
@@ -323,8 +346,11 @@ class Lora final : public sim::Model {
   std::string tp_error(int tp) const override {
     if (std::string why = base_->tp_error(tp); !why.empty()) return why;
     // Note [QLoRA]: bitsandbytes' Linear4bit and torchao's NF4Tensor are whole weights.
-    if (tp > 1 && c_.nf4) {
+    if (tp > 1 && c_.base == LoraConfig::Base::kNf4) {
       return "QLoRA's 4-bit base (bitsandbytes' Linear4bit, torchao's NF4Tensor) is not split over tensor parallelism; valid: tp 1";
+    }
+    if (tp > 1 && c_.base == LoraConfig::Base::kInt8) {
+      return "an 8-bit base (bitsandbytes' Linear8bitLt) is not split over tensor parallelism; valid: tp 1";
     }
     // HuggingFace PEFT's adapters are plain nn.Linear pairs, not split.
     if (tp > 1 && std::any_of(c_.targets.begin(), c_.targets.end(), lora_hf_module)) {
@@ -347,7 +373,9 @@ class Lora final : public sim::Model {
   std::string ep_error(int ep) const override {
     if (std::string why = base_->ep_error(ep); !why.empty()) return why;
     // Note [QLoRA]: the 4-bit experts are whole weights too.
-    if (ep > 1 && c_.nf4) return "QLoRA's 4-bit experts (bitsandbytes', torchao's) are not spread over expert parallelism; valid: ep 1";
+    if (ep > 1 && c_.base != LoraConfig::Base::k16) {
+      return "a quantized base's experts (bitsandbytes', torchao's) are not spread over expert parallelism; valid: ep 1";
+    }
     return "";
   }
 
@@ -498,7 +526,7 @@ class Lora final : public sim::Model {
     L.param_tensors = 0;
     L.largest_param_tensor = 0;
     L.modules.clear();
-    L.signature += (c_.nf4 ? ",qlora=" : ",lora=") + std::to_string(c_.rank);
+    L.signature += (c_.base == LoraConfig::Base::kNf4 ? ",qlora=" : c_.base == LoraConfig::Base::kInt8 ? ",lora8=" : ",lora=") + std::to_string(c_.rank);
     for (const auto& t : c_.targets) L.signature += ":" + t;
     if (L.kind == sim::LayerKind::kEmbedding) {
       // Frozen and first: nothing to differentiate, nothing to reduce.
@@ -507,21 +535,30 @@ class Lora final : public sim::Model {
       L.cp_backward.clear();
       return;
     }
-    // Note [QLoRA]: a block's linear weights in NF4, each dequantized before
-    // its GEMM and again before its input's gradient.
-    const bool nf4 = c_.nf4 && L.is_block();
+    // Note [QLoRA], Note [8-bit base]: a block's linear weights in NF4 or
+    // LLM.int8, each dequantized before its GEMM and again before its
+    // input's gradient.
+    const bool quantized = c_.base != LoraConfig::Base::k16 && L.is_block();
     std::map<std::string, sim::Kernel> dequant;  // by forward GEMM
-    if (nf4) {
+    if (quantized) {
       std::int64_t elements = 0;
+      Bytes stored = 0;
       for (const sim::Kernel& k : L.forward) {
         if (k.kind != sim::KernelKind::kGemm) continue;
-        const std::int64_t w = k.k * k.n * std::max<std::int64_t>(1, k.batch);
+        const std::int64_t batch = std::max<std::int64_t>(1, k.batch);
+        const std::int64_t w = k.k * k.n * batch;
+        // NF4 with its block scales; int8 with an fp32 scale an output row (SCB).
+        const Bytes bytes = c_.base == LoraConfig::Base::kNf4 ? static_cast<Bytes>(std::ceil(static_cast<double>(w) * sim::kNf4BytesPerElement))
+                                                              : w + 4 * k.n * batch;
         elements += w;
+        stored += bytes;
         const Bytes e = shape.act_bytes;
-        dequant.emplace(k.name, memory_op(k.name + ".dequant", sim::KernelKind::kElementwise, sim::frozen_weight_bytes(w, w, e),
-                                          e * w, 2.0 * static_cast<double>(w)));
+        dequant.emplace(k.name, memory_op(k.name + ".dequant", sim::KernelKind::kElementwise, bytes, e * w, 2.0 * static_cast<double>(w)));
       }
-      L.frozen_nf4 = std::min(elements, L.frozen_params - L.frozen_tied);
+      L.frozen_quantized = std::min(elements, L.frozen_params - L.frozen_tied);
+      L.frozen_quantized_bytes = elements > 0 ? static_cast<Bytes>(static_cast<double>(stored) * static_cast<double>(L.frozen_quantized) /
+                                                                   static_cast<double>(elements))
+                                              : 0;
     }
     std::vector<sim::Kernel> backward;
     for (const sim::Kernel& k : L.backward) {

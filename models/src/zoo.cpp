@@ -1070,13 +1070,14 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
        {"mlp", "mlp"}, {"conv-autoencoder", "conv-autoencoder"}, {"nbow", "nbow"}, {"seq2seq", "seq2seq"}});
   if (family.empty()) c.fail("family", "missing; valid: gpt, gpt2, llama, bert, bilstm, vgg, cnn, mlp, conv-autoencoder, nbow, seq2seq");
   // Note [LoRA] (peft.cpp): any family fine-tuned with adapters.
-  // Note [QLoRA]: qlora is LoRA over a base whose linear weights are NF4.
-  const std::string peft = c.get_enum<std::string>("peft", "none", {{"none", "none"}, {"lora", "lora"}, {"qlora", "qlora"}});
+  // Note [QLoRA]: qlora is LoRA over a base whose linear weights are NF4;
+  // Note [8-bit base]: lora_int8 over LLM.int8 ones.
+  const std::string peft = c.get_enum<std::string>("peft", "none", {{"none", "none"}, {"lora", "lora"}, {"qlora", "qlora"}, {"lora_int8", "lora_int8"}});
   const bool lora = peft != "none";
   LoraConfig lc;
-  lc.nf4 = peft == "qlora";
+  lc.base = peft == "qlora" ? LoraConfig::Base::kNf4 : peft == "lora_int8" ? LoraConfig::Base::kInt8 : LoraConfig::Base::k16;
   if (c.has("lora_rank") || c.has("lora_targets")) {
-    if (!lora) c.fail(c.has("lora_rank") ? "lora_rank" : "lora_targets", "is LoRA's; set peft: lora with it (valid peft: none, lora, qlora)");
+    if (!lora) c.fail(c.has("lora_rank") ? "lora_rank" : "lora_targets", "is LoRA's; set peft: lora with it (valid peft: none, lora, qlora, lora_int8)");
     lc.rank = c.get_int("lora_rank", lc.rank, 1, 1 << 16);
     if (c.has("lora_targets")) lc.targets = c.get_word_list("lora_targets");
   }

@@ -1706,14 +1706,15 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
 }
 
 // Note [axolotl configs] (sim/src/config/framework_axolotl.cpp).
-TEST_CASE("axolotl: LoRA on every linear layer under DDP", "[framework][lora]") {
+TEST_CASE("axolotl: LoRA on every linear layer of an 8-bit base under DDP", "[framework][lora]") {
   const FrameworkConfig fc = read_axolotl_config(sample("axolotl/llama-3.1-8b-lora.yml"));
   CHECK(fc.framework == "axolotl");
   REQUIRE(fc.plan == std::optional<std::string>("ddp"));
   // NousResearch/Meta-Llama-3.1-8B: the organisation and "Meta-" dropped.
   REQUIRE(fc.model == std::optional<std::string>("llama-3.1-8b"));
   auto k = keys(fc);
-  CHECK(k["model.peft"] == "lora");
+  // adapter lora with load_in_8bit: bitsandbytes' LLM.int8 base.
+  CHECK(k["model.peft"] == "lora_int8");
   // lora_target_linear: find_all_linear_names, every nn.Linear but lm_head.
   CHECK(k["model.lora_targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]");
   CHECK(k["model.lora_rank"] == "32");
@@ -1726,7 +1727,7 @@ TEST_CASE("axolotl: LoRA on every linear layer under DDP", "[framework][lora]") 
   CHECK(k["plan.recompute"] == "full");
   CHECK(k["plan.optimizer"] == "adamw");
   CHECK(k["plan.attention"] == "null");  // flash_attention_2: dtsim's default
-  CHECK(from_of(fc, "plan.micro_batch").find("llama-3.1-8b-lora.yml:27 (micro_batch_size)") != std::string::npos);
+  CHECK(from_of(fc, "plan.micro_batch").find("llama-3.1-8b-lora.yml:28 (micro_batch_size)") != std::string::npos);
   CHECK(listed(fc, "sample_packing=true"));
   CHECK(fc.unmodelled.size() == 1);
   // Rank 32 on q (4096 -> 4096), k and v (-> 1024), o, gate, up (-> 14336)
@@ -1891,9 +1892,8 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   const FrameworkConfig lo = read("adapter: lora\nlora_r: 16\nload_in_8bit: true\nlora_target_modules: [q_proj, v_proj, lm_head]\n"
                                   "lora_modules_to_save: [embed_tokens]\n");
   auto kl = keys(lo);
-  CHECK(kl["model.peft"] == "lora");
+  CHECK(kl["model.peft"] == "lora_int8");  // Note [8-bit base]
   CHECK(kl["model.lora_targets"] == "[q_proj,v_proj]");
-  CHECK(listed(lo, "load_in_8bit=true (bitsandbytes' LLM.int8 base"));
   CHECK(listed(lo, "lora_target_modules lm_head"));
   CHECK(listed(lo, "lora_modules_to_save"));
   // loaders/model.py quantizes to NF4 for adapter qlora alone (which needs
@@ -1922,9 +1922,9 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   const std::string dir = tmp.str();
   std::ofstream(tmp.file("config.json")) << "{}";
   CHECK(parse_axolotl_config("base_model: " + dir + "\n", "a.yml").model == std::optional<std::string>(dir + "/config.json"));
+  // Any other hub id is the model's name, for the HuggingFace cache.
   const FrameworkConfig unknown = parse_axolotl_config("base_model: TinyLlama/TinyLlama-1.1B-Chat-v1.0\n", "a.yml");
-  CHECK(!unknown.model);
-  CHECK(listed(unknown, "base_model=TinyLlama/TinyLlama-1.1B-Chat-v1.0 (no built-in"));
+  CHECK(unknown.model == std::optional<std::string>("TinyLlama/TinyLlama-1.1B-Chat-v1.0"));
   // Errors name the file, the line and the key.
   CHECK_THAT(error_of([] { parse_axolotl_config("micro_batch_size: 1\n", "a.yml"); }), Catch::Contains("a.yml: base_model: missing"));
   CHECK_THAT(error_of([&] { read("adapter: lora\nlora_target_linear: true\n"); }), Catch::Contains("a.yml:3: lora_r: missing"));

@@ -444,17 +444,19 @@ TEST_CASE("QLoRA: the blocks' linear weights in NF4, dequantized before each GEM
   // A block's linear weights: q, k, v (4096 x 6144), o (4096 x 4096), gate
   // and up (4096 x 28672), down (14336 x 4096): 218,103,808, its two norms
   // (8,192) left in bf16; the embedding and the LM head stay bf16 too.
-  CHECK(ql[1].frozen_nf4 == 218'103'808);
-  CHECK(ql[0].frozen_nf4 == 0);
-  CHECK(ql.back().frozen_nf4 == 0);
+  CHECK(ql[1].frozen_quantized == 218'103'808);
+  CHECK(ql[0].frozen_quantized == 0);
+  CHECK(ql.back().frozen_quantized == 0);
   // NF4 with double-quantized scales: 4 bits, an int8 absmax a block of 64
   // and an fp32 scale a block of 256 of those: 109,051,904 + 3,407,872 +
   // 53,248 = 112,513,024 bytes a block.
-  CHECK(frozen_weight_bytes(218'103'808, 218'103'808, 2) == 112'513'024);
-  // Each linear GEMM dequantizes its weight first: read NF4, write bf16.
+  CHECK(ql[1].frozen_quantized_bytes == 112'513'024);
+  CHECK(frozen_weight_bytes(218'103'808 + 8192, 218'103'808, 112'513'024, 2) == 112'513'024 + 2 * 8192);
+  // Each linear GEMM dequantizes its weight first: read NF4 (12,582,912 +
+  // 393,216 + 6,144 bytes for q, k, v's 25,165,824), write bf16.
   const Kernel* d = kernel(ql[1].forward, "attn.qkv.dequant");
   REQUIRE(d != nullptr);
-  CHECK(d->bytes == frozen_weight_bytes(25'165'824, 25'165'824, 2) + 2 * 25'165'824);
+  CHECK(d->bytes == 12'982'272 + 2 * 25'165'824);
   CHECK(d->kind == KernelKind::kElementwise);
   const auto at = [](const std::vector<Kernel>& ks, const std::string& name) {
     return std::find_if(ks.begin(), ks.end(), [&](const Kernel& k) { return k.name == name; }) - ks.begin();
@@ -492,16 +494,54 @@ TEST_CASE("QLoRA: the blocks' linear weights in NF4, dequantized before each GEM
   // bitsandbytes' and torchao's 4-bit weights are whole and compute in 16 bits.
   CHECK_THAT(q->tp_error(2), Catch::Contains("QLoRA's 4-bit base (bitsandbytes' Linear4bit, torchao's NF4Tensor) is not split"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp8\n", "p.yaml"), *q, one); }),
-             Catch::Contains("precision: fp8: QLoRA's NF4 base is dequantized to its compute dtype"));
+             Catch::Contains("precision: fp8: a quantized base (QLoRA's NF4, LLM.int8) is dequantized to its compute dtype"));
   CHECK_FALSE(PlanRules(*q, one, 1).precisions().back() == Precision::kFp8);
   const auto moe = models::load_model("mixtral-8x7b", sets({"model.peft=qlora"}));
-  CHECK_THAT(moe->ep_error(2), Catch::Contains("QLoRA's 4-bit experts (bitsandbytes', torchao's) are not spread over expert parallelism"));
+  CHECK_THAT(moe->ep_error(2), Catch::Contains("a quantized base's experts (bitsandbytes', torchao's) are not spread over expert parallelism"));
   CHECK(moe->ep_error(1).empty());
+}
+
+TEST_CASE("An 8-bit LoRA: LLM.int8 weights with a scale an output row, dequantized as QLoRA's (Note [8-bit base])", "[lora]") {
+  const std::vector<std::string> all = {"model.peft=lora_int8", "model.lora_rank=16",
+                                        "model.lora_targets=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]"};
+  const auto q = models::load_model("llama-3-8b", sets(all));
+  CHECK(q->name() == "llama-3-8b+lora16-int8");
+  CHECK(q->trainable_parameters() == 41'943'040);
+  const std::vector<Layer> ql = q->layers(seq4096());
+  // A block's 218,103,808 linear weights a byte each, and bitsandbytes' SCB,
+  // an fp32 absmax a row of each output: q, k, v 6,144 rows, o 4,096, gate
+  // and up 28,672, down 4,096: 4 x 43,008 = 172,032 bytes.
+  CHECK(ql[1].frozen_quantized == 218'103'808);
+  CHECK(ql[1].frozen_quantized_bytes == 218'103'808 + 172'032);
+  CHECK(ql.back().frozen_quantized == 0);
+  const Kernel* d = kernel(ql[1].forward, "attn.qkv.dequant");
+  REQUIRE(d != nullptr);
+  CHECK(d->bytes == 25'165'824 + 4 * 6144 + 2 * 25'165'824);
+  CHECK(ql[1].signature.find(",lora8=16") != std::string::npos);
+  // On one GPU: the int8 blocks and their norms, the rest and the adapters in bf16.
+  const ClusterSpec one = load_cluster("dgx-h100", sets({"cluster.gpus_per_node=1"}));
+  ResolvedPlan r = resolve(parse_plan("dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n", "p.yaml"), *q, one);
+  const test::FixedCompute compute(1000);
+  const test::FixedComm comm(1000);
+  partition(r, *q, one, compute, comm);
+  const TaskGraph g = lower(*q, r, one, CostModels{&compute, &comm});
+  Bytes params = 0;
+  for (const auto& m : g.ranks[0].resident) {
+    if (m.category == MemCategory::kParameters) params += m.bytes;
+  }
+  CHECK(params == 32 * (218'275'840LL + 8192 * 2) + (2LL * 128'256 * 4096 + 4096) * 2 + 41'943'040LL * 2);
+  // bitsandbytes' 8-bit weights are not FSDP's to shard, nor split or in FP8.
+  const ClusterSpec eight = load_cluster("dgx-h100");
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\nfsdp_version: 2\n", "p.yaml"), *q, eight); }),
+             Catch::Contains("plan.fsdp: full_shard with peft: lora_int8: bitsandbytes' 8-bit weights (Int8Params) are not sharded by FSDP"));
+  CHECK_THAT(q->tp_error(2), Catch::Contains("an 8-bit base (bitsandbytes' Linear8bitLt) is not split"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp8\n", "p.yaml"), *q, one); }),
+             Catch::Contains("a quantized base (QLoRA's NF4, LLM.int8) is dequantized"));
 }
 
 TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.lora_rank=8"})); }),
-             Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora, qlora)"));
+             Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora, qlora, lora_int8)"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_targets=[linear_q_down_proj]"})); }),
              Catch::Contains("model.lora_targets: linear_q_down_proj match no linear layer of this model LoRA adapts; valid: linear_qkv, linear_proj, linear_fc1, linear_fc2"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=dora"})); }), Catch::Contains("none, lora"));

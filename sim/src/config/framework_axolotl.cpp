@@ -12,16 +12,19 @@
 //   local directory. A hub id is dtsim's built-in of the same name
 //   (builtin_of: the organisation, a leading meta-, and suffixes such as
 //   -hf, -Instruct, -fp16, -v0.1, -4k dropped, then compared without - . _);
-//   a directory (or base_model_config) with a config.json is read as one.
+//   a directory (or base_model_config) with a config.json is read as one;
+//   any other hub id is looked up in the HuggingFace cache, as --model
+//   reads one (Note [HuggingFace cache]).
 // - adapter: lora or qlora (qlora needs load_in_4bit, and only it is given
 //   bitsandbytes' NF4 base: peft: qlora, as is a -bnb-4bit checkpoint under
 //   lora; loaders/model.py). lora_r is the rank (PEFT's LoraConfig(r=),
 //   required: axolotl passes None through and PEFT refuses it);
 //   lora_target_linear adds every nn.Linear but the head (find_all_linear_
 //   names: q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj on
-//   a Llama-style model) to lora_target_modules. load_in_8bit's LLM.int8
-//   base, lora_modules_to_save (the embedding and head trained whole),
-//   DoRA and unfrozen_parameters are listed as not modelled.
+//   a Llama-style model) to lora_target_modules. load_in_8bit under lora is
+//   bitsandbytes' LLM.int8 base (peft: lora_int8, Note [8-bit base]).
+//   lora_modules_to_save (the embedding and head trained whole), DoRA and
+//   unfrozen_parameters are listed as not modelled.
 // - micro_batch_size is each rank's micro-batch, gradient_accumulation_steps
 //   the micro-batches a step (or batch_size / micro_batch_size); the global
 //   batch is theirs times world_size / (tp x cp), as normalize_config has it.
@@ -361,9 +364,9 @@ class Reader {
     if (!fc_.model) {
       if (const std::string m = axolotl_builtin_of(id); !m.empty()) fc_.model = m;
     }
-    if (!fc_.model) {
-      fc_.unmodelled.push_back("base_model=" + id + " (no built-in of that name and no local config.json; pass --model, a built-in or the model's config.json)");
-    }
+    // Else the hub id itself: its config.json from the HuggingFace cache
+    // (Note [HuggingFace cache]), or the loader's one line on fetching it.
+    if (!fc_.model) fc_.model = id;
     const YAML::Node a = root_["adapter"];
     const std::string adapter = unset(a) ? "" : word(a, "adapter");
     const bool four = flag(root_["load_in_4bit"], "load_in_4bit", false);
@@ -387,9 +390,11 @@ class Reader {
     if (adapter == "qlora" && !four) fail(a, "adapter", "qlora needs load_in_4bit: true (axolotl: \"Require cfg.load_in_4bit to be True for qlora\")");
     const bool prequantized = lower(id).size() > 9 && lower(id).compare(lower(id).size() - 9, 9, "-bnb-4bit") == 0;
     const bool nf4 = adapter == "qlora" || prequantized;
-    out.model("peft", nf4 ? "qlora" : "lora", from(a, "adapter") + (prequantized && adapter == "lora" ? " (a -bnb-4bit checkpoint: its base in NF4)" : ""));
+    const bool int8 = !nf4 && eight;  // Note [8-bit base] (models/src/peft.cpp)
+    out.model("peft", nf4 ? "qlora" : int8 ? "lora_int8" : "lora",
+              int8 ? from(root_["load_in_8bit"], "load_in_8bit")
+                   : from(a, "adapter") + (prequantized && adapter == "lora" ? " (a -bnb-4bit checkpoint: its base in NF4)" : ""));
     if (adapter == "lora" && four && !prequantized) fc_.unmodelled.push_back("load_in_4bit=true with adapter lora (axolotl quantizes only for qlora: a 16-bit base)");
-    if (eight && adapter == "lora") fc_.unmodelled.push_back("load_in_8bit=true (bitsandbytes' LLM.int8 base: priced as a 16-bit base)");
     const YAML::Node r = root_["lora_r"];
     if (null(r)) fail(a, "lora_r", "missing; axolotl passes it to PEFT's LoraConfig(r=), which needs a rank (8, 16, 32, ...)");
     out.model("lora_rank", std::to_string(positive(r, "lora_r")), from(r, "lora_r"));

@@ -138,8 +138,8 @@ bool attends(const Model& model) {
   return false;
 }
 
-Bytes frozen_weight_bytes(std::int64_t frozen, std::int64_t nf4, Bytes w) {
-  return (frozen - nf4) * w + static_cast<Bytes>(std::ceil(static_cast<double>(nf4) * kNf4BytesPerElement));
+Bytes frozen_weight_bytes(std::int64_t frozen, std::int64_t quantized, Bytes quantized_bytes, Bytes w) {
+  return (frozen - quantized) * w + quantized_bytes;
 }
 
 const char* to_string(LayerKind kind) {

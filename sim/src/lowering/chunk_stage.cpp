@@ -353,7 +353,7 @@ class ChunkStage final : public detail::StageEmitter {
           module_buffers += L.buffer_bytes;
           // Layer::frozen_params: the tied embedding's copy where the head
           // is on another stage than the embedding, as ch.tied for trained ones.
-          frozen += frozen_weight_bytes(L.frozen_params - (ch.rank != 0 ? 0 : L.frozen_tied), L.frozen_nf4, c.w);
+          frozen += frozen_weight_bytes(L.frozen_params - (ch.rank != 0 ? 0 : L.frozen_tied), L.frozen_quantized, L.frozen_quantized_bytes, c.w);
         }
       }
       c.rank_params.push_back(params);

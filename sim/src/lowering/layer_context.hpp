@@ -51,10 +51,12 @@ struct LayerContext : StageContext {
   /// [Frozen weights under FSDP] in passes/sharded_parameters.cpp).
   std::int64_t gathered_frozen(const Layer& l) const { return frozen_sharded ? l.frozen_params : 0; }
   /// Bytes of a layer's parameters once gathered whole (a tied copy
-  /// included; NF4 frozen weights at their size: torchao's NF4Tensor is
-  /// gathered packed, fsdp_pre_all_gather).
+  /// included; quantized frozen weights at their size: torchao's NF4Tensor
+  /// is gathered packed, fsdp_pre_all_gather, and bitsandbytes' 4- and
+  /// 8-bit weights are stored in a 16-bit container, bnb_4bit_quant_storage).
   Bytes full_param_bytes(const Layer& l) const {
-    return (l.params + l.borrowed_params) * w + (frozen_sharded ? frozen_weight_bytes(l.frozen_params, l.frozen_nf4, w) : 0);
+    return (l.params + l.borrowed_params) * w +
+           (frozen_sharded ? frozen_weight_bytes(l.frozen_params, l.frozen_quantized, l.frozen_quantized_bytes, w) : 0);
   }
   /// What ZeRO-3 / FSDP's all-gather of a layer moves and leaves whole: its
   /// parameters, the FP8 GEMM weights at 1 byte an element under
@@ -63,10 +65,10 @@ struct LayerContext : StageContext {
   /// weight as it is); NVFP4's at 0.5625, mxfp8's in bf16 (gathered_weight_bytes()).
   Bytes gathered_param_bytes(const Layer& l) const {
     const Fp8Gemms fp8 = fp8_gemms(l, plan.precision);
-    const std::int64_t nf4 = frozen_sharded ? l.frozen_nf4 : 0;
-    return gathered_bytes_of(plan, l.params + l.borrowed_params + gathered_frozen(l) - nf4,
+    const std::int64_t quantized = frozen_sharded ? l.frozen_quantized : 0;
+    return gathered_bytes_of(plan, l.params + l.borrowed_params + gathered_frozen(l) - quantized,
                              fp8.weight_elements + (frozen_sharded ? fp8.frozen_elements : 0)) +
-           frozen_weight_bytes(nf4, nf4, w);
+           (frozen_sharded ? l.frozen_quantized_bytes : 0);
   }
   static Bytes ceil_div(Bytes a, Bytes b) { return (a + b - 1) / b; }
 

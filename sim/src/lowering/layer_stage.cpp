@@ -224,7 +224,7 @@ class LayerStage final : public detail::StageEmitter {
     Bytes frozen = 0;          // Layer::frozen_params: one stage holds the tied weight once
     for (const Layer& L : c.layers) {
       module_buffers += L.buffer_bytes;
-      frozen += frozen_weight_bytes(L.frozen_params - L.frozen_tied, L.frozen_nf4, c.w);
+      frozen += frozen_weight_bytes(L.frozen_params - L.frozen_tied, L.frozen_quantized, L.frozen_quantized_bytes, c.w);
     }
     if (frozen > 0) rank.resident.push_back({MemCategory::kParameters, resident_frozen(c.plan, frozen)});
     if (module_buffers > 0) rank.resident.push_back({MemCategory::kBuffers, module_buffers});

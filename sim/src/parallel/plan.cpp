@@ -854,10 +854,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (const auto ok = rules.precisions(); std::find(ok.begin(), ok.end(), r.precision) == ok.end()) {
     std::string valid;
     for (Precision p : ok) valid += (valid.empty() ? "" : ", ") + std::string(to_string(p));
-    if (quantized_gemms(r.precision) && rules.nf4_weights()) {
-      // Note [QLoRA] (models/src/peft.cpp).
+    if (quantized_gemms(r.precision) && rules.quantized_base()) {
+      // Note [QLoRA], Note [8-bit base] (models/src/peft.cpp).
       bad.add("precision", std::string(to_string(r.precision)) +
-                               ": QLoRA's NF4 base is dequantized to its compute dtype (bnb_4bit_compute_dtype), in which its "
+                               ": a quantized base (QLoRA's NF4, LLM.int8) is dequantized to its compute dtype, in which its "
                                "GEMMs run; valid: " + valid);
     } else if (r.precision == Precision::kFp8) {
       bad.add("precision", "fp8 needs FP8 tensor cores (Hopper or later); " + cluster.device.name + " has none; valid: " + valid);
@@ -970,6 +970,10 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     // Note [Frozen weights] (models/src/peft.cpp).
     bad.add("zero_stage", "3: DeepSpeed ZeRO-3's partitioning of a LoRA fine-tune's frozen weights is not modelled; valid with "
                           "peft: zero_stage 0, 1 or 2, or fsdp: full_shard or hybrid_shard with fsdp_version: 2");
+  } else if (rules.int8_base() && sharded_fsdp) {
+    // Note [8-bit base] (models/src/peft.cpp).
+    bad.add("fsdp", std::string(to_string(s.fsdp)) + " with peft: lora_int8: bitsandbytes' 8-bit weights (Int8Params) are not sharded "
+                                                     "by FSDP; valid: no_shard, or peft: qlora (its 4-bit ones are)");
   } else if (rules.frozen_weights() && sharded_fsdp && (s.fsdp == FsdpMode::kShardGradOp || r.pp > 1 || r.ep > 1)) {
     // Note [Frozen weights under FSDP] (lowering/passes/sharded_parameters.cpp).
     bad.add("fsdp", std::string(to_string(s.fsdp)) + " with peft" +

@@ -29,7 +29,8 @@ PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
   frozen_ = model.trainable_parameters() < model.parameters();
   if (frozen_) {
     const LayerList layers = model.shared_layers(WorkloadShape{});
-    nf4_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_nf4 > 0; });
+    quantized_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized > 0; });
+    int8_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized > 0 && l.frozen_quantized_bytes >= l.frozen_quantized; });
   }
 }
 
@@ -303,8 +304,8 @@ std::vector<Precision> PlanRules::precisions() const {
   // tensor cores (Hopper, Ada and later), and it keeps bf16 besides.
   std::vector<Precision> out{Precision::kFp32, Precision::kFp16};
   if (cluster_.device.peak_bf16 > 0) out.push_back(Precision::kBf16);
-  // A QLoRA base dequantizes to 16 bits for its GEMMs (Note [QLoRA] in models/src/peft.cpp).
-  if (nf4_) return out;
+  // A quantized base dequantizes to 16 bits for its GEMMs (Note [QLoRA] in models/src/peft.cpp).
+  if (quantized_) return out;
   if (cluster_.device.peak_fp8 > 0 && cluster_.device.peak_bf16 > 0) out.push_back(Precision::kFp8);
   // NVFP4 where TE trains it (Note [NVFP4 training]): FP4 tensor cores of
   // compute capability 10.x ("Training: SM 10.0, SM 10.3", nvfp4.rst).

@@ -240,7 +240,7 @@ LayerCosts layer_costs(const PricedLayers& priced, const ResolvedPlan& plan) {
     out.weight_hold.push_back(detail::weight_grad_hold(priced.layers[l]));
     out.params.push_back(priced.layers[l].params);
     const Layer& L = priced.layers[l];
-    out.frozen_bytes.push_back(frozen_weight_bytes(L.frozen_params - L.frozen_tied, L.frozen_nf4, element_bytes(plan.precision)));
+    out.frozen_bytes.push_back(frozen_weight_bytes(L.frozen_params - L.frozen_tied, L.frozen_quantized, L.frozen_quantized_bytes, element_bytes(plan.precision)));
     out.expert_params.push_back(priced.layers[l].expert_params);
   }
   return out;

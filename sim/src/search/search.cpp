@@ -1063,12 +1063,14 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
   const std::int64_t params = model.trainable_parameters();
   const std::int64_t frozen = model.parameters() - params;
   // Routed experts' parameters, split over ep x etp ranks rather than tp;
-  // the frozen weights stored in NF4 (Layer::frozen_nf4).
-  std::int64_t expert_params = 0, frozen_nf4 = 0;
+  // the frozen weights stored in 4 or 8 bits (Layer::frozen_quantized).
+  std::int64_t expert_params = 0, frozen_quantized = 0;
+  Bytes frozen_quantized_bytes = 0;
   if (model.experts() > 0 || frozen > 0) {
     for (const Layer& L : model.shared_layers(WorkloadShape{})) {
       expert_params += L.expert_params;
-      frozen_nf4 += L.frozen_nf4;
+      frozen_quantized += L.frozen_quantized;
+      frozen_quantized_bytes += L.frozen_quantized_bytes;
     }
   }
   const PlanRules lb_rules(model, cluster, r.gpus);
@@ -1270,7 +1272,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     // Frozen weights: a rank's share is at least theirs over the widest
     // split, and over the shard group too where FSDP2 shards them (Note
     // [Frozen weights under FSDP]), none where it offloads them.
-    const Bytes frozen_bytes = resident_frozen(lb, frozen_weight_bytes(frozen, frozen_nf4, element_bytes(s.precision)) /
+    const Bytes frozen_bytes = resident_frozen(lb, frozen_weight_bytes(frozen, frozen_quantized, frozen_quantized_bytes, element_bytes(s.precision)) /
                                                        (static_cast<std::int64_t>(s.pp) * std::max<std::int64_t>(s.tp, s.ep * etp)));
     // The gradients DDP and ZeRO-1 make in the backward (not Megatron's
     // buffer, not ZeRO-2's and -3's partitions, allocated from the start).

@@ -350,9 +350,11 @@ struct LoraConfig {
   std::int64_t rank = 32;  ///< LoRA.dim
   /// LoRA.target_modules (its default: every linear layer of a block)
   std::vector<std::string> targets = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
-  /// QLoRA: the blocks' linear weights stored in 4-bit NormalFloat (Note
-  /// [QLoRA] in src/peft.cpp; `peft: qlora`).
-  bool nf4 = false;
+  /// The blocks' linear weights as stored: 16-bit; QLoRA's 4-bit
+  /// NormalFloat (Note [QLoRA] in src/peft.cpp; `peft: qlora`); or
+  /// bitsandbytes' LLM.int8 (Note [8-bit base]; `peft: lora_int8`).
+  enum class Base { k16, kNf4, kInt8 };
+  Base base = Base::k16;
 };
 /// `base` fine-tuned with LoRA: its layers' trained parameters are the
 /// adapters', the base's frozen (sim::Layer::frozen_params).

@@ -48,9 +48,10 @@ enum class LayerKind { kOther, kEmbedding, kTransformer, kLstm, kPooler, kHead, 
 /// NF4Tensor): 4 bits, an 8-bit absmax a block of 64, an fp32 scale a
 /// block of 256 of those.
 inline constexpr double kNf4BytesPerElement = 0.5 + 1.0 / 64 + 4.0 / (64 * 256);
-/// Bytes of `frozen` frozen weight elements, `nf4` of them in NF4 and the
-/// rest `w` bytes each (Layer::frozen_nf4).
-Bytes frozen_weight_bytes(std::int64_t frozen, std::int64_t nf4, Bytes w);
+/// Bytes of `frozen` frozen weight elements: `quantized` of them stored in
+/// 4 or 8 bits, taking `quantized_bytes` with their scales, the rest `w`
+/// bytes each (Layer::frozen_quantized, Layer::frozen_quantized_bytes).
+Bytes frozen_weight_bytes(std::int64_t frozen, std::int64_t quantized, Bytes quantized_bytes, Bytes w);
 
 /// "other", "embedding", "transformer", "lstm", "pooler", "head", "lm_head".
 const char* to_string(LayerKind kind);
@@ -377,10 +378,13 @@ struct Layer {
   /// runs on another pipeline stage than the embedding (as borrowed_params).
   std::int64_t frozen_params = 0;
   std::int64_t frozen_tied = 0;
-  /// Of `frozen_params`, those stored in 4-bit NormalFloat (a QLoRA
-  /// fine-tune's linear weights: Note [QLoRA] in models/src/peft.cpp),
-  /// kNf4BytesPerElement each; the rest in the working precision.
-  std::int64_t frozen_nf4 = 0;
+  /// Of `frozen_params`, those stored quantized: a QLoRA fine-tune's linear
+  /// weights in 4-bit NormalFloat (Note [QLoRA] in models/src/peft.cpp,
+  /// kNf4BytesPerElement each) or an 8-bit LoRA's in LLM.int8 (Note [8-bit
+  /// base]); the rest in the working precision.
+  std::int64_t frozen_quantized = 0;
+  /// The bytes `frozen_quantized` take, their scales included.
+  Bytes frozen_quantized_bytes = 0;
   /// Parameter tensors owned (weights and biases apart): an optimizer that
   /// steps tensor by tensor pays a launch for each (0: unknown, counted as 1).
   int param_tensors = 0;

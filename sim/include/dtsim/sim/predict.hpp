@@ -142,8 +142,8 @@ struct LayerCosts {
   std::vector<Bytes> kept, weight_hold;
   std::vector<std::int64_t> params, expert_params;
   /// Bytes of its frozen weights (Layer::frozen_params, a tied copy left
-  /// out: the bounds stay below what the lowering holds; NF4 ones at their
-  /// size, Layer::frozen_nf4).
+  /// out: the bounds stay below what the lowering holds; quantized ones at
+  /// their size, Layer::frozen_quantized).
   std::vector<Bytes> frozen_bytes;
   /// Per layer, for Megatron's block recompute (Note [Block recompute]):
   /// whether it is a block; the recompute its backward above includes (0

@@ -114,8 +114,12 @@ class PlanRules {
   std::vector<int> zero_stages(int pp) const;
   /// The model keeps frozen weights beside those it trains (a LoRA fine-tune).
   bool frozen_weights() const { return frozen_; }
-  /// Of them, some are stored in 4-bit NormalFloat (a QLoRA fine-tune).
-  bool nf4_weights() const { return nf4_; }
+  /// Of them, some are stored in 4 or 8 bits (QLoRA's NF4 base, an 8-bit
+  /// LoRA's LLM.int8 one).
+  bool quantized_base() const { return quantized_; }
+  /// Of them, some in 8 bits (an 8-bit LoRA's LLM.int8 base: a byte an
+  /// element or more), which FSDP does not shard.
+  bool int8_base() const { return int8_; }
   /// FSDP's sharding strategies with pp stages: every one on one stage;
   /// under a pipeline FULL_SHARD, as torch.distributed.pipelining runs
   /// fully_shard stages, and NO_SHARD (Note [FSDP under a pipeline] in
@@ -207,7 +211,8 @@ class PlanRules {
   std::int64_t min_seq_len_ = 1;
   bool batch_norm_ = false;
   bool frozen_ = false;
-  bool nf4_ = false;
+  bool quantized_ = false;
+  bool int8_ = false;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
   mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
   /// op_recompute_allowed's answers, by (tp, cp, flash), built when first asked.
