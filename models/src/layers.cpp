@@ -390,11 +390,12 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 //   backward returns it; none for a frozen head); the backward only scales
 //   both by the loss's. A chunk is next_power_of_2(ceil(t / ceil(v / h)))
 //   tokens (liger_chunk_tokens): at once the forward holds its logits, e v
-//   a token (their gradient written over them), its input's gradient, e h
-//   a token, and for a trained head the product of its gradient and input,
-//   e v h, with that product's fp32 copy, 4 v h, added to grad_weight
-//   (grad_weight += torch.mm(...).float(): Liger since 0.6, July 2025; the
-//   fp32 addmm path is accum_dtype=fp32's alone). Dtsim prices no forward
+//   a token (their gradient written over them), and then its input's
+//   gradient, e h a token, freed once copied, and for a trained head the
+//   product of its gradient and input, e v h, with that product's fp32
+//   copy, 4 v h, added to grad_weight (grad_weight += torch.mm(...).float():
+//   Liger since 0.6.2, August 2025; the fp32 addmm path is
+//   accum_dtype=fp32's alone): liger_workspace. Dtsim prices no forward
 //   transient, so this one, the head's last, is priced as its backward's
 //   workspace, which follows it at once (the last stage's forward of a
 //   micro-batch runs straight into its backward).
@@ -417,6 +418,15 @@ std::int64_t liger_chunk_tokens(std::int64_t t, std::int64_t v, std::int64_t h) 
   std::int64_t chunk = 1;
   while (chunk < want) chunk <<= 1;  // next_power_of_2(cdiv(BT, inc_factor))
   return std::min(chunk, t);
+}
+
+Bytes liger_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained) {
+  const std::int64_t chunk = liger_chunk_tokens(t, v, h);
+  // The chunk's logits, beside the input gradient's product (freed once
+  // copied into grad_input) and then the weight gradient's product with
+  // its fp32 copy (.float() copies nothing in fp32).
+  const Bytes wgrad = weight_trained ? static_cast<Bytes>(e + (e < 4 ? 4 : 0)) * v * h : 0;
+  return e * chunk * v + std::max<Bytes>(e * chunk * h, wgrad);
 }
 
 bool fused_lm_loss(const sim::WorkloadShape& shape) {
@@ -450,8 +460,7 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       // The forward's chunk at once, priced where the head's backward
       // follows it: its logits (their gradient in place), its input's
       // gradient, and the weight gradient's product and fp32 copy.
-      const std::int64_t chunk = liger_chunk_tokens(t, v, h);
-      head.backward_workspace_bytes = e * chunk * (v + h) + (e + 4) * v * h;
+      head.backward_workspace_bytes = liger_workspace(t, v, h, e, true);
       head.backward.insert(head.backward.end(), before.begin(), before.end());
       head.signature += ",lk=liger";
       head.output_bytes = 4;

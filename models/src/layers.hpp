@@ -141,6 +141,10 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
 /// Tokens in one of Liger's fused-loss chunks of t tokens over a v x h head:
 /// next_power_of_2(ceil(t / ceil(v / h))), at most t.
 std::int64_t liger_chunk_tokens(std::int64_t t, std::int64_t v, std::int64_t h);
+/// The largest transient of Liger's fused loss over t tokens of a v x h head
+/// in e-byte activations, with its weight gradient where it is trained
+/// (Note [Fused linear cross-entropy]).
+Bytes liger_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained);
 /// Whether the LM head's projection and loss run as one fused kernel
 /// (shape.loss_kernel, not when counting model FLOPs, not under tensor parallelism).
 bool fused_lm_loss(const sim::WorkloadShape& shape);

@@ -137,9 +137,9 @@
 // quantization passes and outliers, is not faster than 16-bit at training
 // sizes, so the price is near and not below it. What it saves for the
 // backward beyond that is not priced. The same refusals as QLoRA's (tensor
-// and expert parallelism, FP8), and FSDP's sharding: bitsandbytes' 8-bit
-// weights are not flattened or gathered by FSDP (its 4-bit ones are, in
-// bnb_4bit_quant_storage).
+// and expert parallelism, FP8), and FSDP of any strategy: FSDP flattens no
+// integer tensor ("Cannot flatten integer dtype tensors"; bitsandbytes'
+// 4-bit weights it takes, in bnb_4bit_quant_storage).
 //
 // Note [Frozen weights]
 // A frozen parameter (requires_grad False) gets no gradient, no optimizer
@@ -551,14 +551,19 @@ class Lora final : public sim::Model {
         const Bytes bytes = c_.base == LoraConfig::Base::kNf4 ? static_cast<Bytes>(std::ceil(static_cast<double>(w) * sim::kNf4BytesPerElement))
                                                               : w + 4 * k.n * batch;
         elements += w;
-        stored += bytes;
+        stored += c_.base == LoraConfig::Base::kNf4 ? 0 : bytes;
         const Bytes e = shape.act_bytes;
         dequant.emplace(k.name, memory_op(k.name + ".dequant", sim::KernelKind::kElementwise, bytes, e * w, 2.0 * static_cast<double>(w)));
       }
       L.frozen_quantized = std::min(elements, L.frozen_params - L.frozen_tied);
-      L.frozen_quantized_bytes = elements > 0 ? static_cast<Bytes>(static_cast<double>(stored) * static_cast<double>(L.frozen_quantized) /
-                                                                   static_cast<double>(elements))
-                                              : 0;
+      L.frozen_quantized_bits = c_.base == LoraConfig::Base::kNf4 ? 4 : 8;
+      // NF4 counted over the layer's weights at once; int8's row scales in
+      // proportion where fewer weights are frozen than the GEMMs hold.
+      L.frozen_quantized_bytes =
+          c_.base == LoraConfig::Base::kNf4 ? static_cast<Bytes>(std::ceil(static_cast<double>(L.frozen_quantized) * sim::kNf4BytesPerElement))
+          : L.frozen_quantized == elements  ? stored
+          : elements > 0                    ? static_cast<Bytes>(static_cast<__int128>(stored) * L.frozen_quantized / elements)
+                                            : 0;
     }
     std::vector<sim::Kernel> backward;
     for (const sim::Kernel& k : L.backward) {
@@ -578,7 +583,6 @@ class Lora final : public sim::Model {
     }
     std::vector<sim::Kernel> forward;
     std::vector<std::size_t> moved(L.forward.size() + 1);  // each base kernel's new index
-    bool fused_grad_out = false;
     for (std::size_t i = 0; i < L.forward.size(); ++i) {
       const sim::Kernel& k = L.forward[i];
       moved[i] = forward.size();
@@ -586,12 +590,14 @@ class Lora final : public sim::Model {
       // keeps it (Note [Fused linear cross-entropy]); a frozen head has none.
       if (is_weight_grad(k, gemms)) {
         // It keeps no gradient (e v h) and makes no product of one with its
-        // fp32 copy ((e + 4) v h of its forward's workspace).
-        // (The workspace is the largest loss's, a head's with multi-token
-        // prediction depths: taken out once.)
-        L.saved_bytes -= static_cast<Bytes>(shape.act_bytes) * k.m * k.n;
-        if (!fused_grad_out) L.backward_workspace_bytes -= static_cast<Bytes>(shape.act_bytes + 4) * k.m * k.n;
-        fused_grad_out = true;
+        // fp32 copy: its workspace is the frozen head's where Liger's set it
+        // (not where a larger one, a decoder's recurrence, did). The wgrad
+        // GEMM is (v x t) x (t x h): m = v, n = h, k = t.
+        const int e = shape.act_bytes;
+        L.saved_bytes -= static_cast<Bytes>(e) * k.m * k.n;
+        if (L.backward_workspace_bytes == liger_workspace(k.k, k.m, k.n, e, true)) {
+          L.backward_workspace_bytes = liger_workspace(k.k, k.m, k.n, e, false);
+        }
         continue;
       }
       if (const auto d = dequant.find(k.name); d != dequant.end()) forward.push_back(d->second);

@@ -451,7 +451,7 @@ TEST_CASE("QLoRA: the blocks' linear weights in NF4, dequantized before each GEM
   // and an fp32 scale a block of 256 of those: 109,051,904 + 3,407,872 +
   // 53,248 = 112,513,024 bytes a block.
   CHECK(ql[1].frozen_quantized_bytes == 112'513'024);
-  CHECK(frozen_weight_bytes(218'103'808 + 8192, 218'103'808, 112'513'024, 2) == 112'513'024 + 2 * 8192);
+  CHECK(ql[1].frozen_quantized_bits == 4);
   // Each linear GEMM dequantizes its weight first: read NF4 (12,582,912 +
   // 393,216 + 6,144 bytes for q, k, v's 25,165,824), write bf16.
   const Kernel* d = kernel(ql[1].forward, "attn.qkv.dequant");
@@ -530,10 +530,14 @@ TEST_CASE("An 8-bit LoRA: LLM.int8 weights with a scale an output row, dequantiz
     if (m.category == MemCategory::kParameters) params += m.bytes;
   }
   CHECK(params == 32 * (218'275'840LL + 8192 * 2) + (2LL * 128'256 * 4096 + 4096) * 2 + 41'943'040LL * 2);
-  // bitsandbytes' 8-bit weights are not FSDP's to shard, nor split or in FP8.
+  CHECK(ql[1].frozen_quantized_bits == 8);
+  // FSDP wraps no integer tensor, sharded or not; nor are they split or in FP8.
   const ClusterSpec eight = load_cluster("dgx-h100");
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\nfsdp_version: 2\n", "p.yaml"), *q, eight); }),
-             Catch::Contains("plan.fsdp: full_shard with peft: lora_int8: bitsandbytes' 8-bit weights (Int8Params) are not sharded by FSDP"));
+             Catch::Contains("plan.fsdp: full_shard with peft: lora_int8: FSDP does not wrap bitsandbytes' 8-bit weights"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nfsdp: no_shard\n", "p.yaml"), *q, eight); }),
+             Catch::Contains("plan.fsdp: no_shard with peft: lora_int8"));
+  CHECK(PlanRules(*q, eight, 8).fsdp_modes(1).empty());
   CHECK_THAT(q->tp_error(2), Catch::Contains("an 8-bit base (bitsandbytes' Linear8bitLt) is not split"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp8\n", "p.yaml"), *q, one); }),
              Catch::Contains("a quantized base (QLoRA's NF4, LLM.int8) is dequantized"));

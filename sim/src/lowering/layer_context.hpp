@@ -51,9 +51,9 @@ struct LayerContext : StageContext {
   /// [Frozen weights under FSDP] in passes/sharded_parameters.cpp).
   std::int64_t gathered_frozen(const Layer& l) const { return frozen_sharded ? l.frozen_params : 0; }
   /// Bytes of a layer's parameters once gathered whole (a tied copy
-  /// included; quantized frozen weights at their size: torchao's NF4Tensor
-  /// is gathered packed, fsdp_pre_all_gather, and bitsandbytes' 4- and
-  /// 8-bit weights are stored in a 16-bit container, bnb_4bit_quant_storage).
+  /// included; NF4 frozen weights at their size: torchao's NF4Tensor is
+  /// gathered packed, fsdp_pre_all_gather, bitsandbytes' 4-bit weights in a
+  /// 16-bit container, bnb_4bit_quant_storage; FSDP wraps no 8-bit ones).
   Bytes full_param_bytes(const Layer& l) const {
     return (l.params + l.borrowed_params) * w +
            (frozen_sharded ? frozen_weight_bytes(l.frozen_params, l.frozen_quantized, l.frozen_quantized_bytes, w) : 0);

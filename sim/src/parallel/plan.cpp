@@ -970,10 +970,11 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     // Note [Frozen weights] (models/src/peft.cpp).
     bad.add("zero_stage", "3: DeepSpeed ZeRO-3's partitioning of a LoRA fine-tune's frozen weights is not modelled; valid with "
                           "peft: zero_stage 0, 1 or 2, or fsdp: full_shard or hybrid_shard with fsdp_version: 2");
-  } else if (rules.int8_base() && sharded_fsdp) {
+  } else if (rules.int8_base() && s.fsdp != FsdpMode::kNone) {
     // Note [8-bit base] (models/src/peft.cpp).
-    bad.add("fsdp", std::string(to_string(s.fsdp)) + " with peft: lora_int8: bitsandbytes' 8-bit weights (Int8Params) are not sharded "
-                                                     "by FSDP; valid: no_shard, or peft: qlora (its 4-bit ones are)");
+    bad.add("fsdp", std::string(to_string(s.fsdp)) + " with peft: lora_int8: FSDP does not wrap bitsandbytes' 8-bit weights "
+                                                     "(\"Cannot flatten integer dtype tensors\"), sharded or not; valid: none (DDP, or "
+                                                     "ZeRO 1 and 2), or peft: qlora, whose 4-bit weights it shards");
   } else if (rules.frozen_weights() && sharded_fsdp && (s.fsdp == FsdpMode::kShardGradOp || r.pp > 1 || r.ep > 1)) {
     // Note [Frozen weights under FSDP] (lowering/passes/sharded_parameters.cpp).
     bad.add("fsdp", std::string(to_string(s.fsdp)) + " with peft" +

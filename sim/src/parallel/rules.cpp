@@ -30,7 +30,7 @@ PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
   if (frozen_) {
     const LayerList layers = model.shared_layers(WorkloadShape{});
     quantized_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized > 0; });
-    int8_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized > 0 && l.frozen_quantized_bytes >= l.frozen_quantized; });
+    int8_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized_bits == 8; });
   }
 }
 
@@ -177,6 +177,8 @@ std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
   // Note [Frozen weights under FSDP] (lowering/passes/sharded_parameters.cpp):
   // FSDP2 shards a fine-tune's frozen weights on one stage, at full_shard
   // and hybrid_shard.
+  // Note [8-bit base] (models/src/peft.cpp): FSDP does not wrap int8 weights.
+  if (int8_) return {};
   if (frozen_) return pp > 1 ? std::vector<FsdpMode>{FsdpMode::kNoShard}
                              : std::vector<FsdpMode>{FsdpMode::kFullShard, FsdpMode::kNoShard, FsdpMode::kHybridShard};
   if (pp > 1) return {FsdpMode::kFullShard, FsdpMode::kNoShard};

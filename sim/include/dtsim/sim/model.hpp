@@ -385,6 +385,8 @@ struct Layer {
   std::int64_t frozen_quantized = 0;
   /// The bytes `frozen_quantized` take, their scales included.
   Bytes frozen_quantized_bytes = 0;
+  /// Their bits: 4 (NF4) or 8 (LLM.int8); 0 where none are.
+  int frozen_quantized_bits = 0;
   /// Parameter tensors owned (weights and biases apart): an optimizer that
   /// steps tensor by tensor pays a launch for each (0: unknown, counted as 1).
   int param_tensors = 0;

@@ -117,8 +117,8 @@ class PlanRules {
   /// Of them, some are stored in 4 or 8 bits (QLoRA's NF4 base, an 8-bit
   /// LoRA's LLM.int8 one).
   bool quantized_base() const { return quantized_; }
-  /// Of them, some in 8 bits (an 8-bit LoRA's LLM.int8 base: a byte an
-  /// element or more), which FSDP does not shard.
+  /// Of them, some in 8 bits (an 8-bit LoRA's LLM.int8 base), which FSDP
+  /// does not wrap at all.
   bool int8_base() const { return int8_; }
   /// FSDP's sharding strategies with pp stages: every one on one stage;
   /// under a pipeline FULL_SHARD, as torch.distributed.pipelining runs
