@@ -206,8 +206,9 @@ int run_search(const Options& o) {
   // defaults (the Python package asks the same function); from a
   // framework's config, its numerics (Note [Search from a framework
   // config] in sim/src/config/framework_config.cpp).
-  so.base = sim::search_base_plan(cluster, framework ? sim::search_fixed_overrides(ov, ov.size() - rs.framework_overrides) : ov);
+  so.base = sim::search_base_plan(cluster, framework ? sim::search_fixed_overrides(ov, ov.size() - rs.framework_overrides, rs.search_fixed) : ov);
   if (framework) {
+    so.hold = rs.search_fixed;
     so.compare = sim::load_plan(rs.plan, ov);
     so.compare_name = rs.framework;
   }

@@ -96,6 +96,7 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
   r.warning = std::move(f.warning);
   r.framework = fc.file + " (" + fc.framework + ")";
   r.framework_overrides = r.overrides.size() - user.size();
+  r.search_fixed = std::move(f.search_fixed);
   return r;
 }
 

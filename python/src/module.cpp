@@ -120,6 +120,7 @@ std::pair<std::string, std::string> search_json(const Source& model, const Sourc
   const std::size_t user_count = ov.size();
   Source model_source = model;
   std::string warning, compare_plan, compare_name;
+  std::vector<std::string> search_fixed;
   if (!framework_kind.empty()) {
     const sim::FrameworkConfig fc = sim::read_framework_config(framework_kind, framework_source);
     sim::FrameworkScenario f = sim::apply_framework_config(fc, model.is_inline ? std::string("<model dict>") : model.text, ov);
@@ -128,6 +129,7 @@ std::pair<std::string, std::string> search_json(const Source& model, const Sourc
     compare_name = fc.file + " (" + fc.framework + ")";
     ov = std::move(f.overrides);
     warning = std::move(f.warning);
+    search_fixed = std::move(f.search_fixed);
   }
   if (model_source.text.empty()) throw ConfigError("model: none given; give a built-in name, a file path or a dict");
   const sim::ModelPtr m = load_model(model_source, ov);
@@ -139,8 +141,9 @@ std::pair<std::string, std::string> search_json(const Source& model, const Sourc
     }
   };
   sim::SearchOptions so;
-  so.base = sim::search_base_plan(c, framework_kind.empty() ? ov : sim::search_fixed_overrides(ov, user_count));
+  so.base = sim::search_base_plan(c, framework_kind.empty() ? ov : sim::search_fixed_overrides(ov, user_count, search_fixed));
   if (!framework_kind.empty()) {
+    so.hold = search_fixed;
     so.compare = sim::load_plan(compare_plan, ov);
     so.compare_name = compare_name;
   }

@@ -1174,3 +1174,20 @@ TEST_CASE("predict reads an axolotl config and the DeepSpeed JSON it names", "[c
   CHECK(missing.err == "dtsim: " + file + ":3: deepspeed: zero9.json: no such file (looked in the working directory and beside " + file +
                            "; `axolotl fetch deepspeed_configs` writes axolotl's own)\n");
 }
+
+// Note [Search from a framework config]: a search from an axolotl config
+// proposes what axolotl can run: no pipeline, no forward parameter gather.
+TEST_CASE("search from an axolotl config keeps to what axolotl runs", "[cli][frameworks][search]") {
+  const std::string file = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/axolotl/llama-3.1-8b-lora.yml";
+  const Result r = dtsim("search --cluster dgx-a100 --top 40 --threads 1 --json --axolotl " + file);
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out.substr(0, r.out.size() - r.err.size()));
+  REQUIRE(j["top"].size() > 0);
+  for (const auto* list : {"top", "pareto"}) {
+    for (const YAML::Node& e : j[list]) {
+      CHECK(e["plan"]["pp"].as<int>() == 1);
+      CHECK(e["plan"]["overlap_param_gather"].as<bool>() == false);
+      CHECK(e["plan"]["fsdp"].as<std::string>() == "none");  // an 8-bit base: FSDP wraps no int8 weights
+    }
+  }
+}

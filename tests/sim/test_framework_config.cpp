@@ -1615,6 +1615,9 @@ TEST_CASE("torchtune: the 70B LoRA recipe config, FSDP2 over a frozen base", "[f
   CHECK(r.zero_stage == 3);
   CHECK(r.fsdp_version == 2);
   CHECK(r.global_batch == 16);
+  // torchtune's recipes run no pipeline and shard with FSDP2 alone: a search keeps them so.
+  CHECK(k["plan.pp"] == "1");
+  CHECK(fc.search_fixed == std::vector<std::string>{"pp", "fsdp", "fsdp_version"});
 }
 
 TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[framework][lora][errors]") {
@@ -1629,6 +1632,7 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
   CHECK(k["plan.fsdp"] == "null");
   CHECK(k["plan.loss_chunks"] == "8");  // LinearCrossEntropyLoss's chunks
   CHECK(fc.model == std::optional<std::string>("llama-3.1-8b"));
+  CHECK(fc.search_fixed == std::vector<std::string>{"pp", "dp"});  // one GPU
   // torchtune's 8B QLoRA recipe: rank 8 on q (4096 -> 4096), v (-> 1024), o,
   // gate, up, down: 8 x (8192 + 5120 + 8192 + 3 x 18432) = 614,400 a block.
   const auto m = models::load_model(*fc.model, section(fc, "model"));
@@ -1737,6 +1741,23 @@ TEST_CASE("axolotl: LoRA on every linear layer of an 8-bit base under DDP", "[fr
   const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
   CHECK(r.dp == 8);
   CHECK(r.global_batch == 2 * 4 * 8);  // normalize_config: micro x accumulation x world
+  // transformers' Trainer runs no pipeline, DeepSpeed's ZeRO-1 no forward
+  // gather: a search from the config keeps both as they are.
+  CHECK(k["plan.pp"] == "1");
+  CHECK(k["plan.overlap_param_gather"] == "false");
+  CHECK(fc.search_fixed == std::vector<std::string>{"pp", "overlap_param_gather"});
+  const std::vector<Override> user = {{"plan", "tp", "2"}};
+  const auto fixed_keys = [](const std::vector<Override>& ov) {
+    std::vector<std::string> out;
+    for (const auto& o : ov) out.push_back(o.section + "." + o.path);
+    return out;
+  };
+  const auto with = fixed_keys(search_fixed_overrides(with_user_overrides(fc, user), 1, fc.search_fixed));
+  const auto without = fixed_keys(search_fixed_overrides(with_user_overrides(fc, user), 1));
+  CHECK(std::count(with.begin(), with.end(), "plan.pp") == 1);
+  CHECK(std::count(without.begin(), without.end(), "plan.pp") == 0);
+  CHECK(std::count(with.begin(), with.end(), "plan.tp") == 1);  // the user's, as always
+  CHECK(std::count(with.begin(), with.end(), "plan.dp") == 0);  // the search's
 }
 
 TEST_CASE("axolotl: QLoRA of a 70B model under FSDP1 with offload", "[framework][lora]") {

@@ -245,6 +245,11 @@ class Reader {
     optimizer(out);
     if (distributed_ == "fsdp") fsdp(out);
     parallel(out);
+    // transformers' Trainer runs no pipeline, and DeepSpeed's ZeRO-1 no
+    // parameter gather in the next forward: a search keeps them so.
+    out.plan("pp", "1", file_ + " (axolotl runs no pipeline parallelism)");
+    out.plan("overlap_param_gather", "false", file_ + " (no forward parameter gather outside Megatron)");
+    fc_.search_fixed = {"pp", "overlap_param_gather"};
     for (auto it = root_.begin(); it != root_.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (silent(key) || unset(it->second)) continue;

@@ -175,6 +175,7 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
   r.overrides = with_user_overrides(kept, user);
   r.global_batch = fc.global_batch;
   r.warning = unmodelled_warning(fc);
+  r.search_fixed = fc.search_fixed;
   return r;
 }
 
@@ -187,7 +188,10 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 // gradient and master-weight types, kernels, the experts' routing) and how
 // its framework splits a pipeline (Note [Megatron's split]: a Megatron
 // config's candidates are the pipelines Megatron can split); every parallel
-// and memory knob is the search's. Its global batch is the
+// and memory knob is the search's that the framework can set
+// (FrameworkConfig::search_fixed keeps the rest as the config has them:
+// axolotl and torchtune run no pipeline, DeepSpeed's ZeRO-1 gathers no
+// parameters in the next forward, torchtune shards with FSDP2 alone). Its global batch is the
 // config's unless another is asked, and the config's own plan is predicted
 // and ranked beside the search's (Note [Your plan] in
 // sim/src/search/search.cpp). The user's --set fix knobs as always.
@@ -200,14 +204,16 @@ constexpr const char* kFixedFromConfig[] = {
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"};
 }  // namespace
 
-std::vector<Override> search_fixed_overrides(const std::vector<Override>& overrides, std::size_t user_count) {
+std::vector<Override> search_fixed_overrides(const std::vector<Override>& overrides, std::size_t user_count,
+                                             const std::vector<std::string>& framework_fixed) {
   std::vector<Override> fixed;
   const std::size_t config_count = overrides.size() - std::min(user_count, overrides.size());
   for (std::size_t i = 0; i < overrides.size(); ++i) {
     const Override& v = overrides[i];
     const bool numerics = v.section == "plan" && v.value != "null" &&
                           std::any_of(std::begin(kFixedFromConfig), std::end(kFixedFromConfig), [&](const char* k) { return v.path == k; });
-    if (i >= config_count || v.section == "model" || numerics) fixed.push_back(v);
+    const bool framework = v.section == "plan" && std::find(framework_fixed.begin(), framework_fixed.end(), v.path) != framework_fixed.end();
+    if (i >= config_count || v.section == "model" || numerics || framework) fixed.push_back(v);
   }
   return fixed;
 }

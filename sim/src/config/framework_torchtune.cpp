@@ -165,6 +165,15 @@ class Reader {
       }
     }
     sharding(out);
+    // torchtune's recipes run no pipeline, and shard with FSDP2 alone: a
+    // search keeps them so.
+    out.plan("pp", "1", file_ + " (torchtune runs no pipeline parallelism)");
+    fc_.search_fixed = {"pp"};
+    if (fc_.plan == std::optional<std::string>("fsdp")) {
+      fc_.search_fixed.insert(fc_.search_fixed.end(), {"fsdp", "fsdp_version"});
+    } else {
+      fc_.search_fixed.push_back("dp");  // a single-device recipe's one GPU
+    }
     for (auto it = root_.begin(); it != root_.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (std::find_if(std::begin(kKnown), std::end(kKnown), [&](const char* k) { return key == k; }) == std::end(kKnown)) {

@@ -383,8 +383,10 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   // candidate to it; a degree the rules never allow is refused with those
   // they do, not searched into an empty ranking. A knob a base plan's file
   // gives (the explorer's scenario, a plan file) is where the search
-  // starts, not a bound: only --set holds.
+  // starts, not a bound: only --set holds, and SearchOptions::hold (what a
+  // framework's config cannot set otherwise: axolotl's pp 1).
   const auto held = [&](const char* key) {
+    if (std::find(o.hold.begin(), o.hold.end(), key) != o.hold.end()) return true;
     const auto it = o.base.origins.where.find(std::string("plan.") + key);
     return it != o.base.origins.where.end() && it->second.rfind("--set ", 0) == 0;
   };

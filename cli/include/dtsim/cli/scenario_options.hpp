@@ -54,6 +54,8 @@ struct ResolvedScenario {
   std::string framework;
   /// How many of `overrides` come from the config (the user's follow them).
   std::size_t framework_overrides = 0;
+  /// Plan keys the framework cannot set otherwise, kept by a search (FrameworkConfig::search_fixed).
+  std::vector<std::string> search_fixed;
 };
 
 /// Folds --deepspeed, --megatron-args, --megatron-bridge or --torchtitan (at most one) into the

@@ -36,6 +36,9 @@ struct FrameworkConfig {
   std::optional<std::int64_t> global_batch;   ///< sequences per iteration, for `dtsim search --global-batch`
   /// Knobs read but not modelled, as written ("zero_optimization.stage3_max_live_parameters=1e9").
   std::vector<std::string> unmodelled;
+  /// Plan keys the framework has no other setting for ("pp": axolotl runs
+  /// no pipeline), which a search from the config keeps as it sets them.
+  std::vector<std::string> search_fixed;
 };
 
 /// Reads a DeepSpeed config JSON (deepspeed/runtime/config.py and
@@ -109,6 +112,7 @@ struct FrameworkScenario {
   std::vector<Override> overrides;           ///< the config's keys, then the user's (which win)
   std::optional<std::int64_t> global_batch;  ///< the config's global batch, for the search
   std::string warning;                       ///< unmodelled_warning(fc)
+  std::vector<std::string> search_fixed;     ///< FrameworkConfig's
 };
 
 /// Folds `fc` into a scenario: its plan, and its model unless the user
@@ -118,8 +122,10 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 /// The fixed knobs of a search from a framework's config (Note [Search
 /// from a framework config] in framework_config.cpp): of `overrides` (the
 /// config's first, then `user_count` of the user's), the config's numerics
-/// and model keys, and every one of the user's.
-std::vector<Override> search_fixed_overrides(const std::vector<Override>& overrides, std::size_t user_count);
+/// and model keys, the plan keys the framework cannot set otherwise
+/// (`framework_fixed`: FrameworkConfig::search_fixed), and every one of the user's.
+std::vector<Override> search_fixed_overrides(const std::vector<Override>& overrides, std::size_t user_count,
+                                             const std::vector<std::string>& framework_fixed = {});
 
 /// PyTorch FSDP's ShardingStrategy names (FULL_SHARD, SHARD_GRAD_OP,
 /// NO_SHARD, HYBRID_SHARD) and dtsim's (full_shard, ...) in any case, with

@@ -31,6 +31,10 @@ struct SearchOptions {
   /// Knobs held fixed (precision, optimizer, seq_len, bucket_mb ...) come
   /// from this plan; the searched ones are overwritten.
   PlanSpec base;
+  /// Shape knobs ("pp", "dp", "fsdp") every candidate keeps at the base
+  /// plan's value, as a --set one is: those a framework's config cannot set
+  /// otherwise (FrameworkConfig::search_fixed; Note [Fixed knobs]).
+  std::vector<std::string> hold;
   std::shared_ptr<const ProfileCosts> profile;  ///< measured costs, or null
   /// Skip plans whose time bound shows they can neither rank in the top
   /// nor join the Pareto front (Note [Search]); false simulates them all.
