@@ -1662,7 +1662,10 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
   CHECK_THAT(error_of([] {
                parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ncompile: maybe\n", "t.yaml");
              }),
-             Catch::Contains("t.yaml:3: compile: 'maybe'; expected True or False"));
+             Catch::Contains("t.yaml:3: compile: 'maybe'; expected true or false"));
+  // YAML 1.1's booleans, yes and on too, as PyYAML reads them.
+  CHECK(keys(parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\ncompile: yes\n", "t.yaml"))["plan.kernels"] ==
+        "fused");
   CHECK_THAT(error_of([] { parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_1.lora_llama3_1_8b\n", "t.yaml"); }),
              Catch::Contains("t.yaml:2: model.lora_attn_modules: names no module and apply_lora_to_mlp is False: no adapter to train"));
   // A key the recipes do not read is listed; FSDP's knobs as the recipe reads them.

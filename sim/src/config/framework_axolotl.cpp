@@ -221,9 +221,9 @@ std::vector<std::string> axolotl_builtins() { return {std::begin(kBuiltins), std
 
 namespace {
 
-class Reader {
+class Reader : detail::YamlFields {
  public:
-  Reader(YAML::Node root, std::string file) : root_(std::move(root)), file_(std::move(file)) {}
+  Reader(YAML::Node root, std::string file) : YamlFields(file), root_(std::move(root)), file_(std::move(file)) {}
 
   FrameworkConfig read() {
     if (!root_.IsMap()) throw ConfigError(file_ + ": an axolotl config is a mapping of its keys (base_model, adapter, micro_batch_size, ...)");
@@ -260,7 +260,6 @@ class Reader {
   }
 
  private:
-  static bool null(const YAML::Node& n) { return !n || n.IsNull(); }
   /// Null, false, or an empty list or mapping: the key changes nothing.
   static bool unset(const YAML::Node& n) {
     if (null(n)) return true;
@@ -283,33 +282,6 @@ class Reader {
     }
     return false;
   }
-  std::string where(const YAML::Node& n) const {
-    return file_ + (n && n.Mark().line >= 0 ? ":" + std::to_string(n.Mark().line + 1) : std::string());
-  }
-  std::string from(const YAML::Node& n, const std::string& key) const { return where(n) + " (" + key + ")"; }
-  [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& message) const {
-    throw ConfigError(where(n) + ": " + key + ": " + message);
-  }
-  std::string word(const YAML::Node& n, const std::string& key) const {
-    if (!n.IsScalar()) fail(n, key, "expected a word, got a " + std::string(n.IsMap() ? "mapping" : "list"));
-    return n.Scalar();
-  }
-  /// A positive integer, as written.
-  std::int64_t positive(const YAML::Node& n, const std::string& key) const {
-    const std::string s = word(n, key);
-    const bool digits = !s.empty() && s.size() <= 12 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!digits || std::stoll(s) < 1) fail(n, key, "'" + s + "'; expected an integer of at least 1");
-    return std::stoll(s);
-  }
-  /// A YAML boolean as PyYAML reads one (true, True, yes, on, ...), `fallback` when absent.
-  bool flag(const YAML::Node& n, const std::string& key, bool fallback) const {
-    if (null(n)) return fallback;
-    const std::string s = lower(word(n, key));
-    if (s == "true" || s == "yes" || s == "on") return true;
-    if (s == "false" || s == "no" || s == "off") return false;
-    fail(n, key, "'" + n.Scalar() + "'; expected true or false");
-  }
-
   /// A YAML node written as JSON, for the DeepSpeed reader: scalars that
   /// read as numbers, booleans or null stay bare, the rest are strings.
   static std::string json_of(const YAML::Node& n) {
@@ -402,7 +374,7 @@ class Reader {
     if (adapter == "lora" && four && !prequantized) fc_.unmodelled.push_back("load_in_4bit=true with adapter lora (axolotl quantizes only for qlora: a 16-bit base)");
     const YAML::Node r = root_["lora_r"];
     if (null(r)) fail(a, "lora_r", "missing; axolotl passes it to PEFT's LoraConfig(r=), which needs a rank (8, 16, 32, ...)");
-    out.model("lora_rank", std::to_string(positive(r, "lora_r")), from(r, "lora_r"));
+    out.model("lora_rank", std::to_string(count(r, "lora_r")), from(r, "lora_r"));
     // The targets: lora_target_modules, and with lora_target_linear every linear but the head.
     std::vector<std::string> targets;
     const auto add = [&](const std::string& t) {
@@ -455,20 +427,20 @@ class Reader {
     const YAML::Node bs = root_["batch_size"];
     std::int64_t micro = 0;
     if (!null(mb)) {
-      micro = positive(mb, "micro_batch_size");
+      micro = count(mb, "micro_batch_size");
       out.plan("micro_batch", std::to_string(micro), from(mb, "micro_batch_size"));
     }
     if (!null(ga)) {
-      out.plan("grad_accum", std::to_string(positive(ga, "gradient_accumulation_steps")), from(ga, "gradient_accumulation_steps"));
+      out.plan("grad_accum", std::to_string(count(ga, "gradient_accumulation_steps")), from(ga, "gradient_accumulation_steps"));
     } else if (!null(bs)) {
       // normalize_config: gradient_accumulation_steps = batch_size // micro_batch_size.
-      const std::int64_t b = positive(bs, "batch_size");
+      const std::int64_t b = count(bs, "batch_size");
       if (micro == 0) fail(bs, "batch_size", "given without micro_batch_size; axolotl divides it by micro_batch_size");
       if (b < micro) fail(bs, "batch_size", std::to_string(b) + " is below micro_batch_size " + std::to_string(micro) + "; it is micro_batch_size x gradient_accumulation_steps");
       out.plan("grad_accum", std::to_string(b / micro), from(bs, "batch_size") + " (batch_size // micro_batch_size)");
     }
     const YAML::Node sl = root_["sequence_len"];
-    out.plan("seq_len", null(sl) ? "512" : std::to_string(positive(sl, "sequence_len")),
+    out.plan("seq_len", null(sl) ? "512" : std::to_string(count(sl, "sequence_len")),
              null(sl) ? file_ + " (sequence_len, axolotl's default 512)" : from(sl, "sequence_len"));
     if (flag(root_["sample_packing"], "sample_packing", false)) {
       fc_.unmodelled.push_back("sample_packing=true (each sample attends within itself: set plan.document_len to their length)");
@@ -542,7 +514,7 @@ class Reader {
     }
     // The loss: Liger's or Apple's fused kernel (Note [Fused linear
     // cross-entropy]); their keys are their plugins' (integrations/config.py).
-    const bool tp = given("tensor_parallel_size") && positive(root_["tensor_parallel_size"], "tensor_parallel_size") > 1;
+    const bool tp = given("tensor_parallel_size") && count(root_["tensor_parallel_size"], "tensor_parallel_size") > 1;
     if (flag(root_["liger_fused_linear_cross_entropy"], "liger_fused_linear_cross_entropy", false) &&
         flag(root_["cut_cross_entropy"], "cut_cross_entropy", false)) {
       fail(root_["cut_cross_entropy"], "cut_cross_entropy", "given beside liger_fused_linear_cross_entropy; axolotl runs one cross-entropy "
@@ -625,10 +597,10 @@ class Reader {
     };
     const YAML::Node top = root_["fsdp_version"];
     const YAML::Node v = null(top) ? key("version") : top;
-    const std::int64_t version = null(v) ? 1 : positive(v, "fsdp_version");
+    const std::int64_t version = null(v) ? 1 : count(v, "fsdp_version");
     if (version != 1 && version != 2) fail(v, "fsdp_version", std::to_string(version) + "; valid: 1, 2");
     const YAML::Node rep = root_["dp_replicate_size"];
-    const bool hsdp = !null(rep) && positive(rep, "dp_replicate_size") > 1;
+    const bool hsdp = !null(rep) && count(rep, "dp_replicate_size") > 1;
     out.plan("fsdp", hsdp ? "hybrid_shard" : "full_shard", hsdp ? from(rep, "dp_replicate_size") : file_ + " (accelerate's FULL_SHARD)");
     if (hsdp) {
       fc_.unmodelled.push_back("dp_replicate_size=" + rep.Scalar() + " (HSDP priced as dtsim's hybrid_shard: sharded within each node, "
@@ -693,18 +665,18 @@ class Reader {
 
   /// tensor, context and expert parallelism, DDP's buckets.
   void parallel(detail::OverrideList& out) {
-    if (given("tensor_parallel_size")) out.plan("tp", std::to_string(positive(root_["tensor_parallel_size"], "tensor_parallel_size")), from(root_["tensor_parallel_size"], "tensor_parallel_size"));
+    if (given("tensor_parallel_size")) out.plan("tp", std::to_string(count(root_["tensor_parallel_size"], "tensor_parallel_size")), from(root_["tensor_parallel_size"], "tensor_parallel_size"));
     // context_parallel_size, or its older name sequence_parallel_degree where it is not given.
     for (const char* k : {"sequence_parallel_degree", "context_parallel_size"}) {
-      if (given(k)) out.plan("cp", std::to_string(positive(root_[k], k)), from(root_[k], k));
+      if (given(k)) out.plan("cp", std::to_string(count(root_[k], k)), from(root_[k], k));
     }
-    if (given("expert_parallel_size")) out.plan("ep", std::to_string(positive(root_["expert_parallel_size"], "expert_parallel_size")), from(root_["expert_parallel_size"], "expert_parallel_size"));
+    if (given("expert_parallel_size")) out.plan("ep", std::to_string(count(root_["expert_parallel_size"], "expert_parallel_size")), from(root_["expert_parallel_size"], "expert_parallel_size"));
     if (given("dp_replicate_size") && distributed_ != "fsdp") {
       fc_.unmodelled.push_back("dp_replicate_size without FSDP (priced as one data-parallel group)");
     }
     if (distributed_ == "ddp") {
       fc_.plan = "ddp";
-      if (given("ddp_bucket_cap_mb")) out.plan("bucket_mb", std::to_string(positive(root_["ddp_bucket_cap_mb"], "ddp_bucket_cap_mb")), from(root_["ddp_bucket_cap_mb"], "ddp_bucket_cap_mb"));
+      if (given("ddp_bucket_cap_mb")) out.plan("bucket_mb", std::to_string(count(root_["ddp_bucket_cap_mb"], "ddp_bucket_cap_mb")), from(root_["ddp_bucket_cap_mb"], "ddp_bucket_cap_mb"));
     }
   }
 

@@ -9,6 +9,8 @@
 #include <string>
 #include <vector>
 
+#include <yaml-cpp/yaml.h>
+
 #include "dtsim/sim/framework_config.hpp"
 
 namespace dtsim::sim::detail {
@@ -35,6 +37,31 @@ class OverrideList {
   void add(const std::string& section, const std::string& key, const std::string& value, const std::string& from);
   FrameworkConfig& fc_;
   std::set<std::string> set_;
+};
+
+/// Reading the fields of a framework's YAML (torchtune's, axolotl's), each
+/// message naming "file:line" and the key.
+class YamlFields {
+ public:
+  explicit YamlFields(std::string file) : file_(std::move(file)) {}
+  static bool null(const YAML::Node& n) { return !n || n.IsNull(); }
+  const std::string& file() const { return file_; }
+  /// "file:line" of a node (the file alone where it has no mark).
+  std::string where(const YAML::Node& n) const;
+  /// "file:line (key)", an override's origin.
+  std::string from(const YAML::Node& n, const std::string& key) const { return where(n) + " (" + key + ")"; }
+  [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& message) const;
+  /// A scalar's text; a mapping or a list fails.
+  std::string word(const YAML::Node& n, const std::string& key) const;
+  /// A positive integer, as written ("8").
+  std::string positive(const YAML::Node& n, const std::string& key) const;
+  std::int64_t count(const YAML::Node& n, const std::string& key) const { return std::stoll(positive(n, key)); }
+  /// A YAML 1.1 boolean as PyYAML reads one: true, True,
+  /// yes, on and their opposites; `fallback` when absent.
+  bool flag(const YAML::Node& n, const std::string& key, bool fallback) const;
+
+ private:
+  std::string file_;
 };
 
 /// `v` as the shortest decimal that reads back the same ("1000", "0.5").

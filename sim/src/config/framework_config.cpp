@@ -59,6 +59,35 @@ std::string read_config_text(const std::string& path) {
   return text;
 }
 
+std::string YamlFields::where(const YAML::Node& n) const {
+  return file_ + (n && n.Mark().line >= 0 ? ":" + std::to_string(n.Mark().line + 1) : std::string());
+}
+
+void YamlFields::fail(const YAML::Node& n, const std::string& key, const std::string& message) const {
+  throw ConfigError(where(n) + ": " + key + ": " + message);
+}
+
+std::string YamlFields::word(const YAML::Node& n, const std::string& key) const {
+  if (!n.IsScalar()) fail(n, key, "expected a word, got a " + std::string(n.IsMap() ? "mapping" : "list"));
+  return n.Scalar();
+}
+
+std::string YamlFields::positive(const YAML::Node& n, const std::string& key) const {
+  const std::string s = word(n, key);
+  const bool digits = !s.empty() && s.size() <= 12 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+  if (!digits || std::stoll(s) < 1) fail(n, key, "'" + s + "'; expected an integer of at least 1");
+  return s;
+}
+
+bool YamlFields::flag(const YAML::Node& n, const std::string& key, bool fallback) const {
+  if (null(n)) return fallback;
+  std::string s = word(n, key);
+  for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+  if (s == "true" || s == "yes" || s == "on") return true;
+  if (s == "false" || s == "no" || s == "off") return false;
+  fail(n, key, "'" + n.Scalar() + "'; expected true or false");
+}
+
 void OverrideList::add(const std::string& section, const std::string& key, const std::string& value,
                        const std::string& from) {
   const std::string full = section + "." + key;

@@ -93,9 +93,9 @@ constexpr const char* kKnown[] = {
     "fsdp_cpu_offload", "fsdp_reshard_after_forward", "custom_sharded_layers", "tensor_parallel_dim",
     "tensor_parallel_plan", "data_parallel_replicate_dim", "low_cpu_ram", "collate_fn", "save_every_n_steps"};
 
-class Reader {
+class Reader : detail::YamlFields {
  public:
-  Reader(YAML::Node root, std::string file) : root_(std::move(root)), file_(std::move(file)) {}
+  Reader(YAML::Node root, std::string file) : YamlFields(file), root_(std::move(root)), file_(std::move(file)) {}
 
   FrameworkConfig read() {
     if (!root_.IsMap()) throw ConfigError(file_ + ": a torchtune config is a mapping of its components and keys");
@@ -185,34 +185,6 @@ class Reader {
   }
 
  private:
-  static bool null(const YAML::Node& n) { return !n || n.IsNull(); }
-  std::string where(const YAML::Node& n) const {
-    return file_ + (n && n.Mark().line >= 0 ? ":" + std::to_string(n.Mark().line + 1) : std::string());
-  }
-  std::string from(const YAML::Node& n, const std::string& key) const { return where(n) + " (" + key + ")"; }
-  [[noreturn]] void fail(const YAML::Node& n, const std::string& key, const std::string& message) const {
-    throw ConfigError(where(n) + ": " + key + ": " + message);
-  }
-  std::string word(const YAML::Node& n, const std::string& key) const {
-    if (!n.IsScalar()) fail(n, key, "expected a word, got a " + std::string(n.IsMap() ? "mapping" : "list"));
-    return n.Scalar();
-  }
-  /// A positive integer, as written.
-  std::string positive(const YAML::Node& n, const std::string& key) const {
-    const std::string s = word(n, key);
-    const bool digits = !s.empty() && s.size() <= 12 && std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
-    if (!digits || std::stoll(s) < 1) fail(n, key, "'" + s + "'; expected an integer of at least 1");
-    return s;
-  }
-  /// A YAML boolean (True, true, False, false), `fallback` when absent.
-  bool flag(const YAML::Node& n, const std::string& key, bool fallback) const {
-    if (null(n)) return fallback;
-    const std::string s = word(n, key);
-    if (s == "True" || s == "true") return true;
-    if (s == "False" || s == "false") return false;
-    fail(n, key, "'" + s + "'; expected True or False");
-  }
-
   /// model: its builder, and a LoRA's adapters (Note [torchtune configs]).
   void model(detail::OverrideList& out) {
     const YAML::Node m = root_["model"];
