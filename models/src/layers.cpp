@@ -461,10 +461,6 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       // follows it: its logits (their gradient in place), its input's
       // gradient, and the weight gradient's product and fp32 copy.
       head.backward_workspace_bytes = liger_workspace(t, v, h, e, true);
-      head.backward.insert(head.backward.end(), before.begin(), before.end());
-      head.signature += ",lk=liger";
-      head.output_bytes = 4;
-      return;
     } else {
       // The logits stay on chip: the GEMMs write no t v.
       head.forward.back().bytes -= e * t * v;
@@ -473,10 +469,10 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       again.name = name + ".recompute";
       head.backward = {again, memory_op(name + ".ce.bwd", sim::KernelKind::kElementwise, 4 * t, 0, 5.0 * t * v),
                        gemm(name + ".dgrad", t, h, v, e), gemm(name + ".wgrad", v, h, t, e)};
+      head.backward_workspace_bytes = 0;
     }
     head.backward.insert(head.backward.end(), before.begin(), before.end());
-    head.backward_workspace_bytes = 0;
-    head.signature += ",lk=cce";
+    head.signature += liger ? ",lk=liger" : ",lk=cce";
     head.output_bytes = 4;
     return;
   }

@@ -1609,7 +1609,7 @@ class Llama final : public ZooModel {
     detail::add_lm_loss(lm, shape, "mtp.lm_head", t, v, h);
     head.forward.insert(head.forward.end(), lm.forward.begin(), lm.forward.end());
     head.backward.insert(head.backward.begin(), lm.backward.begin(), lm.backward.end());
-    head.saved_bytes += e * tn * h + detail::lm_loss_saved(shape, t, v, h);  // the GEMM's input and the fp32 log-softmax
+    head.saved_bytes += e * tn * h + detail::lm_loss_saved(shape, t, v, h);  // the GEMM's input and what the loss keeps
     head.backward_workspace_bytes = std::max(head.backward_workspace_bytes, lm.backward_workspace_bytes);
     head.tp_forward.insert(head.tp_forward.end(), lm.tp_forward.begin(), lm.tp_forward.end());
     head.tp_backward.insert(head.tp_backward.end(), lm.tp_backward.begin(), lm.tp_backward.end());

@@ -200,7 +200,7 @@ class Seq2Seq final : public ZooModel {
     const Bytes rnn_workspace = dec.backward_workspace_bytes;
     add_lm_loss(dec, shape, "fc_out", t, c_.tgt_vocab, hs);  // backward of every kernel so far
     dec.backward_workspace_bytes = std::max(dec.backward_workspace_bytes, rnn_workspace);
-    dec.saved_bytes += e * t * hs + lm_loss_saved(shape, t, c_.tgt_vocab, hs);  // fc_out's input, the fp32 log-softmax
+    dec.saved_bytes += e * t * hs + lm_loss_saved(shape, t, c_.tgt_vocab, hs);  // fc_out's input, what the loss keeps
     return {enc, dec};
   }
 

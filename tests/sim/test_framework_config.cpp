@@ -1869,7 +1869,7 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(listed(f2, "dp_replicate_size=2 (HSDP priced as dtsim's hybrid_shard"));
   // fsdp_version alone turns nothing on (prepare_optim_env); FSDP beside DeepSpeed is refused.
   CHECK(read("fsdp_version: 2\n").plan == std::optional<std::string>("ddp"));
-  CHECK_THAT(error_of([&] { read("fsdp: [full_shard]\ndeepspeed: x.json\n"); }), Catch::Contains("a.yml:4: deepspeed: given beside fsdp_config"));
+  CHECK_THAT(error_of([&] { read("fsdp: [full_shard]\ndeepspeed: x.json\n"); }), Catch::Contains("a.yml:4: deepspeed: given beside fsdp or fsdp_config"));
   // The fsdp: list's words reach accelerate through TrainingArguments.
   auto kw = keys(read("fsdp: [shard_grad_op, offload, auto_wrap]\n"));
   CHECK(kw["plan.fsdp"] == "shard_grad_op");

@@ -76,9 +76,9 @@ Signature parse_signature(const std::string& text) {
                              "LibTorch twin (the simulator prices it); plan.loss_kernel=cross_entropy");
     }
     if (item.rfind("lora=", 0) == 0 || item.rfind("qlora=", 0) == 0 || item.rfind("lora8=", 0) == 0) {
-      // Note [LoRA], Note [QLoRA] (models/src/peft.cpp): priced, not run.
+      // Note [LoRA], Note [QLoRA], Note [8-bit base] (models/src/peft.cpp): priced, not run.
       throw UnsupportedError("layer signature '" + text + "': a LoRA fine-tune's layer has no LibTorch twin (the simulator prices "
-                             "its adapters and any 4-bit base); calibrate or run the base model, model.peft=none");
+                             "its adapters and any 4- or 8-bit base); calibrate or run the base model, model.peft=none");
     }
     try {
       std::size_t used = 0;

@@ -10,7 +10,7 @@
 // setup_fsdp_envs in utils/trainer.py; all read at 067b021c for this note):
 // - base_model: a HuggingFace hub id (NousResearch/Meta-Llama-3.1-8B) or a
 //   local directory. A hub id is dtsim's built-in of the same name
-//   (builtin_of: the organisation, a leading meta-, and suffixes such as
+//   (axolotl_builtin_of: the organisation, a leading meta-, and suffixes such as
 //   -hf, -Instruct, -fp16, -v0.1, -4k dropped, then compared without - . _);
 //   a directory (or base_model_config) with a config.json is read as one;
 //   any other hub id is looked up in the HuggingFace cache, as --model
@@ -68,7 +68,8 @@
 //   shard_grad_op, hybrid_shard, offload). offload_params is CPUOffload
 //   (parameters, gradients and optimizer state on the host);
 //   dp_replicate_size above 1 is HSDP, priced as dtsim's hybrid_shard
-//   (within a node; said). Beside a LoRA, transformers' Trainer
+//   (within a node; said). An 8-bit base under FSDP is refused where the
+//   plan is resolved (FSDP flattens no integer tensor: Note [8-bit base]). Beside a LoRA, transformers' Trainer
 //   wraps FSDP1 with PEFT's fsdp_auto_wrap_policy (each adapter a unit of
 //   its own, the frozen base in its layer's): priced as FSDP2's
 //   per-parameter sharding of the same bytes, the adapters' small
@@ -83,10 +84,7 @@
 // dropped.
 #include <algorithm>
 #include <cctype>
-#include <cmath>
 #include <filesystem>
-#include <map>
-#include <set>
 #include <sstream>
 #include <string>
 #include <tuple>
@@ -233,7 +231,7 @@ class Reader : detail::YamlFields {
     // prepare_optim_env: fsdp or fsdp_config turns FSDP on (fsdp_version alone does not), else deepspeed.
     const bool fsdp_on = given("fsdp") || given("fsdp_config");
     if (fsdp_on && given("deepspeed")) {
-      fail(root_["deepspeed"], "deepspeed", "given beside fsdp_config; transformers' Trainer runs one of DeepSpeed and FSDP; give one");
+      fail(root_["deepspeed"], "deepspeed", "given beside fsdp or fsdp_config; transformers' Trainer runs one of DeepSpeed and FSDP; give one");
     }
     distributed_ = fsdp_on ? "fsdp" : given("deepspeed") ? "deepspeed" : "ddp";
     // DeepSpeed's JSON first: axolotl's own keys fill its "auto" and win.
@@ -610,7 +608,9 @@ class Reader : detail::YamlFields {
     // sets accelerate's FSDP_SHARDING_STRATEGY and FSDP_OFFLOAD_PARAMS from
     // its words (transformers' training_args.py).
     if (const YAML::Node l = root_["fsdp"]; !unset(l)) {
-      if (!l.IsSequence() && !l.IsScalar()) fail(l, "fsdp", "expected a list of full_shard, shard_grad_op, hybrid_shard, offload, auto_wrap");
+      if (!l.IsSequence() && !l.IsScalar()) {
+        fail(l, "fsdp", "expected a list of full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
+      }
       std::vector<std::string> words;
       if (l.IsScalar()) {
         std::istringstream in(l.Scalar());

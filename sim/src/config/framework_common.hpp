@@ -1,6 +1,7 @@
 #pragma once
 // What the framework importers share (framework_config.hpp): reading a
-// bounded file, and the list of overrides each builds.
+// bounded file, the list of overrides each builds, and reading a YAML's
+// fields with file:line in every message (YamlFields).
 
 #include <cstdint>
 #include <functional>
@@ -45,7 +46,6 @@ class YamlFields {
  public:
   explicit YamlFields(std::string file) : file_(std::move(file)) {}
   static bool null(const YAML::Node& n) { return !n || n.IsNull(); }
-  const std::string& file() const { return file_; }
   /// "file:line" of a node (the file alone where it has no mark).
   std::string where(const YAML::Node& n) const;
   /// "file:line (key)", an override's origin.

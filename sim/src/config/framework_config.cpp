@@ -210,7 +210,7 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 
 // Note [Search from a framework config]
 // `dtsim search --megatron-bridge FILE` (or --megatron-args, --deepspeed,
-// --torchtitan; Python's search(megatron_bridge=...)) asks which plan would
+// --torchtitan, --torchtune, --axolotl; Python's search(megatron_bridge=...)) asks which plan would
 // train what the config trains faster: the config's model (its model.*
 // keys) and, as fixed knobs, what decides the numbers it trains with
 // (kFixedFromConfig: sequence, precision and its FP8 recipe, optimizer,
@@ -218,9 +218,12 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 // its framework splits a pipeline (Note [Megatron's split]: a Megatron
 // config's candidates are the pipelines Megatron can split); every parallel
 // and memory knob is the search's that the framework can set
-// (FrameworkConfig::search_fixed keeps the rest as the config has them:
-// axolotl and torchtune run no pipeline, DeepSpeed's ZeRO-1 gathers no
-// parameters in the next forward, torchtune shards with FSDP2 alone). Its global batch is the
+// (FrameworkConfig::search_fixed keeps the rest as the config has them,
+// each candidate held to it as to a --set, SearchOptions::hold: axolotl
+// and torchtune run no pipeline, torchtune shards with FSDP2 alone or runs
+// a single-device recipe on one GPU; axolotl's overlap_param_gather false,
+// DeepSpeed's ZeRO-1 gathering nothing in the next forward, holds as any
+// knob a config sets does). Its global batch is the
 // config's unless another is asked, and the config's own plan is predicted
 // and ranked beside the search's (Note [Your plan] in
 // sim/src/search/search.cpp). The user's --set fix knobs as always.

@@ -3,7 +3,6 @@
 #include "dtsim/sim/model.hpp"
 
 #include <algorithm>
-#include <cmath>
 #include <mutex>
 #include <utility>
 

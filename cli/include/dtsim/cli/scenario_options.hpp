@@ -58,7 +58,7 @@ struct ResolvedScenario {
   std::vector<std::string> search_fixed;
 };
 
-/// Folds --deepspeed, --megatron-args, --megatron-bridge or --torchtitan (at most one) into the
+/// Folds --deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune or --axolotl (at most one) into the
 /// scenario; `default_plan` is the plan when none is named.
 ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& default_plan);
 

@@ -190,8 +190,8 @@ class PlanRules {
   /// DeepSpeed's and PyTorch's, which do not run Megatron's schedule).
   static std::vector<bool> ep_overlap_values(int ep, int pp, Schedule schedule, Recompute recompute, Precision precision,
                                              bool sharded, MoeDispatcher dispatcher = MoeDispatcher::kAllToAll);
-  /// Precisions the device runs (bf16 needs bfloat16 support); a QLoRA
-  /// fine-tune's no fp8 or fp4.
+  /// Precisions the device runs (bf16 needs bfloat16 support); beside a
+  /// quantized base (QLoRA's, an 8-bit LoRA's) no fp8 or fp4.
   std::vector<Precision> precisions() const;
   /// Orders of the mesh axes a placement may give, innermost first.
   std::vector<std::string> placements() const;

@@ -31,9 +31,11 @@ struct SearchOptions {
   /// Knobs held fixed (precision, optimizer, seq_len, bucket_mb ...) come
   /// from this plan; the searched ones are overwritten.
   PlanSpec base;
-  /// Shape knobs ("pp", "dp", "fsdp") every candidate keeps at the base
-  /// plan's value, as a --set one is: those a framework's config cannot set
-  /// otherwise (FrameworkConfig::search_fixed; Note [Fixed knobs]).
+  /// Plan keys every candidate keeps at the base plan's value, as a --set
+  /// one is (the shape knobs Note [Fixed knobs] holds: "pp", "dp",
+  /// "fsdp"; others given, such as "fsdp_version", are the base plan's
+  /// anyway): those a framework's config cannot set otherwise
+  /// (FrameworkConfig::search_fixed).
   std::vector<std::string> hold;
   std::shared_ptr<const ProfileCosts> profile;  ///< measured costs, or null
   /// Skip plans whose time bound shows they can neither rank in the top
