@@ -175,15 +175,11 @@ std::string squeeze(const std::string& s) {
   return out;
 }
 
-bool ends_with(const std::string& s, const std::string& suffix) {
-  return s.size() >= suffix.size() && s.compare(s.size() - suffix.size(), suffix.size(), suffix) == 0;
-}
-
 /// Drops one suffix a hub id adds to a model's name ("-instruct", "-v0.1",
 /// "-4k", "-2507"); false when there is none.
 bool drop_suffix(std::string& n) {
   for (const char* s : {"-hf", "-fp16", "-bf16", "-instruct", "-it", "-chat", "-base", "-bnb-4bit", "-4bit", "-unsloth"}) {
-    if (ends_with(n, s) && n.size() > std::string(s).size()) {
+    if (n.ends_with(s) && n.size() > std::string(s).size()) {
       n.resize(n.size() - std::string(s).size());
       return true;
     }
@@ -221,12 +217,12 @@ namespace {
 
 class Reader : detail::YamlFields {
  public:
-  Reader(YAML::Node root, std::string file) : YamlFields(file), root_(std::move(root)), file_(std::move(file)) {}
+  Reader(YAML::Node root, std::string file) : YamlFields(std::move(file)), root_(std::move(root)) {}
 
   FrameworkConfig read() {
-    if (!root_.IsMap()) throw ConfigError(file_ + ": an axolotl config is a mapping of its keys (base_model, adapter, micro_batch_size, ...)");
+    if (!root_.IsMap()) throw ConfigError(file() + ": an axolotl config is a mapping of its keys (base_model, adapter, micro_batch_size, ...)");
     fc_.framework = "axolotl";
-    fc_.file = file_;
+    fc_.file = file();
     detail::OverrideList out(fc_);
     // prepare_optim_env: fsdp or fsdp_config turns FSDP on (fsdp_version alone does not), else deepspeed.
     const bool fsdp_on = given("fsdp") || given("fsdp_config");
@@ -245,8 +241,8 @@ class Reader : detail::YamlFields {
     parallel(out);
     // transformers' Trainer runs no pipeline, and DeepSpeed's ZeRO-1 no
     // parameter gather in the next forward: a search keeps them so.
-    out.plan("pp", "1", file_ + " (axolotl runs no pipeline parallelism)");
-    out.plan("overlap_param_gather", "false", file_ + " (no forward parameter gather outside Megatron)");
+    out.plan("pp", "1", file() + " (axolotl runs no pipeline parallelism)");
+    out.plan("overlap_param_gather", "false", file() + " (no forward parameter gather outside Megatron)");
     fc_.search_fixed = {"pp", "overlap_param_gather"};
     for (auto it = root_.begin(); it != root_.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
@@ -276,46 +272,15 @@ class Reader : detail::YamlFields {
     const YAML::Node p = root_["plugins"];
     if (!p || !p.IsSequence()) return false;
     for (const YAML::Node& n : p) {
-      if (n.IsScalar() && (n.Scalar() == name || ends_with(n.Scalar(), "." + name))) return true;
+      if (n.IsScalar() && (n.Scalar() == name || n.Scalar().ends_with("." + name))) return true;
     }
     return false;
   }
-  /// A YAML node written as JSON, for the DeepSpeed reader: scalars that
-  /// read as numbers, booleans or null stay bare, the rest are strings.
-  static std::string json_of(const YAML::Node& n) {
-    if (n.IsMap()) {
-      std::string s = "{";
-      for (auto it = n.begin(); it != n.end(); ++it) {
-        s += (s.size() > 1 ? ", " : "") + json_of(it->first) + ": " + json_of(it->second);
-      }
-      return s + "}";
-    }
-    if (n.IsSequence()) {
-      std::string s = "[";
-      for (const YAML::Node& e : n) s += (s.size() > 1 ? ", " : "") + json_of(e);
-      return s + "]";
-    }
-    if (!n.IsScalar()) return "null";
-    const std::string& v = n.Scalar();
-    const std::string l = lower(v);
-    if (n.Tag() != "!" && (l == "true" || l == "false" || l == "null")) return l;
-    char* end = nullptr;
-    std::strtod(v.c_str(), &end);
-    if (n.Tag() != "!" && !v.empty() && end == v.c_str() + v.size() && v.find_first_of("xXnN") == std::string::npos) return v;
-    std::string s = "\"";
-    for (char c : v) {
-      if (c == '"' || c == '\\') s += '\\';
-      if (static_cast<unsigned char>(c) < 0x20) continue;
-      s += c;
-    }
-    return s + "\"";
-  }
-
   /// A path as axolotl finds it: from the working directory, else beside the config.
   std::string locate(const std::string& path) const {
     std::error_code ec;
     if (std::filesystem::exists(path, ec)) return path;
-    const std::filesystem::path beside = std::filesystem::path(file_).parent_path() / path;
+    const std::filesystem::path beside = std::filesystem::path(file()).parent_path() / path;
     if (!std::filesystem::path(path).is_absolute() && std::filesystem::exists(beside, ec)) return beside.string();
     return "";
   }
@@ -323,7 +288,7 @@ class Reader : detail::YamlFields {
   /// base_model and the adapter (Note [axolotl configs]).
   void model(detail::OverrideList& out) {
     const YAML::Node b = root_["base_model"];
-    if (null(b)) throw ConfigError(file_ + ": base_model: missing; an axolotl config names its model (NousResearch/Meta-Llama-3.1-8B)");
+    if (null(b)) throw ConfigError(file() + ": base_model: missing; an axolotl config names its model (NousResearch/Meta-Llama-3.1-8B)");
     const std::string id = word(b, "base_model");
     // A local model: its config.json (base_model_config names another).
     const YAML::Node bc = root_["base_model_config"];
@@ -363,7 +328,7 @@ class Reader : detail::YamlFields {
     // for adapter lora with load_in_8bit; a checkpoint already quantized
     // (a hub id ending -bnb-4bit) brings its own 4-bit config.
     if (adapter == "qlora" && !four) fail(a, "adapter", "qlora needs load_in_4bit: true (axolotl: \"Require cfg.load_in_4bit to be True for qlora\")");
-    const bool prequantized = lower(id).size() > 9 && lower(id).compare(lower(id).size() - 9, 9, "-bnb-4bit") == 0;
+    const bool prequantized = lower(id).ends_with("-bnb-4bit");
     const bool nf4 = adapter == "qlora" || prequantized;
     const bool int8 = !nf4 && eight;  // Note [8-bit base] (models/src/peft.cpp)
     out.model("peft", nf4 ? "qlora" : int8 ? "lora_int8" : "lora",
@@ -439,7 +404,7 @@ class Reader : detail::YamlFields {
     }
     const YAML::Node sl = root_["sequence_len"];
     out.plan("seq_len", null(sl) ? "512" : std::to_string(count(sl, "sequence_len")),
-             null(sl) ? file_ + " (sequence_len, axolotl's default 512)" : from(sl, "sequence_len"));
+             null(sl) ? file() + " (sequence_len, axolotl's default 512)" : from(sl, "sequence_len"));
     if (flag(root_["sample_packing"], "sample_packing", false)) {
       fc_.unmodelled.push_back("sample_packing=true (each sample attends within itself: set plan.document_len to their length)");
     } else if (!flag(root_["pad_to_sequence_len"], "pad_to_sequence_len", false)) {
@@ -469,8 +434,8 @@ class Reader : detail::YamlFields {
     if (p.empty()) p = "fp32";
     if (flag(root_["fp8"], "fp8", false)) fc_.unmodelled.push_back("fp8=true (torchao's float8 training: priced in " + p + ")");
     const std::string origin = !null(at) ? from(at, key)
-                               : p == "bf16" ? file_ + " (bf16 unset: axolotl's auto, bf16 on a GPU that has it)"
-                                             : file_ + " (bf16 false, no fp16: fp32)";
+                               : p == "bf16" ? file() + " (bf16 unset: axolotl's auto, bf16 on a GPU that has it)"
+                                             : file() + " (bf16 false, no fp16: fp32)";
     out.plan("precision", p, origin);
     // tf32 (auto: on where the GPU has it) sets torch's fp32 matmul precision to high.
     if (p == "fp32" && (!root_["tf32"].IsDefined() || !unset(root_["tf32"]))) {
@@ -542,7 +507,7 @@ class Reader : detail::YamlFields {
     const YAML::Node o = root_["optimizer"];
     if (null(o)) {
       // transformers' TrainingArguments default: adamw_torch (fused where it can).
-      out.plan("optimizer", "adamw", file_ + " (optimizer unset: transformers' adamw_torch)");
+      out.plan("optimizer", "adamw", file() + " (optimizer unset: transformers' adamw_torch)");
       return;
     }
     const std::string name = lower(word(o, "optimizer"));
@@ -561,12 +526,12 @@ class Reader : detail::YamlFields {
     const YAML::Node d = root_["deepspeed"];
     FrameworkConfig ds;
     if (d.IsMap()) {
-      ds = parse_deepspeed_config(json_of(d), where(d) + " (deepspeed)");
+      ds = detail::interpret_deepspeed(d, file());
     } else {
       const std::string path = word(d, "deepspeed");
       const std::string found = locate(path);
       if (found.empty()) {
-        fail(d, "deepspeed", path + ": no such file (looked in the working directory and beside " + file_ +
+        fail(d, "deepspeed", path + ": no such file (looked in the working directory and beside " + file() +
                                  "; `axolotl fetch deepspeed_configs` writes axolotl's own)");
       }
       ds = read_deepspeed_config(found);
@@ -599,7 +564,7 @@ class Reader : detail::YamlFields {
     if (version != 1 && version != 2) fail(v, "fsdp_version", std::to_string(version) + "; valid: 1, 2");
     const YAML::Node rep = root_["dp_replicate_size"];
     const bool hsdp = !null(rep) && count(rep, "dp_replicate_size") > 1;
-    out.plan("fsdp", hsdp ? "hybrid_shard" : "full_shard", hsdp ? from(rep, "dp_replicate_size") : file_ + " (accelerate's FULL_SHARD)");
+    out.plan("fsdp", hsdp ? "hybrid_shard" : "full_shard", hsdp ? from(rep, "dp_replicate_size") : file() + " (accelerate's FULL_SHARD)");
     if (hsdp) {
       fc_.unmodelled.push_back("dp_replicate_size=" + rep.Scalar() + " (HSDP priced as dtsim's hybrid_shard: sharded within each node, "
                                "replicated across nodes)");
@@ -649,7 +614,7 @@ class Reader : detail::YamlFields {
       fc_.unmodelled.push_back("fsdp_version=1 with an adapter (PEFT's fsdp_auto_wrap_policy, each adapter a unit: priced as FSDP2's sharding of the same bytes, "
                                "the adapters' own small collectives not priced)");
     } else {
-      out.plan("fsdp_version", std::to_string(version), null(v) ? file_ + " (fsdp_version, axolotl's default 1)" : from(v, "fsdp_version"));
+      out.plan("fsdp_version", std::to_string(version), null(v) ? file() + " (fsdp_version, axolotl's default 1)" : from(v, "fsdp_version"));
     }
     if (const YAML::Node o = key("offload_params"); flag(o, "fsdp_config.offload_params", false)) {
       out.plan("offload_params", "cpu", from(o, "fsdp_config.offload_params"));
@@ -681,7 +646,6 @@ class Reader : detail::YamlFields {
   }
 
   YAML::Node root_;
-  std::string file_;
   FrameworkConfig fc_;
   std::string distributed_;  ///< "ddp", "fsdp" or "deepspeed"
   bool peft_ = false;        ///< an adapter

@@ -46,6 +46,7 @@ class YamlFields {
  public:
   explicit YamlFields(std::string file) : file_(std::move(file)) {}
   static bool null(const YAML::Node& n) { return !n || n.IsNull(); }
+  const std::string& file() const { return file_; }
   /// "file:line" of a node (the file alone where it has no mark).
   std::string where(const YAML::Node& n) const;
   /// "file:line (key)", an override's origin.
@@ -63,6 +64,11 @@ class YamlFields {
  private:
   std::string file_;
 };
+
+/// A DeepSpeed config already parsed (a JSON file's, or a mapping inside
+/// another framework's YAML: axolotl's deepspeed:), read as
+/// parse_deepspeed_config reads one; `file` names it in messages.
+FrameworkConfig interpret_deepspeed(const YAML::Node& root, const std::string& file);
 
 /// `v` as the shortest decimal that reads back the same ("1000", "0.5").
 std::string format_number(double v);

@@ -49,7 +49,10 @@ bool flag(const ConfigMap& c, const YAML::Node& node, const std::string& key, bo
 }  // namespace
 
 FrameworkConfig parse_deepspeed_config(const std::string& json_text, const std::string& file) {
-  const YAML::Node root = parse_config_text(json_text, file, true);
+  return detail::interpret_deepspeed(parse_config_text(json_text, file, true), file);
+}
+
+FrameworkConfig detail::interpret_deepspeed(const YAML::Node& root, const std::string& file) {
   if (!root.IsMap()) {
     throw ConfigError(file + ": a DeepSpeed config is a JSON object of keys (train_batch_size, zero_optimization, ...)");
   }

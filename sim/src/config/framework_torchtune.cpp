@@ -95,12 +95,12 @@ constexpr const char* kKnown[] = {
 
 class Reader : detail::YamlFields {
  public:
-  Reader(YAML::Node root, std::string file) : YamlFields(file), root_(std::move(root)), file_(std::move(file)) {}
+  Reader(YAML::Node root, std::string file) : YamlFields(std::move(file)), root_(std::move(root)) {}
 
   FrameworkConfig read() {
-    if (!root_.IsMap()) throw ConfigError(file_ + ": a torchtune config is a mapping of its components and keys");
+    if (!root_.IsMap()) throw ConfigError(file() + ": a torchtune config is a mapping of its components and keys");
     fc_.framework = "torchtune";
-    fc_.file = file_;
+    fc_.file = file();
     detail::OverrideList out(fc_);
     model(out);
     // Batch and sequence.
@@ -167,7 +167,7 @@ class Reader : detail::YamlFields {
     sharding(out);
     // torchtune's recipes run no pipeline, and shard with FSDP2 alone: a
     // search keeps them so.
-    out.plan("pp", "1", file_ + " (torchtune runs no pipeline parallelism)");
+    out.plan("pp", "1", file() + " (torchtune runs no pipeline parallelism)");
     fc_.search_fixed = {"pp"};
     if (fc_.plan == std::optional<std::string>("fsdp")) {
       fc_.search_fixed.insert(fc_.search_fixed.end(), {"fsdp", "fsdp_version"});
@@ -275,10 +275,10 @@ class Reader : detail::YamlFields {
 
   /// FSDP2 in the distributed recipes (Note [torchtune configs]).
   void sharding(detail::OverrideList& out) {
-    if (file_.find("single_device") != std::string::npos) {
+    if (file().find("single_device") != std::string::npos) {
       // One GPU, whatever the cluster has.
       fc_.plan = "ddp";
-      out.plan("dp", "1", file_ + " (a single-device recipe's config)");
+      out.plan("dp", "1", file() + " (a single-device recipe's config)");
       return;
     }
     fc_.plan = "fsdp";
@@ -289,8 +289,8 @@ class Reader : detail::YamlFields {
       fc_.unmodelled.push_back("fsdp_reshard_after_forward=False (beside a LoRA's frozen base: priced as resharded)");
       reshard = true;
     }
-    out.plan("fsdp", reshard ? "full_shard" : "shard_grad_op", ra ? from(ra, "fsdp_reshard_after_forward") : file_);
-    out.plan("fsdp_version", "2", file_ + " (torchtune's distributed recipes: FSDP2)");
+    out.plan("fsdp", reshard ? "full_shard" : "shard_grad_op", ra ? from(ra, "fsdp_reshard_after_forward") : file());
+    out.plan("fsdp_version", "2", file() + " (torchtune's distributed recipes: FSDP2)");
     if (const YAML::Node o = root_["fsdp_cpu_offload"]; flag(o, "fsdp_cpu_offload", false)) {
       if (reshard) {
         out.plan("offload_params", "cpu", from(o, "fsdp_cpu_offload"));
@@ -319,7 +319,6 @@ class Reader : detail::YamlFields {
   }
 
   YAML::Node root_;
-  std::string file_;
   FrameworkConfig fc_;
   bool peft_ = false;  ///< a LoRA or QLoRA builder
 };
