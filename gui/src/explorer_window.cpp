@@ -204,6 +204,15 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                          "recipes: 6 bytes); each state kept narrower is copied to fp32 while the step runs (Note "
                          "[Precision-aware optimizer]). fp32: without it; TE: with it. Adam under the distributed "
                          "optimizer (ZeRO-1) only."},
+    {"optim_bits", "plan.optim_bits 8: the optimizer's states in 8 bits, as bitsandbytes' AdamW8bit and "
+                   "PagedAdamW8bit (transformers' adamw_bnb_8bit, paged_adamw_8bit) and torchao's AdamW8bit keep "
+                   "them: a byte each and an fp32 scale for each 256, Adam's 2 bytes a parameter instead of 8 (4 in "
+                   "bf16), stepped by one kernel a tensor (Note [8-bit optimizer]). Not with SGD without momentum, "
+                   "Megatron's precision-aware optimizer or the optimizer offloaded."},
+    {"optimizer_in_backward", "plan.optimizer_in_backward: torchtune's optimizer_in_bwd, each parameter stepped as "
+                              "soon as its gradient is made and the gradient freed, so no gradient outlives its "
+                              "tensor's backward (Note [Optimizer in backward]). One GPU, one micro-batch a step, "
+                              "no ZeRO, as torchtune's single-device recipe runs it."},
     {"master_weights", "plan.master_weights: an fp32 master copy of the parameters in the optimizer, as mixed "
                        "precision keeps one (Megatron, DeepSpeed's bf16.enabled, autocast over fp32 parameters): "
                        "Adam's 12 bytes a parameter. Off: a model loaded in bf16 and stepped by torch.optim "
@@ -608,6 +617,7 @@ struct ExplorerWindow::Impl {
   QLineEdit* offload_mods = nullptr;  ///< Megatron-Core's offload_modules (fine-grained activation offloading)
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
+  QCheckBox *eight_bit = nullptr, *in_bwd = nullptr;
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
             *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr, *fsdp2 = nullptr;
   QComboBox* nccl_proto = nullptr;
@@ -863,6 +873,10 @@ struct ExplorerWindow::Impl {
     param_gather->setObjectName("overlap_param_gather");
     masters = new QCheckBox("fp32 masters");
     masters->setObjectName("master_weights");
+    eight_bit = new QCheckBox("8-bit states");
+    eight_bit->setObjectName("optim_bits");
+    in_bwd = new QCheckBox("step in bwd");
+    in_bwd->setObjectName("optimizer_in_backward");
     states = new QComboBox;
     states->setObjectName("optimizer_states");
     // Short words, and no wider than they need (Note [Chart sizes]): "TE"
@@ -910,7 +924,7 @@ struct ExplorerWindow::Impl {
     }
     // Two check boxes a row, not a row each (Note [Chart sizes]): the
     // optimizer's states, then ZeRO-1's reduction and gather.
-    for (auto [left, right] : {std::pair{fp32_grads, masters}, std::pair{scatter, param_gather}}) {
+    for (auto [left, right] : {std::pair{fp32_grads, masters}, std::pair{eight_bit, in_bwd}, std::pair{scatter, param_gather}}) {
       auto* row = new QHBoxLayout;
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(left);
@@ -1319,6 +1333,8 @@ struct ExplorerWindow::Impl {
     QObject::connect(fp32_grads, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(param_gather, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(masters, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(eight_bit, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(in_bwd, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(states, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(scatter, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1386,6 +1402,8 @@ struct ExplorerWindow::Impl {
     grad_buffer = p.megatron_grad_buffer;
     param_gather->setChecked(p.overlap_param_gather);
     masters->setChecked(p.master_weights);
+    eight_bit->setChecked(p.optim_bits == 8);
+    in_bwd->setChecked(p.optimizer_in_backward);
     states->setCurrentIndex(p.use_precision_aware_optimizer ? std::max(0, states->findData(static_cast<int>(p.exp_avg_dtype))) : 0);
     contig->setChecked(p.contiguous_gradients);
     scatter->setChecked(p.reduce_scatter);
@@ -1459,6 +1477,11 @@ struct ExplorerWindow::Impl {
     fp32_grads->setEnabled(zero->currentData().toInt() <= 1 && offload->currentData().toInt() == 0);
     // Note [No master weights]: without them only in 16 bits, beside neither of those.
     masters->setEnabled(sixteen_bit_masters());
+    // Note [8-bit optimizer]: a state to quantize, on the device, not TE's.
+    eight_bit->setEnabled(eight_bit_allowed());
+    // Note [Optimizer in backward]: no ZeRO and the optimizer on the device
+    // (one GPU and one micro-batch resolve checks, in one line).
+    in_bwd->setEnabled(zero->currentData().toInt() == 0 && offload->currentData().toInt() == 0);
     // Note [Precision-aware optimizer]: Adam under the distributed optimizer.
     states->setEnabled(precision_aware_allowed());
     // FSDP's units and its limit with a sharded FSDP; DeepSpeed's
@@ -1627,6 +1650,9 @@ struct ExplorerWindow::Impl {
     } else {
       p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = sim::StateDtype::kFp32;
     }
+    // Where the rules refuse them: off (the boxes keep what they show).
+    p.optim_bits = eight_bit->isChecked() && eight_bit_allowed() ? 8 : 32;
+    p.optimizer_in_backward = in_bwd->isChecked() && zero->currentData().toInt() == 0 && offload->currentData().toInt() == 0;
     p.kernels = static_cast<sim::Kernels>(kernels_box->currentData().toInt());
     // Under fp8 only; elsewhere delayed, the default (the box keeps what it shows).
     p.fp8_recipe = p.precision == sim::Precision::kFp8 ? static_cast<sim::Fp8Recipe>(fp8_recipe->currentData().toInt())
@@ -1663,6 +1689,8 @@ struct ExplorerWindow::Impl {
     mark(p.reduce_scatter != before.reduce_scatter, "reduce_scatter");
     mark(p.overlap_param_gather != before.overlap_param_gather, "overlap_param_gather");
     mark(p.master_weights != before.master_weights, "master_weights");
+    mark(p.optim_bits != before.optim_bits, "optim_bits");
+    mark(p.optimizer_in_backward != before.optimizer_in_backward, "optimizer_in_backward");
     mark(p.megatron_grad_buffer != before.megatron_grad_buffer, "megatron_grad_buffer");
     mark(p.use_precision_aware_optimizer != before.use_precision_aware_optimizer, "use_precision_aware_optimizer");
     mark(p.exp_avg_dtype != before.exp_avg_dtype, "exp_avg_dtype");
@@ -1709,6 +1737,13 @@ struct ExplorerWindow::Impl {
     const sim::PlanSpec& b = scenario.plan;
     return sim::PlanRules::precision_aware_allowed(z < 10 ? z : 0, z >= 10, sim::effective_optimizer(b.optimizer, b.sgd_momentum)) &&
            b.runtime != sim::Runtime::kPython;
+  }
+
+  bool eight_bit_allowed() const {
+    const sim::PlanSpec& b = scenario.plan;
+    return sim::PlanRules::eight_bit_states_allowed(sim::effective_optimizer(b.optimizer, b.sgd_momentum),
+                                                    states->currentData().toInt() >= 0 && precision_aware_allowed(),
+                                                    offload->currentData().toInt() != 0 ? sim::Offload::kCpu : sim::Offload::kNone);
   }
 
   bool sixteen_bit_masters() const {

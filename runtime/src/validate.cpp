@@ -295,6 +295,13 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": a chunked cross-entropy is not run: the runtime takes the loss over the whole logits (the "
                            "simulator prices the chunks); use loss_chunks: 1");
   }
+  if (s.spec.optim_bits != 32 || s.spec.optimizer_in_backward) {
+    // Note [8-bit optimizer] (plan.cpp) and Note [Optimizer in backward] (layer_stage.cpp): priced, not run.
+    const bool bits = s.spec.optim_bits != 32;
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of(bits ? "plan.optim_bits" : "plan.optimizer_in_backward") +
+                           (bits ? ": 8-bit optimizer states are not run: the runtime's Adam keeps them as torch.optim does; use optim_bits: 32"
+                                 : ": the runtime steps after the backward, not in it; use optimizer_in_backward: false"));
+  }
   if (s.spec.loss_kernel != sim::LossKernel::kCrossEntropy) {
     // Note [Fused linear cross-entropy] (models/src/layers.cpp): priced, not run.
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.loss_kernel") + ": " + sim::to_string(s.spec.loss_kernel) +

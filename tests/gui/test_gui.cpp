@@ -165,11 +165,13 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 54);  // 25 combo boxes, 16 spin boxes (3 on the search tab), 13 check boxes
+  CHECK(knobs == 56);  // 25 combo boxes, 16 spin boxes (3 on the search tab), 15 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
       {"master_weights", {"torch_dtype=bfloat16", "bf16.enabled", "training.dtype"}},
+      {"optim_bits", {"AdamW8bit", "adamw_bnb_8bit", "PagedAdamW8bit"}},
+      {"optimizer_in_backward", {"optimizer_in_bwd"}},
       {"optimizer_states", {"--use-precision-aware-optimizer", "16-bit remainder", "--exp-avg-dtype"}},
       {"contiguous_gradients", {"zero_optimization.contiguous_gradients", "overlap_comm"}},
       {"overlap_param_gather", {"--overlap-param-gather", "overlap_param_gather"}},
@@ -740,6 +742,43 @@ TEST_CASE("the master-weights knob shows the plan's and reaches it, in 16 bits o
   off->setChecked(false);  // a click the disabled box would not take: still in the plan
   QCoreApplication::processEvents();
   CHECK(f32.scenario().plan.master_weights);
+}
+
+// Note [8-bit optimizer]: bf16 Adam without masters keeps 4 bytes a
+// parameter of ZeRO-1's shard; bitsandbytes' 8-bit states 2 and an fp32
+// scale for each 256 of each: (2 + 8/256) / 4 of it. Note [Optimizer in
+// backward]: on one GPU the box reaches the plan; under ZeRO it is off.
+TEST_CASE("the 8-bit states and step-in-backward knobs reach the plan where the rules allow them", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2-large", "dgx-a100", "zero1", "",
+                                    {sim::parse_override("plan.precision=bf16"), sim::parse_override("plan.master_weights=false")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* eight = w.findChild<QCheckBox*>("optim_bits");
+  REQUIRE(eight != nullptr);
+  CHECK_FALSE(eight->isChecked());
+  CHECK(eight->isEnabled());
+  const double plain = static_cast<double>(w.outcome().prediction->ranks.front().optimizer);
+  eight->setChecked(true);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.optim_bits == 8);
+  CHECK(static_cast<double>(w.outcome().prediction->ranks.front().optimizer) == Approx(plain * (2 + 8.0 / 256) / 4).epsilon(1e-6));
+  CHECK(w.scenario().plan.origins.of("plan.optim_bits") == "explorer: optim_bits");
+  CHECK_FALSE(w.findChild<QCheckBox*>("optimizer_in_backward")->isEnabled());
+  ExplorerWindow one;
+  one.set_scenario(gui::load_scenario("gpt2", "1xh100", "ddp", "", {sim::parse_override("plan.precision=bf16")}));
+  REQUIRE(one.wait_for_result(kWaitMs));
+  REQUIRE(one.outcome().ok());
+  auto* bwd = one.findChild<QCheckBox*>("optimizer_in_backward");
+  REQUIRE(bwd != nullptr);
+  CHECK(bwd->isEnabled());
+  bwd->setChecked(true);
+  REQUIRE(one.wait_for_result(kWaitMs));
+  REQUIRE(one.outcome().ok());
+  CHECK(one.outcome().prediction->plan.optimizer_in_backward);
+  CHECK(one.scenario().plan.origins.of("plan.optimizer_in_backward") == "explorer: optimizer_in_backward");
 }
 
 // Note [Precision-aware optimizer]: under ZeRO-1 in bf16 the box turns

@@ -1612,4 +1612,12 @@ TEST_CASE("what the simulator prices for fine-tuning is refused by validate in o
   CHECK(fused.status == 2);
   CHECK(std::count(fused.err.begin(), fused.err.end(), '\n') == 1);
   CHECK(fused.err.find("liger_fused_linear is not run") != std::string::npos);
+  // Note [8-bit optimizer] and Note [Optimizer in backward]: priced, not run.
+  const Run eight = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.optim_bits=8");
+  CHECK(eight.status == 2);
+  CHECK(std::count(eight.err.begin(), eight.err.end(), '\n') == 1);
+  CHECK(eight.err.find("8-bit optimizer states are not run") != std::string::npos);
+  const Run in_bwd = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.dp=1 --set plan.optimizer_in_backward=true");
+  CHECK(in_bwd.status == 2);
+  CHECK(in_bwd.err.find("the runtime steps after the backward, not in it") != std::string::npos);
 }

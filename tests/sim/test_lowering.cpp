@@ -426,6 +426,93 @@ TEST_CASE("Megatron's fp32 gradient buffer: 18 and 6 + 12/dp bytes a parameter",
   }
 }
 
+TEST_CASE("optimizer_in_backward steps each layer after its backward and keeps no gradient beyond the one being made "
+          "(Note [Optimizer in backward])",
+          "[lowering][memory]") {
+  // 4 layers x 1000 params, fp32 Adam, as "single GPU: forward, backward
+  // and the optimizer, in order": forward 1 us and backward 2 us a layer;
+  // each layer's step 1000 x 28 B at 1 TB/s = 28 ns, right after its
+  // backward, so the iteration is as long as before: 4 + 8 us + 4 x 28 ns.
+  const test::FakeModel m(4, 1000, 10);
+  const Run r = run(m, "dp: 1\nprecision: fp32\noptimizer: adam\noptimizer_in_backward: true\n", round_cluster(), 1000);
+  CHECK(r.exec.makespan == 4 * 1000 + 4 * 2000 + 112);
+  CHECK(r.phase(Phase::kOptimizer) == 112);
+  // The last layer's step runs between its backward (4 to 6 us) and the next layer's.
+  bool found = false;
+  for (std::size_t t = 0; t < r.graph.tasks.size(); ++t) {
+    if (r.graph.tasks[t].name != "step L3") continue;
+    found = true;
+    CHECK(r.exec.spans[t].start == 6000);
+    CHECK(r.exec.spans[t].end == 6028);
+  }
+  CHECK(found);
+  // Peak at the start of the first backward: parameters 16000 B, Adam's m
+  // and v 32000 B, all four layers' 10 B of activations, and that layer's
+  // 4000 B of gradients (the fake layer is one tensor): 52040, where the
+  // step after the backward peaks at 64010 with every gradient.
+  const MemSnapshot& peak = r.exec.memory[0].at_peak;
+  CHECK(peak.total() == 52040);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kGradients)] == 4000);
+  CHECK(peak.bytes[static_cast<int>(MemCategory::kActivations)] == 40);
+  // model_states (what the search bounds and the breakdown start from) keeps none.
+  const ResolvedPlan rp = resolve(parse_plan("dp: 1\nprecision: fp32\noptimizer: adam\noptimizer_in_backward: true\n", "p.yaml"), m, round_cluster());
+  CHECK(model_states(rp, 4000).gradients == 0);
+  // torchtune's rules: one GPU, one micro-batch, no ZeRO.
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\noptimizer_in_backward: true\n", "p.yaml"), m, round_cluster()),
+                    "p.yaml:2: plan.optimizer_in_backward: true on 2 GPUs: dtsim steps in the backward as torchtune's "
+                    "single-device recipe does, on one GPU; valid here: false");
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 1\nmicro_batch: 1\nglobal_batch: 4\noptimizer_in_backward: true\n", "p.yaml"), m,
+                            round_cluster()),
+                    Catch::Contains("plan.optimizer_in_backward: true with 4 micro-batches a step"));
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 1\nzero_stage: 1\noptimizer_in_backward: true\n", "p.yaml"), m, round_cluster()),
+                    Catch::Contains("valid: zero_stage 0"));
+}
+
+TEST_CASE("8-bit optimizer states: a byte each and an fp32 scale for each 256, streamed in one kernel (Note [8-bit optimizer])",
+          "[lowering][memory]") {
+  // bitsandbytes' AdamW8bit over 7.5B bf16 parameters without masters:
+  // two uint8 states, 2 bytes a parameter, and two fp32 absmax for each
+  // block of 256: 8 x 7.5e9 / 256 = 234,375,000 bytes more.
+  const std::int64_t psi = 7'500'000'000;
+  ResolvedPlan p;
+  p.precision = Precision::kBf16;
+  p.optimizer = Optimizer::kAdamW;
+  p.master_weights = false;
+  p.optim_bits = 8;
+  CHECK(model_states(p, psi).optimizer == 2 * psi + 234'375'000);
+  // Beside an fp32 master (a model under autocast): 4 more a parameter.
+  p.master_weights = true;
+  CHECK(model_states(p, psi).optimizer == 6 * psi + 234'375'000);
+  // SGD's one momentum buffer: a byte and one scale a block.
+  p.optimizer = Optimizer::kSgd;
+  p.master_weights = false;
+  CHECK(model_states(p, psi).optimizer == psi + 117'187'500);
+  // The kernel reads the bf16 gradient and parameter, each state's byte
+  // and its scale (4 / 256), and writes all but the gradient: 2 + 2 + 2 +
+  // 2 x 2 x (1 + 1/64) = 10.0625 bytes, where torch.optim streams 14.
+  p.optimizer = Optimizer::kAdamW;
+  CHECK(update_bytes_per_param(p) == Approx(10.0625));
+
+  // Simulated (4 layers of 10M parameters, one fp16 device): at the peak
+  // 2 x 40M + 8 x 40M / 256 = 81,250,000 bytes of state; the step 10.0625
+  // / 14 as long as torch.optim's without masters.
+  const test::FakeModel m(4, 10'000'000, 10);
+  const Run pure = run(m, "precision: fp16\noptimizer: adam\nmaster_weights: false\n", round_cluster(), 500'000);
+  const Run eight = run(m, "precision: fp16\noptimizer: adam\nmaster_weights: false\noptim_bits: 8\n", round_cluster(), 500'000);
+  CHECK(eight.exec.memory[0].at_peak.bytes[static_cast<int>(MemCategory::kOptimizer)] == 81'250'000);
+  CHECK(static_cast<double>(eight.phase(Phase::kOptimizer)) ==
+        Approx(static_cast<double>(pure.phase(Phase::kOptimizer)) * 10.0625 / 14).epsilon(1e-6));
+  // One line each where it means nothing or contradicts the plan.
+  CHECK_THROWS_WITH(resolve(parse_plan("optim_bits: 16\n", "p.yaml"), m, round_cluster()),
+                    "p.yaml:1: plan.optim_bits: 16 is not a width bitsandbytes keeps states in; valid: 32 or 8");
+  CHECK_THROWS_WITH(resolve(parse_plan("optimizer: sgd\nsgd_momentum: 0\noptim_bits: 8\n", "p.yaml"), m, round_cluster()),
+                    Catch::Contains("which keeps no state to quantize"));
+  CHECK_THROWS_WITH(resolve(parse_plan("dp: 2\nzero_stage: 1\nprecision: bf16\nuse_precision_aware_optimizer: true\noptim_bits: 8\n",
+                                       "p.yaml"),
+                            m, round_cluster()),
+                    Catch::Contains("plan.optim_bits: 8 contradicts use_precision_aware_optimizer: true"));
+}
+
 TEST_CASE("without master weights Adam keeps 4 bytes a parameter and streams 14 a step, not 12 and 28 (Note [No master weights])",
           "[lowering][memory]") {
   // torch.optim.Adam over bf16 parameters: exp_avg and exp_avg_sq in bf16,

@@ -291,6 +291,9 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.accumulate_allreduce_grads_in_fp32 = c.get_bool("accumulate_allreduce_grads_in_fp32", false);
   p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
   p.megatron_grad_buffer = c.get_bool("megatron_grad_buffer", false);  // Note [Megatron's gradient buffer]
+  // Note [8-bit optimizer] (plan.cpp): bitsandbytes' optim_bits, 32 or 8 (resolve says which).
+  p.optim_bits = static_cast<int>(c.get_int("optim_bits", 32, 1, 64));
+  p.optimizer_in_backward = c.get_bool("optimizer_in_backward", false);  // Note [Optimizer in backward]
   // Note [Precision-aware optimizer] (plan.cpp): Megatron-Core's knobs, its words.
   p.use_precision_aware_optimizer = c.get_bool("use_precision_aware_optimizer", false);
   p.main_params_dtype = c.get_enum("main_params_dtype", StateDtype::kFp32, {{"fp32", StateDtype::kFp32}, {"fp16", StateDtype::kFp16}});

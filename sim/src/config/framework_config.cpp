@@ -121,7 +121,7 @@ void OverrideList::finish() {
       "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len", "loss_chunks", "loss_kernel",
       "precision", "fp8_param_gather", "fp8_recipe", "optimizer", "sgd_momentum", "zero_stage", "fsdp", "limit_all_gathers", "fsdp_wrap", "fsdp_version", "outer_dp_sharding_strategy", "reduce_dtype", "stage3_prefetch_bucket_size",
       "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "z3_leaf_layers",
-      "offload_optimizer", "offload_params", "recompute", "recompute_modules", "recompute_method", "recompute_num_layers", "bucket_mb", "reduce_bucket_size", "overlap", "overlap_comm", "contiguous_gradients", "reduce_scatter", "overlap_param_gather", "accumulate_allreduce_grads_in_fp32", "megatron_grad_buffer", "master_weights", "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders", "deallocate_pipeline_outputs", "cpu_offloading_num_layers", "fine_grained_activation_offloading", "offload_modules", "min_offloaded_tensor_size", "activation_offload_fraction", "delta_offload_bytes_across_pp_ranks", "fine_grained_offloading_max_inflight_offloads", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
+      "offload_optimizer", "offload_params", "recompute", "recompute_modules", "recompute_method", "recompute_num_layers", "bucket_mb", "reduce_bucket_size", "overlap", "overlap_comm", "contiguous_gradients", "reduce_scatter", "overlap_param_gather", "accumulate_allreduce_grads_in_fp32", "megatron_grad_buffer", "master_weights", "optim_bits", "optimizer_in_backward", "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders", "deallocate_pipeline_outputs", "cpu_offloading_num_layers", "fine_grained_activation_offloading", "offload_modules", "min_offloaded_tensor_size", "activation_offload_fraction", "delta_offload_bytes_across_pp_ranks", "fine_grained_offloading_max_inflight_offloads", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
       "num_layers_at_end_in_bf16", "partition_activations", "cpu_checkpointing"};
   for (const char* k : kPlanKeys) {
     if (!has_plan(k)) plan(k, "null", fc_.file);
@@ -213,8 +213,10 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 // --torchtitan, --torchtune, --axolotl; Python's search(megatron_bridge=...)) asks which plan would
 // train what the config trains faster: the config's model (its model.*
 // keys) and, as fixed knobs, what decides the numbers it trains with
-// (kFixedFromConfig: sequence, precision and its FP8 recipe, optimizer,
-// gradient and master-weight types, kernels, the experts' routing) and how
+// (kFixedFromConfig: sequence and its packed documents, precision and its
+// FP8 recipe, optimizer, its states' bits and whether it steps in the
+// backward, gradient and master-weight types, kernels, the loss's chunks
+// and kernel, the experts' routing) and how
 // its framework splits a pipeline (Note [Megatron's split]: a Megatron
 // config's candidates are the pipelines Megatron can split); every parallel
 // and memory knob is the search's that the framework can set
@@ -229,7 +231,8 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 // sim/src/search/search.cpp). The user's --set fix knobs as always.
 namespace {
 constexpr const char* kFixedFromConfig[] = {
-    "seq_len", "precision", "fp8_recipe", "fp8_param_gather", "optimizer", "sgd_momentum", "master_weights",
+    "seq_len", "document_len", "loss_chunks", "precision", "fp8_recipe", "fp8_param_gather", "optimizer", "sgd_momentum",
+    "master_weights", "optim_bits", "optimizer_in_backward",
     "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders",
     "accumulate_allreduce_grads_in_fp32", "megatron_grad_buffer", "reduce_dtype", "kernels", "loss_kernel", "attention", "runtime", "moe_dispatcher",
     "moe_capacity_factor", "moe_pad", "moe_force_load_balance", "moe_experts", "pipeline_split",

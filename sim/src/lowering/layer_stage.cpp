@@ -356,7 +356,7 @@ class LayerStage final : public detail::StageEmitter {
     // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
     // Megatron's buffer holds them all along (Note [Megatron's gradient buffer]).
     const bool allocates = c.zero >= 2 || first_micro;
-    const bool new_grads = allocates && !c.resident_grads;
+    const bool new_grads = allocates && !c.resident_grads && !c.plan.optimizer_in_backward;
     // The gradient of the input and the backward's workspaces; where
     // calibration measured the backward's rise (Note [Layer memory]), that
     // rise less the gradients it includes (the runtime's, in the
@@ -367,6 +367,12 @@ class LayerStage final : public detail::StageEmitter {
     MemOps on_end{{MemCategory::kActivations, -held}, {MemCategory::kActivations, -L.saved_bytes}};
     auto& grads_op = L.grads_at_end() ? on_end : on_start;
     if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
+    if (c.plan.optimizer_in_backward) {
+      // Note [Optimizer in backward]: one tensor's gradient at a time, stepped and freed as it is made.
+      const Bytes stepped = largest_tensor(L) * c.gw;
+      detail::add_bytes(on_start, MemCategory::kGradients, stepped);
+      detail::add_bytes(on_end, MemCategory::kGradients, -stepped);
+    }
     passes_.backward_memory(at, on_start, on_end);
     TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i], c.bwd_memory[i]}, deps, on_start, on_end).last;
     if (b < 0) {
@@ -375,6 +381,54 @@ class LayerStage final : public detail::StageEmitter {
       c.g.tasks[b].memory_share = c.bwd_memory[i];
     }
     c.bwd[i] = passes_.after_backward(at, b);
+    if (c.plan.optimizer_in_backward && L.params > 0) step_in_backward(L, c.bwd[i]);
+  }
+
+  /// Elements of a layer's largest parameter tensor of its own: from its
+  /// modules' tensors, or as it says; the whole layer where it says nothing.
+  static std::int64_t largest_tensor(const Layer& L) {
+    std::int64_t largest = L.largest_param_tensor;
+    for (const ParamModule& m : L.modules) {
+      if (!m.tied.empty()) continue;
+      for (std::int64_t t : m.tensors) largest = std::max(largest, t);
+    }
+    return std::min(L.params, largest > 0 ? largest : L.params);
+  }
+
+  // Note [Optimizer in backward]
+  // torchtune's optimizer_in_bwd (recipes/full_finetune_single_device.py;
+  // training/memory.py, register_optim_in_bwd_hooks) gives each parameter an
+  // optimizer of its own and registers a post-accumulate-grad hook that steps
+  // it and sets its gradient to None as soon as autograd has made it. So no
+  // gradient outlives its tensor's backward: where a step keeps every gradient
+  // until it runs (a model's worth, 6 GiB for Llama 3.2 3B in bf16), this
+  // keeps one tensor's, and the peak moves from the end of the backward to
+  // wherever the activations peak. The steps run on the autograd thread
+  // between the layers' backward kernels, on the same stream: dtsim puts a
+  // layer's updates, priced as one step of its tensors (Note [Optimizer step]
+  // in cost_compute.cpp), right after its backward, each holding the
+  // temporaries an unfused step of its largest tensor makes (Note [Unfused
+  // step]). A tied weight's gradient is whole only once the embedding's part
+  // is added to the LM head's, so autograd holds the head's part from the
+  // head's backward to the embedding's (0.7 GiB for Llama 3.2 3B in bf16);
+  // dtsim counts a tied weight's gradient at the embedding's backward, with or
+  // without this, so that the two compare. Gradient accumulation has nothing
+  // to accumulate into (torchtune refuses it, and gradient clipping); with
+  // more than one GPU each rank's hook would step before its gradients are
+  // reduced, so resolve allows it on one GPU, as torchtune's single-device
+  // recipe runs it (its distributed recipe's FSDP2 steps each shard after its
+  // reduce-scatter, not modelled). The step after the backward is then empty.
+  void step_in_backward(const Layer& L, TaskId after) {
+    detail::LayerContext& c = ctx_;
+    const int updates = std::max(1, layer_updates(L.params, L.param_tensors));
+    const double params = static_cast<double>(L.params);
+    MemOps on_start, frees;
+    detail::add_step_temporaries(c.plan, c.cluster.device, largest_tensor(L), on_start, frees);
+    const TimeNs t = detail::step_time(c.compute_model, params, updates, c.plan, c.cluster.device);
+    const TaskId step = c.compute("step " + L.name, Phase::kOptimizer, t, {after}, std::move(on_start), frees);
+    c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);
+    c.g.tasks[step].memory_share = 1;
+    stepped_ = step;
   }
 
   void end_backward(std::int64_t m, bool last_micro) {
@@ -390,6 +444,15 @@ class LayerStage final : public detail::StageEmitter {
     TaskDeps deps = c.reductions;
     deps.push_back(c.last_bwd);
     MemOps frees, on_start;
+    if (c.plan.optimizer_in_backward) {
+      // Note [Optimizer in backward]: every tensor was stepped as its gradient was made.
+      if (stepped_ >= 0) deps.push_back(stepped_);
+      passes_.before_step(0, deps, on_start);
+      TaskId step = passes_.optimizer_step(0, deps, frees);
+      if (step < 0) step = c.compute("optimizer step (in backward)", Phase::kOptimizer, 0, deps, std::move(on_start), frees);
+      passes_.after_step(0, step);
+      return;
+    }
     if (c.zero <= 1 && !c.resident_grads) {
       // Stages 0 and 1 keep full gradients until the step frees them.
       Bytes grads = 0;
@@ -448,13 +511,14 @@ class LayerStage final : public detail::StageEmitter {
   detail::PassList passes_;
   /// Note [Expert-parallel overlap]: the plan asks for it.
   bool overlap_ = false;
+  /// Note [Optimizer in backward]: the last layer's step (-1: none yet).
+  TaskId stepped_ = -1;
 };
 
 }  // namespace
 
 ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std::int64_t expert_parameters) {
   const Bytes w = element_bytes(plan.precision);
-  const Bytes k = optimizer_state_bytes_per_param(plan);
   const Bytes psi = parameters;
   // Dense parameters shard over shard_group, routed experts' over the
   // expert data-parallel group (Note [Expert mesh] in cost_comm.cpp).
@@ -464,7 +528,9 @@ ModelStates model_states(const ResolvedPlan& plan, std::int64_t parameters, std:
   if (plan.offload_params == Offload::kCpu) s.parameters = 0;
   const Bytes gw = gradient_element_bytes(plan);
   s.gradients = plan.zero_stage >= 2 ? shard * gw : psi * gw;
-  s.optimizer = plan.zero_stage >= 1 ? detail::optimizer_shard_of(plan, parameters, expert_parameters) * k : psi * k;
+  // Note [Optimizer in backward]: a gradient lives only while its tensor's backward runs.
+  if (plan.optimizer_in_backward) s.gradients = 0;
+  s.optimizer = optimizer_state_bytes(plan, plan.zero_stage >= 1 ? detail::optimizer_shard_of(plan, parameters, expert_parameters) : psi);
   // Note [Offload]: the optimizer's states live on the host, and under
   // ZeRO-2 so does the reduced gradient partition (DeepSpeed copies each
   // reduced bucket down as the backward makes it); the device holds only

@@ -431,7 +431,8 @@ inline TimeNs step_time(const ComputeModel& m, double params, int tensors, const
 /// runs, on the device unless the optimizer is offloaded.
 inline void add_step_temporaries(const ResolvedPlan& p, const DeviceSpec& device, std::int64_t largest,
                                  MemOps& on_start, MemOps& frees) {
-  if (p.offload_optimizer == Offload::kCpu) return;
+  // Note [8-bit optimizer]: bitsandbytes' one kernel a tensor makes none.
+  if (p.offload_optimizer == Offload::kCpu || p.optim_bits == 8) return;
   const Bytes t = unfused_step_bytes(largest, p.optimizer, p.precision, device.fused_optimizer, p.master_weights);
   add_bytes(on_start, MemCategory::kOptimizer, t);
   add_bytes(frees, MemCategory::kOptimizer, -t);

@@ -276,7 +276,38 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
 // copy of a bf16 gradient shard. The step's traffic is in
 // update_bytes_per_param (cost_compute.cpp). dtsim prices an NVFP4 run's
 // masters as FusedAdam's (Megatron-LM's fp8_recipe default is delayed).
+// Note [8-bit optimizer]
+// bitsandbytes' optimizers with optim_bits=8 (bnb.optim.AdamW8bit, Adam8bit,
+// PagedAdamW8bit, SGD8bit; bitsandbytes/optim/optimizer.py, Optimizer2State
+// and Optimizer1State.init_state) keep each state of a tensor as uint8
+// codes of the dynamic quantization map, block-wise (Dettmers et al. 2022,
+// "8-bit Optimizers via Block-wise Quantization"): a byte an element and an
+// fp32 absmax for each block of 256 (blocksize = 256; absmax1, absmax2).
+// torchao's AdamW8bit (OptimState8bit, block_size 256) keeps the same. So
+// Adam keeps 2 bytes a parameter and 8 for each 256, beside the fp32 master
+// where there is one (a model trained in fp32 or under autocast; torchtune
+// and HF's bf16 models have none: Note [No master weights]), where
+// torch.optim keeps 8 (or 4 in bf16). A tensor below min_8bit_size (4,096
+// elements) keeps fp32 states instead: a norm's weight; dtsim prices every
+// tensor in 8 bits (a Llama 3.2 3B block's two norms, 6,144 elements, are
+// 37 KB of fp32 states). The update is one kernel a tensor
+// (optimizer_update_8bit_blockwise) that dequantizes, updates and
+// requantizes in registers: it reads the gradient, the parameter, both
+// states and their scales and writes back all but the gradient, making no
+// temporaries (update_bytes_per_param in cost_compute.cpp;
+// unfused_step_bytes 0). The paged versions (PagedAdamW8bit) put each state
+// of 10^5 elements or more in CUDA managed memory (get_state_buffer,
+// F.get_paged): outside PyTorch's caching allocator, so
+// torch.cuda.max_memory_allocated and the "active" peak torchtune logs do
+// not count them, and the driver moves them to the host when the device
+// runs short rather than failing. dtsim counts them on the device, where
+// they stay while they fit (nvidia-smi shows them), and says so.
 int optimizer_state_bytes_per_param(const ResolvedPlan& plan) {
+  if (plan.optim_bits == 8) {
+    const int states = plan.optimizer == Optimizer::kSgd ? 1 : plan.optimizer == Optimizer::kSgdPlain ? 0 : 2;
+    const bool master = plan.precision != Precision::kFp32 && plan.master_weights;
+    return states + (master ? 4 : 0);
+  }
   if (!plan.use_precision_aware_optimizer || is_sgd(plan.optimizer)) {
     return optimizer_state_bytes_per_param(plan.optimizer, plan.precision, plan.master_weights);
   }
@@ -285,6 +316,16 @@ int optimizer_state_bytes_per_param(const ResolvedPlan& plan) {
   if (!plan.te_master_weights()) return moments + 4;       // Megatron-Core's fp32 copy
   if (plan.main_params_dtype != StateDtype::kFp32) return moments + state_bytes(plan.main_params_dtype);
   return moments + (plan.param_remainders() ? 2 : 4);
+}
+
+Bytes optimizer_state_bytes(const ResolvedPlan& plan, std::int64_t params) {
+  Bytes b = static_cast<Bytes>(params) * optimizer_state_bytes_per_param(plan);
+  if (plan.optim_bits == 8 && params > 0) {
+    // Note [8-bit optimizer]: an fp32 absmax for each block of 256 of each state.
+    const int states = plan.optimizer == Optimizer::kSgd ? 1 : plan.optimizer == Optimizer::kSgdPlain ? 0 : 2;
+    b += static_cast<Bytes>(states) * 4 * ((params + 255) / 256);
+  }
+  return b;
 }
 
 int optimizer_step_copy_bytes_per_param(const ResolvedPlan& plan) {
@@ -1311,6 +1352,43 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
         bad.add(key, std::string(to_string(d)) + " needs use_precision_aware_optimizer: true (Megatron-Core asserts \"" + key +
                          " can only be fp32 when not using precision-aware optimizer\"); valid without it: fp32");
       }
+    }
+  }
+  // Note [8-bit optimizer].
+  r.optim_bits = s.optim_bits;
+  if (r.optim_bits != 32 && r.optim_bits != 8) {
+    bad.add("optim_bits", std::to_string(s.optim_bits) + " is not a width bitsandbytes keeps states in; valid: 32 or 8");
+  } else if (r.optim_bits == 8 && !PlanRules::eight_bit_states_allowed(r.optimizer, r.use_precision_aware_optimizer, r.offload_optimizer)) {
+    if (r.optimizer == Optimizer::kSgdPlain) {
+      bad.add("optim_bits", "8 with sgd at sgd_momentum 0, which keeps no state to quantize; valid: 32, or sgd_momentum above 0");
+    } else if (r.use_precision_aware_optimizer) {
+      bad.add("optim_bits", "8 contradicts use_precision_aware_optimizer: true (Transformer Engine's FusedAdam keeps its "
+                            "states in exp_avg_dtype and exp_avg_sq_dtype); set only one");
+    } else if (r.offload_optimizer == Offload::kCpu) {
+      bad.add("optim_bits", "8 with offload_optimizer cpu is not modelled (DeepSpeed's CPU Adam keeps fp32 states on the host); "
+                            "valid: 32");
+    }
+  }
+  // Note [Optimizer in backward] (lowering/layer_stage.cpp): torchtune's
+  // single-device recipe, which refuses gradient accumulation with it.
+  r.optimizer_in_backward = s.optimizer_in_backward;
+  if (r.optimizer_in_backward &&
+      !PlanRules::optimizer_in_backward_allowed(r.gpus_used(), r.grad_accum, r.zero_stage, r.offload_optimizer, r.grad_buffer())) {
+    const int gpus = r.gpus_used();
+    if (gpus > 1) {
+      bad.add("optimizer_in_backward", "true on " + std::to_string(gpus) + " GPUs: dtsim steps in the backward as torchtune's "
+                                       "single-device recipe does, on one GPU; valid here: false");
+    } else if (r.grad_accum > 1) {
+      bad.add("optimizer_in_backward", "true with " + std::to_string(r.grad_accum) + " micro-batches a step: each gradient is "
+                                       "stepped as it is made (torchtune: \"Gradient accumulation is not supported with "
+                                       "optimizer_in_bwd\"); valid: false, or global_batch = micro_batch");
+    } else if (r.offload_optimizer == Offload::kCpu) {
+      bad.add("optimizer_in_backward", "true with offload_optimizer cpu is not modelled (the host's step follows the backward); valid: false");
+    } else if (r.grad_buffer()) {
+      bad.add("optimizer_in_backward", "true with Megatron-Core's gradient buffer, which keeps every gradient for the step; valid: false");
+    } else if (r.zero_stage > 0) {
+      bad.add("optimizer_in_backward", "true with zero_stage " + std::to_string(r.zero_stage) + ": on one GPU there is nothing to "
+                                       "shard; valid: zero_stage 0");
     }
   }
   bad.raise();

@@ -123,6 +123,15 @@ bool PlanRules::precision_aware_allowed(int zero_stage, bool fsdp, Optimizer o) 
   return zero_stage == 1 && !fsdp && !is_sgd(o);
 }
 
+bool PlanRules::eight_bit_states_allowed(Optimizer o, bool precision_aware, Offload optimizer) {
+  return o != Optimizer::kSgdPlain && !precision_aware && optimizer != Offload::kCpu;
+}
+
+bool PlanRules::optimizer_in_backward_allowed(int gpus, std::int64_t micro_batches, int zero_stage, Offload optimizer,
+                                              bool grad_buffer) {
+  return gpus == 1 && micro_batches == 1 && zero_stage == 0 && optimizer != Offload::kCpu && !grad_buffer;
+}
+
 std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   if (cp <= 1) return {CpComm::kP2p};
   if (model_.cp_all_gather_only()) return {CpComm::kAllGather};

@@ -104,6 +104,8 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   else if (p.megatron_grad_buffer) os << " grad-buffer";
   if (!p.master_weights) os << " no-master-weights";
+  if (p.optim_bits == 8) os << " 8-bit-optimizer";
+  if (p.optimizer_in_backward) os << " optimizer-in-backward";
   if (p.use_precision_aware_optimizer) {
     // Note [Precision-aware optimizer]: the types not left at fp32.
     os << " precision-aware";
@@ -184,6 +186,8 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
   j.field("megatron_grad_buffer", p.grad_buffer());
   j.field("master_weights", p.master_weights);
+  j.field("optim_bits", p.optim_bits);
+  j.field("optimizer_in_backward", p.optimizer_in_backward);
   j.field("use_precision_aware_optimizer", p.use_precision_aware_optimizer);
   j.field("main_params_dtype", to_string(p.main_params_dtype)).field("exp_avg_dtype", to_string(p.exp_avg_dtype))
       .field("exp_avg_sq_dtype", to_string(p.exp_avg_sq_dtype));

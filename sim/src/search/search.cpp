@@ -1249,6 +1249,8 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
     lb.megatron_grad_buffer = s.megatron_grad_buffer && lb.zero_stage <= 1 && s.fsdp == FsdpMode::kNone && s.offload_optimizer == Offload::kNone;
     lb.master_weights = s.master_weights;
+    lb.optim_bits = s.optim_bits;  // Note [8-bit optimizer]
+    lb.optimizer_in_backward = s.optimizer_in_backward;  // Note [Optimizer in backward]
     // Note [Precision-aware optimizer]: its states, where resolve allows it.
     lb.use_precision_aware_optimizer = s.use_precision_aware_optimizer && PlanRules::precision_aware_allowed(lb.zero_stage, s.fsdp != FsdpMode::kNone, lb.optimizer);
     lb.main_params_dtype = s.main_params_dtype;
@@ -1581,6 +1583,7 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   j.field("sequence_parallel", p.sequence_parallel).field("tp_comm_overlap", p.tp_comm_overlap);
   j.field("overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm);
   j.field("master_weights", p.master_weights);
+  j.field("optim_bits", p.optim_bits).field("optimizer_in_backward", p.optimizer_in_backward);
   j.field("placement", p.spec.placement);
   j.key("stage_layers").begin_array();
   for (int n : p.stage_layers) j.value(n);

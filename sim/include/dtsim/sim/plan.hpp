@@ -440,6 +440,20 @@ struct PlanSpec {
   /// OptimizerConfig's store_param_remainders (true by default): an fp32
   /// master of a bf16 parameter kept as its low 16 bits.
   bool store_param_remainders = true;
+  /// The bits of each optimizer state (bitsandbytes' optim_bits): 32, the
+  /// states in the optimizer's own types (fp32, or the parameters' under
+  /// master_weights false); 8, bitsandbytes' block-wise 8-bit states
+  /// (AdamW8bit, PagedAdamW8bit; torchao's AdamW8bit), a byte each and an
+  /// fp32 scale for each 256 (Note [8-bit optimizer] in
+  /// sim/src/parallel/plan.cpp). 8 needs a state to keep, the optimizer on
+  /// the device and not use_precision_aware_optimizer.
+  int optim_bits = 32;
+  /// torchtune's optimizer_in_bwd: each parameter stepped by its own
+  /// optimizer as soon as its gradient is made (a post-accumulate-grad
+  /// hook), the gradient freed at once (Note [Optimizer in backward] in
+  /// sim/src/lowering/layer_stage.cpp). One GPU, one micro-batch a step
+  /// and no ZeRO, as torchtune's single-device recipe runs it.
+  bool optimizer_in_backward = false;
   Origins origins;
 };
 
@@ -528,6 +542,8 @@ struct ResolvedPlan {
   StateDtype main_params_dtype = StateDtype::kFp32, exp_avg_dtype = StateDtype::kFp32,
              exp_avg_sq_dtype = StateDtype::kFp32;
   bool store_param_remainders = true;               ///< PlanSpec's
+  int optim_bits = 32;                              ///< PlanSpec's (8: bitsandbytes' 8-bit states)
+  bool optimizer_in_backward = false;               ///< PlanSpec's (one GPU, one micro-batch)
   bool deallocate_pipeline_outputs = false;          ///< PlanSpec's
   Schedule schedule = Schedule::k1f1b;  ///< meaningful when pp > 1
   int virtual_stages = 1;         ///< model chunks per pipeline rank
@@ -603,6 +619,10 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
 /// under use_precision_aware_optimizer its master and moments each in its
 /// own type (Note [Precision-aware optimizer]).
 int optimizer_state_bytes_per_param(const ResolvedPlan& plan);
+/// Bytes of optimizer state a plan keeps for `params` parameters: their
+/// bytes per parameter above, and under optim_bits 8 bitsandbytes' fp32
+/// scale for each 256 elements of each state (Note [8-bit optimizer]).
+Bytes optimizer_state_bytes(const ResolvedPlan& plan, std::int64_t params);
 /// Bytes per parameter of its shard that a precision-aware step holds
 /// while it runs: an fp32 copy of each state kept in another type
 /// (Note [Precision-aware optimizer]); 0 otherwise.

@@ -98,6 +98,17 @@ class PlanRules {
   /// optimizer] in plan.cpp): Adam under the distributed optimizer
   /// (zero_stage 1, not FSDP), as Megatron-Core asserts.
   static bool precision_aware_allowed(int zero_stage, bool fsdp, Optimizer o);
+  /// Whether a plan may keep bitsandbytes' 8-bit states (PlanSpec::optim_bits
+  /// 8; Note [8-bit optimizer] in plan.cpp): an optimizer with a state (not
+  /// SGD without momentum), on the device, not Megatron-Core's
+  /// precision-aware one.
+  static bool eight_bit_states_allowed(Optimizer o, bool precision_aware, Offload optimizer);
+  /// Whether a plan may step in the backward (PlanSpec::optimizer_in_backward;
+  /// Note [Optimizer in backward] in lowering/layer_stage.cpp): on one GPU,
+  /// one micro-batch a step, no ZeRO, the optimizer on the device and no
+  /// Megatron gradient buffer, as torchtune's single-device recipe runs it.
+  static bool optimizer_in_backward_allowed(int gpus, std::int64_t micro_batches, int zero_stage, Offload optimizer,
+                                            bool grad_buffer);
   /// Whether attention `a` runs fused in precision p: `auto` is what the
   /// device would run (PyTorch's SDPA and Megatron-Core pick a fused kernel
   /// on a GPU in 16- and 8-bit training; eager on CPUs and in fp32).
