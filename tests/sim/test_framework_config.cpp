@@ -14,6 +14,7 @@
 #include "dtsim/sim/config_io.hpp"
 #include "dtsim/sim/error.hpp"
 #include "dtsim/sim/framework_config.hpp"
+#include "dtsim/sim/lowering.hpp"
 #include "dtsim/sim/plan.hpp"
 #include "dtsim/sim/predict.hpp"
 
@@ -1620,6 +1621,49 @@ TEST_CASE("torchtune: the 70B LoRA recipe config, FSDP2 over a frozen base", "[f
   CHECK(fc.search_fixed == std::vector<std::string>{"pp", "fsdp", "fsdp_version"});
 }
 
+TEST_CASE("torchtune: the 3B full single-device config, 8-bit states stepped in the backward", "[framework]") {
+  const FrameworkConfig fc = read_torchtune_config(sample("torchtune/llama3_2_3B_full_single_device.yaml"));
+  REQUIRE(fc.plan == std::optional<std::string>("ddp"));
+  CHECK(fc.model == std::optional<std::string>("llama-3.2-3b"));
+  auto k = keys(fc);
+  CHECK(k["model.peft"].empty());
+  // bitsandbytes.optim.PagedAdamW8bit: AdamW at optim_bits 8 (Note [8-bit
+  // optimizer]), its paging said; optimizer_in_bwd True in the
+  // single-device recipe (Note [Optimizer in backward]).
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(k["plan.optim_bits"] == "8");
+  CHECK(k["plan.optimizer_in_backward"] == "true");
+  CHECK(from_of(fc, "plan.optimizer_in_backward").find("llama3_2_3B_full_single_device.yaml:32 (optimizer_in_bwd)") != std::string::npos);
+  CHECK(listed(fc, "optimizer=bitsandbytes.optim.PagedAdamW8bit (paged"));
+  CHECK(k["plan.dp"] == "1");
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-a100", 1);
+  CHECK(r.optim_bits == 8);
+  CHECK(r.optimizer_in_backward);
+  CHECK(r.gpus_used() == 1);
+  // Llama 3.2 3B's 3,212,749,824 parameters (Llama-3.2-3B's config.json, the
+  // head tied): 2 bytes of states each and 8 for each 256.
+  const auto m = models::load_model("llama-3.2-3b");
+  REQUIRE(m->parameters() == 3'212'749'824);
+  CHECK(model_states(r, m->parameters()).optimizer == 2 * 3'212'749'824LL + 8 * 12'549'804LL);
+  CHECK(model_states(r, m->parameters()).gradients == 0);
+  // A search from it trains the same numbers: the loss's chunks, the 8-bit
+  // states and the step in the backward stay as the config has them.
+  std::vector<std::string> fixed;
+  for (const auto& o : search_fixed_overrides(fc.overrides, 0, fc.search_fixed)) fixed.push_back(o.section + "." + o.path);
+  for (const char* key : {"plan.loss_chunks", "plan.optim_bits", "plan.optimizer_in_backward", "plan.dp", "plan.pp"}) {
+    INFO(key);
+    CHECK(std::count(fixed.begin(), fixed.end(), key) == 1);
+  }
+  CHECK(std::count(fixed.begin(), fixed.end(), "plan.recompute") == 0);  // the search's
+  // The distributed recipe's FSDP2 steps each shard after its reduce-scatter: said, not set.
+  const FrameworkConfig dist = parse_torchtune_config(
+      "model:\n  _component_: torchtune.models.llama3_2.llama3_2_3b\noptimizer_in_bwd: True\noptimizer:\n"
+      "  _component_: torchao.optim.AdamW8bit\n", "t.yaml");
+  CHECK(keys(dist)["plan.optimizer_in_backward"] == "null");
+  CHECK(keys(dist)["plan.optim_bits"] == "8");
+  CHECK(listed(dist, "optimizer_in_bwd=True (under FSDP2"));
+}
+
 TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[framework][lora][errors]") {
   const FrameworkConfig fc = read_torchtune_config(sample("torchtune/llama3_1_8B_qlora_single_device.yaml"));
   REQUIRE(fc.plan == std::optional<std::string>("ddp"));
@@ -1905,7 +1949,16 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(listed(tpl, "cut_cross_entropy=true with tensor_parallel_size"));
   const FrameworkConfig said = read("optimizer: adamw_bnb_8bit\nliger_rms_norm: true\nchunked_cross_entropy: true\n"
                                     "gradient_checkpointing: offload\nmystery_knob: 3\nwandb_project: x\nhub_model_id:\n");
-  CHECK(listed(said, "optimizer=adamw_bnb_8bit (priced as AdamW"));
+  // Note [8-bit optimizer]: transformers' bitsandbytes AdamW at optim_bits 8.
+  CHECK(keys(said)["plan.optimizer"] == "adamw");
+  CHECK(keys(said)["plan.optim_bits"] == "8");
+  CHECK(!listed(said, "optimizer=adamw_bnb_8bit"));
+  const FrameworkConfig paged = read("optimizer: paged_adamw_8bit\n");
+  CHECK(keys(paged)["plan.optim_bits"] == "8");
+  CHECK(listed(paged, "optimizer=paged_adamw_8bit (paged: its states are priced on the device"));
+  const FrameworkConfig wide = read("optimizer: paged_adamw_32bit\n");
+  CHECK(keys(wide)["plan.optim_bits"] == "null");
+  CHECK(listed(wide, "optimizer=paged_adamw_32bit (priced as AdamW"));
   CHECK(listed(said, "liger_rms_norm or liger_glu_activation alone"));
   CHECK(listed(said, "chunked_cross_entropy=true"));
   CHECK(listed(said, "gradient_checkpointing=offload"));

@@ -77,8 +77,11 @@
 // - tensor_parallel_size, context_parallel_size (or sequence_parallel_
 //   degree), expert_parallel_size: plan.tp, cp, ep.
 // - optimizer: adamw_torch, adamw_torch_fused and the like are AdamW, sgd
-//   SGD; the 8-bit, paged and other optimizers are priced as AdamW with
-//   states in the weights' type (said).
+//   SGD; adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit (bitsandbytes) and
+//   adamw_torch_8bit (torchao) AdamW with plan.optim_bits 8 (Note [8-bit
+//   optimizer]; a paged one's states said to be priced on the device);
+//   the 32-bit paged ones and the other optimizers are priced as AdamW
+//   with states in the weights' type (said).
 // Keys that set no cost (logging, datasets, tokens, learning rates,
 // checkpoints) are read silently; any other key given is listed, not
 // dropped.
@@ -161,6 +164,10 @@ constexpr const char* kSilent[] = {
 /// torch.optim's AdamW or SGD with the usual states.
 constexpr const char* kAdamw[] = {"adamw_torch", "adamw_torch_fused", "adamw_apex_fused", "adamw_hf", "adamw_torch_xla",
                                   "adamw_torch_npu_fused", "adamw_anyprecision", "optimi_adamw"};
+/// Those that are AdamW with block-wise 8-bit states (transformers'
+/// get_optimizer_cls_and_kwargs: bitsandbytes' AdamW at optim_bits 8, and
+/// torchao's AdamW8bit).
+constexpr const char* kAdamw8bit[] = {"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "adamw_torch_8bit"};
 
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -515,6 +522,17 @@ class Reader : detail::YamlFields {
       out.plan("optimizer", "adamw", from(o, "optimizer"));
     } else if (name == "sgd") {
       out.plan("optimizer", "sgd", from(o, "optimizer"));
+    } else if (std::find_if(std::begin(kAdamw8bit), std::end(kAdamw8bit), [&](const char* k) { return name == k; }) !=
+               std::end(kAdamw8bit)) {
+      // Note [8-bit optimizer] (parallel/plan.cpp): transformers' Trainer
+      // builds bitsandbytes' AdamW with optim_bits 8 ("8bit" in the name),
+      // paged where "paged" is; adamw_torch_8bit is torchao's AdamW8bit.
+      out.plan("optimizer", "adamw", from(o, "optimizer"));
+      out.plan("optim_bits", "8", from(o, "optimizer"));
+      if (name.starts_with("paged_")) {
+        fc_.unmodelled.push_back("optimizer=" + name + " (paged: its states are priced on the device, where they stay while they "
+                                 "fit; PyTorch's allocator statistics leave them out)");
+      }
     } else {
       out.plan("optimizer", "adamw", from(o, "optimizer"));
       fc_.unmodelled.push_back("optimizer=" + name + " (priced as AdamW with states in the weights' type)");

@@ -45,12 +45,16 @@
 //   single-device recipes' (one GPU, plan.dp 1, no FSDP), any other as the
 //   distributed ones'.
 // - optimizer._component_: torch.optim.AdamW, Adam or SGD (fused or not,
-//   the same bytes); bitsandbytes' 8-bit and paged optimizers, an optimizer
-//   stepped in the backward (optimizer_in_bwd), activation offloading and
-//   other losses than CrossEntropyLoss and the chunked ones
-//   (CEWithChunkedOutputLoss, LinearCrossEntropyLoss: plan.loss_chunks,
-//   num_output_chunks, 8 by default; Note [Chunked loss]) are listed as not
-//   modelled.
+//   the same bytes); bitsandbytes' AdamW8bit, Adam8bit and their paged
+//   versions, and torchao's AdamW8bit, as AdamW or Adam with
+//   plan.optim_bits 8 (Note [8-bit optimizer]; a paged one's states are
+//   said to be priced on the device). optimizer_in_bwd (False) steps each
+//   parameter as its gradient is made: plan.optimizer_in_backward in the
+//   single-device recipe (Note [Optimizer in backward]), listed under
+//   FSDP2. Other optimizers, activation offloading and other losses than
+//   CrossEntropyLoss and the chunked ones (CEWithChunkedOutputLoss,
+//   LinearCrossEntropyLoss: plan.loss_chunks, num_output_chunks, 8 by
+//   default; Note [Chunked loss]) are listed as not modelled.
 // Keys that set no cost (seed, checkpointer, metric_logger, output_dir,
 // lr_scheduler, ...) are read silently; any other top-level key is listed,
 // not dropped (what a known section holds beyond the keys above is not).
@@ -262,20 +266,43 @@ class Reader : detail::YamlFields {
       const std::string c = o["_component_"].Scalar();
       static const std::map<std::string, std::string> known = {
           {"torch.optim.AdamW", "adamw"}, {"torch.optim.Adam", "adam"}, {"torch.optim.SGD", "sgd"}};
+      // Note [8-bit optimizer] (parallel/plan.cpp): bitsandbytes' and torchao's block-wise 8-bit states.
+      static const std::map<std::string, std::string> eight = {
+          {"bitsandbytes.optim.AdamW8bit", "adamw"}, {"bitsandbytes.optim.PagedAdamW8bit", "adamw"},
+          {"bitsandbytes.optim.Adam8bit", "adam"}, {"bitsandbytes.optim.PagedAdam8bit", "adam"},
+          {"torchao.optim.AdamW8bit", "adamw"}, {"torchao.prototype.low_bit_optim.AdamW8bit", "adamw"}};
+      const std::string origin = from(o["_component_"], "optimizer._component_");
       if (const auto it = known.find(c); it != known.end()) {
-        out.plan("optimizer", it->second, from(o["_component_"], "optimizer._component_"));
+        out.plan("optimizer", it->second, origin);
+      } else if (const auto e = eight.find(c); e != eight.end()) {
+        out.plan("optimizer", e->second, origin);
+        out.plan("optim_bits", "8", origin);
+        if (c.find(".Paged") != std::string::npos) {
+          fc_.unmodelled.push_back("optimizer=" + c + " (paged: its states are priced on the device, where they stay while they "
+                                   "fit; torchtune's logged peak, PyTorch's allocator's, leaves them out)");
+        }
       } else {
         fc_.unmodelled.push_back("optimizer=" + c + " (priced as AdamW with states in the weights' type)");
       }
     }
-    if (flag(root_["optimizer_in_bwd"], "optimizer_in_bwd", false)) {
-      fc_.unmodelled.push_back("optimizer_in_bwd=True (each gradient stepped as it is made: priced as one step after the backward)");
+    // Note [Optimizer in backward] (lowering/layer_stage.cpp): the single-device recipe's.
+    if (const YAML::Node b = root_["optimizer_in_bwd"]; flag(b, "optimizer_in_bwd", false)) {
+      if (single_device()) {
+        out.plan("optimizer_in_backward", "true", from(b, "optimizer_in_bwd"));
+      } else {
+        fc_.unmodelled.push_back("optimizer_in_bwd=True (under FSDP2 each shard stepped after its reduce-scatter: priced as one "
+                                 "step after the backward)");
+      }
     }
   }
 
+  /// Which recipe runs is the command's: a file named *single_device* is
+  /// read as a single-device recipe's (Note [torchtune configs]).
+  bool single_device() const { return file().find("single_device") != std::string::npos; }
+
   /// FSDP2 in the distributed recipes (Note [torchtune configs]).
   void sharding(detail::OverrideList& out) {
-    if (file().find("single_device") != std::string::npos) {
+    if (single_device()) {
       // One GPU, whatever the cluster has.
       fc_.plan = "ddp";
       out.plan("dp", "1", file() + " (a single-device recipe's config)");
