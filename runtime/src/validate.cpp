@@ -295,6 +295,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            ": a chunked cross-entropy is not run: the runtime takes the loss over the whole logits (the "
                            "simulator prices the chunks); use loss_chunks: 1");
   }
+  if (s.spec.enable_activation_offloading) {
+    // Note [Saved-tensor offload] (lowering/passes/saved_tensor_offload.cpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.enable_activation_offloading") +
+                           ": activations offloaded to the host are not run: the runtime keeps them on the device; use "
+                           "enable_activation_offloading: false");
+  }
   if (s.spec.optim_bits != 32 || s.spec.optimizer_in_backward) {
     // Note [8-bit optimizer] (plan.cpp) and Note [Optimizer in backward] (layer_stage.cpp): priced, not run.
     const bool bits = s.spec.optim_bits != 32;

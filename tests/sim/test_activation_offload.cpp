@@ -13,6 +13,7 @@
 #include "dtsim/sim/predict.hpp"
 #include "dtsim/sim/search.hpp"
 #include "lowering/lowering_common.hpp"
+#include "fake_model.hpp"
 #include "test_util.hpp"
 
 using namespace dtsim;
@@ -256,7 +257,8 @@ TEST_CASE("the search leaves the offload and checkpoint knobs off, and says so",
   // could have fitted with them: every searched plan runs without.
   const auto model = models::load_model("gpt2");
   SearchOptions o;
-  o.base = plan({"plan.cpu_offloading_num_layers=4", "plan.cpu_checkpointing=true", "plan.recompute=full"});
+  o.base = plan({"plan.cpu_offloading_num_layers=4", "plan.cpu_checkpointing=true", "plan.recompute=full",
+                 "plan.enable_activation_offloading=true"});
   o.global_batch = 64;
   o.threads = 1;
   const SearchResult r = search(*model, load_cluster("dgx-h100"), o);
@@ -264,11 +266,74 @@ TEST_CASE("the search leaves the offload and checkpoint knobs off, and says so",
   for (const SearchEntry& e : r.top) {
     CHECK(e.plan.cpu_offloading_num_layers == 0);
     CHECK_FALSE(e.plan.cpu_checkpointing);
+    CHECK_FALSE(e.plan.enable_activation_offloading);  // Note [Saved-tensor offload]
   }
   int said = 0;
   for (const std::string& w : r.warnings) {
     said += w.find("plan.cpu_offloading_num_layers: 4 is not searched") != std::string::npos;
     said += w.find("plan.cpu_checkpointing: true is not searched") != std::string::npos;
+    said += w.find("plan.enable_activation_offloading: true is not searched") != std::string::npos;
   }
-  CHECK(said == 2);
+  CHECK(said == 3);
+}
+
+// Note [Saved-tensor offload]: torchtune's enable_activation_offloading.
+TEST_CASE("torchtune's offloading frees each block once the next layer saves and brings it back a layer ahead",
+          "[offload][activations]") {
+  // 4 blocks of 1000 fp32 parameters keeping 1 MB each; forward 1 ms and
+  // backward 2 ms a block; a copy of 1 MB over the 10 GB/s host link 10 us
+  // + 100 us. Without recompute a block saves its five tensors and more, so
+  // block l leaves as block l + 1's forward starts, which waits for its
+  // copy down: three copies exposed in the forward (the last block stays).
+  // In the backward block 2 comes back as block 3's backward ends (exposed)
+  // with block 1 behind it; block 0 as block 2's ends (hidden).
+  const test::FakeModel m(4, 1000, 1'000'000);
+  const AnalyticCommModel comm(test::round_cluster());
+  const std::string plan = "dp: 1\nprecision: fp32\noptimizer: adam\n";
+  const test::PlanRun off = test::run_plan(m, plan + "enable_activation_offloading: true\n", test::round_cluster(), comm, 1'000'000);
+  const test::PlanRun on = test::run_plan(m, plan, test::round_cluster(), comm, 1'000'000);
+  CHECK(on.exec.makespan == 12'000'112);
+  CHECK(off.exec.makespan == 12'000'112 + 4 * 110'000);
+  // Without it the peak is the first backward's start: every block's 1 MB,
+  // block 3's 4000 B of gradients, parameters 16000 and Adam's 32000.
+  CHECK(on.exec.memory[0].at_peak.total() == 4'052'000);
+  // With it: block 1's backward starts with block 1 back and block 0
+  // coming, three blocks' gradients: 2 MB + 12000 + 48000.
+  CHECK(off.exec.memory[0].at_peak.total() == 2'060'000);
+  CHECK(off.peak_activations(0) == 2'000'000);
+  int down = 0, up = 0;
+  for (const Task& t : off.graph.tasks) {
+    down += t.name.find("d2h saved ") != std::string::npos;
+    up += t.name.find("h2d saved ") != std::string::npos;
+  }
+  CHECK(down == 3);
+  CHECK(up == 3);
+
+  // Llama 3.2 3B on one A100, 2 x 4,096 tokens, every block checkpointed:
+  // a block's checkpoint is its input, 2 x 4096 x 3072 x 2 bytes; the
+  // stash keeps the last two blocks' (a checkpointed block saves two
+  // tensors), so 26 of 28 move, and the peak at the head's backward falls
+  // by 26 of them. The copies hide behind the blocks: the time is the same.
+  const auto llama = models::load_model("llama-3.2-3b");
+  const ClusterSpec a100 = load_cluster("dgx-a100", {parse_override("cluster.gpus_per_node=1")});
+  std::vector<Override> o = {parse_override("plan.dp=1"), parse_override("plan.micro_batch=2"), parse_override("plan.global_batch=2"),
+                             parse_override("plan.seq_len=4096"), parse_override("plan.precision=bf16"),
+                             parse_override("plan.recompute=full")};
+  const Prediction kept = predict(*llama, load_plan("ddp", o), a100);
+  o.push_back(parse_override("plan.enable_activation_offloading=true"));
+  const Prediction moved = predict(*llama, load_plan("ddp", o), a100);
+  CHECK(kept.ranks.front().peak - moved.ranks.front().peak == 26LL * 2 * 4096 * 3072 * 2);
+  CHECK(moved.iteration_time == kept.iteration_time);
+
+  // One line each where it cannot run.
+  CHECK_THAT(error_of([&] { predict(*llama, load_plan("ddp", {parse_override("plan.enable_activation_offloading=true"),
+                                                               parse_override("plan.cpu_offloading_num_layers=2")}),
+                                    a100); }),
+             Catch::Contains("plan.enable_activation_offloading: true with Megatron-Core's cpu_offloading_num_layers: one offloading "
+                             "of the activations at a time; drop one"));
+  const ClusterSpec dgx = load_cluster("dgx-a100");
+  CHECK_THAT(error_of([&] { predict(*llama, load_plan("ddp", {parse_override("plan.enable_activation_offloading=true"),
+                                                               parse_override("plan.pp=2"), parse_override("plan.dp=4")}),
+                                    dgx); }),
+             Catch::Contains("true with pp 2: torchtune runs no pipeline"));
 }

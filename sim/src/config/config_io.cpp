@@ -304,6 +304,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.store_param_remainders = c.get_bool("store_param_remainders", true);
   p.deallocate_pipeline_outputs = c.get_bool("deallocate_pipeline_outputs", false);
   p.cpu_offloading_num_layers = static_cast<int>(c.get_int("cpu_offloading_num_layers", 0, 0, 1 << 20));
+  p.enable_activation_offloading = c.get_bool("enable_activation_offloading", false);  // Note [Saved-tensor offload]
   p.fine_grained_activation_offloading = c.get_bool("fine_grained_activation_offloading", false);
   if (c.has("offload_modules")) {
     // Megatron-Core's --offload-modules (Note [Offload modules] in

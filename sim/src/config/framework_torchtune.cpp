@@ -51,7 +51,10 @@
 //   said to be priced on the device). optimizer_in_bwd (False) steps each
 //   parameter as its gradient is made: plan.optimizer_in_backward in the
 //   single-device recipe (Note [Optimizer in backward]), listed under
-//   FSDP2. Other optimizers, activation offloading and other losses than
+//   FSDP2. enable_activation_offloading (False) moves each block's saved
+//   tensors to the host between its forward and backward
+//   (plan.enable_activation_offloading, Note [Saved-tensor offload]; not
+//   searched). Other optimizers and other losses than
 //   CrossEntropyLoss and the chunked ones (CEWithChunkedOutputLoss,
 //   LinearCrossEntropyLoss: plan.loss_chunks, num_output_chunks, 8 by
 //   default; Note [Chunked loss]) are listed as not modelled.
@@ -147,8 +150,9 @@ class Reader : detail::YamlFields {
       const bool model = c.IsMap() ? flag(c["model"], "compile.model", false) : flag(c, "compile", false);
       if (model) out.plan("kernels", "fused", from(c, "compile"));
     }
-    if (flag(root_["enable_activation_offloading"], "enable_activation_offloading", false)) {
-      fc_.unmodelled.push_back("enable_activation_offloading=True (torchtune's OffloadActivations: priced as kept on the GPU)");
+    // Note [Saved-tensor offload] (lowering/passes/saved_tensor_offload.cpp): torchtune's OffloadActivations.
+    if (const YAML::Node o = root_["enable_activation_offloading"]; flag(o, "enable_activation_offloading", false)) {
+      out.plan("enable_activation_offloading", "true", from(o, "enable_activation_offloading"));
     }
     optimizer(out);
     if (const YAML::Node l = root_["loss"]; l && l.IsMap() && l["_component_"] && l["_component_"].IsScalar()) {

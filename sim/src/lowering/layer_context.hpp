@@ -164,6 +164,8 @@ TimeNs fsdp2_copy_out_time(const StageContext& ctx, Bytes full);
 std::unique_ptr<StrategyPass> offload_pass(LayerContext& ctx);
 /// Megatron-Core's cpu_offloading_num_layers (Note [Activation offload]).
 std::unique_ptr<StrategyPass> activation_offload_pass(LayerContext& ctx);
+/// torchtune's enable_activation_offloading (Note [Saved-tensor offload]).
+std::unique_ptr<StrategyPass> saved_tensor_offload_pass(LayerContext& ctx);
 /// DeepSpeed's partition_activations and cpu_checkpointing (Note [DeepSpeed checkpoints]).
 std::unique_ptr<StrategyPass> deepspeed_checkpoints_pass(LayerContext& ctx);
 

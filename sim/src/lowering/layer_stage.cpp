@@ -81,6 +81,7 @@ class LayerStage final : public detail::StageEmitter {
     // Before recompute: a checkpoint comes back (and is gathered) before
     // the rerun that reads it (Note [DeepSpeed checkpoints]).
     passes_.add(detail::deepspeed_checkpoints_pass(c));
+    passes_.add(detail::saved_tensor_offload_pass(c));  // likewise (Note [Saved-tensor offload])
     passes_.add(detail::recompute_pass(c));
     // Its copies follow the block's forward, tensor-parallel collectives
     // included (Note [Activation offload]).
@@ -204,9 +205,10 @@ class LayerStage final : public detail::StageEmitter {
       c.streams[static_cast<std::size_t>(s)] = static_cast<int>(rank.streams.size());
       rank.streams.push_back(to_string(s));
     }
-    // Transformer Engine's side stream for offloaded activations, both
-    // ways, apart from ZeRO's offload copies (Note [Activation offload]).
-    if (c.plan.cpu_offloading_num_layers > 0) {
+    // Transformer Engine's (or torchtune's) side stream for offloaded
+    // activations, both ways, apart from ZeRO's offload copies (Note
+    // [Activation offload], Note [Saved-tensor offload]).
+    if (c.plan.cpu_offloading_num_layers > 0 || c.plan.enable_activation_offloading) {
       c.streams[static_cast<std::size_t>(Stream::kOffload)] = static_cast<int>(rank.streams.size());
       rank.streams.push_back(to_string(Stream::kOffload));
     }

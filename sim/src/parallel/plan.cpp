@@ -1216,6 +1216,24 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                                " (Megatron-Core offloads only layers less than num_layers)");
     }
   }
+  // Note [Saved-tensor offload] (lowering/passes/activation_offload.cpp):
+  // torchtune's, on a one-stage plan's transformer blocks.
+  r.enable_activation_offloading = s.enable_activation_offloading;
+  if (r.enable_activation_offloading) {
+    if (r.pp > 1) {
+      bad.add("enable_activation_offloading", "true with pp " + std::to_string(r.pp) +
+                                                  ": torchtune runs no pipeline, and dtsim offloads a one-stage plan's blocks; valid there: false");
+    } else if (s.cpu_offloading_num_layers > 0 || s.fine_grained_activation_offloading) {
+      bad.add("enable_activation_offloading", std::string("true with Megatron-Core's ") +
+                                                  (s.cpu_offloading_num_layers > 0 ? "cpu_offloading_num_layers" : "fine_grained_activation_offloading") +
+                                                  ": one offloading of the activations at a time; drop one");
+    } else if (cluster.device.gloo_collectives) {
+      bad.add("enable_activation_offloading", "true on " + cluster.device.name + ": a CPU's activations are in host memory already; valid: false");
+    } else if (rules.transformer_layers() == 0) {
+      bad.add("enable_activation_offloading", "true: " + model.name() + " has no transformer layers, whose saved tensors are "
+                                                  "what dtsim offloads; valid: false");
+    }
+  }
   // Note [Fine-grained offload] (lowering/passes/fine_grained_offload.cpp):
   // TransformerConfig.__post_init__'s checks, in its words, and what dtsim
   // does not model.

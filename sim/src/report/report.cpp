@@ -81,6 +81,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.recompute_blocks > 0) os << " (block, the first " << p.recompute_blocks << " blocks of each chunk)";
   if (p.recompute_group > 1) os << " (uniform, groups of " << p.recompute_group << " blocks)";
   if (p.cpu_offloading_num_layers > 0) os << " cpu_offloading_num_layers=" << p.cpu_offloading_num_layers;
+  if (p.enable_activation_offloading) os << " activation-offloading";
   if (p.offload_modules != 0) {
     // Note [Fine-grained offload]: the modules, and the knobs off their defaults.
     std::string mods = offload_modules_string(p.offload_modules);
@@ -167,6 +168,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
   j.end_array();
   j.field("recompute_blocks", p.recompute_blocks).field("recompute_group", p.recompute_group);
   j.field("cpu_offloading_num_layers", p.cpu_offloading_num_layers);
+  j.field("enable_activation_offloading", p.enable_activation_offloading);
   // Note [Fine-grained offload]: the modules offloaded ([] where it is off) and its knobs.
   j.key("offload_modules").begin_array();
   for (std::size_t i = 0; i < offload_module_names().size(); ++i) {

@@ -582,6 +582,7 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     p.cpu_offloading_num_layers = 0;
                     p.fine_grained_activation_offloading = false;  // nor fine-grained (Note [Fine-grained offload])
                     p.offload_modules = 0;
+                    p.enable_activation_offloading = false;  // nor torchtune's (Note [Saved-tensor offload])
                     p.partition_activations = false;  // nor DeepSpeed's (Note [DeepSpeed checkpoints])
                     p.cpu_checkpointing = false;
                     // The token dispatcher for this ep and etp, or the base plan's.
@@ -1039,6 +1040,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
   const std::pair<const char*, std::string> not_searched[] = {
       {"cpu_offloading_num_layers", o.base.cpu_offloading_num_layers > 0 ? std::to_string(o.base.cpu_offloading_num_layers) : ""},
       {"fine_grained_activation_offloading", o.base.fine_grained_activation_offloading ? "true" : ""},
+      {"enable_activation_offloading", o.base.enable_activation_offloading ? "true" : ""},
       {"partition_activations", o.base.partition_activations ? "true" : ""},
       {"cpu_checkpointing", o.base.cpu_checkpointing ? "true" : ""}};
   for (const auto& [key, value] : not_searched) {

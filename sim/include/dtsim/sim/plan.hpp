@@ -334,6 +334,14 @@ struct PlanSpec {
   /// sim/src/lowering/passes/activation_offload.cpp). One stage, no
   /// recompute, fewer than the model's blocks, as Megatron-Core requires.
   int cpu_offloading_num_layers = 0;
+  /// torchtune's enable_activation_offloading (its OffloadActivations, a
+  /// saved-tensors hook): what each transformer block keeps for backward
+  /// (under full recompute, its checkpoint) goes to pinned host memory on a
+  /// side stream after its forward and comes back before its backward
+  /// (Note [Saved-tensor offload] in
+  /// sim/src/lowering/passes/activation_offload.cpp). One stage, not with
+  /// Megatron-Core's offloading.
+  bool enable_activation_offloading = false;
   /// Megatron-Core's fine-grained activation offloading
   /// (fine_grained_activation_offloading with offload_modules, a mask of
   /// OffloadModule; Note [Fine-grained offload] in
@@ -515,6 +523,7 @@ struct ResolvedPlan {
   /// from its own input; Note [Block recompute]).
   int recompute_group = 1;
   int cpu_offloading_num_layers = 0;  ///< PlanSpec's (Note [Activation offload])
+  bool enable_activation_offloading = false;  ///< PlanSpec's (one stage)
   /// PlanSpec's offload_modules where fine_grained_activation_offloading is
   /// on, else 0, and its three knobs (Note [Fine-grained offload]).
   std::uint16_t offload_modules = 0;
