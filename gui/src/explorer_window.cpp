@@ -1479,9 +1479,9 @@ struct ExplorerWindow::Impl {
     masters->setEnabled(sixteen_bit_masters());
     // Note [8-bit optimizer]: a state to quantize, on the device, not TE's.
     eight_bit->setEnabled(eight_bit_allowed());
-    // Note [Optimizer in backward]: no ZeRO and the optimizer on the device
-    // (one GPU and one micro-batch resolve checks, in one line).
-    in_bwd->setEnabled(zero->currentData().toInt() == 0 && offload->currentData().toInt() == 0);
+    // Note [Optimizer in backward]: as the rules allow it (one GPU and one
+    // micro-batch resolve checks, in one line).
+    in_bwd->setEnabled(in_bwd_allowed());
     // Note [Precision-aware optimizer]: Adam under the distributed optimizer.
     states->setEnabled(precision_aware_allowed());
     // FSDP's units and its limit with a sharded FSDP; DeepSpeed's
@@ -1652,7 +1652,7 @@ struct ExplorerWindow::Impl {
     }
     // Where the rules refuse them: off (the boxes keep what they show).
     p.optim_bits = eight_bit->isChecked() && eight_bit_allowed() ? 8 : 32;
-    p.optimizer_in_backward = in_bwd->isChecked() && zero->currentData().toInt() == 0 && offload->currentData().toInt() == 0;
+    p.optimizer_in_backward = in_bwd->isChecked() && in_bwd_allowed();
     p.kernels = static_cast<sim::Kernels>(kernels_box->currentData().toInt());
     // Under fp8 only; elsewhere delayed, the default (the box keeps what it shows).
     p.fp8_recipe = p.precision == sim::Precision::kFp8 ? static_cast<sim::Fp8Recipe>(fp8_recipe->currentData().toInt())
@@ -1737,6 +1737,15 @@ struct ExplorerWindow::Impl {
     const sim::PlanSpec& b = scenario.plan;
     return sim::PlanRules::precision_aware_allowed(z < 10 ? z : 0, z >= 10, sim::effective_optimizer(b.optimizer, b.sgd_momentum)) &&
            b.runtime != sim::Runtime::kPython;
+  }
+
+  /// Note [Optimizer in backward]: the rules' conditions the panel knows
+  /// (the GPUs and micro-batches are resolve's).
+  bool in_bwd_allowed() const {
+    const bool offloaded = offload->currentData().toInt() != 0;
+    const int z = zero->currentData().toInt();
+    const bool buffer = (fp32_grads->isChecked() || grad_buffer) && z <= 1 && !offloaded;
+    return sim::PlanRules::optimizer_in_backward_allowed(1, 1, z, offloaded ? sim::Offload::kCpu : sim::Offload::kNone, buffer);
   }
 
   bool eight_bit_allowed() const {

@@ -1662,6 +1662,17 @@ TEST_CASE("torchtune: the 3B full single-device config, 8-bit states stepped in 
   CHECK(keys(dist)["plan.optimizer_in_backward"] == "null");
   CHECK(keys(dist)["plan.optim_bits"] == "8");
   CHECK(listed(dist, "optimizer_in_bwd=True (under FSDP2"));
+  // torchtune's LoRA recipes do not read it; its offloading needs checkpointing, as the recipes raise.
+  const FrameworkConfig lora = parse_torchtune_config(
+      "model:\n  _component_: torchtune.models.llama3_2.lora_llama3_2_3b\n  lora_attn_modules: [q_proj]\noptimizer_in_bwd: True\n",
+      "t_single_device.yaml");
+  CHECK(keys(lora)["plan.optimizer_in_backward"] == "null");
+  CHECK(listed(lora, "optimizer_in_bwd=True (torchtune's LoRA recipes do not read it"));
+  CHECK_THAT(error_of([] {
+               parse_torchtune_config("model:\n  _component_: torchtune.models.llama3_2.llama3_2_3b\nenable_activation_offloading: True\n",
+                                      "t.yaml");
+             }),
+             Catch::Contains("t.yaml:3: enable_activation_offloading: True without enable_activation_checkpointing: True"));
 }
 
 TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[framework][lora][errors]") {
@@ -1715,7 +1726,7 @@ TEST_CASE("torchtune: a single-device QLoRA config, builders and refusals", "[fr
   // A key the recipes do not read is listed; FSDP's knobs as the recipe reads them.
   const FrameworkConfig knobs = parse_torchtune_config(
       "model:\n  _component_: torchtune.models.llama3_1.llama3_1_8b\nfsdp_cpu_offload: True\ncustom_sharded_layers: ['tok_embeddings', 'output']\n"
-      "enable_activation_offloading: True\noptimizer_in_bwd: True\nbatchsize: 4\n",
+      "enable_activation_checkpointing: True\nenable_activation_offloading: True\noptimizer_in_bwd: True\nbatchsize: 4\n",
       "t.yaml");
   auto kk = keys(knobs);
   CHECK(kk["plan.offload_params"] == "cpu");
@@ -1957,6 +1968,12 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   const FrameworkConfig paged = read("optimizer: paged_adamw_8bit\n");
   CHECK(keys(paged)["plan.optim_bits"] == "8");
   CHECK(listed(paged, "optimizer=paged_adamw_8bit (paged: its states are priced on the device"));
+  // Beside ZeRO-Offload DeepSpeed's CPU Adam steps with fp32 states: said, not 8 bits.
+  const FrameworkConfig host =
+      read("optimizer: adamw_bnb_8bit\ndeepspeed:\n  train_micro_batch_size_per_gpu: auto\n  zero_optimization:\n    stage: 2\n"
+           "    offload_optimizer:\n      device: cpu\n");
+  CHECK(keys(host)["plan.optim_bits"] == "null");
+  CHECK(listed(host, "optimizer=adamw_bnb_8bit beside DeepSpeed's offload_optimizer"));
   const FrameworkConfig wide = read("optimizer: paged_adamw_32bit\n");
   CHECK(keys(wide)["plan.optim_bits"] == "null");
   CHECK(listed(wide, "optimizer=paged_adamw_32bit (priced as AdamW"));

@@ -528,6 +528,12 @@ class Reader : detail::YamlFields {
       // builds bitsandbytes' AdamW with optim_bits 8 ("8bit" in the name),
       // paged where "paged" is; adamw_torch_8bit is torchao's AdamW8bit.
       out.plan("optimizer", "adamw", from(o, "optimizer"));
+      if (host_adam_) {
+        // ZeRO-Offload steps with DeepSpeed's CPU Adam and its fp32 states.
+        fc_.unmodelled.push_back("optimizer=" + name + " beside DeepSpeed's offload_optimizer (its CPU Adam keeps fp32 states: "
+                                 "priced so)");
+        return;
+      }
       out.plan("optim_bits", "8", from(o, "optimizer"));
       if (name.starts_with("paged_")) {
         fc_.unmodelled.push_back("optimizer=" + name + " (paged: its states are priced on the device, where they stay while they "
@@ -557,6 +563,7 @@ class Reader : detail::YamlFields {
     fc_.plan = ds.plan;
     for (const auto& o : ds.overrides) {
       if (o.section == "plan") out.plan(o.path, o.value, o.from);
+      if (o.section == "plan" && o.path == "offload_optimizer" && o.value == "cpu") host_adam_ = true;
     }
     for (const auto& u : ds.unmodelled) {
       // The precision HuggingFace fills from the keys axolotl sets (read above).
@@ -666,6 +673,7 @@ class Reader : detail::YamlFields {
   YAML::Node root_;
   FrameworkConfig fc_;
   std::string distributed_;  ///< "ddp", "fsdp" or "deepspeed"
+  bool host_adam_ = false;   ///< the deepspeed config offloads the optimizer (ZeRO-Offload)
   bool peft_ = false;        ///< an adapter
 };
 

@@ -50,11 +50,13 @@
 //   plan.optim_bits 8 (Note [8-bit optimizer]; a paged one's states are
 //   said to be priced on the device). optimizer_in_bwd (False) steps each
 //   parameter as its gradient is made: plan.optimizer_in_backward in the
-//   single-device recipe (Note [Optimizer in backward]), listed under
-//   FSDP2. enable_activation_offloading (False) moves each block's saved
-//   tensors to the host between its forward and backward
+//   single-device full fine-tune (Note [Optimizer in backward]), listed
+//   under FSDP2 and for a LoRA recipe, which does not read it.
+//   enable_activation_offloading (False) moves each block's saved tensors
+//   to the host between its forward and backward
 //   (plan.enable_activation_offloading, Note [Saved-tensor offload]; not
-//   searched). Other optimizers and other losses than
+//   searched), and needs enable_activation_checkpointing, as the recipes
+//   raise. Other optimizers and other losses than
 //   CrossEntropyLoss and the chunked ones (CEWithChunkedOutputLoss,
 //   LinearCrossEntropyLoss: plan.loss_chunks, num_output_chunks, 8 by
 //   default; Note [Chunked loss]) are listed as not modelled.
@@ -150,8 +152,15 @@ class Reader : detail::YamlFields {
       const bool model = c.IsMap() ? flag(c["model"], "compile.model", false) : flag(c, "compile", false);
       if (model) out.plan("kernels", "fused", from(c, "compile"));
     }
-    // Note [Saved-tensor offload] (lowering/passes/saved_tensor_offload.cpp): torchtune's OffloadActivations.
+    // Note [Saved-tensor offload] (lowering/passes/saved_tensor_offload.cpp):
+    // torchtune's OffloadActivations, which its recipes run only beside
+    // activation checkpointing.
     if (const YAML::Node o = root_["enable_activation_offloading"]; flag(o, "enable_activation_offloading", false)) {
+      if (!flag(root_["enable_activation_checkpointing"], "enable_activation_checkpointing", false)) {
+        fail(o, "enable_activation_offloading", "True without enable_activation_checkpointing: True (torchtune's recipes raise "
+                                                "\"enable_activation_offloading should only be True when "
+                                                "enable_activation_checkpointing is True\"); set both, or False here");
+      }
       out.plan("enable_activation_offloading", "true", from(o, "enable_activation_offloading"));
     }
     optimizer(out);
@@ -291,7 +300,9 @@ class Reader : detail::YamlFields {
     }
     // Note [Optimizer in backward] (lowering/layer_stage.cpp): the single-device recipe's.
     if (const YAML::Node b = root_["optimizer_in_bwd"]; flag(b, "optimizer_in_bwd", false)) {
-      if (single_device()) {
+      if (peft_) {
+        fc_.unmodelled.push_back("optimizer_in_bwd=True (torchtune's LoRA recipes do not read it: priced as one step after the backward)");
+      } else if (single_device()) {
         out.plan("optimizer_in_backward", "true", from(b, "optimizer_in_bwd"));
       } else {
         fc_.unmodelled.push_back("optimizer_in_bwd=True (under FSDP2 each shard stepped after its reduce-scatter: priced as one "

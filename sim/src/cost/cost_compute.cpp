@@ -243,14 +243,13 @@ double update_bytes_per_param(Optimizer o, Precision p, bool master_weights) {
 double update_bytes_per_param(const ResolvedPlan& plan) {
   if (plan.optim_bits == 8) {
     // Note [8-bit optimizer] (plan.cpp): bitsandbytes' kernel reads the
-    // gradient, the parameter (the fp32 master where there is one), each
-    // state's byte and its block's scale, and writes all but the gradient
-    // back, with the 16-bit copy of a master.
+    // gradient and the parameter, in one type, each state's byte and its
+    // block's scale, and writes all but the gradient back: without masters
+    // 16-bit, or fp32 (a model trained in fp32 or under autocast).
     const double states = plan.optimizer == Optimizer::kSgd ? 1 : plan.optimizer == Optimizer::kSgdPlain ? 0 : 2;
-    const bool mixed = plan.precision != Precision::kFp32;
-    const double e = element_bytes(plan.precision);
-    const double param = mixed && plan.master_weights ? 4 + 4 + 2 : e + e;
-    return (mixed ? e : 4) + param + 2 * states * (1 + 4.0 / 256);
+    const bool sixteen = plan.precision != Precision::kFp32 && !plan.master_weights;
+    const double e = sixteen ? element_bytes(plan.precision) : 4;
+    return 3 * e + 2 * states * (1 + 4.0 / 256);
   }
   if (!plan.use_precision_aware_optimizer || is_sgd(plan.optimizer)) {
     return update_bytes_per_param(plan.optimizer, plan.precision, plan.master_weights);

@@ -370,10 +370,9 @@ class LayerStage final : public detail::StageEmitter {
     auto& grads_op = L.grads_at_end() ? on_end : on_start;
     if (new_grads) grads_op.push_back({MemCategory::kGradients, c.grad_bytes(L)});
     if (c.plan.optimizer_in_backward) {
-      // Note [Optimizer in backward]: one tensor's gradient at a time, stepped and freed as it is made.
-      const Bytes stepped = largest_tensor(L) * c.gw;
-      detail::add_bytes(on_start, MemCategory::kGradients, stepped);
-      detail::add_bytes(on_end, MemCategory::kGradients, -stepped);
+      // Note [Optimizer in backward]: one tensor's gradient at a time,
+      // freed by the step that reads it.
+      detail::add_bytes(on_start, MemCategory::kGradients, largest_tensor(L) * c.gw);
     }
     passes_.backward_memory(at, on_start, on_end);
     TaskId b = passes_.run_layer(at, {Pass::kBackward, c.bwd_time[i], c.bwd_launch[i], c.bwd_memory[i]}, deps, on_start, on_end).last;
@@ -410,7 +409,8 @@ class LayerStage final : public detail::StageEmitter {
   // layer's updates, priced as one step of its tensors (Note [Optimizer step]
   // in cost_compute.cpp), right after its backward, each holding the
   // temporaries an unfused step of its largest tensor makes (Note [Unfused
-  // step]). A tied weight's gradient is whole only once the embedding's part
+  // step]) beside that tensor's gradient, which the backward made and the
+  // step frees. A tied weight's gradient is whole only once the embedding's part
   // is added to the LM head's, so autograd holds the head's part from the
   // head's backward to the embedding's (0.7 GiB for Llama 3.2 3B in bf16);
   // dtsim counts a tied weight's gradient at the embedding's backward, with or
@@ -426,8 +426,9 @@ class LayerStage final : public detail::StageEmitter {
     const double params = static_cast<double>(L.params);
     MemOps on_start, frees;
     detail::add_step_temporaries(c.plan, c.cluster.device, largest_tensor(L), on_start, frees);
+    detail::add_bytes(frees, MemCategory::kGradients, -largest_tensor(L) * c.gw);  // the gradient it stepped
     const TimeNs t = detail::step_time(c.compute_model, params, updates, c.plan, c.cluster.device);
-    const TaskId step = c.compute("step " + L.name, Phase::kOptimizer, t, {after}, std::move(on_start), frees);
+    const TaskId step = c.compute(c.tag(0, "step ", L.name), Phase::kOptimizer, t, {after}, std::move(on_start), frees);
     c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);
     c.g.tasks[step].memory_share = 1;
     stepped_ = step;

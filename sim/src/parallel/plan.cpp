@@ -289,8 +289,8 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
 // and HF's bf16 models have none: Note [No master weights]), where
 // torch.optim keeps 8 (or 4 in bf16). A tensor below min_8bit_size (4,096
 // elements) keeps fp32 states instead: a norm's weight; dtsim prices every
-// tensor in 8 bits (a Llama 3.2 3B block's two norms, 6,144 elements, are
-// 37 KB of fp32 states). The update is one kernel a tensor
+// tensor in 8 bits (a Llama 3.2 3B block's two norms, 6,144 elements, keep
+// 49 KB of fp32 states, 37 KB more). The update is one kernel a tensor
 // (optimizer_update_8bit_blockwise) that dequantizes, updates and
 // requantizes in registers: it reads the gradient, the parameter, both
 // states and their scales and writes back all but the gradient, making no
@@ -1216,7 +1216,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                                " (Megatron-Core offloads only layers less than num_layers)");
     }
   }
-  // Note [Saved-tensor offload] (lowering/passes/activation_offload.cpp):
+  // Note [Saved-tensor offload] (lowering/passes/saved_tensor_offload.cpp):
   // torchtune's, on a one-stage plan's transformer blocks.
   r.enable_activation_offloading = s.enable_activation_offloading;
   if (r.enable_activation_offloading) {
@@ -1227,6 +1227,14 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       bad.add("enable_activation_offloading", std::string("true with Megatron-Core's ") +
                                                   (s.cpu_offloading_num_layers > 0 ? "cpu_offloading_num_layers" : "fine_grained_activation_offloading") +
                                                   ": one offloading of the activations at a time; drop one");
+    } else if (s.cpu_checkpointing || s.partition_activations) {
+      bad.add("enable_activation_offloading", std::string("true with DeepSpeed's ") +
+                                                  (s.cpu_checkpointing ? "cpu_checkpointing" : "partition_activations") +
+                                                  ", which moves the same checkpoints; drop one");
+    } else if (r.recompute_group > 1) {
+      bad.add("enable_activation_offloading", "true with Megatron's uniform recompute groups of " + std::to_string(r.recompute_group) +
+                                                  " blocks (recompute_num_layers): torchtune checkpoints each block alone; valid with "
+                                                  "recompute_num_layers 1");
     } else if (cluster.device.gloo_collectives) {
       bad.add("enable_activation_offloading", "true on " + cluster.device.name + ": a CPU's activations are in host memory already; valid: false");
     } else if (rules.transformer_layers() == 0) {
@@ -1403,7 +1411,9 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     } else if (r.offload_optimizer == Offload::kCpu) {
       bad.add("optimizer_in_backward", "true with offload_optimizer cpu is not modelled (the host's step follows the backward); valid: false");
     } else if (r.grad_buffer()) {
-      bad.add("optimizer_in_backward", "true with Megatron-Core's gradient buffer, which keeps every gradient for the step; valid: false");
+      bad.add("optimizer_in_backward", std::string("true with Megatron-Core's gradient buffer (") +
+                                       (r.accumulate_allreduce_grads_in_fp32 ? "accumulate_allreduce_grads_in_fp32" : "megatron_grad_buffer") +
+                                       "), which keeps every gradient for the step; drop one");
     } else if (r.zero_stage > 0) {
       bad.add("optimizer_in_backward", "true with zero_stage " + std::to_string(r.zero_stage) + ": on one GPU there is nothing to "
                                        "shard; valid: zero_stage 0");

@@ -339,8 +339,9 @@ struct PlanSpec {
   /// (under full recompute, its checkpoint) goes to pinned host memory on a
   /// side stream after its forward and comes back before its backward
   /// (Note [Saved-tensor offload] in
-  /// sim/src/lowering/passes/activation_offload.cpp). One stage, not with
-  /// Megatron-Core's offloading.
+  /// sim/src/lowering/passes/saved_tensor_offload.cpp). One stage, not with
+  /// Megatron-Core's or DeepSpeed's offloading, nor Megatron's recompute
+  /// groups.
   bool enable_activation_offloading = false;
   /// Megatron-Core's fine-grained activation offloading
   /// (fine_grained_activation_offloading with offload_modules, a mask of

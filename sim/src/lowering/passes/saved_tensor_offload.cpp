@@ -20,11 +20,12 @@
 // collectives included, and the block's bytes freed, once copied, as the
 // forward that saves the stash's fifth tensor after the block's last
 // starts: the next layer's (a block saves five and more), or under full
-// recompute the third layer's after it (a checkpointed block saves two,
-// its input and its positions); that forward waits for the copy. A block
-// too near the end for that is still stashed when the backward starts and
-// is priced as kept (torchtune's first backward node frees the stash and
-// copies those blocks back too). The copy up is issued as
+// recompute the third layer's after it (a non-reentrant checkpoint saves
+// two, the block's input and an empty dummy; the positions and the mask
+// are keyword arguments, not saved), or the last layer's, whose final norm
+// runs eager and saves six; that forward waits for the copy. A block still
+// stashed when the backward starts (none before a norm) is priced as kept.
+// The copy up is issued as
 // autograd reaches the block: the host enqueues it ahead of the GPU, so
 // dtsim starts it when the backward of the layer two above the block ends
 // (as the layer above starts), into memory allocated then, and the block's
@@ -51,16 +52,16 @@ class SavedTensorOffload final : public StrategyPass {
   explicit SavedTensorOffload(LayerContext& ctx) : ctx_(ctx) {
     const std::size_t n = ctx.layers.size();
     moved_.assign(n, false);
-    freed_at_.assign(n, n);
     freed_by_.assign(n, {});
     for (std::size_t l = 0; l < n; ++l) {
       if (ctx.layers[l].kind != LayerKind::kTransformer || kept(l) <= 0) continue;
-      // The stash: five tensors, a checkpointed block's input and positions
-      // (two) or a block's own last five.
-      const std::size_t at = l + (ctx.recompute[l] == Recompute::kFull ? 3 : 1);
+      // The stash: five tensors, a checkpointed block's input and the
+      // checkpoint's empty dummy (two), or a block's own last five; the
+      // last layer, the final norm before the head, saves five and more.
+      std::size_t at = l + (ctx.recompute[l] == Recompute::kFull ? 3 : 1);
+      if (at >= n && l + 1 < n && !ctx.layers[n - 1].is_block()) at = n - 1;
       if (at >= n) continue;  // still stashed as the backward starts: kept
       moved_[l] = true;
-      freed_at_[l] = at;
       freed_by_[at].push_back(l);
     }
     down_.assign(n, -1);
@@ -114,7 +115,6 @@ class SavedTensorOffload final : public StrategyPass {
 
   LayerContext& ctx_;
   std::vector<bool> moved_;       ///< each layer: a block whose saved tensors move
-  std::vector<std::size_t> freed_at_;                ///< each moved block: the layer whose forward frees it
   std::vector<std::vector<std::size_t>> freed_by_;   ///< each layer: the blocks its forward frees
   std::vector<TaskId> down_, up_;  ///< each block's copies for the micro-batch being emitted
   TaskId last_backward_ = -1;      ///< the last layer's backward emitted
