@@ -402,24 +402,24 @@ class LayerStage final : public detail::StageEmitter {
   // optimizer of its own and registers a post-accumulate-grad hook that steps
   // it and sets its gradient to None as soon as autograd has made it. So no
   // gradient outlives its tensor's backward: where a step keeps every gradient
-  // until it runs (a model's worth, 6 GiB for Llama 3.2 3B in bf16), this
-  // keeps one tensor's, and the peak moves from the end of the backward to
-  // wherever the activations peak. The steps run on the autograd thread
-  // between the layers' backward kernels, on the same stream: dtsim puts a
-  // layer's updates, priced as one step of its tensors (Note [Optimizer step]
-  // in cost_compute.cpp), right after its backward, each holding the
-  // temporaries an unfused step of its largest tensor makes (Note [Unfused
-  // step]) beside that tensor's gradient, which the backward made and the
-  // step frees. A tied weight's gradient is whole only once the embedding's part
-  // is added to the LM head's, so autograd holds the head's part from the
-  // head's backward to the embedding's (0.7 GiB for Llama 3.2 3B in bf16);
-  // dtsim counts a tied weight's gradient at the embedding's backward, with or
-  // without this, so that the two compare. Gradient accumulation has nothing
-  // to accumulate into (torchtune refuses it, and gradient clipping); with
-  // more than one GPU each rank's hook would step before its gradients are
-  // reduced, so resolve allows it on one GPU, as torchtune's single-device
-  // recipe runs it (its distributed recipe's FSDP2 steps each shard after its
-  // reduce-scatter, not modelled). The step after the backward is then empty.
+  // until it runs (a model's worth, 6 GiB for Llama 3.2 3B in bf16), this keeps
+  // one tensor's, and the peak moves from the end of the backward to wherever
+  // the activations peak. The steps run on the autograd thread between the
+  // layers' backward kernels, on the same stream: dtsim puts a layer's updates,
+  // priced as one step of its tensors (Note [Optimizer step] in
+  // cost_compute.cpp), right after its backward, each holding the temporaries
+  // an unfused step of its largest tensor makes (Note [Unfused step]) beside
+  // that tensor's gradient, which the backward made and the step frees. A tied
+  // weight's gradient is whole only once the embedding's part is added to the
+  // LM head's, so autograd holds the head's part from the head's backward to
+  // the embedding's (0.7 GiB for Llama 3.2 3B in bf16); dtsim counts a tied
+  // weight's gradient at the embedding's backward, with or without this, so
+  // that the two compare. Gradient accumulation has nothing to accumulate into
+  // (torchtune refuses it, and gradient clipping); with more than one GPU each
+  // rank's hook would step before its gradients are reduced, so resolve allows
+  // it on one GPU, as torchtune's single-device recipe runs it (its distributed
+  // recipe's FSDP2 steps each shard after its reduce-scatter, not modelled).
+  // The step after the backward is then empty.
   void step_in_backward(const Layer& L, TaskId after) {
     detail::LayerContext& c = ctx_;
     const int updates = std::max(1, layer_updates(L.params, L.param_tensors));

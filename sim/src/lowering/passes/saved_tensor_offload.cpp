@@ -5,40 +5,37 @@
 // torchtune's recipes run the model's forward under OffloadActivations
 // (torchtune/training/_activation_offloading.py), a saved_tensors_hooks
 // context: every tensor of at least 1 KiB autograd saves for backward,
-// parameters and buffers apart, is copied to pinned host memory on a
-// second stream as it is saved, and its device copy freed once five more
-// have been saved (max_fwd_stash_size); the output projection runs outside
-// it (get_act_offloading_ctx_manager's NoOpManager), and the loss after it.
-// In the backward each tensor is copied back on that stream when autograd
+// parameters and buffers apart, is copied to pinned host memory on a second
+// stream as it is saved, and its device copy freed once five more have been
+// saved (max_fwd_stash_size); the output projection runs outside it
+// (get_act_offloading_ctx_manager's NoOpManager), and the loss after it. In
+// the backward each tensor is copied back on that stream when autograd
 // unpacks it, and the compute stream waits for the copy. Under activation
-// checkpointing a block saves only its input (non-reentrant checkpoint:
-// the input is saved outside the checkpoint's own hooks), so that is what
-// moves, 2 s b h bytes a block.
-// dtsim moves what each transformer block keeps after its forward (its
-// saved bytes, or under full recompute its checkpoint): the copy down on
-// the "offload" stream after the block's forward, its tensor-parallel
-// collectives included, and the block's bytes freed, once copied, as the
-// forward that saves the stash's fifth tensor after the block's last
-// starts: the next layer's (a block saves five and more), or under full
-// recompute the third layer's after it (a non-reentrant checkpoint saves
-// two, the block's input and an empty dummy; the positions and the mask
+// checkpointing a block saves only its input (non-reentrant checkpoint: the
+// input is saved outside the checkpoint's own hooks), so that is what moves,
+// 2 s b h bytes a block. dtsim moves what each transformer block keeps after
+// its forward (its saved bytes, or under full recompute its checkpoint): the
+// copy down on the "offload" stream after the block's forward, its
+// tensor-parallel collectives included, and the block's bytes freed, once
+// copied, as the forward that saves the stash's fifth tensor after the
+// block's last starts: the next layer's (a block saves five and more), or
+// under full recompute the third layer's after it (a non-reentrant checkpoint
+// saves two, the block's input and an empty dummy; the positions and the mask
 // are keyword arguments, not saved), or the last layer's, whose final norm
 // runs eager and saves six; that forward waits for the copy. A block still
 // stashed when the backward starts (none before a norm) is priced as kept.
-// The copy up is issued as
-// autograd reaches the block: the host enqueues it ahead of the GPU, so
-// dtsim starts it when the backward of the layer two above the block ends
-// (as the layer above starts), into memory allocated then, and the block's
-// backward (and its rerun) waits for it; a block with no layer two above it
-// starts its copy when the layer above ends, ahead of the block below it
-// on the stream. torchtune measured the pair
-// free of time on an A100 (Llama 3.2 3B at 8,192 tokens with every block
-// checkpointed: 7,309 and 7,301 tokens/s without and with it, its
-// README's Optimization flags table). Blocks are transformer layers; the
-// embedding's and the final norm's saved tensors, which torchtune moves
-// too, are not moved here. The copies run at the host link's rate
-// (ClusterSpec::host_device_bandwidth); the host memory they take is not
-// modelled.
+// The copy up is issued as autograd reaches the block: the host enqueues it
+// ahead of the GPU, so dtsim starts it when the backward of the layer two
+// above the block ends (as the layer above starts), into memory allocated
+// then, and the block's backward (and its rerun) waits for it; a block with
+// no layer two above it starts its copy when the layer above ends, ahead of
+// the block below it on the stream. torchtune measured the pair free of time
+// on an A100 (Llama 3.2 3B at 8,192 tokens with every block checkpointed:
+// 7,309 and 7,301 tokens/s without and with it, its README's Optimization
+// flags table). Blocks are transformer layers; the embedding's and the final
+// norm's saved tensors, which torchtune moves too, are not moved here. The
+// copies run at the host link's rate (ClusterSpec::host_device_bandwidth);
+// the host memory they take is not modelled.
 #include <string>
 
 #include "lowering/layer_context.hpp"
