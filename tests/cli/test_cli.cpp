@@ -144,6 +144,34 @@ TEST_CASE("search ranks plans and says how many it tried", "[cli][search]") {
 // model (its shape is the built-in llama-3-8b), the global batch (512), the
 // sequence (8192) and bf16; its own plan (cp 2, so dp 4 on 8 GPUs) is
 // predicted at that batch and ranked beside the search's.
+// Note [Your plan]: a torchtune single-device recipe holds its one GPU, so
+// the search runs on one GPU of the 8-GPU node and keeps the recipe's
+// numerics (8-bit states stepped in the backward, the chunked loss).
+TEST_CASE("search from a torchtune single-device config searches one GPU and ranks its plan", "[cli][search][frameworks]") {
+  const std::string file = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/torchtune/llama3_2_3B_full_single_device.yaml";
+  const Result r = dtsim("search --cluster dgx-a100 --top 3 --json --set plan.document_len=200 --torchtune " + file);
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out);
+  CHECK(j["gpus"].as<int>() == 1);
+  CHECK(j["global_batch"].as<int>() == 2);
+  REQUIRE(j["top"].size() >= 1);
+  for (const auto& e : j["top"]) {
+    CHECK(e["plan"]["dp"].as<int>() == 1);
+    CHECK(e["plan"]["optim_bits"].as<int>() == 8);
+    CHECK(e["plan"]["optimizer_in_backward"].as<bool>());
+  }
+  const YAML::Node c = j["compared"];
+  CHECK(c["error"].as<std::string>().empty());
+  CHECK(c["entry"]["plan"]["recompute"].as<std::string>() == "full");
+  // The same plan searched prices the same: one of the listed is it, to the byte.
+  bool same = false;
+  for (const auto& e : j["top"]) {
+    same = same || (e["plan"]["recompute"].as<std::string>() == "full" && e["plan"]["micro_batch"].as<int>() == 2 &&
+                    e["peak_bytes"].as<std::int64_t>() == c["entry"]["peak_bytes"].as<std::int64_t>());
+  }
+  CHECK(same);
+}
+
 TEST_CASE("search from a Megatron-Bridge config ranks its plan beside the search's", "[cli][search][frameworks]") {
   const std::string file = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/megatron-bridge/llama3_8b_run_config.yaml";
   const Result r = dtsim("search --cluster dgx-h100 --top 3 --json --megatron-bridge " + file);

@@ -1086,5 +1086,6 @@ TEST_CASE("search: a plan of the user's ranked beside the search's (Note [Your p
   o.global_batch = 64;
   o.compare = plain.top[0].plan.spec;
   r = search(*model, cluster, o);
-  CHECK(r.compared_error == "the search uses 4 of the cluster's 8 GPUs, the plan all of them; set the cluster's size instead");
+  CHECK(r.compared_error ==
+        "the plan uses 8 of the cluster's 8 GPUs and the search 4: search as many (--gpus 8), or set the cluster's size");
 }

@@ -942,30 +942,44 @@ int rank_among(const SearchEntry& e, const std::vector<SearchEntry>& top, std::s
 // is slower than the top K, so a rank within K counts every faster plan.
 // The search's fixed knobs are the front end's to choose (the CLI holds the
 // config's numerics: precision, optimizer, sequence; Note [Search from a
-// framework config] in cli/commands.cpp).
+// framework config] in cli/commands.cpp). A plan that holds its
+// data-parallel degree on fewer GPUs than the cluster has (a torchtune
+// single-device recipe's one) is searched on as many, unless --gpus says
+// otherwise; a plan on another number of GPUs than the search's is not
+// ranked, and the line says why.
 SearchResult search(const Model& model, const ClusterSpec& cluster, const SearchOptions& o) {
   if (!o.compare) return search_plans(model, cluster, o);
   SearchOptions so = o;
   so.compare.reset();
   PlanSpec mine = *o.compare;
-  std::string error;
-  const int gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
-  if (gpus != cluster.gpus()) {
-    error = fmt::format("the search uses {} of the cluster's {} GPUs, the plan all of them; set the cluster's size instead", gpus,
-                        cluster.gpus());
-  } else if (o.global_batch == 0) {
-    try {
-      so.global_batch = resolve(mine, model, cluster).global_batch;
-    } catch (const ConfigError& e) {
-      error = e.what();
-    } catch (const UnsupportedError& e) {
-      error = e.what();
-    }
-  } else {
+  if (o.global_batch != 0) {
     // The search's batch: micro-steps derived again from it.
     mine.global_batch = o.global_batch;
     mine.grad_accum = 0;
     mine.origins.where["plan.global_batch"] = "--global-batch";
+  }
+  std::string error;
+  std::optional<ResolvedPlan> resolved;
+  try {
+    resolved = resolve(mine, model, cluster);
+  } catch (const ConfigError& e) {
+    error = e.what();
+  } catch (const UnsupportedError& e) {
+    error = e.what();
+  }
+  int gpus = o.gpus == 0 ? cluster.gpus() : o.gpus;
+  if (resolved && o.gpus == 0 && resolved->gpus_used() < gpus &&
+      std::find(o.hold.begin(), o.hold.end(), "dp") != o.hold.end()) {
+    // A config that holds its data-parallel degree (torchtune's
+    // single-device recipe: one GPU) is searched on the GPUs it runs on.
+    gpus = so.gpus = resolved->gpus_used();
+  }
+  if (resolved && resolved->gpus_used() != gpus) {
+    error = fmt::format("the plan uses {} of the cluster's {} GPUs and the search {}: search as many (--gpus {}), or set the "
+                        "cluster's size",
+                        resolved->gpus_used(), cluster.gpus(), gpus, resolved->gpus_used());
+  } else if (resolved && o.global_batch == 0) {
+    so.global_batch = resolved->global_batch;
   }
   SearchResult r = search_plans(model, cluster, so);
   r.compared_name = o.compare_name;
