@@ -206,7 +206,7 @@ int layer_updates(std::int64_t params, int tensors) {
 
 double update_bytes_per_param(Optimizer o, Precision p, bool master_weights) {
   const bool mixed = p != Precision::kFp32;
-  const double states = o == Optimizer::kSgd ? 1 : o == Optimizer::kSgdPlain ? 0 : 2;  // momentum (+ variance)
+  const double states = optimizer_buffers(o);  // momentum (+ variance)
   if (mixed && !master_weights) {
     // Note [No master weights] (plan.cpp): read the gradient, the parameter
     // and the states, write the last two, all in the parameters' bytes.
@@ -246,7 +246,7 @@ double update_bytes_per_param(const ResolvedPlan& plan) {
     // gradient and the parameter, in one type, each state's byte and its
     // block's scale, and writes all but the gradient back: without masters
     // 16-bit, or fp32 (a model trained in fp32 or under autocast).
-    const double states = plan.optimizer == Optimizer::kSgd ? 1 : plan.optimizer == Optimizer::kSgdPlain ? 0 : 2;
+    const double states = optimizer_buffers(plan.optimizer);
     const bool sixteen = plan.precision != Precision::kFp32 && !plan.master_weights;
     const double e = sixteen ? element_bytes(plan.precision) : 4;
     return 3 * e + 2 * states * (1 + 4.0 / 256);

@@ -424,9 +424,10 @@ class LayerStage final : public detail::StageEmitter {
     detail::LayerContext& c = ctx_;
     const int updates = std::max(1, layer_updates(L.params, L.param_tensors));
     const double params = static_cast<double>(L.params);
+    const std::int64_t largest = largest_tensor(L);
     MemOps on_start, frees;
-    detail::add_step_temporaries(c.plan, c.cluster.device, largest_tensor(L), on_start, frees);
-    detail::add_bytes(frees, MemCategory::kGradients, -largest_tensor(L) * c.gw);  // the gradient it stepped
+    detail::add_step_temporaries(c.plan, c.cluster.device, largest, on_start, frees);
+    detail::add_bytes(frees, MemCategory::kGradients, -largest * c.gw);  // the gradient it stepped
     const TimeNs t = detail::step_time(c.compute_model, params, updates, c.plan, c.cluster.device);
     const TaskId step = c.compute(c.tag(0, "step ", L.name), Phase::kOptimizer, t, {after}, std::move(on_start), frees);
     c.g.tasks[step].launch = c.compute_model.optimizer_launch_time(params, updates, c.plan.optimizer, c.plan.precision);

@@ -243,7 +243,7 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
   // Note [SGD momentum]: momentum SGD keeps one fp32 buffer, SGD at
   // momentum 0 none (+ the fp32 master under mixed precision, either way).
   const bool mixed = p != Precision::kFp32;
-  const int buffers = o == Optimizer::kSgd ? 1 : o == Optimizer::kSgdPlain ? 0 : 2;
+  const int buffers = optimizer_buffers(o);
   // Note [No master weights]: the states in the parameters' bytes, no master.
   if (mixed && !master_weights) return buffers * element_bytes(p);
   return 4 * buffers + (mixed ? 4 : 0);
@@ -304,9 +304,8 @@ int optimizer_state_bytes_per_param(Optimizer o, Precision p, bool master_weight
 // they stay while they fit (nvidia-smi shows them), and says so.
 int optimizer_state_bytes_per_param(const ResolvedPlan& plan) {
   if (plan.optim_bits == 8) {
-    const int states = plan.optimizer == Optimizer::kSgd ? 1 : plan.optimizer == Optimizer::kSgdPlain ? 0 : 2;
     const bool master = plan.precision != Precision::kFp32 && plan.master_weights;
-    return states + (master ? 4 : 0);
+    return optimizer_buffers(plan.optimizer) + (master ? 4 : 0);
   }
   if (!plan.use_precision_aware_optimizer || is_sgd(plan.optimizer)) {
     return optimizer_state_bytes_per_param(plan.optimizer, plan.precision, plan.master_weights);
@@ -322,8 +321,7 @@ Bytes optimizer_state_bytes(const ResolvedPlan& plan, std::int64_t params) {
   Bytes b = static_cast<Bytes>(params) * optimizer_state_bytes_per_param(plan);
   if (plan.optim_bits == 8 && params > 0) {
     // Note [8-bit optimizer]: an fp32 absmax for each block of 256 of each state.
-    const int states = plan.optimizer == Optimizer::kSgd ? 1 : plan.optimizer == Optimizer::kSgdPlain ? 0 : 2;
-    b += static_cast<Bytes>(states) * 4 * ((params + 255) / 256);
+    b += static_cast<Bytes>(optimizer_buffers(plan.optimizer)) * 4 * ((params + 255) / 256);
   }
   return b;
 }

@@ -27,6 +27,9 @@ inline bool is_sgd(Optimizer o) { return o == Optimizer::kSgd || o == Optimizer:
 inline Optimizer effective_optimizer(Optimizer o, double sgd_momentum) {
   return is_sgd(o) ? (sgd_momentum > 0 ? Optimizer::kSgd : Optimizer::kSgdPlain) : o;
 }
+/// The states an update rule keeps a parameter: Adam's momentum and
+/// variance, momentum SGD's buffer, none at momentum 0.
+inline int optimizer_buffers(Optimizer o) { return o == Optimizer::kSgd ? 1 : o == Optimizer::kSgdPlain ? 0 : 2; }
 enum class Offload { kNone, kCpu };
 /// The modules a plan's layers are described with (WorkloadShape::
 /// recompute_modules): its own under selective recompute, which alone reads
