@@ -50,6 +50,9 @@ void add_scenario_options(CLI::App& app, ScenarioOptions& s, unsigned which) {
         ->type_name("FILE");
     app.add_option("--axolotl", s.axolotl, "An axolotl config (YAML) as the plan and, with no --model, the model")
         ->type_name("FILE");
+    app.add_option("--llamafactory", s.llamafactory,
+                   "A LLaMA-Factory training config (YAML) as the plan and, with no --model, the model")
+        ->type_name("FILE");
   }
 }
 
@@ -63,7 +66,7 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
   const std::vector<sim::Override> user = s.overrides();
   const std::pair<const char*, const std::string*> options[] = {
       {"deepspeed", &s.deepspeed}, {"megatron", &s.megatron_args}, {"megatron-bridge", &s.megatron_bridge}, {"torchtitan", &s.torchtitan},
-      {"torchtune", &s.torchtune}, {"axolotl", &s.axolotl}};
+      {"torchtune", &s.torchtune}, {"axolotl", &s.axolotl}, {"llamafactory", &s.llamafactory}};
   const char* kind = nullptr;
   int given = 0;
   for (const auto& [k, v] : options) {
@@ -77,7 +80,7 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
     return r;
   }
   if (given > 1) {
-    throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune and --axolotl each describe the whole plan; give one");
+    throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl and --llamafactory each describe the whole plan; give one");
   }
   const std::string which = std::string(kind) == "megatron" ? "--megatron-args" : "--" + std::string(kind);
   if (!s.plan.empty()) {

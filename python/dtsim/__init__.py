@@ -79,17 +79,19 @@ def _int(value, what, default):
     return value
 
 
-def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune=None, axolotl=None):
+def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune=None, axolotl=None, llamafactory=None):
     """(kind, source) of the one framework config given, or ("", "")."""
     options = {"deepspeed": "deepspeed", "megatron": "megatron_args", "megatron-bridge": "megatron_bridge",
-               "torchtitan": "torchtitan", "torchtune": "torchtune", "axolotl": "axolotl"}
+               "torchtitan": "torchtitan", "torchtune": "torchtune", "axolotl": "axolotl",
+               "llamafactory": "llamafactory"}
     frameworks = [(k, v) for k, v in (("deepspeed", deepspeed), ("megatron", megatron_args),
                                       ("megatron-bridge", megatron_bridge), ("torchtitan", torchtitan),
-                                      ("torchtune", torchtune), ("axolotl", axolotl))
+                                      ("torchtune", torchtune), ("axolotl", axolotl),
+                                      ("llamafactory", llamafactory))
                   if v is not None]
     if len(frameworks) > 1:
-        raise ConfigError("deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune and axolotl each describe the "
-                          "whole plan; give one")
+        raise ConfigError("deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl and llamafactory each "
+                          "describe the whole plan; give one")
     kind, source = frameworks[0] if frameworks else ("", "")
     if kind:
         source = _path(source, options[kind])
@@ -99,7 +101,7 @@ def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune=
 
 
 def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False, deepspeed=None, megatron_args=None,
-            torchtitan=None, megatron_bridge=None, torchtune=None, axolotl=None):
+            torchtitan=None, megatron_bridge=None, torchtune=None, axolotl=None, llamafactory=None):
     """One plan's iteration time, throughput, MFU and per-GPU memory.
 
     model: a built-in name (``dtsim.models()``), a YAML or HuggingFace
@@ -111,15 +113,16 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
     as ``--set`` (it wins over a framework's config). profile: a calibration
     profile (.h5). deepspeed: a DeepSpeed config JSON (a path) as the plan;
     megatron_args: Megatron-LM's flags (a string, or a file of them);
-    megatron_bridge, torchtitan, torchtune, axolotl: a Megatron-Bridge config
-    YAML (run_config.yaml), a torchtitan job TOML, a torchtune recipe config
-    or an axolotl config YAML (a path); the last five as the plan and, with
-    no model, the model; at most one, instead of plan, as the CLI's
-    ``--deepspeed``, ``--megatron-args``, ``--megatron-bridge``,
-    ``--torchtitan``, ``--torchtune`` and ``--axolotl``. What such a config sets that
+    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory: a
+    Megatron-Bridge config YAML (run_config.yaml), a torchtitan job TOML, a
+    torchtune recipe config, an axolotl config or a LLaMA-Factory training
+    config YAML (a path); the last six as the plan and, with no model, the
+    model; at most one, instead of plan, as the CLI's ``--deepspeed``,
+    ``--megatron-args``, ``--megatron-bridge``, ``--torchtitan``,
+    ``--torchtune``, ``--axolotl`` and ``--llamafactory``. What such a config sets that
     dtsim does not model is one ``UserWarning``. Returns ``dtsim predict --json``.
     """
-    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl)
+    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory)
     text, warning = _core.predict_json(_source(model, "model") if model is not None else _core.Source("", False),
                                        _source(cluster, "cluster"),
                                        _source(plan, "plan") if plan is not None else _core.Source("", False),
@@ -131,20 +134,20 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
 
 def search(model, cluster, global_batch=None, gpus=None, top=10, set=None, profile=None, threads=None,
            frame=False, deepspeed=None, megatron_args=None, megatron_bridge=None, torchtitan=None, torchtune=None,
-           axolotl=None):
+           axolotl=None, llamafactory=None):
     """Every valid plan simulated and ranked; ``dtsim search --json``.
 
     global_batch: sequences per iteration (default 4 per GPU); gpus: GPUs to
     use (default the whole cluster); top: plans ranked; set: fixed knobs
     (``{"plan.precision": "bf16"}``). deepspeed, megatron_args,
-    megatron_bridge, torchtitan, torchtune, axolotl (at most one, as for :func:`predict`): the
+    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory (at most one, as for :func:`predict`): the
     model (where model is None), the global batch, the sequence and the
     numerics come from that config, and its own plan is ranked beside the
     search's (``result["compared"]``); what it sets that dtsim does not model
     is one ``UserWarning``. frame=True returns the ranking as a pandas
     DataFrame (:func:`search_frame`).
     """
-    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl)
+    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory)
     text, warning = _core.search_json(_source(model, "model") if model is not None else _core.Source("", False),
                                       _source(cluster, "cluster"), _sets(set),
                                       _int(gpus, "gpus", 0), _int(global_batch, "global_batch", 0), _int(top, "top", 10),

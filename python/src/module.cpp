@@ -66,9 +66,9 @@ std::shared_ptr<const sim::ProfileCosts> load_costs(const std::string& profile) 
 
 /// `dtsim predict --json`, and the warning line of what a framework's
 /// config sets that dtsim does not model ("" if none). framework_kind:
-/// "" or deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl (with
+/// "" or deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory (with
 /// framework_source its file, or Megatron's flags), folded in as the CLI's
-/// --deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune and --axolotl are
+/// --deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl and --llamafactory are
 /// (Note [Framework options]); an
 /// empty model or plan text: none given.
 std::pair<std::string, std::string> predict_json(const Source& model, const Source& cluster, const Source& plan,
@@ -84,6 +84,7 @@ std::pair<std::string, std::string> predict_json(const Source& model, const Sour
                          : framework_kind == "deepspeed"       ? "deepspeed"
                          : framework_kind == "torchtune"       ? "torchtune"
                          : framework_kind == "axolotl"         ? "axolotl"
+                         : framework_kind == "llamafactory"    ? "llamafactory"
                                                                : "torchtitan";
     if (!plan.text.empty()) {
       throw ConfigError(std::string("plan and ") + option + " both describe the plan; give one (change single keys with set)");

@@ -841,7 +841,8 @@ TEST_CASE("a bad option is one line naming the subcommand and what is valid, exi
   const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
   CHECK(r.err ==
         "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
-        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --gpus, --global-batch, --top, --threads, --json, --csv\n");
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --gpus, --global-batch, --top, --threads, "
+        "--json, --csv\n");
   const Result missing = dtsim("predict --cluster dgx-a100 --model");
   CHECK(missing.status == 2);
   CHECK(missing.err == "dtsim predict: --model: missing value\n");
@@ -1201,6 +1202,29 @@ TEST_CASE("predict reads an axolotl config and the DeepSpeed JSON it names", "[c
   CHECK(missing.status == 2);
   CHECK(missing.err == "dtsim: " + file + ":3: deepspeed: zero9.json: no such file (looked in the working directory and beside " + file +
                            "; `axolotl fetch deepspeed_configs` writes axolotl's own)\n");
+}
+
+// Note [LLaMA-Factory configs]: examples/deepspeed/ds_z3_config.json is
+// found beside the config, and a search from it keeps what transformers'
+// Trainer runs: no pipeline.
+TEST_CASE("predict and search read a LLaMA-Factory config", "[cli][frameworks]") {
+  const std::string dir = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/llamafactory/";
+  const Result r = dtsim("predict --cluster dgx-h100 --json --llamafactory " + dir + "qwen3_full_sft_ds3.yaml --set plan.document_len=512");
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out.substr(0, r.out.size() - r.err.size()));
+  CHECK(j["model"]["name"].as<std::string>() == "qwen3-4b");
+  // ds_z3_config.json's stage 3; its "auto" batch is LLaMA-Factory's: 2 x 4 x 8 GPUs.
+  CHECK(j["plan"]["zero_stage"].as<int>() == 3);
+  CHECK(j["plan"]["global_batch"].as<int>() == 64);
+  CHECK(r.err.find("warning: " + dir + "qwen3_full_sft_ds3.yaml: LLaMA-Factory settings dtsim does not model") != std::string::npos);
+  const Result two = dtsim("predict --cluster dgx-h100 --llamafactory " + dir + "qwen3_lora_sft.yaml --axolotl x.yml");
+  CHECK(two.status == 2);
+  CHECK_THAT(two.err, Catch::Contains("--axolotl and --llamafactory each describe the whole plan; give one"));
+  const Result s = dtsim("search --cluster dgx-h100 --top 20 --threads 1 --json --llamafactory " + dir + "qwen3_lora_sft.yaml");
+  REQUIRE(s.status == 0);
+  const YAML::Node js = YAML::Load(s.out.substr(0, s.out.size() - s.err.size()));
+  REQUIRE(js["top"].size() > 0);
+  for (const YAML::Node& e : js["top"]) CHECK(e["plan"]["pp"].as<int>() == 1);
 }
 
 // Note [Search from a framework config]: a search from an axolotl config

@@ -1,7 +1,8 @@
 // Fuzz target: a framework's config (a DeepSpeed JSON, a Megatron-LM command
-// line, a Megatron-Bridge YAML, a torchtitan TOML, a torchtune or an axolotl
-// YAML), read by each importer in turn as `--deepspeed`, `--megatron-args`,
-// `--megatron-bridge`, `--torchtitan`, `--torchtune` and `--axolotl` read a
+// line, a Megatron-Bridge YAML, a torchtitan TOML, a torchtune, an axolotl
+// or a LLaMA-Factory YAML), read by each importer in turn as `--deepspeed`,
+// `--megatron-args`, `--megatron-bridge`, `--torchtitan`, `--torchtune`,
+// `--axolotl` and `--llamafactory` read a
 // file; what one accepts is folded into a scenario
 // (apply_framework_config), its plan and model loaded, and the plan resolved
 // and partitioned on a DGX A100 as `dtsim predict` does.
@@ -34,5 +35,6 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_torchtitan_config(text, "fuzz-job.toml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_torchtune_config(text, "fuzz-lora.yaml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_axolotl_config(text, "fuzz-axolotl.yml")); });
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_llamafactory_config(text, "fuzz-llamafactory.yaml")); });
   return 0;
 }

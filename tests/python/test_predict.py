@@ -131,13 +131,21 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["grad_accum"]) == (8, 2, 4)
     # Rank 32 on the seven linears of each of 32 blocks (Llama 3.1 8B).
     assert got["model"]["trainable_parameters"] == 32 * 32 * (2 * (4096 + 4096) + 2 * (4096 + 1024) + 3 * (4096 + 14336))
+    # A LLaMA-Factory config: LoRA rank 8 on all seven linears of Qwen3 4B
+    # (hidden 2560, q 4096, k and v 1024, MLP 9728; 36 blocks), as --llamafactory.
+    lf = os.path.join(frameworks, "llamafactory", "qwen3_lora_sft.yaml")
+    with pytest.warns(UserWarning, match="packing unset"):
+        got = dtsim.predict(None, "dgx-h100", llamafactory=lf)
+    assert got == cli("predict", "--cluster", "dgx-h100", "--llamafactory", lf)
+    assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["grad_accum"]) == (8, 1, 8)
+    assert got["model"]["trainable_parameters"] == 36 * 8 * (2 * (2560 + 4096) + 2 * (2560 + 1024) + 3 * (2560 + 9728))
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)
     assert (got["plan"]["tp"], got["plan"]["micro_batch"], got["plan"]["global_batch"]) == (2, 2, 64)
     with pytest.raises(dtsim.ConfigError, match="^plan and deepspeed both describe the plan"):
         dtsim.predict("gpt2", "dgx-a100", "zero2", deepspeed=ds)
-    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune and axolotl each describe the"):
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl and llamafactory each"):
         dtsim.predict("gpt2", "dgx-a100", deepspeed=ds, torchtitan=tt)
     with pytest.raises(dtsim.ConfigError, match="^model: none given"):
         dtsim.predict(None, "dgx-a100", "ddp")

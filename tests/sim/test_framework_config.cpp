@@ -2042,6 +2042,171 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
              Catch::Contains("looks like an axolotl config; pass it as --axolotl"));
 }
 
+// Note [LLaMA-Factory configs]: examples/train_lora/qwen3_lora_sft.yaml.
+TEST_CASE("LLaMA-Factory: LoRA on every linear layer of Qwen3 4B under DDP", "[framework][lora]") {
+  const FrameworkConfig fc = read_llamafactory_config(sample("llamafactory/qwen3_lora_sft.yaml"));
+  CHECK(fc.framework == "LLaMA-Factory");
+  REQUIRE(fc.plan == std::optional<std::string>("ddp"));
+  // Qwen/Qwen3-4B-Instruct-2507: the organisation, the date and -Instruct dropped.
+  REQUIRE(fc.model == std::optional<std::string>("qwen3-4b"));
+  auto k = keys(fc);
+  CHECK(k["model.peft"] == "lora");
+  // lora_target all: find_all_linear_modules, every nn.Linear but lm_head.
+  CHECK(k["model.lora_targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]");
+  CHECK(k["model.lora_rank"] == "8");
+  CHECK(k["plan.micro_batch"] == "1");
+  CHECK(k["plan.grad_accum"] == "8");
+  CHECK(k["plan.seq_len"] == "2048");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.master_weights"] == "null");  // the adapters cast to fp32 (init_adapter)
+  // Gradient checkpointing unless disable_gradient_checkpointing (prepare_model_for_training).
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(from_of(fc, "plan.recompute").find("disable_gradient_checkpointing") != std::string::npos);
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(k["plan.attention"] == "null");
+  CHECK(k["plan.pp"] == "1");
+  CHECK(k["plan.overlap_param_gather"] == "false");
+  CHECK(fc.search_fixed == std::vector<std::string>{"pp", "overlap_param_gather"});
+  CHECK(from_of(fc, "plan.micro_batch").find("qwen3_lora_sft.yaml:35 (per_device_train_batch_size)") != std::string::npos);
+  // sft without packing pads each batch; the dataset, output and schedule keys are silent.
+  CHECK(listed(fc, "packing unset"));
+  CHECK(fc.unmodelled.size() == 1);
+  // Rank 8 on q (2560 -> 4096), k and v (-> 1024), o, gate and up (-> 9728),
+  // down: 8 x (2 x 6656 + 2 x 3584 + 3 x 12288) = 458,752 a block, 36 blocks.
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(m->trainable_parameters() == 36 * 458'752);
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(r.dp == 8);
+  CHECK(r.global_batch == 1 * 8 * 8);
+}
+
+TEST_CASE("LLaMA-Factory: a full fine-tune under ZeRO-3 with neat packing and Liger", "[framework]") {
+  const FrameworkConfig fc = read_llamafactory_config(sample("llamafactory/qwen3_full_sft_ds3.yaml"));
+  // deepspeed: examples/deepspeed/ds_z3_config.json, found beside the config.
+  REQUIRE(fc.plan == std::optional<std::string>("zero3"));
+  auto k = keys(fc);
+  CHECK(k.count("model.peft") == 0);
+  CHECK(k["plan.zero_stage"] == "3");
+  CHECK(k["plan.overlap"] == "false");  // its overlap_comm false
+  CHECK(k["plan.stage3_max_live_parameters"] == "1000000000");
+  // "auto" filled from per_device_train_batch_size and gradient_accumulation_steps.
+  CHECK(k["plan.micro_batch"] == "2");
+  CHECK(k["plan.grad_accum"] == "4");
+  CHECK(k["plan.seq_len"] == "4096");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.master_weights"] == "null");
+  // enable_liger_kernel: RMSNorm, SwiGLU and the fused linear cross-entropy.
+  CHECK(k["plan.kernels"] == "fused");
+  CHECK(k["plan.loss_kernel"] == "liger_fused_linear");
+  CHECK(listed(fc, "neat_packing=true (each sample attends within itself"));
+  CHECK(listed(fc, "deepspeed zero_optimization.stage3_prefetch_bucket_size=auto"));
+  CHECK(!listed(fc, "packing unset"));
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(r.zero_stage == 3);
+  CHECK(r.global_batch == 2 * 4 * 8);
+}
+
+TEST_CASE("LLaMA-Factory: QLoRA with a paged 8-bit optimizer", "[framework][lora]") {
+  const FrameworkConfig fc = read_llamafactory_config(sample("llamafactory/llama3_qlora_sft.yaml"));
+  REQUIRE(fc.model == std::optional<std::string>("llama-3.1-8b"));  // meta-llama/Meta-Llama-3.1-8B-Instruct
+  auto k = keys(fc);
+  // quantization_bit 4 under bitsandbytes: the NF4 base.
+  CHECK(k["model.peft"] == "qlora");
+  CHECK(k["model.lora_targets"] == "[q_proj,k_proj,v_proj,o_proj]");
+  CHECK(k["model.lora_rank"] == "16");
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(k["plan.optim_bits"] == "8");
+  CHECK(k["plan.attention"] == "null");  // sdpa keeps no scores
+  CHECK(listed(fc, "optim=paged_adamw_8bit (paged"));
+  // Rank 16 on q and o (4096 -> 4096), k and v (-> 1024): 16 x (2 x 8192 + 2 x 5120) a block, 32 blocks.
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(m->trainable_parameters() == 32 * 16 * (2 * 8192 + 2 * 5120));
+}
+
+TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and errors", "[framework][errors]") {
+  const std::string head = "model_name_or_path: Qwen/Qwen3-8B\n";
+  const auto read = [&](const std::string& rest) { return parse_llamafactory_config(head + rest, "lf.yaml"); };
+  // Nothing but the model: LLaMA-Factory's defaults (LoRA rank 8 on every
+  // linear, cutoff_len 2048, gradient checkpointing) and transformers'
+  // (per_device_train_batch_size 8, no accumulation).
+  FrameworkConfig fc = read("");
+  REQUIRE(fc.model == std::optional<std::string>("qwen3-8b"));
+  auto k = keys(fc);
+  CHECK(k["model.peft"] == "lora");
+  CHECK(k["model.lora_rank"] == "8");
+  CHECK(k["model.lora_targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]");
+  CHECK(k["plan.micro_batch"] == "8");
+  CHECK(k["plan.grad_accum"] == "null");
+  CHECK(k["plan.seq_len"] == "2048");
+  CHECK(k["plan.recompute"] == "full");
+  // Neither bf16 nor fp16 under LoRA: the frozen base loaded in bf16 (infer_optim_dtype).
+  CHECK(k["plan.precision"] == "bf16");
+  // A full fine-tune without them: fp32 throughout.
+  CHECK(keys(read("finetuning_type: full\n"))["plan.precision"] == "fp32");
+  CHECK(keys(read("finetuning_type: full\nfp16: true\n"))["plan.precision"] == "fp16");
+  // pure_bf16: the bf16 weights stepped as they are, no master.
+  k = keys(read("finetuning_type: full\npure_bf16: true\n"));
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.master_weights"] == "false");
+  CHECK_THAT(error_of([&] { read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 3}}\n"); }),
+             Catch::Contains("lf.yaml:3: pure_bf16: beside DeepSpeed ZeRO-3"));
+  k = keys(read("disable_gradient_checkpointing: true\nflash_attn: disabled\n"));
+  CHECK(k["plan.recompute"] == "null");
+  CHECK(k["plan.attention"] == "eager");
+  CHECK(listed(read("use_unsloth_gc: true\n"), "use_unsloth_gc=true (the checkpoints offloaded"));
+  // pt packs by default, across samples: nothing to say.
+  CHECK(!listed(read("stage: pt\n"), "packing unset"));
+  CHECK(!listed(read("packing: true\n"), "packing unset"));
+  // quantization_bit 8: LLM.int8; HQQ's 2 bits priced as NF4, said.
+  CHECK(keys(read("quantization_bit: 8\n"))["model.peft"] == "lora_int8");
+  fc = read("quantization_bit: 2\nquantization_method: hqq\n");
+  CHECK(keys(fc)["model.peft"] == "qlora");
+  CHECK(listed(fc, "quantization_bit=2 with hqq (priced as bitsandbytes' 4-bit NF4 base)"));
+  // lora_target: names separated by commas; one dtsim does not price is said.
+  fc = read("lora_target: q_proj, v_proj,lm_head\n");
+  CHECK(keys(fc)["model.lora_targets"] == "[q_proj,v_proj]");
+  CHECK(listed(fc, "lora_target lm_head (its adapter is not priced"));
+  // LLaMA-Factory's own optimizers, other backends and unknown keys are listed; trackers are silent.
+  fc = read("finetuning_type: full\nuse_galore: true\nuse_mca: true\nfrobnicate: 3\nswanlab_project: x\n");
+  CHECK(listed(fc, "use_galore=true (priced as AdamW"));
+  CHECK(listed(fc, "use_mca=true (another training backend"));
+  CHECK(listed(fc, "frobnicate=3 (not read by dtsim)"));
+  CHECK(!listed(fc, "swanlab_project"));
+  CHECK(keys(read("ddp_bucket_cap_mb: 100\n"))["plan.bucket_mb"] == "100");
+  // FSDP through transformers' words; a LoRA under FSDP1 is priced as FSDP2.
+  fc = read("finetuning_type: full\nfsdp: shard_grad_op offload auto_wrap\nfsdp_config:\n  fsdp_version: 2\n");
+  REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
+  k = keys(fc);
+  CHECK(k["plan.fsdp"] == "shard_grad_op");
+  CHECK(k["plan.offload_params"] == "cpu");
+  CHECK(k["plan.offload_optimizer"] == "cpu");
+  CHECK(k["plan.fsdp_version"] == "2");
+  fc = read("fsdp: full_shard auto_wrap\n");
+  CHECK(keys(fc)["plan.fsdp_version"] == "2");
+  CHECK(listed(fc, "fsdp_version=1 with an adapter"));
+  // Errors: one line naming the file, the line and what is valid.
+  CHECK_THAT(error_of([&] { read("stage: dpo\n"); }), Catch::Contains("lf.yaml:2: stage: 'dpo'; dtsim prices pt and sft"));
+  CHECK_THAT(error_of([&] { read("finetuning_type: freeze\n"); }), Catch::Contains("lf.yaml:2: finetuning_type: 'freeze'; dtsim prices full and lora"));
+  CHECK_THAT(error_of([&] { read("finetuning_type: full\nquantization_bit: 4\n"); }),
+             Catch::Contains("lf.yaml:3: quantization_bit: beside finetuning_type full"));
+  CHECK_THAT(error_of([&] { read("quantization_bit: 3\n"); }), Catch::Contains("lf.yaml:2: quantization_bit: 3; bitsandbytes takes 4 or 8"));
+  CHECK_THAT(error_of([&] { read("lora_target: lm_head\n"); }), Catch::Contains("lf.yaml:2: lora_target: names no module dtsim prices"));
+  CHECK_THAT(error_of([&] { read("flash_attn: fa9\n"); }), Catch::Contains("lf.yaml:2: flash_attn: 'fa9'; valid: auto, disabled, sdpa, fa2, fa3"));
+  CHECK_THAT(error_of([&] { read("per_device_train_batch_size: 0\n"); }),
+             Catch::Contains("lf.yaml:2: per_device_train_batch_size: '0'; expected an integer of at least 1"));
+  CHECK_THAT(error_of([&] { read("deepspeed: no/such.json\n"); }),
+             Catch::Contains("lf.yaml:2: deepspeed: no/such.json: no such file (looked in the working directory and beside lf.yaml"));
+  CHECK_THAT(error_of([&] { read("deepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 2}}\nfsdp: full_shard\n"); }),
+             Catch::Contains("lf.yaml:2: deepspeed: given beside fsdp"));
+  CHECK_THAT(error_of([] { parse_llamafactory_config("stage: sft\n", "lf.yaml"); }), Catch::Contains("model_name_or_path: missing"));
+  CHECK_THAT(error_of([] { parse_llamafactory_config("- a\n", "lf.yaml"); }), Catch::Contains("lf.yaml: a LLaMA-Factory config is a mapping"));
+  // Found as LLaMA-Factory's, and refused as a plan with the option that reads it.
+  CHECK(framework_of(head, "x.yaml") == "llamafactory");
+  CHECK_THAT(error_of([] { load_plan(sample("llamafactory/qwen3_lora_sft.yaml"), {}); }),
+             Catch::Contains("looks like a LLaMA-Factory config; pass it as --llamafactory"));
+  CHECK(read_framework_config("llamafactory", sample("llamafactory/qwen3_lora_sft.yaml")).framework == "LLaMA-Factory");
+}
+
 TEST_CASE("deepspeed: ZeRO-3's knobs by their field names, stage3_ their aliases", "[framework][deepspeed]") {
   // zero/config.py: max_live_parameters = Field(..., alias="stage3_max_live_parameters").
   const FrameworkConfig fc = parse_deepspeed_config(

@@ -160,15 +160,6 @@ constexpr const char* kSilent[] = {
     "context_parallel_size", "sequence_parallel_degree", "expert_parallel_size", "dp_shard_size", "dp_replicate_size",
     "optimizer", "ddp_bucket_cap_mb", "fp8"};
 
-/// HuggingFace's optimizer names (transformers' OptimizerNames) that are
-/// torch.optim's AdamW or SGD with the usual states.
-constexpr const char* kAdamw[] = {"adamw_torch", "adamw_torch_fused", "adamw_apex_fused", "adamw_hf", "adamw_torch_xla",
-                                  "adamw_torch_npu_fused", "adamw_anyprecision", "optimi_adamw"};
-/// Those that are AdamW with block-wise 8-bit states (transformers'
-/// get_optimizer_cls_and_kwargs: bitsandbytes' AdamW at optim_bits 8, and
-/// torchao's AdamW8bit).
-constexpr const char* kAdamw8bit[] = {"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "adamw_torch_8bit"};
-
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
   return s;
@@ -517,32 +508,7 @@ class Reader : detail::YamlFields {
       out.plan("optimizer", "adamw", file() + " (optimizer unset: transformers' adamw_torch)");
       return;
     }
-    const std::string name = lower(word(o, "optimizer"));
-    if (std::find_if(std::begin(kAdamw), std::end(kAdamw), [&](const char* k) { return name == k; }) != std::end(kAdamw)) {
-      out.plan("optimizer", "adamw", from(o, "optimizer"));
-    } else if (name == "sgd") {
-      out.plan("optimizer", "sgd", from(o, "optimizer"));
-    } else if (std::find_if(std::begin(kAdamw8bit), std::end(kAdamw8bit), [&](const char* k) { return name == k; }) !=
-               std::end(kAdamw8bit)) {
-      // Note [8-bit optimizer] (parallel/plan.cpp): transformers' Trainer
-      // builds bitsandbytes' AdamW with optim_bits 8 ("8bit" in the name),
-      // paged where "paged" is; adamw_torch_8bit is torchao's AdamW8bit.
-      out.plan("optimizer", "adamw", from(o, "optimizer"));
-      if (host_adam_) {
-        // ZeRO-Offload steps with DeepSpeed's CPU Adam and its fp32 states.
-        fc_.unmodelled.push_back("optimizer=" + name + " beside DeepSpeed's offload_optimizer (its CPU Adam keeps fp32 states: "
-                                 "priced so)");
-        return;
-      }
-      out.plan("optim_bits", "8", from(o, "optimizer"));
-      if (name.starts_with("paged_")) {
-        fc_.unmodelled.push_back("optimizer=" + name + " (paged: its states are priced on the device, where they stay while they "
-                                 "fit; PyTorch's allocator statistics leave them out)");
-      }
-    } else {
-      out.plan("optimizer", "adamw", from(o, "optimizer"));
-      fc_.unmodelled.push_back("optimizer=" + name + " (priced as AdamW with states in the weights' type)");
-    }
+    detail::hf_optimizer(out, fc_, "optimizer", lower(word(o, "optimizer")), from(o, "optimizer"), host_adam_);
   }
 
   /// deepspeed: a DeepSpeed JSON, read as --deepspeed reads it.
@@ -560,16 +526,7 @@ class Reader : detail::YamlFields {
       }
       ds = read_deepspeed_config(found);
     }
-    fc_.plan = ds.plan;
-    for (const auto& o : ds.overrides) {
-      if (o.section == "plan") out.plan(o.path, o.value, o.from);
-      if (o.section == "plan" && o.path == "offload_optimizer" && o.value == "cpu") host_adam_ = true;
-    }
-    for (const auto& u : ds.unmodelled) {
-      // The precision HuggingFace fills from the keys axolotl sets (read above).
-      if (u.find("left to HuggingFace") != std::string::npos) continue;
-      fc_.unmodelled.push_back("deepspeed " + u);
-    }
+    detail::merge_hf_deepspeed(ds, out, fc_, host_adam_);
   }
 
   /// fsdp_config through accelerate (Note [axolotl configs]).

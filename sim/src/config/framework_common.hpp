@@ -70,6 +70,24 @@ class YamlFields {
 /// parse_deepspeed_config reads one; `file` names it in messages.
 FrameworkConfig interpret_deepspeed(const YAML::Node& root, const std::string& file);
 
+/// transformers' TrainingArguments `optim` (OptimizerNames), which axolotl's
+/// `optimizer` and LLaMA-Factory's `optim` pass on, as plan.optimizer and
+/// plan.optim_bits (Note [8-bit optimizer]): adamw_torch and the like are
+/// AdamW, sgd SGD; adamw_bnb_8bit, adamw_8bit, paged_adamw_8bit
+/// (bitsandbytes) and adamw_torch_8bit (torchao) AdamW with 8-bit states,
+/// except beside DeepSpeed's offload_optimizer (`host_adam`: its CPU Adam
+/// keeps fp32 states); a paged one and every other name said in
+/// fc.unmodelled. `key` names the field in what is said.
+void hf_optimizer(OverrideList& out, FrameworkConfig& fc, const std::string& key, const std::string& name,
+                  const std::string& from, bool host_adam);
+
+/// A DeepSpeed config that a transformers-based trainer's YAML names
+/// (axolotl's and LLaMA-Factory's `deepspeed:`), folded in: its plan, its
+/// plan keys, and what it does not model as "deepspeed ..." (less the
+/// precision HuggingFace fills from the trainer's own keys). Sets
+/// `host_adam` where it offloads the optimizer.
+void merge_hf_deepspeed(const FrameworkConfig& ds, OverrideList& out, FrameworkConfig& fc, bool& host_adam);
+
 /// `v` as the shortest decimal that reads back the same ("1000", "0.5").
 std::string format_number(double v);
 

@@ -128,6 +128,63 @@ void OverrideList::finish() {
   }
 }
 
+namespace {
+
+/// HuggingFace's optimizer names (transformers' OptimizerNames) that are
+/// torch.optim's AdamW with the usual states.
+constexpr const char* kHfAdamw[] = {"adamw_torch", "adamw_torch_fused", "adamw_apex_fused", "adamw_hf", "adamw_torch_xla",
+                                    "adamw_torch_npu_fused", "adamw_anyprecision", "optimi_adamw"};
+/// Those that are AdamW with block-wise 8-bit states (transformers'
+/// get_optimizer_cls_and_kwargs: bitsandbytes' AdamW at optim_bits 8, and
+/// torchao's AdamW8bit).
+constexpr const char* kHfAdamw8bit[] = {"adamw_bnb_8bit", "adamw_8bit", "paged_adamw_8bit", "adamw_torch_8bit"};
+
+bool listed(const std::string& name, const char* const* begin, const char* const* end) {
+  return std::find_if(begin, end, [&](const char* k) { return name == k; }) != end;
+}
+
+}  // namespace
+
+void hf_optimizer(OverrideList& out, FrameworkConfig& fc, const std::string& key, const std::string& name,
+                  const std::string& from, bool host_adam) {
+  if (name == "sgd") {
+    out.plan("optimizer", "sgd", from);
+    return;
+  }
+  out.plan("optimizer", "adamw", from);
+  if (listed(name, std::begin(kHfAdamw), std::end(kHfAdamw))) return;
+  if (!listed(name, std::begin(kHfAdamw8bit), std::end(kHfAdamw8bit))) {
+    fc.unmodelled.push_back(key + "=" + name + " (priced as AdamW with states in the weights' type)");
+    return;
+  }
+  // Note [8-bit optimizer] (parallel/plan.cpp): transformers' Trainer
+  // builds bitsandbytes' AdamW with optim_bits 8 ("8bit" in the name),
+  // paged where "paged" is; adamw_torch_8bit is torchao's AdamW8bit.
+  if (host_adam) {
+    // ZeRO-Offload steps with DeepSpeed's CPU Adam and its fp32 states.
+    fc.unmodelled.push_back(key + "=" + name + " beside DeepSpeed's offload_optimizer (its CPU Adam keeps fp32 states: priced so)");
+    return;
+  }
+  out.plan("optim_bits", "8", from);
+  if (name.starts_with("paged_")) {
+    fc.unmodelled.push_back(key + "=" + name + " (paged: its states are priced on the device, where they stay while they fit; "
+                            "PyTorch's allocator statistics leave them out)");
+  }
+}
+
+void merge_hf_deepspeed(const FrameworkConfig& ds, OverrideList& out, FrameworkConfig& fc, bool& host_adam) {
+  fc.plan = ds.plan;
+  for (const auto& o : ds.overrides) {
+    if (o.section == "plan") out.plan(o.path, o.value, o.from);
+    if (o.section == "plan" && o.path == "offload_optimizer" && o.value == "cpu") host_adam = true;
+  }
+  for (const auto& u : ds.unmodelled) {
+    // The precision HuggingFace fills from the trainer's own keys.
+    if (u.find("left to HuggingFace") != std::string::npos) continue;
+    fc.unmodelled.push_back("deepspeed " + u);
+  }
+}
+
 std::string format_number(double v) {
   char text[64];
   if (v == std::floor(v) && std::fabs(v) < 1e15) {
@@ -168,6 +225,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
   if (kind == "torchtitan") return read_torchtitan_config(source);
   if (kind == "torchtune") return read_torchtune_config(source);
   if (kind == "axolotl") return read_axolotl_config(source);
+  if (kind == "llamafactory") return read_llamafactory_config(source);
   if (kind == "megatron-bridge") return read_megatron_bridge_config(source);
   if (kind == "megatron") {
     // A file of flags (a launch script's), or the flags themselves.
@@ -178,7 +236,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
     return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
-  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl");
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory");
 }
 
 // Note [Framework options]
@@ -210,7 +268,7 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 
 // Note [Search from a framework config]
 // `dtsim search --megatron-bridge FILE` (or --megatron-args, --deepspeed,
-// --torchtitan, --torchtune, --axolotl; Python's search(megatron_bridge=...)) asks which plan would
+// --torchtitan, --torchtune, --axolotl, --llamafactory; Python's search(megatron_bridge=...)) asks which plan would
 // train what the config trains faster: the config's model (its model.*
 // keys) and, as fixed knobs, what decides the numbers it trains with
 // (kFixedFromConfig: sequence and its packed documents, precision and its
@@ -221,9 +279,9 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 // config's candidates are the pipelines Megatron can split); every parallel
 // and memory knob is the search's that the framework can set
 // (FrameworkConfig::search_fixed keeps the rest as the config has them,
-// each candidate held to it as to a --set, SearchOptions::hold: axolotl
-// and torchtune run no pipeline, torchtune shards with FSDP2 alone or runs
-// a single-device recipe on one GPU; axolotl's overlap_param_gather false,
+// each candidate held to it as to a --set, SearchOptions::hold: axolotl,
+// LLaMA-Factory and torchtune run no pipeline, torchtune shards with FSDP2 alone or runs
+// a single-device recipe on one GPU; axolotl's and LLaMA-Factory's overlap_param_gather false,
 // DeepSpeed's ZeRO-1 gathering nothing in the next forward, holds as any
 // knob a config sets does). Its global batch is the
 // config's unless another is asked, and the config's own plan is predicted
@@ -320,6 +378,8 @@ std::string framework_of(const std::string& text, const std::string& path) {
   if (text.find("_component_: torchtune.models.") != std::string::npos) return "torchtune";
   // axolotl's configs name a HuggingFace model at the top level; no plan does.
   if (text.rfind("base_model:", 0) == 0 || text.find("\nbase_model:") != std::string::npos) return "axolotl";
+  // LLaMA-Factory's name theirs by transformers' model_name_or_path.
+  if (text.rfind("model_name_or_path:", 0) == 0 || text.find("\nmodel_name_or_path:") != std::string::npos) return "llamafactory";
   // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a
   // ConfigContainer's class written by its to_yaml.
   if (text.find("_target_: megatron.bridge.training.config.ConfigContainer") != std::string::npos) return "megatron-bridge";

@@ -25,7 +25,7 @@ namespace dtsim::sim {
 
 /// What a framework's config says, in dtsim's terms.
 struct FrameworkConfig {
-  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan", "torchtune" or "axolotl"
+  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan", "torchtune", "axolotl" or "LLaMA-Factory"
   std::string file;                           ///< the file read, as given
   std::optional<std::string> plan;            ///< the shipped plan to start from ("zero2"), or none
   /// plan.* (and model.* for a Megatron command line) in the order read,
@@ -85,6 +85,14 @@ FrameworkConfig read_axolotl_config(const std::string& path);
 /// The same for text already read; `file` names it in errors and is where a
 /// relative deepspeed: path or local base_model is looked for beside.
 FrameworkConfig parse_axolotl_config(const std::string& yaml_text, const std::string& file);
+/// Reads a LLaMA-Factory training config YAML (`llamafactory-cli train
+/// FILE`: its model_name_or_path, finetuning_type, LoRA, quantization,
+/// batch, precision, checkpointing, kernels, DeepSpeed or FSDP; Note
+/// [LLaMA-Factory configs] in sim/src/config/framework_llamafactory.cpp).
+FrameworkConfig read_llamafactory_config(const std::string& path);
+/// The same for text already read; `file` names it in errors and is where a
+/// relative deepspeed: path or local model is looked for beside.
+FrameworkConfig parse_llamafactory_config(const std::string& yaml_text, const std::string& file);
 /// dtsim's built-in of a HuggingFace hub id's model ("NousResearch/Meta-Llama-3.1-8B"
 /// -> "llama-3.1-8b"), or "" (Note [axolotl configs]).
 std::string axolotl_builtin_of(const std::string& hub_id);
@@ -99,7 +107,7 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
 /// A framework's config as a front end gives it: `kind` "deepspeed",
-/// "megatron-bridge", "torchtitan", "torchtune" or "axolotl" with a file's path, or "megatron" with
+/// "megatron-bridge", "torchtitan", "torchtune", "axolotl" or "llamafactory" with a file's path, or "megatron" with
 /// a file of flags or the flags themselves (a `source` starting "--"; errors
 /// then name it `--megatron-args`). Throws ConfigError naming the valid kinds.
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source);
@@ -133,7 +141,7 @@ std::vector<Override> search_fixed_overrides(const std::vector<Override>& overri
 /// location) naming the valid ones.
 FsdpMode parse_fsdp_mode(const std::string& name);
 
-/// "deepspeed", "torchtitan", "torchtune", "megatron" or "megatron-bridge" when `text` (a file named `path`)
+/// "deepspeed", "torchtitan", "torchtune", "axolotl", "llamafactory", "megatron" or "megatron-bridge" when `text` (a file named `path`)
 /// is that framework's config rather than a dtsim plan, else "".
 std::string framework_of(const std::string& text, const std::string& path);
 
