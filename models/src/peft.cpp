@@ -153,9 +153,10 @@
 // adapters' states and leaves the frozen weights on every rank (so does
 // DeepSpeed's ZeRO-1 and -2). FSDP2 shards and gathers them with the
 // adapters (Note [Frozen weights under FSDP] in sim/src/lowering/passes/
-// sharded_parameters.cpp); DeepSpeed's ZeRO-3 and FSDP1 are refused beside
-// frozen weights: the rules table offers no stage 3 (PlanRules::
-// zero_stages), and the search tries FULL_SHARD as FSDP2 alone.
+// sharded_parameters.cpp), and so does DeepSpeed's ZeRO-3, module by
+// module (Note [Frozen weights under ZeRO-3] in sim/src/lowering/passes/
+// zero3_modules.cpp); FSDP1 is refused beside frozen weights, and the
+// search tries FULL_SHARD as FSDP2 alone.
 // An FP8 GEMM's frozen weight keeps its FP8 copies as a trained one does
 // (Fp8Gemms::frozen_elements in sim/src/lowering/emitter.hpp).
 #include <algorithm>
@@ -411,6 +412,8 @@ class Lora final : public sim::Model {
     std::vector<sim::LayerComm> tp_forward, tp_backward;
     Bytes saved_delta = 0;
     std::int64_t params = 0, largest = 0;
+    std::int64_t a_elements = 0, b_elements = 0;  ///< A's and B's on this rank (params = their sum)
+    std::string a_name, b_name;                   ///< their GEMMs' names: the modules lora_A and lora_B
     bool expert = false;
   };
 
@@ -469,6 +472,10 @@ class Lora final : public sim::Model {
         a.backward = backward_of(a.forward);
         a.params = in_a * r_a + r * out_b;
         a.largest = std::max(in_a * r_a, r * out_b);
+        a.a_elements = in_a * r_a;
+        a.b_elements = r * out_b;
+        a.a_name = ka.name;
+        a.b_name = kb.name;
         // Kept: A's input and output in place of the base's saved input
         // (Transformer Engine keeps it only for the frozen weight's gradient,
         // and autograd's mm saves no input for a weight that needs no
@@ -516,6 +523,26 @@ class Lora final : public sim::Model {
     return out;
   }
 
+  /// Where a module named after forward kernel `kernel` goes in L.modules:
+  /// after the module whose work the kernels before it are, as the ZeRO-3
+  /// pass reads a module's share (each module's kernels from the one its
+  /// name names to the next module's).
+  static std::size_t module_slot(const sim::Layer& L, const std::string& kernel) {
+    std::size_t owner = 0;
+    bool started = false;
+    for (const sim::Kernel& k : L.forward) {
+      if (k.name == kernel) break;
+      for (std::size_t j = started ? owner : 0; j < L.modules.size(); ++j) {
+        if (L.modules[j].name == k.name) {
+          owner = j;
+          started = true;
+          break;
+        }
+      }
+    }
+    return started ? owner + 1 : 0;
+  }
+
   void adapt(sim::Layer& L, const sim::WorkloadShape& shape) const {
     const std::vector<Adapter> adapters = adapters_of(L, shape);
     const std::set<std::string> gemms = gemm_names(L);
@@ -525,7 +552,11 @@ class Lora final : public sim::Model {
     L.params = L.expert_params = L.sp_params = L.borrowed_params = 0;
     L.param_tensors = 0;
     L.largest_param_tensor = 0;
-    L.modules.clear();
+    // The base's modules stay, frozen; each adapter's lora_A and lora_B
+    // follow the module of the GEMM they adapt, as PEFT's LoraLayer runs
+    // base_layer, then lora_A, then lora_B (Note [Frozen weights under
+    // ZeRO-3] in sim/src/lowering/passes/zero3_modules.cpp).
+    for (sim::ParamModule& m : L.modules) m.frozen = true;
     L.signature += (c_.base == LoraConfig::Base::kNf4 ? ",qlora=" : c_.base == LoraConfig::Base::kInt8 ? ",lora8=" : ",lora=") + std::to_string(c_.rank);
     for (const auto& t : c_.targets) L.signature += ":" + t;
     if (L.kind == sim::LayerKind::kEmbedding) {
@@ -616,6 +647,9 @@ class Lora final : public sim::Model {
     L.forward = std::move(forward);
     L.backward = std::move(backward);
     for (const Adapter& a : adapters) {
+      const std::size_t at = module_slot(L, a.a_name);
+      L.modules.insert(L.modules.begin() + static_cast<std::ptrdiff_t>(at),
+                       {sim::ParamModule{a.a_name, {a.a_elements}, "", false}, sim::ParamModule{a.b_name, {a.b_elements}, "", false}});
       L.params += a.params;
       if (a.expert) L.expert_params += a.params;
       L.param_tensors += 2;

@@ -1,6 +1,6 @@
 // LoRA fine-tuning (Note [LoRA] and Note [Frozen weights] in
 // models/src/peft.cpp): the adapters' counts, kernels, collectives and saved
-// bytes, the frozen weights' memory, the rules that keep ZeRO-3 away, and
+// bytes, the frozen weights' memory and their sharding by FSDP2 and ZeRO-3, and
 // Megatron-Bridge's peft section, against values derived by hand.
 #include <catch2/catch.hpp>
 
@@ -166,8 +166,25 @@ TEST_CASE("LoRA: the frozen base computes no weight gradient, the adapters their
   // Kept: each adapter's input replaces the base's (the same bf16 tensor
   // without sequence parallelism) and A's output, 4096 x 16 x 2 bytes, is new.
   CHECK(l.saved_bytes == b.saved_bytes + 4 * 4096 * 16 * 2);
-  // Its ZeRO modules go with the weights they gathered.
-  CHECK(l.modules.empty());
+  // Its modules (what DeepSpeed's ZeRO-3 gathers): the base's, frozen,
+  // each followed by the adapters of the GEMM it runs, lora_A then lora_B,
+  // as PEFT's LoraLayer runs them (Note [Frozen weights under ZeRO-3]).
+  REQUIRE(l.modules.size() == b.modules.size() + 8);
+  std::int64_t frozen = 0, trained = 0;
+  for (const ParamModule& m : l.modules) {
+    for (std::int64_t t : m.tensors) (m.frozen ? frozen : trained) += t;
+  }
+  CHECK(frozen == b.params);
+  CHECK(trained == l.params);
+  std::vector<std::string> names;
+  for (const ParamModule& m : l.modules) names.push_back(m.name + (m.frozen ? "" : "*"));
+  CHECK(names == std::vector<std::string>{"input_layernorm", "attn.qkv", "attn.qkv.lora_a*", "attn.qkv.lora_b*", "attn.k_proj",
+                                          "attn.v_proj", "attn.o_proj", "attn.o_proj.lora_a*", "attn.o_proj.lora_b*",
+                                          "post_attention_layernorm", "mlp.gate_up", "mlp.gate_up.lora_a*", "mlp.gate_up.lora_b*",
+                                          "mlp.up_proj", "mlp.down", "mlp.down.lora_a*", "mlp.down.lora_b*"});
+  // A: 4096 x 16, B: 16 x 6144 over the fused q, k, v GEMM.
+  CHECK(l.modules[2].tensors == std::vector<std::int64_t>{4096 * 16});
+  CHECK(l.modules[3].tensors == std::vector<std::int64_t>{16 * 6144});
   CHECK(l.signature == b.signature + ",lora=16:linear_qkv:linear_proj:linear_fc1:linear_fc2");
   // MFU's numerator: the base's less every frozen weight gradient (the
   // blocks' and the LM head's 2 x 4096 x 4096 x 128256), plus the adapters'
@@ -323,16 +340,19 @@ TEST_CASE("LoRA's memory: the frozen weights whole in bf16, the optimizer's stat
   CHECK(p.ranks[0].optimizer == 12 * 35'651'584LL);
   CHECK(p.trainable_parameters == 35'651'584);
   CHECK(format_table(p).find("8065.9M parameters, 35.65M trained") != std::string::npos);
-  // DeepSpeed's ZeRO-3, FSDP1 and SHARD_GRAD_OP beside frozen weights are
-  // not modelled (Note [Frozen weights under FSDP]): the rules table offers
-  // no stage 3, FSDP2's full_shard and hybrid_shard on one stage alone, and
-  // resolve says why.
+  // FSDP1 and SHARD_GRAD_OP beside frozen weights are not modelled (Note
+  // [Frozen weights under FSDP]): the rules table offers FSDP2's full_shard
+  // and hybrid_shard on one stage alone, and resolve says why. DeepSpeed's
+  // ZeRO-3 partitions a 16-bit or 4-bit base (Note [Frozen weights under
+  // ZeRO-3]), not an 8-bit one.
   const PlanRules rules(*lora, c, 1);
-  CHECK(rules.zero_stages(1) == std::vector<int>{0, 1, 2});
+  CHECK(rules.zero_stages(1) == std::vector<int>{0, 1, 2, 3});
+  const auto int8 = models::load_model("llama-3-8b", sets({"model.peft=lora_int8", "model.lora_rank=16"}));
+  CHECK(PlanRules(*int8, c, 1).zero_stages(1) == std::vector<int>{0, 1, 2});
   CHECK(rules.fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kFullShard, FsdpMode::kNoShard, FsdpMode::kHybridShard});
   CHECK(rules.fsdp_modes(2) == std::vector<FsdpMode>{FsdpMode::kNoShard});
-  CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.zero_stage=3"}), c); }),
-             Catch::Contains("plan.zero_stage: 3: DeepSpeed ZeRO-3's partitioning of a LoRA fine-tune's frozen weights is not modelled"));
+  CHECK_THAT(error_of([&] { predict(*int8, spec({"plan.zero_stage=3"}), c); }),
+             Catch::Contains("plan.zero_stage: 3 with peft: lora_int8: DeepSpeed's ZeRO-3 does not partition bitsandbytes' 8-bit weights"));
   CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=full_shard"}), c); }),
              Catch::Contains("plan.fsdp_version: 1 with peft and fsdp: full_shard: FSDP1's flat parameters"));
   CHECK_THAT(error_of([&] { predict(*lora, spec({"plan.fsdp=shard_grad_op", "plan.fsdp_version=2"}), c); }),
@@ -432,6 +452,54 @@ TEST_CASE("LoRA under FSDP2: the frozen base sharded and gathered with the adapt
     if (m.category == MemCategory::kParameters) offloaded += m.bytes;
   }
   CHECK(offloaded == 0);
+}
+
+TEST_CASE("LoRA under DeepSpeed ZeRO-3: the frozen base partitioned and gathered module by module, the adapters' gradients alone reduced (Note [Frozen weights under ZeRO-3])",
+          "[lora][lowering][zero3]") {
+  const auto lora = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16"}));
+  const ClusterSpec c = load_cluster("dgx-h100");  // 8 GPUs
+  // No tensor kept whole (persistence 0), nothing prefetched (bucket 0)
+  // and each released after its use (reuse 0): every module's parameters
+  // are gathered by its own hook for each of its passes.
+  ResolvedPlan plan = resolve(parse_plan("dp: 8\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\nzero_stage: 3\n"
+                                         "stage3_param_persistence_threshold: 0\nstage3_max_reuse_distance: 0\n"
+                                         "stage3_prefetch_bucket_size: 0\n",
+                                         "p.yaml"),
+                              *lora, c);
+  REQUIRE(plan.zero3_modules());
+  const test::FixedCompute compute(1000);
+  const test::FixedComm comm(1000);
+  partition(plan, *lora, c, compute, comm);
+  const TaskGraph g = lower(*lora, plan, c, CostModels{&compute, &comm});
+  Bytes gathered = 0, reduced = 0;
+  for (const Task& t : g.tasks) {
+    if (t.kind != TaskKind::kCollective || t.rank != 0) continue;
+    if (t.op == CollectiveOp::kAllGather) gathered += t.bytes;
+    if (t.op == CollectiveOp::kReduceScatter) reduced += t.bytes;
+  }
+  // Llama 3 8B's 8,030,261,248 frozen weights and rank 16's 35,651,584
+  // adapters, in bf16: every one gathered for the forward and again for
+  // the backward, but the embedding's 128,256 x 4096, fed token ids, whose
+  // module has no backward hook.
+  const std::int64_t all = 8'030'261'248LL + 35'651'584;
+  CHECK(gathered == 2 * (2 * all - 128'256LL * 4096));
+  // Only the adapters' bf16 gradients are reduce-scattered.
+  CHECK(reduced == 2 * 35'651'584LL);
+  // Each rank holds an eighth of every weight, and the optimizer states
+  // (12 bytes: Note [Frozen weights]) of an eighth of the adapters.
+  Bytes params = 0, optimizer = 0;
+  for (const auto& m : g.ranks[0].resident) {
+    if (m.category == MemCategory::kParameters) params += m.bytes;
+    if (m.category == MemCategory::kOptimizer) optimizer += m.bytes;
+  }
+  CHECK(params == (8'030'261'248LL / 8 + 35'651'584 / 8) * 2);
+  CHECK(optimizer == 12 * (35'651'584 / 8));
+  // An adapter under expert parallelism is refused in one line.
+  const auto moe = models::load_model("mixtral-8x7b", sets({"model.peft=lora", "model.lora_rank=8", "model.lora_targets=[linear_qkv]"}));
+  CHECK_THAT(error_of([&] {
+               resolve(parse_plan("dp: 8\nep: 8\nmicro_batch: 1\nseq_len: 4096\nprecision: bf16\nzero_stage: 3\n", "p.yaml"), *moe, c);
+             }),
+             Catch::Contains("zero_stage: 3 with peft and ep = 8"));
 }
 
 TEST_CASE("QLoRA: the blocks' linear weights in NF4, dequantized before each GEMM and each input gradient (Note [QLoRA])", "[lora]") {

@@ -390,7 +390,7 @@ class LayerStage final : public detail::StageEmitter {
   static std::int64_t largest_tensor(const Layer& L) {
     std::int64_t largest = L.largest_param_tensor;
     for (const ParamModule& m : L.modules) {
-      if (!m.tied.empty()) continue;
+      if (!m.tied.empty() || m.frozen) continue;
       for (std::int64_t t : m.tensors) largest = std::max(largest, t);
     }
     return std::min(L.params, largest > 0 ? largest : L.params);

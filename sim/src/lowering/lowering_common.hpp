@@ -273,12 +273,13 @@ inline bool zero_redundancy_optimizer(const ResolvedPlan& p) {
 /// Each parameter tensor's elements, layer by layer: a layer's modules'
 /// tensors where it describes them (a tied head's borrowed tensor is the
 /// embedding's), else its param_tensors with the largest apart and the rest
-/// equal (Layer::largest_param_tensor), or one tensor.
+/// equal (Layer::largest_param_tensor), or one tensor. A fine-tune's
+/// adapters (a layer with frozen weights) take the second way.
 inline std::vector<std::int64_t> param_tensor_sizes(const std::vector<Layer>& layers) {
   std::vector<std::int64_t> out;
   for (const Layer& L : layers) {
     if (L.params <= 0) continue;
-    if (!L.modules.empty()) {
+    if (!L.modules.empty() && L.frozen_params == 0) {
       for (const ParamModule& m : L.modules) {
         if (m.tied.empty()) out.insert(out.end(), m.tensors.begin(), m.tensors.end());
       }

@@ -10,18 +10,34 @@
 namespace dtsim::sim::detail {
 
 std::vector<ParamModule> modules_of(const Layer& layer) {
-  if (!layer.modules.empty()) return layer.modules;
-  ParamModule one;
-  const std::int64_t all = layer.params + layer.borrowed_params;
-  if (all > 0) one.tensors.push_back(all);
-  return {one};
+  std::vector<ParamModule> out = layer.modules;
+  if (out.empty()) {
+    ParamModule one;
+    const std::int64_t all = layer.params + layer.borrowed_params;
+    if (all > 0) one.tensors.push_back(all);
+    out.push_back(one);
+  }
+  // Frozen weights the modules do not describe: one frozen module first.
+  std::int64_t frozen = 0;
+  for (const ParamModule& m : out) {
+    if (m.frozen && m.tied.empty()) {
+      for (std::int64_t t : m.tensors) frozen += t;
+    }
+  }
+  if (const std::int64_t rest = layer.frozen_params - layer.frozen_tied - frozen; rest > 0) {
+    ParamModule base;
+    base.tensors.push_back(rest);
+    base.frozen = true;
+    out.insert(out.begin(), base);
+  }
+  return out;
 }
 
 std::int64_t persistent_elements(const std::vector<Layer>& layers, std::int64_t threshold) {
   std::int64_t n = 0;
   for (const Layer& l : layers) {
     for (const ParamModule& m : modules_of(l)) {
-      if (!m.tied.empty()) continue;
+      if (!m.tied.empty() || m.frozen) continue;
       for (std::int64_t t : m.tensors) {
         if (t <= threshold) n += t;
       }

@@ -42,11 +42,14 @@
 namespace dtsim::sim::detail {
 
 /// A layer's modules (Layer::modules), or the layer as one module of one
-/// tensor where the model does not say (its params and borrowed_params).
+/// tensor where the model does not say (its params and borrowed_params);
+/// frozen weights no module describes (Layer::frozen_params) as one frozen
+/// module before them.
 std::vector<ParamModule> modules_of(const Layer& layer);
 
-/// Elements of the parameters DeepSpeed keeps whole on every rank: each
-/// tensor of at most `threshold` elements, a tied one counted with its owner.
+/// Elements of the trained parameters DeepSpeed keeps whole on every rank:
+/// each tensor of at most `threshold` elements, a tied one counted with its
+/// owner (frozen ones are not: no step changes them).
 std::int64_t persistent_elements(const std::vector<Layer>& layers, std::int64_t threshold);
 
 /// The coordinator's knobs, in elements (ResolvedPlan's stage3_*).

@@ -1005,10 +1005,15 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                   (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   const bool sharded_fsdp = s.fsdp != FsdpMode::kNone && s.fsdp != FsdpMode::kNoShard;
-  if (rules.frozen_weights() && r.zero_stage == 3 && !r.fsdp) {
-    // Note [Frozen weights] (models/src/peft.cpp).
-    bad.add("zero_stage", "3: DeepSpeed ZeRO-3's partitioning of a LoRA fine-tune's frozen weights is not modelled; valid with "
-                          "peft: zero_stage 0, 1 or 2, or fsdp: full_shard or hybrid_shard with fsdp_version: 2");
+  if (rules.frozen_weights() && r.zero_stage == 3 && !r.fsdp && (rules.int8_base() || r.ep > 1)) {
+    // Note [Frozen weights under ZeRO-3] (lowering/passes/zero3_modules.cpp):
+    // DeepSpeed partitions a 4-bit base, not an 8-bit one (LLaMA-Factory's
+    // quantization.py: "Only 4-bit quantized model can use fsdp+qlora").
+    bad.add("zero_stage", rules.int8_base() ? std::string("3 with peft: lora_int8: DeepSpeed's ZeRO-3 does not partition bitsandbytes' 8-bit "
+                                                          "weights; valid: zero_stage 0, 1 or 2, or peft: qlora")
+                                            : "3 with peft and ep = " + std::to_string(r.ep) +
+                                                  ": ZeRO-3's partitioning of a fine-tune's frozen weights is modelled without expert "
+                                                  "parallelism; valid here: zero_stage 0, 1 or 2");
   } else if (rules.int8_base() && s.fsdp != FsdpMode::kNone) {
     // Note [8-bit base] (models/src/peft.cpp).
     bad.add("fsdp", std::string(to_string(s.fsdp)) + " with peft: lora_int8: FSDP does not wrap bitsandbytes' 8-bit weights "

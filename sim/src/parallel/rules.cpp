@@ -178,7 +178,8 @@ std::vector<int> PlanRules::virtual_stage_values(int pp, std::int64_t micro_batc
 
 std::vector<int> PlanRules::zero_stages(int pp) const {
   if (pp > 1) return {0, 1};
-  if (frozen_) return {0, 1, 2};
+  // Note [Frozen weights under ZeRO-3]: DeepSpeed partitions no 8-bit base.
+  if (int8_) return {0, 1, 2};
   return {0, 1, 2, 3};
 }
 

@@ -345,6 +345,10 @@ struct ParamModule {
   /// The module of an earlier layer whose first tensor this one uses as its
   /// only parameter (a tied LM head: "wte"); `tensors` then holds its size.
   std::string tied;
+  /// Its tensors are frozen (a fine-tune's base: Layer::frozen_params), not
+  /// the layer's `params`; only DeepSpeed's ZeRO-3 gathers them by module
+  /// (Note [Frozen weights under ZeRO-3] in sim/src/lowering/passes/zero3_modules.cpp).
+  bool frozen = false;
 };
 
 /// One layer for a given WorkloadShape.

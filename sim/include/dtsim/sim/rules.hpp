@@ -120,8 +120,8 @@ class PlanRules {
   /// none where the micro-batches do not allow it.
   std::vector<int> virtual_stage_values(int pp, std::int64_t micro_batches) const;
   /// ZeRO stages with pp stages (DeepSpeed refuses 2 and 3 with pipelines;
-  /// a model with frozen weights has no stage 3: Note [Frozen weights] in
-  /// models/src/peft.cpp).
+  /// an LLM.int8 base has no stage 3: Note [Frozen weights under ZeRO-3] in
+  /// sim/src/lowering/passes/zero3_modules.cpp).
   std::vector<int> zero_stages(int pp) const;
   /// The model keeps frozen weights beside those it trains (a LoRA fine-tune).
   bool frozen_weights() const { return frozen_; }

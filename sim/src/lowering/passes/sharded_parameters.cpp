@@ -135,8 +135,9 @@
 // autograd computes and reduce-scatters the frozen weights' gradients as
 // if trained (_flat_param.py, _validate_tensors_to_flatten and
 // _use_unsharded_views(as_params=False)); torchtune's old FSDP1 recipe
-// wrapped each adapter as a unit of its own instead. DeepSpeed's ZeRO-3
-// partitioning of frozen weights, SHARD_GRAD_OP, pipelines and expert
+// wrapped each adapter as a unit of its own instead. (DeepSpeed's ZeRO-3
+// shards them too: Note [Frozen weights under ZeRO-3] in
+// passes/zero3_modules.cpp.) SHARD_GRAD_OP, pipelines and expert
 // parallelism beside frozen weights are refused where the plan is resolved.
 #include <algorithm>
 #include <string>

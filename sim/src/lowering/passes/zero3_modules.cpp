@@ -24,6 +24,29 @@
 // dtsim counts a module's gradients as its backward starts, in one copy,
 // and the tied LM head's gradient with the embedding's, where autograd
 // accumulates it into .grad.
+//
+// Note [Frozen weights under ZeRO-3]
+// DeepSpeed's stage 3 partitions every parameter zero.Init or the engine
+// sees, frozen or not (partition_parameters.py converts each one; the
+// LoRA recipes of transformers' Trainer, axolotl and LLaMA-Factory run
+// ZeRO-3 over a frozen base this way), and its hooks gather a module's
+// parameters whatever their requires_grad. Frozen ones get no gradient,
+// so nothing of theirs enters the bucket: the reduce-scatters carry the
+// adapters alone (stage3.py registers its gradient hooks on parameters
+// that require grad). A module's pre-backward hook is registered on
+// outputs that require grad (parameter_offload.py,
+// _pre_backward_module_hook over the outputs), so a frozen embedding fed
+// token ids is not gathered in the backward; every other frozen module
+// is, for its input's gradient. So each rank holds its shard of the
+// frozen weights (resident_frozen), the coordinator gathers them module
+// by module as it does trained ones (models/src/peft.cpp keeps the base's
+// modules, frozen, with each adapter's lora_A and lora_B after the module
+// they adapt, as PEFT's LoraLayer runs them), and nothing refreshes them
+// after the step. A QLoRA base is gathered at its stored bytes (the
+// layer's share, LayerContext::gathered_param_bytes). Small frozen tensors
+// are kept whole as trained ones are (ds_persist); their whole copies are
+// counted as shards, which the norms' few kilobytes leave unseen. An
+// LLM.int8 base is refused where the plan is resolved, as FSDP refuses it.
 #include <algorithm>
 #include <map>
 #include <string>
@@ -62,9 +85,10 @@ class Zero3Modules final : public StrategyPass {
         } else {
           for (std::int64_t t : mod.tensors) {
             m.params.push_back(static_cast<int>(numel_.size()));
-            m.grads += t;
+            if (!mod.frozen) m.grads += t;
             numel_.push_back(t);
             persist_.push_back(t <= p.stage3_param_persistence_threshold);
+            frozen_.push_back(mod.frozen);
             expert_.push_back(modules.size() == 1 && L.params > 0 ? static_cast<double>(L.expert_params) / static_cast<double>(L.params) : 0.0);
           }
           if (!m.params.empty()) first_tensor.emplace(mod.name, m.params.front());
@@ -81,7 +105,10 @@ class Zero3Modules final : public StrategyPass {
       LayerInfo& info = layers_[l];
       info.first[static_cast<int>(u)] = trace.size();
       const std::size_t k = info.mods.size();
-      for (std::size_t j = 0; j < k; ++j) trace.push_back(info.mods[u == Use::kBackward ? k - 1 - j : j].params);
+      // Note [Frozen weights under ZeRO-3]: a layer without a backward (a
+      // fine-tune's frozen embedding) has no pre-backward hook to fetch with.
+      const bool none = u == Use::kBackward && c.layers[l].backward.empty();
+      for (std::size_t j = 0; j < k; ++j) trace.push_back(none ? std::vector<int>{} : info.mods[u == Use::kBackward ? k - 1 - j : j].params);
     };
     for (std::size_t l = 0; l < layers_.size(); ++l) record(l, Use::kForward);
     for (std::size_t l = layers_.size(); l-- > 0;) {
@@ -94,7 +121,7 @@ class Zero3Modules final : public StrategyPass {
     steps_ = coordinate_zero3(trace, numel_, persist_,
                               {p.stage3_prefetch_bucket_size, p.stage3_max_live_parameters, p.stage3_max_reuse_distance});
     for (std::size_t i = 0; i < numel_.size(); ++i) {
-      if (persist_[i]) persistent_ += numel_[i];
+      if (persist_[i] && !frozen_[i]) persistent_ += numel_[i];
     }
   }
 
@@ -312,6 +339,7 @@ class Zero3Modules final : public StrategyPass {
   std::vector<LayerInfo> layers_;
   std::vector<std::int64_t> numel_;  ///< by parameter id
   std::vector<bool> persist_;        ///< kept whole (ds_persist)
+  std::vector<bool> frozen_;         ///< a fine-tune's frozen weight: gathered, never reduced or refreshed
   std::vector<double> expert_;       ///< of a parameter's elements, routed experts' share
   std::vector<Zero3Step> steps_;     ///< the coordinator's decisions over one micro-step
   std::int64_t persistent_ = 0;      ///< elements kept whole
