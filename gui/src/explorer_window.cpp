@@ -213,6 +213,11 @@ constexpr std::pair<const char*, const char*> kKnobTips[] = {
                               "soon as its gradient is made and the gradient freed, so no gradient outlives its "
                               "tensor's backward (Note [Optimizer in backward]). One GPU, one micro-batch a step, "
                               "no ZeRO, as torchtune's single-device recipe runs it."},
+    {"enable_activation_offloading", "plan.enable_activation_offloading: torchtune's enable_activation_offloading, "
+                                     "each block's saved tensors (its checkpoint under full recompute) copied to the host "
+                                     "after its forward and back one block ahead of its backward, on a stream of their "
+                                     "own (Note [Saved-tensor offload]). One stage, on a GPU, beside no other offloading "
+                                     "of the activations."},
     {"master_weights", "plan.master_weights: an fp32 master copy of the parameters in the optimizer, as mixed "
                        "precision keeps one (Megatron, DeepSpeed's bf16.enabled, autocast over fp32 parameters): "
                        "Adam's 12 bytes a parameter. Off: a model loaded in bf16 and stepped by torch.optim "
@@ -618,6 +623,7 @@ struct ExplorerWindow::Impl {
   QDoubleSpinBox *moe_imbalance = nullptr, *intra_bw = nullptr, *inter_bw = nullptr, *z3_prefetch = nullptr,
                  *z3_live = nullptr;
   QCheckBox *eight_bit = nullptr, *in_bwd = nullptr;
+  QCheckBox* saved_offload = nullptr;  ///< torchtune's enable_activation_offloading
   QCheckBox *sp = nullptr, *tp_overlap = nullptr, *ep_overlap = nullptr, *fp32_grads = nullptr, *masters = nullptr, *contig = nullptr, *scatter = nullptr, *param_gather = nullptr, *dealloc = nullptr,
             *sync_bn = nullptr, *nvls = nullptr, *limit_ag = nullptr, *fsdp2 = nullptr;
   QComboBox* nccl_proto = nullptr;
@@ -851,6 +857,8 @@ struct ExplorerWindow::Impl {
     act_offload->setSpecialValueText("none");
     act_offload->setSuffix(" layers");
     // Note [Fine-grained offload]: Megatron-Core's offload_modules, by commas or spaces.
+    saved_offload = new QCheckBox("all saved");
+    saved_offload->setObjectName("enable_activation_offloading");
     offload_mods = new QLineEdit;
     offload_mods->setObjectName("offload_modules");
     offload_mods->setPlaceholderText("or modules");
@@ -964,6 +972,7 @@ struct ExplorerWindow::Impl {
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(act_offload);
       row->addWidget(offload_mods, 1);
+      row->addWidget(saved_offload);
       mf->addRow("Acts to CPU", row);
     }
     {
@@ -1335,6 +1344,7 @@ struct ExplorerWindow::Impl {
     QObject::connect(masters, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(eight_bit, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(in_bwd, &QCheckBox::toggled, w, [this] { knobs_changed(); });
+    QObject::connect(saved_offload, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(states, qOverload<int>(&QComboBox::currentIndexChanged), w, [this] { knobs_changed(); });
     QObject::connect(contig, &QCheckBox::toggled, w, [this] { knobs_changed(); });
     QObject::connect(scatter, &QCheckBox::toggled, w, [this] { knobs_changed(); });
@@ -1404,6 +1414,7 @@ struct ExplorerWindow::Impl {
     masters->setChecked(p.master_weights);
     eight_bit->setChecked(p.optim_bits == 8);
     in_bwd->setChecked(p.optimizer_in_backward);
+    saved_offload->setChecked(p.enable_activation_offloading);
     states->setCurrentIndex(p.use_precision_aware_optimizer ? std::max(0, states->findData(static_cast<int>(p.exp_avg_dtype))) : 0);
     contig->setChecked(p.contiguous_gradients);
     scatter->setChecked(p.reduce_scatter);
@@ -1515,6 +1526,8 @@ struct ExplorerWindow::Impl {
     offload_mods->setEnabled(sim::PlanRules(*scenario.model, scenario.cluster).offload_modules_described() != 0 &&
                              !scenario.cluster.device.gloo_collectives &&
                              recompute->currentData().toInt() != static_cast<int>(sim::Recompute::kFull));
+    // Note [Saved-tensor offload]: as the rules allow it.
+    saved_offload->setEnabled(saved_offload_allowed(cur_pp, static_cast<sim::Recompute>(recompute->currentData().toInt())));
     // The rules table's: fused where the model's blocks change with it; a
     // recipe to choose under fp8 only (resolve refuses tensorwise elsewhere).
     kernels_box->setEnabled(ch.kernels.size() > 1);
@@ -1617,6 +1630,8 @@ struct ExplorerWindow::Impl {
       }
       p.fine_grained_activation_offloading = p.offload_modules != 0;
     }
+    // Where the rules refuse it: off (the box keeps what it shows).
+    p.enable_activation_offloading = saved_offload->isChecked() && saved_offload_allowed(p.pp, p.recompute);
     // resolve refuses the buffer beyond ZeRO-1 or with the optimizer offloaded.
     p.accumulate_allreduce_grads_in_fp32 = fp32_grads->isChecked() && z <= 1 && offload->currentData().toInt() == 0;
     p.megatron_grad_buffer = grad_buffer && z <= 1 && offload->currentData().toInt() == 0;
@@ -1691,6 +1706,7 @@ struct ExplorerWindow::Impl {
     mark(p.master_weights != before.master_weights, "master_weights");
     mark(p.optim_bits != before.optim_bits, "optim_bits");
     mark(p.optimizer_in_backward != before.optimizer_in_backward, "optimizer_in_backward");
+    mark(p.enable_activation_offloading != before.enable_activation_offloading, "enable_activation_offloading");
     mark(p.megatron_grad_buffer != before.megatron_grad_buffer, "megatron_grad_buffer");
     mark(p.use_precision_aware_optimizer != before.use_precision_aware_optimizer, "use_precision_aware_optimizer");
     mark(p.exp_avg_dtype != before.exp_avg_dtype, "exp_avg_dtype");
@@ -1746,6 +1762,18 @@ struct ExplorerWindow::Impl {
     const int z = zero->currentData().toInt();
     const bool buffer = (fp32_grads->isChecked() || grad_buffer) && z <= 1 && !offloaded;
     return sim::PlanRules::optimizer_in_backward_allowed(1, 1, z, offloaded ? sim::Offload::kCpu : sim::Offload::kNone, buffer);
+  }
+
+  /// Note [Saved-tensor offload]: the rules' conditions as the panel shows
+  /// them (Megatron's offloading from its boxes; DeepSpeed's checkpoints and
+  /// uniform recompute groups as the scenario's plan has them).
+  bool saved_offload_allowed(int pp, sim::Recompute rc) const {
+    const bool megatron = (act_offload->isEnabled() && act_offload->value() > 0) ||
+                          (offload_mods->isEnabled() && !offload_mods->text().trimmed().isEmpty());
+    const sim::PlanSpec& b = scenario.plan;
+    const int group = rc == sim::Recompute::kFull && b.recompute_method == sim::RecomputeMethod::kUniform ? b.recompute_num_layers : 1;
+    return sim::PlanRules(*scenario.model, scenario.cluster)
+        .saved_tensor_offload_allowed(pp, megatron, b.cpu_checkpointing || b.partition_activations, group);
   }
 
   bool eight_bit_allowed() const {

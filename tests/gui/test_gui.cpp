@@ -165,13 +165,14 @@ void check_knob_tooltips(ExplorerWindow& w) {
   for (QComboBox* k : w.findChildren<QComboBox*>()) check(k);
   for (QAbstractSpinBox* k : w.findChildren<QAbstractSpinBox*>()) check(k);
   for (QCheckBox* k : w.findChildren<QCheckBox*>()) check(k);
-  CHECK(knobs == 56);  // 25 combo boxes, 16 spin boxes (3 on the search tab), 15 check boxes
+  CHECK(knobs == 57);  // 25 combo boxes, 16 spin boxes (3 on the search tab), 16 check boxes
   const std::pair<const char*, std::vector<const char*>> terms[] = {
       {"zero", {"zero_optimization.stage", "SHARD_GRAD_OP = 2", "FULL_SHARD = 3"}},
       {"fp32_grads", {"--accumulate-allreduce-grads-in-fp32", "18 bytes a parameter"}},
       {"master_weights", {"torch_dtype=bfloat16", "bf16.enabled", "training.dtype"}},
       {"optim_bits", {"AdamW8bit", "adamw_bnb_8bit", "PagedAdamW8bit"}},
       {"optimizer_in_backward", {"optimizer_in_bwd"}},
+      {"enable_activation_offloading", {"enable_activation_offloading"}},
       {"optimizer_states", {"--use-precision-aware-optimizer", "16-bit remainder", "--exp-avg-dtype"}},
       {"contiguous_gradients", {"zero_optimization.contiguous_gradients", "overlap_comm"}},
       {"overlap_param_gather", {"--overlap-param-gather", "overlap_param_gather"}},
@@ -779,6 +780,34 @@ TEST_CASE("the 8-bit states and step-in-backward knobs reach the plan where the 
   REQUIRE(one.outcome().ok());
   CHECK(one.outcome().prediction->plan.optimizer_in_backward);
   CHECK(one.scenario().plan.origins.of("plan.optimizer_in_backward") == "explorer: optimizer_in_backward");
+}
+
+// Note [Saved-tensor offload]: on one stage the box reaches the plan and
+// the blocks' checkpoints leave the GPU (the peak's activations fall);
+// under a pipeline the rules refuse it and the box is off.
+TEST_CASE("the saved-tensor offload knob reaches the plan where the rules allow it", "[gui][window]") {
+  app();
+  ExplorerWindow w;
+  w.set_scenario(gui::load_scenario("gpt2", "1xh100", "ddp", "",
+                                    {sim::parse_override("plan.precision=bf16"), sim::parse_override("plan.recompute=full")}));
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  auto* box = w.findChild<QCheckBox*>("enable_activation_offloading");
+  REQUIRE(box != nullptr);
+  CHECK(box->isEnabled());
+  CHECK_FALSE(box->isChecked());
+  const Bytes kept = w.outcome().prediction->ranks.front().activations;
+  box->setChecked(true);
+  REQUIRE(w.wait_for_result(kWaitMs));
+  REQUIRE(w.outcome().ok());
+  CHECK(w.outcome().prediction->plan.enable_activation_offloading);
+  CHECK(w.outcome().prediction->ranks.front().activations < kept);
+  CHECK(w.scenario().plan.origins.of("plan.enable_activation_offloading") == "explorer: enable_activation_offloading");
+  ExplorerWindow piped;
+  piped.set_scenario(gui::load_scenario("gpt2", "dgx-a100", "ddp", "", {sim::parse_override("plan.pp=2")}));
+  REQUIRE(piped.wait_for_result(kWaitMs));
+  REQUIRE(piped.outcome().ok());
+  CHECK_FALSE(piped.findChild<QCheckBox*>("enable_activation_offloading")->isEnabled());
 }
 
 // Note [Precision-aware optimizer]: under ZeRO-1 in bf16 the box turns

@@ -2173,6 +2173,16 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
   CHECK(listed(fc, "frobnicate=3 (not read by dtsim)"));
   CHECK(!listed(fc, "swanlab_project"));
   CHECK(keys(read("ddp_bucket_cap_mb: 100\n"))["plan.bucket_mb"] == "100");
+  // LoRA under ZeRO-3 (its examples/train_lora/qwen3_lora_sft_ds3.yaml):
+  // the frozen base partitioned with the adapters (Note [Frozen weights
+  // under ZeRO-3]); 8 GPUs of 1 x 8 x 2 accumulation steps.
+  fc = read("deepspeed: {train_micro_batch_size_per_gpu: auto, gradient_accumulation_steps: auto, zero_optimization: {stage: 3}}\n"
+            "per_device_train_batch_size: 1\ngradient_accumulation_steps: 2\nbf16: true\n");
+  REQUIRE(fc.plan == std::optional<std::string>("zero3"));
+  const ResolvedPlan z3 = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(z3.zero_stage == 3);
+  CHECK(!z3.fsdp);
+  CHECK(z3.global_batch == 1 * 2 * 8);
   // FSDP through transformers' words; a LoRA under FSDP1 is priced as FSDP2.
   fc = read("finetuning_type: full\nfsdp: shard_grad_op offload auto_wrap\nfsdp_config:\n  fsdp_version: 2\n");
   REQUIRE(fc.plan == std::optional<std::string>("fsdp"));

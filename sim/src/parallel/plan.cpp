@@ -1222,11 +1222,14 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // Note [Saved-tensor offload] (lowering/passes/saved_tensor_offload.cpp):
   // torchtune's, on a one-stage plan's transformer blocks.
   r.enable_activation_offloading = s.enable_activation_offloading;
-  if (r.enable_activation_offloading) {
+  const bool megatron_offload = s.cpu_offloading_num_layers > 0 || s.fine_grained_activation_offloading;
+  if (r.enable_activation_offloading &&
+      !rules.saved_tensor_offload_allowed(r.pp, megatron_offload, s.cpu_checkpointing || s.partition_activations, r.recompute_group)) {
+    // The rules table's conditions, each said in its own words.
     if (r.pp > 1) {
       bad.add("enable_activation_offloading", "true with pp " + std::to_string(r.pp) +
                                                   ": torchtune runs no pipeline, and dtsim offloads a one-stage plan's blocks; valid there: false");
-    } else if (s.cpu_offloading_num_layers > 0 || s.fine_grained_activation_offloading) {
+    } else if (megatron_offload) {
       bad.add("enable_activation_offloading", std::string("true with Megatron-Core's ") +
                                                   (s.cpu_offloading_num_layers > 0 ? "cpu_offloading_num_layers" : "fine_grained_activation_offloading") +
                                                   ": one offloading of the activations at a time; drop one");
@@ -1240,7 +1243,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                                   "recompute_num_layers 1");
     } else if (cluster.device.gloo_collectives) {
       bad.add("enable_activation_offloading", "true on " + cluster.device.name + ": a CPU's activations are in host memory already; valid: false");
-    } else if (rules.transformer_layers() == 0) {
+    } else {
       bad.add("enable_activation_offloading", "true: " + model.name() + " has no transformer layers, whose saved tensors are "
                                                   "what dtsim offloads; valid: false");
     }

@@ -132,6 +132,11 @@ bool PlanRules::optimizer_in_backward_allowed(int gpus, std::int64_t micro_batch
   return gpus == 1 && micro_batches == 1 && zero_stage == 0 && optimizer != Offload::kCpu && !grad_buffer;
 }
 
+bool PlanRules::saved_tensor_offload_allowed(int pp, bool megatron_offload, bool deepspeed_checkpoints, int recompute_group) const {
+  return pp == 1 && !megatron_offload && !deepspeed_checkpoints && recompute_group <= 1 && !cluster_.device.gloo_collectives &&
+         transformer_layers() > 0;
+}
+
 std::vector<CpComm> PlanRules::cp_comms(int cp) const {
   if (cp <= 1) return {CpComm::kP2p};
   if (model_.cp_all_gather_only()) return {CpComm::kAllGather};

@@ -109,6 +109,13 @@ class PlanRules {
   /// Megatron gradient buffer, as torchtune's single-device recipe runs it.
   static bool optimizer_in_backward_allowed(int gpus, std::int64_t micro_batches, int zero_stage, Offload optimizer,
                                             bool grad_buffer);
+  /// Whether a plan may move its blocks' saved tensors to the host
+  /// (PlanSpec::enable_activation_offloading, torchtune's; Note [Saved-tensor
+  /// offload] in lowering/passes/saved_tensor_offload.cpp): one stage, no
+  /// other offloading of the activations (Megatron-Core's, DeepSpeed's
+  /// checkpoints), each block checkpointed alone (`recompute_group` 1), on
+  /// a GPU, a model with transformer layers.
+  bool saved_tensor_offload_allowed(int pp, bool megatron_offload, bool deepspeed_checkpoints, int recompute_group) const;
   /// Whether attention `a` runs fused in precision p: `auto` is what the
   /// device would run (PyTorch's SDPA and Megatron-Core pick a fused kernel
   /// on a GPU in 16- and 8-bit training; eager on CPUs and in fp32).
