@@ -182,7 +182,8 @@ Command add_search(CLI::App& root) {
   flag(app, *o, "csv", "Print the ranking as CSV");
   app->footer(
       "\n--set plan.KEY=VALUE fixes a knob (e.g. plan.precision=bf16, plan.tp=2); the search walks the others.\n"
-      "A framework's config (--megatron-bridge, --megatron-args, --deepspeed, --torchtitan, --torchtune, --axolotl, --llamafactory)\n"
+      "A framework's config (--megatron-bridge, --megatron-args, --deepspeed, --torchtitan, --torchtune, --axolotl, --llamafactory,\n"
+      "--accelerate)\n"
       "gives the model, the batch, the sequence and the numerics (and what its framework cannot change: pp 1 for axolotl,\n"
       "LLaMA-Factory and torchtune),\n"
       "and its plan is ranked beside the search's.\n"

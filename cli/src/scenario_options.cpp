@@ -53,12 +53,15 @@ void add_scenario_options(CLI::App& app, ScenarioOptions& s, unsigned which) {
     app.add_option("--llamafactory", s.llamafactory,
                    "A LLaMA-Factory training config (YAML) as the plan and, with no --model, the model")
         ->type_name("FILE");
+    app.add_option("--accelerate", s.accelerate,
+                   "An accelerate config (accelerate launch --config_file) as the distribution: alone, or under --llamafactory or --axolotl")
+        ->type_name("FILE");
   }
 }
 
 // Note [Framework options] (sim/src/config/framework_config.cpp) says how a
 // framework's config folds in; here only that it does not combine with
-// --plan, and that at most one is given.
+// --plan, and that at most one is given (--accelerate beside a trainer's).
 ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& default_plan) {
   ResolvedScenario r;
   r.model = s.model;
@@ -75,22 +78,28 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
       ++given;
     }
   }
-  if (given == 0) {
+  if (given == 0 && s.accelerate.empty()) {
     r.overrides = user;
     return r;
   }
   if (given > 1) {
     throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl and --llamafactory each describe the whole plan; give one");
   }
+  // Note [accelerate under a trainer]: with a transformers-based trainer's config, or alone.
+  if (!s.accelerate.empty() && kind != nullptr && std::string(kind) != "llamafactory" && std::string(kind) != "axolotl") {
+    throw ConfigError(std::string("--accelerate launches transformers' Trainer; it combines with --llamafactory or --axolotl, not --") +
+                      (std::string(kind) == "megatron" ? "megatron-args" : kind));
+  }
+  if (kind == nullptr) kind = "accelerate";
   const std::string which = std::string(kind) == "megatron" ? "--megatron-args" : "--" + std::string(kind);
   if (!s.plan.empty()) {
     throw ConfigError("--plan " + s.plan + " and " + which + " both describe the plan; give one (change single keys with --set plan.KEY=VALUE)");
   }
-  std::string source;
+  std::string source = s.accelerate;
   for (const auto& [k, v] : options) {
     if (std::string(k) == kind) source = *v;
   }
-  const sim::FrameworkConfig fc = sim::read_framework_config(kind, source);
+  const sim::FrameworkConfig fc = sim::read_framework_config(kind, source, s.accelerate);
   sim::FrameworkScenario f = sim::apply_framework_config(fc, s.model, user);
   r.model = f.model;
   if (!f.plan.empty()) r.plan = f.plan;

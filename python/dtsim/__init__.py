@@ -101,7 +101,7 @@ def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune=
 
 
 def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False, deepspeed=None, megatron_args=None,
-            torchtitan=None, megatron_bridge=None, torchtune=None, axolotl=None, llamafactory=None):
+            torchtitan=None, megatron_bridge=None, torchtune=None, axolotl=None, llamafactory=None, accelerate=None):
     """One plan's iteration time, throughput, MFU and per-GPU memory.
 
     model: a built-in name (``dtsim.models()``), a YAML or HuggingFace
@@ -119,14 +119,18 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
     config YAML (a path); the last six as the plan and, with no model, the
     model; at most one, instead of plan, as the CLI's ``--deepspeed``,
     ``--megatron-args``, ``--megatron-bridge``, ``--torchtitan``,
-    ``--torchtune``, ``--axolotl`` and ``--llamafactory``. What such a config sets that
+    ``--torchtune``, ``--axolotl`` and ``--llamafactory``. accelerate: an
+    accelerate config YAML (a path) as ``--accelerate``: the distribution
+    ``accelerate launch --config_file`` gives, alone or under llamafactory
+    or axolotl. What such a config sets that
     dtsim does not model is one ``UserWarning``. Returns ``dtsim predict --json``.
     """
     kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory)
     text, warning = _core.predict_json(_source(model, "model") if model is not None else _core.Source("", False),
                                        _source(cluster, "cluster"),
                                        _source(plan, "plan") if plan is not None else _core.Source("", False),
-                                       _sets(set), _path(profile, "profile"), bool(unabridged), kind, source)
+                                       _sets(set), _path(profile, "profile"), bool(unabridged), kind, source,
+                                       _path(accelerate, "accelerate"))
     if warning:
         _warnings.warn(warning, stacklevel=2)
     return _json.loads(text)
@@ -134,13 +138,13 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
 
 def search(model, cluster, global_batch=None, gpus=None, top=10, set=None, profile=None, threads=None,
            frame=False, deepspeed=None, megatron_args=None, megatron_bridge=None, torchtitan=None, torchtune=None,
-           axolotl=None, llamafactory=None):
+           axolotl=None, llamafactory=None, accelerate=None):
     """Every valid plan simulated and ranked; ``dtsim search --json``.
 
     global_batch: sequences per iteration (default 4 per GPU); gpus: GPUs to
     use (default the whole cluster); top: plans ranked; set: fixed knobs
     (``{"plan.precision": "bf16"}``). deepspeed, megatron_args,
-    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory (at most one, as for :func:`predict`): the
+    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory (at most one, as for :func:`predict`; accelerate as there): the
     model (where model is None), the global batch, the sequence and the
     numerics come from that config, and its own plan is ranked beside the
     search's (``result["compared"]``); what it sets that dtsim does not model
@@ -151,7 +155,8 @@ def search(model, cluster, global_batch=None, gpus=None, top=10, set=None, profi
     text, warning = _core.search_json(_source(model, "model") if model is not None else _core.Source("", False),
                                       _source(cluster, "cluster"), _sets(set),
                                       _int(gpus, "gpus", 0), _int(global_batch, "global_batch", 0), _int(top, "top", 10),
-                                      _int(threads, "threads", 0), _path(profile, "profile"), kind, source)
+                                      _int(threads, "threads", 0), _path(profile, "profile"), kind, source,
+                                      _path(accelerate, "accelerate"))
     if warning:
         _warnings.warn(warning, stacklevel=2)
     result = _json.loads(text)

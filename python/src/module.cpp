@@ -68,28 +68,30 @@ std::shared_ptr<const sim::ProfileCosts> load_costs(const std::string& profile) 
 /// config sets that dtsim does not model ("" if none). framework_kind:
 /// "" or deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory (with
 /// framework_source its file, or Megatron's flags), folded in as the CLI's
-/// --deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl and --llamafactory are
+/// --deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl and --llamafactory are,
+/// with `accelerate` (an accelerate config's path, or "") as --accelerate is
 /// (Note [Framework options]); an
 /// empty model or plan text: none given.
 std::pair<std::string, std::string> predict_json(const Source& model, const Source& cluster, const Source& plan,
                                                  const std::vector<std::string>& sets, const std::string& profile,
                                                  bool unabridged, const std::string& framework_kind,
-                                                 const std::string& framework_source) {
+                                                 const std::string& framework_source, const std::string& accelerate) {
   std::vector<sim::Override> ov = overrides(sets);
   Source model_source = model, plan_source = plan;
   std::string warning;
-  if (!framework_kind.empty()) {
+  if (!framework_kind.empty() || !accelerate.empty()) {
     const char* option = framework_kind == "megatron"          ? "megatron_args"
                          : framework_kind == "megatron-bridge" ? "megatron_bridge"
                          : framework_kind == "deepspeed"       ? "deepspeed"
                          : framework_kind == "torchtune"       ? "torchtune"
                          : framework_kind == "axolotl"         ? "axolotl"
                          : framework_kind == "llamafactory"    ? "llamafactory"
+                         : framework_kind.empty()              ? "accelerate"
                                                                : "torchtitan";
     if (!plan.text.empty()) {
       throw ConfigError(std::string("plan and ") + option + " both describe the plan; give one (change single keys with set)");
     }
-    const sim::FrameworkConfig fc = sim::read_framework_config(framework_kind, framework_source);
+    const sim::FrameworkConfig fc = sim::read_framework_config(framework_kind, framework_source, accelerate);
     sim::FrameworkScenario f = sim::apply_framework_config(fc, model.is_inline ? std::string("<model dict>") : model.text, ov);
     if (model.text.empty()) model_source = Source{f.model, false};
     plan_source = Source{f.plan.empty() ? std::string("ddp") : f.plan, false};
@@ -116,14 +118,15 @@ std::pair<std::string, std::string> predict_json(const Source& model, const Sour
 std::pair<std::string, std::string> search_json(const Source& model, const Source& cluster, const std::vector<std::string>& sets,
                                                 std::int64_t gpus, std::int64_t global_batch, std::int64_t top,
                                                 std::int64_t threads, const std::string& profile,
-                                                const std::string& framework_kind, const std::string& framework_source) {
+                                                const std::string& framework_kind, const std::string& framework_source,
+                                                const std::string& accelerate) {
   std::vector<sim::Override> ov = overrides(sets);
   const std::size_t user_count = ov.size();
   Source model_source = model;
   std::string warning, compare_plan, compare_name;
   std::vector<std::string> search_fixed;
-  if (!framework_kind.empty()) {
-    const sim::FrameworkConfig fc = sim::read_framework_config(framework_kind, framework_source);
+  if (!framework_kind.empty() || !accelerate.empty()) {
+    const sim::FrameworkConfig fc = sim::read_framework_config(framework_kind, framework_source, accelerate);
     sim::FrameworkScenario f = sim::apply_framework_config(fc, model.is_inline ? std::string("<model dict>") : model.text, ov);
     if (model.text.empty()) model_source = Source{f.model, false};
     compare_plan = f.plan.empty() ? std::string("ddp") : f.plan;
@@ -142,8 +145,9 @@ std::pair<std::string, std::string> search_json(const Source& model, const Sourc
     }
   };
   sim::SearchOptions so;
-  so.base = sim::search_base_plan(c, framework_kind.empty() ? ov : sim::search_fixed_overrides(ov, user_count, search_fixed));
-  if (!framework_kind.empty()) {
+  const bool framework = !framework_kind.empty() || !accelerate.empty();
+  so.base = sim::search_base_plan(c, framework ? sim::search_fixed_overrides(ov, user_count, search_fixed) : ov);
+  if (framework) {
     so.hold = search_fixed;
     so.compare = sim::load_plan(compare_plan, ov);
     so.compare_name = compare_name;
@@ -232,11 +236,11 @@ PYBIND11_MODULE(_core, m) {
            py::arg("text"), py::arg("is_inline") = false);
 
   m.def("predict_json", &python::predict_json, py::arg("model"), py::arg("cluster"), py::arg("plan"), py::arg("sets"),
-        py::arg("profile"), py::arg("unabridged"), py::arg("framework_kind"), py::arg("framework_source"),
+        py::arg("profile"), py::arg("unabridged"), py::arg("framework_kind"), py::arg("framework_source"), py::arg("accelerate") = "",
         "dtsim predict --json, and the framework config's warning line");
   m.def("search_json", &python::search_json, py::arg("model"), py::arg("cluster"), py::arg("sets"), py::arg("gpus"),
         py::arg("global_batch"), py::arg("top"), py::arg("threads"), py::arg("profile"), py::arg("framework_kind"),
-        py::arg("framework_source"), "dtsim search --json, and the framework config's warning line");
+        py::arg("framework_source"), py::arg("accelerate") = "", "dtsim search --json, and the framework config's warning line");
   m.def("comm_json", &python::comm_json, py::arg("cluster"), py::arg("op"), py::arg("ranks"), py::arg("ranks_per_node"),
         py::arg("min_bytes"), py::arg("max_bytes"), py::arg("sets"), py::arg("profile"), "dtsim comm --json");
   m.def(

@@ -841,8 +841,8 @@ TEST_CASE("a bad option is one line naming the subcommand and what is valid, exi
   const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
   CHECK(r.err ==
         "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
-        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --gpus, --global-batch, --top, --threads, "
-        "--json, --csv\n");
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --accelerate, --gpus, --global-batch, "
+        "--top, --threads, --json, --csv\n");
   const Result missing = dtsim("predict --cluster dgx-a100 --model");
   CHECK(missing.status == 2);
   CHECK(missing.err == "dtsim predict: --model: missing value\n");
@@ -1220,6 +1220,16 @@ TEST_CASE("predict and search read a LLaMA-Factory config", "[cli][frameworks]")
   const Result two = dtsim("predict --cluster dgx-h100 --llamafactory " + dir + "qwen3_lora_sft.yaml --axolotl x.yml");
   CHECK(two.status == 2);
   CHECK_THAT(two.err, Catch::Contains("--axolotl and --llamafactory each describe the whole plan; give one"));
+  // Under accelerate launch --config_file: its FSDP, the trainer's batch (Note [accelerate under a trainer]).
+  const Result a = dtsim("predict --cluster dgx-h100 --json --accelerate " + dir + "fsdp_config.yaml --llamafactory " + dir + "qwen3_lora_sft.yaml");
+  REQUIRE(a.status == 0);
+  const YAML::Node ja = YAML::Load(a.out.substr(0, a.out.size() - a.err.size()));
+  CHECK(ja["plan"]["fsdp"].as<std::string>() == "full_shard");
+  CHECK(ja["plan"]["fsdp_version"].as<int>() == 2);
+  CHECK(ja["plan"]["global_batch"].as<int>() == 64);
+  const Result tune = dtsim("predict --cluster dgx-h100 --accelerate " + dir + "fsdp_config.yaml --torchtune x.yaml");
+  CHECK(tune.status == 2);
+  CHECK(tune.err == "dtsim: --accelerate launches transformers' Trainer; it combines with --llamafactory or --axolotl, not --torchtune\n");
   const Result s = dtsim("search --cluster dgx-h100 --top 20 --threads 1 --json --llamafactory " + dir + "qwen3_lora_sft.yaml");
   REQUIRE(s.status == 0);
   const YAML::Node js = YAML::Load(s.out.substr(0, s.out.size() - s.err.size()));

@@ -139,6 +139,12 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     assert got == cli("predict", "--cluster", "dgx-h100", "--llamafactory", lf)
     assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["grad_accum"]) == (8, 1, 8)
     assert got["model"]["trainable_parameters"] == 36 * 8 * (2 * (2560 + 4096) + 2 * (2560 + 1024) + 3 * (2560 + 9728))
+    # Under accelerate's FSDP config, as --accelerate.
+    acc = os.path.join(frameworks, "llamafactory", "fsdp_config.yaml")
+    with pytest.warns(UserWarning, match="fsdp_version=1 with an adapter"):
+        got = dtsim.predict(None, "dgx-h100", llamafactory=lf, accelerate=acc)
+    assert got == cli("predict", "--cluster", "dgx-h100", "--accelerate", acc, "--llamafactory", lf)
+    assert (got["plan"]["fsdp"], got["plan"]["fsdp_version"], got["plan"]["dp"]) == ("full_shard", 2, 8)
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)

@@ -2217,6 +2217,127 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
   CHECK(read_framework_config("llamafactory", sample("llamafactory/qwen3_lora_sft.yaml")).framework == "LLaMA-Factory");
 }
 
+// Note [accelerate configs]: LLaMA-Factory's examples/accelerate/fsdp_config.yaml.
+TEST_CASE("accelerate: FSDP, DeepSpeed and DDP as accelerate launch hands them to the script", "[framework]") {
+  FrameworkConfig fc = read_accelerate_config(sample("llamafactory/fsdp_config.yaml"));
+  CHECK(fc.framework == "accelerate");
+  REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
+  CHECK(!fc.model);
+  auto k = keys(fc);
+  CHECK(k["plan.fsdp"] == "full_shard");
+  CHECK(k["plan.fsdp_version"] == "1");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.dp"] == "8");  // num_processes
+  CHECK(k["plan.offload_params"] == "null");
+  CHECK(fc.unmodelled.empty());  // the launcher's keys and FSDP's loading and state-dict keys are silent
+  const auto read = [](const std::string& text) { return parse_accelerate_config(text, "acc.yaml"); };
+  // FSDP2: reshard_after_forward false keeps the gathered parameters (SHARD_GRAD_OP);
+  // offload and checkpointing; without a wrap policy the plugin's NO_WRAP, said.
+  fc = read("distributed_type: FSDP\nnum_processes: 16\nfsdp_config:\n  fsdp_version: 2\n  fsdp_reshard_after_forward: false\n"
+            "  fsdp_offload_params: true\n  fsdp_activation_checkpointing: true\n");
+  k = keys(fc);
+  CHECK(k["plan.fsdp"] == "shard_grad_op");
+  CHECK(k["plan.fsdp_version"] == "2");
+  CHECK(k["plan.offload_params"] == "cpu");
+  CHECK(k["plan.offload_optimizer"] == "cpu");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(k["plan.precision"] == "fp32");  // mixed_precision: no
+  CHECK(listed(fc, "fsdp_auto_wrap_policy=NO_WRAP (the plugin's default"));
+  // FSDP1's strategies by number (ShardingStrategy's values) and HSDP by parallelism_config.
+  CHECK(keys(read("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: 2\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"))["plan.fsdp"] ==
+        "shard_grad_op");
+  fc = read("distributed_type: FSDP\nnum_processes: 16\nparallelism_config:\n  parallelism_config_dp_replicate_size: 2\n"
+            "  parallelism_config_tp_size: 2\nfsdp_config:\n  fsdp_version: 2\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n");
+  k = keys(fc);
+  CHECK(k["plan.fsdp"] == "hybrid_shard");
+  CHECK(k["plan.tp"] == "2");
+  CHECK(k["plan.dp"] == "8");  // 16 processes over tp 2
+  // DeepSpeedPlugin's own fields as the DeepSpeed config they make (stage 2 by default).
+  fc = read("distributed_type: DEEPSPEED\nmixed_precision: bf16\nnum_processes: 8\ndeepspeed_config:\n  zero_stage: 3\n"
+            "  offload_optimizer_device: cpu\n  gradient_accumulation_steps: 4\n");
+  REQUIRE(fc.plan == std::optional<std::string>("zero3"));
+  k = keys(fc);
+  CHECK(k["plan.offload_optimizer"] == "cpu");
+  CHECK(k["plan.grad_accum"] == "4");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(read("distributed_type: DEEPSPEED\n").plan == std::optional<std::string>("zero2"));
+  // deepspeed_config_file beside the config (axolotl's zero3_bf16.json).
+  fc = parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: deepspeed_configs/zero3_bf16.json\n",
+                               sample("axolotl/acc.yaml"));
+  CHECK(fc.plan == std::optional<std::string>("zero3"));
+  // A bare NO is PyYAML's false: one process. MULTI_GPU is DDP; dynamo compiles.
+  fc = read("distributed_type: NO\nmixed_precision: fp16\n");
+  CHECK(fc.plan == std::optional<std::string>("ddp"));
+  CHECK(keys(fc)["plan.dp"] == "1");
+  CHECK(keys(fc)["plan.precision"] == "fp16");
+  k = keys(read("distributed_type: MULTI_GPU\nnum_processes: 4\ndynamo_config:\n  dynamo_backend: INDUCTOR\n"));
+  CHECK(k["plan.dp"] == "4");
+  CHECK(k["plan.kernels"] == "fused");
+  // fp8: Transformer Engine's delayed scaling, torchao's tensor-wise.
+  CHECK(keys(read("distributed_type: MULTI_GPU\nmixed_precision: fp8\n"))["plan.fp8_recipe"] == "null");
+  CHECK(keys(read("distributed_type: MULTI_GPU\nmixed_precision: fp8\nfp8_config:\n  backend: AO\n"))["plan.fp8_recipe"] == "tensorwise");
+  CHECK(listed(read("distributed_type: MULTI_GPU\nfrobnicate: 1\n"), "frobnicate=1 (not read by dtsim)"));
+  // Errors: one line naming the file, the line and what is valid.
+  CHECK_THAT(error_of([&] { read("mixed_precision: bf16\n"); }), Catch::Contains("distributed_type: missing"));
+  CHECK_THAT(error_of([&] { read("distributed_type: MEGATRON_LM\n"); }), Catch::Contains("acc.yaml:1: distributed_type: MEGATRON_LM"));
+  CHECK_THAT(error_of([&] { read("distributed_type: XLA\n"); }), Catch::Contains("acc.yaml:1: distributed_type: 'XLA'; valid: NO, MULTI_GPU, FSDP, DEEPSPEED"));
+  CHECK_THAT(error_of([&] { read("distributed_type: FSDP\nmixed_precision: int4\n"); }), Catch::Contains("acc.yaml:2: mixed_precision: 'int4'; valid: no, fp16, bf16, fp8"));
+  CHECK_THAT(error_of([&] { read("distributed_type: FSDP\nnum_processes: 6\nparallelism_config:\n  parallelism_config_tp_size: 4\n"); }),
+             Catch::Contains("acc.yaml:2: num_processes: 6 is not a multiple of tp x cp = 4"));
+  CHECK_THAT(error_of([&] { read("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HALF_SHARD\n"); }),
+             Catch::Contains("acc.yaml:3: fsdp_config.fsdp_sharding_strategy: 'HALF_SHARD'; valid: FULL_SHARD"));
+  CHECK_THAT(error_of([&] { read("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n"); }),
+             Catch::Contains("acc.yaml:3: deepspeed_config.zero_stage: '4'; valid: 0, 1, 2, 3"));
+  CHECK(framework_of("distributed_type: FSDP\n", "x.yaml") == "accelerate");
+  CHECK_THAT(error_of([] { load_plan(sample("llamafactory/fsdp_config.yaml"), {}); }),
+             Catch::Contains("looks like an accelerate config; pass it as --accelerate"));
+}
+
+// Note [accelerate under a trainer].
+TEST_CASE("accelerate under a trainer's config: its distribution, the trainer's written keys", "[framework]") {
+  const std::string acc = sample("llamafactory/fsdp_config.yaml");
+  // LLaMA-Factory's LoRA example under accelerate's FSDP (LLaMA-Factory's
+  // README: accelerate launch --config_file examples/accelerate/fsdp_config.yaml).
+  FrameworkConfig fc = read_framework_config("llamafactory", sample("llamafactory/qwen3_lora_sft.yaml"), acc);
+  CHECK(fc.framework == "LLaMA-Factory under accelerate");
+  REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
+  REQUIRE(fc.model == std::optional<std::string>("qwen3-4b"));
+  auto k = keys(fc);
+  CHECK(k["plan.fsdp"] == "full_shard");
+  CHECK(k["plan.fsdp_version"] == "2");  // FSDP1 beside a LoRA, priced as FSDP2
+  CHECK(listed(fc, "fsdp_version=1 with an adapter"));
+  CHECK(k["plan.micro_batch"] == "1");
+  CHECK(k["plan.grad_accum"] == "8");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(k["plan.dp"] == "8");
+  CHECK(k["model.peft"] == "lora");
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(r.fsdp);
+  CHECK(r.zero_stage == 3);
+  CHECK(r.fsdp_version == 2);
+  CHECK(r.global_batch == 1 * 8 * 8);
+  // The trainer's written key wins (bf16: true over accelerate's fp16); a
+  // default of its framework yields (a LoRA's inferred bf16 base).
+  const std::string fp16 = "distributed_type: MULTI_GPU\nmixed_precision: fp16\nnum_processes: 2\n";
+  const FrameworkConfig lf_bf16 = parse_llamafactory_config("model_name_or_path: Qwen/Qwen3-8B\nbf16: true\n", "lf.yaml");
+  const FrameworkConfig lf_none = parse_llamafactory_config("model_name_or_path: Qwen/Qwen3-8B\n", "lf.yaml");
+  const FrameworkConfig a16 = parse_accelerate_config(fp16, "acc.yaml");
+  CHECK(keys(with_accelerate(lf_bf16, a16))["plan.precision"] == "bf16");
+  CHECK(keys(with_accelerate(lf_none, a16))["plan.precision"] == "fp16");
+  CHECK(keys(with_accelerate(lf_none, a16))["plan.dp"] == "2");
+  // The trainer's own DeepSpeed runs; accelerate's ranks still count.
+  const FrameworkConfig lf_ds = parse_llamafactory_config(
+      "model_name_or_path: Qwen/Qwen3-8B\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 2}}\n", "lf.yaml");
+  fc = with_accelerate(lf_ds, read_accelerate_config(acc));
+  CHECK(fc.plan == std::optional<std::string>("zero2"));
+  CHECK(keys(fc)["plan.dp"] == "8");
+  CHECK(listed(fc, acc + " distributed_type (the trainer config's own zero2 runs)"));
+  CHECK_THAT(error_of([&] { read_framework_config("torchtune", sample("torchtune/llama3_1_70B_lora.yaml"), acc); }),
+             Catch::Contains("an accelerate config launches transformers' Trainer; it combines with a LLaMA-Factory or axolotl config, not a torchtune config"));
+  // Alone, it is the plan.
+  CHECK(read_framework_config("", "", acc).plan == std::optional<std::string>("fsdp"));
+}
+
 TEST_CASE("deepspeed: ZeRO-3's knobs by their field names, stage3_ their aliases", "[framework][deepspeed]") {
   // zero/config.py: max_live_parameters = Field(..., alias="stage3_max_live_parameters").
   const FrameworkConfig fc = parse_deepspeed_config(

@@ -530,6 +530,7 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
                        : kind == "torchtune"       ? "--torchtune"
                        : kind == "axolotl"         ? "--axolotl"
                        : kind == "llamafactory"    ? "--llamafactory"
+                       : kind == "accelerate"      ? "--accelerate"
                        : kind == "megatron-bridge" ? "--megatron-bridge"
                                                    : "--megatron-args";
   const char* name = kind == "deepspeed"         ? "DeepSpeed config"
@@ -537,6 +538,7 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
                      : kind == "torchtune"       ? "torchtune recipe config"
                      : kind == "axolotl"         ? "axolotl config"
                      : kind == "llamafactory"    ? "LLaMA-Factory config"
+                     : kind == "accelerate"      ? "accelerate config"
                      : kind == "megatron-bridge" ? "Megatron-Bridge config"
                                                  : "Megatron-LM command line";
   const bool vowel = std::string("aeiou").find(name[0]) != std::string::npos;
@@ -554,6 +556,7 @@ void refuse_framework_keys(const YAML::Node& root, const std::string& file) {
   if (root["model"] && root["model"].IsMap() && root["model"]["_component_"]) refuse_framework_config("torchtune", file);
   if (root["base_model"]) refuse_framework_config("axolotl", file);
   if (root["model_name_or_path"]) refuse_framework_config("llamafactory", file);
+  if (root["distributed_type"]) refuse_framework_config("accelerate", file);
   if (root["model"] && root["model"].IsMap() && (root["train"] || root["ddp"] || root["optimizer"])) {
     refuse_framework_config("megatron-bridge", file);
   }

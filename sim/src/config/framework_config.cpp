@@ -220,12 +220,21 @@ std::string unmodelled_warning(const FrameworkConfig& fc) {
 // FULL_SHARD within a node and replication across nodes; _HYBRID_SHARD_ZERO2
 // is SHARD_GRAD_OP within a node and replication across, which dtsim does
 // not lower (its hybrid sharding is ZeRO-3's).
-FrameworkConfig read_framework_config(const std::string& kind, const std::string& source) {
+FrameworkConfig read_framework_config(const std::string& kind, const std::string& source, const std::string& accelerate) {
+  if (!accelerate.empty()) {
+    if (kind.empty() || kind == "accelerate") return read_accelerate_config(accelerate);
+    if (kind != "llamafactory" && kind != "axolotl") {
+      throw ConfigError("an accelerate config launches transformers' Trainer; it combines with a LLaMA-Factory or axolotl config, not " +
+                        std::string(kind == "megatron" ? "Megatron-LM's flags" : "a " + kind + " config"));
+    }
+    return with_accelerate(read_framework_config(kind, source), read_accelerate_config(accelerate));
+  }
   if (kind == "deepspeed") return read_deepspeed_config(source);
   if (kind == "torchtitan") return read_torchtitan_config(source);
   if (kind == "torchtune") return read_torchtune_config(source);
   if (kind == "axolotl") return read_axolotl_config(source);
   if (kind == "llamafactory") return read_llamafactory_config(source);
+  if (kind == "accelerate") return read_accelerate_config(source);
   if (kind == "megatron-bridge") return read_megatron_bridge_config(source);
   if (kind == "megatron") {
     // A file of flags (a launch script's), or the flags themselves.
@@ -236,7 +245,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
     return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
-  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory");
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory, accelerate");
 }
 
 // Note [Framework options]
@@ -378,6 +387,8 @@ std::string framework_of(const std::string& text, const std::string& path) {
   if (text.find("_component_: torchtune.models.") != std::string::npos) return "torchtune";
   // axolotl's configs name a HuggingFace model at the top level; no plan does.
   if (text.rfind("base_model:", 0) == 0 || text.find("\nbase_model:") != std::string::npos) return "axolotl";
+  // accelerate's say how the script is launched.
+  if (text.rfind("distributed_type:", 0) == 0 || text.find("\ndistributed_type:") != std::string::npos) return "accelerate";
   // LLaMA-Factory's name theirs by transformers' model_name_or_path.
   if (text.rfind("model_name_or_path:", 0) == 0 || text.find("\nmodel_name_or_path:") != std::string::npos) return "llamafactory";
   // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a

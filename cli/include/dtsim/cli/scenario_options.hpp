@@ -37,6 +37,7 @@ struct ScenarioOptions {
   std::string torchtune;          ///< --torchtune FILE: a torchtune recipe config as plan (and model)
   std::string axolotl;            ///< --axolotl FILE: an axolotl config as plan (and model)
   std::string llamafactory;       ///< --llamafactory FILE: a LLaMA-Factory training config as plan (and model)
+  std::string accelerate;         ///< --accelerate FILE: an accelerate config, alone or under --llamafactory or --axolotl
   std::string megatron_bridge;    ///< --megatron-bridge FILE: a Megatron-Bridge config YAML as plan (and model)
 
   /// The --set values parsed (ConfigError "expected SECTION.KEY=VALUE" for a bad one).

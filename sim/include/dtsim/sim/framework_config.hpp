@@ -93,6 +93,20 @@ FrameworkConfig read_llamafactory_config(const std::string& path);
 /// The same for text already read; `file` names it in errors and is where a
 /// relative deepspeed: path or local model is looked for beside.
 FrameworkConfig parse_llamafactory_config(const std::string& yaml_text, const std::string& file);
+/// Reads an accelerate config YAML (`accelerate launch --config_file FILE`:
+/// its distributed_type, num_processes, mixed_precision, fsdp_config,
+/// deepspeed_config, parallelism_config; Note [accelerate configs] in
+/// sim/src/config/framework_accelerate.cpp). Alone it is a plan; under a
+/// trainer's config, with_accelerate folds it in.
+FrameworkConfig read_accelerate_config(const std::string& path);
+/// The same for text already read; `file` names it in errors and is where a
+/// relative deepspeed_config_file is looked for beside.
+FrameworkConfig parse_accelerate_config(const std::string& yaml_text, const std::string& file);
+/// A transformers-based trainer's config (axolotl's, LLaMA-Factory's) run
+/// under `accelerate launch --config_file` (Note [accelerate under a
+/// trainer]): accelerate's distribution unless the trainer's config names
+/// its own, the trainer's keys where its file writes them.
+FrameworkConfig with_accelerate(const FrameworkConfig& trainer, const FrameworkConfig& accelerate);
 /// dtsim's built-in of a HuggingFace hub id's model ("NousResearch/Meta-Llama-3.1-8B"
 /// -> "llama-3.1-8b"), or "" (Note [axolotl configs]).
 std::string axolotl_builtin_of(const std::string& hub_id);
@@ -107,10 +121,13 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
 /// A framework's config as a front end gives it: `kind` "deepspeed",
-/// "megatron-bridge", "torchtitan", "torchtune", "axolotl" or "llamafactory" with a file's path, or "megatron" with
+/// "megatron-bridge", "torchtitan", "torchtune", "axolotl", "llamafactory" or "accelerate" with a file's path, or "megatron" with
 /// a file of flags or the flags themselves (a `source` starting "--"; errors
 /// then name it `--megatron-args`). Throws ConfigError naming the valid kinds.
-FrameworkConfig read_framework_config(const std::string& kind, const std::string& source);
+/// `accelerate`, an accelerate config's path, launches it (Note [accelerate
+/// under a trainer]): with `kind` "llamafactory" or "axolotl", or alone
+/// (`kind` empty); beside any other kind it is refused in one line.
+FrameworkConfig read_framework_config(const std::string& kind, const std::string& source, const std::string& accelerate = "");
 
 /// A scenario with a framework's config folded in (Note [Framework
 /// options] in sim/src/config/framework_config.cpp).
