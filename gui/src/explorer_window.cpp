@@ -972,8 +972,9 @@ struct ExplorerWindow::Impl {
       row->setContentsMargins(0, 0, 0, 0);
       row->addWidget(act_offload);
       row->addWidget(offload_mods, 1);
-      row->addWidget(saved_offload);
       mf->addRow("Acts to CPU", row);
+      // torchtune's, a row below: beside them it would widen the panel too.
+      mf->addRow("", saved_offload);
     }
     {
       auto* row = new QHBoxLayout;
@@ -1765,13 +1766,15 @@ struct ExplorerWindow::Impl {
   }
 
   /// Note [Saved-tensor offload]: the rules' conditions as the panel shows
-  /// them (Megatron's offloading from its boxes; DeepSpeed's checkpoints and
-  /// uniform recompute groups as the scenario's plan has them).
+  /// them (Megatron's offloading and the recompute blocks from its boxes;
+  /// DeepSpeed's checkpoints and a file's uniform groups as the scenario's
+  /// plan has them, as the panel's plan keeps them).
   bool saved_offload_allowed(int pp, sim::Recompute rc) const {
     const bool megatron = (act_offload->isEnabled() && act_offload->value() > 0) ||
                           (offload_mods->isEnabled() && !offload_mods->text().trimmed().isEmpty());
     const sim::PlanSpec& b = scenario.plan;
-    const int group = rc == sim::Recompute::kFull && b.recompute_method == sim::RecomputeMethod::kUniform ? b.recompute_num_layers : 1;
+    const bool block = rc == sim::Recompute::kFull && rc_layers->value() > 0;
+    const int group = rc == sim::Recompute::kFull && !block && b.recompute_method == sim::RecomputeMethod::kUniform ? b.recompute_num_layers : 1;
     return sim::PlanRules(*scenario.model, scenario.cluster)
         .saved_tensor_offload_allowed(pp, megatron, b.cpu_checkpointing || b.partition_activations, group);
   }

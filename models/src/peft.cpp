@@ -414,6 +414,7 @@ class Lora final : public sim::Model {
     std::int64_t params = 0, largest = 0;
     std::int64_t a_elements = 0, b_elements = 0;  ///< A's and B's on this rank (params = their sum)
     std::string a_name, b_name;                   ///< their GEMMs' names: the modules lora_A and lora_B
+    std::string part;                             ///< the base module it adapts; "": the whole GEMM `base`
     bool expert = false;
   };
 
@@ -439,6 +440,7 @@ class Lora final : public sim::Model {
         Split split;
         bool norm_fused;
         std::int64_t out_rank;  ///< this rank's output width
+        std::string part = "";  ///< the layer's module it adapts (HfTarget::part); "": the whole GEMM
       };
       std::vector<Spec> specs;
       if (const Target* t = target_of(f.name, mixer); t != nullptr && targets_.count(t->module) > 0) {
@@ -446,7 +448,7 @@ class Lora final : public sim::Model {
       }
       for (const HfMatch& h : hf_targets_of(L, f.name, mixer)) {
         if (targets_.count(h.target->module) == 0) continue;
-        specs.push_back({h.target->module, h.target->split, false, h.weight > 0 ? h.weight / f.k : f.n});
+        specs.push_back({h.target->module, h.target->split, false, h.weight > 0 ? h.weight / f.k : f.n, h.target->part});
       }
       bool first = true;  // the base's saved input is replaced once, by the first adapter's
       for (const Spec& spec : specs) {
@@ -476,6 +478,7 @@ class Lora final : public sim::Model {
         a.b_elements = r * out_b;
         a.a_name = ka.name;
         a.b_name = kb.name;
+        a.part = spec.part;
         // Kept: A's input and output in place of the base's saved input
         // (Transformer Engine keeps it only for the frozen weight's gradient,
         // and autograd's mm saves no input for a weight that needs no
@@ -523,24 +526,39 @@ class Lora final : public sim::Model {
     return out;
   }
 
-  /// Where a module named after forward kernel `kernel` goes in L.modules:
-  /// after the module whose work the kernels before it are, as the ZeRO-3
-  /// pass reads a module's share (each module's kernels from the one its
-  /// name names to the next module's).
-  static std::size_t module_slot(const sim::Layer& L, const std::string& kernel) {
-    std::size_t owner = 0;
-    bool started = false;
-    for (const sim::Kernel& k : L.forward) {
-      if (k.name == kernel) break;
-      for (std::size_t j = started ? owner : 0; j < L.modules.size(); ++j) {
-        if (L.modules[j].name == k.name) {
-          owner = j;
-          started = true;
-          break;
-        }
+  /// Where adapter `a`'s modules go in L.modules, as PEFT's LoraLayer runs
+  /// them: after the base module it adapts (HfTarget::part) and the
+  /// adapters already there; for a whole GEMM, after the module that runs
+  /// the kernels before A's (as the ZeRO-3 pass reads a module's share:
+  /// its kernels from the one its name names to the next module's) and the
+  /// base modules of the same GEMM that run no kernel of their own (a fused
+  /// q, k, v GEMM's k_proj and v_proj).
+  static std::size_t module_slot(const sim::Layer& L, const Adapter& a) {
+    const auto named = [&](const std::string& n) {
+      return std::any_of(L.forward.begin(), L.forward.end(), [&](const sim::Kernel& k) { return k.name == n; });
+    };
+    std::size_t at = 0;
+    bool found = false;
+    if (!a.part.empty()) {
+      for (std::size_t j = 0; j < L.modules.size(); ++j) {
+        if (L.modules[j].name == a.part) at = j + 1, found = true;
       }
     }
-    return started ? owner + 1 : 0;
+    if (!found) {
+      for (const sim::Kernel& k : L.forward) {
+        if (k.name == a.a_name) break;
+        for (std::size_t j = found ? at - 1 : 0; j < L.modules.size(); ++j) {
+          if (L.modules[j].name == k.name) {
+            at = j + 1;
+            found = true;
+            break;
+          }
+        }
+      }
+      while (found && a.part.empty() && at < L.modules.size() && L.modules[at].frozen && !named(L.modules[at].name)) ++at;
+    }
+    while (at < L.modules.size() && !L.modules[at].frozen) ++at;  // after the adapters already there
+    return at;
   }
 
   void adapt(sim::Layer& L, const sim::WorkloadShape& shape) const {
@@ -647,7 +665,7 @@ class Lora final : public sim::Model {
     L.forward = std::move(forward);
     L.backward = std::move(backward);
     for (const Adapter& a : adapters) {
-      const std::size_t at = module_slot(L, a.a_name);
+      const std::size_t at = module_slot(L, a);
       L.modules.insert(L.modules.begin() + static_cast<std::ptrdiff_t>(at),
                        {sim::ParamModule{a.a_name, {a.a_elements}, "", false}, sim::ParamModule{a.b_name, {a.b_elements}, "", false}});
       L.params += a.params;

@@ -100,6 +100,14 @@ def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune=
     return kind, source
 
 
+def _accelerate(accelerate):
+    """An accelerate config's path, or "" where none is given."""
+    path = _path(accelerate, "accelerate")
+    if accelerate is not None and not path:
+        raise ConfigError("accelerate: empty; give a file path")
+    return path
+
+
 def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False, deepspeed=None, megatron_args=None,
             torchtitan=None, megatron_bridge=None, torchtune=None, axolotl=None, llamafactory=None, accelerate=None):
     """One plan's iteration time, throughput, MFU and per-GPU memory.
@@ -126,11 +134,11 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
     dtsim does not model is one ``UserWarning``. Returns ``dtsim predict --json``.
     """
     kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory)
+    accelerate = _accelerate(accelerate)
     text, warning = _core.predict_json(_source(model, "model") if model is not None else _core.Source("", False),
                                        _source(cluster, "cluster"),
                                        _source(plan, "plan") if plan is not None else _core.Source("", False),
-                                       _sets(set), _path(profile, "profile"), bool(unabridged), kind, source,
-                                       _path(accelerate, "accelerate"))
+                                       _sets(set), _path(profile, "profile"), bool(unabridged), kind, source, accelerate)
     if warning:
         _warnings.warn(warning, stacklevel=2)
     return _json.loads(text)
@@ -152,11 +160,11 @@ def search(model, cluster, global_batch=None, gpus=None, top=10, set=None, profi
     DataFrame (:func:`search_frame`).
     """
     kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory)
+    accelerate = _accelerate(accelerate)
     text, warning = _core.search_json(_source(model, "model") if model is not None else _core.Source("", False),
                                       _source(cluster, "cluster"), _sets(set),
                                       _int(gpus, "gpus", 0), _int(global_batch, "global_batch", 0), _int(top, "top", 10),
-                                      _int(threads, "threads", 0), _path(profile, "profile"), kind, source,
-                                      _path(accelerate, "accelerate"))
+                                      _int(threads, "threads", 0), _path(profile, "profile"), kind, source, accelerate)
     if warning:
         _warnings.warn(warning, stacklevel=2)
     result = _json.loads(text)

@@ -145,6 +145,8 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
         got = dtsim.predict(None, "dgx-h100", llamafactory=lf, accelerate=acc)
     assert got == cli("predict", "--cluster", "dgx-h100", "--accelerate", acc, "--llamafactory", lf)
     assert (got["plan"]["fsdp"], got["plan"]["fsdp_version"], got["plan"]["dp"]) == ("full_shard", 2, 8)
+    with pytest.raises(dtsim.ConfigError, match="^accelerate: empty; give a file path"):
+        dtsim.predict(None, "dgx-h100", llamafactory=lf, accelerate="")
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)

@@ -6,9 +6,12 @@
 #include "test_util.hpp"
 
 #include <algorithm>
+#include <filesystem>
 #include <fstream>
 #include <map>
 #include <string>
+
+#include <unistd.h>
 
 #include "dtsim/models/models.hpp"
 #include "dtsim/sim/config_io.hpp"
@@ -2173,6 +2176,18 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
   CHECK(listed(fc, "frobnicate=3 (not read by dtsim)"));
   CHECK(!listed(fc, "swanlab_project"));
   CHECK(keys(read("ddp_bucket_cap_mb: 100\n"))["plan.bucket_mb"] == "100");
+  // Keys that change what is trained or how, said where dtsim does not price them.
+  CHECK(listed(read("add_special_tokens: <think>\n"), "add_special_tokens (the embedding and head resized and trained whole"));
+  CHECK(listed(read("adapter_name_or_path: saves/lora\n"), "adapter_name_or_path (a saved adapter keeps its own rank"));
+  CHECK(listed(read("finetuning_type: full\ntf32: true\n"), "tf32=true"));
+  CHECK(listed(read("fsdp_config: {fsdp_version: 2}\n"), "fsdp_config without fsdp"));
+  CHECK(listed(read("fsdp: full_shard\nfsdp_config: {fsdp_version: 2, xla: true}\n"), "fsdp_config.xla=true (not read by dtsim)"));
+  // transformers' own gradient_checkpointing still checkpoints when LLaMA-Factory's is disabled.
+  CHECK(keys(read("disable_gradient_checkpointing: true\ngradient_checkpointing: true\n"))["plan.recompute"] == "full");
+  // Liger only for the model types liger_kernel.py lists.
+  fc = parse_llamafactory_config("model_name_or_path: HuggingFaceTB/SmolLM3-3B\nenable_liger_kernel: true\n", "lf.yaml");
+  CHECK(keys(fc)["plan.kernels"] == "null");
+  CHECK(listed(fc, "enable_liger_kernel=true (smollm3-3b's model type is not one LLaMA-Factory applies Liger to"));
   // LoRA under ZeRO-3 (its examples/train_lora/qwen3_lora_sft_ds3.yaml):
   // the frozen base partitioned with the adapters (Note [Frozen weights
   // under ZeRO-3]); 8 GPUs of 1 x 8 x 2 accumulation steps.
@@ -2200,6 +2215,12 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
   CHECK_THAT(error_of([&] { read("finetuning_type: full\nquantization_bit: 4\n"); }),
              Catch::Contains("lf.yaml:3: quantization_bit: beside finetuning_type full"));
   CHECK_THAT(error_of([&] { read("quantization_bit: 3\n"); }), Catch::Contains("lf.yaml:2: quantization_bit: 3; bitsandbytes takes 4 or 8"));
+  CHECK_THAT(error_of([&] { read("quantization_bit: 4\nquantization_method: eetq\n"); }), Catch::Contains("lf.yaml:2: quantization_bit: 4; EETQ takes 8"));
+  CHECK_THAT(error_of([&] { read("quantization_bit: 7\nquantization_method: hqq\n"); }), Catch::Contains("lf.yaml:2: quantization_bit: 7; HQQ takes 1-6 or 8"));
+  CHECK_THAT(error_of([&] { read("quantization_bit: 4\nquantization_method: hqq\nfsdp: full_shard\n"); }),
+             Catch::Contains("lf.yaml:3: quantization_method: hqq beside FSDP; LLaMA-Factory refuses it"));
+  CHECK_THAT(error_of([&] { read("quantization_bit: 4\nfp8: true\n"); }), Catch::Contains("lf.yaml:2: quantization_bit: beside fp8"));
+  CHECK_THAT(error_of([&] { read("stage: pt\nneat_packing: true\n"); }), Catch::Contains("lf.yaml:3: neat_packing: with stage pt"));
   CHECK_THAT(error_of([&] { read("lora_target: lm_head\n"); }), Catch::Contains("lf.yaml:2: lora_target: names no module dtsim prices"));
   CHECK_THAT(error_of([&] { read("flash_attn: fa9\n"); }), Catch::Contains("lf.yaml:2: flash_attn: 'fa9'; valid: auto, disabled, sdpa, fa2, fa3"));
   CHECK_THAT(error_of([&] { read("per_device_train_batch_size: 0\n"); }),
@@ -2230,6 +2251,9 @@ TEST_CASE("accelerate: FSDP, DeepSpeed and DDP as accelerate launch hands them t
   CHECK(k["plan.dp"] == "8");  // num_processes
   CHECK(k["plan.offload_params"] == "null");
   CHECK(fc.unmodelled.empty());  // the launcher's keys and FSDP's loading and state-dict keys are silent
+  // The Accelerator runs no pipeline: a search keeps pp 1.
+  CHECK(k["plan.pp"] == "1");
+  CHECK(fc.search_fixed == std::vector<std::string>{"pp", "overlap_param_gather"});
   const auto read = [](const std::string& text) { return parse_accelerate_config(text, "acc.yaml"); };
   // FSDP2: reshard_after_forward false keeps the gathered parameters (SHARD_GRAD_OP);
   // offload and checkpointing; without a wrap policy the plugin's NO_WRAP, said.
@@ -2277,6 +2301,23 @@ TEST_CASE("accelerate: FSDP, DeepSpeed and DDP as accelerate launch hands them t
   CHECK(keys(read("distributed_type: MULTI_GPU\nmixed_precision: fp8\n"))["plan.fp8_recipe"] == "null");
   CHECK(keys(read("distributed_type: MULTI_GPU\nmixed_precision: fp8\nfp8_config:\n  backend: AO\n"))["plan.fp8_recipe"] == "tensorwise");
   CHECK(listed(read("distributed_type: MULTI_GPU\nfrobnicate: 1\n"), "frobnicate=1 (not read by dtsim)"));
+  // Without a backend accelerate picks by what is installed (said); torchao's FSDP2 float8 all-gather.
+  CHECK(listed(read("distributed_type: MULTI_GPU\nmixed_precision: fp8\n"), "fp8_config.backend unset"));
+  CHECK(keys(read("distributed_type: FSDP\nmixed_precision: fp8\nfp8_config:\n  backend: AO\n  enable_fsdp_float8_all_gather: true\n"))
+            ["plan.fp8_param_gather"] == "true");
+  // fsdp_config's keys with or without their prefix; FSDP1 without backward prefetch said.
+  CHECK(keys(read("distributed_type: FSDP\nfsdp_config:\n  version: 2\n  auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"))["plan.fsdp_version"] == "2");
+  CHECK(listed(read("distributed_type: FSDP\nfsdp_config:\n  fsdp_auto_wrap_policy: TRANSFORMER_BASED_WRAP\n"), "fsdp_backward_prefetch=unset (priced as BACKWARD_PRE)"));
+  // Sequence parallelism's ranks counted out of dp, said.
+  fc = read("distributed_type: FSDP\nnum_processes: 8\nparallelism_config:\n  parallelism_config_sp_size: 2\n");
+  CHECK(keys(fc)["plan.dp"] == "4");
+  CHECK(listed(fc, "parallelism_config_sp_size=2"));
+  // A DeepSpeed file's own bf16 stands over mixed_precision: no (set_mixed_precision fills only what it leaves out).
+  const std::string dsfile = (std::filesystem::temp_directory_path() / ("dtsim_acc_ds_" + std::to_string(::getpid()) + ".json")).string();
+  std::ofstream(dsfile) << R"({"train_micro_batch_size_per_gpu": 1, "bf16": {"enabled": true}, "zero_optimization": {"stage": 2}})";
+  fc = read("distributed_type: DEEPSPEED\nmixed_precision: 'no'\ndeepspeed_config:\n  deepspeed_config_file: " + dsfile + "\n");
+  std::filesystem::remove(dsfile);
+  CHECK(keys(fc)["plan.precision"] == "bf16");
   // Errors: one line naming the file, the line and what is valid.
   CHECK_THAT(error_of([&] { read("mixed_precision: bf16\n"); }), Catch::Contains("distributed_type: missing"));
   CHECK_THAT(error_of([&] { read("distributed_type: MEGATRON_LM\n"); }), Catch::Contains("acc.yaml:1: distributed_type: MEGATRON_LM"));
@@ -2332,6 +2373,21 @@ TEST_CASE("accelerate under a trainer's config: its distribution, the trainer's 
   CHECK(fc.plan == std::optional<std::string>("zero2"));
   CHECK(keys(fc)["plan.dp"] == "8");
   CHECK(listed(fc, acc + " distributed_type (the trainer config's own zero2 runs)"));
+  // A DeepSpeed config at stage 0 is the trainer's own distribution too (plan ddp, but DeepSpeed's).
+  const FrameworkConfig lf_z0 = parse_llamafactory_config(
+      "model_name_or_path: Qwen/Qwen3-8B\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 0}}\n", "lf.yaml");
+  CHECK(with_accelerate(lf_z0, read_accelerate_config(acc)).plan == std::optional<std::string>("ddp"));
+  // accelerate's written 'no' leaves a LoRA's bf16 base; DDP's bucket cap does nothing under its FSDP.
+  const FrameworkConfig no = parse_accelerate_config("distributed_type: FSDP\nmixed_precision: 'no'\nnum_processes: 8\n", "acc.yaml");
+  CHECK(keys(with_accelerate(lf_none, no))["plan.precision"] == "bf16");
+  const FrameworkConfig lf_bucket = parse_llamafactory_config("model_name_or_path: Qwen/Qwen3-8B\nddp_bucket_cap_mb: 50\n", "lf.yaml");
+  CHECK(keys(with_accelerate(lf_bucket, no))["plan.bucket_mb"] == "null");
+  // Under the trainer's own FSDP accelerate's bf16 still holds for a full fine-tune that writes none.
+  const FrameworkConfig lf_fsdp = parse_llamafactory_config("model_name_or_path: Qwen/Qwen3-8B\nfinetuning_type: full\nfsdp: full_shard\n", "lf.yaml");
+  fc = with_accelerate(lf_fsdp, read_accelerate_config(acc));
+  CHECK(fc.plan == std::optional<std::string>("fsdp"));
+  CHECK(keys(fc)["plan.precision"] == "bf16");
+  CHECK(keys(fc)["plan.dp"] == "8");
   CHECK_THAT(error_of([&] { read_framework_config("torchtune", sample("torchtune/llama3_1_70B_lora.yaml"), acc); }),
              Catch::Contains("an accelerate config launches transformers' Trainer; it combines with a LLaMA-Factory or axolotl config, not a torchtune config"));
   // Alone, it is the plan.

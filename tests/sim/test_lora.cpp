@@ -167,8 +167,9 @@ TEST_CASE("LoRA: the frozen base computes no weight gradient, the adapters their
   // without sequence parallelism) and A's output, 4096 x 16 x 2 bytes, is new.
   CHECK(l.saved_bytes == b.saved_bytes + 4 * 4096 * 16 * 2);
   // Its modules (what DeepSpeed's ZeRO-3 gathers): the base's, frozen,
-  // each followed by the adapters of the GEMM it runs, lora_A then lora_B,
-  // as PEFT's LoraLayer runs them (Note [Frozen weights under ZeRO-3]).
+  // each GEMM's adapters, lora_A then lora_B, after the base modules of
+  // that GEMM (the fused q, k, v GEMM's k_proj and v_proj too), as PEFT's
+  // LoraLayer runs them (Note [Frozen weights under ZeRO-3]).
   REQUIRE(l.modules.size() == b.modules.size() + 8);
   std::int64_t frozen = 0, trained = 0;
   for (const ParamModule& m : l.modules) {
@@ -178,13 +179,23 @@ TEST_CASE("LoRA: the frozen base computes no weight gradient, the adapters their
   CHECK(trained == l.params);
   std::vector<std::string> names;
   for (const ParamModule& m : l.modules) names.push_back(m.name + (m.frozen ? "" : "*"));
-  CHECK(names == std::vector<std::string>{"input_layernorm", "attn.qkv", "attn.qkv.lora_a*", "attn.qkv.lora_b*", "attn.k_proj",
-                                          "attn.v_proj", "attn.o_proj", "attn.o_proj.lora_a*", "attn.o_proj.lora_b*",
-                                          "post_attention_layernorm", "mlp.gate_up", "mlp.gate_up.lora_a*", "mlp.gate_up.lora_b*",
-                                          "mlp.up_proj", "mlp.down", "mlp.down.lora_a*", "mlp.down.lora_b*"});
+  CHECK(names == std::vector<std::string>{"input_layernorm", "attn.qkv", "attn.k_proj", "attn.v_proj", "attn.qkv.lora_a*",
+                                          "attn.qkv.lora_b*", "attn.o_proj", "attn.o_proj.lora_a*", "attn.o_proj.lora_b*",
+                                          "post_attention_layernorm", "mlp.gate_up", "mlp.up_proj", "mlp.gate_up.lora_a*",
+                                          "mlp.gate_up.lora_b*", "mlp.down", "mlp.down.lora_a*", "mlp.down.lora_b*"});
   // A: 4096 x 16, B: 16 x 6144 over the fused q, k, v GEMM.
-  CHECK(l.modules[2].tensors == std::vector<std::int64_t>{4096 * 16});
-  CHECK(l.modules[3].tensors == std::vector<std::int64_t>{16 * 6144});
+  CHECK(l.modules[4].tensors == std::vector<std::int64_t>{4096 * 16});
+  CHECK(l.modules[5].tensors == std::vector<std::int64_t>{16 * 6144});
+  // PEFT's own modules: each projection's adapters right after its weight.
+  const auto hf = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16", "model.lora_targets=[q_proj,k_proj,v_proj]"}));
+  std::vector<std::string> attn;
+  const std::vector<Layer> hl = hf->layers(seq4096());
+  for (const ParamModule& m : hl[1].modules) {
+    if (m.name.rfind("attn.", 0) == 0) attn.push_back(m.name);
+  }
+  CHECK(attn == std::vector<std::string>{"attn.qkv", "attn.qkv.q_proj.lora_a", "attn.qkv.q_proj.lora_b", "attn.k_proj",
+                                         "attn.qkv.k_proj.lora_a", "attn.qkv.k_proj.lora_b", "attn.v_proj", "attn.qkv.v_proj.lora_a",
+                                         "attn.qkv.v_proj.lora_b", "attn.o_proj"});
   CHECK(l.signature == b.signature + ",lora=16:linear_qkv:linear_proj:linear_fc1:linear_fc2");
   // MFU's numerator: the base's less every frozen weight gradient (the
   // blocks' and the LM head's 2 x 4096 x 4096 x 128256), plus the adapters'
@@ -494,6 +505,28 @@ TEST_CASE("LoRA under DeepSpeed ZeRO-3: the frozen base partitioned and gathered
   }
   CHECK(params == (8'030'261'248LL / 8 + 35'651'584 / 8) * 2);
   CHECK(optimizer == 12 * (35'651'584 / 8));
+  // QLoRA: a block's linear weights gathered at their NF4 bytes (112,513,024
+  // with their scales, the QLoRA case below), beside its two norms and its
+  // adapters in bf16; the embedding and the head (transformers leaves it
+  // unquantized) at 2 bytes.
+  {
+    const auto q = models::load_model("llama-3-8b", sets({"model.peft=qlora", "model.lora_rank=16"}));
+    ResolvedPlan qp = resolve(parse_plan("dp: 8\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\nzero_stage: 3\n"
+                                         "stage3_param_persistence_threshold: 0\nstage3_max_reuse_distance: 0\n"
+                                         "stage3_prefetch_bucket_size: 0\n",
+                                         "p.yaml"),
+                              *q, c);
+    partition(qp, *q, c, compute, comm);
+    const TaskGraph qg = lower(*q, qp, c, CostModels{&compute, &comm});
+    double qgathered = 0;
+    for (const Task& t : qg.tasks) {
+      if (t.kind == TaskKind::kCollective && t.rank == 0 && t.op == CollectiveOp::kAllGather) qgathered += static_cast<double>(t.bytes);
+    }
+    const double block = 112'513'024.0 + 2 * 4096 * 2 + 1'114'112 * 2;
+    const double embedding = 128'256.0 * 4096 * 2, head = embedding + 4096 * 2;
+    const double forward = 32 * block + embedding + head;
+    CHECK(qgathered == Approx(2 * forward - embedding).epsilon(1e-6));
+  }
   // An adapter under expert parallelism is refused in one line.
   const auto moe = models::load_model("mixtral-8x7b", sets({"model.peft=lora", "model.lora_rank=8", "model.lora_targets=[linear_qkv]"}));
   CHECK_THAT(error_of([&] {

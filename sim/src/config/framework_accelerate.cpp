@@ -14,10 +14,15 @@
 //   MEGATRON_LM are refused in one line. PyYAML reads a bare NO as false,
 //   which is NO.
 // - num_processes (of all machines) is the ranks launched: plan.dp, over
-//   parallelism_config's tp and cp sizes where they are given.
+//   parallelism_config's tp, cp and sp sizes where they are given (sp's
+//   sequence parallelism is said, not priced).
 // - mixed_precision: no (fp32), fp16, bf16, fp8 (autocast in bf16 around
 //   FP8 GEMMs: Transformer Engine's delayed scaling, plan.fp8_recipe
-//   delayed; torchao's, backend AO, tensorwise; MS-AMP said).
+//   delayed; torchao's, backend AO, tensorwise, its
+//   enable_fsdp_float8_all_gather plan.fp8_param_gather; MS-AMP, or no
+//   backend, which accelerate picks by what is installed, said). Under
+//   DeepSpeed a config file's own bf16 or fp16 stands
+//   (DeepSpeedPlugin.set_mixed_precision fills only what it leaves out).
 // - fsdp_config: fsdp_version (1 unless 2); FSDP1's fsdp_sharding_strategy
 //   (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2, or
 //   their numbers 1-5; FULL_SHARD by default), FSDP2's
@@ -28,7 +33,10 @@
 //   plan.recompute full); fsdp_auto_wrap_policy TRANSFORMER_BASED_WRAP (a
 //   unit a decoder layer, dtsim's); NO_WRAP (the plugin's default where the
 //   key is absent: the whole model one unit) and SIZE_BASED_WRAP are priced
-//   as it and said. FSDP's mixed precision gathers and reduces in the
+//   as it and said; FSDP1 without BACKWARD_PRE backward prefetch (the
+//   plugin passes none where unset) or with forward prefetch is said. Keys
+//   are read with or without their fsdp_ prefix, as the launcher adds it.
+//   FSDP's mixed precision gathers and reduces in the
 //   working type (set_mixed_precision: param_dtype = reduce_dtype), dtsim's
 //   default; the trained weights are upcast to fp32, dtsim's master copies.
 //   parallelism_config's dp_replicate_size above 1 is HSDP (hybrid_shard,
@@ -43,18 +51,26 @@
 // - dynamo_config's dynamo_backend other than NO compiles the model:
 //   plan.kernels fused.
 // Launcher keys (machine rank, addresses, the rendezvous, TPU settings)
-// are read silently; any other key is listed.
+// are read silently; any other key is listed. The Accelerator runs no
+// pipeline and no forward parameter gather: pp 1 and overlap_param_gather
+// false, which a search keeps.
 //
 // Note [accelerate under a trainer]
 // transformers' Trainer (axolotl's, LLaMA-Factory's) runs under `accelerate
 // launch --config_file`: the config's distribution is the run's unless the
-// trainer's own config names one (its deepspeed or fsdp, which
-// TrainingArguments hands the Accelerator; the config's is then said, not
-// applied). The trainer's keys win where its config writes them
-// (TrainingArguments' bf16 sets ACCELERATE_MIXED_PRECISION over the
-// launcher's); where it only falls back to its framework's default (an
-// override with no line of its file), accelerate's key wins. A LoRA under
-// FSDP1 is priced as FSDP2's sharding of the same bytes (said), as the
+// trainer's own config names one (its deepspeed, at any stage, or fsdp,
+// which TrainingArguments hands the Accelerator: FrameworkConfig::
+// own_distribution; the config's is then said, not applied, but its ranks,
+// numerics and compilation still hold). The trainer's keys win where its
+// config writes them (TrainingArguments' bf16 or fp16 sets
+// ACCELERATE_MIXED_PRECISION over the launcher's); where it only falls
+// back to its framework's default (an override with no line of its file),
+// what accelerate's file writes wins, but mixed_precision 'no', which
+// leaves the trainer's own inference (LLaMA-Factory loads a LoRA's base in
+// bf16 whatever autocast does). DDP's bucket cap means nothing under
+// accelerate's FSDP or DeepSpeed and is dropped; num_processes over a
+// trainer's own tp or cp is left to --set plan.dp (said). A LoRA under
+// FSDP1 or SHARD_GRAD_OP is priced as FSDP2's full_shard (said), as the
 // trainers' own FSDP keys are.
 #include <algorithm>
 #include <cctype>
@@ -80,7 +96,7 @@ constexpr const char* kSilent[] = {"compute_environment", "debug", "downcast_bf1
                                    "use_cpu", "fsdp_config", "deepspeed_config", "parallelism_config", "dynamo_config"};
 
 /// fsdp_config keys that set no cost dtsim prices.
-constexpr const char* kFsdpSilent[] = {"fsdp_backward_prefetch", "fsdp_forward_prefetch", "fsdp_cpu_ram_efficient_loading",
+constexpr const char* kFsdpSilent[] = {"fsdp_cpu_ram_efficient_loading",
                                        "fsdp_state_dict_type", "fsdp_sync_module_states", "fsdp_use_orig_params",
                                        "fsdp_transformer_layer_cls_to_wrap", "fsdp_min_num_params", "fsdp_ignored_modules"};
 
@@ -124,6 +140,11 @@ class Reader : detail::YamlFields {
       }
     }
     if (flag(root_["use_cpu"], "use_cpu", false)) fc_.unmodelled.push_back("use_cpu=true (priced on the cluster given)");
+    // accelerate's Accelerator runs no pipeline and no forward parameter
+    // gather (its MEGATRON_LM type is refused above): a search keeps them so.
+    out.plan("pp", "1", file() + " (accelerate runs no pipeline parallelism)");
+    out.plan("overlap_param_gather", "false", file() + " (no forward parameter gather outside Megatron)");
+    fc_.search_fixed = {"pp", "overlap_param_gather"};
     for (auto it = root_.begin(); it != root_.end(); ++it) {
       const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
       if (std::find(std::begin(kSilent), std::end(kSilent), key) != std::end(kSilent) || null(it->second)) continue;
@@ -143,7 +164,15 @@ class Reader : detail::YamlFields {
       const YAML::Node n = pc[std::string("parallelism_config_") + k];
       return null(n) ? 1 : count(n, std::string("parallelism_config_") + k);
     };
-    const std::int64_t tp = size("tp_size"), cp = size("cp_size");
+    const std::int64_t tp = size("tp_size"), cp = size("cp_size"), sp = size("sp_size");
+    if (sp > 1) {
+      fc_.unmodelled.push_back("parallelism_config_sp_size=" + std::to_string(sp) +
+                               " (sequence parallelism over those ranks is not priced; dp counts num_processes over it)");
+    }
+    if (!null(pc) && !null(pc["parallelism_config_cp_comm_strategy"])) {
+      fc_.unmodelled.push_back("parallelism_config_cp_comm_strategy=" + word(pc["parallelism_config_cp_comm_strategy"], "parallelism_config_cp_comm_strategy") +
+                               " (priced as dtsim's ring exchange)");
+    }
     if (tp > 1) out.plan("tp", std::to_string(tp), from(pc["parallelism_config_tp_size"], "parallelism_config_tp_size"));
     if (cp > 1) out.plan("cp", std::to_string(cp), from(pc["parallelism_config_cp_size"], "parallelism_config_cp_size"));
     replicate_ = size("dp_replicate_size");
@@ -152,10 +181,11 @@ class Reader : detail::YamlFields {
     if (!null(np) && np.IsScalar() && np.Scalar() != "-1") procs = count(np, "num_processes");
     if (type_ == "NO") procs = 1;
     if (procs > 0) {
-      if (procs % (tp * cp) != 0) {
-        fail(np, "num_processes", std::to_string(procs) + " is not a multiple of tp x cp = " + std::to_string(tp * cp) + " (parallelism_config)");
+      if (procs % (tp * cp * sp) != 0) {
+        fail(np, "num_processes", std::to_string(procs) + " is not a multiple of tp x cp" + (sp > 1 ? " x sp" : "") + " = " +
+                                      std::to_string(tp * cp * sp) + " (parallelism_config)");
       }
-      out.plan("dp", std::to_string(procs / (tp * cp)),
+      out.plan("dp", std::to_string(procs / (tp * cp * sp)),
                type_ == "NO" ? from(root_["distributed_type"], "distributed_type") + " (one process)" : from(np, "num_processes"));
     }
   }
@@ -164,6 +194,9 @@ class Reader : detail::YamlFields {
   void precision(detail::OverrideList& out) {
     const YAML::Node mp = root_["mixed_precision"];
     const std::string m = null(mp) ? "no" : word(mp, "mixed_precision");
+    // DeepSpeedPlugin.set_mixed_precision fills only what the DeepSpeed
+    // config leaves out or "auto"; its own bf16 or fp16 stands.
+    if (ds_precision_) return;
     const std::string origin = null(mp) ? file() + " (mixed_precision, accelerate's default no)" : from(mp, "mixed_precision");
     if (m == "no" || m == "false") {
       out.plan("precision", "fp32", origin);
@@ -172,11 +205,26 @@ class Reader : detail::YamlFields {
     } else if (m == "fp8") {
       out.plan("precision", "fp8", origin);
       const YAML::Node fp8 = root_["fp8_config"];
-      const std::string backend = null(fp8) || !fp8.IsMap() || null(fp8["backend"]) ? "TE" : upper(word(fp8["backend"], "fp8_config.backend"));
+      if (!null(fp8) && !fp8.IsMap()) fail(fp8, "fp8_config", "expected a mapping (backend, ...)");
+      // Its keys with or without the fp8_ the launcher adds.
+      const auto key = [&](const std::string& k) -> YAML::Node {
+        if (null(fp8)) return YAML::Node();
+        if (const YAML::Node n = fp8[k]; n) return n;
+        return fp8["fp8_" + k];
+      };
+      const YAML::Node b = key("backend");
+      const std::string backend = null(b) ? "" : upper(word(b, "fp8_config.backend"));
       if (backend == "AO") {
-        out.plan("fp8_recipe", "tensorwise", from(fp8["backend"], "fp8_config.backend") + " (torchao's dynamic tensor-wise scaling)");
+        out.plan("fp8_recipe", "tensorwise", from(b, "fp8_config.backend") + " (torchao's dynamic tensor-wise scaling)");
+      } else if (backend.empty() || backend == "NO") {
+        // Accelerator picks torchao where it is installed, else Transformer Engine, else MS-AMP.
+        fc_.unmodelled.push_back("fp8_config.backend unset (accelerate picks torchao where installed, else Transformer Engine: priced as "
+                                 "Transformer Engine's delayed scaling)");
       } else if (backend != "TE") {
         fc_.unmodelled.push_back("fp8_config.backend=" + backend + " (priced as Transformer Engine's delayed scaling)");
+      }
+      if (const YAML::Node g = key("enable_fsdp_float8_all_gather"); flag(g, "fp8_config.enable_fsdp_float8_all_gather", false)) {
+        out.plan("fp8_param_gather", "true", from(g, "fp8_config.enable_fsdp_float8_all_gather"));
       }
     } else {
       fail(mp, "mixed_precision", "'" + m + "'; valid: no, fp16, bf16, fp8");
@@ -188,7 +236,12 @@ class Reader : detail::YamlFields {
     fc_.plan = "fsdp";
     const YAML::Node c = root_["fsdp_config"];
     if (!null(c) && !c.IsMap()) fail(c, "fsdp_config", "expected a mapping (fsdp_version, fsdp_sharding_strategy, ...)");
-    const auto key = [&](const std::string& k) -> YAML::Node { return null(c) ? YAML::Node() : c["fsdp_" + k]; };
+    // Its keys with or without the fsdp_ the launcher adds.
+    const auto key = [&](const std::string& k) -> YAML::Node {
+      if (null(c)) return YAML::Node();
+      if (const YAML::Node n = c["fsdp_" + k]; n) return n;
+      return c[k];
+    };
     const YAML::Node v = key("version");
     const std::int64_t version = null(v) ? 1 : count(v, "fsdp_config.fsdp_version");
     if (version != 1 && version != 2) fail(v, "fsdp_config.fsdp_version", std::to_string(version) + "; valid: 1, 2");
@@ -235,11 +288,23 @@ class Reader : detail::YamlFields {
       fc_.unmodelled.push_back("fsdp_auto_wrap_policy=" + policy + (null(w) ? " (the plugin's default where unset" : " (") +
                                "; priced as TRANSFORMER_BASED_WRAP, a unit a decoder layer)");
     }
+    if (version == 1) {
+      // FSDP1's overlap: dtsim prices BACKWARD_PRE and no forward prefetch;
+      // the plugin passes None (no backward prefetch) where the key is unset.
+      const YAML::Node bp = key("backward_prefetch");
+      const std::string b = null(bp) ? "unset" : upper(word(bp, "fsdp_config.fsdp_backward_prefetch"));
+      if (b != "BACKWARD_PRE") fc_.unmodelled.push_back("fsdp_backward_prefetch=" + b + " (priced as BACKWARD_PRE)");
+      if (const YAML::Node fp = key("forward_prefetch"); flag(fp, "fsdp_config.fsdp_forward_prefetch", false)) {
+        fc_.unmodelled.push_back("fsdp_forward_prefetch=true (priced without forward prefetch)");
+      }
+    }
     if (!null(c)) {
       for (auto it = c.begin(); it != c.end(); ++it) {
-        const std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
+        std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
+        if (k.rfind("fsdp_", 0) != 0) k = "fsdp_" + k;
         static const char* const kRead[] = {"fsdp_version", "fsdp_sharding_strategy", "fsdp_reshard_after_forward", "fsdp_offload_params",
-                                            "fsdp_activation_checkpointing", "fsdp_auto_wrap_policy"};
+                                            "fsdp_activation_checkpointing", "fsdp_auto_wrap_policy", "fsdp_backward_prefetch",
+                                            "fsdp_forward_prefetch"};
         if (std::find(std::begin(kRead), std::end(kRead), k) != std::end(kRead)) continue;
         if (std::find(std::begin(kFsdpSilent), std::end(kFsdpSilent), k) != std::end(kFsdpSilent) || null(it->second)) continue;
         fc_.unmodelled.push_back("fsdp_config." + k + (it->second.IsScalar() ? "=" + it->second.Scalar() : std::string()) + " (not read by dtsim)");
@@ -252,7 +317,9 @@ class Reader : detail::YamlFields {
     const YAML::Node c = root_["deepspeed_config"];
     if (!null(c) && !c.IsMap()) fail(c, "deepspeed_config", "expected a mapping (deepspeed_config_file, or zero_stage, ...)");
     FrameworkConfig ds;
+    bool file_given = false;
     if (const YAML::Node f = null(c) ? YAML::Node() : c["deepspeed_config_file"]; !null(f)) {
+      file_given = true;
       const std::string path = word(f, "deepspeed_config.deepspeed_config_file");
       std::error_code ec;
       std::string found = std::filesystem::exists(path, ec) ? path : "";
@@ -284,6 +351,10 @@ class Reader : detail::YamlFields {
     }
     bool host_adam = false;
     detail::merge_hf_deepspeed(ds, out, fc_, host_adam);
+    // A file's own bf16 or fp16 enabled (not "auto", which is left to accelerate).
+    ds_precision_ = file_given && std::any_of(ds.overrides.begin(), ds.overrides.end(), [](const Override& o) {
+      return o.section == "plan" && o.path == "precision" && (o.value == "bf16" || o.value == "fp16");
+    });
     // The plugin's gradient_accumulation_steps (1 by default): the script's Accelerator's.
     if (const YAML::Node ga = null(c) ? YAML::Node() : c["gradient_accumulation_steps"]; !null(ga)) {
       out.plan("grad_accum", std::to_string(count(ga, "deepspeed_config.gradient_accumulation_steps")),
@@ -295,6 +366,7 @@ class Reader : detail::YamlFields {
   FrameworkConfig fc_;
   std::string type_;            ///< distributed_type, upper case
   std::int64_t replicate_ = 1;  ///< parallelism_config_dp_replicate_size
+  bool ds_precision_ = false;   ///< the DeepSpeed config's own bf16 or fp16
 };
 
 }  // namespace
@@ -312,41 +384,63 @@ FrameworkConfig with_accelerate(const FrameworkConfig& trainer, const FrameworkC
   out.framework = trainer.framework + " under accelerate";
   out.overrides.clear();
   const auto key = [](const Override& o) { return o.section + "." + o.path; };
-  const auto written = [&](const Override& o) { return o.from.rfind(trainer.file + ":", 0) == 0; };
-  std::set<std::string> by_accelerate;
-  for (const Override& o : accelerate.overrides) {
-    if (o.value != "null") by_accelerate.insert(key(o));
-  }
-  const bool own = trainer.plan && *trainer.plan != "ddp";
-  if (own) {
-    // The trainer's deepspeed or fsdp runs; accelerate's ranks still count.
-    for (const Override& o : accelerate.overrides) {
-      if (o.path == "dp" && o.value != "null") out.overrides.push_back(o);
-    }
-    out.unmodelled.push_back(accelerate.file + " distributed_type (the trainer config's own " + *trainer.plan + " runs)");
-    for (const Override& o : trainer.overrides) {
-      if (o.value == "null" && o.path == "dp" && by_accelerate.count("plan.dp") > 0) continue;
-      out.overrides.push_back(o);
-    }
-  } else {
+  const auto written = [](const FrameworkConfig& fc, const Override& o) { return o.from.rfind(fc.file + ":", 0) == 0; };
+  // accelerate's keys that bind: those its file writes, but a 32-bit "no",
+  // which leaves the trainer's own inference (a LoRA's bf16 base) as it is.
+  const auto binds = [&](const Override& o) {
+    return o.value != "null" && written(accelerate, o) && !(o.path == "precision" && o.value == "fp32");
+  };
+  // Where the trainer's config names its own distribution, accelerate's
+  // launch keys still hold: the ranks, the numerics, compilation.
+  static const char* const kLaunch[] = {"dp", "tp", "cp", "precision", "fp8_recipe", "fp8_param_gather", "kernels"};
+  const auto launch = [&](const Override& o) { return std::find(std::begin(kLaunch), std::end(kLaunch), o.path) != std::end(kLaunch); };
+  std::set<std::string> bound;
+  if (!trainer.own_distribution) {
     out.plan = accelerate.plan;
     out.overrides = accelerate.overrides;
-    for (const Override& o : trainer.overrides) {
-      // The trainer's resets were against its own starting plan: accelerate's cover its.
-      if (o.value == "null") continue;
-      if (by_accelerate.count(key(o)) > 0 && !written(o)) continue;
-      out.overrides.push_back(o);
+    for (const Override& o : accelerate.overrides) {
+      if (binds(o)) bound.insert(key(o));
     }
+  } else {
+    for (const Override& o : accelerate.overrides) {
+      if (launch(o) && binds(o)) {
+        out.overrides.push_back(o);
+        bound.insert(key(o));
+      }
+    }
+    out.unmodelled.push_back(accelerate.file + " distributed_type (the trainer config's own " + trainer.plan.value_or("plan") + " runs)");
   }
-  // A LoRA under FSDP1: priced as FSDP2 (Note [Frozen weights under FSDP]).
+  bool trainer_splits = false;  // the trainer writes its own tp or cp
+  for (const Override& o : trainer.overrides) {
+    // The trainer's resets were against its own starting plan; its
+    // defaults yield to what accelerate's file writes.
+    if (o.value == "null" && (!trainer.own_distribution || bound.count(key(o)) > 0)) continue;
+    if (bound.count(key(o)) > 0 && !written(trainer, o)) continue;
+    // DDP's bucket cap does nothing under accelerate's FSDP or DeepSpeed.
+    if (!trainer.own_distribution && o.path == "bucket_mb" && accelerate.plan != std::optional<std::string>("ddp")) continue;
+    trainer_splits = trainer_splits || ((o.path == "tp" || o.path == "cp") && o.value != "null" && o.value != "1");
+    out.overrides.push_back(o);
+  }
+  if (trainer_splits && bound.count("plan.dp") > 0) {
+    // num_processes over the trainer's tp and cp, which accelerate's file did not divide by.
+    out.overrides.erase(std::remove_if(out.overrides.begin(), out.overrides.end(), [&](const Override& o) { return key(o) == "plan.dp"; }),
+                        out.overrides.end());
+    out.unmodelled.push_back(accelerate.file + " num_processes (over the trainer's tp and cp: give --set plan.dp)");
+  }
+  // A LoRA under FSDP1 or SHARD_GRAD_OP: priced as FSDP2's full_shard
+  // (Note [Frozen weights under FSDP]), as the trainers' own FSDP keys are.
   const bool adapter = std::any_of(out.overrides.begin(), out.overrides.end(), [](const Override& o) { return o.section == "model" && o.path == "peft"; });
-  if (adapter && out.plan == std::optional<std::string>("fsdp")) {
+  if (adapter && out.plan == std::optional<std::string>("fsdp") && !trainer.own_distribution) {
     for (Override& o : out.overrides) {
       if (o.section == "plan" && o.path == "fsdp_version" && o.value == "1") {
         o.value = "2";
         o.from += " (FSDP1 beside a LoRA: priced as FSDP2)";
         out.unmodelled.push_back("fsdp_version=1 with an adapter (PEFT's fsdp_auto_wrap_policy, each adapter a unit: priced as FSDP2's "
                                  "sharding of the same bytes, the adapters' own small collectives not priced)");
+      } else if (o.section == "plan" && o.path == "fsdp" && o.value == "shard_grad_op") {
+        o.value = "full_shard";
+        o.from += " (shard_grad_op beside an adapter: priced as full_shard)";
+        out.unmodelled.push_back("SHARD_GRAD_OP with an adapter (priced as full_shard)");
       }
     }
   }

@@ -228,6 +228,7 @@ class Reader : detail::YamlFields {
       fail(root_["deepspeed"], "deepspeed", "given beside fsdp or fsdp_config; transformers' Trainer runs one of DeepSpeed and FSDP; give one");
     }
     distributed_ = fsdp_on ? "fsdp" : given("deepspeed") ? "deepspeed" : "ddp";
+    fc_.own_distribution = distributed_ != "ddp";
     // DeepSpeed's JSON first: axolotl's own keys fill its "auto" and win.
     if (distributed_ == "deepspeed") deepspeed(out);
     model(out);

@@ -23,8 +23,12 @@
 //   bitsandbytes, is its NF4 base (model.peft qlora), 8 LLM.int8 (lora_int8,
 //   Note [8-bit base]); HQQ's and EETQ's are priced at the same widths
 //   (said), and quantization beside a full fine-tune is refused as
-//   parser.py refuses it. additional_target (modules trained whole), DoRA,
-//   adapter dropout and LLaMA Pro are listed as not modelled.
+//   parser.py refuses it, as are EETQ at other than 8 bits, HQQ at 7 or
+//   beside ZeRO-3 or FSDP, and quantization beside fp8. additional_target
+//   (modules trained whole), new tokens (resize_vocab, add_tokens,
+//   add_special_tokens: under LoRA the embedding and head trained whole),
+//   a saved adapter resumed (its own rank and targets), DoRA, adapter
+//   dropout and LLaMA Pro are listed as not modelled.
 // - per_device_train_batch_size (transformers' default 8) is each rank's
 //   micro-batch, gradient_accumulation_steps (1) the micro-batches a step;
 //   cutoff_len (2048) is the sequence. packing (on by default only for pt)
@@ -42,11 +46,13 @@
 //   fp32; a LoRA's frozen base is loaded in bf16 (infer_optim_dtype, a bf16
 //   checkpoint on a GPU that has it) and priced so.
 // - Gradient checkpointing is on unless disable_gradient_checkpointing
-//   (prepare_model_for_training): plan.recompute full. use_unsloth_gc
+//   (prepare_model_for_training), and with transformers' own
+//   gradient_checkpointing whatever that says: plan.recompute full. use_unsloth_gc
 //   moves the checkpoints to the host (said, priced as kept).
 //   flash_attn disabled is eager attention (plan.attention eager); auto,
-//   sdpa, fa2, fa3 keep no scores. enable_liger_kernel (pt and sft)
-//   applies Liger's RMSNorm, SwiGLU and fused linear cross-entropy
+//   sdpa, fa2, fa3 keep no scores. enable_liger_kernel (pt and sft), on
+//   a model type liger_kernel.py lists (else said, not applied), applies
+//   Liger's RMSNorm, SwiGLU and fused linear cross-entropy
 //   (plan.kernels fused, plan.loss_kernel liger_fused_linear, Note [Fused
 //   linear cross-entropy]); torch_compile is plan.kernels fused.
 // - deepspeed (a path from the working directory or beside the config, or
@@ -86,15 +92,14 @@ constexpr const char* kSilent[] = {
     "warmup_ratio", "warmup_steps", "weight_decay", "adam_beta1", "adam_beta2", "adam_epsilon", "max_grad_norm", "ddp_timeout",
     "resume_from_checkpoint", "val_size", "per_device_eval_batch_size", "eval_strategy", "evaluation_strategy", "seed",
     "data_seed", "lora_alpha", "use_rslora", "loraplus_lr_ratio", "loraplus_lr_embedding", "pissa_init", "pissa_iter",
-    "pissa_convert", "create_new_adapter", "adapter_name_or_path", "adapter_folder", "cache_dir", "use_fast_tokenizer",
-    "resize_vocab", "split_special_tokens", "add_tokens", "add_special_tokens", "new_special_tokens_config",
-    "init_special_tokens", "model_revision", "low_cpu_mem_usage", "rope_scaling", "infer_dtype", "infer_backend",
+    "pissa_convert", "create_new_adapter", "adapter_folder", "cache_dir", "use_fast_tokenizer",
+    "split_special_tokens", "init_special_tokens", "model_revision", "low_cpu_mem_usage", "rope_scaling", "infer_dtype", "infer_backend",
     "offload_folder", "use_kv_cache", "train_on_prompt", "mask_history", "streaming", "buffer_size", "mix_strategy",
     "interleave_probs", "overwrite_cache", "tokenized_path", "tool_format", "ignore_pad_token_for_loss", "default_system",
     "enable_thinking", "compute_accuracy", "disable_shuffling", "early_stopping_steps", "include_effective_tokens_per_second",
     "include_num_input_tokens_seen", "include_tokens_per_second", "predict_with_generate", "remove_unused_columns",
     "freeze_vision_tower", "freeze_multi_modal_projector", "freeze_language_model", "moe_aux_loss_coef", "upcast_layernorm",
-    "use_reentrant_gc", "gradient_checkpointing", "gradient_checkpointing_kwargs", "tf32", "quantization_type",
+    "use_reentrant_gc", "gradient_checkpointing_kwargs", "quantization_type",
     "quantization_device_map", "ddp_find_unused_parameters", "ddp_backend", "ddp_broadcast_buffers", "local_rank",
     "load_best_model_at_end", "metric_for_best_model", "greater_is_better", "label_smoothing_factor", "length_column_name",
     "group_by_length", "torch_empty_cache_steps", "max_new_tokens", "generation_max_length", "generation_num_beams",
@@ -107,7 +112,8 @@ constexpr const char* kSilent[] = {
     "per_device_train_batch_size", "gradient_accumulation_steps", "cutoff_len", "packing", "neat_packing", "bf16", "fp16",
     "pure_bf16", "disable_gradient_checkpointing", "use_unsloth_gc", "flash_attn", "enable_liger_kernel", "use_unsloth",
     "torch_compile", "upcast_lmhead_output", "fp8", "shift_attn", "mixture_of_depths", "deepspeed", "fsdp", "fsdp_config",
-    "ddp_bucket_cap_mb", "optim", "use_galore", "use_apollo", "use_badam", "use_adam_mini", "use_muon", "use_mca",
+    "ddp_bucket_cap_mb", "resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens_config", "gradient_checkpointing",
+    "tf32", "adapter_name_or_path", "optim", "use_galore", "use_apollo", "use_badam", "use_adam_mini", "use_muon", "use_mca",
     "use_megatron_bridge", "use_hyper_parallel", "use_kt"};
 
 /// Prefixes of groups of keys that set no cost (a tracker's, evaluation's,
@@ -115,6 +121,9 @@ constexpr const char* kSilent[] = {
 constexpr const char* kSilentPrefixes[] = {"swanlab_", "image_", "video_", "audio_", "export_", "vllm_", "sglang_", "ref_model",
                                            "reward_model", "pref_", "ppo_", "kto_", "dpo_", "simpo_", "galore_", "apollo_",
                                            "badam_", "eval_", "logging_", "save_", "push_", "hub_", "dataloader_", "oft_"};
+
+/// dtsim's built-ins whose model types liger_kernel.py does not list.
+constexpr const char* kNoLiger[] = {"smollm3", "deepseek", "glm-4.5", "llama-4", "gpt2"};
 
 /// The projections dtsim's LoRA can target (Note [LoRA] in models/src/peft.cpp).
 constexpr const char* kLinear[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
@@ -147,6 +156,7 @@ class Reader : detail::YamlFields {
       fail(root_["deepspeed"], "deepspeed", "given beside fsdp; transformers' Trainer runs one of DeepSpeed and FSDP; give one");
     }
     distributed_ = fsdp_on ? "fsdp" : given("deepspeed") ? "deepspeed" : "ddp";
+    fc_.own_distribution = distributed_ != "ddp";
     // DeepSpeed's JSON first: the trainer's own keys fill its "auto" and win.
     if (distributed_ == "deepspeed") deepspeed(out);
     model(out);
@@ -155,6 +165,7 @@ class Reader : detail::YamlFields {
     memory(out);
     optimizer(out);
     if (distributed_ == "fsdp") fsdp(out);
+    if (distributed_ != "fsdp" && given("fsdp_config")) fc_.unmodelled.push_back("fsdp_config without fsdp (transformers runs no FSDP then)");
     if (distributed_ == "ddp") {
       fc_.plan = "ddp";
       if (given("ddp_bucket_cap_mb")) {
@@ -241,6 +252,14 @@ class Reader : detail::YamlFields {
     }
     // Else the hub id: its config.json from the HuggingFace cache (Note [HuggingFace cache]).
     if (!fc_.model) fc_.model = id;
+    // New tokens resize the embedding and head; under LoRA adapter.py then
+    // trains both whole (modules_to_save).
+    for (const char* k : {"resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens_config"}) {
+      if (given(k)) {
+        fc_.unmodelled.push_back(std::string(k) + (lora_ ? " (the embedding and head resized and trained whole beside the adapters: not priced)"
+                                                         : " (the vocabulary resized: priced at the model's own)"));
+      }
+    }
     const YAML::Node qb = root_["quantization_bit"];
     const std::int64_t bits = null(qb) ? 0 : count(qb, "quantization_bit");
     if (!lora_) {
@@ -257,6 +276,13 @@ class Reader : detail::YamlFields {
       const std::string method = null(qm) ? "bnb" : lower(word(qm, "quantization_method"));
       if (method != "bnb" && method != "hqq" && method != "eetq") fail(qm, "quantization_method", "'" + method + "'; valid: bnb, hqq, eetq");
       if (method == "bnb" && bits != 4 && bits != 8) fail(qb, "quantization_bit", std::to_string(bits) + "; bitsandbytes takes 4 or 8");
+      if (method == "eetq" && bits != 8) fail(qb, "quantization_bit", std::to_string(bits) + "; EETQ takes 8 (\"EETQ only accepts 8-bit quantization.\")");
+      if (method == "hqq" && (bits < 1 || bits > 8 || bits == 7)) fail(qb, "quantization_bit", std::to_string(bits) + "; HQQ takes 1-6 or 8");
+      if (method != "bnb" && (distributed_ == "fsdp" || zero3_)) {
+        fail(qm, "quantization_method", method + " beside " + (zero3_ ? "DeepSpeed ZeRO-3" : "FSDP") + "; LLaMA-Factory refuses it (\"" +
+                                            (method == "hqq" ? "HQQ" : "EETQ") + " quantization is incompatible with DeepSpeed ZeRO-3 or FSDP.\")");
+      }
+      if (flag(root_["fp8"], "fp8", false)) fail(qb, "quantization_bit", "beside fp8; LLaMA-Factory refuses it (\"FP8 training is not compatible with quantization.\")");
       if (bits <= 4) {
         peft = "qlora";
         if (method != "bnb" || bits != 4) fc_.unmodelled.push_back("quantization_bit=" + std::to_string(bits) + " with " + method + " (priced as bitsandbytes' 4-bit NF4 base)");
@@ -302,6 +328,9 @@ class Reader : detail::YamlFields {
     std::string list;
     for (const auto& x : targets) list += (list.empty() ? "" : ",") + x;
     out.model("lora_targets", "[" + list + "]", null(t) ? file() + " (lora_target, LLaMA-Factory's default all)" : from(t, "lora_target"));
+    if (given("adapter_name_or_path")) {
+      fc_.unmodelled.push_back("adapter_name_or_path (a saved adapter keeps its own rank and targets: priced as lora_rank and lora_target say)");
+    }
     if (given("additional_target")) {
       fc_.unmodelled.push_back("additional_target (those modules trained whole beside the adapters: their gradients and optimizer states are not priced)");
     }
@@ -323,6 +352,7 @@ class Reader : detail::YamlFields {
     out.plan("seq_len", null(cl) ? "2048" : std::to_string(count(cl, "cutoff_len")),
              null(cl) ? file() + " (cutoff_len, LLaMA-Factory's default 2048)" : from(cl, "cutoff_len"));
     const bool neat = flag(root_["neat_packing"], "neat_packing", false);
+    if (neat && pretrain_) fail(root_["neat_packing"], "neat_packing", "with stage pt; LLaMA-Factory refuses it (\"`neat_packing` cannot be set as True except SFT.\")");
     const bool packed = neat || flag(root_["packing"], "packing", pretrain_);
     if (neat) {
       fc_.unmodelled.push_back("neat_packing=true (each sample attends within itself: set plan.document_len to their length)");
@@ -348,15 +378,21 @@ class Reader : detail::YamlFields {
       out.plan("precision", "bf16", file() + " (neither bf16 nor fp16: the frozen base loaded in bf16, infer_optim_dtype's choice on a GPU that has it)");
     } else {
       out.plan("precision", "fp32", file() + " (neither bf16 nor fp16: the trained weights cast to fp32, no autocast)");
+      if (flag(root_["tf32"], "tf32", false)) {
+        fc_.unmodelled.push_back("tf32=true (fp32 matmuls on TF32 tensor cores: priced on the FP32 units)");
+      }
     }
   }
 
   /// Checkpointing, attention, kernels and the loss.
   void memory(detail::OverrideList& out) {
     const YAML::Node dg = root_["disable_gradient_checkpointing"];
-    if (!flag(dg, "disable_gradient_checkpointing", false)) {
-      out.plan("recompute", "full", null(dg) ? file() + " (LLaMA-Factory checkpoints every decoder layer unless disable_gradient_checkpointing)"
-                                             : from(dg, "disable_gradient_checkpointing"));
+    const YAML::Node hg = root_["gradient_checkpointing"];  // transformers' own, which the Trainer applies whatever LLaMA-Factory's says
+    if (!flag(dg, "disable_gradient_checkpointing", false) || flag(hg, "gradient_checkpointing", false)) {
+      out.plan("recompute", "full", !flag(dg, "disable_gradient_checkpointing", false)
+                                        ? (null(dg) ? file() + " (LLaMA-Factory checkpoints every decoder layer unless disable_gradient_checkpointing)"
+                                                    : from(dg, "disable_gradient_checkpointing"))
+                                        : from(hg, "gradient_checkpointing"));
       if (flag(root_["use_unsloth_gc"], "use_unsloth_gc", false)) {
         fc_.unmodelled.push_back("use_unsloth_gc=true (the checkpoints offloaded to the host: priced as kept on the GPU)");
       }
@@ -371,7 +407,14 @@ class Reader : detail::YamlFields {
       }
     }
     const YAML::Node tc = root_["torch_compile"];
-    if (flag(root_["enable_liger_kernel"], "enable_liger_kernel", false)) {
+    // liger_kernel.py applies Liger to the model types it lists and warns
+    // for the rest ("Current model does not support liger kernel."); of
+    // dtsim's built-ins, these are not among them.
+    const std::string m = fc_.model.value_or("");
+    const bool unlisted = std::any_of(std::begin(kNoLiger), std::end(kNoLiger), [&](const char* p) { return m.rfind(p, 0) == 0; });
+    if (flag(root_["enable_liger_kernel"], "enable_liger_kernel", false) && unlisted) {
+      fc_.unmodelled.push_back("enable_liger_kernel=true (" + m + "'s model type is not one LLaMA-Factory applies Liger to: not applied)");
+    } else if (flag(root_["enable_liger_kernel"], "enable_liger_kernel", false)) {
       // apply_liger_kernel_to_<model>'s defaults: RMSNorm, SwiGLU, RoPE and
       // the fused linear cross-entropy (pt and sft need no logits).
       out.plan("kernels", "fused", from(root_["enable_liger_kernel"], "enable_liger_kernel"));
@@ -471,6 +514,17 @@ class Reader : detail::YamlFields {
     }
     if (const YAML::Node a = key("activation_checkpointing"); flag(a, "fsdp_config.activation_checkpointing", false)) {
       out.plan("recompute", "full", from(a, "fsdp_config.activation_checkpointing"));
+    }
+    if (!null(c)) {
+      static const char* const kKnown[] = {"version", "activation_checkpointing", "transformer_layer_cls_to_wrap", "min_num_params",
+                                           "backward_prefetch", "forward_prefetch", "limit_all_gathers", "use_orig_params",
+                                           "sync_module_states", "cpu_ram_efficient_loading", "state_dict_type", "auto_wrap_policy"};
+      for (auto it = c.begin(); it != c.end(); ++it) {
+        std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
+        const std::string bare = k.rfind("fsdp_", 0) == 0 ? k.substr(5) : k;
+        if (std::find(std::begin(kKnown), std::end(kKnown), bare) != std::end(kKnown) || null(it->second)) continue;
+        fc_.unmodelled.push_back("fsdp_config." + k + (it->second.IsScalar() ? "=" + it->second.Scalar() : std::string()) + " (not read by dtsim)");
+      }
     }
   }
 

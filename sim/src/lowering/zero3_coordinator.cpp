@@ -17,19 +17,22 @@ std::vector<ParamModule> modules_of(const Layer& layer) {
     if (all > 0) one.tensors.push_back(all);
     out.push_back(one);
   }
-  // Frozen weights the modules do not describe: one frozen module first.
+  // Frozen weights the modules do not describe: one frozen module first,
+  // a tied weight no module names as a tensor of its own (as the layer's
+  // one module held it before it was frozen).
   std::int64_t frozen = 0;
+  bool tied = false;
   for (const ParamModule& m : out) {
+    tied = tied || !m.tied.empty();
     if (m.frozen && m.tied.empty()) {
       for (std::int64_t t : m.tensors) frozen += t;
     }
   }
-  if (const std::int64_t rest = layer.frozen_params - layer.frozen_tied - frozen; rest > 0) {
-    ParamModule base;
-    base.tensors.push_back(rest);
-    base.frozen = true;
-    out.insert(out.begin(), base);
-  }
+  ParamModule base;
+  base.frozen = true;
+  if (const std::int64_t rest = layer.frozen_params - layer.frozen_tied - frozen; rest > 0) base.tensors.push_back(rest);
+  if (!tied && layer.frozen_tied > 0) base.tensors.push_back(layer.frozen_tied);
+  if (!base.tensors.empty()) out.insert(out.begin(), base);
   return out;
 }
 

@@ -39,6 +39,9 @@ struct FrameworkConfig {
   /// Plan keys the framework has no other setting for ("pp": axolotl runs
   /// no pipeline), which a search from the config keeps as it sets them.
   std::vector<std::string> search_fixed;
+  /// A trainer's config names how it distributes (its deepspeed or fsdp):
+  /// an accelerate config beside it does not (Note [accelerate under a trainer]).
+  bool own_distribution = false;
 };
 
 /// Reads a DeepSpeed config JSON (deepspeed/runtime/config.py and

@@ -73,8 +73,10 @@ class Zero3Modules final : public StrategyPass {
       const Layer& L = c.layers[l];
       LayerInfo info;
       const std::vector<ParamModule> modules = modules_of(L);
-      const double full = static_cast<double>(std::max<Bytes>(1, c.full_param_bytes(L)));
-      info.gather_scale = static_cast<double>(c.gathered_param_bytes(L)) / full;
+      // Gathered bytes over the elements in the working type: FP8 weights
+      // under fp8_param_gather, and a QLoRA base's NF4 bytes, gather fewer.
+      const double elements = static_cast<double>(L.params + L.borrowed_params + c.gathered_frozen(L));
+      info.gather_scale = static_cast<double>(c.gathered_param_bytes(L)) / std::max(1.0, elements * static_cast<double>(c.w));
       for (const ParamModule& mod : modules) {
         Module m;
         m.name = mod.name.empty() ? L.name : L.name + "." + mod.name;
