@@ -238,30 +238,13 @@ class Reader : detail::YamlFields {
     optimizer(out);
     if (distributed_ == "fsdp") fsdp(out);
     parallel(out);
-    // transformers' Trainer runs no pipeline, and DeepSpeed's ZeRO-1 no
-    // parameter gather in the next forward: a search keeps them so.
-    out.plan("pp", "1", file() + " (axolotl runs no pipeline parallelism)");
-    out.plan("overlap_param_gather", "false", file() + " (no forward parameter gather outside Megatron)");
-    fc_.search_fixed = {"pp", "overlap_param_gather"};
-    for (auto it = root_.begin(); it != root_.end(); ++it) {
-      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
-      if (silent(key) || unset(it->second)) continue;
-      fc_.unmodelled.push_back(key + (it->second.IsScalar() ? "=" + it->second.Scalar() : std::string()) + " (not read by dtsim)");
-    }
+    detail::hf_trainer_tail(root_, out, fc_, "axolotl", silent);
     out.finish();
     return fc_;
   }
 
  private:
-  /// Null, false, or an empty list or mapping: the key changes nothing.
-  static bool unset(const YAML::Node& n) {
-    if (null(n)) return true;
-    if (n.IsScalar()) {
-      const std::string s = lower(n.Scalar());
-      return s == "false" || s == "no" || s == "off" || s.empty();
-    }
-    return n.size() == 0;
-  }
+  static bool unset(const YAML::Node& n) { return detail::yaml_unset(n); }
   static bool silent(const std::string& key) {
     return std::find_if(std::begin(kSilent), std::end(kSilent), [&](const char* k) { return key == k; }) != std::end(kSilent);
   }
@@ -276,13 +259,7 @@ class Reader : detail::YamlFields {
     return false;
   }
   /// A path as axolotl finds it: from the working directory, else beside the config.
-  std::string locate(const std::string& path) const {
-    std::error_code ec;
-    if (std::filesystem::exists(path, ec)) return path;
-    const std::filesystem::path beside = std::filesystem::path(file()).parent_path() / path;
-    if (!std::filesystem::path(path).is_absolute() && std::filesystem::exists(beside, ec)) return beside.string();
-    return "";
-  }
+  std::string locate(const std::string& path) const { return detail::locate_beside(path, file()); }
 
   /// base_model and the adapter (Note [axolotl configs]).
   void model(detail::OverrideList& out) {
@@ -342,7 +319,7 @@ class Reader : detail::YamlFields {
     const auto add = [&](const std::string& t) {
       if (std::find(targets.begin(), targets.end(), t) == targets.end()) targets.push_back(t);
     };
-    static const char* const kLinear[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+    const auto& kLinear = detail::kHfLinear;
     const YAML::Node tm = root_["lora_target_modules"];
     if (!unset(tm)) {
       if (tm.IsScalar()) {
@@ -555,36 +532,7 @@ class Reader : detail::YamlFields {
     // The deprecated fsdp: list goes to TrainingArguments(fsdp=...), which
     // sets accelerate's FSDP_SHARDING_STRATEGY and FSDP_OFFLOAD_PARAMS from
     // its words (transformers' training_args.py).
-    if (const YAML::Node l = root_["fsdp"]; !unset(l)) {
-      if (!l.IsSequence() && !l.IsScalar()) {
-        fail(l, "fsdp", "expected a list of full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
-      }
-      std::vector<std::string> words;
-      if (l.IsScalar()) {
-        std::istringstream in(l.Scalar());
-        for (std::string w; in >> w;) words.push_back(lower(w));
-      } else {
-        for (const YAML::Node& w : l) words.push_back(lower(word(w, "fsdp")));
-      }
-      for (const std::string& w : words) {
-        if (w == "full_shard" || w == "shard_grad_op" || w == "hybrid_shard" || w == "no_shard") {
-          out.plan("fsdp", w, from(l, "fsdp"));
-        } else if (w == "offload") {
-          out.plan("offload_params", "cpu", from(l, "fsdp"));
-          out.plan("offload_optimizer", "cpu", from(l, "fsdp"));
-        } else if (w == "hybrid_shard_zero2") {
-          fc_.unmodelled.push_back("fsdp hybrid_shard_zero2 (SHARD_GRAD_OP within a node: priced as hybrid_shard)");
-          out.plan("fsdp", "hybrid_shard", from(l, "fsdp"));
-        } else if (w != "auto_wrap" && w != "true") {
-          fail(l, "fsdp", "'" + w + "'; valid: full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
-        }
-      }
-      if (peft_ && std::find(words.begin(), words.end(), "shard_grad_op") != words.end()) {
-        // Note [Frozen weights under FSDP]: SHARD_GRAD_OP beside a frozen base is not modelled.
-        out.plan("fsdp", "full_shard", from(l, "fsdp") + " (shard_grad_op beside an adapter: priced as full_shard)");
-        fc_.unmodelled.push_back("fsdp shard_grad_op with an adapter (priced as full_shard)");
-      }
-    }
+    if (const YAML::Node l = root_["fsdp"]; !unset(l)) detail::hf_fsdp_words(l, *this, out, fc_, peft_);
     if (const YAML::Node s = key("sharding_strategy"); !null(s) && lower(word(s, "fsdp_config.sharding_strategy")) != "full_shard" &&
                                                         lower(s.Scalar()) != "1") {
       fc_.unmodelled.push_back("fsdp_config.sharding_strategy=" + s.Scalar() + " (axolotl does not pass it to accelerate: FULL_SHARD runs)");

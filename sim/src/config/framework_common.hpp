@@ -88,6 +88,33 @@ void hf_optimizer(OverrideList& out, FrameworkConfig& fc, const std::string& key
 /// `host_adam` where it offloads the optimizer.
 void merge_hf_deepspeed(const FrameworkConfig& ds, OverrideList& out, FrameworkConfig& fc, bool& host_adam);
 
+/// Null, false, or an empty list or mapping: a trainer config's key that
+/// changes nothing (axolotl's, LLaMA-Factory's).
+bool yaml_unset(const YAML::Node& n);
+
+/// A path as transformers-based trainers open it: from the working
+/// directory, else (a relative one) beside `file`; "" where neither has it.
+std::string locate_beside(const std::string& path, const std::string& file);
+
+/// The linear projections of a Llama-style block as PEFT names them
+/// (find_all_linear_modules: every nn.Linear but the head), which dtsim's
+/// LoRA targets (Note [LoRA] in models/src/peft.cpp).
+inline constexpr const char* kHfLinear[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+
+/// transformers' `fsdp` words (TrainingArguments(fsdp=...), a list or a
+/// string: full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2,
+/// no_shard, offload, auto_wrap) as plan keys; beside an adapter
+/// shard_grad_op is priced as full_shard (Note [Frozen weights under FSDP]),
+/// said in fc.unmodelled.
+void hf_fsdp_words(const YAML::Node& l, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter);
+
+/// What every transformers-based trainer's config ends with: pp 1 and
+/// overlap_param_gather false (the Trainer runs no pipeline, DeepSpeed's
+/// ZeRO-1 no forward gather), which a search keeps; then each key of `root`
+/// that is set and not `silent`, listed as not read. `who` names the trainer.
+void hf_trainer_tail(const YAML::Node& root, OverrideList& out, FrameworkConfig& fc, const std::string& who,
+                     const std::function<bool(const std::string&)>& silent);
+
 /// `v` as the shortest decimal that reads back the same ("1000", "0.5").
 std::string format_number(double v);
 

@@ -26,6 +26,7 @@
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
+#include <sstream>
 
 #include "dtsim/sim/error.hpp"
 #include "framework_common.hpp"
@@ -169,6 +170,73 @@ void hf_optimizer(OverrideList& out, FrameworkConfig& fc, const std::string& key
   if (name.starts_with("paged_")) {
     fc.unmodelled.push_back(key + "=" + name + " (paged: its states are priced on the device, where they stay while they fit; "
                             "PyTorch's allocator statistics leave them out)");
+  }
+}
+
+bool yaml_unset(const YAML::Node& n) {
+  if (!n || n.IsNull()) return true;
+  if (n.IsScalar()) {
+    std::string s = n.Scalar();
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s == "false" || s == "no" || s == "off" || s.empty();
+  }
+  return n.size() == 0;
+}
+
+std::string locate_beside(const std::string& path, const std::string& file) {
+  std::error_code ec;
+  if (std::filesystem::exists(path, ec)) return path;
+  const std::filesystem::path beside = std::filesystem::path(file).parent_path() / path;
+  if (!std::filesystem::path(path).is_absolute() && std::filesystem::exists(beside, ec)) return beside.string();
+  return "";
+}
+
+void hf_fsdp_words(const YAML::Node& l, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter) {
+  // TrainingArguments(fsdp=...) sets accelerate's FSDP_SHARDING_STRATEGY
+  // and FSDP_OFFLOAD_PARAMS from its words (transformers' training_args.py).
+  const char* valid = "full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap";
+  if (!l.IsSequence() && !l.IsScalar()) y.fail(l, "fsdp", std::string("expected a list of ") + valid);
+  const auto lower = [](std::string s) {
+    for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
+    return s;
+  };
+  std::vector<std::string> words;
+  if (l.IsScalar()) {
+    std::istringstream in(l.Scalar());
+    for (std::string w; in >> w;) words.push_back(lower(w));
+  } else {
+    for (const YAML::Node& w : l) words.push_back(lower(y.word(w, "fsdp")));
+  }
+  const std::string from = y.from(l, "fsdp");
+  for (const std::string& w : words) {
+    if (w == "full_shard" || w == "shard_grad_op" || w == "hybrid_shard" || w == "no_shard") {
+      out.plan("fsdp", w, from);
+    } else if (w == "offload") {
+      out.plan("offload_params", "cpu", from);
+      out.plan("offload_optimizer", "cpu", from);
+    } else if (w == "hybrid_shard_zero2") {
+      fc.unmodelled.push_back("fsdp hybrid_shard_zero2 (SHARD_GRAD_OP within a node: priced as hybrid_shard)");
+      out.plan("fsdp", "hybrid_shard", from);
+    } else if (w != "auto_wrap" && w != "true") {
+      y.fail(l, "fsdp", "'" + w + "'; valid: " + valid);
+    }
+  }
+  if (adapter && std::find(words.begin(), words.end(), "shard_grad_op") != words.end()) {
+    // Note [Frozen weights under FSDP]: SHARD_GRAD_OP beside a frozen base is not modelled.
+    out.plan("fsdp", "full_shard", from + " (shard_grad_op beside an adapter: priced as full_shard)");
+    fc.unmodelled.push_back("fsdp shard_grad_op with an adapter (priced as full_shard)");
+  }
+}
+
+void hf_trainer_tail(const YAML::Node& root, OverrideList& out, FrameworkConfig& fc, const std::string& who,
+                     const std::function<bool(const std::string&)>& silent) {
+  out.plan("pp", "1", fc.file + " (" + who + " runs no pipeline parallelism)");
+  out.plan("overlap_param_gather", "false", fc.file + " (no forward parameter gather outside Megatron)");
+  fc.search_fixed = {"pp", "overlap_param_gather"};
+  for (auto it = root.begin(); it != root.end(); ++it) {
+    const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
+    if (silent(key) || yaml_unset(it->second)) continue;
+    fc.unmodelled.push_back(key + (it->second.IsScalar() ? "=" + it->second.Scalar() : std::string()) + " (not read by dtsim)");
   }
 }
 

@@ -125,8 +125,8 @@ constexpr const char* kSilentPrefixes[] = {"swanlab_", "image_", "video_", "audi
 /// dtsim's built-ins whose model types liger_kernel.py does not list.
 constexpr const char* kNoLiger[] = {"smollm3", "deepseek", "glm-4.5", "llama-4", "gpt2"};
 
-/// The projections dtsim's LoRA can target (Note [LoRA] in models/src/peft.cpp).
-constexpr const char* kLinear[] = {"q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj"};
+/// The projections dtsim's LoRA can target.
+constexpr const auto& kLinear = detail::kHfLinear;
 
 std::string lower(std::string s) {
   for (char& ch : s) ch = static_cast<char>(std::tolower(static_cast<unsigned char>(ch)));
@@ -175,30 +175,13 @@ class Reader : detail::YamlFields {
     for (const char* k : {"use_mca", "use_megatron_bridge", "use_hyper_parallel", "use_kt"}) {
       if (flag(root_[k], k, false)) fc_.unmodelled.push_back(std::string(k) + "=true (another training backend: priced as transformers' Trainer)");
     }
-    // transformers' Trainer runs no pipeline, and DeepSpeed's ZeRO-1 no
-    // parameter gather in the next forward: a search keeps them so.
-    out.plan("pp", "1", file() + " (LLaMA-Factory's Trainer runs no pipeline parallelism)");
-    out.plan("overlap_param_gather", "false", file() + " (no forward parameter gather outside Megatron)");
-    fc_.search_fixed = {"pp", "overlap_param_gather"};
-    for (auto it = root_.begin(); it != root_.end(); ++it) {
-      const std::string key = it->first.IsScalar() ? it->first.Scalar() : "";
-      if (silent(key) || unset(it->second)) continue;
-      fc_.unmodelled.push_back(key + (it->second.IsScalar() ? "=" + it->second.Scalar() : std::string()) + " (not read by dtsim)");
-    }
+    detail::hf_trainer_tail(root_, out, fc_, "LLaMA-Factory", silent);
     out.finish();
     return fc_;
   }
 
  private:
-  /// Null, false, or an empty list or mapping: the key changes nothing.
-  static bool unset(const YAML::Node& n) {
-    if (null(n)) return true;
-    if (n.IsScalar()) {
-      const std::string s = lower(n.Scalar());
-      return s == "false" || s == "no" || s == "off" || s.empty();
-    }
-    return n.size() == 0;
-  }
+  static bool unset(const YAML::Node& n) { return detail::yaml_unset(n); }
   static bool silent(const std::string& key) {
     if (std::find_if(std::begin(kSilent), std::end(kSilent), [&](const char* k) { return key == k; }) != std::end(kSilent)) return true;
     return std::find_if(std::begin(kSilentPrefixes), std::end(kSilentPrefixes), [&](const char* p) { return key.rfind(p, 0) == 0; }) !=
@@ -207,13 +190,7 @@ class Reader : detail::YamlFields {
   bool given(const char* key) const { return !unset(root_[key]); }
   /// A path as LLaMA-Factory finds it: from the working directory (its
   /// examples run from the repository's root), else beside the config.
-  std::string locate(const std::string& path) const {
-    std::error_code ec;
-    if (std::filesystem::exists(path, ec)) return path;
-    const std::filesystem::path beside = std::filesystem::path(file()).parent_path() / path;
-    if (!std::filesystem::path(path).is_absolute() && std::filesystem::exists(beside, ec)) return beside.string();
-    return "";
-  }
+  std::string locate(const std::string& path) const { return detail::locate_beside(path, file()); }
 
   /// stage and finetuning_type: what dtsim prices.
   void stage() {
@@ -467,34 +444,8 @@ class Reader : detail::YamlFields {
   void fsdp(detail::OverrideList& out) {
     fc_.plan = "fsdp";
     const YAML::Node l = root_["fsdp"];
-    std::vector<std::string> words;
-    if (l.IsScalar()) {
-      std::istringstream in(l.Scalar());
-      for (std::string w; in >> w;) words.push_back(lower(w));
-    } else if (l.IsSequence()) {
-      for (const YAML::Node& w : l) words.push_back(lower(word(w, "fsdp")));
-    } else {
-      fail(l, "fsdp", "expected transformers' words: full_shard, shard_grad_op, hybrid_shard, no_shard, offload, auto_wrap");
-    }
     out.plan("fsdp", "full_shard", from(l, "fsdp"));
-    for (const std::string& w : words) {
-      if (w == "full_shard" || w == "shard_grad_op" || w == "hybrid_shard" || w == "no_shard") {
-        out.plan("fsdp", w, from(l, "fsdp"));
-      } else if (w == "offload") {
-        out.plan("offload_params", "cpu", from(l, "fsdp"));
-        out.plan("offload_optimizer", "cpu", from(l, "fsdp"));
-      } else if (w == "hybrid_shard_zero2") {
-        fc_.unmodelled.push_back("fsdp hybrid_shard_zero2 (SHARD_GRAD_OP within a node: priced as hybrid_shard)");
-        out.plan("fsdp", "hybrid_shard", from(l, "fsdp"));
-      } else if (w != "auto_wrap" && w != "true") {
-        fail(l, "fsdp", "'" + w + "'; valid: full_shard, shard_grad_op, hybrid_shard, hybrid_shard_zero2, no_shard, offload, auto_wrap");
-      }
-    }
-    if (lora_ && std::find(words.begin(), words.end(), "shard_grad_op") != words.end()) {
-      // Note [Frozen weights under FSDP]: SHARD_GRAD_OP beside a frozen base is not modelled.
-      out.plan("fsdp", "full_shard", from(l, "fsdp") + " (shard_grad_op beside an adapter: priced as full_shard)");
-      fc_.unmodelled.push_back("fsdp shard_grad_op with an adapter (priced as full_shard)");
-    }
+    detail::hf_fsdp_words(l, *this, out, fc_, lora_);
     const YAML::Node c = root_["fsdp_config"];
     if (!null(c) && !c.IsMap()) fail(c, "fsdp_config", "expected a mapping (fsdp_version, activation_checkpointing, ...)");
     const auto key = [&](const std::string& k) -> YAML::Node {
