@@ -1982,8 +1982,23 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   CHECK(listed(wide, "optimizer=paged_adamw_32bit (priced as AdamW"));
   CHECK(listed(said, "liger_rms_norm or liger_glu_activation alone"));
   CHECK(listed(said, "chunked_cross_entropy=true"));
-  CHECK(listed(said, "gradient_checkpointing=offload"));
+  // gradient_checkpointing: offload is activation_offloading: true (axolotl's
+  // validation.py): a full fine-tune keeps recompute and offloads the checkpoints.
   CHECK(keys(said)["plan.recompute"] == "full");
+  CHECK(keys(said)["plan.enable_activation_offloading"] == "true");
+  // Beside an adapter TRL's offloader replaces recompute; hidden_states keeps it.
+  const std::string lora16 = "adapter: lora\nlora_r: 16\nlora_target_linear: true\n";
+  auto ka = keys(read(lora16 + "gradient_checkpointing: true\nactivation_offloading: true\n"));
+  CHECK(ka["plan.enable_activation_offloading"] == "true");
+  CHECK(ka["plan.recompute"] == "none");
+  ka = keys(read(lora16 + "gradient_checkpointing: true\nactivation_offloading: hidden_states\n"));
+  CHECK(ka["plan.enable_activation_offloading"] == "true");
+  CHECK(ka["plan.recompute"] == "full");
+  CHECK(listed(read("gradient_checkpointing: offload_disk\n"), "activation_offloading=disk (to disk"));
+  CHECK_THAT(error_of([&] { read("activation_offloading: true\n"); }),
+             Catch::Contains("a.yml:3: activation_offloading: without gradient_checkpointing; axolotl refuses it"));
+  CHECK_THAT(error_of([&] { read("gradient_checkpointing: true\nactivation_offloading: nvme\n"); }),
+             Catch::Contains("a.yml:4: activation_offloading: 'nvme'; valid: true, false, legacy, disk, hidden_states"));
   CHECK(listed(said, "mystery_knob=3 (not read by dtsim)"));
   CHECK(!listed(said, "wandb_project"));
   // An adapter's 8-bit base, a pattern of targets, names dtsim lacks.

@@ -41,9 +41,19 @@
 //   accelerator.py prepare_model and fsdp_utils.py fsdp2_prepare_model), and
 //   PEFT makes a LoRA's adapters fp32 (autocast_adapter_dtype): master
 //   copies, dtsim's default. Under DeepSpeed its own rules hold.
-// - gradient_checkpointing (true, "offload") is HuggingFace's per decoder
-//   layer: plan.recompute full (the offload is said); fsdp_config's
-//   activation_checkpointing the same. attn_implementation eager (or
+// - gradient_checkpointing (true) is HuggingFace's per decoder layer:
+//   plan.recompute full; fsdp_config's activation_checkpointing the same.
+//   Its deprecated "offload" and "offload_disk" are activation_offloading
+//   true and disk (validation.py check_gradient_checkpointing_w_offload).
+//   activation_offloading (which needs gradient_checkpointing, as the
+//   schema refuses it without) moves saved tensors to the host:
+//   plan.enable_activation_offloading (Note [Saved-tensor offload]). true
+//   and disk run TRL's OffloadActivations; beside an adapter it replaces
+//   recompute (the trainer turns HuggingFace's checkpointing off and
+//   loaders/model.py wraps only a full fine-tune: plan.recompute none),
+//   and a full fine-tune keeps it, offloading the checkpoints; legacy
+//   (synchronous copies) and hidden_states offload the checkpoints' inputs
+//   under HuggingFace's checkpointing. disk and legacy are said. attn_implementation eager (or
 //   eager_attention) is plan.attention eager; flash_attention_2, sdpa and
 //   the other kernels keep no scores. torch_compile is plan.kernels fused;
 //   so are Liger's RMSNorm and SwiGLU together (liger_rms_norm,
@@ -427,16 +437,43 @@ class Reader : detail::YamlFields {
   /// Checkpointing, attention, kernels and the loss.
   void memory(detail::OverrideList& out) {
     const YAML::Node gc = root_["gradient_checkpointing"];
+    // Note [axolotl's activation offloading]: the deprecated offload words
+    // of gradient_checkpointing are activation_offloading true and disk.
+    std::string offload, offload_key;
+    YAML::Node offload_at;
     if (!unset(gc)) {
       const std::string g = lower(word(gc, "gradient_checkpointing"));
       if (g == "offload" || g == "offload_disk") {
-        fc_.unmodelled.push_back("gradient_checkpointing=" + g + " (the checkpoints offloaded: priced as kept on the GPU)");
+        offload = g == "offload" ? "true" : "disk";
+        offload_at.reset(gc);
+        offload_key = "gradient_checkpointing";
       } else if (g != "true" && g != "yes" && g != "on") {
         fail(gc, "gradient_checkpointing", "'" + gc.Scalar() + "'; valid: true, false, offload, offload_disk");
       }
       out.plan("recompute", "full", from(gc, "gradient_checkpointing"));
     }
-    if (given("activation_offloading")) fc_.unmodelled.push_back("activation_offloading (priced as kept on the GPU)");
+    if (const YAML::Node ao = root_["activation_offloading"]; !unset(ao)) {
+      const std::string a = lower(word(ao, "activation_offloading"));
+      offload = a == "yes" || a == "on" ? "true" : a;
+      offload_at.reset(ao);
+      offload_key = "activation_offloading";
+      if (offload != "true" && offload != "legacy" && offload != "disk" && offload != "hidden_states") {
+        fail(ao, "activation_offloading", "'" + ao.Scalar() + "'; valid: true, false, legacy, disk, hidden_states");
+      }
+      if (unset(gc)) fail(ao, "activation_offloading", "without gradient_checkpointing; axolotl refuses it (\"activation_offloading requires gradient_checkpointing\")");
+    }
+    if (!offload.empty()) {
+      const std::string at = from(offload_at, offload_key);
+      out.plan("enable_activation_offloading", "true", at);
+      if (peft_ && (offload == "true" || offload == "disk")) {
+        // TRL's offloader replaces recompute beside an adapter (its
+        // trainer turns HF's checkpointing off; loaders/model.py wraps
+        // only a full fine-tune).
+        out.plan("recompute", "none", at + " (TRL's offloader in place of recompute, beside an adapter)");
+      }
+      if (offload == "disk") fc_.unmodelled.push_back("activation_offloading=disk (to disk: priced as host memory)");
+      if (offload == "legacy") fc_.unmodelled.push_back("activation_offloading=legacy (synchronous copies: priced on a stream of their own)");
+    }
     // Attention: eager materialises the scores; every other kernel does not.
     const YAML::Node ai = root_["attn_implementation"];
     const bool eager = (!null(ai) && word(ai, "attn_implementation") == "eager") || flag(root_["eager_attention"], "eager_attention", false);
