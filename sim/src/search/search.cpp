@@ -516,6 +516,9 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                    for (int etp : set("etp") ? std::vector<int>{o.base.etp == 0 ? tp : o.base.etp} : rules.etp_values(tp)) {
                    for (int ep : set("ep") ? std::vector<int>{o.base.ep} : rules.ep_values(tp, cp, dp, etp, o.base.moe_experts)) {
                     if (ep > 1 && tp > 1 && !sp) continue;
+                    // Note [Frozen weights under ZeRO-3]: DeepSpeed's stage 3
+                    // over a frozen base without experts split (resolve refuses the rest).
+                    if (ep > 1 && rules.frozen_weights() && sh.zero == 3 && sh.fsdp == FsdpMode::kNone) continue;
                     PlanSpec p = o.base;
                     p.ep = ep;
                     p.etp = etp == tp ? 0 : etp;
