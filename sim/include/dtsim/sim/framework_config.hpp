@@ -1,6 +1,7 @@
 #pragma once
 // Plans as users already write them: a DeepSpeed config JSON, a Megatron-LM
-// command line, a Megatron-Bridge config YAML, a torchtitan job TOML. Each
+// command line, a Megatron-Bridge config YAML, a torchtitan job TOML, a
+// torchtune, axolotl or LLaMA-Factory YAML, an accelerate config. Each
 // importer reads the knobs dtsim models into `--set`-style overrides on
 // dtsim's own keys (plan.*, model.*),
 // names a shipped plan to start from, and lists the knobs it read but dtsim
