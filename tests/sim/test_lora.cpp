@@ -50,6 +50,15 @@ const Kernel* kernel(const std::vector<Kernel>& ks, const std::string& name) {
   return it == ks.end() ? nullptr : &*it;
 }
 
+/// Rank 0's resident bytes of one category.
+Bytes resident(const TaskGraph& g, MemCategory category) {
+  Bytes b = 0;
+  for (const auto& m : g.ranks[0].resident) {
+    if (m.category == category) b += m.bytes;
+  }
+  return b;
+}
+
 Flops weight_grad_flops(const Layer& l) {
   Flops f = 0;
   for (const Kernel& k : l.backward) {
@@ -423,11 +432,7 @@ TEST_CASE("LoRA under FSDP2: the frozen base sharded and gathered with the adapt
   for (const auto& [name, bytes] : reductions) CHECK(bytes == 1'114'112 * 2);
   // Each rank holds an eighth of every weight: the base's 8,030,261,248
   // and the adapters' 35,651,584, in bf16.
-  Bytes params = 0, optimizer = 0;
-  for (const auto& m : g.ranks[0].resident) {
-    if (m.category == MemCategory::kParameters) params += m.bytes;
-    if (m.category == MemCategory::kOptimizer) optimizer += m.bytes;
-  }
+  const Bytes params = resident(g, MemCategory::kParameters), optimizer = resident(g, MemCategory::kOptimizer);
   CHECK(params == (8'030'261'248LL / 8 + 35'651'584 / 8) * 2);
   CHECK(optimizer == 12 * (35'651'584 / 8));
   // A unit of its own (fsdp_wrap: layers), the frozen embedding is gathered
@@ -457,11 +462,7 @@ TEST_CASE("LoRA under FSDP2: the frozen base sharded and gathered with the adapt
     CHECK(timeline.back().bytes[static_cast<int>(MemCategory::kParameters)] == timeline.front().bytes[static_cast<int>(MemCategory::kParameters)]);
   }
   // Offloaded, the shards live on the host (FSDP2's CPUOffloadPolicy).
-  Bytes offloaded = 0;
-  const TaskGraph off = lowered("offload_params: cpu\noffload_optimizer: cpu\n");
-  for (const auto& m : off.ranks[0].resident) {
-    if (m.category == MemCategory::kParameters) offloaded += m.bytes;
-  }
+  const Bytes offloaded = resident(lowered("offload_params: cpu\noffload_optimizer: cpu\n"), MemCategory::kParameters);
   CHECK(offloaded == 0);
 }
 
@@ -498,11 +499,7 @@ TEST_CASE("LoRA under DeepSpeed ZeRO-3: the frozen base partitioned and gathered
   CHECK(reduced == 2 * 35'651'584LL);
   // Each rank holds an eighth of every weight, and the optimizer states
   // (12 bytes: Note [Frozen weights]) of an eighth of the adapters.
-  Bytes params = 0, optimizer = 0;
-  for (const auto& m : g.ranks[0].resident) {
-    if (m.category == MemCategory::kParameters) params += m.bytes;
-    if (m.category == MemCategory::kOptimizer) optimizer += m.bytes;
-  }
+  const Bytes params = resident(g, MemCategory::kParameters), optimizer = resident(g, MemCategory::kOptimizer);
   CHECK(params == (8'030'261'248LL / 8 + 35'651'584 / 8) * 2);
   CHECK(optimizer == 12 * (35'651'584 / 8));
   // QLoRA: a block's linear weights gathered at their NF4 bytes (112,513,024

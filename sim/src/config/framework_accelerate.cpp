@@ -74,7 +74,6 @@
 // trainers' own FSDP keys are.
 #include <algorithm>
 #include <cctype>
-#include <filesystem>
 #include <set>
 #include <string>
 #include <vector>
@@ -320,13 +319,8 @@ class Reader : detail::YamlFields {
     bool file_given = false;
     if (const YAML::Node f = null(c) ? YAML::Node() : c["deepspeed_config_file"]; !null(f)) {
       file_given = true;
-      const std::string path = word(f, "deepspeed_config.deepspeed_config_file");
-      std::error_code ec;
-      std::string found = std::filesystem::exists(path, ec) ? path : "";
-      const std::filesystem::path beside = std::filesystem::path(file()).parent_path() / path;
-      if (found.empty() && !std::filesystem::path(path).is_absolute() && std::filesystem::exists(beside, ec)) found = beside.string();
-      if (found.empty()) fail(f, "deepspeed_config.deepspeed_config_file", path + ": no such file (looked in the working directory and beside " + file() + ")");
-      ds = read_deepspeed_config(found);
+      (void)word(f, "deepspeed_config.deepspeed_config_file");  // a path: a mapping fails here, as before
+      ds = detail::deepspeed_at(f, *this, "deepspeed_config.deepspeed_config_file", "");
     } else {
       // DeepSpeedPlugin's fields as the DeepSpeed config they make.
       YAML::Node d(YAML::NodeType::Map);

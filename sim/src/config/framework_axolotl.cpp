@@ -528,19 +528,8 @@ class Reader : detail::YamlFields {
 
   /// deepspeed: a DeepSpeed JSON, read as --deepspeed reads it.
   void deepspeed(detail::OverrideList& out) {
-    const YAML::Node d = root_["deepspeed"];
-    FrameworkConfig ds;
-    if (d.IsMap()) {
-      ds = detail::interpret_deepspeed(d, file());
-    } else {
-      const std::string path = word(d, "deepspeed");
-      const std::string found = locate(path);
-      if (found.empty()) {
-        fail(d, "deepspeed", path + ": no such file (looked in the working directory and beside " + file() +
-                                 "; `axolotl fetch deepspeed_configs` writes axolotl's own)");
-      }
-      ds = read_deepspeed_config(found);
-    }
+    const FrameworkConfig ds =
+        detail::deepspeed_at(root_["deepspeed"], *this, "deepspeed", "; `axolotl fetch deepspeed_configs` writes axolotl's own");
     detail::merge_hf_deepspeed(ds, out, fc_, host_adam_);
   }
 

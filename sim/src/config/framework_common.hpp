@@ -96,6 +96,11 @@ bool yaml_unset(const YAML::Node& n);
 /// directory, else (a relative one) beside `file`; "" where neither has it.
 std::string locate_beside(const std::string& path, const std::string& file);
 
+/// The DeepSpeed config a trainer's `key` names: a mapping read in place,
+/// or a path found by locate_beside and read as --deepspeed reads it; a
+/// missing file fails naming both places, then `hint` ("; ...", or "").
+FrameworkConfig deepspeed_at(const YAML::Node& d, const YamlFields& y, const std::string& key, const std::string& hint);
+
 /// The linear projections of a Llama-style block as PEFT names them
 /// (find_all_linear_modules: every nn.Linear but the head), which dtsim's
 /// LoRA targets (Note [LoRA] in models/src/peft.cpp).

@@ -191,6 +191,14 @@ std::string locate_beside(const std::string& path, const std::string& file) {
   return "";
 }
 
+FrameworkConfig deepspeed_at(const YAML::Node& d, const YamlFields& y, const std::string& key, const std::string& hint) {
+  if (d.IsMap()) return interpret_deepspeed(d, y.file());
+  const std::string path = y.word(d, key);
+  const std::string found = locate_beside(path, y.file());
+  if (found.empty()) y.fail(d, key, path + ": no such file (looked in the working directory and beside " + y.file() + hint + ")");
+  return read_deepspeed_config(found);
+}
+
 void hf_fsdp_words(const YAML::Node& l, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter) {
   // TrainingArguments(fsdp=...) sets accelerate's FSDP_SHARDING_STRATEGY
   // and FSDP_OFFLOAD_PARAMS from its words (transformers' training_args.py).
