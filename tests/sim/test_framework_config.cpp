@@ -2342,6 +2342,11 @@ TEST_CASE("accelerate: FSDP, DeepSpeed and DDP as accelerate launch hands them t
              Catch::Contains("acc.yaml:2: num_processes: 6 is not a multiple of tp x cp = 4"));
   CHECK_THAT(error_of([&] { read("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HALF_SHARD\n"); }),
              Catch::Contains("acc.yaml:3: fsdp_config.fsdp_sharding_strategy: 'HALF_SHARD'; valid: FULL_SHARD"));
+  CHECK_THAT(error_of([&] { read("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: no/such.json\n"); }),
+             Catch::Contains("acc.yaml:3: deepspeed_config.deepspeed_config_file: no/such.json: no such file (looked in the working "
+                             "directory and beside acc.yaml)"));
+  CHECK_THAT(error_of([&] { read("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: {stage: 3}\n"); }),
+             Catch::Contains("acc.yaml:3: deepspeed_config.deepspeed_config_file:"));
   CHECK_THAT(error_of([&] { read("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 4\n"); }),
              Catch::Contains("acc.yaml:3: deepspeed_config.zero_stage: '4'; valid: 0, 1, 2, 3"));
   CHECK(framework_of("distributed_type: FSDP\n", "x.yaml") == "accelerate");
