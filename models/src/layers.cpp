@@ -377,7 +377,7 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 // Fine-tuning frameworks replace the LM head's GEMM and F.cross_entropy by
 // one kernel that never holds the logits whole (plan.loss_kernel; axolotl's
 // liger_fused_linear_cross_entropy and cut_cross_entropy, transformers'
-// use_liger_kernel):
+// use_liger_kernel, TRL's loss_type):
 // - liger_fused_linear: Liger's LigerFusedLinearCrossEntropyFunction
 //   (liger_kernel/ops/fused_linear_cross_entropy.py) makes the gradients in
 //   the forward. For each chunk of tokens it projects the chunk's logits,
@@ -405,9 +405,29 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 //   block by block for both gradients: one projection more than unfused,
 //   priced whole (its gradient filtering skips blocks whose softmax is
 //   below bf16's resolution, so this is an upper bound).
-// Both keep nothing of t v, and the backward holds no fp32 logits (the 8 t v
+// - chunked_nll: TRL's SFTTrainer default loss_type (trl/trainer/
+//   sft_trainer.py _chunked_cross_entropy_loss, read at f2cd5771) copies the
+//   head's input in label order (hidden[order], e t h, with the reordered
+//   labels, 17 t: what the loss keeps) and takes the tokens 256 at a time
+//   (_CHUNKED_LM_HEAD_CHUNK_SIZE), each chunk under non-reentrant
+//   activation checkpointing: its logits (the GEMM, in the working type
+//   under autocast), their fp32 log-softmax, the loss, the argmax and the
+//   entropy (-(exp(log_p) x log_p).sum) are made and dropped in the
+//   forward, and made again in the backward before the chunk's gradients:
+//   one projection more than unfused, as Cut Cross-Entropy's, but through
+//   memory. Each pass over a chunk's logits reads the e-byte logits twice
+//   (log-softmax, argmax) and the fp32 log-softmax and its exponential
+//   four times, and writes three fp32 tensors: (2e + 16) t v read, 12 t v
+//   written. The backward of one chunk holds what its recomputed forward
+//   saved (the log-softmax and its exponential, 8 c v) beside the fp32
+//   gradients of both and the logits' e-byte one: (16 + e) c v at once, c
+//   = min(256, t), and a trained head's gradient arrives a chunk at a time
+//   (e v h, with its fp32 copy in 16-bit: as Liger's). The tokens whose
+//   label is -100 (a prompt under completion_only_loss) are dropped before
+//   the projection; dtsim prices every token.
+// The first three keep nothing of t v, and the backward holds no fp32 logits (the 8 t v
 // of F.cross_entropy's backward). Under tensor parallelism (a vocab-
-// parallel loss) neither runs: refused where the plan is resolved. The MFU
+// parallel loss) none runs: refused where the plan is resolved. The MFU
 // counts the model's FLOPs as the unfused head's. The head's signature says
 // lk=, so a profile that measured the unfused loss does not price it; dtsim
 // validate does not run them. A head that Gemma 2 soft-caps or Granite
@@ -429,6 +449,13 @@ Bytes liger_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, boo
   return e * chunk * v + std::max<Bytes>(e * chunk * h, wgrad);
 }
 
+std::int64_t chunked_nll_tokens(std::int64_t t) { return std::min<std::int64_t>(256, t); }
+
+Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained) {
+  const Bytes wgrad = weight_trained ? static_cast<Bytes>(e + (e < 4 ? 4 : 0)) * v * h : 0;
+  return static_cast<Bytes>(16 + e) * chunked_nll_tokens(t) * v + wgrad;
+}
+
 bool fused_lm_loss(const sim::WorkloadShape& shape) {
   return shape.loss_kernel != sim::LossKernel::kCrossEntropy && !shape.model_flops && shape.tp <= 1;
 }
@@ -436,7 +463,9 @@ bool fused_lm_loss(const sim::WorkloadShape& shape) {
 Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_t v, std::int64_t h) {
   if (!fused_lm_loss(shape)) return 4 * t * v;
   // Liger's weight gradient, made in the forward (a frozen head's is not:
-  // Note [Frozen weights]); Cut Cross-Entropy's log-sum-exp.
+  // Note [Frozen weights]); Cut Cross-Entropy's log-sum-exp; TRL's
+  // reordered copy of the input and labels.
+  if (shape.loss_kernel == sim::LossKernel::kChunkedNll) return static_cast<Bytes>(shape.act_bytes) * t * h + 17 * t;
   return shape.loss_kernel == sim::LossKernel::kCutCrossEntropy ? 4 * t : shape.act_bytes * v * h;
 }
 
@@ -449,6 +478,29 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
     const std::vector<sim::Kernel> before = backward_of(head.forward);
     const bool liger = shape.loss_kernel == sim::LossKernel::kLigerFused;
     head.forward.push_back(gemm(name, t, v, h, e));
+    if (shape.loss_kernel == sim::LossKernel::kChunkedNll) {
+      // The sorted copy of the input, then each chunk's logits, their loss,
+      // argmax and entropy; all of it again in the backward, then the
+      // chunk's gradients and the copy's scatter back.
+      head.forward.insert(head.forward.end() - 1, memory_op(name + ".sort", sim::KernelKind::kElementwise, e * t * h, e * t * h));
+      const sim::Kernel ce = memory_op(name + ".ce", sim::KernelKind::kElementwise, (2 * e + 16) * t * v, 12 * t * v, 10.0 * t * v);
+      head.forward.push_back(ce);
+      sim::Kernel again = head.forward[head.forward.size() - 2];
+      again.name = name + ".recompute";
+      sim::Kernel ce_again = ce;
+      ce_again.name = name + ".ce.recompute";
+      head.backward = {again,
+                       ce_again,
+                       memory_op(name + ".ce.bwd", sim::KernelKind::kElementwise, 8 * t * v, (4 + e) * t * v, 3.0 * t * v),
+                       gemm(name + ".dgrad", t, h, v, e),
+                       gemm(name + ".wgrad", v, h, t, e),
+                       memory_op(name + ".sort.bwd", sim::KernelKind::kElementwise, e * t * h, 2 * e * t * h)};
+      head.backward_workspace_bytes = chunked_nll_workspace(t, v, h, e, true);
+      head.backward.insert(head.backward.end(), before.begin(), before.end());
+      head.signature += ",lk=chunked";
+      head.output_bytes = 4;
+      return;
+    }
     if (liger) {
       head.forward.push_back(memory_op(name + ".ce", sim::KernelKind::kElementwise, e * t * v, e * t * v, 5.0 * t * v));
       head.forward.push_back(gemm(name + ".dgrad", t, h, v, e));

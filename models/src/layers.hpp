@@ -145,6 +145,12 @@ std::int64_t liger_chunk_tokens(std::int64_t t, std::int64_t v, std::int64_t h);
 /// in e-byte activations, with its weight gradient where it is trained
 /// (Note [Fused linear cross-entropy]).
 Bytes liger_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained);
+/// Tokens in one of TRL's chunked_nll chunks of t tokens: 256, at most t.
+std::int64_t chunked_nll_tokens(std::int64_t t);
+/// The largest transient of TRL's chunked_nll over t tokens of a v x h head
+/// in e-byte activations, with its weight gradient where it is trained
+/// (Note [Fused linear cross-entropy]).
+Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained);
 /// Whether the LM head's projection and loss run as one fused kernel
 /// (shape.loss_kernel, not when counting model FLOPs, not under tensor parallelism).
 bool fused_lm_loss(const sim::WorkloadShape& shape);

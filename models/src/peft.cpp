@@ -141,6 +141,27 @@
 // integer tensor ("Cannot flatten integer dtype tensors"; bitsandbytes'
 // 4-bit weights it takes, in bnb_4bit_quant_storage).
 //
+// Note [fp32 base]
+// A model loaded in fp32 and trained under 16-bit autocast (`peft:
+// lora_fp32`; TRL's ModelConfig dtype defaults to float32, read at
+// f2cd5771, and transformers' Trainer autocasts under bf16) holds every
+// frozen weight in 4 bytes: the blocks', the embedding's, the norms' and
+// an untied head's. Autocast casts a weight to the compute dtype each time
+// a GEMM takes it and caches the cast only for leaf tensors that require
+// grad (torch/csrc/autograd/autocast_mode.cpp cached_cast), so each frozen
+// weight is cast at every use: a kernel reading 4 bytes a weight and
+// writing e before each of the base's GEMMs, again under a recomputed
+// forward; and the GEMM saves that 16-bit copy for its input's gradient (e
+// bytes a weight kept per micro-batch where nothing is recomputed), which
+// the backward uses without casting again. The adapters are fp32 (PEFT's
+// autocast_adapter_dtype), dtsim's master copies. What autocast leaves in
+// fp32 (the embedding's output, so the residual stream and the norms) is
+// priced in the working precision. Sharded, the base is gathered in 16
+// bits (FSDP's param_dtype; DeepSpeed casts the whole module to its bf16 or
+// fp16), which dtsim's sharded frozen weights are not: DeepSpeed's ZeRO-3
+// and FSDP's sharding strategies are refused beside it (the trainers' own
+// readers price such a run as `peft: lora`), and 16-bit compute is needed.
+//
 // Note [Frozen weights]
 // A frozen parameter (requires_grad False) gets no gradient, no optimizer
 // state, no master copy and no reduction: Megatron-Core's DDP buckets and
@@ -328,7 +349,7 @@ class Lora final : public sim::Model {
 
   std::string name() const override {
     return base_->name() + (c_.base == LoraConfig::Base::kNf4 ? "+qlora" : "+lora") + std::to_string(c_.rank) +
-           (c_.base == LoraConfig::Base::kInt8 ? "-int8" : "");
+           (c_.base == LoraConfig::Base::kInt8 ? "-int8" : c_.base == LoraConfig::Base::kFp32 ? "-fp32" : "");
   }
   std::int64_t parameters() const override { return base_->parameters() + adapters_; }
   std::int64_t trainable_parameters() const override { return adapters_; }
@@ -575,7 +596,18 @@ class Lora final : public sim::Model {
     // base_layer, then lora_A, then lora_B (Note [Frozen weights under
     // ZeRO-3] in sim/src/lowering/passes/zero3_modules.cpp).
     for (sim::ParamModule& m : L.modules) m.frozen = true;
-    L.signature += (c_.base == LoraConfig::Base::kNf4 ? ",qlora=" : c_.base == LoraConfig::Base::kInt8 ? ",lora8=" : ",lora=") + std::to_string(c_.rank);
+    L.signature += (c_.base == LoraConfig::Base::kNf4    ? ",qlora="
+                    : c_.base == LoraConfig::Base::kInt8 ? ",lora8="
+                    : c_.base == LoraConfig::Base::kFp32 ? ",lora32="
+                                                         : ",lora=") +
+                   std::to_string(c_.rank);
+    const bool fp32_base = c_.base == LoraConfig::Base::kFp32;
+    if (fp32_base) {
+      // Note [fp32 base]: every frozen weight in 4 bytes, the embedding's too.
+      L.frozen_quantized = L.frozen_params - L.frozen_tied;
+      L.frozen_quantized_bits = 32;
+      L.frozen_quantized_bytes = 4 * L.frozen_quantized;
+    }
     for (const auto& t : c_.targets) L.signature += ":" + t;
     if (L.kind == sim::LayerKind::kEmbedding) {
       // Frozen and first: nothing to differentiate, nothing to reduce.
@@ -587,8 +619,19 @@ class Lora final : public sim::Model {
     // Note [QLoRA], Note [8-bit base]: a block's linear weights in NF4 or
     // LLM.int8, each dequantized before its GEMM and again before its
     // input's gradient.
-    const bool quantized = c_.base != LoraConfig::Base::k16 && L.is_block();
+    const bool quantized = c_.base != LoraConfig::Base::k16 && !fp32_base && L.is_block();
     std::map<std::string, sim::Kernel> dequant;  // by forward GEMM
+    std::map<std::string, sim::Kernel> cast;     // by forward GEMM (Note [fp32 base])
+    if (fp32_base) {
+      for (const sim::Kernel& k : L.forward) {
+        // A weight's GEMM, not a fused loss's gradient GEMMs.
+        if (k.kind != sim::KernelKind::kGemm || k.name.ends_with(".dgrad") || k.name.ends_with(".wgrad")) continue;
+        const std::int64_t w = k.k * k.n * std::max<std::int64_t>(1, k.batch);
+        const Bytes e = shape.act_bytes;
+        cast.emplace(k.name, memory_op(k.name + ".cast", sim::KernelKind::kElementwise, 4 * w, e * w, static_cast<double>(w)));
+        L.saved_bytes += e * w;  // the 16-bit copy the GEMM keeps for its input's gradient
+      }
+    }
     if (quantized) {
       std::int64_t elements = 0;
       Bytes stored = 0;
@@ -619,6 +662,11 @@ class Lora final : public sim::Model {
       // A frozen weight's gradient, or a frozen table's rows (a multi-token
       // prediction depth's embedding: its scatter-add); Liger's scaling of
       // its head's weight gradient (Note [Fused linear cross-entropy]).
+      if (is_weight_grad(k, gemms) && L.backward_workspace_bytes == chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, true)) {
+        // TRL's chunked loss over a frozen head: no gradient arrives a chunk
+        // at a time (Note [Fused linear cross-entropy]).
+        L.backward_workspace_bytes = chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, false);
+      }
       if (is_weight_grad(k, gemms) || k.kind == sim::KernelKind::kEmbedding) continue;
       if (k.name.ends_with(".wgrad.scale") && gemms.count(k.name.substr(0, k.name.size() - 12)) > 0) continue;
       if (k.name.ends_with(".dgrad")) {
@@ -650,6 +698,7 @@ class Lora final : public sim::Model {
         continue;
       }
       if (const auto d = dequant.find(k.name); d != dequant.end()) forward.push_back(d->second);
+      if (const auto c = cast.find(k.name); c != cast.end()) forward.push_back(c->second);
       forward.push_back(k);
       for (const Adapter& a : adapters) {
         if (k.name == a.base) forward.insert(forward.end(), a.forward.begin(), a.forward.end());

@@ -1072,12 +1072,17 @@ sim::ModelPtr parse_ours(YAML::Node root, const std::string& file, const std::st
   // Note [LoRA] (peft.cpp): any family fine-tuned with adapters.
   // Note [QLoRA]: qlora is LoRA over a base whose linear weights are NF4;
   // Note [8-bit base]: lora_int8 over LLM.int8 ones.
-  const std::string peft = c.get_enum<std::string>("peft", "none", {{"none", "none"}, {"lora", "lora"}, {"qlora", "qlora"}, {"lora_int8", "lora_int8"}});
+  // Note [fp32 base]: lora_fp32 over a base loaded in fp32 under autocast.
+  const std::string peft = c.get_enum<std::string>(
+      "peft", "none", {{"none", "none"}, {"lora", "lora"}, {"qlora", "qlora"}, {"lora_int8", "lora_int8"}, {"lora_fp32", "lora_fp32"}});
   const bool lora = peft != "none";
   LoraConfig lc;
-  lc.base = peft == "qlora" ? LoraConfig::Base::kNf4 : peft == "lora_int8" ? LoraConfig::Base::kInt8 : LoraConfig::Base::k16;
+  lc.base = peft == "qlora"       ? LoraConfig::Base::kNf4
+            : peft == "lora_int8" ? LoraConfig::Base::kInt8
+            : peft == "lora_fp32" ? LoraConfig::Base::kFp32
+                                  : LoraConfig::Base::k16;
   if (c.has("lora_rank") || c.has("lora_targets")) {
-    if (!lora) c.fail(c.has("lora_rank") ? "lora_rank" : "lora_targets", "is LoRA's; set peft: lora with it (valid peft: none, lora, qlora, lora_int8)");
+    if (!lora) c.fail(c.has("lora_rank") ? "lora_rank" : "lora_targets", "is LoRA's; set peft: lora with it (valid peft: none, lora, qlora, lora_int8, lora_fp32)");
     lc.rank = c.get_int("lora_rank", lc.rank, 1, 1 << 16);
     if (c.has("lora_targets")) lc.targets = c.get_word_list("lora_targets");
   }

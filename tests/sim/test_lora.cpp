@@ -641,9 +641,62 @@ TEST_CASE("An 8-bit LoRA: LLM.int8 weights with a scale an output row, dequantiz
              Catch::Contains("a quantized base (QLoRA's NF4, LLM.int8) is dequantized"));
 }
 
+TEST_CASE("LoRA over an fp32 base under bf16 autocast: 4 bytes a frozen weight, cast before each GEMM, the copy kept (Note [fp32 base])", "[lora]") {
+  const std::string targets = "model.lora_targets=[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]";
+  const auto q = models::load_model("llama-3-8b", sets({"model.peft=lora_fp32", "model.lora_rank=16", targets}));
+  const auto b16 = models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_rank=16", targets}));
+  CHECK(q->name() == "llama-3-8b+lora16-fp32");
+  CHECK(q->trainable_parameters() == 41'943'040);
+  const std::vector<Layer> ql = q->layers(seq4096());
+  const std::vector<Layer> bl = b16->layers(seq4096());
+  // Every frozen weight in 4 bytes: a block's 218,103,808 linear weights and
+  // its two norms (8,192); the embedding's 128,256 x 4096 too.
+  CHECK(ql[1].frozen_quantized == 218'112'000);
+  CHECK(ql[1].frozen_quantized_bytes == 4 * 218'112'000LL);
+  CHECK(ql[1].frozen_quantized_bits == 32);
+  CHECK(ql[0].frozen_quantized == 525'336'576);
+  // Autocast casts q, k, v's 25,165,824 weights before their GEMM: read 4
+  // bytes each, write 2; once a GEMM in the forward, none in the backward,
+  // which takes the saved copy.
+  const Kernel* c = kernel(ql[1].forward, "attn.qkv.cast");
+  REQUIRE(c != nullptr);
+  CHECK(c->bytes == 6 * 25'165'824LL);
+  int casts = 0;
+  for (const Kernel& k : ql[1].forward) casts += k.name.ends_with(".cast") ? 1 : 0;
+  for (const Kernel& k : ql[1].backward) casts += k.name.ends_with(".cast") ? 10 : 0;
+  CHECK(casts == 4);  // attn.qkv, attn.o_proj, mlp.gate_up, mlp.down
+  // Each GEMM keeps its bf16 copy for its input's gradient: 2 bytes a
+  // linear weight above a 16-bit base's, the head's 128,256 x 4096 too.
+  CHECK(ql[1].saved_bytes - bl[1].saved_bytes == 2 * 218'103'808LL);
+  CHECK(ql.back().saved_bytes - bl.back().saved_bytes == 2 * 525'336'576LL);
+  CHECK(ql[1].signature.find(",lora32=16") != std::string::npos);
+  // On one GPU: all 8,030,261,248 weights in fp32, the adapters in bf16.
+  const ClusterSpec one = load_cluster("dgx-h100", sets({"cluster.gpus_per_node=1"}));
+  ResolvedPlan r = resolve(parse_plan("dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n", "p.yaml"), *q, one);
+  const test::FixedCompute compute(1000);
+  const test::FixedComm comm(1000);
+  partition(r, *q, one, compute, comm);
+  const TaskGraph g = lower(*q, r, one, CostModels{&compute, &comm});
+  CHECK(resident(g, MemCategory::kParameters) == 4 * 8'030'261'248LL + 2 * 41'943'040LL);
+  // Sharded, the base would be gathered in 16 bits: refused; nor in fp32 or fp8.
+  const ClusterSpec eight = load_cluster("dgx-h100");
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\nfsdp_version: 2\n", "p.yaml"), *q, eight); }),
+             Catch::Contains("plan.fsdp: full_shard with peft: lora_fp32: a sharded fp32 base is gathered in 16 bits"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nzero_stage: 3\n", "p.yaml"), *q, eight); }),
+             Catch::Contains("plan.zero_stage: 3 with peft: lora_fp32"));
+  CHECK(PlanRules(*q, eight, 8).zero_stages(1) == std::vector<int>{0, 1, 2});
+  CHECK(PlanRules(*q, eight, 8).fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kNoShard});
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp32\n", "p.yaml"), *q, one); }),
+             Catch::Contains("precision: fp32: an fp32 base (peft: lora_fp32) is cast to its 16-bit compute dtype"));
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp8\n", "p.yaml"), *q, one); }),
+             Catch::Contains("precision: fp8: an fp32 base"));
+  // DDP and ZeRO-1/2 keep it whole on each rank.
+  CHECK_NOTHROW(resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nzero_stage: 2\n", "p.yaml"), *q, eight));
+}
+
 TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.lora_rank=8"})); }),
-             Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora, qlora, lora_int8)"));
+             Catch::Contains("model.lora_rank: is LoRA's; set peft: lora with it (valid peft: none, lora, qlora, lora_int8, lora_fp32)"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=lora", "model.lora_targets=[linear_q_down_proj]"})); }),
              Catch::Contains("model.lora_targets: linear_q_down_proj match no linear layer of this model LoRA adapts; valid: linear_qkv, linear_proj, linear_fc1, linear_fc2"));
   CHECK_THAT(error_of([] { models::load_model("llama-3-8b", sets({"model.peft=dora"})); }), Catch::Contains("none, lora"));

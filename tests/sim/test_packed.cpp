@@ -219,3 +219,47 @@ TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cros
   CHECK(p.tflops_per_gpu * p.iteration_time == Approx(q.tflops_per_gpu * q.iteration_time).epsilon(1e-9));
   CHECK(p.iteration_time != q.iteration_time);
 }
+
+TEST_CASE("TRL's chunked_nll keeps a sorted copy, reruns each 256-token chunk (Note [Fused linear cross-entropy])", "[packed][memory]") {
+  const auto m = models::load_model("llama-3-8b");
+  WorkloadShape w = packed(0);
+  const Layer ce = m->layers(w).back();
+  w.loss_kernel = LossKernel::kChunkedNll;
+  const Layer trl = m->layers(w).back();
+  const std::int64_t t = 4096, v = 128'256, h = 4096;
+  // It keeps the sorted copy of the head's input (e t h) and the reordered
+  // labels, mask and order (8 + 1 + 8 bytes a token) where F.cross_entropy
+  // keeps the fp32 log-softmax (4 t v).
+  CHECK(trl.saved_bytes - ce.saved_bytes == 2 * t * h + 17 * t - 4 * t * v);
+  // Its backward holds one chunk of 256 tokens: the recomputed log-softmax
+  // and its exponential (8 bytes a logit), their fp32 gradients (8) and the
+  // logits' bf16 one (2); and the weight's gradient of a chunk, bf16 with
+  // its fp32 copy (6 v h).
+  CHECK(trl.backward_workspace_bytes == 18 * 256 * v + 6 * v * h);
+  Flops fwd = 0, bwd = 0;
+  for (const Kernel& k : trl.forward) fwd += k.kind == KernelKind::kGemm ? k.flops : 0;
+  for (const Kernel& k : trl.backward) bwd += k.kind == KernelKind::kGemm ? k.flops : 0;
+  const Flops gemm = 2.0 * t * v * h;
+  CHECK(fwd == Approx(gemm));
+  CHECK(bwd == Approx(3 * gemm));  // the projection again, then both gradients
+  // Each pass over the logits reads the bf16 logits twice and the fp32
+  // log-softmax and its exponential four times (2 x 2 + 4 x 4 = 20 bytes a
+  // logit) and writes three fp32 tensors (12); it runs in the forward and
+  // again in the backward.
+  CHECK(kernel(trl, "lm_head.ce").bytes == 32 * t * v);
+  int passes = 0;
+  for (const Kernel& k : trl.backward) passes += k.name == "lm_head.ce.recompute" && k.bytes == 32 * t * v;
+  CHECK(passes == 1);
+  CHECK(trl.signature == ce.signature + ",lk=chunked");
+  // A frozen head: no gradient arrives, one chunk's logits alone.
+  const auto lora = models::load_model("llama-3-8b", {parse_override("model.peft=lora")});
+  CHECK(lora->layers(w).back().backward_workspace_bytes == 18 * 256 * v);
+  // Fewer than 256 tokens make one chunk of them all.
+  w.seq_len = 100;
+  CHECK(m->layers(w).back().backward_workspace_bytes == 18 * 100 * v + 6 * v * h);
+  // Plans: named chunked_nll, refused under tensor parallelism.
+  const ClusterSpec two = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=2")});
+  CHECK(load_plan("ddp", {parse_override("plan.loss_kernel=chunked_nll")}).loss_kernel == LossKernel::kChunkedNll);
+  CHECK_THAT(error_of([&] { predict(*m, load_plan("megatron-tp", {parse_override("plan.tp=2"), parse_override("plan.loss_kernel=chunked_nll")}), two); }),
+             Catch::Contains("plan.loss_kernel: chunked_nll with tp = 2"));
+}

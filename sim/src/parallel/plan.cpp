@@ -161,6 +161,7 @@ const char* to_string(LossKernel k) {
     case LossKernel::kCrossEntropy: return "cross_entropy";
     case LossKernel::kLigerFused: return "liger_fused_linear";
     case LossKernel::kCutCrossEntropy: return "cut_cross_entropy";
+    case LossKernel::kChunkedNll: return "chunked_nll";
   }
   return "?";
 }
@@ -893,11 +894,14 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   if (const auto ok = rules.precisions(); std::find(ok.begin(), ok.end(), r.precision) == ok.end()) {
     std::string valid;
     for (Precision p : ok) valid += (valid.empty() ? "" : ", ") + std::string(to_string(p));
-    if (quantized_gemms(r.precision) && rules.quantized_base()) {
+    if ((quantized_gemms(r.precision) || rules.fp32_base()) && rules.quantized_base()) {
       // Note [QLoRA], Note [8-bit base] (models/src/peft.cpp).
       bad.add("precision", std::string(to_string(r.precision)) +
-                               ": a quantized base (QLoRA's NF4, LLM.int8) is dequantized to its compute dtype, in which its "
-                               "GEMMs run; valid: " + valid);
+                               (rules.fp32_base() ? ": an fp32 base (peft: lora_fp32) is cast to its 16-bit compute dtype, in which its "
+                                                    "GEMMs run; valid: "
+                                                  : ": a quantized base (QLoRA's NF4, LLM.int8) is dequantized to its compute dtype, in "
+                                                    "which its GEMMs run; valid: ") +
+                               valid);
     } else if (r.precision == Precision::kFp8) {
       bad.add("precision", "fp8 needs FP8 tensor cores (Hopper or later); " + cluster.device.name + " has none; valid: " + valid);
     } else if (r.precision == Precision::kFp4) {
@@ -1005,7 +1009,14 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                   (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   const bool sharded_fsdp = s.fsdp != FsdpMode::kNone && s.fsdp != FsdpMode::kNoShard;
-  if (rules.frozen_weights() && r.zero_stage == 3 && !r.fsdp && (rules.int8_base() || r.ep > 1)) {
+  if (rules.fp32_base() && (r.zero_stage == 3 || sharded_fsdp)) {
+    // Note [fp32 base] (models/src/peft.cpp).
+    bad.add(sharded_fsdp ? "fsdp" : "zero_stage",
+            std::string(sharded_fsdp ? to_string(s.fsdp) : "3") +
+                " with peft: lora_fp32: a sharded fp32 base is gathered in 16 bits (FSDP's param_dtype; DeepSpeed casts the "
+                "module to its 16-bit type), not modelled; valid: peft: lora (the base in 16 bits), or " +
+                (sharded_fsdp ? "fsdp: no_shard" : "zero_stage 0, 1 or 2"));
+  } else if (rules.frozen_weights() && r.zero_stage == 3 && !r.fsdp && (rules.int8_base() || r.ep > 1)) {
     // Note [Frozen weights under ZeRO-3] (lowering/passes/zero3_modules.cpp):
     // DeepSpeed partitions a 4-bit base, not an 8-bit one (LLaMA-Factory's
     // quantization.py: "Only 4-bit quantized model can use fsdp+qlora").

@@ -31,6 +31,7 @@ PlanRules::PlanRules(const Model& model, const ClusterSpec& cluster, int gpus)
     const LayerList layers = model.shared_layers(WorkloadShape{});
     quantized_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized > 0; });
     int8_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized_bits == 8; });
+    fp32_ = std::any_of(layers.begin(), layers.end(), [](const Layer& l) { return l.frozen_quantized_bits == 32; });
   }
 }
 
@@ -183,8 +184,9 @@ std::vector<int> PlanRules::virtual_stage_values(int pp, std::int64_t micro_batc
 
 std::vector<int> PlanRules::zero_stages(int pp) const {
   if (pp > 1) return {0, 1};
-  // Note [Frozen weights under ZeRO-3]: DeepSpeed partitions no 8-bit base.
-  if (int8_) return {0, 1, 2};
+  // Note [Frozen weights under ZeRO-3]: DeepSpeed partitions no 8-bit base;
+  // Note [fp32 base] (models/src/peft.cpp): a sharded fp32 base is gathered in 16 bits.
+  if (int8_ || fp32_) return {0, 1, 2};
   return {0, 1, 2, 3};
 }
 
@@ -194,6 +196,7 @@ std::vector<FsdpMode> PlanRules::fsdp_modes(int pp) const {
   // and hybrid_shard.
   // Note [8-bit base] (models/src/peft.cpp): FSDP does not wrap int8 weights.
   if (int8_) return {};
+  if (fp32_) return {FsdpMode::kNoShard};
   if (frozen_) return pp > 1 ? std::vector<FsdpMode>{FsdpMode::kNoShard}
                              : std::vector<FsdpMode>{FsdpMode::kFullShard, FsdpMode::kNoShard, FsdpMode::kHybridShard};
   if (pp > 1) return {FsdpMode::kFullShard, FsdpMode::kNoShard};
@@ -322,6 +325,7 @@ std::vector<Precision> PlanRules::precisions() const {
   std::vector<Precision> out{Precision::kFp32, Precision::kFp16};
   if (cluster_.device.peak_bf16 > 0) out.push_back(Precision::kBf16);
   // A quantized base dequantizes to 16 bits for its GEMMs (Note [QLoRA] in models/src/peft.cpp).
+  if (fp32_) out.erase(out.begin());  // Note [fp32 base]: autocast to 16 bits
   if (quantized_) return out;
   if (cluster_.device.peak_fp8 > 0 && cluster_.device.peak_bf16 > 0) out.push_back(Precision::kFp8);
   // NVFP4 where TE trains it (Note [NVFP4 training]): FP4 tensor cores of

@@ -352,8 +352,10 @@ struct LoraConfig {
   std::vector<std::string> targets = {"linear_qkv", "linear_proj", "linear_fc1", "linear_fc2"};
   /// The blocks' linear weights as stored: 16-bit; QLoRA's 4-bit
   /// NormalFloat (Note [QLoRA] in src/peft.cpp; `peft: qlora`); or
-  /// bitsandbytes' LLM.int8 (Note [8-bit base]; `peft: lora_int8`).
-  enum class Base { k16, kNf4, kInt8 };
+  /// bitsandbytes' LLM.int8 (Note [8-bit base]; `peft: lora_int8`); or
+  /// every frozen weight in fp32 under 16-bit autocast (Note [fp32 base];
+  /// `peft: lora_fp32`).
+  enum class Base { k16, kNf4, kInt8, kFp32 };
   Base base = Base::k16;
 };
 /// `base` fine-tuned with LoRA: its layers' trained parameters are the

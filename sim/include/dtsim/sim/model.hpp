@@ -37,7 +37,7 @@ enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kS
 /// LigerFusedLinearCrossEntropyLoss (the gradients made chunk by chunk in
 /// the forward); Apple's Cut Cross-Entropy (no logits kept, recomputed in
 /// blocks by the backward).
-enum class LossKernel { kCrossEntropy, kLigerFused, kCutCrossEntropy };
+enum class LossKernel { kCrossEntropy, kLigerFused, kCutCrossEntropy, kChunkedNll };
 
 /// What a layer is, for the strategies that treat kinds apart (full
 /// recompute checkpoints blocks, a pipeline places the embedding first).

@@ -138,6 +138,9 @@ class PlanRules {
   /// Of them, some in 8 bits (an 8-bit LoRA's LLM.int8 base), which FSDP
   /// does not wrap at all.
   bool int8_base() const { return int8_; }
+  /// Of them, all in fp32 under 16-bit autocast (`peft: lora_fp32`), which
+  /// no sharding strategy takes (Note [fp32 base] in models/src/peft.cpp).
+  bool fp32_base() const { return fp32_; }
   /// FSDP's sharding strategies with pp stages: every one on one stage;
   /// under a pipeline FULL_SHARD, as torch.distributed.pipelining runs
   /// fully_shard stages, and NO_SHARD (Note [FSDP under a pipeline] in
@@ -231,6 +234,7 @@ class PlanRules {
   bool frozen_ = false;
   bool quantized_ = false;
   bool int8_ = false;
+  bool fp32_ = false;
   mutable std::optional<bool> attention_;  ///< the model has an attention core (built lazily)
   mutable bool blocks_ = true;             ///< ... and blocks full recompute checkpoints (built with it)
   /// op_recompute_allowed's answers, by (tp, cp, flash), built when first asked.
