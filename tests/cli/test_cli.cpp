@@ -841,7 +841,7 @@ TEST_CASE("a bad option is one line naming the subcommand and what is valid, exi
   const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
   CHECK(r.err ==
         "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
-        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --accelerate, --gpus, --global-batch, "
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --trl, --accelerate, --gpus, --global-batch, "
         "--top, --threads, --json, --csv\n");
   const Result missing = dtsim("predict --cluster dgx-a100 --model");
   CHECK(missing.status == 2);
@@ -1219,7 +1219,7 @@ TEST_CASE("predict and search read a LLaMA-Factory config", "[cli][frameworks]")
   CHECK(r.err.find("warning: " + dir + "qwen3_full_sft_ds3.yaml: LLaMA-Factory settings dtsim does not model") != std::string::npos);
   const Result two = dtsim("predict --cluster dgx-h100 --llamafactory " + dir + "qwen3_lora_sft.yaml --axolotl x.yml");
   CHECK(two.status == 2);
-  CHECK_THAT(two.err, Catch::Contains("--axolotl and --llamafactory each describe the whole plan; give one"));
+  CHECK_THAT(two.err, Catch::Contains("--axolotl, --llamafactory and --trl each describe the whole plan; give one"));
   // Under accelerate launch --config_file: its FSDP, the trainer's batch (Note [accelerate under a trainer]).
   const Result a = dtsim("predict --cluster dgx-h100 --json --accelerate " + dir + "fsdp_config.yaml --llamafactory " + dir + "qwen3_lora_sft.yaml");
   REQUIRE(a.status == 0);
@@ -1229,12 +1229,43 @@ TEST_CASE("predict and search read a LLaMA-Factory config", "[cli][frameworks]")
   CHECK(ja["plan"]["global_batch"].as<int>() == 64);
   const Result tune = dtsim("predict --cluster dgx-h100 --accelerate " + dir + "fsdp_config.yaml --torchtune x.yaml");
   CHECK(tune.status == 2);
-  CHECK(tune.err == "dtsim: --accelerate launches transformers' Trainer; it combines with --llamafactory or --axolotl, not --torchtune\n");
+  CHECK(tune.err == "dtsim: --accelerate launches transformers' Trainer; it combines with --llamafactory, --axolotl or --trl, not --torchtune\n");
   const Result s = dtsim("search --cluster dgx-h100 --top 20 --threads 1 --json --llamafactory " + dir + "qwen3_lora_sft.yaml");
   REQUIRE(s.status == 0);
   const YAML::Node js = YAML::Load(s.out.substr(0, s.out.size() - s.err.size()));
   REQUIRE(js["top"].size() > 0);
   for (const YAML::Node& e : js["top"]) CHECK(e["plan"]["pp"].as<int>() == 1);
+}
+
+// Note [TRL configs]: its own accelerate_config, or one beside it; a search
+// from it runs no pipeline.
+TEST_CASE("predict and search read a TRL config", "[cli][frameworks]") {
+  const std::string dir = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/trl/";
+  const Result r = dtsim("predict --cluster dgx-h100 --set cluster.nodes=2 --json --trl " + dir + "llama31_8b_full_zero3.yaml");
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out.substr(0, r.out.size() - r.err.size()));
+  CHECK(j["model"]["name"].as<std::string>() == "llama-3.1-8b");
+  // trl/accelerate_configs/zero3.yaml: ZeRO-3 over its 8 processes, on 2 nodes too.
+  CHECK(j["plan"]["zero_stage"].as<int>() == 3);
+  CHECK(j["plan"]["dp"].as<int>() == 8);
+  CHECK(j["plan"]["global_batch"].as<int>() == 2 * 8 * 8);
+  CHECK(r.err.find("warning: " + dir + "llama31_8b_full_zero3.yaml: TRL under accelerate settings dtsim does not model") != std::string::npos);
+  const Result both = dtsim("predict --cluster dgx-h100 --trl " + dir + "llama31_8b_full_zero3.yaml --accelerate " + dir + "zero2.yaml");
+  CHECK(both.status == 2);
+  CHECK_THAT(both.err, Catch::Contains("llama31_8b_full_zero3.yaml: names its own accelerate_config; give it there or as"));
+  const Result a = dtsim("predict --cluster dgx-h100 --json --trl " + dir + "qwen3_8b_lora_sft.yaml --accelerate " + dir + "zero2.yaml");
+  REQUIRE(a.status == 0);
+  const YAML::Node ja = YAML::Load(a.out.substr(0, a.out.size() - a.err.size()));
+  CHECK(ja["plan"]["zero_stage"].as<int>() == 2);
+  CHECK(ja["model"]["name"].as<std::string>() == "qwen3-8b+lora32");  // DeepSpeed casts the fp32 base
+  const Result s = dtsim("search --cluster dgx-h100 --top 10 --threads 1 --json --trl " + dir + "qwen3_8b_lora_sft.yaml");
+  REQUIRE(s.status == 0);
+  const YAML::Node js = YAML::Load(s.out.substr(0, s.out.size() - s.err.size()));
+  REQUIRE(js["top"].size() > 0);
+  for (const YAML::Node& e : js["top"]) {
+    CHECK(e["plan"]["pp"].as<int>() == 1);
+    CHECK(e["plan"]["zero_stage"].as<int>() < 3);  // an fp32 base is not sharded
+  }
 }
 
 // Note [Search from a framework config]: a search from an axolotl config

@@ -147,13 +147,27 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     assert (got["plan"]["fsdp"], got["plan"]["fsdp_version"], got["plan"]["dp"]) == ("full_shard", 2, 8)
     with pytest.raises(dtsim.ConfigError, match="^accelerate: empty; give a file path"):
         dtsim.predict(None, "dgx-h100", llamafactory=lf, accelerate="")
+    # A TRL config: LoRA rank 32 on all seven linears of Qwen3 8B (hidden
+    # 4096, q 4096, k and v 1024, MLP 12288; 36 blocks) over its float32
+    # base, as --trl; under accelerate's DeepSpeed ZeRO-2 the base is cast to 16 bits.
+    trl = os.path.join(frameworks, "trl", "qwen3_8b_lora_sft.yaml")
+    got = dtsim.predict(None, "dgx-h100", trl=trl)
+    assert got == cli("predict", "--cluster", "dgx-h100", "--trl", trl)
+    assert (got["plan"]["dp"], got["plan"]["micro_batch"], got["plan"]["grad_accum"]) == (8, 4, 4)
+    assert got["plan"]["loss_kernel"] == "chunked_nll"
+    assert got["model"]["trainable_parameters"] == 36 * 32 * (2 * (4096 + 4096) + 2 * (4096 + 1024) + 3 * (4096 + 12288))
+    assert got["model"]["name"] == "qwen3-8b+lora32-fp32"
+    zero2 = os.path.join(frameworks, "trl", "zero2.yaml")
+    got = dtsim.predict(None, "dgx-h100", trl=trl, accelerate=zero2)
+    assert got == cli("predict", "--cluster", "dgx-h100", "--accelerate", zero2, "--trl", trl)
+    assert (got["plan"]["zero_stage"], got["model"]["name"]) == (2, "qwen3-8b+lora32")
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)
     assert (got["plan"]["tp"], got["plan"]["micro_batch"], got["plan"]["global_batch"]) == (2, 2, 64)
     with pytest.raises(dtsim.ConfigError, match="^plan and deepspeed both describe the plan"):
         dtsim.predict("gpt2", "dgx-a100", "zero2", deepspeed=ds)
-    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl and llamafactory each"):
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory and trl each"):
         dtsim.predict("gpt2", "dgx-a100", deepspeed=ds, torchtitan=tt)
     with pytest.raises(dtsim.ConfigError, match="^model: none given"):
         dtsim.predict(None, "dgx-a100", "ddp")

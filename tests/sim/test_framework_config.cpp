@@ -2246,8 +2246,11 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
              Catch::Contains("lf.yaml:2: deepspeed: given beside fsdp"));
   CHECK_THAT(error_of([] { parse_llamafactory_config("stage: sft\n", "lf.yaml"); }), Catch::Contains("model_name_or_path: missing"));
   CHECK_THAT(error_of([] { parse_llamafactory_config("- a\n", "lf.yaml"); }), Catch::Contains("lf.yaml: a LLaMA-Factory config is a mapping"));
-  // Found as LLaMA-Factory's, and refused as a plan with the option that reads it.
-  CHECK(framework_of(head, "x.yaml") == "llamafactory");
+  // Found as LLaMA-Factory's by its template, stage or finetuning_type (a
+  // bare model_name_or_path is TRL's), and refused as a plan with the option
+  // that reads it.
+  CHECK(framework_of(head + "template: qwen3\n", "x.yaml") == "llamafactory");
+  CHECK(framework_of(head + "finetuning_type: lora\n", "x.yaml") == "llamafactory");
   CHECK_THAT(error_of([] { load_plan(sample("llamafactory/qwen3_lora_sft.yaml"), {}); }),
              Catch::Contains("looks like a LLaMA-Factory config; pass it as --llamafactory"));
   CHECK(read_framework_config("llamafactory", sample("llamafactory/qwen3_lora_sft.yaml")).framework == "LLaMA-Factory");
@@ -2342,6 +2345,17 @@ TEST_CASE("accelerate: FSDP, DeepSpeed and DDP as accelerate launch hands them t
              Catch::Contains("acc.yaml:2: num_processes: 6 is not a multiple of tp x cp = 4"));
   CHECK_THAT(error_of([&] { read("distributed_type: FSDP\nfsdp_config:\n  fsdp_sharding_strategy: HALF_SHARD\n"); }),
              Catch::Contains("acc.yaml:3: fsdp_config.fsdp_sharding_strategy: 'HALF_SHARD'; valid: FULL_SHARD"));
+  // FSDP1 takes its strategy from fsdp_reshard_after_forward where the
+  // deprecated fsdp_sharding_strategy is absent (the plugin's fallback); a
+  // boolean is FSDP2's.
+  CHECK(keys(read("distributed_type: FSDP\nfsdp_config:\n  fsdp_version: 1\n  fsdp_reshard_after_forward: SHARD_GRAD_OP\n"))["plan.fsdp"] ==
+        "shard_grad_op");
+  CHECK(keys(read("distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: 3\n"))["plan.fsdp"] == "no_shard");
+  CHECK_THAT(error_of([&] { read("distributed_type: FSDP\nfsdp_config:\n  fsdp_reshard_after_forward: true\n"); }),
+             Catch::Contains("acc.yaml:3: fsdp_config.fsdp_reshard_after_forward: 'TRUE'; valid: FULL_SHARD"));
+  // DeepSpeed's ranks are the launcher's num_processes (the config's dp,
+  // left unset by the plugin's fields, read first).
+  CHECK(keys(read("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 3\nnum_processes: 16\n"))["plan.dp"] == "16");
   CHECK_THAT(error_of([&] { read("distributed_type: DEEPSPEED\ndeepspeed_config:\n  deepspeed_config_file: no/such.json\n"); }),
              Catch::Contains("acc.yaml:3: deepspeed_config.deepspeed_config_file: no/such.json: no such file (looked in the working "
                              "directory and beside acc.yaml)"));
@@ -2409,7 +2423,7 @@ TEST_CASE("accelerate under a trainer's config: its distribution, the trainer's 
   CHECK(keys(fc)["plan.precision"] == "bf16");
   CHECK(keys(fc)["plan.dp"] == "8");
   CHECK_THAT(error_of([&] { read_framework_config("torchtune", sample("torchtune/llama3_1_70B_lora.yaml"), acc); }),
-             Catch::Contains("an accelerate config launches transformers' Trainer; it combines with a LLaMA-Factory or axolotl config, not a torchtune config"));
+             Catch::Contains("an accelerate config launches transformers' Trainer; it combines with a LLaMA-Factory, axolotl or TRL config, not a torchtune config"));
   // Alone, it is the plan.
   CHECK(read_framework_config("", "", acc).plan == std::optional<std::string>("fsdp"));
 }
@@ -2427,4 +2441,202 @@ TEST_CASE("deepspeed: ZeRO-3's knobs by their field names, stage3_ their aliases
                                       R"("stage3_max_live_parameters": 1}})", "d.json");
              }),
              Catch::Contains("max_live_parameters: given beside stage3_max_live_parameters, its alias"));
+}
+
+// Note [TRL configs]: `trl sft --config`, LoRA on every linear layer over
+// the model as TRL loads it (float32) under its bf16 default.
+TEST_CASE("TRL: LoRA over Qwen3 8B loaded in float32, TRL's defaults, DDP over num_processes", "[framework][lora]") {
+  const FrameworkConfig fc = read_trl_config(sample("trl/qwen3_8b_lora_sft.yaml"));
+  CHECK(fc.framework == "TRL");
+  REQUIRE(fc.plan == std::optional<std::string>("ddp"));
+  REQUIRE(fc.model == std::optional<std::string>("qwen3-8b"));
+  auto k = keys(fc);
+  // ModelConfig's dtype defaults to float32; bf16 autocast over it: the
+  // frozen base in fp32 (Note [fp32 base]).
+  CHECK(k["model.peft"] == "lora_fp32");
+  CHECK(k["model.lora_rank"] == "32");
+  CHECK(k["model.lora_targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]");  // all-linear
+  CHECK(k["plan.precision"] == "bf16");  // TRL's bf16 default
+  CHECK(k["plan.master_weights"] == "null");  // PEFT keeps the adapters in fp32
+  CHECK(k["plan.recompute"] == "full");       // TRL's gradient_checkpointing default
+  CHECK(k["plan.loss_kernel"] == "chunked_nll");
+  CHECK(k["plan.micro_batch"] == "4");
+  CHECK(k["plan.grad_accum"] == "4");
+  CHECK(k["plan.seq_len"] == "4096");
+  CHECK(k["plan.dp"] == "8");  // num_processes, a launcher flag
+  CHECK(k["plan.pp"] == "1");
+  CHECK(from_of(fc, "plan.seq_len").find("qwen3_8b_lora_sft.yaml:14 (max_length)") != std::string::npos);
+  // Wrapped packing is one sequence, exactly; the rest is silent.
+  CHECK(fc.unmodelled.empty());
+  // Rank 32 on q and o (4096 -> 4096), k and v (-> 1024), gate and up (->
+  // 12288), down: 32 x (2 x 8192 + 2 x 5120 + 3 x 16384) = 2,424,832 a block.
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(m->trainable_parameters() == 36 * 2'424'832);
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(r.dp == 8);
+  CHECK(r.global_batch == 4 * 4 * 8);
+  CHECK(r.loss_kernel == LossKernel::kChunkedNll);
+}
+
+TEST_CASE("TRL: a full fine-tune in bfloat16 under TRL's own accelerate_config zero3, with Liger", "[framework]") {
+  const FrameworkConfig fc = read_trl_config(sample("trl/llama31_8b_full_zero3.yaml"));
+  CHECK(fc.framework == "TRL under accelerate");
+  REQUIRE(fc.plan == std::optional<std::string>("zero3"));
+  REQUIRE(fc.model == std::optional<std::string>("llama-3.1-8b"));
+  CHECK(fc.deepspeed);
+  auto k = keys(fc);
+  CHECK(k["plan.precision"] == "bf16");
+  // Loaded in bfloat16, but DeepSpeed keeps fp32 partitions of what it trains.
+  CHECK(k["plan.master_weights"] == "null");
+  CHECK(std::any_of(fc.overrides.begin(), fc.overrides.end(),
+                    [](const Override& o) { return o.path == "master_weights" && o.from.find("DeepSpeed keeps fp32 partitions") != std::string::npos; }));
+  CHECK(k["plan.kernels"] == "fused");
+  CHECK(k["plan.loss_kernel"] == "liger_fused_linear");  // loss_type nll under use_liger_kernel
+  CHECK(k["plan.seq_len"] == "8192");
+  CHECK(k["plan.dp"] == "8");  // trl/accelerate_configs/zero3.yaml's num_processes
+  CHECK(from_of(fc, "plan.dp").find("trl/accelerate_configs/zero3.yaml") != std::string::npos);
+  CHECK(listed(fc, "packing with packing_strategy bfd"));
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(r.zero_stage == 3);
+  CHECK(!r.fsdp);
+  CHECK(r.master_weights);
+}
+
+TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher keys and errors", "[framework][errors]") {
+  const std::string head = "model_name_or_path: Qwen/Qwen3-8B\n";
+  const auto read = [&](const std::string& rest) { return parse_trl_config(head + rest, "trl.yaml"); };
+  // Nothing but the model: a full fine-tune loaded in float32 under bf16
+  // autocast (master copies), 8 x 1024 tokens, checkpointed, the chunked loss.
+  FrameworkConfig fc = read("");
+  auto k = keys(fc);
+  CHECK(k.count("model.peft") == 0);
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(fc.binding_defaults == std::vector<std::string>{"precision"});
+  CHECK(k["plan.master_weights"] == "null");
+  CHECK(k["plan.micro_batch"] == "8");
+  CHECK(k["plan.seq_len"] == "1024");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(k["plan.loss_kernel"] == "chunked_nll");
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(listed(fc, "packing false"));
+  // Loaded in bfloat16: stepped as it is, its states in bf16, under DDP;
+  // FSDP keeps fp32 copies (accelerate upcasts what is trained).
+  CHECK(keys(read("dtype: bfloat16\n"))["plan.master_weights"] == "false");
+  CHECK(keys(read("torch_dtype: bfloat16\n"))["plan.master_weights"] == "false");
+  // sft.py replaces model_init_kwargs with ModelConfig's dtype: said, not read.
+  fc = read("model_init_kwargs: {dtype: bfloat16}\n");
+  CHECK(keys(fc)["plan.master_weights"] == "null");
+  CHECK(listed(fc, "model_init_kwargs (trl sft replaces it"));
+  CHECK(keys(read("dtype: bfloat16\nfsdp: full_shard\n"))["plan.master_weights"] == "null");
+  // No autocast: the load dtype's own arithmetic, accelerate's to decide.
+  fc = read("bf16: false\n");
+  CHECK(keys(fc)["plan.precision"] == "fp32");
+  CHECK(from_of(fc, "plan.precision").rfind("trl.yaml (", 0) == 0);  // not written: accelerate's binds
+  CHECK(keys(read("bf16: false\ndtype: bfloat16\n"))["plan.precision"] == "bf16");
+  CHECK(keys(read("fp16: true\n"))["plan.precision"] == "fp16");
+  CHECK_THAT(error_of([&] { read("fp16: true\ndtype: float16\n"); }), Catch::Contains("trl.yaml:3: dtype: float16 beside fp16 with every weight trained"));
+  CHECK_THAT(error_of([&] { read("dtype: float64\n"); }), Catch::Contains("trl.yaml:2: dtype: 'float64'; valid: float32, bfloat16, float16, auto"));
+  CHECK(listed(read("dtype: auto\n"), "dtype=auto"));
+  // LoRA: PEFT's default targets for Llama-style types, TRL's rank 16; a
+  // bf16 base is dtsim's lora.
+  fc = read("use_peft: true\ndtype: bfloat16\n");
+  k = keys(fc);
+  CHECK(k["model.peft"] == "lora");
+  CHECK(k["model.lora_rank"] == "16");
+  CHECK(k["model.lora_targets"] == "[q_proj,v_proj]");
+  CHECK(k["plan.master_weights"] == "null");
+  CHECK(keys(read("use_peft: true\nlora_target_modules: [q_proj, o_proj, gate_proj]\n"))["model.lora_targets"] == "[q_proj,o_proj,gate_proj]");
+  CHECK(listed(read("use_peft: true\nlora_target_modules: '.*proj'\n"), "lora_target_modules=.*proj (a pattern"));
+  CHECK(listed(read("use_peft: true\nlora_dropout: 0.1\n"), "lora_dropout=0.1"));
+  CHECK(listed(read("lora_r: 8\n"), "lora_r (an adapter's, without use_peft"));
+  CHECK_THAT(error_of([&] { read("use_peft: true\nlora_target_modules: [lm_head, q_proj]\n"); }),
+             Catch::Contains("lora_target_modules: names lm_head beside loss_type chunked_nll"));
+  CHECK(keys(read("use_peft: true\nlora_target_modules: [lm_head, q_proj]\nloss_type: nll\n"))["model.lora_targets"] == "[q_proj]");
+  // The fp32 base: DeepSpeed casts it, FSDP's shards are priced in 16 bits.
+  CHECK(keys(read("use_peft: true\nfsdp: full_shard\n"))["model.peft"] == "lora");
+  CHECK(listed(read("use_peft: true\nfsdp: full_shard\n"), "the base loaded in float32 under FSDP"));
+  CHECK(keys(read("use_peft: true\nfsdp: no_shard\n"))["model.peft"] == "lora_fp32");
+  CHECK(keys(read("use_peft: true\naccelerate_config: zero2\n"))["model.peft"] == "lora");
+  CHECK(keys(read("use_peft: true\naccelerate_config: fsdp2\n"))["model.peft"] == "lora");
+  CHECK(keys(read("use_peft: true\naccelerate_config: multi_gpu\n"))["model.peft"] == "lora_fp32");
+  // A quantized base: adapters cast to bf16, TRL's unnested NF4 said.
+  fc = read("use_peft: true\nload_in_4bit: true\n");
+  k = keys(fc);
+  CHECK(k["model.peft"] == "qlora");
+  CHECK(k["plan.master_weights"] == "false");
+  CHECK(listed(fc, "use_bnb_nested_quant false"));
+  CHECK(listed(fc, "dtype float32 beside a quantized base"));
+  CHECK(keys(read("use_peft: true\nload_in_8bit: true\n"))["model.peft"] == "lora_int8");
+  CHECK_THAT(error_of([&] { read("load_in_4bit: true\n"); }), Catch::Contains("trl.yaml:2: load_in_4bit: without use_peft"));
+  CHECK_THAT(error_of([&] { read("use_peft: true\nload_in_4bit: true\nload_in_8bit: true\n"); }),
+             Catch::Contains("load_in_8bit: beside load_in_4bit"));
+  // The sequence: max_seq_length before TRL 0.20; null truncates nothing.
+  CHECK(keys(read("max_seq_length: 2048\n"))["plan.seq_len"] == "2048");
+  fc = read("max_length: null\n");
+  CHECK(keys(fc)["plan.seq_len"] == "null");
+  CHECK(listed(fc, "max_length null (no truncation"));
+  CHECK(fc.unmodelled.size() == 2);  // and packing false
+  CHECK(!listed(read("packing: true\npacking_strategy: wrapped\n"), "packing"));
+  CHECK(listed(read("packing: true\n"), "packing with packing_strategy bfd"));
+  CHECK(listed(read("padding_free: true\n"), "padding_free without packing"));
+  CHECK_THAT(error_of([&] { read("packing_strategy: ffd\n"); }), Catch::Contains("trl.yaml:2: packing_strategy: 'ffd'; valid: bfd, bfd_split, wrapped"));
+  // Checkpointing off, offloading on; eager attention.
+  k = keys(read("gradient_checkpointing: false\nactivation_offloading: true\nattn_implementation: eager\n"));
+  CHECK(k["plan.recompute"] == "null");
+  CHECK(k["plan.enable_activation_offloading"] == "true");
+  CHECK(k["plan.attention"] == "eager");
+  // The loss: nll and dft unfused; Liger's fused loss, not beside chunked_nll,
+  // and not on a model type Liger does not patch.
+  CHECK(keys(read("loss_type: nll\n"))["plan.loss_kernel"] == "null");
+  CHECK(listed(read("loss_type: dft\n"), "loss_type=dft"));
+  CHECK_THAT(error_of([&] { read("loss_type: ce\n"); }), Catch::Contains("loss_type: 'ce'; valid: nll, dft, chunked_nll"));
+  CHECK_THAT(error_of([&] { read("use_liger_kernel: true\nloss_type: chunked_nll\n"); }),
+             Catch::Contains("loss_type: chunked_nll beside use_liger_kernel; TRL refuses it"));
+  fc = parse_trl_config("model_name_or_path: zai-org/GLM-4.5\nuse_liger_kernel: true\n", "trl.yaml");
+  CHECK(listed(fc, "use_liger_kernel=true (glm-4.5's model type is not one Liger patches"));
+  CHECK(keys(fc)["plan.kernels"] == "null");
+  // Launcher keys: num_processes over accelerate_config's; others listed.
+  CHECK(keys(read("accelerate_config: multi_gpu\nnum_processes: 4\n"))["plan.dp"] == "4");
+  CHECK(keys(read("accelerate_config: single_gpu\n"))["plan.dp"] == "1");
+  CHECK(listed(read("mixed_precision: fp16\n"), "mixed_precision=fp16 (not read by dtsim)"));
+  CHECK(listed(read("frobnicate: 3\n"), "frobnicate=3 (not read by dtsim)"));
+  CHECK_THAT(error_of([&] { read("accelerate_config: zero4\n"); }),
+             Catch::Contains("trl.yaml:2: accelerate_config: 'zero4' is neither a file (from the working directory or beside trl.yaml) nor one of "
+                             "TRL's: single_gpu, multi_gpu, zero1, zero2, zero3, fsdp1, fsdp2"));
+  // TRL's fsdp1 prefetches forward: said.
+  CHECK(listed(read("accelerate_config: fsdp1\n"), "trl/accelerate_configs/fsdp1.yaml fsdp_forward_prefetch=true"));
+  CHECK_THAT(error_of([] { parse_trl_config("use_peft: true\n", "trl.yaml"); }), Catch::Contains("model_name_or_path: missing"));
+  CHECK_THAT(error_of([] { parse_trl_config("- a\n", "trl.yaml"); }), Catch::Contains("trl.yaml: a TRL config is a mapping"));
+  // Found as TRL's, refused as a plan with the option that reads it; an
+  // accelerate config beside one that names its own is refused.
+  CHECK(framework_of(head, "x.yaml") == "trl");
+  CHECK_THAT(error_of([] { load_plan(sample("trl/qwen3_8b_lora_sft.yaml"), {}); }), Catch::Contains("looks like a TRL config; pass it as --trl"));
+  CHECK(read_framework_config("trl", sample("trl/qwen3_8b_lora_sft.yaml")).framework == "TRL");
+  CHECK_THAT(error_of([] { read_framework_config("trl", sample("trl/llama31_8b_full_zero3.yaml"), sample("llamafactory/fsdp_config.yaml")); }),
+             Catch::Contains("llama31_8b_full_zero3.yaml: names its own accelerate_config; give it there or as"));
+}
+
+TEST_CASE("TRL under a separate accelerate config: its bf16 default binds, an fp32 base sharded is priced in 16 bits", "[framework]") {
+  const FrameworkConfig trl = parse_trl_config("model_name_or_path: Qwen/Qwen3-8B\nuse_peft: true\n", "trl.yaml");
+  CHECK(keys(trl)["model.peft"] == "lora_fp32");
+  // TrainingArguments writes bf16 into ACCELERATE_MIXED_PRECISION over the
+  // launcher's fp16.
+  FrameworkConfig fc = with_accelerate(trl, parse_accelerate_config("distributed_type: MULTI_GPU\nmixed_precision: fp16\nnum_processes: 4\n", "acc.yaml"));
+  auto k = keys(fc);
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.dp"] == "4");
+  CHECK(k["model.peft"] == "lora_fp32");
+  // Under accelerate's FSDP the fp32 base's shards are gathered in 16 bits,
+  // and FSDP1 beside the adapters is priced as FSDP2.
+  fc = with_accelerate(trl, read_accelerate_config(sample("llamafactory/fsdp_config.yaml")));
+  k = keys(fc);
+  REQUIRE(fc.plan == std::optional<std::string>("fsdp"));
+  CHECK(k["model.peft"] == "lora");
+  CHECK(listed(fc, "the base loaded in float32 under FSDP"));
+  CHECK(k["plan.fsdp_version"] == "2");
+  // Under its DeepSpeed, cast whole to 16 bits.
+  fc = with_accelerate(trl, parse_accelerate_config("distributed_type: DEEPSPEED\ndeepspeed_config:\n  zero_stage: 2\nmixed_precision: bf16\n", "acc.yaml"));
+  CHECK(fc.deepspeed);
+  CHECK(keys(fc)["model.peft"] == "lora");
+  CHECK(from_of(fc, "model.peft").find("DeepSpeed casts the fp32 base") != std::string::npos);
 }

@@ -531,6 +531,7 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
                        : kind == "torchtune"       ? "--torchtune"
                        : kind == "axolotl"         ? "--axolotl"
                        : kind == "llamafactory"    ? "--llamafactory"
+                       : kind == "trl"             ? "--trl"
                        : kind == "accelerate"      ? "--accelerate"
                        : kind == "megatron-bridge" ? "--megatron-bridge"
                                                    : "--megatron-args";
@@ -539,6 +540,7 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
                      : kind == "torchtune"       ? "torchtune recipe config"
                      : kind == "axolotl"         ? "axolotl config"
                      : kind == "llamafactory"    ? "LLaMA-Factory config"
+                     : kind == "trl"             ? "TRL config"
                      : kind == "accelerate"      ? "accelerate config"
                      : kind == "megatron-bridge" ? "Megatron-Bridge config"
                                                  : "Megatron-LM command line";
@@ -556,7 +558,8 @@ void refuse_framework_keys(const YAML::Node& root, const std::string& file) {
   }
   if (root["model"] && root["model"].IsMap() && root["model"]["_component_"]) refuse_framework_config("torchtune", file);
   if (root["base_model"]) refuse_framework_config("axolotl", file);
-  if (root["model_name_or_path"]) refuse_framework_config("llamafactory", file);
+  // LLaMA-Factory's have its template, stage or finetuning_type; TRL's not.
+  if (root["model_name_or_path"]) refuse_framework_config(root["template"] || root["stage"] || root["finetuning_type"] ? "llamafactory" : "trl", file);
   if (root["distributed_type"]) refuse_framework_config("accelerate", file);
   if (root["model"] && root["model"].IsMap() && (root["train"] || root["ddp"] || root["optimizer"])) {
     refuse_framework_config("megatron-bridge", file);

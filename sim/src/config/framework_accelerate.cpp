@@ -25,7 +25,8 @@
 //   (DeepSpeedPlugin.set_mixed_precision fills only what it leaves out).
 // - fsdp_config: fsdp_version (1 unless 2); FSDP1's fsdp_sharding_strategy
 //   (FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2, or
-//   their numbers 1-5; FULL_SHARD by default), FSDP2's
+//   their numbers 1-5; FULL_SHARD by default; where it is absent, FSDP1's
+//   fsdp_reshard_after_forward, which takes the same names), FSDP2's
 //   fsdp_reshard_after_forward (true by default; false keeps the gathered
 //   parameters to the backward: SHARD_GRAD_OP); fsdp_offload_params
 //   (CPUOffload: parameters, gradients and optimizer state on the host);
@@ -67,7 +68,11 @@
 // back to its framework's default (an override with no line of its file),
 // what accelerate's file writes wins, but mixed_precision 'no', which
 // leaves the trainer's own inference (LLaMA-Factory loads a LoRA's base in
-// bf16 whatever autocast does). DDP's bucket cap means nothing under
+// bf16 whatever autocast does) and the defaults the trainer sets
+// itself (FrameworkConfig::binding_defaults: TRL's bf16, true unless fp16,
+// which TrainingArguments writes into ACCELERATE_MIXED_PRECISION). A base
+// the trainer loads in fp32 is priced in 16 bits under accelerate's
+// DeepSpeed or a sharding FSDP (Note [fp32 base] in models/src/peft.cpp). DDP's bucket cap means nothing under
 // accelerate's FSDP or DeepSpeed and is dropped; num_processes over a
 // trainer's own tp or cp is left to --set plan.dp (said). A LoRA under
 // FSDP1 or SHARD_GRAD_OP is priced as FSDP2's full_shard (said), as the
@@ -118,11 +123,14 @@ class Reader : detail::YamlFields {
     // PyYAML reads a bare NO (YAML 1.1) as false.
     const std::string w = upper(word(dt, "distributed_type"));
     type_ = w == "FALSE" || w == "NO" ? "NO" : w;
+    // The DeepSpeed config's keys first: the launcher's ranks win over the
+    // dp it leaves unset.
+    if (type_ == "DEEPSPEED") deepspeed(out);
     parallel(out);
     if (type_ == "FSDP") {
       fsdp(out);
     } else if (type_ == "DEEPSPEED") {
-      deepspeed(out);
+      // Read above.
     } else if (type_ == "NO" || type_.rfind("MULTI_", 0) == 0) {
       fc_.plan = "ddp";
       if (type_ == "MULTI_CPU") fc_.unmodelled.push_back("distributed_type=MULTI_CPU (DDP over the cluster given)");
@@ -248,16 +256,24 @@ class Reader : detail::YamlFields {
     std::string mode = "full_shard";
     std::string origin = file() + " (accelerate's FULL_SHARD)";
     if (version == 1) {
-      if (const YAML::Node s = key("sharding_strategy"); !null(s)) {
+      // The deprecated fsdp_sharding_strategy, else fsdp_reshard_after_forward,
+      // which names the same strategies under FSDP1 (the plugin's fallback).
+      const bool deprecated = !null(key("sharding_strategy"));
+      const std::string k = deprecated ? "fsdp_config.fsdp_sharding_strategy" : "fsdp_config.fsdp_reshard_after_forward";
+      if (const YAML::Node s = deprecated ? key("sharding_strategy") : key("reshard_after_forward"); !null(s)) {
         static const char* const kNames[] = {"full_shard", "shard_grad_op", "no_shard", "hybrid_shard", "hybrid_shard_zero2"};
-        const std::string t = upper(word(s, "fsdp_config.fsdp_sharding_strategy"));
+        const std::string t = upper(word(s, k));
         int index = -1;
         for (int i = 0; i < 5; ++i) {
           if (t == upper(kNames[i]) || t == std::to_string(i + 1)) index = i;
         }
-        if (index < 0) fail(s, "fsdp_config.fsdp_sharding_strategy", "'" + t + "'; valid: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 (or 1-5)");
+        // A boolean is FSDP2's: accelerate refuses it under FSDP1.
+        if (index < 0) {
+          fail(s, k, "'" + t + "'; valid: FULL_SHARD, SHARD_GRAD_OP, NO_SHARD, HYBRID_SHARD, HYBRID_SHARD_ZERO2 (or 1-5)" +
+                         (deprecated ? "" : ", a strategy's name under fsdp_version 1"));
+        }
         mode = kNames[index];
-        origin = from(s, "fsdp_config.fsdp_sharding_strategy");
+        origin = from(s, k);
         if (mode == "hybrid_shard_zero2") {
           fc_.unmodelled.push_back("fsdp_sharding_strategy=HYBRID_SHARD_ZERO2 (SHARD_GRAD_OP within a node: priced as hybrid_shard)");
           mode = "hybrid_shard";
@@ -409,7 +425,8 @@ FrameworkConfig with_accelerate(const FrameworkConfig& trainer, const FrameworkC
     // The trainer's resets were against its own starting plan; its
     // defaults yield to what accelerate's file writes.
     if (o.value == "null" && (!trainer.own_distribution || bound.count(key(o)) > 0)) continue;
-    if (bound.count(key(o)) > 0 && !written(trainer, o)) continue;
+    const bool binding = std::find(trainer.binding_defaults.begin(), trainer.binding_defaults.end(), o.path) != trainer.binding_defaults.end();
+    if (bound.count(key(o)) > 0 && !written(trainer, o) && !binding) continue;
     // DDP's bucket cap does nothing under accelerate's FSDP or DeepSpeed.
     if (!trainer.own_distribution && o.path == "bucket_mb" && accelerate.plan != std::optional<std::string>("ddp")) continue;
     trainer_splits = trainer_splits || ((o.path == "tp" || o.path == "cp") && o.value != "null" && o.value != "1");
@@ -436,6 +453,40 @@ FrameworkConfig with_accelerate(const FrameworkConfig& trainer, const FrameworkC
         o.from += " (shard_grad_op beside an adapter: priced as full_shard)";
         out.unmodelled.push_back("SHARD_GRAD_OP with an adapter (priced as full_shard)");
       }
+    }
+  }
+  // An fp32 base under DeepSpeed, which casts the module to 16 bits, or
+  // sharded by FSDP, which gathers it in 16 bits: priced as a 16-bit base
+  // (Note [fp32 base] in models/src/peft.cpp).
+  if (!trainer.own_distribution) {
+    out.deepspeed = accelerate.deepspeed;
+    // Both keep fp32 copies of what is trained under mixed precision
+    // (DeepSpeed's fp32 partitions; accelerate upcasts FSDP's trainable
+    // parameters to fp32 where mixed_precision is not no), whatever dtype
+    // the trainer loaded them in: accelerate's file's mixed_precision, or
+    // the trainer's own autocast default (TRL's bf16).
+    const auto mixed_value = [](const Override& o) {
+      return o.section == "plan" && o.path == "precision" && (o.value == "bf16" || o.value == "fp16" || o.value == "fp8");
+    };
+    const bool trainer_autocast = std::find(trainer.binding_defaults.begin(), trainer.binding_defaults.end(), "precision") !=
+                                  trainer.binding_defaults.end();
+    const bool mixed = trainer_autocast || std::any_of(accelerate.overrides.begin(), accelerate.overrides.end(),
+                                                       [&](const Override& o) { return mixed_value(o) && written(accelerate, o); });
+    if (mixed && (accelerate.deepspeed || out.plan == std::optional<std::string>("fsdp"))) {
+      for (Override& o : out.overrides) {
+        if (o.section != "plan" || o.path != "master_weights" || o.value != "false") continue;
+        o.value = "null";
+        o.from += accelerate.deepspeed ? " (DeepSpeed keeps fp32 partitions of what is trained)" : " (accelerate upcasts FSDP's trainable parameters to fp32)";
+      }
+    }
+    const bool sharded = std::any_of(out.overrides.begin(), out.overrides.end(), [&](const Override& o) {
+      return out.plan == std::optional<std::string>("fsdp") && o.section == "plan" && o.path == "fsdp" && o.value != "no_shard";
+    });
+    for (Override& o : out.overrides) {
+      if (o.section != "model" || o.path != "peft" || o.value != "lora_fp32" || !(accelerate.deepspeed || sharded)) continue;
+      o.value = "lora";
+      o.from += accelerate.deepspeed ? " (DeepSpeed casts the fp32 base to its 16-bit type)" : " (FSDP's shards of the fp32 base gathered in 16 bits)";
+      if (!accelerate.deepspeed) out.unmodelled.push_back("the base loaded in float32 under FSDP (its shards priced in 16 bits)");
     }
   }
   for (const std::string& u : accelerate.unmodelled) out.unmodelled.push_back(accelerate.file + " " + u);

@@ -85,7 +85,7 @@ void hf_optimizer(OverrideList& out, FrameworkConfig& fc, const std::string& key
 /// (axolotl's and LLaMA-Factory's `deepspeed:`), folded in: its plan, its
 /// plan keys, and what it does not model as "deepspeed ..." (less the
 /// precision HuggingFace fills from the trainer's own keys). Sets
-/// `host_adam` where it offloads the optimizer.
+/// `host_adam` where it offloads the optimizer, and fc.deepspeed.
 void merge_hf_deepspeed(const FrameworkConfig& ds, OverrideList& out, FrameworkConfig& fc, bool& host_adam);
 
 /// Null, false, or an empty list or mapping: a trainer config's key that
@@ -112,6 +112,12 @@ inline constexpr const char* kHfLinear[] = {"q_proj", "k_proj", "v_proj", "o_pro
 /// shard_grad_op is priced as full_shard (Note [Frozen weights under FSDP]),
 /// said in fc.unmodelled.
 void hf_fsdp_words(const YAML::Node& l, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter);
+
+/// A transformers-based trainer's `fsdp` words and `fsdp_config` mapping
+/// (LLaMA-Factory's, TRL's: TrainingArguments' own, which it hands to
+/// accelerate) as FSDP: its version (a LoRA under FSDP1 priced as FSDP2,
+/// said), activation_checkpointing, and each other key not read listed.
+void hf_trainer_fsdp(const YAML::Node& root, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter);
 
 /// What every transformers-based trainer's config ends with: pp 1 and
 /// overlap_param_gather false (the Trainer runs no pipeline, DeepSpeed's

@@ -248,8 +248,48 @@ void hf_trainer_tail(const YAML::Node& root, OverrideList& out, FrameworkConfig&
   }
 }
 
+void hf_trainer_fsdp(const YAML::Node& root, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter) {
+  fc.plan = "fsdp";
+  const YAML::Node l = root["fsdp"];
+  out.plan("fsdp", "full_shard", y.from(l, "fsdp"));
+  hf_fsdp_words(l, y, out, fc, adapter);
+  const YAML::Node c = root["fsdp_config"];
+  if (!YamlFields::null(c) && !c.IsMap()) y.fail(c, "fsdp_config", "expected a mapping (fsdp_version, activation_checkpointing, ...)");
+  const auto key = [&](const std::string& k) -> YAML::Node {
+    if (YamlFields::null(c)) return YAML::Node();
+    if (const YAML::Node n = c[k]; n) return n;
+    return c["fsdp_" + k];
+  };
+  const YAML::Node v = key("version");
+  const std::int64_t version = YamlFields::null(v) ? 1 : y.count(v, "fsdp_config.fsdp_version");
+  if (version != 1 && version != 2) y.fail(v, "fsdp_config.fsdp_version", std::to_string(version) + "; valid: 1, 2");
+  if (adapter && version == 1) {
+    out.plan("fsdp_version", "2", (YamlFields::null(v) ? y.file() : y.from(v, "fsdp_version")) + " (FSDP1 beside a LoRA: priced as FSDP2)");
+    fc.unmodelled.push_back("fsdp_version=1 with an adapter (PEFT's fsdp_auto_wrap_policy, each adapter a unit: priced as FSDP2's sharding of the same bytes, "
+                            "the adapters' own small collectives not priced)");
+  } else {
+    out.plan("fsdp_version", std::to_string(version),
+             YamlFields::null(v) ? y.file() + " (fsdp_version, accelerate's default 1)" : y.from(v, "fsdp_version"));
+  }
+  if (const YAML::Node a = key("activation_checkpointing"); y.flag(a, "fsdp_config.activation_checkpointing", false)) {
+    out.plan("recompute", "full", y.from(a, "fsdp_config.activation_checkpointing"));
+  }
+  if (!YamlFields::null(c)) {
+    static const char* const kKnown[] = {"version", "activation_checkpointing", "transformer_layer_cls_to_wrap", "min_num_params",
+                                         "backward_prefetch", "forward_prefetch", "limit_all_gathers", "use_orig_params",
+                                         "sync_module_states", "cpu_ram_efficient_loading", "state_dict_type", "auto_wrap_policy"};
+    for (auto it = c.begin(); it != c.end(); ++it) {
+      std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
+      const std::string bare = k.rfind("fsdp_", 0) == 0 ? k.substr(5) : k;
+      if (std::find(std::begin(kKnown), std::end(kKnown), bare) != std::end(kKnown) || YamlFields::null(it->second)) continue;
+      fc.unmodelled.push_back("fsdp_config." + k + (it->second.IsScalar() ? "=" + it->second.Scalar() : std::string()) + " (not read by dtsim)");
+    }
+  }
+}
+
 void merge_hf_deepspeed(const FrameworkConfig& ds, OverrideList& out, FrameworkConfig& fc, bool& host_adam) {
   fc.plan = ds.plan;
+  fc.deepspeed = true;
   for (const auto& o : ds.overrides) {
     if (o.section == "plan") out.plan(o.path, o.value, o.from);
     if (o.section == "plan" && o.path == "offload_optimizer" && o.value == "cpu") host_adam = true;
@@ -299,17 +339,22 @@ std::string unmodelled_warning(const FrameworkConfig& fc) {
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source, const std::string& accelerate) {
   if (!accelerate.empty()) {
     if (kind.empty() || kind == "accelerate") return read_accelerate_config(accelerate);
-    if (kind != "llamafactory" && kind != "axolotl") {
-      throw ConfigError("an accelerate config launches transformers' Trainer; it combines with a LLaMA-Factory or axolotl config, not " +
+    if (kind != "llamafactory" && kind != "axolotl" && kind != "trl") {
+      throw ConfigError("an accelerate config launches transformers' Trainer; it combines with a LLaMA-Factory, axolotl or TRL config, not " +
                         std::string(kind == "megatron" ? "Megatron-LM's flags" : "a " + kind + " config"));
     }
-    return with_accelerate(read_framework_config(kind, source), read_accelerate_config(accelerate));
+    const FrameworkConfig trainer = read_framework_config(kind, source);
+    if (trainer.framework.find(" under accelerate") != std::string::npos) {
+      throw ConfigError(source + ": names its own accelerate_config; give it there or as " + accelerate + ", not both");
+    }
+    return with_accelerate(trainer, read_accelerate_config(accelerate));
   }
   if (kind == "deepspeed") return read_deepspeed_config(source);
   if (kind == "torchtitan") return read_torchtitan_config(source);
   if (kind == "torchtune") return read_torchtune_config(source);
   if (kind == "axolotl") return read_axolotl_config(source);
   if (kind == "llamafactory") return read_llamafactory_config(source);
+  if (kind == "trl") return read_trl_config(source);
   if (kind == "accelerate") return read_accelerate_config(source);
   if (kind == "megatron-bridge") return read_megatron_bridge_config(source);
   if (kind == "megatron") {
@@ -321,7 +366,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
     return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
-  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory, accelerate");
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory, trl, accelerate");
 }
 
 // Note [Framework options]
@@ -465,8 +510,10 @@ std::string framework_of(const std::string& text, const std::string& path) {
   if (text.rfind("base_model:", 0) == 0 || text.find("\nbase_model:") != std::string::npos) return "axolotl";
   // accelerate's say how the script is launched.
   if (text.rfind("distributed_type:", 0) == 0 || text.find("\ndistributed_type:") != std::string::npos) return "accelerate";
-  // LLaMA-Factory's name theirs by transformers' model_name_or_path.
-  if (text.rfind("model_name_or_path:", 0) == 0 || text.find("\nmodel_name_or_path:") != std::string::npos) return "llamafactory";
+  // LLaMA-Factory's and TRL's name theirs by transformers' model_name_or_path;
+  // LLaMA-Factory's alone have its template, stage or finetuning_type.
+  const auto top = [&](const char* key) { return text.rfind(key, 0) == 0 || text.find(std::string("\n") + key) != std::string::npos; };
+  if (top("model_name_or_path:")) return top("template:") || top("stage:") || top("finetuning_type:") ? "llamafactory" : "trl";
   // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a
   // ConfigContainer's class written by its to_yaml.
   if (text.find("_target_: megatron.bridge.training.config.ConfigContainer") != std::string::npos) return "megatron-bridge";

@@ -164,7 +164,7 @@ class Reader : detail::YamlFields {
     precision(out);
     memory(out);
     optimizer(out);
-    if (distributed_ == "fsdp") fsdp(out);
+    if (distributed_ == "fsdp") detail::hf_trainer_fsdp(root_, *this, out, fc_, lora_);
     if (distributed_ != "fsdp" && given("fsdp_config")) fc_.unmodelled.push_back("fsdp_config without fsdp (transformers runs no FSDP then)");
     if (distributed_ == "ddp") {
       fc_.plan = "ddp";
@@ -427,45 +427,6 @@ class Reader : detail::YamlFields {
         detail::deepspeed_at(root_["deepspeed"], *this, "deepspeed", "; LLaMA-Factory's own are in its examples/deepspeed");
     zero3_ = ds.plan && *ds.plan == "zero3";
     detail::merge_hf_deepspeed(ds, out, fc_, host_adam_);
-  }
-
-  /// fsdp and fsdp_config: transformers' TrainingArguments hand them to accelerate.
-  void fsdp(detail::OverrideList& out) {
-    fc_.plan = "fsdp";
-    const YAML::Node l = root_["fsdp"];
-    out.plan("fsdp", "full_shard", from(l, "fsdp"));
-    detail::hf_fsdp_words(l, *this, out, fc_, lora_);
-    const YAML::Node c = root_["fsdp_config"];
-    if (!null(c) && !c.IsMap()) fail(c, "fsdp_config", "expected a mapping (fsdp_version, activation_checkpointing, ...)");
-    const auto key = [&](const std::string& k) -> YAML::Node {
-      if (null(c)) return YAML::Node();
-      if (const YAML::Node n = c[k]; n) return n;
-      return c["fsdp_" + k];
-    };
-    const YAML::Node v = key("version");
-    const std::int64_t version = null(v) ? 1 : count(v, "fsdp_config.fsdp_version");
-    if (version != 1 && version != 2) fail(v, "fsdp_config.fsdp_version", std::to_string(version) + "; valid: 1, 2");
-    if (lora_ && version == 1) {
-      out.plan("fsdp_version", "2", (null(v) ? file() : from(v, "fsdp_version")) + " (FSDP1 beside a LoRA: priced as FSDP2)");
-      fc_.unmodelled.push_back("fsdp_version=1 with an adapter (PEFT's fsdp_auto_wrap_policy, each adapter a unit: priced as FSDP2's sharding of the same bytes, "
-                               "the adapters' own small collectives not priced)");
-    } else {
-      out.plan("fsdp_version", std::to_string(version), null(v) ? file() + " (fsdp_version, accelerate's default 1)" : from(v, "fsdp_version"));
-    }
-    if (const YAML::Node a = key("activation_checkpointing"); flag(a, "fsdp_config.activation_checkpointing", false)) {
-      out.plan("recompute", "full", from(a, "fsdp_config.activation_checkpointing"));
-    }
-    if (!null(c)) {
-      static const char* const kKnown[] = {"version", "activation_checkpointing", "transformer_layer_cls_to_wrap", "min_num_params",
-                                           "backward_prefetch", "forward_prefetch", "limit_all_gathers", "use_orig_params",
-                                           "sync_module_states", "cpu_ram_efficient_loading", "state_dict_type", "auto_wrap_policy"};
-      for (auto it = c.begin(); it != c.end(); ++it) {
-        std::string k = it->first.IsScalar() ? it->first.Scalar() : "";
-        const std::string bare = k.rfind("fsdp_", 0) == 0 ? k.substr(5) : k;
-        if (std::find(std::begin(kKnown), std::end(kKnown), bare) != std::end(kKnown) || null(it->second)) continue;
-        fc_.unmodelled.push_back("fsdp_config." + k + (it->second.IsScalar() ? "=" + it->second.Scalar() : std::string()) + " (not read by dtsim)");
-      }
-    }
   }
 
   YAML::Node root_;

@@ -1,7 +1,7 @@
 #pragma once
 // Plans as users already write them: a DeepSpeed config JSON, a Megatron-LM
 // command line, a Megatron-Bridge config YAML, a torchtitan job TOML, a
-// torchtune, axolotl or LLaMA-Factory YAML, an accelerate config. Each
+// torchtune, axolotl, LLaMA-Factory or TRL YAML, an accelerate config. Each
 // importer reads the knobs dtsim models into `--set`-style overrides on
 // dtsim's own keys (plan.*, model.*),
 // names a shipped plan to start from, and lists the knobs it read but dtsim
@@ -26,7 +26,7 @@ namespace dtsim::sim {
 
 /// What a framework's config says, in dtsim's terms.
 struct FrameworkConfig {
-  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan", "torchtune", "axolotl" or "LLaMA-Factory"
+  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan", "torchtune", "axolotl", "LLaMA-Factory", "TRL", "accelerate"
   std::string file;                           ///< the file read, as given
   std::optional<std::string> plan;            ///< the shipped plan to start from ("zero2"), or none
   /// plan.* (and model.* for a Megatron command line) in the order read,
@@ -43,6 +43,15 @@ struct FrameworkConfig {
   /// A trainer's config names how it distributes (its deepspeed or fsdp):
   /// an accelerate config beside it does not (Note [accelerate under a trainer]).
   bool own_distribution = false;
+  /// DeepSpeed's engine runs the model (a DeepSpeed config it names, or
+  /// accelerate's DEEPSPEED), which casts the whole module to its 16-bit
+  /// type (Note [fp32 base] in models/src/peft.cpp).
+  bool deepspeed = false;
+  /// Plan keys the trainer sets even where its file leaves them to its
+  /// default, over what an accelerate config writes (TRL's bf16, which
+  /// TrainingArguments turns into ACCELERATE_MIXED_PRECISION; Note
+  /// [accelerate under a trainer]).
+  std::vector<std::string> binding_defaults;
 };
 
 /// Reads a DeepSpeed config JSON (deepspeed/runtime/config.py and
@@ -97,6 +106,15 @@ FrameworkConfig read_llamafactory_config(const std::string& path);
 /// The same for text already read; `file` names it in errors and is where a
 /// relative deepspeed: path or local model is looked for beside.
 FrameworkConfig parse_llamafactory_config(const std::string& yaml_text, const std::string& file);
+/// Reads a TRL training config YAML (`trl sft --config FILE`: its
+/// model_name_or_path and dtype, use_peft's LoRA, a quantized base, batch,
+/// max_length, packing, precision, checkpointing, loss_type, kernels,
+/// DeepSpeed or FSDP, and accelerate_config, folded in as with_accelerate
+/// folds one; Note [TRL configs] in sim/src/config/framework_trl.cpp).
+FrameworkConfig read_trl_config(const std::string& path);
+/// The same for text already read; `file` names it in errors and is where a
+/// relative deepspeed: path, accelerate_config or local model is looked for beside.
+FrameworkConfig parse_trl_config(const std::string& yaml_text, const std::string& file);
 /// Reads an accelerate config YAML (`accelerate launch --config_file FILE`:
 /// its distributed_type, num_processes, mixed_precision, fsdp_config,
 /// deepspeed_config, parallelism_config; Note [accelerate configs] in
@@ -106,7 +124,7 @@ FrameworkConfig read_accelerate_config(const std::string& path);
 /// The same for text already read; `file` names it in errors and is where a
 /// relative deepspeed_config_file is looked for beside.
 FrameworkConfig parse_accelerate_config(const std::string& yaml_text, const std::string& file);
-/// A transformers-based trainer's config (axolotl's, LLaMA-Factory's) run
+/// A transformers-based trainer's config (axolotl's, LLaMA-Factory's, TRL's) run
 /// under `accelerate launch --config_file` (Note [accelerate under a
 /// trainer]): accelerate's distribution unless the trainer's config names
 /// its own, the trainer's keys where its file writes them.
@@ -125,12 +143,13 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
 /// A framework's config as a front end gives it: `kind` "deepspeed",
-/// "megatron-bridge", "torchtitan", "torchtune", "axolotl", "llamafactory" or "accelerate" with a file's path, or "megatron" with
+/// "megatron-bridge", "torchtitan", "torchtune", "axolotl", "llamafactory", "trl" or "accelerate" with a file's path, or "megatron" with
 /// a file of flags or the flags themselves (a `source` starting "--"; errors
 /// then name it `--megatron-args`). Throws ConfigError naming the valid kinds.
 /// `accelerate`, an accelerate config's path, launches it (Note [accelerate
-/// under a trainer]): with `kind` "llamafactory" or "axolotl", or alone
-/// (`kind` empty); beside any other kind it is refused in one line.
+/// under a trainer]): with `kind` "llamafactory", "axolotl" or "trl" (one
+/// that names no accelerate_config), or alone (`kind` empty); beside any
+/// other kind it is refused in one line.
 FrameworkConfig read_framework_config(const std::string& kind, const std::string& source, const std::string& accelerate = "");
 
 /// A scenario with a framework's config folded in (Note [Framework
@@ -162,7 +181,7 @@ std::vector<Override> search_fixed_overrides(const std::vector<Override>& overri
 /// location) naming the valid ones.
 FsdpMode parse_fsdp_mode(const std::string& name);
 
-/// "deepspeed", "torchtitan", "torchtune", "axolotl", "llamafactory", "megatron" or "megatron-bridge" when `text` (a file named `path`)
+/// "deepspeed", "torchtitan", "torchtune", "axolotl", "llamafactory", "trl", "megatron" or "megatron-bridge" when `text` (a file named `path`)
 /// is that framework's config rather than a dtsim plan, else "".
 std::string framework_of(const std::string& text, const std::string& path);
 
