@@ -2532,7 +2532,9 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   fc = read("bf16: false\n");
   CHECK(keys(fc)["plan.precision"] == "fp32");
   CHECK(from_of(fc, "plan.precision").rfind("trl.yaml (", 0) == 0);  // not written: accelerate's binds
-  CHECK(keys(read("bf16: false\ndtype: bfloat16\n"))["plan.precision"] == "bf16");
+  fc = read("bf16: false\ndtype: bfloat16\n");
+  CHECK(keys(fc)["plan.precision"] == "bf16");
+  CHECK(listed(fc, "loss_type=chunked_nll without bf16 or fp16 (its chunks project in fp32"));
   CHECK(keys(read("fp16: true\n"))["plan.precision"] == "fp16");
   CHECK_THAT(error_of([&] { read("fp16: true\ndtype: float16\n"); }), Catch::Contains("trl.yaml:3: dtype: float16 beside fp16 with every weight trained"));
   CHECK_THAT(error_of([&] { read("dtype: float64\n"); }), Catch::Contains("trl.yaml:2: dtype: 'float64'; valid: float32, bfloat16, float16, auto"));

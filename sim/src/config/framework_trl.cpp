@@ -55,7 +55,8 @@
 //   saved tensor) is plan.enable_activation_offloading.
 //   attn_implementation eager keeps the scores (plan.attention eager).
 // - loss_type: chunked_nll by default, nll under use_liger_kernel
-//   (plan.loss_kernel chunked_nll, Note [Fused linear cross-entropy]);
+//   (plan.loss_kernel chunked_nll, Note [Fused linear cross-entropy];
+//   without autocast over 16-bit weights its chunks project in fp32, said);
 //   nll and dft are PyTorch's cross-entropy; chunked_nll with
 //   use_liger_kernel, and with an adapter on lm_head, are refused as TRL
 //   refuses them. use_liger_kernel applies Liger's kernels (plan.kernels
@@ -481,6 +482,11 @@ class Reader : detail::YamlFields {
     if (!liger && flag(tc, "torch_compile", false)) out.plan("kernels", "fused", from(tc, "torch_compile"));
     if (loss == "chunked_nll") {
       out.plan("loss_kernel", "chunked_nll", null(lt) ? file() + " (loss_type, TRL's default chunked_nll)" : from(lt, "loss_type"));
+      // Its chunks project h.float() @ w.float(): in fp32 where no autocast
+      // brings the GEMM back to 16 bits.
+      if (!autocast_ && !fp32_load_) {
+        fc_.unmodelled.push_back("loss_type=chunked_nll without bf16 or fp16 (its chunks project in fp32, h.float() @ w.float(): priced in the weights' 16 bits)");
+      }
     }
     if (loss == "dft") fc_.unmodelled.push_back("loss_type=dft (Dynamic Fine-Tuning's weights on the cross-entropy: priced as PyTorch's)");
   }
