@@ -410,21 +410,31 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 //   head's input in label order (hidden[order], e t h, with the reordered
 //   labels, 17 t: what the loss keeps) and takes the tokens 256 at a time
 //   (_CHUNKED_LM_HEAD_CHUNK_SIZE), each chunk under non-reentrant
-//   activation checkpointing: its logits (the GEMM, in the working type
-//   under autocast), their fp32 log-softmax, the loss, the argmax and the
-//   entropy (-(exp(log_p) x log_p).sum) are made and dropped in the
-//   forward, and made again in the backward before the chunk's gradients:
-//   one projection more than unfused, as Cut Cross-Entropy's, but through
-//   memory. Each pass over a chunk's logits reads the e-byte logits twice
-//   (log-softmax, argmax) and the fp32 log-softmax and its exponential
-//   four times, and writes three fp32 tensors: (2e + 16) t v read, 12 t v
-//   written. The backward of one chunk holds what its recomputed forward
-//   saved (the log-softmax and its exponential, 8 c v) beside the fp32
-//   gradients of both and the logits' e-byte one: (16 + e) c v at once, c
-//   = min(256, t), and a trained head's gradient arrives a chunk at a time
-//   (e v h, with its fp32 copy in 16-bit: as Liger's). The tokens whose
-//   label is -100 (a prompt under completion_only_loss) are dropped before
-//   the projection; dtsim prices every token.
+//   activation checkpointing: its logits (h.float() @ w.float().t(), in the
+//   working type under autocast), their fp32 log-softmax, the loss, the
+//   argmax and the entropy (-(exp(log_p) x log_p).sum) are made and dropped
+//   in the forward, and made again in the backward before the chunk's
+//   gradients: one projection more than unfused, as Cut Cross-Entropy's,
+//   but through memory. Each pass over a chunk's logits of g bytes reads
+//   them twice (log-softmax, argmax) and the fp32 log-softmax and its
+//   exponential four times, and writes three fp32 tensors: (2g + 16) t v
+//   read, 12 t v written. The weight is made ready a chunk at a time
+//   (`.wcast`, per v h): under autocast a weight held in fp32 is cast to
+//   16 bits (4 + e; autocast caches the cast of a trained leaf for the
+//   forward, so there once; the backward's reruns each cast again), a
+//   16-bit one made fp32 by w.float() and cast back (2e + 8). The
+//   backward of one chunk holds what its recomputed forward saved (the
+//   weight's cast, e v h; the log-softmax and its exponential, 8 c v)
+//   beside the fp32 gradients of both and the logits' own: (16 + g) c v
+//   + e v h at once, c = min(256, t), and a trained head's gradient
+//   arriving a chunk at a time ((e + 4) v h in 16 bits, as Liger's).
+// - chunked_nll_fp32: the same without autocast (DeepSpeed's engine, which
+//   accelerate runs without it, or a 16-bit model with neither bf16 nor
+//   fp16): w.float() (e + 4 per v h a chunk, both passes) and fp32 GEMMs
+//   and logits (g = 4), the fp32 copy of the weight held in the backward.
+//   For both, the tokens whose label is -100 (a prompt under
+//   completion_only_loss) are dropped before the projection; dtsim prices
+//   every token.
 // The first three keep nothing of t v, and the backward holds no fp32 logits (the 8 t v
 // of F.cross_entropy's backward). Under tensor parallelism (a vocab-
 // parallel loss) none runs: refused where the plan is resolved. The MFU
@@ -451,9 +461,18 @@ Bytes liger_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, boo
 
 std::int64_t chunked_nll_tokens(std::int64_t t) { return std::min<std::int64_t>(256, t); }
 
-Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained) {
-  const Bytes wgrad = weight_trained ? static_cast<Bytes>(e + (e < 4 ? 4 : 0)) * v * h : 0;
-  return static_cast<Bytes>(16 + e) * chunked_nll_tokens(t) * v + wgrad;
+int chunked_nll_prep_bytes(int e, bool fp32, bool weight_fp32) {
+  if (fp32) return e < 4 ? e + 4 : 0;  // w.float()
+  if (e >= 4) return 0;                // fp32 throughout: nothing to cast
+  return weight_fp32 ? 4 + e : 2 * e + 8;
+}
+
+Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool fp32, bool weight_trained) {
+  const int g = fp32 ? 4 : e;
+  // The weight's copy the chunk's GEMM keeps: its 16-bit cast, or w.float().
+  const Bytes copy = fp32 ? (e < 4 ? 4 : 0) : (e < 4 ? e : 0);
+  const Bytes wgrad = weight_trained ? static_cast<Bytes>(e + (e < 4 ? 4 : 0)) : 0;
+  return static_cast<Bytes>(16 + g) * chunked_nll_tokens(t) * v + (copy + wgrad) * v * h;
 }
 
 bool fused_lm_loss(const sim::WorkloadShape& shape) {
@@ -465,7 +484,9 @@ Bytes lm_loss_saved(const sim::WorkloadShape& shape, std::int64_t t, std::int64_
   // Liger's weight gradient, made in the forward (a frozen head's is not:
   // Note [Frozen weights]); Cut Cross-Entropy's log-sum-exp; TRL's
   // reordered copy of the input and labels.
-  if (shape.loss_kernel == sim::LossKernel::kChunkedNll) return static_cast<Bytes>(shape.act_bytes) * t * h + 17 * t;
+  if (shape.loss_kernel == sim::LossKernel::kChunkedNll || shape.loss_kernel == sim::LossKernel::kChunkedNllFp32) {
+    return static_cast<Bytes>(shape.act_bytes) * t * h + 17 * t;
+  }
   return shape.loss_kernel == sim::LossKernel::kCutCrossEntropy ? 4 * t : shape.act_bytes * v * h;
 }
 
@@ -478,26 +499,45 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
     const std::vector<sim::Kernel> before = backward_of(head.forward);
     const bool liger = shape.loss_kernel == sim::LossKernel::kLigerFused;
     head.forward.push_back(gemm(name, t, v, h, e));
-    if (shape.loss_kernel == sim::LossKernel::kChunkedNll) {
-      // The sorted copy of the input, then each chunk's logits, their loss,
-      // argmax and entropy; all of it again in the backward, then the
-      // chunk's gradients and the copy's scatter back.
-      head.forward.insert(head.forward.end() - 1, memory_op(name + ".sort", sim::KernelKind::kElementwise, e * t * h, e * t * h));
-      const sim::Kernel ce = memory_op(name + ".ce", sim::KernelKind::kElementwise, (2 * e + 16) * t * v, 12 * t * v, 10.0 * t * v);
+    if (shape.loss_kernel == sim::LossKernel::kChunkedNll || shape.loss_kernel == sim::LossKernel::kChunkedNllFp32) {
+      // The sorted copy of the input; then a chunk at a time the weight made
+      // ready, the logits, their loss, argmax and entropy; all of it again
+      // in the backward, then the chunk's gradients and the copy's scatter
+      // back.
+      const bool fp32 = shape.loss_kernel == sim::LossKernel::kChunkedNllFp32;
+      const int g = fp32 ? 4 : e;
+      const std::int64_t chunks = (t + chunked_nll_tokens(t) - 1) / chunked_nll_tokens(t);
+      head.forward.pop_back();  // the projection follows the weight's cast
+      head.forward.push_back(memory_op(name + ".sort", sim::KernelKind::kElementwise, e * t * h, e * t * h));
+      const int prep = chunked_nll_prep_bytes(e, fp32, shape.master_weights);
+      sim::Kernel wcast = memory_op(name + ".wcast", sim::KernelKind::kElementwise, static_cast<Bytes>(prep) * v * h, 0, 1.0 * v * h);
+      wcast.repeat = chunks;
+      sim::Kernel wcast_fwd = wcast;
+      // A trained fp32 leaf's cast is cached for the forward (Note [Fused linear cross-entropy]).
+      if (!fp32 && shape.master_weights) wcast_fwd.repeat = 1;
+      if (prep > 0) head.forward.push_back(wcast_fwd);
+      sim::Kernel proj = gemm(name, t, v, h, g);
+      proj.fp32 = fp32 && e < 4;
+      head.forward.push_back(proj);
+      const sim::Kernel ce = memory_op(name + ".ce", sim::KernelKind::kElementwise, (2 * g + 16) * t * v, 12 * t * v, 10.0 * t * v);
       head.forward.push_back(ce);
-      sim::Kernel again = head.forward[head.forward.size() - 2];
+      sim::Kernel again = proj;
       again.name = name + ".recompute";
       sim::Kernel ce_again = ce;
       ce_again.name = name + ".ce.recompute";
-      head.backward = {again,
-                       ce_again,
-                       memory_op(name + ".ce.bwd", sim::KernelKind::kElementwise, 8 * t * v, (4 + e) * t * v, 3.0 * t * v),
-                       gemm(name + ".dgrad", t, h, v, e),
-                       gemm(name + ".wgrad", v, h, t, e),
-                       memory_op(name + ".sort.bwd", sim::KernelKind::kElementwise, e * t * h, 2 * e * t * h)};
-      head.backward_workspace_bytes = chunked_nll_workspace(t, v, h, e, true);
+      sim::Kernel dgrad = gemm(name + ".dgrad", t, h, v, g), wgrad = gemm(name + ".wgrad", v, h, t, g);
+      dgrad.fp32 = wgrad.fp32 = proj.fp32;
+      head.backward.clear();
+      if (prep > 0) {
+        wcast.name = name + ".wcast.recompute";
+        head.backward.push_back(wcast);
+      }
+      head.backward.insert(head.backward.end(),
+                           {again, ce_again, memory_op(name + ".ce.bwd", sim::KernelKind::kElementwise, 8 * t * v, (4 + g) * t * v, 3.0 * t * v),
+                            dgrad, wgrad, memory_op(name + ".sort.bwd", sim::KernelKind::kElementwise, e * t * h, 2 * e * t * h)});
+      head.backward_workspace_bytes = chunked_nll_workspace(t, v, h, e, fp32, true);
       head.backward.insert(head.backward.end(), before.begin(), before.end());
-      head.signature += ",lk=chunked";
+      head.signature += fp32 ? ",lk=chunked32" : ",lk=chunked";
       head.output_bytes = 4;
       return;
     }

@@ -147,10 +147,15 @@ std::int64_t liger_chunk_tokens(std::int64_t t, std::int64_t v, std::int64_t h);
 Bytes liger_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained);
 /// Tokens in one of TRL's chunked_nll chunks of t tokens: 256, at most t.
 std::int64_t chunked_nll_tokens(std::int64_t t);
-/// The largest transient of TRL's chunked_nll over t tokens of a v x h head
-/// in e-byte activations, with its weight gradient where it is trained
-/// (Note [Fused linear cross-entropy]).
-Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool weight_trained);
+/// Bytes a weight element of TRL's chunked_nll head takes to make ready for
+/// a chunk (read and written): `fp32` without autocast (chunked_nll_fp32),
+/// `weight_fp32` where the weight is held in fp32 (Note [Fused linear
+/// cross-entropy]).
+int chunked_nll_prep_bytes(int e, bool fp32, bool weight_fp32);
+/// The largest transient of TRL's chunked_nll (`fp32`: chunked_nll_fp32)
+/// over t tokens of a v x h head in e-byte activations, with its weight
+/// gradient where it is trained (Note [Fused linear cross-entropy]).
+Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool fp32, bool weight_trained);
 /// Whether the LM head's projection and loss run as one fused kernel
 /// (shape.loss_kernel, not when counting model FLOPs, not under tensor parallelism).
 bool fused_lm_loss(const sim::WorkloadShape& shape);

@@ -156,11 +156,13 @@
 // the backward uses without casting again. The adapters are fp32 (PEFT's
 // autocast_adapter_dtype), dtsim's master copies. What autocast leaves in
 // fp32 (the embedding's output, so the residual stream and the norms) is
-// priced in the working precision. Sharded, the base is gathered in 16
-// bits (FSDP's param_dtype; DeepSpeed casts the whole module to its bf16 or
-// fp16), which dtsim's sharded frozen weights are not: DeepSpeed's ZeRO-3
-// and FSDP's sharding strategies are refused beside it (the trainers' own
-// readers price such a run as `peft: lora`), and 16-bit compute is needed.
+// priced in the working precision. DeepSpeed casts the whole module to its
+// bf16 or fp16 at every stage, and FSDP gathers its shards in 16 bits (its
+// param_dtype), which dtsim's sharded frozen weights are not: ZeRO stages
+// above 0 and FSDP's sharding strategies are refused beside it (the
+// trainers' own readers price such a run as `peft: lora`), and 16-bit
+// compute is needed. TRL's chunked loss casts the head's weight itself,
+// a chunk at a time (Note [Fused linear cross-entropy]).
 //
 // Note [Frozen weights]
 // A frozen parameter (requires_grad False) gets no gradient, no optimizer
@@ -602,6 +604,11 @@ class Lora final : public sim::Model {
                                                          : ",lora=") +
                    std::to_string(c_.rank);
     const bool fp32_base = c_.base == LoraConfig::Base::kFp32;
+    // TRL's chunked loss makes its head's weight ready itself, a chunk at a
+    // time (Note [Fused linear cross-entropy]).
+    const bool chunked_fp32 = shape.loss_kernel == sim::LossKernel::kChunkedNllFp32;
+    const bool chunked = L.kind == sim::LayerKind::kLmHead && detail::fused_lm_loss(shape) &&
+                         (shape.loss_kernel == sim::LossKernel::kChunkedNll || chunked_fp32);
     if (fp32_base) {
       // Note [fp32 base]: every frozen weight in 4 bytes, the embedding's too.
       L.frozen_quantized = L.frozen_params - L.frozen_tied;
@@ -624,8 +631,9 @@ class Lora final : public sim::Model {
     std::map<std::string, sim::Kernel> cast;     // by forward GEMM (Note [fp32 base])
     if (fp32_base) {
       for (const sim::Kernel& k : L.forward) {
-        // A weight's GEMM, not a fused loss's gradient GEMMs.
-        if (k.kind != sim::KernelKind::kGemm || k.name.ends_with(".dgrad") || k.name.ends_with(".wgrad")) continue;
+        // A weight's GEMM, not a fused loss's gradient GEMMs, nor a chunked
+        // loss's, which casts for itself.
+        if (k.kind != sim::KernelKind::kGemm || k.name.ends_with(".dgrad") || k.name.ends_with(".wgrad") || chunked) continue;
         const std::int64_t w = k.k * k.n * std::max<std::int64_t>(1, k.batch);
         const Bytes e = shape.act_bytes;
         cast.emplace(k.name, memory_op(k.name + ".cast", sim::KernelKind::kElementwise, 4 * w, e * w, static_cast<double>(w)));
@@ -662,10 +670,11 @@ class Lora final : public sim::Model {
       // A frozen weight's gradient, or a frozen table's rows (a multi-token
       // prediction depth's embedding: its scatter-add); Liger's scaling of
       // its head's weight gradient (Note [Fused linear cross-entropy]).
-      if (is_weight_grad(k, gemms) && L.backward_workspace_bytes == chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, true)) {
+      if (is_weight_grad(k, gemms) && chunked &&
+          L.backward_workspace_bytes == chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, chunked_fp32, true)) {
         // TRL's chunked loss over a frozen head: no gradient arrives a chunk
         // at a time (Note [Fused linear cross-entropy]).
-        L.backward_workspace_bytes = chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, false);
+        L.backward_workspace_bytes = chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, chunked_fp32, false);
       }
       if (is_weight_grad(k, gemms) || k.kind == sim::KernelKind::kEmbedding) continue;
       if (k.name.ends_with(".wgrad.scale") && gemms.count(k.name.substr(0, k.name.size() - 12)) > 0) continue;
@@ -713,6 +722,20 @@ class Lora final : public sim::Model {
     }
     L.forward = std::move(forward);
     L.backward = std::move(backward);
+    if (chunked) {
+      // A frozen weight's cast is cached for no pass: a chunk at a time in
+      // both, from the base's own storage (Note [Fused linear cross-entropy]).
+      const Bytes prep = chunked_nll_prep_bytes(shape.act_bytes, chunked_fp32, fp32_base);
+      std::int64_t chunks = 1;
+      for (const sim::Kernel& k : L.backward) chunks = k.name.ends_with(".wcast.recompute") ? k.repeat : chunks;
+      for (auto* ks : {&L.forward, &L.backward}) {
+        for (sim::Kernel& k : *ks) {
+          if (!k.name.ends_with(".wcast") && !k.name.ends_with(".wcast.recompute")) continue;
+          k.bytes = prep * static_cast<Bytes>(k.flops);  // its flops are v h, one a weight
+          k.repeat = chunks;
+        }
+      }
+    }
     for (const Adapter& a : adapters) {
       const std::size_t at = module_slot(L, a);
       L.modules.insert(L.modules.begin() + static_cast<std::ptrdiff_t>(at),

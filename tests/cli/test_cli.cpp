@@ -1258,6 +1258,7 @@ TEST_CASE("predict and search read a TRL config", "[cli][frameworks]") {
   const YAML::Node ja = YAML::Load(a.out.substr(0, a.out.size() - a.err.size()));
   CHECK(ja["plan"]["zero_stage"].as<int>() == 2);
   CHECK(ja["model"]["name"].as<std::string>() == "qwen3-8b+lora32");  // DeepSpeed casts the fp32 base
+  CHECK(ja["plan"]["loss_kernel"].as<std::string>() == "chunked_nll_fp32");  // and runs without autocast
   const Result s = dtsim("search --cluster dgx-h100 --top 10 --threads 1 --json --trl " + dir + "qwen3_8b_lora_sft.yaml");
   REQUIRE(s.status == 0);
   const YAML::Node js = YAML::Load(s.out.substr(0, s.out.size() - s.err.size()));

@@ -161,6 +161,7 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     got = dtsim.predict(None, "dgx-h100", trl=trl, accelerate=zero2)
     assert got == cli("predict", "--cluster", "dgx-h100", "--accelerate", zero2, "--trl", trl)
     assert (got["plan"]["zero_stage"], got["model"]["name"]) == (2, "qwen3-8b+lora32")
+    assert got["plan"]["loss_kernel"] == "chunked_nll_fp32"
     flags = "--tensor-model-parallel-size 2 --micro-batch-size 2 --global-batch-size 64 --bf16"
     got = dtsim.predict("gpt2-large", "dgx-a100", megatron_args=flags)
     assert got == cli("predict", "--model", "gpt2-large", "--cluster", "dgx-a100", "--megatron-args", flags)

@@ -2532,11 +2532,15 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   fc = read("bf16: false\n");
   CHECK(keys(fc)["plan.precision"] == "fp32");
   CHECK(from_of(fc, "plan.precision").rfind("trl.yaml (", 0) == 0);  // not written: accelerate's binds
+  // Without autocast over 16-bit weights TRL's chunks project in fp32.
   fc = read("bf16: false\ndtype: bfloat16\n");
   CHECK(keys(fc)["plan.precision"] == "bf16");
-  CHECK(listed(fc, "loss_type=chunked_nll without bf16 or fp16 (its chunks project in fp32"));
+  CHECK(keys(fc)["plan.loss_kernel"] == "chunked_nll_fp32");
+  CHECK(keys(read("bf16: false\n"))["plan.loss_kernel"] == "chunked_nll");  // fp32 throughout
   CHECK(keys(read("fp16: true\n"))["plan.precision"] == "fp16");
   CHECK_THAT(error_of([&] { read("fp16: true\ndtype: float16\n"); }), Catch::Contains("trl.yaml:3: dtype: float16 beside fp16 with every weight trained"));
+  CHECK_NOTHROW(read("fp16: true\ndtype: float16\nfsdp: full_shard\n"));  // FSDP keeps fp32 copies
+  CHECK(listed(read("torch_dtype: bfloat16\n"), "torch_dtype (TRL's name before dtype"));
   CHECK_THAT(error_of([&] { read("dtype: float64\n"); }), Catch::Contains("trl.yaml:2: dtype: 'float64'; valid: float32, bfloat16, float16, auto"));
   CHECK(listed(read("dtype: auto\n"), "dtype=auto"));
   // LoRA: PEFT's default targets for Llama-style types, TRL's rank 16; a
@@ -2546,7 +2550,26 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   CHECK(k["model.peft"] == "lora");
   CHECK(k["model.lora_rank"] == "16");
   CHECK(k["model.lora_targets"] == "[q_proj,v_proj]");
+  CHECK(from_of(fc, "model.lora_targets").find("PEFT's default for qwen3-8b's model type") != std::string::npos);
   CHECK(k["plan.master_weights"] == "null");
+  // PEFT's defaults by model type: gpt2's fused c_attn, nemotron_h's four;
+  // a type it has none for is refused as PEFT refuses it; a hub id dtsim
+  // does not know is priced as q_proj and v_proj and said.
+  const auto targets_of = [](const std::string& id) {
+    return keys(parse_trl_config("model_name_or_path: " + id + "\nuse_peft: true\n", "trl.yaml"))["model.lora_targets"];
+  };
+  CHECK(targets_of("openai-community/gpt2") == "[linear_qkv]");
+  CHECK(targets_of("nemotron-h-8b") == "[q_proj,k_proj,v_proj,o_proj]");
+  CHECK(targets_of("mistralai/Mixtral-8x7B-v0.1") == "[q_proj,v_proj]");
+  CHECK_THAT(error_of([] { parse_trl_config("model_name_or_path: zai-org/GLM-4.5\nuse_peft: true\n", "trl.yaml"); }),
+             Catch::Contains("trl.yaml:2: use_peft: without lora_target_modules on glm-4.5, whose model type PEFT has no default targets"));
+  CHECK(listed(parse_trl_config("model_name_or_path: someorg/SomeModel-7B\nuse_peft: true\n", "trl.yaml"), "lora_target_modules unset on someorg/SomeModel-7B"));
+  // A list of one is its one string (ModelConfig.__post_init__), a pattern
+  // PEFT full-matches against whole module paths.
+  CHECK(keys(read("use_peft: true\nlora_target_modules: [all-linear]\n"))["model.lora_targets"] == "[q_proj,k_proj,v_proj,o_proj,gate_proj,up_proj,down_proj]");
+  CHECK_THAT(error_of([&] { read("use_peft: true\nlora_target_modules: [q_proj]\n"); }),
+             Catch::Contains("trl.yaml:3: lora_target_modules: 'q_proj' is one name"));
+  CHECK_THAT(error_of([&] { read("use_peft: true\nlora_target_modules: q_proj\n"); }), Catch::Contains("'q_proj' is one name"));
   CHECK(keys(read("use_peft: true\nlora_target_modules: [q_proj, o_proj, gate_proj]\n"))["model.lora_targets"] == "[q_proj,o_proj,gate_proj]");
   CHECK(listed(read("use_peft: true\nlora_target_modules: '.*proj'\n"), "lora_target_modules=.*proj (a pattern"));
   CHECK(listed(read("use_peft: true\nlora_dropout: 0.1\n"), "lora_dropout=0.1"));
@@ -2558,7 +2581,11 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   CHECK(keys(read("use_peft: true\nfsdp: full_shard\n"))["model.peft"] == "lora");
   CHECK(listed(read("use_peft: true\nfsdp: full_shard\n"), "the base loaded in float32 under FSDP"));
   CHECK(keys(read("use_peft: true\nfsdp: no_shard\n"))["model.peft"] == "lora_fp32");
-  CHECK(keys(read("use_peft: true\naccelerate_config: zero2\n"))["model.peft"] == "lora");
+  fc = read("use_peft: true\naccelerate_config: zero2\n");
+  CHECK(keys(fc)["model.peft"] == "lora");
+  // DeepSpeed runs without autocast: TRL's chunks project in fp32.
+  CHECK(keys(fc)["plan.loss_kernel"] == "chunked_nll_fp32");
+  CHECK(keys(read("deepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 3}}\n"))["plan.loss_kernel"] == "chunked_nll_fp32");
   CHECK(keys(read("use_peft: true\naccelerate_config: fsdp2\n"))["model.peft"] == "lora");
   CHECK(keys(read("use_peft: true\naccelerate_config: multi_gpu\n"))["model.peft"] == "lora_fp32");
   // A quantized base: adapters cast to bf16, TRL's unnested NF4 said.
@@ -2569,6 +2596,9 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   CHECK(listed(fc, "use_bnb_nested_quant false"));
   CHECK(listed(fc, "dtype float32 beside a quantized base"));
   CHECK(keys(read("use_peft: true\nload_in_8bit: true\n"))["model.peft"] == "lora_int8");
+  // DeepSpeed keeps fp32 partitions of the adapters whatever their dtype.
+  CHECK(keys(read("use_peft: true\nload_in_4bit: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 2}}\n"))
+            ["plan.master_weights"] == "null");
   CHECK_THAT(error_of([&] { read("load_in_4bit: true\n"); }), Catch::Contains("trl.yaml:2: load_in_4bit: without use_peft"));
   CHECK_THAT(error_of([&] { read("use_peft: true\nload_in_4bit: true\nload_in_8bit: true\n"); }),
              Catch::Contains("load_in_8bit: beside load_in_4bit"));
@@ -2591,6 +2621,7 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   // and not on a model type Liger does not patch.
   CHECK(keys(read("loss_type: nll\n"))["plan.loss_kernel"] == "null");
   CHECK(listed(read("loss_type: dft\n"), "loss_type=dft"));
+  CHECK(keys(read("loss_type: dft\nuse_liger_kernel: true\n"))["plan.loss_kernel"] == "liger_fused_linear");  // its use_token_scaling
   CHECK_THAT(error_of([&] { read("loss_type: ce\n"); }), Catch::Contains("loss_type: 'ce'; valid: nll, dft, chunked_nll"));
   CHECK_THAT(error_of([&] { read("use_liger_kernel: true\nloss_type: chunked_nll\n"); }),
              Catch::Contains("loss_type: chunked_nll beside use_liger_kernel; TRL refuses it"));
@@ -2600,6 +2631,19 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   // Launcher keys: num_processes over accelerate_config's; others listed.
   CHECK(keys(read("accelerate_config: multi_gpu\nnum_processes: 4\n"))["plan.dp"] == "4");
   CHECK(keys(read("accelerate_config: single_gpu\n"))["plan.dp"] == "1");
+  CHECK(listed(read("max_seq_length: 2048\n"), "max_seq_length (TRL's name before max_length"));
+  CHECK_THAT(error_of([&] { read("accelerate_config: ''\n"); }), Catch::Contains("trl.yaml:2: accelerate_config: empty"));
+  {
+    // num_processes over an accelerate config that splits by tp: left to --set plan.dp.
+    const std::filesystem::path acc = std::filesystem::temp_directory_path() / "dtsim-trl-acc-tp.yaml";
+    std::ofstream(acc) << "distributed_type: FSDP\nnum_processes: 8\nparallelism_config:\n  parallelism_config_tp_size: 2\n";
+    fc = read("accelerate_config: " + acc.string() + "\nnum_processes: 16\n");
+    CHECK(keys(fc)["plan.tp"] == "2");
+    CHECK(keys(fc).count("plan.dp") == 0);
+    CHECK(listed(fc, "num_processes (over accelerate's tp and cp"));
+    CHECK(keys(read("accelerate_config: " + acc.string() + "\n"))["plan.dp"] == "4");  // its own 8 over tp 2
+    std::filesystem::remove(acc);
+  }
   CHECK(listed(read("mixed_precision: fp16\n"), "mixed_precision=fp16 (not read by dtsim)"));
   CHECK(listed(read("frobnicate: 3\n"), "frobnicate=3 (not read by dtsim)"));
   CHECK_THAT(error_of([&] { read("accelerate_config: zero4\n"); }),

@@ -684,14 +684,16 @@ TEST_CASE("LoRA over an fp32 base under bf16 autocast: 4 bytes a frozen weight, 
              Catch::Contains("plan.fsdp: full_shard with peft: lora_fp32: a sharded fp32 base is gathered in 16 bits"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nzero_stage: 3\n", "p.yaml"), *q, eight); }),
              Catch::Contains("plan.zero_stage: 3 with peft: lora_fp32"));
-  CHECK(PlanRules(*q, eight, 8).zero_stages(1) == std::vector<int>{0, 1, 2});
+  CHECK(PlanRules(*q, eight, 8).zero_stages(1) == std::vector<int>{0});
   CHECK(PlanRules(*q, eight, 8).fsdp_modes(1) == std::vector<FsdpMode>{FsdpMode::kNoShard});
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp32\n", "p.yaml"), *q, one); }),
              Catch::Contains("precision: fp32: an fp32 base (peft: lora_fp32) is cast to its 16-bit compute dtype"));
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 1\nseq_len: 4096\nprecision: fp8\n", "p.yaml"), *q, one); }),
              Catch::Contains("precision: fp8: an fp32 base"));
-  // DDP and ZeRO-1/2 keep it whole on each rank.
-  CHECK_NOTHROW(resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nzero_stage: 2\n", "p.yaml"), *q, eight));
+  // DeepSpeed casts it to 16 bits at every stage; DDP keeps it whole on each rank.
+  CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nzero_stage: 2\n", "p.yaml"), *q, eight); }),
+             Catch::Contains("plan.zero_stage: 2 with peft: lora_fp32: DeepSpeed casts the module to its 16-bit type at every stage"));
+  CHECK_NOTHROW(resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\n", "p.yaml"), *q, eight));
 }
 
 TEST_CASE("LoRA's keys: refused where they contradict or name no layer of the model", "[lora][errors]") {

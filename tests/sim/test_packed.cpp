@@ -3,6 +3,7 @@
 // document's square, and nothing but attention changes; by hand.
 #include <catch2/catch.hpp>
 
+#include <algorithm>
 #include <string>
 #include <vector>
 
@@ -220,22 +221,23 @@ TEST_CASE("A fused linear cross-entropy keeps no logits (Note [Fused linear cros
   CHECK(p.iteration_time != q.iteration_time);
 }
 
-TEST_CASE("TRL's chunked_nll keeps a sorted copy, reruns each 256-token chunk (Note [Fused linear cross-entropy])", "[packed][memory]") {
+TEST_CASE("TRL's chunked_nll keeps a sorted copy, reruns each 256-token chunk, casts its weight a chunk at a time (Note [Fused linear cross-entropy])",
+          "[packed][memory]") {
   const auto m = models::load_model("llama-3-8b");
   WorkloadShape w = packed(0);
   const Layer ce = m->layers(w).back();
   w.loss_kernel = LossKernel::kChunkedNll;
   const Layer trl = m->layers(w).back();
-  const std::int64_t t = 4096, v = 128'256, h = 4096;
+  const std::int64_t t = 4096, v = 128'256, h = 4096, chunks = 4096 / 256;
   // It keeps the sorted copy of the head's input (e t h) and the reordered
   // labels, mask and order (8 + 1 + 8 bytes a token) where F.cross_entropy
   // keeps the fp32 log-softmax (4 t v).
   CHECK(trl.saved_bytes - ce.saved_bytes == 2 * t * h + 17 * t - 4 * t * v);
   // Its backward holds one chunk of 256 tokens: the recomputed log-softmax
   // and its exponential (8 bytes a logit), their fp32 gradients (8) and the
-  // logits' bf16 one (2); and the weight's gradient of a chunk, bf16 with
-  // its fp32 copy (6 v h).
-  CHECK(trl.backward_workspace_bytes == 18 * 256 * v + 6 * v * h);
+  // logits' bf16 one (2); the weight's bf16 cast its GEMM keeps (2 v h);
+  // and the weight's gradient of a chunk, bf16 with its fp32 copy (6 v h).
+  CHECK(trl.backward_workspace_bytes == 18 * 256 * v + 8 * v * h);
   Flops fwd = 0, bwd = 0;
   for (const Kernel& k : trl.forward) fwd += k.kind == KernelKind::kGemm ? k.flops : 0;
   for (const Kernel& k : trl.backward) bwd += k.kind == KernelKind::kGemm ? k.flops : 0;
@@ -250,16 +252,61 @@ TEST_CASE("TRL's chunked_nll keeps a sorted copy, reruns each 256-token chunk (N
   int passes = 0;
   for (const Kernel& k : trl.backward) passes += k.name == "lm_head.ce.recompute" && k.bytes == 32 * t * v;
   CHECK(passes == 1);
+  // The weight, held in fp32 (the plan's master copies), cast to bf16 (4 +
+  // 2 bytes a weight): once in the forward, whose autocast caches a trained
+  // leaf's cast, and again for each of the 16 chunks the backward reruns.
+  const Kernel& cast = kernel(trl, "lm_head.wcast");
+  CHECK(cast.bytes == 6 * v * h);
+  CHECK(cast.repeat == 1);
+  const auto find = [](const std::vector<Kernel>& ks, const std::string& name) {
+    return *std::find_if(ks.begin(), ks.end(), [&](const Kernel& k) { return k.name == name; });
+  };
+  CHECK(find(trl.backward, "lm_head.wcast.recompute").repeat == chunks);
   CHECK(trl.signature == ce.signature + ",lk=chunked");
-  // A frozen head: no gradient arrives, one chunk's logits alone.
+  // Held in bf16 (no master copies): w.float() then autocast's cast back,
+  // (2 + 4) + (4 + 2) bytes a weight, a chunk at a time in both passes.
+  w.master_weights = false;
+  const Layer bf16 = m->layers(w).back();
+  CHECK(kernel(bf16, "lm_head.wcast").bytes == 12 * v * h);
+  CHECK(kernel(bf16, "lm_head.wcast").repeat == chunks);
+  w.master_weights = true;
+  // Without autocast (chunked_nll_fp32): w.float() (2 + 4 bytes a weight) a
+  // chunk at a time in both passes, the GEMMs and logits in fp32: each pass
+  // reads 2 x 4 + 16 and writes 12 bytes a logit; the backward holds one
+  // chunk's (16 + 4) bytes a logit, the weight's fp32 copy (4 v h) and its
+  // gradient (fp32, then its bf16 copy: 6 v h).
+  w.loss_kernel = LossKernel::kChunkedNllFp32;
+  const Layer f32 = m->layers(w).back();
+  CHECK(kernel(f32, "lm_head.wcast").bytes == 6 * v * h);
+  CHECK(kernel(f32, "lm_head.wcast").repeat == chunks);
+  CHECK(kernel(f32, "lm_head").fp32);
+  CHECK(kernel(f32, "lm_head.ce").bytes == 36 * t * v);
+  CHECK(find(f32.backward, "lm_head.dgrad").fp32);
+  CHECK(f32.backward_workspace_bytes == 20 * 256 * v + 10 * v * h);
+  CHECK(f32.signature == ce.signature + ",lk=chunked32");
+  w.loss_kernel = LossKernel::kChunkedNll;
+  // A frozen head: no gradient arrives, and its cast is cached for no pass:
+  // a 16-bit base's (12 bytes a weight) or an fp32 base's (6) a chunk at a
+  // time in both; the fp32 base's own cast before the GEMM is the loss's.
   const auto lora = models::load_model("llama-3-8b", {parse_override("model.peft=lora")});
-  CHECK(lora->layers(w).back().backward_workspace_bytes == 18 * 256 * v);
+  const Layer frozen = lora->layers(w).back();
+  CHECK(frozen.backward_workspace_bytes == 18 * 256 * v + 2 * v * h);
+  CHECK(kernel(frozen, "lm_head.wcast").bytes == 12 * v * h);
+  CHECK(kernel(frozen, "lm_head.wcast").repeat == chunks);
+  const auto lora32 = models::load_model("llama-3-8b", {parse_override("model.peft=lora_fp32")});
+  const Layer frozen32 = lora32->layers(w).back();
+  CHECK(kernel(frozen32, "lm_head.wcast").bytes == 6 * v * h);
+  CHECK(kernel(frozen32, "lm_head.wcast").repeat == chunks);
+  CHECK(find(frozen32.backward, "lm_head.wcast.recompute").bytes == 6 * v * h);
+  for (const Kernel& k : frozen32.forward) CHECK(k.name != "lm_head.cast");
+  CHECK(frozen32.saved_bytes == frozen.saved_bytes);  // the chunks keep no copy of the weight
   // Fewer than 256 tokens make one chunk of them all.
   w.seq_len = 100;
-  CHECK(m->layers(w).back().backward_workspace_bytes == 18 * 100 * v + 6 * v * h);
+  CHECK(m->layers(w).back().backward_workspace_bytes == 18 * 100 * v + 8 * v * h);
   // Plans: named chunked_nll, refused under tensor parallelism.
   const ClusterSpec two = load_cluster("dgx-h100", {parse_override("cluster.gpus_per_node=2")});
   CHECK(load_plan("ddp", {parse_override("plan.loss_kernel=chunked_nll")}).loss_kernel == LossKernel::kChunkedNll);
+  CHECK(load_plan("ddp", {parse_override("plan.loss_kernel=chunked_nll_fp32")}).loss_kernel == LossKernel::kChunkedNllFp32);
   CHECK_THAT(error_of([&] { predict(*m, load_plan("megatron-tp", {parse_override("plan.tp=2"), parse_override("plan.loss_kernel=chunked_nll")}), two); }),
              Catch::Contains("plan.loss_kernel: chunked_nll with tp = 2"));
 }

@@ -432,7 +432,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.loss_kernel = c.get_enum("loss_kernel", LossKernel::kCrossEntropy,
                              {{"cross_entropy", LossKernel::kCrossEntropy}, {"liger_fused_linear", LossKernel::kLigerFused},
                               {"cut_cross_entropy", LossKernel::kCutCrossEntropy},
-                              {"chunked_nll", LossKernel::kChunkedNll}});
+                              {"chunked_nll", LossKernel::kChunkedNll}, {"chunked_nll_fp32", LossKernel::kChunkedNllFp32}});
   p.precision = c.get_enum("precision", Precision::kFp32,
                            {{"fp32", Precision::kFp32}, {"fp16", Precision::kFp16}, {"bf16", Precision::kBf16},
                             {"fp8", Precision::kFp8}, {"fp4", Precision::kFp4}});

@@ -483,6 +483,12 @@ FrameworkConfig with_accelerate(const FrameworkConfig& trainer, const FrameworkC
       return out.plan == std::optional<std::string>("fsdp") && o.section == "plan" && o.path == "fsdp" && o.value != "no_shard";
     });
     for (Override& o : out.overrides) {
+      // TRL's chunked loss: DeepSpeed runs without autocast, so its chunks
+      // project in fp32 (Note [Fused linear cross-entropy]).
+      if (accelerate.deepspeed && o.section == "plan" && o.path == "loss_kernel" && o.value == "chunked_nll") {
+        o.value = "chunked_nll_fp32";
+        o.from += " (DeepSpeed runs without autocast: the chunks project in fp32)";
+      }
       if (o.section != "model" || o.path != "peft" || o.value != "lora_fp32" || !(accelerate.deepspeed || sharded)) continue;
       o.value = "lora";
       o.from += accelerate.deepspeed ? " (DeepSpeed casts the fp32 base to its 16-bit type)" : " (FSDP's shards of the fp32 base gathered in 16 bits)";

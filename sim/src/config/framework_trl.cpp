@@ -13,7 +13,8 @@
 // for this note):
 // - model_name_or_path (required) is a hub id or a local directory, read as
 //   axolotl's base_model is (Note [axolotl configs]).
-// - dtype (torch_dtype before it) is the dtype the model is loaded in:
+// - dtype (torch_dtype before it, said: TRL now hands that name to the
+//   launcher) is the dtype the model is loaded in:
 //   float32 by default ("If `dtype` is not specified ... it defaults to
 //   `float32`"), bfloat16, float16, or auto (the checkpoint's: priced as
 //   bfloat16, said). sft.py replaces SFTConfig's model_init_kwargs with
@@ -24,13 +25,20 @@
 //   fine-tune loaded in fp32 is autocast over fp32 weights: dtsim's master
 //   copies. Loaded in bfloat16 under bf16, or with neither bf16 nor fp16,
 //   the weights are stepped as they are, their optimizer states in the
-//   load dtype (plan.master_weights false); fp16 autocast over fp16
-//   weights is refused as PyTorch's GradScaler refuses it ("Attempting to
+//   load dtype (plan.master_weights false), under DDP: DeepSpeed keeps fp32
+//   partitions and accelerate upcasts what FSDP trains (Note [accelerate
+//   under a trainer]). fp16 autocast over fp16 weights all trained is
+//   refused under DDP, as PyTorch's GradScaler refuses it ("Attempting to
 //   unscale FP16 gradients.").
 // - use_peft (false) trains LoRA: lora_r (16), lora_target_modules (unset:
-//   PEFT's default for Llama-style model types, q_proj and v_proj;
-//   all-linear: every nn.Linear but the head; a list of names; a pattern,
-//   priced as all-linear and said). The base loaded in fp32 under autocast
+//   PEFT's default for the model's type, TRANSFORMERS_MODELS_TO_LORA_
+//   TARGET_MODULES_MAPPING, read at peft 5d602fdb: q_proj and v_proj for
+//   Llama-style types, gpt2's c_attn, nemotron_h's four projections, and
+//   refused for the types it has none for, as PEFT refuses them; a list of
+//   names; one string, which ModelConfig makes of a list of one and PEFT
+//   full-matches against whole module paths: all-linear, every nn.Linear
+//   but the head, a pattern priced as all-linear and said, or a plain name
+//   refused, as it matches nothing). The base loaded in fp32 under autocast
 //   is `peft: lora_fp32` (Note [fp32 base] in models/src/peft.cpp), but
 //   under DeepSpeed, which casts the module to 16 bits, or a sharding FSDP
 //   (priced in 16 bits, said). load_in_4bit is QLoRA's NF4 base (model.peft
@@ -38,11 +46,11 @@
 //   quantized and said), load_in_8bit LLM.int8's (lora_int8); either
 //   without use_peft is refused (a quantized model trains no weight), both
 //   are refused as ModelConfig refuses them, and over a quantized base TRL
-//   casts the adapters to bf16 (plan.master_weights false).
+//   casts the adapters to bf16 (plan.master_weights false, under DDP).
 //   lora_modules_to_save, lora_target_parameters, DoRA and the adapters'
 //   dropout (0.05 by default) are listed where written.
 // - per_device_train_batch_size (8) and gradient_accumulation_steps (1);
-//   max_length (1024; max_seq_length before TRL 0.20) is the sequence,
+//   max_length (1024; max_seq_length before TRL 0.20, said) is the sequence,
 //   null none (priced at the model's maximum, said). packing with
 //   packing_strategy bfd (the default) or bfd_split runs padding-free, each
 //   sample attending within itself (said: set plan.document_len); wrapped
@@ -55,9 +63,12 @@
 //   saved tensor) is plan.enable_activation_offloading.
 //   attn_implementation eager keeps the scores (plan.attention eager).
 // - loss_type: chunked_nll by default, nll under use_liger_kernel
-//   (plan.loss_kernel chunked_nll, Note [Fused linear cross-entropy];
-//   without autocast over 16-bit weights its chunks project in fp32, said);
-//   nll and dft are PyTorch's cross-entropy; chunked_nll with
+//   (plan.loss_kernel chunked_nll, Note [Fused linear cross-entropy]; its
+//   chunks project h.float() @ w.float(), in fp32 where nothing autocasts:
+//   under DeepSpeed's engine, which accelerate runs without autocast
+//   (Accelerator.native_amp), or over 16-bit weights with neither bf16 nor
+//   fp16: chunked_nll_fp32); nll and dft are PyTorch's cross-entropy, dft
+//   under Liger its fused loss (use_token_scaling); chunked_nll with
 //   use_liger_kernel, and with an adapter on lm_head, are refused as TRL
 //   refuses them. use_liger_kernel applies Liger's kernels (plan.kernels
 //   fused, plan.loss_kernel liger_fused_linear) to the model types Liger
@@ -74,8 +85,8 @@
 //   FULL_SHARD with backward and forward prefetch, fsdp2 resharding after
 //   forward, zero3 with zero3_init) or an accelerate config's path, folded
 //   in as `--accelerate` folds one (Note [accelerate under a trainer]);
-//   num_processes, a launcher flag, is plan.dp over it. Other launcher
-//   flags are listed.
+//   num_processes, a launcher flag, is plan.dp over it (beside its tp or
+//   cp, left to --set plan.dp and said). Other launcher flags are listed.
 // Keys that set no cost (datasets, logging, learning rates, checkpoints,
 // evaluation, the hub) are read silently; any other key given is listed.
 // transformers' Trainer runs no pipeline and no forward parameter gather:
@@ -215,6 +226,7 @@ class Reader : detail::YamlFields {
     const YAML::Node a = root_["accelerate_config"];
     if (null(a)) return std::nullopt;
     const std::string name = word(a, "accelerate_config");
+    if (name.empty()) fail(a, "accelerate_config", "empty; give one of TRL's (zero3, fsdp2, ...) or an accelerate config's path");
     // TRL's resolve_accelerate_config_argument: a file first, else a built-in.
     std::error_code ec;
     if (!name.empty() && std::filesystem::is_regular_file(name, ec)) return read_accelerate_config(name);
@@ -290,32 +302,35 @@ class Reader : detail::YamlFields {
     peft_kind_ = nf4 ? "qlora" : int8 ? "lora_int8" : "lora";
     const YAML::Node r = root_["lora_r"];
     out.model("lora_rank", null(r) ? "16" : std::to_string(count(r, "lora_r")), null(r) ? file() + " (lora_r, TRL's default 16)" : from(r, "lora_r"));
-    // lora_target_modules: unset (PEFT's per model type), all-linear, names, or a pattern.
+    // lora_target_modules: unset (PEFT's per model type), all-linear, names,
+    // or a pattern; ModelConfig makes a list of one its one string.
     const YAML::Node t = root_["lora_target_modules"];
     std::vector<std::string> names;
     std::string origin = from(t, "lora_target_modules");
+    std::string one;  // a string: PEFT full-matches it against module paths
     if (null(t)) {
-      names = {"q_proj", "v_proj"};
-      origin = file() + " (lora_target_modules unset: PEFT's default for Llama-style model types, q_proj and v_proj)";
-    } else if (t.IsSequence()) {
+      names = default_targets(origin);
+    } else if (t.IsSequence() && t.size() != 1) {
       for (const YAML::Node& n : t) names.push_back(word(n, "lora_target_modules"));
     } else {
-      const std::string w = word(t, "lora_target_modules");
-      if (lower(w) == "all-linear") {
-        names.assign(std::begin(kLinear), std::end(kLinear));
-      } else if (w.find_first_of(".*[]()|\\^$") != std::string::npos) {
-        names.assign(std::begin(kLinear), std::end(kLinear));
-        fc_.unmodelled.push_back("lora_target_modules=" + w + " (a pattern: priced as all-linear)");
-      } else {
-        names.push_back(w);
-      }
+      one = t.IsSequence() ? word(t[0], "lora_target_modules") : word(t, "lora_target_modules");
+    }
+    if (!one.empty() && lower(one) == "all-linear") {
+      names.assign(std::begin(kLinear), std::end(kLinear));
+    } else if (one.find_first_of(".*[]()|\\^$?+{}") != std::string::npos) {
+      names.assign(std::begin(kLinear), std::end(kLinear));
+      fc_.unmodelled.push_back("lora_target_modules=" + one + " (a pattern: priced as all-linear)");
+    } else if (!one.empty()) {
+      fail(t, "lora_target_modules", "'" + one + "' is one name: TRL passes one as a string, which PEFT full-matches as a pattern against whole "
+                                     "module paths (model.layers.0.self_attn." + one + "), matching none (\"Target modules ... not found\"); "
+                                     "give a list of two or more, all-linear, or a pattern such as .*" + one);
     }
     std::vector<std::string> targets;
     for (const std::string& n : names) {
       if (n == "lm_head" && lower(word_or(root_["loss_type"], "chunked_nll")) == "chunked_nll" && !flag(root_["use_liger_kernel"], "use_liger_kernel", false)) {
         fail(t, "lora_target_modules", "names lm_head beside loss_type chunked_nll (TRL's default); TRL refuses it (\"`loss_type='chunked_nll'` is not supported when `lm_head` is wrapped by a PEFT adapter\"): set loss_type: nll");
       }
-      if (std::find_if(std::begin(kLinear), std::end(kLinear), [&](const char* k) { return n == k; }) != std::end(kLinear)) {
+      if (n == "linear_qkv" || std::find_if(std::begin(kLinear), std::end(kLinear), [&](const char* k) { return n == k; }) != std::end(kLinear)) {
         if (std::find(targets.begin(), targets.end(), n) == targets.end()) targets.push_back(n);
       } else if (!n.empty()) {
         fc_.unmodelled.push_back("lora_target_modules " + n + " (its adapter is not priced; dtsim's: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
@@ -337,6 +352,40 @@ class Reader : detail::YamlFields {
     }
   }
 
+  /// PEFT's target_modules for the model's type where TRL gives none
+  /// (peft/utils/constants.py TRANSFORMERS_MODELS_TO_LORA_TARGET_MODULES_MAPPING,
+  /// read at 5d602fdb), `origin` saying so; a built-in whose type has none is
+  /// refused as PEFT refuses it.
+  std::vector<std::string> default_targets(std::string& origin) {
+    const std::string m = fc_.model.value_or("");
+    const auto starts = [&](std::initializer_list<const char*> ps) {
+      return std::any_of(ps.begin(), ps.end(), [&](const char* p) { return m.rfind(p, 0) == 0; });
+    };
+    // Of dtsim's built-ins, the dense Qwen3s are qwen3's type; the others qwen3_moe, qwen3_next, qwen3_5.
+    const bool qwen3_dense = starts({"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"});
+    if (starts({"llama-2", "llama-3", "llama-4", "mistral", "mixtral", "qwen2.5", "gemma-2", "gemma-3", "gemma-4"}) || qwen3_dense) {
+      origin = file() + " (lora_target_modules unset: PEFT's default for " + m + "'s model type, q_proj and v_proj)";
+      return {"q_proj", "v_proj"};
+    }
+    if (starts({"nemotron-h", "nemotron-nano-9b"})) {
+      origin = file() + " (lora_target_modules unset: PEFT's default for nemotron_h, q_proj, k_proj, v_proj and o_proj)";
+      return {"q_proj", "k_proj", "v_proj", "o_proj"};
+    }
+    if (starts({"gpt2"})) {
+      origin = file() + " (lora_target_modules unset: PEFT's default for gpt2, c_attn: the fused query, key and value projection)";
+      return {"linear_qkv"};
+    }
+    // dtsim's built-ins whose model types PEFT's table leaves out.
+    if (starts({"deepseek-", "glm-", "kimi-", "minimax-", "qwen3-30b-a3b", "qwen3-235b", "qwen3-next", "qwen3.5", "gpt-oss", "olmo-",
+                "granite-", "phi-3", "smollm3", "nemotron-3"})) {
+      fail(root_["use_peft"], "use_peft", "without lora_target_modules on " + m + ", whose model type PEFT has no default targets for "
+                                          "(\"Please specify `target_modules` in `peft_config`\"); give lora_target_modules (all-linear, or names)");
+    }
+    origin = file() + " (lora_target_modules unset: PEFT's default for the model's type, priced as q_proj and v_proj)";
+    fc_.unmodelled.push_back("lora_target_modules unset on " + m + " (PEFT's default for its model type: priced as q_proj and v_proj)");
+    return {"q_proj", "v_proj"};
+  }
+
   /// A scalar's text, or `fallback` where it is absent.
   std::string word_or(const YAML::Node& n, const std::string& fallback) const { return null(n) ? fallback : word(n, "loss_type"); }
 
@@ -349,6 +398,9 @@ class Reader : detail::YamlFields {
     if (!null(ga)) out.plan("grad_accum", std::to_string(count(ga, "gradient_accumulation_steps")), from(ga, "gradient_accumulation_steps"));
     // max_length, or its name before TRL 0.20; written null: no truncation.
     const char* lk = root_["max_length"] ? "max_length" : root_["max_seq_length"] ? "max_seq_length" : "max_length";
+    if (std::string(lk) == "max_seq_length") {
+      fc_.unmodelled.push_back("max_seq_length (TRL's name before max_length, which TRL now passes on to accelerate launch: read as max_length)");
+    }
     const YAML::Node ml = root_[lk];
     if (ml && ml.IsNull()) {
       fc_.unmodelled.push_back(std::string(lk) + " null (no truncation: priced at the model's maximum; give --set plan.seq_len)");
@@ -392,9 +444,14 @@ class Reader : detail::YamlFields {
       dtype = "bfloat16";
     }
     const std::string dfrom = null(d) ? file() + " (dtype unset: TRL loads the model in float32)" : from(d, dk);
+    if (dk == "torch_dtype") fc_.unmodelled.push_back("torch_dtype (TRL's name before dtype, which TRL now passes on to accelerate launch: read as dtype)");
+    if (peft_ && quantized_ && dtype == "float32") {
+      fc_.unmodelled.push_back("dtype float32 beside a quantized base (its embedding, norms and head in fp32: priced in the working precision)");
+    }
     fp32_load_ = dtype == "float32";
     autocast_ = bf16 || fp16;
-    if (fp16 && dtype == "float16" && !peft_) {
+    // A plain GradScaler's refusal; DeepSpeed and FSDP keep fp32 copies.
+    if (fp16 && dtype == "float16" && !peft_ && distributed_ == "ddp" && !given("accelerate_config")) {
       fail(d, dk, "float16 beside fp16 with every weight trained; PyTorch's GradScaler refuses to unscale fp16 gradients (\"Attempting to unscale FP16 gradients.\"): load in float32 or train in bf16");
     }
     if (bf16) {
@@ -410,10 +467,9 @@ class Reader : detail::YamlFields {
     } else {
       out.plan("precision", dtype == "bfloat16" ? "bf16" : "fp16", dfrom + " (no autocast: the weights' own dtype)");
     }
-    if (peft_ && quantized_) {
+    if (peft_ && quantized_ && distributed_ == "ddp") {
       // TRL casts the adapters over a quantized base to bf16: no fp32 copy.
       out.plan("master_weights", "false", peft_from_ + " (TRL casts the adapters over a quantized base to bf16)");
-      if (fp32_load_) fc_.unmodelled.push_back("dtype float32 beside a quantized base (its embedding, norms and head in fp32: priced in the working precision)");
     } else if (!peft_ && !fp32_load_ && distributed_ == "ddp") {
       // The weights stepped in their load dtype, the optimizer's states too
       // (DeepSpeed and accelerate's FSDP keep fp32 copies whatever the load).
@@ -476,19 +532,24 @@ class Reader : detail::YamlFields {
       // _apply_liger_kernel_to_instance's defaults: RMSNorm, SwiGLU, RoPE and
       // the fused linear cross-entropy.
       out.plan("kernels", "fused", from(root_["use_liger_kernel"], "use_liger_kernel"));
-      if (loss == "nll") out.plan("loss_kernel", "liger_fused_linear", from(root_["use_liger_kernel"], "use_liger_kernel"));
+      // Liger runs dft's token scaling inside its fused loss (use_token_scaling).
+      if (loss == "nll" || loss == "dft") out.plan("loss_kernel", "liger_fused_linear", from(root_["use_liger_kernel"], "use_liger_kernel"));
       if (given("liger_kernel_config")) fc_.unmodelled.push_back("liger_kernel_config (priced as Liger's defaults: every kernel)");
     }
     if (!liger && flag(tc, "torch_compile", false)) out.plan("kernels", "fused", from(tc, "torch_compile"));
     if (loss == "chunked_nll") {
-      out.plan("loss_kernel", "chunked_nll", null(lt) ? file() + " (loss_type, TRL's default chunked_nll)" : from(lt, "loss_type"));
       // Its chunks project h.float() @ w.float(): in fp32 where no autocast
-      // brings the GEMM back to 16 bits.
-      if (!autocast_ && !fp32_load_) {
-        fc_.unmodelled.push_back("loss_type=chunked_nll without bf16 or fp16 (its chunks project in fp32, h.float() @ w.float(): priced in the weights' 16 bits)");
+      // brings the GEMM back to 16 bits (none under DeepSpeed's engine).
+      const std::string origin = null(lt) ? file() + " (loss_type, TRL's default chunked_nll)" : from(lt, "loss_type");
+      if (fc_.deepspeed) {
+        out.plan("loss_kernel", "chunked_nll_fp32", origin + " (DeepSpeed runs without autocast: the chunks project in fp32)");
+      } else if (!autocast_ && !fp32_load_) {
+        out.plan("loss_kernel", "chunked_nll_fp32", origin + " (no autocast over the 16-bit weights: the chunks project in fp32)");
+      } else {
+        out.plan("loss_kernel", "chunked_nll", origin);
       }
     }
-    if (loss == "dft") fc_.unmodelled.push_back("loss_type=dft (Dynamic Fine-Tuning's weights on the cross-entropy: priced as PyTorch's)");
+    if (loss == "dft" && !liger) fc_.unmodelled.push_back("loss_type=dft (Dynamic Fine-Tuning's weights on the cross-entropy: priced as PyTorch's)");
   }
 
   YAML::Node root_;
@@ -513,7 +574,16 @@ FrameworkConfig parse_trl_config(const std::string& yaml_text, const std::string
   if (!acc) return fc;
   // Note [accelerate under a trainer]; num_processes, a launcher flag, over its file's.
   FrameworkConfig out = with_accelerate(fc, *acc);
-  if (const std::optional<Override> np = reader.num_processes()) {
+  // accelerate's tp and cp, which its num_processes was divided by and this one is not.
+  const bool split = std::any_of(acc->overrides.begin(), acc->overrides.end(), [](const Override& o) {
+    return o.section == "plan" && (o.path == "tp" || o.path == "cp") && o.value != "null" && o.value != "1";
+  });
+  if (const std::optional<Override> np = reader.num_processes(); np && split) {
+    out.overrides.erase(std::remove_if(out.overrides.begin(), out.overrides.end(),
+                                       [](const Override& o) { return o.section == "plan" && o.path == "dp"; }),
+                        out.overrides.end());
+    out.unmodelled.push_back("num_processes (over accelerate's tp and cp: give --set plan.dp)");
+  } else if (np) {
     out.overrides.erase(std::remove_if(out.overrides.begin(), out.overrides.end(),
                                        [](const Override& o) { return o.section == "plan" && o.path == "dp"; }),
                         out.overrides.end());

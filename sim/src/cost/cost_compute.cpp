@@ -357,6 +357,7 @@ Kernel gemm_chunk(const Kernel& k) {
 }
 
 TimeNs RooflineComputeModel::kernel_time(const Kernel& k, Precision p) const {
+  if (k.fp32) p = Precision::kFp32;  // a GEMM outside autocast
   if (k.splits > 1 && k.kind == KernelKind::kGemm) {
     // Note [Userbuffers' chunks]: the chunks one after another, the input's
     // FP8 cast once.

@@ -892,6 +892,7 @@ ProfileComputeModel::ProfileComputeModel(std::shared_ptr<const ProfileCosts> cos
     : costs_(std::move(costs)), roofline_(device), device_(device), sources_(sources) {}
 
 bool ProfileComputeModel::fitted_kernel_time(const Kernel& k, Precision p, TimeNs* out) const {
+  if (k.fp32) p = Precision::kFp32;  // a GEMM outside autocast, fitted as fp32's
   if (k.splits > 1 && k.kind == KernelKind::kGemm) {
     // Note [Userbuffers' chunks] (models/src/layers.cpp), as the roofline prices them.
     const Kernel c = gemm_chunk(k);

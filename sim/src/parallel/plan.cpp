@@ -162,6 +162,7 @@ const char* to_string(LossKernel k) {
     case LossKernel::kLigerFused: return "liger_fused_linear";
     case LossKernel::kCutCrossEntropy: return "cut_cross_entropy";
     case LossKernel::kChunkedNll: return "chunked_nll";
+    case LossKernel::kChunkedNllFp32: return "chunked_nll_fp32";
   }
   return "?";
 }
@@ -1009,13 +1010,15 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                   (r.fsdp ? "fsdp: " + std::string(to_string(s.fsdp)) : "zero_stage " + std::to_string(r.zero_stage)) + ")");
   }
   const bool sharded_fsdp = s.fsdp != FsdpMode::kNone && s.fsdp != FsdpMode::kNoShard;
-  if (rules.fp32_base() && (r.zero_stage == 3 || sharded_fsdp)) {
+  if (rules.fp32_base() && (r.zero_stage >= 1 || sharded_fsdp)) {
     // Note [fp32 base] (models/src/peft.cpp).
     bad.add(sharded_fsdp ? "fsdp" : "zero_stage",
-            std::string(sharded_fsdp ? to_string(s.fsdp) : "3") +
-                " with peft: lora_fp32: a sharded fp32 base is gathered in 16 bits (FSDP's param_dtype; DeepSpeed casts the "
-                "module to its 16-bit type), not modelled; valid: peft: lora (the base in 16 bits), or " +
-                (sharded_fsdp ? "fsdp: no_shard" : "zero_stage 0, 1 or 2"));
+            std::string(sharded_fsdp ? to_string(s.fsdp) : std::to_string(r.zero_stage)) +
+                " with peft: lora_fp32: " +
+                (sharded_fsdp ? "a sharded fp32 base is gathered in 16 bits (FSDP's param_dtype), not modelled; valid: peft: lora "
+                                "(the base in 16 bits), or fsdp: no_shard"
+                              : "DeepSpeed casts the module to its 16-bit type at every stage; valid: peft: lora (the base in 16 "
+                                "bits), or zero_stage 0"));
   } else if (rules.frozen_weights() && r.zero_stage == 3 && !r.fsdp && (rules.int8_base() || r.ep > 1)) {
     // Note [Frozen weights under ZeRO-3] (lowering/passes/zero3_modules.cpp):
     // DeepSpeed partitions a 4-bit base, not an 8-bit one (LLaMA-Factory's

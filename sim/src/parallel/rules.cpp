@@ -184,9 +184,11 @@ std::vector<int> PlanRules::virtual_stage_values(int pp, std::int64_t micro_batc
 
 std::vector<int> PlanRules::zero_stages(int pp) const {
   if (pp > 1) return {0, 1};
-  // Note [Frozen weights under ZeRO-3]: DeepSpeed partitions no 8-bit base;
-  // Note [fp32 base] (models/src/peft.cpp): a sharded fp32 base is gathered in 16 bits.
-  if (int8_ || fp32_) return {0, 1, 2};
+  // Note [fp32 base] (models/src/peft.cpp): DeepSpeed, whose stages these
+  // are beside a trainer's LoRA, casts an fp32 base to 16 bits.
+  if (fp32_) return {0};
+  // Note [Frozen weights under ZeRO-3]: DeepSpeed partitions no 8-bit base.
+  if (int8_) return {0, 1, 2};
   return {0, 1, 2, 3};
 }
 

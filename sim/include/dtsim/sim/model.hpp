@@ -37,7 +37,7 @@ enum class CollectiveOp { kAllReduce, kReduceScatter, kAllGather, kBroadcast, kS
 /// LigerFusedLinearCrossEntropyLoss (the gradients made chunk by chunk in
 /// the forward); Apple's Cut Cross-Entropy (no logits kept, recomputed in
 /// blocks by the backward).
-enum class LossKernel { kCrossEntropy, kLigerFused, kCutCrossEntropy, kChunkedNll };
+enum class LossKernel { kCrossEntropy, kLigerFused, kCutCrossEntropy, kChunkedNll, kChunkedNllFp32 };
 
 /// What a layer is, for the strategies that treat kinds apart (full
 /// recompute checkpoints blocks, a pipeline places the embedding first).
@@ -97,6 +97,9 @@ struct Kernel {
   /// A fused attention kernel (FlashAttention, SDPA's flash path): priced
   /// at the device's attention efficiency, not as a batched GEMM.
   bool fused = false;
+  /// Runs in fp32 whatever the plan's precision (TRL's chunked loss without
+  /// autocast: Note [Fused linear cross-entropy] in models/src/layers.cpp).
+  bool fp32 = false;
 };
 
 // Note [Recompute modules]
@@ -196,6 +199,9 @@ struct WorkloadShape {
   /// [Fused linear cross-entropy] in models/src/layers.cpp).
   LossKernel loss_kernel = LossKernel::kCrossEntropy;
   int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
+  /// The trained weights are held in fp32 (the plan's master copies, or
+  /// fp32 itself); false: in the 16-bit working type (PlanSpec::master_weights).
+  bool master_weights = true;
   /// Bytes per element of a saved dropout mask: 1 where dropout keeps a bool
   /// mask (fused CUDA kernels), the activation size where it multiplies by a
   /// mask tensor of the input's dtype (LibTorch's CPU dropout).

@@ -150,7 +150,7 @@ const char* to_string(LossParallel l);
 LossParallel resolved_loss_parallel(LossParallel asked, bool fsdp);
 const char* to_string(Runtime r);
 const char* to_string(Kernels k);
-/// "cross_entropy", "liger_fused_linear", "cut_cross_entropy", "chunked_nll".
+/// "cross_entropy", "liger_fused_linear", "cut_cross_entropy", "chunked_nll", "chunked_nll_fp32".
 const char* to_string(LossKernel k);
 const char* to_string(Fp8Recipe r);
 /// "fp32", "fp16", "bf16", "fp8".
