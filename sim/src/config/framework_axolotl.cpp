@@ -268,31 +268,17 @@ class Reader : detail::YamlFields {
     }
     return false;
   }
-  /// A path as axolotl finds it: from the working directory, else beside the config.
-  std::string locate(const std::string& path) const { return detail::locate_beside(path, file()); }
 
   /// base_model and the adapter (Note [axolotl configs]).
   void model(detail::OverrideList& out) {
     const YAML::Node b = root_["base_model"];
     if (null(b)) throw ConfigError(file() + ": base_model: missing; an axolotl config names its model (NousResearch/Meta-Llama-3.1-8B)");
     const std::string id = word(b, "base_model");
-    // A local model: its config.json (base_model_config names another).
+    // A local model: its config.json (base_model_config names another);
+    // else the built-in, else the hub id itself (the loader's one line on
+    // fetching it where the HuggingFace cache has none).
     const YAML::Node bc = root_["base_model_config"];
-    for (const std::string& dir : {null(bc) ? std::string() : word(bc, "base_model_config"), id}) {
-      if (dir.empty()) continue;
-      const std::string found = locate(dir);
-      std::error_code ec;
-      if (!found.empty() && std::filesystem::is_regular_file(std::filesystem::path(found) / "config.json", ec)) {
-        fc_.model = (std::filesystem::path(found) / "config.json").string();
-        break;
-      }
-    }
-    if (!fc_.model) {
-      if (const std::string m = axolotl_builtin_of(id); !m.empty()) fc_.model = m;
-    }
-    // Else the hub id itself: its config.json from the HuggingFace cache
-    // (Note [HuggingFace cache]), or the loader's one line on fetching it.
-    if (!fc_.model) fc_.model = id;
+    fc_.model = detail::hf_model_of({null(bc) ? std::string() : word(bc, "base_model_config"), id}, id, file());
     const YAML::Node a = root_["adapter"];
     const std::string adapter = unset(a) ? "" : word(a, "adapter");
     const bool four = flag(root_["load_in_4bit"], "load_in_4bit", false);

@@ -113,6 +113,17 @@ inline constexpr const char* kHfLinear[] = {"q_proj", "k_proj", "v_proj", "o_pro
 /// said in fc.unmodelled.
 void hf_fsdp_words(const YAML::Node& l, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter);
 
+/// The model a transformers-based trainer's config names, as --model takes
+/// it: the config.json of the first of `dirs` (local directories, found by
+/// locate_beside) that has one, else dtsim's built-in of the hub id `id`
+/// (axolotl_builtin_of), else `id` itself, read from the HuggingFace cache
+/// (Note [HuggingFace cache]).
+std::string hf_model_of(const std::vector<std::string>& dirs, const std::string& id, const std::string& file);
+
+/// transformers' per_device_train_batch_size (its default 8) as
+/// plan.micro_batch and gradient_accumulation_steps as plan.grad_accum.
+void hf_batch(const YAML::Node& root, const YamlFields& y, OverrideList& out);
+
 /// A transformers-based trainer's `fsdp` words and `fsdp_config` mapping
 /// (LLaMA-Factory's, TRL's: TrainingArguments' own, which it hands to
 /// accelerate) as FSDP: its version (a LoRA under FSDP1 priced as FSDP2,

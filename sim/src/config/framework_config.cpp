@@ -248,6 +248,27 @@ void hf_trainer_tail(const YAML::Node& root, OverrideList& out, FrameworkConfig&
   }
 }
 
+std::string hf_model_of(const std::vector<std::string>& dirs, const std::string& id, const std::string& file) {
+  for (const std::string& dir : dirs) {
+    if (dir.empty()) continue;
+    const std::string found = locate_beside(dir, file);
+    std::error_code ec;
+    if (!found.empty() && std::filesystem::is_regular_file(std::filesystem::path(found) / "config.json", ec)) {
+      return (std::filesystem::path(found) / "config.json").string();
+    }
+  }
+  if (const std::string b = axolotl_builtin_of(id); !b.empty()) return b;
+  return id;
+}
+
+void hf_batch(const YAML::Node& root, const YamlFields& y, OverrideList& out) {
+  const YAML::Node mb = root["per_device_train_batch_size"];
+  out.plan("micro_batch", YamlFields::null(mb) ? "8" : std::to_string(y.count(mb, "per_device_train_batch_size")),
+           YamlFields::null(mb) ? y.file() + " (per_device_train_batch_size, transformers' default 8)" : y.from(mb, "per_device_train_batch_size"));
+  const YAML::Node ga = root["gradient_accumulation_steps"];
+  if (!YamlFields::null(ga)) out.plan("grad_accum", std::to_string(y.count(ga, "gradient_accumulation_steps")), y.from(ga, "gradient_accumulation_steps"));
+}
+
 void hf_trainer_fsdp(const YAML::Node& root, const YamlFields& y, OverrideList& out, FrameworkConfig& fc, bool adapter) {
   fc.plan = "fsdp";
   const YAML::Node l = root["fsdp"];

@@ -188,9 +188,6 @@ class Reader : detail::YamlFields {
            std::end(kSilentPrefixes);
   }
   bool given(const char* key) const { return !unset(root_[key]); }
-  /// A path as LLaMA-Factory finds it: from the working directory (its
-  /// examples run from the repository's root), else beside the config.
-  std::string locate(const std::string& path) const { return detail::locate_beside(path, file()); }
 
   /// stage and finetuning_type: what dtsim prices.
   void stage() {
@@ -220,15 +217,7 @@ class Reader : detail::YamlFields {
     const YAML::Node m = root_["model_name_or_path"];
     if (null(m)) fail(root_, "model_name_or_path", "missing; LLaMA-Factory needs it (\"Please provide `model_name_or_path`.\"): a hub id such as Qwen/Qwen3-8B or a directory");
     const std::string id = word(m, "model_name_or_path");
-    if (const std::string found = locate(id); !found.empty()) {
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(std::filesystem::path(found) / "config.json", ec)) fc_.model = (std::filesystem::path(found) / "config.json").string();
-    }
-    if (!fc_.model) {
-      if (const std::string b = axolotl_builtin_of(id); !b.empty()) fc_.model = b;
-    }
-    // Else the hub id: its config.json from the HuggingFace cache (Note [HuggingFace cache]).
-    if (!fc_.model) fc_.model = id;
+    fc_.model = detail::hf_model_of({id}, id, file());
     // New tokens resize the embedding and head; under LoRA adapter.py then
     // trains both whole (modules_to_save).
     for (const char* k : {"resize_vocab", "add_tokens", "add_special_tokens", "new_special_tokens_config"}) {
@@ -320,11 +309,7 @@ class Reader : detail::YamlFields {
 
   /// Batch and sequence.
   void batch(detail::OverrideList& out) {
-    const YAML::Node mb = root_["per_device_train_batch_size"];
-    out.plan("micro_batch", null(mb) ? "8" : std::to_string(count(mb, "per_device_train_batch_size")),
-             null(mb) ? file() + " (per_device_train_batch_size, transformers' default 8)" : from(mb, "per_device_train_batch_size"));
-    const YAML::Node ga = root_["gradient_accumulation_steps"];
-    if (!null(ga)) out.plan("grad_accum", std::to_string(count(ga, "gradient_accumulation_steps")), from(ga, "gradient_accumulation_steps"));
+    detail::hf_batch(root_, *this, out);
     const YAML::Node cl = root_["cutoff_len"];
     out.plan("seq_len", null(cl) ? "2048" : std::to_string(count(cl, "cutoff_len")),
              null(cl) ? file() + " (cutoff_len, LLaMA-Factory's default 2048)" : from(cl, "cutoff_len"));

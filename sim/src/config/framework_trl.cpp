@@ -273,14 +273,7 @@ class Reader : detail::YamlFields {
     const YAML::Node m = root_["model_name_or_path"];
     if (null(m)) fail(root_, "model_name_or_path", "missing; TRL's sft script loads the model it names: a hub id such as Qwen/Qwen3-8B or a directory");
     const std::string id = word(m, "model_name_or_path");
-    if (const std::string found = detail::locate_beside(id, file()); !found.empty()) {
-      std::error_code ec;
-      if (std::filesystem::is_regular_file(std::filesystem::path(found) / "config.json", ec)) fc_.model = (std::filesystem::path(found) / "config.json").string();
-    }
-    if (!fc_.model) {
-      if (const std::string b = axolotl_builtin_of(id); !b.empty()) fc_.model = b;
-    }
-    if (!fc_.model) fc_.model = id;  // the HuggingFace cache's (Note [HuggingFace cache])
+    fc_.model = detail::hf_model_of({id}, id, file());
     const bool nf4 = flag(root_["load_in_4bit"], "load_in_4bit", false);
     const bool int8 = flag(root_["load_in_8bit"], "load_in_8bit", false);
     if (nf4 && int8) fail(root_["load_in_8bit"], "load_in_8bit", "beside load_in_4bit; TRL's ModelConfig refuses both (\"You can't use 8 bit and 4 bit precision at the same time\")");
@@ -391,11 +384,7 @@ class Reader : detail::YamlFields {
 
   /// Batch and sequence.
   void batch(detail::OverrideList& out) {
-    const YAML::Node mb = root_["per_device_train_batch_size"];
-    out.plan("micro_batch", null(mb) ? "8" : std::to_string(count(mb, "per_device_train_batch_size")),
-             null(mb) ? file() + " (per_device_train_batch_size, transformers' default 8)" : from(mb, "per_device_train_batch_size"));
-    const YAML::Node ga = root_["gradient_accumulation_steps"];
-    if (!null(ga)) out.plan("grad_accum", std::to_string(count(ga, "gradient_accumulation_steps")), from(ga, "gradient_accumulation_steps"));
+    detail::hf_batch(root_, *this, out);
     // max_length, or its name before TRL 0.20; written null: no truncation.
     const char* lk = root_["max_length"] ? "max_length" : root_["max_seq_length"] ? "max_seq_length" : "max_length";
     if (std::string(lk) == "max_seq_length") {
