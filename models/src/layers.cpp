@@ -432,6 +432,11 @@ AttentionCore attention_core(const sim::WorkloadShape& shape, std::int64_t heads
 //   accelerate runs without it, or a 16-bit model with neither bf16 nor
 //   fp16): w.float() (e + 4 per v h a chunk, both passes) and fp32 GEMMs
 //   and logits (g = 4), the fp32 copy of the weight held in the backward.
+//   (A weight held in fp32 needs no w.float() and makes no copy.) Under
+//   ZeRO-3 each chunk gathers the head's weight again, in both passes
+//   (maybe_gather_lm_head_ctx): not priced, and said by the TRL reader.
+//   The weight is 16-bit under DeepSpeed's module and FSDP's gathered
+//   param_dtype, whatever the master copies (WorkloadShape::fp32_weights).
 //   For both, the tokens whose label is -100 (a prompt under
 //   completion_only_loss) are dropped before the projection; dtsim prices
 //   every token.
@@ -462,15 +467,16 @@ Bytes liger_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, boo
 std::int64_t chunked_nll_tokens(std::int64_t t) { return std::min<std::int64_t>(256, t); }
 
 int chunked_nll_prep_bytes(int e, bool fp32, bool weight_fp32) {
-  if (fp32) return e < 4 ? e + 4 : 0;  // w.float()
+  if (fp32) return e < 4 && !weight_fp32 ? e + 4 : 0;  // w.float()
   if (e >= 4) return 0;                // fp32 throughout: nothing to cast
   return weight_fp32 ? 4 + e : 2 * e + 8;
 }
 
-Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool fp32, bool weight_trained) {
+Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool fp32, bool weight_fp32, bool weight_trained) {
   const int g = fp32 ? 4 : e;
-  // The weight's copy the chunk's GEMM keeps: its 16-bit cast, or w.float().
-  const Bytes copy = fp32 ? (e < 4 ? 4 : 0) : (e < 4 ? e : 0);
+  // The weight's copy the chunk's GEMM keeps: its 16-bit cast, or w.float()
+  // of a 16-bit weight.
+  const Bytes copy = fp32 ? (e < 4 && !weight_fp32 ? 4 : 0) : (e < 4 ? e : 0);
   const Bytes wgrad = weight_trained ? static_cast<Bytes>(e + (e < 4 ? 4 : 0)) : 0;
   return static_cast<Bytes>(16 + g) * chunked_nll_tokens(t) * v + (copy + wgrad) * v * h;
 }
@@ -509,12 +515,12 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       const std::int64_t chunks = (t + chunked_nll_tokens(t) - 1) / chunked_nll_tokens(t);
       head.forward.pop_back();  // the projection follows the weight's cast
       head.forward.push_back(memory_op(name + ".sort", sim::KernelKind::kElementwise, e * t * h, e * t * h));
-      const int prep = chunked_nll_prep_bytes(e, fp32, shape.master_weights);
+      const int prep = chunked_nll_prep_bytes(e, fp32, shape.fp32_weights);
       sim::Kernel wcast = memory_op(name + ".wcast", sim::KernelKind::kElementwise, static_cast<Bytes>(prep) * v * h, 0, 1.0 * v * h);
       wcast.repeat = chunks;
       sim::Kernel wcast_fwd = wcast;
       // A trained fp32 leaf's cast is cached for the forward (Note [Fused linear cross-entropy]).
-      if (!fp32 && shape.master_weights) wcast_fwd.repeat = 1;
+      if (!fp32 && shape.fp32_weights) wcast_fwd.repeat = 1;
       if (prep > 0) head.forward.push_back(wcast_fwd);
       sim::Kernel proj = gemm(name, t, v, h, g);
       proj.fp32 = fp32 && e < 4;
@@ -535,7 +541,7 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       head.backward.insert(head.backward.end(),
                            {again, ce_again, memory_op(name + ".ce.bwd", sim::KernelKind::kElementwise, 8 * t * v, (4 + g) * t * v, 3.0 * t * v),
                             dgrad, wgrad, memory_op(name + ".sort.bwd", sim::KernelKind::kElementwise, e * t * h, 2 * e * t * h)});
-      head.backward_workspace_bytes = chunked_nll_workspace(t, v, h, e, fp32, true);
+      head.backward_workspace_bytes = chunked_nll_workspace(t, v, h, e, fp32, shape.fp32_weights, true);
       head.backward.insert(head.backward.end(), before.begin(), before.end());
       head.signature += fp32 ? ",lk=chunked32" : ",lk=chunked";
       head.output_bytes = 4;

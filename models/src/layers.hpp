@@ -153,9 +153,10 @@ std::int64_t chunked_nll_tokens(std::int64_t t);
 /// cross-entropy]).
 int chunked_nll_prep_bytes(int e, bool fp32, bool weight_fp32);
 /// The largest transient of TRL's chunked_nll (`fp32`: chunked_nll_fp32)
-/// over t tokens of a v x h head in e-byte activations, with its weight
-/// gradient where it is trained (Note [Fused linear cross-entropy]).
-Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool fp32, bool weight_trained);
+/// over t tokens of a v x h head in e-byte activations, its weight held in
+/// fp32 or not, with its weight gradient where it is trained (Note [Fused
+/// linear cross-entropy]).
+Bytes chunked_nll_workspace(std::int64_t t, std::int64_t v, std::int64_t h, int e, bool fp32, bool weight_fp32, bool weight_trained);
 /// Whether the LM head's projection and loss run as one fused kernel
 /// (shape.loss_kernel, not when counting model FLOPs, not under tensor parallelism).
 bool fused_lm_loss(const sim::WorkloadShape& shape);

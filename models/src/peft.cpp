@@ -609,6 +609,10 @@ class Lora final : public sim::Model {
     const bool chunked_fp32 = shape.loss_kernel == sim::LossKernel::kChunkedNllFp32;
     const bool chunked = L.kind == sim::LayerKind::kLmHead && detail::fused_lm_loss(shape) &&
                          (shape.loss_kernel == sim::LossKernel::kChunkedNll || chunked_fp32);
+    std::string loss_gemm;  // the chunked loss's projection, named by its weight's cast
+    for (const sim::Kernel& k : L.forward) {
+      if (chunked && k.name.ends_with(".wcast")) loss_gemm = k.name.substr(0, k.name.size() - 6);
+    }
     if (fp32_base) {
       // Note [fp32 base]: every frozen weight in 4 bytes, the embedding's too.
       L.frozen_quantized = L.frozen_params - L.frozen_tied;
@@ -633,7 +637,7 @@ class Lora final : public sim::Model {
       for (const sim::Kernel& k : L.forward) {
         // A weight's GEMM, not a fused loss's gradient GEMMs, nor a chunked
         // loss's, which casts for itself.
-        if (k.kind != sim::KernelKind::kGemm || k.name.ends_with(".dgrad") || k.name.ends_with(".wgrad") || chunked) continue;
+        if (k.kind != sim::KernelKind::kGemm || k.name.ends_with(".dgrad") || k.name.ends_with(".wgrad") || (chunked && k.name == loss_gemm)) continue;
         const std::int64_t w = k.k * k.n * std::max<std::int64_t>(1, k.batch);
         const Bytes e = shape.act_bytes;
         cast.emplace(k.name, memory_op(k.name + ".cast", sim::KernelKind::kElementwise, 4 * w, e * w, static_cast<double>(w)));
@@ -671,10 +675,10 @@ class Lora final : public sim::Model {
       // prediction depth's embedding: its scatter-add); Liger's scaling of
       // its head's weight gradient (Note [Fused linear cross-entropy]).
       if (is_weight_grad(k, gemms) && chunked &&
-          L.backward_workspace_bytes == chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, chunked_fp32, true)) {
+          L.backward_workspace_bytes == chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, chunked_fp32, shape.fp32_weights, true)) {
         // TRL's chunked loss over a frozen head: no gradient arrives a chunk
-        // at a time (Note [Fused linear cross-entropy]).
-        L.backward_workspace_bytes = chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, chunked_fp32, false);
+        // at a time, and the base holds its weight (Note [Fused linear cross-entropy]).
+        L.backward_workspace_bytes = chunked_nll_workspace(k.k, k.m, k.n, shape.act_bytes, chunked_fp32, fp32_base, false);
       }
       if (is_weight_grad(k, gemms) || k.kind == sim::KernelKind::kEmbedding) continue;
       if (k.name.ends_with(".wgrad.scale") && gemms.count(k.name.substr(0, k.name.size() - 12)) > 0) continue;

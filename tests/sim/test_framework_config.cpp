@@ -2540,6 +2540,9 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   CHECK(keys(read("fp16: true\n"))["plan.precision"] == "fp16");
   CHECK_THAT(error_of([&] { read("fp16: true\ndtype: float16\n"); }), Catch::Contains("trl.yaml:3: dtype: float16 beside fp16 with every weight trained"));
   CHECK_NOTHROW(read("fp16: true\ndtype: float16\nfsdp: full_shard\n"));  // FSDP keeps fp32 copies
+  CHECK_NOTHROW(read("fp16: true\ndtype: float16\naccelerate_config: zero2\n"));  // so does DeepSpeed
+  CHECK_THAT(error_of([&] { read("fp16: true\ndtype: float16\naccelerate_config: multi_gpu\n"); }),
+             Catch::Contains("trl.yaml:3: dtype: float16 beside fp16 with every weight trained"));
   CHECK(listed(read("torch_dtype: bfloat16\n"), "torch_dtype (TRL's name before dtype"));
   CHECK_THAT(error_of([&] { read("dtype: float64\n"); }), Catch::Contains("trl.yaml:2: dtype: 'float64'; valid: float32, bfloat16, float16, auto"));
   CHECK(listed(read("dtype: auto\n"), "dtype=auto"));
@@ -2558,7 +2561,15 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   const auto targets_of = [](const std::string& id) {
     return keys(parse_trl_config("model_name_or_path: " + id + "\nuse_peft: true\n", "trl.yaml"))["model.lora_targets"];
   };
-  CHECK(targets_of("openai-community/gpt2") == "[linear_qkv]");
+  CHECK(targets_of("openai-community/gpt2") == "[linear_qkv]");  // c_attn
+  CHECK(keys(parse_trl_config("model_name_or_path: gpt2\nuse_peft: true\nlora_target_modules: [c_attn, c_proj]\n", "trl.yaml"))["model.lora_targets"] ==
+        "[linear_qkv]");
+  CHECK_THAT(error_of([&] { read("use_peft: true\nlora_target_modules: [linear_qkv, c_attn]\n"); }),
+             Catch::Contains("lora_target_modules: names no module dtsim prices"));  // no such module in a Llama
+  CHECK(targets_of("google/gemma-3-1b-it") == "[q_proj,v_proj]");  // gemma3_text
+  CHECK_THAT(error_of([] { parse_trl_config("model_name_or_path: google/gemma-3-4b-it\nuse_peft: true\n", "trl.yaml"); }),
+             Catch::Contains("use_peft: without lora_target_modules on gemma-3-4b"));  // gemma3: none in PEFT's table
+  CHECK(targets_of("nemotron-3-nano-30b-a3b") == "[q_proj,k_proj,v_proj,o_proj]");  // nemotron_h
   CHECK(targets_of("nemotron-h-8b") == "[q_proj,k_proj,v_proj,o_proj]");
   CHECK(targets_of("mistralai/Mixtral-8x7B-v0.1") == "[q_proj,v_proj]");
   CHECK_THAT(error_of([] { parse_trl_config("model_name_or_path: zai-org/GLM-4.5\nuse_peft: true\n", "trl.yaml"); }),
@@ -2585,7 +2596,10 @@ TEST_CASE("TRL: defaults, dtype and precision, adapters, packing, loss, launcher
   CHECK(keys(fc)["model.peft"] == "lora");
   // DeepSpeed runs without autocast: TRL's chunks project in fp32.
   CHECK(keys(fc)["plan.loss_kernel"] == "chunked_nll_fp32");
-  CHECK(keys(read("deepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 3}}\n"))["plan.loss_kernel"] == "chunked_nll_fp32");
+  fc = read("deepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 3}}\n");
+  CHECK(keys(fc)["plan.loss_kernel"] == "chunked_nll_fp32");
+  CHECK(listed(fc, "loss_type=chunked_nll under ZeRO-3 (each chunk gathers the head's weight again"));
+  CHECK(listed(read("accelerate_config: zero3\n"), "loss_type=chunked_nll under ZeRO-3"));
   CHECK(keys(read("use_peft: true\naccelerate_config: fsdp2\n"))["model.peft"] == "lora");
   CHECK(keys(read("use_peft: true\naccelerate_config: multi_gpu\n"))["model.peft"] == "lora_fp32");
   // A quantized base: adapters cast to bf16, TRL's unnested NF4 said.

@@ -13,6 +13,7 @@
 #include "dtsim/sim/framework_config.hpp"
 #include "dtsim/sim/predict.hpp"
 #include "test_util.hpp"
+#include "lowering/lowering_common.hpp"
 
 using namespace dtsim;
 using namespace dtsim::sim;
@@ -263,20 +264,36 @@ TEST_CASE("TRL's chunked_nll keeps a sorted copy, reruns each 256-token chunk, c
   };
   CHECK(find(trl.backward, "lm_head.wcast.recompute").repeat == chunks);
   CHECK(trl.signature == ce.signature + ",lk=chunked");
-  // Held in bf16 (no master copies): w.float() then autocast's cast back,
-  // (2 + 4) + (4 + 2) bytes a weight, a chunk at a time in both passes.
-  w.master_weights = false;
+  // Held in bf16 (no master copies, or DeepSpeed's module, FSDP's gathered
+  // param_dtype): w.float() then autocast's cast back, (2 + 4) + (4 + 2)
+  // bytes a weight, a chunk at a time in both passes.
+  w.fp32_weights = false;
   const Layer bf16 = m->layers(w).back();
   CHECK(kernel(bf16, "lm_head.wcast").bytes == 12 * v * h);
   CHECK(kernel(bf16, "lm_head.wcast").repeat == chunks);
-  w.master_weights = true;
+  const auto weights32 = [&](const std::string& yaml) {
+    const ClusterSpec eight = load_cluster("dgx-h100");
+    return detail::workload_shape(resolve(parse_plan(yaml, "p.yaml"), *m, eight), eight.device).fp32_weights;
+  };
+  CHECK(weights32("dp: 8\nseq_len: 4096\nprecision: bf16\n"));
+  CHECK_FALSE(weights32("dp: 8\nseq_len: 4096\nprecision: bf16\nmaster_weights: false\n"));
+  CHECK_FALSE(weights32("dp: 8\nseq_len: 4096\nprecision: bf16\nzero_stage: 2\n"));
+  CHECK_FALSE(weights32("dp: 8\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\n"));
+  CHECK(weights32("dp: 8\nseq_len: 4096\nprecision: fp32\nzero_stage: 3\n"));
+  // Without autocast over a 16-bit weight (chunked_nll_fp32, as DeepSpeed
+  // runs): below. Over an fp32 one w.float() is itself: no cast, no copy.
+  w.loss_kernel = LossKernel::kChunkedNllFp32;
+  const Layer f32_over_fp32 = m->layers([&] { WorkloadShape s = w; s.fp32_weights = true; return s; }()).back();
+  for (const Kernel& k : f32_over_fp32.forward) CHECK(k.name != "lm_head.wcast");
+  CHECK(f32_over_fp32.backward_workspace_bytes == 20 * 256 * v + 6 * v * h);
+  w.loss_kernel = LossKernel::kChunkedNll;
   // Without autocast (chunked_nll_fp32): w.float() (2 + 4 bytes a weight) a
   // chunk at a time in both passes, the GEMMs and logits in fp32: each pass
   // reads 2 x 4 + 16 and writes 12 bytes a logit; the backward holds one
   // chunk's (16 + 4) bytes a logit, the weight's fp32 copy (4 v h) and its
   // gradient (fp32, then its bf16 copy: 6 v h).
   w.loss_kernel = LossKernel::kChunkedNllFp32;
-  const Layer f32 = m->layers(w).back();
+  const Layer f32 = m->layers(w).back();  // over bf16 weights
   CHECK(kernel(f32, "lm_head.wcast").bytes == 6 * v * h);
   CHECK(kernel(f32, "lm_head.wcast").repeat == chunks);
   CHECK(kernel(f32, "lm_head").fp32);
@@ -285,6 +302,7 @@ TEST_CASE("TRL's chunked_nll keeps a sorted copy, reruns each 256-token chunk, c
   CHECK(f32.backward_workspace_bytes == 20 * 256 * v + 10 * v * h);
   CHECK(f32.signature == ce.signature + ",lk=chunked32");
   w.loss_kernel = LossKernel::kChunkedNll;
+  w.fp32_weights = true;
   // A frozen head: no gradient arrives, and its cast is cached for no pass:
   // a 16-bit base's (12 bytes a weight) or an fp32 base's (6) a chunk at a
   // time in both; the fp32 base's own cast before the GEMM is the loss's.

@@ -488,6 +488,7 @@ FrameworkConfig with_accelerate(const FrameworkConfig& trainer, const FrameworkC
       if (accelerate.deepspeed && o.section == "plan" && o.path == "loss_kernel" && o.value == "chunked_nll") {
         o.value = "chunked_nll_fp32";
         o.from += " (DeepSpeed runs without autocast: the chunks project in fp32)";
+        if (accelerate.plan == std::optional<std::string>("zero3")) out.unmodelled.push_back(detail::kChunkedNllZero3);
       }
       if (o.section != "model" || o.path != "peft" || o.value != "lora_fp32" || !(accelerate.deepspeed || sharded)) continue;
       o.value = "lora";

@@ -101,6 +101,11 @@ std::string locate_beside(const std::string& path, const std::string& file);
 /// missing file fails naming both places, then `hint` ("; ...", or "").
 FrameworkConfig deepspeed_at(const YAML::Node& d, const YamlFields& y, const std::string& key, const std::string& hint);
 
+/// What TRL's chunked loss does under ZeRO-3 that dtsim does not price
+/// (trl/trainer/utils.py maybe_gather_lm_head_ctx, a chunk at a time).
+inline constexpr const char* kChunkedNllZero3 =
+    "loss_type=chunked_nll under ZeRO-3 (each chunk gathers the head's weight again, in both passes, maybe_gather_lm_head_ctx: not priced)";
+
 /// The linear projections of a Llama-style block as PEFT names them
 /// (find_all_linear_modules: every nn.Linear but the head), which dtsim's
 /// LoRA targets (Note [LoRA] in models/src/peft.cpp).

@@ -239,6 +239,16 @@ class Reader : detail::YamlFields {
     fail(a, "accelerate_config", "'" + name + "' is neither a file (from the working directory or beside " + file() + ") nor one of TRL's: " + valid);
   }
 
+  /// fp16 autocast over float16 weights all trained, where the run `merged`
+  /// (this config, with its accelerate config folded in) uses neither
+  /// DeepSpeed nor FSDP: PyTorch's GradScaler refuses it.
+  void refuse_fp16(const FrameworkConfig& merged) const {
+    if (!fp16_weights_ || merged.deepspeed || merged.plan == std::optional<std::string>("fsdp")) return;
+    const char* k = !null(root_["dtype"]) ? "dtype" : "torch_dtype";
+    fail(root_[k], k, "float16 beside fp16 with every weight trained; PyTorch's GradScaler refuses to unscale fp16 gradients "
+                      "(\"Attempting to unscale FP16 gradients.\"): load in float32, train in bf16, or run DeepSpeed or FSDP");
+  }
+
   /// The override of `np`'s num_processes, which must win over an
   /// accelerate config's ranks (a launcher flag over its config file).
   std::optional<Override> num_processes() const {
@@ -319,11 +329,14 @@ class Reader : detail::YamlFields {
                                      "give a list of two or more, all-linear, or a pattern such as .*" + one);
     }
     std::vector<std::string> targets;
-    for (const std::string& n : names) {
+    const bool gpt2 = fc_.model.value_or("").rfind("gpt2", 0) == 0;
+    for (std::string n : names) {
+      // gpt2's fused query, key and value projection (a Conv1D): dtsim's linear_qkv.
+      if (gpt2 && n == "c_attn") n = "linear_qkv";
       if (n == "lm_head" && lower(word_or(root_["loss_type"], "chunked_nll")) == "chunked_nll" && !flag(root_["use_liger_kernel"], "use_liger_kernel", false)) {
         fail(t, "lora_target_modules", "names lm_head beside loss_type chunked_nll (TRL's default); TRL refuses it (\"`loss_type='chunked_nll'` is not supported when `lm_head` is wrapped by a PEFT adapter\"): set loss_type: nll");
       }
-      if (n == "linear_qkv" || std::find_if(std::begin(kLinear), std::end(kLinear), [&](const char* k) { return n == k; }) != std::end(kLinear)) {
+      if ((gpt2 && n == "linear_qkv") || std::find_if(std::begin(kLinear), std::end(kLinear), [&](const char* k) { return n == k; }) != std::end(kLinear)) {
         if (std::find(targets.begin(), targets.end(), n) == targets.end()) targets.push_back(n);
       } else if (!n.empty()) {
         fc_.unmodelled.push_back("lora_target_modules " + n + " (its adapter is not priced; dtsim's: all-linear, q_proj, k_proj, v_proj, o_proj, gate_proj, up_proj, down_proj)");
@@ -356,21 +369,22 @@ class Reader : detail::YamlFields {
     };
     // Of dtsim's built-ins, the dense Qwen3s are qwen3's type; the others qwen3_moe, qwen3_next, qwen3_5.
     const bool qwen3_dense = starts({"qwen3-0.6b", "qwen3-1.7b", "qwen3-4b", "qwen3-8b", "qwen3-14b", "qwen3-32b"});
-    if (starts({"llama-2", "llama-3", "llama-4", "mistral", "mixtral", "qwen2.5", "gemma-2", "gemma-3", "gemma-4"}) || qwen3_dense) {
+    // Gemma 3 1B alone is gemma3_text; the larger ones are gemma3, which the table leaves out.
+    if (starts({"llama-2", "llama-3", "llama-4", "mistral", "mixtral", "qwen2.5", "gemma-2", "gemma-3-1b", "gemma-4"}) || qwen3_dense) {
       origin = file() + " (lora_target_modules unset: PEFT's default for " + m + "'s model type, q_proj and v_proj)";
       return {"q_proj", "v_proj"};
     }
-    if (starts({"nemotron-h", "nemotron-nano-9b"})) {
+    if (starts({"nemotron-h", "nemotron-nano-9b", "nemotron-3"})) {
       origin = file() + " (lora_target_modules unset: PEFT's default for nemotron_h, q_proj, k_proj, v_proj and o_proj)";
       return {"q_proj", "k_proj", "v_proj", "o_proj"};
     }
     if (starts({"gpt2"})) {
       origin = file() + " (lora_target_modules unset: PEFT's default for gpt2, c_attn: the fused query, key and value projection)";
-      return {"linear_qkv"};
+      return {"c_attn"};
     }
     // dtsim's built-ins whose model types PEFT's table leaves out.
     if (starts({"deepseek-", "glm-", "kimi-", "minimax-", "qwen3-30b-a3b", "qwen3-235b", "qwen3-next", "qwen3.5", "gpt-oss", "olmo-",
-                "granite-", "phi-3", "smollm3", "nemotron-3"})) {
+                "granite-", "phi-3", "smollm3", "gemma-3"})) {
       fail(root_["use_peft"], "use_peft", "without lora_target_modules on " + m + ", whose model type PEFT has no default targets for "
                                           "(\"Please specify `target_modules` in `peft_config`\"); give lora_target_modules (all-linear, or names)");
     }
@@ -388,7 +402,7 @@ class Reader : detail::YamlFields {
     // max_length, or its name before TRL 0.20; written null: no truncation.
     const char* lk = root_["max_length"] ? "max_length" : root_["max_seq_length"] ? "max_seq_length" : "max_length";
     if (std::string(lk) == "max_seq_length") {
-      fc_.unmodelled.push_back("max_seq_length (TRL's name before max_length, which TRL now passes on to accelerate launch: read as max_length)");
+      fc_.unmodelled.push_back("max_seq_length (TRL's name before max_length: read as max_length; current TRL hands it to accelerate launch, which refuses it: rename it max_length)");
     }
     const YAML::Node ml = root_[lk];
     if (ml && ml.IsNull()) {
@@ -433,16 +447,17 @@ class Reader : detail::YamlFields {
       dtype = "bfloat16";
     }
     const std::string dfrom = null(d) ? file() + " (dtype unset: TRL loads the model in float32)" : from(d, dk);
-    if (dk == "torch_dtype") fc_.unmodelled.push_back("torch_dtype (TRL's name before dtype, which TRL now passes on to accelerate launch: read as dtype)");
+    if (dk == "torch_dtype") {
+      fc_.unmodelled.push_back("torch_dtype (TRL's name before dtype: read as dtype; current TRL hands it to accelerate launch, which refuses it: rename it dtype)");
+    }
     if (peft_ && quantized_ && dtype == "float32") {
       fc_.unmodelled.push_back("dtype float32 beside a quantized base (its embedding, norms and head in fp32: priced in the working precision)");
     }
     fp32_load_ = dtype == "float32";
     autocast_ = bf16 || fp16;
-    // A plain GradScaler's refusal; DeepSpeed and FSDP keep fp32 copies.
-    if (fp16 && dtype == "float16" && !peft_ && distributed_ == "ddp" && !given("accelerate_config")) {
-      fail(d, dk, "float16 beside fp16 with every weight trained; PyTorch's GradScaler refuses to unscale fp16 gradients (\"Attempting to unscale FP16 gradients.\"): load in float32 or train in bf16");
-    }
+    // A plain GradScaler's refusal (DeepSpeed and FSDP keep fp32 copies):
+    // checked once accelerate's distribution is known (refuse_fp16).
+    fp16_weights_ = fp16 && dtype == "float16" && !peft_;
     if (bf16) {
       // TRL's bf16 default: TrainingArguments sets ACCELERATE_MIXED_PRECISION whatever accelerate's file says.
       out.plan("precision", "bf16", null(bf) ? file() + " (bf16 unset: TRL's default true where fp16 is not)" : from(bf, "bf16"));
@@ -532,6 +547,7 @@ class Reader : detail::YamlFields {
       const std::string origin = null(lt) ? file() + " (loss_type, TRL's default chunked_nll)" : from(lt, "loss_type");
       if (fc_.deepspeed) {
         out.plan("loss_kernel", "chunked_nll_fp32", origin + " (DeepSpeed runs without autocast: the chunks project in fp32)");
+        if (fc_.plan == std::optional<std::string>("zero3")) fc_.unmodelled.push_back(detail::kChunkedNllZero3);
       } else if (!autocast_ && !fp32_load_) {
         out.plan("loss_kernel", "chunked_nll_fp32", origin + " (no autocast over the 16-bit weights: the chunks project in fp32)");
       } else {
@@ -551,6 +567,7 @@ class Reader : detail::YamlFields {
   bool quantized_ = false;  ///< load_in_4bit or load_in_8bit
   bool fp32_load_ = false;  ///< the model loaded in float32
   bool autocast_ = false;   ///< bf16 or fp16
+  bool fp16_weights_ = false;  ///< fp16 autocast over float16 weights, all trained
 };
 
 }  // namespace
@@ -560,7 +577,10 @@ FrameworkConfig parse_trl_config(const std::string& yaml_text, const std::string
   Reader reader(parse_config_text(yaml_text, file, false), file);
   FrameworkConfig fc = reader.read();
   const std::optional<FrameworkConfig> acc = reader.accelerate();
-  if (!acc) return fc;
+  if (!acc) {
+    reader.refuse_fp16(fc);
+    return fc;
+  }
   // Note [accelerate under a trainer]; num_processes, a launcher flag, over its file's.
   FrameworkConfig out = with_accelerate(fc, *acc);
   // accelerate's tp and cp, which its num_processes was divided by and this one is not.
@@ -578,6 +598,7 @@ FrameworkConfig parse_trl_config(const std::string& yaml_text, const std::string
                         out.overrides.end());
     out.overrides.push_back(*np);
   }
+  reader.refuse_fp16(out);
   return out;
 }
 

@@ -49,7 +49,7 @@ inline WorkloadShape workload_shape(const ResolvedPlan& p, const DeviceSpec& dev
   shape.loss_chunks = p.loss_chunks;
   shape.loss_kernel = p.loss_kernel;
   shape.act_bytes = element_bytes(p.precision);
-  shape.master_weights = p.master_weights || shape.act_bytes == 4;
+  shape.fp32_weights = shape.act_bytes == 4 || (p.master_weights && !p.fsdp && p.zero_stage == 0);
   shape.fp8 = quantized_gemms(p.precision);
   shape.fp4 = p.precision == Precision::kFp4;
   shape.bf16_start = p.bf16_layers_start;

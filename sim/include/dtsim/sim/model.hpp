@@ -199,9 +199,12 @@ struct WorkloadShape {
   /// [Fused linear cross-entropy] in models/src/layers.cpp).
   LossKernel loss_kernel = LossKernel::kCrossEntropy;
   int act_bytes = 4;             ///< bytes per activation element: 2 (fp16/bf16) or 4 (fp32)
-  /// The trained weights are held in fp32 (the plan's master copies, or
-  /// fp32 itself); false: in the 16-bit working type (PlanSpec::master_weights).
-  bool master_weights = true;
+  /// The trained weights the forward multiplies are held in fp32: autocast
+  /// over fp32 parameters (the plan's master copies, unsharded), or fp32
+  /// itself; false: 16-bit ones (no master copies, DeepSpeed's 16-bit
+  /// module, FSDP's gathered param_dtype). Read by TRL's chunked loss alone
+  /// (Note [Fused linear cross-entropy] in models/src/layers.cpp).
+  bool fp32_weights = true;
   /// Bytes per element of a saved dropout mask: 1 where dropout keeps a bool
   /// mask (fused CUDA kernels), the activation size where it multiplies by a
   /// mask tensor of the input's dtype (LibTorch's CPU dropout).

@@ -186,7 +186,7 @@ class Zero3Modules final : public StrategyPass {
           break;
         }
       }
-      time[owner] += static_cast<double>(ctx_.compute_model.kernel_time(kernel, ctx_.plan.precision));
+      time[owner] += static_cast<double>(ctx_.compute_model.kernel_time(kernel, ctx_.plan.precision)) * static_cast<double>(kernel.repeat);
     }
     double total = 0;
     for (double t : time) total += t;
