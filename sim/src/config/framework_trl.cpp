@@ -229,7 +229,7 @@ class Reader : detail::YamlFields {
     if (name.empty()) fail(a, "accelerate_config", "empty; give one of TRL's (zero3, fsdp2, ...) or an accelerate config's path");
     // TRL's resolve_accelerate_config_argument: a file first, else a built-in.
     std::error_code ec;
-    if (!name.empty() && std::filesystem::is_regular_file(name, ec)) return read_accelerate_config(name);
+    if (std::filesystem::is_regular_file(name, ec)) return read_accelerate_config(name);
     for (const BuiltinAccelerate& b : kAccelerate) {
       if (name == b.name) return parse_accelerate_config(b.text, std::string("trl/accelerate_configs/") + b.name + ".yaml");
     }
@@ -249,8 +249,8 @@ class Reader : detail::YamlFields {
                       "(\"Attempting to unscale FP16 gradients.\"): load in float32, train in bf16, or run DeepSpeed or FSDP");
   }
 
-  /// The override of `np`'s num_processes, which must win over an
-  /// accelerate config's ranks (a launcher flag over its config file).
+  /// The dp this config's num_processes sets, which wins over an accelerate
+  /// config's ranks (a launcher flag over its config file).
   std::optional<Override> num_processes() const {
     for (const Override& o : fc_.overrides) {
       if (o.section == "plan" && o.path == "dp" && o.value != "null") return o;
