@@ -504,7 +504,6 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
     // Note [Fused linear cross-entropy].
     const std::vector<sim::Kernel> before = backward_of(head.forward);
     const bool liger = shape.loss_kernel == sim::LossKernel::kLigerFused;
-    head.forward.push_back(gemm(name, t, v, h, e));
     if (shape.loss_kernel == sim::LossKernel::kChunkedNll || shape.loss_kernel == sim::LossKernel::kChunkedNllFp32) {
       // The sorted copy of the input; then a chunk at a time the weight made
       // ready, the logits, their loss, argmax and entropy; all of it again
@@ -513,7 +512,6 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       const bool fp32 = shape.loss_kernel == sim::LossKernel::kChunkedNllFp32;
       const int g = fp32 ? 4 : e;
       const std::int64_t chunks = (t + chunked_nll_tokens(t) - 1) / chunked_nll_tokens(t);
-      head.forward.pop_back();  // the projection follows the weight's cast
       head.forward.push_back(memory_op(name + ".sort", sim::KernelKind::kElementwise, e * t * h, e * t * h));
       const int prep = chunked_nll_prep_bytes(e, fp32, shape.fp32_weights);
       sim::Kernel wcast = memory_op(name + ".wcast", sim::KernelKind::kElementwise, static_cast<Bytes>(prep) * v * h, 0, 1.0 * v * h);
@@ -547,6 +545,7 @@ void add_lm_loss(sim::Layer& head, const sim::WorkloadShape& shape, const std::s
       head.output_bytes = 4;
       return;
     }
+    head.forward.push_back(gemm(name, t, v, h, e));
     if (liger) {
       head.forward.push_back(memory_op(name + ".ce", sim::KernelKind::kElementwise, e * t * v, e * t * v, 5.0 * t * v));
       head.forward.push_back(gemm(name + ".dgrad", t, h, v, e));

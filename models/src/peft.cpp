@@ -610,8 +610,10 @@ class Lora final : public sim::Model {
     const bool chunked = L.kind == sim::LayerKind::kLmHead && detail::fused_lm_loss(shape) &&
                          (shape.loss_kernel == sim::LossKernel::kChunkedNll || chunked_fp32);
     std::string loss_gemm;  // the chunked loss's projection, named by its weight's cast
-    for (const sim::Kernel& k : L.forward) {
-      if (chunked && k.name.ends_with(".wcast")) loss_gemm = k.name.substr(0, k.name.size() - 6);
+    if (chunked) {
+      for (const sim::Kernel& k : L.forward) {
+        if (k.name.ends_with(".wcast")) loss_gemm = k.name.substr(0, k.name.size() - 6);
+      }
     }
     if (fp32_base) {
       // Note [fp32 base]: every frozen weight in 4 bytes, the embedding's too.

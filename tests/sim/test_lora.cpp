@@ -59,6 +59,16 @@ Bytes resident(const TaskGraph& g, MemCategory category) {
   return b;
 }
 
+/// Rank 0's resident parameter bytes of `model` under `plan_yaml` on `c`,
+/// resolved, partitioned and lowered at fixed costs.
+Bytes resident_params(const Model& model, const std::string& plan_yaml, const ClusterSpec& c) {
+  ResolvedPlan r = resolve(parse_plan(plan_yaml, "p.yaml"), model, c);
+  const test::FixedCompute compute(1000);
+  const test::FixedComm comm(1000);
+  partition(r, model, c, compute, comm);
+  return resident(lower(model, r, c, CostModels{&compute, &comm}), MemCategory::kParameters);
+}
+
 Flops weight_grad_flops(const Layer& l) {
   Flops f = 0;
   for (const Kernel& k : l.backward) {
@@ -570,24 +580,12 @@ TEST_CASE("QLoRA: the blocks' linear weights in NF4, dequantized before each GEM
   // head (2 x 128,256 x 4096 + 4096) and the adapters in bf16.
   const ClusterSpec one = load_cluster("dgx-h100", sets({"cluster.gpus_per_node=1"}));
   const std::string plan = "dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n";
-  const test::FixedCompute compute(1000);
-  const test::FixedComm comm(1000);
-  const auto resident_params = [&](const std::string& p, const ClusterSpec& c) {
-    ResolvedPlan r = resolve(parse_plan(p, "p.yaml"), *q, c);
-    partition(r, *q, c, compute, comm);
-    Bytes b = 0;
-    const TaskGraph g = lower(*q, r, c, CostModels{&compute, &comm});
-    for (const auto& m : g.ranks[0].resident) {
-      if (m.category == MemCategory::kParameters) b += m.bytes;
-    }
-    return b;
-  };
   const Bytes blocks = 32 * (112'513'024LL + 8192 * 2), rest = (2LL * 128'256 * 4096 + 4096) * 2, adapters = 41'943'040LL * 2;
-  CHECK(resident_params(plan, one) == blocks + rest + adapters);
+  CHECK(resident_params(*q, plan, one) == blocks + rest + adapters);
   // FSDP2 shards them and gathers the NF4 bytes as they are (torchao's
   // fsdp_pre_all_gather): an eighth each on 8 GPUs.
   const ClusterSpec eight = load_cluster("dgx-h100");
-  CHECK(resident_params("dp: 8\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\nfsdp_version: 2\n", eight) ==
+  CHECK(resident_params(*q, "dp: 8\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\nfsdp_version: 2\n", eight) ==
         (blocks + rest) / 8 + adapters / 8);
   // bitsandbytes' and torchao's 4-bit weights are whole and compute in 16 bits.
   CHECK_THAT(q->tp_error(2), Catch::Contains("QLoRA's 4-bit base (bitsandbytes' Linear4bit, torchao's NF4Tensor) is not split"));
@@ -618,16 +616,8 @@ TEST_CASE("An 8-bit LoRA: LLM.int8 weights with a scale an output row, dequantiz
   CHECK(ql[1].signature.find(",lora8=16") != std::string::npos);
   // On one GPU: the int8 blocks and their norms, the rest and the adapters in bf16.
   const ClusterSpec one = load_cluster("dgx-h100", sets({"cluster.gpus_per_node=1"}));
-  ResolvedPlan r = resolve(parse_plan("dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n", "p.yaml"), *q, one);
-  const test::FixedCompute compute(1000);
-  const test::FixedComm comm(1000);
-  partition(r, *q, one, compute, comm);
-  const TaskGraph g = lower(*q, r, one, CostModels{&compute, &comm});
-  Bytes params = 0;
-  for (const auto& m : g.ranks[0].resident) {
-    if (m.category == MemCategory::kParameters) params += m.bytes;
-  }
-  CHECK(params == 32 * (218'275'840LL + 8192 * 2) + (2LL * 128'256 * 4096 + 4096) * 2 + 41'943'040LL * 2);
+  CHECK(resident_params(*q, "dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n", one) ==
+        32 * (218'275'840LL + 8192 * 2) + (2LL * 128'256 * 4096 + 4096) * 2 + 41'943'040LL * 2);
   CHECK(ql[1].frozen_quantized_bits == 8);
   // FSDP wraps no integer tensor, sharded or not; nor are they split or in FP8.
   const ClusterSpec eight = load_cluster("dgx-h100");
@@ -672,12 +662,8 @@ TEST_CASE("LoRA over an fp32 base under bf16 autocast: 4 bytes a frozen weight, 
   CHECK(ql[1].signature.find(",lora32=16") != std::string::npos);
   // On one GPU: all 8,030,261,248 weights in fp32, the adapters in bf16.
   const ClusterSpec one = load_cluster("dgx-h100", sets({"cluster.gpus_per_node=1"}));
-  ResolvedPlan r = resolve(parse_plan("dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n", "p.yaml"), *q, one);
-  const test::FixedCompute compute(1000);
-  const test::FixedComm comm(1000);
-  partition(r, *q, one, compute, comm);
-  const TaskGraph g = lower(*q, r, one, CostModels{&compute, &comm});
-  CHECK(resident(g, MemCategory::kParameters) == 4 * 8'030'261'248LL + 2 * 41'943'040LL);
+  CHECK(resident_params(*q, "dp: 1\nmicro_batch: 1\ngrad_accum: 1\nseq_len: 4096\nprecision: bf16\n", one) ==
+        4 * 8'030'261'248LL + 2 * 41'943'040LL);
   // Sharded, the base would be gathered in 16 bits: refused; nor in fp32 or fp8.
   const ClusterSpec eight = load_cluster("dgx-h100");
   CHECK_THAT(error_of([&] { resolve(parse_plan("dp: 8\nseq_len: 4096\nprecision: bf16\nfsdp: full_shard\nfsdp_version: 2\n", "p.yaml"), *q, eight); }),

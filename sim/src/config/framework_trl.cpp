@@ -249,14 +249,8 @@ class Reader : detail::YamlFields {
                       "(\"Attempting to unscale FP16 gradients.\"): load in float32, train in bf16, or run DeepSpeed or FSDP");
   }
 
-  /// The dp this config's num_processes sets, which wins over an accelerate
-  /// config's ranks (a launcher flag over its config file).
-  std::optional<Override> num_processes() const {
-    for (const Override& o : fc_.overrides) {
-      if (o.section == "plan" && o.path == "dp" && o.value != "null") return o;
-    }
-    return std::nullopt;
-  }
+  /// The config gives num_processes, a launcher flag.
+  bool names_processes() const { return !null(root_["num_processes"]); }
 
  private:
   static bool unset(const YAML::Node& n) { return detail::yaml_unset(n); }
@@ -581,22 +575,19 @@ FrameworkConfig parse_trl_config(const std::string& yaml_text, const std::string
     reader.refuse_fp16(fc);
     return fc;
   }
-  // Note [accelerate under a trainer]; num_processes, a launcher flag, over its file's.
+  // Note [accelerate under a trainer]: num_processes, a launcher flag the
+  // file writes, follows accelerate's own and wins; but not over
+  // accelerate's tp and cp, which its num_processes was divided by and this
+  // one is not.
   FrameworkConfig out = with_accelerate(fc, *acc);
-  // accelerate's tp and cp, which its num_processes was divided by and this one is not.
   const bool split = std::any_of(acc->overrides.begin(), acc->overrides.end(), [](const Override& o) {
     return o.section == "plan" && (o.path == "tp" || o.path == "cp") && o.value != "null" && o.value != "1";
   });
-  if (const std::optional<Override> np = reader.num_processes(); np && split) {
+  if (split && reader.names_processes()) {
     out.overrides.erase(std::remove_if(out.overrides.begin(), out.overrides.end(),
                                        [](const Override& o) { return o.section == "plan" && o.path == "dp"; }),
                         out.overrides.end());
     out.unmodelled.push_back("num_processes (over accelerate's tp and cp: give --set plan.dp)");
-  } else if (np) {
-    out.overrides.erase(std::remove_if(out.overrides.begin(), out.overrides.end(),
-                                       [](const Override& o) { return o.section == "plan" && o.path == "dp"; }),
-                        out.overrides.end());
-    out.overrides.push_back(*np);
   }
   reader.refuse_fp16(out);
   return out;
