@@ -183,7 +183,7 @@ Command add_search(CLI::App& root) {
   app->footer(
       "\n--set plan.KEY=VALUE fixes a knob (e.g. plan.precision=bf16, plan.tp=2); the search walks the others.\n"
       "A framework's config (--megatron-bridge, --megatron-args, --deepspeed, --torchtitan, --torchtune, --axolotl,\n"
-      "--llamafactory, --trl, --accelerate) gives the model, the batch, the sequence and the numerics (and what its\n"
+      "--llamafactory, --trl, --nanotron, --accelerate) gives the model, the batch, the sequence and the numerics (and what its\n"
       "framework cannot change: pp 1 for axolotl, LLaMA-Factory, TRL and torchtune), and its plan is ranked beside the search's.\n"
       "Examples:\n  dtsim search --model gpt2-xl --cluster dgx-a100 --global-batch 512 --top 5\n"
       "  dtsim search --cluster dgx-h100 --megatron-bridge configs/frameworks/megatron-bridge/llama3_8b_run_config.yaml");

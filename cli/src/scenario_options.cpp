@@ -55,6 +55,9 @@ void add_scenario_options(CLI::App& app, ScenarioOptions& s, unsigned which) {
         ->type_name("FILE");
     app.add_option("--trl", s.trl, "A TRL training config (trl sft --config) as the plan and, with no --model, the model")
         ->type_name("FILE");
+    app.add_option("--nanotron", s.nanotron,
+                   "A nanotron training config (run_train.py --config-file) as the plan and, with no --model, the model")
+        ->type_name("FILE");
     app.add_option("--accelerate", s.accelerate,
                    "An accelerate config (accelerate launch --config_file) as the distribution: alone, or under --llamafactory, --axolotl or --trl")
         ->type_name("FILE");
@@ -71,7 +74,8 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
   const std::vector<sim::Override> user = s.overrides();
   const std::pair<const char*, const std::string*> options[] = {
       {"deepspeed", &s.deepspeed}, {"megatron", &s.megatron_args}, {"megatron-bridge", &s.megatron_bridge}, {"torchtitan", &s.torchtitan},
-      {"torchtune", &s.torchtune}, {"axolotl", &s.axolotl}, {"llamafactory", &s.llamafactory}, {"trl", &s.trl}};
+      {"torchtune", &s.torchtune}, {"axolotl", &s.axolotl}, {"llamafactory", &s.llamafactory}, {"trl", &s.trl},
+      {"nanotron", &s.nanotron}};
   const char* kind = nullptr;
   int given = 0;
   for (const auto& [k, v] : options) {
@@ -85,7 +89,8 @@ ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& d
     return r;
   }
   if (given > 1) {
-    throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory and --trl each describe the whole plan; give one");
+    throw ConfigError("--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --trl and --nanotron "
+                      "each describe the whole plan; give one");
   }
   // Note [accelerate under a trainer]: with a transformers-based trainer's config, or alone.
   if (!s.accelerate.empty() && kind != nullptr && std::string(kind) != "llamafactory" && std::string(kind) != "axolotl" &&

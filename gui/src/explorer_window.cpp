@@ -1669,6 +1669,13 @@ struct ExplorerWindow::Impl {
     // Where the rules refuse them: off (the boxes keep what they show).
     p.optim_bits = eight_bit->isChecked() && eight_bit_allowed() ? 8 : 32;
     p.optimizer_in_backward = in_bwd->isChecked() && in_bwd_allowed();
+    // nanotron's fp32 accumulator (a --nanotron scenario's; no box): kept
+    // where the rules allow it, off elsewhere (Note [nanotron's fp32 accumulator]).
+    p.fp32_grad_accumulator =
+        before.fp32_grad_accumulator &&
+        sim::PlanRules::fp32_accumulator_allowed(p.precision, p.master_weights, p.zero_stage, p.fsdp != sim::FsdpMode::kNone,
+                                                 p.offload_optimizer, p.accumulate_allreduce_grads_in_fp32 || p.megatron_grad_buffer,
+                                                 p.use_precision_aware_optimizer, p.optimizer_in_backward);
     p.kernels = static_cast<sim::Kernels>(kernels_box->currentData().toInt());
     // Under fp8 only; elsewhere delayed, the default (the box keeps what it shows).
     p.fp8_recipe = p.precision == sim::Precision::kFp8 ? static_cast<sim::Fp8Recipe>(fp8_recipe->currentData().toInt())
@@ -1709,6 +1716,7 @@ struct ExplorerWindow::Impl {
     mark(p.optimizer_in_backward != before.optimizer_in_backward, "optimizer_in_backward");
     mark(p.enable_activation_offloading != before.enable_activation_offloading, "enable_activation_offloading");
     mark(p.megatron_grad_buffer != before.megatron_grad_buffer, "megatron_grad_buffer");
+    mark(p.fp32_grad_accumulator != before.fp32_grad_accumulator, "fp32_grad_accumulator");
     mark(p.use_precision_aware_optimizer != before.use_precision_aware_optimizer, "use_precision_aware_optimizer");
     mark(p.exp_avg_dtype != before.exp_avg_dtype, "exp_avg_dtype");
     mark(p.exp_avg_sq_dtype != before.exp_avg_sq_dtype, "exp_avg_sq_dtype");

@@ -79,18 +79,19 @@ def _int(value, what, default):
     return value
 
 
-def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune=None, axolotl=None, llamafactory=None, trl=None):
+def _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune=None, axolotl=None, llamafactory=None, trl=None,
+               nanotron=None):
     """(kind, source) of the one framework config given, or ("", "")."""
     options = {"deepspeed": "deepspeed", "megatron": "megatron_args", "megatron-bridge": "megatron_bridge",
                "torchtitan": "torchtitan", "torchtune": "torchtune", "axolotl": "axolotl",
-               "llamafactory": "llamafactory", "trl": "trl"}
+               "llamafactory": "llamafactory", "trl": "trl", "nanotron": "nanotron"}
     frameworks = [(k, v) for k, v in (("deepspeed", deepspeed), ("megatron", megatron_args),
                                       ("megatron-bridge", megatron_bridge), ("torchtitan", torchtitan),
                                       ("torchtune", torchtune), ("axolotl", axolotl),
-                                      ("llamafactory", llamafactory), ("trl", trl))
+                                      ("llamafactory", llamafactory), ("trl", trl), ("nanotron", nanotron))
                   if v is not None]
     if len(frameworks) > 1:
-        raise ConfigError("deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory and trl each "
+        raise ConfigError("deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl and nanotron each "
                           "describe the whole plan; give one")
     kind, source = frameworks[0] if frameworks else ("", "")
     if kind:
@@ -109,7 +110,8 @@ def _accelerate(accelerate):
 
 
 def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False, deepspeed=None, megatron_args=None,
-            torchtitan=None, megatron_bridge=None, torchtune=None, axolotl=None, llamafactory=None, accelerate=None, trl=None):
+            torchtitan=None, megatron_bridge=None, torchtune=None, axolotl=None, llamafactory=None, accelerate=None, trl=None,
+            nanotron=None):
     """One plan's iteration time, throughput, MFU and per-GPU memory.
 
     model: a built-in name (``dtsim.models()``), a YAML or HuggingFace
@@ -121,19 +123,19 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
     as ``--set`` (it wins over a framework's config). profile: a calibration
     profile (.h5). deepspeed: a DeepSpeed config JSON (a path) as the plan;
     megatron_args: Megatron-LM's flags (a string, or a file of them);
-    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl: a
-    Megatron-Bridge config YAML (run_config.yaml), a torchtitan job TOML, a
-    torchtune recipe config, an axolotl config, a LLaMA-Factory training
-    config or a TRL config YAML (a path); the last seven as the plan and,
-    with no model, the model; at most one, instead of plan, as the CLI's
-    ``--deepspeed``, ``--megatron-args``, ``--megatron-bridge``,
-    ``--torchtitan``, ``--torchtune``, ``--axolotl``, ``--llamafactory`` and
-    ``--trl``. accelerate: an accelerate config YAML (a path) as
+    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl,
+    nanotron: a Megatron-Bridge config YAML (run_config.yaml), a torchtitan
+    job TOML, a torchtune recipe config, an axolotl config, a LLaMA-Factory
+    training config, a TRL config or a nanotron config YAML (a path); the
+    last eight as the plan and, with no model, the model; at most one,
+    instead of plan, as the CLI's ``--deepspeed``, ``--megatron-args``,
+    ``--megatron-bridge``, ``--torchtitan``, ``--torchtune``, ``--axolotl``,
+    ``--llamafactory``, ``--trl`` and ``--nanotron``. accelerate: an accelerate config YAML (a path) as
     ``--accelerate``: the distribution ``accelerate launch --config_file``
     gives, alone or under llamafactory, axolotl or trl. What such a config sets that
     dtsim does not model is one ``UserWarning``. Returns ``dtsim predict --json``.
     """
-    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl)
+    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl, nanotron)
     accelerate = _accelerate(accelerate)
     text, warning = _core.predict_json(_source(model, "model") if model is not None else _core.Source("", False),
                                        _source(cluster, "cluster"),
@@ -146,20 +148,20 @@ def predict(model, cluster, plan=None, set=None, profile=None, unabridged=False,
 
 def search(model, cluster, global_batch=None, gpus=None, top=10, set=None, profile=None, threads=None,
            frame=False, deepspeed=None, megatron_args=None, megatron_bridge=None, torchtitan=None, torchtune=None,
-           axolotl=None, llamafactory=None, accelerate=None, trl=None):
+           axolotl=None, llamafactory=None, accelerate=None, trl=None, nanotron=None):
     """Every valid plan simulated and ranked; ``dtsim search --json``.
 
     global_batch: sequences per iteration (default 4 per GPU); gpus: GPUs to
     use (default the whole cluster); top: plans ranked; set: fixed knobs
     (``{"plan.precision": "bf16"}``). deepspeed, megatron_args,
-    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl (at most one, as for :func:`predict`; accelerate as there): the
+    megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl, nanotron (at most one, as for :func:`predict`; accelerate as there): the
     model (where model is None), the global batch, the sequence and the
     numerics come from that config, and its own plan is ranked beside the
     search's (``result["compared"]``); what it sets that dtsim does not model
     is one ``UserWarning``. frame=True returns the ranking as a pandas
     DataFrame (:func:`search_frame`).
     """
-    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl)
+    kind, source = _framework(deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl, nanotron)
     accelerate = _accelerate(accelerate)
     text, warning = _core.search_json(_source(model, "model") if model is not None else _core.Source("", False),
                                       _source(cluster, "cluster"), _sets(set),

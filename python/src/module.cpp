@@ -87,6 +87,7 @@ std::pair<std::string, std::string> predict_json(const Source& model, const Sour
                          : framework_kind == "axolotl"         ? "axolotl"
                          : framework_kind == "llamafactory"    ? "llamafactory"
                          : framework_kind == "trl"             ? "trl"
+                         : framework_kind == "nanotron"        ? "nanotron"
                          : framework_kind.empty()              ? "accelerate"
                                                                : "torchtitan";
     if (!plan.text.empty()) {

@@ -308,6 +308,12 @@ RunSetup setup_run(const ValidateOptions& o, int world) {
                            (bits ? ": 8-bit optimizer states are not run: the runtime's Adam keeps them as torch.optim does; use optim_bits: 32"
                                  : ": the runtime steps after the backward, not in it; use optimizer_in_backward: false"));
   }
+  if (s.spec.fp32_grad_accumulator) {
+    // Note [nanotron's fp32 accumulator] (lowering/emitter.hpp): priced, not run.
+    throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.fp32_grad_accumulator") +
+                           ": nanotron's fp32 gradient accumulator is not run: the runtime's gradients are the parameters' type; use "
+                           "fp32_grad_accumulator: false");
+  }
   if (s.spec.loss_kernel != sim::LossKernel::kCrossEntropy) {
     // Note [Fused linear cross-entropy] (models/src/layers.cpp): priced, not run.
     throw UnsupportedError("dtsim validate: " + s.spec.origins.of("plan.loss_kernel") + ": " + sim::to_string(s.spec.loss_kernel) +

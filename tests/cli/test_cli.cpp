@@ -841,7 +841,7 @@ TEST_CASE("a bad option is one line naming the subcommand and what is valid, exi
   const Result r = dtsim("search --model gpt2 --cluster dgx-a100 --gobal-batch 8");
   CHECK(r.err ==
         "dtsim search: unknown option --gobal-batch (did you mean --global-batch?); valid: --model, --cluster, --profile, --set, "
-        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --trl, --accelerate, --gpus, --global-batch, "
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --trl, --nanotron, --accelerate, --gpus, --global-batch, "
         "--top, --threads, --json, --csv\n");
   const Result missing = dtsim("predict --cluster dgx-a100 --model");
   CHECK(missing.status == 2);
@@ -1219,7 +1219,7 @@ TEST_CASE("predict and search read a LLaMA-Factory config", "[cli][frameworks]")
   CHECK(r.err.find("warning: " + dir + "qwen3_full_sft_ds3.yaml: LLaMA-Factory settings dtsim does not model") != std::string::npos);
   const Result two = dtsim("predict --cluster dgx-h100 --llamafactory " + dir + "qwen3_lora_sft.yaml --axolotl x.yml");
   CHECK(two.status == 2);
-  CHECK_THAT(two.err, Catch::Contains("--axolotl, --llamafactory and --trl each describe the whole plan; give one"));
+  CHECK_THAT(two.err, Catch::Contains("--axolotl, --llamafactory, --trl and --nanotron each describe the whole plan; give one"));
   // Under accelerate launch --config_file: its FSDP, the trainer's batch (Note [accelerate under a trainer]).
   const Result a = dtsim("predict --cluster dgx-h100 --json --accelerate " + dir + "fsdp_config.yaml --llamafactory " + dir + "qwen3_lora_sft.yaml");
   REQUIRE(a.status == 0);
@@ -1267,6 +1267,31 @@ TEST_CASE("predict and search read a TRL config", "[cli][frameworks]") {
     CHECK(e["plan"]["pp"].as<int>() == 1);
     CHECK(e["plan"]["zero_stage"].as<int>() < 3);  // an fp32 base is not sharded
   }
+}
+
+// Note [nanotron configs]: its parallelism, batch and model from the YAML,
+// its fp32 accumulator in the plan; a search from it.
+TEST_CASE("predict and search read a nanotron config", "[cli][frameworks]") {
+  const std::string file = std::string(DTSIM_SOURCE_DIR) + "/configs/frameworks/nanotron/smollm3_3b.yaml";
+  const Result r = dtsim("predict --cluster dgx-h100 --json --nanotron " + file);
+  REQUIRE(r.status == 0);
+  const YAML::Node j = YAML::Load(r.out.substr(0, r.out.size() - r.err.size()));
+  CHECK(j["model"]["name"].as<std::string>() == "nanotron-smollm3_3b");
+  CHECK(j["plan"]["dp"].as<int>() == 4);
+  CHECK(j["plan"]["tp"].as<int>() == 2);
+  CHECK(j["plan"]["sequence_parallel"].as<bool>());
+  CHECK(j["plan"]["fp32_grad_accumulator"].as<bool>());
+  CHECK(j["plan"]["global_batch"].as<int>() == 12);
+  CHECK(r.err.find("warning: " + file + ": nanotron settings dtsim does not model, ignored: parallelism.tp_linear_async_communication") !=
+        std::string::npos);
+  const Result plan = dtsim("predict --cluster dgx-h100 --model gpt2 --plan " + file);
+  CHECK(plan.status == 2);
+  CHECK(plan.err == "dtsim: " + file + " looks like a nanotron config; pass it as --nanotron " + file + "\n");
+  const Result s = dtsim("search --cluster dgx-h100 --top 5 --threads 1 --json --nanotron " + file);
+  REQUIRE(s.status == 0);
+  const YAML::Node js = YAML::Load(s.out.substr(0, s.out.size() - s.err.size()));
+  REQUIRE(js["top"].size() > 0);
+  CHECK(js["global_batch"].as<int>() == 12);
 }
 
 // Note [Search from a framework config]: a search from an axolotl config

@@ -1,8 +1,8 @@
 // Fuzz target: a framework's config (a DeepSpeed JSON, a Megatron-LM command
 // line, a Megatron-Bridge YAML, a torchtitan TOML, a torchtune, an axolotl,
-// a LLaMA-Factory, a TRL or an accelerate YAML), read by each importer in turn as
+// a LLaMA-Factory, a TRL, a nanotron or an accelerate YAML), read by each importer in turn as
 // `--deepspeed`, `--megatron-args`, `--megatron-bridge`, `--torchtitan`,
-// `--torchtune`, `--axolotl`, `--llamafactory`, `--trl` and `--accelerate` read a
+// `--torchtune`, `--axolotl`, `--llamafactory`, `--trl`, `--nanotron` and `--accelerate` read a
 // file; what one accepts is folded into a scenario
 // (apply_framework_config), its plan and model loaded, and the plan resolved
 // and partitioned on a DGX A100 as `dtsim predict` does.
@@ -37,6 +37,7 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_axolotl_config(text, "fuzz-axolotl.yml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_llamafactory_config(text, "fuzz-llamafactory.yaml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_trl_config(text, "fuzz-trl.yaml")); });
+  dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_nanotron_config(text, "fuzz-nanotron.yaml")); });
   dtsim::fuzz::expect_typed_errors([&] { scenario(dtsim::sim::parse_accelerate_config(text, "fuzz-accelerate.yaml")); });
   return 0;
 }

@@ -2034,7 +2034,7 @@ TEST_CASE("dtsim-gui --screenshot renders without a display, and bad arguments e
   CHECK(WEXITSTATUS(typo) == 2);
   CHECK(slurp(err) ==
         "dtsim-gui: unknown option --modle (did you mean --model?); valid: --model, --cluster, --plan, --profile, --set, "
-        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --trl, --accelerate, --measured, --screenshot, "
+        "--deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --trl, --nanotron, --accelerate, --measured, --screenshot, "
         "--tab\n");
   fs::remove(out);
   fs::remove(err);

@@ -168,7 +168,12 @@ def test_framework_configs_equal_cli(cli, source_dir, tmp_path):
     assert (got["plan"]["tp"], got["plan"]["micro_batch"], got["plan"]["global_batch"]) == (2, 2, 64)
     with pytest.raises(dtsim.ConfigError, match="^plan and deepspeed both describe the plan"):
         dtsim.predict("gpt2", "dgx-a100", "zero2", deepspeed=ds)
-    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory and trl each"):
+    # A nanotron config: the SmolLM3-3B example over tp 2 x dp 4, as --nanotron.
+    nt = os.path.join(frameworks, "nanotron", "smollm3_3b.yaml")
+    got = dtsim.predict(None, "dgx-h100", nanotron=nt)
+    assert got == cli("predict", "--cluster", "dgx-h100", "--nanotron", nt)
+    assert (got["plan"]["dp"], got["plan"]["tp"], got["plan"]["fp32_grad_accumulator"]) == (4, 2, True)
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl and nanotron each"):
         dtsim.predict("gpt2", "dgx-a100", deepspeed=ds, torchtitan=tt)
     with pytest.raises(dtsim.ConfigError, match="^model: none given"):
         dtsim.predict(None, "dgx-a100", "ddp")

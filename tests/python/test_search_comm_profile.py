@@ -32,7 +32,7 @@ def test_search_from_a_framework_config(cli):
     assert got["global_batch"] == 512  # train.global_batch_size
     assert got["compared"]["name"] == mb + " (Megatron-Bridge)"
     assert got["compared"]["entry"]["plan"]["cp"] == 2
-    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory and trl"):
+    with pytest.raises(dtsim.ConfigError, match="^deepspeed, megatron_args, megatron_bridge, torchtitan, torchtune, axolotl, llamafactory, trl and nanotron"):
         dtsim.search(None, "dgx-h100", megatron_bridge=mb, megatron_args="--micro-batch-size 1")
 
 

@@ -1620,6 +1620,11 @@ TEST_CASE("what the simulator prices for fine-tuning is refused by validate in o
   const Run in_bwd = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.dp=1 --set plan.optimizer_in_backward=true");
   CHECK(in_bwd.status == 2);
   CHECK(in_bwd.err.find("the runtime steps after the backward, not in it") != std::string::npos);
+  // Note [nanotron's fp32 accumulator]: priced, not run.
+  const Run accumulator = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.precision=bf16 --set plan.fp32_grad_accumulator=true");
+  CHECK(accumulator.status == 2);
+  CHECK(std::count(accumulator.err.begin(), accumulator.err.end(), '\n') == 1);
+  CHECK(accumulator.err.find("nanotron's fp32 gradient accumulator is not run") != std::string::npos);
   const Run offload = validate("--model gpt2-tiny --plan ddp --procs 1 --set plan.enable_activation_offloading=true");
   CHECK(offload.status == 2);
   CHECK(offload.err.find("activations offloaded to the host are not run") != std::string::npos);

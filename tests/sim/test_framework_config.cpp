@@ -2168,6 +2168,10 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
   CHECK(k["plan.master_weights"] == "false");
   CHECK_THAT(error_of([&] { read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 3}}\n"); }),
              Catch::Contains("lf.yaml:3: pure_bf16: beside DeepSpeed ZeRO-3"));
+  // Under DeepSpeed's ZeRO-2 the bf16 weights still get fp32 partitions to step.
+  k = keys(read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 2}}\n"));
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.master_weights"] == "true");
   k = keys(read("disable_gradient_checkpointing: true\nflash_attn: disabled\n"));
   CHECK(k["plan.recompute"] == "null");
   CHECK(k["plan.attention"] == "eager");
@@ -2699,4 +2703,213 @@ TEST_CASE("TRL under a separate accelerate config: its bf16 default binds, an fp
   CHECK(fc.deepspeed);
   CHECK(keys(fc)["model.peft"] == "lora");
   CHECK(from_of(fc, "model.peft").find("DeepSpeed casts the fp32 base") != std::string::npos);
+}
+
+// Note [nanotron configs] (sim/src/config/framework_nanotron.cpp).
+TEST_CASE("nanotron: the SmolLM3-3B example, a Qwen2Config under tp 2 with sequence parallelism and the fp32 accumulator",
+          "[framework]") {
+  const FrameworkConfig fc = read_nanotron_config(sample("nanotron/smollm3_3b.yaml"));
+  CHECK(fc.framework == "nanotron");
+  REQUIRE(fc.plan == std::optional<std::string>("ddp"));
+  REQUIRE(fc.model == std::optional<std::string>("llama-3-8b"));  // a base, its shape all set
+  auto k = keys(fc);
+  CHECK(k["plan.dp"] == "4");
+  CHECK(k["plan.tp"] == "2");
+  CHECK(k["plan.pp"] == "1");
+  CHECK(k["plan.cp"] == "1");
+  CHECK(k["plan.placement"] == "tp,cp,dp,pp");  // parallel/context.py: tp innermost, then cp, dp, pp
+  CHECK(k["plan.sequence_parallel"] == "true");  // tp_mode REDUCE_SCATTER
+  CHECK(k["plan.schedule"] == "null");           // no pipeline
+  CHECK(k["plan.recompute"] == "none");
+  CHECK(k["plan.seq_len"] == "4096");
+  CHECK(k["plan.micro_batch"] == "3");
+  CHECK(k["plan.grad_accum"] == "1");
+  CHECK(k["plan.precision"] == "bf16");
+  CHECK(k["plan.bucket_mb"] == "50");
+  CHECK(k["plan.fp32_grad_accumulator"] == "true");
+  CHECK(k["plan.master_weights"] == "true");
+  CHECK(k["plan.zero_stage"] == "0");
+  CHECK(k["plan.optimizer"] == "adamw");
+  CHECK(k["plan.attention"] == "flash");
+  CHECK(fc.global_batch == std::optional<std::int64_t>(3 * 1 * 4));  // micro x accumulation x dp
+  CHECK(k["model.name"] == "nanotron-smollm3_3b");
+  CHECK(k["model.layers"] == "36");
+  CHECK(k["model.kv_heads"] == "4");
+  CHECK(k["model.vocab"] == "128256");  // a multiple of 1 x tp 2 already
+  CHECK(k["model.tied_head"] == "true");
+  CHECK(k["model.qkv_bias"] == "false");
+  CHECK(from_of(fc, "plan.micro_batch").find("smollm3_3b.yaml:95 (tokens.micro_batch_size)") != std::string::npos);
+  CHECK(listed(fc, "parallelism.tp_linear_async_communication=true"));
+  CHECK(listed(fc, "model.model_config.no_rope_layer=4"));
+  CHECK(listed(fc, "model.model_config._use_doc_masking=true"));
+  CHECK(fc.unmodelled.size() == 3);
+  // Embedding 128,256 x 2048 (tied); each layer q and o 2048^2, k and v
+  // 2048 x 512, the MLP 3 x 2048 x 11008, two norms; the final norm:
+  // 262,668,288 + 36 x 78,123,008 + 2048.
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  CHECK(m->trainable_parameters() == 3'075'098'624);
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 1);
+  CHECK(r.dp == 4);
+  CHECK(r.tp == 2);
+  CHECK(r.sequence_parallel);
+  CHECK(r.fp32_grad_accumulator);
+  CHECK(r.global_batch == 12);
+}
+
+TEST_CASE("nanotron: a LlamaConfig over a 1f1b pipeline, recomputed, ZeRO-1 without the accumulator", "[framework]") {
+  const FrameworkConfig fc = read_nanotron_config(sample("nanotron/llama_8b_pp.yaml"));
+  REQUIRE(fc.plan == std::optional<std::string>("1f1b"));
+  auto k = keys(fc);
+  CHECK(k["plan.pp"] == "2");
+  CHECK(k["plan.schedule"] == "1f1b");
+  CHECK(k["plan.recompute"] == "full");
+  CHECK(k["plan.zero_stage"] == "1");
+  CHECK(k["plan.reduce_scatter"] == "false");  // ZeroDistributedOptimizer over DDP's all-reduce
+  CHECK(k["plan.master_weights"] == "false");  // torch.optim steps the bf16 parameters
+  CHECK(k["plan.fp32_grad_accumulator"] == "false");
+  CHECK(k["model.intermediate"] == "14336");
+  CHECK(k["model.vocab"] == "128256");  // 32,064 x tp 4
+  CHECK(fc.global_batch == std::optional<std::int64_t>(1 * 16 * 2));
+  CHECK(fc.unmodelled.empty());
+  const ResolvedPlan r = resolve_with(fc, *fc.model, "dgx-h100", 2);
+  CHECK(r.pp == 2);
+  CHECK(r.schedule == Schedule::k1f1b);
+  CHECK(r.zero_stage == 1);
+  CHECK(!r.master_weights);
+  CHECK(r.grad_accum == 16);
+}
+
+TEST_CASE("nanotron: Qwen2's experts with a gated shared expert", "[framework]") {
+  const FrameworkConfig fc = read_nanotron_config(sample("nanotron/qwen_moe.yaml"));
+  auto k = keys(fc);
+  CHECK(k["model.experts"] == "32");
+  CHECK(k["model.top_k"] == "4");
+  CHECK(k["model.expert_intermediate"] == "768");
+  CHECK(k["model.shared_intermediate"] == "3072");
+  CHECK(k["model.shared_expert_gate"] == "true");
+  CHECK(k["model.first_dense"] == "0");  // layers [-1]: every layer
+  CHECK(k["model.qkv_bias"] == "true");  // a Qwen2Config's attention_bias
+  CHECK(k["plan.etp"] == "null");        // tp 1
+  const auto m = models::load_model(*fc.model, section(fc, "model"));
+  // Each layer: q 1536^2 + 1536 bias, k and v 1536 x 512 + 512 each, o
+  // 1536^2; 32 experts of 3 x 1536 x 768, a shared one of 3 x 1536 x 3072,
+  // its gate 1536, the router 1536 x 32; two norms. Embedding and head
+  // 151,936 x 1536 each, the final norm.
+  const std::int64_t attention = 2 * 1536 * 1536 + 1536 + 2 * (1536 * 512 + 512);
+  const std::int64_t mlp = 32 * 3 * 1536 * 768 + 3 * 1536 * 3072 + 1536 + 1536 * 32;
+  CHECK(m->trainable_parameters() == 16 * (attention + mlp + 2 * 1536) + 2 * 151'936 * 1536 + 1536);
+}
+
+TEST_CASE("nanotron: defaults, what it refuses and what is said", "[framework][errors]") {
+  const std::string par = "parallelism:\n  dp: 2\n  tp: 1\n  pp: 1\n";
+  const std::string tok = "tokens:\n  sequence_length: 2048\n  micro_batch_size: 4\n  batch_accumulation_per_replica: 2\n";
+  const std::string mod = "model:\n  model_config:\n    hidden_size: 1024\n    num_hidden_layers: 8\n    num_attention_heads: 8\n    vocab_size: 50000\n";
+  const std::string opt = "optimizer:\n  zero_stage: 0\n  accumulate_grad_in_fp32: true\n";
+  const auto read = [](const std::string& text) { return parse_nanotron_config(text, "nt.yaml"); };
+  // LlamaConfig's and nanotron's defaults.
+  FrameworkConfig fc = read(par + tok + mod + opt);
+  auto k = keys(fc);
+  CHECK(k["plan.precision"] == "bf16");      // ModelArgs.dtype
+  CHECK(k["plan.bucket_mb"] == "25");        // ddp_bucket_cap_mb
+  CHECK(k["plan.sequence_parallel"] == "false");
+  CHECK(k["plan.optimizer"] == "adamw");     // optimizer_factory's adamW
+  CHECK(k["model.intermediate"] == "11008");
+  CHECK(k["model.kv_heads"] == "8");         // None: the heads
+  CHECK(k["model.seq_len"] == "2048");       // max_position_embeddings
+  CHECK(k["model.tied_head"] == "false");
+  CHECK(from_of(fc, "plan.precision") == "nt.yaml:10 (model.dtype, nanotron's default)");  // the model mapping's first key
+  CHECK(fc.unmodelled.empty());
+  // A LlamaConfig has no bias, whatever attention_bias says; a Qwen2Config's is q, k and v's.
+  const std::string biased = mod + "    attention_bias: true\n";
+  CHECK(keys(read(par + tok + biased + opt))["model.qkv_bias"] == "false");
+  CHECK(keys(read(par + tok + biased + "    is_qwen2_config: true\n" + opt))["model.qkv_bias"] == "true");
+  // pp_engine: afab (GPipe) unless 1f1b, which asserts pp - 1 micro-batches.
+  const std::string pp2 = "parallelism:\n  dp: 2\n  tp: 1\n  pp: 2\n";
+  CHECK(keys(read(pp2 + tok + mod + opt))["plan.schedule"] == "gpipe");
+  CHECK(read(pp2 + tok + mod + opt).plan == std::optional<std::string>("gpipe"));
+  CHECK(error_of([&] { read("parallelism:\n  dp: 1\n  tp: 1\n  pp: 4\n  pp_engine: 1f1b\n" + tok + mod + opt); }) ==
+        "nt.yaml:9: tokens.batch_accumulation_per_replica: 2 micro-batches under pp_engine 1f1b over pp 4: nanotron asserts at "
+        "least pp - 1 (\"Number of microbatches ... must be at least PP_SIZE-1\"); valid: 3 or more");
+  CHECK_THAT(error_of([&] { read(par + "  pp_engine: interleaved\n" + tok + mod + opt); }),
+             Catch::Contains("nt.yaml:5: parallelism.pp_engine: 'interleaved'; valid: afab, 1f1b"));
+  // Expert parallelism fails in nanotron's ParallelContext.
+  CHECK_THAT(error_of([&] { read(par + "  expert_parallel_size: 2\n" + tok + mod + opt); }),
+             Catch::Contains("nt.yaml:5: parallelism.expert_parallel_size: 2: nanotron's ParallelContext"));
+  // tp_mode as TensorParallelLinearMode[x.upper()]; async needs REDUCE_SCATTER.
+  const std::string tp2 = "parallelism:\n  dp: 1\n  tp: 2\n  pp: 1\n";
+  CHECK(keys(read(tp2 + "  tp_mode: reduce_scatter\n" + tok + mod + opt))["plan.sequence_parallel"] == "true");
+  CHECK_THAT(error_of([&] { read(tp2 + "  tp_linear_async_communication: true\n" + tok + mod + opt); }),
+             Catch::Contains("nt.yaml:5: parallelism.tp_linear_async_communication: true with tp_mode ALL_REDUCE"));
+  CHECK(listed(read(tp2 + "  tp_mode: REDUCE_SCATTER\n  tp_recompute_allgather: false\n" + tok + mod + opt),
+               "parallelism.tp_recompute_allgather=false"));
+  // config.py's checks: heads divisible by tp, at least tp key/value heads.
+  CHECK_THAT(error_of([&] { read("parallelism:\n  dp: 1\n  tp: 16\n  pp: 1\n" + tok + mod + opt); }),
+             Catch::Contains("model.model_config.num_attention_heads: 8 is not divisible by tp 16 (nanotron asserts it)"));
+  CHECK_THAT(error_of([&] { read("parallelism:\n  dp: 1\n  tp: 4\n  pp: 1\n" + tok + mod + "    num_key_value_heads: 2\n" + opt); }),
+             Catch::Contains("num_key_value_heads: 2 is below tp 4 (nanotron asserts num_key_value_heads >= tp)"));
+  // ZeRO: stage 1 whatever the number; with the accumulator only on one data-parallel rank.
+  const std::string zero1 = "optimizer:\n  zero_stage: 1\n  accumulate_grad_in_fp32: true\n";
+  CHECK(error_of([&] { read(par + tok + mod + zero1); }) ==
+        "nt.yaml:16: optimizer.zero_stage: 1 with accumulate_grad_in_fp32 over dp 2: nanotron's fp32 DDP hook raises "
+        "NotImplementedError for ZeRO's reduce-scatter (optim/gradient_accumulator.py, get_fp32_accum_hook); valid: 0, or "
+        "accumulate_grad_in_fp32: false");
+  k = keys(read("parallelism:\n  dp: 1\n  tp: 1\n  pp: 1\n" + tok + mod + zero1));
+  CHECK(k["plan.zero_stage"] == "1");
+  CHECK(k["plan.fp32_grad_accumulator"] == "true");
+  fc = read(par + tok + mod + "optimizer:\n  zero_stage: 3\n  accumulate_grad_in_fp32: false\n  optimizer_factory:\n    name: sgd\n");
+  k = keys(fc);
+  CHECK(k["plan.zero_stage"] == "1");
+  CHECK(k["plan.master_weights"] == "false");
+  CHECK(k["plan.optimizer"] == "sgd");
+  CHECK(k["plan.sgd_momentum"] == "0");
+  CHECK(listed(fc, "optimizer.zero_stage=3 (nanotron's ZeRO is stage 1"));
+  // fp32: no accumulator (nanotron asserts no parameter is float), no master key.
+  const std::string fp32 = "model:\n  dtype: float32\n" + mod.substr(7);
+  CHECK_THAT(error_of([&] { read(par + tok + fp32 + opt); }), Catch::Contains("optimizer.accumulate_grad_in_fp32: true with model.dtype float32"));
+  k = keys(read(par + tok + fp32 + "optimizer:\n  zero_stage: 0\n  accumulate_grad_in_fp32: false\n"));
+  CHECK(k["plan.precision"] == "fp32");
+  CHECK(k["plan.master_weights"] == "null");
+  CHECK_THAT(error_of([&] { read(par + tok + "model:\n  dtype: int8\n" + mod.substr(7) + opt); }),
+             Catch::Contains("nt.yaml:10: model.dtype: 'int8'; valid: bfloat16, float16, float32"));
+  // The vocabulary padded to make_vocab_size_divisible_by x tp: 50,000 to a multiple of 128.
+  CHECK(keys(read(tp2 + tok + "model:\n  make_vocab_size_divisible_by: 64\n" + mod.substr(7) + opt))["model.vocab"] == "50048");
+  // vocab_size -1 is the dataset's.
+  const std::string unknown_vocab = "model:\n  model_config:\n    hidden_size: 1024\n    num_hidden_layers: 8\n    num_attention_heads: 8\n    vocab_size: -1\n";
+  CHECK_THAT(error_of([&] { read(par + tok + unknown_vocab + opt); }),
+             Catch::Contains("model.model_config.vocab_size: -1 takes the dataset's vocab_size, which no data stage gives"));
+  CHECK(keys(read(par + tok + unknown_vocab + opt + "data_stages:\n- name: s\n  data:\n    dataset:\n      vocab_size: 32000\n"))["model.vocab"] == "32000");
+  // A stage's own sequence length is said.
+  CHECK(listed(read(par + tok + mod + opt + "data_stages:\n- name: long\n  sequence_length: 8192\n"), "data_stages[long].sequence_length=8192"));
+  // Experts: moe_config written twice counts the last, as PyYAML does; a tail of the layers is first_dense.
+  const std::string moe = mod + "    is_qwen2_config: true\n    moe_config: null\n    moe_config:\n      num_experts: 8\n      top_k: 2\n"
+                                "      moe_intermediate_size: 512\n      layers: [2, 3, 4, 5, 6, 7]\n";
+  fc = read(par + tok + moe + opt);
+  k = keys(fc);
+  CHECK(listed(fc, "model.model_config.moe_config (given twice: the last read, as PyYAML reads it)"));
+  CHECK(k["model.experts"] == "8");
+  CHECK(k["model.expert_intermediate"] == "512");
+  CHECK(k["model.first_dense"] == "2");
+  CHECK(k.count("model.shared_intermediate") == 0);
+  CHECK(listed(read(par + tok + mod + "    moe_config:\n      layers: [0, 2]\n" + opt), "model.model_config.moe_config.layers (not every layer"));
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    moe_config:\n      num_experts: 2\n      top_k: 4\n" + opt); }),
+             Catch::Contains("moe_config.top_k: 4 is more than num_experts 2 (nanotron raises)"));
+  // Context parallelism: llama3_ring_attention all-gathers K and V; other kernels take no ring.
+  const std::string cp2 = "parallelism:\n  dp: 1\n  tp: 1\n  pp: 1\n  context_parallel_size: 2\n";
+  fc = read(cp2 + tok + mod + "    is_qwen2_config: true\n    _attn_implementation: llama3_ring_attention\n" + opt);
+  CHECK(keys(fc)["plan.cp_comm"] == "all_gather");
+  CHECK(fc.unmodelled.empty());
+  CHECK(listed(read(cp2 + tok + mod + "    is_qwen2_config: true\n" + opt), "parallelism.context_parallel_size=2 with model.model_config._attn_implementation=flash_attention_2"));
+  // Models dtsim does not have, and what nanotron's dataclasses do not have.
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    d_state: 16\n" + opt); }), Catch::Contains("a Mamba model"));
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    is_starcoder2_config: true\n" + opt); }), Catch::Contains("a Starcoder2Config"));
+  fc = read(par + "  paralell_mode: x\n" + tok + mod + opt + "trainer:\n  foo: 1\n");
+  CHECK(listed(fc, "parallelism.paralell_mode (a key nanotron's ParallelismArgs does not have)"));
+  CHECK(listed(fc, "trainer (a section nanotron's Config does not have)"));
+  CHECK(error_of([&] { read(par + mod + opt); }) == "nt.yaml: no tokens section; nanotron's trainer needs one (tokens: a mapping)");
+  CHECK(error_of([&] { read("parallelism:\n  dp: 2\n  tp: 1\n" + tok + mod + opt); }) ==
+        "nt.yaml:2: parallelism.pp: missing; nanotron requires it (an integer from 1)");
+  // Recognised as nanotron's, and refused as a plan with the option that reads it.
+  CHECK(framework_of(par + tok + mod + opt, "run.yaml") == "nanotron");
+  CHECK_THAT(error_of([&] { load_plan(sample("nanotron/smollm3_3b.yaml")); }),
+             Catch::Contains("looks like a nanotron config; pass it as --nanotron"));
 }

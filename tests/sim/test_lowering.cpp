@@ -426,6 +426,95 @@ TEST_CASE("Megatron's fp32 gradient buffer: 18 and 6 + 12/dp bytes a parameter",
   }
 }
 
+// Note [nanotron's fp32 accumulator] (lowering/emitter.hpp): nanotron's
+// FP32GradientAccumulator keeps a whole fp32 buffer of the gradients for
+// the run, beside DDP's 16-bit gradients (made by each backward, added into
+// the buffer and freed as it ends) and DDP's bucket copy; the hook
+// all-reduces the fp32 buffer, 4 bytes a gradient.
+TEST_CASE("nanotron's fp32 gradient accumulator: a whole fp32 buffer, 16-bit gradients freed each backward, fp32 all-reduces",
+          "[lowering][memory]") {
+  const test::FakeModel m(4, 10'000'000, 10);
+  const std::int64_t small = 40'000'000;  // 4 layers x 10M parameters
+  const auto sum = [](const auto& ops, MemCategory c) {
+    Bytes b = 0;
+    for (const MemOp& op : ops) b += op.category == c ? op.bytes : 0;
+    return b;
+  };
+  const auto named = [](const Run& r, const std::string& part) {
+    std::vector<const Task*> out;
+    for (const Task& t : r.graph.tasks) {
+      if (t.name.find(part) != std::string::npos) out.push_back(&t);
+    }
+    return out;
+  };
+  const std::string base = "dp: 2\nprecision: fp16\noptimizer: adam\ngrad_accum: 2\n";
+  const Run on = run(m, base + "fp32_grad_accumulator: true\n", round_cluster(), 500'000);
+  const Run off = run(m, base, round_cluster(), 500'000);
+  // Resident from the start: the fp32 buffer (4 B x 40M); DDP's bucket copy
+  // (2 B x 40M) in both; fp32 masters and Adam's moments 12 B x 40M in both.
+  CHECK(sum(on.graph.ranks[0].resident, MemCategory::kGradients) == 4 * small);
+  CHECK(sum(off.graph.ranks[0].resident, MemCategory::kGradients) == 0);
+  CHECK(sum(on.graph.ranks[0].resident, MemCategory::kBuffers) == 2 * small);
+  CHECK(sum(off.graph.ranks[0].resident, MemCategory::kBuffers) == 2 * small);
+  CHECK(sum(on.graph.ranks[0].resident, MemCategory::kOptimizer) == 12 * small);
+  // Each micro-batch's backward ends adding its 16-bit gradients into the
+  // buffer, freeing them: 40M elements at 1 GFLOP a 0.5 ms = 20 us each.
+  const auto acc = named(on, "fp32 accumulate");
+  REQUIRE(acc.size() == 2);
+  for (const Task* t : acc) {
+    CHECK(t->duration == 20'000);
+    CHECK(sum(on.graph.on_end(*t), MemCategory::kGradients) == -2 * small);
+  }
+  CHECK(named(off, "fp32 accumulate").empty());
+  // So the step frees no gradient; without it, the step frees the 16-bit ones.
+  const auto step_on = named(on, "optimizer step"), step_off = named(off, "optimizer step");
+  REQUIRE(step_on.size() == 1);
+  REQUIRE(step_off.size() == 1);
+  CHECK(sum(on.graph.on_end(*step_on[0]), MemCategory::kGradients) == 0);
+  CHECK(sum(off.graph.on_end(*step_off[0]), MemCategory::kGradients) == -2 * small);
+  // The all-reduces move the fp32 buffer: 160 MB against 80 MB, each layer's
+  // bucket 40 MB, 8 us + 40 MB / 100 GB/s = 408 us, the last exposed.
+  const auto bytes = [](const Run& r) {
+    Bytes b = 0;
+    for (const Task& t : r.graph.tasks) b += t.kind == TaskKind::kCollective && t.op == CollectiveOp::kAllReduce ? t.bytes : 0;
+    return b;
+  };
+  CHECK(bytes(on) == 4 * small);
+  CHECK(bytes(off) == 2 * small);
+  CHECK(on.phase(Phase::kComm) == 408'000);
+  CHECK(off.phase(Phase::kComm) == 208'000);
+  // A pipeline of 2 stages, 2 layers (20M parameters) each: every
+  // micro-batch's backward of a stage ends with its own addition.
+  const Run pipe = run(m, "pp: 2\nschedule: 1f1b\nprecision: fp16\noptimizer: adam\ngrad_accum: 2\nfp32_grad_accumulator: true\n",
+                       round_cluster(), 500'000);
+  const auto pacc = named(pipe, "fp32 accumulate");
+  CHECK(pacc.size() == 4);
+  for (const Task* t : pacc) {
+    CHECK(t->duration == 10'000);
+    CHECK(sum(pipe.graph.on_end(*t), MemCategory::kGradients) == -small);
+  }
+  CHECK(sum(pipe.graph.ranks[0].resident, MemCategory::kGradients) == 2 * small);
+  // What nanotron's accumulator cannot run beside, one line each.
+  const auto refused = [&](const std::string& extra) {
+    try {
+      resolve(parse_plan("dp: 2\nfp32_grad_accumulator: true\n" + extra, "p.yaml"), m, round_cluster());
+    } catch (const ConfigError& e) {
+      return std::string(e.what());
+    }
+    return std::string("accepted");
+  };
+  CHECK(refused("precision: fp32\n") ==
+        "p.yaml:2: plan.fp32_grad_accumulator: true with precision fp32: it accumulates 16-bit gradients (nanotron asserts no "
+        "parameter is float); valid: fp16 or bf16");
+  CHECK(refused("precision: fp16\nzero_stage: 2\n") ==
+        "p.yaml:2: plan.fp32_grad_accumulator: true with zero_stage 2: it keeps every gradient whole, beside nanotron's ZeRO-1 at "
+        "most; valid: zero_stage 0 or 1");
+  CHECK(refused("precision: fp16\nmaster_weights: false\n") ==
+        "p.yaml:2: plan.fp32_grad_accumulator: true contradicts master_weights: false (the accumulator keeps the fp32 masters the "
+        "optimizer steps); set only one");
+  CHECK(refused("precision: fp16\nzero_stage: 1\n") == "accepted");
+}
+
 TEST_CASE("optimizer_in_backward steps each layer after its backward and keeps no gradient beyond the one being made "
           "(Note [Optimizer in backward])",
           "[lowering][memory]") {

@@ -291,6 +291,7 @@ PlanSpec read_plan(const YAML::Node& root_in, const std::string& file,
   p.accumulate_allreduce_grads_in_fp32 = c.get_bool("accumulate_allreduce_grads_in_fp32", false);
   p.master_weights = c.get_bool("master_weights", true);  // Note [No master weights]
   p.megatron_grad_buffer = c.get_bool("megatron_grad_buffer", false);  // Note [Megatron's gradient buffer]
+  p.fp32_grad_accumulator = c.get_bool("fp32_grad_accumulator", false);  // Note [nanotron's fp32 accumulator]
   // Note [8-bit optimizer] (plan.cpp): bitsandbytes' optim_bits, 32 or 8 (resolve says which).
   p.optim_bits = static_cast<int>(c.get_int("optim_bits", 32, 1, 64));
   p.optimizer_in_backward = c.get_bool("optimizer_in_backward", false);  // Note [Optimizer in backward]
@@ -532,6 +533,7 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
                        : kind == "axolotl"         ? "--axolotl"
                        : kind == "llamafactory"    ? "--llamafactory"
                        : kind == "trl"             ? "--trl"
+                       : kind == "nanotron"        ? "--nanotron"
                        : kind == "accelerate"      ? "--accelerate"
                        : kind == "megatron-bridge" ? "--megatron-bridge"
                                                    : "--megatron-args";
@@ -541,6 +543,7 @@ YAML::Node parse_text(const std::string& text, const std::string& file) { return
                      : kind == "axolotl"         ? "axolotl config"
                      : kind == "llamafactory"    ? "LLaMA-Factory config"
                      : kind == "trl"             ? "TRL config"
+                     : kind == "nanotron"        ? "nanotron config"
                      : kind == "accelerate"      ? "accelerate config"
                      : kind == "megatron-bridge" ? "Megatron-Bridge config"
                                                  : "Megatron-LM command line";
@@ -561,6 +564,7 @@ void refuse_framework_keys(const YAML::Node& root, const std::string& file) {
   // LLaMA-Factory's have its template, stage or finetuning_type; TRL's not.
   if (root["model_name_or_path"]) refuse_framework_config(root["template"] || root["stage"] || root["finetuning_type"] ? "llamafactory" : "trl", file);
   if (root["distributed_type"]) refuse_framework_config("accelerate", file);
+  if (root["parallelism"] && root["parallelism"].IsMap() && (root["tokens"] || root["model"])) refuse_framework_config("nanotron", file);
   if (root["model"] && root["model"].IsMap() && (root["train"] || root["ddp"] || root["optimizer"])) {
     refuse_framework_config("megatron-bridge", file);
   }

@@ -11,7 +11,10 @@
 // .json file is first parsed by nlohmann-json as strict RFC 8259, and every
 // tree is walked (without recursion) before use: keys plain scalars, each
 // once per mapping, at most kMaxConfigDepth levels. Every refusal is one
-// ConfigError with file:line:column.
+// ConfigError with file:line:column. One reader lets a key given twice
+// through (parse_config_text's `duplicates`): nanotron's, whose own example
+// files repeat one and which PyYAML reads taking the last; that reader
+// takes the last too, and says so (Note [nanotron configs]).
 // nlohmann-json decides what JSON is and says where it is wrong; the tree
 // the loaders read (a YAML::Node, which carries each key's line for later
 // errors such as an unknown key or a value out of range) is then yaml-cpp's
@@ -133,7 +136,7 @@ bool is_json(const std::string& path) { return path.size() > 5 && path.compare(p
 /// Note [Strict configs]: what YAML allows but a config must not have.
 /// `file` names the tree in errors; `marks`: whether its line and column mean
 /// anything there (not for a --set value).
-void check_tree(const YAML::Node& root, const std::string& file, bool marks = true) {
+void check_tree(const YAML::Node& root, const std::string& file, bool marks = true, bool duplicates = false) {
   auto at = [&](const YAML::Mark& m) { return marks ? at_mark(file, m) : file; };
   // Iterative, with a depth bound: a hostile file nests as deep as it likes.
   // And a bound on the values walked: an alias (*name) is the node it names,
@@ -164,7 +167,7 @@ void check_tree(const YAML::Node& root, const std::string& file, bool marks = tr
         }
         const std::string& key = kv.first.Scalar();
         const auto [it, fresh] = seen.emplace(key, kv.first.Mark().line + 1);
-        if (!fresh) {
+        if (!fresh && !duplicates) {
           throw ConfigError(at(kv.first.Mark()) + ": key '" + key + "' given twice" +
                             (marks ? " (first at line " + std::to_string(it->second) + ")" : std::string()) +
                             "; give each key once");
@@ -252,7 +255,7 @@ std::string json_error_text(const std::string& what) {
   return why;
 }
 
-YAML::Node parse_config_text(const std::string& text, const std::string& file, bool json) {
+YAML::Node parse_config_text(const std::string& text, const std::string& file, bool json, bool duplicates) {
   if (text.size() > kMaxConfigBytes) {
     throw ConfigError(file + ": " + std::to_string(text.size()) + " bytes, larger than a config may be (limit " +
                       std::to_string(kMaxConfigBytes >> 20) + " MiB)");
@@ -273,7 +276,7 @@ YAML::Node parse_config_text(const std::string& text, const std::string& file, b
   } catch (const YAML::Exception& e) {
     throw ConfigError(at_mark(file, e.mark) + ": malformed " + (json ? "JSON" : "YAML") + ": " + e.msg);
   }
-  check_tree(root, file);
+  check_tree(root, file, true, duplicates);
   return root;
 }
 

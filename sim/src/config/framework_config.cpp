@@ -122,7 +122,7 @@ void OverrideList::finish() {
       "account_for_loss_in_pipeline_split", "num_layers_in_first_pipeline_stage", "num_layers_in_last_pipeline_stage", "micro_batch", "grad_accum", "micro_batches", "global_batch", "seq_len", "loss_chunks", "loss_kernel",
       "precision", "fp8_param_gather", "fp8_recipe", "optimizer", "sgd_momentum", "zero_stage", "fsdp", "limit_all_gathers", "fsdp_wrap", "fsdp_version", "outer_dp_sharding_strategy", "reduce_dtype", "stage3_prefetch_bucket_size",
       "stage3_max_live_parameters", "stage3_max_reuse_distance", "stage3_param_persistence_threshold", "z3_leaf_layers",
-      "offload_optimizer", "offload_params", "recompute", "recompute_modules", "recompute_method", "recompute_num_layers", "bucket_mb", "reduce_bucket_size", "overlap", "overlap_comm", "contiguous_gradients", "reduce_scatter", "overlap_param_gather", "accumulate_allreduce_grads_in_fp32", "megatron_grad_buffer", "master_weights", "optim_bits", "optimizer_in_backward", "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders", "deallocate_pipeline_outputs", "cpu_offloading_num_layers", "enable_activation_offloading", "fine_grained_activation_offloading", "offload_modules", "min_offloaded_tensor_size", "activation_offload_fraction", "delta_offload_bytes_across_pp_ranks", "fine_grained_offloading_max_inflight_offloads", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
+      "offload_optimizer", "offload_params", "recompute", "recompute_modules", "recompute_method", "recompute_num_layers", "bucket_mb", "reduce_bucket_size", "overlap", "overlap_comm", "contiguous_gradients", "reduce_scatter", "overlap_param_gather", "accumulate_allreduce_grads_in_fp32", "megatron_grad_buffer", "fp32_grad_accumulator", "master_weights", "optim_bits", "optimizer_in_backward", "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders", "deallocate_pipeline_outputs", "cpu_offloading_num_layers", "enable_activation_offloading", "fine_grained_activation_offloading", "offload_modules", "min_offloaded_tensor_size", "activation_offload_fraction", "delta_offload_bytes_across_pp_ranks", "fine_grained_offloading_max_inflight_offloads", "first_last_layers_bf16", "num_layers_at_start_in_bf16",
       "num_layers_at_end_in_bf16", "partition_activations", "cpu_checkpointing"};
   for (const char* k : kPlanKeys) {
     if (!has_plan(k)) plan(k, "null", fc_.file);
@@ -376,6 +376,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
   if (kind == "axolotl") return read_axolotl_config(source);
   if (kind == "llamafactory") return read_llamafactory_config(source);
   if (kind == "trl") return read_trl_config(source);
+  if (kind == "nanotron") return read_nanotron_config(source);
   if (kind == "accelerate") return read_accelerate_config(source);
   if (kind == "megatron-bridge") return read_megatron_bridge_config(source);
   if (kind == "megatron") {
@@ -387,7 +388,7 @@ FrameworkConfig read_framework_config(const std::string& kind, const std::string
     const bool flags = source.rfind('-', 0) == 0 || source.find_first_of(" \t\n") != std::string::npos;
     return is_file || !flags ? read_megatron_args(source) : parse_megatron_args(source, "--megatron-args");
   }
-  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory, trl, accelerate");
+  throw ConfigError("framework '" + kind + "': valid: deepspeed, megatron, megatron-bridge, torchtitan, torchtune, axolotl, llamafactory, trl, nanotron, accelerate");
 }
 
 // Note [Framework options]
@@ -443,7 +444,7 @@ constexpr const char* kFixedFromConfig[] = {
     "seq_len", "document_len", "loss_chunks", "precision", "fp8_recipe", "fp8_param_gather", "optimizer", "sgd_momentum",
     "master_weights", "optim_bits", "optimizer_in_backward",
     "use_precision_aware_optimizer", "main_params_dtype", "exp_avg_dtype", "exp_avg_sq_dtype", "store_param_remainders",
-    "accumulate_allreduce_grads_in_fp32", "megatron_grad_buffer", "reduce_dtype", "kernels", "loss_kernel", "attention", "runtime", "moe_dispatcher",
+    "accumulate_allreduce_grads_in_fp32", "megatron_grad_buffer", "fp32_grad_accumulator", "reduce_dtype", "kernels", "loss_kernel", "attention", "runtime", "moe_dispatcher",
     "moe_capacity_factor", "moe_pad", "moe_force_load_balance", "moe_experts", "pipeline_split",
     "account_for_embedding_in_pipeline_split", "account_for_loss_in_pipeline_split"};
 }  // namespace
@@ -535,6 +536,8 @@ std::string framework_of(const std::string& text, const std::string& path) {
   // LLaMA-Factory's alone have its template, stage or finetuning_type.
   const auto top = [&](const char* key) { return text.rfind(key, 0) == 0 || text.find(std::string("\n") + key) != std::string::npos; };
   if (top("model_name_or_path:")) return top("template:") || top("stage:") || top("finetuning_type:") ? "llamafactory" : "trl";
+  // nanotron's: its parallelism: and tokens: sections (batch_accumulation_per_replica).
+  if (top("parallelism:") && (top("tokens:") || text.find(" model_config:") != std::string::npos)) return "nanotron";
   // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a
   // ConfigContainer's class written by its to_yaml.
   if (text.find("_target_: megatron.bridge.training.config.ConfigContainer") != std::string::npos) return "megatron-bridge";

@@ -331,7 +331,11 @@ class Reader : detail::YamlFields {
     if (flag(pb, "pure_bf16", false)) {
       if (zero3_) fail(pb, "pure_bf16", "beside DeepSpeed ZeRO-3; LLaMA-Factory refuses it (\"`pure_bf16` is incompatible with DeepSpeed ZeRO-3.\")");
       out.plan("precision", "bf16", from(pb, "pure_bf16"));
-      out.plan("master_weights", "false", from(pb, "pure_bf16") + " (the bf16 weights stepped as they are, their optimizer states in bf16)");
+      // DeepSpeed's ZeRO-1 and -2 (stage_1_and_2.py, single_partition_of_fp32_groups)
+      // keep fp32 partitions of what they train whatever the model was loaded in.
+      out.plan("master_weights", distributed_ == "deepspeed" ? "true" : "false",
+               from(pb, "pure_bf16") + (distributed_ == "deepspeed" ? " (DeepSpeed keeps fp32 partitions of what it trains)"
+                                                                    : " (the bf16 weights stepped as they are, their optimizer states in bf16)"));
     } else if (flag(bf, "bf16", false)) {
       out.plan("precision", "bf16", from(bf, "bf16"));
     } else if (flag(hf, "fp16", false)) {

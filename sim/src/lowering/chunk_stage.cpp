@@ -399,7 +399,7 @@ class ChunkStage final : public detail::StageEmitter {
     // Under zb-h1, what the weight pass needs stays until it runs.
     MemOps on_end{{MemCategory::kActivations, (split_ ? ch.w_hold : 0) -
                                                               (ch.kept + ch.held + (ch.recompute > 0 ? ch.peak_extra : 0) + transient)}};
-    if (first_of_chunk) gradients_appear(ch, on_start, on_end);
+    if (first_of_chunk || (accumulator_ && !split_)) gradients_appear(ch, on_start, on_end);
     passes_.backward_memory(at, on_start, on_end);
     detail::StrategyPass::Span span = passes_.run_backward(at, on_start, on_end);
     if (span.last < 0) {
@@ -408,7 +408,21 @@ class ChunkStage final : public detail::StageEmitter {
       c.g.tasks[span.first].memory_share = ch.bwd_memory;
     }
     c.b_entry[cell] = entry.empty() ? span.first : entry.front();
+    if (accumulator_ && !split_) span.last = accumulate_fp32(s, vs, i, span.last);
     return passes_.after_backward(at, span.last);
+  }
+
+  /// Note [nanotron's fp32 accumulator] (emitter.hpp): the chunk's 16-bit
+  /// gradients of micro-batch i added into the fp32 buffer, and freed.
+  TaskId accumulate_fp32(int s, int vs, int i, TaskId after) {
+    detail::ChunkContext& c = ctx_;
+    const detail::Chunk& ch = c.chunks[vs];
+    const TimeNs t = detail::fp32_accumulate_time(c.compute_model, ch.params, i == 0);
+    const TaskId acc = c.add(c.name("fp32 accumulate", vs, i), s, Phase::kBackward, t, {},
+                             {{MemCategory::kGradients, -ch.params * ctx_.accumulated_w}});
+    c.g.tasks[acc].deps.push_back(after);
+    c.g.tasks[acc].memory_share = 1;  // streams the gradients (Note [Interference] in engine/executor.cpp)
+    return acc;
   }
 
   /// Stages 0 and 1 keep full gradients from the first backward (under
@@ -431,12 +445,13 @@ class ChunkStage final : public detail::StageEmitter {
     const detail::Chunk& ch = c.chunks[vs];
     const detail::At at{s, s, static_cast<std::size_t>(vs), i, first_of_chunk, last_of_chunk};
     MemOps on_start, on_end{{MemCategory::kActivations, -ch.w_hold}};
-    if (first_of_chunk) gradients_appear(ch, on_start, on_end);
+    if (first_of_chunk || accumulator_) gradients_appear(ch, on_start, on_end);
     detail::StrategyPass::Span span = passes_.run_weight(at, on_start, on_end);
     if (span.last < 0) {
       span.last = c.add(c.name("bwd weight", vs, i), s, Phase::kBackward, ch.wgrad, std::move(on_start), std::move(on_end));
       c.g.tasks[span.last].memory_share = ch.bwd_memory;
     }
+    if (accumulator_) span.last = accumulate_fp32(s, vs, i, span.last);
     return passes_.after_weight(at, span.last);
   }
 
@@ -479,7 +494,8 @@ class ChunkStage final : public detail::StageEmitter {
     MemOps frees;
     // Under FSDP the reductions free the unsharded gradients (Note [FSDP
     // under a pipeline]).
-    if (!c.resident_grads && !c.fsdp) frees.push_back({MemCategory::kGradients, -params * c.gw});
+    // (nanotron's accumulator freed each backward's: accumulate_fp32.)
+    if (!c.resident_grads && !c.fsdp && !accumulator_) frees.push_back({MemCategory::kGradients, -params * c.gw});
     detail::add_step_fp32_grads(c.plan, params, c.rank_expert_params[s], shard, c.gw, on_start, frees);
     detail::add_step_state_copies(c.plan, params, c.rank_expert_params[s], on_start, frees);
     detail::add_step_temporaries(c.plan, c.cluster.device, c.plan.zero_stage == 1 ? shard : largest, on_start, frees);
@@ -503,6 +519,8 @@ class ChunkStage final : public detail::StageEmitter {
   bool overlap_ = false;
   /// zb-h1: backward runs as the input-gradient pass B and the weight pass W.
   bool split_ = ctx_.plan.schedule == Schedule::kZbH1;
+  /// Note [nanotron's fp32 accumulator]: each backward's gradients added into fp32 and freed.
+  bool accumulator_ = ctx_.plan.fp32_grad_accumulator;
 };
 
 }  // namespace

@@ -244,6 +244,32 @@ inline constexpr Bytes kFp8ScalingBytesPerGemm = (1024 + 2) * 5 * 4;
 // (add_step_fp32_grads), where FusedAdam does not read the 16 bits itself
 // (Note [Precision-aware optimizer]).
 
+// Note [nanotron's fp32 accumulator]
+// nanotron (optimizer.accumulate_grad_in_fp32, true in every config it
+// ships) builds an FP32GradientAccumulator (nanotron/optim/
+// gradient_accumulator.py; helpers.py, init_optimizer_and_grad_accumulator):
+// one contiguous fp32 buffer of every parameter's gradient, kept whole even
+// under its ZeRO-1 ("we need to accumulate gradients for all parameters"),
+// and fp32 copies of the parameters the rank steps, which torch.optim
+// updates and which are copied back into the 16-bit ones after the step.
+// The model stays in PyTorch's DDP (trainer.py, init_model: bucket_cap_mb
+// from model.ddp_bucket_cap_mb), so autograd still makes 16-bit gradients
+// and DDP still keeps its buckets (Note [DDP buckets]). After each
+// micro-batch's backward every 16-bit gradient is added into the buffer
+// and set to None (accumulator.backward, _accumulate_grad); on the last,
+// DDP's communication hook (get_fp32_accum_hook) adds its bucket instead
+// and all-reduces the buffer's slices in fp32, 4 bytes a gradient. The
+// step reads the buffer and zero_grad zeroes it. So a rank holds 4 bytes
+// a parameter more for the whole run (2 + 2 + 4 + 4 + 8 = 20 with Adam and
+// DDP, against PyTorch AMP's 2 + 2 + 2 + 12 = 18 here), its 16-bit
+// gradients live only within a backward, and its reductions move twice
+// the bytes. dtsim prices each backward's additions (2 bytes read, 4 read
+// and 4 written a gradient) and, with the first, the zeroing (4 written)
+// as one elementwise task on the compute stream at the backward's end,
+// where they free the 16-bit gradients; on the last micro-batch nanotron
+// runs them bucket by bucket in the hook, the same bytes on the same
+// stream.
+
 /// The memory a rank holding `params` parameters has before the iteration
 /// starts: its model states (ZeRO paper accounting, model_states()), the
 /// ZeRO-3 layers kept whole (`persistent` parameters), DDP's bucket
@@ -270,6 +296,8 @@ inline void add_resident(SimRank& r, const ResolvedPlan& plan, const ClusterSpec
   }
   const bool megatron_buffer = plan.grad_buffer();
   if (plan.zero_stage >= 2 || megatron_buffer) r.resident.push_back({MemCategory::kGradients, ms.gradients});
+  // Note [nanotron's fp32 accumulator]: its buffer, whole.
+  if (plan.fp32_grad_accumulator) r.resident.push_back({MemCategory::kGradients, 4 * params});
   r.resident.push_back({MemCategory::kOptimizer, ms.optimizer});
   if (plan.zero_stage == 0 && !megatron_buffer) {
     // DDP's copy of the gradients it reduces: all of them, or the experts'

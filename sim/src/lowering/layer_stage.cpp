@@ -357,7 +357,8 @@ class LayerStage final : public detail::StageEmitter {
     // and freed by the optimizer) or transient ones reduced away (2/3).
     // A recurrent layer's appear only as its backward ends (Layer::grads_at_end).
     // Megatron's buffer holds them all along (Note [Megatron's gradient buffer]).
-    const bool allocates = c.zero >= 2 || first_micro;
+    // Note [nanotron's fp32 accumulator]: every backward's, freed as it ends.
+    const bool allocates = c.zero >= 2 || first_micro || c.plan.fp32_grad_accumulator;
     const bool new_grads = allocates && !c.resident_grads && !c.plan.optimizer_in_backward;
     // The gradient of the input and the backward's workspaces; where
     // calibration measured the backward's rise (Note [Layer memory]), that
@@ -438,7 +439,21 @@ class LayerStage final : public detail::StageEmitter {
   void end_backward(std::int64_t m, bool last_micro) {
     detail::LayerContext& c = ctx_;
     c.last_bwd = c.bwd.front();
+    if (c.plan.fp32_grad_accumulator) c.last_bwd = accumulate_fp32(m);
     passes_.end_backward(detail::At{0, 0, 0, m, m == 0, last_micro}, c.last_bwd);
+  }
+
+  /// Note [nanotron's fp32 accumulator] (emitter.hpp): the backward's
+  /// 16-bit gradients added into the fp32 buffer, and freed.
+  TaskId accumulate_fp32(std::int64_t m) {
+    detail::LayerContext& c = ctx_;
+    std::int64_t elements = 0;
+    for (const auto& l : c.layers) elements += l.params;
+    const TimeNs t = detail::fp32_accumulate_time(c.compute_model, elements, m == 0);
+    const TaskId acc = c.compute(c.tag(m, "fp32 accumulate"), Phase::kBackward, t, {c.last_bwd}, {},
+                                 {{MemCategory::kGradients, -elements * c.gw}});
+    c.g.tasks[acc].memory_share = 1;  // streams the gradients (Note [Interference] in engine/executor.cpp)
+    return acc;
   }
 
   void optimizer_step() {
@@ -457,8 +472,9 @@ class LayerStage final : public detail::StageEmitter {
       passes_.after_step(0, step);
       return;
     }
-    if (c.zero <= 1 && !c.resident_grads) {
-      // Stages 0 and 1 keep full gradients until the step frees them.
+    if (c.zero <= 1 && !c.resident_grads && !c.plan.fp32_grad_accumulator) {
+      // Stages 0 and 1 keep full gradients until the step frees them
+      // (nanotron's accumulator frees each backward's: accumulate_fp32).
       Bytes grads = 0;
       for (const auto& l : c.layers) grads += c.grad_bytes(l);
       frees.push_back({MemCategory::kGradients, -grads});

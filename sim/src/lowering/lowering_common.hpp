@@ -360,10 +360,26 @@ inline std::int64_t largest_group_of(const ResolvedPlan& p, std::int64_t params,
 // dense and the routed experts' partitions in turn (dtsim_worker's two
 // spaces; a model with one optimizer group has one). None where the
 // gradients are fp32 already (fp32 training, where the cast is a no-op;
-// Megatron's buffer), under ZeRO-Offload (the host holds it) or FSDP.
+// Megatron's buffer; nanotron's accumulator), where no fp32 master takes
+// them (master_weights false: nanotron's ZeRO-1 without its accumulator
+// steps the bf16 shard with its bf16 gradients, optim/zero.py), under
+// ZeRO-Offload (the host holds it) or FSDP.
 // DeepSpeed's stage 3 does the same sub-group by sub-group
 // (stage3.py, _prepare_fp32_grad_for_sub_group, sub_group_size 1e9
 // elements by default): one sub-group's fp32 gradient at a time.
+
+/// Note [nanotron's fp32 accumulator] (emitter.hpp): one backward's
+/// `elements` 16-bit gradients added into the fp32 buffer (2 bytes read, 4
+/// read and 4 written each), with the first micro-batch's the buffer zeroed
+/// too (4 written), as one elementwise kernel.
+inline TimeNs fp32_accumulate_time(const ComputeModel& model, std::int64_t elements, bool zeroes) {
+  Kernel k;
+  k.name = "fp32_accumulate";
+  k.kind = KernelKind::kElementwise;
+  k.flops = static_cast<Flops>(elements);
+  k.bytes = elements * (zeroes ? 14 : 10);
+  return model.kernel_time(k, Precision::kFp32);
+}
 
 /// Adds Note [fp32 gradient partition] to the step of a rank holding
 /// `params` parameters (`expert` of them routed experts', `shard` its
@@ -384,8 +400,10 @@ inline void add_step_fp32_grads(const ResolvedPlan& p, std::int64_t params, std:
   }
   // Note [Precision-aware optimizer] (plan.cpp): FusedAdam reads the
   // 16-bit gradients as they are.
-  if (p.zero_stage < 1 || (p.zero_stage > 2 && !p.zero3_modules()) || p.fsdp || p.precision == Precision::kFp32 ||
-      p.accumulate_allreduce_grads_in_fp32 || p.offload_optimizer == Offload::kCpu || p.te_master_weights()) {
+  // Without masters (Note [No master weights]) the optimizer steps the
+  // 16-bit parameters with their 16-bit gradients: nothing to copy.
+  if (p.zero_stage < 1 || (p.zero_stage > 2 && !p.zero3_modules()) || p.fsdp || p.precision == Precision::kFp32 || !p.master_weights ||
+      p.accumulate_allreduce_grads_in_fp32 || p.fp32_grad_accumulator || p.offload_optimizer == Offload::kCpu || p.te_master_weights()) {
     return;
   }
   constexpr std::int64_t kSubGroup = 1000000000;  // DeepSpeed's sub_group_size default

@@ -134,6 +134,10 @@ struct StageContext {
   TimeNs bucket_copy_time(double params, int tensors, bool out) const {
     return resident_grads ? 0 : compute_model.bucket_copy_time(params, tensors, out);
   }
+  /// What a data-parallel reduction of `bytes` of gradients moves: under
+  /// nanotron's accumulator its fp32 buffer, 4 bytes a gradient (Note
+  /// [nanotron's fp32 accumulator] in emitter.hpp).
+  Bytes wire_bytes(Bytes bytes) const { return plan.fp32_grad_accumulator ? bytes / gw * 4 : bytes; }
   CommGroup tp_group;
   /// By stage (the simulated rank): its layers' Layer::sp_params, a tied
   /// copy's none (Note [Sequence-parallel gradients] in passes/sequence_parallel.cpp).

@@ -1439,6 +1439,32 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
                                        "shard; valid: zero_stage 0");
     }
   }
+  // Note [nanotron's fp32 accumulator] (lowering/emitter.hpp): nanotron's
+  // FP32GradientAccumulator over PyTorch DDP and torch.optim.
+  r.fp32_grad_accumulator = s.fp32_grad_accumulator;
+  if (r.fp32_grad_accumulator &&
+      !PlanRules::fp32_accumulator_allowed(r.precision, r.master_weights, r.zero_stage, r.fsdp, r.offload_optimizer, r.grad_buffer(),
+                                           r.use_precision_aware_optimizer, r.optimizer_in_backward)) {
+    std::string why;
+    if (r.precision != Precision::kFp16 && r.precision != Precision::kBf16) {
+      why = std::string("with precision ") + to_string(r.precision) + ": it accumulates 16-bit gradients (nanotron asserts no parameter is float); valid: fp16 or bf16";
+    } else if (!r.master_weights) {
+      why = "contradicts master_weights: false (the accumulator keeps the fp32 masters the optimizer steps); set only one";
+    } else if (r.zero_stage > 1 || r.fsdp) {
+      why = "with " + (r.fsdp ? std::string("fsdp") : "zero_stage " + std::to_string(r.zero_stage)) +
+            ": it keeps every gradient whole, beside nanotron's ZeRO-1 at most; valid: zero_stage 0 or 1";
+    } else if (r.offload_optimizer == Offload::kCpu) {
+      why = "with offload_optimizer cpu is not modelled (its buffer and masters live on the GPU); valid: false";
+    } else if (r.grad_buffer()) {
+      why = std::string("contradicts ") + (r.accumulate_allreduce_grads_in_fp32 ? "accumulate_allreduce_grads_in_fp32" : "megatron_grad_buffer") +
+            ": true (Megatron-Core's gradient buffer); set only one";
+    } else if (r.use_precision_aware_optimizer) {
+      why = "contradicts use_precision_aware_optimizer: true (Transformer Engine's FusedAdam, not torch.optim over the accumulator's masters); set only one";
+    } else {
+      why = "contradicts optimizer_in_backward: true (each gradient stepped as it is made has nothing to accumulate); set only one";
+    }
+    bad.add("fp32_grad_accumulator", "true " + why);
+  }
   bad.raise();
   return r;
 }

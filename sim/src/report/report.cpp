@@ -104,6 +104,7 @@ std::string plan_line(const ResolvedPlan& p, bool attention, bool sequence) {
   if (p.overlap_param_gather) os << " overlap-param-gather";
   if (p.accumulate_allreduce_grads_in_fp32) os << " fp32-grads";
   else if (p.megatron_grad_buffer) os << " grad-buffer";
+  if (p.fp32_grad_accumulator) os << " fp32-accumulator";
   if (!p.master_weights) os << " no-master-weights";
   if (p.optim_bits == 8) os << " 8-bit-optimizer";
   if (p.optimizer_in_backward) os << " optimizer-in-backward";
@@ -187,6 +188,7 @@ void plan_json(JsonWriter& j, const ResolvedPlan& p) {
       .field("overlap_param_gather", p.overlap_param_gather);
   j.field("accumulate_allreduce_grads_in_fp32", p.accumulate_allreduce_grads_in_fp32);
   j.field("megatron_grad_buffer", p.grad_buffer());
+  j.field("fp32_grad_accumulator", p.fp32_grad_accumulator);
   j.field("master_weights", p.master_weights);
   j.field("optim_bits", p.optim_bits);
   j.field("optimizer_in_backward", p.optimizer_in_backward);

@@ -555,6 +555,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     // optimizer; fp32 states elsewhere, as resolve asks.
                     // Megatron-Core's 16-bit gradient buffer likewise, to ZeRO-1.
                     p.megatron_grad_buffer = p.megatron_grad_buffer && sh.zero <= 1 && sh.fsdp == FsdpMode::kNone && opt == Offload::kNone;
+                    // nanotron's fp32 accumulator likewise (Note [nanotron's fp32 accumulator]).
+                    p.fp32_grad_accumulator = p.fp32_grad_accumulator && sh.zero <= 1 && sh.fsdp == FsdpMode::kNone && opt == Offload::kNone;
                     if (!PlanRules::precision_aware_allowed(sh.zero, sh.fsdp != FsdpMode::kNone, effective_optimizer(p.optimizer, p.sgd_momentum))) {
                       p.use_precision_aware_optimizer = false;
                       p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp32;
@@ -1267,6 +1269,7 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     lb.offload_params = s.offload_params;
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
     lb.megatron_grad_buffer = s.megatron_grad_buffer && lb.zero_stage <= 1 && s.fsdp == FsdpMode::kNone && s.offload_optimizer == Offload::kNone;
+    lb.fp32_grad_accumulator = s.fp32_grad_accumulator && lb.zero_stage <= 1 && s.fsdp == FsdpMode::kNone && s.offload_optimizer == Offload::kNone;
     lb.master_weights = s.master_weights;
     lb.optim_bits = s.optim_bits;  // Note [8-bit optimizer]
     lb.optimizer_in_backward = s.optimizer_in_backward;  // Note [Optimizer in backward]
@@ -1603,6 +1606,7 @@ void entry_json(JsonWriter& j, const SearchEntry& e) {
   j.field("overlap_moe_expert_parallel_comm", p.overlap_moe_expert_parallel_comm);
   j.field("master_weights", p.master_weights);
   j.field("optim_bits", p.optim_bits).field("optimizer_in_backward", p.optimizer_in_backward);
+  j.field("fp32_grad_accumulator", p.fp32_grad_accumulator);
   j.field("placement", p.spec.placement);
   j.key("stage_layers").begin_array();
   for (int n : p.stage_layers) j.value(n);

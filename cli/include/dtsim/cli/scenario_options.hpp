@@ -38,6 +38,7 @@ struct ScenarioOptions {
   std::string axolotl;            ///< --axolotl FILE: an axolotl config as plan (and model)
   std::string llamafactory;       ///< --llamafactory FILE: a LLaMA-Factory training config as plan (and model)
   std::string trl;                ///< --trl FILE: a TRL training config as plan (and model)
+  std::string nanotron;           ///< --nanotron FILE: a nanotron training config as plan (and model)
   std::string accelerate;         ///< --accelerate FILE: an accelerate config, alone or under --llamafactory, --axolotl or --trl
   std::string megatron_bridge;    ///< --megatron-bridge FILE: a Megatron-Bridge config YAML as plan (and model)
 
@@ -61,7 +62,7 @@ struct ResolvedScenario {
   std::vector<std::string> search_fixed;
 };
 
-/// Folds --deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory or --trl (at most one) into the
+/// Folds --deepspeed, --megatron-args, --megatron-bridge, --torchtitan, --torchtune, --axolotl, --llamafactory, --trl or --nanotron (at most one) into the
 /// scenario; `default_plan` is the plan when none is named.
 ResolvedScenario resolve_scenario(const ScenarioOptions& s, const std::string& default_plan);
 

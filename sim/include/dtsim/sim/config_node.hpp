@@ -55,7 +55,9 @@ inline constexpr std::size_t kMaxConfigValues = 2'000'000;
 /// non-scalar key, too deep: with file, line and column).
 YAML::Node load_yaml_file(const std::string& path);
 /// The same for text already read; `file` names it in errors.
-YAML::Node parse_config_text(const std::string& text, const std::string& file, bool json);
+/// `duplicates`: a key given twice is let through (its reader takes the
+/// last, as PyYAML does: a Python framework's own files have them).
+YAML::Node parse_config_text(const std::string& text, const std::string& file, bool json, bool duplicates = false);
 
 /// "file:line:column" of the 1-based byte offset `byte` into `text` (as
 /// nlohmann-json's parse_error::byte counts), both 1-based.

@@ -1,7 +1,7 @@
 #pragma once
 // Plans as users already write them: a DeepSpeed config JSON, a Megatron-LM
 // command line, a Megatron-Bridge config YAML, a torchtitan job TOML, a
-// torchtune, axolotl, LLaMA-Factory or TRL YAML, an accelerate config. Each
+// torchtune, axolotl, LLaMA-Factory, TRL or nanotron YAML, an accelerate config. Each
 // importer reads the knobs dtsim models into `--set`-style overrides on
 // dtsim's own keys (plan.*, model.*),
 // names a shipped plan to start from, and lists the knobs it read but dtsim
@@ -26,7 +26,7 @@ namespace dtsim::sim {
 
 /// What a framework's config says, in dtsim's terms.
 struct FrameworkConfig {
-  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan", "torchtune", "axolotl", "LLaMA-Factory", "TRL", "accelerate"
+  std::string framework;                      ///< "DeepSpeed", "Megatron-LM", "Megatron-Bridge", "torchtitan", "torchtune", "axolotl", "LLaMA-Factory", "TRL", "nanotron", "accelerate"
   std::string file;                           ///< the file read, as given
   std::optional<std::string> plan;            ///< the shipped plan to start from ("zero2"), or none
   /// plan.* (and model.* for a Megatron command line) in the order read,
@@ -115,6 +115,13 @@ FrameworkConfig read_trl_config(const std::string& path);
 /// The same for text already read; `file` names it in errors and is where a
 /// relative deepspeed: path, accelerate_config or local model is looked for beside.
 FrameworkConfig parse_trl_config(const std::string& yaml_text, const std::string& file);
+/// Reads a nanotron training config YAML (run_train.py --config-file FILE:
+/// its parallelism, tokens, model (a LlamaConfig or Qwen2Config, experts
+/// included) and optimizer, with nanotron's defaults and its own refusals;
+/// Note [nanotron configs] in sim/src/config/framework_nanotron.cpp).
+FrameworkConfig read_nanotron_config(const std::string& path);
+/// The same for text already read; `file` names it in errors (and the model, after its stem).
+FrameworkConfig parse_nanotron_config(const std::string& yaml_text, const std::string& file);
 /// Reads an accelerate config YAML (`accelerate launch --config_file FILE`:
 /// its distributed_type, num_processes, mixed_precision, fsdp_config,
 /// deepspeed_config, parallelism_config; Note [accelerate configs] in
@@ -143,7 +150,7 @@ std::vector<Override> with_user_overrides(const FrameworkConfig& fc, const std::
 std::string unmodelled_warning(const FrameworkConfig& fc);
 
 /// A framework's config as a front end gives it: `kind` "deepspeed",
-/// "megatron-bridge", "torchtitan", "torchtune", "axolotl", "llamafactory", "trl" or "accelerate" with a file's path, or "megatron" with
+/// "megatron-bridge", "torchtitan", "torchtune", "axolotl", "llamafactory", "trl", "nanotron" or "accelerate" with a file's path, or "megatron" with
 /// a file of flags or the flags themselves (a `source` starting "--"; errors
 /// then name it `--megatron-args`). Throws ConfigError naming the valid kinds.
 /// `accelerate`, an accelerate config's path, launches it (Note [accelerate
@@ -181,7 +188,7 @@ std::vector<Override> search_fixed_overrides(const std::vector<Override>& overri
 /// location) naming the valid ones.
 FsdpMode parse_fsdp_mode(const std::string& name);
 
-/// "deepspeed", "torchtitan", "torchtune", "axolotl", "llamafactory", "trl", "megatron" or "megatron-bridge" when `text` (a file named `path`)
+/// "deepspeed", "torchtitan", "torchtune", "axolotl", "llamafactory", "trl", "nanotron", "megatron" or "megatron-bridge" when `text` (a file named `path`)
 /// is that framework's config rather than a dtsim plan, else "".
 std::string framework_of(const std::string& text, const std::string& path);
 

@@ -430,6 +430,17 @@ struct PlanSpec {
   /// gradients, made by the first backward and freed by the step. Needs
   /// zero_stage 0 or 1 and the optimizer on the device.
   bool megatron_grad_buffer = false;
+  /// nanotron's FP32GradientAccumulator (its optimizer.accumulate_grad_in_fp32,
+  /// on in every shipped nanotron config): an fp32 buffer of every
+  /// gradient, whole under ZeRO-1, kept for the whole run beside PyTorch
+  /// DDP's own 16-bit gradients and buckets; each backward's 16-bit
+  /// gradients are added into it and freed as that backward ends, DDP's
+  /// hook all-reduces the buffer in fp32, and the optimizer steps fp32
+  /// masters from it (Note [nanotron's fp32 accumulator] in
+  /// sim/src/lowering/emitter.hpp). Needs fp16 or bf16 with master
+  /// weights, zero_stage 0 or 1 without FSDP, the optimizer on the device,
+  /// and neither of Megatron-Core's buffers.
+  bool fp32_grad_accumulator = false;
   /// false: no fp32 master copy under fp16/bf16: the optimizer updates the
   /// 16-bit parameters in place and keeps its states in 16 bits (a model
   /// loaded in bf16 and trained without autocast: HF Trainer or TRL with
@@ -549,6 +560,7 @@ struct ResolvedPlan {
   bool overlap_param_gather = false;                ///< PlanSpec's (zero_stage 1 only)
   bool accumulate_allreduce_grads_in_fp32 = false;  ///< PlanSpec's
   bool megatron_grad_buffer = false;                ///< PlanSpec's (grad_buffer() adds the above)
+  bool fp32_grad_accumulator = false;               ///< PlanSpec's (Note [nanotron's fp32 accumulator])
   bool master_weights = true;                       ///< PlanSpec's (false only under fp16/bf16)
   bool use_precision_aware_optimizer = false;       ///< PlanSpec's (zero_stage 1 and Adam only)
   /// PlanSpec's; each fp32 without use_precision_aware_optimizer.

@@ -103,6 +103,14 @@ class PlanRules {
   /// SGD without momentum), on the device, not Megatron-Core's
   /// precision-aware one.
   static bool eight_bit_states_allowed(Optimizer o, bool precision_aware, Offload optimizer);
+  /// Whether a plan may keep nanotron's fp32 gradient accumulator
+  /// (PlanSpec::fp32_grad_accumulator; Note [nanotron's fp32 accumulator]
+  /// in sim/src/lowering/emitter.hpp): fp16 or bf16 with master weights,
+  /// zero_stage 0 or 1 without FSDP, the optimizer on the device, neither
+  /// of Megatron-Core's buffers (`grad_buffer`) nor its precision-aware
+  /// optimizer, nor a step in the backward.
+  static bool fp32_accumulator_allowed(Precision p, bool master_weights, int zero_stage, bool fsdp, Offload optimizer,
+                                       bool grad_buffer, bool precision_aware, bool in_backward);
   /// Whether a plan may step in the backward (PlanSpec::optimizer_in_backward;
   /// Note [Optimizer in backward] in lowering/layer_stage.cpp): on one GPU,
   /// one micro-batch a step, no ZeRO, the optimizer on the device and no

@@ -292,10 +292,11 @@ class LayerBuckets final : public StrategyPass {
     if (rb == 0) return last;
     deps.push_back(c.bucket_copy(c.tag(m, "copy grads in ", name), params, bk.tensors, false, {last}));
     // Note [ZeRO-1's reduction]: scattered to the shards' owners, or all-reduced.
-    const TaskId ar = c.plan.zero1_reduce_scatters() ? c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, rb, c.shard_group,
-                                             Stream::kGradComm, deps, {}, {}, bk.expert_bytes)
-                              : c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, rb, c.dp_group,
-                                             Stream::kGradComm, deps, {}, {}, bk.expert_bytes);
+    const Bytes wire = c.wire_bytes(rb), wire_experts = c.wire_bytes(bk.expert_bytes);
+    const TaskId ar = c.plan.zero1_reduce_scatters() ? c.collective(c.tag(m, "reduce_scatter ", name), CollectiveOp::kReduceScatter, wire, c.shard_group,
+                                             Stream::kGradComm, deps, {}, {}, wire_experts)
+                              : c.collective(c.tag(m, "all_reduce ", name), CollectiveOp::kAllReduce, wire, c.dp_group,
+                                             Stream::kGradComm, deps, {}, {}, wire_experts);
     if (!c.plan.overlap) unordered_.push_back(ar);
     // The reduced bucket back into the gradients, divided by the group
     // size, after the backward (end_backward).
@@ -522,7 +523,7 @@ class ChunkBuckets final : public StrategyPass {
                                final ? std::move(on_end) : MemOps{});
       if (first) span.first = seg;
       c.g.tasks[seg].memory_share = c.chunks[vs].bwd_memory;  // Note [Interference] in engine/executor.cpp
-      const Bytes bytes = buckets[k].bytes;
+      const Bytes bytes = c.wire_bytes(buckets[k].bytes);
       // The bucket is filled right after its layers' backward (Note [Gradient buckets]).
       const TaskId in = bucket_copy("copy grads in", s, vs, at.micro, k, buckets[k], false);
       // Note [ZeRO-1's reduction]: the distributed optimizer's reduce-scatter.
@@ -530,7 +531,7 @@ class ChunkBuckets final : public StrategyPass {
       pending_out_.push_back(c.b.collective(
           c.named ? std::string(scatter_ ? "reduce_scatter" : "all_reduce") + " grads chunk " + std::to_string(vs) + " bucket " + std::to_string(k)
                   : std::string(),
-          s, c.stream(Stream::kGradComm), Axis::kDp, op, bytes, c.grad_cost(op, bytes, buckets[k].expert_bytes, c.dp_group),
+          s, c.stream(Stream::kGradComm), Axis::kDp, op, bytes, c.grad_cost(op, bytes, c.wire_bytes(buckets[k].expert_bytes), c.dp_group),
           {in < 0 ? seg : in}));
       span.last = seg;
     }
