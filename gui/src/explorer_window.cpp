@@ -1673,7 +1673,8 @@ struct ExplorerWindow::Impl {
     // where the rules allow it, off elsewhere (Note [nanotron's fp32 accumulator]).
     p.fp32_grad_accumulator =
         before.fp32_grad_accumulator &&
-        sim::PlanRules::fp32_accumulator_allowed(p.precision, p.master_weights, p.zero_stage, p.fsdp != sim::FsdpMode::kNone,
+        sim::PlanRules::fp32_accumulator_allowed(p.precision, p.master_weights, p.zero_stage, std::max(1, p.dp) * p.cp,
+                                                 p.fsdp != sim::FsdpMode::kNone,
                                                  p.offload_optimizer, p.accumulate_allreduce_grads_in_fp32 || p.megatron_grad_buffer,
                                                  p.use_precision_aware_optimizer, p.optimizer_in_backward);
     p.kernels = static_cast<sim::Kernels>(kernels_box->currentData().toInt());

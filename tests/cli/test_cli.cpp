@@ -1292,6 +1292,17 @@ TEST_CASE("predict and search read a nanotron config", "[cli][frameworks]") {
   const YAML::Node js = YAML::Load(s.out.substr(0, s.out.size() - s.err.size()));
   REQUIRE(js["top"].size() > 0);
   CHECK(js["global_batch"].as<int>() == 12);
+  // What nanotron can run: its ZeRO stage (0 here), no expert parallelism,
+  // FSDP or offload, its pipeline engine (1f1b).
+  for (const YAML::Node& e : js["top"]) {
+    CHECK(e["plan"]["zero_stage"].as<int>() == 0);
+    CHECK(e["plan"]["ep"].as<int>() == 1);
+    CHECK(e["plan"]["fsdp"].as<std::string>() == "none");
+    CHECK(e["plan"]["offload_optimizer"].as<std::string>() == "none");
+    CHECK(e["plan"]["fp32_grad_accumulator"].as<bool>());
+    const std::string schedule = e["plan"]["schedule"].as<std::string>();
+    CHECK((schedule == "none" || schedule == "1f1b"));
+  }
 }
 
 // Note [Search from a framework config]: a search from an axolotl config

@@ -1914,6 +1914,11 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
   // autocast (bfloat16) nothing does.
   CHECK(keys(read("fsdp_version: 2\nfsdp_config:\n  offload_params: false\n"))["plan.master_weights"] == "null");
   CHECK(keys(read("bf16: false\nbfloat16: true\nfsdp_version: 2\nfsdp_config: {}\nfsdp: [full_shard]\n"))["plan.master_weights"] == "false");
+  // DeepSpeed's ZeRO keeps fp32 partitions of a model loaded in bf16; its stage 0 does not.
+  CHECK(keys(read("bf16: false\nbfloat16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 2}}\n"))
+            ["plan.master_weights"] == "null");
+  CHECK(keys(read("bf16: false\nbfloat16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 0}}\n"))
+            ["plan.master_weights"] == "false");
   // FSDP2 without an adapter keeps its version; reshard_after_forward false
   // and another sharding strategy are not passed on by axolotl: said.
   const FrameworkConfig f2 = read("fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: false\n  sharding_strategy: SHARD_GRAD_OP\n"
@@ -2168,7 +2173,10 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
   CHECK(k["plan.master_weights"] == "false");
   CHECK_THAT(error_of([&] { read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 3}}\n"); }),
              Catch::Contains("lf.yaml:3: pure_bf16: beside DeepSpeed ZeRO-3"));
-  // Under DeepSpeed's ZeRO-2 the bf16 weights still get fp32 partitions to step.
+  // Under DeepSpeed's ZeRO-2 the bf16 weights still get fp32 partitions to
+  // step; at stage 0 (bf16 off: pure_bf16 fills "auto" with false) they are stepped as they are.
+  CHECK(keys(read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 0}}\n"))
+            ["plan.master_weights"] == "false");
   k = keys(read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 2}}\n"));
   CHECK(k["plan.precision"] == "bf16");
   CHECK(k["plan.master_weights"] == "true");
@@ -2719,7 +2727,7 @@ TEST_CASE("nanotron: the SmolLM3-3B example, a Qwen2Config under tp 2 with seque
   CHECK(k["plan.cp"] == "1");
   CHECK(k["plan.placement"] == "tp,cp,dp,pp");  // parallel/context.py: tp innermost, then cp, dp, pp
   CHECK(k["plan.sequence_parallel"] == "true");  // tp_mode REDUCE_SCATTER
-  CHECK(k["plan.schedule"] == "null");           // no pipeline
+  CHECK(k["plan.schedule"] == "1f1b");           // pp_engine, written without a pipeline too: a search keeps it
   CHECK(k["plan.recompute"] == "none");
   CHECK(k["plan.seq_len"] == "4096");
   CHECK(k["plan.micro_batch"] == "3");
@@ -2731,6 +2739,11 @@ TEST_CASE("nanotron: the SmolLM3-3B example, a Qwen2Config under tp 2 with seque
   CHECK(k["plan.zero_stage"] == "0");
   CHECK(k["plan.optimizer"] == "adamw");
   CHECK(k["plan.attention"] == "flash");
+  CHECK(k["plan.ep"] == "1");
+  CHECK(k["plan.fsdp"] == "none");
+  CHECK(fc.search_fixed == std::vector<std::string>{"schedule", "zero_stage", "reduce_scatter", "ep", "fsdp", "offload_optimizer",
+                                                    "offload_params", "overlap_param_gather"});
+  CHECK(k["model.head_dim"] == "128");  // hidden_size // num_attention_heads
   CHECK(fc.global_batch == std::optional<std::int64_t>(3 * 1 * 4));  // micro x accumulation x dp
   CHECK(k["model.name"] == "nanotron-smollm3_3b");
   CHECK(k["model.layers"] == "36");
@@ -2823,6 +2836,16 @@ TEST_CASE("nanotron: defaults, what it refuses and what is said", "[framework][e
   const std::string biased = mod + "    attention_bias: true\n";
   CHECK(keys(read(par + tok + biased + opt))["model.qkv_bias"] == "false");
   CHECK(keys(read(par + tok + biased + "    is_qwen2_config: true\n" + opt))["model.qkv_bias"] == "true");
+  // dacite checks LlamaConfig's types: a float written as an integer (PyYAML's
+  // int) fails it, and the mapping becomes a Qwen2Config.
+  CHECK(keys(read(par + tok + biased + "    rope_theta: 500000.0\n" + opt))["model.qkv_bias"] == "false");
+  CHECK(keys(read(par + tok + biased + "    rope_theta: 500000\n" + opt))["model.qkv_bias"] == "true");
+  CHECK_THAT(error_of([&] { read(par + tok + biased + "    rope_theta: 500000\n    is_llama_config: true\n" + opt); }),
+             Catch::Contains("nt.yaml:17: model.model_config.is_llama_config: beside what a LlamaConfig cannot take"));
+  // A field neither class has: Qwen2Config(**model_config) raises.
+  CHECK(error_of([&] { read(par + tok + mod + "    head_size: 64\n" + opt); }) ==
+        "nt.yaml:15: model.model_config.head_size: not a field of LlamaConfig or Qwen2Config (nanotron's "
+        "Qwen2Config(**model_config) raises a TypeError)");
   // pp_engine: afab (GPipe) unless 1f1b, which asserts pp - 1 micro-batches.
   const std::string pp2 = "parallelism:\n  dp: 2\n  tp: 1\n  pp: 2\n";
   CHECK(keys(read(pp2 + tok + mod + opt))["plan.schedule"] == "gpipe");
@@ -2891,14 +2914,29 @@ TEST_CASE("nanotron: defaults, what it refuses and what is said", "[framework][e
   CHECK(k["model.first_dense"] == "2");
   CHECK(k.count("model.shared_intermediate") == 0);
   CHECK(listed(read(par + tok + mod + "    moe_config:\n      layers: [0, 2]\n" + opt), "model.model_config.moe_config.layers (not every layer"));
-  CHECK_THAT(error_of([&] { read(par + tok + mod + "    moe_config:\n      num_experts: 2\n      top_k: 4\n" + opt); }),
-             Catch::Contains("moe_config.top_k: 4 is more than num_experts 2 (nanotron raises)"));
+  // Only exactly [-1] is every layer; -1 in another list, or past the model, names none.
+  fc = read(par + tok + mod + "    moe_config:\n      layers: [-1, -1]\n" + opt);
+  CHECK(keys(fc).count("model.experts") == 0);
+  CHECK(listed(fc, "model.model_config.moe_config.layers (names no layer of the model: priced dense)"));
+  CHECK(keys(read(par + tok + mod + "    moe_config:\n      layers: [-1, 5, 6, 7, 9]\n" + opt))["model.first_dense"] == "5");
+  // A defaulted field's error names its mapping's line (top_k 2 by default).
+  CHECK(error_of([&] { read(par + tok + mod + "    moe_config:\n      num_experts: 1\n" + opt); }) ==
+        "nt.yaml:16: model.model_config.moe_config.top_k: 2 is more than num_experts 1 (nanotron raises)");
   // Context parallelism: llama3_ring_attention all-gathers K and V; other kernels take no ring.
   const std::string cp2 = "parallelism:\n  dp: 1\n  tp: 1\n  pp: 1\n  context_parallel_size: 2\n";
-  fc = read(cp2 + tok + mod + "    is_qwen2_config: true\n    _attn_implementation: llama3_ring_attention\n" + opt);
+  const std::string ring = "    is_qwen2_config: true\n    _attn_implementation: llama3_ring_attention\n";
+  CHECK_THAT(error_of([&] { read(cp2 + tok + mod + ring + opt); }), Catch::Contains("without ring_attn_heads_k_stride"));
+  fc = read(cp2 + tok + mod + ring + "    ring_attn_heads_k_stride: 1\n" + opt);
   CHECK(keys(fc)["plan.cp_comm"] == "all_gather");
   CHECK(fc.unmodelled.empty());
   CHECK(listed(read(cp2 + tok + mod + "    is_qwen2_config: true\n" + opt), "parallelism.context_parallel_size=2 with model.model_config._attn_implementation=flash_attention_2"));
+  // Qwen2Config's other asserts: a window's kernels, NoPE layers dividing the layers.
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    _attn_implementation: sdpa\n    sliding_window_size: 512\n" + opt); }),
+             Catch::Contains("nanotron asserts a window runs under flex_attention, flash_attention_2 or llama3_ring_attention"));
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    no_rope_layer: 3\n" + opt); }),
+             Catch::Contains("model.model_config.no_rope_layer: 3 does not divide num_hidden_layers 8 (nanotron asserts it)"));
+  // A Llama model runs FlashAttention-2 whatever the key says.
+  CHECK(keys(read(par + tok + mod + opt))["plan.attention"] == "flash");
   // Models dtsim does not have, and what nanotron's dataclasses do not have.
   CHECK_THAT(error_of([&] { read(par + tok + mod + "    d_state: 16\n" + opt); }), Catch::Contains("a Mamba model"));
   CHECK_THAT(error_of([&] { read(par + tok + mod + "    is_starcoder2_config: true\n" + opt); }), Catch::Contains("a Starcoder2Config"));

@@ -466,6 +466,21 @@ TEST_CASE("nanotron's fp32 gradient accumulator: a whole fp32 buffer, 16-bit gra
     CHECK(sum(on.graph.on_end(*t), MemCategory::kGradients) == -2 * small);
   }
   CHECK(named(off, "fp32 accumulate").empty());
+  // Every micro-batch's backward makes its 16-bit gradients anew (4 layers
+  // x 2 micro-batches); without the accumulator only the first does.
+  const auto making = [&](const Run& r) {
+    int n = 0;
+    for (const Task& t : r.graph.tasks) n += sum(r.graph.on_start(t), MemCategory::kGradients) > 0 ? 1 : 0;
+    return n;
+  };
+  CHECK(making(on) == 8);
+  CHECK(making(off) == 4);
+  // On a roofline device of 1 TB/s, an addition reads 2 + 4 and writes 4
+  // bytes a gradient, 400 us for 40M; the first micro-batch's zeroes the
+  // buffer too (4 more written): 560 us.
+  const RooflineComputeModel roofline(round_cluster().device);
+  CHECK(detail::fp32_accumulate_time(roofline, small, false) == 400'000);
+  CHECK(detail::fp32_accumulate_time(roofline, small, true) == 560'000);
   // So the step frees no gradient; without it, the step frees the 16-bit ones.
   const auto step_on = named(on, "optimizer step"), step_off = named(off, "optimizer step");
   REQUIRE(step_on.size() == 1);
@@ -494,10 +509,15 @@ TEST_CASE("nanotron's fp32 gradient accumulator: a whole fp32 buffer, 16-bit gra
     CHECK(sum(pipe.graph.on_end(*t), MemCategory::kGradients) == -small);
   }
   CHECK(sum(pipe.graph.ranks[0].resident, MemCategory::kGradients) == 2 * small);
+  // With dp 2 beside the pipeline each stage all-reduces its fp32 buffer:
+  // 2 stages x 20M x 4 B, twice the 16-bit gradients.
+  const std::string pipe_dp = "pp: 2\ndp: 2\nschedule: 1f1b\nprecision: fp16\noptimizer: adam\ngrad_accum: 2\n";
+  CHECK(bytes(run(m, pipe_dp + "fp32_grad_accumulator: true\n", round_cluster(1, 4), 500'000)) == 4 * small);
+  CHECK(bytes(run(m, pipe_dp, round_cluster(1, 4), 500'000)) == 2 * small);
   // What nanotron's accumulator cannot run beside, one line each.
-  const auto refused = [&](const std::string& extra) {
+  const auto refused = [&](const std::string& extra, const std::string& dp = "dp: 2\n") {
     try {
-      resolve(parse_plan("dp: 2\nfp32_grad_accumulator: true\n" + extra, "p.yaml"), m, round_cluster());
+      resolve(parse_plan(dp + "fp32_grad_accumulator: true\n" + extra, "p.yaml"), m, round_cluster());
     } catch (const ConfigError& e) {
       return std::string(e.what());
     }
@@ -512,7 +532,11 @@ TEST_CASE("nanotron's fp32 gradient accumulator: a whole fp32 buffer, 16-bit gra
   CHECK(refused("precision: fp16\nmaster_weights: false\n") ==
         "p.yaml:2: plan.fp32_grad_accumulator: true contradicts master_weights: false (the accumulator keeps the fp32 masters the "
         "optimizer steps); set only one");
-  CHECK(refused("precision: fp16\nzero_stage: 1\n") == "accepted");
+  // nanotron's hook raises for ZeRO's reduce-scatter: ZeRO-1 over one rank only.
+  CHECK(refused("precision: fp16\nzero_stage: 1\n") ==
+        "p.yaml:2: plan.fp32_grad_accumulator: true with zero_stage 1 over 2 ranks: nanotron's fp32 DDP hook raises "
+        "NotImplementedError for ZeRO's reduce-scatter (optim/gradient_accumulator.py, get_fp32_accum_hook); valid: zero_stage 0");
+  CHECK(refused("precision: fp16\nzero_stage: 1\n", "dp: 1\n") == "accepted");
 }
 
 TEST_CASE("optimizer_in_backward steps each layer after its backward and keeps no gradient beyond the one being made "

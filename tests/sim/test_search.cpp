@@ -1089,3 +1089,22 @@ TEST_CASE("search: a plan of the user's ranked beside the search's (Note [Your p
   CHECK(r.compared_error ==
         "the plan uses 8 of the cluster's 8 GPUs and the search 4: search as many (--gpus 8), or set the cluster's size");
 }
+
+TEST_CASE("search: a held schedule binds the pipelines, and leaves the plans of one stage", "[search]") {
+  // gpt2-xl on 16 A100s: held at GPipe, every pipeline searched is GPipe's,
+  // and the plans without a pipeline (which run no schedule) are still there,
+  // as many as when nothing is held.
+  const auto model = models::load_model("gpt2-xl");
+  const ClusterSpec cluster = load_cluster("dgx-a100", {parse_override("cluster.nodes=2")});
+  const auto pipeline = [](const PlanSpec& p) { return p.pp > 1; };
+  const auto gpipe = [](const PlanSpec& p) { return p.schedule == Schedule::kGpipe; };
+  const auto held = count_plans(*model, cluster, {parse_override("plan.schedule=gpipe")}, pipeline, gpipe);
+  CHECK(held[0] > 0);
+  CHECK(held[1] == 0);
+  const auto one_stage = [](const PlanSpec& p) { return p.pp == 1; };
+  const auto any = [](const PlanSpec&) { return true; };
+  const auto free = count_plans(*model, cluster, {}, one_stage, any);
+  const auto bound = count_plans(*model, cluster, {parse_override("plan.schedule=gpipe")}, one_stage, any);
+  CHECK(free[0] > 0);
+  CHECK(bound[0] == free[0]);
+}

@@ -414,8 +414,10 @@ class Reader : detail::YamlFields {
       fc_.unmodelled.push_back("tf32 (fp32 matmuls on TF32 tensor cores: priced on the FP32 units, PyTorch's default)");
     }
     // Weights in the loaded type and no master copy where nothing upcasts
-    // them: one GPU or DDP, a full fine-tune; or no autocast at all.
-    if (p != "fp32" && ((distributed_ == "ddp" && !peft_) || !amp)) {
+    // them: one GPU or DDP, a full fine-tune; or no autocast at all, but
+    // under DeepSpeed's ZeRO, whose stage 1 and 2 (stage_1_and_2.py) and 3
+    // keep fp32 partitions of what they train.
+    if (p != "fp32" && ((distributed_ == "ddp" && !peft_) || !amp) && !ds_zero_) {
       out.plan("master_weights", "false", origin + " (the model loaded in " + p + ", its optimizer states too)");
     }
   }
@@ -516,6 +518,7 @@ class Reader : detail::YamlFields {
   void deepspeed(detail::OverrideList& out) {
     const FrameworkConfig ds =
         detail::deepspeed_at(root_["deepspeed"], *this, "deepspeed", "; `axolotl fetch deepspeed_configs` writes axolotl's own");
+    ds_zero_ = ds.plan && *ds.plan != "ddp";
     detail::merge_hf_deepspeed(ds, out, fc_, host_adam_);
   }
 
@@ -592,6 +595,7 @@ class Reader : detail::YamlFields {
   FrameworkConfig fc_;
   std::string distributed_;  ///< "ddp", "fsdp" or "deepspeed"
   bool host_adam_ = false;   ///< the deepspeed config offloads the optimizer (ZeRO-Offload)
+  bool ds_zero_ = false;    ///< the deepspeed config is ZeRO at stage 1 or more (fp32 partitions kept)
   bool peft_ = false;        ///< an adapter
 };
 

@@ -420,7 +420,7 @@ FrameworkScenario apply_framework_config(const FrameworkConfig& fc, const std::s
 
 // Note [Search from a framework config]
 // `dtsim search --megatron-bridge FILE` (or --megatron-args, --deepspeed,
-// --torchtitan, --torchtune, --axolotl, --llamafactory; Python's search(megatron_bridge=...)) asks which plan would
+// --torchtitan, --torchtune, --axolotl, --llamafactory, --trl, --nanotron; Python's search(megatron_bridge=...)) asks which plan would
 // train what the config trains faster: the config's model (its model.*
 // keys) and, as fixed knobs, what decides the numbers it trains with
 // (kFixedFromConfig: sequence and its packed documents, precision and its
@@ -536,7 +536,7 @@ std::string framework_of(const std::string& text, const std::string& path) {
   // LLaMA-Factory's alone have its template, stage or finetuning_type.
   const auto top = [&](const char* key) { return text.rfind(key, 0) == 0 || text.find(std::string("\n") + key) != std::string::npos; };
   if (top("model_name_or_path:")) return top("template:") || top("stage:") || top("finetuning_type:") ? "llamafactory" : "trl";
-  // nanotron's: its parallelism: and tokens: sections (batch_accumulation_per_replica).
+  // nanotron's: its parallelism: section beside tokens: or a model_config.
   if (top("parallelism:") && (top("tokens:") || text.find(" model_config:") != std::string::npos)) return "nanotron";
   // Megatron-Bridge's YAML: a model: section of Megatron-Core's fields, or a
   // ConfigContainer's class written by its to_yaml.

@@ -28,17 +28,22 @@
 //   type, no autocast; make_vocab_size_divisible_by pads the vocabulary to
 //   a multiple of it times tp (helpers.py, _vocab_size_with_padding);
 //   ddp_bucket_cap_mb is DDP's bucket (plan.bucket_mb). model_config is a
-//   LlamaConfig where every key is one of its fields (dacite tries it
-//   first), else a Qwen2Config: dtsim's llama family of that shape, heads
-//   hidden / heads wide, Qwen2's attention_bias a bias on q, k and v (the
-//   Llama model has none), a gelu hidden_act GeGLU, sliding_window_size
-//   every layer's window, moe_config Qwen2's experts (nn/moe.py: a grouped
-//   GEMM of moe_intermediate_size experts, an optional shared expert of
-//   shared_expert_intermediate_size with its sigmoid gate, on the layers
-//   it lists). Its experts are whole on every tensor-parallel rank (etp 1,
-//   said). nanotron's own checks (config.py: heads divisible by tp, at
-//   least tp key/value heads) are refused as it refuses them. A
-//   Starcoder2Config or a Mamba model is refused.
+//   LlamaConfig where every key is one of its fields and its float fields
+//   are PyYAML floats (dacite tries it first, strictly), else a Qwen2Config
+//   (ModelArgs builds one from the mapping, which raises on a key it has
+//   no field for: refused): dtsim's llama family of that shape, heads
+//   hidden // heads wide, Qwen2's attention_bias a bias on q, k and v (the
+//   Llama model has none, and runs FlashAttention-2 whatever
+//   _attn_implementation says), a gelu hidden_act GeGLU,
+//   sliding_window_size every layer's window, moe_config Qwen2's experts
+//   (nn/moe.py: a grouped GEMM of moe_intermediate_size experts, an
+//   optional shared expert of shared_expert_intermediate_size with its
+//   sigmoid gate, on the layers whose index `layers` holds, exactly [-1]
+//   every layer). Its experts are whole on every tensor-parallel rank and
+//   tied across them (etp 1, said). nanotron's own checks (config.py:
+//   heads divisible by tp, at least tp key/value heads; Qwen2Config's on
+//   ring attention, windows and NoPE layers) are refused as it refuses
+//   them. A Starcoder2Config or a Mamba model is refused.
 // - optimizer: accumulate_grad_in_fp32 (true in every config nanotron
 //   ships) is its fp32 gradient accumulator, fp32 masters beside the
 //   16-bit parameters (plan.fp32_grad_accumulator, Note [nanotron's fp32
@@ -49,7 +54,11 @@
 //   accumulator over more than one data-parallel rank it fails (the fp32
 //   DDP hook raises NotImplementedError for ZeRO's reduce-scatter, and
 //   without DDP context parallelism raises in trainer.py), so that is
-//   refused. optimizer_factory's adamW is AdamW, sgd SGD without momentum.
+//   refused; without the accumulator it shards over dp alone (dp_pg), which
+//   beside cp is said. optimizer_factory's adamW is AdamW, sgd SGD without
+//   momentum. A search from the file keeps what nanotron has no other
+//   setting for: its pipeline engine, its ZeRO stage, no expert
+//   parallelism, FSDP or offload (FrameworkConfig::search_fixed).
 // Sections without a cost (general, checkpoints, logging, tokenizer,
 // lighteval, s3_upload, metrics_logging) are read silently; a data stage's
 // own sequence_length, a profiler, and any key nanotron's dataclasses do not
@@ -57,7 +66,10 @@
 // counts it, the last, and is said (nanotron's examples/
 // config_qwen_with_moe.yaml writes moe_config twice, null then its experts).
 #include <algorithm>
+#include <cctype>
 #include <filesystem>
+#include <map>
+#include <regex>
 #include <set>
 #include <string>
 #include <vector>
@@ -87,10 +99,11 @@ YAML::Node last(const YAML::Node& map, const std::string& key) {
 /// The keys of a mapping, each once, in order.
 std::vector<std::string> keys_of(const YAML::Node& map) {
   std::vector<std::string> out;
+  std::set<std::string> seen;
   if (!map || !map.IsMap()) return out;
   for (auto it = map.begin(); it != map.end(); ++it) {
-    const std::string k = it->first.IsScalar() ? it->first.Scalar() : "?";
-    if (std::find(out.begin(), out.end(), k) == out.end()) out.push_back(k);
+    std::string k = it->first.IsScalar() ? it->first.Scalar() : "?";
+    if (seen.insert(k).second) out.push_back(std::move(k));
   }
   return out;
 }
@@ -107,6 +120,18 @@ constexpr const char* kLlamaFields[] = {
     "max_position_embeddings", "num_attention_heads", "num_hidden_layers", "attention_bias", "num_key_value_heads",
     "pad_token_id", "pretraining_tp", "rms_norm_eps", "rope_scaling", "rope_theta", "rope_interleaved",
     "tie_word_embeddings", "use_cache", "vocab_size", "_attn_implementation", "z_loss_enabled", "z_loss_coefficient"};
+/// LlamaConfig's fields of type float, which dacite checks.
+constexpr const char* kFloatFields[] = {"initializer_range", "rms_norm_eps", "rope_theta", "z_loss_coefficient"};
+
+/// Whether PyYAML reads a plain scalar as a float (YAML 1.1's resolver: a
+/// dot, an exponent only with its sign; .inf, .nan); a quoted one is a string.
+bool pyyaml_float(const YAML::Node& n) {
+  static const std::regex kFloat(
+      R"([-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?|\.[0-9_]+([eE][-+][0-9]+)?|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*|)"
+      R"([-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))");
+  return n.Tag() != "!" && std::regex_match(n.Scalar(), kFloat);
+}
+
 /// Qwen2Config's fields beyond LlamaConfig's.
 constexpr const char* kQwen2Fields[] = {
     "is_qwen2_config", "rope_seq_len_interpolation_factor", "flex_attention_mask", "sliding_window_size", "no_rope_layer",
@@ -138,14 +163,15 @@ class Reader {
   /// Keys a mapping under `at` gives twice, said: the last is read.
   void repeated(const YAML::Node& n, const std::string& at, int depth = 0) {
     if (!n.IsMap() || depth > 8) return;
-    std::set<std::string> seen, said;
+    std::map<std::string, YAML::Node> lasts;  // one pass: a hostile file's keys each once
+    std::set<std::string> said;
     for (auto it = n.begin(); it != n.end(); ++it) {
       const std::string k = it->first.IsScalar() ? it->first.Scalar() : "?";
-      if (!seen.insert(k).second && said.insert(k).second) {
-        fc_.unmodelled.push_back(at + k + " (given twice: the last read, as PyYAML reads it)");
-      }
+      const auto [at_k, fresh] = lasts.try_emplace(k);
+      if (!fresh && said.insert(k).second) fc_.unmodelled.push_back(at + k + " (given twice: the last read, as PyYAML reads it)");
+      at_k->second.reset(it->second);
     }
-    for (const auto& k : seen) repeated(last(n, k), at + k + ".", depth + 1);
+    for (const auto& [k, v] : lasts) repeated(v, at + k + ".", depth + 1);
   }
 
   /// A section nanotron needs, a mapping.
@@ -174,6 +200,11 @@ class Reader {
     const YAML::Node n = last(map, key);
     if (YamlFields::null(n)) y_.fail(map, section + "." + key, "missing; nanotron requires it (an integer from " + std::to_string(lo) + ")");
     return integer(n, section + "." + key, lo, hi, 0);
+  }
+  /// `key`'s node, or where it would be (its mapping) when absent: for an error's line.
+  static YAML::Node at(const YAML::Node& map, const std::string& key) {
+    const YAML::Node n = last(map, key);
+    return YamlFields::null(n) ? map : n;
   }
   std::string from(const YAML::Node& map, const std::string& section, const std::string& key) const {
     const YAML::Node n = last(map, key);
@@ -209,13 +240,15 @@ class Reader {
     const std::string engine = YamlFields::null(eng) ? "afab" : y_.word(eng, "parallelism.pp_engine");
     if (engine != "afab" && engine != "1f1b") y_.fail(eng, "parallelism.pp_engine", "'" + engine + "'; valid: afab, 1f1b");
     one_f_one_b_ = engine == "1f1b";
-    if (pp_ > 1) out_.plan("schedule", one_f_one_b_ ? "1f1b" : "gpipe", from(par, "parallelism", "pp_engine"));
+    // Written with or without a pipeline, so that a search keeps to nanotron's two engines.
+    out_.plan("schedule", one_f_one_b_ ? "1f1b" : "gpipe", from(par, "parallelism", "pp_engine"));
     // tp_mode: TensorParallelLinearMode[x.upper()].
     const YAML::Node mode = last(par, "tp_mode");
     std::string m = YamlFields::null(mode) ? "ALL_REDUCE" : y_.word(mode, "parallelism.tp_mode");
     for (char& c : m) c = static_cast<char>(std::toupper(static_cast<unsigned char>(c)));
     if (m != "ALL_REDUCE" && m != "REDUCE_SCATTER") y_.fail(mode, "parallelism.tp_mode", "'" + mode.Scalar() + "'; valid: ALL_REDUCE, REDUCE_SCATTER");
     const bool scatter = m == "REDUCE_SCATTER";
+    sequence_parallel_ = scatter && tp_ > 1;
     out_.plan("sequence_parallel", scatter && tp_ > 1 ? "true" : "false", from(par, "parallelism", "tp_mode"));
     const YAML::Node async = last(par, "tp_linear_async_communication");
     if (y_.flag(async, "parallelism.tp_linear_async_communication", false)) {
@@ -248,12 +281,12 @@ class Reader {
     // Config.global_batch_size, bounded before it is multiplied out.
     constexpr std::int64_t kMaxBatch = std::int64_t{1} << 40;
     if (mbs > kMaxBatch / acc / dp_) {
-      y_.fail(last(tok, "batch_accumulation_per_replica"), "tokens.batch_accumulation_per_replica",
+      y_.fail(at(tok, "batch_accumulation_per_replica"), "tokens.batch_accumulation_per_replica",
               std::to_string(acc) + " x micro_batch_size " + std::to_string(mbs) + " x dp " + std::to_string(dp_) +
                   " sequences a step is absurd; valid: a global batch up to 2^40");
     }
     if (pp_ > 1 && one_f_one_b_ && acc < pp_ - 1) {
-      y_.fail(last(tok, "batch_accumulation_per_replica"), "tokens.batch_accumulation_per_replica",
+      y_.fail(at(tok, "batch_accumulation_per_replica"), "tokens.batch_accumulation_per_replica",
               std::to_string(acc) + " micro-batches under pp_engine 1f1b over pp " + std::to_string(pp_) +
                   ": nanotron asserts at least pp - 1 (\"Number of microbatches ... must be at least PP_SIZE-1\"); valid: " +
                   std::to_string(pp_ - 1) + " or more");
@@ -296,9 +329,27 @@ class Reader {
     if (has("is_starcoder2_config") || has("grouped_query") || has("multi_query")) {
       y_.fail(mc, "model.model_config", "a Starcoder2Config, which dtsim has no model for; valid: a LlamaConfig or a Qwen2Config");
     }
-    // dacite tries LlamaConfig first: a mapping of its fields alone is one.
-    const bool llama = std::all_of(keys.begin(), keys.end(), [](const std::string& k) { return among(k, kLlamaFields); });
     const std::string p = "model.model_config.";
+    // dacite tries LlamaConfig first (strictly: its fields alone, each of its
+    // type; a float field written without a dot is PyYAML's int, or string,
+    // and fails it). Failing every class, the mapping becomes
+    // Qwen2Config(**dict) (ModelArgs.__post_init__), which raises on a key
+    // it has no field for.
+    for (const auto& k : keys) {
+      if (!among(k, kLlamaFields) && !among(k, kQwen2Fields)) {
+        y_.fail(at(mc, k), p + k, "not a field of LlamaConfig or Qwen2Config (nanotron's Qwen2Config(**model_config) raises a TypeError)");
+      }
+    }
+    const bool llama = std::all_of(keys.begin(), keys.end(), [](const std::string& k) { return among(k, kLlamaFields); }) &&
+                       std::all_of(std::begin(kFloatFields), std::end(kFloatFields), [&](const char* k) {
+                         const YAML::Node n = last(mc, k);
+                         return YamlFields::null(n) || (n.IsScalar() && pyyaml_float(n));
+                       });
+    if (!llama && has("is_llama_config")) {
+      y_.fail(at(mc, "is_llama_config"), p + "is_llama_config",
+              "beside what a LlamaConfig cannot take (a Qwen2Config field, or a float written as an integer): nanotron's "
+              "Qwen2Config(**model_config) raises a TypeError on is_llama_config");
+    }
     constexpr std::int64_t kBig = std::int64_t{1} << 40;
     const std::int64_t hidden = integer(last(mc, "hidden_size"), p + "hidden_size", 1, kBig, 4096);
     const std::int64_t inter = integer(last(mc, "intermediate_size"), p + "intermediate_size", 1, kBig, 11008);
@@ -307,19 +358,16 @@ class Reader {
     const std::int64_t kv = integer(last(mc, "num_key_value_heads"), p + "num_key_value_heads", 1, 1 << 20, heads);
     // config.py's model verifications, as nanotron makes them.
     if (heads % tp_ != 0) {
-      y_.fail(last(mc, "num_attention_heads"), p + "num_attention_heads",
+      y_.fail(at(mc, "num_attention_heads"), p + "num_attention_heads",
               std::to_string(heads) + " is not divisible by tp " + std::to_string(tp_) + " (nanotron asserts it)");
     }
     if (kv > heads || heads % kv != 0) {
-      y_.fail(last(mc, "num_key_value_heads"), p + "num_key_value_heads",
+      y_.fail(at(mc, "num_key_value_heads"), p + "num_key_value_heads",
               std::to_string(kv) + " does not divide num_attention_heads " + std::to_string(heads) + " (nanotron asserts it)");
     }
     if (kv < tp_) {
-      y_.fail(last(mc, "num_key_value_heads"), p + "num_key_value_heads",
+      y_.fail(at(mc, "num_key_value_heads"), p + "num_key_value_heads",
               std::to_string(kv) + " is below tp " + std::to_string(tp_) + " (nanotron asserts num_key_value_heads >= tp)");
-    }
-    if (hidden % heads != 0) {
-      y_.fail(last(mc, "hidden_size"), p + "hidden_size", std::to_string(hidden) + " is not divisible by num_attention_heads " + std::to_string(heads));
     }
     // vocab_size -1 takes the dataset's (Config.__post_init__, a Nanoset's vocab_size).
     const YAML::Node vn = last(mc, "vocab_size");
@@ -356,7 +404,8 @@ class Reader {
     out_.model("hidden", std::to_string(hidden), from(mc, "model.model_config", "hidden_size"));
     out_.model("heads", std::to_string(heads), from(mc, "model.model_config", "num_attention_heads"));
     out_.model("kv_heads", std::to_string(kv), from(mc, "model.model_config", "num_key_value_heads"));
-    out_.model("head_dim", "null", from_mc);
+    // Both models' heads are hidden_size // num_attention_heads wide.
+    out_.model("head_dim", std::to_string(hidden / heads), from(mc, "model.model_config", "num_attention_heads"));
     out_.model("intermediate", std::to_string(inter), from(mc, "model.model_config", "intermediate_size"));
     out_.model("vocab", std::to_string(padded), padded == vocab ? vocab_from : vocab_from + " padded to a multiple of " + std::to_string(step));
     // RotaryEmbedding doubles its table as longer sequences come (its `end`),
@@ -397,17 +446,31 @@ class Reader {
     if (!among(impl, {"flash_attention_2", "flex_attention", "sdpa", "ring_flash_triton", "ring", "llama3_ring_attention"})) {
       y_.fail(n, key, "'" + impl + "'; valid: flash_attention_2, flex_attention, sdpa, ring_flash_triton, ring, llama3_ring_attention");
     }
-    const std::string at = YamlFields::null(n) ? y_.where(mc) + " (" + key + ", nanotron's flash_attention_2 default)" : y_.from(n, key);
-    if (impl != "sdpa" && impl != "flex_attention") out_.plan("attention", "flash", at);
-    if (impl == "flex_attention") fc_.unmodelled.push_back(key + "=flex_attention (priced as PyTorch's choice of SDPA kernel)");
+    const std::string impl_at = YamlFields::null(n) ? y_.where(mc) + " (" + key + ", nanotron's flash_attention_2 default)" : y_.from(n, key);
+    // nanotron's Llama model calls flash_attn_varlen_func whatever the key says (models/llama.py).
+    if (llama) {
+      out_.plan("attention", "flash", y_.where(mc) + " (a LlamaConfig: nanotron's Llama model runs FlashAttention-2)");
+    } else {
+      if (impl != "sdpa" && impl != "flex_attention") out_.plan("attention", "flash", impl_at);
+      if (impl == "flex_attention") fc_.unmodelled.push_back(key + "=flex_attention (priced as PyTorch's choice of SDPA kernel)");
+      // Qwen2Config.__post_init__'s asserts.
+      if (impl == "llama3_ring_attention" && YamlFields::null(last(mc, "ring_attn_heads_k_stride"))) {
+        y_.fail(n, key, "llama3_ring_attention without ring_attn_heads_k_stride, which nanotron asserts it has; give ring_attn_heads_k_stride");
+      }
+      if (!YamlFields::null(last(mc, "sliding_window_size")) && !among(impl, {"flex_attention", "flash_attention_2", "llama3_ring_attention"})) {
+        y_.fail(at(mc, "sliding_window_size"), "model.model_config.sliding_window_size",
+                "with " + key + " " + impl + ": nanotron asserts a window runs under flex_attention, flash_attention_2 or "
+                "llama3_ring_attention");
+      }
+    }
     if (cp_ == 1) return;
     // Context parallelism: the Llama 3 paper's all-gather of K and V
     // (llama3_ring_attention), or a ring of sends (ring, ring_flash_triton);
     // the other kernels take no ring_pg.
-    if (impl == "ring" || impl == "ring_flash_triton") {
-      out_.plan("cp_comm", "p2p", at);
+    if (!llama && (impl == "ring" || impl == "ring_flash_triton")) {
+      out_.plan("cp_comm", "p2p", impl_at);
     } else {
-      out_.plan("cp_comm", "all_gather", at);
+      out_.plan("cp_comm", "all_gather", impl_at);
       if (impl != "llama3_ring_attention" || llama) {
         fc_.unmodelled.push_back("parallelism.context_parallel_size=" + std::to_string(cp_) + " with " +
                                  (llama ? std::string("a LlamaConfig (nanotron's Llama model has no context parallelism)")
@@ -420,12 +483,17 @@ class Reader {
   /// Qwen2Config's own fields: a window, NoPE layers, document masking and its experts.
   void qwen2(const YAML::Node& mc) {
     const std::string p = "model.model_config.";
+    const std::int64_t layers = integer(last(mc, "num_hidden_layers"), p + "num_hidden_layers", 1, 10000, 32);
     if (const YAML::Node w = last(mc, "sliding_window_size"); !YamlFields::null(w)) {
       out_.model("sliding_window", std::to_string(integer(w, p + "sliding_window_size", 1, std::int64_t{1} << 40, 1)),
                  y_.from(w, p + "sliding_window_size"));
     }
     if (const YAML::Node n = last(mc, "no_rope_layer"); !YamlFields::null(n)) {
-      fc_.unmodelled.push_back(p + "no_rope_layer=" + y_.word(n, p + "no_rope_layer") + " (every such layer without RoPE: priced with it)");
+      const std::int64_t every = integer(n, p + "no_rope_layer", 1, 10000, 1);
+      if (layers % every != 0) {
+        y_.fail(n, p + "no_rope_layer", std::to_string(every) + " does not divide num_hidden_layers " + std::to_string(layers) + " (nanotron asserts it)");
+      }
+      fc_.unmodelled.push_back(p + "no_rope_layer=" + std::to_string(every) + " (every such layer without RoPE: priced with it)");
     }
     if (y_.flag(last(mc, "_use_doc_masking"), p + "_use_doc_masking", false)) {
       fc_.unmodelled.push_back(p + "_use_doc_masking=true (attention within each document: priced over the whole sequence; "
@@ -438,28 +506,41 @@ class Reader {
     if (YamlFields::null(moe)) return;
     const std::string q = p + "moe_config.";
     if (!moe.IsMap()) y_.fail(moe, p + "moe_config", "expected a mapping (num_experts, top_k, moe_intermediate_size, ...) or null");
-    // MoEConfig's defaults (models_config.py).
+    // MoEConfig's defaults and checks (models_config.py).
     const std::int64_t experts = integer(last(moe, "num_experts"), q + "num_experts", 1, 1 << 20, 8);
     const std::int64_t top_k = integer(last(moe, "top_k"), q + "top_k", 1, 1 << 20, 2);
     if (top_k > experts) {
-      y_.fail(last(moe, "top_k"), q + "top_k", std::to_string(top_k) + " is more than num_experts " + std::to_string(experts) + " (nanotron raises)");
+      y_.fail(at(moe, "top_k"), q + "top_k", std::to_string(top_k) + " is more than num_experts " + std::to_string(experts) + " (nanotron raises)");
+    }
+    const YAML::Node dn = last(moe, "token_dispatcher_type");
+    const std::string dispatcher = YamlFields::null(dn) ? "alltoall" : y_.word(dn, q + "token_dispatcher_type");
+    if (dispatcher != "alltoall" && dispatcher != "allgather") {
+      y_.fail(dn, q + "token_dispatcher_type", "'" + dispatcher + "'; valid: alltoall, allgather");
     }
     const std::int64_t inter = integer(last(moe, "moe_intermediate_size"), q + "moe_intermediate_size", 1, std::int64_t{1} << 40, 1408);
-    std::vector<std::int64_t> moe_layers;
+    // layers: exactly [-1] is every layer (MoEConfig.__post_init__); any
+    // other list names the layers whose index it holds, so -1 and indices
+    // past the model name none.
     const YAML::Node ln = last(moe, "layers");
-    if (YamlFields::null(ln)) {
-      moe_layers.push_back(-1);
-    } else if (ln.IsSequence()) {
-      for (const auto& e : ln) moe_layers.push_back(integer(e, q + "layers", -1, 10000, 0));
-    } else {
+    std::vector<std::int64_t> listed_layers;
+    if (ln.IsSequence()) {
+      for (const auto& e : ln) listed_layers.push_back(integer(e, q + "layers", -1, 1 << 20, 0));
+    } else if (!YamlFields::null(ln)) {
       y_.fail(ln, q + "layers", "expected a list of layer indices ([-1]: every layer)");
     }
-    if (moe_layers.empty()) return;  // no MoE layer: the dense model
-    const std::string dispatcher = YamlFields::null(last(moe, "token_dispatcher_type")) ? "alltoall" : y_.word(last(moe, "token_dispatcher_type"), q + "token_dispatcher_type");
-    if (dispatcher != "alltoall" && dispatcher != "allgather") {
-      y_.fail(last(moe, "token_dispatcher_type"), q + "token_dispatcher_type", "'" + dispatcher + "'; valid: alltoall, allgather");
+    std::set<std::int64_t> moe_layers;
+    if (YamlFields::null(ln) || listed_layers == std::vector<std::int64_t>{-1}) {
+      for (std::int64_t i = 0; i < layers; ++i) moe_layers.insert(i);
+    } else {
+      for (const std::int64_t i : listed_layers) {
+        if (i >= 0 && i < layers) moe_layers.insert(i);
+      }
     }
-    const std::string at = y_.from(moe, p + "moe_config");
+    if (moe_layers.empty()) {
+      if (!YamlFields::null(ln) && ln.size() > 0) fc_.unmodelled.push_back(q + "layers (names no layer of the model: priced dense)");
+      return;
+    }
+    const std::string moe_at = y_.from(moe, p + "moe_config");
     out_.model("experts", std::to_string(experts), from(moe, "model.model_config.moe_config", "num_experts"));
     out_.model("top_k", std::to_string(top_k), from(moe, "model.model_config.moe_config", "top_k"));
     out_.model("expert_intermediate", std::to_string(inter), from(moe, "model.model_config.moe_config", "moe_intermediate_size"));
@@ -469,24 +550,23 @@ class Reader {
       out_.model("shared_intermediate", std::to_string(shared), from(moe, "model.model_config.moe_config", "shared_expert_intermediate_size"));
       out_.model("shared_expert_gate", "true", y_.from(last(moe, "enable_shared_expert"), q + "enable_shared_expert"));
     }
-    // [-1] is every layer; a tail of the layers is first_dense dense ones before.
-    const std::int64_t layers = integer(last(mc, "num_hidden_layers"), p + "num_hidden_layers", 1, 10000, 32);
-    std::set<std::int64_t> set(moe_layers.begin(), moe_layers.end());
-    std::int64_t first = 0;
-    if (!(set.size() == 1 && *set.begin() == -1)) {
-      if (*set.begin() < 0 || *set.rbegin() >= layers) {
-        y_.fail(ln, q + "layers", "indices from 0 to " + std::to_string(layers - 1) + ", or [-1] (every layer)");
-      }
-      first = *set.begin();
-      if (static_cast<std::int64_t>(set.size()) != layers - first) {
-        fc_.unmodelled.push_back(q + "layers (not every layer from the first MoE one: priced as MoE from layer " + std::to_string(first) + " on)");
-      }
+    // A tail of the layers is first_dense dense ones before it.
+    const std::int64_t first = *moe_layers.begin();
+    if (static_cast<std::int64_t>(moe_layers.size()) != layers - first) {
+      fc_.unmodelled.push_back(q + "layers (not every layer from the first MoE one: priced as MoE from layer " + std::to_string(first) + " on)");
     }
-    out_.model("first_dense", std::to_string(first), YamlFields::null(ln) ? at : y_.from(ln, q + "layers"));
+    out_.model("first_dense", std::to_string(first), YamlFields::null(ln) ? moe_at : y_.from(ln, q + "layers"));
     if (tp_ > 1) {
-      out_.plan("etp", "1", at);
+      // Unsharded, the experts and router are tied across the tensor-parallel
+      // ranks (trainer.py): under REDUCE_SCATTER each rank routes its own
+      // tokens and their gradients are summed after the step's data-parallel
+      // reduction; under ALL_REDUCE every rank runs every token through them.
+      out_.plan("etp", "1", moe_at);
       fc_.unmodelled.push_back(q.substr(0, q.size() - 1) + " with tp " + std::to_string(tp_) +
-                               " (nanotron's GroupedMLP is whole on every tensor-parallel rank, with no token exchange: priced as etp 1)");
+                               " (nanotron's GroupedMLP is whole on every tensor-parallel rank, tied across them" +
+                               (sequence_parallel_ ? ", its gradients summed after the data-parallel reduction"
+                                                   : ", every token through it on every rank") +
+                               ": priced as etp 1)");
     }
   }
 
@@ -494,7 +574,7 @@ class Reader {
     const YAML::Node op = section("optimizer");
     const YAML::Node zn = last(op, "zero_stage");
     if (YamlFields::null(zn)) y_.fail(op, "optimizer.zero_stage", "missing; nanotron requires it (0, or 1 for its ZeRO-1)");
-    const std::int64_t zero = integer(zn, "optimizer.zero_stage", 0, 3, 0);
+    const std::int64_t zero = integer(zn, "optimizer.zero_stage", 0, 1 << 20, 0);
     const YAML::Node an = last(op, "accumulate_grad_in_fp32");
     if (YamlFields::null(an)) y_.fail(op, "optimizer.accumulate_grad_in_fp32", "missing; nanotron requires it (true or false)");
     const bool fp32_accum = y_.flag(an, "optimizer.accumulate_grad_in_fp32", false);
@@ -522,6 +602,11 @@ class Reader {
       // ZeroDistributedOptimizer over DDP's all-reduce (optim/zero.py).
       out_.plan("reduce_scatter", "false", y_.from(zn, "optimizer.zero_stage") + " (nanotron's ZeRO-1 all-reduces over DDP)");
       if (zero > 1) fc_.unmodelled.push_back("optimizer.zero_stage=" + std::to_string(zero) + " (nanotron's ZeRO is stage 1 for any stage above 0)");
+      // helpers.py: ZeroDistributedOptimizer(dp_pg=...), the data-parallel group without cp.
+      if (cp_ > 1 && dp_ > 1) {
+        fc_.unmodelled.push_back("optimizer.zero_stage with context_parallel_size " + std::to_string(cp_) +
+                                 " (nanotron shards over dp alone: priced over dp x cp)");
+      }
     }
     const YAML::Node f = last(op, "optimizer_factory");
     if (!YamlFields::null(f) && !f.IsMap()) y_.fail(f, "optimizer.optimizer_factory", "expected a mapping (name: adamW or sgd, ...)");
@@ -568,6 +653,16 @@ class Reader {
     }
     fc_.model = "llama-3-8b";  // its shape all set by model_config (the Megatron-LM reader's base)
     fc_.plan = pp_ > 1 ? (one_f_one_b_ ? "1f1b" : "gpipe") : "ddp";
+    // What nanotron has no other setting for, which a search keeps as this
+    // file has it (Note [Search from a framework config]): its pipeline
+    // engine, its ZeRO (stage 0 or its own stage 1, which the accumulator
+    // refuses over dp), no expert parallelism, FSDP or offload. (The
+    // search lays ranks out its own ways.)
+    for (const auto& [key, value] : {std::pair{"ep", "1"}, std::pair{"fsdp", "none"}, std::pair{"offload_optimizer", "none"},
+                                     std::pair{"offload_params", "none"}, std::pair{"overlap_param_gather", "false"}}) {
+      out_.plan(key, value, y_.file() + " (nanotron has no such setting)");
+    }
+    fc_.search_fixed = {"schedule", "zero_stage", "reduce_scatter", "ep", "fsdp", "offload_optimizer", "offload_params", "overlap_param_gather"};
   }
 
   YAML::Node root_;
@@ -576,6 +671,7 @@ class Reader {
   detail::OverrideList out_;
   std::int64_t dp_ = 1, tp_ = 1, pp_ = 1, cp_ = 1, seq_ = 0;
   bool one_f_one_b_ = false;
+  bool sequence_parallel_ = false;  ///< tp_mode REDUCE_SCATTER over tp > 1
   std::string dtype_ = "bfloat16";
   std::string from_tokens_;  ///< where tokens.sequence_length is
 };

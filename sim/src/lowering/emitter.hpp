@@ -264,11 +264,13 @@ inline constexpr Bytes kFp8ScalingBytesPerGemm = (1024 + 2) * 5 * 4;
 // DDP, against PyTorch AMP's 2 + 2 + 2 + 12 = 18 here), its 16-bit
 // gradients live only within a backward, and its reductions move twice
 // the bytes. dtsim prices each backward's additions (2 bytes read, 4 read
-// and 4 written a gradient) and, with the first, the zeroing (4 written)
-// as one elementwise task on the compute stream at the backward's end,
-// where they free the 16-bit gradients; on the last micro-batch nanotron
-// runs them bucket by bucket in the hook, the same bytes on the same
-// stream.
+// and 4 written a gradient) as one elementwise task on the compute stream
+// at the backward's end, where they free the 16-bit gradients; on the last
+// micro-batch nanotron runs them bucket by bucket in the hook, the same
+// bytes on the same stream. zero_grad's zeroing of the buffer (4 bytes
+// written), after the step, is priced with the next step's first addition.
+// The tied weights' sums (across the pipeline, and the sequence-parallel
+// ones) come from the buffer too, in fp32.
 
 /// The memory a rank holding `params` parameters has before the iteration
 /// starts: its model states (ZeRO paper accounting, model_states()), the

@@ -1443,7 +1443,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
   // FP32GradientAccumulator over PyTorch DDP and torch.optim.
   r.fp32_grad_accumulator = s.fp32_grad_accumulator;
   if (r.fp32_grad_accumulator &&
-      !PlanRules::fp32_accumulator_allowed(r.precision, r.master_weights, r.zero_stage, r.fsdp, r.offload_optimizer, r.grad_buffer(),
+      !PlanRules::fp32_accumulator_allowed(r.precision, r.master_weights, r.zero_stage, r.shard_group, r.fsdp, r.offload_optimizer, r.grad_buffer(),
                                            r.use_precision_aware_optimizer, r.optimizer_in_backward)) {
     std::string why;
     if (r.precision != Precision::kFp16 && r.precision != Precision::kBf16) {
@@ -1453,6 +1453,9 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
     } else if (r.zero_stage > 1 || r.fsdp) {
       why = "with " + (r.fsdp ? std::string("fsdp") : "zero_stage " + std::to_string(r.zero_stage)) +
             ": it keeps every gradient whole, beside nanotron's ZeRO-1 at most; valid: zero_stage 0 or 1";
+    } else if (r.zero_stage == 1) {
+      why = "with zero_stage 1 over " + std::to_string(r.shard_group) + " ranks: nanotron's fp32 DDP hook raises NotImplementedError "
+            "for ZeRO's reduce-scatter (optim/gradient_accumulator.py, get_fp32_accum_hook); valid: zero_stage 0";
     } else if (r.offload_optimizer == Offload::kCpu) {
       why = "with offload_optimizer cpu is not modelled (its buffer and masters live on the GPU); valid: false";
     } else if (r.grad_buffer()) {

@@ -128,9 +128,9 @@ bool PlanRules::eight_bit_states_allowed(Optimizer o, bool precision_aware, Offl
   return o != Optimizer::kSgdPlain && !precision_aware && optimizer != Offload::kCpu;
 }
 
-bool PlanRules::fp32_accumulator_allowed(Precision p, bool master_weights, int zero_stage, bool fsdp, Offload optimizer,
+bool PlanRules::fp32_accumulator_allowed(Precision p, bool master_weights, int zero_stage, int shard_ranks, bool fsdp, Offload optimizer,
                                          bool grad_buffer, bool precision_aware, bool in_backward) {
-  return (p == Precision::kFp16 || p == Precision::kBf16) && master_weights && zero_stage <= 1 && !fsdp &&
+  return (p == Precision::kFp16 || p == Precision::kBf16) && master_weights && (zero_stage == 0 || (zero_stage == 1 && shard_ranks <= 1)) && !fsdp &&
          optimizer != Offload::kCpu && !grad_buffer && !precision_aware && !in_backward;
 }
 

@@ -405,7 +405,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   hold("grad_accum", [](const PlanSpec& p) { return p.grad_accum; });
   hold("zero_stage", [](const PlanSpec& p) { return p.zero_stage; });
   hold("fsdp", [](const PlanSpec& p) { return p.fsdp; });
-  hold("schedule", [](const PlanSpec& p) { return p.schedule; });
+  // A held schedule binds the pipelines: a plan of one stage runs none.
+  if (held("schedule")) checks.push_back([want = o.base.schedule](const PlanSpec& p) { return p.pp <= 1 || p.schedule == want; });
   hold("virtual_stages", [](const PlanSpec& p) { return p.virtual_stages; });
   hold("recompute", [](const PlanSpec& p) { return p.recompute; });
   hold("sequence_parallel", [](const PlanSpec& p) { return p.sequence_parallel; });
@@ -556,7 +557,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
                     // Megatron-Core's 16-bit gradient buffer likewise, to ZeRO-1.
                     p.megatron_grad_buffer = p.megatron_grad_buffer && sh.zero <= 1 && sh.fsdp == FsdpMode::kNone && opt == Offload::kNone;
                     // nanotron's fp32 accumulator likewise (Note [nanotron's fp32 accumulator]).
-                    p.fp32_grad_accumulator = p.fp32_grad_accumulator && sh.zero <= 1 && sh.fsdp == FsdpMode::kNone && opt == Offload::kNone;
+                    p.fp32_grad_accumulator = p.fp32_grad_accumulator && (sh.zero == 0 || (sh.zero == 1 && dp * cp == 1)) &&
+                                              sh.fsdp == FsdpMode::kNone && opt == Offload::kNone;
                     if (!PlanRules::precision_aware_allowed(sh.zero, sh.fsdp != FsdpMode::kNone, effective_optimizer(p.optimizer, p.sgd_momentum))) {
                       p.use_precision_aware_optimizer = false;
                       p.main_params_dtype = p.exp_avg_dtype = p.exp_avg_sq_dtype = StateDtype::kFp32;
@@ -1269,7 +1271,8 @@ SearchResult search_plans(const Model& model, const ClusterSpec& given_cluster, 
     lb.offload_params = s.offload_params;
     lb.accumulate_allreduce_grads_in_fp32 = s.accumulate_allreduce_grads_in_fp32 && lb.zero_stage <= 1;
     lb.megatron_grad_buffer = s.megatron_grad_buffer && lb.zero_stage <= 1 && s.fsdp == FsdpMode::kNone && s.offload_optimizer == Offload::kNone;
-    lb.fp32_grad_accumulator = s.fp32_grad_accumulator && lb.zero_stage <= 1 && s.fsdp == FsdpMode::kNone && s.offload_optimizer == Offload::kNone;
+    lb.fp32_grad_accumulator = s.fp32_grad_accumulator && (lb.zero_stage == 0 || (lb.zero_stage == 1 && lb.shard_group <= 1)) &&
+                               s.fsdp == FsdpMode::kNone && s.offload_optimizer == Offload::kNone;
     lb.master_weights = s.master_weights;
     lb.optim_bits = s.optim_bits;  // Note [8-bit optimizer]
     lb.optimizer_in_backward = s.optimizer_in_backward;  // Note [Optimizer in backward]

@@ -106,10 +106,11 @@ class PlanRules {
   /// Whether a plan may keep nanotron's fp32 gradient accumulator
   /// (PlanSpec::fp32_grad_accumulator; Note [nanotron's fp32 accumulator]
   /// in sim/src/lowering/emitter.hpp): fp16 or bf16 with master weights,
-  /// zero_stage 0 or 1 without FSDP, the optimizer on the device, neither
-  /// of Megatron-Core's buffers (`grad_buffer`) nor its precision-aware
-  /// optimizer, nor a step in the backward.
-  static bool fp32_accumulator_allowed(Precision p, bool master_weights, int zero_stage, bool fsdp, Offload optimizer,
+  /// no ZeRO, or ZeRO-1 over one rank (`shard_ranks`: nanotron's fp32 DDP
+  /// hook raises for ZeRO's reduce-scatter), no FSDP, the optimizer on the
+  /// device, neither of Megatron-Core's buffers (`grad_buffer`) nor its
+  /// precision-aware optimizer, nor a step in the backward.
+  static bool fp32_accumulator_allowed(Precision p, bool master_weights, int zero_stage, int shard_ranks, bool fsdp, Offload optimizer,
                                        bool grad_buffer, bool precision_aware, bool in_backward);
   /// Whether a plan may step in the backward (PlanSpec::optimizer_in_backward;
   /// Note [Optimizer in backward] in lowering/layer_stage.cpp): on one GPU,

@@ -98,8 +98,9 @@ class Pipeline final : public StrategyPass {
       const Chunk& ch = c.chunks[static_cast<std::size_t>(vs)];
       if (ch.tied > 0 && (vs == 0 || vs + 1 == chunks)) {
         // The tied embedding's gradient, summed between the first and last
-        // stage once the chunk's last backward is done.
-        const Bytes bytes = ch.tied * c.gw;
+        // stage once the chunk's last backward is done (in fp32 from
+        // nanotron's accumulator: wire_bytes).
+        const Bytes bytes = c.wire_bytes(ch.tied * c.gw);
         const TaskId t = c.b.collective(c.named ? "all_reduce tied embedding" : std::string(), s, c.stream(Stream::kGradComm),
                                         Axis::kPp, CollectiveOp::kAllReduce, bytes,
                                         c.comm.collective(CollectiveOp::kAllReduce, bytes, c.p2p_group(0, pp - 1)),

@@ -28,7 +28,8 @@ class SequenceParallel final : public StrategyPass {
   void before_step(int stage, TaskDeps& deps, MemOps&) override {
     const auto s = static_cast<std::size_t>(stage);
     if (s >= ctx_.sp_params.size() || ctx_.sp_params[s] <= 0) return;
-    const Bytes bytes = ctx_.sp_params[s] * ctx_.gw;
+    // nanotron sums them from its fp32 accumulator (sync_tied_weights_gradients): wire_bytes.
+    const Bytes bytes = ctx_.wire_bytes(ctx_.sp_params[s] * ctx_.gw);
     const TaskId t = ctx_.b.collective(ctx_.named ? "all_reduce sequence-parallel grads" : std::string(), stage,
                                        ctx_.stream(Stream::kGradComm), Axis::kTp, CollectiveOp::kAllReduce, bytes,
                                        ctx_.comm.collective(CollectiveOp::kAllReduce, bytes, ctx_.tp_group), deps);
