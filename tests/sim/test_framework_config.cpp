@@ -1919,6 +1919,9 @@ TEST_CASE("axolotl: hub ids, precision, FSDP knobs, keys listed and errors", "[f
             ["plan.master_weights"] == "null");
   CHECK(keys(read("bf16: false\nbfloat16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 0}}\n"))
             ["plan.master_weights"] == "false");
+  // ... but with its own bf16 on, BF16_Optimizer's.
+  CHECK(keys(read("bf16: false\nbfloat16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, bf16: {enabled: true}}\n"))
+            ["plan.master_weights"] == "null");
   // FSDP2 without an adapter keeps its version; reshard_after_forward false
   // and another sharding strategy are not passed on by axolotl: said.
   const FrameworkConfig f2 = read("fsdp_version: 2\nfsdp_config:\n  reshard_after_forward: false\n  sharding_strategy: SHARD_GRAD_OP\n"
@@ -2741,8 +2744,8 @@ TEST_CASE("nanotron: the SmolLM3-3B example, a Qwen2Config under tp 2 with seque
   CHECK(k["plan.attention"] == "flash");
   CHECK(k["plan.ep"] == "1");
   CHECK(k["plan.fsdp"] == "none");
-  CHECK(fc.search_fixed == std::vector<std::string>{"schedule", "zero_stage", "reduce_scatter", "ep", "fsdp", "offload_optimizer",
-                                                    "offload_params", "overlap_param_gather"});
+  CHECK(fc.search_fixed == std::vector<std::string>{"schedule", "zero_stage", "reduce_scatter", "ep", "etp", "fsdp", "offload_optimizer",
+                                                    "offload_params", "overlap_param_gather", "recompute"});
   CHECK(k["model.head_dim"] == "128");  // hidden_size // num_attention_heads
   CHECK(fc.global_batch == std::optional<std::int64_t>(3 * 1 * 4));  // micro x accumulation x dp
   CHECK(k["model.name"] == "nanotron-smollm3_3b");
@@ -2781,6 +2784,7 @@ TEST_CASE("nanotron: a LlamaConfig over a 1f1b pipeline, recomputed, ZeRO-1 with
   CHECK(k["plan.master_weights"] == "false");  // torch.optim steps the bf16 parameters
   CHECK(k["plan.fp32_grad_accumulator"] == "false");
   CHECK(k["model.intermediate"] == "14336");
+  CHECK(fc.search_fixed.back() == "cp");  // nanotron's Llama model has no context parallelism
   CHECK(k["model.vocab"] == "128256");  // 32,064 x tp 4
   CHECK(fc.global_batch == std::optional<std::int64_t>(1 * 16 * 2));
   CHECK(fc.unmodelled.empty());
@@ -2802,7 +2806,7 @@ TEST_CASE("nanotron: Qwen2's experts with a gated shared expert", "[framework]")
   CHECK(k["model.shared_expert_gate"] == "true");
   CHECK(k["model.first_dense"] == "0");  // layers [-1]: every layer
   CHECK(k["model.qkv_bias"] == "true");  // a Qwen2Config's attention_bias
-  CHECK(k["plan.etp"] == "null");        // tp 1
+  CHECK(k["plan.etp"] == "1");           // whole on every tensor-parallel rank, held by a search
   const auto m = models::load_model(*fc.model, section(fc, "model"));
   // Each layer: q 1536^2 + 1536 bias, k and v 1536 x 512 + 512 each, o
   // 1536^2; 32 experts of 3 x 1536 x 768, a shared one of 3 x 1536 x 3072,
@@ -2836,12 +2840,26 @@ TEST_CASE("nanotron: defaults, what it refuses and what is said", "[framework][e
   const std::string biased = mod + "    attention_bias: true\n";
   CHECK(keys(read(par + tok + biased + opt))["model.qkv_bias"] == "false");
   CHECK(keys(read(par + tok + biased + "    is_qwen2_config: true\n" + opt))["model.qkv_bias"] == "true");
-  // dacite checks LlamaConfig's types: a float written as an integer (PyYAML's
-  // int) fails it, and the mapping becomes a Qwen2Config.
+  // dacite checks LlamaConfig's types, an int passing for a float (PEP
+  // 484's numeric tower); a float PyYAML reads as a string (1e-06: YAML
+  // 1.1's exponent needs a dot) fails it, and the mapping becomes a Qwen2Config.
   CHECK(keys(read(par + tok + biased + "    rope_theta: 500000.0\n" + opt))["model.qkv_bias"] == "false");
-  CHECK(keys(read(par + tok + biased + "    rope_theta: 500000\n" + opt))["model.qkv_bias"] == "true");
-  CHECK_THAT(error_of([&] { read(par + tok + biased + "    rope_theta: 500000\n    is_llama_config: true\n" + opt); }),
+  CHECK(keys(read(par + tok + biased + "    rope_theta: 500000\n" + opt))["model.qkv_bias"] == "false");
+  CHECK(keys(read(par + tok + biased + "    rms_norm_eps: 1.0e-06\n" + opt))["model.qkv_bias"] == "false");
+  CHECK(keys(read(par + tok + biased + "    rms_norm_eps: 1e-06\n" + opt))["model.qkv_bias"] == "true");
+  CHECK(keys(read(par + tok + biased + "    rms_norm_eps: \"1.0e-06\"\n" + opt))["model.qkv_bias"] == "true");  // quoted: a string
+  CHECK_THAT(error_of([&] { read(par + tok + biased + "    rms_norm_eps: 1e-06\n    is_llama_config: true\n" + opt); }),
              Catch::Contains("nt.yaml:17: model.model_config.is_llama_config: beside what a LlamaConfig cannot take"));
+  // ... and then a moe_config stays a dict, on which Qwen2Config raises.
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    rms_norm_eps: 1e-06\n    moe_config:\n      num_experts: 4\n" + opt); }),
+             Catch::Contains("nt.yaml:17: model.model_config.moe_config: beside a float field PyYAML reads as a string or null"));
+  // Keys of Starcoder2Config alone: dacite matches it before Qwen2Config.
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    layer_norm_epsilon: 1.0e-05\n" + opt); }), Catch::Contains("a Starcoder2Config"));
+  // A Llama's heads must divide its width (llama.py asserts it); a Qwen2's are floored.
+  CHECK_THAT(error_of([&] { read(par + tok + "model:\n  model_config:\n    hidden_size: 1000\n    num_attention_heads: 16\n" + opt); }),
+             Catch::Contains("model.model_config.hidden_size: 1000 is not divisible by num_attention_heads 16 (nanotron's Llama model asserts it)"));
+  CHECK(keys(read(par + tok + "model:\n  model_config:\n    hidden_size: 1000\n    num_attention_heads: 16\n    is_qwen2_config: true\n" + opt))
+            ["model.head_dim"] == "62");
   // A field neither class has: Qwen2Config(**model_config) raises.
   CHECK(error_of([&] { read(par + tok + mod + "    head_size: 64\n" + opt); }) ==
         "nt.yaml:15: model.model_config.head_size: not a field of LlamaConfig or Qwen2Config (nanotron's "
@@ -2876,8 +2894,11 @@ TEST_CASE("nanotron: defaults, what it refuses and what is said", "[framework][e
         "nt.yaml:16: optimizer.zero_stage: 1 with accumulate_grad_in_fp32 over dp 2: nanotron's fp32 DDP hook raises "
         "NotImplementedError for ZeRO's reduce-scatter (optim/gradient_accumulator.py, get_fp32_accum_hook); valid: 0, or "
         "accumulate_grad_in_fp32: false");
-  k = keys(read("parallelism:\n  dp: 1\n  tp: 1\n  pp: 1\n" + tok + mod + zero1));
-  CHECK(k["plan.zero_stage"] == "1");
+  // Over one data-parallel rank its ZeRO-1 shards nothing: stage 0.
+  fc = read("parallelism:\n  dp: 1\n  tp: 1\n  pp: 1\n" + tok + mod + zero1);
+  k = keys(fc);
+  CHECK(k["plan.zero_stage"] == "0");
+  CHECK(from_of(fc, "plan.zero_stage") == "nt.yaml:16 (optimizer.zero_stage) (nanotron's ZeRO-1 over dp 1 shards nothing)");
   CHECK(k["plan.fp32_grad_accumulator"] == "true");
   fc = read(par + tok + mod + "optimizer:\n  zero_stage: 3\n  accumulate_grad_in_fp32: false\n  optimizer_factory:\n    name: sgd\n");
   k = keys(fc);
@@ -2931,12 +2952,13 @@ TEST_CASE("nanotron: defaults, what it refuses and what is said", "[framework][e
   CHECK(fc.unmodelled.empty());
   CHECK(listed(read(cp2 + tok + mod + "    is_qwen2_config: true\n" + opt), "parallelism.context_parallel_size=2 with model.model_config._attn_implementation=flash_attention_2"));
   // Qwen2Config's other asserts: a window's kernels, NoPE layers dividing the layers.
-  CHECK_THAT(error_of([&] { read(par + tok + mod + "    _attn_implementation: sdpa\n    sliding_window_size: 512\n" + opt); }),
+  CHECK_THAT(error_of([&] { read(par + tok + mod + "    _attn_implementation: sdpa\n    sliding_window_size: 512\n    is_qwen2_config: true\n" + opt); }),
              Catch::Contains("nanotron asserts a window runs under flex_attention, flash_attention_2 or llama3_ring_attention"));
   CHECK_THAT(error_of([&] { read(par + tok + mod + "    no_rope_layer: 3\n" + opt); }),
              Catch::Contains("model.model_config.no_rope_layer: 3 does not divide num_hidden_layers 8 (nanotron asserts it)"));
   // A Llama model runs FlashAttention-2 whatever the key says.
-  CHECK(keys(read(par + tok + mod + opt))["plan.attention"] == "flash");
+  CHECK(keys(read(par + tok + mod + "    _attn_implementation: sdpa\n" + opt))["plan.attention"] == "flash");
+  CHECK(keys(read(par + tok + mod + "    _attn_implementation: sdpa\n    is_qwen2_config: true\n" + opt))["plan.attention"] == "null");
   // Models dtsim does not have, and what nanotron's dataclasses do not have.
   CHECK_THAT(error_of([&] { read(par + tok + mod + "    d_state: 16\n" + opt); }), Catch::Contains("a Mamba model"));
   CHECK_THAT(error_of([&] { read(par + tok + mod + "    is_starcoder2_config: true\n" + opt); }), Catch::Contains("a Starcoder2Config"));

@@ -514,6 +514,24 @@ TEST_CASE("nanotron's fp32 gradient accumulator: a whole fp32 buffer, 16-bit gra
   const std::string pipe_dp = "pp: 2\ndp: 2\nschedule: 1f1b\nprecision: fp16\noptimizer: adam\ngrad_accum: 2\n";
   CHECK(bytes(run(m, pipe_dp + "fp32_grad_accumulator: true\n", round_cluster(1, 4), 500'000)) == 4 * small);
   CHECK(bytes(run(m, pipe_dp, round_cluster(1, 4), 500'000)) == 2 * small);
+  // The sums of tied weights come from the buffer too: gpt2-tiny's tied
+  // embedding (1024 x 128), summed by each of its 2 stages, 4 bytes an element, not 2;
+  // llama-tiny's sequence-parallel norms, twice their 16-bit bytes.
+  const auto named_bytes = [&](const Run& r, const std::string& part) {
+    Bytes b = 0;
+    for (const Task* t : named(r, part)) b += t->kind == TaskKind::kCollective ? t->bytes : 0;
+    return b;
+  };
+  const auto gpt2 = models::load_model("gpt2-tiny");
+  const std::string tied = "pp: 2\nschedule: 1f1b\nprecision: fp16\noptimizer: adam\ngrad_accum: 2\n";
+  CHECK(named_bytes(run(*gpt2, tied + "fp32_grad_accumulator: true\n", round_cluster(), 1000), "all_reduce tied embedding") == 2 * 1024 * 128 * 4);
+  CHECK(named_bytes(run(*gpt2, tied, round_cluster(), 1000), "all_reduce tied embedding") == 2 * 1024 * 128 * 2);
+  const auto llama = models::load_model("llama-tiny");
+  const std::string sp = "tp: 2\nsequence_parallel: true\nprecision: fp16\noptimizer: adam\n";
+  const Bytes sp_on = named_bytes(run(*llama, sp + "fp32_grad_accumulator: true\n", round_cluster(), 1000), "sequence-parallel grads");
+  const Bytes sp_off = named_bytes(run(*llama, sp, round_cluster(), 1000), "sequence-parallel grads");
+  CHECK(sp_off > 0);
+  CHECK(sp_on == 2 * sp_off);
   // What nanotron's accumulator cannot run beside, one line each.
   const auto refused = [&](const std::string& extra, const std::string& dp = "dp: 2\n") {
     try {
@@ -528,7 +546,7 @@ TEST_CASE("nanotron's fp32 gradient accumulator: a whole fp32 buffer, 16-bit gra
         "parameter is float); valid: fp16 or bf16");
   CHECK(refused("precision: fp16\nzero_stage: 2\n") ==
         "p.yaml:2: plan.fp32_grad_accumulator: true with zero_stage 2: it keeps every gradient whole, beside nanotron's ZeRO-1 at "
-        "most; valid: zero_stage 0 or 1");
+        "most; valid: zero_stage 0, or 1 over one rank");
   CHECK(refused("precision: fp16\nmaster_weights: false\n") ==
         "p.yaml:2: plan.fp32_grad_accumulator: true contradicts master_weights: false (the accumulator keeps the fp32 masters the "
         "optimizer steps); set only one");

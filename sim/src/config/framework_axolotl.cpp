@@ -415,9 +415,9 @@ class Reader : detail::YamlFields {
     }
     // Weights in the loaded type and no master copy where nothing upcasts
     // them: one GPU or DDP, a full fine-tune; or no autocast at all, but
-    // under DeepSpeed's ZeRO, whose stage 1 and 2 (stage_1_and_2.py) and 3
-    // keep fp32 partitions of what they train.
-    if (p != "fp32" && ((distributed_ == "ddp" && !peft_) || !amp) && !ds_zero_) {
+    // where DeepSpeed keeps fp32 masters of what it trains (its ZeRO's
+    // partitions, or its fp16 or bf16 optimizer at stage 0).
+    if (p != "fp32" && ((distributed_ == "ddp" && !peft_) || !amp) && !ds_masters_) {
       out.plan("master_weights", "false", origin + " (the model loaded in " + p + ", its optimizer states too)");
     }
   }
@@ -518,7 +518,7 @@ class Reader : detail::YamlFields {
   void deepspeed(detail::OverrideList& out) {
     const FrameworkConfig ds =
         detail::deepspeed_at(root_["deepspeed"], *this, "deepspeed", "; `axolotl fetch deepspeed_configs` writes axolotl's own");
-    ds_zero_ = ds.plan && *ds.plan != "ddp";
+    ds_masters_ = detail::deepspeed_keeps_masters(ds);
     detail::merge_hf_deepspeed(ds, out, fc_, host_adam_);
   }
 
@@ -595,7 +595,7 @@ class Reader : detail::YamlFields {
   FrameworkConfig fc_;
   std::string distributed_;  ///< "ddp", "fsdp" or "deepspeed"
   bool host_adam_ = false;   ///< the deepspeed config offloads the optimizer (ZeRO-Offload)
-  bool ds_zero_ = false;    ///< the deepspeed config is ZeRO at stage 1 or more (fp32 partitions kept)
+  bool ds_masters_ = false;  ///< DeepSpeed keeps fp32 masters (detail::deepspeed_keeps_masters)
   bool peft_ = false;        ///< an adapter
 };
 

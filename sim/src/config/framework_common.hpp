@@ -88,6 +88,13 @@ void hf_optimizer(OverrideList& out, FrameworkConfig& fc, const std::string& key
 /// `host_adam` where it offloads the optimizer, and fc.deepspeed.
 void merge_hf_deepspeed(const FrameworkConfig& ds, OverrideList& out, FrameworkConfig& fc, bool& host_adam);
 
+/// Whether DeepSpeed keeps fp32 masters of what a DeepSpeed config `ds`
+/// (read by parse_deepspeed_config) trains, whatever the model was loaded
+/// in: under ZeRO (stage_1_and_2.py's fp32 partitions, stage 3's), or at
+/// stage 0 with its own fp16 or bf16 enabled (FP16_Optimizer,
+/// BF16_Optimizer); at stage 0 without them it steps the weights as they are.
+bool deepspeed_keeps_masters(const FrameworkConfig& ds);
+
 /// Null, false, or an empty list or mapping: a trainer config's key that
 /// changes nothing (axolotl's, LLaMA-Factory's).
 bool yaml_unset(const YAML::Node& n);

@@ -308,6 +308,12 @@ void hf_trainer_fsdp(const YAML::Node& root, const YamlFields& y, OverrideList& 
   }
 }
 
+bool deepspeed_keeps_masters(const FrameworkConfig& ds) {
+  if (ds.plan && *ds.plan != "ddp") return true;
+  return std::any_of(ds.overrides.begin(), ds.overrides.end(),
+                     [](const Override& o) { return o.section == "plan" && o.path == "precision" && o.value != "fp32"; });
+}
+
 void merge_hf_deepspeed(const FrameworkConfig& ds, OverrideList& out, FrameworkConfig& fc, bool& host_adam) {
   fc.plan = ds.plan;
   fc.deepspeed = true;

@@ -333,11 +333,11 @@ class Reader : detail::YamlFields {
       out.plan("precision", "bf16", from(pb, "pure_bf16"));
       // DeepSpeed's ZeRO-1 and -2 (stage_1_and_2.py, single_partition_of_fp32_groups)
       // keep fp32 partitions of what they train whatever the model was loaded
-      // in; at stage 0, with bf16 off (pure_bf16 leaves TrainingArguments.bf16
-      // false, which fills "auto"), DeepSpeed steps the bf16 weights as they are.
-      out.plan("master_weights", ds_zero_ ? "true" : "false",
-               from(pb, "pure_bf16") + (ds_zero_ ? " (DeepSpeed's ZeRO keeps fp32 partitions of what it trains)"
-                                                 : " (the bf16 weights stepped as they are, their optimizer states in bf16)"));
+      // in; at stage 0 with its bf16 off (pure_bf16 leaves TrainingArguments.bf16
+      // false, which fills "auto") DeepSpeed steps the bf16 weights as they are.
+      out.plan("master_weights", ds_masters_ ? "true" : "false",
+               from(pb, "pure_bf16") + (ds_masters_ ? " (DeepSpeed keeps fp32 masters of what it trains)"
+                                                    : " (the bf16 weights stepped as they are, their optimizer states in bf16)"));
     } else if (flag(bf, "bf16", false)) {
       out.plan("precision", "bf16", from(bf, "bf16"));
     } else if (flag(hf, "fp16", false)) {
@@ -417,7 +417,7 @@ class Reader : detail::YamlFields {
     const FrameworkConfig ds =
         detail::deepspeed_at(root_["deepspeed"], *this, "deepspeed", "; LLaMA-Factory's own are in its examples/deepspeed");
     zero3_ = ds.plan && *ds.plan == "zero3";
-    ds_zero_ = ds.plan && *ds.plan != "ddp";
+    ds_masters_ = detail::deepspeed_keeps_masters(ds);
     detail::merge_hf_deepspeed(ds, out, fc_, host_adam_);
   }
 
@@ -426,7 +426,7 @@ class Reader : detail::YamlFields {
   std::string distributed_;  ///< "ddp", "fsdp" or "deepspeed"
   bool host_adam_ = false;   ///< the deepspeed config offloads the optimizer (ZeRO-Offload)
   bool zero3_ = false;       ///< the deepspeed config is ZeRO-3
-  bool ds_zero_ = false;     ///< the deepspeed config is ZeRO at stage 1 or more
+  bool ds_masters_ = false;  ///< DeepSpeed keeps fp32 masters (detail::deepspeed_keeps_masters)
   bool lora_ = false;        ///< finetuning_type lora
   bool pretrain_ = false;    ///< stage pt
 };

@@ -29,10 +29,12 @@
 //   a multiple of it times tp (helpers.py, _vocab_size_with_padding);
 //   ddp_bucket_cap_mb is DDP's bucket (plan.bucket_mb). model_config is a
 //   LlamaConfig where every key is one of its fields and its float fields
-//   are PyYAML floats (dacite tries it first, strictly), else a Qwen2Config
-//   (ModelArgs builds one from the mapping, which raises on a key it has
-//   no field for: refused): dtsim's llama family of that shape, heads
-//   hidden // heads wide, Qwen2's attention_bias a bias on q, k and v (the
+//   are numbers to PyYAML (dacite tries it first, strictly, an int passing
+//   for a float), else a Starcoder2Config where its fields hold every key
+//   (refused), else a Qwen2Config (ModelArgs builds one from the mapping,
+//   which raises on a key it has no field for: refused): dtsim's llama
+//   family of that shape, heads hidden // heads wide (a Llama's dividing
+//   it, as llama.py asserts), Qwen2's attention_bias a bias on q, k and v (the
 //   Llama model has none, and runs FlashAttention-2 whatever
 //   _attn_implementation says), a gelu hidden_act GeGLU,
 //   sliding_window_size every layer's window, moe_config Qwen2's experts
@@ -50,15 +52,17 @@
 //   accumulator] in sim/src/lowering/emitter.hpp); without it torch.optim
 //   steps the 16-bit parameters themselves (plan.master_weights false).
 //   zero_stage above 0 is its ZeroDistributedOptimizer, ZeRO-1 whatever the
-//   number, over DDP's all-reduce (plan.reduce_scatter false); with the
+//   number, over DDP's all-reduce (plan.reduce_scatter false), sharding
+//   over dp alone (over one data-parallel rank: nothing, stage 0); with the
 //   accumulator over more than one data-parallel rank it fails (the fp32
 //   DDP hook raises NotImplementedError for ZeRO's reduce-scatter, and
 //   without DDP context parallelism raises in trainer.py), so that is
 //   refused; without the accumulator it shards over dp alone (dp_pg), which
 //   beside cp is said. optimizer_factory's adamW is AdamW, sgd SGD without
 //   momentum. A search from the file keeps what nanotron has no other
-//   setting for: its pipeline engine, its ZeRO stage, no expert
-//   parallelism, FSDP or offload (FrameworkConfig::search_fixed).
+//   setting for: its pipeline engine, its ZeRO stage, its recompute, the
+//   experts whole on every rank, no expert parallelism, FSDP or offload,
+//   and a Llama's cp (FrameworkConfig::search_fixed).
 // Sections without a cost (general, checkpoints, logging, tokenizer,
 // lighteval, s3_upload, metrics_logging) are read silently; a data stage's
 // own sequence_length, a profiler, and any key nanotron's dataclasses do not
@@ -120,17 +124,35 @@ constexpr const char* kLlamaFields[] = {
     "max_position_embeddings", "num_attention_heads", "num_hidden_layers", "attention_bias", "num_key_value_heads",
     "pad_token_id", "pretraining_tp", "rms_norm_eps", "rope_scaling", "rope_theta", "rope_interleaved",
     "tie_word_embeddings", "use_cache", "vocab_size", "_attn_implementation", "z_loss_enabled", "z_loss_coefficient"};
-/// LlamaConfig's fields of type float, which dacite checks.
+/// The config classes' fields of type float (not Optional), which dacite checks.
 constexpr const char* kFloatFields[] = {"initializer_range", "rms_norm_eps", "rope_theta", "z_loss_coefficient"};
 
-/// Whether PyYAML reads a plain scalar as a float (YAML 1.1's resolver: a
-/// dot, an exponent only with its sign; .inf, .nan); a quoted one is a string.
-bool pyyaml_float(const YAML::Node& n) {
-  static const std::regex kFloat(
-      R"([-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?|\.[0-9_]+([eE][-+][0-9]+)?|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*|)"
-      R"([-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN))");
-  return n.Tag() != "!" && std::regex_match(n.Scalar(), kFloat);
+/// Whether PyYAML reads a scalar as a number dacite takes for a float: a
+/// float, an int or a bool (PEP 484's numeric tower; YAML 1.1's resolver:
+/// a float has a dot and an exponent only with its sign, so 1e-06 is a
+/// string). A quoted scalar is a string; an explicit !!float or !!int a
+/// number. Past 64 characters it is taken for a string: the regex would
+/// recurse a frame a character on a hostile line of millions.
+bool pyyaml_number(const YAML::Node& n) {
+  if (!n.IsScalar()) return false;
+  const std::string& tag = n.Tag();
+  if (tag == "tag:yaml.org,2002:float" || tag == "tag:yaml.org,2002:int" || tag == "tag:yaml.org,2002:bool") return true;
+  if (tag != "?" || n.Scalar().size() > 64) return false;
+  static const std::regex kNumber(
+      R"([-+]?[0-9][0-9_]*\.[0-9_]*([eE][-+][0-9]+)?|\.[0-9][0-9_]*([eE][-+][0-9]+)?|[-+]?[0-9][0-9_]*(:[0-5]?[0-9])+\.[0-9_]*|)"
+      R"([-+]?\.(inf|Inf|INF)|\.(nan|NaN|NAN)|)"
+      R"([-+]?0b[0-1_]+|[-+]?0[0-7_]+|[-+]?(0|[1-9][0-9_]*)|[-+]?0x[0-9a-fA-F_]+|[-+]?[1-9][0-9_]*(:[0-5]?[0-9])+|)"
+      R"(yes|Yes|YES|no|No|NO|true|True|TRUE|false|False|FALSE|on|On|ON|off|Off|OFF)");
+  return std::regex_match(n.Scalar(), kNumber);
 }
+
+/// Starcoder2Config's fields (models_config.py): dacite tries it after LlamaConfig.
+constexpr const char* kStarcoder2Fields[] = {
+    "activation_function", "attention_softmax_in_fp32", "attn_pdrop", "bos_token_id", "embd_pdrop", "eos_token_id",
+    "global_attn_layers", "grouped_query", "hidden_size", "initializer_range", "intermediate_size", "is_starcoder2_config",
+    "layer_norm_epsilon", "max_position_embeddings", "multi_query", "num_attention_heads", "num_hidden_layers", "num_kv_heads",
+    "resid_pdrop", "rope_theta", "scale_attention_softmax_in_fp32", "scale_attn_weights", "sliding_window_size",
+    "use_position_embeddings", "use_rotary_embeddings", "vocab_size", "_attn_implementation"};
 
 /// Qwen2Config's fields beyond LlamaConfig's.
 constexpr const char* kQwen2Fields[] = {
@@ -326,29 +348,38 @@ class Reader {
       y_.fail(mc, "model.model_config", "a Mamba model (nanotron's examples/mamba), which dtsim does not price from nanotron's config; "
                                         "valid: a LlamaConfig or a Qwen2Config");
     }
-    if (has("is_starcoder2_config") || has("grouped_query") || has("multi_query")) {
-      y_.fail(mc, "model.model_config", "a Starcoder2Config, which dtsim has no model for; valid: a LlamaConfig or a Qwen2Config");
-    }
+    const auto all_of_class = [&](const auto& fields) {
+      return std::all_of(keys.begin(), keys.end(), [&](const std::string& k) { return among(k, fields); });
+    };
+    // dacite's typed match: each float field present a number, none null.
+    const bool typed = std::all_of(std::begin(kFloatFields), std::end(kFloatFields), [&](const char* k) {
+      return !has(k) || pyyaml_number(last(mc, k));
+    });
     const std::string p = "model.model_config.";
-    // dacite tries LlamaConfig first (strictly: its fields alone, each of its
-    // type; a float field written without a dot is PyYAML's int, or string,
-    // and fails it). Failing every class, the mapping becomes
-    // Qwen2Config(**dict) (ModelArgs.__post_init__), which raises on a key
-    // it has no field for.
+    // dacite tries LlamaConfig, then Starcoder2Config, then Qwen2Config
+    // (strictly: a class's fields alone, each of its type; a float field
+    // that PyYAML reads as a string, 1e-06, or null fails it). Failing
+    // every class, the mapping becomes Qwen2Config(**dict)
+    // (ModelArgs.__post_init__), which raises on a key it has no field for.
+    const bool llama = all_of_class(kLlamaFields) && typed;
+    if (!llama && (has("is_starcoder2_config") || has("grouped_query") || has("multi_query") || all_of_class(kStarcoder2Fields))) {
+      y_.fail(mc, "model.model_config", "a Starcoder2Config (dacite matches one before a Qwen2Config), which dtsim has no model for; "
+                                        "valid: a LlamaConfig or a Qwen2Config");
+    }
     for (const auto& k : keys) {
       if (!among(k, kLlamaFields) && !among(k, kQwen2Fields)) {
         y_.fail(at(mc, k), p + k, "not a field of LlamaConfig or Qwen2Config (nanotron's Qwen2Config(**model_config) raises a TypeError)");
       }
     }
-    const bool llama = std::all_of(keys.begin(), keys.end(), [](const std::string& k) { return among(k, kLlamaFields); }) &&
-                       std::all_of(std::begin(kFloatFields), std::end(kFloatFields), [&](const char* k) {
-                         const YAML::Node n = last(mc, k);
-                         return YamlFields::null(n) || (n.IsScalar() && pyyaml_float(n));
-                       });
     if (!llama && has("is_llama_config")) {
       y_.fail(at(mc, "is_llama_config"), p + "is_llama_config",
-              "beside what a LlamaConfig cannot take (a Qwen2Config field, or a float written as an integer): nanotron's "
-              "Qwen2Config(**model_config) raises a TypeError on is_llama_config");
+              "beside what a LlamaConfig cannot take (a Qwen2Config field, or a float field PyYAML reads as a string or null): "
+              "nanotron's Qwen2Config(**model_config) raises a TypeError on is_llama_config");
+    }
+    if (!typed && !YamlFields::null(last(mc, "moe_config"))) {
+      y_.fail(at(mc, "moe_config"), p + "moe_config",
+              "beside a float field PyYAML reads as a string or null (write 1.0e-06, not 1e-06): dacite then leaves moe_config a "
+              "dict, and Qwen2Config raises an AttributeError on its .layers");
     }
     constexpr std::int64_t kBig = std::int64_t{1} << 40;
     const std::int64_t hidden = integer(last(mc, "hidden_size"), p + "hidden_size", 1, kBig, 4096);
@@ -368,6 +399,14 @@ class Reader {
     if (kv < tp_) {
       y_.fail(at(mc, "num_key_value_heads"), p + "num_key_value_heads",
               std::to_string(kv) + " is below tp " + std::to_string(tp_) + " (nanotron asserts num_key_value_heads >= tp)");
+    }
+    if (llama && hidden % heads != 0) {
+      y_.fail(at(mc, "hidden_size"), p + "hidden_size",
+              std::to_string(hidden) + " is not divisible by num_attention_heads " + std::to_string(heads) + " (nanotron's Llama model asserts it)");
+    }
+    if (hidden < heads) {
+      y_.fail(at(mc, "hidden_size"), p + "hidden_size",
+              std::to_string(hidden) + " is below num_attention_heads " + std::to_string(heads) + ": heads hidden_size // num_attention_heads = 0 wide");
     }
     // vocab_size -1 takes the dataset's (Config.__post_init__, a Nanoset's vocab_size).
     const YAML::Node vn = last(mc, "vocab_size");
@@ -425,15 +464,11 @@ class Reader {
     } else if (a != "silu" && a != "swish") {
       fc_.unmodelled.push_back(p + "hidden_act=" + a + " (priced as silu)");
     }
+    llama_ = llama;
     attention(mc, llama);
     if (!llama) qwen2(mc);
     if (y_.flag(last(mc, "z_loss_enabled"), p + "z_loss_enabled", false)) {
       fc_.unmodelled.push_back(p + "z_loss_enabled=true (the logits' log-sum-exp squared: not priced)");
-    }
-    for (const auto& k : keys) {
-      if (!among(k, kLlamaFields) && !among(k, kQwen2Fields)) {
-        fc_.unmodelled.push_back(p + k + " (a field neither LlamaConfig nor Qwen2Config has)");
-      }
     }
   }
 
@@ -453,9 +488,21 @@ class Reader {
     } else {
       if (impl != "sdpa" && impl != "flex_attention") out_.plan("attention", "flash", impl_at);
       if (impl == "flex_attention") fc_.unmodelled.push_back(key + "=flex_attention (priced as PyTorch's choice of SDPA kernel)");
-      // Qwen2Config.__post_init__'s asserts.
-      if (impl == "llama3_ring_attention" && YamlFields::null(last(mc, "ring_attn_heads_k_stride"))) {
-        y_.fail(n, key, "llama3_ring_attention without ring_attn_heads_k_stride, which nanotron asserts it has; give ring_attn_heads_k_stride");
+      // Qwen2Config.__post_init__'s asserts; a null kernel is looked up by None.
+      const std::vector<std::string> keys = keys_of(mc);
+      if (std::find(keys.begin(), keys.end(), "_attn_implementation") != keys.end() && n.IsNull()) y_.fail(n, key, "null; valid: flash_attention_2, flex_attention, sdpa, ring_flash_triton, ring, llama3_ring_attention");
+      if ((impl == "llama3_ring_attention") == YamlFields::null(last(mc, "ring_attn_heads_k_stride"))) {
+        y_.fail(impl == "llama3_ring_attention" ? n : at(mc, "ring_attn_heads_k_stride"), key,
+                impl == "llama3_ring_attention" ? "llama3_ring_attention without ring_attn_heads_k_stride, which nanotron asserts it has"
+                                                : impl + " beside ring_attn_heads_k_stride, which nanotron asserts only llama3_ring_attention takes");
+      }
+      if (const YAML::Node f = last(mc, "flex_attention_mask"); !YamlFields::null(f)) {
+        const std::string mask = y_.word(f, "model.model_config.flex_attention_mask");
+        if (impl != "flex_attention" || !among(mask, {"sliding_window", "document", "sliding_window_document"})) {
+          y_.fail(f, "model.model_config.flex_attention_mask",
+                  "'" + mask + "' under " + impl + ": nanotron asserts a mask of sliding_window, document or sliding_window_document, "
+                  "under flex_attention");
+        }
       }
       if (!YamlFields::null(last(mc, "sliding_window_size")) && !among(impl, {"flex_attention", "flash_attention_2", "llama3_ring_attention"})) {
         y_.fail(at(mc, "sliding_window_size"), "model.model_config.sliding_window_size",
@@ -500,7 +547,7 @@ class Reader {
                                    "--set plan.document_len=N prices documents of N tokens)");
     }
     if (const YAML::Node f = last(mc, "flex_attention_mask"); !YamlFields::null(f)) {
-      fc_.unmodelled.push_back(p + "flex_attention_mask=" + y_.word(f, p + "flex_attention_mask") + " (not priced)");
+      fc_.unmodelled.push_back(p + "flex_attention_mask=" + y_.word(f, p + "flex_attention_mask") + " (its sparsity not priced)");
     }
     const YAML::Node moe = last(mc, "moe_config");
     if (YamlFields::null(moe)) return;
@@ -519,12 +566,12 @@ class Reader {
     }
     const std::int64_t inter = integer(last(moe, "moe_intermediate_size"), q + "moe_intermediate_size", 1, std::int64_t{1} << 40, 1408);
     // layers: exactly [-1] is every layer (MoEConfig.__post_init__); any
-    // other list names the layers whose index it holds, so -1 and indices
-    // past the model name none.
+    // other list names the layers whose index it holds, so negative indices
+    // and those past the model name none.
     const YAML::Node ln = last(moe, "layers");
     std::vector<std::int64_t> listed_layers;
     if (ln.IsSequence()) {
-      for (const auto& e : ln) listed_layers.push_back(integer(e, q + "layers", -1, 1 << 20, 0));
+      for (const auto& e : ln) listed_layers.push_back(integer(e, q + "layers", -(1 << 20), 1 << 20, 0));
     } else if (!YamlFields::null(ln)) {
       y_.fail(ln, q + "layers", "expected a list of layer indices ([-1]: every layer)");
     }
@@ -556,12 +603,12 @@ class Reader {
       fc_.unmodelled.push_back(q + "layers (not every layer from the first MoE one: priced as MoE from layer " + std::to_string(first) + " on)");
     }
     out_.model("first_dense", std::to_string(first), YamlFields::null(ln) ? moe_at : y_.from(ln, q + "layers"));
+    out_.plan("etp", "1", moe_at);  // whole on every tensor-parallel rank
     if (tp_ > 1) {
       // Unsharded, the experts and router are tied across the tensor-parallel
       // ranks (trainer.py): under REDUCE_SCATTER each rank routes its own
       // tokens and their gradients are summed after the step's data-parallel
       // reduction; under ALL_REDUCE every rank runs every token through them.
-      out_.plan("etp", "1", moe_at);
       fc_.unmodelled.push_back(q.substr(0, q.size() - 1) + " with tp " + std::to_string(tp_) +
                                " (nanotron's GroupedMLP is whole on every tensor-parallel rank, tied across them" +
                                (sequence_parallel_ ? ", its gradients summed after the data-parallel reduction"
@@ -597,13 +644,16 @@ class Reader {
       out_.plan("fp32_grad_accumulator", fp32_accum ? "true" : "false", accum_from);
       out_.plan("master_weights", fp32_accum ? "true" : "false", accum_from);
     }
-    out_.plan("zero_stage", zero > 0 ? "1" : "0", y_.from(zn, "optimizer.zero_stage"));
-    if (zero > 0) {
+    // ZeroDistributedOptimizer shards over dp_pg (helpers.py), without cp:
+    // over one data-parallel rank it shards nothing, which is stage 0.
+    out_.plan("zero_stage", zero > 0 && dp_ > 1 ? "1" : "0",
+              y_.from(zn, "optimizer.zero_stage") + (zero > 0 && dp_ == 1 ? " (nanotron's ZeRO-1 over dp 1 shards nothing)" : ""));
+    if (zero > 0 && dp_ > 1) {
       // ZeroDistributedOptimizer over DDP's all-reduce (optim/zero.py).
       out_.plan("reduce_scatter", "false", y_.from(zn, "optimizer.zero_stage") + " (nanotron's ZeRO-1 all-reduces over DDP)");
       if (zero > 1) fc_.unmodelled.push_back("optimizer.zero_stage=" + std::to_string(zero) + " (nanotron's ZeRO is stage 1 for any stage above 0)");
       // helpers.py: ZeroDistributedOptimizer(dp_pg=...), the data-parallel group without cp.
-      if (cp_ > 1 && dp_ > 1) {
+      if (cp_ > 1) {
         fc_.unmodelled.push_back("optimizer.zero_stage with context_parallel_size " + std::to_string(cp_) +
                                  " (nanotron shards over dp alone: priced over dp x cp)");
       }
@@ -655,14 +705,18 @@ class Reader {
     fc_.plan = pp_ > 1 ? (one_f_one_b_ ? "1f1b" : "gpipe") : "ddp";
     // What nanotron has no other setting for, which a search keeps as this
     // file has it (Note [Search from a framework config]): its pipeline
-    // engine, its ZeRO (stage 0 or its own stage 1, which the accumulator
-    // refuses over dp), no expert parallelism, FSDP or offload. (The
-    // search lays ranks out its own ways.)
+    // engine, its ZeRO stage (stage 0 or its own stage 1, which the
+    // accumulator refuses over dp), its recompute (every layer or none),
+    // experts whole on every rank, no expert parallelism, FSDP or offload,
+    // and under a LlamaConfig no context parallelism. (The search lays
+    // ranks out its own ways.)
     for (const auto& [key, value] : {std::pair{"ep", "1"}, std::pair{"fsdp", "none"}, std::pair{"offload_optimizer", "none"},
                                      std::pair{"offload_params", "none"}, std::pair{"overlap_param_gather", "false"}}) {
       out_.plan(key, value, y_.file() + " (nanotron has no such setting)");
     }
-    fc_.search_fixed = {"schedule", "zero_stage", "reduce_scatter", "ep", "fsdp", "offload_optimizer", "offload_params", "overlap_param_gather"};
+    fc_.search_fixed = {"schedule", "zero_stage", "reduce_scatter", "ep", "etp", "fsdp", "offload_optimizer", "offload_params",
+                        "overlap_param_gather", "recompute"};
+    if (llama_) fc_.search_fixed.push_back("cp");  // nanotron's Llama model has no context parallelism
   }
 
   YAML::Node root_;
@@ -672,6 +726,7 @@ class Reader {
   std::int64_t dp_ = 1, tp_ = 1, pp_ = 1, cp_ = 1, seq_ = 0;
   bool one_f_one_b_ = false;
   bool sequence_parallel_ = false;  ///< tp_mode REDUCE_SCATTER over tp > 1
+  bool llama_ = false;              ///< model_config is a LlamaConfig
   std::string dtype_ = "bfloat16";
   std::string from_tokens_;  ///< where tokens.sequence_length is
 };

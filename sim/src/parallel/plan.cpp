@@ -1452,7 +1452,7 @@ ResolvedPlan resolve(const PlanSpec& s, const Model& model, const ClusterSpec& c
       why = "contradicts master_weights: false (the accumulator keeps the fp32 masters the optimizer steps); set only one";
     } else if (r.zero_stage > 1 || r.fsdp) {
       why = "with " + (r.fsdp ? std::string("fsdp") : "zero_stage " + std::to_string(r.zero_stage)) +
-            ": it keeps every gradient whole, beside nanotron's ZeRO-1 at most; valid: zero_stage 0 or 1";
+            ": it keeps every gradient whole, beside nanotron's ZeRO-1 at most; valid: zero_stage 0, or 1 over one rank";
     } else if (r.zero_stage == 1) {
       why = "with zero_stage 1 over " + std::to_string(r.shard_group) + " ranks: nanotron's fp32 DDP hook raises NotImplementedError "
             "for ZeRO's reduce-scatter (optim/gradient_accumulator.py, get_fp32_accum_hook); valid: zero_stage 0";

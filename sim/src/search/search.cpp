@@ -384,7 +384,8 @@ std::vector<PlanSpec> enumerate_plans(const Model& model, const ClusterSpec& clu
   // they do, not searched into an empty ranking. A knob a base plan's file
   // gives (the explorer's scenario, a plan file) is where the search
   // starts, not a bound: only --set holds, and SearchOptions::hold (what a
-  // framework's config cannot set otherwise: axolotl's pp 1).
+  // framework's config cannot set otherwise: axolotl's pp 1). A held
+  // schedule holds the pipelines; a plan of one stage runs none.
   const auto held = [&](const char* key) {
     if (std::find(o.hold.begin(), o.hold.end(), key) != o.hold.end()) return true;
     const auto it = o.base.origins.where.find(std::string("plan.") + key);
