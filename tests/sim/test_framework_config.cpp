@@ -2180,6 +2180,9 @@ TEST_CASE("LLaMA-Factory: defaults, precision, stages, FSDP, keys listed and err
   // step; at stage 0 (bf16 off: pure_bf16 fills "auto" with false) they are stepped as they are.
   CHECK(keys(read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 0}}\n"))
             ["plan.master_weights"] == "false");
+  // bf16: true beside it fills DeepSpeed's "auto" bf16 with true: its BF16_Optimizer keeps masters.
+  CHECK(keys(read("finetuning_type: full\npure_bf16: true\nbf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, bf16: {enabled: auto}}\n"))
+            ["plan.master_weights"] == "true");
   k = keys(read("finetuning_type: full\npure_bf16: true\ndeepspeed: {train_micro_batch_size_per_gpu: auto, zero_optimization: {stage: 2}}\n"));
   CHECK(k["plan.precision"] == "bf16");
   CHECK(k["plan.master_weights"] == "true");

@@ -333,11 +333,14 @@ class Reader : detail::YamlFields {
       out.plan("precision", "bf16", from(pb, "pure_bf16"));
       // DeepSpeed's ZeRO-1 and -2 (stage_1_and_2.py, single_partition_of_fp32_groups)
       // keep fp32 partitions of what they train whatever the model was loaded
-      // in; at stage 0 with its bf16 off (pure_bf16 leaves TrainingArguments.bf16
-      // false, which fills "auto") DeepSpeed steps the bf16 weights as they are.
-      out.plan("master_weights", ds_masters_ ? "true" : "false",
-               from(pb, "pure_bf16") + (ds_masters_ ? " (DeepSpeed keeps fp32 masters of what it trains)"
-                                                    : " (the bf16 weights stepped as they are, their optimizer states in bf16)"));
+      // in; at stage 0 with its bf16 off (pure_bf16 alone leaves
+      // TrainingArguments.bf16 false, which fills "auto") DeepSpeed steps the
+      // bf16 weights as they are; bf16: true beside it turns on DeepSpeed's
+      // BF16_Optimizer, which keeps them.
+      const bool masters = ds_masters_ || (distributed_ == "deepspeed" && flag(bf, "bf16", false));
+      out.plan("master_weights", masters ? "true" : "false",
+               from(pb, "pure_bf16") + (masters ? " (DeepSpeed keeps fp32 masters of what it trains)"
+                                                : " (the bf16 weights stepped as they are, their optimizer states in bf16)"));
     } else if (flag(bf, "bf16", false)) {
       out.plan("precision", "bf16", from(bf, "bf16"));
     } else if (flag(hf, "fp16", false)) {
