@@ -465,7 +465,7 @@ class Reader {
       fc_.unmodelled.push_back(p + "hidden_act=" + a + " (priced as silu)");
     }
     llama_ = llama;
-    attention(mc, llama);
+    attention(mc, llama, has("_attn_implementation"));
     if (!llama) qwen2(mc);
     if (y_.flag(last(mc, "z_loss_enabled"), p + "z_loss_enabled", false)) {
       fc_.unmodelled.push_back(p + "z_loss_enabled=true (the logits' log-sum-exp squared: not priced)");
@@ -473,8 +473,8 @@ class Reader {
   }
 
   /// _attn_implementation (ALL_ATTENTION_FUNCTIONS, nn/attention.py) and
-  /// what context parallelism moves with it.
-  void attention(const YAML::Node& mc, bool llama) {
+  /// what context parallelism moves with it; `given`: the key is written (null too).
+  void attention(const YAML::Node& mc, bool llama, bool given) {
     const std::string key = "model.model_config._attn_implementation";
     const YAML::Node n = last(mc, "_attn_implementation");
     const std::string impl = YamlFields::null(n) ? "flash_attention_2" : y_.word(n, key);
@@ -489,8 +489,7 @@ class Reader {
       if (impl != "sdpa" && impl != "flex_attention") out_.plan("attention", "flash", impl_at);
       if (impl == "flex_attention") fc_.unmodelled.push_back(key + "=flex_attention (priced as PyTorch's choice of SDPA kernel)");
       // Qwen2Config.__post_init__'s asserts; a null kernel is looked up by None.
-      const std::vector<std::string> keys = keys_of(mc);
-      if (std::find(keys.begin(), keys.end(), "_attn_implementation") != keys.end() && n.IsNull()) y_.fail(n, key, "null; valid: flash_attention_2, flex_attention, sdpa, ring_flash_triton, ring, llama3_ring_attention");
+      if (given && n.IsNull()) y_.fail(n, key, "null; valid: flash_attention_2, flex_attention, sdpa, ring_flash_triton, ring, llama3_ring_attention");
       if ((impl == "llama3_ring_attention") == YamlFields::null(last(mc, "ring_attn_heads_k_stride"))) {
         y_.fail(impl == "llama3_ring_attention" ? n : at(mc, "ring_attn_heads_k_stride"), key,
                 impl == "llama3_ring_attention" ? "llama3_ring_attention without ring_attn_heads_k_stride, which nanotron asserts it has"

@@ -447,11 +447,10 @@ class LayerStage final : public detail::StageEmitter {
   /// 16-bit gradients added into the fp32 buffer, and freed.
   TaskId accumulate_fp32(std::int64_t m) {
     detail::LayerContext& c = ctx_;
-    std::int64_t elements = 0;
-    for (const auto& l : c.layers) elements += l.params;
-    const TimeNs t = detail::fp32_accumulate_time(c.compute_model, elements, m == 0);
+    // c.params: the stage's layers' parameters, summed once when it was made.
+    const TimeNs t = detail::fp32_accumulate_time(c.compute_model, c.params, m == 0);
     const TaskId acc = c.compute(c.tag(m, "fp32 accumulate"), Phase::kBackward, t, {c.last_bwd}, {},
-                                 {{MemCategory::kGradients, -elements * c.gw}});
+                                 {{MemCategory::kGradients, -c.params * c.gw}});
     c.g.tasks[acc].memory_share = 1;  // streams the gradients (Note [Interference] in engine/executor.cpp)
     return acc;
   }
